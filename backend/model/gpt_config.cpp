@@ -1,0 +1,43 @@
+// Validation and vocabulary padding for GptConfig; see gpt_config.hpp.
+#include "backend/model/gpt_config.hpp"
+
+#include "backend/common/error.hpp"
+
+namespace backend {
+
+int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t tensor_parallel) {
+  if (vocab_size <= 0) common::fail("--vocab-size must be positive, got {}", vocab_size);
+  if (divisible_by <= 0) {
+    common::fail("--make-vocab-size-divisible-by must be positive, got {}", divisible_by);
+  }
+  const int64_t multiple = divisible_by * tensor_parallel;
+  return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+void validate(const GptConfig& config) {
+  auto positive = [](int64_t value, const char* flag) {
+    if (value <= 0) common::fail("{} must be positive, got {}", flag, value);
+  };
+  positive(config.num_layers, "--num-layers");
+  positive(config.hidden_size, "--hidden-size");
+  positive(config.num_attention_heads, "--num-attention-heads");
+  positive(config.ffn_hidden_size, "--ffn-hidden-size");
+  positive(config.max_position_embeddings, "--max-position-embeddings");
+  positive(config.vocab_size, "--vocab-size");
+  if (config.hidden_size % config.num_attention_heads != 0) {
+    common::fail("--num-attention-heads {} must divide --hidden-size {}",
+                 config.num_attention_heads, config.hidden_size);
+  }
+  if (config.padded_vocab_size < config.vocab_size) {
+    common::fail("padded vocabulary {} is smaller than --vocab-size {}",
+                 config.padded_vocab_size, config.vocab_size);
+  }
+  if (!(config.layernorm_epsilon > 0)) {
+    common::fail("--layernorm-epsilon must be positive, got {}", config.layernorm_epsilon);
+  }
+  if (!(config.init_method_std > 0)) {
+    common::fail("--init-method-std must be positive, got {}", config.init_method_std);
+  }
+}
+
+}  // namespace backend

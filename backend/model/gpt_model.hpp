@@ -1,0 +1,89 @@
+// A GPT-2/GPT-3 decoder as Megatron-LM builds it (megatron/core/models/gpt/gpt_model.py with
+// the local transformer layer spec), fp32 or fp64 on the CPU, forward and backward written by
+// hand (llm.c style):
+//   x = word_embeddings[tokens] + position_embeddings[0..T)
+//   per layer:  x = x + linear_proj(attention(linear_qkv(input_layernorm(x))))
+//               x = x + linear_fc2(gelu_tanh(linear_fc1(pre_mlp_layernorm(x))))
+//   logits = final_layernorm(x) · word_embeddings^T        (output tied to the embedding)
+//   loss   = mean over B·T of cross_entropy(logits over the padded vocabulary, labels)
+// Dimensions: B batch, T sequence, C hidden, NH heads, HD = C / NH, F ffn, V padded vocab.
+//
+// Parameters live in one flat buffer (and gradients in a second one of the same layout) so
+// the optimizer, gradient clipping, checkpoints and, later, data-parallel all-reduce see one
+// contiguous array. Tensor names and layouts follow Megatron core, so checkpoint conversion
+// is a renaming:
+//   embedding.word_embeddings.weight                  (V, C)
+//   embedding.position_embeddings.weight              (max_position_embeddings, C)
+//   decoder.layers.{i}.input_layernorm.{weight,bias}  (C)
+//   decoder.layers.{i}.self_attention.linear_qkv.weight (3C, C)  rows per head: [q | k | v]
+//   decoder.layers.{i}.self_attention.linear_qkv.bias   (3C)     (Megatron's interleaving)
+//   decoder.layers.{i}.self_attention.linear_proj.{weight (C, C), bias (C)}
+//   decoder.layers.{i}.pre_mlp_layernorm.{weight,bias} (C)
+//   decoder.layers.{i}.mlp.linear_fc1.{weight (F, C), bias (F)}
+//   decoder.layers.{i}.mlp.linear_fc2.{weight (C, F), bias (C)}
+//   decoder.final_layernorm.{weight,bias}             (C)
+// Linear weights are (out, in), y = x · W^T + b, as torch.nn.Linear and Megatron store them.
+//
+// Contract: backward() accumulates into the parameter gradients (+=), so gradient
+// accumulation over micro batches is "zero_gradients(); for each micro batch: forward,
+// backward(1/num_micro_batches)".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/model/gpt_config.hpp"
+
+namespace backend {
+
+struct ParameterTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // into parameters() / gradients()
+  int64_t numel = 0;
+  bool weight_decay = true;  // false for biases and norm weights (Megatron's default)
+};
+
+template <typename Scalar>
+class GptModel {
+ public:
+  explicit GptModel(const GptConfig& config);  // validates config; parameters zeroed
+  ~GptModel();
+  GptModel(GptModel&&) noexcept;
+  GptModel& operator=(GptModel&&) noexcept;
+
+  const GptConfig& config() const;
+  const std::vector<ParameterTensor>& tensors() const;
+  const ParameterTensor& tensor(const std::string& name) const;  // common::Error if unknown
+  std::span<Scalar> parameters();
+  std::span<const Scalar> parameters() const;
+  std::span<Scalar> gradients();
+  std::span<const Scalar> gradients() const;
+
+  // Megatron's initialisation: weights ~ N(0, init_method_std), the output projections
+  // (linear_proj, linear_fc2) ~ N(0, init_method_std / sqrt(2 · num_layers)), biases 0,
+  // norm weights 1. Deterministic given the seed, independent of thread count.
+  void init_parameters(uint64_t seed);
+
+  // One micro batch. tokens and labels are (B, T) row-major with values in [0, vocab_size);
+  // 1 ≤ T ≤ max_position_embeddings. Returns the mean cross-entropy over the B·T positions.
+  Scalar forward(std::span<const int32_t> tokens, std::span<const int32_t> labels,
+                 int64_t batch_size, int64_t seq_length);
+
+  // Backward of the last forward: gradients += grad_scale · d(mean loss)/d(parameters).
+  void backward(Scalar grad_scale);
+
+  void zero_gradients();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+extern template class GptModel<float>;
+extern template class GptModel<double>;
+
+}  // namespace backend

@@ -1,0 +1,62 @@
+// CPU twin of embedding.hpp: word + position lookup and its scatter-add backward.
+#include "backend/ops/embedding.hpp"
+#include "backend/ops/gemm_cpu.hpp"
+
+namespace backend::cpu {
+
+template <typename Scalar>
+void embedding_forward(Scalar* output, const int32_t* tokens, const Scalar* word_embeddings,
+                       const Scalar* position_embeddings, int64_t batch_size, int64_t seq_length,
+                       int64_t hidden_size) {
+  const int64_t rows = batch_size * seq_length;
+#pragma omp parallel for if (rows * hidden_size > detail::kParallelWork)
+  for (int64_t row = 0; row < rows; ++row) {
+    const Scalar* word = word_embeddings + int64_t{tokens[row]} * hidden_size;
+    const Scalar* position = position_embeddings + (row % seq_length) * hidden_size;
+    Scalar* out = output + row * hidden_size;
+    for (int64_t c = 0; c < hidden_size; ++c) out[c] = word[c] + position[c];
+  }
+}
+
+template <typename Scalar>
+void embedding_backward(Scalar* dword_embeddings, Scalar* dposition_embeddings,
+                        const Scalar* doutput, const int32_t* tokens, int64_t batch_size,
+                        int64_t seq_length, int64_t hidden_size) {
+  const int64_t rows = batch_size * seq_length;
+  const bool parallel = rows * hidden_size > detail::kParallelWork;
+
+  // Several positions may hold the same token, so rows of the word table are not owned by
+  // one position: split by columns instead, each column walking the positions in order.
+  const int64_t chunks = detail::column_chunks(hidden_size);
+#pragma omp parallel for if (parallel)
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const auto [begin, end] = detail::column_range(chunk, hidden_size);
+    for (int64_t row = 0; row < rows; ++row) {
+      Scalar* dword = dword_embeddings + int64_t{tokens[row]} * hidden_size;
+      const Scalar* dout = doutput + row * hidden_size;
+      for (int64_t c = begin; c < end; ++c) dword[c] += dout[c];
+    }
+  }
+
+#pragma omp parallel for if (parallel)
+  for (int64_t t = 0; t < seq_length; ++t) {
+    Scalar* dposition = dposition_embeddings + t * hidden_size;
+    for (int64_t c = 0; c < hidden_size; ++c) {
+      Scalar sum = 0;
+      for (int64_t b = 0; b < batch_size; ++b)
+        sum += doutput[(b * seq_length + t) * hidden_size + c];
+      dposition[c] += sum;
+    }
+  }
+}
+
+#define BACKEND_INSTANTIATE_EMBEDDING(Scalar)                                                    \
+  template void embedding_forward<Scalar>(Scalar*, const int32_t*, const Scalar*, const Scalar*, \
+                                          int64_t, int64_t, int64_t);                            \
+  template void embedding_backward<Scalar>(Scalar*, Scalar*, const Scalar*, const int32_t*,      \
+                                           int64_t, int64_t, int64_t);
+BACKEND_INSTANTIATE_EMBEDDING(float)
+BACKEND_INSTANTIATE_EMBEDDING(double)
+#undef BACKEND_INSTANTIATE_EMBEDDING
+
+}  // namespace backend::cpu

@@ -1,0 +1,106 @@
+// Internal to the CPU op twins (*_cpu.cpp): one GEMM entry point for float and double, so
+// the ops can be templates on the scalar type, and the column-chunk loop the ops use for
+// sums over rows (bias, norm and embedding gradients).
+//   gemm: C = alpha · op(A) · op(B) + beta · C, all row-major, op(X) = X or X^T.
+//
+// Why tiles: OpenBLAS (0.3.21, OpenMP build) splits C between its threads by the thread
+// count, and the kernels at the edges of a split round differently from the inner ones, so
+// the same product comes out different on 1, 2 or 3 threads (measured: thousands of
+// differing elements in a 128³ sgemm). Here C is cut into tiles of a fixed size instead, each
+// tile one single-threaded BLAS call (OpenBLAS runs on the calling thread inside an active
+// OpenMP region), the tiles shared among the OpenMP threads: the result depends on the
+// shapes alone. The inner dimension is never split, so nothing is summed across threads.
+#pragma once
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace backend::cpu::detail {
+
+enum class Transpose : bool { no = false, yes = true };
+
+inline CBLAS_TRANSPOSE blas_transpose(Transpose transpose) {
+  return transpose == Transpose::yes ? CblasTrans : CblasNoTrans;
+}
+
+inline void blas_gemm(Transpose transpose_a, Transpose transpose_b, int64_t m, int64_t n, int64_t k,
+                      float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                      float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, blas_transpose(transpose_a), blas_transpose(transpose_b),
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+              static_cast<blasint>(ldc));
+}
+
+inline void blas_gemm(Transpose transpose_a, Transpose transpose_b, int64_t m, int64_t n, int64_t k,
+                      double alpha, const double* a, int64_t lda, const double* b, int64_t ldb,
+                      double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, blas_transpose(transpose_a), blas_transpose(transpose_b),
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+              static_cast<blasint>(ldc));
+}
+
+// Tile of C per BLAS call: large enough that packing the operands costs under 1% of the
+// multiply, small enough that the 126m shapes give each of a few cores several tiles.
+inline constexpr int64_t kTileRows = 128;
+inline constexpr int64_t kTileColumns = 128;
+
+// OpenBLAS runs a GEMM of at most this many multiply-adds (m·n·k) on the calling thread
+// (interface/gemm.c: SMP_THRESHOLD_MIN 65536 × GEMM_MULTITHREAD_THRESHOLD 4 in 0.3.21; the
+// smaller 65536 is used here for margin).
+inline constexpr int64_t kBlasSingleThreadedWork = 1 << 16;
+
+// m × n result, k the inner dimension; lda/ldb/ldc are row strides in elements. Safe to call
+// from inside an OpenMP parallel region (then the calling thread does all the tiles).
+template <typename Scalar>
+void gemm(Transpose transpose_a, Transpose transpose_b, int64_t m, int64_t n, int64_t k,
+          Scalar alpha, const Scalar* a, int64_t lda, const Scalar* b, int64_t ldb, Scalar beta,
+          Scalar* c, int64_t ldc) {
+  const int64_t row_tiles = (m + kTileRows - 1) / kTileRows;
+  const int64_t column_tiles = (n + kTileColumns - 1) / kTileColumns;
+  const int64_t tiles = row_tiles * column_tiles;
+  // Even a single tile goes through the region when threads are available, so that OpenBLAS
+  // sees an active region and does not split the tile over its own threads. Not needed (and
+  // an OpenMP region costs more than the product) on one thread, inside an active region, or
+  // for products below OpenBLAS's own threshold for threading.
+  const bool parallel =
+      !omp_in_parallel() && omp_get_max_threads() > 1 && m * n * k > kBlasSingleThreadedWork;
+#pragma omp parallel for schedule(dynamic) if (parallel)
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    const int64_t row = (tile / column_tiles) * kTileRows;
+    const int64_t column = (tile % column_tiles) * kTileColumns;
+    const int64_t tile_rows = std::min(kTileRows, m - row);
+    const int64_t tile_columns = std::min(kTileColumns, n - column);
+    // Rows [row, row + tile_rows) of op(A) and columns [column, ...) of op(B).
+    const Scalar* a_tile = transpose_a == Transpose::no ? a + row * lda : a + row;
+    const Scalar* b_tile = transpose_b == Transpose::no ? b + column : b + column * ldb;
+    blas_gemm(transpose_a, transpose_b, tile_rows, tile_columns, k, alpha, a_tile, lda, b_tile, ldb,
+              beta, c + row * ldc + column, ldc);
+  }
+}
+
+// Below this many scalar operations an OpenMP region costs more than it saves.
+inline constexpr int64_t kParallelWork = 1 << 14;
+
+// Sums over rows are split by column chunks of a fixed width: each column is summed by one
+// thread in row order, so the result is the same for every thread count.
+inline constexpr int64_t kColumnChunk = 64;
+
+inline int64_t column_chunks(int64_t columns) {
+  return (columns + kColumnChunk - 1) / kColumnChunk;
+}
+
+// For column chunk `chunk`: the half-open range [begin, end) of columns it covers.
+struct ColumnRange {
+  int64_t begin;
+  int64_t end;
+};
+inline ColumnRange column_range(int64_t chunk, int64_t columns) {
+  return {chunk * kColumnChunk, std::min(columns, (chunk + 1) * kColumnChunk)};
+}
+
+}  // namespace backend::cpu::detail

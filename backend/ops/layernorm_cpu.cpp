@@ -1,0 +1,98 @@
+// CPU twin of layernorm.hpp: one row per iteration for the forward and dinput, column
+// chunks for the weight and bias sums.
+#include <cmath>
+
+#include "backend/ops/gemm_cpu.hpp"
+#include "backend/ops/layernorm.hpp"
+
+namespace backend::cpu {
+
+template <typename Scalar>
+void layernorm_forward(Scalar* output, Scalar* mean, Scalar* rstd, const Scalar* input,
+                       const Scalar* weight, const Scalar* bias, Scalar epsilon, int64_t rows,
+                       int64_t channels) {
+#pragma omp parallel for if (rows * channels > detail::kParallelWork)
+  for (int64_t row = 0; row < rows; ++row) {
+    const Scalar* x = input + row * channels;
+    Scalar* y = output + row * channels;
+    // Two passes (mean, then squared deviations) rather than E[x²] − E[x]², which cancels
+    // badly in float when |mean| ≫ std.
+    Scalar sum = 0;
+    for (int64_t c = 0; c < channels; ++c) sum += x[c];
+    const Scalar row_mean = sum / static_cast<Scalar>(channels);
+    Scalar squares = 0;
+    for (int64_t c = 0; c < channels; ++c) {
+      const Scalar deviation = x[c] - row_mean;
+      squares += deviation * deviation;
+    }
+    const Scalar row_rstd =
+        Scalar{1} / std::sqrt(squares / static_cast<Scalar>(channels) + epsilon);
+    for (int64_t c = 0; c < channels; ++c) {
+      y[c] = (x[c] - row_mean) * row_rstd * weight[c] + bias[c];
+    }
+    mean[row] = row_mean;
+    rstd[row] = row_rstd;
+  }
+}
+
+template <typename Scalar>
+void layernorm_backward(Scalar* dinput, Scalar* dweight, Scalar* dbias, const Scalar* doutput,
+                        const Scalar* input, const Scalar* weight, const Scalar* mean,
+                        const Scalar* rstd, int64_t rows, int64_t channels) {
+  const bool parallel = rows * channels > detail::kParallelWork;
+  const Scalar inverse_channels = Scalar{1} / static_cast<Scalar>(channels);
+
+#pragma omp parallel for if (parallel)
+  for (int64_t row = 0; row < rows; ++row) {
+    const Scalar* x = input + row * channels;
+    const Scalar* dy = doutput + row * channels;
+    Scalar* dx = dinput + row * channels;
+    const Scalar row_mean = mean[row];
+    const Scalar row_rstd = rstd[row];
+    Scalar mean_g = 0;
+    Scalar mean_g_xhat = 0;
+    for (int64_t c = 0; c < channels; ++c) {
+      const Scalar g = dy[c] * weight[c];
+      mean_g += g;
+      mean_g_xhat += g * (x[c] - row_mean) * row_rstd;
+    }
+    mean_g *= inverse_channels;
+    mean_g_xhat *= inverse_channels;
+    for (int64_t c = 0; c < channels; ++c) {
+      const Scalar xhat = (x[c] - row_mean) * row_rstd;
+      dx[c] = row_rstd * (dy[c] * weight[c] - mean_g - xhat * mean_g_xhat);
+    }
+  }
+
+  const int64_t chunks = detail::column_chunks(channels);
+#pragma omp parallel for if (parallel)
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const auto [begin, end] = detail::column_range(chunk, channels);
+    Scalar weight_sums[detail::kColumnChunk] = {};
+    Scalar bias_sums[detail::kColumnChunk] = {};
+    for (int64_t row = 0; row < rows; ++row) {
+      const Scalar* x = input + row * channels;
+      const Scalar* dy = doutput + row * channels;
+      for (int64_t c = begin; c < end; ++c) {
+        weight_sums[c - begin] += dy[c] * (x[c] - mean[row]) * rstd[row];
+        bias_sums[c - begin] += dy[c];
+      }
+    }
+    for (int64_t c = begin; c < end; ++c) {
+      dweight[c] += weight_sums[c - begin];
+      dbias[c] += bias_sums[c - begin];
+    }
+  }
+}
+
+#define BACKEND_INSTANTIATE_LAYERNORM(Scalar)                                                      \
+  template void layernorm_forward<Scalar>(Scalar*, Scalar*, Scalar*, const Scalar*, const Scalar*, \
+                                          const Scalar*, Scalar, int64_t, int64_t);                \
+  template void layernorm_backward<Scalar>(Scalar*, Scalar*, Scalar*, const Scalar*,               \
+                                           const Scalar*, const Scalar*, const Scalar*,            \
+                                           const Scalar*, int64_t, int64_t);
+BACKEND_INSTANTIATE_LAYERNORM(float)
+BACKEND_INSTANTIATE_LAYERNORM(double)
+#undef BACKEND_INSTANTIATE_LAYERNORM
+
+}  // namespace backend::cpu

@@ -1,0 +1,21 @@
+// Residual connection of a pre-norm transformer block (x + f(x), He et al. 2016; llm.c's
+// residual_forward):
+//   output = input + branch
+// Its backward is the identity into both operands: the residual stream's gradient passes
+// through unchanged and the branch's gradient is added onto it, which is the same addition,
+// so residual_forward(dstream, dstream, dbranch, n) is the backward.
+// Contract: no parameters. Elementwise, so output may alias input or branch.
+// Dimensions: N elements (any shape, flattened).
+#pragma once
+
+#include <cstdint>
+
+namespace backend::cpu {
+
+template <typename Scalar>
+void residual_forward(Scalar* output,        // (N)
+                      const Scalar* input,   // (N)
+                      const Scalar* branch,  // (N)
+                      int64_t count);
+
+}  // namespace backend::cpu

@@ -1,0 +1,73 @@
+// AdamW and global-norm clipping over flat buffers; see adamw.hpp.
+#include "backend/optim/adamw.hpp"
+
+#include <cmath>
+
+#include "backend/common/error.hpp"
+
+namespace backend {
+
+AdamW::AdamW(const AdamWConfig& config, std::vector<ParameterGroup> groups, int64_t numel)
+    : config_(config), groups_(std::move(groups)), exp_avg_(numel, 0.0f), exp_avg_sq_(numel, 0.0f) {
+  for (const auto& group : groups_) {
+    if (group.offset < 0 || group.numel < 0 || group.offset + group.numel > numel) {
+      common::fail("AdamW: parameter group [{}, {}) lies outside the {} parameters", group.offset,
+                   group.offset + group.numel, numel);
+    }
+  }
+}
+
+void AdamW::step(std::span<float> parameters, std::span<const float> gradients, double lr) {
+  ++step_;
+  const double bias_correction1 = 1.0 - std::pow(config_.beta1, static_cast<double>(step_));
+  const double bias_correction2 = 1.0 - std::pow(config_.beta2, static_cast<double>(step_));
+  const float beta1 = static_cast<float>(config_.beta1);
+  const float beta2 = static_cast<float>(config_.beta2);
+  const float step_size = static_cast<float>(lr / bias_correction1);
+  const float inverse_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(bias_correction2));
+  const float eps = static_cast<float>(config_.eps);
+  for (const auto& group : groups_) {
+    const float decay = group.weight_decay ? static_cast<float>(lr * config_.weight_decay) : 0.0f;
+    float* p = parameters.data() + group.offset;
+    const float* g = gradients.data() + group.offset;
+    float* m = exp_avg_.data() + group.offset;
+    float* v = exp_avg_sq_.data() + group.offset;
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < group.numel; ++i) {
+      m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
+      v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+      const float denominator = std::sqrt(v[i]) * inverse_sqrt_correction2 + eps;
+      p[i] -= step_size * m[i] / denominator + decay * p[i];
+    }
+  }
+}
+
+double global_gradient_norm(std::span<const float> gradients) {
+  // Fixed-size chunks summed in order: the result is independent of the thread count.
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t size = static_cast<int64_t>(gradients.size());
+  const int64_t chunks = (size + kChunk - 1) / kChunk;
+  std::vector<double> partial(chunks, 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double sum = 0.0;
+    const int64_t end = std::min(size, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < end; ++i) sum += static_cast<double>(gradients[i]) * gradients[i];
+    partial[c] = sum;
+  }
+  double total = 0.0;
+  for (double value : partial) total += value;
+  return std::sqrt(total);
+}
+
+void clip_gradients(std::span<float> gradients, double norm, double max_norm) {
+  if (max_norm <= 0) return;
+  const double coefficient = max_norm / (norm + 1e-6);
+  if (coefficient >= 1.0) return;
+  const float scale = static_cast<float>(coefficient);
+  const int64_t size = static_cast<int64_t>(gradients.size());
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < size; ++i) gradients[i] *= scale;
+}
+
+}  // namespace backend

@@ -1,0 +1,336 @@
+// Megatron-LM flag parsing and validation; see arguments.hpp.
+// Reference: megatron/training/arguments.py (_add_network_size_args, _add_training_args,
+// _add_learning_rate_args, _add_regularization_args, validate_args).
+#include "backend/train/arguments.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+
+#include "backend/common/error.hpp"
+#include "backend/common/suggest.hpp"
+#include "backend/dist/parallel_layout.hpp"
+
+namespace backend {
+
+namespace {
+
+// Megatron flags that this backend recognises but does not implement yet. Each is refused
+// with the reason, so a translated script fails at once instead of training something else.
+struct UnsupportedFlag {
+  const char* flag;
+  bool takes_value;
+  const char* reason;
+};
+constexpr UnsupportedFlag kUnsupportedFlags[] = {
+    {"--sequence-parallel", false, "needs tensor parallelism, which is not built yet"},
+    {"--use-flash-attn", false, "belongs to the CUDA path, which is not built yet"},
+    {"--use-distributed-optimizer", false, "needs data parallelism, which is not built yet"},
+    {"--recompute-activations", false, "activation recompute is not built yet"},
+    {"--recompute-granularity", true, "activation recompute is not built yet"},
+    {"--position-embedding-type", true, "only learned absolute positions are built so far"},
+    {"--normalization", true, "only LayerNorm is built so far"},
+    {"--swiglu", false, "only the GELU MLP is built so far"},
+    {"--untie-embeddings-and-output-weights", false, "the output layer is tied to the embedding"},
+    {"--group-query-attention", false, "only multi-head attention is built so far"},
+    {"--train-samples", true, "use --train-iters; sample-based schedules are not built yet"},
+    {"--rampup-batch-size", true, "batch-size ramp-up is not built yet"},
+    {"--split", true, "splits belong to real datasets, which are not built yet (use --mock-data)"},
+    {"--tensorboard-dir", true, "TensorBoard output is not built yet"},
+    {"--log-throughput", false, "throughput logging is not built yet"},
+};
+
+const std::vector<std::string> kDecayStyles = {"constant", "linear", "cosine"};
+const std::vector<std::string> kTokenizers = {"GPT2BPETokenizer", "NullTokenizer"};
+
+}  // namespace
+
+std::optional<TrainingArguments> parse_arguments(int argc, const char* const* argv) {
+  TrainingArguments arguments;
+  for (int i = 0; i < argc; ++i) arguments.command_line.emplace_back(argv[i]);
+
+  CLI::App app{"Pretrain a GPT model (Megatron-LM compatible flags)", "pretrain_gpt"};
+  // argparse semantics: a flag given twice takes its last value.
+  app.option_defaults()->always_capture_default()->multi_option_policy(
+      CLI::MultiOptionPolicy::TakeLast);
+  app.get_formatter()->column_width(44);
+
+  auto* model = "Model";
+  app.add_option("--num-layers", arguments.num_layers, "Number of transformer layers")
+      ->group(model)->required();
+  app.add_option("--hidden-size", arguments.hidden_size, "Transformer hidden size")
+      ->group(model)->required();
+  app.add_option("--ffn-hidden-size", arguments.ffn_hidden_size, "MLP hidden size (default 4 × hidden)")
+      ->group(model);
+  app.add_option("--num-attention-heads", arguments.num_attention_heads, "Attention heads")
+      ->group(model)->required();
+  app.add_option("--seq-length", arguments.seq_length, "Sequence length")->group(model)->required();
+  app.add_option("--max-position-embeddings", arguments.max_position_embeddings,
+                 "Rows of the position table (default: --seq-length)")->group(model);
+  app.add_option("--make-vocab-size-divisible-by", arguments.make_vocab_size_divisible_by,
+                 "Pad the vocabulary to a multiple of this")->group(model);
+  app.add_option("--init-method-std", arguments.init_method_std, "Std of the normal init")
+      ->group(model);
+  app.add_option("--layernorm-epsilon", arguments.layernorm_epsilon, "LayerNorm epsilon")
+      ->group(model);
+  app.add_option("--hidden-dropout", arguments.hidden_dropout, "Dropout after attention/MLP")
+      ->group(model);
+  app.add_option("--attention-dropout", arguments.attention_dropout, "Dropout on attention probs")
+      ->group(model);
+
+  auto* data = "Data and tokenizer";
+  app.add_option("--tokenizer-type", arguments.tokenizer_type, "GPT2BPETokenizer or NullTokenizer")
+      ->group(data)->check(CLI::IsMember(kTokenizers));
+  app.add_option("--vocab-size", arguments.vocab_size, "Vocabulary size (NullTokenizer)")
+      ->group(data);
+  app.add_option("--vocab-file", arguments.vocab_file, "GPT-2 vocab.json")->group(data);
+  app.add_option("--merge-file", arguments.merge_file, "GPT-2 merges.txt")->group(data);
+  app.add_flag("--mock-data", arguments.mock_data, "Synthetic tokens, for benchmarks and tests")
+      ->group(data);
+  app.add_option("--data-path", arguments.data_path, "Dataset prefix or weighted blend")
+      ->group(data)->expected(1, -1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+
+  auto* training = "Training";
+  app.add_option("--micro-batch-size", arguments.micro_batch_size, "Samples per micro batch")
+      ->group(training)->required();
+  app.add_option("--global-batch-size", arguments.global_batch_size,
+                 "Samples per iteration (gradient accumulation)")->group(training);
+  app.add_option("--train-iters", arguments.train_iters, "Iterations to train")
+      ->group(training)->required();
+  app.add_option("--seed", arguments.seed, "Random seed")->group(training);
+  app.add_option("--tensor-model-parallel-size", arguments.tensor_model_parallel_size, "TP size")
+      ->group(training);
+  app.add_option("--pipeline-model-parallel-size", arguments.pipeline_model_parallel_size,
+                 "PP size")->group(training);
+  app.add_flag("--bf16", arguments.bf16, "bf16 mixed precision (CUDA path)")->group(training);
+  app.add_flag("--fp16", arguments.fp16, "fp16 mixed precision (CUDA path)")->group(training);
+  app.add_option("--device", arguments.device, "auto, cpu or cuda (not a Megatron flag)")
+      ->group(training)->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+
+  auto* optimizer = "Optimizer and learning rate";
+  app.add_option("--lr", arguments.lr, "Peak learning rate")->group(optimizer)->required();
+  app.add_option("--min-lr", arguments.min_lr, "Minimum learning rate")->group(optimizer);
+  app.add_option("--lr-decay-style", arguments.lr_decay_style, "constant, linear or cosine")
+      ->group(optimizer)->check(CLI::IsMember(kDecayStyles));
+  app.add_option("--lr-warmup-iters", arguments.lr_warmup_iters, "Linear warmup iterations")
+      ->group(optimizer);
+  app.add_option("--lr-decay-iters", arguments.lr_decay_iters, "Decay iterations (default: train)")
+      ->group(optimizer);
+  app.add_option("--lr-warmup-init", arguments.lr_warmup_init, "Learning rate at warmup start")
+      ->group(optimizer);
+  app.add_option("--weight-decay", arguments.weight_decay, "AdamW decoupled weight decay")
+      ->group(optimizer);
+  app.add_option("--clip-grad", arguments.clip_grad, "Clip gradients to this global norm")
+      ->group(optimizer);
+  app.add_option("--adam-beta1", arguments.adam_beta1, "Adam beta1")->group(optimizer);
+  app.add_option("--adam-beta2", arguments.adam_beta2, "Adam beta2")->group(optimizer);
+  app.add_option("--adam-eps", arguments.adam_eps, "Adam epsilon")->group(optimizer);
+
+  auto* logging = "Evaluation, logging, checkpoints";
+  app.add_option("--eval-interval", arguments.eval_interval, "Validate every N iterations")
+      ->group(logging);
+  app.add_option("--eval-iters", arguments.eval_iters, "Iterations per validation/test pass")
+      ->group(logging);
+  app.add_option("--log-interval", arguments.log_interval, "Print every N iterations")
+      ->group(logging);
+  app.add_option("--save", arguments.save, "Checkpoint directory to write")->group(logging);
+  app.add_option("--load", arguments.load, "Checkpoint directory to read")->group(logging);
+
+  std::map<std::string, std::string> unsupported_values;
+  for (const auto& entry : kUnsupportedFlags) {
+    if (entry.takes_value) {
+      app.add_option(entry.flag, unsupported_values[entry.flag])->group("");
+    } else {
+      app.add_flag(entry.flag)->group("");
+    }
+  }
+
+  // Unknown flags are collected rather than fatal inside CLI11, so they can be reported
+  // first (before "--x is required") and with a suggestion.
+  app.allow_extras();
+  auto refuse_unknown_flags = [&app] {
+    const auto extras = app.remaining();
+    if (extras.empty()) return;
+    std::vector<std::string> known;
+    for (const CLI::Option* option : app.get_options()) {
+      for (const auto& name : option->get_lnames()) known.push_back("--" + name);
+    }
+    const std::string& first = extras.front();
+    common::fail("pretrain_gpt: unknown argument {}{} (run pretrain_gpt --help for the supported "
+                 "flags)", first, common::did_you_mean(first, known));
+  };
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return std::nullopt;
+  } catch (const CLI::ParseError& error) {
+    refuse_unknown_flags();
+    common::fail("pretrain_gpt: {} (run pretrain_gpt --help for the supported flags)",
+                 error.what());
+  }
+  refuse_unknown_flags();
+  for (const auto& entry : kUnsupportedFlags) {
+    if (app.count(entry.flag) > 0) {
+      common::fail("pretrain_gpt: {} is a Megatron-LM flag this backend does not support yet: {}",
+                   entry.flag, entry.reason);
+    }
+  }
+  validate_arguments(arguments);
+  return arguments;
+}
+
+void validate_arguments(TrainingArguments& arguments) {
+  auto require_positive = [](int64_t value, const char* flag) {
+    if (value <= 0) common::fail("{} must be positive, got {}", flag, value);
+  };
+  require_positive(arguments.num_layers, "--num-layers");
+  require_positive(arguments.hidden_size, "--hidden-size");
+  require_positive(arguments.num_attention_heads, "--num-attention-heads");
+  require_positive(arguments.seq_length, "--seq-length");
+  require_positive(arguments.micro_batch_size, "--micro-batch-size");
+  require_positive(arguments.train_iters, "--train-iters");
+  require_positive(arguments.log_interval, "--log-interval");
+  require_positive(arguments.eval_interval, "--eval-interval");
+  if (arguments.eval_iters < 0) common::fail("--eval-iters must be ≥ 0, got {}", arguments.eval_iters);
+
+  if (arguments.ffn_hidden_size == 0) arguments.ffn_hidden_size = 4 * arguments.hidden_size;
+  if (arguments.max_position_embeddings == 0) {
+    arguments.max_position_embeddings = arguments.seq_length;
+  }
+  if (arguments.seq_length > arguments.max_position_embeddings) {
+    common::fail("--seq-length {} exceeds --max-position-embeddings {}: raise "
+                 "--max-position-embeddings or shorten --seq-length",
+                 arguments.seq_length, arguments.max_position_embeddings);
+  }
+
+  if (arguments.tensor_model_parallel_size != 1 || arguments.pipeline_model_parallel_size != 1) {
+    common::fail("--tensor-model-parallel-size {} / --pipeline-model-parallel-size {}: model "
+                 "parallelism is not built yet; use 1 for both",
+                 arguments.tensor_model_parallel_size, arguments.pipeline_model_parallel_size);
+  }
+  // One process until the distributed path exists.
+  const int64_t data_parallel_size =
+      make_parallel_layout(1, arguments.tensor_model_parallel_size,
+                           arguments.pipeline_model_parallel_size).data_parallel;
+  if (arguments.global_batch_size == 0) {
+    arguments.global_batch_size = arguments.micro_batch_size * data_parallel_size;
+  }
+  if (arguments.global_batch_size % (arguments.micro_batch_size * data_parallel_size) != 0) {
+    common::fail("--global-batch-size {} is not divisible by --micro-batch-size {} × "
+                 "data-parallel size {}",
+                 arguments.global_batch_size, arguments.micro_batch_size, data_parallel_size);
+  }
+
+  if (arguments.lr < 0) common::fail("--lr must be ≥ 0, got {}", arguments.lr);
+  if (arguments.min_lr < 0 || arguments.min_lr > arguments.lr) {
+    common::fail("--min-lr {} must lie in [0, --lr {}]", arguments.min_lr, arguments.lr);
+  }
+  if (arguments.lr_warmup_iters < 0) {
+    common::fail("--lr-warmup-iters must be ≥ 0, got {}", arguments.lr_warmup_iters);
+  }
+  if (arguments.lr_decay_iters == 0) arguments.lr_decay_iters = arguments.train_iters;
+  if (arguments.lr_decay_iters < 0) {
+    common::fail("--lr-decay-iters must be positive, got {}", arguments.lr_decay_iters);
+  }
+  if (arguments.lr_warmup_iters >= arguments.lr_decay_iters && arguments.lr_decay_style != "constant") {
+    common::fail("--lr-warmup-iters {} must be smaller than --lr-decay-iters {} "
+                 "(which defaults to --train-iters)",
+                 arguments.lr_warmup_iters, arguments.lr_decay_iters);
+  }
+  if (arguments.weight_decay < 0) {
+    common::fail("--weight-decay must be ≥ 0, got {}", arguments.weight_decay);
+  }
+  if (arguments.clip_grad < 0) common::fail("--clip-grad must be ≥ 0, got {}", arguments.clip_grad);
+  auto require_probability = [](double value, const char* flag, bool allow_one) {
+    if (!(value >= 0 && (allow_one ? value <= 1 : value < 1))) {
+      common::fail("{} must lie in [0, 1{}, got {}", flag, allow_one ? "]" : ")", value);
+    }
+  };
+  require_probability(arguments.adam_beta1, "--adam-beta1", false);
+  require_probability(arguments.adam_beta2, "--adam-beta2", false);
+  require_probability(arguments.hidden_dropout, "--hidden-dropout", false);
+  require_probability(arguments.attention_dropout, "--attention-dropout", false);
+  if (!(arguments.adam_eps > 0)) common::fail("--adam-eps must be positive, got {}", arguments.adam_eps);
+  if (arguments.bf16 && arguments.fp16) common::fail("--bf16 and --fp16 are mutually exclusive");
+
+  // Tokenizer: the vocabulary size is what the model needs; GPT-2's is a fixed fact.
+  if (arguments.tokenizer_type.empty()) {
+    if (arguments.vocab_size <= 0) {
+      common::fail("no tokenizer: pass --tokenizer-type GPT2BPETokenizer (with --vocab-file and "
+                   "--merge-file) or --tokenizer-type NullTokenizer --vocab-size N");
+    }
+    arguments.tokenizer_type = "NullTokenizer";
+  }
+  if (arguments.tokenizer_type == "NullTokenizer" && arguments.vocab_size <= 0) {
+    common::fail("--tokenizer-type NullTokenizer needs --vocab-size N (N > 0)");
+  }
+
+  if (!arguments.data_path.empty()) {
+    common::fail("--data-path {}: reading Megatron .bin/.idx datasets is not built yet; "
+                 "use --mock-data", fmt::join(arguments.data_path, " "));
+  }
+  if (!arguments.mock_data) {
+    common::fail("no training data: pass --mock-data (reading --data-path is not built yet)");
+  }
+  if (!arguments.save.empty() || !arguments.load.empty()) {
+    common::fail("--save/--load: checkpointing is not built yet");
+  }
+}
+
+std::vector<std::string> format_arguments(const TrainingArguments& a) {
+  // Megatron prints every argument sorted by name, dots padding to a fixed column.
+  std::map<std::string, std::string> values = {
+      {"adam_beta1", fmt::format("{}", a.adam_beta1)},
+      {"adam_beta2", fmt::format("{}", a.adam_beta2)},
+      {"adam_eps", fmt::format("{}", a.adam_eps)},
+      {"attention_dropout", fmt::format("{}", a.attention_dropout)},
+      {"bf16", a.bf16 ? "True" : "False"},
+      {"clip_grad", fmt::format("{}", a.clip_grad)},
+      {"device", a.device},
+      {"eval_interval", fmt::format("{}", a.eval_interval)},
+      {"eval_iters", fmt::format("{}", a.eval_iters)},
+      {"ffn_hidden_size", fmt::format("{}", a.ffn_hidden_size)},
+      {"fp16", a.fp16 ? "True" : "False"},
+      {"global_batch_size", fmt::format("{}", a.global_batch_size)},
+      {"hidden_dropout", fmt::format("{}", a.hidden_dropout)},
+      {"hidden_size", fmt::format("{}", a.hidden_size)},
+      {"init_method_std", fmt::format("{}", a.init_method_std)},
+      {"layernorm_epsilon", fmt::format("{}", a.layernorm_epsilon)},
+      {"log_interval", fmt::format("{}", a.log_interval)},
+      {"lr", fmt::format("{}", a.lr)},
+      {"lr_decay_iters", fmt::format("{}", a.lr_decay_iters)},
+      {"lr_decay_style", a.lr_decay_style},
+      {"lr_warmup_init", fmt::format("{}", a.lr_warmup_init)},
+      {"lr_warmup_iters", fmt::format("{}", a.lr_warmup_iters)},
+      {"make_vocab_size_divisible_by", fmt::format("{}", a.make_vocab_size_divisible_by)},
+      {"max_position_embeddings", fmt::format("{}", a.max_position_embeddings)},
+      {"micro_batch_size", fmt::format("{}", a.micro_batch_size)},
+      {"min_lr", fmt::format("{}", a.min_lr)},
+      {"mock_data", a.mock_data ? "True" : "False"},
+      {"num_attention_heads", fmt::format("{}", a.num_attention_heads)},
+      {"num_layers", fmt::format("{}", a.num_layers)},
+      {"pipeline_model_parallel_size", fmt::format("{}", a.pipeline_model_parallel_size)},
+      {"seed", fmt::format("{}", a.seed)},
+      {"seq_length", fmt::format("{}", a.seq_length)},
+      {"tensor_model_parallel_size", fmt::format("{}", a.tensor_model_parallel_size)},
+      {"tokenizer_type", a.tokenizer_type},
+      {"train_iters", fmt::format("{}", a.train_iters)},
+      {"vocab_size", a.vocab_size > 0 ? fmt::format("{}", a.vocab_size) : "None"},
+      {"weight_decay", fmt::format("{}", a.weight_decay)},
+  };
+  std::vector<std::string> lines;
+  lines.push_back("------------------------ arguments ------------------------");
+  for (const auto& [name, value] : values) {
+    const size_t dots = name.size() < 48 ? 48 - name.size() : 1;
+    lines.push_back(fmt::format("  {} {} {}", name, std::string(dots, '.'), value));
+  }
+  lines.push_back("-------------------- end of arguments ---------------------");
+  return lines;
+}
+
+}  // namespace backend

@@ -1,0 +1,214 @@
+// Megatron's pretrain() loop on one process; see trainer.hpp.
+#include "backend/train/trainer.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <ostream>
+
+#include "backend/common/device.hpp"
+#include "backend/common/error.hpp"
+#include "backend/model/gpt_model.hpp"
+#include "backend/optim/adamw.hpp"
+#include "backend/optim/lr_scheduler.hpp"
+#include "backend/train/training_log.hpp"
+
+namespace backend {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kGpt2VocabSize = 50257;
+
+GptConfig model_config(const TrainingArguments& a) {
+  GptConfig config;
+  config.num_layers = a.num_layers;
+  config.hidden_size = a.hidden_size;
+  config.num_attention_heads = a.num_attention_heads;
+  config.ffn_hidden_size = a.ffn_hidden_size;
+  config.max_position_embeddings = a.max_position_embeddings;
+  config.vocab_size = tokenizer_vocab_size(a);
+  config.padded_vocab_size = padded_vocab_size(config.vocab_size, a.make_vocab_size_divisible_by,
+                                               a.tensor_model_parallel_size);
+  config.layernorm_epsilon = a.layernorm_epsilon;
+  config.init_method_std = a.init_method_std;
+  validate(config);
+  return config;
+}
+
+// Picks the device the arguments ask for; only the CPU path exists so far.
+void select_device(const TrainingArguments& arguments) {
+  if (arguments.device == "cpu") return;
+  const auto inventory = common::discover_cuda_devices();
+  if (arguments.device == "cuda") {
+    common::fail("--device cuda: the CUDA training path is not built yet ({}); use --device cpu",
+                 inventory.devices.empty() ? inventory.unavailable_reason
+                                           : "GPUs are present, the kernels are not");
+  }
+  if (inventory.devices.empty()) {
+    spdlog::info("device: CPU (no GPU: {})", inventory.unavailable_reason);
+  } else {
+    spdlog::warn("device: CPU, although {} CUDA device(s) are present: the CUDA training path is "
+                 "not built yet", inventory.devices.size());
+  }
+}
+
+// Mean loss over eval_iters global batches of `split`, forward only.
+double evaluate(GptModel<float>& model, const TrainingArguments& a, const BatchSource& source,
+                Split split, int64_t& consumed_samples, std::vector<int32_t>& tokens,
+                std::vector<int32_t>& labels) {
+  const int64_t num_micro_batches = a.global_batch_size / a.micro_batch_size;
+  double total = 0;
+  for (int64_t i = 0; i < a.eval_iters; ++i) {
+    for (int64_t m = 0; m < num_micro_batches; ++m) {
+      source(split, consumed_samples, a.micro_batch_size, tokens, labels);
+      consumed_samples += a.micro_batch_size;
+      total += model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+    }
+  }
+  return total / static_cast<double>(a.eval_iters * num_micro_batches);
+}
+
+void print_lines(std::ostream& out, const std::vector<std::string>& lines) {
+  for (const auto& line : lines) out << line << '\n';
+  out.flush();
+}
+
+}  // namespace
+
+int64_t tokenizer_vocab_size(const TrainingArguments& arguments) {
+  if (arguments.tokenizer_type == "GPT2BPETokenizer") return kGpt2VocabSize;
+  if (arguments.tokenizer_type == "NullTokenizer") return arguments.vocab_size + 1;
+  common::fail("--tokenizer-type '{}' is not valid (valid: GPT2BPETokenizer, NullTokenizer)",
+               arguments.tokenizer_type);
+}
+
+TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSource source) {
+  const auto setup_start = Clock::now();
+  select_device(a);
+  if (a.bf16 || a.fp16) {
+    spdlog::warn("{}: the CPU path computes in fp32; mixed precision applies to the CUDA path",
+                 a.bf16 ? "--bf16" : "--fp16");
+  }
+  if (a.hidden_dropout > 0 || a.attention_dropout > 0) {
+    common::fail("--hidden-dropout {} / --attention-dropout {}: dropout is not built yet; "
+                 "pass 0 for both", a.hidden_dropout, a.attention_dropout);
+  }
+
+  const GptConfig config = model_config(a);
+  GptModel<float> model(config);
+  model.init_parameters(a.seed);
+
+  TrainingResult result;
+  result.parameter_count = static_cast<int64_t>(model.parameters().size());
+  std::vector<ParameterGroup> groups;
+  for (const auto& tensor : model.tensors()) {
+    groups.push_back({tensor.offset, tensor.numel, tensor.weight_decay});
+  }
+  AdamW optimizer({a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay}, std::move(groups),
+                  result.parameter_count);
+  LearningRateScheduler scheduler({.max_lr = a.lr,
+                                   .min_lr = a.min_lr,
+                                   .init_lr = a.lr_warmup_init,
+                                   .warmup_steps = a.lr_warmup_iters * a.global_batch_size,
+                                   .decay_steps = a.lr_decay_iters * a.global_batch_size,
+                                   .decay_style = a.lr_decay_style});
+
+  if (!source) {
+    source = [dataset = MockDataset(a.seed, config.vocab_size, a.seq_length)](
+                 Split split, int64_t first, int64_t batch, std::span<int32_t> tokens,
+                 std::span<int32_t> labels) { dataset.fill_batch(split, first, batch, tokens, labels); };
+  }
+  const int64_t micro_tokens = a.micro_batch_size * a.seq_length;
+  std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
+  const int64_t num_micro_batches = a.global_batch_size / a.micro_batch_size;
+
+  out << fmt::format(" > padded vocab (size: {}) with {} dummy tokens (new size: {})\n",
+                     config.vocab_size, config.padded_vocab_size - config.vocab_size,
+                     config.padded_vocab_size);
+  out << fmt::format(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): {}\n",
+                     result.parameter_count);
+  out << fmt::format("time to initialize megatron (seconds): {:.3f}\n",
+                     std::chrono::duration<double>(Clock::now() - setup_start).count());
+  out << fmt::format("[before the start of training step] datetime: {}\n",
+                     format_timestamp(std::time(nullptr)));
+  out.flush();
+
+  int64_t consumed_train = 0, consumed_valid = 0;
+  // Sums over the current log interval, as Megatron's total_loss_dict.
+  double interval_loss = 0, interval_seconds = 0;
+  int64_t interval_advanced = 0, interval_skipped = 0, interval_nan = 0;
+
+  for (int64_t iteration = 1; iteration <= a.train_iters; ++iteration) {
+    const auto step_start = Clock::now();
+    model.zero_gradients();
+    double loss_sum = 0;
+    for (int64_t m = 0; m < num_micro_batches; ++m) {
+      source(Split::train, consumed_train + m * a.micro_batch_size, a.micro_batch_size, tokens,
+             labels);
+      loss_sum += model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+      model.backward(1.0f / static_cast<float>(num_micro_batches));
+    }
+    const double loss = loss_sum / static_cast<double>(num_micro_batches);
+    const double grad_norm = global_gradient_norm(model.gradients());
+    const bool got_nan = !std::isfinite(loss) || !std::isfinite(grad_norm);
+    const double step_lr = scheduler.learning_rate();
+    if (!got_nan) {
+      clip_gradients(model.gradients(), grad_norm, a.clip_grad);
+      optimizer.step(model.parameters(), model.gradients(), step_lr);
+      scheduler.step(a.global_batch_size);
+    }
+    consumed_train += a.global_batch_size;
+    result.iterations.push_back({iteration, loss, grad_norm, step_lr, got_nan});
+
+    interval_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
+    if (got_nan) {
+      ++interval_skipped;
+      ++interval_nan;
+    } else {
+      interval_loss += loss;
+      ++interval_advanced;
+    }
+    if (iteration % a.log_interval == 0) {
+      const int64_t interval_iterations = interval_advanced + interval_skipped;
+      IterationLogFields fields;
+      fields.timestamp = std::time(nullptr);
+      fields.iteration = iteration;
+      fields.train_iters = a.train_iters;
+      fields.consumed_samples = consumed_train;
+      fields.elapsed_ms_per_iteration = 1000.0 * interval_seconds / interval_iterations;
+      fields.learning_rate = scheduler.learning_rate();
+      fields.global_batch_size = a.global_batch_size;
+      fields.lm_loss = interval_loss / static_cast<double>(std::max<int64_t>(1, interval_advanced));
+      fields.grad_norm = grad_norm;
+      fields.skipped_iterations = interval_skipped;
+      fields.nan_iterations = interval_nan;
+      out << format_iteration_line(fields) << '\n';
+      out.flush();
+      interval_loss = interval_seconds = 0;
+      interval_advanced = interval_skipped = interval_nan = 0;
+    }
+    if (a.eval_iters > 0 && iteration % a.eval_interval == 0 && iteration != a.train_iters) {
+      const double validation = evaluate(model, a, source, Split::validation, consumed_valid,
+                                         tokens, labels);
+      print_lines(out, format_evaluation_block(fmt::format("iteration {}", iteration), validation));
+    }
+  }
+
+  if (a.eval_iters > 0) {
+    result.validation_loss =
+        evaluate(model, a, source, Split::validation, consumed_valid, tokens, labels);
+    print_lines(out, format_evaluation_block(
+                         fmt::format("iteration {} on validation set", a.train_iters),
+                         *result.validation_loss));
+    int64_t consumed_test = 0;
+    result.test_loss = evaluate(model, a, source, Split::test, consumed_test, tokens, labels);
+    print_lines(out, format_evaluation_block(fmt::format("iteration {} on test set", a.train_iters),
+                                             *result.test_loss));
+  }
+  return result;
+}
+
+}  // namespace backend

@@ -1,0 +1,46 @@
+// Megatron-LM's training and validation log lines; see training_log.hpp.
+#include "backend/train/training_log.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace backend {
+
+std::string format_timestamp(std::time_t timestamp) {
+  std::tm local{};
+  localtime_r(&timestamp, &local);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S", &local);
+  return buffer;
+}
+
+std::string format_iteration_line(const IterationLogFields& f) {
+  std::string line = fmt::format(" [{}]", format_timestamp(f.timestamp));
+  line += fmt::format(" iteration {:8d}/{:8d} |", f.iteration, f.train_iters);
+  line += fmt::format(" consumed samples: {:12d} |", f.consumed_samples);
+  line += fmt::format(" elapsed time per iteration (ms): {:.1f} |", f.elapsed_ms_per_iteration);
+  if (f.throughput_tflops_per_gpu) {
+    line += fmt::format(" throughput per GPU (TFLOP/s/GPU): {:.1f} |", *f.throughput_tflops_per_gpu);
+  }
+  line += fmt::format(" learning rate: {:.6E} |", f.learning_rate);
+  line += fmt::format(" global batch size: {:5d} |", f.global_batch_size);
+  line += fmt::format(" lm loss: {:.6E} |", f.lm_loss);
+  line += fmt::format(" loss scale: {:.1f} |", f.loss_scale);
+  line += fmt::format(" grad norm: {:.3f} |", f.grad_norm);
+  line += fmt::format(" number of skipped iterations: {:3d} |", f.skipped_iterations);
+  line += fmt::format(" number of nan iterations: {:3d} |", f.nan_iterations);
+  return line;
+}
+
+std::vector<std::string> format_evaluation_block(const std::string& prefix, double lm_loss) {
+  const double perplexity = std::exp(std::min(20.0, lm_loss));
+  std::string middle = fmt::format(" validation loss at {} | ", prefix);
+  middle += fmt::format("lm loss value: {:.6E} | ", lm_loss);
+  middle += fmt::format("lm loss PPL: {:.6E} | ", perplexity);
+  const std::string dashes(middle.size() + 1, '-');
+  return {dashes, middle, dashes};
+}
+
+}  // namespace backend

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs every system dependency of the project from Debian (bookworm) packages.
+# This is the one place that does so: the README's quick start, .ci/run and the
+# container image (later) all call it. Idempotent: packages already present are
+# skipped quickly by apt. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  # build
+  cmake g++ ninja-build pkg-config git
+  # launcher: config, templates, CLI, logging
+  libyaml-cpp-dev libkainjow-mustache-dev libcli11-dev libspdlog-dev libfmt-dev
+  nlohmann-json3-dev libcurl4-openssl-dev
+  # backend CPU path: the OpenMP build of OpenBLAS, so GEMMs and our OpenMP loops share one
+  # thread pool (libgomp) instead of two pools spinning against each other
+  libopenblas-openmp-dev
+  # distributed (optional at build time, detected by CMake)
+  openmpi-bin libopenmpi-dev
+  # tests; python3-omegaconf is the oracle the config tests compare against
+  doctest-dev python3-omegaconf
+)
+
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps.sh: run as root or install sudo" >&2; exit 1; }
+  sudo_cmd=(sudo)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "install-deps.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps.sh: all ${#packages[@]} packages present"
+fi

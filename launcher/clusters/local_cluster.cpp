@@ -1,0 +1,56 @@
+// The local cluster: render a bash script and run it in the foreground, streaming its output
+// to the terminal and to results/<run>/log-<job name>_<pid>.out, as NeMo's interactive mode.
+#include <fmt/format.h>
+
+#include "launcher/clusters/cluster.hpp"
+#include "launcher/process.hpp"
+#include "launcher/shell_quote.hpp"
+
+namespace launcher {
+
+TemplateData common_template_data(const JobSpec& job, const std::filesystem::path& script_path) {
+  TemplateData data;
+  data.set("version", PROJECT_VERSION_STRING);
+  data.set("stage", job.stage);
+  data.set("run_name", job.run_name);
+  data.set("script_path", shell_quote(script_path.string()));
+  data.set("results_dir", shell_quote(job.results_dir.string()));
+  TemplateData environment{TemplateData::type::list};
+  for (const auto& [name, value] : job.environment) {
+    TemplateData entry;
+    entry.set("name", name);  // validated as an identifier when the config is read
+    entry.set("value", shell_quote(value));
+    environment.push_back(entry);
+  }
+  data.set("environment", environment);
+  // One argument per line keeps long Megatron command lines readable and diffable.
+  std::string command = shell_quote(job.command.front());
+  for (size_t i = 1; i < job.command.size(); ++i) {
+    const bool is_flag = job.command[i].starts_with("--");
+    command += (is_flag ? " \\\n    " : " ") + shell_quote(job.command[i]);
+  }
+  data.set("command", command);
+  return data;
+}
+
+std::string render_local_script(const JobSpec& job, const std::filesystem::path& script_path,
+                                const RenderContext& context) {
+  return render_template(context.templates_dir, "local.sh.mustache",
+                         common_template_data(job, script_path));
+}
+
+Submission run_local_script(const JobSpec& job, const std::filesystem::path& script_path,
+                            std::ostream& terminal) {
+  Submission submission;
+  submission.exit_code = run_and_tee(
+      {"bash", script_path.string()},
+      [&](int pid) {
+        submission.job_id = std::to_string(pid);
+        submission.log_file = job.results_dir / fmt::format("log-{}_{}.out", job.job_name, pid);
+        return submission.log_file;
+      },
+      terminal);
+  return submission;
+}
+
+}  // namespace launcher

@@ -1,0 +1,43 @@
+// Mustache rendering and script writing; see script_template.hpp.
+#include "launcher/clusters/script_template.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include "backend/common/error.hpp"
+
+namespace launcher {
+
+std::string render_template(const std::filesystem::path& templates_dir, const std::string& name,
+                            const TemplateData& data) {
+  const auto path = templates_dir / name;
+  std::ifstream file(path);
+  if (!file) {
+    common::fail("template {} not found (templates are read from launcher_scripts_path/templates)",
+                 path.string());
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+  kainjow::mustache::mustache script(text.str());
+  if (!script.is_valid()) common::fail("template {}: {}", path.string(), script.error_message());
+  std::string rendered = script.render(data);
+  if (!script.is_valid()) common::fail("template {}: {}", path.string(), script.error_message());
+  return rendered;
+}
+
+void write_script(const std::filesystem::path& path, const std::string& text) {
+  const auto temporary = std::filesystem::path(path.string() + ".tmp");
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out << text;
+    if (!out) common::fail("cannot write {}", temporary.string());
+  }
+  std::error_code error;
+  std::filesystem::permissions(temporary,
+                               std::filesystem::perms::owner_exec | std::filesystem::perms::group_exec,
+                               std::filesystem::perm_options::add, error);
+  std::filesystem::rename(temporary, path, error);
+  if (error) common::fail("cannot write {}: {}", path.string(), error.message());
+}
+
+}  // namespace launcher

@@ -1,0 +1,123 @@
+// The Slurm cluster (NeMo's "bcm"): an sbatch script whose #SBATCH header comes from the
+// cluster config and the job, whose body exports the environment and runs the backend under
+// srun (one task per GPU), submitted with sbatch; the job id is parsed from sbatch's
+// "Submitted batch job N". Reference: NeMo-Megatron-Launcher nemo_launcher/core/launchers.py
+// (SlurmLauncher) and Slurm's sbatch(1).
+#include <fmt/format.h>
+
+#include <cctype>
+#include <set>
+
+#include "backend/common/error.hpp"
+#include "launcher/clusters/cluster.hpp"
+#include "launcher/process.hpp"
+#include "launcher/shell_quote.hpp"
+
+namespace launcher {
+
+namespace {
+
+// #SBATCH lines are read by sbatch, not by a shell: refuse what could start a new line or
+// end a quoted value, and double-quote values with spaces.
+std::string directive(const std::string& option, const std::string& value) {
+  for (char c : value) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == '"') {
+      common::fail("#SBATCH {}: the value {:?} holds a control character or a double quote",
+                   option, value);
+    }
+  }
+  const bool needs_quotes = value.find(' ') != std::string::npos;
+  return fmt::format("{}={}", option, needs_quotes ? "\"" + value + "\"" : value);
+}
+
+std::string scalar_text(const Node& value, const std::string& key) {
+  if (value.is_bool()) return value.as_bool() ? "true" : "false";
+  if (value.is_int()) return fmt::format("{}", value.as_int());
+  if (value.is_float()) return fmt::format("{}", value.as_double());
+  if (value.is_string()) return value.as_string();
+  common::fail("cluster.{}: expected a scalar, got a list or mapping", key);
+}
+
+// Keys of cluster/bcm.yaml with their own meaning; any other key passes through as an
+// #SBATCH option of the same name (underscores become dashes).
+const std::set<std::string> kKnownKeys = {"partition", "account",   "exclusive",     "gpus_per_task",
+                                          "gpus_per_node", "mem",   "job_name_prefix", "gres",
+                                          "srun_args",     "stderr_to_stdout"};
+
+}  // namespace
+
+std::string render_sbatch(const JobSpec& job, const std::filesystem::path& script_path,
+                          const RenderContext& context) {
+  const Node& cluster = *context.cluster;
+  auto value_of = [&](const std::string& key) -> const Node* {
+    const Node* value = find(cluster, key);
+    return value == nullptr || value->is_null() ? nullptr : value;
+  };
+  std::vector<std::string> directives = {
+      directive("--job-name", job.job_name),
+      directive("--nodes", std::to_string(job.nodes)),
+      directive("--ntasks-per-node", std::to_string(job.tasks_per_node)),
+  };
+  for (const auto& [key, option] : std::vector<std::pair<std::string, std::string>>{
+           {"partition", "--partition"}, {"account", "--account"}, {"gpus_per_task", "--gpus-per-task"},
+           {"gpus_per_node", "--gpus-per-node"}, {"gres", "--gres"}, {"mem", "--mem"}}) {
+    if (const Node* value = value_of(key)) directives.push_back(directive(option, scalar_text(*value, key)));
+  }
+  if (const Node* exclusive = value_of("exclusive"); exclusive && exclusive->is_bool() && exclusive->as_bool()) {
+    directives.push_back("--exclusive");
+  }
+  if (!job.time_limit.empty()) directives.push_back(directive("--time", job.time_limit));
+  const auto log_stem = (job.results_dir / fmt::format("log-{}_%j", job.job_name)).string();
+  directives.push_back(directive("--output", log_stem + ".out"));
+  const Node* merged = value_of("stderr_to_stdout");
+  if (!(merged && merged->is_bool() && merged->as_bool())) {
+    directives.push_back(directive("--error", log_stem + ".err"));
+  }
+  if (cluster.is_map()) {
+    for (const auto& key : cluster.keys()) {
+      if (kKnownKeys.contains(key)) continue;
+      const Node* value = value_of(key);
+      if (value == nullptr) continue;
+      std::string option = "--" + key;
+      std::replace(option.begin(), option.end(), '_', '-');
+      directives.push_back(directive(option, scalar_text(*value, key)));
+    }
+  }
+
+  std::vector<std::string> srun_arguments;
+  if (const Node* extra = value_of("srun_args"); extra && extra->is_list()) {
+    for (size_t i = 0; i < extra->size(); ++i) {
+      srun_arguments.push_back(scalar_text(extra->at(i), fmt::format("srun_args.{}", i)));
+    }
+  }
+
+  TemplateData data = common_template_data(job, script_path);
+  TemplateData directive_list{TemplateData::type::list};
+  for (const auto& line : directives) directive_list.push_back(TemplateData(line));
+  data.set("directives", directive_list);
+  data.set("srun_arguments", srun_arguments.empty() ? std::string() : shell_join(srun_arguments));
+  return render_template(context.templates_dir, "bcm.sbatch.mustache", data);
+}
+
+Submission submit_sbatch(const JobSpec& job, const std::filesystem::path& script_path) {
+  const CapturedRun run = run_and_capture({"sbatch", script_path.string()});
+  // sbatch prints "Submitted batch job <id>" (or "<id>;<cluster>" with --parsable).
+  constexpr std::string_view kSubmitted = "Submitted batch job ";
+  const size_t at = run.output.find(kSubmitted);
+  std::string job_id;
+  if (at != std::string::npos) {
+    for (size_t i = at + kSubmitted.size(); i < run.output.size() && std::isdigit(
+             static_cast<unsigned char>(run.output[i])); ++i) {
+      job_id += run.output[i];
+    }
+  }
+  if (run.exit_code != 0 || job_id.empty()) {
+    common::fail("sbatch {} failed (exit {}): {}", script_path.string(), run.exit_code, run.output);
+  }
+  Submission submission;
+  submission.job_id = job_id;
+  submission.log_file = job.results_dir / fmt::format("log-{}_{}.out", job.job_name, submission.job_id);
+  return submission;
+}
+
+}  // namespace launcher

@@ -1,0 +1,696 @@
+// YAML reading (yaml-cpp events -> Node, with OmegaConf 2.2's scalar typing) and block-style
+// writing; see yaml_io.hpp. The implicit-resolver patterns are PyYAML's
+// (yaml/resolver.py, YAML 1.1) plus OmegaConf's float pattern; construction follows
+// PyYAML's SafeConstructor (construct_yaml_int / construct_yaml_float).
+#include "launcher/config/yaml_io.hpp"
+
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/exceptions.h>
+#include <yaml-cpp/mark.h>
+#include <yaml-cpp/parser.h>
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "backend/common/error.hpp"
+
+namespace launcher {
+
+namespace {
+
+// ---- scalar typing: hand-written matchers for the resolver patterns, each over the whole text
+
+bool is_digit(char character) {
+  return character >= '0' && character <= '9';
+}
+
+// A cursor over the text; each matcher consumes and reports whether it matched.
+class Cursor {
+ public:
+  explicit Cursor(std::string_view text) : text_(text) {}
+  bool done() const { return position_ == text_.size(); }
+  char peek() const { return done() ? '\0' : text_[position_]; }
+  bool accept(char character) {
+    if (peek() != character || done()) return false;
+    ++position_;
+    return true;
+  }
+  bool accept_one_of(std::string_view characters) {
+    if (done() || characters.find(peek()) == std::string_view::npos) return false;
+    ++position_;
+    return true;
+  }
+  // Consumes characters while `predicate` holds; returns how many.
+  template <typename Predicate>
+  std::size_t accept_while(Predicate predicate) {
+    std::size_t count = 0;
+    while (!done() && predicate(peek())) {
+      ++position_;
+      ++count;
+    }
+    return count;
+  }
+  void optional_sign() { accept_one_of("+-"); }
+
+ private:
+  std::string_view text_;
+  std::size_t position_ = 0;
+};
+
+bool digit_or_underscore(char character) {
+  return is_digit(character) || character == '_';
+}
+
+// [0-9][0-9_]*
+bool accept_digit_run(Cursor& cursor) {
+  if (!is_digit(cursor.peek()) || cursor.done()) return false;
+  cursor.accept_while(digit_or_underscore);
+  return true;
+}
+
+// (?::[0-5]?[0-9])+  — the base-60 groups of YAML 1.1
+bool accept_sexagesimal_groups(Cursor& cursor) {
+  std::size_t groups = 0;
+  while (cursor.accept(':')) {
+    // [0-5]?[0-9]: one digit, or two with the first in 0-5.
+    const char first = cursor.peek();
+    const std::size_t digits = cursor.accept_while(is_digit);
+    if (digits == 0 || digits > 2 || (digits == 2 && first > '5')) return false;
+    ++groups;
+  }
+  return groups > 0;
+}
+
+// [eE][-+]?[0-9]+ (sign_required: [eE][-+][0-9]+)
+bool accept_exponent(Cursor& cursor, bool sign_required) {
+  if (!cursor.accept_one_of("eE")) return false;
+  if (!cursor.accept_one_of("+-") && sign_required) return false;
+  return cursor.accept_while(is_digit) > 0;
+}
+
+bool matches_null(std::string_view text) {
+  return text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL";
+}
+
+std::optional<bool> match_bool(std::string_view text) {
+  static constexpr std::string_view kTrue[] = {"yes",  "Yes", "YES", "true", "True",
+                                               "TRUE", "on",  "On",  "ON"};
+  static constexpr std::string_view kFalse[] = {"no",    "No",  "NO",  "false", "False",
+                                                "FALSE", "off", "Off", "OFF"};
+  for (auto word : kTrue) {
+    if (text == word) return true;
+  }
+  for (auto word : kFalse) {
+    if (text == word) return false;
+  }
+  return std::nullopt;
+}
+
+bool matches_int(std::string_view text) {
+  {  // [-+]?0b[0-1_]+
+    Cursor cursor(text);
+    cursor.optional_sign();
+    if (cursor.accept('0') && cursor.accept('b') &&
+        cursor.accept_while([](char c) { return c == '0' || c == '1' || c == '_'; }) > 0 &&
+        cursor.done()) {
+      return true;
+    }
+  }
+  {  // [-+]?0[0-7_]+
+    Cursor cursor(text);
+    cursor.optional_sign();
+    if (cursor.accept('0') &&
+        cursor.accept_while([](char c) { return (c >= '0' && c <= '7') || c == '_'; }) > 0 &&
+        cursor.done()) {
+      return true;
+    }
+  }
+  {  // [-+]?(?:0|[1-9][0-9_]*)
+    Cursor cursor(text);
+    cursor.optional_sign();
+    if (cursor.accept('0')) {
+      if (cursor.done()) return true;
+    } else if (cursor.peek() >= '1' && cursor.peek() <= '9' && accept_digit_run(cursor) &&
+               cursor.done()) {
+      return true;
+    }
+  }
+  {  // [-+]?0x[0-9a-fA-F_]+
+    Cursor cursor(text);
+    cursor.optional_sign();
+    if (cursor.accept('0') && cursor.accept('x') && cursor.accept_while([](char c) {
+          return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == '_';
+        }) > 0 &&
+        cursor.done()) {
+      return true;
+    }
+  }
+  {  // [-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+
+    Cursor cursor(text);
+    cursor.optional_sign();
+    if (cursor.peek() >= '1' && cursor.peek() <= '9' && accept_digit_run(cursor) &&
+        accept_sexagesimal_groups(cursor) && cursor.done()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool matches_float(std::string_view text) {
+  {  // [-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?   (OmegaConf; PyYAML's needs the sign)
+    Cursor cursor(text);
+    cursor.optional_sign();
+    if (accept_digit_run(cursor) && cursor.accept('.')) {
+      cursor.accept_while(digit_or_underscore);
+      if (cursor.done()) return true;
+      if (accept_exponent(cursor, false) && cursor.done()) return true;
+    }
+  }
+  {  // [-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)   (OmegaConf's addition: 1e-5, 6E4)
+    Cursor cursor(text);
+    cursor.optional_sign();
+    if (accept_digit_run(cursor) && accept_exponent(cursor, false) && cursor.done()) return true;
+  }
+  {  // \.[0-9_]+(?:[eE][-+][0-9]+)?
+    Cursor cursor(text);
+    if (cursor.accept('.') && cursor.accept_while(digit_or_underscore) > 0) {
+      if (cursor.done()) return true;
+      if (accept_exponent(cursor, true) && cursor.done()) return true;
+    }
+  }
+  {  // [-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    Cursor cursor(text);
+    cursor.optional_sign();
+    if (accept_digit_run(cursor) && accept_sexagesimal_groups(cursor) && cursor.accept('.')) {
+      cursor.accept_while(digit_or_underscore);
+      if (cursor.done()) return true;
+    }
+  }
+  {  // [-+]?\.(?:inf|Inf|INF)  and  \.(?:nan|NaN|NAN)
+    std::string_view rest = text;
+    if (!rest.empty() && (rest[0] == '+' || rest[0] == '-')) rest.remove_prefix(1);
+    if (rest == ".inf" || rest == ".Inf" || rest == ".INF") return true;
+    if (text == ".nan" || text == ".NaN" || text == ".NAN") return true;
+  }
+  return false;
+}
+
+std::string without_underscores(std::string_view text) {
+  std::string result;
+  for (char character : text) {
+    if (character != '_') result += character;
+  }
+  return result;
+}
+
+[[noreturn]] void fail_scalar(std::string_view text, std::string_view what,
+                              const SourceLocation& location) {
+  common::fail("{}: '{}' {}", location.describe(), text, what);
+}
+
+std::int64_t parse_integer_digits(std::string_view digits, int base, std::string_view text,
+                                  const SourceLocation& location) {
+  std::int64_t value = 0;
+  const auto [end, error] =
+      std::from_chars(digits.data(), digits.data() + digits.size(), value, base);
+  if (error == std::errc::result_out_of_range) {
+    fail_scalar(text, "does not fit in a 64-bit integer", location);
+  }
+  if (error != std::errc() || end != digits.data() + digits.size() || digits.empty()) {
+    fail_scalar(text, "is not a valid integer", location);
+  }
+  return value;
+}
+
+// PyYAML's construct_yaml_int.
+std::int64_t construct_int(std::string_view text, const SourceLocation& location) {
+  std::string value = without_underscores(text);
+  std::int64_t sign = 1;
+  if (!value.empty() && (value[0] == '-' || value[0] == '+')) {
+    if (value[0] == '-') sign = -1;
+    value.erase(0, 1);
+  }
+  std::string_view digits = value;
+  std::int64_t magnitude = 0;
+  if (digits == "0") {
+    magnitude = 0;
+  } else if (digits.starts_with("0b")) {
+    magnitude = parse_integer_digits(digits.substr(2), 2, text, location);
+  } else if (digits.starts_with("0x")) {
+    magnitude = parse_integer_digits(digits.substr(2), 16, text, location);
+  } else if (!digits.empty() && digits[0] == '0') {
+    magnitude = parse_integer_digits(digits, 8, text, location);
+  } else if (digits.find(':') != std::string_view::npos) {
+    std::int64_t base = 1;
+    std::size_t end = digits.size();
+    while (true) {
+      const auto colon = digits.rfind(':', end - 1);
+      const std::size_t start = colon == std::string_view::npos ? 0 : colon + 1;
+      magnitude +=
+          parse_integer_digits(digits.substr(start, end - start), 10, text, location) * base;
+      base *= 60;
+      if (colon == std::string_view::npos) break;
+      end = colon;
+    }
+  } else {
+    magnitude = parse_integer_digits(digits, 10, text, location);
+  }
+  return sign * magnitude;
+}
+
+double parse_float_digits(std::string_view digits, std::string_view text,
+                          const SourceLocation& location) {
+  double value = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (error != std::errc() || end != digits.data() + digits.size()) {
+    fail_scalar(text, "is not a valid float", location);
+  }
+  return value;
+}
+
+// PyYAML's construct_yaml_float.
+double construct_float(std::string_view text, const SourceLocation& location) {
+  std::string value = without_underscores(text);
+  for (char& character : value) {
+    if (character >= 'A' && character <= 'Z') character = static_cast<char>(character - 'A' + 'a');
+  }
+  double sign = 1;
+  if (!value.empty() && (value[0] == '-' || value[0] == '+')) {
+    if (value[0] == '-') sign = -1;
+    value.erase(0, 1);
+  }
+  if (value == ".inf") return sign * std::numeric_limits<double>::infinity();
+  if (value == ".nan") return std::numeric_limits<double>::quiet_NaN();
+  if (value.find(':') != std::string::npos) {
+    double result = 0;
+    double base = 1;
+    std::string_view digits = value;
+    std::size_t end = digits.size();
+    while (true) {
+      const auto colon = digits.rfind(':', end - 1);
+      const std::size_t start = colon == std::string_view::npos ? 0 : colon + 1;
+      result += parse_float_digits(digits.substr(start, end - start), text, location) * base;
+      base *= 60;
+      if (colon == std::string_view::npos) break;
+      end = colon;
+    }
+    return sign * result;
+  }
+  return sign * parse_float_digits(value, text, location);
+}
+
+// ---- reading: a yaml-cpp event handler that builds the Node tree
+
+constexpr std::string_view kYamlTagPrefix = "tag:yaml.org,2002:";
+
+class TreeBuilder : public YAML::EventHandler {
+ public:
+  explicit TreeBuilder(std::string source_name) : source_name_(std::move(source_name)) {}
+
+  Node take_result() { return std::move(result_); }
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (documents_ > 0) {
+      fail_at(mark, "expected a single document in the stream, but found another document");
+    }
+    ++documents_;
+  }
+  void OnDocumentEnd() override {}
+
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    if (expecting_key()) fail_at(mark, "empty mapping keys are not supported");
+    // An empty value: point at its key rather than wherever the parser stopped.
+    SourceLocation location = locate(mark);
+    if (!stack_.empty() && stack_.back().node.is_map() && stack_.back().pending_key) {
+      location = stack_.back().pending_key_location;
+    }
+    complete(Node::null(std::move(location)), anchor, mark);
+  }
+
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    const auto found = anchors_.find(anchor);
+    if (found == anchors_.end()) fail_at(mark, "alias to an anchor that is not defined");
+    if (expecting_key()) fail_at(mark, "aliases used as mapping keys are not supported");
+    complete(found->second, 0, mark);
+  }
+
+  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                const std::string& value) override {
+    SourceLocation location = locate(mark);
+    if (expecting_key()) {
+      if (tag != "?" && tag != "!" && tag != std::string(kYamlTagPrefix) + "str") {
+        fail_at(mark, fmt::format("unsupported tag '{}' on a mapping key", tag));
+      }
+      accept_key(value, tag == "?", mark);
+      return;
+    }
+    complete(make_scalar(tag, value, location, mark), anchor, mark);
+  }
+
+  void OnSequenceStart(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value /*style*/) override {
+    check_collection_start(mark, tag, "seq");
+    push_frame(Node::list(locate(mark)), anchor, mark);
+  }
+  void OnSequenceEnd() override { finish_collection(); }
+
+  void OnMapStart(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value /*style*/) override {
+    check_collection_start(mark, tag, "map");
+    push_frame(Node::map(locate(mark)), anchor, mark);
+  }
+  void OnMapEnd() override {
+    Frame& frame = stack_.back();
+    if (!frame.merged.empty()) {
+      // PyYAML's flatten_mapping: merged pairs first, the mapping's own pairs override them.
+      Node flattened = Node::map(frame.node.location());
+      for (auto& entry : frame.merged) flattened.set(std::move(entry.key), std::move(entry.value));
+      for (auto& entry : frame.node.entries()) flattened.set(entry.key, std::move(entry.value));
+      frame.node = std::move(flattened);
+    }
+    finish_collection();
+  }
+
+ private:
+  struct Frame {
+    Node node;
+    YAML::anchor_t anchor = 0;
+    YAML::Mark mark;
+    std::optional<std::string> pending_key;
+    SourceLocation pending_key_location;
+    bool pending_key_is_merge = false;
+    std::map<std::string, int> key_lines;  // for duplicate-key errors
+    std::vector<MapEntry> merged;          // pairs from `<<` merge keys, in PyYAML's order
+  };
+
+  void push_frame(Node node, YAML::anchor_t anchor, const YAML::Mark& mark) {
+    Frame frame;
+    frame.node = std::move(node);
+    frame.anchor = anchor;
+    frame.mark = mark;
+    stack_.push_back(std::move(frame));
+  }
+
+  SourceLocation locate(const YAML::Mark& mark) const {
+    return SourceLocation{source_name_, mark.line + 1, mark.column + 1};
+  }
+
+  [[noreturn]] void fail_at(const YAML::Mark& mark, const std::string& message) const {
+    common::fail("{}:{}:{}: {}", source_name_, mark.line + 1, mark.column + 1, message);
+  }
+
+  bool expecting_key() const {
+    return !stack_.empty() && stack_.back().node.is_map() && !stack_.back().pending_key;
+  }
+
+  void check_collection_start(const YAML::Mark& mark, const std::string& tag,
+                              std::string_view kind) {
+    if (expecting_key()) {
+      fail_at(mark, "complex mapping keys (a list or mapping used as a key) are not supported");
+    }
+    if (tag != "?" && tag != "!" && tag != std::string(kYamlTagPrefix) + std::string(kind)) {
+      fail_at(mark, fmt::format("unsupported tag '{}'", tag));
+    }
+  }
+
+  void accept_key(const std::string& key, bool plain, const YAML::Mark& mark) {
+    Frame& frame = stack_.back();
+    const bool is_merge = plain && key == "<<";
+    const auto [existing, inserted] = frame.key_lines.emplace(key, mark.line + 1);
+    if (!inserted) {
+      fail_at(mark, fmt::format("duplicate key '{}' in this mapping (first defined at line {})",
+                                key, existing->second));
+    }
+    frame.pending_key = key;
+    frame.pending_key_location = locate(mark);
+    frame.pending_key_is_merge = is_merge;
+  }
+
+  Node make_scalar(const std::string& tag, const std::string& value, const SourceLocation& location,
+                   const YAML::Mark& mark) const {
+    if (tag == "?") return type_plain_scalar(value, location);
+    if (tag == "!") return Node::string(value, location, true);
+    if (!tag.starts_with(kYamlTagPrefix)) {
+      fail_at(mark, fmt::format("unsupported tag '{}' (only the standard !!str, !!int, !!float, "
+                                "!!bool and !!null tags are understood)",
+                                tag));
+    }
+    const std::string_view type = std::string_view(tag).substr(kYamlTagPrefix.size());
+    if (type == "str") return Node::string(value, location, true);
+    if (type == "null") return Node::null(location);
+    Node typed = type_plain_scalar(value, location);
+    if (type == "int" && typed.is_int()) return typed;
+    if (type == "float" && typed.is_float()) return typed;
+    if (type == "float" && typed.is_int())
+      return Node::floating(construct_float(value, location), location);
+    if (type == "bool" && typed.is_bool()) return typed;
+    fail_at(mark, fmt::format("'{}' is not a valid !!{}", value, type));
+  }
+
+  // A finished node goes into its parent (or becomes the document).
+  void complete(Node node, YAML::anchor_t anchor, const YAML::Mark& mark) {
+    if (anchor != 0) anchors_[anchor] = node;
+    if (stack_.empty()) {
+      result_ = std::move(node);
+      return;
+    }
+    Frame& parent = stack_.back();
+    if (parent.node.is_list()) {
+      parent.node.push_back(std::move(node));
+      return;
+    }
+    if (!parent.pending_key) {
+      fail_at(mark, "a list or mapping cannot be used as a mapping key");
+    }
+    if (parent.pending_key_is_merge) {
+      add_merge_source(parent, node, mark);
+    } else {
+      parent.node.entries().push_back(MapEntry{std::move(*parent.pending_key), std::move(node)});
+    }
+    parent.pending_key.reset();
+  }
+
+  void add_merge_source(Frame& frame, const Node& source, const YAML::Mark& mark) {
+    std::vector<const Node*> sources;
+    if (source.is_map()) {
+      sources.push_back(&source);
+    } else if (source.is_list()) {
+      // PyYAML merges a list of mappings with the first one winning: apply them last to first.
+      for (auto item = source.items().rbegin(); item != source.items().rend(); ++item) {
+        if (!item->is_map()) fail_at(mark, "a '<<' merge list may only contain mappings");
+        sources.push_back(&*item);
+      }
+    } else {
+      fail_at(mark, "a '<<' merge key needs a mapping or a list of mappings");
+    }
+    for (const Node* map : sources) {
+      for (const auto& entry : map->entries()) frame.merged.push_back(entry);
+    }
+  }
+
+  void finish_collection() {
+    Frame frame = std::move(stack_.back());
+    stack_.pop_back();
+    complete(std::move(frame.node), frame.anchor, frame.mark);
+  }
+
+  std::string source_name_;
+  std::vector<Frame> stack_;
+  std::map<YAML::anchor_t, Node> anchors_;
+  Node result_;
+  int documents_ = 0;
+};
+
+// ---- writing
+
+bool needs_double_quotes(std::string_view text) {
+  for (unsigned char character : text) {
+    if (character < 0x20 || character == 0x7f) return true;
+  }
+  return false;
+}
+
+// Whether `text` written plain would read back as the same string.
+bool safe_as_plain(std::string_view text, bool is_key) {
+  if (text.empty()) return false;
+  if (!type_plain_scalar(text).is_string()) return false;
+  if (needs_double_quotes(text)) return false;
+  if (std::string_view("-?:,[]{}#&*!|>'\"%@`").find(text.front()) != std::string_view::npos) {
+    return false;
+  }
+  if (text.front() == ' ' || text.back() == ' ' || text.back() == ':') return false;
+  if (text.find(": ") != std::string_view::npos || text.find(" #") != std::string_view::npos) {
+    return false;
+  }
+  if (text.starts_with("---") || text.starts_with("...")) return false;
+  if (is_key && text == "<<") return false;
+  return true;
+}
+
+std::string quote_string(std::string_view text) {
+  if (!needs_double_quotes(text)) {
+    std::string quoted = "'";
+    for (char character : text) {
+      quoted += character;
+      if (character == '\'') quoted += '\'';
+    }
+    return quoted + "'";
+  }
+  std::string quoted = "\"";
+  for (unsigned char character : text) {
+    switch (character) {
+      case '"':
+        quoted += "\\\"";
+        break;
+      case '\\':
+        quoted += "\\\\";
+        break;
+      case '\n':
+        quoted += "\\n";
+        break;
+      case '\t':
+        quoted += "\\t";
+        break;
+      case '\r':
+        quoted += "\\r";
+        break;
+      default:
+        if (character < 0x20 || character == 0x7f) {
+          quoted += fmt::format("\\x{:02x}", character);
+        } else {
+          quoted += static_cast<char>(character);
+        }
+    }
+  }
+  return quoted + "\"";
+}
+
+std::string string_text(std::string_view text, bool is_key) {
+  return safe_as_plain(text, is_key) ? std::string(text) : quote_string(text);
+}
+
+// PyYAML's represent_float: lowercase repr, ".inf"/".nan", and a ".0" before a bare exponent
+// so that YAML 1.1 readers see a float.
+std::string float_text(double value) {
+  if (std::isnan(value)) return ".nan";
+  if (std::isinf(value)) return value > 0 ? ".inf" : "-.inf";
+  std::string text = format_float(value);
+  if (text.find('.') == std::string::npos) {
+    const auto exponent = text.find('e');
+    if (exponent != std::string::npos) text.insert(exponent, ".0");
+  }
+  return text;
+}
+
+std::string scalar_text(const Node& node) {
+  switch (node.kind()) {
+    case NodeKind::Null:
+      return "null";
+    case NodeKind::Bool:
+      return node.as_bool() ? "true" : "false";
+    case NodeKind::Int:
+      return std::to_string(node.as_int());
+    case NodeKind::Float:
+      return float_text(node.as_double());
+    case NodeKind::String:
+      return string_text(node.as_string(), false);
+    case NodeKind::List:
+      return node.size() == 0 ? "[]" : "";
+    case NodeKind::Map:
+      return node.size() == 0 ? "{}" : "";
+  }
+  return "";
+}
+
+bool written_inline(const Node& node) {
+  return !node.is_container() || node.size() == 0;
+}
+
+void emit(const Node& node, std::size_t indent, std::string& out);
+
+// A block collection that starts on the current line after "- ": emit it at indent + 2 and
+// replace the first line's indentation with the dash.
+void emit_after_dash(const Node& node, std::size_t indent, std::string& out) {
+  std::string nested;
+  emit(node, indent + 2, nested);
+  out += std::string(indent, ' ') + "- " + nested.substr(indent + 2);
+}
+
+void emit(const Node& node, std::size_t indent, std::string& out) {
+  const std::string padding(indent, ' ');
+  if (node.is_map()) {
+    for (const auto& entry : node.entries()) {
+      out += padding + string_text(entry.key, true) + ":";
+      if (written_inline(entry.value)) {
+        out += fmt::format(" {}\n", scalar_text(entry.value));
+      } else {
+        out += "\n";
+        // Like PyYAML, list items sit at the key's indentation; mappings nest by two.
+        emit(entry.value, entry.value.is_list() ? indent : indent + 2, out);
+      }
+    }
+  } else if (node.is_list()) {
+    for (const auto& item : node.items()) {
+      if (written_inline(item)) {
+        out += padding + "- " + scalar_text(item) + "\n";
+      } else {
+        emit_after_dash(item, indent, out);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Node type_plain_scalar(std::string_view text, SourceLocation location) {
+  if (matches_null(text)) return Node::null(std::move(location));
+  if (auto boolean = match_bool(text)) return Node::boolean(*boolean, std::move(location));
+  // PyYAML tries its float pattern before the int one and OmegaConf's float pattern last;
+  // the patterns do not overlap, so the order here does not change the result.
+  if (matches_int(text)) return Node::integer(construct_int(text, location), std::move(location));
+  if (matches_float(text))
+    return Node::floating(construct_float(text, location), std::move(location));
+  return Node::string(std::string(text), std::move(location));
+}
+
+Node parse_yaml(std::string_view text, std::string_view source_name) {
+  std::istringstream stream{std::string(text)};
+  TreeBuilder builder{std::string(source_name)};
+  try {
+    YAML::Parser parser(stream);
+    while (parser.HandleNextDocument(builder)) {
+    }
+  } catch (const YAML::Exception& error) {
+    common::fail("{}:{}:{}: {}", source_name, error.mark.line + 1, error.mark.column + 1,
+                 error.msg);
+  }
+  return builder.take_result();
+}
+
+Node load_yaml_file(const std::filesystem::path& file) {
+  std::error_code error;
+  if (std::filesystem::is_directory(file, error))
+    common::fail("{}: is a directory, not a YAML file", file.string());
+  std::ifstream stream(file, std::ios::binary);
+  if (!stream) {
+    if (!std::filesystem::exists(file, error)) common::fail("{}: no such file", file.string());
+    common::fail("{}: cannot be read", file.string());
+  }
+  std::ostringstream contents;
+  contents << stream.rdbuf();
+  return parse_yaml(contents.str(), file.string());
+}
+
+std::string to_yaml(const Node& node) {
+  if (written_inline(node)) return scalar_text(node) + "\n";
+  std::string out;
+  emit(node, 0, out);
+  return out;
+}
+
+}  // namespace launcher

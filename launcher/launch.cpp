@@ -1,0 +1,193 @@
+// `launcher main`; see launch.hpp. Results layout as NeMo-Megatron-Launcher writes it:
+//   <base_results_dir>/<run.name>/<run.name>_hydra.yaml     the resolved config
+//                                 launcher_cmd.log          the command line, verbatim
+//                                 launcher.log              this launcher's log
+//                                 <prefix><run.name>_submission.sh
+//                                 log-<prefix><run.name>_<job id>.out
+#include "launcher/launch.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+
+#include "backend/common/error.hpp"
+#include "backend/common/logging.hpp"
+#include "launcher/clusters/cluster.hpp"
+#include "launcher/config/compose.hpp"
+#include "launcher/config/interpolate.hpp"
+#include "launcher/config/node.hpp"
+#include "launcher/config/yaml_io.hpp"
+#include "launcher/process.hpp"
+#include "launcher/stages/training_stage.hpp"
+
+namespace launcher {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path executable_dir() {
+  std::error_code error;
+  const fs::path self = fs::read_symlink("/proc/self/exe", error);
+  return error ? fs::current_path() : self.parent_path();
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  if (!out) common::fail("cannot write {}", path.string());
+}
+
+bool user_chose_group(const std::vector<std::string>& overrides, const std::string& group) {
+  for (const auto& override_text : overrides) {
+    std::string_view text = override_text;
+    while (!text.empty() && (text.front() == '+' || text.front() == '~')) text.remove_prefix(1);
+    if (text.starts_with(group + "=") || text.starts_with(group + "@")) return true;
+  }
+  return false;
+}
+
+std::string text_at(const Node& config, const std::string& key) {
+  const Node* value = find(config, key);
+  if (value == nullptr || value->is_null()) return {};
+  if (!value->is_string()) common::fail("{}: expected a string", key);
+  return value->as_string();
+}
+
+// env_vars: {NAME: value}; null values are dropped, names must be shell identifiers.
+std::vector<std::pair<std::string, std::string>> job_environment(const Node& config) {
+  std::vector<std::pair<std::string, std::string>> environment;
+  const Node* vars = find(config, "env_vars");
+  if (vars == nullptr || vars->is_null()) return environment;
+  if (!vars->is_map()) common::fail("env_vars must be a mapping of NAME: value");
+  auto is_identifier = [](const std::string& name) {
+    auto head = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; };
+    auto tail = [&](char c) { return head(c) || std::isdigit(static_cast<unsigned char>(c)); };
+    return !name.empty() && head(name.front()) && std::all_of(name.begin() + 1, name.end(), tail);
+  };
+  for (const auto& name : vars->keys()) {
+    const Node& value = vars->at(name);
+    if (value.is_null()) continue;
+    if (!is_identifier(name)) {
+      common::fail("env_vars.{}: not a valid environment variable name", name);
+    }
+    if (value.is_map() || value.is_list()) common::fail("env_vars.{}: expected a scalar", name);
+    environment.emplace_back(name, value.is_string() ? value.as_string() : to_yaml(value));
+  }
+  return environment;
+}
+
+}  // namespace
+
+fs::path find_conf_dir(const std::optional<fs::path>& requested) {
+  auto usable = [](const fs::path& dir) { return fs::is_regular_file(dir / "config.yaml"); };
+  if (requested) {
+    if (!usable(*requested)) {
+      common::fail("--config-dir {}: no config.yaml there", requested->string());
+    }
+    return fs::absolute(*requested);
+  }
+  if (const char* from_env = std::getenv("LAUNCHER_CONF_DIR")) {
+    if (!usable(from_env)) common::fail("LAUNCHER_CONF_DIR={}: no config.yaml there", from_env);
+    return fs::absolute(from_env);
+  }
+  for (const fs::path& candidate : {executable_dir() / ".." / ".." / "conf",
+                                    fs::path(LAUNCHER_SOURCE_DIR) / "conf"}) {
+    if (usable(candidate)) return fs::weakly_canonical(candidate);
+  }
+  common::fail("no conf/ directory found: pass --config-dir DIR or set LAUNCHER_CONF_DIR");
+}
+
+std::string resolve_cluster_type(const std::string& configured) {
+  if (configured != "auto") return configured;
+  return find_on_path("sbatch") ? "bcm" : "local";
+}
+
+int launch_main(const MainOptions& options, std::ostream& terminal) {
+  const fs::path conf_dir = find_conf_dir(options.conf_dir);
+  ComposeOptions compose_options{conf_dir, "config", options.overrides};
+  ComposedConfig composed = compose(compose_options);
+
+  // cluster_type picks the cluster group option of the same name unless cluster= was given.
+  const Node* configured_type = find(composed.config, "cluster_type");
+  const std::string configured = configured_type && configured_type->is_string()
+                                     ? configured_type->as_string() : "auto";
+  const std::string cluster_type = resolve_cluster_type(configured);
+  if (configured == "auto") {
+    spdlog::info("cluster_type auto → {} ({})", cluster_type,
+                 cluster_type == "bcm" ? "sbatch found on PATH" : "no sbatch on PATH");
+  }
+  if (cluster_type != "local" && cluster_type != "bcm") {
+    common::fail("cluster_type '{}' is not available yet (valid now: auto, bcm, local; pbs and "
+                 "k8s come with the launcher's cluster back ends)", cluster_type);
+  }
+  if (!user_chose_group(options.overrides, "cluster") && composed.choices["cluster"] != cluster_type) {
+    compose_options.overrides.push_back("cluster=" + cluster_type);
+    composed = compose(compose_options);
+  }
+
+  // launcher_scripts_path: ??? means the directory holding conf/.
+  const Node* scripts_path = find(composed.config, "launcher_scripts_path");
+  if (scripts_path && scripts_path->is_string() && scripts_path->as_string() == "???") {
+    composed.config.set("launcher_scripts_path", Node::string(conf_dir.parent_path().string()));
+  }
+  const Node config = resolve(composed.config, ResolveContext{composed.choices});
+
+  const fs::path scripts_root = text_at(config, "launcher_scripts_path");
+  std::string bin_dir_text = text_at(config, "backend_bin_dir");
+  const fs::path backend_bin_dir = bin_dir_text.empty() ? executable_dir() : fs::path(bin_dir_text);
+  const Node* cluster = find(config, "cluster");
+  if (cluster == nullptr || !cluster->is_map()) {
+    common::fail("the config has no `cluster` section (choose one with cluster=<option>)");
+  }
+  const std::string job_name_prefix = text_at(*cluster, "job_name_prefix");
+
+  const Node* stages = find(config, "stages");
+  if (stages == nullptr || !stages->is_list() || stages->size() == 0) {
+    common::fail("stages: expected a non-empty list, e.g. stages=[training]");
+  }
+  int exit_status = 0;
+  for (size_t i = 0; i < stages->size(); ++i) {
+    const std::string stage = stages->at(i).as_string();
+    if (stage != "training") {
+      common::fail("stage '{}' is not built yet (valid now: training)", stage);
+    }
+    JobSpec job = build_training_job(config, backend_bin_dir, job_name_prefix);
+    job.environment = job_environment(config);
+
+    fs::create_directories(job.results_dir);
+    common::add_log_file(job.results_dir / "launcher.log");
+    write_text(job.results_dir / (job.run_name + "_hydra.yaml"), to_yaml(config));
+    write_text(job.results_dir / "launcher_cmd.log", options.command_line + "\n");
+    const fs::path script_path =
+        job.results_dir / (job_name_prefix + job.run_name + "_submission.sh");
+    const RenderContext context{scripts_root / "templates", cluster};
+    write_script(script_path, cluster_type == "bcm" ? render_sbatch(job, script_path, context)
+                                                    : render_local_script(job, script_path, context));
+    spdlog::info("{}: results in {}, job script {}", stage, job.results_dir.string(),
+                 script_path.string());
+    if (options.dry_run) {
+      spdlog::info("dry run: not submitting {}", script_path.string());
+      continue;
+    }
+    if (cluster_type == "bcm") {
+      const Submission submission = submit_sbatch(job, script_path);
+      spdlog::info("Submitted batch job {}", submission.job_id);
+      spdlog::info("job output: {}", submission.log_file.string());
+    } else {
+      const Submission submission = run_local_script(job, script_path, terminal);
+      spdlog::info("local job {} exited with status {}; output in {}", submission.job_id,
+                   submission.exit_code, submission.log_file.string());
+      if (submission.exit_code != 0) {
+        exit_status = submission.exit_code;
+        break;
+      }
+    }
+  }
+  return exit_status;
+}
+
+}  // namespace launcher

@@ -1,0 +1,32 @@
+// `launcher main`: compose the config, pick the cluster, build each stage's job, write the
+// results directory (NeMo's layout) and submit. The flow, end to end:
+//   conf/ + overrides → compose (config/) → resolve → per stage: JobSpec (stages/)
+//   → render script (clusters/, templates/) → results/<run>/ → submit / run
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace launcher {
+
+struct MainOptions {
+  std::vector<std::string> overrides;         // key=value ..., as typed
+  std::optional<std::filesystem::path> conf_dir;  // --config-dir; default: see find_conf_dir
+  bool dry_run = false;                       // write everything, submit nothing
+  std::string command_line;                   // for launcher_cmd.log
+};
+
+// conf/ in this order: --config-dir, $LAUNCHER_CONF_DIR, <executable>/../../conf (a build
+// tree inside the checkout), the source tree the launcher was built from.
+std::filesystem::path find_conf_dir(const std::optional<std::filesystem::path>& requested);
+
+// Resolves `cluster_type: auto` to bcm when sbatch is on PATH, local otherwise.
+std::string resolve_cluster_type(const std::string& configured);
+
+// Runs `launcher main`. Returns the process exit status (a failed local job's status).
+int launch_main(const MainOptions& options, std::ostream& terminal);
+
+}  // namespace launcher

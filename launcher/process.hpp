@@ -1,0 +1,34 @@
+// Running child processes without a shell: argv vectors go to execvp as they are, so nothing
+// is ever re-parsed by /bin/sh. Used to submit jobs (sbatch) and to run local job scripts
+// with their output streamed to the terminal and to a log file at once, as `tee` would.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace launcher {
+
+// The absolute path of `program` found on $PATH, if any.
+std::optional<std::filesystem::path> find_on_path(std::string_view program);
+
+struct CapturedRun {
+  int exit_code = 0;    // 128 + signal when killed by a signal
+  std::string output;   // stdout and stderr together
+};
+
+// Runs argv to completion and captures its output. A program that cannot be started is a
+// common::Error naming it.
+CapturedRun run_and_capture(const std::vector<std::string>& argv);
+
+// Starts argv, calls `log_file_for(pid)` to name the log, then copies the child's stdout and
+// stderr to both `terminal` and that file until it exits. Returns the exit code.
+int run_and_tee(const std::vector<std::string>& argv,
+                const std::function<std::filesystem::path(int pid)>& log_file_for,
+                std::ostream& terminal);
+
+}  // namespace launcher

@@ -1,0 +1,210 @@
+// NeMo training config → Megatron-LM flags; see training_stage.hpp.
+// References: NeMo-Megatron-Launcher conf/training/gpt3/*.yaml for the keys, Megatron-LM
+// megatron/training/arguments.py for the flags, NeMo's CosineAnnealing scheduler for the
+// warmup / constant_steps semantics.
+#include "launcher/stages/training_stage.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "backend/common/error.hpp"
+#include "launcher/config/node.hpp"
+
+namespace launcher {
+
+namespace {
+
+// Direct one-to-one rows: the value is passed as the flag's argument.
+const std::vector<TrainingFlagMapping> kTrainingFlags = {
+    {"model.num_layers", "--num-layers", ""},
+    {"model.hidden_size", "--hidden-size", ""},
+    {"model.ffn_hidden_size", "--ffn-hidden-size", ""},
+    {"model.num_attention_heads", "--num-attention-heads", ""},
+    {"model.encoder_seq_length", "--seq-length", ""},
+    {"model.max_position_embeddings", "--max-position-embeddings", ""},
+    {"model.micro_batch_size", "--micro-batch-size", ""},
+    {"model.global_batch_size", "--global-batch-size", ""},
+    {"model.tensor_model_parallel_size", "--tensor-model-parallel-size", ""},
+    {"model.pipeline_model_parallel_size", "--pipeline-model-parallel-size", ""},
+    {"model.init_method_std", "--init-method-std", ""},
+    {"model.hidden_dropout", "--hidden-dropout", ""},
+    {"model.attention_dropout", "--attention-dropout", ""},
+    {"model.layernorm_epsilon", "--layernorm-epsilon", ""},
+    {"model.make_vocab_size_divisible_by", "--make-vocab-size-divisible-by", ""},
+    {"model.seed", "--seed", ""},
+    {"model.tokenizer.type", "--tokenizer-type", ""},
+    {"model.tokenizer.vocab_file", "--vocab-file", ""},
+    {"model.tokenizer.merge_file", "--merge-file", ""},
+    {"model.optim.lr", "--lr", ""},
+    {"model.optim.weight_decay", "--weight-decay", ""},
+    {"model.optim.betas.0", "--adam-beta1", ""},
+    {"model.optim.betas.1", "--adam-beta2", ""},
+    {"model.optim.sched.min_lr", "--min-lr", ""},
+    {"model.optim.sched.warmup_steps", "--lr-warmup-iters", ""},
+    {"trainer.max_steps", "--train-iters", ""},
+    {"trainer.log_every_n_steps", "--log-interval", ""},
+    {"trainer.val_check_interval", "--eval-interval", ""},
+    {"trainer.limit_val_batches", "--eval-iters", ""},
+    {"trainer.gradient_clip_val", "--clip-grad", ""},
+};
+
+// Rows computed from several keys or translated values (documented with the table).
+const std::vector<TrainingFlagMapping> kDerivedFlags = {
+    {"model.optim.sched.name", "--lr-decay-style",
+     "CosineAnnealing → cosine, LinearAnnealing → linear, Constant → constant"},
+    {"trainer.max_steps, model.optim.sched.constant_steps", "--lr-decay-iters",
+     "max_steps − constant_steps (NeMo holds min_lr for the last constant_steps); max_steps when "
+     "that would not exceed the warmup; at least warmup_steps + 1, because Megatron requires "
+     "warmup < decay (the rate of every iteration that runs is NeMo's either way)"},
+    {"trainer.precision", "--bf16 / --fp16", "bf16 or bf16-mixed → --bf16; 16 or 16-mixed → --fp16; 32 → none"},
+    {"model.data.data_impl", "--mock-data / --data-path",
+     "mock → --mock-data; mmap → --data-path with model.data.data_prefix, --split with "
+     "model.data.splits_string"},
+};
+
+const Node* lookup(const Node& training, const std::string& key) {
+  const Node* value = find(training, key);
+  if (value == nullptr || value->is_null()) return nullptr;
+  return value;
+}
+
+// A scalar as it reads on a command line: ints as integers, floats in the shortest form that
+// round-trips, booleans as true/false.
+std::string scalar_text(const Node& value, const std::string& key) {
+  if (value.is_bool()) return value.as_bool() ? "true" : "false";
+  if (value.is_int()) return fmt::format("{}", value.as_int());
+  if (value.is_float()) return fmt::format("{}", value.as_double());
+  if (value.is_string()) return value.as_string();
+  common::fail("training.{}: expected a scalar for a command-line flag, got a {}", key,
+               value.is_list() ? "list" : "mapping");
+}
+
+int64_t integer_or(const Node& training, const std::string& key, int64_t fallback) {
+  const Node* value = lookup(training, key);
+  if (value == nullptr) return fallback;
+  if (!value->is_int()) common::fail("training.{}: expected an integer", key);
+  return value->as_int();
+}
+
+std::string decay_style(const std::string& scheduler) {
+  static const std::map<std::string, std::string> styles = {
+      {"CosineAnnealing", "cosine"}, {"LinearAnnealing", "linear"}, {"Constant", "constant"},
+      {"constant", "constant"},      {"linear", "linear"},          {"cosine", "cosine"}};
+  auto it = styles.find(scheduler);
+  if (it == styles.end()) {
+    common::fail("training.model.optim.sched.name '{}' has no Megatron equivalent (valid: "
+                 "CosineAnnealing, LinearAnnealing, Constant)", scheduler);
+  }
+  return it->second;
+}
+
+}  // namespace
+
+const std::vector<TrainingFlagMapping>& training_flag_table() {
+  static const std::vector<TrainingFlagMapping> table = [] {
+    auto all = kTrainingFlags;
+    all.insert(all.end(), kDerivedFlags.begin(), kDerivedFlags.end());
+    return all;
+  }();
+  return table;
+}
+
+std::vector<std::string> megatron_training_arguments(const Node& config) {
+  const Node* training_node = find(config, "training");
+  if (training_node == nullptr || !training_node->is_map()) {
+    common::fail("the config has no `training` section: choose one with training=<option>");
+  }
+  const Node& training = *training_node;
+  std::vector<std::string> arguments;
+  for (const auto& row : kTrainingFlags) {
+    if (const Node* value = lookup(training, row.config_key)) {
+      arguments.push_back(row.flag);
+      arguments.push_back(scalar_text(*value, row.config_key));
+    }
+  }
+
+  if (const Node* scheduler = lookup(training, "model.optim.sched.name")) {
+    arguments.push_back("--lr-decay-style");
+    arguments.push_back(decay_style(scalar_text(*scheduler, "model.optim.sched.name")));
+  }
+  const int64_t max_steps = integer_or(training, "trainer.max_steps", 0);
+  const int64_t warmup = integer_or(training, "model.optim.sched.warmup_steps", 0);
+  const int64_t constant = integer_or(training, "model.optim.sched.constant_steps", 0);
+  if (max_steps > 0) {
+    int64_t decay = max_steps - constant > warmup ? max_steps - constant : max_steps;
+    decay = std::max(decay, warmup + 1);
+    arguments.push_back("--lr-decay-iters");
+    arguments.push_back(fmt::format("{}", decay));
+  }
+
+  if (const Node* precision = lookup(training, "trainer.precision")) {
+    const std::string text = scalar_text(*precision, "trainer.precision");
+    if (text == "bf16" || text == "bf16-mixed") {
+      arguments.push_back("--bf16");
+    } else if (text == "16" || text == "16-mixed") {
+      arguments.push_back("--fp16");
+    } else if (text != "32" && text != "32-true") {
+      common::fail("training.trainer.precision '{}' is not valid (valid: bf16, bf16-mixed, 16, "
+                   "16-mixed, 32)", text);
+    }
+  }
+
+  const Node* data_impl = lookup(training, "model.data.data_impl");
+  const std::string impl = data_impl ? scalar_text(*data_impl, "model.data.data_impl") : "mmap";
+  if (impl == "mock") {
+    arguments.push_back("--mock-data");
+  } else if (impl == "mmap") {
+    const Node* prefix = lookup(training, "model.data.data_prefix");
+    if (prefix == nullptr || (prefix->is_list() && prefix->size() == 0)) {
+      common::fail("training.model.data.data_prefix is empty: list [weight, prefix, ...] of "
+                   "Megatron .bin/.idx datasets, or set training.model.data.data_impl=mock");
+    }
+    arguments.push_back("--data-path");
+    if (prefix->is_list()) {
+      for (size_t i = 0; i < prefix->size(); ++i) {
+        arguments.push_back(scalar_text(prefix->at(i), fmt::format("model.data.data_prefix.{}", i)));
+      }
+    } else {
+      arguments.push_back(scalar_text(*prefix, "model.data.data_prefix"));
+    }
+    if (const Node* split = lookup(training, "model.data.splits_string")) {
+      arguments.push_back("--split");
+      arguments.push_back(scalar_text(*split, "model.data.splits_string"));
+    }
+  } else {
+    common::fail("training.model.data.data_impl '{}' is not valid (valid: mmap, mock)", impl);
+  }
+  return arguments;
+}
+
+JobSpec build_training_job(const Node& config, const std::filesystem::path& backend_bin_dir,
+                           const std::string& job_name_prefix) {
+  JobSpec job;
+  job.stage = "training";
+  job.run_name = at_path(config, "training.run.name").as_string();
+  job.job_name = job_name_prefix + job.run_name;
+  job.results_dir = at_path(config, "training.run.results_dir").as_string();
+  if (const Node* limit = find(config, "training.run.time_limit"); limit && !limit->is_null()) {
+    job.time_limit = limit->as_string();
+  }
+  const Node& training = at_path(config, "training");
+  job.nodes = static_cast<int>(integer_or(training, "trainer.num_nodes", 1));
+  job.tasks_per_node = static_cast<int>(integer_or(training, "trainer.devices", 1));
+  if (job.nodes < 1 || job.tasks_per_node < 1) {
+    common::fail("training.trainer.num_nodes ({}) and training.trainer.devices ({}) must be ≥ 1",
+                 job.nodes, job.tasks_per_node);
+  }
+  if (job.nodes * job.tasks_per_node > 1) {
+    common::fail("training.trainer.num_nodes × devices = {} processes, but the backend trains in "
+                 "one process until the distributed path is built: set "
+                 "training.trainer.num_nodes=1 training.trainer.devices=1",
+                 job.nodes * job.tasks_per_node);
+  }
+  job.command.push_back((backend_bin_dir / "pretrain_gpt").string());
+  for (auto& argument : megatron_training_arguments(config)) job.command.push_back(std::move(argument));
+  return job;
+}
+
+}  // namespace launcher

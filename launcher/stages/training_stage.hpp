@@ -1,0 +1,31 @@
+// The training stage: turns the resolved `training` config (NeMo's schema) into a
+// pretrain_gpt command line with Megatron-LM's flags. The whole key → flag mapping is the one
+// table kTrainingFlags in training_stage.cpp, listed in docs/launcher.md; keys that are null
+// or absent pass no flag, so the backend's Megatron default applies.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "launcher/config/node.hpp"
+#include "launcher/stages/job.hpp"
+
+namespace launcher {
+
+// One row of the mapping, for docs and tests.
+struct TrainingFlagMapping {
+  std::string config_key;  // relative to `training.`
+  std::string flag;
+  std::string note;
+};
+const std::vector<TrainingFlagMapping>& training_flag_table();
+
+// The pretrain_gpt arguments (without the program) for a resolved config.
+std::vector<std::string> megatron_training_arguments(const Node& config);
+
+// The training job: program path, arguments, environment, results dir, nodes and tasks.
+JobSpec build_training_job(const Node& config, const std::filesystem::path& backend_bin_dir,
+                           const std::string& job_name_prefix);
+
+}  // namespace launcher

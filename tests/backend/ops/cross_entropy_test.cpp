@@ -1,0 +1,104 @@
+// cross_entropy_forward / cross_entropy_backward: forward against the direct formula (and
+// stability on large logits), backward against central finite differences of the mean loss
+// in double, in place, float against double.
+#include "backend/ops/cross_entropy.hpp"
+
+#include <doctest/doctest.h>
+
+#include "tests/backend/ops/gradient_check.hpp"
+
+namespace {
+
+using namespace backend::testing;
+
+constexpr int64_t kRows = 5;
+constexpr int64_t kVocab = 11;
+
+struct CrossEntropyCase {
+  std::vector<double> logits = random_values(kRows * kVocab, 51, 3.0);
+  std::vector<int32_t> labels = random_ids(kRows, kVocab, 52);
+  double scale = 1.0 / kRows;  // gradient of the mean
+};
+
+struct CrossEntropyResult {
+  std::vector<double> losses, logsumexp, dlogits;
+};
+
+template <typename Scalar>
+CrossEntropyResult run_cross_entropy(const CrossEntropyCase& c) {
+  const auto logits = convert<Scalar>(c.logits);
+  std::vector<Scalar> losses(kRows), logsumexp(kRows);
+  std::vector<Scalar> dlogits(kRows * kVocab, Scalar{1000});  // must be overwritten
+  backend::cpu::cross_entropy_forward(losses.data(), logsumexp.data(), logits.data(),
+                                      c.labels.data(), kRows, kVocab);
+  backend::cpu::cross_entropy_backward(dlogits.data(), logits.data(), logsumexp.data(),
+                                       c.labels.data(), static_cast<Scalar>(c.scale), kRows,
+                                       kVocab);
+  return {convert<double>(losses), convert<double>(logsumexp), convert<double>(dlogits)};
+}
+
+double mean(const std::vector<double>& values) {
+  double sum = 0;
+  for (double value : values) sum += value;
+  return sum / static_cast<double>(values.size());
+}
+
+}  // namespace
+
+TEST_CASE("cross entropy forward is logsumexp minus the label's logit") {
+  CrossEntropyCase c;
+  const CrossEntropyResult result = run_cross_entropy<double>(c);
+  for (int64_t r = 0; r < kRows; ++r) {
+    double sum = 0;
+    for (int64_t v = 0; v < kVocab; ++v) sum += std::exp(c.logits[r * kVocab + v]);
+    CHECK(result.logsumexp[r] == doctest::Approx(std::log(sum)).epsilon(1e-13));
+    const double probability = std::exp(c.logits[r * kVocab + c.labels[r]]) / sum;
+    CHECK(result.losses[r] == doctest::Approx(-std::log(probability)).epsilon(1e-13));
+  }
+}
+
+TEST_CASE("cross entropy stays finite on large logits") {
+  // exp(1000) overflows; the max-shifted logsumexp does not.
+  std::vector<float> logits = {1000.0f, 999.0f, -1000.0f};
+  const std::vector<int32_t> labels = {1};
+  float loss = 0;
+  float logsumexp = 0;
+  backend::cpu::cross_entropy_forward(&loss, &logsumexp, logits.data(), labels.data(), 1, 3);
+  // float resolves 1000 + 0.31 to about 6e-5, hence the tolerance.
+  CHECK(loss == doctest::Approx(1.0 + std::log1p(std::exp(-1.0))).epsilon(1e-4));
+  std::vector<float> dlogits(3);
+  backend::cpu::cross_entropy_backward(dlogits.data(), logits.data(), &logsumexp, labels.data(),
+                                       1.0f, 1, 3);
+  CHECK(dlogits[0] == doctest::Approx(1 / (1 + std::exp(-1.0))).epsilon(1e-4));
+  CHECK(dlogits[1] == doctest::Approx(1 / (1 + std::exp(1.0)) - 1).epsilon(1e-4));
+  CHECK(dlogits[2] == 0.0f);
+}
+
+TEST_CASE("cross entropy backward matches central finite differences of the mean loss") {
+  CrossEntropyCase c;
+  const CrossEntropyResult result = run_cross_entropy<double>(c);
+  std::vector<double> losses(kRows), logsumexp(kRows);
+  auto loss = [&] {
+    backend::cpu::cross_entropy_forward(losses.data(), logsumexp.data(), c.logits.data(),
+                                        c.labels.data(), kRows, kVocab);
+    return mean(losses);
+  };
+  BACKEND_CHECK_GRADIENT(check_gradient(c.logits, result.dlogits, loss), 1e-6);
+}
+
+TEST_CASE("cross entropy backward scales and works in place") {
+  CrossEntropyCase c;
+  const CrossEntropyResult reference = run_cross_entropy<double>(c);
+  auto gradient = c.logits;  // dlogits aliasing logits
+  backend::cpu::cross_entropy_backward(gradient.data(), gradient.data(), reference.logsumexp.data(),
+                                       c.labels.data(), 4 * c.scale, kRows, kVocab);
+  for (size_t i = 0; i < gradient.size(); ++i) CHECK(gradient[i] == 4 * reference.dlogits[i]);
+}
+
+TEST_CASE("cross entropy in float matches double") {
+  CrossEntropyCase c;
+  const CrossEntropyResult single = run_cross_entropy<float>(c);
+  const CrossEntropyResult reference = run_cross_entropy<double>(c);
+  CHECK(error_relative_to_max(single.losses, reference.losses) < 1e-6);
+  CHECK(error_relative_to_max(single.dlogits, reference.dlogits) < 1e-6);
+}

@@ -1,0 +1,114 @@
+// embedding_forward / embedding_backward: lookup, scatter-add with repeated tokens, central
+// finite differences in double, float against double.
+#include "backend/ops/embedding.hpp"
+
+#include <doctest/doctest.h>
+#include <omp.h>
+
+#include "tests/backend/ops/gradient_check.hpp"
+
+namespace {
+
+using namespace backend::testing;
+
+constexpr int64_t kBatch = 3;
+constexpr int64_t kSeq = 4;
+constexpr int64_t kHidden = 5;
+constexpr int64_t kVocab = 6;      // small, so tokens repeat
+constexpr int64_t kPositions = 7;  // more rows than the sequence uses
+
+struct EmbeddingCase {
+  std::vector<int32_t> tokens = random_ids(kBatch * kSeq, kVocab, 61);
+  std::vector<double> word = random_values(kVocab * kHidden, 62);
+  std::vector<double> position = random_values(kPositions * kHidden, 63);
+  std::vector<double> doutput = random_values(kBatch * kSeq * kHidden, 64);
+  std::vector<double> dword_start = random_values(kVocab * kHidden, 65);
+  std::vector<double> dposition_start = random_values(kPositions * kHidden, 66);
+};
+
+struct EmbeddingResult {
+  std::vector<double> output, dword, dposition;  // gradients: what backward added
+};
+
+template <typename Scalar>
+EmbeddingResult run_embedding(const EmbeddingCase& c) {
+  const auto word = convert<Scalar>(c.word);
+  const auto position = convert<Scalar>(c.position);
+  const auto doutput = convert<Scalar>(c.doutput);
+  std::vector<Scalar> output(kBatch * kSeq * kHidden);
+  auto dword = convert<Scalar>(c.dword_start);
+  auto dposition = convert<Scalar>(c.dposition_start);
+  backend::cpu::embedding_forward(output.data(), c.tokens.data(), word.data(), position.data(),
+                                  kBatch, kSeq, kHidden);
+  backend::cpu::embedding_backward(dword.data(), dposition.data(), doutput.data(), c.tokens.data(),
+                                   kBatch, kSeq, kHidden);
+  return {convert<double>(output), difference(convert<double>(dword), c.dword_start),
+          difference(convert<double>(dposition), c.dposition_start)};
+}
+
+}  // namespace
+
+TEST_CASE("embedding forward adds the token's row and the position's row") {
+  EmbeddingCase c;
+  const EmbeddingResult result = run_embedding<double>(c);
+  for (int64_t b = 0; b < kBatch; ++b) {
+    for (int64_t t = 0; t < kSeq; ++t) {
+      const int64_t token = c.tokens[b * kSeq + t];
+      for (int64_t i = 0; i < kHidden; ++i) {
+        CHECK(result.output[(b * kSeq + t) * kHidden + i] ==
+              c.word[token * kHidden + i] + c.position[t * kHidden + i]);
+      }
+    }
+  }
+}
+
+TEST_CASE("embedding backward matches central finite differences in double") {
+  EmbeddingCase c;
+  // The test is only meaningful if some token repeats and some vocabulary row is unused.
+  std::vector<int> uses(kVocab, 0);
+  for (int32_t token : c.tokens) ++uses[token];
+  CHECK(*std::max_element(uses.begin(), uses.end()) > 1);
+
+  const EmbeddingResult result = run_embedding<double>(c);
+  std::vector<double> output(kBatch * kSeq * kHidden);
+  auto loss = [&] {
+    backend::cpu::embedding_forward(output.data(), c.tokens.data(), c.word.data(),
+                                    c.position.data(), kBatch, kSeq, kHidden);
+    return dot(output, c.doutput);
+  };
+  BACKEND_CHECK_GRADIENT(check_gradient(c.word, result.dword, loss), 1e-6);
+  BACKEND_CHECK_GRADIENT(check_gradient(c.position, result.dposition, loss), 1e-6);
+  // Rows past the sequence length get nothing.
+  for (int64_t i = kSeq * kHidden; i < kPositions * kHidden; ++i) CHECK(result.dposition[i] == 0);
+}
+
+TEST_CASE("embedding in float matches double") {
+  EmbeddingCase c;
+  const EmbeddingResult single = run_embedding<float>(c);
+  const EmbeddingResult reference = run_embedding<double>(c);
+  CHECK(error_relative_to_max(single.output, reference.output) < 1e-6);
+  CHECK(error_relative_to_max(single.dword, reference.dword) < 1e-6);
+  CHECK(error_relative_to_max(single.dposition, reference.dposition) < 1e-6);
+}
+
+TEST_CASE("embedding backward is the same on every thread count") {
+  // Large enough that the loops run in parallel; a 3-token vocabulary forces collisions.
+  constexpr int64_t batch = 4;
+  constexpr int64_t seq = 64;
+  constexpr int64_t hidden = 300;
+  const auto tokens = random_ids(batch * seq, 3, 67);
+  const auto doutput = random_values(batch * seq * hidden, 68);
+  auto run = [&] {
+    std::vector<double> gradients((3 + seq) * hidden, 0.1);
+    backend::cpu::embedding_backward(gradients.data(), gradients.data() + 3 * hidden,
+                                     doutput.data(), tokens.data(), batch, seq, hidden);
+    return gradients;
+  };
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto serial = run();
+  omp_set_num_threads(3);
+  const auto parallel = run();
+  omp_set_num_threads(threads);
+  CHECK(serial == parallel);
+}

@@ -1,0 +1,135 @@
+// layernorm_forward / layernorm_backward: forward against the textbook formula, backward
+// against central finite differences in double, float against double.
+#include "backend/ops/layernorm.hpp"
+
+#include <doctest/doctest.h>
+#include <omp.h>
+
+#include "tests/backend/ops/gradient_check.hpp"
+
+namespace {
+
+using namespace backend::testing;
+
+constexpr int64_t kRows = 6;
+constexpr int64_t kChannels = 10;
+constexpr double kEpsilon = 1e-5;
+
+struct LayernormCase {
+  LayernormCase() {
+    // An offset per row, so that centring matters.
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t c = 0; c < kChannels; ++c)
+        input[r * kChannels + c] += 0.5 * static_cast<double>(r);
+    }
+  }
+  std::vector<double> input = random_values(kRows * kChannels, 21, 2.0);
+  std::vector<double> weight = random_values(kChannels, 22);
+  std::vector<double> bias = random_values(kChannels, 23);
+  std::vector<double> doutput = random_values(kRows * kChannels, 24);
+  std::vector<double> dweight_start = random_values(kChannels, 25);
+  std::vector<double> dbias_start = random_values(kChannels, 26);
+};
+
+struct LayernormResult {
+  std::vector<double> output, mean, rstd, dinput, dweight, dbias;
+};
+
+template <typename Scalar>
+LayernormResult run_layernorm(const LayernormCase& c) {
+  const auto input = convert<Scalar>(c.input);
+  const auto weight = convert<Scalar>(c.weight);
+  const auto bias = convert<Scalar>(c.bias);
+  const auto doutput = convert<Scalar>(c.doutput);
+  std::vector<Scalar> output(kRows * kChannels), mean(kRows), rstd(kRows);
+  std::vector<Scalar> dinput(kRows * kChannels, Scalar{1000});  // must be overwritten
+  auto dweight = convert<Scalar>(c.dweight_start);
+  auto dbias = convert<Scalar>(c.dbias_start);
+  backend::cpu::layernorm_forward(output.data(), mean.data(), rstd.data(), input.data(),
+                                  weight.data(), bias.data(), static_cast<Scalar>(kEpsilon), kRows,
+                                  kChannels);
+  backend::cpu::layernorm_backward(dinput.data(), dweight.data(), dbias.data(), doutput.data(),
+                                   input.data(), weight.data(), mean.data(), rstd.data(), kRows,
+                                   kChannels);
+  return {convert<double>(output),
+          convert<double>(mean),
+          convert<double>(rstd),
+          convert<double>(dinput),
+          difference(convert<double>(dweight), c.dweight_start),
+          difference(convert<double>(dbias), c.dbias_start)};
+}
+
+}  // namespace
+
+TEST_CASE("layernorm forward normalises each row with the biased variance") {
+  LayernormCase c;
+  const LayernormResult result = run_layernorm<double>(c);
+  double worst = 0;
+  for (int64_t r = 0; r < kRows; ++r) {
+    const double* x = c.input.data() + r * kChannels;
+    double mean = 0;
+    for (int64_t i = 0; i < kChannels; ++i) mean += x[i] / kChannels;
+    double variance = 0;
+    for (int64_t i = 0; i < kChannels; ++i) variance += (x[i] - mean) * (x[i] - mean) / kChannels;
+    const double rstd = 1 / std::sqrt(variance + kEpsilon);
+    CHECK(result.mean[r] == doctest::Approx(mean).epsilon(1e-12));
+    CHECK(result.rstd[r] == doctest::Approx(rstd).epsilon(1e-12));
+    for (int64_t i = 0; i < kChannels; ++i) {
+      const double expected = (x[i] - mean) * rstd * c.weight[i] + c.bias[i];
+      worst = std::max(worst, std::abs(result.output[r * kChannels + i] - expected));
+    }
+  }
+  CHECK(worst < 1e-12);
+}
+
+TEST_CASE("layernorm backward matches central finite differences in double") {
+  LayernormCase c;
+  const LayernormResult result = run_layernorm<double>(c);
+  std::vector<double> output(kRows * kChannels), mean(kRows), rstd(kRows);
+  auto loss = [&] {
+    backend::cpu::layernorm_forward(output.data(), mean.data(), rstd.data(), c.input.data(),
+                                    c.weight.data(), c.bias.data(), kEpsilon, kRows, kChannels);
+    return dot(output, c.doutput);
+  };
+  BACKEND_CHECK_GRADIENT(check_gradient(c.input, result.dinput, loss), 1e-6);
+  BACKEND_CHECK_GRADIENT(check_gradient(c.weight, result.dweight, loss), 1e-6);
+  BACKEND_CHECK_GRADIENT(check_gradient(c.bias, result.dbias, loss), 1e-6);
+}
+
+TEST_CASE("layernorm in float matches double") {
+  LayernormCase c;
+  const LayernormResult single = run_layernorm<float>(c);
+  const LayernormResult reference = run_layernorm<double>(c);
+  CHECK(error_relative_to_max(single.output, reference.output) < 1e-5);
+  CHECK(error_relative_to_max(single.dinput, reference.dinput) < 1e-5);
+  CHECK(error_relative_to_max(single.dweight, reference.dweight) < 1e-5);
+  CHECK(error_relative_to_max(single.dbias, reference.dbias) < 1e-5);
+}
+
+TEST_CASE("layernorm weight and bias sums are the same on every thread count") {
+  // Enough rows and channels that the OpenMP loops run in parallel.
+  constexpr int64_t rows = 300;
+  constexpr int64_t channels = 200;
+  const auto input = random_values(rows * channels, 27);
+  const auto weight = random_values(channels, 28);
+  const auto bias = random_values(channels, 29);
+  const auto doutput = random_values(rows * channels, 30);
+  auto run = [&] {
+    std::vector<double> output(rows * channels), mean(rows), rstd(rows), dinput(rows * channels);
+    std::vector<double> gradients(2 * channels, 0.0);
+    backend::cpu::layernorm_forward(output.data(), mean.data(), rstd.data(), input.data(),
+                                    weight.data(), bias.data(), kEpsilon, rows, channels);
+    backend::cpu::layernorm_backward(dinput.data(), gradients.data(), gradients.data() + channels,
+                                     doutput.data(), input.data(), weight.data(), mean.data(),
+                                     rstd.data(), rows, channels);
+    gradients.insert(gradients.end(), dinput.begin(), dinput.end());
+    return gradients;
+  };
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto serial = run();
+  omp_set_num_threads(3);
+  const auto parallel = run();
+  omp_set_num_threads(threads);
+  CHECK(serial == parallel);
+}

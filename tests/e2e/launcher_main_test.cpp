@@ -1,0 +1,165 @@
+// End to end: the real `launcher` binary composes conf/, renders the local script, runs the
+// real `pretrain_gpt` and leaves NeMo's results layout. Tiny model overrides keep it fast.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "launcher/process.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TemporaryDirectory {
+  fs::path path;
+  TemporaryDirectory() {
+    std::string pattern = (fs::temp_directory_path() / "launcher_e2e_XXXXXX").string();
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~TemporaryDirectory() { fs::remove_all(path); }
+};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+int count_matches(const std::string& text, const std::regex& pattern) {
+  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), pattern),
+                                        std::sregex_iterator()));
+}
+
+std::vector<std::string> tiny_run(const fs::path& results, std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv = {
+      std::string(TEST_BIN_DIR) + "/launcher", "main", "training=gpt3/126m", "cluster_type=local",
+      "base_results_dir=" + results.string(), "training.trainer.max_steps=3",
+      "training.model.global_batch_size=4", "training.model.micro_batch_size=2",
+      "training.model.encoder_seq_length=32", "training.model.num_layers=2",
+      "training.model.hidden_size=64", "training.model.num_attention_heads=4",
+      "training.trainer.limit_val_batches=1"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+const std::regex kIterationLine(
+    R"( \[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] iteration +\d+/ +3 \| consumed samples: +\d+ \| elapsed time per iteration \(ms\): [0-9.]+ \| learning rate: \d\.\d{6}E[-+]\d\d \| global batch size: +4 \| lm loss: \d\.\d{6}E[-+]\d\d \| loss scale: 1\.0 \| grad norm: [0-9.]+ \| number of skipped iterations: +0 \| number of nan iterations: +0 \|)");
+
+}  // namespace
+
+TEST_CASE("launcher main runs a tiny gpt3/126m to completion and leaves NeMo's results layout") {
+  TemporaryDirectory temporary;
+  const auto run = launcher::run_and_capture(tiny_run(temporary.path));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const fs::path results = temporary.path / "gpt3_126m";
+  CHECK(fs::is_regular_file(results / "gpt3_126m_hydra.yaml"));
+  CHECK(fs::is_regular_file(results / "launcher_cmd.log"));
+  CHECK(fs::is_regular_file(results / "launcher.log"));
+  CHECK(fs::is_regular_file(results / "gpt3_126m_submission.sh"));
+  std::vector<fs::path> job_logs;
+  for (const auto& entry : fs::directory_iterator(results)) {
+    if (entry.path().filename().string().starts_with("log-gpt3_126m_")) job_logs.push_back(entry.path());
+  }
+  REQUIRE(job_logs.size() == 1);
+  const std::string job_log = read_file(job_logs[0]);
+  CHECK(count_matches(job_log, kIterationLine) == 3);
+  CHECK(job_log.find(" validation loss at iteration 3 on validation set | lm loss value: ") !=
+        std::string::npos);
+  // The same lines reached the terminal, and the launcher said which cluster it used.
+  CHECK(count_matches(run.output, kIterationLine) == 3);
+
+  const std::string resolved = read_file(results / "gpt3_126m_hydra.yaml");
+  CHECK(resolved.find("${") == std::string::npos);  // fully resolved
+  CHECK(resolved.find("num_layers: 2") != std::string::npos);
+  CHECK(resolved.find("ffn_hidden_size: 256") != std::string::npos);  // ${multiply:4, ${.hidden_size}}
+  CHECK(read_file(results / "launcher_cmd.log").find("training.trainer.max_steps=3") !=
+        std::string::npos);
+  const std::string script = read_file(results / "gpt3_126m_submission.sh");
+  for (const char* flag : {"--num-layers 2", "--hidden-size 64", "--num-attention-heads 4",
+                           "--seq-length 32", "--max-position-embeddings 32",
+                           "--micro-batch-size 2", "--global-batch-size 4", "--train-iters 3",
+                           "--lr 0.0006", "--min-lr 6e-05", "--lr-decay-style cosine",
+                           "--mock-data", "--seed 1234", "--eval-iters 1"}) {
+    CAPTURE(flag);
+    CHECK(script.find(flag) != std::string::npos);
+  }
+  CHECK(read_file(results / "launcher.log").find("local job") != std::string::npos);
+}
+
+TEST_CASE("cluster_type auto picks the local cluster without sbatch and says so in one line") {
+  TemporaryDirectory temporary;
+  auto argv = tiny_run(temporary.path, {"cluster_type=auto", "--dry-run"});
+  const auto run = launcher::run_and_capture(
+      {"env", "PATH=/usr/bin:/bin", argv[0], "main", "training=gpt3/126m", "cluster_type=auto",
+       "base_results_dir=" + temporary.path.string(), "--dry-run"});
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+  CHECK(run.output.find("cluster_type auto → local (no sbatch on PATH)") != std::string::npos);
+  CHECK(fs::is_regular_file(temporary.path / "gpt3_126m" / "gpt3_126m_submission.sh"));
+  // A dry run submits nothing: no job log.
+  for (const auto& entry : fs::directory_iterator(temporary.path / "gpt3_126m")) {
+    CHECK_FALSE(entry.path().filename().string().starts_with("log-"));
+  }
+}
+
+TEST_CASE("an unknown key is refused before anything runs, naming the key and the fix") {
+  TemporaryDirectory temporary;
+  const auto run = launcher::run_and_capture(
+      tiny_run(temporary.path, {"training.trainer.max_stepz=5"}));
+  INFO(run.output);
+  CHECK(run.exit_code == 2);
+  CHECK(run.output.find("max_stepz") != std::string::npos);
+  CHECK(run.output.find("max_steps") != std::string::npos);  // did you mean
+  CHECK_FALSE(fs::exists(temporary.path / "gpt3_126m"));
+}
+
+TEST_CASE("an unknown group option is refused with the valid options") {
+  TemporaryDirectory temporary;
+  const auto run = launcher::run_and_capture(
+      {std::string(TEST_BIN_DIR) + "/launcher", "main", "training=gpt3/126n",
+       "base_results_dir=" + temporary.path.string()});
+  INFO(run.output);
+  CHECK(run.exit_code == 2);
+  CHECK(run.output.find("gpt3/126n") != std::string::npos);
+  CHECK(run.output.find("gpt3/126m") != std::string::npos);
+}
+
+TEST_CASE("a hostile run name stays literal text: the script runs and nothing is injected") {
+  TemporaryDirectory temporary;
+  const std::string name = "x'y; $(touch INJECTED)`touch INJECTED2`z";
+  // Hydra's grammar: a value with quotes or spaces is written quoted on the command line.
+  const auto run = launcher::run_and_capture(tiny_run(
+      temporary.path, {"training.run.name=\"" + name + "\"", "training.trainer.max_steps=1"}));
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+  CHECK(fs::is_directory(temporary.path / name));
+  for (const auto& entry : fs::recursive_directory_iterator(temporary.path)) {
+    CHECK_FALSE(entry.path().filename() == "INJECTED");
+    CHECK_FALSE(entry.path().filename() == "INJECTED2");
+  }
+}
+
+TEST_CASE("a failing backend makes the launcher fail with the backend's message in the log") {
+  TemporaryDirectory temporary;
+  const auto run = launcher::run_and_capture(
+      tiny_run(temporary.path, {"training.model.num_attention_heads=3"}));
+  INFO(run.output);
+  CHECK(run.exit_code == 2);
+  CHECK(run.output.find("--num-attention-heads 3 must divide --hidden-size 64") != std::string::npos);
+}
+
+TEST_CASE("pretrain_gpt refuses bad flags with exit status 2 and one clear line") {
+  const auto run = launcher::run_and_capture(
+      {std::string(TEST_BIN_DIR) + "/pretrain_gpt", "--num-layers", "2", "--no-such-flag"});
+  CHECK(run.exit_code == 2);
+  CHECK(run.output.find("--no-such-flag") != std::string::npos);
+  CHECK(run.output.find("terminate called") == std::string::npos);
+}
