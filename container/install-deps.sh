@@ -18,6 +18,10 @@ packages=(
   openmpi-bin libopenmpi-dev
   # tests; python3-omegaconf is the oracle the config tests compare against
   doctest-dev python3-omegaconf
+  # tests: a real Slurm cluster (slurmctld + two slurmd) on this machine. slurm-wlm is the
+  # metapackage for slurmctld, slurmd and slurm-client (sbatch, srun, scontrol, sinfo);
+  # munge is Slurm's authentication daemon (the package also creates /etc/munge/munge.key)
+  slurm-wlm munge
 )
 
 sudo_cmd=()

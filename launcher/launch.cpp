@@ -157,6 +157,7 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
     }
     JobSpec job = build_training_job(config, backend_bin_dir, job_name_prefix);
     job.environment = job_environment(config);
+    if (options.job_number) job.results_dir /= std::to_string(*options.job_number);
 
     fs::create_directories(job.results_dir);
     common::add_log_file(job.results_dir / "launcher.log");

@@ -16,6 +16,9 @@ struct MainOptions {
   std::vector<std::string> overrides;         // key=value ..., as typed
   std::optional<std::filesystem::path> conf_dir;  // --config-dir; default: see find_conf_dir
   bool dry_run = false;                       // write everything, submit nothing
+  // Multirun: job k of a sweep writes into <run.results_dir>/<k>, as Hydra's
+  // sweep.dir/<job.num>, so no two combinations share a results directory.
+  std::optional<size_t> job_number;
   std::string command_line;                   // for launcher_cmd.log
 };
 

@@ -8,7 +8,6 @@
 
 #include "backend/common/error.hpp"
 #include "launcher/config/merge.hpp"
-#include "backend/common/suggest.hpp"
 #include "launcher/config/yaml_io.hpp"
 
 using launcher::Node;
@@ -65,17 +64,6 @@ TEST_CASE("dotted paths: find and at_path with did-you-mean") {
       launcher::at_path(tree, "model.layers.5"),
       doctest::Contains("not a valid index into the list 'model.layers' (2 items)"), common::Error);
   CHECK(launcher::split_path("a.b[3].c") == std::vector<std::string>{"a", "b", "3", "c"});
-}
-
-TEST_CASE("suggestions by edit distance") {
-  CHECK(common::edit_distance("kitten", "sitting") == 3);
-  CHECK(common::edit_distance("ab", "ba") == 1);
-  const std::vector<std::string> keys = {"max_steps", "max_epochs", "devices", "num_nodes"};
-  CHECK(common::closest_matches("max_step", keys) == std::vector<std::string>{"max_steps"});
-  CHECK(common::closest_matches("zzz", keys).empty());
-  CHECK(common::did_you_mean("126m", {"gpt3/126m", "gpt3/5b"}) == " Did you mean 'gpt3/126m'?");
-  CHECK(common::list_if_short({"a", "b"}) == "a, b");
-  CHECK(common::list_if_short(std::vector<std::string>(21, "k")).empty());
 }
 
 TEST_CASE("merge follows OmegaConf: maps merge, the rest replaces, ??? does not overwrite") {

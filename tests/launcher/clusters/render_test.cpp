@@ -1,0 +1,115 @@
+// Rendering job scripts: the local script and the sbatch script from their templates, checked
+// by bash's own parser, with hostile values kept literal and bad #SBATCH values refused.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <iterator>
+#include <fstream>
+#include <string>
+
+#include "backend/common/error.hpp"
+#include "launcher/clusters/cluster.hpp"
+#include "launcher/config/yaml_io.hpp"
+#include "launcher/process.hpp"
+
+using namespace launcher;
+namespace fs = std::filesystem;
+
+namespace {
+JobSpec sample_job(const fs::path& results_dir) {
+  JobSpec job;
+  job.stage = "training";
+  job.run_name = "gpt3_126m";
+  job.job_name = "nemo-megatron-gpt3_126m";
+  job.results_dir = results_dir;
+  job.command = {"/opt/bin/pretrain_gpt", "--num-layers", "2", "--vocab-file", "/data/my vocab.json"};
+  job.environment = {{"NCCL_DEBUG", "INFO"}, {"HOSTILE", "$(touch INJECTED); `id`"}};
+  job.nodes = 2;
+  job.tasks_per_node = 8;
+  job.time_limit = "1-00:00:00";
+  return job;
+}
+
+const fs::path kTemplates = fs::path(TEST_SOURCE_DIR) / "templates";
+
+bool bash_accepts(const std::string& script) {
+  const fs::path path = fs::temp_directory_path() / "render_test_script.sh";
+  std::ofstream(path) << script;
+  const auto run = run_and_capture({"bash", "-n", path.string()});
+  fs::remove(path);
+  return run.exit_code == 0;
+}
+}  // namespace
+
+TEST_CASE("the local script exports quoted values and runs the backend in the results dir") {
+  const Node cluster = parse_yaml("job_name_prefix: ''\n", "test");
+  const auto job = sample_job("/tmp/results/gpt3_126m");
+  const std::string script = render_local_script(job, "/tmp/results/x.sh", {kTemplates, &cluster});
+  CHECK(script.starts_with("#!/usr/bin/env bash\n"));
+  CHECK(script.find("export NCCL_DEBUG=INFO\n") != std::string::npos);
+  CHECK(script.find("export HOSTILE='$(touch INJECTED); `id`'\n") != std::string::npos);
+  CHECK(script.find("cd /tmp/results/gpt3_126m\n") != std::string::npos);
+  CHECK(script.find("/opt/bin/pretrain_gpt \\\n    --num-layers 2 \\\n    --vocab-file '/data/my vocab.json'") !=
+        std::string::npos);
+  CHECK(bash_accepts(script));
+}
+
+TEST_CASE("the local script, run, sees the hostile value as text and executes nothing") {
+  const fs::path results = fs::temp_directory_path() / "render_test_results";
+  fs::remove_all(results);
+  JobSpec job = sample_job(results);
+  job.command = {"bash", "-c", "printf '%s' \"$HOSTILE\" > seen.txt"};
+  const Node cluster = parse_yaml("job_name_prefix: ''\n", "test");
+  const fs::path script_path = fs::temp_directory_path() / "render_test_local.sh";
+  write_script(script_path, render_local_script(job, script_path, {kTemplates, &cluster}));
+  const auto run = run_and_capture({"bash", script_path.string()});
+  CHECK(run.exit_code == 0);
+  std::ifstream seen(results / "seen.txt");
+  std::string text((std::istreambuf_iterator<char>(seen)), std::istreambuf_iterator<char>());
+  CHECK(text == "$(touch INJECTED); `id`");
+  CHECK_FALSE(fs::exists(results / "INJECTED"));
+  fs::remove_all(results);
+  fs::remove(script_path);
+}
+
+TEST_CASE("the sbatch script carries the cluster config and the job in #SBATCH lines") {
+  const Node cluster = parse_yaml(
+      "partition: batch\naccount: llm\nexclusive: true\ngpus_per_task: null\ngpus_per_node: 8\n"
+      "mem: 0\njob_name_prefix: nemo-megatron-\ngres: gpu:8\nsrun_args: [--mpi=pmix]\n"
+      "stderr_to_stdout: false\nqos: high\n",
+      "bcm.yaml");
+  const auto job = sample_job("/lustre/results/gpt3_126m");
+  const std::string script = render_sbatch(job, "/lustre/x.sh", {kTemplates, &cluster});
+  for (const char* line :
+       {"#SBATCH --job-name=nemo-megatron-gpt3_126m\n", "#SBATCH --nodes=2\n",
+        "#SBATCH --ntasks-per-node=8\n", "#SBATCH --partition=batch\n", "#SBATCH --account=llm\n",
+        "#SBATCH --gpus-per-node=8\n", "#SBATCH --gres=gpu:8\n", "#SBATCH --mem=0\n",
+        "#SBATCH --exclusive\n", "#SBATCH --time=1-00:00:00\n",
+        "#SBATCH --output=/lustre/results/gpt3_126m/log-nemo-megatron-gpt3_126m_%j.out\n",
+        "#SBATCH --error=/lustre/results/gpt3_126m/log-nemo-megatron-gpt3_126m_%j.err\n",
+        "#SBATCH --qos=high\n", "srun --mpi=pmix /opt/bin/pretrain_gpt"}) {
+    CAPTURE(line);
+    CHECK(script.find(line) != std::string::npos);
+  }
+  CHECK(script.find("--gpus-per-task") == std::string::npos);  // null: no directive
+  CHECK(bash_accepts(script));
+}
+
+TEST_CASE("a CPU-only Slurm cluster gets no GPU request") {
+  const Node cluster = parse_yaml("gres: null\ngpus_per_node: null\nstderr_to_stdout: true\n", "bcm.yaml");
+  const std::string script = render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster});
+  CHECK(script.find("gpu") == std::string::npos);
+  CHECK(script.find("--error") == std::string::npos);  // stderr goes to the .out file
+}
+
+TEST_CASE("#SBATCH values that could break out of their line are refused") {
+  const Node cluster = parse_yaml("partition: \"batch\\n#SBATCH --uid=0\"\n", "bcm.yaml");
+  CHECK_THROWS_WITH_AS(render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster}),
+                       doctest::Contains("#SBATCH --partition"), common::Error);
+}
+
+TEST_CASE("a missing template is named") {
+  const Node cluster = parse_yaml("job_name_prefix: ''\n", "test");
+  CHECK_THROWS_WITH_AS(render_local_script(sample_job("/r"), "/r/x.sh", {"/no/such/dir", &cluster}),
+                       doctest::Contains("/no/such/dir/local.sh.mustache not found"), common::Error);
+}

@@ -1,0 +1,104 @@
+// NeMo training config → Megatron flags, on the real conf/ tree, and the docs table in step.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/common/error.hpp"
+#include "launcher/config/compose.hpp"
+#include "launcher/config/interpolate.hpp"
+#include "launcher/stages/training_stage.hpp"
+
+using namespace launcher;
+
+namespace {
+Node composed_126m(std::vector<std::string> overrides) {
+  overrides.insert(overrides.begin(), "training=gpt3/126m");
+  overrides.push_back("launcher_scripts_path=/opt/launcher");
+  ComposedConfig composed = compose({std::string(TEST_SOURCE_DIR) + "/conf", "config", overrides});
+  return resolve(composed.config, ResolveContext{composed.choices});
+}
+
+std::string flag_value(const std::vector<std::string>& arguments, const std::string& flag) {
+  for (size_t i = 0; i + 1 < arguments.size(); ++i) {
+    if (arguments[i] == flag) return arguments[i + 1];
+  }
+  return "<absent>";
+}
+
+bool has(const std::vector<std::string>& arguments, const std::string& flag) {
+  return std::find(arguments.begin(), arguments.end(), flag) != arguments.end();
+}
+}  // namespace
+
+TEST_CASE("gpt3/126m translates to Megatron's flags with NeMo's values") {
+  const auto arguments = megatron_training_arguments(composed_126m({}));
+  CHECK(flag_value(arguments, "--num-layers") == "12");
+  CHECK(flag_value(arguments, "--hidden-size") == "768");
+  CHECK(flag_value(arguments, "--ffn-hidden-size") == "3072");  // ${multiply:4, ${.hidden_size}}
+  CHECK(flag_value(arguments, "--num-attention-heads") == "12");
+  CHECK(flag_value(arguments, "--seq-length") == "2048");
+  CHECK(flag_value(arguments, "--max-position-embeddings") == "2048");
+  CHECK(flag_value(arguments, "--micro-batch-size") == "4");
+  CHECK(flag_value(arguments, "--global-batch-size") == "256");
+  CHECK(flag_value(arguments, "--lr") == "0.0006");
+  CHECK(flag_value(arguments, "--min-lr") == "6e-05");
+  CHECK(flag_value(arguments, "--adam-beta2") == "0.95");
+  CHECK(flag_value(arguments, "--lr-decay-style") == "cosine");
+  CHECK(flag_value(arguments, "--lr-warmup-iters") == "636");
+  CHECK(flag_value(arguments, "--lr-decay-iters") == "500000");  // 600000 − constant_steps
+  CHECK(flag_value(arguments, "--vocab-file") == "/opt/launcher/data/bpe/vocab.json");
+  CHECK(has(arguments, "--bf16"));
+  CHECK(has(arguments, "--mock-data"));
+}
+
+TEST_CASE("short runs keep Megatron's warmup < decay while the rate that runs stays NeMo's") {
+  const auto arguments = megatron_training_arguments(composed_126m({"training.trainer.max_steps=3"}));
+  CHECK(flag_value(arguments, "--train-iters") == "3");
+  CHECK(flag_value(arguments, "--lr-decay-iters") == "637");
+}
+
+TEST_CASE("precision, scheduler names and data_impl are translated or refused by name") {
+  CHECK_FALSE(has(megatron_training_arguments(composed_126m({"training.trainer.precision=32"})),
+                  "--bf16"));
+  CHECK(has(megatron_training_arguments(composed_126m({"training.trainer.precision=16-mixed"})),
+            "--fp16"));
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(composed_126m({"training.trainer.precision=fp8"})),
+      doctest::Contains("training.trainer.precision 'fp8' is not valid"), common::Error);
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(composed_126m({"training.model.optim.sched.name=Noam"})),
+      doctest::Contains("'Noam' has no Megatron equivalent"), common::Error);
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(composed_126m({"training.model.data.data_impl=mmap"})),
+      doctest::Contains("training.model.data.data_prefix is empty"), common::Error);
+  const auto real_data = megatron_training_arguments(composed_126m(
+      {"training.model.data.data_impl=mmap", "training.model.data.data_prefix=[0.3,a,0.7,b]"}));
+  CHECK(flag_value(real_data, "--data-path") == "0.3");
+  CHECK(flag_value(real_data, "--split") == "99990,8,2");
+  CHECK_FALSE(has(real_data, "--mock-data"));
+}
+
+TEST_CASE("more than one process is refused until the distributed path exists") {
+  CHECK_THROWS_WITH_AS(
+      build_training_job(composed_126m({"training.trainer.devices=8"}), "/bin", ""),
+      doctest::Contains("training.trainer.num_nodes × devices = 8 processes"), common::Error);
+  const JobSpec job = build_training_job(composed_126m({}), "/opt/bin", "nemo-");
+  CHECK(job.job_name == "nemo-gpt3_126m");
+  CHECK(job.command.front() == "/opt/bin/pretrain_gpt");
+  CHECK(job.time_limit == "1-00:00:00");
+}
+
+TEST_CASE("docs/launcher.md lists every row of the flag table") {
+  std::ifstream file(std::string(TEST_SOURCE_DIR) + "/docs/launcher.md");
+  REQUIRE(file);
+  std::stringstream text;
+  text << file.rdbuf();
+  for (const auto& row : training_flag_table()) {
+    CAPTURE(row.config_key);
+    CHECK(text.str().find("| `" + row.config_key + "` | `" + row.flag + "` |") != std::string::npos);
+  }
+}
