@@ -6,6 +6,7 @@
 //                                 log-<prefix><run.name>_<job id>.out
 #include "launcher/launch.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -18,10 +19,12 @@
 #include "launcher/clusters/cluster.hpp"
 #include "launcher/config/compose.hpp"
 #include "launcher/config/interpolate.hpp"
+#include "launcher/config/launcher_scripts_path.hpp"
 #include "launcher/config/node.hpp"
 #include "launcher/config/yaml_io.hpp"
 #include "launcher/process.hpp"
-#include "launcher/stages/training_stage.hpp"
+#include "launcher/stages/stage.hpp"
+#include "launcher/stages/training_preflight.hpp"
 
 namespace launcher {
 
@@ -101,9 +104,14 @@ fs::path find_conf_dir(const std::optional<fs::path>& requested) {
   common::fail("no conf/ directory found: pass --config-dir DIR or set LAUNCHER_CONF_DIR");
 }
 
-std::string resolve_cluster_type(const std::string& configured) {
-  if (configured != "auto") return configured;
-  return find_on_path("sbatch") ? "bcm" : "local";
+ClusterChoice resolve_cluster_type(const std::string& configured) {
+  if (configured != "auto") return {configured, "as configured"};
+  if (!find_on_path("sbatch")) return {"local", "no sbatch on PATH"};
+  // The Slurm client alone (e.g. installed for tests) is not a cluster: submitting would fail.
+  const char* slurm_conf = std::getenv("SLURM_CONF");
+  if (slurm_conf != nullptr && *slurm_conf != '\0') return {"bcm", "sbatch on PATH, SLURM_CONF set"};
+  if (fs::exists("/etc/slurm/slurm.conf")) return {"bcm", "sbatch on PATH, /etc/slurm/slurm.conf"};
+  return {"local", "sbatch on PATH but no Slurm configuration (SLURM_CONF, /etc/slurm/slurm.conf)"};
 }
 
 int launch_main(const MainOptions& options, std::ostream& terminal) {
@@ -115,11 +123,9 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   const Node* configured_type = find(composed.config, "cluster_type");
   const std::string configured = configured_type && configured_type->is_string()
                                      ? configured_type->as_string() : "auto";
-  const std::string cluster_type = resolve_cluster_type(configured);
-  if (configured == "auto") {
-    spdlog::info("cluster_type auto → {} ({})", cluster_type,
-                 cluster_type == "bcm" ? "sbatch found on PATH" : "no sbatch on PATH");
-  }
+  const ClusterChoice choice = resolve_cluster_type(configured);
+  const std::string& cluster_type = choice.type;
+  if (configured == "auto") spdlog::info("cluster_type auto → {} ({})", cluster_type, choice.reason);
   if (cluster_type != "local" && cluster_type != "bcm") {
     common::fail("cluster_type '{}' is not available yet (valid now: auto, bcm, local; pbs and "
                  "k8s come with the launcher's cluster back ends)", cluster_type);
@@ -129,11 +135,7 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
     composed = compose(compose_options);
   }
 
-  // launcher_scripts_path: ??? means the directory holding conf/.
-  const Node* scripts_path = find(composed.config, "launcher_scripts_path");
-  if (scripts_path && scripts_path->is_string() && scripts_path->as_string() == "???") {
-    composed.config.set("launcher_scripts_path", Node::string(conf_dir.parent_path().string()));
-  }
+  fill_launcher_scripts_path(composed.config, conf_dir);  // ??? → the directory holding conf/
   const Node config = resolve(composed.config, ResolveContext{composed.choices});
 
   const fs::path scripts_root = text_at(config, "launcher_scripts_path");
@@ -149,43 +151,51 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   if (stages == nullptr || !stages->is_list() || stages->size() == 0) {
     common::fail("stages: expected a non-empty list, e.g. stages=[training]");
   }
+  for (size_t i = 0; i < stages->size(); ++i) {
+    if (stages->at(i).is_string() && stages->at(i).as_string() == "training") {
+      enforce_training_preflight(config);  // before anything is written or queued
+    }
+  }
+  const StageContext stage_context{config, backend_bin_dir, job_name_prefix};
+  // The id of the last job submitted: the next stage runs after it (afterany, as NeMo). A
+  // stage with nothing to submit leaves it as it is, so the chain is never broken.
+  std::string previous_job_id;
   int exit_status = 0;
   for (size_t i = 0; i < stages->size(); ++i) {
-    const std::string stage = stages->at(i).as_string();
-    if (stage != "training") {
-      common::fail("stage '{}' is not built yet (valid now: training)", stage);
-    }
-    JobSpec job = build_training_job(config, backend_bin_dir, job_name_prefix);
-    job.environment = job_environment(config);
-    if (options.job_number) job.results_dir /= std::to_string(*options.job_number);
+    const std::string stage = stages->at(i).as_string(fmt::format("stages.{}", i));
+    std::optional<JobSpec> job = build_stage_job(stage, stage_context);
+    if (!job) continue;
+    job->environment = job_environment(config);
+    if (options.job_number) job->results_dir /= std::to_string(*options.job_number);
+    job->after_job_id = previous_job_id;
 
-    fs::create_directories(job.results_dir);
-    common::add_log_file(job.results_dir / "launcher.log");
-    write_text(job.results_dir / (job.run_name + "_hydra.yaml"), to_yaml(config));
-    write_text(job.results_dir / "launcher_cmd.log", options.command_line + "\n");
+    fs::create_directories(job->results_dir);
+    common::add_log_file(job->results_dir / "launcher.log");
+    write_text(job->results_dir / (job->run_name + "_hydra.yaml"), to_yaml(config));
+    write_text(job->results_dir / "launcher_cmd.log", options.command_line + "\n");
     const fs::path script_path =
-        job.results_dir / (job_name_prefix + job.run_name + "_submission.sh");
+        job->results_dir / (job_name_prefix + job->run_name + "_submission.sh");
     const RenderContext context{scripts_root / "templates", cluster};
-    write_script(script_path, cluster_type == "bcm" ? render_sbatch(job, script_path, context)
-                                                    : render_local_script(job, script_path, context));
-    spdlog::info("{}: results in {}, job script {}", stage, job.results_dir.string(),
+    write_script(script_path, cluster_type == "bcm" ? render_sbatch(*job, script_path, context)
+                                                    : render_local_script(*job, script_path, context));
+    spdlog::info("{}: results in {}, job script {}", stage, job->results_dir.string(),
                  script_path.string());
     if (options.dry_run) {
       spdlog::info("dry run: not submitting {}", script_path.string());
       continue;
     }
     if (cluster_type == "bcm") {
-      const Submission submission = submit_sbatch(job, script_path);
+      const Submission submission = submit_sbatch(*job, script_path);
       spdlog::info("Submitted batch job {}", submission.job_id);
-      spdlog::info("job output: {}", submission.log_file.string());
+      spdlog::info("{}: job output in {}", stage, submission.log_file.string());
+      previous_job_id = submission.job_id;
     } else {
-      const Submission submission = run_local_script(job, script_path, terminal);
-      spdlog::info("local job {} exited with status {}; output in {}", submission.job_id,
-                   submission.exit_code, submission.log_file.string());
-      if (submission.exit_code != 0) {
-        exit_status = submission.exit_code;
-        break;
-      }
+      // Local stages run one after the other; like afterany, a failed stage does not stop the
+      // next, and the launcher's exit status reports the first failure.
+      const Submission submission = run_local_script(*job, script_path, terminal);
+      spdlog::info("{}: local job {} exited with status {}; output in {}", stage,
+                   submission.job_id, submission.exit_code, submission.log_file.string());
+      if (submission.exit_code != 0 && exit_status == 0) exit_status = submission.exit_code;
     }
   }
   return exit_status;

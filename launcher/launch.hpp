@@ -26,8 +26,14 @@ struct MainOptions {
 // tree inside the checkout), the source tree the launcher was built from.
 std::filesystem::path find_conf_dir(const std::optional<std::filesystem::path>& requested);
 
-// Resolves `cluster_type: auto` to bcm when sbatch is on PATH, local otherwise.
-std::string resolve_cluster_type(const std::string& configured);
+struct ClusterChoice {
+  std::string type;    // bcm, local, ...
+  std::string reason;  // said in the log line when the type was auto
+};
+
+// Resolves `cluster_type: auto`: bcm when sbatch is on PATH and Slurm is configured
+// (SLURM_CONF set, or /etc/slurm/slurm.conf), local otherwise. Other values pass through.
+ClusterChoice resolve_cluster_type(const std::string& configured);
 
 // Runs `launcher main`. Returns the process exit status (a failed local job's status).
 int launch_main(const MainOptions& options, std::ostream& terminal);

@@ -32,6 +32,8 @@ constexpr UnsupportedFlag kUnsupportedFlags[] = {
     {"--use-distributed-optimizer", false, "needs data parallelism, which is not built yet"},
     {"--recompute-activations", false, "activation recompute is not built yet"},
     {"--recompute-granularity", true, "activation recompute is not built yet"},
+    {"--recompute-method", true, "activation recompute is not built yet"},
+    {"--recompute-num-layers", true, "activation recompute is not built yet"},
     {"--position-embedding-type", true, "only learned absolute positions are built so far"},
     {"--normalization", true, "only LayerNorm is built so far"},
     {"--swiglu", false, "only the GELU MLP is built so far"},

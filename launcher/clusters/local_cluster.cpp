@@ -30,6 +30,12 @@ TemplateData common_template_data(const JobSpec& job, const std::filesystem::pat
     command += (is_flag ? " \\\n    " : " ") + shell_quote(job.command[i]);
   }
   data.set("command", command);
+  data.set("program", shell_quote(job.command.front()));
+  const std::string tool = job.tool.empty() ? job.command.front() : job.tool;
+  data.set("missing_tool_message",
+           shell_quote(fmt::format("launcher: the {} stage needs {}, which is not at {}: it is not "
+                                   "built yet in this version, or backend_bin_dir points elsewhere",
+                                   job.stage, tool, job.command.front())));
   return data;
 }
 

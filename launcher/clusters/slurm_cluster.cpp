@@ -4,12 +4,14 @@
 // "Submitted batch job N". Reference: NeMo-Megatron-Launcher nemo_launcher/core/launchers.py
 // (SlurmLauncher) and Slurm's sbatch(1).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cctype>
 #include <set>
 
 #include "backend/common/error.hpp"
 #include "launcher/clusters/cluster.hpp"
+#include "launcher/config/scalar_text.hpp"
 #include "launcher/process.hpp"
 #include "launcher/shell_quote.hpp"
 
@@ -30,19 +32,15 @@ std::string directive(const std::string& option, const std::string& value) {
   return fmt::format("{}={}", option, needs_quotes ? "\"" + value + "\"" : value);
 }
 
-std::string scalar_text(const Node& value, const std::string& key) {
-  if (value.is_bool()) return value.as_bool() ? "true" : "false";
-  if (value.is_int()) return fmt::format("{}", value.as_int());
-  if (value.is_float()) return fmt::format("{}", value.as_double());
-  if (value.is_string()) return value.as_string();
-  common::fail("cluster.{}: expected a scalar, got a list or mapping", key);
+std::string cluster_text(const Node& value, const std::string& key) {
+  return launcher::scalar_text(value, "cluster." + key);
 }
 
 // Keys of cluster/bcm.yaml with their own meaning; any other key passes through as an
 // #SBATCH option of the same name (underscores become dashes).
 const std::set<std::string> kKnownKeys = {"partition", "account",   "exclusive",     "gpus_per_task",
                                           "gpus_per_node", "mem",   "job_name_prefix", "gres",
-                                          "srun_args",     "stderr_to_stdout"};
+                                          "srun_args",     "stderr_to_stdout", "gpu_memory_gb"};
 
 }  // namespace
 
@@ -61,12 +59,19 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
   for (const auto& [key, option] : std::vector<std::pair<std::string, std::string>>{
            {"partition", "--partition"}, {"account", "--account"}, {"gpus_per_task", "--gpus-per-task"},
            {"gpus_per_node", "--gpus-per-node"}, {"gres", "--gres"}, {"mem", "--mem"}}) {
-    if (const Node* value = value_of(key)) directives.push_back(directive(option, scalar_text(*value, key)));
+    if (const Node* value = value_of(key)) directives.push_back(directive(option, cluster_text(*value, key)));
   }
   if (const Node* exclusive = value_of("exclusive"); exclusive && exclusive->is_bool() && exclusive->as_bool()) {
     directives.push_back("--exclusive");
   }
   if (!job.time_limit.empty()) directives.push_back(directive("--time", job.time_limit));
+  // Slurm ANDs comma-separated dependencies: after the previous stage, and e.g. singleton.
+  std::vector<std::string> dependencies;
+  if (!job.after_job_id.empty()) dependencies.push_back("afterany:" + job.after_job_id);
+  if (!job.run_dependency.empty()) dependencies.push_back(job.run_dependency);
+  if (!dependencies.empty()) {
+    directives.push_back(directive("--dependency", fmt::format("{}", fmt::join(dependencies, ","))));
+  }
   const auto log_stem = (job.results_dir / fmt::format("log-{}_%j", job.job_name)).string();
   directives.push_back(directive("--output", log_stem + ".out"));
   const Node* merged = value_of("stderr_to_stdout");
@@ -80,14 +85,14 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
       if (value == nullptr) continue;
       std::string option = "--" + key;
       std::replace(option.begin(), option.end(), '_', '-');
-      directives.push_back(directive(option, scalar_text(*value, key)));
+      directives.push_back(directive(option, cluster_text(*value, key)));
     }
   }
 
   std::vector<std::string> srun_arguments;
   if (const Node* extra = value_of("srun_args"); extra && extra->is_list()) {
     for (size_t i = 0; i < extra->size(); ++i) {
-      srun_arguments.push_back(scalar_text(extra->at(i), fmt::format("srun_args.{}", i)));
+      srun_arguments.push_back(cluster_text(extra->at(i), fmt::format("srun_args.{}", i)));
     }
   }
 

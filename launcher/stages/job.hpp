@@ -20,6 +20,12 @@ struct JobSpec {
   int nodes = 1;
   int tasks_per_node = 1;
   std::string time_limit;              // Slurm's D-HH:MM:SS, may be empty
+  std::string tool;                    // the backend executable's name, for "not built" messages
+  // Scheduler dependencies: the id of the job this one runs after (afterany), set by the
+  // launcher from the last stage that submitted something, and <stage>.run.dependency
+  // (e.g. "singleton"), passed to Slurm as is.
+  std::string after_job_id;
+  std::string run_dependency;
 };
 
 }  // namespace launcher

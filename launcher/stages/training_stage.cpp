@@ -11,6 +11,7 @@
 
 #include "backend/common/error.hpp"
 #include "launcher/config/node.hpp"
+#include "launcher/config/scalar_text.hpp"
 
 namespace launcher {
 
@@ -32,6 +33,9 @@ const std::vector<TrainingFlagMapping> kTrainingFlags = {
     {"model.hidden_dropout", "--hidden-dropout", ""},
     {"model.attention_dropout", "--attention-dropout", ""},
     {"model.layernorm_epsilon", "--layernorm-epsilon", ""},
+    {"model.activations_checkpoint_granularity", "--recompute-granularity", ""},
+    {"model.activations_checkpoint_method", "--recompute-method", ""},
+    {"model.activations_checkpoint_num_layers", "--recompute-num-layers", ""},
     {"model.make_vocab_size_divisible_by", "--make-vocab-size-divisible-by", ""},
     {"model.seed", "--seed", ""},
     {"model.tokenizer.type", "--tokenizer-type", ""},
@@ -64,21 +68,11 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
      "model.data.splits_string"},
 };
 
-const Node* lookup(const Node& training, const std::string& key) {
-  const Node* value = find(training, key);
-  if (value == nullptr || value->is_null()) return nullptr;
-  return value;
-}
+const Node* lookup(const Node& training, const std::string& key) { return find_set(training, key); }
 
-// A scalar as it reads on a command line: ints as integers, floats in the shortest form that
-// round-trips, booleans as true/false.
-std::string scalar_text(const Node& value, const std::string& key) {
-  if (value.is_bool()) return value.as_bool() ? "true" : "false";
-  if (value.is_int()) return fmt::format("{}", value.as_int());
-  if (value.is_float()) return fmt::format("{}", value.as_double());
-  if (value.is_string()) return value.as_string();
-  common::fail("training.{}: expected a scalar for a command-line flag, got a {}", key,
-               value.is_list() ? "list" : "mapping");
+// Keys below `training.` are reported with their full path.
+std::string training_text(const Node& value, const std::string& key) {
+  return launcher::scalar_text(value, "training." + key);
 }
 
 int64_t integer_or(const Node& training, const std::string& key, int64_t fallback) {
@@ -121,13 +115,13 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
   for (const auto& row : kTrainingFlags) {
     if (const Node* value = lookup(training, row.config_key)) {
       arguments.push_back(row.flag);
-      arguments.push_back(scalar_text(*value, row.config_key));
+      arguments.push_back(training_text(*value, row.config_key));
     }
   }
 
   if (const Node* scheduler = lookup(training, "model.optim.sched.name")) {
     arguments.push_back("--lr-decay-style");
-    arguments.push_back(decay_style(scalar_text(*scheduler, "model.optim.sched.name")));
+    arguments.push_back(decay_style(training_text(*scheduler, "model.optim.sched.name")));
   }
   const int64_t max_steps = integer_or(training, "trainer.max_steps", 0);
   const int64_t warmup = integer_or(training, "model.optim.sched.warmup_steps", 0);
@@ -140,7 +134,7 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
   }
 
   if (const Node* precision = lookup(training, "trainer.precision")) {
-    const std::string text = scalar_text(*precision, "trainer.precision");
+    const std::string text = training_text(*precision, "trainer.precision");
     if (text == "bf16" || text == "bf16-mixed") {
       arguments.push_back("--bf16");
     } else if (text == "16" || text == "16-mixed") {
@@ -152,7 +146,7 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
   }
 
   const Node* data_impl = lookup(training, "model.data.data_impl");
-  const std::string impl = data_impl ? scalar_text(*data_impl, "model.data.data_impl") : "mmap";
+  const std::string impl = data_impl ? training_text(*data_impl, "model.data.data_impl") : "mmap";
   if (impl == "mock") {
     arguments.push_back("--mock-data");
   } else if (impl == "mmap") {
@@ -164,14 +158,14 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
     arguments.push_back("--data-path");
     if (prefix->is_list()) {
       for (size_t i = 0; i < prefix->size(); ++i) {
-        arguments.push_back(scalar_text(prefix->at(i), fmt::format("model.data.data_prefix.{}", i)));
+        arguments.push_back(training_text(prefix->at(i), fmt::format("model.data.data_prefix.{}", i)));
       }
     } else {
-      arguments.push_back(scalar_text(*prefix, "model.data.data_prefix"));
+      arguments.push_back(training_text(*prefix, "model.data.data_prefix"));
     }
     if (const Node* split = lookup(training, "model.data.splits_string")) {
       arguments.push_back("--split");
-      arguments.push_back(scalar_text(*split, "model.data.splits_string"));
+      arguments.push_back(training_text(*split, "model.data.splits_string"));
     }
   } else {
     common::fail("training.model.data.data_impl '{}' is not valid (valid: mmap, mock)", impl);
@@ -179,17 +173,10 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
   return arguments;
 }
 
-JobSpec build_training_job(const Node& config, const std::filesystem::path& backend_bin_dir,
-                           const std::string& job_name_prefix) {
-  JobSpec job;
-  job.stage = "training";
-  job.run_name = at_path(config, "training.run.name").as_string();
-  job.job_name = job_name_prefix + job.run_name;
-  job.results_dir = at_path(config, "training.run.results_dir").as_string();
-  if (const Node* limit = find(config, "training.run.time_limit"); limit && !limit->is_null()) {
-    job.time_limit = limit->as_string();
-  }
-  const Node& training = at_path(config, "training");
+JobSpec build_training_job(const StageContext& context) {
+  JobSpec job = job_from_run_section("training", context);
+  job.tool = "pretrain_gpt";
+  const Node& training = at_path(context.config, "training");
   job.nodes = static_cast<int>(integer_or(training, "trainer.num_nodes", 1));
   job.tasks_per_node = static_cast<int>(integer_or(training, "trainer.devices", 1));
   if (job.nodes < 1 || job.tasks_per_node < 1) {
@@ -202,8 +189,10 @@ JobSpec build_training_job(const Node& config, const std::filesystem::path& back
                  "training.trainer.num_nodes=1 training.trainer.devices=1",
                  job.nodes * job.tasks_per_node);
   }
-  job.command.push_back((backend_bin_dir / "pretrain_gpt").string());
-  for (auto& argument : megatron_training_arguments(config)) job.command.push_back(std::move(argument));
+  job.command.push_back((context.backend_bin_dir / job.tool).string());
+  for (auto& argument : megatron_training_arguments(context.config)) {
+    job.command.push_back(std::move(argument));
+  }
   return job;
 }
 

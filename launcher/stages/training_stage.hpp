@@ -10,6 +10,7 @@
 
 #include "launcher/config/node.hpp"
 #include "launcher/stages/job.hpp"
+#include "launcher/stages/stage.hpp"
 
 namespace launcher {
 
@@ -24,8 +25,7 @@ const std::vector<TrainingFlagMapping>& training_flag_table();
 // The pretrain_gpt arguments (without the program) for a resolved config.
 std::vector<std::string> megatron_training_arguments(const Node& config);
 
-// The training job: program path, arguments, environment, results dir, nodes and tasks.
-JobSpec build_training_job(const Node& config, const std::filesystem::path& backend_bin_dir,
-                           const std::string& job_name_prefix);
+// The training job: pretrain_gpt with those arguments, nodes and tasks from the trainer.
+JobSpec build_training_job(const StageContext& context);
 
 }  // namespace launcher

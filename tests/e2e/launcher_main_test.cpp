@@ -97,9 +97,10 @@ TEST_CASE("launcher main runs a tiny gpt3/126m to completion and leaves NeMo's r
 TEST_CASE("cluster_type auto picks the local cluster without sbatch and says so in one line") {
   TemporaryDirectory temporary;
   auto argv = tiny_run(temporary.path, {"cluster_type=auto", "--dry-run"});
+  // An empty PATH: no sbatch, whatever this machine has installed.
   const auto run = launcher::run_and_capture(
-      {"env", "PATH=/usr/bin:/bin", argv[0], "main", "training=gpt3/126m", "cluster_type=auto",
-       "base_results_dir=" + temporary.path.string(), "--dry-run"});
+      {"env", "PATH=" + temporary.path.string(), argv[0], "main", "training=gpt3/126m",
+       "cluster_type=auto", "base_results_dir=" + temporary.path.string(), "--dry-run"});
   INFO(run.output);
   CHECK(run.exit_code == 0);
   CHECK(run.output.find("cluster_type auto → local (no sbatch on PATH)") != std::string::npos);
@@ -149,11 +150,24 @@ TEST_CASE("a hostile run name stays literal text: the script runs and nothing is
 
 TEST_CASE("a failing backend makes the launcher fail with the backend's message in the log") {
   TemporaryDirectory temporary;
+  // Something only the backend checks: the launcher's preflight lets it through.
+  const auto run = launcher::run_and_capture(
+      tiny_run(temporary.path, {"training.model.init_method_std=-1"}));
+  INFO(run.output);
+  CHECK(run.exit_code == 2);
+  CHECK(run.output.find("--init-method-std must be positive, got -1") != std::string::npos);
+}
+
+TEST_CASE("preflight refuses a bad layout before anything is written or run") {
+  TemporaryDirectory temporary;
   const auto run = launcher::run_and_capture(
       tiny_run(temporary.path, {"training.model.num_attention_heads=3"}));
   INFO(run.output);
   CHECK(run.exit_code == 2);
-  CHECK(run.output.find("--num-attention-heads 3 must divide --hidden-size 64") != std::string::npos);
+  CHECK(run.output.find("preflight refused the training stage") != std::string::npos);
+  CHECK(run.output.find("num_attention_heads 3 does not divide hidden_size 64") != std::string::npos);
+  CHECK(run.output.find("memory per GPU") != std::string::npos);
+  CHECK_FALSE(fs::exists(temporary.path / "gpt3_126m"));
 }
 
 TEST_CASE("pretrain_gpt refuses bad flags with exit status 2 and one clear line") {
@@ -162,4 +176,56 @@ TEST_CASE("pretrain_gpt refuses bad flags with exit status 2 and one clear line"
   CHECK(run.exit_code == 2);
   CHECK(run.output.find("--no-such-flag") != std::string::npos);
   CHECK(run.output.find("terminate called") == std::string::npos);
+}
+
+TEST_CASE("cluster_type auto stays local when sbatch exists but Slurm is not configured") {
+  TemporaryDirectory temporary;
+  const fs::path bin = temporary.path / "bin";
+  fs::create_directories(bin);
+  {
+    std::ofstream sbatch(bin / "sbatch");
+    sbatch << "#!/bin/sh\nexit 1\n";
+  }
+  fs::permissions(bin / "sbatch", fs::perms::owner_all);
+  const auto run = launcher::run_and_capture(
+      {"env", "-u", "SLURM_CONF", "PATH=" + bin.string(), std::string(TEST_BIN_DIR) + "/launcher",
+       "main", "training=gpt3/126m", "base_results_dir=" + temporary.path.string(), "--dry-run"});
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+  if (fs::exists("/etc/slurm/slurm.conf")) {
+    CHECK(run.output.find("cluster_type auto → bcm") != std::string::npos);
+  } else {
+    CHECK(run.output.find("cluster_type auto → local (sbatch on PATH but no Slurm configuration") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("stages run in order: an empty stage is skipped, a missing tool fails clearly") {
+  TemporaryDirectory temporary;
+  const auto run = launcher::run_and_capture(tiny_run(
+      temporary.path, {"stages=[data_preparation,training,conversion]",
+                       "training.trainer.max_steps=1"}));
+  INFO(run.output);
+  // data_preparation has no input files: nothing to submit, and the chain goes on.
+  CHECK(run.output.find("data_preparation.input lists no files, nothing to submit") !=
+        std::string::npos);
+  CHECK_FALSE(fs::exists(temporary.path / "preprocess_gpt3"));
+  // training ran to completion.
+  CHECK(run.output.find("training: local job") != std::string::npos);
+  CHECK(count_matches(run.output, std::regex(R"( iteration +1/ +1 \|)")) == 1);
+  // conversion rendered its script, which refuses to run without checkpoint_util.
+  const fs::path conversion = temporary.path / "gpt3_126m" / "convert_hf";
+  CHECK(fs::is_regular_file(conversion / "convert_gpt3_126m_submission.sh"));
+  CHECK(run.output.find("the conversion stage needs checkpoint_util, which is not at") !=
+        std::string::npos);
+  CHECK(run.exit_code == 127);
+}
+
+TEST_CASE("an unknown stage is refused with the valid stages") {
+  TemporaryDirectory temporary;
+  const auto run = launcher::run_and_capture(tiny_run(temporary.path, {"stages=[trainig]"}));
+  CHECK(run.exit_code == 2);
+  CHECK(run.output.find("'trainig' is not a stage Did you mean 'training'?") != std::string::npos);
+  CHECK(run.output.find("valid: data_preparation, training, conversion, evaluation") !=
+        std::string::npos);
 }

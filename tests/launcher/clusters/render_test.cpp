@@ -95,6 +95,18 @@ TEST_CASE("the sbatch script carries the cluster config and the job in #SBATCH l
   CHECK(bash_accepts(script));
 }
 
+TEST_CASE("a later stage depends on the previous job (afterany) and on its own run.dependency") {
+  const Node cluster = parse_yaml("stderr_to_stdout: true\n", "bcm.yaml");
+  JobSpec job = sample_job("/r");
+  job.after_job_id = "4242";
+  job.run_dependency = "singleton";
+  const std::string script = render_sbatch(job, "/r/x.sh", {kTemplates, &cluster});
+  CHECK(script.find("#SBATCH --dependency=afterany:4242,singleton\n") != std::string::npos);
+  job.after_job_id.clear();
+  CHECK(render_sbatch(job, "/r/x.sh", {kTemplates, &cluster}).find("#SBATCH --dependency=singleton\n") !=
+        std::string::npos);
+}
+
 TEST_CASE("a CPU-only Slurm cluster gets no GPU request") {
   const Node cluster = parse_yaml("gres: null\ngpus_per_node: null\nstderr_to_stdout: true\n", "bcm.yaml");
   const std::string script = render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster});

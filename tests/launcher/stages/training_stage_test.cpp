@@ -83,13 +83,17 @@ TEST_CASE("precision, scheduler names and data_impl are translated or refused by
 }
 
 TEST_CASE("more than one process is refused until the distributed path exists") {
-  CHECK_THROWS_WITH_AS(
-      build_training_job(composed_126m({"training.trainer.devices=8"}), "/bin", ""),
-      doctest::Contains("training.trainer.num_nodes × devices = 8 processes"), common::Error);
-  const JobSpec job = build_training_job(composed_126m({}), "/opt/bin", "nemo-");
+  const Node eight_devices = composed_126m({"training.trainer.devices=8"});
+  CHECK_THROWS_WITH_AS(build_training_job({eight_devices, "/bin", ""}),
+                       doctest::Contains("training.trainer.num_nodes × devices = 8 processes"),
+                       common::Error);
+  const Node config = composed_126m({});
+  const JobSpec job = build_training_job({config, "/opt/bin", "nemo-"});
   CHECK(job.job_name == "nemo-gpt3_126m");
   CHECK(job.command.front() == "/opt/bin/pretrain_gpt");
   CHECK(job.time_limit == "1-00:00:00");
+  CHECK(job.run_dependency == "singleton");
+  CHECK(job.tool == "pretrain_gpt");
 }
 
 TEST_CASE("docs/launcher.md lists every row of the flag table") {

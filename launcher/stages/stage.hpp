@@ -1,0 +1,39 @@
+// Stages: each turns its section of the resolved config into one job (JobSpec), independent
+// of the cluster. NeMo-Megatron-Launcher's stage set, in the order users list them:
+//   data_preparation  preprocess_data   (JSONL → Megatron .bin/.idx)
+//   training          pretrain_gpt      (Megatron flags from NeMo's training config)
+//   conversion        checkpoint_util   (checkpoint → Hugging Face)
+//   evaluation        evaluate_gpt      (validation/test loss of a checkpoint)
+// A stage whose tool is not built yet still renders its script; the script refuses to run
+// with a message naming the missing tool (see the templates' tool check).
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "launcher/config/node.hpp"
+#include "launcher/stages/job.hpp"
+
+namespace launcher {
+
+struct StageContext {
+  const Node& config;                     // resolved
+  std::filesystem::path backend_bin_dir;  // where the backend executables live
+  std::string job_name_prefix;            // cluster.job_name_prefix
+};
+
+const std::vector<std::string>& known_stages();
+
+// The stage's job, or nullopt when the stage has nothing to submit (the dependency chain then
+// continues from the stage before it). Unknown stage names are refused with the valid ones.
+std::optional<JobSpec> build_stage_job(std::string_view stage, const StageContext& context);
+
+// The parts every stage shares, read from `<stage>.run`: name, results_dir, time_limit,
+// dependency; job_name = prefix + name. Missing `<stage>` section: an error naming the group
+// to choose.
+JobSpec job_from_run_section(std::string_view stage, const StageContext& context);
+
+}  // namespace launcher

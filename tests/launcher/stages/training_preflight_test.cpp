@@ -1,0 +1,104 @@
+// Preflight: layouts Megatron would reject after queueing are refused up front, all at once,
+// and the memory estimate has the right magnitudes.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "backend/common/error.hpp"
+#include "launcher/config/compose.hpp"
+#include "launcher/config/interpolate.hpp"
+#include "launcher/stages/training_preflight.hpp"
+
+using namespace launcher;
+
+namespace {
+Node composed(std::vector<std::string> overrides) {
+  overrides.insert(overrides.begin(), "training=gpt3/126m");
+  overrides.push_back("launcher_scripts_path=/opt/launcher");
+  ComposedConfig config = compose({std::string(TEST_SOURCE_DIR) + "/conf", "config", overrides});
+  return resolve(config.config, ResolveContext{config.choices});
+}
+
+bool mentions(const PreflightReport& report, const std::string& text) {
+  for (const auto& problem : report.problems) {
+    if (problem.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+}  // namespace
+
+TEST_CASE("the shipped gpt3/126m passes, with a memory table of the right size") {
+  const auto report = training_preflight(composed({}));
+  CHECK(report.problems.empty());
+  CHECK(report.parameters > 120'000'000);
+  CHECK(report.parameters < 130'000'000);
+  // bf16 weights: 2 bytes per parameter on one GPU.
+  CHECK(report.memory.weights_bytes == doctest::Approx(2.0 * report.parameters).epsilon(0.02));
+  CHECK(report.memory.optimizer_bytes == doctest::Approx(12.0 * report.parameters).epsilon(0.02));
+  const auto lines = format_preflight(report);
+  CHECK(lines.front().find("1 GPU(s) = tp 1 × pp 1 × dp 1") != std::string::npos);
+  CHECK(lines.back().find("total") != std::string::npos);
+}
+
+TEST_CASE("every layout problem is reported, naming the keys") {
+  const auto report = training_preflight(composed(
+      {"training.trainer.num_nodes=2", "training.trainer.devices=8",
+       "training.model.tensor_model_parallel_size=5", "training.model.pipeline_model_parallel_size=5",
+       "training.model.encoder_seq_length=4096", "training.model.max_position_embeddings=2048"}));
+  CHECK(mentions(report, "tensor_model_parallel_size 5 × pipeline_model_parallel_size 5 = 25 does "
+                         "not divide the 16 GPUs"));
+  CHECK(mentions(report, "num_attention_heads 12 is not divisible by tensor_model_parallel_size 5"));
+  CHECK(mentions(report, "num_layers 12 is not divisible by pipeline_model_parallel_size 5"));
+  CHECK(mentions(report, "encoder_seq_length 4096 exceeds max_position_embeddings 2048"));
+}
+
+TEST_CASE("the global batch must split into micro batches over the data-parallel ranks") {
+  const auto report = training_preflight(composed(
+      {"training.trainer.devices=8", "training.model.global_batch_size=36",
+       "training.model.micro_batch_size=4"}));
+  CHECK(mentions(report, "global_batch_size 36 is not divisible by micro_batch_size 4 × "
+                         "data-parallel size 8"));
+}
+
+TEST_CASE("a split that leaves validation empty is refused while validation runs") {
+  auto with_data = [](std::string split, std::string val_batches) {
+    return composed({"training.model.data.data_impl=mmap",
+                     "training.model.data.data_prefix=[1.0,/data/x]",
+                     "training.model.data.splits_string='" + split + "'",
+                     "training.trainer.limit_val_batches=" + val_batches});
+  };
+  CHECK(mentions(training_preflight(with_data("100,0,0", "50")),
+                 "leaves the validation split empty while training.trainer.limit_val_batches is 50"));
+  CHECK(training_preflight(with_data("100,0,0", "0")).problems.empty());
+  CHECK(training_preflight(with_data("99990/8/2", "50")).problems.empty());
+  CHECK(mentions(training_preflight(with_data("99,x,1", "50")), "'x' is not a non-negative number"));
+  CHECK(mentions(training_preflight(with_data("1,1,1,1", "50")), "has 4 parts"));
+}
+
+TEST_CASE("a model that cannot fit the cluster's GPUs is refused with the ways out") {
+  // 175B-like shape on 8 GPUs without model parallelism.
+  const Node config = composed({"cluster_type=bcm", "cluster=bcm", "training.trainer.devices=8",
+                                "training.model.num_layers=96", "training.model.hidden_size=12288",
+                                "training.model.num_attention_heads=96",
+                                "training.model.micro_batch_size=1",
+                                "training.model.global_batch_size=8"});
+  const auto report = training_preflight(config);
+  CHECK(report.gpu_memory_bytes == doctest::Approx(80e9));
+  CHECK(mentions(report, "exceed cluster.gpu_memory_gb 80"));
+  CHECK(mentions(report, "distributed_fused_adam"));
+  CHECK_THROWS_WITH_AS(enforce_training_preflight(config),
+                       doctest::Contains("preflight refused the training stage"), common::Error);
+}
+
+TEST_CASE("recompute and the distributed optimizer shrink the estimate") {
+  const auto plain = training_preflight(composed({"training.trainer.devices=8"}));
+  const auto recompute = training_preflight(composed(
+      {"training.trainer.devices=8", "training.model.activations_checkpoint_granularity=full"}));
+  const auto adam = training_preflight(composed(
+      {"training.trainer.devices=8", "training.model.optim.name=fused_adam"}));
+  CHECK(recompute.memory.activations_bytes < plain.memory.activations_bytes / 3);
+  CHECK(plain.distributed_optimizer);
+  CHECK_FALSE(adam.distributed_optimizer);
+  CHECK(plain.memory.optimizer_bytes == doctest::Approx(adam.memory.optimizer_bytes / 8));
+}
