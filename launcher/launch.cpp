@@ -83,6 +83,14 @@ std::vector<std::pair<std::string, std::string>> job_environment(const Node& con
   return environment;
 }
 
+std::string render_job(const std::string& cluster_type, const JobSpec& job,
+                       const fs::path& script_path, const RenderContext& context) {
+  if (cluster_type == "bcm") return render_sbatch(job, script_path, context);
+  if (cluster_type == "pbs") return render_pbs(job, script_path, context);
+  if (cluster_type == "k8s") return render_pytorchjob(job, script_path, context);
+  return render_local_script(job, script_path, context);
+}
+
 }  // namespace
 
 fs::path find_conf_dir(const std::optional<fs::path>& requested) {
@@ -126,9 +134,9 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   const ClusterChoice choice = resolve_cluster_type(configured);
   const std::string& cluster_type = choice.type;
   if (configured == "auto") spdlog::info("cluster_type auto → {} ({})", cluster_type, choice.reason);
-  if (cluster_type != "local" && cluster_type != "bcm") {
-    common::fail("cluster_type '{}' is not available yet (valid now: auto, bcm, local; pbs and "
-                 "k8s come with the launcher's cluster back ends)", cluster_type);
+  if (cluster_type != "local" && cluster_type != "bcm" && cluster_type != "pbs" &&
+      cluster_type != "k8s") {
+    common::fail("cluster_type '{}' is not valid (valid: auto, bcm, local, pbs, k8s)", cluster_type);
   }
   if (!user_chose_group(options.overrides, "cluster") && composed.choices["cluster"] != cluster_type) {
     compose_options.overrides.push_back("cluster=" + cluster_type);
@@ -174,21 +182,26 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
     write_text(job->results_dir / (job->run_name + "_hydra.yaml"), to_yaml(config));
     write_text(job->results_dir / "launcher_cmd.log", options.command_line + "\n");
     const fs::path script_path =
-        job->results_dir / (job_name_prefix + job->run_name + "_submission.sh");
-    const RenderContext context{scripts_root / "templates", cluster};
-    write_script(script_path, cluster_type == "bcm" ? render_sbatch(*job, script_path, context)
-                                                    : render_local_script(*job, script_path, context));
+        job->results_dir / (job_name_prefix + job->run_name +
+                            (cluster_type == "k8s" ? "_submission.yaml" : "_submission.sh"));
+    const RenderContext context{scripts_root / "templates", cluster, text_at(config, "container")};
+    write_script(script_path, render_job(cluster_type, *job, script_path, context));
     spdlog::info("{}: results in {}, job script {}", stage, job->results_dir.string(),
                  script_path.string());
     if (options.dry_run) {
       spdlog::info("dry run: not submitting {}", script_path.string());
       continue;
     }
-    if (cluster_type == "bcm") {
-      const Submission submission = submit_sbatch(*job, script_path);
+    if (cluster_type == "bcm" || cluster_type == "pbs") {
+      const Submission submission = cluster_type == "bcm" ? submit_sbatch(*job, script_path)
+                                                          : submit_qsub(*job, script_path);
       spdlog::info("Submitted batch job {}", submission.job_id);
       spdlog::info("{}: job output in {}", stage, submission.log_file.string());
       previous_job_id = submission.job_id;
+    } else if (cluster_type == "k8s") {
+      // PyTorchJobs have no scheduler dependencies: stages after the first are applied at once.
+      const Submission submission = apply_pytorchjob(*job, script_path);
+      if (!submission.job_id.empty()) spdlog::info("Applied PyTorchJob {}", submission.job_id);
     } else {
       // Local stages run one after the other; like afterany, a failed stage does not stop the
       // next, and the launcher's exit status reports the first failure.

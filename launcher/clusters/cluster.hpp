@@ -1,7 +1,8 @@
 // Cluster back ends: each renders a JobSpec into a script from its template and submits it.
 //   local  (local_cluster.cpp): a bash script run in the foreground, output teed to the log
 //   bcm    (slurm_cluster.cpp): an sbatch script submitted with sbatch
-// PBS and Kubernetes come with the launcher issue; choosing them fails with that message.
+//   pbs    (pbs_cluster.cpp):   a PBS Pro script with mpiexec, submitted with qsub
+//   k8s    (k8s_cluster.cpp):   a Kubeflow PyTorchJob manifest, applied with kubectl
 #pragma once
 
 #include <filesystem>
@@ -17,6 +18,7 @@ namespace launcher {
 struct RenderContext {
   std::filesystem::path templates_dir;
   const Node* cluster = nullptr;  // the resolved `cluster` section
+  std::string container_image;    // config `container`; empty: bare metal
 };
 
 struct Submission {
@@ -36,5 +38,22 @@ Submission run_local_script(const JobSpec& job, const std::filesystem::path& scr
 std::string render_sbatch(const JobSpec& job, const std::filesystem::path& script_path,
                           const RenderContext& context);
 Submission submit_sbatch(const JobSpec& job, const std::filesystem::path& script_path);
+
+std::string render_pbs(const JobSpec& job, const std::filesystem::path& script_path,
+                       const RenderContext& context);
+Submission submit_qsub(const JobSpec& job, const std::filesystem::path& script_path);
+
+// Slurm time limits (minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S) as PBS walltime H:MM:SS.
+std::string pbs_walltime(const std::string& slurm_time_limit);
+
+std::string render_pytorchjob(const JobSpec& job, const std::filesystem::path& manifest_path,
+                              const RenderContext& context);
+// kubectl apply -f manifest when kubectl is on PATH; otherwise says how to apply it and
+// returns an empty job id.
+Submission apply_pytorchjob(const JobSpec& job, const std::filesystem::path& manifest_path);
+
+// A Kubernetes object name (RFC 1123 label: lowercase alphanumerics and '-', at most 63,
+// starting and ending alphanumeric) made from a job name.
+std::string kubernetes_name(const std::string& job_name);
 
 }  // namespace launcher

@@ -19,17 +19,8 @@ namespace launcher {
 
 namespace {
 
-// #SBATCH lines are read by sbatch, not by a shell: refuse what could start a new line or
-// end a quoted value, and double-quote values with spaces.
 std::string directive(const std::string& option, const std::string& value) {
-  for (char c : value) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == '"') {
-      common::fail("#SBATCH {}: the value {:?} holds a control character or a double quote",
-                   option, value);
-    }
-  }
-  const bool needs_quotes = value.find(' ') != std::string::npos;
-  return fmt::format("{}={}", option, needs_quotes ? "\"" + value + "\"" : value);
+  return option + "=" + checked_directive_value("#SBATCH " + option, value);
 }
 
 std::string cluster_text(const Node& value, const std::string& key) {

@@ -1,0 +1,131 @@
+// The PBS Pro cluster (ALCF-style: Polaris, Aurora): a script whose #PBS header comes from
+// cluster/pbs.yaml and the job (-N, -q, -A, -l select=<nodes>[:extra], -l walltime,
+// -l filesystems, -l place, -j oe -o <log>, -W depend=afterany:<id>), whose body exports the
+// environment and runs the backend under mpiexec (-n nodes × ranks, --ppn ranks per node),
+// submitted with qsub, which prints the job id. References: PBS Pro Reference Guide (qsub),
+// ALCF Polaris job-scheduling documentation.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <cctype>
+
+#include "backend/common/error.hpp"
+#include "launcher/clusters/cluster.hpp"
+#include "launcher/config/scalar_text.hpp"
+#include "launcher/process.hpp"
+
+namespace launcher {
+
+namespace {
+
+std::string pbs_directive(const std::string& option, const std::string& value) {
+  return option + " " + checked_directive_value("#PBS " + option, value);
+}
+
+}  // namespace
+
+std::string pbs_walltime(const std::string& limit) {
+  // Slurm's forms: "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S".
+  auto bad = [&]() -> std::string {
+    common::fail("time limit '{}' is not a Slurm time (valid: minutes, M:S, H:M:S, D-H, D-H:M, "
+                 "D-H:M:S)", limit);
+  };
+  std::vector<long> fields;
+  long days = 0;
+  std::string rest = limit;
+  if (const size_t dash = limit.find('-'); dash != std::string::npos) {
+    const std::string day_text = limit.substr(0, dash);
+    if (day_text.empty() || !std::all_of(day_text.begin(), day_text.end(), ::isdigit)) return bad();
+    days = std::stol(day_text);
+    rest = limit.substr(dash + 1);
+  }
+  std::string part;
+  for (size_t i = 0; i <= rest.size(); ++i) {
+    if (i == rest.size() || rest[i] == ':') {
+      if (part.empty() || part.size() > 6 || !std::all_of(part.begin(), part.end(), ::isdigit)) return bad();
+      fields.push_back(std::stol(part));
+      part.clear();
+    } else {
+      part += rest[i];
+    }
+  }
+  long hours = 0, minutes = 0, seconds = 0;
+  const bool with_days = limit.find('-') != std::string::npos;
+  if (with_days) {
+    if (fields.size() > 3) return bad();
+    hours = fields[0];
+    minutes = fields.size() > 1 ? fields[1] : 0;
+    seconds = fields.size() > 2 ? fields[2] : 0;
+  } else if (fields.size() == 1) {
+    minutes = fields[0];
+  } else if (fields.size() == 2) {
+    minutes = fields[0];
+    seconds = fields[1];
+  } else if (fields.size() == 3) {
+    hours = fields[0];
+    minutes = fields[1];
+    seconds = fields[2];
+  } else {
+    return bad();
+  }
+  const long total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds;
+  return fmt::format("{}:{:02d}:{:02d}", total / 3600, (total / 60) % 60, total % 60);
+}
+
+std::string render_pbs(const JobSpec& job, const std::filesystem::path& script_path,
+                       const RenderContext& context) {
+  const Node& cluster = *context.cluster;
+  auto value_of = [&](const std::string& key) -> std::string {
+    const Node* value = find_set(cluster, key);
+    return value == nullptr ? std::string() : scalar_text(*value, "cluster." + key);
+  };
+  std::vector<std::string> directives = {pbs_directive("-N", job.job_name)};
+  if (const auto queue = value_of("queue"); !queue.empty()) directives.push_back(pbs_directive("-q", queue));
+  if (const auto account = value_of("account"); !account.empty()) {
+    directives.push_back(pbs_directive("-A", account));
+  }
+  std::string select = std::to_string(job.nodes);
+  if (const auto extra = value_of("select"); !extra.empty()) select += ":" + extra;
+  directives.push_back(pbs_directive("-l", "select=" + select));
+  std::string walltime = value_of("walltime");
+  if (walltime.empty() && !job.time_limit.empty()) walltime = pbs_walltime(job.time_limit);
+  if (!walltime.empty()) directives.push_back(pbs_directive("-l", "walltime=" + walltime));
+  if (const auto filesystems = value_of("filesystems"); !filesystems.empty()) {
+    directives.push_back(pbs_directive("-l", "filesystems=" + filesystems));
+  }
+  if (const auto place = value_of("place"); !place.empty()) {
+    directives.push_back(pbs_directive("-l", "place=" + place));
+  }
+  // PBS names output files itself unless told; it has no %j, so the log has no job id.
+  directives.push_back("-j oe");
+  directives.push_back(pbs_directive(
+      "-o", (job.results_dir / fmt::format("log-{}.out", job.job_name)).string()));
+  if (!job.after_job_id.empty()) {
+    directives.push_back(pbs_directive("-W", "depend=afterany:" + job.after_job_id));
+  }
+
+  TemplateData data = common_template_data(job, script_path);
+  TemplateData directive_list{TemplateData::type::list};
+  for (const auto& line : directives) directive_list.push_back(TemplateData(line));
+  data.set("directives", directive_list);
+  data.set("total_ranks", std::to_string(job.nodes * job.tasks_per_node));
+  data.set("ranks_per_node", std::to_string(job.tasks_per_node));
+  return render_template(context.templates_dir, "pbs.pbs.mustache", data);
+}
+
+Submission submit_qsub(const JobSpec& job, const std::filesystem::path& script_path) {
+  const CapturedRun run = run_and_capture({"qsub", script_path.string()});
+  // qsub prints the job id (e.g. 1234.polaris-pbs-01) on its first line.
+  std::string job_id = run.output.substr(0, run.output.find('\n'));
+  while (!job_id.empty() && std::isspace(static_cast<unsigned char>(job_id.back()))) job_id.pop_back();
+  if (run.exit_code != 0 || job_id.empty() || job_id.find(' ') != std::string::npos) {
+    common::fail("qsub {} failed (exit {}): {}", script_path.string(), run.exit_code, run.output);
+  }
+  Submission submission;
+  submission.job_id = job_id;
+  submission.log_file = job.results_dir / fmt::format("log-{}.out", job.job_name);
+  return submission;
+}
+
+}  // namespace launcher

@@ -1,0 +1,126 @@
+// PBS and Kubernetes have no server here: their rendered script and manifest are compared with
+// golden files (regenerate with UPDATE_GOLDEN=1 after an intended change and review the diff),
+// the manifest is parsed back as YAML, and the conversions they rely on are checked.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "backend/common/error.hpp"
+#include "launcher/clusters/cluster.hpp"
+#include "launcher/config/yaml_io.hpp"
+#include "launcher/process.hpp"
+
+using namespace launcher;
+namespace fs = std::filesystem;
+
+namespace {
+const fs::path kTemplates = fs::path(TEST_SOURCE_DIR) / "templates";
+const fs::path kGolden = fs::path(TEST_SOURCE_DIR) / "tests/launcher/clusters/golden";
+
+JobSpec two_node_job() {
+  JobSpec job;
+  job.stage = "training";
+  job.run_name = "gpt3_5b";
+  job.job_name = "nemo-megatron-gpt3_5b";
+  job.results_dir = "/lus/eagle/results/gpt3_5b";
+  job.command = {"/opt/megatron-native/bin/pretrain_gpt", "--num-layers", "24", "--lr", "1.6e-4",
+                 "--data-path", "/data/my corpus_text_document"};
+  job.environment = {{"NCCL_DEBUG", "WARN"}, {"QUOTED", "it's \"here\""}};
+  job.nodes = 2;
+  job.tasks_per_node = 4;
+  job.time_limit = "0-06:00:00";
+  job.tool = "pretrain_gpt";
+  job.after_job_id = "1234.polaris-pbs-01";
+  return job;
+}
+
+std::string read(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void check_golden(const std::string& rendered, const std::string& name) {
+  const fs::path path = kGolden / name;
+  if (const char* update = std::getenv("UPDATE_GOLDEN"); update && std::string(update) == "1") {
+    std::ofstream(path) << rendered;
+  }
+  REQUIRE_MESSAGE(fs::exists(path), "missing golden file " << path << " (UPDATE_GOLDEN=1)");
+  CHECK(rendered == read(path));
+}
+}  // namespace
+
+TEST_CASE("the PBS script matches its golden file and bash accepts it") {
+  const Node cluster = parse_yaml(
+      "queue: prod\naccount: LLMProject\nselect: system=polaris\nwalltime: null\n"
+      "filesystems: home:eagle\nplace: scatter\njob_name_prefix: nemo-megatron-\n",
+      "pbs.yaml");
+  const std::string script =
+      render_pbs(two_node_job(), "/lus/eagle/results/gpt3_5b/x.sh", {kTemplates, &cluster, ""});
+  check_golden(script, "training_pbs.sh");
+  CHECK(script.find("#PBS -l select=2:system=polaris\n") != std::string::npos);
+  CHECK(script.find("#PBS -l walltime=6:00:00\n") != std::string::npos);
+  CHECK(script.find("#PBS -W depend=afterany:1234.polaris-pbs-01\n") != std::string::npos);
+  CHECK(script.find("mpiexec -n 8 --ppn 4 /opt/megatron-native/bin/pretrain_gpt") != std::string::npos);
+  const fs::path file = fs::temp_directory_path() / "pbs_golden_check.sh";
+  std::ofstream(file) << script;
+  CHECK(run_and_capture({"bash", "-n", file.string()}).exit_code == 0);
+  fs::remove(file);
+}
+
+TEST_CASE("Slurm time limits convert to PBS walltime") {
+  CHECK(pbs_walltime("1-00:00:00") == "24:00:00");
+  CHECK(pbs_walltime("2-03") == "51:00:00");
+  CHECK(pbs_walltime("0:30:00") == "0:30:00");
+  CHECK(pbs_walltime("90") == "1:30:00");
+  CHECK(pbs_walltime("4:30") == "0:04:30");
+  CHECK_THROWS_WITH_AS(pbs_walltime("tomorrow"), doctest::Contains("'tomorrow' is not a Slurm time"),
+                       common::Error);
+  CHECK_THROWS_AS(pbs_walltime("1-2:3:4:5"), common::Error);
+}
+
+TEST_CASE("the PyTorchJob manifest matches its golden file and parses as the right object") {
+  const Node cluster = parse_yaml(
+      "namespace: llm\nimage_pull_secret: ngc-secret\nshm_size: 512Gi\ngpus_per_node: 8\n"
+      "nfs_server: 10.0.0.5\nnfs_path: /lus/eagle\njob_name_prefix: nemo-megatron-\n",
+      "k8s.yaml");
+  JobSpec job = two_node_job();
+  job.after_job_id.clear();
+  const std::string manifest = render_pytorchjob(
+      job, "/lus/eagle/results/gpt3_5b/x.yaml",
+      {kTemplates, &cluster, "nvcr.io/example/megatron-native:0.1"});
+  check_golden(manifest, "training_pytorchjob.yaml");
+
+  const Node parsed = parse_yaml(manifest, "manifest");
+  CHECK(at_path(parsed, "kind").as_string() == "PyTorchJob");
+  CHECK(at_path(parsed, "metadata.name").as_string() == "nemo-megatron-gpt3-5b");
+  CHECK(at_path(parsed, "metadata.namespace").as_string() == "llm");
+  CHECK(at_path(parsed, "spec.pytorchReplicaSpecs.Master.replicas").as_int() == 1);
+  CHECK(at_path(parsed, "spec.pytorchReplicaSpecs.Worker.replicas").as_int() == 1);
+  const std::string container = "spec.pytorchReplicaSpecs.Worker.template.spec.containers.0";
+  CHECK(at_path(parsed, container + ".image").as_string() == "nvcr.io/example/megatron-native:0.1");
+  CHECK(at_path(parsed, container + ".resources.limits").at("nvidia.com/gpu").as_int() == 8);
+  // The environment value survives YAML quoting exactly.
+  CHECK(at_path(parsed, container + ".env.1.value").as_string() == "it's \"here\"");
+  // The command is one bash line in which the path with a space stays one word.
+  const std::string script = at_path(parsed, container + ".args.0").as_string();
+  CHECK(script.find("'/data/my corpus_text_document'") != std::string::npos);
+  CHECK(at_path(parsed, "spec.pytorchReplicaSpecs.Master.template.spec.volumes.1.nfs.server")
+            .as_string() == "10.0.0.5");
+}
+
+TEST_CASE("Kubernetes needs an image and paired NFS settings, and gets RFC 1123 names") {
+  const Node cluster = parse_yaml("namespace: default\nnfs_server: 10.0.0.5\n", "k8s.yaml");
+  CHECK_THROWS_WITH_AS(render_pytorchjob(two_node_job(), "/x.yaml", {kTemplates, &cluster, ""}),
+                       doctest::Contains("cluster_type k8s needs an image"), common::Error);
+  CHECK_THROWS_WITH_AS(render_pytorchjob(two_node_job(), "/x.yaml", {kTemplates, &cluster, "img"}),
+                       doctest::Contains("cluster.nfs_server and cluster.nfs_path go together"),
+                       common::Error);
+  CHECK(kubernetes_name("NeMo_Megatron.GPT3 5b") == "nemo-megatron-gpt3-5b");
+  CHECK(kubernetes_name("__x__") == "x");
+  CHECK(kubernetes_name(std::string(100, 'a')).size() == 63);
+  CHECK_THROWS_AS(kubernetes_name("___"), common::Error);
+}
