@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <ctime>
 #include <fstream>
 
 #include "backend/common/error.hpp"
@@ -23,6 +24,7 @@
 #include "launcher/config/node.hpp"
 #include "launcher/config/yaml_io.hpp"
 #include "launcher/process.hpp"
+#include "launcher/run_status.hpp"
 #include "launcher/stages/stage.hpp"
 #include "launcher/stages/training_preflight.hpp"
 
@@ -81,6 +83,32 @@ std::vector<std::pair<std::string, std::string>> job_environment(const Node& con
     environment.emplace_back(name, value.is_string() ? value.as_string() : to_yaml(value));
   }
   return environment;
+}
+
+// UNIQUE_OUTPUT_DIR=1 in the environment, or unique_output_dir: true in the config.
+bool wants_unique_output_dir(const Node& config) {
+  if (const char* variable = std::getenv("UNIQUE_OUTPUT_DIR")) {
+    const std::string value = variable;
+    if (value == "1" || value == "true" || value == "True") return true;
+    if (!value.empty() && value != "0" && value != "false" && value != "False") {
+      common::fail("UNIQUE_OUTPUT_DIR={}: expected 1 or 0", value);
+    }
+  }
+  const Node* flag = find(config, "unique_output_dir");
+  return flag != nullptr && !flag->is_null() && flag->as_bool("unique_output_dir");
+}
+
+// One timestamp per process, so the jobs of one multirun land under the same directory.
+const std::string& launch_timestamp() {
+  static const std::string stamp = [] {
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    char buffer[32];
+    std::strftime(buffer, sizeof buffer, "%Y-%m-%d_%H-%M-%S", &local);
+    return std::string(buffer);
+  }();
+  return stamp;
 }
 
 std::string render_job(const std::string& cluster_type, const JobSpec& job,
@@ -144,6 +172,14 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   }
 
   fill_launcher_scripts_path(composed.config, conf_dir);  // ??? → the directory holding conf/
+  if (wants_unique_output_dir(composed.config)) {
+    Node* base = find(composed.config, "base_results_dir");
+    if (base == nullptr || !base->is_string()) {
+      common::fail("unique_output_dir needs base_results_dir to be a path");
+    }
+    // Appended to the unresolved text, so interpolations in it still resolve.
+    *base = Node::string(base->as_string() + "/results-" + launch_timestamp(), base->location());
+  }
   const Node config = resolve(composed.config, ResolveContext{composed.choices});
 
   const fs::path scripts_root = text_at(config, "launcher_scripts_path");
@@ -192,16 +228,21 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
       spdlog::info("dry run: not submitting {}", script_path.string());
       continue;
     }
+    JobRecord record{stage, cluster_type, "", script_path, {}, std::nullopt, std::time(nullptr)};
     if (cluster_type == "bcm" || cluster_type == "pbs") {
       const Submission submission = cluster_type == "bcm" ? submit_sbatch(*job, script_path)
                                                           : submit_qsub(*job, script_path);
       spdlog::info("Submitted batch job {}", submission.job_id);
       spdlog::info("{}: job output in {}", stage, submission.log_file.string());
       previous_job_id = submission.job_id;
+      record.job_id = submission.job_id;
+      record.log_file = submission.log_file;
     } else if (cluster_type == "k8s") {
       // PyTorchJobs have no scheduler dependencies: stages after the first are applied at once.
       const Submission submission = apply_pytorchjob(*job, script_path);
-      if (!submission.job_id.empty()) spdlog::info("Applied PyTorchJob {}", submission.job_id);
+      if (submission.job_id.empty()) continue;  // written, not applied: nothing to track
+      spdlog::info("Applied PyTorchJob {}", submission.job_id);
+      record.job_id = submission.job_id;
     } else {
       // Local stages run one after the other; like afterany, a failed stage does not stop the
       // next, and the launcher's exit status reports the first failure.
@@ -209,7 +250,11 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
       spdlog::info("{}: local job {} exited with status {}; output in {}", stage,
                    submission.job_id, submission.exit_code, submission.log_file.string());
       if (submission.exit_code != 0 && exit_status == 0) exit_status = submission.exit_code;
+      record.job_id = submission.job_id;
+      record.log_file = submission.log_file;
+      record.exit_code = submission.exit_code;
     }
+    append_job_record(job->results_dir, record);
   }
   return exit_status;
 }

@@ -7,6 +7,8 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "launcher/process.hpp"
@@ -228,4 +230,37 @@ TEST_CASE("an unknown stage is refused with the valid stages") {
   CHECK(run.output.find("'trainig' is not a stage Did you mean 'training'?") != std::string::npos);
   CHECK(run.output.find("valid: data_preparation, training, conversion, evaluation") !=
         std::string::npos);
+}
+
+TEST_CASE("unique_output_dir puts every launch in its own results-<timestamp> directory") {
+  TemporaryDirectory temporary;
+  for (int launch = 0; launch < 2; ++launch) {
+    const auto run = launcher::run_and_capture(
+        {"env", "UNIQUE_OUTPUT_DIR=1", std::string(TEST_BIN_DIR) + "/launcher", "main",
+         "training=gpt3/126m", "cluster_type=local", "base_results_dir=" + temporary.path.string(),
+         "--dry-run"});
+    INFO(run.output);
+    CHECK(run.exit_code == 0);
+    if (launch == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  }
+  std::vector<std::string> launches;
+  for (const auto& entry : fs::directory_iterator(temporary.path)) {
+    launches.push_back(entry.path().filename().string());
+    CHECK(fs::is_regular_file(entry.path() / "gpt3_126m" / "gpt3_126m_submission.sh"));
+  }
+  REQUIRE(launches.size() == 2);
+  for (const auto& name : launches) CHECK(name.starts_with("results-"));
+  CHECK(launches[0] != launches[1]);
+}
+
+TEST_CASE("a local launch records its job, exit status and log in jobs.jsonl") {
+  TemporaryDirectory temporary;
+  const auto run = launcher::run_and_capture(
+      tiny_run(temporary.path, {"training.trainer.max_steps=1"}));
+  REQUIRE(run.exit_code == 0);
+  const std::string records = read_file(temporary.path / "gpt3_126m" / "jobs.jsonl");
+  CHECK(records.find("\"stage\":\"training\"") != std::string::npos);
+  CHECK(records.find("\"cluster\":\"local\"") != std::string::npos);
+  CHECK(records.find("\"exit_code\":0") != std::string::npos);
+  CHECK(records.find("log-gpt3_126m_") != std::string::npos);
 }

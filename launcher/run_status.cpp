@@ -1,0 +1,200 @@
+// Job records, scheduler state queries, `launcher status` and `launcher logs`; see
+// run_status.hpp.
+#include "launcher/run_status.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "backend/common/error.hpp"
+#include "launcher/process.hpp"
+
+namespace launcher {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kRecordFile = "jobs.jsonl";
+
+// The value after "key" in scheduler output such as "JobState=RUNNING Reason=None" or
+// "job_state = R", up to the next whitespace.
+std::string field_after(const std::string& text, const std::string& key) {
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return {};
+  size_t begin = at + key.size();
+  while (begin < text.size() && (text[begin] == ' ' || text[begin] == '=')) ++begin;
+  size_t end = begin;
+  while (end < text.size() && !std::isspace(static_cast<unsigned char>(text[end]))) ++end;
+  return text.substr(begin, end - begin);
+}
+
+std::string first_line(const std::string& text) {
+  std::string line = text.substr(0, text.find('\n'));
+  while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+  return line;
+}
+
+std::string format_time(std::time_t time) {
+  std::tm local{};
+  localtime_r(&time, &local);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S", &local);
+  return buffer;
+}
+
+}  // namespace
+
+void append_job_record(const fs::path& results_dir, const JobRecord& record) {
+  nlohmann::json line = {{"stage", record.stage},
+                         {"cluster", record.cluster},
+                         {"job_id", record.job_id},
+                         {"script", record.script.string()},
+                         {"log_file", record.log_file.string()},
+                         {"submitted_at", static_cast<int64_t>(record.submitted_at)}};
+  if (record.exit_code) line["exit_code"] = *record.exit_code;
+  std::ofstream out(results_dir / kRecordFile, std::ios::app);
+  out << line.dump() << '\n';
+  if (!out) common::fail("cannot append to {}", (results_dir / kRecordFile).string());
+}
+
+std::vector<JobRecord> read_job_records(const fs::path& results_dir) {
+  const fs::path path = results_dir / kRecordFile;
+  std::ifstream in(path);
+  if (!in) common::fail("{}: no job records (nothing was launched into this directory)", path.string());
+  std::vector<JobRecord> records;
+  std::string text;
+  for (int line_number = 1; std::getline(in, text); ++line_number) {
+    if (text.empty()) continue;
+    try {
+      const auto line = nlohmann::json::parse(text);
+      JobRecord record;
+      record.stage = line.at("stage").get<std::string>();
+      record.cluster = line.at("cluster").get<std::string>();
+      record.job_id = line.at("job_id").get<std::string>();
+      record.script = line.at("script").get<std::string>();
+      record.log_file = line.at("log_file").get<std::string>();
+      record.submitted_at = line.at("submitted_at").get<int64_t>();
+      if (line.contains("exit_code")) record.exit_code = line.at("exit_code").get<int>();
+      records.push_back(std::move(record));
+    } catch (const nlohmann::json::exception& error) {
+      common::fail("{}:{}: not a job record: {}", path.string(), line_number, error.what());
+    }
+  }
+  return records;
+}
+
+std::string query_job_state(const JobRecord& record) {
+  if (record.cluster == "local") {
+    if (!record.exit_code) return "unknown (no exit status recorded)";
+    return *record.exit_code == 0 ? "COMPLETED" : fmt::format("FAILED (exit {})", *record.exit_code);
+  }
+  auto ask = [](const std::vector<std::string>& argv) -> std::optional<CapturedRun> {
+    if (!find_on_path(argv.front())) return std::nullopt;
+    return run_and_capture(argv);
+  };
+  if (record.cluster == "bcm") {
+    const auto run = ask({"scontrol", "show", "job", "-o", record.job_id});
+    if (!run) return "unknown (no scontrol on PATH)";
+    const std::string state = field_after(run->output, "JobState=");
+    if (run->exit_code == 0 && !state.empty()) {
+      const std::string exit_code = field_after(run->output, "ExitCode=");
+      return exit_code.empty() || exit_code == "0:0" ? state : state + " (exit " + exit_code + ")";
+    }
+    return "unknown (" + first_line(run->output) + ")";
+  }
+  if (record.cluster == "pbs") {
+    const auto run = ask({"qstat", "-f", "-x", record.job_id});
+    if (!run) return "unknown (no qstat on PATH)";
+    const std::string state = field_after(run->output, "job_state");
+    if (run->exit_code == 0 && !state.empty()) {
+      static const std::pair<const char*, const char*> names[] = {
+          {"Q", "QUEUED"}, {"R", "RUNNING"}, {"H", "HELD"}, {"E", "EXITING"}, {"F", "FINISHED"}};
+      for (const auto& [letter, name] : names) {
+        if (state == letter) {
+          const std::string exit_status = field_after(run->output, "Exit_status");
+          return exit_status.empty() ? name : fmt::format("{} (exit {})", name, exit_status);
+        }
+      }
+      return state;
+    }
+    return "unknown (" + first_line(run->output) + ")";
+  }
+  if (record.cluster == "k8s") {
+    const auto run = ask({"kubectl", "get", "pytorchjob", record.job_id, "-o",
+                          "jsonpath={.status.conditions[-1:].type}"});
+    if (!run) return "unknown (no kubectl on PATH)";
+    const std::string state = first_line(run->output);
+    return run->exit_code == 0 && !state.empty() ? state : "unknown (" + state + ")";
+  }
+  return "unknown (cluster type '" + record.cluster + "')";
+}
+
+std::vector<fs::path> find_run_dirs(const fs::path& base) {
+  std::vector<fs::path> runs;
+  std::error_code error;
+  if (!fs::is_directory(base, error)) return runs;
+  for (auto it = fs::recursive_directory_iterator(base, error); it != fs::recursive_directory_iterator();
+       it.increment(error)) {
+    if (error) break;
+    if (it.depth() > 2) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_directory(error) && fs::exists(it->path() / kRecordFile, error)) {
+      runs.push_back(it->path());
+    }
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs;
+}
+
+fs::path resolve_run_dir(const std::string& run_or_path, const fs::path& base) {
+  if (fs::exists(fs::path(run_or_path) / kRecordFile)) return run_or_path;
+  if (fs::exists(base / run_or_path / kRecordFile)) return base / run_or_path;
+  std::string known;
+  for (const auto& run : find_run_dirs(base)) {
+    known += (known.empty() ? "" : ", ") + fs::relative(run, base).string();
+  }
+  common::fail("'{}' is neither a results directory with {} nor a run under {} (runs there: {})",
+               run_or_path, kRecordFile, base.string(), known.empty() ? "none" : known);
+}
+
+void print_status(const std::vector<fs::path>& run_dirs, std::ostream& out) {
+  out << fmt::format("{:<32} {:<17} {:<6} {:<24} {:<20} {:<24} {}\n", "run", "stage", "cluster",
+                     "job id", "submitted", "state", "log");
+  for (const auto& run_dir : run_dirs) {
+    for (const auto& record : read_job_records(run_dir)) {
+      out << fmt::format("{:<32} {:<17} {:<6} {:<24} {:<20} {:<24} {}\n",
+                         run_dir.filename().string(), record.stage, record.cluster, record.job_id,
+                         format_time(record.submitted_at), query_job_state(record),
+                         record.log_file.string());
+    }
+  }
+}
+
+int print_logs(const fs::path& run_dir, bool follow, std::ostream& out) {
+  const auto records = read_job_records(run_dir);
+  auto newest = std::find_if(records.rbegin(), records.rend(),
+                             [](const JobRecord& record) { return !record.log_file.empty(); });
+  if (newest == records.rend()) {
+    common::fail("{}: no job of this run has a log file (Kubernetes: kubectl logs)", run_dir.string());
+  }
+  const std::string log = newest->log_file.string();
+  if (follow) {
+    // tail -F waits for a log that a queued job has not created yet, and follows renames.
+    execlp("tail", "tail", "-n", "+1", "-F", log.c_str(), static_cast<char*>(nullptr));
+    common::fail("cannot run tail to follow {}", log);
+  }
+  std::ifstream in(log);
+  if (!in) {
+    common::fail("{} does not exist yet (job {} is {})", log, newest->job_id, query_job_state(*newest));
+  }
+  out << in.rdbuf();
+  return 0;
+}
+
+}  // namespace launcher
