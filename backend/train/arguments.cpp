@@ -141,6 +141,9 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(logging);
   app.add_option("--save", arguments.save, "Checkpoint directory to write")->group(logging);
   app.add_option("--load", arguments.load, "Checkpoint directory to read")->group(logging);
+  app.add_option("--benchmark-output", arguments.benchmark_output,
+                 "Write step time, tokens/s, TFLOP/s, MFU and memory as JSON (not a Megatron flag)")
+      ->group(logging);
 
   std::map<std::string, std::string> unsupported_values;
   for (const auto& entry : kUnsupportedFlags) {

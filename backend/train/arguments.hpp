@@ -66,6 +66,7 @@ struct TrainingArguments {
   int64_t log_interval = 100;
   std::string device = "auto";  // our extension: auto | cpu | cuda
   std::string save, load;
+  std::string benchmark_output;  // our extension: write benchmark.json here at the end
 
   // The command line as given, for logs and the arguments dump.
   std::vector<std::string> command_line;

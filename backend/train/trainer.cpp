@@ -12,6 +12,7 @@
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
+#include "backend/train/benchmark_report.hpp"
 #include "backend/train/training_log.hpp"
 
 namespace backend {
@@ -161,9 +162,10 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
       scheduler.step(a.global_batch_size);
     }
     consumed_train += a.global_batch_size;
-    result.iterations.push_back({iteration, loss, grad_norm, step_lr, got_nan});
+    const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+    result.iterations.push_back({iteration, loss, grad_norm, step_lr, got_nan, 1000.0 * step_seconds});
 
-    interval_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
+    interval_seconds += step_seconds;
     if (got_nan) {
       ++interval_skipped;
       ++interval_nan;
@@ -195,6 +197,20 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
                                          tokens, labels);
       print_lines(out, format_evaluation_block(fmt::format("iteration {}", iteration), validation));
     }
+  }
+
+  if (!a.benchmark_output.empty()) {
+    std::vector<double> step_ms;
+    for (const auto& record : result.iterations) step_ms.push_back(record.elapsed_ms);
+    const BenchmarkSummary summary =
+        summarize_benchmark(a, config.padded_vocab_size, step_ms, measure_cpu_sgemm_peak());
+    write_benchmark_json(a.benchmark_output, a, config.padded_vocab_size, result.parameter_count,
+                         summary);
+    out << fmt::format(" benchmark: median {:.1f} ms/iteration | {:.1f} tokens/s | {:.3f} TFLOP/s | "
+                       "MFU {:.1f}% of the measured {:.3f} TFLOP/s sgemm peak | written to {}\n",
+                       summary.median_step_ms, summary.tokens_per_second, summary.tflops_per_device,
+                       100.0 * summary.mfu, summary.peak_flops / 1e12, a.benchmark_output);
+    out.flush();
   }
 
   if (a.eval_iters > 0) {

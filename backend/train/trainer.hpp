@@ -30,6 +30,7 @@ struct IterationRecord {
   double grad_norm = 0;
   double learning_rate = 0;  // the rate this iteration's update used
   bool skipped = false;
+  double elapsed_ms = 0;
 };
 
 struct TrainingResult {

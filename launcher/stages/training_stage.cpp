@@ -66,6 +66,9 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
     {"model.data.data_impl", "--mock-data / --data-path",
      "mock → --mock-data; mmap → --data-path with model.data.data_prefix, --split with "
      "model.data.splits_string"},
+    {"exp_manager.explicit_log_dir", "--benchmark-output",
+     "benchmark mode (data_impl mock and trainer.limit_val_batches 0): "
+     "<explicit_log_dir>/benchmark.json"},
 };
 
 const Node* lookup(const Node& training, const std::string& key) { return find_set(training, key); }
@@ -149,6 +152,16 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
   const std::string impl = data_impl ? training_text(*data_impl, "model.data.data_impl") : "mmap";
   if (impl == "mock") {
     arguments.push_back("--mock-data");
+    // Megatron's benchmark mode: synthetic data, train only. The backend then leaves
+    // benchmark.json for `launcher report`.
+    if (integer_or(training, "trainer.limit_val_batches", 1) == 0) {
+      const Node* log_dir = lookup(training, "exp_manager.explicit_log_dir");
+      const std::string directory =
+          log_dir ? training_text(*log_dir, "exp_manager.explicit_log_dir")
+                  : at_path(training, "run.results_dir").as_string("training.run.results_dir") + "/results";
+      arguments.push_back("--benchmark-output");
+      arguments.push_back(directory + "/benchmark.json");
+    }
   } else if (impl == "mmap") {
     const Node* prefix = lookup(training, "model.data.data_prefix");
     if (prefix == nullptr || (prefix->is_list() && prefix->size() == 0)) {

@@ -1,0 +1,98 @@
+// Benchmark summary and its JSON file; see benchmark_report.hpp.
+#include "backend/train/benchmark_report.hpp"
+
+#include <cblas.h>
+#include <nlohmann/json.hpp>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+
+#include "backend/common/error.hpp"
+
+namespace backend {
+
+double megatron_flops_per_iteration(const TrainingArguments& a, int64_t padded_vocab_size) {
+  const double B = static_cast<double>(a.global_batch_size);
+  const double s = static_cast<double>(a.seq_length);
+  const double L = static_cast<double>(a.num_layers);
+  const double h = static_cast<double>(a.hidden_size);
+  const double ffn = static_cast<double>(a.ffn_hidden_size);
+  const double attention = 1.0 + 1.0 + s / (2.0 * h);  // MHA: g/a = 1, kv·a/h = 1
+  const double mlp = ffn / h;
+  return 12.0 * B * s * L * h * h * (attention + mlp) +
+         6.0 * B * s * h * static_cast<double>(padded_vocab_size);
+}
+
+double measure_cpu_sgemm_peak() {
+  constexpr int n = 2048;
+  std::vector<float> a(static_cast<size_t>(n) * n, 1.0f), b(a.size(), 0.5f), c(a.size(), 0.0f);
+  double best = 0;
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    const auto start = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
+                n, 0.0f, c.data(), n);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, 2.0 * n * n * static_cast<double>(n) / seconds);
+  }
+  return best;
+}
+
+BenchmarkSummary summarize_benchmark(const TrainingArguments& a, int64_t padded_vocab_size,
+                                     const std::vector<double>& step_ms, double peak_flops) {
+  BenchmarkSummary summary;
+  // The first iteration pays for allocation and page faults: warm-up, not measured.
+  std::vector<double> measured(step_ms.begin() + (step_ms.size() > 1 ? 1 : 0), step_ms.end());
+  if (measured.empty()) common::fail("benchmark: no iterations to measure");
+  std::sort(measured.begin(), measured.end());
+  const size_t n = measured.size();
+  summary.median_step_ms = n % 2 ? measured[n / 2] : 0.5 * (measured[n / 2 - 1] + measured[n / 2]);
+  summary.iterations_measured = static_cast<int64_t>(n);
+  const double seconds = summary.median_step_ms / 1000.0;
+  summary.tokens_per_second =
+      static_cast<double>(a.global_batch_size * a.seq_length) / seconds;
+  summary.tflops_per_device = megatron_flops_per_iteration(a, padded_vocab_size) / seconds / 1e12;
+  summary.peak_flops = peak_flops;
+  summary.mfu = peak_flops > 0 ? summary.tflops_per_device * 1e12 / peak_flops : 0;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  summary.peak_memory_bytes = static_cast<double>(usage.ru_maxrss) * 1024.0;  // Linux: KiB
+  return summary;
+}
+
+void write_benchmark_json(const std::filesystem::path& file, const TrainingArguments& a,
+                          int64_t padded_vocab_size, int64_t parameter_count,
+                          const BenchmarkSummary& summary) {
+  const nlohmann::json report = {
+      {"model", {{"num_layers", a.num_layers}, {"hidden_size", a.hidden_size},
+                 {"num_attention_heads", a.num_attention_heads}, {"ffn_hidden_size", a.ffn_hidden_size},
+                 {"seq_length", a.seq_length}, {"padded_vocab_size", padded_vocab_size},
+                 {"parameters", parameter_count}}},
+      {"batch", {{"micro_batch_size", a.micro_batch_size}, {"global_batch_size", a.global_batch_size}}},
+      {"parallel", {{"world_size", 1}, {"tensor_model_parallel_size", a.tensor_model_parallel_size},
+                    {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
+                    {"data_parallel_size", 1}}},
+      {"device", "cpu"},
+      {"precision", "fp32"},
+      {"iterations_measured", summary.iterations_measured},
+      {"median_step_ms", summary.median_step_ms},
+      {"tokens_per_second", summary.tokens_per_second},
+      {"tflops_per_device", summary.tflops_per_device},
+      {"peak_tflops_measured", summary.peak_flops / 1e12},
+      {"mfu", summary.mfu},
+      {"peak_memory_bytes", summary.peak_memory_bytes},
+  };
+  std::error_code error;
+  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), error);
+  const auto temporary = std::filesystem::path(file.string() + ".tmp");
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << report.dump(2) << '\n';
+    if (!out) common::fail("--benchmark-output {}: cannot write the file", file.string());
+  }
+  std::filesystem::rename(temporary, file, error);
+  if (error) common::fail("--benchmark-output {}: {}", file.string(), error.message());
+}
+
+}  // namespace backend

@@ -1,0 +1,47 @@
+// Benchmark mode's result file (--benchmark-output FILE, our extension; the launcher passes it
+// when a run uses mock data and no validation, Megatron's "benchmark mode"): one JSON object
+// with the median step time over the iterations after the first (warm-up), tokens/s, model
+// TFLOP/s per device by Megatron's num_floating_point_operations, MFU against the device's
+// measured peak, peak resident memory and the parallel layout. `launcher report` tabulates
+// these files side by side.
+//
+// Megatron's FLOPs per iteration for a dense GPT (forward + backward):
+//   12·B·s·L·h²·[(1 + g/a + s/(2h))·(kv·a/h) + (ffn/h)·(1.5 if SwiGLU else 1)] + 6·B·s·h·V
+// with B the global batch, g/a query groups over heads (1 for MHA), kv·a/h = 1 for MHA.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "backend/train/arguments.hpp"
+
+namespace backend {
+
+// Model FLOPs of one iteration (global batch) by Megatron's formula.
+double megatron_flops_per_iteration(const TrainingArguments& arguments, int64_t padded_vocab_size);
+
+// Single-precision GEMM throughput of this CPU through the same OpenBLAS path the model uses
+// (a 2048³ sgemm, best of three), in FLOP/s: the peak MFU is measured against.
+double measure_cpu_sgemm_peak();
+
+struct BenchmarkSummary {
+  double median_step_ms = 0;
+  double tokens_per_second = 0;
+  double tflops_per_device = 0;
+  double mfu = 0;  // fraction of peak
+  double peak_flops = 0;
+  double peak_memory_bytes = 0;
+  int64_t iterations_measured = 0;
+};
+
+BenchmarkSummary summarize_benchmark(const TrainingArguments& arguments, int64_t padded_vocab_size,
+                                     const std::vector<double>& step_ms, double peak_flops);
+
+// Writes the JSON file (through a temporary file and a rename).
+void write_benchmark_json(const std::filesystem::path& file, const TrainingArguments& arguments,
+                          int64_t padded_vocab_size, int64_t parameter_count,
+                          const BenchmarkSummary& summary);
+
+}  // namespace backend

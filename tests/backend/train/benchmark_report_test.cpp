@@ -1,0 +1,54 @@
+// Megatron's FLOP formula, the warm-up-free median, and the JSON file benchmark mode writes.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "backend/train/benchmark_report.hpp"
+
+using namespace backend;
+
+TEST_CASE("FLOPs per iteration follow Megatron's num_floating_point_operations") {
+  TrainingArguments a;
+  a.num_layers = 12;
+  a.hidden_size = 768;
+  a.ffn_hidden_size = 3072;
+  a.seq_length = 256;
+  a.global_batch_size = 8;
+  // The reduced form for MHA with ffn = 4h: 72·B·s·L·h²·(1 + s/(12h)) + 6·B·s·h·V.
+  const double B = 8, s = 256, L = 12, h = 768, V = 50304;
+  const double expected = 72 * B * s * L * h * h * (1 + s / (12 * h)) + 6 * B * s * h * V;
+  CHECK(megatron_flops_per_iteration(a, 50304) == doctest::Approx(expected).epsilon(1e-12));
+}
+
+TEST_CASE("the median leaves the warm-up iteration out and the JSON holds every field") {
+  TrainingArguments a;
+  a.num_layers = 2;
+  a.hidden_size = 64;
+  a.ffn_hidden_size = 256;
+  a.seq_length = 32;
+  a.micro_batch_size = 2;
+  a.global_batch_size = 4;
+  const auto summary = summarize_benchmark(a, 128, {5000.0, 10.0, 30.0, 20.0}, 1e11);
+  CHECK(summary.median_step_ms == doctest::Approx(20.0));
+  CHECK(summary.iterations_measured == 3);
+  CHECK(summary.tokens_per_second == doctest::Approx(4 * 32 / 0.020));
+  CHECK(summary.mfu == doctest::Approx(summary.tflops_per_device * 1e12 / 1e11));
+  CHECK(summary.peak_memory_bytes > 0);
+
+  const auto file = std::filesystem::temp_directory_path() / "benchmark_report_test" / "b.json";
+  write_benchmark_json(file, a, 128, 12345, summary);
+  std::ifstream in(file);
+  const auto report = nlohmann::json::parse(in);
+  CHECK(report.at("median_step_ms").get<double>() == doctest::Approx(20.0));
+  CHECK(report.at("model").at("parameters").get<int64_t>() == 12345);
+  CHECK(report.at("parallel").at("data_parallel_size").get<int64_t>() == 1);
+  for (const char* key : {"tokens_per_second", "tflops_per_device", "mfu", "peak_memory_bytes",
+                          "peak_tflops_measured", "device", "precision"}) {
+    CAPTURE(key);
+    CHECK(report.contains(key));
+  }
+  std::filesystem::remove_all(file.parent_path());
+}
