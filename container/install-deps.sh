@@ -3,7 +3,19 @@
 # This is the one place that does so: the README's quick start, .ci/run and the
 # container image (later) all call it. Idempotent: packages already present are
 # skipped quickly by apt. Needs root (or sudo).
+#   install-deps.sh          what building and running need
+#   install-deps.sh --tests  also the reference implementations the test suite runs against
+#                            (a real Slurm cluster, OmegaConf, clang's fuzzer): CI uses this.
+# The test packages stay optional because a Slurm client from Debian has no place on, say, a
+# cluster login node with the site's own Slurm.
 set -euo pipefail
+
+with_tests=false
+case "${1:-}" in
+  "") ;;
+  --tests) with_tests=true ;;
+  *) echo "install-deps.sh: unknown argument '$1' (valid: --tests)" >&2; exit 2 ;;
+esac
 
 packages=(
   # build
@@ -16,13 +28,21 @@ packages=(
   libopenblas-openmp-dev
   # distributed (optional at build time, detected by CMake)
   openmpi-bin libopenmpi-dev
-  # tests; python3-omegaconf is the oracle the config tests compare against
-  doctest-dev python3-omegaconf
+  # the test framework (the release build compiles the tests too)
+  doctest-dev
+)
+
+test_packages=(
+  # python3-omegaconf is the oracle the config tests compare against
+  python3-omegaconf
   # tests: a real Slurm cluster (slurmctld + two slurmd) on this machine. slurm-wlm is the
   # metapackage for slurmctld, slurmd and slurm-client (sbatch, srun, scontrol, sinfo);
   # munge is Slurm's authentication daemon (the package also creates /etc/munge/munge.key)
   slurm-wlm munge
 )
+if [[ $with_tests == true ]]; then
+  packages+=("${test_packages[@]}")
+fi
 
 sudo_cmd=()
 if [[ $(id -u) -ne 0 ]]; then

@@ -152,11 +152,18 @@ ClusterChoice resolve_cluster_type(const std::string& configured) {
 
 int launch_main(const MainOptions& options, std::ostream& terminal) {
   const fs::path conf_dir = find_conf_dir(options.conf_dir);
-  ComposeOptions compose_options{conf_dir, "config", options.overrides};
-  ComposedConfig composed = compose(compose_options);
 
   // cluster_type picks the cluster group option of the same name unless cluster= was given.
-  const Node* configured_type = find(composed.config, "cluster_type");
+  // It is read from a composition without the cluster.* overrides: those belong to the group
+  // that cluster_type selects, not to the default one (cluster_type=bcm cluster.gres=null).
+  std::vector<std::string> without_cluster_keys;
+  for (const auto& override_text : options.overrides) {
+    std::string_view key = override_text;
+    while (!key.empty() && (key.front() == '+' || key.front() == '~')) key.remove_prefix(1);
+    if (!key.starts_with("cluster.")) without_cluster_keys.push_back(override_text);
+  }
+  const ComposedConfig probe = compose({conf_dir, "config", without_cluster_keys});
+  const Node* configured_type = find(probe.config, "cluster_type");
   const std::string configured = configured_type && configured_type->is_string()
                                      ? configured_type->as_string() : "auto";
   const ClusterChoice choice = resolve_cluster_type(configured);
@@ -166,10 +173,12 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
       cluster_type != "k8s") {
     common::fail("cluster_type '{}' is not valid (valid: auto, bcm, local, pbs, k8s)", cluster_type);
   }
-  if (!user_chose_group(options.overrides, "cluster") && composed.choices["cluster"] != cluster_type) {
-    compose_options.overrides.push_back("cluster=" + cluster_type);
-    composed = compose(compose_options);
+  ComposeOptions compose_options{conf_dir, "config", options.overrides};
+  if (!user_chose_group(options.overrides, "cluster") &&
+      probe.choices.count("cluster") && probe.choices.at("cluster") != cluster_type) {
+    compose_options.overrides.insert(compose_options.overrides.begin(), "cluster=" + cluster_type);
   }
+  ComposedConfig composed = compose(compose_options);
 
   fill_launcher_scripts_path(composed.config, conf_dir);  // ??? → the directory holding conf/
   if (wants_unique_output_dir(composed.config)) {

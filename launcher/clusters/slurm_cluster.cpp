@@ -4,6 +4,7 @@
 // "Submitted batch job N". Reference: NeMo-Megatron-Launcher nemo_launcher/core/launchers.py
 // (SlurmLauncher) and Slurm's sbatch(1).
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <fmt/ranges.h>
 
 #include <cctype>
@@ -76,6 +77,9 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
       if (value == nullptr) continue;
       std::string option = "--" + key;
       std::replace(option.begin(), option.end(), '_', '-');
+      // NeMo passes unknown keys through; say so once per key, since a typo lands here too.
+      spdlog::warn("cluster.{} is not a bcm.yaml key the launcher knows: passing it to sbatch as "
+                   "#SBATCH {}", key, option);
       directives.push_back(directive(option, cluster_text(*value, key)));
     }
   }

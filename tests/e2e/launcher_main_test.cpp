@@ -264,3 +264,19 @@ TEST_CASE("a local launch records its job, exit status and log in jobs.jsonl") {
   CHECK(records.find("\"exit_code\":0") != std::string::npos);
   CHECK(records.find("log-gpt3_126m_") != std::string::npos);
 }
+
+TEST_CASE("cluster_type=bcm with cluster.* overrides applies them to the bcm group") {
+  // Regression: the overrides used to reach the default (local) group first and be refused
+  // with "key 'gres' does not exist in 'cluster'".
+  TemporaryDirectory temporary;
+  const auto run = launcher::run_and_capture(
+      {std::string(TEST_BIN_DIR) + "/launcher", "main", "training=gpt3/126m", "cluster_type=bcm",
+       "cluster.gres=null", "cluster.gpus_per_node=null", "cluster.partition=batch",
+       "base_results_dir=" + temporary.path.string(), "--dry-run"});
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const std::string script =
+      read_file(temporary.path / "gpt3_126m" / "nemo-megatron-gpt3_126m_submission.sh");
+  CHECK(script.find("#SBATCH --partition=batch\n") != std::string::npos);
+  CHECK(script.find("gres") == std::string::npos);
+}

@@ -1,0 +1,218 @@
+// End to end on a real Slurm cluster (tests/e2e/slurm_test_cluster.hpp: slurmctld + two slurmd
+// on this machine): `launcher main ... cluster_type=bcm` renders the sbatch script, submits it
+// with the real sbatch, and Slurm runs the real pretrain_gpt under srun. This is what proves
+// the #SBATCH header and the srun line are accepted by Slurm, which string checks cannot.
+// Each TEST_CASE starts its own cluster (one process per case under ctest), so cases can run
+// concurrently; every wait is bounded.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "slurm_test_cluster.hpp"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct TemporaryDirectory {
+  fs::path path;
+  TemporaryDirectory() {
+    std::string pattern = (fs::temp_directory_path() / "launcher_slurm_e2e_XXXXXX").string();
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~TemporaryDirectory() { fs::remove_all(path); }
+};
+
+int count_matches(const std::string& text, const std::regex& pattern) {
+  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), pattern),
+                                        std::sregex_iterator()));
+}
+
+// The launcher with the cluster's environment (SLURM_CONF, PATH with sbatch), a GPU-free bcm
+// cluster on the test cluster's `debug` partition, and the tiny model of launcher_main_test.cpp.
+std::vector<std::string> tiny_bcm_run(const slurm_test::SlurmTestCluster& cluster,
+                                      const fs::path& results, std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv = {"env"};
+  const std::vector<std::string> environment = cluster.environment();
+  argv.insert(argv.end(), environment.begin(), environment.end());
+  const std::vector<std::string> launcher_arguments = {
+      std::string(TEST_BIN_DIR) + "/launcher", "main", "training=gpt3/126m",
+      // cluster_type=bcm alone selects conf/cluster/bcm.yaml, whose keys the cluster.*
+      // overrides then set.
+      "cluster_type=bcm", "cluster.gres=null", "cluster.gpus_per_node=null",
+      "cluster.partition=debug", "cluster.exclusive=false", "cluster.mem=null",
+      "base_results_dir=" + results.string(), "training.trainer.max_steps=3",
+      "training.model.global_batch_size=4", "training.model.micro_batch_size=2",
+      "training.model.encoder_seq_length=32", "training.model.num_layers=2",
+      "training.model.hidden_size=64", "training.model.num_attention_heads=4",
+      "training.trainer.limit_val_batches=1"};
+  argv.insert(argv.end(), launcher_arguments.begin(), launcher_arguments.end());
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+// The job id from the launcher's "Submitted batch job N" line in launcher.log.
+std::string submitted_job_id(const fs::path& launcher_log) {
+  static const std::regex kSubmitted(R"(Submitted batch job (\d+))");
+  const std::string text = slurm_test::read_text(launcher_log);
+  std::smatch match;
+  return std::regex_search(text, match, kSubmitted) ? match[1].str() : std::string();
+}
+
+const std::regex kIterationLine(
+    R"( \[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] iteration +\d+/ +3 \| consumed samples: +\d+ \| elapsed time per iteration \(ms\): [0-9.]+ \| learning rate: \d\.\d{6}E[-+]\d\d \| global batch size: +4 \| lm loss: \d\.\d{6}E[-+]\d\d \| loss scale: 1\.0 \| grad norm: [0-9.]+ \| number of skipped iterations: +0 \| number of nan iterations: +0 \|)");
+
+const std::string kJobName = "nemo-megatron-gpt3_126m";  // conf/cluster/bcm.yaml's prefix + run name
+
+}  // namespace
+
+TEST_CASE("launcher main submits a tiny gpt3/126m to a real Slurm cluster and it completes") {
+  if (!slurm_test::slurm_cluster_available()) return;  // skipped outside CI, with a message
+  slurm_test::SlurmTestCluster cluster;
+  TemporaryDirectory temporary;
+  const auto launched = slurm_test::run_command(tiny_bcm_run(cluster, temporary.path), {}, 120s);
+  INFO("launcher output:\n" << launched.output);
+  REQUIRE(launched.exit_code == 0);
+
+  const fs::path results = temporary.path / "gpt3_126m";
+  const std::string job_id = submitted_job_id(results / "launcher.log");
+  REQUIRE_MESSAGE(!job_id.empty(), "no \"Submitted batch job N\" in " << (results / "launcher.log"));
+
+  const slurm_test::JobOutcome outcome = cluster.wait_for_job(job_id, 120s);
+  INFO("scontrol show job: " << outcome.record);
+  INFO("cluster logs:\n" << cluster.diagnostics());
+  REQUIRE(outcome.finished);
+  CHECK(outcome.state == "COMPLETED");
+  CHECK(outcome.exit_code == "0:0");
+
+  const fs::path job_log = results / ("log-" + kJobName + "_" + job_id + ".out");
+  REQUIRE_MESSAGE(fs::is_regular_file(job_log), job_log << " is missing");
+  const std::string job_output = slurm_test::read_text(job_log);
+  INFO("job log:\n" << job_output);
+  CHECK(count_matches(job_output, kIterationLine) == 3);
+  CHECK(job_output.find(" validation loss at iteration 3 on validation set | lm loss value: ") !=
+        std::string::npos);
+  // stderr_to_stdout: true in bcm.yaml, so there is no separate .err file.
+  CHECK_FALSE(fs::exists(results / ("log-" + kJobName + "_" + job_id + ".err")));
+
+  // The script Slurm accepted: a 1-node, 1-task job with no GPU request.
+  const fs::path script_path = results / (kJobName + "_submission.sh");
+  REQUIRE_MESSAGE(fs::is_regular_file(script_path), script_path << " is missing");
+  const std::string script = slurm_test::read_text(script_path);
+  INFO("script:\n" << script);
+  CHECK(script.find("#SBATCH --job-name=" + kJobName + "\n") != std::string::npos);
+  CHECK(script.find("#SBATCH --partition=debug\n") != std::string::npos);
+  CHECK(script.find("#SBATCH --nodes=1\n") != std::string::npos);
+  CHECK(script.find("#SBATCH --ntasks-per-node=1\n") != std::string::npos);
+  std::string sbatch_header;  // the #SBATCH lines only
+  for (size_t at = script.find("#SBATCH "); at != std::string::npos; at = script.find("#SBATCH ", at + 1)) {
+    sbatch_header += script.substr(at, script.find('\n', at) - at + 1);
+  }
+  for (const char* unwanted : {"--gres", "--gpus", "gpu:", "--exclusive", "--mem"}) {
+    CAPTURE(unwanted);
+    CHECK(sbatch_header.find(unwanted) == std::string::npos);
+  }
+  // Slurm saw the same job: its name and the partition, on one of the two nodes.
+  CHECK(outcome.record.find("JobName=" + kJobName + " ") != std::string::npos);
+  CHECK(outcome.record.find("Partition=debug ") != std::string::npos);
+  CHECK(std::regex_search(outcome.record, std::regex(" NodeList=node[12] ")));
+}
+
+TEST_CASE("a backend that fails under Slurm leaves a FAILED job whose log has the backend's error") {
+  if (!slurm_test::slurm_cluster_available()) return;  // skipped outside CI, with a message
+  slurm_test::SlurmTestCluster cluster;
+  TemporaryDirectory temporary;
+  // Something only the backend checks (the launcher's preflight lets it through, as in
+  // launcher_main_test.cpp), so the job is queued and fails inside Slurm.
+  const auto launched = slurm_test::run_command(
+      tiny_bcm_run(cluster, temporary.path, {"training.model.init_method_std=-1"}), {}, 120s);
+  INFO("launcher output:\n" << launched.output);
+  // Submitting succeeded; the failure is the job's, seen by Slurm.
+  REQUIRE(launched.exit_code == 0);
+  const fs::path results = temporary.path / "gpt3_126m";
+  const std::string job_id = submitted_job_id(results / "launcher.log");
+  REQUIRE_MESSAGE(!job_id.empty(), "no \"Submitted batch job N\" in " << (results / "launcher.log"));
+
+  const slurm_test::JobOutcome outcome = cluster.wait_for_job(job_id, 120s);
+  INFO("scontrol show job: " << outcome.record);
+  INFO("cluster logs:\n" << cluster.diagnostics());
+  REQUIRE(outcome.finished);
+  CHECK(outcome.state == "FAILED");
+  // pretrain_gpt exits 2 on a bad configuration; srun and the script's `set -e` pass it on.
+  CHECK(outcome.exit_code == "2:0");
+
+  const fs::path job_log = results / ("log-" + kJobName + "_" + job_id + ".out");
+  const std::string job_output = slurm_test::read_text(job_log);
+  INFO("job log " << job_log << ":\n" << job_output);
+  CHECK(job_output.find("--init-method-std must be positive, got -1") != std::string::npos);
+  CHECK(count_matches(job_output, kIterationLine) == 0);
+}
+
+TEST_CASE("sbatch refusing the script makes the launcher exit 2 with sbatch's message") {
+  if (!slurm_test::slurm_cluster_available()) return;  // skipped outside CI, with a message
+  slurm_test::SlurmTestCluster cluster;
+  TemporaryDirectory temporary;
+  const auto launched = slurm_test::run_command(
+      tiny_bcm_run(cluster, temporary.path, {"cluster.partition=nosuchpartition"}), {}, 120s);
+  INFO("launcher output:\n" << launched.output);
+  CHECK(launched.exit_code == 2);
+  CHECK(launched.output.find("sbatch") != std::string::npos);
+  CHECK(launched.output.find("invalid partition specified: nosuchpartition") != std::string::npos);
+  CHECK(slurm_test::read_text(temporary.path / "gpt3_126m" / "launcher.log").find("Submitted batch job") ==
+        std::string::npos);
+  // Nothing reached the queue.
+  const auto queue = cluster.client("squeue", {"-h", "-o", "%i %j"});
+  INFO("squeue: " << queue.output);
+  CHECK(queue.exit_code == 0);
+  CHECK(queue.output.find_first_not_of(" \n") == std::string::npos);
+}
+
+TEST_CASE("a two-stage launch: Slurm runs the second job only after the first (afterany)") {
+  slurm_test::SlurmTestCluster cluster;
+  TemporaryDirectory temporary;
+  const auto launched = slurm_test::run_command(
+      tiny_bcm_run(cluster, temporary.path, {"stages=[training,conversion]"}), {}, 120s);
+  INFO("launcher output:\n" << launched.output);
+  REQUIRE(launched.exit_code == 0);
+
+  const fs::path training_dir = temporary.path / "gpt3_126m";
+  const fs::path conversion_dir = training_dir / "convert_hf";
+  const std::string training_id = submitted_job_id(training_dir / "launcher.log");
+  const std::string conversion_id = submitted_job_id(conversion_dir / "launcher.log");
+  REQUIRE(!training_id.empty());
+  REQUIRE(!conversion_id.empty());
+  CHECK(training_id != conversion_id);
+  const std::string conversion_script =
+      slurm_test::read_text(conversion_dir / "nemo-megatron-convert_gpt3_126m_submission.sh");
+  CHECK(conversion_script.find("#SBATCH --dependency=afterany:" + training_id + ",singleton\n") !=
+        std::string::npos);
+
+  const slurm_test::JobOutcome training = cluster.wait_for_job(training_id, 120s);
+  const slurm_test::JobOutcome conversion = cluster.wait_for_job(conversion_id, 120s);
+  INFO("training: " << training.record << "\nconversion: " << conversion.record);
+  REQUIRE(training.finished);
+  REQUIRE(conversion.finished);
+  CHECK(training.state == "COMPLETED");
+  // checkpoint_util is not built yet: the job's tool check stops it with exit 127.
+  CHECK(conversion.state == "FAILED");
+  CHECK(conversion.exit_code == "127:0");
+  // Slurm honoured the dependency: the conversion started no earlier than training ended.
+  auto field = [](const std::string& record, const std::string& name) {
+    const size_t at = record.find(name + "=");
+    return at == std::string::npos ? std::string()
+                                   : record.substr(at + name.size() + 1,
+                                                   record.find(' ', at) - at - name.size() - 1);
+  };
+  const std::string training_end = field(training.record, "EndTime");
+  const std::string conversion_start = field(conversion.record, "StartTime");
+  REQUIRE(!training_end.empty());
+  CHECK(conversion_start >= training_end);  // ISO 8601 times compare as text
+  const std::string conversion_log = slurm_test::read_text(
+      conversion_dir / ("log-nemo-megatron-convert_gpt3_126m_" + conversion_id + ".out"));
+  CHECK(conversion_log.find("the conversion stage needs checkpoint_util") != std::string::npos);
+}
