@@ -111,6 +111,33 @@ const std::string& launch_timestamp() {
   return stamp;
 }
 
+// The launcher's own directories and config `container_mounts` (null entries dropped), each
+// mounted at the same path inside a container.
+std::vector<std::string> container_mounts(const Node& config) {
+  std::vector<std::string> mounts;
+  for (const char* key : {"launcher_scripts_path", "data_dir", "base_results_dir"}) {
+    const std::string path = text_at(config, key);
+    if (!path.empty() && std::find(mounts.begin(), mounts.end(), path) == mounts.end()) {
+      mounts.push_back(path);
+    }
+  }
+  const Node* extra = find(config, "container_mounts");
+  if (extra != nullptr && extra->is_list()) {
+    for (size_t i = 0; i < extra->size(); ++i) {
+      if (extra->at(i).is_null()) continue;
+      mounts.push_back(extra->at(i).as_string(fmt::format("container_mounts.{}", i)));
+    }
+  } else if (extra != nullptr && !extra->is_null()) {
+    common::fail("container_mounts must be a list of paths (src or src:dst)");
+  }
+  return mounts;
+}
+
+bool local_detach(const Node& cluster) {
+  const Node* detach = find(cluster, "detach");
+  return detach != nullptr && !detach->is_null() && detach->as_bool("cluster.detach");
+}
+
 std::string render_job(const std::string& cluster_type, const JobSpec& job,
                        const fs::path& script_path, const RenderContext& context) {
   if (cluster_type == "bcm") return render_sbatch(job, script_path, context);
@@ -229,7 +256,8 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
     const fs::path script_path =
         job->results_dir / (job_name_prefix + job->run_name +
                             (cluster_type == "k8s" ? "_submission.yaml" : "_submission.sh"));
-    const RenderContext context{scripts_root / "templates", cluster, text_at(config, "container")};
+    const RenderContext context{scripts_root / "templates", cluster, text_at(config, "container"),
+                                container_mounts(config)};
     write_script(script_path, render_job(cluster_type, *job, script_path, context));
     spdlog::info("{}: results in {}, job script {}", stage, job->results_dir.string(),
                  script_path.string());
@@ -252,6 +280,17 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
       if (submission.job_id.empty()) continue;  // written, not applied: nothing to track
       spdlog::info("Applied PyTorchJob {}", submission.job_id);
       record.job_id = submission.job_id;
+    } else if (local_detach(*cluster)) {
+      if (!previous_job_id.empty()) {
+        common::fail("cluster.detach=true runs one stage in the background; with several stages "
+                     "the later ones would not wait for it: launch them one at a time");
+      }
+      const Submission submission = start_local_script(*job, script_path);
+      spdlog::info("{}: local job {} runs in the background; output in {}", stage,
+                   submission.job_id, submission.log_file.string());
+      record.job_id = submission.job_id;
+      record.log_file = submission.log_file;
+      previous_job_id = submission.job_id;
     } else {
       // Local stages run one after the other; like afterany, a failed stage does not stop the
       // next, and the launcher's exit status reports the first failure.

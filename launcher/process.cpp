@@ -81,6 +81,39 @@ void drain(int fd, Sink&& sink) {
 
 }  // namespace
 
+int start_detached(const std::vector<std::string>& argv) {
+  if (argv.empty()) common::fail("cannot run an empty command");
+  std::vector<char*> args;
+  for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  int exec_status[2];
+  if (pipe2(exec_status, O_CLOEXEC) != 0) common::fail("pipe failed: {}", std::strerror(errno));
+  const pid_t pid = fork();
+  if (pid < 0) common::fail("fork failed: {}", std::strerror(errno));
+  if (pid == 0) {
+    setsid();
+    const int null_fd = open("/dev/null", O_RDWR);
+    if (null_fd >= 0) {
+      dup2(null_fd, STDIN_FILENO);
+      dup2(null_fd, STDOUT_FILENO);
+      dup2(null_fd, STDERR_FILENO);
+    }
+    execvp(args[0], args.data());
+    const int error = errno;
+    (void)!write(exec_status[1], &error, sizeof error);
+    _exit(127);
+  }
+  close(exec_status[1]);
+  int error = 0;
+  const ssize_t got = read(exec_status[0], &error, sizeof error);
+  close(exec_status[0]);
+  if (got == static_cast<ssize_t>(sizeof error)) {
+    waitpid(pid, nullptr, 0);
+    common::fail("cannot run {}: {}", argv[0], std::strerror(error));
+  }
+  return pid;
+}
+
 std::optional<std::filesystem::path> find_on_path(std::string_view program) {
   const char* path = std::getenv("PATH");
   if (path == nullptr) return std::nullopt;

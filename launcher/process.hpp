@@ -31,4 +31,8 @@ int run_and_tee(const std::vector<std::string>& argv,
                 const std::function<std::filesystem::path(int pid)>& log_file_for,
                 std::ostream& terminal);
 
+// Starts argv in a new session (setsid), stdin from /dev/null, and returns its pid without
+// waiting: the process outlives the launcher.
+int start_detached(const std::vector<std::string>& argv);
+
 }  // namespace launcher

@@ -89,8 +89,18 @@ std::vector<JobRecord> read_job_records(const fs::path& results_dir) {
 
 std::string query_job_state(const JobRecord& record) {
   if (record.cluster == "local") {
-    if (!record.exit_code) return "unknown (no exit status recorded)";
-    return *record.exit_code == 0 ? "COMPLETED" : fmt::format("FAILED (exit {})", *record.exit_code);
+    std::optional<int> exit_code = record.exit_code;
+    if (!exit_code) {
+      // A detached job writes its exit status next to its script when it ends.
+      std::ifstream status_file(record.script.parent_path() / (".job-" + record.job_id + ".exit"));
+      int status = 0;
+      if (status_file >> status) {
+        exit_code = status;
+      } else {
+        return fs::exists("/proc/" + record.job_id) ? "RUNNING" : "unknown (no exit status recorded)";
+      }
+    }
+    return *exit_code == 0 ? "COMPLETED" : fmt::format("FAILED (exit {})", *exit_code);
   }
   auto ask = [](const std::vector<std::string>& argv) -> std::optional<CapturedRun> {
     if (!find_on_path(argv.front())) return std::nullopt;

@@ -19,6 +19,9 @@ struct RenderContext {
   std::filesystem::path templates_dir;
   const Node* cluster = nullptr;  // the resolved `cluster` section
   std::string container_image;    // config `container`; empty: bare metal
+  // Paths the container sees at the same place (pyxis --container-mounts src:dst): the
+  // launcher's directories and config `container_mounts`.
+  std::vector<std::string> container_mounts;
 };
 
 struct Submission {
@@ -34,6 +37,11 @@ std::string render_local_script(const JobSpec& job, const std::filesystem::path&
                                 const RenderContext& context);
 Submission run_local_script(const JobSpec& job, const std::filesystem::path& script_path,
                             std::ostream& terminal);
+// cluster.detach=true: starts the script in its own session and returns at once. The job
+// writes its output to log-<job>_<pid>.out and its exit status to the file below.
+Submission start_local_script(const JobSpec& job, const std::filesystem::path& script_path);
+std::filesystem::path local_exit_status_file(const std::filesystem::path& results_dir,
+                                             const std::string& job_id);
 
 std::string render_sbatch(const JobSpec& job, const std::filesystem::path& script_path,
                           const RenderContext& context);

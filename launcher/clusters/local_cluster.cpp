@@ -60,3 +60,25 @@ Submission run_local_script(const JobSpec& job, const std::filesystem::path& scr
 }
 
 }  // namespace launcher
+
+namespace launcher {
+
+std::filesystem::path local_exit_status_file(const std::filesystem::path& results_dir,
+                                             const std::string& job_id) {
+  return results_dir / fmt::format(".job-{}.exit", job_id);
+}
+
+Submission start_local_script(const JobSpec& job, const std::filesystem::path& script_path) {
+  // bash's $$ is the detached process's pid (setsid execs it directly), which names the log and
+  // the exit-status file; the paths reach bash as arguments, never as code.
+  const std::string wrapper =
+      "exec >\"$1/log-$2_$$.out\" 2>&1; bash \"$0\"; echo $? >\"$1/.job-$$.exit\"";
+  Submission submission;
+  const int pid = start_detached(
+      {"bash", "-c", wrapper, script_path.string(), job.results_dir.string(), job.job_name});
+  submission.job_id = std::to_string(pid);
+  submission.log_file = job.results_dir / fmt::format("log-{}_{}.out", job.job_name, pid);
+  return submission;
+}
+
+}  // namespace launcher

@@ -85,6 +85,19 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
   }
 
   std::vector<std::string> srun_arguments;
+  // A container image runs the job through pyxis/enroot, as NeMo's launcher does; without one
+  // the job runs on bare metal.
+  if (!context.container_image.empty()) {
+    srun_arguments.push_back("--container-image=" + context.container_image);
+    if (!context.container_mounts.empty()) {
+      std::string mounts;
+      for (const auto& mount : context.container_mounts) {
+        mounts += (mounts.empty() ? "" : ",") + (mount.find(':') == std::string::npos ? mount + ":" + mount : mount);
+      }
+      srun_arguments.push_back("--container-mounts=" + mounts);
+    }
+    srun_arguments.push_back("--no-container-mount-home");
+  }
   if (const Node* extra = value_of("srun_args"); extra && extra->is_list()) {
     for (size_t i = 0; i < extra->size(); ++i) {
       srun_arguments.push_back(cluster_text(extra->at(i), fmt::format("srun_args.{}", i)));

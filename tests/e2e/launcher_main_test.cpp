@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "launcher/process.hpp"
+#include "launcher/run_status.hpp"
 
 namespace fs = std::filesystem;
 
@@ -279,4 +280,26 @@ TEST_CASE("cluster_type=bcm with cluster.* overrides applies them to the bcm gro
       read_file(temporary.path / "gpt3_126m" / "nemo-megatron-gpt3_126m_submission.sh");
   CHECK(script.find("#SBATCH --partition=batch\n") != std::string::npos);
   CHECK(script.find("gres") == std::string::npos);
+}
+
+TEST_CASE("cluster.detach=true returns at once and the job finishes in the background") {
+  TemporaryDirectory temporary;
+  const auto start = std::chrono::steady_clock::now();
+  const auto run = launcher::run_and_capture(
+      tiny_run(temporary.path, {"cluster.detach=true", "training.trainer.max_steps=2"}));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.output.find("runs in the background") != std::string::npos);
+  CHECK(count_matches(run.output, kIterationLine) == 0);  // not streamed: the job is detached
+  const fs::path results = temporary.path / "gpt3_126m";
+  const auto records = launcher::read_job_records(results);
+  REQUIRE(records.size() == 1);
+  std::string state = launcher::query_job_state(records[0]);
+  while (state == "RUNNING" && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    state = launcher::query_job_state(records[0]);
+  }
+  CHECK(state == "COMPLETED");
+  const std::string job_log = read_file(records[0].log_file);
+  CHECK(count_matches(job_log, std::regex(R"( iteration +2/ +2 \|)")) == 1);
 }

@@ -59,7 +59,7 @@ TEST_CASE("the PBS script matches its golden file and bash accepts it") {
       "filesystems: home:eagle\nplace: scatter\njob_name_prefix: nemo-megatron-\n",
       "pbs.yaml");
   const std::string script =
-      render_pbs(two_node_job(), "/lus/eagle/results/gpt3_5b/x.sh", {kTemplates, &cluster, ""});
+      render_pbs(two_node_job(), "/lus/eagle/results/gpt3_5b/x.sh", {kTemplates, &cluster, "", {}});
   check_golden(script, "training_pbs.sh");
   CHECK(script.find("#PBS -l select=2:system=polaris\n") != std::string::npos);
   CHECK(script.find("#PBS -l walltime=6:00:00\n") != std::string::npos);
@@ -91,7 +91,7 @@ TEST_CASE("the PyTorchJob manifest matches its golden file and parses as the rig
   job.after_job_id.clear();
   const std::string manifest = render_pytorchjob(
       job, "/lus/eagle/results/gpt3_5b/x.yaml",
-      {kTemplates, &cluster, "nvcr.io/example/megatron-native:0.1"});
+      {kTemplates, &cluster, "nvcr.io/example/megatron-native:0.1", {}});
   check_golden(manifest, "training_pytorchjob.yaml");
 
   const Node parsed = parse_yaml(manifest, "manifest");
@@ -114,9 +114,9 @@ TEST_CASE("the PyTorchJob manifest matches its golden file and parses as the rig
 
 TEST_CASE("Kubernetes needs an image and paired NFS settings, and gets RFC 1123 names") {
   const Node cluster = parse_yaml("namespace: default\nnfs_server: 10.0.0.5\n", "k8s.yaml");
-  CHECK_THROWS_WITH_AS(render_pytorchjob(two_node_job(), "/x.yaml", {kTemplates, &cluster, ""}),
+  CHECK_THROWS_WITH_AS(render_pytorchjob(two_node_job(), "/x.yaml", {kTemplates, &cluster, "", {}}),
                        doctest::Contains("cluster_type k8s needs an image"), common::Error);
-  CHECK_THROWS_WITH_AS(render_pytorchjob(two_node_job(), "/x.yaml", {kTemplates, &cluster, "img"}),
+  CHECK_THROWS_WITH_AS(render_pytorchjob(two_node_job(), "/x.yaml", {kTemplates, &cluster, "img", {}}),
                        doctest::Contains("cluster.nfs_server and cluster.nfs_path go together"),
                        common::Error);
   CHECK(kubernetes_name("NeMo_Megatron.GPT3 5b") == "nemo-megatron-gpt3-5b");

@@ -44,7 +44,7 @@ bool bash_accepts(const std::string& script) {
 TEST_CASE("the local script exports quoted values and runs the backend in the results dir") {
   const Node cluster = parse_yaml("job_name_prefix: ''\n", "test");
   const auto job = sample_job("/tmp/results/gpt3_126m");
-  const std::string script = render_local_script(job, "/tmp/results/x.sh", {kTemplates, &cluster, ""});
+  const std::string script = render_local_script(job, "/tmp/results/x.sh", {kTemplates, &cluster, "", {}});
   CHECK(script.starts_with("#!/usr/bin/env bash\n"));
   CHECK(script.find("export NCCL_DEBUG=INFO\n") != std::string::npos);
   CHECK(script.find("export HOSTILE='$(touch INJECTED); `id`'\n") != std::string::npos);
@@ -61,7 +61,7 @@ TEST_CASE("the local script, run, sees the hostile value as text and executes no
   job.command = {"bash", "-c", "printf '%s' \"$HOSTILE\" > seen.txt"};
   const Node cluster = parse_yaml("job_name_prefix: ''\n", "test");
   const fs::path script_path = fs::temp_directory_path() / "render_test_local.sh";
-  write_script(script_path, render_local_script(job, script_path, {kTemplates, &cluster, ""}));
+  write_script(script_path, render_local_script(job, script_path, {kTemplates, &cluster, "", {}}));
   const auto run = run_and_capture({"bash", script_path.string()});
   CHECK(run.exit_code == 0);
   std::ifstream seen(results / "seen.txt");
@@ -79,7 +79,7 @@ TEST_CASE("the sbatch script carries the cluster config and the job in #SBATCH l
       "stderr_to_stdout: false\nqos: high\n",
       "bcm.yaml");
   const auto job = sample_job("/lustre/results/gpt3_126m");
-  const std::string script = render_sbatch(job, "/lustre/x.sh", {kTemplates, &cluster, ""});
+  const std::string script = render_sbatch(job, "/lustre/x.sh", {kTemplates, &cluster, "", {}});
   for (const char* line :
        {"#SBATCH --job-name=nemo-megatron-gpt3_126m\n", "#SBATCH --nodes=2\n",
         "#SBATCH --ntasks-per-node=8\n", "#SBATCH --partition=batch\n", "#SBATCH --account=llm\n",
@@ -100,28 +100,40 @@ TEST_CASE("a later stage depends on the previous job (afterany) and on its own r
   JobSpec job = sample_job("/r");
   job.after_job_id = "4242";
   job.run_dependency = "singleton";
-  const std::string script = render_sbatch(job, "/r/x.sh", {kTemplates, &cluster, ""});
+  const std::string script = render_sbatch(job, "/r/x.sh", {kTemplates, &cluster, "", {}});
   CHECK(script.find("#SBATCH --dependency=afterany:4242,singleton\n") != std::string::npos);
   job.after_job_id.clear();
-  CHECK(render_sbatch(job, "/r/x.sh", {kTemplates, &cluster, ""}).find("#SBATCH --dependency=singleton\n") !=
+  CHECK(render_sbatch(job, "/r/x.sh", {kTemplates, &cluster, "", {}}).find("#SBATCH --dependency=singleton\n") !=
         std::string::npos);
+}
+
+TEST_CASE("with a container image, srun runs the job through pyxis with the mounts") {
+  const Node cluster = parse_yaml("srun_args: [--mpi=pmix]\nstderr_to_stdout: true\n", "bcm.yaml");
+  const std::string script = render_sbatch(
+      sample_job("/r"), "/r/x.sh",
+      {kTemplates, &cluster, "nvcr.io/nvidia/nemo:24.01", {"/opt/launcher", "/data:/mnt/data"}});
+  CHECK(script.find("srun --container-image=nvcr.io/nvidia/nemo:24.01 "
+                    "--container-mounts=/opt/launcher:/opt/launcher,/data:/mnt/data "
+                    "--no-container-mount-home --mpi=pmix /opt/bin/pretrain_gpt") != std::string::npos);
+  const std::string bare = render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "", {}});
+  CHECK(bare.find("--container") == std::string::npos);
 }
 
 TEST_CASE("a CPU-only Slurm cluster gets no GPU request") {
   const Node cluster = parse_yaml("gres: null\ngpus_per_node: null\nstderr_to_stdout: true\n", "bcm.yaml");
-  const std::string script = render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, ""});
+  const std::string script = render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "", {}});
   CHECK(script.find("gpu") == std::string::npos);
   CHECK(script.find("--error") == std::string::npos);  // stderr goes to the .out file
 }
 
 TEST_CASE("#SBATCH values that could break out of their line are refused") {
   const Node cluster = parse_yaml("partition: \"batch\\n#SBATCH --uid=0\"\n", "bcm.yaml");
-  CHECK_THROWS_WITH_AS(render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, ""}),
+  CHECK_THROWS_WITH_AS(render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "", {}}),
                        doctest::Contains("#SBATCH --partition"), common::Error);
 }
 
 TEST_CASE("a missing template is named") {
   const Node cluster = parse_yaml("job_name_prefix: ''\n", "test");
-  CHECK_THROWS_WITH_AS(render_local_script(sample_job("/r"), "/r/x.sh", {"/no/such/dir", &cluster, ""}),
+  CHECK_THROWS_WITH_AS(render_local_script(sample_job("/r"), "/r/x.sh", {"/no/such/dir", &cluster, "", {}}),
                        doctest::Contains("/no/such/dir/local.sh.mustache not found"), common::Error);
 }
