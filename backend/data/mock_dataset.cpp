@@ -2,17 +2,13 @@
 #include "backend/data/mock_dataset.hpp"
 
 #include "backend/common/error.hpp"
+#include "backend/common/splitmix64.hpp"
 
 namespace backend {
 
 namespace {
-// splitmix64's finaliser (Steele, Lea & Flood 2014): a bijective mix of a 64-bit counter.
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+// splitmix64's finaliser after one increment: output 0 of the stream keyed by x.
+constexpr uint64_t mix(uint64_t x) { return common::splitmix64_at(x, 0); }
 }  // namespace
 
 MockDataset::MockDataset(uint64_t seed, int64_t vocab_size, int64_t seq_length)

@@ -38,6 +38,11 @@ void validate(const GptConfig& config) {
   if (!(config.init_method_std > 0)) {
     common::fail("--init-method-std must be positive, got {}", config.init_method_std);
   }
+  auto probability = [](double value, const char* flag) {
+    if (!(value >= 0 && value < 1)) common::fail("{} must lie in [0, 1), got {}", flag, value);
+  };
+  probability(config.hidden_dropout, "--hidden-dropout");
+  probability(config.attention_dropout, "--attention-dropout");
 }
 
 }  // namespace backend

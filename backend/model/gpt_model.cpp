@@ -11,6 +11,12 @@
 // 2i and 2i+1 of a stream keyed by splitmix64(seed) give two uniforms for one Box–Muller
 // transform (the cosine half). It is computed in double and rounded to Scalar, so a float
 // and a double model with the same seed hold the same parameters up to float rounding.
+//
+// Dropout (gpt_model.hpp) draws from the same generator, keyed by backend::dropout_key(dropout
+// seed, dropout step, site, layer): the embedding is site 0 (layer 0), the attention
+// probabilities of layer l site 1, linear_proj's bias-dropout-add site 2, linear_fc2's site 3.
+// Mask indices are row-major element indices of the dropped tensor: (B, T, C) for the hidden
+// sites, (B, NH, T, T) for the probabilities. Nothing is generated for a p = 0 site.
 #include "backend/model/gpt_model.hpp"
 
 #include <algorithm>
@@ -20,8 +26,10 @@
 #include <utility>
 
 #include "backend/common/error.hpp"
+#include "backend/common/splitmix64.hpp"
 #include "backend/ops/attention.hpp"
 #include "backend/ops/cross_entropy.hpp"
+#include "backend/ops/dropout.hpp"
 #include "backend/ops/embedding.hpp"
 #include "backend/ops/gelu.hpp"
 #include "backend/ops/layernorm.hpp"
@@ -31,18 +39,8 @@
 namespace backend {
 namespace {
 
-constexpr uint64_t kSplitmixIncrement = 0x9E3779B97F4A7C15ull;
-
-uint64_t splitmix64_mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// The counter-th output of the splitmix64 stream whose state starts at `key`.
-uint64_t splitmix64_at(uint64_t key, uint64_t counter) {
-  return splitmix64_mix(key + (counter + 1) * kSplitmixIncrement);
-}
+using common::splitmix64_at;
+using common::splitmix64_mix;
 
 // Standard normal deviates 2·pair and 2·pair + 1 of the stream keyed by `key`: Box–Muller
 // turns one pair of uniforms into two independent normals (cos and sin), so every deviate
@@ -58,6 +56,14 @@ std::pair<double, double> standard_normal_pair(uint64_t key, uint64_t pair) {
 }
 
 enum class Init { normal, scaled_normal, zeros, ones };
+
+// Where a dropout mask applies; part of its key.
+enum class DropoutSite : uint64_t {
+  embedding = 0,
+  attention = 1,
+  attention_output = 2,
+  mlp_output = 3
+};
 
 // Offsets into the flat parameter (and gradient) buffer of one transformer layer's tensors.
 struct LayerParameters {
@@ -101,6 +107,15 @@ struct GptModel<Scalar>::State {
   int64_t final_norm_weight = 0;
   int64_t final_norm_bias = 0;
 
+  // Dropout: the mode and the generator's state for the next forward, and what the last
+  // forward used (the backward regenerates its masks from these).
+  bool training = true;
+  uint64_t dropout_seed = 0;
+  uint64_t dropout_step = 0;
+  bool forward_training = false;
+  uint64_t forward_dropout_seed = 0;
+  uint64_t forward_dropout_step = 0;
+
   // Activations of the last forward, sized for (batch_size, seq_length).
   int64_t batch_size = 0;
   int64_t seq_length = 0;
@@ -135,6 +150,15 @@ struct GptModel<Scalar>::State {
 
   Scalar* parameter(int64_t offset) { return parameters.data() + offset; }
   Scalar* gradient(int64_t offset) { return gradients.data() + offset; }
+
+  // The last forward's mask at a site: inactive (p = 0) in evaluation mode or for p = 0.
+  Dropout dropout(DropoutSite site, int64_t layer) const {
+    const double probability =
+        site == DropoutSite::attention ? config.attention_dropout : config.hidden_dropout;
+    if (!forward_training || probability == 0) return {};
+    return {probability, dropout_key(forward_dropout_seed, forward_dropout_step,
+                                     static_cast<uint64_t>(site), static_cast<uint64_t>(layer))};
+  }
 
   void resize_activations(int64_t new_batch_size, int64_t new_seq_length);
 };
@@ -335,6 +359,10 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
   check_ids(labels, "labels");
 
   s.resize_activations(batch_size, seq_length);
+  s.forward_training = s.training;
+  s.forward_dropout_seed = s.dropout_seed;
+  s.forward_dropout_step = s.dropout_step;
+  if (s.training) ++s.dropout_step;
   s.tokens.assign(tokens.begin(), tokens.end());
   s.labels.assign(labels.begin(), labels.end());
 
@@ -348,6 +376,9 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
 
   cpu::embedding_forward(s.embedded.data(), s.tokens.data(), s.parameter(s.word_embeddings),
                          s.parameter(s.position_embeddings), B, T, C);
+  if (const Dropout d = s.dropout(DropoutSite::embedding, 0); d.active()) {
+    cpu::dropout_forward(s.embedded.data(), s.embedded.data(), rows * C, d);
+  }
   const Scalar* layer_input = s.embedded.data();
   for (int64_t l = 0; l < config.num_layers; ++l) {
     const LayerParameters& p = s.layer_parameters[static_cast<size_t>(l)];
@@ -357,9 +388,13 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
                            s.parameter(p.input_norm_bias), epsilon, rows, C);
     cpu::linear_forward(a.qkv.data(), a.input_norm.data(), s.parameter(p.qkv_weight),
                         s.parameter(p.qkv_bias), rows, C, 3 * C);
-    cpu::attention_forward(a.context.data(), a.probabilities.data(), a.qkv.data(), B, T, C, NH);
+    cpu::attention_forward(a.context.data(), a.probabilities.data(), a.qkv.data(), B, T, C, NH,
+                           s.dropout(DropoutSite::attention, l));
     cpu::linear_forward(s.branch.data(), a.context.data(), s.parameter(p.proj_weight),
                         s.parameter(p.proj_bias), rows, C, C);
+    if (const Dropout d = s.dropout(DropoutSite::attention_output, l); d.active()) {
+      cpu::dropout_forward(s.branch.data(), s.branch.data(), rows * C, d);
+    }
     cpu::residual_forward(a.attention_residual.data(), layer_input, s.branch.data(), rows * C);
     cpu::layernorm_forward(a.mlp_norm.data(), a.mlp_norm_mean.data(), a.mlp_norm_rstd.data(),
                            a.attention_residual.data(), s.parameter(p.mlp_norm_weight),
@@ -369,6 +404,9 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
     cpu::gelu_forward(a.gelu.data(), a.fc1.data(), rows * F);
     cpu::linear_forward(s.branch.data(), a.gelu.data(), s.parameter(p.fc2_weight),
                         s.parameter(p.fc2_bias), rows, F, C);
+    if (const Dropout d = s.dropout(DropoutSite::mlp_output, l); d.active()) {
+      cpu::dropout_forward(s.branch.data(), s.branch.data(), rows * C, d);
+    }
     cpu::residual_forward(a.output.data(), a.attention_residual.data(), s.branch.data(), rows * C);
     layer_input = a.output.data();
   }
@@ -423,9 +461,16 @@ void GptModel<Scalar>::backward(Scalar grad_scale) {
     const Scalar* layer_input =
         l == 0 ? s.embedded.data() : s.layers[static_cast<size_t>(l - 1)].output.data();
 
-    // MLP block; dresidual is the gradient of both the block output and fc2's output.
+    // MLP block; dresidual is the gradient of both the block output and the dropped fc2
+    // output, whose mask turns it into fc2's output gradient (in dbranch, free until the
+    // layernorm backward below).
+    const Scalar* dmlp_output = s.dresidual.data();
+    if (const Dropout d = s.dropout(DropoutSite::mlp_output, l); d.active()) {
+      cpu::dropout_backward(s.dbranch.data(), s.dresidual.data(), rows * C, d);
+      dmlp_output = s.dbranch.data();
+    }
     cpu::linear_backward(s.dhidden.data(), s.gradient(p.fc2_weight), s.gradient(p.fc2_bias),
-                         s.dresidual.data(), a.gelu.data(), s.parameter(p.fc2_weight), rows, F, C);
+                         dmlp_output, a.gelu.data(), s.parameter(p.fc2_weight), rows, F, C);
     cpu::gelu_backward(s.dhidden.data(), s.dhidden.data(), a.fc1.data(), rows * F);
     cpu::linear_backward(s.dnorm.data(), s.gradient(p.fc1_weight), s.gradient(p.fc1_bias),
                          s.dhidden.data(), a.mlp_norm.data(), s.parameter(p.fc1_weight), rows, C,
@@ -436,12 +481,17 @@ void GptModel<Scalar>::backward(Scalar grad_scale) {
                             a.mlp_norm_mean.data(), a.mlp_norm_rstd.data(), rows, C);
     cpu::residual_forward(s.dresidual.data(), s.dresidual.data(), s.dbranch.data(), rows * C);
 
-    // Attention block.
+    // Attention block, the same way.
+    const Scalar* dattention_output = s.dresidual.data();
+    if (const Dropout d = s.dropout(DropoutSite::attention_output, l); d.active()) {
+      cpu::dropout_backward(s.dbranch.data(), s.dresidual.data(), rows * C, d);
+      dattention_output = s.dbranch.data();
+    }
     cpu::linear_backward(s.dnorm.data(), s.gradient(p.proj_weight), s.gradient(p.proj_bias),
-                         s.dresidual.data(), a.context.data(), s.parameter(p.proj_weight), rows, C,
+                         dattention_output, a.context.data(), s.parameter(p.proj_weight), rows, C,
                          C);
     cpu::attention_backward(s.dqkv.data(), s.dnorm.data(), a.qkv.data(), a.probabilities.data(), B,
-                            T, C, NH);
+                            T, C, NH, s.dropout(DropoutSite::attention, l));
     cpu::linear_backward(s.dnorm.data(), s.gradient(p.qkv_weight), s.gradient(p.qkv_bias),
                          s.dqkv.data(), a.input_norm.data(), s.parameter(p.qkv_weight), rows, C,
                          3 * C);
@@ -452,6 +502,9 @@ void GptModel<Scalar>::backward(Scalar grad_scale) {
     cpu::residual_forward(s.dresidual.data(), s.dresidual.data(), s.dbranch.data(), rows * C);
   }
 
+  if (const Dropout d = s.dropout(DropoutSite::embedding, 0); d.active()) {
+    cpu::dropout_backward(s.dresidual.data(), s.dresidual.data(), rows * C, d);
+  }
   cpu::embedding_backward(s.gradient(s.word_embeddings), s.gradient(s.position_embeddings),
                           s.dresidual.data(), s.tokens.data(), B, T, C);
 }
@@ -459,6 +512,26 @@ void GptModel<Scalar>::backward(Scalar grad_scale) {
 template <typename Scalar>
 void GptModel<Scalar>::zero_gradients() {
   std::fill(state_->gradients.begin(), state_->gradients.end(), Scalar{0});
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::set_training(bool training) {
+  state_->training = training;
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::set_dropout_seed(uint64_t seed) {
+  state_->dropout_seed = seed;
+}
+
+template <typename Scalar>
+uint64_t GptModel<Scalar>::dropout_step() const {
+  return state_->dropout_step;
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::set_dropout_step(uint64_t step) {
+  state_->dropout_step = step;
 }
 
 template class GptModel<float>;

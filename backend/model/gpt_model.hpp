@@ -1,12 +1,22 @@
 // A GPT-2/GPT-3 decoder as Megatron-LM builds it (megatron/core/models/gpt/gpt_model.py with
 // the local transformer layer spec), fp32 or fp64 on the CPU, forward and backward written by
 // hand (llm.c style):
-//   x = word_embeddings[tokens] + position_embeddings[0..T)
-//   per layer:  x = x + linear_proj(attention(linear_qkv(input_layernorm(x))))
-//               x = x + linear_fc2(gelu_tanh(linear_fc1(pre_mlp_layernorm(x))))
+//   x = dropout_h(word_embeddings[tokens] + position_embeddings[0..T))
+//   per layer:  x = x + dropout_h(linear_proj(attention(linear_qkv(input_layernorm(x)))))
+//               x = x + dropout_h(linear_fc2(gelu_tanh(linear_fc1(pre_mlp_layernorm(x)))))
 //   logits = final_layernorm(x) · word_embeddings^T        (output tied to the embedding)
 //   loss   = mean over B·T of cross_entropy(logits over the padded vocabulary, labels)
 // Dimensions: B batch, T sequence, C hidden, NH heads, HD = C / NH, F ffn, V padded vocab.
+//
+// Dropout, at Megatron core's four sites: dropout_h, with p = hidden_dropout, after the
+// embedding sum (Megatron's embedding_dropout) and in the two bias-dropout-adds (x = residual
+// + dropout(linear output + bias)); inside attention, the probabilities after the causal
+// softmax are dropped with p = attention_dropout. Inverted dropout (backend/ops/dropout.hpp):
+// kept elements are scaled by 1/(1 − p). It applies in training mode only; with p = 0, or in
+// evaluation mode, the forward and backward are the dropout-free computation, bit for bit.
+// The masks are never stored: element i of a mask is a function of (dropout seed, dropout
+// step, site, layer, i) alone (a counter-based generator), so the backward regenerates the
+// forward's masks, and neither depends on the thread count.
 //
 // Parameters live in one flat buffer (and gradients in a second one of the same layout) so
 // the optimizer, gradient clipping, checkpoints and, later, data-parallel all-reduce see one
@@ -74,9 +84,24 @@ class GptModel {
                  int64_t batch_size, int64_t seq_length);
 
   // Backward of the last forward: gradients += grad_scale · d(mean loss)/d(parameters).
+  // It uses the last forward's dropout masks, whatever set_training, set_dropout_seed or
+  // set_dropout_step did since.
   void backward(Scalar grad_scale);
 
   void zero_gradients();
+
+  // Training mode (the default) applies dropout; evaluation mode (false) turns it off, as
+  // torch's train() / eval(). Validation and test passes run in evaluation mode.
+  void set_training(bool training);
+
+  // The masks of a forward are keyed by (dropout seed, dropout step). The seed defaults to 0.
+  void set_dropout_seed(uint64_t seed);
+  // The step the next forward uses; every forward in training mode advances it by one (one
+  // per micro batch), evaluation forwards leave it. With the parameters and optimizer state
+  // it is the RNG state a checkpoint must save (and set_dropout_step restore) for a resumed
+  // run to draw the same masks as an uninterrupted one, bit for bit.
+  uint64_t dropout_step() const;
+  void set_dropout_step(uint64_t step);
 
  private:
   struct State;

@@ -35,6 +35,8 @@ GptConfig model_config(const TrainingArguments& a) {
                                                a.tensor_model_parallel_size);
   config.layernorm_epsilon = a.layernorm_epsilon;
   config.init_method_std = a.init_method_std;
+  config.hidden_dropout = a.hidden_dropout;
+  config.attention_dropout = a.attention_dropout;
   validate(config);
   return config;
 }
@@ -56,11 +58,13 @@ void select_device(const TrainingArguments& arguments) {
   }
 }
 
-// Mean loss over eval_iters global batches of `split`, forward only.
+// Mean loss over eval_iters global batches of `split`, forward only, in evaluation mode
+// (no dropout, and the dropout step stays where training left it); training mode after.
 double evaluate(GptModel<float>& model, const TrainingArguments& a, const BatchSource& source,
                 Split split, int64_t& consumed_samples, std::vector<int32_t>& tokens,
                 std::vector<int32_t>& labels) {
   const int64_t num_micro_batches = a.global_batch_size / a.micro_batch_size;
+  model.set_training(false);
   double total = 0;
   for (int64_t i = 0; i < a.eval_iters; ++i) {
     for (int64_t m = 0; m < num_micro_batches; ++m) {
@@ -69,6 +73,7 @@ double evaluate(GptModel<float>& model, const TrainingArguments& a, const BatchS
       total += model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
     }
   }
+  model.set_training(true);
   return total / static_cast<double>(a.eval_iters * num_micro_batches);
 }
 
@@ -93,14 +98,13 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
     spdlog::warn("{}: the CPU path computes in fp32; mixed precision applies to the CUDA path",
                  a.bf16 ? "--bf16" : "--fp16");
   }
-  if (a.hidden_dropout > 0 || a.attention_dropout > 0) {
-    common::fail("--hidden-dropout {} / --attention-dropout {}: dropout is not built yet; "
-                 "pass 0 for both", a.hidden_dropout, a.attention_dropout);
-  }
 
   const GptConfig config = model_config(a);
   GptModel<float> model(config);
   model.init_parameters(a.seed);
+  // The dropout masks come from --seed too; dropout_key() mixes the seed into a stream of its
+  // own, unrelated to the initialisation's. Step 0 is the first micro batch's forward.
+  model.set_dropout_seed(a.seed);
 
   TrainingResult result;
   result.parameter_count = static_cast<int64_t>(model.parameters().size());

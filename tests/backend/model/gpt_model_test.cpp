@@ -1,7 +1,8 @@
 // GptModel: the gradient of the whole decoder against central finite differences for every
 // parameter tensor (double), float against double, Megatron's initialisation, the starting
 // loss, input validation, grad_scale and accumulation, the tensor table, thread-count
-// independence.
+// independence. Dropout: the same gradient check with the masks pinned, p = 0 and evaluation
+// mode bit for bit the dropout-free model, the dropout step (advance, replay), threads.
 #include "backend/model/gpt_model.hpp"
 
 #include <doctest/doctest.h>
@@ -464,4 +465,176 @@ TEST_CASE("a moved-from model's state lives on in the moved-to model") {
   GptModel<double> assigned(tiny_config());
   assigned = std::move(moved);
   CHECK(forward(assigned, batch) == loss);
+}
+
+namespace {
+
+GptConfig with_dropout(GptConfig config, double hidden, double attention) {
+  config.hidden_dropout = hidden;
+  config.attention_dropout = attention;
+  return config;
+}
+
+template <typename Scalar>
+std::vector<Scalar> gradients_of(const GptModel<Scalar>& model) {
+  return {model.gradients().begin(), model.gradients().end()};
+}
+
+}  // namespace
+
+TEST_CASE("with dropout on, model gradients match central finite differences (masks pinned)") {
+  GptConfig config = with_dropout(tiny_config(), 0.3, 0.3);
+  config.init_method_std = 0.3;
+  GptModel<double> model(config);
+  init_for_gradient_check(model);
+  model.set_dropout_seed(99);
+  const Batch batch = random_batch(config, kTinyBatch, kTinySeq, 1);
+  // Every forward of the check runs at the same dropout step, hence with the same masks, so
+  // the loss is a smooth function of the parameters.
+  constexpr uint64_t kStep = 17;
+  auto loss = [&] {
+    model.set_dropout_step(kStep);
+    return forward(model, batch);
+  };
+
+  const double dropped_loss = loss();
+  model.zero_gradients();
+  model.backward(1.0);
+  const std::vector<double> analytic = gradients_of(model);
+  // The masks are in use: evaluation mode (no dropout) gives another loss and gradient.
+  model.set_training(false);
+  CHECK(forward(model, batch) != dropped_loss);
+  model.zero_gradients();
+  model.backward(1.0);
+  CHECK(gradients_of(model) != analytic);
+  model.set_training(true);
+
+  for (const backend::ParameterTensor& tensor : model.tensors()) {
+    INFO("tensor " << tensor.name);
+    std::span<double> values = model.parameters().subspan(tensor.offset, tensor.numel);
+    std::span<const double> gradient =
+        std::span<const double>(analytic).subspan(tensor.offset, tensor.numel);
+    CHECK(max_abs(gradient) > 0);
+    GradientCheckOptions options;  // as in the check without dropout
+    options.eps = 1e-3;
+    options.order = 4;
+    BACKEND_CHECK_GRADIENT(check_gradient(values, gradient, loss, options), 1e-6);
+  }
+}
+
+TEST_CASE("dropout of 0, or evaluation mode, is the dropout-free model bit for bit") {
+  const GptConfig config = tiny_config();
+  const Batch batch = random_batch(config, kTinyBatch, kTinySeq, 14);
+  auto run = [&](const GptConfig& model_config, bool training) {
+    GptModel<float> model(model_config);
+    model.init_parameters(2);
+    model.set_dropout_seed(3);
+    model.set_training(training);
+    std::vector<float> result = {forward(model, batch)};
+    model.backward(1.0f);
+    result.insert(result.end(), model.gradients().begin(), model.gradients().end());
+    // A second training-mode forward (the next dropout step) changes nothing at p = 0.
+    result.push_back(forward(model, batch));
+    return result;
+  };
+  const auto without_fields = run(config, true);
+  CHECK(run(with_dropout(config, 0.0, 0.0), true) == without_fields);
+  CHECK(run(with_dropout(config, 0.3, 0.2), false) == without_fields);
+  // ... while in training mode those probabilities change the loss and every gradient.
+  const auto dropped = run(with_dropout(config, 0.3, 0.2), true);
+  CHECK(dropped[0] != without_fields[0]);
+  CHECK(dropped != without_fields);
+  // Each site alone makes a difference.
+  CHECK(run(with_dropout(config, 0.0, 0.2), true)[0] != without_fields[0]);
+  CHECK(run(with_dropout(config, 0.3, 0.0), true)[0] != without_fields[0]);
+}
+
+TEST_CASE("evaluation mode is repeatable, training mode advances the masks, a step replays") {
+  const GptConfig config = with_dropout(tiny_config(), 0.2, 0.2);
+  GptModel<double> model(config);
+  model.init_parameters(3);
+  model.set_dropout_seed(5);
+  const Batch batch = random_batch(config, kTinyBatch, kTinySeq, 15);
+  CHECK(model.dropout_step() == 0);
+
+  // Training mode (the default): one step per forward, each with other masks.
+  std::vector<double> losses;
+  std::vector<double> step_one_gradient;
+  for (int step = 0; step < 3; ++step) {
+    losses.push_back(forward(model, batch));
+    if (step == 1) {
+      model.zero_gradients();
+      model.backward(1.0);
+      step_one_gradient = gradients_of(model);
+    }
+  }
+  CHECK(model.dropout_step() == 3);
+  CHECK(losses[0] != losses[1]);
+  CHECK(losses[1] != losses[2]);
+
+  // Evaluation mode: no dropout, the same loss every time, and the step stays.
+  model.set_training(false);
+  const double evaluation = forward(model, batch);
+  CHECK(forward(model, batch) == evaluation);
+  CHECK(model.dropout_step() == 3);
+  CHECK(evaluation != losses[0]);
+
+  // Back in training mode, set_dropout_step(1) replays step 1 exactly, gradient included.
+  model.set_training(true);
+  model.set_dropout_step(1);
+  CHECK(forward(model, batch) == losses[1]);
+  CHECK(model.dropout_step() == 2);
+  model.zero_gradients();
+  model.backward(1.0);
+  CHECK(gradients_of(model) == step_one_gradient);
+
+  // backward() uses the last forward's masks, whatever the mode and step are by then.
+  model.set_training(false);
+  model.set_dropout_step(50);
+  model.set_dropout_seed(51);
+  model.zero_gradients();
+  model.backward(1.0);
+  CHECK(gradients_of(model) == step_one_gradient);
+
+  // Another seed, other masks at the same step.
+  model.set_training(true);
+  model.set_dropout_seed(5);
+  model.set_dropout_step(1);
+  CHECK(forward(model, batch) == losses[1]);
+  model.set_dropout_seed(6);
+  model.set_dropout_step(1);
+  CHECK(forward(model, batch) != losses[1]);
+}
+
+TEST_CASE("with dropout, forward and backward give the same bits on one thread as on several") {
+  const GptConfig config = with_dropout(medium_config(), 0.1, 0.1);
+  const Batch batch = random_batch(config, 2, 64, 16);
+  auto run = [&] {
+    GptModel<float> model(config);
+    model.init_parameters(2);
+    model.set_dropout_seed(1);
+    model.set_dropout_step(4);
+    std::vector<float> result = {forward(model, batch)};
+    model.backward(1.0f);
+    result.insert(result.end(), model.gradients().begin(), model.gradients().end());
+    return result;
+  };
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto serial = run();
+  omp_set_num_threads(3);
+  const auto parallel = run();
+  omp_set_num_threads(threads);
+  CHECK(serial[0] == parallel[0]);
+  CHECK(serial == parallel);
+}
+
+TEST_CASE("dropout probabilities outside 0 ≤ p < 1 are refused, naming the flag") {
+  CHECK_THROWS_WITH_AS(GptModel<float>{with_dropout(tiny_config(), 1.0, 0.0)},
+                       "--hidden-dropout must lie in [0, 1), got 1", common::Error);
+  CHECK_THROWS_WITH_AS(GptModel<float>{with_dropout(tiny_config(), 0.0, -0.1)},
+                       "--attention-dropout must lie in [0, 1), got -0.1", common::Error);
+  CHECK_THROWS_WITH_AS(GptModel<float>{with_dropout(tiny_config(), std::nan(""), 0.0)},
+                       doctest::Contains("--hidden-dropout must lie in [0, 1)"), common::Error);
+  CHECK_NOTHROW(GptModel<float>{with_dropout(tiny_config(), 0.0, 0.999)});
 }
