@@ -39,6 +39,8 @@ test_packages=(
   # metapackage for slurmctld, slurmd and slurm-client (sbatch, srun, scontrol, sinfo);
   # munge is Slurm's authentication daemon (the package also creates /etc/munge/munge.key)
   slurm-wlm munge
+  # tests/fuzz: libFuzzer targets built with clang (its fuzzer and sanitizer runtimes)
+  clang libclang-rt-14-dev
 )
 if [[ $with_tests == true ]]; then
   packages+=("${test_packages[@]}")

@@ -1,16 +1,123 @@
-// launcher: NeMo-Megatron-Launcher's `python main.py ...`, native.
+// launcher: NeMo-Megatron-Launcher's `python main.py ...`, native, with Hydra 1.3's command
+// line around it:
 //   launcher main training=gpt3/126m training.trainer.max_steps=10 [--dry-run]
+//   launcher main -m training.model.micro_batch_size=1,2,4     one job per value (multirun)
+//   launcher main --cfg job|hydra|all [--resolve] [--package P] print the composed config
+//   launcher main --info defaults                               print the final defaults list
+//   launcher main --help                                        flags, config groups, config
+//   launcher status [run ...]      the jobs launched into results dirs and their scheduler state
+//   launcher logs <run> [-f]       the newest job log of a run (followed with -f)
+//   launcher report <run> ...      benchmark-mode results of runs as one table
 // Every user error ends in one clear message and exit status 2, never a stack dump.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
 
 #include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
+#include "launcher/config/compose.hpp"
+#include "launcher/config/introspection.hpp"
+#include "launcher/config/launcher_scripts_path.hpp"
+#include "launcher/config/sweep.hpp"
+#include "launcher/config/interpolate.hpp"
+#include "launcher/config/scalar_text.hpp"
 #include "launcher/launch.hpp"
+#include "launcher/run_report.hpp"
+#include "launcher/run_status.hpp"
 #include "launcher/shell_quote.hpp"
+
+namespace {
+
+struct ShowOptions {
+  std::string cfg;       // --cfg job|hydra|all
+  bool resolve = false;  // --resolve
+  std::string package;   // --package
+  std::string info;      // --info defaults
+  bool multirun = false;
+};
+
+// The text after CLI11's usage in --help: config groups (and, for `main`, the config), as
+// Hydra's app help shows them. The conf dir is looked up the way `launcher main` does.
+std::string help_footer(const std::string& config_dir, const std::vector<std::string>& overrides,
+                        bool show_config, bool resolve) {
+  std::filesystem::path conf_dir;
+  try {
+    conf_dir = launcher::find_conf_dir(
+        config_dir.empty() ? std::nullopt : std::optional<std::filesystem::path>(config_dir));
+  } catch (const common::Error& error) {
+    return fmt::format("== Configuration groups ==\n(config groups not listed: {})", error.what());
+  }
+  std::string text = launcher::format_app_help(conf_dir, overrides, show_config, resolve);
+  if (text.ends_with('\n')) text.pop_back();  // CLI11 ends the footer with a newline
+  return text;
+}
+
+// --cfg and --info: compose, print, launch nothing.
+int show(const launcher::MainOptions& options, const ShowOptions& show_options) {
+  const std::filesystem::path conf_dir = launcher::find_conf_dir(options.conf_dir);
+  launcher::ComposedConfig composed =
+      launcher::compose(launcher::ComposeOptions{conf_dir, "config", options.overrides});
+  if (!show_options.info.empty()) {
+    std::cout << launcher::format_defaults_list(composed.defaults);
+    return 0;
+  }
+  launcher::fill_launcher_scripts_path(composed.config, conf_dir);
+  std::cout << launcher::format_config(composed, launcher::parse_config_section(show_options.cfg),
+                                       show_options.resolve, show_options.package);
+  return 0;
+}
+
+// -m: one launch_main per combination of the sweeps, job k writing into <results_dir>/<k>.
+int multirun(const launcher::MainOptions& options) {
+  const auto jobs = launcher::expand_sweeps(options.overrides);
+  auto launch_job = [&options](const std::vector<std::string>& overrides, std::size_t number) {
+    launcher::MainOptions job = options;
+    job.overrides = overrides;
+    job.job_number = number;
+    // launch_main adds the job's launcher.log to the logger; the next job must not write there.
+    struct RestoreSinks {
+      std::vector<spdlog::sink_ptr> saved = spdlog::default_logger()->sinks();
+      ~RestoreSinks() { spdlog::default_logger()->sinks() = saved; }
+    } restore_sinks;
+    return launcher::launch_main(job, std::cout);
+  };
+  return launcher::run_sweep(jobs, launch_job, std::cout);
+}
+
+// base_results_dir of the default config: where `status`, `logs` and `report` look up run names.
+std::filesystem::path default_base_results_dir(const std::string& config_dir) {
+  const std::filesystem::path conf_dir = launcher::find_conf_dir(
+      config_dir.empty() ? std::nullopt : std::optional<std::filesystem::path>(config_dir));
+  launcher::ComposedConfig composed = launcher::compose({conf_dir, "config", {}});
+  launcher::fill_launcher_scripts_path(composed.config, conf_dir);
+  const launcher::Node config =
+      launcher::resolve(composed.config, launcher::ResolveContext{composed.choices});
+  return launcher::scalar_text(launcher::at_path(config, "base_results_dir"), "base_results_dir");
+}
+
+void check_flag_combinations(const ShowOptions& show_options) {
+  const int commands = static_cast<int>(!show_options.cfg.empty()) +
+                       static_cast<int>(!show_options.info.empty()) +
+                       static_cast<int>(show_options.multirun);
+  if (commands > 1) common::fail("only one of --multirun, --cfg and --info can be given");
+  if (!show_options.cfg.empty()) launcher::parse_config_section(show_options.cfg);
+  if (show_options.resolve && show_options.cfg.empty()) {
+    common::fail("--resolve is used with --cfg (or --help) only");
+  }
+  if (!show_options.package.empty() && show_options.cfg.empty()) {
+    common::fail("--package is used with --cfg only");
+  }
+  if (!show_options.info.empty() && show_options.info != "defaults") {
+    common::fail(
+        "--info {}: only 'defaults' is available (Hydra's all, config, defaults-tree, "
+        "plugins and searchpath are not)",
+        show_options.info);
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   common::setup_logging("launcher");
@@ -19,12 +126,45 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   launcher::MainOptions options;
+  ShowOptions show_options;
   std::string config_dir;
   auto* main_command = app.add_subcommand("main", "Compose the config and launch its stages");
   main_command->add_option("overrides", options.overrides,
-                           "Hydra-style overrides: group=option, a.b=value");
+                           "Hydra-style overrides: group=option, a.b=value; with -m, a=1,2 or "
+                           "a=range(1,4) sweeps");
   main_command->add_flag("--dry-run", options.dry_run, "Write scripts and configs, submit nothing");
   main_command->add_option("--config-dir", config_dir, "Directory holding config.yaml");
+  main_command->add_flag("-m,--multirun", show_options.multirun,
+                         "Launch one job per combination of the sweep overrides");
+  main_command->add_option("-c,--cfg", show_options.cfg,
+                           "Print the composed config (job, hydra or all) and exit");
+  main_command->add_flag("--resolve", show_options.resolve,
+                         "With --cfg or --help: resolve interpolations first");
+  main_command->add_option("-p,--package", show_options.package,
+                           "With --cfg: print only this subtree (a dotted path)");
+  main_command->add_option("-i,--info", show_options.info,
+                           "Print information and exit: defaults (the final defaults list)");
+  std::vector<std::string> runs;
+  bool follow = false;
+  auto* status_command = app.add_subcommand(
+      "status", "List the jobs launched into results directories and their scheduler state");
+  status_command->add_option("runs", runs,
+                             "Run names under base_results_dir, or results directories (none: all)");
+  status_command->add_option("--config-dir", config_dir, "Directory holding config.yaml");
+  auto* logs_command = app.add_subcommand("logs", "Print the newest job log of a run");
+  logs_command->add_option("run", runs, "Run name under base_results_dir, or results directory")
+      ->required()->expected(1);
+  logs_command->add_flag("-f,--follow", follow, "Keep printing as the log grows");
+  logs_command->add_option("--config-dir", config_dir, "Directory holding config.yaml");
+  auto* report_command = app.add_subcommand(
+      "report", "Benchmark-mode results (results/benchmark.json) of runs as one table");
+  report_command->add_option("runs", runs, "Run names under base_results_dir, or directories")
+      ->required();
+  report_command->add_option("--config-dir", config_dir, "Directory holding config.yaml");
+  app.footer([&config_dir] { return help_footer(config_dir, {}, false, false); });
+  main_command->footer([&config_dir, &options, &show_options] {
+    return help_footer(config_dir, options.overrides, true, show_options.resolve);
+  });
 
   try {
     app.parse(argc, argv);
@@ -38,6 +178,29 @@ int main(int argc, char** argv) {
     if (const char* debug = std::getenv("LAUNCHER_DEBUG"); debug && std::string(debug) == "1") {
       options.dry_run = true;
     }
+    if (status_command->parsed() || logs_command->parsed() || report_command->parsed()) {
+      const std::filesystem::path base = default_base_results_dir(config_dir);
+      std::vector<std::filesystem::path> run_dirs;
+      for (const auto& run : runs) run_dirs.push_back(launcher::resolve_run_dir(run, base));
+      if (status_command->parsed()) {
+        if (run_dirs.empty()) run_dirs = launcher::find_run_dirs(base);
+        if (run_dirs.empty()) common::fail("no runs with job records under {}", base.string());
+        launcher::print_status(run_dirs, std::cout);
+        return 0;
+      }
+      if (logs_command->parsed()) return launcher::print_logs(run_dirs.front(), follow, std::cout);
+      std::vector<std::filesystem::path> files;
+      for (const auto& run : runs) {
+        const std::filesystem::path direct(run);
+        files.push_back(launcher::find_benchmark_file(
+            std::filesystem::exists(direct) ? direct : base / run));
+      }
+      launcher::print_report(files, std::cout);
+      return 0;
+    }
+    check_flag_combinations(show_options);
+    if (!show_options.cfg.empty() || !show_options.info.empty()) return show(options, show_options);
+    if (show_options.multirun) return multirun(options);
     return launcher::launch_main(options, std::cout);
   } catch (const common::Error& error) {
     spdlog::error("{}", error.what());

@@ -889,6 +889,11 @@ ComposedConfig compose(const ComposeOptions& options) {
   Node config = Node::map(SourceLocation{repository.file_for(config_name).string(), 0, 0});
   for (const auto& result : results) {
     const LoadedConfig* loaded = repository.load(result.config_path);
+    // Each package part is a level of the config; YAML cannot hold much more (kMaxYamlNesting).
+    if (std::count(result.package.begin(), result.package.end(), '.') >= 100) {
+      common::fail("{}: its package '{}' has more than 100 parts", loaded->file,
+                   result.package.substr(0, 60) + "...");
+    }
     merge_into(config, embed_at_package(loaded->content, result.package));
     composed.defaults.push_back(DefaultsEntry{result.group, result.option, result.package,
                                               result.is_self, loaded->file, result.config_path,

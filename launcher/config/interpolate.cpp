@@ -44,6 +44,15 @@ Node* step(Node& node, const std::string& segment) {
   return nullptr;
 }
 
+// Budgets that stop interpolations whose results double at each step (a: ${b}${b},
+// b: ${c}${c}, ... or lists of such) before they exhaust memory; OmegaConf has none and runs
+// out of memory. Real configs stay orders of magnitude below.
+constexpr std::size_t kMaxInterpolatedBytes = std::size_t{64} << 20;  // text built, in all
+constexpr std::size_t kMaxCopiedNodes = 1'000'000;  // values copied by ${...}, in all
+// A chain a -> b -> c -> ... is resolved recursively; a bound keeps a long chain from
+// overflowing the stack (OmegaConf stops far earlier, at Python's recursion limit).
+constexpr std::size_t kMaxInterpolationChain = 500;
+
 class Resolver {
  public:
   Resolver(Node& root, const ResolveContext& context) : root_(root), context_(context) {}
@@ -95,6 +104,11 @@ class Resolver {
       common::fail("interpolation cycle: {}{} (at {})", cycle, dotted(path),
                    node.location().describe());
     }
+    if (in_progress_.size() >= kMaxInterpolationChain) {
+      common::fail("interpolation chain longer than {} values: {} -> {} -> ... -> {} (at {})",
+                   kMaxInterpolationChain, in_progress_[0].second, in_progress_[1].second,
+                   dotted(path), node.location().describe());
+    }
     in_progress_.emplace_back(&node, dotted(path));
   }
 
@@ -118,7 +132,14 @@ class Resolver {
     for (const auto& piece : text) {
       value += piece.interpolation ? python_str(evaluate_interpolation(*piece.interpolation, site))
                                    : piece.literal;
+      if (interpolated_bytes_ + value.size() > kMaxInterpolatedBytes) {
+        common::fail(
+            "{}: string interpolation builds more than {} MiB of text (does each "
+            "interpolation repeat another one several times?)",
+            describe(site), kMaxInterpolatedBytes >> 20);
+      }
     }
+    interpolated_bytes_ += value.size();
     return Node::string(std::move(value));
   }
 
@@ -222,6 +243,13 @@ class Resolver {
         in_progress_.pop_back();
         final_.insert(current);
       }
+    }
+    copied_nodes_ += tree_size(*current);
+    if (copied_nodes_ > kMaxCopiedNodes) {
+      common::fail(
+          "{}: interpolations copy more than {} values in all (does each "
+          "interpolation repeat another one several times?)",
+          describe(site), kMaxCopiedNodes);
     }
     return *current;
   }
@@ -361,6 +389,8 @@ class Resolver {
   std::vector<std::pair<const Node*, std::string>> in_progress_;
   std::unordered_set<const Node*> final_;  // resolved values; nothing below them is re-read
   std::map<std::string, std::string> now_cache_;
+  std::size_t interpolated_bytes_ = 0;  // against kMaxInterpolatedBytes
+  std::size_t copied_nodes_ = 0;        // against kMaxCopiedNodes
 };
 
 }  // namespace

@@ -363,6 +363,13 @@ const Node& at_path(const Node& root, std::string_view path) {
   return *current;
 }
 
+std::size_t tree_size(const Node& node) {
+  std::size_t size = 1;
+  for (const auto& item : node.items()) size += tree_size(item);
+  for (const auto& entry : node.entries()) size += tree_size(entry.value);
+  return size;
+}
+
 // ---- formatting
 
 std::string format_float(double value) {

@@ -121,6 +121,11 @@ struct MapEntry {
   Node value;
 };
 
+// The number of nodes in the tree: the node itself and every node below it. Readers and the
+// resolver use it to refuse documents that grow exponentially (YAML aliases of aliases,
+// interpolations of interpolations) before they exhaust memory.
+std::size_t tree_size(const Node& node);
+
 // ---- dotted paths
 
 // "a.b[0].c" -> {"a", "b", "0", "c"}. Empty segments are kept, so callers can reject them.

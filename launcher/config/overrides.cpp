@@ -1,6 +1,7 @@
 // Hydra override parsing and application; see overrides.hpp.
 #include "launcher/config/overrides.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 #include "backend/common/error.hpp"
@@ -20,6 +21,14 @@ bool is_key_character(char c) {
 // contain '$' and '-', or list indices; group path segments: identifiers).
 void check_key_segments(std::string_view text, std::size_t start, std::size_t end, char separator,
                         std::string_view description, std::string_view what) {
+  // Each segment is a level of the config; YAML cannot hold much more (kMaxYamlNesting).
+  constexpr std::size_t kMaxSegments = 100;
+  if (static_cast<std::size_t>(std::count(text.begin() + start, text.begin() + end, separator)) >=
+      kMaxSegments) {
+    throw common::Error(
+        grammar::caret_message(description, text, start,
+                               fmt::format("the {} has more than {} parts", what, kMaxSegments)));
+  }
   std::size_t segment_start = start;
   for (std::size_t i = start; i <= end; ++i) {
     if (i < end && text[i] != separator) {

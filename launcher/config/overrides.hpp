@@ -12,8 +12,8 @@
 // Values follow the shared value grammar (value_grammar.hpp): null, true/false (any case),
 // ints, floats, unquoted strings, '...'/"..." strings, [lists], {dicts}, nested, with
 // ${...} interpolations kept as text until resolve(). Sweeps (a,b) and functions (choice(),
-// range(), int(), ...) are recognised and reported as unsupported: multirun is not a feature
-// of this launcher.
+// range(), int(), ...) are recognised and refused here, with a message that says to add -m:
+// multirun expands them first (expand_sweeps in sweep.hpp), so each job's overrides are plain.
 #pragma once
 
 #include <optional>

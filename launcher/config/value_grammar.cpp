@@ -203,16 +203,64 @@ class Parser {
     Element element = parse_element();
     skip_whitespace();
     if (peek() == ',') {
-      fail_at(
-          position_,
-          "a comma-separated value is a sweep, which needs --multirun (not supported); quote "
-          "the value or escape the commas (\\,) for a literal string, or write [a,b] for a list");
+      fail_at(position_,
+              "a comma-separated value is a sweep: add -m (--multirun) to launch one job per "
+              "value; quote the value or escape the commas (\\,) for a literal string, or write "
+              "[a,b] for a list");
     }
     if (!at_end()) fail_unexpected();
     return element;
   }
 
+  // OverrideParser.g4's `value: element | simpleChoiceSweep`, plus a function call as the
+  // whole value: ID '(' (ID '=')? element (',' (ID '=')? element)* ')'.
+  SweepValue parse_override_sweep() {
+    SweepValue value;
+    skip_whitespace();
+    const std::size_t start = position_;
+    const std::size_t name_end = identifier_end(start);
+    if (name_end > start && name_end < text_.size() && text_[name_end] == '(') {
+      value.kind = SweepValue::Kind::Function;
+      value.function = std::string(text_.substr(start, name_end - start));
+      value.function_position = start;
+      position_ = name_end + 1;
+      parse_function_arguments(value);
+      skip_whitespace();
+      if (!at_end()) fail_unexpected();
+      return value;
+    }
+    value.items.push_back(parse_element());
+    skip_whitespace();
+    while (peek() == ',') {
+      value.kind = SweepValue::Kind::SimpleSweep;
+      ++position_;
+      skip_whitespace();
+      if (at_end() || peek() == ',') fail_at(position_, "expected a value after ','");
+      value.items.push_back(parse_element());
+      skip_whitespace();
+    }
+    if (!at_end()) fail_unexpected();
+    return value;
+  }
+
  private:
+  // The parser recurses once per level of [ ], { } and ${ }; a bound keeps hostile input from
+  // overflowing the stack (the ANTLR parsers stop at Python's recursion limit).
+  static constexpr std::size_t kMaxNesting = 100;
+  struct NestingGuard {
+    Parser& parser;
+    explicit NestingGuard(Parser& owner) : parser(owner) {
+      if (++parser.nesting_ > kMaxNesting) {
+        parser.fail_at(parser.position_, fmt::format("more than {} levels of nested [ ], {{ }} "
+                                                     "or ${{ }}",
+                                                     kMaxNesting));
+      }
+    }
+    ~NestingGuard() { --parser.nesting_; }
+    NestingGuard(const NestingGuard&) = delete;
+    NestingGuard& operator=(const NestingGuard&) = delete;
+  };
+
   bool at_end() const { return position_ >= text_.size(); }
   char peek(std::size_t ahead = 0) const {
     return position_ + ahead < text_.size() ? text_[position_ + ahead] : '\0';
@@ -225,6 +273,50 @@ class Parser {
     std::size_t run = 0;
     while (peek(run) == '\\') ++run;
     return run;
+  }
+
+  // The end of the ID token ([a-zA-Z_][a-zA-Z0-9_]*) starting at `start`; `start` if none.
+  std::size_t identifier_end(std::size_t start) const {
+    std::size_t end = start;
+    while (end < text_.size() && (is_ascii_letter(text_[end]) || text_[end] == '_' ||
+                                  (end > start && is_digit(text_[end])))) {
+      ++end;
+    }
+    return end;
+  }
+
+  // Arguments up to ')': positional elements or `name=element`.
+  void parse_function_arguments(SweepValue& value) {
+    skip_whitespace();
+    if (peek() == ')') {
+      ++position_;
+      return;
+    }
+    while (true) {
+      skip_whitespace();
+      std::string name;
+      const std::size_t name_end = identifier_end(position_);
+      if (name_end > position_ && name_end < text_.size() && text_[name_end] == '=') {
+        name = std::string(text_.substr(position_, name_end - position_));
+        position_ = name_end + 1;
+        skip_whitespace();
+      }
+      if (at_end()) fail_at(position_, "missing ')'");
+      if (peek() == ',' || peek() == ')') fail_at(position_, "expected a value");
+      value.items.push_back(parse_element());
+      value.argument_names.push_back(std::move(name));
+      skip_whitespace();
+      if (peek() == ',') {
+        ++position_;
+        continue;
+      }
+      if (peek() == ')') {
+        ++position_;
+        return;
+      }
+      if (at_end()) fail_at(position_, "missing ')'");
+      fail_unexpected();
+    }
   }
 
   [[noreturn]] void fail_at(std::size_t position, std::string_view message) const {
@@ -240,8 +332,9 @@ class Parser {
     if (c == '(' || c == ')') {
       if (dialect_ == Dialect::HydraOverride) {
         fail_at(position_,
-                "function calls such as choice(), range() or int() are not supported in "
-                "override values; quote the value if the parentheses are literal text");
+                "function calls are not supported here: choice(...) and range(...) are sweeps, "
+                "allowed as a whole value with -m (--multirun); quote the value if the "
+                "parentheses are literal text");
       }
       fail_at(position_, fmt::format("'{}' must be quoted or escaped (\\{})", c, c));
     }
@@ -266,6 +359,7 @@ class Parser {
   }
 
   std::shared_ptr<Interpolation> parse_interpolation() {
+    const NestingGuard guard(*this);
     const std::size_t start = position_;
     position_ += 2;  // "${"
     skip_whitespace();
@@ -381,6 +475,7 @@ class Parser {
 
   Element parse_element() {
     skip_whitespace();
+    const NestingGuard guard(*this);
     const std::size_t start = position_;
     Element element;
     if (peek() == '[') {
@@ -589,6 +684,7 @@ class Parser {
   std::string_view description_;
   Dialect dialect_;
   std::size_t position_ = 0;
+  std::size_t nesting_ = 0;  // current depth of parse_element / parse_interpolation
 };
 
 }  // namespace
@@ -607,6 +703,13 @@ Element parse_override_value(std::string_view text, std::size_t offset,
   Parser parser(text, description, Dialect::HydraOverride);
   parser.set_position(offset);
   return parser.parse_override_value();
+}
+
+SweepValue parse_override_sweep(std::string_view text, std::size_t offset,
+                                std::string_view description) {
+  Parser parser(text, description, Dialect::HydraOverride);
+  parser.set_position(offset);
+  return parser.parse_override_sweep();
 }
 
 std::string caret_message(std::string_view description, std::string_view text, std::size_t position,

@@ -8,9 +8,10 @@
 // interpolation grammar (omegaconf/grammar/OmegaConfGrammarLexer.g4, ...Parser.g4,
 // https://omegaconf.readthedocs.io/en/2.2_branch/grammar.html). The two differ only in small
 // ways, selected by Dialect:
-//  - Hydra override values: `a,b` is a sweep and `f(x)` a function call (both reported as
-//    unsupported); interpolations are kept as written, and the backslashes that only matter
-//    to OmegaConf (before "${") are left for OmegaConf to interpret at resolve time.
+//  - Hydra override values: `a,b` is a sweep and `f(x)` a function call (parse_override_value
+//    refuses both; parse_override_sweep, for multirun, reads them); interpolations are kept as
+//    written, and the backslashes that only matter to OmegaConf (before "${") are left for
+//    OmegaConf to interpret at resolve time.
 //  - OmegaConf resolver arguments: sequences may have empty items (""), no functions.
 // Unquoted text may contain letters, digits and _-/\+.$%*@?|: and spaces; the escapes
 // \\ \( \) \[ \] \{ \} \: \= \, \<space> \<tab> stand for the second character.
@@ -83,6 +84,24 @@ Text parse_config_string(std::string_view text, std::string_view description);
 // error carets point into what the user typed).
 Element parse_override_value(std::string_view text, std::size_t offset,
                              std::string_view description);
+
+// A Hydra override value as multirun reads it (OverrideParser.g4: `value: element |
+// simpleChoiceSweep`, or a function call as the whole value): one element (a=1), a simple
+// sweep (a=1,2,3) or a call (a=choice(1,2), a=range(start=1, stop=4)). What a function means
+// is the caller's business (see sweep.hpp); the grammar only reads it.
+struct SweepValue {
+  enum class Kind { Element, SimpleSweep, Function };
+  Kind kind = Kind::Element;
+  // Element: the one element; SimpleSweep: the choices; Function: the arguments.
+  std::vector<Element> items;
+  std::string function;                     // Function: its name
+  std::vector<std::string> argument_names;  // Function: one per item; "" when positional
+  std::size_t function_position = 0;        // Function: offset of its name, for error carets
+};
+
+// Like parse_override_value, but sweeps and function calls are read rather than refused.
+SweepValue parse_override_sweep(std::string_view text, std::size_t offset,
+                                std::string_view description);
 
 // "<description>: <message> at column N" followed by the text and a caret under the column.
 std::string caret_message(std::string_view description, std::string_view text, std::size_t position,

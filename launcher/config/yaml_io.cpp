@@ -308,6 +308,10 @@ double construct_float(std::string_view text, const SourceLocation& location) {
 
 constexpr std::string_view kYamlTagPrefix = "tag:yaml.org,2002:";
 
+// Aliases are expanded into copies; a document whose aliases refer to aliases (the "billion
+// laughs") would grow exponentially. Real configs copy a few small anchors.
+constexpr std::size_t kMaxAliasExpansion = 1'000'000;  // nodes, over the whole document
+
 class TreeBuilder : public YAML::EventHandler {
  public:
   explicit TreeBuilder(std::string source_name) : source_name_(std::move(source_name)) {}
@@ -336,6 +340,12 @@ class TreeBuilder : public YAML::EventHandler {
     const auto found = anchors_.find(anchor);
     if (found == anchors_.end()) fail_at(mark, "alias to an anchor that is not defined");
     if (expecting_key()) fail_at(mark, "aliases used as mapping keys are not supported");
+    alias_expansion_ += anchor_sizes_[anchor];
+    if (alias_expansion_ > kMaxAliasExpansion) {
+      fail_at(mark, fmt::format("the aliases of this document expand to more than {} values (do "
+                                "aliases refer to anchors that hold aliases?)",
+                                kMaxAliasExpansion));
+    }
     complete(found->second, 0, mark);
   }
 
@@ -389,6 +399,10 @@ class TreeBuilder : public YAML::EventHandler {
   };
 
   void push_frame(Node node, YAML::anchor_t anchor, const YAML::Mark& mark) {
+    if (stack_.size() >= kMaxYamlNesting) {
+      fail_at(mark,
+              fmt::format("more than {} levels of nested lists and mappings", kMaxYamlNesting));
+    }
     Frame frame;
     frame.node = std::move(node);
     frame.anchor = anchor;
@@ -454,7 +468,10 @@ class TreeBuilder : public YAML::EventHandler {
 
   // A finished node goes into its parent (or becomes the document).
   void complete(Node node, YAML::anchor_t anchor, const YAML::Mark& mark) {
-    if (anchor != 0) anchors_[anchor] = node;
+    if (anchor != 0) {
+      anchors_[anchor] = node;
+      anchor_sizes_[anchor] = tree_size(node);
+    }
     if (stack_.empty()) {
       result_ = std::move(node);
       return;
@@ -502,6 +519,8 @@ class TreeBuilder : public YAML::EventHandler {
   std::string source_name_;
   std::vector<Frame> stack_;
   std::map<YAML::anchor_t, Node> anchors_;
+  std::map<YAML::anchor_t, std::size_t> anchor_sizes_;  // tree_size of each anchored node
+  std::size_t alias_expansion_ = 0;                     // nodes copied by aliases so far
   Node result_;
   int documents_ = 0;
 };
@@ -518,7 +537,18 @@ bool needs_double_quotes(std::string_view text) {
 // Whether `text` written plain would read back as the same string.
 bool safe_as_plain(std::string_view text, bool is_key) {
   if (text.empty()) return false;
-  if (!type_plain_scalar(text).is_string()) return false;
+  // Retyped by a resolver, or refused by it (a float such as "._" that PyYAML matches and then
+  // cannot construct, an integer beyond 64 bits): not plain. Matching only, so that writing
+  // never fails.
+  if (matches_null(text) || match_bool(text) || matches_int(text) || matches_float(text)) {
+    return false;
+  }
+  // A byte-order mark at the start of a document makes readers switch encodings (yaml-cpp reads
+  // "\xff\xfe..." as UTF-16); quoted, the document starts with a quote instead.
+  if (text.starts_with("\xEF\xBB\xBF") || text.starts_with("\xFE\xFF") ||
+      text.starts_with("\xFF\xFE")) {
+    return false;
+  }
   if (needs_double_quotes(text)) return false;
   if (std::string_view("-?:,[]{}#&*!|>'\"%@`").find(text.front()) != std::string_view::npos) {
     return false;
@@ -621,10 +651,24 @@ void emit_after_dash(const Node& node, std::size_t indent, std::string& out) {
   out += std::string(indent, ' ') + "- " + nested.substr(indent + 2);
 }
 
+// PyYAML's check_simple_key: a key of 128 characters or more is written as an explicit key
+// ("? key" then ": value"); YAML readers limit implicit keys to 1024 characters.
+constexpr std::size_t kLongestSimpleKey = 127;
+
 void emit(const Node& node, std::size_t indent, std::string& out) {
   const std::string padding(indent, ' ');
   if (node.is_map()) {
     for (const auto& entry : node.entries()) {
+      if (entry.key.size() > kLongestSimpleKey) {
+        out += padding + "? " + string_text(entry.key, true) + "\n" + padding + ":";
+        if (written_inline(entry.value)) {
+          out += fmt::format(" {}\n", scalar_text(entry.value));
+        } else {
+          out += "\n";
+          emit(entry.value, indent + 2, out);
+        }
+        continue;
+      }
       out += padding + string_text(entry.key, true) + ":";
       if (written_inline(entry.value)) {
         out += fmt::format(" {}\n", scalar_text(entry.value));
@@ -643,6 +687,19 @@ void emit(const Node& node, std::size_t indent, std::string& out) {
       }
     }
   }
+}
+
+// Whether lists and mappings nest more than `limit` deep (the node itself counts as one).
+bool nests_deeper_than(const Node& node, std::size_t limit) {
+  if (!node.is_container()) return false;
+  if (limit == 0) return true;
+  for (const auto& item : node.items()) {
+    if (nests_deeper_than(item, limit - 1)) return true;
+  }
+  for (const auto& entry : node.entries()) {
+    if (nests_deeper_than(entry.value, limit - 1)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -687,6 +744,12 @@ Node load_yaml_file(const std::filesystem::path& file) {
 }
 
 std::string to_yaml(const Node& node) {
+  if (nests_deeper_than(node, kMaxYamlNesting)) {
+    common::fail(
+        "cannot write the config as YAML: it nests more than {} lists and mappings, "
+        "which YAML readers refuse",
+        kMaxYamlNesting);
+  }
   if (written_inline(node)) return scalar_text(node) + "\n";
   std::string out;
   emit(node, 0, out);

@@ -5,13 +5,16 @@
 // YAML 1.1 implicit resolvers, minus timestamps (dates stay strings), plus OmegaConf's float
 // fix so that 1e-5 and 6e-4 are floats. Quoted, literal and folded scalars are always
 // strings. Duplicate keys in one mapping are an error (as OmegaConf's loader), anchors and
-// aliases are expanded, and `<<` merge keys work as in PyYAML.
+// aliases are expanded (more than a million copied values is an error: a "billion laughs"
+// document), and `<<` merge keys work as in PyYAML.
 //
 // Writing is a small block-style emitter of our own: keys in order, strings quoted exactly
-// where a plain scalar would be retyped or misparsed, so that parse_yaml(to_yaml(tree))
-// equals the tree.
+// where a plain scalar would be retyped or misparsed, and keys of 128 characters or more
+// written as explicit keys ("? key"), as PyYAML does, so that parse_yaml(to_yaml(tree)) equals
+// the tree.
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -19,6 +22,10 @@
 #include "launcher/config/node.hpp"
 
 namespace launcher {
+
+// The deepest nesting of lists and mappings that parse_yaml reads and to_yaml writes (yaml-cpp
+// refuses documents nested about 500 deep; one limit on both sides keeps them symmetric).
+inline constexpr std::size_t kMaxYamlNesting = 400;
 
 // A missing or unreadable file, a syntax error, a duplicate key, an unknown tag: all are
 // common::Error "<file>:<line>:<column>: <what>". An empty file is a Null node.
@@ -36,6 +43,7 @@ Node parse_yaml(std::string_view text, std::string_view source_name);
 Node type_plain_scalar(std::string_view text, SourceLocation location = {});
 
 // Block-style YAML of the tree. Scalars at the top level are written as a one-line document.
+// A tree nested deeper than kMaxYamlNesting is a common::Error.
 std::string to_yaml(const Node& node);
 
 }  // namespace launcher

@@ -303,3 +303,32 @@ TEST_CASE("cluster.detach=true returns at once and the job finishes in the backg
   const std::string job_log = read_file(records[0].log_file);
   CHECK(count_matches(job_log, std::regex(R"( iteration +2/ +2 \|)")) == 1);
 }
+
+TEST_CASE("status, logs and report follow a benchmark-mode run") {
+  TemporaryDirectory temporary;
+  const auto run = launcher::run_and_capture(tiny_run(
+      temporary.path, {"training.trainer.limit_val_batches=0", "training.model.data.data_impl=mock"}));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const std::string launcher_path = std::string(TEST_BIN_DIR) + "/launcher";
+  const std::string results = (temporary.path / "gpt3_126m").string();
+
+  const auto status = launcher::run_and_capture({launcher_path, "status", results});
+  INFO(status.output);
+  CHECK(status.exit_code == 0);
+  CHECK(status.output.find("training") != std::string::npos);
+  CHECK(status.output.find("COMPLETED") != std::string::npos);
+
+  const auto logs = launcher::run_and_capture({launcher_path, "logs", results});
+  CHECK(logs.exit_code == 0);
+  CHECK(count_matches(logs.output, kIterationLine) == 3);
+
+  const auto report = launcher::run_and_capture({launcher_path, "report", results});
+  INFO(report.output);
+  CHECK(report.exit_code == 0);
+  CHECK(report.output.find("| gpt3_126m | 2 × 64 | 32 | 2 / 4 | 1 × 1 × 1 | cpu |") != std::string::npos);
+
+  const auto unknown = launcher::run_and_capture({launcher_path, "status", "no_such_run"});
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.output.find("'no_such_run' is neither a results directory") != std::string::npos);
+}
