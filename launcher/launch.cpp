@@ -177,7 +177,7 @@ ClusterChoice resolve_cluster_type(const std::string& configured) {
   return {"local", "sbatch on PATH but no Slurm configuration (SLURM_CONF, /etc/slurm/slurm.conf)"};
 }
 
-int launch_main(const MainOptions& options, std::ostream& terminal) {
+LaunchComposition compose_for_launch(const MainOptions& options) {
   const fs::path conf_dir = find_conf_dir(options.conf_dir);
 
   // cluster_type picks the cluster group option of the same name unless cluster= was given.
@@ -193,17 +193,15 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   const Node* configured_type = find(probe.config, "cluster_type");
   const std::string configured = configured_type && configured_type->is_string()
                                      ? configured_type->as_string() : "auto";
-  const ClusterChoice choice = resolve_cluster_type(configured);
-  const std::string& cluster_type = choice.type;
-  if (configured == "auto") spdlog::info("cluster_type auto → {} ({})", cluster_type, choice.reason);
-  if (cluster_type != "local" && cluster_type != "bcm" && cluster_type != "pbs" &&
-      cluster_type != "k8s") {
-    common::fail("cluster_type '{}' is not valid (valid: auto, bcm, local, pbs, k8s)", cluster_type);
+  ClusterChoice choice = resolve_cluster_type(configured);
+  if (configured == "auto") spdlog::info("cluster_type auto → {} ({})", choice.type, choice.reason);
+  if (choice.type != "local" && choice.type != "bcm" && choice.type != "pbs" && choice.type != "k8s") {
+    common::fail("cluster_type '{}' is not valid (valid: auto, bcm, local, pbs, k8s)", choice.type);
   }
   ComposeOptions compose_options{conf_dir, "config", options.overrides};
   if (!user_chose_group(options.overrides, "cluster") &&
-      probe.choices.count("cluster") && probe.choices.at("cluster") != cluster_type) {
-    compose_options.overrides.insert(compose_options.overrides.begin(), "cluster=" + cluster_type);
+      probe.choices.count("cluster") && probe.choices.at("cluster") != choice.type) {
+    compose_options.overrides.insert(compose_options.overrides.begin(), "cluster=" + choice.type);
   }
   ComposedConfig composed = compose(compose_options);
 
@@ -216,6 +214,13 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
     // Appended to the unresolved text, so interpolations in it still resolve.
     *base = Node::string(base->as_string() + "/results-" + launch_timestamp(), base->location());
   }
+  return {std::move(composed), std::move(choice), conf_dir};
+}
+
+int launch_main(const MainOptions& options, std::ostream& terminal) {
+  LaunchComposition launch = compose_for_launch(options);
+  ComposedConfig& composed = launch.composed;
+  const std::string& cluster_type = launch.cluster.type;
   const Node config = resolve(composed.config, ResolveContext{composed.choices});
 
   const fs::path scripts_root = text_at(config, "launcher_scripts_path");

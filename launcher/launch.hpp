@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/config/compose.hpp"
+
 namespace launcher {
 
 struct MainOptions {
@@ -34,6 +36,17 @@ struct ClusterChoice {
 // Resolves `cluster_type: auto`: bcm when sbatch is on PATH and Slurm is configured
 // (SLURM_CONF set, or /etc/slurm/slurm.conf), local otherwise. Other values pass through.
 ClusterChoice resolve_cluster_type(const std::string& configured);
+
+struct LaunchComposition {
+  ComposedConfig composed;  // unresolved, with launcher_scripts_path and unique dirs filled in
+  ClusterChoice cluster;
+  std::filesystem::path conf_dir;
+};
+
+// Everything `launcher main` composes before resolving, shared with --cfg so that what is
+// printed is what would be launched: conf dir, cluster_type → cluster group (composed without
+// the cluster.* overrides first), launcher_scripts_path ???, unique_output_dir.
+LaunchComposition compose_for_launch(const MainOptions& options);
 
 // Runs `launcher main`. Returns the process exit status (a failed local job's status).
 int launch_main(const MainOptions& options, std::ostream& terminal);

@@ -56,14 +56,13 @@ std::string help_footer(const std::string& config_dir, const std::vector<std::st
 
 // --cfg and --info: compose, print, launch nothing.
 int show(const launcher::MainOptions& options, const ShowOptions& show_options) {
-  const std::filesystem::path conf_dir = launcher::find_conf_dir(options.conf_dir);
-  launcher::ComposedConfig composed =
-      launcher::compose(launcher::ComposeOptions{conf_dir, "config", options.overrides});
+  // The same composition `launcher main` launches, cluster group choice included.
+  const launcher::LaunchComposition launch = launcher::compose_for_launch(options);
+  const launcher::ComposedConfig& composed = launch.composed;
   if (!show_options.info.empty()) {
     std::cout << launcher::format_defaults_list(composed.defaults);
     return 0;
   }
-  launcher::fill_launcher_scripts_path(composed.config, conf_dir);
   std::cout << launcher::format_config(composed, launcher::parse_config_section(show_options.cfg),
                                        show_options.resolve, show_options.package);
   return 0;

@@ -332,3 +332,14 @@ TEST_CASE("status, logs and report follow a benchmark-mode run") {
   CHECK(unknown.exit_code == 2);
   CHECK(unknown.output.find("'no_such_run' is neither a results directory") != std::string::npos);
 }
+
+TEST_CASE("--cfg shows the config that would be launched, cluster group choice included") {
+  // Regression: --cfg composed with the default cluster group, ignoring cluster_type.
+  const auto run = launcher::run_and_capture(
+      {std::string(TEST_BIN_DIR) + "/launcher", "main", "--cfg", "job", "-p", "cluster",
+       "cluster_type=bcm", "cluster.partition=batch"});
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+  CHECK(run.output.find("partition: batch") != std::string::npos);
+  CHECK(run.output.find("gpus_per_node: 8") != std::string::npos);
+}
