@@ -16,6 +16,7 @@
 #include <fstream>
 
 #include "backend/common/error.hpp"
+#include "backend/common/local_time.hpp"
 #include "backend/common/logging.hpp"
 #include "launcher/clusters/cluster.hpp"
 #include "launcher/config/compose.hpp"
@@ -100,14 +101,7 @@ bool wants_unique_output_dir(const Node& config) {
 
 // One timestamp per process, so the jobs of one multirun land under the same directory.
 const std::string& launch_timestamp() {
-  static const std::string stamp = [] {
-    const std::time_t now = std::time(nullptr);
-    std::tm local{};
-    localtime_r(&now, &local);
-    char buffer[32];
-    std::strftime(buffer, sizeof buffer, "%Y-%m-%d_%H-%M-%S", &local);
-    return std::string(buffer);
-  }();
+  static const std::string stamp = common::format_local_time(std::time(nullptr), "%Y-%m-%d_%H-%M-%S");
   return stamp;
 }
 

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "backend/common/error.hpp"
+#include "backend/common/local_time.hpp"
 #include "launcher/process.hpp"
 
 namespace launcher {
@@ -36,14 +37,6 @@ std::string first_line(const std::string& text) {
   std::string line = text.substr(0, text.find('\n'));
   while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
   return line;
-}
-
-std::string format_time(std::time_t time) {
-  std::tm local{};
-  localtime_r(&time, &local);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S", &local);
-  return buffer;
 }
 
 }  // namespace
@@ -180,7 +173,7 @@ void print_status(const std::vector<fs::path>& run_dirs, std::ostream& out) {
     for (const auto& record : read_job_records(run_dir)) {
       out << fmt::format("{:<32} {:<17} {:<6} {:<24} {:<20} {:<24} {}\n",
                          run_dir.filename().string(), record.stage, record.cluster, record.job_id,
-                         format_time(record.submitted_at), query_job_state(record),
+                         common::format_local_time(record.submitted_at), query_job_state(record),
                          record.log_file.string());
     }
   }

@@ -1,6 +1,8 @@
 // Megatron-LM's training and validation log lines; see training_log.hpp.
 #include "backend/train/training_log.hpp"
 
+#include "backend/common/local_time.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,13 +10,7 @@
 
 namespace backend {
 
-std::string format_timestamp(std::time_t timestamp) {
-  std::tm local{};
-  localtime_r(&timestamp, &local);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S", &local);
-  return buffer;
-}
+std::string format_timestamp(std::time_t timestamp) { return common::format_local_time(timestamp); }
 
 std::string format_iteration_line(const IterationLogFields& f) {
   std::string line = fmt::format(" [{}]", format_timestamp(f.timestamp));
