@@ -9,6 +9,7 @@
 
 #include "backend/common/device.hpp"
 #include "backend/common/error.hpp"
+#include "backend/dist/process_environment.hpp"
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
@@ -93,6 +94,12 @@ int64_t tokenizer_vocab_size(const TrainingArguments& arguments) {
 
 TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSource source) {
   const auto setup_start = Clock::now();
+  const ProcessEnvironment process = read_process_environment();
+  if (process.world_size > 1) {
+    common::fail("this process is task {} of {} ({} launch, node {}): multi-process training "
+                 "(data, tensor, pipeline parallelism) is not built yet; launch one process",
+                 process.rank, process.world_size, process.launcher, process.node);
+  }
   select_device(a);
   if (a.bf16 || a.fp16) {
     spdlog::warn("{}: the CPU path computes in fp32; mixed precision applies to the CUDA path",

@@ -196,12 +196,6 @@ JobSpec build_training_job(const StageContext& context) {
     common::fail("training.trainer.num_nodes ({}) and training.trainer.devices ({}) must be ≥ 1",
                  job.nodes, job.tasks_per_node);
   }
-  if (job.nodes * job.tasks_per_node > 1) {
-    common::fail("training.trainer.num_nodes × devices = {} processes, but the backend trains in "
-                 "one process until the distributed path is built: set "
-                 "training.trainer.num_nodes=1 training.trainer.devices=1",
-                 job.nodes * job.tasks_per_node);
-  }
   job.command.push_back((context.backend_bin_dir / job.tool).string());
   for (auto& argument : megatron_training_arguments(context.config)) {
     job.command.push_back(std::move(argument));

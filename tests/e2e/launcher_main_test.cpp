@@ -343,3 +343,12 @@ TEST_CASE("--cfg shows the config that would be launched, cluster group choice i
   CHECK(run.output.find("partition: batch") != std::string::npos);
   CHECK(run.output.find("gpus_per_node: 8") != std::string::npos);
 }
+
+TEST_CASE("the local cluster refuses several processes per job, saying what to do") {
+  TemporaryDirectory temporary;
+  const auto run = launcher::run_and_capture(tiny_run(temporary.path, {"training.trainer.devices=2"}));
+  INFO(run.output);
+  CHECK(run.exit_code == 2);
+  CHECK(run.output.find("the local cluster runs one process per job") != std::string::npos);
+  CHECK(run.output.find("training.trainer.devices=1") != std::string::npos);
+}

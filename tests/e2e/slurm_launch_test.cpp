@@ -216,3 +216,28 @@ TEST_CASE("a two-stage launch: Slurm runs the second job only after the first (a
       conversion_dir / ("log-nemo-megatron-convert_gpt3_126m_" + conversion_id + ".out"));
   CHECK(conversion_log.find("the conversion stage needs checkpoint_util") != std::string::npos);
 }
+
+TEST_CASE("num_nodes=2 renders and submits a two-node allocation whose tasks land on both nodes") {
+  slurm_test::SlurmTestCluster cluster;
+  TemporaryDirectory temporary;
+  const auto launched = slurm_test::run_command(
+      tiny_bcm_run(cluster, temporary.path, {"training.trainer.num_nodes=2"}), {}, 120s);
+  INFO("launcher output:\n" << launched.output);
+  REQUIRE(launched.exit_code == 0);
+  const fs::path results = temporary.path / "gpt3_126m";
+  const std::string script = slurm_test::read_text(results / (kJobName + "_submission.sh"));
+  CHECK(script.find("#SBATCH --nodes=2\n") != std::string::npos);
+  CHECK(script.find("#SBATCH --ntasks-per-node=1\n") != std::string::npos);
+  const std::string job_id = submitted_job_id(results / "launcher.log");
+  REQUIRE(!job_id.empty());
+  const slurm_test::JobOutcome outcome = cluster.wait_for_job(job_id, 120s);
+  INFO("scontrol show job: " << outcome.record);
+  REQUIRE(outcome.finished);
+  CHECK(outcome.record.find("NodeList=node[1-2]") != std::string::npos);
+  // Until the distributed path exists each task refuses to train alone, naming itself: the
+  // two messages prove srun placed one task on each node.
+  const std::string job_log = slurm_test::read_text(results / ("log-" + kJobName + "_" + job_id + ".out"));
+  CHECK(job_log.find("task 0 of 2 (slurm launch, node node1)") != std::string::npos);
+  CHECK(job_log.find("task 1 of 2 (slurm launch, node node2)") != std::string::npos);
+  CHECK(outcome.state == "FAILED");
+}

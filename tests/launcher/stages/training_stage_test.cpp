@@ -82,11 +82,11 @@ TEST_CASE("precision, scheduler names and data_impl are translated or refused by
   CHECK_FALSE(has(real_data, "--mock-data"));
 }
 
-TEST_CASE("more than one process is refused until the distributed path exists") {
-  const Node eight_devices = composed_126m({"training.trainer.devices=8"});
-  CHECK_THROWS_WITH_AS(build_training_job({eight_devices, "/bin", ""}),
-                       doctest::Contains("training.trainer.num_nodes × devices = 8 processes"),
-                       common::Error);
+TEST_CASE("the training job takes its nodes and tasks from the trainer") {
+  const Node sixteen = composed_126m({"training.trainer.num_nodes=2", "training.trainer.devices=8"});
+  const JobSpec multi_node = build_training_job({sixteen, "/bin", ""});
+  CHECK(multi_node.nodes == 2);
+  CHECK(multi_node.tasks_per_node == 8);
   const Node config = composed_126m({});
   const JobSpec job = build_training_job({config, "/opt/bin", "nemo-"});
   CHECK(job.job_name == "nemo-gpt3_126m");

@@ -1,0 +1,58 @@
+// Rank and world size from the launcher's environment variables; see process_environment.hpp.
+#include "backend/dist/process_environment.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "backend/common/error.hpp"
+
+namespace backend {
+
+namespace {
+
+bool read_integer(const char* name, int64_t& value) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return false;
+  char* end = nullptr;
+  const long long parsed = std::strtoll(text, &end, 10);
+  if (*end != '\0' || parsed < 0) {
+    common::fail("environment variable {}='{}' is not a non-negative integer", name, text);
+  }
+  value = parsed;
+  return true;
+}
+
+}  // namespace
+
+ProcessEnvironment read_process_environment() {
+  ProcessEnvironment environment;
+  struct Source {
+    const char* launcher;
+    const char* rank;
+    const char* size;
+  };
+  // srun sets SLURM_NTASKS for the whole allocation too; SLURM_STEP_ID says we run in a step.
+  const bool in_slurm_step = std::getenv("SLURM_STEP_ID") != nullptr;
+  for (const Source& source : {Source{"slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"},
+                               Source{"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                               Source{"pmi", "PMI_RANK", "PMI_SIZE"},
+                               Source{"torchrun", "RANK", "WORLD_SIZE"}}) {
+    if (std::string(source.launcher) == "slurm" && !in_slurm_step) continue;
+    int64_t size = 0;
+    if (!read_integer(source.size, size)) continue;
+    environment.world_size = size;
+    read_integer(source.rank, environment.rank);
+    environment.launcher = source.launcher;
+    break;
+  }
+  if (const char* node = std::getenv("SLURMD_NODENAME")) {
+    environment.node = node;
+  } else {
+    char host[256] = {};
+    if (gethostname(host, sizeof host - 1) == 0) environment.node = host;
+  }
+  return environment;
+}
+
+}  // namespace backend
