@@ -136,16 +136,36 @@ PreflightReport training_preflight(const Node& config) {
     }
   }
 
-  // Parameters: embeddings (padded vocabulary), positions, per layer 4h² + 2·h·ffn weights and
-  // 9h + ffn biases/norms, final norm.
+  // Parameters: embeddings (padded vocabulary), positions (learned absolute only), per layer
+  // the attention (q and output h² each, k and v h·groups·head_dim each), the MLP (2·h·ffn, or
+  // 3·h·ffn with SwiGLU's gate), 9h + ffn biases and norms; a separate output layer when the
+  // embedding is not shared.
   // The tokenizer's vocabulary: GPT-2's for GPT2BPETokenizer, else model.tokenizer.vocab_size.
   const int64_t tokenizer_vocab = text(training, "model.tokenizer.type", "") == "GPT2BPETokenizer"
                                       ? 50257
                                       : integer(training, "model.tokenizer.vocab_size", 50257);
   const int64_t divisible = integer(training, "model.make_vocab_size_divisible_by", 128) * tp;
   const int64_t vocab = (tokenizer_vocab + divisible - 1) / divisible * divisible;
-  const double per_layer = 4.0 * hidden * hidden + 2.0 * hidden * ffn + 9.0 * hidden + ffn;
-  const double embedding = static_cast<double>(vocab) * hidden + static_cast<double>(positions) * hidden;
+  const int64_t groups = integer(training, "model.num_query_groups", heads);
+  if (groups < 1 || heads % groups != 0) {
+    problems.push_back(fmt::format("training.model.num_query_groups {} does not divide "
+                                   "num_attention_heads {}", groups, heads));
+  } else if (groups % tp != 0 && tp % groups != 0) {
+    problems.push_back(fmt::format("training.model.num_query_groups {} and "
+                                   "tensor_model_parallel_size {}: one must divide the other",
+                                   groups, tp));
+  }
+  const std::string activation = text(training, "model.activation", "gelu");
+  const bool gated = activation.find("swiglu") != std::string::npos;
+  const double head_dim = static_cast<double>(hidden) / heads;
+  const double attention_weights = 2.0 * hidden * hidden + 2.0 * hidden * std::max<int64_t>(groups, 1) * head_dim;
+  const double per_layer = attention_weights + (gated ? 3.0 : 2.0) * hidden * ffn + 9.0 * hidden + ffn;
+  const bool learned_positions = text(training, "model.position_embedding_type", "learned_absolute") ==
+                                 "learned_absolute";
+  const Node* shared = find_set(training, "model.share_embeddings_and_output_weights");
+  const bool untied = shared != nullptr && !shared->as_bool("training.model.share_embeddings_and_output_weights");
+  const double embedding = static_cast<double>(vocab) * hidden * (untied ? 2.0 : 1.0) +
+                           (learned_positions ? static_cast<double>(positions) * hidden : 0.0);
   report.parameters = static_cast<int64_t>(layers * per_layer + embedding + 2.0 * hidden);
   // The first pipeline stage holds the embedding; the layers split over pp, everything over tp.
   const double stage_parameters = (layers / static_cast<double>(pp) * per_layer + embedding) / tp;
@@ -155,6 +175,10 @@ PreflightReport training_preflight(const Node& config) {
   const std::string optimizer = text(training, "model.optim.name", "adam");
   report.distributed_optimizer = optimizer == "distributed_fused_adam";
   report.recompute = text(training, "model.activations_checkpoint_granularity", "none");
+  if (report.recompute != "none" && report.recompute != "selective" && report.recompute != "full") {
+    problems.push_back(fmt::format("training.model.activations_checkpoint_granularity '{}' is not "
+                                   "valid (valid: null, selective, full)", report.recompute));
+  }
   const double optimizer_bytes_per_parameter = mixed ? 12.0 : 8.0;
   report.memory.weights_bytes = stage_parameters * (mixed ? 2.0 : 4.0);
   report.memory.gradients_bytes = stage_parameters * 4.0;
@@ -162,7 +186,10 @@ PreflightReport training_preflight(const Node& config) {
                                   (report.distributed_optimizer ? dp : 1);
   const double activation_width = mixed ? 1.0 : 2.0;  // the formula counts 16-bit activations
   const double s = seq, b = mbs, h = hidden, a = heads, t = tp;
-  const double full_layer = s * b * h * (10.0 + 24.0 / t) + 5.0 * a * s * s * b / t;
+  // Selective recompute (Korthikanti et al. §5) recomputes the attention core, dropping the
+  // 5·a·s²·b/t term of the scores and their softmax.
+  const double scores = report.recompute == "selective" ? 0.0 : 5.0 * a * s * s * b / t;
+  const double full_layer = s * b * h * (10.0 + 24.0 / t) + scores;
   const double layers_held = layers;  // L/pp layers × pp micro batches in flight (1F1B)
   const double activations =
       report.recompute == "full" ? layers_held * 2.0 * s * b * h + full_layer

@@ -41,6 +41,8 @@ const std::vector<TrainingFlagMapping> kTrainingFlags = {
     {"model.tokenizer.type", "--tokenizer-type", ""},
     {"model.tokenizer.vocab_file", "--vocab-file", ""},
     {"model.tokenizer.merge_file", "--merge-file", ""},
+    {"model.tokenizer.model", "--tokenizer-model", ""},
+    {"model.rotary_base", "--rotary-base", ""},
     {"model.optim.lr", "--lr", ""},
     {"model.optim.weight_decay", "--weight-decay", ""},
     {"model.optim.betas.0", "--adam-beta1", ""},
@@ -66,6 +68,15 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
     {"model.data.data_impl", "--mock-data / --data-path",
      "mock → --mock-data; mmap → --data-path with model.data.data_prefix, --split with "
      "model.data.splits_string"},
+    {"model.position_embedding_type", "--position-embedding-type",
+     "rope → --position-embedding-type rope; learned_absolute → none (the default)"},
+    {"model.normalization", "--normalization", "rmsnorm → --normalization RMSNorm; layernorm → none"},
+    {"model.activation", "--swiglu", "swiglu or fast-swiglu → --swiglu; gelu → none"},
+    {"model.bias", "--disable-bias-linear", "false → --disable-bias-linear"},
+    {"model.share_embeddings_and_output_weights", "--untie-embeddings-and-output-weights",
+     "false → --untie-embeddings-and-output-weights"},
+    {"model.num_query_groups", "--group-query-attention --num-query-groups",
+     "set and different from num_attention_heads → both flags"},
     {"exp_manager.explicit_log_dir", "--benchmark-output",
      "benchmark mode (data_impl mock and trainer.limit_val_batches 0): "
      "<explicit_log_dir>/benchmark.json"},
@@ -134,6 +145,48 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
     decay = std::max(decay, warmup + 1);
     arguments.push_back("--lr-decay-iters");
     arguments.push_back(fmt::format("{}", decay));
+  }
+
+  // Llama-family switches (NeMo's keys → Megatron's flags).
+  if (const Node* position = lookup(training, "model.position_embedding_type")) {
+    const std::string value = training_text(*position, "model.position_embedding_type");
+    if (value == "rope") {
+      arguments.insert(arguments.end(), {"--position-embedding-type", "rope"});
+    } else if (value != "learned_absolute") {
+      common::fail("training.model.position_embedding_type '{}' is not valid (valid: "
+                   "learned_absolute, rope)", value);
+    }
+  }
+  if (const Node* normalization = lookup(training, "model.normalization")) {
+    const std::string value = training_text(*normalization, "model.normalization");
+    if (value == "rmsnorm") {
+      arguments.insert(arguments.end(), {"--normalization", "RMSNorm"});
+    } else if (value != "layernorm") {
+      common::fail("training.model.normalization '{}' is not valid (valid: layernorm, rmsnorm)", value);
+    }
+  }
+  if (const Node* activation = lookup(training, "model.activation")) {
+    const std::string value = training_text(*activation, "model.activation");
+    if (value == "swiglu" || value == "fast-swiglu") {
+      arguments.push_back("--swiglu");
+    } else if (value != "gelu") {
+      common::fail("training.model.activation '{}' is not valid (valid: gelu, swiglu, fast-swiglu)",
+                   value);
+    }
+  }
+  if (const Node* bias = lookup(training, "model.bias"); bias && !bias->as_bool("training.model.bias")) {
+    arguments.push_back("--disable-bias-linear");
+  }
+  if (const Node* shared = lookup(training, "model.share_embeddings_and_output_weights");
+      shared && !shared->as_bool("training.model.share_embeddings_and_output_weights")) {
+    arguments.push_back("--untie-embeddings-and-output-weights");
+  }
+  if (const Node* groups = lookup(training, "model.num_query_groups")) {
+    const int64_t heads = integer_or(training, "model.num_attention_heads", 0);
+    if (groups->as_int("training.model.num_query_groups") != heads) {
+      arguments.insert(arguments.end(), {"--group-query-attention", "--num-query-groups",
+                                         training_text(*groups, "model.num_query_groups")});
+    }
   }
 
   if (const Node* precision = lookup(training, "trainer.precision")) {

@@ -2,6 +2,7 @@
 // and the memory estimate has the right magnitudes.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "launcher/config/compose.hpp"
 #include "launcher/config/interpolate.hpp"
 #include "launcher/stages/training_preflight.hpp"
+#include "launcher/stages/training_stage.hpp"
 
 using namespace launcher;
 
@@ -101,4 +103,51 @@ TEST_CASE("recompute and the distributed optimizer shrink the estimate") {
   CHECK(plain.distributed_optimizer);
   CHECK_FALSE(adam.distributed_optimizer);
   CHECK(plain.memory.optimizer_bytes == doctest::Approx(adam.memory.optimizer_bytes / 8));
+}
+
+TEST_CASE("every shipped training config composes, translates and fits its cluster") {
+  const std::string conf = std::string(TEST_SOURCE_DIR) + "/conf";
+  const auto options = list_group_options(conf, "training");
+  for (const char* expected : {"gpt3/126m", "gpt3/400m", "gpt3/1b", "gpt3/5b", "gpt3/20b",
+                               "gpt3/40b", "gpt3/175b", "llama/llama2_7b", "llama/llama2_13b",
+                               "llama/llama2_70b"}) {
+    CHECK(std::find(options.begin(), options.end(), expected) != options.end());
+  }
+  for (const auto& option : options) {
+    CAPTURE(option);
+    ComposedConfig composed = compose({conf, "config",
+                                       {"training=" + option, "cluster_type=bcm", "cluster=bcm",
+                                        "launcher_scripts_path=/opt/launcher"}});
+    const Node config = resolve(composed.config, ResolveContext{composed.choices});
+    const auto report = training_preflight(config);
+    for (const auto& problem : report.problems) MESSAGE(problem);
+    CHECK(report.problems.empty());
+    CHECK(report.memory.total_bytes() < 80e9);
+    CHECK_NOTHROW(megatron_training_arguments(config));
+  }
+}
+
+TEST_CASE("the Llama configs carry the Llama switches to Megatron's flags") {
+  ComposedConfig composed = compose({std::string(TEST_SOURCE_DIR) + "/conf", "config",
+                                     {"training=llama/llama2_70b", "launcher_scripts_path=/opt/l"}});
+  const Node config = resolve(composed.config, ResolveContext{composed.choices});
+  const auto arguments = megatron_training_arguments(config);
+  auto has_pair = [&](const std::string& flag, const std::string& value) {
+    for (size_t i = 0; i + 1 < arguments.size(); ++i) {
+      if (arguments[i] == flag && arguments[i + 1] == value) return true;
+    }
+    return false;
+  };
+  CHECK(has_pair("--position-embedding-type", "rope"));
+  CHECK(has_pair("--normalization", "RMSNorm"));
+  CHECK(has_pair("--num-query-groups", "8"));
+  CHECK(has_pair("--ffn-hidden-size", "28672"));
+  for (const char* flag : {"--swiglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
+                           "--group-query-attention"}) {
+    CAPTURE(flag);
+    CHECK(std::find(arguments.begin(), arguments.end(), flag) != arguments.end());
+  }
+  const auto report = training_preflight(config);
+  CHECK(report.parameters > 65'000'000'000);
+  CHECK(report.parameters < 72'000'000'000);
 }
