@@ -352,3 +352,13 @@ TEST_CASE("the local cluster refuses several processes per job, saying what to d
   CHECK(run.output.find("the local cluster runs one process per job") != std::string::npos);
   CHECK(run.output.find("training.trainer.devices=1") != std::string::npos);
 }
+
+TEST_CASE("a value of the wrong type is refused before anything runs, naming the key") {
+  TemporaryDirectory temporary;
+  const auto run = launcher::run_and_capture(tiny_run(temporary.path, {"training.model.num_layers=abc"}));
+  INFO(run.output);
+  CHECK(run.exit_code == 2);
+  CHECK(run.output.find("'training.model.num_layers' (the command line) has type string, expected "
+                        "type int") != std::string::npos);
+  CHECK_FALSE(fs::exists(temporary.path / "gpt3_126m"));
+}
