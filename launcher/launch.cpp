@@ -244,12 +244,6 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
     const std::string stage = stages->at(i).as_string(fmt::format("stages.{}", i));
     std::optional<JobSpec> job = build_stage_job(stage, stage_context);
     if (!job) continue;
-    if (cluster_type == "local" && job->nodes * job->tasks_per_node > 1) {
-      common::fail("{}: the local cluster runs one process per job (mpirun -np N comes with the "
-                   "backend's distributed path), but trainer.num_nodes × devices = {}: set "
-                   "training.trainer.num_nodes=1 training.trainer.devices=1, or use a scheduler "
-                   "(cluster_type=bcm|pbs|k8s)", stage, job->nodes * job->tasks_per_node);
-    }
     job->environment = job_environment(config);
     if (options.job_number) job->results_dir /= std::to_string(*options.job_number);
     job->after_job_id = previous_job_id;

@@ -2,6 +2,7 @@
 // to the terminal and to results/<run>/log-<job name>_<pid>.out, as NeMo's interactive mode.
 #include <fmt/format.h>
 
+#include "backend/common/error.hpp"
 #include "launcher/clusters/cluster.hpp"
 #include "launcher/process.hpp"
 #include "launcher/shell_quote.hpp"
@@ -41,8 +42,18 @@ TemplateData common_template_data(const JobSpec& job, const std::filesystem::pat
 
 std::string render_local_script(const JobSpec& job, const std::filesystem::path& script_path,
                                 const RenderContext& context) {
-  return render_template(context.templates_dir, "local.sh.mustache",
-                         common_template_data(job, script_path));
+  if (job.nodes > 1) {
+    common::fail("{}: the local cluster is this one machine, but trainer.num_nodes = {}: set "
+                 "training.trainer.num_nodes=1, or use a scheduler (cluster_type=bcm|pbs|k8s)",
+                 job.stage, job.nodes);
+  }
+  TemplateData data = common_template_data(job, script_path);
+  if (job.tasks_per_node > 1) {
+    TemplateData mpirun;
+    mpirun.set("ranks", std::to_string(job.tasks_per_node));
+    data.set("mpirun", mpirun);
+  }
+  return render_template(context.templates_dir, "local.sh.mustache", data);
 }
 
 Submission run_local_script(const JobSpec& job, const std::filesystem::path& script_path,

@@ -344,13 +344,24 @@ TEST_CASE("--cfg shows the config that would be launched, cluster group choice i
   CHECK(run.output.find("gpus_per_node: 8") != std::string::npos);
 }
 
-TEST_CASE("the local cluster refuses several processes per job, saying what to do") {
+TEST_CASE("several processes on the local cluster start through mpirun, one per device") {
   TemporaryDirectory temporary;
   const auto run = launcher::run_and_capture(tiny_run(temporary.path, {"training.trainer.devices=2"}));
   INFO(run.output);
+  const std::string script = read_file(temporary.path / "gpt3_126m" / "gpt3_126m_submission.sh");
+  CHECK(script.find("mpirun -np 2 --oversubscribe") != std::string::npos);
+  // Each task knows it is one of two (until the distributed path exists it stops there).
+  CHECK(run.output.find("this process is task 0 of 2 (openmpi launch") != std::string::npos);
+  CHECK(run.output.find("this process is task 1 of 2 (openmpi launch") != std::string::npos);
+  CHECK(run.exit_code != 0);
+}
+
+TEST_CASE("the local cluster is one machine: more than one node is refused") {
+  TemporaryDirectory temporary;
+  const auto run = launcher::run_and_capture(tiny_run(temporary.path, {"training.trainer.num_nodes=2"}));
   CHECK(run.exit_code == 2);
-  CHECK(run.output.find("the local cluster runs one process per job") != std::string::npos);
-  CHECK(run.output.find("training.trainer.devices=1") != std::string::npos);
+  CHECK(run.output.find("the local cluster is this one machine, but trainer.num_nodes = 2") !=
+        std::string::npos);
 }
 
 TEST_CASE("a value of the wrong type is refused before anything runs, naming the key") {

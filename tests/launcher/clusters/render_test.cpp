@@ -30,6 +30,14 @@ JobSpec sample_job(const fs::path& results_dir) {
   return job;
 }
 
+// The local cluster is one machine: one node, one process unless a test asks for more.
+JobSpec local_job(const fs::path& results_dir) {
+  JobSpec job = sample_job(results_dir);
+  job.nodes = 1;
+  job.tasks_per_node = 1;
+  return job;
+}
+
 const fs::path kTemplates = fs::path(TEST_SOURCE_DIR) / "templates";
 
 bool bash_accepts(const std::string& script) {
@@ -43,8 +51,13 @@ bool bash_accepts(const std::string& script) {
 
 TEST_CASE("the local script exports quoted values and runs the backend in the results dir") {
   const Node cluster = parse_yaml("job_name_prefix: ''\n", "test");
-  const auto job = sample_job("/tmp/results/gpt3_126m");
+  auto job = local_job("/tmp/results/gpt3_126m");
   const std::string script = render_local_script(job, "/tmp/results/x.sh", {kTemplates, &cluster, "", {}});
+  CHECK(script.find("mpirun") == std::string::npos);
+  job.tasks_per_node = 8;
+  const std::string eight = render_local_script(job, "/tmp/results/x.sh", {kTemplates, &cluster, "", {}});
+  CHECK(eight.find("mpirun -np 8 --oversubscribe \\\n    /opt/bin/pretrain_gpt") != std::string::npos);
+  CHECK(bash_accepts(eight));
   CHECK(script.starts_with("#!/usr/bin/env bash\n"));
   CHECK(script.find("export NCCL_DEBUG=INFO\n") != std::string::npos);
   CHECK(script.find("export HOSTILE='$(touch INJECTED); `id`'\n") != std::string::npos);
@@ -57,7 +70,7 @@ TEST_CASE("the local script exports quoted values and runs the backend in the re
 TEST_CASE("the local script, run, sees the hostile value as text and executes nothing") {
   const fs::path results = fs::temp_directory_path() / "render_test_results";
   fs::remove_all(results);
-  JobSpec job = sample_job(results);
+  JobSpec job = local_job(results);
   job.command = {"bash", "-c", "printf '%s' \"$HOSTILE\" > seen.txt"};
   const Node cluster = parse_yaml("job_name_prefix: ''\n", "test");
   const fs::path script_path = fs::temp_directory_path() / "render_test_local.sh";
@@ -134,6 +147,6 @@ TEST_CASE("#SBATCH values that could break out of their line are refused") {
 
 TEST_CASE("a missing template is named") {
   const Node cluster = parse_yaml("job_name_prefix: ''\n", "test");
-  CHECK_THROWS_WITH_AS(render_local_script(sample_job("/r"), "/r/x.sh", {"/no/such/dir", &cluster, "", {}}),
+  CHECK_THROWS_WITH_AS(render_local_script(local_job("/r"), "/r/x.sh", {"/no/such/dir", &cluster, "", {}}),
                        doctest::Contains("/no/such/dir/local.sh.mustache not found"), common::Error);
 }
