@@ -2,6 +2,8 @@
 // real `pretrain_gpt` and leaves NeMo's results layout. Tiny model overrides keep it fast.
 #include <doctest/doctest.h>
 
+#include "temporary_directory.hpp"
+
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -18,15 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TemporaryDirectory {
-  fs::path path;
-  TemporaryDirectory() {
-    std::string pattern = (fs::temp_directory_path() / "launcher_e2e_XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TemporaryDirectory() { fs::remove_all(path); }
-};
+using test_support::TemporaryDirectory;
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);

@@ -6,6 +6,8 @@
 // concurrently; every wait is bounded.
 #include <doctest/doctest.h>
 
+#include "temporary_directory.hpp"
+
 #include <filesystem>
 #include <regex>
 #include <string>
@@ -18,15 +20,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct TemporaryDirectory {
-  fs::path path;
-  TemporaryDirectory() {
-    std::string pattern = (fs::temp_directory_path() / "launcher_slurm_e2e_XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TemporaryDirectory() { fs::remove_all(path); }
-};
+using test_support::TemporaryDirectory;
 
 int count_matches(const std::string& text, const std::regex& pattern) {
   return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), pattern),

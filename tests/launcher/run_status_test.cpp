@@ -2,6 +2,8 @@
 // recorded exit status, and run directories are found by path or by name.
 #include <doctest/doctest.h>
 
+#include "temporary_directory.hpp"
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -13,15 +15,7 @@ using namespace launcher;
 namespace fs = std::filesystem;
 
 namespace {
-struct TemporaryDirectory {
-  fs::path path;
-  TemporaryDirectory() {
-    std::string pattern = (fs::temp_directory_path() / "run_status_XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TemporaryDirectory() { fs::remove_all(path); }
-};
+using test_support::TemporaryDirectory;
 }  // namespace
 
 TEST_CASE("job records are appended and read back in order") {
