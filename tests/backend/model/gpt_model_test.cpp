@@ -193,16 +193,12 @@ TEST_CASE("initialisation is a function of the seed alone") {
                    second.parameters().begin()));
 
   // The same on one thread as on several.
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  GptModel<double> serial(medium_config());
-  serial.init_parameters(5);
-  omp_set_num_threads(3);
-  GptModel<double> parallel(medium_config());
-  parallel.init_parameters(5);
-  omp_set_num_threads(threads);
-  CHECK(std::equal(serial.parameters().begin(), serial.parameters().end(),
-                   parallel.parameters().begin()));
+  const auto [serial, parallel] = on_one_and_three_threads([] {
+    GptModel<double> model(medium_config());
+    model.init_parameters(5);
+    return std::vector<double>(model.parameters().begin(), model.parameters().end());
+  });
+  CHECK(serial == parallel);
 
   // Another seed gives other values, uncorrelated with the first.
   second.init_parameters(6);
@@ -443,12 +439,7 @@ TEST_CASE("forward and backward give the same bits on one thread as on several")
     result.insert(result.end(), model.gradients().begin(), model.gradients().end());
     return result;
   };
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const auto serial = run();
-  omp_set_num_threads(3);
-  const auto parallel = run();
-  omp_set_num_threads(threads);
+  const auto [serial, parallel] = on_one_and_three_threads(run);
   CHECK(serial[0] == parallel[0]);
   CHECK(serial == parallel);
 }
@@ -619,12 +610,7 @@ TEST_CASE("with dropout, forward and backward give the same bits on one thread a
     result.insert(result.end(), model.gradients().begin(), model.gradients().end());
     return result;
   };
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const auto serial = run();
-  omp_set_num_threads(3);
-  const auto parallel = run();
-  omp_set_num_threads(threads);
+  const auto [serial, parallel] = on_one_and_three_threads(run);
   CHECK(serial[0] == parallel[0]);
   CHECK(serial == parallel);
 }

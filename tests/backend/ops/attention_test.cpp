@@ -141,11 +141,6 @@ TEST_CASE("attention is the same on every thread count") {
     output.insert(output.end(), dqkv.begin(), dqkv.end());
     return output;
   };
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const auto serial = run();
-  omp_set_num_threads(3);
-  const auto parallel = run();
-  omp_set_num_threads(threads);
+  const auto [serial, parallel] = on_one_and_three_threads(run);
   CHECK(serial == parallel);
 }

@@ -104,11 +104,6 @@ TEST_CASE("embedding backward is the same on every thread count") {
                                      doutput.data(), tokens.data(), batch, seq, hidden);
     return gradients;
   };
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const auto serial = run();
-  omp_set_num_threads(3);
-  const auto parallel = run();
-  omp_set_num_threads(threads);
+  const auto [serial, parallel] = on_one_and_three_threads(run);
   CHECK(serial == parallel);
 }

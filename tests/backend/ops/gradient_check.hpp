@@ -2,6 +2,8 @@
 // finite differences, and the error measures the checks compare against.
 #pragma once
 
+#include <omp.h>
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,6 +17,19 @@
 namespace backend::testing {
 
 // Uniform in [-scale, scale), reproducible from the seed.
+// The ops promise results that depend on the shapes alone, never on the thread count: runs
+// `run` on one thread and on three (restoring the count) and returns both results.
+template <typename Run>
+auto on_one_and_three_threads(Run&& run) {
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  auto serial = run();
+  omp_set_num_threads(3);
+  auto parallel = run();
+  omp_set_num_threads(threads);
+  return std::pair{std::move(serial), std::move(parallel)};
+}
+
 inline std::vector<double> random_values(size_t count, uint64_t seed, double scale = 1.0) {
   std::mt19937_64 generator(seed);
   std::uniform_real_distribution<double> uniform(-scale, scale);

@@ -125,11 +125,6 @@ TEST_CASE("layernorm weight and bias sums are the same on every thread count") {
     gradients.insert(gradients.end(), dinput.begin(), dinput.end());
     return gradients;
   };
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const auto serial = run();
-  omp_set_num_threads(3);
-  const auto parallel = run();
-  omp_set_num_threads(threads);
+  const auto [serial, parallel] = on_one_and_three_threads(run);
   CHECK(serial == parallel);
 }
