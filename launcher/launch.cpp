@@ -47,11 +47,18 @@ void write_text(const fs::path& path, const std::string& text) {
   if (!out) common::fail("cannot write {}", path.string());
 }
 
+// What an override targets, without its +, ++ or ~ prefix: "cluster=bcm", "cluster.gres=null".
+std::string_view override_target(std::string_view override_text) {
+  while (!override_text.empty() && (override_text.front() == '+' || override_text.front() == '~')) {
+    override_text.remove_prefix(1);
+  }
+  return override_text;
+}
+
 bool user_chose_group(const std::vector<std::string>& overrides, const std::string& group) {
   for (const auto& override_text : overrides) {
-    std::string_view text = override_text;
-    while (!text.empty() && (text.front() == '+' || text.front() == '~')) text.remove_prefix(1);
-    if (text.starts_with(group + "=") || text.starts_with(group + "@")) return true;
+    const std::string_view target = override_target(override_text);
+    if (target.starts_with(group + "=") || target.starts_with(group + "@")) return true;
   }
   return false;
 }
@@ -179,9 +186,9 @@ LaunchComposition compose_for_launch(const MainOptions& options) {
   // that cluster_type selects, not to the default one (cluster_type=bcm cluster.gres=null).
   std::vector<std::string> without_cluster_keys;
   for (const auto& override_text : options.overrides) {
-    std::string_view key = override_text;
-    while (!key.empty() && (key.front() == '+' || key.front() == '~')) key.remove_prefix(1);
-    if (!key.starts_with("cluster.")) without_cluster_keys.push_back(override_text);
+    if (!override_target(override_text).starts_with("cluster.")) {
+      without_cluster_keys.push_back(override_text);
+    }
   }
   const ComposedConfig probe = compose({conf_dir, "config", without_cluster_keys});
   const Node* configured_type = find(probe.config, "cluster_type");

@@ -44,10 +44,7 @@ std::string render_pytorchjob(const JobSpec& job, const std::filesystem::path& m
                  "config.yaml or pass container=<image>");
   }
   const Node& cluster = *context.cluster;
-  auto value_of = [&](const std::string& key) -> std::string {
-    const Node* value = find_set(cluster, key);
-    return value == nullptr ? std::string() : scalar_text(*value, "cluster." + key);
-  };
+  auto value_of = [&](const char* key) { return text_or(cluster, "cluster", key, ""); };
   const std::string tool = job.tool.empty() ? job.command.front() : job.tool;
   const std::string script = fmt::format(
       "set -euo pipefail; mkdir -p {0}; cd {0}; if ! command -v {1} >/dev/null 2>&1; then echo {2} "
@@ -63,7 +60,7 @@ std::string render_pytorchjob(const JobSpec& job, const std::filesystem::path& m
   data.set("run_name", job.run_name);
   data.set("manifest_path", manifest_path.string());
   data.set("name", kubernetes_name(job.job_name));
-  data.set("namespace", yaml_string(value_of("namespace").empty() ? "default" : value_of("namespace")));
+  data.set("namespace", yaml_string(text_or(cluster, "cluster", "namespace", "default")));
   data.set("stage_label", yaml_string(job.stage));
   TemplateData replicas{TemplateData::type::list};
   for (const auto& [role, count] : std::vector<std::pair<std::string, int>>{
@@ -91,7 +88,7 @@ std::string render_pytorchjob(const JobSpec& job, const std::filesystem::path& m
   data.set("run_name_value", yaml_string(job.run_name));
   const std::string gpus = value_of("gpus_per_node");
   data.set("gpus_per_node", gpus.empty() ? std::to_string(job.tasks_per_node) : gpus);
-  data.set("shm_size", yaml_string(value_of("shm_size").empty() ? "64Gi" : value_of("shm_size")));
+  data.set("shm_size", yaml_string(text_or(cluster, "cluster", "shm_size", "64Gi")));
   const std::string nfs_server = value_of("nfs_server"), nfs_path = value_of("nfs_path");
   if (nfs_server.empty() != nfs_path.empty()) {
     common::fail("cluster.nfs_server and cluster.nfs_path go together: set both or neither");

@@ -76,10 +76,7 @@ std::string pbs_walltime(const std::string& limit) {
 std::string render_pbs(const JobSpec& job, const std::filesystem::path& script_path,
                        const RenderContext& context) {
   const Node& cluster = *context.cluster;
-  auto value_of = [&](const std::string& key) -> std::string {
-    const Node* value = find_set(cluster, key);
-    return value == nullptr ? std::string() : scalar_text(*value, "cluster." + key);
-  };
+  auto value_of = [&](const char* key) { return text_or(cluster, "cluster", key, ""); };
   std::vector<std::string> directives = {pbs_directive("-N", job.job_name)};
   if (const auto queue = value_of("queue"); !queue.empty()) directives.push_back(pbs_directive("-q", queue));
   if (const auto account = value_of("account"); !account.empty()) {

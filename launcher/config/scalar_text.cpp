@@ -21,4 +21,16 @@ const Node* find_set(const Node& root, std::string_view path) {
   return value == nullptr || value->is_null() ? nullptr : value;
 }
 
+std::string text_or(const Node& section, std::string_view section_name, std::string_view key,
+                    std::string fallback) {
+  const Node* value = find_set(section, key);
+  return value == nullptr ? fallback : scalar_text(*value, fmt::format("{}.{}", section_name, key));
+}
+
+int64_t integer_or(const Node& section, std::string_view section_name, std::string_view key,
+                   int64_t fallback) {
+  const Node* value = find_set(section, key);
+  return value == nullptr ? fallback : value->as_int(fmt::format("{}.{}", section_name, key));
+}
+
 }  // namespace launcher

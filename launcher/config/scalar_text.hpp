@@ -4,6 +4,7 @@
 //   string → itself; lists and maps are an error naming the key.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -15,5 +16,13 @@ std::string scalar_text(const Node& value, std::string_view key);
 
 // The value at a dotted path below root, or nullptr when it is absent or null.
 const Node* find_set(const Node& root, std::string_view path);
+
+// `key` of a config section (e.g. section `training`, key `model.num_layers`) as text or as an
+// integer, `fallback` when absent or null; a wrong type is a common::Error naming
+// "<section_name>.<key>".
+std::string text_or(const Node& section, std::string_view section_name, std::string_view key,
+                    std::string fallback);
+int64_t integer_or(const Node& section, std::string_view section_name, std::string_view key,
+                   int64_t fallback);
 
 }  // namespace launcher

@@ -13,14 +13,12 @@ namespace launcher {
 
 namespace {
 
-int64_t integer(const Node& training, const std::string& key, int64_t fallback) {
-  const Node* value = find_set(training, key);
-  return value == nullptr ? fallback : value->as_int("training." + key);
+int64_t integer(const Node& training, std::string_view key, int64_t fallback) {
+  return integer_or(training, "training", key, fallback);
 }
 
-std::string text(const Node& training, const std::string& key, const std::string& fallback) {
-  const Node* value = find_set(training, key);
-  return value == nullptr ? fallback : scalar_text(*value, "training." + key);
+std::string text(const Node& training, std::string_view key, const std::string& fallback) {
+  return text_or(training, "training", key, fallback);
 }
 
 // Megatron's split string: "a,b,c" or "a/b/c", padded with zeros to three, normalised.

@@ -90,10 +90,7 @@ std::string training_text(const Node& value, const std::string& key) {
 }
 
 int64_t integer_or(const Node& training, const std::string& key, int64_t fallback) {
-  const Node* value = lookup(training, key);
-  if (value == nullptr) return fallback;
-  if (!value->is_int()) common::fail("training.{}: expected an integer", key);
-  return value->as_int();
+  return launcher::integer_or(training, "training", key, fallback);
 }
 
 std::string decay_style(const std::string& scheduler) {
