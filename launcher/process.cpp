@@ -22,11 +22,13 @@ struct Child {
   int output_fd = -1;  // read end of the child's stdout+stderr
 };
 
-Child spawn(const std::vector<std::string>& argv) {
+// fork + execvp with the errno of a failed exec reported back through a close-on-exec pipe
+// (it closes unread when the exec succeeds), so "cannot run X" is an error in the parent.
+// `prepare_child` runs in the child between fork and exec (redirections, setsid); it must only
+// make async-signal-safe calls.
+template <typename PrepareChild>
+pid_t fork_and_exec(const std::vector<std::string>& argv, PrepareChild&& prepare_child) {
   if (argv.empty()) common::fail("cannot run an empty command");
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) common::fail("pipe failed: {}", std::strerror(errno));
-  // A second pipe reports exec failure (errno) to the parent; it closes on a successful exec.
   int exec_status[2];
   if (pipe2(exec_status, O_CLOEXEC) != 0) common::fail("pipe failed: {}", std::strerror(errno));
   std::vector<char*> args;
@@ -35,24 +37,38 @@ Child spawn(const std::vector<std::string>& argv) {
   const pid_t pid = fork();
   if (pid < 0) common::fail("fork failed: {}", std::strerror(errno));
   if (pid == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
+    prepare_child();
     execvp(args[0], args.data());
     const int error = errno;
     (void)!write(exec_status[1], &error, sizeof error);
     _exit(127);
   }
-  close(fds[1]);
   close(exec_status[1]);
   int error = 0;
   const ssize_t got = read(exec_status[0], &error, sizeof error);
   close(exec_status[0]);
   if (got == static_cast<ssize_t>(sizeof error)) {
-    close(fds[0]);
     waitpid(pid, nullptr, 0);
     common::fail("cannot run {}: {}", argv[0], std::strerror(error));
   }
-  return {pid, fds[0]};
+  return pid;
+}
+
+Child spawn(const std::vector<std::string>& argv) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) common::fail("pipe failed: {}", std::strerror(errno));
+  try {
+    const pid_t pid = fork_and_exec(argv, [&] {
+      dup2(fds[1], STDOUT_FILENO);
+      dup2(fds[1], STDERR_FILENO);
+    });
+    close(fds[1]);
+    return {pid, fds[0]};
+  } catch (...) {
+    close(fds[0]);
+    close(fds[1]);
+    throw;
+  }
 }
 
 int wait_for(pid_t pid) {
@@ -82,15 +98,7 @@ void drain(int fd, Sink&& sink) {
 }  // namespace
 
 int start_detached(const std::vector<std::string>& argv) {
-  if (argv.empty()) common::fail("cannot run an empty command");
-  std::vector<char*> args;
-  for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-  args.push_back(nullptr);
-  int exec_status[2];
-  if (pipe2(exec_status, O_CLOEXEC) != 0) common::fail("pipe failed: {}", std::strerror(errno));
-  const pid_t pid = fork();
-  if (pid < 0) common::fail("fork failed: {}", std::strerror(errno));
-  if (pid == 0) {
+  return fork_and_exec(argv, [] {
     setsid();
     const int null_fd = open("/dev/null", O_RDWR);
     if (null_fd >= 0) {
@@ -98,20 +106,7 @@ int start_detached(const std::vector<std::string>& argv) {
       dup2(null_fd, STDOUT_FILENO);
       dup2(null_fd, STDERR_FILENO);
     }
-    execvp(args[0], args.data());
-    const int error = errno;
-    (void)!write(exec_status[1], &error, sizeof error);
-    _exit(127);
-  }
-  close(exec_status[1]);
-  int error = 0;
-  const ssize_t got = read(exec_status[0], &error, sizeof error);
-  close(exec_status[0]);
-  if (got == static_cast<ssize_t>(sizeof error)) {
-    waitpid(pid, nullptr, 0);
-    common::fail("cannot run {}: {}", argv[0], std::strerror(error));
-  }
-  return pid;
+  });
 }
 
 std::optional<std::filesystem::path> find_on_path(std::string_view program) {
