@@ -1,0 +1,476 @@
+// Hugging Face export and import; the name and layout mapping is in hf_format.hpp.
+//
+// Every mapping is one Megatron tensor seen as a (rows, columns) matrix (a vector as (n, 1))
+// whose rows are distributed over one or more Hugging Face tensors ("pieces"), each stored
+// either row-major as Megatron stores it, or transposed (GPT-2's Conv1D). A row permutation
+// plus an optional transpose covers every conversion here (GPT-2's qkv reordering, and the
+// splits of a fused tensor into several), and export and import read the same table, so
+// import is the exact inverse of export by construction.
+#include "backend/ckpt/hf_format.hpp"
+
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "backend/common/error.hpp"
+
+namespace backend {
+namespace {
+
+constexpr const char* kSafetensorsFile = "model.safetensors";
+constexpr const char* kSafetensorsIndexFile = "model.safetensors.index.json";
+constexpr const char* kTokenizerVocabKey = "tokenizer_vocab_size";
+
+struct HfPiece {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+struct RowTarget {
+  int32_t piece = 0;
+  int64_t row = 0;
+};
+
+struct TensorMapping {
+  std::string megatron_name;
+  std::vector<HfPiece> pieces;
+  std::vector<RowTarget> rows;  // Megatron row r goes to pieces[rows[r].piece], row rows[r].row
+  bool transposed = false;      // pieces stored (columns, rows), as GPT-2's Conv1D
+};
+
+std::vector<RowTarget> identity_rows(int64_t count) {
+  std::vector<RowTarget> rows(static_cast<size_t>(count));
+  for (int64_t r = 0; r < count; ++r) rows[static_cast<size_t>(r)] = {0, r};
+  return rows;
+}
+
+// A tensor that keeps its shape and layout, only its name changes.
+TensorMapping renamed(std::string megatron_name, std::string hf_name, std::vector<int64_t> shape) {
+  const int64_t rows = shape.at(0);
+  return {std::move(megatron_name), {{std::move(hf_name), std::move(shape)}}, identity_rows(rows),
+          false};
+}
+
+// A Megatron (out, in) linear weight as a GPT-2 Conv1D weight (in, out).
+TensorMapping conv1d_weight(std::string megatron_name, std::string hf_name, int64_t out, int64_t in) {
+  return {std::move(megatron_name), {{std::move(hf_name), {in, out}}}, identity_rows(out), true};
+}
+
+// Megatron's per-head [q | k | v] rows → GPT-2's [all q | all k | all v]: row h·3HD + s·HD + d
+// becomes row s·C + h·HD + d.
+std::vector<RowTarget> gpt2_qkv_rows(const GptConfig& config) {
+  const int64_t C = config.hidden_size;
+  const int64_t NH = config.num_attention_heads;
+  const int64_t HD = config.head_dim();
+  std::vector<RowTarget> rows(static_cast<size_t>(3 * C));
+  for (int64_t h = 0; h < NH; ++h) {
+    for (int64_t s = 0; s < 3; ++s) {
+      for (int64_t d = 0; d < HD; ++d) rows[static_cast<size_t>(h * 3 * HD + s * HD + d)] = {0, s * C + h * HD + d};
+    }
+  }
+  return rows;
+}
+
+std::vector<TensorMapping> gpt2_mappings(const GptConfig& config) {
+  const int64_t C = config.hidden_size;
+  const int64_t F = config.ffn_hidden_size;
+  std::vector<TensorMapping> mappings;
+  mappings.push_back(renamed("embedding.word_embeddings.weight", "transformer.wte.weight",
+                             {config.padded_vocab_size, C}));
+  mappings.push_back(renamed("embedding.position_embeddings.weight", "transformer.wpe.weight",
+                             {config.max_position_embeddings, C}));
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    const std::string m = fmt::format("decoder.layers.{}.", i);
+    const std::string h = fmt::format("transformer.h.{}.", i);
+    mappings.push_back(renamed(m + "input_layernorm.weight", h + "ln_1.weight", {C}));
+    mappings.push_back(renamed(m + "input_layernorm.bias", h + "ln_1.bias", {C}));
+    mappings.push_back({m + "self_attention.linear_qkv.weight",
+                        {{h + "attn.c_attn.weight", {C, 3 * C}}}, gpt2_qkv_rows(config), true});
+    mappings.push_back({m + "self_attention.linear_qkv.bias", {{h + "attn.c_attn.bias", {3 * C}}},
+                        gpt2_qkv_rows(config), false});
+    mappings.push_back(conv1d_weight(m + "self_attention.linear_proj.weight",
+                                     h + "attn.c_proj.weight", C, C));
+    mappings.push_back(renamed(m + "self_attention.linear_proj.bias", h + "attn.c_proj.bias", {C}));
+    mappings.push_back(renamed(m + "pre_mlp_layernorm.weight", h + "ln_2.weight", {C}));
+    mappings.push_back(renamed(m + "pre_mlp_layernorm.bias", h + "ln_2.bias", {C}));
+    mappings.push_back(conv1d_weight(m + "mlp.linear_fc1.weight", h + "mlp.c_fc.weight", F, C));
+    mappings.push_back(renamed(m + "mlp.linear_fc1.bias", h + "mlp.c_fc.bias", {F}));
+    mappings.push_back(conv1d_weight(m + "mlp.linear_fc2.weight", h + "mlp.c_proj.weight", C, F));
+    mappings.push_back(renamed(m + "mlp.linear_fc2.bias", h + "mlp.c_proj.bias", {C}));
+  }
+  mappings.push_back(renamed("decoder.final_layernorm.weight", "transformer.ln_f.weight", {C}));
+  mappings.push_back(renamed("decoder.final_layernorm.bias", "transformer.ln_f.bias", {C}));
+  return mappings;
+}
+
+std::vector<TensorMapping> mappings_for(const GptConfig& config) { return gpt2_mappings(config); }
+
+// The layout tensor a mapping converts; its shape must be the one the mapping was built for.
+const ParameterTensor& layout_tensor(const std::vector<ParameterTensor>& layout,
+                                     const TensorMapping& mapping) {
+  for (const ParameterTensor& tensor : layout) {
+    if (tensor.name == mapping.megatron_name) {
+      if (tensor.shape.empty() ||
+          tensor.shape.at(0) != static_cast<int64_t>(mapping.rows.size())) {
+        common::fail("Hugging Face conversion: tensor {} has an unexpected shape", tensor.name);
+      }
+      return tensor;
+    }
+  }
+  common::fail("Hugging Face conversion: the model has no tensor {}", mapping.megatron_name);
+}
+
+int64_t element_count(const std::vector<int64_t>& shape) {
+  int64_t count = 1;
+  for (const int64_t dim : shape) count *= dim;
+  return count;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  return fmt::format("({})", fmt::join(shape, ", "));
+}
+
+// Index of element (row, column) of a piece, row-major or transposed.
+int64_t piece_index(const HfPiece& piece, bool transposed, int64_t row, int64_t column,
+                    int64_t columns) {
+  if (!transposed) return row * columns + column;
+  const int64_t piece_rows = piece.shape.back();
+  return column * piece_rows + row;
+}
+
+void check_layout_covered(const std::vector<ParameterTensor>& layout,
+                          const std::vector<TensorMapping>& mappings) {
+  std::set<std::string> mapped;
+  for (const auto& mapping : mappings) mapped.insert(mapping.megatron_name);
+  for (const auto& tensor : layout) {
+    if (!mapped.contains(tensor.name)) {
+      common::fail("Hugging Face conversion: model tensor {} has no Hugging Face name", tensor.name);
+    }
+  }
+}
+
+// JSON accessors that name the file and key in their errors.
+int64_t required_integer(const nlohmann::json& config, const char* key, const std::string& source) {
+  if (!config.contains(key)) common::fail("{}: missing key '{}'", source, key);
+  const auto& value = config[key];
+  if (!value.is_number_integer()) {
+    common::fail("{}: '{}' must be an integer, got {}", source, key, value.dump());
+  }
+  return value.get<int64_t>();
+}
+
+int64_t optional_integer(const nlohmann::json& config, const char* key, int64_t fallback,
+                         const std::string& source) {
+  if (!config.contains(key) || config[key].is_null()) return fallback;
+  return required_integer(config, key, source);
+}
+
+double optional_number(const nlohmann::json& config, const char* key, double fallback,
+                       const std::string& source) {
+  if (!config.contains(key) || config[key].is_null()) return fallback;
+  const auto& value = config[key];
+  if (!value.is_number()) common::fail("{}: '{}' must be a number, got {}", source, key, value.dump());
+  return value.get<double>();
+}
+
+bool optional_bool(const nlohmann::json& config, const char* key, bool fallback,
+                   const std::string& source) {
+  if (!config.contains(key) || config[key].is_null()) return fallback;
+  const auto& value = config[key];
+  if (!value.is_boolean()) common::fail("{}: '{}' must be true or false, got {}", source, key, value.dump());
+  return value.get<bool>();
+}
+
+std::string optional_string(const nlohmann::json& config, const char* key,
+                            const std::string& fallback, const std::string& source) {
+  if (!config.contains(key) || config[key].is_null()) return fallback;
+  const auto& value = config[key];
+  if (!value.is_string()) common::fail("{}: '{}' must be a string, got {}", source, key, value.dump());
+  return value.get<std::string>();
+}
+
+GptConfig gpt2_config_from_hf(const nlohmann::json& hf, const std::string& source) {
+  GptConfig config;
+  config.num_layers = required_integer(hf, "n_layer", source);
+  config.hidden_size = required_integer(hf, "n_embd", source);
+  config.num_attention_heads = required_integer(hf, "n_head", source);
+  config.ffn_hidden_size = optional_integer(hf, "n_inner", 4 * config.hidden_size, source);
+  config.max_position_embeddings = required_integer(hf, "n_positions", source);
+  config.padded_vocab_size = required_integer(hf, "vocab_size", source);
+  config.vocab_size = optional_integer(hf, kTokenizerVocabKey, config.padded_vocab_size, source);
+  config.layernorm_epsilon = optional_number(hf, "layer_norm_epsilon", 1e-5, source);
+  config.init_method_std = optional_number(hf, "initializer_range", 0.02, source);
+  // transformers' GPT2Config defaults, so a Hub config without them means what it means there.
+  config.hidden_dropout = optional_number(hf, "resid_pdrop", 0.1, source);
+  config.attention_dropout = optional_number(hf, "attn_pdrop", 0.1, source);
+  if (config.num_attention_heads <= 0 || config.hidden_size % config.num_attention_heads != 0) {
+    common::fail("{}: n_head {} must be positive and divide n_embd {}", source,
+                 config.num_attention_heads, config.hidden_size);
+  }
+  if (config.vocab_size > config.padded_vocab_size) {
+    common::fail("{}: {} {} exceeds vocab_size {} (the rows of wte)", source, kTokenizerVocabKey,
+                 config.vocab_size, config.padded_vocab_size);
+  }
+
+  // Settings that change GPT-2's computation away from what GptModel computes.
+  const std::string activation = optional_string(hf, "activation_function", "gelu_new", source);
+  if (activation != "gelu_new" && activation != "gelu_pytorch_tanh") {
+    common::fail("{}: activation_function '{}' is not supported (valid: gelu_new, "
+                 "gelu_pytorch_tanh: GELU with the tanh approximation, as Megatron's)",
+                 source, activation);
+  }
+  if (!optional_bool(hf, "scale_attn_weights", true, source)) {
+    common::fail("{}: scale_attn_weights false is not supported (attention scores are always "
+                 "scaled by 1/sqrt(head dim))", source);
+  }
+  if (optional_bool(hf, "scale_attn_by_inverse_layer_idx", false, source)) {
+    common::fail("{}: scale_attn_by_inverse_layer_idx true is not supported", source);
+  }
+  if (optional_bool(hf, "add_cross_attention", false, source)) {
+    common::fail("{}: add_cross_attention true is not supported (a decoder-only GPT has no "
+                 "encoder to attend to)", source);
+  }
+  if (!optional_bool(hf, "tie_word_embeddings", true, source)) {
+    common::fail("{}: tie_word_embeddings false is not supported for gpt2 (the output layer is "
+                 "the word embedding)", source);
+  }
+  return config;
+}
+
+// HF Hub GPT-2 checkpoints (the original "gpt2" repository) name tensors without the
+// "transformer." prefix that GPT2LMHeadModel's state dict has; both load.
+std::string canonical_hf_name(const std::string& name) {
+  if (name.starts_with("transformer.") || name.starts_with("lm_head.")) return name;
+  if (name.starts_with("h.") || name.starts_with("wte.") || name.starts_with("wpe.") ||
+      name.starts_with("ln_f.")) {
+    return "transformer." + name;
+  }
+  return name;
+}
+
+// Non-parameter buffers some GPT-2 checkpoints carry (the causal mask and its fill value).
+bool is_gpt2_buffer(const std::string& name) {
+  return name.starts_with("transformer.h.") &&
+         (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias"));
+}
+
+nlohmann::json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) common::fail("cannot open {}", path.string());
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& error) {
+    common::fail("{} is not valid JSON: {}", path.string(), error.what());
+  }
+}
+
+}  // namespace
+
+nlohmann::ordered_json hf_config_json(const GptConfig& config) {
+  nlohmann::ordered_json json;
+  json["architectures"] = {"GPT2LMHeadModel"};
+  json["model_type"] = "gpt2";
+  json["n_embd"] = config.hidden_size;
+  json["n_head"] = config.num_attention_heads;
+  json["n_layer"] = config.num_layers;
+  json["n_positions"] = config.max_position_embeddings;
+  json["n_ctx"] = config.max_position_embeddings;
+  json["n_inner"] = config.ffn_hidden_size;
+  json["vocab_size"] = config.padded_vocab_size;
+  json[kTokenizerVocabKey] = config.vocab_size;
+  json["layer_norm_epsilon"] = config.layernorm_epsilon;
+  json["activation_function"] = "gelu_new";
+  json["initializer_range"] = config.init_method_std;
+  json["resid_pdrop"] = config.hidden_dropout;
+  json["embd_pdrop"] = config.hidden_dropout;
+  json["attn_pdrop"] = config.attention_dropout;
+  json["scale_attn_weights"] = true;
+  json["tie_word_embeddings"] = true;
+  json["torch_dtype"] = "float32";
+  return json;
+}
+
+GptConfig gpt_config_from_hf(const nlohmann::json& hf, const std::string& source) {
+  if (!hf.is_object()) common::fail("{}: expected a JSON object", source);
+  const std::string model_type = optional_string(hf, "model_type", "", source);
+  GptConfig config;
+  if (model_type == "gpt2") {
+    config = gpt2_config_from_hf(hf, source);
+  } else {
+    common::fail("{}: model_type '{}' is not supported (valid: gpt2)", source, model_type);
+  }
+  try {
+    validate(config);
+  } catch (const common::Error& error) {
+    common::fail("{}: the model it describes is not valid: {}", source, error.what());
+  }
+  return config;
+}
+
+std::vector<NamedTensor> to_hf_tensors(const GptConfig& config,
+                                       const std::vector<ParameterTensor>& layout,
+                                       std::span<const float> buffer) {
+  const auto mappings = mappings_for(config);
+  check_layout_covered(layout, mappings);
+  std::vector<NamedTensor> result;
+  for (const TensorMapping& mapping : mappings) {
+    const ParameterTensor& tensor = layout_tensor(layout, mapping);
+    const size_t first = result.size();
+    for (const HfPiece& piece : mapping.pieces) {
+      result.push_back({piece.name, piece.shape,
+                        std::vector<float>(static_cast<size_t>(element_count(piece.shape)))});
+    }
+    const int64_t rows = static_cast<int64_t>(mapping.rows.size());
+    const int64_t columns = tensor.numel / rows;
+    const float* source = buffer.data() + tensor.offset;
+    for (int64_t r = 0; r < rows; ++r) {
+      const RowTarget target = mapping.rows[static_cast<size_t>(r)];
+      const HfPiece& piece = mapping.pieces[static_cast<size_t>(target.piece)];
+      auto& values = result[first + static_cast<size_t>(target.piece)].values;
+      for (int64_t c = 0; c < columns; ++c) {
+        values[static_cast<size_t>(piece_index(piece, mapping.transposed, target.row, c, columns))] =
+            source[r * columns + c];
+      }
+    }
+  }
+  return result;
+}
+
+void from_hf_tensors(const GptConfig& config, const std::vector<ParameterTensor>& layout,
+                     const std::vector<NamedTensor>& tensors, std::span<float> buffer,
+                     const std::string& source) {
+  const auto mappings = mappings_for(config);
+  check_layout_covered(layout, mappings);
+  std::map<std::string, const NamedTensor*> by_name;
+  for (const NamedTensor& tensor : tensors) {
+    const std::string name = canonical_hf_name(tensor.name);
+    if (!by_name.emplace(name, &tensor).second) {
+      common::fail("{}: tensor {} is given twice", source, name);
+    }
+  }
+  std::set<std::string> used;
+  for (const TensorMapping& mapping : mappings) {
+    const ParameterTensor& tensor = layout_tensor(layout, mapping);
+    std::vector<const NamedTensor*> pieces;
+    for (const HfPiece& piece : mapping.pieces) {
+      const auto found = by_name.find(piece.name);
+      if (found == by_name.end()) {
+        common::fail("{}: tensor {} {} is missing (it holds {})", source, piece.name,
+                     shape_text(piece.shape), mapping.megatron_name);
+      }
+      if (found->second->shape != piece.shape) {
+        common::fail("{}: tensor {} has shape {}, expected {} for this config.json", source,
+                     piece.name, shape_text(found->second->shape), shape_text(piece.shape));
+      }
+      used.insert(piece.name);
+      pieces.push_back(found->second);
+    }
+    const int64_t rows = static_cast<int64_t>(mapping.rows.size());
+    const int64_t columns = tensor.numel / rows;
+    float* destination = buffer.data() + tensor.offset;
+    for (int64_t r = 0; r < rows; ++r) {
+      const RowTarget target = mapping.rows[static_cast<size_t>(r)];
+      const HfPiece& piece = mapping.pieces[static_cast<size_t>(target.piece)];
+      const auto& values = pieces[static_cast<size_t>(target.piece)]->values;
+      for (int64_t c = 0; c < columns; ++c) {
+        destination[r * columns + c] =
+            values[static_cast<size_t>(piece_index(piece, mapping.transposed, target.row, c, columns))];
+      }
+    }
+  }
+
+  for (const auto& [name, tensor] : by_name) {
+    if (used.contains(name) || is_gpt2_buffer(name)) continue;
+    if (name == "lm_head.weight") {
+      // A tied output layer saved anyway: it must be the word embedding.
+      const auto embedding = by_name.find("transformer.wte.weight");
+      if (embedding != by_name.end() && embedding->second->values == tensor->values) continue;
+      common::fail("{}: lm_head.weight differs from transformer.wte.weight, but config.json ties "
+                   "them (tie_word_embeddings)", source);
+    }
+    common::fail("{}: unexpected tensor {} {} (not part of the model config.json describes)",
+                 source, name, shape_text(tensor->shape));
+  }
+}
+
+void export_hf(const std::filesystem::path& directory, const GptModel<float>& model) {
+  std::error_code error;
+  std::filesystem::create_directories(directory, error);
+  if (error) common::fail("cannot create {}: {}", directory.string(), error.message());
+  const GptConfig& config = model.config();
+  {
+    const auto path = directory / "config.json";
+    std::ofstream out(path, std::ios::trunc);
+    if (!out) common::fail("cannot write {}", path.string());
+    out << hf_config_json(config).dump(2) << '\n';
+    if (!out) common::fail("writing {} failed", path.string());
+  }
+  // "format": "pt" is what transformers' from_pretrained requires of safetensors metadata.
+  write_safetensors(directory / kSafetensorsFile,
+                    to_hf_tensors(config, model.tensors(), model.parameters()),
+                    {{"format", "pt"}, {kTokenizerVocabKey, std::to_string(config.vocab_size)}});
+}
+
+GptModel<float> import_hf(const std::filesystem::path& directory) {
+  const auto config_path = directory / "config.json";
+  if (!std::filesystem::exists(config_path)) {
+    common::fail("{}: no config.json (not a Hugging Face model directory)", directory.string());
+  }
+  const nlohmann::json hf_config = read_json_file(config_path);
+
+  std::vector<NamedTensor> tensors;
+  std::map<std::string, std::string> metadata;
+  std::string source;
+  if (std::filesystem::exists(directory / kSafetensorsFile)) {
+    source = (directory / kSafetensorsFile).string();
+    auto file = read_safetensors(directory / kSafetensorsFile);
+    tensors = std::move(file.tensors);
+    metadata = std::move(file.metadata);
+  } else if (std::filesystem::exists(directory / kSafetensorsIndexFile)) {
+    const auto index_path = directory / kSafetensorsIndexFile;
+    source = index_path.string();
+    const nlohmann::json index = read_json_file(index_path);
+    if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
+      common::fail("{}: missing the weight_map object", source);
+    }
+    std::set<std::string> shards;
+    for (const auto& [name, shard] : index["weight_map"].items()) {
+      if (!shard.is_string()) common::fail("{}: weight_map entry {} must be a file name", source, name);
+      shards.insert(shard.get<std::string>());
+    }
+    for (const std::string& shard : shards) {
+      auto file = read_safetensors(directory / shard);
+      for (auto& tensor : file.tensors) tensors.push_back(std::move(tensor));
+      metadata.merge(file.metadata);
+    }
+  } else if (std::filesystem::exists(directory / "pytorch_model.bin")) {
+    common::fail("{}: only pytorch_model.bin is there; pickled checkpoints are not read (they can "
+                 "run code). Convert it to model.safetensors first", directory.string());
+  } else {
+    common::fail("{}: neither {} nor {} is there", directory.string(), kSafetensorsFile,
+                 kSafetensorsIndexFile);
+  }
+
+  GptConfig config = gpt_config_from_hf(hf_config, config_path.string());
+  // The tokenizer's size: config.json's key, else the metadata's, else the whole vocabulary.
+  if (const auto found = metadata.find(kTokenizerVocabKey);
+      found != metadata.end() && !hf_config.contains(kTokenizerVocabKey)) {
+    try {
+      config.vocab_size = std::stoll(found->second);
+    } catch (const std::exception&) {
+      common::fail("{}: __metadata__ {} '{}' is not an integer", source, kTokenizerVocabKey,
+                   found->second);
+    }
+    if (config.vocab_size < 1 || config.vocab_size > config.padded_vocab_size) {
+      common::fail("{}: __metadata__ {} {} is outside [1, vocab_size {}]", source,
+                   kTokenizerVocabKey, config.vocab_size, config.padded_vocab_size);
+    }
+  }
+  GptModel<float> model(config);
+  from_hf_tensors(config, model.tensors(), tensors, model.parameters(), source);
+  return model;
+}
+
+}  // namespace backend

@@ -1,0 +1,69 @@
+// Hugging Face export and import of a GptModel: the directory transformers'
+// from_pretrained reads (config.json + model.safetensors), with the tensor names and layouts
+// of GPT2LMHeadModel (transformers/models/gpt2/modeling_gpt2.py), the inverse of what
+// Megatron-LM's tools/checkpoint GPT-2 loaders do.
+//
+// Megatron core → GPT2LMHeadModel (C hidden, NH heads, HD = C / NH, F ffn, V padded vocab):
+//   embedding.word_embeddings.weight (V, C)        → transformer.wte.weight (V, C)
+//   embedding.position_embeddings.weight (P, C)    → transformer.wpe.weight (P, C)
+//   decoder.layers.{i}.input_layernorm.{w,b}       → transformer.h.{i}.ln_1.{weight,bias}
+//   ….self_attention.linear_qkv.weight (3C, C)     → transformer.h.{i}.attn.c_attn.weight (C, 3C)
+//   ….self_attention.linear_qkv.bias (3C)          → transformer.h.{i}.attn.c_attn.bias (3C)
+//   ….self_attention.linear_proj.{weight, bias}    → transformer.h.{i}.attn.c_proj (C, C), (C)
+//   ….pre_mlp_layernorm.{w,b}                      → transformer.h.{i}.ln_2
+//   ….mlp.linear_fc1.{weight (F, C), bias}         → transformer.h.{i}.mlp.c_fc (C, F), (F)
+//   ….mlp.linear_fc2.{weight (C, F), bias}         → transformer.h.{i}.mlp.c_proj (F, C), (C)
+//   decoder.final_layernorm.{w,b}                  → transformer.ln_f
+//   (output layer tied to wte: no lm_head.weight, as save_pretrained writes tied weights)
+// Two layout changes: GPT-2's Conv1D stores weights (in, out), the transpose of Megatron's and
+// torch.nn.Linear's (out, in); and the fused qkv output is [all q heads | all k | all v] in
+// GPT-2 but per head [q | k | v] in Megatron core. So Megatron row h·3HD + s·HD + d (s = 0, 1,
+// 2 for q, k, v) is GPT-2 column s·C + h·HD + d.
+//
+// The vocabulary is exported padded (config.json vocab_size = Megatron's padded size): the
+// model was trained with a softmax over the padded rows, so dropping them would change the
+// logits' normaliser. The tokenizer's size is kept in config.json's "tokenizer_vocab_size" and
+// the safetensors "__metadata__"; docs/checkpoints.md, "Hugging Face export".
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/ckpt/safetensors.hpp"
+#include "backend/model/gpt_config.hpp"
+#include "backend/model/gpt_model.hpp"
+
+namespace backend {
+
+// config.json for the architecture the GptConfig describes.
+nlohmann::ordered_json hf_config_json(const GptConfig& config);
+
+// The GptConfig a config.json describes. `source` names the file in messages. Fails on an
+// architecture we cannot build (naming model_type and what is supported) and on settings that
+// change the computation in ways GptModel does not implement.
+GptConfig gpt_config_from_hf(const nlohmann::json& config, const std::string& source);
+
+// Megatron-named tensors of a flat buffer laid out as `layout` (GptModel::tensors()): the
+// parameters, or equally the gradients, under Hugging Face names and layouts.
+std::vector<NamedTensor> to_hf_tensors(const GptConfig& config,
+                                       const std::vector<ParameterTensor>& layout,
+                                       std::span<const float> buffer);
+
+// The inverse: fills every tensor of `layout` in `buffer` from Hugging Face tensors. A missing,
+// unexpected or mis-shaped tensor fails naming it and `source`.
+void from_hf_tensors(const GptConfig& config, const std::vector<ParameterTensor>& layout,
+                     const std::vector<NamedTensor>& tensors, std::span<float> buffer,
+                     const std::string& source);
+
+// Writes <directory>/config.json and <directory>/model.safetensors (creating the directory).
+void export_hf(const std::filesystem::path& directory, const GptModel<float>& model);
+
+// Reads a directory export_hf wrote, or one from the Hub for a supported architecture:
+// config.json and either model.safetensors or the shards model.safetensors.index.json lists.
+GptModel<float> import_hf(const std::filesystem::path& directory);
+
+}  // namespace backend

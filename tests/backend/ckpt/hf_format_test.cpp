@@ -1,0 +1,354 @@
+// Hugging Face export/import: the GPT-2 layouts element by element against the formulas of
+// GPT2Attention (c_attn's output split into [q | k | v] of width C, each split into heads)
+// and Conv1D (y = x · W + b with W stored (in, out)); config.json; export → import bit for bit
+// with the same loss; Hub-style checkpoints (no "transformer." prefix, mask buffers, sharded
+// index); and one refusal per way a directory can be wrong.
+#include "backend/ckpt/hf_format.hpp"
+
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "backend/common/error.hpp"
+#include "tests/temporary_directory.hpp"
+
+namespace {
+
+using backend::GptConfig;
+using backend::GptModel;
+using backend::NamedTensor;
+using test_support::TemporaryDirectory;
+
+GptConfig tiny_gpt_config() {
+  GptConfig config;
+  config.num_layers = 2;
+  config.hidden_size = 16;
+  config.num_attention_heads = 4;
+  config.ffn_hidden_size = 24;  // not 4 × hidden, so a swapped F and C would show
+  config.max_position_embeddings = 12;
+  config.vocab_size = 50;
+  config.padded_vocab_size = 64;
+  config.layernorm_epsilon = 1e-5;
+  return config;
+}
+
+GptModel<float> initialised_model(const GptConfig& config, uint64_t seed = 7) {
+  GptModel<float> model(config);
+  model.init_parameters(seed);
+  // Distinct values in the zero/one-initialised tensors too, so a swapped bias or norm shows.
+  auto parameters = model.parameters();
+  for (const auto& tensor : model.tensors()) {
+    if (tensor.shape.size() == 1) {
+      for (int64_t i = 0; i < tensor.numel; ++i) {
+        parameters[static_cast<size_t>(tensor.offset + i)] += 0.001f * static_cast<float>(i + 1);
+      }
+    }
+  }
+  return model;
+}
+
+std::map<std::string, NamedTensor> by_name(std::vector<NamedTensor> tensors) {
+  std::map<std::string, NamedTensor> result;
+  for (auto& tensor : tensors) result.emplace(tensor.name, std::move(tensor));
+  return result;
+}
+
+float megatron_value(const GptModel<float>& model, const std::string& name, int64_t index) {
+  const auto& tensor = model.tensor(name);
+  return model.parameters()[static_cast<size_t>(tensor.offset + index)];
+}
+
+std::vector<int32_t> ids(int64_t count, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> result;
+  for (int64_t i = 0; i < count; ++i) {
+    result.push_back(static_cast<int32_t>((seed * 2654435761u + static_cast<uint64_t>(i) * 40503u) % vocab));
+  }
+  return result;
+}
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+}
+
+}  // namespace
+
+TEST_CASE("hf_format: GPT-2 names, shapes and layouts") {
+  const GptConfig config = tiny_gpt_config();
+  const auto model = initialised_model(config);
+  const int64_t C = config.hidden_size, F = config.ffn_hidden_size, HD = config.head_dim();
+  const auto hf = by_name(backend::to_hf_tensors(config, model.tensors(), model.parameters()));
+
+  std::set<std::string> expected = {"transformer.wte.weight", "transformer.wpe.weight",
+                                    "transformer.ln_f.weight", "transformer.ln_f.bias"};
+  for (int layer = 0; layer < 2; ++layer) {
+    for (const char* suffix : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                               "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                               "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
+                               "mlp.c_proj.bias"}) {
+      expected.insert(fmt::format("transformer.h.{}.{}", layer, suffix));
+    }
+  }
+  std::set<std::string> names;
+  for (const auto& [name, tensor] : hf) names.insert(name);
+  CHECK(names == expected);  // no lm_head.weight: tied, as save_pretrained leaves it out
+
+  CHECK(hf.at("transformer.wte.weight").shape == std::vector<int64_t>{64, C});
+  CHECK(hf.at("transformer.wpe.weight").shape == std::vector<int64_t>{12, C});
+  CHECK(hf.at("transformer.h.1.attn.c_attn.weight").shape == std::vector<int64_t>{C, 3 * C});
+  CHECK(hf.at("transformer.h.1.mlp.c_fc.weight").shape == std::vector<int64_t>{C, F});
+  CHECK(hf.at("transformer.h.1.mlp.c_proj.weight").shape == std::vector<int64_t>{F, C});
+
+  // c_attn: column s·C + h·HD + d of GPT-2 is Megatron's row h·3HD + s·HD + d.
+  const auto& c_attn = hf.at("transformer.h.1.attn.c_attn.weight").values;
+  const auto& c_attn_bias = hf.at("transformer.h.1.attn.c_attn.bias").values;
+  int mismatches = 0;
+  for (int64_t h = 0; h < config.num_attention_heads; ++h) {
+    for (int64_t s = 0; s < 3; ++s) {
+      for (int64_t d = 0; d < HD; ++d) {
+        const int64_t megatron_row = h * 3 * HD + s * HD + d;
+        const int64_t hf_column = s * C + h * HD + d;
+        for (int64_t in = 0; in < C; ++in) {
+          mismatches += c_attn[static_cast<size_t>(in * 3 * C + hf_column)] !=
+                        megatron_value(model, "decoder.layers.1.self_attention.linear_qkv.weight",
+                                       megatron_row * C + in);
+        }
+        mismatches += c_attn_bias[static_cast<size_t>(hf_column)] !=
+                      megatron_value(model, "decoder.layers.1.self_attention.linear_qkv.bias",
+                                     megatron_row);
+      }
+    }
+  }
+  // Conv1D weights are (in, out): element [in][out] is Megatron's [out][in].
+  const auto& c_fc = hf.at("transformer.h.0.mlp.c_fc.weight").values;
+  const auto& mlp_proj = hf.at("transformer.h.0.mlp.c_proj.weight").values;
+  const auto& attn_proj = hf.at("transformer.h.0.attn.c_proj.weight").values;
+  for (int64_t out = 0; out < F; ++out) {
+    for (int64_t in = 0; in < C; ++in) {
+      mismatches += c_fc[static_cast<size_t>(in * F + out)] !=
+                    megatron_value(model, "decoder.layers.0.mlp.linear_fc1.weight", out * C + in);
+      mismatches += mlp_proj[static_cast<size_t>(out * C + in)] !=
+                    megatron_value(model, "decoder.layers.0.mlp.linear_fc2.weight", in * F + out);
+    }
+  }
+  for (int64_t out = 0; out < C; ++out) {
+    for (int64_t in = 0; in < C; ++in) {
+      mismatches += attn_proj[static_cast<size_t>(in * C + out)] !=
+                    megatron_value(model, "decoder.layers.0.self_attention.linear_proj.weight",
+                                   out * C + in);
+    }
+  }
+  // Everything else is the same values under a new name.
+  for (const auto& [megatron, hf_name] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"embedding.word_embeddings.weight", "transformer.wte.weight"},
+           {"embedding.position_embeddings.weight", "transformer.wpe.weight"},
+           {"decoder.layers.1.input_layernorm.bias", "transformer.h.1.ln_1.bias"},
+           {"decoder.layers.1.pre_mlp_layernorm.weight", "transformer.h.1.ln_2.weight"},
+           {"decoder.layers.1.mlp.linear_fc1.bias", "transformer.h.1.mlp.c_fc.bias"},
+           {"decoder.layers.1.mlp.linear_fc2.bias", "transformer.h.1.mlp.c_proj.bias"},
+           {"decoder.layers.1.self_attention.linear_proj.bias", "transformer.h.1.attn.c_proj.bias"},
+           {"decoder.final_layernorm.weight", "transformer.ln_f.weight"}}) {
+    const auto& values = hf.at(hf_name).values;
+    for (size_t i = 0; i < values.size(); ++i) {
+      mismatches += values[i] != megatron_value(model, megatron, static_cast<int64_t>(i));
+    }
+  }
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("hf_format: config.json for GPT-2") {
+  GptConfig config = tiny_gpt_config();
+  config.hidden_dropout = 0.05;
+  const auto json = backend::hf_config_json(config);
+  CHECK(json["model_type"] == "gpt2");
+  CHECK(json["architectures"] == nlohmann::json::array({"GPT2LMHeadModel"}));
+  CHECK(json["n_embd"] == 16);
+  CHECK(json["n_head"] == 4);
+  CHECK(json["n_layer"] == 2);
+  CHECK(json["n_positions"] == 12);
+  CHECK(json["n_inner"] == 24);
+  CHECK(json["vocab_size"] == 64);  // the padded vocabulary
+  CHECK(json["tokenizer_vocab_size"] == 50);
+  CHECK(json["layer_norm_epsilon"] == 1e-5);
+  CHECK(json["activation_function"] == "gelu_new");
+  CHECK(json["tie_word_embeddings"] == true);
+  CHECK(json["torch_dtype"] == "float32");
+  CHECK(json["resid_pdrop"] == 0.05);
+
+  const GptConfig back = backend::gpt_config_from_hf(json, "config.json");
+  CHECK(back.num_layers == config.num_layers);
+  CHECK(back.hidden_size == config.hidden_size);
+  CHECK(back.num_attention_heads == config.num_attention_heads);
+  CHECK(back.ffn_hidden_size == config.ffn_hidden_size);
+  CHECK(back.max_position_embeddings == config.max_position_embeddings);
+  CHECK(back.vocab_size == config.vocab_size);
+  CHECK(back.padded_vocab_size == config.padded_vocab_size);
+  CHECK(back.layernorm_epsilon == config.layernorm_epsilon);
+  CHECK(back.init_method_std == config.init_method_std);
+  CHECK(back.hidden_dropout == config.hidden_dropout);
+  CHECK(back.attention_dropout == config.attention_dropout);
+}
+
+TEST_CASE("hf_format: export then import is bit for bit, with the same loss") {
+  TemporaryDirectory directory;
+  const GptConfig config = tiny_gpt_config();
+  auto model = initialised_model(config);
+  backend::export_hf(directory.path / "hf", model);
+  CHECK(std::filesystem::exists(directory.path / "hf" / "config.json"));
+  const auto file = backend::read_safetensors(directory.path / "hf" / "model.safetensors");
+  CHECK(file.metadata.at("format") == "pt");
+  CHECK(file.metadata.at("tokenizer_vocab_size") == "50");
+
+  auto imported = backend::import_hf(directory.path / "hf");
+  CHECK(imported.config().vocab_size == 50);
+  CHECK(imported.config().padded_vocab_size == 64);
+  REQUIRE(imported.parameters().size() == model.parameters().size());
+  CHECK(std::equal(model.parameters().begin(), model.parameters().end(),
+                   imported.parameters().begin()));
+  const auto tokens = ids(2 * 8, 50, 1), labels = ids(2 * 8, 50, 2);
+  CHECK(model.forward(tokens, labels, 2, 8) == imported.forward(tokens, labels, 2, 8));
+
+  // Gradients convert like parameters (same layout): the round trip through from_hf_tensors.
+  model.zero_gradients();
+  model.forward(tokens, labels, 2, 8);
+  model.backward(1.0f);
+  const auto hf_gradients = backend::to_hf_tensors(config, model.tensors(), model.gradients());
+  std::vector<float> back(model.gradients().size(), -1.0f);
+  backend::from_hf_tensors(config, model.tensors(), hf_gradients, back, "gradients");
+  CHECK(std::equal(back.begin(), back.end(), model.gradients().begin()));
+}
+
+TEST_CASE("hf_format: Hub-style GPT-2 checkpoints load") {
+  TemporaryDirectory directory;
+  const GptConfig config = tiny_gpt_config();
+  const auto model = initialised_model(config);
+  auto tensors = backend::to_hf_tensors(config, model.tensors(), model.parameters());
+  const auto dir = directory.path / "hub";
+  std::filesystem::create_directories(dir);
+  // The original "gpt2" repository: no "transformer." prefix, the causal-mask buffers saved,
+  // lm_head.weight written out (equal to wte), and no tokenizer_vocab_size anywhere.
+  std::vector<NamedTensor> hub;
+  for (auto tensor : tensors) {
+    if (tensor.name == "transformer.wte.weight") hub.push_back({"lm_head.weight", tensor.shape, tensor.values});
+    tensor.name = tensor.name.substr(std::string("transformer.").size());
+    hub.push_back(tensor);
+  }
+  hub.push_back({"h.0.attn.bias", {1, 1, 12, 12}, std::vector<float>(144, 1.0f)});
+  hub.push_back({"h.1.attn.masked_bias", {}, {-1e4f}});
+  auto json = backend::hf_config_json(config);
+  json.erase("tokenizer_vocab_size");
+  json.erase("n_inner");  // null/absent means 4 × n_embd in GPT2Config
+  json["n_inner"] = nullptr;
+  write_text(dir / "config.json", json.dump());
+
+  SUBCASE("one file") {
+    // n_inner null → 4 × 16 = 64, which these tensors do not have: the shape check says so.
+    backend::write_safetensors(dir / "model.safetensors", hub);
+    CHECK_THROWS_WITH_AS(backend::import_hf(dir),
+                         doctest::Contains("tensor transformer.h.0.mlp.c_fc.weight has shape (16, 24), "
+                                           "expected (16, 64)"),
+                         common::Error);
+    json["n_inner"] = 24;
+    write_text(dir / "config.json", json.dump());
+    const auto imported = backend::import_hf(dir);
+    CHECK(imported.config().vocab_size == 64);  // without a tokenizer size, all rows are tokens
+    CHECK(std::equal(model.parameters().begin(), model.parameters().end(),
+                     imported.parameters().begin()));
+  }
+  SUBCASE("sharded, with an index") {
+    json["n_inner"] = 24;
+    write_text(dir / "config.json", json.dump());
+    const std::vector<NamedTensor> first(hub.begin(), hub.begin() + 10);
+    const std::vector<NamedTensor> second(hub.begin() + 10, hub.end());
+    backend::write_safetensors(dir / "model-00001-of-00002.safetensors", first);
+    backend::write_safetensors(dir / "model-00002-of-00002.safetensors", second);
+    nlohmann::json index;
+    for (const auto& t : first) index["weight_map"][t.name] = "model-00001-of-00002.safetensors";
+    for (const auto& t : second) index["weight_map"][t.name] = "model-00002-of-00002.safetensors";
+    write_text(dir / "model.safetensors.index.json", index.dump());
+    const auto imported = backend::import_hf(dir);
+    CHECK(std::equal(model.parameters().begin(), model.parameters().end(),
+                     imported.parameters().begin()));
+  }
+}
+
+TEST_CASE("hf_format: import refuses what it cannot load, naming the tensor or key") {
+  TemporaryDirectory directory;
+  const GptConfig config = tiny_gpt_config();
+  const auto model = initialised_model(config);
+  const auto dir = directory.path / "hf";
+  backend::export_hf(dir, model);
+  const auto good = backend::to_hf_tensors(config, model.tensors(), model.parameters());
+  const auto config_text = backend::hf_config_json(config);
+
+  auto refused_with_tensors = [&](std::vector<NamedTensor> tensors, const char* why) {
+    backend::write_safetensors(dir / "model.safetensors", tensors);
+    CHECK_THROWS_WITH_AS(backend::import_hf(dir), doctest::Contains(why), common::Error);
+  };
+  auto refused_with_config = [&](const nlohmann::ordered_json& json, const char* why) {
+    write_text(dir / "config.json", json.dump());
+    CHECK_THROWS_WITH_AS(backend::import_hf(dir), doctest::Contains(why), common::Error);
+  };
+
+  SUBCASE("missing tensor") {
+    auto tensors = good;
+    tensors.erase(tensors.begin() + 5);  // transformer.h.0.attn.c_attn.bias
+    refused_with_tensors(tensors, "tensor transformer.h.0.attn.c_attn.bias (48) is missing");
+  }
+  SUBCASE("unexpected tensor") {
+    auto tensors = good;
+    tensors.push_back({"transformer.h.2.ln_1.weight", {16}, std::vector<float>(16)});
+    refused_with_tensors(tensors, "unexpected tensor transformer.h.2.ln_1.weight (16)");
+  }
+  SUBCASE("mis-shaped tensor") {
+    auto tensors = good;
+    tensors[0].shape = {32, 32};  // wte holds 64 × 16 values, claimed as 32 × 32
+    refused_with_tensors(tensors, "tensor transformer.wte.weight has shape (32, 32), expected (64, 16)");
+  }
+  SUBCASE("untied lm_head") {
+    auto tensors = good;
+    tensors.push_back({"lm_head.weight", tensors[0].shape, std::vector<float>(tensors[0].values.size())});
+    refused_with_tensors(tensors, "lm_head.weight differs from transformer.wte.weight");
+  }
+  SUBCASE("unsupported architecture or settings") {
+    auto json = config_text;
+    json["model_type"] = "bert";
+    refused_with_config(json, "model_type 'bert' is not supported (valid: gpt2");
+    json = config_text;
+    json.erase("n_head");
+    refused_with_config(json, "config.json: missing key 'n_head'");
+    json = config_text;
+    json["n_layer"] = "two";
+    refused_with_config(json, "'n_layer' must be an integer, got \"two\"");
+    json = config_text;
+    json["activation_function"] = "relu";
+    refused_with_config(json, "activation_function 'relu' is not supported");
+    json = config_text;
+    json["tie_word_embeddings"] = false;
+    refused_with_config(json, "tie_word_embeddings false is not supported for gpt2");
+    json = config_text;
+    json["n_head"] = 5;
+    refused_with_config(json, "n_head 5 must be positive and divide n_embd 16");
+    json = config_text;
+    json["tokenizer_vocab_size"] = 65;
+    refused_with_config(json, "tokenizer_vocab_size 65 exceeds vocab_size 64");
+  }
+  SUBCASE("not a model directory") {
+    CHECK_THROWS_WITH_AS(backend::import_hf(directory.path / "absent"),
+                         doctest::Contains("no config.json"), common::Error);
+    std::filesystem::remove(dir / "model.safetensors");
+    write_text(dir / "pytorch_model.bin", "pickle");
+    CHECK_THROWS_WITH_AS(backend::import_hf(dir), doctest::Contains("pickled checkpoints are not read"),
+                         common::Error);
+    std::filesystem::remove(dir / "pytorch_model.bin");
+    CHECK_THROWS_WITH_AS(backend::import_hf(dir),
+                         doctest::Contains("neither model.safetensors nor model.safetensors.index.json"),
+                         common::Error);
+    write_text(dir / "config.json", "{not json");
+    CHECK_THROWS_WITH_AS(backend::import_hf(dir), doctest::Contains("config.json is not valid JSON"),
+                         common::Error);
+  }
+}
