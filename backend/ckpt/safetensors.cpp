@@ -62,7 +62,7 @@ uint64_t json_unsigned(const nlohmann::json& value, const std::string& where) {
   return value.get<uint64_t>();
 }
 
-struct TensorEntry {
+struct HeaderEntry {
   std::string name;
   std::string dtype;
   std::vector<int64_t> shape;
@@ -168,7 +168,7 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
   if (!header.is_object()) common::fail("{}: the header must be a JSON object", file);
 
   SafetensorsFile result;
-  std::vector<TensorEntry> entries;
+  std::vector<HeaderEntry> entries;
   for (const auto& [name, value] : header.items()) {
     if (name == kMetadataKey) {
       if (!value.is_object()) common::fail("{}: __metadata__ must be an object of strings", file);
@@ -186,7 +186,7 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
       common::fail("{} must be an object with dtype, shape and data_offsets, got {}", where,
                    value.dump());
     }
-    TensorEntry entry;
+    HeaderEntry entry;
     entry.name = name;
     if (!value["dtype"].is_string()) common::fail("{}: dtype must be a string", where);
     entry.dtype = value["dtype"].get<std::string>();
@@ -228,13 +228,13 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
   }
 
   // Sorted by begin, the byte ranges must tile [0, data size) exactly.
-  std::sort(entries.begin(), entries.end(), [](const TensorEntry& a, const TensorEntry& b) {
+  std::sort(entries.begin(), entries.end(), [](const HeaderEntry& a, const HeaderEntry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
   const uint64_t data_size = file_size - 8 - header_length;
   uint64_t expected_begin = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
-    const TensorEntry& entry = entries[i];
+    const HeaderEntry& entry = entries[i];
     if (entry.begin < expected_begin) {
       common::fail("{}: tensor '{}' at bytes [{}, {}) overlaps tensor '{}' (which ends at {})",
                    file, entry.name, entry.begin, entry.end, entries[i - 1].name, expected_begin);
@@ -255,7 +255,7 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
   }
 
   std::vector<char> bytes;
-  for (TensorEntry& entry : entries) {
+  for (HeaderEntry& entry : entries) {
     NamedTensor tensor;
     tensor.name = entry.name;
     tensor.shape = entry.shape;
