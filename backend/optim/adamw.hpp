@@ -33,6 +33,10 @@ class AdamW {
   AdamW(const AdamWConfig& config, std::vector<ParameterGroup> groups, int64_t numel);
   // One update with learning rate `lr`. `gradients` is not modified.
   void step(std::span<float> parameters, std::span<const float> gradients, double lr);
+  // The same with this step's weight decay instead of the config's (Megatron's scheduler sets
+  // the decay of each step: --start-weight-decay → --end-weight-decay).
+  void step(std::span<float> parameters, std::span<const float> gradients, double lr,
+            double weight_decay);
   int64_t steps_taken() const { return step_; }
 
  private:

@@ -80,6 +80,12 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
     {"exp_manager.explicit_log_dir", "--benchmark-output",
      "benchmark mode (data_impl mock and trainer.limit_val_batches 0): "
      "<explicit_log_dir>/benchmark.json"},
+    {"exp_manager.explicit_log_dir", "--log-dir",
+     "always: the backend writes NeMo's cmd-args.log and hparams.yaml there (run.results_dir/results "
+     "when explicit_log_dir is unset)"},
+    {"exp_manager.explicit_log_dir", "--tensorboard-dir",
+     "the same directory, where NeMo's TensorBoard logger writes its event files; none when "
+     "exp_manager.create_tensorboard_logger is false"},
 };
 
 const Node* lookup(const Node& training, const std::string& key) { return find_set(training, key); }
@@ -198,6 +204,19 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
     }
   }
 
+  // NeMo's log dir: exp_manager.explicit_log_dir, or the results directory's results/.
+  const Node* explicit_log_dir = lookup(training, "exp_manager.explicit_log_dir");
+  const std::string log_dir =
+      explicit_log_dir
+          ? training_text(*explicit_log_dir, "exp_manager.explicit_log_dir")
+          : at_path(training, "run.results_dir").as_string("training.run.results_dir") + "/results";
+  arguments.insert(arguments.end(), {"--log-dir", log_dir});
+  // NeMo's TensorBoardLogger writes into the log dir itself (exp_manager's default is on).
+  const Node* tensorboard = lookup(training, "exp_manager.create_tensorboard_logger");
+  if (tensorboard == nullptr || tensorboard->as_bool("training.exp_manager.create_tensorboard_logger")) {
+    arguments.insert(arguments.end(), {"--tensorboard-dir", log_dir});
+  }
+
   const Node* data_impl = lookup(training, "model.data.data_impl");
   const std::string impl = data_impl ? training_text(*data_impl, "model.data.data_impl") : "mmap";
   if (impl == "mock") {
@@ -205,12 +224,8 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
     // Megatron's benchmark mode: synthetic data, train only. The backend then leaves
     // benchmark.json for `launcher report`.
     if (integer_or(training, "trainer.limit_val_batches", 1) == 0) {
-      const Node* log_dir = lookup(training, "exp_manager.explicit_log_dir");
-      const std::string directory =
-          log_dir ? training_text(*log_dir, "exp_manager.explicit_log_dir")
-                  : at_path(training, "run.results_dir").as_string("training.run.results_dir") + "/results";
       arguments.push_back("--benchmark-output");
-      arguments.push_back(directory + "/benchmark.json");
+      arguments.push_back(log_dir + "/benchmark.json");
     }
   } else if (impl == "mmap") {
     const Node* prefix = lookup(training, "model.data.data_prefix");

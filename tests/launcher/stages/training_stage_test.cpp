@@ -106,3 +106,17 @@ TEST_CASE("docs/launcher.md lists every row of the flag table") {
     CHECK(text.str().find("| `" + row.config_key + "` | `" + row.flag + "` |") != std::string::npos);
   }
 }
+
+TEST_CASE("the log dir goes to --log-dir and, unless disabled, --tensorboard-dir") {
+  const auto arguments = megatron_training_arguments(composed_126m({"base_results_dir=/r"}));
+  CHECK(flag_value(arguments, "--log-dir") == "/r/gpt3_126m/results");  // explicit_log_dir
+  CHECK(flag_value(arguments, "--tensorboard-dir") == "/r/gpt3_126m/results");
+  CHECK_FALSE(has(arguments, "--benchmark-output"));
+  const auto without = megatron_training_arguments(
+      composed_126m({"+training.exp_manager.create_tensorboard_logger=false"}));
+  CHECK_FALSE(has(without, "--tensorboard-dir"));
+  CHECK(has(without, "--log-dir"));
+  const auto benchmark = megatron_training_arguments(composed_126m(
+      {"base_results_dir=/r", "training.trainer.limit_val_batches=0"}));
+  CHECK(flag_value(benchmark, "--benchmark-output") == "/r/gpt3_126m/results/benchmark.json");
+}
