@@ -341,7 +341,7 @@ void note_optimizer_changes(const Metadata& metadata, const AdamW& optimizer, st
 // when process <pid> no longer runs (or is this process). None of them is ever tracked.
 void remove_unfinished_saves(const fs::path& directory, std::ostream& out) {
   static const std::regex kLeftover(
-      R"(^(?:iter_\d{7}|release|latest_checkpointed_iteration\.txt)\.(?:tmp|old)\.(\d+)$)");
+      R"(^(?:iter_\d{7,}|release|latest_checkpointed_iteration\.txt)\.(?:tmp|old)\.(\d+)$)");
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(directory, error)) {
     const std::string name = entry.path().filename().string();

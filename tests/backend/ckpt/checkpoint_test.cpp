@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -139,6 +140,7 @@ TrainingArguments save_trained(const fs::path& directory, int64_t iteration = 3,
 }
 
 pid_t finished_process_id() {
+  std::fflush(nullptr);  // the child must not repeat buffered output
   const pid_t child = fork();
   if (child == 0) _exit(0);
   waitpid(child, nullptr, 0);
@@ -337,7 +339,7 @@ TEST_CASE("a corrupt tensor in a saved checkpoint stops the load, naming the fil
         std::string::npos);
 }
 
-TEST_CASE("--finetune loads the weights only; --no-load-optim and --no-load-rng skip their part") {
+TEST_CASE("--finetune loads the weights only, --no-load-optim and --no-load-rng skip their part") {
   test_support::TemporaryDirectory directory;
   auto a = tiny_arguments();
   a.save = a.load = directory.path.string();
