@@ -47,6 +47,11 @@ void AdamW::step(std::span<float> parameters, std::span<const float> gradients, 
   }
 }
 
+void AdamW::set_steps_taken(int64_t steps) {
+  if (steps < 0) common::fail("AdamW: the step count must be ≥ 0, got {}", steps);
+  step_ = steps;
+}
+
 double global_gradient_norm(std::span<const float> gradients) {
   // Fixed-size chunks summed in order: the result is independent of the thread count.
   constexpr int64_t kChunk = 1 << 16;

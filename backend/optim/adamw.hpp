@@ -38,6 +38,16 @@ class AdamW {
   void step(std::span<float> parameters, std::span<const float> gradients, double lr,
             double weight_decay);
   int64_t steps_taken() const { return step_; }
+  const AdamWConfig& config() const { return config_; }
+
+  // The state a checkpoint saves and restores (torch's state['exp_avg'], ['exp_avg_sq'] and
+  // ['step']): the moment estimates, one value per parameter of the flat buffer, and the
+  // number of steps taken, which the bias corrections depend on.
+  std::span<float> exp_avg() { return exp_avg_; }
+  std::span<const float> exp_avg() const { return exp_avg_; }
+  std::span<float> exp_avg_sq() { return exp_avg_sq_; }
+  std::span<const float> exp_avg_sq() const { return exp_avg_sq_; }
+  void set_steps_taken(int64_t steps);
 
  private:
   AdamWConfig config_;

@@ -122,4 +122,9 @@ double LearningRateScheduler::weight_decay() const {
 
 void LearningRateScheduler::step(int64_t increment) { num_steps_ += increment; }
 
+void LearningRateScheduler::set_num_steps(int64_t num_steps) {
+  if (num_steps < 0) common::fail("learning-rate scheduler: num_steps must be ≥ 0, got {}", num_steps);
+  num_steps_ = num_steps;
+}
+
 }  // namespace backend

@@ -50,6 +50,9 @@ class LearningRateScheduler {
   double weight_decay() const;   // for the current num_steps (decayed parameters only)
   void step(int64_t increment);
   int64_t num_steps() const { return num_steps_; }
+  const LearningRateSchedule& schedule() const { return schedule_; }
+  // Restoring a checkpoint: the schedule continues from this many samples.
+  void set_num_steps(int64_t num_steps);
 
  private:
   LearningRateSchedule schedule_;

@@ -198,6 +198,29 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "Write cmd-args.log and hparams.yaml here, as NeMo's exp_manager (not a Megatron "
                  "flag)")->group(logging);
 
+  // Checkpointing (backend/ckpt): Megatron's _add_checkpointing_args, with --save/--load above.
+  app.add_option("--save-interval", arguments.save_interval,
+                 "Save a checkpoint every N iterations (with --save)")->group(logging);
+  app.add_option("--exit-interval", arguments.exit_interval,
+                 "Exit after the iteration divisible by N, saving first (with --save)")
+      ->group(logging);
+  app.add_flag("--finetune", arguments.finetune,
+               "Load the weights only: iteration 0, no optimizer or RNG state")->group(logging);
+  app.add_flag("--no-load-optim", arguments.no_load_optim,
+               "Do not load the optimizer and scheduler state")->group(logging);
+  app.add_flag("--no-load-rng", arguments.no_load_rng, "Do not load the RNG (dropout) state")
+      ->group(logging);
+  app.add_flag("--no-save-optim", arguments.no_save_optim,
+               "Do not save the optimizer and scheduler state")->group(logging);
+  app.add_flag("--no-save-rng", arguments.no_save_rng, "Do not save the RNG (dropout) state")
+      ->group(logging);
+  app.add_flag("--override-opt_param-scheduler", arguments.override_opt_param_scheduler,
+               "On load, keep the schedule the flags give (only the step count is loaded)")
+      ->group(logging);
+  app.add_flag("--use-checkpoint-opt_param-scheduler", arguments.use_checkpoint_opt_param_scheduler,
+               "On load, take the schedule from the checkpoint, whatever the flags say")
+      ->group(logging);
+
   std::map<std::string, std::string> unsupported_values;
   for (const auto& entry : kUnsupportedFlags) {
     if (entry.takes_value) {
@@ -327,8 +350,22 @@ void validate_arguments(TrainingArguments& arguments) {
   if (!arguments.mock_data) {
     common::fail("no training data: pass --mock-data (reading --data-path is not built yet)");
   }
-  if (!arguments.save.empty() || !arguments.load.empty()) {
-    common::fail("--save/--load: checkpointing is not built yet");
+
+  // Checkpointing.
+  if (arguments.save_interval < 0) {
+    common::fail("--save-interval must be positive, got {}", arguments.save_interval);
+  }
+  if (arguments.exit_interval < 0) {
+    common::fail("--exit-interval must be positive, got {}", arguments.exit_interval);
+  }
+  // --save-interval without --save is accepted, as Megatron accepts it: scripts often pass the
+  // interval always and --save only sometimes.
+  if (arguments.finetune && arguments.load.empty()) {
+    common::fail("--finetune needs --load DIR (the checkpoint whose weights to start from)");
+  }
+  if (arguments.override_opt_param_scheduler && arguments.use_checkpoint_opt_param_scheduler) {
+    common::fail("--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler are "
+                 "mutually exclusive: the schedule comes from the flags or from the checkpoint");
   }
 }
 
@@ -359,13 +396,16 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"device", a.device},
       {"eval_interval", fmt::format("{}", a.eval_interval)},
       {"eval_iters", fmt::format("{}", a.eval_iters)},
+      {"exit_interval", positive_or_none(a.exit_interval)},
       {"ffn_hidden_size", fmt::format("{}", a.ffn_hidden_size)},
+      {"finetune", python(a.finetune)},
       {"fp16", a.fp16 ? "True" : "False"},
       {"global_batch_size", fmt::format("{}", a.global_batch_size)},
       {"hidden_dropout", fmt::format("{}", a.hidden_dropout)},
       {"hidden_size", fmt::format("{}", a.hidden_size)},
       {"init_method_std", fmt::format("{}", a.init_method_std)},
       {"layernorm_epsilon", fmt::format("{}", a.layernorm_epsilon)},
+      {"load", path(a.load)},
       {"log_interval", fmt::format("{}", a.log_interval)},
       {"lr", fmt::format("{}", a.lr)},
       {"lr_decay_iters", sample_based ? "None" : fmt::format("{}", a.lr_decay_iters)},
@@ -377,14 +417,22 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"micro_batch_size", fmt::format("{}", a.micro_batch_size)},
       {"min_lr", fmt::format("{}", a.min_lr)},
       {"mock_data", a.mock_data ? "True" : "False"},
+      {"no_load_optim", python(a.no_load_optim)},
+      {"no_load_rng", python(a.no_load_rng)},
+      {"no_save_optim", python(a.no_save_optim)},
+      {"no_save_rng", python(a.no_save_rng)},
       {"num_attention_heads", fmt::format("{}", a.num_attention_heads)},
       {"num_layers", fmt::format("{}", a.num_layers)},
+      {"override_opt_param_scheduler", python(a.override_opt_param_scheduler)},
       {"pipeline_model_parallel_size", fmt::format("{}", a.pipeline_model_parallel_size)},
+      {"save", path(a.save)},
+      {"save_interval", positive_or_none(a.save_interval)},
       {"seed", fmt::format("{}", a.seed)},
       {"seq_length", fmt::format("{}", a.seq_length)},
       {"tensor_model_parallel_size", fmt::format("{}", a.tensor_model_parallel_size)},
       {"tokenizer_type", a.tokenizer_type},
       {"train_iters", fmt::format("{}", a.train_iters)},
+      {"use_checkpoint_opt_param_scheduler", python(a.use_checkpoint_opt_param_scheduler)},
       {"vocab_size", a.vocab_size > 0 ? fmt::format("{}", a.vocab_size) : "None"},
       {"weight_decay", fmt::format("{}", a.weight_decay)},
       {"end_weight_decay", optional(a.end_weight_decay)},

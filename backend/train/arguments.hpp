@@ -89,6 +89,17 @@ struct TrainingArguments {
   bool log_world_size_to_tensorboard = false;
   std::string log_dir;  // our extension (NeMo's log dir): cmd-args.log and hparams.yaml
 
+  // checkpointing (backend/ckpt, docs/checkpoints.md); --save and --load are above
+  int64_t save_interval = 0;  // 0: save only at --exit-interval and at the end
+  int64_t exit_interval = 0;  // 0: train to --train-iters
+  bool finetune = false;      // load the weights only; iteration and samples start at 0
+  bool no_load_optim = false;
+  bool no_load_rng = false;
+  bool no_save_optim = false;
+  bool no_save_rng = false;
+  bool override_opt_param_scheduler = false;        // schedule from the flags, not the checkpoint
+  bool use_checkpoint_opt_param_scheduler = false;  // schedule from the checkpoint, not the flags
+
   // The command line as given, for logs and the arguments dump.
   std::vector<std::string> command_line;
 };
@@ -107,5 +118,9 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& argu
 
 // Megatron's "------------------------ arguments ------------------------" dump lines.
 std::vector<std::string> format_arguments(const TrainingArguments& arguments);
+
+// The same dump as name → value text (Megatron's spelling: True/False, None), which
+// checkpoints store as their record of the arguments.
+std::map<std::string, std::string> argument_values(const TrainingArguments& arguments);
 
 }  // namespace backend

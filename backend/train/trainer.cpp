@@ -7,8 +7,10 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <filesystem>
 #include <ostream>
 
+#include "backend/ckpt/checkpoint.hpp"
 #include "backend/common/device.hpp"
 #include "backend/common/error.hpp"
 #include "backend/dist/process_environment.hpp"
@@ -167,16 +169,36 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
     }
     tensorboard->flush();
   };
+
+  // ---- checkpointing (backend/ckpt): where training resumes, and saving (Megatron's
+  // load_checkpoint in setup_model_and_optimizer; checkpoint_and_decide_exit in train).
+  TrainingProgress resumed;
+  int64_t last_saved_iteration = -1;  // a checkpoint of this iteration exists in --save
+  if (!a.load.empty()) {
+    if (auto loaded = load_checkpoint(a, model, optimizer, scheduler, out)) {
+      resumed = *loaded;
+      std::error_code ignored;
+      if (!a.save.empty() && !a.finetune && std::filesystem::equivalent(a.load, a.save, ignored)) {
+        last_saved_iteration = resumed.iteration;
+      }
+    }
+  }
+  int64_t consumed_train = resumed.consumed_train_samples;
+  int64_t consumed_valid = resumed.consumed_valid_samples;
+  auto save = [&](int64_t iteration) {
+    save_checkpoint(a, {iteration, consumed_train, consumed_valid}, model, optimizer, scheduler, out);
+    last_saved_iteration = iteration;
+  };
+
   out << fmt::format("[before the start of training step] datetime: {}\n",
                      format_timestamp(std::time(nullptr)));
   out.flush();
 
-  int64_t consumed_train = 0, consumed_valid = 0;
   // Sums over the current log interval, as Megatron's total_loss_dict.
   double interval_loss = 0, interval_seconds = 0;
   int64_t interval_advanced = 0, interval_skipped = 0, interval_nan = 0;
 
-  for (int64_t iteration = 1; iteration <= a.train_iters; ++iteration) {
+  for (int64_t iteration = resumed.iteration + 1; iteration <= a.train_iters; ++iteration) {
     const auto step_start = Clock::now();
     const int64_t batch_size = batch_sizes.global_batch_size(consumed_train);
     const int64_t num_micro_batches = batch_sizes.num_micro_batches(consumed_train);
@@ -273,6 +295,22 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
       print_lines(out, format_evaluation_block(fmt::format("iteration {}", iteration), validation));
       write_validation(iteration, consumed_train, validation);
     }
+
+    // Megatron's checkpoint_and_decide_exit: save every --save-interval; at --exit-interval
+    // save (unless just saved) and exit, without the final evaluation (Megatron's sys.exit).
+    if (!a.save.empty() && a.save_interval > 0 && iteration % a.save_interval == 0) save(iteration);
+    if (a.exit_interval > 0 && iteration % a.exit_interval == 0) {
+      if (!a.save.empty() && last_saved_iteration != iteration) save(iteration);
+      out << fmt::format("[exiting program at iteration {}] datetime: {}\n", iteration,
+                         format_timestamp(std::time(nullptr)));
+      out.flush();
+      return result;
+    }
+  }
+  // As Megatron after train(): save the last iteration unless it was just saved (or loaded).
+  const int64_t last_iteration = std::max(resumed.iteration, a.train_iters);
+  if (!a.save.empty() && last_iteration > 0 && last_saved_iteration != last_iteration) {
+    save(last_iteration);
   }
 
   if (!a.benchmark_output.empty()) {

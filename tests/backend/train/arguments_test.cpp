@@ -59,7 +59,11 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
       {{"--swiglu"}, "--swiglu is a Megatron-LM flag this backend does not support yet"},
       {{"--tensor-model-parallel-size", "2"}, "model parallelism is not built yet"},
       {{"--data-path", "my_text_document"}, "--data-path my_text_document"},
-      {{"--save", "/tmp/ckpt"}, "checkpointing is not built yet"},
+      {{"--finetune"}, "--finetune needs --load DIR"},
+      {{"--save-interval", "-5"}, "--save-interval must be positive, got -5"},
+      {{"--exit-interval", "-1"}, "--exit-interval must be positive, got -1"},
+      {{"--load", "/tmp/ckpt", "--override-opt_param-scheduler",
+        "--use-checkpoint-opt_param-scheduler"}, "mutually exclusive"},
       {{"--min-lr", "1"}, "--min-lr 1 must lie in [0, --lr 0.001]"},
       {{"--adam-beta2", "1.5"}, "--adam-beta2 must lie in [0, 1)"},
       {{"--bf16", "--fp16"}, "mutually exclusive"},
@@ -195,4 +199,33 @@ TEST_CASE("the new logging flags default as Megatron's") {
   CHECK(arguments->weight_decay_incr_style == "constant");
   CHECK(arguments->start_weight_decay == doctest::Approx(0.01));
   CHECK(arguments->end_weight_decay == doctest::Approx(0.01));
+}
+
+TEST_CASE("the checkpointing flags parse as Megatron's and show in the arguments dump") {
+  auto arguments = parse(with({"--save", "/tmp/ckpt", "--load", "/tmp/ckpt", "--save-interval",
+                               "50", "--exit-interval", "200", "--no-load-optim", "--no-load-rng",
+                               "--no-save-optim", "--no-save-rng", "--finetune",
+                               "--override-opt_param-scheduler"}));
+  REQUIRE(arguments);
+  CHECK(arguments->save == "/tmp/ckpt");
+  CHECK(arguments->load == "/tmp/ckpt");
+  CHECK(arguments->save_interval == 50);
+  CHECK(arguments->exit_interval == 200);
+  CHECK(arguments->no_load_optim);
+  CHECK(arguments->no_load_rng);
+  CHECK(arguments->no_save_optim);
+  CHECK(arguments->no_save_rng);
+  CHECK(arguments->finetune);
+  CHECK(arguments->override_opt_param_scheduler);
+  CHECK_FALSE(arguments->use_checkpoint_opt_param_scheduler);
+  const auto values = backend::argument_values(*arguments);
+  CHECK(values.at("save_interval") == "50");
+  CHECK(values.at("no_load_optim") == "True");
+  // Megatron prints None for what was not given.
+  const auto defaults = backend::argument_values(*parse(base_flags()));
+  CHECK(defaults.at("save") == "None");
+  CHECK(defaults.at("save_interval") == "None");
+  CHECK(defaults.at("finetune") == "False");
+  // --save-interval without --save is accepted, as Megatron accepts it.
+  CHECK(parse(with({"--save-interval", "10"})).has_value());
 }
