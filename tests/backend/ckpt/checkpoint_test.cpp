@@ -556,6 +556,62 @@ TEST_CASE("a run stopped by --exit-interval and resumed equals an uninterrupted 
   CHECK(different.iterations[0].lm_loss != whole.iterations[4].lm_loss);
 }
 
+TEST_CASE("resume is exact under sample-based WSD, a weight-decay ramp and a batch-size ramp-up") {
+  // Every schedule the checkpoint carries (learning rate, weight decay, batch size from the
+  // consumed samples) must continue where it stopped.
+  test_support::TemporaryDirectory directory;
+  auto base = tiny_arguments();
+  base.train_iters = 0;
+  base.lr_warmup_iters = 0;
+  base.lr_decay_iters = 0;  // tiny_arguments() derived it from --train-iters
+  base.train_samples = 40;
+  base.rampup_batch_size = {2, 2, 8};  // 2 until 8 samples are consumed, then 4
+  base.lr_warmup_samples = 4;
+  base.lr_decay_style = "WSD";
+  base.lr_wsd_decay_samples = 16;
+  base.lr_wsd_decay_style = "cosine";
+  base.start_weight_decay = 0.0;
+  base.end_weight_decay = 0.1;
+  base.weight_decay_incr_style = "linear";
+  validate_arguments(base);
+  REQUIRE(base.train_iters == 12);  // 4 batches of 2, then (40 − 8) / 4 = 8 batches of 4
+
+  auto uninterrupted = base;
+  uninterrupted.save = (directory.path / "uninterrupted").string();
+  std::ostringstream log_whole;
+  const TrainingResult whole = train(uninterrupted, log_whole);
+
+  auto first_half = base;
+  first_half.save = (directory.path / "resumed").string();
+  first_half.exit_interval = 5;
+  std::ostringstream log_first;
+  const TrainingResult first = train(first_half, log_first);
+  auto second_half = base;
+  second_half.save = second_half.load = first_half.save;
+  std::ostringstream log_second;
+  const TrainingResult second = train(second_half, log_second);
+
+  REQUIRE(whole.iterations.size() == 12);
+  REQUIRE(first.iterations.size() == 5);
+  REQUIRE(second.iterations.size() == 7);
+  std::vector<IterationRecord> joined = first.iterations;
+  joined.insert(joined.end(), second.iterations.begin(), second.iterations.end());
+  for (size_t i = 0; i < joined.size(); ++i) {
+    CAPTURE(i);
+    CHECK(joined[i].lm_loss == whole.iterations[i].lm_loss);
+    CHECK(joined[i].learning_rate == whole.iterations[i].learning_rate);
+  }
+  const CheckpointFileReader a(checkpoint_file_path(uninterrupted.save, 12));
+  const CheckpointFileReader b(checkpoint_file_path(second_half.save, 12));
+  for (const auto& entry : a.tensors()) {
+    CAPTURE(entry.name);
+    REQUIRE(b.find(entry.name) != nullptr);
+    CHECK(a.read_bytes(entry) == b.read_bytes(*b.find(entry.name)));
+  }
+  CHECK(a.metadata()["opt_param_scheduler"] == b.metadata()["opt_param_scheduler"]);
+  CHECK(a.metadata()["opt_param_scheduler"]["wsd_decay_style"] == "cosine");
+}
+
 TEST_CASE("--exit-interval without --save stops there and saves nothing") {
   test_support::TemporaryDirectory directory;
   auto a = tiny_arguments();
