@@ -16,7 +16,9 @@
 // seed, dropout step, site, layer): the embedding is site 0 (layer 0), the attention
 // probabilities of layer l site 1, linear_proj's bias-dropout-add site 2, linear_fc2's site 3.
 // Mask indices are row-major element indices of the dropped tensor: (B, T, C) for the hidden
-// sites, (B, NH, T, T) for the probabilities. Nothing is generated for a p = 0 site.
+// sites, (B, NH, T, T) for the probabilities (an index space only: the blockwise attention
+// draws the elements of the blocks it computes, attention.hpp). Nothing is generated for a
+// p = 0 site. Attention runs with NG = NH query groups (multi-head attention).
 #include "backend/model/gpt_model.hpp"
 
 #include <algorithm>
@@ -81,7 +83,7 @@ template <typename Scalar>
 struct LayerActivations {
   std::vector<Scalar> input_norm, input_norm_mean, input_norm_rstd;  // (B,T,C), (B,T), (B,T)
   std::vector<Scalar> qkv;                                           // (B, T, 3C)
-  std::vector<Scalar> probabilities;                                 // (B, NH, T, T)
+  std::vector<Scalar> attention_logsumexp;                           // (B, NH, T)
   std::vector<Scalar> context;                                       // (B, T, C)
   std::vector<Scalar> attention_residual;                            // (B, T, C)
   std::vector<Scalar> mlp_norm, mlp_norm_mean, mlp_norm_rstd;        // (B,T,C), (B,T), (B,T)
@@ -185,7 +187,7 @@ void GptModel<Scalar>::State::resize_activations(int64_t new_batch_size, int64_t
     size(layer.input_norm_mean, rows);
     size(layer.input_norm_rstd, rows);
     size(layer.qkv, rows * 3 * C);
-    size(layer.probabilities, static_cast<size_t>(batch_size) * NH * T * T);
+    size(layer.attention_logsumexp, static_cast<size_t>(batch_size) * NH * T);
     size(layer.context, rows * C);
     size(layer.attention_residual, rows * C);
     size(layer.mlp_norm, rows * C);
@@ -388,8 +390,8 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
                            s.parameter(p.input_norm_bias), epsilon, rows, C);
     cpu::linear_forward(a.qkv.data(), a.input_norm.data(), s.parameter(p.qkv_weight),
                         s.parameter(p.qkv_bias), rows, C, 3 * C);
-    cpu::attention_forward(a.context.data(), a.probabilities.data(), a.qkv.data(), B, T, C, NH,
-                           s.dropout(DropoutSite::attention, l));
+    cpu::attention_forward(a.context.data(), a.attention_logsumexp.data(), a.qkv.data(), B, T, C,
+                           NH, NH, s.dropout(DropoutSite::attention, l));
     cpu::linear_forward(s.branch.data(), a.context.data(), s.parameter(p.proj_weight),
                         s.parameter(p.proj_bias), rows, C, C);
     if (const Dropout d = s.dropout(DropoutSite::attention_output, l); d.active()) {
@@ -490,8 +492,9 @@ void GptModel<Scalar>::backward(Scalar grad_scale) {
     cpu::linear_backward(s.dnorm.data(), s.gradient(p.proj_weight), s.gradient(p.proj_bias),
                          dattention_output, a.context.data(), s.parameter(p.proj_weight), rows, C,
                          C);
-    cpu::attention_backward(s.dqkv.data(), s.dnorm.data(), a.qkv.data(), a.probabilities.data(), B,
-                            T, C, NH, s.dropout(DropoutSite::attention, l));
+    cpu::attention_backward(s.dqkv.data(), s.dnorm.data(), a.qkv.data(), a.context.data(),
+                            a.attention_logsumexp.data(), B, T, C, NH, NH,
+                            s.dropout(DropoutSite::attention, l));
     cpu::linear_backward(s.dnorm.data(), s.gradient(p.qkv_weight), s.gradient(p.qkv_bias),
                          s.dqkv.data(), a.input_norm.data(), s.parameter(p.qkv_weight), rows, C,
                          3 * C);
@@ -522,6 +525,11 @@ void GptModel<Scalar>::set_training(bool training) {
 template <typename Scalar>
 void GptModel<Scalar>::set_dropout_seed(uint64_t seed) {
   state_->dropout_seed = seed;
+}
+
+template <typename Scalar>
+uint64_t GptModel<Scalar>::dropout_seed() const {
+  return state_->dropout_seed;
 }
 
 template <typename Scalar>
