@@ -443,23 +443,34 @@ std::optional<TrackedCheckpoint> read_checkpoint_tracker(const fs::path& directo
   return TrackedCheckpoint{iteration, false, checkpoint_file_path(directory, iteration)};
 }
 
-void save_checkpoint(const TrainingArguments& arguments, const TrainingProgress& progress,
-                     const GptModel<float>& model, const AdamW& optimizer,
-                     const LearningRateScheduler& scheduler, std::ostream& out) {
+namespace {
+
+// save_checkpoint and save_release_checkpoint: the optimizer and scheduler state is saved when
+// both are given (and --no-save-optim is not set); a release checkpoint goes to DIR/release
+// and the tracker says "release".
+void save_to(const TrainingArguments& arguments, const TrainingProgress& progress,
+             const GptModel<float>& model, const AdamW* optimizer,
+             const LearningRateScheduler* scheduler, bool release, std::ostream& out) {
   const fs::path directory = arguments.save;
-  out << fmt::format("[{}] saving checkpoint at iteration {:7d} to {} in native format\n",
-                     timestamp_now(), progress.iteration, directory.string());
+  if (release) {
+    out << fmt::format("[{}] saving release checkpoint to {} in native format\n", timestamp_now(),
+                       directory.string());
+  } else {
+    out << fmt::format("[{}] saving checkpoint at iteration {:7d} to {} in native format\n",
+                       timestamp_now(), progress.iteration, directory.string());
+  }
   out.flush();
   fs::create_directories(directory);
   remove_unfinished_saves(directory, out);
 
+  const bool save_optim = !arguments.no_save_optim && optimizer != nullptr && scheduler != nullptr;
   json metadata = {
       {"format", "megatron-native checkpoint"},
       {"iteration", progress.iteration},
       {"consumed_train_samples", progress.consumed_train_samples},
       {"consumed_valid_samples", progress.consumed_valid_samples},
       {"padded_vocab_size", model.config().padded_vocab_size},
-      {"no_save_optim", arguments.no_save_optim},
+      {"no_save_optim", !save_optim},
       {"no_save_rng", arguments.no_save_rng},
       {"arguments", checkpoint_arguments(arguments)},
       {"args", argument_values(arguments)},
@@ -472,19 +483,19 @@ void save_checkpoint(const TrainingArguments& arguments, const TrainingProgress&
                        parameters.subspan(static_cast<size_t>(tensor.offset),
                                           static_cast<size_t>(tensor.numel))});
   }
-  if (!arguments.no_save_optim) {
-    const AdamWConfig& config = optimizer.config();
-    metadata["optimizer"] = {{"step", optimizer.steps_taken()}, {"adam_beta1", config.beta1},
-                             {"adam_beta2", config.beta2},      {"adam_eps", config.eps},
+  if (save_optim) {
+    const AdamWConfig& config = optimizer->config();
+    metadata["optimizer"] = {{"step", optimizer->steps_taken()}, {"adam_beta1", config.beta1},
+                             {"adam_beta2", config.beta2},       {"adam_eps", config.eps},
                              {"weight_decay", config.weight_decay}};
-    metadata["opt_param_scheduler"] = schedule_json(scheduler);
+    metadata["opt_param_scheduler"] = schedule_json(*scheduler);
     for (const auto& tensor : model.tensors()) {
       const auto offset = static_cast<size_t>(tensor.offset);
       const auto numel = static_cast<size_t>(tensor.numel);
       tensors.push_back({kExpAvgPrefix + tensor.name, tensor.shape,
-                         optimizer.exp_avg().subspan(offset, numel)});
+                         optimizer->exp_avg().subspan(offset, numel)});
       tensors.push_back({kExpAvgSqPrefix + tensor.name, tensor.shape,
-                         optimizer.exp_avg_sq().subspan(offset, numel)});
+                         optimizer->exp_avg_sq().subspan(offset, numel)});
     }
   }
   if (!arguments.no_save_rng) {
@@ -493,7 +504,8 @@ void save_checkpoint(const TrainingArguments& arguments, const TrainingProgress&
   }
 
   // Write under a temporary name, make it durable, then publish it and, last, the tracker.
-  const fs::path final_directory = checkpoint_iteration_directory(directory, progress.iteration);
+  const fs::path final_directory =
+      release ? directory / "release" : checkpoint_iteration_directory(directory, progress.iteration);
   fs::path temporary = final_directory;
   temporary += ".tmp." + std::to_string(::getpid());
   fs::remove_all(temporary);
@@ -504,12 +516,68 @@ void save_checkpoint(const TrainingArguments& arguments, const TrainingProgress&
   publish_directory(temporary, final_directory);
   fsync_directory(directory);
   write_text_file_atomically(checkpoint_tracker_path(directory),
-                             std::to_string(progress.iteration));
+                             release ? std::string("release") : std::to_string(progress.iteration));
 
-  out << fmt::format("  [{}] successfully saved checkpoint from iteration {:7d} to {} "
-                     "[ t 1/1, p 1/1 ]\n",
-                     timestamp_now(), progress.iteration, directory.string());
+  if (release) {
+    out << fmt::format("  [{}] successfully saved release checkpoint to {} [ t 1/1, p 1/1 ]\n",
+                       timestamp_now(), directory.string());
+  } else {
+    out << fmt::format("  [{}] successfully saved checkpoint from iteration {:7d} to {} "
+                       "[ t 1/1, p 1/1 ]\n",
+                       timestamp_now(), progress.iteration, directory.string());
+  }
   out.flush();
+}
+
+}  // namespace
+
+void save_checkpoint(const TrainingArguments& arguments, const TrainingProgress& progress,
+                     const GptModel<float>& model, const AdamW& optimizer,
+                     const LearningRateScheduler& scheduler, std::ostream& out) {
+  save_to(arguments, progress, model, &optimizer, &scheduler, false, out);
+}
+
+void save_release_checkpoint(const TrainingArguments& arguments, const GptModel<float>& model,
+                             std::ostream& out) {
+  save_to(arguments, TrainingProgress{}, model, nullptr, nullptr, true, out);
+}
+
+TrainingArguments arguments_from_checkpoint(const nlohmann::json& metadata,
+                                            const std::filesystem::path& file) {
+  const Metadata root(metadata, file);
+  const json& saved = root.section("arguments");
+  TrainingArguments a;
+  a.num_layers = root.get<int64_t>(saved, "num_layers");
+  a.hidden_size = root.get<int64_t>(saved, "hidden_size");
+  a.ffn_hidden_size = root.get<int64_t>(saved, "ffn_hidden_size");
+  a.num_attention_heads = root.get<int64_t>(saved, "num_attention_heads");
+  a.seq_length = root.get<int64_t>(saved, "seq_length");
+  a.max_position_embeddings = root.get<int64_t>(saved, "max_position_embeddings");
+  a.make_vocab_size_divisible_by = root.get<int64_t>(saved, "make_vocab_size_divisible_by");
+  a.tokenizer_type = root.get<std::string>(saved, "tokenizer_type");
+  a.vocab_size = root.get<int64_t>(saved, "vocab_size");
+  a.tensor_model_parallel_size = root.get<int64_t>(saved, "tensor_model_parallel_size");
+  a.pipeline_model_parallel_size = root.get<int64_t>(saved, "pipeline_model_parallel_size");
+  a.init_method_std = root.get<double>(saved, "init_method_std");
+  a.layernorm_epsilon = root.get<double>(saved, "layernorm_epsilon");
+  a.hidden_dropout = root.get<double>(saved, "hidden_dropout");
+  a.attention_dropout = root.get<double>(saved, "attention_dropout");
+  a.micro_batch_size = root.get<int64_t>(saved, "micro_batch_size");
+  a.global_batch_size = root.get<int64_t>(saved, "global_batch_size");
+  a.train_iters = root.get<int64_t>(saved, "train_iters");
+  a.seed = root.get<uint64_t>(saved, "seed");
+  a.lr = root.get<double>(saved, "lr");
+  a.min_lr = root.get<double>(saved, "min_lr");
+  a.lr_decay_style = root.get<std::string>(saved, "lr_decay_style");
+  a.lr_warmup_iters = root.get<int64_t>(saved, "lr_warmup_iters");
+  a.lr_decay_iters = root.get<int64_t>(saved, "lr_decay_iters");
+  a.lr_warmup_init = root.get<double>(saved, "lr_warmup_init");
+  a.weight_decay = root.get<double>(saved, "weight_decay");
+  a.clip_grad = root.get<double>(saved, "clip_grad");
+  a.adam_beta1 = root.get<double>(saved, "adam_beta1");
+  a.adam_beta2 = root.get<double>(saved, "adam_beta2");
+  a.adam_eps = root.get<double>(saved, "adam_eps");
+  return a;
 }
 
 std::optional<TrainingProgress> load_checkpoint(const TrainingArguments& arguments,

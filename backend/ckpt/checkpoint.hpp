@@ -24,6 +24,8 @@
 #include <iosfwd>
 #include <optional>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
@@ -61,6 +63,21 @@ std::optional<TrackedCheckpoint> read_checkpoint_tracker(const std::filesystem::
 void save_checkpoint(const TrainingArguments& arguments, const TrainingProgress& progress,
                      const GptModel<float>& model, const AdamW& optimizer,
                      const LearningRateScheduler& scheduler, std::ostream& out);
+
+// Saves the weights alone (no optimizer, scheduler or RNG state) as a release checkpoint,
+// DIR/release with the tracker text "release", crash-safe as save_checkpoint: weights to start
+// from, which load_checkpoint reads as weights only, from iteration 0 (Megatron's release
+// checkpoints). checkpoint_util --import-hf writes these.
+void save_release_checkpoint(const TrainingArguments& arguments, const GptModel<float>& model,
+                             std::ostream& out);
+
+// The arguments a checkpoint was saved with, from its metadata's typed record ("arguments"),
+// the inverse of what save_checkpoint records: tools that rebuild the model without its
+// command line (checkpoint_util, as Megatron's loader_megatron.py reads the checkpoint's args)
+// start from these. Fields the record does not hold keep their defaults; a missing or
+// mistyped field is a common::Error naming `file`.
+TrainingArguments arguments_from_checkpoint(const nlohmann::json& metadata,
+                                            const std::filesystem::path& file);
 
 // Loads the checkpoint arguments.load's tracker names into model, optimizer and scheduler,
 // as --finetune, --no-load-optim, --no-load-rng and the scheduler flags say, and returns

@@ -31,6 +31,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kGpt2VocabSize = 50257;
 
+}  // namespace
+
 GptConfig model_config(const TrainingArguments& a) {
   GptConfig config;
   config.num_layers = a.num_layers;
@@ -48,6 +50,8 @@ GptConfig model_config(const TrainingArguments& a) {
   validate(config);
   return config;
 }
+
+namespace {
 
 // Picks the device the arguments ask for; only the CPU path exists so far.
 void select_device(const TrainingArguments& arguments) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/data/mock_dataset.hpp"
+#include "backend/model/gpt_config.hpp"
 #include "backend/train/arguments.hpp"
 
 namespace backend {
@@ -45,6 +46,10 @@ struct TrainingResult {
 // The vocabulary size the tokenizer implies (GPT-2: 50257; NullTokenizer: --vocab-size + 1
 // for its EOD token, as Megatron's _NullTokenizer).
 int64_t tokenizer_vocab_size(const TrainingArguments& arguments);
+
+// The model the arguments describe (validated): what pretrain builds, and what
+// checkpoint_util rebuilds from a checkpoint's saved arguments.
+GptConfig model_config(const TrainingArguments& arguments);
 
 // Runs the whole training. `source` defaults to the mock dataset when empty.
 TrainingResult pretrain(const TrainingArguments& arguments, std::ostream& out,

@@ -208,23 +208,28 @@ TEST_CASE("cluster_type auto stays local when sbatch exists but Slurm is not con
   }
 }
 
-TEST_CASE("stages run in order: an empty stage is skipped, a missing tool fails clearly") {
+TEST_CASE("stages run in order: an empty stage is skipped, conversion exports the checkpoint "
+          "training saved, a missing tool fails clearly") {
   TemporaryDirectory temporary;
   const auto run = launcher::run_and_capture(tiny_run(
-      temporary.path, {"stages=[data_preparation,training,conversion]",
+      temporary.path, {"stages=[data_preparation,training,conversion,evaluation]",
                        "training.trainer.max_steps=1"}));
   INFO(run.output);
   // data_preparation has no input files: nothing to submit, and the chain goes on.
   CHECK(run.output.find("data_preparation.input lists no files, nothing to submit") !=
         std::string::npos);
   CHECK_FALSE(fs::exists(temporary.path / "preprocess_gpt3"));
-  // training ran to completion.
+  // training ran to completion and saved its checkpoint.
   CHECK(run.output.find("training: local job") != std::string::npos);
   CHECK(count_matches(run.output, std::regex(R"( iteration +1/ +1 \|)")) == 1);
-  // conversion rendered its script, which refuses to run without checkpoint_util.
+  // conversion exported it with checkpoint_util to <conversion results>/hf.
   const fs::path conversion = temporary.path / "gpt3_126m" / "convert_hf";
   CHECK(fs::is_regular_file(conversion / "convert_gpt3_126m_submission.sh"));
-  CHECK(run.output.find("the conversion stage needs checkpoint_util, which is not at") !=
+  CHECK(run.output.find("as GPT2LMHeadModel to " + (conversion / "hf").string()) != std::string::npos);
+  CHECK(fs::is_regular_file(conversion / "hf" / "config.json"));
+  CHECK(fs::is_regular_file(conversion / "hf" / "model.safetensors"));
+  // evaluation's tool is not built: its script says so and the launch reports it.
+  CHECK(run.output.find("the evaluation stage needs evaluate_gpt, which is not at") !=
         std::string::npos);
   CHECK(run.exit_code == 127);
 }

@@ -192,9 +192,9 @@ TEST_CASE("a two-stage launch: Slurm runs the second job only after the first (a
   REQUIRE(training.finished);
   REQUIRE(conversion.finished);
   CHECK(training.state == "COMPLETED");
-  // checkpoint_util is not built yet: the job's tool check stops it with exit 127.
-  CHECK(conversion.state == "FAILED");
-  CHECK(conversion.exit_code == "127:0");
+  // The conversion exported the checkpoint the training saved.
+  CHECK(conversion.state == "COMPLETED");
+  CHECK(conversion.exit_code == "0:0");
   // Slurm honoured the dependency: the conversion started no earlier than training ended.
   auto field = [](const std::string& record, const std::string& name) {
     const size_t at = record.find(name + "=");
@@ -208,7 +208,9 @@ TEST_CASE("a two-stage launch: Slurm runs the second job only after the first (a
   CHECK(conversion_start >= training_end);  // ISO 8601 times compare as text
   const std::string conversion_log = slurm_test::read_text(
       conversion_dir / ("log-nemo-megatron-convert_gpt3_126m_" + conversion_id + ".out"));
-  CHECK(conversion_log.find("the conversion stage needs checkpoint_util") != std::string::npos);
+  CHECK(conversion_log.find(" exported ") != std::string::npos);
+  CHECK(conversion_log.find("as GPT2LMHeadModel") != std::string::npos);
+  CHECK(fs::is_regular_file(conversion_dir / "hf" / "model.safetensors"));
 }
 
 TEST_CASE("num_nodes=2 renders and submits a two-node allocation whose tasks land on both nodes") {

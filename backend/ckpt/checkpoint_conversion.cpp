@@ -1,0 +1,74 @@
+// Checkpoint ↔ model for checkpoint_util; see checkpoint_conversion.hpp.
+#include "backend/ckpt/checkpoint_conversion.hpp"
+
+#include "backend/ckpt/checkpoint.hpp"
+#include "backend/ckpt/checkpoint_file.hpp"
+#include "backend/common/error.hpp"
+#include "backend/optim/adamw.hpp"
+#include "backend/optim/lr_scheduler.hpp"
+#include "backend/train/trainer.hpp"
+
+namespace backend {
+
+namespace {
+constexpr int64_t kGpt2VocabSize = 50257;
+}  // namespace
+
+GptModel<float> load_checkpoint_weights(const std::filesystem::path& directory, std::ostream& out) {
+  const auto tracked = read_checkpoint_tracker(directory);
+  if (!tracked) {
+    common::fail("{} holds no checkpoint: {} is missing (is it the --save directory of a "
+                 "training run?)", directory.string(), checkpoint_tracker_path(directory).string());
+  }
+  if (!std::filesystem::is_regular_file(tracked->file)) {
+    common::fail("{} names {}, which does not exist", checkpoint_tracker_path(directory).string(),
+                 tracked->file.string());
+  }
+  TrainingArguments arguments;
+  {
+    const CheckpointFileReader reader(tracked->file);
+    arguments = arguments_from_checkpoint(reader.metadata(), reader.path());
+  }
+  // Weights only: load_checkpoint reads no optimizer state with --finetune.
+  arguments.load = directory.string();
+  arguments.finetune = true;
+  GptModel<float> model(model_config(arguments));
+  AdamW optimizer(AdamWConfig{}, {}, static_cast<int64_t>(model.parameters().size()));
+  LearningRateScheduler scheduler(LearningRateSchedule{.max_lr = 0, .decay_steps = 1});
+  load_checkpoint(arguments, model, optimizer, scheduler, out);
+  return model;
+}
+
+TrainingArguments arguments_for_model(const GptConfig& config) {
+  TrainingArguments a;
+  a.num_layers = config.num_layers;
+  a.hidden_size = config.hidden_size;
+  a.ffn_hidden_size = config.ffn_hidden_size;
+  a.num_attention_heads = config.num_attention_heads;
+  a.max_position_embeddings = config.max_position_embeddings;
+  a.seq_length = config.max_position_embeddings;
+  a.init_method_std = config.init_method_std;
+  a.layernorm_epsilon = config.layernorm_epsilon;
+  a.hidden_dropout = config.hidden_dropout;
+  a.attention_dropout = config.attention_dropout;
+  if (config.vocab_size == kGpt2VocabSize) {
+    a.tokenizer_type = "GPT2BPETokenizer";
+  } else {
+    if (config.vocab_size < 2) {
+      common::fail("a vocabulary of {} token(s) has no pretrain_gpt tokenizer (NullTokenizer "
+                   "needs --vocab-size ≥ 1 plus its EOD)", config.vocab_size);
+    }
+    a.tokenizer_type = "NullTokenizer";
+    a.vocab_size = config.vocab_size - 1;
+  }
+  a.make_vocab_size_divisible_by = config.padded_vocab_size;
+  for (int64_t divisor = 128; divisor >= 1; divisor /= 2) {
+    if (padded_vocab_size(config.vocab_size, divisor, 1) == config.padded_vocab_size) {
+      a.make_vocab_size_divisible_by = divisor;
+      break;
+    }
+  }
+  return a;
+}
+
+}  // namespace backend

@@ -1,0 +1,31 @@
+// Between checkpoints and models, for checkpoint_util (Megatron-LM's tools/checkpoint/
+// convert.py with loader_megatron / saver_megatron): the model a checkpoint holds, rebuilt from
+// the arguments it was saved with, and the arguments that rebuild a given model, for saving
+// one that came from elsewhere (a Hugging Face import) as a checkpoint pretrain_gpt can load.
+#pragma once
+
+#include <filesystem>
+#include <iosfwd>
+
+#include "backend/model/gpt_config.hpp"
+#include "backend/model/gpt_model.hpp"
+#include "backend/train/arguments.hpp"
+
+namespace backend {
+
+// The weights of the checkpoint DIR's tracker names (an iteration or a release), in the model
+// its saved arguments describe; the optimizer state is not read. Megatron's load messages go
+// to `out`. A directory without a tracker, or a checkpoint that does not match its own
+// arguments, is a common::Error naming the file.
+GptModel<float> load_checkpoint_weights(const std::filesystem::path& directory, std::ostream& out);
+
+// Flags (as TrainingArguments) under which pretrain_gpt builds exactly `config`:
+// model_config(arguments_for_model(config)) gives `config` back. The vocabulary becomes
+// --tokenizer-type GPT2BPETokenizer when the tokenizer's size is GPT-2's 50257, else
+// NullTokenizer with --vocab-size = size − 1 (NullTokenizer adds its EOD), and
+// --make-vocab-size-divisible-by the largest power of two up to 128 that pads the tokenizer's
+// size to config.padded_vocab_size (else the padded size itself). --seq-length is
+// --max-position-embeddings.
+TrainingArguments arguments_for_model(const GptConfig& config);
+
+}  // namespace backend
