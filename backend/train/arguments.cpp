@@ -34,14 +34,8 @@ constexpr UnsupportedFlag kUnsupportedFlags[] = {
     {"--recompute-granularity", true, "activation recompute is not built yet"},
     {"--recompute-method", true, "activation recompute is not built yet"},
     {"--recompute-num-layers", true, "activation recompute is not built yet"},
-    {"--position-embedding-type", true, "only learned absolute positions are built so far"},
-    {"--normalization", true, "only LayerNorm is built so far"},
-    {"--swiglu", false, "only the GELU MLP is built so far"},
-    {"--untie-embeddings-and-output-weights", false, "the output layer is tied to the embedding"},
     {"--group-query-attention", false, "only multi-head attention is built so far"},
     {"--num-query-groups", true, "only multi-head attention is built so far"},
-    {"--rotary-base", true, "only learned absolute positions are built so far"},
-    {"--disable-bias-linear", false, "the linear layers have biases so far"},
     {"--tokenizer-model", true, "SentencePiece tokenizers (Llama) are not built; GPT-2 BPE and NullTokenizer are"},
     {"--train-samples", true, "use --train-iters; sample-based schedules are not built yet"},
     {"--rampup-batch-size", true, "batch-size ramp-up is not built yet"},
@@ -52,6 +46,8 @@ constexpr UnsupportedFlag kUnsupportedFlags[] = {
 
 const std::vector<std::string> kDecayStyles = {"constant", "linear", "cosine"};
 const std::vector<std::string> kTokenizers = {"GPT2BPETokenizer", "NullTokenizer"};
+const std::vector<std::string> kPositionEmbeddingTypes = {"learned_absolute", "rope"};
+const std::vector<std::string> kNormalizations = {"LayerNorm", "RMSNorm"};
 
 }  // namespace
 
@@ -81,12 +77,28 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "Pad the vocabulary to a multiple of this")->group(model);
   app.add_option("--init-method-std", arguments.init_method_std, "Std of the normal init")
       ->group(model);
-  app.add_option("--layernorm-epsilon", arguments.layernorm_epsilon, "LayerNorm epsilon")
+  app.add_option("--norm-epsilon,--layernorm-epsilon", arguments.norm_epsilon,
+                 "Epsilon of LayerNorm and RMSNorm (--layernorm-epsilon: the old name)")
       ->group(model);
   app.add_option("--hidden-dropout", arguments.hidden_dropout, "Dropout after attention/MLP")
       ->group(model);
   app.add_option("--attention-dropout", arguments.attention_dropout, "Dropout on attention probs")
       ->group(model);
+  app.add_option("--position-embedding-type", arguments.position_embedding_type,
+                 "learned_absolute or rope")
+      ->group(model)->check(CLI::IsMember(kPositionEmbeddingTypes));
+  app.add_option("--rotary-base", arguments.rotary_base, "RoPE base period")->group(model);
+  app.add_option("--rotary-percent", arguments.rotary_percent,
+                 "Share of each head's features that RoPE rotates")->group(model);
+  app.add_option("--normalization", arguments.normalization, "LayerNorm or RMSNorm")
+      ->group(model)->check(CLI::IsMember(kNormalizations));
+  app.add_flag("--swiglu", arguments.swiglu, "SwiGLU MLP (linear_fc1 gives 2 × ffn features)")
+      ->group(model);
+  app.add_flag("--disable-bias-linear{false}", arguments.add_bias_linear,
+               "No biases on linear_qkv, linear_proj, linear_fc1, linear_fc2")->group(model);
+  app.add_flag("--untie-embeddings-and-output-weights",
+               arguments.untie_embeddings_and_output_weights,
+               "A separate output_layer.weight instead of the word embedding")->group(model);
 
   auto* data = "Data and tokenizer";
   app.add_option("--tokenizer-type", arguments.tokenizer_type, "GPT2BPETokenizer or NullTokenizer")
@@ -264,6 +276,15 @@ void validate_arguments(TrainingArguments& arguments) {
   require_probability(arguments.adam_beta2, "--adam-beta2", false);
   require_probability(arguments.hidden_dropout, "--hidden-dropout", false);
   require_probability(arguments.attention_dropout, "--attention-dropout", false);
+  if (arguments.rotary_base <= 0) {
+    common::fail("--rotary-base must be positive, got {}", arguments.rotary_base);
+  }
+  if (!(arguments.rotary_percent > 0 && arguments.rotary_percent <= 1)) {
+    common::fail("--rotary-percent must lie in (0, 1], got {}", arguments.rotary_percent);
+  }
+  if (!(arguments.norm_epsilon > 0)) {
+    common::fail("--norm-epsilon must be positive, got {}", arguments.norm_epsilon);
+  }
   if (!(arguments.adam_eps > 0)) common::fail("--adam-eps must be positive, got {}", arguments.adam_eps);
   if (arguments.bf16 && arguments.fp16) common::fail("--bf16 and --fp16 are mutually exclusive");
 
@@ -309,7 +330,14 @@ std::vector<std::string> format_arguments(const TrainingArguments& a) {
       {"hidden_dropout", fmt::format("{}", a.hidden_dropout)},
       {"hidden_size", fmt::format("{}", a.hidden_size)},
       {"init_method_std", fmt::format("{}", a.init_method_std)},
-      {"layernorm_epsilon", fmt::format("{}", a.layernorm_epsilon)},
+      {"add_bias_linear", a.add_bias_linear ? "True" : "False"},
+      {"norm_epsilon", fmt::format("{}", a.norm_epsilon)},
+      {"normalization", a.normalization},
+      {"position_embedding_type", a.position_embedding_type},
+      {"rotary_base", fmt::format("{}", a.rotary_base)},
+      {"rotary_percent", fmt::format("{}", a.rotary_percent)},
+      {"swiglu", a.swiglu ? "True" : "False"},
+      {"untie_embeddings_and_output_weights", a.untie_embeddings_and_output_weights ? "True" : "False"},
       {"log_interval", fmt::format("{}", a.log_interval)},
       {"lr", fmt::format("{}", a.lr)},
       {"lr_decay_iters", fmt::format("{}", a.lr_decay_iters)},

@@ -22,9 +22,17 @@ struct TrainingArguments {
   int64_t max_position_embeddings = 0;  // 0 → seq_length
   int64_t make_vocab_size_divisible_by = 128;
   double init_method_std = 0.02;
-  double layernorm_epsilon = 1e-5;
+  double norm_epsilon = 1e-5;  // --norm-epsilon (old name --layernorm-epsilon)
   double hidden_dropout = 0.1;
   double attention_dropout = 0.1;
+  // Llama-family switches (Megatron's dest names).
+  std::string position_embedding_type = "learned_absolute";  // or rope
+  int64_t rotary_base = 10000;
+  double rotary_percent = 1.0;
+  std::string normalization = "LayerNorm";  // or RMSNorm
+  bool swiglu = false;
+  bool add_bias_linear = true;  // --disable-bias-linear clears it
+  bool untie_embeddings_and_output_weights = false;
 
   // tokenizer and data
   std::string tokenizer_type;  // GPT2BPETokenizer or NullTokenizer

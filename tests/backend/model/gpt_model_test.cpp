@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <complex>
 #include <numeric>
 #include <string>
 
@@ -94,10 +95,9 @@ void init_for_gradient_check(GptModel<double>& model) {
   }
 }
 
-}  // namespace
-
-TEST_CASE("model gradients match central finite differences for every parameter tensor") {
-  GptConfig config = tiny_config();
+// Every parameter tensor's analytic gradient against the fourth-order central difference of
+// the loss, on the tiny model in double.
+void check_every_tensor_gradient(GptConfig config) {
   config.init_method_std = 0.3;
   GptModel<double> model(config);
   init_for_gradient_check(model);
@@ -124,8 +124,240 @@ TEST_CASE("model gradients match central finite differences for every parameter 
   }
 }
 
+// The Llama family's switches, all on: RoPE, RMSNorm, SwiGLU, no linear biases, untied output.
+GptConfig llama(GptConfig config) {
+  config.position_embedding_type = backend::PositionEmbeddingType::rope;
+  config.normalization = backend::Normalization::rms_norm;
+  config.swiglu = true;
+  config.add_bias_linear = false;
+  config.share_embeddings_and_output_weights = false;
+  return config;
+}
+
+}  // namespace
+
+namespace {
+
+// The decoder's loss written out from Megatron's definitions, one scalar loop at a time, in
+// double, reading the parameters by name: an independent statement of what forward() must
+// compute (the order of the q/k/v rows, which half of linear_fc1 is the gate, RoPE on q and k
+// only, which norm has a bias, where the logits' weight comes from). Dropout off.
+double reference_loss(GptModel<double>& model, const Batch& batch) {
+  const GptConfig& config = model.config();
+  const int64_t B = batch.batch_size, T = batch.seq_length, C = config.hidden_size;
+  const int64_t NH = config.num_attention_heads, HD = C / NH, F = config.ffn_hidden_size;
+  const int64_t V = config.padded_vocab_size;
+  const bool rope = config.position_embedding_type == backend::PositionEmbeddingType::rope;
+  const bool rms = config.normalization == backend::Normalization::rms_norm;
+  auto has = [&](const std::string& name) {
+    for (const auto& tensor : model.tensors()) {
+      if (tensor.name == name) return true;
+    }
+    return false;
+  };
+  auto parameter = [&](const std::string& name) -> const double* {
+    return has(name) ? model.parameters().data() + model.tensor(name).offset : nullptr;
+  };
+  using Matrix = std::vector<std::vector<double>>;  // rows × features
+  const int64_t rows = B * T;
+  auto linear = [&](const Matrix& x, const std::string& name, int64_t out) {
+    const double* w = parameter(name + ".weight");
+    const double* bias = parameter(name + ".bias");
+    Matrix y(rows, std::vector<double>(out));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t o = 0; o < out; ++o) {
+        double sum = bias ? bias[o] : 0.0;
+        for (size_t i = 0; i < x[r].size(); ++i) sum += x[r][i] * w[o * x[r].size() + i];
+        y[r][o] = sum;
+      }
+    }
+    return y;
+  };
+  auto norm = [&](const Matrix& x, const std::string& name) {
+    const double* weight = parameter(name + ".weight");
+    const double* bias = parameter(name + ".bias");
+    CHECK((bias == nullptr) == rms);  // RMSNorm has no bias, LayerNorm has one
+    Matrix y = x;
+    for (int64_t r = 0; r < rows; ++r) {
+      double mean = 0;
+      if (!rms) {
+        for (double v : x[r]) mean += v / C;
+      }
+      double variance = 0;
+      for (double v : x[r]) variance += (v - mean) * (v - mean) / C;
+      for (int64_t c = 0; c < C; ++c) {
+        y[r][c] = (x[r][c] - mean) / std::sqrt(variance + config.layernorm_epsilon) * weight[c] +
+                  (bias ? bias[c] : 0.0);
+      }
+    }
+    return y;
+  };
+
+  Matrix x(rows, std::vector<double>(C));
+  const double* word = parameter("embedding.word_embeddings.weight");
+  const double* position = parameter("embedding.position_embeddings.weight");
+  CHECK((position == nullptr) == rope);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < C; ++c) {
+      x[r][c] = word[batch.tokens[r] * C + c] + (position ? position[(r % T) * C + c] : 0.0);
+    }
+  }
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    const std::string prefix = "decoder.layers." + std::to_string(l) + ".";
+    Matrix qkv = linear(norm(x, prefix + "input_layernorm"), prefix + "self_attention.linear_qkv",
+                        3 * C);
+    // Head h's query, key and value: columns h·3HD + [0, HD), + [HD, 2HD), + [2HD, 3HD).
+    auto q = [&](int64_t r, int64_t h) { return qkv[r].data() + h * 3 * HD; };
+    auto k = [&](int64_t r, int64_t h) { return qkv[r].data() + h * 3 * HD + HD; };
+    auto v = [&](int64_t r, int64_t h) { return qkv[r].data() + h * 3 * HD + 2 * HD; };
+    if (rope) {
+      // Feature pairs (i, i + R/2) as complex numbers, multiplied by e^(i·t·base^(−2i/R)).
+      const int64_t R = config.rotary_dim();
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t h = 0; h < NH; ++h) {
+          for (double* head : {q(r, h), k(r, h)}) {
+            for (int64_t i = 0; i < R / 2; ++i) {
+              const double angle = static_cast<double>(r % T) *
+                                   std::pow(static_cast<double>(config.rotary_base),
+                                            -2.0 * static_cast<double>(i) / static_cast<double>(R));
+              const std::complex<double> z =
+                  std::complex<double>(head[i], head[i + R / 2]) * std::polar(1.0, angle);
+              head[i] = z.real();
+              head[i + R / 2] = z.imag();
+            }
+          }
+        }
+      }
+    }
+    Matrix context(rows, std::vector<double>(C, 0.0));
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < NH; ++h) {
+        for (int64_t i = 0; i < T; ++i) {
+          std::vector<double> scores(i + 1);
+          double largest = -INFINITY;
+          for (int64_t j = 0; j <= i; ++j) {
+            double dot_product = 0;
+            for (int64_t d = 0; d < HD; ++d) dot_product += q(b * T + i, h)[d] * k(b * T + j, h)[d];
+            scores[j] = dot_product / std::sqrt(static_cast<double>(HD));
+            largest = std::max(largest, scores[j]);
+          }
+          double total = 0;
+          for (double& score : scores) total += (score = std::exp(score - largest));
+          for (int64_t j = 0; j <= i; ++j) {
+            for (int64_t d = 0; d < HD; ++d) {
+              context[b * T + i][h * HD + d] += scores[j] / total * v(b * T + j, h)[d];
+            }
+          }
+        }
+      }
+    }
+    const Matrix projected = linear(context, prefix + "self_attention.linear_proj", C);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < C; ++c) x[r][c] += projected[r][c];
+    }
+    const Matrix fc1 = linear(norm(x, prefix + "pre_mlp_layernorm"), prefix + "mlp.linear_fc1",
+                              config.swiglu ? 2 * F : F);
+    Matrix activation(rows, std::vector<double>(F));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t f = 0; f < F; ++f) {
+        const double a = fc1[r][f];
+        activation[r][f] =
+            config.swiglu ? a / (1 + std::exp(-a)) * fc1[r][F + f]
+                          : 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)));
+      }
+    }
+    const Matrix mlp = linear(activation, prefix + "mlp.linear_fc2", C);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < C; ++c) x[r][c] += mlp[r][c];
+    }
+  }
+  const Matrix final_norm = norm(x, "decoder.final_layernorm");
+  const double* output = config.share_embeddings_and_output_weights
+                             ? word
+                             : parameter("output_layer.weight");
+  CHECK(has("output_layer.weight") != config.share_embeddings_and_output_weights);
+  double loss = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<double> logits(V, 0.0);
+    double largest = -INFINITY;
+    for (int64_t o = 0; o < V; ++o) {
+      for (int64_t c = 0; c < C; ++c) logits[o] += final_norm[r][c] * output[o * C + c];
+      largest = std::max(largest, logits[o]);
+    }
+    double total = 0;
+    for (double logit : logits) total += std::exp(logit - largest);
+    loss += largest + std::log(total) - logits[batch.labels[r]];
+  }
+  return loss / static_cast<double>(rows);
+}
+
+}  // namespace
+
+TEST_CASE("forward computes Megatron's definitions: a scalar reference for GPT and Llama") {
+  auto check = [](const GptConfig& config) {
+    GptModel<double> model(config);
+    init_for_gradient_check(model);  // biases and norm weights away from 0 and 1
+    const Batch batch = random_batch(config, kTinyBatch, kTinySeq, 21);
+    const double loss = forward(model, batch);
+    CHECK(loss == doctest::Approx(reference_loss(model, batch)).epsilon(1e-12));
+    return loss;
+  };
+  GptConfig config = tiny_config();
+  config.init_method_std = 0.3;
+  const double gpt = check(config);
+  const double llama_loss = check(llama(config));
+  GptConfig partial = llama(config);
+  partial.rotary_percent = 0.5;
+  partial.rotary_base = 50;
+  const double partial_loss = check(partial);
+  CHECK(llama_loss != gpt);
+  CHECK(partial_loss != llama_loss);
+}
+
+TEST_CASE("model gradients match central finite differences for every parameter tensor") {
+  check_every_tensor_gradient(tiny_config());
+}
+
+TEST_CASE("each Llama switch alone, and all together, keeps the gradient exact") {
+  SUBCASE("rope") {
+    GptConfig config = tiny_config();
+    config.position_embedding_type = backend::PositionEmbeddingType::rope;
+    check_every_tensor_gradient(config);
+  }
+  SUBCASE("rope on half of each head") {
+    GptConfig config = tiny_config();
+    config.position_embedding_type = backend::PositionEmbeddingType::rope;
+    config.rotary_percent = 0.5;
+    config.rotary_base = 100;
+    check_every_tensor_gradient(config);
+  }
+  SUBCASE("RMSNorm") {
+    GptConfig config = tiny_config();
+    config.normalization = backend::Normalization::rms_norm;
+    check_every_tensor_gradient(config);
+  }
+  SUBCASE("SwiGLU") {
+    GptConfig config = tiny_config();
+    config.swiglu = true;
+    check_every_tensor_gradient(config);
+  }
+  SUBCASE("no linear biases") {
+    GptConfig config = tiny_config();
+    config.add_bias_linear = false;
+    check_every_tensor_gradient(config);
+  }
+  SUBCASE("untied output layer") {
+    GptConfig config = tiny_config();
+    config.share_embeddings_and_output_weights = false;
+    check_every_tensor_gradient(config);
+  }
+  SUBCASE("the Llama combination") { check_every_tensor_gradient(llama(tiny_config())); }
+}
+
 TEST_CASE("float model matches the double model initialised with the same seed") {
-  const GptConfig config = tiny_config();
+  GptConfig config = tiny_config();
+  SUBCASE("GPT") {}
+  SUBCASE("Llama") { config = llama(config); }
   GptModel<double> reference(config);
   GptModel<float> single(config);
   reference.init_parameters(3);
@@ -148,7 +380,10 @@ TEST_CASE("float model matches the double model initialised with the same seed")
 }
 
 TEST_CASE("initialisation follows Megatron: N(0, std), scaled output projections, 0 and 1") {
-  const GptConfig config = medium_config();
+  // The Llama model adds output_layer.weight, N(0, std) like every other weight.
+  GptConfig config = medium_config();
+  SUBCASE("GPT") {}
+  SUBCASE("Llama") { config = llama(config); }
   GptModel<double> model(config);
   model.init_parameters(11);
   const double scaled_std =
@@ -428,8 +663,92 @@ TEST_CASE("the tensor table follows Megatron's names, shapes and order in one fl
                       config.num_layers * (4 * C * C + 2 * C * F + 9 * C + F) + 2 * C);
 }
 
+TEST_CASE("the Llama tensor table: no position table, norm or linear biases; output_layer") {
+  GptConfig config = llama(tiny_config());
+  config.ffn_hidden_size = 24;  // not a multiple of C, so F and C cannot be confused
+  GptModel<float> model(config);
+  const auto& tensors = model.tensors();
+  const int64_t C = config.hidden_size;
+  const int64_t F = config.ffn_hidden_size;
+  const int64_t V = config.padded_vocab_size;
+  const std::vector<std::string> layer_names = {
+      "input_layernorm.weight", "self_attention.linear_qkv.weight",
+      "self_attention.linear_proj.weight", "pre_mlp_layernorm.weight", "mlp.linear_fc1.weight",
+      "mlp.linear_fc2.weight"};
+  // SwiGLU: linear_fc1 gives 2F features (gate and linear half), linear_fc2 takes F.
+  const std::vector<std::vector<int64_t>> layer_shapes = {{C},    {3 * C, C}, {C, C},
+                                                          {C},    {2 * F, C}, {C, F}};
+  REQUIRE(tensors.size() == static_cast<size_t>(3 + 6 * config.num_layers));
+  CHECK(tensors[0].name == "embedding.word_embeddings.weight");
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    for (size_t j = 0; j < layer_names.size(); ++j) {
+      const auto& tensor = tensors[1 + 6 * l + j];
+      CHECK(tensor.name == "decoder.layers." + std::to_string(l) + "." + layer_names[j]);
+      CHECK(tensor.shape == layer_shapes[j]);
+    }
+  }
+  CHECK(tensors[tensors.size() - 2].name == "decoder.final_layernorm.weight");
+  CHECK(tensors.back().name == "output_layer.weight");
+  CHECK(tensors.back().shape == std::vector<int64_t>{V, C});
+  int64_t offset = 0;
+  for (const auto& tensor : tensors) {
+    INFO("tensor " << tensor.name);
+    CHECK(tensor.offset == offset);
+    // No decay on the norm weights (the only 1-D tensors left); decay on output_layer.
+    CHECK(tensor.weight_decay == (tensor.shape.size() == 2));
+    offset += tensor.numel;
+  }
+  CHECK(offset == 2 * V * C + config.num_layers * (4 * C * C + 3 * C * F + 2 * C) + C);
+  for (const char* absent :
+       {"embedding.position_embeddings.weight", "decoder.layers.0.input_layernorm.bias",
+        "decoder.layers.0.self_attention.linear_qkv.bias", "decoder.layers.1.mlp.linear_fc2.bias",
+        "decoder.final_layernorm.bias"}) {
+    CHECK_THROWS_AS(model.tensor(absent), common::Error);
+  }
+  // Each switch alone removes or adds exactly its tensors.
+  auto count_with = [](auto change) {
+    GptConfig alone = tiny_config();
+    change(alone);
+    return GptModel<float>(alone).tensors().size();
+  };
+  const size_t gpt = 4 + 12 * 2;
+  using backend::Normalization;
+  using backend::PositionEmbeddingType;
+  CHECK(count_with([](GptConfig& c) { c.position_embedding_type = PositionEmbeddingType::rope; }) ==
+        gpt - 1);
+  CHECK(count_with([](GptConfig& c) { c.normalization = Normalization::rms_norm; }) == gpt - 5);
+  CHECK(count_with([](GptConfig& c) { c.add_bias_linear = false; }) == gpt - 8);
+  CHECK(count_with([](GptConfig& c) { c.share_embeddings_and_output_weights = false; }) == gpt + 1);
+  CHECK(count_with([](GptConfig& c) { c.swiglu = true; }) == gpt);
+}
+
+TEST_CASE("RoPE settings that rotate an odd number of features, or none, are refused") {
+  GptConfig config = llama(tiny_config());  // head dim 8
+  config.rotary_percent = 0.375;            // 3 features
+  CHECK_THROWS_WITH_AS(GptModel<float>{config},
+                       "--rotary-percent 0.375 rotates 3 of the 8 features of a head "
+                       "(--hidden-size 16 / --num-attention-heads 2); RoPE needs an even "
+                       "number, at least 2",
+                       common::Error);
+  config.rotary_percent = 0.1;  // int(0.8) = 0
+  CHECK_THROWS_WITH_AS(GptModel<float>{config}, doctest::Contains("rotates 0 of the 8"),
+                       common::Error);
+  config.rotary_percent = 0;
+  CHECK_THROWS_WITH_AS(GptModel<float>{config}, "--rotary-percent must lie in (0, 1], got 0",
+                       common::Error);
+  config.rotary_percent = 1;
+  config.rotary_base = 0;
+  CHECK_THROWS_WITH_AS(GptModel<float>{config}, "--rotary-base must be positive, got 0",
+                       common::Error);
+  config.rotary_base = 10000;
+  config.rotary_percent = 0.25;  // 2 features: the smallest rotation
+  CHECK_NOTHROW(GptModel<float>{config});
+}
+
 TEST_CASE("forward and backward give the same bits on one thread as on several") {
-  const GptConfig config = medium_config();
+  GptConfig config = medium_config();
+  SUBCASE("GPT") {}
+  SUBCASE("Llama") { config = llama(config); }
   const Batch batch = random_batch(config, 2, 64, 12);
   auto run = [&] {
     GptModel<float> model(config);

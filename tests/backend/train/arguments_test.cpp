@@ -1,6 +1,7 @@
 // Megatron flag parsing: defaults, derived values, and every refusal naming its flag.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,14 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
       {{"--global-batch-size", "7"}, "--global-batch-size 7 is not divisible by --micro-batch-size 2"},
       {{"--max-position-embeddings", "16"}, "--seq-length 32 exceeds --max-position-embeddings 16"},
       {{"--lr-decay-style", "exponential"}, "--lr-decay-style"},
-      {{"--swiglu"}, "--swiglu is a Megatron-LM flag this backend does not support yet"},
+      {{"--sequence-parallel"},
+       "--sequence-parallel is a Megatron-LM flag this backend does not support yet"},
+      {{"--position-embedding-type", "alibi"}, "--position-embedding-type: alibi not in"},
+      {{"--normalization", "rmsnorm"}, "--normalization: rmsnorm not in"},
+      {{"--rotary-percent", "0"}, "--rotary-percent must lie in (0, 1], got 0"},
+      {{"--rotary-percent", "1.5"}, "--rotary-percent must lie in (0, 1], got 1.5"},
+      {{"--rotary-base", "0"}, "--rotary-base must be positive, got 0"},
+      {{"--norm-epsilon", "0"}, "--norm-epsilon must be positive, got 0"},
       {{"--tensor-model-parallel-size", "2"}, "model parallelism is not built yet"},
       {{"--data-path", "my_text_document"}, "--data-path my_text_document"},
       {{"--save", "/tmp/ckpt"}, "checkpointing is not built yet"},
@@ -68,6 +76,55 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
     CAPTURE(c.message);
     CHECK_THROWS_WITH_AS(parse(with(c.extra)), doctest::Contains(c.message.c_str()), common::Error);
   }
+}
+
+TEST_CASE("the Llama switches: Megatron's defaults, then each flag") {
+  const auto defaults = parse(base_flags());
+  REQUIRE(defaults);
+  CHECK(defaults->position_embedding_type == "learned_absolute");
+  CHECK(defaults->rotary_base == 10000);
+  CHECK(defaults->rotary_percent == 1.0);
+  CHECK(defaults->normalization == "LayerNorm");
+  CHECK(defaults->norm_epsilon == 1e-5);
+  CHECK_FALSE(defaults->swiglu);
+  CHECK(defaults->add_bias_linear);
+  CHECK_FALSE(defaults->untie_embeddings_and_output_weights);
+
+  const auto llama = parse(with({"--position-embedding-type", "rope", "--rotary-base", "500000",
+                                 "--rotary-percent", "0.5", "--normalization", "RMSNorm",
+                                 "--norm-epsilon", "1e-6", "--swiglu", "--disable-bias-linear",
+                                 "--untie-embeddings-and-output-weights", "--ffn-hidden-size",
+                                 "172"}));
+  REQUIRE(llama);
+  CHECK(llama->position_embedding_type == "rope");
+  CHECK(llama->rotary_base == 500000);
+  CHECK(llama->rotary_percent == 0.5);
+  CHECK(llama->normalization == "RMSNorm");
+  CHECK(llama->norm_epsilon == 1e-6);
+  CHECK(llama->swiglu);
+  CHECK_FALSE(llama->add_bias_linear);
+  CHECK(llama->untie_embeddings_and_output_weights);
+  CHECK(llama->ffn_hidden_size == 172);
+
+  // --layernorm-epsilon is the old name of --norm-epsilon; the last one given wins.
+  CHECK(parse(with({"--layernorm-epsilon", "1e-3"}))->norm_epsilon == 1e-3);
+  CHECK(parse(with({"--layernorm-epsilon", "1e-3", "--norm-epsilon", "1e-4"}))->norm_epsilon ==
+        1e-4);
+
+  // The arguments dump names them as Megatron does.
+  const auto lines = backend::format_arguments(*llama);
+  auto has_line = [&](const std::string& name, const std::string& value) {
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& line) {
+      return line.starts_with("  " + name + " .") && line.ends_with(" " + value);
+    });
+  };
+  CHECK(has_line("position_embedding_type", "rope"));
+  CHECK(has_line("normalization", "RMSNorm"));
+  CHECK(has_line("norm_epsilon", "1e-06"));
+  CHECK(has_line("swiglu", "True"));
+  CHECK(has_line("add_bias_linear", "False"));
+  CHECK(has_line("untie_embeddings_and_output_weights", "True"));
+  CHECK(has_line("rotary_base", "500000"));
 }
 
 TEST_CASE("missing required flags and missing data are named") {

@@ -23,6 +23,20 @@ TEST_CASE("FLOPs per iteration follow Megatron's num_floating_point_operations")
   CHECK(megatron_flops_per_iteration(a, 50304) == doctest::Approx(expected).epsilon(1e-12));
 }
 
+TEST_CASE("SwiGLU adds a third h × ffn matrix to the MLP's FLOPs") {
+  TrainingArguments a;
+  a.num_layers = 4;
+  a.hidden_size = 256;
+  a.ffn_hidden_size = 688;
+  a.seq_length = 128;
+  a.global_batch_size = 2;
+  const double gelu = megatron_flops_per_iteration(a, 32000);
+  a.swiglu = true;
+  // Forward 2 FLOPs per multiply-add, backward twice the forward: 6 per weight per token.
+  const double extra_matrix = 6.0 * 2 * 128 * 4 * 256 * 688;
+  CHECK(megatron_flops_per_iteration(a, 32000) - gelu == doctest::Approx(extra_matrix).epsilon(1e-12));
+}
+
 TEST_CASE("the median leaves the warm-up iteration out and the JSON holds every field") {
   TrainingArguments a;
   a.num_layers = 2;

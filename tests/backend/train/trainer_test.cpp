@@ -80,6 +80,43 @@ TEST_CASE("20 steps on a repeating token pattern drive the loss below 0.5") {
   CHECK(result.iterations.back().lm_loss < 0.5);
 }
 
+TEST_CASE("a Llama model (RoPE, RMSNorm, SwiGLU, no biases, untied output) learns the pattern") {
+  auto a = tiny_arguments();
+  a.train_iters = 20;
+  a.hidden_size = 64;
+  a.ffn_hidden_size = 96;
+  a.micro_batch_size = a.global_batch_size = 8;
+  a.lr = 5e-3;
+  a.lr_decay_style = "constant";
+  a.weight_decay = 0;
+  a.position_embedding_type = "rope";
+  a.normalization = "RMSNorm";
+  a.swiglu = true;
+  a.add_bias_linear = false;
+  a.untie_embeddings_and_output_weights = true;
+  // The period-8 pattern of the test above: each next token is determined by the current one.
+  BatchSource pattern = [](Split, int64_t first_sample, int64_t batch, std::span<int32_t> tokens,
+                           std::span<int32_t> labels) {
+    const int64_t T = static_cast<int64_t>(tokens.size()) / batch;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t phase = first_sample + b + t;
+        tokens[b * T + t] = static_cast<int32_t>(10 + 7 * (phase % 8));
+        labels[b * T + t] = static_cast<int32_t>(10 + 7 * ((phase + 1) % 8));
+      }
+    }
+  };
+  std::ostringstream log;
+  const auto result = train(a, log, pattern);
+  REQUIRE(result.iterations.size() == 20);
+  CHECK(result.iterations.front().lm_loss > 4.0);
+  CHECK(result.iterations.back().lm_loss < 0.5);
+  // Per layer 4h² (attention, no biases) + 3·h·ffn (SwiGLU) + 2h (RMSNorm weights); the word
+  // embedding and the output layer (256 × h each); the final norm.
+  const int64_t h = 64, ffn = 96, vocab = 256;
+  CHECK(result.parameter_count == 2 * (4 * h * h + 3 * h * ffn + 2 * h) + 2 * vocab * h + h);
+}
+
 TEST_CASE("micro batches accumulate to the same step as one big batch") {
   auto accumulated = tiny_arguments();
   auto single = tiny_arguments();
