@@ -43,6 +43,15 @@ void validate(const GptConfig& config) {
   };
   probability(config.hidden_dropout, "--hidden-dropout");
   probability(config.attention_dropout, "--attention-dropout");
+  if (config.recompute_granularity == RecomputeGranularity::full) {
+    // Block with 0 layers recomputes nothing, as in Megatron; uniform chunks need a size.
+    const int64_t least = config.recompute_method == RecomputeMethod::uniform ? 1 : 0;
+    if (config.recompute_num_layers < least) {
+      common::fail("--recompute-num-layers must be at least {} with --recompute-method {}, got {}",
+                   least, config.recompute_method == RecomputeMethod::uniform ? "uniform" : "block",
+                   config.recompute_num_layers);
+    }
+  }
   if (config.position_embedding_type == PositionEmbeddingType::rope) {
     if (config.rotary_base <= 0) {
       common::fail("--rotary-base must be positive, got {}", config.rotary_base);

@@ -15,6 +15,11 @@ namespace backend {
 
 enum class PositionEmbeddingType { learned_absolute, rope };
 enum class Normalization { layer_norm, rms_norm };
+// Activation recompute (Megatron's --recompute-granularity / --recompute-method): what the
+// backward recomputes instead of the forward storing it. Changes memory and time, never a
+// result bit.
+enum class RecomputeGranularity { none, selective, full };
+enum class RecomputeMethod { uniform, block };
 
 struct GptConfig {
   int64_t num_layers = 12;
@@ -39,6 +44,13 @@ struct GptConfig {
   bool swiglu = false;           // gated MLP: linear_fc1 gives 2F, silu(a) · b (else GELU)
   bool add_bias_linear = true;   // biases of linear_qkv, linear_proj, linear_fc1, linear_fc2
   bool share_embeddings_and_output_weights = true;  // false: a separate output_layer.weight
+
+  // selective: the attention core's probabilities (B·NH·T² per layer) are recomputed.
+  // full + uniform: layers in chunks of recompute_num_layers, only each chunk's input stored.
+  // full + block: the first recompute_num_layers layers one by one, the rest stored.
+  RecomputeGranularity recompute_granularity = RecomputeGranularity::none;
+  RecomputeMethod recompute_method = RecomputeMethod::uniform;
+  int64_t recompute_num_layers = 1;
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   // Features of a head that RoPE rotates: Megatron's int(head_dim × rotary_percent).

@@ -91,7 +91,8 @@ struct LayerParameters {
 };
 
 // What one layer's forward keeps for its backward. Its input is the previous layer's
-// `output` (or the embedding output for layer 0).
+// `output` (or the embedding output for layer 0). With recompute some of these stay empty
+// (State::resize_activations says which).
 template <typename Scalar>
 struct LayerActivations {
   // The norms' means are left empty with RMSNorm, which does not centre.
@@ -140,7 +141,12 @@ struct GptModel<Scalar>::State {
   bool has_forward = false;
   std::vector<int32_t> tokens, labels;  // (B, T)
   std::vector<Scalar> embedded;         // (B, T, C)
+  // layers[l] holds layer l's activations, or, for a layer the backward recomputes, at most
+  // its output (when the next layer's recompute, or the final norm, starts from it); the
+  // recomputed layers of one chunk run in recompute_slots[0..chunk size).
   std::vector<LayerActivations<Scalar>> layers;
+  std::vector<LayerActivations<Scalar>> recompute_slots;
+  std::vector<Scalar> recomputed_probabilities;  // (B, NH, T, T), selective recompute only
   std::vector<Scalar> final_norm, final_norm_mean, final_norm_rstd;  // (B,T,C), (B,T), (B,T)
   std::vector<Scalar> logits;                                        // (B, T, V)
   std::vector<Scalar> losses, logsumexp;                             // (B, T)
@@ -226,9 +232,35 @@ struct GptModel<Scalar>::State {
                                      static_cast<uint64_t>(site), static_cast<uint64_t>(layer))};
   }
 
+  // Recompute: whether layer l's activations are recomputed in the backward, and the first
+  // layer of its chunk (the layers recomputed together, from the chunk's stored input).
+  bool recomputed(int64_t l) const {
+    if (config.recompute_granularity != RecomputeGranularity::full) return false;
+    return config.recompute_method == RecomputeMethod::uniform || l < config.recompute_num_layers;
+  }
+  int64_t chunk_begin(int64_t l) const {
+    if (config.recompute_method == RecomputeMethod::block) return l;
+    return l / config.recompute_num_layers * config.recompute_num_layers;
+  }
+  bool last_of_chunk(int64_t l) const {
+    return l + 1 == config.num_layers || !recomputed(l + 1) || chunk_begin(l + 1) == l + 1;
+  }
+  LayerActivations<Scalar>& activations(int64_t l) {
+    return recomputed(l) ? recompute_slots[static_cast<size_t>(l - chunk_begin(l))]
+                         : layers[static_cast<size_t>(l)];
+  }
+  Scalar* layer_output(int64_t l) {
+    auto& kept = layers[static_cast<size_t>(l)].output;
+    return kept.empty() ? activations(l).output.data() : kept.data();
+  }
   // The input of layer l: the embedding output for layer 0, else layer l − 1's output.
-  const Scalar* layer_input(int64_t l) const {
-    return l == 0 ? embedded.data() : layers[static_cast<size_t>(l - 1)].output.data();
+  const Scalar* layer_input(int64_t l) {
+    return l == 0 ? embedded.data() : layer_output(l - 1);
+  }
+  Scalar* probabilities(LayerActivations<Scalar>& a) {
+    return config.recompute_granularity == RecomputeGranularity::selective
+               ? recomputed_probabilities.data()
+               : a.probabilities.data();
   }
 
   void resize_activations(int64_t new_batch_size, int64_t new_seq_length);
@@ -254,22 +286,41 @@ void GptModel<Scalar>::State::resize_activations(int64_t new_batch_size, int64_t
     std::vector<Scalar>(count).swap(buffer);
   };
   size(embedded, rows * C);
+  const bool selective = config.recompute_granularity == RecomputeGranularity::selective;
+  const size_t probability_count = static_cast<size_t>(batch_size) * NH * T * T;
+  auto size_layer = [&](LayerActivations<Scalar>& layer, bool internals, bool output) {
+    const size_t n = internals ? rows : 0;
+    size(layer.input_norm, n * C);
+    size(layer.input_norm_mean, internals ? norm_means : 0);
+    size(layer.input_norm_rstd, n);
+    size(layer.qkv, n * 3 * C);
+    size(layer.probabilities, internals && !selective ? probability_count : 0);
+    size(layer.context, n * C);
+    size(layer.attention_residual, n * C);
+    size(layer.mlp_norm, n * C);
+    size(layer.mlp_norm_mean, internals ? norm_means : 0);
+    size(layer.mlp_norm_rstd, n);
+    size(layer.fc1, n * F1);
+    size(layer.activation, n * F);
+    size(layer.output, output ? rows * C : 0);
+  };
   layers.resize(static_cast<size_t>(config.num_layers));
-  for (LayerActivations<Scalar>& layer : layers) {
-    size(layer.input_norm, rows * C);
-    size(layer.input_norm_mean, norm_means);
-    size(layer.input_norm_rstd, rows);
-    size(layer.qkv, rows * 3 * C);
-    size(layer.probabilities, static_cast<size_t>(batch_size) * NH * T * T);
-    size(layer.context, rows * C);
-    size(layer.attention_residual, rows * C);
-    size(layer.mlp_norm, rows * C);
-    size(layer.mlp_norm_mean, norm_means);
-    size(layer.mlp_norm_rstd, rows);
-    size(layer.fc1, rows * F1);
-    size(layer.activation, rows * F);
-    size(layer.output, rows * C);
+  // Slot j serves the j-th layer of every recomputed chunk; it needs an output buffer only
+  // where such a layer's output is not kept in layers[l] (not the last of its chunk).
+  std::vector<bool> slot_needs_output;
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    const bool dropped = recomputed(l);
+    size_layer(layers[static_cast<size_t>(l)], !dropped, !dropped || last_of_chunk(l));
+    if (!dropped) continue;
+    const auto slot = static_cast<size_t>(l - chunk_begin(l));
+    if (slot_needs_output.size() <= slot) slot_needs_output.resize(slot + 1, false);
+    if (!last_of_chunk(l)) slot_needs_output[slot] = true;
   }
+  recompute_slots.resize(slot_needs_output.size());
+  for (size_t j = 0; j < recompute_slots.size(); ++j) {
+    size_layer(recompute_slots[j], true, slot_needs_output[j]);
+  }
+  size(recomputed_probabilities, selective ? probability_count : 0);
   size(final_norm, rows * C);
   size(final_norm_mean, norm_means);
   size(final_norm_rstd, rows);
@@ -298,8 +349,9 @@ void GptModel<Scalar>::State::resize_activations(int64_t new_batch_size, int64_t
 template <typename Scalar>
 void GptModel<Scalar>::State::layer_forward(int64_t l) {
   const LayerParameters& p = layer_parameters[static_cast<size_t>(l)];
-  LayerActivations<Scalar>& a = layers[static_cast<size_t>(l)];
+  LayerActivations<Scalar>& a = activations(l);
   const Scalar* input = layer_input(l);
+  Scalar* output = layer_output(l);
   const int64_t rows = batch_size * seq_length;
   const int64_t C = config.hidden_size;
   const int64_t F = config.ffn_hidden_size;
@@ -310,7 +362,7 @@ void GptModel<Scalar>::State::layer_forward(int64_t l) {
   cpu::linear_forward(a.qkv.data(), a.input_norm.data(), parameter(p.qkv_weight),
                       parameter(p.qkv_bias), rows, C, 3 * C);
   if (rope()) rotate_queries_and_keys(a.qkv.data(), false);
-  cpu::attention_forward(a.context.data(), a.probabilities.data(), a.qkv.data(), batch_size,
+  cpu::attention_forward(a.context.data(), probabilities(a), a.qkv.data(), batch_size,
                          seq_length, C, NH, dropout(DropoutSite::attention, l));
   cpu::linear_forward(branch.data(), a.context.data(), parameter(p.proj_weight),
                       parameter(p.proj_bias), rows, C, C);
@@ -333,7 +385,7 @@ void GptModel<Scalar>::State::layer_forward(int64_t l) {
   if (const Dropout d = dropout(DropoutSite::mlp_output, l); d.active()) {
     cpu::dropout_forward(branch.data(), branch.data(), rows * C, d);
   }
-  cpu::residual_forward(a.output.data(), a.attention_residual.data(), branch.data(), rows * C);
+  cpu::residual_forward(output, a.attention_residual.data(), branch.data(), rows * C);
 }
 
 // The backward of layer_forward(l): on entry dresidual holds the gradient of the layer's
@@ -341,7 +393,7 @@ void GptModel<Scalar>::State::layer_forward(int64_t l) {
 template <typename Scalar>
 void GptModel<Scalar>::State::layer_backward(int64_t l) {
   const LayerParameters& p = layer_parameters[static_cast<size_t>(l)];
-  const LayerActivations<Scalar>& a = layers[static_cast<size_t>(l)];
+  LayerActivations<Scalar>& a = activations(l);
   const Scalar* input = layer_input(l);
   const int64_t rows = batch_size * seq_length;
   const int64_t C = config.hidden_size;
@@ -379,8 +431,14 @@ void GptModel<Scalar>::State::layer_backward(int64_t l) {
   }
   cpu::linear_backward(dnorm.data(), gradient(p.proj_weight), gradient(p.proj_bias),
                        dattention_output, a.context.data(), parameter(p.proj_weight), rows, C, C);
-  cpu::attention_backward(dqkv.data(), dnorm.data(), a.qkv.data(), a.probabilities.data(),
-                          batch_size, seq_length, C, NH, dropout(DropoutSite::attention, l));
+  if (config.recompute_granularity == RecomputeGranularity::selective) {
+    // The attention core again, from the stored qkv and with the forward's mask key: the
+    // same probabilities, and the same context bits (linear_proj's backward is done with it).
+    cpu::attention_forward(a.context.data(), probabilities(a), a.qkv.data(), batch_size,
+                           seq_length, C, NH, dropout(DropoutSite::attention, l));
+  }
+  cpu::attention_backward(dqkv.data(), dnorm.data(), a.qkv.data(), probabilities(a), batch_size,
+                          seq_length, C, NH, dropout(DropoutSite::attention, l));
   if (rope()) rotate_queries_and_keys(dqkv.data(), true);
   cpu::linear_backward(dnorm.data(), gradient(p.qkv_weight), gradient(p.qkv_bias), dqkv.data(),
                        a.input_norm.data(), parameter(p.qkv_weight), rows, C, 3 * C);
@@ -569,8 +627,9 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
     cpu::dropout_forward(s.embedded.data(), s.embedded.data(), rows * C, d);
   }
   for (int64_t l = 0; l < config.num_layers; ++l) s.layer_forward(l);
+  const Scalar* last_output = s.layer_output(config.num_layers - 1);
   s.norm_forward(s.final_norm.data(), s.final_norm_mean.data(), s.final_norm_rstd.data(),
-                 s.layers.back().output.data(), s.final_norm_weight, s.final_norm_bias, rows);
+                 last_output, s.final_norm_weight, s.final_norm_bias, rows);
   // logits = final_norm · W^T with W the word embedding (tied) or output_layer.weight.
   cpu::linear_forward(s.logits.data(), s.final_norm.data(), s.parameter(s.output_weight), nullptr,
                       rows, C, V);
@@ -604,15 +663,46 @@ void GptModel<Scalar>::backward(Scalar grad_scale) {
   cpu::linear_backward(s.dnorm.data(), s.gradient(s.output_weight), nullptr, s.dlogits.data(),
                        s.final_norm.data(), s.parameter(s.output_weight), rows, C, V);
   s.norm_backward(s.dresidual.data(), s.final_norm_weight, s.final_norm_bias, s.dnorm.data(),
-                  s.layers.back().output.data(),  // validate(): num_layers ≥ 1
+                  s.layer_output(config.num_layers - 1),  // validate(): num_layers ≥ 1
                   s.final_norm_mean.data(), s.final_norm_rstd.data(), rows);
-  for (int64_t l = config.num_layers - 1; l >= 0; --l) s.layer_backward(l);
+  for (int64_t l = config.num_layers - 1; l >= 0;) {
+    if (!s.recomputed(l)) {
+      s.layer_backward(l--);
+      continue;
+    }
+    // A recomputed chunk ending at l: its forward again from the chunk's stored input (the
+    // dropout masks are keyed by the last forward's step, so they are the forward's), then
+    // its backward.
+    const int64_t begin = s.chunk_begin(l);
+    for (int64_t k = begin; k <= l; ++k) s.layer_forward(k);
+    for (int64_t k = l; k >= begin; --k) s.layer_backward(k);
+    l = begin - 1;
+  }
 
   if (const Dropout d = s.dropout(DropoutSite::embedding, 0); d.active()) {
     cpu::dropout_backward(s.dresidual.data(), s.dresidual.data(), rows * C, d);
   }
   cpu::embedding_backward(s.gradient(s.word_embeddings), s.gradient(s.position_embeddings),
                           s.dresidual.data(), s.tokens.data(), s.batch_size, s.seq_length, C);
+}
+
+template <typename Scalar>
+int64_t GptModel<Scalar>::activation_bytes() const {
+  const State& s = *state_;
+  size_t count = s.embedded.size() + s.recomputed_probabilities.size() + s.final_norm.size() +
+                 s.final_norm_mean.size() + s.final_norm_rstd.size() + s.logits.size() +
+                 s.losses.size() + s.logsumexp.size();
+  auto add = [&](const LayerActivations<Scalar>& a) {
+    for (const auto* buffer :
+         {&a.input_norm, &a.input_norm_mean, &a.input_norm_rstd, &a.qkv, &a.probabilities,
+          &a.context, &a.attention_residual, &a.mlp_norm, &a.mlp_norm_mean, &a.mlp_norm_rstd,
+          &a.fc1, &a.activation, &a.output}) {
+      count += buffer->size();
+    }
+  };
+  for (const auto& layer : s.layers) add(layer);
+  for (const auto& slot : s.recompute_slots) add(slot);
+  return static_cast<int64_t>(count * sizeof(Scalar));
 }
 
 template <typename Scalar>

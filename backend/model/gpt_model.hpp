@@ -28,6 +28,14 @@
 // step, site, layer, i) alone (a counter-based generator), so the backward regenerates the
 // forward's masks, and neither depends on the thread count.
 //
+// Activation recompute (GptConfig::recompute_*, Megatron's --recompute-*) trades time for
+// memory without changing a bit of the loss or the gradients: selective drops each layer's
+// attention probabilities and the backward runs the attention core again from the stored
+// qkv; full drops whole layers (uniform: chunks of recompute_num_layers layers, storing each
+// chunk's input; block: the first recompute_num_layers layers, one by one) and the backward
+// runs the chunk's forward again before its backward. The ops are deterministic and the
+// dropout masks are keyed by the last forward's step, so the recomputation is the forward.
+//
 // Parameters live in one flat buffer (and gradients in a second one of the same layout) so
 // the optimizer, gradient clipping, checkpoints and, later, data-parallel all-reduce see one
 // contiguous array. Tensor names, order and layouts follow Megatron core's state dict, so
@@ -107,6 +115,12 @@ class GptModel {
   void backward(Scalar grad_scale);
 
   void zero_gradients();
+
+  // Bytes of the activations the last forward keeps for the backward: what each layer
+  // stores, the recompute working space (one chunk's layers, or one layer's attention
+  // probabilities), the embedding, final norm, logits and losses. Backward scratch is not
+  // counted. Activation recompute (GptConfig::recompute_*) lowers it; 0 before any forward.
+  int64_t activation_bytes() const;
 
   // Training mode (the default) applies dropout; evaluation mode (false) turns it off, as
   // torch's train() / eval(). Validation and test passes run in evaluation mode.

@@ -30,10 +30,6 @@ constexpr UnsupportedFlag kUnsupportedFlags[] = {
     {"--sequence-parallel", false, "needs tensor parallelism, which is not built yet"},
     {"--use-flash-attn", false, "belongs to the CUDA path, which is not built yet"},
     {"--use-distributed-optimizer", false, "needs data parallelism, which is not built yet"},
-    {"--recompute-activations", false, "activation recompute is not built yet"},
-    {"--recompute-granularity", true, "activation recompute is not built yet"},
-    {"--recompute-method", true, "activation recompute is not built yet"},
-    {"--recompute-num-layers", true, "activation recompute is not built yet"},
     {"--group-query-attention", false, "only multi-head attention is built so far"},
     {"--num-query-groups", true, "only multi-head attention is built so far"},
     {"--tokenizer-model", true, "SentencePiece tokenizers (Llama) are not built; GPT-2 BPE and NullTokenizer are"},
@@ -99,6 +95,17 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   app.add_flag("--untie-embeddings-and-output-weights",
                arguments.untie_embeddings_and_output_weights,
                "A separate output_layer.weight instead of the word embedding")->group(model);
+  bool recompute_activations = false;
+  app.add_flag("--recompute-activations", recompute_activations,
+               "Selective recompute (same as --recompute-granularity selective)")->group(model);
+  app.add_option("--recompute-granularity", arguments.recompute_granularity,
+                 "selective (attention core) or full (whole layers)")
+      ->group(model)->check(CLI::IsMember({"selective", "full"}));
+  app.add_option("--recompute-method", arguments.recompute_method,
+                 "Full recompute: uniform (chunks of N layers) or block (the first N layers)")
+      ->group(model)->check(CLI::IsMember({"uniform", "block"}));
+  app.add_option("--recompute-num-layers", arguments.recompute_num_layers,
+                 "Full recompute: N of --recompute-method")->group(model);
 
   auto* data = "Data and tokenizer";
   app.add_option("--tokenizer-type", arguments.tokenizer_type, "GPT2BPETokenizer or NullTokenizer")
@@ -195,6 +202,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  error.what());
   }
   refuse_unknown_flags();
+  if (recompute_activations) arguments.recompute_granularity = "selective";
   for (const auto& entry : kUnsupportedFlags) {
     if (app.count(entry.flag) > 0) {
       common::fail("pretrain_gpt: {} is a Megatron-LM flag this backend does not support yet: {}",
@@ -285,6 +293,25 @@ void validate_arguments(TrainingArguments& arguments) {
   if (!(arguments.norm_epsilon > 0)) {
     common::fail("--norm-epsilon must be positive, got {}", arguments.norm_epsilon);
   }
+  // Megatron's TransformerConfig rules for recompute.
+  if (arguments.recompute_granularity == "selective") {
+    if (!arguments.recompute_method.empty()) {
+      common::fail("--recompute-method {}: a recompute method is not supported with selective "
+                   "recompute (--recompute-activations / --recompute-granularity selective)",
+                   arguments.recompute_method);
+    }
+    if (arguments.recompute_num_layers) {
+      common::fail("--recompute-num-layers {}: with selective recompute it must not be given",
+                   *arguments.recompute_num_layers);
+    }
+  } else if (arguments.recompute_granularity == "full") {
+    if (arguments.recompute_method.empty()) {
+      common::fail("--recompute-granularity full needs --recompute-method uniform or block");
+    }
+    if (!arguments.recompute_num_layers) {
+      common::fail("--recompute-granularity full needs --recompute-num-layers N");
+    }
+  }
   if (!(arguments.adam_eps > 0)) common::fail("--adam-eps must be positive, got {}", arguments.adam_eps);
   if (arguments.bf16 && arguments.fp16) common::fail("--bf16 and --fp16 are mutually exclusive");
 
@@ -334,6 +361,10 @@ std::vector<std::string> format_arguments(const TrainingArguments& a) {
       {"norm_epsilon", fmt::format("{}", a.norm_epsilon)},
       {"normalization", a.normalization},
       {"position_embedding_type", a.position_embedding_type},
+      {"recompute_granularity", a.recompute_granularity.empty() ? "None" : a.recompute_granularity},
+      {"recompute_method", a.recompute_method.empty() ? "None" : a.recompute_method},
+      {"recompute_num_layers",
+       a.recompute_num_layers ? fmt::format("{}", *a.recompute_num_layers) : "None"},
       {"rotary_base", fmt::format("{}", a.rotary_base)},
       {"rotary_percent", fmt::format("{}", a.rotary_percent)},
       {"swiglu", a.swiglu ? "True" : "False"},

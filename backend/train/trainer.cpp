@@ -48,6 +48,14 @@ GptConfig model_config(const TrainingArguments& a) {
   config.swiglu = a.swiglu;
   config.add_bias_linear = a.add_bias_linear;
   config.share_embeddings_and_output_weights = !a.untie_embeddings_and_output_weights;
+  if (a.recompute_granularity == "selective") {
+    config.recompute_granularity = RecomputeGranularity::selective;
+  } else if (a.recompute_granularity == "full") {
+    config.recompute_granularity = RecomputeGranularity::full;
+    config.recompute_method =
+        a.recompute_method == "block" ? RecomputeMethod::block : RecomputeMethod::uniform;
+    config.recompute_num_layers = a.recompute_num_layers.value_or(1);
+  }
   validate(config);
   return config;
 }

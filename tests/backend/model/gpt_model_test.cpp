@@ -943,3 +943,122 @@ TEST_CASE("dropout probabilities outside 0 ≤ p < 1 are refused, naming the fla
                        doctest::Contains("--hidden-dropout must lie in [0, 1)"), common::Error);
   CHECK_NOTHROW(GptModel<float>{with_dropout(tiny_config(), 0.0, 0.999)});
 }
+
+namespace {
+
+using backend::RecomputeGranularity;
+using backend::RecomputeMethod;
+
+GptConfig with_recompute(GptConfig config, RecomputeGranularity granularity,
+                         RecomputeMethod method = RecomputeMethod::uniform, int64_t layers = 1) {
+  config.recompute_granularity = granularity;
+  config.recompute_method = method;
+  config.recompute_num_layers = layers;
+  return config;
+}
+
+// Loss, gradients after two backwards of one forward, then the loss and gradients of a second
+// micro batch of another shape: everything the trainer could observe.
+template <typename Scalar>
+std::vector<Scalar> observable_run(const GptConfig& config) {
+  GptModel<Scalar> model(config);
+  model.init_parameters(31);
+  model.set_dropout_seed(7);
+  const Batch first = random_batch(config, kTinyBatch, kTinySeq, 32);
+  const Batch second = random_batch(config, 3, 5, 33);
+  std::vector<Scalar> result = {forward(model, first)};
+  model.backward(Scalar{1});
+  model.backward(Scalar{0.5});
+  result.insert(result.end(), model.gradients().begin(), model.gradients().end());
+  result.push_back(forward(model, second));
+  model.backward(Scalar{1});
+  result.insert(result.end(), model.gradients().begin(), model.gradients().end());
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("activation recompute gives the same loss and gradients, bit for bit") {
+  GptConfig config = with_dropout(tiny_config(), 0.2, 0.3);  // recomputed masks must match
+  config.num_layers = 4;
+  SUBCASE("GPT") {}
+  SUBCASE("Llama") { config = llama(config); }
+  const auto reference_double = observable_run<double>(config);
+  const auto reference_float = observable_run<float>(config);
+  const std::vector<GptConfig> recomputing = {
+      with_recompute(config, RecomputeGranularity::selective),
+      with_recompute(config, RecomputeGranularity::full, RecomputeMethod::uniform, 1),
+      with_recompute(config, RecomputeGranularity::full, RecomputeMethod::uniform, 2),
+      with_recompute(config, RecomputeGranularity::full, RecomputeMethod::uniform, 3),  // 3 + 1
+      with_recompute(config, RecomputeGranularity::full, RecomputeMethod::uniform, 4),
+      with_recompute(config, RecomputeGranularity::full, RecomputeMethod::block, 0),
+      with_recompute(config, RecomputeGranularity::full, RecomputeMethod::block, 1),
+      with_recompute(config, RecomputeGranularity::full, RecomputeMethod::block, 3),
+      with_recompute(config, RecomputeGranularity::full, RecomputeMethod::block, 6),  // > layers
+  };
+  for (const GptConfig& recompute : recomputing) {
+    CAPTURE(static_cast<int>(recompute.recompute_granularity));
+    CAPTURE(static_cast<int>(recompute.recompute_method));
+    CAPTURE(recompute.recompute_num_layers);
+    CHECK(observable_run<double>(recompute) == reference_double);
+    CHECK(observable_run<float>(recompute) == reference_float);
+  }
+}
+
+TEST_CASE("activation recompute stores less: the byte count of each mode") {
+  GptConfig config = tiny_config();
+  config.num_layers = 4;
+  const Batch batch = random_batch(config, kTinyBatch, kTinySeq, 34);
+  auto bytes = [&](const GptConfig& model_config) {
+    GptModel<float> model(model_config);
+    model.init_parameters(1);
+    CHECK(model.activation_bytes() == 0);
+    forward(model, batch);
+    return model.activation_bytes();
+  };
+  const int64_t B = kTinyBatch, T = kTinySeq, rows = B * T, L = config.num_layers;
+  const int64_t C = config.hidden_size, F = config.ffn_hidden_size;
+  const int64_t NH = config.num_attention_heads;
+  const int64_t V = config.padded_vocab_size;
+  const int64_t per_float = sizeof(float);
+  // What a GPT layer keeps: input_norm, qkv, context, attention_residual, mlp_norm, fc1,
+  // gelu, output (rows × C, 3C, C, C, C, F, F, C), the two norms' mean and rstd (rows each),
+  // the probabilities (B·NH·T²).
+  const int64_t probabilities = B * NH * T * T * per_float;
+  const int64_t output = rows * C * per_float;
+  const int64_t internals = rows * (7 * C + 2 * F + 4) * per_float + probabilities;
+  // Outside the layers: embedding output, final norm with mean and rstd, logits, losses and
+  // their logsumexp.
+  const int64_t outside = (rows * C + rows * C + 2 * rows + rows * V + 2 * rows) * per_float;
+  const int64_t none = bytes(config);
+  CHECK(none == outside + L * (internals + output));
+  // Selective: one layer's probabilities, recomputed in turn, instead of one per layer.
+  CHECK(bytes(with_recompute(config, RecomputeGranularity::selective)) ==
+        none - (L - 1) * probabilities);
+  // Full, uniform chunks of 1: every layer's output (the next one's input) and one layer's
+  // working space.
+  CHECK(bytes(with_recompute(config, RecomputeGranularity::full, RecomputeMethod::uniform, 1)) ==
+        outside + L * output + internals);
+  // Chunks of 2: the chunk boundaries' outputs (layers 1 and 3), two layers' working space,
+  // the first with an output of its own.
+  CHECK(bytes(with_recompute(config, RecomputeGranularity::full, RecomputeMethod::uniform, 2)) ==
+        outside + 2 * output + 2 * internals + output);
+  // Block of 3: layers 0..2 keep their output only, layer 3 everything, one working space.
+  CHECK(bytes(with_recompute(config, RecomputeGranularity::full, RecomputeMethod::block, 3)) ==
+        outside + 3 * output + (internals + output) + internals);
+  CHECK(bytes(with_recompute(config, RecomputeGranularity::full, RecomputeMethod::block, 0)) ==
+        none);
+}
+
+TEST_CASE("recompute settings Megatron refuses are refused, naming the flag") {
+  CHECK_THROWS_WITH_AS(
+      GptModel<float>{with_recompute(tiny_config(), RecomputeGranularity::full,
+                                     RecomputeMethod::uniform, 0)},
+      "--recompute-num-layers must be at least 1 with --recompute-method uniform, got 0",
+      common::Error);
+  CHECK_THROWS_WITH_AS(
+      GptModel<float>{with_recompute(tiny_config(), RecomputeGranularity::full,
+                                     RecomputeMethod::block, -1)},
+      "--recompute-num-layers must be at least 0 with --recompute-method block, got -1",
+      common::Error);
+}

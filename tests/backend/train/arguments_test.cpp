@@ -64,6 +64,15 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
       {{"--rotary-percent", "1.5"}, "--rotary-percent must lie in (0, 1], got 1.5"},
       {{"--rotary-base", "0"}, "--rotary-base must be positive, got 0"},
       {{"--norm-epsilon", "0"}, "--norm-epsilon must be positive, got 0"},
+      {{"--recompute-granularity", "partial"}, "--recompute-granularity: partial not in"},
+      {{"--recompute-granularity", "full", "--recompute-num-layers", "1"},
+       "--recompute-granularity full needs --recompute-method uniform or block"},
+      {{"--recompute-granularity", "full", "--recompute-method", "block"},
+       "--recompute-granularity full needs --recompute-num-layers N"},
+      {{"--recompute-activations", "--recompute-method", "uniform"},
+       "--recompute-method uniform: a recompute method is not supported with selective"},
+      {{"--recompute-granularity", "selective", "--recompute-num-layers", "2"},
+       "--recompute-num-layers 2: with selective recompute it must not be given"},
       {{"--tensor-model-parallel-size", "2"}, "model parallelism is not built yet"},
       {{"--data-path", "my_text_document"}, "--data-path my_text_document"},
       {{"--save", "/tmp/ckpt"}, "checkpointing is not built yet"},
@@ -125,6 +134,25 @@ TEST_CASE("the Llama switches: Megatron's defaults, then each flag") {
   CHECK(has_line("add_bias_linear", "False"));
   CHECK(has_line("untie_embeddings_and_output_weights", "True"));
   CHECK(has_line("rotary_base", "500000"));
+}
+
+TEST_CASE("activation recompute flags, as Megatron reads them") {
+  const auto none = parse(base_flags());
+  CHECK(none->recompute_granularity.empty());
+  CHECK_FALSE(none->recompute_num_layers.has_value());
+  CHECK(parse(with({"--recompute-activations"}))->recompute_granularity == "selective");
+  const auto full = parse(with({"--recompute-granularity", "full", "--recompute-method", "uniform",
+                                "--recompute-num-layers", "2"}));
+  REQUIRE(full);
+  CHECK(full->recompute_granularity == "full");
+  CHECK(full->recompute_method == "uniform");
+  CHECK(full->recompute_num_layers == 2);
+  const auto lines = backend::format_arguments(*full);
+  CHECK(std::find(lines.begin(), lines.end(),
+                  "  recompute_num_layers ............................ 2") != lines.end());
+  const auto none_lines = backend::format_arguments(*none);
+  CHECK(std::find(none_lines.begin(), none_lines.end(),
+                  "  recompute_granularity ........................... None") != none_lines.end());
 }
 
 TEST_CASE("missing required flags and missing data are named") {

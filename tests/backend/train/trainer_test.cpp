@@ -117,6 +117,35 @@ TEST_CASE("a Llama model (RoPE, RMSNorm, SwiGLU, no biases, untied output) learn
   CHECK(result.parameter_count == 2 * (4 * h * h + 3 * h * ffn + 2 * h) + 2 * vocab * h + h);
 }
 
+TEST_CASE("training with activation recompute logs the same iterations, bit for bit") {
+  auto reference = tiny_arguments();
+  reference.num_layers = 3;
+  reference.train_iters = 4;
+  reference.hidden_dropout = reference.attention_dropout = 0.1;  // the masks are recomputed too
+  std::ostringstream log;
+  const auto expected = train(reference, log);
+  auto selective = reference;
+  selective.recompute_granularity = "selective";
+  auto uniform = reference;
+  uniform.recompute_granularity = "full";
+  uniform.recompute_method = "uniform";
+  uniform.recompute_num_layers = 2;
+  auto block = reference;
+  block.recompute_granularity = "full";
+  block.recompute_method = "block";
+  block.recompute_num_layers = 1;
+  for (const auto& arguments : {selective, uniform, block}) {
+    CAPTURE(arguments.recompute_granularity);
+    CAPTURE(arguments.recompute_method);
+    const auto result = train(arguments, log);
+    REQUIRE(result.iterations.size() == expected.iterations.size());
+    for (size_t i = 0; i < expected.iterations.size(); ++i) {
+      CHECK(result.iterations[i].lm_loss == expected.iterations[i].lm_loss);
+      CHECK(result.iterations[i].grad_norm == expected.iterations[i].grad_norm);
+    }
+  }
+}
+
 TEST_CASE("micro batches accumulate to the same step as one big batch") {
   auto accumulated = tiny_arguments();
   auto single = tiny_arguments();
