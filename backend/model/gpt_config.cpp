@@ -28,6 +28,11 @@ void validate(const GptConfig& config) {
     common::fail("--num-attention-heads {} must divide --hidden-size {}",
                  config.num_attention_heads, config.hidden_size);
   }
+  if (config.num_query_groups < 0 ||
+      config.num_attention_heads % config.query_groups() != 0) {
+    common::fail("--num-query-groups {} must be positive and divide --num-attention-heads {}",
+                 config.num_query_groups, config.num_attention_heads);
+  }
   if (config.padded_vocab_size < config.vocab_size) {
     common::fail("padded vocabulary {} is smaller than --vocab-size {}",
                  config.padded_vocab_size, config.vocab_size);

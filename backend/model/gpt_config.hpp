@@ -25,6 +25,9 @@ struct GptConfig {
   int64_t num_layers = 12;
   int64_t hidden_size = 768;
   int64_t num_attention_heads = 12;
+  // Grouped-query attention (--group-query-attention --num-query-groups): NG key/value heads,
+  // each shared by NH / NG query heads. 0 means NG = NH, multi-head attention.
+  int64_t num_query_groups = 0;
   int64_t ffn_hidden_size = 3072;          // Megatron's default: 4 × hidden_size
   int64_t max_position_embeddings = 2048;  // rows of the learned position table
   int64_t vocab_size = 50257;              // the tokenizer's vocabulary
@@ -53,6 +56,11 @@ struct GptConfig {
   int64_t recompute_num_layers = 1;
 
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t query_groups() const {
+    return num_query_groups > 0 ? num_query_groups : num_attention_heads;
+  }
+  // Output features of linear_qkv: per query group [NH/NG query heads | key | value].
+  int64_t qkv_features() const { return (num_attention_heads + 2 * query_groups()) * head_dim(); }
   // Features of a head that RoPE rotates: Megatron's int(head_dim × rotary_percent).
   int64_t rotary_dim() const {
     return static_cast<int64_t>(static_cast<double>(head_dim()) * rotary_percent);

@@ -97,7 +97,7 @@ template <typename Scalar>
 struct LayerActivations {
   // The norms' means are left empty with RMSNorm, which does not centre.
   std::vector<Scalar> input_norm, input_norm_mean, input_norm_rstd;  // (B,T,C), (B,T), (B,T)
-  std::vector<Scalar> qkv;  // (B, T, 3C), q and k rotated with RoPE
+  std::vector<Scalar> qkv;  // (B, T, QKV = (NH + 2·NG)·HD), q and k rotated with RoPE
   std::vector<Scalar> probabilities;                                 // (B, NH, T, T)
   std::vector<Scalar> context;                                       // (B, T, C)
   std::vector<Scalar> attention_residual;                            // (B, T, C)
@@ -158,7 +158,7 @@ struct GptModel<Scalar>::State {
   std::vector<Scalar> dresidual;  // (B, T, C) residual stream
   std::vector<Scalar> dbranch;    // (B, T, C)
   std::vector<Scalar> dnorm;      // (B, T, C)
-  std::vector<Scalar> dqkv;       // (B, T, 3C)
+  std::vector<Scalar> dqkv;       // (B, T, QKV)
   std::vector<Scalar> dhidden;    // (B, T, F) gradient of the activation's output
   std::vector<Scalar> dfc1;       // (B, T, F or 2F) gradient of linear_fc1's output
 
@@ -205,20 +205,22 @@ struct GptModel<Scalar>::State {
     }
   }
 
-  // RoPE on the q and k heads of a fused qkv activation (B, T, 3C), in place: per head the
-  // layout is [q | k | v], so the first two of every three heads rotate. The backward
-  // rotates a gradient back.
+  // RoPE on the q and k heads of a fused qkv activation (B, T, QKV), in place: per query
+  // group the layout is [NH/NG query heads | key | value], so the first NH/NG + 1 heads of
+  // every group rotate (with NG = NH: q and k of every [q | k | v]). The backward rotates a
+  // gradient back.
   void rotate_queries_and_keys(Scalar* qkv, bool backward) {
     const int64_t HD = config.head_dim();
-    const int64_t width = 3 * config.hidden_size;
-    for (int64_t h = 0; h < config.num_attention_heads; ++h) {
-      Scalar* head = qkv + h * 3 * HD;
+    const int64_t rotated = config.num_attention_heads / config.query_groups() + 1;
+    const int64_t group_width = (rotated + 1) * HD;
+    for (int64_t g = 0; g < config.query_groups(); ++g) {
+      Scalar* group = qkv + g * group_width;
       if (backward) {
-        cpu::rope_backward(head, head, rope_cos.data(), rope_sin.data(), batch_size, seq_length,
-                           2, HD, config.rotary_dim(), width);
+        cpu::rope_backward(group, group, rope_cos.data(), rope_sin.data(), batch_size, seq_length,
+                           rotated, HD, config.rotary_dim(), config.qkv_features());
       } else {
-        cpu::rope_forward(head, head, rope_cos.data(), rope_sin.data(), batch_size, seq_length, 2,
-                          HD, config.rotary_dim(), width);
+        cpu::rope_forward(group, group, rope_cos.data(), rope_sin.data(), batch_size, seq_length,
+                          rotated, HD, config.rotary_dim(), config.qkv_features());
       }
     }
   }
@@ -277,6 +279,7 @@ void GptModel<Scalar>::State::resize_activations(int64_t new_batch_size, int64_t
   const auto C = static_cast<size_t>(config.hidden_size);
   const auto F = static_cast<size_t>(config.ffn_hidden_size);
   const auto F1 = static_cast<size_t>(config.fc1_features());
+  const auto QKV = static_cast<size_t>(config.qkv_features());
   const auto V = static_cast<size_t>(config.padded_vocab_size);
   const auto NH = static_cast<size_t>(config.num_attention_heads);
   const auto T = static_cast<size_t>(seq_length);
@@ -293,7 +296,7 @@ void GptModel<Scalar>::State::resize_activations(int64_t new_batch_size, int64_t
     size(layer.input_norm, n * C);
     size(layer.input_norm_mean, internals ? norm_means : 0);
     size(layer.input_norm_rstd, n);
-    size(layer.qkv, n * 3 * C);
+    size(layer.qkv, n * QKV);
     size(layer.probabilities, internals && !selective ? probability_count : 0);
     size(layer.context, n * C);
     size(layer.attention_residual, n * C);
@@ -332,7 +335,7 @@ void GptModel<Scalar>::State::resize_activations(int64_t new_batch_size, int64_t
   size(dresidual, rows * C);
   size(dbranch, rows * C);
   size(dnorm, rows * C);
-  size(dqkv, rows * 3 * C);
+  size(dqkv, rows * QKV);
   size(dhidden, rows * F);
   size(dfc1, rows * F1);
   if (rope()) {
@@ -360,7 +363,7 @@ void GptModel<Scalar>::State::layer_forward(int64_t l) {
   norm_forward(a.input_norm.data(), a.input_norm_mean.data(), a.input_norm_rstd.data(), input,
                p.input_norm_weight, p.input_norm_bias, rows);
   cpu::linear_forward(a.qkv.data(), a.input_norm.data(), parameter(p.qkv_weight),
-                      parameter(p.qkv_bias), rows, C, 3 * C);
+                      parameter(p.qkv_bias), rows, C, config.qkv_features());
   if (rope()) rotate_queries_and_keys(a.qkv.data(), false);
   cpu::attention_forward(a.context.data(), probabilities(a), a.qkv.data(), batch_size,
                          seq_length, C, NH, dropout(DropoutSite::attention, l));
@@ -441,7 +444,8 @@ void GptModel<Scalar>::State::layer_backward(int64_t l) {
                           seq_length, C, NH, dropout(DropoutSite::attention, l));
   if (rope()) rotate_queries_and_keys(dqkv.data(), true);
   cpu::linear_backward(dnorm.data(), gradient(p.qkv_weight), gradient(p.qkv_bias), dqkv.data(),
-                       a.input_norm.data(), parameter(p.qkv_weight), rows, C, 3 * C);
+                       a.input_norm.data(), parameter(p.qkv_weight), rows, C,
+                       config.qkv_features());
   norm_backward(dbranch.data(), p.input_norm_weight, p.input_norm_bias, dnorm.data(), input,
                 a.input_norm_mean.data(), a.input_norm_rstd.data(), rows);
   cpu::residual_forward(dresidual.data(), dresidual.data(), dbranch.data(), rows * C);
@@ -450,11 +454,16 @@ void GptModel<Scalar>::State::layer_backward(int64_t l) {
 template <typename Scalar>
 GptModel<Scalar>::GptModel(const GptConfig& config) : state_(std::make_unique<State>()) {
   validate(config);
+  if (config.query_groups() != config.num_attention_heads) {
+    common::fail("--num-query-groups {}: grouped-query attention is not built yet (the attention "
+                 "op takes one key/value head per query head)", config.num_query_groups);
+  }
   State& s = *state_;
   s.config = config;
   const int64_t C = config.hidden_size;
   const int64_t F = config.ffn_hidden_size;
   const int64_t F1 = config.fc1_features();
+  const int64_t QKV = config.qkv_features();
   // Optional tensors: added when the configuration has them, else kAbsent.
   auto norm_bias = [&](std::string name) {
     return s.rms_norm() ? kAbsent : s.add_tensor(std::move(name), {C}, Init::zeros);
@@ -475,8 +484,8 @@ GptModel<Scalar>::GptModel(const GptConfig& config) : state_(std::make_unique<St
     layer.input_norm_weight = s.add_tensor(prefix + "input_layernorm.weight", {C}, Init::ones);
     layer.input_norm_bias = norm_bias(prefix + "input_layernorm.bias");
     layer.qkv_weight =
-        s.add_tensor(prefix + "self_attention.linear_qkv.weight", {3 * C, C}, Init::normal);
-    layer.qkv_bias = linear_bias(prefix + "self_attention.linear_qkv.bias", 3 * C);
+        s.add_tensor(prefix + "self_attention.linear_qkv.weight", {QKV, C}, Init::normal);
+    layer.qkv_bias = linear_bias(prefix + "self_attention.linear_qkv.bias", QKV);
     layer.proj_weight =
         s.add_tensor(prefix + "self_attention.linear_proj.weight", {C, C}, Init::scaled_normal);
     layer.proj_bias = linear_bias(prefix + "self_attention.linear_proj.bias", C);

@@ -204,18 +204,30 @@ double reference_loss(GptModel<double>& model, const Batch& batch) {
   }
   for (int64_t l = 0; l < config.num_layers; ++l) {
     const std::string prefix = "decoder.layers." + std::to_string(l) + ".";
+    // Megatron's grouped layout: query group g holds [its NH/NG query heads | key | value];
+    // query head h belongs to group h / (NH/NG). With NG = NH, head h is [q | k | v].
+    const int64_t NG = config.query_groups(), per_group = NH / NG;
+    const int64_t group_width = (per_group + 2) * HD;
     Matrix qkv = linear(norm(x, prefix + "input_layernorm"), prefix + "self_attention.linear_qkv",
-                        3 * C);
-    // Head h's query, key and value: columns h·3HD + [0, HD), + [HD, 2HD), + [2HD, 3HD).
-    auto q = [&](int64_t r, int64_t h) { return qkv[r].data() + h * 3 * HD; };
-    auto k = [&](int64_t r, int64_t h) { return qkv[r].data() + h * 3 * HD + HD; };
-    auto v = [&](int64_t r, int64_t h) { return qkv[r].data() + h * 3 * HD + 2 * HD; };
+                        (NH + 2 * NG) * HD);
+    auto q = [&](int64_t r, int64_t h) {
+      return qkv[r].data() + h / per_group * group_width + h % per_group * HD;
+    };
+    auto k = [&](int64_t r, int64_t h) {
+      return qkv[r].data() + h / per_group * group_width + per_group * HD;
+    };
+    auto v = [&](int64_t r, int64_t h) {
+      return qkv[r].data() + h / per_group * group_width + (per_group + 1) * HD;
+    };
     if (rope) {
       // Feature pairs (i, i + R/2) as complex numbers, multiplied by e^(i·t·base^(−2i/R)).
       const int64_t R = config.rotary_dim();
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t h = 0; h < NH; ++h) {
-          for (double* head : {q(r, h), k(r, h)}) {
+          // Each key once: through the first query head of its group.
+          std::vector<double*> heads = {q(r, h)};
+          if (h % per_group == 0) heads.push_back(k(r, h));
+          for (double* head : heads) {
             for (int64_t i = 0; i < R / 2; ++i) {
               const double angle = static_cast<double>(r % T) *
                                    std::pow(static_cast<double>(config.rotary_base),
