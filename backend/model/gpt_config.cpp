@@ -28,8 +28,7 @@ void validate(const GptConfig& config) {
     common::fail("--num-attention-heads {} must divide --hidden-size {}",
                  config.num_attention_heads, config.hidden_size);
   }
-  if (config.num_query_groups < 0 ||
-      config.num_attention_heads % config.query_groups() != 0) {
+  if (config.num_query_groups < 0 || config.num_attention_heads % config.query_groups() != 0) {
     common::fail("--num-query-groups {} must be positive and divide --num-attention-heads {}",
                  config.num_query_groups, config.num_attention_heads);
   }
@@ -68,10 +67,11 @@ void validate(const GptConfig& config) {
     // would rotate one feature more than asked, so it is refused rather than guessed.
     const int64_t rotary_dim = config.rotary_dim();
     if (rotary_dim < 2 || rotary_dim % 2 != 0) {
-      common::fail("--rotary-percent {} rotates {} of the {} features of a head (--hidden-size {} "
-                   "/ --num-attention-heads {}); RoPE needs an even number, at least 2",
-                   config.rotary_percent, rotary_dim, config.head_dim(), config.hidden_size,
-                   config.num_attention_heads);
+      common::fail(
+          "--rotary-percent {} rotates {} of the {} features of a head (--hidden-size {} "
+          "/ --num-attention-heads {}); RoPE needs an even number, at least 2",
+          config.rotary_percent, rotary_dim, config.head_dim(), config.hidden_size,
+          config.num_attention_heads);
     }
   }
 }

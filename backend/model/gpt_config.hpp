@@ -44,8 +44,8 @@ struct GptConfig {
   int64_t rotary_base = 10000;  // RoPE: inv_freq[i] = rotary_base^(−2i / rotary_dim)
   double rotary_percent = 1.0;  // RoPE: share of each head's features that rotate
   Normalization normalization = Normalization::layer_norm;  // all three norms of the model
-  bool swiglu = false;           // gated MLP: linear_fc1 gives 2F, silu(a) · b (else GELU)
-  bool add_bias_linear = true;   // biases of linear_qkv, linear_proj, linear_fc1, linear_fc2
+  bool swiglu = false;          // gated MLP: linear_fc1 gives 2F, silu(a) · b (else GELU)
+  bool add_bias_linear = true;  // biases of linear_qkv, linear_proj, linear_fc1, linear_fc2
   bool share_embeddings_and_output_weights = true;  // false: a separate output_layer.weight
 
   // selective: the attention core's probabilities (B·NH·T² per layer) are recomputed.

@@ -3,12 +3,12 @@
 // with Megatron core's parameter names, layouts and initialisation).
 //
 // Initialisation (Megatron's init_method_normal / scaled_init_method_normal): every weight
-// element, including both embedding tables, is N(0, init_method_std); linear_proj and
-// linear_fc2 weights are N(0, init_method_std / sqrt(2 · num_layers)); biases are 0 and
-// norm weights 1; the untied output_layer.weight is N(0, init_method_std) (Megatron's
-// ColumnParallelLinear with config.init_method). The normal deviates come from a counter-based generator, so element i
-// of the flat buffer depends only on (seed, i), never on the thread count or the order in
-// which tensors are filled: two splitmix64 outputs (Steele, Lea & Flood 2014) at counters
+// element, including both embedding tables and the untied output_layer.weight (Megatron's
+// ColumnParallelLinear with config.init_method), is N(0, init_method_std); linear_proj and
+// linear_fc2 weights are N(0, init_method_std / sqrt(2 · num_layers)); biases are 0 and norm
+// weights 1. The normal deviates come from a counter-based generator, so element i of the
+// flat buffer depends only on (seed, i), never on the thread count or the order in which
+// tensors are filled: two splitmix64 outputs (Steele, Lea & Flood 2014) at counters
 // 2i and 2i+1 of a stream keyed by splitmix64(seed) give two uniforms for one Box–Muller
 // transform (the cosine half). It is computed in double and rounded to Scalar, so a float
 // and a double model with the same seed hold the same parameters up to float rounding.
@@ -97,14 +97,14 @@ template <typename Scalar>
 struct LayerActivations {
   // The norms' means are left empty with RMSNorm, which does not centre.
   std::vector<Scalar> input_norm, input_norm_mean, input_norm_rstd;  // (B,T,C), (B,T), (B,T)
-  std::vector<Scalar> qkv;  // (B, T, QKV = (NH + 2·NG)·HD), q and k rotated with RoPE
-  std::vector<Scalar> probabilities;                                 // (B, NH, T, T)
-  std::vector<Scalar> context;                                       // (B, T, C)
-  std::vector<Scalar> attention_residual;                            // (B, T, C)
-  std::vector<Scalar> mlp_norm, mlp_norm_mean, mlp_norm_rstd;        // (B,T,C), (B,T), (B,T)
+  std::vector<Scalar> qkv;            // (B, T, QKV = (NH + 2·NG)·HD), q and k rotated with RoPE
+  std::vector<Scalar> probabilities;  // (B, NH, T, T)
+  std::vector<Scalar> context;        // (B, T, C)
+  std::vector<Scalar> attention_residual;                      // (B, T, C)
+  std::vector<Scalar> mlp_norm, mlp_norm_mean, mlp_norm_rstd;  // (B,T,C), (B,T), (B,T)
   std::vector<Scalar> fc1;         // (B, T, F), or (B, T, 2F) [gate | linear] with SwiGLU
   std::vector<Scalar> activation;  // (B, T, F): gelu(fc1) or swiglu(fc1)
-  std::vector<Scalar> output;                                        // (B, T, C)
+  std::vector<Scalar> output;      // (B, T, C)
 };
 
 }  // namespace
@@ -150,7 +150,7 @@ struct GptModel<Scalar>::State {
   std::vector<Scalar> final_norm, final_norm_mean, final_norm_rstd;  // (B,T,C), (B,T), (B,T)
   std::vector<Scalar> logits;                                        // (B, T, V)
   std::vector<Scalar> losses, logsumexp;                             // (B, T)
-  std::vector<Scalar> branch;  // (B, T, C) linear_proj / fc2 out
+  std::vector<Scalar> branch;              // (B, T, C) linear_proj / fc2 out
   std::vector<Scalar> rope_cos, rope_sin;  // (T, rotary_dim / 2), RoPE only
 
   // Backward scratch, same (B, T). The logits stay intact so backward() can be repeated.
@@ -177,28 +177,30 @@ struct GptModel<Scalar>::State {
   Scalar* parameter(int64_t offset) {
     return offset == kAbsent ? nullptr : parameters.data() + offset;
   }
-  Scalar* gradient(int64_t offset) { return offset == kAbsent ? nullptr : gradients.data() + offset; }
+  Scalar* gradient(int64_t offset) {
+    return offset == kAbsent ? nullptr : gradients.data() + offset;
+  }
 
   bool rms_norm() const { return config.normalization == Normalization::rms_norm; }
   bool rope() const { return config.position_embedding_type == PositionEmbeddingType::rope; }
 
   // One of the model's three norms (--normalization); mean is unused by RMSNorm.
-  void norm_forward(Scalar* output, Scalar* mean, Scalar* rstd, const Scalar* input,
-                    int64_t weight, int64_t bias, int64_t rows) {
+  void norm_forward(Scalar* output, Scalar* mean, Scalar* rstd, const Scalar* input, int64_t weight,
+                    int64_t bias, int64_t rows) {
     const auto epsilon = static_cast<Scalar>(config.layernorm_epsilon);
     if (rms_norm()) {
       cpu::rmsnorm_forward(output, rstd, input, parameter(weight), epsilon, rows,
                            config.hidden_size);
     } else {
-      cpu::layernorm_forward(output, mean, rstd, input, parameter(weight), parameter(bias),
-                             epsilon, rows, config.hidden_size);
+      cpu::layernorm_forward(output, mean, rstd, input, parameter(weight), parameter(bias), epsilon,
+                             rows, config.hidden_size);
     }
   }
   void norm_backward(Scalar* dinput, int64_t weight, int64_t bias, const Scalar* doutput,
                      const Scalar* input, const Scalar* mean, const Scalar* rstd, int64_t rows) {
     if (rms_norm()) {
-      cpu::rmsnorm_backward(dinput, gradient(weight), doutput, input, parameter(weight), rstd,
-                            rows, config.hidden_size);
+      cpu::rmsnorm_backward(dinput, gradient(weight), doutput, input, parameter(weight), rstd, rows,
+                            config.hidden_size);
     } else {
       cpu::layernorm_backward(dinput, gradient(weight), gradient(bias), doutput, input,
                               parameter(weight), mean, rstd, rows, config.hidden_size);
@@ -256,9 +258,7 @@ struct GptModel<Scalar>::State {
     return kept.empty() ? activations(l).output.data() : kept.data();
   }
   // The input of layer l: the embedding output for layer 0, else layer l − 1's output.
-  const Scalar* layer_input(int64_t l) {
-    return l == 0 ? embedded.data() : layer_output(l - 1);
-  }
+  const Scalar* layer_input(int64_t l) { return l == 0 ? embedded.data() : layer_output(l - 1); }
   Scalar* probabilities(LayerActivations<Scalar>& a) {
     return config.recompute_granularity == RecomputeGranularity::selective
                ? recomputed_probabilities.data()
@@ -365,8 +365,8 @@ void GptModel<Scalar>::State::layer_forward(int64_t l) {
   cpu::linear_forward(a.qkv.data(), a.input_norm.data(), parameter(p.qkv_weight),
                       parameter(p.qkv_bias), rows, C, config.qkv_features());
   if (rope()) rotate_queries_and_keys(a.qkv.data(), false);
-  cpu::attention_forward(a.context.data(), probabilities(a), a.qkv.data(), batch_size,
-                         seq_length, C, NH, dropout(DropoutSite::attention, l));
+  cpu::attention_forward(a.context.data(), probabilities(a), a.qkv.data(), batch_size, seq_length,
+                         C, NH, dropout(DropoutSite::attention, l));
   cpu::linear_forward(branch.data(), a.context.data(), parameter(p.proj_weight),
                       parameter(p.proj_bias), rows, C, C);
   if (const Dropout d = dropout(DropoutSite::attention_output, l); d.active()) {
@@ -419,11 +419,9 @@ void GptModel<Scalar>::State::layer_backward(int64_t l) {
     cpu::gelu_backward(dfc1.data(), dhidden.data(), a.fc1.data(), rows * F);
   }
   cpu::linear_backward(dnorm.data(), gradient(p.fc1_weight), gradient(p.fc1_bias), dfc1.data(),
-                       a.mlp_norm.data(), parameter(p.fc1_weight), rows, C,
-                       config.fc1_features());
+                       a.mlp_norm.data(), parameter(p.fc1_weight), rows, C, config.fc1_features());
   norm_backward(dbranch.data(), p.mlp_norm_weight, p.mlp_norm_bias, dnorm.data(),
-                a.attention_residual.data(), a.mlp_norm_mean.data(), a.mlp_norm_rstd.data(),
-                rows);
+                a.attention_residual.data(), a.mlp_norm_mean.data(), a.mlp_norm_rstd.data(), rows);
   cpu::residual_forward(dresidual.data(), dresidual.data(), dbranch.data(), rows * C);
 
   // Attention block, the same way.
@@ -437,8 +435,8 @@ void GptModel<Scalar>::State::layer_backward(int64_t l) {
   if (config.recompute_granularity == RecomputeGranularity::selective) {
     // The attention core again, from the stored qkv and with the forward's mask key: the
     // same probabilities, and the same context bits (linear_proj's backward is done with it).
-    cpu::attention_forward(a.context.data(), probabilities(a), a.qkv.data(), batch_size,
-                           seq_length, C, NH, dropout(DropoutSite::attention, l));
+    cpu::attention_forward(a.context.data(), probabilities(a), a.qkv.data(), batch_size, seq_length,
+                           C, NH, dropout(DropoutSite::attention, l));
   }
   cpu::attention_backward(dqkv.data(), dnorm.data(), a.qkv.data(), probabilities(a), batch_size,
                           seq_length, C, NH, dropout(DropoutSite::attention, l));
@@ -455,8 +453,10 @@ template <typename Scalar>
 GptModel<Scalar>::GptModel(const GptConfig& config) : state_(std::make_unique<State>()) {
   validate(config);
   if (config.query_groups() != config.num_attention_heads) {
-    common::fail("--num-query-groups {}: grouped-query attention is not built yet (the attention "
-                 "op takes one key/value head per query head)", config.num_query_groups);
+    common::fail(
+        "--num-query-groups {}: grouped-query attention is not built yet (the attention "
+        "op takes one key/value head per query head)",
+        config.num_query_groups);
   }
   State& s = *state_;
   s.config = config;
@@ -499,10 +499,10 @@ GptModel<Scalar>::GptModel(const GptConfig& config) : state_(std::make_unique<St
   }
   s.final_norm_weight = s.add_tensor("decoder.final_layernorm.weight", {C}, Init::ones);
   s.final_norm_bias = norm_bias("decoder.final_layernorm.bias");
-  s.output_weight = config.share_embeddings_and_output_weights
-                        ? s.word_embeddings
-                        : s.add_tensor("output_layer.weight", {config.padded_vocab_size, C},
-                                       Init::normal);
+  s.output_weight =
+      config.share_embeddings_and_output_weights
+          ? s.word_embeddings
+          : s.add_tensor("output_layer.weight", {config.padded_vocab_size, C}, Init::normal);
   const auto total = static_cast<size_t>(s.tensors.back().offset + s.tensors.back().numel);
   s.parameters.assign(total, Scalar{0});
   s.gradients.assign(total, Scalar{0});

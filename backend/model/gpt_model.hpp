@@ -101,7 +101,8 @@ class GptModel {
 
   // Megatron's initialisation: weights (output_layer's too) ~ N(0, init_method_std), the
   // output projections (linear_proj, linear_fc2) ~ N(0, init_method_std / sqrt(2 ·
-  // num_layers)), biases 0, norm weights 1. Deterministic given the seed, independent of thread count.
+  // num_layers)), biases 0, norm weights 1. Deterministic given the seed, independent of thread
+  // count.
   void init_parameters(uint64_t seed);
 
   // One micro batch. tokens and labels are (B, T) row-major with values in [0, vocab_size);

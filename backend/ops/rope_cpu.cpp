@@ -10,9 +10,9 @@ namespace {
 
 // sign = +1 rotates by θ (forward), −1 by −θ (backward).
 template <typename Scalar>
-void rotate(Scalar* output, const Scalar* input, const Scalar* cos, const Scalar* sin,
-            Scalar sign, int64_t batch_size, int64_t seq_length, int64_t num_heads,
-            int64_t head_dim, int64_t rotary_dim, int64_t row_stride) {
+void rotate(Scalar* output, const Scalar* input, const Scalar* cos, const Scalar* sin, Scalar sign,
+            int64_t batch_size, int64_t seq_length, int64_t num_heads, int64_t head_dim,
+            int64_t rotary_dim, int64_t row_stride) {
   const int64_t half = rotary_dim / 2;
   const int64_t rows = batch_size * seq_length;
 #pragma omp parallel for if (rows * num_heads * head_dim > detail::kParallelWork)
@@ -69,11 +69,11 @@ void rope_backward(Scalar* dinput, const Scalar* doutput, const Scalar* cos, con
          rotary_dim, row_stride);
 }
 
-#define BACKEND_INSTANTIATE_ROPE(Scalar)                                                        \
-  template void rope_tables<Scalar>(Scalar*, Scalar*, int64_t, int64_t, double);                \
-  template void rope_forward<Scalar>(Scalar*, const Scalar*, const Scalar*, const Scalar*,      \
-                                     int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);     \
-  template void rope_backward<Scalar>(Scalar*, const Scalar*, const Scalar*, const Scalar*,     \
+#define BACKEND_INSTANTIATE_ROPE(Scalar)                                                    \
+  template void rope_tables<Scalar>(Scalar*, Scalar*, int64_t, int64_t, double);            \
+  template void rope_forward<Scalar>(Scalar*, const Scalar*, const Scalar*, const Scalar*,  \
+                                     int64_t, int64_t, int64_t, int64_t, int64_t, int64_t); \
+  template void rope_backward<Scalar>(Scalar*, const Scalar*, const Scalar*, const Scalar*, \
                                       int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
 BACKEND_INSTANTIATE_ROPE(float)
 BACKEND_INSTANTIATE_ROPE(double)

@@ -34,8 +34,8 @@ struct TrainingArguments {
   bool add_bias_linear = true;  // --disable-bias-linear clears it
   bool untie_embeddings_and_output_weights = false;
   // Activation recompute: "" is Megatron's None. --recompute-activations sets "selective".
-  std::string recompute_granularity;  // selective or full
-  std::string recompute_method;       // uniform or block (full only)
+  std::string recompute_granularity;            // selective or full
+  std::string recompute_method;                 // uniform or block (full only)
   std::optional<int64_t> recompute_num_layers;  // full only
 
   // tokenizer and data

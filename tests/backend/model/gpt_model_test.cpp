@@ -274,8 +274,9 @@ double reference_loss(GptModel<double>& model, const Batch& batch) {
       for (int64_t f = 0; f < F; ++f) {
         const double a = fc1[r][f];
         activation[r][f] =
-            config.swiglu ? a / (1 + std::exp(-a)) * fc1[r][F + f]
-                          : 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)));
+            config.swiglu
+                ? a / (1 + std::exp(-a)) * fc1[r][F + f]
+                : 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)));
       }
     }
     const Matrix mlp = linear(activation, prefix + "mlp.linear_fc2", C);
@@ -284,9 +285,8 @@ double reference_loss(GptModel<double>& model, const Batch& batch) {
     }
   }
   const Matrix final_norm = norm(x, "decoder.final_layernorm");
-  const double* output = config.share_embeddings_and_output_weights
-                             ? word
-                             : parameter("output_layer.weight");
+  const double* output =
+      config.share_embeddings_and_output_weights ? word : parameter("output_layer.weight");
   CHECK(has("output_layer.weight") != config.share_embeddings_and_output_weights);
   double loss = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -363,13 +363,17 @@ TEST_CASE("each Llama switch alone, and all together, keeps the gradient exact")
     config.share_embeddings_and_output_weights = false;
     check_every_tensor_gradient(config);
   }
-  SUBCASE("the Llama combination") { check_every_tensor_gradient(llama(tiny_config())); }
+  SUBCASE("the Llama combination") {
+    check_every_tensor_gradient(llama(tiny_config()));
+  }
 }
 
 TEST_CASE("float model matches the double model initialised with the same seed") {
   GptConfig config = tiny_config();
   SUBCASE("GPT") {}
-  SUBCASE("Llama") { config = llama(config); }
+  SUBCASE("Llama") {
+    config = llama(config);
+  }
   GptModel<double> reference(config);
   GptModel<float> single(config);
   reference.init_parameters(3);
@@ -395,7 +399,9 @@ TEST_CASE("initialisation follows Megatron: N(0, std), scaled output projections
   // The Llama model adds output_layer.weight, N(0, std) like every other weight.
   GptConfig config = medium_config();
   SUBCASE("GPT") {}
-  SUBCASE("Llama") { config = llama(config); }
+  SUBCASE("Llama") {
+    config = llama(config);
+  }
   GptModel<double> model(config);
   model.init_parameters(11);
   const double scaled_std =
@@ -683,13 +689,15 @@ TEST_CASE("the Llama tensor table: no position table, norm or linear biases; out
   const int64_t C = config.hidden_size;
   const int64_t F = config.ffn_hidden_size;
   const int64_t V = config.padded_vocab_size;
-  const std::vector<std::string> layer_names = {
-      "input_layernorm.weight", "self_attention.linear_qkv.weight",
-      "self_attention.linear_proj.weight", "pre_mlp_layernorm.weight", "mlp.linear_fc1.weight",
-      "mlp.linear_fc2.weight"};
+  const std::vector<std::string> layer_names = {"input_layernorm.weight",
+                                                "self_attention.linear_qkv.weight",
+                                                "self_attention.linear_proj.weight",
+                                                "pre_mlp_layernorm.weight",
+                                                "mlp.linear_fc1.weight",
+                                                "mlp.linear_fc2.weight"};
   // SwiGLU: linear_fc1 gives 2F features (gate and linear half), linear_fc2 takes F.
-  const std::vector<std::vector<int64_t>> layer_shapes = {{C},    {3 * C, C}, {C, C},
-                                                          {C},    {2 * F, C}, {C, F}};
+  const std::vector<std::vector<int64_t>> layer_shapes = {{C}, {3 * C, C}, {C, C},
+                                                          {C}, {2 * F, C}, {C, F}};
   REQUIRE(tensors.size() == static_cast<size_t>(3 + 6 * config.num_layers));
   CHECK(tensors[0].name == "embedding.word_embeddings.weight");
   for (int64_t l = 0; l < config.num_layers; ++l) {
@@ -760,7 +768,9 @@ TEST_CASE("RoPE settings that rotate an odd number of features, or none, are ref
 TEST_CASE("forward and backward give the same bits on one thread as on several") {
   GptConfig config = medium_config();
   SUBCASE("GPT") {}
-  SUBCASE("Llama") { config = llama(config); }
+  SUBCASE("Llama") {
+    config = llama(config);
+  }
   const Batch batch = random_batch(config, 2, 64, 12);
   auto run = [&] {
     GptModel<float> model(config);
@@ -994,7 +1004,9 @@ TEST_CASE("activation recompute gives the same loss and gradients, bit for bit")
   GptConfig config = with_dropout(tiny_config(), 0.2, 0.3);  // recomputed masks must match
   config.num_layers = 4;
   SUBCASE("GPT") {}
-  SUBCASE("Llama") { config = llama(config); }
+  SUBCASE("Llama") {
+    config = llama(config);
+  }
   const auto reference_double = observable_run<double>(config);
   const auto reference_float = observable_run<float>(config);
   const std::vector<GptConfig> recomputing = {
@@ -1064,13 +1076,13 @@ TEST_CASE("activation recompute stores less: the byte count of each mode") {
 
 TEST_CASE("recompute settings Megatron refuses are refused, naming the flag") {
   CHECK_THROWS_WITH_AS(
-      GptModel<float>{with_recompute(tiny_config(), RecomputeGranularity::full,
-                                     RecomputeMethod::uniform, 0)},
+      GptModel<float>{
+          with_recompute(tiny_config(), RecomputeGranularity::full, RecomputeMethod::uniform, 0)},
       "--recompute-num-layers must be at least 1 with --recompute-method uniform, got 0",
       common::Error);
   CHECK_THROWS_WITH_AS(
-      GptModel<float>{with_recompute(tiny_config(), RecomputeGranularity::full,
-                                     RecomputeMethod::block, -1)},
+      GptModel<float>{
+          with_recompute(tiny_config(), RecomputeGranularity::full, RecomputeMethod::block, -1)},
       "--recompute-num-layers must be at least 0 with --recompute-method block, got -1",
       common::Error);
 }

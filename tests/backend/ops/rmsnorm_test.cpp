@@ -65,12 +65,14 @@ TEST_CASE("rmsnorm forward is x / sqrt(mean(x²) + eps) · weight, without centr
     CHECK(result.rstd[r] == doctest::Approx(rstd).epsilon(1e-12));
     double normalised_square = 0;
     for (int64_t i = 0; i < kChannels; ++i) {
-      worst = std::max(worst, std::abs(result.output[r * kChannels + i] - x[i] * rstd * c.weight[i]));
+      worst =
+          std::max(worst, std::abs(result.output[r * kChannels + i] - x[i] * rstd * c.weight[i]));
       const double normalised = result.output[r * kChannels + i] / c.weight[i];
       normalised_square += normalised * normalised / kChannels;
     }
     // Before the weight every row has root mean square 1 (up to epsilon's share).
-    CHECK(normalised_square == doctest::Approx(mean_square / (mean_square + kEpsilon)).epsilon(1e-10));
+    CHECK(normalised_square ==
+          doctest::Approx(mean_square / (mean_square + kEpsilon)).epsilon(1e-10));
   }
   CHECK(worst < 1e-12);
 }
@@ -106,8 +108,8 @@ TEST_CASE("rmsnorm gives the same bits on every thread count") {
   auto run = [&] {
     std::vector<double> output(rows * channels), rstd(rows), dinput(rows * channels);
     std::vector<double> dweight(channels, 0.0);
-    backend::cpu::rmsnorm_forward(output.data(), rstd.data(), input.data(), weight.data(),
-                                  kEpsilon, rows, channels);
+    backend::cpu::rmsnorm_forward(output.data(), rstd.data(), input.data(), weight.data(), kEpsilon,
+                                  rows, channels);
     backend::cpu::rmsnorm_backward(dinput.data(), dweight.data(), doutput.data(), input.data(),
                                    weight.data(), rstd.data(), rows, channels);
     dweight.insert(dweight.end(), dinput.begin(), dinput.end());

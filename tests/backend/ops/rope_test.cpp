@@ -88,8 +88,8 @@ TEST_CASE("rope forward is Megatron's cat(θ, θ) / rotate_half formula, heads i
   for (const int64_t rotary_dim : {int64_t{8}, int64_t{4}, int64_t{2}}) {
     CAPTURE(rotary_dim);
     // Two spare columns per row that the op must leave alone.
-    const RopeShape shape{.rotary_dim = rotary_dim, .row_stride = kHeads * kHeadDim + 2,
-                          .seq_length = kSeq};
+    const RopeShape shape{
+        .rotary_dim = rotary_dim, .row_stride = kHeads * kHeadDim + 2, .seq_length = kSeq};
     const auto input = random_values(count(shape), 41);
     const auto output = run_forward<double>(input, shape, 7.0);
     double worst = 0;
@@ -158,7 +158,8 @@ TEST_CASE("rope: the query-key product depends on the distance between positions
                              kHeadDim, kHeadDim, kHeadDim);
   auto score = [&](int64_t m, int64_t n) {
     double sum = 0;
-    for (int64_t i = 0; i < kHeadDim; ++i) sum += rotated_q[m * kHeadDim + i] * rotated_k[n * kHeadDim + i];
+    for (int64_t i = 0; i < kHeadDim; ++i)
+      sum += rotated_q[m * kHeadDim + i] * rotated_k[n * kHeadDim + i];
     return sum;
   };
   for (int64_t distance = 0; distance < 4; ++distance) {
@@ -173,8 +174,8 @@ TEST_CASE("rope: the query-key product depends on the distance between positions
 TEST_CASE("rope backward matches central finite differences in double, and inverts forward") {
   for (const int64_t rotary_dim : {int64_t{8}, int64_t{6}}) {
     CAPTURE(rotary_dim);
-    const RopeShape shape{.rotary_dim = rotary_dim, .row_stride = kHeads * kHeadDim,
-                          .seq_length = kSeq};
+    const RopeShape shape{
+        .rotary_dim = rotary_dim, .row_stride = kHeads * kHeadDim, .seq_length = kSeq};
     auto input = random_values(count(shape), 45);
     const auto doutput = random_values(count(shape), 46);
     const auto dinput = run_backward<double>(doutput, shape);
@@ -203,8 +204,8 @@ TEST_CASE("rope works in place (output aliasing input)") {
 TEST_CASE("rope in float matches double") {
   const RopeShape shape{.rotary_dim = 6, .row_stride = kHeads * kHeadDim, .seq_length = kSeq};
   const auto input = random_values(count(shape), 48);
-  CHECK(error_relative_to_max(run_forward<float>(input, shape),
-                              run_forward<double>(input, shape)) < 1e-6);
+  CHECK(error_relative_to_max(run_forward<float>(input, shape), run_forward<double>(input, shape)) <
+        1e-6);
   CHECK(error_relative_to_max(run_backward<float>(input, shape),
                               run_backward<double>(input, shape)) < 1e-6);
 }
