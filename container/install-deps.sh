@@ -35,6 +35,9 @@ packages=(
 test_packages=(
   # python3-omegaconf is the oracle the config tests compare against
   python3-omegaconf
+  # python3-torch (CPU) is the independent implementation the backend's model, gradients and
+  # AdamW steps are compared against, and the reference of the CPU benchmark
+  python3-torch
   # tests: a real Slurm cluster (slurmctld + two slurmd) on this machine. slurm-wlm is the
   # metapackage for slurmctld, slurmd and slurm-client (sbatch, srun, scontrol, sinfo);
   # munge is Slurm's authentication daemon (the package also creates /etc/munge/munge.key)

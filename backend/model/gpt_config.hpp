@@ -3,10 +3,10 @@
 // --init-method-std, --norm-epsilon, --make-vocab-size-divisible-by, --hidden-dropout,
 // --attention-dropout), and the Llama-family switches (--position-embedding-type,
 // --rotary-base, --rotary-percent, --normalization, --swiglu, --disable-bias-linear,
-// --untie-embeddings-and-output-weights). Field names are Megatron core's
-// (TransformerConfig, GPTModel's constructor arguments) where it has one.
-// The vocabulary is padded as Megatron pads it (megatron/training/tokenizer:
-// _vocab_size_with_padding): up to a multiple of make_vocab_size_divisible_by × tp.
+// --untie-embeddings-and-output-weights, --group-query-attention --num-query-groups). Field names
+// are Megatron core's (TransformerConfig, GPTModel's constructor arguments) where it has one. The
+// vocabulary is padded as Megatron pads it (megatron/training/tokenizer: _vocab_size_with_padding):
+// up to a multiple of make_vocab_size_divisible_by × tp.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +48,9 @@ struct GptConfig {
   bool add_bias_linear = true;  // biases of linear_qkv, linear_proj, linear_fc1, linear_fc2
   bool share_embeddings_and_output_weights = true;  // false: a separate output_layer.weight
 
-  // selective: the attention core's probabilities (B·NH·T² per layer) are recomputed.
+  // selective: the attention core runs again in the backward, so its softmax statistics
+  //            (B·NH·T per layer; the blockwise attention never keeps probabilities) are
+  //            not stored.
   // full + uniform: layers in chunks of recompute_num_layers, only each chunk's input stored.
   // full + block: the first recompute_num_layers layers one by one, the rest stored.
   RecomputeGranularity recompute_granularity = RecomputeGranularity::none;

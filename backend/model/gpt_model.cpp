@@ -17,7 +17,9 @@
 // seed, dropout step, site, layer): the embedding is site 0 (layer 0), the attention
 // probabilities of layer l site 1, linear_proj's bias-dropout-add site 2, linear_fc2's site 3.
 // Mask indices are row-major element indices of the dropped tensor: (B, T, C) for the hidden
-// sites, (B, NH, T, T) for the probabilities. Nothing is generated for a p = 0 site.
+// sites, (B, NH, T, T) for the probabilities (an index space only: the blockwise attention
+// draws the elements of the blocks it computes, attention.hpp). Nothing is generated for a
+// p = 0 site.
 //
 // The Llama switches change the composition, not the ops' contracts: a tensor the
 // configuration leaves out (position table with RoPE, norm biases with RMSNorm, linear biases
@@ -97,10 +99,10 @@ template <typename Scalar>
 struct LayerActivations {
   // The norms' means are left empty with RMSNorm, which does not centre.
   std::vector<Scalar> input_norm, input_norm_mean, input_norm_rstd;  // (B,T,C), (B,T), (B,T)
-  std::vector<Scalar> qkv;            // (B, T, QKV = (NH + 2·NG)·HD), q and k rotated with RoPE
-  std::vector<Scalar> probabilities;  // (B, NH, T, T)
-  std::vector<Scalar> context;        // (B, T, C)
-  std::vector<Scalar> attention_residual;                      // (B, T, C)
+  std::vector<Scalar> qkv;  // (B, T, QKV = (NH + 2·NG)·HD), q and k rotated with RoPE
+  std::vector<Scalar> attention_logsumexp;  // (B, NH, T), the attention core's softmax stats
+  std::vector<Scalar> context;              // (B, T, C)
+  std::vector<Scalar> attention_residual;   // (B, T, C)
   std::vector<Scalar> mlp_norm, mlp_norm_mean, mlp_norm_rstd;  // (B,T,C), (B,T), (B,T)
   std::vector<Scalar> fc1;         // (B, T, F), or (B, T, 2F) [gate | linear] with SwiGLU
   std::vector<Scalar> activation;  // (B, T, F): gelu(fc1) or swiglu(fc1)
@@ -146,7 +148,7 @@ struct GptModel<Scalar>::State {
   // recomputed layers of one chunk run in recompute_slots[0..chunk size).
   std::vector<LayerActivations<Scalar>> layers;
   std::vector<LayerActivations<Scalar>> recompute_slots;
-  std::vector<Scalar> recomputed_probabilities;  // (B, NH, T, T), selective recompute only
+  std::vector<Scalar> recomputed_logsumexp;  // (B, NH, T), selective recompute only
   std::vector<Scalar> final_norm, final_norm_mean, final_norm_rstd;  // (B,T,C), (B,T), (B,T)
   std::vector<Scalar> logits;                                        // (B, T, V)
   std::vector<Scalar> losses, logsumexp;                             // (B, T)
@@ -259,10 +261,10 @@ struct GptModel<Scalar>::State {
   }
   // The input of layer l: the embedding output for layer 0, else layer l − 1's output.
   const Scalar* layer_input(int64_t l) { return l == 0 ? embedded.data() : layer_output(l - 1); }
-  Scalar* probabilities(LayerActivations<Scalar>& a) {
+  Scalar* attention_logsumexp(LayerActivations<Scalar>& a) {
     return config.recompute_granularity == RecomputeGranularity::selective
-               ? recomputed_probabilities.data()
-               : a.probabilities.data();
+               ? recomputed_logsumexp.data()
+               : a.attention_logsumexp.data();
   }
 
   void resize_activations(int64_t new_batch_size, int64_t new_seq_length);
@@ -290,14 +292,14 @@ void GptModel<Scalar>::State::resize_activations(int64_t new_batch_size, int64_t
   };
   size(embedded, rows * C);
   const bool selective = config.recompute_granularity == RecomputeGranularity::selective;
-  const size_t probability_count = static_cast<size_t>(batch_size) * NH * T * T;
+  const size_t logsumexp_count = static_cast<size_t>(batch_size) * NH * T;
   auto size_layer = [&](LayerActivations<Scalar>& layer, bool internals, bool output) {
     const size_t n = internals ? rows : 0;
     size(layer.input_norm, n * C);
     size(layer.input_norm_mean, internals ? norm_means : 0);
     size(layer.input_norm_rstd, n);
     size(layer.qkv, n * QKV);
-    size(layer.probabilities, internals && !selective ? probability_count : 0);
+    size(layer.attention_logsumexp, internals && !selective ? logsumexp_count : 0);
     size(layer.context, n * C);
     size(layer.attention_residual, n * C);
     size(layer.mlp_norm, n * C);
@@ -323,7 +325,7 @@ void GptModel<Scalar>::State::resize_activations(int64_t new_batch_size, int64_t
   for (size_t j = 0; j < recompute_slots.size(); ++j) {
     size_layer(recompute_slots[j], true, slot_needs_output[j]);
   }
-  size(recomputed_probabilities, selective ? probability_count : 0);
+  size(recomputed_logsumexp, selective ? logsumexp_count : 0);
   size(final_norm, rows * C);
   size(final_norm_mean, norm_means);
   size(final_norm_rstd, rows);
@@ -365,8 +367,9 @@ void GptModel<Scalar>::State::layer_forward(int64_t l) {
   cpu::linear_forward(a.qkv.data(), a.input_norm.data(), parameter(p.qkv_weight),
                       parameter(p.qkv_bias), rows, C, config.qkv_features());
   if (rope()) rotate_queries_and_keys(a.qkv.data(), false);
-  cpu::attention_forward(a.context.data(), probabilities(a), a.qkv.data(), batch_size, seq_length,
-                         C, NH, dropout(DropoutSite::attention, l));
+  cpu::attention_forward(a.context.data(), attention_logsumexp(a), a.qkv.data(), batch_size,
+                         seq_length, C, NH, config.query_groups(),
+                         dropout(DropoutSite::attention, l));
   cpu::linear_forward(branch.data(), a.context.data(), parameter(p.proj_weight),
                       parameter(p.proj_bias), rows, C, C);
   if (const Dropout d = dropout(DropoutSite::attention_output, l); d.active()) {
@@ -434,12 +437,14 @@ void GptModel<Scalar>::State::layer_backward(int64_t l) {
                        dattention_output, a.context.data(), parameter(p.proj_weight), rows, C, C);
   if (config.recompute_granularity == RecomputeGranularity::selective) {
     // The attention core again, from the stored qkv and with the forward's mask key: the
-    // same probabilities, and the same context bits (linear_proj's backward is done with it).
-    cpu::attention_forward(a.context.data(), probabilities(a), a.qkv.data(), batch_size, seq_length,
-                           C, NH, dropout(DropoutSite::attention, l));
+    // same log-sum-exp, and the same context bits (linear_proj's backward is done with it).
+    cpu::attention_forward(a.context.data(), attention_logsumexp(a), a.qkv.data(), batch_size,
+                           seq_length, C, NH, config.query_groups(),
+                           dropout(DropoutSite::attention, l));
   }
-  cpu::attention_backward(dqkv.data(), dnorm.data(), a.qkv.data(), probabilities(a), batch_size,
-                          seq_length, C, NH, dropout(DropoutSite::attention, l));
+  cpu::attention_backward(dqkv.data(), dnorm.data(), a.qkv.data(), a.context.data(),
+                          attention_logsumexp(a), batch_size, seq_length, C, NH,
+                          config.query_groups(), dropout(DropoutSite::attention, l));
   if (rope()) rotate_queries_and_keys(dqkv.data(), true);
   cpu::linear_backward(dnorm.data(), gradient(p.qkv_weight), gradient(p.qkv_bias), dqkv.data(),
                        a.input_norm.data(), parameter(p.qkv_weight), rows, C,
@@ -452,12 +457,6 @@ void GptModel<Scalar>::State::layer_backward(int64_t l) {
 template <typename Scalar>
 GptModel<Scalar>::GptModel(const GptConfig& config) : state_(std::make_unique<State>()) {
   validate(config);
-  if (config.query_groups() != config.num_attention_heads) {
-    common::fail(
-        "--num-query-groups {}: grouped-query attention is not built yet (the attention "
-        "op takes one key/value head per query head)",
-        config.num_query_groups);
-  }
   State& s = *state_;
   s.config = config;
   const int64_t C = config.hidden_size;
@@ -698,12 +697,12 @@ void GptModel<Scalar>::backward(Scalar grad_scale) {
 template <typename Scalar>
 int64_t GptModel<Scalar>::activation_bytes() const {
   const State& s = *state_;
-  size_t count = s.embedded.size() + s.recomputed_probabilities.size() + s.final_norm.size() +
+  size_t count = s.embedded.size() + s.recomputed_logsumexp.size() + s.final_norm.size() +
                  s.final_norm_mean.size() + s.final_norm_rstd.size() + s.logits.size() +
                  s.losses.size() + s.logsumexp.size();
   auto add = [&](const LayerActivations<Scalar>& a) {
     for (const auto* buffer :
-         {&a.input_norm, &a.input_norm_mean, &a.input_norm_rstd, &a.qkv, &a.probabilities,
+         {&a.input_norm, &a.input_norm_mean, &a.input_norm_rstd, &a.qkv, &a.attention_logsumexp,
           &a.context, &a.attention_residual, &a.mlp_norm, &a.mlp_norm_mean, &a.mlp_norm_rstd,
           &a.fc1, &a.activation, &a.output}) {
       count += buffer->size();

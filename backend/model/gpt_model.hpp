@@ -16,6 +16,8 @@
 //   swiglu                   act = gelu_tanh on F features, or linear_fc1 gives 2F features
 //                            [a | b] and act = silu(a) · b (ops/swiglu.hpp)
 //   add_bias_linear          false: no bias on linear_qkv, linear_proj, linear_fc1, linear_fc2
+//   num_query_groups         NG < NH: grouped-query attention, NG key/value heads each shared
+//                            by NH/NG query heads (ops/attention.hpp)
 //   share_embeddings_and_output_weights  false: the logits use output_layer.weight
 //
 // Dropout, at Megatron core's four sites: dropout_h, with p = hidden_dropout, after the
@@ -30,11 +32,12 @@
 //
 // Activation recompute (GptConfig::recompute_*, Megatron's --recompute-*) trades time for
 // memory without changing a bit of the loss or the gradients: selective drops each layer's
-// attention probabilities and the backward runs the attention core again from the stored
-// qkv; full drops whole layers (uniform: chunks of recompute_num_layers layers, storing each
-// chunk's input; block: the first recompute_num_layers layers, one by one) and the backward
-// runs the chunk's forward again before its backward. The ops are deterministic and the
-// dropout masks are keyed by the last forward's step, so the recomputation is the forward.
+// attention softmax statistics (log-sum-exp; the blockwise attention keeps no probabilities,
+// so this saves little) and the backward runs the attention core again from the stored qkv; full
+// drops whole layers (uniform: chunks of recompute_num_layers layers, storing each chunk's input;
+// block: the first recompute_num_layers layers, one by one) and the backward runs the chunk's
+// forward again before its backward. The ops are deterministic and the dropout masks are keyed by
+// the last forward's step, so the recomputation is the forward.
 //
 // Parameters live in one flat buffer (and gradients in a second one of the same layout) so
 // the optimizer, gradient clipping, checkpoints and, later, data-parallel all-reduce see one
@@ -44,8 +47,10 @@
 //   [embedding.position_embeddings.weight]            (max_position_embeddings, C)  learned
 //   decoder.layers.{i}.input_layernorm.weight         (C)
 //   [decoder.layers.{i}.input_layernorm.bias]         (C)      LayerNorm
-//   decoder.layers.{i}.self_attention.linear_qkv.weight (3C, C)  rows per head: [q | k | v]
-//   [decoder.layers.{i}.self_attention.linear_qkv.bias] (3C)     bias (Megatron's interleaving)
+//   decoder.layers.{i}.self_attention.linear_qkv.weight (QKV, C), QKV = (NH + 2·NG)·HD, rows
+//       per query group: [NH/NG query heads | key | value] (Megatron's interleaving; with
+//       NG = NH, (3C, C) and per head [q | k | v])
+//   [decoder.layers.{i}.self_attention.linear_qkv.bias] (QKV)    bias
 //   decoder.layers.{i}.self_attention.linear_proj.weight (C, C)
 //   [decoder.layers.{i}.self_attention.linear_proj.bias] (C)     bias
 //   decoder.layers.{i}.pre_mlp_layernorm.weight       (C)
@@ -119,7 +124,7 @@ class GptModel {
 
   // Bytes of the activations the last forward keeps for the backward: what each layer
   // stores, the recompute working space (one chunk's layers, or one layer's attention
-  // probabilities), the embedding, final norm, logits and losses. Backward scratch is not
+  // log-sum-exp), the embedding, final norm, logits and losses. Backward scratch is not
   // counted. Activation recompute (GptConfig::recompute_*) lowers it; 0 before any forward.
   int64_t activation_bytes() const;
 

@@ -1,23 +1,37 @@
-// Causal multi-head self-attention core (the part between linear_qkv and linear_proj:
-// Megatron core's DotProductAttention with the causal mask and its attention dropout;
-// Vaswani et al. 2017; llm.c's attention_*). It reads the fused qkv activation in Megatron's
-// layout: the 3C columns of a position are NH groups of [q | k | v], each HD wide, so head h's
-// query is columns h·3HD + [0, HD), its key h·3HD + HD + [0, HD), its value h·3HD + 2HD + [0, HD).
-// Per batch b and head h, with Q, K, V the (T, HD) slices:
+// Causal self-attention core with grouped-query attention (the part between linear_qkv and
+// linear_proj: Megatron core's DotProductAttention with the causal mask and its attention
+// dropout; Vaswani et al. 2017; GQA: Ainslie et al. 2023), computed blockwise as
+// FlashAttention-2 does (Dao 2023, Algorithms 1 and 2), so that no (T, T) array is ever held.
+//
+// Layout (Megatron core's SelfAttention.get_query_key_value_tensors): the qkv row of a position
+// holds NG query groups, each [q of its NH/NG heads (HD each) | k (HD) | v (HD)], so
+//   group g = h / (NH/NG) of head h starts at column g·(NH/NG + 2)·HD,
+//   head h's query is (h mod NH/NG)·HD further, the group's key NH/NG·HD further, its value HD
+//   after the key.
+// NG = NH is multi-head attention (per head [q | k | v], the layout GPT models use), NG = 1
+// multi-query attention. The output row is the NH heads' HD columns, concatenated.
+//
+// Per batch b and head h, with Q the head's (T, HD) queries and K, V its group's keys, values:
 //   S = Q · K^T / sqrt(HD),   P = softmax over j ≤ i of S[i, j] (P[i, j] = 0 for j > i)
 //   D = dropout(P)   (dropout.hpp; element (b, h, i, j) is index ((b·NH + h)·T + i)·T + j of
 //                     the mask; D = P when the dropout is inactive, the default)
-//   O = D · V,   written to output columns h·HD + [0, HD) (heads concatenated, as Megatron)
-// Backward, with dO the output gradient slice:
-//   dV = D^T · dO,   dD = dO · V^T,   dP = dropout_backward(dD) (the same mask and scale)
-//   dS[i, j] = P[i, j] · (dP[i, j] − Σ_k P[i, k] dP[i, k])
-//   dQ = dS · K / sqrt(HD),   dK = dS^T · Q / sqrt(HD)
-// The forward keeps the probabilities P, before dropout, for the backward (B·NH·T² scalars);
-// D is regenerated from P and the mask's key, so the backward must get the forward's dropout.
+//   O = D · V
+// The forward keeps only O and the row log-sum-exp L[i] = log Σ_{j≤i} exp(S[i, j]) (B, NH, T):
+// memory linear in T. It runs over blocks of query rows; for each, over the key blocks at or
+// below the diagonal with an online softmax (running row maximum m and sum l, the partial O
+// rescaled by exp(m_old − m_new) when m grows), dividing by l at the end.
+// Backward, with dO the output gradient (FA2 Algorithm 2), per query/key block pair at or
+// below the diagonal:
+//   P = exp(S − L) (recomputed),  Δ[i] = Σ_d dO[i, d] · O[i, d]  (= Σ_j P[i, j] · dP[i, j])
+//   dV += D^T · dO,   dP = dropout_backward(dO · V^T) (the same mask and scale)
+//   dS = P ∘ (dP − Δ),   dQ += dS · K / sqrt(HD),   dK += dS^T · Q / sqrt(HD)
+// Keys and values of a group collect the gradients of all of its heads.
+// The backward must get the forward's dropout, output and log-sum-exp.
 // Contract: there are no parameters; the activation gradient dqkv is overwritten (=).
-// Each (b, h) pair is computed by one thread with OpenBLAS GEMMs, so results do not depend on
-// the thread count.
-// Dimensions: B batch, T sequence, C hidden = NH · HD, NH heads, HD head dimension.
+// Results do not depend on the thread count: the forward's unit of work is one (b, h, query
+// block), the backward's one (b, group), which sums its dK, dV (and dQ) in a fixed order.
+// Dimensions: B batch, T sequence, NH heads, NG query groups (NH % NG == 0), HD head dimension,
+// C hidden = NH · HD.
 #pragma once
 
 #include <cstdint>
@@ -26,19 +40,30 @@
 
 namespace backend::cpu {
 
-template <typename Scalar>
-void attention_forward(Scalar* output,         // (B, T, C)
-                       Scalar* probabilities,  // (B, NH, T, T)
-                       const Scalar* qkv,      // (B, T, 3C) per head [q | k | v]
-                       int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                       int64_t num_heads, const Dropout& dropout = {});
+// Rows of one block of queries and of keys. Any positive sizes give the same result up to
+// rounding; the defaults are tuned for the CPU (a score block is a few OpenBLAS tiles).
+struct AttentionBlocks {
+  int64_t query_rows = 64;
+  int64_t key_rows = 64;
+};
 
 template <typename Scalar>
-void attention_backward(Scalar* dqkv,                 // (B, T, 3C) =
-                        const Scalar* doutput,        // (B, T, C)
-                        const Scalar* qkv,            // (B, T, 3C)
-                        const Scalar* probabilities,  // (B, NH, T, T) from the forward
+void attention_forward(Scalar* output,     // (B, T, C)
+                       Scalar* logsumexp,  // (B, NH, T)
+                       const Scalar* qkv,  // (B, T, (NH + 2·NG)·HD) per group [q… | k | v]
+                       int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                       int64_t num_heads, int64_t num_query_groups, const Dropout& dropout = {},
+                       const AttentionBlocks& blocks = {});
+
+template <typename Scalar>
+void attention_backward(Scalar* dqkv,             // (B, T, (NH + 2·NG)·HD) =
+                        const Scalar* doutput,    // (B, T, C)
+                        const Scalar* qkv,        // (B, T, (NH + 2·NG)·HD)
+                        const Scalar* output,     // (B, T, C) from the forward
+                        const Scalar* logsumexp,  // (B, NH, T) from the forward
                         int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                        int64_t num_heads, const Dropout& dropout = {});  // the forward's
+                        int64_t num_heads, int64_t num_query_groups,
+                        const Dropout& dropout = {},  // the forward's
+                        const AttentionBlocks& blocks = {});
 
 }  // namespace backend::cpu

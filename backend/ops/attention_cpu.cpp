@@ -1,14 +1,26 @@
-// CPU twin of attention.hpp. One (batch, head) pair per OpenMP iteration; inside it the three
-// products are single-threaded OpenBLAS GEMMs on strided views of the qkv activation. The
-// score GEMM computes the full T × T square and the softmax masks the upper triangle: for the
-// sequence lengths of GPT pre-training the wasted half costs less than splitting the GEMM.
-// With dropout, the dropped probabilities D of one pair go to a per-thread T × T scratch (the
-// forward's and again the backward's: the mask is regenerated, never stored); without it the
-// code is the dropout-free path, with no scratch and no generator call.
+// CPU twin of attention.hpp. Every product is a single-threaded OpenBLAS GEMM on a strided
+// view of the qkv activation and a (query rows × key rows) score block in per-thread scratch,
+// so the working memory is O(blocks), not O(T²). The causal mask skips whole blocks above
+// the diagonal (half the score work at long T); inside a block on the diagonal, the entries
+// j > i are set to zero before the products, which is cheaper than splitting the GEMMs.
+//
+// Parallel units (OpenMP, each computed by one thread in a fixed order, so results do not
+// depend on the thread count):
+//   forward:  (b, h, query block), biggest (last, most key blocks) first for the balance;
+//   backward: (b, query group): the group's dK, dV collect contributions from every query
+//             block of every head in the group, and each dQ block from every key block, so
+//             one thread owns all of them and sums in loop order (key block, head, query
+//             block). B·NG units; at NG = 1 and B below the thread count some threads idle,
+//             the price of deterministic sums without a (T, HD) partial per key block.
+// Dropout multipliers (keep ? 1/(1 − p) : 0) of a block are drawn once into scratch and used
+// for both D and dP in the backward; the stream index is the dense (B, NH, T, T) one, so the
+// masks equal those of a whole-matrix implementation.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
+#include "backend/common/error.hpp"
 #include "backend/ops/attention.hpp"
 #include "backend/ops/gemm_cpu.hpp"
 
@@ -18,149 +30,312 @@ using detail::Transpose;
 
 namespace {
 
-// The causal lower triangle of one pair's mask, applied: out[i, j] = in[i, j] · keep · scale
-// for j ≤ i, 0 above the diagonal. `first` is the mask index of the pair's element (0, 0).
-template <typename Scalar>
-void apply_causal_dropout(Scalar* out, const Scalar* in, int64_t T, uint64_t first, uint64_t key,
-                          uint64_t threshold, Scalar scale) {
-  for (int64_t i = 0; i < T; ++i) {
-    const uint64_t row = first + static_cast<uint64_t>(i * T);
-    for (int64_t j = 0; j <= i; ++j) {
-      out[i * T + j] =
-          in[i * T + j] *
-          (dropout_keep(key, row + static_cast<uint64_t>(j), threshold) ? scale : Scalar{0});
-    }
-    std::fill(out + i * T + i + 1, out + (i + 1) * T, Scalar{0});
+// Where things are in the qkv row (attention.hpp's layout).
+struct QkvLayout {
+  int64_t head_dim;
+  int64_t heads_per_group;
+  int64_t row_width;  // (NH + 2·NG)·HD
+
+  int64_t group_column(int64_t group) const { return group * (heads_per_group + 2) * head_dim; }
+  int64_t query_column(int64_t head) const {
+    return group_column(head / heads_per_group) + (head % heads_per_group) * head_dim;
   }
+  int64_t key_column(int64_t group) const {
+    return group_column(group) + heads_per_group * head_dim;
+  }
+  int64_t value_column(int64_t group) const { return key_column(group) + head_dim; }
+};
+
+QkvLayout check_shape(int64_t hidden_size, int64_t num_heads, int64_t num_query_groups,
+                      const AttentionBlocks& blocks) {
+  if (num_heads <= 0 || hidden_size % num_heads != 0) {
+    common::fail("attention: {} heads must divide the hidden size {}", num_heads, hidden_size);
+  }
+  if (num_query_groups <= 0 || num_heads % num_query_groups != 0) {
+    common::fail("attention: {} query groups must divide the {} heads", num_query_groups,
+                 num_heads);
+  }
+  if (blocks.query_rows <= 0 || blocks.key_rows <= 0) {
+    common::fail("attention: block sizes must be positive, got {} query and {} key rows",
+                 blocks.query_rows, blocks.key_rows);
+  }
+  const int64_t head_dim = hidden_size / num_heads;
+  return {.head_dim = head_dim,
+          .heads_per_group = num_heads / num_query_groups,
+          .row_width = (num_heads + 2 * num_query_groups) * head_dim};
+}
+
+// Number of keys of block [key_begin, key_begin + columns) that query row i may see (j ≤ i).
+int64_t visible_keys(int64_t i, int64_t key_begin, int64_t columns) {
+  return std::clamp<int64_t>(i + 1 - key_begin, 0, columns);
+}
+
+// multipliers[r, c] = keep ? scale : 0 for the mask elements of rows [query_begin, +rows) and
+// key columns [key_begin, +columns) of one (b, h) pair; `first` indexes its element (0, 0).
+template <typename Scalar>
+void draw_dropout_block(Scalar* multipliers, int64_t stride, int64_t rows, int64_t columns,
+                        int64_t query_begin, int64_t key_begin, int64_t seq_length, uint64_t first,
+                        const Dropout& dropout, uint64_t threshold, Scalar scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = query_begin + r;
+    const uint64_t row_first = first + static_cast<uint64_t>(i * seq_length + key_begin);
+    const int64_t visible = visible_keys(i, key_begin, columns);
+    for (int64_t c = 0; c < visible; ++c) {
+      multipliers[r * stride + c] =
+          dropout_keep(dropout.key, row_first + static_cast<uint64_t>(c), threshold) ? scale
+                                                                                     : Scalar{0};
+    }
+  }
+}
+
+int64_t block_count(int64_t length, int64_t block) {
+  return (length + block - 1) / block;
 }
 
 }  // namespace
 
 template <typename Scalar>
-void attention_forward(Scalar* output, Scalar* probabilities, const Scalar* qkv, int64_t batch_size,
+void attention_forward(Scalar* output, Scalar* logsumexp, const Scalar* qkv, int64_t batch_size,
                        int64_t seq_length, int64_t hidden_size, int64_t num_heads,
-                       const Dropout& dropout) {
+                       int64_t num_query_groups, const Dropout& dropout,
+                       const AttentionBlocks& blocks) {
+  const QkvLayout layout = check_shape(hidden_size, num_heads, num_query_groups, blocks);
   const int64_t T = seq_length;
-  const int64_t head_dim = hidden_size / num_heads;
-  const int64_t qkv_stride = 3 * hidden_size;
-  const Scalar scale = Scalar{1} / std::sqrt(static_cast<Scalar>(head_dim));
-  const int64_t pairs = batch_size * num_heads;
+  const int64_t HD = layout.head_dim;
+  const int64_t stride = layout.row_width;
+  const int64_t query_rows = blocks.query_rows;
+  const int64_t key_rows = blocks.key_rows;
+  const int64_t query_blocks = block_count(T, query_rows);
+  const int64_t units = batch_size * num_heads * query_blocks;
+  const Scalar scale = Scalar{1} / std::sqrt(static_cast<Scalar>(HD));
   const bool drop = dropout.active();
   const uint64_t threshold = dropout.threshold();
   const Scalar dropout_scale = dropout.scale<Scalar>();
+  constexpr Scalar kMinusInfinity = -std::numeric_limits<Scalar>::infinity();
 
-#pragma omp parallel if (pairs * T * T * head_dim > detail::kParallelWork)
+#pragma omp parallel if (batch_size * num_heads * T * T * HD > detail::kParallelWork)
   {
-    std::vector<Scalar> dropped(drop ? static_cast<size_t>(T * T) : 0);  // D, per thread
-#pragma omp for schedule(static)
-    for (int64_t pair = 0; pair < pairs; ++pair) {
+    // Per thread: the score block (turned into weights in place), the dropout multipliers,
+    // and the running row maximum and sum of the online softmax.
+    std::vector<Scalar> scores(static_cast<size_t>(query_rows * key_rows));
+    std::vector<Scalar> multipliers(drop ? scores.size() : 0);
+    std::vector<Scalar> row_max(static_cast<size_t>(query_rows));
+    std::vector<Scalar> row_sum(static_cast<size_t>(query_rows));
+#pragma omp for schedule(dynamic)
+    for (int64_t unit = 0; unit < units; ++unit) {
+      const int64_t query_block = query_blocks - 1 - unit % query_blocks;
+      const int64_t pair = unit / query_blocks;  // b · NH + h
       const int64_t b = pair / num_heads;
       const int64_t h = pair % num_heads;
-      const Scalar* query = qkv + b * T * qkv_stride + h * 3 * head_dim;
-      const Scalar* key = query + head_dim;
-      const Scalar* value = query + 2 * head_dim;
-      Scalar* probability = probabilities + pair * T * T;
+      const int64_t group = h / layout.heads_per_group;
+      const int64_t query_begin = query_block * query_rows;
+      const int64_t rows = std::min(query_rows, T - query_begin);
+      const Scalar* batch_qkv = qkv + b * T * stride;
+      const Scalar* query = batch_qkv + query_begin * stride + layout.query_column(h);
+      const Scalar* key = batch_qkv + layout.key_column(group);
+      const Scalar* value = batch_qkv + layout.value_column(group);
+      Scalar* out = output + (b * T + query_begin) * hidden_size + h * HD;
+      const auto first = static_cast<uint64_t>(pair * T * T);
+      std::fill_n(row_max.begin(), rows, kMinusInfinity);
+      std::fill_n(row_sum.begin(), rows, Scalar{0});
 
-      // S (T, T) = scale · Q (T, HD) · K^T (HD, T)
-      detail::gemm(Transpose::no, Transpose::yes, T, T, head_dim, scale, query, qkv_stride, key,
-                   qkv_stride, Scalar{0}, probability, T);
-      for (int64_t i = 0; i < T; ++i) {
-        Scalar* row = probability + i * T;
-        const Scalar row_max = *std::max_element(row, row + i + 1);
-        Scalar sum = 0;
-        for (int64_t j = 0; j <= i; ++j) {
-          row[j] = std::exp(row[j] - row_max);
-          sum += row[j];
+      // Keys [0, query_begin + rows): the blocks at or below the diagonal.
+      const int64_t key_end = query_begin + rows;
+      for (int64_t key_begin = 0; key_begin < key_end; key_begin += key_rows) {
+        const int64_t columns = std::min(key_rows, key_end - key_begin);
+        // S (rows, columns) = scale · Q · K^T
+        detail::gemm(Transpose::no, Transpose::yes, rows, columns, HD, scale, query, stride,
+                     key + key_begin * stride, stride, Scalar{0}, scores.data(), key_rows);
+        if (drop) {
+          draw_dropout_block(multipliers.data(), key_rows, rows, columns, query_begin, key_begin, T,
+                             first, dropout, threshold, dropout_scale);
         }
-        const Scalar inverse_sum = Scalar{1} / sum;
-        for (int64_t j = 0; j <= i; ++j) row[j] *= inverse_sum;
-        std::fill(row + i + 1, row + T, Scalar{0});
+        for (int64_t r = 0; r < rows; ++r) {
+          Scalar* row = scores.data() + r * key_rows;
+          const int64_t visible = visible_keys(query_begin + r, key_begin, columns);
+          // The first key block shows every row at least key 0, so row_max is finite from
+          // then on and a row that sees nothing of a later block keeps its maximum.
+          Scalar new_max = row_max[r];
+#pragma omp simd reduction(max : new_max)
+          for (int64_t c = 0; c < visible; ++c) new_max = std::max(new_max, row[c]);
+          const Scalar rescale = std::exp(row_max[r] - new_max);  // 0 on the first block
+          Scalar sum = 0;
+          for (int64_t c = 0; c < visible; ++c) {
+            row[c] = std::exp(row[c] - new_max);
+            sum += row[c];
+          }
+          std::fill(row + visible, row + columns, Scalar{0});
+          row_sum[r] = row_sum[r] * rescale + sum;
+          row_max[r] = new_max;
+          if (drop) {
+            const Scalar* multiplier = multipliers.data() + r * key_rows;
+            for (int64_t c = 0; c < visible; ++c) row[c] *= multiplier[c];
+          }
+          if (key_begin > 0 && rescale != Scalar{1}) {
+            Scalar* out_row = out + r * hidden_size;
+            for (int64_t d = 0; d < HD; ++d) out_row[d] *= rescale;
+          }
+        }
+        // O (rows, HD) = O · rescale + weights (rows, columns) · V (columns, HD)
+        detail::gemm(Transpose::no, Transpose::no, rows, HD, columns, Scalar{1}, scores.data(),
+                     key_rows, value + key_begin * stride, stride,
+                     key_begin == 0 ? Scalar{0} : Scalar{1}, out, hidden_size);
       }
-      const Scalar* weights = probability;
-      if (drop) {
-        apply_causal_dropout(dropped.data(), probability, T, static_cast<uint64_t>(pair * T * T),
-                             dropout.key, threshold, dropout_scale);
-        weights = dropped.data();
+      Scalar* row_logsumexp = logsumexp + pair * T + query_begin;
+      for (int64_t r = 0; r < rows; ++r) {
+        const Scalar inverse_sum = Scalar{1} / row_sum[r];
+        Scalar* out_row = out + r * hidden_size;
+        for (int64_t d = 0; d < HD; ++d) out_row[d] *= inverse_sum;
+        row_logsumexp[r] = row_max[r] + std::log(row_sum[r]);
       }
-      // O (T, HD) = D (T, T) · V (T, HD)
-      detail::gemm(Transpose::no, Transpose::no, T, head_dim, T, Scalar{1}, weights, T, value,
-                   qkv_stride, Scalar{0}, output + b * T * hidden_size + h * head_dim, hidden_size);
     }
   }
 }
 
 template <typename Scalar>
 void attention_backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv,
-                        const Scalar* probabilities, int64_t batch_size, int64_t seq_length,
-                        int64_t hidden_size, int64_t num_heads, const Dropout& dropout) {
+                        const Scalar* output, const Scalar* logsumexp, int64_t batch_size,
+                        int64_t seq_length, int64_t hidden_size, int64_t num_heads,
+                        int64_t num_query_groups, const Dropout& dropout,
+                        const AttentionBlocks& blocks) {
+  const QkvLayout layout = check_shape(hidden_size, num_heads, num_query_groups, blocks);
   const int64_t T = seq_length;
-  const int64_t head_dim = hidden_size / num_heads;
-  const int64_t qkv_stride = 3 * hidden_size;
-  const Scalar scale = Scalar{1} / std::sqrt(static_cast<Scalar>(head_dim));
-  const int64_t pairs = batch_size * num_heads;
+  const int64_t HD = layout.head_dim;
+  const int64_t stride = layout.row_width;
+  const int64_t heads_per_group = layout.heads_per_group;
+  const int64_t query_rows = blocks.query_rows;
+  const int64_t key_rows = blocks.key_rows;
+  const int64_t units = batch_size * num_query_groups;
+  const Scalar scale = Scalar{1} / std::sqrt(static_cast<Scalar>(HD));
   const bool drop = dropout.active();
   const uint64_t threshold = dropout.threshold();
   const Scalar dropout_scale = dropout.scale<Scalar>();
 
-#pragma omp parallel if (pairs * T * T * head_dim > detail::kParallelWork)
+#pragma omp parallel if (batch_size * num_heads * T * T * HD > detail::kParallelWork)
   {
-    std::vector<Scalar> dscores(static_cast<size_t>(T * T));             // dP, then dS, per thread
-    std::vector<Scalar> dropped(drop ? static_cast<size_t>(T * T) : 0);  // D, per thread
-#pragma omp for schedule(static)
-    for (int64_t pair = 0; pair < pairs; ++pair) {
-      const int64_t b = pair / num_heads;
-      const int64_t h = pair % num_heads;
-      const int64_t head_offset = b * T * qkv_stride + h * 3 * head_dim;
-      const Scalar* query = qkv + head_offset;
-      const Scalar* key = query + head_dim;
-      const Scalar* value = query + 2 * head_dim;
-      Scalar* dquery = dqkv + head_offset;
-      Scalar* dkey = dquery + head_dim;
-      Scalar* dvalue = dquery + 2 * head_dim;
-      const Scalar* probability = probabilities + pair * T * T;
-      const Scalar* dout = doutput + b * T * hidden_size + h * head_dim;
-      const auto first = static_cast<uint64_t>(pair * T * T);
+    // Per thread: P, then D when dropping; dP, then dS; the dropout multipliers; Δ of the
+    // group's heads (heads_per_group × T).
+    const auto block_size = static_cast<size_t>(query_rows * key_rows);
+    std::vector<Scalar> probabilities(block_size);
+    std::vector<Scalar> dropped(drop ? block_size : 0);
+    std::vector<Scalar> dscores(block_size);
+    std::vector<Scalar> multipliers(drop ? block_size : 0);
+    std::vector<Scalar> delta(static_cast<size_t>(heads_per_group * T));
+#pragma omp for schedule(dynamic)
+    for (int64_t unit = 0; unit < units; ++unit) {
+      const int64_t b = unit / num_query_groups;
+      const int64_t group = unit % num_query_groups;
+      const int64_t group_column = layout.group_column(group);
+      const int64_t group_width = (heads_per_group + 2) * HD;
+      const Scalar* batch_qkv = qkv + b * T * stride;
+      Scalar* batch_dqkv = dqkv + b * T * stride;
+      const Scalar* key = batch_qkv + layout.key_column(group);
+      const Scalar* value = batch_qkv + layout.value_column(group);
+      Scalar* dkey = batch_dqkv + layout.key_column(group);
+      Scalar* dvalue = batch_dqkv + layout.value_column(group);
 
-      const Scalar* weights = probability;
-      if (drop) {
-        apply_causal_dropout(dropped.data(), probability, T, first, dropout.key, threshold,
-                             dropout_scale);
-        weights = dropped.data();
+      // The group's columns of dqkv are summed into from here on.
+      for (int64_t t = 0; t < T; ++t) {
+        std::fill_n(batch_dqkv + t * stride + group_column, group_width, Scalar{0});
       }
-      // dV (T, HD) = D^T (T, T) · dO (T, HD)
-      detail::gemm(Transpose::yes, Transpose::no, T, head_dim, T, Scalar{1}, weights, T, dout,
-                   hidden_size, Scalar{0}, dvalue, qkv_stride);
-      // dD (T, T) = dO (T, HD) · V^T (HD, T); with dropout, dP = dD · keep · scale
-      detail::gemm(Transpose::no, Transpose::yes, T, T, head_dim, Scalar{1}, dout, hidden_size,
-                   value, qkv_stride, Scalar{0}, dscores.data(), T);
-      if (drop) {
-        apply_causal_dropout(dscores.data(), dscores.data(), T, first, dropout.key, threshold,
-                             dropout_scale);
+      for (int64_t head = 0; head < heads_per_group; ++head) {
+        const int64_t h = group * heads_per_group + head;
+        const Scalar* o = output + b * T * hidden_size + h * HD;
+        const Scalar* dout = doutput + b * T * hidden_size + h * HD;
+        for (int64_t t = 0; t < T; ++t) {
+          Scalar sum = 0;
+          for (int64_t d = 0; d < HD; ++d)
+            sum += dout[t * hidden_size + d] * o[t * hidden_size + d];
+          delta[static_cast<size_t>(head * T + t)] = sum;
+        }
       }
-      // Softmax backward, row by row; masked entries get zero gradient.
-      for (int64_t i = 0; i < T; ++i) {
-        const Scalar* p = probability + i * T;
-        Scalar* ds = dscores.data() + i * T;
-        Scalar dot = 0;
-        for (int64_t j = 0; j <= i; ++j) dot += p[j] * ds[j];
-        for (int64_t j = 0; j <= i; ++j) ds[j] = p[j] * (ds[j] - dot);
-        std::fill(ds + i + 1, ds + T, Scalar{0});
+
+      for (int64_t key_begin = 0; key_begin < T; key_begin += key_rows) {
+        const int64_t columns = std::min(key_rows, T - key_begin);
+        const Scalar* key_block = key + key_begin * stride;
+        const Scalar* value_block = value + key_begin * stride;
+        Scalar* dkey_block = dkey + key_begin * stride;
+        Scalar* dvalue_block = dvalue + key_begin * stride;
+        for (int64_t head = 0; head < heads_per_group; ++head) {
+          const int64_t h = group * heads_per_group + head;
+          const int64_t pair = b * num_heads + h;
+          const auto first = static_cast<uint64_t>(pair * T * T);
+          const Scalar* head_logsumexp = logsumexp + pair * T;
+          const Scalar* head_delta = delta.data() + head * T;
+          // Query blocks that reach key_begin: the first is the one holding row key_begin.
+          for (int64_t query_begin = key_begin / query_rows * query_rows; query_begin < T;
+               query_begin += query_rows) {
+            const int64_t rows = std::min(query_rows, T - query_begin);
+            const Scalar* query = batch_qkv + query_begin * stride + layout.query_column(h);
+            Scalar* dquery = batch_dqkv + query_begin * stride + layout.query_column(h);
+            const Scalar* dout = doutput + (b * T + query_begin) * hidden_size + h * HD;
+
+            // P (rows, columns) = exp(scale · Q · K^T − L), zero above the diagonal
+            detail::gemm(Transpose::no, Transpose::yes, rows, columns, HD, scale, query, stride,
+                         key_block, stride, Scalar{0}, probabilities.data(), key_rows);
+            for (int64_t r = 0; r < rows; ++r) {
+              Scalar* row = probabilities.data() + r * key_rows;
+              const int64_t visible = visible_keys(query_begin + r, key_begin, columns);
+              const Scalar row_logsumexp = head_logsumexp[query_begin + r];
+              for (int64_t c = 0; c < visible; ++c) row[c] = std::exp(row[c] - row_logsumexp);
+              std::fill(row + visible, row + columns, Scalar{0});
+            }
+            const Scalar* weights = probabilities.data();
+            if (drop) {
+              draw_dropout_block(multipliers.data(), key_rows, rows, columns, query_begin,
+                                 key_begin, T, first, dropout, threshold, dropout_scale);
+              for (int64_t r = 0; r < rows; ++r) {
+                const int64_t visible = visible_keys(query_begin + r, key_begin, columns);
+                const int64_t offset = r * key_rows;
+                for (int64_t c = 0; c < visible; ++c) {
+                  dropped[offset + c] = probabilities[offset + c] * multipliers[offset + c];
+                }
+                std::fill(dropped.begin() + offset + visible, dropped.begin() + offset + columns,
+                          Scalar{0});
+              }
+              weights = dropped.data();
+            }
+            // dV (columns, HD) += D^T · dO (rows, HD)
+            detail::gemm(Transpose::yes, Transpose::no, columns, HD, rows, Scalar{1}, weights,
+                         key_rows, dout, hidden_size, Scalar{1}, dvalue_block, stride);
+            // dD (rows, columns) = dO · V^T; dP = dD · multiplier; dS = P ∘ (dP − Δ)
+            detail::gemm(Transpose::no, Transpose::yes, rows, columns, HD, Scalar{1}, dout,
+                         hidden_size, value_block, stride, Scalar{0}, dscores.data(), key_rows);
+            for (int64_t r = 0; r < rows; ++r) {
+              const Scalar* p = probabilities.data() + r * key_rows;
+              Scalar* ds = dscores.data() + r * key_rows;
+              const int64_t visible = visible_keys(query_begin + r, key_begin, columns);
+              const Scalar row_delta = head_delta[query_begin + r];
+              if (drop) {
+                const Scalar* multiplier = multipliers.data() + r * key_rows;
+                for (int64_t c = 0; c < visible; ++c) {
+                  ds[c] = p[c] * (ds[c] * multiplier[c] - row_delta);
+                }
+              } else {
+                for (int64_t c = 0; c < visible; ++c) ds[c] = p[c] * (ds[c] - row_delta);
+              }
+              std::fill(ds + visible, ds + columns, Scalar{0});
+            }
+            // dQ (rows, HD) += scale · dS · K (columns, HD)
+            detail::gemm(Transpose::no, Transpose::no, rows, HD, columns, scale, dscores.data(),
+                         key_rows, key_block, stride, Scalar{1}, dquery, stride);
+            // dK (columns, HD) += scale · dS^T · Q (rows, HD)
+            detail::gemm(Transpose::yes, Transpose::no, columns, HD, rows, scale, dscores.data(),
+                         key_rows, query, stride, Scalar{1}, dkey_block, stride);
+          }
+        }
       }
-      // dQ (T, HD) = scale · dS (T, T) · K (T, HD)
-      detail::gemm(Transpose::no, Transpose::no, T, head_dim, T, scale, dscores.data(), T, key,
-                   qkv_stride, Scalar{0}, dquery, qkv_stride);
-      // dK (T, HD) = scale · dS^T (T, T) · Q (T, HD)
-      detail::gemm(Transpose::yes, Transpose::no, T, head_dim, T, scale, dscores.data(), T, query,
-                   qkv_stride, Scalar{0}, dkey, qkv_stride);
     }
   }
 }
 
 #define BACKEND_INSTANTIATE_ATTENTION(Scalar)                                                    \
   template void attention_forward<Scalar>(Scalar*, Scalar*, const Scalar*, int64_t, int64_t,     \
-                                          int64_t, int64_t, const Dropout&);                     \
+                                          int64_t, int64_t, int64_t, const Dropout&,             \
+                                          const AttentionBlocks&);                               \
   template void attention_backward<Scalar>(Scalar*, const Scalar*, const Scalar*, const Scalar*, \
-                                           int64_t, int64_t, int64_t, int64_t, const Dropout&);
+                                           const Scalar*, int64_t, int64_t, int64_t, int64_t,    \
+                                           int64_t, const Dropout&, const AttentionBlocks&);
 BACKEND_INSTANTIATE_ATTENTION(float)
 BACKEND_INSTANTIATE_ATTENTION(double)
 #undef BACKEND_INSTANTIATE_ATTENTION

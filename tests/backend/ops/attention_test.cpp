@@ -1,146 +1,401 @@
-// attention_forward / attention_backward: forward against a naive loop over Megatron's
-// per-head [q | k | v] layout, causality, backward against central finite differences in
-// double, float against double, thread-count independence.
+// attention_forward / attention_backward (blockwise, grouped-query): forward and backward
+// against a naive O(T²) implementation written here from the formulas of attention.hpp (dense
+// probabilities, the documented dropout indices), for multi-head (NG = NH), multi-query
+// (NG = 1) and grouped (NG = NH/2) attention, with and without dropout, for block sizes that
+// do and do not divide T; GQA against multi-head attention on keys and values repeated per
+// group (what Megatron core computes); causality; backward against central finite
+// differences on 1 and 3 threads; float against double; thread-count independence; bad shapes.
 #include "backend/ops/attention.hpp"
 
 #include <doctest/doctest.h>
 #include <omp.h>
 
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/common/error.hpp"
 #include "tests/backend/ops/gradient_check.hpp"
 
 namespace {
 
+using backend::Dropout;
+using backend::cpu::AttentionBlocks;
 using namespace backend::testing;
 
-constexpr int64_t kBatch = 2;
-constexpr int64_t kSeq = 5;
-constexpr int64_t kHeads = 2;
-constexpr int64_t kHeadDim = 3;
-constexpr int64_t kHidden = kHeads * kHeadDim;
+struct Shape {
+  int64_t batch;
+  int64_t seq;
+  int64_t heads;
+  int64_t groups;
+  int64_t head_dim;
 
-struct AttentionCase {
-  std::vector<double> qkv = random_values(kBatch * kSeq * 3 * kHidden, 71, 1.5);
-  std::vector<double> doutput = random_values(kBatch * kSeq * kHidden, 72);
+  int64_t hidden() const { return heads * head_dim; }
+  int64_t qkv_width() const { return (heads + 2 * groups) * head_dim; }
+  int64_t qkv_size() const { return batch * seq * qkv_width(); }
+  int64_t output_size() const { return batch * seq * hidden(); }
+  // Column of element d of head h's query (part 0) or of its group's key (1) or value (2):
+  // Megatron core's per-group [q of the group's heads | k | v].
+  int64_t column(int64_t h, int64_t part, int64_t d) const {
+    const int64_t heads_per_group = heads / groups;
+    const int64_t group = h / heads_per_group;
+    const int64_t group_begin = group * (heads_per_group + 2) * head_dim;
+    if (part == 0) return group_begin + (h % heads_per_group) * head_dim + d;
+    return group_begin + (heads_per_group + part - 1) * head_dim + d;
+  }
 };
 
 struct AttentionResult {
-  std::vector<double> output, probabilities, dqkv;
+  std::vector<double> output, logsumexp, dqkv;
 };
 
 template <typename Scalar>
-AttentionResult run_attention(const AttentionCase& c) {
-  const auto qkv = convert<Scalar>(c.qkv);
-  const auto doutput = convert<Scalar>(c.doutput);
-  std::vector<Scalar> output(kBatch * kSeq * kHidden);
-  std::vector<Scalar> probabilities(kBatch * kHeads * kSeq * kSeq, Scalar{1000});
+AttentionResult run_attention(const Shape& shape, const std::vector<double>& qkv_values,
+                              const std::vector<double>& doutput_values,
+                              const Dropout& dropout = {}, const AttentionBlocks& blocks = {}) {
+  const auto qkv = convert<Scalar>(qkv_values);
+  const auto doutput = convert<Scalar>(doutput_values);
+  std::vector<Scalar> output(static_cast<size_t>(shape.output_size()), Scalar{1000});
+  std::vector<Scalar> logsumexp(static_cast<size_t>(shape.batch * shape.heads * shape.seq),
+                                Scalar{1000});
   std::vector<Scalar> dqkv(qkv.size(), Scalar{1000});  // must be overwritten
-  backend::cpu::attention_forward(output.data(), probabilities.data(), qkv.data(), kBatch, kSeq,
-                                  kHidden, kHeads);
-  backend::cpu::attention_backward(dqkv.data(), doutput.data(), qkv.data(), probabilities.data(),
-                                   kBatch, kSeq, kHidden, kHeads);
-  return {convert<double>(output), convert<double>(probabilities), convert<double>(dqkv)};
+  backend::cpu::attention_forward(output.data(), logsumexp.data(), qkv.data(), shape.batch,
+                                  shape.seq, shape.hidden(), shape.heads, shape.groups, dropout,
+                                  blocks);
+  backend::cpu::attention_backward(dqkv.data(), doutput.data(), qkv.data(), output.data(),
+                                   logsumexp.data(), shape.batch, shape.seq, shape.hidden(),
+                                   shape.heads, shape.groups, dropout, blocks);
+  return {convert<double>(output), convert<double>(logsumexp), convert<double>(dqkv)};
 }
 
-// Column of element d of head h's query (part 0), key (1) or value (2) in the qkv row.
-int64_t qkv_column(int64_t h, int64_t part, int64_t d) {
-  return h * 3 * kHeadDim + part * kHeadDim + d;
-}
-
-}  // namespace
-
-TEST_CASE("attention forward matches a naive causal softmax(QK^T/sqrt(HD))·V per head") {
-  AttentionCase c;
-  const AttentionResult result = run_attention<double>(c);
-  const double scale = 1 / std::sqrt(static_cast<double>(kHeadDim));
-  double worst = 0;
-  for (int64_t b = 0; b < kBatch; ++b) {
-    const double* rows = c.qkv.data() + b * kSeq * 3 * kHidden;
-    auto at = [&](int64_t t, int64_t h, int64_t part, int64_t d) {
-      return rows[t * 3 * kHidden + qkv_column(h, part, d)];
+// The whole-matrix computation: per (b, h) the dense T × T scores, probabilities and dropout
+// multipliers, then O = D · V, and the backward of attention.hpp's formulas with the row sum
+// Σ_k P[i, k] dP[i, k] taken directly (not through O).
+AttentionResult reference_attention(const Shape& shape, const std::vector<double>& qkv,
+                                    const std::vector<double>& doutput, const Dropout& dropout) {
+  const int64_t T = shape.seq;
+  const int64_t HD = shape.head_dim;
+  const int64_t C = shape.hidden();
+  const double scale = 1 / std::sqrt(static_cast<double>(HD));
+  AttentionResult result{std::vector<double>(static_cast<size_t>(shape.output_size()), 0.0),
+                         std::vector<double>(static_cast<size_t>(shape.batch * shape.heads * T)),
+                         std::vector<double>(qkv.size(), 0.0)};
+  for (int64_t b = 0; b < shape.batch; ++b) {
+    auto at = [&](int64_t t, int64_t h, int64_t part, int64_t d) -> size_t {
+      return static_cast<size_t>((b * T + t) * shape.qkv_width() + shape.column(h, part, d));
     };
-    for (int64_t h = 0; h < kHeads; ++h) {
-      for (int64_t i = 0; i < kSeq; ++i) {
-        std::vector<double> weights(kSeq, 0.0);
-        double sum = 0;
+    for (int64_t h = 0; h < shape.heads; ++h) {
+      std::vector<double> p(static_cast<size_t>(T * T), 0.0), keep(p.size(), 0.0);
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> scores(static_cast<size_t>(i + 1));
         for (int64_t j = 0; j <= i; ++j) {
           double score = 0;
-          for (int64_t d = 0; d < kHeadDim; ++d) score += at(i, h, 0, d) * at(j, h, 1, d);
-          weights[j] = std::exp(score * scale);
-          sum += weights[j];
+          for (int64_t d = 0; d < HD; ++d) score += qkv[at(i, h, 0, d)] * qkv[at(j, h, 1, d)];
+          scores[static_cast<size_t>(j)] = score * scale;
         }
-        for (int64_t j = 0; j < kSeq; ++j) {
-          const double probability = weights[j] / sum;
-          worst = std::max(worst,
-                           std::abs(result.probabilities[((b * kHeads + h) * kSeq + i) * kSeq + j] -
-                                    probability));
+        double sum = 0;
+        for (const double score : scores) sum += std::exp(score);
+        result.logsumexp[static_cast<size_t>((b * shape.heads + h) * T + i)] = std::log(sum);
+        for (int64_t j = 0; j <= i; ++j) {
+          const auto index = static_cast<size_t>(i * T + j);
+          p[index] = std::exp(scores[static_cast<size_t>(j)]) / sum;
+          const auto mask_index = static_cast<uint64_t>(((b * shape.heads + h) * T + i) * T + j);
+          keep[index] = !dropout.active() ||
+                                backend::dropout_keep(dropout.key, mask_index, dropout.threshold())
+                            ? 1 / (1 - dropout.probability)
+                            : 0.0;
         }
-        for (int64_t d = 0; d < kHeadDim; ++d) {
-          double expected = 0;
-          for (int64_t j = 0; j <= i; ++j) expected += weights[j] / sum * at(j, h, 2, d);
-          worst = std::max(
-              worst,
-              std::abs(result.output[(b * kSeq + i) * kHidden + h * kHeadDim + d] - expected));
+      }
+      for (int64_t i = 0; i < T; ++i) {
+        const size_t out_row = static_cast<size_t>((b * T + i) * C + h * HD);
+        // Forward: O[i] = Σ_j P[i, j] · keep[i, j] · V[j].
+        for (int64_t d = 0; d < HD; ++d) {
+          double sum = 0;
+          for (int64_t j = 0; j <= i; ++j) {
+            sum += p[static_cast<size_t>(i * T + j)] * keep[static_cast<size_t>(i * T + j)] *
+                   qkv[at(j, h, 2, d)];
+          }
+          result.output[out_row + static_cast<size_t>(d)] = sum;
+        }
+        // Backward of row i.
+        std::vector<double> dp(static_cast<size_t>(i + 1));
+        double row_dot = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const auto index = static_cast<size_t>(i * T + j);
+          double dd = 0;
+          for (int64_t d = 0; d < HD; ++d) {
+            dd += doutput[out_row + static_cast<size_t>(d)] * qkv[at(j, h, 2, d)];
+          }
+          dp[static_cast<size_t>(j)] = dd * keep[index];
+          row_dot += p[index] * dp[static_cast<size_t>(j)];
+          for (int64_t d = 0; d < HD; ++d) {
+            result.dqkv[at(j, h, 2, d)] +=
+                p[index] * keep[index] * doutput[out_row + static_cast<size_t>(d)];
+          }
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const double ds =
+              p[static_cast<size_t>(i * T + j)] * (dp[static_cast<size_t>(j)] - row_dot);
+          for (int64_t d = 0; d < HD; ++d) {
+            result.dqkv[at(i, h, 0, d)] += scale * ds * qkv[at(j, h, 1, d)];
+            result.dqkv[at(j, h, 1, d)] += scale * ds * qkv[at(i, h, 0, d)];
+          }
         }
       }
     }
   }
-  CHECK(worst < 1e-13);
+  return result;
+}
+
+double max_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  return max_abs(difference(a, b));
+}
+
+// NH = 4: multi-head, multi-query and two groups of two heads.
+constexpr int64_t kGroupCounts[] = {4, 1, 2};
+
+}  // namespace
+
+TEST_CASE("NG = NH is Megatron's per-head [q | k | v] layout") {
+  const Shape shape{.batch = 1, .seq = 1, .heads = 4, .groups = 4, .head_dim = 3};
+  for (int64_t h = 0; h < 4; ++h) {
+    for (int64_t part = 0; part < 3; ++part) {
+      for (int64_t d = 0; d < 3; ++d) CHECK(shape.column(h, part, d) == h * 9 + part * 3 + d);
+    }
+  }
+}
+
+TEST_CASE("blockwise attention equals a naive O(T²) reference in double") {
+  struct Case {
+    int64_t seq;
+    AttentionBlocks blocks;
+  };
+  // The default blocks with T not a multiple of them (two full query blocks and a partial
+  // one), square small blocks, and query blocks taller and shorter than key blocks (rows that
+  // see nothing of a diagonal block).
+  const Case cases[] = {{150, {}},
+                        {150, {.query_rows = 128, .key_rows = 32}},
+                        {11, {.query_rows = 4, .key_rows = 4}},
+                        {11, {.query_rows = 4, .key_rows = 3}},
+                        {11, {.query_rows = 3, .key_rows = 5}},
+                        {1, {.query_rows = 2, .key_rows = 2}}};
+  for (const Case& c : cases) {
+    for (const int64_t groups : kGroupCounts) {
+      for (const double p : {0.0, 0.3}) {
+        const Shape shape{.batch = 2, .seq = c.seq, .heads = 4, .groups = groups, .head_dim = 8};
+        CAPTURE(c.seq);
+        CAPTURE(c.blocks.query_rows);
+        CAPTURE(c.blocks.key_rows);
+        CAPTURE(groups);
+        CAPTURE(p);
+        const auto qkv = random_values(static_cast<size_t>(shape.qkv_size()), 71, 1.5);
+        const auto doutput = random_values(static_cast<size_t>(shape.output_size()), 72);
+        const Dropout dropout{p, backend::dropout_key(5, 0, 1, 0)};
+        const AttentionResult result =
+            run_attention<double>(shape, qkv, doutput, dropout, c.blocks);
+        const AttentionResult reference = reference_attention(shape, qkv, doutput, dropout);
+        CHECK(max_difference(result.output, reference.output) < 1e-6);
+        CHECK(max_difference(result.logsumexp, reference.logsumexp) < 1e-6);
+        CHECK(max_difference(result.dqkv, reference.dqkv) < 1e-6);
+        CHECK(max_abs(reference.dqkv) > 1e-2);  // the comparison is not between zeros
+      }
+    }
+  }
+}
+
+TEST_CASE("attention dropout drops probabilities and changes the output and every gradient") {
+  const Shape shape{.batch = 2, .seq = 40, .heads = 4, .groups = 2, .head_dim = 8};
+  const auto qkv = random_values(static_cast<size_t>(shape.qkv_size()), 81, 1.5);
+  const auto doutput = random_values(static_cast<size_t>(shape.output_size()), 82);
+  const AttentionBlocks blocks{.query_rows = 16, .key_rows = 8};
+  const AttentionResult plain = run_attention<double>(shape, qkv, doutput, {}, blocks);
+  const AttentionResult dropped = run_attention<double>(
+      shape, qkv, doutput, Dropout{0.4, backend::dropout_key(5, 0, 1, 0)}, blocks);
+  // The log-sum-exp is that of the probabilities before dropout.
+  CHECK(max_difference(dropped.logsumexp, plain.logsumexp) == 0);
+  CHECK(max_difference(dropped.output, plain.output) > 1e-2);
+  // Every key and value row (bar the last position's key, which only its own query sees) and
+  // every query row gets a different gradient.
+  int64_t unchanged = 0;
+  for (size_t i = 0; i < plain.dqkv.size(); ++i) unchanged += plain.dqkv[i] == dropped.dqkv[i];
+  CHECK(unchanged < shape.qkv_size() / 20);
+}
+
+TEST_CASE(
+    "grouped-query attention equals multi-head attention on keys and values repeated per "
+    "group") {
+  // Megatron core expands each group's k and v to its heads (repeat_interleave) and runs
+  // multi-head attention; the key and value gradients of a group are the sums over its heads.
+  for (const int64_t groups : {1, 2}) {
+    for (const double p : {0.0, 0.2}) {
+      CAPTURE(groups);
+      CAPTURE(p);
+      const Shape grouped{.batch = 2, .seq = 23, .heads = 4, .groups = groups, .head_dim = 5};
+      const Shape expanded{.batch = 2, .seq = 23, .heads = 4, .groups = 4, .head_dim = 5};
+      const auto qkv = random_values(static_cast<size_t>(grouped.qkv_size()), 91, 1.5);
+      const auto doutput = random_values(static_cast<size_t>(grouped.output_size()), 92);
+      std::vector<double> expanded_qkv(static_cast<size_t>(expanded.qkv_size()));
+      for (int64_t row = 0; row < grouped.batch * grouped.seq; ++row) {
+        for (int64_t h = 0; h < 4; ++h) {
+          for (int64_t part = 0; part < 3; ++part) {
+            for (int64_t d = 0; d < 5; ++d) {
+              expanded_qkv[static_cast<size_t>(row * expanded.qkv_width() +
+                                               expanded.column(h, part, d))] =
+                  qkv[static_cast<size_t>(row * grouped.qkv_width() + grouped.column(h, part, d))];
+            }
+          }
+        }
+      }
+      const Dropout dropout{p, backend::dropout_key(9, 1, 1, 3)};
+      const AttentionBlocks blocks{.query_rows = 8, .key_rows = 8};
+      const AttentionResult g = run_attention<double>(grouped, qkv, doutput, dropout, blocks);
+      const AttentionResult e =
+          run_attention<double>(expanded, expanded_qkv, doutput, dropout, blocks);
+      CHECK(max_difference(g.output, e.output) < 1e-12);
+      CHECK(max_difference(g.logsumexp, e.logsumexp) < 1e-12);
+      std::vector<double> summed(qkv.size(), 0.0);
+      for (int64_t row = 0; row < grouped.batch * grouped.seq; ++row) {
+        for (int64_t h = 0; h < 4; ++h) {
+          for (int64_t part = 0; part < 3; ++part) {
+            for (int64_t d = 0; d < 5; ++d) {
+              const auto target =
+                  static_cast<size_t>(row * grouped.qkv_width() + grouped.column(h, part, d));
+              summed[target] += e.dqkv[static_cast<size_t>(row * expanded.qkv_width() +
+                                                           expanded.column(h, part, d))];
+            }
+          }
+        }
+      }
+      CHECK(max_difference(g.dqkv, summed) < 1e-12);
+    }
+  }
 }
 
 TEST_CASE("attention output at position t does not depend on later positions") {
-  AttentionCase c;
-  const AttentionResult before = run_attention<double>(c);
+  const Shape shape{.batch = 2, .seq = 13, .heads = 4, .groups = 2, .head_dim = 3};
+  auto qkv = random_values(static_cast<size_t>(shape.qkv_size()), 71, 1.5);
+  const auto doutput = random_values(static_cast<size_t>(shape.output_size()), 72);
+  const AttentionBlocks blocks{.query_rows = 4, .key_rows = 4};
+  const AttentionResult before = run_attention<double>(shape, qkv, doutput, {}, blocks);
   // Change everything at the last position of batch row 0.
-  for (int64_t i = 0; i < 3 * kHidden; ++i) c.qkv[(kSeq - 1) * 3 * kHidden + i] += 1.0;
-  const AttentionResult after = run_attention<double>(c);
-  for (int64_t i = 0; i < (kSeq - 1) * kHidden; ++i) CHECK(after.output[i] == before.output[i]);
+  const int64_t width = shape.qkv_width();
+  for (int64_t i = 0; i < width; ++i) qkv[static_cast<size_t>((shape.seq - 1) * width + i)] += 1.0;
+  const AttentionResult after = run_attention<double>(shape, qkv, doutput, {}, blocks);
+  const int64_t C = shape.hidden();
+  for (int64_t i = 0; i < (shape.seq - 1) * C; ++i) {
+    CHECK(after.output[static_cast<size_t>(i)] == before.output[static_cast<size_t>(i)]);
+  }
   bool last_changed = false;
-  for (int64_t i = (kSeq - 1) * kHidden; i < kSeq * kHidden; ++i) {
-    last_changed = last_changed || after.output[i] != before.output[i];
+  for (int64_t i = (shape.seq - 1) * C; i < shape.seq * C; ++i) {
+    last_changed = last_changed ||
+                   after.output[static_cast<size_t>(i)] != before.output[static_cast<size_t>(i)];
   }
   CHECK(last_changed);
 }
 
-TEST_CASE("attention backward matches central finite differences in double") {
-  AttentionCase c;
-  const AttentionResult result = run_attention<double>(c);
-  std::vector<double> output(kBatch * kSeq * kHidden);
-  std::vector<double> probabilities(kBatch * kHeads * kSeq * kSeq);
-  auto loss = [&] {
-    backend::cpu::attention_forward(output.data(), probabilities.data(), c.qkv.data(), kBatch, kSeq,
-                                    kHidden, kHeads);
-    return dot(output, c.doutput);
-  };
-  BACKEND_CHECK_GRADIENT(check_gradient(c.qkv, result.dqkv, loss), 1e-6);
+namespace {
+
+// Central differences of dot(output, doutput) against attention_backward, with and without
+// dropout, on one thread for every element and on three for every third. B·NH·T²·HD is above
+// the ops' parallel threshold, so three threads really share the work; T = 19 is a multiple
+// of neither block size.
+void check_attention_gradient(int64_t groups) {
+  const AttentionBlocks blocks{.query_rows = 5, .key_rows = 4};
+  for (const double p : {0.0, 0.3}) {
+    CAPTURE(p);
+    const Shape shape{.batch = 2, .seq = 19, .heads = 4, .groups = groups, .head_dim = 8};
+    auto qkv = random_values(static_cast<size_t>(shape.qkv_size()), 73, 1.5);
+    const auto doutput = random_values(static_cast<size_t>(shape.output_size()), 74);
+    const Dropout dropout{p, backend::dropout_key(6, 0, 1, 2)};
+    std::vector<size_t> every_third;
+    for (size_t i = 0; i < qkv.size(); i += 3) every_third.push_back(i);
+    bool all_elements = true;
+    const auto [serial, parallel] = on_one_and_three_threads([&] {
+      const AttentionResult result = run_attention<double>(shape, qkv, doutput, dropout, blocks);
+      std::vector<double> output(static_cast<size_t>(shape.output_size()));
+      std::vector<double> logsumexp(static_cast<size_t>(shape.batch * shape.heads * shape.seq));
+      auto loss = [&] {
+        backend::cpu::attention_forward(output.data(), logsumexp.data(), qkv.data(), shape.batch,
+                                        shape.seq, shape.hidden(), shape.heads, shape.groups,
+                                        dropout, blocks);
+        return dot(output, doutput);
+      };
+      GradientCheckOptions options;
+      if (!all_elements) options.indices = every_third;
+      all_elements = false;
+      return check_gradient(qkv, result.dqkv, loss, options);
+    });
+    CHECK(serial.checked == qkv.size());
+    BACKEND_CHECK_GRADIENT(serial, 1e-6);
+    BACKEND_CHECK_GRADIENT(parallel, 1e-6);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("attention backward matches central finite differences (NG = NH, multi-head)") {
+  check_attention_gradient(4);
+}
+
+TEST_CASE("attention backward matches central finite differences (NG = 1, multi-query)") {
+  check_attention_gradient(1);
+}
+
+TEST_CASE("attention backward matches central finite differences (NG = NH/2, grouped)") {
+  check_attention_gradient(2);
 }
 
 TEST_CASE("attention in float matches double") {
-  AttentionCase c;
-  const AttentionResult single = run_attention<float>(c);
-  const AttentionResult reference = run_attention<double>(c);
-  CHECK(error_relative_to_max(single.output, reference.output) < 1e-5);
-  CHECK(error_relative_to_max(single.probabilities, reference.probabilities) < 1e-5);
-  CHECK(error_relative_to_max(single.dqkv, reference.dqkv) < 1e-5);
+  for (const int64_t groups : kGroupCounts) {
+    CAPTURE(groups);
+    const Shape shape{.batch = 2, .seq = 150, .heads = 4, .groups = groups, .head_dim = 16};
+    const auto qkv = random_values(static_cast<size_t>(shape.qkv_size()), 75, 1.5);
+    const auto doutput = random_values(static_cast<size_t>(shape.output_size()), 76);
+    const Dropout dropout{0.1, backend::dropout_key(8, 2, 1, 0)};
+    const AttentionResult single = run_attention<float>(shape, qkv, doutput, dropout);
+    const AttentionResult reference = run_attention<double>(shape, qkv, doutput, dropout);
+    CHECK(error_relative_to_max(single.output, reference.output) < 1e-5);
+    CHECK(error_relative_to_max(single.logsumexp, reference.logsumexp) < 1e-5);
+    CHECK(error_relative_to_max(single.dqkv, reference.dqkv) < 1e-5);
+  }
 }
 
 TEST_CASE("attention is the same on every thread count") {
-  // Large enough that the (batch, head) loop runs in parallel.
-  constexpr int64_t batch = 2;
-  constexpr int64_t seq = 32;
-  constexpr int64_t heads = 4;
-  constexpr int64_t hidden = heads * 16;
-  const auto qkv = random_values(batch * seq * 3 * hidden, 73);
-  const auto doutput = random_values(batch * seq * hidden, 74);
-  auto run = [&] {
-    std::vector<double> output(batch * seq * hidden), probabilities(batch * heads * seq * seq);
-    std::vector<double> dqkv(qkv.size());
-    backend::cpu::attention_forward(output.data(), probabilities.data(), qkv.data(), batch, seq,
-                                    hidden, heads);
-    backend::cpu::attention_backward(dqkv.data(), doutput.data(), qkv.data(), probabilities.data(),
-                                     batch, seq, hidden, heads);
-    output.insert(output.end(), dqkv.begin(), dqkv.end());
-    return output;
+  for (const int64_t groups : kGroupCounts) {
+    for (const double p : {0.0, 0.1}) {
+      CAPTURE(groups);
+      CAPTURE(p);
+      const Shape shape{.batch = 2, .seq = 150, .heads = 4, .groups = groups, .head_dim = 16};
+      const auto qkv = random_values(static_cast<size_t>(shape.qkv_size()), 77);
+      const auto doutput = random_values(static_cast<size_t>(shape.output_size()), 78);
+      const Dropout dropout{p, backend::dropout_key(7, 3, 1, 1)};
+      auto run = [&] {
+        AttentionResult result = run_attention<float>(shape, qkv, doutput, dropout);
+        result.output.insert(result.output.end(), result.logsumexp.begin(), result.logsumexp.end());
+        result.output.insert(result.output.end(), result.dqkv.begin(), result.dqkv.end());
+        return result.output;
+      };
+      const auto [serial, parallel] = on_one_and_three_threads(run);
+      CHECK(serial == parallel);
+    }
+  }
+}
+
+TEST_CASE("attention refuses shapes it cannot lay out, naming the numbers") {
+  std::vector<double> buffer(1024);
+  auto forward = [&](int64_t hidden, int64_t heads, int64_t groups, AttentionBlocks blocks) {
+    backend::cpu::attention_forward(buffer.data(), buffer.data(), buffer.data(), 1, 2, hidden,
+                                    heads, groups, {}, blocks);
   };
-  const auto [serial, parallel] = on_one_and_three_threads(run);
-  CHECK(serial == parallel);
+  CHECK_THROWS_WITH_AS(forward(12, 4, 3, {}), "attention: 3 query groups must divide the 4 heads",
+                       common::Error);
+  CHECK_THROWS_WITH_AS(forward(12, 4, 0, {}), "attention: 0 query groups must divide the 4 heads",
+                       common::Error);
+  CHECK_THROWS_WITH_AS(forward(10, 4, 4, {}), "attention: 4 heads must divide the hidden size 10",
+                       common::Error);
+  CHECK_THROWS_AS(forward(12, 4, 4, {.query_rows = 0, .key_rows = 4}), common::Error);
+  std::vector<double> gradient(1024);
+  CHECK_THROWS_AS(backend::cpu::attention_backward(gradient.data(), buffer.data(), buffer.data(),
+                                                   buffer.data(), buffer.data(), 1, 2, 12, 4, 3),
+                  common::Error);
 }

@@ -1,8 +1,8 @@
 // dropout_forward / dropout_backward and the keyed masks: the dropped fraction is p, kept
 // elements are scaled by exactly 1/(1 − p), the backward applies the same mask, p = 0 is the
 // identity, masks are a function of the key (and the key of seed, step, site and layer) alone,
-// and the same on every thread count. Attention's dropout on the probabilities: forward against
-// a naive loop over the documented mask indices, backward against finite differences.
+// and the same on every thread count. (Attention's dropout on the probabilities is tested
+// with the attention op, tests/backend/ops/attention_test.cpp.)
 #include "backend/ops/dropout.hpp"
 
 #include <doctest/doctest.h>
@@ -12,7 +12,6 @@
 #include <cmath>
 #include <limits>
 
-#include "backend/ops/attention.hpp"
 #include "tests/backend/ops/gradient_check.hpp"
 
 namespace {
@@ -186,109 +185,6 @@ TEST_CASE("dropout masks are the same on one thread as on several") {
     std::vector<float> output(count);
     const auto single = convert<float>(input);
     backend::cpu::dropout_forward(output.data(), single.data(), count, dropout);
-    return output;
-  };
-  const auto [serial, parallel] = on_one_and_three_threads(run);
-  CHECK(serial == parallel);
-}
-
-namespace {
-
-constexpr int64_t kBatch = 2;
-constexpr int64_t kSeq = 6;
-constexpr int64_t kHeads = 2;
-constexpr int64_t kHeadDim = 3;
-constexpr int64_t kHidden = kHeads * kHeadDim;
-
-struct AttentionRun {
-  std::vector<double> output, probabilities, dqkv;
-};
-
-AttentionRun run_attention(const std::vector<double>& qkv, const std::vector<double>& doutput,
-                           const Dropout& dropout) {
-  AttentionRun run{std::vector<double>(kBatch * kSeq * kHidden),
-                   std::vector<double>(kBatch * kHeads * kSeq * kSeq),
-                   std::vector<double>(qkv.size(), 1000.0)};
-  backend::cpu::attention_forward(run.output.data(), run.probabilities.data(), qkv.data(), kBatch,
-                                  kSeq, kHidden, kHeads, dropout);
-  backend::cpu::attention_backward(run.dqkv.data(), doutput.data(), qkv.data(),
-                                   run.probabilities.data(), kBatch, kSeq, kHidden, kHeads,
-                                   dropout);
-  return run;
-}
-
-}  // namespace
-
-TEST_CASE("attention drops its probabilities: O = dropout(P) · V with the documented indices") {
-  const auto qkv = random_values(kBatch * kSeq * 3 * kHidden, 81, 1.5);
-  const auto doutput = random_values(kBatch * kSeq * kHidden, 82);
-  const Dropout dropout{0.4, dropout_key(5, 0, 1, 0)};
-  const AttentionRun plain = run_attention(qkv, doutput, Dropout{});
-  const AttentionRun dropped = run_attention(qkv, doutput, dropout);
-  // The kept probabilities are those before dropout (the backward's softmax needs them).
-  CHECK(dropped.probabilities == plain.probabilities);
-
-  const uint64_t threshold = dropout.threshold();
-  int64_t dropped_count = 0;
-  double worst = 0;
-  for (int64_t b = 0; b < kBatch; ++b) {
-    for (int64_t h = 0; h < kHeads; ++h) {
-      for (int64_t i = 0; i < kSeq; ++i) {
-        for (int64_t d = 0; d < kHeadDim; ++d) {
-          double expected = 0;
-          for (int64_t j = 0; j <= i; ++j) {
-            const int64_t index = ((b * kHeads + h) * kSeq + i) * kSeq + j;
-            const bool keep =
-                backend::dropout_keep(dropout.key, static_cast<uint64_t>(index), threshold);
-            dropped_count += keep || d > 0 ? 0 : 1;
-            const double value =
-                qkv[(b * kSeq + j) * 3 * kHidden + h * 3 * kHeadDim + 2 * kHeadDim + d];
-            expected += keep ? plain.probabilities[index] / (1 - 0.4) * value : 0.0;
-          }
-          worst = std::max(
-              worst,
-              std::abs(dropped.output[(b * kSeq + i) * kHidden + h * kHeadDim + d] - expected));
-        }
-      }
-    }
-  }
-  CHECK(dropped_count > 0);
-  CHECK(worst < 1e-13);
-  CHECK(dropped.output != plain.output);
-}
-
-TEST_CASE("attention backward with dropout matches central finite differences in double") {
-  auto qkv = random_values(kBatch * kSeq * 3 * kHidden, 83, 1.5);
-  const auto doutput = random_values(kBatch * kSeq * kHidden, 84);
-  const Dropout dropout{0.3, dropout_key(6, 0, 1, 2)};
-  const AttentionRun result = run_attention(qkv, doutput, dropout);
-  CHECK(result.dqkv != run_attention(qkv, doutput, Dropout{}).dqkv);
-  std::vector<double> output(kBatch * kSeq * kHidden);
-  std::vector<double> probabilities(kBatch * kHeads * kSeq * kSeq);
-  auto loss = [&] {
-    backend::cpu::attention_forward(output.data(), probabilities.data(), qkv.data(), kBatch, kSeq,
-                                    kHidden, kHeads, dropout);
-    return dot(output, doutput);
-  };
-  BACKEND_CHECK_GRADIENT(check_gradient(qkv, result.dqkv, loss), 1e-6);
-}
-
-TEST_CASE("attention with dropout is the same on every thread count") {
-  constexpr int64_t batch = 2;
-  constexpr int64_t seq = 32;
-  constexpr int64_t heads = 4;
-  constexpr int64_t hidden = heads * 16;
-  const auto qkv = convert<float>(random_values(batch * seq * 3 * hidden, 85));
-  const auto doutput = convert<float>(random_values(batch * seq * hidden, 86));
-  const Dropout dropout{0.1, dropout_key(7, 3, 1, 1)};
-  auto run = [&] {
-    std::vector<float> output(batch * seq * hidden), probabilities(batch * heads * seq * seq);
-    std::vector<float> dqkv(qkv.size());
-    backend::cpu::attention_forward(output.data(), probabilities.data(), qkv.data(), batch, seq,
-                                    hidden, heads, dropout);
-    backend::cpu::attention_backward(dqkv.data(), doutput.data(), qkv.data(), probabilities.data(),
-                                     batch, seq, hidden, heads, dropout);
-    output.insert(output.end(), dqkv.begin(), dqkv.end());
     return output;
   };
   const auto [serial, parallel] = on_one_and_three_threads(run);
