@@ -30,8 +30,6 @@ constexpr UnsupportedFlag kUnsupportedFlags[] = {
     {"--sequence-parallel", false, "needs tensor parallelism, which is not built yet"},
     {"--use-flash-attn", false, "belongs to the CUDA path, which is not built yet"},
     {"--use-distributed-optimizer", false, "needs data parallelism, which is not built yet"},
-    {"--group-query-attention", false, "only multi-head attention is built so far"},
-    {"--num-query-groups", true, "only multi-head attention is built so far"},
     {"--tokenizer-model", true, "SentencePiece tokenizers (Llama) are not built; GPT-2 BPE and NullTokenizer are"},
     {"--train-samples", true, "use --train-iters; sample-based schedules are not built yet"},
     {"--rampup-batch-size", true, "batch-size ramp-up is not built yet"},
@@ -95,6 +93,10 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   app.add_flag("--untie-embeddings-and-output-weights",
                arguments.untie_embeddings_and_output_weights,
                "A separate output_layer.weight instead of the word embedding")->group(model);
+  app.add_flag("--group-query-attention", arguments.group_query_attention,
+               "Grouped-query attention with --num-query-groups key/value heads")->group(model);
+  app.add_option("--num-query-groups", arguments.num_query_groups,
+                 "Key/value heads with --group-query-attention")->group(model);
   bool recompute_activations = false;
   app.add_flag("--recompute-activations", recompute_activations,
                "Selective recompute (same as --recompute-granularity selective)")->group(model);
@@ -293,6 +295,12 @@ void validate_arguments(TrainingArguments& arguments) {
   if (!(arguments.norm_epsilon > 0)) {
     common::fail("--norm-epsilon must be positive, got {}", arguments.norm_epsilon);
   }
+  if (arguments.group_query_attention &&
+      (arguments.num_query_groups <= 0 ||
+       arguments.num_attention_heads % arguments.num_query_groups != 0)) {
+    common::fail("--num-query-groups {} must be positive and divide --num-attention-heads {}",
+                 arguments.num_query_groups, arguments.num_attention_heads);
+  }
   // Megatron's TransformerConfig rules for recompute.
   if (arguments.recompute_granularity == "selective") {
     if (!arguments.recompute_method.empty()) {
@@ -354,6 +362,7 @@ std::vector<std::string> format_arguments(const TrainingArguments& a) {
       {"ffn_hidden_size", fmt::format("{}", a.ffn_hidden_size)},
       {"fp16", a.fp16 ? "True" : "False"},
       {"global_batch_size", fmt::format("{}", a.global_batch_size)},
+      {"group_query_attention", a.group_query_attention ? "True" : "False"},
       {"hidden_dropout", fmt::format("{}", a.hidden_dropout)},
       {"hidden_size", fmt::format("{}", a.hidden_size)},
       {"init_method_std", fmt::format("{}", a.init_method_std)},
@@ -382,6 +391,7 @@ std::vector<std::string> format_arguments(const TrainingArguments& a) {
       {"mock_data", a.mock_data ? "True" : "False"},
       {"num_attention_heads", fmt::format("{}", a.num_attention_heads)},
       {"num_layers", fmt::format("{}", a.num_layers)},
+      {"num_query_groups", fmt::format("{}", a.num_query_groups)},
       {"pipeline_model_parallel_size", fmt::format("{}", a.pipeline_model_parallel_size)},
       {"seed", fmt::format("{}", a.seed)},
       {"seq_length", fmt::format("{}", a.seq_length)},

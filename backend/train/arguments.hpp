@@ -33,6 +33,8 @@ struct TrainingArguments {
   bool swiglu = false;
   bool add_bias_linear = true;  // --disable-bias-linear clears it
   bool untie_embeddings_and_output_weights = false;
+  bool group_query_attention = false;
+  int64_t num_query_groups = 1;  // read only with --group-query-attention (Megatron's default)
   // Activation recompute: "" is Megatron's None. --recompute-activations sets "selective".
   std::string recompute_granularity;            // selective or full
   std::string recompute_method;                 // uniform or block (full only)

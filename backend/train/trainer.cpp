@@ -48,6 +48,7 @@ GptConfig model_config(const TrainingArguments& a) {
   config.swiglu = a.swiglu;
   config.add_bias_linear = a.add_bias_linear;
   config.share_embeddings_and_output_weights = !a.untie_embeddings_and_output_weights;
+  config.num_query_groups = a.group_query_attention ? a.num_query_groups : 0;
   if (a.recompute_granularity == "selective") {
     config.recompute_granularity = RecomputeGranularity::selective;
   } else if (a.recompute_granularity == "full") {

@@ -64,6 +64,10 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
       {{"--rotary-percent", "1.5"}, "--rotary-percent must lie in (0, 1], got 1.5"},
       {{"--rotary-base", "0"}, "--rotary-base must be positive, got 0"},
       {{"--norm-epsilon", "0"}, "--norm-epsilon must be positive, got 0"},
+      {{"--group-query-attention", "--num-query-groups", "3"},
+       "--num-query-groups 3 must be positive and divide --num-attention-heads 4"},
+      {{"--group-query-attention", "--num-query-groups", "0"},
+       "--num-query-groups 0 must be positive and divide --num-attention-heads 4"},
       {{"--recompute-granularity", "partial"}, "--recompute-granularity: partial not in"},
       {{"--recompute-granularity", "full", "--recompute-num-layers", "1"},
        "--recompute-granularity full needs --recompute-method uniform or block"},
@@ -114,6 +118,14 @@ TEST_CASE("the Llama switches: Megatron's defaults, then each flag") {
   CHECK_FALSE(llama->add_bias_linear);
   CHECK(llama->untie_embeddings_and_output_weights);
   CHECK(llama->ffn_hidden_size == 172);
+  CHECK_FALSE(llama->group_query_attention);
+  CHECK(llama->num_query_groups == 1);  // Megatron's default, read only with the switch
+  const auto grouped = parse(with({"--group-query-attention", "--num-query-groups", "2"}));
+  REQUIRE(grouped);
+  CHECK(grouped->group_query_attention);
+  CHECK(grouped->num_query_groups == 2);
+  // Without --group-query-attention the count is not checked (nor used), as in Megatron.
+  CHECK(parse(with({"--num-query-groups", "3"})));
 
   // --layernorm-epsilon is the old name of --norm-epsilon; the last one given wins.
   CHECK(parse(with({"--layernorm-epsilon", "1e-3"}))->norm_epsilon == 1e-3);

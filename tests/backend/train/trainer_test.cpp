@@ -80,7 +80,7 @@ TEST_CASE("20 steps on a repeating token pattern drive the loss below 0.5") {
   CHECK(result.iterations.back().lm_loss < 0.5);
 }
 
-TEST_CASE("a Llama model (RoPE, RMSNorm, SwiGLU, no biases, untied output) learns the pattern") {
+TEST_CASE("a Llama model (RoPE, RMSNorm, SwiGLU, no biases, untied output, GQA) learns the pattern") {
   auto a = tiny_arguments();
   a.train_iters = 20;
   a.hidden_size = 64;
@@ -94,6 +94,8 @@ TEST_CASE("a Llama model (RoPE, RMSNorm, SwiGLU, no biases, untied output) learn
   a.swiglu = true;
   a.add_bias_linear = false;
   a.untie_embeddings_and_output_weights = true;
+  a.group_query_attention = true;
+  a.num_query_groups = 2;  // two of the four heads per key/value head
   // The period-8 pattern of the test above: each next token is determined by the current one.
   BatchSource pattern = [](Split, int64_t first_sample, int64_t batch, std::span<int32_t> tokens,
                            std::span<int32_t> labels) {
@@ -111,10 +113,14 @@ TEST_CASE("a Llama model (RoPE, RMSNorm, SwiGLU, no biases, untied output) learn
   REQUIRE(result.iterations.size() == 20);
   CHECK(result.iterations.front().lm_loss > 4.0);
   CHECK(result.iterations.back().lm_loss < 0.5);
-  // Per layer 4h² (attention, no biases) + 3·h·ffn (SwiGLU) + 2h (RMSNorm weights); the word
-  // embedding and the output layer (256 × h each); the final norm.
+  // Per layer: linear_qkv's rows are 4 query heads + 2 keys + 2 values of h/4 features (h² for
+  // the queries, h² for keys and values, a quarter less than multi-head attention's 4h² with
+  // linear_proj's h²); 3·h·ffn (SwiGLU); 2h (RMSNorm weights). Then the word embedding and
+  // the output layer (256 × h each) and the final norm.
   const int64_t h = 64, ffn = 96, vocab = 256;
-  CHECK(result.parameter_count == 2 * (4 * h * h + 3 * h * ffn + 2 * h) + 2 * vocab * h + h);
+  const int64_t attention = h * h + h * h + h * h;
+  CHECK(result.parameter_count ==
+        2 * (attention + 3 * h * ffn + 2 * h) + 2 * vocab * h + h);
 }
 
 TEST_CASE("training with activation recompute logs the same iterations, bit for bit") {
