@@ -44,6 +44,9 @@ test_packages=(
   slurm-wlm munge
   # tests/fuzz: libFuzzer targets built with clang (its fuzzer and sanitizer runtimes)
   clang libclang-rt-14-dev
+  # tests/e2e: the independent reader of pretrain_gpt's TensorBoard event files decodes them
+  # with python3-protobuf from a .proto that protoc (protobuf-compiler) compiles at test time
+  python3-protobuf protobuf-compiler
 )
 if [[ $with_tests == true ]]; then
   packages+=("${test_packages[@]}")

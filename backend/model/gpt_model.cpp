@@ -729,6 +729,11 @@ void GptModel<Scalar>::set_dropout_seed(uint64_t seed) {
 }
 
 template <typename Scalar>
+uint64_t GptModel<Scalar>::dropout_seed() const {
+  return state_->dropout_seed;
+}
+
+template <typename Scalar>
 uint64_t GptModel<Scalar>::dropout_step() const {
   return state_->dropout_step;
 }

@@ -134,6 +134,7 @@ class GptModel {
 
   // The masks of a forward are keyed by (dropout seed, dropout step). The seed defaults to 0.
   void set_dropout_seed(uint64_t seed);
+  uint64_t dropout_seed() const;
   // The step the next forward uses; every forward in training mode advances it by one (one
   // per micro batch), evaluation forwards leave it. With the parameters and optimizer state
   // it is the RNG state a checkpoint must save (and set_dropout_step restore) for a resumed

@@ -18,6 +18,11 @@ AdamW::AdamW(const AdamWConfig& config, std::vector<ParameterGroup> groups, int6
 }
 
 void AdamW::step(std::span<float> parameters, std::span<const float> gradients, double lr) {
+  step(parameters, gradients, lr, config_.weight_decay);
+}
+
+void AdamW::step(std::span<float> parameters, std::span<const float> gradients, double lr,
+                 double weight_decay) {
   ++step_;
   const double bias_correction1 = 1.0 - std::pow(config_.beta1, static_cast<double>(step_));
   const double bias_correction2 = 1.0 - std::pow(config_.beta2, static_cast<double>(step_));
@@ -27,7 +32,7 @@ void AdamW::step(std::span<float> parameters, std::span<const float> gradients, 
   const float inverse_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(bias_correction2));
   const float eps = static_cast<float>(config_.eps);
   for (const auto& group : groups_) {
-    const float decay = group.weight_decay ? static_cast<float>(lr * config_.weight_decay) : 0.0f;
+    const float decay = group.weight_decay ? static_cast<float>(lr * weight_decay) : 0.0f;
     float* p = parameters.data() + group.offset;
     const float* g = gradients.data() + group.offset;
     float* m = exp_avg_.data() + group.offset;
@@ -40,6 +45,11 @@ void AdamW::step(std::span<float> parameters, std::span<const float> gradients, 
       p[i] -= step_size * m[i] / denominator + decay * p[i];
     }
   }
+}
+
+void AdamW::set_steps_taken(int64_t steps) {
+  if (steps < 0) common::fail("AdamW: the step count must be ≥ 0, got {}", steps);
+  step_ = steps;
 }
 
 double global_gradient_norm(std::span<const float> gradients) {

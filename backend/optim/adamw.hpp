@@ -33,7 +33,21 @@ class AdamW {
   AdamW(const AdamWConfig& config, std::vector<ParameterGroup> groups, int64_t numel);
   // One update with learning rate `lr`. `gradients` is not modified.
   void step(std::span<float> parameters, std::span<const float> gradients, double lr);
+  // The same with this step's weight decay instead of the config's (Megatron's scheduler sets
+  // the decay of each step: --start-weight-decay → --end-weight-decay).
+  void step(std::span<float> parameters, std::span<const float> gradients, double lr,
+            double weight_decay);
   int64_t steps_taken() const { return step_; }
+  const AdamWConfig& config() const { return config_; }
+
+  // The state a checkpoint saves and restores (torch's state['exp_avg'], ['exp_avg_sq'] and
+  // ['step']): the moment estimates, one value per parameter of the flat buffer, and the
+  // number of steps taken, which the bias corrections depend on.
+  std::span<float> exp_avg() { return exp_avg_; }
+  std::span<const float> exp_avg() const { return exp_avg_; }
+  std::span<float> exp_avg_sq() { return exp_avg_sq_; }
+  std::span<const float> exp_avg_sq() const { return exp_avg_sq_; }
+  void set_steps_taken(int64_t steps);
 
  private:
   AdamWConfig config_;

@@ -14,6 +14,7 @@
 #include "backend/common/error.hpp"
 #include "backend/common/suggest.hpp"
 #include "backend/dist/parallel_layout.hpp"
+#include "backend/train/training_schedule.hpp"
 
 namespace backend {
 
@@ -31,14 +32,13 @@ constexpr UnsupportedFlag kUnsupportedFlags[] = {
     {"--use-flash-attn", false, "belongs to the CUDA path, which is not built yet"},
     {"--use-distributed-optimizer", false, "needs data parallelism, which is not built yet"},
     {"--tokenizer-model", true, "SentencePiece tokenizers (Llama) are not built; GPT-2 BPE and NullTokenizer are"},
-    {"--train-samples", true, "use --train-iters; sample-based schedules are not built yet"},
-    {"--rampup-batch-size", true, "batch-size ramp-up is not built yet"},
     {"--split", true, "splits belong to real datasets, which are not built yet (use --mock-data)"},
-    {"--tensorboard-dir", true, "TensorBoard output is not built yet"},
-    {"--log-throughput", false, "throughput logging is not built yet"},
 };
 
-const std::vector<std::string> kDecayStyles = {"constant", "linear", "cosine"};
+const std::vector<std::string> kDecayStyles = {"constant", "linear", "cosine",
+                                               "inverse-square-root", "WSD"};
+const std::vector<std::string> kWsdDecayStyles = {"exponential", "linear", "cosine", "minus_sqrt"};
+const std::vector<std::string> kWeightDecayIncrementStyles = {"constant", "linear", "cosine"};
 const std::vector<std::string> kTokenizers = {"GPT2BPETokenizer", "NullTokenizer"};
 const std::vector<std::string> kPositionEmbeddingTypes = {"learned_absolute", "rope"};
 const std::vector<std::string> kNormalizations = {"LayerNorm", "RMSNorm"};
@@ -126,8 +126,14 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(training)->required();
   app.add_option("--global-batch-size", arguments.global_batch_size,
                  "Samples per iteration (gradient accumulation)")->group(training);
-  app.add_option("--train-iters", arguments.train_iters, "Iterations to train")
-      ->group(training)->required();
+  app.add_option("--train-iters", arguments.train_iters, "Iterations to train")->group(training);
+  app.add_option("--train-samples", arguments.train_samples,
+                 "Samples to train (sample-based training, instead of --train-iters)")
+      ->group(training);
+  app.add_option("--rampup-batch-size", arguments.rampup_batch_size,
+                 "START INCREMENT SAMPLES: grow the global batch from START by INCREMENT over "
+                 "SAMPLES samples (with --train-samples)")
+      ->group(training)->expected(3)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--seed", arguments.seed, "Random seed")->group(training);
   app.add_option("--tensor-model-parallel-size", arguments.tensor_model_parallel_size, "TP size")
       ->group(training);
@@ -141,16 +147,38 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   auto* optimizer = "Optimizer and learning rate";
   app.add_option("--lr", arguments.lr, "Peak learning rate")->group(optimizer)->required();
   app.add_option("--min-lr", arguments.min_lr, "Minimum learning rate")->group(optimizer);
-  app.add_option("--lr-decay-style", arguments.lr_decay_style, "constant, linear or cosine")
+  app.add_option("--lr-decay-style", arguments.lr_decay_style,
+                 "constant, linear, cosine, inverse-square-root or WSD")
       ->group(optimizer)->check(CLI::IsMember(kDecayStyles));
   app.add_option("--lr-warmup-iters", arguments.lr_warmup_iters, "Linear warmup iterations")
       ->group(optimizer);
+  app.add_option("--lr-warmup-samples", arguments.lr_warmup_samples,
+                 "Linear warmup samples (sample-based training)")->group(optimizer);
+  app.add_option("--lr-warmup-fraction", arguments.lr_warmup_fraction,
+                 "Warmup as a fraction of the decay steps")->group(optimizer);
   app.add_option("--lr-decay-iters", arguments.lr_decay_iters, "Decay iterations (default: train)")
       ->group(optimizer);
+  app.add_option("--lr-decay-samples", arguments.lr_decay_samples,
+                 "Decay samples (sample-based training; default: --train-samples)")->group(optimizer);
+  app.add_option("--lr-wsd-decay-style", arguments.lr_wsd_decay_style,
+                 "WSD's final decay: exponential, linear, cosine or minus_sqrt")
+      ->group(optimizer)->check(CLI::IsMember(kWsdDecayStyles));
+  app.add_option("--lr-wsd-decay-iters", arguments.lr_wsd_decay_iters,
+                 "Iterations of WSD's final decay")->group(optimizer);
+  app.add_option("--lr-wsd-decay-samples", arguments.lr_wsd_decay_samples,
+                 "Samples of WSD's final decay (sample-based training)")->group(optimizer);
   app.add_option("--lr-warmup-init", arguments.lr_warmup_init, "Learning rate at warmup start")
       ->group(optimizer);
   app.add_option("--weight-decay", arguments.weight_decay, "AdamW decoupled weight decay")
       ->group(optimizer);
+  app.add_option("--start-weight-decay", arguments.start_weight_decay,
+                 "Weight decay at the start (with --weight-decay-incr-style linear/cosine)")
+      ->group(optimizer);
+  app.add_option("--end-weight-decay", arguments.end_weight_decay,
+                 "Weight decay at the end of training")->group(optimizer);
+  app.add_option("--weight-decay-incr-style", arguments.weight_decay_incr_style,
+                 "constant, linear or cosine")
+      ->group(optimizer)->check(CLI::IsMember(kWeightDecayIncrementStyles));
   app.add_option("--clip-grad", arguments.clip_grad, "Clip gradients to this global norm")
       ->group(optimizer);
   app.add_option("--adam-beta1", arguments.adam_beta1, "Adam beta1")->group(optimizer);
@@ -168,6 +196,50 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   app.add_option("--load", arguments.load, "Checkpoint directory to read")->group(logging);
   app.add_option("--benchmark-output", arguments.benchmark_output,
                  "Write step time, tokens/s, TFLOP/s, MFU and memory as JSON (not a Megatron flag)")
+      ->group(logging);
+  app.add_flag("--log-throughput", arguments.log_throughput,
+               "Print TFLOP/s per GPU in the iteration line (and tokens/s, MFU on a line of its own)")
+      ->group(logging);
+  app.add_option("--tensorboard-dir", arguments.tensorboard_dir,
+                 "Write TensorBoard event files into this directory")->group(logging);
+  app.add_option("--tensorboard-log-interval", arguments.tensorboard_log_interval,
+                 "Write training scalars to TensorBoard every N iterations")->group(logging);
+  app.add_option("--tensorboard-queue-size", arguments.tensorboard_queue_size,
+                 "Events kept in memory before they are written out")->group(logging);
+  app.add_flag("--log-timers-to-tensorboard", arguments.log_timers_to_tensorboard,
+               "Also write iteration-time (and throughput with --log-throughput)")->group(logging);
+  app.add_flag_callback("--no-log-loss-scale-to-tensorboard",
+                        [&arguments] { arguments.log_loss_scale_to_tensorboard = false; },
+                        "Do not write loss-scale")->group(logging);
+  app.add_flag("--log-validation-ppl-to-tensorboard", arguments.log_validation_ppl_to_tensorboard,
+               "Also write the validation perplexity")->group(logging);
+  app.add_flag("--log-world-size-to-tensorboard", arguments.log_world_size_to_tensorboard,
+               "Also write world-size")->group(logging);
+  app.add_option("--log-dir", arguments.log_dir,
+                 "Write cmd-args.log and hparams.yaml here, as NeMo's exp_manager (not a Megatron "
+                 "flag)")->group(logging);
+
+  // Checkpointing (backend/ckpt): Megatron's _add_checkpointing_args, with --save/--load above.
+  app.add_option("--save-interval", arguments.save_interval,
+                 "Save a checkpoint every N iterations (with --save)")->group(logging);
+  app.add_option("--exit-interval", arguments.exit_interval,
+                 "Exit after the iteration divisible by N, saving first (with --save)")
+      ->group(logging);
+  app.add_flag("--finetune", arguments.finetune,
+               "Load the weights only: iteration 0, no optimizer or RNG state")->group(logging);
+  app.add_flag("--no-load-optim", arguments.no_load_optim,
+               "Do not load the optimizer and scheduler state")->group(logging);
+  app.add_flag("--no-load-rng", arguments.no_load_rng, "Do not load the RNG (dropout) state")
+      ->group(logging);
+  app.add_flag("--no-save-optim", arguments.no_save_optim,
+               "Do not save the optimizer and scheduler state")->group(logging);
+  app.add_flag("--no-save-rng", arguments.no_save_rng, "Do not save the RNG (dropout) state")
+      ->group(logging);
+  app.add_flag("--override-opt_param-scheduler", arguments.override_opt_param_scheduler,
+               "On load, keep the schedule the flags give (only the step count is loaded)")
+      ->group(logging);
+  app.add_flag("--use-checkpoint-opt_param-scheduler", arguments.use_checkpoint_opt_param_scheduler,
+               "On load, take the schedule from the checkpoint, whatever the flags say")
       ->group(logging);
 
   std::map<std::string, std::string> unsupported_values;
@@ -224,7 +296,6 @@ void validate_arguments(TrainingArguments& arguments) {
   require_positive(arguments.num_attention_heads, "--num-attention-heads");
   require_positive(arguments.seq_length, "--seq-length");
   require_positive(arguments.micro_batch_size, "--micro-batch-size");
-  require_positive(arguments.train_iters, "--train-iters");
   require_positive(arguments.log_interval, "--log-interval");
   require_positive(arguments.eval_interval, "--eval-interval");
   if (arguments.eval_iters < 0) common::fail("--eval-iters must be ≥ 0, got {}", arguments.eval_iters);
@@ -261,27 +332,20 @@ void validate_arguments(TrainingArguments& arguments) {
   if (arguments.min_lr < 0 || arguments.min_lr > arguments.lr) {
     common::fail("--min-lr {} must lie in [0, --lr {}]", arguments.min_lr, arguments.lr);
   }
-  if (arguments.lr_warmup_iters < 0) {
-    common::fail("--lr-warmup-iters must be ≥ 0, got {}", arguments.lr_warmup_iters);
-  }
-  if (arguments.lr_decay_iters == 0) arguments.lr_decay_iters = arguments.train_iters;
-  if (arguments.lr_decay_iters < 0) {
-    common::fail("--lr-decay-iters must be positive, got {}", arguments.lr_decay_iters);
-  }
-  if (arguments.lr_warmup_iters >= arguments.lr_decay_iters && arguments.lr_decay_style != "constant") {
-    common::fail("--lr-warmup-iters {} must be smaller than --lr-decay-iters {} "
-                 "(which defaults to --train-iters)",
-                 arguments.lr_warmup_iters, arguments.lr_decay_iters);
-  }
   if (arguments.weight_decay < 0) {
     common::fail("--weight-decay must be ≥ 0, got {}", arguments.weight_decay);
   }
+  // Training length (iterations or samples), batch-size ramp-up, learning-rate and weight-decay
+  // schedule: Megatron's rules in backend/train/training_schedule.cpp.
+  resolve_training_schedule(arguments, data_parallel_size);
   if (arguments.clip_grad < 0) common::fail("--clip-grad must be ≥ 0, got {}", arguments.clip_grad);
   auto require_probability = [](double value, const char* flag, bool allow_one) {
     if (!(value >= 0 && (allow_one ? value <= 1 : value < 1))) {
       common::fail("{} must lie in [0, 1{}, got {}", flag, allow_one ? "]" : ")", value);
     }
   };
+  require_positive(arguments.tensorboard_log_interval, "--tensorboard-log-interval");
+  require_positive(arguments.tensorboard_queue_size, "--tensorboard-queue-size");
   require_probability(arguments.adam_beta1, "--adam-beta1", false);
   require_probability(arguments.adam_beta2, "--adam-beta2", false);
   require_probability(arguments.hidden_dropout, "--hidden-dropout", false);
@@ -342,14 +406,43 @@ void validate_arguments(TrainingArguments& arguments) {
   if (!arguments.mock_data) {
     common::fail("no training data: pass --mock-data (reading --data-path is not built yet)");
   }
-  if (!arguments.save.empty() || !arguments.load.empty()) {
-    common::fail("--save/--load: checkpointing is not built yet");
+
+  // Checkpointing.
+  if (arguments.save_interval < 0) {
+    common::fail("--save-interval must be positive, got {}", arguments.save_interval);
+  }
+  if (arguments.exit_interval < 0) {
+    common::fail("--exit-interval must be positive, got {}", arguments.exit_interval);
+  }
+  // --save-interval without --save is accepted, as Megatron accepts it: scripts often pass the
+  // interval always and --save only sometimes.
+  if (arguments.finetune && arguments.load.empty()) {
+    common::fail("--finetune needs --load DIR (the checkpoint whose weights to start from)");
+  }
+  if (arguments.override_opt_param_scheduler && arguments.use_checkpoint_opt_param_scheduler) {
+    common::fail("--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler are "
+                 "mutually exclusive: the schedule comes from the flags or from the checkpoint");
   }
 }
 
-std::vector<std::string> format_arguments(const TrainingArguments& a) {
-  // Megatron prints every argument sorted by name, dots padding to a fixed column.
-  std::map<std::string, std::string> values = {
+std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
+  auto python = [](bool value) -> std::string { return value ? "True" : "False"; };
+  auto optional = [](const auto& value) -> std::string {
+    return value ? fmt::format("{}", *value) : "None";
+  };
+  auto path = [](const std::string& value) -> std::string { return value.empty() ? "None" : value; };
+  auto positive_or_none = [](int64_t value) -> std::string {
+    return value > 0 ? fmt::format("{}", value) : "None";
+  };
+  // Megatron keeps --rampup-batch-size as the strings given: ['16', '16', '1000'].
+  std::string rampup = "None";
+  if (!a.rampup_batch_size.empty()) {
+    std::vector<std::string> quoted;
+    for (int64_t value : a.rampup_batch_size) quoted.push_back(fmt::format("'{}'", value));
+    rampup = fmt::format("[{}]", fmt::join(quoted, ", "));
+  }
+  const bool sample_based = a.train_samples > 0;
+  return {
       {"adam_beta1", fmt::format("{}", a.adam_beta1)},
       {"adam_beta2", fmt::format("{}", a.adam_beta2)},
       {"adam_eps", fmt::format("{}", a.adam_eps)},
@@ -359,7 +452,9 @@ std::vector<std::string> format_arguments(const TrainingArguments& a) {
       {"device", a.device},
       {"eval_interval", fmt::format("{}", a.eval_interval)},
       {"eval_iters", fmt::format("{}", a.eval_iters)},
+      {"exit_interval", positive_or_none(a.exit_interval)},
       {"ffn_hidden_size", fmt::format("{}", a.ffn_hidden_size)},
+      {"finetune", python(a.finetune)},
       {"fp16", a.fp16 ? "True" : "False"},
       {"global_batch_size", fmt::format("{}", a.global_batch_size)},
       {"group_query_attention", a.group_query_attention ? "True" : "False"},
@@ -367,6 +462,7 @@ std::vector<std::string> format_arguments(const TrainingArguments& a) {
       {"hidden_size", fmt::format("{}", a.hidden_size)},
       {"init_method_std", fmt::format("{}", a.init_method_std)},
       {"add_bias_linear", a.add_bias_linear ? "True" : "False"},
+      {"load", path(a.load)},
       {"norm_epsilon", fmt::format("{}", a.norm_epsilon)},
       {"normalization", a.normalization},
       {"position_embedding_type", a.position_embedding_type},
@@ -376,11 +472,11 @@ std::vector<std::string> format_arguments(const TrainingArguments& a) {
        a.recompute_num_layers ? fmt::format("{}", *a.recompute_num_layers) : "None"},
       {"rotary_base", fmt::format("{}", a.rotary_base)},
       {"rotary_percent", fmt::format("{}", a.rotary_percent)},
-      {"swiglu", a.swiglu ? "True" : "False"},
-      {"untie_embeddings_and_output_weights", a.untie_embeddings_and_output_weights ? "True" : "False"},
+      {"swiglu", python(a.swiglu)},
+      {"untie_embeddings_and_output_weights", python(a.untie_embeddings_and_output_weights)},
       {"log_interval", fmt::format("{}", a.log_interval)},
       {"lr", fmt::format("{}", a.lr)},
-      {"lr_decay_iters", fmt::format("{}", a.lr_decay_iters)},
+      {"lr_decay_iters", sample_based ? "None" : fmt::format("{}", a.lr_decay_iters)},
       {"lr_decay_style", a.lr_decay_style},
       {"lr_warmup_init", fmt::format("{}", a.lr_warmup_init)},
       {"lr_warmup_iters", fmt::format("{}", a.lr_warmup_iters)},
@@ -389,18 +485,50 @@ std::vector<std::string> format_arguments(const TrainingArguments& a) {
       {"micro_batch_size", fmt::format("{}", a.micro_batch_size)},
       {"min_lr", fmt::format("{}", a.min_lr)},
       {"mock_data", a.mock_data ? "True" : "False"},
+      {"no_load_optim", python(a.no_load_optim)},
+      {"no_load_rng", python(a.no_load_rng)},
+      {"no_save_optim", python(a.no_save_optim)},
+      {"no_save_rng", python(a.no_save_rng)},
       {"num_attention_heads", fmt::format("{}", a.num_attention_heads)},
       {"num_layers", fmt::format("{}", a.num_layers)},
       {"num_query_groups", fmt::format("{}", a.num_query_groups)},
+      {"override_opt_param_scheduler", python(a.override_opt_param_scheduler)},
       {"pipeline_model_parallel_size", fmt::format("{}", a.pipeline_model_parallel_size)},
+      {"save", path(a.save)},
+      {"save_interval", positive_or_none(a.save_interval)},
       {"seed", fmt::format("{}", a.seed)},
       {"seq_length", fmt::format("{}", a.seq_length)},
       {"tensor_model_parallel_size", fmt::format("{}", a.tensor_model_parallel_size)},
       {"tokenizer_type", a.tokenizer_type},
       {"train_iters", fmt::format("{}", a.train_iters)},
+      {"use_checkpoint_opt_param_scheduler", python(a.use_checkpoint_opt_param_scheduler)},
       {"vocab_size", a.vocab_size > 0 ? fmt::format("{}", a.vocab_size) : "None"},
       {"weight_decay", fmt::format("{}", a.weight_decay)},
+      {"end_weight_decay", optional(a.end_weight_decay)},
+      {"log_dir", path(a.log_dir)},
+      {"log_loss_scale_to_tensorboard", python(a.log_loss_scale_to_tensorboard)},
+      {"log_throughput", python(a.log_throughput)},
+      {"log_timers_to_tensorboard", python(a.log_timers_to_tensorboard)},
+      {"log_validation_ppl_to_tensorboard", python(a.log_validation_ppl_to_tensorboard)},
+      {"log_world_size_to_tensorboard", python(a.log_world_size_to_tensorboard)},
+      {"lr_decay_samples", positive_or_none(a.lr_decay_samples)},
+      {"lr_warmup_fraction", optional(a.lr_warmup_fraction)},
+      {"lr_warmup_samples", fmt::format("{}", a.lr_warmup_samples)},
+      {"lr_wsd_decay_iters", optional(a.lr_wsd_decay_iters)},
+      {"lr_wsd_decay_samples", optional(a.lr_wsd_decay_samples)},
+      {"lr_wsd_decay_style", a.lr_wsd_decay_style},
+      {"rampup_batch_size", rampup},
+      {"start_weight_decay", optional(a.start_weight_decay)},
+      {"tensorboard_dir", path(a.tensorboard_dir)},
+      {"tensorboard_log_interval", fmt::format("{}", a.tensorboard_log_interval)},
+      {"tensorboard_queue_size", fmt::format("{}", a.tensorboard_queue_size)},
+      {"train_samples", positive_or_none(a.train_samples)},
   };
+}
+
+std::vector<std::string> format_arguments(const TrainingArguments& a) {
+  // Megatron prints every argument sorted by name, dots padding to a fixed column.
+  const std::map<std::string, std::string> values = argument_values(a);
   std::vector<std::string> lines;
   lines.push_back("------------------------ arguments ------------------------");
   for (const auto& [name, value] : values) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,7 +51,10 @@ struct TrainingArguments {
   // batches and iterations
   int64_t micro_batch_size = 0;
   int64_t global_batch_size = 0;  // 0 → micro_batch_size × data-parallel size
-  int64_t train_iters = 0;
+  int64_t train_iters = 0;        // with --train-samples: derived as Megatron's update_train_iters
+  int64_t train_samples = 0;      // --train-samples: sample-based training (0: iteration-based)
+  bool train_iters_derived = false;  // set by validation when train_iters came from train_samples
+  std::vector<int64_t> rampup_batch_size;  // --rampup-batch-size START INCREMENT SAMPLES
   uint64_t seed = 1234;
 
   // optimizer and schedule
@@ -59,8 +63,16 @@ struct TrainingArguments {
   std::string lr_decay_style = "linear";
   int64_t lr_warmup_iters = 0;
   int64_t lr_decay_iters = 0;  // 0 → train_iters
+  std::optional<double> lr_warmup_fraction;  // of the decay steps, instead of iters/samples
+  int64_t lr_warmup_samples = 0;
+  int64_t lr_decay_samples = 0;  // sample-based: 0 → train_samples
+  std::string lr_wsd_decay_style = "exponential";
+  std::optional<int64_t> lr_wsd_decay_iters, lr_wsd_decay_samples;
   double lr_warmup_init = 0.0;
   double weight_decay = 0.01;
+  // Filled from --weight-decay when the increment style is constant, as Megatron does.
+  std::optional<double> start_weight_decay, end_weight_decay;
+  std::string weight_decay_incr_style = "constant";
   double clip_grad = 1.0;
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
@@ -81,6 +93,26 @@ struct TrainingArguments {
   std::string device = "auto";  // our extension: auto | cpu | cuda
   std::string save, load;
   std::string benchmark_output;  // our extension: write benchmark.json here at the end
+  bool log_throughput = false;
+  std::string tensorboard_dir;
+  int64_t tensorboard_log_interval = 1;
+  int64_t tensorboard_queue_size = 1000;
+  bool log_timers_to_tensorboard = false;
+  bool log_loss_scale_to_tensorboard = true;  // --no-log-loss-scale-to-tensorboard
+  bool log_validation_ppl_to_tensorboard = false;
+  bool log_world_size_to_tensorboard = false;
+  std::string log_dir;  // our extension (NeMo's log dir): cmd-args.log and hparams.yaml
+
+  // checkpointing (backend/ckpt, docs/checkpoints.md); --save and --load are above
+  int64_t save_interval = 0;  // 0: save only at --exit-interval and at the end
+  int64_t exit_interval = 0;  // 0: train to --train-iters
+  bool finetune = false;      // load the weights only; iteration and samples start at 0
+  bool no_load_optim = false;
+  bool no_load_rng = false;
+  bool no_save_optim = false;
+  bool no_save_rng = false;
+  bool override_opt_param_scheduler = false;        // schedule from the flags, not the checkpoint
+  bool use_checkpoint_opt_param_scheduler = false;  // schedule from the checkpoint, not the flags
 
   // The command line as given, for logs and the arguments dump.
   std::vector<std::string> command_line;
@@ -94,7 +126,15 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
 // Megatron's checks (global batch divisible by micro batch × dp, seq ≤ positions, ...).
 void validate_arguments(TrainingArguments& arguments);
 
+// Every resolved argument by Megatron's name (dest, underscores) with its value as Megatron's
+// dump prints it (Python's str(): True/False/None, numbers, plain strings), sorted by name.
+std::map<std::string, std::string> argument_values(const TrainingArguments& arguments);
+
 // Megatron's "------------------------ arguments ------------------------" dump lines.
 std::vector<std::string> format_arguments(const TrainingArguments& arguments);
+
+// The same dump as name → value text (Megatron's spelling: True/False, None), which
+// checkpoints store as their record of the arguments.
+std::map<std::string, std::string> argument_values(const TrainingArguments& arguments);
 
 }  // namespace backend

@@ -30,6 +30,14 @@ double megatron_flops_per_iteration(const TrainingArguments& a, int64_t padded_v
          6.0 * B * s * h * static_cast<double>(padded_vocab_size);
 }
 
+double megatron_throughput_tflops_per_gpu(const TrainingArguments& a, int64_t padded_vocab_size,
+                                          int64_t batch_size, double seconds_per_iteration,
+                                          int64_t world_size) {
+  const double flops = megatron_flops_per_iteration(a, padded_vocab_size) *
+                       static_cast<double>(batch_size) / static_cast<double>(a.global_batch_size);
+  return flops / (seconds_per_iteration * 1e12 * static_cast<double>(world_size));
+}
+
 double measure_cpu_sgemm_peak() {
   constexpr int n = 2048;
   std::vector<float> a(static_cast<size_t>(n) * n, 1.0f), b(a.size(), 0.5f), c(a.size(), 0.0f);

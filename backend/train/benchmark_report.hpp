@@ -22,6 +22,13 @@ namespace backend {
 // Model FLOPs of one iteration (global batch) by Megatron's formula.
 double megatron_flops_per_iteration(const TrainingArguments& arguments, int64_t padded_vocab_size);
 
+// Megatron's "throughput per GPU (TFLOP/s/GPU)" (--log-throughput): the FLOPs of one
+// iteration of `batch_size` samples (the formula is linear in the batch, so a ramp-up batch
+// scales it) over the seconds per iteration, 10^12 and the world size.
+double megatron_throughput_tflops_per_gpu(const TrainingArguments& arguments,
+                                          int64_t padded_vocab_size, int64_t batch_size,
+                                          double seconds_per_iteration, int64_t world_size = 1);
+
 // Single-precision GEMM throughput of this CPU through the same OpenBLAS path the model uses
 // (a 2048³ sgemm, best of three), in FLOP/s: the peak MFU is measured against.
 double measure_cpu_sgemm_peak();

@@ -3,10 +3,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
+#include <filesystem>
 #include <ostream>
 
+#include "backend/ckpt/checkpoint.hpp"
 #include "backend/common/device.hpp"
 #include "backend/common/error.hpp"
 #include "backend/dist/process_environment.hpp"
@@ -14,7 +18,10 @@
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/benchmark_report.hpp"
+#include "backend/train/exp_manager_files.hpp"
+#include "backend/train/tensorboard_writer.hpp"
 #include "backend/train/training_log.hpp"
+#include "backend/train/training_schedule.hpp"
 
 namespace backend {
 
@@ -113,6 +120,7 @@ int64_t tokenizer_vocab_size(const TrainingArguments& arguments) {
 
 TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSource source) {
   const auto setup_start = Clock::now();
+  if (!a.log_dir.empty()) write_exp_manager_files(a.log_dir, a);
   const ProcessEnvironment process = read_process_environment();
   if (process.world_size > 1) {
     common::fail("this process is task {} of {} ({} launch, node {}): multi-process training "
@@ -140,12 +148,8 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
   }
   AdamW optimizer({a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay}, std::move(groups),
                   result.parameter_count);
-  LearningRateScheduler scheduler({.max_lr = a.lr,
-                                   .min_lr = a.min_lr,
-                                   .init_lr = a.lr_warmup_init,
-                                   .warmup_steps = a.lr_warmup_iters * a.global_batch_size,
-                                   .decay_steps = a.lr_decay_iters * a.global_batch_size,
-                                   .decay_style = a.lr_decay_style});
+  LearningRateScheduler scheduler(learning_rate_schedule(a));
+  const GlobalBatchSizeSchedule batch_sizes = batch_size_schedule(a);
 
   if (!source) {
     source = [dataset = MockDataset(a.seed, config.vocab_size, a.seq_length)](
@@ -154,26 +158,69 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
   }
   const int64_t micro_tokens = a.micro_batch_size * a.seq_length;
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
-  const int64_t num_micro_batches = a.global_batch_size / a.micro_batch_size;
 
   out << fmt::format(" > padded vocab (size: {}) with {} dummy tokens (new size: {})\n",
                      config.vocab_size, config.padded_vocab_size - config.vocab_size,
                      config.padded_vocab_size);
   out << fmt::format(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): {}\n",
                      result.parameter_count);
+  if (a.train_samples > 0) out << fmt::format("setting training iterations to {}\n", a.train_iters);
   out << fmt::format("time to initialize megatron (seconds): {:.3f}\n",
                      std::chrono::duration<double>(Clock::now() - setup_start).count());
+  // --log-throughput's MFU (our extension) is against this machine's measured sgemm peak,
+  // measured once here (a fraction of a second); benchmark mode reuses it.
+  std::optional<double> peak_flops;
+  if (a.log_throughput) {
+    peak_flops = measure_cpu_sgemm_peak();
+    spdlog::info("measured sgemm peak: {:.3f} TFLOP/s (the MFU reference)", *peak_flops / 1e12);
+  }
+  std::optional<TensorBoardWriter> tensorboard;
+  if (!a.tensorboard_dir.empty()) tensorboard.emplace(a.tensorboard_dir, a.tensorboard_queue_size);
+  // Megatron's evaluate_and_print_results: every pass, test included, is written as validation.
+  auto write_validation = [&](int64_t iteration, int64_t consumed_samples, double loss) {
+    if (!tensorboard) return;
+    tensorboard->add_scalar("lm loss validation", loss, iteration);
+    tensorboard->add_scalar("lm loss validation vs samples", loss, consumed_samples);
+    if (a.log_validation_ppl_to_tensorboard) {
+      const double perplexity = std::exp(std::min(20.0, loss));
+      tensorboard->add_scalar("lm loss validation ppl", perplexity, iteration);
+      tensorboard->add_scalar("lm loss validation ppl vs samples", perplexity, consumed_samples);
+    }
+    tensorboard->flush();
+  };
+
+  // ---- checkpointing (backend/ckpt): where training resumes, and saving (Megatron's
+  // load_checkpoint in setup_model_and_optimizer; checkpoint_and_decide_exit in train).
+  TrainingProgress resumed;
+  int64_t last_saved_iteration = -1;  // a checkpoint of this iteration exists in --save
+  if (!a.load.empty()) {
+    if (auto loaded = load_checkpoint(a, model, optimizer, scheduler, out)) {
+      resumed = *loaded;
+      std::error_code ignored;
+      if (!a.save.empty() && !a.finetune && std::filesystem::equivalent(a.load, a.save, ignored)) {
+        last_saved_iteration = resumed.iteration;
+      }
+    }
+  }
+  int64_t consumed_train = resumed.consumed_train_samples;
+  int64_t consumed_valid = resumed.consumed_valid_samples;
+  auto save = [&](int64_t iteration) {
+    save_checkpoint(a, {iteration, consumed_train, consumed_valid}, model, optimizer, scheduler, out);
+    last_saved_iteration = iteration;
+  };
+
   out << fmt::format("[before the start of training step] datetime: {}\n",
                      format_timestamp(std::time(nullptr)));
   out.flush();
 
-  int64_t consumed_train = 0, consumed_valid = 0;
   // Sums over the current log interval, as Megatron's total_loss_dict.
   double interval_loss = 0, interval_seconds = 0;
   int64_t interval_advanced = 0, interval_skipped = 0, interval_nan = 0;
 
-  for (int64_t iteration = 1; iteration <= a.train_iters; ++iteration) {
+  for (int64_t iteration = resumed.iteration + 1; iteration <= a.train_iters; ++iteration) {
     const auto step_start = Clock::now();
+    const int64_t batch_size = batch_sizes.global_batch_size(consumed_train);
+    const int64_t num_micro_batches = batch_sizes.num_micro_batches(consumed_train);
     model.zero_gradients();
     double loss_sum = 0;
     for (int64_t m = 0; m < num_micro_batches; ++m) {
@@ -188,12 +235,33 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
     const double step_lr = scheduler.learning_rate();
     if (!got_nan) {
       clip_gradients(model.gradients(), grad_norm, a.clip_grad);
-      optimizer.step(model.parameters(), model.gradients(), step_lr);
-      scheduler.step(a.global_batch_size);
+      optimizer.step(model.parameters(), model.gradients(), step_lr, scheduler.weight_decay());
+      scheduler.step(batch_size);
     }
-    consumed_train += a.global_batch_size;
+    consumed_train += batch_size;
     const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
-    result.iterations.push_back({iteration, loss, grad_norm, step_lr, got_nan, 1000.0 * step_seconds});
+    result.iterations.push_back({.iteration = iteration,
+                                 .lm_loss = loss,
+                                 .grad_norm = grad_norm,
+                                 .learning_rate = step_lr,
+                                 .skipped = got_nan,
+                                 .elapsed_ms = 1000.0 * step_seconds,
+                                 .global_batch_size = batch_size,
+                                 .consumed_samples = consumed_train});
+    // Megatron's training_log: these scalars every --tensorboard-log-interval iterations, each
+    // also against the consumed samples; the learning rate is the one the next step uses.
+    if (tensorboard && iteration % a.tensorboard_log_interval == 0) {
+      auto write = [&](const std::string& tag, double value) {
+        tensorboard->add_scalar(tag, value, iteration);
+        tensorboard->add_scalar(tag + " vs samples", value, consumed_train);
+      };
+      write("learning-rate", scheduler.learning_rate());
+      write("batch-size", static_cast<double>(batch_size));
+      write("lm loss", loss);
+      if (a.log_loss_scale_to_tensorboard) write("loss-scale", 1.0);
+      if (a.log_world_size_to_tensorboard) write("world-size", 1.0);
+      write("grad-norm", grad_norm);
+    }
 
     interval_seconds += step_seconds;
     if (got_nan) {
@@ -210,15 +278,33 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
       fields.iteration = iteration;
       fields.train_iters = a.train_iters;
       fields.consumed_samples = consumed_train;
-      fields.elapsed_ms_per_iteration = 1000.0 * interval_seconds / interval_iterations;
+      const double seconds_per_iteration = interval_seconds / static_cast<double>(interval_iterations);
+      fields.elapsed_ms_per_iteration = 1000.0 * seconds_per_iteration;
+      // Megatron's num_floating_point_operations(args, batch_size) for this iteration's batch.
+      const double throughput_tflops = megatron_throughput_tflops_per_gpu(
+          a, config.padded_vocab_size, batch_size, seconds_per_iteration);
+      if (a.log_throughput) fields.throughput_tflops_per_gpu = throughput_tflops;
       fields.learning_rate = scheduler.learning_rate();
-      fields.global_batch_size = a.global_batch_size;
+      fields.global_batch_size = batch_size;
       fields.lm_loss = interval_loss / static_cast<double>(std::max<int64_t>(1, interval_advanced));
       fields.grad_norm = grad_norm;
       fields.skipped_iterations = interval_skipped;
       fields.nan_iterations = interval_nan;
       out << format_iteration_line(fields) << '\n';
+      if (peak_flops) {
+        out << format_throughput_extension_line(
+                   static_cast<double>(batch_size * a.seq_length) / seconds_per_iteration,
+                   throughput_tflops * 1e12, *peak_flops)
+            << '\n';
+      }
       out.flush();
+      if (tensorboard) {
+        if (a.log_timers_to_tensorboard) {
+          tensorboard->add_scalar("iteration-time", seconds_per_iteration, iteration);
+          if (a.log_throughput) tensorboard->add_scalar("throughput", throughput_tflops, iteration);
+        }
+        tensorboard->flush();
+      }
       interval_loss = interval_seconds = 0;
       interval_advanced = interval_skipped = interval_nan = 0;
     }
@@ -226,14 +312,32 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
       const double validation = evaluate(model, a, source, Split::validation, consumed_valid,
                                          tokens, labels);
       print_lines(out, format_evaluation_block(fmt::format("iteration {}", iteration), validation));
+      write_validation(iteration, consumed_train, validation);
     }
+
+    // Megatron's checkpoint_and_decide_exit: save every --save-interval; at --exit-interval
+    // save (unless just saved) and exit, without the final evaluation (Megatron's sys.exit).
+    if (!a.save.empty() && a.save_interval > 0 && iteration % a.save_interval == 0) save(iteration);
+    if (a.exit_interval > 0 && iteration % a.exit_interval == 0) {
+      if (!a.save.empty() && last_saved_iteration != iteration) save(iteration);
+      out << fmt::format("[exiting program at iteration {}] datetime: {}\n", iteration,
+                         format_timestamp(std::time(nullptr)));
+      out.flush();
+      return result;
+    }
+  }
+  // As Megatron after train(): save the last iteration unless it was just saved (or loaded).
+  const int64_t last_iteration = std::max(resumed.iteration, a.train_iters);
+  if (!a.save.empty() && last_iteration > 0 && last_saved_iteration != last_iteration) {
+    save(last_iteration);
   }
 
   if (!a.benchmark_output.empty()) {
     std::vector<double> step_ms;
     for (const auto& record : result.iterations) step_ms.push_back(record.elapsed_ms);
     const BenchmarkSummary summary =
-        summarize_benchmark(a, config.padded_vocab_size, step_ms, measure_cpu_sgemm_peak());
+        summarize_benchmark(a, config.padded_vocab_size, step_ms,
+                            peak_flops ? *peak_flops : measure_cpu_sgemm_peak());
     write_benchmark_json(a.benchmark_output, a, config.padded_vocab_size, result.parameter_count,
                          summary);
     out << fmt::format(" benchmark: median {:.1f} ms/iteration | {:.1f} tokens/s | {:.3f} TFLOP/s | "
@@ -249,11 +353,14 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
     print_lines(out, format_evaluation_block(
                          fmt::format("iteration {} on validation set", a.train_iters),
                          *result.validation_loss));
+    write_validation(a.train_iters, consumed_train, *result.validation_loss);
     int64_t consumed_test = 0;
     result.test_loss = evaluate(model, a, source, Split::test, consumed_test, tokens, labels);
     print_lines(out, format_evaluation_block(fmt::format("iteration {} on test set", a.train_iters),
                                              *result.test_loss));
+    write_validation(a.train_iters, consumed_train, *result.test_loss);
   }
+  if (tensorboard) tensorboard->close();
   return result;
 }
 

@@ -31,6 +31,8 @@ struct IterationRecord {
   double learning_rate = 0;  // the rate this iteration's update used
   bool skipped = false;
   double elapsed_ms = 0;
+  int64_t global_batch_size = 0;  // grows during --rampup-batch-size
+  int64_t consumed_samples = 0;   // after this iteration
 };
 
 struct TrainingResult {

@@ -30,6 +30,13 @@ std::string format_iteration_line(const IterationLogFields& f) {
   return line;
 }
 
+std::string format_throughput_extension_line(double tokens_per_second, double achieved_flops,
+                                             double peak_flops) {
+  const double mfu = peak_flops > 0 ? achieved_flops / peak_flops : 0.0;
+  return fmt::format(" throughput: {:.1f} tokens/s | MFU: {:.1f}% of the measured {:.3f} TFLOP/s "
+                     "sgemm peak |", tokens_per_second, 100.0 * mfu, peak_flops / 1e12);
+}
+
 std::vector<std::string> format_evaluation_block(const std::string& prefix, double lm_loss) {
   const double perplexity = std::exp(std::min(20.0, lm_loss));
   std::string middle = fmt::format(" validation loss at {} | ", prefix);

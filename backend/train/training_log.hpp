@@ -35,6 +35,13 @@ struct IterationLogFields {
 
 std::string format_iteration_line(const IterationLogFields& fields);
 
+// Our extension to the iteration line, printed on a line of its own right after it with
+// --log-throughput, so Megatron's iteration line stays byte for byte what log parsers expect:
+//  " throughput: 41120.2 tokens/s | MFU: 11.6% of the measured 0.235 TFLOP/s sgemm peak |"
+// with MFU = achieved model FLOP/s (Megatron's formula) / the measured peak.
+std::string format_throughput_extension_line(double tokens_per_second, double achieved_flops,
+                                             double peak_flops);
+
 // The three lines of a validation/test report; prefix e.g. "iteration 100" or
 // "iteration 100 on test set".
 std::vector<std::string> format_evaluation_block(const std::string& prefix, double lm_loss);

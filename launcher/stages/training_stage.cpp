@@ -80,6 +80,24 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
     {"exp_manager.explicit_log_dir", "--benchmark-output",
      "benchmark mode (data_impl mock and trainer.limit_val_batches 0): "
      "<explicit_log_dir>/benchmark.json"},
+    {"exp_manager.explicit_log_dir", "--log-dir",
+     "always: the backend writes NeMo's cmd-args.log and hparams.yaml there (run.results_dir/results "
+     "when explicit_log_dir is unset)"},
+    {"exp_manager.explicit_log_dir", "--tensorboard-dir",
+     "the same directory, where NeMo's TensorBoard logger writes its event files; none when "
+     "exp_manager.create_tensorboard_logger is false"},
+    // Checkpoints: NeMo's exp_manager keys → Megatron's checkpoint flags.
+    {"exp_manager.create_checkpoint_callback", "--save",
+     "true → --save <explicit_log_dir>/checkpoints (explicit_log_dir defaults to "
+     "<run.results_dir>/results)"},
+    {"exp_manager.resume_if_exists", "--load --use-checkpoint-opt_param-scheduler",
+     "true → --load of that same directory, and the schedule continues as the checkpoint has it "
+     "(NeMo restores the scheduler's state, max_steps included); no checkpoint there yet → "
+     "training starts from scratch, as resume_ignore_no_checkpoint: true"},
+    {"exp_manager.checkpoint_callback_params.every_n_train_steps, trainer.val_check_interval",
+     "--save-interval",
+     "with --save: every_n_train_steps when set, else val_check_interval (NeMo's checkpoint "
+     "callback saves at each validation); the last step is saved too"},
 };
 
 const Node* lookup(const Node& training, const std::string& key) { return find_set(training, key); }
@@ -91,6 +109,18 @@ std::string training_text(const Node& value, const std::string& key) {
 
 int64_t integer_or(const Node& training, const std::string& key, int64_t fallback) {
   return launcher::integer_or(training, "training", key, fallback);
+}
+
+// NeMo's log directory: exp_manager.explicit_log_dir, else <run.results_dir>/results.
+std::string log_directory(const Node& training) {
+  const Node* log_dir = lookup(training, "exp_manager.explicit_log_dir");
+  return log_dir ? training_text(*log_dir, "exp_manager.explicit_log_dir")
+                 : at_path(training, "run.results_dir").as_string("training.run.results_dir") + "/results";
+}
+
+bool is_true(const Node& training, const std::string& key) {
+  const Node* value = lookup(training, key);
+  return value != nullptr && value->as_bool("training." + key);
 }
 
 std::string decay_style(const std::string& scheduler) {
@@ -198,6 +228,14 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
     }
   }
 
+  const std::string log_dir = log_directory(training);
+  arguments.insert(arguments.end(), {"--log-dir", log_dir});
+  // NeMo's TensorBoardLogger writes into the log dir itself (exp_manager's default is on).
+  const Node* tensorboard = lookup(training, "exp_manager.create_tensorboard_logger");
+  if (tensorboard == nullptr || tensorboard->as_bool("training.exp_manager.create_tensorboard_logger")) {
+    arguments.insert(arguments.end(), {"--tensorboard-dir", log_dir});
+  }
+
   const Node* data_impl = lookup(training, "model.data.data_impl");
   const std::string impl = data_impl ? training_text(*data_impl, "model.data.data_impl") : "mmap";
   if (impl == "mock") {
@@ -205,12 +243,8 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
     // Megatron's benchmark mode: synthetic data, train only. The backend then leaves
     // benchmark.json for `launcher report`.
     if (integer_or(training, "trainer.limit_val_batches", 1) == 0) {
-      const Node* log_dir = lookup(training, "exp_manager.explicit_log_dir");
-      const std::string directory =
-          log_dir ? training_text(*log_dir, "exp_manager.explicit_log_dir")
-                  : at_path(training, "run.results_dir").as_string("training.run.results_dir") + "/results";
       arguments.push_back("--benchmark-output");
-      arguments.push_back(directory + "/benchmark.json");
+      arguments.push_back(log_dir + "/benchmark.json");
     }
   } else if (impl == "mmap") {
     const Node* prefix = lookup(training, "model.data.data_prefix");
@@ -232,6 +266,22 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
     }
   } else {
     common::fail("training.model.data.data_impl '{}' is not valid (valid: mmap, mock)", impl);
+  }
+
+  // Checkpoints where NeMo's exp_manager keeps them (<log dir>/checkpoints). A relaunch of the
+  // same run resumes from there; the first one finds no tracker and starts from scratch.
+  const std::string checkpoints = log_directory(training) + "/checkpoints";
+  if (is_true(training, "exp_manager.create_checkpoint_callback")) {
+    arguments.insert(arguments.end(), {"--save", checkpoints});
+    const int64_t every_n_train_steps =
+        integer_or(training, "exp_manager.checkpoint_callback_params.every_n_train_steps", 0);
+    const int64_t interval = every_n_train_steps > 0
+                                 ? every_n_train_steps
+                                 : integer_or(training, "trainer.val_check_interval", 0);
+    if (interval > 0) arguments.insert(arguments.end(), {"--save-interval", fmt::format("{}", interval)});
+  }
+  if (is_true(training, "exp_manager.resume_if_exists")) {
+    arguments.insert(arguments.end(), {"--load", checkpoints, "--use-checkpoint-opt_param-scheduler"});
   }
   return arguments;
 }

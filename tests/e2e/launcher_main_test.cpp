@@ -89,6 +89,17 @@ TEST_CASE("launcher main runs a tiny gpt3/126m to completion and leaves NeMo's r
     CHECK(script.find(flag) != std::string::npos);
   }
   CHECK(read_file(results / "launcher.log").find("local job") != std::string::npos);
+
+  // NeMo's log dir (exp_manager.explicit_log_dir = <results>/results): the backend's
+  // cmd-args.log and hparams.yaml, and the TensorBoard event file.
+  CHECK(read_file(results / "results" / "cmd-args.log").find("pretrain_gpt --num-layers 2 ") !=
+        std::string::npos);
+  CHECK(read_file(results / "results" / "hparams.yaml").find("\nnum_layers: 2\n") != std::string::npos);
+  int event_files = 0;
+  for (const auto& entry : fs::directory_iterator(results / "results")) {
+    event_files += entry.path().filename().string().starts_with("events.out.tfevents.") ? 1 : 0;
+  }
+  CHECK(event_files == 1);
 }
 
 namespace {

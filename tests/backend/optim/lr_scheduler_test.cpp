@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <vector>
 
 #include "backend/common/error.hpp"
 #include "backend/optim/lr_scheduler.hpp"
@@ -47,4 +48,102 @@ TEST_CASE("an unknown decay style is refused naming the flag and the valid style
   LearningRateSchedule s{.max_lr = 1e-3, .decay_style = "exponential"};
   CHECK_THROWS_WITH_AS(LearningRateScheduler{s},
                        doctest::Contains("--lr-decay-style 'exponential'"), common::Error);
+}
+
+TEST_CASE("inverse-square-root: max · sqrt(warmup) / sqrt(steps) after warmup, floored at min_lr") {
+  LearningRateSchedule s{.max_lr = 1e-3, .min_lr = 1e-4, .init_lr = 0, .warmup_steps = 100,
+                         .decay_steps = 100000, .decay_style = "inverse-square-root"};
+  CHECK(lr_after(s, 50) == doctest::Approx(5e-4));          // still the linear warmup
+  CHECK(lr_after(s, 400) == doctest::Approx(1e-3 * 10.0 / 20.0));  // sqrt(100)/sqrt(400)
+  CHECK(lr_after(s, 10000) == doctest::Approx(1e-4));        // 1e-3 · 10/100 = min exactly
+  CHECK(lr_after(s, 40000) == doctest::Approx(1e-4));        // 5e-5 < min: floored
+  CHECK(lr_after(s, 100001) == doctest::Approx(1e-4));       // past decay_steps: min_lr
+  s.warmup_steps = 0;  // Megatron uses max(warmup, 1) and max(steps, 1)
+  CHECK(lr_after(s, 0) == doctest::Approx(1e-3));
+  CHECK(lr_after(s, 4) == doctest::Approx(1e-3 / 2.0));
+}
+
+TEST_CASE("WSD holds max_lr, then anneals over the last wsd_decay_steps in each style") {
+  // warmup 10, decay 110, anneal over the last 40 samples: it starts after sample 70.
+  LearningRateSchedule s{.max_lr = 1e-3, .min_lr = 1e-4, .init_lr = 0, .warmup_steps = 10,
+                         .decay_steps = 110, .decay_style = "WSD", .wsd_decay_steps = 40};
+  const double delta = 9e-4;
+  for (const char* style : {"exponential", "linear", "cosine", "minus_sqrt"}) {
+    CAPTURE(style);
+    s.wsd_decay_style = style;
+    CHECK(lr_after(s, 5) == doctest::Approx(5e-4));   // warmup
+    CHECK(lr_after(s, 40) == doctest::Approx(1e-3));  // stable
+    CHECK(lr_after(s, 70) == doctest::Approx(1e-3));  // the last stable sample
+    CHECK(lr_after(s, 110) == doctest::Approx(1e-4).epsilon(1e-9));  // w = 1: every style at min
+    CHECK(lr_after(s, 111) == doctest::Approx(1e-4));
+  }
+  // w = (80 − 70) / 40 = 0.25
+  s.wsd_decay_style = "linear";
+  CHECK(lr_after(s, 80) == doctest::Approx(1e-4 + 0.75 * delta));
+  s.wsd_decay_style = "cosine";
+  CHECK(lr_after(s, 80) == doctest::Approx(1e-4 + 0.5 * (std::cos(std::numbers::pi / 4) + 1) * delta));
+  s.wsd_decay_style = "exponential";
+  CHECK(lr_after(s, 80) == doctest::Approx(1e-4 + (2 * std::pow(0.5, 0.25) - 1) * delta));
+  s.wsd_decay_style = "minus_sqrt";
+  CHECK(lr_after(s, 80) == doctest::Approx(1e-4 + 0.5 * delta));  // 1 − sqrt(0.25)
+  // wsd_decay_steps 0 never anneals (scripts use it for a stable-only run).
+  s.wsd_decay_steps = 0;
+  CHECK(lr_after(s, 110) == doctest::Approx(1e-3));
+}
+
+TEST_CASE("a fractional warmup (from --lr-warmup-fraction) is compared and divided as a float") {
+  LearningRateSchedule s{.max_lr = 1e-3, .min_lr = 0, .init_lr = 0, .warmup_steps = 2.5,
+                         .decay_steps = 10, .decay_style = "linear"};
+  CHECK(lr_after(s, 2) == doctest::Approx(1e-3 * 2 / 2.5));
+  CHECK(lr_after(s, 3) == doctest::Approx(1e-3 * (1 - 0.5 / 7.5)));
+}
+
+TEST_CASE("weight decay rises from start to end by Megatron's get_wd") {
+  LearningRateSchedule s{.max_lr = 1e-3, .decay_steps = 100, .start_weight_decay = 0.0,
+                         .end_weight_decay = 0.1, .weight_decay_increment_steps = 100,
+                         .weight_decay_increment_style = "linear"};
+  auto wd_after = [&](int64_t steps) {
+    LearningRateScheduler scheduler(s);
+    scheduler.step(steps);
+    return scheduler.weight_decay();
+  };
+  CHECK(wd_after(0) == doctest::Approx(0.0));
+  CHECK(wd_after(25) == doctest::Approx(0.025));
+  CHECK(wd_after(500) == doctest::Approx(0.1));
+  s.weight_decay_increment_style = "cosine";  // 0.5 (cos(π (1 − r)) + 1): 0 → 1 as r 0 → 1
+  CHECK(wd_after(25) == doctest::Approx(0.1 * 0.5 * (std::cos(std::numbers::pi * 0.75) + 1)));
+  CHECK(wd_after(100) == doctest::Approx(0.1));
+  s.weight_decay_increment_style = "constant";
+  s.start_weight_decay = 0.1;
+  CHECK(wd_after(25) == doctest::Approx(0.1));
+}
+
+TEST_CASE("Megatron's scheduler asserts are errors that say what is wrong") {
+  const LearningRateSchedule good{.max_lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 10,
+                                  .decay_steps = 100, .decay_style = "cosine"};
+  struct Case {
+    LearningRateSchedule schedule;
+    const char* message;
+  };
+  std::vector<Case> cases;
+  auto with = [&](auto change, const char* message) {
+    LearningRateSchedule s = good;
+    change(s);
+    cases.push_back({s, message});
+  };
+  with([](auto& s) { s.warmup_steps = 100; }, "the warmup (100 samples) must be shorter than the decay");
+  with([](auto& s) { s.decay_steps = 0; }, "the decay must last at least one sample");
+  with([](auto& s) { s.min_lr = 1e-2; }, "need 0 ≤ --min-lr");
+  with([](auto& s) { s.init_lr = 1e-2; }, "--lr-warmup-init 0.01 exceeds --lr 0.001");
+  with([](auto& s) { s.decay_style = "WSD"; }, "--lr-decay-style WSD needs");
+  with([](auto& s) { s.wsd_decay_style = "square"; }, "--lr-wsd-decay-style 'square' is not valid");
+  with([](auto& s) { s.weight_decay_increment_style = "step"; }, "--weight-decay-incr-style 'step'");
+  with([](auto& s) { s.end_weight_decay = 0.1; }, "constant needs --start-weight-decay (0) equal");
+  with([](auto& s) { s.start_weight_decay = 0.2; s.end_weight_decay = 0.1; s.weight_decay_increment_style = "linear"; },
+       "need 0 ≤ --start-weight-decay (0.2) ≤ --end-weight-decay (0.1)");
+  CHECK_NOTHROW(LearningRateScheduler{good});
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    CHECK_THROWS_WITH_AS(LearningRateScheduler{c.schedule}, doctest::Contains(c.message), common::Error);
+  }
 }

@@ -79,11 +79,17 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
        "--recompute-num-layers 2: with selective recompute it must not be given"},
       {{"--tensor-model-parallel-size", "2"}, "model parallelism is not built yet"},
       {{"--data-path", "my_text_document"}, "--data-path my_text_document"},
-      {{"--save", "/tmp/ckpt"}, "checkpointing is not built yet"},
+      {{"--finetune"}, "--finetune needs --load DIR"},
+      {{"--save-interval", "-5"}, "--save-interval must be positive, got -5"},
+      {{"--exit-interval", "-1"}, "--exit-interval must be positive, got -1"},
+      {{"--load", "/tmp/ckpt", "--override-opt_param-scheduler",
+        "--use-checkpoint-opt_param-scheduler"}, "mutually exclusive"},
       {{"--min-lr", "1"}, "--min-lr 1 must lie in [0, --lr 0.001]"},
       {{"--adam-beta2", "1.5"}, "--adam-beta2 must lie in [0, 1)"},
       {{"--bf16", "--fp16"}, "mutually exclusive"},
       {{"--lr-warmup-iters", "10"}, "--lr-warmup-iters 10 must be smaller than --lr-decay-iters 10"},
+      {{"--lr-warmup-iters", "10", "--lr-decay-style", "constant"},
+       "--lr-warmup-iters 10 must be smaller than --lr-decay-iters 10"},  // Megatron: any style
   };
   for (const auto& c : cases) {
     CAPTURE(c.message);
@@ -177,4 +183,145 @@ TEST_CASE("missing required flags and missing data are named") {
 
 TEST_CASE("--help prints usage and asks the caller to stop") {
   CHECK_FALSE(parse({"pretrain_gpt", "--help"}).has_value());
+}
+
+namespace {
+// The base flags with --train-iters 10 swapped for `length` (e.g. --train-samples 80).
+std::vector<std::string> with_length(std::vector<std::string> length, std::vector<std::string> extra) {
+  auto words = base_flags();
+  const auto at = std::find(words.begin(), words.end(), "--train-iters");
+  words.erase(at, at + 2);
+  words.insert(words.end(), length.begin(), length.end());
+  words.insert(words.end(), extra.begin(), extra.end());
+  return words;
+}
+}  // namespace
+
+TEST_CASE("schedule and length flags that Megatron refuses together name both flags") {
+  const std::vector<std::string> samples = {"--train-samples", "80"};
+  const std::vector<std::string> iters = {"--train-iters", "10"};
+  struct Case {
+    std::vector<std::string> words;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {with_length({"--train-iters", "10", "--train-samples", "80"}, {}),
+       "--train-iters 10 and --train-samples 80 are mutually exclusive"},
+      {with_length({}, {}), "pass --train-iters N (iterations) or --train-samples N (samples)"},
+      {with_length(iters, {"--lr-warmup-fraction", "0.1", "--lr-warmup-iters", "2"}),
+       "--lr-warmup-fraction and --lr-warmup-iters are mutually exclusive"},
+      {with_length(iters, {"--lr-decay-samples", "40"}),
+       "--lr-decay-samples does not go with --train-iters (Megatron refuses the mix); use --lr-decay-iters"},
+      {with_length(iters, {"--lr-warmup-samples", "8"}),
+       "--lr-warmup-samples does not go with --train-iters"},
+      {with_length(iters, {"--lr-wsd-decay-samples", "8"}),
+       "--lr-wsd-decay-samples does not go with --train-iters"},
+      {with_length(iters, {"--rampup-batch-size", "2", "2", "40"}),
+       "--rampup-batch-size does not go with --train-iters"},
+      {with_length(samples, {"--lr-decay-iters", "5"}),
+       "--lr-decay-iters does not go with --train-samples (Megatron refuses the mix); use --lr-decay-samples"},
+      {with_length(samples, {"--lr-warmup-iters", "2"}), "--lr-warmup-iters does not go with --train-samples"},
+      {with_length(samples, {"--lr-wsd-decay-iters", "2"}),
+       "--lr-wsd-decay-iters does not go with --train-samples"},
+      {with_length(samples, {"--lr-warmup-fraction", "0.1", "--lr-warmup-samples", "8"}),
+       "--lr-warmup-fraction and --lr-warmup-samples are mutually exclusive"},
+      {with_length(samples, {"--lr-warmup-samples", "80"}),
+       "--lr-warmup-samples 80 must be smaller than --lr-decay-samples 80"},
+      {with_length({"--train-samples", "4"}, {}), "--train-samples 4 is less than one global batch (8)"},
+      {with_length(iters, {"--lr-decay-style", "WSD"}),
+       "--lr-decay-style WSD needs the length of its final decay: --lr-wsd-decay-iters N"},
+      {with_length(samples, {"--lr-decay-style", "WSD"}),
+       "--lr-decay-style WSD needs the length of its final decay: --lr-wsd-decay-samples N"},
+      {with_length(iters, {"--lr-wsd-decay-style", "square"}), "--lr-wsd-decay-style"},
+      {with_length(iters, {"--lr-warmup-fraction", "1"}), "--lr-warmup-fraction 1 must lie in [0, 1)"},
+      {with_length(iters, {"--lr-warmup-init", "0.01"}), "--lr-warmup-init 0.01 must not exceed --lr 0.001"},
+      {with_length(samples, {"--rampup-batch-size", "3", "1", "40"}),
+       "iteration 1 (after 0 samples) has a global batch of 3, which --micro-batch-size 2"},
+      {with_length(samples, {"--rampup-batch-size", "8", "2", "40"}), "nothing to ramp up"},
+      {with_length(samples, {"--rampup-batch-size", "2", "2"}), "--rampup-batch-size"},
+      {with_length(iters, {"--start-weight-decay", "0.1"}),
+       "--start-weight-decay/--end-weight-decay need --weight-decay-incr-style linear or cosine"},
+      {with_length(iters, {"--weight-decay-incr-style", "linear", "--end-weight-decay", "0.1"}),
+       "--weight-decay-incr-style linear needs both --start-weight-decay and --end-weight-decay"},
+      {with_length(iters, {"--tensorboard-log-interval", "0"}), "--tensorboard-log-interval must be positive"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    CHECK_THROWS_WITH_AS(parse(c.words), doctest::Contains(c.message.c_str()), common::Error);
+  }
+}
+
+TEST_CASE("sample-based training with ramp-up parses into Megatron's derived values") {
+  auto arguments = parse(with_length({"--train-samples", "80"},
+                                     {"--rampup-batch-size", "4", "2", "16", "--lr-decay-style",
+                                      "inverse-square-root", "--lr-warmup-fraction", "0.25",
+                                      "--tensorboard-dir", "/tmp/tb", "--log-throughput",
+                                      "--no-log-loss-scale-to-tensorboard"}));
+  REQUIRE(arguments);
+  // Ramp 4 → 8 by 2 over 16 samples (every 8): batches 4, 4 (to 8), 6, 6 (to 20 > 16), then
+  // (80 − 20) // 8 = 7 full batches: 11 iterations.
+  CHECK(arguments->train_iters == 11);
+  CHECK(arguments->lr_decay_samples == 80);
+  CHECK(arguments->lr_decay_iters == 0);
+  CHECK(arguments->rampup_batch_size == std::vector<int64_t>{4, 2, 16});
+  CHECK(arguments->log_throughput);
+  CHECK(arguments->tensorboard_dir == "/tmp/tb");
+  CHECK_FALSE(arguments->log_loss_scale_to_tensorboard);
+  const auto dump = format_arguments(*arguments);
+  auto line_for = [&](const std::string& name) {
+    for (const auto& line : dump) {
+      if (line.find("  " + name + " ") == 0) return line;
+    }
+    return std::string();
+  };
+  CHECK(line_for("rampup_batch_size").ends_with(" ['4', '2', '16']"));
+  CHECK(line_for("lr_decay_iters").ends_with(" None"));
+  CHECK(line_for("train_samples").ends_with(" 80"));
+  CHECK(line_for("lr_warmup_fraction").ends_with(" 0.25"));
+  CHECK(line_for("tensorboard_dir").ends_with(" /tmp/tb"));
+}
+
+TEST_CASE("the new logging flags default as Megatron's") {
+  auto arguments = parse(base_flags());
+  REQUIRE(arguments);
+  CHECK_FALSE(arguments->log_throughput);
+  CHECK(arguments->tensorboard_dir.empty());
+  CHECK(arguments->tensorboard_log_interval == 1);
+  CHECK(arguments->tensorboard_queue_size == 1000);
+  CHECK(arguments->log_loss_scale_to_tensorboard);
+  CHECK_FALSE(arguments->log_validation_ppl_to_tensorboard);
+  CHECK_FALSE(arguments->log_timers_to_tensorboard);
+  CHECK(arguments->lr_wsd_decay_style == "exponential");
+  CHECK(arguments->weight_decay_incr_style == "constant");
+  CHECK(arguments->start_weight_decay == doctest::Approx(0.01));
+  CHECK(arguments->end_weight_decay == doctest::Approx(0.01));
+}
+
+TEST_CASE("the checkpointing flags parse as Megatron's and show in the arguments dump") {
+  auto arguments = parse(with({"--save", "/tmp/ckpt", "--load", "/tmp/ckpt", "--save-interval",
+                               "50", "--exit-interval", "200", "--no-load-optim", "--no-load-rng",
+                               "--no-save-optim", "--no-save-rng", "--finetune",
+                               "--override-opt_param-scheduler"}));
+  REQUIRE(arguments);
+  CHECK(arguments->save == "/tmp/ckpt");
+  CHECK(arguments->load == "/tmp/ckpt");
+  CHECK(arguments->save_interval == 50);
+  CHECK(arguments->exit_interval == 200);
+  CHECK(arguments->no_load_optim);
+  CHECK(arguments->no_load_rng);
+  CHECK(arguments->no_save_optim);
+  CHECK(arguments->no_save_rng);
+  CHECK(arguments->finetune);
+  CHECK(arguments->override_opt_param_scheduler);
+  CHECK_FALSE(arguments->use_checkpoint_opt_param_scheduler);
+  const auto values = backend::argument_values(*arguments);
+  CHECK(values.at("save_interval") == "50");
+  CHECK(values.at("no_load_optim") == "True");
+  // Megatron prints None for what was not given.
+  const auto defaults = backend::argument_values(*parse(base_flags()));
+  CHECK(defaults.at("save") == "None");
+  CHECK(defaults.at("save_interval") == "None");
+  CHECK(defaults.at("finetune") == "False");
+  // --save-interval without --save is accepted, as Megatron accepts it.
+  CHECK(parse(with({"--save-interval", "10"})).has_value());
 }

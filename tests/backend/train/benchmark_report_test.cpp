@@ -83,3 +83,19 @@ TEST_CASE("the median leaves the warm-up iteration out and the JSON holds every 
   }
   std::filesystem::remove_all(file.parent_path());
 }
+
+TEST_CASE("--log-throughput's TFLOP/s/GPU: Megatron's FLOPs of the current batch over the time") {
+  TrainingArguments a;
+  a.num_layers = 12;
+  a.hidden_size = 768;
+  a.ffn_hidden_size = 3072;
+  a.seq_length = 256;
+  a.global_batch_size = 8;
+  // A ramp-up iteration of 2 samples taking 0.5 s, on 1 and on 4 GPUs.
+  const double B = 2, s = 256, L = 12, h = 768, V = 50304;
+  const double flops = 72 * B * s * L * h * h * (1 + s / (12 * h)) + 6 * B * s * h * V;
+  CHECK(megatron_throughput_tflops_per_gpu(a, 50304, 2, 0.5) ==
+        doctest::Approx(flops / 0.5 / 1e12).epsilon(1e-12));
+  CHECK(megatron_throughput_tflops_per_gpu(a, 50304, 2, 0.5, 4) ==
+        doctest::Approx(flops / 0.5 / 1e12 / 4).epsilon(1e-12));
+}

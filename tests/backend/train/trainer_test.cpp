@@ -2,9 +2,15 @@
 // learnable pattern, gradient accumulation is consistent, and the log has Megatron's lines.
 #include <doctest/doctest.h>
 
+#include "temporary_directory.hpp"
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "backend/common/error.hpp"
 #include "backend/train/trainer.hpp"
@@ -247,4 +253,94 @@ TEST_CASE("training with dropout is finite, reproducible from --seed, and evalua
   auto reseeded = dropout;
   reseeded.seed = dropout.seed + 1;
   CHECK(train(reseeded, log).iterations[0].lm_loss != first.iterations[0].lm_loss);
+}
+
+TEST_CASE("--train-samples with --rampup-batch-size: iterations, batch sizes and samples by the ramp") {
+  // 2 → 6 by 2 over 8 samples (an increment every 4): batches 2, 2, 4 (from 4 samples), 6 (from
+  // 8), then (24 − 14) // 6 = 1 more: 5 iterations, as Megatron's update_train_iters counts.
+  auto a = tiny_arguments();
+  a.train_iters = 0;
+  a.train_samples = 24;
+  a.global_batch_size = 6;
+  a.rampup_batch_size = {2, 2, 8};
+  std::ostringstream log;
+  const auto result = train(a, log);
+  REQUIRE(result.iterations.size() == 5);
+  const std::vector<int64_t> batches = {2, 2, 4, 6, 6}, consumed = {2, 4, 8, 14, 20};
+  for (size_t i = 0; i < batches.size(); ++i) {
+    CAPTURE(i);
+    CHECK(result.iterations[i].global_batch_size == batches[i]);
+    CHECK(result.iterations[i].consumed_samples == consumed[i]);
+  }
+  const std::string text = log.str();
+  CHECK(text.find("setting training iterations to 5\n") != std::string::npos);
+  CHECK(text.find(" iteration        3/       5 | consumed samples:            8 |") != std::string::npos);
+  CHECK(count_lines_containing(text, "| global batch size:     2 |") == 2);
+  CHECK(count_lines_containing(text, "| global batch size:     4 |") == 1);
+  CHECK(count_lines_containing(text, "| global batch size:     6 |") == 2);
+}
+
+TEST_CASE("--log-throughput: Megatron's field in the line, tokens/s and MFU on the next line") {
+  auto a = tiny_arguments();
+  a.log_throughput = true;
+  std::ostringstream log;
+  train(a, log);
+  const std::string text = log.str();
+  CHECK(count_lines_containing(text, "| throughput per GPU (TFLOP/s/GPU): ") == 3);
+  const std::regex extension(R"(\| number of nan iterations: +0 \|\n throughput: [0-9.]+ tokens/s \| )"
+                             R"(MFU: [0-9.]+% of the measured [0-9.]+ TFLOP/s sgemm peak \|\n)");
+  CHECK(std::distance(std::sregex_iterator(text.begin(), text.end(), extension),
+                      std::sregex_iterator()) == 3);
+}
+
+TEST_CASE("--weight-decay-incr-style reaches the optimizer step by step") {
+  auto constant = tiny_arguments();
+  constant.weight_decay = 0.1;
+  auto flat = tiny_arguments();
+  flat.weight_decay_incr_style = "linear";
+  flat.start_weight_decay = flat.end_weight_decay = 0.1;
+  auto rising = flat;
+  rising.start_weight_decay = 0.0;
+  rising.lr = 1e-1;  // large enough for the decay to show in the loss
+  auto constant_large = constant;
+  constant_large.lr = 1e-1;
+  std::ostringstream log;
+  // linear from 0.1 to 0.1 is the constant 0.1, bit for bit ...
+  CHECK(train(flat, log).iterations.back().lm_loss == train(constant, log).iterations.back().lm_loss);
+  // ... while a decay rising from 0 is not.
+  CHECK(train(rising, log).iterations.back().lm_loss !=
+        train(constant_large, log).iterations.back().lm_loss);
+}
+
+TEST_CASE("--tensorboard-dir gets Megatron's scalars and --log-dir NeMo's files") {
+  test_support::TemporaryDirectory temporary;
+  auto a = tiny_arguments();
+  a.tensorboard_dir = (temporary.path / "tb").string();
+  a.log_dir = (temporary.path / "results").string();
+  a.command_line = {"pretrain_gpt", "--num-layers", "2"};
+  std::ostringstream log;
+  train(a, log);
+  CHECK(std::filesystem::exists(temporary.path / "results" / "cmd-args.log"));
+  CHECK(std::filesystem::exists(temporary.path / "results" / "hparams.yaml"));
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(temporary.path / "tb")) {
+    files.push_back(entry.path());
+  }
+  REQUIRE(files.size() == 1);
+  std::ifstream in(files[0], std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Walk the TFRecord frames: the version record, then per iteration learning-rate,
+  // batch-size, lm loss, loss-scale and grad-norm, each also "vs samples": 1 + 3 × 10.
+  int records = 0;
+  for (size_t at = 0; at + 12 <= bytes.size(); ++records) {
+    uint64_t length = 0;
+    for (int i = 7; i >= 0; --i) length = (length << 8) | static_cast<unsigned char>(bytes[at + i]);
+    at += 16 + length;
+  }
+  CHECK(records == 31);
+  for (const char* tag : {"learning-rate vs samples", "batch-size", "lm loss", "loss-scale",
+                          "grad-norm vs samples"}) {
+    CAPTURE(tag);
+    CHECK(bytes.find(tag) != std::string::npos);
+  }
 }

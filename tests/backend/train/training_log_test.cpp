@@ -47,3 +47,8 @@ TEST_CASE("the validation block: dashes one longer than the line, PPL capped at 
   const auto capped = format_evaluation_block("iteration 1 on test set", 50.0);
   CHECK(capped[1].find("lm loss PPL: 4.851652E+08 | ") != std::string::npos);
 }
+
+TEST_CASE("--log-throughput's extension line: tokens/s and MFU against the measured peak") {
+  CHECK(format_throughput_extension_line(41120.24, 2.7e10, 2.35e11) ==
+        " throughput: 41120.2 tokens/s | MFU: 11.5% of the measured 0.235 TFLOP/s sgemm peak |");
+}

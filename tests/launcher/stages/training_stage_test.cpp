@@ -106,3 +106,55 @@ TEST_CASE("docs/launcher.md lists every row of the flag table") {
     CHECK(text.str().find("| `" + row.config_key + "` | `" + row.flag + "` |") != std::string::npos);
   }
 }
+
+TEST_CASE("the log dir goes to --log-dir and, unless disabled, --tensorboard-dir") {
+  const auto arguments = megatron_training_arguments(composed_126m({"base_results_dir=/r"}));
+  CHECK(flag_value(arguments, "--log-dir") == "/r/gpt3_126m/results");  // explicit_log_dir
+  CHECK(flag_value(arguments, "--tensorboard-dir") == "/r/gpt3_126m/results");
+  CHECK_FALSE(has(arguments, "--benchmark-output"));
+  const auto without = megatron_training_arguments(
+      composed_126m({"+training.exp_manager.create_tensorboard_logger=false"}));
+  CHECK_FALSE(has(without, "--tensorboard-dir"));
+  CHECK(has(without, "--log-dir"));
+  const auto benchmark = megatron_training_arguments(composed_126m(
+      {"base_results_dir=/r", "training.trainer.limit_val_batches=0"}));
+  CHECK(flag_value(benchmark, "--benchmark-output") == "/r/gpt3_126m/results/benchmark.json");
+}
+
+TEST_CASE("exp_manager's checkpoint keys become --save, --save-interval and --load") {
+  // NeMo's defaults in gpt3/126m: a checkpoint callback, resume_if_exists, saves at validation.
+  const Node config = composed_126m({"base_results_dir=/results"});
+  const auto arguments = megatron_training_arguments(config);
+  const std::string checkpoints = "/results/gpt3_126m/results/checkpoints";  // explicit_log_dir
+  CHECK(flag_value(arguments, "--save") == checkpoints);
+  CHECK(flag_value(arguments, "--load") == checkpoints);
+  CHECK(flag_value(arguments, "--save-interval") == "2000");  // trainer.val_check_interval
+  CHECK(has(arguments, "--use-checkpoint-opt_param-scheduler"));
+
+  const auto every_100 = megatron_training_arguments(composed_126m(
+      {"training.exp_manager.checkpoint_callback_params.every_n_train_steps=100"}));
+  CHECK(flag_value(every_100, "--save-interval") == "100");
+
+  const auto elsewhere = megatron_training_arguments(
+      composed_126m({"training.exp_manager.explicit_log_dir=/scratch/logs"}));
+  CHECK(flag_value(elsewhere, "--save") == "/scratch/logs/checkpoints");
+
+  const auto no_resume =
+      megatron_training_arguments(composed_126m({"training.exp_manager.resume_if_exists=false"}));
+  CHECK(has(no_resume, "--save"));
+  CHECK_FALSE(has(no_resume, "--load"));
+  CHECK_FALSE(has(no_resume, "--use-checkpoint-opt_param-scheduler"));
+
+  const auto no_callback = megatron_training_arguments(composed_126m(
+      {"training.exp_manager.create_checkpoint_callback=false",
+       "training.exp_manager.resume_if_exists=false"}));
+  CHECK_FALSE(has(no_callback, "--save"));
+  CHECK_FALSE(has(no_callback, "--save-interval"));
+  CHECK_FALSE(has(no_callback, "--load"));
+
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(composed_126m(
+          {"training.exp_manager.checkpoint_callback_params.every_n_train_steps=often"})),
+      doctest::Contains("training.exp_manager.checkpoint_callback_params.every_n_train_steps"),
+      common::Error);
+}

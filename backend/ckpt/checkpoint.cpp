@@ -1,0 +1,603 @@
+// Megatron's checkpoint layout, crash-safe saving and validating loads; see checkpoint.hpp.
+// Reference: megatron/training/checkpointing.py (get_checkpoint_name, read_metadata,
+// save_checkpoint, load_checkpoint, check_checkpoint_args) and
+// megatron/core/optimizer_param_scheduler.py (load_state_dict, _check_and_set).
+#include "backend/ckpt/checkpoint.hpp"
+
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <charconv>
+#include <fstream>
+#include <ostream>
+#include <regex>
+#include <sstream>
+#include <vector>
+
+#include "backend/ckpt/checkpoint_file.hpp"
+#include "backend/ckpt/durable_file.hpp"
+#include "backend/common/error.hpp"
+#include "backend/common/local_time.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace backend {
+
+namespace {
+
+constexpr const char* kTrackerName = "latest_checkpointed_iteration.txt";
+constexpr const char* kRankDirectory = "mp_rank_00";  // tp rank 0, no pipeline parallelism
+constexpr const char* kFileName = "model_optim_rng.bin";
+constexpr const char* kExpAvgPrefix = "optimizer.exp_avg.";
+constexpr const char* kExpAvgSqPrefix = "optimizer.exp_avg_sq.";
+constexpr size_t kMismatchRowsShown = 20;
+
+// The arguments that decide the tensor shapes, with their flags: a checkpoint that does not
+// fit the model is explained by the ones that differ. Add a row for every new flag that
+// changes a shape or adds a tensor.
+struct ShapeFlag {
+  const char* key;
+  const char* flag;
+};
+constexpr ShapeFlag kShapeFlags[] = {
+    {"num_layers", "--num-layers"},
+    {"hidden_size", "--hidden-size"},
+    {"ffn_hidden_size", "--ffn-hidden-size"},
+    {"num_attention_heads", "--num-attention-heads"},
+    {"max_position_embeddings", "--max-position-embeddings"},
+    {"tokenizer_type", "--tokenizer-type"},
+    {"vocab_size", "--vocab-size"},
+    {"make_vocab_size_divisible_by", "--make-vocab-size-divisible-by"},
+    {"tensor_model_parallel_size", "--tensor-model-parallel-size"},
+};
+
+// Megatron's print_datetime / checkpoint messages: local time with microseconds.
+std::string timestamp_now() {
+  const auto now = std::chrono::system_clock::now();
+  const auto microseconds =
+      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() %
+      1000000;
+  return common::format_local_time(std::chrono::system_clock::to_time_t(now)) +
+         fmt::format(".{:06d}", microseconds);
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "(";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + (shape.size() == 1 ? ",)" : ")");
+}
+
+// The typed arguments a checkpoint records: everything that defines the shapes, the
+// optimizer, the schedule and the data stream. The full dump (argument_values) is kept too.
+json checkpoint_arguments(const TrainingArguments& a) {
+  return {
+      {"num_layers", a.num_layers},
+      {"hidden_size", a.hidden_size},
+      {"ffn_hidden_size", a.ffn_hidden_size},
+      {"num_attention_heads", a.num_attention_heads},
+      {"seq_length", a.seq_length},
+      {"max_position_embeddings", a.max_position_embeddings},
+      {"make_vocab_size_divisible_by", a.make_vocab_size_divisible_by},
+      {"tokenizer_type", a.tokenizer_type},
+      {"vocab_size", a.vocab_size},
+      {"tensor_model_parallel_size", a.tensor_model_parallel_size},
+      {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
+      {"init_method_std", a.init_method_std},
+      {"norm_epsilon", a.norm_epsilon},
+      {"hidden_dropout", a.hidden_dropout},
+      {"attention_dropout", a.attention_dropout},
+      {"micro_batch_size", a.micro_batch_size},
+      {"global_batch_size", a.global_batch_size},
+      {"train_iters", a.train_iters},
+      {"seed", a.seed},
+      {"lr", a.lr},
+      {"min_lr", a.min_lr},
+      {"lr_decay_style", a.lr_decay_style},
+      {"lr_warmup_iters", a.lr_warmup_iters},
+      {"lr_decay_iters", a.lr_decay_iters},
+      {"lr_warmup_init", a.lr_warmup_init},
+      {"weight_decay", a.weight_decay},
+      {"clip_grad", a.clip_grad},
+      {"adam_beta1", a.adam_beta1},
+      {"adam_beta2", a.adam_beta2},
+      {"adam_eps", a.adam_eps},
+  };
+}
+
+json schedule_json(const LearningRateScheduler& scheduler) {
+  const LearningRateSchedule& s = scheduler.schedule();
+  return {{"max_lr", s.max_lr},           {"min_lr", s.min_lr},
+          {"init_lr", s.init_lr},         {"warmup_steps", s.warmup_steps},
+          {"decay_steps", s.decay_steps}, {"decay_style", s.decay_style},
+          {"wsd_decay_steps", s.wsd_decay_steps}, {"wsd_decay_style", s.wsd_decay_style},
+          {"start_weight_decay", s.start_weight_decay}, {"end_weight_decay", s.end_weight_decay},
+          {"weight_decay_increment_steps", s.weight_decay_increment_steps},
+          {"weight_decay_increment_style", s.weight_decay_increment_style},
+          {"num_steps", scheduler.num_steps()}};
+}
+
+// Typed access to the metadata; a missing or mistyped field is a corrupt (or foreign) file.
+class Metadata {
+ public:
+  Metadata(const json& root, const fs::path& file) : root_(root), file_(file) {}
+  const json& section(const char* key) const {
+    if (!root_.contains(key) || !root_[key].is_object()) missing(key);
+    return root_[key];
+  }
+  bool has(const char* key) const { return root_.contains(key) && root_[key].is_object(); }
+  template <typename T>
+  T get(const json& object, const char* key) const {
+    if (!object.contains(key)) missing(key);
+    try {
+      return object[key].get<T>();
+    } catch (const json::exception&) {
+      common::fail("checkpoint {}: metadata field '{}' has the wrong type ({})", file_.string(),
+                   key, object[key].dump());
+    }
+  }
+  template <typename T>
+  T get(const char* key) const { return get<T>(root_, key); }
+  const json& root() const { return root_; }
+
+ private:
+  [[noreturn]] void missing(const char* key) const {
+    common::fail("checkpoint {}: the metadata has no field '{}' (the file was not written by "
+                 "this backend's save_checkpoint)", file_.string(), key);
+  }
+  const json& root_;
+  const fs::path& file_;
+};
+
+std::string value_text(const json& value) {
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
+// The shape flags whose value in the checkpoint's saved arguments differs from the current
+// one: "--hidden-size 2048" as the checkpoint has it, and as the flags have it now.
+struct FlagDifferences {
+  std::vector<std::string> checkpoint, current;
+};
+FlagDifferences shape_flag_differences(const json& saved, const json& current,
+                                       const std::vector<std::string>& command_line) {
+  // An unset value (0: GPT-2's tokenizer knows its vocabulary) is no flag to pass.
+  auto is_set = [](const json& value) {
+    return !value.is_null() && !(value.is_number() && value.get<double>() == 0);
+  };
+  FlagDifferences differences;
+  for (const auto& row : kShapeFlags) {
+    if (!saved.contains(row.key)) continue;
+    const json& value = saved[row.key];
+    const json current_value = current.contains(row.key) ? current[row.key] : json();
+    if (value == current_value) continue;
+    // --ffn-hidden-size defaults to 4 × --hidden-size: no need to name it when the checkpoint
+    // has the default and the command line does not set it.
+    if (std::string(row.key) == "ffn_hidden_size" && saved.contains("hidden_size") &&
+        value == 4 * saved["hidden_size"].get<int64_t>() &&
+        std::find(command_line.begin(), command_line.end(), "--ffn-hidden-size") == command_line.end()) {
+      continue;
+    }
+    if (is_set(value)) differences.checkpoint.push_back(fmt::format("{} {}", row.flag, value_text(value)));
+    if (is_set(current_value)) {
+      differences.current.push_back(fmt::format("{} {}", row.flag, value_text(current_value)));
+    }
+  }
+  return differences;
+}
+
+bool is_optimizer_tensor(const std::string& name) { return name.starts_with("optimizer."); }
+
+// One error listing every parameter whose shape differs (or that only one side has), and the
+// flags from the checkpoint's arguments that would make the model fit.
+void check_parameter_shapes(const CheckpointFileReader& reader, const Metadata& metadata,
+                            const GptModel<float>& model, const TrainingArguments& arguments) {
+  struct Row {
+    std::string name, checkpoint, current;
+  };
+  std::vector<Row> rows;
+  size_t parameters_in_checkpoint = 0;
+  for (const auto& tensor : model.tensors()) {
+    const TensorEntry* entry = reader.find(tensor.name);
+    if (entry == nullptr) {
+      rows.push_back({tensor.name, "not in the checkpoint", shape_text(tensor.shape)});
+    } else if (entry->shape != tensor.shape) {
+      rows.push_back({tensor.name, shape_text(entry->shape), shape_text(tensor.shape)});
+    }
+  }
+  for (const auto& entry : reader.tensors()) {
+    if (is_optimizer_tensor(entry.name)) continue;
+    ++parameters_in_checkpoint;
+    bool in_model = false;
+    for (const auto& tensor : model.tensors()) in_model = in_model || tensor.name == entry.name;
+    if (!in_model) rows.push_back({entry.name, shape_text(entry.shape), "not in the model"});
+  }
+  if (rows.empty()) return;
+
+  size_t name_width = std::string("tensor").size(), shape_width = std::string("checkpoint").size();
+  for (const auto& row : rows) {
+    name_width = std::max(name_width, row.name.size());
+    shape_width = std::max(shape_width, row.checkpoint.size());
+  }
+  std::string message = fmt::format(
+      "checkpoint {} does not fit the model the current flags describe ({} parameter tensors "
+      "there, {} in the model; {} differ):\n",
+      reader.path().string(), parameters_in_checkpoint, model.tensors().size(), rows.size());
+  message += fmt::format("  {:<{}}  {:<{}}  {}\n", "tensor", name_width, "checkpoint", shape_width,
+                         "current");
+  for (size_t i = 0; i < rows.size() && i < kMismatchRowsShown; ++i) {
+    message += fmt::format("  {:<{}}  {:<{}}  {}\n", rows[i].name, name_width, rows[i].checkpoint,
+                           shape_width, rows[i].current);
+  }
+  if (rows.size() > kMismatchRowsShown) {
+    message += fmt::format("  ... and {} more\n", rows.size() - kMismatchRowsShown);
+  }
+  const FlagDifferences flags = shape_flag_differences(metadata.section("arguments"),
+                                                       checkpoint_arguments(arguments),
+                                                       arguments.command_line);
+  if (flags.checkpoint.empty()) {
+    message += "The checkpoint's saved arguments match the current ones in every shape flag; it "
+               "was written by a model with other tensors (see its arguments in the metadata).";
+  } else {
+    message += fmt::format("The checkpoint was saved with {}; pass {} (instead of {}) to load it.",
+                           fmt::join(flags.checkpoint, " "),
+                           flags.checkpoint.size() == 1 ? "this flag" : "these flags",
+                           flags.current.empty() ? std::string("the defaults")
+                                                 : fmt::format("{}", fmt::join(flags.current, " ")));
+  }
+  throw common::Error(message);
+}
+
+void read_tensor(const CheckpointFileReader& reader, const std::string& name,
+                 std::span<float> destination, const char* missing_hint) {
+  const TensorEntry* entry = reader.find(name);
+  if (entry == nullptr) {
+    common::fail("checkpoint {} has no tensor '{}'{}", reader.path().string(), name, missing_hint);
+  }
+  reader.read(*entry, destination);
+}
+
+// Megatron's OptimizerParamScheduler.load_state_dict: each schedule value must match the
+// checkpoint's unless --override-opt_param-scheduler (keep the flags') or
+// --use-checkpoint-opt_param-scheduler (take the checkpoint's); num_steps is loaded always.
+void restore_scheduler(const Metadata& metadata, const TrainingArguments& arguments,
+                       LearningRateScheduler& scheduler, std::ostream& out,
+                       const fs::path& file) {
+  const json& saved = metadata.section("opt_param_scheduler");
+  LearningRateSchedule current = scheduler.schedule();
+  LearningRateSchedule from_checkpoint = current;
+  from_checkpoint.max_lr = metadata.get<double>(saved, "max_lr");
+  from_checkpoint.min_lr = metadata.get<double>(saved, "min_lr");
+  from_checkpoint.init_lr = metadata.get<double>(saved, "init_lr");
+  from_checkpoint.warmup_steps = metadata.get<double>(saved, "warmup_steps");
+  from_checkpoint.decay_steps = metadata.get<int64_t>(saved, "decay_steps");
+  from_checkpoint.decay_style = metadata.get<std::string>(saved, "decay_style");
+  from_checkpoint.wsd_decay_steps = metadata.get<int64_t>(saved, "wsd_decay_steps");
+  from_checkpoint.wsd_decay_style = metadata.get<std::string>(saved, "wsd_decay_style");
+  from_checkpoint.start_weight_decay = metadata.get<double>(saved, "start_weight_decay");
+  from_checkpoint.end_weight_decay = metadata.get<double>(saved, "end_weight_decay");
+  from_checkpoint.weight_decay_increment_steps =
+      metadata.get<int64_t>(saved, "weight_decay_increment_steps");
+  from_checkpoint.weight_decay_increment_style =
+      metadata.get<std::string>(saved, "weight_decay_increment_style");
+  const int64_t num_steps = metadata.get<int64_t>(saved, "num_steps");
+
+  struct Difference {
+    std::string what, checkpoint, flags;
+  };
+  std::vector<Difference> differences;
+  auto compare = [&](const char* what, const auto& checkpoint_value, const auto& flag_value) {
+    if (checkpoint_value != flag_value) {
+      differences.push_back({what, fmt::format("{}", checkpoint_value), fmt::format("{}", flag_value)});
+    }
+  };
+  compare("learning rate (--lr)", from_checkpoint.max_lr, current.max_lr);
+  compare("minimum learning rate (--min-lr)", from_checkpoint.min_lr, current.min_lr);
+  compare("warmup initial learning rate (--lr-warmup-init)", from_checkpoint.init_lr, current.init_lr);
+  compare("warmup samples (--lr-warmup-iters × --global-batch-size)", from_checkpoint.warmup_steps,
+          current.warmup_steps);
+  compare("decay samples (--lr-decay-iters × --global-batch-size)", from_checkpoint.decay_steps,
+          current.decay_steps);
+  compare("decay style (--lr-decay-style)", from_checkpoint.decay_style, current.decay_style);
+  compare("WSD decay samples (--lr-wsd-decay-iters × --global-batch-size, or --lr-wsd-decay-samples)",
+          from_checkpoint.wsd_decay_steps, current.wsd_decay_steps);
+  compare("WSD decay style (--lr-wsd-decay-style)", from_checkpoint.wsd_decay_style,
+          current.wsd_decay_style);
+  compare("start weight decay (--start-weight-decay)", from_checkpoint.start_weight_decay,
+          current.start_weight_decay);
+  compare("end weight decay (--end-weight-decay)", from_checkpoint.end_weight_decay,
+          current.end_weight_decay);
+  compare("weight-decay increment samples", from_checkpoint.weight_decay_increment_steps,
+          current.weight_decay_increment_steps);
+  compare("weight-decay increment style (--weight-decay-incr-style)",
+          from_checkpoint.weight_decay_increment_style, current.weight_decay_increment_style);
+
+  if (arguments.use_checkpoint_opt_param_scheduler) {
+    for (const auto& difference : differences) {
+      out << fmt::format(" > using checkpoint value {} for {}\n", difference.checkpoint,
+                         difference.what);
+    }
+    scheduler = LearningRateScheduler(from_checkpoint);
+  } else if (!arguments.override_opt_param_scheduler && !differences.empty()) {
+    std::string message = fmt::format(
+        "checkpoint {}: the learning-rate schedule of the flags differs from the checkpoint's:\n",
+        file.string());
+    for (const auto& difference : differences) {
+      message += fmt::format("  {}: checkpoint {}, flags {}\n", difference.what,
+                             difference.checkpoint, difference.flags);
+    }
+    message += "Pass the checkpoint's values, or --use-checkpoint-opt_param-scheduler to continue "
+               "the checkpoint's schedule, or --override-opt_param-scheduler to continue with the "
+               "flags' schedule (Megatron's OptimizerParamScheduler check).";
+    throw common::Error(message);
+  }
+  scheduler.set_num_steps(num_steps);
+}
+
+// The optimizer's hyperparameters come from the flags (the scheduler sets the rate anyway);
+// a change from the checkpoint's is worth a line, since torch would have restored them.
+void note_optimizer_changes(const Metadata& metadata, const AdamW& optimizer, std::ostream& out) {
+  const json& saved = metadata.section("optimizer");
+  const AdamWConfig& current = optimizer.config();
+  const std::pair<const char*, double> values[] = {{"adam_beta1", current.beta1},
+                                                   {"adam_beta2", current.beta2},
+                                                   {"adam_eps", current.eps},
+                                                   {"weight_decay", current.weight_decay}};
+  for (const auto& [key, value] : values) {
+    const double checkpoint_value = metadata.get<double>(saved, key);
+    if (checkpoint_value != value) {
+      out << fmt::format(" > {} is {} in the checkpoint and {} on the command line: using {}\n",
+                         key, checkpoint_value, value, value);
+    }
+  }
+}
+
+// Removes what a killed save left behind: DIR/iter_XXXXXXX.tmp.<pid> (a directory being
+// written), DIR/iter_XXXXXXX.old.<pid> (one being replaced) and the tracker's temporary file,
+// when process <pid> no longer runs (or is this process). None of them is ever tracked.
+void remove_unfinished_saves(const fs::path& directory, std::ostream& out) {
+  static const std::regex kLeftover(
+      R"(^(?:iter_\d{7,}|release|latest_checkpointed_iteration\.txt)\.(?:tmp|old)\.(\d+)$)");
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(directory, error)) {
+    const std::string name = entry.path().filename().string();
+    std::smatch match;
+    if (!std::regex_match(name, match, kLeftover)) continue;
+    long pid = 0;
+    const std::string pid_text = match[1].str();
+    std::from_chars(pid_text.data(), pid_text.data() + pid_text.size(), pid);
+    const bool owner_gone = pid == static_cast<long>(::getpid()) ||
+                            (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH);
+    if (!owner_gone) continue;
+    std::error_code remove_error;
+    fs::remove_all(entry.path(), remove_error);
+    if (!remove_error) {
+      out << fmt::format(" > removed {}, left by an interrupted save\n", entry.path().string());
+    }
+  }
+}
+
+// Puts the finished temporary directory in place of `final_directory`. A directory of the same
+// iteration already there (saving an iteration again, e.g. after --finetune) is swapped out
+// atomically with renameat2(RENAME_EXCHANGE) where the file system has it.
+void publish_directory(const fs::path& temporary, const fs::path& final_directory) {
+  if (!fs::exists(final_directory)) {
+    rename_path(temporary, final_directory);
+    return;
+  }
+  if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final_directory.c_str(),
+                  RENAME_EXCHANGE) == 0) {
+    fsync_directory(final_directory.parent_path());
+    fs::remove_all(temporary);  // now the old directory
+    return;
+  }
+  // No atomic exchange here: move the old one aside first. Only a crash between these two
+  // renames, while the tracker names this very iteration, leaves nothing to load.
+  fs::path old = final_directory;
+  old += ".old." + std::to_string(::getpid());
+  rename_path(final_directory, old);
+  rename_path(temporary, final_directory);
+  fsync_directory(final_directory.parent_path());
+  fs::remove_all(old);
+}
+
+}  // namespace
+
+fs::path checkpoint_tracker_path(const fs::path& directory) { return directory / kTrackerName; }
+
+fs::path checkpoint_iteration_directory(const fs::path& directory, int64_t iteration) {
+  return directory / fmt::format("iter_{:07d}", iteration);
+}
+
+fs::path checkpoint_file_path(const fs::path& directory, int64_t iteration) {
+  return checkpoint_iteration_directory(directory, iteration) / kRankDirectory / kFileName;
+}
+
+std::optional<TrackedCheckpoint> read_checkpoint_tracker(const fs::path& directory) {
+  const fs::path tracker = checkpoint_tracker_path(directory);
+  if (!fs::is_regular_file(tracker)) return std::nullopt;
+  std::ifstream in(tracker);
+  std::stringstream content;
+  content << in.rdbuf();
+  std::string text = content.str();
+  const auto first = text.find_first_not_of(" \t\r\n");
+  const auto last = text.find_last_not_of(" \t\r\n");
+  text = first == std::string::npos ? "" : text.substr(first, last - first + 1);
+  if (text == "release") {
+    return TrackedCheckpoint{0, true, directory / "release" / kRankDirectory / kFileName};
+  }
+  int64_t iteration = -1;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), iteration);
+  if (error != std::errc() || end != text.data() + text.size() || iteration < 0) {
+    common::fail("invalid metadata file {}: it holds '{}', expected an iteration number or "
+                 "'release'", tracker.string(), text);
+  }
+  return TrackedCheckpoint{iteration, false, checkpoint_file_path(directory, iteration)};
+}
+
+void save_checkpoint(const TrainingArguments& arguments, const TrainingProgress& progress,
+                     const GptModel<float>& model, const AdamW& optimizer,
+                     const LearningRateScheduler& scheduler, std::ostream& out) {
+  const fs::path directory = arguments.save;
+  out << fmt::format("[{}] saving checkpoint at iteration {:7d} to {} in native format\n",
+                     timestamp_now(), progress.iteration, directory.string());
+  out.flush();
+  fs::create_directories(directory);
+  remove_unfinished_saves(directory, out);
+
+  json metadata = {
+      {"format", "megatron-native checkpoint"},
+      {"iteration", progress.iteration},
+      {"consumed_train_samples", progress.consumed_train_samples},
+      {"consumed_valid_samples", progress.consumed_valid_samples},
+      {"padded_vocab_size", model.config().padded_vocab_size},
+      {"no_save_optim", arguments.no_save_optim},
+      {"no_save_rng", arguments.no_save_rng},
+      {"arguments", checkpoint_arguments(arguments)},
+      {"args", argument_values(arguments)},
+      {"command_line", arguments.command_line},
+  };
+  std::vector<CheckpointTensor> tensors;
+  const auto parameters = model.parameters();
+  for (const auto& tensor : model.tensors()) {
+    tensors.push_back({tensor.name, tensor.shape,
+                       parameters.subspan(static_cast<size_t>(tensor.offset),
+                                          static_cast<size_t>(tensor.numel))});
+  }
+  if (!arguments.no_save_optim) {
+    const AdamWConfig& config = optimizer.config();
+    metadata["optimizer"] = {{"step", optimizer.steps_taken()}, {"adam_beta1", config.beta1},
+                             {"adam_beta2", config.beta2},      {"adam_eps", config.eps},
+                             {"weight_decay", config.weight_decay}};
+    metadata["opt_param_scheduler"] = schedule_json(scheduler);
+    for (const auto& tensor : model.tensors()) {
+      const auto offset = static_cast<size_t>(tensor.offset);
+      const auto numel = static_cast<size_t>(tensor.numel);
+      tensors.push_back({kExpAvgPrefix + tensor.name, tensor.shape,
+                         optimizer.exp_avg().subspan(offset, numel)});
+      tensors.push_back({kExpAvgSqPrefix + tensor.name, tensor.shape,
+                         optimizer.exp_avg_sq().subspan(offset, numel)});
+    }
+  }
+  if (!arguments.no_save_rng) {
+    metadata["rng_state"] = {{"dropout_seed", model.dropout_seed()},
+                             {"dropout_step", model.dropout_step()}};
+  }
+
+  // Write under a temporary name, make it durable, then publish it and, last, the tracker.
+  const fs::path final_directory = checkpoint_iteration_directory(directory, progress.iteration);
+  fs::path temporary = final_directory;
+  temporary += ".tmp." + std::to_string(::getpid());
+  fs::remove_all(temporary);
+  fs::create_directories(temporary / kRankDirectory);
+  write_checkpoint_file(temporary / kRankDirectory / kFileName, metadata, tensors);
+  fsync_directory(temporary / kRankDirectory);
+  fsync_directory(temporary);
+  publish_directory(temporary, final_directory);
+  fsync_directory(directory);
+  write_text_file_atomically(checkpoint_tracker_path(directory),
+                             std::to_string(progress.iteration));
+
+  out << fmt::format("  [{}] successfully saved checkpoint from iteration {:7d} to {} "
+                     "[ t 1/1, p 1/1 ]\n",
+                     timestamp_now(), progress.iteration, directory.string());
+  out.flush();
+}
+
+std::optional<TrainingProgress> load_checkpoint(const TrainingArguments& arguments,
+                                                GptModel<float>& model, AdamW& optimizer,
+                                                LearningRateScheduler& scheduler,
+                                                std::ostream& out) {
+  const fs::path directory = arguments.load;
+  const auto tracked = read_checkpoint_tracker(directory);
+  if (!tracked) {
+    out << fmt::format("WARNING: could not find the metadata file {}\n",
+                       checkpoint_tracker_path(directory).string());
+    out << "    will not load any checkpoints and will start from random\n";
+    out.flush();
+    return std::nullopt;
+  }
+  if (tracked->release) {
+    out << fmt::format(" loading release checkpoint from {}\n", directory.string());
+  } else {
+    out << fmt::format(" loading checkpoint from {} at iteration {}\n", directory.string(),
+                       tracked->iteration);
+  }
+  out.flush();
+  if (!fs::is_regular_file(tracked->file)) {
+    common::fail("{} names iteration {}, but {} does not exist: the checkpoint directory was "
+                 "changed by hand; point the tracker at a complete checkpoint",
+                 checkpoint_tracker_path(directory).string(), tracked->iteration,
+                 tracked->file.string());
+  }
+
+  const CheckpointFileReader reader(tracked->file);
+  const Metadata metadata(reader.metadata(), reader.path());
+  check_parameter_shapes(reader, metadata, model, arguments);
+
+  const auto parameters = model.parameters();
+  for (const auto& tensor : model.tensors()) {
+    read_tensor(reader, tensor.name,
+                parameters.subspan(static_cast<size_t>(tensor.offset),
+                                   static_cast<size_t>(tensor.numel)), "");
+  }
+
+  // Megatron: --finetune and release checkpoints give weights only, from iteration 0.
+  const bool weights_only = arguments.finetune || tracked->release;
+  TrainingProgress progress;
+  if (!weights_only) {
+    progress.iteration = metadata.get<int64_t>("iteration");
+    progress.consumed_train_samples = metadata.get<int64_t>("consumed_train_samples");
+    progress.consumed_valid_samples = metadata.get<int64_t>("consumed_valid_samples");
+    if (progress.iteration != tracked->iteration) {
+      common::fail("checkpoint {} holds iteration {}, but the tracker {} says {}",
+                   reader.path().string(), progress.iteration,
+                   checkpoint_tracker_path(directory).string(), tracked->iteration);
+    }
+  }
+
+  if (!weights_only && !arguments.no_load_optim) {
+    if (!metadata.has("optimizer") || !metadata.has("opt_param_scheduler")) {
+      common::fail("Unable to load optimizer from checkpoint {}: it was saved with "
+                   "--no-save-optim. Specify --no-load-optim or --finetune to prevent attempting "
+                   "to load the optimizer state", reader.path().string());
+    }
+    const char* hint = " (saved with --no-save-optim? specify --no-load-optim)";
+    for (const auto& tensor : model.tensors()) {
+      const auto offset = static_cast<size_t>(tensor.offset);
+      const auto numel = static_cast<size_t>(tensor.numel);
+      read_tensor(reader, kExpAvgPrefix + tensor.name, optimizer.exp_avg().subspan(offset, numel), hint);
+      read_tensor(reader, kExpAvgSqPrefix + tensor.name,
+                  optimizer.exp_avg_sq().subspan(offset, numel), hint);
+    }
+    optimizer.set_steps_taken(metadata.get<int64_t>(metadata.section("optimizer"), "step"));
+    note_optimizer_changes(metadata, optimizer, out);
+    restore_scheduler(metadata, arguments, scheduler, out, reader.path());
+  }
+
+  if (!weights_only && !arguments.no_load_rng) {
+    if (!metadata.has("rng_state")) {
+      common::fail("Unable to load rng state from checkpoint {}: it was saved with --no-save-rng. "
+                   "Specify --no-load-rng or --finetune to prevent attempting to load the rng "
+                   "state", reader.path().string());
+    }
+    const json& rng = metadata.section("rng_state");
+    model.set_dropout_seed(metadata.get<uint64_t>(rng, "dropout_seed"));
+    model.set_dropout_step(metadata.get<uint64_t>(rng, "dropout_step"));
+  }
+
+  out << fmt::format("  successfully loaded checkpoint from {} [ t 1/1, p 1/1 ] at iteration {}\n",
+                     directory.string(), progress.iteration);
+  out.flush();
+  return progress;
+}
+
+}  // namespace backend

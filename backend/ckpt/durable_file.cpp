@@ -1,0 +1,96 @@
+// Durable writes, directory fsync and atomic replacement; see durable_file.hpp.
+#include "backend/ckpt/durable_file.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "backend/common/error.hpp"
+
+namespace backend {
+
+namespace {
+
+std::string error_text() { return std::strerror(errno); }
+
+}  // namespace
+
+DurableFileWriter::DurableFileWriter(std::filesystem::path path) : path_(std::move(path)) {
+  descriptor_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (descriptor_ < 0) common::fail("cannot create {}: {}", path_.string(), error_text());
+}
+
+DurableFileWriter::~DurableFileWriter() {
+  if (descriptor_ >= 0) ::close(descriptor_);
+}
+
+void DurableFileWriter::write(std::span<const std::byte> bytes) {
+  const std::byte* data = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {
+    const ssize_t written = ::write(descriptor_, data, left);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      common::fail("cannot write {}: {}", path_.string(), error_text());
+    }
+    data += written;
+    left -= static_cast<size_t>(written);
+  }
+  bytes_written_ += bytes.size();
+}
+
+void DurableFileWriter::write_zeros(size_t count) {
+  static const std::vector<std::byte> zeros(4096, std::byte{0});
+  while (count > 0) {
+    const size_t piece = std::min(count, zeros.size());
+    write({zeros.data(), piece});
+    count -= piece;
+  }
+}
+
+void DurableFileWriter::finish() {
+  if (::fsync(descriptor_) != 0) common::fail("cannot fsync {}: {}", path_.string(), error_text());
+  const int descriptor = descriptor_;
+  descriptor_ = -1;
+  if (::close(descriptor) != 0) common::fail("cannot close {}: {}", path_.string(), error_text());
+}
+
+void fsync_directory(const std::filesystem::path& directory) {
+  const int descriptor = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (descriptor < 0) common::fail("cannot open directory {}: {}", directory.string(), error_text());
+  const int status = ::fsync(descriptor);
+  const int fsync_errno = errno;
+  ::close(descriptor);
+  // Some file systems cannot fsync a directory (EINVAL); their renames are then as durable as
+  // they can make them.
+  if (status != 0 && fsync_errno != EINVAL) {
+    common::fail("cannot fsync directory {}: {}", directory.string(), std::strerror(fsync_errno));
+  }
+}
+
+void rename_path(const std::filesystem::path& from, const std::filesystem::path& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0) {
+    common::fail("cannot rename {} to {}: {}", from.string(), to.string(), error_text());
+  }
+}
+
+void write_text_file_atomically(const std::filesystem::path& target, const std::string& text) {
+  std::filesystem::path temporary = target;
+  temporary += ".tmp." + std::to_string(::getpid());
+  std::error_code ignored;
+  std::filesystem::remove(temporary, ignored);
+  {
+    DurableFileWriter writer(temporary);
+    writer.write(std::as_bytes(std::span(text.data(), text.size())));
+    writer.finish();
+  }
+  rename_path(temporary, target);
+  fsync_directory(target.parent_path().empty() ? std::filesystem::path(".") : target.parent_path());
+}
+
+}  // namespace backend

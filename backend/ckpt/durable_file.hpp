@@ -1,0 +1,48 @@
+// The POSIX durability steps that make checkpoint saving crash-safe (docs/checkpoints.md,
+// "Crash safety"). A write is only on disk after fsync of the file, and a rename (or a new
+// directory entry) only after fsync of the directory holding it; rename(2) within one file
+// system is atomic, so a reader sees the old name's target or the new one, never a mix.
+// These are the steps of the classic "write temporary, fsync, rename, fsync directory"
+// protocol (see e.g. the ext4 and POSIX rename(2) documentation).
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <span>
+#include <string>
+
+namespace backend {
+
+// A new file written front to back: created exclusively (an existing file is an error),
+// finished with fsync. Destroying an unfinished writer closes the file without fsync (the
+// caller abandons a temporary file that a later save removes).
+class DurableFileWriter {
+ public:
+  explicit DurableFileWriter(std::filesystem::path path);
+  ~DurableFileWriter();
+  DurableFileWriter(const DurableFileWriter&) = delete;
+  DurableFileWriter& operator=(const DurableFileWriter&) = delete;
+
+  void write(std::span<const std::byte> bytes);
+  void write_zeros(size_t count);
+  uint64_t bytes_written() const { return bytes_written_; }
+  // fsync, then close. Errors name the file.
+  void finish();
+
+ private:
+  std::filesystem::path path_;
+  int descriptor_ = -1;
+  uint64_t bytes_written_ = 0;
+};
+
+// fsync of a directory, so the entries created, renamed or removed in it are durable.
+void fsync_directory(const std::filesystem::path& directory);
+
+// rename(2) that names both paths in its error.
+void rename_path(const std::filesystem::path& from, const std::filesystem::path& to);
+
+// Replaces `target` by `text` atomically and durably: writes `<target>.tmp.<pid>`, fsyncs it,
+// renames it over `target`, fsyncs the directory. A crash leaves the old or the new file.
+void write_text_file_atomically(const std::filesystem::path& target, const std::string& text);
+
+}  // namespace backend

@@ -1,0 +1,249 @@
+// Training length, batch-size ramp-up and the schedule's flags, as Megatron; see
+// training_schedule.hpp.
+#include "backend/train/training_schedule.hpp"
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "backend/common/error.hpp"
+
+namespace backend {
+
+GlobalBatchSizeSchedule::GlobalBatchSizeSchedule(int64_t global_batch_size,
+                                                 int64_t micro_batch_size,
+                                                 int64_t data_parallel_size,
+                                                 std::optional<BatchSizeRampup> rampup)
+    : global_batch_size_(global_batch_size),
+      micro_batch_size_(micro_batch_size),
+      data_parallel_size_(data_parallel_size),
+      rampup_(rampup) {
+  if (global_batch_size <= 0 || micro_batch_size <= 0 || data_parallel_size <= 0) {
+    common::fail("batch sizes must be positive: --global-batch-size {}, --micro-batch-size {}, "
+                 "data-parallel size {}", global_batch_size, micro_batch_size, data_parallel_size);
+  }
+  if (!rampup) {
+    if (global_batch_size % (micro_batch_size * data_parallel_size) != 0) {
+      common::fail("--global-batch-size {} is not divisible by --micro-batch-size {} × "
+                   "data-parallel size {}", global_batch_size, micro_batch_size, data_parallel_size);
+    }
+    return;
+  }
+  const auto& r = *rampup;
+  const std::string flag = fmt::format("--rampup-batch-size {} {} {}", r.start_global_batch_size,
+                                       r.batch_size_increment, r.rampup_samples);
+  if (r.start_global_batch_size <= 0 || r.batch_size_increment <= 0 || r.rampup_samples <= 0) {
+    common::fail("{}: the start batch size, the increment and the ramp-up samples must all be "
+                 "positive", flag);
+  }
+  const int64_t difference = global_batch_size - r.start_global_batch_size;
+  if (difference < 0) {
+    common::fail("{}: the start batch size exceeds --global-batch-size {}", flag, global_batch_size);
+  }
+  if (difference == 0) {
+    common::fail("{}: the start batch size equals --global-batch-size {}, so there is nothing to "
+                 "ramp up (drop --rampup-batch-size)", flag, global_batch_size);
+  }
+  if (difference % r.batch_size_increment != 0) {
+    common::fail("{}: --global-batch-size {} minus the start batch size ({}) is not divisible by "
+                 "the increment {}", flag, global_batch_size, difference, r.batch_size_increment);
+  }
+  rampup_samples_per_increment_ = static_cast<double>(r.rampup_samples) /
+                                  static_cast<double>(difference / r.batch_size_increment);
+}
+
+int64_t GlobalBatchSizeSchedule::global_batch_size(int64_t consumed_samples) const {
+  if (!rampup_ || consumed_samples > rampup_->rampup_samples) return global_batch_size_;
+  // Megatron: int(consumed_samples / rampup_samples_per_increment), in floating point.
+  const auto steps = static_cast<int64_t>(static_cast<double>(consumed_samples) /
+                                          rampup_samples_per_increment_);
+  return rampup_->start_global_batch_size + steps * rampup_->batch_size_increment;
+}
+
+int64_t GlobalBatchSizeSchedule::num_micro_batches(int64_t consumed_samples) const {
+  return global_batch_size(consumed_samples) / (micro_batch_size_ * data_parallel_size_);
+}
+
+GlobalBatchSizeSchedule batch_size_schedule(const TrainingArguments& a, int64_t data_parallel_size) {
+  std::optional<BatchSizeRampup> rampup;
+  if (!a.rampup_batch_size.empty()) {
+    if (a.rampup_batch_size.size() != 3) {
+      common::fail("--rampup-batch-size takes three numbers: START INCREMENT SAMPLES");
+    }
+    rampup = BatchSizeRampup{.start_global_batch_size = a.rampup_batch_size[0],
+                             .batch_size_increment = a.rampup_batch_size[1],
+                             .rampup_samples = a.rampup_batch_size[2]};
+  }
+  return GlobalBatchSizeSchedule(a.global_batch_size, a.micro_batch_size, data_parallel_size, rampup);
+}
+
+int64_t sample_based_train_iters(int64_t train_samples, const GlobalBatchSizeSchedule& schedule) {
+  const int64_t global_batch_size = schedule.final_global_batch_size();
+  if (!schedule.rampup()) return train_samples / global_batch_size;
+  // The ramp-up phase one iteration at a time (its last iteration may end past train_samples,
+  // as in Megatron), then whole global batches; a partial last batch is dropped.
+  int64_t iterations = 0, consumed = 0;
+  while (consumed <= schedule.rampup()->rampup_samples && consumed <= train_samples) {
+    consumed += schedule.global_batch_size(consumed);
+    ++iterations;
+  }
+  if (train_samples > consumed) iterations += (train_samples - consumed) / global_batch_size;
+  return iterations;
+}
+
+namespace {
+
+// Megatron stops when a ramp-up batch size reached during training cannot be split into micro
+// batches (update_num_microbatches' consistency check); this finds it before training starts.
+void check_rampup_batch_sizes(const TrainingArguments& a, const GlobalBatchSizeSchedule& schedule,
+                              int64_t data_parallel_size) {
+  const int64_t divisor = a.micro_batch_size * data_parallel_size;
+  int64_t consumed = 0;
+  for (int64_t iteration = 1; iteration <= a.train_iters; ++iteration) {
+    if (consumed > schedule.rampup()->rampup_samples) return;
+    const int64_t batch = schedule.global_batch_size(consumed);
+    if (batch % divisor != 0) {
+      common::fail("--rampup-batch-size {} {} {}: iteration {} (after {} samples) has a global "
+                   "batch of {}, which --micro-batch-size {} × data-parallel size {} does not "
+                   "divide; choose a start and increment that are multiples of {}",
+                   a.rampup_batch_size[0], a.rampup_batch_size[1], a.rampup_batch_size[2],
+                   iteration, consumed, batch, a.micro_batch_size, data_parallel_size, divisor);
+    }
+    consumed += batch;
+  }
+}
+
+void refuse_for_mode(bool given, const char* flag, const char* mode_flag, const char* instead) {
+  if (given) {
+    common::fail("{} does not go with {} (Megatron refuses the mix); use {}", flag, mode_flag,
+                 instead);
+  }
+}
+
+}  // namespace
+
+void resolve_training_schedule(TrainingArguments& a, int64_t data_parallel_size) {
+  auto require_non_negative = [](int64_t value, const char* flag) {
+    if (value < 0) common::fail("{} must be ≥ 0, got {}", flag, value);
+  };
+  require_non_negative(a.train_iters, "--train-iters");
+  require_non_negative(a.train_samples, "--train-samples");
+  require_non_negative(a.lr_warmup_iters, "--lr-warmup-iters");
+  require_non_negative(a.lr_warmup_samples, "--lr-warmup-samples");
+  require_non_negative(a.lr_decay_iters, "--lr-decay-iters");
+  require_non_negative(a.lr_decay_samples, "--lr-decay-samples");
+  if (a.lr_wsd_decay_iters) require_non_negative(*a.lr_wsd_decay_iters, "--lr-wsd-decay-iters");
+  if (a.lr_wsd_decay_samples) require_non_negative(*a.lr_wsd_decay_samples, "--lr-wsd-decay-samples");
+  if (a.lr_warmup_fraction && !(*a.lr_warmup_fraction >= 0 && *a.lr_warmup_fraction < 1)) {
+    common::fail("--lr-warmup-fraction {} must lie in [0, 1): the warmup must end before the decay "
+                 "does", *a.lr_warmup_fraction);
+  }
+
+  // Iteration-based or sample-based, never both (Megatron's validate_args). Validating again
+  // is harmless: iterations an earlier call derived from --train-samples are derived anew.
+  if (a.train_iters_derived) a.train_iters = 0;
+  if (a.train_iters > 0 && a.train_samples > 0) {
+    common::fail("--train-iters {} and --train-samples {} are mutually exclusive: train for a "
+                 "number of iterations or for a number of samples", a.train_iters, a.train_samples);
+  }
+  if (a.train_iters == 0 && a.train_samples == 0) {
+    common::fail("pass --train-iters N (iterations) or --train-samples N (samples)");
+  }
+  const bool sample_based = a.train_samples > 0;
+  if (!sample_based) {
+    const char* mode = "--train-iters";
+    refuse_for_mode(a.lr_decay_samples != 0, "--lr-decay-samples", mode, "--lr-decay-iters");
+    refuse_for_mode(a.lr_warmup_samples != 0, "--lr-warmup-samples", mode, "--lr-warmup-iters");
+    refuse_for_mode(a.lr_wsd_decay_samples.has_value(), "--lr-wsd-decay-samples", mode,
+                    "--lr-wsd-decay-iters");
+    refuse_for_mode(!a.rampup_batch_size.empty(), "--rampup-batch-size", mode,
+                    "--train-samples: Megatron ramps the batch size up only in sample-based training");
+    if (a.lr_warmup_fraction && a.lr_warmup_iters != 0) {
+      common::fail("--lr-warmup-fraction and --lr-warmup-iters are mutually exclusive: give the "
+                   "warmup one way");
+    }
+  } else {
+    const char* mode = "--train-samples";
+    refuse_for_mode(a.lr_decay_iters != 0, "--lr-decay-iters", mode, "--lr-decay-samples");
+    refuse_for_mode(a.lr_warmup_iters != 0, "--lr-warmup-iters", mode, "--lr-warmup-samples");
+    refuse_for_mode(a.lr_wsd_decay_iters.has_value(), "--lr-wsd-decay-iters", mode,
+                    "--lr-wsd-decay-samples");
+    if (a.lr_warmup_fraction && a.lr_warmup_samples != 0) {
+      common::fail("--lr-warmup-fraction and --lr-warmup-samples are mutually exclusive: give the "
+                   "warmup one way");
+    }
+  }
+
+  const GlobalBatchSizeSchedule batches = batch_size_schedule(a, data_parallel_size);
+  if (sample_based) {
+    a.train_iters = sample_based_train_iters(a.train_samples, batches);
+    a.train_iters_derived = true;
+    if (a.train_iters == 0) {
+      common::fail("--train-samples {} is less than one global batch ({}): nothing to train",
+                   a.train_samples, batches.global_batch_size(0));
+    }
+    if (batches.rampup()) check_rampup_batch_sizes(a, batches, data_parallel_size);
+    if (a.lr_decay_samples == 0) a.lr_decay_samples = a.train_samples;
+    if (!a.lr_warmup_fraction && a.lr_warmup_samples >= a.lr_decay_samples) {
+      common::fail("--lr-warmup-samples {} must be smaller than --lr-decay-samples {} (which "
+                   "defaults to --train-samples)", a.lr_warmup_samples, a.lr_decay_samples);
+    }
+  } else {
+    if (a.lr_decay_iters == 0) a.lr_decay_iters = a.train_iters;
+    if (!a.lr_warmup_fraction && a.lr_warmup_iters >= a.lr_decay_iters) {
+      common::fail("--lr-warmup-iters {} must be smaller than --lr-decay-iters {} (which defaults "
+                   "to --train-iters)", a.lr_warmup_iters, a.lr_decay_iters);
+    }
+  }
+  if (a.lr_decay_style == "WSD" && !(sample_based ? a.lr_wsd_decay_samples : a.lr_wsd_decay_iters)) {
+    common::fail("--lr-decay-style WSD needs the length of its final decay: {} N",
+                 sample_based ? "--lr-wsd-decay-samples" : "--lr-wsd-decay-iters");
+  }
+  if (a.lr_warmup_init > a.lr) {
+    common::fail("--lr-warmup-init {} must not exceed --lr {}", a.lr_warmup_init, a.lr);
+  }
+
+  // Weight decay: constant takes --weight-decay; linear and cosine need both ends.
+  if (a.weight_decay_incr_style == "constant") {
+    const bool filled_before = a.start_weight_decay == a.weight_decay && a.end_weight_decay == a.weight_decay;
+    if ((a.start_weight_decay || a.end_weight_decay) && !filled_before) {
+      common::fail("--start-weight-decay/--end-weight-decay need --weight-decay-incr-style linear "
+                   "or cosine (constant uses --weight-decay)");
+    }
+    a.start_weight_decay = a.end_weight_decay = a.weight_decay;
+  } else if (!a.start_weight_decay || !a.end_weight_decay) {
+    common::fail("--weight-decay-incr-style {} needs both --start-weight-decay and "
+                 "--end-weight-decay", a.weight_decay_incr_style);
+  }
+  // The remaining asserts of Megatron's OptimizerParamScheduler (in samples).
+  const LearningRateScheduler checked(learning_rate_schedule(a));
+  (void)checked;
+}
+
+LearningRateSchedule learning_rate_schedule(const TrainingArguments& a) {
+  LearningRateSchedule s;
+  s.max_lr = a.lr;
+  s.min_lr = a.min_lr;
+  s.init_lr = a.lr_warmup_init;
+  s.decay_style = a.lr_decay_style;
+  s.wsd_decay_style = a.lr_wsd_decay_style;
+  s.start_weight_decay = a.start_weight_decay.value_or(a.weight_decay);
+  s.end_weight_decay = a.end_weight_decay.value_or(a.weight_decay);
+  s.weight_decay_increment_style = a.weight_decay_incr_style;
+  if (a.train_samples > 0) {
+    s.decay_steps = a.lr_decay_samples;
+    s.weight_decay_increment_steps = a.train_samples;
+    s.wsd_decay_steps = a.lr_wsd_decay_samples.value_or(-1);
+    s.warmup_steps = static_cast<double>(a.lr_warmup_samples);
+  } else {
+    const int64_t batch = a.global_batch_size;
+    s.decay_steps = a.lr_decay_iters * batch;
+    s.weight_decay_increment_steps = a.train_iters * batch;
+    s.wsd_decay_steps = a.lr_wsd_decay_iters ? *a.lr_wsd_decay_iters * batch : -1;
+    s.warmup_steps = static_cast<double>(a.lr_warmup_iters * batch);
+  }
+  if (a.lr_warmup_fraction) s.warmup_steps = *a.lr_warmup_fraction * static_cast<double>(s.decay_steps);
+  return s;
+}
+
+}  // namespace backend

@@ -1,0 +1,645 @@
+// Checkpoints end to end in one process: Megatron's layout and messages, an exact round trip
+// of every piece of state, validation of what is loaded (shapes with the table and the fitting
+// flags, corruption, missing optimizer/RNG state, a changed schedule), the --finetune /
+// --no-load-* semantics, the clean-up of interrupted saves, and the property it all exists
+// for: a run interrupted at iteration N and resumed computes the same losses and weights, bit
+// for bit, as one that never stopped, dropout included.
+#include "backend/ckpt/checkpoint.hpp"
+
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/ckpt/checkpoint_file.hpp"
+#include "backend/common/error.hpp"
+#include "backend/data/mock_dataset.hpp"
+#include "backend/train/trainer.hpp"
+#include "backend/train/training_schedule.hpp"
+#include "temporary_directory.hpp"
+
+using namespace backend;
+namespace fs = std::filesystem;
+
+namespace {
+
+TrainingArguments tiny_arguments() {
+  TrainingArguments a;
+  a.num_layers = 2;
+  a.hidden_size = 32;
+  a.num_attention_heads = 4;
+  a.seq_length = 16;
+  a.micro_batch_size = 2;
+  a.global_batch_size = 4;
+  a.train_iters = 8;
+  a.lr = 1e-3;
+  a.lr_warmup_iters = 2;
+  a.lr_decay_style = "cosine";
+  a.vocab_size = 255;  // NullTokenizer: 256 with EOD
+  a.tokenizer_type = "NullTokenizer";
+  a.mock_data = true;
+  a.hidden_dropout = a.attention_dropout = 0.1;
+  a.log_interval = 1;
+  a.eval_iters = 0;
+  a.command_line = {"pretrain_gpt"};
+  validate_arguments(a);
+  return a;
+}
+
+// The model, optimizer and scheduler pretrain() builds from the arguments.
+struct LiveState {
+  GptModel<float> model;
+  AdamW optimizer;
+  LearningRateScheduler scheduler;
+
+  static GptConfig config_for(const TrainingArguments& a) {
+    GptConfig config;
+    config.num_layers = a.num_layers;
+    config.hidden_size = a.hidden_size;
+    config.num_attention_heads = a.num_attention_heads;
+    config.ffn_hidden_size = a.ffn_hidden_size;
+    config.max_position_embeddings = a.max_position_embeddings;
+    config.vocab_size = a.vocab_size + 1;
+    config.padded_vocab_size = padded_vocab_size(config.vocab_size, a.make_vocab_size_divisible_by, 1);
+    config.hidden_dropout = a.hidden_dropout;
+    config.attention_dropout = a.attention_dropout;
+    return config;
+  }
+  static std::vector<ParameterGroup> groups_for(const GptModel<float>& model) {
+    std::vector<ParameterGroup> groups;
+    for (const auto& t : model.tensors()) groups.push_back({t.offset, t.numel, t.weight_decay});
+    return groups;
+  }
+  explicit LiveState(const TrainingArguments& a, uint64_t init_seed = 1234)
+      : model(config_for(a)),
+        optimizer({a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay}, groups_for(model),
+                  static_cast<int64_t>(model.parameters().size())),
+        scheduler(learning_rate_schedule(a)) {
+    model.init_parameters(init_seed);
+    model.set_dropout_seed(a.seed);
+  }
+
+  // A few real training steps, so every piece of state is non-trivial.
+  void train(const TrainingArguments& a, int steps) {
+    const MockDataset data(a.seed, a.vocab_size + 1, a.seq_length);
+    std::vector<int32_t> tokens(a.micro_batch_size * a.seq_length), labels(tokens.size());
+    for (int step = 0; step < steps; ++step) {
+      model.zero_gradients();
+      data.fill_batch(Split::train, step * a.micro_batch_size, a.micro_batch_size, tokens, labels);
+      model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+      model.backward(1.0f);
+      optimizer.step(model.parameters(), model.gradients(), scheduler.learning_rate());
+      scheduler.step(a.global_batch_size);
+    }
+  }
+};
+
+bool same_bytes(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string load_error(const TrainingArguments& a) {
+  LiveState state(a);
+  std::ostringstream log;
+  try {
+    load_checkpoint(a, state.model, state.optimizer, state.scheduler, log);
+  } catch (const common::Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+// Saves a trained tiny model to `directory` at `iteration`; returns its arguments.
+TrainingArguments save_trained(const fs::path& directory, int64_t iteration = 3,
+                               TrainingArguments a = tiny_arguments()) {
+  a.save = directory.string();
+  LiveState state(a);
+  state.train(a, 3);
+  std::ostringstream log;
+  save_checkpoint(a, {iteration, 4 * iteration, 8}, state.model, state.optimizer, state.scheduler, log);
+  return a;
+}
+
+pid_t finished_process_id() {
+  std::fflush(nullptr);  // the child must not repeat buffered output
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  return child;
+}
+
+TrainingResult train(TrainingArguments a, std::ostream& log) { return pretrain(a, log); }
+
+}  // namespace
+
+TEST_CASE("save then load restores parameters, optimizer, scheduler and RNG state exactly") {
+  test_support::TemporaryDirectory directory;
+  auto a = tiny_arguments();
+  a.save = a.load = directory.path.string();
+  LiveState saved(a);
+  saved.train(a, 3);
+  saved.model.set_dropout_seed(987654321987654321ull);  // a seed beyond 2^53 survives JSON
+  std::ostringstream log;
+  save_checkpoint(a, {3, 12, 8}, saved.model, saved.optimizer, saved.scheduler, log);
+
+  LiveState loaded(a, /*init_seed=*/99);
+  REQUIRE_FALSE(same_bytes(loaded.model.parameters(), saved.model.parameters()));
+  const auto progress = load_checkpoint(a, loaded.model, loaded.optimizer, loaded.scheduler, log);
+  REQUIRE(progress.has_value());
+  CHECK(progress->iteration == 3);
+  CHECK(progress->consumed_train_samples == 12);
+  CHECK(progress->consumed_valid_samples == 8);
+  CHECK(same_bytes(loaded.model.parameters(), saved.model.parameters()));
+  CHECK(same_bytes(loaded.optimizer.exp_avg(), saved.optimizer.exp_avg()));
+  CHECK(same_bytes(loaded.optimizer.exp_avg_sq(), saved.optimizer.exp_avg_sq()));
+  CHECK(loaded.optimizer.steps_taken() == 3);
+  CHECK(loaded.scheduler.num_steps() == saved.scheduler.num_steps());
+  CHECK(loaded.scheduler.learning_rate() == saved.scheduler.learning_rate());
+  CHECK(loaded.model.dropout_step() == saved.model.dropout_step());
+  CHECK(loaded.model.dropout_step() == 3);
+  CHECK(loaded.model.dropout_seed() == 987654321987654321ull);
+}
+
+TEST_CASE("Megatron's layout, tracker and messages") {
+  test_support::TemporaryDirectory directory;
+  const fs::path dir = directory.path / "checkpoints";  // created by the save
+  auto a = tiny_arguments();
+  a.save = a.load = dir.string();
+  LiveState state(a);
+  std::ostringstream save_log;
+  save_checkpoint(a, {500, 2000, 0}, state.model, state.optimizer, state.scheduler, save_log);
+  CHECK(read_text(dir / "latest_checkpointed_iteration.txt") == "500");  // as Megatron writes it
+  CHECK(fs::is_regular_file(dir / "iter_0000500" / "mp_rank_00" / "model_optim_rng.bin"));
+  CHECK(checkpoint_file_path(dir, 500) == dir / "iter_0000500/mp_rank_00/model_optim_rng.bin");
+  // Nothing else: no temporary left behind.
+  int entries = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir)) ++entries;
+  CHECK(entries == 2);
+  const std::string text = save_log.str();
+  const std::regex saving(R"(^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}\] saving checkpoint at iteration     500 to (.*) in native format$)");
+  const std::regex saved(R"(^  \[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}\] successfully saved checkpoint from iteration     500 to (.*) \[ t 1/1, p 1/1 \]$)");
+  std::istringstream lines(text);
+  std::string first, second;
+  std::getline(lines, first);
+  std::getline(lines, second);
+  std::smatch match;
+  REQUIRE_MESSAGE(std::regex_match(first, match, saving), first);
+  CHECK(match[1] == dir.string());
+  REQUIRE_MESSAGE(std::regex_match(second, match, saved), second);
+  CHECK(match[1] == dir.string());
+
+  std::ostringstream load_log;
+  LiveState loaded(a);
+  load_checkpoint(a, loaded.model, loaded.optimizer, loaded.scheduler, load_log);
+  CHECK(load_log.str() ==
+        " loading checkpoint from " + dir.string() + " at iteration 500\n"
+        "  successfully loaded checkpoint from " + dir.string() + " [ t 1/1, p 1/1 ] at iteration 500\n");
+
+  // The metadata records the iteration, the samples and the arguments (typed and the dump).
+  const CheckpointFileReader reader(checkpoint_file_path(dir, 500));
+  CHECK(reader.metadata()["iteration"] == 500);
+  CHECK(reader.metadata()["consumed_train_samples"] == 2000);
+  CHECK(reader.metadata()["arguments"]["hidden_size"] == 32);
+  CHECK(reader.metadata()["args"]["hidden_size"] == "32");
+  CHECK(reader.metadata()["opt_param_scheduler"]["num_steps"] == 0);
+  CHECK(reader.metadata()["rng_state"]["dropout_step"] == 0);
+  // Every parameter by its Megatron name, and both AdamW moments of each.
+  CHECK(reader.tensors().size() == 3 * state.model.tensors().size());
+  CHECK(reader.find("decoder.layers.1.mlp.linear_fc2.weight") != nullptr);
+  CHECK(reader.find("optimizer.exp_avg_sq.embedding.word_embeddings.weight") != nullptr);
+}
+
+TEST_CASE("--load without a tracker warns as Megatron and starts from scratch") {
+  test_support::TemporaryDirectory directory;
+  auto a = tiny_arguments();
+  a.load = directory.path.string();
+  LiveState state(a);
+  const std::vector<float> before(state.model.parameters().begin(), state.model.parameters().end());
+  std::ostringstream log;
+  CHECK_FALSE(load_checkpoint(a, state.model, state.optimizer, state.scheduler, log).has_value());
+  CHECK(log.str() == "WARNING: could not find the metadata file " + directory.path.string() +
+                         "/latest_checkpointed_iteration.txt\n"
+                         "    will not load any checkpoints and will start from random\n");
+  CHECK(same_bytes(state.model.parameters(), before));
+
+  // pretrain() then trains from iteration 1 and saves into the same directory.
+  a.save = a.load;
+  a.train_iters = 2;
+  std::ostringstream run_log;
+  const auto result = train(a, run_log);
+  REQUIRE(result.iterations.size() == 2);
+  CHECK(result.iterations[0].iteration == 1);
+  CHECK(read_checkpoint_tracker(directory.path)->iteration == 2);
+}
+
+TEST_CASE("the tracker: an integer, 'release', or an error naming the file") {
+  test_support::TemporaryDirectory directory;
+  const fs::path tracker = directory.path / "latest_checkpointed_iteration.txt";
+  CHECK_FALSE(read_checkpoint_tracker(directory.path).has_value());
+  std::ofstream(tracker) << "1200\n";
+  CHECK(read_checkpoint_tracker(directory.path)->iteration == 1200);
+  CHECK(read_checkpoint_tracker(directory.path)->file == checkpoint_file_path(directory.path, 1200));
+  std::ofstream(tracker) << "release";
+  CHECK(read_checkpoint_tracker(directory.path)->release);
+  CHECK(read_checkpoint_tracker(directory.path)->file ==
+        directory.path / "release/mp_rank_00/model_optim_rng.bin");
+  std::ofstream(tracker) << "12x";
+  const std::string expected = "invalid metadata file " + tracker.string() + ": it holds '12x'";
+  CHECK_THROWS_WITH_AS(read_checkpoint_tracker(directory.path), doctest::Contains(expected.c_str()),
+                       common::Error);
+
+  // A tracker naming an iteration that is not there.
+  std::ofstream(tracker) << "7";
+  auto a = tiny_arguments();
+  a.load = directory.path.string();
+  CHECK(load_error(a).find("names iteration 7, but " +
+                           checkpoint_file_path(directory.path, 7).string() + " does not exist") !=
+        std::string::npos);
+}
+
+TEST_CASE("a checkpoint that does not fit the flags is one error: the table and the flags that fit") {
+  test_support::TemporaryDirectory directory;
+  auto a = save_trained(directory.path);
+  a.load = a.save;
+
+  auto wider = a;
+  wider.hidden_size = 64;
+  wider.num_attention_heads = 8;
+  wider.ffn_hidden_size = 256;
+  wider.command_line = {"pretrain_gpt", "--hidden-size", "64", "--num-attention-heads", "8"};
+  const std::string message = load_error(wider);
+  INFO(message);
+  CHECK(message.find("checkpoint " + checkpoint_file_path(directory.path, 3).string() +
+                     " does not fit the model the current flags describe (28 parameter tensors "
+                     "there, 28 in the model; 28 differ):") != std::string::npos);
+  CHECK(std::regex_search(message, std::regex(R"(\n  tensor +checkpoint +current\n)")));
+  CHECK(std::regex_search(message,
+                          std::regex(R"(\n  embedding\.word_embeddings\.weight +\(256, 32\) +\(256, 64\)\n)")));
+  CHECK(std::regex_search(message, std::regex(R"(\n  decoder\.layers\.0\.self_attention\.linear_qkv\.weight +\(96, 32\) +\(192, 64\)\n)")));
+  CHECK(message.find("\n  ... and 8 more\n") != std::string::npos);  // 20 rows shown
+  // --ffn-hidden-size follows --hidden-size by default, so only the two flags are named.
+  CHECK(message.find("The checkpoint was saved with --hidden-size 32 --num-attention-heads 4; pass "
+                     "these flags (instead of --hidden-size 64 --num-attention-heads 8) to load "
+                     "it.") != std::string::npos);
+
+  auto deeper = a;
+  deeper.num_layers = 3;
+  const std::string missing = load_error(deeper);
+  INFO(missing);
+  CHECK(std::regex_search(missing, std::regex(
+                                       R"(\n  decoder\.layers\.2\.mlp\.linear_fc1\.weight +not in the checkpoint +\(128, 32\)\n)")));
+  CHECK(missing.find("pass this flag (instead of --num-layers 3)") != std::string::npos);
+  CHECK(missing.find("saved with --num-layers 2;") != std::string::npos);
+
+  auto shallower = a;
+  shallower.num_layers = 1;
+  const std::string extra = load_error(shallower);
+  CHECK(std::regex_search(extra, std::regex(R"(\n  decoder\.layers\.1\.input_layernorm\.bias +\(32,\) +not in the model\n)")));
+}
+
+TEST_CASE("a corrupt tensor in a saved checkpoint stops the load, naming the file and the tensor") {
+  test_support::TemporaryDirectory directory;
+  auto a = save_trained(directory.path);
+  a.load = a.save;
+  const fs::path file = checkpoint_file_path(directory.path, 3);
+  uint64_t data_offset = 0, tensor_offset = 0;
+  {
+    const CheckpointFileReader reader(file);
+    tensor_offset = reader.find("decoder.layers.1.mlp.linear_fc1.weight")->offset;
+    std::ifstream in(file, std::ios::binary);
+    in.seekg(32);
+    in.read(reinterpret_cast<char*>(&data_offset), 8);
+  }
+  std::fstream stream(file, std::ios::binary | std::ios::in | std::ios::out);
+  stream.seekp(static_cast<std::streamoff>(data_offset + tensor_offset + 100));
+  stream.put('\x5a');
+  stream.close();
+  const std::string message = load_error(a);
+  CHECK(message.find(file.string()) != std::string::npos);
+  CHECK(message.find("tensor 'decoder.layers.1.mlp.linear_fc1.weight' fails its CRC-32C check") !=
+        std::string::npos);
+}
+
+TEST_CASE("--finetune loads the weights only, --no-load-optim and --no-load-rng skip their part") {
+  test_support::TemporaryDirectory directory;
+  auto a = tiny_arguments();
+  a.save = a.load = directory.path.string();
+  LiveState saved(a);
+  saved.train(a, 3);
+  std::ostringstream log;
+  save_checkpoint(a, {3, 12, 8}, saved.model, saved.optimizer, saved.scheduler, log);
+
+  SUBCASE("--finetune") {
+    auto finetune = a;
+    finetune.finetune = true;
+    LiveState state(finetune, 99);
+    std::ostringstream load_log;
+    const auto progress = load_checkpoint(finetune, state.model, state.optimizer, state.scheduler, load_log);
+    REQUIRE(progress);
+    CHECK(progress->iteration == 0);
+    CHECK(progress->consumed_train_samples == 0);
+    CHECK(progress->consumed_valid_samples == 0);
+    CHECK(same_bytes(state.model.parameters(), saved.model.parameters()));
+    CHECK(state.optimizer.steps_taken() == 0);
+    CHECK(state.optimizer.exp_avg()[0] == 0.0f);
+    CHECK(state.scheduler.num_steps() == 0);
+    CHECK(state.model.dropout_step() == 0);
+    // Megatron's lines: loading at the tracker's iteration, loaded "at iteration 0".
+    CHECK(load_log.str().find("at iteration 3\n") != std::string::npos);
+    CHECK(load_log.str().find("[ t 1/1, p 1/1 ] at iteration 0\n") != std::string::npos);
+  }
+  SUBCASE("--no-load-optim: no optimizer and no scheduler state (Megatron loads both together)") {
+    auto no_optim = a;
+    no_optim.no_load_optim = true;
+    LiveState state(no_optim, 99);
+    const auto progress = load_checkpoint(no_optim, state.model, state.optimizer, state.scheduler, log);
+    CHECK(progress->iteration == 3);
+    CHECK(progress->consumed_train_samples == 12);
+    CHECK(same_bytes(state.model.parameters(), saved.model.parameters()));
+    CHECK(state.optimizer.steps_taken() == 0);
+    CHECK(state.scheduler.num_steps() == 0);
+    CHECK(state.model.dropout_step() == 3);
+  }
+  SUBCASE("--no-load-rng") {
+    auto no_rng = a;
+    no_rng.no_load_rng = true;
+    LiveState state(no_rng, 99);
+    const auto progress = load_checkpoint(no_rng, state.model, state.optimizer, state.scheduler, log);
+    CHECK(progress->iteration == 3);
+    CHECK(state.optimizer.steps_taken() == 3);
+    CHECK(same_bytes(state.optimizer.exp_avg(), saved.optimizer.exp_avg()));
+    CHECK(state.model.dropout_step() == 0);
+  }
+}
+
+TEST_CASE("--no-save-optim / --no-save-rng checkpoints load only with --no-load-optim / --no-load-rng") {
+  test_support::TemporaryDirectory directory;
+  auto a = tiny_arguments();
+  a.no_save_optim = true;
+  a.no_save_rng = true;
+  a = save_trained(directory.path, 3, a);
+  a.load = a.save;
+  a.no_save_optim = a.no_save_rng = false;
+  {
+    const CheckpointFileReader reader(checkpoint_file_path(directory.path, 3));
+    CHECK(reader.find("optimizer.exp_avg.embedding.word_embeddings.weight") == nullptr);
+    CHECK_FALSE(reader.metadata().contains("rng_state"));
+  }
+  CHECK(load_error(a).find("Unable to load optimizer from checkpoint") != std::string::npos);
+  CHECK(load_error(a).find("Specify --no-load-optim or --finetune") != std::string::npos);
+  a.no_load_optim = true;
+  CHECK(load_error(a).find("Unable to load rng state from checkpoint") != std::string::npos);
+  a.no_load_rng = true;
+  CHECK(load_error(a).empty());
+}
+
+TEST_CASE("a changed learning-rate schedule is refused unless told which schedule to follow") {
+  test_support::TemporaryDirectory directory;
+  auto a = save_trained(directory.path);
+  a.load = a.save;
+  auto changed = a;
+  changed.lr = 2e-3;
+  changed.lr_decay_iters = 16;
+  const std::string message = load_error(changed);
+  INFO(message);
+  CHECK(message.find("the learning-rate schedule of the flags differs from the checkpoint's") !=
+        std::string::npos);
+  CHECK(message.find("learning rate (--lr): checkpoint 0.001, flags 0.002") != std::string::npos);
+  CHECK(message.find("decay samples (--lr-decay-iters × --global-batch-size): checkpoint 32, flags 64") !=
+        std::string::npos);
+  CHECK(message.find("--use-checkpoint-opt_param-scheduler") != std::string::npos);
+
+  std::ostringstream log;
+  auto override_flags = changed;
+  override_flags.override_opt_param_scheduler = true;
+  LiveState kept(override_flags);
+  load_checkpoint(override_flags, kept.model, kept.optimizer, kept.scheduler, log);
+  CHECK(kept.scheduler.schedule().max_lr == 2e-3);
+  CHECK(kept.scheduler.num_steps() == 12);  // 3 steps of 4 samples
+
+  auto from_checkpoint = changed;
+  from_checkpoint.use_checkpoint_opt_param_scheduler = true;
+  LiveState taken(from_checkpoint);
+  std::ostringstream taken_log;
+  load_checkpoint(from_checkpoint, taken.model, taken.optimizer, taken.scheduler, taken_log);
+  CHECK(taken.scheduler.schedule().max_lr == 1e-3);
+  CHECK(taken.scheduler.schedule().decay_steps == 32);
+  CHECK(taken.scheduler.num_steps() == 12);
+  CHECK(taken_log.str().find(" > using checkpoint value 0.001 for learning rate (--lr)") !=
+        std::string::npos);
+}
+
+TEST_CASE("a save removes what interrupted saves left, keeps a live process's, replaces its iteration") {
+  test_support::TemporaryDirectory directory;
+  const pid_t gone = finished_process_id();
+  const fs::path dead_directory = directory.path / ("iter_0000009.tmp." + std::to_string(gone));
+  const fs::path dead_tracker =
+      directory.path / ("latest_checkpointed_iteration.txt.tmp." + std::to_string(gone));
+  const fs::path live_directory = directory.path / ("iter_0000008.tmp." + std::to_string(getppid()));
+  fs::create_directories(dead_directory / "mp_rank_00");
+  std::ofstream(dead_directory / "mp_rank_00" / "model_optim_rng.bin") << "half a file";
+  std::ofstream(dead_tracker) << "9";
+  fs::create_directories(live_directory);
+
+  auto a = save_trained(directory.path, 3);
+  CHECK_FALSE(fs::exists(dead_directory));
+  CHECK_FALSE(fs::exists(dead_tracker));
+  CHECK(fs::exists(live_directory));
+
+  // Saving iteration 3 again (another state) replaces the directory whole.
+  const auto first = read_text(checkpoint_file_path(directory.path, 3));
+  a.seed = 4321;  // other weights
+  a = save_trained(directory.path, 3, a);
+  const auto second = read_text(checkpoint_file_path(directory.path, 3));
+  CHECK(first != second);
+  for (const auto& entry : fs::directory_iterator(directory.path)) {
+    const std::string name = entry.path().filename().string();
+    CAPTURE(name);
+    CHECK((name == "iter_0000003" || name == "latest_checkpointed_iteration.txt" ||
+           entry.path() == live_directory));
+  }
+  a.load = a.save;
+  CHECK(load_error(a).empty());
+}
+
+TEST_CASE("a run stopped by --exit-interval and resumed equals an uninterrupted one, bit for bit") {
+  test_support::TemporaryDirectory directory;
+  auto base = tiny_arguments();
+  base.train_iters = 8;
+  base.eval_interval = 3;  // validation passes in both halves: consumed_valid must carry over
+  base.eval_iters = 1;
+  base.log_interval = 3;
+
+  auto uninterrupted = base;
+  uninterrupted.save = (directory.path / "uninterrupted").string();
+  std::ostringstream log_whole;
+  const TrainingResult whole = train(uninterrupted, log_whole);
+
+  auto first_half = base;
+  first_half.save = (directory.path / "resumed").string();
+  first_half.exit_interval = 4;
+  std::ostringstream log_first;
+  const TrainingResult first = train(first_half, log_first);
+  CHECK(log_first.str().find("[exiting program at iteration 4] datetime: ") != std::string::npos);
+  CHECK(log_first.str().find(" on validation set") == std::string::npos);  // exited before it
+  CHECK(read_checkpoint_tracker(first_half.save)->iteration == 4);
+
+  auto second_half = base;
+  second_half.save = second_half.load = first_half.save;
+  std::ostringstream log_second;
+  const TrainingResult second = train(second_half, log_second);
+  CHECK(log_second.str().find(" loading checkpoint from " + second_half.load + " at iteration 4\n") !=
+        std::string::npos);
+
+  REQUIRE(whole.iterations.size() == 8);
+  REQUIRE(first.iterations.size() == 4);
+  REQUIRE(second.iterations.size() == 4);
+  std::vector<IterationRecord> joined = first.iterations;
+  joined.insert(joined.end(), second.iterations.begin(), second.iterations.end());
+  for (size_t i = 0; i < 8; ++i) {
+    CAPTURE(i);
+    CHECK(joined[i].iteration == whole.iterations[i].iteration);
+    CHECK(joined[i].lm_loss == whole.iterations[i].lm_loss);  // exact
+    CHECK(joined[i].grad_norm == whole.iterations[i].grad_norm);
+    CHECK(joined[i].learning_rate == whole.iterations[i].learning_rate);
+  }
+  REQUIRE(whole.validation_loss.has_value());
+  CHECK(second.validation_loss == whole.validation_loss);
+  CHECK(second.test_loss == whole.test_loss);
+
+  // The final checkpoints hold the same bytes in every tensor, and the same state.
+  const CheckpointFileReader a(checkpoint_file_path(uninterrupted.save, 8));
+  const CheckpointFileReader b(checkpoint_file_path(second_half.save, 8));
+  REQUIRE(a.tensors().size() == b.tensors().size());
+  for (const auto& entry : a.tensors()) {
+    CAPTURE(entry.name);
+    REQUIRE(b.find(entry.name) != nullptr);
+    CHECK(a.read_bytes(entry) == b.read_bytes(*b.find(entry.name)));
+  }
+  for (const char* key : {"iteration", "consumed_train_samples", "consumed_valid_samples",
+                          "rng_state", "opt_param_scheduler", "optimizer"}) {
+    CAPTURE(key);
+    CHECK(a.metadata()[key] == b.metadata()[key]);
+  }
+
+  // Megatron's log-interval bookkeeping continues: the resumed run logs at 6 (iterations 5–6)
+  // and 3 → the interval holds what ran in this process.
+  CHECK(log_second.str().find(" iteration        6/       8 |") != std::string::npos);
+  CHECK(log_second.str().find(" iteration        5/       8 |") == std::string::npos);
+
+  // The dropout state is what makes it exact: resuming without it draws other masks.
+  auto without_rng = second_half;
+  without_rng.save = (directory.path / "without_rng").string();
+  fs::create_directories(without_rng.save);
+  fs::copy(first_half.save, without_rng.save, fs::copy_options::recursive);
+  std::ofstream(checkpoint_tracker_path(without_rng.save)) << "4";  // the second half moved it on
+  without_rng.load = without_rng.save;
+  without_rng.no_load_rng = true;
+  std::ostringstream log_without;
+  const TrainingResult different = train(without_rng, log_without);
+  REQUIRE(different.iterations.size() == 4);
+  CHECK(different.iterations[0].lm_loss != whole.iterations[4].lm_loss);
+}
+
+TEST_CASE("resume is exact under sample-based WSD, a weight-decay ramp and a batch-size ramp-up") {
+  // Every schedule the checkpoint carries (learning rate, weight decay, batch size from the
+  // consumed samples) must continue where it stopped.
+  test_support::TemporaryDirectory directory;
+  auto base = tiny_arguments();
+  base.train_iters = 0;
+  base.lr_warmup_iters = 0;
+  base.lr_decay_iters = 0;  // tiny_arguments() derived it from --train-iters
+  base.train_samples = 40;
+  base.rampup_batch_size = {2, 2, 8};  // 2 until 8 samples are consumed, then 4
+  base.lr_warmup_samples = 4;
+  base.lr_decay_style = "WSD";
+  base.lr_wsd_decay_samples = 16;
+  base.lr_wsd_decay_style = "cosine";
+  base.start_weight_decay = 0.0;
+  base.end_weight_decay = 0.1;
+  base.weight_decay_incr_style = "linear";
+  validate_arguments(base);
+  REQUIRE(base.train_iters == 12);  // 4 batches of 2, then (40 − 8) / 4 = 8 batches of 4
+
+  auto uninterrupted = base;
+  uninterrupted.save = (directory.path / "uninterrupted").string();
+  std::ostringstream log_whole;
+  const TrainingResult whole = train(uninterrupted, log_whole);
+
+  auto first_half = base;
+  first_half.save = (directory.path / "resumed").string();
+  first_half.exit_interval = 5;
+  std::ostringstream log_first;
+  const TrainingResult first = train(first_half, log_first);
+  auto second_half = base;
+  second_half.save = second_half.load = first_half.save;
+  std::ostringstream log_second;
+  const TrainingResult second = train(second_half, log_second);
+
+  REQUIRE(whole.iterations.size() == 12);
+  REQUIRE(first.iterations.size() == 5);
+  REQUIRE(second.iterations.size() == 7);
+  std::vector<IterationRecord> joined = first.iterations;
+  joined.insert(joined.end(), second.iterations.begin(), second.iterations.end());
+  for (size_t i = 0; i < joined.size(); ++i) {
+    CAPTURE(i);
+    CHECK(joined[i].lm_loss == whole.iterations[i].lm_loss);
+    CHECK(joined[i].learning_rate == whole.iterations[i].learning_rate);
+  }
+  const CheckpointFileReader a(checkpoint_file_path(uninterrupted.save, 12));
+  const CheckpointFileReader b(checkpoint_file_path(second_half.save, 12));
+  for (const auto& entry : a.tensors()) {
+    CAPTURE(entry.name);
+    REQUIRE(b.find(entry.name) != nullptr);
+    CHECK(a.read_bytes(entry) == b.read_bytes(*b.find(entry.name)));
+  }
+  CHECK(a.metadata()["opt_param_scheduler"] == b.metadata()["opt_param_scheduler"]);
+  CHECK(a.metadata()["opt_param_scheduler"]["wsd_decay_style"] == "cosine");
+}
+
+TEST_CASE("--exit-interval without --save stops there and saves nothing") {
+  test_support::TemporaryDirectory directory;
+  auto a = tiny_arguments();
+  a.exit_interval = 2;
+  std::ostringstream log;
+  const auto result = train(a, log);
+  CHECK(result.iterations.size() == 2);
+  CHECK(log.str().find("saving checkpoint") == std::string::npos);
+  CHECK(log.str().find("[exiting program at iteration 2]") != std::string::npos);
+}
+
+TEST_CASE("--save-interval saves every N iterations and the last one once") {
+  test_support::TemporaryDirectory directory;
+  auto a = tiny_arguments();
+  a.train_iters = 5;
+  a.save = directory.path.string();
+  a.save_interval = 2;
+  std::ostringstream log;
+  train(a, log);
+  CHECK(fs::exists(checkpoint_iteration_directory(directory.path, 2)));
+  CHECK(fs::exists(checkpoint_iteration_directory(directory.path, 4)));
+  CHECK(fs::exists(checkpoint_iteration_directory(directory.path, 5)));
+  CHECK_FALSE(fs::exists(checkpoint_iteration_directory(directory.path, 3)));
+  CHECK(read_checkpoint_tracker(directory.path)->iteration == 5);
+  // Resuming at the end runs nothing and does not save iteration 5 again.
+  a.load = a.save;
+  std::ostringstream again;
+  const auto result = train(a, again);
+  CHECK(result.iterations.empty());
+  CHECK(again.str().find("saving checkpoint") == std::string::npos);
+}
