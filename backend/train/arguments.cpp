@@ -300,7 +300,12 @@ void validate_arguments(TrainingArguments& arguments) {
   require_positive(arguments.eval_interval, "--eval-interval");
   if (arguments.eval_iters < 0) common::fail("--eval-iters must be ≥ 0, got {}", arguments.eval_iters);
 
-  if (arguments.ffn_hidden_size == 0) arguments.ffn_hidden_size = 4 * arguments.hidden_size;
+  if (arguments.ffn_hidden_size == 0) {
+    // Megatron's default keeps SwiGLU's three matrices near the parameters of GELU's two
+    // 4h ones: 2/3 of 4h, rounded down to a multiple of 64.
+    arguments.ffn_hidden_size = arguments.swiglu ? 4 * arguments.hidden_size * 2 / 3 / 64 * 64
+                                                 : 4 * arguments.hidden_size;
+  }
   if (arguments.max_position_embeddings == 0) {
     arguments.max_position_embeddings = arguments.seq_length;
   }

@@ -17,7 +17,7 @@ struct TrainingArguments {
   // model
   int64_t num_layers = 0;
   int64_t hidden_size = 0;
-  int64_t ffn_hidden_size = 0;  // 0 → 4 × hidden_size
+  int64_t ffn_hidden_size = 0;  // 0 → 4 × hidden_size (SwiGLU: 2/3 of it, a multiple of 64)
   int64_t num_attention_heads = 0;
   int64_t seq_length = 0;
   int64_t max_position_embeddings = 0;  // 0 → seq_length

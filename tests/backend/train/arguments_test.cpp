@@ -133,6 +133,13 @@ TEST_CASE("the Llama switches: Megatron's defaults, then each flag") {
   // Without --group-query-attention the count is not checked (nor used), as in Megatron.
   CHECK(parse(with({"--num-query-groups", "3"})));
 
+  // Without --ffn-hidden-size, SwiGLU's default is Megatron's int(4h · 2/3 / 64) · 64.
+  CHECK(parse(with({"--swiglu"}))->ffn_hidden_size == 128);  // h = 64: 170.7 → 128
+  auto wide = base_flags();
+  wide[4] = "4096";  // --hidden-size
+  wide.insert(wide.end(), {"--num-attention-heads", "32", "--swiglu"});
+  CHECK(parse(wide)->ffn_hidden_size == 10880);  // 10922.7 → 170 · 64
+
   // --layernorm-epsilon is the old name of --norm-epsilon; the last one given wins.
   CHECK(parse(with({"--layernorm-epsilon", "1e-3"}))->norm_epsilon == 1e-3);
   CHECK(parse(with({"--layernorm-epsilon", "1e-3", "--norm-epsilon", "1e-4"}))->norm_epsilon ==
