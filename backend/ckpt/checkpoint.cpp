@@ -59,6 +59,12 @@ constexpr ShapeFlag kShapeFlags[] = {
     {"vocab_size", "--vocab-size"},
     {"make_vocab_size_divisible_by", "--make-vocab-size-divisible-by"},
     {"tensor_model_parallel_size", "--tensor-model-parallel-size"},
+    {"position_embedding_type", "--position-embedding-type"},
+    {"normalization", "--normalization"},
+    {"swiglu", "--swiglu"},
+    {"disable_bias_linear", "--disable-bias-linear"},
+    {"untie_embeddings_and_output_weights", "--untie-embeddings-and-output-weights"},
+    {"num_query_groups", "--group-query-attention --num-query-groups"},
 };
 
 // Megatron's print_datetime / checkpoint messages: local time with microseconds.
@@ -93,7 +99,15 @@ json checkpoint_arguments(const TrainingArguments& a) {
       {"tensor_model_parallel_size", a.tensor_model_parallel_size},
       {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
       {"init_method_std", a.init_method_std},
-      {"layernorm_epsilon", a.layernorm_epsilon},
+      {"norm_epsilon", a.norm_epsilon},
+      {"position_embedding_type", a.position_embedding_type},
+      {"rotary_base", a.rotary_base},
+      {"rotary_percent", a.rotary_percent},
+      {"normalization", a.normalization},
+      {"swiglu", a.swiglu},
+      {"disable_bias_linear", !a.add_bias_linear},
+      {"untie_embeddings_and_output_weights", a.untie_embeddings_and_output_weights},
+      {"num_query_groups", a.group_query_attention ? a.num_query_groups : 0},  // 0: MHA
       {"hidden_dropout", a.hidden_dropout},
       {"attention_dropout", a.attention_dropout},
       {"micro_batch_size", a.micro_batch_size},
@@ -162,6 +176,11 @@ std::string value_text(const json& value) {
   return value.is_string() ? value.get<std::string>() : value.dump();
 }
 
+// "--hidden-size 2048"; a switch (a boolean, set) is its flag alone.
+std::string flag_text(const char* flag, const json& value) {
+  return value.is_boolean() ? std::string(flag) : fmt::format("{} {}", flag, value_text(value));
+}
+
 // The shape flags whose value in the checkpoint's saved arguments differs from the current
 // one: "--hidden-size 2048" as the checkpoint has it, and as the flags have it now.
 struct FlagDifferences {
@@ -169,9 +188,11 @@ struct FlagDifferences {
 };
 FlagDifferences shape_flag_differences(const json& saved, const json& current,
                                        const std::vector<std::string>& command_line) {
-  // An unset value (0: GPT-2's tokenizer knows its vocabulary) is no flag to pass.
+  // An unset value (0: GPT-2's tokenizer knows its vocabulary; false: a switch not given) is
+  // no flag to pass.
   auto is_set = [](const json& value) {
-    return !value.is_null() && !(value.is_number() && value.get<double>() == 0);
+    return !value.is_null() && !(value.is_number() && value.get<double>() == 0) &&
+           !(value.is_boolean() && !value.get<bool>());
   };
   FlagDifferences differences;
   for (const auto& row : kShapeFlags) {
@@ -186,10 +207,8 @@ FlagDifferences shape_flag_differences(const json& saved, const json& current,
         std::find(command_line.begin(), command_line.end(), "--ffn-hidden-size") == command_line.end()) {
       continue;
     }
-    if (is_set(value)) differences.checkpoint.push_back(fmt::format("{} {}", row.flag, value_text(value)));
-    if (is_set(current_value)) {
-      differences.current.push_back(fmt::format("{} {}", row.flag, value_text(current_value)));
-    }
+    if (is_set(value)) differences.checkpoint.push_back(flag_text(row.flag, value));
+    if (is_set(current_value)) differences.current.push_back(flag_text(row.flag, current_value));
   }
   return differences;
 }

@@ -28,12 +28,16 @@ void validate(const GptConfig& config) {
     common::fail("--num-attention-heads {} must divide --hidden-size {}",
                  config.num_attention_heads, config.hidden_size);
   }
+  if (config.num_query_groups < 0 || config.num_attention_heads % config.query_groups() != 0) {
+    common::fail("--num-query-groups {} must be positive and divide --num-attention-heads {}",
+                 config.num_query_groups, config.num_attention_heads);
+  }
   if (config.padded_vocab_size < config.vocab_size) {
     common::fail("padded vocabulary {} is smaller than --vocab-size {}",
                  config.padded_vocab_size, config.vocab_size);
   }
   if (!(config.layernorm_epsilon > 0)) {
-    common::fail("--layernorm-epsilon must be positive, got {}", config.layernorm_epsilon);
+    common::fail("--norm-epsilon must be positive, got {}", config.layernorm_epsilon);
   }
   if (!(config.init_method_std > 0)) {
     common::fail("--init-method-std must be positive, got {}", config.init_method_std);
@@ -43,6 +47,33 @@ void validate(const GptConfig& config) {
   };
   probability(config.hidden_dropout, "--hidden-dropout");
   probability(config.attention_dropout, "--attention-dropout");
+  if (config.recompute_granularity == RecomputeGranularity::full) {
+    // Block with 0 layers recomputes nothing, as in Megatron; uniform chunks need a size.
+    const int64_t least = config.recompute_method == RecomputeMethod::uniform ? 1 : 0;
+    if (config.recompute_num_layers < least) {
+      common::fail("--recompute-num-layers must be at least {} with --recompute-method {}, got {}",
+                   least, config.recompute_method == RecomputeMethod::uniform ? "uniform" : "block",
+                   config.recompute_num_layers);
+    }
+  }
+  if (config.position_embedding_type == PositionEmbeddingType::rope) {
+    if (config.rotary_base <= 0) {
+      common::fail("--rotary-base must be positive, got {}", config.rotary_base);
+    }
+    if (!(config.rotary_percent > 0 && config.rotary_percent <= 1)) {
+      common::fail("--rotary-percent must lie in (0, 1], got {}", config.rotary_percent);
+    }
+    // Megatron rotates 2 · ceil(d / 2) features for d = int(head_dim × percent); an odd d
+    // would rotate one feature more than asked, so it is refused rather than guessed.
+    const int64_t rotary_dim = config.rotary_dim();
+    if (rotary_dim < 2 || rotary_dim % 2 != 0) {
+      common::fail(
+          "--rotary-percent {} rotates {} of the {} features of a head (--hidden-size {} "
+          "/ --num-attention-heads {}); RoPE needs an even number, at least 2",
+          config.rotary_percent, rotary_dim, config.head_dim(), config.hidden_size,
+          config.num_attention_heads);
+    }
+  }
 }
 
 }  // namespace backend

@@ -1,31 +1,74 @@
 // Shape of a GPT decoder, as Megatron-LM's flags describe it (--num-layers, --hidden-size,
 // --num-attention-heads, --ffn-hidden-size, --max-position-embeddings, --seq-length,
-// --init-method-std, --layernorm-epsilon, --make-vocab-size-divisible-by, --hidden-dropout,
-// --attention-dropout).
-// The vocabulary is padded as Megatron pads it (megatron/training/tokenizer:
-// _vocab_size_with_padding): up to a multiple of make_vocab_size_divisible_by × tp.
+// --init-method-std, --norm-epsilon, --make-vocab-size-divisible-by, --hidden-dropout,
+// --attention-dropout), and the Llama-family switches (--position-embedding-type,
+// --rotary-base, --rotary-percent, --normalization, --swiglu, --disable-bias-linear,
+// --untie-embeddings-and-output-weights, --group-query-attention --num-query-groups). Field names
+// are Megatron core's (TransformerConfig, GPTModel's constructor arguments) where it has one. The
+// vocabulary is padded as Megatron pads it (megatron/training/tokenizer: _vocab_size_with_padding):
+// up to a multiple of make_vocab_size_divisible_by × tp.
 #pragma once
 
 #include <cstdint>
 
 namespace backend {
 
+enum class PositionEmbeddingType { learned_absolute, rope };
+enum class Normalization { layer_norm, rms_norm };
+// Activation recompute (Megatron's --recompute-granularity / --recompute-method): what the
+// backward recomputes instead of the forward storing it. Changes memory and time, never a
+// result bit.
+enum class RecomputeGranularity { none, selective, full };
+enum class RecomputeMethod { uniform, block };
+
 struct GptConfig {
   int64_t num_layers = 12;
   int64_t hidden_size = 768;
   int64_t num_attention_heads = 12;
+  // Grouped-query attention (--group-query-attention --num-query-groups): NG key/value heads,
+  // each shared by NH / NG query heads. 0 means NG = NH, multi-head attention.
+  int64_t num_query_groups = 0;
   int64_t ffn_hidden_size = 3072;          // Megatron's default: 4 × hidden_size
   int64_t max_position_embeddings = 2048;  // rows of the learned position table
   int64_t vocab_size = 50257;              // the tokenizer's vocabulary
   int64_t padded_vocab_size = 50304;       // rows of the word embedding / logits
-  double layernorm_epsilon = 1e-5;
+  double layernorm_epsilon = 1e-5;  // TransformerConfig's name; --norm-epsilon, for either norm
   double init_method_std = 0.02;
   // Dropout probabilities in [0, 1). Megatron's flags default to 0.1; here 0, so a model
   // built without them computes what it computed before dropout existed.
   double hidden_dropout = 0.0;     // after the embedding, in both bias-dropout-adds
   double attention_dropout = 0.0;  // on the attention probabilities
 
+  // Llama-family switches; the defaults are the GPT-2 model.
+  PositionEmbeddingType position_embedding_type = PositionEmbeddingType::learned_absolute;
+  int64_t rotary_base = 10000;  // RoPE: inv_freq[i] = rotary_base^(−2i / rotary_dim)
+  double rotary_percent = 1.0;  // RoPE: share of each head's features that rotate
+  Normalization normalization = Normalization::layer_norm;  // all three norms of the model
+  bool swiglu = false;          // gated MLP: linear_fc1 gives 2F, silu(a) · b (else GELU)
+  bool add_bias_linear = true;  // biases of linear_qkv, linear_proj, linear_fc1, linear_fc2
+  bool share_embeddings_and_output_weights = true;  // false: a separate output_layer.weight
+
+  // selective: the attention core runs again in the backward, so its softmax statistics
+  //            (B·NH·T per layer; the blockwise attention never keeps probabilities) are
+  //            not stored.
+  // full + uniform: layers in chunks of recompute_num_layers, only each chunk's input stored.
+  // full + block: the first recompute_num_layers layers one by one, the rest stored.
+  RecomputeGranularity recompute_granularity = RecomputeGranularity::none;
+  RecomputeMethod recompute_method = RecomputeMethod::uniform;
+  int64_t recompute_num_layers = 1;
+
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t query_groups() const {
+    return num_query_groups > 0 ? num_query_groups : num_attention_heads;
+  }
+  // Output features of linear_qkv: per query group [NH/NG query heads | key | value].
+  int64_t qkv_features() const { return (num_attention_heads + 2 * query_groups()) * head_dim(); }
+  // Features of a head that RoPE rotates: Megatron's int(head_dim × rotary_percent).
+  int64_t rotary_dim() const {
+    return static_cast<int64_t>(static_cast<double>(head_dim()) * rotary_percent);
+  }
+  // Output features of linear_fc1: the gate and the linear half with SwiGLU.
+  int64_t fc1_features() const { return swiglu ? 2 * ffn_hidden_size : ffn_hidden_size; }
 };
 
 // Megatron's padding rule: round vocab_size up to a multiple of divisible_by × tp.

@@ -1,12 +1,24 @@
-// A GPT-2/GPT-3 decoder as Megatron-LM builds it (megatron/core/models/gpt/gpt_model.py with
-// the local transformer layer spec), fp32 or fp64 on the CPU, forward and backward written by
-// hand (llm.c style):
+// A GPT-2/GPT-3 or Llama-style decoder as Megatron-LM builds it (megatron/core/models/gpt/
+// gpt_model.py with the local transformer layer spec), fp32 or fp64 on the CPU, forward and
+// backward written by hand (llm.c style):
 //   x = dropout_h(word_embeddings[tokens] + position_embeddings[0..T))
-//   per layer:  x = x + dropout_h(linear_proj(attention(linear_qkv(input_layernorm(x)))))
-//               x = x + dropout_h(linear_fc2(gelu_tanh(linear_fc1(pre_mlp_layernorm(x)))))
-//   logits = final_layernorm(x) · word_embeddings^T        (output tied to the embedding)
+//   per layer:  x = x + dropout_h(linear_proj(attention(rope(linear_qkv(input_layernorm(x))))))
+//               x = x + dropout_h(linear_fc2(act(linear_fc1(pre_mlp_layernorm(x)))))
+//   logits = final_layernorm(x) · W^T,   W = word_embeddings (tied) or output_layer.weight
 //   loss   = mean over B·T of cross_entropy(logits over the padded vocabulary, labels)
 // Dimensions: B batch, T sequence, C hidden, NH heads, HD = C / NH, F ffn, V padded vocab.
+//
+// The GptConfig switches (Megatron's flags; the defaults are GPT-2):
+//   position_embedding_type  learned_absolute: the position table above, rope() the identity;
+//                            rope: no position table, and rope() rotates the q and k heads
+//                            (ops/rope.hpp, Megatron core's non-interleaved RoPE)
+//   normalization            the three norms are LayerNorm (weight, bias) or RMSNorm (weight)
+//   swiglu                   act = gelu_tanh on F features, or linear_fc1 gives 2F features
+//                            [a | b] and act = silu(a) · b (ops/swiglu.hpp)
+//   add_bias_linear          false: no bias on linear_qkv, linear_proj, linear_fc1, linear_fc2
+//   num_query_groups         NG < NH: grouped-query attention, NG key/value heads each shared
+//                            by NH/NG query heads (ops/attention.hpp)
+//   share_embeddings_and_output_weights  false: the logits use output_layer.weight
 //
 // Dropout, at Megatron core's four sites: dropout_h, with p = hidden_dropout, after the
 // embedding sum (Megatron's embedding_dropout) and in the two bias-dropout-adds (x = residual
@@ -18,20 +30,39 @@
 // step, site, layer, i) alone (a counter-based generator), so the backward regenerates the
 // forward's masks, and neither depends on the thread count.
 //
+// Activation recompute (GptConfig::recompute_*, Megatron's --recompute-*) trades time for
+// memory without changing a bit of the loss or the gradients: selective drops each layer's
+// attention softmax statistics (log-sum-exp; the blockwise attention keeps no probabilities,
+// so this saves little) and the backward runs the attention core again from the stored qkv; full
+// drops whole layers (uniform: chunks of recompute_num_layers layers, storing each chunk's input;
+// block: the first recompute_num_layers layers, one by one) and the backward runs the chunk's
+// forward again before its backward. The ops are deterministic and the dropout masks are keyed by
+// the last forward's step, so the recomputation is the forward.
+//
 // Parameters live in one flat buffer (and gradients in a second one of the same layout) so
 // the optimizer, gradient clipping, checkpoints and, later, data-parallel all-reduce see one
-// contiguous array. Tensor names and layouts follow Megatron core, so checkpoint conversion
-// is a renaming:
+// contiguous array. Tensor names, order and layouts follow Megatron core's state dict, so
+// checkpoint conversion is a renaming; the bracketed tensors exist only with the switch noted:
 //   embedding.word_embeddings.weight                  (V, C)
-//   embedding.position_embeddings.weight              (max_position_embeddings, C)
-//   decoder.layers.{i}.input_layernorm.{weight,bias}  (C)
-//   decoder.layers.{i}.self_attention.linear_qkv.weight (3C, C)  rows per head: [q | k | v]
-//   decoder.layers.{i}.self_attention.linear_qkv.bias   (3C)     (Megatron's interleaving)
-//   decoder.layers.{i}.self_attention.linear_proj.{weight (C, C), bias (C)}
-//   decoder.layers.{i}.pre_mlp_layernorm.{weight,bias} (C)
-//   decoder.layers.{i}.mlp.linear_fc1.{weight (F, C), bias (F)}
-//   decoder.layers.{i}.mlp.linear_fc2.{weight (C, F), bias (C)}
-//   decoder.final_layernorm.{weight,bias}             (C)
+//   [embedding.position_embeddings.weight]            (max_position_embeddings, C)  learned
+//   decoder.layers.{i}.input_layernorm.weight         (C)
+//   [decoder.layers.{i}.input_layernorm.bias]         (C)      LayerNorm
+//   decoder.layers.{i}.self_attention.linear_qkv.weight (QKV, C), QKV = (NH + 2·NG)·HD, rows
+//       per query group: [NH/NG query heads | key | value] (Megatron's interleaving; with
+//       NG = NH, (3C, C) and per head [q | k | v])
+//   [decoder.layers.{i}.self_attention.linear_qkv.bias] (QKV)    bias
+//   decoder.layers.{i}.self_attention.linear_proj.weight (C, C)
+//   [decoder.layers.{i}.self_attention.linear_proj.bias] (C)     bias
+//   decoder.layers.{i}.pre_mlp_layernorm.weight       (C)
+//   [decoder.layers.{i}.pre_mlp_layernorm.bias]       (C)      LayerNorm
+//   decoder.layers.{i}.mlp.linear_fc1.weight          (F, C), or (2F, C) rows [gate | linear]
+//   [decoder.layers.{i}.mlp.linear_fc1.bias]          (F or 2F) bias
+//   decoder.layers.{i}.mlp.linear_fc2.weight          (C, F)
+//   [decoder.layers.{i}.mlp.linear_fc2.bias]          (C)      bias
+//   decoder.final_layernorm.weight                    (C)
+//   [decoder.final_layernorm.bias]                    (C)      LayerNorm
+//   [output_layer.weight]                             (V, C)   untied
+// (Megatron keeps the names input_layernorm / pre_mlp_layernorm / final_layernorm for RMSNorm.)
 // Linear weights are (out, in), y = x · W^T + b, as torch.nn.Linear and Megatron store them.
 //
 // Contract: backward() accumulates into the parameter gradients (+=), so gradient
@@ -73,9 +104,10 @@ class GptModel {
   std::span<Scalar> gradients();
   std::span<const Scalar> gradients() const;
 
-  // Megatron's initialisation: weights ~ N(0, init_method_std), the output projections
-  // (linear_proj, linear_fc2) ~ N(0, init_method_std / sqrt(2 · num_layers)), biases 0,
-  // norm weights 1. Deterministic given the seed, independent of thread count.
+  // Megatron's initialisation: weights (output_layer's too) ~ N(0, init_method_std), the
+  // output projections (linear_proj, linear_fc2) ~ N(0, init_method_std / sqrt(2 ·
+  // num_layers)), biases 0, norm weights 1. Deterministic given the seed, independent of thread
+  // count.
   void init_parameters(uint64_t seed);
 
   // One micro batch. tokens and labels are (B, T) row-major with values in [0, vocab_size);
@@ -89,6 +121,12 @@ class GptModel {
   void backward(Scalar grad_scale);
 
   void zero_gradients();
+
+  // Bytes of the activations the last forward keeps for the backward: what each layer
+  // stores, the recompute working space (one chunk's layers, or one layer's attention
+  // log-sum-exp), the embedding, final norm, logits and losses. Backward scratch is not
+  // counted. Activation recompute (GptConfig::recompute_*) lowers it; 0 before any forward.
+  int64_t activation_bytes() const;
 
   // Training mode (the default) applies dropout; evaluation mode (false) turns it off, as
   // torch's train() / eval(). Validation and test passes run in evaluation mode.

@@ -12,8 +12,12 @@ void embedding_forward(Scalar* output, const int32_t* tokens, const Scalar* word
 #pragma omp parallel for if (rows * hidden_size > detail::kParallelWork)
   for (int64_t row = 0; row < rows; ++row) {
     const Scalar* word = word_embeddings + int64_t{tokens[row]} * hidden_size;
-    const Scalar* position = position_embeddings + (row % seq_length) * hidden_size;
     Scalar* out = output + row * hidden_size;
+    if (position_embeddings == nullptr) {
+      for (int64_t c = 0; c < hidden_size; ++c) out[c] = word[c];
+      continue;
+    }
+    const Scalar* position = position_embeddings + (row % seq_length) * hidden_size;
     for (int64_t c = 0; c < hidden_size; ++c) out[c] = word[c] + position[c];
   }
 }
@@ -38,6 +42,7 @@ void embedding_backward(Scalar* dword_embeddings, Scalar* dposition_embeddings,
     }
   }
 
+  if (dposition_embeddings == nullptr) return;
 #pragma omp parallel for if (parallel)
   for (int64_t t = 0; t < seq_length; ++t) {
     Scalar* dposition = dposition_embeddings + t * hidden_size;

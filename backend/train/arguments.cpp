@@ -31,18 +31,6 @@ constexpr UnsupportedFlag kUnsupportedFlags[] = {
     {"--sequence-parallel", false, "needs tensor parallelism, which is not built yet"},
     {"--use-flash-attn", false, "belongs to the CUDA path, which is not built yet"},
     {"--use-distributed-optimizer", false, "needs data parallelism, which is not built yet"},
-    {"--recompute-activations", false, "activation recompute is not built yet"},
-    {"--recompute-granularity", true, "activation recompute is not built yet"},
-    {"--recompute-method", true, "activation recompute is not built yet"},
-    {"--recompute-num-layers", true, "activation recompute is not built yet"},
-    {"--position-embedding-type", true, "only learned absolute positions are built so far"},
-    {"--normalization", true, "only LayerNorm is built so far"},
-    {"--swiglu", false, "only the GELU MLP is built so far"},
-    {"--untie-embeddings-and-output-weights", false, "the output layer is tied to the embedding"},
-    {"--group-query-attention", false, "only multi-head attention is built so far"},
-    {"--num-query-groups", true, "only multi-head attention is built so far"},
-    {"--rotary-base", true, "only learned absolute positions are built so far"},
-    {"--disable-bias-linear", false, "the linear layers have biases so far"},
     {"--tokenizer-model", true, "SentencePiece tokenizers (Llama) are not built; GPT-2 BPE and NullTokenizer are"},
     {"--split", true, "splits belong to real datasets, which are not built yet (use --mock-data)"},
 };
@@ -52,6 +40,8 @@ const std::vector<std::string> kDecayStyles = {"constant", "linear", "cosine",
 const std::vector<std::string> kWsdDecayStyles = {"exponential", "linear", "cosine", "minus_sqrt"};
 const std::vector<std::string> kWeightDecayIncrementStyles = {"constant", "linear", "cosine"};
 const std::vector<std::string> kTokenizers = {"GPT2BPETokenizer", "NullTokenizer"};
+const std::vector<std::string> kPositionEmbeddingTypes = {"learned_absolute", "rope"};
+const std::vector<std::string> kNormalizations = {"LayerNorm", "RMSNorm"};
 
 }  // namespace
 
@@ -81,12 +71,43 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "Pad the vocabulary to a multiple of this")->group(model);
   app.add_option("--init-method-std", arguments.init_method_std, "Std of the normal init")
       ->group(model);
-  app.add_option("--layernorm-epsilon", arguments.layernorm_epsilon, "LayerNorm epsilon")
+  app.add_option("--norm-epsilon,--layernorm-epsilon", arguments.norm_epsilon,
+                 "Epsilon of LayerNorm and RMSNorm (--layernorm-epsilon: the old name)")
       ->group(model);
   app.add_option("--hidden-dropout", arguments.hidden_dropout, "Dropout after attention/MLP")
       ->group(model);
   app.add_option("--attention-dropout", arguments.attention_dropout, "Dropout on attention probs")
       ->group(model);
+  app.add_option("--position-embedding-type", arguments.position_embedding_type,
+                 "learned_absolute or rope")
+      ->group(model)->check(CLI::IsMember(kPositionEmbeddingTypes));
+  app.add_option("--rotary-base", arguments.rotary_base, "RoPE base period")->group(model);
+  app.add_option("--rotary-percent", arguments.rotary_percent,
+                 "Share of each head's features that RoPE rotates")->group(model);
+  app.add_option("--normalization", arguments.normalization, "LayerNorm or RMSNorm")
+      ->group(model)->check(CLI::IsMember(kNormalizations));
+  app.add_flag("--swiglu", arguments.swiglu, "SwiGLU MLP (linear_fc1 gives 2 × ffn features)")
+      ->group(model);
+  app.add_flag("--disable-bias-linear{false}", arguments.add_bias_linear,
+               "No biases on linear_qkv, linear_proj, linear_fc1, linear_fc2")->group(model);
+  app.add_flag("--untie-embeddings-and-output-weights",
+               arguments.untie_embeddings_and_output_weights,
+               "A separate output_layer.weight instead of the word embedding")->group(model);
+  app.add_flag("--group-query-attention", arguments.group_query_attention,
+               "Grouped-query attention with --num-query-groups key/value heads")->group(model);
+  app.add_option("--num-query-groups", arguments.num_query_groups,
+                 "Key/value heads with --group-query-attention")->group(model);
+  bool recompute_activations = false;
+  app.add_flag("--recompute-activations", recompute_activations,
+               "Selective recompute (same as --recompute-granularity selective)")->group(model);
+  app.add_option("--recompute-granularity", arguments.recompute_granularity,
+                 "selective (attention core) or full (whole layers)")
+      ->group(model)->check(CLI::IsMember({"selective", "full"}));
+  app.add_option("--recompute-method", arguments.recompute_method,
+                 "Full recompute: uniform (chunks of N layers) or block (the first N layers)")
+      ->group(model)->check(CLI::IsMember({"uniform", "block"}));
+  app.add_option("--recompute-num-layers", arguments.recompute_num_layers,
+                 "Full recompute: N of --recompute-method")->group(model);
 
   auto* data = "Data and tokenizer";
   app.add_option("--tokenizer-type", arguments.tokenizer_type, "GPT2BPETokenizer or NullTokenizer")
@@ -255,6 +276,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  error.what());
   }
   refuse_unknown_flags();
+  if (recompute_activations) arguments.recompute_granularity = "selective";
   for (const auto& entry : kUnsupportedFlags) {
     if (app.count(entry.flag) > 0) {
       common::fail("pretrain_gpt: {} is a Megatron-LM flag this backend does not support yet: {}",
@@ -278,7 +300,12 @@ void validate_arguments(TrainingArguments& arguments) {
   require_positive(arguments.eval_interval, "--eval-interval");
   if (arguments.eval_iters < 0) common::fail("--eval-iters must be ≥ 0, got {}", arguments.eval_iters);
 
-  if (arguments.ffn_hidden_size == 0) arguments.ffn_hidden_size = 4 * arguments.hidden_size;
+  if (arguments.ffn_hidden_size == 0) {
+    // Megatron's default keeps SwiGLU's three matrices near the parameters of GELU's two
+    // 4h ones: 2/3 of 4h, rounded down to a multiple of 64.
+    arguments.ffn_hidden_size = arguments.swiglu ? 4 * arguments.hidden_size * 2 / 3 / 64 * 64
+                                                 : 4 * arguments.hidden_size;
+  }
   if (arguments.max_position_embeddings == 0) {
     arguments.max_position_embeddings = arguments.seq_length;
   }
@@ -328,6 +355,40 @@ void validate_arguments(TrainingArguments& arguments) {
   require_probability(arguments.adam_beta2, "--adam-beta2", false);
   require_probability(arguments.hidden_dropout, "--hidden-dropout", false);
   require_probability(arguments.attention_dropout, "--attention-dropout", false);
+  if (arguments.rotary_base <= 0) {
+    common::fail("--rotary-base must be positive, got {}", arguments.rotary_base);
+  }
+  if (!(arguments.rotary_percent > 0 && arguments.rotary_percent <= 1)) {
+    common::fail("--rotary-percent must lie in (0, 1], got {}", arguments.rotary_percent);
+  }
+  if (!(arguments.norm_epsilon > 0)) {
+    common::fail("--norm-epsilon must be positive, got {}", arguments.norm_epsilon);
+  }
+  if (arguments.group_query_attention &&
+      (arguments.num_query_groups <= 0 ||
+       arguments.num_attention_heads % arguments.num_query_groups != 0)) {
+    common::fail("--num-query-groups {} must be positive and divide --num-attention-heads {}",
+                 arguments.num_query_groups, arguments.num_attention_heads);
+  }
+  // Megatron's TransformerConfig rules for recompute.
+  if (arguments.recompute_granularity == "selective") {
+    if (!arguments.recompute_method.empty()) {
+      common::fail("--recompute-method {}: a recompute method is not supported with selective "
+                   "recompute (--recompute-activations / --recompute-granularity selective)",
+                   arguments.recompute_method);
+    }
+    if (arguments.recompute_num_layers) {
+      common::fail("--recompute-num-layers {}: with selective recompute it must not be given",
+                   *arguments.recompute_num_layers);
+    }
+  } else if (arguments.recompute_granularity == "full") {
+    if (arguments.recompute_method.empty()) {
+      common::fail("--recompute-granularity full needs --recompute-method uniform or block");
+    }
+    if (!arguments.recompute_num_layers) {
+      common::fail("--recompute-granularity full needs --recompute-num-layers N");
+    }
+  }
   if (!(arguments.adam_eps > 0)) common::fail("--adam-eps must be positive, got {}", arguments.adam_eps);
   if (arguments.bf16 && arguments.fp16) common::fail("--bf16 and --fp16 are mutually exclusive");
 
@@ -401,11 +462,23 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"finetune", python(a.finetune)},
       {"fp16", a.fp16 ? "True" : "False"},
       {"global_batch_size", fmt::format("{}", a.global_batch_size)},
+      {"group_query_attention", a.group_query_attention ? "True" : "False"},
       {"hidden_dropout", fmt::format("{}", a.hidden_dropout)},
       {"hidden_size", fmt::format("{}", a.hidden_size)},
       {"init_method_std", fmt::format("{}", a.init_method_std)},
-      {"layernorm_epsilon", fmt::format("{}", a.layernorm_epsilon)},
+      {"add_bias_linear", a.add_bias_linear ? "True" : "False"},
       {"load", path(a.load)},
+      {"norm_epsilon", fmt::format("{}", a.norm_epsilon)},
+      {"normalization", a.normalization},
+      {"position_embedding_type", a.position_embedding_type},
+      {"recompute_granularity", a.recompute_granularity.empty() ? "None" : a.recompute_granularity},
+      {"recompute_method", a.recompute_method.empty() ? "None" : a.recompute_method},
+      {"recompute_num_layers",
+       a.recompute_num_layers ? fmt::format("{}", *a.recompute_num_layers) : "None"},
+      {"rotary_base", fmt::format("{}", a.rotary_base)},
+      {"rotary_percent", fmt::format("{}", a.rotary_percent)},
+      {"swiglu", python(a.swiglu)},
+      {"untie_embeddings_and_output_weights", python(a.untie_embeddings_and_output_weights)},
       {"log_interval", fmt::format("{}", a.log_interval)},
       {"lr", fmt::format("{}", a.lr)},
       {"lr_decay_iters", sample_based ? "None" : fmt::format("{}", a.lr_decay_iters)},
@@ -423,6 +496,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"no_save_rng", python(a.no_save_rng)},
       {"num_attention_heads", fmt::format("{}", a.num_attention_heads)},
       {"num_layers", fmt::format("{}", a.num_layers)},
+      {"num_query_groups", fmt::format("{}", a.num_query_groups)},
       {"override_opt_param_scheduler", python(a.override_opt_param_scheduler)},
       {"pipeline_model_parallel_size", fmt::format("{}", a.pipeline_model_parallel_size)},
       {"save", path(a.save)},

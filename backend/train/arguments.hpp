@@ -17,15 +17,29 @@ struct TrainingArguments {
   // model
   int64_t num_layers = 0;
   int64_t hidden_size = 0;
-  int64_t ffn_hidden_size = 0;  // 0 → 4 × hidden_size
+  int64_t ffn_hidden_size = 0;  // 0 → 4 × hidden_size (SwiGLU: 2/3 of it, a multiple of 64)
   int64_t num_attention_heads = 0;
   int64_t seq_length = 0;
   int64_t max_position_embeddings = 0;  // 0 → seq_length
   int64_t make_vocab_size_divisible_by = 128;
   double init_method_std = 0.02;
-  double layernorm_epsilon = 1e-5;
+  double norm_epsilon = 1e-5;  // --norm-epsilon (old name --layernorm-epsilon)
   double hidden_dropout = 0.1;
   double attention_dropout = 0.1;
+  // Llama-family switches (Megatron's dest names).
+  std::string position_embedding_type = "learned_absolute";  // or rope
+  int64_t rotary_base = 10000;
+  double rotary_percent = 1.0;
+  std::string normalization = "LayerNorm";  // or RMSNorm
+  bool swiglu = false;
+  bool add_bias_linear = true;  // --disable-bias-linear clears it
+  bool untie_embeddings_and_output_weights = false;
+  bool group_query_attention = false;
+  int64_t num_query_groups = 1;  // read only with --group-query-attention (Megatron's default)
+  // Activation recompute: "" is Megatron's None. --recompute-activations sets "selective".
+  std::string recompute_granularity;            // selective or full
+  std::string recompute_method;                 // uniform or block (full only)
+  std::optional<int64_t> recompute_num_layers;  // full only
 
   // tokenizer and data
   std::string tokenizer_type;  // GPT2BPETokenizer or NullTokenizer

@@ -19,8 +19,13 @@ double megatron_flops_per_iteration(const TrainingArguments& a, int64_t padded_v
   const double L = static_cast<double>(a.num_layers);
   const double h = static_cast<double>(a.hidden_size);
   const double ffn = static_cast<double>(a.ffn_hidden_size);
-  const double attention = 1.0 + 1.0 + s / (2.0 * h);  // MHA: g/a = 1, kv·a/h = 1
-  const double mlp = ffn / h;
+  // g/a: query groups over heads (1 without --group-query-attention); kv·a/h = 1.
+  const double groups_over_heads =
+      a.group_query_attention
+          ? static_cast<double>(a.num_query_groups) / static_cast<double>(a.num_attention_heads)
+          : 1.0;
+  const double attention = 1.0 + groups_over_heads + s / (2.0 * h);
+  const double mlp = ffn / h * (a.swiglu ? 1.5 : 1.0);  // SwiGLU: fc1 twice as wide
   return 12.0 * B * s * L * h * h * (attention + mlp) +
          6.0 * B * s * h * static_cast<double>(padded_vocab_size);
 }

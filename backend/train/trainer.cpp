@@ -43,10 +43,29 @@ GptConfig model_config(const TrainingArguments& a) {
   config.vocab_size = tokenizer_vocab_size(a);
   config.padded_vocab_size = padded_vocab_size(config.vocab_size, a.make_vocab_size_divisible_by,
                                                a.tensor_model_parallel_size);
-  config.layernorm_epsilon = a.layernorm_epsilon;
+  config.layernorm_epsilon = a.norm_epsilon;
   config.init_method_std = a.init_method_std;
   config.hidden_dropout = a.hidden_dropout;
   config.attention_dropout = a.attention_dropout;
+  config.position_embedding_type = a.position_embedding_type == "rope"
+                                       ? PositionEmbeddingType::rope
+                                       : PositionEmbeddingType::learned_absolute;
+  config.rotary_base = a.rotary_base;
+  config.rotary_percent = a.rotary_percent;
+  config.normalization =
+      a.normalization == "RMSNorm" ? Normalization::rms_norm : Normalization::layer_norm;
+  config.swiglu = a.swiglu;
+  config.add_bias_linear = a.add_bias_linear;
+  config.share_embeddings_and_output_weights = !a.untie_embeddings_and_output_weights;
+  config.num_query_groups = a.group_query_attention ? a.num_query_groups : 0;
+  if (a.recompute_granularity == "selective") {
+    config.recompute_granularity = RecomputeGranularity::selective;
+  } else if (a.recompute_granularity == "full") {
+    config.recompute_granularity = RecomputeGranularity::full;
+    config.recompute_method =
+        a.recompute_method == "block" ? RecomputeMethod::block : RecomputeMethod::uniform;
+    config.recompute_num_layers = a.recompute_num_layers.value_or(1);
+  }
   validate(config);
   return config;
 }

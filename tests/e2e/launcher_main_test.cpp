@@ -102,6 +102,66 @@ TEST_CASE("launcher main runs a tiny gpt3/126m to completion and leaves NeMo's r
   CHECK(event_files == 1);
 }
 
+namespace {
+
+// A tiny Llama 2 run through `launcher main`. A SentencePiece tokenizer does not exist yet:
+// GPT-2's vocabulary size, with mock data.
+launcher::CapturedRun tiny_llama_run(const fs::path& results, const std::string& training,
+                                     std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv = {
+      std::string(TEST_BIN_DIR) + "/launcher", "main", "training=" + training,
+      "cluster_type=local", "base_results_dir=" + results.string(),
+      "training.trainer.num_nodes=1", "training.trainer.devices=1",
+      "training.trainer.max_steps=3", "training.trainer.limit_val_batches=1",
+      "training.model.global_batch_size=4", "training.model.micro_batch_size=2",
+      "training.model.encoder_seq_length=32", "training.model.num_layers=2",
+      "training.model.hidden_size=64", "training.model.num_attention_heads=4",
+      "training.model.ffn_hidden_size=128", "training.model.tokenizer.type=GPT2BPETokenizer",
+      "training.model.tokenizer.model=null"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return launcher::run_and_capture(argv);
+}
+
+}  // namespace
+
+TEST_CASE("launcher main trains a tiny llama2_7b: the Llama flags reach pretrain_gpt") {
+  TemporaryDirectory temporary;
+  const auto run = tiny_llama_run(temporary.path, "llama/llama2_7b");
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(count_matches(run.output, kIterationLine) == 3);
+  const std::string script =
+      read_file(temporary.path / "llama2_7b" / "llama2_7b_submission.sh");
+  for (const char* flag :
+       {"--position-embedding-type rope", "--normalization RMSNorm", "--swiglu",
+        "--disable-bias-linear", "--untie-embeddings-and-output-weights", "--rotary-base 10000",
+        "--recompute-granularity selective", "--ffn-hidden-size 128"}) {
+    CAPTURE(flag);
+    CHECK(script.find(flag) != std::string::npos);
+  }
+  CHECK(script.find("--group-query-attention") == std::string::npos);
+  // 2 layers of 4·64² (attention) + 3·64·128 (SwiGLU) + 2·64 (norms), the word embedding and
+  // the output layer (50304 × 64 each), the final norm.
+  CHECK(run.output.find("model parallel rank (0, 0): 6521152") != std::string::npos);
+}
+
+TEST_CASE("launcher main trains a tiny llama2_70b with grouped-query attention") {
+  TemporaryDirectory temporary;
+  const auto run = tiny_llama_run(
+      temporary.path, "llama/llama2_70b",
+      {"training.model.num_query_groups=2", "training.model.tensor_model_parallel_size=1",
+       "training.model.pipeline_model_parallel_size=1"});
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(count_matches(run.output, kIterationLine) == 3);
+  const std::string script =
+      read_file(temporary.path / "llama2_70b" / "llama2_70b_submission.sh");
+  CHECK(script.find("--group-query-attention \\\n") != std::string::npos);
+  CHECK(script.find("--num-query-groups 2 \\\n") != std::string::npos);
+  // As llama2_7b, less the keys and values of two of the four heads: 2 layers × 64 × 64.
+  CHECK(run.output.find("model parallel rank (0, 0): 6512960") != std::string::npos);
+}
+
 TEST_CASE("cluster_type auto picks the local cluster without sbatch and says so in one line") {
   TemporaryDirectory temporary;
   auto argv = tiny_run(temporary.path, {"cluster_type=auto", "--dry-run"});

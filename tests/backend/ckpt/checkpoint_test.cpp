@@ -71,6 +71,14 @@ struct LiveState {
     config.padded_vocab_size = padded_vocab_size(config.vocab_size, a.make_vocab_size_divisible_by, 1);
     config.hidden_dropout = a.hidden_dropout;
     config.attention_dropout = a.attention_dropout;
+    if (a.position_embedding_type == "rope") {
+      config.position_embedding_type = PositionEmbeddingType::rope;
+    }
+    if (a.normalization == "RMSNorm") config.normalization = Normalization::rms_norm;
+    config.swiglu = a.swiglu;
+    config.add_bias_linear = a.add_bias_linear;
+    config.share_embeddings_and_output_weights = !a.untie_embeddings_and_output_weights;
+    config.num_query_groups = a.group_query_attention ? a.num_query_groups : 0;
     return config;
   }
   static std::vector<ParameterGroup> groups_for(const GptModel<float>& model) {
@@ -310,6 +318,41 @@ TEST_CASE("a checkpoint that does not fit the flags is one error: the table and 
   shallower.num_layers = 1;
   const std::string extra = load_error(shallower);
   CHECK(std::regex_search(extra, std::regex(R"(\n  decoder\.layers\.1\.input_layernorm\.bias +\(32,\) +not in the model\n)")));
+}
+
+TEST_CASE("a Llama checkpoint round-trips, and a GPT model is told the Llama flags it needs") {
+  test_support::TemporaryDirectory directory;
+  auto llama = tiny_arguments();
+  llama.position_embedding_type = "rope";
+  llama.normalization = "RMSNorm";
+  llama.swiglu = true;
+  llama.add_bias_linear = false;
+  llama.untie_embeddings_and_output_weights = true;
+  llama.group_query_attention = true;
+  llama.num_query_groups = 2;
+  llama.save = directory.path.string();
+  LiveState saved(llama);
+  saved.train(llama, 3);
+  std::ostringstream log;
+  save_checkpoint(llama, {3, 12, 8}, saved.model, saved.optimizer, saved.scheduler, log);
+
+  llama.load = llama.save;
+  LiveState loaded(llama, 99);
+  load_checkpoint(llama, loaded.model, loaded.optimizer, loaded.scheduler, log);
+  CHECK(same_bytes(loaded.model.parameters(), saved.model.parameters()));
+  CHECK_NOTHROW(loaded.model.tensor("output_layer.weight"));
+
+  auto gpt = tiny_arguments();
+  gpt.load = llama.save;
+  const std::string message = load_error(gpt);
+  INFO(message);
+  CHECK(message.find("The checkpoint was saved with --position-embedding-type rope "
+                     "--normalization RMSNorm --swiglu --disable-bias-linear "
+                     "--untie-embeddings-and-output-weights --group-query-attention "
+                     "--num-query-groups 2; pass these flags (instead of "
+                     "--position-embedding-type learned_absolute --normalization LayerNorm) to "
+                     "load it.") != std::string::npos);
+  CHECK(std::regex_search(message, std::regex(R"(\n  output_layer\.weight +\(256, 32\) +not in the model\n)")));
 }
 
 TEST_CASE("a corrupt tensor in a saved checkpoint stops the load, naming the file and the tensor") {

@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <complex>
 #include <numeric>
 #include <string>
 
@@ -94,10 +95,9 @@ void init_for_gradient_check(GptModel<double>& model) {
   }
 }
 
-}  // namespace
-
-TEST_CASE("model gradients match central finite differences for every parameter tensor") {
-  GptConfig config = tiny_config();
+// Every parameter tensor's analytic gradient against the fourth-order central difference of
+// the loss, on the tiny model in double.
+void check_every_tensor_gradient(GptConfig config) {
   config.init_method_std = 0.3;
   GptModel<double> model(config);
   init_for_gradient_check(model);
@@ -116,16 +116,280 @@ TEST_CASE("model gradients match central finite differences for every parameter 
         std::span<const double>(analytic).subspan(tensor.offset, tensor.numel);
     CHECK(max_abs(gradient) > 0);
     // The second-order difference at eps = 1e-6 is off by up to ~7e-6 here, rounding in the
-    // loss divided by eps; the fourth-order stencil at 1e-3 has neither problem (≈1e-8).
+    // loss divided by eps; the fourth-order stencil has neither problem at 5e-4. (Its
+    // truncation error grows as eps⁴: on the Llama combination it is 4e-6 at eps = 1e-3 and
+    // 7e-5 at 2e-3; the rounding share, ~1e-15 of loss over 12·eps, is far below 1e-6.)
     GradientCheckOptions options;
-    options.eps = 1e-3;
+    options.eps = 5e-4;
     options.order = 4;
     BACKEND_CHECK_GRADIENT(check_gradient(values, gradient, loss, options), 1e-6);
   }
 }
 
+// The Llama family's switches, all on: RoPE, RMSNorm, SwiGLU, no linear biases, untied output,
+// grouped-query attention with two query heads per key/value head.
+GptConfig llama(GptConfig config) {
+  config.num_query_groups = config.num_attention_heads / 2;
+  config.position_embedding_type = backend::PositionEmbeddingType::rope;
+  config.normalization = backend::Normalization::rms_norm;
+  config.swiglu = true;
+  config.add_bias_linear = false;
+  config.share_embeddings_and_output_weights = false;
+  return config;
+}
+
+}  // namespace
+
+namespace {
+
+// The decoder's loss written out from Megatron's definitions, one scalar loop at a time, in
+// double, reading the parameters by name: an independent statement of what forward() must
+// compute (the order of the q/k/v rows, which half of linear_fc1 is the gate, RoPE on q and k
+// only, which norm has a bias, where the logits' weight comes from). Dropout off.
+double reference_loss(GptModel<double>& model, const Batch& batch) {
+  const GptConfig& config = model.config();
+  const int64_t B = batch.batch_size, T = batch.seq_length, C = config.hidden_size;
+  const int64_t NH = config.num_attention_heads, HD = C / NH, F = config.ffn_hidden_size;
+  const int64_t V = config.padded_vocab_size;
+  const bool rope = config.position_embedding_type == backend::PositionEmbeddingType::rope;
+  const bool rms = config.normalization == backend::Normalization::rms_norm;
+  auto has = [&](const std::string& name) {
+    for (const auto& tensor : model.tensors()) {
+      if (tensor.name == name) return true;
+    }
+    return false;
+  };
+  auto parameter = [&](const std::string& name) -> const double* {
+    return has(name) ? model.parameters().data() + model.tensor(name).offset : nullptr;
+  };
+  using Matrix = std::vector<std::vector<double>>;  // rows × features
+  const int64_t rows = B * T;
+  auto linear = [&](const Matrix& x, const std::string& name, int64_t out) {
+    const double* w = parameter(name + ".weight");
+    const double* bias = parameter(name + ".bias");
+    Matrix y(rows, std::vector<double>(out));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t o = 0; o < out; ++o) {
+        double sum = bias ? bias[o] : 0.0;
+        for (size_t i = 0; i < x[r].size(); ++i) sum += x[r][i] * w[o * x[r].size() + i];
+        y[r][o] = sum;
+      }
+    }
+    return y;
+  };
+  auto norm = [&](const Matrix& x, const std::string& name) {
+    const double* weight = parameter(name + ".weight");
+    const double* bias = parameter(name + ".bias");
+    CHECK((bias == nullptr) == rms);  // RMSNorm has no bias, LayerNorm has one
+    Matrix y = x;
+    for (int64_t r = 0; r < rows; ++r) {
+      double mean = 0;
+      if (!rms) {
+        for (double v : x[r]) mean += v / C;
+      }
+      double variance = 0;
+      for (double v : x[r]) variance += (v - mean) * (v - mean) / C;
+      for (int64_t c = 0; c < C; ++c) {
+        y[r][c] = (x[r][c] - mean) / std::sqrt(variance + config.layernorm_epsilon) * weight[c] +
+                  (bias ? bias[c] : 0.0);
+      }
+    }
+    return y;
+  };
+
+  Matrix x(rows, std::vector<double>(C));
+  const double* word = parameter("embedding.word_embeddings.weight");
+  const double* position = parameter("embedding.position_embeddings.weight");
+  CHECK((position == nullptr) == rope);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < C; ++c) {
+      x[r][c] = word[batch.tokens[r] * C + c] + (position ? position[(r % T) * C + c] : 0.0);
+    }
+  }
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    const std::string prefix = "decoder.layers." + std::to_string(l) + ".";
+    // Megatron's grouped layout: query group g holds [its NH/NG query heads | key | value];
+    // query head h belongs to group h / (NH/NG). With NG = NH, head h is [q | k | v].
+    const int64_t NG = config.query_groups(), per_group = NH / NG;
+    const int64_t group_width = (per_group + 2) * HD;
+    Matrix qkv = linear(norm(x, prefix + "input_layernorm"), prefix + "self_attention.linear_qkv",
+                        (NH + 2 * NG) * HD);
+    auto q = [&](int64_t r, int64_t h) {
+      return qkv[r].data() + h / per_group * group_width + h % per_group * HD;
+    };
+    auto k = [&](int64_t r, int64_t h) {
+      return qkv[r].data() + h / per_group * group_width + per_group * HD;
+    };
+    auto v = [&](int64_t r, int64_t h) {
+      return qkv[r].data() + h / per_group * group_width + (per_group + 1) * HD;
+    };
+    if (rope) {
+      // Feature pairs (i, i + R/2) as complex numbers, multiplied by e^(i·t·base^(−2i/R)).
+      const int64_t R = config.rotary_dim();
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t h = 0; h < NH; ++h) {
+          // Each key once: through the first query head of its group.
+          std::vector<double*> heads = {q(r, h)};
+          if (h % per_group == 0) heads.push_back(k(r, h));
+          for (double* head : heads) {
+            for (int64_t i = 0; i < R / 2; ++i) {
+              const double angle = static_cast<double>(r % T) *
+                                   std::pow(static_cast<double>(config.rotary_base),
+                                            -2.0 * static_cast<double>(i) / static_cast<double>(R));
+              const std::complex<double> z =
+                  std::complex<double>(head[i], head[i + R / 2]) * std::polar(1.0, angle);
+              head[i] = z.real();
+              head[i + R / 2] = z.imag();
+            }
+          }
+        }
+      }
+    }
+    Matrix context(rows, std::vector<double>(C, 0.0));
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < NH; ++h) {
+        for (int64_t i = 0; i < T; ++i) {
+          std::vector<double> scores(i + 1);
+          double largest = -INFINITY;
+          for (int64_t j = 0; j <= i; ++j) {
+            double dot_product = 0;
+            for (int64_t d = 0; d < HD; ++d) dot_product += q(b * T + i, h)[d] * k(b * T + j, h)[d];
+            scores[j] = dot_product / std::sqrt(static_cast<double>(HD));
+            largest = std::max(largest, scores[j]);
+          }
+          double total = 0;
+          for (double& score : scores) total += (score = std::exp(score - largest));
+          for (int64_t j = 0; j <= i; ++j) {
+            for (int64_t d = 0; d < HD; ++d) {
+              context[b * T + i][h * HD + d] += scores[j] / total * v(b * T + j, h)[d];
+            }
+          }
+        }
+      }
+    }
+    const Matrix projected = linear(context, prefix + "self_attention.linear_proj", C);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < C; ++c) x[r][c] += projected[r][c];
+    }
+    const Matrix fc1 = linear(norm(x, prefix + "pre_mlp_layernorm"), prefix + "mlp.linear_fc1",
+                              config.swiglu ? 2 * F : F);
+    Matrix activation(rows, std::vector<double>(F));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t f = 0; f < F; ++f) {
+        const double a = fc1[r][f];
+        activation[r][f] =
+            config.swiglu
+                ? a / (1 + std::exp(-a)) * fc1[r][F + f]
+                : 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)));
+      }
+    }
+    const Matrix mlp = linear(activation, prefix + "mlp.linear_fc2", C);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < C; ++c) x[r][c] += mlp[r][c];
+    }
+  }
+  const Matrix final_norm = norm(x, "decoder.final_layernorm");
+  const double* output =
+      config.share_embeddings_and_output_weights ? word : parameter("output_layer.weight");
+  CHECK(has("output_layer.weight") != config.share_embeddings_and_output_weights);
+  double loss = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<double> logits(V, 0.0);
+    double largest = -INFINITY;
+    for (int64_t o = 0; o < V; ++o) {
+      for (int64_t c = 0; c < C; ++c) logits[o] += final_norm[r][c] * output[o * C + c];
+      largest = std::max(largest, logits[o]);
+    }
+    double total = 0;
+    for (double logit : logits) total += std::exp(logit - largest);
+    loss += largest + std::log(total) - logits[batch.labels[r]];
+  }
+  return loss / static_cast<double>(rows);
+}
+
+}  // namespace
+
+TEST_CASE("forward computes Megatron's definitions: a scalar reference for GPT and Llama") {
+  auto check = [](const GptConfig& config) {
+    GptModel<double> model(config);
+    init_for_gradient_check(model);  // biases and norm weights away from 0 and 1
+    const Batch batch = random_batch(config, kTinyBatch, kTinySeq, 21);
+    const double loss = forward(model, batch);
+    CHECK(loss == doctest::Approx(reference_loss(model, batch)).epsilon(1e-12));
+    return loss;
+  };
+  GptConfig config = tiny_config();
+  config.init_method_std = 0.3;
+  const double gpt = check(config);
+  const double llama_loss = check(llama(config));
+  GptConfig partial = llama(config);
+  partial.rotary_percent = 0.5;
+  partial.rotary_base = 50;
+  const double partial_loss = check(partial);
+  CHECK(llama_loss != gpt);
+  CHECK(partial_loss != llama_loss);
+}
+
+TEST_CASE("model gradients match central finite differences for every parameter tensor") {
+  check_every_tensor_gradient(tiny_config());
+}
+
+TEST_CASE("each Llama switch alone, and all together, keeps the gradient exact") {
+  SUBCASE("rope") {
+    GptConfig config = tiny_config();
+    config.position_embedding_type = backend::PositionEmbeddingType::rope;
+    check_every_tensor_gradient(config);
+  }
+  SUBCASE("rope on half of each head") {
+    GptConfig config = tiny_config();
+    config.position_embedding_type = backend::PositionEmbeddingType::rope;
+    config.rotary_percent = 0.5;
+    config.rotary_base = 100;
+    check_every_tensor_gradient(config);
+  }
+  SUBCASE("RMSNorm") {
+    GptConfig config = tiny_config();
+    config.normalization = backend::Normalization::rms_norm;
+    check_every_tensor_gradient(config);
+  }
+  SUBCASE("SwiGLU") {
+    GptConfig config = tiny_config();
+    config.swiglu = true;
+    check_every_tensor_gradient(config);
+  }
+  SUBCASE("no linear biases") {
+    GptConfig config = tiny_config();
+    config.add_bias_linear = false;
+    check_every_tensor_gradient(config);
+  }
+  SUBCASE("grouped-query attention, one group (multi-query)") {
+    GptConfig config = tiny_config();
+    config.num_query_groups = 1;
+    check_every_tensor_gradient(config);
+  }
+  SUBCASE("grouped-query attention with RoPE, two groups of two heads") {
+    GptConfig config = tiny_config();
+    config.num_attention_heads = 4;
+    config.num_query_groups = 2;
+    config.position_embedding_type = backend::PositionEmbeddingType::rope;
+    check_every_tensor_gradient(config);
+  }
+  SUBCASE("untied output layer") {
+    GptConfig config = tiny_config();
+    config.share_embeddings_and_output_weights = false;
+    check_every_tensor_gradient(config);
+  }
+  SUBCASE("the Llama combination") {
+    check_every_tensor_gradient(llama(tiny_config()));
+  }
+}
+
 TEST_CASE("float model matches the double model initialised with the same seed") {
-  const GptConfig config = tiny_config();
+  GptConfig config = tiny_config();
+  SUBCASE("GPT") {}
+  SUBCASE("Llama") {
+    config = llama(config);
+  }
   GptModel<double> reference(config);
   GptModel<float> single(config);
   reference.init_parameters(3);
@@ -148,7 +412,12 @@ TEST_CASE("float model matches the double model initialised with the same seed")
 }
 
 TEST_CASE("initialisation follows Megatron: N(0, std), scaled output projections, 0 and 1") {
-  const GptConfig config = medium_config();
+  // The Llama model adds output_layer.weight, N(0, std) like every other weight.
+  GptConfig config = medium_config();
+  SUBCASE("GPT") {}
+  SUBCASE("Llama") {
+    config = llama(config);
+  }
   GptModel<double> model(config);
   model.init_parameters(11);
   const double scaled_std =
@@ -428,8 +697,99 @@ TEST_CASE("the tensor table follows Megatron's names, shapes and order in one fl
                       config.num_layers * (4 * C * C + 2 * C * F + 9 * C + F) + 2 * C);
 }
 
+TEST_CASE("the Llama tensor table: no position table, norm or linear biases; output_layer") {
+  GptConfig config = llama(tiny_config());
+  config.ffn_hidden_size = 24;  // not a multiple of C, so F and C cannot be confused
+  GptModel<float> model(config);
+  const auto& tensors = model.tensors();
+  const int64_t C = config.hidden_size;
+  const int64_t F = config.ffn_hidden_size;
+  const int64_t V = config.padded_vocab_size;
+  // One query group for the two heads: q of both heads, then one key and one value.
+  REQUIRE(config.num_query_groups == 1);
+  const int64_t QKV = (2 + 2 * 1) * config.head_dim();
+  const std::vector<std::string> layer_names = {"input_layernorm.weight",
+                                                "self_attention.linear_qkv.weight",
+                                                "self_attention.linear_proj.weight",
+                                                "pre_mlp_layernorm.weight",
+                                                "mlp.linear_fc1.weight",
+                                                "mlp.linear_fc2.weight"};
+  // SwiGLU: linear_fc1 gives 2F features (gate and linear half), linear_fc2 takes F.
+  const std::vector<std::vector<int64_t>> layer_shapes = {{C}, {QKV, C},   {C, C},
+                                                          {C}, {2 * F, C}, {C, F}};
+  REQUIRE(tensors.size() == static_cast<size_t>(3 + 6 * config.num_layers));
+  CHECK(tensors[0].name == "embedding.word_embeddings.weight");
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    for (size_t j = 0; j < layer_names.size(); ++j) {
+      const auto& tensor = tensors[1 + 6 * l + j];
+      CHECK(tensor.name == "decoder.layers." + std::to_string(l) + "." + layer_names[j]);
+      CHECK(tensor.shape == layer_shapes[j]);
+    }
+  }
+  CHECK(tensors[tensors.size() - 2].name == "decoder.final_layernorm.weight");
+  CHECK(tensors.back().name == "output_layer.weight");
+  CHECK(tensors.back().shape == std::vector<int64_t>{V, C});
+  int64_t offset = 0;
+  for (const auto& tensor : tensors) {
+    INFO("tensor " << tensor.name);
+    CHECK(tensor.offset == offset);
+    // No decay on the norm weights (the only 1-D tensors left); decay on output_layer.
+    CHECK(tensor.weight_decay == (tensor.shape.size() == 2));
+    offset += tensor.numel;
+  }
+  CHECK(offset == 2 * V * C + config.num_layers * (QKV * C + C * C + 3 * C * F + 2 * C) + C);
+  for (const char* absent :
+       {"embedding.position_embeddings.weight", "decoder.layers.0.input_layernorm.bias",
+        "decoder.layers.0.self_attention.linear_qkv.bias", "decoder.layers.1.mlp.linear_fc2.bias",
+        "decoder.final_layernorm.bias"}) {
+    CHECK_THROWS_AS(model.tensor(absent), common::Error);
+  }
+  // Each switch alone removes or adds exactly its tensors.
+  auto count_with = [](auto change) {
+    GptConfig alone = tiny_config();
+    change(alone);
+    return GptModel<float>(alone).tensors().size();
+  };
+  const size_t gpt = 4 + 12 * 2;
+  using backend::Normalization;
+  using backend::PositionEmbeddingType;
+  CHECK(count_with([](GptConfig& c) { c.position_embedding_type = PositionEmbeddingType::rope; }) ==
+        gpt - 1);
+  CHECK(count_with([](GptConfig& c) { c.normalization = Normalization::rms_norm; }) == gpt - 5);
+  CHECK(count_with([](GptConfig& c) { c.add_bias_linear = false; }) == gpt - 8);
+  CHECK(count_with([](GptConfig& c) { c.share_embeddings_and_output_weights = false; }) == gpt + 1);
+  CHECK(count_with([](GptConfig& c) { c.swiglu = true; }) == gpt);
+}
+
+TEST_CASE("RoPE settings that rotate an odd number of features, or none, are refused") {
+  GptConfig config = llama(tiny_config());  // head dim 8
+  config.rotary_percent = 0.375;            // 3 features
+  CHECK_THROWS_WITH_AS(GptModel<float>{config},
+                       "--rotary-percent 0.375 rotates 3 of the 8 features of a head "
+                       "(--hidden-size 16 / --num-attention-heads 2); RoPE needs an even "
+                       "number, at least 2",
+                       common::Error);
+  config.rotary_percent = 0.1;  // int(0.8) = 0
+  CHECK_THROWS_WITH_AS(GptModel<float>{config}, doctest::Contains("rotates 0 of the 8"),
+                       common::Error);
+  config.rotary_percent = 0;
+  CHECK_THROWS_WITH_AS(GptModel<float>{config}, "--rotary-percent must lie in (0, 1], got 0",
+                       common::Error);
+  config.rotary_percent = 1;
+  config.rotary_base = 0;
+  CHECK_THROWS_WITH_AS(GptModel<float>{config}, "--rotary-base must be positive, got 0",
+                       common::Error);
+  config.rotary_base = 10000;
+  config.rotary_percent = 0.25;  // 2 features: the smallest rotation
+  CHECK_NOTHROW(GptModel<float>{config});
+}
+
 TEST_CASE("forward and backward give the same bits on one thread as on several") {
-  const GptConfig config = medium_config();
+  GptConfig config = medium_config();
+  SUBCASE("GPT") {}
+  SUBCASE("Llama") {
+    config = llama(config);
+  }
   const Batch batch = random_batch(config, 2, 64, 12);
   auto run = [&] {
     GptModel<float> model(config);
@@ -623,4 +983,125 @@ TEST_CASE("dropout probabilities outside 0 ≤ p < 1 are refused, naming the fla
   CHECK_THROWS_WITH_AS(GptModel<float>{with_dropout(tiny_config(), std::nan(""), 0.0)},
                        doctest::Contains("--hidden-dropout must lie in [0, 1)"), common::Error);
   CHECK_NOTHROW(GptModel<float>{with_dropout(tiny_config(), 0.0, 0.999)});
+}
+
+namespace {
+
+using backend::RecomputeGranularity;
+using backend::RecomputeMethod;
+
+GptConfig with_recompute(GptConfig config, RecomputeGranularity granularity,
+                         RecomputeMethod method = RecomputeMethod::uniform, int64_t layers = 1) {
+  config.recompute_granularity = granularity;
+  config.recompute_method = method;
+  config.recompute_num_layers = layers;
+  return config;
+}
+
+// Loss, gradients after two backwards of one forward, then the loss and gradients of a second
+// micro batch of another shape: everything the trainer could observe.
+template <typename Scalar>
+std::vector<Scalar> observable_run(const GptConfig& config) {
+  GptModel<Scalar> model(config);
+  model.init_parameters(31);
+  model.set_dropout_seed(7);
+  const Batch first = random_batch(config, kTinyBatch, kTinySeq, 32);
+  const Batch second = random_batch(config, 3, 5, 33);
+  std::vector<Scalar> result = {forward(model, first)};
+  model.backward(Scalar{1});
+  model.backward(Scalar{0.5});
+  result.insert(result.end(), model.gradients().begin(), model.gradients().end());
+  result.push_back(forward(model, second));
+  model.backward(Scalar{1});
+  result.insert(result.end(), model.gradients().begin(), model.gradients().end());
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("activation recompute gives the same loss and gradients, bit for bit") {
+  GptConfig config = with_dropout(tiny_config(), 0.2, 0.3);  // recomputed masks must match
+  config.num_layers = 4;
+  SUBCASE("GPT") {}
+  SUBCASE("Llama") {
+    config = llama(config);
+  }
+  const auto reference_double = observable_run<double>(config);
+  const auto reference_float = observable_run<float>(config);
+  const std::vector<GptConfig> recomputing = {
+      with_recompute(config, RecomputeGranularity::selective),
+      with_recompute(config, RecomputeGranularity::full, RecomputeMethod::uniform, 1),
+      with_recompute(config, RecomputeGranularity::full, RecomputeMethod::uniform, 2),
+      with_recompute(config, RecomputeGranularity::full, RecomputeMethod::uniform, 3),  // 3 + 1
+      with_recompute(config, RecomputeGranularity::full, RecomputeMethod::uniform, 4),
+      with_recompute(config, RecomputeGranularity::full, RecomputeMethod::block, 0),
+      with_recompute(config, RecomputeGranularity::full, RecomputeMethod::block, 1),
+      with_recompute(config, RecomputeGranularity::full, RecomputeMethod::block, 3),
+      with_recompute(config, RecomputeGranularity::full, RecomputeMethod::block, 6),  // > layers
+  };
+  for (const GptConfig& recompute : recomputing) {
+    CAPTURE(static_cast<int>(recompute.recompute_granularity));
+    CAPTURE(static_cast<int>(recompute.recompute_method));
+    CAPTURE(recompute.recompute_num_layers);
+    CHECK(observable_run<double>(recompute) == reference_double);
+    CHECK(observable_run<float>(recompute) == reference_float);
+  }
+}
+
+TEST_CASE("activation recompute stores less: the byte count of each mode") {
+  GptConfig config = tiny_config();
+  config.num_layers = 4;
+  const Batch batch = random_batch(config, kTinyBatch, kTinySeq, 34);
+  auto bytes = [&](const GptConfig& model_config) {
+    GptModel<float> model(model_config);
+    model.init_parameters(1);
+    CHECK(model.activation_bytes() == 0);
+    forward(model, batch);
+    return model.activation_bytes();
+  };
+  const int64_t B = kTinyBatch, T = kTinySeq, rows = B * T, L = config.num_layers;
+  const int64_t C = config.hidden_size, F = config.ffn_hidden_size;
+  const int64_t NH = config.num_attention_heads;
+  const int64_t V = config.padded_vocab_size;
+  const int64_t per_float = sizeof(float);
+  // What a GPT layer keeps: input_norm, qkv, context, attention_residual, mlp_norm, fc1,
+  // gelu, output (rows × C, 3C, C, C, C, F, F, C), the two norms' mean and rstd (rows each),
+  // the attention's row log-sum-exp (B·NH·T).
+  const int64_t logsumexp = B * NH * T * per_float;
+  const int64_t output = rows * C * per_float;
+  const int64_t internals = rows * (7 * C + 2 * F + 4) * per_float + logsumexp;
+  // Outside the layers: embedding output, final norm with mean and rstd, logits, losses and
+  // their logsumexp.
+  const int64_t outside = (rows * C + rows * C + 2 * rows + rows * V + 2 * rows) * per_float;
+  const int64_t none = bytes(config);
+  CHECK(none == outside + L * (internals + output));
+  // Selective: one layer's log-sum-exp, recomputed in turn, instead of one per layer.
+  CHECK(bytes(with_recompute(config, RecomputeGranularity::selective)) ==
+        none - (L - 1) * logsumexp);
+  // Full, uniform chunks of 1: every layer's output (the next one's input) and one layer's
+  // working space.
+  CHECK(bytes(with_recompute(config, RecomputeGranularity::full, RecomputeMethod::uniform, 1)) ==
+        outside + L * output + internals);
+  // Chunks of 2: the chunk boundaries' outputs (layers 1 and 3), two layers' working space,
+  // the first with an output of its own.
+  CHECK(bytes(with_recompute(config, RecomputeGranularity::full, RecomputeMethod::uniform, 2)) ==
+        outside + 2 * output + 2 * internals + output);
+  // Block of 3: layers 0..2 keep their output only, layer 3 everything, one working space.
+  CHECK(bytes(with_recompute(config, RecomputeGranularity::full, RecomputeMethod::block, 3)) ==
+        outside + 3 * output + (internals + output) + internals);
+  CHECK(bytes(with_recompute(config, RecomputeGranularity::full, RecomputeMethod::block, 0)) ==
+        none);
+}
+
+TEST_CASE("recompute settings Megatron refuses are refused, naming the flag") {
+  CHECK_THROWS_WITH_AS(
+      GptModel<float>{
+          with_recompute(tiny_config(), RecomputeGranularity::full, RecomputeMethod::uniform, 0)},
+      "--recompute-num-layers must be at least 1 with --recompute-method uniform, got 0",
+      common::Error);
+  CHECK_THROWS_WITH_AS(
+      GptModel<float>{
+          with_recompute(tiny_config(), RecomputeGranularity::full, RecomputeMethod::block, -1)},
+      "--recompute-num-layers must be at least 0 with --recompute-method block, got -1",
+      common::Error);
 }

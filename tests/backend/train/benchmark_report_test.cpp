@@ -23,6 +23,37 @@ TEST_CASE("FLOPs per iteration follow Megatron's num_floating_point_operations")
   CHECK(megatron_flops_per_iteration(a, 50304) == doctest::Approx(expected).epsilon(1e-12));
 }
 
+TEST_CASE("SwiGLU adds a third h × ffn matrix to the MLP's FLOPs") {
+  TrainingArguments a;
+  a.num_layers = 4;
+  a.hidden_size = 256;
+  a.ffn_hidden_size = 688;
+  a.seq_length = 128;
+  a.global_batch_size = 2;
+  const double gelu = megatron_flops_per_iteration(a, 32000);
+  a.swiglu = true;
+  // Forward 2 FLOPs per multiply-add, backward twice the forward: 6 per weight per token.
+  const double extra_matrix = 6.0 * 2 * 128 * 4 * 256 * 688;
+  CHECK(megatron_flops_per_iteration(a, 32000) - gelu == doctest::Approx(extra_matrix).epsilon(1e-12));
+}
+
+TEST_CASE("grouped-query attention removes the key and value weights of the missing groups") {
+  TrainingArguments a;
+  a.num_layers = 4;
+  a.hidden_size = 512;
+  a.num_attention_heads = 32;
+  a.ffn_hidden_size = 1376;
+  a.seq_length = 128;
+  a.global_batch_size = 2;
+  const double multi_head = megatron_flops_per_iteration(a, 32000);
+  a.group_query_attention = true;
+  a.num_query_groups = 8;
+  // linear_qkv's key and value rows shrink from 2h to 2h · 8/32: 6 FLOPs per weight per token.
+  const double removed_weights = 2.0 * 512 * 512 * (1 - 8.0 / 32);
+  CHECK(multi_head - megatron_flops_per_iteration(a, 32000) ==
+        doctest::Approx(6.0 * 2 * 128 * 4 * removed_weights).epsilon(1e-12));
+}
+
 TEST_CASE("the median leaves the warm-up iteration out and the JSON holds every field") {
   TrainingArguments a;
   a.num_layers = 2;

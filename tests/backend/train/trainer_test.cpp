@@ -86,6 +86,78 @@ TEST_CASE("20 steps on a repeating token pattern drive the loss below 0.5") {
   CHECK(result.iterations.back().lm_loss < 0.5);
 }
 
+TEST_CASE("a Llama model (RoPE, RMSNorm, SwiGLU, no biases, untied output, GQA) learns the pattern") {
+  auto a = tiny_arguments();
+  a.train_iters = 20;
+  a.hidden_size = 64;
+  a.ffn_hidden_size = 96;
+  a.micro_batch_size = a.global_batch_size = 8;
+  a.lr = 5e-3;
+  a.lr_decay_style = "constant";
+  a.weight_decay = 0;
+  a.position_embedding_type = "rope";
+  a.normalization = "RMSNorm";
+  a.swiglu = true;
+  a.add_bias_linear = false;
+  a.untie_embeddings_and_output_weights = true;
+  a.group_query_attention = true;
+  a.num_query_groups = 2;  // two of the four heads per key/value head
+  // The period-8 pattern of the test above: each next token is determined by the current one.
+  BatchSource pattern = [](Split, int64_t first_sample, int64_t batch, std::span<int32_t> tokens,
+                           std::span<int32_t> labels) {
+    const int64_t T = static_cast<int64_t>(tokens.size()) / batch;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t phase = first_sample + b + t;
+        tokens[b * T + t] = static_cast<int32_t>(10 + 7 * (phase % 8));
+        labels[b * T + t] = static_cast<int32_t>(10 + 7 * ((phase + 1) % 8));
+      }
+    }
+  };
+  std::ostringstream log;
+  const auto result = train(a, log, pattern);
+  REQUIRE(result.iterations.size() == 20);
+  CHECK(result.iterations.front().lm_loss > 4.0);
+  CHECK(result.iterations.back().lm_loss < 0.5);
+  // Per layer: linear_qkv's rows are 4 query heads + 2 keys + 2 values of h/4 features (h² for
+  // the queries, h² for keys and values, a quarter less than multi-head attention's 4h² with
+  // linear_proj's h²); 3·h·ffn (SwiGLU); 2h (RMSNorm weights). Then the word embedding and
+  // the output layer (256 × h each) and the final norm.
+  const int64_t h = 64, ffn = 96, vocab = 256;
+  const int64_t attention = h * h + h * h + h * h;
+  CHECK(result.parameter_count ==
+        2 * (attention + 3 * h * ffn + 2 * h) + 2 * vocab * h + h);
+}
+
+TEST_CASE("training with activation recompute logs the same iterations, bit for bit") {
+  auto reference = tiny_arguments();
+  reference.num_layers = 3;
+  reference.train_iters = 4;
+  reference.hidden_dropout = reference.attention_dropout = 0.1;  // the masks are recomputed too
+  std::ostringstream log;
+  const auto expected = train(reference, log);
+  auto selective = reference;
+  selective.recompute_granularity = "selective";
+  auto uniform = reference;
+  uniform.recompute_granularity = "full";
+  uniform.recompute_method = "uniform";
+  uniform.recompute_num_layers = 2;
+  auto block = reference;
+  block.recompute_granularity = "full";
+  block.recompute_method = "block";
+  block.recompute_num_layers = 1;
+  for (const auto& arguments : {selective, uniform, block}) {
+    CAPTURE(arguments.recompute_granularity);
+    CAPTURE(arguments.recompute_method);
+    const auto result = train(arguments, log);
+    REQUIRE(result.iterations.size() == expected.iterations.size());
+    for (size_t i = 0; i < expected.iterations.size(); ++i) {
+      CHECK(result.iterations[i].lm_loss == expected.iterations[i].lm_loss);
+      CHECK(result.iterations[i].grad_norm == expected.iterations[i].grad_norm);
+    }
+  }
+}
+
 TEST_CASE("micro batches accumulate to the same step as one big batch") {
   auto accumulated = tiny_arguments();
   auto single = tiny_arguments();

@@ -1,0 +1,50 @@
+// Rotary position embedding (Su et al. 2021, "RoFormer"), Megatron core's non-interleaved form
+// (megatron/core/models/common/embeddings/rotary_pos_embedding.py RotaryEmbedding and
+// rope_utils.py _apply_rotary_pos_emb_bshd with rotary_interleaved=False), applied to the
+// query and key heads after linear_qkv (--position-embedding-type rope).
+// The first R = rotary_dim features of a head rotate (R = head_dim × --rotary-percent), the
+// rest pass through. With half = R / 2 and position t (0-based within the sequence):
+//   inv_freq[i] = base^(−2i / R),   θ[t, i] = t · inv_freq[i]          i ∈ [0, half)
+//   emb = cat(θ, θ) (so features i and i + half share an angle)
+//   y = x · cos(emb) + rotate_half(x) · sin(emb),   rotate_half(x) = cat(−x[half:R), x[0:half))
+// that is, for i < half:
+//   y[i]        = x[i] · cos θ − x[i + half] · sin θ
+//   y[i + half] = x[i + half] · cos θ + x[i] · sin θ
+// Backward: the map is a rotation per pair (i, i + half), so dx is the inverse rotation of dy
+// (sin θ → −sin θ); it needs the angles only, never x.
+// The tables are computed in double and rounded to Scalar (Megatron computes them in fp32).
+// Heads: head h of row r (r = b·T + t) starts at element r · row_stride + h · head_dim, so a
+// caller can rotate a run of heads inside a wider row (the q and k heads of one query group
+// in the fused qkv activation) by offsetting the pointers.
+// Contract: no parameters; output/dinput are overwritten (=) on the rotated heads only (the
+// other columns of a row are left alone); output may alias input and dinput doutput (each
+// pair is read before it is written). Elementwise per pair, so results do not depend on the
+// thread count.
+// Dimensions: B batch, T sequence, H heads rotated per row, HD head dimension, R rotary
+// dimension (even, 0 < R ≤ HD), row_stride ≥ H · HD.
+#pragma once
+
+#include <cstdint>
+
+namespace backend::cpu {
+
+template <typename Scalar>
+void rope_tables(Scalar* cos,  // (T, R/2)
+                 Scalar* sin,  // (T, R/2)
+                 int64_t seq_length, int64_t rotary_dim, double base);
+
+template <typename Scalar>
+void rope_forward(Scalar* output,       // rows of row_stride, H heads of HD
+                  const Scalar* input,  // the same layout
+                  const Scalar* cos,    // (T, R/2) from rope_tables
+                  const Scalar* sin,    // (T, R/2)
+                  int64_t batch_size, int64_t seq_length, int64_t num_heads, int64_t head_dim,
+                  int64_t rotary_dim, int64_t row_stride);
+
+template <typename Scalar>
+void rope_backward(Scalar* dinput,         // = on the rotated heads
+                   const Scalar* doutput,  // gradient of the forward's output
+                   const Scalar* cos, const Scalar* sin, int64_t batch_size, int64_t seq_length,
+                   int64_t num_heads, int64_t head_dim, int64_t rotary_dim, int64_t row_stride);
+
+}  // namespace backend::cpu
