@@ -48,7 +48,17 @@ TrainingArguments arguments_for_model(const GptConfig& config) {
   a.max_position_embeddings = config.max_position_embeddings;
   a.seq_length = config.max_position_embeddings;
   a.init_method_std = config.init_method_std;
-  a.layernorm_epsilon = config.layernorm_epsilon;
+  a.norm_epsilon = config.layernorm_epsilon;
+  a.position_embedding_type =
+      config.position_embedding_type == PositionEmbeddingType::rope ? "rope" : "learned_absolute";
+  a.rotary_base = config.rotary_base;
+  a.rotary_percent = config.rotary_percent;
+  a.normalization = config.normalization == Normalization::rms_norm ? "RMSNorm" : "LayerNorm";
+  a.swiglu = config.swiglu;
+  a.add_bias_linear = config.add_bias_linear;
+  a.untie_embeddings_and_output_weights = !config.share_embeddings_and_output_weights;
+  a.group_query_attention = config.num_query_groups > 0;
+  if (a.group_query_attention) a.num_query_groups = config.num_query_groups;
   a.hidden_dropout = config.hidden_dropout;
   a.attention_dropout = config.attention_dropout;
   if (config.vocab_size == kGpt2VocabSize) {

@@ -34,8 +34,23 @@ std::vector<std::string> model_flags(const backend::TrainingArguments& a) {
       "--ffn-hidden-size", std::to_string(a.ffn_hidden_size),
       "--num-attention-heads", std::to_string(a.num_attention_heads),
       "--max-position-embeddings", std::to_string(a.max_position_embeddings),
-      "--layernorm-epsilon", fmt::format("{}", a.layernorm_epsilon),
+      "--norm-epsilon", fmt::format("{}", a.norm_epsilon),
       "--tokenizer-type", a.tokenizer_type};
+  if (a.position_embedding_type == "rope") {
+    flags.insert(flags.end(), {"--position-embedding-type", "rope", "--rotary-base",
+                               std::to_string(a.rotary_base)});
+    if (a.rotary_percent != 1.0) {
+      flags.insert(flags.end(), {"--rotary-percent", fmt::format("{}", a.rotary_percent)});
+    }
+  }
+  if (a.normalization == "RMSNorm") flags.insert(flags.end(), {"--normalization", "RMSNorm"});
+  if (a.swiglu) flags.push_back("--swiglu");
+  if (!a.add_bias_linear) flags.push_back("--disable-bias-linear");
+  if (a.untie_embeddings_and_output_weights) flags.push_back("--untie-embeddings-and-output-weights");
+  if (a.group_query_attention) {
+    flags.insert(flags.end(), {"--group-query-attention", "--num-query-groups",
+                               std::to_string(a.num_query_groups)});
+  }
   if (a.tokenizer_type == "NullTokenizer") {
     flags.insert(flags.end(), {"--vocab-size", std::to_string(a.vocab_size)});
   }

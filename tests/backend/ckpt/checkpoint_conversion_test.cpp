@@ -36,7 +36,7 @@ TrainingArguments tiny_arguments(const std::filesystem::path& save) {
   a.tokenizer_type = "NullTokenizer";
   a.vocab_size = 40;
   a.make_vocab_size_divisible_by = 32;  // 41 tokens → 64 rows
-  a.layernorm_epsilon = 1e-6;
+  a.norm_epsilon = 1e-6;
   a.init_method_std = 0.03;
   a.hidden_dropout = 0.0;
   a.attention_dropout = 0.0;
@@ -155,7 +155,7 @@ TEST_CASE("checkpoint conversion: the saved arguments come back as they were sav
   CHECK(back.tokenizer_type == arguments.tokenizer_type);
   CHECK(back.vocab_size == arguments.vocab_size);
   CHECK(back.make_vocab_size_divisible_by == arguments.make_vocab_size_divisible_by);
-  CHECK(back.layernorm_epsilon == arguments.layernorm_epsilon);
+  CHECK(back.norm_epsilon == arguments.norm_epsilon);
   CHECK(back.init_method_std == arguments.init_method_std);
   CHECK(back.lr == arguments.lr);
   CHECK(back.train_iters == arguments.train_iters);
