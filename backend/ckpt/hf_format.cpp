@@ -105,7 +105,120 @@ std::vector<TensorMapping> gpt2_mappings(const GptConfig& config) {
   return mappings;
 }
 
-std::vector<TensorMapping> mappings_for(const GptConfig& config) { return gpt2_mappings(config); }
+// Megatron core's fused qkv rows, per query group g of NG: [the group's NH/NG query heads |
+// its key head | its value head], HD rows each. LlamaForCausalLM keeps q_proj, k_proj and
+// v_proj apart, heads in order, so group g's rows go to q rows g·(NH/NG)·HD.., k and v rows
+// g·HD.. (Megatron's tools/checkpoint loader_llama_mistral.py builds the same concatenation).
+// RoPE needs no permutation: Megatron core's non-interleaved rotary embedding rotates
+// [x1 | x2] halves (rope_utils.py _rotate_half), as transformers' rotate_half does.
+std::vector<RowTarget> llama_qkv_rows(const GptConfig& config) {
+  const int64_t NH = config.num_attention_heads;
+  const int64_t NG = config.query_groups();
+  const int64_t HD = config.head_dim();
+  const int64_t heads_per_group = NH / NG;
+  std::vector<RowTarget> rows;
+  for (int64_t g = 0; g < NG; ++g) {
+    for (int64_t j = 0; j < heads_per_group * HD; ++j) rows.push_back({0, g * heads_per_group * HD + j});
+    for (int64_t j = 0; j < HD; ++j) rows.push_back({1, g * HD + j});
+    for (int64_t j = 0; j < HD; ++j) rows.push_back({2, g * HD + j});
+  }
+  return rows;
+}
+
+// Megatron's SwiGLU linear_fc1 rows [gate (F) | linear (F)] → gate_proj and up_proj.
+std::vector<RowTarget> swiglu_rows(int64_t ffn) {
+  std::vector<RowTarget> rows;
+  for (int32_t piece = 0; piece < 2; ++piece) {
+    for (int64_t r = 0; r < ffn; ++r) rows.push_back({piece, r});
+  }
+  return rows;
+}
+
+std::vector<TensorMapping> llama_mappings(const GptConfig& config) {
+  const int64_t C = config.hidden_size;
+  const int64_t F = config.ffn_hidden_size;
+  const int64_t NH = config.num_attention_heads;
+  const int64_t NG = config.query_groups();
+  const int64_t HD = config.head_dim();
+  const bool bias = config.add_bias_linear;
+  std::vector<TensorMapping> mappings;
+  mappings.push_back(renamed("embedding.word_embeddings.weight", "model.embed_tokens.weight",
+                             {config.padded_vocab_size, C}));
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    const std::string m = fmt::format("decoder.layers.{}.", i);
+    const std::string h = fmt::format("model.layers.{}.", i);
+    mappings.push_back(renamed(m + "input_layernorm.weight", h + "input_layernorm.weight", {C}));
+    mappings.push_back({m + "self_attention.linear_qkv.weight",
+                        {{h + "self_attn.q_proj.weight", {NH * HD, C}},
+                         {h + "self_attn.k_proj.weight", {NG * HD, C}},
+                         {h + "self_attn.v_proj.weight", {NG * HD, C}}},
+                        llama_qkv_rows(config), false});
+    if (bias) {
+      mappings.push_back({m + "self_attention.linear_qkv.bias",
+                          {{h + "self_attn.q_proj.bias", {NH * HD}},
+                           {h + "self_attn.k_proj.bias", {NG * HD}},
+                           {h + "self_attn.v_proj.bias", {NG * HD}}},
+                          llama_qkv_rows(config), false});
+    }
+    mappings.push_back(renamed(m + "self_attention.linear_proj.weight", h + "self_attn.o_proj.weight",
+                               {C, NH * HD}));
+    if (bias) {
+      mappings.push_back(renamed(m + "self_attention.linear_proj.bias", h + "self_attn.o_proj.bias", {C}));
+    }
+    mappings.push_back(renamed(m + "pre_mlp_layernorm.weight", h + "post_attention_layernorm.weight", {C}));
+    mappings.push_back({m + "mlp.linear_fc1.weight",
+                        {{h + "mlp.gate_proj.weight", {F, C}}, {h + "mlp.up_proj.weight", {F, C}}},
+                        swiglu_rows(F), false});
+    if (bias) {
+      mappings.push_back({m + "mlp.linear_fc1.bias",
+                          {{h + "mlp.gate_proj.bias", {F}}, {h + "mlp.up_proj.bias", {F}}},
+                          swiglu_rows(F), false});
+    }
+    mappings.push_back(renamed(m + "mlp.linear_fc2.weight", h + "mlp.down_proj.weight", {C, F}));
+    if (bias) mappings.push_back(renamed(m + "mlp.linear_fc2.bias", h + "mlp.down_proj.bias", {C}));
+  }
+  mappings.push_back(renamed("decoder.final_layernorm.weight", "model.norm.weight", {C}));
+  if (!config.share_embeddings_and_output_weights) {
+    mappings.push_back(renamed("output_layer.weight", "lm_head.weight", {config.padded_vocab_size, C}));
+  }
+  return mappings;
+}
+
+enum class HfArchitecture { gpt2, llama };
+
+// The Hugging Face architecture that computes what this GptConfig computes.
+HfArchitecture hf_architecture(const GptConfig& config) {
+  const bool learned = config.position_embedding_type == PositionEmbeddingType::learned_absolute;
+  const bool layer_norm = config.normalization == Normalization::layer_norm;
+  const bool grouped = config.query_groups() != config.num_attention_heads;
+  if (learned && layer_norm && !config.swiglu && config.add_bias_linear &&
+      config.share_embeddings_and_output_weights && !grouped) {
+    return HfArchitecture::gpt2;
+  }
+  if (!learned && !layer_norm && config.swiglu && config.rotary_percent == 1.0) {
+    return HfArchitecture::llama;
+  }
+  common::fail(
+      "no Hugging Face architecture computes this model (position embedding {}, {}, {}, "
+      "biases {}, output layer {}, {} query groups for {} heads, rotary percent {}): "
+      "GPT2LMHeadModel needs learned positions, LayerNorm, GELU, biases, a tied output layer "
+      "and multi-head attention; LlamaForCausalLM needs RoPE over whole heads "
+      "(--rotary-percent 1.0), RMSNorm and SwiGLU",
+      learned ? "learned_absolute" : "rope", layer_norm ? "LayerNorm" : "RMSNorm",
+      config.swiglu ? "SwiGLU" : "GELU", config.add_bias_linear ? "on" : "off",
+      config.share_embeddings_and_output_weights ? "tied" : "untied", config.query_groups(),
+      config.num_attention_heads, config.rotary_percent);
+}
+
+std::vector<TensorMapping> mappings_for(const GptConfig& config) {
+  return hf_architecture(config) == HfArchitecture::gpt2 ? gpt2_mappings(config)
+                                                          : llama_mappings(config);
+}
+
+const char* embedding_hf_name(const GptConfig& config) {
+  return hf_architecture(config) == HfArchitecture::gpt2 ? "transformer.wte.weight"
+                                                          : "model.embed_tokens.weight";
+}
 
 // The layout tensor a mapping converts; its shape must be the one the mapping was built for.
 const ParameterTensor& layout_tensor(const std::vector<ParameterTensor>& layout,
@@ -239,9 +352,73 @@ GptConfig gpt2_config_from_hf(const nlohmann::json& hf, const std::string& sourc
   return config;
 }
 
+GptConfig llama_config_from_hf(const nlohmann::json& hf, const std::string& source) {
+  GptConfig config;
+  config.position_embedding_type = PositionEmbeddingType::rope;
+  config.normalization = Normalization::rms_norm;
+  config.swiglu = true;
+  config.num_layers = required_integer(hf, "num_hidden_layers", source);
+  config.hidden_size = required_integer(hf, "hidden_size", source);
+  config.num_attention_heads = required_integer(hf, "num_attention_heads", source);
+  config.ffn_hidden_size = required_integer(hf, "intermediate_size", source);
+  // LlamaConfig's defaults where the key may be left out.
+  config.max_position_embeddings = optional_integer(hf, "max_position_embeddings", 2048, source);
+  config.padded_vocab_size = required_integer(hf, "vocab_size", source);
+  config.vocab_size = optional_integer(hf, kTokenizerVocabKey, config.padded_vocab_size, source);
+  config.layernorm_epsilon = optional_number(hf, "rms_norm_eps", 1e-6, source);
+  config.init_method_std = optional_number(hf, "initializer_range", 0.02, source);
+  config.hidden_dropout = 0.0;  // LlamaForCausalLM has no hidden dropout
+  config.attention_dropout = optional_number(hf, "attention_dropout", 0.0, source);
+  config.share_embeddings_and_output_weights = optional_bool(hf, "tie_word_embeddings", false, source);
+
+  if (config.num_attention_heads <= 0 || config.hidden_size % config.num_attention_heads != 0) {
+    common::fail("{}: num_attention_heads {} must be positive and divide hidden_size {}", source,
+                 config.num_attention_heads, config.hidden_size);
+  }
+  if (config.vocab_size > config.padded_vocab_size) {
+    common::fail("{}: {} {} exceeds vocab_size {} (the rows of embed_tokens)", source,
+                 kTokenizerVocabKey, config.vocab_size, config.padded_vocab_size);
+  }
+  const double rope_theta = optional_number(hf, "rope_theta", 10000.0, source);
+  config.rotary_base = static_cast<int64_t>(rope_theta);
+  if (static_cast<double>(config.rotary_base) != rope_theta) {
+    common::fail("{}: rope_theta {} must be a whole number (--rotary-base is an integer)", source,
+                 rope_theta);
+  }
+  const int64_t kv_heads =
+      optional_integer(hf, "num_key_value_heads", config.num_attention_heads, source);
+  if (kv_heads <= 0 || config.num_attention_heads % kv_heads != 0) {
+    common::fail("{}: num_key_value_heads {} must be positive and divide num_attention_heads {}",
+                 source, kv_heads, config.num_attention_heads);
+  }
+  // Megatron's --num-query-groups; NG = NH is plain multi-head attention (0 here).
+  config.num_query_groups = kv_heads == config.num_attention_heads ? 0 : kv_heads;
+  const int64_t head_dim = optional_integer(hf, "head_dim", config.head_dim(), source);
+  if (head_dim != config.head_dim()) {
+    common::fail("{}: head_dim {} is not hidden_size / num_attention_heads = {}, which is the only "
+                 "head size built", source, head_dim, config.head_dim());
+  }
+  const std::string activation = optional_string(hf, "hidden_act", "silu", source);
+  if (activation != "silu") {
+    common::fail("{}: hidden_act '{}' is not supported (valid: silu, SwiGLU's)", source, activation);
+  }
+  if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null()) {
+    common::fail("{}: rope_scaling {} is not supported (plain RoPE only)", source,
+                 hf["rope_scaling"].dump());
+  }
+  const bool attention_bias = optional_bool(hf, "attention_bias", false, source);
+  const bool mlp_bias = optional_bool(hf, "mlp_bias", false, source);
+  if (attention_bias != mlp_bias) {
+    common::fail("{}: attention_bias {} and mlp_bias {} differ; Megatron has one switch for both "
+                 "(--disable-bias-linear)", source, attention_bias, mlp_bias);
+  }
+  config.add_bias_linear = attention_bias;
+  return config;
+}
+
 // HF Hub GPT-2 checkpoints (the original "gpt2" repository) name tensors without the
 // "transformer." prefix that GPT2LMHeadModel's state dict has; both load.
-std::string canonical_hf_name(const std::string& name) {
+std::string canonical_gpt2_name(const std::string& name) {
   if (name.starts_with("transformer.") || name.starts_with("lm_head.")) return name;
   if (name.starts_with("h.") || name.starts_with("wte.") || name.starts_with("wpe.") ||
       name.starts_with("ln_f.")) {
@@ -250,10 +427,12 @@ std::string canonical_hf_name(const std::string& name) {
   return name;
 }
 
-// Non-parameter buffers some GPT-2 checkpoints carry (the causal mask and its fill value).
-bool is_gpt2_buffer(const std::string& name) {
-  return name.starts_with("transformer.h.") &&
-         (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias"));
+// Non-parameter buffers some checkpoints carry: GPT-2's causal mask and its fill value, older
+// Llama exports' rotary inverse frequencies.
+bool is_buffer(const std::string& name) {
+  return (name.starts_with("transformer.h.") &&
+          (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias"))) ||
+         (name.starts_with("model.layers.") && name.ends_with(".self_attn.rotary_emb.inv_freq"));
 }
 
 nlohmann::json read_json_file(const std::filesystem::path& path) {
@@ -270,6 +449,30 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
 
 nlohmann::ordered_json hf_config_json(const GptConfig& config) {
   nlohmann::ordered_json json;
+  if (hf_architecture(config) == HfArchitecture::llama) {
+    json["architectures"] = {"LlamaForCausalLM"};
+    json["model_type"] = "llama";
+    json["hidden_size"] = config.hidden_size;
+    json["intermediate_size"] = config.ffn_hidden_size;
+    json["num_attention_heads"] = config.num_attention_heads;
+    json["num_key_value_heads"] = config.query_groups();
+    json["head_dim"] = config.head_dim();
+    json["num_hidden_layers"] = config.num_layers;
+    json["max_position_embeddings"] = config.max_position_embeddings;
+    json["vocab_size"] = config.padded_vocab_size;
+    json[kTokenizerVocabKey] = config.vocab_size;
+    json["rms_norm_eps"] = config.layernorm_epsilon;
+    json["rope_theta"] = static_cast<double>(config.rotary_base);
+    json["rope_scaling"] = nullptr;
+    json["hidden_act"] = "silu";
+    json["attention_bias"] = config.add_bias_linear;
+    json["mlp_bias"] = config.add_bias_linear;
+    json["attention_dropout"] = config.attention_dropout;
+    json["initializer_range"] = config.init_method_std;
+    json["tie_word_embeddings"] = config.share_embeddings_and_output_weights;
+    json["torch_dtype"] = "float32";
+    return json;
+  }
   json["architectures"] = {"GPT2LMHeadModel"};
   json["model_type"] = "gpt2";
   json["n_embd"] = config.hidden_size;
@@ -298,8 +501,10 @@ GptConfig gpt_config_from_hf(const nlohmann::json& hf, const std::string& source
   GptConfig config;
   if (model_type == "gpt2") {
     config = gpt2_config_from_hf(hf, source);
+  } else if (model_type == "llama") {
+    config = llama_config_from_hf(hf, source);
   } else {
-    common::fail("{}: model_type '{}' is not supported (valid: gpt2)", source, model_type);
+    common::fail("{}: model_type '{}' is not supported (valid: gpt2, llama)", source, model_type);
   }
   try {
     validate(config);
@@ -343,9 +548,10 @@ void from_hf_tensors(const GptConfig& config, const std::vector<ParameterTensor>
                      const std::string& source) {
   const auto mappings = mappings_for(config);
   check_layout_covered(layout, mappings);
+  const bool gpt2 = hf_architecture(config) == HfArchitecture::gpt2;
   std::map<std::string, const NamedTensor*> by_name;
   for (const NamedTensor& tensor : tensors) {
-    const std::string name = canonical_hf_name(tensor.name);
+    const std::string name = gpt2 ? canonical_gpt2_name(tensor.name) : tensor.name;
     if (!by_name.emplace(name, &tensor).second) {
       common::fail("{}: tensor {} is given twice", source, name);
     }
@@ -382,13 +588,13 @@ void from_hf_tensors(const GptConfig& config, const std::vector<ParameterTensor>
   }
 
   for (const auto& [name, tensor] : by_name) {
-    if (used.contains(name) || is_gpt2_buffer(name)) continue;
+    if (used.contains(name) || is_buffer(name)) continue;
     if (name == "lm_head.weight") {
       // A tied output layer saved anyway: it must be the word embedding.
-      const auto embedding = by_name.find("transformer.wte.weight");
+      const auto embedding = by_name.find(embedding_hf_name(config));
       if (embedding != by_name.end() && embedding->second->values == tensor->values) continue;
-      common::fail("{}: lm_head.weight differs from transformer.wte.weight, but config.json ties "
-                   "them (tie_word_embeddings)", source);
+      common::fail("{}: lm_head.weight differs from {}, but config.json ties them "
+                   "(tie_word_embeddings)", source, embedding_hf_name(config));
     }
     common::fail("{}: unexpected tensor {} {} (not part of the model config.json describes)",
                  source, name, shape_text(tensor->shape));

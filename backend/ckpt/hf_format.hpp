@@ -1,7 +1,9 @@
 // Hugging Face export and import of a GptModel: the directory transformers'
 // from_pretrained reads (config.json + model.safetensors), with the tensor names and layouts
-// of GPT2LMHeadModel (transformers/models/gpt2/modeling_gpt2.py), the inverse of what
-// Megatron-LM's tools/checkpoint GPT-2 loaders do.
+// of GPT2LMHeadModel (transformers/models/gpt2/modeling_gpt2.py) for the GPT-2 model and of
+// LlamaForCausalLM (models/llama/modeling_llama.py) for the Llama switches, the inverse of
+// what Megatron-LM's tools/checkpoint loaders do. Any other combination of switches has no
+// Hugging Face architecture that computes it and is refused.
 //
 // Megatron core → GPT2LMHeadModel (C hidden, NH heads, HD = C / NH, F ffn, V padded vocab):
 //   embedding.word_embeddings.weight (V, C)        → transformer.wte.weight (V, C)
@@ -19,6 +21,23 @@
 // torch.nn.Linear's (out, in); and the fused qkv output is [all q heads | all k | all v] in
 // GPT-2 but per head [q | k | v] in Megatron core. So Megatron row h·3HD + s·HD + d (s = 0, 1,
 // 2 for q, k, v) is GPT-2 column s·C + h·HD + d.
+//
+// Megatron core (RoPE, RMSNorm, SwiGLU) → LlamaForCausalLM, all weights (out, in) on both sides:
+//   embedding.word_embeddings.weight               → model.embed_tokens.weight
+//   decoder.layers.{i}.input_layernorm.weight      → model.layers.{i}.input_layernorm.weight
+//   ….self_attention.linear_qkv.{weight,bias}      → ….self_attn.{q,k,v}_proj.{weight,bias}
+//       rows per query group [its q heads | k | v] split into the three projections; the
+//       NG query groups (--num-query-groups) are config.json's num_key_value_heads
+//   ….self_attention.linear_proj.{weight,bias}     → ….self_attn.o_proj.{weight,bias}
+//   ….pre_mlp_layernorm.weight                     → ….post_attention_layernorm.weight
+//   ….mlp.linear_fc1.{weight,bias} (2F, C)         → ….mlp.gate_proj (first F rows), up_proj
+//   ….mlp.linear_fc2.{weight,bias}                 → ….mlp.down_proj
+//   decoder.final_layernorm.weight                 → model.norm.weight
+//   output_layer.weight (untied only)              → lm_head.weight
+// Biases exist with add_bias_linear (config.json attention_bias = mlp_bias = true). q and k
+// need no permutation: Megatron core's non-interleaved RoPE is the rotate_half form that
+// transformers' Llama uses (the permutation in convert_llama_weights_to_hf is for Meta's
+// interleaved checkpoints).
 //
 // The vocabulary is exported padded (config.json vocab_size = Megatron's padded size): the
 // model was trained with a softmax over the padded rows, so dropping them would change the

@@ -40,17 +40,35 @@ std::string first_loss(const std::string& output) {
 
 TEST_CASE("checkpoint_util: checkpoint → Hugging Face → release checkpoint → pretrain_gpt") {
   test_support::TemporaryDirectory temporary;
-  const fs::path checkpoints = temporary.path / "checkpoints";
-  const std::vector<std::string> data_flags = {"--seq-length", "16", "--micro-batch-size", "2",
-                                               "--global-batch-size", "2", "--lr", "1e-3",
-                                               "--mock-data", "--eval-iters", "0",
-                                               "--log-interval", "1", "--seed", "5"};
-  std::vector<std::string> train = {kPretrain, "--num-layers", "2", "--hidden-size", "32",
+  std::vector<std::string> model = {"--num-layers", "2", "--hidden-size", "32",
                                     "--num-attention-heads", "4", "--vocab-size", "99",
-                                    "--make-vocab-size-divisible-by", "64", "--train-iters", "2",
-                                    "--save", checkpoints.string()};
-  train.insert(train.end(), data_flags.begin(), data_flags.end());
-  const auto trained = launcher::run_and_capture(train);
+                                    "--make-vocab-size-divisible-by", "64"};
+  std::string architecture = "GPT2LMHeadModel";
+  size_t tensor_count = 4 + 2 * 12;
+  SUBCASE("GPT-2") {}
+  SUBCASE("Llama with grouped-query attention") {
+    model.insert(model.end(), {"--position-embedding-type", "rope", "--rotary-base", "500000",
+                               "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear",
+                               "--untie-embeddings-and-output-weights", "--group-query-attention",
+                               "--num-query-groups", "2"});
+    architecture = "LlamaForCausalLM";
+    tensor_count = 3 + 2 * 9;
+  }
+  const std::vector<std::string> data = {"--seq-length", "16", "--micro-batch-size", "2",
+                                         "--global-batch-size", "2", "--lr", "1e-3",
+                                         "--mock-data", "--eval-iters", "0",
+                                         "--log-interval", "1", "--seed", "5"};
+  auto pretrain = [&](const std::vector<std::string>& model_flags, const char* iterations,
+                      const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {kPretrain, "--train-iters", iterations};
+    argv.insert(argv.end(), model_flags.begin(), model_flags.end());
+    argv.insert(argv.end(), data.begin(), data.end());
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return launcher::run_and_capture(argv);
+  };
+
+  const fs::path checkpoints = temporary.path / "checkpoints";
+  const auto trained = pretrain(model, "2", {"--save", checkpoints.string()});
   INFO(trained.output);
   REQUIRE(trained.exit_code == 0);
 
@@ -61,10 +79,10 @@ TEST_CASE("checkpoint_util: checkpoint → Hugging Face → release checkpoint �
   REQUIRE(exported.exit_code == 0);
   CHECK(exported.output.find("loading checkpoint from " + checkpoints.string() + " at iteration 2") !=
         std::string::npos);
-  CHECK(exported.output.find("as GPT2LMHeadModel to " + hf.string()) != std::string::npos);
+  CHECK(exported.output.find("as " + architecture + " to " + hf.string()) != std::string::npos);
   const auto file = backend::read_safetensors(hf / "model.safetensors");
   CHECK(file.metadata.at("tokenizer_vocab_size") == "100");
-  CHECK(file.tensors.size() == 4 + 2 * 12);
+  CHECK(file.tensors.size() == tensor_count);
 
   const fs::path release = temporary.path / "release_checkpoints";
   const auto imported = launcher::run_and_capture(
@@ -74,23 +92,15 @@ TEST_CASE("checkpoint_util: checkpoint → Hugging Face → release checkpoint �
   CHECK(fs::is_regular_file(release / "release" / "mp_rank_00" / "model_optim_rng.bin"));
   std::smatch match;
   REQUIRE(std::regex_search(imported.output, match, std::regex(R"(pretrain_gpt (.*) --load)")));
-  const auto model_flags = split_words(match[1].str());
+  const auto printed_flags = split_words(match[1].str());
 
   // Start from the release checkpoint with the printed flags, and from the original
   // checkpoint with --finetune (its weights, iteration 0): the same weights, the same batch.
-  std::vector<std::string> from_release = {kPretrain, "--train-iters", "1", "--load", release.string()};
-  from_release.insert(from_release.end(), model_flags.begin(), model_flags.end());
-  from_release.insert(from_release.end(), data_flags.begin(), data_flags.end());
-  const auto release_run = launcher::run_and_capture(from_release);
+  const auto release_run = pretrain(printed_flags, "1", {"--load", release.string()});
   INFO(release_run.output);
   REQUIRE(release_run.exit_code == 0);
   CHECK(release_run.output.find("loading release checkpoint from") != std::string::npos);
-
-  std::vector<std::string> from_original = train;
-  from_original.erase(from_original.begin() + 13, from_original.begin() + 15);  // --save DIR
-  from_original[12] = "1";                                                       // --train-iters
-  from_original.insert(from_original.end(), {"--load", checkpoints.string(), "--finetune"});
-  const auto original_run = launcher::run_and_capture(from_original);
+  const auto original_run = pretrain(model, "1", {"--load", checkpoints.string(), "--finetune"});
   INFO(original_run.output);
   REQUIRE(original_run.exit_code == 0);
   CHECK(!first_loss(release_run.output).empty());

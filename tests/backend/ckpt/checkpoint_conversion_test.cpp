@@ -76,6 +76,26 @@ void check_same_config(const GptConfig& a, const GptConfig& b) {
   CHECK(a.init_method_std == b.init_method_std);
   CHECK(a.hidden_dropout == b.hidden_dropout);
   CHECK(a.attention_dropout == b.attention_dropout);
+  CHECK(a.position_embedding_type == b.position_embedding_type);
+  CHECK(a.rotary_base == b.rotary_base);
+  CHECK(a.rotary_percent == b.rotary_percent);
+  CHECK(a.normalization == b.normalization);
+  CHECK(a.swiglu == b.swiglu);
+  CHECK(a.add_bias_linear == b.add_bias_linear);
+  CHECK(a.share_embeddings_and_output_weights == b.share_embeddings_and_output_weights);
+  CHECK(a.query_groups() == b.query_groups());
+}
+
+// The Llama switches on top of tiny_arguments (multi-query attention: one key/value head).
+void make_llama(TrainingArguments& a) {
+  a.position_embedding_type = "rope";
+  a.rotary_base = 20000;
+  a.normalization = "RMSNorm";
+  a.swiglu = true;
+  a.add_bias_linear = false;
+  a.untie_embeddings_and_output_weights = true;
+  a.group_query_attention = true;
+  a.num_query_groups = 1;
 }
 
 bool same_parameters(const GptModel<float>& a, const GptModel<float>& b) {
@@ -87,7 +107,9 @@ bool same_parameters(const GptModel<float>& a, const GptModel<float>& b) {
 
 TEST_CASE("checkpoint conversion: a checkpoint's weights load into the model its arguments describe") {
   TemporaryDirectory directory;
-  const auto arguments = tiny_arguments(directory.path / "ckpt");
+  auto arguments = tiny_arguments(directory.path / "ckpt");
+  SUBCASE("GPT") {}
+  SUBCASE("Llama") { make_llama(arguments); }
   const auto saved = save_trained_checkpoint(arguments);
   std::ostringstream log;
   const auto loaded = backend::load_checkpoint_weights(directory.path / "ckpt", log);
@@ -133,6 +155,25 @@ TEST_CASE("checkpoint conversion: arguments_for_model rebuilds the model it was 
     CHECK(arguments.make_vocab_size_divisible_by == v.divisible_by);
     check_same_config(backend::model_config(arguments), config);
   }
+  // The Llama switches, grouped-query attention and a partial rotation come back too.
+  GptConfig llama;
+  llama.num_layers = 2;
+  llama.hidden_size = 32;
+  llama.num_attention_heads = 4;
+  llama.num_query_groups = 2;
+  llama.ffn_hidden_size = 64;
+  llama.max_position_embeddings = 16;
+  llama.vocab_size = 100;
+  llama.padded_vocab_size = 128;
+  llama.position_embedding_type = backend::PositionEmbeddingType::rope;
+  llama.rotary_base = 500000;
+  llama.rotary_percent = 0.5;
+  llama.normalization = backend::Normalization::rms_norm;
+  llama.swiglu = true;
+  llama.add_bias_linear = false;
+  llama.share_embeddings_and_output_weights = false;
+  check_same_config(backend::model_config(backend::arguments_for_model(llama)), llama);
+
   GptConfig single;
   single.vocab_size = 1;
   single.padded_vocab_size = 8;
@@ -168,7 +209,9 @@ TEST_CASE("checkpoint conversion: the saved arguments come back as they were sav
 
 TEST_CASE("checkpoint conversion: checkpoint → Hugging Face → release checkpoint keeps every bit") {
   TemporaryDirectory directory;
-  const auto arguments = tiny_arguments(directory.path / "ckpt");
+  auto arguments = tiny_arguments(directory.path / "ckpt");
+  SUBCASE("GPT") {}
+  SUBCASE("Llama") { make_llama(arguments); }
   const auto trained = save_trained_checkpoint(arguments);
   std::ostringstream log;
   backend::export_hf(directory.path / "hf", backend::load_checkpoint_weights(directory.path / "ckpt", log));

@@ -2,7 +2,9 @@
 // GPT2Attention (c_attn's output split into [q | k | v] of width C, each split into heads)
 // and Conv1D (y = x · W + b with W stored (in, out)); config.json; export → import bit for bit
 // with the same loss; Hub-style checkpoints (no "transformer." prefix, mask buffers, sharded
-// index); and one refusal per way a directory can be wrong.
+// index); and one refusal per way a directory can be wrong. Llama: q/k/v split per query
+// group (MHA and GQA), gate/up split, lm_head, round trips of the tied, biased, GQA and MQA
+// variants, and the refusals (settings, and models no architecture computes).
 #include "backend/ckpt/hf_format.hpp"
 
 #include <doctest/doctest.h>
@@ -351,4 +353,198 @@ TEST_CASE("hf_format: import refuses what it cannot load, naming the tensor or k
     CHECK_THROWS_WITH_AS(backend::import_hf(dir), doctest::Contains("config.json is not valid JSON"),
                          common::Error);
   }
+}
+
+namespace {
+
+GptConfig tiny_llama_config() {
+  GptConfig config = tiny_gpt_config();
+  config.position_embedding_type = backend::PositionEmbeddingType::rope;
+  config.normalization = backend::Normalization::rms_norm;
+  config.swiglu = true;
+  config.add_bias_linear = false;
+  config.share_embeddings_and_output_weights = false;
+  config.rotary_base = 500000;
+  config.layernorm_epsilon = 1e-6;
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("hf_format: Llama names, shapes and layouts") {
+  GptConfig config = tiny_llama_config();
+  SUBCASE("multi-head attention") {}
+  SUBCASE("grouped-query attention") { config.num_query_groups = 2; }
+  const auto model = initialised_model(config);
+  const int64_t C = config.hidden_size, F = config.ffn_hidden_size, HD = config.head_dim();
+  const int64_t NH = config.num_attention_heads, NG = config.query_groups();
+  const auto hf = by_name(backend::to_hf_tensors(config, model.tensors(), model.parameters()));
+
+  std::set<std::string> expected = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
+  for (int layer = 0; layer < 2; ++layer) {
+    for (const char* suffix : {"input_layernorm.weight", "self_attn.q_proj.weight",
+                               "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                               "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+                               "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
+      expected.insert(fmt::format("model.layers.{}.{}", layer, suffix));
+    }
+  }
+  std::set<std::string> names;
+  for (const auto& [name, tensor] : hf) names.insert(name);
+  CHECK(names == expected);
+  CHECK(hf.at("model.layers.0.self_attn.q_proj.weight").shape == std::vector<int64_t>{NH * HD, C});
+  CHECK(hf.at("model.layers.0.self_attn.k_proj.weight").shape == std::vector<int64_t>{NG * HD, C});
+  CHECK(hf.at("model.layers.0.self_attn.v_proj.weight").shape == std::vector<int64_t>{NG * HD, C});
+  CHECK(hf.at("model.layers.0.mlp.gate_proj.weight").shape == std::vector<int64_t>{F, C});
+  CHECK(hf.at("model.layers.0.mlp.down_proj.weight").shape == std::vector<int64_t>{C, F});
+
+  // Megatron's qkv rows, per query group g: [its NH/NG query heads | key | value], HD rows
+  // each (Megatron core's get_query_key_value_tensors); query head j of group g is q_proj
+  // rows (g·NH/NG + j)·HD.., the group's key and value k_proj / v_proj rows g·HD...
+  // linear_fc1 rows are [gate | up].
+  int mismatches = 0;
+  const int64_t per_group = NH / NG;
+  const auto& q = hf.at("model.layers.1.self_attn.q_proj.weight").values;
+  const auto& k = hf.at("model.layers.1.self_attn.k_proj.weight").values;
+  const auto& v = hf.at("model.layers.1.self_attn.v_proj.weight").values;
+  auto qkv = [&](int64_t row, int64_t in) {
+    return megatron_value(model, "decoder.layers.1.self_attention.linear_qkv.weight", row * C + in);
+  };
+  for (int64_t g = 0; g < NG; ++g) {
+    const int64_t base = g * (per_group + 2) * HD;
+    for (int64_t d = 0; d < HD; ++d) {
+      for (int64_t in = 0; in < C; ++in) {
+        for (int64_t j = 0; j < per_group; ++j) {
+          mismatches += q[static_cast<size_t>(((g * per_group + j) * HD + d) * C + in)] !=
+                        qkv(base + j * HD + d, in);
+        }
+        mismatches += k[static_cast<size_t>((g * HD + d) * C + in)] != qkv(base + per_group * HD + d, in);
+        mismatches += v[static_cast<size_t>((g * HD + d) * C + in)] !=
+                      qkv(base + (per_group + 1) * HD + d, in);
+      }
+    }
+  }
+  const auto& gate = hf.at("model.layers.0.mlp.gate_proj.weight").values;
+  const auto& up = hf.at("model.layers.0.mlp.up_proj.weight").values;
+  for (int64_t i = 0; i < F * C; ++i) {
+    mismatches += gate[static_cast<size_t>(i)] != megatron_value(model, "decoder.layers.0.mlp.linear_fc1.weight", i);
+    mismatches += up[static_cast<size_t>(i)] !=
+                  megatron_value(model, "decoder.layers.0.mlp.linear_fc1.weight", F * C + i);
+  }
+  for (const auto& [megatron, hf_name] : std::vector<std::pair<std::string, std::string>>{
+           {"embedding.word_embeddings.weight", "model.embed_tokens.weight"},
+           {"output_layer.weight", "lm_head.weight"},
+           {"decoder.layers.1.input_layernorm.weight", "model.layers.1.input_layernorm.weight"},
+           {"decoder.layers.1.pre_mlp_layernorm.weight", "model.layers.1.post_attention_layernorm.weight"},
+           {"decoder.layers.1.self_attention.linear_proj.weight", "model.layers.1.self_attn.o_proj.weight"},
+           {"decoder.layers.1.mlp.linear_fc2.weight", "model.layers.1.mlp.down_proj.weight"},
+           {"decoder.final_layernorm.weight", "model.norm.weight"}}) {
+    const auto& values = hf.at(hf_name).values;
+    for (size_t i = 0; i < values.size(); ++i) {
+      mismatches += values[i] != megatron_value(model, megatron, static_cast<int64_t>(i));
+    }
+  }
+  CHECK(mismatches == 0);
+
+  const auto json = backend::hf_config_json(config);
+  CHECK(json["model_type"] == "llama");
+  CHECK(json["architectures"] == nlohmann::json::array({"LlamaForCausalLM"}));
+  CHECK(json["hidden_size"] == C);
+  CHECK(json["intermediate_size"] == F);
+  CHECK(json["num_attention_heads"] == NH);
+  CHECK(json["num_key_value_heads"] == NG);
+  CHECK(json["num_hidden_layers"] == 2);
+  CHECK(json["rms_norm_eps"] == 1e-6);
+  CHECK(json["rope_theta"] == 500000.0);
+  CHECK(json["max_position_embeddings"] == 12);
+  CHECK(json["vocab_size"] == 64);
+  CHECK(json["tokenizer_vocab_size"] == 50);
+  CHECK(json["tie_word_embeddings"] == false);
+  CHECK(json["hidden_act"] == "silu");
+  CHECK(json["attention_bias"] == false);
+}
+
+TEST_CASE("hf_format: Llama variants round trip bit for bit") {
+  TemporaryDirectory directory;
+  GptConfig config = tiny_llama_config();
+  SUBCASE("untied, no biases") {}
+  SUBCASE("tied") { config.share_embeddings_and_output_weights = true; }
+  SUBCASE("with biases") { config.add_bias_linear = true; }
+  SUBCASE("grouped-query attention, with biases") {
+    config.num_query_groups = 2;
+    config.add_bias_linear = true;
+  }
+  SUBCASE("multi-query attention") { config.num_query_groups = 1; }
+  auto model = initialised_model(config);
+  backend::export_hf(directory.path / "hf", model);
+  const auto file = backend::read_safetensors(directory.path / "hf" / "model.safetensors");
+  std::set<std::string> names;
+  for (const auto& tensor : file.tensors) names.insert(tensor.name);
+  CHECK(names.contains("lm_head.weight") == !config.share_embeddings_and_output_weights);
+  CHECK(names.contains("model.layers.0.self_attn.k_proj.bias") == config.add_bias_linear);
+  CHECK(names.contains("model.layers.0.mlp.up_proj.bias") == config.add_bias_linear);
+
+  auto imported = backend::import_hf(directory.path / "hf");
+  const GptConfig& back = imported.config();
+  CHECK(back.position_embedding_type == config.position_embedding_type);
+  CHECK(back.normalization == config.normalization);
+  CHECK(back.swiglu == config.swiglu);
+  CHECK(back.add_bias_linear == config.add_bias_linear);
+  CHECK(back.share_embeddings_and_output_weights == config.share_embeddings_and_output_weights);
+  CHECK(back.rotary_base == config.rotary_base);
+  CHECK(back.layernorm_epsilon == config.layernorm_epsilon);
+  CHECK(back.ffn_hidden_size == config.ffn_hidden_size);
+  CHECK(back.vocab_size == config.vocab_size);
+  CHECK(back.query_groups() == config.query_groups());
+  REQUIRE(imported.parameters().size() == model.parameters().size());
+  CHECK(std::equal(model.parameters().begin(), model.parameters().end(),
+                   imported.parameters().begin()));
+  const auto tokens = ids(2 * 8, 50, 3), labels = ids(2 * 8, 50, 4);
+  CHECK(model.forward(tokens, labels, 2, 8) == imported.forward(tokens, labels, 2, 8));
+}
+
+TEST_CASE("hf_format: Llama settings that cannot load, and models with no HF architecture") {
+  TemporaryDirectory directory;
+  const GptConfig config = tiny_llama_config();
+  const auto model = initialised_model(config);
+  const auto dir = directory.path / "hf";
+  backend::export_hf(dir, model);
+  const auto good = backend::hf_config_json(config);
+  auto refused = [&](const char* key, const nlohmann::json& value, const char* why) {
+    auto json = good;
+    json[key] = value;
+    write_text(dir / "config.json", json.dump());
+    CHECK_THROWS_WITH_AS(backend::import_hf(dir), doctest::Contains(why), common::Error);
+  };
+  refused("num_key_value_heads", 3, "num_key_value_heads 3 must be positive and divide num_attention_heads 4");
+  refused("hidden_act", "gelu", "hidden_act 'gelu' is not supported");
+  refused("rope_scaling", {{"type", "linear"}, {"factor", 2.0}}, "rope_scaling");
+  refused("attention_bias", true, "attention_bias true and mlp_bias false differ");
+  refused("head_dim", 8, "head_dim 8 is not hidden_size / num_attention_heads = 4");
+  refused("rope_theta", 10000.5, "rope_theta 10000.5 must be a whole number");
+
+  // A saved but tied lm_head must equal embed_tokens.
+  auto tied = good;
+  tied["tie_word_embeddings"] = true;
+  write_text(dir / "config.json", tied.dump());
+  CHECK_THROWS_WITH_AS(backend::import_hf(dir),
+                       doctest::Contains("lm_head.weight differs from model.embed_tokens.weight"),
+                       common::Error);
+
+  GptConfig hybrid = config;
+  hybrid.normalization = backend::Normalization::layer_norm;  // RoPE with LayerNorm
+  GptModel<float> hybrid_model(hybrid);
+  CHECK_THROWS_WITH_AS(backend::export_hf(directory.path / "hybrid", hybrid_model),
+                       doctest::Contains("no Hugging Face architecture computes this model"),
+                       common::Error);
+  GptConfig grouped_gpt = tiny_gpt_config();
+  grouped_gpt.num_query_groups = 2;
+  GptModel<float> grouped_gpt_model(grouped_gpt);
+  CHECK_THROWS_WITH_AS(backend::export_hf(directory.path / "grouped", grouped_gpt_model),
+                       doctest::Contains("2 query groups for 4 heads"), common::Error);
+  GptConfig partial = config;
+  partial.rotary_percent = 0.5;
+  GptModel<float> partial_model(partial);
+  CHECK_THROWS_WITH_AS(backend::export_hf(directory.path / "partial", partial_model),
+                       doctest::Contains("--rotary-percent 1.0"), common::Error);
 }

@@ -100,10 +100,17 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
+def linear(p, name, x):
+    """torch.nn.Linear as LlamaForCausalLM's: weight (out, in), a bias only where one is saved
+    (attention_bias / mlp_bias)."""
+    y = x @ p[name + ".weight"].t()
+    return y + p[name + ".bias"] if name + ".bias" in p else y
+
+
 def llama_loss(p, config, tokens, labels):
     """LlamaForCausalLM (modeling_llama.py): RMSNorm, rotary embeddings in the rotate_half form,
     grouped-query attention (kv head g serves query heads g·NH/NKV .. (g+1)·NH/NKV - 1), SwiGLU
-    MLP down(silu(gate(x)) · up(x)), no biases, lm_head tied to embed_tokens unless given."""
+    MLP down(silu(gate(x)) · up(x)), lm_head tied to embed_tokens unless it is saved."""
     C, NH = config["hidden_size"], config["num_attention_heads"]
     NKV = config.get("num_key_value_heads") or NH
     HD = C // NH
@@ -117,18 +124,18 @@ def llama_loss(p, config, tokens, labels):
     for i in range(config["num_hidden_layers"]):
         h = f"model.layers.{i}."
         a = rms_norm(x, p[h + "input_layernorm.weight"], eps)
-        q = (a @ p[h + "self_attn.q_proj.weight"].t()).view(B, T, NH, HD).transpose(1, 2)
-        k = (a @ p[h + "self_attn.k_proj.weight"].t()).view(B, T, NKV, HD).transpose(1, 2)
-        v = (a @ p[h + "self_attn.v_proj.weight"].t()).view(B, T, NKV, HD).transpose(1, 2)
+        q = linear(p, h + "self_attn.q_proj", a).view(B, T, NH, HD).transpose(1, 2)
+        k = linear(p, h + "self_attn.k_proj", a).view(B, T, NKV, HD).transpose(1, 2)
+        v = linear(p, h + "self_attn.v_proj", a).view(B, T, NKV, HD).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(NH // NKV, dim=1)
         v = v.repeat_interleave(NH // NKV, dim=1)
         context = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
-        x = x + context @ p[h + "self_attn.o_proj.weight"].t()
+        x = x + linear(p, h + "self_attn.o_proj", context)
         m = rms_norm(x, p[h + "post_attention_layernorm.weight"], eps)
-        gate = F.silu(m @ p[h + "mlp.gate_proj.weight"].t())
-        x = x + (gate * (m @ p[h + "mlp.up_proj.weight"].t())) @ p[h + "mlp.down_proj.weight"].t()
+        gated = F.silu(linear(p, h + "mlp.gate_proj", m)) * linear(p, h + "mlp.up_proj", m)
+        x = x + linear(p, h + "mlp.down_proj", gated)
     x = rms_norm(x, p["model.norm.weight"], eps)
     output = p["lm_head.weight"] if "lm_head.weight" in p else p["model.embed_tokens.weight"]
     logits = x @ output.t()
