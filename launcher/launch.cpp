@@ -218,9 +218,31 @@ LaunchComposition compose_for_launch(const MainOptions& options) {
   return {std::move(composed), std::move(choice), conf_dir};
 }
 
+namespace {
+
+// Job k of a multirun writes into <run.results_dir>/<k> (Hydra's sweep.dir/<job.num>). The
+// suffix goes onto the unresolved run.results_dir (and run.train_dir, where a later stage finds
+// the training run) of every stage section, so whatever interpolates them (exp_manager's log
+// dir, hence checkpoints; conversion's checkpoint folder) follows: two jobs of one sweep never
+// share, or resume from, each other's checkpoints.
+void give_job_its_own_results_dirs(Node& config, size_t job_number) {
+  if (!config.is_map()) return;
+  for (MapEntry& section : config.entries()) {
+    for (const char* key : {"run.results_dir", "run.train_dir"}) {
+      Node* directory = section.value.is_map() ? find(section.value, key) : nullptr;
+      if (directory == nullptr || !directory->is_string()) continue;
+      *directory = Node::string(fmt::format("{}/{}", directory->as_string(), job_number),
+                                directory->location());
+    }
+  }
+}
+
+}  // namespace
+
 int launch_main(const MainOptions& options, std::ostream& terminal) {
   LaunchComposition launch = compose_for_launch(options);
   ComposedConfig& composed = launch.composed;
+  if (options.job_number) give_job_its_own_results_dirs(composed.config, *options.job_number);
   const std::string& cluster_type = launch.cluster.type;
   const Node config = resolve(composed.config, ResolveContext{composed.choices});
 
@@ -252,7 +274,6 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
     std::optional<JobSpec> job = build_stage_job(stage, stage_context);
     if (!job) continue;
     job->environment = job_environment(config);
-    if (options.job_number) job->results_dir /= std::to_string(*options.job_number);
     job->after_job_id = previous_job_id;
 
     fs::create_directories(job->results_dir);

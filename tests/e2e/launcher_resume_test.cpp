@@ -85,3 +85,23 @@ TEST_CASE("launching the same run again resumes from its checkpoint and keeps th
   CHECK(script.find("--save") != std::string::npos);
   CHECK(script.find("--use-checkpoint-opt_param-scheduler") != std::string::npos);
 }
+
+TEST_CASE("the jobs of a multirun keep their own checkpoints and never resume each other's") {
+  // Before each job had its own run.results_dir in the config, every job's exp_manager log dir
+  // (hence --save/--load) was the same: job 1 resumed job 0's checkpoint.
+  test_support::TemporaryDirectory temporary;
+  auto command = tiny_run(temporary.path, 2);
+  command.insert(command.begin() + 2, "-m");
+  command.push_back("training.model.micro_batch_size=1,2");
+  const auto sweep = launcher::run_and_capture(command);
+  INFO(sweep.output);
+  REQUIRE(sweep.exit_code == 0);
+  CHECK(sweep.output.find("loading checkpoint from") == std::string::npos);
+  for (const char* job : {"0", "1"}) {
+    CAPTURE(job);
+    const fs::path checkpoints = temporary.path / "gpt3_126m" / job / "results" / "checkpoints";
+    CHECK(fs::is_regular_file(checkpoints / "iter_0000002" / "mp_rank_00" / "model_optim_rng.bin"));
+    CHECK(read_file(checkpoints / "latest_checkpointed_iteration.txt") == "2");
+  }
+  CHECK_FALSE(fs::exists(temporary.path / "gpt3_126m" / "results"));
+}
