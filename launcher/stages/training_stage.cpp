@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 
 #include "backend/common/error.hpp"
@@ -75,6 +76,11 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
     {"model.bias", "--disable-bias-linear", "false → --disable-bias-linear"},
     {"model.share_embeddings_and_output_weights", "--untie-embeddings-and-output-weights",
      "false → --untie-embeddings-and-output-weights"},
+    {"model.rampup_batch_size", "--rampup-batch-size --train-samples --lr-warmup-samples --lr-decay-samples",
+     "[start, increment, samples] → --rampup-batch-size start increment samples; Megatron ramps "
+     "only in sample-based runs, so --train-iters, --lr-warmup-iters and --lr-decay-iters become "
+     "the same lengths in samples (× global_batch_size): the run consumes max_steps × "
+     "global_batch_size samples, in more steps than max_steps while the batch is small"},
     {"model.num_query_groups", "--group-query-attention --num-query-groups",
      "set and different from num_attention_heads → both flags"},
     {"exp_manager.explicit_log_dir", "--benchmark-output",
@@ -133,6 +139,44 @@ std::string decay_style(const std::string& scheduler) {
                  "CosineAnnealing, LinearAnnealing, Constant)", scheduler);
   }
   return it->second;
+}
+
+// NeMo's model.rampup_batch_size: [start, increment, samples]. Megatron ramps the batch only in
+// sample-based runs (it refuses --rampup-batch-size with --train-iters), so the iteration
+// lengths already in `arguments` are rewritten as the same lengths in samples.
+void rampup_in_samples(const Node& training, const Node& rampup, std::vector<std::string>& arguments) {
+  const std::string key = "training.model.rampup_batch_size";
+  if (!rampup.is_list() || rampup.size() != 3) {
+    common::fail("{}: expected [start_batch_size, batch_size_increment, rampup_samples], e.g. "
+                 "[32, 32, 2000000], or null", key);
+  }
+  std::vector<std::string> values;
+  for (size_t i = 0; i < 3; ++i) {
+    const int64_t value = rampup.at(i).as_int(fmt::format("{}.{}", key, i));
+    if (value <= 0) common::fail("{}.{} is {}: every entry must be positive", key, i, value);
+    values.push_back(fmt::format("{}", value));
+  }
+  const int64_t global_batch_size = integer_or(training, "model.global_batch_size", 0);
+  if (global_batch_size <= 0) {
+    common::fail("{} needs training.model.global_batch_size (the batch size the ramp ends at)", key);
+  }
+  const std::map<std::string, std::string> in_samples = {{"--train-iters", "--train-samples"},
+                                                         {"--lr-warmup-iters", "--lr-warmup-samples"},
+                                                         {"--lr-decay-iters", "--lr-decay-samples"}};
+  for (size_t i = 0; i + 1 < arguments.size(); ++i) {
+    const auto renamed = in_samples.find(arguments[i]);
+    if (renamed == in_samples.end()) continue;
+    int64_t iterations = 0;
+    const std::string& text = arguments[i + 1];
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), iterations);
+    if (error != std::errc() || end != text.data() + text.size()) {
+      common::fail("{} needs whole numbers of steps to count in samples; {} is '{}'", key,
+                   arguments[i], text);
+    }
+    arguments[i] = renamed->second;
+    arguments[i + 1] = fmt::format("{}", iterations * global_batch_size);
+  }
+  arguments.insert(arguments.end(), {"--rampup-batch-size", values[0], values[1], values[2]});
 }
 
 }  // namespace
@@ -282,6 +326,9 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
   }
   if (is_true(training, "exp_manager.resume_if_exists")) {
     arguments.insert(arguments.end(), {"--load", checkpoints, "--use-checkpoint-opt_param-scheduler"});
+  }
+  if (const Node* rampup = lookup(training, "model.rampup_batch_size")) {
+    rampup_in_samples(training, *rampup, arguments);
   }
   return arguments;
 }

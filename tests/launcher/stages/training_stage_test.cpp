@@ -158,3 +158,26 @@ TEST_CASE("exp_manager's checkpoint keys become --save, --save-interval and --lo
       doctest::Contains("training.exp_manager.checkpoint_callback_params.every_n_train_steps"),
       common::Error);
 }
+
+TEST_CASE("NeMo's rampup_batch_size becomes Megatron's sample-based ramp-up") {
+  const auto arguments = megatron_training_arguments(composed_126m(
+      {"training.model.rampup_batch_size=[8,8,400]", "training.model.global_batch_size=32",
+       "training.trainer.max_steps=100", "training.model.optim.sched.warmup_steps=10"}));
+  CHECK_FALSE(has(arguments, "--train-iters"));
+  CHECK_FALSE(has(arguments, "--lr-warmup-iters"));
+  CHECK_FALSE(has(arguments, "--lr-decay-iters"));
+  CHECK(flag_value(arguments, "--train-samples") == "3200");
+  CHECK(flag_value(arguments, "--lr-warmup-samples") == "320");
+  CHECK(flag_value(arguments, "--lr-decay-samples") == "3200");
+  const auto at = std::find(arguments.begin(), arguments.end(), "--rampup-batch-size");
+  REQUIRE(std::distance(at, arguments.end()) >= 4);
+  CHECK(std::vector<std::string>(at + 1, at + 4) == std::vector<std::string>{"8", "8", "400"});
+
+  CHECK_THROWS_WITH_AS(megatron_training_arguments(
+                           composed_126m({"training.model.rampup_batch_size=[8,8]"})),
+                       doctest::Contains("training.model.rampup_batch_size: expected [start_batch_size"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(megatron_training_arguments(
+                           composed_126m({"training.model.rampup_batch_size=[8,0,400]"})),
+                       doctest::Contains("training.model.rampup_batch_size.1 is 0"), common::Error);
+}
