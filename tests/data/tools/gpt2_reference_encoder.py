@@ -34,24 +34,27 @@ def byte_to_character():
     return mapping
 
 
-def main():
-    vocab_path, merges_path = sys.argv[1], sys.argv[2]
-    with open(vocab_path, encoding="utf-8") as f:
-        encoder = json.load(f)
-    with open(merges_path, encoding="utf-8") as f:
-        merge_lines = f.read().split("\n")[1:-1]
-    ranks = {tuple(line.split()): rank for rank, line in enumerate(merge_lines)}
-    byte_map = byte_to_character()
-    cache = {}
+class Gpt2Reference:
+    """OpenAI's encoder: text → (pre-tokenization pieces, ids)."""
 
-    def bpe(word):
-        if word in cache:
-            return cache[word]
+    def __init__(self, vocab_path, merges_path):
+        with open(vocab_path, encoding="utf-8") as f:
+            self.encoder = json.load(f)
+        with open(merges_path, encoding="utf-8") as f:
+            merge_lines = f.read().split("\n")[1:-1]
+        self.ranks = {tuple(line.split()): rank for rank, line in enumerate(merge_lines)}
+        self.byte_map = byte_to_character()
+        self.cache = {}
+        self.eod = self.encoder["<|endoftext|>"]
+
+    def bpe(self, word):
+        if word in self.cache:
+            return self.cache[word]
         symbols = list(word)
         while len(symbols) > 1:
             pairs = {(symbols[i], symbols[i + 1]) for i in range(len(symbols) - 1)}
-            best = min(pairs, key=lambda pair: ranks.get(pair, float("inf")))
-            if best not in ranks:
+            best = min(pairs, key=lambda pair: self.ranks.get(pair, float("inf")))
+            if best not in self.ranks:
                 break
             merged = []
             i = 0
@@ -63,20 +66,27 @@ def main():
                     merged.append(symbols[i])
                     i += 1
             symbols = merged
-        cache[word] = symbols
+        self.cache[word] = symbols
         return symbols
 
+    def encode(self, text):
+        pieces = PATTERN.findall(text)
+        ids = []
+        for piece in pieces:
+            word = "".join(self.byte_map[b] for b in piece.encode("utf-8"))
+            ids.extend(self.encoder[symbol] for symbol in self.bpe(word))
+        return pieces, ids
+
+
+def main():
+    reference = Gpt2Reference(sys.argv[1], sys.argv[2])
     results = []
     for item in json.load(sys.stdin):
         if isinstance(item, str):
             text = item
         else:
             text = bytes.fromhex(item["bytes_hex"]).decode("utf-8", "replace")
-        pieces = PATTERN.findall(text)
-        ids = []
-        for piece in pieces:
-            word = "".join(byte_map[b] for b in piece.encode("utf-8"))
-            ids.extend(encoder[symbol] for symbol in bpe(word))
+        pieces, ids = reference.encode(text)
         results.append({"pieces": pieces, "ids": ids,
                         "decoded_hex": text.encode("utf-8").hex()})
     json.dump(results, sys.stdout)
