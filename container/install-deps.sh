@@ -26,6 +26,8 @@ packages=(
   # backend CPU path: the OpenMP build of OpenBLAS, so GEMMs and our OpenMP loops share one
   # thread pool (libgomp) instead of two pools spinning against each other
   libopenblas-openmp-dev
+  # the GPT-2 tokenizer's Unicode letter/number classes; preprocess_data's .gz/.zst/.xz inputs
+  libutf8proc-dev zlib1g-dev libzstd-dev liblzma-dev
   # distributed (optional at build time, detected by CMake)
   openmpi-bin libopenmpi-dev
   # the test framework (the release build compiles the tests too)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Builds one libFuzzer target of the launcher's config engine with clang (ASan + UBSan, every
-# report fatal) straight from the sources it needs, and runs it for SECONDS from the seed
-# corpus in tests/fuzz/corpus/NAME/.
+# Builds one libFuzzer target (the launcher's config engine, or the GPT-2 tokenizer) with clang
+# (ASan + UBSan, every report fatal) straight from the sources it needs, and runs it for
+# SECONDS from the seed corpus in tests/fuzz/corpus/NAME/.
 #
-#   tests/fuzz/run_fuzzer.sh NAME SECONDS       NAME: override | compose
+#   tests/fuzz/run_fuzzer.sh NAME SECONDS       NAME: override | compose | tokenizer
 #
 # Environment: FUZZ_BUILD_DIR (default ${TMPDIR:-/tmp}/launcher-fuzz): objects, binaries, the
 # working corpus (grows across runs) and crash artifacts; FUZZ_JOBS (default 2): parallel
@@ -13,7 +13,7 @@
 set -euo pipefail
 
 if [[ $# -ne 2 || ! $2 =~ ^[0-9]+$ ]]; then
-  echo "usage: $0 NAME SECONDS   (NAME: override | compose)" >&2
+  echo "usage: $0 NAME SECONDS   (NAME: override | compose | tokenizer)" >&2
   exit 1
 fi
 name=$1
@@ -52,13 +52,20 @@ printf '%s\n' '#include <cstdint>' '#include <cstddef>' \
 "$cxx" -fsanitize=fuzzer,address,undefined "$probe" -o "$build/obj/probe" 2>"$build/obj/probe.log" ||
   unavailable "$cxx cannot link -fsanitize=fuzzer,address,undefined: $(head -c 300 "$build/obj/probe.log")"
 
-sources=("$root"/launcher/config/*.cpp "$root/backend/common/logging.cpp"
-         "$root/backend/common/suggest.cpp" "$target_source")
+if [[ $name == tokenizer ]]; then
+  sources=("$root/backend/data/gpt2_bpe_tokenizer.cpp" "$root/backend/data/unicode_text.cpp"
+           "$target_source")
+  flags+=(-DFUZZ_SOURCE_DIR="\"$root\"")
+  libraries+=($(pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc))
+else
+  sources=("$root"/launcher/config/*.cpp "$root/backend/common/logging.cpp"
+           "$root/backend/common/suggest.cpp" "$target_source")
+fi
 binary="$build/${name}_fuzzer"
 
 # Rebuild when the flags changed or any source or header involved is newer than the binary.
 stamp="$build/obj/$name.flags"
-newest_input=$(find "$root/launcher/config" "$root/backend/common" "$here" -maxdepth 1 \
+newest_input=$(find "$root/launcher/config" "$root/backend/common" "$root/backend/data" "$here" -maxdepth 1 \
                  \( -name '*.cpp' -o -name '*.hpp' \) -newer "$binary" 2>/dev/null | head -1 || true)
 if [[ ! -x $binary || -n $newest_input || ! -f $stamp || "$(cat "$stamp")" != "${flags[*]}" ]]; then
   echo "fuzz/$name: building $binary ($cxx, ${#sources[@]} sources, $jobs at a time)"

@@ -1,0 +1,74 @@
+// preprocess_data: Megatron's tools/preprocess_data.py (JSONL → tokenized .bin/.idx) and, with
+// --merge, tools/merge_datasets.py, native and multi-threaded.
+//
+// Per input line (one JSON object = one document), for each --json-keys key: the value is a
+// string (one sequence) or a list of strings (one sequence per string, Megatron's sentence
+// lists); each is tokenized, sequences with no tokens are dropped, and with --append-eod the
+// eod id is appended to a document that has tokens and counted in its last sequence's length
+// (current Megatron's Encoder.encode; Megatron 23.06 left it out of the length). A document
+// with no tokens is still recorded, as zero sequences. Output per key:
+// {output_prefix}_{key}_document.{bin,idx} (indexed_dataset.hpp), dtype uint16 below 65,500
+// ids, else int32. Every key is finalized (Megatron's script finalizes only the last one).
+//
+// Where Megatron stops with a traceback, this counts and goes on: a line that is not a JSON
+// object, lacks a key, or has a value that is not a string or a list of strings (or text the
+// NullTokenizer cannot read) is skipped in every output and reported with its file and line;
+// --strict makes the first one fatal. Invalid UTF-8 in a line is replaced (U+FFFD per maximal
+// ill-formed subsequence, Python's errors="replace") before parsing, and counted. Blank lines
+// are ignored. Inputs may be plain, .gz, .zst or .xz (compressed_input.hpp), several at once,
+// written in the order given into one output.
+//
+// Pipeline: a reader thread cuts the (decompressed) input into batches of whole lines, --workers
+// threads parse and tokenize batches (each with its own tokenizer clone and word cache), and the
+// calling thread writes finished batches in input order. At most 2 × workers + 2 batches are in
+// flight, and the writer streams its index (indexed_dataset.hpp), so memory is bounded by the
+// batch size whatever the corpus size, apart from a single line longer than a batch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "backend/data/tokenizer.hpp"
+
+namespace backend {
+
+struct PreprocessOptions {
+  std::vector<std::string> inputs;  // --input: JSONL files; with --merge, a directory or prefixes
+  std::string output_prefix;        // --output-prefix
+  std::vector<std::string> json_keys{"text"};
+  TokenizerOptions tokenizer;
+  bool append_eod = false;
+  int workers = 1;
+  int64_t log_interval = 1000;
+  bool strict = false;
+  bool merge = false;
+  int64_t batch_bytes = int64_t(1) << 20;  // input bytes per work item (a tuning knob for tests)
+};
+
+struct PreprocessOutput {
+  std::string key, prefix;
+  int64_t documents = 0, sequences = 0, tokens = 0, empty_documents = 0;
+};
+
+struct PreprocessSummary {
+  int64_t documents = 0;  // non-blank input lines, bad ones included (Megatron's count)
+  int64_t bad_lines = 0, repaired_lines = 0, input_bytes = 0;
+  int64_t peak_rss_bytes = 0;  // the process's peak resident memory (getrusage)
+  double seconds = 0;
+  std::vector<PreprocessOutput> outputs;
+};
+
+// Parses Megatron's preprocess_data.py flags; nullopt after --help.
+std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char* const* argv);
+
+// Runs the conversion (or the merge with options.merge). Megatron's lines "Opening <file>"
+// and "Time to startup: <s>" go to `out`; the progress lines
+// "Processed <n> documents (<r> docs/s, <m> MB/s)." every --log-interval documents, bad-line
+// reports and the final summary go to `err`.
+PreprocessSummary preprocess_data(const PreprocessOptions& options, std::ostream& out,
+                                  std::ostream& err);
+
+}  // namespace backend

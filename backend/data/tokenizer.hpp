@@ -1,0 +1,64 @@
+// The tokenizer interface shared by preprocessing, training and generation, after Megatron's
+// MegatronTokenizer (megatron/core/datasets/megatron_tokenizer.py): a vocabulary size, the
+// end-of-document id that separates documents, text → ids and ids → text. Two kinds exist:
+//   GPT2BPETokenizer  GPT-2's byte-level BPE (gpt2_bpe_tokenizer.hpp)
+//   NullTokenizer     ids written as integers in the text, for tests and --vocab-size runs
+//                     (null_tokenizer.hpp)
+// SentencePiece tokenizers (Llama, GPTSentencePieceTokenizer) and HuggingFace ones are not
+// built (docs/data.md).
+//
+// Texts are bytes: tokenize() accepts any byte string (a GPT-2 tokenizer replaces invalid
+// UTF-8, see gpt2_bpe_tokenizer.hpp), detokenize() returns the bytes the ids stand for, which
+// need not be valid UTF-8 when the ids split a character.
+//
+// A tokenizer keeps caches and scratch buffers, so tokenize() is not const and one instance
+// serves one thread; clone() gives another thread its own instance sharing the read-only
+// vocabulary tables.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace backend {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Number of ids (Megatron's tokenizer.vocab_size, before padding for the embedding).
+  virtual int64_t vocab_size() const = 0;
+  // The end-of-document id appended by preprocess_data --append-eod.
+  virtual int32_t eod() const = 0;
+
+  // Appends the ids of `text` to `ids`.
+  virtual void tokenize(std::string_view text, std::vector<int32_t>& ids) = 0;
+  std::vector<int32_t> tokenize(std::string_view text) {
+    std::vector<int32_t> ids;
+    tokenize(text, ids);
+    return ids;
+  }
+
+  // The bytes the ids stand for; an id outside [0, vocab_size) is an error.
+  virtual std::string detokenize(std::span<const int32_t> ids) const = 0;
+
+  // A fresh instance for another thread; read-only tables are shared, caches are not.
+  virtual std::unique_ptr<Tokenizer> clone() const = 0;
+};
+
+// What Megatron's build_tokenizer reads from the command line.
+struct TokenizerOptions {
+  std::string tokenizer_type;  // --tokenizer-type: GPT2BPETokenizer or NullTokenizer
+  std::string vocab_file;      // --vocab-file (GPT-2's vocab.json)
+  std::string merge_file;      // --merge-file (GPT-2's merges.txt)
+  int64_t vocab_size = 0;      // --vocab-size (NullTokenizer: ids 0 .. vocab_size, eod last)
+};
+
+// Builds the tokenizer the options name; missing or bad inputs are common::Error naming
+// the flag or file.
+std::unique_ptr<Tokenizer> build_tokenizer(const TokenizerOptions& options);
+
+}  // namespace backend

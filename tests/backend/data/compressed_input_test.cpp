@@ -1,0 +1,118 @@
+// CompressedInput: plain, gzip (several members), zstd and xz read back exactly, whatever the
+// read size (1-byte reads exercise the output the decoders hold back), formats told by
+// content, and damaged data reported with the file name.
+#include <doctest/doctest.h>
+
+#include <lzma.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include <fstream>
+#include <string>
+
+#include "backend/common/error.hpp"
+#include "backend/data/compressed_input.hpp"
+#include "temporary_directory.hpp"
+
+using namespace backend;
+
+namespace {
+
+std::string gzip(const std::string& text) {
+  z_stream stream{};
+  REQUIRE(deflateInit2(&stream, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+  std::string out(deflateBound(&stream, text.size()) + 64, '\0');
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  stream.avail_in = static_cast<uInt>(text.size());
+  stream.next_out = reinterpret_cast<Bytef*>(out.data());
+  stream.avail_out = static_cast<uInt>(out.size());
+  REQUIRE(deflate(&stream, Z_FINISH) == Z_STREAM_END);
+  out.resize(stream.total_out);
+  deflateEnd(&stream);
+  return out;
+}
+
+std::string zstd(const std::string& text) {
+  std::string out(ZSTD_compressBound(text.size()), '\0');
+  const size_t size = ZSTD_compress(out.data(), out.size(), text.data(), text.size(), 19);
+  REQUIRE(!ZSTD_isError(size));
+  out.resize(size);
+  return out;
+}
+
+std::string xz(const std::string& text) {
+  std::string out(lzma_stream_buffer_bound(text.size()), '\0');
+  size_t position = 0;
+  REQUIRE(lzma_easy_buffer_encode(6, LZMA_CHECK_CRC64, nullptr,
+                                  reinterpret_cast<const uint8_t*>(text.data()), text.size(),
+                                  reinterpret_cast<uint8_t*>(out.data()), &position,
+                                  out.size()) == LZMA_OK);
+  out.resize(position);
+  return out;
+}
+
+std::string read_all(const std::string& path, size_t read_size) {
+  CompressedInput input(path);
+  std::string text, chunk(read_size, '\0');
+  while (const size_t got = input.read(chunk.data(), chunk.size())) text.append(chunk.data(), got);
+  return text;
+}
+
+void write_file(const std::filesystem::path& path, const std::string& contents) {
+  std::ofstream out(path, std::ios::binary);
+  out << contents;
+}
+
+}  // namespace
+
+TEST_CASE("compressed inputs read back exactly with any read size") {
+  test_support::TemporaryDirectory directory;
+  std::string text;
+  for (int i = 0; i < 20000; ++i) text += "{\"text\": \"line " + std::to_string(i * 7919 % 10007) + "\"}\n";
+  const auto path = [&](const char* name) { return (directory.path / name).string(); };
+  write_file(path("plain.jsonl"), text);
+  write_file(path("two-members.gz"), gzip(text.substr(0, 1000)) + gzip(text.substr(1000)));
+  write_file(path("data.zst"), zstd(text.substr(0, 5000)) + zstd(text.substr(5000)));
+  write_file(path("data.xz"), xz(text));
+  write_file(path("gzip-named.jsonl"), gzip(text));  // told by content, not by name
+  write_file(path("empty"), "");
+  for (const char* name : {"plain.jsonl", "two-members.gz", "data.zst", "data.xz", "gzip-named.jsonl"}) {
+    CAPTURE(name);
+    CHECK(read_all(path(name), 1 << 16) == text);
+    CHECK(read_all(path(name), 1) .size() == text.size());
+  }
+  CHECK(read_all(path("two-members.gz"), 1) == text);
+  CHECK(read_all(path("data.xz"), 7) == text);
+  CHECK(read_all(path("empty"), 10).empty());
+  CHECK(std::string(CompressedInput(path("gzip-named.jsonl")).format()) == "gzip");
+  CHECK(std::string(CompressedInput(path("data.zst")).format()) == "zstd");
+  CHECK(std::string(CompressedInput(path("data.xz")).format()) == "xz");
+  CHECK(std::string(CompressedInput(path("plain.jsonl")).format()) == "plain");
+}
+
+TEST_CASE("missing, truncated and corrupt compressed inputs name the file") {
+  test_support::TemporaryDirectory directory;
+  const std::string text(100000, 'x');
+  const auto path = [&](const char* name) { return (directory.path / name).string(); };
+  CHECK_THROWS_WITH_AS(CompressedInput(path("missing.gz")),
+                       doctest::Contains("cannot open --input"), common::Error);
+  std::string cut = gzip(text);
+  cut.resize(cut.size() - 12);
+  write_file(path("cut.gz"), cut);
+  CHECK_THROWS_WITH_AS(read_all(path("cut.gz"), 4096), doctest::Contains("cut.gz: the gzip data ends early"),
+                       common::Error);
+  std::string bad = gzip(text);
+  bad[3] = static_cast<char>(0xE0);  // reserved flag bits of the gzip header
+  write_file(path("bad.gz"), bad);
+  CHECK_THROWS_WITH_AS(read_all(path("bad.gz"), 4096), doctest::Contains("bad.gz: corrupt gzip data"),
+                       common::Error);
+  std::string cut_zstd = zstd(text);
+  cut_zstd.resize(cut_zstd.size() - 3);
+  write_file(path("cut.zst"), cut_zstd);
+  CHECK_THROWS_WITH_AS(read_all(path("cut.zst"), 4096), doctest::Contains("cut.zst: the zstd data ends early"),
+                       common::Error);
+  std::string cut_xz = xz(text);
+  cut_xz.resize(cut_xz.size() / 2);
+  write_file(path("cut.xz"), cut_xz);
+  CHECK_THROWS_WITH_AS(read_all(path("cut.xz"), 4096), doctest::Contains("cut.xz"), common::Error);
+}

@@ -1,0 +1,340 @@
+// preprocess_data: byte-identical to golden outputs made by an independent transcription of
+// Megatron's preprocess_data.py + IndexedDatasetBuilder (tests/data/tools/
+// megatron_preprocess_reference.py) for any worker count and batch size; compressed inputs;
+// bad lines counted with line numbers (fatal with --strict, leaving no output files);
+// invalid UTF-8 replaced; Megatron's progress line; --merge equal to preprocessing the
+// concatenated input; flag errors.
+#include <doctest/doctest.h>
+
+#include <lzma.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/common/error.hpp"
+#include "backend/data/gpt2_bpe_tokenizer.hpp"
+#include "backend/data/indexed_dataset.hpp"
+#include "backend/data/preprocess_data.hpp"
+#include "temporary_directory.hpp"
+
+using namespace backend;
+
+namespace {
+
+const std::string kDataDir = std::string(TEST_SOURCE_DIR) + "/tests/data";
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+void write_file(const std::filesystem::path& path, const std::string& contents) {
+  std::ofstream out(path, std::ios::binary);
+  out << contents;
+}
+
+PreprocessOptions gpt2_options(std::vector<std::string> inputs, std::string output_prefix) {
+  PreprocessOptions options;
+  options.inputs = std::move(inputs);
+  options.output_prefix = std::move(output_prefix);
+  options.tokenizer = {.tokenizer_type = "GPT2BPETokenizer",
+                       .vocab_file = kDataDir + "/gpt2-vocab.json",
+                       .merge_file = kDataDir + "/gpt2-merges.txt",
+                       .vocab_size = 0};
+  options.append_eod = true;
+  return options;
+}
+
+PreprocessSummary run(const PreprocessOptions& options, std::string* err_text = nullptr) {
+  std::ostringstream out, err;
+  PreprocessSummary summary = preprocess_data(options, out, err);
+  if (err_text != nullptr) *err_text = err.str();
+  return summary;
+}
+
+std::vector<std::string> directory_entries(const std::filesystem::path& directory) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string gzip(const std::string& text) {
+  z_stream stream{};
+  REQUIRE(deflateInit2(&stream, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+  std::string out(deflateBound(&stream, text.size()) + 64, '\0');
+  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  stream.avail_in = static_cast<uInt>(text.size());
+  stream.next_out = reinterpret_cast<Bytef*>(out.data());
+  stream.avail_out = static_cast<uInt>(out.size());
+  REQUIRE(deflate(&stream, Z_FINISH) == Z_STREAM_END);
+  out.resize(stream.total_out);
+  deflateEnd(&stream);
+  return out;
+}
+
+std::string zstd(const std::string& text) {
+  std::string out(ZSTD_compressBound(text.size()), '\0');
+  const size_t size = ZSTD_compress(out.data(), out.size(), text.data(), text.size(), 3);
+  REQUIRE(!ZSTD_isError(size));
+  out.resize(size);
+  return out;
+}
+
+std::string xz(const std::string& text) {
+  std::string out(lzma_stream_buffer_bound(text.size()), '\0');
+  size_t position = 0;
+  REQUIRE(lzma_easy_buffer_encode(6, LZMA_CHECK_CRC64, nullptr,
+                                  reinterpret_cast<const uint8_t*>(text.data()), text.size(),
+                                  reinterpret_cast<uint8_t*>(out.data()), &position,
+                                  out.size()) == LZMA_OK);
+  out.resize(position);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("preprocess_data output is byte-identical to Megatron's for every worker count") {
+  test_support::TemporaryDirectory directory;
+  for (const int workers : {1, 3}) {
+    for (const int64_t batch_bytes : {int64_t{64}, int64_t{1} << 20}) {
+      CAPTURE(workers);
+      CAPTURE(batch_bytes);
+      const std::string prefix = (directory.path / "sample").string();
+      PreprocessOptions options = gpt2_options({kDataDir + "/preprocess_sample.jsonl"}, prefix);
+      options.json_keys = {"text", "title"};
+      options.workers = workers;
+      options.batch_bytes = batch_bytes;
+      const PreprocessSummary summary = run(options);
+      CHECK(summary.documents == 15);
+      CHECK(summary.bad_lines == 0);
+      REQUIRE(summary.outputs.size() == 2);
+      CHECK(summary.outputs[0].empty_documents == 2);
+      for (const char* key : {"text", "title"}) {
+        for (const char* extension : {".bin", ".idx"}) {
+          const std::string name = std::string("sample_") + key + "_document" + extension;
+          CHECK_MESSAGE(read_file(directory.path / name) ==
+                            read_file(kDataDir + "/preprocess_" + name),
+                        name);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gzip, zstd and xz inputs give the same output as plain text") {
+  test_support::TemporaryDirectory directory;
+  const std::string text = read_file(kDataDir + "/preprocess_sample.jsonl");
+  write_file(directory.path / "plain.jsonl", text);
+  write_file(directory.path / "sample.jsonl.gz", gzip(text.substr(0, 500)) + gzip(text.substr(500)));
+  write_file(directory.path / "sample.jsonl.zst", zstd(text));
+  write_file(directory.path / "sample.jsonl.xz", xz(text));
+  run(gpt2_options({(directory.path / "plain.jsonl").string()}, (directory.path / "plain").string()));
+  const std::string expected = read_file(directory.path / "plain_text_document.bin");
+  CHECK(expected == read_file(kDataDir + "/preprocess_sample_text_document.bin"));
+  for (const char* name : {"sample.jsonl.gz", "sample.jsonl.zst", "sample.jsonl.xz"}) {
+    CAPTURE(name);
+    const std::string prefix = (directory.path / (std::string(name) + ".out")).string();
+    run(gpt2_options({(directory.path / name).string()}, prefix));
+    CHECK(read_file(prefix + "_text_document.bin") == expected);
+    CHECK(read_file(prefix + "_text_document.idx") ==
+          read_file(directory.path / "plain_text_document.idx"));
+  }
+  // Damaged compressed data names the file.
+  std::string truncated = gzip(text);
+  truncated.resize(truncated.size() / 2);
+  write_file(directory.path / "truncated.gz", truncated);
+  CHECK_THROWS_WITH_AS(run(gpt2_options({(directory.path / "truncated.gz").string()},
+                                        (directory.path / "t").string())),
+                       doctest::Contains("truncated.gz: the gzip data ends early"), common::Error);
+  std::string corrupt = zstd(text);
+  corrupt[4] = static_cast<char>(corrupt[4] | 0x08);  // a reserved bit of the frame header
+  write_file(directory.path / "corrupt.zst", corrupt);
+  CHECK_THROWS_WITH_AS(run(gpt2_options({(directory.path / "corrupt.zst").string()},
+                                        (directory.path / "c").string())),
+                       doctest::Contains("corrupt.zst: corrupt zstd data"), common::Error);
+  std::string cut = zstd(text);
+  cut.resize(cut.size() - 10);
+  write_file(directory.path / "cut.zst", cut);
+  CHECK_THROWS_WITH_AS(run(gpt2_options({(directory.path / "cut.zst").string()},
+                                        (directory.path / "z").string())),
+                       doctest::Contains("cut.zst: the zstd data ends early"), common::Error);
+  std::string cut_xz = xz(text);
+  cut_xz.resize(cut_xz.size() - 10);
+  write_file(directory.path / "cut.xz", cut_xz);
+  CHECK_THROWS_WITH_AS(run(gpt2_options({(directory.path / "cut.xz").string()},
+                                        (directory.path / "x").string())),
+                       doctest::Contains("cut.xz"), common::Error);
+}
+
+TEST_CASE("bad lines are skipped and reported with their line numbers, and --strict stops") {
+  test_support::TemporaryDirectory directory;
+  const auto input = directory.path / "mixed.jsonl";
+  write_file(input,
+             "{\"text\": \"good one\"}\n"
+             "{\"text\": 5}\n"
+             "not json\n"
+             "\n"
+             "{\"other\": \"x\"}\n"
+             "[\"an array\"]\n"
+             "{\"text\": [\"a\", 3]}\n"
+             "{\"text\": \"caf\xE9 latin-1\"}\n"
+             "{\"text\": \"good two\"}");  // no final newline
+  const std::string prefix = (directory.path / "out").string();
+  std::string err;
+  const PreprocessSummary summary = run(gpt2_options({input.string()}, prefix), &err);
+  CHECK(summary.documents == 8);  // the blank line is not a document
+  CHECK(summary.bad_lines == 5);
+  CHECK(summary.repaired_lines == 1);
+  CHECK(summary.outputs[0].documents == 3);
+  CHECK(err.find(input.string() + ":2: skipped: key \"text\" is a number") != std::string::npos);
+  CHECK(err.find(input.string() + ":3: skipped: invalid JSON") != std::string::npos);
+  CHECK(err.find(input.string() + ":5: skipped: no key \"text\"") != std::string::npos);
+  CHECK(err.find(input.string() + ":6: skipped: array is not a JSON object") != std::string::npos);
+  CHECK(err.find(input.string() + ":7: skipped: key \"text\" is a list with a non-string item") !=
+        std::string::npos);
+  CHECK(err.find("Skipped 5 bad lines.") != std::string::npos);
+  CHECK(err.find("1 line had invalid UTF-8, replaced by U+FFFD.") != std::string::npos);
+
+  // The kept documents hold exactly their tokens and eod; the Latin-1 byte became U+FFFD.
+  Gpt2BpeTokenizer tokenizer(kDataDir + "/gpt2-vocab.json", kDataDir + "/gpt2-merges.txt");
+  std::vector<int32_t> expected;
+  for (const char* text : {"good one", "caf\xEF\xBF\xBD latin-1", "good two"}) {
+    tokenizer.tokenize(text, expected);
+    expected.push_back(tokenizer.eod());
+  }
+  const IndexedDataset dataset(prefix + "_text_document");
+  std::vector<int32_t> tokens;
+  for (int64_t i = 0; i < dataset.sequence_count(); ++i) {
+    std::vector<int32_t> sequence(static_cast<size_t>(dataset.sequence_length(i)));
+    dataset.read_tokens(i, 0, sequence);
+    tokens.insert(tokens.end(), sequence.begin(), sequence.end());
+  }
+  CHECK(tokens == expected);
+
+  // --strict: the first bad line is fatal and no output file is left.
+  test_support::TemporaryDirectory strict_directory;
+  PreprocessOptions strict = gpt2_options({input.string()}, (strict_directory.path / "out").string());
+  strict.strict = true;
+  const std::string strict_message = input.string() + ":2: key \"text\" is a number";
+  CHECK_THROWS_WITH_AS(run(strict), doctest::Contains(strict_message.c_str()), common::Error);
+  CHECK(directory_entries(strict_directory.path).empty());
+}
+
+TEST_CASE("NullTokenizer documents without eod, empty documents, and Megatron's progress line") {
+  test_support::TemporaryDirectory directory;
+  const auto input = directory.path / "ids.jsonl";
+  write_file(input,
+             "{\"text\": \"1 2 3\"}\n{\"text\": \"\"}\n{\"text\": [\"4\", \"5 6\"]}\n"
+             "{\"text\": \"7 x\"}\n{\"text\": \"99\"}\n");
+  PreprocessOptions options;
+  options.inputs = {input.string()};
+  options.output_prefix = (directory.path / "ids").string();
+  options.tokenizer = {.tokenizer_type = "NullTokenizer", .vocab_file = "", .merge_file = "",
+                       .vocab_size = 100};
+  options.log_interval = 2;
+  std::string err;
+  const PreprocessSummary summary = run(options, &err);
+  CHECK(summary.bad_lines == 1);  // "7 x" is not ids
+  CHECK(err.find(":4: skipped: NullTokenizer: field 2 of the text, \"x\"") != std::string::npos);
+  CHECK(err.find("Processed 2 documents (") != std::string::npos);
+  CHECK(err.find("Processed 4 documents (") != std::string::npos);
+  CHECK(err.find(" docs/s, ") != std::string::npos);
+  CHECK(err.find(" MB/s).\n") != std::string::npos);
+  const IndexedDataset dataset(options.output_prefix + "_text_document");
+  CHECK(dataset.dtype() == DType::uint16);
+  CHECK(dataset.document_count() == 4);
+  CHECK(dataset.sequence_count() == 4);
+  const std::vector<int64_t> documents = {dataset.document_index(0), dataset.document_index(1),
+                                          dataset.document_index(2), dataset.document_index(3),
+                                          dataset.document_index(4)};
+  CHECK(documents == std::vector<int64_t>{0, 1, 1, 3, 4});
+  const std::vector<int32_t> lengths = {dataset.sequence_length(0), dataset.sequence_length(1),
+                                        dataset.sequence_length(2), dataset.sequence_length(3)};
+  CHECK(lengths == std::vector<int32_t>{3, 1, 2, 1});
+  std::vector<int32_t> last(1);
+  dataset.read_tokens(3, 0, last);
+  CHECK(last[0] == 99);
+}
+
+TEST_CASE("merging per-shard outputs equals preprocessing the shards as one input") {
+  test_support::TemporaryDirectory directory;
+  const std::string text = read_file(kDataDir + "/preprocess_sample.jsonl");
+  const size_t middle = text.find('\n', text.size() / 2) + 1;
+  std::filesystem::create_directories(directory.path / "shards");
+  write_file(directory.path / "a.jsonl", text.substr(0, middle));
+  write_file(directory.path / "b.jsonl", text.substr(middle));
+  run(gpt2_options({(directory.path / "a.jsonl").string()}, (directory.path / "shards/00").string()));
+  run(gpt2_options({(directory.path / "b.jsonl").string()}, (directory.path / "shards/01").string()));
+  PreprocessOptions merge;
+  merge.merge = true;
+  merge.inputs = {(directory.path / "shards").string()};
+  merge.output_prefix = (directory.path / "merged").string();
+  run(merge);
+  // Both inputs in one run, in order.
+  run(gpt2_options({(directory.path / "a.jsonl").string(), (directory.path / "b.jsonl").string()},
+                   (directory.path / "whole").string()));
+  CHECK(read_file(directory.path / "merged.bin") ==
+        read_file(kDataDir + "/preprocess_sample_text_document.bin"));
+  CHECK(read_file(directory.path / "merged.idx") ==
+        read_file(kDataDir + "/preprocess_sample_text_document.idx"));
+  CHECK(read_file(directory.path / "whole_text_document.idx") ==
+        read_file(kDataDir + "/preprocess_sample_text_document.idx"));
+
+  // Prefixes work too, and a lone .bin is an error.
+  PreprocessOptions by_prefix = merge;
+  by_prefix.inputs = {(directory.path / "shards/00_text_document.idx").string(),
+                      (directory.path / "shards/01_text_document").string()};
+  by_prefix.output_prefix = (directory.path / "merged2").string();
+  run(by_prefix);
+  CHECK(read_file(directory.path / "merged2.idx") == read_file(directory.path / "merged.idx"));
+  std::filesystem::remove(directory.path / "shards/01_text_document.idx");
+  CHECK_THROWS_WITH_AS(run(merge), doctest::Contains("01_text_document.bin has no"), common::Error);
+}
+
+TEST_CASE("preprocess_data flags: Megatron's names, refused ones with a reason") {
+  const auto parse = [](std::vector<const char*> arguments) {
+    arguments.insert(arguments.begin(), "preprocess_data");
+    return parse_preprocess_arguments(static_cast<int>(arguments.size()), arguments.data());
+  };
+  const auto options = parse({"--input", "a.jsonl", "b.jsonl.gz", "--output-prefix", "out",
+                              "--json-keys", "text", "title", "--tokenizer-type",
+                              "GPT2BPETokenizer", "--vocab-file", "v.json", "--merge-file",
+                              "m.txt", "--append-eod", "--workers", "4", "--log-interval", "10",
+                              "--dataset-impl", "mmap", "--partitions", "2"});
+  REQUIRE(options.has_value());
+  CHECK(options->inputs == std::vector<std::string>{"a.jsonl", "b.jsonl.gz"});
+  CHECK(options->json_keys == std::vector<std::string>{"text", "title"});
+  CHECK(options->append_eod);
+  CHECK(options->workers == 4);
+  CHECK(options->log_interval == 10);
+  CHECK_THROWS_WITH_AS(parse({"--input", "a", "--output-prefix", "o", "--tokenizer-type",
+                              "GPT2BPETokenizer", "--split-sentences"}),
+                       doctest::Contains("--split-sentences is not supported: sentence splitting"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(parse({"--input", "a", "--output-prefix", "o", "--tokenizer-type",
+                              "GPT2BPETokenizer", "--append-eos"}),
+                       doctest::Contains("unknown argument --append-eos Did you mean '--append-eod'?"), common::Error);
+  CHECK_THROWS_WITH_AS(parse({"--input", "a", "--output-prefix", "o"}),
+                       doctest::Contains("--tokenizer-type is required"), common::Error);
+  CHECK_THROWS_WITH_AS(parse({"--input", "a", "--output-prefix", "o", "--tokenizer-type",
+                              "GPT2BPETokenizer", "--dataset-impl", "lazy"}),
+                       doctest::Contains("only mmap"), common::Error);
+  CHECK_THROWS_WITH_AS(parse({"--input", "a", "--output-prefix", "o", "--tokenizer-type",
+                              "GPT2BPETokenizer", "--workers", "0"}),
+                       doctest::Contains("--workers must be at least 1"), common::Error);
+  CHECK_THROWS_WITH_AS(parse({"--input", "a", "--output-prefix", "o", "--tokenizer-type",
+                              "GPT2BPETokenizer", "--json-keys", "text", "text"}),
+                       doctest::Contains("lists \"text\" twice"), common::Error);
+  CHECK(parse({"--merge", "--input", "dir", "--output-prefix", "o"}).has_value());
+}
