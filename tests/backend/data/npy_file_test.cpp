@@ -1,0 +1,124 @@
+// The .npy writer gives numpy.save's bytes and the reader refuses damaged files by name.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "backend/common/error.hpp"
+#include "backend/data/npy_file.hpp"
+#include "tests/backend/data/numpy_reference.hpp"
+#include "tests/temporary_directory.hpp"
+
+using namespace backend;
+
+namespace {
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream file(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+}
+
+void write_file(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string error_of(const std::filesystem::path& path) {
+  try {
+    NpyArray array(path);
+  } catch (const common::Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("headers are numpy.save's: version 1.0, dict repr padded to 64 bytes") {
+  // numpy 1.24's numpy.save of arange(10, dtype=int32), zeros((5, 2), int64), zeros(0, uint32)
+  const std::vector<int64_t> ten = {10}, five_by_two = {5, 2}, none = {0};
+  const std::string int32_header = npy_header(NpyElement::int32, ten);
+  REQUIRE(int32_header.size() == 128);
+  CHECK(int32_header.substr(0, 8) == std::string("\x93NUMPY\x01\x00", 8));
+  CHECK(static_cast<unsigned char>(int32_header[8]) == 118);
+  CHECK(int32_header[9] == 0);
+  const std::string dict = "{'descr': '<i4', 'fortran_order': False, 'shape': (10,), }";
+  CHECK(int32_header.substr(10, dict.size()) == dict);
+  CHECK(int32_header.substr(10 + dict.size()) == std::string(117 - dict.size(), ' ') + "\n");
+  CHECK(npy_header(NpyElement::int64, five_by_two).find("{'descr': '<i8', 'fortran_order': False, "
+                                                        "'shape': (5, 2), }") == 10);
+  CHECK(npy_header(NpyElement::uint32, none).find("'descr': '<u4'") != std::string::npos);
+  CHECK(npy_header(NpyElement::uint32, none).find("'shape': (0,)") != std::string::npos);
+  CHECK(npy_header(NpyElement::int16, ten).find("'descr': '<i2'") != std::string::npos);
+}
+
+TEST_CASE("written arrays read back through the memory map") {
+  test_support::TemporaryDirectory directory;
+  const auto path = directory.path / "rows.npy";
+  const std::vector<int64_t> values = {0, 0, 3, 7, -1, 1LL << 40};
+  const std::vector<int64_t> shape = {3, 2};
+  write_npy<int64_t>(path, values, shape);
+  CHECK_FALSE(std::filesystem::exists(path.string() + ".tmp-" + std::to_string(::getpid())));
+  NpyArray array(path);
+  CHECK(array.element() == NpyElement::int64);
+  CHECK(array.shape() == shape);
+  REQUIRE(array.size() == 6);
+  for (int64_t i = 0; i < 6; ++i) CHECK(array[i] == values[static_cast<size_t>(i)]);
+
+  const std::vector<uint32_t> unsigned_values = {4000000000u, 1};
+  const std::vector<int64_t> two = {2};
+  write_npy<uint32_t>(directory.path / "u.npy", unsigned_values, two);
+  CHECK(NpyArray(directory.path / "u.npy")[0] == 4000000000LL);
+
+  NpyArray moved = std::move(array);
+  CHECK(moved[3] == 7);
+  CHECK_THROWS_WITH_AS(write_npy<int64_t>(directory.path / "bad.npy", values, two),
+                       doctest::Contains("48 bytes of data for shape (2,)"), common::Error);
+}
+
+TEST_CASE("damaged .npy files are refused naming the file") {
+  test_support::TemporaryDirectory directory;
+  const auto good = directory.path / "good.npy";
+  const std::vector<int32_t> values = {1, 2, 3, 4};
+  const std::vector<int64_t> shape = {4};
+  write_npy<int32_t>(good, values, shape);
+  const std::string bytes = read_file(good);
+  const auto bad = directory.path / "bad.npy";
+
+  CHECK(error_of(directory.path / "missing.npy").find("cannot open") != std::string::npos);
+  write_file(bad, "PK\x03\x04 not numpy");
+  CHECK(error_of(bad).find("bad.npy: not a .npy file") != std::string::npos);
+  write_file(bad, bytes.substr(0, bytes.size() - 2));
+  CHECK(error_of(bad).find("14 bytes of data, but its header's shape (4,) of '<i4' needs 16") != std::string::npos);
+  std::string float_array = bytes;
+  float_array.replace(float_array.find("<i4"), 3, "<f8");
+  write_file(bad, float_array);
+  CHECK(error_of(bad).find("element type '<f8' is not one of the index types") != std::string::npos);
+  std::string version = bytes;
+  version[6] = 7;
+  write_file(bad, version);
+  CHECK(error_of(bad).find("format version 7 is unknown") != std::string::npos);
+  std::string fortran = npy_header(NpyElement::int32, std::vector<int64_t>{2, 2});
+  fortran.replace(fortran.find("False"), 5, "True ");
+  write_file(bad, fortran + bytes.substr(128));
+  CHECK(error_of(bad).find("Fortran-ordered") != std::string::npos);
+}
+
+TEST_CASE("numpy loads our files and writes the same bytes") {
+  if (!test_support::numpy_available()) return;
+  test_support::TemporaryDirectory directory;
+  const std::vector<int32_t> values = {5, -3, 2147483647, 0, 9, 1};
+  const std::vector<int64_t> shape = {3, 2};
+  write_npy<int32_t>(directory.path / "ours.npy", values, shape);
+  const auto result = test_support::run_command(
+      std::string(test_support::kPython) +
+      " -c 'import numpy, sys; a = numpy.load(sys.argv[1], mmap_mode=\"r\"); "
+      "e = numpy.array([[5, -3], [2147483647, 0], [9, 1]], dtype=numpy.int32); "
+      "assert a.dtype == e.dtype and (a == e).all(); numpy.save(sys.argv[2], e); "
+      "sys.exit(0 if open(sys.argv[1], \"rb\").read() == open(sys.argv[2], \"rb\").read() else 1)' " +
+      (directory.path / "ours.npy").string() + " " + (directory.path / "numpys.npy").string());
+  CAPTURE(result.output);
+  CHECK(result.exit_status == 0);
+}
