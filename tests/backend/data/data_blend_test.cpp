@@ -1,0 +1,156 @@
+// Megatron's blend and split parsing: get_blend_from_list, normalize (numpy's pairwise sum),
+// parse_and_normalize_split, the split matrix, Python's round() of the split bounds, and our
+// --data-file-list.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/common/error.hpp"
+#include "backend/data/data_blend.hpp"
+#include "tests/backend/data/numpy_reference.hpp"
+#include "tests/temporary_directory.hpp"
+
+using namespace backend;
+
+namespace {
+std::vector<std::string> words(std::initializer_list<const char*> list) { return {list.begin(), list.end()}; }
+}  // namespace
+
+TEST_CASE("blends: one prefix, weights first, or prefixes only") {
+  const auto single = blend_from_words(words({"/data/a_text_document"}), "--data-path");
+  CHECK(single.prefixes == words({"/data/a_text_document"}));
+  CHECK_FALSE(single.weights);
+
+  const auto weighted = blend_from_words(words({"0.3", "a", "0.7", " b "}), "--data-path");
+  CHECK(weighted.prefixes == words({"a", "b"}));
+  REQUIRE(weighted.weights);
+  CHECK(*weighted.weights == std::vector<double>{0.3, 0.7});
+
+  const auto scientific = blend_from_words(words({"1e-3", "a", "30", "b"}), "--data-path");
+  CHECK(*scientific.weights == std::vector<double>{1e-3, 30});
+
+  // An odd count, or an even one without numbers: all prefixes, blended by size.
+  CHECK(blend_from_words(words({"a", "b"}), "--data-path").prefixes == words({"a", "b"}));
+  CHECK_FALSE(blend_from_words(words({"a", "b", "c"}), "--data-path").weights);
+  CHECK(blend_from_words(words({"1", "a", "b"}), "--data-path").prefixes == words({"1", "a", "b"}));
+
+  CHECK_THROWS_WITH_AS(blend_from_words(words({"0.3", "a", "b", "c"}), "--data-path"),
+                       doctest::Contains("every other word must be a number"), common::Error);
+  CHECK_THROWS_WITH_AS(blend_from_words({}, "--train-data-path"),
+                       doctest::Contains("--train-data-path is empty"), common::Error);
+}
+
+TEST_CASE("weights are normalized, and must be finite, non-negative and not all zero") {
+  CHECK(normalize_weights(std::vector<double>{30, 70}, "w") == std::vector<double>{0.3, 0.7});
+  CHECK(normalize_weights(std::vector<double>{0, 2}, "w") == std::vector<double>{0, 1});
+  CHECK_THROWS_WITH_AS(normalize_weights(std::vector<double>{-1, 2}, "--data-path weights"),
+                       doctest::Contains("--data-path weights: weight -1 is not a finite number"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(normalize_weights(std::vector<double>{0, 0}, "w"),
+                       doctest::Contains("sum to 0"), common::Error);
+  // numpy's pairwise summation is not a left-to-right loop: over 2,419 weights the two differ.
+  std::mt19937_64 generator(7);
+  std::uniform_real_distribution<double> uniform(0, 1);
+  std::vector<double> many(2419);
+  double loop = 0;
+  for (double& weight : many) {
+    weight = uniform(generator) * 1e-3;
+    loop += weight;
+  }
+  CHECK(numpy_sum(many) == doctest::Approx(loop).epsilon(1e-12));
+  CHECK(numpy_sum(std::vector<double>{}) == 0.0);
+}
+
+TEST_CASE("normalized weights equal numpy's, bit for bit") {
+  if (!test_support::numpy_available()) return;
+  std::mt19937_64 generator(11);
+  std::uniform_real_distribution<double> uniform(0, 1);
+  for (int count : {3, 8, 9, 127, 128, 129, 300, 2419}) {
+    std::vector<double> weights(static_cast<size_t>(count));
+    std::string list;
+    for (double& weight : weights) {
+      weight = uniform(generator) * 100;
+      if (!list.empty()) list += ',';
+      list += fmt::format("{}", weight);
+    }
+    const auto result = test_support::run_command(test_support::dataset_reference("normalize " + list));
+    REQUIRE(result.exit_status == 0);
+    std::istringstream lines(result.output);
+    const auto ours = normalize_weights(weights, "w");
+    for (double expected : ours) {
+      std::string line;
+      std::getline(lines, line);
+      CAPTURE(count);
+      CHECK(std::stod(line) == expected);
+    }
+  }
+}
+
+TEST_CASE("--split: Megatron's parsing, normalization and split matrix") {
+  const auto split = parse_split("949,50,1");
+  CHECK(split[0] == 949.0 / 1000);
+  CHECK(split[1] == 50.0 / 1000);
+  CHECK(split[2] == 1.0 / 1000);
+  CHECK(parse_split("969, 30, 1")[0] == 969.0 / 1000);
+  CHECK(parse_split("1") == std::array<double, 3>{1, 0, 0});
+  CHECK(parse_split("0.7,0.2") == std::array<double, 3>{0.7 / 0.8999999999999999, 0.2 / 0.8999999999999999, 0});
+
+  // Megatron's docstring: [0.99, 0.01, 0.0] -> [(0, 0.99), (0.99, 1.0), None]
+  const auto matrix = split_matrix_from_vector(parse_split("99,1,0"));
+  REQUIRE(matrix[0]);
+  CHECK(matrix[0]->first == 0.0);
+  CHECK(matrix[0]->second == 0.99);
+  REQUIRE(matrix[1]);
+  CHECK(matrix[1]->first == 0.99);
+  CHECK(matrix[1]->second == 1.0);
+  CHECK_FALSE(matrix[2]);
+
+  CHECK_THROWS_WITH_AS(parse_split("1,2,3,4"), doctest::Contains("4 shares"), common::Error);
+  CHECK_THROWS_WITH_AS(parse_split("0,0,0"), doctest::Contains("sum to 0"), common::Error);
+  CHECK_THROWS_WITH_AS(parse_split("train"), doctest::Contains("sum to 0"), common::Error);
+  CHECK_THROWS_WITH_AS(parse_split("1.2.3,1"), doctest::Contains("'1.2.3' is not a number"), common::Error);
+}
+
+TEST_CASE("split bounds round half to even, as Python's round()") {
+  CHECK(split_range({0.5, 1.0}, 3) == std::pair<int64_t, int64_t>{2, 3});  // round(1.5) = 2
+  CHECK(split_range({0.5, 1.0}, 5) == std::pair<int64_t, int64_t>{2, 5});  // round(2.5) = 2
+  CHECK(split_range({0.0, 0.949}, 1000) == std::pair<int64_t, int64_t>{0, 949});
+  CHECK(split_range({0.999, 1.0}, 100) == std::pair<int64_t, int64_t>{100, 100});  // empty
+}
+
+TEST_CASE("--data-file-list and --data-args-path files") {
+  test_support::TemporaryDirectory directory;
+  const auto list = directory.path / "blend.txt";
+  std::ofstream(list) << "# the ALCF data file list\n"
+                         "0.25 /data/books_text_document\n"
+                         "\n"
+                         "  0.75   /data/web_text_document   # most of it\n";
+  const auto blend = read_data_file_list(list.string());
+  CHECK(blend.prefixes == words({"/data/books_text_document", "/data/web_text_document"}));
+  CHECK(*blend.weights == std::vector<double>{0.25, 0.75});
+
+  std::ofstream(directory.path / "plain.txt") << "a\nb\n";
+  CHECK_FALSE(read_data_file_list((directory.path / "plain.txt").string()).weights);
+
+  std::ofstream(directory.path / "mixed.txt") << "0.5 a\nb\n";
+  CHECK_THROWS_WITH_AS(read_data_file_list((directory.path / "mixed.txt").string()),
+                       doctest::Contains("line 1 has a weight but line 2 has none"), common::Error);
+  std::ofstream(directory.path / "word.txt") << "0.5 a\nhalf b\n";
+  CHECK_THROWS_WITH_AS(read_data_file_list((directory.path / "word.txt").string()),
+                       doctest::Contains("word.txt:2: 'half' is not a weight"), common::Error);
+  std::ofstream(directory.path / "empty.txt") << "# nothing\n";
+  CHECK_THROWS_WITH_AS(read_data_file_list((directory.path / "empty.txt").string()),
+                       doctest::Contains("lists no datasets"), common::Error);
+  CHECK_THROWS_WITH_AS(read_data_file_list((directory.path / "none.txt").string()),
+                       doctest::Contains("--data-file-list"), common::Error);
+
+  std::ofstream(directory.path / "args.txt") << "0.3 a\n0.7\nb\n";
+  const auto args = read_data_args_file((directory.path / "args.txt").string());
+  CHECK(args.prefixes == words({"a", "b"}));
+  CHECK(*args.weights == std::vector<double>{0.3, 0.7});
+}
