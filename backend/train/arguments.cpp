@@ -6,13 +6,16 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <tuple>
 
 #include "backend/common/error.hpp"
 #include "backend/common/suggest.hpp"
+#include "backend/data/data_blend.hpp"
 #include "backend/dist/parallel_layout.hpp"
 #include "backend/train/training_schedule.hpp"
 
@@ -32,7 +35,9 @@ constexpr UnsupportedFlag kUnsupportedFlags[] = {
     {"--use-flash-attn", false, "belongs to the CUDA path, which is not built yet"},
     {"--use-distributed-optimizer", false, "needs data parallelism, which is not built yet"},
     {"--tokenizer-model", true, "SentencePiece tokenizers (Llama) are not built; GPT-2 BPE and NullTokenizer are"},
-    {"--split", true, "splits belong to real datasets, which are not built yet (use --mock-data)"},
+    {"--eod-mask-loss", false, "the loss covers every position; a loss mask is not built yet"},
+    {"--reset-position-ids", false, "positions run 0 .. seq-1 in every sample; resetting them at each EOD is not built yet"},
+    {"--reset-attention-mask", false, "attention is causal over the whole sample; document masks are not built yet"},
 };
 
 const std::vector<std::string> kDecayStyles = {"constant", "linear", "cosine",
@@ -118,8 +123,31 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   app.add_option("--merge-file", arguments.merge_file, "GPT-2 merges.txt")->group(data);
   app.add_flag("--mock-data", arguments.mock_data, "Synthetic tokens, for benchmarks and tests")
       ->group(data);
-  app.add_option("--data-path", arguments.data_path, "Dataset prefix or weighted blend")
+  app.add_option("--data-path", arguments.data_path,
+                 "Dataset prefix, or weighted blend: weight prefix weight prefix ...")
       ->group(data)->expected(1, -1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--data-args-path", arguments.data_args_path,
+                 "A file holding what --data-path would (for long blends)")->group(data);
+  app.add_option("--data-file-list", arguments.data_file_list,
+                 "A file with one \"weight prefix\" per line, # comments (not a Megatron flag)")
+      ->group(data);
+  app.add_option("--split", arguments.split,
+                 "Train,validation,test shares of each dataset's sequences (default 969, 30, 1)")
+      ->group(data);
+  for (auto [flag, target, what] :
+       {std::tuple{"--train-data-path", &arguments.train_data_path, "training"},
+        std::tuple{"--valid-data-path", &arguments.valid_data_path, "validation"},
+        std::tuple{"--test-data-path", &arguments.test_data_path, "test"}}) {
+    app.add_option(flag, *target, fmt::format("The {} split's own prefix or blend", what))
+        ->group(data)->expected(1, -1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  }
+  app.add_option("--per-split-data-args-path", arguments.per_split_data_args_path,
+                 "A JSON file {\"train\": [...], \"valid\": [...], \"test\": [...]} of per-split blends")
+      ->group(data);
+  app.add_option("--data-cache-path", arguments.data_cache_path,
+                 "Directory for the cached index arrays (default: next to each dataset)")->group(data);
+  app.add_option("--num-dataset-builder-threads", arguments.num_dataset_builder_threads,
+                 "Datasets of a blend indexed at once (default 0: one per core)")->group(data);
 
   auto* training = "Training";
   app.add_option("--micro-batch-size", arguments.micro_batch_size, "Samples per micro batch")
@@ -287,6 +315,64 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   return arguments;
 }
 
+namespace {
+
+// Megatron's rules for the data flags (validate_args, get_blend_and_blend_per_split), with
+// messages where Megatron asserts.
+void validate_data_arguments(TrainingArguments& arguments) {
+  std::vector<std::string> blend_flags, per_split_flags;
+  if (!arguments.data_path.empty()) blend_flags.push_back("--data-path");
+  if (!arguments.data_args_path.empty()) blend_flags.push_back("--data-args-path");
+  if (!arguments.data_file_list.empty()) blend_flags.push_back("--data-file-list");
+  if (!arguments.train_data_path.empty()) per_split_flags.push_back("--train-data-path");
+  if (!arguments.valid_data_path.empty()) per_split_flags.push_back("--valid-data-path");
+  if (!arguments.test_data_path.empty()) per_split_flags.push_back("--test-data-path");
+  if (!arguments.per_split_data_args_path.empty()) per_split_flags.push_back("--per-split-data-args-path");
+  if (blend_flags.size() > 1) {
+    common::fail("{} are exclusive: name the data one way", fmt::join(blend_flags, " and "));
+  }
+  if (!blend_flags.empty() && !per_split_flags.empty()) {
+    common::fail("{} and {} are exclusive: one blend split by --split, or each split's own data",
+                 blend_flags.front(), per_split_flags.front());
+  }
+  if (!arguments.per_split_data_args_path.empty() && per_split_flags.size() > 1) {
+    common::fail("--per-split-data-args-path and {} are exclusive", per_split_flags.front());
+  }
+  const bool real_data = !blend_flags.empty() || !per_split_flags.empty();
+  if (arguments.mock_data && real_data) {
+    common::fail("--mock-data and {} are exclusive: train on synthetic tokens or on the datasets",
+                 real_data && !blend_flags.empty() ? blend_flags.front() : per_split_flags.front());
+  }
+  if (!arguments.mock_data && !real_data) {
+    common::fail("no training data: pass --data-path PREFIX (a Megatron .bin/.idx pair, e.g. from "
+                 "preprocess_data) or a blend (--data-path 0.3 A 0.7 B, --data-args-path FILE, "
+                 "--data-file-list FILE), or --train-data-path/--valid-data-path/--test-data-path, "
+                 "or --mock-data for synthetic tokens");
+  }
+  if (!per_split_flags.empty() && !arguments.split.empty()) {
+    common::fail("--split {} applies to one blend (--data-path); with {} each split has its own "
+                 "data: leave --split out", arguments.split, per_split_flags.front());
+  }
+  if (!blend_flags.empty()) {
+    if (arguments.split.empty()) {
+      arguments.split = "969, 30, 1";
+      spdlog::warn("Please specify --split when using {}. Using legacy default value of \"{}\"",
+                   blend_flags.front(), arguments.split);
+    }
+    parse_split(arguments.split);  // reports a bad --split now, not after the model is built
+  }
+  if (real_data && arguments.seed > 0xffffffffULL) {
+    common::fail("--seed {}: the datasets shuffle with numpy's RandomState, as Megatron's, whose "
+                 "seed lies in [0, 4294967295]", arguments.seed);
+  }
+  if (arguments.num_dataset_builder_threads < 0) {
+    common::fail("--num-dataset-builder-threads must be ≥ 0 (0: one per core), got {}",
+                 arguments.num_dataset_builder_threads);
+  }
+}
+
+}  // namespace
+
 void validate_arguments(TrainingArguments& arguments) {
   auto require_positive = [](int64_t value, const char* flag) {
     if (value <= 0) common::fail("{} must be positive, got {}", flag, value);
@@ -404,13 +490,7 @@ void validate_arguments(TrainingArguments& arguments) {
     common::fail("--tokenizer-type NullTokenizer needs --vocab-size N (N > 0)");
   }
 
-  if (!arguments.data_path.empty()) {
-    common::fail("--data-path {}: reading Megatron .bin/.idx datasets is not built yet; "
-                 "use --mock-data", fmt::join(arguments.data_path, " "));
-  }
-  if (!arguments.mock_data) {
-    common::fail("no training data: pass --mock-data (reading --data-path is not built yet)");
-  }
+  validate_data_arguments(arguments);
 
   // Checkpointing.
   if (arguments.save_interval < 0) {
@@ -447,7 +527,24 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
     rampup = fmt::format("[{}]", fmt::join(quoted, ", "));
   }
   const bool sample_based = a.train_samples > 0;
+  // Megatron keeps nargs='*' flags as lists of strings: ['0.3', 'a', '0.7', 'b'].
+  auto word_list = [](const std::vector<std::string>& words) -> std::string {
+    if (words.empty()) return "None";
+    std::vector<std::string> quoted;
+    for (const auto& word : words) quoted.push_back(fmt::format("'{}'", word));
+    return fmt::format("[{}]", fmt::join(quoted, ", "));
+  };
   return {
+      {"data_path", word_list(a.data_path)},
+      {"data_args_path", path(a.data_args_path)},
+      {"data_file_list", path(a.data_file_list)},
+      {"split", path(a.split)},
+      {"train_data_path", word_list(a.train_data_path)},
+      {"valid_data_path", word_list(a.valid_data_path)},
+      {"test_data_path", word_list(a.test_data_path)},
+      {"per_split_data_args_path", path(a.per_split_data_args_path)},
+      {"data_cache_path", path(a.data_cache_path)},
+      {"num_dataset_builder_threads", fmt::format("{}", a.num_dataset_builder_threads)},
       {"adam_beta1", fmt::format("{}", a.adam_beta1)},
       {"adam_beta2", fmt::format("{}", a.adam_beta2)},
       {"adam_eps", fmt::format("{}", a.adam_eps)},

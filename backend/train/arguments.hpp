@@ -46,7 +46,15 @@ struct TrainingArguments {
   int64_t vocab_size = 0;      // --vocab-size (NullTokenizer)
   std::string vocab_file, merge_file;
   bool mock_data = false;
-  std::vector<std::string> data_path;
+  // Real data (docs/data.md): one blend split by --split, or a blend per split.
+  std::vector<std::string> data_path;  // --data-path: prefix, or weight prefix ...
+  std::string data_args_path;          // --data-args-path: a file holding --data-path's words
+  std::string data_file_list;          // --data-file-list (ours): "weight prefix" per line
+  std::string split;                   // --split; "" → Megatron's legacy "969, 30, 1"
+  std::vector<std::string> train_data_path, valid_data_path, test_data_path;
+  std::string per_split_data_args_path;  // JSON {"train": [...], "valid": [...], "test": [...]}
+  std::string data_cache_path;           // where the index arrays are cached
+  int64_t num_dataset_builder_threads = 0;  // 0: one per core
 
   // batches and iterations
   int64_t micro_batch_size = 0;

@@ -13,11 +13,13 @@
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/common/device.hpp"
 #include "backend/common/error.hpp"
+#include "backend/data/tokenizer.hpp"
 #include "backend/dist/process_environment.hpp"
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/benchmark_report.hpp"
+#include "backend/train/dataset_provider.hpp"
 #include "backend/train/exp_manager_files.hpp"
 #include "backend/train/tensorboard_writer.hpp"
 #include "backend/train/training_log.hpp"
@@ -116,7 +118,16 @@ void print_lines(std::ostream& out, const std::vector<std::string>& lines) {
 }  // namespace
 
 int64_t tokenizer_vocab_size(const TrainingArguments& arguments) {
-  if (arguments.tokenizer_type == "GPT2BPETokenizer") return kGpt2VocabSize;
+  if (arguments.tokenizer_type == "GPT2BPETokenizer") {
+    // The vocabulary file decides when it is given; without it (mock data, checkpoint tools)
+    // GPT-2's size is a known fact.
+    if (arguments.vocab_file.empty() && arguments.merge_file.empty()) return kGpt2VocabSize;
+    return build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
+                            .vocab_file = arguments.vocab_file,
+                            .merge_file = arguments.merge_file,
+                            .vocab_size = 0})
+        ->vocab_size();
+  }
   if (arguments.tokenizer_type == "NullTokenizer") return arguments.vocab_size + 1;
   common::fail("--tokenizer-type '{}' is not valid (valid: GPT2BPETokenizer, NullTokenizer)",
                arguments.tokenizer_type);
@@ -155,7 +166,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
   LearningRateScheduler scheduler(learning_rate_schedule(a));
   const GlobalBatchSizeSchedule batch_sizes = batch_size_schedule(a);
 
-  if (!source) {
+  if (!source && a.mock_data) {
     source = [dataset = MockDataset(a.seed, config.vocab_size, a.seq_length)](
                  Split split, int64_t first, int64_t batch, std::span<int32_t> tokens,
                  std::span<int32_t> labels) { dataset.fill_batch(split, first, batch, tokens, labels); };
@@ -205,6 +216,12 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
         last_saved_iteration = resumed.iteration;
       }
     }
+  }
+  // Megatron builds the datasets after the model, the optimizer and the checkpoint.
+  if (!source) {
+    source = build_dataset_batch_source(a, config.vocab_size, out);
+    out << fmt::format("[after dataloaders are built] datetime: {}\n",
+                       format_timestamp(std::time(nullptr)));
   }
   int64_t consumed_train = resumed.consumed_train_samples;
   int64_t consumed_valid = resumed.consumed_valid_samples;

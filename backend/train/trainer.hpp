@@ -51,7 +51,8 @@ int64_t tokenizer_vocab_size(const TrainingArguments& arguments);
 // checkpoint_util rebuilds from a checkpoint's saved arguments.
 GptConfig model_config(const TrainingArguments& arguments);
 
-// Runs the whole training. `source` defaults to the mock dataset when empty.
+// Runs the whole training. `source` empty: the mock dataset with --mock-data, else the datasets
+// the data flags name (dataset_provider.hpp).
 TrainingResult pretrain(const TrainingArguments& arguments, std::ostream& out,
                         BatchSource source = {});
 

@@ -78,7 +78,7 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
       {{"--recompute-granularity", "selective", "--recompute-num-layers", "2"},
        "--recompute-num-layers 2: with selective recompute it must not be given"},
       {{"--tensor-model-parallel-size", "2"}, "model parallelism is not built yet"},
-      {{"--data-path", "my_text_document"}, "--data-path my_text_document"},
+      {{"--data-path", "my_text_document"}, "--mock-data and --data-path are exclusive"},
       {{"--finetune"}, "--finetune needs --load DIR"},
       {{"--save-interval", "-5"}, "--save-interval must be positive, got -5"},
       {{"--exit-interval", "-1"}, "--exit-interval must be positive, got -1"},
@@ -185,7 +185,55 @@ TEST_CASE("missing required flags and missing data are named") {
                        common::Error);
   auto words = base_flags();
   std::erase(words, std::string("--mock-data"));
-  CHECK_THROWS_WITH_AS(parse(words), doctest::Contains("pass --mock-data"), common::Error);
+  CHECK_THROWS_WITH_AS(parse(words), doctest::Contains("no training data: pass --data-path PREFIX"),
+                       common::Error);
+}
+
+TEST_CASE("data flags: Megatron's default split, exclusive sources, the dump") {
+  auto words = base_flags();
+  std::erase(words, std::string("--mock-data"));
+  auto with_data = [&](std::vector<std::string> extra) {
+    auto all = words;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return parse(all);
+  };
+  // Megatron's legacy default split, with its warning.
+  const auto defaulted = with_data({"--data-path", "0.3", "a", "0.7", "b"});
+  REQUIRE(defaulted);
+  CHECK(defaulted->split == "969, 30, 1");
+  CHECK(defaulted->data_path == std::vector<std::string>{"0.3", "a", "0.7", "b"});
+  const auto values = backend::argument_values(*defaulted);
+  CHECK(values.at("data_path") == "['0.3', 'a', '0.7', 'b']");
+  CHECK(values.at("split") == "969, 30, 1");
+  CHECK(values.at("train_data_path") == "None");
+  CHECK(values.at("data_cache_path") == "None");
+
+  const auto per_split = with_data({"--train-data-path", "t", "--valid-data-path", "0.5", "v", "0.5", "w",
+                                    "--data-cache-path", "/tmp/cache"});
+  REQUIRE(per_split);
+  CHECK(per_split->split.empty());
+  CHECK(per_split->valid_data_path.size() == 4);
+  CHECK(backend::argument_values(*per_split).at("data_cache_path") == "/tmp/cache");
+
+  struct Case {
+    std::vector<std::string> extra;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--data-path", "a", "--data-args-path", "f"}, "--data-path and --data-args-path are exclusive"},
+      {{"--data-path", "a", "--train-data-path", "t"}, "--data-path and --train-data-path are exclusive"},
+      {{"--train-data-path", "t", "--split", "9,1,0"}, "--split 9,1,0 applies to one blend"},
+      {{"--data-path", "a", "--split", "1,2,3,4"}, "--split '1,2,3,4': 4 shares"},
+      {{"--data-path", "a", "--split", "0,0,0"}, "the shares sum to 0"},
+      {{"--data-path", "a", "--seed", "4294967296"}, "--seed 4294967296: the datasets shuffle with numpy"},
+      {{"--data-path", "a", "--num-dataset-builder-threads", "-1"}, "--num-dataset-builder-threads must be"},
+      {{"--data-path", "a", "--eod-mask-loss"}, "--eod-mask-loss is a Megatron-LM flag this backend does not support yet"},
+      {{"--per-split-data-args-path", "p.json", "--test-data-path", "t"}, "are exclusive"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    CHECK_THROWS_WITH_AS(with_data(c.extra), doctest::Contains(c.message.c_str()), common::Error);
+  }
 }
 
 TEST_CASE("--help prints usage and asks the caller to stop") {

@@ -1,0 +1,132 @@
+// The data side of pretrain_gpt: Megatron's sample counts per split, the sources the data
+// flags name, batches read from real datasets (tokens and labels shifted by one), and the
+// errors that name the flag to change.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/common/error.hpp"
+#include "backend/train/dataset_provider.hpp"
+#include "tests/backend/data/dataset_fixture.hpp"
+#include "tests/temporary_directory.hpp"
+
+using namespace backend;
+
+namespace {
+TrainingArguments data_arguments(const std::string& prefix) {
+  TrainingArguments a;
+  a.num_layers = 2;
+  a.hidden_size = 32;
+  a.num_attention_heads = 4;
+  a.seq_length = 16;
+  a.micro_batch_size = 2;
+  a.global_batch_size = 4;
+  a.train_iters = 20;
+  a.lr = 1e-3;
+  a.tokenizer_type = "NullTokenizer";
+  a.vocab_size = 65000;
+  a.data_path = {prefix};
+  a.split = "80,10,10";
+  a.eval_interval = 10;
+  a.eval_iters = 2;
+  a.hidden_dropout = a.attention_dropout = 0;
+  validate_arguments(a);
+  return a;
+}
+}  // namespace
+
+TEST_CASE("samples per split: Megatron's get_train_valid_test_num_samples") {
+  TrainingArguments a;
+  a.train_iters = 100;
+  a.global_batch_size = 8;
+  a.eval_interval = 30;
+  a.eval_iters = 2;
+  // (100 // 30 + 1) evaluations of 2 batches of 8; the test pass once.
+  CHECK(train_valid_test_num_samples(a) == std::array<int64_t, 3>{800, 64, 16});
+  a.train_samples = 1000;
+  CHECK(train_valid_test_num_samples(a)[0] == 1000);
+  a.eval_iters = 0;
+  CHECK(train_valid_test_num_samples(a) == std::array<int64_t, 3>{1000, 0, 0});
+}
+
+TEST_CASE("the data flags' files: data file list, data args, per-split JSON") {
+  test_support::TemporaryDirectory directory;
+  TrainingArguments a;
+  a.data_file_list = (directory.path / "list.txt").string();
+  std::ofstream(a.data_file_list) << "# weight prefix\n0.5 x\n1.5 y\n";
+  auto sources = data_sources(a);
+  REQUIRE(sources.blend);
+  CHECK(sources.blend->prefixes == std::vector<std::string>{"x", "y"});
+  CHECK(*sources.split == "969, 30, 1");
+
+  TrainingArguments per_split;
+  per_split.per_split_data_args_path = (directory.path / "splits.json").string();
+  std::ofstream(per_split.per_split_data_args_path) << R"({"train": ["0.3", "a", "0.7", "b"], "valid": ["v"]})";
+  sources = data_sources(per_split);
+  CHECK_FALSE(sources.blend);
+  REQUIRE(sources.blend_per_split[0]);
+  CHECK(sources.blend_per_split[0]->prefixes == std::vector<std::string>{"a", "b"});
+  CHECK(sources.blend_per_split[1]->prefixes == std::vector<std::string>{"v"});
+  CHECK_FALSE(sources.blend_per_split[2]);
+
+  std::ofstream(per_split.per_split_data_args_path) << R"({"train": "a"})";
+  CHECK_THROWS_WITH_AS(data_sources(per_split), doctest::Contains("\"train\" must be a non-empty list"),
+                       common::Error);
+  std::ofstream(per_split.per_split_data_args_path) << "train: [a]";
+  CHECK_THROWS_WITH_AS(data_sources(per_split), doctest::Contains("not JSON"), common::Error);
+}
+
+TEST_CASE("batches from a real dataset: Megatron's log lines, labels shifted by one") {
+  test_support::TemporaryDirectory directory;
+  const std::string prefix = (directory.path / "corpus_text_document").string();
+  test_support::write_fixture_dataset(prefix, test_support::random_lengths(200, 1, 50, 8));
+  const auto a = data_arguments(prefix);
+  std::ostringstream log;
+  const BatchSource source = build_dataset_batch_source(a, 65001, log);
+  const std::string text = log.str();
+  CHECK(text.find("> building train, validation, and test datasets ...\n"
+                  " > datasets target sizes (minimum size):\n"
+                  "    train:      80\n"
+                  "    validation: 24\n"
+                  "    test:       8\n"
+                  "> building train, validation, and test datasets for GPT ...\n") == 0);
+  CHECK(text.find("> finished creating GPT datasets ...") != std::string::npos);
+
+  std::vector<int32_t> tokens(2 * 16), labels(2 * 16);
+  for (Split split : {Split::train, Split::validation, Split::test}) {
+    source(split, 2, 2, tokens, labels);
+    for (int b = 0; b < 2; ++b) {
+      for (int t = 0; t + 1 < 16; ++t) CHECK(labels[b * 16 + t] == tokens[b * 16 + t + 1]);
+    }
+  }
+  // The same samples again: reading is deterministic.
+  std::vector<int32_t> again(2 * 16), again_labels(2 * 16);
+  source(Split::test, 2, 2, again, again_labels);
+  CHECK(again == tokens);
+
+  // Ids the tokenizer does not have mean the data was made with another vocabulary.
+  const BatchSource narrow = build_dataset_batch_source(a, 1000, log);
+  CHECK_THROWS_WITH_AS(narrow(Split::train, 0, 2, tokens, labels),
+                       doctest::Contains("but the tokenizer has 1000 ids"), common::Error);
+}
+
+TEST_CASE("an empty validation split names --split and --eval-iters") {
+  test_support::TemporaryDirectory directory;
+  const std::string prefix = (directory.path / "small").string();
+  test_support::write_fixture_dataset(prefix, test_support::random_lengths(50, 1, 50, 9));
+  auto a = data_arguments(prefix);
+  a.split = "100,0,0";
+  std::ostringstream log;
+  CHECK_THROWS_WITH_AS(build_dataset_batch_source(a, 65001, log),
+                       doctest::Contains("--split 100,0,0 gives the validation split a share of 0, so "
+                                         "the validation split has no data: validation reads 24 "
+                                         "samples (--eval-iters 2 global batches of 4 at each of 3 "
+                                         "evaluations); pass --eval-iters 0"),
+                       common::Error);
+  a.eval_iters = 0;
+  CHECK_NOTHROW(build_dataset_batch_source(a, 65001, log));
+}
