@@ -37,6 +37,9 @@ packages=(
 test_packages=(
   # python3-omegaconf is the oracle the config tests compare against
   python3-omegaconf
+  # python3-numpy: the data tests compare our .npy files, numpy RandomState shuffles and the
+  # GPT dataset indices against numpy (tests/backend/data/megatron_dataset_reference.py)
+  python3-numpy
   # python3-torch (CPU) is the independent implementation the backend's model, gradients and
   # AdamW steps are compared against, and the reference of the CPU benchmark
   python3-torch
