@@ -69,6 +69,9 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
     {"model.data.data_impl", "--mock-data / --data-path",
      "mock → --mock-data; mmap → --data-path with model.data.data_prefix, --split with "
      "model.data.splits_string"},
+    {"model.data.index_mapping_dir", "--data-cache-path",
+     "with data_impl mmap, when set: where the dataset index arrays are cached (null: next to "
+     "the data, NeMo's default and Megatron's)"},
     {"model.position_embedding_type", "--position-embedding-type",
      "rope → --position-embedding-type rope; learned_absolute → none (the default)"},
     {"model.normalization", "--normalization", "rmsnorm → --normalization RMSNorm; layernorm → none"},
@@ -307,6 +310,10 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
     if (const Node* split = lookup(training, "model.data.splits_string")) {
       arguments.push_back("--split");
       arguments.push_back(training_text(*split, "model.data.splits_string"));
+    }
+    if (const Node* cache = lookup(training, "model.data.index_mapping_dir")) {
+      arguments.push_back("--data-cache-path");
+      arguments.push_back(training_text(*cache, "model.data.index_mapping_dir"));
     }
   } else {
     common::fail("training.model.data.data_impl '{}' is not valid (valid: mmap, mock)", impl);

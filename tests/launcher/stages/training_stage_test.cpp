@@ -80,6 +80,12 @@ TEST_CASE("precision, scheduler names and data_impl are translated or refused by
   CHECK(flag_value(real_data, "--data-path") == "0.3");
   CHECK(flag_value(real_data, "--split") == "99990,8,2");
   CHECK_FALSE(has(real_data, "--mock-data"));
+  CHECK_FALSE(has(real_data, "--data-cache-path"));  // null: the backend caches next to the data
+  const auto cached = megatron_training_arguments(composed_126m(
+      {"training.model.data.data_impl=mmap", "training.model.data.data_prefix=[/data/a]",
+       "training.model.data.index_mapping_dir=/scratch/index"}));
+  CHECK(flag_value(cached, "--data-path") == "/data/a");
+  CHECK(flag_value(cached, "--data-cache-path") == "/scratch/index");
 }
 
 TEST_CASE("the training job takes its nodes and tasks from the trainer") {
