@@ -234,9 +234,13 @@ BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const GptDataset>> da
                    datasets_[d]->size(), weights_[d]);
     }
   }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("Build the BlendedDataset indices: {} samples from {} datasets, {:.3f} s", size_,
-               datasets_.size(),
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+               datasets_.size(), seconds);
+  if (base.empty() && seconds > 10) {
+    spdlog::warn("the blend's indices took {:.0f} s and are rebuilt at every start: pass "
+                 "--data-cache-path DIR to keep them (Megatron caches a blend only there)", seconds);
+  }
   if (!base.empty()) {
     try {
       std::filesystem::create_directories(cache_path);
