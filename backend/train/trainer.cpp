@@ -119,9 +119,12 @@ void print_lines(std::ostream& out, const std::vector<std::string>& lines) {
 
 int64_t tokenizer_vocab_size(const TrainingArguments& arguments) {
   if (arguments.tokenizer_type == "GPT2BPETokenizer") {
-    // The vocabulary file decides when it is given; without it (mock data, checkpoint tools)
-    // GPT-2's size is a known fact.
-    if (arguments.vocab_file.empty() && arguments.merge_file.empty()) return kGpt2VocabSize;
+    // With real data the vocabulary file decides. Mock data does not read the files (the
+    // launcher's configs name NeMo's default paths, which need not exist), nor do the
+    // checkpoint tools: GPT-2's size is a known fact.
+    if (arguments.mock_data || (arguments.vocab_file.empty() && arguments.merge_file.empty())) {
+      return kGpt2VocabSize;
+    }
     return build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
                             .vocab_file = arguments.vocab_file,
                             .merge_file = arguments.merge_file,

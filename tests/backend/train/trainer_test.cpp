@@ -344,3 +344,19 @@ TEST_CASE("--tensorboard-dir gets Megatron's scalars and --log-dir NeMo's files"
     CHECK(bytes.find(tag) != std::string::npos);
   }
 }
+
+TEST_CASE("the GPT-2 vocabulary size comes from --vocab-file with real data, not with mock data") {
+  TrainingArguments a;
+  a.tokenizer_type = "GPT2BPETokenizer";
+  CHECK(tokenizer_vocab_size(a) == 50257);  // no files: GPT-2's size
+  a.vocab_file = "/no/such/vocab.json";
+  a.merge_file = "/no/such/merges.txt";
+  a.mock_data = true;
+  CHECK(tokenizer_vocab_size(a) == 50257);  // mock data reads no files
+  a.mock_data = false;
+  a.data_path = {"/data/corpus_text_document"};
+  CHECK_THROWS_WITH_AS(tokenizer_vocab_size(a), doctest::Contains("/no/such/vocab.json"), common::Error);
+  a.vocab_file = std::string(TEST_SOURCE_DIR) + "/tests/data/gpt2-vocab.json";
+  a.merge_file = std::string(TEST_SOURCE_DIR) + "/tests/data/gpt2-merges.txt";
+  CHECK(tokenizer_vocab_size(a) == 50257);  // read from the file
+}
