@@ -8,7 +8,7 @@
 namespace backend {
 
 AdamW::AdamW(const AdamWConfig& config, std::vector<ParameterGroup> groups, int64_t numel)
-    : config_(config), groups_(std::move(groups)), exp_avg_(numel, 0.0f), exp_avg_sq_(numel, 0.0f) {
+    : config_(config), groups_(std::move(groups)), exp_avg_(static_cast<size_t>(numel)), exp_avg_sq_(static_cast<size_t>(numel)) {
   for (const auto& group : groups_) {
     if (group.offset < 0 || group.numel < 0 || group.offset + group.numel > numel) {
       common::fail("AdamW: parameter group [{}, {}) lies outside the {} parameters", group.offset,
