@@ -13,6 +13,11 @@
 // at least 2^-125 (x ≥ −86.6); below that (x < −86.99) it returns 0 rather than a value near
 // float's smallest normal, and beyond ln(FLT_MAX) +infinity; NaN gives NaN.
 // Tested against std::exp over a dense grid (tests/backend/ops/vector_math_test.cpp).
+//
+// lane_sum: a float sum that vectorises yet has a fixed order: element i goes into partial
+// sum i mod kSumLanes, the partial sums are added in lane order. The order depends on the
+// count alone (not on the vector width or the thread count), and each partial sum is 16
+// times shorter than one running total.
 #pragma once
 
 #include <algorithm>
@@ -53,6 +58,21 @@ inline float fast_exp(float x) {
   const uint32_t n_bits = std::bit_cast<uint32_t>(shifted) - std::bit_cast<uint32_t>(kRoundShift);
   const float half_scale = std::bit_cast<float>((n_bits + 126u) << 23);
   return (p * 2.0f) * half_scale;
+}
+
+inline constexpr int64_t kSumLanes = 16;
+
+inline float lane_sum(const float* values, int64_t count) {
+  float partial[kSumLanes] = {};
+  const int64_t whole = count / kSumLanes * kSumLanes;
+  for (int64_t i = 0; i < whole; i += kSumLanes) {
+#pragma omp simd
+    for (int64_t lane = 0; lane < kSumLanes; ++lane) partial[lane] += values[i + lane];
+  }
+  for (int64_t i = whole; i < count; ++i) partial[i - whole] += values[i];
+  float sum = 0;
+  for (const float lane_total : partial) sum += lane_total;
+  return sum;
 }
 
 }  // namespace backend::cpu::detail
