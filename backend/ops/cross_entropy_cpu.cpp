@@ -3,9 +3,9 @@
 // The float path (training) takes the exponentials from vector_math_cpu.hpp's fast_exp, so
 // the two passes over the (B·T, V) logits vectorise: at the 126M shape (1024 × 50304) glibc's
 // scalar expf made the forward and backward cost as much as a small GEMM. The sum of the
-// exponentials goes into kLanes partial sums, element v into sum v mod kLanes, added in lane
-// order at the end: a fixed order that depends on V alone (not on the thread count or the
-// vector width), and shorter float sums than one running total. The row maximum is exact in
+// exponentials is detail::lane_sum's: 16 partial sums, element v into sum v mod 16, added in
+// lane order at the end: a fixed order that depends on V alone (not on the thread count or
+// the vector width), and shorter float sums than one running total. The row maximum is exact in
 // any order. The double path (gradient checks) keeps std::exp and the running sum.
 #include <algorithm>
 #include <cmath>
@@ -18,26 +18,13 @@
 namespace backend::cpu {
 namespace {
 
-constexpr int64_t kLanes = 16;
-
 // log Σ_v exp(z[v]) of one row of float logits.
 float row_logsumexp_float(const float* z, int64_t vocab_size) {
   float row_max = z[0];
 #pragma omp simd reduction(max : row_max)
   for (int64_t v = 0; v < vocab_size; ++v) row_max = std::max(row_max, z[v]);
-  float partial[kLanes] = {};
-  const int64_t whole = vocab_size / kLanes * kLanes;
-  for (int64_t v = 0; v < whole; v += kLanes) {
-#pragma omp simd
-    for (int64_t lane = 0; lane < kLanes; ++lane) {
-      partial[lane] += detail::fast_exp(z[v + lane] - row_max);
-    }
-  }
-  for (int64_t v = whole; v < vocab_size; ++v) {
-    partial[v - whole] += detail::fast_exp(z[v] - row_max);
-  }
-  float sum = 0;
-  for (const float lane_sum : partial) sum += lane_sum;
+  const float sum = detail::lane_sum<float>(
+      vocab_size, [z, row_max](int64_t v) { return detail::fast_exp(z[v] - row_max); });
   return row_max + std::log(sum);
 }
 

@@ -14,10 +14,11 @@
 // float's smallest normal, and beyond ln(FLT_MAX) +infinity; NaN gives NaN.
 // Tested against std::exp over a dense grid (tests/backend/ops/vector_math_test.cpp).
 //
-// lane_sum: a float sum that vectorises yet has a fixed order: element i goes into partial
-// sum i mod kSumLanes, the partial sums are added in lane order. The order depends on the
-// count alone (not on the vector width or the thread count), and each partial sum is 16
-// times shorter than one running total.
+// lane_sum: a sum that vectorises yet has a fixed order: term i goes into partial sum
+// i mod kSumLanes, the partial sums are added in lane order. The order depends on the count
+// alone (not on the vector width or the thread count), and each partial sum is 16 times
+// shorter than one running total, whose chain of dependent additions ran at a tenth of the
+// adder's throughput.
 #pragma once
 
 #include <algorithm>
@@ -62,17 +63,23 @@ inline float fast_exp(float x) {
 
 inline constexpr int64_t kSumLanes = 16;
 
-inline float lane_sum(const float* values, int64_t count) {
-  float partial[kSumLanes] = {};
+// Σ_{i < count} term(i), term inlined into the vectorised loop (no array of the terms).
+template <typename Scalar, typename Term>
+Scalar lane_sum(int64_t count, Term term) {
+  Scalar partial[kSumLanes] = {};
   const int64_t whole = count / kSumLanes * kSumLanes;
   for (int64_t i = 0; i < whole; i += kSumLanes) {
 #pragma omp simd
-    for (int64_t lane = 0; lane < kSumLanes; ++lane) partial[lane] += values[i + lane];
+    for (int64_t lane = 0; lane < kSumLanes; ++lane) partial[lane] += term(i + lane);
   }
-  for (int64_t i = whole; i < count; ++i) partial[i - whole] += values[i];
-  float sum = 0;
-  for (const float lane_total : partial) sum += lane_total;
+  for (int64_t i = whole; i < count; ++i) partial[i - whole] += term(i);
+  Scalar sum = 0;
+  for (const Scalar lane_total : partial) sum += lane_total;
   return sum;
+}
+
+inline float lane_sum(const float* values, int64_t count) {
+  return lane_sum<float>(count, [values](int64_t i) { return values[i]; });
 }
 
 }  // namespace backend::cpu::detail
