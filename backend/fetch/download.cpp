@@ -310,30 +310,6 @@ DownloadResult download_into(const DownloadOptions& options, const std::string& 
 
 }  // namespace
 
-std::string url_file_name(const std::string& url) {
-  std::string path = url;
-  const size_t scheme = path.find("://");
-  if (scheme != std::string::npos) {
-    path = path.substr(scheme + 3);
-    const size_t slash = path.find('/');
-    path = slash == std::string::npos ? "" : path.substr(slash);
-  }
-  path = path.substr(0, path.find_first_of("?#"));
-  const std::string segment = path.substr(path.find_last_of('/') + 1);
-  std::string decoded;
-  for (size_t i = 0; i < segment.size(); ++i) {
-    if (segment[i] == '%' && i + 2 < segment.size() && std::isxdigit(static_cast<unsigned char>(segment[i + 1])) &&
-        std::isxdigit(static_cast<unsigned char>(segment[i + 2]))) {
-      decoded += static_cast<char>(std::stoi(segment.substr(i + 1, 2), nullptr, 16));
-      i += 2;
-    } else {
-      decoded += segment[i];
-    }
-  }
-  if (decoded == "." || decoded == ".." || decoded.find('/') != std::string::npos) return {};
-  return decoded;
-}
-
 fs::path partial_download_path(const fs::path& output) { return fs::path(output.string() + ".part"); }
 
 DownloadResult download(const DownloadOptions& options, TransferProgress& progress) {

@@ -53,10 +53,6 @@ struct DownloadResult {
   std::string sha256;          // of `output`, when verification was asked for
 };
 
-// The name a URL's file has: the last path segment, without query or fragment, with %XX
-// decoded. Empty when there is none (e.g. "https://host/").
-std::string url_file_name(const std::string& url);
-
 // `<output>.part`, where a download collects its bytes.
 std::filesystem::path partial_download_path(const std::filesystem::path& output);
 

@@ -11,6 +11,7 @@ namespace {
 constexpr double kWindowSeconds = 5.0;     // the rate is measured over this much recent time
 constexpr double kRedrawSeconds = 0.1;     // at most ten redraws a second
 constexpr int64_t kUnknownSizeLogStep = int64_t(128) << 20;
+constexpr double kLogLineSeconds = 0.5;    // a fast transfer logs its start and end, not tenths
 }  // namespace
 
 std::string format_bytes(int64_t bytes) {
@@ -106,6 +107,9 @@ void TransferProgress::update(int64_t done, double now_seconds) {
     terminal_ << "\r" << status_text(done) << "\x1b[K" << std::flush;
     line_shown_ = true;
   } else if (mode_ == ProgressMode::kLog && done >= next_log_bytes_) {
+    if (last_draw_ >= 0 && now_seconds - last_draw_ < kLogLineSeconds) return;
+    if (last_draw_ < 0 && now_seconds - started_at_ < kLogLineSeconds) return;
+    last_draw_ = now_seconds;
     emit_line_(status_text(done));
     schedule_next_log_line(done);
   }

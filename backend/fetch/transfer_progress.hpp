@@ -3,7 +3,8 @@
 //    ten times a second: `oscar-1GB.jsonl.xz  412.0 MiB / 1.2 GiB  33.5%  41.2 MiB/s  ETA 0:20`;
 //  - log (not a terminal, e.g. a Slurm job's output file): no redraws, a plain line each time
 //    another tenth of a known size is done (every 128 MiB when the size is unknown), so a log
-//    gets about ten lines per file whatever its size, never a stream of carriage returns;
+//    gets about ten lines per file whatever its size, never a stream of carriage returns (and
+//    none more often than twice a second, so a fast local copy logs only its start and end);
 //  - events (resuming, a retry and why, verification) are lines in both modes; on a terminal the
 //    status line is erased first, so lines and redraws never interleave.
 // The rate is taken over the last few seconds (a sliding window), so the ETA follows the

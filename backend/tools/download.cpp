@@ -15,6 +15,7 @@
 
 #include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
+#include "backend/common/url_file_name.hpp"
 #include "backend/fetch/download.hpp"
 
 namespace {
@@ -54,7 +55,7 @@ std::optional<ToolOptions> parse(int argc, char** argv) {
     common::fail("download: {} (run download --help for the flags)", error.what());
   }
   if (options.output.empty()) {
-    options.output = backend::url_file_name(d.url);
+    options.output = common::url_file_name(d.url);
     if (options.output.empty()) {
       common::fail("download {}: the URL names no file; pass --output FILE", d.url);
     }

@@ -356,14 +356,3 @@ TEST_CASE("bad options are refused with the option named") {
   CHECK_THROWS_WITH_AS(run.go(unsupported), doctest::Contains("curl error 1 (Unsupported protocol)"),
                        common::Error);
 }
-
-TEST_CASE("url_file_name takes the last path segment, decoded, without query or fragment") {
-  CHECK(backend::url_file_name("https://huggingface.co/bigscience/misc-test-data/resolve/main/stas/oscar-1GB.jsonl.xz") ==
-        "oscar-1GB.jsonl.xz");
-  CHECK(backend::url_file_name("https://host/a/b%20c.json?download=1#x") == "b c.json");
-  CHECK(backend::url_file_name("file:///data/shard_00.jsonl.zst") == "shard_00.jsonl.zst");
-  CHECK(backend::url_file_name("https://host/") == "");
-  CHECK(backend::url_file_name("https://host") == "");
-  CHECK(backend::url_file_name("https://host/a/..") == "");
-  CHECK(backend::url_file_name("https://host/a%2Fb") == "");
-}

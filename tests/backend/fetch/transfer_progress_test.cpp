@@ -34,6 +34,14 @@ TEST_CASE("in a log, progress is one line per tenth of the file, whatever the ch
   for (int64_t done = 0; done <= total; done += 997) progress.update(done, static_cast<double>(done) / 100000.0);
   progress.update(total, 10.0);
   progress.finish(total, 10.0);
+  // The same transfer in 0.45 s logs no tenths: lines at most twice a second.
+  std::vector<std::string> fast_lines;
+  TransferProgress fast(ProgressMode::kLog, "fast", terminal,
+                        [&](const std::string& line) { fast_lines.push_back(line); });
+  fast.start(0, total, 0.0);
+  for (int64_t done = 0; done <= total; done += 997) fast.update(done, static_cast<double>(done) / 2.2e6);
+  fast.finish(total, 0.45);
+  CHECK(fast_lines.size() == 1);
   CHECK(terminal.str().empty());  // nothing is redrawn in a log
   REQUIRE(lines.size() == 11);    // 10 %, 20 %, ..., 100 %, and the summary
   // The first update past 100 000 B is at 100 697 B (steps of 997), at 100 000 B/s.
