@@ -155,4 +155,13 @@ TEST_CASE("a failed download task makes Slurm cancel the steps after it instead 
     CHECK(outcome.state == "CANCELLED");
   }
   CHECK_FALSE(fs::exists(temporary.path / "data/meg-gpt2_00_text_document.bin"));
+
+  // `launcher status` sums up each array by task state.
+  const auto status = slurm_test::run_command(
+      {std::string(TEST_BIN_DIR) + "/launcher", "status", results.string()}, cluster.environment(), 30s);
+  INFO("launcher status:\n" << status.output);
+  CHECK(status.exit_code == 0);
+  CHECK(status.output.find("data_preparation.download") != std::string::npos);
+  CHECK(status.output.find("COMPLETED ×3, FAILED (exit 2:0) ×1") != std::string::npos);
+  CHECK(status.output.find("CANCELLED") != std::string::npos);
 }
