@@ -22,7 +22,10 @@ packages=(
   cmake g++ ninja-build pkg-config git
   # launcher: config, templates, CLI, logging
   libyaml-cpp-dev libkainjow-mustache-dev libcli11-dev libspdlog-dev libfmt-dev
-  nlohmann-json3-dev libcurl4-openssl-dev
+  nlohmann-json3-dev
+  # the data_preparation stage's `download` tool (http(s), ftp, file://); `xz` makes the test
+  # shards (xz-utils is in Debian's base system, named here so a slim image gets it too)
+  libcurl4-openssl-dev xz-utils
   # backend CPU path: the OpenMP build of OpenBLAS, so GEMMs and our OpenMP loops share one
   # thread pool (libgomp) instead of two pools spinning against each other
   libopenblas-openmp-dev

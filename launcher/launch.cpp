@@ -14,6 +14,7 @@
 #include <cctype>
 #include <ctime>
 #include <fstream>
+#include <set>
 
 #include "backend/common/error.hpp"
 #include "backend/common/local_time.hpp"
@@ -26,6 +27,7 @@
 #include "launcher/config/yaml_io.hpp"
 #include "launcher/process.hpp"
 #include "launcher/run_status.hpp"
+#include "launcher/stages/data_preparation_stage.hpp"
 #include "launcher/stages/stage.hpp"
 #include "launcher/stages/training_preflight.hpp"
 
@@ -147,6 +149,29 @@ std::string render_job(const std::string& cluster_type, const JobSpec& job,
   return render_local_script(job, script_path, context);
 }
 
+
+// What some clusters cannot do, refused before anything is written or queued: a detached local
+// launch runs one job (later ones would not wait for it); Kubernetes PyTorchJobs have neither
+// arrays nor dependencies; PBS arrays are not rendered yet.
+void check_jobs_fit_cluster(const std::vector<JobSpec>& jobs, const std::string& cluster_type,
+                            const Node& cluster) {
+  if (cluster_type == "local" && local_detach(cluster) && jobs.size() > 1) {
+    std::string names;
+    for (const JobSpec& job : jobs) names += (names.empty() ? "" : ", ") + job.job_name;
+    common::fail("cluster.detach=true runs one job in the background, but this launch has {} "
+                 "({}), and the later ones would not wait for it: launch them one at a time, or "
+                 "without cluster.detach", jobs.size(), names);
+  }
+  for (const JobSpec& job : jobs) {
+    if (!job.is_array()) continue;
+    if (cluster_type == "k8s" || cluster_type == "pbs") {
+      common::fail("{}: the {} step is a job array of {} tasks, which the {} cluster does not "
+                   "render (Kubernetes has no job arrays or dependencies, PBS arrays are not built "
+                   "yet): run this stage with cluster_type=bcm or local", job.stage, job.step,
+                   job.array_tasks.size(), cluster_type);
+    }
+  }
+}
 }  // namespace
 
 fs::path find_conf_dir(const std::optional<fs::path>& requested) {
@@ -215,6 +240,7 @@ LaunchComposition compose_for_launch(const MainOptions& options) {
     // Appended to the unresolved text, so interpolations in it still resolve.
     *base = Node::string(base->as_string() + "/results-" + launch_timestamp(), base->location());
   }
+  fill_data_preparation_blend(composed);  // data_preparation.data_prefix: ??? → its outputs
   return {std::move(composed), std::move(choice), conf_dir};
 }
 
@@ -265,71 +291,89 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
     }
   }
   const StageContext stage_context{config, backend_bin_dir, job_name_prefix};
-  // The id of the last job submitted: the next stage runs after it (afterany, as NeMo). A
-  // stage with nothing to submit leaves it as it is, so the chain is never broken.
-  std::string previous_job_id;
-  int exit_status = 0;
+  // Every job of every stage first, so that a bad value anywhere is reported before anything
+  // is written or queued.
+  std::vector<JobSpec> jobs;
   for (size_t i = 0; i < stages->size(); ++i) {
     const std::string stage = stages->at(i).as_string(fmt::format("stages.{}", i));
-    std::optional<JobSpec> job = build_stage_job(stage, stage_context);
-    if (!job) continue;
-    job->environment = job_environment(config);
-    job->after_job_id = previous_job_id;
+    for (JobSpec& job : build_stage_jobs(stage, stage_context)) jobs.push_back(std::move(job));
+  }
+  const std::vector<std::pair<std::string, std::string>> environment = job_environment(config);
+  check_jobs_fit_cluster(jobs, cluster_type, *cluster);
 
-    fs::create_directories(job->results_dir);
-    common::add_log_file(job->results_dir / "launcher.log");
-    write_text(job->results_dir / (job->run_name + "_hydra.yaml"), to_yaml(config));
-    write_text(job->results_dir / "launcher_cmd.log", options.command_line + "\n");
+  // The last job submitted: the next runs after it (afterany as NeMo, afterok when the next
+  // needs its output). A stage with nothing to submit leaves the chain as it is, unbroken.
+  std::string previous_job_id;
+  bool previous_needs_success = false;
+  bool previous_succeeded = true;  // local runs: how the job before ended
+  int exit_status = 0;
+  std::set<fs::path> log_files;  // one launcher.log sink per results directory
+  for (JobSpec& job : jobs) {
+    const std::string label = job.step.empty() ? job.stage : job.stage + "." + job.step;
+    job.environment = environment;
+    job.after_job_id = previous_job_id;
+    job.after_condition = previous_needs_success ? "afterok" : "afterany";
+
+    fs::create_directories(job.results_dir);
+    if (log_files.insert(job.results_dir / "launcher.log").second) {
+      common::add_log_file(job.results_dir / "launcher.log");
+    }
+    write_text(job.results_dir / (job.run_name + "_hydra.yaml"), to_yaml(config));
+    write_text(job.results_dir / "launcher_cmd.log", options.command_line + "\n");
     const fs::path script_path =
-        job->results_dir / (job_name_prefix + job->run_name +
-                            (cluster_type == "k8s" ? "_submission.yaml" : "_submission.sh"));
+        job.results_dir / (job.job_name + (cluster_type == "k8s" ? "_submission.yaml" : "_submission.sh"));
     const RenderContext context{scripts_root / "templates", cluster, text_at(config, "container"),
                                 container_mounts(config)};
-    write_script(script_path, render_job(cluster_type, *job, script_path, context));
-    spdlog::info("{}: results in {}, job script {}", stage, job->results_dir.string(),
-                 script_path.string());
+    write_script(script_path, render_job(cluster_type, job, script_path, context));
+    spdlog::info("{}: results in {}, job script {}", label, job.results_dir.string(), script_path.string());
     if (options.dry_run) {
       spdlog::info("dry run: not submitting {}", script_path.string());
       continue;
     }
-    JobRecord record{stage, cluster_type, "", script_path, {}, std::nullopt, std::time(nullptr)};
+    JobRecord record{label, cluster_type, "", script_path, {}, std::nullopt, std::time(nullptr)};
     if (cluster_type == "bcm" || cluster_type == "pbs") {
-      const Submission submission = cluster_type == "bcm" ? submit_sbatch(*job, script_path)
-                                                          : submit_qsub(*job, script_path);
+      const Submission submission = cluster_type == "bcm" ? submit_sbatch(job, script_path)
+                                                          : submit_qsub(job, script_path);
       spdlog::info("Submitted batch job {}", submission.job_id);
-      spdlog::info("{}: job output in {}", stage, submission.log_file.string());
+      spdlog::info("{}: job output in {}", label, submission.log_file.string());
       previous_job_id = submission.job_id;
       record.job_id = submission.job_id;
       record.log_file = submission.log_file;
     } else if (cluster_type == "k8s") {
       // PyTorchJobs have no scheduler dependencies: stages after the first are applied at once.
-      const Submission submission = apply_pytorchjob(*job, script_path);
+      const Submission submission = apply_pytorchjob(job, script_path);
       if (submission.job_id.empty()) continue;  // written, not applied: nothing to track
       spdlog::info("Applied PyTorchJob {}", submission.job_id);
       record.job_id = submission.job_id;
     } else if (local_detach(*cluster)) {
-      if (!previous_job_id.empty()) {
-        common::fail("cluster.detach=true runs one stage in the background; with several stages "
-                     "the later ones would not wait for it: launch them one at a time");
-      }
-      const Submission submission = start_local_script(*job, script_path);
-      spdlog::info("{}: local job {} runs in the background; output in {}", stage,
+      const Submission submission = start_local_script(job, script_path);
+      spdlog::info("{}: local job {} runs in the background; output in {}", label,
                    submission.job_id, submission.log_file.string());
       record.job_id = submission.job_id;
       record.log_file = submission.log_file;
       previous_job_id = submission.job_id;
+    } else if (job.after_condition == "afterok" && !previous_succeeded) {
+      // As Slurm cancels a job whose afterok dependency failed (--kill-on-invalid-dep=yes).
+      spdlog::warn("{}: not run: it needs the job before it to succeed (afterok), and that one "
+                   "failed or did not run", label);
+      previous_needs_success = job.successors_need_success;
+      continue;
     } else {
-      // Local stages run one after the other; like afterany, a failed stage does not stop the
-      // next, and the launcher's exit status reports the first failure.
-      const Submission submission = run_local_script(*job, script_path, terminal);
-      spdlog::info("{}: local job {} exited with status {}; output in {}", stage,
+      // Local jobs run one after the other. Like afterany, a failed stage does not stop the
+      // next unless that one needs its output (afterok); the launcher's exit status reports
+      // the first failure.
+      const Submission submission = run_local_script(job, script_path, terminal);
+      spdlog::info("{}: local job {} exited with status {}; output in {}", label,
                    submission.job_id, submission.exit_code, submission.log_file.string());
       if (submission.exit_code != 0 && exit_status == 0) exit_status = submission.exit_code;
+      previous_succeeded = submission.exit_code == 0;
+      previous_job_id = submission.job_id;
       record.job_id = submission.job_id;
       record.log_file = submission.log_file;
       record.exit_code = submission.exit_code;
     }
-    append_job_record(job->results_dir, record);
+    previous_needs_success = job.successors_need_success;
+    append_job_record(job.results_dir, record);
   }
   return exit_status;
 }

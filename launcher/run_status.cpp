@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
+#include <sstream>
 
 #include "backend/common/error.hpp"
 #include "backend/common/local_time.hpp"
@@ -102,12 +104,25 @@ std::string query_job_state(const JobRecord& record) {
   if (record.cluster == "bcm") {
     const auto run = ask({"scontrol", "show", "job", "-o", record.job_id});
     if (!run) return "unknown (no scontrol on PATH)";
-    const std::string state = field_after(run->output, "JobState=");
-    if (run->exit_code == 0 && !state.empty()) {
-      const std::string exit_code = field_after(run->output, "ExitCode=");
-      return exit_code.empty() || exit_code == "0:0" ? state : state + " (exit " + exit_code + ")";
+    // One line per job; a job array gives one per task (or per pending range of tasks), and
+    // its state is each distinct task state with how many tasks are in it.
+    std::map<std::string, int> counts;  // sorted: the summary does not depend on scontrol's order
+    std::istringstream lines(run->output);
+    for (std::string line; std::getline(lines, line);) {
+      const std::string state = field_after(line, "JobState=");
+      if (state.empty()) continue;
+      const std::string exit_code = field_after(line, "ExitCode=");
+      const std::string shown =
+          exit_code.empty() || exit_code == "0:0" ? state : state + " (exit " + exit_code + ")";
+      ++counts[shown];
     }
-    return "unknown (" + first_line(run->output) + ")";
+    if (run->exit_code != 0 || counts.empty()) return "unknown (" + first_line(run->output) + ")";
+    if (counts.size() == 1 && counts.begin()->second == 1) return counts.begin()->first;
+    std::string summary;
+    for (const auto& [state, count] : counts) {
+      summary += fmt::format("{}{} ×{}", summary.empty() ? "" : ", ", state, count);
+    }
+    return summary;
   }
   if (record.cluster == "pbs") {
     const auto run = ask({"qstat", "-f", "-x", record.job_id});

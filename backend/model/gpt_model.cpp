@@ -8,10 +8,12 @@
 // linear_fc2 weights are N(0, init_method_std / sqrt(2 · num_layers)); biases are 0 and norm
 // weights 1. The normal deviates come from a counter-based generator, so element i of the
 // flat buffer depends only on (seed, i), never on the thread count or the order in which
-// tensors are filled: two splitmix64 outputs (Steele, Lea & Flood 2014) at counters
-// 2i and 2i+1 of a stream keyed by splitmix64(seed) give two uniforms for one Box–Muller
-// transform (the cosine half). It is computed in double and rounded to Scalar, so a float
-// and a double model with the same seed hold the same parameters up to float rounding.
+// tensors are filled: element i is Φ⁻¹ of a uniform made from splitmix64 output i (Steele,
+// Lea & Flood 2014) of a stream keyed by splitmix64(seed), by Wichura's AS 241
+// (common/inverse_normal_cdf.hpp; it replaced a Box–Muller transform, whose logarithm and
+// sine/cosine per pair made the 126M model's initialisation take seconds). It is computed in
+// double and rounded to Scalar, so a float and a double model with the same seed hold the same
+// parameters up to float rounding.
 //
 // Dropout (gpt_model.hpp) draws from the same generator, keyed by backend::dropout_key(dropout
 // seed, dropout step, site, layer): the embedding is site 0 (layer 0), the attention
@@ -31,11 +33,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numbers>
 #include <unordered_map>
 #include <utility>
 
 #include "backend/common/error.hpp"
+#include "backend/common/inverse_normal_cdf.hpp"
+#include "backend/common/lazy_zero_allocator.hpp"
 #include "backend/common/splitmix64.hpp"
 #include "backend/ops/attention.hpp"
 #include "backend/ops/cross_entropy.hpp"
@@ -52,23 +55,37 @@
 namespace backend {
 namespace {
 
-using common::splitmix64_at;
 using common::splitmix64_mix;
 
-// Standard normal deviates 2·pair and 2·pair + 1 of the stream keyed by `key`: Box–Muller
-// turns one pair of uniforms into two independent normals (cos and sin), so every deviate
-// still depends only on (key, index), never on which thread computed it.
-std::pair<double, double> standard_normal_pair(uint64_t key, uint64_t pair) {
-  constexpr double kTwoToMinus53 = 0x1.0p-53;
-  // u1 in (0, 1] keeps the logarithm finite; u2 in [0, 1).
-  const double u1 = static_cast<double>((splitmix64_at(key, 2 * pair) >> 11) + 1) * kTwoToMinus53;
-  const double u2 = static_cast<double>(splitmix64_at(key, 2 * pair + 1) >> 11) * kTwoToMinus53;
-  const double radius = std::sqrt(-2.0 * std::log(u1));
-  const double angle = 2.0 * std::numbers::pi * u2;
-  return {radius * std::cos(angle), radius * std::sin(angle)};
-}
+// The model's buffers start as zeros without a pass writing them (lazy_zero_allocator.hpp);
+// they are resized only by replacing them with a fresh one.
+template <typename Scalar>
+using Buffer = std::vector<Scalar, common::LazyZeroAllocator<Scalar>>;
 
 enum class Init { normal, scaled_normal, zeros, ones };
+
+// values[j] = Scalar(scale · deviate first + j of the stream keyed by `key`), j < count ≤
+// kNormalBlock: common::standard_normal_at, in two passes so the common case vectorises: the
+// central rational function for every element (85 % need nothing else), then the tails
+// (|p − 1/2| > 0.425, a logarithm and a square root) one by one.
+constexpr int64_t kNormalBlock = 512;
+template <typename Scalar>
+void fill_normal_block(Scalar* values, int64_t count, uint64_t key, uint64_t first, double scale) {
+  double deviates[kNormalBlock];
+  double uniforms[kNormalBlock];
+#pragma omp simd
+  for (int64_t j = 0; j < count; ++j) {
+    uniforms[j] = common::normal_uniform_at(key, first + static_cast<uint64_t>(j));
+    deviates[j] = common::central_inverse_normal_cdf(uniforms[j] - 0.5);
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    if (std::abs(uniforms[j] - 0.5) > common::kCentralHalfWidth) {
+      deviates[j] = common::inverse_normal_cdf(uniforms[j]);
+    }
+  }
+#pragma omp simd
+  for (int64_t j = 0; j < count; ++j) values[j] = static_cast<Scalar>(scale * deviates[j]);
+}
 
 // Where a dropout mask applies; part of its key.
 enum class DropoutSite : uint64_t {
@@ -98,15 +115,15 @@ struct LayerParameters {
 template <typename Scalar>
 struct LayerActivations {
   // The norms' means are left empty with RMSNorm, which does not centre.
-  std::vector<Scalar> input_norm, input_norm_mean, input_norm_rstd;  // (B,T,C), (B,T), (B,T)
-  std::vector<Scalar> qkv;  // (B, T, QKV = (NH + 2·NG)·HD), q and k rotated with RoPE
-  std::vector<Scalar> attention_logsumexp;  // (B, NH, T), the attention core's softmax stats
-  std::vector<Scalar> context;              // (B, T, C)
-  std::vector<Scalar> attention_residual;   // (B, T, C)
-  std::vector<Scalar> mlp_norm, mlp_norm_mean, mlp_norm_rstd;  // (B,T,C), (B,T), (B,T)
-  std::vector<Scalar> fc1;         // (B, T, F), or (B, T, 2F) [gate | linear] with SwiGLU
-  std::vector<Scalar> activation;  // (B, T, F): gelu(fc1) or swiglu(fc1)
-  std::vector<Scalar> output;      // (B, T, C)
+  Buffer<Scalar> input_norm, input_norm_mean, input_norm_rstd;  // (B,T,C), (B,T), (B,T)
+  Buffer<Scalar> qkv;  // (B, T, QKV = (NH + 2·NG)·HD), q and k rotated with RoPE
+  Buffer<Scalar> attention_logsumexp;  // (B, NH, T), the attention core's softmax stats
+  Buffer<Scalar> context;              // (B, T, C)
+  Buffer<Scalar> attention_residual;   // (B, T, C)
+  Buffer<Scalar> mlp_norm, mlp_norm_mean, mlp_norm_rstd;  // (B,T,C), (B,T), (B,T)
+  Buffer<Scalar> fc1;         // (B, T, F), or (B, T, 2F) [gate | linear] with SwiGLU
+  Buffer<Scalar> activation;  // (B, T, F): gelu(fc1) or swiglu(fc1)
+  Buffer<Scalar> output;      // (B, T, C)
 };
 
 }  // namespace
@@ -117,8 +134,8 @@ struct GptModel<Scalar>::State {
   std::vector<ParameterTensor> tensors;
   std::vector<Init> tensor_init;  // parallel to `tensors`
   std::unordered_map<std::string, size_t> tensor_index;
-  std::vector<Scalar> parameters;
-  std::vector<Scalar> gradients;
+  Buffer<Scalar> parameters;
+  Buffer<Scalar> gradients;
 
   int64_t word_embeddings = 0;
   int64_t position_embeddings = kAbsent;  // learned absolute positions only
@@ -142,27 +159,27 @@ struct GptModel<Scalar>::State {
   int64_t seq_length = 0;
   bool has_forward = false;
   std::vector<int32_t> tokens, labels;  // (B, T)
-  std::vector<Scalar> embedded;         // (B, T, C)
+  Buffer<Scalar> embedded;         // (B, T, C)
   // layers[l] holds layer l's activations, or, for a layer the backward recomputes, at most
   // its output (when the next layer's recompute, or the final norm, starts from it); the
   // recomputed layers of one chunk run in recompute_slots[0..chunk size).
   std::vector<LayerActivations<Scalar>> layers;
   std::vector<LayerActivations<Scalar>> recompute_slots;
-  std::vector<Scalar> recomputed_logsumexp;  // (B, NH, T), selective recompute only
-  std::vector<Scalar> final_norm, final_norm_mean, final_norm_rstd;  // (B,T,C), (B,T), (B,T)
-  std::vector<Scalar> logits;                                        // (B, T, V)
-  std::vector<Scalar> losses, logsumexp;                             // (B, T)
-  std::vector<Scalar> branch;              // (B, T, C) linear_proj / fc2 out
-  std::vector<Scalar> rope_cos, rope_sin;  // (T, rotary_dim / 2), RoPE only
+  Buffer<Scalar> recomputed_logsumexp;  // (B, NH, T), selective recompute only
+  Buffer<Scalar> final_norm, final_norm_mean, final_norm_rstd;  // (B,T,C), (B,T), (B,T)
+  Buffer<Scalar> logits;                                        // (B, T, V)
+  Buffer<Scalar> losses, logsumexp;                             // (B, T)
+  Buffer<Scalar> branch;              // (B, T, C) linear_proj / fc2 out
+  Buffer<Scalar> rope_cos, rope_sin;  // (T, rotary_dim / 2), RoPE only
 
   // Backward scratch, same (B, T). The logits stay intact so backward() can be repeated.
-  std::vector<Scalar> dlogits;    // (B, T, V)
-  std::vector<Scalar> dresidual;  // (B, T, C) residual stream
-  std::vector<Scalar> dbranch;    // (B, T, C)
-  std::vector<Scalar> dnorm;      // (B, T, C)
-  std::vector<Scalar> dqkv;       // (B, T, QKV)
-  std::vector<Scalar> dhidden;    // (B, T, F) gradient of the activation's output
-  std::vector<Scalar> dfc1;       // (B, T, F or 2F) gradient of linear_fc1's output
+  Buffer<Scalar> dlogits;    // (B, T, V)
+  Buffer<Scalar> dresidual;  // (B, T, C) residual stream
+  Buffer<Scalar> dbranch;    // (B, T, C)
+  Buffer<Scalar> dnorm;      // (B, T, C)
+  Buffer<Scalar> dqkv;       // (B, T, QKV)
+  Buffer<Scalar> dhidden;    // (B, T, F) gradient of the activation's output
+  Buffer<Scalar> dfc1;       // (B, T, F or 2F) gradient of linear_fc1's output
 
   int64_t add_tensor(std::string name, std::vector<int64_t> shape, Init init) {
     int64_t numel = 1;
@@ -287,8 +304,8 @@ void GptModel<Scalar>::State::resize_activations(int64_t new_batch_size, int64_t
   const auto T = static_cast<size_t>(seq_length);
   const size_t norm_means = rms_norm() ? 0 : rows;
   // Swap in a fresh vector rather than resize(): a smaller shape gives its memory back too.
-  auto size = [](std::vector<Scalar>& buffer, size_t count) {
-    std::vector<Scalar>(count).swap(buffer);
+  auto size = [](Buffer<Scalar>& buffer, size_t count) {
+    Buffer<Scalar>(count).swap(buffer);
   };
   size(embedded, rows * C);
   const bool selective = config.recompute_granularity == RecomputeGranularity::selective;
@@ -503,8 +520,8 @@ GptModel<Scalar>::GptModel(const GptConfig& config) : state_(std::make_unique<St
           ? s.word_embeddings
           : s.add_tensor("output_layer.weight", {config.padded_vocab_size, C}, Init::normal);
   const auto total = static_cast<size_t>(s.tensors.back().offset + s.tensors.back().numel);
-  s.parameters.assign(total, Scalar{0});
-  s.gradients.assign(total, Scalar{0});
+  s.parameters = Buffer<Scalar>(total);  // zeros, faulted in by whoever writes them first
+  s.gradients = Buffer<Scalar>(total);
 }
 
 template <typename Scalar>
@@ -570,18 +587,15 @@ void GptModel<Scalar>::init_parameters(uint64_t seed) {
       continue;
     }
     const double tensor_std = init == Init::scaled_normal ? scaled_std : base_std;
-    // Deviate g of the whole buffer is element g % 2 of pair g / 2.
-    const int64_t first_pair = tensor.offset / 2;
-    const int64_t last_pair = (tensor.offset + tensor.numel - 1) / 2;
-#pragma omp parallel for if (tensor.numel > (1 << 14))
-    for (int64_t pair = first_pair; pair <= last_pair; ++pair) {
-      const auto [even, odd] = standard_normal_pair(key, static_cast<uint64_t>(pair));
-      for (int64_t g = 2 * pair; g <= 2 * pair + 1; ++g) {
-        const int64_t i = g - tensor.offset;
-        if (i >= 0 && i < tensor.numel) {
-          values[i] = static_cast<Scalar>(tensor_std * (g % 2 == 0 ? even : odd));
-        }
-      }
+    const auto first = static_cast<uint64_t>(tensor.offset);
+    // Blocks at fixed offsets from the tensor's start; the static schedule gives each thread
+    // one contiguous range to first-touch (the buffer's pages are faulted in here).
+    const int64_t blocks = (tensor.numel + kNormalBlock - 1) / kNormalBlock;
+#pragma omp parallel for schedule(static) if (tensor.numel > (1 << 14))
+    for (int64_t block = 0; block < blocks; ++block) {
+      const int64_t begin = block * kNormalBlock;
+      fill_normal_block(values + begin, std::min(kNormalBlock, tensor.numel - begin),
+                        key, first + static_cast<uint64_t>(begin), tensor_std);
     }
   }
 }
@@ -715,7 +729,11 @@ int64_t GptModel<Scalar>::activation_bytes() const {
 
 template <typename Scalar>
 void GptModel<Scalar>::zero_gradients() {
-  std::fill(state_->gradients.begin(), state_->gradients.end(), Scalar{0});
+  Scalar* gradients = state_->gradients.data();
+  const auto count = static_cast<int64_t>(state_->gradients.size());
+  // Half a gigabyte at the 126M shape: one core alone does not reach the memory bandwidth.
+#pragma omp parallel for simd schedule(static) if (count > (1 << 16))
+  for (int64_t i = 0; i < count; ++i) gradients[i] = Scalar{0};
 }
 
 template <typename Scalar>

@@ -15,14 +15,19 @@
 // Dropout multipliers (keep ? 1/(1 − p) : 0) of a block are drawn once into scratch and used
 // for both D and dP in the backward; the stream index is the dense (B, NH, T, T) one, so the
 // masks equal those of a whole-matrix implementation.
+// The float path takes the softmax exponentials from vector_math_cpu.hpp (fast_exp, and
+// lane_sum for the row sums): vectorised, where std::exp was a quarter to a third of the
+// backward. The double path keeps std::exp and running sums.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backend/common/error.hpp"
 #include "backend/ops/attention.hpp"
 #include "backend/ops/gemm_cpu.hpp"
+#include "backend/ops/vector_math_cpu.hpp"
 
 namespace backend::cpu {
 
@@ -160,9 +165,15 @@ void attention_forward(Scalar* output, Scalar* logsumexp, const Scalar* qkv, int
           for (int64_t c = 0; c < visible; ++c) new_max = std::max(new_max, row[c]);
           const Scalar rescale = std::exp(row_max[r] - new_max);  // 0 on the first block
           Scalar sum = 0;
-          for (int64_t c = 0; c < visible; ++c) {
-            row[c] = std::exp(row[c] - new_max);
-            sum += row[c];
+          if constexpr (std::is_same_v<Scalar, float>) {
+#pragma omp simd
+            for (int64_t c = 0; c < visible; ++c) row[c] = detail::fast_exp(row[c] - new_max);
+            sum = detail::lane_sum(row, visible);
+          } else {
+            for (int64_t c = 0; c < visible; ++c) {
+              row[c] = std::exp(row[c] - new_max);
+              sum += row[c];
+            }
           }
           std::fill(row + visible, row + columns, Scalar{0});
           row_sum[r] = row_sum[r] * rescale + sum;
@@ -277,7 +288,14 @@ void attention_backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv,
               Scalar* row = probabilities.data() + r * key_rows;
               const int64_t visible = visible_keys(query_begin + r, key_begin, columns);
               const Scalar row_logsumexp = head_logsumexp[query_begin + r];
-              for (int64_t c = 0; c < visible; ++c) row[c] = std::exp(row[c] - row_logsumexp);
+              if constexpr (std::is_same_v<Scalar, float>) {
+#pragma omp simd
+                for (int64_t c = 0; c < visible; ++c) {
+                  row[c] = detail::fast_exp(row[c] - row_logsumexp);
+                }
+              } else {
+                for (int64_t c = 0; c < visible; ++c) row[c] = std::exp(row[c] - row_logsumexp);
+              }
               std::fill(row + visible, row + columns, Scalar{0});
             }
             const Scalar* weights = probabilities.data();

@@ -1,9 +1,10 @@
 // CPU twin of rmsnorm.hpp: one row per iteration for the forward and dinput, column chunks
-// for the weight sums (as layernorm_cpu.cpp).
+// for the weight sums, detail::lane_sum along a row (as layernorm_cpu.cpp).
 #include <cmath>
 
 #include "backend/ops/gemm_cpu.hpp"
 #include "backend/ops/rmsnorm.hpp"
+#include "backend/ops/vector_math_cpu.hpp"
 
 namespace backend::cpu {
 
@@ -14,8 +15,8 @@ void rmsnorm_forward(Scalar* output, Scalar* rstd, const Scalar* input, const Sc
   for (int64_t row = 0; row < rows; ++row) {
     const Scalar* x = input + row * channels;
     Scalar* y = output + row * channels;
-    Scalar squares = 0;
-    for (int64_t c = 0; c < channels; ++c) squares += x[c] * x[c];
+    const Scalar squares =
+        detail::lane_sum<Scalar>(channels, [x](int64_t c) { return x[c] * x[c]; });
     const Scalar row_rstd =
         Scalar{1} / std::sqrt(squares / static_cast<Scalar>(channels) + epsilon);
     for (int64_t c = 0; c < channels; ++c) y[c] = x[c] * row_rstd * weight[c];
@@ -35,9 +36,12 @@ void rmsnorm_backward(Scalar* dinput, Scalar* dweight, const Scalar* doutput, co
     const Scalar* dy = doutput + row * channels;
     Scalar* dx = dinput + row * channels;
     const Scalar row_rstd = rstd[row];
-    Scalar mean_g_xhat = 0;
-    for (int64_t c = 0; c < channels; ++c) mean_g_xhat += dy[c] * weight[c] * x[c] * row_rstd;
-    mean_g_xhat *= inverse_channels;
+    const Scalar mean_g_xhat =
+        detail::lane_sum<Scalar>(channels,
+                                 [dy, weight, x, row_rstd](int64_t c) {
+                                   return dy[c] * weight[c] * x[c] * row_rstd;
+                                 }) *
+        inverse_channels;
     for (int64_t c = 0; c < channels; ++c) {
       dx[c] = row_rstd * (dy[c] * weight[c] - x[c] * row_rstd * mean_g_xhat);
     }

@@ -1,8 +1,12 @@
-// CPU twin of swiglu.hpp: one row per iteration.
+// CPU twin of swiglu.hpp: one row per iteration. In float the sigmoid's exponential is
+// vector_math_cpu.hpp's fast_exp, so the loops vectorise (glibc's expf is a scalar call);
+// double keeps std::exp.
 #include <cmath>
+#include <type_traits>
 
 #include "backend/ops/gemm_cpu.hpp"
 #include "backend/ops/swiglu.hpp"
+#include "backend/ops/vector_math_cpu.hpp"
 
 namespace backend::cpu {
 namespace {
@@ -10,7 +14,11 @@ namespace {
 template <typename Scalar>
 Scalar sigmoid(Scalar x) {
   // For x → −∞, exp(−x) overflows to infinity and the quotient is 0, the limit.
-  return Scalar{1} / (Scalar{1} + std::exp(-x));
+  if constexpr (std::is_same_v<Scalar, float>) {
+    return 1.0f / (1.0f + detail::fast_exp(-x));
+  } else {
+    return Scalar{1} / (Scalar{1} + std::exp(-x));
+  }
 }
 
 }  // namespace

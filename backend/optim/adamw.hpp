@@ -12,6 +12,8 @@
 #include <span>
 #include <vector>
 
+#include "backend/common/lazy_zero_allocator.hpp"
+
 namespace backend {
 
 struct AdamWConfig {
@@ -52,7 +54,8 @@ class AdamW {
  private:
   AdamWConfig config_;
   std::vector<ParameterGroup> groups_;
-  std::vector<float> exp_avg_, exp_avg_sq_;
+  // Zeros without a fill pass: the first step() faults the pages in (lazy_zero_allocator.hpp).
+  std::vector<float, common::LazyZeroAllocator<float>> exp_avg_, exp_avg_sq_;
   int64_t step_ = 0;
 };
 

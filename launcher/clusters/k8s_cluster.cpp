@@ -39,6 +39,10 @@ std::string kubernetes_name(const std::string& job_name) {
 
 std::string render_pytorchjob(const JobSpec& job, const std::filesystem::path& manifest_path,
                               const RenderContext& context) {
+  if (job.is_array()) {
+    common::fail("{}: job arrays ({} tasks) are not rendered for {}; use cluster_type=bcm or local",
+                 job.job_name, job.array_tasks.size(), "Kubernetes");
+  }
   if (context.container_image.empty()) {
     common::fail("cluster_type k8s needs an image with the backend: set `container` in "
                  "config.yaml or pass container=<image>");

@@ -25,18 +25,39 @@ TemplateData common_template_data(const JobSpec& job, const std::filesystem::pat
   }
   data.set("environment", environment);
   // One argument per line keeps long Megatron command lines readable and diffable.
-  std::string command = shell_quote(job.command.front());
-  for (size_t i = 1; i < job.command.size(); ++i) {
-    const bool is_flag = job.command[i].starts_with("--");
-    command += (is_flag ? " \\\n    " : " ") + shell_quote(job.command[i]);
+  auto command_text = [](const std::vector<std::string>& argv, const std::string& indent) {
+    std::string text = shell_quote(argv.front());
+    for (size_t i = 1; i < argv.size(); ++i) {
+      const bool is_flag = argv[i].starts_with("--");
+      text += (is_flag ? " \\\n" + indent : " ") + shell_quote(argv[i]);
+    }
+    return text;
+  };
+  const std::vector<std::string>& program = job.program_command();
+  if (job.is_array()) {
+    // A job array: the script dispatches on the task index (templates: `case`).
+    TemplateData array;
+    TemplateData tasks{TemplateData::type::list};
+    for (size_t i = 0; i < job.array_tasks.size(); ++i) {
+      TemplateData task;
+      task.set("index", std::to_string(i));
+      task.set("command", command_text(job.array_tasks[i], "        "));
+      tasks.push_back(task);
+    }
+    array.set("tasks", tasks);
+    array.set("count", std::to_string(job.array_tasks.size()));
+    array.set("last", std::to_string(job.array_tasks.size() - 1));
+    data.set("array", array);
+  } else {
+    data.set("single", true);
+    data.set("command", command_text(job.command, "    "));
   }
-  data.set("command", command);
-  data.set("program", shell_quote(job.command.front()));
-  const std::string tool = job.tool.empty() ? job.command.front() : job.tool;
+  data.set("program", shell_quote(program.front()));
+  const std::string tool = job.tool.empty() ? program.front() : job.tool;
   data.set("missing_tool_message",
            shell_quote(fmt::format("launcher: the {} stage needs {}, which is not at {}: it is not "
                                    "built yet in this version, or backend_bin_dir points elsewhere",
-                                   job.stage, tool, job.command.front())));
+                                   job.stage, tool, program.front())));
   return data;
 }
 

@@ -1,6 +1,6 @@
 // The PBS Pro cluster (ALCF-style: Polaris, Aurora): a script whose #PBS header comes from
 // cluster/pbs.yaml and the job (-N, -q, -A, -l select=<nodes>[:extra], -l walltime,
-// -l filesystems, -l place, -j oe -o <log>, -W depend=afterany:<id>), whose body exports the
+// -l filesystems, -l place, -j oe -o <log>, -W depend=afterany:<id>, afterok:<id> after a job whose output it needs), whose body exports the
 // environment and runs the backend under mpiexec (-n nodes × ranks, --ppn ranks per node),
 // submitted with qsub, which prints the job id. References: PBS Pro Reference Guide (qsub),
 // ALCF Polaris job-scheduling documentation.
@@ -75,6 +75,10 @@ std::string pbs_walltime(const std::string& limit) {
 
 std::string render_pbs(const JobSpec& job, const std::filesystem::path& script_path,
                        const RenderContext& context) {
+  if (job.is_array()) {
+    common::fail("{}: job arrays ({} tasks) are not rendered for {}; use cluster_type=bcm or local",
+                 job.job_name, job.array_tasks.size(), "PBS");
+  }
   const Node& cluster = *context.cluster;
   auto value_of = [&](const char* key) { return text_or(cluster, "cluster", key, ""); };
   std::vector<std::string> directives = {pbs_directive("-N", job.job_name)};
@@ -99,7 +103,7 @@ std::string render_pbs(const JobSpec& job, const std::filesystem::path& script_p
   directives.push_back(pbs_directive(
       "-o", (job.results_dir / fmt::format("log-{}.out", job.job_name)).string()));
   if (!job.after_job_id.empty()) {
-    directives.push_back(pbs_directive("-W", "depend=afterany:" + job.after_job_id));
+    directives.push_back(pbs_directive("-W", "depend=" + job.after_condition + ":" + job.after_job_id));
   }
 
   TemplateData data = common_template_data(job, script_path);

@@ -48,23 +48,40 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
       directive("--nodes", std::to_string(job.nodes)),
       directive("--ntasks-per-node", std::to_string(job.tasks_per_node)),
   };
+  // CPU jobs (data preparation) leave out the node-sized requests of GPU training: no GPUs,
+  // no exclusive node, no --mem=0 (all of a node's memory), so many tasks share a node.
+  const std::set<std::string> kGpuJobOnly = {"gpus_per_task", "gpus_per_node", "gres", "mem", "exclusive"};
   for (const auto& [key, option] : std::vector<std::pair<std::string, std::string>>{
            {"partition", "--partition"}, {"account", "--account"}, {"gpus_per_task", "--gpus-per-task"},
            {"gpus_per_node", "--gpus-per-node"}, {"gres", "--gres"}, {"mem", "--mem"}}) {
+    if (!job.uses_gpus && kGpuJobOnly.contains(key)) continue;
     if (const Node* value = value_of(key)) directives.push_back(directive(option, cluster_text(*value, key)));
   }
-  if (const Node* exclusive = value_of("exclusive"); exclusive && exclusive->is_bool() && exclusive->as_bool()) {
+  if (const Node* exclusive = value_of("exclusive");
+      job.uses_gpus && exclusive && exclusive->is_bool() && exclusive->as_bool()) {
     directives.push_back("--exclusive");
   }
+  if (job.cpus_per_task > 0) directives.push_back(directive("--cpus-per-task", std::to_string(job.cpus_per_task)));
+  if (job.is_array()) {
+    std::string range = fmt::format("0-{}", job.array_tasks.size() - 1);
+    if (job.max_parallel_tasks > 0) range += fmt::format("%{}", job.max_parallel_tasks);
+    directives.push_back(directive("--array", range));
+  }
   if (!job.time_limit.empty()) directives.push_back(directive("--time", job.time_limit));
-  // Slurm ANDs comma-separated dependencies: after the previous stage, and e.g. singleton.
+  // Slurm ANDs comma-separated dependencies: after the previous job, and e.g. singleton.
   std::vector<std::string> dependencies;
-  if (!job.after_job_id.empty()) dependencies.push_back("afterany:" + job.after_job_id);
+  if (!job.after_job_id.empty()) dependencies.push_back(job.after_condition + ":" + job.after_job_id);
   if (!job.run_dependency.empty()) dependencies.push_back(job.run_dependency);
   if (!dependencies.empty()) {
     directives.push_back(directive("--dependency", fmt::format("{}", fmt::join(dependencies, ","))));
   }
-  const auto log_stem = (job.results_dir / fmt::format("log-{}_%j", job.job_name)).string();
+  // A failed afterok dependency can never be satisfied: without this the job (and everything
+  // after it) would stay PENDING (DependencyNeverSatisfied) until someone cancels it.
+  if (!job.after_job_id.empty() && job.after_condition == "afterok") {
+    directives.push_back("--kill-on-invalid-dep=yes");
+  }
+  // Array tasks each get their own log: %A is the array's job id, %a the task index.
+  const auto log_stem = (job.results_dir / ("log-" + job.job_name + (job.is_array() ? "_%A_%a" : "_%j"))).string();
   directives.push_back(directive("--output", log_stem + ".out"));
   const Node* merged = value_of("stderr_to_stdout");
   if (!(merged && merged->is_bool() && merged->as_bool())) {
@@ -129,7 +146,10 @@ Submission submit_sbatch(const JobSpec& job, const std::filesystem::path& script
   }
   Submission submission;
   submission.job_id = job_id;
-  submission.log_file = job.results_dir / fmt::format("log-{}_{}.out", job.job_name, submission.job_id);
+  // For an array, the log of task 0 (each task has its own: log-<job>_<id>_<task>.out).
+  submission.log_file = job.results_dir / (job.is_array()
+      ? fmt::format("log-{}_{}_0.out", job.job_name, submission.job_id)
+      : fmt::format("log-{}_{}.out", job.job_name, submission.job_id));
   return submission;
 }
 

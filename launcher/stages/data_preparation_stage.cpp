@@ -1,49 +1,325 @@
-// data_preparation → preprocess_data; see data_preparation_stage.hpp. Flags follow Megatron-LM
-// tools/preprocess_data.py: --input, --output-prefix, --json-keys, --tokenizer-type,
-// --vocab-file, --merge-file, --append-eod, --workers, --log-interval.
+// data_preparation → download / decompress / preprocess_data jobs; see
+// data_preparation_stage.hpp. preprocess_data's flags follow Megatron-LM
+// tools/preprocess_data.py (--input, --output-prefix, --json-keys, --tokenizer-type,
+// --vocab-file, --merge-file, --append-eod, --workers, --log-interval); the download shape
+// follows NeMo-Megatron-Launcher's data preparation (download, extract and preprocess as
+// separate job arrays, conf/data_preparation/gpt3/download_gpt3_pile.yaml there) with shards
+// named <prefix>_NN as NeMo names the Pile's.
 #include "launcher/stages/data_preparation_stage.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+#include "backend/common/error.hpp"
+#include "backend/common/sha256.hpp"
+#include "backend/common/url_file_name.hpp"
+#include "launcher/config/interpolate.hpp"
 #include "launcher/config/scalar_text.hpp"
 
 namespace launcher {
 
-std::optional<JobSpec> build_data_preparation_job(const StageContext& context) {
-  const Node& stage = at_path(context.config, "data_preparation");
-  const Node* input = find_set(stage, "input");
-  if (input == nullptr || (input->is_list() && input->size() == 0)) {
-    spdlog::info("data_preparation: data_preparation.input lists no files, nothing to submit");
-    return std::nullopt;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kSection = "data_preparation";
+
+std::string key_of(std::string_view key) { return fmt::format("{}.{}", kSection, key); }
+
+// A list of strings, or one string; absent or null: empty.
+std::vector<std::string> text_list(const Node& stage, std::string_view key) {
+  std::vector<std::string> items;
+  const Node* value = find_set(stage, key);
+  if (value == nullptr) return items;
+  if (!value->is_list()) {
+    items.push_back(scalar_text(*value, key_of(key)));
+    return items;
   }
-  JobSpec job = job_from_run_section("data_preparation", context);
-  job.tool = "preprocess_data";
-  job.command.push_back((context.backend_bin_dir / job.tool).string());
-  auto add_values = [&](const char* flag, const char* key) {
-    const Node* value = find_set(stage, key);
-    if (value == nullptr) return;
-    const std::string full_key = std::string("data_preparation.") + key;
-    job.command.push_back(flag);
-    if (value->is_list()) {
-      for (size_t i = 0; i < value->size(); ++i) {
-        job.command.push_back(scalar_text(value->at(i), full_key + "." + std::to_string(i)));
-      }
+  for (size_t i = 0; i < value->size(); ++i) {
+    const Node& item = value->at(i);
+    items.push_back(item.is_null() ? std::string() : scalar_text(item, fmt::format("{}.{}", key_of(key), i)));
+  }
+  return items;
+}
+
+std::string optional_text(const Node& stage, std::string_view key) {
+  const Node* value = find_set(stage, key);
+  return value == nullptr ? std::string() : scalar_text(*value, key_of(key));
+}
+
+std::string required_text(const Node& stage, std::string_view key, std::string_view why) {
+  std::string text = optional_text(stage, key);
+  if (text.empty()) common::fail("{} is not set: {}", key_of(key), why);
+  return text;
+}
+
+// A checksum as the downloader wants it: empty, or 64 hex digits (lowercased).
+std::string checked_sha256(const std::string& text, const std::string& key) {
+  if (text.empty()) return text;
+  if (!common::is_sha256_hex(text)) {
+    common::fail("{}: '{}' is not a SHA-256 digest (64 hexadecimal digits, as sha256sum prints)",
+                 key, text);
+  }
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return lower;
+}
+
+// An entry of file_urls: a URL, or an absolute local path (made a file:// URL).
+std::string url_of(const std::string& entry, const std::string& key) {
+  if (entry.find("://") != std::string::npos) return entry;
+  if (!entry.starts_with("/")) {
+    common::fail("{}: '{}' is neither a URL (https://..., file:///...) nor an absolute path", key, entry);
+  }
+  std::string url = "file://";
+  for (unsigned char c : entry) {
+    if (std::isalnum(c) || std::string_view("/-._~").find(static_cast<char>(c)) != std::string_view::npos) {
+      url += static_cast<char>(c);
     } else {
-      job.command.push_back(scalar_text(*value, full_key));
+      url += fmt::format("%{:02X}", c);
+    }
+  }
+  return url;
+}
+
+bool is_compressed_name(const std::string& name) {
+  for (const char* suffix : {".gz", ".zst", ".xz"}) {
+    if (name.size() > std::string_view(suffix).size() && name.ends_with(suffix)) return true;
+  }
+  return false;
+}
+
+std::string without_compression_suffix(const std::string& name) {
+  return name.substr(0, name.find_last_of('.'));
+}
+
+// <prefix> for one shard, <prefix>_00, <prefix>_01, ... for several (at least two digits).
+std::string shard_prefix(const std::string& prefix, size_t index, size_t count) {
+  if (count == 1) return prefix;
+  const size_t width = std::max<size_t>(2, std::to_string(count - 1).size());
+  return fmt::format("{}_{:0{}}", prefix, index, width);
+}
+
+int positive_integer(const Node& stage, std::string_view key, int fallback) {
+  const int64_t value = integer_or(stage, kSection, key, fallback);
+  if (value < 1 || value > 1'000'000) common::fail("{} must be a positive integer, got {}", key_of(key), value);
+  return static_cast<int>(value);
+}
+
+int optional_positive_integer(const Node& stage, std::string_view key) {
+  if (find_set(stage, key) == nullptr) return 0;
+  return positive_integer(stage, key, 1);
+}
+
+// preprocess_data's flags shared by both shapes, after --input and --output-prefix.
+std::vector<std::string> preprocess_flags(const Node& stage) {
+  std::vector<std::string> flags;
+  auto add = [&](const char* flag, std::string_view key) {
+    const std::vector<std::string> values = text_list(stage, key);
+    if (values.empty()) return;
+    flags.push_back(flag);
+    flags.insert(flags.end(), values.begin(), values.end());
+  };
+  add("--json-keys", "json_keys");
+  add("--tokenizer-type", "tokenizer.type");
+  add("--vocab-file", "tokenizer.vocab_file");
+  add("--merge-file", "tokenizer.merge_file");
+  add("--vocab-size", "tokenizer.vocab_size");
+  if (const Node* eod = find_set(stage, "append_eod"); eod && eod->as_bool(key_of("append_eod"))) {
+    flags.push_back("--append-eod");
+  }
+  add("--workers", "workers");
+  add("--log-interval", "log_interval");
+  return flags;
+}
+
+// One job of the stage. Several tasks make a job array; one is a plain job.
+JobSpec step_job(const StageContext& context, const std::string& step, const std::string& tool,
+                 std::vector<std::vector<std::string>> tasks, int cpus_per_task, int max_parallel_tasks) {
+  JobSpec job = job_from_run_section(kSection, context);
+  if (!step.empty()) {
+    job.step = step;
+    job.job_name += fmt::format("_{}", step);
+  }
+  job.tool = tool;
+  if (tasks.size() == 1) {
+    job.command = std::move(tasks.front());
+  } else {
+    job.array_tasks = std::move(tasks);
+    job.max_parallel_tasks = max_parallel_tasks;
+  }
+  job.uses_gpus = false;
+  job.cpus_per_task = cpus_per_task;
+  job.successors_need_success = true;  // the next step (or training) needs this one's files
+  return job;
+}
+
+std::string first_json_key(const Node& stage) {
+  const std::vector<std::string> keys = text_list(stage, "json_keys");
+  return keys.empty() ? "text" : keys.front();
+}
+
+// The download shape: the jobs described in data_preparation_stage.hpp.
+std::vector<JobSpec> download_and_preprocess_jobs(const StageContext& context, const Node& stage) {
+  const std::vector<ShardPlan> shards = plan_shards(stage);
+  if (shards.empty()) {
+    spdlog::info("data_preparation: data_preparation.file_urls lists no files, nothing to submit");
+    return {};
+  }
+  const fs::path bin = context.backend_bin_dir;
+  const std::string retries = std::to_string(integer_or(stage, kSection, "retries", 5));
+  if (std::stoll(retries) < 0) common::fail("{} must be at least 0, got {}", key_of("retries"), retries);
+  auto download_task = [&](const std::string& url, const std::string& path, const std::string& sha256) {
+    std::vector<std::string> task = {(bin / "download").string(), url, "--output", path};
+    if (!sha256.empty()) task.insert(task.end(), {"--sha256", sha256});
+    task.insert(task.end(), {"--retries", retries});
+    return task;
+  };
+
+  std::vector<std::vector<std::string>> downloads;
+  std::map<std::string, std::string> destinations;  // path → the key that downloads it
+  auto claim = [&](const std::string& path, const std::string& key) {
+    const auto [at, inserted] = destinations.emplace(path, key);
+    if (!inserted) {
+      common::fail("{} and {} would both download to {}: give the files different names",
+                   at->second, key, path);
     }
   };
-  add_values("--input", "input");
-  add_values("--output-prefix", "output_prefix");
-  add_values("--json-keys", "json_keys");
-  add_values("--tokenizer-type", "tokenizer.type");
-  add_values("--vocab-file", "tokenizer.vocab_file");
-  add_values("--merge-file", "tokenizer.merge_file");
-  add_values("--workers", "workers");
-  add_values("--log-interval", "log_interval");
-  if (const Node* eod = find_set(stage, "append_eod"); eod && eod->as_bool("data_preparation.append_eod")) {
-    job.command.push_back("--append-eod");
+  for (size_t i = 0; i < shards.size(); ++i) {
+    claim(shards[i].download_path, fmt::format("{}.{}", key_of("file_urls"), i));
+    downloads.push_back(download_task(shards[i].url, shards[i].download_path, shards[i].sha256));
   }
-  return job;
+  // The tokenizer's files, downloaded to where preprocess_data (and training) read them.
+  struct TokenizerFile {
+    const char* url_key;
+    const char* sha_key;
+    const char* file_key;
+  };
+  for (const TokenizerFile& file : {TokenizerFile{"vocab_url", "vocab_sha256", "tokenizer.vocab_file"},
+                                    TokenizerFile{"merges_url", "merges_sha256", "tokenizer.merge_file"}}) {
+    const std::string url_key = file.url_key, sha_key = file.sha_key;
+    const std::string url = optional_text(stage, url_key);
+    if (url.empty()) continue;
+    const std::string path = required_text(stage, file.file_key, fmt::format("{} is downloaded there", key_of(url_key)));
+    claim(path, key_of(url_key));
+    downloads.push_back(download_task(url_of(url, key_of(url_key)), path,
+                                      checked_sha256(optional_text(stage, sha_key), key_of(sha_key))));
+  }
+
+  const int max_parallel = optional_positive_integer(stage, "max_parallel_tasks");
+  std::vector<JobSpec> jobs;
+  jobs.push_back(step_job(context, "download", "download", std::move(downloads), 1, max_parallel));
+
+  std::vector<std::vector<std::string>> decompressions;
+  for (const ShardPlan& shard : shards) {
+    if (!shard.decompressed) continue;
+    decompressions.push_back({(bin / "decompress").string(), shard.download_path, "--output", shard.input_path});
+  }
+  if (!decompressions.empty()) {
+    jobs.push_back(step_job(context, "decompress", "decompress", std::move(decompressions), 1, max_parallel));
+  }
+
+  const std::vector<std::string> flags = preprocess_flags(stage);
+  std::vector<std::vector<std::string>> preprocessing;
+  for (const ShardPlan& shard : shards) {
+    std::vector<std::string> task = {(bin / "preprocess_data").string(), "--input", shard.input_path,
+                                     "--output-prefix", shard.output_prefix};
+    task.insert(task.end(), flags.begin(), flags.end());
+    preprocessing.push_back(std::move(task));
+  }
+  jobs.push_back(step_job(context, "preprocess", "preprocess_data", std::move(preprocessing),
+                          positive_integer(stage, "workers", 1), max_parallel));
+  return jobs;
+}
+
+}  // namespace
+
+std::vector<ShardPlan> plan_shards(const Node& stage) {
+  const std::vector<std::string> entries = text_list(stage, "file_urls");
+  std::vector<std::string> checksums = text_list(stage, "file_sha256");
+  if (!checksums.empty() && checksums.size() != entries.size()) {
+    common::fail("{} has {} entries but {} has {}: give one checksum (or null) per file", key_of("file_sha256"),
+                 checksums.size(), key_of("file_urls"), entries.size());
+  }
+  if (entries.empty()) return {};
+  const std::string download_dir = required_text(stage, "download_dir", "the files are downloaded there");
+  const std::string output_prefix = required_text(stage, "output_prefix", "the datasets are written there");
+  const Node* decompress_node = find_set(stage, "decompress");
+  const bool decompress = decompress_node == nullptr || decompress_node->as_bool(key_of("decompress"));
+  std::vector<ShardPlan> shards;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string key = fmt::format("{}.{}", key_of("file_urls"), i);
+    ShardPlan shard;
+    shard.url = url_of(entries[i], key);
+    const std::string name = common::url_file_name(shard.url);
+    if (name.empty()) common::fail("{}: '{}' names no file (its path ends in '/')", key, entries[i]);
+    if (!checksums.empty()) {
+      shard.sha256 = checked_sha256(checksums[i], fmt::format("{}.{}", key_of("file_sha256"), i));
+    }
+    shard.download_path = (fs::path(download_dir) / name).string();
+    shard.decompressed = decompress && is_compressed_name(name);
+    shard.input_path = shard.decompressed
+                           ? (fs::path(download_dir) / without_compression_suffix(name)).string()
+                           : shard.download_path;
+    shard.output_prefix = shard_prefix(output_prefix, i, entries.size());
+    shards.push_back(std::move(shard));
+  }
+  return shards;
+}
+
+Node data_preparation_blend(const Node& stage) {
+  Node blend = Node::list();
+  const std::string suffix = fmt::format("_{}_document", first_json_key(stage));
+  if (find_set(stage, "file_urls") != nullptr) {
+    for (const ShardPlan& shard : plan_shards(stage)) {
+      blend.push_back(Node::floating(1.0));
+      blend.push_back(Node::string(shard.output_prefix + suffix));
+    }
+  } else if (!text_list(stage, "input").empty()) {
+    blend.push_back(Node::floating(1.0));
+    blend.push_back(Node::string(required_text(stage, "output_prefix", "the dataset is written there") + suffix));
+  }
+  return blend;
+}
+
+void fill_data_preparation_blend(ComposedConfig& composed) {
+  Node* target = find(composed.config, "data_preparation.data_prefix");
+  if (target == nullptr || !(target->is_null() || target->is_missing())) return;
+  Node copy = composed.config;
+  *find(copy, "data_preparation.data_prefix") = Node::list();  // references to it resolve
+  Node resolved;
+  try {
+    resolved = resolve(copy, ResolveContext{composed.choices});
+  } catch (const common::Error&) {
+    return;  // the launch's own resolve reports the problem, with its usual message
+  }
+  Node blend = data_preparation_blend(at_path(resolved, kSection));
+  blend.set_location(target->location());
+  *target = std::move(blend);
+}
+
+std::vector<JobSpec> build_data_preparation_jobs(const StageContext& context) {
+  const Node& stage = at_path(context.config, kSection);
+  if (find_set(stage, "file_urls") != nullptr) return download_and_preprocess_jobs(context, stage);
+  const std::vector<std::string> inputs = text_list(stage, "input");
+  if (inputs.empty()) {
+    spdlog::info("data_preparation: data_preparation.input lists no files, nothing to submit");
+    return {};
+  }
+  std::vector<std::string> command = {(context.backend_bin_dir / "preprocess_data").string(), "--input"};
+  command.insert(command.end(), inputs.begin(), inputs.end());
+  command.insert(command.end(), {"--output-prefix",
+                                 required_text(stage, "output_prefix", "the dataset is written there")});
+  const std::vector<std::string> flags = preprocess_flags(stage);
+  command.insert(command.end(), flags.begin(), flags.end());
+  std::vector<JobSpec> jobs;
+  jobs.push_back(step_job(context, "", "preprocess_data", {command}, positive_integer(stage, "workers", 1), 0));
+  return jobs;
 }
 
 }  // namespace launcher

@@ -42,11 +42,15 @@ JobSpec job_from_run_section(std::string_view stage, const StageContext& context
   return job;
 }
 
-std::optional<JobSpec> build_stage_job(std::string_view stage, const StageContext& context) {
-  if (stage == "data_preparation") return build_data_preparation_job(context);
-  if (stage == "training") return build_training_job(context);
-  if (stage == "conversion") return build_conversion_job(context);
-  if (stage == "evaluation") return build_evaluation_job(context);
+std::vector<JobSpec> build_stage_jobs(std::string_view stage, const StageContext& context) {
+  if (stage == "data_preparation") return build_data_preparation_jobs(context);
+  if (stage == "training") return {build_training_job(context)};
+  for (auto [name, build] : {std::pair{"conversion", &build_conversion_job},
+                             std::pair{"evaluation", &build_evaluation_job}}) {
+    if (stage != name) continue;
+    std::optional<JobSpec> job = build(context);
+    return job ? std::vector<JobSpec>{std::move(*job)} : std::vector<JobSpec>{};
+  }
   common::fail("stages: '{}' is not a stage{} (valid: {})", stage,
                common::did_you_mean(stage, known_stages()), fmt::join(known_stages(), ", "));
 }

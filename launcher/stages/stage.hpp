@@ -1,6 +1,7 @@
-// Stages: each turns its section of the resolved config into one job (JobSpec), independent
-// of the cluster. NeMo-Megatron-Launcher's stage set, in the order users list them:
-//   data_preparation  preprocess_data   (JSONL → Megatron .bin/.idx)
+// Stages: each turns its section of the resolved config into jobs (JobSpec), independent of
+// the cluster. NeMo-Megatron-Launcher's stage set, in the order users list them:
+//   data_preparation  preprocess_data   (JSONL → Megatron .bin/.idx); with file_urls also
+//                     download and decompress, three jobs (data_preparation_stage.hpp)
 //   training          pretrain_gpt      (Megatron flags from NeMo's training config)
 //   conversion        checkpoint_util   (checkpoint → Hugging Face)
 //   evaluation        evaluate_gpt      (validation/test loss of a checkpoint)
@@ -9,7 +10,6 @@
 #pragma once
 
 #include <filesystem>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,9 +27,10 @@ struct StageContext {
 
 const std::vector<std::string>& known_stages();
 
-// The stage's job, or nullopt when the stage has nothing to submit (the dependency chain then
-// continues from the stage before it). Unknown stage names are refused with the valid ones.
-std::optional<JobSpec> build_stage_job(std::string_view stage, const StageContext& context);
+// The stage's jobs in the order they run, each after the one before; none when the stage has
+// nothing to submit (the dependency chain then continues from the stage before it). Unknown
+// stage names are refused with the valid ones.
+std::vector<JobSpec> build_stage_jobs(std::string_view stage, const StageContext& context);
 
 // The parts every stage shares, read from `<stage>.run`: name, results_dir, time_limit,
 // dependency; job_name = prefix + name. Missing `<stage>` section: an error naming the group

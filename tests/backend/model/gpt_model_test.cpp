@@ -14,6 +14,7 @@
 #include <string>
 
 #include "backend/common/error.hpp"
+#include "backend/common/inverse_normal_cdf.hpp"
 #include "tests/backend/ops/gradient_check.hpp"
 
 namespace {
@@ -491,6 +492,30 @@ TEST_CASE("initialisation is a function of the seed alone") {
   for (size_t i = 0; i < single.parameters().size(); ++i) {
     REQUIRE(single.parameters()[i] == static_cast<float>(first.parameters()[i]));
   }
+}
+
+TEST_CASE("each initial weight is std · Φ⁻¹ of the uniform at its flat index") {
+  // The documented definition, element by element: the vectorised fill (central function for
+  // a whole block, tails one by one) gives exactly the scalar function's values.
+  const GptConfig config = medium_config();
+  GptModel<double> model(config);
+  model.init_parameters(17);
+  const uint64_t key = common::splitmix64_mix(17);
+  const double scaled_std =
+      config.init_method_std / std::sqrt(2.0 * static_cast<double>(config.num_layers));
+  int64_t tails = 0;
+  for (const backend::ParameterTensor& tensor : model.tensors()) {
+    if (is_one_dimensional(tensor)) continue;
+    INFO("tensor " << tensor.name);
+    const double std = is_output_projection(tensor) ? scaled_std : config.init_method_std;
+    for (int64_t i = 0; i < tensor.numel; ++i) {
+      const auto index = static_cast<uint64_t>(tensor.offset + i);
+      const double deviate = common::standard_normal_at(key, index);
+      tails += std::abs(common::normal_uniform_at(key, index) - 0.5) > common::kCentralHalfWidth;
+      REQUIRE(model.parameters()[static_cast<size_t>(tensor.offset + i)] == std * deviate);
+    }
+  }
+  CHECK(tails > 0);
 }
 
 TEST_CASE("the first loss of an initialised model is close to ln(padded vocabulary)") {

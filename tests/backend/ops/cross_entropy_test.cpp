@@ -102,3 +102,53 @@ TEST_CASE("cross entropy in float matches double") {
   CHECK(error_relative_to_max(single.losses, reference.losses) < 1e-6);
   CHECK(error_relative_to_max(single.dlogits, reference.dlogits) < 1e-6);
 }
+
+namespace {
+
+// A vocabulary of whole 16-lane groups plus a remainder, as the padded 50304 is not.
+constexpr int64_t kWideRows = 6;
+constexpr int64_t kWideVocab = 4103;
+
+template <typename Scalar>
+std::pair<std::vector<double>, std::vector<double>> run_wide(const std::vector<double>& values,
+                                                             const std::vector<int32_t>& labels) {
+  const auto logits = convert<Scalar>(values);
+  std::vector<Scalar> losses(kWideRows), logsumexp(kWideRows), dlogits(logits.size());
+  backend::cpu::cross_entropy_forward(losses.data(), logsumexp.data(), logits.data(),
+                                      labels.data(), kWideRows, kWideVocab);
+  backend::cpu::cross_entropy_backward(dlogits.data(), logits.data(), logsumexp.data(),
+                                       labels.data(), Scalar{1} / kWideRows, kWideRows,
+                                       kWideVocab);
+  return {convert<double>(losses), convert<double>(dlogits)};
+}
+
+}  // namespace
+
+TEST_CASE("cross entropy in float matches double over a wide vocabulary") {
+  // The float path's vectorised exponentials and lane sums against std::exp in double; one
+  // row with logits in the hundreds, where the shift by the maximum matters.
+  auto values = random_values(kWideRows * kWideVocab, 53, 8.0);
+  for (int64_t v = 0; v < kWideVocab; ++v) values[static_cast<size_t>(v)] *= 60;
+  const auto labels = random_ids(kWideRows, kWideVocab, 54);
+  const auto single = run_wide<float>(values, labels);
+  const auto reference = run_wide<double>(values, labels);
+  for (int64_t r = 0; r < kWideRows; ++r) {
+    INFO("row " << r);
+    // The loss in float carries the rounding of the logits it subtracts (up to 480 here).
+    CHECK(single.first[r] == doctest::Approx(reference.first[r]).epsilon(2e-6).scale(
+                                 std::abs(values[static_cast<size_t>(r * kWideVocab)]) + 1));
+    const auto row = [&](const std::vector<double>& all) {
+      return std::vector<double>(all.begin() + r * kWideVocab, all.begin() + (r + 1) * kWideVocab);
+    };
+    CHECK(error_relative_to_max(row(single.second), row(reference.second)) < 1e-5);
+  }
+  for (const double loss : single.first) CHECK(std::isfinite(loss));
+}
+
+TEST_CASE("cross entropy gives the same bits on one thread and on three") {
+  const auto values = random_values(kWideRows * kWideVocab, 55, 5.0);
+  const auto labels = random_ids(kWideRows, kWideVocab, 56);
+  const auto [serial, parallel] = on_one_and_three_threads([&] { return run_wide<float>(values, labels); });
+  CHECK(serial.first == parallel.first);
+  CHECK(serial.second == parallel.second);
+}

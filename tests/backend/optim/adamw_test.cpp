@@ -1,10 +1,12 @@
-// AdamW and global-norm clipping against the formulas written out in double.
+// AdamW and global-norm clipping against the formulas written out in double; the norm's
+// fixed summation order (the same bits on any thread count).
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "backend/optim/adamw.hpp"
+#include "tests/backend/ops/gradient_check.hpp"
 
 using namespace backend;
 
@@ -54,4 +56,18 @@ TEST_CASE("the gradient norm does not depend on how the buffer is chunked") {
   double expected = 0;
   for (float g : gradients) expected += static_cast<double>(g) * g;
   CHECK(global_gradient_norm(gradients) == doctest::Approx(std::sqrt(expected)).epsilon(1e-12));
+}
+
+TEST_CASE("the gradient norm is the same on one thread and on three") {
+  // Several chunks of 65536 and a remainder that is not a whole number of lanes.
+  std::vector<float> gradients(3 * 65536 + 1001);
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    gradients[i] = std::sin(static_cast<float>(i) * 0.37f) * (1.0f + static_cast<float>(i % 7));
+  }
+  const auto [serial, parallel] =
+      backend::testing::on_one_and_three_threads([&] { return global_gradient_norm(gradients); });
+  CHECK(serial == parallel);
+  double expected = 0;
+  for (float g : gradients) expected += static_cast<double>(g) * g;
+  CHECK(serial == doctest::Approx(std::sqrt(expected)).epsilon(1e-12));
 }

@@ -59,9 +59,12 @@ TEST_CASE("on mock data the first loss is within 0.1 of ln(vocab)") {
   CHECK(std::abs(result.iterations[0].lm_loss - std::log(256.0)) < 0.1);
 }
 
-TEST_CASE("20 steps on a repeating token pattern drive the loss below 0.5") {
+TEST_CASE("25 steps on a repeating token pattern drive the loss below 0.5") {
+  // The loss after 20 steps depends on the initialisation's luck: over 150 seeds it was above
+  // 0.5 for 4 to 6 % of them (up to 0.74), falling by about a fifth per step; 25 steps leave
+  // a margin for every seed tried.
   auto a = tiny_arguments();
-  a.train_iters = 20;
+  a.train_iters = 25;
   a.hidden_size = 64;
   a.micro_batch_size = a.global_batch_size = 8;
   a.lr = 5e-3;
@@ -81,7 +84,7 @@ TEST_CASE("20 steps on a repeating token pattern drive the loss below 0.5") {
   };
   std::ostringstream log;
   const auto result = train(a, log, pattern);
-  REQUIRE(result.iterations.size() == 20);
+  REQUIRE(result.iterations.size() == 25);
   CHECK(result.iterations.front().lm_loss > 4.0);
   CHECK(result.iterations.back().lm_loss < 0.5);
 }

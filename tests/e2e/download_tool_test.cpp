@@ -1,0 +1,110 @@
+// The download and decompress executables as the data_preparation jobs run them: exit status 2
+// with one line naming the URL and the HTTP status, a status line redrawn in place with
+// --progress bar and plain log lines when the output is not a terminal, and decompress writing
+// through a temporary name (nothing under the final name when the input is corrupt).
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "launcher/process.hpp"
+#include "temporary_directory.hpp"
+#include "tests/backend/fetch/http_test_server.hpp"
+
+namespace fs = std::filesystem;
+using test_support::HttpTestServer;
+using test_support::TemporaryDirectory;
+
+namespace {
+
+const std::string kDownload = std::string(TEST_BIN_DIR) + "/download";
+const std::string kDecompress = std::string(TEST_BIN_DIR) + "/decompress";
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST_CASE("download: a 404 exits 2 with one error line naming the URL and the status") {
+  HttpTestServer server;
+  TemporaryDirectory directory;
+  const std::string url = server.url("/corpus/missing.jsonl.xz");
+  const auto run = launcher::run_and_capture({kDownload, url, "--output", (directory.path / "x").string()});
+  CHECK(run.exit_code == 2);
+  CHECK(run.output.find("[download] [error] download " + url + ": HTTP 404 Not Found") != std::string::npos);
+  CHECK(fs::is_empty(directory.path));
+}
+
+TEST_CASE("download: plain lines in a log, a status line redrawn in place with --progress bar") {
+  HttpTestServer server;
+  const std::string content(3 << 20, 'x');
+  server.serve("/big.jsonl", {.content = content});
+  TemporaryDirectory directory;
+  // Captured through a pipe: not a terminal, so `auto` means log lines.
+  const auto logged = launcher::run_and_capture({kDownload, server.url("/big.jsonl"), "--output",
+                                                 (directory.path / "log.jsonl").string()});
+  INFO(logged.output);
+  CHECK(logged.exit_code == 0);
+  CHECK(logged.output.find('\r') == std::string::npos);
+  CHECK(logged.output.find("saved " + (directory.path / "log.jsonl").string() + " (3.0 MiB)") != std::string::npos);
+  CHECK(read_file(directory.path / "log.jsonl") == content);
+
+  const auto bar = launcher::run_and_capture({kDownload, server.url("/big.jsonl"), "--output",
+                                              (directory.path / "bar.jsonl").string(), "--progress", "bar"});
+  CHECK(bar.exit_code == 0);
+  CHECK(bar.output.find("\rbar.jsonl  3.0 MiB / 3.0 MiB  100.0%") != std::string::npos);
+  CHECK(bar.output.find("\x1b[K") != std::string::npos);
+}
+
+TEST_CASE("download: without --output the file is named after the URL, in the current directory") {
+  TemporaryDirectory directory;
+  std::ofstream(directory.path / "source.txt") << "hello";
+  const auto run = launcher::run_and_capture(
+      {"bash", "-c", "cd \"$1\" && \"$2\" \"file://$1/source.txt\"", "bash", directory.path.string(), kDownload});
+  // In the source's own directory the output would be the source itself: it exists, so it is kept.
+  CHECK(run.exit_code == 0);
+  CHECK(run.output.find("is already there") != std::string::npos);
+  const auto renamed = launcher::run_and_capture(
+      {"bash", "-c", "mkdir -p \"$1/out\" && cd \"$1/out\" && \"$2\" \"file://$1/source.txt\"", "bash",
+       directory.path.string(), kDownload});
+  CHECK(renamed.exit_code == 0);
+  CHECK(read_file(directory.path / "out/source.txt") == "hello");
+}
+
+TEST_CASE("decompress: .xz to the name without the suffix; a corrupt input leaves nothing behind") {
+  TemporaryDirectory directory;
+  const fs::path jsonl = directory.path / "shard.jsonl";
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += "{\"text\": \"line " + std::to_string(i) + "\"}\n";
+  std::ofstream(jsonl) << text;
+  REQUIRE(launcher::run_and_capture({"xz", jsonl.string()}).exit_code == 0);  // leaves shard.jsonl.xz only
+  REQUIRE_FALSE(fs::exists(jsonl));
+  const auto run = launcher::run_and_capture({kDecompress, jsonl.string() + ".xz"});
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+  CHECK(read_file(jsonl) == text);
+  CHECK(run.output.find("decompressing " + jsonl.string() + ".xz (xz)") != std::string::npos);
+
+  const auto kept = launcher::run_and_capture({kDecompress, jsonl.string() + ".xz"});
+  CHECK(kept.exit_code == 0);
+  CHECK(kept.output.find("is already there") != std::string::npos);
+
+  std::string corrupt = read_file(jsonl.string() + ".xz");
+  corrupt.resize(corrupt.size() / 2);
+  std::ofstream(directory.path / "cut.jsonl.xz", std::ios::binary) << corrupt;
+  const auto failed = launcher::run_and_capture({kDecompress, (directory.path / "cut.jsonl.xz").string()});
+  CHECK(failed.exit_code == 2);
+  CHECK(failed.output.find("cut.jsonl.xz") != std::string::npos);
+  CHECK_FALSE(fs::exists(directory.path / "cut.jsonl"));
+  for (const auto& entry : fs::directory_iterator(directory.path)) {
+    CHECK(entry.path().filename().string().find(".tmp-") == std::string::npos);
+  }
+
+  const auto unnamed = launcher::run_and_capture({kDecompress, jsonl.string()});
+  CHECK(unnamed.exit_code == 2);
+  CHECK(unnamed.output.find("does not end in .gz, .zst or .xz; pass --output FILE") != std::string::npos);
+}
