@@ -23,8 +23,8 @@
 #include <set>
 #include <thread>
 
+#include "backend/common/command_line.hpp"
 #include "backend/common/error.hpp"
-#include "backend/common/suggest.hpp"
 #include "backend/data/compressed_input.hpp"
 #include "backend/data/indexed_dataset.hpp"
 #include "backend/data/unicode_text.hpp"
@@ -39,12 +39,7 @@ double seconds_since(Clock::time_point start) {
 }
 
 // Megatron flags of tools/preprocess_data.py (and its tokenizer group) that are refused.
-struct RefusedFlag {
-  const char* flag;
-  bool takes_value;
-  const char* reason;
-};
-constexpr RefusedFlag kRefusedFlags[] = {
+constexpr common::RefusedFlag kRefusedFlags[] = {
     {"--split-sentences", false, "sentence splitting needs NLTK's punkt models, which are not "
                                  "built; pass sentences as a JSON list of strings instead"},
     {"--keep-newlines", false, "belongs to --split-sentences, which is not built"},
@@ -518,14 +513,7 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
   app.add_flag("--merge", options.merge,
                "Concatenate the datasets of --input into <prefix>.bin/.idx (merge_datasets.py)")
       ->group(runtime);
-  std::map<std::string, std::string> refused_values;
-  for (const auto& entry : kRefusedFlags) {
-    if (entry.takes_value) {
-      app.add_option(entry.flag, refused_values[entry.flag])->group("");
-    } else {
-      app.add_flag(entry.flag)->group("");
-    }
-  }
+  const common::RefusedFlags refused(app, kRefusedFlags);
   app.allow_extras();
   try {
     app.parse(argc, argv);
@@ -533,23 +521,13 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
     std::cout << app.help();
     return std::nullopt;
   } catch (const CLI::ParseError& error) {
+    common::refuse_unknown_arguments(app, "preprocess_data");
+    refused.refuse_given(app, "preprocess_data", "is not supported");
     common::fail("preprocess_data: {} (run preprocess_data --help for the supported flags)",
                  error.what());
   }
-  if (const std::vector<std::string> extras = app.remaining(); !extras.empty()) {
-    std::vector<std::string> known;
-    for (const CLI::Option* option : app.get_options()) {
-      for (const auto& name : option->get_lnames()) known.push_back("--" + name);
-    }
-    const std::string& first = extras.front();
-    common::fail("preprocess_data: unknown argument {}{} (run preprocess_data --help for the "
-                 "supported flags)", first, common::did_you_mean(first, known));
-  }
-  for (const auto& entry : kRefusedFlags) {
-    if (app.count(entry.flag) > 0) {
-      common::fail("preprocess_data: {} is not supported: {}", entry.flag, entry.reason);
-    }
-  }
+  common::refuse_unknown_arguments(app, "preprocess_data");
+  refused.refuse_given(app, "preprocess_data", "is not supported");
   if (dataset_impl != "mmap") {
     common::fail("--dataset-impl {} is not supported: only mmap (Megatron's MMapIndexedDataset) "
                  "is written", dataset_impl);

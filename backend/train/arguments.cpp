@@ -13,8 +13,8 @@
 #include <map>
 #include <tuple>
 
+#include "backend/common/command_line.hpp"
 #include "backend/common/error.hpp"
-#include "backend/common/suggest.hpp"
 #include "backend/data/data_blend.hpp"
 #include "backend/dist/parallel_layout.hpp"
 #include "backend/train/training_schedule.hpp"
@@ -25,12 +25,7 @@ namespace {
 
 // Megatron flags that this backend recognises but does not implement yet. Each is refused
 // with the reason, so a translated script fails at once instead of training something else.
-struct UnsupportedFlag {
-  const char* flag;
-  bool takes_value;
-  const char* reason;
-};
-constexpr UnsupportedFlag kUnsupportedFlags[] = {
+constexpr common::RefusedFlag kUnsupportedFlags[] = {
     {"--sequence-parallel", false, "needs tensor parallelism, which is not built yet"},
     {"--use-flash-attn", false, "belongs to the CUDA path, which is not built yet"},
     {"--use-distributed-optimizer", false, "needs data parallelism, which is not built yet"},
@@ -270,47 +265,27 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                "On load, take the schedule from the checkpoint, whatever the flags say")
       ->group(logging);
 
-  std::map<std::string, std::string> unsupported_values;
-  for (const auto& entry : kUnsupportedFlags) {
-    if (entry.takes_value) {
-      app.add_option(entry.flag, unsupported_values[entry.flag])->group("");
-    } else {
-      app.add_flag(entry.flag)->group("");
-    }
-  }
+  const common::RefusedFlags unsupported(app, kUnsupportedFlags);
 
   // Unknown flags are collected rather than fatal inside CLI11, so they can be reported
   // first (before "--x is required") and with a suggestion.
   app.allow_extras();
-  auto refuse_unknown_flags = [&app] {
-    const auto extras = app.remaining();
-    if (extras.empty()) return;
-    std::vector<std::string> known;
-    for (const CLI::Option* option : app.get_options()) {
-      for (const auto& name : option->get_lnames()) known.push_back("--" + name);
-    }
-    const std::string& first = extras.front();
-    common::fail("pretrain_gpt: unknown argument {}{} (run pretrain_gpt --help for the supported "
-                 "flags)", first, common::did_you_mean(first, known));
-  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     return std::nullopt;
   } catch (const CLI::ParseError& error) {
-    refuse_unknown_flags();
+    common::refuse_unknown_arguments(app, "pretrain_gpt");
+    unsupported.refuse_given(app, "pretrain_gpt",
+                             "is a Megatron-LM flag this backend does not support yet");
     common::fail("pretrain_gpt: {} (run pretrain_gpt --help for the supported flags)",
                  error.what());
   }
-  refuse_unknown_flags();
+  common::refuse_unknown_arguments(app, "pretrain_gpt");
   if (recompute_activations) arguments.recompute_granularity = "selective";
-  for (const auto& entry : kUnsupportedFlags) {
-    if (app.count(entry.flag) > 0) {
-      common::fail("pretrain_gpt: {} is a Megatron-LM flag this backend does not support yet: {}",
-                   entry.flag, entry.reason);
-    }
-  }
+  unsupported.refuse_given(app, "pretrain_gpt",
+                           "is a Megatron-LM flag this backend does not support yet");
   validate_arguments(arguments);
   return arguments;
 }

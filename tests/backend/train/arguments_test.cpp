@@ -380,3 +380,11 @@ TEST_CASE("the checkpointing flags parse as Megatron's and show in the arguments
   // --save-interval without --save is accepted, as Megatron accepts it.
   CHECK(parse(with({"--save-interval", "10"})).has_value());
 }
+
+TEST_CASE("a refused Megatron flag is named even when required flags are missing too") {
+  // It used to say "--num-layers is required" and leave the refused flag for the next try.
+  CHECK_THROWS_WITH_AS(parse({"pretrain_gpt", "--sequence-parallel"}),
+                       doctest::Contains("--sequence-parallel is a Megatron-LM flag this backend "
+                                         "does not support yet"),
+                       common::Error);
+}

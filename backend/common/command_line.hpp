@@ -1,0 +1,44 @@
+// The command-line conventions every executable of the backend shares, on CLI11 (the one CLI
+// parser): Megatron flags this project knows but refuses are registered hidden, so that using
+// one is reported with its reason rather than as an unknown argument; unknown arguments are
+// reported first, with a "did you mean" suggestion, before CLI11's own "--x is required".
+// Both end in common::Error naming the program and the flag.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace common {
+
+struct RefusedFlag {
+  const char* flag;
+  bool takes_value;
+  const char* reason;
+};
+
+class RefusedFlags {
+ public:
+  // Adds every flag to `app`, hidden from --help. Keep this object alive until after parsing:
+  // the value options write into it.
+  RefusedFlags(CLI::App& app, std::span<const RefusedFlag> flags);
+  RefusedFlags(const RefusedFlags&) = delete;
+  RefusedFlags& operator=(const RefusedFlags&) = delete;
+
+  // After parsing: the first refused flag that was given stops with
+  // "<program>: <flag> <wording>: <reason>".
+  void refuse_given(const CLI::App& app, std::string_view program, std::string_view wording) const;
+
+ private:
+  std::span<const RefusedFlag> flags_;
+  std::map<std::string, std::string> values_;
+};
+
+// For an app parsed with allow_extras(): the first argument no option took stops with
+// "<program>: unknown argument <arg> (did you mean ...?) (run <program> --help ...)".
+void refuse_unknown_arguments(const CLI::App& app, std::string_view program);
+
+}  // namespace common

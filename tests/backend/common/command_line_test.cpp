@@ -1,0 +1,59 @@
+// The shared command-line conventions: a refused Megatron flag is named with its reason even
+// when a required flag is missing too (the refusal is what the user must act on first), and
+// an unknown argument gets a suggestion.
+#include "backend/common/command_line.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "backend/common/error.hpp"
+
+namespace {
+
+constexpr common::RefusedFlag kRefused[] = {
+    {"--sequence-parallel", false, "needs tensor parallelism"},
+    {"--tokenizer-model", true, "SentencePiece is not built"},
+};
+
+// Parses `words` as a tool with a required --num-layers would, the way pretrain_gpt and
+// preprocess_data do.
+void parse(std::vector<std::string> words) {
+  CLI::App app{"test", "tool"};
+  int layers = 0;
+  app.add_option("--num-layers", layers)->required();
+  const common::RefusedFlags refused(app, kRefused);
+  app.allow_extras();
+  words.insert(words.begin(), "tool");
+  std::vector<const char*> argv;
+  for (const auto& word : words) argv.push_back(word.c_str());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& error) {
+    common::refuse_unknown_arguments(app, "tool");
+    refused.refuse_given(app, "tool", "is refused");
+    common::fail("tool: {}", error.what());
+  }
+  common::refuse_unknown_arguments(app, "tool");
+  refused.refuse_given(app, "tool", "is refused");
+}
+
+}  // namespace
+
+TEST_CASE("a refused flag is named with its reason, before a missing required flag") {
+  CHECK_THROWS_WITH_AS(parse({"--sequence-parallel"}),
+                       "tool: --sequence-parallel is refused: needs tensor parallelism",
+                       common::Error);
+  CHECK_THROWS_WITH_AS(parse({"--num-layers", "2", "--tokenizer-model", "x.model"}),
+                       "tool: --tokenizer-model is refused: SentencePiece is not built",
+                       common::Error);
+  CHECK_NOTHROW(parse({"--num-layers", "2"}));
+  CHECK_THROWS_WITH_AS(parse({}), doctest::Contains("--num-layers is required"), common::Error);
+}
+
+TEST_CASE("an unknown argument is named first, with a suggestion") {
+  CHECK_THROWS_WITH_AS(parse({"--num-layer", "2"}),
+                       doctest::Contains("tool: unknown argument --num-layer Did you mean '--num-layers'?"),
+                       common::Error);
+}
