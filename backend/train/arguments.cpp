@@ -123,7 +123,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(data)->expected(1, -1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--data-args-path", arguments.data_args_path,
                  "A file holding what --data-path would (for long blends)")->group(data);
-  app.add_option("--data-file-list", arguments.data_file_list,
+  app.add_option("--data-file-list,--data-path-file", arguments.data_file_list,
                  "A file with one \"weight prefix\" per line, # comments (not a Megatron flag)")
       ->group(data);
   app.add_option("--split", arguments.split,

@@ -388,3 +388,12 @@ TEST_CASE("a refused Megatron flag is named even when required flags are missing
                                          "does not support yet"),
                        common::Error);
 }
+
+TEST_CASE("--data-path-file is the issue's name for --data-file-list") {
+  auto words = base_flags();
+  words.erase(std::find(words.begin(), words.end(), "--mock-data"));
+  words.insert(words.end(), {"--data-path-file", "/data/list.txt", "--eval-iters", "0"});
+  const auto arguments = parse(words);
+  REQUIRE(arguments);
+  CHECK(arguments->data_file_list == "/data/list.txt");
+}
