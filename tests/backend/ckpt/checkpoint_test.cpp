@@ -60,34 +60,13 @@ struct LiveState {
   AdamW optimizer;
   LearningRateScheduler scheduler;
 
-  static GptConfig config_for(const TrainingArguments& a) {
-    GptConfig config;
-    config.num_layers = a.num_layers;
-    config.hidden_size = a.hidden_size;
-    config.num_attention_heads = a.num_attention_heads;
-    config.ffn_hidden_size = a.ffn_hidden_size;
-    config.max_position_embeddings = a.max_position_embeddings;
-    config.vocab_size = a.vocab_size + 1;
-    config.padded_vocab_size = padded_vocab_size(config.vocab_size, a.make_vocab_size_divisible_by, 1);
-    config.hidden_dropout = a.hidden_dropout;
-    config.attention_dropout = a.attention_dropout;
-    if (a.position_embedding_type == "rope") {
-      config.position_embedding_type = PositionEmbeddingType::rope;
-    }
-    if (a.normalization == "RMSNorm") config.normalization = Normalization::rms_norm;
-    config.swiglu = a.swiglu;
-    config.add_bias_linear = a.add_bias_linear;
-    config.share_embeddings_and_output_weights = !a.untie_embeddings_and_output_weights;
-    config.num_query_groups = a.group_query_attention ? a.num_query_groups : 0;
-    return config;
-  }
   static std::vector<ParameterGroup> groups_for(const GptModel<float>& model) {
     std::vector<ParameterGroup> groups;
     for (const auto& t : model.tensors()) groups.push_back({t.offset, t.numel, t.weight_decay});
     return groups;
   }
   explicit LiveState(const TrainingArguments& a, uint64_t init_seed = 1234)
-      : model(config_for(a)),
+      : model(model_config(a)),
         optimizer({a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay}, groups_for(model),
                   static_cast<int64_t>(model.parameters().size())),
         scheduler(learning_rate_schedule(a)) {
