@@ -1,6 +1,7 @@
 // See command_line.hpp.
 #include "backend/common/command_line.hpp"
 
+#include <iostream>
 #include <vector>
 
 #include "backend/common/error.hpp"
@@ -35,6 +36,24 @@ void refuse_unknown_arguments(const CLI::App& app, std::string_view program) {
   const std::string& first = extras.front();
   fail("{}: unknown argument {}{} (run {} --help for the supported flags)", program, first,
        did_you_mean(first, known), program);
+}
+
+bool parse_command_line(CLI::App& app, int argc, const char* const* argv, std::string_view program,
+                        const RefusedFlags& refused, std::string_view refused_wording) {
+  app.allow_extras();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return false;
+  } catch (const CLI::ParseError& error) {
+    refuse_unknown_arguments(app, program);
+    refused.refuse_given(app, program, refused_wording);
+    fail("{}: {} (run {} --help for the supported flags)", program, error.what(), program);
+  }
+  refuse_unknown_arguments(app, program);
+  refused.refuse_given(app, program, refused_wording);
+  return true;
 }
 
 }  // namespace common

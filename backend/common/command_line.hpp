@@ -41,4 +41,11 @@ class RefusedFlags {
 // "<program>: unknown argument <arg> (did you mean ...?) (run <program> --help ...)".
 void refuse_unknown_arguments(const CLI::App& app, std::string_view program);
 
+// Parses argv with `app` the way every tool does: unknown arguments are collected rather than
+// fatal inside CLI11, so they are reported first (with a suggestion), then a refused flag
+// with its reason, and only then CLI11's own errors ("--x is required"). Returns false after
+// printing --help.
+bool parse_command_line(CLI::App& app, int argc, const char* const* argv, std::string_view program,
+                        const RefusedFlags& refused, std::string_view refused_wording);
+
 }  // namespace common

@@ -514,20 +514,9 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
                "Concatenate the datasets of --input into <prefix>.bin/.idx (merge_datasets.py)")
       ->group(runtime);
   const common::RefusedFlags refused(app, kRefusedFlags);
-  app.allow_extras();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
+  if (!common::parse_command_line(app, argc, argv, "preprocess_data", refused, "is not supported")) {
     return std::nullopt;
-  } catch (const CLI::ParseError& error) {
-    common::refuse_unknown_arguments(app, "preprocess_data");
-    refused.refuse_given(app, "preprocess_data", "is not supported");
-    common::fail("preprocess_data: {} (run preprocess_data --help for the supported flags)",
-                 error.what());
   }
-  common::refuse_unknown_arguments(app, "preprocess_data");
-  refused.refuse_given(app, "preprocess_data", "is not supported");
   if (dataset_impl != "mmap") {
     common::fail("--dataset-impl {} is not supported: only mmap (Megatron's MMapIndexedDataset) "
                  "is written", dataset_impl);

@@ -266,26 +266,11 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(logging);
 
   const common::RefusedFlags unsupported(app, kUnsupportedFlags);
-
-  // Unknown flags are collected rather than fatal inside CLI11, so they can be reported
-  // first (before "--x is required") and with a suggestion.
-  app.allow_extras();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
+  if (!common::parse_command_line(app, argc, argv, "pretrain_gpt", unsupported,
+                                  "is a Megatron-LM flag this backend does not support yet")) {
     return std::nullopt;
-  } catch (const CLI::ParseError& error) {
-    common::refuse_unknown_arguments(app, "pretrain_gpt");
-    unsupported.refuse_given(app, "pretrain_gpt",
-                             "is a Megatron-LM flag this backend does not support yet");
-    common::fail("pretrain_gpt: {} (run pretrain_gpt --help for the supported flags)",
-                 error.what());
   }
-  common::refuse_unknown_arguments(app, "pretrain_gpt");
   if (recompute_activations) arguments.recompute_granularity = "selective";
-  unsupported.refuse_given(app, "pretrain_gpt",
-                           "is a Megatron-LM flag this backend does not support yet");
   validate_arguments(arguments);
   return arguments;
 }

@@ -17,26 +17,17 @@ constexpr common::RefusedFlag kRefused[] = {
     {"--tokenizer-model", true, "SentencePiece is not built"},
 };
 
-// Parses `words` as a tool with a required --num-layers would, the way pretrain_gpt and
-// preprocess_data do.
+// Parses `words` as a tool with a required --num-layers, as pretrain_gpt and preprocess_data do.
 void parse(std::vector<std::string> words) {
   CLI::App app{"test", "tool"};
   int layers = 0;
   app.add_option("--num-layers", layers)->required();
   const common::RefusedFlags refused(app, kRefused);
-  app.allow_extras();
   words.insert(words.begin(), "tool");
   std::vector<const char*> argv;
   for (const auto& word : words) argv.push_back(word.c_str());
-  try {
-    app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::ParseError& error) {
-    common::refuse_unknown_arguments(app, "tool");
-    refused.refuse_given(app, "tool", "is refused");
-    common::fail("tool: {}", error.what());
-  }
-  common::refuse_unknown_arguments(app, "tool");
-  refused.refuse_given(app, "tool", "is refused");
+  common::parse_command_line(app, static_cast<int>(argv.size()), argv.data(), "tool", refused,
+                             "is refused");
 }
 
 }  // namespace
