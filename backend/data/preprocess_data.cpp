@@ -118,12 +118,16 @@ class BatchEncoder {
   // Appends the document's tokens to each key's output; returns why the line is bad, or "".
   std::string encode_document(std::string_view json, std::vector<KeyOutput>& outputs) {
     nlohmann::json document;
+    // Every nlohmann exception is about this line: parse_error for bad syntax, and also
+    // out_of_range for a number beyond a double (1e999999), which is valid JSON syntax.
     try {
       document = nlohmann::json::parse(json);
-    } catch (const nlohmann::json::parse_error& error) {
+    } catch (const nlohmann::json::exception& error) {
       std::string reason = error.what();
       const size_t colon = reason.find("] ");
-      return "invalid JSON: " + (colon == std::string::npos ? reason : reason.substr(colon + 2));
+      if (colon != std::string::npos) reason = reason.substr(colon + 2);
+      return dynamic_cast<const nlohmann::json::parse_error*>(&error) ? "invalid JSON: " + reason
+                                                                      : reason;
     }
     if (!document.is_object()) return fmt::format("{} is not a JSON object", document.type_name());
     // Check every key before writing anything, so a bad line leaves no trace in any output.

@@ -10,8 +10,8 @@
 // {output_prefix}_{key}_document.{bin,idx} (indexed_dataset.hpp), dtype uint16 below 65,500
 // ids, else int32. Every key is finalized (Megatron's script finalizes only the last one).
 //
-// Where Megatron stops with a traceback, this counts and goes on: a line that is not a JSON
-// object, lacks a key, or has a value that is not a string or a list of strings (or text the
+// Where Megatron stops with a traceback, this counts and goes on: a line that is not JSON (a
+// number beyond a double's range included) or not a JSON object, lacks a key, or has a value that is not a string or a list of strings (or text the
 // NullTokenizer cannot read) is skipped in every output and reported with its file and line;
 // --strict makes the first one fatal. Invalid UTF-8 in a line is replaced (U+FFFD per maximal
 // ill-formed subsequence, Python's errors="replace") before parsing, and counted. Blank lines

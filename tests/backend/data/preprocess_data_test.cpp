@@ -231,6 +231,47 @@ TEST_CASE("bad lines are skipped and reported with their line numbers, and --str
   CHECK(directory_entries(strict_directory.path).empty());
 }
 
+TEST_CASE("JSON that parses but nlohmann refuses, and other hostile values, are bad lines too") {
+  // 1e999999 overflows a double: nlohmann throws out_of_range rather than parse_error, which
+  // once escaped the bad-line path and stopped the run with "internal error".
+  test_support::TemporaryDirectory directory;
+  const auto input = directory.path / "hostile.jsonl";
+  const std::string deep_array = std::string(100000, '[') + std::string(100000, ']');
+  write_file(input,
+             "{\"text\": \"a\", \"n\": 1e999999}\n"
+             "{\"text\": \"kept one\", \"n\": 123456789012345678901234567890}\n"
+             "{\"text\": \"b\", \"n\": -1e400}\n"
+             "{\"text\": \"kept two\", \"n\": " + deep_array + "}\n"
+             "{\"te\xFFxt\": \"c\"}\n"
+             "{\"text\": \"\\ud800\"}\n"
+             "42\n"
+             "\"text\"\n"
+             "{\"text\": {\"text\": \"d\"}}\n"
+             "{\"text\": \"kept three\"}\n");
+  const std::string prefix = (directory.path / "out").string();
+  std::string err;
+  const PreprocessSummary summary = run(gpt2_options({input.string()}, prefix), &err);
+  INFO(err);
+  CHECK(summary.documents == 10);
+  CHECK(summary.bad_lines == 7);
+  CHECK(summary.outputs[0].documents == 3);
+  CHECK(err.find(input.string() + ":1: skipped: number overflow parsing '1e999999'") != std::string::npos);
+  CHECK(err.find(input.string() + ":3: skipped: number overflow parsing '-1e400'") != std::string::npos);
+  CHECK(err.find(input.string() + ":5: skipped: no key \"text\"") != std::string::npos);
+  CHECK(err.find(input.string() + ":6: skipped: invalid JSON") != std::string::npos);
+  CHECK(err.find(input.string() + ":7: skipped: number is not a JSON object") != std::string::npos);
+  CHECK(err.find(input.string() + ":8: skipped: string is not a JSON object") != std::string::npos);
+  CHECK(err.find(input.string() + ":9: skipped: key \"text\" is an object") != std::string::npos);
+
+  // --strict: the overflowing number is a clear error naming the line, not an internal one.
+  test_support::TemporaryDirectory strict_directory;
+  PreprocessOptions strict = gpt2_options({input.string()}, (strict_directory.path / "out").string());
+  strict.strict = true;
+  const std::string strict_message = input.string() + ":1: number overflow parsing '1e999999'";
+  CHECK_THROWS_WITH_AS(run(strict), doctest::Contains(strict_message.c_str()), common::Error);
+  CHECK(directory_entries(strict_directory.path).empty());
+}
+
 TEST_CASE("NullTokenizer documents without eod, empty documents, and Megatron's progress line") {
   test_support::TemporaryDirectory directory;
   const auto input = directory.path / "ids.jsonl";
