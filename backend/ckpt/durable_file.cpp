@@ -2,11 +2,13 @@
 #include "backend/ckpt/durable_file.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -91,6 +93,11 @@ void write_text_file_atomically(const std::filesystem::path& target, const std::
   }
   rename_path(temporary, target);
   fsync_directory(target.parent_path().empty() ? std::filesystem::path(".") : target.parent_path());
+}
+
+void crash_point(std::string_view point) {
+  const char* requested = std::getenv("MEGATRON_NATIVE_CRASH_AT");
+  if (requested != nullptr && point == requested) ::raise(SIGKILL);
 }
 
 }  // namespace backend

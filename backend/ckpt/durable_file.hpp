@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace backend {
 
@@ -44,5 +45,11 @@ void rename_path(const std::filesystem::path& from, const std::filesystem::path&
 // Replaces `target` by `text` atomically and durably: writes `<target>.tmp.<pid>`, fsyncs it,
 // renames it over `target`, fsyncs the directory. A crash leaves the old or the new file.
 void write_text_file_atomically(const std::filesystem::path& target, const std::string& text);
+
+// A test hook for the crash-safety tests (tests/e2e/*_kill_test.cpp): when the environment
+// variable MEGATRON_NATIVE_CRASH_AT equals `point`, the process kills itself with SIGKILL
+// here, as a node failure or the kernel's OOM killer would stop it: no destructor runs and
+// nothing is flushed. Unset (always, outside those tests), it does nothing.
+void crash_point(std::string_view point);
 
 }  // namespace backend

@@ -7,12 +7,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
+#include <string_view>
 
+#include "backend/ckpt/durable_file.hpp"
+#include "backend/ckpt/file_lock.hpp"
 #include "backend/common/error.hpp"
 
 namespace backend {
@@ -26,6 +35,59 @@ bool valid_dtype_code(uint8_t code) { return code >= 1 && code <= 8; }
 std::string temporary_name(const std::string& path) {
   return path + ".tmp-" + std::to_string(::getpid());
 }
+
+std::filesystem::path directory_of(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::filesystem::path(".") : parent;
+}
+
+// The pid of `name` when it is `<stem><suffix>.tmp-<pid>` for one of the writer's files.
+std::optional<long> leftover_pid(std::string_view name, std::string_view stem) {
+  if (!name.starts_with(stem)) return std::nullopt;
+  name.remove_prefix(stem.size());
+  for (std::string_view suffix : {".bin.tmp-", ".idx.tmp-", ".idx.pointers.tmp-", ".idx.documents.tmp-"}) {
+    if (!name.starts_with(suffix)) continue;
+    const std::string_view digits = name.substr(suffix.size());
+    long pid = 0;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    if (error == std::errc() && end == digits.data() + digits.size() && !digits.empty()) return pid;
+  }
+  return std::nullopt;
+}
+
+// Under the prefix's lock no other writer of it is alive, so every temporary of the prefix is
+// what a killed run left.
+void remove_leftovers(const std::string& prefix) {
+  const std::string stem = std::filesystem::path(prefix).filename().string();
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(directory_of(prefix), error)) {
+    const std::string name = entry.path().filename().string();
+    const auto pid = leftover_pid(name, stem);
+    if (!pid) continue;
+    std::error_code remove_error;
+    if (std::filesystem::remove(entry.path(), remove_error)) {
+      spdlog::warn("removed {}, left by an interrupted run (pid {})", entry.path().string(), *pid);
+    }
+  }
+}
+
+// "(<idx>.tmp-N is there: ...)" when the .idx is missing because a run publishing the pair
+// was interrupted, else "".
+std::string interrupted_write_note(const std::string& index_path) {
+  std::error_code error;
+  const std::filesystem::path path(index_path);
+  for (const auto& entry : std::filesystem::directory_iterator(directory_of(index_path), error)) {
+    const std::string name = entry.path().filename().string();
+    const std::string stem = path.filename().string();
+    if (name.starts_with(stem + ".tmp-")) {
+      return fmt::format("; {} is there: a run writing this dataset was interrupted, run it again",
+                         entry.path().string());
+    }
+  }
+  return "";
+}
+
+void sync_directory_of(const std::string& path) { fsync_directory(directory_of(path)); }
 
 }  // namespace
 
@@ -112,12 +174,16 @@ class IndexedDatasetWriter::File {
     }
   }
 
-  // Flushes to disk and gives the file its final name.
-  void commit() {
+  // Flushes to disk, under the temporary name.
+  void sync() {
     flush();
     if (::fsync(fd_) != 0) common::fail("cannot write {}: {}", temporary_, std::strerror(errno));
     ::close(fd_);
     fd_ = -1;
+  }
+
+  // Gives the synced file its final name.
+  void publish() {
     if (::rename(temporary_.c_str(), path_.c_str()) != 0) {
       common::fail("cannot rename {} to {}: {}", temporary_, path_, std::strerror(errno));
     }
@@ -152,6 +218,17 @@ class IndexedDatasetWriter::File {
 IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, DType dtype)
     : prefix_(std::move(prefix)), dtype_(dtype) {
   if (!valid_dtype_code(static_cast<uint8_t>(dtype))) common::fail("unknown dtype code");
+  const std::string lock_path = prefix_ + ".lock";
+  LockHolder holder;
+  auto lock = ExclusiveFileLock::try_lock(lock_path, holder);
+  if (!lock) {
+    common::fail("{}: another process (pid {} on {}) is writing this dataset now (it holds {}); "
+                 "wait for it to finish, or write to another --output-prefix",
+                 prefix_, holder.pid.empty() ? "unknown" : holder.pid,
+                 holder.host.empty() ? "an unknown host" : holder.host, lock_path);
+  }
+  lock_ = std::make_unique<ExclusiveFileLock>(std::move(*lock));
+  remove_leftovers(prefix_);
   try {
     data_ = std::make_unique<File>(data_file_path(prefix_));
     index_ = std::make_unique<File>(index_file_path(prefix_));
@@ -282,10 +359,26 @@ void IndexedDatasetWriter::finalize() {
   std::memcpy(header.data() + 18, &sequences, 8);
   std::memcpy(header.data() + 26, &document_indices, 8);
   index_->write_at(0, header.data(), header.size());
-  data_->commit();   // the .bin first: a .idx under its final name means both are complete
-  index_->commit();
+  data_->sync();
+  index_->sync();
+  crash_point("indexed-dataset:written");
+  // The old .idx goes first: from here until the new .idx is in place, the prefix has no
+  // .idx, which every reader refuses, instead of an old .idx beside a new .bin.
+  const std::string index_path = index_file_path(prefix_);
+  if (::unlink(index_path.c_str()) != 0 && errno != ENOENT) {
+    common::fail("cannot remove the previous {}: {}", index_path, std::strerror(errno));
+  }
+  sync_directory_of(index_path);
+  crash_point("indexed-dataset:index-removed");
+  data_->publish();
+  sync_directory_of(index_path);
+  crash_point("indexed-dataset:data-renamed");
+  index_->publish();
+  sync_directory_of(index_path);
+  crash_point("indexed-dataset:index-renamed");
   pointers_->remove_temporary();
   documents_->remove_temporary();
+  lock_.reset();
   finalized_ = true;
 }
 
@@ -297,8 +390,9 @@ struct IndexedDataset::Mapping {
   explicit Mapping(const std::string& path, const std::string& prefix) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      common::fail("cannot open {}: {} (the dataset prefix {} needs both {}.idx and {}.bin)",
-                   path, std::strerror(errno), prefix, prefix, prefix);
+      const std::string reason = std::strerror(errno);
+      common::fail("cannot open {}: {} (the dataset prefix {} needs both {}.idx and {}.bin{})",
+                   path, reason, prefix, prefix, prefix, interrupted_write_note(path));
     }
     struct stat status {};
     if (::fstat(fd, &status) != 0) {
@@ -383,17 +477,30 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
     }
     previous = value;
   }
+  // The .bin must hold exactly the sequences the .idx describes: a longer or shorter one is
+  // the .bin of another run (or of an interrupted write), whatever its sequences read as.
   const int64_t item = dtype_size(dtype_);
   const auto data_size = static_cast<int64_t>(data_.size());
+  const auto not_one_pair = [&](const std::string& what) {
+    common::fail("{} ({} bytes) and {} are not one pair: {}; they were written by different "
+                 "runs, or a write was interrupted. Write the dataset again (preprocess_data)",
+                 data_path, data_size, index_path, what);
+  };
+  int64_t extent = 0;
   for (int64_t i = 0; i < sequence_count_; ++i) {
     const int64_t length = sequence_length(i), pointer = sequence_pointer(i);
     if (length < 0 || pointer < 0) {
       common::fail("{}: sequence {} has length {} at byte {}", index_path, i, length, pointer);
     }
     if (pointer > data_size || length * item > data_size - pointer) {
-      common::fail("{}: {} bytes, shorter than {} says (sequence {} ends at byte {})", data_path,
-                   data_size, index_path, i, pointer + length * item);
+      not_one_pair(fmt::format("sequence {} of the index ({} tokens from byte {}) ends past the "
+                               ".bin", i, length, pointer));
     }
+    extent = std::max(extent, pointer + length * item);
+  }
+  if (extent != data_size) {
+    not_one_pair(fmt::format("the index's {} sequences end at byte {}, and the .bin holds {} "
+                             "more", sequence_count_, extent, data_size - extent));
   }
 }
 

@@ -22,13 +22,21 @@
 // The writer streams: tokens go straight to the .bin, sequence lengths straight into the .idx
 // after its header, pointers and document indices to two spill files, so memory stays constant
 // whatever the corpus (Megatron keeps Python lists of all three, which is what runs machines
-// out of memory on tens of millions of documents). Everything is written under temporary names
-// next to the outputs and renamed into place by finalize(), the .bin first and the .idx last,
-// so an interrupted run never leaves a half-written file under a final name; temporaries of a
-// writer destroyed without finalize() are removed.
+// out of memory on tens of millions of documents).
+//
+// The two files are one pair, and appear together or not at all. Both are written under
+// `<name>.tmp-<pid>` next to the outputs and fsynced; finalize() then removes the old .idx,
+// renames the .bin, renames the .idx last, fsyncing the directory after each step. Two
+// renames cannot be one atomic step, so a kill in between leaves a .bin without an .idx, which
+// no reader takes, never a new .bin beside the old .idx. The writer holds `<prefix>.lock`
+// (file_lock.hpp) from construction to finalize, so a second writer of the same prefix is
+// refused while the first lives, and under it removes the temporaries a killed writer of the
+// prefix left (reported). Temporaries of a writer destroyed without finalize() are removed.
 //
 // The reader memory-maps both files and checks them (magic, version, dtype, sizes, pointers
-// within the .bin, document indices ordered) with messages naming the file. The index arrays
+// within the .bin, document indices ordered, and the .bin exactly as long as the sequences the
+// .idx describes, so that a .bin and an .idx of different runs are refused as not one pair)
+// with messages naming the files. The index arrays
 // start at byte 34, so they are not aligned for their types: they are read through accessors
 // (unaligned loads), never as spans.
 #pragma once
@@ -43,6 +51,8 @@
 #include <vector>
 
 namespace backend {
+
+class ExclusiveFileLock;
 
 enum class DType : uint8_t {
   uint8 = 1, int8 = 2, int16 = 3, int32 = 4, int64 = 5, float64 = 6, float32 = 7, uint16 = 8,
@@ -76,7 +86,7 @@ class IndexedDatasetWriter {
   // (IndexedDatasetBuilder.add_index, used by tools/merge_datasets.py).
   void add_dataset(const std::string& prefix);
 
-  // Writes the index and renames both files into place.
+  // Writes the index and publishes the pair (the steps above).
   void finalize();
 
   DType dtype() const { return dtype_; }
@@ -90,6 +100,7 @@ class IndexedDatasetWriter {
 
   std::string prefix_;
   DType dtype_;
+  std::unique_ptr<ExclusiveFileLock> lock_;
   std::unique_ptr<File> data_, index_, pointers_, documents_;
   int64_t sequence_count_ = 0, document_count_ = 0, data_bytes_ = 0;
   bool finalized_ = false;

@@ -156,14 +156,12 @@ TEST_CASE("bad prefixes and datasets are named") {
                        doctest::Contains(("cannot open " + corpus.prefixes[0] + "_missing.idx").c_str()), common::Error);
   // A float dataset holds no token ids.
   const std::string floats = (corpus.directory.path / "floats").string();
-  std::filesystem::copy_file(corpus.prefixes[0] + ".bin", floats + ".bin");
-  std::filesystem::copy_file(corpus.prefixes[0] + ".idx", floats + ".idx");
   {
-    std::fstream index(floats + ".idx", std::ios::in | std::ios::out | std::ios::binary);
-    index.seekp(17);
-    index.put(static_cast<char>(DType::float32));
+    IndexedDatasetWriter writer(floats, DType::float32);
+    const std::vector<std::byte> values(4 * 8);
+    writer.add_documents(values, std::vector<int32_t>{8}, std::vector<int32_t>{1});
+    writer.finalize();
   }
-  std::filesystem::resize_file(floats + ".bin", std::filesystem::file_size(floats + ".bin") * 2);
   CHECK_THROWS_WITH_AS(build_gpt_datasets(options_for(blend_of({floats}, "1")), {1, 0, 0}),
                        doctest::Contains("dtype float32 does not hold token ids"), common::Error);
 }

@@ -2,6 +2,7 @@
 // description (not the reader under test), the reader's checks on damaged files, merging, and
 // crash safety (no file under a final name, and no temporary, unless finalize() ran).
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -145,15 +146,48 @@ TEST_CASE("a writer that is not finalized leaves no files behind") {
   {
     IndexedDatasetWriter writer((directory.path / "partial").string(), DType::uint16);
     writer.add_document(std::vector<int32_t>{1, 2}, std::vector<int32_t>{2});
-    CHECK(directory_entries(directory.path).size() == 4);  // temporaries only
+    CHECK(directory_entries(directory.path).size() == 5);  // temporaries and the lock only
     for (const std::string& name : directory_entries(directory.path)) {
-      CHECK(name.find(".tmp-") != std::string::npos);
+      CHECK((name.find(".tmp-") != std::string::npos || name == "partial.lock"));
     }
   }
   CHECK(directory_entries(directory.path).empty());
   CHECK_THROWS_WITH_AS(IndexedDatasetWriter((directory.path / "no/such/dir/x").string(), DType::uint16),
                        doctest::Contains("cannot create"), common::Error);
   CHECK(directory_entries(directory.path).empty());
+}
+
+TEST_CASE("one writer per prefix at a time; what a killed writer left is removed") {
+  test_support::TemporaryDirectory directory;
+  const std::string prefix = (directory.path / "shared").string();
+  // Temporaries of a run killed earlier (any pid: under the lock no writer of them is alive),
+  // and a file of another prefix that merely starts alike, which stays.
+  for (const char* name : {"shared.bin.tmp-999999", "shared.idx.tmp-12", "shared.idx.pointers.tmp-12",
+                           "shared.idx.documents.tmp-12", "shared_other.bin.tmp-12"}) {
+    write_bytes(directory.path / name, {1, 2, 3});
+  }
+  {
+    IndexedDatasetWriter first(prefix, DType::uint16);
+    CHECK(directory_entries(directory.path).size() == 6);  // 4 temporaries, the lock, the other
+    CHECK(std::filesystem::exists(directory.path / "shared_other.bin.tmp-12"));
+    CHECK(!std::filesystem::exists(directory.path / "shared.idx.tmp-12"));
+    // A second writer of the prefix (here another file description; a second process alike)
+    // is refused, naming the holder.
+    const std::string holder = "(pid " + std::to_string(::getpid()) + " on ";
+    CHECK_THROWS_WITH_AS(IndexedDatasetWriter(prefix, DType::uint16),
+                         doctest::Contains(("another process " + holder).c_str()), common::Error);
+    CHECK_THROWS_WITH_AS(IndexedDatasetWriter(prefix, DType::uint16),
+                         doctest::Contains((prefix + ".lock").c_str()), common::Error);
+    // Another prefix in the same directory is free (job arrays write shards side by side).
+    IndexedDatasetWriter other((directory.path / "shared_other").string(), DType::uint16);
+    first.add_document(std::vector<int32_t>{1, 2}, std::vector<int32_t>{2});
+    first.finalize();
+  }
+  // After finalize the lock is gone and the next writer of the prefix may start.
+  CHECK(!std::filesystem::exists(prefix + ".lock"));
+  IndexedDatasetWriter next(prefix, DType::uint16);
+  next.finalize();
+  CHECK(IndexedDataset(prefix).document_count() == 0);
 }
 
 TEST_CASE("merging datasets concatenates documents and checks the dtype") {
@@ -245,7 +279,15 @@ TEST_CASE("damaged datasets are refused with the file and what is wrong") {
   CHECK(error_with(index, good_data).find("need") != std::string::npos);
   auto data = good_data;
   data.resize(6);
-  CHECK(error_with(good_index, data).find(bad + ".bin: 6 bytes, shorter than") == 0);
+  const std::string not_one_pair = bad + ".bin (6 bytes) and " + bad + ".idx are not one pair";
+  CHECK(error_with(good_index, data).find(not_one_pair) == 0);
+  // A .bin longer than its .idx describes: the .bin of another run beside this .idx.
+  data = good_data;
+  data.insert(data.end(), {7, 0});
+  CHECK(error_with(good_index, data) ==
+        bad + ".bin (10 bytes) and " + bad + ".idx are not one pair: the index's 2 sequences end "
+        "at byte 8, and the .bin holds 2 more; they were written by different runs, or a write "
+        "was interrupted. Write the dataset again (preprocess_data)");
   index = good_index;
   index[index.size() - 8] = 1;  // the last document index: 1 instead of 2
   CHECK(error_with(index, good_data).find("document index 2 is 1") != std::string::npos);
