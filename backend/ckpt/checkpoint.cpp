@@ -380,18 +380,21 @@ void note_optimizer_changes(const Metadata& metadata, const AdamW& optimizer, st
 }
 
 // Removes what a killed save left behind: DIR/iter_XXXXXXX.tmp.<pid> (a directory being
-// written), DIR/iter_XXXXXXX.old.<pid> (one being replaced) and the tracker's temporary file,
-// when process <pid> no longer runs (or is this process). None of them is ever tracked.
+// written), DIR/iter_XXXXXXX.old.<pid> (one being replaced) and the tracker's temporary file
+// (latest_checkpointed_iteration.txt.tmp-<pid>-XXXXXX, durable_file.hpp; .tmp.<pid> from
+// older versions), when process <pid> no longer runs (or is this process). None of them is
+// ever tracked.
 void remove_unfinished_saves(const fs::path& directory, std::ostream& out) {
   static const std::regex kLeftover(
-      R"(^(?:iter_\d{7,}|release|latest_checkpointed_iteration\.txt)\.(?:tmp|old)\.(\d+)$)");
+      R"(^(?:(?:iter_\d{7,}|release|latest_checkpointed_iteration\.txt)\.(?:tmp|old)\.(\d+))"
+      R"(|latest_checkpointed_iteration\.txt\.tmp-(\d+)-[A-Za-z0-9]{6})$)");
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(directory, error)) {
     const std::string name = entry.path().filename().string();
     std::smatch match;
     if (!std::regex_match(name, match, kLeftover)) continue;
     long pid = 0;
-    const std::string pid_text = match[1].str();
+    const std::string pid_text = match[1].matched ? match[1].str() : match[2].str();
     std::from_chars(pid_text.data(), pid_text.data() + pid_text.size(), pid);
     const bool owner_gone = pid == static_cast<long>(::getpid()) ||
                             (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH);

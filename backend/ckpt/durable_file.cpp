@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +26,17 @@ std::string error_text() { return std::strerror(errno); }
 DurableFileWriter::DurableFileWriter(std::filesystem::path path) : path_(std::move(path)) {
   descriptor_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (descriptor_ < 0) common::fail("cannot create {}: {}", path_.string(), error_text());
+}
+
+DurableFileWriter DurableFileWriter::temporary_for(const std::filesystem::path& target) {
+  std::string pattern = target.string() + ".tmp-" + std::to_string(::getpid()) + "-XXXXXX";
+  const int descriptor = ::mkostemp(pattern.data(), O_CLOEXEC);
+  if (descriptor < 0) common::fail("cannot create {}: {}", pattern, error_text());
+  // mkstemp creates 0600; these are ordinary data files, readable as the umask allows.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::fchmod(descriptor, 0666 & ~mask);
+  return DurableFileWriter(pattern, descriptor);
 }
 
 DurableFileWriter::~DurableFileWriter() {
@@ -82,16 +94,17 @@ void rename_path(const std::filesystem::path& from, const std::filesystem::path&
 }
 
 void write_text_file_atomically(const std::filesystem::path& target, const std::string& text) {
-  std::filesystem::path temporary = target;
-  temporary += ".tmp." + std::to_string(::getpid());
-  std::error_code ignored;
-  std::filesystem::remove(temporary, ignored);
-  {
-    DurableFileWriter writer(temporary);
+  DurableFileWriter writer = DurableFileWriter::temporary_for(target);
+  const std::filesystem::path temporary = writer.path();
+  try {
     writer.write(std::as_bytes(std::span(text.data(), text.size())));
     writer.finish();
+    rename_path(temporary, target);
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    throw;
   }
-  rename_path(temporary, target);
   fsync_directory(target.parent_path().empty() ? std::filesystem::path(".") : target.parent_path());
 }
 

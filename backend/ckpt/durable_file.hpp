@@ -20,6 +20,10 @@ namespace backend {
 class DurableFileWriter {
  public:
   explicit DurableFileWriter(std::filesystem::path path);
+  // A new file beside `target`, to be renamed over it when finished:
+  // `<target>.tmp-<pid>-XXXXXX`, the suffix chosen by mkstemp(3), so two writers of one target
+  // never share a temporary, not even two threads of one process (same pid).
+  static DurableFileWriter temporary_for(const std::filesystem::path& target);
   ~DurableFileWriter();
   DurableFileWriter(const DurableFileWriter&) = delete;
   DurableFileWriter& operator=(const DurableFileWriter&) = delete;
@@ -27,10 +31,14 @@ class DurableFileWriter {
   void write(std::span<const std::byte> bytes);
   void write_zeros(size_t count);
   uint64_t bytes_written() const { return bytes_written_; }
+  const std::filesystem::path& path() const { return path_; }
   // fsync, then close. Errors name the file.
   void finish();
 
  private:
+  DurableFileWriter(std::filesystem::path path, int descriptor)
+      : path_(std::move(path)), descriptor_(descriptor) {}
+
   std::filesystem::path path_;
   int descriptor_ = -1;
   uint64_t bytes_written_ = 0;
@@ -42,8 +50,9 @@ void fsync_directory(const std::filesystem::path& directory);
 // rename(2) that names both paths in its error.
 void rename_path(const std::filesystem::path& from, const std::filesystem::path& to);
 
-// Replaces `target` by `text` atomically and durably: writes `<target>.tmp.<pid>`, fsyncs it,
-// renames it over `target`, fsyncs the directory. A crash leaves the old or the new file.
+// Replaces `target` by `text` atomically and durably: writes a temporary_for(target), fsyncs
+// it, renames it over `target`, fsyncs the directory. A crash leaves the old or the new file
+// (and possibly the temporary); concurrent writers of one target each rename a whole file.
 void write_text_file_atomically(const std::filesystem::path& target, const std::string& text);
 
 // A test hook for the crash-safety tests (tests/e2e/*_kill_test.cpp): when the environment

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <exception>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -70,6 +71,7 @@ struct MidLevelRequest {
   bool build = false;
   std::optional<std::pair<double, double>> fractions;  // none: the whole dataset
   std::optional<int64_t> num_samples;
+  bool operator==(const MidLevelRequest&) const = default;
 };
 
 }  // namespace
@@ -90,20 +92,40 @@ std::array<std::shared_ptr<const SplitDataset>, 3> build_gpt_datasets(
                  options.why_needed[split]);
   };
 
-  // Builds the GPT datasets of `prefixes` for the splits in `requests[d][split]`, in parallel.
+  // Builds the GPT datasets of `prefixes` for the splits in `requests[d][split]`, in parallel,
+  // one task per distinct prefix. A blend may name a prefix more than once; its identical
+  // requests then share one dataset, so no two tasks ever build (and write the cache files
+  // of) the same dataset at once. Megatron builds each occurrence; the arrays are the same.
   auto build_mid_level = [&](const std::vector<std::string>& prefixes,
                              const std::vector<std::array<MidLevelRequest, 3>>& requests) {
     std::vector<std::array<std::shared_ptr<const GptDataset>, 3>> datasets(prefixes.size());
-    run_parallel(prefixes.size(), options.num_threads, [&](size_t d) {
-      const auto indexed = open_dataset(prefixes[d]);
+    std::map<std::string, size_t> task_of_prefix;
+    std::vector<std::vector<size_t>> occurrences;  // per task, the positions of its prefix
+    for (size_t d = 0; d < prefixes.size(); ++d) {
+      const auto [found, added] = task_of_prefix.try_emplace(prefixes[d], occurrences.size());
+      if (added) occurrences.emplace_back();
+      occurrences[found->second].push_back(d);
+    }
+    run_parallel(occurrences.size(), options.num_threads, [&](size_t task) {
+      const std::vector<size_t>& positions = occurrences[task];
+      const auto indexed = open_dataset(prefixes[positions.front()]);
       for (size_t split = 0; split < 3; ++split) {
-        const MidLevelRequest& request = requests[d][split];
-        if (!request.build) continue;
-        auto [begin, end] = request.fractions
-                                ? split_range(*request.fractions, indexed->sequence_count())
-                                : std::pair<int64_t, int64_t>{0, indexed->sequence_count()};
-        datasets[d][split] = std::make_shared<const GptDataset>(
-            indexed, prefixes[d], begin, end, request.num_samples, kSplits[split], config);
+        for (size_t i = 0; i < positions.size(); ++i) {
+          const size_t d = positions[i];
+          const MidLevelRequest& request = requests[d][split];
+          if (!request.build) continue;
+          const auto same = std::find_if(positions.begin(), positions.begin() + static_cast<std::ptrdiff_t>(i),
+                                         [&](size_t e) { return requests[e][split] == request; });
+          if (same != positions.begin() + static_cast<std::ptrdiff_t>(i)) {
+            datasets[d][split] = datasets[*same][split];
+            continue;
+          }
+          auto [begin, end] = request.fractions
+                                  ? split_range(*request.fractions, indexed->sequence_count())
+                                  : std::pair<int64_t, int64_t>{0, indexed->sequence_count()};
+          datasets[d][split] = std::make_shared<const GptDataset>(
+              indexed, prefixes[d], begin, end, request.num_samples, kSplits[split], config);
+        }
       }
     });
     return datasets;

@@ -11,7 +11,8 @@
 //                           blended by their sample counts into min(size, Σ counts) samples
 //   per split               --train-data-path etc.: the same rules with the whole dataset as
 //                           the split's range; a single prefix ignores its weight, as Megatron
-// Datasets of a blend are opened and indexed in parallel (one task per prefix).
+// Datasets of a blend are opened and indexed in parallel (one task per distinct prefix; a
+// prefix named twice with the same request is one dataset, built once).
 //
 // Where Megatron asserts or loops forever, and where it silently skips: a split that the run
 // reads (its size is above 0) but that the sources leave without data (a zero --split share,

@@ -100,12 +100,10 @@ void write_npy(const std::filesystem::path& path, NpyElement element,
     common::fail("{}: {} bytes of data for shape {} of {}", path.string(), data.size(),
                  shape_text(shape), npy_descr(element));
   }
-  std::filesystem::path temporary = path;
-  temporary += ".tmp-" + std::to_string(::getpid());
+  DurableFileWriter writer = DurableFileWriter::temporary_for(path);
+  const std::filesystem::path temporary = writer.path();
   std::error_code ignored;
-  std::filesystem::remove(temporary, ignored);  // left by a killed process with our pid
   try {
-    DurableFileWriter writer(temporary);
     const std::string header = npy_header(element, shape);
     writer.write(std::as_bytes(std::span(header.data(), header.size())));
     writer.write(data);

@@ -105,7 +105,8 @@ std::map<int, std::string> logged_losses(const std::string& log) {
 bool has_leftover(const fs::path& directory) {
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(directory, error)) {
-    if (entry.path().filename().string().find(".tmp.") != std::string::npos) return true;
+    const std::string name = entry.path().filename().string();
+    if (name.find(".tmp.") != std::string::npos || name.find(".tmp-") != std::string::npos) return true;
   }
   return false;
 }

@@ -472,15 +472,19 @@ TEST_CASE("a save removes what interrupted saves left, keeps a live process's, r
   const fs::path dead_directory = directory.path / ("iter_0000009.tmp." + std::to_string(gone));
   const fs::path dead_tracker =
       directory.path / ("latest_checkpointed_iteration.txt.tmp." + std::to_string(gone));
+  const fs::path dead_unique_tracker =  // durable_file's temporary_for name
+      directory.path / ("latest_checkpointed_iteration.txt.tmp-" + std::to_string(gone) + "-a1B2c3");
   const fs::path live_directory = directory.path / ("iter_0000008.tmp." + std::to_string(getppid()));
   fs::create_directories(dead_directory / "mp_rank_00");
   std::ofstream(dead_directory / "mp_rank_00" / "model_optim_rng.bin") << "half a file";
   std::ofstream(dead_tracker) << "9";
+  std::ofstream(dead_unique_tracker) << "9";
   fs::create_directories(live_directory);
 
   auto a = save_trained(directory.path, 3);
   CHECK_FALSE(fs::exists(dead_directory));
   CHECK_FALSE(fs::exists(dead_tracker));
+  CHECK_FALSE(fs::exists(dead_unique_tracker));
   CHECK(fs::exists(live_directory));
 
   // Saving iteration 3 again (another state) replaces the directory whole.

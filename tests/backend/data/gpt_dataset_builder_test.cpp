@@ -165,3 +165,41 @@ TEST_CASE("bad prefixes and datasets are named") {
   CHECK_THROWS_WITH_AS(build_gpt_datasets(options_for(blend_of({floats}, "1")), {1, 0, 0}),
                        doctest::Contains("dtype float32 does not hold token ids"), common::Error);
 }
+
+TEST_CASE("a blend naming one prefix several times builds it once, on a cold cache, with any thread count") {
+  // Two builder threads used to race on one cache file (same name, same process: same
+  // temporary name), failing with "cannot create ...tmp-<pid>" or reading a file half renamed.
+  for (int threads : {1, 2, 4}) {
+    CAPTURE(threads);
+    Corpus corpus({200, 150});
+    const std::string a = corpus.prefixes[0], b = corpus.prefixes[1];
+    for (int round = 0; round < 3; ++round) {  // cold, then warm caches
+      CAPTURE(round);
+      const auto weighted = build_gpt_datasets(
+          options_for(blend_of({"0.3", a, "0.3", a, "0.2", b, "0.2", a}, "90,10,0"), threads), {400, 30, 0});
+      REQUIRE(weighted[0]);
+      const auto& members = weighted[0]->blend()->datasets();
+      REQUIRE(members.size() == 4);
+      // Identical requests share one dataset; a different request of the same prefix does not.
+      CHECK(members[0] == members[1]);
+      CHECK(members[0] != members[3]);
+      CHECK(members[0]->prefix() == members[3]->prefix());
+      const auto unweighted = build_gpt_datasets(options_for(blend_of({a, b, a}, "90,10,0"), threads), {400, 30, 0});
+      REQUIRE(unweighted[0]);
+      CHECK(unweighted[0]->blend()->datasets()[0] == unweighted[0]->blend()->datasets()[2]);
+      // The same samples as a single-threaded build.
+      const auto reference = build_gpt_datasets(
+          options_for(blend_of({"0.3", a, "0.3", a, "0.2", b, "0.2", a}, "90,10,0"), 1), {400, 30, 0});
+      std::vector<int32_t> sample(17), expected(17);
+      for (int64_t i = 0; i < reference[0]->size(); i += 7) {
+        weighted[0]->sample(i, sample);
+        reference[0]->sample(i, expected);
+        REQUIRE(sample == expected);
+      }
+    }
+    // Nothing but finished cache files is left.
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(corpus.directory.path)) {
+      CHECK(entry.path().filename().string().find(".tmp") == std::string::npos);
+    }
+  }
+}

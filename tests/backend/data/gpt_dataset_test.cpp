@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "backend/common/error.hpp"
@@ -197,6 +198,40 @@ TEST_CASE("the cache: built once, memory-mapped after, keyed by the description"
   CHECK_THROWS_WITH_AS(GptDataset(indexed, prefix, 0, 50, 100, Split::train,
                                   config_with(4, (directory.path / "a_file" / "cache").string())),
                        doctest::Contains("pass --data-cache-path DIR"), common::Error);
+}
+
+TEST_CASE("threads building the same cache at once all succeed and agree") {
+  // Same process, same pid: every temporary name must still be unique to its writer.
+  test_support::TemporaryDirectory directory;
+  const std::string prefix = (directory.path / "c").string();
+  test_support::write_fixture_dataset(prefix, test_support::random_lengths(3000, 1, 60, 4));
+  auto indexed = std::make_shared<const IndexedDataset>(prefix);
+  for (int round = 0; round < 5; ++round) {
+    CAPTURE(round);
+    std::filesystem::remove_all(prefix);  // a cold cache
+    constexpr int kThreads = 8;
+    std::vector<std::string> failures(kThreads);
+    std::vector<int64_t> sizes(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        try {
+          GptDataset dataset(indexed, prefix, 0, 3000, 20000, Split::train, config_with(8));
+          sizes[static_cast<size_t>(t)] = dataset.size();
+          std::vector<int32_t> sample(9);
+          for (int64_t i = 0; i < dataset.size(); i += 97) dataset.sample(i, sample);
+        } catch (const std::exception& error) {
+          failures[static_cast<size_t>(t)] = error.what();
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    for (const auto& failure : failures) CHECK_MESSAGE(failure.empty(), failure);
+    CHECK(std::count(sizes.begin(), sizes.end(), sizes[0]) == kThreads);
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(prefix)) {
+      CHECK(entry.path().filename().string().find(".tmp") == std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("an empty range gives a dataset without samples and without cache files") {
