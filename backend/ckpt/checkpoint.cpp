@@ -435,6 +435,36 @@ void publish_directory(const fs::path& temporary, const fs::path& final_director
 
 fs::path checkpoint_tracker_path(const fs::path& directory) { return directory / kTrackerName; }
 
+fs::path save_lock_path(const fs::path& directory) { return directory / "save.lock"; }
+
+ExclusiveFileLock lock_save_directory(const fs::path& directory) {
+  std::error_code error;
+  fs::create_directories(directory, error);
+  if (error) {
+    common::fail("--save {}: cannot create the directory: {}", directory.string(), error.message());
+  }
+  LockHolder holder;
+  auto lock = ExclusiveFileLock::try_lock(save_lock_path(directory), holder);
+  if (!lock) {
+    common::fail("--save {} is in use by another run (pid {} on {} holds {}): two runs saving into "
+                 "one directory would interleave their checkpoints; wait for it to end, or pass "
+                 "another --save", directory.string(), holder.pid.empty() ? "unknown" : holder.pid,
+                 holder.host.empty() ? "an unknown host" : holder.host,
+                 save_lock_path(directory).string());
+  }
+  return std::move(*lock);
+}
+
+void check_release_destination(const fs::path& directory, bool replace_training_tracker) {
+  const auto tracked = read_checkpoint_tracker(directory);
+  if (!tracked || tracked->release || replace_training_tracker) return;
+  common::fail("--save {}: its tracker {} names training iteration {}; importing would point it "
+               "to the release, so that --load {} would start from the imported weights at "
+               "iteration 0. Pass another --save directory, or --replace-training-tracker to do "
+               "it anyway (the iter_* directories are kept)", directory.string(),
+               checkpoint_tracker_path(directory).string(), tracked->iteration, directory.string());
+}
+
 fs::path checkpoint_iteration_directory(const fs::path& directory, int64_t iteration) {
   return directory / fmt::format("iter_{:07d}", iteration);
 }

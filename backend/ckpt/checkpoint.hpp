@@ -10,6 +10,10 @@
 // gives back exactly that state, so a resumed run computes the same losses and weights, bit
 // for bit, as one that was never interrupted.
 //
+// One live process per save directory: a run holds DIR/save.lock (lock_save_directory) for as
+// long as it may save there, so a second run saving into DIR, or an import into it, is
+// refused instead of interleaving its iterations with the first's.
+//
 // Saving is crash-safe (docs/checkpoints.md): the iteration's directory is written under a
 // temporary name, fsynced, renamed into place and the tracker is replaced atomically last, so
 // a kill at any moment leaves the previously tracked checkpoint complete and loadable.
@@ -26,6 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/ckpt/file_lock.hpp"
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
@@ -57,6 +62,20 @@ struct TrackedCheckpoint {
 // nullopt when DIR has no tracker; a tracker that is neither an integer nor "release" is a
 // common::Error naming the file.
 std::optional<TrackedCheckpoint> read_checkpoint_tracker(const std::filesystem::path& directory);
+
+// DIR/save.lock, held by the process saving into DIR.
+std::filesystem::path save_lock_path(const std::filesystem::path& directory);
+
+// Takes DIR/save.lock (creating DIR), for the life of the returned lock; while another live
+// process holds it, a common::Error naming DIR, the holder's pid and host, and what to do.
+// A killed holder's lock is free (flock, file_lock.hpp).
+ExclusiveFileLock lock_save_directory(const std::filesystem::path& directory);
+
+// Before a release checkpoint is saved into DIR (checkpoint_util --import-hf): a tracker naming
+// a training iteration is refused, since the release would become what --load DIR starts from,
+// unless `replace_training_tracker`. No tracker, or "release", is fine. Megatron has no such
+// check.
+void check_release_destination(const std::filesystem::path& directory, bool replace_training_tracker);
 
 // Saves to arguments.save: parameters, and unless --no-save-optim / --no-save-rng the
 // optimizer and scheduler state / the dropout RNG state.

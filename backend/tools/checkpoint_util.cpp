@@ -3,12 +3,14 @@
 //   checkpoint_util --load <checkpoint dir> --export-hf <dir>
 //       the weights of the checkpoint the tracker names → config.json + model.safetensors
 //       (GPT2LMHeadModel or LlamaForCausalLM), the launcher's conversion stage
-//   checkpoint_util --import-hf <dir> --save <checkpoint dir>
+//   checkpoint_util --import-hf <dir> --save <checkpoint dir> [--replace-training-tracker]
 //       a Hugging Face directory → a release checkpoint (weights only) that
-//       pretrain_gpt --load starts from; the flags that build its model are printed
+//       pretrain_gpt --load starts from; the flags that build its model are printed. Refused
+//       while a live run holds the directory's save.lock, and, without the flag, when its
+//       tracker names a training iteration.
+// The command line is parsed by backend/ckpt/checkpoint_util_options.hpp.
 // Exit status as pretrain_gpt: 0 done, 2 a user error (one line naming the flag or file),
 // 3 an internal error.
-#include <CLI/CLI.hpp>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
@@ -16,15 +18,12 @@
 
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/ckpt/checkpoint_conversion.hpp"
+#include "backend/ckpt/checkpoint_util_options.hpp"
 #include "backend/ckpt/hf_format.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
 
 namespace {
-
-struct Options {
-  std::string load, export_hf, import_hf, save;
-};
 
 // The pretrain_gpt flags that rebuild a model saved from `arguments` (arguments_for_model).
 std::vector<std::string> model_flags(const backend::TrainingArguments& a) {
@@ -59,7 +58,7 @@ std::vector<std::string> model_flags(const backend::TrainingArguments& a) {
   return flags;
 }
 
-int run(const Options& options, const std::vector<std::string>& command_line) {
+int run(const backend::CheckpointUtilOptions& options, const std::vector<std::string>& command_line) {
   if (!options.load.empty()) {
     const auto model = backend::load_checkpoint_weights(options.load, std::cout);
     backend::export_hf(options.export_hf, model);
@@ -68,6 +67,9 @@ int run(const Options& options, const std::vector<std::string>& command_line) {
                              json["architectures"][0].get<std::string>(), options.export_hf);
     return 0;
   }
+  // Held from the check to the save: no run can start saving there in between.
+  const backend::ExclusiveFileLock save_lock = backend::lock_save_directory(options.save);
+  backend::check_release_destination(options.save, options.replace_training_tracker);
   const auto model = backend::import_hf(options.import_hf);
   backend::TrainingArguments arguments = backend::arguments_for_model(model.config());
   arguments.save = options.save;
@@ -87,33 +89,9 @@ int run(const Options& options, const std::vector<std::string>& command_line) {
 int main(int argc, char** argv) {
   common::setup_logging("checkpoint_util");
   try {
-    Options options;
-    CLI::App app{"Convert between checkpoints and Hugging Face models", "checkpoint_util"};
-    auto* load = app.add_option("--load", options.load, "Checkpoint directory to export (--save of a run)");
-    auto* export_hf = app.add_option("--export-hf", options.export_hf,
-                                     "Write the checkpoint's model here as a Hugging Face directory");
-    auto* import_hf = app.add_option("--import-hf", options.import_hf,
-                                     "Hugging Face directory (config.json, model.safetensors) to import");
-    auto* save = app.add_option("--save", options.save, "Checkpoint directory to write the import to");
-    load->needs(export_hf);
-    export_hf->needs(load);
-    import_hf->needs(save);
-    save->needs(import_hf);
-    load->excludes(import_hf);
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::CallForHelp&) {
-      std::cout << app.help();
-      return 0;
-    } catch (const CLI::ParseError& error) {
-      common::fail("checkpoint_util: {} (usage: --load DIR --export-hf DIR, or --import-hf DIR "
-                   "--save DIR)", error.what());
-    }
-    if (options.load.empty() && options.import_hf.empty()) {
-      common::fail("checkpoint_util: nothing to do: give --load DIR --export-hf DIR, or "
-                   "--import-hf DIR --save DIR");
-    }
-    return run(options, std::vector<std::string>(argv, argv + argc));
+    const auto options = backend::parse_checkpoint_util_arguments(argc, argv);
+    if (!options) return 0;  // --help
+    return run(*options, std::vector<std::string>(argv, argv + argc));
   } catch (const common::Error& error) {
     spdlog::error("{}", error.what());
     return 2;

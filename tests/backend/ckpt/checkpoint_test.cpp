@@ -669,3 +669,34 @@ TEST_CASE("--save-interval saves every N iterations and the last one once") {
   CHECK(result.iterations.empty());
   CHECK(again.str().find("saving checkpoint") == std::string::npos);
 }
+
+TEST_CASE("one holder of a save directory at a time; a release import needs leave to replace a training tracker") {
+  test_support::TemporaryDirectory directory;
+  const fs::path save = directory.path / "run";
+  {
+    const ExclusiveFileLock held = lock_save_directory(save);  // creates the directory
+    CHECK(fs::is_regular_file(save / "save.lock"));
+    const std::string expected = "--save " + save.string() + " is in use by another run (pid " +
+                                 std::to_string(getpid()) + " on " + local_host_name() + " holds " +
+                                 (save / "save.lock").string() + ")";
+    CHECK_THROWS_WITH_AS(lock_save_directory(save), doctest::Contains(expected.c_str()), common::Error);
+    // pretrain saving there is refused the same way.
+    TrainingArguments a = save_trained(directory.path / "other", 1);
+    a.save = save.string();
+    std::ostringstream out;
+    CHECK_THROWS_WITH_AS(pretrain(a, out), doctest::Contains(expected.c_str()), common::Error);
+  }
+  CHECK_FALSE(fs::exists(save / "save.lock"));
+  CHECK_NOTHROW(lock_save_directory(save));
+
+  // No tracker, or a release: an import may go there.
+  CHECK_NOTHROW(check_release_destination(save, false));
+  std::ofstream(checkpoint_tracker_path(save)) << "release";
+  CHECK_NOTHROW(check_release_destination(save, false));
+  // A training tracker: refused unless asked for.
+  std::ofstream(checkpoint_tracker_path(save)) << "12";
+  CHECK_THROWS_WITH_AS(check_release_destination(save, false),
+                       doctest::Contains("names training iteration 12; importing would point it to the release"),
+                       common::Error);
+  CHECK_NOTHROW(check_release_destination(save, true));
+}
