@@ -8,8 +8,14 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "backend/common/error.hpp"
@@ -17,6 +23,15 @@
 namespace backend {
 
 enum class Format { plain, gzip, zstd, xz };
+
+namespace {
+
+constexpr unsigned char kBzip2BlockMagic[] = {0x31, 0x41, 0x59, 0x26, 0x53, 0x59};
+constexpr unsigned char kBzip2EndMagic[] = {0x17, 0x72, 0x45, 0x38, 0x50, 0x90};
+constexpr std::pair<std::string_view, std::string_view> kSuffixFormats[] = {
+    {".gz", "gzip"}, {".zst", "zstd"}, {".xz", "xz"}, {".bz2", "bzip2"}};
+
+}  // namespace
 
 struct CompressedInput::Decoder {
   std::string path;
@@ -161,6 +176,28 @@ CompressedInput::CompressedInput(const std::string& path)
       common::fail("{}: xz init failed", path);
     }
     d.xz_initialized = true;
+  }
+  // "BZh", the block size 1-9, then a block's or the end-of-stream's magic number.
+  const bool bzip2 = available >= 10 && starts_with({'B', 'Z', 'h'}) && head[3] >= '1' && head[3] <= '9' &&
+                     (std::equal(head + 4, head + 10, std::begin(kBzip2BlockMagic)) ||
+                      std::equal(head + 4, head + 10, std::begin(kBzip2EndMagic)));
+  const std::string found = bzip2 ? "bzip2" : format();
+  // A name that promises a compression the content lacks is a mistake upstream (a failed
+  // download, a renamed file): reading it as what it is would hide that.
+  for (const auto& [suffix, promised] : kSuffixFormats) {
+    if (!path.ends_with(suffix) || found == promised) continue;
+    std::string head_bytes;
+    for (size_t i = 0; i < std::min<size_t>(available, 8); ++i) {
+      head_bytes += fmt::format("{}{:02x}", i ? " " : "", head[i]);
+    }
+    common::fail("{}: named {}, but its content is not {}: it is {}", path, suffix, promised,
+                 available == 0 ? std::string("empty")
+                                : fmt::format("{} (it starts with {})",
+                                              found == "plain" ? "plain, uncompressed" : found, head_bytes));
+  }
+  if (bzip2) {
+    common::fail("{} is bzip2, which is not supported (gzip, zstd and xz are); decompress it first, "
+                 "e.g. bunzip2 {}", path, path);
   }
 }
 

@@ -4,8 +4,11 @@
 // renamed into place when complete and flushed, so `<output>` is never a partial file. An
 // existing `<output>` is kept (complete by that rule) unless --force.
 //   decompress INPUT [--output FILE] [--force] [--progress auto|bar|log|none]
-// The default output is INPUT without its .gz/.zst/.xz suffix. Progress is that of the
-// compressed input read (a terminal line redrawn in place, or a log line per tenth).
+// The default output is INPUT without its .gz/.zst/.xz suffix. Plain input is refused (there
+// is nothing to decompress, and copying it would hide a failed download), and so is content
+// that its name does not promise (a plain file named .gz; bzip2, which is not built).
+// Progress is that of the compressed input read (a terminal line redrawn in place, or a log
+// line per tenth).
 // Exit status: 0 done or already there, 2 a failure naming the file, 3 an internal error.
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
@@ -17,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <string_view>
 #include <vector>
 
 #include "backend/common/error.hpp"
@@ -33,7 +37,7 @@ double now_seconds() {
 }
 
 std::string default_output(const std::string& input) {
-  for (const char* suffix : {".gz", ".zst", ".xz"}) {
+  for (const char* suffix : {".gz", ".zst", ".xz", ".bz2"}) {  // .bz2: refused by the reader
     if (input.ends_with(suffix) && input.size() > std::strlen(suffix)) {
       return input.substr(0, input.size() - std::strlen(suffix));
     }
@@ -58,7 +62,10 @@ void decompress(const std::string& input, const fs::path& output, bool force, ba
     return;
   }
   if (output.has_parent_path()) fs::create_directories(output.parent_path());
-  backend::CompressedInput reader(input);
+  backend::CompressedInput reader(input);  // refuses content its name does not promise
+  if (std::string_view(reader.format()) == "plain") {
+    common::fail("decompress: {} is not compressed (gzip, zstd or xz); nothing to decompress", input);
+  }
   const fs::path temporary = output.string() + ".tmp-" + std::to_string(::getpid());
   int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) common::fail("cannot create {}: {}", temporary.string(), std::strerror(errno));

@@ -116,3 +116,36 @@ TEST_CASE("missing, truncated and corrupt compressed inputs name the file") {
   write_file(path("cut.xz"), cut_xz);
   CHECK_THROWS_WITH_AS(read_all(path("cut.xz"), 4096), doctest::Contains("cut.xz"), common::Error);
 }
+
+TEST_CASE("a name that promises a compression the content lacks is refused; bzip2 is named, not copied") {
+  // decompress once copied a plain file named .gz unchanged, and read bzip2 as plain text.
+  test_support::TemporaryDirectory directory;
+  const std::string text = "{\"text\": \"plain\"}\n";
+  const auto path = [&](const char* name) { return (directory.path / name).string(); };
+  write_file(path("plain.jsonl.gz"), text);
+  CHECK_THROWS_WITH_AS(CompressedInput(path("plain.jsonl.gz")),
+                       doctest::Contains((path("plain.jsonl.gz") + ": named .gz, but its content is not "
+                                          "gzip: it is plain, uncompressed (it starts with 7b 22 74 65 78 74 22 3a)").c_str()),
+                       common::Error);
+  write_file(path("zstd_inside.jsonl.xz"), zstd(text));
+  CHECK_THROWS_WITH_AS(CompressedInput(path("zstd_inside.jsonl.xz")),
+                       doctest::Contains("named .xz, but its content is not xz: it is zstd"), common::Error);
+  write_file(path("empty.gz"), "");
+  CHECK_THROWS_WITH_AS(CompressedInput(path("empty.gz")),
+                       doctest::Contains("named .gz, but its content is not gzip: it is empty"), common::Error);
+  const std::string bzip2_header = "BZh91AY&SY";
+  write_file(path("corpus.jsonl.bz2"), bzip2_header + std::string(40, '\x01'));
+  CHECK_THROWS_WITH_AS(CompressedInput(path("corpus.jsonl.bz2")),
+                       doctest::Contains("corpus.jsonl.bz2 is bzip2, which is not supported (gzip, zstd and xz "
+                                         "are); decompress it first, e.g. bunzip2"),
+                       common::Error);
+  write_file(path("bzip2_inside.jsonl"), bzip2_header + std::string(40, '\x01'));
+  CHECK_THROWS_WITH_AS(CompressedInput(path("bzip2_inside.jsonl")), doctest::Contains("is bzip2"), common::Error);
+  write_file(path("plain.bz2"), text);
+  CHECK_THROWS_WITH_AS(CompressedInput(path("plain.bz2")),
+                       doctest::Contains("named .bz2, but its content is not bzip2"), common::Error);
+  // Content decides where the name promises nothing: gzip named .jsonl still reads.
+  write_file(path("gzip_inside.jsonl"), gzip(text));
+  CHECK(read_all(path("gzip_inside.jsonl"), 7) == text);
+  CHECK(std::string(CompressedInput(path("gzip_inside.jsonl")).format()) == "gzip");
+}
