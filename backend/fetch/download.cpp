@@ -308,6 +308,30 @@ DownloadResult download_into(const DownloadOptions& options, const std::string& 
                              PartFile& part, const fs::path& part_path, TransferProgress& progress,
                              DownloadResult result);
 
+// A file:// source must be a regular file: libcurl "downloads" a directory as zero bytes and a
+// device or a pipe as whatever it yields, never the file that was meant. A missing one is left
+// to libcurl's own error (curl error 37).
+void check_file_source(const std::string& url) {
+  CURLU* parsed = curl_url();
+  if (parsed == nullptr) common::fail("download {}: libcurl could not parse the URL", url);
+  char* scheme = nullptr;
+  char* path = nullptr;
+  std::string problem;
+  if (curl_url_set(parsed, CURLUPART_URL, url.c_str(), 0) == CURLUE_OK &&
+      curl_url_get(parsed, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK && lowercase(scheme) == "file" &&
+      curl_url_get(parsed, CURLUPART_PATH, &path, CURLU_URLDECODE) == CURLUE_OK) {
+    struct stat status {};
+    if (::stat(path, &status) == 0 && !S_ISREG(status.st_mode)) {
+      problem = fmt::format("{} is not a regular file (it is a {}); give the URL of a file", path,
+                            S_ISDIR(status.st_mode) ? "directory" : "device, pipe or socket");
+    }
+  }
+  curl_free(scheme);
+  curl_free(path);
+  curl_url_cleanup(parsed);
+  if (!problem.empty()) common::fail("download {}: {}", url, problem);
+}
+
 }  // namespace
 
 fs::path partial_download_path(const fs::path& output) { return fs::path(output.string() + ".part"); }
@@ -327,6 +351,7 @@ DownloadResult download(const DownloadOptions& options, TransferProgress& progre
   if (options.stall_timeout_seconds <= 0 || options.connect_timeout_seconds <= 0) {
     common::fail("download {}: timeouts must be positive", options.url);
   }
+  check_file_source(options.url);
 
   DownloadResult result;
   const fs::path& output = options.output;

@@ -108,3 +108,39 @@ TEST_CASE("decompress: .xz to the name without the suffix; a corrupt input leave
   CHECK(unnamed.exit_code == 2);
   CHECK(unnamed.output.find("does not end in .gz, .zst or .xz; pass --output FILE") != std::string::npos);
 }
+
+TEST_CASE("decompress refuses content its name does not promise, and plain input; nothing is written") {
+  TemporaryDirectory directory;
+  const fs::path plain = directory.path / "shard.jsonl.gz";  // named .gz, plain inside
+  std::ofstream(plain) << "{\"text\": \"not compressed\"}\n";
+  const auto renamed = launcher::run_and_capture({kDecompress, plain.string()});
+  INFO(renamed.output);
+  CHECK(renamed.exit_code == 2);
+  CHECK(renamed.output.find("named .gz, but its content is not gzip: it is plain") != std::string::npos);
+  CHECK_FALSE(fs::exists(directory.path / "shard.jsonl"));
+  // Plain content under any name, with --output: nothing to decompress.
+  const fs::path text = directory.path / "notes.txt";
+  std::ofstream(text) << "hello\n";
+  const auto copied = launcher::run_and_capture({kDecompress, text.string(), "--output", (directory.path / "out").string()});
+  INFO(copied.output);
+  CHECK(copied.exit_code == 2);
+  CHECK(copied.output.find("is not compressed (gzip, zstd or xz); nothing to decompress") != std::string::npos);
+  CHECK_FALSE(fs::exists(directory.path / "out"));
+  for (const auto& entry : fs::directory_iterator(directory.path)) {
+    CHECK(entry.path().filename().string().find(".tmp-") == std::string::npos);
+  }
+}
+
+TEST_CASE("download: a file:// directory and bad numbers exit 2 with one clear line") {
+  TemporaryDirectory directory;
+  const auto dir = launcher::run_and_capture(
+      {kDownload, "file://" + directory.path.string() + "/", "--output", (directory.path / "x").string()});
+  INFO(dir.output);
+  CHECK(dir.exit_code == 2);
+  CHECK(dir.output.find("is not a regular file") != std::string::npos);
+  CHECK_FALSE(fs::exists(directory.path / "x"));
+  const auto negative = launcher::run_and_capture({kDownload, "--retries", "-1", "file:///x"});
+  INFO(negative.output);
+  CHECK(negative.exit_code == 2);
+  CHECK(negative.output.find("--retries: -1 is not an integer from 0 to 1000") != std::string::npos);
+}

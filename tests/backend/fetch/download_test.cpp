@@ -356,3 +356,18 @@ TEST_CASE("bad options are refused with the option named") {
   CHECK_THROWS_WITH_AS(run.go(unsupported), doctest::Contains("curl error 1 (Unsupported protocol)"),
                        common::Error);
 }
+
+TEST_CASE("a file:// URL naming a directory or a device is refused, with no output written") {
+  // It used to "download" a directory as an empty file.
+  TemporaryDirectory directory;
+  fs::create_directories(directory.path / "dir");
+  for (const std::string& url : {"file://" + (directory.path / "dir").string() + "/",
+                                "file://" + (directory.path / "dir").string(), std::string("file:///dev/null")}) {
+    CAPTURE(url);
+    Run run;
+    CHECK_THROWS_WITH_AS(run.go(fast_options(url, directory.path / "out")),
+                         doctest::Contains("is not a regular file"), common::Error);
+    CHECK_FALSE(fs::exists(directory.path / "out"));
+    CHECK_FALSE(fs::exists(directory.path / "out.part"));
+  }
+}
