@@ -2,6 +2,7 @@
 // (behaviour and the choices where Megatron stops with a traceback in preprocess_data.hpp).
 #include "backend/data/preprocess_data.hpp"
 
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -25,6 +26,7 @@
 
 #include "backend/common/command_line.hpp"
 #include "backend/common/error.hpp"
+#include "backend/common/numeric_flag.hpp"
 #include "backend/data/compressed_input.hpp"
 #include "backend/data/indexed_dataset.hpp"
 #include "backend/data/unicode_text.hpp"
@@ -466,7 +468,58 @@ PreprocessSummary merge(const PreprocessOptions& options, std::ostream& out, std
   return summary;
 }
 
+// Two paths name one file: the same real path, or (both existing) the same inode, which also
+// catches hard links.
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+  std::error_code error_a, error_b;
+  const auto real_a = std::filesystem::weakly_canonical(a, error_a);
+  const auto real_b = std::filesystem::weakly_canonical(b, error_b);
+  if (!error_a && !error_b && real_a == real_b) return true;
+  std::error_code error;
+  return std::filesystem::equivalent(a, b, error) && !error;
+}
+
+// The files the run would read and write; an output that is an input would be overwritten.
+void refuse_outputs_that_are_inputs(const PreprocessOptions& options) {
+  std::vector<std::string> outputs, inputs;
+  if (options.merge) {
+    outputs = {data_file_path(options.output_prefix), index_file_path(options.output_prefix)};
+    for (std::string input : options.inputs) {
+      std::error_code error;
+      if (std::filesystem::is_directory(input, error)) continue;  // the output in it is skipped
+      for (const char* extension : {".idx", ".bin"}) {
+        if (input.ends_with(extension)) input.resize(input.size() - 4);
+      }
+      inputs.push_back(data_file_path(input));
+      inputs.push_back(index_file_path(input));
+    }
+  } else {
+    for (const std::string& key : options.json_keys) {
+      const std::string prefix = fmt::format("{}_{}_document", options.output_prefix, key);
+      outputs.push_back(data_file_path(prefix));
+      outputs.push_back(index_file_path(prefix));
+    }
+    inputs = options.inputs;
+  }
+  for (const std::string& output : outputs) {
+    for (const std::string& input : inputs) {
+      if (same_file(output, input)) {
+        common::fail("--output-prefix {} would write {}, which is the --input {} (the input would "
+                     "be overwritten); choose another --output-prefix", options.output_prefix,
+                     output, input);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+int available_cores() {
+  cpu_set_t cores;
+  CPU_ZERO(&cores);
+  if (::sched_getaffinity(0, sizeof cores, &cores) == 0) return std::max(1, CPU_COUNT(&cores));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char* const* argv) {
   PreprocessOptions options;
@@ -491,11 +544,12 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
                  "GPT2BPETokenizer or NullTokenizer")->group(tokenizer);
   app.add_option("--vocab-file", options.tokenizer.vocab_file, "GPT-2 vocab.json")->group(tokenizer);
   app.add_option("--merge-file", options.tokenizer.merge_file, "GPT-2 merges.txt")->group(tokenizer);
+  // Ids are int32 and the NullTokenizer adds its eod after the --vocab-size ids.
   app.add_option("--vocab-size", options.tokenizer.vocab_size, "NullTokenizer's vocabulary")
-      ->group(tokenizer);
+      ->group(tokenizer)->check(common::integer_in_range(1, std::numeric_limits<int32_t>::max() - 1));
   int64_t vocab_extra_ids = 0;
   app.add_option("--vocab-extra-ids", vocab_extra_ids, "Only 0 (T5 sentinels are not built)")
-      ->group(tokenizer);
+      ->group(tokenizer)->check(common::integer_in_range(0, std::numeric_limits<int32_t>::max()));
   app.add_flag("--append-eod", options.append_eod, "Append the eod token to each document")
       ->group(tokenizer);
   const char* output = "Output data";
@@ -503,15 +557,17 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
                  "Outputs are <prefix>_<key>_document.bin/.idx (with --merge: <prefix>.bin/.idx)")
       ->group(output)->required();
   const char* runtime = "Runtime";
-  app.add_option("--workers", options.workers, "Tokenizer threads")->group(runtime);
+  app.add_option("--workers", options.workers,
+                 "Tokenizer threads, at most the cores this process may use")
+      ->group(runtime)->check(common::integer_in_range(1, available_cores()));
   int64_t partitions = 1;
   app.add_option("--partitions", partitions, "Accepted; the input is streamed, never split")
-      ->group(runtime);
+      ->group(runtime)->check(common::integer_in_range(1, std::numeric_limits<int32_t>::max()));
   bool keep_sequential_samples = false;
   app.add_flag("--keep-sequential-samples", keep_sequential_samples,
                "Accepted; input order is always kept")->group(runtime);
   app.add_option("--log-interval", options.log_interval, "Documents between progress lines")
-      ->group(runtime);
+      ->group(runtime)->check(common::integer_in_range(1, std::numeric_limits<int64_t>::max()));
   app.add_flag("--strict", options.strict, "Stop at the first bad line instead of skipping it")
       ->group(runtime);
   app.add_flag("--merge", options.merge,
@@ -529,11 +585,6 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
     common::fail("--vocab-extra-ids {} is not supported: extra sentinel ids belong to T5/BERT "
                  "tokenizers, which are not built", vocab_extra_ids);
   }
-  if (options.workers < 1) common::fail("--workers must be at least 1, got {}", options.workers);
-  if (partitions < 1) common::fail("--partitions must be at least 1, got {}", partitions);
-  if (options.log_interval < 1) {
-    common::fail("--log-interval must be at least 1, got {}", options.log_interval);
-  }
   if (!options.merge) {
     if (options.tokenizer.tokenizer_type.empty()) {
       common::fail("--tokenizer-type is required (GPT2BPETokenizer or NullTokenizer)");
@@ -544,6 +595,7 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
       if (!keys.insert(key).second) common::fail("--json-keys lists \"{}\" twice", key);
     }
   }
+  refuse_outputs_that_are_inputs(options);
   return options;
 }
 

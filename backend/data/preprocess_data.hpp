@@ -61,8 +61,17 @@ struct PreprocessSummary {
   std::vector<PreprocessOutput> outputs;
 };
 
-// Parses Megatron's preprocess_data.py flags; nullopt after --help.
+// Parses and validates Megatron's preprocess_data.py flags; nullopt after --help. Free of side
+// effects (nothing is created or opened for writing), so it can be fuzzed. Numeric flags are
+// checked on their text with their ranges (numeric_flag.hpp); --workers may not exceed
+// available_cores(); an output file that is one of the inputs (same real path, or the same
+// file through a link) is refused, since it would be overwritten.
 std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char* const* argv);
+
+// The cores this process may run on (its CPU affinity, which Slurm's --cpus-per-task sets),
+// the most --workers that can help: each worker is a thread with a tokenizer, its word cache
+// and batches in flight (a few MB).
+int available_cores();
 
 // Runs the conversion (or the merge with options.merge). Megatron's lines "Opening <file>"
 // and "Time to startup: <s>" go to `out`; the progress lines

@@ -348,16 +348,17 @@ TEST_CASE("preprocess_data flags: Megatron's names, refused ones with a reason")
     arguments.insert(arguments.begin(), "preprocess_data");
     return parse_preprocess_arguments(static_cast<int>(arguments.size()), arguments.data());
   };
+  const std::string workers = std::to_string(std::min(2, available_cores()));
   const auto options = parse({"--input", "a.jsonl", "b.jsonl.gz", "--output-prefix", "out",
                               "--json-keys", "text", "title", "--tokenizer-type",
                               "GPT2BPETokenizer", "--vocab-file", "v.json", "--merge-file",
-                              "m.txt", "--append-eod", "--workers", "4", "--log-interval", "10",
+                              "m.txt", "--append-eod", "--workers", workers.c_str(), "--log-interval", "10",
                               "--dataset-impl", "mmap", "--partitions", "2"});
   REQUIRE(options.has_value());
   CHECK(options->inputs == std::vector<std::string>{"a.jsonl", "b.jsonl.gz"});
   CHECK(options->json_keys == std::vector<std::string>{"text", "title"});
   CHECK(options->append_eod);
-  CHECK(options->workers == 4);
+  CHECK(options->workers == std::min(2, available_cores()));
   CHECK(options->log_interval == 10);
   CHECK_THROWS_WITH_AS(parse({"--input", "a", "--output-prefix", "o", "--tokenizer-type",
                               "GPT2BPETokenizer", "--split-sentences"}),
@@ -373,9 +374,60 @@ TEST_CASE("preprocess_data flags: Megatron's names, refused ones with a reason")
                        doctest::Contains("only mmap"), common::Error);
   CHECK_THROWS_WITH_AS(parse({"--input", "a", "--output-prefix", "o", "--tokenizer-type",
                               "GPT2BPETokenizer", "--workers", "0"}),
-                       doctest::Contains("--workers must be at least 1"), common::Error);
+                       doctest::Contains("--workers: 0 is not an integer from 1 to"), common::Error);
   CHECK_THROWS_WITH_AS(parse({"--input", "a", "--output-prefix", "o", "--tokenizer-type",
                               "GPT2BPETokenizer", "--json-keys", "text", "text"}),
                        doctest::Contains("lists \"text\" twice"), common::Error);
   CHECK(parse({"--merge", "--input", "dir", "--output-prefix", "o"}).has_value());
+}
+
+TEST_CASE("preprocess_data's numeric flags and output paths are checked before anything is written") {
+  test_support::TemporaryDirectory directory;
+  const auto parse = [](std::vector<std::string> arguments) {
+    std::vector<const char*> argv = {"preprocess_data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "10"};
+    for (const auto& argument : arguments) argv.push_back(argument.c_str());
+    return parse_preprocess_arguments(static_cast<int>(argv.size()), argv.data());
+  };
+  const std::string cores = std::to_string(available_cores());
+  struct Case {
+    std::vector<std::string> arguments;
+    std::string message;
+  };
+  for (const auto& [arguments, message] : std::vector<Case>{
+           // --workers 100000 used to start 100000 threads of a few MB each, until the kernel
+           // killed the process.
+           {{"--workers", "100000"}, "--workers: 100000 is not an integer from 1 to " + cores},
+           {{"--workers", "-1"}, "--workers: -1 is not an integer from 1 to " + cores},
+           {{"--workers", "nan"}, "--workers: nan is not an integer"},
+           {{"--log-interval", "0"}, "--log-interval: 0 is not an integer from 1 to"},
+           {{"--partitions", "-3"}, "--partitions: -3 is not an integer from 1 to"},
+           {{"--vocab-size", "99999999999999999999"}, "--vocab-size: 99999999999999999999 is not an integer from 1 to 2147483646"},
+           {{"--vocab-size", "0"}, "--vocab-size: 0 is not an integer from 1 to 2147483646"},
+           {{"--vocab-extra-ids", "1e3"}, "--vocab-extra-ids: 1e3 is not an integer"},
+       }) {
+    CAPTURE(message);
+    std::vector<std::string> argv = {"--input", "a.jsonl", "--output-prefix", "o"};
+    argv.insert(argv.end(), arguments.begin(), arguments.end());
+    CHECK_THROWS_WITH_AS(parse(argv), doctest::Contains(message.c_str()), common::Error);
+  }
+  CHECK(parse({"--input", "a.jsonl", "--output-prefix", "o", "--workers", cores})->workers == available_cores());
+
+  // An output that is one of the inputs (by real path) would be overwritten: refused. Here the
+  // "JSONL" input is a previous run's .bin, and a symbolic link leads to it too.
+  const std::string prefix = (directory.path / "corpus").string();
+  write_file(prefix + "_text_document.bin", "not text");
+  std::filesystem::create_symlink(prefix + "_text_document.bin", directory.path / "link.jsonl");
+  for (const std::string& input : {prefix + "_text_document.bin", (directory.path / "link.jsonl").string(),
+                                  (directory.path / "." / "corpus_text_document.bin").string()}) {
+    CAPTURE(input);
+    CHECK_THROWS_WITH_AS(parse({"--input", "a.jsonl", input, "--output-prefix", prefix}),
+                         doctest::Contains(("--output-prefix " + prefix + " would write " + prefix +
+                                            "_text_document.bin, which is the --input " + input).c_str()),
+                         common::Error);
+  }
+  CHECK(read_file(prefix + "_text_document.bin") == "not text");
+  // --merge: an input prefix that is the output.
+  CHECK_THROWS_WITH_AS(parse({"--merge", "--input", prefix + "_text_document", "--output-prefix",
+                              prefix + "_text_document"}),
+                       doctest::Contains("which is the --input"), common::Error);
 }
