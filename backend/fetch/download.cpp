@@ -355,6 +355,18 @@ DownloadResult download(const DownloadOptions& options, TransferProgress& progre
 
   DownloadResult result;
   const fs::path& output = options.output;
+  // Only a regular file is a finished download: a directory (or a device, which the rename
+  // would replace) is a mistaken --output.
+  std::error_code status_error;
+  const fs::file_status status = fs::status(output, status_error);
+  if (output.filename().empty()) {
+    common::fail("download {}: --output {} names a directory, not a file to write; add the file "
+                 "name", options.url, output.string());
+  }
+  if (fs::exists(status) && !fs::is_regular_file(status)) {
+    common::fail("download {}: --output {} is {}, not a file to write", options.url, output.string(),
+                 fs::is_directory(status) ? "a directory" : "a device, pipe or socket");
+  }
   if (!options.force && fs::exists(output)) {
     result.already_there = true;
     result.bytes = static_cast<int64_t>(fs::file_size(output));

@@ -57,6 +57,16 @@ void write_all(int fd, const char* data, size_t size, const fs::path& path) {
 
 void decompress(const std::string& input, const fs::path& output, bool force, backend::ProgressMode mode) {
   if (!fs::is_regular_file(input)) common::fail("decompress: {} is not a file", input);
+  std::error_code status_error;
+  const fs::file_status status = fs::status(output, status_error);
+  if (output.filename().empty()) {
+    common::fail("decompress {}: --output {} names a directory, not a file to write; add the file "
+                 "name", input, output.string());
+  }
+  if (fs::exists(status) && !fs::is_regular_file(status)) {
+    common::fail("decompress {}: --output {} is {}, not a file to write", input, output.string(),
+                 fs::is_directory(status) ? "a directory" : "a device, pipe or socket");
+  }
   if (fs::exists(output) && !force) {
     spdlog::info("{} is already there; not decompressing {} again", output.string(), input);
     return;

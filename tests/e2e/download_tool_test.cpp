@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "launcher/process.hpp"
 #include "temporary_directory.hpp"
@@ -143,4 +144,38 @@ TEST_CASE("download: a file:// directory and bad numbers exit 2 with one clear l
   INFO(negative.output);
   CHECK(negative.exit_code == 2);
   CHECK(negative.output.find("--retries: -1 is not an integer from 0 to 1000") != std::string::npos);
+}
+
+TEST_CASE("decompress and download: an --output that is a directory exits 2, never 0 or 3") {
+  TemporaryDirectory directory;
+  const fs::path jsonl = directory.path / "a.jsonl";
+  std::ofstream(jsonl) << "{\"text\": \"x\"}\n";
+  REQUIRE(launcher::run_and_capture({"gzip", "-k", jsonl.string()}).exit_code == 0);
+  fs::create_directories(directory.path / "dir");
+  for (const char* force : {"", "--force"}) {
+    std::vector<std::string> decompress = {kDecompress, jsonl.string() + ".gz", "--output",
+                                           (directory.path / "dir").string()};
+    std::vector<std::string> download = {kDownload, "file://" + jsonl.string(), "--output",
+                                         (directory.path / "dir").string()};
+    if (*force) {
+      decompress.push_back(force);
+      download.push_back(force);
+    }
+    for (const auto& argv : {decompress, download}) {
+      const auto run = launcher::run_and_capture(argv);
+      INFO(run.output);
+      CHECK(run.exit_code == 2);
+      CHECK(run.output.find("is a directory, not a file to write") != std::string::npos);
+    }
+  }
+  // A path ending in '/' names a directory too, existing or not; nothing is left there.
+  for (const auto& argv : std::vector<std::vector<std::string>>{
+           {kDecompress, jsonl.string() + ".gz", "--output", (directory.path / "new").string() + "/"},
+           {kDownload, "file://" + jsonl.string(), "--output", (directory.path / "new").string() + "/"}}) {
+    const auto run = launcher::run_and_capture(argv);
+    INFO(run.output);
+    CHECK(run.exit_code == 2);
+    CHECK(run.output.find("names a directory, not a file to write") != std::string::npos);
+    CHECK_FALSE(fs::exists(directory.path / "new"));
+  }
 }

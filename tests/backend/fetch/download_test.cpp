@@ -371,3 +371,18 @@ TEST_CASE("a file:// URL naming a directory or a device is refused, with no outp
     CHECK_FALSE(fs::exists(directory.path / "out.part"));
   }
 }
+
+TEST_CASE("an --output that is a directory is refused, not taken for a finished download") {
+  // "already there" used to ask the directory's file size: an internal error (exit 3).
+  TemporaryDirectory directory;
+  write_file(directory.path / "source", "data");
+  fs::create_directories(directory.path / "dir");
+  for (const bool force : {false, true}) {
+    auto options = fast_options("file://" + (directory.path / "source").string(), directory.path / "dir");
+    options.force = force;
+    Run run;
+    CHECK_THROWS_WITH_AS(run.go(options), doctest::Contains("is a directory, not a file to write"),
+                         common::Error);
+    CHECK_FALSE(fs::exists(directory.path / "dir.part"));
+  }
+}
