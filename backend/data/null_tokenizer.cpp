@@ -2,12 +2,40 @@
 // _NullTokenizer in null_tokenizer.hpp).
 #include "backend/data/null_tokenizer.hpp"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <limits>
+#include <string>
 
 #include "backend/common/error.hpp"
 
 namespace backend {
+
+namespace {
+
+// At most 40 bytes of a field for a message, cut at a UTF-8 character boundary, with control
+// bytes written \xNN: the text is user data and must not steer the terminal or cut the log line.
+std::string quotable(std::string_view field) {
+  constexpr size_t kShown = 40;
+  if (field.size() > kShown) {
+    size_t cut = kShown;
+    while (cut > 0 && (static_cast<unsigned char>(field[cut]) & 0xC0) == 0x80) --cut;
+    field = field.substr(0, cut);
+  }
+  std::string text;
+  for (const char c : field) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7F) {
+      text += fmt::format("\\x{:02x}", byte);
+    } else {
+      text += c;
+    }
+  }
+  return text;
+}
+
+}  // namespace
 
 NullTokenizer::NullTokenizer(int64_t vocab_size) : vocab_size_without_eod_(vocab_size) {
   if (vocab_size <= 0 || vocab_size >= std::numeric_limits<int32_t>::max()) {
@@ -36,7 +64,7 @@ void NullTokenizer::tokenize(std::string_view text, std::vector<int32_t>& ids) {
     if (!all_digits || error != std::errc() || id > vocab_size_without_eod_) {
       common::fail("NullTokenizer: field {} of the text, \"{}\", is not a token id in [0, {}] "
                    "(the text must be decimal ids separated by spaces; {} is the end of "
-                   "document)", field_number, field.substr(0, 40), vocab_size_without_eod_,
+                   "document)", field_number, quotable(field), vocab_size_without_eod_,
                    vocab_size_without_eod_);
     }
     ids.push_back(static_cast<int32_t>(id));

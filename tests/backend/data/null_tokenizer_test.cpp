@@ -2,6 +2,8 @@
 // errors for text that is not ids.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "backend/common/error.hpp"
@@ -33,6 +35,18 @@ TEST_CASE("NullTokenizer rejects text that is not ids in range") {
   CHECK_THROWS_AS(tokenizer.tokenize("99999999999999999999"), common::Error);
   CHECK_THROWS_AS(tokenizer.tokenize("+"), common::Error);
   CHECK_THROWS_AS(tokenizer.detokenize(std::vector<int32_t>{101}), common::Error);
+  // A field quoted in the message never carries control characters into a terminal or a log
+  // (an escape sequence, a NUL that cuts the line), and is not cut inside a UTF-8 character.
+  try {
+    tokenizer.tokenize(std::string("7 1\x1b[2J\0x", 9));
+    FAIL("control characters were taken for ids");
+  } catch (const common::Error& error) {
+    const std::string message = error.what();
+    CHECK(message.find("\"1\\x1b[2J\\x00x\"") != std::string::npos);
+    CHECK(std::none_of(message.begin(), message.end(), [](char c) { return c >= 0 && c < 0x20; }));
+  }
+  CHECK_THROWS_WITH_AS(tokenizer.tokenize(std::string(39, '9') + "\u0663"),
+                       doctest::Contains(("\"" + std::string(39, '9') + "\"").c_str()), common::Error);
   CHECK_THROWS_WITH_AS(NullTokenizer(0), doctest::Contains("--vocab-size"), common::Error);
   CHECK_THROWS_WITH_AS(build_tokenizer({.tokenizer_type = "NullTokenizer", .vocab_file = "",
                                         .merge_file = "", .vocab_size = 0}),
