@@ -558,8 +558,8 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
       ->group(output)->required();
   const char* runtime = "Runtime";
   app.add_option("--workers", options.workers,
-                 "Tokenizer threads, at most the cores this process may use")
-      ->group(runtime)->check(common::integer_in_range(1, available_cores()));
+                 "Tokenizer threads (more than the cores this process may use run as many)")
+      ->group(runtime)->check(common::integer_in_range(1, kMaxWorkers));
   int64_t partitions = 1;
   app.add_option("--partitions", partitions, "Accepted; the input is streamed, never split")
       ->group(runtime)->check(common::integer_in_range(1, std::numeric_limits<int32_t>::max()));
@@ -603,7 +603,18 @@ PreprocessSummary preprocess_data(const PreprocessOptions& options, std::ostream
                                   std::ostream& err) {
   if (options.inputs.empty()) common::fail("--input: no input files");
   if (options.merge) return merge(options, out, err);
-  if (options.workers < 1) common::fail("--workers must be at least 1, got {}", options.workers);
+  if (options.workers < 1 || options.workers > kMaxWorkers) {
+    common::fail("--workers must lie in [1, {}], got {}", kMaxWorkers, options.workers);
+  }
+  // Workers beyond the cores this process may run on cannot tokenize faster; they only add
+  // memory. Megatron's scripts often pass a node's core count to a task that has fewer, so
+  // this is said and adjusted, not refused. The output does not depend on the count.
+  PreprocessOptions run_options = options;
+  if (const int cores = available_cores(); options.workers > cores) {
+    err << fmt::format("preprocess_data: --workers {}: this process may run on {} cores; using "
+                       "{} workers\n", options.workers, cores, cores);
+    run_options.workers = cores;
+  }
 
   const auto startup_start = Clock::now();
   for (const std::string& input : options.inputs) {
@@ -624,7 +635,7 @@ PreprocessSummary preprocess_data(const PreprocessOptions& options, std::ostream
                                .tokens = 0, .empty_documents = 0});
   }
 
-  Pipeline pipeline(options, *tokenizer, dtype);
+  Pipeline pipeline(run_options, *tokenizer, dtype);
   out << "Time to startup: " << seconds_since(startup_start) << std::endl;
   const auto start = Clock::now();
   pipeline.start(out);

@@ -63,15 +63,20 @@ struct PreprocessSummary {
 
 // Parses and validates Megatron's preprocess_data.py flags; nullopt after --help. Free of side
 // effects (nothing is created or opened for writing), so it can be fuzzed. Numeric flags are
-// checked on their text with their ranges (numeric_flag.hpp); --workers may not exceed
-// available_cores(); an output file that is one of the inputs (same real path, or the same
+// checked on their text with their ranges (numeric_flag.hpp; --workers in [1, kMaxWorkers]);
+// an output file that is one of the inputs (same real path, or the same
 // file through a link) is refused, since it would be overwritten.
 std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char* const* argv);
 
 // The cores this process may run on (its CPU affinity, which Slurm's --cpus-per-task sets),
-// the most --workers that can help: each worker is a thread with a tokenizer, its word cache
-// and batches in flight (a few MB).
+// the most workers that can help: each worker is a thread with a tokenizer, its word cache and
+// batches in flight (a few MB). preprocess_data runs min(--workers, available_cores()) and says
+// so when it runs fewer than asked.
 int available_cores();
+
+// The most --workers accepted: far above any core count, and a bound on the memory that
+// workers take (--workers 100000 used to start threads until the kernel killed the process).
+inline constexpr int kMaxWorkers = 1024;
 
 // Runs the conversion (or the merge with options.merge). Megatron's lines "Opening <file>"
 // and "Time to startup: <s>" go to `out`; the progress lines

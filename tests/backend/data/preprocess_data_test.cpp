@@ -5,6 +5,7 @@
 // invalid UTF-8 replaced; Megatron's progress line; --merge equal to preprocessing the
 // concatenated input; flag errors.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <lzma.h>
 #include <zlib.h>
@@ -130,6 +131,25 @@ TEST_CASE("preprocess_data output is byte-identical to Megatron's for every work
       }
     }
   }
+}
+
+TEST_CASE("--workers above the cores this process may use runs that many, says so, same output") {
+  // Scripts pass a node's core count to tasks given fewer cores: neither refused nor silent.
+  test_support::TemporaryDirectory directory;
+  const std::string prefix = (directory.path / "sample").string();
+  PreprocessOptions options = gpt2_options({kDataDir + "/preprocess_sample.jsonl"}, prefix);
+  options.workers = available_cores() + 7;
+  std::string err;
+  run(options, &err);
+  CHECK_MESSAGE(err.find(fmt::format("--workers {}: this process may run on {} cores; using {} workers",
+                                     options.workers, available_cores(), available_cores())) !=
+                    std::string::npos,
+                err);
+  CHECK(read_file(directory.path / "sample_text_document.bin") ==
+        read_file(kDataDir + "/preprocess_sample_text_document.bin"));
+  options.workers = kMaxWorkers + 1;
+  CHECK_THROWS_WITH_AS(run(options), doctest::Contains("--workers must lie in [1, 1024], got 1025"),
+                       common::Error);
 }
 
 TEST_CASE("gzip, zstd and xz inputs give the same output as plain text") {
@@ -388,7 +408,6 @@ TEST_CASE("preprocess_data's numeric flags and output paths are checked before a
     for (const auto& argument : arguments) argv.push_back(argument.c_str());
     return parse_preprocess_arguments(static_cast<int>(argv.size()), argv.data());
   };
-  const std::string cores = std::to_string(available_cores());
   struct Case {
     std::vector<std::string> arguments;
     std::string message;
@@ -396,8 +415,8 @@ TEST_CASE("preprocess_data's numeric flags and output paths are checked before a
   for (const auto& [arguments, message] : std::vector<Case>{
            // --workers 100000 used to start 100000 threads of a few MB each, until the kernel
            // killed the process.
-           {{"--workers", "100000"}, "--workers: 100000 is not an integer from 1 to " + cores},
-           {{"--workers", "-1"}, "--workers: -1 is not an integer from 1 to " + cores},
+           {{"--workers", "100000"}, "--workers: 100000 is not an integer from 1 to 1024"},
+           {{"--workers", "-1"}, "--workers: -1 is not an integer from 1 to 1024"},
            {{"--workers", "nan"}, "--workers: nan is not an integer"},
            {{"--log-interval", "0"}, "--log-interval: 0 is not an integer from 1 to"},
            {{"--partitions", "-3"}, "--partitions: -3 is not an integer from 1 to"},
@@ -410,7 +429,7 @@ TEST_CASE("preprocess_data's numeric flags and output paths are checked before a
     argv.insert(argv.end(), arguments.begin(), arguments.end());
     CHECK_THROWS_WITH_AS(parse(argv), doctest::Contains(message.c_str()), common::Error);
   }
-  CHECK(parse({"--input", "a.jsonl", "--output-prefix", "o", "--workers", cores})->workers == available_cores());
+  CHECK(parse({"--input", "a.jsonl", "--output-prefix", "o", "--workers", "1024"})->workers == 1024);
 
   // An output that is one of the inputs (by real path) would be overwritten: refused. Here the
   // "JSONL" input is a previous run's .bin, and a symbolic link leads to it too.
