@@ -53,6 +53,47 @@ bool contains(const std::string& text, const std::string& part) {
 
 }  // namespace
 
+TEST_CASE("hostile config input ends in exit status 2 naming the problem, never a signal") {
+  TemporaryDirectory temporary;
+  const fs::path conf = temporary.path / "conf";
+  fs::copy(fs::path(TEST_SOURCE_DIR) / "conf", conf, fs::copy_options::recursive);
+  auto write = [](const fs::path& file, const std::string& text) { std::ofstream(file) << text; };
+  write(conf / "cluster" / "self.yaml", "defaults:\n  - /cluster: self\npartition: x\n");
+  write(conf / "cluster" / "unclosed.yaml", "partition: \"unclosed\naccount: x\n");
+  write(conf / "cluster" / "latin1.yaml", "partition: caf\xe9\n");
+  struct Case {
+    std::vector<std::string> arguments;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"+x=${multiply:-4611686018427387904,2}", "debug=${divide_floor:${x},-1}"},
+       "the quotient does not fit in a 64-bit integer"},
+      {{"+x=${multiply:-4611686018427387904,2}", "debug=${divide_ceil:${x},-1}"},
+       "the quotient does not fit in a 64-bit integer"},
+      {{"debug=${divide_floor:1,0}"}, "division by zero"},
+      {{"cluster=self"}, "defaults list cycle: config.yaml → cluster/self.yaml → cluster/self.yaml"},
+      {{"cluster=unclosed"}, (conf / "cluster" / "unclosed.yaml").string() +
+                                 ":1:12: the quoted string that starts here is not closed"},
+      {{"cluster=latin1"},
+       (conf / "cluster" / "latin1.yaml").string() + ":1:15: invalid UTF-8 (byte 0xe9)"},
+      {{"+x=caf\xe9"}, "invalid UTF-8 at column 7 (byte 0xe9)"},
+      // As deep as one argument can be (Linux takes 128 KiB per argument).
+      {{"+x=" + std::string(60'000, '[') + std::string(60'000, ']')}, "levels of nested [ ]"},
+  };
+  for (const Case& item : cases) {
+    std::vector<std::string> argv = {launcher_path(), "main", "--dry-run", "--config-dir",
+                                     conf.string(), "cluster_type=local",
+                                     "base_results_dir=" + (temporary.path / "results").string()};
+    argv.insert(argv.end(), item.arguments.begin(), item.arguments.end());
+    const auto run = launcher::run_and_capture(argv);
+    CAPTURE(item.message);
+    INFO(run.output.substr(0, 2000));
+    CHECK(run.exit_code == 2);
+    CHECK(contains(run.output, item.message));
+    CHECK_FALSE(fs::exists(temporary.path / "results"));
+  }
+}
+
 TEST_CASE("paths and names that cannot be the run's directory are refused before anything is "
           "written") {
   TemporaryDirectory temporary;
