@@ -45,7 +45,6 @@ fs::path executable_dir() {
   return error ? fs::current_path() : self.parent_path();
 }
 
-
 // What an override targets, without its +, ++ or ~ prefix: "cluster=bcm", "cluster.gres=null".
 std::string_view override_target(std::string_view override_text) {
   while (!override_text.empty() && (override_text.front() == '+' || override_text.front() == '~')) {
@@ -171,6 +170,7 @@ void check_jobs_fit_cluster(const std::vector<JobSpec>& jobs, const std::string&
     }
   }
 }
+
 // Raises the log level to errors for its lifetime.
 class QuietLog {
  public:
@@ -376,11 +376,18 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   // Then each results directory is taken, so that a second launch of the same run cannot mix
   // its scripts and configs with this one's (held until this launcher exits, a foreground
   // local job included).
+  // Keyed by the directory as the file system resolves it: two stages may spell one directory
+  // differently (a/b, a/b/, a/./b), and a second lock on it would be refused by the first.
   std::map<fs::path, ResultsDirLock> locks;
+  auto resolved = [](const fs::path& directory) {
+    std::error_code error;
+    const fs::path canonical = fs::canonical(directory, error);
+    return error ? directory.lexically_normal() : canonical;
+  };
   for (const JobSpec& job : jobs) {
-    if (locks.contains(job.results_dir)) continue;
     create_results_dir(job.results_dir);
-    locks.emplace(job.results_dir, ResultsDirLock(job.results_dir));
+    const fs::path key = resolved(job.results_dir);
+    if (!locks.contains(key)) locks.emplace(key, ResultsDirLock(job.results_dir));
   }
 
   // The last job submitted: the next runs after it (afterany as NeMo, afterok when the next
@@ -431,7 +438,7 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
       record.job_id = submission.job_id;
     } else if (local_detach(*cluster)) {
       // The job outlives this launcher: it keeps the results directory taken while it runs.
-      locks.at(job.results_dir).share_with_children();
+      locks.at(resolved(job.results_dir)).share_with_children();
       const Submission submission = start_local_script(job, script_path);
       spdlog::info("{}: local job {} runs in the background; output in {}", label,
                    submission.job_id, submission.log_file.string());

@@ -186,3 +186,16 @@ TEST_CASE("a run taken by a running local job is refused, naming the holder, unt
   INFO(after.output);
   CHECK(after.exit_code == 0);
 }
+
+TEST_CASE("stages of one launch that share a results directory, spelled differently, take it once") {
+  TemporaryDirectory temporary;
+  const fs::path shared = temporary.path / "shared";
+  const auto run = launcher::run_and_capture(
+      {std::string(TEST_BIN_DIR) + "/launcher", "main", "--dry-run", "cluster_type=local",
+       "base_results_dir=" + temporary.path.string(), "stages=[training,conversion]",
+       "training.run.results_dir=" + shared.string(),
+       "conversion.run.results_dir=" + (temporary.path / "." / "shared" / "").string()});
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+  CHECK_FALSE(contains(run.output, kInUse));
+}
