@@ -144,6 +144,12 @@ void create_results_dir(const fs::path& directory) {
 
 ResultsDirLock::ResultsDirLock(const fs::path& directory) : path_(directory / kFileName) {
   descriptor_ = open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (descriptor_ < 0 && errno == EACCES) {
+    // Another user's lock file in a shared directory: flock needs no write access; only who
+    // holds it goes unrecorded.
+    descriptor_ = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    writable_ = false;
+  }
   if (descriptor_ < 0) {
     common::fail("cannot open the lock file {}: {}", path_.string(), std::strerror(errno));
   }
@@ -172,7 +178,7 @@ ResultsDirLock::ResultsDirLock(const fs::path& directory) : path_(directory / kF
 }
 
 ResultsDirLock::ResultsDirLock(ResultsDirLock&& other) noexcept
-    : path_(std::move(other.path_)), descriptor_(other.descriptor_) {
+    : path_(std::move(other.path_)), descriptor_(other.descriptor_), writable_(other.writable_) {
   other.descriptor_ = -1;
 }
 
@@ -190,6 +196,7 @@ void ResultsDirLock::share_with_children() {
 }
 
 void ResultsDirLock::write_holder(const std::string& holder) {
+  if (!writable_) return;
   const std::string line = holder + "\n";
   if (ftruncate(descriptor_, 0) != 0 ||
       pwrite(descriptor_, line.data(), line.size(), 0) != static_cast<ssize_t>(line.size())) {

@@ -60,6 +60,7 @@ class ResultsDirLock {
 
   std::filesystem::path path_;
   int descriptor_ = -1;
+  bool writable_ = true;  // false: another user's lock file, locked but not written
 };
 
 // Writes `text` to `path` atomically and durably (see the top of this file); `executable` adds
