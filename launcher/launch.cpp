@@ -13,7 +13,7 @@
 #include <algorithm>
 #include <cctype>
 #include <ctime>
-#include <fstream>
+#include <map>
 #include <set>
 
 #include "backend/common/error.hpp"
@@ -24,8 +24,10 @@
 #include "launcher/config/interpolate.hpp"
 #include "launcher/config/launcher_scripts_path.hpp"
 #include "launcher/config/node.hpp"
+#include "launcher/config/scalar_text.hpp"
 #include "launcher/config/yaml_io.hpp"
 #include "launcher/process.hpp"
+#include "launcher/results_dir.hpp"
 #include "launcher/run_status.hpp"
 #include "launcher/stages/data_preparation_stage.hpp"
 #include "launcher/stages/stage.hpp"
@@ -41,12 +43,6 @@ fs::path executable_dir() {
   std::error_code error;
   const fs::path self = fs::read_symlink("/proc/self/exe", error);
   return error ? fs::current_path() : self.parent_path();
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  if (!out) common::fail("cannot write {}", path.string());
 }
 
 // What an override targets, without its +, ++ or ~ prefix: "cluster=bcm", "cluster.gres=null".
@@ -90,7 +86,9 @@ std::vector<std::pair<std::string, std::string>> job_environment(const Node& con
       common::fail("env_vars.{}: not a valid environment variable name", name);
     }
     if (value.is_map() || value.is_list()) common::fail("env_vars.{}: expected a scalar", name);
-    environment.emplace_back(name, value.is_string() ? value.as_string() : to_yaml(value));
+    // As text the way a command line shows it (4, 0.5, true): to_yaml ended it in a newline,
+    // which reached the script inside the quotes (OMP_NUM_THREADS='4⏎').
+    environment.emplace_back(name, scalar_text(value, "env_vars." + name));
   }
   return environment;
 }
@@ -172,10 +170,67 @@ void check_jobs_fit_cluster(const std::vector<JobSpec>& jobs, const std::string&
     }
   }
 }
+
+// Raises the log level to errors for its lifetime.
+class QuietLog {
+ public:
+  QuietLog() : level_(spdlog::default_logger()->level()) {
+    spdlog::default_logger()->set_level(spdlog::level::err);
+  }
+  ~QuietLog() { spdlog::default_logger()->set_level(level_); }
+  QuietLog(const QuietLog&) = delete;
+  QuietLog& operator=(const QuietLog&) = delete;
+
+ private:
+  spdlog::level::level_enum level_;
+};
+
+// launcher_scripts_path holds templates/ (and conf/): a path that does not would only fail
+// when the first script is rendered.
+void check_scripts_root(const fs::path& scripts_root) {
+  if (scripts_root.empty()) {
+    common::fail("launcher_scripts_path is empty: it must be the directory holding templates/ "
+                 "(leave it ??? for the directory holding conf/)");
+  }
+  std::error_code error;
+  if (!fs::is_directory(scripts_root / "templates", error)) {
+    common::fail("launcher_scripts_path={}: no templates/ directory there; it must be the "
+                 "directory holding templates/ (leave it ??? for the directory holding conf/)",
+                 scripts_root.string());
+  }
+}
+
+// The names and directories a job's files get, checked before any is created.
+void check_job_names_and_paths(const JobSpec& job) {
+  const std::string section = job.stage;
+  check_file_name_part(job.run_name, section + ".run.name");
+  check_file_name_part(job.job_name,
+                       fmt::format("the job name (cluster.job_name_prefix + {}.run.name)", section));
+  check_directory_path(job.results_dir, section + ".run.results_dir");
+}
+
+// base_results_dir and data_dir are the roots everything else is put under: empty, they would
+// put runs and data at the file system's root (${base_results_dir}/<run> is /<run>).
+void check_root_directories(const Node& config) {
+  for (const char* key : {"base_results_dir", "data_dir"}) {
+    const Node* value = find(config, key);
+    if (value == nullptr || value->is_null()) continue;
+    if (!value->is_string()) common::fail("{}: expected a directory path", key);
+    if (value->as_string().empty()) {
+      common::fail("{} is empty: everything under it would go to the file system's root (/); "
+                   "give a directory, e.g. {}=/path/to/dir",
+                   key, key);
+    }
+  }
+}
+
 }  // namespace
 
 fs::path find_conf_dir(const std::optional<fs::path>& requested) {
-  auto usable = [](const fs::path& dir) { return fs::is_regular_file(dir / "config.yaml"); };
+  auto usable = [](const fs::path& dir) {
+    std::error_code error;  // a path the file system refuses (too long, say) is not usable
+    return fs::is_regular_file(dir / "config.yaml", error);
+  };
   if (requested) {
     if (!usable(*requested)) {
       common::fail("--config-dir {}: no config.yaml there", requested->string());
@@ -271,6 +326,7 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   if (options.job_number) give_job_its_own_results_dirs(composed.config, *options.job_number);
   const std::string& cluster_type = launch.cluster.type;
   const Node config = resolve(composed.config, ResolveContext{composed.choices});
+  check_root_directories(config);
 
   const fs::path scripts_root = text_at(config, "launcher_scripts_path");
   std::string bin_dir_text = text_at(config, "backend_bin_dir");
@@ -301,6 +357,39 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   const std::vector<std::pair<std::string, std::string>> environment = job_environment(config);
   check_jobs_fit_cluster(jobs, cluster_type, *cluster);
 
+  // Everything that can be wrong with a value is found before the first directory is created:
+  // the paths and names that become directories and files, the config as YAML, and every
+  // script (rendered here once, then again when it is written, with the job id it depends on).
+  check_scripts_root(scripts_root);
+  const std::string hydra_yaml = to_yaml(config);
+  const RenderContext context{scripts_root / "templates", cluster, text_at(config, "container"),
+                              container_mounts(config)};
+  std::vector<fs::path> script_paths;
+  for (JobSpec& job : jobs) {
+    job.environment = environment;
+    check_job_names_and_paths(job);
+    script_paths.push_back(job.results_dir /
+                           (job.job_name + (cluster_type == "k8s" ? "_submission.yaml" : "_submission.sh")));
+    (void)render_job(cluster_type, job, script_paths.back(), context);
+  }
+
+  // Then each results directory is taken, so that a second launch of the same run cannot mix
+  // its scripts and configs with this one's (held until this launcher exits, a foreground
+  // local job included).
+  // Keyed by the directory as the file system resolves it: two stages may spell one directory
+  // differently (a/b, a/b/, a/./b), and a second lock on it would be refused by the first.
+  std::map<fs::path, ResultsDirLock> locks;
+  auto resolved = [](const fs::path& directory) {
+    std::error_code error;
+    const fs::path canonical = fs::canonical(directory, error);
+    return error ? directory.lexically_normal() : canonical;
+  };
+  for (const JobSpec& job : jobs) {
+    create_results_dir(job.results_dir);
+    const fs::path key = resolved(job.results_dir);
+    if (!locks.contains(key)) locks.emplace(key, ResultsDirLock(job.results_dir));
+  }
+
   // The last job submitted: the next runs after it (afterany as NeMo, afterok when the next
   // needs its output). A stage with nothing to submit leaves the chain as it is, unbroken.
   std::string previous_job_id;
@@ -308,23 +397,25 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   bool previous_succeeded = true;  // local runs: how the job before ended
   int exit_status = 0;
   std::set<fs::path> log_files;  // one launcher.log sink per results directory
-  for (JobSpec& job : jobs) {
+  for (std::size_t index = 0; index < jobs.size(); ++index) {
+    JobSpec& job = jobs[index];
+    const fs::path& script_path = script_paths[index];
     const std::string label = job.step.empty() ? job.stage : job.stage + "." + job.step;
-    job.environment = environment;
     job.after_job_id = previous_job_id;
     job.after_condition = previous_needs_success ? "afterok" : "afterany";
 
-    fs::create_directories(job.results_dir);
     if (log_files.insert(job.results_dir / "launcher.log").second) {
       common::add_log_file(job.results_dir / "launcher.log");
     }
-    write_text(job.results_dir / (job.run_name + "_hydra.yaml"), to_yaml(config));
-    write_text(job.results_dir / "launcher_cmd.log", options.command_line + "\n");
-    const fs::path script_path =
-        job.results_dir / (job.job_name + (cluster_type == "k8s" ? "_submission.yaml" : "_submission.sh"));
-    const RenderContext context{scripts_root / "templates", cluster, text_at(config, "container"),
-                                container_mounts(config)};
-    write_script(script_path, render_job(cluster_type, job, script_path, context));
+    write_file_atomically(job.results_dir / (job.run_name + "_hydra.yaml"), hydra_yaml);
+    write_file_atomically(job.results_dir / "launcher_cmd.log", options.command_line + "\n");
+    std::string script;
+    {
+      // Rendered once already: what it had to say (e.g. sbatch options passed through) is said.
+      const QuietLog quiet;
+      script = render_job(cluster_type, job, script_path, context);
+    }
+    write_script(script_path, script);
     spdlog::info("{}: results in {}, job script {}", label, job.results_dir.string(), script_path.string());
     if (options.dry_run) {
       spdlog::info("dry run: not submitting {}", script_path.string());
@@ -346,6 +437,8 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
       spdlog::info("Applied PyTorchJob {}", submission.job_id);
       record.job_id = submission.job_id;
     } else if (local_detach(*cluster)) {
+      // The job outlives this launcher: it keeps the results directory taken while it runs.
+      locks.at(resolved(job.results_dir)).share_with_children();
       const Submission submission = start_local_script(job, script_path);
       spdlog::info("{}: local job {} runs in the background; output in {}", label,
                    submission.job_id, submission.log_file.string());

@@ -14,12 +14,14 @@
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
+#include <string_view>
 
 #include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
 #include "launcher/config/compose.hpp"
 #include "launcher/config/introspection.hpp"
 #include "launcher/config/launcher_scripts_path.hpp"
+#include "launcher/config/overrides.hpp"
 #include "launcher/config/sweep.hpp"
 #include "launcher/config/interpolate.hpp"
 #include "launcher/config/scalar_text.hpp"
@@ -166,9 +168,21 @@ int main(int argc, char** argv) {
   });
 
   try {
+    // CLI11 takes a bare "++" for the end of a subcommand's arguments and drops it (or refuses
+    // what follows it); in Hydra's grammar it is an override without a key, an error.
+    for (int i = 1; i < argc; ++i) {
+      if (std::string_view(argv[i]) == "++") (void)launcher::parse_override(argv[i]);
+    }
+  } catch (const common::Error& error) {
+    spdlog::error("{}", error.what());
+    return 2;
+  }
+  try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    return app.exit(error);
+    // CLI11 prints its message (or the help, or the version: status 0); a usage error is a
+    // user error like any other, status 2, not CLI11's own codes (106, 109, ...).
+    return app.exit(error) == 0 ? 0 : 2;
   }
   try {
     std::vector<std::string> words(argv, argv + argc);
@@ -191,8 +205,9 @@ int main(int argc, char** argv) {
       std::vector<std::filesystem::path> files;
       for (const auto& run : runs) {
         const std::filesystem::path direct(run);
+        std::error_code error;
         files.push_back(launcher::find_benchmark_file(
-            std::filesystem::exists(direct) ? direct : base / run));
+            std::filesystem::exists(direct, error) ? direct : base / run));
       }
       launcher::print_report(files, std::cout);
       return 0;

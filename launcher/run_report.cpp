@@ -13,11 +13,11 @@ namespace launcher {
 namespace fs = std::filesystem;
 
 fs::path find_benchmark_file(const fs::path& run_dir) {
-  if (fs::is_regular_file(run_dir)) return run_dir;
-  if (fs::is_regular_file(run_dir / "results" / "benchmark.json")) {
+  std::error_code error;  // a path the file system refuses is reported below as having no report
+  if (fs::is_regular_file(run_dir, error)) return run_dir;
+  if (fs::is_regular_file(run_dir / "results" / "benchmark.json", error)) {
     return run_dir / "results" / "benchmark.json";
   }
-  std::error_code error;
   fs::path newest;
   fs::file_time_type newest_time{};
   for (auto it = fs::recursive_directory_iterator(run_dir, error);
@@ -26,9 +26,12 @@ fs::path find_benchmark_file(const fs::path& run_dir) {
       it.disable_recursion_pending();
       continue;
     }
-    if (it->path().filename() == "benchmark.json" && it->last_write_time() > newest_time) {
+    if (it->path().filename() != "benchmark.json") continue;
+    std::error_code time_error;
+    const fs::file_time_type time = it->last_write_time(time_error);
+    if (!time_error && time > newest_time) {
       newest = it->path();
-      newest_time = it->last_write_time();
+      newest_time = time;
     }
   }
   if (newest.empty()) {

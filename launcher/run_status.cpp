@@ -52,7 +52,9 @@ void append_job_record(const fs::path& results_dir, const JobRecord& record) {
                          {"submitted_at", static_cast<int64_t>(record.submitted_at)}};
   if (record.exit_code) line["exit_code"] = *record.exit_code;
   std::ofstream out(results_dir / kRecordFile, std::ios::app);
-  out << line.dump() << '\n';
+  // JSON is UTF-8: bytes that are not (a path from an environment variable, say) are replaced
+  // by U+FFFD rather than refused, so the job is still recorded.
+  out << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   if (!out) common::fail("cannot append to {}", (results_dir / kRecordFile).string());
 }
 
@@ -92,7 +94,9 @@ std::string query_job_state(const JobRecord& record) {
       if (status_file >> status) {
         exit_code = status;
       } else {
-        return fs::exists("/proc/" + record.job_id) ? "RUNNING" : "unknown (no exit status recorded)";
+        std::error_code error;
+        return fs::exists("/proc/" + record.job_id, error) ? "RUNNING"
+                                                           : "unknown (no exit status recorded)";
       }
     }
     return *exit_code == 0 ? "COMPLETED" : fmt::format("FAILED (exit {})", *exit_code);
@@ -171,8 +175,10 @@ std::vector<fs::path> find_run_dirs(const fs::path& base) {
 }
 
 fs::path resolve_run_dir(const std::string& run_or_path, const fs::path& base) {
-  if (fs::exists(fs::path(run_or_path) / kRecordFile)) return run_or_path;
-  if (fs::exists(base / run_or_path / kRecordFile)) return base / run_or_path;
+  // error_code overloads: a name the file system refuses (too long, say) is just not a run.
+  std::error_code error;
+  if (fs::exists(fs::path(run_or_path) / kRecordFile, error)) return run_or_path;
+  if (fs::exists(base / run_or_path / kRecordFile, error)) return base / run_or_path;
   std::string known;
   for (const auto& run : find_run_dirs(base)) {
     known += (known.empty() ? "" : ", ") + fs::relative(run, base).string();

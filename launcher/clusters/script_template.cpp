@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "backend/common/error.hpp"
+#include "launcher/results_dir.hpp"
 
 namespace launcher {
 
@@ -36,18 +37,9 @@ std::string checked_directive_value(const std::string& directive, const std::str
 }
 
 void write_script(const std::filesystem::path& path, const std::string& text) {
-  const auto temporary = std::filesystem::path(path.string() + ".tmp");
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out << text;
-    if (!out) common::fail("cannot write {}", temporary.string());
-  }
-  std::error_code error;
-  std::filesystem::permissions(temporary,
-                               std::filesystem::perms::owner_exec | std::filesystem::perms::group_exec,
-                               std::filesystem::perm_options::add, error);
-  std::filesystem::rename(temporary, path, error);
-  if (error) common::fail("cannot write {}: {}", path.string(), error.message());
+  // Two launches of one run used to share "<script>.tmp" and could rename each other's script
+  // into place; the temporary name is unique per writer now.
+  write_file_atomically(path, text, /*executable=*/true);
 }
 
 }  // namespace launcher

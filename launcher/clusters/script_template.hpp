@@ -23,7 +23,8 @@ std::string render_template(const std::filesystem::path& templates_dir, const st
 // when it holds a space.
 std::string checked_directive_value(const std::string& directive, const std::string& value);
 
-// Writes text to path through a temporary file and a rename, executable by the owner.
+// Writes text to path whole or not at all (write_file_atomically: a uniquely named temporary
+// file, fsync, rename), executable by the owner and group.
 void write_script(const std::filesystem::path& path, const std::string& text);
 
 }  // namespace launcher

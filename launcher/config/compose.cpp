@@ -788,6 +788,10 @@ class DefaultsListBuilder {
       fail_not_found(node, parent);
     }
 
+    // Each config on the chain of includes is expanded one level deeper in the stack: a config
+    // that is already on it would recurse forever, a very long chain would exhaust the stack.
+    const IncludeChainEntry chain_entry(include_chain_, node, parent);
+
     std::vector<InputDefault> defaults = loaded->defaults;
     if (!defaults.empty() || (is_root_config && !overrides_.append_group_defaults.empty())) {
       add_self_if_missing(node, defaults);
@@ -846,8 +850,60 @@ class DefaultsListBuilder {
     return results;
   }
 
+  // The configs being expanded, outermost first ("config", "cluster/bcm", ...).
+  class IncludeChainEntry {
+   public:
+    IncludeChainEntry(std::vector<std::string>& chain, const InputDefault& node,
+                      const InputDefault* parent)
+        : chain_(chain) {
+      const std::string config_path = node.config_path();
+      if (std::find(chain.begin(), chain.end(), config_path) != chain.end()) {
+        common::fail(
+            "{}: defaults list cycle: {} (a config may not include itself, directly or through "
+            "others)",
+            where(node, parent), describe_chain(chain, config_path));
+      }
+      if (chain.size() >= kMaxDefaultsDepth) {
+        common::fail("{}: defaults lists nested more than {} deep: {} (each config includes the "
+                     "next; real conf trees are a few levels deep)",
+                     where(node, parent), kMaxDefaultsDepth, describe_chain(chain, config_path));
+      }
+      chain.push_back(config_path);
+    }
+    ~IncludeChainEntry() { chain_.pop_back(); }
+    IncludeChainEntry(const IncludeChainEntry&) = delete;
+    IncludeChainEntry& operator=(const IncludeChainEntry&) = delete;
+
+   private:
+    static std::string where(const InputDefault& node, const InputDefault* parent) {
+      if (!node.chosen_by.empty()) return node.chosen_by;
+      return parent ? node.location.describe() : node.config_path();
+    }
+
+    // "config.yaml → cluster/bcm.yaml → cluster/bcm.yaml"; a long chain keeps its ends.
+    static std::string describe_chain(const std::vector<std::string>& chain,
+                                      const std::string& next) {
+      std::vector<std::string> files;
+      for (const auto& config_path : chain) files.push_back(file_name(config_path));
+      files.push_back(file_name(next));
+      constexpr std::size_t kShownAtEachEnd = 3;
+      if (files.size() > 2 * kShownAtEachEnd + 1) {
+        files.erase(files.begin() + kShownAtEachEnd, files.end() - kShownAtEachEnd);
+        files.insert(files.begin() + kShownAtEachEnd, "...");
+      }
+      return join_list(files, " → ");
+    }
+
+    static std::string file_name(const std::string& config_path) {
+      return config_path.ends_with(".yaml") ? config_path : config_path + ".yaml";
+    }
+
+    std::vector<std::string>& chain_;
+  };
+
   ConfigRepository& repository_;
   GroupOverrides& overrides_;
+  std::vector<std::string> include_chain_;
 };
 
 // Places `content` at the dotted package path (OmegaConf.update(cfg, package, content,

@@ -16,6 +16,7 @@
 // loaded), and Hydra's errors for unknown groups, options and keys, with suggestions.
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -48,6 +49,12 @@ struct ComposedConfig {
   std::vector<DefaultsEntry> defaults;         // the final defaults list, in merge order
   std::map<std::string, std::string> choices;  // hydra:runtime.choices; null choices are left out
 };
+
+// The most configs on one chain of includes (the primary config, a group option it names, one
+// that option names, ...). Real conf trees are three or four deep; Hydra's own limit is
+// Python's recursion limit. A deeper chain is refused, naming it, before it can exhaust the
+// stack; a chain that comes back to a config already on it is a cycle, named the same way.
+inline constexpr std::size_t kMaxDefaultsDepth = 100;
 
 ComposedConfig compose(const ComposeOptions& options);
 

@@ -302,6 +302,10 @@ class Resolver {
       if (arguments[0].is_int() && arguments[1].is_int()) {
         const std::int64_t dividend = arguments[0].as_int();
         const std::int64_t divisor = arguments[1].as_int();
+        // The one quotient of two int64s that is not an int64 (2^63); x86 traps on it (SIGFPE).
+        if (dividend == std::numeric_limits<std::int64_t>::min() && divisor == -1) {
+          fail_resolver(site, interpolation, "the quotient does not fit in a 64-bit integer");
+        }
         std::int64_t quotient = dividend / divisor;
         const bool inexact = dividend % divisor != 0;
         const bool negative = (dividend < 0) != (divisor < 0);

@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "backend/common/error.hpp"
+#include "backend/common/utf8.hpp"
 #include "launcher/config/merge.hpp"
 #include "launcher/config/value_grammar.hpp"
 
@@ -205,6 +206,14 @@ void remove(Node& config, const Override& override) {
 }  // namespace
 
 Override parse_override(std::string_view text) {
+  // Hydra's command line is text: a byte that is not UTF-8 would end up in the config, the
+  // scripts and the file names. The message escapes it, so the terminal gets UTF-8 too.
+  if (const auto invalid = common::first_invalid_utf8(text)) {
+    common::fail("bad override '{}': invalid UTF-8 at column {} (byte 0x{:02x}); overrides must "
+                 "be UTF-8 text",
+                 common::escape_invalid_utf8(text), *invalid + 1,
+                 static_cast<unsigned char>(text[*invalid]));
+  }
   const std::string description = fmt::format("bad override '{}'", text);
   Override result;
   result.text = std::string(text);

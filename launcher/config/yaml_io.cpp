@@ -9,6 +9,7 @@
 #include <yaml-cpp/mark.h>
 #include <yaml-cpp/parser.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include <sstream>
 
 #include "backend/common/error.hpp"
+#include "backend/common/utf8.hpp"
 
 namespace launcher {
 
@@ -246,14 +248,22 @@ std::int64_t construct_int(std::string_view text, const SourceLocation& location
   } else if (!digits.empty() && digits[0] == '0') {
     magnitude = parse_integer_digits(digits, 8, text, location);
   } else if (digits.find(':') != std::string_view::npos) {
+    // Python's integers have no limit; ours are int64, and a value past it is refused rather
+    // than wrapped. The place value (60^k) may pass it while every later group is zero.
     std::int64_t base = 1;
+    bool base_fits = true;
     std::size_t end = digits.size();
     while (true) {
       const auto colon = digits.rfind(':', end - 1);
       const std::size_t start = colon == std::string_view::npos ? 0 : colon + 1;
-      magnitude +=
-          parse_integer_digits(digits.substr(start, end - start), 10, text, location) * base;
-      base *= 60;
+      const std::int64_t group =
+          parse_integer_digits(digits.substr(start, end - start), 10, text, location);
+      std::int64_t term = 0;
+      if (group != 0 && (!base_fits || __builtin_mul_overflow(group, base, &term) ||
+                         __builtin_add_overflow(magnitude, term, &magnitude))) {
+        fail_scalar(text, "does not fit in a 64-bit integer", location);
+      }
+      base_fits = base_fits && !__builtin_mul_overflow(base, 60, &base);
       if (colon == std::string_view::npos) break;
       end = colon;
     }
@@ -312,9 +322,42 @@ constexpr std::string_view kYamlTagPrefix = "tag:yaml.org,2002:";
 // laughs") would grow exponentially. Real configs copy a few small anchors.
 constexpr std::size_t kMaxAliasExpansion = 1'000'000;  // nodes, over the whole document
 
+// The (line, column), both from 1, of a byte offset; columns count bytes.
+std::pair<std::size_t, std::size_t> line_and_column(std::string_view text, std::size_t offset) {
+  const std::string_view before = text.substr(0, offset);
+  const std::size_t line_start = before.rfind('\n');
+  const auto line = static_cast<std::size_t>(std::count(before.begin(), before.end(), '\n')) + 1;
+  return {line, line_start == std::string_view::npos ? offset + 1 : offset - line_start};
+}
+
+// Hydra reads config files as UTF-8 and PyYAML refuses the C0 control characters (other than
+// tab, line feed and carriage return) and DEL; yaml-cpp would take a NUL byte near the start
+// for UTF-16 and misread the rest. Checked before parsing, naming the first offending byte.
+void check_text_is_yaml(std::string_view text, std::string_view source_name) {
+  if (const auto invalid = common::first_invalid_utf8(text)) {
+    const auto [line, column] = line_and_column(text, *invalid);
+    common::fail("{}:{}:{}: invalid UTF-8 (byte 0x{:02x}): config files must be UTF-8 text; "
+                 "save it as UTF-8",
+                 source_name, line, column, static_cast<unsigned char>(text[*invalid]));
+  }
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if ((byte < 0x20 && byte != '\t' && byte != '\n' && byte != '\r') || byte == 0x7f) {
+      const auto [line, column] = line_and_column(text, i);
+      common::fail("{}:{}:{}: control character 0x{:02x} is not allowed in YAML (write it as an "
+                   "escape in a double-quoted string, e.g. \"\\x{:02x}\")",
+                   source_name, line, column, byte, byte);
+    }
+  }
+}
+
 class TreeBuilder : public YAML::EventHandler {
  public:
-  explicit TreeBuilder(std::string source_name) : source_name_(std::move(source_name)) {}
+  TreeBuilder(std::string source_name, std::string_view text)
+      : source_name_(std::move(source_name)),
+        text_(text),
+        // yaml-cpp counts positions after a UTF-8 byte-order mark.
+        position_offset_(text.starts_with("\xEF\xBB\xBF") ? 3 : 0) {}
 
   Node take_result() { return std::move(result_); }
 
@@ -352,6 +395,7 @@ class TreeBuilder : public YAML::EventHandler {
   void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
                 const std::string& value) override {
     SourceLocation location = locate(mark);
+    if (tag != "?") check_quote_closed(mark);
     if (expecting_key()) {
       if (tag != "?" && tag != "!" && tag != std::string(kYamlTagPrefix) + "str") {
         fail_at(mark, fmt::format("unsupported tag '{}' on a mapping key", tag));
@@ -416,6 +460,50 @@ class TreeBuilder : public YAML::EventHandler {
 
   [[noreturn]] void fail_at(const YAML::Mark& mark, const std::string& message) const {
     common::fail("{}:{}:{}: {}", source_name_, mark.line + 1, mark.column + 1, message);
+  }
+
+  // yaml-cpp 0.7 ends a quoted scalar that is never closed at the end of the text, without an
+  // error, when a line break follows the opening quote: `partition: "unclosed` would swallow the
+  // rest of the file into one value. So a quoted scalar's closing quote is looked for here, by
+  // the YAML rules: \ escapes in "...", '' in '...'. `mark` is where the node starts, before
+  // its anchor and tag, if any.
+  void check_quote_closed(const YAML::Mark& mark) const {
+    if (mark.pos < 0) return;
+    std::size_t i = static_cast<std::size_t>(mark.pos) + position_offset_;
+    auto skip_separation = [this, &i] {
+      while (i < text_.size()) {
+        if (text_[i] == ' ' || text_[i] == '\t' || text_[i] == '\n' || text_[i] == '\r') {
+          ++i;
+        } else if (text_[i] == '#') {
+          while (i < text_.size() && text_[i] != '\n') ++i;
+        } else {
+          break;
+        }
+      }
+    };
+    while (i < text_.size() && (text_[i] == '&' || text_[i] == '!')) {  // &anchor, !tag
+      while (i < text_.size() && text_[i] != ' ' && text_[i] != '\t' && text_[i] != '\n' &&
+             text_[i] != '\r') {
+        ++i;
+      }
+      skip_separation();
+    }
+    if (i >= text_.size() || (text_[i] != '"' && text_[i] != '\'')) return;  // block scalar
+    const char quote = text_[i];
+    for (++i; i < text_.size(); ++i) {
+      if (quote == '"' && text_[i] == '\\') {
+        ++i;
+      } else if (text_[i] == quote) {
+        if (quote == '\'' && i + 1 < text_.size() && text_[i + 1] == '\'') {
+          ++i;
+        } else {
+          return;
+        }
+      }
+    }
+    fail_at(mark, fmt::format("the quoted string that starts here is not closed (add the closing "
+                              "{}; without it YAML reads the rest of the file into this value)",
+                              quote));
   }
 
   bool expecting_key() const {
@@ -517,6 +605,8 @@ class TreeBuilder : public YAML::EventHandler {
   }
 
   std::string source_name_;
+  std::string_view text_;         // the document, to check quoted scalars against
+  std::size_t position_offset_;   // bytes before yaml-cpp's position 0
   std::vector<Frame> stack_;
   std::map<YAML::anchor_t, Node> anchors_;
   std::map<YAML::anchor_t, std::size_t> anchor_sizes_;  // tree_size of each anchored node
@@ -709,15 +799,22 @@ Node type_plain_scalar(std::string_view text, SourceLocation location) {
   if (auto boolean = match_bool(text)) return Node::boolean(*boolean, std::move(location));
   // PyYAML tries its float pattern before the int one and OmegaConf's float pattern last;
   // the patterns do not overlap, so the order here does not change the result.
-  if (matches_int(text)) return Node::integer(construct_int(text, location), std::move(location));
-  if (matches_float(text))
-    return Node::floating(construct_float(text, location), std::move(location));
+  // The value first: construct_* names `location` in its errors, so it must not be moved yet.
+  if (matches_int(text)) {
+    const std::int64_t value = construct_int(text, location);
+    return Node::integer(value, std::move(location));
+  }
+  if (matches_float(text)) {
+    const double value = construct_float(text, location);
+    return Node::floating(value, std::move(location));
+  }
   return Node::string(std::string(text), std::move(location));
 }
 
 Node parse_yaml(std::string_view text, std::string_view source_name) {
+  check_text_is_yaml(text, source_name);
   std::istringstream stream{std::string(text)};
-  TreeBuilder builder{std::string(source_name)};
+  TreeBuilder builder{std::string(source_name), text};
   try {
     YAML::Parser parser(stream);
     while (parser.HandleNextDocument(builder)) {

@@ -54,12 +54,12 @@ printf '%s\n' '#include <cstdint>' '#include <cstddef>' \
 
 if [[ $name == tokenizer ]]; then
   sources=("$root/backend/data/gpt2_bpe_tokenizer.cpp" "$root/backend/data/unicode_text.cpp"
-           "$target_source")
+           "$root/backend/common/utf8.cpp" "$target_source")
   flags+=(-DFUZZ_SOURCE_DIR="\"$root\"")
   libraries+=($(pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc))
 else
   sources=("$root"/launcher/config/*.cpp "$root/backend/common/logging.cpp"
-           "$root/backend/common/suggest.cpp" "$target_source")
+           "$root/backend/common/suggest.cpp" "$root/backend/common/utf8.cpp" "$target_source")
 fi
 binary="$build/${name}_fuzzer"
 

@@ -60,3 +60,19 @@ TEST_CASE("a malformed record names its file and line; logs need a log file") {
   CHECK_THROWS_WITH_AS(print_logs(base.path, false, out), doctest::Contains("no job of this run has a log"),
                        common::Error);
 }
+
+TEST_CASE("run names the file system refuses and bytes that are not UTF-8 are no internal error") {
+  TemporaryDirectory base;
+  const std::string long_name(100'000, 'a');
+  CHECK_THROWS_WITH_AS(resolve_run_dir(long_name, base.path),
+                       doctest::Contains("is neither a results directory"), common::Error);
+  // A path from an environment variable (${oc.env:...}) need not be UTF-8; JSON must be.
+  const fs::path run = base.path / "run";
+  fs::create_directories(run);
+  append_job_record(run, {"training", "local", "1", run / "s\xff.sh", run / "log.out", 0, 1});
+  const auto records = read_job_records(run);
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].script == run / "s\xef\xbf\xbd.sh");  // U+FFFD, as JSON writers replace it
+  JobRecord weird{"training", "local", long_name, run / "s.sh", {}, std::nullopt, 1};
+  CHECK(query_job_state(weird).starts_with("unknown"));
+}

@@ -10,6 +10,7 @@
 #include "backend/common/error.hpp"
 #include "launcher/config/interpolate.hpp"
 #include "launcher/config/yaml_io.hpp"
+#include "temporary_directory.hpp"
 
 using launcher::ComposedConfig;
 using launcher::Node;
@@ -31,6 +32,11 @@ std::vector<std::string> defaults_summary(const ComposedConfig& composed) {
     summary.push_back(entry.config_path + "@" + entry.package + (entry.is_self ? "*" : ""));
   }
   return summary;
+}
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path) << text;
 }
 
 Node yaml(const char* text) {
@@ -271,6 +277,72 @@ TEST_CASE("broken group files are errors naming the file") {
                        common::Error);
   CHECK_THROWS_WITH_AS(compose_fixture("groups", "uses_broken", {"broken=bad_defaults"}),
                        doctest::Contains("`defaults` must be a list, got a map"), common::Error);
+}
+
+TEST_CASE("a defaults list that includes itself, directly or through others, is a cycle") {
+  test_support::TemporaryDirectory conf;
+  write_file(conf.path / "config.yaml", "defaults:\n  - cluster: local\n  - _self_\nx: 1\n");
+  write_file(conf.path / "cluster/local.yaml", "a: 1\n");
+  write_file(conf.path / "cluster/bcm.yaml", "defaults:\n  - /cluster: bcm\npartition: x\n");
+  write_file(conf.path / "cluster/a.yaml", "defaults:\n  - b\n");
+  write_file(conf.path / "cluster/b.yaml", "defaults:\n  - /cluster/a\n");
+  write_file(conf.path / "cluster/self_plain.yaml", "defaults:\n  - self_plain\n");
+  CHECK(launcher::compose({conf.path, "config", {}}).config.at("cluster").at("a").as_int() == 1);
+  CHECK_THROWS_WITH_AS(
+      launcher::compose({conf.path, "config", {"cluster=bcm"}}),
+      doctest::Contains("defaults list cycle: config.yaml → cluster/bcm.yaml → cluster/bcm.yaml"),
+      common::Error);
+  CHECK_THROWS_WITH_AS(launcher::compose({conf.path, "config", {"cluster=bcm"}}),
+                       doctest::Contains(((conf.path / "cluster/bcm.yaml").string() + ":2:5:").c_str()),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(launcher::compose({conf.path, "config", {"cluster=a"}}),
+                       doctest::Contains("defaults list cycle: config.yaml → cluster/a.yaml → "
+                                         "cluster/b.yaml → cluster/a.yaml"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(launcher::compose({conf.path, "config", {"cluster=self_plain"}}),
+                       doctest::Contains("cluster/self_plain.yaml → cluster/self_plain.yaml"),
+                       common::Error);
+  // The primary config including itself.
+  write_file(conf.path / "loop.yaml", "defaults:\n  - loop\n");
+  CHECK_THROWS_WITH_AS(launcher::compose({conf.path, "loop", {}}),
+                       doctest::Contains("defaults list cycle: loop.yaml → loop.yaml"),
+                       common::Error);
+}
+
+TEST_CASE("defaults lists nested deeper than the limit are refused; a diamond is no cycle") {
+  test_support::TemporaryDirectory conf;
+  // chain/gK/c.yaml includes chain/gK+1/c.yaml: an acyclic chain of includes.
+  auto write_chain = [&conf](std::size_t length) {
+    std::filesystem::remove_all(conf.path / "chain");
+    for (std::size_t k = 0; k < length; ++k) {
+      write_file(conf.path / fmt::format("chain/g{}/c.yaml", k),
+                 fmt::format("defaults:\n  - /chain/g{}@_here_: c\nk{}: 1\n", k + 1, k));
+    }
+    write_file(conf.path / fmt::format("chain/g{}/c.yaml", length), "end: 1\n");
+  };
+  write_file(conf.path / "config.yaml", "defaults:\n  - chain/g0@chain: c\n");
+  write_chain(launcher::kMaxDefaultsDepth - 2);  // with config.yaml and the end: at the limit
+  const Node composed = launcher::compose({conf.path, "config", {}}).config;
+  CHECK(composed.at("chain").at("end").as_int() == 1);
+  write_chain(launcher::kMaxDefaultsDepth - 1);
+  CHECK_THROWS_WITH_AS(launcher::compose({conf.path, "config", {}}),
+                       doctest::Contains(fmt::format("defaults lists nested more than {} deep",
+                                                     launcher::kMaxDefaultsDepth)
+                                             .c_str()),
+                       common::Error);
+  write_chain(3000);  // far deeper than the limit
+  CHECK_THROWS_WITH_AS(launcher::compose({conf.path, "config", {}}),
+                       doctest::Contains("config.yaml → chain/g0/c.yaml → chain/g1/c.yaml → "),
+                       common::Error);
+
+  // Two configs including the same third one is not a cycle.
+  write_file(conf.path / "diamond.yaml", "defaults:\n  - left\n  - right\n");
+  write_file(conf.path / "left.yaml", "defaults:\n  - shared\nl: 1\n");
+  write_file(conf.path / "right.yaml", "defaults:\n  - shared\nr: 1\n");
+  write_file(conf.path / "shared.yaml", "s: 1\n");
+  const Node diamond = launcher::compose({conf.path, "diamond", {}}).config;
+  CHECK(diamond.at("s").as_int() == 1);
+  CHECK(diamond.at("r").as_int() == 1);
 }
 
 TEST_CASE("listing groups and options") {

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <ctime>
+#include <limits>
 
 #include "backend/common/error.hpp"
 #include "launcher/config/yaml_io.hpp"
@@ -113,6 +114,42 @@ TEST_CASE("resolvers: multiply, divide_ceil, divide_floor with nested arguments"
   CHECK(resolved.at("float_ceil").as_int() == 4);
   CHECK(resolved.at("nested").as_int() == 16);
   CHECK(resolved.at("in_text").as_string() == "n6");
+}
+
+TEST_CASE("integer resolvers refuse results beyond 64 bits and division by zero, never trap") {
+  // -2^63 / -1 is 2^63, one past the largest int64: x86 traps on it (SIGFPE) rather than wrap.
+  for (const char* resolver : {"divide_floor", "divide_ceil"}) {
+    CAPTURE(resolver);
+    const std::string text = fmt::format(
+        "x: ${{multiply:-4611686018427387904,2}}\ny: ${{{}:${{x}},-1}}\n", resolver);
+    CHECK_THROWS_WITH_AS(resolve_yaml(text.c_str()),
+                         doctest::Contains("does not fit in a 64-bit integer"), common::Error);
+    const std::string by_zero = fmt::format("y: ${{{}:5,0}}\n", resolver);
+    CHECK_THROWS_WITH_AS(resolve_yaml(by_zero.c_str()), doctest::Contains("division by zero"),
+                         common::Error);
+    const std::string by_float_zero = fmt::format("y: ${{{}:5,-0.0}}\n", resolver);
+    CHECK_THROWS_WITH_AS(resolve_yaml(by_float_zero.c_str()),
+                         doctest::Contains("division by zero"), common::Error);
+    const std::string huge = fmt::format("y: ${{{}:1e300,1e-300}}\n", resolver);
+    CHECK_THROWS_WITH_AS(resolve_yaml(huge.c_str()), doctest::Contains("not a valid integer"),
+                         common::Error);
+    const std::string not_a_number = fmt::format("y: ${{{}:nan,2}}\n", resolver);
+    CHECK_THROWS_WITH_AS(resolve_yaml(not_a_number.c_str()),
+                         doctest::Contains("not a valid integer"), common::Error);
+  }
+  // The extremes that do fit still divide exactly.
+  const Node resolved = resolve_yaml(
+      "min: ${multiply:-4611686018427387904,2}\n"
+      "floor: ${divide_floor:${min},1}\nceil: ${divide_ceil:${min},2}\n"
+      "max_floor: ${divide_floor:9223372036854775807,-1}\n"
+      "neg_floor: ${divide_floor:${min},3}\nneg_ceil: ${divide_ceil:${min},3}\n");
+  CHECK(resolved.at("floor").as_int() == std::numeric_limits<std::int64_t>::min());
+  CHECK(resolved.at("ceil").as_int() == std::numeric_limits<std::int64_t>::min() / 2);
+  CHECK(resolved.at("max_floor").as_int() == -std::numeric_limits<std::int64_t>::max());
+  CHECK(resolved.at("neg_floor").as_int() == -3074457345618258603);
+  CHECK(resolved.at("neg_ceil").as_int() == -3074457345618258602);
+  CHECK_THROWS_WITH_AS(resolve_yaml("a: ${multiply:9223372036854775807,2}\n"),
+                       doctest::Contains("does not fit in a 64-bit integer"), common::Error);
 }
 
 TEST_CASE("oc.env with and without default, hydra choices, now") {

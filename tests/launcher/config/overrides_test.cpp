@@ -182,6 +182,11 @@ TEST_CASE("bad override syntax is reported with the text and a caret") {
       {"a=#x", "character '#' is not allowed"},
       {"a=~/x", "character '~' is not allowed"},
       {"+a", "missing '='"},
+      {"++", "expected a key"},
+      {"+", "expected a key"},
+      {"~", "expected a key"},
+      {"=", "expected a key"},
+      {"++=1", "expected a key"},
   };
   for (const auto& [text, message] : cases) {
     CAPTURE(text);
@@ -195,6 +200,18 @@ TEST_CASE("bad override syntax is reported with the text and a caret") {
       "bad override 'a=b=c': '=' in a value must be quoted ('a=b') or escaped (a\\=b) "
       "at column 4\n  a=b=c\n     ^",
       common::Error);
+}
+
+TEST_CASE("invalid UTF-8 in an override is refused, naming the column and the byte") {
+  CHECK_THROWS_WITH_AS(launcher::parse_override("+x=caf\xe9"),
+                       "bad override '+x=caf\\xe9': invalid UTF-8 at column 7 (byte 0xe9); "
+                       "overrides must be UTF-8 text",
+                       common::Error);
+  CHECK_THROWS_WITH_AS(launcher::parse_override("a='\xff\xfe'"),
+                       doctest::Contains("invalid UTF-8 at column 4 (byte 0xff)"), common::Error);
+  CHECK_THROWS_WITH_AS(launcher::parse_override("a=[x,\xc3]"),
+                       doctest::Contains("invalid UTF-8 at column 6 (byte 0xc3)"), common::Error);
+  CHECK(launcher::parse_override("a=caf\xc3\xa9").value->as_string() == "caf\xc3\xa9");
 }
 
 TEST_CASE("applying config overrides: assign, add, force-add, delete") {

@@ -89,3 +89,30 @@ TEST_CASE("generated YAML only ever fails with common::Error, and what parses ro
   }
   CHECK(parsed > 100);
 }
+
+TEST_CASE("input nested 100000 deep is refused at the documented limits, not by the stack") {
+  constexpr std::size_t kDepth = 100'000;
+  const std::string lists = std::string(kDepth, '[') + std::string(kDepth, ']');
+  CHECK_THROWS_WITH_AS(launcher::parse_yaml("x: " + lists + "\n", "deep.yaml"),
+                       doctest::Contains("more than 400 levels of nested lists and mappings"),
+                       common::Error);
+  std::string block;  // block style: each level one more indentation
+  for (std::size_t level = 0; level < 1000; ++level) block += std::string(level, ' ') + "a:\n";
+  CHECK_THROWS_WITH_AS(launcher::parse_yaml(block, "deep.yaml"),
+                       doctest::Contains("more than 400 levels"), common::Error);
+  CHECK_THROWS_WITH_AS(launcher::parse_override("x=" + lists),
+                       doctest::Contains("more than 100 levels of nested"), common::Error);
+  std::string interpolation = "x";
+  for (std::size_t level = 0; level < kDepth; ++level) interpolation = "${" + interpolation + "}";
+  Node config = Node::map();
+  config.set("v", Node::string(interpolation));
+  CHECK_THROWS_WITH_AS(launcher::resolve(config, {}), doctest::Contains("more than 100 levels"),
+                       common::Error);
+  std::string resolvers = "1";
+  for (std::size_t level = 0; level < kDepth; ++level) {
+    resolvers = "${multiply:" + resolvers + ",1}";
+  }
+  config.set("v", Node::string(resolvers));
+  CHECK_THROWS_WITH_AS(launcher::resolve(config, {}), doctest::Contains("more than 100 levels"),
+                       common::Error);
+}

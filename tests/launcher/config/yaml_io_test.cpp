@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "backend/common/error.hpp"
 
@@ -173,6 +175,82 @@ TEST_CASE("bad YAML is a common::Error with file:line:column") {
                        doctest::Contains("64-bit"), common::Error);
   CHECK_THROWS_WITH_AS(launcher::parse_yaml("? [a]\n: 1\n", "t.yaml"),
                        doctest::Contains("complex mapping keys"), common::Error);
+}
+
+TEST_CASE("base-60 integers that do not fit in 64 bits are refused, not wrapped") {
+  // 1:00:00:... is 60^k; eleven groups are 60^11 > 2^63.
+  CHECK(launcher::parse_yaml("a: 1:00:00:00:00:00:00:00:00:00:00\n", "t.yaml").at("a").as_int() ==
+        604661760000000000);
+  CHECK_THROWS_WITH_AS(launcher::parse_yaml("a: 1:00:00:00:00:00:00:00:00:00:00:00\n", "t.yaml"),
+                       doctest::Contains("t.yaml:1:4: '1:00:00:00:00:00:00:00:00:00:00:00' does "
+                                         "not fit in a 64-bit integer"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(launcher::parse_yaml("a: 9223372036854775807:1\n", "t.yaml"),
+                       doctest::Contains("does not fit in a 64-bit integer"), common::Error);
+  CHECK_THROWS_WITH_AS(launcher::parse_yaml("a: 153722867280912930:8\n", "t.yaml"),
+                       doctest::Contains("does not fit in a 64-bit integer"), common::Error);
+  CHECK(launcher::parse_yaml("a: -153722867280912930:7\n", "t.yaml").at("a").as_int() ==
+        -9223372036854775807);
+}
+
+TEST_CASE("an unclosed quoted string is an error naming the file and the line it starts on") {
+  // yaml-cpp 0.7 reads an unclosed quote to the end of the file when a line break follows it,
+  // so the check is ours; without a line break yaml-cpp reports it itself.
+  const std::vector<std::string> unclosed = {
+      "partition: \"unclosed\n",       "partition: \"unclosed\naccount: x\n",
+      "partition: 'unclosed\n",         "a: 1\npartition: \"x\\\"\n",
+      "partition: 'it''s\n",            "a: &anchor !!str \"unclosed\n\n",
+      "a:\n  - \"unclosed\n",          "\"unclosed key: 1\n",
+      "\xEF\xBB\xBF" "a: 1\nb: \"unclosed\n"};
+  for (const std::string& text : unclosed) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(launcher::parse_yaml(text, "conf/cluster/bcm.yaml"),
+                         doctest::Contains("conf/cluster/bcm.yaml:"), common::Error);
+    CHECK_THROWS_WITH_AS(launcher::parse_yaml(text, "conf/cluster/bcm.yaml"),
+                         doctest::Contains("not closed"), common::Error);
+  }
+  CHECK_THROWS_WITH_AS(launcher::parse_yaml("a: 1\npartition: \"unclosed\naccount: x\n", "b.yaml"),
+                       doctest::Contains("b.yaml:2:12: the quoted string that starts here is not "
+                                         "closed"),
+                       common::Error);
+  // Closed ones, also over several lines and with escaped quotes, are read as before.
+  const Node closed = launcher::parse_yaml(
+      "a: \"x\\\"y\"\nb: 'it''s'\nc: \"two\n  lines\"\nd: [\"e\", 'f']\n\"g\": &h !!str 'i'\n"
+      "j: \"\\\\\"\n",
+      "t.yaml");
+  CHECK(closed.at("a").as_string() == "x\"y");
+  CHECK(closed.at("b").as_string() == "it's");
+  CHECK(closed.at("c").as_string() == "two lines");
+  CHECK(closed.at("d").at(1).as_string() == "f");
+  CHECK(closed.at("g").as_string() == "i");
+  CHECK(closed.at("j").as_string() == "\\");
+}
+
+TEST_CASE("invalid UTF-8 is an error naming the file, line and column") {
+  CHECK_THROWS_WITH_AS(launcher::parse_yaml("a: 1\npartition: \xff\xfe bad\n", "conf/c.yaml"),
+                       doctest::Contains("conf/c.yaml:2:12: invalid UTF-8 (byte 0xff)"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(launcher::parse_yaml("p: \"\xc3\x28\"\n", "conf/c.yaml"),
+                       doctest::Contains("conf/c.yaml:1:5: invalid UTF-8 (byte 0xc3)"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(launcher::parse_yaml("p: x\xed\xa0\x80\n", "c.yaml"),  // a surrogate
+                       doctest::Contains("c.yaml:1:5: invalid UTF-8"), common::Error);
+  CHECK_THROWS_WITH_AS(launcher::load_yaml_file(temp_file("latin1.yaml", "name: caf\xe9\n")),
+                       doctest::Contains("latin1.yaml:1:10: invalid UTF-8 (byte 0xe9)"),
+                       common::Error);
+  // Control characters other than tab and line breaks are refused as PyYAML refuses them (a
+  // NUL near the start made yaml-cpp read the file as UTF-16).
+  CHECK_THROWS_WITH_AS(launcher::parse_yaml("a: 1\nb: x\x01y\n", "c.yaml"),
+                       doctest::Contains("c.yaml:2:5: control character 0x01 is not allowed"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(launcher::parse_yaml(std::string("a\0: 1\n", 6), "c.yaml"),
+                       doctest::Contains("c.yaml:1:2: control character 0x00"), common::Error);
+  CHECK(launcher::parse_yaml("a: \"x\\x01y\"\r\nb:\t1\n", "t.yaml").at("a").as_string() ==
+        "x\x01y");
+  // UTF-8 proper, byte-order mark included, is read as it is.
+  CHECK(launcher::parse_yaml("\xEF\xBB\xBFname: caf\xc3\xa9 \xf0\x9f\x9a\x80\n", "t.yaml")
+            .at("name")
+            .as_string() == "caf\xc3\xa9 \xf0\x9f\x9a\x80");
 }
 
 TEST_CASE("load_yaml_file reads files and names missing ones") {

@@ -1,0 +1,250 @@
+// Checking, taking and writing a results directory; see results_dir.hpp.
+#include "launcher/results_dir.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <ctime>
+#include <random>
+
+#include "backend/common/error.hpp"
+#include "backend/common/local_time.hpp"
+
+namespace launcher {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Linux's limits on one path component and on a whole path (NAME_MAX, PATH_MAX - 1).
+constexpr std::size_t kMaxComponentBytes = 255;
+constexpr std::size_t kMaxPathBytes = 4095;
+
+// A user value quoted in a message: control characters (a NUL would end the message) as
+// \xNN, and of a long value its start and how long it was.
+std::string shortened(std::string_view text) {
+  constexpr std::size_t kShown = 60;
+  std::size_t cut = std::min(text.size(), kShown);
+  while (cut > 0 && cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) {
+    --cut;  // not inside a UTF-8 sequence
+  }
+  std::string shown;
+  for (const char character : text.substr(0, cut)) {
+    const auto byte = static_cast<unsigned char>(character);
+    shown += byte < 0x20 || byte == 0x7f ? fmt::format("\\x{:02x}", byte) : std::string(1, character);
+  }
+  return cut == text.size() ? shown : fmt::format("{}... ({} bytes)", shown, text.size());
+}
+
+std::string with_underscores_for_slashes(std::string_view name) {
+  std::string text(name);
+  std::replace(text.begin(), text.end(), '/', '_');
+  return text;
+}
+
+std::string host_name() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "unknown host";
+  return name;
+}
+
+// fsync of a directory, so that an entry renamed into it survives a crash.
+void sync_directory(const fs::path& directory) {
+  const int descriptor = open(directory.empty() ? "." : directory.c_str(),
+                              O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (descriptor < 0) return;  // the file is in place; only its durability is not forced
+  (void)fsync(descriptor);
+  close(descriptor);
+}
+
+bool write_all(int descriptor, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t written = write(descriptor, text.data(), text.size());
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    text.remove_prefix(static_cast<std::size_t>(written));
+  }
+  return true;
+}
+
+}  // namespace
+
+void check_file_name_part(std::string_view name, std::string_view key) {
+  if (name.empty()) common::fail("{} is empty: it names the run's files and directory", key);
+  if (name.find('/') != std::string_view::npos) {
+    common::fail("{} '{}' contains '/': it becomes file names (<name>_hydra.yaml, "
+                 "<name>_submission.sh), so it must be one file name; use e.g. '{}'",
+                 key, shortened(name), shortened(with_underscores_for_slashes(name)));
+  }
+  if (name.find('\0') != std::string_view::npos) {
+    common::fail("{} '{}' contains a NUL byte, which no file name can hold", key, shortened(name));
+  }
+  if (name == "." || name == "..") {
+    common::fail("{} '{}' is not a usable file name (it means a directory)", key, name);
+  }
+  if (name.size() > kMaxNameBytes) {
+    common::fail("{} '{}' is longer than {} bytes: file names are named after it "
+                 "(log-<name>_<job id>.out) and may not be longer than {} bytes",
+                 key, shortened(name), kMaxNameBytes, kMaxComponentBytes);
+  }
+}
+
+void check_directory_path(const fs::path& directory, std::string_view key) {
+  const std::string& text = directory.native();
+  if (text.empty()) {
+    common::fail("{} is empty: give the directory the run's results go to", key);
+  }
+  if (text.find('\0') != std::string::npos) {
+    common::fail("{} '{}' contains a NUL byte, which no path can hold", key, shortened(text));
+  }
+  if (text.size() > kMaxPathBytes) {
+    common::fail("{} '{}' is longer than {} bytes, the longest path Linux opens", key,
+                 shortened(text), kMaxPathBytes);
+  }
+  for (const fs::path& part : directory) {
+    if (part.native().size() > kMaxComponentBytes) {
+      common::fail("{} '{}': the part '{}' is longer than {} bytes, the longest file name Linux "
+                   "allows",
+                   key, shortened(text), shortened(part.native()), kMaxComponentBytes);
+    }
+  }
+  // The nearest existing ancestor must be a directory (base_results_dir=/etc/hosts would make
+  // every write below fail).
+  for (fs::path existing = directory; !existing.empty(); existing = existing.parent_path()) {
+    std::error_code error;
+    const fs::file_type type = fs::status(existing, error).type();
+    if (type == fs::file_type::not_found) {
+      if (existing == existing.parent_path()) break;
+      continue;
+    }
+    if (type != fs::file_type::directory && type != fs::file_type::none) {
+      common::fail("{} '{}': {} exists and is not a directory", key, shortened(text),
+                   existing.string());
+    }
+    break;  // a directory, or unknown (no permission): creating it will say
+  }
+}
+
+void create_results_dir(const fs::path& directory) {
+  std::error_code error;
+  fs::create_directories(directory, error);
+  if (error) {
+    common::fail("cannot create the results directory {}: {}", directory.string(),
+                 error.message());
+  }
+}
+
+ResultsDirLock::ResultsDirLock(const fs::path& directory) : path_(directory / kFileName) {
+  descriptor_ = open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (descriptor_ < 0 && errno == EACCES) {
+    // Another user's lock file in a shared directory: flock needs no write access; only who
+    // holds it goes unrecorded.
+    descriptor_ = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    writable_ = false;
+  }
+  if (descriptor_ < 0) {
+    common::fail("cannot open the lock file {}: {}", path_.string(), std::strerror(errno));
+  }
+  int status = 0;
+  while ((status = flock(descriptor_, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
+  }
+  if (status != 0) {
+    const int error = errno;
+    std::string holder;
+    char buffer[512];
+    const ssize_t got = pread(descriptor_, buffer, sizeof buffer - 1, 0);
+    if (got > 0) holder.assign(buffer, static_cast<std::size_t>(got));
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    close(descriptor_);
+    descriptor_ = -1;
+    if (error != EWOULDBLOCK) {
+      common::fail("cannot lock {}: {}", path_.string(), std::strerror(error));
+    }
+    common::fail("the results directory {} is in use by {} (it holds {}): wait until that launch "
+                 "and its local job have finished, or launch this run under another name (e.g. "
+                 "training.run.name=<name>) or with unique_output_dir=true",
+                 directory.string(), holder.empty() ? "another launch" : holder, path_.string());
+  }
+  write_holder(fmt::format("launcher pid {} on host {}, since {}", getpid(), host_name(),
+                           common::format_local_time(std::time(nullptr))));
+}
+
+ResultsDirLock::ResultsDirLock(ResultsDirLock&& other) noexcept
+    : path_(std::move(other.path_)), descriptor_(other.descriptor_), writable_(other.writable_) {
+  other.descriptor_ = -1;
+}
+
+ResultsDirLock::~ResultsDirLock() {
+  if (descriptor_ >= 0) close(descriptor_);
+}
+
+void ResultsDirLock::share_with_children() {
+  write_holder(fmt::format("the detached local job of launcher pid {} on host {}, since {}",
+                           getpid(), host_name(), common::format_local_time(std::time(nullptr))));
+  const int flags = fcntl(descriptor_, F_GETFD);
+  if (flags < 0 || fcntl(descriptor_, F_SETFD, flags & ~FD_CLOEXEC) != 0) {
+    common::fail("cannot hand the lock {} on to the job: {}", path_.string(), std::strerror(errno));
+  }
+}
+
+void ResultsDirLock::write_holder(const std::string& holder) {
+  if (!writable_) return;
+  const std::string line = holder + "\n";
+  if (ftruncate(descriptor_, 0) != 0 ||
+      pwrite(descriptor_, line.data(), line.size(), 0) != static_cast<ssize_t>(line.size())) {
+    common::fail("cannot write the lock file {}: {}", path_.string(), std::strerror(errno));
+  }
+}
+
+void write_file_atomically(const fs::path& path, std::string_view text, bool executable) {
+  // The temporary name is not derived from the target's, so it never exceeds a file name's
+  // limit; pid and random suffix keep concurrent writers (and threads) apart, O_EXCL makes
+  // sure no two ever share one.
+  static thread_local std::mt19937_64 random{std::random_device{}()};
+  fs::path temporary;
+  int descriptor = -1;
+  for (int attempt = 0; descriptor < 0; ++attempt) {
+    temporary = path.parent_path() /
+                fmt::format(".launcher-{}-{:016x}.tmp", getpid(), static_cast<uint64_t>(random()));
+    descriptor = open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (descriptor < 0 && (errno != EEXIST || attempt == 100)) {
+      common::fail("cannot write {}: {}", path.string(), std::strerror(errno));
+    }
+  }
+  auto fail = [&](const char* step) {
+    const int error = errno;
+    close(descriptor);
+    unlink(temporary.c_str());
+    common::fail("cannot write {} ({} failed): {}", path.string(), step, std::strerror(error));
+  };
+  if (!write_all(descriptor, text)) fail("write");
+  if (executable) {
+    struct stat status {};
+    if (fstat(descriptor, &status) != 0 ||
+        fchmod(descriptor, (status.st_mode & 07777) | S_IXUSR | S_IXGRP) != 0) {
+      fail("chmod");
+    }
+  }
+  if (fsync(descriptor) != 0) fail("fsync");
+  if (close(descriptor) != 0) {
+    const int error = errno;
+    unlink(temporary.c_str());
+    common::fail("cannot write {} (close failed): {}", path.string(), std::strerror(error));
+  }
+  if (rename(temporary.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    unlink(temporary.c_str());
+    common::fail("cannot write {}: {}", path.string(), std::strerror(error));
+  }
+  sync_directory(path.parent_path());
+}
+
+}  // namespace launcher

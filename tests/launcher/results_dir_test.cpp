@@ -1,0 +1,116 @@
+// Results directories: the checks on names and paths made before anything is created, the
+// exclusive lock a launch takes (flock locks belong to an open file, so two locks in one
+// process conflict as two launchers would), and atomic file writes.
+#include "launcher/results_dir.hpp"
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/common/error.hpp"
+#include "temporary_directory.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+TEST_CASE("names that become file names: one file name, at most 200 bytes") {
+  CHECK_NOTHROW(launcher::check_file_name_part("gpt3_126m", "training.run.name"));
+  CHECK_NOTHROW(launcher::check_file_name_part("x'y; $(touch z) é", "training.run.name"));
+  CHECK_NOTHROW(launcher::check_file_name_part(std::string(200, 'a'), "training.run.name"));
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"", "training.run.name is empty"},
+      {"a/b", "training.run.name 'a/b' contains '/': it becomes file names"},
+      {"a/b/c", "use e.g. 'a_b_c'"},
+      {std::string("a\0b", 3), "training.run.name 'a\\x00b' contains a NUL byte"},
+      {".", "'.' is not a usable file name"},
+      {"..", "'..' is not a usable file name"},
+      {std::string(201, 'a'), "is longer than 200 bytes"},
+      {std::string(100'000, 'a'), "(100000 bytes)' is longer than 200 bytes"},
+  };
+  for (const auto& [name, message] : refused) {
+    CAPTURE(message);
+    CHECK_THROWS_WITH_AS(launcher::check_file_name_part(name, "training.run.name"),
+                         doctest::Contains(message.c_str()), common::Error);
+  }
+}
+
+TEST_CASE("directories to create: not empty, within Linux's limits, no file in the way") {
+  test_support::TemporaryDirectory temporary;
+  CHECK_NOTHROW(launcher::check_directory_path(temporary.path / "a" / "b", "k"));
+  CHECK_NOTHROW(launcher::check_directory_path("relative/results", "k"));
+  CHECK_THROWS_WITH_AS(launcher::check_directory_path("", "training.run.results_dir"),
+                       doctest::Contains("training.run.results_dir is empty"), common::Error);
+  CHECK_THROWS_WITH_AS(launcher::check_directory_path(temporary.path / std::string(256, 'x'), "k"),
+                       doctest::Contains("is longer than 255 bytes"), common::Error);
+  fs::path deep = temporary.path;
+  while (deep.native().size() <= 4095) deep /= std::string(200, 'd');
+  CHECK_THROWS_WITH_AS(launcher::check_directory_path(deep, "k"),
+                       doctest::Contains("is longer than 4095 bytes"), common::Error);
+  std::ofstream(temporary.path / "file") << "x";
+  CHECK_THROWS_WITH_AS(
+      launcher::check_directory_path(temporary.path / "file" / "a" / "b", "base_results_dir"),
+      doctest::Contains(
+          ((temporary.path / "file").string() + " exists and is not a directory").c_str()),
+      common::Error);
+  CHECK_THROWS_WITH_AS(launcher::create_results_dir(temporary.path / "file" / "a"),
+                       doctest::Contains("cannot create the results directory"), common::Error);
+  launcher::create_results_dir(temporary.path / "new" / "dir");
+  CHECK(fs::is_directory(temporary.path / "new" / "dir"));
+}
+
+TEST_CASE("a results directory is taken by one lock at a time, which names its holder") {
+  test_support::TemporaryDirectory temporary;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::optional<launcher::ResultsDirLock> first(std::in_place, temporary.path);
+  const std::string holder = read_file(temporary.path / launcher::ResultsDirLock::kFileName);
+  CHECK(holder.starts_with("launcher pid " + std::to_string(getpid()) + " on host " + host +
+                           ", since "));
+  CHECK_THROWS_WITH_AS(
+      launcher::ResultsDirLock(temporary.path),
+      doctest::Contains((temporary.path.string() + " is in use by launcher pid " +
+                         std::to_string(getpid()) + " on host " + host)
+                            .c_str()),
+      common::Error);
+  first.reset();  // released: the next launch takes it
+  CHECK_NOTHROW(launcher::ResultsDirLock(temporary.path));
+  CHECK_THROWS_WITH_AS(launcher::ResultsDirLock(temporary.path / "missing"),
+                       doctest::Contains("cannot open the lock file"), common::Error);
+}
+
+TEST_CASE("write_file_atomically replaces the file whole and leaves nothing else") {
+  test_support::TemporaryDirectory temporary;
+  const fs::path file = temporary.path / "config_hydra.yaml";
+  launcher::write_file_atomically(file, "a: 1\n");
+  launcher::write_file_atomically(file, "b: 2\n");
+  CHECK(read_file(file) == "b: 2\n");
+  CHECK((fs::status(file).permissions() & fs::perms::owner_exec) == fs::perms::none);
+  // A name near the 255-byte limit: the temporary name does not grow from it.
+  const fs::path long_name = temporary.path / (std::string(250, 'n') + ".yaml");
+  launcher::write_file_atomically(long_name, "x");
+  CHECK(read_file(long_name) == "x");
+  int entries = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(temporary.path)) ++entries;
+  CHECK(entries == 2);
+  CHECK_THROWS_WITH_AS(launcher::write_file_atomically(temporary.path / "no" / "file", "x"),
+                       doctest::Contains(
+                           ("cannot write " + (temporary.path / "no" / "file").string()).c_str()),
+                       common::Error);
+}
