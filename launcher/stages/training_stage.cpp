@@ -199,7 +199,10 @@ void check_value(const Node& training, const std::string& key, const std::string
   if (rule == nullptr) throw std::logic_error(flag + " has no value rule in backend/common/flag_rules.cpp");
   try {
     const common::CheckedFlagValue checked = common::check_flag_value(*rule, training_text(*value, key));
-    if (!checked.problem.empty()) problems.push_back(fmt::format("training.{}: {}", key, checked.problem));
+    if (!checked.problem.empty()) {
+      problems.push_back(fmt::format("training.{}: {} (from {})", key, checked.problem,
+                                     value->location().describe()));
+    }
   } catch (const common::Error& error) {
     problems.push_back(error.what());
   }

@@ -24,8 +24,9 @@ struct TrainingFlagMapping {
 const std::vector<TrainingFlagMapping>& training_flag_table();
 
 // Every config value the table maps to a flag, checked with the backend's own rule for that
-// flag (backend/common/flag_rules.hpp), one problem per bad value:
-//   "training.model.optim.lr: 'abc' is not a number; --lr takes a real number ≥ 0".
+// flag (backend/common/flag_rules.hpp), one problem per bad value, naming where it was set:
+//   "training.model.optim.lr: 'abc' is not a number; --lr takes a real number ≥ 0 (from the
+//   command line)".
 // What pretrain_gpt refuses only because it is not built yet (tensor parallelism, a
 // SentencePiece tokenizer) is not a value problem, so such configs still render.
 std::vector<std::string> training_value_problems(const Node& config);
