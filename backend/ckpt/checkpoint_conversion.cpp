@@ -1,9 +1,12 @@
 // Checkpoint ↔ model for checkpoint_util; see checkpoint_conversion.hpp.
 #include "backend/ckpt/checkpoint_conversion.hpp"
 
+#include <fmt/format.h>
+
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/common/error.hpp"
+#include "backend/common/memory_estimate.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/trainer.hpp"
@@ -32,7 +35,13 @@ GptModel<float> load_checkpoint_weights(const std::filesystem::path& directory, 
   // Weights only: load_checkpoint reads no optimizer state with --finetune.
   arguments.load = directory.string();
   arguments.finetune = true;
-  GptModel<float> model(model_config(arguments));
+  // The saved arguments decide the model's size: checked before it is built.
+  const GptConfig config = model_config(arguments);
+  common::require_memory_fits(common::estimate_conversion_memory(model_shape(config)),
+                              common::available_memory(),
+                              fmt::format("{}: the model its arguments describe", tracked->file.string()),
+                              "Convert it on a machine with more memory.");
+  GptModel<float> model(config);
   AdamW optimizer(AdamWConfig{}, {}, static_cast<int64_t>(model.parameters().size()));
   LearningRateScheduler scheduler(LearningRateSchedule{.max_lr = 0, .decay_steps = 1});
   load_checkpoint(arguments, model, optimizer, scheduler, out);

@@ -14,7 +14,9 @@
 #include <map>
 #include <set>
 
+#include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
+#include "backend/common/memory_estimate.hpp"
 
 namespace backend {
 namespace {
@@ -309,7 +311,11 @@ GptConfig gpt2_config_from_hf(const nlohmann::json& hf, const std::string& sourc
   config.num_layers = required_integer(hf, "n_layer", source);
   config.hidden_size = required_integer(hf, "n_embd", source);
   config.num_attention_heads = required_integer(hf, "n_head", source);
-  config.ffn_hidden_size = optional_integer(hf, "n_inner", 4 * config.hidden_size, source);
+  // n_inner null or absent: 4 × n_embd (transformers' default), which must fit int64 too.
+  config.ffn_hidden_size =
+      hf.contains("n_inner") && !hf["n_inner"].is_null()
+          ? required_integer(hf, "n_inner", source)
+          : common::checked_multiply(4, config.hidden_size, source + ": 4 × n_embd (n_inner's default)");
   config.max_position_embeddings = required_integer(hf, "n_positions", source);
   config.padded_vocab_size = required_integer(hf, "vocab_size", source);
   config.vocab_size = optional_integer(hf, kTokenizerVocabKey, config.padded_vocab_size, source);
@@ -625,6 +631,13 @@ GptModel<float> import_hf(const std::filesystem::path& directory) {
     common::fail("{}: no config.json (not a Hugging Face model directory)", directory.string());
   }
   const nlohmann::json hf_config = read_json_file(config_path);
+  // The model config.json describes is checked, and its memory estimated, before a tensor is
+  // read: a config that cannot be built, or not on this machine, is refused at once.
+  GptConfig config = gpt_config_from_hf(hf_config, config_path.string());
+  common::require_memory_fits(common::estimate_conversion_memory(model_shape(config)),
+                              common::available_memory(),
+                              fmt::format("{}: the model it describes", config_path.string()),
+                              "Convert it on a machine with more memory.");
 
   std::vector<NamedTensor> tensors;
   std::map<std::string, std::string> metadata;
@@ -659,7 +672,6 @@ GptModel<float> import_hf(const std::filesystem::path& directory) {
                  kSafetensorsIndexFile);
   }
 
-  GptConfig config = gpt_config_from_hf(hf_config, config_path.string());
   // The tokenizer's size: config.json's key, else the metadata's, else the whole vocabulary.
   if (const auto found = metadata.find(kTokenizerVocabKey);
       found != metadata.end() && !hf_config.contains(kTokenizerVocabKey)) {

@@ -1,13 +1,70 @@
 // See command_line.hpp.
 #include "backend/common/command_line.hpp"
 
+#include <cctype>
 #include <iostream>
+#include <stdexcept>
 #include <vector>
 
 #include "backend/common/error.hpp"
+#include "backend/common/flag_rules.hpp"
 #include "backend/common/suggest.hpp"
 
 namespace common {
+
+namespace {
+
+bool takes_value(const CLI::Option& option) {
+  return option.get_type_size_max() > 0 && option.get_items_expected_max() > 0;
+}
+
+// "--num-layers"; CLI11's get_name() is empty for the hidden (refused) options.
+std::string long_name(const CLI::Option& option) {
+  return option.get_lnames().empty() ? option.get_name() : "--" + option.get_lnames().front();
+}
+
+// argparse's test for a word that is an option rather than a value: it starts with '-', is
+// more than "-", and is not a negative number.
+bool looks_like_flag(const std::string& word) {
+  if (word.size() < 2 || word.front() != '-') return false;
+  const auto next = static_cast<unsigned char>(word[1]);
+  return !(std::isdigit(next) || next == '.');
+}
+
+// CLI11 gives a value option the next word even when that word is a flag; the user left the
+// value out.
+void refuse_flag_taken_as_value(const CLI::App& app, std::string_view program) {
+  for (const CLI::Option* option : app.get_options()) {
+    if (!takes_value(*option)) continue;
+    for (const std::string& value : option->results()) {
+      if (looks_like_flag(value)) {
+        fail("{}: {} needs a value, but the next argument is the flag {}", program,
+             long_name(*option), value);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void apply_flag_rules(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    // Hidden options are the refused flags (RefusedFlags): refused whatever their value.
+    if (!takes_value(*option) || option->get_group().empty()) continue;
+    const std::string name = long_name(*option);
+    const FlagRule* rule = find_flag_rule(name);
+    if (rule == nullptr) {
+      throw std::logic_error(name + " has no value rule in backend/common/flag_rules.cpp");
+    }
+    option->transform(CLI::Validator(
+        [rule](std::string& value) {
+          CheckedFlagValue checked = check_flag_value(*rule, value);
+          if (checked.problem.empty()) value = std::move(checked.canonical);
+          return checked.problem;
+        },
+        "", "flag rule"));
+  }
+}
 
 RefusedFlags::RefusedFlags(CLI::App& app, std::span<const RefusedFlag> flags) : flags_(flags) {
   for (const RefusedFlag& entry : flags_) {
@@ -47,10 +104,12 @@ bool parse_command_line(CLI::App& app, int argc, const char* const* argv, std::s
     std::cout << app.help();
     return false;
   } catch (const CLI::ParseError& error) {
+    refuse_flag_taken_as_value(app, program);
     refuse_unknown_arguments(app, program);
     refused.refuse_given(app, program, refused_wording);
     fail("{}: {} (run {} --help for the supported flags)", program, error.what(), program);
   }
+  refuse_flag_taken_as_value(app, program);
   refuse_unknown_arguments(app, program);
   refused.refuse_given(app, program, refused_wording);
   return true;

@@ -1,8 +1,11 @@
 // The command-line conventions every executable of the backend shares, on CLI11 (the one CLI
 // parser): Megatron flags this project knows but refuses are registered hidden, so that using
 // one is reported with its reason rather than as an unknown argument; unknown arguments are
-// reported first, with a "did you mean" suggestion, before CLI11's own "--x is required".
-// Both end in common::Error naming the program and the flag.
+// reported first, with a "did you mean" suggestion, before CLI11's own "--x is required";
+// a flag written where a value belongs ("--num-layers --hidden-size 64") is named as such,
+// where CLI11 would take the flag for the value and report the word after it as unknown; and
+// every value is checked with the shared table of flag rules (flag_rules.hpp) before CLI11
+// converts it. All end in common::Error naming the program and the flag.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -37,12 +40,20 @@ class RefusedFlags {
   std::map<std::string, std::string> values_;
 };
 
+// Attaches its rule from common/flag_rules to every option of `app` that takes a value: each
+// given value is checked before CLI11 converts it, and converted in the rule's reading
+// ("010" is 10, as argparse's int(), not strtoll's octal 8). An option the table has no rule
+// for is a programming error (std::logic_error): the table must cover the parser.
+void apply_flag_rules(CLI::App& app);
+
 // For an app parsed with allow_extras(): the first argument no option took stops with
 // "<program>: unknown argument <arg> (did you mean ...?) (run <program> --help ...)".
 void refuse_unknown_arguments(const CLI::App& app, std::string_view program);
 
-// Parses argv with `app` the way every tool does: unknown arguments are collected rather than
-// fatal inside CLI11, so they are reported first (with a suggestion), then a refused flag
+// Parses argv with `app` the way every tool does: a value option followed by a flag instead of
+// its value is reported first ("--num-layers needs a value, but the next argument is the flag
+// --hidden-size"); unknown arguments are collected rather than fatal inside CLI11, so they
+// are reported next (with a suggestion), then a refused flag
 // with its reason, and only then CLI11's own errors ("--x is required"). Returns false after
 // printing --help.
 bool parse_command_line(CLI::App& app, int argc, const char* const* argv, std::string_view program,

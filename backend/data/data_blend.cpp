@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "backend/common/error.hpp"
+#include "backend/common/flag_rules.hpp"
 
 namespace backend {
 
@@ -154,32 +155,10 @@ std::vector<double> normalize_weights(std::span<const double> weights, const std
 }
 
 std::array<double, 3> parse_split(const std::string& split) {
-  // re.findall(r"[.0-9]+", split), then float() of each run.
-  std::vector<double> numbers;
-  for (size_t i = 0; i < split.size();) {
-    if (!(std::isdigit(static_cast<unsigned char>(split[i])) || split[i] == '.')) {
-      ++i;
-      continue;
-    }
-    size_t end = i;
-    while (end < split.size() && (std::isdigit(static_cast<unsigned char>(split[end])) || split[end] == '.')) ++end;
-    const std::string run = split.substr(i, end - i);
-    const auto value = parse_number(run);
-    if (!value) common::fail("--split '{}': '{}' is not a number (e.g. --split 949,50,1)", split, run);
-    numbers.push_back(*value);
-    i = end;
-  }
-  if (numbers.size() > 3) {
-    common::fail("--split '{}': {} shares; give at most three (train, validation, test), e.g. "
-                 "949,50,1", split, numbers.size());
-  }
-  numbers.resize(3, 0.0);
-  const double sum = numpy_sum(numbers);
-  if (!(sum > 0)) {
-    common::fail("--split '{}': the shares sum to 0; give train a positive share, e.g. 949,50,1",
-                 split);
-  }
-  return {numbers[0] / sum, numbers[1] / sum, numbers[2] / sum};
+  // The shares, checked by the --split rule that the launcher applies too (common/flag_rules).
+  const std::array<double, 3> shares = common::parse_split_shares(split);
+  const double sum = numpy_sum(shares);
+  return {shares[0] / sum, shares[1] / sum, shares[2] / sum};
 }
 
 SplitMatrix split_matrix_from_vector(const std::array<double, 3>& split) {

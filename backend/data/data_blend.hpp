@@ -6,8 +6,9 @@
 //             `--data-path 0.3 A 0.7 B` (an even count whose every other word is a number:
 //             weights first), `--data-path A B` (no weights: each dataset once, blended by size).
 //             Weights are normalized to sum 1 (numpy's float64 sum, which is pairwise).
-//   split     `--split 949,50,1`: the numbers in the text, padded with zeros to three,
-//             normalized; the split matrix gives each split the range [sum of the earlier
+//   split     `--split 949,50,1`: one to three non-negative numbers separated by ',' or '/',
+//             padded with zeros to three, normalized (Megatron takes whatever numbers
+//             re.findall finds in the text; "-1,2,3" and "nan,1,1" are refused here instead); the split matrix gives each split the range [sum of the earlier
 //             shares, + its share) of every dataset's sequences, or none for a zero share.
 //   sources   --data-path WORDS, --data-args-path FILE (a file holding --data-path's words),
 //             --data-file-list FILE (ours: one "weight prefix" per line, # comments),
@@ -52,7 +53,8 @@ std::vector<double> normalize_weights(std::span<const double> weights, const std
 // The split matrix: per split (train, valid, test) the [begin, end) fractions, or none.
 using SplitMatrix = std::array<std::optional<std::pair<double, double>>, 3>;
 
-// parse_and_normalize_split: "949,50,1" → {0.949, 0.05, 0.001}. Errors name --split.
+// parse_and_normalize_split: "949,50,1" → {0.949, 0.05, 0.001}. Errors name --split
+// (common::parse_split_shares).
 std::array<double, 3> parse_split(const std::string& split);
 SplitMatrix split_matrix_from_vector(const std::array<double, 3>& split);
 

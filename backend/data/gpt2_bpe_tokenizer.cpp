@@ -46,6 +46,11 @@ const ByteCharacters& byte_characters() {
 }
 
 std::string read_file(const std::filesystem::path& path, std::string_view flag) {
+  // A directory opens as a stream that reads nothing; it would be reported as invalid JSON.
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) {
+    common::fail("cannot read {} {}: it is a directory, not a file", flag, path.string());
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) common::fail("cannot read {} {}: {}", flag, path.string(), std::strerror(errno));
   std::ostringstream contents;

@@ -1,17 +1,106 @@
 // Validation and vocabulary padding for GptConfig; see gpt_config.hpp.
 #include "backend/model/gpt_config.hpp"
 
+#include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 
 namespace backend {
+
+using common::checked_add;
+using common::checked_multiply;
 
 int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t tensor_parallel) {
   if (vocab_size <= 0) common::fail("--vocab-size must be positive, got {}", vocab_size);
   if (divisible_by <= 0) {
     common::fail("--make-vocab-size-divisible-by must be positive, got {}", divisible_by);
   }
-  const int64_t multiple = divisible_by * tensor_parallel;
-  return (vocab_size + multiple - 1) / multiple * multiple;
+  const int64_t multiple = checked_multiply(
+      divisible_by, tensor_parallel, "--make-vocab-size-divisible-by × tensor-parallel size");
+  const int64_t rounded_up = checked_add(
+      vocab_size, multiple - 1,
+      "the padded vocabulary (the vocabulary rounded up to a multiple of "
+      "--make-vocab-size-divisible-by × tensor-parallel size)");
+  return rounded_up / multiple * multiple;
+}
+
+int64_t parameter_count(const GptConfig& config) {
+  const int64_t C = config.hidden_size;
+  const int64_t F = config.ffn_hidden_size;
+  const int64_t F1 = config.swiglu ? checked_multiply(2, F, "linear_fc1's rows (2 × --ffn-hidden-size "
+                                                            "with --swiglu)")
+                                   : F;
+  // (NH + 2·NG) · HD; NG and HD divide what they are taken from, so only the sum can overflow.
+  const int64_t QKV = checked_multiply(
+      checked_add(config.num_attention_heads,
+                  checked_multiply(2, config.query_groups(), "2 × --num-query-groups"),
+                  "linear_qkv's heads (--num-attention-heads + 2 × --num-query-groups)"),
+      config.head_dim(),
+      "linear_qkv's rows ((--num-attention-heads + 2 × --num-query-groups) × the head size, "
+      "--hidden-size / --num-attention-heads)");
+  const bool layer_norm = config.normalization == Normalization::layer_norm;
+  const int64_t norm = layer_norm ? checked_multiply(2, C, "a LayerNorm (2 × --hidden-size)") : C;
+
+  int64_t per_layer = 0;
+  auto add = [&](int64_t& sum, int64_t count) {
+    sum = checked_add(sum, count, "the parameters of the model (a sum of the tensors above)");
+  };
+  add(per_layer, checked_multiply(QKV, C, "linear_qkv (its rows × --hidden-size)"));
+  add(per_layer, checked_multiply(C, C, "linear_proj (--hidden-size × --hidden-size)"));
+  add(per_layer, checked_multiply(F1, C, "linear_fc1 (--ffn-hidden-size × --hidden-size)"));
+  add(per_layer, checked_multiply(C, F, "linear_fc2 (--hidden-size × --ffn-hidden-size)"));
+  add(per_layer, checked_multiply(2, norm, "a layer's two norms"));
+  if (config.add_bias_linear) {
+    for (const int64_t bias : {QKV, C, F1, C}) add(per_layer, bias);
+  }
+  int64_t total = checked_multiply(config.num_layers, per_layer,
+                                   "the layers' parameters (--num-layers × a layer's)");
+  const int64_t vocabulary =
+      checked_multiply(config.padded_vocab_size, C,
+                       "the word embedding (padded vocabulary × --hidden-size)");
+  add(total, vocabulary);
+  if (!config.share_embeddings_and_output_weights) add(total, vocabulary);
+  if (config.position_embedding_type == PositionEmbeddingType::learned_absolute) {
+    add(total, checked_multiply(config.max_position_embeddings, C,
+                                "the position table (--max-position-embeddings × --hidden-size)"));
+  }
+  add(total, norm);
+  return total;
+}
+
+common::ModelShape model_shape(const GptConfig& config) {
+  return {.num_layers = config.num_layers,
+          .hidden_size = config.hidden_size,
+          .num_attention_heads = config.num_attention_heads,
+          .num_query_groups = config.query_groups(),
+          .ffn_hidden_size = config.ffn_hidden_size,
+          .padded_vocab_size = config.padded_vocab_size,
+          .position_rows = config.position_embedding_type == PositionEmbeddingType::learned_absolute
+                               ? config.max_position_embeddings
+                               : 0,
+          .gated_mlp = config.swiglu,
+          .linear_biases = config.add_bias_linear,
+          .norm_biases = config.normalization == Normalization::layer_norm,
+          .untied_output = !config.share_embeddings_and_output_weights};
+}
+
+common::MemoryEstimate training_memory_estimate(const GptConfig& config, int64_t micro_batch_size,
+                                                int64_t seq_length) {
+  common::TrainingSetup setup;
+  setup.seq_length = seq_length;
+  setup.micro_batch_size = micro_batch_size;
+  setup.attention_scores_stored = false;
+  switch (config.recompute_granularity) {
+    case RecomputeGranularity::none:
+      setup.recompute = common::Recompute::none;
+      break;
+    case RecomputeGranularity::selective:
+      setup.recompute = common::Recompute::selective;
+      break;
+    case RecomputeGranularity::full:
+      setup.recompute = common::Recompute::full;
+      break;
+  }
+  return common::estimate_training_memory(model_shape(config), setup);
 }
 
 void validate(const GptConfig& config) {
@@ -74,6 +163,7 @@ void validate(const GptConfig& config) {
           config.num_attention_heads);
     }
   }
+  parameter_count(config);  // every tensor's size, and their sum, fit int64
 }
 
 }  // namespace backend

@@ -7,9 +7,14 @@
 // are Megatron core's (TransformerConfig, GPTModel's constructor arguments) where it has one. The
 // vocabulary is padded as Megatron pads it (megatron/training/tokenizer: _vocab_size_with_padding):
 // up to a multiple of make_vocab_size_divisible_by × tp.
+// Every size derived from the shape (the tensors' element counts, the parameter count) is
+// computed with overflow-checked arithmetic (common/checked_math.hpp): a shape whose sizes do
+// not fit int64 fails validation naming the flags, before GptModel allocates anything.
 #pragma once
 
 #include <cstdint>
+
+#include "backend/common/memory_estimate.hpp"
 
 namespace backend {
 
@@ -75,7 +80,20 @@ struct GptConfig {
 int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t tensor_parallel);
 
 // Throws common::Error naming the flag when the shape is inconsistent
-// (heads must divide hidden, every size positive, padded ≥ vocab, dropout in [0, 1), ...).
+// (heads must divide hidden, every size positive, padded ≥ vocab, dropout in [0, 1), a
+// parameter count that fits int64, ...).
 void validate(const GptConfig& config);
+
+// The number of parameters GptModel lays out for `config`, exactly; common::Error naming the
+// tensor and flags when it does not fit int64.
+int64_t parameter_count(const GptConfig& config);
+
+// The shape as the memory estimate (common/memory_estimate.hpp) reads it.
+common::ModelShape model_shape(const GptConfig& config);
+
+// Training `config` on this backend's CPU path: fp32 throughout, one process, and the
+// blockwise attention that never stores the s × s scores.
+common::MemoryEstimate training_memory_estimate(const GptConfig& config, int64_t micro_batch_size,
+                                                int64_t seq_length);
 
 }  // namespace backend

@@ -36,6 +36,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/inverse_normal_cdf.hpp"
 #include "backend/common/lazy_zero_allocator.hpp"
@@ -182,9 +183,11 @@ struct GptModel<Scalar>::State {
   Buffer<Scalar> dfc1;       // (B, T, F or 2F) gradient of linear_fc1's output
 
   int64_t add_tensor(std::string name, std::vector<int64_t> shape, Init init) {
+    // validate() checked the whole layout's sizes; these checks keep each step honest too.
     int64_t numel = 1;
-    for (int64_t extent : shape) numel *= extent;
-    const int64_t offset = tensors.empty() ? 0 : tensors.back().offset + tensors.back().numel;
+    for (int64_t extent : shape) numel = common::checked_multiply(numel, extent, name);
+    const int64_t offset =
+        tensors.empty() ? 0 : common::checked_add(tensors.back().offset, tensors.back().numel, name);
     // Megatron's default: no weight decay on biases and norm parameters (the 1-D tensors).
     const bool weight_decay = shape.size() > 1;
     tensor_index.emplace(name, tensors.size());
@@ -292,9 +295,21 @@ struct GptModel<Scalar>::State {
 template <typename Scalar>
 void GptModel<Scalar>::State::resize_activations(int64_t new_batch_size, int64_t new_seq_length) {
   if (new_batch_size == batch_size && new_seq_length == seq_length) return;
+  // Every buffer's element count, checked: rows × the widest feature count (the logits'
+  // padded vocabulary, or linear_qkv's and linear_fc1's features) must fit, and
+  // B · NH · T for the attention statistics.
+  const int64_t checked_rows =
+      common::checked_multiply(new_batch_size, new_seq_length, "micro batch × sequence length");
+  for (const int64_t width : {config.padded_vocab_size, config.qkv_features(), config.fc1_features(),
+                              config.hidden_size}) {
+    common::checked_multiply(checked_rows, width,
+                             "the activations (micro batch × sequence length × features)");
+  }
+  common::checked_multiply({checked_rows, config.num_attention_heads},
+                           "the attention statistics (micro batch × sequence length × heads)");
   batch_size = new_batch_size;
   seq_length = new_seq_length;
-  const auto rows = static_cast<size_t>(batch_size * seq_length);
+  const auto rows = static_cast<size_t>(checked_rows);
   const auto C = static_cast<size_t>(config.hidden_size);
   const auto F = static_cast<size_t>(config.ffn_hidden_size);
   const auto F1 = static_cast<size_t>(config.fc1_features());

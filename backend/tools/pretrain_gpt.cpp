@@ -19,9 +19,11 @@ int main(int argc, char** argv) {
     backend::pretrain(*arguments, std::cout);
     return 0;
   } catch (const common::Error& error) {
+    std::cout.flush();  // the arguments dump first, so the message is not printed inside it
     spdlog::error("{}", error.what());
     return 2;
   } catch (const std::exception& error) {
+    std::cout.flush();
     spdlog::critical("internal error (please report): {}", error.what());
     return 3;
   }

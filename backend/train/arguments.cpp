@@ -13,6 +13,7 @@
 #include <map>
 #include <tuple>
 
+#include "backend/common/checked_math.hpp"
 #include "backend/common/command_line.hpp"
 #include "backend/common/error.hpp"
 #include "backend/data/data_blend.hpp"
@@ -35,13 +36,9 @@ constexpr common::RefusedFlag kUnsupportedFlags[] = {
     {"--reset-attention-mask", false, "attention is causal over the whole sample; document masks are not built yet"},
 };
 
-const std::vector<std::string> kDecayStyles = {"constant", "linear", "cosine",
-                                               "inverse-square-root", "WSD"};
-const std::vector<std::string> kWsdDecayStyles = {"exponential", "linear", "cosine", "minus_sqrt"};
-const std::vector<std::string> kWeightDecayIncrementStyles = {"constant", "linear", "cosine"};
-const std::vector<std::string> kTokenizers = {"GPT2BPETokenizer", "NullTokenizer"};
-const std::vector<std::string> kPositionEmbeddingTypes = {"learned_absolute", "rope"};
-const std::vector<std::string> kNormalizations = {"LayerNorm", "RMSNorm"};
+// Megatron's tokenizers that this backend builds; the others are valid values of
+// --tokenizer-type (common/flag_rules.cpp) that are refused as not built yet.
+const std::vector<std::string> kBuiltTokenizers = {"GPT2BPETokenizer", "NullTokenizer"};
 
 }  // namespace
 
@@ -80,12 +77,12 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(model);
   app.add_option("--position-embedding-type", arguments.position_embedding_type,
                  "learned_absolute or rope")
-      ->group(model)->check(CLI::IsMember(kPositionEmbeddingTypes));
+      ->group(model);
   app.add_option("--rotary-base", arguments.rotary_base, "RoPE base period")->group(model);
   app.add_option("--rotary-percent", arguments.rotary_percent,
                  "Share of each head's features that RoPE rotates")->group(model);
   app.add_option("--normalization", arguments.normalization, "LayerNorm or RMSNorm")
-      ->group(model)->check(CLI::IsMember(kNormalizations));
+      ->group(model);
   app.add_flag("--swiglu", arguments.swiglu, "SwiGLU MLP (linear_fc1 gives 2 × ffn features)")
       ->group(model);
   app.add_flag("--disable-bias-linear{false}", arguments.add_bias_linear,
@@ -102,16 +99,16 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                "Selective recompute (same as --recompute-granularity selective)")->group(model);
   app.add_option("--recompute-granularity", arguments.recompute_granularity,
                  "selective (attention core) or full (whole layers)")
-      ->group(model)->check(CLI::IsMember({"selective", "full"}));
+      ->group(model);
   app.add_option("--recompute-method", arguments.recompute_method,
                  "Full recompute: uniform (chunks of N layers) or block (the first N layers)")
-      ->group(model)->check(CLI::IsMember({"uniform", "block"}));
+      ->group(model);
   app.add_option("--recompute-num-layers", arguments.recompute_num_layers,
                  "Full recompute: N of --recompute-method")->group(model);
 
   auto* data = "Data and tokenizer";
   app.add_option("--tokenizer-type", arguments.tokenizer_type, "GPT2BPETokenizer or NullTokenizer")
-      ->group(data)->check(CLI::IsMember(kTokenizers));
+      ->group(data);
   app.add_option("--vocab-size", arguments.vocab_size, "Vocabulary size (NullTokenizer)")
       ->group(data);
   app.add_option("--vocab-file", arguments.vocab_file, "GPT-2 vocab.json")->group(data);
@@ -165,14 +162,14 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   app.add_flag("--bf16", arguments.bf16, "bf16 mixed precision (CUDA path)")->group(training);
   app.add_flag("--fp16", arguments.fp16, "fp16 mixed precision (CUDA path)")->group(training);
   app.add_option("--device", arguments.device, "auto, cpu or cuda (not a Megatron flag)")
-      ->group(training)->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+      ->group(training);
 
   auto* optimizer = "Optimizer and learning rate";
   app.add_option("--lr", arguments.lr, "Peak learning rate")->group(optimizer)->required();
   app.add_option("--min-lr", arguments.min_lr, "Minimum learning rate")->group(optimizer);
   app.add_option("--lr-decay-style", arguments.lr_decay_style,
                  "constant, linear, cosine, inverse-square-root or WSD")
-      ->group(optimizer)->check(CLI::IsMember(kDecayStyles));
+      ->group(optimizer);
   app.add_option("--lr-warmup-iters", arguments.lr_warmup_iters, "Linear warmup iterations")
       ->group(optimizer);
   app.add_option("--lr-warmup-samples", arguments.lr_warmup_samples,
@@ -185,7 +182,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "Decay samples (sample-based training; default: --train-samples)")->group(optimizer);
   app.add_option("--lr-wsd-decay-style", arguments.lr_wsd_decay_style,
                  "WSD's final decay: exponential, linear, cosine or minus_sqrt")
-      ->group(optimizer)->check(CLI::IsMember(kWsdDecayStyles));
+      ->group(optimizer);
   app.add_option("--lr-wsd-decay-iters", arguments.lr_wsd_decay_iters,
                  "Iterations of WSD's final decay")->group(optimizer);
   app.add_option("--lr-wsd-decay-samples", arguments.lr_wsd_decay_samples,
@@ -201,7 +198,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "Weight decay at the end of training")->group(optimizer);
   app.add_option("--weight-decay-incr-style", arguments.weight_decay_incr_style,
                  "constant, linear or cosine")
-      ->group(optimizer)->check(CLI::IsMember(kWeightDecayIncrementStyles));
+      ->group(optimizer);
   app.add_option("--clip-grad", arguments.clip_grad, "Clip gradients to this global norm")
       ->group(optimizer);
   app.add_option("--adam-beta1", arguments.adam_beta1, "Adam beta1")->group(optimizer);
@@ -265,6 +262,10 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                "On load, take the schedule from the checkpoint, whatever the flags say")
       ->group(logging);
 
+  // Every value is checked by the shared table (backend/common/flag_rules.cpp) before CLI11
+  // converts it: kind, range, finiteness, choices. What remains for validate_arguments is the
+  // rules between flags and what is not built yet.
+  common::apply_flag_rules(app);
   const common::RefusedFlags unsupported(app, kUnsupportedFlags);
   if (!common::parse_command_line(app, argc, argv, "pretrain_gpt", unsupported,
                                   "is a Megatron-LM flag this backend does not support yet")) {
@@ -321,36 +322,23 @@ void validate_data_arguments(TrainingArguments& arguments) {
     }
     parse_split(arguments.split);  // reports a bad --split now, not after the model is built
   }
-  if (real_data && arguments.seed > 0xffffffffULL) {
-    common::fail("--seed {}: the datasets shuffle with numpy's RandomState, as Megatron's, whose "
-                 "seed lies in [0, 4294967295]", arguments.seed);
-  }
-  if (arguments.num_dataset_builder_threads < 0) {
-    common::fail("--num-dataset-builder-threads must be ≥ 0 (0: one per core), got {}",
-                 arguments.num_dataset_builder_threads);
-  }
 }
 
 }  // namespace
 
 void validate_arguments(TrainingArguments& arguments) {
-  auto require_positive = [](int64_t value, const char* flag) {
-    if (value <= 0) common::fail("{} must be positive, got {}", flag, value);
-  };
-  require_positive(arguments.num_layers, "--num-layers");
-  require_positive(arguments.hidden_size, "--hidden-size");
-  require_positive(arguments.num_attention_heads, "--num-attention-heads");
-  require_positive(arguments.seq_length, "--seq-length");
-  require_positive(arguments.micro_batch_size, "--micro-batch-size");
-  require_positive(arguments.log_interval, "--log-interval");
-  require_positive(arguments.eval_interval, "--eval-interval");
-  if (arguments.eval_iters < 0) common::fail("--eval-iters must be ≥ 0, got {}", arguments.eval_iters);
-
+  // Each value's own range was checked when it was parsed (common/flag_rules); these are the
+  // rules between flags, the defaults derived from other flags, and what is not built yet.
   if (arguments.ffn_hidden_size == 0) {
     // Megatron's default keeps SwiGLU's three matrices near the parameters of GELU's two
     // 4h ones: 2/3 of 4h, rounded down to a multiple of 64.
-    arguments.ffn_hidden_size = arguments.swiglu ? 4 * arguments.hidden_size * 2 / 3 / 64 * 64
-                                                 : 4 * arguments.hidden_size;
+    const int64_t four_h = common::checked_multiply(
+        4, arguments.hidden_size, "--ffn-hidden-size (default 4 × --hidden-size)");
+    arguments.ffn_hidden_size =
+        arguments.swiglu ? common::checked_multiply(four_h, 2, "--ffn-hidden-size (default for "
+                                                               "--swiglu: 4 × --hidden-size × 2/3)") /
+                               3 / 64 * 64
+                         : four_h;
   }
   if (arguments.max_position_embeddings == 0) {
     arguments.max_position_embeddings = arguments.seq_length;
@@ -370,50 +358,24 @@ void validate_arguments(TrainingArguments& arguments) {
   const int64_t data_parallel_size =
       make_parallel_layout(1, arguments.tensor_model_parallel_size,
                            arguments.pipeline_model_parallel_size).data_parallel;
-  if (arguments.global_batch_size == 0) {
-    arguments.global_batch_size = arguments.micro_batch_size * data_parallel_size;
-  }
-  if (arguments.global_batch_size % (arguments.micro_batch_size * data_parallel_size) != 0) {
+  const int64_t micro_batches_at_once = common::checked_multiply(
+      arguments.micro_batch_size, data_parallel_size, "--micro-batch-size × data-parallel size");
+  if (arguments.global_batch_size == 0) arguments.global_batch_size = micro_batches_at_once;
+  if (arguments.global_batch_size % micro_batches_at_once != 0) {
     common::fail("--global-batch-size {} is not divisible by --micro-batch-size {} × "
                  "data-parallel size {}",
                  arguments.global_batch_size, arguments.micro_batch_size, data_parallel_size);
   }
 
-  if (arguments.lr < 0) common::fail("--lr must be ≥ 0, got {}", arguments.lr);
-  if (arguments.min_lr < 0 || arguments.min_lr > arguments.lr) {
+  if (arguments.min_lr > arguments.lr) {
     common::fail("--min-lr {} must lie in [0, --lr {}]", arguments.min_lr, arguments.lr);
-  }
-  if (arguments.weight_decay < 0) {
-    common::fail("--weight-decay must be ≥ 0, got {}", arguments.weight_decay);
   }
   // Training length (iterations or samples), batch-size ramp-up, learning-rate and weight-decay
   // schedule: Megatron's rules in backend/train/training_schedule.cpp.
   resolve_training_schedule(arguments, data_parallel_size);
-  if (arguments.clip_grad < 0) common::fail("--clip-grad must be ≥ 0, got {}", arguments.clip_grad);
-  auto require_probability = [](double value, const char* flag, bool allow_one) {
-    if (!(value >= 0 && (allow_one ? value <= 1 : value < 1))) {
-      common::fail("{} must lie in [0, 1{}, got {}", flag, allow_one ? "]" : ")", value);
-    }
-  };
-  require_positive(arguments.tensorboard_log_interval, "--tensorboard-log-interval");
-  require_positive(arguments.tensorboard_queue_size, "--tensorboard-queue-size");
-  require_probability(arguments.adam_beta1, "--adam-beta1", false);
-  require_probability(arguments.adam_beta2, "--adam-beta2", false);
-  require_probability(arguments.hidden_dropout, "--hidden-dropout", false);
-  require_probability(arguments.attention_dropout, "--attention-dropout", false);
-  if (arguments.rotary_base <= 0) {
-    common::fail("--rotary-base must be positive, got {}", arguments.rotary_base);
-  }
-  if (!(arguments.rotary_percent > 0 && arguments.rotary_percent <= 1)) {
-    common::fail("--rotary-percent must lie in (0, 1], got {}", arguments.rotary_percent);
-  }
-  if (!(arguments.norm_epsilon > 0)) {
-    common::fail("--norm-epsilon must be positive, got {}", arguments.norm_epsilon);
-  }
   if (arguments.group_query_attention &&
-      (arguments.num_query_groups <= 0 ||
-       arguments.num_attention_heads % arguments.num_query_groups != 0)) {
-    common::fail("--num-query-groups {} must be positive and divide --num-attention-heads {}",
+      arguments.num_attention_heads % arguments.num_query_groups != 0) {
+    common::fail("--num-query-groups {} must divide --num-attention-heads {}",
                  arguments.num_query_groups, arguments.num_attention_heads);
   }
   // Megatron's TransformerConfig rules for recompute.
@@ -435,7 +397,6 @@ void validate_arguments(TrainingArguments& arguments) {
       common::fail("--recompute-granularity full needs --recompute-num-layers N");
     }
   }
-  if (!(arguments.adam_eps > 0)) common::fail("--adam-eps must be positive, got {}", arguments.adam_eps);
   if (arguments.bf16 && arguments.fp16) common::fail("--bf16 and --fp16 are mutually exclusive");
 
   // Tokenizer: the vocabulary size is what the model needs; GPT-2's is a fixed fact.
@@ -446,21 +407,19 @@ void validate_arguments(TrainingArguments& arguments) {
     }
     arguments.tokenizer_type = "NullTokenizer";
   }
+  if (std::find(kBuiltTokenizers.begin(), kBuiltTokenizers.end(), arguments.tokenizer_type) ==
+      kBuiltTokenizers.end()) {
+    common::fail("--tokenizer-type {} is not built yet: this backend has GPT2BPETokenizer and "
+                 "NullTokenizer", arguments.tokenizer_type);
+  }
   if (arguments.tokenizer_type == "NullTokenizer" && arguments.vocab_size <= 0) {
     common::fail("--tokenizer-type NullTokenizer needs --vocab-size N (N > 0)");
   }
 
   validate_data_arguments(arguments);
 
-  // Checkpointing.
-  if (arguments.save_interval < 0) {
-    common::fail("--save-interval must be positive, got {}", arguments.save_interval);
-  }
-  if (arguments.exit_interval < 0) {
-    common::fail("--exit-interval must be positive, got {}", arguments.exit_interval);
-  }
-  // --save-interval without --save is accepted, as Megatron accepts it: scripts often pass the
-  // interval always and --save only sometimes.
+  // Checkpointing. --save-interval without --save is accepted, as Megatron accepts it: scripts
+  // often pass the interval always and --save only sometimes.
   if (arguments.finetune && arguments.load.empty()) {
     common::fail("--finetune needs --load DIR (the checkpoint whose weights to start from)");
   }

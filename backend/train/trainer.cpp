@@ -11,7 +11,9 @@
 #include <ostream>
 
 #include "backend/ckpt/checkpoint.hpp"
+#include "backend/common/checked_math.hpp"
 #include "backend/common/device.hpp"
+#include "backend/common/memory_estimate.hpp"
 #include "backend/common/error.hpp"
 #include "backend/data/tokenizer.hpp"
 #include "backend/dist/process_environment.hpp"
@@ -131,13 +133,23 @@ int64_t tokenizer_vocab_size(const TrainingArguments& arguments) {
                             .vocab_size = 0})
         ->vocab_size();
   }
-  if (arguments.tokenizer_type == "NullTokenizer") return arguments.vocab_size + 1;
+  if (arguments.tokenizer_type == "NullTokenizer") {
+    return common::checked_add(arguments.vocab_size, 1, "--vocab-size + NullTokenizer's EOD");
+  }
   common::fail("--tokenizer-type '{}' is not valid (valid: GPT2BPETokenizer, NullTokenizer)",
                arguments.tokenizer_type);
 }
 
 TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSource source) {
   const auto setup_start = Clock::now();
+  // The model's shape is checked and its memory estimated before anything is written or
+  // allocated: a model this machine cannot hold is refused with the estimate.
+  const GptConfig config = model_config(a);
+  common::require_memory_fits(
+      training_memory_estimate(config, a.micro_batch_size, a.seq_length),
+      common::available_memory(), "pretrain_gpt: the model",
+      "Lower --micro-batch-size or --seq-length, recompute activations (--recompute-granularity "
+      "full --recompute-method uniform --recompute-num-layers 1), or train a smaller model.");
   if (!a.log_dir.empty()) write_exp_manager_files(a.log_dir, a);
   const ProcessEnvironment process = read_process_environment();
   if (process.world_size > 1) {
@@ -151,7 +163,6 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
                  a.bf16 ? "--bf16" : "--fp16");
   }
 
-  const GptConfig config = model_config(a);
   GptModel<float> model(config);
   model.init_parameters(a.seed);
   // The dropout masks come from --seed too; dropout_key() mixes the seed into a stream of its
@@ -174,7 +185,8 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
                  Split split, int64_t first, int64_t batch, std::span<int32_t> tokens,
                  std::span<int32_t> labels) { dataset.fill_batch(split, first, batch, tokens, labels); };
   }
-  const int64_t micro_tokens = a.micro_batch_size * a.seq_length;
+  const int64_t micro_tokens =
+      common::checked_multiply(a.micro_batch_size, a.seq_length, "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
 
   out << fmt::format(" > padded vocab (size: {}) with {} dummy tokens (new size: {})\n",

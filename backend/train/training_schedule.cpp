@@ -4,8 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 
+#include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 
 namespace backend {
@@ -113,6 +115,28 @@ void check_rampup_batch_sizes(const TrainingArguments& a, const GlobalBatchSizeS
   }
 }
 
+// The schedule counts samples and the data path tokens in int64: the run's samples and tokens
+// and the evaluations' must fit (the schedule's lengths in samples are checked where
+// learning_rate_schedule computes them), or the products wrap and the run misbehaves
+// (a negative decay, a hang of 2^62 micro batches). Megatron's Python ints never overflow,
+// but no run that large can finish either.
+void check_run_fits_counters(const TrainingArguments& a) {
+  const int64_t train_samples =
+      a.train_samples > 0 ? a.train_samples
+                          : common::checked_multiply(a.train_iters, a.global_batch_size,
+                                                     "--train-iters × --global-batch-size (the "
+                                                     "samples the run trains on)");
+  common::checked_multiply(train_samples, a.seq_length,
+                           "the samples the run trains on × --seq-length (its tokens)");
+  if (a.eval_iters > 0) {
+    // Every --eval-interval iterations, and the final validation and test passes.
+    const int64_t evaluations = a.train_iters / std::max<int64_t>(1, a.eval_interval) + 2;
+    common::checked_multiply({evaluations, a.eval_iters, a.global_batch_size, a.seq_length},
+                             "evaluations × --eval-iters × --global-batch-size × --seq-length "
+                             "(the tokens the validation and test passes read)");
+  }
+}
+
 void refuse_for_mode(bool given, const char* flag, const char* mode_flag, const char* instead) {
   if (given) {
     common::fail("{} does not go with {} (Megatron refuses the mix); use {}", flag, mode_flag,
@@ -123,21 +147,8 @@ void refuse_for_mode(bool given, const char* flag, const char* mode_flag, const 
 }  // namespace
 
 void resolve_training_schedule(TrainingArguments& a, int64_t data_parallel_size) {
-  auto require_non_negative = [](int64_t value, const char* flag) {
-    if (value < 0) common::fail("{} must be ≥ 0, got {}", flag, value);
-  };
-  require_non_negative(a.train_iters, "--train-iters");
-  require_non_negative(a.train_samples, "--train-samples");
-  require_non_negative(a.lr_warmup_iters, "--lr-warmup-iters");
-  require_non_negative(a.lr_warmup_samples, "--lr-warmup-samples");
-  require_non_negative(a.lr_decay_iters, "--lr-decay-iters");
-  require_non_negative(a.lr_decay_samples, "--lr-decay-samples");
-  if (a.lr_wsd_decay_iters) require_non_negative(*a.lr_wsd_decay_iters, "--lr-wsd-decay-iters");
-  if (a.lr_wsd_decay_samples) require_non_negative(*a.lr_wsd_decay_samples, "--lr-wsd-decay-samples");
-  if (a.lr_warmup_fraction && !(*a.lr_warmup_fraction >= 0 && *a.lr_warmup_fraction < 1)) {
-    common::fail("--lr-warmup-fraction {} must lie in [0, 1): the warmup must end before the decay "
-                 "does", *a.lr_warmup_fraction);
-  }
+  // Each length's own range (≥ 0, or ≥ 1 where 0 would mean "not given") and the warmup
+  // fraction's [0, 1) were checked when the flags were parsed (common/flag_rules).
 
   // Iteration-based or sample-based, never both (Megatron's validate_args). Validating again
   // is harmless: iterations an earlier call derived from --train-samples are derived anew.
@@ -199,6 +210,7 @@ void resolve_training_schedule(TrainingArguments& a, int64_t data_parallel_size)
     common::fail("--lr-decay-style WSD needs the length of its final decay: {} N",
                  sample_based ? "--lr-wsd-decay-samples" : "--lr-wsd-decay-iters");
   }
+  check_run_fits_counters(a);
   if (a.lr_warmup_init > a.lr) {
     common::fail("--lr-warmup-init {} must not exceed --lr {}", a.lr_warmup_init, a.lr);
   }
@@ -236,11 +248,16 @@ LearningRateSchedule learning_rate_schedule(const TrainingArguments& a) {
     s.wsd_decay_steps = a.lr_wsd_decay_samples.value_or(-1);
     s.warmup_steps = static_cast<double>(a.lr_warmup_samples);
   } else {
+    // Iterations in samples: × the global batch size, checked (check_run_fits_counters).
     const int64_t batch = a.global_batch_size;
-    s.decay_steps = a.lr_decay_iters * batch;
-    s.weight_decay_increment_steps = a.train_iters * batch;
-    s.wsd_decay_steps = a.lr_wsd_decay_iters ? *a.lr_wsd_decay_iters * batch : -1;
-    s.warmup_steps = static_cast<double>(a.lr_warmup_iters * batch);
+    auto in_samples = [batch](int64_t iterations, const char* flag) {
+      return common::checked_multiply(iterations, batch,
+                                      fmt::format("{} × --global-batch-size (in samples)", flag));
+    };
+    s.decay_steps = in_samples(a.lr_decay_iters, "--lr-decay-iters");
+    s.weight_decay_increment_steps = in_samples(a.train_iters, "--train-iters");
+    s.wsd_decay_steps = a.lr_wsd_decay_iters ? in_samples(*a.lr_wsd_decay_iters, "--lr-wsd-decay-iters") : -1;
+    s.warmup_steps = static_cast<double>(in_samples(a.lr_warmup_iters, "--lr-warmup-iters"));
   }
   if (a.lr_warmup_fraction) s.warmup_steps = *a.lr_warmup_fraction * static_cast<double>(s.decay_steps);
   return s;

@@ -9,8 +9,11 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <stdexcept>
 
+#include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
+#include "backend/common/flag_rules.hpp"
 #include "launcher/config/node.hpp"
 #include "launcher/config/scalar_text.hpp"
 
@@ -177,12 +180,50 @@ void rampup_in_samples(const Node& training, const Node& rampup, std::vector<std
                    arguments[i], text);
     }
     arguments[i] = renamed->second;
-    arguments[i + 1] = fmt::format("{}", iterations * global_batch_size);
+    arguments[i + 1] = fmt::format(
+        "{}", common::checked_multiply(iterations, global_batch_size,
+                                       fmt::format("{} × training.model.global_batch_size (the "
+                                                   "steps of {} counted in samples)",
+                                                   arguments[i], key)));
   }
   arguments.insert(arguments.end(), {"--rampup-batch-size", values[0], values[1], values[2]});
 }
 
+// Checks `key`'s value (if set) with the rule of `flag`; a value that is not a scalar is a
+// problem too.
+void check_value(const Node& training, const std::string& key, const std::string& flag,
+                 std::vector<std::string>& problems) {
+  const Node* value = lookup(training, key);
+  if (value == nullptr) return;
+  const common::FlagRule* rule = common::find_flag_rule(flag);
+  if (rule == nullptr) throw std::logic_error(flag + " has no value rule in backend/common/flag_rules.cpp");
+  try {
+    const common::CheckedFlagValue checked = common::check_flag_value(*rule, training_text(*value, key));
+    if (!checked.problem.empty()) {
+      problems.push_back(fmt::format("training.{}: {} (from {})", key, checked.problem,
+                                     value->location().describe()));
+    }
+  } catch (const common::Error& error) {
+    problems.push_back(error.what());
+  }
+}
+
 }  // namespace
+
+std::vector<std::string> training_value_problems(const Node& config) {
+  const Node* training_node = find(config, "training");
+  if (training_node == nullptr || !training_node->is_map()) return {};
+  const Node& training = *training_node;
+  std::vector<std::string> problems;
+  for (const auto& row : kTrainingFlags) check_value(training, row.config_key, row.flag, problems);
+  // The keys of derived rows whose value still reaches a flag as it is.
+  check_value(training, "model.num_query_groups", "--num-query-groups", problems);
+  const Node* data_impl = lookup(training, "model.data.data_impl");
+  if (data_impl == nullptr || training_text(*data_impl, "model.data.data_impl") == "mmap") {
+    check_value(training, "model.data.splits_string", "--split", problems);
+  }
+  return problems;
+}
 
 const std::vector<TrainingFlagMapping>& training_flag_table() {
   static const std::vector<TrainingFlagMapping> table = [] {
@@ -199,6 +240,12 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
     common::fail("the config has no `training` section: choose one with training=<option>");
   }
   const Node& training = *training_node;
+  if (const auto problems = training_value_problems(config); !problems.empty()) {
+    if (problems.size() == 1) common::fail("{}", problems.front());
+    std::string message = "the training config has values pretrain_gpt would refuse:";
+    for (const auto& problem : problems) message += "\n  - " + problem;
+    common::fail("{}", message);
+  }
   std::vector<std::string> arguments;
   for (const auto& row : kTrainingFlags) {
     if (const Node* value = lookup(training, row.config_key)) {
@@ -216,7 +263,7 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
   const int64_t constant = integer_or(training, "model.optim.sched.constant_steps", 0);
   if (max_steps > 0) {
     int64_t decay = max_steps - constant > warmup ? max_steps - constant : max_steps;
-    decay = std::max(decay, warmup + 1);
+    decay = std::max(decay, common::checked_add(warmup, 1, "training.model.optim.sched.warmup_steps + 1"));
     arguments.push_back("--lr-decay-iters");
     arguments.push_back(fmt::format("{}", decay));
   }

@@ -218,12 +218,13 @@ TEST_CASE("a hostile run name stays literal text: the script runs and nothing is
 
 TEST_CASE("a failing backend makes the launcher fail with the backend's message in the log") {
   TemporaryDirectory temporary;
-  // Something only the backend checks: the launcher's preflight lets it through.
+  // Something only the backend checks (a rule between two flags; each value passes its own
+  // rule, which the launcher checks): the launcher's preflight lets it through.
   const auto run = launcher::run_and_capture(
-      tiny_run(temporary.path, {"training.model.init_method_std=-1"}));
+      tiny_run(temporary.path, {"training.model.optim.sched.min_lr=1"}));
   INFO(run.output);
   CHECK(run.exit_code == 2);
-  CHECK(run.output.find("--init-method-std must be positive, got -1") != std::string::npos);
+  CHECK(run.output.find("--min-lr 1 must lie in [0, --lr 0.0006]") != std::string::npos);
 }
 
 TEST_CASE("preflight refuses a bad layout before anything is written or run") {
@@ -439,7 +440,7 @@ TEST_CASE("a value of the wrong type is refused before anything runs, naming the
   const auto run = launcher::run_and_capture(tiny_run(temporary.path, {"training.model.num_layers=abc"}));
   INFO(run.output);
   CHECK(run.exit_code == 2);
-  CHECK(run.output.find("'training.model.num_layers' (the command line) has type string, expected "
-                        "type int") != std::string::npos);
+  CHECK(run.output.find("training.model.num_layers: 'abc' is not an integer; --num-layers takes an "
+                        "integer ≥ 1 (from the command line)") != std::string::npos);
   CHECK_FALSE(fs::exists(temporary.path / "gpt3_126m"));
 }

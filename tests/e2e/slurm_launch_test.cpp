@@ -124,7 +124,7 @@ TEST_CASE("a backend that fails under Slurm leaves a FAILED job whose log has th
   // Something only the backend checks (the launcher's preflight lets it through, as in
   // launcher_main_test.cpp), so the job is queued and fails inside Slurm.
   const auto launched = slurm_test::run_command(
-      tiny_bcm_run(cluster, temporary.path, {"training.model.init_method_std=-1"}), {}, 120s);
+      tiny_bcm_run(cluster, temporary.path, {"training.model.optim.sched.min_lr=1"}), {}, 120s);
   INFO("launcher output:\n" << launched.output);
   // Submitting succeeded; the failure is the job's, seen by Slurm.
   REQUIRE(launched.exit_code == 0);
@@ -143,7 +143,7 @@ TEST_CASE("a backend that fails under Slurm leaves a FAILED job whose log has th
   const fs::path job_log = results / ("log-" + kJobName + "_" + job_id + ".out");
   const std::string job_output = slurm_test::read_text(job_log);
   INFO("job log " << job_log << ":\n" << job_output);
-  CHECK(job_output.find("--init-method-std must be positive, got -1") != std::string::npos);
+  CHECK(job_output.find("--min-lr 1 must lie in [0, --lr 0.0006]") != std::string::npos);
   CHECK(count_matches(job_output, kIterationLine) == 0);
 }
 

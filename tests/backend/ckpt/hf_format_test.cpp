@@ -548,3 +548,23 @@ TEST_CASE("hf_format: Llama settings that cannot load, and models with no HF arc
   CHECK_THROWS_WITH_AS(backend::export_hf(directory.path / "partial", partial_model),
                        doctest::Contains("--rotary-percent 1.0"), common::Error);
 }
+
+TEST_CASE("hf_format: a config.json whose model cannot be built is refused before the tensors are read") {
+  TemporaryDirectory directory;
+  const auto dir = directory.path / "hf";
+  backend::export_hf(dir, initialised_model(tiny_gpt_config()));
+  const auto config_text = backend::hf_config_json(tiny_gpt_config());
+  auto refused_with = [&](const char* key, int64_t value, const char* why) {
+    auto json = config_text;
+    json[key] = value;
+    write_text(dir / "config.json", json.dump());
+    CHECK_THROWS_WITH_AS(backend::import_hf(dir), doctest::Contains(why), common::Error);
+  };
+  // A trillion layers, a quadrillion rows: sizes that fit int64 but no machine's memory.
+  refused_with("n_layer", 1'000'000'000'000, "does not fit in this machine's memory");
+  refused_with("vocab_size", 1'000'000'000'000'000, "does not fit in this machine's memory");
+  // Sizes whose products do not fit int64 at all.
+  refused_with("n_embd", int64_t{1} << 62, "exceeds 9223372036854775807");
+  refused_with("n_inner", INT64_MAX, "exceeds 9223372036854775807");
+  refused_with("n_layer", 0, "--num-layers");
+}

@@ -48,3 +48,19 @@ TEST_CASE("an unknown argument is named first, with a suggestion") {
                        doctest::Contains("tool: unknown argument --num-layer Did you mean '--num-layers'?"),
                        common::Error);
 }
+
+TEST_CASE("a flag written where a value belongs is named, not the value left over") {
+  // CLI11 gives --num-layers the next word even when it is a flag; argparse says "expected one
+  // argument". The word after it (2) must not be reported as an unknown argument instead.
+  CHECK_THROWS_WITH_AS(parse({"--num-layers", "--sequence-parallel", "2"}),
+                       "tool: --num-layers needs a value, but the next argument is the flag "
+                       "--sequence-parallel",
+                       common::Error);
+  CHECK_THROWS_WITH_AS(parse({"--tokenizer-model", "--num-layers", "2"}),
+                       doctest::Contains("--tokenizer-model needs a value, but the next argument is "
+                                         "the flag --num-layers"),
+                       common::Error);
+  // A negative number is a value, as in argparse.
+  CHECK_THROWS_WITH_AS(parse({"--num-layers", "-2", "--sequence-parallel"}),
+                       doctest::Contains("--sequence-parallel is refused"), common::Error);
+}

@@ -112,7 +112,9 @@ TEST_CASE("--split: Megatron's parsing, normalization and split matrix") {
 
   CHECK_THROWS_WITH_AS(parse_split("1,2,3,4"), doctest::Contains("4 shares"), common::Error);
   CHECK_THROWS_WITH_AS(parse_split("0,0,0"), doctest::Contains("sum to 0"), common::Error);
-  CHECK_THROWS_WITH_AS(parse_split("train"), doctest::Contains("sum to 0"), common::Error);
+  CHECK_THROWS_WITH_AS(parse_split("train"), doctest::Contains("'train' is not a number"), common::Error);
+  // Megatron's regex reads "-1,2,3" as 1,2,3 and "nan,1,1" as 1,1: refused instead.
+  CHECK_THROWS_WITH_AS(parse_split("-1,2,3"), doctest::Contains("'-1' is negative"), common::Error);
   CHECK_THROWS_WITH_AS(parse_split("1.2.3,1"), doctest::Contains("'1.2.3' is not a number"), common::Error);
 }
 

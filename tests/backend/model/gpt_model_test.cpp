@@ -1130,3 +1130,56 @@ TEST_CASE("recompute settings Megatron refuses are refused, naming the flag") {
       "--recompute-num-layers must be at least 0 with --recompute-method block, got -1",
       common::Error);
 }
+
+TEST_CASE("a shape whose sizes overflow is refused before anything is allocated") {
+  struct Case {
+    void (*change)(GptConfig&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](GptConfig& c) { c.ffn_hidden_size = INT64_MAX; }, "--ffn-hidden-size"},
+      {[](GptConfig& c) { c.hidden_size = int64_t{1} << 61; c.num_attention_heads = 1; },
+       "--hidden-size"},
+      {[](GptConfig& c) { c.padded_vocab_size = c.vocab_size = int64_t{1} << 60; },
+       "the word embedding"},
+      {[](GptConfig& c) { c.max_position_embeddings = int64_t{1} << 60; }, "the position table"},
+      {[](GptConfig& c) { c.num_layers = int64_t{1} << 55; }, "--num-layers"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    GptConfig config = tiny_config();
+    c.change(config);
+    CHECK_THROWS_WITH_AS(GptModel<float>{config}, doctest::Contains(c.message), common::Error);
+    CHECK_THROWS_WITH_AS(backend::validate(config), doctest::Contains("exceeds 9223372036854775807"),
+                         common::Error);
+  }
+  CHECK_THROWS_WITH_AS(backend::padded_vocab_size(101, INT64_MAX, 1),
+                       doctest::Contains("padded vocabulary"), common::Error);
+  CHECK_THROWS_WITH_AS(backend::padded_vocab_size(INT64_MAX, 128, 1),
+                       doctest::Contains("padded vocabulary"), common::Error);
+}
+
+TEST_CASE("the parameter count and the memory estimate agree with the model's layout") {
+  for (auto change : {+[](GptConfig&) {},
+                      +[](GptConfig& c) {
+                        c.position_embedding_type = backend::PositionEmbeddingType::rope;
+                        c.normalization = backend::Normalization::rms_norm;
+                        c.swiglu = true;
+                        c.add_bias_linear = false;
+                        c.share_embeddings_and_output_weights = false;
+                        c.num_attention_heads = 4;
+                        c.num_query_groups = 2;
+                      }}) {
+    GptConfig config = tiny_config();
+    change(config);
+    const GptModel<float> model(config);
+    CHECK(backend::parameter_count(config) == static_cast<int64_t>(model.parameters().size()));
+    const auto estimate = backend::training_memory_estimate(config, 2, 8);
+    CHECK(estimate.parameters == doctest::Approx(static_cast<double>(model.parameters().size())));
+    // fp32 on the CPU: 4 B weights, 4 B gradients, 8 B for Adam's two moments.
+    CHECK(estimate.weights_bytes == doctest::Approx(4.0 * estimate.parameters));
+    CHECK(estimate.gradients_bytes == doctest::Approx(4.0 * estimate.parameters));
+    CHECK(estimate.optimizer_bytes == doctest::Approx(8.0 * estimate.parameters));
+    CHECK(estimate.activations_bytes > 0);
+  }
+}

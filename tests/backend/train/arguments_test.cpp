@@ -58,17 +58,20 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
       {{"--lr-decay-style", "exponential"}, "--lr-decay-style"},
       {{"--sequence-parallel"},
        "--sequence-parallel is a Megatron-LM flag this backend does not support yet"},
-      {{"--position-embedding-type", "alibi"}, "--position-embedding-type: alibi not in"},
-      {{"--normalization", "rmsnorm"}, "--normalization: rmsnorm not in"},
-      {{"--rotary-percent", "0"}, "--rotary-percent must lie in (0, 1], got 0"},
-      {{"--rotary-percent", "1.5"}, "--rotary-percent must lie in (0, 1], got 1.5"},
-      {{"--rotary-base", "0"}, "--rotary-base must be positive, got 0"},
-      {{"--norm-epsilon", "0"}, "--norm-epsilon must be positive, got 0"},
+      {{"--position-embedding-type", "alibi"},
+       "--position-embedding-type: 'alibi' is not a valid choice; --position-embedding-type takes "
+       "one of learned_absolute, rope"},
+      {{"--normalization", "rmsnorm"}, "--normalization: 'rmsnorm' is not a valid choice"},
+      {{"--rotary-percent", "0"}, "--rotary-percent: '0' is out of range; --rotary-percent takes a real number in (0, 1]"},
+      {{"--rotary-percent", "1.5"}, "--rotary-percent: '1.5' is out of range"},
+      {{"--rotary-base", "0"}, "--rotary-base: '0' is out of range; --rotary-base takes an integer ≥ 1"},
+      {{"--norm-epsilon", "0"}, "--norm-epsilon: '0' is out of range; --norm-epsilon takes a real number > 0"},
+      {{"--layernorm-epsilon", "-1"}, "--norm-epsilon: '-1' is out of range"},
       {{"--group-query-attention", "--num-query-groups", "3"},
-       "--num-query-groups 3 must be positive and divide --num-attention-heads 4"},
+       "--num-query-groups 3 must divide --num-attention-heads 4"},
       {{"--group-query-attention", "--num-query-groups", "0"},
-       "--num-query-groups 0 must be positive and divide --num-attention-heads 4"},
-      {{"--recompute-granularity", "partial"}, "--recompute-granularity: partial not in"},
+       "--num-query-groups: '0' is out of range; --num-query-groups takes an integer ≥ 1"},
+      {{"--recompute-granularity", "partial"}, "--recompute-granularity: 'partial' is not a valid choice"},
       {{"--recompute-granularity", "full", "--recompute-num-layers", "1"},
        "--recompute-granularity full needs --recompute-method uniform or block"},
       {{"--recompute-granularity", "full", "--recompute-method", "block"},
@@ -80,12 +83,12 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
       {{"--tensor-model-parallel-size", "2"}, "model parallelism is not built yet"},
       {{"--data-path", "my_text_document"}, "--mock-data and --data-path are exclusive"},
       {{"--finetune"}, "--finetune needs --load DIR"},
-      {{"--save-interval", "-5"}, "--save-interval must be positive, got -5"},
-      {{"--exit-interval", "-1"}, "--exit-interval must be positive, got -1"},
+      {{"--save-interval", "-5"}, "--save-interval: '-5' is out of range; --save-interval takes an integer ≥ 1"},
+      {{"--exit-interval", "-1"}, "--exit-interval: '-1' is out of range"},
       {{"--load", "/tmp/ckpt", "--override-opt_param-scheduler",
         "--use-checkpoint-opt_param-scheduler"}, "mutually exclusive"},
       {{"--min-lr", "1"}, "--min-lr 1 must lie in [0, --lr 0.001]"},
-      {{"--adam-beta2", "1.5"}, "--adam-beta2 must lie in [0, 1)"},
+      {{"--adam-beta2", "1.5"}, "--adam-beta2: '1.5' is out of range; --adam-beta2 takes a real number in [0, 1)"},
       {{"--bf16", "--fp16"}, "mutually exclusive"},
       {{"--lr-warmup-iters", "10"}, "--lr-warmup-iters 10 must be smaller than --lr-decay-iters 10"},
       {{"--lr-warmup-iters", "10", "--lr-decay-style", "constant"},
@@ -223,10 +226,13 @@ TEST_CASE("data flags: Megatron's default split, exclusive sources, the dump") {
       {{"--data-path", "a", "--data-args-path", "f"}, "--data-path and --data-args-path are exclusive"},
       {{"--data-path", "a", "--train-data-path", "t"}, "--data-path and --train-data-path are exclusive"},
       {{"--train-data-path", "t", "--split", "9,1,0"}, "--split 9,1,0 applies to one blend"},
-      {{"--data-path", "a", "--split", "1,2,3,4"}, "--split '1,2,3,4': 4 shares"},
+      {{"--data-path", "a", "--split", "1,2,3,4"}, "--split: '1,2,3,4': 4 shares"},
       {{"--data-path", "a", "--split", "0,0,0"}, "the shares sum to 0"},
-      {{"--data-path", "a", "--seed", "4294967296"}, "--seed 4294967296: the datasets shuffle with numpy"},
-      {{"--data-path", "a", "--num-dataset-builder-threads", "-1"}, "--num-dataset-builder-threads must be"},
+      {{"--data-path", "a", "--seed", "4294967296"},
+       "--seed: '4294967296' is out of range; --seed takes an integer in [1, 4294967295] (Megatron "
+       "requires a positive seed, and numpy's RandomState one below 2^32)"},
+      {{"--data-path", "a", "--num-dataset-builder-threads", "-1"},
+       "--num-dataset-builder-threads: '-1' is out of range"},
       {{"--data-path", "a", "--eod-mask-loss"}, "--eod-mask-loss is a Megatron-LM flag this backend does not support yet"},
       {{"--per-split-data-args-path", "p.json", "--test-data-path", "t"}, "are exclusive"},
   };
@@ -288,7 +294,7 @@ TEST_CASE("schedule and length flags that Megatron refuses together name both fl
       {with_length(samples, {"--lr-decay-style", "WSD"}),
        "--lr-decay-style WSD needs the length of its final decay: --lr-wsd-decay-samples N"},
       {with_length(iters, {"--lr-wsd-decay-style", "square"}), "--lr-wsd-decay-style"},
-      {with_length(iters, {"--lr-warmup-fraction", "1"}), "--lr-warmup-fraction 1 must lie in [0, 1)"},
+      {with_length(iters, {"--lr-warmup-fraction", "1"}), "--lr-warmup-fraction: '1' is out of range; --lr-warmup-fraction takes a real number in [0, 1)"},
       {with_length(iters, {"--lr-warmup-init", "0.01"}), "--lr-warmup-init 0.01 must not exceed --lr 0.001"},
       {with_length(samples, {"--rampup-batch-size", "3", "1", "40"}),
        "iteration 1 (after 0 samples) has a global batch of 3, which --micro-batch-size 2"},
@@ -298,7 +304,7 @@ TEST_CASE("schedule and length flags that Megatron refuses together name both fl
        "--start-weight-decay/--end-weight-decay need --weight-decay-incr-style linear or cosine"},
       {with_length(iters, {"--weight-decay-incr-style", "linear", "--end-weight-decay", "0.1"}),
        "--weight-decay-incr-style linear needs both --start-weight-decay and --end-weight-decay"},
-      {with_length(iters, {"--tensorboard-log-interval", "0"}), "--tensorboard-log-interval must be positive"},
+      {with_length(iters, {"--tensorboard-log-interval", "0"}), "--tensorboard-log-interval: '0' is out of range"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.message);
@@ -396,4 +402,76 @@ TEST_CASE("--data-path-file is the issue's name for --data-file-list") {
   const auto arguments = parse(words);
   REQUIRE(arguments);
   CHECK(arguments->data_file_list == "/data/list.txt");
+}
+
+TEST_CASE("every value is checked with the shared flag rules before it is used") {
+  struct Case {
+    std::vector<std::string> extra;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--lr", "abc"}, "pretrain_gpt: --lr: 'abc' is not a number; --lr takes a real number ≥ 0"},
+      {{"--lr", "inf"}, "--lr: 'inf' is not a finite number"},
+      {{"--min-lr", "nan"}, "--min-lr: 'nan' is not a finite number"},
+      {{"--end-weight-decay", "inf"}, "--end-weight-decay: 'inf' is not a finite number"},
+      // As argparse, a word that starts with '-' and is not a negative number is a flag.
+      {{"--weight-decay", "-inf"}, "--weight-decay needs a value, but the next argument is the flag -inf"},
+      {{"--init-method-std", "inf"}, "--init-method-std: 'inf' is not a finite number"},
+      {{"--global-batch-size", "-4"}, "'-4' is out of range; --global-batch-size takes an integer ≥ 1"},
+      {{"--train-iters", "-5"}, "'-5' is out of range; --train-iters takes an integer ≥ 1"},
+      {{"--hidden-dropout", "2"}, "'2' is out of range; --hidden-dropout takes a real number in [0, 1)"},
+      {{"--seed", "-1"}, "--seed: '-1' is out of range; --seed takes an integer in [1, 4294967295]"},
+      {{"--seed", "99999999999999999999"}, "--seed: '99999999999999999999' is larger than any"},
+      {{"--num-layers", "99999999999999999999"}, "--num-layers: '99999999999999999999' is larger"},
+      {{"--rampup-batch-size", "4", "-2", "100"}, "--rampup-batch-size: '-2' is out of range"},
+      {{"--lr-decay-style", "exponential"}, "'exponential' is not a valid choice; --lr-decay-style "
+                                            "takes one of constant, linear, cosine"},
+      {{"--num-layers", "--hidden-size", "64"},
+       "pretrain_gpt: --num-layers needs a value, but the next argument is the flag --hidden-size"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    CHECK_THROWS_WITH_AS(parse(with(c.extra)), doctest::Contains(c.message.c_str()), common::Error);
+  }
+  // Values are read as Megatron's argparse reads them: "010" is ten.
+  CHECK(parse(with({"--num-layers", "010"}))->num_layers == 10);
+}
+
+TEST_CASE("a default is a flag not given, never a 0 given") {
+  for (const char* flag : {"--max-position-embeddings", "--global-batch-size", "--ffn-hidden-size",
+                           "--lr-decay-iters", "--save-interval", "--exit-interval"}) {
+    CAPTURE(flag);
+    CHECK_THROWS_WITH_AS(parse(with({flag, "0"})), doctest::Contains("'0' is out of range"),
+                         common::Error);
+  }
+  const auto defaults = parse(base_flags());
+  CHECK(defaults->max_position_embeddings == 32);
+  CHECK(defaults->global_batch_size == 8);
+  CHECK(defaults->ffn_hidden_size == 256);
+}
+
+TEST_CASE("derived sizes and lengths that overflow are refused naming the flags") {
+  CHECK_THROWS_WITH_AS(parse(with({"--hidden-size", "2305843009213693952"})),
+                       doctest::Contains("--ffn-hidden-size (default 4 × --hidden-size)"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(parse(with({"--train-iters", "9223372036854775807"})),
+                       doctest::Contains("--train-iters × --global-batch-size (the samples the run trains on): "
+                                         "9223372036854775807 × 8 exceeds"),
+                       common::Error);
+  // One iteration of 2^63 − 2 samples of 32 tokens: more tokens than the counters hold.
+  CHECK_THROWS_WITH_AS(
+      parse(with({"--train-iters", "1", "--global-batch-size", "9223372036854775806"})),
+      doctest::Contains("exceeds 9223372036854775807"), common::Error);
+  CHECK_THROWS_WITH_AS(parse(with({"--lr-warmup-iters", "9223372036854775806",
+                                   "--lr-decay-iters", "9223372036854775807"})),
+                       doctest::Contains("exceeds 9223372036854775807"), common::Error);
+}
+
+TEST_CASE("Megatron tokenizers that are valid but not built are refused as not built yet") {
+  CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", "Llama2Tokenizer"})),
+                       doctest::Contains("--tokenizer-type Llama2Tokenizer is not built yet"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", "Llama3"})),
+                       doctest::Contains("'Llama3' is not a valid choice; --tokenizer-type takes"),
+                       common::Error);
 }

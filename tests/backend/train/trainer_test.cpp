@@ -363,3 +363,26 @@ TEST_CASE("the GPT-2 vocabulary size comes from --vocab-file with real data, not
   a.merge_file = std::string(TEST_SOURCE_DIR) + "/tests/data/gpt2-merges.txt";
   CHECK(tokenizer_vocab_size(a) == 50257);  // read from the file
 }
+
+TEST_CASE("a model that cannot fit this machine's memory is refused, with the estimate, before it is built") {
+  auto a = tiny_arguments();
+  // 2^40 parameters per layer: terabytes of weights, and far more with the optimizer.
+  a.hidden_size = int64_t{1} << 20;
+  a.num_attention_heads = 1024;
+  test_support::TemporaryDirectory temporary;
+  a.log_dir = (temporary.path / "logs").string();
+  std::ostringstream log;
+  try {
+    train(a, log);
+    FAIL("expected a refusal");
+  } catch (const common::Error& error) {
+    const std::string message = error.what();
+    CHECK(message.find("does not fit in this machine's memory") != std::string::npos);
+    for (const char* row : {"weights", "gradients", "optimizer states", "activations", "total"}) {
+      CAPTURE(row);
+      CHECK(message.find(row) != std::string::npos);
+    }
+  }
+  // Refused before anything was written either.
+  CHECK_FALSE(std::filesystem::exists(temporary.path / "logs"));
+}

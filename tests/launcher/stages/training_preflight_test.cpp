@@ -74,8 +74,10 @@ TEST_CASE("a split that leaves validation empty is refused while validation runs
                  "leaves the validation split empty while training.trainer.limit_val_batches is 50"));
   CHECK(training_preflight(with_data("100,0,0", "0")).problems.empty());
   CHECK(training_preflight(with_data("99990/8/2", "50")).problems.empty());
-  CHECK(mentions(training_preflight(with_data("99,x,1", "50")), "'x' is not a non-negative number"));
-  CHECK(mentions(training_preflight(with_data("1,1,1,1", "50")), "has 4 parts"));
+  // The split string is checked with the backend's --split rule, naming the key.
+  CHECK(mentions(training_preflight(with_data("99,x,1", "50")),
+                 "training.model.data.splits_string: '99,x,1': 'x' is not a number; --split takes"));
+  CHECK(mentions(training_preflight(with_data("1,1,1,1", "50")), "4 shares"));
 }
 
 TEST_CASE("a model that cannot fit the cluster's GPUs is refused with the ways out") {
@@ -150,4 +152,24 @@ TEST_CASE("the Llama configs carry the Llama switches to Megatron's flags") {
   const auto report = training_preflight(config);
   CHECK(report.parameters > 65'000'000'000);
   CHECK(report.parameters < 72'000'000'000);
+}
+
+TEST_CASE("a mapped value the backend would refuse is a preflight problem, before any arithmetic") {
+  // make_vocab_size_divisible_by=0 once divided by zero here (SIGFPE) before anything was said.
+  const auto report = training_preflight(composed({"training.model.make_vocab_size_divisible_by=0"}));
+  CHECK(mentions(report, "training.model.make_vocab_size_divisible_by: '0' is out of range; "
+                         "--make-vocab-size-divisible-by takes an integer ≥ 1"));
+  const auto several = training_preflight(
+      composed({"training.model.optim.lr=abc", "training.model.global_batch_size=-4"}));
+  CHECK(mentions(several, "training.model.optim.lr: 'abc' is not a number"));
+  CHECK(mentions(several, "training.model.global_batch_size: '-4' is out of range"));
+  CHECK_THROWS_WITH_AS(enforce_training_preflight(composed({"training.model.hidden_dropout=2"})),
+                       doctest::Contains("training.model.hidden_dropout: '2' is out of range"),
+                       common::Error);
+}
+
+TEST_CASE("layout products that overflow are problems, not wrapped numbers") {
+  const auto report = training_preflight(composed(
+      {"training.trainer.num_nodes=4611686018427387904", "training.trainer.devices=4"}));
+  CHECK(mentions(report, "exceeds 9223372036854775807"));
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
+#include "backend/common/flag_rules.hpp"
 #include "launcher/config/compose.hpp"
 #include "launcher/config/interpolate.hpp"
 #include "launcher/stages/training_stage.hpp"
@@ -186,4 +187,72 @@ TEST_CASE("NeMo's rampup_batch_size becomes Megatron's sample-based ramp-up") {
   CHECK_THROWS_WITH_AS(megatron_training_arguments(
                            composed_126m({"training.model.rampup_batch_size=[8,0,400]"})),
                        doctest::Contains("training.model.rampup_batch_size.1 is 0"), common::Error);
+}
+
+TEST_CASE("every mapped value is checked with the backend's rule, naming the key and the flag") {
+  struct Case {
+    std::string override_;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"training.model.optim.lr=abc",
+       "training.model.optim.lr: 'abc' is not a number; --lr takes a real number ≥ 0"},
+      {"training.model.global_batch_size=-4",
+       "training.model.global_batch_size: '-4' is out of range; --global-batch-size takes an "
+       "integer ≥ 1"},
+      {"training.trainer.max_steps=-5",
+       "training.trainer.max_steps: '-5' is out of range; --train-iters takes an integer ≥ 1"},
+      {"training.model.hidden_dropout=2",
+       "training.model.hidden_dropout: '2' is out of range; --hidden-dropout takes a real number in "
+       "[0, 1)"},
+      {"training.model.make_vocab_size_divisible_by=0",
+       "training.model.make_vocab_size_divisible_by: '0' is out of range"},
+      {"training.model.num_layers=true", "training.model.num_layers: 'true' is not an integer"},
+      {"training.model.optim.betas=[0.9,1.5]", "training.model.optim.betas.1: '1.5' is out of range"},
+      {"training.model.seed=-1", "training.model.seed: '-1' is out of range; --seed takes"},
+      {"training.model.activations_checkpoint_granularity=partial",
+       "training.model.activations_checkpoint_granularity: 'partial' is not a valid choice; "
+       "--recompute-granularity takes one of selective, full"},
+      {"+training.model.num_query_groups=0",
+       "training.model.num_query_groups: '0' is out of range; --num-query-groups takes"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.override_);
+    CHECK_THROWS_WITH_AS(megatron_training_arguments(composed_126m({c.override_})),
+                         doctest::Contains(c.message.c_str()), common::Error);
+  }
+  // With real data the split string is checked too.
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(composed_126m(
+          {"training.model.data.data_impl=mmap", "training.model.data.data_prefix=[1.0,/data/x]",
+           "training.model.data.splits_string='-1,2,3'"})),
+      doctest::Contains("training.model.data.splits_string: '-1,2,3': '-1' is negative; --split "
+                        "takes"),
+      common::Error);
+  // All problems at once.
+  try {
+    megatron_training_arguments(
+        composed_126m({"training.model.optim.lr=abc", "training.model.hidden_dropout=2"}));
+    FAIL("expected a refusal");
+  } catch (const common::Error& error) {
+    CHECK(std::string(error.what()).find("training.model.optim.lr") != std::string::npos);
+    CHECK(std::string(error.what()).find("training.model.hidden_dropout") != std::string::npos);
+  }
+}
+
+TEST_CASE("what the backend refuses only because it is not built yet is still translated") {
+  const auto arguments = megatron_training_arguments(composed_126m(
+      {"training.model.tensor_model_parallel_size=2", "training.model.tokenizer.type=Llama2Tokenizer",
+       "training.model.tokenizer.model=/t.model"}));
+  CHECK(flag_value(arguments, "--tensor-model-parallel-size") == "2");
+  CHECK(flag_value(arguments, "--tokenizer-type") == "Llama2Tokenizer");
+  CHECK(flag_value(arguments, "--tokenizer-model") == "/t.model");
+}
+
+TEST_CASE("every flag of the one-to-one table has a value rule in the backend's table") {
+  for (const auto& row : training_flag_table()) {
+    if (row.flag.find(' ') != std::string::npos || !row.note.empty()) continue;  // derived rows
+    CAPTURE(row.flag);
+    CHECK(common::find_flag_rule(row.flag) != nullptr);
+  }
 }

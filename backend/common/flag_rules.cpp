@@ -1,0 +1,345 @@
+// The value rules of pretrain_gpt's flags; see flag_rules.hpp.
+#include "backend/common/flag_rules.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <vector>
+
+#include "backend/common/error.hpp"
+
+namespace common {
+
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+constexpr int64_t kLargestInteger = std::numeric_limits<int64_t>::max();
+
+constexpr FlagRule rule_of(std::string_view flag, FlagKind kind) {
+  FlagRule rule;
+  rule.flag = flag;
+  rule.kind = kind;
+  return rule;
+}
+constexpr FlagRule integer(std::string_view flag, int64_t min, int64_t max = kLargestInteger,
+                           std::string_view note = {}) {
+  FlagRule rule = rule_of(flag, FlagKind::integer);
+  rule.min_integer = min;
+  rule.max_integer = max;
+  rule.note = note;
+  return rule;
+}
+// A real number in a range; `lower_inclusive`/`upper_inclusive` say whether the bounds are.
+constexpr FlagRule real(std::string_view flag, double lower, bool lower_inclusive,
+                        double upper = kInfinity, bool upper_inclusive = true) {
+  FlagRule rule = rule_of(flag, FlagKind::real);
+  rule.lower = lower;
+  rule.lower_inclusive = lower_inclusive;
+  rule.upper = upper;
+  rule.upper_inclusive = upper_inclusive;
+  return rule;
+}
+constexpr FlagRule probability(std::string_view flag) { return real(flag, 0, true, 1, false); }
+constexpr FlagRule choice(std::string_view flag, std::span<const std::string_view> choices) {
+  FlagRule rule = rule_of(flag, FlagKind::choice);
+  rule.choices = choices;
+  return rule;
+}
+constexpr FlagRule text(std::string_view flag, std::string_view alias = {}) {
+  FlagRule rule = rule_of(flag, FlagKind::text);
+  rule.alias = alias;
+  return rule;
+}
+
+// Megatron's choices (megatron/training/arguments.py). --tokenizer-type lists Megatron's
+// tokenizers, not only the two built here: a config naming Llama2Tokenizer is valid and
+// renders; pretrain_gpt refuses it as not built yet.
+constexpr std::string_view kTokenizerTypes[] = {
+    "BertWordPieceLowerCase", "BertWordPieceCase",    "GPT2BPETokenizer", "SentencePieceTokenizer",
+    "GPTSentencePieceTokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer", "TikTokenizer",
+    "MultimodalTokenizer",    "NullTokenizer"};
+constexpr std::string_view kPositionEmbeddingTypes[] = {"learned_absolute", "rope"};
+constexpr std::string_view kNormalizations[] = {"LayerNorm", "RMSNorm"};
+constexpr std::string_view kRecomputeGranularities[] = {"selective", "full"};
+constexpr std::string_view kRecomputeMethods[] = {"uniform", "block"};
+constexpr std::string_view kDecayStyles[] = {"constant", "linear", "cosine", "inverse-square-root",
+                                             "WSD"};
+constexpr std::string_view kWsdDecayStyles[] = {"exponential", "linear", "cosine", "minus_sqrt"};
+constexpr std::string_view kWeightDecayIncrementStyles[] = {"constant", "linear", "cosine"};
+constexpr std::string_view kDevices[] = {"auto", "cpu", "cuda"};
+
+constexpr FlagRule norm_epsilon() {
+  FlagRule rule = real("--norm-epsilon", 0, false);
+  rule.alias = "--layernorm-epsilon";
+  return rule;
+}
+constexpr FlagRule split_shares() { return rule_of("--split", FlagKind::split); }
+
+// In docs/backend.md's order.
+constexpr FlagRule kRules[] = {
+    // model
+    integer("--num-layers", 1),
+    integer("--hidden-size", 1),
+    integer("--ffn-hidden-size", 1),
+    integer("--num-attention-heads", 1),
+    integer("--seq-length", 1),
+    integer("--max-position-embeddings", 1),
+    integer("--make-vocab-size-divisible-by", 1),
+    real("--init-method-std", 0, false),
+    norm_epsilon(),
+    choice("--position-embedding-type", kPositionEmbeddingTypes),
+    integer("--rotary-base", 1),
+    real("--rotary-percent", 0, false, 1, true),
+    choice("--normalization", kNormalizations),
+    choice("--recompute-granularity", kRecomputeGranularities),
+    choice("--recompute-method", kRecomputeMethods),
+    integer("--recompute-num-layers", 0),  // block recompute of 0 layers recomputes nothing
+    integer("--num-query-groups", 1),
+    probability("--hidden-dropout"),
+    probability("--attention-dropout"),
+    // tokenizer and data
+    choice("--tokenizer-type", kTokenizerTypes),
+    integer("--vocab-size", 1, 2147483646, "token ids are 32-bit, and NullTokenizer adds its EOD"),
+    text("--vocab-file"),
+    text("--merge-file"),
+    text("--tokenizer-model"),
+    text("--data-path"),
+    text("--data-args-path"),
+    text("--data-file-list", "--data-path-file"),
+    split_shares(),
+    text("--train-data-path"),
+    text("--valid-data-path"),
+    text("--test-data-path"),
+    text("--per-split-data-args-path"),
+    text("--data-cache-path"),
+    integer("--num-dataset-builder-threads", 0, 2147483647),
+    // batches and length
+    integer("--micro-batch-size", 1),
+    integer("--global-batch-size", 1),
+    integer("--train-iters", 1),
+    integer("--train-samples", 1),
+    integer("--rampup-batch-size", 1),  // each of START INCREMENT SAMPLES
+    integer("--seed", 1, 4294967295,
+            "Megatron requires a positive seed, and numpy's RandomState one below 2^32"),
+    // learning rate and optimizer
+    real("--lr", 0, true),
+    real("--min-lr", 0, true),
+    choice("--lr-decay-style", kDecayStyles),
+    integer("--lr-warmup-iters", 0),
+    integer("--lr-warmup-samples", 0),
+    real("--lr-warmup-fraction", 0, true, 1, false),
+    real("--lr-warmup-init", 0, true),
+    integer("--lr-decay-iters", 1),
+    integer("--lr-decay-samples", 1),
+    choice("--lr-wsd-decay-style", kWsdDecayStyles),
+    integer("--lr-wsd-decay-iters", 0),
+    integer("--lr-wsd-decay-samples", 0),
+    real("--weight-decay", 0, true),
+    choice("--weight-decay-incr-style", kWeightDecayIncrementStyles),
+    real("--start-weight-decay", 0, true),
+    real("--end-weight-decay", 0, true),
+    real("--clip-grad", 0, true),
+    probability("--adam-beta1"),
+    probability("--adam-beta2"),
+    real("--adam-eps", 0, false),
+    // parallelism, device
+    integer("--tensor-model-parallel-size", 1),
+    integer("--pipeline-model-parallel-size", 1),
+    choice("--device", kDevices),
+    // evaluation, logging, checkpoints
+    integer("--eval-interval", 1),
+    integer("--eval-iters", 0),
+    integer("--log-interval", 1),
+    text("--tensorboard-dir"),
+    integer("--tensorboard-log-interval", 1),
+    integer("--tensorboard-queue-size", 1),
+    text("--log-dir"),
+    text("--save"),
+    text("--load"),
+    integer("--save-interval", 1),
+    integer("--exit-interval", 1),
+    text("--benchmark-output"),
+};
+
+std::string format_real(double value) { return fmt::format("{}", value); }
+
+std::string description(const FlagRule& rule) {
+  switch (rule.kind) {
+    case FlagKind::integer:
+      if (rule.max_integer == kLargestInteger) return fmt::format("an integer ≥ {}", rule.min_integer);
+      return fmt::format("an integer in [{}, {}]", rule.min_integer, rule.max_integer);
+    case FlagKind::real: {
+      const bool bounded_below = rule.lower != -kInfinity, bounded_above = rule.upper != kInfinity;
+      if (bounded_below && bounded_above) {
+        return fmt::format("a real number in {}{}, {}{}", rule.lower_inclusive ? "[" : "(",
+                           format_real(rule.lower), format_real(rule.upper),
+                           rule.upper_inclusive ? "]" : ")");
+      }
+      if (bounded_below) {
+        return fmt::format("a real number {} {}", rule.lower_inclusive ? "≥" : ">",
+                           format_real(rule.lower));
+      }
+      return "a finite real number";
+    }
+    case FlagKind::choice:
+      return fmt::format("one of {}", fmt::join(rule.choices, ", "));
+    case FlagKind::split:
+      return "one to three non-negative shares (train, validation, test) separated by ',' or '/', "
+             "not all 0, e.g. 949,50,1";
+    case FlagKind::text:
+      break;
+  }
+  return "a text";
+}
+
+std::string_view trim(std::string_view text) {
+  const auto is_space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+// A decimal or scientific real, as strtod reads it without hexadecimal. inf, nan and an
+// overflow to infinity are numbers but not finite ones; an underflow reads as the nearest
+// representable value, as Python's float().
+enum class RealParse { ok, not_a_number, not_finite };
+RealParse parse_real(std::string_view text, double& value) {
+  const std::string word(trim(text));
+  if (word.empty() || word.find_first_of("xX") != std::string::npos) return RealParse::not_a_number;
+  char* end = nullptr;
+  value = std::strtod(word.c_str(), &end);
+  if (end != word.c_str() + word.size()) return RealParse::not_a_number;
+  if (!std::isfinite(value)) return RealParse::not_finite;
+  return RealParse::ok;
+}
+
+// What is wrong with one --split share, or nothing.
+std::optional<std::string> share_problem(std::string_view share, double& value) {
+  switch (parse_real(share, value)) {
+    case RealParse::not_a_number:
+      return fmt::format("'{}' is not a number", trim(share));
+    case RealParse::not_finite:
+      return fmt::format("'{}' is not a finite number", trim(share));
+    case RealParse::ok:
+      break;
+  }
+  if (value < 0) return fmt::format("'{}' is negative", trim(share));
+  return std::nullopt;
+}
+
+// The shares of a --split text, or what is wrong with it.
+std::optional<std::string> split_problem(std::string_view text, std::array<double, 3>& shares) {
+  std::vector<double> values;
+  size_t begin = 0;
+  while (true) {
+    const size_t end = text.find_first_of(",/", begin);
+    const std::string_view share = text.substr(begin, end == std::string_view::npos ? text.npos : end - begin);
+    double value = 0;
+    if (auto problem = share_problem(share, value)) return problem;
+    values.push_back(value);
+    if (end == std::string_view::npos) break;
+    begin = end + 1;
+  }
+  if (values.size() > 3) {
+    return fmt::format("{} shares; give at most three (train, validation, test)", values.size());
+  }
+  values.resize(3, 0.0);
+  if (values[0] + values[1] + values[2] <= 0) return std::string("the shares sum to 0");
+  shares = {values[0], values[1], values[2]};
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::span<const FlagRule> flag_rules() { return kRules; }
+
+const FlagRule* find_flag_rule(std::string_view flag) {
+  for (const FlagRule& rule : kRules) {
+    if (rule.flag == flag || (!rule.alias.empty() && rule.alias == flag)) return &rule;
+  }
+  return nullptr;
+}
+
+std::string describe_flag_rule(const FlagRule& rule) {
+  std::string text = fmt::format("{} takes {}", rule.flag, description(rule));
+  if (!rule.note.empty()) text += fmt::format(" ({})", rule.note);
+  return text;
+}
+
+CheckedFlagValue check_flag_value(const FlagRule& rule, std::string_view value) {
+  auto refuse = [&](std::string what) {
+    return CheckedFlagValue{fmt::format("{}; {}", what, describe_flag_rule(rule)), ""};
+  };
+  switch (rule.kind) {
+    case FlagKind::integer: {
+      std::string_view digits = trim(value);
+      const bool negative = digits.starts_with('-');
+      if (digits.starts_with('+') || negative) digits.remove_prefix(1);
+      if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) {
+            return std::isdigit(static_cast<unsigned char>(c)) != 0;
+          })) {
+        return refuse(fmt::format("'{}' is not an integer", value));
+      }
+      // Magnitudes beyond int64 are out of every range; say which end they fell off.
+      uint64_t magnitude = 0;
+      const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), magnitude);
+      const bool too_big = error == std::errc::result_out_of_range ||
+                           magnitude > (negative ? uint64_t{1} << 63 : uint64_t{kLargestInteger});
+      if (too_big) {
+        return refuse(fmt::format("'{}' is {} than any integer this backend counts in", value,
+                                  negative ? "smaller" : "larger"));
+      }
+      const int64_t number = negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
+      if (number < rule.min_integer || number > rule.max_integer) {
+        return refuse(fmt::format("'{}' is out of range", number));
+      }
+      return {"", fmt::format("{}", number)};
+    }
+    case FlagKind::real: {
+      double number = 0;
+      switch (parse_real(value, number)) {
+        case RealParse::not_a_number:
+          return refuse(fmt::format("'{}' is not a number", value));
+        case RealParse::not_finite:
+          return refuse(fmt::format("'{}' is not a finite number", value));
+        case RealParse::ok:
+          break;
+      }
+      const bool above_lower = rule.lower_inclusive ? number >= rule.lower : number > rule.lower;
+      const bool below_upper = rule.upper_inclusive ? number <= rule.upper : number < rule.upper;
+      if (!above_lower || !below_upper) return refuse(fmt::format("'{}' is out of range", trim(value)));
+      return {"", format_real(number)};
+    }
+    case FlagKind::choice:
+      if (std::find(rule.choices.begin(), rule.choices.end(), value) == rule.choices.end()) {
+        return refuse(fmt::format("'{}' is not a valid choice", value));
+      }
+      return {"", std::string(value)};
+    case FlagKind::split: {
+      std::array<double, 3> shares{};
+      if (auto problem = split_problem(value, shares)) {
+        return refuse(fmt::format("'{}': {}", value, *problem));
+      }
+      return {"", std::string(value)};
+    }
+    case FlagKind::text:
+      break;
+  }
+  return {"", std::string(value)};
+}
+
+std::array<double, 3> parse_split_shares(std::string_view text) {
+  std::array<double, 3> shares{};
+  if (auto problem = split_problem(text, shares)) {
+    fail("--split '{}': {}; {}", text, *problem, describe_flag_rule(*find_flag_rule("--split")));
+  }
+  return shares;
+}
+
+}  // namespace common

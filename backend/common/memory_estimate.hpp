@@ -1,0 +1,105 @@
+// How much memory training a GPT model takes, estimated before anything is allocated, and
+// whether it fits what the machine has. One pure function serves the launcher's preflight (per
+// GPU of the configured layout, against cluster.gpu_memory_gb) and pretrain_gpt and
+// checkpoint_util (this process, against the machine's physical memory), so both print and
+// refuse by the same numbers.
+//
+// Parameters: exactly the tensors GptModel lays out (backend/model/gpt_model.hpp): word
+// embedding V·h (and an untied output layer V·h), a learned position table P·h, per layer the
+// attention (q and output h² each, k and v h·g·d each for g key/value heads of d features),
+// the MLP (2·h·f, or 3·h·f with SwiGLU's gate), the norms (h weights, h biases with LayerNorm)
+// and the linear biases, and the final norm.
+// Bytes: Megatron's mixed-precision bookkeeping (bf16/fp16 weights 2 B, fp32 main gradients
+// 4 B, fp32 master weights + Adam moments 12 B, ÷ dp with the distributed optimizer; fp32
+// training 4 + 4 + 8 B) and activations per layer from Korthikanti et al. 2022 ("Reducing
+// Activation Recomputation in Large Transformer Models", Table 2): s·b·h·(10 + 24/t) + 5·a·s²·b/t
+// bytes without recompute for 16-bit activations (doubled for fp32); the s² term of the
+// attention scores is dropped with selective recompute and with attention that never stores
+// them (flash, or the CPU path's blockwise attention); 2·s·b·h per layer with full recompute
+// plus one layer's worth; the first pipeline stage holds pp micro batches of L/pp layers (1F1B),
+// i.e. L layers' worth; plus the fp32 logits and their gradient, 2·s·b·V/t · 4 B.
+// Everything is computed in double, so a shape of any int64 sizes gives a (huge) number, never
+// an overflow.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace common {
+
+struct ModelShape {
+  int64_t num_layers = 0;
+  int64_t hidden_size = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_query_groups = 0;  // key/value heads; 0: as many as attention heads
+  int64_t ffn_hidden_size = 0;
+  int64_t padded_vocab_size = 0;
+  int64_t position_rows = 0;  // rows of a learned position table; 0 with RoPE
+  bool gated_mlp = false;     // SwiGLU: linear_fc1 gives 2 × ffn features
+  bool linear_biases = true;
+  bool norm_biases = true;  // LayerNorm; RMSNorm has none
+  bool untied_output = false;
+};
+
+enum class Recompute { none, selective, full };
+
+struct TrainingSetup {
+  int64_t seq_length = 1;
+  int64_t micro_batch_size = 1;
+  int64_t tensor_parallel = 1;
+  int64_t pipeline_parallel = 1;
+  int64_t data_parallel = 1;
+  bool mixed_precision = false;        // bf16/fp16 weights, fp32 gradients and master weights
+  bool distributed_optimizer = false;  // optimizer states sharded over data-parallel ranks
+  Recompute recompute = Recompute::none;
+  bool attention_scores_stored = true;  // false: attention keeps no s × s scores
+};
+
+struct MemoryEstimate {
+  double parameters = 0;  // the whole model
+  double weights_bytes = 0;
+  double gradients_bytes = 0;
+  double optimizer_bytes = 0;
+  double activations_bytes = 0;
+  double file_tensors_bytes = 0;  // conversions: the tensors read from files, held alongside
+  double total_bytes() const {
+    return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes +
+           file_tensors_bytes;
+  }
+};
+
+// The model's parameters, as GptModel lays them out.
+double parameter_count(const ModelShape& shape);
+
+// Training: per device of the layout (the most loaded pipeline stage).
+MemoryEstimate estimate_training_memory(const ModelShape& shape, const TrainingSetup& setup);
+
+// Converting a model (checkpoint_util): its fp32 weights, and a second copy of them as the
+// tensors read from the files it comes from.
+MemoryEstimate estimate_conversion_memory(const ModelShape& shape);
+
+// The table: "  weights             0.25 GB" ... "  total               1.02 GB<capacity>",
+// one line each; `capacity` follows the total (" of 80.00 GB"), empty when unknown.
+std::vector<std::string> format_memory_estimate(const MemoryEstimate& estimate,
+                                                std::string_view capacity = {});
+
+// "12.35 GB" (10^9 bytes).
+std::string format_gigabytes(double bytes);
+
+// What this process may use: the physical memory, or the cgroup's memory limit when the
+// process runs in a container that sets a smaller one.
+struct AvailableMemory {
+  double bytes = 0;
+  std::string source;  // "physical memory" or "the cgroup's memory limit"
+};
+AvailableMemory available_memory();
+
+// When the estimate exceeds what is available: common::Error "<what> does not fit in this
+// machine's memory: an estimated X (N parameters) for Y available (<source>)", the table, and
+// `ways_out` (what to change).
+void require_memory_fits(const MemoryEstimate& estimate, const AvailableMemory& available,
+                         std::string_view what, std::string_view ways_out);
+
+}  // namespace common
