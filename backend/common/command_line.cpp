@@ -47,15 +47,13 @@ void refuse_flag_taken_as_value(const CLI::App& app, std::string_view program) {
 
 }  // namespace
 
-void apply_flag_rules(CLI::App& app) {
+void apply_flag_rules(CLI::App& app, std::span<const FlagRule> rules) {
   for (CLI::Option* option : app.get_options()) {
     // Hidden options are the refused flags (RefusedFlags): refused whatever their value.
     if (!takes_value(*option) || option->get_group().empty()) continue;
     const std::string name = long_name(*option);
-    const FlagRule* rule = find_flag_rule(name);
-    if (rule == nullptr) {
-      throw std::logic_error(name + " has no value rule in backend/common/flag_rules.cpp");
-    }
+    const FlagRule* rule = find_flag_rule(rules, name);
+    if (rule == nullptr) throw std::logic_error(name + " has no value rule in its tool's table");
     option->transform(CLI::Validator(
         [rule](std::string& value) {
           CheckedFlagValue checked = check_flag_value(*rule, value);

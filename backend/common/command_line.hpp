@@ -15,6 +15,8 @@
 #include <string>
 #include <string_view>
 
+#include "backend/common/flag_rules.hpp"
+
 namespace common {
 
 struct RefusedFlag {
@@ -40,11 +42,12 @@ class RefusedFlags {
   std::map<std::string, std::string> values_;
 };
 
-// Attaches its rule from common/flag_rules to every option of `app` that takes a value: each
-// given value is checked before CLI11 converts it, and converted in the rule's reading
-// ("010" is 10, as argparse's int(), not strtoll's octal 8). An option the table has no rule
-// for is a programming error (std::logic_error): the table must cover the parser.
-void apply_flag_rules(CLI::App& app);
+// Attaches its rule from `rules` (common/flag_rules: pretrain_gpt's flag_rules(), or a tool's
+// own table) to every option of `app` that takes a value: each given value is checked before
+// CLI11 converts it, and converted in the rule's reading ("010" is 10, as argparse's int(), not
+// strtoll's octal 8). An option the table has no rule for is a programming error
+// (std::logic_error): the table must cover the parser.
+void apply_flag_rules(CLI::App& app, std::span<const FlagRule> rules);
 
 // For an app parsed with allow_extras(): the first argument no option took stops with
 // "<program>: unknown argument <arg> (did you mean ...?) (run <program> --help ...)".

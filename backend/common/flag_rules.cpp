@@ -21,42 +21,6 @@ namespace {
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 constexpr int64_t kLargestInteger = std::numeric_limits<int64_t>::max();
 
-constexpr FlagRule rule_of(std::string_view flag, FlagKind kind) {
-  FlagRule rule;
-  rule.flag = flag;
-  rule.kind = kind;
-  return rule;
-}
-constexpr FlagRule integer(std::string_view flag, int64_t min, int64_t max = kLargestInteger,
-                           std::string_view note = {}) {
-  FlagRule rule = rule_of(flag, FlagKind::integer);
-  rule.min_integer = min;
-  rule.max_integer = max;
-  rule.note = note;
-  return rule;
-}
-// A real number in a range; `lower_inclusive`/`upper_inclusive` say whether the bounds are.
-constexpr FlagRule real(std::string_view flag, double lower, bool lower_inclusive,
-                        double upper = kInfinity, bool upper_inclusive = true) {
-  FlagRule rule = rule_of(flag, FlagKind::real);
-  rule.lower = lower;
-  rule.lower_inclusive = lower_inclusive;
-  rule.upper = upper;
-  rule.upper_inclusive = upper_inclusive;
-  return rule;
-}
-constexpr FlagRule probability(std::string_view flag) { return real(flag, 0, true, 1, false); }
-constexpr FlagRule choice(std::string_view flag, std::span<const std::string_view> choices) {
-  FlagRule rule = rule_of(flag, FlagKind::choice);
-  rule.choices = choices;
-  return rule;
-}
-constexpr FlagRule text(std::string_view flag, std::string_view alias = {}) {
-  FlagRule rule = rule_of(flag, FlagKind::text);
-  rule.alias = alias;
-  return rule;
-}
-
 // Megatron's choices (megatron/training/arguments.py). --tokenizer-type lists Megatron's
 // tokenizers, not only the two built here: a config naming Llama2Tokenizer is valid and
 // renders; pretrain_gpt refuses it as not built yet.
@@ -75,96 +39,101 @@ constexpr std::string_view kWeightDecayIncrementStyles[] = {"constant", "linear"
 constexpr std::string_view kDevices[] = {"auto", "cpu", "cuda"};
 
 constexpr FlagRule norm_epsilon() {
-  FlagRule rule = real("--norm-epsilon", 0, false);
+  FlagRule rule = real_flag("--norm-epsilon", 0, false);
   rule.alias = "--layernorm-epsilon";
   return rule;
 }
-constexpr FlagRule split_shares() { return rule_of("--split", FlagKind::split); }
+constexpr FlagRule split_shares() {
+  FlagRule rule;
+  rule.flag = "--split";
+  rule.kind = FlagKind::split;
+  return rule;
+}
 
 // In docs/backend.md's order.
 constexpr FlagRule kRules[] = {
     // model
-    integer("--num-layers", 1),
-    integer("--hidden-size", 1),
-    integer("--ffn-hidden-size", 1),
-    integer("--num-attention-heads", 1),
-    integer("--seq-length", 1),
-    integer("--max-position-embeddings", 1),
-    integer("--make-vocab-size-divisible-by", 1),
-    real("--init-method-std", 0, false),
+    integer_flag("--num-layers", 1),
+    integer_flag("--hidden-size", 1),
+    integer_flag("--ffn-hidden-size", 1),
+    integer_flag("--num-attention-heads", 1),
+    integer_flag("--seq-length", 1),
+    integer_flag("--max-position-embeddings", 1),
+    integer_flag("--make-vocab-size-divisible-by", 1),
+    real_flag("--init-method-std", 0, false),
     norm_epsilon(),
-    choice("--position-embedding-type", kPositionEmbeddingTypes),
-    integer("--rotary-base", 1),
-    real("--rotary-percent", 0, false, 1, true),
-    choice("--normalization", kNormalizations),
-    choice("--recompute-granularity", kRecomputeGranularities),
-    choice("--recompute-method", kRecomputeMethods),
-    integer("--recompute-num-layers", 0),  // block recompute of 0 layers recomputes nothing
-    integer("--num-query-groups", 1),
-    probability("--hidden-dropout"),
-    probability("--attention-dropout"),
+    choice_flag("--position-embedding-type", kPositionEmbeddingTypes),
+    integer_flag("--rotary-base", 1),
+    real_flag("--rotary-percent", 0, false, 1, true),
+    choice_flag("--normalization", kNormalizations),
+    choice_flag("--recompute-granularity", kRecomputeGranularities),
+    choice_flag("--recompute-method", kRecomputeMethods),
+    integer_flag("--recompute-num-layers", 0),  // block recompute of 0 layers recomputes nothing
+    integer_flag("--num-query-groups", 1),
+    probability_flag("--hidden-dropout"),
+    probability_flag("--attention-dropout"),
     // tokenizer and data
-    choice("--tokenizer-type", kTokenizerTypes),
-    integer("--vocab-size", 1, 2147483646, "token ids are 32-bit, and NullTokenizer adds its EOD"),
-    text("--vocab-file"),
-    text("--merge-file"),
-    text("--tokenizer-model"),
-    text("--data-path"),
-    text("--data-args-path"),
-    text("--data-file-list", "--data-path-file"),
+    choice_flag("--tokenizer-type", kTokenizerTypes),
+    integer_flag("--vocab-size", 1, 2147483646, "token ids are 32-bit, and NullTokenizer adds its EOD"),
+    text_flag("--vocab-file"),
+    text_flag("--merge-file"),
+    text_flag("--tokenizer-model"),
+    text_flag("--data-path"),
+    text_flag("--data-args-path"),
+    text_flag("--data-file-list", "--data-path-file"),
     split_shares(),
-    text("--train-data-path"),
-    text("--valid-data-path"),
-    text("--test-data-path"),
-    text("--per-split-data-args-path"),
-    text("--data-cache-path"),
-    integer("--num-dataset-builder-threads", 0, 2147483647),
+    text_flag("--train-data-path"),
+    text_flag("--valid-data-path"),
+    text_flag("--test-data-path"),
+    text_flag("--per-split-data-args-path"),
+    text_flag("--data-cache-path"),
+    integer_flag("--num-dataset-builder-threads", 0, 2147483647),
     // batches and length
-    integer("--micro-batch-size", 1),
-    integer("--global-batch-size", 1),
-    integer("--train-iters", 1),
-    integer("--train-samples", 1),
-    integer("--rampup-batch-size", 1),  // each of START INCREMENT SAMPLES
-    integer("--seed", 1, 4294967295,
+    integer_flag("--micro-batch-size", 1),
+    integer_flag("--global-batch-size", 1),
+    integer_flag("--train-iters", 1),
+    integer_flag("--train-samples", 1),
+    integer_flag("--rampup-batch-size", 1),  // each of START INCREMENT SAMPLES
+    integer_flag("--seed", 1, 4294967295,
             "Megatron requires a positive seed, and numpy's RandomState one below 2^32"),
     // learning rate and optimizer
-    real("--lr", 0, true),
-    real("--min-lr", 0, true),
-    choice("--lr-decay-style", kDecayStyles),
-    integer("--lr-warmup-iters", 0),
-    integer("--lr-warmup-samples", 0),
-    real("--lr-warmup-fraction", 0, true, 1, false),
-    real("--lr-warmup-init", 0, true),
-    integer("--lr-decay-iters", 1),
-    integer("--lr-decay-samples", 1),
-    choice("--lr-wsd-decay-style", kWsdDecayStyles),
-    integer("--lr-wsd-decay-iters", 0),
-    integer("--lr-wsd-decay-samples", 0),
-    real("--weight-decay", 0, true),
-    choice("--weight-decay-incr-style", kWeightDecayIncrementStyles),
-    real("--start-weight-decay", 0, true),
-    real("--end-weight-decay", 0, true),
-    real("--clip-grad", 0, true),
-    probability("--adam-beta1"),
-    probability("--adam-beta2"),
-    real("--adam-eps", 0, false),
+    real_flag("--lr", 0, true),
+    real_flag("--min-lr", 0, true),
+    choice_flag("--lr-decay-style", kDecayStyles),
+    integer_flag("--lr-warmup-iters", 0),
+    integer_flag("--lr-warmup-samples", 0),
+    real_flag("--lr-warmup-fraction", 0, true, 1, false),
+    real_flag("--lr-warmup-init", 0, true),
+    integer_flag("--lr-decay-iters", 1),
+    integer_flag("--lr-decay-samples", 1),
+    choice_flag("--lr-wsd-decay-style", kWsdDecayStyles),
+    integer_flag("--lr-wsd-decay-iters", 0),
+    integer_flag("--lr-wsd-decay-samples", 0),
+    real_flag("--weight-decay", 0, true),
+    choice_flag("--weight-decay-incr-style", kWeightDecayIncrementStyles),
+    real_flag("--start-weight-decay", 0, true),
+    real_flag("--end-weight-decay", 0, true),
+    real_flag("--clip-grad", 0, true),
+    probability_flag("--adam-beta1"),
+    probability_flag("--adam-beta2"),
+    real_flag("--adam-eps", 0, false),
     // parallelism, device
-    integer("--tensor-model-parallel-size", 1),
-    integer("--pipeline-model-parallel-size", 1),
-    choice("--device", kDevices),
+    integer_flag("--tensor-model-parallel-size", 1),
+    integer_flag("--pipeline-model-parallel-size", 1),
+    choice_flag("--device", kDevices),
     // evaluation, logging, checkpoints
-    integer("--eval-interval", 1),
-    integer("--eval-iters", 0),
-    integer("--log-interval", 1),
-    text("--tensorboard-dir"),
-    integer("--tensorboard-log-interval", 1),
-    integer("--tensorboard-queue-size", 1),
-    text("--log-dir"),
-    text("--save"),
-    text("--load"),
-    integer("--save-interval", 1),
-    integer("--exit-interval", 1),
-    text("--benchmark-output"),
+    integer_flag("--eval-interval", 1),
+    integer_flag("--eval-iters", 0),
+    integer_flag("--log-interval", 1),
+    text_flag("--tensorboard-dir"),
+    integer_flag("--tensorboard-log-interval", 1),
+    integer_flag("--tensorboard-queue-size", 1),
+    text_flag("--log-dir"),
+    text_flag("--save"),
+    text_flag("--load"),
+    integer_flag("--save-interval", 1),
+    integer_flag("--exit-interval", 1),
+    text_flag("--benchmark-output"),
 };
 
 std::string format_real(double value) { return fmt::format("{}", value); }
@@ -259,8 +228,10 @@ std::optional<std::string> split_problem(std::string_view text, std::array<doubl
 
 std::span<const FlagRule> flag_rules() { return kRules; }
 
-const FlagRule* find_flag_rule(std::string_view flag) {
-  for (const FlagRule& rule : kRules) {
+const FlagRule* find_flag_rule(std::string_view flag) { return find_flag_rule(kRules, flag); }
+
+const FlagRule* find_flag_rule(std::span<const FlagRule> rules, std::string_view flag) {
+  for (const FlagRule& rule : rules) {
     if (rule.flag == flag || (!rule.alias.empty() && rule.alias == flag)) return &rule;
   }
   return nullptr;

@@ -47,11 +47,56 @@ struct FlagRule {
   std::string_view note;  // why the range is what it is, said after the description
 };
 
-// Every rule, in the order of docs/backend.md's flag table.
+// Builders for rule tables: pretrain_gpt's (flag_rules()) and the other tools' own
+// (preprocess_data, download), which common::apply_flag_rules attaches to a parser the same way.
+constexpr FlagRule integer_flag(std::string_view flag, int64_t min,
+                                int64_t max = std::numeric_limits<int64_t>::max(),
+                                std::string_view note = {}) {
+  FlagRule rule;
+  rule.flag = flag;
+  rule.kind = FlagKind::integer;
+  rule.min_integer = min;
+  rule.max_integer = max;
+  rule.note = note;
+  return rule;
+}
+// A finite real number in a range; `lower_inclusive`/`upper_inclusive` say whether the bounds are.
+constexpr FlagRule real_flag(std::string_view flag, double lower, bool lower_inclusive,
+                             double upper = std::numeric_limits<double>::infinity(),
+                             bool upper_inclusive = true) {
+  FlagRule rule;
+  rule.flag = flag;
+  rule.kind = FlagKind::real;
+  rule.lower = lower;
+  rule.lower_inclusive = lower_inclusive;
+  rule.upper = upper;
+  rule.upper_inclusive = upper_inclusive;
+  return rule;
+}
+constexpr FlagRule probability_flag(std::string_view flag) { return real_flag(flag, 0, true, 1, false); }
+constexpr FlagRule choice_flag(std::string_view flag, std::span<const std::string_view> choices) {
+  FlagRule rule;
+  rule.flag = flag;
+  rule.kind = FlagKind::choice;
+  rule.choices = choices;
+  return rule;
+}
+// Any text (a path, a URL): the rule only records that the flag is known.
+constexpr FlagRule text_flag(std::string_view flag, std::string_view alias = {}) {
+  FlagRule rule;
+  rule.flag = flag;
+  rule.alias = alias;
+  rule.kind = FlagKind::text;
+  return rule;
+}
+
+// pretrain_gpt's rules, in the order of docs/backend.md's flag table.
 std::span<const FlagRule> flag_rules();
 
-// The rule of `flag` (its name or its alias), or nullptr when the table has none.
+// The rule of `flag` (its name or its alias) in pretrain_gpt's table, or in `rules`; nullptr
+// when the table has none.
 const FlagRule* find_flag_rule(std::string_view flag);
+const FlagRule* find_flag_rule(std::span<const FlagRule> rules, std::string_view flag);
 
 // "--lr takes a real number ≥ 0", "--seed takes an integer in [1, 4294967295] (...)".
 std::string describe_flag_rule(const FlagRule& rule);

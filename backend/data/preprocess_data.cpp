@@ -26,7 +26,7 @@
 
 #include "backend/common/command_line.hpp"
 #include "backend/common/error.hpp"
-#include "backend/common/numeric_flag.hpp"
+#include "backend/common/flag_rules.hpp"
 #include "backend/data/compressed_input.hpp"
 #include "backend/data/indexed_dataset.hpp"
 #include "backend/data/unicode_text.hpp"
@@ -39,6 +39,24 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
+
+// The value rules of the flags taken (common/flag_rules.hpp).
+constexpr common::FlagRule kPreprocessFlagRules[] = {
+    common::text_flag("--input"),
+    common::text_flag("--json-keys"),
+    common::text_flag("--dataset-impl"),
+    common::text_flag("--lang"),
+    common::text_flag("--tokenizer-type"),
+    common::text_flag("--vocab-file"),
+    common::text_flag("--merge-file"),
+    common::integer_flag("--vocab-size", 1, std::numeric_limits<int32_t>::max() - 1,
+                         "token ids are 32-bit, and NullTokenizer adds its EOD"),
+    common::integer_flag("--vocab-extra-ids", 0, std::numeric_limits<int32_t>::max()),
+    common::text_flag("--output-prefix"),
+    common::integer_flag("--workers", 1, kMaxWorkers),
+    common::integer_flag("--partitions", 1, std::numeric_limits<int32_t>::max()),
+    common::integer_flag("--log-interval", 1),
+};
 
 // Megatron flags of tools/preprocess_data.py (and its tokenizer group) that are refused.
 constexpr common::RefusedFlag kRefusedFlags[] = {
@@ -544,12 +562,11 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
                  "GPT2BPETokenizer or NullTokenizer")->group(tokenizer);
   app.add_option("--vocab-file", options.tokenizer.vocab_file, "GPT-2 vocab.json")->group(tokenizer);
   app.add_option("--merge-file", options.tokenizer.merge_file, "GPT-2 merges.txt")->group(tokenizer);
-  // Ids are int32 and the NullTokenizer adds its eod after the --vocab-size ids.
   app.add_option("--vocab-size", options.tokenizer.vocab_size, "NullTokenizer's vocabulary")
-      ->group(tokenizer)->check(common::integer_in_range(1, std::numeric_limits<int32_t>::max() - 1));
+      ->group(tokenizer);
   int64_t vocab_extra_ids = 0;
   app.add_option("--vocab-extra-ids", vocab_extra_ids, "Only 0 (T5 sentinels are not built)")
-      ->group(tokenizer)->check(common::integer_in_range(0, std::numeric_limits<int32_t>::max()));
+      ->group(tokenizer);
   app.add_flag("--append-eod", options.append_eod, "Append the eod token to each document")
       ->group(tokenizer);
   const char* output = "Output data";
@@ -559,20 +576,21 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
   const char* runtime = "Runtime";
   app.add_option("--workers", options.workers,
                  "Tokenizer threads (more than the cores this process may use run as many)")
-      ->group(runtime)->check(common::integer_in_range(1, kMaxWorkers));
+      ->group(runtime);
   int64_t partitions = 1;
   app.add_option("--partitions", partitions, "Accepted; the input is streamed, never split")
-      ->group(runtime)->check(common::integer_in_range(1, std::numeric_limits<int32_t>::max()));
+      ->group(runtime);
   bool keep_sequential_samples = false;
   app.add_flag("--keep-sequential-samples", keep_sequential_samples,
                "Accepted; input order is always kept")->group(runtime);
   app.add_option("--log-interval", options.log_interval, "Documents between progress lines")
-      ->group(runtime)->check(common::integer_in_range(1, std::numeric_limits<int64_t>::max()));
+      ->group(runtime);
   app.add_flag("--strict", options.strict, "Stop at the first bad line instead of skipping it")
       ->group(runtime);
   app.add_flag("--merge", options.merge,
                "Concatenate the datasets of --input into <prefix>.bin/.idx (merge_datasets.py)")
       ->group(runtime);
+  common::apply_flag_rules(app, kPreprocessFlagRules);
   const common::RefusedFlags refused(app, kRefusedFlags);
   if (!common::parse_command_line(app, argc, argv, "preprocess_data", refused, "is not supported")) {
     return std::nullopt;

@@ -63,7 +63,8 @@ struct PreprocessSummary {
 
 // Parses and validates Megatron's preprocess_data.py flags; nullopt after --help. Free of side
 // effects (nothing is created or opened for writing), so it can be fuzzed. Numeric flags are
-// checked on their text with their ranges (numeric_flag.hpp; --workers in [1, kMaxWorkers]);
+// checked on their text with their ranges (a table of common/flag_rules.hpp;
+// --workers in [1, kMaxWorkers]);
 // an output file that is one of the inputs (same real path, or the same
 // file through a link) is refused, since it would be overwritten.
 std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char* const* argv);

@@ -5,10 +5,28 @@
 
 #include "backend/common/command_line.hpp"
 #include "backend/common/error.hpp"
-#include "backend/common/numeric_flag.hpp"
+#include "backend/common/flag_rules.hpp"
 #include "backend/common/url_file_name.hpp"
 
 namespace backend {
+
+namespace {
+
+constexpr std::string_view kProgressStyles[] = {"auto", "bar", "log", "none"};
+// Bounds: beyond them a value is a typo, and the waits (2^k backoff, curl's longs) stay finite.
+constexpr common::FlagRule kDownloadFlagRules[] = {
+    common::text_flag("url"),
+    common::text_flag("--output"),
+    common::text_flag("--sha256"),
+    common::integer_flag("--retries", 0, 1000),
+    common::real_flag("--retry-delay", 0, true, 3600),
+    common::real_flag("--max-retry-delay", 0, true, 86400),
+    common::integer_flag("--stall-timeout", 1, 86400),
+    common::integer_flag("--connect-timeout", 1, 3600),
+    common::choice_flag("--progress", kProgressStyles),
+};
+
+}  // namespace
 
 std::optional<DownloadCommand> parse_download_arguments(int argc, const char* const* argv) {
   DownloadCommand command;
@@ -22,22 +40,16 @@ std::optional<DownloadCommand> parse_download_arguments(int argc, const char* co
   app.add_option("-o,--output", output,
                  "Where to save it (default: the URL's file name in the current directory)");
   app.add_option("--sha256", d.sha256, "Expected SHA-256 (hex); the file is refused when it differs");
-  // Bounds: beyond them a value is a typo, and the waits (2^k backoff, curl's longs) stay finite.
-  app.add_option("--retries", d.retries, "Attempts after the first, counted while no byte arrives")
-      ->check(common::integer_in_range(0, 1000));
-  app.add_option("--retry-delay", d.retry_delay_seconds, "Seconds before the first retry; doubles each time")
-      ->check(common::real_in_range(0, 3600));
-  app.add_option("--max-retry-delay", d.max_retry_delay_seconds, "Longest wait between attempts (seconds)")
-      ->check(common::real_in_range(0, 86400));
+  app.add_option("--retries", d.retries, "Attempts after the first, counted while no byte arrives");
+  app.add_option("--retry-delay", d.retry_delay_seconds, "Seconds before the first retry; doubles each time");
+  app.add_option("--max-retry-delay", d.max_retry_delay_seconds, "Longest wait between attempts (seconds)");
   app.add_option("--stall-timeout", d.stall_timeout_seconds,
-                 "Abandon an attempt after this many seconds without data")
-      ->check(common::integer_in_range(1, 86400));
-  app.add_option("--connect-timeout", d.connect_timeout_seconds, "Seconds to wait for a connection")
-      ->check(common::integer_in_range(1, 3600));
+                 "Abandon an attempt after this many seconds without data");
+  app.add_option("--connect-timeout", d.connect_timeout_seconds, "Seconds to wait for a connection");
   app.add_flag("--force", d.force, "Download even when the output file exists");
   app.add_option("--progress", command.progress,
-                 "bar: a status line redrawn in place; log: a line per tenth; auto: bar on a terminal")
-      ->check(CLI::IsMember({"auto", "bar", "log", "none"}));
+                 "bar: a status line redrawn in place; log: a line per tenth; auto: bar on a terminal");
+  common::apply_flag_rules(app, kDownloadFlagRules);
   const common::RefusedFlags no_refused_flags(app, {});
   if (!common::parse_command_line(app, argc, argv, "download", no_refused_flags, "")) {
     return std::nullopt;

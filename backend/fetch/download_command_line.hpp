@@ -4,8 +4,8 @@
 //   download URL [--output FILE] [--sha256 HEX] [--retries N] [--retry-delay S]
 //            [--max-retry-delay S] [--stall-timeout S] [--connect-timeout S] [--force]
 //            [--progress auto|bar|log|none]
-// Numeric flags are checked on their text with their ranges (numeric_flag.hpp), e.g.
-// "--retries: -1 is not an integer from 0 to 1000". Without --output the file is named after
+// Numeric flags are checked on their text with their ranges (a table of common/flag_rules.hpp), e.g.
+// "--retries: '-1' is out of range; --retries takes an integer in [0, 1000]". Without --output the file is named after
 // the URL (url_file_name.hpp); a URL that names no file needs --output.
 #pragma once
 

@@ -265,7 +265,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   // Every value is checked by the shared table (backend/common/flag_rules.cpp) before CLI11
   // converts it: kind, range, finiteness, choices. What remains for validate_arguments is the
   // rules between flags and what is not built yet.
-  common::apply_flag_rules(app);
+  common::apply_flag_rules(app, common::flag_rules());
   const common::RefusedFlags unsupported(app, kUnsupportedFlags);
   if (!common::parse_command_line(app, argc, argv, "pretrain_gpt", unsupported,
                                   "is a Megatron-LM flag this backend does not support yet")) {

@@ -143,7 +143,7 @@ TEST_CASE("download: a file:// directory and bad numbers exit 2 with one clear l
   const auto negative = launcher::run_and_capture({kDownload, "--retries", "-1", "file:///x"});
   INFO(negative.output);
   CHECK(negative.exit_code == 2);
-  CHECK(negative.output.find("--retries: -1 is not an integer from 0 to 1000") != std::string::npos);
+  CHECK(negative.output.find("--retries: '-1' is out of range; --retries takes an integer in [0, 1000]") != std::string::npos);
 }
 
 TEST_CASE("decompress and download: an --output that is a directory exits 2, never 0 or 3") {

@@ -116,7 +116,7 @@ TEST_CASE("apply_flag_rules checks each given value before CLI11 converts it") {
   app.add_option("--num-layers", layers);
   app.add_option("--lr", lr);
   app.add_flag("--mock-data");
-  common::apply_flag_rules(app);
+  common::apply_flag_rules(app, common::flag_rules());
   app.parse("--num-layers 010 --mock-data", false);
   CHECK(layers == 10);  // the rule's reading, not strtoll's octal 8
   app.clear();
@@ -130,5 +130,27 @@ TEST_CASE("apply_flag_rules checks each given value before CLI11 converts it") {
   CLI::App without_rule{"test", "tool"};
   int64_t value = 0;
   without_rule.add_option("--not-a-megatron-flag", value);
-  CHECK_THROWS_AS(common::apply_flag_rules(without_rule), std::logic_error);
+  CHECK_THROWS_AS(common::apply_flag_rules(without_rule, common::flag_rules()), std::logic_error);
+}
+
+TEST_CASE("a tool's own rule table works as pretrain_gpt's") {
+  static constexpr common::FlagRule kToolRules[] = {common::integer_flag("--retries", 0, 1000),
+                                                    common::real_flag("--delay", 0, true, 60)};
+  CLI::App app{"test", "tool"};
+  int64_t retries = 0;
+  double delay = 0;
+  app.add_option("--retries", retries);
+  app.add_option("--delay", delay);
+  common::apply_flag_rules(app, kToolRules);
+  app.parse("--retries 7 --delay 1.5", false);
+  CHECK(retries == 7);
+  CHECK(delay == 1.5);
+  app.clear();
+  CHECK_THROWS_WITH_AS(app.parse("--retries -1", false),
+                       "--retries: '-1' is out of range; --retries takes an integer in [0, 1000]",
+                       CLI::ValidationError);
+  app.clear();
+  CHECK_THROWS_WITH_AS(app.parse("--delay nan", false),
+                       doctest::Contains("'nan' is not a finite number"), CLI::ValidationError);
+  CHECK(common::find_flag_rule(kToolRules, "--lr") == nullptr);
 }

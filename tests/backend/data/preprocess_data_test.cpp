@@ -394,7 +394,7 @@ TEST_CASE("preprocess_data flags: Megatron's names, refused ones with a reason")
                        doctest::Contains("only mmap"), common::Error);
   CHECK_THROWS_WITH_AS(parse({"--input", "a", "--output-prefix", "o", "--tokenizer-type",
                               "GPT2BPETokenizer", "--workers", "0"}),
-                       doctest::Contains("--workers: 0 is not an integer from 1 to"), common::Error);
+                       doctest::Contains("--workers: '0' is out of range; --workers takes an integer in [1, 1024]"), common::Error);
   CHECK_THROWS_WITH_AS(parse({"--input", "a", "--output-prefix", "o", "--tokenizer-type",
                               "GPT2BPETokenizer", "--json-keys", "text", "text"}),
                        doctest::Contains("lists \"text\" twice"), common::Error);
@@ -415,14 +415,14 @@ TEST_CASE("preprocess_data's numeric flags and output paths are checked before a
   for (const auto& [arguments, message] : std::vector<Case>{
            // --workers 100000 used to start 100000 threads of a few MB each, until the kernel
            // killed the process.
-           {{"--workers", "100000"}, "--workers: 100000 is not an integer from 1 to 1024"},
-           {{"--workers", "-1"}, "--workers: -1 is not an integer from 1 to 1024"},
-           {{"--workers", "nan"}, "--workers: nan is not an integer"},
-           {{"--log-interval", "0"}, "--log-interval: 0 is not an integer from 1 to"},
-           {{"--partitions", "-3"}, "--partitions: -3 is not an integer from 1 to"},
-           {{"--vocab-size", "99999999999999999999"}, "--vocab-size: 99999999999999999999 is not an integer from 1 to 2147483646"},
-           {{"--vocab-size", "0"}, "--vocab-size: 0 is not an integer from 1 to 2147483646"},
-           {{"--vocab-extra-ids", "1e3"}, "--vocab-extra-ids: 1e3 is not an integer"},
+           {{"--workers", "100000"}, "--workers: '100000' is out of range; --workers takes an integer in [1, 1024]"},
+           {{"--workers", "-1"}, "--workers: '-1' is out of range; --workers takes an integer in [1, 1024]"},
+           {{"--workers", "nan"}, "--workers: 'nan' is not an integer; --workers takes an integer in [1, 1024]"},
+           {{"--log-interval", "0"}, "--log-interval: '0' is out of range; --log-interval takes an integer ≥ 1"},
+           {{"--partitions", "-3"}, "--partitions: '-3' is out of range; --partitions takes an integer in [1, 2147483647]"},
+           {{"--vocab-size", "99999999999999999999"}, "--vocab-size: '99999999999999999999' is larger than any integer this backend counts in; --vocab-size takes an integer in [1, 2147483646]"},
+           {{"--vocab-size", "0"}, "--vocab-size: '0' is out of range; --vocab-size takes an integer in [1, 2147483646]"},
+           {{"--vocab-extra-ids", "1e3"}, "--vocab-extra-ids: '1e3' is not an integer"},
        }) {
     CAPTURE(message);
     std::vector<std::string> argv = {"--input", "a.jsonl", "--output-prefix", "o"};

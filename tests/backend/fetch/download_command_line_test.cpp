@@ -53,18 +53,18 @@ TEST_CASE("download's numeric flags: every bad text names the flag and the valid
     const char* message;
   };
   for (const auto& [flag, value, message] : std::vector<Case>{
-           {"--retries", "-1", "--retries: -1 is not an integer from 0 to 1000"},
-           {"--retries", "99999999999", "--retries: 99999999999 is not an integer from 0 to 1000"},
-           {"--retries", "nan", "--retries: nan is not an integer from 0 to 1000"},
-           {"--retries", "1.5", "--retries: 1.5 is not an integer from 0 to 1000"},
-           {"--retry-delay", "-1", "--retry-delay: -1 is not a number from 0 to 3600"},
-           {"--retry-delay", "nan", "--retry-delay: nan is not a number from 0 to 3600"},
-           {"--retry-delay", "inf", "--retry-delay: inf is not a number from 0 to 3600"},
-           {"--max-retry-delay", "1e999", "--max-retry-delay: 1e999 is not a number from 0 to 86400"},
-           {"--stall-timeout", "0", "--stall-timeout: 0 is not an integer from 1 to 86400"},
-           {"--stall-timeout", "1e9", "--stall-timeout: 1e9 is not an integer from 1 to 86400"},
-           {"--connect-timeout", "-5", "--connect-timeout: -5 is not an integer from 1 to 3600"},
-           {"--connect-timeout", "abc", "--connect-timeout: abc is not an integer from 1 to 3600"},
+           {"--retries", "-1", "--retries: '-1' is out of range; --retries takes an integer in [0, 1000]"},
+           {"--retries", "99999999999", "--retries: '99999999999' is out of range; --retries takes an integer in [0, 1000]"},
+           {"--retries", "nan", "--retries: 'nan' is not an integer; --retries takes an integer in [0, 1000]"},
+           {"--retries", "1.5", "--retries: '1.5' is not an integer; --retries takes an integer in [0, 1000]"},
+           {"--retry-delay", "-1", "--retry-delay: '-1' is out of range; --retry-delay takes a real number in [0, 3600]"},
+           {"--retry-delay", "nan", "--retry-delay: 'nan' is not a finite number; --retry-delay takes a real number in [0, 3600]"},
+           {"--retry-delay", "inf", "--retry-delay: 'inf' is not a finite number; --retry-delay takes a real number in [0, 3600]"},
+           {"--max-retry-delay", "1e999", "--max-retry-delay: '1e999' is not a finite number; --max-retry-delay takes a real number in [0, 86400]"},
+           {"--stall-timeout", "0", "--stall-timeout: '0' is out of range; --stall-timeout takes an integer in [1, 86400]"},
+           {"--stall-timeout", "1e9", "--stall-timeout: '1e9' is not an integer; --stall-timeout takes an integer in [1, 86400]"},
+           {"--connect-timeout", "-5", "--connect-timeout: '-5' is out of range; --connect-timeout takes an integer in [1, 3600]"},
+           {"--connect-timeout", "abc", "--connect-timeout: 'abc' is not an integer; --connect-timeout takes an integer in [1, 3600]"},
        }) {
     CAPTURE(flag);
     CAPTURE(value);
