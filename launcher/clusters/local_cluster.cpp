@@ -2,6 +2,8 @@
 // to the terminal and to results/<run>/log-<job name>_<pid>.out, as NeMo's interactive mode.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "backend/common/error.hpp"
 #include "launcher/clusters/cluster.hpp"
 #include "launcher/process.hpp"
@@ -9,17 +11,31 @@
 
 namespace launcher {
 
+namespace {
+bool is_shell_identifier(const std::string& name) {
+  auto head = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  auto tail = [&](char c) { return head(c) || (c >= '0' && c <= '9'); };
+  return !name.empty() && head(name.front()) && std::all_of(name.begin() + 1, name.end(), tail);
+}
+}  // namespace
+
 TemplateData common_template_data(const JobSpec& job, const std::filesystem::path& script_path) {
   TemplateData data;
-  data.set("version", PROJECT_VERSION_STRING);
-  data.set("stage", job.stage);
-  data.set("run_name", job.run_name);
+  // The header comment names the run too: quoted like any value, it stays on its line.
+  data.set("version", shell_quote(PROJECT_VERSION_STRING));
+  data.set("stage", shell_quote(job.stage));
+  data.set("run_name", shell_quote(job.run_name));
   data.set("script_path", shell_quote(script_path.string()));
   data.set("results_dir", shell_quote(job.results_dir.string()));
   TemplateData environment{TemplateData::type::list};
   for (const auto& [name, value] : job.environment) {
+    // `export NAME=value`: the name is code, so it must be an identifier (env_vars are checked
+    // when the config is read; checked again where the name becomes code).
+    if (!is_shell_identifier(name)) {
+      common::fail("env_vars.{}: not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)", name);
+    }
     TemplateData entry;
-    entry.set("name", name);  // validated as an identifier when the config is read
+    entry.set("name", name);
     entry.set("value", shell_quote(value));
     environment.push_back(entry);
   }

@@ -1,6 +1,7 @@
 // Rendering job scripts from the mustache templates in templates/ (kainjow mustache).
-// The template sees only values that are already shell-quoted where they reach the shell
-// (rendered with {{{triple}}} braces so mustache's HTML escaping stays out of the way).
+// The template sees only values that are already shell-quoted (shell_quote), comments
+// included, or checked scheduler directives, or numbers the launcher computed; they are
+// rendered with {{{triple}}} braces so mustache's HTML escaping stays out of the way.
 #pragma once
 
 #include <kainjow/mustache.hpp>

@@ -1,19 +1,25 @@
 // Rendering job scripts: the local script and the sbatch script from their templates, checked
 // by bash's own parser, with hostile values kept literal and bad #SBATCH values refused.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <iterator>
+#include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/common/error.hpp"
 #include "launcher/clusters/cluster.hpp"
 #include "launcher/config/yaml_io.hpp"
 #include "launcher/process.hpp"
+#include "temporary_directory.hpp"
 
 using namespace launcher;
 namespace fs = std::filesystem;
+using test_support::TemporaryDirectory;
 
 namespace {
 JobSpec sample_job(const fs::path& results_dir) {
@@ -149,4 +155,38 @@ TEST_CASE("a missing template is named") {
   const Node cluster = parse_yaml("job_name_prefix: ''\n", "test");
   CHECK_THROWS_WITH_AS(render_local_script(local_job("/r"), "/r/x.sh", {"/no/such/dir", &cluster, "", {}}),
                        doctest::Contains("/no/such/dir/local.sh.mustache not found"), common::Error);
+}
+
+TEST_CASE("a run name holding newlines stays in the header comment of every job script") {
+  TemporaryDirectory directory;
+  const fs::path canary = directory.path / "pwned";
+  // Stand-ins for the schedulers' task launchers.
+  const fs::path bin = directory.path / "bin";
+  fs::create_directories(bin);
+  for (const char* launcher_name : {"srun", "mpiexec"}) {
+    std::ofstream(bin / launcher_name) << "#!/bin/sh\nexit 0\n";
+    fs::permissions(bin / launcher_name, fs::perms::owner_all);
+  }
+  JobSpec job = local_job(directory.path / "results");
+  job.run_name = "x\ntouch " + canary.string() + "\n#SBATCH --uid=0\n";
+  job.command = {"true"};
+  const Node local = parse_yaml("job_name_prefix: ''\n", "local.yaml");
+  const Node bcm = parse_yaml("stderr_to_stdout: true\n", "bcm.yaml");
+  const Node pbs = parse_yaml("queue: debug\n", "pbs.yaml");
+  const std::string path = fmt::format("PATH={}:{}", bin.string(), std::getenv("PATH"));
+  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
+           {"local", render_local_script(job, directory.path / "l.sh", {kTemplates, &local, "", {}})},
+           {"bcm", render_sbatch(job, directory.path / "b.sh", {kTemplates, &bcm, "", {}})},
+           {"pbs", render_pbs(job, directory.path / "p.sh", {kTemplates, &pbs, "", {}})}}) {
+    CAPTURE(name);
+    CAPTURE(text);
+    fs::remove(canary);
+    const fs::path script = directory.path / (name + ".sh");
+    write_script(script, text);
+    const auto ran = run_and_capture({"env", path, "bash", script.string()});
+    CHECK(ran.exit_code == 0);
+    CHECK_FALSE(fs::exists(canary));
+    // The scheduler reads directives from comment lines: the run name makes none.
+    CHECK(text.find("\n#SBATCH --uid") == std::string::npos);
+  }
 }
