@@ -19,8 +19,17 @@ namespace launcher {
 
 namespace {
 
+// qsub reads #PBS lines with its own tokenizer, in which quotes group and a backslash escapes;
+// the launcher writes each value as one word (double-quoted when it holds a space) and refuses
+// the characters that tokenizer would re-read (", ', \) rather than guess its escapes.
 std::string pbs_directive(const std::string& option, const std::string& value) {
-  return option + " " + checked_directive_value("#PBS " + option, value);
+  const std::string name = "#PBS " + option;
+  refuse_control_characters(name, value);
+  if (value.find_first_of("\"'\\") != std::string::npos) {
+    common::fail("{}: the value {:?} holds a quote or a backslash, which qsub would read as "
+                 "quoting in a #PBS line; use a value without \", ' or \\", name, value);
+  }
+  return option + " " + (value.find(' ') != std::string::npos ? "\"" + value + "\"" : value);
 }
 
 }  // namespace

@@ -18,11 +18,12 @@ using TemplateData = kainjow::mustache::data;
 std::string render_template(const std::filesystem::path& templates_dir, const std::string& name,
                             const TemplateData& data);
 
-// Scheduler directives (#SBATCH, #PBS) are read by the scheduler, not by a shell: refuses a
-// value holding a control character (a newline would start a new directive) or a double
-// quote (it would end a quoted value), naming the directive. Returns the value, double-quoted
-// when it holds a space.
-std::string checked_directive_value(const std::string& directive, const std::string& value);
+// Scheduler directives (#SBATCH, #PBS) are read by the scheduler, not by a shell, and line by
+// line: refuses a value holding a control character (a newline would end the directive, and
+// the next line would be read as a command by bash or as another directive by the
+// scheduler), naming the directive. Each cluster then writes the value in its scheduler's
+// own syntax (slurm_cluster.cpp, pbs_cluster.cpp).
+void refuse_control_characters(const std::string& directive, const std::string& value);
 
 // Writes text to path through a temporary file and a rename, executable by the owner.
 void write_script(const std::filesystem::path& path, const std::string& text);

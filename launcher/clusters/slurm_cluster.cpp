@@ -7,8 +7,10 @@
 #include <spdlog/spdlog.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cctype>
 #include <set>
+#include <string_view>
 
 #include "backend/common/error.hpp"
 #include "launcher/clusters/cluster.hpp"
@@ -20,8 +22,49 @@ namespace launcher {
 
 namespace {
 
+bool is_plain_directive_character(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("_@%+=:,./-").find(c) != std::string_view::npos;
+}
+
+// sbatch splits each #SBATCH line into arguments with its own parser (Slurm src/sbatch/opt.c,
+// _get_argument): whitespace separates, '...' and "..." group, a backslash takes the next
+// character literally, an unquoted '#' ends the line. So a value is written as is when it has
+// only plain characters, else double-quoted with \ and \" escapes: one argument, exactly the
+// value. Refused: control characters (one line per directive), and "hetjob"/"packjob", which
+// sbatch reads on any #SBATCH line, quoted or not, as the start of another job component.
 std::string directive(const std::string& option, const std::string& value) {
-  return option + "=" + checked_directive_value("#SBATCH " + option, value);
+  const std::string name = "#SBATCH " + option;
+  refuse_control_characters(name, value);
+  std::string lower = value;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower.find("hetjob") != std::string::npos || lower.find("packjob") != std::string::npos) {
+    common::fail("{}: the value {:?} holds \"hetjob\" or \"packjob\", which sbatch reads on any "
+                 "#SBATCH line as the start of another component of a heterogeneous job", name, value);
+  }
+  if (!value.empty() && std::all_of(value.begin(), value.end(), is_plain_directive_character)) {
+    return option + "=" + value;
+  }
+  std::string quoted = "\"";
+  for (char c : value) {
+    if (c == '\\' || c == '"') quoted += '\\';
+    quoted += c;
+  }
+  return option + "=" + quoted + "\"";
+}
+
+// A bcm.yaml key the launcher does not know becomes the name of an #SBATCH option.
+void check_option_key(const std::string& key) {
+  auto is_alphanumeric = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  const bool valid = !key.empty() && is_alphanumeric(key.front()) &&
+                     std::all_of(key.begin(), key.end(), [&](char c) {
+                       return is_alphanumeric(c) || c == '_' || c == '-';
+                     });
+  if (!valid) {
+    common::fail("cluster key {:?} is not one the launcher knows, so it would become an #SBATCH "
+                 "option, and option names must match [A-Za-z0-9][A-Za-z0-9_-]* (e.g. qos, "
+                 "mail_type)", key);
+  }
 }
 
 std::string cluster_text(const Node& value, const std::string& key) {
@@ -90,6 +133,7 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
   if (cluster.is_map()) {
     for (const auto& key : cluster.keys()) {
       if (kKnownKeys.contains(key)) continue;
+      check_option_key(key);
       const Node* value = value_of(key);
       if (value == nullptr) continue;
       std::string option = "--" + key;

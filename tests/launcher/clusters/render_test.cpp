@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <iterator>
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -15,6 +16,7 @@
 #include "launcher/clusters/cluster.hpp"
 #include "launcher/config/yaml_io.hpp"
 #include "launcher/process.hpp"
+#include "scheduler_directives.hpp"
 #include "temporary_directory.hpp"
 
 using namespace launcher;
@@ -188,5 +190,71 @@ TEST_CASE("a run name holding newlines stays in the header comment of every job 
     CHECK_FALSE(fs::exists(canary));
     // The scheduler reads directives from comment lines: the run name makes none.
     CHECK(text.find("\n#SBATCH --uid") == std::string::npos);
+  }
+}
+
+TEST_CASE("keys of bcm.yaml that become #SBATCH options must be [A-Za-z0-9][A-Za-z0-9_-]*") {
+  const auto job = sample_job("/r");
+  for (const std::string key : {"x\\ntouch pwned\\n#", "qos extra", "a=b", "mail type", "x'y", "", "--",
+                          "\\u00e9t\\u00e9"}) {
+    CAPTURE(key);
+    const Node cluster = parse_yaml(fmt::format("stderr_to_stdout: true\n\"{}\": high\n", key), "bcm.yaml");
+    CHECK_THROWS_WITH_AS(render_sbatch(job, "/r/x.sh", {kTemplates, &cluster, "", {}}),
+                         doctest::Contains("[A-Za-z0-9][A-Za-z0-9_-]*"), common::Error);
+  }
+  const Node cluster = parse_yaml("stderr_to_stdout: true\nmail_type: END\nQoS-2: high\n", "bcm.yaml");
+  const std::string script = render_sbatch(job, "/r/x.sh", {kTemplates, &cluster, "", {}});
+  CHECK(script.find("#SBATCH --mail-type=END\n") != std::string::npos);
+  CHECK(script.find("#SBATCH --QoS-2=high\n") != std::string::npos);
+}
+
+TEST_CASE("each #SBATCH value reaches sbatch as exactly one argument holding exactly the value") {
+  const auto job = sample_job("/r");
+  for (const std::string value : {"plain", "a b", "it's", "say \"hi\"", "back\\slash", "end\\", "x#y",
+                                  "a #b", "'", "\"", "--uid=0", "a --uid=0", "$(touch x)", "`id`",
+                                  "{privileged: true}", "*alias", "&anchor", "!!tag", "-lead", "%p", ":x",
+                                  "caf\xc3\xa9", ""}) {
+    CAPTURE(value);
+    Node cluster = parse_yaml("stderr_to_stdout: true\n", "bcm.yaml");
+    cluster.set("comment", Node::string(value));
+    const std::string script = render_sbatch(job, "/r/x.sh", {kTemplates, &cluster, "", {}});
+    const auto directives = test_support::sbatch_directives(script);
+    CHECK_FALSE(directives.fatal);
+    CHECK(directives.components == 1);
+    CHECK(std::count(directives.arguments.begin(), directives.arguments.end(), "--comment=" + value) == 1);
+    for (const auto& argument : directives.arguments) {
+      CHECK(argument.starts_with("--"));
+    }
+    CHECK(bash_accepts(script));
+  }
+  // Slurm splits a job at "hetjob"/"packjob" on any #SBATCH line, quoted or not: refused.
+  for (const std::string value : {"myhetjob", "x PackJob y"}) {
+    CAPTURE(value);
+    Node cluster = parse_yaml("stderr_to_stdout: true\n", "bcm.yaml");
+    cluster.set("comment", Node::string(value));
+    CHECK_THROWS_WITH_AS(render_sbatch(job, "/r/x.sh", {kTemplates, &cluster, "", {}}),
+                         doctest::Contains("#SBATCH --comment"), common::Error);
+  }
+}
+
+TEST_CASE("#PBS values are one value each, and characters PBS would re-read are refused") {
+  const auto job = sample_job("/r");
+  for (const std::string value : {"plain", "a b", "caf\xc3\xa9", "x:y=z"}) {
+    CAPTURE(value);
+    Node cluster = parse_yaml("queue: debug\n", "pbs.yaml");
+    cluster.set("account", Node::string(value));
+    const std::string script = render_pbs(job, "/r/x.sh", {kTemplates, &cluster, "", {}});
+    const auto directives = test_support::pbs_directives(script);
+    REQUIRE(directives.has_value());
+    CHECK(std::count_if(directives->begin(), directives->end(), [&](const auto& directive) {
+            return directive.option == "-A" && directive.value == value;
+          }) == 1);
+  }
+  for (const std::string value : {"it's", "say \"hi\"", "back\\slash", "a\nb", "tab\there"}) {
+    CAPTURE(value);
+    Node cluster = parse_yaml("queue: debug\n", "pbs.yaml");
+    cluster.set("account", Node::string(value));
+    CHECK_THROWS_WITH_AS(render_pbs(job, "/r/x.sh", {kTemplates, &cluster, "", {}}),
+                         doctest::Contains("#PBS -A"), common::Error);
   }
 }
