@@ -153,6 +153,13 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
     if (!context.container_mounts.empty()) {
       std::string mounts;
       for (const auto& mount : context.container_mounts) {
+        // pyxis splits --container-mounts at commas and has no escape for one.
+        if (mount.find(',') != std::string::npos) {
+          common::fail("container mount {:?} holds a comma, which pyxis's --container-mounts reads as "
+                       "the start of another mount (it has no escape): rename the directory or mount "
+                       "one without a comma (the mounts are config container_mounts, "
+                       "launcher_scripts_path, data_dir and base_results_dir)", mount);
+        }
         mounts += (mounts.empty() ? "" : ",") + (mount.find(':') == std::string::npos ? mount + ":" + mount : mount);
       }
       srun_arguments.push_back("--container-mounts=" + mounts);

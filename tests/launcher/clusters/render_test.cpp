@@ -258,3 +258,15 @@ TEST_CASE("#PBS values are one value each, and characters PBS would re-read are 
                          doctest::Contains("#PBS -A"), common::Error);
   }
 }
+
+TEST_CASE("a container mount holding a comma is refused: pyxis would read two mounts") {
+  const Node cluster = parse_yaml("stderr_to_stdout: true\n", "bcm.yaml");
+  for (const std::string mount : {"/data/a,b", "/data:/mnt/a,b", "/x,/etc:/etc"}) {
+    CAPTURE(mount);
+    CHECK_THROWS_WITH_AS(
+        render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "nvcr.io/nvidia/nemo:24.01", {"/opt/l", mount}}),
+        doctest::Contains("comma"), common::Error);
+  }
+  // Without a container there are no mounts to pass, so nothing to refuse.
+  CHECK_NOTHROW(render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "", {"/data/a,b"}}));
+}
