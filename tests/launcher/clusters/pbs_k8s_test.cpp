@@ -74,14 +74,36 @@ TEST_CASE("the PBS script matches its golden file and bash accepts it") {
 }
 
 TEST_CASE("Slurm time limits convert to PBS walltime") {
-  CHECK(pbs_walltime("1-00:00:00") == "24:00:00");
-  CHECK(pbs_walltime("2-03") == "51:00:00");
-  CHECK(pbs_walltime("0:30:00") == "0:30:00");
-  CHECK(pbs_walltime("90") == "1:30:00");
-  CHECK(pbs_walltime("4:30") == "0:04:30");
-  CHECK_THROWS_WITH_AS(pbs_walltime("tomorrow"), doctest::Contains("'tomorrow' is not a Slurm time"),
+  const std::string key = "training.run.time_limit";
+  CHECK(pbs_walltime("1-00:00:00", key) == "24:00:00");
+  CHECK(pbs_walltime("2-03", key) == "51:00:00");
+  CHECK(pbs_walltime("0:30:00", key) == "0:30:00");
+  CHECK(pbs_walltime("90", key) == "1:30:00");
+  CHECK(pbs_walltime("4:30", key) == "0:04:30");
+  CHECK(pbs_walltime("100000-00:00:00", key) == "2400000:00:00");
+  CHECK_THROWS_WITH_AS(pbs_walltime("tomorrow", key),
+                       doctest::Contains("training.run.time_limit 'tomorrow' is not a Slurm time"),
                        common::Error);
-  CHECK_THROWS_AS(pbs_walltime("1-2:3:4:5"), common::Error);
+  CHECK_THROWS_AS(pbs_walltime("1-2:3:4:5", key), common::Error);
+}
+
+TEST_CASE("a time limit too long for any walltime is refused, naming the key and the valid forms") {
+  JobSpec job = two_node_job();
+  const Node cluster = parse_yaml("queue: debug\n", "pbs.yaml");
+  for (const std::string limit :
+       {"999999999999999-00:00:00", "99999999999999999999-00:00:00", "106751991167300-16",
+        "153722867280912931", "9223372036854775807", "0:153722867280912931:0", "-5", "5-", "1--2", ""}) {
+    CAPTURE(limit);
+    job.time_limit = limit;
+    if (limit.empty()) {  // no limit: no walltime line
+      CHECK(render_pbs(job, "/r/x.sh", {kTemplates, &cluster, "", {}}).find("walltime") == std::string::npos);
+      continue;
+    }
+    CHECK_THROWS_WITH_AS(render_pbs(job, "/r/x.sh", {kTemplates, &cluster, "", {}}),
+                         doctest::Contains("training.run.time_limit"), common::Error);
+    CHECK_THROWS_WITH_AS(pbs_walltime(limit, "training.run.time_limit"), doctest::Contains("D-H:M:S"),
+                         common::Error);
+  }
 }
 
 TEST_CASE("the PyTorchJob manifest matches its golden file and parses as the right object") {
