@@ -100,8 +100,12 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
     if (!job.uses_gpus && kGpuJobOnly.contains(key)) continue;
     if (const Node* value = value_of(key)) directives.push_back(directive(option, cluster_text(*value, key)));
   }
-  if (const Node* exclusive = value_of("exclusive");
-      job.uses_gpus && exclusive && exclusive->is_bool() && exclusive->as_bool()) {
+  // Switches are true or false (null: false); anything else is refused, not read as false.
+  auto switched_on = [&](const std::string& key) {
+    const Node* value = value_of(key);
+    return value != nullptr && value->as_bool("cluster." + key);
+  };
+  if (switched_on("exclusive") && job.uses_gpus) {
     directives.push_back("--exclusive");
   }
   if (job.cpus_per_task > 0) directives.push_back(directive("--cpus-per-task", std::to_string(job.cpus_per_task)));
@@ -126,8 +130,7 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
   // Array tasks each get their own log: %A is the array's job id, %a the task index.
   const auto log_stem = (job.results_dir / ("log-" + job.job_name + (job.is_array() ? "_%A_%a" : "_%j"))).string();
   directives.push_back(directive("--output", log_stem + ".out"));
-  const Node* merged = value_of("stderr_to_stdout");
-  if (!(merged && merged->is_bool() && merged->as_bool())) {
+  if (!switched_on("stderr_to_stdout")) {
     directives.push_back(directive("--error", log_stem + ".err"));
   }
   if (cluster.is_map()) {

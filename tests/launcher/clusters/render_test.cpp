@@ -270,3 +270,14 @@ TEST_CASE("a container mount holding a comma is refused: pyxis would read two mo
   // Without a container there are no mounts to pass, so nothing to refuse.
   CHECK_NOTHROW(render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "", {"/data/a,b"}}));
 }
+
+TEST_CASE("bcm.yaml switches are true, false or null: other text is refused, not read as false") {
+  for (const char* key : {"exclusive", "stderr_to_stdout"}) {
+    CAPTURE(key);
+    Node cluster = parse_yaml("gres: null\n", "bcm.yaml");
+    cluster.set(key, Node::string("$(touch x)"));
+    const std::string named = std::string("cluster.") + key;
+    CHECK_THROWS_WITH_AS(render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "", {}}),
+                         doctest::Contains(named.c_str()), common::Error);
+  }
+}
