@@ -34,6 +34,11 @@ struct Submission {
 // The data every template shares: version, stage, run name, results dir, environment, command.
 TemplateData common_template_data(const JobSpec& job, const std::filesystem::path& script_path);
 
+// Refuses a job whose program path starts with '-' (srun, mpirun, mpiexec and exec would read
+// it as an option), naming backend_bin_dir. Paths the scripts pass to mkdir, cd and
+// `command -v` follow a `--` instead, so a results directory may start with '-'.
+void check_program(const JobSpec& job);
+
 std::string render_local_script(const JobSpec& job, const std::filesystem::path& script_path,
                                 const RenderContext& context);
 Submission run_local_script(const JobSpec& job, const std::filesystem::path& script_path,

@@ -136,11 +136,12 @@ std::string render_pytorchjob(const JobSpec& job, const std::filesystem::path& /
   auto cluster_value = [&](const char* key, const char* fallback) {
     return manifest_text(text_or(cluster, "cluster", key, fallback), fmt::format("cluster.{}", key));
   };
+  check_program(job);
   const std::string tool = job.tool.empty() ? job.command.front() : job.tool;
   for (const auto& word : job.command) manifest_text(word, fmt::format("the {} command's argument", job.stage));
   const std::string script = fmt::format(
-      "set -euo pipefail; mkdir -p {0}; cd {0}; if ! command -v {1} >/dev/null 2>&1; then echo {2} "
-      ">&2; exit 127; fi; exec {3}",
+      "set -euo pipefail; mkdir -p -- {0}; cd -- {0}; if ! command -v -- {1} >/dev/null 2>&1; then echo {2} "
+      ">&2; exit 127; fi; exec -- {3}",
       shell_quote(manifest_text(job.results_dir.string(), fmt::format("{}.run.results_dir", job.stage))),
       shell_quote(job.command.front()),
       shell_quote(fmt::format("launcher: the {} stage needs {}, which is not at {} in the image",

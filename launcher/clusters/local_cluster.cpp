@@ -19,7 +19,19 @@ bool is_shell_identifier(const std::string& name) {
 }
 }  // namespace
 
+void check_program(const JobSpec& job) {
+  std::vector<const std::vector<std::string>*> commands = {&job.command};
+  for (const auto& task : job.array_tasks) commands.push_back(&task);
+  for (const auto* command : commands) {
+    if (command->empty() || !command->front().starts_with('-')) continue;
+    common::fail("the {} program {:?} starts with '-', which srun, mpirun and mpiexec would read as "
+                 "an option of their own: set backend_bin_dir to an absolute path", job.stage,
+                 command->front());
+  }
+}
+
 TemplateData common_template_data(const JobSpec& job, const std::filesystem::path& script_path) {
+  check_program(job);
   TemplateData data;
   // The header comment names the run too: quoted like any value, it stays on its line.
   data.set("version", shell_quote(PROJECT_VERSION_STRING));

@@ -69,7 +69,7 @@ TEST_CASE("the local script exports quoted values and runs the backend in the re
   CHECK(script.starts_with("#!/usr/bin/env bash\n"));
   CHECK(script.find("export NCCL_DEBUG=INFO\n") != std::string::npos);
   CHECK(script.find("export HOSTILE='$(touch INJECTED); `id`'\n") != std::string::npos);
-  CHECK(script.find("cd /tmp/results/gpt3_126m\n") != std::string::npos);
+  CHECK(script.find("cd -- /tmp/results/gpt3_126m\n") != std::string::npos);
   CHECK(script.find("/opt/bin/pretrain_gpt \\\n    --num-layers 2 \\\n    --vocab-file '/data/my vocab.json'") !=
         std::string::npos);
   CHECK(bash_accepts(script));
@@ -280,4 +280,40 @@ TEST_CASE("bcm.yaml switches are true, false or null: other text is refused, not
     CHECK_THROWS_WITH_AS(render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "", {}}),
                          doctest::Contains(named.c_str()), common::Error);
   }
+}
+
+TEST_CASE("paths starting with '-' are never read as options by the script's commands") {
+  TemporaryDirectory directory;
+  const fs::path bin = directory.path / "bin";
+  fs::create_directories(bin);
+  for (const char* launcher_name : {"srun", "mpiexec"}) {
+    std::ofstream(bin / launcher_name) << "#!/bin/sh\nexit 0\n";
+    fs::permissions(bin / launcher_name, fs::perms::owner_all);
+  }
+  // A relative results directory named like an option: mkdir and cd must take it as a path.
+  JobSpec job = local_job("-results");
+  job.command = {"true"};
+  const Node local = parse_yaml("job_name_prefix: ''\n", "local.yaml");
+  const Node bcm = parse_yaml("stderr_to_stdout: true\n", "bcm.yaml");
+  const Node pbs = parse_yaml("queue: debug\n", "pbs.yaml");
+  const std::string path = fmt::format("PATH={}:{}", bin.string(), std::getenv("PATH"));
+  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
+           {"local", render_local_script(job, "l.sh", {kTemplates, &local, "", {}})},
+           {"bcm", render_sbatch(job, "b.sh", {kTemplates, &bcm, "", {}})},
+           {"pbs", render_pbs(job, "p.sh", {kTemplates, &pbs, "", {}})}}) {
+    CAPTURE(name);
+    fs::remove_all(directory.path / "-results");
+    const fs::path script = directory.path / (name + ".sh");
+    write_script(script, text);
+    const auto ran = run_and_capture({"env", path, "bash", "-c", "cd \"$0\" && bash \"$1\"",
+                                      directory.path.string(), script.string()});
+    CHECK_MESSAGE(ran.exit_code == 0, ran.output);
+    CHECK(fs::is_directory(directory.path / "-results"));
+  }
+  // A program named like an option would be one to srun, mpirun or mpiexec: refused.
+  job.command = {"-x/pretrain_gpt", "--num-layers", "2"};
+  CHECK_THROWS_WITH_AS(render_sbatch(job, "b.sh", {kTemplates, &bcm, "", {}}),
+                       doctest::Contains("backend_bin_dir"), common::Error);
+  CHECK_THROWS_WITH_AS(render_local_script(job, "l.sh", {kTemplates, &local, "", {}}),
+                       doctest::Contains("backend_bin_dir"), common::Error);
 }
