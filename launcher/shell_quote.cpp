@@ -67,4 +67,10 @@ std::string shell_join(const std::vector<std::string>& words) {
   return joined;
 }
 
+bool is_shell_identifier(std::string_view name) {
+  auto head = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  auto tail = [&](char c) { return head(c) || (c >= '0' && c <= '9'); };
+  return !name.empty() && head(name.front()) && std::all_of(name.begin() + 1, name.end(), tail);
+}
+
 }  // namespace launcher

@@ -23,4 +23,7 @@ std::string shell_quote(std::string_view word);
 // Quotes each word and joins them with single spaces.
 std::string shell_join(const std::vector<std::string>& words);
 
+// A name a script may use as code, e.g. in `export NAME=...`: [A-Za-z_][A-Za-z0-9_]*.
+bool is_shell_identifier(std::string_view name);
+
 }  // namespace launcher

@@ -2,7 +2,7 @@
 // to the terminal and to results/<run>/log-<job name>_<pid>.out, as NeMo's interactive mode.
 #include <fmt/format.h>
 
-#include <algorithm>
+#include <vector>
 
 #include "backend/common/error.hpp"
 #include "launcher/clusters/cluster.hpp"
@@ -10,14 +10,6 @@
 #include "launcher/shell_quote.hpp"
 
 namespace launcher {
-
-namespace {
-bool is_shell_identifier(const std::string& name) {
-  auto head = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
-  auto tail = [&](char c) { return head(c) || (c >= '0' && c <= '9'); };
-  return !name.empty() && head(name.front()) && std::all_of(name.begin() + 1, name.end(), tail);
-}
-}  // namespace
 
 void check_program(const JobSpec& job) {
   std::vector<const std::vector<std::string>*> commands = {&job.command};

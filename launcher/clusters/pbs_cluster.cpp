@@ -25,9 +25,9 @@ namespace launcher {
 
 namespace {
 
-// qsub reads #PBS lines with its own tokenizer, in which quotes group and a backslash escapes;
-// the launcher writes each value as one word (double-quoted when it holds a space) and refuses
-// the characters that tokenizer would re-read (", ', \) rather than guess its escapes.
+// qsub reads #PBS lines with its own tokenizer, in which quotes group words; the launcher
+// writes each value as one word (double-quoted when it holds a space) and refuses the
+// characters that tokenizer could re-read (", ', \) rather than rely on escapes it may lack.
 std::string pbs_directive(const std::string& option, const std::string& value) {
   const std::string name = "#PBS " + option;
   refuse_control_characters(name, value);

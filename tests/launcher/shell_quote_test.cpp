@@ -103,3 +103,14 @@ TEST_CASE("a quoted word in a comment line stays in the comment") {
   CHECK(run.output == "done\n");
   CHECK_FALSE(std::filesystem::exists(canary));
 }
+
+TEST_CASE("shell identifiers: what an export may name") {
+  for (const char* name : {"A", "_", "NCCL_DEBUG", "omp_num_threads2", "_x9"}) {
+    CAPTURE(name);
+    CHECK(launcher::is_shell_identifier(name));
+  }
+  for (const char* name : {"", "9A", "A-B", "A B", "A=B", "$(x)", "A;B", "é"}) {
+    CAPTURE(name);
+    CHECK_FALSE(launcher::is_shell_identifier(name));
+  }
+}

@@ -317,3 +317,11 @@ TEST_CASE("paths starting with '-' are never read as options by the script's com
   CHECK_THROWS_WITH_AS(render_local_script(job, "l.sh", {kTemplates, &local, "", {}}),
                        doctest::Contains("backend_bin_dir"), common::Error);
 }
+
+TEST_CASE("an environment name that is not an identifier never reaches an export line") {
+  const Node cluster = parse_yaml("job_name_prefix: ''\n", "local.yaml");
+  JobSpec job = local_job("/r");
+  job.environment = {{"X=1; touch pwned; Y", "v"}};
+  CHECK_THROWS_WITH_AS(render_local_script(job, "/r/x.sh", {kTemplates, &cluster, "", {}}),
+                       doctest::Contains("env_vars."), common::Error);
+}
