@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <ostream>
 #include <string>
+#include <string_view>
 
 #include "launcher/clusters/script_template.hpp"
 #include "launcher/config/node.hpp"
@@ -33,6 +34,11 @@ struct Submission {
 // The data every template shares: version, stage, run name, results dir, environment, command.
 TemplateData common_template_data(const JobSpec& job, const std::filesystem::path& script_path);
 
+// Refuses a job whose program path starts with '-' (srun, mpirun, mpiexec and exec would read
+// it as an option), naming backend_bin_dir. Paths the scripts pass to mkdir, cd and
+// `command -v` follow a `--` instead, so a results directory may start with '-'.
+void check_program(const JobSpec& job);
+
 std::string render_local_script(const JobSpec& job, const std::filesystem::path& script_path,
                                 const RenderContext& context);
 Submission run_local_script(const JobSpec& job, const std::filesystem::path& script_path,
@@ -51,8 +57,10 @@ std::string render_pbs(const JobSpec& job, const std::filesystem::path& script_p
                        const RenderContext& context);
 Submission submit_qsub(const JobSpec& job, const std::filesystem::path& script_path);
 
-// Slurm time limits (minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S) as PBS walltime H:MM:SS.
-std::string pbs_walltime(const std::string& slurm_time_limit);
+// Slurm time limits (minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S) as PBS walltime H:MM:SS. A
+// limit in none of these forms, or too long to count in seconds, is a common::Error naming
+// `key` (where the limit came from, e.g. training.run.time_limit).
+std::string pbs_walltime(const std::string& slurm_time_limit, std::string_view key);
 
 std::string render_pytorchjob(const JobSpec& job, const std::filesystem::path& manifest_path,
                               const RenderContext& context);

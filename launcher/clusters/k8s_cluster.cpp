@@ -1,14 +1,23 @@
 // Kubernetes with the Kubeflow training operator: a PyTorchJob manifest (Master, plus Workers
 // for more than one node) written into the results directory and applied with
-// `kubectl apply -f`. Values reach YAML as JSON strings (valid YAML double-quoted scalars);
-// the container runs one bash command line whose words went through shell_quote.
+// `kubectl apply -f`. The manifest is built as a tree (nlohmann ordered_json, keys in the
+// order written) and emitted by yaml-cpp, never by text templating, so no value can add a key:
+// every string is a double-quoted scalar (never retyped: "8", "true" and "null" stay strings),
+// escaped to ASCII (YAML 1.1 readers such as kubectl's also break lines at U+0085, U+2028 and
+// U+2029), and must be valid UTF-8 (Kubernetes strings are UTF-8; yaml-cpp would replace a bad
+// byte silently). Comments hold no value. The container runs one bash command line whose words
+// went through shell_quote.
 // Reference: Kubeflow training-operator PyTorchJob API (kubeflow.org/v1),
 // NeMo-Megatron-Launcher's k8s cluster config (namespace, image pull secret, shm size, NFS).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cctype>
+#include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "backend/common/error.hpp"
 #include "launcher/clusters/cluster.hpp"
@@ -20,7 +29,82 @@ namespace launcher {
 
 namespace {
 
-std::string yaml_string(const std::string& value) { return nlohmann::json(value).dump(); }
+using Manifest = nlohmann::ordered_json;
+
+// RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF.
+bool is_valid_utf8(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    size_t length = 0;
+    char32_t code_point = 0;
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    } else if (lead >= 0xc2 && lead <= 0xdf) {
+      length = 2;
+      code_point = lead & 0x1f;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+      length = 3;
+      code_point = lead & 0x0f;
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+      length = 4;
+      code_point = lead & 0x07;
+    } else {
+      return false;
+    }
+    if (i + length > text.size()) return false;
+    for (size_t k = 1; k < length; ++k) {
+      const auto continuation = static_cast<unsigned char>(text[i + k]);
+      if ((continuation & 0xc0) != 0x80) return false;
+      code_point = (code_point << 6) | (continuation & 0x3f);
+    }
+    const char32_t smallest[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (code_point < smallest[length] || code_point > 0x10ffff ||
+        (code_point >= 0xd800 && code_point <= 0xdfff)) {
+      return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
+// A value bound for the manifest, checked where its name is known.
+std::string manifest_text(const std::string& value, std::string_view what) {
+  if (!is_valid_utf8(value)) {
+    common::fail("{} = {:?} is not valid UTF-8, which a Kubernetes manifest needs", what, value);
+  }
+  return value;
+}
+
+void emit(YAML::Emitter& out, const Manifest& node) {
+  switch (node.type()) {
+    case Manifest::value_t::object:
+      out << YAML::BeginMap;
+      for (const auto& [key, value] : node.items()) {
+        out << YAML::Key << key << YAML::Value;
+        emit(out, value);
+      }
+      out << YAML::EndMap;
+      break;
+    case Manifest::value_t::array:
+      out << YAML::BeginSeq;
+      for (const auto& item : node) emit(out, item);
+      out << YAML::EndSeq;
+      break;
+    case Manifest::value_t::string:
+      out << YAML::DoubleQuoted << node.get_ref<const std::string&>();
+      break;
+    case Manifest::value_t::number_integer:
+    case Manifest::value_t::number_unsigned:
+      out << node.get<int64_t>();
+      break;
+    case Manifest::value_t::boolean:
+      out << node.get<bool>();
+      break;
+    default:  // render_pytorchjob builds no null, float or binary value
+      throw std::logic_error(fmt::format("PyTorchJob manifest: unexpected {} value", node.type_name()));
+  }
+}
 
 }  // namespace
 
@@ -33,11 +117,12 @@ std::string kubernetes_name(const std::string& job_name) {
   if (name.size() > 63) name.resize(63);
   while (!name.empty() && name.front() == '-') name.erase(name.begin());
   while (!name.empty() && name.back() == '-') name.pop_back();
-  if (name.empty()) common::fail("job name '{}' has no letters or digits for a Kubernetes name", job_name);
+  if (name.empty()) common::fail("job name {:?} has no letters or digits for a Kubernetes name", job_name);
   return name;
 }
 
-std::string render_pytorchjob(const JobSpec& job, const std::filesystem::path& manifest_path,
+// The manifest's path is not written into it: its comments hold no value.
+std::string render_pytorchjob(const JobSpec& job, const std::filesystem::path& /*manifest_path*/,
                               const RenderContext& context) {
   if (job.is_array()) {
     common::fail("{}: job arrays ({} tasks) are not rendered for {}; use cluster_type=bcm or local",
@@ -48,69 +133,91 @@ std::string render_pytorchjob(const JobSpec& job, const std::filesystem::path& m
                  "config.yaml or pass container=<image>");
   }
   const Node& cluster = *context.cluster;
-  auto value_of = [&](const char* key) { return text_or(cluster, "cluster", key, ""); };
+  auto cluster_value = [&](const char* key, const char* fallback) {
+    return manifest_text(text_or(cluster, "cluster", key, fallback), fmt::format("cluster.{}", key));
+  };
+  check_program(job);
   const std::string tool = job.tool.empty() ? job.command.front() : job.tool;
+  for (const auto& word : job.command) manifest_text(word, fmt::format("the {} command's argument", job.stage));
   const std::string script = fmt::format(
-      "set -euo pipefail; mkdir -p {0}; cd {0}; if ! command -v {1} >/dev/null 2>&1; then echo {2} "
-      ">&2; exit 127; fi; exec {3}",
-      shell_quote(job.results_dir.string()), shell_quote(job.command.front()),
+      "set -euo pipefail; mkdir -p -- {0}; cd -- {0}; if ! command -v -- {1} >/dev/null 2>&1; then echo {2} "
+      ">&2; exit 127; fi; exec -- {3}",
+      shell_quote(manifest_text(job.results_dir.string(), fmt::format("{}.run.results_dir", job.stage))),
+      shell_quote(job.command.front()),
       shell_quote(fmt::format("launcher: the {} stage needs {}, which is not at {} in the image",
                               job.stage, tool, job.command.front())),
       shell_join(job.command));
 
-  TemplateData data;
-  data.set("version", PROJECT_VERSION_STRING);
-  data.set("stage", job.stage);
-  data.set("run_name", job.run_name);
-  data.set("manifest_path", manifest_path.string());
-  data.set("name", kubernetes_name(job.job_name));
-  data.set("namespace", yaml_string(text_or(cluster, "cluster", "namespace", "default")));
-  data.set("stage_label", yaml_string(job.stage));
-  TemplateData replicas{TemplateData::type::list};
-  for (const auto& [role, count] : std::vector<std::pair<std::string, int>>{
-           {"Master", 1}, {"Worker", job.nodes - 1}}) {
-    if (count < 1) continue;
-    TemplateData spec;
-    spec.set("role", role);
-    spec.set("replicas", std::to_string(count));
-    replicas.push_back(spec);
+  const int64_t gpus_per_node = integer_or(cluster, "cluster", "gpus_per_node", job.tasks_per_node);
+  if (gpus_per_node < 0) {
+    common::fail("cluster.gpus_per_node is {}: expected a whole number of GPUs ≥ 0, or null for one "
+                 "per task (trainer.devices)", gpus_per_node);
   }
-  data.set("replica_specs", replicas);
-  data.set("image", yaml_string(context.container_image));
-  if (const auto secret = value_of("image_pull_secret"); !secret.empty()) {
-    data.set("image_pull_secret", yaml_string(secret));
-  }
-  data.set("script", yaml_string(script));
-  TemplateData environment{TemplateData::type::list};
-  for (const auto& [name, value] : job.environment) {
-    TemplateData entry;
-    entry.set("name", name);
-    entry.set("value", yaml_string(value));
-    environment.push_back(entry);
-  }
-  data.set("environment", environment);
-  data.set("run_name_value", yaml_string(job.run_name));
-  const std::string gpus = value_of("gpus_per_node");
-  data.set("gpus_per_node", gpus.empty() ? std::to_string(job.tasks_per_node) : gpus);
-  data.set("shm_size", yaml_string(text_or(cluster, "cluster", "shm_size", "64Gi")));
-  const std::string nfs_server = value_of("nfs_server"), nfs_path = value_of("nfs_path");
+  const std::string nfs_server = cluster_value("nfs_server", ""), nfs_path = cluster_value("nfs_path", "");
   if (nfs_server.empty() != nfs_path.empty()) {
     common::fail("cluster.nfs_server and cluster.nfs_path go together: set both or neither");
   }
-  if (!nfs_server.empty()) {
-    TemplateData nfs;
-    nfs.set("server", yaml_string(nfs_server));
-    nfs.set("path", yaml_string(nfs_path));
-    data.set("nfs", nfs);
+
+  Manifest environment = Manifest::array();
+  for (const auto& [name, value] : job.environment) {
+    const std::string key = fmt::format("env_vars.{}", name);
+    environment.push_back({{"name", manifest_text(name, key)}, {"value", manifest_text(value, key)}});
   }
-  return render_template(context.templates_dir, "k8s.yaml.mustache", data);
+  environment.push_back({{"name", "LAUNCHER_RUN_NAME"},
+                         {"value", manifest_text(job.run_name, fmt::format("{}.run.name", job.stage))}});
+  Manifest container = {
+      {"name", "pytorch"},
+      {"image", manifest_text(context.container_image, "container")},
+      {"command", Manifest::array({"bash", "-c"})},
+      {"args", Manifest::array({script})},
+      {"env", environment},
+      {"resources", {{"limits", {{"nvidia.com/gpu", gpus_per_node}}}}},
+      {"volumeMounts", Manifest::array({{{"name", "dshm"}, {"mountPath", "/dev/shm"}}})},
+  };
+  Manifest volumes = Manifest::array(
+      {{{"name", "dshm"},
+        {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", cluster_value("shm_size", "64Gi")}}}}});
+  if (!nfs_server.empty()) {
+    container["volumeMounts"].push_back({{"name", "workspace"}, {"mountPath", nfs_path}});
+    volumes.push_back({{"name", "workspace"}, {"nfs", {{"server", nfs_server}, {"path", nfs_path}}}});
+  }
+  Manifest pod_spec = Manifest::object();
+  if (const std::string secret = cluster_value("image_pull_secret", ""); !secret.empty()) {
+    pod_spec["imagePullSecrets"] = Manifest::array({{{"name", secret}}});
+  }
+  pod_spec["containers"] = Manifest::array({container});
+  pod_spec["volumes"] = volumes;
+
+  Manifest replica_specs = Manifest::object();
+  for (const auto& [role, count] : std::vector<std::pair<std::string, int>>{
+           {"Master", 1}, {"Worker", job.nodes - 1}}) {
+    if (count < 1) continue;
+    replica_specs[role] = {{"replicas", count}, {"restartPolicy", "Never"}, {"template", {{"spec", pod_spec}}}};
+  }
+  const Manifest manifest = {
+      {"apiVersion", "kubeflow.org/v1"},
+      {"kind", "PyTorchJob"},
+      {"metadata",
+       {{"name", kubernetes_name(job.job_name)},
+        {"namespace", cluster_value("namespace", "default")},
+        {"labels", {{"app.kubernetes.io/managed-by", "megatron-native-launcher"}, {"stage", job.stage}}}}},
+      {"spec", {{"pytorchReplicaSpecs", replica_specs}}},
+  };
+
+  YAML::Emitter out;
+  out.SetOutputCharset(YAML::EscapeNonAscii);
+  emit(out, manifest);
+  if (!out.good()) throw std::logic_error("yaml-cpp could not emit the PyTorchJob manifest: " + out.GetLastError());
+  return fmt::format("# Generated by launcher {}: a Kubeflow PyTorchJob (the stage, run and command are in "
+                     "its fields).\n# Apply with: kubectl apply -f <this file>\n{}\n",
+                     PROJECT_VERSION_STRING, out.c_str());
 }
 
 Submission apply_pytorchjob(const JobSpec& job, const std::filesystem::path& manifest_path) {
   Submission submission;
   if (!find_on_path("kubectl")) {
     spdlog::info("kubectl is not on PATH: the manifest is written; apply it with "
-                 "kubectl apply -f {}", manifest_path.string());
+                 "kubectl apply -f {}", shell_quote(manifest_path.string()));
     return submission;
   }
   const CapturedRun run = run_and_capture({"kubectl", "apply", "-f", manifest_path.string()});

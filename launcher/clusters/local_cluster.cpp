@@ -2,6 +2,8 @@
 // to the terminal and to results/<run>/log-<job name>_<pid>.out, as NeMo's interactive mode.
 #include <fmt/format.h>
 
+#include <vector>
+
 #include "backend/common/error.hpp"
 #include "launcher/clusters/cluster.hpp"
 #include "launcher/process.hpp"
@@ -9,17 +11,35 @@
 
 namespace launcher {
 
+void check_program(const JobSpec& job) {
+  std::vector<const std::vector<std::string>*> commands = {&job.command};
+  for (const auto& task : job.array_tasks) commands.push_back(&task);
+  for (const auto* command : commands) {
+    if (command->empty() || !command->front().starts_with('-')) continue;
+    common::fail("the {} program {:?} starts with '-', which srun, mpirun and mpiexec would read as "
+                 "an option of their own: set backend_bin_dir to an absolute path", job.stage,
+                 command->front());
+  }
+}
+
 TemplateData common_template_data(const JobSpec& job, const std::filesystem::path& script_path) {
+  check_program(job);
   TemplateData data;
-  data.set("version", PROJECT_VERSION_STRING);
-  data.set("stage", job.stage);
-  data.set("run_name", job.run_name);
+  // The header comment names the run too: quoted like any value, it stays on its line.
+  data.set("version", shell_quote(PROJECT_VERSION_STRING));
+  data.set("stage", shell_quote(job.stage));
+  data.set("run_name", shell_quote(job.run_name));
   data.set("script_path", shell_quote(script_path.string()));
   data.set("results_dir", shell_quote(job.results_dir.string()));
   TemplateData environment{TemplateData::type::list};
   for (const auto& [name, value] : job.environment) {
+    // `export NAME=value`: the name is code, so it must be an identifier (env_vars are checked
+    // when the config is read; checked again where the name becomes code).
+    if (!is_shell_identifier(name)) {
+      common::fail("env_vars.{}: not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)", name);
+    }
     TemplateData entry;
-    entry.set("name", name);  // validated as an identifier when the config is read
+    entry.set("name", name);
     entry.set("value", shell_quote(value));
     environment.push_back(entry);
   }

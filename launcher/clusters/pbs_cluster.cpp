@@ -8,7 +8,13 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "backend/common/error.hpp"
 #include "launcher/clusters/cluster.hpp"
@@ -19,41 +25,58 @@ namespace launcher {
 
 namespace {
 
+// qsub reads #PBS lines with its own tokenizer, in which quotes group words; the launcher
+// writes each value as one word (double-quoted when it holds a space) and refuses the
+// characters that tokenizer could re-read (", ', \) rather than rely on escapes it may lack.
 std::string pbs_directive(const std::string& option, const std::string& value) {
-  return option + " " + checked_directive_value("#PBS " + option, value);
+  const std::string name = "#PBS " + option;
+  refuse_control_characters(name, value);
+  if (value.find_first_of("\"'\\") != std::string::npos) {
+    common::fail("{}: the value {:?} holds a quote or a backslash, which qsub would read as "
+                 "quoting in a #PBS line; use a value without \", ' or \\", name, value);
+  }
+  return option + " " + (value.find(' ') != std::string::npos ? "\"" + value + "\"" : value);
 }
 
 }  // namespace
 
-std::string pbs_walltime(const std::string& limit) {
-  // Slurm's forms: "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S".
-  auto bad = [&]() -> std::string {
-    common::fail("time limit '{}' is not a Slurm time (valid: minutes, M:S, H:M:S, D-H, D-H:M, "
-                 "D-H:M:S)", limit);
+std::string pbs_walltime(const std::string& limit, std::string_view key) {
+  // Slurm's forms: "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S"; every field a whole number,
+  // the total in seconds checked against overflow at each step.
+  auto bad = [&](std::string_view why) -> std::string {
+    common::fail("{} '{}' is not a Slurm time{} (valid: minutes, M:S, H:M:S, D-H, D-H:M, D-H:M:S, "
+                 "each a whole number)", key, limit, why);
   };
-  std::vector<long> fields;
-  long days = 0;
-  std::string rest = limit;
-  if (const size_t dash = limit.find('-'); dash != std::string::npos) {
-    const std::string day_text = limit.substr(0, dash);
-    if (day_text.empty() || !std::all_of(day_text.begin(), day_text.end(), ::isdigit)) return bad();
-    days = std::stol(day_text);
-    rest = limit.substr(dash + 1);
-  }
-  std::string part;
-  for (size_t i = 0; i <= rest.size(); ++i) {
-    if (i == rest.size() || rest[i] == ':') {
-      if (part.empty() || part.size() > 6 || !std::all_of(part.begin(), part.end(), ::isdigit)) return bad();
-      fields.push_back(std::stol(part));
-      part.clear();
-    } else {
-      part += rest[i];
+  auto number = [&](std::string_view text) -> std::optional<int64_t> {
+    int64_t value = 0;
+    if (text.empty() || !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return std::nullopt;
     }
-  }
-  long hours = 0, minutes = 0, seconds = 0;
-  const bool with_days = limit.find('-') != std::string::npos;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+    return value;
+  };
+  const size_t dash = limit.find('-');
+  const bool with_days = dash != std::string::npos;
+  int64_t days = 0;
   if (with_days) {
-    if (fields.size() > 3) return bad();
+    const auto parsed = number(std::string_view(limit).substr(0, dash));
+    if (!parsed) return bad("");
+    days = *parsed;
+  }
+  std::vector<int64_t> fields;
+  const std::string_view rest = std::string_view(limit).substr(with_days ? dash + 1 : 0);
+  for (size_t start = 0;;) {
+    const size_t colon = rest.find(':', start);
+    const auto parsed = number(rest.substr(start, colon == std::string_view::npos ? colon : colon - start));
+    if (!parsed) return bad("");
+    fields.push_back(*parsed);
+    if (colon == std::string_view::npos) break;
+    start = colon + 1;
+  }
+  int64_t hours = 0, minutes = 0, seconds = 0;
+  if (with_days) {
+    if (fields.size() > 3) return bad("");
     hours = fields[0];
     minutes = fields.size() > 1 ? fields[1] : 0;
     seconds = fields.size() > 2 ? fields[2] : 0;
@@ -67,9 +90,15 @@ std::string pbs_walltime(const std::string& limit) {
     minutes = fields[1];
     seconds = fields[2];
   } else {
-    return bad();
+    return bad("");
   }
-  const long total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds;
+  // ((days × 24 + hours) × 60 + minutes) × 60 + seconds, each step checked.
+  int64_t total = days;
+  for (const auto& [factor, addend] : {std::pair<int64_t, int64_t>{24, hours}, {60, minutes}, {60, seconds}}) {
+    if (__builtin_mul_overflow(total, factor, &total) || __builtin_add_overflow(total, addend, &total)) {
+      return bad(": too long to count in seconds");
+    }
+  }
   return fmt::format("{}:{:02d}:{:02d}", total / 3600, (total / 60) % 60, total % 60);
 }
 
@@ -90,7 +119,7 @@ std::string render_pbs(const JobSpec& job, const std::filesystem::path& script_p
   if (const auto extra = value_of("select"); !extra.empty()) select += ":" + extra;
   directives.push_back(pbs_directive("-l", "select=" + select));
   std::string walltime = value_of("walltime");
-  if (walltime.empty() && !job.time_limit.empty()) walltime = pbs_walltime(job.time_limit);
+  if (walltime.empty() && !job.time_limit.empty()) walltime = pbs_walltime(job.time_limit, job.stage + ".run.time_limit");
   if (!walltime.empty()) directives.push_back(pbs_directive("-l", "walltime=" + walltime));
   if (const auto filesystems = value_of("filesystems"); !filesystems.empty()) {
     directives.push_back(pbs_directive("-l", "filesystems=" + filesystems));

@@ -26,14 +26,14 @@ std::string render_template(const std::filesystem::path& templates_dir, const st
   return rendered;
 }
 
-std::string checked_directive_value(const std::string& directive, const std::string& value) {
+void refuse_control_characters(const std::string& directive, const std::string& value) {
   for (char c : value) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == '"') {
-      common::fail("{}: the value {:?} holds a control character or a double quote", directive,
-                   value);
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      common::fail("{}: the value {:?} holds a control character (a newline would end the "
+                   "directive line): scheduler directives take one line of text", directive, value);
     }
   }
-  return value.find(' ') != std::string::npos ? "\"" + value + "\"" : value;
 }
 
 void write_script(const std::filesystem::path& path, const std::string& text) {

@@ -7,8 +7,10 @@
 #include <spdlog/spdlog.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cctype>
 #include <set>
+#include <string_view>
 
 #include "backend/common/error.hpp"
 #include "launcher/clusters/cluster.hpp"
@@ -20,8 +22,49 @@ namespace launcher {
 
 namespace {
 
+bool is_plain_directive_character(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("_@%+=:,./-").find(c) != std::string_view::npos;
+}
+
+// sbatch splits each #SBATCH line into arguments with its own parser (Slurm src/sbatch/opt.c,
+// _get_argument): whitespace separates, '...' and "..." group, a backslash takes the next
+// character literally, an unquoted '#' ends the line. So a value is written as is when it has
+// only plain characters, else double-quoted with \ and \" escapes: one argument, exactly the
+// value. Refused: control characters (one line per directive), and "hetjob"/"packjob", which
+// sbatch reads on any #SBATCH line, quoted or not, as the start of another job component.
 std::string directive(const std::string& option, const std::string& value) {
-  return option + "=" + checked_directive_value("#SBATCH " + option, value);
+  const std::string name = "#SBATCH " + option;
+  refuse_control_characters(name, value);
+  std::string lower = value;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (lower.find("hetjob") != std::string::npos || lower.find("packjob") != std::string::npos) {
+    common::fail("{}: the value {:?} holds \"hetjob\" or \"packjob\", which sbatch reads on any "
+                 "#SBATCH line as the start of another component of a heterogeneous job", name, value);
+  }
+  if (!value.empty() && std::all_of(value.begin(), value.end(), is_plain_directive_character)) {
+    return option + "=" + value;
+  }
+  std::string quoted = "\"";
+  for (char c : value) {
+    if (c == '\\' || c == '"') quoted += '\\';
+    quoted += c;
+  }
+  return option + "=" + quoted + "\"";
+}
+
+// A bcm.yaml key the launcher does not know becomes the name of an #SBATCH option.
+void check_option_key(const std::string& key) {
+  auto is_alphanumeric = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  const bool valid = !key.empty() && is_alphanumeric(key.front()) &&
+                     std::all_of(key.begin(), key.end(), [&](char c) {
+                       return is_alphanumeric(c) || c == '_' || c == '-';
+                     });
+  if (!valid) {
+    common::fail("cluster key {:?} is not one the launcher knows, so it would become an #SBATCH "
+                 "option, and option names must match [A-Za-z0-9][A-Za-z0-9_-]* (e.g. qos, "
+                 "mail_type)", key);
+  }
 }
 
 std::string cluster_text(const Node& value, const std::string& key) {
@@ -57,8 +100,12 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
     if (!job.uses_gpus && kGpuJobOnly.contains(key)) continue;
     if (const Node* value = value_of(key)) directives.push_back(directive(option, cluster_text(*value, key)));
   }
-  if (const Node* exclusive = value_of("exclusive");
-      job.uses_gpus && exclusive && exclusive->is_bool() && exclusive->as_bool()) {
+  // Switches are true or false (null: false); anything else is refused, not read as false.
+  auto switched_on = [&](const std::string& key) {
+    const Node* value = value_of(key);
+    return value != nullptr && value->as_bool("cluster." + key);
+  };
+  if (switched_on("exclusive") && job.uses_gpus) {
     directives.push_back("--exclusive");
   }
   if (job.cpus_per_task > 0) directives.push_back(directive("--cpus-per-task", std::to_string(job.cpus_per_task)));
@@ -83,13 +130,13 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
   // Array tasks each get their own log: %A is the array's job id, %a the task index.
   const auto log_stem = (job.results_dir / ("log-" + job.job_name + (job.is_array() ? "_%A_%a" : "_%j"))).string();
   directives.push_back(directive("--output", log_stem + ".out"));
-  const Node* merged = value_of("stderr_to_stdout");
-  if (!(merged && merged->is_bool() && merged->as_bool())) {
+  if (!switched_on("stderr_to_stdout")) {
     directives.push_back(directive("--error", log_stem + ".err"));
   }
   if (cluster.is_map()) {
     for (const auto& key : cluster.keys()) {
       if (kKnownKeys.contains(key)) continue;
+      check_option_key(key);
       const Node* value = value_of(key);
       if (value == nullptr) continue;
       std::string option = "--" + key;
@@ -109,6 +156,13 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
     if (!context.container_mounts.empty()) {
       std::string mounts;
       for (const auto& mount : context.container_mounts) {
+        // pyxis splits --container-mounts at commas and has no escape for one.
+        if (mount.find(',') != std::string::npos) {
+          common::fail("container mount {:?} holds a comma, which pyxis's --container-mounts reads as "
+                       "the start of another mount (it has no escape): rename the directory or mount "
+                       "one without a comma (the mounts are config container_mounts, "
+                       "launcher_scripts_path, data_dir and base_results_dir)", mount);
+        }
         mounts += (mounts.empty() ? "" : ",") + (mount.find(':') == std::string::npos ? mount + ":" + mount : mount);
       }
       srun_arguments.push_back("--container-mounts=" + mounts);

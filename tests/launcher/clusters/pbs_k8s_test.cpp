@@ -2,11 +2,13 @@
 // golden files (regenerate with UPDATE_GOLDEN=1 after an intended change and review the diff),
 // the manifest is parsed back as YAML, and the conversions they rely on are checked.
 #include <doctest/doctest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <string>
 
 #include "backend/common/error.hpp"
@@ -72,14 +74,36 @@ TEST_CASE("the PBS script matches its golden file and bash accepts it") {
 }
 
 TEST_CASE("Slurm time limits convert to PBS walltime") {
-  CHECK(pbs_walltime("1-00:00:00") == "24:00:00");
-  CHECK(pbs_walltime("2-03") == "51:00:00");
-  CHECK(pbs_walltime("0:30:00") == "0:30:00");
-  CHECK(pbs_walltime("90") == "1:30:00");
-  CHECK(pbs_walltime("4:30") == "0:04:30");
-  CHECK_THROWS_WITH_AS(pbs_walltime("tomorrow"), doctest::Contains("'tomorrow' is not a Slurm time"),
+  const std::string key = "training.run.time_limit";
+  CHECK(pbs_walltime("1-00:00:00", key) == "24:00:00");
+  CHECK(pbs_walltime("2-03", key) == "51:00:00");
+  CHECK(pbs_walltime("0:30:00", key) == "0:30:00");
+  CHECK(pbs_walltime("90", key) == "1:30:00");
+  CHECK(pbs_walltime("4:30", key) == "0:04:30");
+  CHECK(pbs_walltime("100000-00:00:00", key) == "2400000:00:00");
+  CHECK_THROWS_WITH_AS(pbs_walltime("tomorrow", key),
+                       doctest::Contains("training.run.time_limit 'tomorrow' is not a Slurm time"),
                        common::Error);
-  CHECK_THROWS_AS(pbs_walltime("1-2:3:4:5"), common::Error);
+  CHECK_THROWS_AS(pbs_walltime("1-2:3:4:5", key), common::Error);
+}
+
+TEST_CASE("a time limit too long for any walltime is refused, naming the key and the valid forms") {
+  JobSpec job = two_node_job();
+  const Node cluster = parse_yaml("queue: debug\n", "pbs.yaml");
+  for (const std::string limit :
+       {"999999999999999-00:00:00", "99999999999999999999-00:00:00", "106751991167300-16",
+        "153722867280912931", "9223372036854775807", "0:153722867280912931:0", "-5", "5-", "1--2", ""}) {
+    CAPTURE(limit);
+    job.time_limit = limit;
+    if (limit.empty()) {  // no limit: no walltime line
+      CHECK(render_pbs(job, "/r/x.sh", {kTemplates, &cluster, "", {}}).find("walltime") == std::string::npos);
+      continue;
+    }
+    CHECK_THROWS_WITH_AS(render_pbs(job, "/r/x.sh", {kTemplates, &cluster, "", {}}),
+                         doctest::Contains("training.run.time_limit"), common::Error);
+    CHECK_THROWS_WITH_AS(pbs_walltime(limit, "training.run.time_limit"), doctest::Contains("D-H:M:S"),
+                         common::Error);
+  }
 }
 
 TEST_CASE("the PyTorchJob manifest matches its golden file and parses as the right object") {
@@ -123,4 +147,101 @@ TEST_CASE("Kubernetes needs an image and paired NFS settings, and gets RFC 1123 
   CHECK(kubernetes_name("__x__") == "x");
   CHECK(kubernetes_name(std::string(100, 'a')).size() == 63);
   CHECK_THROWS_AS(kubernetes_name("___"), common::Error);
+}
+
+namespace {
+// The map keys of a parsed YAML document, as dotted paths (list items as "-").
+void collect_keys(const YAML::Node& node, const std::string& prefix, std::set<std::string>& keys) {
+  if (node.IsMap()) {
+    for (const auto& entry : node) {
+      const std::string key = prefix + entry.first.as<std::string>();
+      keys.insert(key);
+      collect_keys(entry.second, key + ".", keys);
+    }
+  } else if (node.IsSequence()) {
+    for (const auto& item : node) collect_keys(item, prefix + "-.", keys);
+  }
+}
+
+std::set<std::string> manifest_keys(const std::string& manifest) {
+  std::set<std::string> keys;
+  collect_keys(YAML::Load(manifest), "", keys);
+  return keys;
+}
+
+const char* const kK8sCluster =
+    "namespace: llm\nimage_pull_secret: ngc-secret\nshm_size: 512Gi\ngpus_per_node: 8\n"
+    "nfs_server: 10.0.0.5\nnfs_path: /lus/eagle\njob_name_prefix: nemo-megatron-\n";
+}  // namespace
+
+TEST_CASE("a run name holding YAML adds no key to the PyTorchJob manifest") {
+  const Node cluster = parse_yaml(kK8sCluster, "k8s.yaml");
+  JobSpec job = two_node_job();
+  job.after_job_id.clear();
+  const RenderContext context{kTemplates, &cluster, "nvcr.io/example/megatron-native:0.1", {}};
+  const std::set<std::string> expected = manifest_keys(render_pytorchjob(job, "/r/x.yaml", context));
+  for (const std::string& run_name : {std::string("r\nevil: true\n#"), std::string("r\r\nevil: true"),
+                                      std::string("r\xe2\x80\xa8" "evil: true"),
+                                      std::string("r\"\nevil: true\n\"")}) {
+    CAPTURE(run_name);
+    job.run_name = run_name;
+    job.results_dir = "/r/" + run_name;
+    const std::string manifest = render_pytorchjob(job, "/r/" + run_name + "/x.yaml", context);
+    CAPTURE(manifest);
+    CHECK(manifest_keys(manifest) == expected);
+    const YAML::Node parsed = YAML::Load(manifest);
+    CHECK_FALSE(parsed["evil"]);
+    const YAML::Node env = parsed["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"];
+    CHECK(env[env.size() - 1]["value"].as<std::string>() == run_name);
+  }
+}
+
+TEST_CASE("cluster.gpus_per_node must be a whole number: text there cannot reach the pod spec") {
+  JobSpec job = two_node_job();
+  job.after_job_id.clear();
+  const Node hostile = parse_yaml(
+      "namespace: llm\ngpus_per_node: \"8\\n  securityContext: {privileged: true}\"\n", "k8s.yaml");
+  CHECK_THROWS_WITH_AS(render_pytorchjob(job, "/r/x.yaml", {kTemplates, &hostile, "img", {}}),
+                       doctest::Contains("cluster.gpus_per_node"), common::Error);
+  const Node negative = parse_yaml("namespace: llm\ngpus_per_node: -1\n", "k8s.yaml");
+  CHECK_THROWS_WITH_AS(render_pytorchjob(job, "/r/x.yaml", {kTemplates, &negative, "img", {}}),
+                       doctest::Contains("cluster.gpus_per_node"), common::Error);
+  // Unset: one GPU per task.
+  const Node unset = parse_yaml("namespace: llm\ngpus_per_node: null\n", "k8s.yaml");
+  const YAML::Node parsed = YAML::Load(render_pytorchjob(job, "/r/x.yaml", {kTemplates, &unset, "img", {}}));
+  const YAML::Node limits =
+      parsed["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["resources"]["limits"];
+  CHECK(limits["nvidia.com/gpu"].as<int>() == job.tasks_per_node);
+  CHECK(limits.size() == 1);
+}
+
+TEST_CASE("every string reaches the manifest exactly, as ASCII, whatever its bytes") {
+  const Node cluster = parse_yaml(kK8sCluster, "k8s.yaml");
+  JobSpec job = two_node_job();
+  job.after_job_id.clear();
+  std::string every_byte;
+  for (int byte = 1; byte < 0x80; ++byte) every_byte += static_cast<char>(byte);
+  job.environment = {{"ASCII", every_byte},
+                     {"BREAKS", "a\xc2\x85" "b\xe2\x80\xa8" "c\xe2\x80\xa9" "d\xef\xbb\xbf" "e"},
+                     {"WORDS", "true"}, {"NUMBER", "8"}, {"EMPTY", ""}, {"NULL", "null"},
+                     {"YAML", "*alias &anchor !!tag {a: b} [c] - d % e @ f | g > h"}};
+  const std::string manifest =
+      render_pytorchjob(job, "/r/x.yaml", {kTemplates, &cluster, "nvcr.io/example/megatron-native:0.1", {}});
+  for (char c : manifest) {
+    const auto byte = static_cast<unsigned char>(c);
+    REQUIRE_MESSAGE(((byte >= 0x20 && byte < 0x7f) || byte == '\n'), "byte " << int(byte) << " in the manifest");
+  }
+  const YAML::Node env = YAML::Load(manifest)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+                                             ["containers"][0]["env"];
+  REQUIRE(env.size() == job.environment.size() + 1);
+  for (size_t i = 0; i < job.environment.size(); ++i) {
+    CAPTURE(job.environment[i].first);
+    CHECK(env[i]["name"].as<std::string>() == job.environment[i].first);
+    CHECK(env[i]["value"].Tag() == "!");  // quoted: a string, never retyped
+    CHECK(env[i]["value"].as<std::string>() == job.environment[i].second);
+  }
+  job.environment = {{"BAD", "\xff\xfe"}};
+  CHECK_THROWS_WITH_AS(
+      render_pytorchjob(job, "/r/x.yaml", {kTemplates, &cluster, "img", {}}),
+      doctest::Contains("UTF-8"), common::Error);
 }

@@ -1,19 +1,27 @@
 // Rendering job scripts: the local script and the sbatch script from their templates, checked
 // by bash's own parser, with hostile values kept literal and bad #SBATCH values refused.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <iterator>
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/common/error.hpp"
 #include "launcher/clusters/cluster.hpp"
 #include "launcher/config/yaml_io.hpp"
 #include "launcher/process.hpp"
+#include "scheduler_directives.hpp"
+#include "temporary_directory.hpp"
 
 using namespace launcher;
 namespace fs = std::filesystem;
+using test_support::TemporaryDirectory;
 
 namespace {
 JobSpec sample_job(const fs::path& results_dir) {
@@ -61,7 +69,7 @@ TEST_CASE("the local script exports quoted values and runs the backend in the re
   CHECK(script.starts_with("#!/usr/bin/env bash\n"));
   CHECK(script.find("export NCCL_DEBUG=INFO\n") != std::string::npos);
   CHECK(script.find("export HOSTILE='$(touch INJECTED); `id`'\n") != std::string::npos);
-  CHECK(script.find("cd /tmp/results/gpt3_126m\n") != std::string::npos);
+  CHECK(script.find("cd -- /tmp/results/gpt3_126m\n") != std::string::npos);
   CHECK(script.find("/opt/bin/pretrain_gpt \\\n    --num-layers 2 \\\n    --vocab-file '/data/my vocab.json'") !=
         std::string::npos);
   CHECK(bash_accepts(script));
@@ -149,4 +157,171 @@ TEST_CASE("a missing template is named") {
   const Node cluster = parse_yaml("job_name_prefix: ''\n", "test");
   CHECK_THROWS_WITH_AS(render_local_script(local_job("/r"), "/r/x.sh", {"/no/such/dir", &cluster, "", {}}),
                        doctest::Contains("/no/such/dir/local.sh.mustache not found"), common::Error);
+}
+
+TEST_CASE("a run name holding newlines stays in the header comment of every job script") {
+  TemporaryDirectory directory;
+  const fs::path canary = directory.path / "pwned";
+  // Stand-ins for the schedulers' task launchers.
+  const fs::path bin = directory.path / "bin";
+  fs::create_directories(bin);
+  for (const char* launcher_name : {"srun", "mpiexec"}) {
+    std::ofstream(bin / launcher_name) << "#!/bin/sh\nexit 0\n";
+    fs::permissions(bin / launcher_name, fs::perms::owner_all);
+  }
+  JobSpec job = local_job(directory.path / "results");
+  job.run_name = "x\ntouch " + canary.string() + "\n#SBATCH --uid=0\n";
+  job.command = {"true"};
+  const Node local = parse_yaml("job_name_prefix: ''\n", "local.yaml");
+  const Node bcm = parse_yaml("stderr_to_stdout: true\n", "bcm.yaml");
+  const Node pbs = parse_yaml("queue: debug\n", "pbs.yaml");
+  const std::string path = fmt::format("PATH={}:{}", bin.string(), std::getenv("PATH"));
+  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
+           {"local", render_local_script(job, directory.path / "l.sh", {kTemplates, &local, "", {}})},
+           {"bcm", render_sbatch(job, directory.path / "b.sh", {kTemplates, &bcm, "", {}})},
+           {"pbs", render_pbs(job, directory.path / "p.sh", {kTemplates, &pbs, "", {}})}}) {
+    CAPTURE(name);
+    CAPTURE(text);
+    fs::remove(canary);
+    const fs::path script = directory.path / (name + ".sh");
+    write_script(script, text);
+    const auto ran = run_and_capture({"env", path, "bash", script.string()});
+    CHECK(ran.exit_code == 0);
+    CHECK_FALSE(fs::exists(canary));
+    // The scheduler reads directives from comment lines: the run name makes none.
+    CHECK(text.find("\n#SBATCH --uid") == std::string::npos);
+  }
+}
+
+TEST_CASE("keys of bcm.yaml that become #SBATCH options must be [A-Za-z0-9][A-Za-z0-9_-]*") {
+  const auto job = sample_job("/r");
+  for (const std::string key : {"x\\ntouch pwned\\n#", "qos extra", "a=b", "mail type", "x'y", "", "--",
+                          "\\u00e9t\\u00e9"}) {
+    CAPTURE(key);
+    const Node cluster = parse_yaml(fmt::format("stderr_to_stdout: true\n\"{}\": high\n", key), "bcm.yaml");
+    CHECK_THROWS_WITH_AS(render_sbatch(job, "/r/x.sh", {kTemplates, &cluster, "", {}}),
+                         doctest::Contains("[A-Za-z0-9][A-Za-z0-9_-]*"), common::Error);
+  }
+  const Node cluster = parse_yaml("stderr_to_stdout: true\nmail_type: END\nQoS-2: high\n", "bcm.yaml");
+  const std::string script = render_sbatch(job, "/r/x.sh", {kTemplates, &cluster, "", {}});
+  CHECK(script.find("#SBATCH --mail-type=END\n") != std::string::npos);
+  CHECK(script.find("#SBATCH --QoS-2=high\n") != std::string::npos);
+}
+
+TEST_CASE("each #SBATCH value reaches sbatch as exactly one argument holding exactly the value") {
+  const auto job = sample_job("/r");
+  for (const std::string value : {"plain", "a b", "it's", "say \"hi\"", "back\\slash", "end\\", "x#y",
+                                  "a #b", "'", "\"", "--uid=0", "a --uid=0", "$(touch x)", "`id`",
+                                  "{privileged: true}", "*alias", "&anchor", "!!tag", "-lead", "%p", ":x",
+                                  "caf\xc3\xa9", ""}) {
+    CAPTURE(value);
+    Node cluster = parse_yaml("stderr_to_stdout: true\n", "bcm.yaml");
+    cluster.set("comment", Node::string(value));
+    const std::string script = render_sbatch(job, "/r/x.sh", {kTemplates, &cluster, "", {}});
+    const auto directives = test_support::sbatch_directives(script);
+    CHECK_FALSE(directives.fatal);
+    CHECK(directives.components == 1);
+    CHECK(std::count(directives.arguments.begin(), directives.arguments.end(), "--comment=" + value) == 1);
+    for (const auto& argument : directives.arguments) {
+      CHECK(argument.starts_with("--"));
+    }
+    CHECK(bash_accepts(script));
+  }
+  // Slurm splits a job at "hetjob"/"packjob" on any #SBATCH line, quoted or not: refused.
+  for (const std::string value : {"myhetjob", "x PackJob y"}) {
+    CAPTURE(value);
+    Node cluster = parse_yaml("stderr_to_stdout: true\n", "bcm.yaml");
+    cluster.set("comment", Node::string(value));
+    CHECK_THROWS_WITH_AS(render_sbatch(job, "/r/x.sh", {kTemplates, &cluster, "", {}}),
+                         doctest::Contains("#SBATCH --comment"), common::Error);
+  }
+}
+
+TEST_CASE("#PBS values are one value each, and characters PBS would re-read are refused") {
+  const auto job = sample_job("/r");
+  for (const std::string value : {"plain", "a b", "caf\xc3\xa9", "x:y=z"}) {
+    CAPTURE(value);
+    Node cluster = parse_yaml("queue: debug\n", "pbs.yaml");
+    cluster.set("account", Node::string(value));
+    const std::string script = render_pbs(job, "/r/x.sh", {kTemplates, &cluster, "", {}});
+    const auto directives = test_support::pbs_directives(script);
+    REQUIRE(directives.has_value());
+    CHECK(std::count_if(directives->begin(), directives->end(), [&](const auto& directive) {
+            return directive.option == "-A" && directive.value == value;
+          }) == 1);
+  }
+  for (const std::string value : {"it's", "say \"hi\"", "back\\slash", "a\nb", "tab\there"}) {
+    CAPTURE(value);
+    Node cluster = parse_yaml("queue: debug\n", "pbs.yaml");
+    cluster.set("account", Node::string(value));
+    CHECK_THROWS_WITH_AS(render_pbs(job, "/r/x.sh", {kTemplates, &cluster, "", {}}),
+                         doctest::Contains("#PBS -A"), common::Error);
+  }
+}
+
+TEST_CASE("a container mount holding a comma is refused: pyxis would read two mounts") {
+  const Node cluster = parse_yaml("stderr_to_stdout: true\n", "bcm.yaml");
+  for (const std::string mount : {"/data/a,b", "/data:/mnt/a,b", "/x,/etc:/etc"}) {
+    CAPTURE(mount);
+    CHECK_THROWS_WITH_AS(
+        render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "nvcr.io/nvidia/nemo:24.01", {"/opt/l", mount}}),
+        doctest::Contains("comma"), common::Error);
+  }
+  // Without a container there are no mounts to pass, so nothing to refuse.
+  CHECK_NOTHROW(render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "", {"/data/a,b"}}));
+}
+
+TEST_CASE("bcm.yaml switches are true, false or null: other text is refused, not read as false") {
+  for (const char* key : {"exclusive", "stderr_to_stdout"}) {
+    CAPTURE(key);
+    Node cluster = parse_yaml("gres: null\n", "bcm.yaml");
+    cluster.set(key, Node::string("$(touch x)"));
+    const std::string named = std::string("cluster.") + key;
+    CHECK_THROWS_WITH_AS(render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "", {}}),
+                         doctest::Contains(named.c_str()), common::Error);
+  }
+}
+
+TEST_CASE("paths starting with '-' are never read as options by the script's commands") {
+  TemporaryDirectory directory;
+  const fs::path bin = directory.path / "bin";
+  fs::create_directories(bin);
+  for (const char* launcher_name : {"srun", "mpiexec"}) {
+    std::ofstream(bin / launcher_name) << "#!/bin/sh\nexit 0\n";
+    fs::permissions(bin / launcher_name, fs::perms::owner_all);
+  }
+  // A relative results directory named like an option: mkdir and cd must take it as a path.
+  JobSpec job = local_job("-results");
+  job.command = {"true"};
+  const Node local = parse_yaml("job_name_prefix: ''\n", "local.yaml");
+  const Node bcm = parse_yaml("stderr_to_stdout: true\n", "bcm.yaml");
+  const Node pbs = parse_yaml("queue: debug\n", "pbs.yaml");
+  const std::string path = fmt::format("PATH={}:{}", bin.string(), std::getenv("PATH"));
+  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
+           {"local", render_local_script(job, "l.sh", {kTemplates, &local, "", {}})},
+           {"bcm", render_sbatch(job, "b.sh", {kTemplates, &bcm, "", {}})},
+           {"pbs", render_pbs(job, "p.sh", {kTemplates, &pbs, "", {}})}}) {
+    CAPTURE(name);
+    fs::remove_all(directory.path / "-results");
+    const fs::path script = directory.path / (name + ".sh");
+    write_script(script, text);
+    const auto ran = run_and_capture({"env", path, "bash", "-c", "cd \"$0\" && bash \"$1\"",
+                                      directory.path.string(), script.string()});
+    CHECK_MESSAGE(ran.exit_code == 0, ran.output);
+    CHECK(fs::is_directory(directory.path / "-results"));
+  }
+  // A program named like an option would be one to srun, mpirun or mpiexec: refused.
+  job.command = {"-x/pretrain_gpt", "--num-layers", "2"};
+  CHECK_THROWS_WITH_AS(render_sbatch(job, "b.sh", {kTemplates, &bcm, "", {}}),
+                       doctest::Contains("backend_bin_dir"), common::Error);
+  CHECK_THROWS_WITH_AS(render_local_script(job, "l.sh", {kTemplates, &local, "", {}}),
+                       doctest::Contains("backend_bin_dir"), common::Error);
+}
+
+TEST_CASE("an environment name that is not an identifier never reaches an export line") {
+  const Node cluster = parse_yaml("job_name_prefix: ''\n", "local.yaml");
+  JobSpec job = local_job("/r");
+  job.environment = {{"X=1; touch pwned; Y", "v"}};
+  CHECK_THROWS_WITH_AS(render_local_script(job, "/r/x.sh", {kTemplates, &cluster, "", {}}),
+                       doctest::Contains("env_vars."), common::Error);
 }

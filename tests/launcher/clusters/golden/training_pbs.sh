@@ -13,9 +13,9 @@
 set -euo pipefail
 export NCCL_DEBUG=WARN
 export QUOTED='it'\''s "here"'
-mkdir -p /lus/eagle/results/gpt3_5b
-cd /lus/eagle/results/gpt3_5b
-if ! command -v /opt/megatron-native/bin/pretrain_gpt >/dev/null 2>&1; then
+mkdir -p -- /lus/eagle/results/gpt3_5b
+cd -- /lus/eagle/results/gpt3_5b
+if ! command -v -- /opt/megatron-native/bin/pretrain_gpt >/dev/null 2>&1; then
   echo 'launcher: the training stage needs pretrain_gpt, which is not at /opt/megatron-native/bin/pretrain_gpt: it is not built yet in this version, or backend_bin_dir points elsewhere' >&2
   exit 127
 fi
