@@ -29,6 +29,7 @@
 #include "launcher/process.hpp"
 #include "launcher/results_dir.hpp"
 #include "launcher/run_status.hpp"
+#include "launcher/shell_quote.hpp"
 #include "launcher/stages/data_preparation_stage.hpp"
 #include "launcher/stages/stage.hpp"
 #include "launcher/stages/training_preflight.hpp"
@@ -74,15 +75,10 @@ std::vector<std::pair<std::string, std::string>> job_environment(const Node& con
   const Node* vars = find(config, "env_vars");
   if (vars == nullptr || vars->is_null()) return environment;
   if (!vars->is_map()) common::fail("env_vars must be a mapping of NAME: value");
-  auto is_identifier = [](const std::string& name) {
-    auto head = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; };
-    auto tail = [&](char c) { return head(c) || std::isdigit(static_cast<unsigned char>(c)); };
-    return !name.empty() && head(name.front()) && std::all_of(name.begin() + 1, name.end(), tail);
-  };
   for (const auto& name : vars->keys()) {
     const Node& value = vars->at(name);
     if (value.is_null()) continue;
-    if (!is_identifier(name)) {
+    if (!is_shell_identifier(name)) {
       common::fail("env_vars.{}: not a valid environment variable name", name);
     }
     if (value.is_map() || value.is_list()) common::fail("env_vars.{}: expected a scalar", name);

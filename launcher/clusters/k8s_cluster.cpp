@@ -22,6 +22,7 @@
 #include "backend/common/error.hpp"
 #include "launcher/clusters/cluster.hpp"
 #include "launcher/config/scalar_text.hpp"
+#include "backend/common/utf8.hpp"
 #include "launcher/process.hpp"
 #include "launcher/shell_quote.hpp"
 
@@ -31,46 +32,9 @@ namespace {
 
 using Manifest = nlohmann::ordered_json;
 
-// RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF.
-bool is_valid_utf8(std::string_view text) {
-  for (size_t i = 0; i < text.size();) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    size_t length = 0;
-    char32_t code_point = 0;
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    } else if (lead >= 0xc2 && lead <= 0xdf) {
-      length = 2;
-      code_point = lead & 0x1f;
-    } else if (lead >= 0xe0 && lead <= 0xef) {
-      length = 3;
-      code_point = lead & 0x0f;
-    } else if (lead >= 0xf0 && lead <= 0xf4) {
-      length = 4;
-      code_point = lead & 0x07;
-    } else {
-      return false;
-    }
-    if (i + length > text.size()) return false;
-    for (size_t k = 1; k < length; ++k) {
-      const auto continuation = static_cast<unsigned char>(text[i + k]);
-      if ((continuation & 0xc0) != 0x80) return false;
-      code_point = (code_point << 6) | (continuation & 0x3f);
-    }
-    const char32_t smallest[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (code_point < smallest[length] || code_point > 0x10ffff ||
-        (code_point >= 0xd800 && code_point <= 0xdfff)) {
-      return false;
-    }
-    i += length;
-  }
-  return true;
-}
-
 // A value bound for the manifest, checked where its name is known.
 std::string manifest_text(const std::string& value, std::string_view what) {
-  if (!is_valid_utf8(value)) {
+  if (common::first_invalid_utf8(value)) {
     common::fail("{} = {:?} is not valid UTF-8, which a Kubernetes manifest needs", what, value);
   }
   return value;
