@@ -391,8 +391,8 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
       common::fail("{}: sequence {} has length {} at byte {}", index_path, i, length, pointer);
     }
     if (pointer > data_size || length * item > data_size - pointer) {
-      common::fail("{}: {} bytes, shorter than {} says (sequence {} ends at byte {})", data_path,
-                   data_size, index_path, i, pointer + length * item);
+      common::fail("{}: {} bytes, shorter than {} says (sequence {} of {} bytes starts at byte {})",
+                   data_path, data_size, index_path, i, length * item, pointer);
     }
   }
 }
