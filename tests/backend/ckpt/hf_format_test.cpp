@@ -166,7 +166,7 @@ TEST_CASE("hf_format: config.json for GPT-2") {
   config.hidden_dropout = 0.05;
   const auto json = backend::hf_config_json(config);
   CHECK(json["model_type"] == "gpt2");
-  CHECK(json["architectures"] == nlohmann::json::array({"GPT2LMHeadModel"}));
+  CHECK(json["architectures"] == nlohmann::ordered_json::array({"GPT2LMHeadModel"}));
   CHECK(json["n_embd"] == 16);
   CHECK(json["n_head"] == 4);
   CHECK(json["n_layer"] == 2);
@@ -448,7 +448,7 @@ TEST_CASE("hf_format: Llama names, shapes and layouts") {
 
   const auto json = backend::hf_config_json(config);
   CHECK(json["model_type"] == "llama");
-  CHECK(json["architectures"] == nlohmann::json::array({"LlamaForCausalLM"}));
+  CHECK(json["architectures"] == nlohmann::ordered_json::array({"LlamaForCausalLM"}));
   CHECK(json["hidden_size"] == C);
   CHECK(json["intermediate_size"] == F);
   CHECK(json["num_attention_heads"] == NH);
