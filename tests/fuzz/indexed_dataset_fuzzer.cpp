@@ -38,16 +38,27 @@ void write_file(const std::string& path, const uint8_t* data, size_t size) {
   }
 }
 
-std::string scratch_prefix() {
-  const std::filesystem::path directory =
-      std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path();
-  return (directory / ("indexed_dataset_fuzzer-" + std::to_string(::getpid()))).string();
-}
+// The .idx/.bin pair each input is written to, one per process, removed when the run ends.
+struct ScratchDataset {
+  std::string prefix;
+  ScratchDataset() {
+    const std::filesystem::path directory = std::filesystem::is_directory("/dev/shm")
+                                                ? "/dev/shm"
+                                                : std::filesystem::temp_directory_path();
+    prefix = (directory / ("indexed_dataset_fuzzer-" + std::to_string(::getpid()))).string();
+  }
+  ~ScratchDataset() {
+    std::error_code ignored;
+    std::filesystem::remove(backend::index_file_path(prefix), ignored);
+    std::filesystem::remove(backend::data_file_path(prefix), ignored);
+  }
+};
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string prefix = scratch_prefix();
+  static const ScratchDataset scratch;
+  const std::string& prefix = scratch.prefix;
   size_t bin_size = size >= 2 ? static_cast<size_t>(data[0] | (data[1] << 8)) : 0;
   const size_t header = size >= 2 ? 2 : size;
   if (bin_size > size - header) bin_size = size - header;
