@@ -50,8 +50,9 @@ test_packages=(
   # metapackage for slurmctld, slurmd and slurm-client (sbatch, srun, scontrol, sinfo);
   # munge is Slurm's authentication daemon (the package also creates /etc/munge/munge.key)
   slurm-wlm munge
-  # tests/fuzz: libFuzzer targets built with clang (its fuzzer and sanitizer runtimes)
-  clang libclang-rt-14-dev
+  # tests/fuzz and the asan preset: clang, its fuzzer and sanitizer runtimes, and its OpenMP
+  # (omp.h and libomp for clang; the backend's loops and the Hugging Face fuzz target use it)
+  clang libclang-rt-14-dev libomp-14-dev
   # tests/e2e: the independent reader of pretrain_gpt's TensorBoard event files decodes them
   # with python3-protobuf from a .proto that protoc (protobuf-compiler) compiles at test time
   python3-protobuf protobuf-compiler

@@ -10,7 +10,9 @@
 
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -386,11 +388,12 @@ GptConfig llama_config_from_hf(const nlohmann::json& hf, const std::string& sour
                  kTokenizerVocabKey, config.vocab_size, config.padded_vocab_size);
   }
   const double rope_theta = optional_number(hf, "rope_theta", 10000.0, source);
-  config.rotary_base = static_cast<int64_t>(rope_theta);
-  if (static_cast<double>(config.rotary_base) != rope_theta) {
-    common::fail("{}: rope_theta {} must be a whole number (--rotary-base is an integer)", source,
-                 rope_theta);
+  // Checked before the cast: converting a double beyond int64's range is undefined.
+  if (!(std::abs(rope_theta) < 0x1p63) || rope_theta != std::trunc(rope_theta)) {
+    common::fail("{}: rope_theta {} must be a whole number below 2^63 (--rotary-base is an "
+                 "integer)", source, rope_theta);
   }
+  config.rotary_base = static_cast<int64_t>(rope_theta);
   const int64_t kv_heads =
       optional_integer(hf, "num_key_value_heads", config.num_attention_heads, source);
   if (kv_heads <= 0 || config.num_attention_heads % kv_heads != 0) {
@@ -444,14 +447,18 @@ bool is_buffer(const std::string& name) {
 nlohmann::json read_json_file(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) common::fail("cannot open {}", path.string());
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& error) {
-    common::fail("{} is not valid JSON: {}", path.string(), error.what());
-  }
+  return parse_hf_json(in, path.string());
 }
 
 }  // namespace
+
+nlohmann::json parse_hf_json(std::istream& in, const std::string& source) {
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& error) {  // also out_of_range: 1e999
+    common::fail("{} is not valid JSON: {}", source, error.what());
+  }
+}
 
 nlohmann::ordered_json hf_config_json(const GptConfig& config) {
   nlohmann::ordered_json json;

@@ -48,6 +48,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <istream>
 #include <span>
 #include <string>
 #include <vector>
@@ -57,6 +58,10 @@
 #include "backend/model/gpt_model.hpp"
 
 namespace backend {
+
+// The JSON of config.json or model.safetensors.index.json, read from `in`; fails naming
+// `source` when it is not JSON. import_hf reads both files through it, the fuzz target its text.
+nlohmann::json parse_hf_json(std::istream& in, const std::string& source);
 
 // config.json for the architecture the GptConfig describes.
 nlohmann::ordered_json hf_config_json(const GptConfig& config);

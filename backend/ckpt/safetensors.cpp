@@ -135,12 +135,15 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
 }
 
 SafetensorsFile read_safetensors(const std::filesystem::path& path) {
-  const std::string file = path.string();
   std::ifstream in(path, std::ios::binary);
-  if (!in) common::fail("cannot open safetensors file {}", file);
+  if (!in) common::fail("cannot open safetensors file {}", path.string());
   std::error_code size_error;
   const uint64_t file_size = std::filesystem::file_size(path, size_error);
-  if (size_error) common::fail("cannot read the size of {}: {}", file, size_error.message());
+  if (size_error) common::fail("cannot read the size of {}: {}", path.string(), size_error.message());
+  return read_safetensors(in, file_size, path.string());
+}
+
+SafetensorsFile read_safetensors(std::istream& in, uint64_t file_size, const std::string& file) {
   if (file_size < 8) {
     common::fail("{} is not a safetensors file: {} bytes, shorter than the 8-byte header length",
                  file, file_size);
@@ -162,7 +165,8 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(header_text);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {
+    // parse_error, and out_of_range for a number beyond a double's range (1e999).
     common::fail("{}: the header is not valid JSON: {}", file, error.what());
   }
   if (!header.is_object()) common::fail("{}: the header must be a JSON object", file);
@@ -268,7 +272,8 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
     const size_t numel = byte_count / static_cast<uint64_t>(element_size);
     tensor.values.resize(numel);
     if (entry.dtype == "F32") {
-      std::memcpy(tensor.values.data(), bytes.data(), byte_count);
+      // An empty tensor's vectors may hold no buffer, and memcpy from null is undefined.
+      if (byte_count > 0) std::memcpy(tensor.values.data(), bytes.data(), byte_count);
     } else if (entry.dtype == "F64") {
       for (size_t i = 0; i < numel; ++i) {
         double value;

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <istream>
 #include <map>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
                        const std::map<std::string, std::string>& metadata = {});
 
 SafetensorsFile read_safetensors(const std::filesystem::path& path);
+// The same from a stream of `file_size` bytes, `file` naming it in messages (the path reader
+// is this over the file; the fuzz target gives it bytes from memory).
+SafetensorsFile read_safetensors(std::istream& in, uint64_t file_size, const std::string& file);
 
 // Byte size of one element of a safetensors dtype ("F32" → 4), 0 when the dtype is not one of
 // the format's.

@@ -48,7 +48,7 @@ uint32_t crc32c(const void* data, size_t size, uint32_t crc) {
     p += 8;
     size -= 8;
   }
-  while (size-- > 0) c = (c >> 8) ^ kTables[0][(c ^ *p++) & 0xFFu];
+  for (; size > 0; --size) c = (c >> 8) ^ kTables[0][(c ^ *p++) & 0xFFu];
   return ~c;
 }
 

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <span>
 
+#include "backend/common/modular_arithmetic.hpp"
+
 namespace common {
 
 // CRC-32C of `bytes`, continuing from `crc` (0 for a fresh checksum), so a large buffer can be
@@ -16,8 +18,9 @@ namespace common {
 uint32_t crc32c(std::span<const std::byte> bytes, uint32_t crc = 0);
 uint32_t crc32c(const void* data, size_t size, uint32_t crc = 0);
 
-// TFRecord's masked CRC (a CRC of data that itself holds CRCs is weak, hence the rotation).
-constexpr uint32_t mask_crc32c(uint32_t crc) {
+// TFRecord's masked CRC (a CRC of data that itself holds CRCs is weak, hence the rotation),
+// modulo 2^32.
+COMMON_MODULAR_ARITHMETIC constexpr uint32_t mask_crc32c(uint32_t crc) {
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
 

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backend/common/modular_arithmetic.hpp"
+
 namespace common {
 
 namespace {
@@ -28,9 +30,10 @@ std::array<uint32_t, 64> sine_table() {
   return table;
 }
 
-uint32_t rotate_left(uint32_t x, uint32_t n) { return (x << n) | (x >> (32 - n)); }
+// MD5 is defined modulo 2^32 (RFC 1321): its sums and rotations wrap.
+COMMON_MODULAR_ARITHMETIC uint32_t rotate_left(uint32_t x, uint32_t n) { return (x << n) | (x >> (32 - n)); }
 
-void process_block(const unsigned char* block, std::array<uint32_t, 4>& state,
+COMMON_MODULAR_ARITHMETIC void process_block(const unsigned char* block, std::array<uint32_t, 4>& state,
                    const std::array<uint32_t, 64>& table) {
   uint32_t words[16];
   for (int i = 0; i < 16; ++i) {

@@ -6,6 +6,8 @@
 #include <cctype>
 #include <cstring>
 
+#include "backend/common/modular_arithmetic.hpp"
+
 namespace common {
 
 namespace {
@@ -25,7 +27,8 @@ constexpr std::array<uint32_t, 64> kRoundConstants = {
 constexpr std::array<uint32_t, 8> kInitialState = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
 
-constexpr uint32_t rotate_right(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+// SHA-256 is defined modulo 2^32 (FIPS 180-4): its sums and rotations wrap.
+COMMON_MODULAR_ARITHMETIC constexpr uint32_t rotate_right(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
 }  // namespace
 
@@ -37,7 +40,7 @@ void Sha256::reset() {
   total_bytes_ = 0;
 }
 
-void Sha256::compress(const uint8_t* block) {
+COMMON_MODULAR_ARITHMETIC void Sha256::compress(const uint8_t* block) {
   std::array<uint32_t, 64> schedule;
   for (int t = 0; t < 16; ++t) {
     schedule[t] = uint32_t(block[4 * t]) << 24 | uint32_t(block[4 * t + 1]) << 16 |

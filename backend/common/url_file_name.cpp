@@ -21,7 +21,8 @@ std::string url_file_name(const std::string& url) {
     path = slash == std::string::npos ? "" : path.substr(slash);
   }
   path = path.substr(0, path.find_first_of("?#"));
-  const std::string segment = path.substr(path.find_last_of('/') + 1);
+  const size_t last_slash = path.find_last_of('/');
+  const std::string segment = last_slash == std::string::npos ? path : path.substr(last_slash + 1);
   std::string decoded;
   for (size_t i = 0; i < segment.size(); ++i) {
     if (segment[i] == '%' && i + 2 < segment.size() &&

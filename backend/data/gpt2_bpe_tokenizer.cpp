@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "backend/common/error.hpp"
+#include "backend/common/modular_arithmetic.hpp"
 #include "backend/common/splitmix64.hpp"
 #include "backend/data/unicode_text.hpp"
 
@@ -89,7 +90,7 @@ std::pair<size_t, size_t> line_and_column(std::string_view text, size_t offset) 
   return {line, column};
 }
 
-uint64_t hash_bytes(const unsigned char* p, size_t n) {
+COMMON_MODULAR_ARITHMETIC uint64_t hash_bytes(const unsigned char* p, size_t n) {
   uint64_t hash = common::kSplitmixIncrement * (n + 1);
   while (n >= 8) {
     uint64_t word;

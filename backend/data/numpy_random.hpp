@@ -48,7 +48,8 @@ class NumpyRandomState {
   // RandomState.shuffle of a 1-D array.
   template <typename T>
   void shuffle(std::span<T> values) {
-    for (size_t i = values.size(); i-- > 1;) {
+    for (size_t i = values.size(); i > 1;) {
+      --i;  // not `i-- > 1`, which wraps below 0 for an empty array
       const auto j = static_cast<size_t>(interval(i));
       std::swap(values[i], values[j]);
     }

@@ -26,9 +26,12 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/common/modular_arithmetic.hpp"
+
 namespace backend::cpu::detail {
 
-inline float fast_exp(float x) {
+// COMMON_MODULAR_ARITHMETIC: the exponent is computed in unsigned arithmetic that wraps (below).
+COMMON_MODULAR_ARITHMETIC inline float fast_exp(float x) {
   using std::fma;
   constexpr float kLog2e = 1.44269504088896341f;
   // 1.5 · 2^23: x · log2(e) + this is rounded to an integer, which then sits in the low

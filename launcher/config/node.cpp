@@ -417,7 +417,8 @@ std::string python_repr_string(const std::string& text) {
   const bool has_double = text.find('"') != std::string::npos;
   const char quote = has_single && !has_double ? '"' : '\'';
   std::string result(1, quote);
-  for (unsigned char character : text) {
+  for (const char byte : text) {
+    const auto character = static_cast<unsigned char>(byte);
     switch (character) {
       case '\\':
         result += "\\\\";

@@ -211,7 +211,8 @@ std::vector<std::vector<std::string>> expand_sweeps(const std::vector<std::strin
     for (std::size_t i = 0; i < choices.size(); ++i)
       overrides_of_job.push_back(choices[i][digits[i]]);
     result.push_back(std::move(overrides_of_job));
-    for (std::size_t i = choices.size(); i-- > 0;) {
+    for (std::size_t i = choices.size(); i > 0;) {
+      --i;  // not `i-- > 0`, which wraps past 0 as the loop ends
       if (++digits[i] < choices[i].size()) break;
       digits[i] = 0;
     }

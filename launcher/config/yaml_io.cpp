@@ -618,7 +618,8 @@ class TreeBuilder : public YAML::EventHandler {
 // ---- writing
 
 bool needs_double_quotes(std::string_view text) {
-  for (unsigned char character : text) {
+  for (const char byte : text) {
+    const auto character = static_cast<unsigned char>(byte);
     if (character < 0x20 || character == 0x7f) return true;
   }
   return false;
@@ -662,7 +663,8 @@ std::string quote_string(std::string_view text) {
     return quoted + "'";
   }
   std::string quoted = "\"";
-  for (unsigned char character : text) {
+  for (const char byte : text) {
+    const auto character = static_cast<unsigned char>(byte);
     switch (character) {
       case '"':
         quoted += "\\\"";

@@ -77,7 +77,8 @@ std::string url_of(const std::string& entry, const std::string& key) {
     common::fail("{}: '{}' is neither a URL (https://..., file:///...) nor an absolute path", key, entry);
   }
   std::string url = "file://";
-  for (unsigned char c : entry) {
+  for (const char byte : entry) {
+    const auto c = static_cast<unsigned char>(byte);
     if (std::isalnum(c) || std::string_view("/-._~").find(static_cast<char>(c)) != std::string_view::npos) {
       url += static_cast<char>(c);
     } else {

@@ -208,7 +208,8 @@ TEST_CASE("SIGKILL at any moment leaves a loadable checkpoint and the resumed ru
     const auto losses = logged_losses(log);
     CHECK(losses.size() == static_cast<size_t>(kTrainIters - resumed_from));
     for (const auto& [iteration, loss] : losses) {
-      CAPTURE(iteration);
+      const int logged_iteration = iteration;  // clang 14 cannot capture a structured binding
+      CAPTURE(logged_iteration);
       CHECK(loss == reference_losses.at(iteration));
     }
     check_same_tensors(reference_final, backend::checkpoint_file_path(directory, kTrainIters));

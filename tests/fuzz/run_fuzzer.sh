@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds one libFuzzer target (the launcher's config engine, or the GPT-2 tokenizer) with clang
-# (ASan + UBSan, every report fatal) straight from the sources it needs, and runs it for
-# SECONDS from the seed corpus in tests/fuzz/corpus/NAME/.
+# Builds one libFuzzer target (the launcher's config engine, the GPT-2 tokenizer, or a reader
+# of a file format: safetensors, Hugging Face config.json, Megatron's .idx) with clang (ASan +
+# UBSan, every report fatal) straight from the sources it needs, and runs it for SECONDS from
+# the seed corpus in tests/fuzz/corpus/NAME/.
 #
-#   tests/fuzz/run_fuzzer.sh NAME SECONDS       NAME: override | compose | tokenizer
+#   tests/fuzz/run_fuzzer.sh NAME SECONDS
+#     NAME: override | compose | tokenizer | safetensors | hf_config | indexed_dataset
 #
 # Environment: FUZZ_BUILD_DIR (default ${TMPDIR:-/tmp}/launcher-fuzz): objects, binaries, the
 # working corpus (grows across runs) and crash artifacts; FUZZ_JOBS (default 2): parallel
@@ -13,7 +15,7 @@
 set -euo pipefail
 
 if [[ $# -ne 2 || ! $2 =~ ^[0-9]+$ ]]; then
-  echo "usage: $0 NAME SECONDS   (NAME: override | compose | tokenizer)" >&2
+  echo "usage: $0 NAME SECONDS   (NAME: override | compose | tokenizer | safetensors | hf_config | indexed_dataset)" >&2
   exit 1
 fi
 name=$1
@@ -52,20 +54,41 @@ printf '%s\n' '#include <cstdint>' '#include <cstddef>' \
 "$cxx" -fsanitize=fuzzer,address,undefined "$probe" -o "$build/obj/probe" 2>"$build/obj/probe.log" ||
   unavailable "$cxx cannot link -fsanitize=fuzzer,address,undefined: $(head -c 300 "$build/obj/probe.log")"
 
-if [[ $name == tokenizer ]]; then
-  sources=("$root/backend/data/gpt2_bpe_tokenizer.cpp" "$root/backend/data/unicode_text.cpp"
-           "$root/backend/common/utf8.cpp" "$target_source")
-  flags+=(-DFUZZ_SOURCE_DIR="\"$root\"")
-  libraries+=($(pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc))
-else
-  sources=("$root"/launcher/config/*.cpp "$root/backend/common/logging.cpp"
-           "$root/backend/common/suggest.cpp" "$root/backend/common/utf8.cpp" "$target_source")
-fi
+# The file readers get a malloc limit far below the RSS limit: their inputs are at most
+# -max_len bytes, so a larger allocation means a size read from the input was trusted before
+# being checked against the input's size.
+malloc_limit_mb=2048
+case $name in
+  tokenizer)
+    sources=("$root/backend/data/gpt2_bpe_tokenizer.cpp" "$root/backend/data/unicode_text.cpp"
+             "$root/backend/common/utf8.cpp")
+    flags+=(-DFUZZ_SOURCE_DIR="\"$root\"")
+    libraries+=($(pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc)) ;;
+  safetensors)
+    sources=("$root/backend/ckpt/safetensors.cpp")
+    malloc_limit_mb=64 ;;
+  hf_config)
+    # hf_format.cpp also holds the import and export of whole models, hence the model and ops.
+    sources=("$root/backend/ckpt/hf_format.cpp" "$root/backend/ckpt/safetensors.cpp"
+             "$root"/backend/model/*.cpp "$root"/backend/ops/*_cpu.cpp)
+    multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+    flags+=(-fopenmp -isystem "/usr/include/$multiarch/openblas-openmp")
+    libraries+=(-L"/usr/lib/$multiarch/openblas-openmp" -Wl,-rpath,"/usr/lib/$multiarch/openblas-openmp"
+                -lopenblas)
+    malloc_limit_mb=64 ;;
+  indexed_dataset)
+    sources=("$root/backend/data/indexed_dataset.cpp")
+    malloc_limit_mb=64 ;;
+  *)
+    sources=("$root"/launcher/config/*.cpp "$root/backend/common/logging.cpp"
+             "$root/backend/common/suggest.cpp" "$root/backend/common/utf8.cpp") ;;
+esac
+sources+=("$target_source")
 binary="$build/${name}_fuzzer"
 
 # Rebuild when the flags changed or any source or header involved is newer than the binary.
 stamp="$build/obj/$name.flags"
-newest_input=$(find "$root/launcher/config" "$root/backend/common" "$root/backend/data" "$here" -maxdepth 1 \
+newest_input=$(find "$root/launcher/config" "$root/backend"/* "$here" -maxdepth 1 \
                  \( -name '*.cpp' -o -name '*.hpp' \) -newer "$binary" 2>/dev/null | head -1 || true)
 if [[ ! -x $binary || -n $newest_input || ! -f $stamp || "$(cat "$stamp")" != "${flags[*]}" ]]; then
   echo "fuzz/$name: building $binary ($cxx, ${#sources[@]} sources, $jobs at a time)"
@@ -97,7 +120,7 @@ echo "fuzz/$name: running $binary for ${seconds}s (corpus $build/corpus/$name, s
 # New inputs go to the working corpus, never into the source tree; findings to artifacts/.
 set +e
 "$binary" "$build/corpus/$name" "$seeds" "${dictionary[@]}" -max_total_time="$seconds" \
-  -timeout=20 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
+  -timeout=20 -rss_limit_mb=2048 -malloc_limit_mb="$malloc_limit_mb" -max_len=8192 -print_final_stats=1 \
   -artifact_prefix="$build/artifacts/$name-" 2>&1 | tee "$build/$name.log" |
   grep -E --line-buffered '^(#[0-9]+[[:space:]]+(INITED|DONE|pulse)|==[0-9]+==|SUMMARY|FINDING|stat::|artifact_prefix|Test unit written|.*ERROR|.*runtime error)'
 status=${PIPESTATUS[0]}

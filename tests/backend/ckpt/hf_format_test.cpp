@@ -166,7 +166,7 @@ TEST_CASE("hf_format: config.json for GPT-2") {
   config.hidden_dropout = 0.05;
   const auto json = backend::hf_config_json(config);
   CHECK(json["model_type"] == "gpt2");
-  CHECK(json["architectures"] == nlohmann::json::array({"GPT2LMHeadModel"}));
+  CHECK(json["architectures"] == nlohmann::ordered_json::array({"GPT2LMHeadModel"}));
   CHECK(json["n_embd"] == 16);
   CHECK(json["n_head"] == 4);
   CHECK(json["n_layer"] == 2);
@@ -448,7 +448,7 @@ TEST_CASE("hf_format: Llama names, shapes and layouts") {
 
   const auto json = backend::hf_config_json(config);
   CHECK(json["model_type"] == "llama");
-  CHECK(json["architectures"] == nlohmann::json::array({"LlamaForCausalLM"}));
+  CHECK(json["architectures"] == nlohmann::ordered_json::array({"LlamaForCausalLM"}));
   CHECK(json["hidden_size"] == C);
   CHECK(json["intermediate_size"] == F);
   CHECK(json["num_attention_heads"] == NH);
@@ -567,4 +567,30 @@ TEST_CASE("hf_format: a config.json whose model cannot be built is refused befor
   refused_with("n_embd", int64_t{1} << 62, "exceeds 9223372036854775807");
   refused_with("n_inner", INT64_MAX, "exceeds 9223372036854775807");
   refused_with("n_layer", 0, "--num-layers");
+}
+
+// Inputs tests/fuzz/hf_config_fuzzer.cpp found, reduced by hand: each ended in an internal
+// error (an exception other than common::Error) or undefined behaviour (UBSan).
+TEST_CASE("hf_format: fuzz findings: config.json numbers beyond double and int64 ranges") {
+  TemporaryDirectory directory;
+  auto refused = [&](const GptConfig& config, const std::string& from, const std::string& to,
+                     const char* why) {
+    const auto dir = directory.path / "hf";
+    backend::export_hf(dir, initialised_model(config));
+    std::string text = backend::hf_config_json(config).dump();
+    const size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+    write_text(dir / "config.json", text);
+    CHECK_THROWS_WITH_AS(backend::import_hf(dir), doctest::Contains(why), common::Error);
+  };
+  // nlohmann refuses 1e999 with out_of_range, which is not a parse_error.
+  refused(tiny_llama_config(), R"("rope_theta":500000.0)", R"("rope_theta":1e999)",
+          "config.json is not valid JSON");
+  // Cast to int64 before the whole-number check: undefined for a value beyond int64's range.
+  refused(tiny_llama_config(), R"("rope_theta":500000.0)",
+          R"("rope_theta":100922337203685477580800.0)", "must be a whole number below 2^63");
+  // Without n_inner, transformers' default 4 × n_embd overflowed int64.
+  refused(tiny_gpt_config(), R"("n_embd":16,)", R"("n_embd":4611686018427387904,)",
+          "n_embd 4611686018427387904 is out of range");
 }

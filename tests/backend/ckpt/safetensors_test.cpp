@@ -240,3 +240,26 @@ TEST_CASE("safetensors: corrupt files are refused naming the file and the tensor
                          common::Error);
   }
 }
+
+// Inputs tests/fuzz/safetensors_fuzzer.cpp found, reduced by hand.
+TEST_CASE("safetensors: fuzz findings: an empty tensor, a number beyond a double's range") {
+  TemporaryDirectory directory;
+  // Copying an empty tensor's zero bytes passed memcpy a null pointer (undefined; UBSan).
+  const auto file = read_safetensors(write_raw(
+      directory.path / "empty.safetensors",
+      R"({"scalar":{"dtype":"F32","shape":[],"data_offsets":[0,4]},)"
+      R"("empty":{"dtype":"F32","shape":[0,4],"data_offsets":[4,4]}})",
+      raw_bytes<float>({7.0f})));
+  REQUIRE(file.tensors.size() == 2);
+  CHECK(file.tensors[0].values == std::vector<float>{7.0f});
+  CHECK(file.tensors[1].name == "empty");
+  CHECK(file.tensors[1].values.empty());
+
+  // 1e999 is JSON, but nlohmann refuses it with out_of_range, not parse_error: it escaped as
+  // an internal error.
+  const auto path = write_raw(directory.path / "huge.safetensors",
+                              R"({"a":{"dtype":"F16","shape":[2,21e999],"data_offsets":[0,8]}})",
+                              raw_bytes<float>({1.0f, 2.0f}));
+  CHECK_THROWS_WITH_AS(read_safetensors(path), doctest::Contains("the header is not valid JSON"),
+                       common::Error);
+}

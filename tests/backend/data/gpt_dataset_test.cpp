@@ -68,7 +68,8 @@ TEST_CASE("the index arrays: every token used once per epoch, samples overlappin
   const std::vector<int32_t> lengths = test_support::random_lengths(60, 0, 40, 3);
   for (const auto& [begin, end, epochs, separate] :
        {std::tuple{0, 60, 1, false}, std::tuple{10, 50, 3, false}, std::tuple{5, 60, 4, true}}) {
-    CAPTURE(begin);
+    const int first_document = begin;  // clang 14 cannot capture a structured binding (CAPTURE)
+    CAPTURE(first_document);
     std::vector<int32_t> documents(static_cast<size_t>(end - begin));
     std::iota(documents.begin(), documents.end(), begin);
     NumpyRandomState random(99);

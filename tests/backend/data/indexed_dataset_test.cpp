@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -291,4 +292,24 @@ TEST_CASE("damaged datasets are refused with the file and what is wrong") {
   index = good_index;
   index[index.size() - 8] = 1;  // the last document index: 1 instead of 2
   CHECK(error_with(index, good_data).find("document index 2 is 1") != std::string::npos);
+}
+
+// Input tests/fuzz/indexed_dataset_fuzzer.cpp found, reduced by hand: the message for a
+// sequence past the end of the .bin added its pointer and byte count, which overflowed int64
+// for a pointer near 2^63 (undefined behaviour; UBSan).
+TEST_CASE("fuzz finding: a sequence pointer near 2^63 is refused with its numbers") {
+  test_support::TemporaryDirectory directory;
+  const std::string prefix = (directory.path / "far").string();
+  {
+    IndexedDatasetWriter writer(prefix, DType::int32);
+    writer.add_document(std::vector<int32_t>{1, 2, 3}, std::vector<int32_t>{3});
+    writer.finalize();
+  }
+  auto index = read_bytes(prefix + ".idx");
+  const int64_t far = std::numeric_limits<int64_t>::max();
+  std::memcpy(index.data() + 34 + 4, &far, sizeof(far));  // sequence 0's pointer
+  write_bytes(prefix + ".idx", index);
+  CHECK_THROWS_WITH_AS(IndexedDataset dataset(prefix),
+                       doctest::Contains("(sequence 0 of 12 bytes starts at byte 9223372036854775807)"),
+                       common::Error);
 }

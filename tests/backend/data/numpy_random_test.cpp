@@ -68,7 +68,8 @@ TEST_CASE("a large shuffle equals numpy's, element for element") {
         " -c 'import numpy, sys; a = numpy.arange(" + std::to_string(count) +
         ", dtype=numpy.int32); numpy.random.RandomState(" + std::to_string(seed) +
         ").shuffle(a); sys.exit(0 if (numpy.load(sys.argv[1]) == a).all() else 1)' " + path.string());
-    CAPTURE(seed);
+    const uint32_t seed_value = seed;  // clang 14 cannot capture a structured binding (CAPTURE)
+    CAPTURE(seed_value);
     CAPTURE(result.output);
     CHECK(result.exit_status == 0);
   }

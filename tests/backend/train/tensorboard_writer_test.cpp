@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
+#include "backend/common/modular_arithmetic.hpp"
 #include "backend/train/tensorboard_writer.hpp"
 
 using namespace backend;
@@ -31,7 +32,7 @@ uint32_t bitwise_crc32c(const std::string& data) {
   return crc ^ 0xFFFFFFFFu;
 }
 
-uint32_t tfrecord_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+COMMON_MODULAR_ARITHMETIC uint32_t tfrecord_mask(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
 uint64_t little_endian(const std::string& bytes, size_t at, int size) {
   uint64_t value = 0;

@@ -189,7 +189,8 @@ TEST_CASE("bad override syntax is reported with the text and a caret") {
       {"++=1", "expected a key"},
   };
   for (const auto& [text, message] : cases) {
-    CAPTURE(text);
+    const auto& override_text = text;  // clang 14 cannot capture a structured binding (CAPTURE)
+    CAPTURE(override_text);
     CHECK_THROWS_WITH_AS(launcher::parse_override(text), doctest::Contains(message.c_str()),
                          common::Error);
     CHECK_THROWS_WITH_AS(launcher::parse_override(text),

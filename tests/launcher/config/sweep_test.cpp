@@ -34,7 +34,8 @@ TEST_CASE("sweep_choices expands Hydra's simple sweeps into one plain override p
       {"~a", {"~a"}},
   };
   for (const auto& [text, expected] : cases) {
-    CAPTURE(text);
+    const auto& override_text = text;  // clang 14 cannot capture a structured binding (CAPTURE)
+    CAPTURE(override_text);
     CHECK(launcher::sweep_choices(text) == expected);
   }
   // The expanded overrides mean what the sweep items meant.
@@ -64,7 +65,8 @@ TEST_CASE("choice() and range() sweep as Hydra's grammar functions do") {
        {"a=9223372036854775806"}},
   };
   for (const auto& [text, expected] : cases) {
-    CAPTURE(text);
+    const auto& override_text = text;  // clang 14 cannot capture a structured binding (CAPTURE)
+    CAPTURE(override_text);
     CHECK(launcher::sweep_choices(text) == expected);
   }
   CHECK(
@@ -101,7 +103,8 @@ TEST_CASE("bad sweeps are common::Errors naming the override, with a caret") {
       {"a=1=2,3", "'=' in a value must be quoted"},
   };
   for (const auto& [text, message] : cases) {
-    CAPTURE(text);
+    const auto& override_text = text;  // clang 14 cannot capture a structured binding (CAPTURE)
+    CAPTURE(override_text);
     CHECK_THROWS_WITH_AS(launcher::sweep_choices(text), doctest::Contains(message.c_str()),
                          common::Error);
   }
