@@ -5,7 +5,8 @@
 # the seed corpus in tests/fuzz/corpus/NAME/.
 #
 #   tests/fuzz/run_fuzzer.sh NAME SECONDS
-#     NAME: override | compose | tokenizer | safetensors | hf_config | indexed_dataset
+#     NAME: override | compose | tokenizer | safetensors | hf_config | indexed_dataset |
+#           pretrain_gpt_args | preprocess_data_args | checkpoint_util_args | download_args
 #
 # Environment: FUZZ_BUILD_DIR (default ${TMPDIR:-/tmp}/launcher-fuzz): objects, binaries, the
 # working corpus (grows across runs) and crash artifacts; FUZZ_JOBS (default 2): parallel
@@ -15,7 +16,7 @@
 set -euo pipefail
 
 if [[ $# -ne 2 || ! $2 =~ ^[0-9]+$ ]]; then
-  echo "usage: $0 NAME SECONDS   (NAME: override | compose | tokenizer | safetensors | hf_config | indexed_dataset)" >&2
+  echo "usage: $0 NAME SECONDS   (NAME: the name of a tests/fuzz/NAME_fuzzer.cpp)" >&2
   exit 1
 fi
 name=$1
@@ -41,6 +42,7 @@ unavailable() {
 command -v "$cxx" >/dev/null || unavailable "$cxx not found"
 mkdir -p "$build/obj" "$build/corpus/$name" "$build/artifacts"
 flags=(-std=c++20 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -O1 -g
+       -DPROJECT_VERSION_STRING="\"fuzz\""
        -D_GLIBCXX_ASSERTIONS -I"$root")
 # spdlog and fmt as the Debian packages build them (shared, external fmt).
 flags+=($(pkg-config --cflags spdlog fmt yaml-cpp 2>/dev/null || echo -DSPDLOG_SHARED_LIB -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL))
@@ -54,50 +56,38 @@ printf '%s\n' '#include <cstdint>' '#include <cstddef>' \
 "$cxx" -fsanitize=fuzzer,address,undefined "$probe" -o "$build/obj/probe" 2>"$build/obj/probe.log" ||
   unavailable "$cxx cannot link -fsanitize=fuzzer,address,undefined: $(head -c 300 "$build/obj/probe.log")"
 
+# Every target links one support archive: the launcher's config engine and the backend's
+# libraries, compiled once per FUZZ_BUILD_DIR with the same flags (so a CTest run builds them
+# for the first target and the others only compile their own source and link).
+flags+=(-fopenmp -isystem "/usr/include/$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)/openblas-openmp")
+multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+libraries+=($(pkg-config --libs libutf8proc libzstd liblzma zlib libcurl 2>/dev/null ||
+              echo -lutf8proc -lzstd -llzma -lz -lcurl)
+            -L"/usr/lib/$multiarch/openblas-openmp" -Wl,-rpath,"/usr/lib/$multiarch/openblas-openmp"
+            -lopenblas)
+support_sources=("$root"/launcher/config/*.cpp)
+for dir in common model ops optim data dist ckpt train fetch; do
+  support_sources+=("$root"/backend/$dir/*.cpp)
+done
+
 # The file readers get a malloc limit far below the RSS limit: their inputs are at most
 # -max_len bytes, so a larger allocation means a size read from the input was trusted before
 # being checked against the input's size.
 malloc_limit_mb=2048
+target_flags=()
 case $name in
-  tokenizer)
-    sources=("$root/backend/data/gpt2_bpe_tokenizer.cpp" "$root/backend/data/unicode_text.cpp"
-             "$root/backend/common/utf8.cpp")
-    flags+=(-DFUZZ_SOURCE_DIR="\"$root\"")
-    libraries+=($(pkg-config --libs libutf8proc 2>/dev/null || echo -lutf8proc)) ;;
-  safetensors)
-    sources=("$root/backend/ckpt/safetensors.cpp")
-    malloc_limit_mb=64 ;;
-  hf_config)
-    # hf_format.cpp also holds the import and export of whole models, hence the model and ops.
-    sources=("$root/backend/ckpt/hf_format.cpp" "$root/backend/ckpt/safetensors.cpp"
-             "$root"/backend/model/*.cpp "$root"/backend/ops/*_cpu.cpp)
-    multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
-    flags+=(-fopenmp -isystem "/usr/include/$multiarch/openblas-openmp")
-    libraries+=(-L"/usr/lib/$multiarch/openblas-openmp" -Wl,-rpath,"/usr/lib/$multiarch/openblas-openmp"
-                -lopenblas)
-    malloc_limit_mb=64 ;;
-  indexed_dataset)
-    sources=("$root/backend/data/indexed_dataset.cpp")
-    malloc_limit_mb=64 ;;
-  *)
-    sources=("$root"/launcher/config/*.cpp "$root/backend/common/logging.cpp"
-             "$root/backend/common/suggest.cpp" "$root/backend/common/utf8.cpp") ;;
+  tokenizer) target_flags+=(-DFUZZ_SOURCE_DIR="\"$root\"") ;;
+  safetensors | hf_config | indexed_dataset) malloc_limit_mb=64 ;;
 esac
-sources+=("$target_source")
 binary="$build/${name}_fuzzer"
+support="$build/obj/libfuzz_support.a"
 
-# Rebuild when the flags changed or any source or header involved is newer than the binary.
-stamp="$build/obj/$name.flags"
-newest_input=$(find "$root/launcher/config" "$root/backend"/* "$here" -maxdepth 1 \
-                 \( -name '*.cpp' -o -name '*.hpp' \) -newer "$binary" 2>/dev/null | head -1 || true)
-if [[ ! -x $binary || -n $newest_input || ! -f $stamp || "$(cat "$stamp")" != "${flags[*]}" ]]; then
-  echo "fuzz/$name: building $binary ($cxx, ${#sources[@]} sources, $jobs at a time)"
-  objects=()
-  running=0
-  failed=0
-  for source in "${sources[@]}"; do
-    object="$build/obj/$name-$(basename "$(dirname "$source")")-$(basename "$source" .cpp).o"
-    objects+=("$object")
+compile_all() {  # compile_all OBJECT_DIR SOURCE... : each newer source into OBJECT_DIR, 2 at a time
+  local object_dir=$1 running=0 failed=0 source object
+  shift
+  for source in "$@"; do
+    object="$object_dir/$(basename "$(dirname "$source")")-$(basename "$source" .cpp).o"
+    [[ -f $object && $object -nt $source && $object -nt "$build/obj/headers.stamp" ]] && continue
     "$cxx" "${flags[@]}" -c "$source" -o "$object" &
     if (( ++running >= jobs )); then
       wait -n || failed=1
@@ -108,10 +98,40 @@ if [[ ! -x $binary || -n $newest_input || ! -f $stamp || "$(cat "$stamp")" != "$
     wait -n || failed=1
     running=$((running - 1))
   done
-  (( failed == 0 )) || { echo "fuzz/$name: compiling failed" >&2; exit 1; }
-  "$cxx" "${flags[@]}" "${objects[@]}" "${libraries[@]}" -o "$binary"
-  echo "${flags[*]}" >"$stamp"
+  return $failed
+}
+
+# One builder at a time (CTest may run fuzz tests side by side with -j).
+exec 9>"$build/obj/build.lock"
+flock 9
+# A changed header or changed flags rebuild every object; a changed source, its own.
+mkdir -p "$build/obj/support"
+newest_header=$(find "$root/launcher" "$root/backend" -name '*.hpp' -newer "$build/obj/headers.stamp" 2>/dev/null | head -1 || true)
+if [[ ! -f $build/obj/headers.stamp || -n $newest_header || "$(cat "$build/obj/flags" 2>/dev/null)" != "${flags[*]}" ]]; then
+  rm -f "$build/obj/support"/*.o "$support"
+  touch "$build/obj/headers.stamp"
+  echo "${flags[*]}" >"$build/obj/flags"
 fi
+# Objects of files that no longer exist must not linger in the archive.
+for object in "$build/obj/support"/*.o; do
+  [[ -e $object ]] || continue
+  stem=$(basename "$object" .o)
+  found=false
+  for source in "${support_sources[@]}"; do
+    [[ "$(basename "$(dirname "$source")")-$(basename "$source" .cpp)" == "$stem" ]] && { found=true; break; }
+  done
+  $found || rm -f "$object" "$support"
+done
+echo "fuzz/$name: compiling the support archive (${#support_sources[@]} sources, $jobs at a time, only what changed)"
+compile_all "$build/obj/support" "${support_sources[@]}" || { echo "fuzz/$name: compiling failed" >&2; exit 1; }
+if [[ ! -f $support ]] || [[ -n $(find "$build/obj/support" -name '*.o' -newer "$support" | head -1) ]]; then
+  rm -f "$support"
+  ar rcs "$support" "$build/obj/support"/*.o
+fi
+target_object="$build/obj/${name}_fuzzer.o"
+"$cxx" "${flags[@]}" "${target_flags[@]}" -c "$target_source" -o "$target_object"
+"$cxx" "${flags[@]}" "$target_object" "$support" "${libraries[@]}" -o "$binary"
+flock -u 9
 
 seeds="$here/corpus/$name"
 dictionary=()
