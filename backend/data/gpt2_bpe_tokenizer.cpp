@@ -238,6 +238,13 @@ std::shared_ptr<Gpt2BpeTokenizer::Tables> load_tables(const std::filesystem::pat
       reason = reason.substr(colon + 2);
     }
     common::fail("{}:{}:{}: --vocab-file is not valid JSON ({})", vocab_name, line, column, reason);
+  } catch (const nlohmann::json::exception& error) {
+    // Valid syntax nlohmann still refuses, such as a number beyond a double (1e999).
+    std::string reason = error.what();
+    if (const size_t bracket = reason.find("] "); bracket != std::string::npos) {
+      reason = reason.substr(bracket + 2);
+    }
+    common::fail("{}: --vocab-file is not valid JSON ({})", vocab_name, reason);
   }
   if (!vocab.is_object() || vocab.empty()) {
     common::fail("{}: --vocab-file must be a JSON object of token → id (GPT-2's vocab.json), "

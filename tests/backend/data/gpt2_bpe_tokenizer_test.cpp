@@ -189,6 +189,11 @@ TEST_CASE("a missing or malformed vocab.json is reported with its file and line"
   write_file(bad_json, "[1, 2, 3]");
   CHECK(error_of(bad_json, kMerges).find("must be a JSON object") != std::string::npos);
 
+  // A number beyond a double is valid JSON syntax that nlohmann refuses with out_of_range, not
+  // parse_error: it ended in an internal error.
+  write_file(bad_json, "{\"a\": 1e999}");
+  CHECK(error_of(bad_json, kMerges).find(bad_json.string() + ": --vocab-file is not valid JSON") == 0);
+
   auto vocab = nlohmann::json::parse(read_file(kVocab));
   const auto write_vocab = [&](const nlohmann::json& contents) {
     write_file(bad_json, contents.dump());
