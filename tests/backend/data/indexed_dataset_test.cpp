@@ -310,6 +310,6 @@ TEST_CASE("fuzz finding: a sequence pointer near 2^63 is refused with its number
   std::memcpy(index.data() + 34 + 4, &far, sizeof(far));  // sequence 0's pointer
   write_bytes(prefix + ".idx", index);
   CHECK_THROWS_WITH_AS(IndexedDataset dataset(prefix),
-                       doctest::Contains("(sequence 0 of 12 bytes starts at byte 9223372036854775807)"),
+                       doctest::Contains("(3 tokens from byte 9223372036854775807)"),
                        common::Error);
 }
