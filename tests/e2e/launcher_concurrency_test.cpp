@@ -69,18 +69,23 @@ TEST_CASE("two launches of one run at once never mix their scripts: one waits it
     CAPTURE(dry_run);
     const fs::path results = temporary.path / (dry_run ? "dry" : "run");
     std::vector<std::string> tags;
-    std::vector<std::future<launcher::CapturedRun>> launches;
+    std::vector<fs::path> bin_dirs;
+    // Every stand-in is written before the first launch starts: a launch forked while this
+    // thread holds a stand-in open for writing would carry that descriptor into its children,
+    // and executing the stand-in would then fail with ETXTBSY (exit 126).
     for (int pair = 0; pair < kPairs; ++pair) {
       for (const char* side : {"A", "B"}) {
-        const std::string tag = fmt::format("{}{}", pair, side);
-        const fs::path bin_dir = stand_in_backend(temporary.path, tag, 0.05);
-        std::vector<std::string> extra;
-        if (dry_run) extra.push_back("--dry-run");
-        tags.push_back(tag);
-        launches.push_back(std::async(std::launch::async, launcher::run_and_capture,
-                                      launch_argv(results, fmt::format("run{}", pair), bin_dir,
-                                                  extra)));
+        tags.push_back(fmt::format("{}{}", pair, side));
+        bin_dirs.push_back(stand_in_backend(temporary.path, tags.back(), 0.05));
       }
+    }
+    std::vector<std::future<launcher::CapturedRun>> launches;
+    for (std::size_t i = 0; i < tags.size(); ++i) {
+      std::vector<std::string> extra;
+      if (dry_run) extra.push_back("--dry-run");
+      launches.push_back(std::async(std::launch::async, launcher::run_and_capture,
+                                    launch_argv(results, fmt::format("run{}", i / 2), bin_dirs[i],
+                                                extra)));
     }
     int refused = 0;
     for (std::size_t i = 0; i < launches.size(); ++i) {
