@@ -50,16 +50,27 @@ GlobalBatchSizeSchedule::GlobalBatchSizeSchedule(int64_t global_batch_size,
     common::fail("{}: --global-batch-size {} minus the start batch size ({}) is not divisible by "
                  "the increment {}", flag, global_batch_size, difference, r.batch_size_increment);
   }
-  rampup_samples_per_increment_ = static_cast<double>(r.rampup_samples) /
-                                  static_cast<double>(difference / r.batch_size_increment);
+  const int64_t increments = difference / r.batch_size_increment;
+  if (increments > kMaxRampupIncrements) {
+    common::fail("{}: {} increments from the start batch size to --global-batch-size {}; at most "
+                 "{} are supported (the ramp is checked increment by increment before training): "
+                 "raise the increment or the start batch size", flag, increments,
+                 global_batch_size, kMaxRampupIncrements);
+  }
+  rampup_samples_per_increment_ =
+      static_cast<double>(r.rampup_samples) / static_cast<double>(increments);
 }
 
 int64_t GlobalBatchSizeSchedule::global_batch_size(int64_t consumed_samples) const {
   if (!rampup_ || consumed_samples > rampup_->rampup_samples) return global_batch_size_;
+  return rampup_->start_global_batch_size +
+         increments_at(consumed_samples) * rampup_->batch_size_increment;
+}
+
+int64_t GlobalBatchSizeSchedule::increments_at(int64_t consumed_samples) const {
   // Megatron: int(consumed_samples / rampup_samples_per_increment), in floating point.
-  const auto steps = static_cast<int64_t>(static_cast<double>(consumed_samples) /
-                                          rampup_samples_per_increment_);
-  return rampup_->start_global_batch_size + steps * rampup_->batch_size_increment;
+  return static_cast<int64_t>(static_cast<double>(consumed_samples) /
+                              rampup_samples_per_increment_);
 }
 
 int64_t GlobalBatchSizeSchedule::num_micro_batches(int64_t consumed_samples) const {
@@ -79,17 +90,85 @@ GlobalBatchSizeSchedule batch_size_schedule(const TrainingArguments& a, int64_t 
   return GlobalBatchSizeSchedule(a.global_batch_size, a.micro_batch_size, data_parallel_size, rampup);
 }
 
+namespace {
+
+// The largest consumed count in [from, last] still at `increments` (increments_at(from) ==
+// increments; increments_at never decreases). Starts next to where the next increment falls in
+// exact arithmetic, (increments + 1) · samples per increment, and brackets the floating-point
+// boundary by doubling steps, then bisects: a few evaluations when the estimate is right,
+// O(log SAMPLES) at worst.
+int64_t last_consumed_at(const GlobalBatchSizeSchedule& schedule, int64_t increments,
+                         int64_t from, int64_t last) {
+  if (schedule.increments_at(last) <= increments) return last;
+  int64_t below = from, above = last;  // increments_at(below) ≤ increments < increments_at(above)
+  const double estimate =
+      static_cast<double>(increments + 1) * schedule.rampup_samples_per_increment();
+  // Compared as doubles first, so the conversion back stays within [below, above].
+  const int64_t probe = !(estimate > static_cast<double>(below))  ? below
+                        : !(estimate < static_cast<double>(above)) ? above
+                                                                   : static_cast<int64_t>(estimate);
+  if (schedule.increments_at(probe) <= increments) {
+    below = probe;
+    for (int64_t step = 1; above - below > step; step *= 2) {
+      if (schedule.increments_at(below + step) > increments) {
+        above = below + step;
+        break;
+      }
+      below += step;
+    }
+  } else {
+    above = probe;
+    for (int64_t step = 1; above - below > step; step *= 2) {
+      if (schedule.increments_at(above - step) <= increments) {
+        below = above - step;
+        break;
+      }
+      above -= step;
+    }
+  }
+  while (above - below > 1) {
+    const int64_t middle = below + (above - below) / 2;
+    (schedule.increments_at(middle) <= increments ? below : above) = middle;
+  }
+  return below;
+}
+
+}  // namespace
+
+RampupEnd walk_rampup(const GlobalBatchSizeSchedule& schedule, int64_t train_samples,
+                      const std::function<void(const RampupSegment&)>& visit) {
+  const BatchSizeRampup& rampup = *schedule.rampup();
+  const int64_t last = std::min(rampup.rampup_samples, train_samples);
+  const std::string what = fmt::format(
+      "the samples of the ramp-up phase (--rampup-batch-size {} {} {} with --train-samples {})",
+      rampup.start_global_batch_size, rampup.batch_size_increment, rampup.rampup_samples,
+      train_samples);
+  RampupEnd end;
+  // Each step runs every iteration at the current batch size: those starting at consumed,
+  // consumed + batch, ... up to the last count still at this size (and ≤ last).
+  while (end.consumed <= last) {
+    const int64_t increments = schedule.increments_at(end.consumed);
+    const int64_t batch = schedule.global_batch_size(end.consumed);
+    const int64_t stays_until = last_consumed_at(schedule, increments, end.consumed, last);
+    const int64_t iterations = (stays_until - end.consumed) / batch + 1;
+    if (visit) visit({end.iterations + 1, end.consumed, batch, iterations});
+    end.iterations += iterations;
+    end.consumed = common::checked_add(end.consumed, common::checked_multiply(iterations, batch, what),
+                                       what);
+  }
+  return end;
+}
+
 int64_t sample_based_train_iters(int64_t train_samples, const GlobalBatchSizeSchedule& schedule) {
   const int64_t global_batch_size = schedule.final_global_batch_size();
   if (!schedule.rampup()) return train_samples / global_batch_size;
-  // The ramp-up phase one iteration at a time (its last iteration may end past train_samples,
-  // as in Megatron), then whole global batches; a partial last batch is dropped.
-  int64_t iterations = 0, consumed = 0;
-  while (consumed <= schedule.rampup()->rampup_samples && consumed <= train_samples) {
-    consumed += schedule.global_batch_size(consumed);
-    ++iterations;
+  // The ramp-up phase (its last iteration may end past train_samples, as in Megatron), then
+  // whole global batches; a partial last batch is dropped.
+  const RampupEnd rampup = walk_rampup(schedule, train_samples);
+  int64_t iterations = rampup.iterations;
+  if (train_samples > rampup.consumed) {
+    iterations += (train_samples - rampup.consumed) / global_batch_size;
   }
-  if (train_samples > consumed) iterations += (train_samples - consumed) / global_batch_size;
   return iterations;
 }
 
@@ -99,20 +178,19 @@ namespace {
 // batches (update_num_microbatches' consistency check); this finds it before training starts.
 void check_rampup_batch_sizes(const TrainingArguments& a, const GlobalBatchSizeSchedule& schedule,
                               int64_t data_parallel_size) {
+  // The iterations that run at a ramp-up size are those of the ramp-up phase walk (any after
+  // it run at --global-batch-size, which validate_arguments checked).
   const int64_t divisor = a.micro_batch_size * data_parallel_size;
-  int64_t consumed = 0;
-  for (int64_t iteration = 1; iteration <= a.train_iters; ++iteration) {
-    if (consumed > schedule.rampup()->rampup_samples) return;
-    const int64_t batch = schedule.global_batch_size(consumed);
-    if (batch % divisor != 0) {
+  walk_rampup(schedule, a.train_samples, [&](const RampupSegment& run) {
+    if (run.global_batch_size % divisor != 0) {
       common::fail("--rampup-batch-size {} {} {}: iteration {} (after {} samples) has a global "
                    "batch of {}, which --micro-batch-size {} × data-parallel size {} does not "
                    "divide; choose a start and increment that are multiples of {}",
                    a.rampup_batch_size[0], a.rampup_batch_size[1], a.rampup_batch_size[2],
-                   iteration, consumed, batch, a.micro_batch_size, data_parallel_size, divisor);
+                   run.first_iteration, run.consumed_before, run.global_batch_size,
+                   a.micro_batch_size, data_parallel_size, divisor);
     }
-    consumed += batch;
-  }
+  });
 }
 
 // The schedule counts samples and the data path tokens in int64: the run's samples and tokens

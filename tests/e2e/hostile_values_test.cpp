@@ -118,6 +118,28 @@ TEST_CASE("pretrain_gpt refuses sizes whose products overflow or whose model can
   CHECK(huge.output.find("optimizer states") != std::string::npos);
 }
 
+TEST_CASE("pretrain_gpt validates a batch-size ramp-up of any length at once") {
+  // tiny_model() trained for samples instead of iterations.
+  auto sample_based = [](const std::string& global_batch_size, std::vector<std::string> flags) {
+    auto argv = pretrain_with({"--global-batch-size", global_batch_size});
+    const auto iterations = std::find(argv.begin(), argv.end(), "--train-iters");
+    argv.erase(iterations, iterations + 2);
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return argv;
+  };
+  // 2^60 iterations of ramp-up: walked one iteration at a time, validation would not end. Its
+  // tokens then overflow the counters: refused, after the walk.
+  check_refused(run_bounded(sample_based("4", {"--train-samples", "4611686018427387904",
+                                               "--rampup-batch-size", "2", "2",
+                                               "2305843009213693952"})),
+                "the samples the run trains on × --seq-length (its tokens)");
+  // More increments than the walk takes steps for.
+  check_refused(run_bounded(sample_based("2000004", {"--train-samples", "100",
+                                                     "--rampup-batch-size", "2", "2", "100"})),
+                "1000001 increments from the start batch size to --global-batch-size 2000004; "
+                "at most 1000000 are supported");
+}
+
 TEST_CASE("pretrain_gpt's messages name what is wrong") {
   // A value left out: the flag after it is named, not a word further on.
   std::vector<std::string> missing_value = {kPretrain, "--num-layers", "--hidden-size", "64"};

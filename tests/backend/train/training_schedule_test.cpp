@@ -2,8 +2,14 @@
 // against values derived by hand from Megatron's formulas (num_microbatches_calculator.py,
 // training.py update_train_iters / get_optimizer_param_scheduler).
 #include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <limits>
+#include <string>
+#include <vector>
 
 #include "backend/common/error.hpp"
+#include "backend/common/splitmix64.hpp"
 #include "backend/train/training_schedule.hpp"
 
 using namespace backend;
@@ -15,6 +21,81 @@ TrainingArguments base_arguments() {
   a.global_batch_size = 8;
   a.lr = 1e-3;
   return a;
+}
+
+// Megatron's update_train_iters ramp-up phase one iteration at a time: the batch of every
+// iteration that starts with consumed ≤ SAMPLES and ≤ train samples.
+struct StepByStep {
+  std::vector<int64_t> batches;
+  int64_t consumed = 0;
+};
+StepByStep walk_one_iteration_at_a_time(const GlobalBatchSizeSchedule& schedule,
+                                        int64_t train_samples) {
+  StepByStep walk;
+  while (walk.consumed <= schedule.rampup()->rampup_samples && walk.consumed <= train_samples) {
+    walk.batches.push_back(schedule.global_batch_size(walk.consumed));
+    walk.consumed += walk.batches.back();
+  }
+  return walk;
+}
+
+// The walk by runs of one batch size, expanded to one batch per iteration; checks that the
+// runs follow one another.
+StepByStep walk_by_runs(const GlobalBatchSizeSchedule& schedule, int64_t train_samples) {
+  StepByStep walk;
+  const RampupEnd end = walk_rampup(schedule, train_samples, [&](const RampupSegment& run) {
+    REQUIRE(run.first_iteration == static_cast<int64_t>(walk.batches.size()) + 1);
+    REQUIRE(run.consumed_before == walk.consumed);
+    REQUIRE(run.iterations >= 1);
+    walk.batches.insert(walk.batches.end(), static_cast<size_t>(run.iterations), run.global_batch_size);
+    walk.consumed += run.iterations * run.global_batch_size;
+  });
+  CHECK(end.iterations == static_cast<int64_t>(walk.batches.size()));
+  CHECK(end.consumed == walk.consumed);
+  return walk;
+}
+
+// One ramp-up against the step-by-step walk: the batches, the iteration count, and the first
+// iteration whose batch `micro_batch_size` cannot divide.
+void check_against_step_by_step(int64_t global, BatchSizeRampup rampup, int64_t train_samples,
+                                int64_t micro_batch_size) {
+  CAPTURE(global);
+  CAPTURE(rampup.start_global_batch_size);
+  CAPTURE(rampup.batch_size_increment);
+  CAPTURE(rampup.rampup_samples);
+  CAPTURE(train_samples);
+  const GlobalBatchSizeSchedule schedule(global, 1, 1, rampup);
+  const StepByStep expected = walk_one_iteration_at_a_time(schedule, train_samples);
+  const StepByStep by_runs = walk_by_runs(schedule, train_samples);
+  REQUIRE(by_runs.batches == expected.batches);
+  const int64_t expected_iterations =
+      static_cast<int64_t>(expected.batches.size()) +
+      (train_samples > expected.consumed ? (train_samples - expected.consumed) / global : 0);
+  CHECK(sample_based_train_iters(train_samples, schedule) == expected_iterations);
+
+  TrainingArguments a;
+  a.lr = 1e-3;
+  a.micro_batch_size = micro_batch_size;
+  a.global_batch_size = global;
+  a.train_samples = train_samples;
+  a.rampup_batch_size = {rampup.start_global_batch_size, rampup.batch_size_increment,
+                         rampup.rampup_samples};
+  size_t bad = 0;
+  while (bad < expected.batches.size() && expected.batches[bad] % micro_batch_size == 0) ++bad;
+  if (expected_iterations == 0) {
+    CHECK_THROWS_WITH_AS(resolve_training_schedule(a, 1), doctest::Contains("nothing to train"),
+                         common::Error);
+  } else if (bad == expected.batches.size()) {
+    CHECK_NOTHROW(resolve_training_schedule(a, 1));
+    CHECK(a.train_iters == expected_iterations);
+  } else {
+    int64_t consumed_before = 0;
+    for (size_t i = 0; i < bad; ++i) consumed_before += expected.batches[i];
+    const std::string message = fmt::format("iteration {} (after {} samples) has a global batch of {},",
+                                            bad + 1, consumed_before, expected.batches[bad]);
+    CHECK_THROWS_WITH_AS(resolve_training_schedule(a, 1), doctest::Contains(message.c_str()),
+                         common::Error);
+  }
 }
 }  // namespace
 
@@ -44,6 +125,66 @@ TEST_CASE("--train-samples gives Megatron's iteration count, with and without ra
   CHECK(sample_based_train_iters(24, GlobalBatchSizeSchedule(32, 2, 1, BatchSizeRampup{8, 8, 300})) == 4);
 }
 
+TEST_CASE("the ramp-up walked by runs of one batch size matches the walk one iteration at a time") {
+  // Every small ramp-up: all start/increment pairs up to a global batch of 16, ramp-ups over 1
+  // to 40 samples (increments that fall between whole samples, several per batch, several
+  // batches per increment), training shorter and longer than the ramp.
+  for (int64_t global = 2; global <= 16; ++global) {
+    for (int64_t start = 1; start < global; ++start) {
+      for (int64_t increment = 1; increment <= global - start; ++increment) {
+        if ((global - start) % increment != 0) continue;
+        for (int64_t samples = 1; samples <= 40; ++samples) {
+          for (int64_t train_samples : {1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 200}) {
+            check_against_step_by_step(global, {start, increment, samples}, train_samples,
+                                       1 + (global + samples + train_samples) % 3);
+          }
+        }
+      }
+    }
+  }
+  // Larger sizes, where the floating-point increment boundaries are not whole samples.
+  for (uint64_t i = 0; i < 300; ++i) {
+    const auto pick = [i](uint64_t which, int64_t bound) {
+      return static_cast<int64_t>(common::splitmix64_at(which, i) % static_cast<uint64_t>(bound)) + 1;
+    };
+    const int64_t start = pick(1, 64), increment = pick(2, 16), increments = pick(3, 200);
+    const int64_t samples = pick(4, 200000), train_samples = pick(5, 300000);
+    check_against_step_by_step(start + increment * increments, {start, increment, samples},
+                               train_samples, pick(6, 4));
+  }
+}
+
+TEST_CASE("a ramp-up over 2^61 samples is counted without walking its iterations") {
+  // One increment at 2^61 samples, as Megatron computes it: float(consumed) / 2^61, and every
+  // count from 2^61 − 128 on rounds to 2^61 as a double. So 2^60 − 64 iterations of 2 (to
+  // 2^61 − 128), 33 of 4 (the last starts at 2^61 and ends at 2^61 + 4), then
+  // (2^62 − 2^61 − 4) // 4 = 2^59 − 1 of 4.
+  const GlobalBatchSizeSchedule schedule(4, 2, 1, BatchSizeRampup{2, 2, int64_t{1} << 61});
+  CHECK(sample_based_train_iters(int64_t{1} << 62, schedule) ==
+        (int64_t{1} << 60) - 64 + 33 + (int64_t{1} << 59) - 1);
+  // The most increments allowed, over almost every sample int64 counts: one step per run.
+  const int64_t largest = std::numeric_limits<int64_t>::max();
+  const GlobalBatchSizeSchedule widest(2 + 2 * kMaxRampupIncrements, 2, 1,
+                                       BatchSizeRampup{2, 2, largest / 2});
+  int64_t runs = 0, previous_batch = 0;
+  const RampupEnd end = walk_rampup(widest, largest / 2, [&](const RampupSegment& run) {
+    ++runs;
+    CHECK(run.global_batch_size > previous_batch);
+    previous_batch = run.global_batch_size;
+  });
+  // One run per batch size; the last increment is due at SAMPLES itself, where floating point
+  // may place it just past.
+  CHECK(runs >= kMaxRampupIncrements);
+  CHECK(runs <= kMaxRampupIncrements + 1);
+  CHECK(end.consumed > largest / 2);
+  // Ramp-up samples that end past what int64 counts are refused, not wrapped.
+  const GlobalBatchSizeSchedule to_the_end(4, 2, 1, BatchSizeRampup{2, 2, largest});
+  CHECK_THROWS_WITH_AS(sample_based_train_iters(largest, to_the_end),
+                       doctest::Contains("the samples of the ramp-up phase (--rampup-batch-size 2 "
+                                         "2 9223372036854775807 with --train-samples"),
+                       common::Error);
+}
+
 TEST_CASE("the ramp-up is refused where Megatron would stop, naming the flag") {
   auto make = [](int64_t global, BatchSizeRampup rampup) {
     return GlobalBatchSizeSchedule(global, 2, 1, rampup);
@@ -56,6 +197,15 @@ TEST_CASE("the ramp-up is refused where Megatron would stop, naming the flag") {
                                          "the start batch size (6) is not divisible by the increment 4"),
                        common::Error);
   CHECK_THROWS_WITH_AS(make(8, {2, 2, 0}), doctest::Contains("must all be positive"), common::Error);
+  // More increments than the walk before training takes steps for.
+  CHECK_NOTHROW(make(2 + 2 * kMaxRampupIncrements, {2, 2, 100}));
+  CHECK_THROWS_WITH_AS(make(4 + 2 * kMaxRampupIncrements, {2, 2, 100}),
+                       doctest::Contains("--rampup-batch-size 2 2 100: 1000001 increments from the "
+                                         "start batch size to --global-batch-size 2000004; at most "
+                                         "1000000 are supported"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(make(9223372036854775806, {2, 2, 100}),
+                       doctest::Contains("at most 1000000 are supported"), common::Error);
 }
 
 TEST_CASE("a ramp-up batch the micro batches cannot divide is found before training") {
