@@ -1,6 +1,7 @@
 // See command_line.hpp.
 #include "backend/common/command_line.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <iostream>
 #include <stdexcept>
@@ -32,16 +33,27 @@ bool looks_like_flag(const std::string& word) {
 }
 
 // CLI11 gives a value option the next word even when that word is a flag; the user left the
-// value out.
-void refuse_flag_taken_as_value(const CLI::App& app, std::string_view program) {
-  for (const CLI::Option* option : app.get_options()) {
-    if (!takes_value(*option)) continue;
-    for (const std::string& value : option->results()) {
-      if (looks_like_flag(value)) {
+// value out, as argparse reports ("expected one argument"). Judged on the words as typed, not
+// on what CLI11 stored: a value given with '=' ("--weight-decay=-inf", "--lr=-1e-4") is a
+// value whatever it looks like, and its flag rule judges it.
+void refuse_flag_taken_as_value(const CLI::App& app, int argc, const char* const* argv,
+                                std::string_view program) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") return;  // what follows is positional
+    if (!looks_like_flag(word)) continue;
+    const CLI::Option* option = app.get_option_no_throw(word);
+    if (option == nullptr || !takes_value(*option)) continue;
+    // The words CLI11 takes as its values whatever they look like (three for
+    // --rampup-batch-size); a list option takes further words only up to the next flag.
+    const int values = std::max(1, option->get_items_expected_min());
+    for (int j = i + 1; j <= i + values && j < argc; ++j) {
+      if (looks_like_flag(argv[j])) {
         fail("{}: {} needs a value, but the next argument is the flag {}", program,
-             long_name(*option), value);
+             long_name(*option), argv[j]);
       }
     }
+    i += values;
   }
 }
 
@@ -102,12 +114,12 @@ bool parse_command_line(CLI::App& app, int argc, const char* const* argv, std::s
     std::cout << app.help();
     return false;
   } catch (const CLI::ParseError& error) {
-    refuse_flag_taken_as_value(app, program);
+    refuse_flag_taken_as_value(app, argc, argv, program);
     refuse_unknown_arguments(app, program);
     refused.refuse_given(app, program, refused_wording);
     fail("{}: {} (run {} --help for the supported flags)", program, error.what(), program);
   }
-  refuse_flag_taken_as_value(app, program);
+  refuse_flag_taken_as_value(app, argc, argv, program);
   refuse_unknown_arguments(app, program);
   refused.refuse_given(app, program, refused_wording);
   return true;

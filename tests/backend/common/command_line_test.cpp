@@ -63,4 +63,14 @@ TEST_CASE("a flag written where a value belongs is named, not the value left ove
   // A negative number is a value, as in argparse.
   CHECK_THROWS_WITH_AS(parse({"--num-layers", "-2", "--sequence-parallel"}),
                        doctest::Contains("--sequence-parallel is refused"), common::Error);
+  // A value given with '=' is a value, whatever it looks like: judged as one, never as a flag.
+  CHECK_THROWS_WITH_AS(parse({"--num-layers=-x"}),
+                       doctest::Contains("Could not convert: --num-layers = -x"), common::Error);
+  CHECK_THROWS_WITH_AS(parse({"--num-layers", "2", "--tokenizer-model=-m"}),
+                       "tool: --tokenizer-model is refused: SentencePiece is not built",
+                       common::Error);
+  // A flag's name given as another's value with '=' is that value, not a flag.
+  CHECK_THROWS_WITH_AS(parse({"--num-layers", "2", "--tokenizer-model=--num-layers"}),
+                       "tool: --tokenizer-model is refused: SentencePiece is not built",
+                       common::Error);
 }

@@ -416,6 +416,11 @@ TEST_CASE("every value is checked with the shared flag rules before it is used")
       {{"--end-weight-decay", "inf"}, "--end-weight-decay: 'inf' is not a finite number"},
       // As argparse, a word that starts with '-' and is not a negative number is a flag.
       {{"--weight-decay", "-inf"}, "--weight-decay needs a value, but the next argument is the flag -inf"},
+      // Given with '=', the word is the value whatever it looks like, and its rule judges it.
+      {{"--weight-decay=-inf"}, "--weight-decay: '-inf' is not a finite number; --weight-decay takes"},
+      {{"--lr=-1e-4"}, "--lr: '-1e-4' is out of range; --lr takes a real number ≥ 0"},
+      {{"--lr", "-1e-4"}, "--lr: '-1e-4' is out of range; --lr takes a real number ≥ 0"},
+      {{"--num-layers=--hidden-size"}, "--num-layers: '--hidden-size' is not an integer"},
       {{"--init-method-std", "inf"}, "--init-method-std: 'inf' is not a finite number"},
       {{"--global-batch-size", "-4"}, "'-4' is out of range; --global-batch-size takes an integer ≥ 1"},
       {{"--train-iters", "-5"}, "'-5' is out of range; --train-iters takes an integer ≥ 1"},
