@@ -4,9 +4,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 
 #include "backend/common/error.hpp"
+#include "backend/common/small_file.hpp"
 
 namespace launcher {
 
@@ -46,11 +46,10 @@ void print_report(const std::vector<fs::path>& files, std::ostream& out) {
          "tokens/s | TFLOP/s / device | MFU | peak memory |\n";
   out << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& file : files) {
-    std::ifstream in(file);
-    if (!in) common::fail("{}: cannot read", file.string());
+    const std::string text = common::read_small_file(file, "the benchmark report");
     nlohmann::json report;
     try {
-      report = nlohmann::json::parse(in);
+      report = nlohmann::json::parse(text);
       const auto& model = report.at("model");
       const auto& batch = report.at("batch");
       const auto& parallel = report.at("parallel");

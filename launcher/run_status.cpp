@@ -13,6 +13,7 @@
 
 #include "backend/common/error.hpp"
 #include "backend/common/local_time.hpp"
+#include "backend/common/small_file.hpp"
 #include "launcher/process.hpp"
 
 namespace launcher {
@@ -60,8 +61,11 @@ void append_job_record(const fs::path& results_dir, const JobRecord& record) {
 
 std::vector<JobRecord> read_job_records(const fs::path& results_dir) {
   const fs::path path = results_dir / kRecordFile;
-  std::ifstream in(path);
-  if (!in) common::fail("{}: no job records (nothing was launched into this directory)", path.string());
+  const std::optional<std::string> records_text = common::read_small_file_if_exists(path, "the job records");
+  if (!records_text) {
+    common::fail("{}: no job records (nothing was launched into this directory)", path.string());
+  }
+  std::istringstream in(*records_text);
   std::vector<JobRecord> records;
   std::string text;
   for (int line_number = 1; std::getline(in, text); ++line_number) {
@@ -89,7 +93,11 @@ std::string query_job_state(const JobRecord& record) {
     std::optional<int> exit_code = record.exit_code;
     if (!exit_code) {
       // A detached job writes its exit status next to its script when it ends.
-      std::ifstream status_file(record.script.parent_path() / (".job-" + record.job_id + ".exit"));
+      std::istringstream status_file(
+          common::read_small_file_if_exists(
+              record.script.parent_path() / (".job-" + record.job_id + ".exit"),
+              "the job's exit status")
+              .value_or(""));
       int status = 0;
       if (status_file >> status) {
         exit_code = status;

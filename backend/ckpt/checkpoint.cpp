@@ -17,16 +17,15 @@
 #include <cerrno>
 #include <chrono>
 #include <charconv>
-#include <fstream>
 #include <ostream>
 #include <regex>
-#include <sstream>
 #include <vector>
 
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/ckpt/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/local_time.hpp"
+#include "backend/common/small_file.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -475,11 +474,11 @@ fs::path checkpoint_file_path(const fs::path& directory, int64_t iteration) {
 
 std::optional<TrackedCheckpoint> read_checkpoint_tracker(const fs::path& directory) {
   const fs::path tracker = checkpoint_tracker_path(directory);
-  if (!fs::is_regular_file(tracker)) return std::nullopt;
-  std::ifstream in(tracker);
-  std::stringstream content;
-  content << in.rdbuf();
-  std::string text = content.str();
+  // A tracker holds a number or "release"; anything but a small regular file is refused.
+  std::optional<std::string> contents =
+      common::read_small_file_if_exists(tracker, "the checkpoint tracker");
+  if (!contents) return std::nullopt;
+  std::string text = std::move(*contents);
   const auto first = text.find_first_not_of(" \t\r\n");
   const auto last = text.find_last_not_of(" \t\r\n");
   text = first == std::string::npos ? "" : text.substr(first, last - first + 1);

@@ -14,6 +14,7 @@
 #include "backend/ckpt/durable_file.hpp"
 #include "backend/common/crc32c.hpp"
 #include "backend/common/error.hpp"
+#include "backend/common/small_file.hpp"
 
 namespace backend {
 
@@ -149,12 +150,14 @@ void write_checkpoint_file(const std::filesystem::path& path, const nlohmann::js
 
 CheckpointFileReader::CheckpointFileReader(std::filesystem::path path) : path_(std::move(path)) {
   const std::string name = path_.string();
-  descriptor_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in its place is refused below rather than waited on.
+  descriptor_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (descriptor_ < 0) common::fail("cannot open checkpoint {}: {}", name, std::strerror(errno));
   struct stat status {};
   if (::fstat(descriptor_, &status) != 0) {
     common::fail("cannot stat checkpoint {}: {}", name, std::strerror(errno));
   }
+  if (!S_ISREG(status.st_mode)) common::fail("checkpoint {} is not a regular file", name);
   file_size_ = static_cast<uint64_t>(status.st_size);
 
   if (file_size_ < kCheckpointHeaderSize) {
@@ -192,6 +195,13 @@ CheckpointFileReader::CheckpointFileReader(std::filesystem::path path) : path_(s
                  name);
   }
 
+  // The metadata and the tensor table are read whole: bounded as every file read whole is
+  // (common/small_file; a real model's are kilobytes), whatever a crafted header claims.
+  if (metadata_size > common::kSmallFileLimit || table_size > common::kSmallFileLimit) {
+    common::fail("checkpoint {}: its header claims a {}-byte metadata block and a {}-byte tensor "
+                 "table; at most {} bytes each are read", name, metadata_size, table_size,
+                 common::kSmallFileLimit);
+  }
   if (header_size + metadata_size + table_size > file_size_) {
     common::fail("checkpoint {} is truncated: {} bytes, it ends inside its metadata or tensor "
                  "table (the header says {} bytes)", name, file_size_, data_offset_ + data_size);

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <sstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -19,6 +20,7 @@
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/memory_estimate.hpp"
+#include "backend/common/small_file.hpp"
 
 namespace backend {
 namespace {
@@ -445,8 +447,7 @@ bool is_buffer(const std::string& name) {
 }
 
 nlohmann::json read_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) common::fail("cannot open {}", path.string());
+  std::istringstream in(common::read_small_file(path, "the Hugging Face file"));
   return parse_hf_json(in, path.string());
 }
 

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "backend/common/error.hpp"
+#include "backend/common/small_file.hpp"
 
 namespace backend {
 namespace {
@@ -135,11 +136,10 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
 }
 
 SafetensorsFile read_safetensors(const std::filesystem::path& path) {
+  // A directory, FIFO or device is refused before it is opened (opening a FIFO would wait).
+  const uint64_t file_size = common::regular_file_size(path, "the safetensors file");
   std::ifstream in(path, std::ios::binary);
   if (!in) common::fail("cannot open safetensors file {}", path.string());
-  std::error_code size_error;
-  const uint64_t file_size = std::filesystem::file_size(path, size_error);
-  if (size_error) common::fail("cannot read the size of {}: {}", path.string(), size_error.message());
   return read_safetensors(in, file_size, path.string());
 }
 

@@ -8,13 +8,12 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "backend/ckpt/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/md5.hpp"
+#include "backend/common/small_file.hpp"
 
 namespace backend {
 
@@ -131,14 +130,6 @@ class BlendingTournament {
   std::vector<int64_t> taken_;
 };
 
-std::optional<std::string> read_text_file(const std::filesystem::path& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return std::nullopt;
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
 }  // namespace
 
 void build_blending_indices(std::span<const double> weights, std::span<int16_t> dataset_index,
@@ -200,7 +191,8 @@ BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const GptDataset>> da
   std::string base;
   if (!cache_path.empty()) {
     base = (std::filesystem::path(cache_path) / (hash_ + "-BlendedDataset")).string();
-    const auto stored = read_text_file(base + "-description.txt");
+    const auto stored = common::read_small_file_if_exists(
+        base + "-description.txt", "the BlendedDataset index cache description");
     if (stored && *stored == description) {
       try {
         NpyArray index(base + "-dataset_index.npy"), samples(base + "-dataset_sample_index.npy");

@@ -7,11 +7,11 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 
 #include "backend/common/error.hpp"
 #include "backend/common/flag_rules.hpp"
+#include "backend/common/small_file.hpp"
 
 namespace backend {
 
@@ -90,8 +90,7 @@ DataBlend blend_from_words(std::span<const std::string> words, const std::string
 }
 
 DataBlend read_data_args_file(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) common::fail("--data-args-path {}: cannot open the file", path);
+  std::istringstream file(common::read_small_file(path, "--data-args-path"));
   std::vector<std::string> words;
   std::string word;
   while (file >> word) words.push_back(word);
@@ -100,8 +99,7 @@ DataBlend read_data_args_file(const std::string& path) {
 }
 
 DataBlend read_data_file_list(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) common::fail("--data-file-list {}: cannot open the file", path);
+  std::istringstream file(common::read_small_file(path, "--data-file-list"));
   DataBlend blend;
   std::vector<double> weights;
   int weighted_lines = 0, unweighted_lines = 0, first_weighted = 0, first_unweighted = 0;

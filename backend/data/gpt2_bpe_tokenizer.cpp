@@ -6,16 +6,14 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <limits>
-#include <sstream>
 #include <unordered_map>
 
 #include "backend/common/error.hpp"
 #include "backend/common/modular_arithmetic.hpp"
+#include "backend/common/small_file.hpp"
 #include "backend/common/splitmix64.hpp"
 #include "backend/data/unicode_text.hpp"
 
@@ -44,20 +42,6 @@ struct ByteCharacters {
 const ByteCharacters& byte_characters() {
   static const ByteCharacters characters;  // immutable, built once
   return characters;
-}
-
-std::string read_file(const std::filesystem::path& path, std::string_view flag) {
-  // A directory opens as a stream that reads nothing; it would be reported as invalid JSON.
-  std::error_code ignored;
-  if (std::filesystem::is_directory(path, ignored)) {
-    common::fail("cannot read {} {}: it is a directory, not a file", flag, path.string());
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) common::fail("cannot read {} {}: {}", flag, path.string(), std::strerror(errno));
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) common::fail("cannot read {} {}: read error", flag, path.string());
-  return std::move(contents).str();
 }
 
 // A vocabulary or merges token (text in GPT-2's byte characters) → the bytes it stands for.
@@ -227,7 +211,7 @@ std::shared_ptr<Gpt2BpeTokenizer::Tables> load_tables(const std::filesystem::pat
   const std::string vocab_name = vocab_file.string(), merge_name = merge_file.string();
 
   // ---- vocab.json: {"token": id, ...}, ids 0 .. N−1
-  const std::string vocab_text = read_file(vocab_file, "--vocab-file");
+  const std::string vocab_text = common::read_small_file(vocab_file, "--vocab-file");
   nlohmann::json vocab;
   try {
     vocab = nlohmann::json::parse(vocab_text);
@@ -307,7 +291,7 @@ std::shared_ptr<Gpt2BpeTokenizer::Tables> load_tables(const std::filesystem::pat
   }
 
   // ---- merges.txt: "#version" line, then "left right" per line, best first
-  const std::string merge_text = read_file(merge_file, "--merge-file");
+  const std::string merge_text = common::read_small_file(merge_file, "--merge-file");
   std::vector<std::array<int32_t, 3>> merges;  // left, right, merged
   size_t line_number = 0;
   std::string left_bytes, right_bytes;

@@ -9,27 +9,18 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "backend/ckpt/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/md5.hpp"
+#include "backend/common/small_file.hpp"
 
 namespace backend {
 
 namespace {
 
 constexpr double kSeparateFinalEpochThreshold = 0.80;
-
-std::optional<std::string> read_text_file(const std::filesystem::path& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return std::nullopt;
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
 
 // The split matrix as Megatron's description holds it: the first bookend starts at the int 0.
 nlohmann::ordered_json split_matrix_json(const std::optional<SplitMatrix>& matrix) {
@@ -280,7 +271,8 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> dataset, std::strin
 }
 
 bool GptDataset::load_cache(const std::string& base, const std::string& description) {
-  const auto stored = read_text_file(base + "-description.txt");
+  const auto stored = common::read_small_file_if_exists(base + "-description.txt",
+                                                        "the GPTDataset index cache description");
   if (!stored) return false;
   if (*stored != description) {
     spdlog::warn("{}-description.txt describes another dataset than {} (an MD5 collision or an "

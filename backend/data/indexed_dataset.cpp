@@ -388,7 +388,8 @@ struct IndexedDataset::Mapping {
   size_t size = 0;
 
   explicit Mapping(const std::string& path, const std::string& prefix) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO in its place is refused below rather than waited on.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
       const std::string reason = std::strerror(errno);
       common::fail("cannot open {}: {} (the dataset prefix {} needs both {}.idx and {}.bin{})",
@@ -398,6 +399,11 @@ struct IndexedDataset::Mapping {
     if (::fstat(fd, &status) != 0) {
       ::close(fd);
       common::fail("cannot stat {}: {}", path, std::strerror(errno));
+    }
+    if (!S_ISREG(status.st_mode)) {
+      ::close(fd);
+      common::fail("cannot open {}: not a regular file (the dataset prefix {} needs both {}.idx "
+                   "and {}.bin as files)", path, prefix, prefix, prefix);
     }
     size = static_cast<size_t>(status.st_size);
     if (size > 0) {

@@ -117,12 +117,17 @@ void write_npy(const std::filesystem::path& path, NpyElement element,
 }
 
 NpyArray::NpyArray(const std::filesystem::path& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in its place is refused below rather than waited on.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) common::fail("cannot open {}: {}", path.string(), std::strerror(errno));
   struct stat status {};
   if (::fstat(fd, &status) != 0) {
     ::close(fd);
     common::fail("cannot stat {}: {}", path.string(), std::strerror(errno));
+  }
+  if (!S_ISREG(status.st_mode)) {
+    ::close(fd);
+    common::fail("cannot open {}: not a regular file", path.string());
   }
   mapping_size_ = static_cast<size_t>(status.st_size);
   if (mapping_size_ > 0) {

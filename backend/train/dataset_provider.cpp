@@ -6,12 +6,12 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <fstream>
 #include <ostream>
 #include <thread>
 #include <vector>
 
 #include "backend/common/error.hpp"
+#include "backend/common/small_file.hpp"
 #include "backend/data/gpt_dataset_builder.hpp"
 
 namespace backend {
@@ -57,11 +57,11 @@ DataSources data_sources(const TrainingArguments& a) {
   if (!a.valid_data_path.empty()) sources.blend_per_split[1] = blend_from_words(a.valid_data_path, "--valid-data-path");
   if (!a.test_data_path.empty()) sources.blend_per_split[2] = blend_from_words(a.test_data_path, "--test-data-path");
   if (!a.per_split_data_args_path.empty()) {
-    std::ifstream file(a.per_split_data_args_path);
-    if (!file) common::fail("--per-split-data-args-path {}: cannot open the file", a.per_split_data_args_path);
+    const std::string text =
+        common::read_small_file(a.per_split_data_args_path, "--per-split-data-args-path");
     nlohmann::json document;
     try {
-      document = nlohmann::json::parse(file);
+      document = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& error) {
       common::fail("--per-split-data-args-path {}: not JSON: {}", a.per_split_data_args_path, error.what());
     }

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "backend/common/error.hpp"
+#include "backend/common/small_file.hpp"
 #include "launcher/results_dir.hpp"
 
 namespace launcher {
@@ -12,14 +13,12 @@ namespace launcher {
 std::string render_template(const std::filesystem::path& templates_dir, const std::string& name,
                             const TemplateData& data) {
   const auto path = templates_dir / name;
-  std::ifstream file(path);
-  if (!file) {
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) {
     common::fail("template {} not found (templates are read from launcher_scripts_path/templates)",
                  path.string());
   }
-  std::stringstream text;
-  text << file.rdbuf();
-  kainjow::mustache::mustache script(text.str());
+  kainjow::mustache::mustache script(common::read_small_file(path, "the script template"));
   if (!script.is_valid()) common::fail("template {}: {}", path.string(), script.error_message());
   std::string rendered = script.render(data);
   if (!script.is_valid()) common::fail("template {}: {}", path.string(), script.error_message());

@@ -5,12 +5,13 @@
 #include "launcher/config/compose.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include "backend/common/error.hpp"
+#include "backend/common/small_file.hpp"
 #include "launcher/config/merge.hpp"
 #include "launcher/config/overrides.hpp"
 #include "backend/common/suggest.hpp"
@@ -166,7 +167,7 @@ struct LoadedConfig {
 // Hydra reads "# @key value" lines at the top of a config file; the first other non-empty line
 // ends the header (config_source.py _get_header_dict).
 std::optional<std::string> read_package_header(const fs::path& file) {
-  std::ifstream stream(file);
+  std::istringstream stream(common::read_small_file(file, "the YAML file"));
   std::string line;
   while (std::getline(stream, line)) {
     const auto first = line.find_first_not_of(" \t\r");

@@ -12,13 +12,13 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
 
 #include "backend/common/error.hpp"
+#include "backend/common/small_file.hpp"
 #include "backend/common/utf8.hpp"
 
 namespace launcher {
@@ -832,14 +832,8 @@ Node load_yaml_file(const std::filesystem::path& file) {
   std::error_code error;
   if (std::filesystem::is_directory(file, error))
     common::fail("{}: is a directory, not a YAML file", file.string());
-  std::ifstream stream(file, std::ios::binary);
-  if (!stream) {
-    if (!std::filesystem::exists(file, error)) common::fail("{}: no such file", file.string());
-    common::fail("{}: cannot be read", file.string());
-  }
-  std::ostringstream contents;
-  contents << stream.rdbuf();
-  return parse_yaml(contents.str(), file.string());
+  if (!std::filesystem::exists(file, error)) common::fail("{}: no such file", file.string());
+  return parse_yaml(common::read_small_file(file, "the YAML file"), file.string());
 }
 
 std::string to_yaml(const Node& node) {

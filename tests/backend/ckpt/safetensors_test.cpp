@@ -188,7 +188,7 @@ TEST_CASE("safetensors: corrupt files are refused naming the file and the tensor
     CHECK_THROWS_WITH_AS(read_safetensors(path), doctest::Contains("exceeds the format's limit"),
                          common::Error);
     CHECK_THROWS_WITH_AS(read_safetensors(directory.path / "absent.safetensors"),
-                         doctest::Contains("cannot open safetensors file"), common::Error);
+                         doctest::Contains("cannot read the safetensors file"), common::Error);
   }
   SUBCASE("JSON") {
     refused(R"({"t":{"dtype":"F32",)", eight_bytes, "the header is not valid JSON");

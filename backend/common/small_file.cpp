@@ -1,0 +1,117 @@
+// Bounded whole-file reads; see small_file.hpp.
+#include "backend/common/small_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "backend/common/error.hpp"
+
+namespace common {
+
+namespace {
+
+// What a file that is not a regular file is, for the message; nullptr for a regular file.
+const char* not_regular(mode_t mode) {
+  if (S_ISREG(mode)) return nullptr;
+  if (S_ISDIR(mode)) return "a directory, not a file";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe), not a regular file";
+  if (S_ISCHR(mode)) return "a character device, not a regular file";
+  if (S_ISBLK(mode)) return "a block device, not a regular file";
+  if (S_ISSOCK(mode)) return "a socket, not a regular file";
+  return "not a regular file";
+}
+
+[[noreturn]] void refuse_size(const std::filesystem::path& path, std::string_view what,
+                              uint64_t size, bool at_least, uint64_t limit) {
+  const std::string in_mib =
+      limit % (1 << 20) == 0 ? fmt::format(" ({} MiB)", limit >> 20) : std::string();
+  fail("cannot read {} {}: it is {}{} bytes, more than the {} bytes{} a file read whole may have",
+       what, path.string(), at_least ? "at least " : "", size, limit, in_mib);
+}
+
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+std::string read_small_file(const std::filesystem::path& path, std::string_view what,
+                            uint64_t limit) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; the checks below
+  // refuse it once open. A regular file ignores the flag.
+  const FileDescriptor file(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (file.get() < 0) fail("cannot read {} {}: {}", what, path.string(), std::strerror(errno));
+  struct stat status {};
+  if (::fstat(file.get(), &status) != 0) {
+    fail("cannot read {} {}: {}", what, path.string(), std::strerror(errno));
+  }
+  if (const char* kind = not_regular(status.st_mode)) {
+    fail("cannot read {} {}: it is {}", what, path.string(), kind);
+  }
+  const auto size = static_cast<uint64_t>(status.st_size);
+  if (size > limit) refuse_size(path, what, size, false, limit);
+
+  std::string contents(static_cast<size_t>(size), '\0');
+  size_t filled = 0;
+  auto read_into = [&](char* buffer, size_t length) {
+    while (true) {
+      const ssize_t got = ::read(file.get(), buffer, length);
+      if (got >= 0) return static_cast<size_t>(got);
+      if (errno != EINTR) fail("cannot read {} {}: {}", what, path.string(), std::strerror(errno));
+    }
+  };
+  while (filled < contents.size()) {
+    const size_t got = read_into(contents.data() + filled, contents.size() - filled);
+    if (got == 0) break;  // it shrank
+    filled += got;
+  }
+  contents.resize(filled);
+  if (filled < size) return contents;
+  // Past the size fstat gave (a file growing, or /proc's files, which say 0): read on, at most
+  // one chunk past the limit.
+  char chunk[1 << 16];
+  while (const size_t got = read_into(chunk, sizeof chunk)) {
+    contents.append(chunk, got);
+    if (contents.size() > limit) refuse_size(path, what, contents.size(), true, limit);
+  }
+  return contents;
+}
+
+std::optional<std::string> read_small_file_if_exists(const std::filesystem::path& path,
+                                                     std::string_view what, uint64_t limit) {
+  struct stat status {};
+  // ENOTDIR: a parent is a file; ENAMETOOLONG: no file can have that name. Either way nothing
+  // is at `path`.
+  if (::lstat(path.c_str(), &status) != 0 &&
+      (errno == ENOENT || errno == ENOTDIR || errno == ENAMETOOLONG)) {
+    return std::nullopt;
+  }
+  return read_small_file(path, what, limit);
+}
+
+uint64_t regular_file_size(const std::filesystem::path& path, std::string_view what) {
+  struct stat status {};
+  if (::stat(path.c_str(), &status) != 0) {
+    fail("cannot read {} {}: {}", what, path.string(), std::strerror(errno));
+  }
+  if (const char* kind = not_regular(status.st_mode)) {
+    fail("cannot read {} {}: it is {}", what, path.string(), kind);
+  }
+  return static_cast<uint64_t>(status.st_size);
+}
+
+}  // namespace common
