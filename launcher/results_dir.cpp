@@ -8,12 +8,12 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <ctime>
-#include <random>
 
+#include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
+#include "backend/common/file_lock.hpp"
 #include "backend/common/local_time.hpp"
 
 namespace launcher {
@@ -46,33 +46,6 @@ std::string with_underscores_for_slashes(std::string_view name) {
   std::string text(name);
   std::replace(text.begin(), text.end(), '/', '_');
   return text;
-}
-
-std::string host_name() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (gethostname(name, sizeof name - 1) != 0) return "unknown host";
-  return name;
-}
-
-// fsync of a directory, so that an entry renamed into it survives a crash.
-void sync_directory(const fs::path& directory) {
-  const int descriptor = open(directory.empty() ? "." : directory.c_str(),
-                              O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (descriptor < 0) return;  // the file is in place; only its durability is not forced
-  (void)fsync(descriptor);
-  close(descriptor);
-}
-
-bool write_all(int descriptor, std::string_view text) {
-  while (!text.empty()) {
-    const ssize_t written = write(descriptor, text.data(), text.size());
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    text.remove_prefix(static_cast<std::size_t>(written));
-  }
-  return true;
 }
 
 }  // namespace
@@ -173,7 +146,7 @@ ResultsDirLock::ResultsDirLock(const fs::path& directory) : path_(directory / kF
                  "training.run.name=<name>) or with unique_output_dir=true",
                  directory.string(), holder.empty() ? "another launch" : holder, path_.string());
   }
-  write_holder(fmt::format("launcher pid {} on host {}, since {}", getpid(), host_name(),
+  write_holder(fmt::format("launcher pid {} on host {}, since {}", getpid(), common::local_host_name(),
                            common::format_local_time(std::time(nullptr))));
 }
 
@@ -188,7 +161,7 @@ ResultsDirLock::~ResultsDirLock() {
 
 void ResultsDirLock::share_with_children() {
   write_holder(fmt::format("the detached local job of launcher pid {} on host {}, since {}",
-                           getpid(), host_name(), common::format_local_time(std::time(nullptr))));
+                           getpid(), common::local_host_name(), common::format_local_time(std::time(nullptr))));
   const int flags = fcntl(descriptor_, F_GETFD);
   if (flags < 0 || fcntl(descriptor_, F_SETFD, flags & ~FD_CLOEXEC) != 0) {
     common::fail("cannot hand the lock {} on to the job: {}", path_.string(), std::strerror(errno));
@@ -205,46 +178,8 @@ void ResultsDirLock::write_holder(const std::string& holder) {
 }
 
 void write_file_atomically(const fs::path& path, std::string_view text, bool executable) {
-  // The temporary name is not derived from the target's, so it never exceeds a file name's
-  // limit; pid and random suffix keep concurrent writers (and threads) apart, O_EXCL makes
-  // sure no two ever share one.
-  static thread_local std::mt19937_64 random{std::random_device{}()};
-  fs::path temporary;
-  int descriptor = -1;
-  for (int attempt = 0; descriptor < 0; ++attempt) {
-    temporary = path.parent_path() /
-                fmt::format(".launcher-{}-{:016x}.tmp", getpid(), static_cast<uint64_t>(random()));
-    descriptor = open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (descriptor < 0 && (errno != EEXIST || attempt == 100)) {
-      common::fail("cannot write {}: {}", path.string(), std::strerror(errno));
-    }
-  }
-  auto fail = [&](const char* step) {
-    const int error = errno;
-    close(descriptor);
-    unlink(temporary.c_str());
-    common::fail("cannot write {} ({} failed): {}", path.string(), step, std::strerror(error));
-  };
-  if (!write_all(descriptor, text)) fail("write");
-  if (executable) {
-    struct stat status {};
-    if (fstat(descriptor, &status) != 0 ||
-        fchmod(descriptor, (status.st_mode & 07777) | S_IXUSR | S_IXGRP) != 0) {
-      fail("chmod");
-    }
-  }
-  if (fsync(descriptor) != 0) fail("fsync");
-  if (close(descriptor) != 0) {
-    const int error = errno;
-    unlink(temporary.c_str());
-    common::fail("cannot write {} (close failed): {}", path.string(), std::strerror(error));
-  }
-  if (rename(temporary.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    unlink(temporary.c_str());
-    common::fail("cannot write {}: {}", path.string(), std::strerror(error));
-  }
-  sync_directory(path.parent_path());
+  common::write_text_file_atomically(
+      path, text, executable ? common::FileMode::executable : common::FileMode::regular);
 }
 
 }  // namespace launcher

@@ -4,9 +4,11 @@
 //  2. take the directory: an exclusive flock(2) on <dir>/.launcher.lock, which records who
 //     holds it (pid, host, since when). A second launch of the same run while the first holds
 //     it is refused, naming the holder, instead of both writing the same scripts;
-//  3. write each file whole or not at all: a temporary file with a unique name (pid and a
-//     random suffix, created with O_EXCL), fsync, rename(2) over the target, fsync of the
-//     directory (the "write temporary, fsync, rename" protocol of rename(2)).
+//  3. write each file whole or not at all, as the backend writes its files
+//     (common::write_text_file_atomically: a temporary with a unique name, pid and a mkstemp
+//     suffix, fsync, rename(2) over the target, fsync of the directory).
+// The lock is not common::ExclusiveFileLock: that one removes its file when released, this one
+// stays (a later launch reads who held the run last) and can be handed to a detached job.
 // flock locks belong to the open file: they go away when every process holding the descriptor
 // has exited, so a crashed launcher never leaves a stale lock (NFS v4 supports them too).
 #pragma once

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "backend/ckpt/checkpoint_file.hpp"
-#include "backend/ckpt/durable_file.hpp"
+#include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/local_time.hpp"
 #include "backend/common/small_file.hpp"
@@ -411,12 +411,12 @@ void remove_unfinished_saves(const fs::path& directory, std::ostream& out) {
 // atomically with renameat2(RENAME_EXCHANGE) where the file system has it.
 void publish_directory(const fs::path& temporary, const fs::path& final_directory) {
   if (!fs::exists(final_directory)) {
-    rename_path(temporary, final_directory);
+    common::rename_path(temporary, final_directory);
     return;
   }
   if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final_directory.c_str(),
                   RENAME_EXCHANGE) == 0) {
-    fsync_directory(final_directory.parent_path());
+    common::fsync_directory(final_directory.parent_path());
     fs::remove_all(temporary);  // now the old directory
     return;
   }
@@ -424,9 +424,9 @@ void publish_directory(const fs::path& temporary, const fs::path& final_director
   // renames, while the tracker names this very iteration, leaves nothing to load.
   fs::path old = final_directory;
   old += ".old." + std::to_string(::getpid());
-  rename_path(final_directory, old);
-  rename_path(temporary, final_directory);
-  fsync_directory(final_directory.parent_path());
+  common::rename_path(final_directory, old);
+  common::rename_path(temporary, final_directory);
+  common::fsync_directory(final_directory.parent_path());
   fs::remove_all(old);
 }
 
@@ -436,14 +436,14 @@ fs::path checkpoint_tracker_path(const fs::path& directory) { return directory /
 
 fs::path save_lock_path(const fs::path& directory) { return directory / "save.lock"; }
 
-ExclusiveFileLock lock_save_directory(const fs::path& directory) {
+common::ExclusiveFileLock lock_save_directory(const fs::path& directory) {
   std::error_code error;
   fs::create_directories(directory, error);
   if (error) {
     common::fail("--save {}: cannot create the directory: {}", directory.string(), error.message());
   }
-  LockHolder holder;
-  auto lock = ExclusiveFileLock::try_lock(save_lock_path(directory), holder);
+  common::LockHolder holder;
+  auto lock = common::ExclusiveFileLock::try_lock(save_lock_path(directory), holder);
   if (!lock) {
     common::fail("--save {} is in use by another run (pid {} on {} holds {}): two runs saving into "
                  "one directory would interleave their checkpoints; wait for it to end, or pass "
@@ -562,11 +562,11 @@ void save_to(const TrainingArguments& arguments, const TrainingProgress& progres
   fs::remove_all(temporary);
   fs::create_directories(temporary / kRankDirectory);
   write_checkpoint_file(temporary / kRankDirectory / kFileName, metadata, tensors);
-  fsync_directory(temporary / kRankDirectory);
-  fsync_directory(temporary);
+  common::fsync_directory(temporary / kRankDirectory);
+  common::fsync_directory(temporary);
   publish_directory(temporary, final_directory);
-  fsync_directory(directory);
-  write_text_file_atomically(checkpoint_tracker_path(directory),
+  common::fsync_directory(directory);
+  common::write_text_file_atomically(checkpoint_tracker_path(directory),
                              release ? std::string("release") : std::to_string(progress.iteration));
 
   if (release) {

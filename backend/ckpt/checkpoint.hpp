@@ -30,7 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/ckpt/file_lock.hpp"
+#include "backend/common/file_lock.hpp"
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
@@ -69,7 +69,7 @@ std::filesystem::path save_lock_path(const std::filesystem::path& directory);
 // Takes DIR/save.lock (creating DIR), for the life of the returned lock; while another live
 // process holds it, a common::Error naming DIR, the holder's pid and host, and what to do.
 // A killed holder's lock is free (flock, file_lock.hpp).
-ExclusiveFileLock lock_save_directory(const std::filesystem::path& directory);
+common::ExclusiveFileLock lock_save_directory(const std::filesystem::path& directory);
 
 // Before a release checkpoint is saved into DIR (checkpoint_util --import-hf): a tracker naming
 // a training iteration is refused, since the release would become what --load DIR starts from,

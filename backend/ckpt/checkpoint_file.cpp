@@ -11,7 +11,7 @@
 #include <cstring>
 #include <set>
 
-#include "backend/ckpt/durable_file.hpp"
+#include "backend/common/durable_file.hpp"
 #include "backend/common/crc32c.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/small_file.hpp"
@@ -136,7 +136,7 @@ void write_checkpoint_file(const std::filesystem::path& path, const nlohmann::js
   header.put<uint32_t>(0);  // reserved
   header.put<uint32_t>(common::crc32c(header.bytes().data(), header.bytes().size()));
 
-  DurableFileWriter writer(path);
+  common::DurableFileWriter writer(path);
   writer.write(header.bytes());
   writer.write(std::as_bytes(std::span(metadata_text.data(), metadata_text.size())));
   writer.write(table.bytes());

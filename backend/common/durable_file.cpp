@@ -1,5 +1,5 @@
 // Durable writes, directory fsync and atomic replacement; see durable_file.hpp.
-#include "backend/ckpt/durable_file.hpp"
+#include "backend/common/durable_file.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -15,7 +15,7 @@
 
 #include "backend/common/error.hpp"
 
-namespace backend {
+namespace common {
 
 namespace {
 
@@ -25,13 +25,20 @@ std::string error_text() { return std::strerror(errno); }
 
 DurableFileWriter::DurableFileWriter(std::filesystem::path path) : path_(std::move(path)) {
   descriptor_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (descriptor_ < 0) common::fail("cannot create {}: {}", path_.string(), error_text());
+  if (descriptor_ < 0) fail("cannot create {}: {}", path_.string(), error_text());
 }
 
 DurableFileWriter DurableFileWriter::temporary_for(const std::filesystem::path& target) {
-  std::string pattern = target.string() + ".tmp-" + std::to_string(::getpid()) + "-XXXXXX";
+  const std::string suffix = ".tmp-" + std::to_string(::getpid()) + "-XXXXXX";
+  constexpr size_t kMaxFileName = 255;
+  std::string name = target.filename().string();
+  if (name.size() + suffix.size() > kMaxFileName) name.resize(kMaxFileName - suffix.size());
+  std::string pattern = (target.parent_path() / (name + suffix)).string();
   const int descriptor = ::mkostemp(pattern.data(), O_CLOEXEC);
-  if (descriptor < 0) common::fail("cannot create {}: {}", pattern, error_text());
+  if (descriptor < 0) {
+    fail("cannot write {}: cannot create its temporary {}: {}", target.string(), pattern,
+         error_text());
+  }
   // mkstemp creates 0600; these are ordinary data files, readable as the umask allows.
   const mode_t mask = ::umask(0);
   ::umask(mask);
@@ -50,7 +57,7 @@ void DurableFileWriter::write(std::span<const std::byte> bytes) {
     const ssize_t written = ::write(descriptor_, data, left);
     if (written < 0) {
       if (errno == EINTR) continue;
-      common::fail("cannot write {}: {}", path_.string(), error_text());
+      fail("cannot write {}: {}", path_.string(), error_text());
     }
     data += written;
     left -= static_cast<size_t>(written);
@@ -67,43 +74,53 @@ void DurableFileWriter::write_zeros(size_t count) {
   }
 }
 
+void DurableFileWriter::make_executable() {
+  struct stat status {};
+  if (::fstat(descriptor_, &status) != 0 ||
+      ::fchmod(descriptor_, (status.st_mode & 07777) | S_IXUSR | S_IXGRP) != 0) {
+    fail("cannot make {} executable: {}", path_.string(), error_text());
+  }
+}
+
 void DurableFileWriter::finish() {
-  if (::fsync(descriptor_) != 0) common::fail("cannot fsync {}: {}", path_.string(), error_text());
+  if (::fsync(descriptor_) != 0) fail("cannot fsync {}: {}", path_.string(), error_text());
   const int descriptor = descriptor_;
   descriptor_ = -1;
-  if (::close(descriptor) != 0) common::fail("cannot close {}: {}", path_.string(), error_text());
+  if (::close(descriptor) != 0) fail("cannot close {}: {}", path_.string(), error_text());
 }
 
 void fsync_directory(const std::filesystem::path& directory) {
   const int descriptor = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (descriptor < 0) common::fail("cannot open directory {}: {}", directory.string(), error_text());
+  if (descriptor < 0) fail("cannot open directory {}: {}", directory.string(), error_text());
   const int status = ::fsync(descriptor);
   const int fsync_errno = errno;
   ::close(descriptor);
   // Some file systems cannot fsync a directory (EINVAL); their renames are then as durable as
   // they can make them.
   if (status != 0 && fsync_errno != EINVAL) {
-    common::fail("cannot fsync directory {}: {}", directory.string(), std::strerror(fsync_errno));
+    fail("cannot fsync directory {}: {}", directory.string(), std::strerror(fsync_errno));
   }
 }
 
 void rename_path(const std::filesystem::path& from, const std::filesystem::path& to) {
   if (std::rename(from.c_str(), to.c_str()) != 0) {
-    common::fail("cannot rename {} to {}: {}", from.string(), to.string(), error_text());
+    fail("cannot rename {} to {}: {}", from.string(), to.string(), error_text());
   }
 }
 
-void write_text_file_atomically(const std::filesystem::path& target, const std::string& text) {
+void write_text_file_atomically(const std::filesystem::path& target, std::string_view text,
+                                FileMode mode) {
   DurableFileWriter writer = DurableFileWriter::temporary_for(target);
   const std::filesystem::path temporary = writer.path();
   try {
     writer.write(std::as_bytes(std::span(text.data(), text.size())));
+    if (mode == FileMode::executable) writer.make_executable();
     writer.finish();
     rename_path(temporary, target);
-  } catch (...) {
+  } catch (const Error& error) {
     std::error_code ignored;
     std::filesystem::remove(temporary, ignored);
-    throw;
+    fail("cannot write {}: {}", target.string(), error.what());
   }
   fsync_directory(target.parent_path().empty() ? std::filesystem::path(".") : target.parent_path());
 }
@@ -113,4 +130,4 @@ void crash_point(std::string_view point) {
   if (requested != nullptr && point == requested) ::raise(SIGKILL);
 }
 
-}  // namespace backend
+}  // namespace common

@@ -1,5 +1,5 @@
 // flock-based lock files; see file_lock.hpp.
-#include "backend/ckpt/file_lock.hpp"
+#include "backend/common/file_lock.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -17,7 +17,7 @@
 
 #include "backend/common/error.hpp"
 
-namespace backend {
+namespace common {
 
 std::string local_host_name() {
   std::array<char, 256> name{};
@@ -44,7 +44,7 @@ std::optional<ExclusiveFileLock> ExclusiveFileLock::try_lock(const std::filesyst
   for (;;) {
     const int descriptor = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (descriptor < 0) {
-      common::fail("cannot create the lock file {}: {}", path.string(), std::strerror(errno));
+      fail("cannot create the lock file {}: {}", path.string(), std::strerror(errno));
     }
     if (::flock(descriptor, LOCK_EX | LOCK_NB) != 0) {
       const int error = errno;
@@ -55,7 +55,7 @@ std::optional<ExclusiveFileLock> ExclusiveFileLock::try_lock(const std::filesyst
       }
       ::close(descriptor);
       if (error != ENOLCK && error != EINVAL && error != EOPNOTSUPP) {
-        common::fail("cannot lock {}: {}", path.string(), std::strerror(error));
+        fail("cannot lock {}: {}", path.string(), std::strerror(error));
       }
       // A file system without locks (some network mounts): better to go on unguarded than
       // to refuse every run there.
@@ -76,7 +76,7 @@ std::optional<ExclusiveFileLock> ExclusiveFileLock::try_lock(const std::filesyst
         ::pwrite(descriptor, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
       const int error = errno;
       ::close(descriptor);
-      common::fail("cannot write the lock file {}: {}", path.string(), std::strerror(error));
+      fail("cannot write the lock file {}: {}", path.string(), std::strerror(error));
     }
     return ExclusiveFileLock(path, descriptor);
   }
@@ -104,4 +104,4 @@ void ExclusiveFileLock::release() {
   descriptor_ = -1;
 }
 
-}  // namespace backend
+}  // namespace common

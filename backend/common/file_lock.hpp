@@ -13,7 +13,7 @@
 #include <optional>
 #include <string>
 
-namespace backend {
+namespace common {
 
 struct LockHolder {
   std::string pid;   // as written in the lock file; empty when it could not be read
@@ -49,4 +49,4 @@ class ExclusiveFileLock {
 // This machine's host name, as lock files record it.
 std::string local_host_name();
 
-}  // namespace backend
+}  // namespace common

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <limits>
 
-#include "backend/ckpt/durable_file.hpp"
+#include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/md5.hpp"
 #include "backend/common/small_file.hpp"
@@ -239,7 +239,7 @@ BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const GptDataset>> da
       const std::vector<int64_t> shape = {size_};
       write_npy<int16_t>(base + "-dataset_index.npy", dataset_index_, shape);
       write_npy<int64_t>(base + "-dataset_sample_index.npy", dataset_sample_index_, shape);
-      write_text_file_atomically(base + "-description.txt", description);
+      common::write_text_file_atomically(base + "-description.txt", description);
     } catch (const std::exception& failure) {
       common::fail("cannot write the blend's indices to --data-cache-path {}: {}", cache_path,
                    failure.what());

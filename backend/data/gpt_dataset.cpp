@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <limits>
 
-#include "backend/ckpt/durable_file.hpp"
+#include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/md5.hpp"
 #include "backend/common/small_file.hpp"
@@ -255,7 +255,7 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> dataset, std::strin
     write("shuffle_index.npy", build_shuffle_index<uint32_t>(first, total, random), {total});
   }
   try {
-    write_text_file_atomically(base + "-description.txt", description);
+    common::write_text_file_atomically(base + "-description.txt", description);
   } catch (const common::Error& failure) {
     common::fail("cannot write the index cache for {}: {}; pass --data-cache-path DIR (a writable "
                  "directory) to keep the indices there instead", prefix_, failure.what());

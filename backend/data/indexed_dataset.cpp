@@ -20,8 +20,8 @@
 #include <optional>
 #include <string_view>
 
-#include "backend/ckpt/durable_file.hpp"
-#include "backend/ckpt/file_lock.hpp"
+#include "backend/common/durable_file.hpp"
+#include "backend/common/file_lock.hpp"
 #include "backend/common/error.hpp"
 
 namespace backend {
@@ -87,7 +87,7 @@ std::string interrupted_write_note(const std::string& index_path) {
   return "";
 }
 
-void sync_directory_of(const std::string& path) { fsync_directory(directory_of(path)); }
+void sync_directory_of(const std::string& path) { common::fsync_directory(directory_of(path)); }
 
 }  // namespace
 
@@ -219,15 +219,15 @@ IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, DType dtype)
     : prefix_(std::move(prefix)), dtype_(dtype) {
   if (!valid_dtype_code(static_cast<uint8_t>(dtype))) common::fail("unknown dtype code");
   const std::string lock_path = prefix_ + ".lock";
-  LockHolder holder;
-  auto lock = ExclusiveFileLock::try_lock(lock_path, holder);
+  common::LockHolder holder;
+  auto lock = common::ExclusiveFileLock::try_lock(lock_path, holder);
   if (!lock) {
     common::fail("{}: another process (pid {} on {}) is writing this dataset now (it holds {}); "
                  "wait for it to finish, or write to another --output-prefix",
                  prefix_, holder.pid.empty() ? "unknown" : holder.pid,
                  holder.host.empty() ? "an unknown host" : holder.host, lock_path);
   }
-  lock_ = std::make_unique<ExclusiveFileLock>(std::move(*lock));
+  lock_ = std::make_unique<common::ExclusiveFileLock>(std::move(*lock));
   remove_leftovers(prefix_);
   try {
     data_ = std::make_unique<File>(data_file_path(prefix_));
@@ -361,7 +361,7 @@ void IndexedDatasetWriter::finalize() {
   index_->write_at(0, header.data(), header.size());
   data_->sync();
   index_->sync();
-  crash_point("indexed-dataset:written");
+  common::crash_point("indexed-dataset:written");
   // The old .idx goes first: from here until the new .idx is in place, the prefix has no
   // .idx, which every reader refuses, instead of an old .idx beside a new .bin.
   const std::string index_path = index_file_path(prefix_);
@@ -369,13 +369,13 @@ void IndexedDatasetWriter::finalize() {
     common::fail("cannot remove the previous {}: {}", index_path, std::strerror(errno));
   }
   sync_directory_of(index_path);
-  crash_point("indexed-dataset:index-removed");
+  common::crash_point("indexed-dataset:index-removed");
   data_->publish();
   sync_directory_of(index_path);
-  crash_point("indexed-dataset:data-renamed");
+  common::crash_point("indexed-dataset:data-renamed");
   index_->publish();
   sync_directory_of(index_path);
-  crash_point("indexed-dataset:index-renamed");
+  common::crash_point("indexed-dataset:index-renamed");
   pointers_->remove_temporary();
   documents_->remove_temporary();
   lock_.reset();

@@ -50,9 +50,11 @@
 #include <string>
 #include <vector>
 
-namespace backend {
-
+namespace common {
 class ExclusiveFileLock;
+}  // namespace common
+
+namespace backend {
 
 enum class DType : uint8_t {
   uint8 = 1, int8 = 2, int16 = 3, int32 = 4, int64 = 5, float64 = 6, float32 = 7, uint16 = 8,
@@ -100,7 +102,7 @@ class IndexedDatasetWriter {
 
   std::string prefix_;
   DType dtype_;
-  std::unique_ptr<ExclusiveFileLock> lock_;
+  std::unique_ptr<common::ExclusiveFileLock> lock_;
   std::unique_ptr<File> data_, index_, pointers_, documents_;
   int64_t sequence_count_ = 0, document_count_ = 0, data_bytes_ = 0;
   bool finalized_ = false;

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <utility>
 
-#include "backend/ckpt/durable_file.hpp"
+#include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 
 namespace backend {
@@ -100,7 +100,7 @@ void write_npy(const std::filesystem::path& path, NpyElement element,
     common::fail("{}: {} bytes of data for shape {} of {}", path.string(), data.size(),
                  shape_text(shape), npy_descr(element));
   }
-  DurableFileWriter writer = DurableFileWriter::temporary_for(path);
+  common::DurableFileWriter writer = common::DurableFileWriter::temporary_for(path);
   const std::filesystem::path temporary = writer.path();
   std::error_code ignored;
   try {
@@ -108,12 +108,12 @@ void write_npy(const std::filesystem::path& path, NpyElement element,
     writer.write(std::as_bytes(std::span(header.data(), header.size())));
     writer.write(data);
     writer.finish();
-    rename_path(temporary, path);
+    common::rename_path(temporary, path);
   } catch (...) {
     std::filesystem::remove(temporary, ignored);
     throw;
   }
-  fsync_directory(path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path());
+  common::fsync_directory(path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path());
 }
 
 NpyArray::NpyArray(const std::filesystem::path& path) : path_(path) {

@@ -68,7 +68,7 @@ int run(const backend::CheckpointUtilOptions& options, const std::vector<std::st
     return 0;
   }
   // Held from the check to the save: no run can start saving there in between.
-  const backend::ExclusiveFileLock save_lock = backend::lock_save_directory(options.save);
+  const common::ExclusiveFileLock save_lock = backend::lock_save_directory(options.save);
   backend::check_release_destination(options.save, options.replace_training_tracker);
   const auto model = backend::import_hf(options.import_hf);
   backend::TrainingArguments arguments = backend::arguments_for_model(model.config());

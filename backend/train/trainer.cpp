@@ -222,7 +222,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
   // ---- checkpointing (backend/ckpt): where training resumes, and saving (Megatron's
   // load_checkpoint in setup_model_and_optimizer; checkpoint_and_decide_exit in train).
   // One live run per --save directory (checkpoint.hpp), held until training ends.
-  std::optional<ExclusiveFileLock> save_lock;
+  std::optional<common::ExclusiveFileLock> save_lock;
   if (!a.save.empty()) save_lock.emplace(lock_save_directory(a.save));
   TrainingProgress resumed;
   int64_t last_saved_iteration = -1;  // a checkpoint of this iteration exists in --save

@@ -1,6 +1,6 @@
 // Crash safety of preprocess_data's output pair, with real processes: a run that replaces an
 // existing P.bin/P.idx is killed with SIGKILL at each step of publishing the pair (through the
-// MEGATRON_NATIVE_CRASH_AT hook, backend/ckpt/durable_file.hpp) and at random moments. Each
+// MEGATRON_NATIVE_CRASH_AT hook, backend/common/durable_file.hpp) and at random moments. Each
 // time, what a reader finds under P must be the old pair, the new pair, or nothing it accepts
 // (the .idx absent), never a new .bin beside the old .idx; the next run must finish the job
 // and remove or report what the killed one left. A mismatched pair made by hand is refused by

@@ -674,10 +674,10 @@ TEST_CASE("one holder of a save directory at a time; a release import needs leav
   test_support::TemporaryDirectory directory;
   const fs::path save = directory.path / "run";
   {
-    const ExclusiveFileLock held = lock_save_directory(save);  // creates the directory
+    const common::ExclusiveFileLock held = lock_save_directory(save);  // creates the directory
     CHECK(fs::is_regular_file(save / "save.lock"));
     const std::string expected = "--save " + save.string() + " is in use by another run (pid " +
-                                 std::to_string(getpid()) + " on " + local_host_name() + " holds " +
+                                 std::to_string(getpid()) + " on " + common::local_host_name() + " holds " +
                                  (save / "save.lock").string() + ")";
     CHECK_THROWS_WITH_AS(lock_save_directory(save), doctest::Contains(expected.c_str()), common::Error);
     // pretrain saving there is refused the same way.
