@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -266,7 +267,10 @@ CheckedFlagValue check_flag_value(const FlagRule& rule, std::string_view value) 
         return refuse(fmt::format("'{}' is {} than any integer this backend counts in", value,
                                   negative ? "smaller" : "larger"));
       }
-      const int64_t number = negative ? static_cast<int64_t>(0 - magnitude) : static_cast<int64_t>(magnitude);
+      // Negated as a signed value: 2^63 is int64's smallest, every other magnitude fits.
+      const int64_t number = !negative                     ? static_cast<int64_t>(magnitude)
+                             : magnitude == uint64_t{1} << 63 ? std::numeric_limits<int64_t>::min()
+                                                             : -static_cast<int64_t>(magnitude);
       if (number < rule.min_integer || number > rule.max_integer) {
         return refuse(fmt::format("'{}' is out of range", number));
       }

@@ -180,8 +180,11 @@ TEST_CASE("a run name holding newlines stays in the header comment of every job 
            {"local", render_local_script(job, directory.path / "l.sh", {kTemplates, &local, "", {}})},
            {"bcm", render_sbatch(job, directory.path / "b.sh", {kTemplates, &bcm, "", {}})},
            {"pbs", render_pbs(job, directory.path / "p.sh", {kTemplates, &pbs, "", {}})}}) {
-    CAPTURE(name);
-    CAPTURE(text);
+    // A copy: clang 14 (the asan preset) cannot refer to a structured binding in CAPTURE's lambda.
+    const auto& captured_name = name;
+    CAPTURE(captured_name);
+    const auto& captured_text = text;
+    CAPTURE(captured_text);
     fs::remove(canary);
     const fs::path script = directory.path / (name + ".sh");
     write_script(script, text);
@@ -301,7 +304,8 @@ TEST_CASE("paths starting with '-' are never read as options by the script's com
            {"local", render_local_script(job, "l.sh", {kTemplates, &local, "", {}})},
            {"bcm", render_sbatch(job, "b.sh", {kTemplates, &bcm, "", {}})},
            {"pbs", render_pbs(job, "p.sh", {kTemplates, &pbs, "", {}})}}) {
-    CAPTURE(name);
+    const auto& captured_name = name;
+    CAPTURE(captured_name);
     fs::remove_all(directory.path / "-results");
     const fs::path script = directory.path / (name + ".sh");
     write_script(script, text);
