@@ -1,7 +1,8 @@
-// fork/execvp with a pipe; see process.hpp.
+// Running programs with posix_spawnp, their output through a pipe; see process.hpp.
 #include "launcher/process.hpp"
 
 #include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,8 @@
 
 #include "backend/common/error.hpp"
 
+extern char** environ;
+
 namespace launcher {
 
 namespace {
@@ -22,46 +25,64 @@ struct Child {
   int output_fd = -1;  // read end of the child's stdout+stderr
 };
 
-// fork + execvp with the errno of a failed exec reported back through a close-on-exec pipe
-// (it closes unread when the exec succeeds), so "cannot run X" is an error in the parent.
-// `prepare_child` runs in the child between fork and exec (redirections, setsid); it must only
-// make async-signal-safe calls.
-template <typename PrepareChild>
-pid_t fork_and_exec(const std::vector<std::string>& argv, PrepareChild&& prepare_child) {
-  if (argv.empty()) common::fail("cannot run an empty command");
-  int exec_status[2];
-  if (pipe2(exec_status, O_CLOEXEC) != 0) common::fail("pipe failed: {}", std::strerror(errno));
-  std::vector<char*> args;
-  for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-  args.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) common::fail("fork failed: {}", std::strerror(errno));
-  if (pid == 0) {
-    prepare_child();
-    execvp(args[0], args.data());
-    const int error = errno;
-    (void)!write(exec_status[1], &error, sizeof error);
-    _exit(127);
+// posix_spawnp, not fork + exec: the launcher (and the tests that run it from several threads)
+// may be multithreaded, and a forked child of a multithreaded process may only make
+// async-signal-safe calls until it execs; under AddressSanitizer a fork taken while another
+// thread held the allocator's lock left the child waiting on it forever. glibc's posix_spawn
+// runs nothing of ours in the child and reports a failed exec as its return value, so
+// "cannot run X" is an error in the parent.
+class SpawnSettings {
+ public:
+  SpawnSettings() {
+    posix_spawn_file_actions_init(&actions_);
+    posix_spawnattr_init(&attributes_);
   }
-  close(exec_status[1]);
-  int error = 0;
-  const ssize_t got = read(exec_status[0], &error, sizeof error);
-  close(exec_status[0]);
-  if (got == static_cast<ssize_t>(sizeof error)) {
-    waitpid(pid, nullptr, 0);
-    common::fail("cannot run {}: {}", argv[0], std::strerror(error));
+  ~SpawnSettings() {
+    posix_spawn_file_actions_destroy(&actions_);
+    posix_spawnattr_destroy(&attributes_);
   }
-  return pid;
-}
+  SpawnSettings(const SpawnSettings&) = delete;
+  SpawnSettings& operator=(const SpawnSettings&) = delete;
+
+  // The child's `target` descriptor is a copy of this process's `source`.
+  void duplicate(int source, int target) {
+    check(posix_spawn_file_actions_adddup2(&actions_, source, target), "adddup2");
+  }
+  // The child's `target` descriptor is `path` opened with `flags`.
+  void open(int target, const char* path, int flags) {
+    check(posix_spawn_file_actions_addopen(&actions_, target, path, flags, 0), "addopen");
+  }
+  // The child leads a new session (no controlling terminal; a hang-up of ours is not its).
+  void new_session() { check(posix_spawnattr_setflags(&attributes_, POSIX_SPAWN_SETSID), "setflags"); }
+
+  pid_t run(const std::vector<std::string>& argv) const {
+    if (argv.empty()) common::fail("cannot run an empty command");
+    std::vector<char*> args;
+    for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    pid_t pid = -1;
+    const int error = posix_spawnp(&pid, args[0], &actions_, &attributes_, args.data(), environ);
+    if (error != 0) common::fail("cannot run {}: {}", argv[0], std::strerror(error));
+    return pid;
+  }
+
+ private:
+  static void check(int error, const char* step) {
+    if (error != 0) common::fail("cannot prepare a process (posix_spawn {}): {}", step, std::strerror(error));
+  }
+  posix_spawn_file_actions_t actions_;
+  posix_spawnattr_t attributes_;
+};
 
 Child spawn(const std::vector<std::string>& argv) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) common::fail("pipe failed: {}", std::strerror(errno));
   try {
-    const pid_t pid = fork_and_exec(argv, [&] {
-      dup2(fds[1], STDOUT_FILENO);
-      dup2(fds[1], STDERR_FILENO);
-    });
+    SpawnSettings settings;
+    // dup2 clears close-on-exec on the copies; the pipe's own descriptors close at exec.
+    settings.duplicate(fds[1], STDOUT_FILENO);
+    settings.duplicate(fds[1], STDERR_FILENO);
+    const pid_t pid = settings.run(argv);
     close(fds[1]);
     return {pid, fds[0]};
   } catch (...) {
@@ -98,15 +119,12 @@ void drain(int fd, Sink&& sink) {
 }  // namespace
 
 int start_detached(const std::vector<std::string>& argv) {
-  return fork_and_exec(argv, [] {
-    setsid();
-    const int null_fd = open("/dev/null", O_RDWR);
-    if (null_fd >= 0) {
-      dup2(null_fd, STDIN_FILENO);
-      dup2(null_fd, STDOUT_FILENO);
-      dup2(null_fd, STDERR_FILENO);
-    }
-  });
+  SpawnSettings settings;
+  settings.new_session();
+  settings.open(STDIN_FILENO, "/dev/null", O_RDONLY);
+  settings.open(STDOUT_FILENO, "/dev/null", O_WRONLY);
+  settings.open(STDERR_FILENO, "/dev/null", O_WRONLY);
+  return settings.run(argv);
 }
 
 std::optional<std::filesystem::path> find_on_path(std::string_view program) {
