@@ -24,14 +24,27 @@
 
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/ckpt/checkpoint_file.hpp"
+#include "read_file.hpp"
+#include "spawned_process.hpp"
 #include "temporary_directory.hpp"
-
-extern char** environ;
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+using test_support::read_file;
+
+// One OpenMP thread: the results do not depend on the thread count, and on a busy two-core
+// machine spinning OpenMP workers make a 30-iteration run take seconds instead of a fraction
+// of one.
+pid_t spawn(const std::vector<std::string>& argv, const fs::path& log) {
+  return test_support::spawn_process(argv, log, {"OMP_NUM_THREADS=1"});
+}
+
+int run_to_completion(const std::vector<std::string>& argv, const fs::path& log) {
+  return test_support::wait_for_exit(spawn(argv, log));
+}
 
 constexpr int kTrainIters = 30;
 
@@ -45,51 +58,6 @@ std::vector<std::string> training_command(const fs::path& save_directory, bool l
       "--attention-dropout", "0.1", "--save", save_directory.string(), "--save-interval", "1"};
   if (load) argv.insert(argv.end(), {"--load", save_directory.string()});
   return argv;
-}
-
-// Starts argv with stdout and stderr going to `log`; returns the pid. One OpenMP thread: the
-// results do not depend on the thread count, and on a busy two-core machine spinning OpenMP
-// workers make a 30-iteration run take seconds instead of a fraction of one.
-pid_t spawn(const std::vector<std::string>& argv, const fs::path& log) {
-  std::vector<std::string> environment = {"OMP_NUM_THREADS=1"};
-  for (char** variable = environ; *variable != nullptr; ++variable) {
-    if (!std::string(*variable).starts_with("OMP_NUM_THREADS=")) environment.emplace_back(*variable);
-  }
-  std::vector<char*> environment_pointers;
-  for (auto& variable : environment) environment_pointers.push_back(variable.data());
-  environment_pointers.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<char*> pointers;
-  for (const auto& word : argv) pointers.push_back(const_cast<char*>(word.c_str()));
-  pointers.push_back(nullptr);
-  pid_t pid = -1;
-  const int status = posix_spawn(&pid, pointers[0], &actions, nullptr, pointers.data(),
-                                 environment_pointers.data());
-  posix_spawn_file_actions_destroy(&actions);
-  REQUIRE(status == 0);
-  return pid;
-}
-
-int wait_for(pid_t pid) {
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  return status;
-}
-
-int run_to_completion(const std::vector<std::string>& argv, const fs::path& log) {
-  const int status = wait_for(spawn(argv, log));
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // iteration → the "lm loss: ..." text of its log line.

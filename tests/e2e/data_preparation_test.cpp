@@ -15,6 +15,7 @@
 
 #include "launcher/process.hpp"
 #include "launcher/run_status.hpp"
+#include "read_file.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;
@@ -22,13 +23,10 @@ using test_support::TemporaryDirectory;
 
 namespace {
 
+using test_support::read_file;
+
 const std::string kLauncher = std::string(TEST_BIN_DIR) + "/launcher";
 const fs::path kTestData = fs::path(TEST_SOURCE_DIR) / "tests/data";
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 // A small English corpus: `documents` JSON lines, different per shard.
 void write_shard(const fs::path& path, int shard, int documents) {

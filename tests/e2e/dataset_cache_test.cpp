@@ -15,20 +15,16 @@
 #include <vector>
 
 #include "launcher/process.hpp"
+#include "read_file.hpp"
+#include "spawned_process.hpp"
 #include "temporary_directory.hpp"
-
-extern char** environ;
 
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using test_support::read_file;
+using test_support::wait_for_exit;
 
 // A NullTokenizer corpus large enough that building its indices takes a while.
 std::string make_dataset(const fs::path& directory) {
@@ -59,27 +55,6 @@ std::vector<std::string> training_command(const std::vector<std::string>& data_p
   argv.insert(argv.end(), {"--num-dataset-builder-threads", std::to_string(builder_threads), "--data-path"});
   argv.insert(argv.end(), data_path.begin(), data_path.end());
   return argv;
-}
-
-pid_t spawn(const std::vector<std::string>& argv, const fs::path& log) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<char*> pointers;
-  for (const auto& word : argv) pointers.push_back(const_cast<char*>(word.c_str()));
-  pointers.push_back(nullptr);
-  pid_t pid = -1;
-  const int status = posix_spawn(&pid, pointers[0], &actions, nullptr, pointers.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  REQUIRE(status == 0);
-  return pid;
-}
-
-int wait_for(pid_t pid) {
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 std::vector<std::string> losses(const std::string& log) {
@@ -124,9 +99,9 @@ TEST_CASE("two pretrain_gpt processes building the same cold cache at once both 
     CAPTURE(round);
     fs::remove_all(prefix);
     const auto command = training_command({prefix}, 2);
-    const pid_t first = spawn(command, work.path / "first.log");
-    const pid_t second = spawn(command, work.path / "second.log");
-    const int first_status = wait_for(first), second_status = wait_for(second);
+    const pid_t first = test_support::spawn_process(command, work.path / "first.log");
+    const pid_t second = test_support::spawn_process(command, work.path / "second.log");
+    const int first_status = wait_for_exit(first), second_status = wait_for_exit(second);
     const std::string first_log = read_file(work.path / "first.log");
     const std::string second_log = read_file(work.path / "second.log");
     INFO(first_log);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "launcher/process.hpp"
+#include "read_file.hpp"
 #include "temporary_directory.hpp"
 #include "tests/backend/fetch/http_test_server.hpp"
 
@@ -20,13 +21,10 @@ using test_support::TemporaryDirectory;
 
 namespace {
 
+using test_support::read_file;
+
 const std::string kDownload = std::string(TEST_BIN_DIR) + "/download";
 const std::string kDecompress = std::string(TEST_BIN_DIR) + "/decompress";
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 }  // namespace
 

@@ -18,20 +18,16 @@
 #include <vector>
 
 #include "launcher/process.hpp"
+#include "read_file.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-using test_support::TemporaryDirectory;
+using test_support::read_file;
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using test_support::TemporaryDirectory;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

@@ -12,11 +12,14 @@
 #include <vector>
 
 #include "launcher/process.hpp"
+#include "read_file.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
+
+using test_support::read_file;
 
 using test_support::TemporaryDirectory;
 
@@ -38,13 +41,6 @@ std::vector<std::string> everything_under(const fs::path& directory) {
     paths.push_back(fs::relative(entry.path(), directory).string());
   }
   return paths;
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 bool contains(const std::string& text, const std::string& part) {

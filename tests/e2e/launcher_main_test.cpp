@@ -2,6 +2,7 @@
 // real `pretrain_gpt` and leaves NeMo's results layout. Tiny model overrides keep it fast.
 #include <doctest/doctest.h>
 
+#include "read_file.hpp"
 #include "temporary_directory.hpp"
 
 #include <filesystem>
@@ -20,14 +21,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using test_support::TemporaryDirectory;
+using test_support::read_file;
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using test_support::TemporaryDirectory;
 
 int count_matches(const std::string& text, const std::regex& pattern) {
   return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), pattern),

@@ -11,18 +11,14 @@
 #include <vector>
 
 #include "launcher/process.hpp"
+#include "read_file.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using test_support::read_file;
 
 std::vector<std::string> tiny_run(const fs::path& results, int max_steps) {
   return {std::string(TEST_BIN_DIR) + "/launcher", "main", "training=gpt3/126m",

@@ -25,19 +25,21 @@
 #include "backend/common/error.hpp"
 #include "backend/data/indexed_dataset.hpp"
 #include "launcher/process.hpp"
+#include "read_file.hpp"
+#include "spawned_process.hpp"
 #include "temporary_directory.hpp"
-
-extern char** environ;
 
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+using test_support::read_file;
+using test_support::wait_for_exit;
+
+// Starts argv with `crash_at` in MEGATRON_NATIVE_CRASH_AT (none when empty), output to `log`.
+pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, const std::string& crash_at) {
+  return test_support::spawn_process(
+      argv, log, {crash_at.empty() ? "MEGATRON_NATIVE_CRASH_AT" : "MEGATRON_NATIVE_CRASH_AT=" + crash_at});
 }
 
 // `documents` lines of NullTokenizer ids; `shift` changes the ids, not the lengths.
@@ -54,40 +56,6 @@ std::vector<std::string> preprocess_command(const fs::path& input, const fs::pat
   return {std::string(TEST_BIN_DIR) + "/preprocess_data", "--input", input.string(),
           "--output-prefix", prefix.string(), "--tokenizer-type", "NullTokenizer",
           "--vocab-size", "1000", "--workers", "1", "--log-interval", "1000000"};
-}
-
-// Starts argv with `crash_at` in MEGATRON_NATIVE_CRASH_AT (none when empty), output to `log`.
-pid_t spawn(const std::vector<std::string>& argv, const fs::path& log, const std::string& crash_at) {
-  std::vector<std::string> environment;
-  for (char** variable = environ; *variable != nullptr; ++variable) {
-    if (!std::string(*variable).starts_with("MEGATRON_NATIVE_CRASH_AT=")) {
-      environment.emplace_back(*variable);
-    }
-  }
-  if (!crash_at.empty()) environment.push_back("MEGATRON_NATIVE_CRASH_AT=" + crash_at);
-  std::vector<char*> environment_pointers;
-  for (auto& variable : environment) environment_pointers.push_back(variable.data());
-  environment_pointers.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<char*> pointers;
-  for (const auto& word : argv) pointers.push_back(const_cast<char*>(word.c_str()));
-  pointers.push_back(nullptr);
-  pid_t pid = -1;
-  const int status = posix_spawn(&pid, pointers[0], &actions, nullptr, pointers.data(),
-                                 environment_pointers.data());
-  posix_spawn_file_actions_destroy(&actions);
-  REQUIRE(status == 0);
-  return pid;
-}
-
-// The exit code, or 128 + the signal.
-int wait_for(pid_t pid) {
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 struct Pair {
@@ -141,7 +109,7 @@ TEST_CASE("preprocess_data killed while publishing its outputs leaves the old pa
   const fs::path prefix = output / "data_text_document";
 
   const auto run = [&](const fs::path& input, const fs::path& output_prefix, const std::string& crash_at) {
-    return wait_for(spawn(preprocess_command(input, output_prefix), work.path / "log.txt", crash_at));
+    return wait_for_exit(spawn(preprocess_command(input, output_prefix), work.path / "log.txt", crash_at));
   };
   REQUIRE(run(work.path / "old.jsonl", work.path / "reference/old", "") == 0);
   const Pair old_pair = read_pair(work.path / "reference/old_text_document");
@@ -203,7 +171,7 @@ TEST_CASE("preprocess_data SIGKILLed at random moments never leaves a mixed pair
     const pid_t pid = spawn(command("new.jsonl", output / "data"), work.path / "log.txt", "");
     std::this_thread::sleep_for(std::chrono::duration<double>(delay(random)));
     ::kill(pid, SIGKILL);
-    if (wait_for(pid) == 128 + SIGKILL) ++killed;
+    if (wait_for_exit(pid) == 128 + SIGKILL) ++killed;
     check_pair_state(prefix, old_pair, new_pair);
     REQUIRE(launcher::run_and_capture(command("new.jsonl", output / "data")).exit_code == 0);
     CHECK(read_pair(prefix).idx == new_pair.idx);

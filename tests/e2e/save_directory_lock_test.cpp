@@ -21,23 +21,19 @@
 #include <vector>
 
 #include "launcher/process.hpp"
+#include "read_file.hpp"
+#include "spawned_process.hpp"
 #include "temporary_directory.hpp"
-
-extern char** environ;
 
 namespace fs = std::filesystem;
 
 namespace {
 
+using test_support::read_file;
+using test_support::spawn_process;
+
 const std::string kPretrain = std::string(TEST_BIN_DIR) + "/pretrain_gpt";
 const std::string kCheckpointUtil = std::string(TEST_BIN_DIR) + "/checkpoint_util";
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::vector<std::string> training(const fs::path& save, const char* iterations) {
   return {kPretrain, "--num-layers", "1", "--hidden-size", "32", "--num-attention-heads", "2",
@@ -45,21 +41,6 @@ std::vector<std::string> training(const fs::path& save, const char* iterations) 
           "--train-iters", iterations, "--lr", "1e-3", "--mock-data", "--vocab-size", "99",
           "--eval-iters", "0", "--log-interval", "1", "--save", save.string(),
           "--save-interval", "1000000"};
-}
-
-pid_t spawn(const std::vector<std::string>& argv, const fs::path& log) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<char*> pointers;
-  for (const auto& word : argv) pointers.push_back(const_cast<char*>(word.c_str()));
-  pointers.push_back(nullptr);
-  pid_t pid = -1;
-  const int status = posix_spawn(&pid, pointers[0], &actions, nullptr, pointers.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  REQUIRE(status == 0);
-  return pid;
 }
 
 std::string host_name() {
@@ -74,7 +55,7 @@ TEST_CASE("a --save directory in use by a live run is refused; a killed run's lo
   test_support::TemporaryDirectory work;
   const fs::path save = work.path / "checkpoints";
   // A first run that trains long enough to be caught alive.
-  const pid_t first = spawn(training(save, "1000000"), work.path / "first.log");
+  const pid_t first = spawn_process(training(save, "1000000"), work.path / "first.log");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (read_file(work.path / "first.log").find(" iteration        2/") == std::string::npos) {
     REQUIRE(std::chrono::steady_clock::now() < deadline);

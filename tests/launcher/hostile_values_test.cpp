@@ -37,12 +37,15 @@
 #include "launcher/config/yaml_io.hpp"
 #include "launcher/launch.hpp"
 #include "launcher/process.hpp"
+#include "read_file.hpp"
 #include "temporary_directory.hpp"
 
 using namespace launcher;
 namespace fs = std::filesystem;
 
 namespace {
+
+using test_support::read_file;
 
 const fs::path kSourceDir = TEST_SOURCE_DIR;
 
@@ -124,11 +127,6 @@ Node with_payload(const Node& config, const Site& site, const std::string& paylo
     case Site::Kind::map_key: target.set(payload, Node::string("v")); break;
   }
   return mutated;
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 void write_file(const fs::path& path, const std::string& text) {
@@ -423,7 +421,9 @@ std::string check_no_value_becomes_code(const std::string& cluster_type) {
           std::map<std::string, std::string> shape;
           manifest_shape(manifest, "", shape);
           for (const auto& [key, tag] : shape) {
-            CAPTURE(key);
+            // A copy: clang 14 (the asan preset) cannot refer to a structured binding in CAPTURE's lambda.
+            const auto& captured_key = key;
+            CAPTURE(captured_key);
             REQUIRE(known_shape.contains(key));
             CHECK(known_shape.at(key) == tag);
           }

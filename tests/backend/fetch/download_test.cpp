@@ -21,6 +21,7 @@
 #include "backend/common/error.hpp"
 #include "backend/common/sha256.hpp"
 #include "tests/backend/fetch/http_test_server.hpp"
+#include "read_file.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;
@@ -29,16 +30,13 @@ using test_support::TemporaryDirectory;
 
 namespace {
 
+using test_support::read_file;
+
 std::string random_bytes(size_t size, unsigned seed) {
   std::mt19937 random(seed);
   std::string bytes(size, '\0');
   for (char& c : bytes) c = static_cast<char>(random() & 0xFF);
   return bytes;
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 void write_file(const fs::path& path, const std::string& bytes) {

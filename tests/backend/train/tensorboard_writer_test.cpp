@@ -3,6 +3,7 @@
 // file name, the first record, and when queued records reach the file.
 #include <doctest/doctest.h>
 
+#include "read_file.hpp"
 #include "temporary_directory.hpp"
 
 #include <cstring>
@@ -22,6 +23,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test_support::read_file;
+
 // Bit by bit, reflected polynomial 0x82F63B78 (RFC 3720 §B.4): independent of the table-driven one.
 uint32_t bitwise_crc32c(const std::string& data) {
   uint32_t crc = 0xFFFFFFFFu;
@@ -38,13 +41,6 @@ uint64_t little_endian(const std::string& bytes, size_t at, int size) {
   uint64_t value = 0;
   for (int i = size - 1; i >= 0; --i) value = (value << 8) | static_cast<unsigned char>(bytes[at + i]);
   return value;
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 std::string hex(const std::string& bytes) {
