@@ -16,6 +16,7 @@
 #include <map>
 #include <set>
 
+#include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/local_time.hpp"
 #include "backend/common/logging.hpp"
@@ -403,8 +404,8 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
     if (log_files.insert(job.results_dir / "launcher.log").second) {
       common::add_log_file(job.results_dir / "launcher.log");
     }
-    write_file_atomically(job.results_dir / (job.run_name + "_hydra.yaml"), hydra_yaml);
-    write_file_atomically(job.results_dir / "launcher_cmd.log", options.command_line + "\n");
+    common::write_text_file_atomically(job.results_dir / (job.run_name + "_hydra.yaml"), hydra_yaml);
+    common::write_text_file_atomically(job.results_dir / "launcher_cmd.log", options.command_line + "\n");
     std::string script;
     {
       // Rendered once already: what it had to say (e.g. sbatch options passed through) is said.

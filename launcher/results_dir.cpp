@@ -11,7 +11,6 @@
 #include <cstring>
 #include <ctime>
 
-#include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/file_lock.hpp"
 #include "backend/common/local_time.hpp"
@@ -175,11 +174,6 @@ void ResultsDirLock::write_holder(const std::string& holder) {
       pwrite(descriptor_, line.data(), line.size(), 0) != static_cast<ssize_t>(line.size())) {
     common::fail("cannot write the lock file {}: {}", path_.string(), std::strerror(errno));
   }
-}
-
-void write_file_atomically(const fs::path& path, std::string_view text, bool executable) {
-  common::write_text_file_atomically(
-      path, text, executable ? common::FileMode::executable : common::FileMode::regular);
 }
 
 }  // namespace launcher

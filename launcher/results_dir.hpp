@@ -65,9 +65,4 @@ class ResultsDirLock {
   bool writable_ = true;  // false: another user's lock file, locked but not written
 };
 
-// Writes `text` to `path` atomically and durably (see the top of this file); `executable` adds
-// execute permission for the owner and group. Errors name the file.
-void write_file_atomically(const std::filesystem::path& path, std::string_view text,
-                           bool executable = false);
-
 }  // namespace launcher

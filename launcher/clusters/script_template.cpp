@@ -4,9 +4,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/small_file.hpp"
-#include "launcher/results_dir.hpp"
 
 namespace launcher {
 
@@ -38,7 +38,7 @@ void refuse_control_characters(const std::string& directive, const std::string& 
 void write_script(const std::filesystem::path& path, const std::string& text) {
   // Two launches of one run used to share "<script>.tmp" and could rename each other's script
   // into place; the temporary name is unique per writer now.
-  write_file_atomically(path, text, /*executable=*/true);
+  common::write_text_file_atomically(path, text, common::FileMode::executable);
 }
 
 }  // namespace launcher

@@ -25,7 +25,7 @@ std::string render_template(const std::filesystem::path& templates_dir, const st
 // own syntax (slurm_cluster.cpp, pbs_cluster.cpp).
 void refuse_control_characters(const std::string& directive, const std::string& value);
 
-// Writes text to path whole or not at all (write_file_atomically: a uniquely named temporary
+// Writes text to path whole or not at all (common::write_text_file_atomically: a uniquely named temporary
 // file, fsync, rename), executable by the owner and group.
 void write_script(const std::filesystem::path& path, const std::string& text);
 

@@ -92,23 +92,3 @@ TEST_CASE("a results directory is taken by one lock at a time, which names its h
   CHECK_THROWS_WITH_AS(launcher::ResultsDirLock(temporary.path / "missing"),
                        doctest::Contains("cannot open the lock file"), common::Error);
 }
-
-TEST_CASE("write_file_atomically replaces the file whole and leaves nothing else") {
-  test_support::TemporaryDirectory temporary;
-  const fs::path file = temporary.path / "config_hydra.yaml";
-  launcher::write_file_atomically(file, "a: 1\n");
-  launcher::write_file_atomically(file, "b: 2\n");
-  CHECK(read_file(file) == "b: 2\n");
-  CHECK((fs::status(file).permissions() & fs::perms::owner_exec) == fs::perms::none);
-  // A name near the 255-byte limit: the temporary name does not grow from it.
-  const fs::path long_name = temporary.path / (std::string(250, 'n') + ".yaml");
-  launcher::write_file_atomically(long_name, "x");
-  CHECK(read_file(long_name) == "x");
-  int entries = 0;
-  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(temporary.path)) ++entries;
-  CHECK(entries == 2);
-  CHECK_THROWS_WITH_AS(launcher::write_file_atomically(temporary.path / "no" / "file", "x"),
-                       doctest::Contains(
-                           ("cannot write " + (temporary.path / "no" / "file").string()).c_str()),
-                       common::Error);
-}
