@@ -76,22 +76,20 @@
 #include <string>
 #include <vector>
 
+#include "backend/device/device.hpp"
 #include "backend/model/gpt_config.hpp"
+#include "backend/model/parameter_layout.hpp"
 
 namespace backend {
-
-struct ParameterTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t offset = 0;  // into parameters() / gradients()
-  int64_t numel = 0;
-  bool weight_decay = true;  // false for biases and norm weights (Megatron's default)
-};
 
 template <typename Scalar>
 class GptModel {
  public:
-  explicit GptModel(const GptConfig& config);  // validates config; parameters zeroed
+  // Validates config; parameters zeroed. The first form runs on a CpuDevice of its own, the
+  // second on `device`, which must outlive the model. Scalar is the element type of the
+  // parameters, gradients and activations (fp32, or fp64 for gradient checks).
+  explicit GptModel(const GptConfig& config);
+  GptModel(const GptConfig& config, Device& device);
   ~GptModel();
   GptModel(GptModel&&) noexcept;
   GptModel& operator=(GptModel&&) noexcept;
@@ -110,6 +108,11 @@ class GptModel {
   // count.
   void init_parameters(uint64_t seed);
 
+  // Carves the activations of micro batches of (batch_size, seq_length) and the backward's
+  // scratch: one arena (activation_plan.hpp), so that no forward or backward of that shape
+  // allocates. forward() calls it when the shape changes; the trainer calls it at setup.
+  void reserve(int64_t batch_size, int64_t seq_length);
+
   // One micro batch. tokens and labels are (B, T) row-major with values in [0, vocab_size);
   // 1 ≤ T ≤ max_position_embeddings. Returns the mean cross-entropy over the B·T positions.
   Scalar forward(std::span<const int32_t> tokens, std::span<const int32_t> labels,
@@ -125,7 +128,8 @@ class GptModel {
   // Bytes of the activations the last forward keeps for the backward: what each layer
   // stores, the recompute working space (one chunk's layers, or one layer's attention
   // log-sum-exp), the embedding, final norm, logits and losses. Backward scratch is not
-  // counted. Activation recompute (GptConfig::recompute_*) lowers it; 0 before any forward.
+  // counted. Activation recompute (GptConfig::recompute_*) lowers it; 0 before the first
+  // reserve() or forward.
   int64_t activation_bytes() const;
 
   // Training mode (the default) applies dropout; evaluation mode (false) turns it off, as

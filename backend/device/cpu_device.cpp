@@ -1,0 +1,303 @@
+// CpuDevice: each op picks the CPU twin of the views' element type (fp32 or fp64) and calls
+// it; the twins keep the contracts (backend/ops/). bf16 and fp16 have no CPU kernels: asking
+// for them here is refused with the reason rather than computed in another precision.
+#include "backend/device/cpu_device.hpp"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "backend/common/error.hpp"
+#include "backend/ops/attention.hpp"
+#include "backend/ops/cross_entropy.hpp"
+#include "backend/ops/dropout.hpp"
+#include "backend/ops/embedding.hpp"
+#include "backend/ops/gelu.hpp"
+#include "backend/ops/layernorm.hpp"
+#include "backend/ops/linear.hpp"
+#include "backend/ops/residual.hpp"
+#include "backend/ops/rmsnorm.hpp"
+#include "backend/ops/rope.hpp"
+#include "backend/ops/swiglu.hpp"
+
+namespace backend {
+namespace {
+
+// Calls function(Scalar{}) with Scalar the C++ type of `dtype`.
+template <typename Function>
+void dispatch(ElementType dtype, const char* op, Function&& function) {
+  switch (dtype) {
+    case ElementType::f32: function(float{}); return;
+    case ElementType::f64: function(double{}); return;
+    default:
+      common::fail("the CPU device computes in fp32 or fp64; {} has no {} kernel on it (bf16 and "
+                   "fp16 run on --device cuda)",
+                   op, element_name(dtype));
+  }
+}
+
+// The view's bytes, whatever their type (for copies): the view must be host memory.
+void* host_bytes(View view) {
+  if (!view.empty() && view.on != MemoryKind::host) {
+    common::fail("the CPU device was given GPU memory ({} elements of {})", view.numel,
+                 element_name(view.type));
+  }
+  return view.data;
+}
+
+// The view's elements as S*: host memory of type S (or empty: nullptr).
+template <typename S>
+S* host(View view) {
+  host_bytes(view);
+  return view.as<S>();
+}
+
+const int32_t* ids(View view) { return host<int32_t>(view); }
+
+void release_host(void* data, int64_t bytes) noexcept { munmap(data, static_cast<size_t>(bytes)); }
+
+}  // namespace
+
+// Anonymous pages: aligned to the page (more than an arena's 256 bytes), and zeroed by the
+// kernel when first touched, by whichever thread touches them, so carving a large arena costs
+// no pass over it and the first writer's NUMA node gets the page.
+DeviceMemory CpuDevice::allocate_zeroed(int64_t bytes, std::string_view what) {
+  if (bytes == 0) return {};
+  void* data = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (data == MAP_FAILED) {
+    common::fail("out of host memory allocating {} bytes for {}: {}", bytes, what,
+                 std::strerror(errno));
+  }
+  return DeviceMemory(data, bytes, MemoryKind::host, release_host);
+}
+
+void CpuDevice::copy_from_host(View destination, const void* source) {
+  if (destination.bytes() > 0) std::memcpy(host_bytes(destination), source, destination.bytes());
+}
+
+void CpuDevice::copy_to_host(void* destination, View source) {
+  if (source.bytes() > 0) std::memcpy(destination, host_bytes(source), source.bytes());
+}
+
+void CpuDevice::fill_zero(View values) {
+  dispatch(values.type, "fill_zero", [&](auto s) {
+    using S = decltype(s);
+    S* data = host<S>(values);
+    const int64_t count = values.numel;
+    // Half a gigabyte of gradients at the 126M shape: one core alone does not reach the
+    // memory bandwidth.
+#pragma omp parallel for simd schedule(static) if (count > (1 << 16))
+    for (int64_t i = 0; i < count; ++i) data[i] = S{0};
+  });
+}
+
+void CpuDevice::sum(View total, View values) {
+  double* result = host<double>(total);
+  dispatch(values.type, "sum", [&](auto s) {
+    using S = decltype(s);
+    const S* data = host<S>(values);
+    double accumulated = 0;
+    for (int64_t i = 0; i < values.numel; ++i) accumulated += static_cast<double>(data[i]);
+    *result = accumulated;
+  });
+}
+
+void CpuDevice::embedding_forward(View output, View tokens, View word_embeddings,
+                                  View position_embeddings, int64_t batch_size,
+                                  int64_t seq_length, int64_t hidden_size) {
+  dispatch(output.type, "embedding_forward", [&](auto s) {
+    using S = decltype(s);
+    cpu::embedding_forward(host<S>(output), ids(tokens), host<S>(word_embeddings),
+                           host<S>(position_embeddings), batch_size, seq_length, hidden_size);
+  });
+}
+
+void CpuDevice::embedding_backward(View dword_embeddings, View dposition_embeddings, View doutput,
+                                   View tokens, int64_t batch_size, int64_t seq_length,
+                                   int64_t hidden_size) {
+  dispatch(doutput.type, "embedding_backward", [&](auto s) {
+    using S = decltype(s);
+    cpu::embedding_backward(host<S>(dword_embeddings), host<S>(dposition_embeddings),
+                            host<S>(doutput), ids(tokens), batch_size, seq_length, hidden_size);
+  });
+}
+
+void CpuDevice::dropout_forward(View output, View input, const Dropout& dropout) {
+  dispatch(input.type, "dropout_forward", [&](auto s) {
+    using S = decltype(s);
+    cpu::dropout_forward(host<S>(output), host<S>(input), input.numel, dropout);
+  });
+}
+
+void CpuDevice::dropout_backward(View dinput, View doutput, const Dropout& dropout) {
+  dispatch(doutput.type, "dropout_backward", [&](auto s) {
+    using S = decltype(s);
+    cpu::dropout_backward(host<S>(dinput), host<S>(doutput), doutput.numel, dropout);
+  });
+}
+
+void CpuDevice::layernorm_forward(View output, View mean, View rstd, View input, View weight,
+                                  View bias, double epsilon, int64_t rows, int64_t channels) {
+  dispatch(input.type, "layernorm_forward", [&](auto s) {
+    using S = decltype(s);
+    cpu::layernorm_forward(host<S>(output), host<S>(mean), host<S>(rstd), host<S>(input),
+                           host<S>(weight), host<S>(bias), static_cast<S>(epsilon), rows,
+                           channels);
+  });
+}
+
+void CpuDevice::layernorm_backward(View dinput, View dweight, View dbias, View doutput,
+                                   View input, View weight, View mean, View rstd, int64_t rows,
+                                   int64_t channels) {
+  dispatch(input.type, "layernorm_backward", [&](auto s) {
+    using S = decltype(s);
+    cpu::layernorm_backward(host<S>(dinput), host<S>(dweight), host<S>(dbias), host<S>(doutput),
+                            host<S>(input), host<S>(weight), host<S>(mean), host<S>(rstd), rows,
+                            channels);
+  });
+}
+
+void CpuDevice::rmsnorm_forward(View output, View rstd, View input, View weight, double epsilon,
+                                int64_t rows, int64_t channels) {
+  dispatch(input.type, "rmsnorm_forward", [&](auto s) {
+    using S = decltype(s);
+    cpu::rmsnorm_forward(host<S>(output), host<S>(rstd), host<S>(input), host<S>(weight),
+                         static_cast<S>(epsilon), rows, channels);
+  });
+}
+
+void CpuDevice::rmsnorm_backward(View dinput, View dweight, View doutput, View input, View weight,
+                                 View rstd, int64_t rows, int64_t channels) {
+  dispatch(input.type, "rmsnorm_backward", [&](auto s) {
+    using S = decltype(s);
+    cpu::rmsnorm_backward(host<S>(dinput), host<S>(dweight), host<S>(doutput), host<S>(input),
+                          host<S>(weight), host<S>(rstd), rows, channels);
+  });
+}
+
+void CpuDevice::linear_forward(View output, View input, View weight, View bias, int64_t rows,
+                               int64_t in_features, int64_t out_features) {
+  dispatch(input.type, "linear_forward", [&](auto s) {
+    using S = decltype(s);
+    cpu::linear_forward(host<S>(output), host<S>(input), host<S>(weight), host<S>(bias), rows,
+                        in_features, out_features);
+  });
+}
+
+void CpuDevice::linear_backward(View dinput, View dweight, View dbias, View doutput, View input,
+                                View weight, int64_t rows, int64_t in_features,
+                                int64_t out_features) {
+  dispatch(input.type, "linear_backward", [&](auto s) {
+    using S = decltype(s);
+    cpu::linear_backward(host<S>(dinput), host<S>(dweight), host<S>(dbias), host<S>(doutput),
+                         host<S>(input), host<S>(weight), rows, in_features, out_features);
+  });
+}
+
+void CpuDevice::rope_tables(View cos, View sin, int64_t seq_length, int64_t rotary_dim,
+                            double base) {
+  dispatch(cos.type, "rope_tables", [&](auto s) {
+    using S = decltype(s);
+    cpu::rope_tables(host<S>(cos), host<S>(sin), seq_length, rotary_dim, base);
+  });
+}
+
+void CpuDevice::rope_forward(View output, View input, View cos, View sin, int64_t batch_size,
+                             int64_t seq_length, int64_t num_heads, int64_t head_dim,
+                             int64_t rotary_dim, int64_t row_stride) {
+  dispatch(input.type, "rope_forward", [&](auto s) {
+    using S = decltype(s);
+    cpu::rope_forward(host<S>(output), host<S>(input), host<S>(cos), host<S>(sin), batch_size,
+                      seq_length, num_heads, head_dim, rotary_dim, row_stride);
+  });
+}
+
+void CpuDevice::rope_backward(View dinput, View doutput, View cos, View sin, int64_t batch_size,
+                              int64_t seq_length, int64_t num_heads, int64_t head_dim,
+                              int64_t rotary_dim, int64_t row_stride) {
+  dispatch(doutput.type, "rope_backward", [&](auto s) {
+    using S = decltype(s);
+    cpu::rope_backward(host<S>(dinput), host<S>(doutput), host<S>(cos), host<S>(sin), batch_size,
+                       seq_length, num_heads, head_dim, rotary_dim, row_stride);
+  });
+}
+
+void CpuDevice::attention_forward(View output, View logsumexp, View qkv, int64_t batch_size,
+                                  int64_t seq_length, int64_t hidden_size, int64_t num_heads,
+                                  int64_t num_query_groups, const Dropout& dropout) {
+  dispatch(qkv.type, "attention_forward", [&](auto s) {
+    using S = decltype(s);
+    cpu::attention_forward(host<S>(output), host<S>(logsumexp), host<S>(qkv), batch_size,
+                           seq_length, hidden_size, num_heads, num_query_groups, dropout);
+  });
+}
+
+void CpuDevice::attention_backward(View dqkv, View doutput, View qkv, View output, View logsumexp,
+                                   int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                                   int64_t num_heads, int64_t num_query_groups,
+                                   const Dropout& dropout) {
+  dispatch(qkv.type, "attention_backward", [&](auto s) {
+    using S = decltype(s);
+    cpu::attention_backward(host<S>(dqkv), host<S>(doutput), host<S>(qkv), host<S>(output),
+                            host<S>(logsumexp), batch_size, seq_length, hidden_size, num_heads,
+                            num_query_groups, dropout);
+  });
+}
+
+void CpuDevice::residual_forward(View output, View input, View branch) {
+  dispatch(input.type, "residual_forward", [&](auto s) {
+    using S = decltype(s);
+    cpu::residual_forward(host<S>(output), host<S>(input), host<S>(branch), input.numel);
+  });
+}
+
+void CpuDevice::gelu_forward(View output, View input) {
+  dispatch(input.type, "gelu_forward", [&](auto s) {
+    using S = decltype(s);
+    cpu::gelu_forward(host<S>(output), host<S>(input), input.numel);
+  });
+}
+
+void CpuDevice::gelu_backward(View dinput, View doutput, View input) {
+  dispatch(input.type, "gelu_backward", [&](auto s) {
+    using S = decltype(s);
+    cpu::gelu_backward(host<S>(dinput), host<S>(doutput), host<S>(input), input.numel);
+  });
+}
+
+void CpuDevice::swiglu_forward(View output, View input, int64_t rows, int64_t features) {
+  dispatch(input.type, "swiglu_forward", [&](auto s) {
+    using S = decltype(s);
+    cpu::swiglu_forward(host<S>(output), host<S>(input), rows, features);
+  });
+}
+
+void CpuDevice::swiglu_backward(View dinput, View doutput, View input, int64_t rows,
+                                int64_t features) {
+  dispatch(input.type, "swiglu_backward", [&](auto s) {
+    using S = decltype(s);
+    cpu::swiglu_backward(host<S>(dinput), host<S>(doutput), host<S>(input), rows, features);
+  });
+}
+
+void CpuDevice::cross_entropy_forward(View losses, View logsumexp, View logits, View labels,
+                                      int64_t rows, int64_t vocab_size) {
+  dispatch(logits.type, "cross_entropy_forward", [&](auto s) {
+    using S = decltype(s);
+    cpu::cross_entropy_forward(host<S>(losses), host<S>(logsumexp), host<S>(logits), ids(labels),
+                               rows, vocab_size);
+  });
+}
+
+void CpuDevice::cross_entropy_backward(View dlogits, View logits, View logsumexp, View labels,
+                                       double scale, int64_t rows, int64_t vocab_size) {
+  dispatch(logits.type, "cross_entropy_backward", [&](auto s) {
+    using S = decltype(s);
+    cpu::cross_entropy_backward(host<S>(dlogits), host<S>(logits), host<S>(logsumexp),
+                                ids(labels), static_cast<S>(scale), rows, vocab_size);
+  });
+}
+
+}  // namespace backend

@@ -1,0 +1,102 @@
+// Device: where the model's memory lives and its ops run, chosen at run time (--device). One
+// virtual function per op family over Views (../shared/notes/device-seam.md): the model is
+// written once against this interface; CpuDevice runs the CPU twins (backend/ops/*_cpu.cpp),
+// a CUDA device their *_cuda.cu twins. A virtual call is nothing beside an op's work.
+//
+// Every op keeps its CPU twin's contract (the header in backend/ops/ that the comment names):
+// parameter gradients accumulate (+=), activation gradients are overwritten (=), dropout masks
+// are the same counter-based elements. An empty View is an absent tensor (a bias the
+// configuration leaves out, a gradient that is not needed), as nullptr is for the twins. The
+// views of one call share one element type (ids are i32); scalars travel as double and are
+// rounded once to that type, as the twins take them. Errors are common::Error.
+//
+// Nevers kept here: no CUDA header, no global stream or handle (a device owns its own), no
+// allocation in an op: scratch is carved at setup (arena.hpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "backend/device/device_memory.hpp"
+#include "backend/device/view.hpp"
+#include "backend/ops/dropout.hpp"
+
+namespace backend {
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual std::string name() const = 0;  // "cpu", "cuda:0 (NVIDIA H100 80GB HBM3)"
+  virtual MemoryKind memory_kind() const = 0;
+
+  // Memory: `what` names it in an out-of-memory error. Only arenas call this, at setup.
+  virtual DeviceMemory allocate_zeroed(int64_t bytes, std::string_view what) = 0;
+  virtual void copy_from_host(View destination, const void* source) = 0;  // destination.bytes()
+  virtual void copy_to_host(void* destination, View source) = 0;          // source.bytes()
+  virtual void fill_zero(View values) = 0;
+  // total (one f64 element) = Σ values, in a fixed order: the same bits run after run.
+  virtual void sum(View total, View values) = 0;
+
+  // ops/embedding.hpp
+  virtual void embedding_forward(View output, View tokens, View word_embeddings,
+                                 View position_embeddings, int64_t batch_size,
+                                 int64_t seq_length, int64_t hidden_size) = 0;
+  virtual void embedding_backward(View dword_embeddings, View dposition_embeddings, View doutput,
+                                  View tokens, int64_t batch_size, int64_t seq_length,
+                                  int64_t hidden_size) = 0;
+  // ops/dropout.hpp, over all of input's elements
+  virtual void dropout_forward(View output, View input, const Dropout& dropout) = 0;
+  virtual void dropout_backward(View dinput, View doutput, const Dropout& dropout) = 0;
+  // ops/layernorm.hpp
+  virtual void layernorm_forward(View output, View mean, View rstd, View input, View weight,
+                                 View bias, double epsilon, int64_t rows, int64_t channels) = 0;
+  virtual void layernorm_backward(View dinput, View dweight, View dbias, View doutput, View input,
+                                  View weight, View mean, View rstd, int64_t rows,
+                                  int64_t channels) = 0;
+  // ops/rmsnorm.hpp
+  virtual void rmsnorm_forward(View output, View rstd, View input, View weight, double epsilon,
+                               int64_t rows, int64_t channels) = 0;
+  virtual void rmsnorm_backward(View dinput, View dweight, View doutput, View input, View weight,
+                                View rstd, int64_t rows, int64_t channels) = 0;
+  // ops/linear.hpp
+  virtual void linear_forward(View output, View input, View weight, View bias, int64_t rows,
+                              int64_t in_features, int64_t out_features) = 0;
+  virtual void linear_backward(View dinput, View dweight, View dbias, View doutput, View input,
+                               View weight, int64_t rows, int64_t in_features,
+                               int64_t out_features) = 0;
+  // ops/rope.hpp; the views start at the first rotated head of a row
+  virtual void rope_tables(View cos, View sin, int64_t seq_length, int64_t rotary_dim,
+                           double base) = 0;
+  virtual void rope_forward(View output, View input, View cos, View sin, int64_t batch_size,
+                            int64_t seq_length, int64_t num_heads, int64_t head_dim,
+                            int64_t rotary_dim, int64_t row_stride) = 0;
+  virtual void rope_backward(View dinput, View doutput, View cos, View sin, int64_t batch_size,
+                             int64_t seq_length, int64_t num_heads, int64_t head_dim,
+                             int64_t rotary_dim, int64_t row_stride) = 0;
+  // ops/attention.hpp
+  virtual void attention_forward(View output, View logsumexp, View qkv, int64_t batch_size,
+                                 int64_t seq_length, int64_t hidden_size, int64_t num_heads,
+                                 int64_t num_query_groups, const Dropout& dropout) = 0;
+  virtual void attention_backward(View dqkv, View doutput, View qkv, View output, View logsumexp,
+                                  int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                                  int64_t num_heads, int64_t num_query_groups,
+                                  const Dropout& dropout) = 0;
+  // ops/residual.hpp, over all of input's elements
+  virtual void residual_forward(View output, View input, View branch) = 0;
+  // ops/gelu.hpp, over all of input's elements
+  virtual void gelu_forward(View output, View input) = 0;
+  virtual void gelu_backward(View dinput, View doutput, View input) = 0;
+  // ops/swiglu.hpp
+  virtual void swiglu_forward(View output, View input, int64_t rows, int64_t features) = 0;
+  virtual void swiglu_backward(View dinput, View doutput, View input, int64_t rows,
+                               int64_t features) = 0;
+  // ops/cross_entropy.hpp
+  virtual void cross_entropy_forward(View losses, View logsumexp, View logits, View labels,
+                                     int64_t rows, int64_t vocab_size) = 0;
+  virtual void cross_entropy_backward(View dlogits, View logits, View logsumexp, View labels,
+                                      double scale, int64_t rows, int64_t vocab_size) = 0;
+};
+
+}  // namespace backend

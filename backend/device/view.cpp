@@ -1,0 +1,27 @@
+// View's checks: a wrong slice or element type is a programming error in the composition,
+// reported with the extents so it is found at the first run rather than as corrupt memory.
+#include "backend/device/view.hpp"
+
+#include "backend/common/error.hpp"
+
+namespace backend {
+
+View View::slice(int64_t offset, int64_t count) const {
+  if (offset < 0 || count < 0 || offset > numel || count > numel - offset) {
+    common::fail("view slice [{}, {}) is outside the view's {} {} elements", offset,
+                 offset + count, numel, element_name(type));
+  }
+  View part = *this;
+  part.data = data == nullptr ? nullptr
+                              : static_cast<char*>(data) + offset * element_size(type);
+  part.numel = count;
+  return part;
+}
+
+void View::check_type(ElementType expected) const {
+  if (expected != type) {
+    common::fail("a {} view was used as {} memory", element_name(type), element_name(expected));
+  }
+}
+
+}  // namespace backend

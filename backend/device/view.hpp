@@ -1,0 +1,44 @@
+// View: a typed, non-owning window on device memory (host or a GPU's): pointer, element count,
+// element type and where it lives. The model and the Device's ops speak in views, so one
+// composition serves every device and precision (../shared/notes/device-seam.md). A view owns
+// nothing: memory comes from an Arena carved at setup, which outlives its views.
+//
+// An empty view (data == nullptr, numel == 0) is an absent tensor, e.g. a bias the
+// configuration leaves out; ops take it where the CPU twins take a nullptr.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/device/element_type.hpp"
+
+namespace backend {
+
+enum class MemoryKind : uint8_t { host, cuda };
+
+struct View {
+  void* data = nullptr;
+  int64_t numel = 0;
+  ElementType type = ElementType::f32;
+  MemoryKind on = MemoryKind::host;
+
+  bool empty() const { return data == nullptr; }
+  int64_t bytes() const { return numel * element_size(type); }
+
+  // Elements [offset, offset + count), checked against this view (common::Error).
+  View slice(int64_t offset, int64_t count) const;
+  // Elements [offset, numel).
+  View tail(int64_t offset) const { return slice(offset, numel - offset); }
+
+  // The elements as T*, which must be this view's type (common::Error otherwise); nullptr for
+  // an empty view. Only host code that knows the memory is its own dereferences the result.
+  template <typename T>
+  T* as() const {
+    check_type(element_type_of<T>());
+    return static_cast<T*>(data);
+  }
+
+ private:
+  void check_type(ElementType expected) const;
+};
+
+}  // namespace backend

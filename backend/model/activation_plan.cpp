@@ -1,0 +1,128 @@
+// plan_activations: the regions of one micro-batch shape, in the order the forward first
+// writes them (which keeps a layer's buffers together in memory).
+#include "backend/model/activation_plan.hpp"
+
+#include <string>
+
+#include "backend/common/checked_math.hpp"
+
+namespace backend {
+
+RecomputeSchedule::RecomputeSchedule(const GptConfig& config)
+    : granularity_(config.recompute_granularity),
+      method_(config.recompute_method),
+      num_layers_(config.num_layers),
+      recompute_num_layers_(config.recompute_num_layers) {}
+
+bool RecomputeSchedule::recomputed(int64_t l) const {
+  if (granularity_ != RecomputeGranularity::full) return false;
+  return method_ == RecomputeMethod::uniform || l < recompute_num_layers_;
+}
+
+int64_t RecomputeSchedule::chunk_begin(int64_t l) const {
+  if (method_ == RecomputeMethod::block) return l;
+  return l / recompute_num_layers_ * recompute_num_layers_;
+}
+
+bool RecomputeSchedule::last_of_chunk(int64_t l) const {
+  return l + 1 == num_layers_ || !recomputed(l + 1) || chunk_begin(l + 1) == l + 1;
+}
+
+ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule& schedule,
+                                int64_t batch_size, int64_t seq_length, ElementType dtype) {
+  // Every buffer's element count, checked: rows × the widest feature count (the logits'
+  // padded vocabulary, or linear_qkv's and linear_fc1's features) must fit, and
+  // B · NH · T for the attention statistics.
+  const int64_t rows =
+      common::checked_multiply(batch_size, seq_length, "micro batch × sequence length");
+  for (const int64_t width : {config.padded_vocab_size, config.qkv_features(), config.fc1_features(),
+                              config.hidden_size}) {
+    common::checked_multiply(rows, width,
+                             "the activations (micro batch × sequence length × features)");
+  }
+  const int64_t logsumexp_count = common::checked_multiply(
+      {rows, config.num_attention_heads},
+      "the attention statistics (micro batch × sequence length × heads)");
+  const int64_t C = config.hidden_size;
+  const int64_t F = config.ffn_hidden_size;
+  const int64_t F1 = config.fc1_features();
+  const int64_t QKV = config.qkv_features();
+  const int64_t V = config.padded_vocab_size;
+  const bool rms_norm = config.normalization == Normalization::rms_norm;
+  const int64_t norm_means = rms_norm ? 0 : rows;
+
+  ActivationPlan plan;
+  plan.batch_size = batch_size;
+  plan.seq_length = seq_length;
+  ArenaLayout& layout = plan.layout;
+  int64_t kept_elements = 0;
+  auto kept = [&](std::string what, int64_t numel) {
+    kept_elements += numel;
+    return layout.add(std::move(what), dtype, numel);
+  };
+  auto scratch = [&](std::string what, int64_t numel) {
+    return layout.add(std::move(what), dtype, numel);
+  };
+
+  plan.tokens = layout.add("tokens", ElementType::i32, rows);
+  plan.labels = layout.add("labels", ElementType::i32, rows);
+  plan.embedded = kept("embedding output", rows * C);
+  auto layer_regions = [&](const std::string& name, bool internals, bool output) {
+    const int64_t n = internals ? rows : 0;
+    LayerActivationRegions r{};
+    r.input_norm = kept(name + " input_layernorm", n * C);
+    r.input_norm_mean = kept(name + " input_layernorm mean", internals ? norm_means : 0);
+    r.input_norm_rstd = kept(name + " input_layernorm rstd", n);
+    r.qkv = kept(name + " qkv", n * QKV);
+    r.attention_logsumexp = kept(name + " attention log-sum-exp",
+                                 internals && !schedule.selective() ? logsumexp_count : 0);
+    r.context = kept(name + " attention context", n * C);
+    r.attention_residual = kept(name + " attention residual", n * C);
+    r.mlp_norm = kept(name + " pre_mlp_layernorm", n * C);
+    r.mlp_norm_mean = kept(name + " pre_mlp_layernorm mean", internals ? norm_means : 0);
+    r.mlp_norm_rstd = kept(name + " pre_mlp_layernorm rstd", n);
+    r.fc1 = kept(name + " linear_fc1", n * F1);
+    r.activation = kept(name + " activation", n * F);
+    r.output = kept(name + " output", output ? rows * C : 0);
+    return r;
+  };
+  std::vector<bool> slot_needs_output;
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    const bool dropped = schedule.recomputed(l);
+    plan.layers.push_back(layer_regions("layer " + std::to_string(l), !dropped,
+                                        !dropped || schedule.last_of_chunk(l)));
+    if (!dropped) continue;
+    const auto slot = static_cast<size_t>(l - schedule.chunk_begin(l));
+    if (slot_needs_output.size() <= slot) slot_needs_output.resize(slot + 1, false);
+    if (!schedule.last_of_chunk(l)) slot_needs_output[slot] = true;
+  }
+  for (size_t j = 0; j < slot_needs_output.size(); ++j) {
+    plan.recompute_slots.push_back(
+        layer_regions("recompute slot " + std::to_string(j), true, slot_needs_output[j]));
+  }
+  plan.recomputed_logsumexp =
+      kept("recomputed attention log-sum-exp", schedule.selective() ? logsumexp_count : 0);
+  plan.final_norm = kept("final_layernorm", rows * C);
+  plan.final_norm_mean = kept("final_layernorm mean", norm_means);
+  plan.final_norm_rstd = kept("final_layernorm rstd", rows);
+  plan.logits = kept("logits", rows * V);
+  plan.losses = kept("losses", rows);
+  plan.logsumexp = kept("logits log-sum-exp", rows);
+  plan.loss_total = layout.add("loss total", ElementType::f64, 1);
+  plan.branch = scratch("branch", rows * C);
+  const bool rope = config.position_embedding_type == PositionEmbeddingType::rope;
+  const int64_t rope_table = rope ? seq_length * (config.rotary_dim() / 2) : 0;
+  plan.rope_cos = scratch("rope cos", rope_table);
+  plan.rope_sin = scratch("rope sin", rope_table);
+  plan.dlogits = scratch("dlogits", rows * V);
+  plan.dresidual = scratch("dresidual", rows * C);
+  plan.dbranch = scratch("dbranch", rows * C);
+  plan.dnorm = scratch("dnorm", rows * C);
+  plan.dqkv = scratch("dqkv", rows * QKV);
+  plan.dhidden = scratch("dhidden", rows * F);
+  plan.dfc1 = scratch("dfc1", rows * F1);
+  plan.kept_bytes = common::checked_multiply(kept_elements, element_size(dtype), "the activations");
+  return plan;
+}
+
+}  // namespace backend

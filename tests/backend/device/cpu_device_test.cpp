@@ -1,0 +1,105 @@
+// CpuDevice: each op is its CPU twin, bit for bit, for fp32 and fp64 (the model's tests then
+// cover the composition); the device refuses element types it has no kernels for and memory
+// that is not its own, naming the op; sums are in a fixed order.
+#include "backend/device/cpu_device.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "backend/common/error.hpp"
+#include "backend/ops/layernorm.hpp"
+#include "backend/ops/linear.hpp"
+
+using backend::CpuDevice;
+using backend::ElementType;
+using backend::MemoryKind;
+using backend::View;
+
+namespace {
+
+template <typename Scalar>
+std::vector<Scalar> random_values(size_t count, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::normal_distribution<double> normal;
+  std::vector<Scalar> values(count);
+  for (auto& value : values) value = static_cast<Scalar>(normal(generator));
+  return values;
+}
+
+template <typename Scalar>
+View view_of(std::vector<Scalar>& values) {
+  return View{values.data(), static_cast<int64_t>(values.size()), backend::element_type_of<Scalar>()};
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("the CPU device's linear and layernorm are the twins, bit for bit", Scalar,
+                   float, double) {
+  const int64_t rows = 7, in = 13, out = 5;
+  auto input = random_values<Scalar>(rows * in, 1);
+  auto weight = random_values<Scalar>(out * in, 2);
+  auto bias = random_values<Scalar>(out, 3);
+  auto doutput = random_values<Scalar>(rows * out, 4);
+  CpuDevice device;
+
+  std::vector<Scalar> expected(rows * out), actual(rows * out);
+  backend::cpu::linear_forward(expected.data(), input.data(), weight.data(), bias.data(), rows, in,
+                               out);
+  device.linear_forward(view_of(actual), view_of(input), view_of(weight), view_of(bias), rows, in,
+                        out);
+  CHECK(actual == expected);
+
+  // The parameter gradients accumulate: start both from the same non-zero values.
+  auto dweight_expected = random_values<Scalar>(out * in, 5), dweight_actual = dweight_expected;
+  std::vector<Scalar> dinput_expected(rows * in), dinput_actual(rows * in);
+  backend::cpu::linear_backward(dinput_expected.data(), dweight_expected.data(), nullptr,
+                                doutput.data(), input.data(), weight.data(), rows, in, out);
+  device.linear_backward(view_of(dinput_actual), view_of(dweight_actual),
+                         View{nullptr, 0, backend::element_type_of<Scalar>()}, view_of(doutput),
+                         view_of(input), view_of(weight), rows, in, out);
+  CHECK(dweight_actual == dweight_expected);
+  CHECK(dinput_actual == dinput_expected);
+
+  auto norm_weight = random_values<Scalar>(in, 6), norm_bias = random_values<Scalar>(in, 7);
+  std::vector<Scalar> normed_expected(rows * in), mean_expected(rows), rstd_expected(rows);
+  std::vector<Scalar> normed_actual(rows * in), mean_actual(rows), rstd_actual(rows);
+  backend::cpu::layernorm_forward(normed_expected.data(), mean_expected.data(),
+                                  rstd_expected.data(), input.data(), norm_weight.data(),
+                                  norm_bias.data(), static_cast<Scalar>(1e-5), rows, in);
+  device.layernorm_forward(view_of(normed_actual), view_of(mean_actual), view_of(rstd_actual),
+                           view_of(input), view_of(norm_weight), view_of(norm_bias), 1e-5, rows,
+                           in);
+  CHECK(normed_actual == normed_expected);
+  CHECK(rstd_actual == rstd_expected);
+}
+
+TEST_CASE("the CPU device sums in a fixed order, in double") {
+  auto values = random_values<float>(100001, 8);
+  double expected = 0;
+  for (const float value : values) expected += static_cast<double>(value);
+  double total = -1;
+  CpuDevice device;
+  device.sum(View{&total, 1, ElementType::f64}, view_of(values));
+  CHECK(total == expected);
+}
+
+TEST_CASE("the CPU device refuses bf16, mixed types and GPU memory, naming the op") {
+  CpuDevice device;
+  std::vector<uint16_t> half(16);
+  const View bf16{half.data(), 16, ElementType::bf16};
+  CHECK_THROWS_WITH_AS(device.gelu_forward(bf16, bf16),
+                       "the CPU device computes in fp32 or fp64; gelu_forward has no bf16 kernel "
+                       "on it (bf16 and fp16 run on --device cuda)",
+                       common::Error);
+  std::vector<float> single(16);
+  std::vector<double> twice(16);
+  CHECK_THROWS_WITH_AS(device.residual_forward(view_of(single), view_of(twice), view_of(single)),
+                       "a fp32 view was used as fp64 memory", common::Error);
+  View on_gpu = view_of(single);
+  on_gpu.on = MemoryKind::cuda;
+  CHECK_THROWS_WITH_AS(device.gelu_forward(view_of(single), on_gpu),
+                       "the CPU device was given GPU memory (16 elements of fp32)", common::Error);
+}

@@ -1,0 +1,105 @@
+// The recompute schedule (which layers the backward recomputes, in which chunks) and the
+// activation plan (what each layer keeps, the slots recomputed layers share, the element types
+// and sizes): checked layer by layer against Megatron's --recompute-* semantics.
+#include "backend/model/activation_plan.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "backend/common/error.hpp"
+
+using backend::ActivationPlan;
+using backend::ElementType;
+using backend::GptConfig;
+using backend::RecomputeGranularity;
+using backend::RecomputeMethod;
+using backend::RecomputeSchedule;
+
+namespace {
+
+GptConfig five_layers(RecomputeGranularity granularity, RecomputeMethod method, int64_t layers) {
+  GptConfig config;
+  config.num_layers = 5;
+  config.hidden_size = 16;
+  config.num_attention_heads = 2;
+  config.ffn_hidden_size = 64;
+  config.vocab_size = 64;
+  config.padded_vocab_size = 64;
+  config.max_position_embeddings = 8;
+  config.recompute_granularity = granularity;
+  config.recompute_method = method;
+  config.recompute_num_layers = layers;
+  return config;
+}
+
+int64_t numel(const ActivationPlan& plan, int64_t region) {
+  return plan.layout.regions()[static_cast<size_t>(region)].numel;
+}
+
+}  // namespace
+
+TEST_CASE("uniform recompute runs chunks of recompute_num_layers layers, the last one short") {
+  const RecomputeSchedule schedule(
+      five_layers(RecomputeGranularity::full, RecomputeMethod::uniform, 2));
+  std::vector<int64_t> begins;
+  std::vector<bool> lasts;
+  for (int64_t l = 0; l < 5; ++l) {
+    CHECK(schedule.recomputed(l));
+    begins.push_back(schedule.chunk_begin(l));
+    lasts.push_back(schedule.last_of_chunk(l));
+  }
+  CHECK(begins == std::vector<int64_t>{0, 0, 2, 2, 4});
+  CHECK(lasts == std::vector<bool>{false, true, false, true, true});
+  CHECK_FALSE(schedule.selective());
+}
+
+TEST_CASE("block recompute recomputes the first recompute_num_layers layers one by one") {
+  const RecomputeSchedule schedule(
+      five_layers(RecomputeGranularity::full, RecomputeMethod::block, 3));
+  for (int64_t l = 0; l < 5; ++l) {
+    CAPTURE(l);
+    CHECK(schedule.recomputed(l) == (l < 3));
+    if (l < 3) {
+      CHECK(schedule.chunk_begin(l) == l);
+      CHECK(schedule.last_of_chunk(l));
+    }
+  }
+}
+
+TEST_CASE("the plan keeps outputs only where a recompute or the final norm starts from them") {
+  const GptConfig config = five_layers(RecomputeGranularity::full, RecomputeMethod::uniform, 2);
+  const int64_t B = 2, T = 8, rows = B * T, C = config.hidden_size;
+  const ActivationPlan plan =
+      backend::plan_activations(config, RecomputeSchedule(config), B, T, ElementType::f32);
+  REQUIRE(plan.layers.size() == 5);
+  // Recomputed layers keep no internals in their own entry; chunk ends keep their output.
+  for (size_t l = 0; l < 5; ++l) {
+    CAPTURE(l);
+    CHECK(numel(plan, plan.layers[l].qkv) == 0);
+    CHECK(numel(plan, plan.layers[l].output) == (l % 2 == 1 || l == 4 ? rows * C : 0));
+  }
+  // Two slots; the first layer of a chunk needs an output there, the second does not.
+  REQUIRE(plan.recompute_slots.size() == 2);
+  CHECK(numel(plan, plan.recompute_slots[0].qkv) == rows * config.qkv_features());
+  CHECK(numel(plan, plan.recompute_slots[0].output) == rows * C);
+  CHECK(numel(plan, plan.recompute_slots[1].output) == 0);
+  CHECK(numel(plan, plan.tokens) == rows);
+  CHECK(plan.layout.regions()[static_cast<size_t>(plan.tokens)].type == ElementType::i32);
+  CHECK(plan.layout.regions()[static_cast<size_t>(plan.loss_total)].type == ElementType::f64);
+  // The same plan in fp64 keeps twice the bytes.
+  const ActivationPlan doubled =
+      backend::plan_activations(config, RecomputeSchedule(config), B, T, ElementType::f64);
+  CHECK(doubled.kept_bytes == 2 * plan.kept_bytes);
+  CHECK(doubled.layout.bytes() > plan.layout.bytes());
+}
+
+TEST_CASE("a micro batch too large to address is refused, naming what overflows") {
+  const GptConfig config = five_layers(RecomputeGranularity::none, RecomputeMethod::uniform, 1);
+  const int64_t huge = std::numeric_limits<int64_t>::max() / 4;
+  CHECK_THROWS_AS(
+      backend::plan_activations(config, RecomputeSchedule(config), huge, 8, ElementType::f32),
+      common::Error);
+}
