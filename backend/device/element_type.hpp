@@ -4,6 +4,7 @@
 // the .idx files' element code in data/indexed_dataset.hpp, Megatron's name for it.)
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <string_view>
 
@@ -33,7 +34,30 @@ constexpr std::string_view element_name(ElementType dtype) {
   return "?";
 }
 
-// The ElementType of a host element type: float, double, int32_t.
+// Host-side names of the 2-byte types, for declaring the CUDA twins without CUDA headers (the
+// *_cuda.cu files reinterpret them as __nv_bfloat16 / __half, which have the same layout) and
+// for moving values between host and device.
+struct bfloat16 {
+  uint16_t bits;
+};
+struct float16 {
+  uint16_t bits;
+};
+
+// fp32 → bf16 with round-to-nearest-even (NaN stays a quiet NaN), as __float2bfloat16_rn.
+inline bfloat16 to_bfloat16(float value) {
+  const auto bits = std::bit_cast<uint32_t>(value);
+  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0) {
+    return {static_cast<uint16_t>((bits >> 16) | 0x0040u)};
+  }
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return {static_cast<uint16_t>((bits + rounding) >> 16)};
+}
+inline float to_float(bfloat16 value) {
+  return std::bit_cast<float>(static_cast<uint32_t>(value.bits) << 16);
+}
+
+// The ElementType of a host element type: float, double, int32_t, bfloat16, float16.
 template <typename T>
 constexpr ElementType element_type_of();
 template <>
@@ -42,5 +66,9 @@ template <>
 constexpr ElementType element_type_of<double>() { return ElementType::f64; }
 template <>
 constexpr ElementType element_type_of<int32_t>() { return ElementType::i32; }
+template <>
+constexpr ElementType element_type_of<bfloat16>() { return ElementType::bf16; }
+template <>
+constexpr ElementType element_type_of<float16>() { return ElementType::f16; }
 
 }  // namespace backend

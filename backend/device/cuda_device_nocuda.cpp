@@ -1,0 +1,14 @@
+// make_cuda_device in a build without CUDA: refused with what to do instead.
+#include "backend/common/error.hpp"
+#include "backend/device/cuda_device.hpp"
+
+namespace backend {
+
+std::unique_ptr<Device> make_cuda_device(int index) {
+  common::fail(
+      "--device cuda:{} needs a build with CUDA; this one was configured without nvcc (rebuild "
+      "with the CUDA toolkit on PATH, or use --device cpu)",
+      index);
+}
+
+}  // namespace backend
