@@ -10,7 +10,7 @@
 
 #include "backend/data/data_blend.hpp"
 #include "backend/train/arguments.hpp"
-#include "backend/train/trainer.hpp"
+#include "backend/train/batch_source.hpp"
 
 namespace backend {
 

@@ -3,9 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <optional>
 #include <filesystem>
 #include <ostream>
@@ -22,8 +20,10 @@
 #include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/benchmark_report.hpp"
 #include "backend/train/dataset_provider.hpp"
+#include "backend/train/evaluation.hpp"
 #include "backend/train/exp_manager_files.hpp"
-#include "backend/train/tensorboard_writer.hpp"
+#include "backend/train/train_step.hpp"
+#include "backend/train/training_cadence.hpp"
 #include "backend/train/training_log.hpp"
 #include "backend/train/training_schedule.hpp"
 
@@ -93,27 +93,19 @@ void select_device(const TrainingArguments& arguments) {
   }
 }
 
-// Mean loss over eval_iters global batches of `split`, forward only, in evaluation mode
-// (no dropout, and the dropout step stays where training left it); training mode after.
-double evaluate(GptModel<float>& model, const TrainingArguments& a, const BatchSource& source,
-                Split split, int64_t& consumed_samples, std::vector<int32_t>& tokens,
-                std::vector<int32_t>& labels) {
-  const int64_t num_micro_batches = a.global_batch_size / a.micro_batch_size;
-  model.set_training(false);
-  double total = 0;
-  for (int64_t i = 0; i < a.eval_iters; ++i) {
-    for (int64_t m = 0; m < num_micro_batches; ++m) {
-      source(split, consumed_samples, a.micro_batch_size, tokens, labels);
-      consumed_samples += a.micro_batch_size;
-      total += model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
-    }
-  }
-  model.set_training(true);
-  return total / static_cast<double>(a.eval_iters * num_micro_batches);
-}
-
-void print_lines(std::ostream& out, const std::vector<std::string>& lines) {
-  for (const auto& line : lines) out << line << '\n';
+// Benchmark mode's summary (--benchmark-output): the JSON file and its line.
+void report_benchmark(const TrainingArguments& a, int64_t padded_vocab_size,
+                      int64_t parameter_count, const std::vector<IterationRecord>& iterations,
+                      std::optional<double> peak_flops, std::ostream& out) {
+  std::vector<double> step_ms;
+  for (const auto& record : iterations) step_ms.push_back(record.elapsed_ms);
+  const BenchmarkSummary summary = summarize_benchmark(
+      a, padded_vocab_size, step_ms, peak_flops ? *peak_flops : measure_cpu_sgemm_peak());
+  write_benchmark_json(a.benchmark_output, a, padded_vocab_size, parameter_count, summary);
+  out << fmt::format(" benchmark: median {:.1f} ms/iteration | {:.1f} tokens/s | {:.3f} TFLOP/s | "
+                     "MFU {:.1f}% of the measured {:.3f} TFLOP/s sgemm peak | written to {}\n",
+                     summary.median_step_ms, summary.tokens_per_second, summary.tflops_per_device,
+                     100.0 * summary.mfu, summary.peak_flops / 1e12, a.benchmark_output);
   out.flush();
 }
 
@@ -185,9 +177,6 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
                  Split split, int64_t first, int64_t batch, std::span<int32_t> tokens,
                  std::span<int32_t> labels) { dataset.fill_batch(split, first, batch, tokens, labels); };
   }
-  const int64_t micro_tokens =
-      common::checked_multiply(a.micro_batch_size, a.seq_length, "--micro-batch-size × --seq-length");
-  std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
 
   out << fmt::format(" > padded vocab (size: {}) with {} dummy tokens (new size: {})\n",
                      config.vocab_size, config.padded_vocab_size - config.vocab_size,
@@ -204,20 +193,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
     peak_flops = measure_cpu_sgemm_peak();
     spdlog::info("measured sgemm peak: {:.3f} TFLOP/s (the MFU reference)", *peak_flops / 1e12);
   }
-  std::optional<TensorBoardWriter> tensorboard;
-  if (!a.tensorboard_dir.empty()) tensorboard.emplace(a.tensorboard_dir, a.tensorboard_queue_size);
-  // Megatron's evaluate_and_print_results: every pass, test included, is written as validation.
-  auto write_validation = [&](int64_t iteration, int64_t consumed_samples, double loss) {
-    if (!tensorboard) return;
-    tensorboard->add_scalar("lm loss validation", loss, iteration);
-    tensorboard->add_scalar("lm loss validation vs samples", loss, consumed_samples);
-    if (a.log_validation_ppl_to_tensorboard) {
-      const double perplexity = std::exp(std::min(20.0, loss));
-      tensorboard->add_scalar("lm loss validation ppl", perplexity, iteration);
-      tensorboard->add_scalar("lm loss validation ppl vs samples", perplexity, consumed_samples);
-    }
-    tensorboard->flush();
-  };
+  TrainingLog log(a, config.padded_vocab_size, peak_flops, out);
 
   // ---- checkpointing (backend/ckpt): where training resumes, and saving (Megatron's
   // load_checkpoint in setup_model_and_optimizer; checkpoint_and_decide_exit in train).
@@ -252,154 +228,63 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
                      format_timestamp(std::time(nullptr)));
   out.flush();
 
-  // Sums over the current log interval, as Megatron's total_loss_dict.
-  double interval_loss = 0, interval_seconds = 0;
-  int64_t interval_advanced = 0, interval_skipped = 0, interval_nan = 0;
+  // Megatron's evaluate_and_print_results; returns the loss.
+  auto evaluate_and_log = [&](Split split, int64_t& consumed_samples, const std::string& prefix,
+                              int64_t iteration) {
+    const EvaluationResult evaluation = evaluate(model, source, split, consumed_samples, a);
+    consumed_samples += evaluation.samples;
+    log.add_evaluation(prefix, iteration, consumed_train, evaluation.lm_loss);
+    return evaluation.lm_loss;
+  };
 
   for (int64_t iteration = resumed.iteration + 1; iteration <= a.train_iters; ++iteration) {
     const auto step_start = Clock::now();
-    const int64_t batch_size = batch_sizes.global_batch_size(consumed_train);
-    const int64_t num_micro_batches = batch_sizes.num_micro_batches(consumed_train);
-    model.zero_gradients();
-    double loss_sum = 0;
-    for (int64_t m = 0; m < num_micro_batches; ++m) {
-      source(Split::train, consumed_train + m * a.micro_batch_size, a.micro_batch_size, tokens,
-             labels);
-      loss_sum += model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
-      model.backward(1.0f / static_cast<float>(num_micro_batches));
-    }
-    const double loss = loss_sum / static_cast<double>(num_micro_batches);
-    const double grad_norm = global_gradient_norm(model.gradients());
-    const bool got_nan = !std::isfinite(loss) || !std::isfinite(grad_norm);
-    const double step_lr = scheduler.learning_rate();
-    if (!got_nan) {
-      clip_gradients(model.gradients(), grad_norm, a.clip_grad);
-      optimizer.step(model.parameters(), model.gradients(), step_lr, scheduler.weight_decay());
-      scheduler.step(batch_size);
-    }
-    consumed_train += batch_size;
+    const GlobalBatch batch{.first_sample = consumed_train,
+                            .global_batch_size = batch_sizes.global_batch_size(consumed_train),
+                            .num_micro_batches = batch_sizes.num_micro_batches(consumed_train)};
+    const TrainStepResult step = train_step(model, optimizer, scheduler, source, batch, a);
+    consumed_train += batch.global_batch_size;
     const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     result.iterations.push_back({.iteration = iteration,
-                                 .lm_loss = loss,
-                                 .grad_norm = grad_norm,
-                                 .learning_rate = step_lr,
-                                 .skipped = got_nan,
+                                 .lm_loss = step.lm_loss,
+                                 .grad_norm = step.grad_norm,
+                                 .learning_rate = step.learning_rate,
+                                 .skipped = step.skipped,
                                  .elapsed_ms = 1000.0 * step_seconds,
-                                 .global_batch_size = batch_size,
+                                 .global_batch_size = batch.global_batch_size,
                                  .consumed_samples = consumed_train});
-    // Megatron's training_log: these scalars every --tensorboard-log-interval iterations, each
-    // also against the consumed samples; the learning rate is the one the next step uses.
-    if (tensorboard && iteration % a.tensorboard_log_interval == 0) {
-      auto write = [&](const std::string& tag, double value) {
-        tensorboard->add_scalar(tag, value, iteration);
-        tensorboard->add_scalar(tag + " vs samples", value, consumed_train);
-      };
-      write("learning-rate", scheduler.learning_rate());
-      write("batch-size", static_cast<double>(batch_size));
-      write("lm loss", loss);
-      if (a.log_loss_scale_to_tensorboard) write("loss-scale", 1.0);
-      if (a.log_world_size_to_tensorboard) write("world-size", 1.0);
-      write("grad-norm", grad_norm);
-    }
+    log.add_iteration(result.iterations.back(), scheduler.learning_rate());
 
-    interval_seconds += step_seconds;
-    if (got_nan) {
-      ++interval_skipped;
-      ++interval_nan;
-    } else {
-      interval_loss += loss;
-      ++interval_advanced;
+    const IterationActions actions = actions_after_iteration(a, iteration);
+    if (actions.evaluate) {
+      evaluate_and_log(Split::validation, consumed_valid, fmt::format("iteration {}", iteration),
+                       iteration);
     }
-    if (iteration % a.log_interval == 0) {
-      const int64_t interval_iterations = interval_advanced + interval_skipped;
-      IterationLogFields fields;
-      fields.timestamp = std::time(nullptr);
-      fields.iteration = iteration;
-      fields.train_iters = a.train_iters;
-      fields.consumed_samples = consumed_train;
-      const double seconds_per_iteration = interval_seconds / static_cast<double>(interval_iterations);
-      fields.elapsed_ms_per_iteration = 1000.0 * seconds_per_iteration;
-      // Megatron's num_floating_point_operations(args, batch_size) for this iteration's batch.
-      const double throughput_tflops = megatron_throughput_tflops_per_gpu(
-          a, config.padded_vocab_size, batch_size, seconds_per_iteration);
-      if (a.log_throughput) fields.throughput_tflops_per_gpu = throughput_tflops;
-      fields.learning_rate = scheduler.learning_rate();
-      fields.global_batch_size = batch_size;
-      fields.lm_loss = interval_loss / static_cast<double>(std::max<int64_t>(1, interval_advanced));
-      fields.grad_norm = grad_norm;
-      fields.skipped_iterations = interval_skipped;
-      fields.nan_iterations = interval_nan;
-      out << format_iteration_line(fields) << '\n';
-      if (peak_flops) {
-        out << format_throughput_extension_line(
-                   static_cast<double>(batch_size * a.seq_length) / seconds_per_iteration,
-                   throughput_tflops * 1e12, *peak_flops)
-            << '\n';
-      }
-      out.flush();
-      if (tensorboard) {
-        if (a.log_timers_to_tensorboard) {
-          tensorboard->add_scalar("iteration-time", seconds_per_iteration, iteration);
-          if (a.log_throughput) tensorboard->add_scalar("throughput", throughput_tflops, iteration);
-        }
-        tensorboard->flush();
-      }
-      interval_loss = interval_seconds = 0;
-      interval_advanced = interval_skipped = interval_nan = 0;
-    }
-    if (a.eval_iters > 0 && iteration % a.eval_interval == 0 && iteration != a.train_iters) {
-      const double validation = evaluate(model, a, source, Split::validation, consumed_valid,
-                                         tokens, labels);
-      print_lines(out, format_evaluation_block(fmt::format("iteration {}", iteration), validation));
-      write_validation(iteration, consumed_train, validation);
-    }
-
-    // Megatron's checkpoint_and_decide_exit: save every --save-interval; at --exit-interval
-    // save (unless just saved) and exit, without the final evaluation (Megatron's sys.exit).
-    if (!a.save.empty() && a.save_interval > 0 && iteration % a.save_interval == 0) save(iteration);
-    if (a.exit_interval > 0 && iteration % a.exit_interval == 0) {
-      if (!a.save.empty() && last_saved_iteration != iteration) save(iteration);
+    if (actions.save) save(iteration);
+    if (actions.exit) {
       out << fmt::format("[exiting program at iteration {}] datetime: {}\n", iteration,
                          format_timestamp(std::time(nullptr)));
       out.flush();
       return result;
     }
   }
-  // As Megatron after train(): save the last iteration unless it was just saved (or loaded).
-  const int64_t last_iteration = std::max(resumed.iteration, a.train_iters);
-  if (!a.save.empty() && last_iteration > 0 && last_saved_iteration != last_iteration) {
-    save(last_iteration);
+  if (const auto iteration = iteration_to_save_at_end(a, resumed.iteration, last_saved_iteration)) {
+    save(*iteration);
   }
-
   if (!a.benchmark_output.empty()) {
-    std::vector<double> step_ms;
-    for (const auto& record : result.iterations) step_ms.push_back(record.elapsed_ms);
-    const BenchmarkSummary summary =
-        summarize_benchmark(a, config.padded_vocab_size, step_ms,
-                            peak_flops ? *peak_flops : measure_cpu_sgemm_peak());
-    write_benchmark_json(a.benchmark_output, a, config.padded_vocab_size, result.parameter_count,
-                         summary);
-    out << fmt::format(" benchmark: median {:.1f} ms/iteration | {:.1f} tokens/s | {:.3f} TFLOP/s | "
-                       "MFU {:.1f}% of the measured {:.3f} TFLOP/s sgemm peak | written to {}\n",
-                       summary.median_step_ms, summary.tokens_per_second, summary.tflops_per_device,
-                       100.0 * summary.mfu, summary.peak_flops / 1e12, a.benchmark_output);
-    out.flush();
+    report_benchmark(a, config.padded_vocab_size, result.parameter_count, result.iterations,
+                     peak_flops, out);
   }
-
   if (a.eval_iters > 0) {
-    result.validation_loss =
-        evaluate(model, a, source, Split::validation, consumed_valid, tokens, labels);
-    print_lines(out, format_evaluation_block(
-                         fmt::format("iteration {} on validation set", a.train_iters),
-                         *result.validation_loss));
-    write_validation(a.train_iters, consumed_train, *result.validation_loss);
+    result.validation_loss = evaluate_and_log(
+        Split::validation, consumed_valid,
+        fmt::format("iteration {} on validation set", a.train_iters), a.train_iters);
     int64_t consumed_test = 0;
-    result.test_loss = evaluate(model, a, source, Split::test, consumed_test, tokens, labels);
-    print_lines(out, format_evaluation_block(fmt::format("iteration {} on test set", a.train_iters),
-                                             *result.test_loss));
-    write_validation(a.train_iters, consumed_train, *result.test_loss);
+    result.test_loss = evaluate_and_log(Split::test, consumed_test,
+                                        fmt::format("iteration {} on test set", a.train_iters),
+                                        a.train_iters);
   }
-  if (tensorboard) tensorboard->close();
+  log.close();
   return result;
 }
 

@@ -1,40 +1,25 @@
-// The pretraining loop of Megatron-LM's pretrain() (megatron/training/training.py), on one
-// process for now: build the model, the optimizer and the schedule from the arguments, then
-//   for each iteration: zero grads; for each micro batch: forward, backward(1/num_micro);
-//                       norm = global grad norm; if finite: clip, AdamW step, schedule step;
-//                       log every --log-interval; validate every --eval-interval
-// and at the end validate and test once more when --eval-iters > 0, as Megatron does.
-// Output lines go to `out` in Megatron's formats (training_log.hpp).
+// The pretraining loop of Megatron-LM's pretrain() and train() (megatron/training/training.py),
+// on one process: build the model, the optimizer and the schedule from the arguments, load a
+// checkpoint if asked, then for each iteration
+//   train_step (train_step.hpp)              the global batch's update
+//   TrainingLog (training_log.hpp)           TensorBoard scalars, the iteration line
+//   actions_after_iteration (training_cadence.hpp)
+//                                            evaluate (evaluation.hpp), save, exit
+// and at the end save, and validate and test once more when --eval-iters > 0, as Megatron does.
+// Output lines go to `out` in Megatron's formats.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <iosfwd>
 #include <optional>
-#include <span>
 #include <vector>
 
-#include "backend/data/mock_dataset.hpp"
 #include "backend/model/gpt_config.hpp"
 #include "backend/train/arguments.hpp"
+#include "backend/train/batch_source.hpp"
+#include "backend/train/training_log.hpp"
 
 namespace backend {
-
-// Where batches come from: fills tokens and labels, each (batch_size, seq_length), with
-// samples first_sample .. first_sample + batch_size − 1 of the split.
-using BatchSource = std::function<void(Split split, int64_t first_sample, int64_t batch_size,
-                                       std::span<int32_t> tokens, std::span<int32_t> labels)>;
-
-struct IterationRecord {
-  int64_t iteration = 0;
-  double lm_loss = 0;
-  double grad_norm = 0;
-  double learning_rate = 0;  // the rate this iteration's update used
-  bool skipped = false;
-  double elapsed_ms = 0;
-  int64_t global_batch_size = 0;  // grows during --rampup-batch-size
-  int64_t consumed_samples = 0;   // after this iteration
-};
 
 struct TrainingResult {
   std::vector<IterationRecord> iterations;

@@ -1,12 +1,15 @@
-// Megatron-LM's training and validation log lines; see training_log.hpp.
+// Megatron-LM's training and validation log lines and training_log; see training_log.hpp.
 #include "backend/train/training_log.hpp"
 
 #include "backend/common/local_time.hpp"
+#include "backend/train/benchmark_report.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
+#include <utility>
 
 namespace backend {
 
@@ -44,6 +47,118 @@ std::vector<std::string> format_evaluation_block(const std::string& prefix, doub
   middle += fmt::format("lm loss PPL: {:.6E} | ", perplexity);
   const std::string dashes(middle.size() + 1, '-');
   return {dashes, middle, dashes};
+}
+
+void IntervalTotals::add(const IterationRecord& record) {
+  elapsed_ms_sum += record.elapsed_ms;
+  // Without a loss scale, a step is skipped only for a non-finite loss or norm: every skipped
+  // iteration is a nan iteration too.
+  if (record.skipped) {
+    ++skipped_iterations;
+    ++nan_iterations;
+  } else {
+    lm_loss_sum += record.lm_loss;
+    ++advanced_iterations;
+  }
+}
+
+double IntervalTotals::mean_lm_loss() const {
+  return lm_loss_sum / static_cast<double>(std::max<int64_t>(1, advanced_iterations));
+}
+
+double IntervalTotals::elapsed_ms_per_iteration() const {
+  return elapsed_ms_sum / static_cast<double>(iterations());
+}
+
+TrainingLog::TrainingLog(TrainingArguments arguments, int64_t padded_vocab_size,
+                         std::optional<double> peak_flops, std::ostream& out)
+    : arguments_(std::move(arguments)),
+      padded_vocab_size_(padded_vocab_size),
+      peak_flops_(peak_flops),
+      out_(out) {
+  if (!arguments_.tensorboard_dir.empty()) {
+    tensorboard_.emplace(arguments_.tensorboard_dir, arguments_.tensorboard_queue_size);
+  }
+}
+
+void TrainingLog::add_iteration(const IterationRecord& record, double next_learning_rate) {
+  const auto& a = arguments_;
+  if (tensorboard_ && record.iteration % a.tensorboard_log_interval == 0) {
+    auto write = [&](const std::string& tag, double value) {
+      tensorboard_->add_scalar(tag, value, record.iteration);
+      tensorboard_->add_scalar(tag + " vs samples", value, record.consumed_samples);
+    };
+    write("learning-rate", next_learning_rate);
+    write("batch-size", static_cast<double>(record.global_batch_size));
+    write("lm loss", record.lm_loss);
+    if (a.log_loss_scale_to_tensorboard) write("loss-scale", 1.0);
+    if (a.log_world_size_to_tensorboard) write("world-size", 1.0);
+    write("grad-norm", record.grad_norm);
+  }
+  interval_.add(record);
+  if (record.iteration % a.log_interval == 0) {
+    print_iteration_line(record, next_learning_rate);
+    interval_ = {};
+  }
+}
+
+void TrainingLog::print_iteration_line(const IterationRecord& record, double next_learning_rate) {
+  const auto& a = arguments_;
+  IterationLogFields fields;
+  fields.timestamp = std::time(nullptr);
+  fields.iteration = record.iteration;
+  fields.train_iters = a.train_iters;
+  fields.consumed_samples = record.consumed_samples;
+  fields.elapsed_ms_per_iteration = interval_.elapsed_ms_per_iteration();
+  const double seconds_per_iteration = fields.elapsed_ms_per_iteration / 1000.0;
+  // Megatron's num_floating_point_operations(args, batch_size) for this iteration's batch.
+  const double throughput_tflops = megatron_throughput_tflops_per_gpu(
+      a, padded_vocab_size_, record.global_batch_size, seconds_per_iteration);
+  if (a.log_throughput) fields.throughput_tflops_per_gpu = throughput_tflops;
+  fields.learning_rate = next_learning_rate;
+  fields.global_batch_size = record.global_batch_size;
+  fields.lm_loss = interval_.mean_lm_loss();
+  fields.grad_norm = record.grad_norm;
+  fields.skipped_iterations = interval_.skipped_iterations;
+  fields.nan_iterations = interval_.nan_iterations;
+  out_ << format_iteration_line(fields) << '\n';
+  if (peak_flops_) {
+    const double tokens_per_second =
+        static_cast<double>(record.global_batch_size * a.seq_length) / seconds_per_iteration;
+    out_ << format_throughput_extension_line(tokens_per_second, throughput_tflops * 1e12,
+                                             *peak_flops_)
+         << '\n';
+  }
+  out_.flush();
+  if (tensorboard_) {
+    if (a.log_timers_to_tensorboard) {
+      tensorboard_->add_scalar("iteration-time", seconds_per_iteration, record.iteration);
+      if (a.log_throughput) {
+        tensorboard_->add_scalar("throughput", throughput_tflops, record.iteration);
+      }
+    }
+    tensorboard_->flush();
+  }
+}
+
+void TrainingLog::add_evaluation(const std::string& prefix, int64_t iteration,
+                                 int64_t consumed_train_samples, double lm_loss) {
+  for (const auto& line : format_evaluation_block(prefix, lm_loss)) out_ << line << '\n';
+  out_.flush();
+  if (!tensorboard_) return;
+  tensorboard_->add_scalar("lm loss validation", lm_loss, iteration);
+  tensorboard_->add_scalar("lm loss validation vs samples", lm_loss, consumed_train_samples);
+  if (arguments_.log_validation_ppl_to_tensorboard) {
+    const double perplexity = std::exp(std::min(20.0, lm_loss));
+    tensorboard_->add_scalar("lm loss validation ppl", perplexity, iteration);
+    tensorboard_->add_scalar("lm loss validation ppl vs samples", perplexity,
+                             consumed_train_samples);
+  }
+  tensorboard_->flush();
+}
+
+void TrainingLog::close() {
+  if (tensorboard_) tensorboard_->close();
 }
 
 }  // namespace backend

@@ -7,13 +7,25 @@
 // and the validation block: a line of dashes, " validation loss at <prefix> | lm loss value:
 // X | lm loss PPL: Y | ", a line of dashes, where PPL = exp(min(20, loss)) and the dashes are
 // one longer than the middle line.
+//
+// TrainingLog is training_log itself: it sums each iteration into the current interval
+// (Megatron's total_loss_dict and timers) and every --log-interval prints the line with
+//   elapsed time = mean over the interval's iterations, lm loss = mean over those that were
+//   not skipped, grad norm and batch size = the last iteration's, learning rate = the one the
+//   next iteration uses;
+// it writes the TensorBoard scalars (every --tensorboard-log-interval, each also against the
+// consumed samples) and the evaluation blocks with their scalars.
 #pragma once
 
 #include <cstdint>
 #include <ctime>
+#include <iosfwd>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "backend/train/arguments.hpp"
+#include "backend/train/tensorboard_writer.hpp"
 
 namespace backend {
 
@@ -48,5 +60,58 @@ std::vector<std::string> format_evaluation_block(const std::string& prefix, doub
 
 // " [YYYY-MM-DD HH:MM:SS]" in local time, as Megatron's datetime.now().strftime(...).
 std::string format_timestamp(std::time_t timestamp);
+
+// One finished training iteration.
+struct IterationRecord {
+  int64_t iteration = 0;
+  double lm_loss = 0;
+  double grad_norm = 0;
+  double learning_rate = 0;  // the rate this iteration's update used
+  bool skipped = false;
+  double elapsed_ms = 0;
+  int64_t global_batch_size = 0;  // grows during --rampup-batch-size
+  int64_t consumed_samples = 0;   // after this iteration
+};
+
+// The sums over the iterations since the last iteration line.
+struct IntervalTotals {
+  double lm_loss_sum = 0;  // of the iterations that were not skipped
+  double elapsed_ms_sum = 0;
+  int64_t advanced_iterations = 0;
+  int64_t skipped_iterations = 0;
+  int64_t nan_iterations = 0;
+
+  void add(const IterationRecord& record);
+  int64_t iterations() const { return advanced_iterations + skipped_iterations; }
+  double mean_lm_loss() const;  // 0 when every iteration was skipped
+  double elapsed_ms_per_iteration() const;
+};
+
+class TrainingLog {
+ public:
+  // Opens the event file when --tensorboard-dir is given. `peak_flops`: the measured peak
+  // that --log-throughput's extension line reports MFU against.
+  TrainingLog(TrainingArguments arguments, int64_t padded_vocab_size,
+              std::optional<double> peak_flops, std::ostream& out);
+
+  // After every iteration, with the learning rate the next one will use.
+  void add_iteration(const IterationRecord& record, double next_learning_rate);
+  // Megatron's evaluate_and_print_results: the block, and the loss in TensorBoard at
+  // `iteration` and `consumed_train_samples`; a test pass is written as validation too.
+  void add_evaluation(const std::string& prefix, int64_t iteration,
+                      int64_t consumed_train_samples, double lm_loss);
+  // Writes out and closes the event file (its destructor does too).
+  void close();
+
+ private:
+  void print_iteration_line(const IterationRecord& record, double next_learning_rate);
+
+  TrainingArguments arguments_;
+  int64_t padded_vocab_size_;
+  std::optional<double> peak_flops_;
+  std::ostream& out_;
+  std::optional<TensorBoardWriter> tensorboard_;
+  IntervalTotals interval_;
+};
 
 }  // namespace backend

@@ -1,5 +1,15 @@
-// Megatron's log lines, compared character by character with the format in the issue.
+// Megatron's log lines, compared character by character with the format in the issue, and
+// training_log's interval sums, iteration lines and TensorBoard scalars.
 #include <doctest/doctest.h>
+
+#include "read_file.hpp"
+#include "temporary_directory.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "backend/train/training_log.hpp"
 
@@ -51,4 +61,145 @@ TEST_CASE("the validation block: dashes one longer than the line, PPL capped at 
 TEST_CASE("--log-throughput's extension line: tokens/s and MFU against the measured peak") {
   CHECK(format_throughput_extension_line(41120.24, 2.7e10, 2.35e11) ==
         " throughput: 41120.2 tokens/s | MFU: 11.5% of the measured 0.235 TFLOP/s sgemm peak |");
+}
+
+namespace {
+
+TrainingArguments log_arguments() {
+  TrainingArguments a;
+  a.num_layers = 2;
+  a.hidden_size = 32;
+  a.ffn_hidden_size = 128;
+  a.num_attention_heads = 4;
+  a.seq_length = 16;
+  a.micro_batch_size = 2;
+  a.global_batch_size = 4;
+  a.train_iters = 10;
+  a.log_interval = 2;
+  return a;
+}
+
+IterationRecord record(int64_t iteration, double lm_loss, double elapsed_ms, bool skipped = false) {
+  return {.iteration = iteration,
+          .lm_loss = lm_loss,
+          .grad_norm = 0.5 * static_cast<double>(iteration),
+          .learning_rate = 1e-3,
+          .skipped = skipped,
+          .elapsed_ms = elapsed_ms,
+          .global_batch_size = 4,
+          .consumed_samples = 4 * iteration};
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The TFRecord frames of the one event file in `directory`.
+int count_event_records(const std::filesystem::path& directory) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
+    files.push_back(entry.path());
+  }
+  REQUIRE(files.size() == 1);
+  const std::string bytes = test_support::read_file(files[0]);
+  int records = 0;
+  for (size_t at = 0; at + 12 <= bytes.size(); ++records) {
+    uint64_t length = 0;
+    for (int i = 7; i >= 0; --i) length = (length << 8) | static_cast<unsigned char>(bytes[at + i]);
+    at += 16 + length;
+  }
+  return records;
+}
+
+}  // namespace
+
+TEST_CASE("an interval's loss is over the iterations that advanced, its time over all of them") {
+  IntervalTotals totals;
+  totals.add(record(1, 2.0, 100));
+  totals.add(record(2, std::nan(""), 200, /*skipped=*/true));
+  totals.add(record(3, 4.0, 300));
+  CHECK(totals.iterations() == 3);
+  CHECK(totals.mean_lm_loss() == 3.0);
+  CHECK(totals.elapsed_ms_per_iteration() == 200.0);
+  CHECK(totals.skipped_iterations == 1);
+  CHECK(totals.nan_iterations == 1);
+
+  IntervalTotals all_skipped;
+  all_skipped.add(record(1, std::nan(""), 100, /*skipped=*/true));
+  CHECK(all_skipped.mean_lm_loss() == 0.0);
+  CHECK(all_skipped.elapsed_ms_per_iteration() == 100.0);
+}
+
+TEST_CASE("the iteration line comes every --log-interval, from that interval's iterations alone") {
+  std::ostringstream out;
+  TrainingLog log(log_arguments(), 256, std::nullopt, out);
+  log.add_iteration(record(1, 2.0, 100), 7e-4);
+  CHECK(out.str().empty());
+  log.add_iteration(record(2, 4.0, 200), 6e-4);
+  log.add_iteration(record(3, std::nan(""), 500, /*skipped=*/true), 6e-4);
+  log.add_iteration(record(4, 5.0, 300), 5e-4);
+  const auto lines = lines_of(out.str());
+  REQUIRE(lines.size() == 2);
+  // The learning rate is the next iteration's; grad norm and batch size the last iteration's.
+  CHECK(lines[0].substr(22) ==
+        " iteration        2/      10 | consumed samples:            8 | elapsed time per "
+        "iteration (ms): 150.0 | learning rate: 6.000000E-04 | global batch size:     4 | lm "
+        "loss: 3.000000E+00 | loss scale: 1.0 | grad norm: 1.000 | number of skipped "
+        "iterations:   0 | number of nan iterations:   0 |");
+  CHECK(lines[1].substr(22) ==
+        " iteration        4/      10 | consumed samples:           16 | elapsed time per "
+        "iteration (ms): 400.0 | learning rate: 5.000000E-04 | global batch size:     4 | lm "
+        "loss: 5.000000E+00 | loss scale: 1.0 | grad norm: 2.000 | number of skipped "
+        "iterations:   1 | number of nan iterations:   1 |");
+}
+
+TEST_CASE("--log-throughput: the TFLOP/s field, and the extension line when the peak is known") {
+  auto a = log_arguments();
+  a.log_throughput = true;
+  std::ostringstream out;
+  TrainingLog log(a, 256, 1e12, out);
+  log.add_iteration(record(1, 2.0, 100), 1e-3);
+  log.add_iteration(record(2, 2.0, 100), 1e-3);
+  const auto lines = lines_of(out.str());
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0].find("| throughput per GPU (TFLOP/s/GPU): ") != std::string::npos);
+  // 4 samples × 16 tokens in 0.1 s.
+  CHECK(lines[1].rfind(" throughput: 640.0 tokens/s | MFU: ", 0) == 0);
+}
+
+TEST_CASE("an evaluation prints Megatron's block") {
+  std::ostringstream out;
+  TrainingLog log(log_arguments(), 256, std::nullopt, out);
+  log.add_evaluation("iteration 4 on test set", 4, 16, 2.0);
+  const auto block = format_evaluation_block("iteration 4 on test set", 2.0);
+  CHECK(lines_of(out.str()) == block);
+}
+
+TEST_CASE("TensorBoard: scalars every --tensorboard-log-interval, timers per line, validation") {
+  test_support::TemporaryDirectory temporary;
+  auto a = log_arguments();
+  a.tensorboard_dir = (temporary.path / "tb").string();
+  a.tensorboard_log_interval = 2;
+  a.log_interval = 4;
+  a.log_timers_to_tensorboard = true;
+  a.log_validation_ppl_to_tensorboard = true;
+  std::ostringstream out;
+  TrainingLog log(a, 256, std::nullopt, out);
+  for (int64_t i = 1; i <= 4; ++i) log.add_iteration(record(i, 2.0, 100), 1e-3);
+  log.add_evaluation("iteration 4", 4, 16, 2.0);
+  log.close();
+  // The version record; at iterations 2 and 4 learning-rate, batch-size, lm loss, loss-scale
+  // and grad-norm, each also vs samples; iteration-time at the line of iteration 4; the
+  // validation loss and perplexity, each also vs samples.
+  CHECK(count_event_records(temporary.path / "tb") == 1 + 2 * 10 + 1 + 4);
+  const std::string bytes = test_support::read_file(
+      std::filesystem::directory_iterator(temporary.path / "tb")->path());
+  for (const char* tag :
+       {"iteration-time", "lm loss validation ppl vs samples", "grad-norm vs samples"}) {
+    CAPTURE(tag);
+    CHECK(bytes.find(tag) != std::string::npos);
+  }
 }

@@ -1,0 +1,19 @@
+// Where the trainer's batches come from, as one callable: the mock dataset, the datasets the
+// data flags name (dataset_provider.hpp) or a test's pattern. Megatron passes data iterators;
+// a function of the sample index is what makes resuming need only the consumed-sample count.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "backend/data/mock_dataset.hpp"
+
+namespace backend {
+
+// Fills tokens and labels, each (batch_size, seq_length), with samples first_sample ..
+// first_sample + batch_size − 1 of the split.
+using BatchSource = std::function<void(Split split, int64_t first_sample, int64_t batch_size,
+                                       std::span<int32_t> tokens, std::span<int32_t> labels)>;
+
+}  // namespace backend

@@ -1,0 +1,33 @@
+// Megatron's evaluate on one process; see evaluation.hpp.
+#include "backend/train/evaluation.hpp"
+
+#include <vector>
+
+#include "backend/common/checked_math.hpp"
+
+namespace backend {
+
+EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Split split,
+                          int64_t first_sample, const TrainingArguments& a) {
+  const int64_t num_micro_batches = a.global_batch_size / a.micro_batch_size;
+  const int64_t micro_tokens = common::checked_multiply(a.micro_batch_size, a.seq_length,
+                                                        "--micro-batch-size × --seq-length");
+  std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
+  model.set_training(false);
+  EvaluationResult result;
+  // One running sum over every micro batch, divided once: a mean of per-batch means would
+  // round differently.
+  double total = 0;
+  for (int64_t i = 0; i < a.eval_iters; ++i) {
+    for (int64_t m = 0; m < num_micro_batches; ++m) {
+      source(split, first_sample + result.samples, a.micro_batch_size, tokens, labels);
+      result.samples += a.micro_batch_size;
+      total += model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+    }
+  }
+  model.set_training(true);
+  result.lm_loss = total / static_cast<double>(a.eval_iters * num_micro_batches);
+  return result;
+}
+
+}  // namespace backend

@@ -1,0 +1,24 @@
+// Megatron-LM's evaluate (megatron/training/training.py): the mean lm loss over --eval-iters
+// global batches of one split, forward only, in evaluation mode (no dropout; the dropout step
+// stays where training left it), training mode again after. The global batch is the final
+// --global-batch-size, ramp-up or not, as Megatron's evaluation uses it.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/model/gpt_model.hpp"
+#include "backend/train/arguments.hpp"
+#include "backend/train/batch_source.hpp"
+
+namespace backend {
+
+struct EvaluationResult {
+  double lm_loss = 0;   // mean over all micro batches of all --eval-iters batches
+  int64_t samples = 0;  // read from the split, by which its consumed count advances
+};
+
+// Reads samples first_sample .. first_sample + samples − 1 of `split`.
+EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Split split,
+                          int64_t first_sample, const TrainingArguments& arguments);
+
+}  // namespace backend

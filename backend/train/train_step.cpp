@@ -1,0 +1,52 @@
+// Megatron's train_step on one process; see train_step.hpp.
+#include "backend/train/train_step.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "backend/common/checked_math.hpp"
+
+namespace backend {
+
+namespace {
+
+// The gradients of the global batch accumulate over its micro batches; returns the mean loss.
+double forward_backward(GptModel<float>& model, const BatchSource& source, const GlobalBatch& batch,
+                        const TrainingArguments& a) {
+  const int64_t micro_tokens = common::checked_multiply(a.micro_batch_size, a.seq_length,
+                                                        "--micro-batch-size × --seq-length");
+  std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
+  double loss_sum = 0;
+  for (int64_t m = 0; m < batch.num_micro_batches; ++m) {
+    source(Split::train, batch.first_sample + m * a.micro_batch_size, a.micro_batch_size, tokens,
+           labels);
+    loss_sum += model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+    model.backward(1.0f / static_cast<float>(batch.num_micro_batches));
+  }
+  return loss_sum / static_cast<double>(batch.num_micro_batches);
+}
+
+}  // namespace
+
+TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
+                           LearningRateScheduler& scheduler, const BatchSource& source,
+                           const GlobalBatch& batch, const TrainingArguments& a) {
+  model.zero_gradients();
+  const double loss = forward_backward(model, source, batch, a);
+  TrainStepResult result;
+  result.lm_loss = loss;
+  result.grad_norm = global_gradient_norm(model.gradients());
+  // In fp32 there is no loss scale to back off: a non-finite loss or norm is the only reason
+  // to skip, and the update it would have made is dropped whole.
+  result.skipped = !std::isfinite(loss) || !std::isfinite(result.grad_norm);
+  result.learning_rate = scheduler.learning_rate();
+  if (!result.skipped) {
+    clip_gradients(model.gradients(), result.grad_norm, a.clip_grad);
+    optimizer.step(model.parameters(), model.gradients(), result.learning_rate,
+                   scheduler.weight_decay());
+    scheduler.step(batch.global_batch_size);
+  }
+  return result;
+}
+
+}  // namespace backend

@@ -1,0 +1,47 @@
+// One training iteration, Megatron-LM's train_step (megatron/training/training.py), on one
+// process:
+//   zero the gradients
+//   forward_backward: for each micro batch of the global batch, forward and
+//                     backward(1 / num_micro_batches), accumulating the gradients
+//                     (Megatron's forward_backward_no_pipelining); loss = mean over them
+//   norm    = global L2 norm of the gradients (before clipping)
+//   skipped = loss or norm not finite
+//   unless skipped: clip to --clip-grad, AdamW step at the scheduler's rate and weight decay,
+//                   scheduler step by the global batch size
+// Later parallelism has its place between these: a pipeline schedule replaces
+// forward_backward; the data-parallel gradient all-reduce comes after it, before the norm;
+// with --fp16 the loss scaler's unscale-and-check decides `skipped` (Megatron's found_inf).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/model/gpt_model.hpp"
+#include "backend/optim/adamw.hpp"
+#include "backend/optim/lr_scheduler.hpp"
+#include "backend/train/arguments.hpp"
+#include "backend/train/batch_source.hpp"
+
+namespace backend {
+
+// One iteration's samples: first_sample .. first_sample + global_batch_size − 1 of the training
+// split, read as num_micro_batches micro batches of --micro-batch-size. During
+// --rampup-batch-size both sizes come from the schedule at the consumed samples.
+struct GlobalBatch {
+  int64_t first_sample = 0;
+  int64_t global_batch_size = 0;
+  int64_t num_micro_batches = 0;
+};
+
+struct TrainStepResult {
+  double lm_loss = 0;        // mean over the micro batches
+  double grad_norm = 0;      // before clipping
+  double learning_rate = 0;  // the rate the update used (or would have used, when skipped)
+  bool skipped = false;      // no update: parameters, optimizer and scheduler are unchanged
+};
+
+// Takes --micro-batch-size, --seq-length and --clip-grad from `arguments`.
+TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
+                           LearningRateScheduler& scheduler, const BatchSource& source,
+                           const GlobalBatch& batch, const TrainingArguments& arguments);
+
+}  // namespace backend

@@ -1,0 +1,38 @@
+// When the training loop evaluates, saves a checkpoint and exits, as Megatron-LM's train()
+// decides (megatron/training/training.py: the --eval-interval check and
+// checkpoint_and_decide_exit), as pure functions of the iteration and the arguments.
+// After iteration i (counted from 1):
+//   evaluate  --eval-iters > 0 and i % --eval-interval = 0 and i ≠ --train-iters
+//             (the last iteration gets the final validation and test passes instead)
+//   save      --save given, and i % --save-interval = 0 (--save-interval 0: never) or exit
+//   exit      i % --exit-interval = 0 (--exit-interval 0: never); neither the final save nor
+//             the final evaluation follows (Megatron's sys.exit)
+// After the loop ends at --train-iters: save the last iteration, max(resumed, --train-iters),
+// unless it is 0 or --save holds it already (saved by the interval, or loaded from --save).
+// Megatron's other exits (--exit-duration-in-mins, --exit-signal-handler) are not flags here
+// yet; they belong in actions_after_iteration.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "backend/train/arguments.hpp"
+
+namespace backend {
+
+// In this order: evaluate, save, exit.
+struct IterationActions {
+  bool evaluate = false;
+  bool save = false;
+  bool exit = false;
+};
+
+IterationActions actions_after_iteration(const TrainingArguments& arguments, int64_t iteration);
+
+// The iteration to save once training has run to the end, if any. `last_saved_iteration`: the
+// last iteration a checkpoint in --save holds from this run or the one it resumed (−1: none).
+std::optional<int64_t> iteration_to_save_at_end(const TrainingArguments& arguments,
+                                                int64_t resumed_iteration,
+                                                int64_t last_saved_iteration);
+
+}  // namespace backend

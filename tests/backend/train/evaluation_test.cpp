@@ -1,0 +1,84 @@
+// Megatron's evaluate on a tiny model: the samples it reads, the mean it returns, and that it
+// leaves dropout and training mode as it found them.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "backend/train/evaluation.hpp"
+#include "backend/train/trainer.hpp"
+
+using namespace backend;
+
+namespace {
+
+TrainingArguments tiny_arguments() {
+  TrainingArguments a;
+  a.num_layers = 2;
+  a.hidden_size = 32;
+  a.num_attention_heads = 4;
+  a.seq_length = 16;
+  a.micro_batch_size = 2;
+  a.global_batch_size = 4;
+  a.train_iters = 4;
+  a.lr = 1e-3;
+  a.vocab_size = 255;
+  a.tokenizer_type = "NullTokenizer";
+  a.mock_data = true;
+  a.eval_iters = 2;
+  validate_arguments(a);
+  return a;
+}
+
+GptModel<float> initialised_model(const TrainingArguments& a) {
+  GptModel<float> model(model_config(a));
+  model.init_parameters(a.seed);
+  return model;
+}
+
+struct Read {
+  Split split;
+  int64_t first_sample, batch_size;
+  bool operator==(const Read&) const = default;
+};
+
+}  // namespace
+
+TEST_CASE("evaluation reads --eval-iters global batches of its split from the given sample") {
+  const auto a = tiny_arguments();
+  auto model = initialised_model(a);
+  const MockDataset dataset(a.seed, model.config().vocab_size, a.seq_length);
+  std::vector<Read> reads;
+  const BatchSource recording = [&](Split split, int64_t first, int64_t batch,
+                                    std::span<int32_t> tokens, std::span<int32_t> labels) {
+    reads.push_back({split, first, batch});
+    dataset.fill_batch(split, first, batch, tokens, labels);
+  };
+  const EvaluationResult result = evaluate(model, recording, Split::test, 10, a);
+  CHECK(result.samples == 8);
+  CHECK(reads == std::vector<Read>{{Split::test, 10, 2}, {Split::test, 12, 2},
+                                   {Split::test, 14, 2}, {Split::test, 16, 2}});
+}
+
+TEST_CASE("evaluation: the mean dropout-free loss; dropout step and training mode as before") {
+  auto a = tiny_arguments();
+  a.hidden_dropout = a.attention_dropout = 0.3;
+  auto model = initialised_model(a);
+  auto reference = initialised_model(a);
+  const MockDataset dataset(a.seed, model.config().vocab_size, a.seq_length);
+  const BatchSource source = [&](Split split, int64_t first, int64_t batch,
+                                 std::span<int32_t> tokens, std::span<int32_t> labels) {
+    dataset.fill_batch(split, first, batch, tokens, labels);
+  };
+  reference.set_training(false);
+  std::vector<int32_t> tokens(2 * 16), labels(2 * 16);
+  double total = 0;
+  for (int64_t first = 0; first < 8; first += 2) {
+    source(Split::validation, first, 2, tokens, labels);
+    total += reference.forward(tokens, labels, 2, 16);
+  }
+  model.set_dropout_step(5);
+  CHECK(evaluate(model, source, Split::validation, 0, a).lm_loss == total / 4);
+  CHECK(model.dropout_step() == 5);
+  model.forward(tokens, labels, 2, 16);  // only a training-mode forward advances the step
+  CHECK(model.dropout_step() == 6);
+}

@@ -1,0 +1,166 @@
+// One training iteration on a tiny model: which samples it reads, the loss it reports, the
+// gradients it starts from, where clipping happens, and that a non-finite step changes nothing.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/train/train_step.hpp"
+#include "backend/train/trainer.hpp"
+#include "backend/train/training_schedule.hpp"
+
+using namespace backend;
+
+namespace {
+
+TrainingArguments tiny_arguments() {
+  TrainingArguments a;
+  a.num_layers = 2;
+  a.hidden_size = 32;
+  a.num_attention_heads = 4;
+  a.seq_length = 16;
+  a.micro_batch_size = 2;
+  a.global_batch_size = 4;
+  a.train_iters = 4;
+  a.lr = 1e-3;
+  a.lr_decay_style = "constant";
+  a.vocab_size = 255;
+  a.tokenizer_type = "NullTokenizer";
+  a.mock_data = true;
+  a.hidden_dropout = a.attention_dropout = 0;
+  return a;
+}
+
+// What pretrain builds from the arguments, without the loop around it.
+struct TinyTraining {
+  explicit TinyTraining(const TrainingArguments& a)
+      : arguments(validated(a)),
+        model(model_config(arguments)),
+        optimizer(optimizer_for(model, arguments)),
+        scheduler(learning_rate_schedule(arguments)),
+        dataset(arguments.seed, model.config().vocab_size, arguments.seq_length) {
+    model.init_parameters(arguments.seed);
+  }
+  static TrainingArguments validated(TrainingArguments a) {
+    validate_arguments(a);
+    return a;
+  }
+  static AdamW optimizer_for(const GptModel<float>& model, const TrainingArguments& a) {
+    std::vector<ParameterGroup> groups;
+    for (const auto& tensor : model.tensors()) {
+      groups.push_back({tensor.offset, tensor.numel, tensor.weight_decay});
+    }
+    return AdamW({a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay}, std::move(groups),
+                 static_cast<int64_t>(model.parameters().size()));
+  }
+  BatchSource source() const {
+    return [this](Split split, int64_t first, int64_t batch, std::span<int32_t> tokens,
+                  std::span<int32_t> labels) {
+      dataset.fill_batch(split, first, batch, tokens, labels);
+    };
+  }
+  TrainStepResult step(const GlobalBatch& batch) {
+    return train_step(model, optimizer, scheduler, source(), batch, arguments);
+  }
+
+  TrainingArguments arguments;
+  GptModel<float> model;
+  AdamW optimizer;
+  LearningRateScheduler scheduler;
+  MockDataset dataset;
+};
+
+constexpr GlobalBatch kFirstBatch{
+    .first_sample = 0, .global_batch_size = 4, .num_micro_batches = 2};
+
+struct Read {
+  Split split;
+  int64_t first_sample, batch_size;
+  bool operator==(const Read&) const = default;
+};
+
+}  // namespace
+
+TEST_CASE("a step reads its global batch's training samples as micro batches, in order") {
+  TinyTraining training(tiny_arguments());
+  std::vector<Read> reads;
+  const BatchSource recording = [&](Split split, int64_t first, int64_t batch,
+                                    std::span<int32_t> tokens, std::span<int32_t> labels) {
+    reads.push_back({split, first, batch});
+    training.dataset.fill_batch(split, first, batch, tokens, labels);
+  };
+  const GlobalBatch batch{.first_sample = 8, .global_batch_size = 6, .num_micro_batches = 3};
+  train_step(training.model, training.optimizer, training.scheduler, recording, batch,
+             training.arguments);
+  CHECK(reads ==
+        std::vector<Read>{{Split::train, 8, 2}, {Split::train, 10, 2}, {Split::train, 12, 2}});
+  CHECK(training.scheduler.num_steps() == 6);  // the scheduler counts samples
+  CHECK(training.optimizer.steps_taken() == 1);
+}
+
+TEST_CASE("the step's loss is the mean of its micro batches' losses before the update") {
+  TinyTraining training(tiny_arguments());
+  TinyTraining reference(tiny_arguments());  // the same parameters, forward only
+  std::vector<int32_t> tokens(2 * 16), labels(2 * 16);
+  double expected = 0;
+  for (int64_t first : {0, 2}) {
+    reference.dataset.fill_batch(Split::train, first, 2, tokens, labels);
+    expected += reference.model.forward(tokens, labels, 2, 16);
+  }
+  expected /= 2;
+  const TrainStepResult result = training.step(kFirstBatch);
+  CHECK(result.lm_loss == expected);
+  CHECK_FALSE(result.skipped);
+  CHECK(std::memcmp(training.model.parameters().data(), reference.model.parameters().data(),
+                    training.model.parameters().size_bytes()) != 0);
+}
+
+TEST_CASE("the step reports the rate its update used; the scheduler moves on by the global batch") {
+  auto a = tiny_arguments();
+  a.lr_decay_style = "linear";
+  a.lr_warmup_iters = 2;  // 0, 5e-4, then 1e-3
+  TinyTraining training(a);
+  CHECK(training.step(kFirstBatch).learning_rate == doctest::Approx(0.0));
+  CHECK(training.step({.first_sample = 4, .global_batch_size = 4, .num_micro_batches = 2})
+            .learning_rate == doctest::Approx(5e-4));
+  CHECK(training.scheduler.num_steps() == 8);
+  CHECK(training.scheduler.learning_rate() == doctest::Approx(1e-3));
+}
+
+TEST_CASE("every step starts from zero gradients") {
+  auto a = tiny_arguments();
+  a.lr = 0;  // the parameters stay, so the same batch has the same gradients
+  TinyTraining training(a);
+  const double first = training.step(kFirstBatch).grad_norm;
+  const double second = training.step(kFirstBatch).grad_norm;
+  CHECK(first > 0);
+  CHECK(second == first);
+}
+
+TEST_CASE("the reported norm is the one before clipping; the update sees the clipped gradients") {
+  auto a = tiny_arguments();
+  a.clip_grad = 1e-3;
+  TinyTraining training(a);
+  const TrainStepResult result = training.step(kFirstBatch);
+  CHECK(result.grad_norm > 10 * a.clip_grad);
+  CHECK(global_gradient_norm(training.model.gradients()) == doctest::Approx(1e-3).epsilon(1e-3));
+}
+
+TEST_CASE("a non-finite loss skips the step: parameters, optimizer and schedule unchanged") {
+  TinyTraining training(tiny_arguments());
+  const auto& norm = training.model.tensor("decoder.final_layernorm.weight");
+  training.model.parameters()[static_cast<size_t>(norm.offset)] =
+      std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> before(training.model.parameters().begin(),
+                                  training.model.parameters().end());
+  const TrainStepResult result = training.step(kFirstBatch);
+  CHECK(result.skipped);
+  CHECK_FALSE(std::isfinite(result.lm_loss));
+  CHECK(result.learning_rate == doctest::Approx(1e-3));
+  CHECK(training.optimizer.steps_taken() == 0);
+  CHECK(training.scheduler.num_steps() == 0);
+  CHECK(std::memcmp(before.data(), training.model.parameters().data(),
+                    training.model.parameters().size_bytes()) == 0);
+}
