@@ -160,6 +160,9 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
   // The dropout masks come from --seed too; dropout_key() mixes the seed into a stream of its
   // own, unrelated to the initialisation's. Step 0 is the first micro batch's forward.
   model.set_dropout_seed(a.seed);
+  // Every micro batch, training or evaluation, has this shape: the activations are carved
+  // once here, and no step allocates.
+  model.reserve(a.micro_batch_size, a.seq_length);
 
   TrainingResult result;
   result.parameter_count = static_cast<int64_t>(model.parameters().size());
