@@ -161,6 +161,11 @@ void check_layout_and_memory(const Node& config, const Node& training, Preflight
   setup.recompute = report.recompute == "selective" ? common::Recompute::selective
                     : report.recompute == "full"    ? common::Recompute::full
                                                     : common::Recompute::none;
+  // pretrain_gpt's attention never holds the s × s scores: blockwise on the CPU, the fused
+  // FlashAttention-style kernel on the GPU (the default there, --use-flash-attn), so the
+  // estimate leaves out Korthikanti's 5·a·s²·b term whatever NeMo's use_flash_attention says
+  // (NeMo's unfused path, which stores them, has no counterpart here).
+  setup.attention_scores_stored = false;
   report.memory = common::estimate_training_memory(shape, setup);
   report.parameters = report.memory.parameters;
 
@@ -201,7 +206,7 @@ std::vector<std::string> format_preflight(const PreflightReport& report) {
       report.gpu_memory_bytes > 0 ? " of " + common::format_gigabytes(report.gpu_memory_bytes) : "";
   std::vector<std::string> lines = {
       fmt::format("preflight: {} GPU(s) = tp {} × pp {} × dp {}; {:.1f}M parameters; precision {}; "
-                  "distributed optimizer {}; recompute {}",
+                  "distributed optimizer {}; recompute {}; attention fused (no s² scores kept)",
                   report.gpus, report.tensor_parallel, report.pipeline_parallel,
                   report.data_parallel, report.parameters / 1e6, report.precision,
                   report.distributed_optimizer ? "yes" : "no", report.recompute),

@@ -95,13 +95,41 @@ TEST_CASE("a model that cannot fit the cluster's GPUs is refused with the ways o
                        doctest::Contains("preflight refused the training stage"), common::Error);
 }
 
+TEST_CASE("NeMo's own llama2_7b layout fits 80 GB: the fused attention keeps no s² scores") {
+  // NeMo 23.08's training/llama/llama2_7b: tp 1, pp 1, micro batch 1, sequence 4096, no
+  // recompute, distributed optimizer, bf16, 16 nodes of 8 GPUs. With the attention scores
+  // counted (5·a·s²·b per layer, 2.7 GB × 32 layers) it came to about 151 GB per GPU.
+  ComposedConfig composed = compose(
+      {std::string(TEST_SOURCE_DIR) + "/conf", "config",
+       {"training=llama/llama2_7b", "cluster_type=bcm", "cluster=bcm",
+        "launcher_scripts_path=/opt/launcher", "training.trainer.num_nodes=16",
+        "training.model.global_batch_size=2048",
+        "training.model.activations_checkpoint_granularity=null"}});
+  const Node config = resolve(composed.config, ResolveContext{composed.choices});
+  const auto report = training_preflight(config);
+  for (const auto& problem : report.problems) MESSAGE(problem);
+  CHECK(report.problems.empty());
+  CHECK(report.recompute == "none");
+  CHECK(report.memory.total_bytes() < 80e9);
+  // Activations: 32 layers of s·b·h·34 bytes (4096 · 4096 · 34 ≈ 0.57 GB), no s² term.
+  CHECK(report.memory.activations_bytes < 25e9);
+  CHECK(format_preflight(report).front().find("attention fused (no s² scores kept)") !=
+        std::string::npos);
+}
+
 TEST_CASE("recompute and the distributed optimizer shrink the estimate") {
   const auto plain = training_preflight(composed({"training.trainer.devices=8"}));
   const auto recompute = training_preflight(composed(
       {"training.trainer.devices=8", "training.model.activations_checkpoint_granularity=full"}));
   const auto adam = training_preflight(composed(
       {"training.trainer.devices=8", "training.model.optim.name=fused_adam"}));
-  CHECK(recompute.memory.activations_bytes < plain.memory.activations_bytes / 3);
+  // gpt3/126m (bf16, s 2048, b 4, h 768, L 12, V 50304 padded to 50304): per layer
+  // s·b·h·34 bytes without recompute, 2·s·b·h with full recompute plus one layer's worth, and
+  // the fp32 logits with their gradient (2·s·b·V·4) either way.
+  const double sbh = 2048.0 * 4 * 768;
+  const double logits = 2.0 * 2048 * 4 * 50304 * 4;
+  CHECK(plain.memory.activations_bytes == doctest::Approx(12 * 34 * sbh + logits));
+  CHECK(recompute.memory.activations_bytes == doctest::Approx((12 * 2 + 34) * sbh + logits));
   CHECK(plain.distributed_optimizer);
   CHECK_FALSE(adam.distributed_optimizer);
   CHECK(plain.memory.optimizer_bytes == doctest::Approx(adam.memory.optimizer_bytes / 8));
