@@ -363,7 +363,11 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
                               container_mounts(config)};
   std::vector<fs::path> script_paths;
   for (JobSpec& job : jobs) {
-    job.environment = environment;
+    // The stage's own variables first, then env_vars; a name in both takes env_vars' value.
+    for (const auto& [name, value] : environment) {
+      std::erase_if(job.environment, [&](const auto& entry) { return entry.first == name; });
+      job.environment.emplace_back(name, value);
+    }
     check_job_names_and_paths(job);
     script_paths.push_back(job.results_dir /
                            (job.job_name + (cluster_type == "k8s" ? "_submission.yaml" : "_submission.sh")));

@@ -401,6 +401,12 @@ JobSpec build_training_job(const StageContext& context) {
   for (auto& argument : megatron_training_arguments(context.config)) {
     job.command.push_back(std::move(argument));
   }
+  // With tensor parallelism Megatron needs the GPU to run kernels in the order they were
+  // queued, so a tensor-parallel collective is not overtaken by the compute that waits on it:
+  // one hardware queue per device, as NeMo's launcher sets for tp > 1. env_vars may override.
+  if (integer_or(training, "model.tensor_model_parallel_size", 1) > 1) {
+    job.environment.emplace_back("CUDA_DEVICE_MAX_CONNECTIONS", "1");
+  }
   return job;
 }
 

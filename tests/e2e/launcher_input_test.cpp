@@ -258,3 +258,32 @@ TEST_CASE("env_vars that are not strings are exported as their text, without a l
   CHECK(contains(script, "export RATIO=0.5\n"));
   CHECK(contains(script, "export NAME='a b'\n"));
 }
+
+TEST_CASE("tensor parallelism exports CUDA_DEVICE_MAX_CONNECTIONS=1, and env_vars overrides it") {
+  TemporaryDirectory temporary;
+  const std::vector<std::string> tp2 = {"training.trainer.devices=2",
+                                        "training.model.tensor_model_parallel_size=2"};
+  const auto run = dry_run(temporary.path / "default", tp2);
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const std::string script =
+      read_file(temporary.path / "default" / "gpt3_126m" / "gpt3_126m_submission.sh");
+  INFO(script);
+  CHECK(contains(script, "export CUDA_DEVICE_MAX_CONNECTIONS=1\n"));
+
+  std::vector<std::string> overridden = tp2;
+  overridden.push_back("+env_vars.CUDA_DEVICE_MAX_CONNECTIONS=8");
+  const auto second = dry_run(temporary.path / "overridden", overridden);
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  const std::string replaced =
+      read_file(temporary.path / "overridden" / "gpt3_126m" / "gpt3_126m_submission.sh");
+  INFO(replaced);
+  CHECK(contains(replaced, "export CUDA_DEVICE_MAX_CONNECTIONS=8\n"));
+  CHECK_FALSE(contains(replaced, "CUDA_DEVICE_MAX_CONNECTIONS=1"));
+
+  const auto plain = dry_run(temporary.path / "plain", {});
+  REQUIRE(plain.exit_code == 0);
+  CHECK_FALSE(contains(read_file(temporary.path / "plain" / "gpt3_126m" / "gpt3_126m_submission.sh"),
+                       "CUDA_DEVICE_MAX_CONNECTIONS"));
+}

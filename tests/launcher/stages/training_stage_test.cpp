@@ -101,6 +101,12 @@ TEST_CASE("the training job takes its nodes and tasks from the trainer") {
   CHECK(job.time_limit == "1-00:00:00");
   CHECK(job.run_dependency == "singleton");
   CHECK(job.tool == "pretrain_gpt");
+  CHECK(job.environment.empty());
+  const JobSpec tensor_parallel = build_training_job(
+      {composed_126m({"training.trainer.devices=2", "training.model.tensor_model_parallel_size=2"}),
+       "/bin", ""});
+  CHECK(tensor_parallel.environment ==
+        std::vector<std::pair<std::string, std::string>>{{"CUDA_DEVICE_MAX_CONNECTIONS", "1"}});
 }
 
 TEST_CASE("docs/launcher.md lists every row of the flag table") {
