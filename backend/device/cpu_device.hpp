@@ -8,7 +8,7 @@
 
 namespace backend {
 
-class CpuDevice final : public Device {
+class CpuDevice : public Device {
  public:
   std::string name() const override { return "cpu"; }
   MemoryKind memory_kind() const override { return MemoryKind::host; }
