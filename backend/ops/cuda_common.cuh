@@ -121,6 +121,27 @@ __device__ __forceinline__ float block_max(float value, float* shared) {
   return total;
 }
 
+// ---- column sums of the norms' parameter gradients
+// Σ over rows of a (rows, C) product, without atomics: the rows are cut into row_groups(rows)
+// fixed groups of consecutive rows; one pass writes each group's per-column partial sums (rows
+// in order) into scratch, a second adds the partials in group order. The grouping depends on
+// the row count alone, so the result is the same bits on every run and every GPU.
+inline constexpr int64_t kMaxRowGroups = 256;
+inline constexpr int64_t kMinRowsPerGroup = 32;
+
+inline int64_t row_groups(int64_t rows) {
+  return std::clamp<int64_t>((rows + kMinRowsPerGroup - 1) / kMinRowsPerGroup, 1, kMaxRowGroups);
+}
+inline int64_t rows_per_group(int64_t rows) {
+  const int64_t groups = row_groups(rows);
+  return (rows + groups - 1) / groups;
+}
+
+// Blocks of a one-block-per-row kernel (rows loop by gridDim.x beyond this).
+inline unsigned row_grid(int64_t rows) {
+  return static_cast<unsigned>(std::clamp<int64_t>(rows, 1, int64_t{1} << 20));
+}
+
 // ---- elementwise maps
 // output[i] = op(a[i], b[i], i) over N elements, in float. Each thread takes one 16-byte pack
 // of every operand when all pointers are 16-byte aligned (Width = kPackWidth), else single
