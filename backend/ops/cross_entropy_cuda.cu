@@ -58,9 +58,9 @@ __global__ void cross_entropy_forward_kernel(float* losses, float* logsumexp, co
 }
 
 template <typename T, int Width>
-__global__ void cross_entropy_backward_kernel(T* dlogits, const T* logits,
-                                              const float* logsumexp, const int32_t* labels,
-                                              float scale, int64_t rows, int64_t vocab_size) {
+__global__ void cross_entropy_backward_kernel(T* dlogits, const T* logits, const float* logsumexp,
+                                              const int32_t* labels, float scale, int64_t rows,
+                                              int64_t vocab_size) {
   using P = Pack<T, Width>;
   const int64_t packs = vocab_size / Width;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -120,8 +120,8 @@ void cross_entropy_backward(Scalar* dlogits, const Scalar* logits, const float* 
   const T* z = detail::device_pointer(logits);
   if (vocab_size % kWidth == 0 && detail::aligned_16(z) && detail::aligned_16(dz)) {
     cross_entropy_backward_kernel<T, kWidth>
-        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(dz, z, logsumexp, labels,
-                                                                    scale, rows, vocab_size);
+        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(dz, z, logsumexp, labels, scale,
+                                                                    rows, vocab_size);
   } else {
     cross_entropy_backward_kernel<T, 1><<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
         dz, z, logsumexp, labels, scale, rows, vocab_size);
@@ -129,12 +129,11 @@ void cross_entropy_backward(Scalar* dlogits, const Scalar* logits, const float* 
   CUDA_CHECK(cudaGetLastError());
 }
 
-#define BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(Scalar)                                          \
-  template void cross_entropy_forward<Scalar>(float*, float*, const Scalar*, const int32_t*,    \
-                                              int64_t, int64_t, CudaStream);                    \
-  template void cross_entropy_backward<Scalar>(Scalar*, const Scalar*, const float*,            \
-                                               const int32_t*, float, int64_t, int64_t,         \
-                                               CudaStream);
+#define BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(Scalar)                                       \
+  template void cross_entropy_forward<Scalar>(float*, float*, const Scalar*, const int32_t*, \
+                                              int64_t, int64_t, CudaStream);                 \
+  template void cross_entropy_backward<Scalar>(                                              \
+      Scalar*, const Scalar*, const float*, const int32_t*, float, int64_t, int64_t, CudaStream);
 BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(float)
 BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(bfloat16)
 #undef BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 #include "backend/device/cuda_check.cuh"
 #include "backend/device/element_type.hpp"
@@ -39,8 +40,12 @@ const DeviceElementOf<Scalar>* device_pointer(const Scalar* pointer) {
   return reinterpret_cast<const DeviceElementOf<Scalar>*>(pointer);
 }
 
-__device__ __forceinline__ float to_float(float value) { return value; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
+__device__ __forceinline__ float to_float(float value) {
+  return value;
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 value) {
+  return __bfloat162float(value);
+}
 
 // float → T, rounding to nearest even for bf16 (as the host's backend::to_bfloat16).
 template <typename T>
@@ -64,6 +69,33 @@ inline constexpr int kPackWidth = static_cast<int>(16 / sizeof(T));
 
 inline bool aligned_16(const void* pointer) {
   return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
+}
+
+// Whether a row kernel may load 16-byte packs along rows of C elements: C a multiple of the
+// pack and every pointer aligned, so every row starts aligned. (nullptr counts as aligned.)
+template <typename T>
+bool rows_vectorise(int64_t channels, std::initializer_list<const void*> pointers) {
+  if (channels % kPackWidth<T> != 0) return false;
+  for (const void* pointer : pointers) {
+    if (!aligned_16(pointer)) return false;
+  }
+  return true;
+}
+
+// Width consecutive elements at `pointer` (aligned to the pack when Width > 1) as floats, and
+// back (rounded once per element).
+template <int Width, typename T>
+__device__ __forceinline__ void load_floats(float (&values)[Width], const T* pointer) {
+  const Pack<T, Width> pack = *reinterpret_cast<const Pack<T, Width>*>(pointer);
+#pragma unroll
+  for (int j = 0; j < Width; ++j) values[j] = to_float(pack.values[j]);
+}
+template <int Width, typename T>
+__device__ __forceinline__ void store_floats(T* pointer, const float (&values)[Width]) {
+  Pack<T, Width> pack;
+#pragma unroll
+  for (int j = 0; j < Width; ++j) pack.values[j] = from_float<T>(values[j]);
+  *reinterpret_cast<Pack<T, Width>*>(pointer) = pack;
 }
 
 // Threads per block of every kernel here. The reductions' order depends on it, so it is a

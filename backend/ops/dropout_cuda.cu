@@ -47,8 +47,8 @@ void dropout_forward(Scalar* output, const Scalar* input, int64_t count, const D
 }
 
 template <typename Scalar>
-void dropout_backward(Scalar* dinput, const Scalar* doutput, int64_t count,
-                      const Dropout& dropout, CudaStream stream) {
+void dropout_backward(Scalar* dinput, const Scalar* doutput, int64_t count, const Dropout& dropout,
+                      CudaStream stream) {
   // d(x · keep · scale)/dx = keep · scale: the same mask and scale.
   apply(dinput, doutput, count, dropout, stream);
 }

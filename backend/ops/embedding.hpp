@@ -74,10 +74,10 @@ void embedding_forward(Scalar* output,                     // (B, T, C)
                        CudaStream stream);
 
 template <typename Scalar>
-void embedding_backward(float* dword_embeddings,       // (V, C)   +=
-                        float* dposition_embeddings,   // (≥ T, C) +=, or nullptr
-                        const Scalar* doutput,         // (B, T, C)
-                        const int32_t* tokens,         // (B, T) (the index below replaces it)
+void embedding_backward(float* dword_embeddings,      // (V, C)   +=
+                        float* dposition_embeddings,  // (≥ T, C) +=, or nullptr
+                        const Scalar* doutput,        // (B, T, C)
+                        const int32_t* tokens,        // (B, T) (the index below replaces it)
                         int64_t batch_size, int64_t seq_length, int64_t hidden_size,
                         const int32_t* order,           // (B·T) sort_positions_by_token's
                         const int32_t* segment_starts,  // (unique_count + 1)

@@ -48,8 +48,7 @@ __global__ void embedding_forward_kernel(T* output, const int32_t* tokens, const
 
 // One block per distinct token (blockIdx.x strides over them), threads over the columns.
 template <typename T>
-__global__ void embedding_word_backward_kernel(float* dword, const T* doutput,
-                                               const int32_t* order,
+__global__ void embedding_word_backward_kernel(float* dword, const T* doutput, const int32_t* order,
                                                const int32_t* segment_starts,
                                                const int32_t* unique_tokens, int64_t unique_count,
                                                int64_t hidden_size) {
@@ -102,19 +101,19 @@ void embedding_forward(Scalar* output, const int32_t* tokens, const Scalar* word
         <<<detail::grid_for(rows * hidden_size / kWidth), detail::kBlockSize, 0, stream>>>(
             out, tokens, word, position, rows, seq_length, hidden_size);
   } else {
-    embedding_forward_kernel<T, 1><<<detail::grid_for(rows * hidden_size), detail::kBlockSize,
-                                     0, stream>>>(out, tokens, word, position, rows, seq_length,
-                                                  hidden_size);
+    embedding_forward_kernel<T, 1>
+        <<<detail::grid_for(rows * hidden_size), detail::kBlockSize, 0, stream>>>(
+            out, tokens, word, position, rows, seq_length, hidden_size);
   }
   CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename Scalar>
-void embedding_backward(float* dword_embeddings, float* dposition_embeddings,
-                        const Scalar* doutput, const int32_t* /*tokens: the index replaces it*/,
-                        int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                        const int32_t* order, const int32_t* segment_starts,
-                        const int32_t* unique_tokens, int64_t unique_count, CudaStream stream) {
+void embedding_backward(float* dword_embeddings, float* dposition_embeddings, const Scalar* doutput,
+                        const int32_t* /*tokens: the index replaces it*/, int64_t batch_size,
+                        int64_t seq_length, int64_t hidden_size, const int32_t* order,
+                        const int32_t* segment_starts, const int32_t* unique_tokens,
+                        int64_t unique_count, CudaStream stream) {
   if (batch_size * seq_length <= 0 || hidden_size <= 0) return;
   const auto* dy = detail::device_pointer(doutput);
   if (unique_count > 0) {
@@ -130,12 +129,12 @@ void embedding_backward(float* dword_embeddings, float* dposition_embeddings,
   CUDA_CHECK(cudaGetLastError());
 }
 
-#define BACKEND_INSTANTIATE_EMBEDDING_CUDA(Scalar)                                              \
-  template void embedding_forward<Scalar>(Scalar*, const int32_t*, const Scalar*, const Scalar*, \
-                                          int64_t, int64_t, int64_t, CudaStream);               \
-  template void embedding_backward<Scalar>(float*, float*, const Scalar*, const int32_t*,       \
-                                           int64_t, int64_t, int64_t, const int32_t*,           \
-                                           const int32_t*, const int32_t*, int64_t, CudaStream);
+#define BACKEND_INSTANTIATE_EMBEDDING_CUDA(Scalar)                                                 \
+  template void embedding_forward<Scalar>(Scalar*, const int32_t*, const Scalar*, const Scalar*,   \
+                                          int64_t, int64_t, int64_t, CudaStream);                  \
+  template void embedding_backward<Scalar>(float*, float*, const Scalar*, const int32_t*, int64_t, \
+                                           int64_t, int64_t, const int32_t*, const int32_t*,       \
+                                           const int32_t*, int64_t, CudaStream);
 BACKEND_INSTANTIATE_EMBEDDING_CUDA(float)
 BACKEND_INSTANTIATE_EMBEDDING_CUDA(bfloat16)
 #undef BACKEND_INSTANTIATE_EMBEDDING_CUDA

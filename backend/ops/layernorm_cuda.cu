@@ -5,10 +5,11 @@
 //   dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)),  g = dy · w
 //   dw += Σ_rows dy · x̂,   db += Σ_rows dy
 // Everything in float; Scalar (float or bf16) is only read and written.
-// Deterministic without atomics: one block per row with detail::block_sum's fixed tree for the
-// row sums (two passes, mean then squared deviations, as the CPU: E[x²] − E[x]² cancels); the
-// column sums of dw and db are per-row-group partials in row order into `scratch`, then a
-// second kernel adds the groups in order (detail::row_groups, cuda_common.cuh).
+// Deterministic without atomics: one block per row (16-byte packs along it where C and the
+// pointers allow) with detail::block_sum's fixed tree for the row sums (two passes, mean then
+// squared deviations, as the CPU: E[x²] − E[x]² cancels in float); the column sums of dw and
+// db are per-row-group partials in row order into `scratch`, then a second kernel adds the
+// groups in order (detail::row_groups, cuda_common.cuh).
 #include "backend/ops/cuda_common.cuh"
 #include "backend/ops/layernorm.hpp"
 
@@ -16,31 +17,55 @@ namespace backend::cuda {
 namespace {
 
 using detail::block_sum;
-using detail::from_float;
+using detail::load_floats;
+using detail::store_floats;
 using detail::to_float;
 
-template <typename T>
+// Each thread takes Width consecutive channels at a time (one 16-byte pack when Width > 1,
+// which the launcher picks only when C is a multiple of it and every pointer is 16-byte
+// aligned, so each row starts aligned), walking the row with a stride of the block.
+template <typename T, int Width>
 __global__ void layernorm_forward_kernel(T* output, float* mean, float* rstd, const T* input,
                                          const T* weight, const T* bias, float epsilon,
                                          int64_t rows, int64_t channels) {
   __shared__ float shared[32];
+  const int64_t first = static_cast<int64_t>(threadIdx.x) * Width;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * Width;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* x = input + row * channels;
     T* y = output + row * channels;
     float sum = 0.0f;
-    for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) sum += to_float(x[c]);
+    for (int64_t c = first; c < channels; c += step) {
+      float xs[Width];
+      load_floats(xs, x + c);
+#pragma unroll
+      for (int j = 0; j < Width; ++j) sum += xs[j];
+    }
     const float row_mean = block_sum(sum, shared) / static_cast<float>(channels);
     float squares = 0.0f;
-    for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
-      const float deviation = to_float(x[c]) - row_mean;
-      squares += deviation * deviation;
+    for (int64_t c = first; c < channels; c += step) {
+      float xs[Width];
+      load_floats(xs, x + c);
+#pragma unroll
+      for (int j = 0; j < Width; ++j) {
+        const float deviation = xs[j] - row_mean;
+        squares += deviation * deviation;
+      }
     }
     // 1 / sqrtf, not rsqrtf (an approximation): the CPU's correctly rounded quotient.
     const float row_rstd =
         1.0f / sqrtf(block_sum(squares, shared) / static_cast<float>(channels) + epsilon);
-    for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
-      y[c] = from_float<T>((to_float(x[c]) - row_mean) * row_rstd * to_float(weight[c]) +
-                           to_float(bias[c]));
+    for (int64_t c = first; c < channels; c += step) {
+      float xs[Width];
+      float ws[Width];
+      float bs[Width];
+      load_floats(xs, x + c);
+      load_floats(ws, weight + c);
+      load_floats(bs, bias + c);
+      float ys[Width];
+#pragma unroll
+      for (int j = 0; j < Width; ++j) ys[j] = (xs[j] - row_mean) * row_rstd * ws[j] + bs[j];
+      store_floats(y + c, ys);
     }
     if (threadIdx.x == 0) {
       mean[row] = row_mean;
@@ -49,14 +74,17 @@ __global__ void layernorm_forward_kernel(T* output, float* mean, float* rstd, co
   }
 }
 
-// dinput, one block per row. Each thread reads dy[c] and x[c] before writing dx[c], and the
-// sums complete (block_sum's barriers) before any write, so dinput may alias doutput.
-template <typename T>
+// dinput, one block per row, Width as the forward. Each thread reads dy and x at its channels
+// before writing dx there, and the sums complete (block_sum's barriers) before any write, so
+// dinput may alias doutput.
+template <typename T, int Width>
 __global__ void layernorm_dinput_kernel(T* dinput, const T* doutput, const T* input,
                                         const T* weight, const float* mean, const float* rstd,
                                         int64_t rows, int64_t channels) {
   __shared__ float shared[32];
   const float inverse_channels = 1.0f / static_cast<float>(channels);
+  const int64_t first = static_cast<int64_t>(threadIdx.x) * Width;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * Width;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* x = input + row * channels;
     const T* dy = doutput + row * channels;
@@ -65,17 +93,36 @@ __global__ void layernorm_dinput_kernel(T* dinput, const T* doutput, const T* in
     const float row_rstd = rstd[row];
     float sum_g = 0.0f;
     float sum_g_xhat = 0.0f;
-    for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
-      const float g = to_float(dy[c]) * to_float(weight[c]);
-      sum_g += g;
-      sum_g_xhat += g * (to_float(x[c]) - row_mean) * row_rstd;
+    for (int64_t c = first; c < channels; c += step) {
+      float xs[Width];
+      float dys[Width];
+      float ws[Width];
+      load_floats(xs, x + c);
+      load_floats(dys, dy + c);
+      load_floats(ws, weight + c);
+#pragma unroll
+      for (int j = 0; j < Width; ++j) {
+        const float g = dys[j] * ws[j];
+        sum_g += g;
+        sum_g_xhat += g * (xs[j] - row_mean) * row_rstd;
+      }
     }
     const float mean_g = block_sum(sum_g, shared) * inverse_channels;
     const float mean_g_xhat = block_sum(sum_g_xhat, shared) * inverse_channels;
-    for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
-      const float xhat = (to_float(x[c]) - row_mean) * row_rstd;
-      const float g = to_float(dy[c]) * to_float(weight[c]);
-      dx[c] = from_float<T>(row_rstd * (g - mean_g - xhat * mean_g_xhat));
+    for (int64_t c = first; c < channels; c += step) {
+      float xs[Width];
+      float dys[Width];
+      float ws[Width];
+      load_floats(xs, x + c);
+      load_floats(dys, dy + c);
+      load_floats(ws, weight + c);
+      float dxs[Width];
+#pragma unroll
+      for (int j = 0; j < Width; ++j) {
+        const float xhat = (xs[j] - row_mean) * row_rstd;
+        dxs[j] = row_rstd * (dys[j] * ws[j] - mean_g - xhat * mean_g_xhat);
+      }
+      store_floats(dx + c, dxs);
     }
   }
 }
@@ -84,9 +131,8 @@ __global__ void layernorm_dinput_kernel(T* dinput, const T* doutput, const T* in
 // thread per column (coalesced along the row). scratch: [weight partials (G, C) | bias (G, C)].
 template <typename T>
 __global__ void layernorm_column_partials_kernel(float* scratch, const T* doutput, const T* input,
-                                                 const float* mean, const float* rstd,
-                                                 int64_t rows, int64_t channels,
-                                                 int64_t group_rows) {
+                                                 const float* mean, const float* rstd, int64_t rows,
+                                                 int64_t channels, int64_t group_rows) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= channels) return;
   const int64_t group = blockIdx.y;
@@ -132,9 +178,19 @@ void layernorm_forward(Scalar* output, float* mean, float* rstd, const Scalar* i
                        const Scalar* weight, const Scalar* bias, float epsilon, int64_t rows,
                        int64_t channels, CudaStream stream) {
   if (rows <= 0 || channels <= 0) return;
-  layernorm_forward_kernel<<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
-      detail::device_pointer(output), mean, rstd, detail::device_pointer(input),
-      detail::device_pointer(weight), detail::device_pointer(bias), epsilon, rows, channels);
+  using T = detail::DeviceElementOf<Scalar>;
+  T* y = detail::device_pointer(output);
+  const T* x = detail::device_pointer(input);
+  const T* w = detail::device_pointer(weight);
+  const T* b = detail::device_pointer(bias);
+  if (detail::rows_vectorise<T>(channels, {y, x, w, b})) {
+    layernorm_forward_kernel<T, detail::kPackWidth<T>>
+        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(y, mean, rstd, x, w, b, epsilon,
+                                                                    rows, channels);
+  } else {
+    layernorm_forward_kernel<T, 1><<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
+        y, mean, rstd, x, w, b, epsilon, rows, channels);
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -157,18 +213,26 @@ void layernorm_backward(Scalar* dinput, float* dweight, float* dbias, const Scal
   layernorm_column_finish_kernel<<<detail::grid_for(channels), detail::kBlockSize, 0, stream>>>(
       dweight, dbias, scratch, channels, groups);
   CUDA_CHECK(cudaGetLastError());
-  layernorm_dinput_kernel<<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
-      detail::device_pointer(dinput), dy, x, detail::device_pointer(weight), mean, rstd, rows,
-      channels);
+  using T = detail::DeviceElementOf<Scalar>;
+  T* dx = detail::device_pointer(dinput);
+  const T* w = detail::device_pointer(weight);
+  if (detail::rows_vectorise<T>(channels, {dx, dy, x, w})) {
+    layernorm_dinput_kernel<T, detail::kPackWidth<T>>
+        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(dx, dy, x, w, mean, rstd, rows,
+                                                                    channels);
+  } else {
+    layernorm_dinput_kernel<T, 1><<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
+        dx, dy, x, w, mean, rstd, rows, channels);
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 
-#define BACKEND_INSTANTIATE_LAYERNORM_CUDA(Scalar)                                              \
-  template void layernorm_forward<Scalar>(Scalar*, float*, float*, const Scalar*, const Scalar*, \
-                                          const Scalar*, float, int64_t, int64_t, CudaStream);  \
-  template void layernorm_backward<Scalar>(Scalar*, float*, float*, const Scalar*,              \
-                                           const Scalar*, const Scalar*, const float*,          \
-                                           const float*, int64_t, int64_t, float*, CudaStream);
+#define BACKEND_INSTANTIATE_LAYERNORM_CUDA(Scalar)                                                \
+  template void layernorm_forward<Scalar>(Scalar*, float*, float*, const Scalar*, const Scalar*,  \
+                                          const Scalar*, float, int64_t, int64_t, CudaStream);    \
+  template void layernorm_backward<Scalar>(Scalar*, float*, float*, const Scalar*, const Scalar*, \
+                                           const Scalar*, const float*, const float*, int64_t,    \
+                                           int64_t, float*, CudaStream);
 BACKEND_INSTANTIATE_LAYERNORM_CUDA(float)
 BACKEND_INSTANTIATE_LAYERNORM_CUDA(bfloat16)
 #undef BACKEND_INSTANTIATE_LAYERNORM_CUDA

@@ -109,17 +109,15 @@ template <typename Scalar>
 void rope_backward(Scalar* dinput, const Scalar* doutput, const float* cos, const float* sin,
                    int64_t batch_size, int64_t seq_length, int64_t num_heads, int64_t head_dim,
                    int64_t rotary_dim, int64_t row_stride, CudaStream stream) {
-  rotate(dinput, doutput, cos, sin, -1.0f, batch_size, seq_length, num_heads, head_dim,
-         rotary_dim, row_stride, stream);
+  rotate(dinput, doutput, cos, sin, -1.0f, batch_size, seq_length, num_heads, head_dim, rotary_dim,
+         row_stride, stream);
 }
 
-#define BACKEND_INSTANTIATE_ROPE_CUDA(Scalar)                                                 \
-  template void rope_forward<Scalar>(Scalar*, const Scalar*, const float*, const float*,      \
-                                     int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,    \
-                                     CudaStream);                                             \
-  template void rope_backward<Scalar>(Scalar*, const Scalar*, const float*, const float*,     \
-                                      int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,   \
-                                      CudaStream);
+#define BACKEND_INSTANTIATE_ROPE_CUDA(Scalar)                                                      \
+  template void rope_forward<Scalar>(Scalar*, const Scalar*, const float*, const float*, int64_t,  \
+                                     int64_t, int64_t, int64_t, int64_t, int64_t, CudaStream);     \
+  template void rope_backward<Scalar>(Scalar*, const Scalar*, const float*, const float*, int64_t, \
+                                      int64_t, int64_t, int64_t, int64_t, int64_t, CudaStream);
 BACKEND_INSTANTIATE_ROPE_CUDA(float)
 BACKEND_INSTANTIATE_ROPE_CUDA(bfloat16)
 #undef BACKEND_INSTANTIATE_ROPE_CUDA

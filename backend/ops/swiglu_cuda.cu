@@ -17,7 +17,9 @@ using detail::Pack;
 using detail::to_float;
 
 // For a → −∞, exp(−a) is +∞ and σ = 0, the limit.
-__device__ __forceinline__ float sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }
+__device__ __forceinline__ float sigmoid(float a) {
+  return 1.0f / (1.0f + expf(-a));
+}
 
 template <typename T, int Width>
 __global__ void swiglu_forward_kernel(T* output, const T* input, int64_t rows, int64_t features) {
@@ -95,8 +97,9 @@ void swiglu_forward(Scalar* output, const Scalar* input, int64_t rows, int64_t f
         <<<detail::grid_for(rows * features / kWidth), detail::kBlockSize, 0, stream>>>(
             out, in, rows, features);
   } else {
-    swiglu_forward_kernel<T, 1><<<detail::grid_for(rows * features), detail::kBlockSize, 0,
-                                  stream>>>(out, in, rows, features);
+    swiglu_forward_kernel<T, 1>
+        <<<detail::grid_for(rows * features), detail::kBlockSize, 0, stream>>>(out, in, rows,
+                                                                               features);
   }
   CUDA_CHECK(cudaGetLastError());
 }
@@ -115,8 +118,9 @@ void swiglu_backward(Scalar* dinput, const Scalar* doutput, const Scalar* input,
         <<<detail::grid_for(rows * features / kWidth), detail::kBlockSize, 0, stream>>>(
             din, dout, in, rows, features);
   } else {
-    swiglu_backward_kernel<T, 1><<<detail::grid_for(rows * features), detail::kBlockSize, 0,
-                                   stream>>>(din, dout, in, rows, features);
+    swiglu_backward_kernel<T, 1>
+        <<<detail::grid_for(rows * features), detail::kBlockSize, 0, stream>>>(din, dout, in, rows,
+                                                                               features);
   }
   CUDA_CHECK(cudaGetLastError());
 }
