@@ -15,6 +15,9 @@
 
 #include <cstdint>
 
+#include "backend/device/cuda_stream.hpp"
+#include "backend/device/element_type.hpp"
+
 namespace backend::cpu {
 
 template <typename Scalar>
@@ -32,3 +35,24 @@ void cross_entropy_backward(Scalar* dlogits,          // (N, V) =, may alias log
                             Scalar scale, int64_t rows, int64_t vocab_size);
 
 }  // namespace backend::cpu
+
+// The CUDA twin (cross_entropy_cuda.cu), logits float or bfloat16, computed in float; losses
+// and logsumexp are float whatever Scalar is, as is scale. One block per row with fixed-order
+// reductions (max, then Σ exp(z − max)), so a run repeats its bits. dlogits may alias logits.
+namespace backend::cuda {
+
+template <typename Scalar>
+void cross_entropy_forward(float* losses,          // (N)
+                           float* logsumexp,       // (N)
+                           const Scalar* logits,   // (N, V)
+                           const int32_t* labels,  // (N)
+                           int64_t rows, int64_t vocab_size, CudaStream stream);
+
+template <typename Scalar>
+void cross_entropy_backward(Scalar* dlogits,         // (N, V) =, may alias logits
+                            const Scalar* logits,    // (N, V)
+                            const float* logsumexp,  // (N) from the forward
+                            const int32_t* labels,   // (N)
+                            float scale, int64_t rows, int64_t vocab_size, CudaStream stream);
+
+}  // namespace backend::cuda

@@ -24,6 +24,8 @@
 #include <cstdint>
 
 #include "backend/common/splitmix64.hpp"
+#include "backend/device/cuda_stream.hpp"
+#include "backend/device/element_type.hpp"
 
 namespace backend {
 
@@ -87,3 +89,19 @@ void dropout_backward(Scalar* dinput,         // (N) =
                       int64_t count, const Dropout& dropout);
 
 }  // namespace backend::cpu
+
+// The CUDA twin (dropout_cuda.cu), Scalar float or bfloat16: the same mask elements (element i
+// is dropout_keep(key, i, threshold), evaluated on the device), scale = dropout.scale<float>().
+namespace backend::cuda {
+
+template <typename Scalar>
+void dropout_forward(Scalar* output,       // (N)
+                     const Scalar* input,  // (N)
+                     int64_t count, const Dropout& dropout, CudaStream stream);
+
+template <typename Scalar>
+void dropout_backward(Scalar* dinput,         // (N) =
+                      const Scalar* doutput,  // (N)
+                      int64_t count, const Dropout& dropout, CudaStream stream);
+
+}  // namespace backend::cuda

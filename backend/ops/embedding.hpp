@@ -15,6 +15,9 @@
 
 #include <cstdint>
 
+#include "backend/device/cuda_stream.hpp"
+#include "backend/device/element_type.hpp"
+
 namespace backend::cpu {
 
 template <typename Scalar>
@@ -32,3 +35,53 @@ void embedding_backward(Scalar* dword_embeddings,      // (V, C)   +=
                         int64_t batch_size, int64_t seq_length, int64_t hidden_size);
 
 }  // namespace backend::cpu
+
+// ---- the CUDA twin's deterministic backward
+// The word table's gradient is a scatter-add where several positions may hold one token. The
+// CUDA twin does it without atomics from an index of the positions grouped by token, made on
+// the host from the host's copy of the tokens (B·T ints, before they are uploaded, so no
+// device-to-host copy), then copied to device memory by the caller:
+//   order           (count)     the positions 0..count−1, stably sorted by token (so each
+//                               token's positions ascend)
+//   unique_tokens   (≤ count)   the distinct tokens, ascending; *unique_count of them
+//   segment_starts  (≤ count+1) token unique_tokens[u] holds the positions
+//                               order[segment_starts[u] .. segment_starts[u + 1]), and
+//                               segment_starts[*unique_count] = count
+// Capacity: order and unique_tokens count entries, segment_starts count + 1.
+// (embedding_cpu.cpp does not need it; it is pure C++, any device's caller may use it.)
+namespace backend {
+
+void sort_positions_by_token(const int32_t* tokens, int64_t count, int32_t* order,
+                             int32_t* segment_starts, int32_t* unique_tokens,
+                             int64_t* unique_count);
+
+}  // namespace backend
+
+// The CUDA twin (embedding_cuda.cu), tables and output float or bfloat16; the gradients of
+// the tables (fp32 main grads) are float whatever Scalar is. The backward takes the index of
+// sort_positions_by_token (device copies, and unique_count on the host) after the CPU twin's
+// parameters: one block per distinct token adds its positions' gradient rows in position order
+// onto dword's row (the CPU's order of additions: the same bits in fp32), and one thread per
+// (t, c) sums the batch in order b = 0..B−1 for dposition. No atomics: a run repeats its bits.
+namespace backend::cuda {
+
+template <typename Scalar>
+void embedding_forward(Scalar* output,                     // (B, T, C)
+                       const int32_t* tokens,              // (B, T)
+                       const Scalar* word_embeddings,      // (V, C)
+                       const Scalar* position_embeddings,  // (≥ T, C) or nullptr
+                       int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                       CudaStream stream);
+
+template <typename Scalar>
+void embedding_backward(float* dword_embeddings,      // (V, C)   +=
+                        float* dposition_embeddings,  // (≥ T, C) +=, or nullptr
+                        const Scalar* doutput,        // (B, T, C)
+                        const int32_t* tokens,        // (B, T) (the index below replaces it)
+                        int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                        const int32_t* order,           // (B·T) sort_positions_by_token's
+                        const int32_t* segment_starts,  // (unique_count + 1)
+                        const int32_t* unique_tokens,   // (unique_count)
+                        int64_t unique_count, CudaStream stream);
+
+}  // namespace backend::cuda

@@ -10,6 +10,9 @@
 
 #include <cstdint>
 
+#include "backend/device/cuda_stream.hpp"
+#include "backend/device/element_type.hpp"
+
 namespace backend::cpu {
 
 template <typename Scalar>
@@ -24,3 +27,20 @@ void gelu_backward(Scalar* dinput,         // (N) =
                    int64_t count);
 
 }  // namespace backend::cpu
+
+// The CUDA twin (gelu_cuda.cu), Scalar float or bfloat16 (computed in float, the CPU float
+// path's formula).
+namespace backend::cuda {
+
+template <typename Scalar>
+void gelu_forward(Scalar* output,       // (N)
+                  const Scalar* input,  // (N)
+                  int64_t count, CudaStream stream);
+
+template <typename Scalar>
+void gelu_backward(Scalar* dinput,         // (N) =
+                   const Scalar* doutput,  // (N)
+                   const Scalar* input,    // (N) the forward's input
+                   int64_t count, CudaStream stream);
+
+}  // namespace backend::cuda

@@ -14,6 +14,9 @@
 
 #include <cstdint>
 
+#include "backend/device/cuda_stream.hpp"
+#include "backend/device/element_type.hpp"
+
 namespace backend::cpu {
 
 template <typename Scalar>
@@ -37,3 +40,37 @@ void layernorm_backward(Scalar* dinput,         // (N, C) =
                         int64_t rows, int64_t channels);
 
 }  // namespace backend::cpu
+
+// The CUDA twin (layernorm_cuda.cu), Scalar float or bfloat16, computed in float. Statistics
+// (mean, rstd) and parameter gradients (dweight, dbias: fp32 main grads) are float whatever
+// Scalar is. dweight/dbias are column sums without atomics: per-group partial sums go to
+// `scratch` (layernorm_backward_scratch_floats(rows, channels) floats of device memory, owned
+// by the caller, contents free on entry and on exit), then are added in a fixed order, so a
+// run repeats its bits. dinput may alias doutput.
+namespace backend::cuda {
+
+template <typename Scalar>
+void layernorm_forward(Scalar* output,        // (N, C)
+                       float* mean,           // (N)
+                       float* rstd,           // (N)
+                       const Scalar* input,   // (N, C)
+                       const Scalar* weight,  // (C)
+                       const Scalar* bias,    // (C)
+                       float epsilon, int64_t rows, int64_t channels, CudaStream stream);
+
+int64_t layernorm_backward_scratch_floats(int64_t rows, int64_t channels);
+
+template <typename Scalar>
+void layernorm_backward(Scalar* dinput,         // (N, C) =
+                        float* dweight,         // (C)    +=
+                        float* dbias,           // (C)    +=
+                        const Scalar* doutput,  // (N, C)
+                        const Scalar* input,    // (N, C)
+                        const Scalar* weight,   // (C)
+                        const float* mean,      // (N) from the forward
+                        const float* rstd,      // (N) from the forward
+                        int64_t rows, int64_t channels,
+                        float* scratch,  // layernorm_backward_scratch_floats(rows, channels)
+                        CudaStream stream);
+
+}  // namespace backend::cuda

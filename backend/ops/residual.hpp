@@ -10,6 +10,9 @@
 
 #include <cstdint>
 
+#include "backend/device/cuda_stream.hpp"
+#include "backend/device/element_type.hpp"
+
 namespace backend::cpu {
 
 template <typename Scalar>
@@ -19,3 +22,14 @@ void residual_forward(Scalar* output,        // (N)
                       int64_t count);
 
 }  // namespace backend::cpu
+
+// The CUDA twin (residual_cuda.cu), Scalar float or bfloat16 (added in float, rounded once).
+namespace backend::cuda {
+
+template <typename Scalar>
+void residual_forward(Scalar* output,        // (N)
+                      const Scalar* input,   // (N)
+                      const Scalar* branch,  // (N)
+                      int64_t count, CudaStream stream);
+
+}  // namespace backend::cuda

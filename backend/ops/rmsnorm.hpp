@@ -14,6 +14,9 @@
 
 #include <cstdint>
 
+#include "backend/device/cuda_stream.hpp"
+#include "backend/device/element_type.hpp"
+
 namespace backend::cpu {
 
 template <typename Scalar>
@@ -33,3 +36,32 @@ void rmsnorm_backward(Scalar* dinput,         // (N, C) =
                       int64_t rows, int64_t channels);
 
 }  // namespace backend::cpu
+
+// The CUDA twin (rmsnorm_cuda.cu), Scalar float or bfloat16, computed in float. rstd and
+// dweight (the fp32 main grad) are float whatever Scalar is. dweight is a column sum without
+// atomics: per-group partial sums go to `scratch` (rmsnorm_backward_scratch_floats(rows,
+// channels) floats of device memory, owned by the caller, contents free on entry and on exit),
+// then are added in a fixed order, so a run repeats its bits. dinput may alias doutput.
+namespace backend::cuda {
+
+template <typename Scalar>
+void rmsnorm_forward(Scalar* output,        // (N, C)
+                     float* rstd,           // (N)
+                     const Scalar* input,   // (N, C)
+                     const Scalar* weight,  // (C)
+                     float epsilon, int64_t rows, int64_t channels, CudaStream stream);
+
+int64_t rmsnorm_backward_scratch_floats(int64_t rows, int64_t channels);
+
+template <typename Scalar>
+void rmsnorm_backward(Scalar* dinput,         // (N, C) =
+                      float* dweight,         // (C)    +=
+                      const Scalar* doutput,  // (N, C)
+                      const Scalar* input,    // (N, C)
+                      const Scalar* weight,   // (C)
+                      const float* rstd,      // (N) from the forward
+                      int64_t rows, int64_t channels,
+                      float* scratch,  // rmsnorm_backward_scratch_floats(rows, channels)
+                      CudaStream stream);
+
+}  // namespace backend::cuda

@@ -26,6 +26,9 @@
 
 #include <cstdint>
 
+#include "backend/device/cuda_stream.hpp"
+#include "backend/device/element_type.hpp"
+
 namespace backend::cpu {
 
 template <typename Scalar>
@@ -48,3 +51,29 @@ void rope_backward(Scalar* dinput,         // = on the rotated heads
                    int64_t num_heads, int64_t head_dim, int64_t rotary_dim, int64_t row_stride);
 
 }  // namespace backend::cpu
+
+// The CUDA twin (rope_cuda.cu). The tables are float only (the CPU's double angles rounded
+// once to float, computed on the device in double the same way); x is float or bfloat16,
+// rotated in float. Same contract and aliasing as the CPU twin.
+namespace backend::cuda {
+
+void rope_tables(float* cos,  // (T, R/2)
+                 float* sin,  // (T, R/2)
+                 int64_t seq_length, int64_t rotary_dim, double base, CudaStream stream);
+
+template <typename Scalar>
+void rope_forward(Scalar* output,       // rows of row_stride, H heads of HD
+                  const Scalar* input,  // the same layout
+                  const float* cos,     // (T, R/2) from rope_tables
+                  const float* sin,     // (T, R/2)
+                  int64_t batch_size, int64_t seq_length, int64_t num_heads, int64_t head_dim,
+                  int64_t rotary_dim, int64_t row_stride, CudaStream stream);
+
+template <typename Scalar>
+void rope_backward(Scalar* dinput,         // = on the rotated heads
+                   const Scalar* doutput,  // gradient of the forward's output
+                   const float* cos, const float* sin, int64_t batch_size, int64_t seq_length,
+                   int64_t num_heads, int64_t head_dim, int64_t rotary_dim, int64_t row_stride,
+                   CudaStream stream);
+
+}  // namespace backend::cuda

@@ -16,6 +16,9 @@
 
 #include <cstdint>
 
+#include "backend/device/cuda_stream.hpp"
+#include "backend/device/element_type.hpp"
+
 namespace backend::cpu {
 
 template <typename Scalar>
@@ -30,3 +33,19 @@ void swiglu_backward(Scalar* dinput,         // (N, 2F) =
                      int64_t rows, int64_t features);
 
 }  // namespace backend::cpu
+
+// The CUDA twin (swiglu_cuda.cu), Scalar float or bfloat16 (computed in float).
+namespace backend::cuda {
+
+template <typename Scalar>
+void swiglu_forward(Scalar* output,       // (N, F)
+                    const Scalar* input,  // (N, 2F) per row [a | b]
+                    int64_t rows, int64_t features, CudaStream stream);
+
+template <typename Scalar>
+void swiglu_backward(Scalar* dinput,         // (N, 2F) =
+                     const Scalar* doutput,  // (N, F)
+                     const Scalar* input,    // (N, 2F) the forward's input
+                     int64_t rows, int64_t features, CudaStream stream);
+
+}  // namespace backend::cuda

@@ -125,3 +125,51 @@ TEST_CASE("embedding without a position table (rotary positions) is the word loo
   // The word table's gradient does not depend on whether a position table exists.
   CHECK(difference(dword, c.dword_start) == with_table.dword);
 }
+
+TEST_CASE("sort_positions_by_token groups the positions by token, ascending within a token") {
+  const std::vector<int32_t> tokens = {4, 1, 4, 0, 1, 4, 7};
+  const int64_t count = static_cast<int64_t>(tokens.size());
+  std::vector<int32_t> order(count, -1);
+  std::vector<int32_t> segment_starts(count + 1, -1);
+  std::vector<int32_t> unique_tokens(count, -1);
+  int64_t unique_count = -1;
+  backend::sort_positions_by_token(tokens.data(), count, order.data(), segment_starts.data(),
+                                   unique_tokens.data(), &unique_count);
+  REQUIRE(unique_count == 4);
+  CHECK(std::vector<int32_t>(unique_tokens.begin(), unique_tokens.begin() + 4) ==
+        std::vector<int32_t>{0, 1, 4, 7});
+  CHECK(order == std::vector<int32_t>{3, 1, 4, 0, 2, 5, 6});
+  CHECK(std::vector<int32_t>(segment_starts.begin(), segment_starts.begin() + 5) ==
+        std::vector<int32_t>{0, 1, 3, 6, 7});
+}
+
+TEST_CASE("the sorted index's order of additions gives the CPU twin's float bits") {
+  // What embedding_cuda.cu's word kernel does, per token and column: start from the table's
+  // value and add the token's positions in index order. It must equal the CPU twin bit for bit.
+  constexpr int64_t batch = 3;
+  constexpr int64_t seq = 40;
+  constexpr int64_t hidden = 7;
+  constexpr int32_t vocab = 5;
+  const int64_t count = batch * seq;
+  const auto tokens = random_ids(count, vocab, 69);
+  const auto doutput = convert<float>(random_values(count * hidden, 70));
+  const auto start = convert<float>(random_values(vocab * hidden, 71));
+  auto expected = start;
+  backend::cpu::embedding_backward(expected.data(), static_cast<float*>(nullptr), doutput.data(),
+                                   tokens.data(), batch, seq, hidden);
+  std::vector<int32_t> order(count), segment_starts(count + 1), unique_tokens(count);
+  int64_t unique_count = 0;
+  backend::sort_positions_by_token(tokens.data(), count, order.data(), segment_starts.data(),
+                                   unique_tokens.data(), &unique_count);
+  auto sorted = start;
+  for (int64_t u = 0; u < unique_count; ++u) {
+    for (int64_t c = 0; c < hidden; ++c) {
+      float sum = sorted[unique_tokens[u] * hidden + c];
+      for (int32_t k = segment_starts[u]; k < segment_starts[u + 1]; ++k) {
+        sum += doutput[order[k] * hidden + c];
+      }
+      sorted[unique_tokens[u] * hidden + c] = sum;
+    }
+  }
+  CHECK(sorted == expected);
+}

@@ -1,0 +1,142 @@
+// CUDA twin of embedding.hpp (CPU twin: embedding_cpu.cpp; llm.c's encoder_forward/backward,
+// GPT-2's wte + wpe):
+//   output[b, t, :]        = word[tokens[b, t], :] + position[t, :]
+//   dword[token, :]       += Σ over the positions holding token of doutput[b, t, :]
+//   dposition[t, :]       += Σ_b doutput[b, t, :]
+// Forward: one thread per element, or per 16-byte pack when C allows. Backward without
+// atomics, deterministic: the caller's sort_positions_by_token index (embedding.hpp) gives each
+// distinct token its positions in ascending order; one block per distinct token owns that row
+// of dword (no other block touches it) and, per column, adds the positions' gradients onto it
+// one by one in position order: the CPU twin's exact order of additions. dposition: one thread
+// per (t, c) sums b = 0..B−1 into a running sum added once, as the CPU twin.
+#include "backend/ops/cuda_common.cuh"
+#include "backend/ops/embedding.hpp"
+
+namespace backend::cuda {
+namespace {
+
+using detail::from_float;
+using detail::Pack;
+using detail::to_float;
+
+template <typename T, int Width>
+__global__ void embedding_forward_kernel(T* output, const int32_t* tokens, const T* word,
+                                         const T* position, int64_t rows, int64_t seq_length,
+                                         int64_t hidden_size) {
+  using P = Pack<T, Width>;
+  const int64_t packs_per_row = hidden_size / Width;
+  const int64_t packs = rows * packs_per_row;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs;
+       p += stride) {
+    const int64_t row = p / packs_per_row;
+    const int64_t c = (p % packs_per_row) * Width;
+    const P w = *reinterpret_cast<const P*>(word + int64_t{tokens[row]} * hidden_size + c);
+    P out;
+    if (position == nullptr) {
+      out = w;
+    } else {
+      const P e = *reinterpret_cast<const P*>(position + (row % seq_length) * hidden_size + c);
+#pragma unroll
+      for (int j = 0; j < Width; ++j) {
+        out.values[j] = from_float<T>(to_float(w.values[j]) + to_float(e.values[j]));
+      }
+    }
+    *reinterpret_cast<P*>(output + row * hidden_size + c) = out;
+  }
+}
+
+// One block per distinct token (blockIdx.x strides over them), threads over the columns.
+template <typename T>
+__global__ void embedding_word_backward_kernel(float* dword, const T* doutput, const int32_t* order,
+                                               const int32_t* segment_starts,
+                                               const int32_t* unique_tokens, int64_t unique_count,
+                                               int64_t hidden_size) {
+  for (int64_t u = blockIdx.x; u < unique_count; u += gridDim.x) {
+    float* row = dword + int64_t{unique_tokens[u]} * hidden_size;
+    const int64_t begin = segment_starts[u];
+    const int64_t end = segment_starts[u + 1];
+    for (int64_t c = threadIdx.x; c < hidden_size; c += blockDim.x) {
+      float sum = row[c];
+      for (int64_t k = begin; k < end; ++k) {
+        sum += to_float(doutput[int64_t{order[k]} * hidden_size + c]);
+      }
+      row[c] = sum;
+    }
+  }
+}
+
+// One thread per (t, c), coalesced along c.
+template <typename T>
+__global__ void embedding_position_backward_kernel(float* dposition, const T* doutput,
+                                                   int64_t batch_size, int64_t seq_length,
+                                                   int64_t hidden_size) {
+  const int64_t count = seq_length * hidden_size;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < batch_size; ++b) sum += to_float(doutput[b * count + i]);
+    dposition[i] += sum;
+  }
+}
+
+}  // namespace
+
+template <typename Scalar>
+void embedding_forward(Scalar* output, const int32_t* tokens, const Scalar* word_embeddings,
+                       const Scalar* position_embeddings, int64_t batch_size, int64_t seq_length,
+                       int64_t hidden_size, CudaStream stream) {
+  const int64_t rows = batch_size * seq_length;
+  if (rows <= 0 || hidden_size <= 0) return;
+  using T = detail::DeviceElementOf<Scalar>;
+  constexpr int kWidth = detail::kPackWidth<T>;
+  T* out = detail::device_pointer(output);
+  const T* word = detail::device_pointer(word_embeddings);
+  const T* position = detail::device_pointer(position_embeddings);
+  // aligned_16(nullptr) holds, so an absent position table does not block the packs.
+  if (hidden_size % kWidth == 0 && detail::aligned_16(out) && detail::aligned_16(word) &&
+      detail::aligned_16(position)) {
+    embedding_forward_kernel<T, kWidth>
+        <<<detail::grid_for(rows * hidden_size / kWidth), detail::kBlockSize, 0, stream>>>(
+            out, tokens, word, position, rows, seq_length, hidden_size);
+  } else {
+    embedding_forward_kernel<T, 1>
+        <<<detail::grid_for(rows * hidden_size), detail::kBlockSize, 0, stream>>>(
+            out, tokens, word, position, rows, seq_length, hidden_size);
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename Scalar>
+void embedding_backward(float* dword_embeddings, float* dposition_embeddings, const Scalar* doutput,
+                        const int32_t* /*tokens: the index replaces it*/, int64_t batch_size,
+                        int64_t seq_length, int64_t hidden_size, const int32_t* order,
+                        const int32_t* segment_starts, const int32_t* unique_tokens,
+                        int64_t unique_count, CudaStream stream) {
+  if (batch_size * seq_length <= 0 || hidden_size <= 0) return;
+  const auto* dy = detail::device_pointer(doutput);
+  if (unique_count > 0) {
+    embedding_word_backward_kernel<<<detail::row_grid(unique_count), detail::kBlockSize, 0,
+                                     stream>>>(dword_embeddings, dy, order, segment_starts,
+                                               unique_tokens, unique_count, hidden_size);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  if (dposition_embeddings == nullptr) return;
+  embedding_position_backward_kernel<<<detail::grid_for(seq_length * hidden_size),
+                                       detail::kBlockSize, 0, stream>>>(
+      dposition_embeddings, dy, batch_size, seq_length, hidden_size);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+#define BACKEND_INSTANTIATE_EMBEDDING_CUDA(Scalar)                                                 \
+  template void embedding_forward<Scalar>(Scalar*, const int32_t*, const Scalar*, const Scalar*,   \
+                                          int64_t, int64_t, int64_t, CudaStream);                  \
+  template void embedding_backward<Scalar>(float*, float*, const Scalar*, const int32_t*, int64_t, \
+                                           int64_t, int64_t, const int32_t*, const int32_t*,       \
+                                           const int32_t*, int64_t, CudaStream);
+BACKEND_INSTANTIATE_EMBEDDING_CUDA(float)
+BACKEND_INSTANTIATE_EMBEDDING_CUDA(bfloat16)
+#undef BACKEND_INSTANTIATE_EMBEDDING_CUDA
+
+}  // namespace backend::cuda

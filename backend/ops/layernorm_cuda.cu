@@ -1,0 +1,240 @@
+// CUDA twin of layernorm.hpp (CPU twin: layernorm_cpu.cpp; the layout of llm.c's
+// layernorm_forward/backward and Megatron's FusedLayerNorm):
+//   mean = Σ x / C,  rstd = 1 / sqrt(Σ (x − mean)² / C + ε),  x̂ = (x − mean) · rstd
+//   y = x̂ · w + b
+//   dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)),  g = dy · w
+//   dw += Σ_rows dy · x̂,   db += Σ_rows dy
+// Everything in float; Scalar (float or bf16) is only read and written.
+// Deterministic without atomics: one block per row (16-byte packs along it where C and the
+// pointers allow) with detail::block_sum's fixed tree for the row sums (two passes, mean then
+// squared deviations, as the CPU: E[x²] − E[x]² cancels in float); the column sums of dw and
+// db are per-row-group partials in row order into `scratch`, then a second kernel adds the
+// groups in order (detail::row_groups, cuda_common.cuh).
+#include "backend/ops/cuda_common.cuh"
+#include "backend/ops/layernorm.hpp"
+
+namespace backend::cuda {
+namespace {
+
+using detail::block_sum;
+using detail::load_floats;
+using detail::store_floats;
+using detail::to_float;
+
+// Each thread takes Width consecutive channels at a time (one 16-byte pack when Width > 1,
+// which the launcher picks only when C is a multiple of it and every pointer is 16-byte
+// aligned, so each row starts aligned), walking the row with a stride of the block.
+template <typename T, int Width>
+__global__ void layernorm_forward_kernel(T* output, float* mean, float* rstd, const T* input,
+                                         const T* weight, const T* bias, float epsilon,
+                                         int64_t rows, int64_t channels) {
+  __shared__ float shared[32];
+  const int64_t first = static_cast<int64_t>(threadIdx.x) * Width;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * Width;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* x = input + row * channels;
+    T* y = output + row * channels;
+    float sum = 0.0f;
+    for (int64_t c = first; c < channels; c += step) {
+      float xs[Width];
+      load_floats(xs, x + c);
+#pragma unroll
+      for (int j = 0; j < Width; ++j) sum += xs[j];
+    }
+    const float row_mean = block_sum(sum, shared) / static_cast<float>(channels);
+    float squares = 0.0f;
+    for (int64_t c = first; c < channels; c += step) {
+      float xs[Width];
+      load_floats(xs, x + c);
+#pragma unroll
+      for (int j = 0; j < Width; ++j) {
+        const float deviation = xs[j] - row_mean;
+        squares += deviation * deviation;
+      }
+    }
+    // 1 / sqrtf, not rsqrtf (an approximation): the CPU's correctly rounded quotient.
+    const float row_rstd =
+        1.0f / sqrtf(block_sum(squares, shared) / static_cast<float>(channels) + epsilon);
+    for (int64_t c = first; c < channels; c += step) {
+      float xs[Width];
+      float ws[Width];
+      float bs[Width];
+      load_floats(xs, x + c);
+      load_floats(ws, weight + c);
+      load_floats(bs, bias + c);
+      float ys[Width];
+#pragma unroll
+      for (int j = 0; j < Width; ++j) ys[j] = (xs[j] - row_mean) * row_rstd * ws[j] + bs[j];
+      store_floats(y + c, ys);
+    }
+    if (threadIdx.x == 0) {
+      mean[row] = row_mean;
+      rstd[row] = row_rstd;
+    }
+  }
+}
+
+// dinput, one block per row, Width as the forward. Each thread reads dy and x at its channels
+// before writing dx there, and the sums complete (block_sum's barriers) before any write, so
+// dinput may alias doutput.
+template <typename T, int Width>
+__global__ void layernorm_dinput_kernel(T* dinput, const T* doutput, const T* input,
+                                        const T* weight, const float* mean, const float* rstd,
+                                        int64_t rows, int64_t channels) {
+  __shared__ float shared[32];
+  const float inverse_channels = 1.0f / static_cast<float>(channels);
+  const int64_t first = static_cast<int64_t>(threadIdx.x) * Width;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * Width;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* x = input + row * channels;
+    const T* dy = doutput + row * channels;
+    T* dx = dinput + row * channels;
+    const float row_mean = mean[row];
+    const float row_rstd = rstd[row];
+    float sum_g = 0.0f;
+    float sum_g_xhat = 0.0f;
+    for (int64_t c = first; c < channels; c += step) {
+      float xs[Width];
+      float dys[Width];
+      float ws[Width];
+      load_floats(xs, x + c);
+      load_floats(dys, dy + c);
+      load_floats(ws, weight + c);
+#pragma unroll
+      for (int j = 0; j < Width; ++j) {
+        const float g = dys[j] * ws[j];
+        sum_g += g;
+        sum_g_xhat += g * (xs[j] - row_mean) * row_rstd;
+      }
+    }
+    const float mean_g = block_sum(sum_g, shared) * inverse_channels;
+    const float mean_g_xhat = block_sum(sum_g_xhat, shared) * inverse_channels;
+    for (int64_t c = first; c < channels; c += step) {
+      float xs[Width];
+      float dys[Width];
+      float ws[Width];
+      load_floats(xs, x + c);
+      load_floats(dys, dy + c);
+      load_floats(ws, weight + c);
+      float dxs[Width];
+#pragma unroll
+      for (int j = 0; j < Width; ++j) {
+        const float xhat = (xs[j] - row_mean) * row_rstd;
+        dxs[j] = row_rstd * (dys[j] * ws[j] - mean_g - xhat * mean_g_xhat);
+      }
+      store_floats(dx + c, dxs);
+    }
+  }
+}
+
+// Partial column sums of dy · x̂ and dy over one row group (blockIdx.y), rows in order; a
+// thread per column (coalesced along the row). scratch: [weight partials (G, C) | bias (G, C)].
+template <typename T>
+__global__ void layernorm_column_partials_kernel(float* scratch, const T* doutput, const T* input,
+                                                 const float* mean, const float* rstd, int64_t rows,
+                                                 int64_t channels, int64_t group_rows) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  const int64_t group = blockIdx.y;
+  const int64_t groups = gridDim.y;
+  const int64_t begin = group * group_rows;
+  const int64_t end = begin + group_rows < rows ? begin + group_rows : rows;
+  float weight_sum = 0.0f;
+  float bias_sum = 0.0f;
+  for (int64_t row = begin; row < end; ++row) {
+    const float dy = to_float(doutput[row * channels + c]);
+    weight_sum += dy * (to_float(input[row * channels + c]) - mean[row]) * rstd[row];
+    bias_sum += dy;
+  }
+  scratch[group * channels + c] = weight_sum;
+  scratch[(groups + group) * channels + c] = bias_sum;
+}
+
+// dweight[c] += Σ_g partial[g, c] in group order (and dbias the same).
+__global__ void layernorm_column_finish_kernel(float* dweight, float* dbias, const float* scratch,
+                                               int64_t channels, int64_t groups) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < channels;
+       c += stride) {
+    float weight_sum = 0.0f;
+    float bias_sum = 0.0f;
+    for (int64_t group = 0; group < groups; ++group) {
+      weight_sum += scratch[group * channels + c];
+      bias_sum += scratch[(groups + group) * channels + c];
+    }
+    dweight[c] += weight_sum;
+    dbias[c] += bias_sum;
+  }
+}
+
+}  // namespace
+
+int64_t layernorm_backward_scratch_floats(int64_t rows, int64_t channels) {
+  return 2 * detail::row_groups(rows) * channels;
+}
+
+template <typename Scalar>
+void layernorm_forward(Scalar* output, float* mean, float* rstd, const Scalar* input,
+                       const Scalar* weight, const Scalar* bias, float epsilon, int64_t rows,
+                       int64_t channels, CudaStream stream) {
+  if (rows <= 0 || channels <= 0) return;
+  using T = detail::DeviceElementOf<Scalar>;
+  T* y = detail::device_pointer(output);
+  const T* x = detail::device_pointer(input);
+  const T* w = detail::device_pointer(weight);
+  const T* b = detail::device_pointer(bias);
+  if (detail::rows_vectorise<T>(channels, {y, x, w, b})) {
+    layernorm_forward_kernel<T, detail::kPackWidth<T>>
+        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(y, mean, rstd, x, w, b, epsilon,
+                                                                    rows, channels);
+  } else {
+    layernorm_forward_kernel<T, 1><<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
+        y, mean, rstd, x, w, b, epsilon, rows, channels);
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename Scalar>
+void layernorm_backward(Scalar* dinput, float* dweight, float* dbias, const Scalar* doutput,
+                        const Scalar* input, const Scalar* weight, const float* mean,
+                        const float* rstd, int64_t rows, int64_t channels, float* scratch,
+                        CudaStream stream) {
+  if (rows <= 0 || channels <= 0) return;
+  const auto* dy = detail::device_pointer(doutput);
+  const auto* x = detail::device_pointer(input);
+  // The parameter sums first: they read doutput, which dinput may overwrite.
+  const int64_t groups = detail::row_groups(rows);
+  const dim3 partial_grid(
+      static_cast<unsigned>((channels + detail::kBlockSize - 1) / detail::kBlockSize),
+      static_cast<unsigned>(groups));
+  layernorm_column_partials_kernel<<<partial_grid, detail::kBlockSize, 0, stream>>>(
+      scratch, dy, x, mean, rstd, rows, channels, detail::rows_per_group(rows));
+  CUDA_CHECK(cudaGetLastError());
+  layernorm_column_finish_kernel<<<detail::grid_for(channels), detail::kBlockSize, 0, stream>>>(
+      dweight, dbias, scratch, channels, groups);
+  CUDA_CHECK(cudaGetLastError());
+  using T = detail::DeviceElementOf<Scalar>;
+  T* dx = detail::device_pointer(dinput);
+  const T* w = detail::device_pointer(weight);
+  if (detail::rows_vectorise<T>(channels, {dx, dy, x, w})) {
+    layernorm_dinput_kernel<T, detail::kPackWidth<T>>
+        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(dx, dy, x, w, mean, rstd, rows,
+                                                                    channels);
+  } else {
+    layernorm_dinput_kernel<T, 1><<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
+        dx, dy, x, w, mean, rstd, rows, channels);
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
+
+#define BACKEND_INSTANTIATE_LAYERNORM_CUDA(Scalar)                                                \
+  template void layernorm_forward<Scalar>(Scalar*, float*, float*, const Scalar*, const Scalar*,  \
+                                          const Scalar*, float, int64_t, int64_t, CudaStream);    \
+  template void layernorm_backward<Scalar>(Scalar*, float*, float*, const Scalar*, const Scalar*, \
+                                           const Scalar*, const float*, const float*, int64_t,    \
+                                           int64_t, float*, CudaStream);
+BACKEND_INSTANTIATE_LAYERNORM_CUDA(float)
+BACKEND_INSTANTIATE_LAYERNORM_CUDA(bfloat16)
+#undef BACKEND_INSTANTIATE_LAYERNORM_CUDA
+
+}  // namespace backend::cuda
