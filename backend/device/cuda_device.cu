@@ -433,8 +433,9 @@ void launch_cross_entropy_backward(S*, const S*, const float*, const int32_t*, f
   not_built("cross_entropy_backward");
 }
 
-// Sizes of the scratch the backward twins take (their *_scratch_floats helpers once built):
-// one fp32 partial per (row block, channel) for the weight and bias sums.
+// PLACEHOLDER until the twins land: the scratch the norm backward twins take, to be replaced
+// by their own cuda::layernorm_backward_scratch_floats / rmsnorm_backward_scratch_floats. The
+// guess: one fp32 partial per (block of 32 rows, channel) for each of the weight and bias sums.
 int64_t norm_backward_scratch_floats(int64_t rows, int64_t channels) {
   constexpr int64_t kRowsPerBlock = 32;
   return 2 * ((rows + kRowsPerBlock - 1) / kRowsPerBlock) * channels;

@@ -14,9 +14,10 @@
 // dbias += Σ_rows dy: one thread per column sums its rows in a fixed order (8 interleaved
 // partial sums joined in order); no atomics.
 //
-// Determinism: one algorithm per plan, chosen once by the heuristic and cached; the reduction
-// schemes are limited to those that reduce in a workspace in fixed order (no in-place
-// split-K accumulation into the output), so a shape gives the same bits run after run.
+// Determinism: one algorithm per plan, chosen once by the heuristic and cached, with the same
+// workspace every call, so a shape gives the same bits run after run (cuBLAS's reproducibility
+// rule: same toolkit, architecture and SM count). In-place split-K reduction is left out as a
+// precaution: with beta = 1 its output buffer doubles as the accumulator of dW.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -183,7 +184,7 @@ class GemmPlans {
     int found = 0;
     const cublasStatus_t status = [&] {
       const auto workspace = static_cast<uint64_t>(workspace_bytes_);
-      // No in-place split-K reduction (its partial sums land in the output in arrival order).
+      // No in-place split-K reduction (see the top of the file).
       const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE |
                                CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
                                CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;

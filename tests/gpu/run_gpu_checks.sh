@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The GPU checks in one command, for a session on a GPU machine (from the repository root):
+#   tests/gpu/run_gpu_checks.sh
+# Configures the release preset if needed, builds test_gpu only (-j16), prints nvidia-smi,
+# runs `ctest -L gpu`, then compute-sanitizer memcheck and racecheck (when installed) on a
+# small subset of test_gpu. With $OUT set, the logs and a summary (gpu_summary.txt) go there.
+# Exit status: 0 when every step passed. Steps keep going after a failure so one run reports
+# everything.
+set -u
+cd "$(dirname "$0")/../.."
+out="${OUT:-$(mktemp -d)}"
+mkdir -p "$out"
+summary="$out/gpu_summary.txt"
+: >"$summary"
+status=0
+note() { echo "$*" | tee -a "$summary"; }
+step() {  # step NAME COMMAND...: runs it with its output in $out/NAME.log, notes the result
+  local name="$1"
+  shift
+  local start=$SECONDS
+  "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  note "$name: $([ $rc -eq 0 ] && echo passed || echo "FAILED (exit $rc)") in $((SECONDS - start)) s"
+  [ $rc -eq 0 ] || status=1
+  return $rc
+}
+
+[ -f /work/buildenv.sh ] && source /work/buildenv.sh
+note "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+note "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+nvidia-smi | tee "$out/nvidia-smi.log"
+
+if [ ! -f build/build.ninja ]; then
+  step configure cmake --preset release || { tail -30 "$out/configure.log"; exit 1; }
+fi
+step build cmake --build build -j16 --target test_gpu || { tail -60 "$out/build.log"; exit 1; }
+
+step ctest ctest --test-dir build -L gpu --output-on-failure --timeout 600
+grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | tee -a "$summary"
+
+sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
+if [ -n "$sanitizer" ]; then
+  # A few cases each: the sanitizers slow kernels down by orders of magnitude.
+  step memcheck timeout 300 "$sanitizer" --tool memcheck --error-exitcode 9 \
+    build/bin/test_gpu -tc="*copies bytes*,*sum*,*linear*,*attention*"
+  step racecheck timeout 300 "$sanitizer" --tool racecheck --error-exitcode 9 \
+    build/bin/test_gpu -tc="*sum*,*attention*"
+  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out/memcheck.log" "$out/racecheck.log" | tee -a "$summary"
+else
+  note "compute-sanitizer: not found, skipped"
+fi
+
+note "overall: $([ $status -eq 0 ] && echo passed || echo FAILED) (logs in $out)"
+exit $status
