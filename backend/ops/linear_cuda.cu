@@ -178,38 +178,42 @@ class GemmPlans {
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, key.c_type, static_cast<uint64_t>(key.m),
                                             static_cast<uint64_t>(key.n), key.m));
 
-    cublasLtMatmulPreference_t preference = nullptr;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    // The preference is only needed for the heuristic: released however this scope ends.
+    struct Preference {
+      cublasLtMatmulPreference_t handle = nullptr;
+      ~Preference() {
+        if (handle != nullptr) (void)cublasLtMatmulPreferenceDestroy(handle);
+      }
+    } preference;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference.handle));
+    const auto workspace = static_cast<uint64_t>(workspace_bytes_);
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        preference.handle, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+        sizeof(workspace)));
+    // No in-place split-K reduction (see the top of the file).
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE |
+                             CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                             CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        preference.handle, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+        sizeof(schemes)));
+    // The operands' real alignments (cuBLASLt would otherwise assume 256 bytes).
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a,
+        sizeof(key.align_a)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b,
+        sizeof(key.align_b)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c,
+        sizeof(key.align_c)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c,
+        sizeof(key.align_c)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t status = [&] {
-      const auto workspace = static_cast<uint64_t>(workspace_bytes_);
-      // No in-place split-K reduction (see the top of the file).
-      const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE |
-                               CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
-                               CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
-      const uint32_t alignments[3] = {key.align_a, key.align_b, key.align_c};
-      const cublasLtMatmulPreferenceAttributes_t alignment_attributes[3] = {
-          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES};
-      cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(
-          preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
-      if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatmulPreferenceSetAttribute(
-            preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes));
-      }
-      for (int i = 0; i < 3 && s == CUBLAS_STATUS_SUCCESS; ++i) {
-        s = cublasLtMatmulPreferenceSetAttribute(preference, alignment_attributes[i],
-                                                 &alignments[i], sizeof(alignments[i]));
-      }
-      if (s == CUBLAS_STATUS_SUCCESS) {
-        s = cublasLtMatmulAlgoGetHeuristic(handle_, plan.operation, plan.a, plan.b, plan.c,
-                                           plan.c, preference, 1, &result, &found);
-      }
-      return s;
-    }();
-    (void)cublasLtMatmulPreferenceDestroy(preference);
-    CUBLAS_CHECK(status);
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, plan.operation, plan.a, plan.b, plan.c,
+                                                plan.c, preference.handle, 1, &result, &found));
     if (found == 0) {
       common::fail("cuBLASLt has no algorithm for a {}x{}x{} product ({}{}, A/B type {}, C type "
                    "{}, bias {}, alignments {}/{}/{} bytes)",
