@@ -18,10 +18,11 @@ namespace backend::cuda_detail {
                cudaGetErrorString(status), statement, file, line);
 }
 
+// cuBLASLt's own status names: the project links libcublasLt, not libcublas.
 [[noreturn]] inline void fail_cublas(cublasStatus_t status, const char* statement,
                                      const char* file, int line) {
-  common::fail("cuBLAS error {} ({}) in `{}` at {}:{}", cublasGetStatusName(status),
-               cublasGetStatusString(status), statement, file, line);
+  common::fail("cuBLAS error {} ({}) in `{}` at {}:{}", cublasLtGetStatusName(status),
+               cublasLtGetStatusString(status), statement, file, line);
 }
 
 }  // namespace backend::cuda_detail

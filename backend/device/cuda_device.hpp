@@ -4,14 +4,21 @@
 // call, naming the statement, file and line (cuda_check.cuh).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "backend/device/device.hpp"
 
 namespace backend {
 
+// Device scratch the ops that need one (layernorm/rmsnorm/embedding backward) share, allocated
+// once when the device is made (never inside an op). An op needing more fails with the sizes;
+// the caller passes what its largest shape needs (the ops' *_scratch_floats helpers · 4).
+inline constexpr int64_t kDefaultCudaScratchBytes = int64_t{64} << 20;
+
 // GPU `index` as the CUDA runtime numbers them (after CUDA_VISIBLE_DEVICES). common::Error if
 // the build has no CUDA, the index does not exist or the device cannot be initialised.
-std::unique_ptr<Device> make_cuda_device(int index);
+std::unique_ptr<Device> make_cuda_device(int index,
+                                         int64_t scratch_bytes = kDefaultCudaScratchBytes);
 
 }  // namespace backend

@@ -36,6 +36,8 @@
 
 #include <cstdint>
 
+#include "backend/device/cuda_stream.hpp"
+#include "backend/device/element_type.hpp"
 #include "backend/ops/dropout.hpp"
 
 namespace backend::cpu {
@@ -67,3 +69,33 @@ void attention_backward(Scalar* dqkv,             // (B, T, (NH + 2·NG)·HD) =
                         const AttentionBlocks& blocks = {});
 
 }  // namespace backend::cpu
+
+// CUDA twin (attention_cuda.cu): the same blockwise algorithm on CUDA cores in fp32 (bf16 qkv
+// is read and written as bf16, computed in fp32); the log-sum-exp is fp32 whatever the qkv
+// type. Head dimensions up to 128. No scratch: the backward's dK, dV of a (b, group, key
+// block) are summed by one thread block over the group's heads and query blocks in a fixed
+// order, and each (b, h, query block)'s dQ by another over the key blocks, so the results are
+// the same bits run after run (no atomics).
+namespace backend::cuda {
+
+inline constexpr int64_t kAttentionMaxHeadDim = 128;
+
+template <typename Scalar>  // float or bfloat16
+void attention_forward(Scalar* output,     // (B, T, C)
+                       float* logsumexp,   // (B, NH, T)
+                       const Scalar* qkv,  // (B, T, (NH + 2·NG)·HD) per group [q… | k | v]
+                       int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                       int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
+                       CudaStream stream);
+
+template <typename Scalar>  // float or bfloat16
+void attention_backward(Scalar* dqkv,            // (B, T, (NH + 2·NG)·HD) =
+                        const Scalar* doutput,   // (B, T, C)
+                        const Scalar* qkv,       // (B, T, (NH + 2·NG)·HD)
+                        const Scalar* output,    // (B, T, C) from the forward
+                        const float* logsumexp,  // (B, NH, T) from the forward
+                        int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                        int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
+                        CudaStream stream);
+
+}  // namespace backend::cuda

@@ -15,7 +15,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <type_traits>
+
+#include "backend/device/cuda_stream.hpp"
+#include "backend/device/element_type.hpp"
 
 namespace backend::cpu {
 
@@ -36,3 +40,44 @@ void linear_backward(std::type_identity_t<Scalar>* dinput,  // (N, IN)   =, or n
                      int64_t rows, int64_t in_features, int64_t out_features);
 
 }  // namespace backend::cpu
+
+// CUDA twin (linear_cuda.cu): the same products through cuBLASLt, fp32 (TF32 off: the fp32
+// result matches the CPU's to rounding) or bf16 operands with fp32 accumulation. The weight
+// gradient and the bias gradient are fp32 whatever the operands (they accumulate over micro
+// batches); dinput has the operands' type. The bias is added by cuBLASLt's BIAS epilogue,
+// dbias by a fixed-order column sum (no atomics): results are the same bits run after run.
+
+struct cublasLtContext;  // cublasLtHandle_t is cublasLtContext*: named without the CUDA header
+
+namespace backend::cuda {
+
+// The GEMM plans of one device: its cuBLASLt handle and workspace (owned by the device, which
+// outlives the plans) and, per (shape, transposes, types, alignments, epilogue), the matmul
+// descriptor, the three layouts and the algorithm the heuristic chose, made the first time a
+// shape is used (the first micro batch of a shape; later calls only look it up). Opaque here.
+class GemmPlans;
+struct GemmPlansDeleter {
+  void operator()(GemmPlans* plans) const noexcept;
+};
+using GemmPlansPtr = std::unique_ptr<GemmPlans, GemmPlansDeleter>;
+GemmPlansPtr make_gemm_plans(cublasLtContext* handle, void* workspace, int64_t workspace_bytes);
+
+template <typename Scalar>  // float or bfloat16
+void linear_forward(Scalar* output,        // (N, OUT)
+                    const Scalar* input,   // (N, IN)
+                    const Scalar* weight,  // (OUT, IN)
+                    const Scalar* bias,    // (OUT) or nullptr
+                    int64_t rows, int64_t in_features, int64_t out_features, GemmPlans& plans,
+                    CudaStream stream);
+
+template <typename Scalar>  // float or bfloat16
+void linear_backward(Scalar* dinput,         // (N, IN) =, or nullptr to skip
+                     float* dweight,         // (OUT, IN) +=
+                     float* dbias,           // (OUT) +=, or nullptr if no bias
+                     const Scalar* doutput,  // (N, OUT)
+                     const Scalar* input,    // (N, IN)
+                     const Scalar* weight,   // (OUT, IN)
+                     int64_t rows, int64_t in_features, int64_t out_features, GemmPlans& plans,
+                     CudaStream stream);
+
+}  // namespace backend::cuda

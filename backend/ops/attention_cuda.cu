@@ -1,0 +1,469 @@
+// CUDA twin of attention.hpp: causal GQA attention in FlashAttention-2's blockwise form (Dao
+// 2023, Algorithms 1 and 2), written for clarity on CUDA cores in fp32 (bf16 qkv is converted
+// on load and rounded on store). Tiles of kTile query rows × kTile keys live in shared memory;
+// no (T, T) array exists anywhere. The math, the qkv layout and the dropout mask elements
+// ((b·NH + h)·T + i)·T + j are attention.hpp's, so the results are the CPU twin's to rounding.
+//
+// Kernels (one thread block each, kThreads threads):
+//   forward   per (b, h, query tile): over the key tiles at or below the diagonal, S = Q·K^T·s,
+//             the online softmax (running max m and sum l, O rescaled by exp(m_old − m_new)),
+//             O += dropout(P)·V; at the end O /= l and L = m + log l.
+//   dK, dV    per (b, group, key tile): over the group's heads and, for each, the query tiles
+//             at or below the diagonal: P = exp(S − L), D = P·mask, dV += D^T·dO,
+//             dS = P ∘ (mask·(dO·V^T) − Δ) with Δ = rowsum(dO ∘ O), dK += s·dS^T·Q.
+//   dQ        per (b, h, query tile): over the key tiles, dQ += s·dS·K.
+// Each output element is owned by one thread, which sums in loop order, and row sums are warp
+// shuffles in a fixed butterfly: the results are the same bits run after run (no atomics, no
+// scratch). The backward recomputes S twice (once per kernel), the price of owning dQ and
+// dK/dV without atomics or a (T, HD) partial per key tile.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <type_traits>
+
+#include "backend/common/error.hpp"
+#include "backend/device/cuda_check.cuh"
+#include "backend/ops/attention.hpp"
+
+namespace backend::cuda {
+namespace {
+
+constexpr int kTile = 32;  // query rows and keys per tile: one warp lane per key of a row
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kScoreStride = kTile + 1;  // padded: column reads hit distinct banks
+
+__device__ inline float load(float value) { return value; }
+__device__ inline float load(__nv_bfloat16 value) { return __bfloat162float(value); }
+template <typename T>
+__device__ inline T store(float value) {
+  if constexpr (std::is_same_v<T, float>) {
+    return value;
+  } else {
+    return __float2bfloat16_rn(value);
+  }
+}
+
+__device__ inline float warp_max(float value) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  return value;
+}
+__device__ inline float warp_sum(float value) {  // the same butterfly every time: fixed order
+  for (int offset = 16; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  return value;
+}
+
+struct Shape {
+  int64_t T, HD, NH, heads_per_group, row_width, hidden;
+  float scale;  // 1/sqrt(HD)
+  bool drop;
+  uint64_t key, threshold;
+  float dropout_scale;
+
+  __device__ int64_t group_column(int64_t group) const {
+    return group * (heads_per_group + 2) * HD;
+  }
+  __device__ int64_t query_column(int64_t h) const {
+    return group_column(h / heads_per_group) + (h % heads_per_group) * HD;
+  }
+  __device__ int64_t key_column(int64_t group) const {
+    return group_column(group) + heads_per_group * HD;
+  }
+  // keep ? 1/(1 − p) : 0 for element (pair, i, j) of the mask; 1 without dropout.
+  __device__ float multiplier(int64_t pair, int64_t i, int64_t j) const {
+    if (!drop) return 1.0f;
+    const auto index = static_cast<uint64_t>((pair * T + i) * T + j);
+    return dropout_keep(key, index, threshold) ? dropout_scale : 0.0f;
+  }
+};
+
+// tile[r·(HD+1) + d] = source[(row0 + r)·stride + d] for rows < T, 0 beyond.
+template <typename T>
+__device__ void load_tile(float* tile, const T* source, int64_t stride, int64_t row0,
+                          const Shape& shape) {
+  const int64_t pitch = shape.HD + 1;
+  for (int64_t e = threadIdx.x; e < kTile * shape.HD; e += kThreads) {
+    const int64_t r = e / shape.HD, d = e % shape.HD;
+    const int64_t row = row0 + r;
+    tile[r * pitch + d] = row < shape.T ? load(source[row * stride + d]) : 0.0f;
+  }
+}
+
+__device__ float dot(const float* a, const float* b, int64_t n) {
+  float sum = 0;
+  for (int64_t d = 0; d < n; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+// ---- forward ------------------------------------------------------------------------------
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    forward_kernel(T* output, float* logsumexp, const T* qkv, Shape shape) {
+  extern __shared__ float shared[];
+  const int64_t pitch = shape.HD + 1;
+  float* q = shared;
+  float* k = q + kTile * pitch;
+  float* v = k + kTile * pitch;
+  float* o = v + kTile * pitch;
+  float* s = o + kTile * pitch;  // scores, then weights
+  float* row_max = s + kTile * kScoreStride;
+  float* row_sum = row_max + kTile;
+  float* rescale = row_sum + kTile;
+
+  const int64_t pair = blockIdx.y;  // b·NH + h
+  const int64_t b = pair / shape.NH, h = pair % shape.NH;
+  const int64_t tiles = (shape.T + kTile - 1) / kTile;
+  const int64_t query_tile = tiles - 1 - blockIdx.x;  // longest first
+  const int64_t q0 = query_tile * kTile;
+  const T* batch = qkv + b * shape.T * shape.row_width;
+  const int64_t key_col = shape.key_column(h / shape.heads_per_group);
+
+  load_tile(q, batch + shape.query_column(h), shape.row_width, q0, shape);
+  for (int64_t e = threadIdx.x; e < kTile * pitch; e += kThreads) o[e] = 0.0f;
+  if (threadIdx.x < kTile) {
+    row_max[threadIdx.x] = -INFINITY;
+    row_sum[threadIdx.x] = 0.0f;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+  for (int64_t key_tile = 0; key_tile <= query_tile; ++key_tile) {
+    const int64_t k0 = key_tile * kTile;
+    __syncthreads();  // the previous tile's k, v, s are read
+    load_tile(k, batch + key_col, shape.row_width, k0, shape);
+    load_tile(v, batch + key_col + shape.HD, shape.row_width, k0, shape);
+    __syncthreads();
+    for (int e = threadIdx.x; e < kTile * kTile; e += kThreads) {
+      const int r = e / kTile, c = e % kTile;
+      const int64_t i = q0 + r, j = k0 + c;
+      s[r * kScoreStride + c] = (i < shape.T && j <= i)
+                                    ? dot(q + r * pitch, k + c * pitch, shape.HD) * shape.scale
+                                    : -INFINITY;
+    }
+    __syncthreads();
+    for (int r = warp; r < kTile; r += kWarps) {  // lane = key column
+      const int64_t i = q0 + r, j = k0 + lane;
+      const float score = s[r * kScoreStride + lane];
+      const float old_max = row_max[r];
+      const float new_max = fmaxf(old_max, warp_max(score));
+      float p = 0.0f, alpha = 1.0f;
+      if (new_max != -INFINITY) {  // rows past T see nothing
+        p = score == -INFINITY ? 0.0f : expf(score - new_max);
+        alpha = expf(old_max - new_max);  // 0 on the first tile
+      }
+      const float sum = warp_sum(p);
+      if (p != 0.0f) p *= shape.multiplier(pair, i, j);
+      s[r * kScoreStride + lane] = p;
+      __syncwarp();
+      if (lane == 0) {
+        row_sum[r] = row_sum[r] * alpha + sum;
+        row_max[r] = new_max;
+        rescale[r] = alpha;
+      }
+    }
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < kTile * shape.HD; e += kThreads) {
+      const int64_t r = e / shape.HD, d = e % shape.HD;
+      float accumulated = o[r * pitch + d] * rescale[r];
+      for (int c = 0; c < kTile; ++c) accumulated += s[r * kScoreStride + c] * v[c * pitch + d];
+      o[r * pitch + d] = accumulated;
+    }
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < kTile * shape.HD; e += kThreads) {
+    const int64_t r = e / shape.HD, d = e % shape.HD;
+    const int64_t i = q0 + r;
+    if (i < shape.T) {
+      output[(b * shape.T + i) * shape.hidden + h * shape.HD + d] =
+          store<T>(o[r * pitch + d] / row_sum[r]);
+    }
+  }
+  if (threadIdx.x < kTile && q0 + threadIdx.x < shape.T) {
+    logsumexp[pair * shape.T + q0 + threadIdx.x] =
+        row_max[threadIdx.x] + logf(row_sum[threadIdx.x]);
+  }
+}
+
+// ---- backward -----------------------------------------------------------------------------
+
+// For one (query tile, key tile) of head pair `pair`, with q, dout, k, v tiles and the rows'
+// L and Δ in shared memory: weights = P·mask (D), dscores = P ∘ (mask·(dO·V^T) − Δ) (dS).
+__device__ void backward_scores(float* weights, float* dscores, const float* q,
+                                const float* dout, const float* k, const float* v,
+                                const float* row_logsumexp, const float* row_delta, int64_t pair,
+                                int64_t q0, int64_t k0, const Shape& shape) {
+  const int64_t pitch = shape.HD + 1;
+  for (int e = threadIdx.x; e < kTile * kTile; e += kThreads) {
+    const int r = e / kTile, c = e % kTile;
+    const int64_t i = q0 + r, j = k0 + c;
+    float weight = 0.0f, dscore = 0.0f;
+    if (i < shape.T && j <= i) {
+      const float p =
+          expf(dot(q + r * pitch, k + c * pitch, shape.HD) * shape.scale - row_logsumexp[r]);
+      const float mask = shape.multiplier(pair, i, j);
+      weight = p * mask;
+      dscore = p * (dot(dout + r * pitch, v + c * pitch, shape.HD) * mask - row_delta[r]);
+    }
+    weights[r * kScoreStride + c] = weight;
+    dscores[r * kScoreStride + c] = dscore;
+  }
+}
+
+// L and Δ = Σ_d dO·O of the query tile's rows (dO in shared memory, O from global memory).
+template <typename T>
+__device__ void load_row_statistics(float* row_logsumexp, float* row_delta, const float* dout,
+                                    const T* output, const float* logsumexp, int64_t b,
+                                    int64_t h, int64_t q0, const Shape& shape) {
+  const int64_t pitch = shape.HD + 1;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r < kTile; r += kWarps) {
+    const int64_t i = q0 + r;
+    float partial = 0.0f;
+    if (i < shape.T) {
+      const T* o = output + (b * shape.T + i) * shape.hidden + h * shape.HD;
+      for (int64_t d = lane; d < shape.HD; d += 32) partial += dout[r * pitch + d] * load(o[d]);
+    }
+    const float delta = warp_sum(partial);
+    if (lane == 0) {
+      row_delta[r] = delta;
+      row_logsumexp[r] = i < shape.T ? logsumexp[(b * shape.NH + h) * shape.T + i] : 0.0f;
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    dkdv_kernel(T* dqkv, const T* doutput, const T* qkv, const T* output,
+                const float* logsumexp, int64_t num_groups, Shape shape) {
+  extern __shared__ float shared[];
+  const int64_t pitch = shape.HD + 1;
+  float* k = shared;
+  float* v = k + kTile * pitch;
+  float* dk = v + kTile * pitch;
+  float* dv = dk + kTile * pitch;
+  float* q = dv + kTile * pitch;
+  float* dout = q + kTile * pitch;
+  float* weights = dout + kTile * pitch;
+  float* dscores = weights + kTile * kScoreStride;
+  float* row_logsumexp = dscores + kTile * kScoreStride;
+  float* row_delta = row_logsumexp + kTile;
+
+  const int64_t b = blockIdx.y / num_groups, group = blockIdx.y % num_groups;
+  const int64_t tiles = (shape.T + kTile - 1) / kTile;
+  const int64_t key_tile = blockIdx.x;
+  const int64_t k0 = key_tile * kTile;
+  const T* batch = qkv + b * shape.T * shape.row_width;
+  const int64_t key_col = shape.key_column(group);
+
+  load_tile(k, batch + key_col, shape.row_width, k0, shape);
+  load_tile(v, batch + key_col + shape.HD, shape.row_width, k0, shape);
+  for (int64_t e = threadIdx.x; e < kTile * pitch; e += kThreads) {
+    dk[e] = 0.0f;
+    dv[e] = 0.0f;
+  }
+  for (int64_t head = 0; head < shape.heads_per_group; ++head) {
+    const int64_t h = group * shape.heads_per_group + head;
+    const int64_t pair = b * shape.NH + h;
+    for (int64_t query_tile = key_tile; query_tile < tiles; ++query_tile) {
+      const int64_t q0 = query_tile * kTile;
+      __syncthreads();  // the previous step's q, dout, weights, dscores are read
+      load_tile(q, batch + shape.query_column(h), shape.row_width, q0, shape);
+      load_tile(dout, doutput + b * shape.T * shape.hidden + h * shape.HD, shape.hidden, q0,
+                shape);
+      __syncthreads();
+      load_row_statistics(row_logsumexp, row_delta, dout, output, logsumexp, b, h, q0, shape);
+      __syncthreads();
+      backward_scores(weights, dscores, q, dout, k, v, row_logsumexp, row_delta, pair, q0, k0,
+                      shape);
+      __syncthreads();
+      for (int64_t e = threadIdx.x; e < kTile * shape.HD; e += kThreads) {
+        const int64_t c = e / shape.HD, d = e % shape.HD;
+        float dv_sum = 0.0f, dk_sum = 0.0f;
+        for (int r = 0; r < kTile; ++r) {
+          dv_sum += weights[r * kScoreStride + c] * dout[r * pitch + d];
+          dk_sum += dscores[r * kScoreStride + c] * q[r * pitch + d];
+        }
+        dv[c * pitch + d] += dv_sum;
+        dk[c * pitch + d] += dk_sum * shape.scale;
+      }
+    }
+  }
+  __syncthreads();
+  T* batch_dqkv = dqkv + b * shape.T * shape.row_width;
+  for (int64_t e = threadIdx.x; e < kTile * shape.HD; e += kThreads) {
+    const int64_t c = e / shape.HD, d = e % shape.HD;
+    const int64_t j = k0 + c;
+    if (j < shape.T) {
+      batch_dqkv[j * shape.row_width + key_col + d] = store<T>(dk[c * pitch + d]);
+      batch_dqkv[j * shape.row_width + key_col + shape.HD + d] = store<T>(dv[c * pitch + d]);
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    dq_kernel(T* dqkv, const T* doutput, const T* qkv, const T* output, const float* logsumexp,
+              Shape shape) {
+  extern __shared__ float shared[];
+  const int64_t pitch = shape.HD + 1;
+  float* q = shared;
+  float* dout = q + kTile * pitch;
+  float* dq = dout + kTile * pitch;
+  float* k = dq + kTile * pitch;
+  float* v = k + kTile * pitch;
+  float* weights = v + kTile * pitch;
+  float* dscores = weights + kTile * kScoreStride;
+  float* row_logsumexp = dscores + kTile * kScoreStride;
+  float* row_delta = row_logsumexp + kTile;
+
+  const int64_t pair = blockIdx.y;
+  const int64_t b = pair / shape.NH, h = pair % shape.NH;
+  const int64_t tiles = (shape.T + kTile - 1) / kTile;
+  const int64_t query_tile = tiles - 1 - blockIdx.x;  // longest first
+  const int64_t q0 = query_tile * kTile;
+  const T* batch = qkv + b * shape.T * shape.row_width;
+  const int64_t key_col = shape.key_column(h / shape.heads_per_group);
+
+  load_tile(q, batch + shape.query_column(h), shape.row_width, q0, shape);
+  load_tile(dout, doutput + b * shape.T * shape.hidden + h * shape.HD, shape.hidden, q0, shape);
+  for (int64_t e = threadIdx.x; e < kTile * pitch; e += kThreads) dq[e] = 0.0f;
+  __syncthreads();
+  load_row_statistics(row_logsumexp, row_delta, dout, output, logsumexp, b, h, q0, shape);
+  for (int64_t key_tile = 0; key_tile <= query_tile; ++key_tile) {
+    const int64_t k0 = key_tile * kTile;
+    __syncthreads();  // the previous tile's k, dscores are read
+    load_tile(k, batch + key_col, shape.row_width, k0, shape);
+    load_tile(v, batch + key_col + shape.HD, shape.row_width, k0, shape);
+    __syncthreads();
+    backward_scores(weights, dscores, q, dout, k, v, row_logsumexp, row_delta, pair, q0, k0,
+                    shape);
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < kTile * shape.HD; e += kThreads) {
+      const int64_t r = e / shape.HD, d = e % shape.HD;
+      float sum = 0.0f;
+      for (int c = 0; c < kTile; ++c) sum += dscores[r * kScoreStride + c] * k[c * pitch + d];
+      dq[r * pitch + d] += sum * shape.scale;
+    }
+  }
+  __syncthreads();
+  T* batch_dqkv = dqkv + b * shape.T * shape.row_width;
+  const int64_t query_col = shape.query_column(h);
+  for (int64_t e = threadIdx.x; e < kTile * shape.HD; e += kThreads) {
+    const int64_t r = e / shape.HD, d = e % shape.HD;
+    const int64_t i = q0 + r;
+    if (i < shape.T) batch_dqkv[i * shape.row_width + query_col + d] = store<T>(dq[r * pitch + d]);
+  }
+}
+
+// ---- host side ----------------------------------------------------------------------------
+
+template <typename Scalar>
+using DeviceType = std::conditional_t<std::is_same_v<Scalar, float>, float, __nv_bfloat16>;
+
+Shape make_shape(const char* op, int64_t seq_length, int64_t hidden_size, int64_t num_heads,
+                 int64_t num_query_groups, const Dropout& dropout) {
+  if (num_heads <= 0 || hidden_size % num_heads != 0) {
+    common::fail("{}: {} heads must divide the hidden size {}", op, num_heads, hidden_size);
+  }
+  if (num_query_groups <= 0 || num_heads % num_query_groups != 0) {
+    common::fail("{}: {} query groups must divide the {} heads", op, num_query_groups,
+                 num_heads);
+  }
+  const int64_t head_dim = hidden_size / num_heads;
+  if (head_dim > kAttentionMaxHeadDim) {
+    common::fail("{}: head dimension {} is above the CUDA kernel's {}", op, head_dim,
+                 kAttentionMaxHeadDim);
+  }
+  return {.T = seq_length,
+          .HD = head_dim,
+          .NH = num_heads,
+          .heads_per_group = num_heads / num_query_groups,
+          .row_width = (num_heads + 2 * num_query_groups) * head_dim,
+          .hidden = hidden_size,
+          .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))),
+          .drop = dropout.active(),
+          .key = dropout.key,
+          .threshold = dropout.threshold(),
+          .dropout_scale = dropout.scale<float>()};
+}
+
+// Dynamic shared memory of `tiles` (kTile × (HD+1)) float tiles, `scores` score tiles and 3
+// per-row vectors; above 48 KiB the kernel must opt in.
+template <typename Kernel>
+size_t prepare_shared_memory(Kernel kernel, const Shape& shape, int tiles, int scores) {
+  const size_t bytes =
+      sizeof(float) * (static_cast<size_t>(tiles) * kTile * static_cast<size_t>(shape.HD + 1) +
+                       static_cast<size_t>(scores) * kTile * kScoreStride + 3 * kTile);
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(bytes)));
+  return bytes;
+}
+
+dim3 grid_of(const char* op, int64_t tiles, int64_t units) {
+  if (units > 65535) common::fail("{}: {} (batch × heads) units exceed the grid", op, units);
+  return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(units));
+}
+
+}  // namespace
+
+template <typename Scalar>
+void attention_forward(Scalar* output, float* logsumexp, const Scalar* qkv, int64_t batch_size,
+                       int64_t seq_length, int64_t hidden_size, int64_t num_heads,
+                       int64_t num_query_groups, const Dropout& dropout, CudaStream stream) {
+  using T = DeviceType<Scalar>;
+  const Shape shape = make_shape("attention_forward", seq_length, hidden_size, num_heads,
+                                 num_query_groups, dropout);
+  if (batch_size <= 0 || seq_length <= 0) return;
+  const int64_t tiles = (seq_length + kTile - 1) / kTile;
+  const size_t bytes = prepare_shared_memory(forward_kernel<T>, shape, 4, 1);
+  forward_kernel<T><<<grid_of("attention_forward", tiles, batch_size * num_heads), kThreads,
+                      bytes, stream>>>(reinterpret_cast<T*>(output), logsumexp,
+                                       reinterpret_cast<const T*>(qkv), shape);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename Scalar>
+void attention_backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv,
+                        const Scalar* output, const float* logsumexp, int64_t batch_size,
+                        int64_t seq_length, int64_t hidden_size, int64_t num_heads,
+                        int64_t num_query_groups, const Dropout& dropout, CudaStream stream) {
+  using T = DeviceType<Scalar>;
+  const Shape shape = make_shape("attention_backward", seq_length, hidden_size, num_heads,
+                                 num_query_groups, dropout);
+  if (batch_size <= 0 || seq_length <= 0) return;
+  const int64_t tiles = (seq_length + kTile - 1) / kTile;
+  auto* d = reinterpret_cast<T*>(dqkv);
+  const auto* dout = reinterpret_cast<const T*>(doutput);
+  const auto* x = reinterpret_cast<const T*>(qkv);
+  const auto* o = reinterpret_cast<const T*>(output);
+  // The two kernels write disjoint columns of dqkv (keys and values; queries), which together
+  // are all of it: dqkv is overwritten.
+  const size_t dkdv_bytes = prepare_shared_memory(dkdv_kernel<T>, shape, 6, 2);
+  dkdv_kernel<T><<<grid_of("attention_backward", tiles, batch_size * num_query_groups),
+                   kThreads, dkdv_bytes, stream>>>(d, dout, x, o, logsumexp, num_query_groups,
+                                                   shape);
+  CUDA_CHECK(cudaGetLastError());
+  const size_t dq_bytes = prepare_shared_memory(dq_kernel<T>, shape, 5, 2);
+  dq_kernel<T><<<grid_of("attention_backward", tiles, batch_size * num_heads), kThreads,
+                 dq_bytes, stream>>>(d, dout, x, o, logsumexp, shape);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template void attention_forward<float>(float*, float*, const float*, int64_t, int64_t, int64_t,
+                                       int64_t, int64_t, const Dropout&, CudaStream);
+template void attention_forward<bfloat16>(bfloat16*, float*, const bfloat16*, int64_t, int64_t,
+                                          int64_t, int64_t, int64_t, const Dropout&, CudaStream);
+template void attention_backward<float>(float*, const float*, const float*, const float*,
+                                        const float*, int64_t, int64_t, int64_t, int64_t,
+                                        int64_t, const Dropout&, CudaStream);
+template void attention_backward<bfloat16>(bfloat16*, const bfloat16*, const bfloat16*,
+                                           const bfloat16*, const float*, int64_t, int64_t,
+                                           int64_t, int64_t, int64_t, const Dropout&,
+                                           CudaStream);
+
+}  // namespace backend::cuda

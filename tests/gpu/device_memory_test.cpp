@@ -1,0 +1,108 @@
+// The CUDA device's memory and reductions: copies both ways, fill_zero, allocate_zeroed, the
+// out-of-memory message, sum against the CPU device and run to run, and the refusals (fp64 or
+// fp16 ops, host memory) naming the op. Skipped without a GPU (gpu_test_support.hpp).
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/common/error.hpp"
+#include "gpu/gpu_test_support.hpp"
+
+using backend::ElementType;
+using backend::View;
+using namespace gpu_test;
+
+TEST_CASE("the CUDA device copies bytes both ways, zeroes and allocates zeroed memory") {
+  auto gpu = open_gpu_or_skip();
+  if (!gpu) return;
+  CHECK(gpu->memory_kind() == backend::MemoryKind::cuda);
+  MESSAGE("device: " << gpu->name());
+  Tensors tensors(*gpu);
+  for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{100003}}) {
+    const auto values = random_values(count, 11);
+    View view = tensors.input(values, ElementType::f32);
+    const auto back = tensors.read(view);
+    INFO("count " << count);
+    CHECK(std::memcmp(back.data(), values.data(), values.size() * sizeof(float)) == 0);
+    gpu->fill_zero(view);
+    CHECK(tensors.read(view) == std::vector<float>(static_cast<size_t>(count), 0.0f));
+  }
+  // allocate_zeroed: zero however the memory was used before.
+  {
+    Tensors scratch(*gpu);
+    scratch.poisoned(1 << 20, ElementType::f32);
+  }
+  backend::DeviceMemory memory = gpu->allocate_zeroed(int64_t{4} << 20, "a test block");
+  std::vector<float> host(static_cast<size_t>(1 << 20), 1.0f);
+  gpu->copy_to_host(host.data(), View{memory.data(), 1 << 20, ElementType::f32,
+                                      backend::MemoryKind::cuda});
+  CHECK(host == std::vector<float>(static_cast<size_t>(1 << 20), 0.0f));
+}
+
+TEST_CASE("the CUDA device names what it could not allocate, with the free memory") {
+  auto gpu = open_gpu_or_skip();
+  if (!gpu) return;
+  CHECK_THROWS_WITH_AS(gpu->allocate_zeroed(int64_t{1} << 50, "the test's huge block"),
+                       doctest::Contains("the test's huge block"), common::Error);
+  CHECK_THROWS_WITH_AS(gpu->allocate_zeroed(int64_t{1} << 50, "the test's huge block"),
+                       doctest::Contains("free"), common::Error);
+  // The device still works afterwards.
+  Tensors tensors(*gpu);
+  View view = tensors.input({1.0f, 2.0f}, ElementType::f32);
+  CHECK(tensors.read(view) == std::vector<float>{1.0f, 2.0f});
+}
+
+TEST_CASE("the CUDA device's sum matches the CPU device's and is the same bits run after run") {
+  auto gpu = open_gpu_or_skip();
+  if (!gpu) return;
+  backend::CpuDevice cpu;
+  for (ElementType type : {ElementType::f32, ElementType::bf16, ElementType::f64}) {
+    for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{129}, int64_t{1000003}}) {
+      const auto values = representable(random_values(count, 12), type);
+      Tensors cpu_tensors(cpu), gpu_tensors(*gpu);
+      // The CPU reference sums the same values as fp32 (exact for bf16 inputs), or fp64.
+      const ElementType reference_type = type == ElementType::f64 ? type : ElementType::f32;
+      View cpu_total = cpu_tensors.poisoned(1, ElementType::f64);
+      cpu.sum(cpu_total, cpu_tensors.input(values, reference_type));
+      View gpu_values = gpu_tensors.input(values, type);
+      View gpu_total = gpu_tensors.poisoned(1, ElementType::f64);
+      gpu->sum(gpu_total, gpu_values);
+      const double expected = cpu_tensors.read_f64(cpu_total);
+      const double first = gpu_tensors.read_f64(gpu_total);
+      gpu->sum(gpu_total, gpu_values);
+      const double second = gpu_tensors.read_f64(gpu_total);
+      INFO("sum of " << count << " " << type_name(type) << ": got " << first << ", expected "
+                     << expected);
+      CHECK(std::abs(first - expected) <= 1e-12 * std::max(1.0, std::abs(expected)) * count);
+      CHECK(std::memcmp(&first, &second, sizeof(double)) == 0);
+    }
+  }
+}
+
+TEST_CASE("the CUDA device refuses fp64 and fp16 ops and host memory, naming the op") {
+  auto gpu = open_gpu_or_skip();
+  if (!gpu) return;
+  Tensors tensors(*gpu);
+  const auto values = random_values(7 * 13, 13);
+  View x = tensors.input(values, ElementType::f64);
+  View w = tensors.input(random_values(5 * 13, 14), ElementType::f64);
+  View y = tensors.poisoned(7 * 5, ElementType::f64);
+  CHECK_THROWS_WITH_AS(gpu->linear_forward(y, x, w, tensors.empty(ElementType::f64), 7, 13, 5),
+                       doctest::Contains("linear_forward"), common::Error);
+  CHECK_THROWS_WITH_AS(gpu->gelu_forward(View{y.data, y.numel, ElementType::f16, y.on},
+                                         View{x.data, x.numel, ElementType::f16, x.on}),
+                       doctest::Contains("fp16"), common::Error);
+  std::vector<float> host(7 * 13);
+  const View host_view{host.data(), static_cast<int64_t>(host.size()), ElementType::f32,
+                       backend::MemoryKind::host};
+  CHECK_THROWS_WITH_AS(gpu->fill_zero(host_view), doctest::Contains("host memory"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(gpu->linear_forward(tensors.poisoned(7 * 5, ElementType::f32), host_view,
+                                           tensors.input(random_values(5 * 13, 14),
+                                                         ElementType::f32),
+                                           tensors.empty(ElementType::f32), 7, 13, 5),
+                       doctest::Contains("host memory"), common::Error);
+}

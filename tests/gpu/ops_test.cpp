@@ -1,0 +1,265 @@
+// The element-wise, normalisation, embedding, rotary and cross-entropy ops on the CUDA device
+// against the CPU device, fp32 and bf16, on awkward shapes (1, 7, 129 rows; widths 13, 100,
+// 770; a 50304-wide vocabulary), outputs poisoned first, parameter gradients accumulating
+// (+=, started from non-zero values), run to run identical. Until an op's CUDA twin is built,
+// its test fails with "not built yet: <op> has no CUDA twin".
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/ops/dropout.hpp"
+#include "gpu/gpu_test_support.hpp"
+
+using backend::ElementType;
+using backend::View;
+using namespace gpu_test;
+
+namespace {
+
+constexpr ElementType kTypes[] = {ElementType::f32, ElementType::bf16};
+constexpr ElementType f32 = ElementType::f32;
+
+std::vector<int32_t> random_ids(int64_t count, int32_t bound, uint32_t seed) {
+  std::mt19937 generator(seed);
+  std::uniform_int_distribution<int32_t> uniform(0, bound - 1);
+  std::vector<int32_t> ids(static_cast<size_t>(count));
+  for (auto& id : ids) id = uniform(generator);
+  return ids;
+}
+
+struct RowsChannels {
+  int64_t rows, channels;
+};
+constexpr RowsChannels kNormShapes[] = {{1, 13}, {7, 100}, {129, 770}, {3, 1}};
+
+}  // namespace
+
+TEST_CASE("embedding on the CUDA device matches the CPU device") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  const int64_t batch = 2, seq = 7, vocab = 50;
+  for (int64_t hidden : {int64_t{13}, int64_t{100}}) {
+    for (bool positions : {true, false}) {
+      for (ElementType type : kTypes) {
+        std::ostringstream what;
+        what << "embedding B " << batch << " T " << seq << " C " << hidden
+             << (positions ? " with" : " without") << " position table";
+        const auto tokens = random_ids(batch * seq, 5, 31);  // few ids: repeated tokens
+        const auto word = representable(random_values(vocab * hidden, 32), type);
+        const auto position = representable(random_values((seq + 3) * hidden, 33), type);
+        const auto dout = representable(random_values(batch * seq * hidden, 34), type);
+        const auto dword0 = random_values(vocab * hidden, 35);
+        const auto dposition0 = random_values((seq + 3) * hidden, 36);
+        check_against_cpu(*gpu, what.str(), type, tolerance(type, 1e-5),
+                          [&](Tensors& t, ElementType dtype) {
+                            View out = t.poisoned(batch * seq * hidden, dtype);
+                            View ids = t.ids(tokens);
+                            t.device().embedding_forward(
+                                out, ids, t.input(word, dtype),
+                                positions ? t.input(position, dtype) : t.empty(dtype), batch, seq,
+                                hidden);
+                            View dword = t.input(dword0, f32);
+                            View dposition = positions ? t.input(dposition0, f32) : t.empty(f32);
+                            t.device().embedding_backward(dword, dposition, t.input(dout, dtype),
+                                                          ids, batch, seq, hidden);
+                            Outputs outputs{{"output", t.read(out)},
+                                            {"dword_embeddings (+=)", t.read(dword)}};
+                            if (positions) {
+                              outputs.push_back({"dposition_embeddings (+=)", t.read(dposition)});
+                            }
+                            return outputs;
+                          });
+      }
+    }
+  }
+}
+
+TEST_CASE("dropout on the CUDA device draws the CPU device's mask") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  const int64_t count = 7 * 770 + 3;
+  for (double probability : {0.0, 0.1, 0.5}) {
+    for (ElementType type : kTypes) {
+      std::ostringstream what;
+      what << "dropout " << count << " elements p " << probability;
+      const backend::Dropout dropout{probability, backend::dropout_key(7, 1, 2, 3)};
+      const auto input = representable(random_values(count, 41), type);
+      const auto dout = representable(random_values(count, 42), type);
+      check_against_cpu(*gpu, what.str(), type, tolerance(type, 1e-6, 1e-2),
+                        [&](Tensors& t, ElementType dtype) {
+                          View out = t.poisoned(count, dtype);
+                          t.device().dropout_forward(out, t.input(input, dtype), dropout);
+                          View din = t.poisoned(count, dtype);
+                          t.device().dropout_backward(din, t.input(dout, dtype), dropout);
+                          return Outputs{{"output", t.read(out)}, {"dinput", t.read(din)}};
+                        });
+    }
+  }
+}
+
+TEST_CASE("layernorm on the CUDA device matches the CPU device") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  for (const RowsChannels s : kNormShapes) {
+    for (ElementType type : kTypes) {
+      std::ostringstream what;
+      what << "layernorm rows " << s.rows << " channels " << s.channels;
+      const auto input = representable(random_values(s.rows * s.channels, 51, 3.0f), type);
+      const auto weight = representable(random_values(s.channels, 52), type);
+      const auto bias = representable(random_values(s.channels, 53), type);
+      const auto dout = representable(random_values(s.rows * s.channels, 54), type);
+      const auto dweight0 = random_values(s.channels, 55);
+      const auto dbias0 = random_values(s.channels, 56);
+      check_against_cpu(
+          *gpu, what.str(), type, tolerance(type, 5e-5), [&](Tensors& t, ElementType dtype) {
+            View out = t.poisoned(s.rows * s.channels, dtype);
+            View mean = t.poisoned(s.rows, f32), rstd = t.poisoned(s.rows, f32);
+            View x = t.input(input, dtype), w = t.input(weight, dtype);
+            t.device().layernorm_forward(out, mean, rstd, x, w, t.input(bias, dtype), 1e-5,
+                                         s.rows, s.channels);
+            View din = t.poisoned(s.rows * s.channels, dtype);
+            View dw = t.input(dweight0, f32), db = t.input(dbias0, f32);
+            t.device().layernorm_backward(din, dw, db, t.input(dout, dtype), x, w, mean, rstd,
+                                          s.rows, s.channels);
+            return Outputs{{"output", t.read(out)},     {"mean", t.read(mean)},
+                           {"rstd", t.read(rstd)},      {"dinput", t.read(din)},
+                           {"dweight (+=)", t.read(dw)}, {"dbias (+=)", t.read(db)}};
+          });
+    }
+  }
+}
+
+TEST_CASE("rmsnorm on the CUDA device matches the CPU device") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  for (const RowsChannels s : kNormShapes) {
+    for (ElementType type : kTypes) {
+      std::ostringstream what;
+      what << "rmsnorm rows " << s.rows << " channels " << s.channels;
+      const auto input = representable(random_values(s.rows * s.channels, 61, 3.0f), type);
+      const auto weight = representable(random_values(s.channels, 62), type);
+      const auto dout = representable(random_values(s.rows * s.channels, 63), type);
+      const auto dweight0 = random_values(s.channels, 64);
+      check_against_cpu(
+          *gpu, what.str(), type, tolerance(type, 5e-5), [&](Tensors& t, ElementType dtype) {
+            View out = t.poisoned(s.rows * s.channels, dtype);
+            View rstd = t.poisoned(s.rows, f32);
+            View x = t.input(input, dtype), w = t.input(weight, dtype);
+            t.device().rmsnorm_forward(out, rstd, x, w, 1e-5, s.rows, s.channels);
+            View din = t.poisoned(s.rows * s.channels, dtype);
+            View dw = t.input(dweight0, f32);
+            t.device().rmsnorm_backward(din, dw, t.input(dout, dtype), x, w, rstd, s.rows,
+                                        s.channels);
+            return Outputs{{"output", t.read(out)},
+                           {"rstd", t.read(rstd)},
+                           {"dinput", t.read(din)},
+                           {"dweight (+=)", t.read(dw)}};
+          });
+    }
+  }
+}
+
+TEST_CASE("rope on the CUDA device matches the CPU device") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  const int64_t batch = 2, seq = 7, heads = 3, head_dim = 8;
+  const int64_t row_stride = heads * head_dim + 5;  // the rotated heads inside a wider row
+  for (int64_t rotary_dim : {int64_t{8}, int64_t{4}}) {
+    for (ElementType type : kTypes) {
+      std::ostringstream what;
+      what << "rope B " << batch << " T " << seq << " H " << heads << " HD " << head_dim
+           << " R " << rotary_dim << " row stride " << row_stride;
+      const int64_t count = batch * seq * row_stride;
+      const auto input = representable(random_values(count, 71), type);
+      const auto dout = representable(random_values(count, 72), type);
+      // Columns outside the rotated heads are left alone: start the outputs from known values
+      // rather than poison, identical on both devices.
+      const auto before = representable(random_values(count, 73), type);
+      check_against_cpu(*gpu, what.str(), type, tolerance(type, 1e-5),
+                        [&](Tensors& t, ElementType dtype) {
+                          const int64_t table = seq * rotary_dim / 2;
+                          View cos = t.poisoned(table, f32), sin = t.poisoned(table, f32);
+                          t.device().rope_tables(cos, sin, seq, rotary_dim, 10000.0);
+                          View out = t.input(before, dtype);
+                          t.device().rope_forward(out, t.input(input, dtype), cos, sin, batch, seq,
+                                                  heads, head_dim, rotary_dim, row_stride);
+                          View din = t.input(before, dtype);
+                          t.device().rope_backward(din, t.input(dout, dtype), cos, sin, batch,
+                                                   seq, heads, head_dim, rotary_dim, row_stride);
+                          return Outputs{{"cos", t.read(cos)},
+                                         {"sin", t.read(sin)},
+                                         {"output", t.read(out)},
+                                         {"dinput", t.read(din)}};
+                        });
+    }
+  }
+}
+
+TEST_CASE("residual, gelu and swiglu on the CUDA device match the CPU device") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  const int64_t count = 7 * 770 + 3;
+  for (ElementType type : kTypes) {
+    const auto a = representable(random_values(count, 81, 2.0f), type);
+    const auto b = representable(random_values(count, 82), type);
+    check_against_cpu(*gpu, "residual and gelu of " + std::to_string(count) + " elements", type,
+                      tolerance(type, 1e-5), [&](Tensors& t, ElementType dtype) {
+                        View sum = t.poisoned(count, dtype);
+                        t.device().residual_forward(sum, t.input(a, dtype), t.input(b, dtype));
+                        View gelu = t.poisoned(count, dtype);
+                        t.device().gelu_forward(gelu, t.input(a, dtype));
+                        View dgelu = t.poisoned(count, dtype);
+                        t.device().gelu_backward(dgelu, t.input(b, dtype), t.input(a, dtype));
+                        return Outputs{{"residual output", t.read(sum)},
+                                       {"gelu output", t.read(gelu)},
+                                       {"gelu dinput", t.read(dgelu)}};
+                      });
+    for (const RowsChannels s : {RowsChannels{1, 13}, RowsChannels{7, 100}, RowsChannels{129, 770}}) {
+      const auto input = representable(random_values(s.rows * 2 * s.channels, 83, 2.0f), type);
+      const auto dout = representable(random_values(s.rows * s.channels, 84), type);
+      std::ostringstream what;
+      what << "swiglu rows " << s.rows << " features " << s.channels;
+      check_against_cpu(*gpu, what.str(), type, tolerance(type, 1e-5),
+                        [&](Tensors& t, ElementType dtype) {
+                          View out = t.poisoned(s.rows * s.channels, dtype);
+                          View x = t.input(input, dtype);
+                          t.device().swiglu_forward(out, x, s.rows, s.channels);
+                          View din = t.poisoned(s.rows * 2 * s.channels, dtype);
+                          t.device().swiglu_backward(din, t.input(dout, dtype), x, s.rows,
+                                                     s.channels);
+                          return Outputs{{"output", t.read(out)}, {"dinput", t.read(din)}};
+                        });
+    }
+  }
+}
+
+TEST_CASE("cross-entropy on the CUDA device matches the CPU device") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  for (const RowsChannels s : {RowsChannels{3, 50304}, RowsChannels{129, 100}, RowsChannels{1, 13}}) {
+    for (ElementType type : kTypes) {
+      std::ostringstream what;
+      what << "cross_entropy rows " << s.rows << " vocabulary " << s.channels;
+      const int64_t vocab = s.channels;
+      const auto logits = representable(random_values(s.rows * vocab, 91, 2.0f), type);
+      const auto labels = random_ids(s.rows, static_cast<int32_t>(vocab), 92);
+      const double scale = 1.0 / static_cast<double>(s.rows);
+      check_against_cpu(*gpu, what.str(), type, tolerance(type, 2e-5),
+                        [&](Tensors& t, ElementType dtype) {
+                          View losses = t.poisoned(s.rows, f32), lse = t.poisoned(s.rows, f32);
+                          View x = t.input(logits, dtype), ids = t.ids(labels);
+                          t.device().cross_entropy_forward(losses, lse, x, ids, s.rows, vocab);
+                          View dx = t.poisoned(s.rows * vocab, dtype);
+                          t.device().cross_entropy_backward(dx, x, lse, ids, scale, s.rows,
+                                                            vocab);
+                          return Outputs{{"losses", t.read(losses)},
+                                         {"logsumexp", t.read(lse)},
+                                         {"dlogits", t.read(dx)}};
+                        });
+    }
+  }
+}

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The GPU checks in one command, for a session on a GPU machine (from the repository root):
+#   tests/gpu/run_gpu_checks.sh
+#   PREBUILT=1 tests/gpu/run_gpu_checks.sh   (a carried build/bin/test_gpu, no CMake build)
+# Configures the release preset if needed, builds test_gpu only (-j16), prints nvidia-smi,
+# runs `ctest -L gpu`, then compute-sanitizer memcheck and racecheck (when installed) on a
+# small subset of test_gpu. With $OUT set, the logs and a summary (gpu_summary.txt) go there.
+# Exit status: 0 when every step passed. Steps keep going after a failure so one run reports
+# everything.
+set -u
+cd "$(dirname "$0")/../.."
+out="${OUT:-$(mktemp -d)}"
+mkdir -p "$out"
+summary="$out/gpu_summary.txt"
+: >"$summary"
+status=0
+note() { echo "$*" | tee -a "$summary"; }
+step() {  # step NAME COMMAND...: runs it with its output in $out/NAME.log, notes the result
+  local name="$1"
+  shift
+  local start=$SECONDS
+  "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  note "$name: $([ $rc -eq 0 ] && echo passed || echo "FAILED (exit $rc)") in $((SECONDS - start)) s"
+  [ $rc -eq 0 ] || status=1
+  return $rc
+}
+
+# The build machine's ccache settings, where they apply.
+if [ -f /work/buildenv.sh ] && command -v ccache >/dev/null; then source /work/buildenv.sh; fi
+note "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+if command -v nvidia-smi >/dev/null; then
+  note "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
+  nvidia-smi | tee "$out/nvidia-smi.log"
+else
+  note "gpu: nvidia-smi not found"
+fi
+
+# The tests pass by skipping where no GPU is visible: say loudly when that happened here.
+probe() {
+  build/bin/test_gpu -tc="*copies bytes*" -s >"$out/probe.log" 2>&1
+  if grep -q "skipped: no CUDA GPU" "$out/probe.log"; then
+    note "WARNING: the tests see no GPU and skip: $(grep -o 'skipped: no CUDA GPU.*' "$out/probe.log" | head -1)"
+    status=1
+  else
+    note "device: $(grep -o 'device: .*' "$out/probe.log" | head -1)"
+  fi
+}
+
+if [ "${PREBUILT:-0}" = 1 ]; then
+  # PREBUILT=1: a build/bin/test_gpu carried from another machine, run without CMake.
+  note "build: skipped (PREBUILT=1)"
+  probe
+  step test_gpu build/bin/test_gpu
+  grep -E "test cases:|assertions:|ERROR" "$out/test_gpu.log" | tee -a "$summary"
+else
+  if [ ! -f build/build.ninja ]; then
+    step configure cmake --preset release || { tail -30 "$out/configure.log"; exit 1; }
+  fi
+  step build cmake --build build -j16 --target test_gpu || { tail -60 "$out/build.log"; exit 1; }
+  probe
+  step ctest ctest --test-dir build -L gpu --output-on-failure --timeout 600
+  grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | tee -a "$summary"
+fi
+
+sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
+if [ -n "$sanitizer" ]; then
+  # A few cases each: the sanitizers slow kernels down by orders of magnitude.
+  step memcheck timeout 300 "$sanitizer" --tool memcheck --error-exitcode 9 \
+    build/bin/test_gpu -tc="*copies bytes*,*sum*,*linear*,*attention*"
+  step racecheck timeout 300 "$sanitizer" --tool racecheck --error-exitcode 9 \
+    build/bin/test_gpu -tc="*sum*,*attention*"
+  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out/memcheck.log" "$out/racecheck.log" | tee -a "$summary"
+else
+  note "compute-sanitizer: not found, skipped"
+fi
+
+note "overall: $([ $status -eq 0 ] && echo passed || echo FAILED) (logs in $out)"
+exit $status
