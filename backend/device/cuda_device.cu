@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "backend/common/error.hpp"
 #include "backend/device/cuda_check.cuh"
@@ -319,126 +320,130 @@ class CudaDevice final : public Device {
 };
 
 // ---- Twins --------------------------------------------------------------------------------
-// The CUDA twins of the op families whose *_cuda.cu is not on this branch yet. Each launch_<op>
-// has the twin's convention (backend/ops/<family>.hpp plus a trailing stream; parameter
-// gradients and statistics float*; epsilon and scale float) and, until the twin is declared
-// and built, fails loudly instead of computing anything. Wiring a twin in: replace the body by
-// the call in its comment.
-
-[[noreturn]] void not_built(const char* op) {
-  common::fail("not built yet: {} has no CUDA twin (backend/ops/*_cuda.cu) on this branch", op);
-}
+// The CUDA twins of the op families (backend/ops/<family>_cuda.cu), with their convention:
+// the CPU twin's parameters plus a trailing stream; parameter gradients and statistics float*;
+// epsilon and scale float.
 
 template <typename S>
-void launch_embedding_forward(S*, const int32_t*, const S*, const S*, int64_t, int64_t, int64_t,
-                              cudaStream_t) {
-  // cuda::embedding_forward(output, tokens, word, position, B, T, C, stream);
-  not_built("embedding_forward");
+void launch_embedding_forward(S* output, const int32_t* tokens, const S* word, const S* position,
+                              int64_t B, int64_t T, int64_t C, cudaStream_t stream) {
+  cuda::embedding_forward(output, tokens, word, position, B, T, C, stream);
+}
+// The twin sums each token's positions in position order, from an index built on the host
+// (sort_positions_by_token). The tokens are read back for it: one small copy and a wait at the
+// end of each backward, which a later change removes by indexing the host tokens when they
+// are uploaded (docs/device.md). The index goes into the scratch: order (B·T), segment starts
+// (B·T + 1) and unique tokens (B·T) as int32.
+template <typename S>
+void launch_embedding_backward(float* dword, float* dposition, const S* doutput,
+                               const int32_t* tokens, int64_t B, int64_t T, int64_t C,
+                               float* scratch, cudaStream_t stream) {
+  const int64_t count = B * T;
+  std::vector<int32_t> host_tokens(static_cast<size_t>(count));
+  CUDA_CHECK(cudaMemcpyAsync(host_tokens.data(), tokens, static_cast<size_t>(count) * sizeof(int32_t),
+                             cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<int32_t> index(static_cast<size_t>(3 * count + 1));
+  int32_t* order = index.data();
+  int32_t* segment_starts = order + count;
+  int32_t* unique_tokens = segment_starts + count + 1;
+  int64_t unique_count = 0;
+  sort_positions_by_token(host_tokens.data(), count, order, segment_starts, unique_tokens,
+                          &unique_count);
+  auto* device_index = reinterpret_cast<int32_t*>(scratch);
+  CUDA_CHECK(cudaMemcpyAsync(device_index, index.data(), index.size() * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, stream));
+  // The host vector must outlive the copy.
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  cuda::embedding_backward(dword, dposition, doutput, tokens, B, T, C, device_index,
+                           device_index + count, device_index + 2 * count + 1, unique_count,
+                           stream);
 }
 template <typename S>
-void launch_embedding_backward(float*, float*, const S*, const int32_t*, int64_t, int64_t,
-                               int64_t, float*, cudaStream_t) {
-  // The positions sorted by token (cuda::sort_positions_by_token, on the host) copied into the
-  // scratch, then cuda::embedding_backward(dword, dposition, doutput, tokens, B, T, C,
-  // scratch, stream);
-  not_built("embedding_backward");
+void launch_dropout_forward(S* output, const S* input, int64_t count, const Dropout& dropout,
+                            cudaStream_t stream) {
+  cuda::dropout_forward(output, input, count, dropout, stream);
 }
 template <typename S>
-void launch_dropout_forward(S*, const S*, int64_t, const Dropout&, cudaStream_t) {
-  // cuda::dropout_forward(output, input, count, dropout, stream);
-  not_built("dropout_forward");
+void launch_dropout_backward(S* dinput, const S* doutput, int64_t count, const Dropout& dropout,
+                             cudaStream_t stream) {
+  cuda::dropout_backward(dinput, doutput, count, dropout, stream);
 }
 template <typename S>
-void launch_dropout_backward(S*, const S*, int64_t, const Dropout&, cudaStream_t) {
-  // cuda::dropout_backward(dinput, doutput, count, dropout, stream);
-  not_built("dropout_backward");
+void launch_layernorm_forward(S* output, float* mean, float* rstd, const S* input, const S* weight,
+                              const S* bias, float epsilon, int64_t N, int64_t C,
+                              cudaStream_t stream) {
+  cuda::layernorm_forward(output, mean, rstd, input, weight, bias, epsilon, N, C, stream);
 }
 template <typename S>
-void launch_layernorm_forward(S*, float*, float*, const S*, const S*, const S*, float, int64_t,
-                              int64_t, cudaStream_t) {
-  // cuda::layernorm_forward(output, mean, rstd, input, weight, bias, epsilon, N, C, stream);
-  not_built("layernorm_forward");
+void launch_layernorm_backward(S* dinput, float* dweight, float* dbias, const S* doutput,
+                               const S* input, const S* weight, const float* mean,
+                               const float* rstd, int64_t N, int64_t C, float* scratch,
+                               cudaStream_t stream) {
+  cuda::layernorm_backward(dinput, dweight, dbias, doutput, input, weight, mean, rstd, N, C,
+                           scratch, stream);
 }
 template <typename S>
-void launch_layernorm_backward(S*, float*, float*, const S*, const S*, const S*, const float*,
-                               const float*, int64_t, int64_t, float*, cudaStream_t) {
-  // cuda::layernorm_backward(dinput, dweight, dbias, doutput, input, weight, mean, rstd, N, C,
-  //                          scratch, stream);
-  not_built("layernorm_backward");
+void launch_rmsnorm_forward(S* output, float* rstd, const S* input, const S* weight, float epsilon,
+                            int64_t N, int64_t C, cudaStream_t stream) {
+  cuda::rmsnorm_forward(output, rstd, input, weight, epsilon, N, C, stream);
 }
 template <typename S>
-void launch_rmsnorm_forward(S*, float*, const S*, const S*, float, int64_t, int64_t,
-                            cudaStream_t) {
-  // cuda::rmsnorm_forward(output, rstd, input, weight, epsilon, N, C, stream);
-  not_built("rmsnorm_forward");
+void launch_rmsnorm_backward(S* dinput, float* dweight, const S* doutput, const S* input,
+                             const S* weight, const float* rstd, int64_t N, int64_t C,
+                             float* scratch, cudaStream_t stream) {
+  cuda::rmsnorm_backward(dinput, dweight, doutput, input, weight, rstd, N, C, scratch, stream);
+}
+void launch_rope_tables(float* cos, float* sin, int64_t T, int64_t R, double base,
+                        cudaStream_t stream) {
+  cuda::rope_tables(cos, sin, T, R, base, stream);
 }
 template <typename S>
-void launch_rmsnorm_backward(S*, float*, const S*, const S*, const S*, const float*, int64_t,
-                             int64_t, float*, cudaStream_t) {
-  // cuda::rmsnorm_backward(dinput, dweight, doutput, input, weight, rstd, N, C, scratch,
-  //                        stream);
-  not_built("rmsnorm_backward");
-}
-void launch_rope_tables(float*, float*, int64_t, int64_t, double, cudaStream_t) {
-  // cuda::rope_tables(cos, sin, T, R, base, stream);
-  not_built("rope_tables");
+void launch_rope_forward(S* output, const S* input, const float* cos, const float* sin, int64_t B,
+                         int64_t T, int64_t H, int64_t HD, int64_t R, int64_t row_stride,
+                         cudaStream_t stream) {
+  cuda::rope_forward(output, input, cos, sin, B, T, H, HD, R, row_stride, stream);
 }
 template <typename S>
-void launch_rope_forward(S*, const S*, const float*, const float*, int64_t, int64_t, int64_t,
-                         int64_t, int64_t, int64_t, cudaStream_t) {
-  // cuda::rope_forward(output, input, cos, sin, B, T, H, HD, R, row_stride, stream);
-  not_built("rope_forward");
+void launch_rope_backward(S* dinput, const S* doutput, const float* cos, const float* sin,
+                          int64_t B, int64_t T, int64_t H, int64_t HD, int64_t R,
+                          int64_t row_stride, cudaStream_t stream) {
+  cuda::rope_backward(dinput, doutput, cos, sin, B, T, H, HD, R, row_stride, stream);
 }
 template <typename S>
-void launch_rope_backward(S*, const S*, const float*, const float*, int64_t, int64_t, int64_t,
-                          int64_t, int64_t, int64_t, cudaStream_t) {
-  // cuda::rope_backward(dinput, doutput, cos, sin, B, T, H, HD, R, row_stride, stream);
-  not_built("rope_backward");
+void launch_residual_forward(S* output, const S* input, const S* branch, int64_t count,
+                             cudaStream_t stream) {
+  cuda::residual_forward(output, input, branch, count, stream);
 }
 template <typename S>
-void launch_residual_forward(S*, const S*, const S*, int64_t, cudaStream_t) {
-  // cuda::residual_forward(output, input, branch, count, stream);
-  not_built("residual_forward");
+void launch_gelu_forward(S* output, const S* input, int64_t count, cudaStream_t stream) {
+  cuda::gelu_forward(output, input, count, stream);
 }
 template <typename S>
-void launch_gelu_forward(S*, const S*, int64_t, cudaStream_t) {
-  // cuda::gelu_forward(output, input, count, stream);
-  not_built("gelu_forward");
+void launch_gelu_backward(S* dinput, const S* doutput, const S* input, int64_t count,
+                          cudaStream_t stream) {
+  cuda::gelu_backward(dinput, doutput, input, count, stream);
 }
 template <typename S>
-void launch_gelu_backward(S*, const S*, const S*, int64_t, cudaStream_t) {
-  // cuda::gelu_backward(dinput, doutput, input, count, stream);
-  not_built("gelu_backward");
+void launch_swiglu_forward(S* output, const S* input, int64_t N, int64_t F, cudaStream_t stream) {
+  cuda::swiglu_forward(output, input, N, F, stream);
 }
 template <typename S>
-void launch_swiglu_forward(S*, const S*, int64_t, int64_t, cudaStream_t) {
-  // cuda::swiglu_forward(output, input, N, F, stream);
-  not_built("swiglu_forward");
+void launch_swiglu_backward(S* dinput, const S* doutput, const S* input, int64_t N, int64_t F,
+                            cudaStream_t stream) {
+  cuda::swiglu_backward(dinput, doutput, input, N, F, stream);
 }
 template <typename S>
-void launch_swiglu_backward(S*, const S*, const S*, int64_t, int64_t, cudaStream_t) {
-  // cuda::swiglu_backward(dinput, doutput, input, N, F, stream);
-  not_built("swiglu_backward");
+void launch_cross_entropy_forward(float* losses, float* logsumexp, const S* logits,
+                                  const int32_t* labels, int64_t N, int64_t V,
+                                  cudaStream_t stream) {
+  cuda::cross_entropy_forward(losses, logsumexp, logits, labels, N, V, stream);
 }
 template <typename S>
-void launch_cross_entropy_forward(float*, float*, const S*, const int32_t*, int64_t, int64_t,
-                                  cudaStream_t) {
-  // cuda::cross_entropy_forward(losses, logsumexp, logits, labels, N, V, stream);
-  not_built("cross_entropy_forward");
-}
-template <typename S>
-void launch_cross_entropy_backward(S*, const S*, const float*, const int32_t*, float, int64_t,
-                                   int64_t, cudaStream_t) {
-  // cuda::cross_entropy_backward(dlogits, logits, logsumexp, labels, scale, N, V, stream);
-  not_built("cross_entropy_backward");
-}
-
-// PLACEHOLDER until the twins land: the scratch the norm backward twins take, to be replaced
-// by their own cuda::layernorm_backward_scratch_floats / rmsnorm_backward_scratch_floats. The
-// guess: one fp32 partial per (block of 32 rows, channel) for each of the weight and bias sums.
-int64_t norm_backward_scratch_floats(int64_t rows, int64_t channels) {
-  constexpr int64_t kRowsPerBlock = 32;
-  return 2 * ((rows + kRowsPerBlock - 1) / kRowsPerBlock) * channels;
+void launch_cross_entropy_backward(S* dlogits, const S* logits, const float* logsumexp,
+                                   const int32_t* labels, float scale, int64_t N, int64_t V,
+                                   cudaStream_t stream) {
+  cuda::cross_entropy_backward(dlogits, logits, logsumexp, labels, scale, N, V, stream);
 }
 
 // ---- ops: views checked, then the twin of the element type --------------------------------
@@ -465,7 +470,7 @@ void CudaDevice::embedding_backward(View dword_embeddings, View dposition_embedd
   use();
   dispatch(doutput.type, op, [&](auto s) {
     using S = decltype(s);
-    // The sorted positions: two int32 per (b, t) and one per token boundary, at most.
+    // The index of launch_embedding_backward: 3·B·T + 1 int32.
     float* scratch = scratch_floats(3 * batch_size * seq_length + 1, op);
     launch_embedding_backward(gpu<float>(dword_embeddings, op),
                               gpu<float>(dposition_embeddings, op), gpu<S>(doutput, op),
@@ -512,7 +517,7 @@ void CudaDevice::layernorm_backward(View dinput, View dweight, View dbias, View 
   use();
   dispatch(input.type, op, [&](auto s) {
     using S = decltype(s);
-    float* scratch = scratch_floats(norm_backward_scratch_floats(rows, channels), op);
+    float* scratch = scratch_floats(cuda::layernorm_backward_scratch_floats(rows, channels), op);
     launch_layernorm_backward(gpu<S>(dinput, op), gpu<float>(dweight, op),
                               gpu<float>(dbias, op), gpu<S>(doutput, op), gpu<S>(input, op),
                               gpu<S>(weight, op), gpu<float>(mean, op), gpu<float>(rstd, op),
@@ -538,7 +543,7 @@ void CudaDevice::rmsnorm_backward(View dinput, View dweight, View doutput, View 
   use();
   dispatch(input.type, op, [&](auto s) {
     using S = decltype(s);
-    float* scratch = scratch_floats(norm_backward_scratch_floats(rows, channels), op);
+    float* scratch = scratch_floats(cuda::rmsnorm_backward_scratch_floats(rows, channels), op);
     launch_rmsnorm_backward(gpu<S>(dinput, op), gpu<float>(dweight, op), gpu<S>(doutput, op),
                             gpu<S>(input, op), gpu<S>(weight, op), gpu<float>(rstd, op), rows,
                             channels, scratch, stream_);

@@ -1,8 +1,7 @@
 // The element-wise, normalisation, embedding, rotary and cross-entropy ops on the CUDA device
 // against the CPU device, fp32 and bf16, on awkward shapes (1, 7, 129 rows; widths 13, 100,
 // 770; a 50304-wide vocabulary), outputs poisoned first, parameter gradients accumulating
-// (+=, started from non-zero values), run to run identical. Until an op's CUDA twin is built,
-// its test fails with "not built yet: <op> has no CUDA twin".
+// (+=, started from non-zero values), run to run identical.
 #include <doctest/doctest.h>
 
 #include <cstdint>
