@@ -19,6 +19,7 @@
 #include <charconv>
 #include <ostream>
 #include <regex>
+#include <utility>
 #include <vector>
 
 #include "backend/ckpt/checkpoint_file.hpp"
@@ -41,9 +42,10 @@ constexpr const char* kExpAvgPrefix = "optimizer.exp_avg.";
 constexpr const char* kExpAvgSqPrefix = "optimizer.exp_avg_sq.";
 constexpr size_t kMismatchRowsShown = 20;
 
-// The arguments that decide the tensor shapes, with their flags: a checkpoint that does not
-// fit the model is explained by the ones that differ. Add a row for every new flag that
-// changes a shape or adds a tensor.
+// The keys of the arguments record (CheckpointSaveOptions::arguments, made by
+// train/checkpoint_arguments.cpp) that decide the tensor shapes, with their flags: a
+// checkpoint that does not fit the model is explained by the ones that differ. Add a row (and
+// the key to the record) for every new flag that changes a shape or adds a tensor.
 struct ShapeFlag {
   const char* key;
   const char* flag;
@@ -82,51 +84,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return text + (shape.size() == 1 ? ",)" : ")");
 }
 
-// The typed arguments a checkpoint records: everything that defines the shapes, the
-// optimizer, the schedule and the data stream. The full dump (argument_values) is kept too.
-json checkpoint_arguments(const TrainingArguments& a) {
-  return {
-      {"num_layers", a.num_layers},
-      {"hidden_size", a.hidden_size},
-      {"ffn_hidden_size", a.ffn_hidden_size},
-      {"num_attention_heads", a.num_attention_heads},
-      {"seq_length", a.seq_length},
-      {"max_position_embeddings", a.max_position_embeddings},
-      {"make_vocab_size_divisible_by", a.make_vocab_size_divisible_by},
-      {"tokenizer_type", a.tokenizer_type},
-      {"vocab_size", a.vocab_size},
-      {"tensor_model_parallel_size", a.tensor_model_parallel_size},
-      {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
-      {"init_method_std", a.init_method_std},
-      {"norm_epsilon", a.norm_epsilon},
-      {"position_embedding_type", a.position_embedding_type},
-      {"rotary_base", a.rotary_base},
-      {"rotary_percent", a.rotary_percent},
-      {"normalization", a.normalization},
-      {"swiglu", a.swiglu},
-      {"disable_bias_linear", !a.add_bias_linear},
-      {"untie_embeddings_and_output_weights", a.untie_embeddings_and_output_weights},
-      {"num_query_groups", a.group_query_attention ? a.num_query_groups : 0},  // 0: MHA
-      {"hidden_dropout", a.hidden_dropout},
-      {"attention_dropout", a.attention_dropout},
-      {"micro_batch_size", a.micro_batch_size},
-      {"global_batch_size", a.global_batch_size},
-      {"train_iters", a.train_iters},
-      {"seed", a.seed},
-      {"lr", a.lr},
-      {"min_lr", a.min_lr},
-      {"lr_decay_style", a.lr_decay_style},
-      {"lr_warmup_iters", a.lr_warmup_iters},
-      {"lr_decay_iters", a.lr_decay_iters},
-      {"lr_warmup_init", a.lr_warmup_init},
-      {"weight_decay", a.weight_decay},
-      {"clip_grad", a.clip_grad},
-      {"adam_beta1", a.adam_beta1},
-      {"adam_beta2", a.adam_beta2},
-      {"adam_eps", a.adam_eps},
-  };
-}
-
 json schedule_json(const LearningRateScheduler& scheduler) {
   const LearningRateSchedule& s = scheduler.schedule();
   return {{"max_lr", s.max_lr},           {"min_lr", s.min_lr},
@@ -138,38 +95,6 @@ json schedule_json(const LearningRateScheduler& scheduler) {
           {"weight_decay_increment_style", s.weight_decay_increment_style},
           {"num_steps", scheduler.num_steps()}};
 }
-
-// Typed access to the metadata; a missing or mistyped field is a corrupt (or foreign) file.
-class Metadata {
- public:
-  Metadata(const json& root, const fs::path& file) : root_(root), file_(file) {}
-  const json& section(const char* key) const {
-    if (!root_.contains(key) || !root_[key].is_object()) missing(key);
-    return root_[key];
-  }
-  bool has(const char* key) const { return root_.contains(key) && root_[key].is_object(); }
-  template <typename T>
-  T get(const json& object, const char* key) const {
-    if (!object.contains(key)) missing(key);
-    try {
-      return object[key].get<T>();
-    } catch (const json::exception&) {
-      common::fail("checkpoint {}: metadata field '{}' has the wrong type ({})", file_.string(),
-                   key, object[key].dump());
-    }
-  }
-  template <typename T>
-  T get(const char* key) const { return get<T>(root_, key); }
-  const json& root() const { return root_; }
-
- private:
-  [[noreturn]] void missing(const char* key) const {
-    common::fail("checkpoint {}: the metadata has no field '{}' (the file was not written by "
-                 "this backend's save_checkpoint)", file_.string(), key);
-  }
-  const json& root_;
-  const fs::path& file_;
-};
 
 std::string value_text(const json& value) {
   return value.is_string() ? value.get<std::string>() : value.dump();
@@ -216,8 +141,8 @@ bool is_optimizer_tensor(const std::string& name) { return name.starts_with("opt
 
 // One error listing every parameter whose shape differs (or that only one side has), and the
 // flags from the checkpoint's arguments that would make the model fit.
-void check_parameter_shapes(const CheckpointFileReader& reader, const Metadata& metadata,
-                            const GptModel<float>& model, const TrainingArguments& arguments) {
+void check_parameter_shapes(const CheckpointFileReader& reader, const CheckpointMetadata& metadata,
+                            const GptModel<float>& model, const CheckpointLoadOptions& options) {
   struct Row {
     std::string name, checkpoint, current;
   };
@@ -259,8 +184,7 @@ void check_parameter_shapes(const CheckpointFileReader& reader, const Metadata& 
     message += fmt::format("  ... and {} more\n", rows.size() - kMismatchRowsShown);
   }
   const FlagDifferences flags = shape_flag_differences(metadata.section("arguments"),
-                                                       checkpoint_arguments(arguments),
-                                                       arguments.command_line);
+                                                       options.arguments, options.command_line);
   if (flags.checkpoint.empty()) {
     message += "The checkpoint's saved arguments match the current ones in every shape flag; it "
                "was written by a model with other tensors (see its arguments in the metadata).";
@@ -286,7 +210,7 @@ void read_tensor(const CheckpointFileReader& reader, const std::string& name,
 // Megatron's OptimizerParamScheduler.load_state_dict: each schedule value must match the
 // checkpoint's unless --override-opt_param-scheduler (keep the flags') or
 // --use-checkpoint-opt_param-scheduler (take the checkpoint's); num_steps is loaded always.
-void restore_scheduler(const Metadata& metadata, const TrainingArguments& arguments,
+void restore_scheduler(const CheckpointMetadata& metadata, const CheckpointLoadOptions& options,
                        LearningRateScheduler& scheduler, std::ostream& out,
                        const fs::path& file) {
   const json& saved = metadata.section("opt_param_scheduler");
@@ -338,13 +262,13 @@ void restore_scheduler(const Metadata& metadata, const TrainingArguments& argume
   compare("weight-decay increment style (--weight-decay-incr-style)",
           from_checkpoint.weight_decay_increment_style, current.weight_decay_increment_style);
 
-  if (arguments.use_checkpoint_opt_param_scheduler) {
+  if (options.use_checkpoint_opt_param_scheduler) {
     for (const auto& difference : differences) {
       out << fmt::format(" > using checkpoint value {} for {}\n", difference.checkpoint,
                          difference.what);
     }
     scheduler = LearningRateScheduler(from_checkpoint);
-  } else if (!arguments.override_opt_param_scheduler && !differences.empty()) {
+  } else if (!options.override_opt_param_scheduler && !differences.empty()) {
     std::string message = fmt::format(
         "checkpoint {}: the learning-rate schedule of the flags differs from the checkpoint's:\n",
         file.string());
@@ -362,7 +286,7 @@ void restore_scheduler(const Metadata& metadata, const TrainingArguments& argume
 
 // The optimizer's hyperparameters come from the flags (the scheduler sets the rate anyway);
 // a change from the checkpoint's is worth a line, since torch would have restored them.
-void note_optimizer_changes(const Metadata& metadata, const AdamW& optimizer, std::ostream& out) {
+void note_optimizer_changes(const CheckpointMetadata& metadata, const AdamW& optimizer, std::ostream& out) {
   const json& saved = metadata.section("optimizer");
   const AdamWConfig& current = optimizer.config();
   const std::pair<const char*, double> values[] = {{"adam_beta1", current.beta1},
@@ -499,10 +423,10 @@ namespace {
 // save_checkpoint and save_release_checkpoint: the optimizer and scheduler state is saved when
 // both are given (and --no-save-optim is not set); a release checkpoint goes to DIR/release
 // and the tracker says "release".
-void save_to(const TrainingArguments& arguments, const TrainingProgress& progress,
+void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progress,
              const GptModel<float>& model, const AdamW* optimizer,
              const LearningRateScheduler* scheduler, bool release, std::ostream& out) {
-  const fs::path directory = arguments.save;
+  const fs::path& directory = options.directory;
   if (release) {
     out << fmt::format("[{}] saving release checkpoint to {} in native format\n", timestamp_now(),
                        directory.string());
@@ -514,7 +438,7 @@ void save_to(const TrainingArguments& arguments, const TrainingProgress& progres
   fs::create_directories(directory);
   remove_unfinished_saves(directory, out);
 
-  const bool save_optim = !arguments.no_save_optim && optimizer != nullptr && scheduler != nullptr;
+  const bool save_optim = !options.no_save_optim && optimizer != nullptr && scheduler != nullptr;
   json metadata = {
       {"format", "megatron-native checkpoint"},
       {"iteration", progress.iteration},
@@ -522,10 +446,10 @@ void save_to(const TrainingArguments& arguments, const TrainingProgress& progres
       {"consumed_valid_samples", progress.consumed_valid_samples},
       {"padded_vocab_size", model.config().padded_vocab_size},
       {"no_save_optim", !save_optim},
-      {"no_save_rng", arguments.no_save_rng},
-      {"arguments", checkpoint_arguments(arguments)},
-      {"args", argument_values(arguments)},
-      {"command_line", arguments.command_line},
+      {"no_save_rng", options.no_save_rng},
+      {"arguments", options.arguments},
+      {"args", options.args},
+      {"command_line", options.command_line},
   };
   std::vector<CheckpointTensor> tensors;
   const auto parameters = model.parameters();
@@ -549,7 +473,7 @@ void save_to(const TrainingArguments& arguments, const TrainingProgress& progres
                          optimizer->exp_avg_sq().subspan(offset, numel)});
     }
   }
-  if (!arguments.no_save_rng) {
+  if (!options.no_save_rng) {
     metadata["rng_state"] = {{"dropout_seed", model.dropout_seed()},
                              {"dropout_step", model.dropout_step()}};
   }
@@ -582,70 +506,44 @@ void save_to(const TrainingArguments& arguments, const TrainingProgress& progres
 
 }  // namespace
 
-void save_checkpoint(const TrainingArguments& arguments, const TrainingProgress& progress,
+void save_checkpoint(const CheckpointSaveOptions& options, const TrainingProgress& progress,
                      const GptModel<float>& model, const AdamW& optimizer,
                      const LearningRateScheduler& scheduler, std::ostream& out) {
-  save_to(arguments, progress, model, &optimizer, &scheduler, false, out);
+  save_to(options, progress, model, &optimizer, &scheduler, false, out);
 }
 
-void save_release_checkpoint(const TrainingArguments& arguments, const GptModel<float>& model,
+void save_release_checkpoint(const CheckpointSaveOptions& options, const GptModel<float>& model,
                              std::ostream& out) {
-  save_to(arguments, TrainingProgress{}, model, nullptr, nullptr, true, out);
+  save_to(options, TrainingProgress{}, model, nullptr, nullptr, true, out);
 }
 
-TrainingArguments arguments_from_checkpoint(const nlohmann::json& metadata,
-                                            const std::filesystem::path& file) {
-  const Metadata root(metadata, file);
-  const json& saved = root.section("arguments");
-  TrainingArguments a;
-  a.num_layers = root.get<int64_t>(saved, "num_layers");
-  a.hidden_size = root.get<int64_t>(saved, "hidden_size");
-  a.ffn_hidden_size = root.get<int64_t>(saved, "ffn_hidden_size");
-  a.num_attention_heads = root.get<int64_t>(saved, "num_attention_heads");
-  a.seq_length = root.get<int64_t>(saved, "seq_length");
-  a.max_position_embeddings = root.get<int64_t>(saved, "max_position_embeddings");
-  a.make_vocab_size_divisible_by = root.get<int64_t>(saved, "make_vocab_size_divisible_by");
-  a.tokenizer_type = root.get<std::string>(saved, "tokenizer_type");
-  a.vocab_size = root.get<int64_t>(saved, "vocab_size");
-  a.tensor_model_parallel_size = root.get<int64_t>(saved, "tensor_model_parallel_size");
-  a.pipeline_model_parallel_size = root.get<int64_t>(saved, "pipeline_model_parallel_size");
-  a.init_method_std = root.get<double>(saved, "init_method_std");
-  a.norm_epsilon = root.get<double>(saved, "norm_epsilon");
-  a.position_embedding_type = root.get<std::string>(saved, "position_embedding_type");
-  a.rotary_base = root.get<int64_t>(saved, "rotary_base");
-  a.rotary_percent = root.get<double>(saved, "rotary_percent");
-  a.normalization = root.get<std::string>(saved, "normalization");
-  a.swiglu = root.get<bool>(saved, "swiglu");
-  a.add_bias_linear = !root.get<bool>(saved, "disable_bias_linear");
-  a.untie_embeddings_and_output_weights = root.get<bool>(saved, "untie_embeddings_and_output_weights");
-  const auto num_query_groups = root.get<int64_t>(saved, "num_query_groups");
-  a.group_query_attention = num_query_groups > 0;
-  if (a.group_query_attention) a.num_query_groups = num_query_groups;
-  a.hidden_dropout = root.get<double>(saved, "hidden_dropout");
-  a.attention_dropout = root.get<double>(saved, "attention_dropout");
-  a.micro_batch_size = root.get<int64_t>(saved, "micro_batch_size");
-  a.global_batch_size = root.get<int64_t>(saved, "global_batch_size");
-  a.train_iters = root.get<int64_t>(saved, "train_iters");
-  a.seed = root.get<uint64_t>(saved, "seed");
-  a.lr = root.get<double>(saved, "lr");
-  a.min_lr = root.get<double>(saved, "min_lr");
-  a.lr_decay_style = root.get<std::string>(saved, "lr_decay_style");
-  a.lr_warmup_iters = root.get<int64_t>(saved, "lr_warmup_iters");
-  a.lr_decay_iters = root.get<int64_t>(saved, "lr_decay_iters");
-  a.lr_warmup_init = root.get<double>(saved, "lr_warmup_init");
-  a.weight_decay = root.get<double>(saved, "weight_decay");
-  a.clip_grad = root.get<double>(saved, "clip_grad");
-  a.adam_beta1 = root.get<double>(saved, "adam_beta1");
-  a.adam_beta2 = root.get<double>(saved, "adam_beta2");
-  a.adam_eps = root.get<double>(saved, "adam_eps");
-  return a;
+CheckpointMetadata::CheckpointMetadata(const json& root, fs::path file)
+    : root_(root), file_(std::move(file)) {}
+
+const json& CheckpointMetadata::section(const char* key) const {
+  if (!has(key)) missing(key);
+  return root_[key];
 }
 
-std::optional<TrainingProgress> load_checkpoint(const TrainingArguments& arguments,
+bool CheckpointMetadata::has(const char* key) const {
+  return root_.contains(key) && root_[key].is_object();
+}
+
+void CheckpointMetadata::missing(const char* key) const {
+  common::fail("checkpoint {}: the metadata has no field '{}' (the file was not written by "
+               "this backend's save_checkpoint)", file_.string(), key);
+}
+
+void CheckpointMetadata::wrong_type(const json& object, const char* key) const {
+  common::fail("checkpoint {}: metadata field '{}' has the wrong type ({})", file_.string(), key,
+               object[key].dump());
+}
+
+std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& options,
                                                 GptModel<float>& model, AdamW& optimizer,
                                                 LearningRateScheduler& scheduler,
                                                 std::ostream& out) {
-  const fs::path directory = arguments.load;
+  const fs::path& directory = options.directory;
   const auto tracked = read_checkpoint_tracker(directory);
   if (!tracked) {
     out << fmt::format("WARNING: could not find the metadata file {}\n",
@@ -669,8 +567,8 @@ std::optional<TrainingProgress> load_checkpoint(const TrainingArguments& argumen
   }
 
   const CheckpointFileReader reader(tracked->file);
-  const Metadata metadata(reader.metadata(), reader.path());
-  check_parameter_shapes(reader, metadata, model, arguments);
+  const CheckpointMetadata metadata(reader.metadata(), reader.path());
+  check_parameter_shapes(reader, metadata, model, options);
 
   const auto parameters = model.parameters();
   for (const auto& tensor : model.tensors()) {
@@ -680,7 +578,7 @@ std::optional<TrainingProgress> load_checkpoint(const TrainingArguments& argumen
   }
 
   // Megatron: --finetune and release checkpoints give weights only, from iteration 0.
-  const bool weights_only = arguments.finetune || tracked->release;
+  const bool weights_only = options.finetune || tracked->release;
   TrainingProgress progress;
   if (!weights_only) {
     progress.iteration = metadata.get<int64_t>("iteration");
@@ -693,7 +591,7 @@ std::optional<TrainingProgress> load_checkpoint(const TrainingArguments& argumen
     }
   }
 
-  if (!weights_only && !arguments.no_load_optim) {
+  if (!weights_only && !options.no_load_optim) {
     if (!metadata.has("optimizer") || !metadata.has("opt_param_scheduler")) {
       common::fail("Unable to load optimizer from checkpoint {}: it was saved with "
                    "--no-save-optim. Specify --no-load-optim or --finetune to prevent attempting "
@@ -709,10 +607,10 @@ std::optional<TrainingProgress> load_checkpoint(const TrainingArguments& argumen
     }
     optimizer.set_steps_taken(metadata.get<int64_t>(metadata.section("optimizer"), "step"));
     note_optimizer_changes(metadata, optimizer, out);
-    restore_scheduler(metadata, arguments, scheduler, out, reader.path());
+    restore_scheduler(metadata, options, scheduler, out, reader.path());
   }
 
-  if (!weights_only && !arguments.no_load_rng) {
+  if (!weights_only && !options.no_load_rng) {
     if (!metadata.has("rng_state")) {
       common::fail("Unable to load rng state from checkpoint {}: it was saved with --no-save-rng. "
                    "Specify --no-load-rng or --finetune to prevent attempting to load the rng "

@@ -21,12 +21,19 @@
 //
 // Messages are Megatron's (" loading checkpoint from DIR at iteration 500", "  successfully
 // saved checkpoint from iteration     500 to DIR [ t 1/1, p 1/1 ]", ...), on `out`.
+//
+// This folder knows nothing of pretrain_gpt's flags as a type: saves and loads take plain
+// values (CheckpointSaveOptions, CheckpointLoadOptions), and the record of the arguments a
+// checkpoint keeps is JSON its caller made. train/checkpoint_arguments.hpp maps
+// TrainingArguments to these and back.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <iosfwd>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,7 +41,6 @@
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
-#include "backend/train/arguments.hpp"
 
 namespace backend {
 
@@ -77,9 +83,38 @@ common::ExclusiveFileLock lock_save_directory(const std::filesystem::path& direc
 // check.
 void check_release_destination(const std::filesystem::path& directory, bool replace_training_tracker);
 
-// Saves to arguments.save: parameters, and unless --no-save-optim / --no-save-rng the
+// What a save needs besides the state: where, what to leave out, and what the metadata
+// records of the run that made it.
+struct CheckpointSaveOptions {
+  std::filesystem::path directory{};  // --save
+  bool no_save_optim = false;         // leave out the optimizer and scheduler state
+  bool no_save_rng = false;           // leave out the dropout RNG state
+  // The metadata's "arguments" (the typed record: what defines the shapes, the optimizer, the
+  // schedule and the data stream, which tools rebuild the model from) and "args" (every
+  // argument by Megatron's name as Megatron's dump prints it), stored as given.
+  nlohmann::json arguments = nlohmann::json::object();
+  nlohmann::json args = nlohmann::json::object();
+  std::vector<std::string> command_line{};  // stored as the metadata's "command_line"
+};
+
+// What a load needs besides the state it fills: where, which parts to skip, which schedule
+// wins, and the current run's arguments for the message when the checkpoint does not fit.
+struct CheckpointLoadOptions {
+  std::filesystem::path directory{};  // --load
+  bool finetune = false;              // weights only; iteration and samples start at 0
+  bool no_load_optim = false;
+  bool no_load_rng = false;
+  bool use_checkpoint_opt_param_scheduler = false;  // schedule from the checkpoint
+  bool override_opt_param_scheduler = false;        // schedule from the flags
+  // The current arguments in the form of CheckpointSaveOptions::arguments, and the command
+  // line: a shape mismatch names the shape flags whose values differ from the checkpoint's.
+  nlohmann::json arguments = nlohmann::json::object();
+  std::vector<std::string> command_line{};
+};
+
+// Saves to options.directory: parameters, and unless no_save_optim / no_save_rng the
 // optimizer and scheduler state / the dropout RNG state.
-void save_checkpoint(const TrainingArguments& arguments, const TrainingProgress& progress,
+void save_checkpoint(const CheckpointSaveOptions& options, const TrainingProgress& progress,
                      const GptModel<float>& model, const AdamW& optimizer,
                      const LearningRateScheduler& scheduler, std::ostream& out);
 
@@ -87,24 +122,44 @@ void save_checkpoint(const TrainingArguments& arguments, const TrainingProgress&
 // DIR/release with the tracker text "release", crash-safe as save_checkpoint: weights to start
 // from, which load_checkpoint reads as weights only, from iteration 0 (Megatron's release
 // checkpoints). checkpoint_util --import-hf writes these.
-void save_release_checkpoint(const TrainingArguments& arguments, const GptModel<float>& model,
+void save_release_checkpoint(const CheckpointSaveOptions& options, const GptModel<float>& model,
                              std::ostream& out);
 
-// The arguments a checkpoint was saved with, from its metadata's typed record ("arguments"),
-// the inverse of what save_checkpoint records: tools that rebuild the model without its
-// command line (checkpoint_util, as Megatron's loader_megatron.py reads the checkpoint's args)
-// start from these. Fields the record does not hold keep their defaults; a missing or
-// mistyped field is a common::Error naming `file`.
-TrainingArguments arguments_from_checkpoint(const nlohmann::json& metadata,
-                                            const std::filesystem::path& file);
+// Typed access to a checkpoint's metadata (CheckpointFileReader::metadata()): a missing or
+// mistyped field is a common::Error naming `file`, as a corrupt (or foreign) file. Holds a
+// reference to `root`.
+class CheckpointMetadata {
+ public:
+  CheckpointMetadata(const nlohmann::json& root, std::filesystem::path file);
+  // The object under `key`; anything else is an error.
+  const nlohmann::json& section(const char* key) const;
+  bool has(const char* key) const;
+  template <typename T>
+  T get(const nlohmann::json& object, const char* key) const {
+    if (!object.contains(key)) missing(key);
+    try {
+      return object[key].template get<T>();
+    } catch (const nlohmann::json::exception&) {
+      wrong_type(object, key);
+    }
+  }
+  template <typename T>
+  T get(const char* key) const { return get<T>(root_, key); }
 
-// Loads the checkpoint arguments.load's tracker names into model, optimizer and scheduler,
-// as --finetune, --no-load-optim, --no-load-rng and the scheduler flags say, and returns
-// where training stands (all zero with --finetune or a release checkpoint). With no tracker
-// it prints Megatron's warning and returns nullopt: training starts from scratch. Everything
-// is validated before training starts; a checkpoint that does not fit the current flags is
-// one error with a table of the tensors that differ and the flags that would fit.
-std::optional<TrainingProgress> load_checkpoint(const TrainingArguments& arguments,
+ private:
+  [[noreturn]] void missing(const char* key) const;
+  [[noreturn]] void wrong_type(const nlohmann::json& object, const char* key) const;
+  const nlohmann::json& root_;
+  std::filesystem::path file_;
+};
+
+// Loads the checkpoint options.directory's tracker names into model, optimizer and scheduler,
+// as finetune, no_load_optim, no_load_rng and the scheduler options say, and returns where
+// training stands (all zero with finetune or a release checkpoint). With no tracker it prints
+// Megatron's warning and returns nullopt: training starts from scratch. Everything is
+// validated before training starts; a checkpoint that does not fit the model is one error
+// with a table of the tensors that differ and the flags that would fit.
+std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& options,
                                                 GptModel<float>& model, AdamW& optimizer,
                                                 LearningRateScheduler& scheduler, std::ostream& out);
 

@@ -17,11 +17,12 @@
 #include <iostream>
 
 #include "backend/ckpt/checkpoint.hpp"
-#include "backend/ckpt/checkpoint_conversion.hpp"
 #include "backend/ckpt/checkpoint_util_options.hpp"
 #include "backend/ckpt/hf_format.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
+#include "backend/train/checkpoint_arguments.hpp"
+#include "backend/train/checkpoint_conversion.hpp"
 
 namespace {
 

@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <ostream>
 
-#include "backend/ckpt/checkpoint.hpp"
 #include "backend/common/checked_math.hpp"
 #include "backend/common/device.hpp"
 #include "backend/common/memory_estimate.hpp"
@@ -19,6 +18,7 @@
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/benchmark_report.hpp"
+#include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/dataset_provider.hpp"
 #include "backend/train/evaluation.hpp"
 #include "backend/train/exp_manager_files.hpp"

@@ -3,7 +3,8 @@
 // flags, corruption, missing optimizer/RNG state, a changed schedule), the --finetune /
 // --no-load-* semantics, the clean-up of interrupted saves, and the property it all exists
 // for: a run interrupted at iteration N and resumed computes the same losses and weights, bit
-// for bit, as one that never stopped, dropout included.
+// for bit, as one that never stopped, dropout included. Most cases go through pretrain_gpt's
+// arguments (backend/train/checkpoint_arguments.hpp); one uses the plain options alone.
 #include "backend/ckpt/checkpoint.hpp"
 
 #include <doctest/doctest.h>
@@ -22,6 +23,7 @@
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/data/mock_dataset.hpp"
+#include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/trainer.hpp"
 #include "backend/train/training_schedule.hpp"
 #include "temporary_directory.hpp"
@@ -209,6 +211,50 @@ TEST_CASE("Megatron's layout, tracker and messages") {
   CHECK(reader.tensors().size() == 3 * state.model.tensors().size());
   CHECK(reader.find("decoder.layers.1.mlp.linear_fc2.weight") != nullptr);
   CHECK(reader.find("optimizer.exp_avg_sq.embedding.word_embeddings.weight") != nullptr);
+}
+
+TEST_CASE("the plain options: the records are stored as given, the current one names the flags that fit") {
+  test_support::TemporaryDirectory directory;
+  const auto a = tiny_arguments();
+  LiveState saved(a);
+  saved.train(a, 2);
+  const CheckpointSaveOptions save{
+      .directory = directory.path,
+      .no_save_rng = true,
+      .arguments = {{"num_layers", 2}, {"hidden_size", 32}, {"note", "kept as given"}},
+      .args = {{"num_layers", "2"}},
+      .command_line = {"some_tool", "--flag"}};
+  std::ostringstream log;
+  save_checkpoint(save, {4, 16, 0}, saved.model, saved.optimizer, saved.scheduler, log);
+  {
+    const CheckpointFileReader reader(checkpoint_file_path(directory.path, 4));
+    CHECK(reader.metadata()["arguments"] == save.arguments);
+    CHECK(reader.metadata()["args"] == save.args);
+    CHECK(reader.metadata()["command_line"] == nlohmann::json(save.command_line));
+    CHECK(reader.metadata()["no_save_rng"] == true);
+    CHECK_FALSE(reader.metadata().contains("rng_state"));
+  }
+
+  CheckpointLoadOptions load{.directory = directory.path, .no_load_rng = true};
+  LiveState loaded(a, 99);
+  const auto progress = load_checkpoint(load, loaded.model, loaded.optimizer, loaded.scheduler, log);
+  REQUIRE(progress);
+  CHECK(progress->iteration == 4);
+  CHECK(progress->consumed_train_samples == 16);
+  CHECK(same_bytes(loaded.model.parameters(), saved.model.parameters()));
+  CHECK(same_bytes(loaded.optimizer.exp_avg_sq(), saved.optimizer.exp_avg_sq()));
+  CHECK(loaded.optimizer.steps_taken() == 2);
+  CHECK(loaded.scheduler.num_steps() == saved.scheduler.num_steps());
+
+  // A model that does not fit: the flags named come from the saved record and the given one.
+  auto deeper = a;
+  deeper.num_layers = 3;
+  LiveState other(deeper);
+  load.arguments = {{"num_layers", 3}, {"hidden_size", 32}};
+  CHECK_THROWS_WITH_AS(load_checkpoint(load, other.model, other.optimizer, other.scheduler, log),
+                       doctest::Contains("The checkpoint was saved with --num-layers 2; pass this "
+                                         "flag (instead of --num-layers 3) to load it."),
+                       common::Error);
 }
 
 TEST_CASE("--load without a tracker warns as Megatron and starts from scratch") {

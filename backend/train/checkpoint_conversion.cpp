@@ -1,5 +1,5 @@
 // Checkpoint ↔ model for checkpoint_util; see checkpoint_conversion.hpp.
-#include "backend/ckpt/checkpoint_conversion.hpp"
+#include "backend/train/checkpoint_conversion.hpp"
 
 #include <fmt/format.h>
 
@@ -9,6 +9,7 @@
 #include "backend/common/memory_estimate.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
+#include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/trainer.hpp"
 
 namespace backend {

@@ -2,7 +2,7 @@
 // in the model its saved arguments describe; arguments_for_model is the inverse of
 // model_config; release checkpoints load as weights only; and the whole chain checkpoint →
 // Hugging Face → release checkpoint → pretrain_gpt's load keeps every bit.
-#include "backend/ckpt/checkpoint_conversion.hpp"
+#include "backend/train/checkpoint_conversion.hpp"
 
 #include <doctest/doctest.h>
 
@@ -10,11 +10,11 @@
 #include <sstream>
 
 #include "backend/ckpt/checkpoint.hpp"
-#include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/ckpt/hf_format.hpp"
 #include "backend/common/error.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
+#include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/trainer.hpp"
 #include "tests/temporary_directory.hpp"
 
@@ -180,31 +180,6 @@ TEST_CASE("checkpoint conversion: arguments_for_model rebuilds the model it was 
   CHECK_THROWS_WITH_AS(backend::arguments_for_model(single),
                        doctest::Contains("a vocabulary of 1 token(s) has no pretrain_gpt tokenizer"),
                        common::Error);
-}
-
-TEST_CASE("checkpoint conversion: the saved arguments come back as they were saved") {
-  TemporaryDirectory directory;
-  const auto arguments = tiny_arguments(directory.path / "ckpt");
-  save_trained_checkpoint(arguments);
-  const auto tracked = backend::read_checkpoint_tracker(directory.path / "ckpt");
-  REQUIRE(tracked);
-  const backend::CheckpointFileReader reader(tracked->file);
-  const TrainingArguments back = backend::arguments_from_checkpoint(reader.metadata(), reader.path());
-  CHECK(back.num_layers == arguments.num_layers);
-  CHECK(back.ffn_hidden_size == arguments.ffn_hidden_size);
-  CHECK(back.seq_length == arguments.seq_length);
-  CHECK(back.tokenizer_type == arguments.tokenizer_type);
-  CHECK(back.vocab_size == arguments.vocab_size);
-  CHECK(back.make_vocab_size_divisible_by == arguments.make_vocab_size_divisible_by);
-  CHECK(back.norm_epsilon == arguments.norm_epsilon);
-  CHECK(back.init_method_std == arguments.init_method_std);
-  CHECK(back.lr == arguments.lr);
-  CHECK(back.train_iters == arguments.train_iters);
-
-  nlohmann::json metadata = reader.metadata();
-  metadata["arguments"].erase("hidden_size");
-  CHECK_THROWS_WITH_AS(backend::arguments_from_checkpoint(metadata, "model_optim_rng.bin"),
-                       doctest::Contains("the metadata has no field 'hidden_size'"), common::Error);
 }
 
 TEST_CASE("checkpoint conversion: checkpoint → Hugging Face → release checkpoint keeps every bit") {

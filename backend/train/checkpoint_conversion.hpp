@@ -2,6 +2,8 @@
 // convert.py with loader_megatron / saver_megatron): the model a checkpoint holds, rebuilt from
 // the arguments it was saved with, and the arguments that rebuild a given model, for saving
 // one that came from elsewhere (a Hugging Face import) as a checkpoint pretrain_gpt can load.
+// Here, not in backend/ckpt, because the model comes from pretrain_gpt's arguments
+// (checkpoint_arguments.hpp, model_config in trainer.hpp).
 #pragma once
 
 #include <filesystem>

@@ -1,0 +1,52 @@
+// pretrain_gpt's arguments as checkpoints record them, and the arguments given to backend/ckpt:
+// the typed record in a checkpoint's metadata ("arguments": the values that define the shapes,
+// the optimizer, the schedule and the data stream) and its inverse; the save and load options
+// the flags give (--save, --no-save-optim, --finetune, --use-checkpoint-opt_param-scheduler,
+// ...); and save_checkpoint / load_checkpoint over TrainingArguments, as the trainer calls them.
+// Reference: megatron/training/checkpointing.py (the args saved into model_optim_rng.pt, and
+// check_checkpoint_args); tools/checkpoint/loader_megatron.py (a model rebuilt from them).
+#pragma once
+
+#include <filesystem>
+#include <iosfwd>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/ckpt/checkpoint.hpp"
+#include "backend/model/gpt_model.hpp"
+#include "backend/optim/adamw.hpp"
+#include "backend/optim/lr_scheduler.hpp"
+#include "backend/train/arguments.hpp"
+
+namespace backend {
+
+// The typed record: num_layers, hidden_size, ..., by Megatron's names (disable_bias_linear
+// for --disable-bias-linear; num_query_groups 0 without --group-query-attention).
+nlohmann::json checkpoint_arguments(const TrainingArguments& arguments);
+
+// The arguments a checkpoint was saved with, from its metadata's typed record ("arguments"),
+// the inverse of checkpoint_arguments: tools that rebuild the model without its command line
+// (checkpoint_util, as Megatron's loader_megatron.py reads the checkpoint's args) start from
+// these. Fields the record does not hold keep their defaults; a missing or mistyped field is
+// a common::Error naming `file`.
+TrainingArguments arguments_from_checkpoint(const nlohmann::json& metadata,
+                                            const std::filesystem::path& file);
+
+// --save and its flags, the typed record, the full dump (argument_values) and the command line.
+CheckpointSaveOptions checkpoint_save_options(const TrainingArguments& arguments);
+// --load and its flags, the typed record of the current arguments and the command line.
+CheckpointLoadOptions checkpoint_load_options(const TrainingArguments& arguments);
+
+// backend/ckpt's save_checkpoint, save_release_checkpoint and load_checkpoint with the
+// options the arguments give (checkpoint.hpp says what each does).
+void save_checkpoint(const TrainingArguments& arguments, const TrainingProgress& progress,
+                     const GptModel<float>& model, const AdamW& optimizer,
+                     const LearningRateScheduler& scheduler, std::ostream& out);
+void save_release_checkpoint(const TrainingArguments& arguments, const GptModel<float>& model,
+                             std::ostream& out);
+std::optional<TrainingProgress> load_checkpoint(const TrainingArguments& arguments,
+                                                GptModel<float>& model, AdamW& optimizer,
+                                                LearningRateScheduler& scheduler, std::ostream& out);
+
+}  // namespace backend

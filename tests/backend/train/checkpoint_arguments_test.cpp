@@ -1,0 +1,121 @@
+// The arguments as checkpoints record them: the typed record a saved checkpoint holds comes
+// back as the arguments it was made from (a missing field is an error naming it), and the
+// save and load options carry each checkpoint flag to backend/ckpt.
+#include "backend/train/checkpoint_arguments.hpp"
+
+#include <doctest/doctest.h>
+
+#include <sstream>
+
+#include "backend/ckpt/checkpoint_file.hpp"
+#include "backend/common/error.hpp"
+#include "backend/train/trainer.hpp"
+#include "tests/temporary_directory.hpp"
+
+namespace {
+
+using backend::TrainingArguments;
+
+TrainingArguments tiny_arguments(const std::filesystem::path& save) {
+  TrainingArguments a;
+  a.num_layers = 2;
+  a.hidden_size = 16;
+  a.ffn_hidden_size = 48;
+  a.num_attention_heads = 2;
+  a.seq_length = 8;
+  a.max_position_embeddings = 12;
+  a.tokenizer_type = "NullTokenizer";
+  a.vocab_size = 40;
+  a.make_vocab_size_divisible_by = 32;
+  a.norm_epsilon = 1e-6;
+  a.init_method_std = 0.03;
+  a.micro_batch_size = 1;
+  a.global_batch_size = 1;
+  a.train_iters = 5;
+  a.lr = 1e-3;
+  a.save = save.string();
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint arguments: the saved arguments come back as they were saved") {
+  test_support::TemporaryDirectory directory;
+  const auto arguments = tiny_arguments(directory.path / "ckpt");
+  {
+    backend::GptModel<float> model(backend::model_config(arguments));
+    backend::AdamW optimizer(backend::AdamWConfig{}, {}, static_cast<int64_t>(model.parameters().size()));
+    backend::LearningRateScheduler scheduler({.max_lr = 1e-3, .decay_steps = 5});
+    std::ostringstream log;
+    backend::save_checkpoint(arguments, {.iteration = 5}, model, optimizer, scheduler, log);
+  }
+  const auto tracked = backend::read_checkpoint_tracker(directory.path / "ckpt");
+  REQUIRE(tracked);
+  const backend::CheckpointFileReader reader(tracked->file);
+  const TrainingArguments back = backend::arguments_from_checkpoint(reader.metadata(), reader.path());
+  CHECK(back.num_layers == arguments.num_layers);
+  CHECK(back.ffn_hidden_size == arguments.ffn_hidden_size);
+  CHECK(back.seq_length == arguments.seq_length);
+  CHECK(back.tokenizer_type == arguments.tokenizer_type);
+  CHECK(back.vocab_size == arguments.vocab_size);
+  CHECK(back.make_vocab_size_divisible_by == arguments.make_vocab_size_divisible_by);
+  CHECK(back.norm_epsilon == arguments.norm_epsilon);
+  CHECK(back.init_method_std == arguments.init_method_std);
+  CHECK(back.lr == arguments.lr);
+  CHECK(back.train_iters == arguments.train_iters);
+  CHECK(backend::checkpoint_arguments(back) == reader.metadata()["arguments"]);
+
+  nlohmann::json metadata = reader.metadata();
+  metadata["arguments"].erase("hidden_size");
+  CHECK_THROWS_WITH_AS(backend::arguments_from_checkpoint(metadata, "model_optim_rng.bin"),
+                       doctest::Contains("the metadata has no field 'hidden_size'"), common::Error);
+  metadata["arguments"]["hidden_size"] = "sixteen";
+  CHECK_THROWS_WITH_AS(backend::arguments_from_checkpoint(metadata, "model_optim_rng.bin"),
+                       doctest::Contains("checkpoint model_optim_rng.bin: metadata field "
+                                         "'hidden_size' has the wrong type (\"sixteen\")"),
+                       common::Error);
+}
+
+TEST_CASE("checkpoint arguments: the save and load options carry every checkpoint flag") {
+  TrainingArguments a = tiny_arguments("/runs/save");
+  a.load = "/runs/load";
+  a.command_line = {"pretrain_gpt", "--hidden-size", "16"};
+  a.no_save_optim = true;
+  a.finetune = true;
+  a.no_load_rng = true;
+  a.use_checkpoint_opt_param_scheduler = true;
+  const backend::CheckpointSaveOptions save = backend::checkpoint_save_options(a);
+  CHECK(save.directory == "/runs/save");
+  CHECK(save.no_save_optim);
+  CHECK_FALSE(save.no_save_rng);
+  CHECK(save.arguments == backend::checkpoint_arguments(a));
+  CHECK(save.args["hidden_size"] == "16");
+  CHECK(save.args.size() == backend::argument_values(a).size());
+  CHECK(save.command_line == a.command_line);
+
+  const backend::CheckpointLoadOptions load = backend::checkpoint_load_options(a);
+  CHECK(load.directory == "/runs/load");
+  CHECK(load.finetune);
+  CHECK_FALSE(load.no_load_optim);
+  CHECK(load.no_load_rng);
+  CHECK(load.use_checkpoint_opt_param_scheduler);
+  CHECK_FALSE(load.override_opt_param_scheduler);
+  CHECK(load.arguments == backend::checkpoint_arguments(a));
+  CHECK(load.command_line == a.command_line);
+
+  a.no_save_optim = false;
+  a.no_save_rng = true;
+  a.finetune = false;
+  a.no_load_optim = true;
+  a.no_load_rng = false;
+  a.use_checkpoint_opt_param_scheduler = false;
+  a.override_opt_param_scheduler = true;
+  CHECK_FALSE(backend::checkpoint_save_options(a).no_save_optim);
+  CHECK(backend::checkpoint_save_options(a).no_save_rng);
+  const backend::CheckpointLoadOptions other = backend::checkpoint_load_options(a);
+  CHECK_FALSE(other.finetune);
+  CHECK(other.no_load_optim);
+  CHECK_FALSE(other.no_load_rng);
+  CHECK_FALSE(other.use_checkpoint_opt_param_scheduler);
+  CHECK(other.override_opt_param_scheduler);
+}
