@@ -9,10 +9,10 @@
 #include <ostream>
 
 #include "backend/common/checked_math.hpp"
-#include "backend/common/device.hpp"
 #include "backend/common/memory_estimate.hpp"
 #include "backend/common/error.hpp"
 #include "backend/data/tokenizer.hpp"
+#include "backend/device/cuda_inventory.hpp"
 #include "backend/dist/process_environment.hpp"
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
@@ -79,7 +79,7 @@ namespace {
 // Picks the device the arguments ask for; only the CPU path exists so far.
 void select_device(const TrainingArguments& arguments) {
   if (arguments.device == "cpu") return;
-  const auto inventory = common::discover_cuda_devices();
+  const auto inventory = discover_cuda_devices();
   if (arguments.device == "cuda") {
     common::fail("--device cuda: the CUDA training path is not built yet ({}); use --device cpu",
                  inventory.devices.empty() ? inventory.unavailable_reason

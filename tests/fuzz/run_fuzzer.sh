@@ -66,7 +66,7 @@ libraries+=($(pkg-config --libs libutf8proc libzstd liblzma zlib libcurl 2>/dev/
             -L"/usr/lib/$multiarch/openblas-openmp" -Wl,-rpath,"/usr/lib/$multiarch/openblas-openmp"
             -lopenblas)
 support_sources=("$root"/launcher/config/*.cpp)
-for dir in common model ops optim data dist ckpt train fetch; do
+for dir in common device model ops optim data dist ckpt train fetch; do
   support_sources+=("$root"/backend/$dir/*.cpp)
 done
 

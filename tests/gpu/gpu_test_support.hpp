@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "backend/common/device.hpp"
 #include "backend/device/cpu_device.hpp"
 #include "backend/device/cuda_device.hpp"
+#include "backend/device/cuda_inventory.hpp"
 #include "backend/device/device.hpp"
 #include "backend/device/element_type.hpp"
 
@@ -32,10 +32,9 @@ using backend::Device;
 using backend::ElementType;
 using backend::View;
 
-// Why there is no GPU to test on, or nothing. The one call to device discovery (it moves to
-// backend/device/cuda_inventory.hpp, namespace device; change this line then).
+// Why there is no GPU to test on, or nothing: device discovery (cuda_inventory.hpp).
 inline std::optional<std::string> no_gpu_reason() {
-  const auto inventory = common::discover_cuda_devices();
+  const auto inventory = backend::discover_cuda_devices();
   if (!inventory.built_with_cuda) return std::string("this build has no CUDA");
   if (inventory.devices.empty()) {
     return inventory.unavailable_reason.empty() ? std::string("the CUDA runtime sees no GPU")

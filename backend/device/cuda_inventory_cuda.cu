@@ -1,10 +1,11 @@
-// Device discovery through the CUDA runtime (built when nvcc is found). No driver, or a
-// driver too old for this runtime, is reported as "no GPU" with the runtime's reason.
+// Device discovery through the CUDA runtime (built when nvcc is found); see cuda_inventory.hpp.
+// No driver, or a driver too old for this runtime, is reported as "no GPU" with the runtime's
+// reason.
 #include <cuda_runtime.h>
 
-#include "backend/common/device.hpp"
+#include "backend/device/cuda_inventory.hpp"
 
-namespace common {
+namespace backend {
 
 CudaInventory discover_cuda_devices() {
   CudaInventory inventory;
@@ -26,4 +27,4 @@ CudaInventory discover_cuda_devices() {
   return inventory;
 }
 
-}  // namespace common
+}  // namespace backend

@@ -1,7 +1,7 @@
-// Device discovery for builds without CUDA (WITH_CUDA=OFF or no toolkit found).
-#include "backend/common/device.hpp"
+// Device discovery for builds without CUDA (WITH_CUDA=OFF or no toolkit found); see cuda_inventory.hpp.
+#include "backend/device/cuda_inventory.hpp"
 
-namespace common {
+namespace backend {
 
 CudaInventory discover_cuda_devices() {
   CudaInventory inventory;
@@ -10,4 +10,4 @@ CudaInventory discover_cuda_devices() {
   return inventory;
 }
 
-}  // namespace common
+}  // namespace backend
