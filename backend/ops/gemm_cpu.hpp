@@ -44,10 +44,19 @@ inline void blas_gemm(Transpose transpose_a, Transpose transpose_b, int64_t m, i
               static_cast<blasint>(ldc));
 }
 
-// Tile of C per BLAS call: large enough that packing the operands costs under 1% of the
-// multiply, small enough that the 126m shapes give each of a few cores several tiles.
-inline constexpr int64_t kTileRows = 128;
-inline constexpr int64_t kTileColumns = 128;
+// Tile of C per BLAS call: square, of an edge chosen from the shape of C alone (never from
+// the thread count, so the result stays the same on any number of threads): the largest of
+// 512, 256 and 128 that still cuts C into at least kMinimumTiles tiles, so a few cores each get
+// several. Larger tiles pack the operands fewer times: on the 126m shapes a step's GEMMs ran at
+// 87 % of a 2048³ sgemm with 128-wide tiles and at 91-97 % with 256 to 512
+// (docs/benchmarks.md).
+inline constexpr int64_t kMinimumTiles = 8;
+inline int64_t tile_edge(int64_t m, int64_t n) {
+  for (const int64_t edge : {int64_t{512}, int64_t{256}}) {
+    if (m * n >= kMinimumTiles * edge * edge) return edge;
+  }
+  return 128;
+}
 
 // OpenBLAS runs a GEMM of at most this many multiply-adds (m·n·k) on the calling thread
 // (interface/gemm.c: SMP_THRESHOLD_MIN 65536 × GEMM_MULTITHREAD_THRESHOLD 4 in 0.3.21; the
@@ -60,8 +69,9 @@ template <typename Scalar>
 void gemm(Transpose transpose_a, Transpose transpose_b, int64_t m, int64_t n, int64_t k,
           Scalar alpha, const Scalar* a, int64_t lda, const Scalar* b, int64_t ldb, Scalar beta,
           Scalar* c, int64_t ldc) {
-  const int64_t row_tiles = (m + kTileRows - 1) / kTileRows;
-  const int64_t column_tiles = (n + kTileColumns - 1) / kTileColumns;
+  const int64_t edge = tile_edge(m, n);
+  const int64_t row_tiles = (m + edge - 1) / edge;
+  const int64_t column_tiles = (n + edge - 1) / edge;
   const int64_t tiles = row_tiles * column_tiles;
   // Even a single tile goes through the region when threads are available, so that OpenBLAS
   // sees an active region and does not split the tile over its own threads. Not needed (and
@@ -71,10 +81,10 @@ void gemm(Transpose transpose_a, Transpose transpose_b, int64_t m, int64_t n, in
       !omp_in_parallel() && omp_get_max_threads() > 1 && m * n * k > kBlasSingleThreadedWork;
 #pragma omp parallel for schedule(dynamic) if (parallel)
   for (int64_t tile = 0; tile < tiles; ++tile) {
-    const int64_t row = (tile / column_tiles) * kTileRows;
-    const int64_t column = (tile % column_tiles) * kTileColumns;
-    const int64_t tile_rows = std::min(kTileRows, m - row);
-    const int64_t tile_columns = std::min(kTileColumns, n - column);
+    const int64_t row = (tile / column_tiles) * edge;
+    const int64_t column = (tile % column_tiles) * edge;
+    const int64_t tile_rows = std::min(edge, m - row);
+    const int64_t tile_columns = std::min(edge, n - column);
     // Rows [row, row + tile_rows) of op(A) and columns [column, ...) of op(B).
     const Scalar* a_tile = transpose_a == Transpose::no ? a + row * lda : a + row;
     const Scalar* b_tile = transpose_b == Transpose::no ? b + column : b + column * ldb;
