@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "backend/common/error.hpp"
 #include "backend/device/arena.hpp"
@@ -386,28 +387,71 @@ const ParameterTensor& GptModel<Scalar>::tensor(const std::string& name) const {
   return state_->layout.tensor(name);
 }
 
-// The host spans below are the CPU device's memory; a GPU model's parameters reach the host
-// through the device's copies (the optimizer and checkpoints work on host fp32 masters).
+namespace {
+
+// A host span over a buffer of the model, refused for device memory the host cannot touch.
+template <typename Scalar>
+std::span<Scalar> host_span(View buffer, const Device& device, const char* what) {
+  if (buffer.on != MemoryKind::host) {
+    common::fail("GptModel::{}(): the model's buffers live on {}, not in host memory; copy them "
+                 "with copy_{}_to_host",
+                 what, device.name(), what);
+  }
+  return {buffer.template as<Scalar>(), static_cast<size_t>(buffer.numel)};
+}
+
+void check_host_size(size_t size, int64_t numel, const char* what) {
+  if (static_cast<int64_t>(size) != numel) {
+    common::fail("GptModel::{}: the host buffer has {} elements, the model {}", what, size, numel);
+  }
+}
+
+}  // namespace
+
 template <typename Scalar>
 std::span<Scalar> GptModel<Scalar>::parameters() {
-  return {state_->parameters.template as<Scalar>(), static_cast<size_t>(state_->parameters.numel)};
+  return host_span<Scalar>(state_->parameters, *state_->device, "parameters");
 }
 template <typename Scalar>
 std::span<const Scalar> GptModel<Scalar>::parameters() const {
-  return {state_->parameters.template as<Scalar>(), static_cast<size_t>(state_->parameters.numel)};
+  return host_span<Scalar>(state_->parameters, *state_->device, "parameters");
 }
 template <typename Scalar>
 std::span<Scalar> GptModel<Scalar>::gradients() {
-  return {state_->gradients.template as<Scalar>(), static_cast<size_t>(state_->gradients.numel)};
+  return host_span<Scalar>(state_->gradients, *state_->device, "gradients");
 }
 template <typename Scalar>
 std::span<const Scalar> GptModel<Scalar>::gradients() const {
-  return {state_->gradients.template as<Scalar>(), static_cast<size_t>(state_->gradients.numel)};
+  return host_span<Scalar>(state_->gradients, *state_->device, "gradients");
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::copy_parameters_from_host(std::span<const Scalar> host) {
+  check_host_size(host.size(), state_->parameters.numel, "copy_parameters_from_host");
+  state_->device->copy_from_host(state_->parameters, host.data());
+}
+template <typename Scalar>
+void GptModel<Scalar>::copy_parameters_to_host(std::span<Scalar> host) const {
+  check_host_size(host.size(), state_->parameters.numel, "copy_parameters_to_host");
+  state_->device->copy_to_host(host.data(), state_->parameters);
+}
+template <typename Scalar>
+void GptModel<Scalar>::copy_gradients_to_host(std::span<Scalar> host) const {
+  check_host_size(host.size(), state_->gradients.numel, "copy_gradients_to_host");
+  state_->device->copy_to_host(host.data(), state_->gradients);
 }
 
 template <typename Scalar>
 void GptModel<Scalar>::init_parameters(uint64_t seed) {
-  state_->layout.init_parameters(state_->parameters.template as<Scalar>(), seed);
+  State& s = *state_;
+  if (s.parameters.on == MemoryKind::host) {
+    // In place: the threads that draw the values first-touch the pages.
+    s.layout.init_parameters(s.parameters.template as<Scalar>(), seed);
+    return;
+  }
+  std::vector<Scalar> staged(static_cast<size_t>(s.parameters.numel));
+  s.layout.init_parameters(staged.data(), seed);
+  s.device->copy_from_host(s.parameters, staged.data());
 }
 
 template <typename Scalar>

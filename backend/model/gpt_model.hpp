@@ -97,15 +97,22 @@ class GptModel {
   const GptConfig& config() const;
   const std::vector<ParameterTensor>& tensors() const;
   const ParameterTensor& tensor(const std::string& name) const;  // common::Error if unknown
+  // The flat buffers in place: only for a model on host memory (the CPU device); on a GPU
+  // they are common::Error, and the copies below are the way in and out.
   std::span<Scalar> parameters();
   std::span<const Scalar> parameters() const;
   std::span<Scalar> gradients();
   std::span<const Scalar> gradients() const;
+  // Copies of the whole flat buffers (tensors()' layout) between the device and the host, on
+  // any device; `host` holds exactly as many elements as the model has parameters.
+  void copy_parameters_from_host(std::span<const Scalar> host);
+  void copy_parameters_to_host(std::span<Scalar> host) const;
+  void copy_gradients_to_host(std::span<Scalar> host) const;
 
   // Megatron's initialisation: weights (output_layer's too) ~ N(0, init_method_std), the
   // output projections (linear_proj, linear_fc2) ~ N(0, init_method_std / sqrt(2 ·
   // num_layers)), biases 0, norm weights 1. Deterministic given the seed, independent of thread
-  // count.
+  // count and device (on a GPU the values are made on the host and copied).
   void init_parameters(uint64_t seed);
 
   // Carves the activations of micro batches of (batch_size, seq_length) and the backward's

@@ -1183,3 +1183,29 @@ TEST_CASE("the parameter count and the memory estimate agree with the model's la
     CHECK(estimate.activations_bytes > 0);
   }
 }
+
+TEST_CASE("the parameter and gradient copies move the flat buffers whole, and check their size") {
+  const GptConfig config = tiny_config();
+  const Batch batch = random_batch(config, kTinyBatch, kTinySeq, 71);
+  GptModel<float> source(config);
+  source.init_parameters(5);
+  forward(source, batch);
+  source.backward(1.0f);
+
+  std::vector<float> parameters(source.parameters().size());
+  source.copy_parameters_to_host(parameters);
+  CHECK(std::equal(parameters.begin(), parameters.end(), source.parameters().begin()));
+  std::vector<float> gradients(source.gradients().size());
+  source.copy_gradients_to_host(gradients);
+  CHECK(std::equal(gradients.begin(), gradients.end(), source.gradients().begin()));
+
+  // A second model given the first's parameters computes the same loss and gradients.
+  GptModel<float> copy(config);
+  copy.copy_parameters_from_host(parameters);
+  CHECK(forward(copy, batch) == forward(source, batch));
+
+  std::vector<float> short_buffer(parameters.size() - 1);
+  CHECK_THROWS_WITH_AS(copy.copy_parameters_to_host(short_buffer),
+                       doctest::Contains("the host buffer has"), common::Error);
+  CHECK_THROWS_AS(copy.copy_parameters_from_host(short_buffer), common::Error);
+}
