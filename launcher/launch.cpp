@@ -364,9 +364,10 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   std::vector<fs::path> script_paths;
   for (JobSpec& job : jobs) {
     // The stage's own variables first, then env_vars; a name in both takes env_vars' value.
-    for (const auto& [name, value] : environment) {
-      std::erase_if(job.environment, [&](const auto& entry) { return entry.first == name; });
-      job.environment.emplace_back(name, value);
+    for (const auto& variable : environment) {
+      std::erase_if(job.environment,
+                    [&](const auto& entry) { return entry.first == variable.first; });
+      job.environment.push_back(variable);
     }
     check_job_names_and_paths(job);
     script_paths.push_back(job.results_dir /
