@@ -26,8 +26,6 @@ step() {  # step NAME COMMAND...: runs it with its output in $out/NAME.log, note
   return $rc
 }
 
-# The build machine's ccache settings, where they apply.
-if [ -f /work/buildenv.sh ] && command -v ccache >/dev/null; then source /work/buildenv.sh; fi
 note "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if command -v nvidia-smi >/dev/null; then
   note "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
