@@ -393,7 +393,8 @@ class TreeBuilder : public YAML::EventHandler {
   }
 
   void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
-                const std::string& value) override {
+                const std::string& decoded) override {
+    const std::string value = utf8_scalar(decoded, mark);
     SourceLocation location = locate(mark);
     if (tag != "?") check_quote_closed(mark);
     if (expecting_key()) {
@@ -531,6 +532,30 @@ class TreeBuilder : public YAML::EventHandler {
     frame.pending_key = key;
     frame.pending_key_location = locate(mark);
     frame.pending_key_is_merge = is_merge;
+  }
+
+  // A scalar as UTF-8. The document was checked to be UTF-8, but yaml-cpp 0.7 decodes the
+  // double-quoted escapes \_ (U+00A0) and \N (U+0085) to the single Latin-1 bytes 0xA0 and
+  // 0x85, which are not UTF-8: they are written back as the characters YAML means, so that
+  // to_yaml never writes what parse_yaml refuses (found by the compose fuzzer).
+  std::string utf8_scalar(const std::string& decoded, const YAML::Mark& mark) const {
+    if (!common::first_invalid_utf8(decoded)) return decoded;
+    std::string repaired;
+    for (size_t i = 0; i < decoded.size();) {
+      const int length = common::utf8_sequence_length(decoded, i);
+      const auto byte = static_cast<unsigned char>(decoded[i]);
+      if (length < 0 && (byte == 0xA0 || byte == 0x85)) {
+        repaired += '\xC2';
+        repaired += decoded[i++];
+        continue;
+      }
+      if (length < 0) {
+        fail_at(mark, fmt::format("a string decodes to invalid UTF-8 (byte 0x{:02x})", byte));
+      }
+      repaired.append(decoded, i, static_cast<size_t>(length));
+      i += static_cast<size_t>(length);
+    }
+    return repaired;
   }
 
   Node make_scalar(const std::string& tag, const std::string& value, const SourceLocation& location,

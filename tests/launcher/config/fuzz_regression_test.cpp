@@ -236,3 +236,12 @@ TEST_CASE("fuzz: strings that start like a byte-order mark round-trip") {
                        doctest::Contains("bom.yaml:1:3: invalid UTF-8 (byte 0xff)"),
                        common::Error);
 }
+
+// compose fuzzer: yaml-cpp decodes the double-quoted escapes \_ and \N to the Latin-1 bytes
+// 0xA0 and 0x85, so the value was not UTF-8 and to_yaml wrote a file parse_yaml refuses.
+TEST_CASE("fuzz: the escapes \\_ and \\N are the characters U+00A0 and U+0085, as UTF-8") {
+  const Node tree = launcher::parse_yaml("a: \"x\\_y\\Nz\"\n\"k\\_\": 1\n", "escapes.yaml");
+  CHECK(tree.at("a").as_string() == "x\u00A0y\u0085z");
+  CHECK(tree.at("k\u00A0").as_int() == 1);
+  CHECK(round_trip(tree) == tree);
+}
