@@ -389,6 +389,15 @@ const ParameterTensor& GptModel<Scalar>::tensor(const std::string& name) const {
 
 namespace {
 
+// A micro batch's shape as reserve() and forward() accept it.
+void check_micro_batch_shape(const GptConfig& config, int64_t batch_size, int64_t seq_length) {
+  if (batch_size < 1) common::fail("batch size must be at least 1, got {}", batch_size);
+  if (seq_length < 1 || seq_length > config.max_position_embeddings) {
+    common::fail("sequence length {} is outside [1, {}] (--max-position-embeddings)", seq_length,
+                 config.max_position_embeddings);
+  }
+}
+
 // A host span over a buffer of the model, refused for device memory the host cannot touch.
 template <typename Scalar>
 std::span<Scalar> host_span(View buffer, const Device& device, const char* what) {
@@ -457,11 +466,7 @@ void GptModel<Scalar>::init_parameters(uint64_t seed) {
 template <typename Scalar>
 void GptModel<Scalar>::reserve(int64_t batch_size, int64_t seq_length) {
   State& s = *state_;
-  if (batch_size < 1) common::fail("batch size must be at least 1, got {}", batch_size);
-  if (seq_length < 1 || seq_length > s.config.max_position_embeddings) {
-    common::fail("sequence length {} is outside [1, {}] (--max-position-embeddings)", seq_length,
-                 s.config.max_position_embeddings);
-  }
+  check_micro_batch_shape(s.config, batch_size, seq_length);
   s.reserve(batch_size, seq_length);
 }
 
@@ -473,11 +478,7 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
   // A forward that fails leaves nothing to differentiate: a backward() after it must not
   // silently reuse the micro batch before.
   s.has_forward = false;
-  if (batch_size < 1) common::fail("batch size must be at least 1, got {}", batch_size);
-  if (seq_length < 1 || seq_length > config.max_position_embeddings) {
-    common::fail("sequence length {} is outside [1, {}] (--max-position-embeddings)", seq_length,
-                 config.max_position_embeddings);
-  }
+  check_micro_batch_shape(config, batch_size, seq_length);
   const int64_t rows = batch_size * seq_length;
   auto check_ids = [&](std::span<const int32_t> ids, const char* what) {
     if (static_cast<int64_t>(ids.size()) != rows) {

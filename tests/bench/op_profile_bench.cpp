@@ -6,8 +6,6 @@
 // pretrain_gpt's MFU is quoted against. AdamW and the gradient norm are outside the model and
 // not timed here (see docs/benchmarks.md for their share).
 // Usage: op_profile_bench [seq] [micro-batch] [steps]
-#include <cblas.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +17,7 @@
 
 #include "backend/device/cpu_device.hpp"
 #include "backend/model/gpt_model.hpp"
+#include "backend/train/benchmark_report.hpp"
 
 namespace {
 
@@ -109,19 +108,6 @@ class TimingDevice final : public backend::CpuDevice {
   }
 };
 
-double sgemm_peak_flops() {
-  const int n = 2048;
-  std::vector<float> a(static_cast<size_t>(n) * n, 1.0f), b(a), c(a);
-  double best = 1e30;
-  for (int repeat = 0; repeat < 3; ++repeat) {
-    const auto start = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
-                0.0f, c.data(), n);
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return 2.0 * n * n * n / best;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -156,7 +142,7 @@ int main(int argc, char** argv) {
     model.backward(1.0f);
     if (step >= 1) step_seconds += std::chrono::duration<double>(Clock::now() - start).count();
   }
-  const double peak = sgemm_peak_flops();
+  const double peak = backend::measure_cpu_sgemm_peak();
   double timed_seconds = 0;
   for (const auto& [name, entry] : device.totals) timed_seconds += entry.seconds;
   std::printf("gpt3/126m shape, seq %lld, micro batch %lld, %d steps after one warm-up; "
