@@ -420,6 +420,45 @@ std::optional<TrackedCheckpoint> read_checkpoint_tracker(const fs::path& directo
 
 namespace {
 
+// Checkpoints are host files: a model or optimizer on host memory is read and written in place;
+// one on a GPU passes through a host copy staged here, once per save or load.
+struct HostState {
+  std::vector<float> staged_parameters, staged_exp_avg, staged_exp_avg_sq;
+  std::span<float> parameters, exp_avg, exp_avg_sq;
+  bool parameters_staged = false, moments_staged = false;
+};
+
+// The parameters (and the moments, with an optimizer) as host spans; `current` copies the
+// device's values in (a save), else the spans are to be filled (a load).
+HostState host_state(const GptModel<float>& model, const AdamW* optimizer, bool current) {
+  HostState state;
+  const auto count = static_cast<size_t>(model.parameter_buffer().numel);
+  if (model.parameter_buffer().on == MemoryKind::host) {
+    const auto in_place = model.parameters();
+    state.parameters = {const_cast<float*>(in_place.data()), in_place.size()};
+  } else {
+    state.parameters_staged = true;
+    state.staged_parameters.resize(count);
+    if (current) model.copy_parameters_to_host(state.staged_parameters);
+    state.parameters = state.staged_parameters;
+  }
+  if (optimizer == nullptr) return state;
+  if (optimizer->device().memory_kind() == MemoryKind::host) {
+    const auto exp_avg = optimizer->exp_avg();
+    const auto exp_avg_sq = optimizer->exp_avg_sq();
+    state.exp_avg = {const_cast<float*>(exp_avg.data()), exp_avg.size()};
+    state.exp_avg_sq = {const_cast<float*>(exp_avg_sq.data()), exp_avg_sq.size()};
+  } else {
+    state.moments_staged = true;
+    state.staged_exp_avg.resize(count);
+    state.staged_exp_avg_sq.resize(count);
+    if (current) optimizer->copy_moments_to_host(state.staged_exp_avg, state.staged_exp_avg_sq);
+    state.exp_avg = state.staged_exp_avg;
+    state.exp_avg_sq = state.staged_exp_avg_sq;
+  }
+  return state;
+}
+
 // save_checkpoint and save_release_checkpoint: the optimizer and scheduler state is saved when
 // both are given (and --no-save-optim is not set); a release checkpoint goes to DIR/release
 // and the tracker says "release".
@@ -452,7 +491,8 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
       {"command_line", options.command_line},
   };
   std::vector<CheckpointTensor> tensors;
-  const auto parameters = model.parameters();
+  const HostState host = host_state(model, save_optim ? optimizer : nullptr, true);
+  const std::span<const float> parameters = host.parameters;
   for (const auto& tensor : model.tensors()) {
     tensors.push_back({tensor.name, tensor.shape,
                        parameters.subspan(static_cast<size_t>(tensor.offset),
@@ -468,9 +508,9 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
       const auto offset = static_cast<size_t>(tensor.offset);
       const auto numel = static_cast<size_t>(tensor.numel);
       tensors.push_back({kExpAvgPrefix + tensor.name, tensor.shape,
-                         optimizer->exp_avg().subspan(offset, numel)});
+                         std::span<const float>(host.exp_avg).subspan(offset, numel)});
       tensors.push_back({kExpAvgSqPrefix + tensor.name, tensor.shape,
-                         optimizer->exp_avg_sq().subspan(offset, numel)});
+                         std::span<const float>(host.exp_avg_sq).subspan(offset, numel)});
     }
   }
   if (!options.no_save_rng) {
@@ -570,12 +610,13 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
   const CheckpointMetadata metadata(reader.metadata(), reader.path());
   check_parameter_shapes(reader, metadata, model, options);
 
-  const auto parameters = model.parameters();
+  HostState host = host_state(model, &optimizer, false);
   for (const auto& tensor : model.tensors()) {
     read_tensor(reader, tensor.name,
-                parameters.subspan(static_cast<size_t>(tensor.offset),
-                                   static_cast<size_t>(tensor.numel)), "");
+                host.parameters.subspan(static_cast<size_t>(tensor.offset),
+                                        static_cast<size_t>(tensor.numel)), "");
   }
+  if (host.parameters_staged) model.copy_parameters_from_host(host.staged_parameters);
 
   // Megatron: --finetune and release checkpoints give weights only, from iteration 0.
   const bool weights_only = options.finetune || tracked->release;
@@ -601,9 +642,12 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
     for (const auto& tensor : model.tensors()) {
       const auto offset = static_cast<size_t>(tensor.offset);
       const auto numel = static_cast<size_t>(tensor.numel);
-      read_tensor(reader, kExpAvgPrefix + tensor.name, optimizer.exp_avg().subspan(offset, numel), hint);
-      read_tensor(reader, kExpAvgSqPrefix + tensor.name,
-                  optimizer.exp_avg_sq().subspan(offset, numel), hint);
+      read_tensor(reader, kExpAvgPrefix + tensor.name, host.exp_avg.subspan(offset, numel), hint);
+      read_tensor(reader, kExpAvgSqPrefix + tensor.name, host.exp_avg_sq.subspan(offset, numel),
+                  hint);
+    }
+    if (host.moments_staged) {
+      optimizer.copy_moments_from_host(host.staged_exp_avg, host.staged_exp_avg_sq);
     }
     optimizer.set_steps_taken(metadata.get<int64_t>(metadata.section("optimizer"), "step"));
     note_optimizer_changes(metadata, optimizer, out);

@@ -16,6 +16,7 @@
 #include "backend/ops/gelu.hpp"
 #include "backend/ops/layernorm.hpp"
 #include "backend/ops/linear.hpp"
+#include "backend/ops/reduction.hpp"
 #include "backend/ops/residual.hpp"
 #include "backend/ops/rmsnorm.hpp"
 #include "backend/ops/rope.hpp"
@@ -95,13 +96,47 @@ void CpuDevice::fill_zero(View values) {
 
 void CpuDevice::sum(View total, View values) {
   double* result = host<double>(total);
+  if (result == nullptr || total.numel != 1) common::fail("sum: the total must be one f64");
   dispatch(values.type, "sum", [&](auto s) {
     using S = decltype(s);
-    const S* data = host<S>(values);
-    double accumulated = 0;
-    for (int64_t i = 0; i < values.numel; ++i) accumulated += static_cast<double>(data[i]);
-    *result = accumulated;
+    cpu::sum(result, host<S>(values), values.numel);
   });
+}
+
+void CpuDevice::sum_of_squares(View total, View values) {
+  double* result = host<double>(total);
+  if (result == nullptr || total.numel != 1) {
+    common::fail("sum_of_squares: the total must be one f64");
+  }
+  dispatch(values.type, "sum_of_squares", [&](auto s) {
+    using S = decltype(s);
+    cpu::sum_of_squares(result, host<S>(values), values.numel);
+  });
+}
+
+void CpuDevice::scale(View values, double factor) {
+  dispatch(values.type, "scale", [&](auto s) {
+    using S = decltype(s);
+    cpu::scale(host<S>(values), factor, values.numel);
+  });
+}
+
+void CpuDevice::adamw_update(View master, View weights, View gradients, View exp_avg,
+                             View exp_avg_sq, const AdamWCoefficients& coefficients) {
+  if (!weights.empty()) {
+    common::fail("adamw_update: the CPU device keeps fp32 weights, which are the master weights; "
+                 "a separate {} working copy is the CUDA device's mixed precision",
+                 element_name(weights.type));
+  }
+  const int64_t count = master.numel;
+  for (const View* view : {&gradients, &exp_avg, &exp_avg_sq}) {
+    if (view->numel != count) {
+      common::fail("adamw_update: {} master weights but a view of {} elements", count,
+                   view->numel);
+    }
+  }
+  cpu::adamw_update(host<float>(master), host<float>(gradients), host<float>(exp_avg),
+                    host<float>(exp_avg_sq), count, coefficients);
 }
 
 void CpuDevice::embedding_forward(View output, View tokens, View word_embeddings,

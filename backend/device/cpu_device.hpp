@@ -18,6 +18,10 @@ class CpuDevice : public Device {
   void copy_to_host(void* destination, View source) override;
   void fill_zero(View values) override;
   void sum(View total, View values) override;
+  void sum_of_squares(View total, View values) override;
+  void scale(View values, double factor) override;
+  void adamw_update(View master, View weights, View gradients, View exp_avg, View exp_avg_sq,
+                    const AdamWCoefficients& coefficients) override;
 
   void embedding_forward(View output, View tokens, View word_embeddings, View position_embeddings,
                          int64_t batch_size, int64_t seq_length, int64_t hidden_size) override;

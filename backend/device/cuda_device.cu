@@ -8,10 +8,8 @@
 // backend::cuda::<op> in backend/ops/<family>_cuda.cu through a launch_<op> function (the
 // section "Twins" below), so wiring a twin in is one place.
 //
-// sum: two passes in double, a fixed grid of kSumBlocks blocks each summing a fixed strided
-// subset and then a tree in shared memory, and one block summing the partials in the same
-// fixed order: the same bits run after run and on every GPU (no atomics, no dependence on the
-// SM count). Its order differs from the CPU's sequential sum, so the two agree to rounding.
+// sum and sum_of_squares (ops/reduction_cuda.cu) use the device's buffer of partial sums; the
+// optimizer's update is ops/adamw_cuda.cu.
 //
 // The host waits on the stream in one place only: copy_to_host (and allocate_zeroed, at setup).
 #include <cuda_bf16.h>
@@ -25,6 +23,7 @@
 #include "backend/device/cuda_check.cuh"
 #include "backend/device/cuda_device.hpp"
 #include "backend/device/element_type.hpp"
+#include "backend/ops/adamw.hpp"
 #include "backend/ops/attention.hpp"
 #include "backend/ops/cross_entropy.hpp"
 #include "backend/ops/dropout.hpp"
@@ -32,6 +31,7 @@
 #include "backend/ops/gelu.hpp"
 #include "backend/ops/layernorm.hpp"
 #include "backend/ops/linear.hpp"
+#include "backend/ops/reduction.hpp"
 #include "backend/ops/residual.hpp"
 #include "backend/ops/rmsnorm.hpp"
 #include "backend/ops/rope.hpp"
@@ -40,48 +40,7 @@
 namespace backend {
 namespace {
 
-constexpr int kSumBlocks = 256;   // fixed, so the reduction order never depends on the GPU
-constexpr int kSumThreads = 256;  // a power of two (the tree below halves it)
 constexpr int64_t kCublasWorkspaceBytes = int64_t{32} << 20;
-
-// ---- reductions and fills ----------------------------------------------------------------
-
-__device__ inline double as_double(float value) { return static_cast<double>(value); }
-__device__ inline double as_double(double value) { return value; }
-__device__ inline double as_double(__nv_bfloat16 value) {
-  return static_cast<double>(__bfloat162float(value));
-}
-
-// Pass 1: block b sums elements b·kSumThreads + t + k·(kSumBlocks·kSumThreads), each thread in
-// increasing k, then the block's threads in a fixed tree.
-template <typename T>
-__global__ void sum_partials_kernel(double* partials, const T* values, int64_t count) {
-  __shared__ double lane[kSumThreads];
-  const int64_t stride = int64_t{kSumBlocks} * kSumThreads;
-  double accumulated = 0;
-  for (int64_t i = int64_t{blockIdx.x} * kSumThreads + threadIdx.x; i < count; i += stride) {
-    accumulated += as_double(values[i]);
-  }
-  lane[threadIdx.x] = accumulated;
-  __syncthreads();
-  for (int half = kSumThreads / 2; half > 0; half /= 2) {
-    if (static_cast<int>(threadIdx.x) < half) lane[threadIdx.x] += lane[threadIdx.x + half];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partials[blockIdx.x] = lane[0];
-}
-
-// Pass 2: one block of kSumBlocks threads sums the partials in the same fixed tree.
-__global__ void sum_final_kernel(double* total, const double* partials) {
-  __shared__ double lane[kSumBlocks];
-  lane[threadIdx.x] = partials[threadIdx.x];
-  __syncthreads();
-  for (int half = kSumBlocks / 2; half > 0; half /= 2) {
-    if (static_cast<int>(threadIdx.x) < half) lane[threadIdx.x] += lane[threadIdx.x + half];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) *total = lane[0];
-}
 
 // ---- element types and views --------------------------------------------------------------
 
@@ -144,7 +103,8 @@ class CudaDevice final : public Device {
       CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
       CUBLAS_CHECK(cublasLtCreate(&lt_handle_));
       workspace_ = allocate_zeroed(kCublasWorkspaceBytes, "the cuBLASLt workspace");
-      partials_ = allocate_zeroed(kSumBlocks * int64_t{sizeof(double)}, "the sum's partials");
+      partials_ = allocate_zeroed(cuda::kReductionPartials * int64_t{sizeof(double)},
+                                  "the reductions' partial sums");
       scratch_ = allocate_zeroed(scratch_bytes, "the ops' scratch");
       plans_ = cuda::make_gemm_plans(lt_handle_, workspace_.data(), workspace_.bytes());
     } catch (...) {
@@ -205,33 +165,13 @@ class CudaDevice final : public Device {
     CUDA_CHECK(cudaMemsetAsync(values.data, 0, static_cast<size_t>(values.bytes()), stream_));
   }
 
-  void sum(View total, View values) override {
-    double* result = gpu<double>(total, "sum");
-    if (result == nullptr) common::fail("sum: the total view is empty");
-    check_on_gpu(values, "sum");
-    use();
-    auto* partials = static_cast<double*>(partials_.data());
-    switch (values.type) {
-      case ElementType::f32:
-        sum_partials_kernel<<<kSumBlocks, kSumThreads, 0, stream_>>>(
-            partials, static_cast<const float*>(values.data), values.numel);
-        break;
-      case ElementType::bf16:
-        sum_partials_kernel<<<kSumBlocks, kSumThreads, 0, stream_>>>(
-            partials, static_cast<const __nv_bfloat16*>(values.data), values.numel);
-        break;
-      case ElementType::f64:
-        sum_partials_kernel<<<kSumBlocks, kSumThreads, 0, stream_>>>(
-            partials, static_cast<const double*>(values.data), values.numel);
-        break;
-      default:
-        common::fail("the CUDA device sums fp32, bf16 or fp64; sum has no {} kernel on it",
-                     element_name(values.type));
-    }
-    CUDA_CHECK(cudaGetLastError());
-    sum_final_kernel<<<1, kSumBlocks, 0, stream_>>>(result, partials);
-    CUDA_CHECK(cudaGetLastError());
+  void sum(View total, View values) override { reduce(total, values, false, "sum"); }
+  void sum_of_squares(View total, View values) override {
+    reduce(total, values, true, "sum_of_squares");
   }
+  void scale(View values, double factor) override;
+  void adamw_update(View master, View weights, View gradients, View exp_avg, View exp_avg_sq,
+                    const AdamWCoefficients& coefficients) override;
 
   void embedding_forward(View output, View tokens, View word_embeddings,
                          View position_embeddings, int64_t batch_size, int64_t seq_length,
@@ -284,6 +224,29 @@ class CudaDevice final : public Device {
  private:
   // Every public call starts here: a process may drive several GPUs from one thread.
   void use() const { CUDA_CHECK(cudaSetDevice(index_)); }
+
+  void reduce(View total, View values, bool squares, const char* op) {
+    double* result = gpu<double>(total, op);
+    if (result == nullptr || total.numel != 1) common::fail("{}: the total must be one f64", op);
+    check_on_gpu(values, op);
+    use();
+    auto* partials = static_cast<double*>(partials_.data());
+    auto run = [&](const auto* data) {
+      if (squares) {
+        cuda::sum_of_squares(result, partials, data, values.numel, stream_);
+      } else {
+        cuda::sum(result, partials, data, values.numel, stream_);
+      }
+    };
+    switch (values.type) {
+      case ElementType::f32: run(static_cast<const float*>(values.data)); return;
+      case ElementType::bf16: run(static_cast<const bfloat16*>(values.data)); return;
+      case ElementType::f64: run(static_cast<const double*>(values.data)); return;
+      default:
+        common::fail("the CUDA device reduces fp32, bf16 or fp64; {} has no {} kernel on it", op,
+                     element_name(values.type));
+    }
+  }
 
   // The scratch as floats, checked against what the op needs.
   float* scratch_floats(int64_t floats, const char* op) const {
@@ -634,6 +597,41 @@ void CudaDevice::attention_backward(View dqkv, View doutput, View qkv, View outp
                              seq_length, hidden_size, num_heads, num_query_groups, dropout,
                              stream_);
   });
+}
+
+void CudaDevice::scale(View values, double factor) {
+  constexpr const char* op = "scale";
+  use();
+  dispatch(values.type, op, [&](auto s) {
+    using S = decltype(s);
+    cuda::scale(gpu<S>(values, op), factor, values.numel, stream_);
+  });
+}
+
+void CudaDevice::adamw_update(View master, View weights, View gradients, View exp_avg,
+                              View exp_avg_sq, const AdamWCoefficients& coefficients) {
+  constexpr const char* op = "adamw_update";
+  use();
+  const int64_t count = master.numel;
+  for (const View* view : {&gradients, &exp_avg, &exp_avg_sq}) {
+    if (view->numel != count) {
+      common::fail("{}: {} master weights but a view of {} elements", op, count, view->numel);
+    }
+  }
+  float* master_data = gpu<float>(master, op);
+  const float* gradient_data = gpu<float>(gradients, op);
+  float* m = gpu<float>(exp_avg, op);
+  float* v = gpu<float>(exp_avg_sq, op);
+  if (weights.empty()) {
+    cuda::adamw_update<float>(master_data, nullptr, gradient_data, m, v, count, coefficients,
+                              stream_);
+    return;
+  }
+  if (weights.numel != count) {
+    common::fail("{}: {} master weights but {} working weights", op, count, weights.numel);
+  }
+  cuda::adamw_update(master_data, gpu<bfloat16>(weights, op), gradient_data, m, v, count,
+                     coefficients, stream_);
 }
 
 void CudaDevice::residual_forward(View output, View input, View branch) {

@@ -20,6 +20,7 @@
 
 #include "backend/device/device_memory.hpp"
 #include "backend/device/view.hpp"
+#include "backend/ops/adamw.hpp"
 #include "backend/ops/dropout.hpp"
 
 namespace backend {
@@ -36,8 +37,15 @@ class Device {
   virtual void copy_from_host(View destination, const void* source) = 0;  // destination.bytes()
   virtual void copy_to_host(void* destination, View source) = 0;          // source.bytes()
   virtual void fill_zero(View values) = 0;
-  // total (one f64 element) = Σ values, in a fixed order: the same bits run after run.
+  // ops/reduction.hpp: total (one f64 element) = Σ values or Σ values², in a fixed order (the
+  // same bits run after run); values *= factor.
   virtual void sum(View total, View values) = 0;
+  virtual void sum_of_squares(View total, View values) = 0;
+  virtual void scale(View values, double factor) = 0;
+  // ops/adamw.hpp: master, gradients and moments fp32; weights absent (fp32: the master is the
+  // weights) or the bf16 working copy, written in the same pass.
+  virtual void adamw_update(View master, View weights, View gradients, View exp_avg,
+                            View exp_avg_sq, const AdamWCoefficients& coefficients) = 0;
 
   // ops/embedding.hpp
   virtual void embedding_forward(View output, View tokens, View word_embeddings,

@@ -435,6 +435,19 @@ std::span<const Scalar> GptModel<Scalar>::gradients() const {
 }
 
 template <typename Scalar>
+View GptModel<Scalar>::parameter_buffer() const {
+  return state_->parameters;
+}
+template <typename Scalar>
+View GptModel<Scalar>::gradient_buffer() const {
+  return state_->gradients;
+}
+template <typename Scalar>
+Device& GptModel<Scalar>::device() const {
+  return *state_->device;
+}
+
+template <typename Scalar>
 void GptModel<Scalar>::copy_parameters_from_host(std::span<const Scalar> host) {
   check_host_size(host.size(), state_->parameters.numel, "copy_parameters_from_host");
   state_->device->copy_from_host(state_->parameters, host.data());

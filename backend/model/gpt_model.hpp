@@ -103,6 +103,11 @@ class GptModel {
   std::span<const Scalar> parameters() const;
   std::span<Scalar> gradients();
   std::span<const Scalar> gradients() const;
+  // The flat buffers as views on the model's device, on any device: what the optimizer (and
+  // the data-parallel reduction) works on in place.
+  View parameter_buffer() const;
+  View gradient_buffer() const;
+  Device& device() const;
   // Copies of the whole flat buffers (tensors()' layout) between the device and the host, on
   // any device; `host` holds exactly as many elements as the model has parameters.
   void copy_parameters_from_host(std::span<const Scalar> host);

@@ -1,20 +1,98 @@
-// AdamW and global-norm clipping over flat buffers; see adamw.hpp.
+// AdamW and global-norm clipping over flat buffers on a Device; see adamw.hpp.
 #include "backend/optim/adamw.hpp"
 
-#include <algorithm>
 #include <cmath>
 
 #include "backend/common/error.hpp"
+#include "backend/device/cpu_device.hpp"
+#include "backend/ops/reduction.hpp"
 
 namespace backend {
 
-AdamW::AdamW(const AdamWConfig& config, std::vector<ParameterGroup> groups, int64_t numel)
-    : config_(config), groups_(std::move(groups)), exp_avg_(static_cast<size_t>(numel)), exp_avg_sq_(static_cast<size_t>(numel)) {
-  for (const auto& group : groups_) {
-    if (group.offset < 0 || group.numel < 0 || group.offset + group.numel > numel) {
+namespace {
+
+std::vector<ParameterGroup> merge_adjacent(const std::vector<ParameterGroup>& groups,
+                                           int64_t numel) {
+  std::vector<ParameterGroup> merged;
+  for (const auto& group : groups) {
+    if (group.offset < 0 || group.numel < 0 || group.offset > numel ||
+        group.numel > numel - group.offset) {
       common::fail("AdamW: parameter group [{}, {}) lies outside the {} parameters", group.offset,
                    group.offset + group.numel, numel);
     }
+    if (group.numel == 0) continue;
+    if (!merged.empty() && merged.back().weight_decay == group.weight_decay &&
+        merged.back().offset + merged.back().numel == group.offset) {
+      merged.back().numel += group.numel;
+    } else {
+      merged.push_back(group);
+    }
+  }
+  return merged;
+}
+
+View host_view(std::span<const float> values) {
+  return View{const_cast<float*>(values.data()), static_cast<int64_t>(values.size()),
+              ElementType::f32, MemoryKind::host};
+}
+
+}  // namespace
+
+AdamW::AdamW(const AdamWConfig& config, std::vector<ParameterGroup> groups, int64_t numel,
+             Device& device)
+    : config_(config), groups_(merge_adjacent(groups, numel)), numel_(numel), device_(&device) {
+  carve_state();
+}
+
+AdamW::AdamW(const AdamWConfig& config, std::vector<ParameterGroup> groups, int64_t numel)
+    : config_(config),
+      groups_(merge_adjacent(groups, numel)),
+      numel_(numel),
+      owned_device_(std::make_unique<CpuDevice>()),
+      device_(owned_device_.get()) {
+  carve_state();
+}
+
+void AdamW::carve_state() {
+  if (numel_ < 0) common::fail("AdamW: the parameter count must be ≥ 0, got {}", numel_);
+  ArenaLayout layout;
+  const int64_t exp_avg_region = layout.add("optimizer.exp_avg", ElementType::f32, numel_);
+  const int64_t exp_avg_sq_region = layout.add("optimizer.exp_avg_sq", ElementType::f32, numel_);
+  const int64_t norm_region = layout.add("the gradient norm's total", ElementType::f64, 1);
+  state_ = Arena(*device_, std::move(layout), "optimizer state");
+  exp_avg_ = state_.view(exp_avg_region);
+  exp_avg_sq_ = state_.view(exp_avg_sq_region);
+  norm_total_ = state_.view(norm_region);
+}
+
+AdamW::~AdamW() = default;
+AdamW::AdamW(AdamW&&) noexcept = default;
+AdamW& AdamW::operator=(AdamW&&) noexcept = default;
+
+void AdamW::step(View master, View weights, View gradients, double lr, double weight_decay) {
+  if (master.numel != numel_ || gradients.numel != numel_) {
+    common::fail("AdamW: {} parameters, but {} master weights and {} gradients were given",
+                 numel_, master.numel, gradients.numel);
+  }
+  ++step_;
+  const double bias_correction1 = 1.0 - std::pow(config_.beta1, static_cast<double>(step_));
+  const double bias_correction2 = 1.0 - std::pow(config_.beta2, static_cast<double>(step_));
+  AdamWCoefficients coefficients{
+      .beta1 = static_cast<float>(config_.beta1),
+      .beta2 = static_cast<float>(config_.beta2),
+      .eps = static_cast<float>(config_.eps),
+      .step_size = static_cast<float>(lr / bias_correction1),
+      .inverse_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(bias_correction2)),
+      .decay = 0.0f};
+  const float decay = static_cast<float>(lr * weight_decay);
+  for (const auto& group : groups_) {
+    coefficients.decay = group.weight_decay ? decay : 0.0f;
+    const View group_weights =
+        weights.empty() ? View{} : weights.slice(group.offset, group.numel);
+    device_->adamw_update(master.slice(group.offset, group.numel), group_weights,
+                          gradients.slice(group.offset, group.numel),
+                          exp_avg_.slice(group.offset, group.numel),
+                          exp_avg_sq_.slice(group.offset, group.numel), coefficients);
   }
 }
 
@@ -24,28 +102,59 @@ void AdamW::step(std::span<float> parameters, std::span<const float> gradients, 
 
 void AdamW::step(std::span<float> parameters, std::span<const float> gradients, double lr,
                  double weight_decay) {
-  ++step_;
-  const double bias_correction1 = 1.0 - std::pow(config_.beta1, static_cast<double>(step_));
-  const double bias_correction2 = 1.0 - std::pow(config_.beta2, static_cast<double>(step_));
-  const float beta1 = static_cast<float>(config_.beta1);
-  const float beta2 = static_cast<float>(config_.beta2);
-  const float step_size = static_cast<float>(lr / bias_correction1);
-  const float inverse_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(bias_correction2));
-  const float eps = static_cast<float>(config_.eps);
-  for (const auto& group : groups_) {
-    const float decay = group.weight_decay ? static_cast<float>(lr * weight_decay) : 0.0f;
-    float* p = parameters.data() + group.offset;
-    const float* g = gradients.data() + group.offset;
-    float* m = exp_avg_.data() + group.offset;
-    float* v = exp_avg_sq_.data() + group.offset;
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < group.numel; ++i) {
-      m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
-      v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
-      const float denominator = std::sqrt(v[i]) * inverse_sqrt_correction2 + eps;
-      p[i] -= step_size * m[i] / denominator + decay * p[i];
-    }
+  step(host_view(parameters), View{}, host_view(gradients), lr, weight_decay);
+}
+
+double AdamW::gradient_norm(View gradients) {
+  device_->sum_of_squares(norm_total_, gradients);
+  double total = 0;
+  device_->copy_to_host(&total, norm_total_);
+  return std::sqrt(total);
+}
+
+void AdamW::clip_gradients(View gradients, double norm, double max_norm) {
+  if (const auto coefficient = clip_coefficient(norm, max_norm)) {
+    device_->scale(gradients, *coefficient);
   }
+}
+
+namespace {
+
+std::span<float> host_moments(View moments, const Device& device) {
+  if (moments.on != MemoryKind::host) {
+    common::fail("AdamW: the moments live on {}, not in host memory; copy them with "
+                 "copy_moments_to_host",
+                 device.name());
+  }
+  return {moments.as<float>(), static_cast<size_t>(moments.numel)};
+}
+
+void check_moment_size(size_t size, int64_t numel, const char* what) {
+  if (static_cast<int64_t>(size) != numel) {
+    common::fail("AdamW::{}: {} values for {} parameters", what, size, numel);
+  }
+}
+
+}  // namespace
+
+std::span<float> AdamW::exp_avg() { return host_moments(exp_avg_, *device_); }
+std::span<const float> AdamW::exp_avg() const { return host_moments(exp_avg_, *device_); }
+std::span<float> AdamW::exp_avg_sq() { return host_moments(exp_avg_sq_, *device_); }
+std::span<const float> AdamW::exp_avg_sq() const { return host_moments(exp_avg_sq_, *device_); }
+
+void AdamW::copy_moments_to_host(std::span<float> exp_avg, std::span<float> exp_avg_sq) const {
+  check_moment_size(exp_avg.size(), numel_, "copy_moments_to_host");
+  check_moment_size(exp_avg_sq.size(), numel_, "copy_moments_to_host");
+  device_->copy_to_host(exp_avg.data(), exp_avg_);
+  device_->copy_to_host(exp_avg_sq.data(), exp_avg_sq_);
+}
+
+void AdamW::copy_moments_from_host(std::span<const float> exp_avg,
+                                   std::span<const float> exp_avg_sq) {
+  check_moment_size(exp_avg.size(), numel_, "copy_moments_from_host");
+  check_moment_size(exp_avg_sq.size(), numel_, "copy_moments_from_host");
+  device_->copy_from_host(exp_avg_, exp_avg.data());
+  device_->copy_from_host(exp_avg_sq_, exp_avg_sq.data());
 }
 
 void AdamW::set_steps_taken(int64_t steps) {
@@ -53,52 +162,23 @@ void AdamW::set_steps_taken(int64_t steps) {
   step_ = steps;
 }
 
+std::optional<double> clip_coefficient(double norm, double max_norm) {
+  if (max_norm <= 0) return std::nullopt;
+  const double coefficient = max_norm / (norm + 1e-6);
+  if (coefficient >= 1.0) return std::nullopt;
+  return coefficient;
+}
+
 double global_gradient_norm(std::span<const float> gradients) {
-  // Fixed-size chunks summed in order, and inside a chunk element i into partial sum
-  // i mod kLanes, the partial sums added in lane order: an order that depends on the size
-  // alone, so the result is independent of the thread count. The lanes let the sum of
-  // squares vectorise; one running double sum was a chain of dependent additions, latency
-  // bound at about a tenth of the memory bandwidth (120 ms of a 126M step).
-  constexpr int64_t kChunk = 1 << 16;
-  constexpr int64_t kLanes = 16;
-  const int64_t size = static_cast<int64_t>(gradients.size());
-  const int64_t chunks = (size + kChunk - 1) / kChunk;
-  std::vector<double> partial(chunks, 0.0);
-  const float* values = gradients.data();
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * kChunk;
-    const int64_t end = std::min(size, begin + kChunk);
-    const int64_t whole_end = begin + (end - begin) / kLanes * kLanes;
-    double lanes[kLanes] = {};
-    for (int64_t i = begin; i < whole_end; i += kLanes) {
-#pragma omp simd
-      for (int64_t lane = 0; lane < kLanes; ++lane) {
-        const auto g = static_cast<double>(values[i + lane]);
-        lanes[lane] += g * g;
-      }
-    }
-    for (int64_t i = whole_end; i < end; ++i) {
-      const auto g = static_cast<double>(values[i]);
-      lanes[i - whole_end] += g * g;
-    }
-    double sum = 0.0;
-    for (const double lane : lanes) sum += lane;
-    partial[c] = sum;
-  }
-  double total = 0.0;
-  for (double value : partial) total += value;
+  double total = 0;
+  cpu::sum_of_squares(&total, gradients.data(), static_cast<int64_t>(gradients.size()));
   return std::sqrt(total);
 }
 
 void clip_gradients(std::span<float> gradients, double norm, double max_norm) {
-  if (max_norm <= 0) return;
-  const double coefficient = max_norm / (norm + 1e-6);
-  if (coefficient >= 1.0) return;
-  const float scale = static_cast<float>(coefficient);
-  const int64_t size = static_cast<int64_t>(gradients.size());
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < size; ++i) gradients[i] *= scale;
+  if (const auto coefficient = clip_coefficient(norm, max_norm)) {
+    cpu::scale(gradients.data(), *coefficient, static_cast<int64_t>(gradients.size()));
+  }
 }
 
 }  // namespace backend

@@ -6,13 +6,22 @@
 //   norm = sqrt(Σ g²);  if max_norm > 0 and norm > max_norm: g *= max_norm / (norm + 1e-6)
 // A non-finite norm skips the step (the caller counts it as a nan iteration), so NaN never
 // reaches the weights.
+//
+// The optimizer runs where the model runs: its moments live on a Device (one arena, carved at
+// construction), and the update, the norm's sum of squares and the clipping are that device's
+// ops (ops/adamw.hpp, ops/reduction.hpp); the host reads the one double of the norm. The
+// moments and the master weights are fp32 under every precision (Megatron's mixed-precision
+// optimizer), so checkpoints do not depend on the device or the precision.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
-#include "backend/common/lazy_zero_allocator.hpp"
+#include "backend/device/arena.hpp"
+#include "backend/device/device.hpp"
 
 namespace backend {
 
@@ -32,37 +41,71 @@ struct ParameterGroup {
 
 class AdamW {
  public:
+  // The moments on `device`, which must outlive the optimizer; `numel` parameters, the groups
+  // ranges of them. The second form keeps them on a CpuDevice of its own (host memory).
+  AdamW(const AdamWConfig& config, std::vector<ParameterGroup> groups, int64_t numel,
+        Device& device);
   AdamW(const AdamWConfig& config, std::vector<ParameterGroup> groups, int64_t numel);
-  // One update with learning rate `lr`. `gradients` is not modified.
+  ~AdamW();
+  AdamW(AdamW&&) noexcept;
+  AdamW& operator=(AdamW&&) noexcept;
+
+  // One update with learning rate `lr` and this step's weight decay (Megatron's scheduler sets
+  // it: --start-weight-decay → --end-weight-decay) of the fp32 `master` weights from the fp32
+  // `gradients` (not modified), views of `numel` elements on the device. `weights`: absent
+  // when the master is the weights (fp32), or the bf16 working copy, rewritten from the master.
+  void step(View master, View weights, View gradients, double lr, double weight_decay);
+  // The same over host memory (the optimizer's device is the CPU), with the config's decay or
+  // this step's.
   void step(std::span<float> parameters, std::span<const float> gradients, double lr);
-  // The same with this step's weight decay instead of the config's (Megatron's scheduler sets
-  // the decay of each step: --start-weight-decay → --end-weight-decay).
   void step(std::span<float> parameters, std::span<const float> gradients, double lr,
             double weight_decay);
   int64_t steps_taken() const { return step_; }
   const AdamWConfig& config() const { return config_; }
+  Device& device() const { return *device_; }
+
+  // The L2 norm of `gradients` (fp32, on the device), summed there in a fixed order
+  // (ops/reduction.hpp); the host waits for this one double.
+  double gradient_norm(View gradients);
+  // Megatron's clipping of `gradients` on the device, given their norm (max_norm ≤ 0: none).
+  void clip_gradients(View gradients, double norm, double max_norm);
 
   // The state a checkpoint saves and restores (torch's state['exp_avg'], ['exp_avg_sq'] and
   // ['step']): the moment estimates, one value per parameter of the flat buffer, and the
-  // number of steps taken, which the bias corrections depend on.
-  std::span<float> exp_avg() { return exp_avg_; }
-  std::span<const float> exp_avg() const { return exp_avg_; }
-  std::span<float> exp_avg_sq() { return exp_avg_sq_; }
-  std::span<const float> exp_avg_sq() const { return exp_avg_sq_; }
+  // number of steps taken, which the bias corrections depend on. The spans are the moments in
+  // place, for an optimizer on host memory only (common::Error on a GPU); the copies work on
+  // every device.
+  std::span<float> exp_avg();
+  std::span<const float> exp_avg() const;
+  std::span<float> exp_avg_sq();
+  std::span<const float> exp_avg_sq() const;
+  void copy_moments_to_host(std::span<float> exp_avg, std::span<float> exp_avg_sq) const;
+  void copy_moments_from_host(std::span<const float> exp_avg, std::span<const float> exp_avg_sq);
   void set_steps_taken(int64_t steps);
 
  private:
+  void carve_state();
+
   AdamWConfig config_;
+  // Adjacent groups with the same decay merged: one update per run of them.
   std::vector<ParameterGroup> groups_;
-  // Zeros without a fill pass: the first step() faults the pages in (lazy_zero_allocator.hpp).
-  std::vector<float, common::LazyZeroAllocator<float>> exp_avg_, exp_avg_sq_;
+  int64_t numel_ = 0;
+  std::unique_ptr<Device> owned_device_;  // the CpuDevice of the host-memory form
+  Device* device_ = nullptr;
+  // Zeros without a fill pass on the CPU: the first step faults the pages in.
+  Arena state_;
+  View exp_avg_, exp_avg_sq_, norm_total_;
   int64_t step_ = 0;
 };
 
+// The same norm and clipping over host memory, with the CPU twins (the tests' form).
 // L2 norm of all gradients, accumulated in double so it does not depend on the thread count.
 double global_gradient_norm(std::span<const float> gradients);
 
 // Scales gradients by max_norm / (norm + 1e-6) when norm > max_norm (max_norm ≤ 0: no clipping).
 void clip_gradients(std::span<float> gradients, double norm, double max_norm);
+
+// The factor clipping multiplies by, or nullopt when it leaves the gradients alone.
+std::optional<double> clip_coefficient(double norm, double max_norm);
 
 }  // namespace backend

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/common/checked_math.hpp"
+#include "backend/common/error.hpp"
 
 namespace backend {
 
@@ -31,19 +32,26 @@ double forward_backward(GptModel<float>& model, const BatchSource& source, const
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                            LearningRateScheduler& scheduler, const BatchSource& source,
                            const GlobalBatch& batch, const TrainingArguments& a) {
+  // Two CPU devices share the host's memory; a GPU's memory is that GPU's alone.
+  if (optimizer.device().name() != model.device().name()) {
+    common::fail("train_step: the model is on {} but the optimizer's state on {}",
+                 model.device().name(), optimizer.device().name());
+  }
   model.zero_gradients();
   const double loss = forward_backward(model, source, batch, a);
   TrainStepResult result;
   result.lm_loss = loss;
-  result.grad_norm = global_gradient_norm(model.gradients());
+  // Reduced on the device; the host reads one double (and decides, as every rank will).
+  result.grad_norm = optimizer.gradient_norm(model.gradient_buffer());
   // In fp32 there is no loss scale to back off: a non-finite loss or norm is the only reason
   // to skip, and the update it would have made is dropped whole.
   result.skipped = !std::isfinite(loss) || !std::isfinite(result.grad_norm);
   result.learning_rate = scheduler.learning_rate();
   if (!result.skipped) {
-    clip_gradients(model.gradients(), result.grad_norm, a.clip_grad);
-    optimizer.step(model.parameters(), model.gradients(), result.learning_rate,
-                   scheduler.weight_decay());
+    optimizer.clip_gradients(model.gradient_buffer(), result.grad_norm, a.clip_grad);
+    // fp32: the model's parameters are the master weights, no working copy to rewrite.
+    optimizer.step(model.parameter_buffer(), View{}, model.gradient_buffer(),
+                   result.learning_rate, scheduler.weight_decay());
     scheduler.step(batch.global_batch_size);
   }
   return result;

@@ -12,6 +12,8 @@
 #include "backend/common/memory_estimate.hpp"
 #include "backend/common/error.hpp"
 #include "backend/data/tokenizer.hpp"
+#include "backend/device/cpu_device.hpp"
+#include "backend/device/cuda_device.hpp"
 #include "backend/device/cuda_inventory.hpp"
 #include "backend/dist/process_environment.hpp"
 #include "backend/model/gpt_model.hpp"
@@ -76,20 +78,43 @@ GptConfig model_config(const TrainingArguments& a) {
 
 namespace {
 
-// Picks the device the arguments ask for; only the CPU path exists so far.
-void select_device(const TrainingArguments& arguments) {
-  if (arguments.device == "cpu") return;
+// The device the arguments ask for (--device): cpu; cuda, the first GPU the runtime sees
+// (after CUDA_VISIBLE_DEVICES: one process per GPU, as Megatron's launchers start them); auto,
+// CUDA when a GPU is visible, else the CPU. `gpu` describes the GPU chosen.
+struct SelectedDevice {
+  std::unique_ptr<Device> device;
+  std::optional<CudaDeviceProperties> gpu;
+};
+
+SelectedDevice select_device(const TrainingArguments& arguments) {
+  if (arguments.device == "cpu") return {std::make_unique<CpuDevice>(), std::nullopt};
   const auto inventory = discover_cuda_devices();
-  if (arguments.device == "cuda") {
-    common::fail("--device cuda: the CUDA training path is not built yet ({}); use --device cpu",
-                 inventory.devices.empty() ? inventory.unavailable_reason
-                                           : "GPUs are present, the kernels are not");
-  }
   if (inventory.devices.empty()) {
+    if (arguments.device == "cuda") {
+      common::fail("--device cuda: no GPU is visible to this process ({}); use --device cpu, "
+                   "or --device auto to train on a GPU where there is one",
+                   inventory.unavailable_reason);
+    }
     spdlog::info("device: CPU (no GPU: {})", inventory.unavailable_reason);
+    return {std::make_unique<CpuDevice>(), std::nullopt};
+  }
+  const CudaDeviceProperties& gpu = inventory.devices.front();
+  SelectedDevice selected{make_cuda_device(gpu.index), gpu};
+  spdlog::info("device: {}", selected.device->name());
+  return selected;
+}
+
+// The precision the flags ask for, as far as this device computes it: the model trains in
+// fp32 everywhere today; --fp16's loss scaling applies on every device.
+void note_precision(const TrainingArguments& a, const Device& device) {
+  if (!a.bf16 && !a.fp16) return;
+  const char* flag = a.bf16 ? "--bf16" : "--fp16";
+  if (device.memory_kind() == MemoryKind::host) {
+    spdlog::warn("{}: the CPU path computes in fp32; mixed precision applies to the CUDA path",
+                 flag);
   } else {
-    spdlog::warn("device: CPU, although {} CUDA device(s) are present: the CUDA training path is "
-                 "not built yet", inventory.devices.size());
+    spdlog::warn("{}: the CUDA path computes in fp32 until its mixed-precision weights and "
+                 "activations land (docs/device.md)", flag);
   }
 }
 
@@ -137,41 +162,67 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
   // The model's shape is checked and its memory estimated before anything is written or
   // allocated: a model this machine cannot hold is refused with the estimate.
   const GptConfig config = model_config(a);
-  common::require_memory_fits(
-      training_memory_estimate(config, a.micro_batch_size, a.seq_length),
-      common::available_memory(), "pretrain_gpt: the model",
+  const common::MemoryEstimate estimate =
+      training_memory_estimate(config, a.micro_batch_size, a.seq_length);
+  const char* const kWaysOut =
       "Lower --micro-batch-size or --seq-length, recompute activations (--recompute-granularity "
-      "full --recompute-method uniform --recompute-num-layers 1), or train a smaller model.");
-  if (!a.log_dir.empty()) write_exp_manager_files(a.log_dir, a);
+      "full --recompute-method uniform --recompute-num-layers 1), or train a smaller model.";
   const ProcessEnvironment process = read_process_environment();
   if (process.world_size > 1) {
     common::fail("this process is task {} of {} ({} launch, node {}): multi-process training "
                  "(data, tensor, pipeline parallelism) is not built yet; launch one process",
                  process.rank, process.world_size, process.launcher, process.node);
   }
-  select_device(a);
-  if (a.bf16 || a.fp16) {
-    spdlog::warn("{}: the CPU path computes in fp32; mixed precision applies to the CUDA path",
-                 a.bf16 ? "--bf16" : "--fp16");
+  const SelectedDevice selected = select_device(a);
+  Device& device = *selected.device;
+  if (selected.gpu) {
+    common::require_memory_fits(
+        estimate,
+        {static_cast<double>(selected.gpu->total_memory_bytes),
+         fmt::format("the memory of GPU {} ({})", selected.gpu->index, selected.gpu->name)},
+        "pretrain_gpt: the model", kWaysOut);
+  } else {
+    common::require_memory_fits(estimate, common::available_memory(), "pretrain_gpt: the model",
+                                kWaysOut);
   }
+  if (!a.log_dir.empty()) write_exp_manager_files(a.log_dir, a);
+  note_precision(a, device);
 
-  GptModel<float> model(config);
-  model.init_parameters(a.seed);
-  // The dropout masks come from --seed too; dropout_key() mixes the seed into a stream of its
-  // own, unrelated to the initialisation's. Step 0 is the first micro batch's forward.
-  model.set_dropout_seed(a.seed);
-  // Every micro batch, training or evaluation, has this shape: the activations are carved
-  // once here, and no step allocates.
-  model.reserve(a.micro_batch_size, a.seq_length);
-
+  // Everything the run keeps on the device is carved here, once: parameters and gradients,
+  // the activations of the one micro-batch shape every step and evaluation uses, and the
+  // optimizer's moments. No step allocates. Running out names the region being carved and
+  // this layout's estimate (the launcher's preflight computes the same table).
   TrainingResult result;
-  result.parameter_count = static_cast<int64_t>(model.parameters().size());
   std::vector<ParameterGroup> groups;
-  for (const auto& tensor : model.tensors()) {
-    groups.push_back({tensor.offset, tensor.numel, tensor.weight_decay});
+  std::optional<GptModel<float>> carved_model;
+  std::optional<AdamW> carved_optimizer;
+  try {
+    carved_model.emplace(config, device);
+    // The dropout masks come from --seed too; dropout_key() mixes the seed into a stream of
+    // its own, unrelated to the initialisation's. Step 0 is the first micro batch's forward.
+    carved_model->init_parameters(a.seed);
+    carved_model->set_dropout_seed(a.seed);
+    carved_model->reserve(a.micro_batch_size, a.seq_length);
+    for (const auto& tensor : carved_model->tensors()) {
+      groups.push_back({tensor.offset, tensor.numel, tensor.weight_decay});
+    }
+    carved_optimizer.emplace(AdamWConfig{a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay},
+                             std::move(groups), carved_model->parameter_buffer().numel, device);
+  } catch (const common::Error& error) {
+    // CudaDevice::allocate_zeroed's words; other errors (and the CPU's own out-of-memory
+    // message, after the host check above) pass through as they are.
+    if (!selected.gpu || std::string_view(error.what()).find("out of GPU memory") ==
+                             std::string_view::npos) {
+      throw;
+    }
+    std::string table;
+    for (const auto& line : common::format_memory_estimate(estimate)) table += "\n" + line;
+    common::fail("{}\nThe estimate for this layout (the launcher's preflight table):{}\n{}",
+                 error.what(), table, kWaysOut);
   }
-  AdamW optimizer({a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay}, std::move(groups),
-                  result.parameter_count);
+  GptModel<float>& model = *carved_model;
+  AdamW& optimizer = *carved_optimizer;
+  result.parameter_count = model.parameter_buffer().numel;
   LearningRateScheduler scheduler(learning_rate_schedule(a));
   const GlobalBatchSizeSchedule batch_sizes = batch_size_schedule(a);
 

@@ -2,9 +2,13 @@
 // fixed summation order (the same bits on any thread count).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
+#include "backend/common/error.hpp"
+#include "backend/device/cpu_device.hpp"
 #include "backend/optim/adamw.hpp"
 #include "tests/backend/ops/gradient_check.hpp"
 
@@ -70,4 +74,82 @@ TEST_CASE("the gradient norm is the same on one thread and on three") {
   double expected = 0;
   for (float g : gradients) expected += static_cast<double>(g) * g;
   CHECK(serial == doctest::Approx(std::sqrt(expected)).epsilon(1e-12));
+}
+
+namespace {
+
+View host_view(std::vector<float>& values) {
+  return View{values.data(), static_cast<int64_t>(values.size()), ElementType::f32,
+              MemoryKind::host};
+}
+
+std::vector<float> wave(size_t count, float phase) {
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; ++i) values[i] = 0.01f * std::sin(phase + 0.7f * static_cast<float>(i));
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("AdamW on a Device: the device form, the host form and merged groups agree bit for bit") {
+  const AdamWConfig config{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  const size_t count = 1000;
+  // Five tensors; adjacent ones with the same decay merge into three updates. The merged run
+  // must be elementwise the same computation.
+  const std::vector<ParameterGroup> groups = {
+      {0, 300, true}, {300, 200, true}, {500, 10, false}, {510, 90, false}, {600, 400, true}};
+  CpuDevice device;
+  AdamW on_device(config, groups, static_cast<int64_t>(count), device);
+  AdamW on_host(config, groups, static_cast<int64_t>(count));
+  AdamW one_group_each(config, {{0, 500, true}, {500, 100, false}, {600, 400, true}},
+                       static_cast<int64_t>(count));
+  std::vector<float> a = wave(count, 0.0f), b = a, c = a;
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> gradients = wave(count, 1.0f + static_cast<float>(step));
+    const double norm = on_device.gradient_norm(host_view(gradients));
+    CHECK(norm == global_gradient_norm(gradients));  // the same order, the same bits
+    on_device.clip_gradients(host_view(gradients), norm, 0.05);
+    std::vector<float> reference = wave(count, 1.0f + static_cast<float>(step));
+    clip_gradients(reference, global_gradient_norm(reference), 0.05);
+    CHECK(gradients == reference);
+    on_device.step(host_view(a), View{}, host_view(gradients), 1e-3, 0.1);
+    on_host.step(b, gradients, 1e-3, 0.1);
+    one_group_each.step(c, gradients, 1e-3, 0.1);
+  }
+  CHECK(a == b);
+  CHECK(a == c);
+  std::vector<float> exp_avg(count), exp_avg_sq(count);
+  on_device.copy_moments_to_host(exp_avg, exp_avg_sq);
+  CHECK(std::equal(exp_avg.begin(), exp_avg.end(), on_host.exp_avg().begin()));
+  CHECK(std::equal(exp_avg_sq.begin(), exp_avg_sq.end(), on_host.exp_avg_sq().begin()));
+  // The moments' way back in (a checkpoint load) lands them where the spans see them.
+  AdamW restored(config, groups, static_cast<int64_t>(count), device);
+  restored.copy_moments_from_host(exp_avg, exp_avg_sq);
+  CHECK(std::equal(exp_avg.begin(), exp_avg.end(), restored.exp_avg().begin()));
+}
+
+TEST_CASE("AdamW refuses sizes that are not its parameters', naming them") {
+  AdamW optimizer(AdamWConfig{}, {{0, 8, true}}, 8);
+  std::vector<float> parameters(8), gradients(7);
+  CHECK_THROWS_WITH_AS(optimizer.step(parameters, gradients, 1e-3),
+                       "AdamW: 8 parameters, but 8 master weights and 7 gradients were given",
+                       common::Error);
+  CHECK(optimizer.steps_taken() == 0);
+  std::vector<float> short_moments(3), moments(8);
+  CHECK_THROWS_WITH_AS(optimizer.copy_moments_to_host(short_moments, moments),
+                       "AdamW::copy_moments_to_host: 3 values for 8 parameters", common::Error);
+  CHECK_THROWS_WITH_AS(AdamW(AdamWConfig{}, {{4, 8, true}}, 8),
+                       "AdamW: parameter group [4, 12) lies outside the 8 parameters",
+                       common::Error);
+}
+
+TEST_CASE("the CPU device's AdamW update has no separate working copy") {
+  CpuDevice device;
+  std::vector<float> master(4), gradients(4), m(4), v(4);
+  std::vector<uint16_t> bf16_bits(4);
+  const View weights{bf16_bits.data(), 4, ElementType::bf16, MemoryKind::host};
+  CHECK_THROWS_WITH_AS(device.adamw_update(host_view(master), weights, host_view(gradients),
+                                           host_view(m), host_view(v), AdamWCoefficients{}),
+                       doctest::Contains("a separate bf16 working copy is the CUDA device's"),
+                       common::Error);
 }

@@ -1,0 +1,55 @@
+// The AdamW update over one contiguous range of parameters (Loshchilov & Hutter, 2019), as
+// torch.optim.AdamW and Megatron's fused Adam in adam_w_mode compute it, per element i:
+//   m = β1 m + (1 − β1) g;   v = β2 v + (1 − β2) g²
+//   master -= step_size · m / (sqrt(v) · inverse_sqrt_correction2 + ε) + decay · master
+// with step_size = lr / (1 − β1^t), inverse_sqrt_correction2 = 1 / sqrt(1 − β2^t) and
+// decay = lr · weight_decay (0 where the range is not decayed): optim/adamw.hpp computes these
+// once per step, in double, and rounds them to float once.
+// Mixed precision (Megatron's Float16OptimizerWithFloat16Params): master, gradients and the
+// moments are fp32 under every precision; `weights`, when given, is the bf16 working copy the
+// forward reads, written in the same pass as round_to_nearest_even(master). With fp32 weights
+// the master is the weights and `weights` is absent (nullptr).
+// Contract: updates master, exp_avg, exp_avg_sq in place (and writes weights); gradients are
+// read only. Elementwise: the result depends on the element alone, never on the thread count.
+// Dimensions: N elements of one parameter range (optim/adamw.hpp calls it once per group).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/device/cuda_stream.hpp"
+#include "backend/device/element_type.hpp"
+
+namespace backend {
+
+// One step's coefficients, rounded to float once (the CPU and CUDA twins read the same bits).
+struct AdamWCoefficients {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float step_size = 0;                 // lr / (1 − β1^t)
+  float inverse_sqrt_correction2 = 1;  // 1 / sqrt(1 − β2^t)
+  float decay = 0;                     // lr · weight_decay, or 0 for an undecayed group
+};
+
+}  // namespace backend
+
+namespace backend::cpu {
+
+void adamw_update(float* master,              // (N) fp32 master weights, updated
+                  const float* gradients,     // (N)
+                  float* exp_avg,             // (N) first moment, updated
+                  float* exp_avg_sq,          // (N) second moment, updated
+                  int64_t count, const AdamWCoefficients& coefficients);
+
+}  // namespace backend::cpu
+
+// The CUDA twin (adamw_cuda.cu), Weight float (weights nullptr: the master is the weights) or
+// bfloat16 (the working copy, written rounded in the same pass).
+namespace backend::cuda {
+
+template <typename Weight>
+void adamw_update(float* master, Weight* weights, const float* gradients, float* exp_avg,
+                  float* exp_avg_sq, int64_t count, const AdamWCoefficients& coefficients,
+                  CudaStream stream);
+
+}  // namespace backend::cuda

@@ -1,0 +1,48 @@
+// Whole-buffer reductions and scaling, in a fixed order so the same inputs give the same bits
+// run after run (no float atomics, nothing that depends on the thread count):
+//   sum:            total = Σ values[i]      (the micro batch's loss from the per-token losses)
+//   sum_of_squares: total = Σ values[i]²     (the global gradient norm is sqrt of it, as
+//                                             Megatron's clip_grad_norm_fp32 computes it)
+//   scale:          values[i] *= factor      (gradient clipping by max_norm / (norm + 1e-6),
+//                                             and fp16 loss-scale unscaling by 1 / scale)
+// Totals are one double; the products and sums are formed in double. The factor is rounded
+// once to the element type, as the twins take their scalars.
+// The order: CPU sums `sum` left to right; `sum_of_squares` in chunks of 2^16 elements, element
+// i of a chunk into lane i mod 16, lanes added in order, chunks added in order (vectorises,
+// and depends on the size alone). CUDA: kReductionPartials blocks of threads, each thread
+// striding over the buffer, a fixed tree per block, the partials in a fixed tree. The two
+// orders differ, so the twins agree to rounding, each with itself bit for bit.
+// Dimensions: N elements (any shape, flattened).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/device/cuda_stream.hpp"
+#include "backend/device/element_type.hpp"
+
+namespace backend::cpu {
+
+template <typename Scalar>
+void sum(double* total, const Scalar* values, int64_t count);
+template <typename Scalar>
+void sum_of_squares(double* total, const Scalar* values, int64_t count);
+template <typename Scalar>
+void scale(Scalar* values, double factor, int64_t count);
+
+}  // namespace backend::cpu
+
+// The CUDA twins (reduction_cuda.cu), Scalar float or bfloat16 (and double for the sums). `partials` is device memory
+// of kReductionPartials doubles, the first pass's block sums; total is device memory.
+namespace backend::cuda {
+
+inline constexpr int64_t kReductionPartials = 256;
+
+template <typename Scalar>
+void sum(double* total, double* partials, const Scalar* values, int64_t count, CudaStream stream);
+template <typename Scalar>
+void sum_of_squares(double* total, double* partials, const Scalar* values, int64_t count,
+                    CudaStream stream);
+template <typename Scalar>
+void scale(Scalar* values, double factor, int64_t count, CudaStream stream);
+
+}  // namespace backend::cuda

@@ -1,0 +1,128 @@
+// The optimizer's device ops on the CUDA device against the CPU device: the AdamW update (fp32
+// master, and with a bf16 working copy that must equal the rounded master), the sum of squares
+// behind the gradient norm, and scaling (clipping, loss-scale unscaling), on awkward sizes
+// (1, 7 and 1 000 003 elements), outputs poisoned where the op writes them, run to run
+// identical. The AdamW object itself on the CUDA device: three steps with clipping agree with
+// the same on the CPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/optim/adamw.hpp"
+#include "gpu/gpu_test_support.hpp"
+
+using backend::AdamWCoefficients;
+using backend::ElementType;
+using backend::View;
+using namespace gpu_test;
+
+namespace {
+
+constexpr int64_t kSizes[] = {1, 7, 1000003};
+constexpr ElementType f32 = ElementType::f32;
+
+AdamWCoefficients coefficients(int step, double lr, double weight_decay) {
+  const double beta1 = 0.9, beta2 = 0.95;
+  return {.beta1 = static_cast<float>(beta1),
+          .beta2 = static_cast<float>(beta2),
+          .eps = 1e-8f,
+          .step_size = static_cast<float>(lr / (1 - std::pow(beta1, step))),
+          .inverse_sqrt_correction2 = static_cast<float>(1 / std::sqrt(1 - std::pow(beta2, step))),
+          .decay = static_cast<float>(lr * weight_decay)};
+}
+
+}  // namespace
+
+TEST_CASE("the AdamW update on the CUDA device matches the CPU device") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  for (const int64_t count : kSizes) {
+    const auto master = random_values(count, 11, 0.5f);
+    const auto gradients = random_values(count, 12, 1e-2f);
+    const auto exp_avg = random_values(count, 13, 1e-3f);
+    auto exp_avg_sq = random_values(count, 14, 1e-4f);
+    for (auto& value : exp_avg_sq) value = value * value;  // a second moment is ≥ 0
+    const std::string what = "adamw_update of " + std::to_string(count) + " elements";
+    check_against_cpu(*gpu, what, f32, 1e-6, [&](Tensors& t, ElementType) {
+      View p = t.input(master, f32), m = t.input(exp_avg, f32), v = t.input(exp_avg_sq, f32);
+      const View g = t.input(gradients, f32);
+      t.device().adamw_update(p, t.empty(ElementType::bf16), g, m, v, coefficients(3, 1e-3, 0.1));
+      t.device().adamw_update(p, t.empty(ElementType::bf16), g, m, v, coefficients(4, 1e-3, 0.0));
+      return Outputs{{"master", t.read(p)}, {"exp_avg", t.read(m)}, {"exp_avg_sq", t.read(v)}};
+    });
+    if (gpu->memory_kind() == backend::MemoryKind::host) continue;  // bf16: the GPU's alone
+    // With a bf16 working copy: the master as in fp32, and the copy is the master rounded.
+    Tensors t(*gpu);
+    View p = t.input(master, f32), m = t.input(exp_avg, f32), v = t.input(exp_avg_sq, f32);
+    View weights = t.poisoned(count, ElementType::bf16);
+    gpu->adamw_update(p, weights, t.input(gradients, f32), m, v, coefficients(3, 1e-3, 0.1));
+    auto rounded_master = t.read(p);
+    for (auto& value : rounded_master) value = backend::to_float(backend::to_bfloat16(value));
+    expect_identical(what + " bf16 working copy = rounded master", t.read(weights),
+                     rounded_master);
+  }
+}
+
+TEST_CASE("sum, sum of squares and scale on the CUDA device match the CPU device") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  for (const int64_t count : kSizes) {
+    for (const ElementType type : {ElementType::f32, ElementType::bf16}) {
+      const auto values = representable(random_values(count, 21, 3.0f), type);
+      const std::string what = "reductions of " + std::to_string(count) + " elements";
+      check_against_cpu(*gpu, what, type, 1e-6, [&](Tensors& t, ElementType dtype) {
+        View input = t.input(values, dtype);
+        View total = t.poisoned(1, ElementType::f64);
+        View squares = t.poisoned(1, ElementType::f64);
+        t.device().sum(total, input);
+        t.device().sum_of_squares(squares, input);
+        return Outputs{{"sum", {static_cast<float>(t.read_f64(total))}},
+                       {"sum of squares", {static_cast<float>(t.read_f64(squares))}}};
+      });
+      // Scaling by a power of two is exact in every type: the CUDA result must be the same bits.
+      check_against_cpu(*gpu, what, type, 0.0, [&](Tensors& t, ElementType dtype) {
+        View input = t.input(values, dtype);
+        t.device().scale(input, 0.125);
+        return Outputs{{"scaled by 1/8", t.read(input)}};
+      });
+      check_against_cpu(*gpu, what, type, tolerance(type, 1e-7, 4e-3),
+                        [&](Tensors& t, ElementType dtype) {
+                          View input = t.input(values, dtype);
+                          t.device().scale(input, 0.3);
+                          return Outputs{{"scaled by 0.3", t.read(input)}};
+                        });
+    }
+  }
+}
+
+TEST_CASE("AdamW on the CUDA device takes the CPU device's steps, clipping included") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  const int64_t count = 4099;
+  const std::vector<backend::ParameterGroup> groups = {{0, 4000, true}, {4000, 99, false}};
+  const backend::AdamWConfig config{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  const auto initial = random_values(count, 31, 0.02f);
+  std::vector<std::vector<float>> gradient_steps;
+  for (uint32_t step = 0; step < 3; ++step) gradient_steps.push_back(random_values(count, 40 + step));
+  check_against_cpu(*gpu, "three AdamW steps", f32, 1e-5, [&](Tensors& t, ElementType) {
+    backend::AdamW optimizer(config, groups, count, t.device());
+    View parameters = t.input(initial, f32);
+    std::vector<float> norms;
+    for (const auto& step_gradients : gradient_steps) {
+      View gradients = t.input(step_gradients, f32);
+      const double norm = optimizer.gradient_norm(gradients);
+      norms.push_back(static_cast<float>(norm));
+      optimizer.clip_gradients(gradients, norm, 1.0);  // the norm is about 64: clipped
+      optimizer.step(parameters, t.empty(ElementType::bf16), gradients, 1e-3, 0.1);
+    }
+    std::vector<float> exp_avg(count), exp_avg_sq(count);
+    optimizer.copy_moments_to_host(exp_avg, exp_avg_sq);
+    return Outputs{{"parameters", t.read(parameters)},
+                   {"gradient norms", norms},
+                   {"exp_avg", exp_avg},
+                   {"exp_avg_sq", exp_avg_sq}};
+  });
+}
