@@ -1,0 +1,175 @@
+// pretrain() on --device cuda against --device cpu, fp32: 50 steps of a GPT-2-style model
+// (learned positions, LayerNorm, GELU, biases, dropout) and of a Llama-style one (RoPE, RMSNorm,
+// SwiGLU, grouped-query attention, no biases) whose losses follow the CPU's within 1e-4
+// relative (the bound; the two differ by summation order only); two GPU runs give the
+// same bits; a GPU run stopped by --exit-interval and resumed equals an uninterrupted one bit
+// for bit; a checkpoint written on the GPU continues on the CPU and the other way round.
+// With GPU_TESTS_ON_CPU=1 the "GPU" runs are --device cpu (checks the test itself).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/train/arguments.hpp"
+#include "backend/train/trainer.hpp"
+#include "gpu/gpu_test_support.hpp"
+#include "temporary_directory.hpp"
+
+using backend::TrainingArguments;
+using backend::TrainingResult;
+
+namespace {
+
+// The --device of the runs under test, or nullopt after reporting the skip.
+std::optional<std::string> gpu_device_or_skip() {
+  const char* on_cpu = std::getenv("GPU_TESTS_ON_CPU");
+  if (on_cpu != nullptr && std::string(on_cpu) == "1") {
+    MESSAGE("GPU_TESTS_ON_CPU=1: --device cpu stands in for the GPU");
+    return "cpu";
+  }
+  if (const auto reason = gpu_test::no_gpu_reason()) {
+    MESSAGE("skipped: no CUDA GPU: " << *reason);
+    return std::nullopt;
+  }
+  return "cuda";
+}
+
+TrainingArguments gpt2_style() {
+  TrainingArguments a;
+  a.num_layers = 2;
+  a.hidden_size = 64;
+  a.num_attention_heads = 4;
+  a.seq_length = 32;
+  a.max_position_embeddings = 32;
+  a.micro_batch_size = 2;
+  a.global_batch_size = 4;
+  a.train_iters = 50;
+  a.lr = 1e-3;
+  a.min_lr = 1e-4;
+  a.lr_warmup_iters = 5;
+  a.clip_grad = 1.0;
+  a.vocab_size = 299;  // NullTokenizer adds EOD: 300, padded to 384: padding is exercised
+  a.tokenizer_type = "NullTokenizer";
+  a.mock_data = true;
+  a.hidden_dropout = 0.1;
+  a.attention_dropout = 0.1;
+  a.log_interval = 10;
+  a.eval_iters = 0;
+  return a;
+}
+
+TrainingArguments llama_style() {
+  TrainingArguments a = gpt2_style();
+  a.num_attention_heads = 8;
+  a.group_query_attention = true;
+  a.num_query_groups = 2;
+  a.position_embedding_type = "rope";
+  a.normalization = "RMSNorm";
+  a.swiglu = true;
+  a.ffn_hidden_size = 96;
+  a.add_bias_linear = false;
+  a.untie_embeddings_and_output_weights = true;
+  a.hidden_dropout = a.attention_dropout = 0;
+  return a;
+}
+
+TrainingResult train(TrainingArguments a, const std::string& device) {
+  a.device = device;
+  backend::validate_arguments(a);
+  std::ostringstream log;
+  return backend::pretrain(a, log, {});
+}
+
+void expect_losses_close(const TrainingResult& actual, const TrainingResult& expected,
+                         double relative) {
+  REQUIRE(actual.iterations.size() == expected.iterations.size());
+  for (size_t i = 0; i < actual.iterations.size(); ++i) {
+    const double a = actual.iterations[i].lm_loss, e = expected.iterations[i].lm_loss;
+    INFO("iteration " << i + 1 << ": " << a << " against the CPU's " << e);
+    CHECK(std::isfinite(a));
+    CHECK(std::fabs(a - e) <= relative * std::fabs(e));
+  }
+}
+
+void expect_identical_losses(const std::vector<backend::IterationRecord>& actual,
+                             const std::vector<backend::IterationRecord>& expected) {
+  REQUIRE(actual.size() == expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    INFO("iteration " << actual[i].iteration);
+    CHECK(actual[i].iteration == expected[i].iteration);
+    CHECK(actual[i].lm_loss == expected[i].lm_loss);
+    CHECK(actual[i].grad_norm == expected[i].grad_norm);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("50 fp32 steps on the CUDA device follow the CPU's losses within 1e-4 relative") {
+  const auto device = gpu_device_or_skip();
+  if (!device) return;
+  for (const auto& [name, arguments] :
+       {std::pair{"GPT-2 style", gpt2_style()}, std::pair{"Llama style", llama_style()}}) {
+    CAPTURE(name);
+    const TrainingResult cpu = train(arguments, "cpu");
+    const TrainingResult gpu = train(arguments, *device);
+    expect_losses_close(gpu, cpu, 1e-4);
+    // Deterministic: no float atomics, so a second run is the same bits.
+    expect_identical_losses(train(arguments, *device).iterations, gpu.iterations);
+  }
+}
+
+TEST_CASE("a GPU run resumed from its checkpoint equals an uninterrupted one, bit for bit") {
+  const auto device = gpu_device_or_skip();
+  if (!device) return;
+  test_support::TemporaryDirectory directory;
+  TrainingArguments base = gpt2_style();
+  base.train_iters = 12;
+
+  TrainingArguments whole_run = base;
+  whole_run.save = (directory.path / "whole").string();
+  const TrainingResult whole = train(whole_run, *device);
+
+  TrainingArguments first_half = base;
+  first_half.save = (directory.path / "resumed").string();
+  first_half.exit_interval = 6;
+  const TrainingResult first = train(first_half, *device);
+  TrainingArguments second_half = base;
+  second_half.save = second_half.load = first_half.save;
+  const TrainingResult second = train(second_half, *device);
+
+  std::vector<backend::IterationRecord> joined = first.iterations;
+  joined.insert(joined.end(), second.iterations.begin(), second.iterations.end());
+  expect_identical_losses(joined, whole.iterations);
+}
+
+TEST_CASE("a checkpoint written on the GPU continues on the CPU, and the other way round") {
+  const auto device = gpu_device_or_skip();
+  if (!device) return;
+  test_support::TemporaryDirectory directory;
+  TrainingArguments base = llama_style();
+  base.train_iters = 10;
+  for (const auto& [from, to] : {std::pair{*device, std::string("cpu")},
+                                 std::pair{std::string("cpu"), *device}}) {
+    CAPTURE(from);
+    CAPTURE(to);
+    const auto save = directory.path / (from + "_to_" + to);
+    TrainingArguments reference = base;
+    const TrainingResult uninterrupted = train(reference, to);
+    TrainingArguments first_half = base;
+    first_half.save = save.string();
+    first_half.exit_interval = 5;
+    train(first_half, from);
+    TrainingArguments second_half = base;
+    second_half.load = second_half.save = save.string();
+    const TrainingResult continued = train(second_half, to);
+    REQUIRE(continued.iterations.size() == 5);
+    // The first half ran on the other device, so the bits differ by its rounding only.
+    TrainingResult tail;
+    tail.iterations.assign(uninterrupted.iterations.begin() + 5, uninterrupted.iterations.end());
+    expect_losses_close(continued, tail, 1e-4);
+  }
+}
