@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # The GPU checks in one command, for a session on a GPU machine (from the repository root):
 #   tests/gpu/run_gpu_checks.sh
-#   PREBUILT=1 tests/gpu/run_gpu_checks.sh   (a carried build/bin/test_gpu, no CMake build)
+#   PREBUILT=1 tests/gpu/run_gpu_checks.sh   (the carried .gpu-bundle.tar.xz, no CMake build)
+#   BENCH=1 ...                               (then tests/bench/gpu_vs_pytorch_bench.sh)
 # Configures the release preset if needed, builds test_gpu only (-j16), prints nvidia-smi,
 # runs `ctest -L gpu`, then compute-sanitizer memcheck and racecheck (when installed) on a
 # small subset of test_gpu. With $OUT set, the logs and a summary (gpu_summary.txt) go there.
+# PREBUILT=1 runs the executables tests/gpu/bundle_prebuilt.sh packed on the build machine
+# (a CUDA image has CUDA but not spdlog, fmt or OpenBLAS; building there would need them):
+# carry .gpu-bundle.tar.xz with the call. BENCH_ITERATIONS (default 20) and BENCH_SHAPES
+# (default all three) size the benchmark.
 # Exit status: 0 when every step passed. Steps keep going after a failure so one run reports
 # everything.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 out="${OUT:-$(mktemp -d)}"
 mkdir -p "$out"
 summary="$out/gpu_summary.txt"
@@ -45,9 +50,25 @@ probe() {
   fi
 }
 
+bin=build/bin
 if [ "${PREBUILT:-0}" = 1 ]; then
-  # PREBUILT=1: a build/bin/test_gpu carried from another machine, run without CMake.
-  note "build: skipped (PREBUILT=1)"
+  # PREBUILT=1: the bundle's executables, with its libraries and this machine's CUDA 13.
+  if [ -f .gpu-bundle.tar.xz ]; then
+    tar -xJf .gpu-bundle.tar.xz
+    bin=.gpu-bundle/bin
+    cuda_lib=$(dirname "$( (ls /usr/local/cuda/lib64/libcublasLt.so.13 /usr/local/cuda/lib/libcublasLt.so.13 2>/dev/null;
+                           find / -name 'libcublasLt.so.13' -not -path '/proc/*' 2>/dev/null) | head -1)")
+    export LD_LIBRARY_PATH="$PWD/.gpu-bundle/lib:$cuda_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    note "build: the bundle of commit $(cat .gpu-bundle/commit) (cuBLASLt from $cuda_lib)"
+    if ldd "$bin/test_gpu" | grep -q "not found"; then
+      note "MISSING LIBRARIES: $(ldd "$bin/test_gpu" "$bin/pretrain_gpt" | grep "not found" | sort -u | tr '\n' ' ')"
+    fi
+    mkdir -p build/bin
+    ln -sf "$PWD/$bin/test_gpu" build/bin/test_gpu
+    ln -sf "$PWD/$bin/pretrain_gpt" build/bin/pretrain_gpt
+  else
+    note "build: skipped (PREBUILT=1, build/bin/test_gpu)"
+  fi
   probe
   step test_gpu build/bin/test_gpu
   grep -E "test cases:|assertions:|ERROR" "$out/test_gpu.log" | tee -a "$summary"
@@ -55,7 +76,9 @@ else
   if [ ! -f build/build.ninja ]; then
     step configure cmake --preset release || { tail -30 "$out/configure.log"; exit 1; }
   fi
-  step build cmake --build build -j16 --target test_gpu || { tail -60 "$out/build.log"; exit 1; }
+  targets=(test_gpu)
+  [ "${BENCH:-0}" = 1 ] && targets+=(pretrain_gpt)
+  step build cmake --build build -j16 --target "${targets[@]}" || { tail -60 "$out/build.log"; exit 1; }
   probe
   step ctest ctest --test-dir build -L gpu --output-on-failure --timeout 600
   grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | tee -a "$summary"
@@ -71,6 +94,13 @@ if [ -n "$sanitizer" ]; then
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out/memcheck.log" "$out/racecheck.log" | tee -a "$summary"
 else
   note "compute-sanitizer: not found, skipped"
+fi
+
+if [ "${BENCH:-0}" = 1 ]; then
+  # shellcheck disable=SC2086  # BENCH_SHAPES is a list of names
+  OUT="$out/bench" step bench tests/bench/gpu_vs_pytorch_bench.sh build "${BENCH_ITERATIONS:-20}" \
+    ${BENCH_SHAPES:-}
+  tee -a "$summary" <"$out/bench/bench_table.md" 2>/dev/null
 fi
 
 note "overall: $([ $status -eq 0 ] && echo passed || echo FAILED) (logs in $out)"
