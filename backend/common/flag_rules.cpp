@@ -121,6 +121,13 @@ constexpr FlagRule kRules[] = {
     // parallelism, device
     integer_flag("--tensor-model-parallel-size", 1),
     integer_flag("--pipeline-model-parallel-size", 1),
+    // loss scaling (with --fp16 / --bf16): Megatron's grad scalers assert positive scales, a
+    // window and a hysteresis of at least one iteration
+    real_flag("--loss-scale", 0, false),
+    real_flag("--initial-loss-scale", 0, false),
+    real_flag("--min-loss-scale", 0, false),
+    integer_flag("--loss-scale-window", 1),
+    integer_flag("--hysteresis", 1),
     choice_flag("--device", kDevices),
     // evaluation, logging, checkpoints
     integer_flag("--eval-interval", 1),

@@ -18,6 +18,7 @@
 #include "backend/common/error.hpp"
 #include "backend/data/data_blend.hpp"
 #include "backend/dist/parallel_layout.hpp"
+#include "backend/train/loss_scaling.hpp"
 #include "backend/train/training_schedule.hpp"
 
 namespace backend {
@@ -161,6 +162,19 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "PP size")->group(training);
   app.add_flag("--bf16", arguments.bf16, "bf16 mixed precision (CUDA path)")->group(training);
   app.add_flag("--fp16", arguments.fp16, "fp16 mixed precision (CUDA path)")->group(training);
+  app.add_option("--loss-scale", arguments.loss_scale,
+                 "Constant loss scale with --fp16/--bf16 (default: dynamic with --fp16)")
+      ->group(training);
+  app.add_option("--initial-loss-scale", arguments.initial_loss_scale,
+                 "Dynamic loss scaling's first scale")
+      ->group(training)->default_str("4294967296");  // 2^32, not CLI11's 4.29497e+09
+  app.add_option("--min-loss-scale", arguments.min_loss_scale,
+                 "Dynamic loss scaling's floor")->group(training);
+  app.add_option("--loss-scale-window", arguments.loss_scale_window,
+                 "Clean iterations before the dynamic scale doubles")->group(training);
+  app.add_option("--hysteresis", arguments.hysteresis,
+                 "Overflows (since the last growth) before the dynamic scale halves")
+      ->group(training);
   app.add_option("--device", arguments.device, "auto, cpu or cuda (not a Megatron flag)")
       ->group(training);
 
@@ -398,6 +412,17 @@ void validate_arguments(TrainingArguments& arguments) {
     }
   }
   if (arguments.bf16 && arguments.fp16) common::fail("--bf16 and --fp16 are mutually exclusive");
+  // Loss scaling: build the scaler the flags give (backend/train/loss_scaling.hpp), so that
+  // Megatron's grad-scaler asserts are refused now, naming the flags: --min-loss-scale ≤
+  // --initial-loss-scale where the dynamic scaler is built (--fp16 without --loss-scale; Megatron
+  // checks it nowhere else), scales that float32 holds. Each value's own range (positive
+  // scales, window and hysteresis ≥ 1) is a flag rule.
+  make_loss_scaler(arguments);
+  if (arguments.loss_scale && !arguments.fp16 && !arguments.bf16) {
+    // Megatron's fp32 optimizer has no scaler and ignores the flag; say so rather than stay silent.
+    spdlog::warn("--loss-scale {} has no effect without --fp16 or --bf16: fp32 training does not "
+                 "scale the loss", *arguments.loss_scale);
+  }
 
   // Tokenizer: the vocabulary size is what the model needs; GPT-2's is a fixed fact.
   if (arguments.tokenizer_type.empty()) {
@@ -481,9 +506,13 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"group_query_attention", a.group_query_attention ? "True" : "False"},
       {"hidden_dropout", fmt::format("{}", a.hidden_dropout)},
       {"hidden_size", fmt::format("{}", a.hidden_size)},
+      {"hysteresis", fmt::format("{}", a.hysteresis)},
+      {"initial_loss_scale", fmt::format("{}", a.initial_loss_scale)},
       {"init_method_std", fmt::format("{}", a.init_method_std)},
       {"add_bias_linear", a.add_bias_linear ? "True" : "False"},
       {"load", path(a.load)},
+      {"loss_scale", optional(a.loss_scale)},
+      {"loss_scale_window", fmt::format("{}", a.loss_scale_window)},
       {"norm_epsilon", fmt::format("{}", a.norm_epsilon)},
       {"normalization", a.normalization},
       {"position_embedding_type", a.position_embedding_type},
@@ -505,6 +534,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"max_position_embeddings", fmt::format("{}", a.max_position_embeddings)},
       {"micro_batch_size", fmt::format("{}", a.micro_batch_size)},
       {"min_lr", fmt::format("{}", a.min_lr)},
+      {"min_loss_scale", fmt::format("{}", a.min_loss_scale)},
       {"mock_data", a.mock_data ? "True" : "False"},
       {"no_load_optim", python(a.no_load_optim)},
       {"no_load_rng", python(a.no_load_rng)},

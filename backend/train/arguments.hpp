@@ -93,6 +93,13 @@ struct TrainingArguments {
   // precision: the CPU path computes in fp32 whatever is asked
   bool bf16 = false;
   bool fp16 = false;
+  // Loss scaling (backend/train/loss_scaling.hpp says which scaler these give): a constant
+  // --loss-scale with --fp16 or --bf16, else with --fp16 Megatron's dynamic scaler.
+  std::optional<double> loss_scale;         // --loss-scale (None: dynamic with --fp16)
+  double initial_loss_scale = 4294967296.0;  // 2^32
+  double min_loss_scale = 1.0;
+  int64_t loss_scale_window = 1000;  // clean steps before the scale doubles
+  int64_t hysteresis = 2;            // overflows before the scale halves
 
   // evaluation and logging
   int64_t eval_interval = 1000;

@@ -51,11 +51,12 @@ std::vector<std::string> format_evaluation_block(const std::string& prefix, doub
 
 void IntervalTotals::add(const IterationRecord& record) {
   elapsed_ms_sum += record.elapsed_ms;
-  // Without a loss scale, a step is skipped only for a non-finite loss or norm: every skipped
-  // iteration is a nan iteration too.
+  // Megatron's training_log: a skipped iteration is a nan iteration too when its loss was not
+  // finite; an fp16 overflow skip has a finite loss and is skipped only. The trainer says which
+  // (record.nan); a record that advanced is never counted as nan, as in Megatron.
   if (record.skipped) {
     ++skipped_iterations;
-    ++nan_iterations;
+    if (record.nan) ++nan_iterations;
   } else {
     lm_loss_sum += record.lm_loss;
     ++advanced_iterations;
@@ -91,7 +92,7 @@ void TrainingLog::add_iteration(const IterationRecord& record, double next_learn
     write("learning-rate", next_learning_rate);
     write("batch-size", static_cast<double>(record.global_batch_size));
     write("lm loss", record.lm_loss);
-    if (a.log_loss_scale_to_tensorboard) write("loss-scale", 1.0);
+    if (a.log_loss_scale_to_tensorboard) write("loss-scale", record.loss_scale);
     if (a.log_world_size_to_tensorboard) write("world-size", 1.0);
     write("grad-norm", record.grad_norm);
   }
@@ -118,6 +119,9 @@ void TrainingLog::print_iteration_line(const IterationRecord& record, double nex
   fields.learning_rate = next_learning_rate;
   fields.global_batch_size = record.global_batch_size;
   fields.lm_loss = interval_.mean_lm_loss();
+  // Megatron prints optimizer.get_loss_scale() read after the step: the last iteration's scale
+  // after its update (an overflow on this very iteration already shows the backed-off scale).
+  fields.loss_scale = record.loss_scale;
   fields.grad_norm = record.grad_norm;
   fields.skipped_iterations = interval_.skipped_iterations;
   fields.nan_iterations = interval_.nan_iterations;

@@ -11,8 +11,8 @@
 // TrainingLog is training_log itself: it sums each iteration into the current interval
 // (Megatron's total_loss_dict and timers) and every --log-interval prints the line with
 //   elapsed time = mean over the interval's iterations, lm loss = mean over those that were
-//   not skipped, grad norm and batch size = the last iteration's, learning rate = the one the
-//   next iteration uses;
+//   not skipped, grad norm, batch size and loss scale = the last iteration's (the scale after
+//   its scaler update, as Megatron prints it), learning rate = the one the next iteration uses;
 // it writes the TensorBoard scalars (every --tensorboard-log-interval, each also against the
 // consumed samples) and the evaluation blocks with their scalars.
 #pragma once
@@ -42,7 +42,7 @@ struct IterationLogFields {
   double loss_scale = 1.0;
   double grad_norm = 0;
   int64_t skipped_iterations = 0;
-  int64_t nan_iterations = 0;
+  int64_t nan_iterations = 0;  // skipped and nan: a subset of the skipped ones
 };
 
 std::string format_iteration_line(const IterationLogFields& fields);
@@ -71,6 +71,16 @@ struct IterationRecord {
   double elapsed_ms = 0;
   int64_t global_batch_size = 0;  // grows during --rampup-batch-size
   int64_t consumed_samples = 0;   // after this iteration
+  // The loss scale after this iteration's scaler update, i.e. the one the next iteration uses:
+  // what Megatron's train loop reads (optimizer.get_loss_scale() after train_step) and prints.
+  // 1.0 without a scaler.
+  double loss_scale = 1.0;
+  // The trainer marks an iteration whose loss was not finite (and, without a loss scaler, one
+  // whose gradient norm was not finite: there Megatron stops instead of skipping, and we count
+  // that skip as nan). Megatron counts a "nan iteration" only among the skipped ones (it looks
+  // for a non-finite loss there alone), so IntervalTotals counts `skipped && nan`. An fp16
+  // overflow that the loss scaler catches is skipped with a finite loss: skipped, not nan.
+  bool nan = false;
 };
 
 // The sums over the iterations since the last iteration line.
@@ -79,7 +89,7 @@ struct IntervalTotals {
   double elapsed_ms_sum = 0;
   int64_t advanced_iterations = 0;
   int64_t skipped_iterations = 0;
-  int64_t nan_iterations = 0;
+  int64_t nan_iterations = 0;  // skipped and nan: a subset of the skipped ones
 
   void add(const IterationRecord& record);
   int64_t iterations() const { return advanced_iterations + skipped_iterations; }

@@ -480,3 +480,71 @@ TEST_CASE("Megatron tokenizers that are valid but not built are refused as not b
                        doctest::Contains("'Llama3' is not a valid choice; --tokenizer-type takes"),
                        common::Error);
 }
+
+TEST_CASE("loss-scaling flags: Megatron's defaults, each flag, and the arguments dump") {
+  const auto defaults = parse(base_flags());
+  REQUIRE(defaults);
+  CHECK_FALSE(defaults->loss_scale.has_value());
+  CHECK(defaults->initial_loss_scale == 4294967296.0);
+  CHECK(defaults->min_loss_scale == 1.0);
+  CHECK(defaults->loss_scale_window == 1000);
+  CHECK(defaults->hysteresis == 2);
+  const auto default_values = backend::argument_values(*defaults);
+  CHECK(default_values.at("loss_scale") == "None");
+  CHECK(default_values.at("initial_loss_scale") == "4294967296");
+  CHECK(default_values.at("min_loss_scale") == "1");
+  CHECK(default_values.at("loss_scale_window") == "1000");
+  CHECK(default_values.at("hysteresis") == "2");
+
+  const auto given = parse(with({"--fp16", "--loss-scale", "1024", "--initial-loss-scale", "65536",
+                                 "--min-loss-scale", "0.5", "--loss-scale-window", "200",
+                                 "--hysteresis", "3"}));
+  REQUIRE(given);
+  CHECK(given->loss_scale == 1024.0);
+  CHECK(given->initial_loss_scale == 65536.0);
+  CHECK(given->min_loss_scale == 0.5);
+  CHECK(given->loss_scale_window == 200);
+  CHECK(given->hysteresis == 3);
+  const auto values = backend::argument_values(*given);
+  CHECK(values.at("loss_scale") == "1024");
+  CHECK(values.at("initial_loss_scale") == "65536");
+  CHECK(values.at("min_loss_scale") == "0.5");
+  CHECK(values.at("loss_scale_window") == "200");
+  CHECK(values.at("hysteresis") == "3");
+}
+
+TEST_CASE("loss-scaling flags: each refused value names the flag and what is valid") {
+  struct Case {
+    std::vector<std::string> extra;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--loss-scale", "0"}, "--loss-scale: '0' is out of range; --loss-scale takes a real number > 0"},
+      {{"--loss-scale=-8"}, "--loss-scale: '-8' is out of range; --loss-scale takes a real number > 0"},
+      {{"--loss-scale", "inf"}, "--loss-scale: 'inf' is not a finite number"},
+      {{"--initial-loss-scale", "0"},
+       "--initial-loss-scale: '0' is out of range; --initial-loss-scale takes a real number > 0"},
+      {{"--min-loss-scale", "0"},
+       "--min-loss-scale: '0' is out of range; --min-loss-scale takes a real number > 0"},
+      {{"--loss-scale-window", "0"},
+       "--loss-scale-window: '0' is out of range; --loss-scale-window takes an integer ≥ 1"},
+      {{"--loss-scale-window", "1.5"}, "--loss-scale-window: '1.5' is not an integer"},
+      {{"--hysteresis", "0"}, "--hysteresis: '0' is out of range; --hysteresis takes an integer ≥ 1"},
+      {{"--fp16", "--initial-loss-scale", "8", "--min-loss-scale", "16"},
+       "--min-loss-scale 16 exceeds --initial-loss-scale 8: dynamic loss scaling (--fp16 without "
+       "--loss-scale) starts at the initial scale and never goes below the minimum"},
+      {{"--fp16", "--loss-scale", "1e39"}, "--loss-scale 1e+39 exceeds 3.40282e+38, the largest float32"},
+      {{"--fp16", "--initial-loss-scale", "1e39", "--min-loss-scale", "1"},
+       "--initial-loss-scale 1e+39 exceeds 3.40282e+38"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    CHECK_THROWS_WITH_AS(parse(with(c.extra)), doctest::Contains(c.message.c_str()), common::Error);
+  }
+  // Megatron asserts min ≤ initial only where it builds the dynamic scaler: without --fp16, or
+  // with a constant --loss-scale, the two are not used and not compared.
+  CHECK(parse(with({"--initial-loss-scale", "8", "--min-loss-scale", "16"})).has_value());
+  CHECK(parse(with({"--fp16", "--loss-scale", "4", "--initial-loss-scale", "8",
+                    "--min-loss-scale", "16"})).has_value());
+  CHECK(parse(with({"--fp16", "--initial-loss-scale", "16", "--min-loss-scale", "16"})).has_value());
+}

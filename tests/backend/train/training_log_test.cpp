@@ -6,7 +6,9 @@
 #include "temporary_directory.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -79,6 +81,7 @@ TrainingArguments log_arguments() {
   return a;
 }
 
+// A skipped record with a non-finite loss is a nan iteration, as the trainer marks it.
 IterationRecord record(int64_t iteration, double lm_loss, double elapsed_ms, bool skipped = false) {
   return {.iteration = iteration,
           .lm_loss = lm_loss,
@@ -87,7 +90,27 @@ IterationRecord record(int64_t iteration, double lm_loss, double elapsed_ms, boo
           .skipped = skipped,
           .elapsed_ms = elapsed_ms,
           .global_batch_size = 4,
-          .consumed_samples = 4 * iteration};
+          .consumed_samples = 4 * iteration,
+          .nan = !std::isfinite(lm_loss)};
+}
+
+// fp16 with a dynamic scaler: `scale` is the scale after this iteration's update; an overflow
+// skips the update with a finite loss (not a nan iteration).
+IterationRecord fp16_record(int64_t iteration, double lm_loss, bool overflow, double scale) {
+  IterationRecord r = record(iteration, lm_loss, 100, overflow);
+  r.loss_scale = scale;
+  return r;
+}
+
+// The protobuf of a Summary.Value{tag, simple_value}, as it appears in the event file.
+std::string scalar_value_bytes(const std::string& tag, float value) {
+  std::string bytes{'\x0a', static_cast<char>(tag.size())};
+  bytes += tag;
+  bytes += '\x15';
+  char little_endian[4];
+  std::memcpy(little_endian, &value, 4);  // x86 and ARM: already little-endian
+  bytes.append(little_endian, 4);
+  return bytes;
 }
 
 std::vector<std::string> lines_of(const std::string& text) {
@@ -133,6 +156,54 @@ TEST_CASE("an interval's loss is over the iterations that advanced, its time ove
   CHECK(all_skipped.elapsed_ms_per_iteration() == 100.0);
 }
 
+TEST_CASE("skipped and nan are counted apart: an fp16 overflow is skipped, not nan") {
+  IntervalTotals totals;
+  totals.add(fp16_record(1, 2.0, /*overflow=*/true, 2147483648.0));  // finite loss, inf grads
+  totals.add(fp16_record(2, 4.0, /*overflow=*/false, 2147483648.0));
+  totals.add(record(3, std::numeric_limits<double>::infinity(), 100, /*skipped=*/true));
+  CHECK(totals.skipped_iterations == 2);
+  CHECK(totals.nan_iterations == 1);
+  CHECK(totals.advanced_iterations == 1);
+  CHECK(totals.mean_lm_loss() == 4.0);  // the skipped iterations' losses are left out
+  // Megatron looks for a non-finite loss among the skipped iterations only: a record marked
+  // nan that still advanced is not a nan iteration.
+  IterationRecord advanced = record(4, 1.0, 100);
+  advanced.nan = true;
+  IntervalTotals advanced_only;
+  advanced_only.add(advanced);
+  CHECK(advanced_only.nan_iterations == 0);
+  CHECK(advanced_only.skipped_iterations == 0);
+  // A caller that sets neither new field: skipped only, scale 1.0.
+  IterationRecord plain{.iteration = 5, .lm_loss = 3.0, .skipped = true, .elapsed_ms = 1};
+  CHECK(plain.loss_scale == 1.0);
+  CHECK_FALSE(plain.nan);
+  IntervalTotals plain_totals;
+  plain_totals.add(plain);
+  CHECK(plain_totals.skipped_iterations == 1);
+  CHECK(plain_totals.nan_iterations == 0);
+}
+
+TEST_CASE("fp16: the line prints the last iteration's scale after its update, skips apart from nans") {
+  std::ostringstream out;
+  auto a = log_arguments();
+  a.fp16 = true;
+  a.log_interval = 4;
+  TrainingLog log(a, 256, std::nullopt, out);
+  // Dynamic scaling from 2^32 with hysteresis 2: the first overflow keeps the scale, the
+  // second halves it; the line comes after that second one.
+  log.add_iteration(fp16_record(1, 2.0, /*overflow=*/true, 4294967296.0), 1e-3);
+  log.add_iteration(fp16_record(2, 3.0, /*overflow=*/false, 4294967296.0), 1e-3);
+  log.add_iteration(fp16_record(3, 5.0, /*overflow=*/false, 4294967296.0), 1e-3);
+  log.add_iteration(fp16_record(4, 2.5, /*overflow=*/true, 2147483648.0), 1e-3);
+  const auto lines = lines_of(out.str());
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].substr(22) ==
+        " iteration        4/      10 | consumed samples:           16 | elapsed time per "
+        "iteration (ms): 100.0 | learning rate: 1.000000E-03 | global batch size:     4 | lm "
+        "loss: 4.000000E+00 | loss scale: 2147483648.0 | grad norm: 2.000 | number of skipped "
+        "iterations:   2 | number of nan iterations:   0 |");
+}
+
 TEST_CASE("the iteration line comes every --log-interval, from that interval's iterations alone") {
   std::ostringstream out;
   TrainingLog log(log_arguments(), 256, std::nullopt, out);
@@ -176,6 +247,23 @@ TEST_CASE("an evaluation prints Megatron's block") {
   log.add_evaluation("iteration 4 on test set", 4, 16, 2.0);
   const auto block = format_evaluation_block("iteration 4 on test set", 2.0);
   CHECK(lines_of(out.str()) == block);
+}
+
+TEST_CASE("TensorBoard: loss-scale is each written iteration's scale") {
+  test_support::TemporaryDirectory temporary;
+  auto a = log_arguments();
+  a.tensorboard_dir = (temporary.path / "tb").string();
+  std::ostringstream out;
+  TrainingLog log(a, 256, std::nullopt, out);
+  log.add_iteration(fp16_record(1, 2.0, /*overflow=*/false, 65536.0), 1e-3);
+  log.add_iteration(fp16_record(2, 2.0, /*overflow=*/true, 32768.0), 1e-3);
+  log.close();
+  const std::string bytes = test_support::read_file(
+      std::filesystem::directory_iterator(temporary.path / "tb")->path());
+  CHECK(bytes.find(scalar_value_bytes("loss-scale", 65536.0f)) != std::string::npos);
+  CHECK(bytes.find(scalar_value_bytes("loss-scale", 32768.0f)) != std::string::npos);
+  CHECK(bytes.find(scalar_value_bytes("loss-scale vs samples", 32768.0f)) != std::string::npos);
+  CHECK(bytes.find(scalar_value_bytes("loss-scale", 1.0f)) == std::string::npos);
 }
 
 TEST_CASE("TensorBoard: scalars every --tensorboard-log-interval, timers per line, validation") {
