@@ -286,6 +286,27 @@ void restore_scheduler(const CheckpointMetadata& metadata, const CheckpointLoadO
 
 // The optimizer's hyperparameters come from the flags (the scheduler sets the rate anyway);
 // a change from the checkpoint's is worth a line, since torch would have restored them.
+// Megatron's MixedPrecisionOptimizer.load_state_dict for the grad scaler, with its warnings.
+void restore_loss_scaler(const CheckpointMetadata& metadata, LossScaler& scaler,
+                         std::ostream& out) {
+  const json& optimizer = metadata.section("optimizer");
+  if (!optimizer.contains("grad_scaler")) {
+    if (scaler.dynamic()) {
+      out << "***WARNING*** found an old checkpoint, will not load grad scaler ...\n";
+    }
+    return;
+  }
+  if (!scaler.enabled()) {
+    out << "***WARNING*** fould the grad scaler in the checkpoint but it is None in the class. "
+           "Skipping loading grad scaler ...\n";
+    return;
+  }
+  const json& saved = optimizer.at("grad_scaler");
+  scaler.restore({.scale = metadata.get<double>(saved, "scale"),
+                  .growth_tracker = metadata.get<int64_t>(saved, "growth_tracker"),
+                  .hysteresis_tracker = metadata.get<int64_t>(saved, "hysteresis_tracker")});
+}
+
 void note_optimizer_changes(const CheckpointMetadata& metadata, const AdamW& optimizer, std::ostream& out) {
   const json& saved = metadata.section("optimizer");
   const AdamWConfig& current = optimizer.config();
@@ -503,6 +524,13 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
     metadata["optimizer"] = {{"step", optimizer->steps_taken()}, {"adam_beta1", config.beta1},
                              {"adam_beta2", config.beta2},       {"adam_eps", config.eps},
                              {"weight_decay", config.weight_decay}};
+    // Megatron's optimizer state_dict['grad_scaler'], present when the run has a scaler.
+    if (const LossScaler& scaler = optimizer->loss_scaler(); scaler.enabled()) {
+      const LossScaler::State state = scaler.state();
+      metadata["optimizer"]["grad_scaler"] = {{"scale", state.scale},
+                                              {"growth_tracker", state.growth_tracker},
+                                              {"hysteresis_tracker", state.hysteresis_tracker}};
+    }
     metadata["opt_param_scheduler"] = schedule_json(*scheduler);
     for (const auto& tensor : model.tensors()) {
       const auto offset = static_cast<size_t>(tensor.offset);
@@ -650,6 +678,7 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
       optimizer.copy_moments_from_host(host.staged_exp_avg, host.staged_exp_avg_sq);
     }
     optimizer.set_steps_taken(metadata.get<int64_t>(metadata.section("optimizer"), "step"));
+    restore_loss_scaler(metadata, optimizer.loss_scaler(), out);
     note_optimizer_changes(metadata, optimizer, out);
     restore_scheduler(metadata, options, scheduler, out, reader.path());
   }

@@ -22,6 +22,7 @@
 
 #include "backend/device/arena.hpp"
 #include "backend/device/device.hpp"
+#include "backend/optim/loss_scaler.hpp"
 
 namespace backend {
 
@@ -83,6 +84,13 @@ class AdamW {
   void copy_moments_from_host(std::span<const float> exp_avg, std::span<const float> exp_avg_sq);
   void set_steps_taken(int64_t steps);
 
+  // The gradient scaler of Megatron's mixed-precision optimizer (loss_scaler.hpp), held here as
+  // Megatron's optimizer holds it, so a checkpoint of the optimizer carries its state. none()
+  // unless the trainer sets one (--fp16, or --loss-scale with --bf16).
+  LossScaler& loss_scaler() { return loss_scaler_; }
+  const LossScaler& loss_scaler() const { return loss_scaler_; }
+  void set_loss_scaler(const LossScaler& scaler) { loss_scaler_ = scaler; }
+
  private:
   void carve_state();
 
@@ -96,6 +104,7 @@ class AdamW {
   Arena state_;
   View exp_avg_, exp_avg_sq_, norm_total_;
   int64_t step_ = 0;
+  LossScaler loss_scaler_ = LossScaler::none();
 };
 
 // The same norm and clipping over host memory, with the CPU twins (the tests' form).

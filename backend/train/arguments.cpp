@@ -29,7 +29,6 @@ namespace {
 // with the reason, so a translated script fails at once instead of training something else.
 constexpr common::RefusedFlag kUnsupportedFlags[] = {
     {"--sequence-parallel", false, "needs tensor parallelism, which is not built yet"},
-    {"--use-flash-attn", false, "belongs to the CUDA path, which is not built yet"},
     {"--use-distributed-optimizer", false, "needs data parallelism, which is not built yet"},
     {"--tokenizer-model", true, "SentencePiece tokenizers (Llama) are not built; GPT-2 BPE and NullTokenizer are"},
     {"--eod-mask-loss", false, "the loss covers every position; a loss mask is not built yet"},
@@ -85,6 +84,11 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   app.add_option("--normalization", arguments.normalization, "LayerNorm or RMSNorm")
       ->group(model);
   app.add_flag("--swiglu", arguments.swiglu, "SwiGLU MLP (linear_fc1 gives 2 × ffn features)")
+      ->group(model);
+  // Attention is fused on every device (blockwise on the CPU, the FlashAttention-2-style kernel
+  // on the GPU): the flag names what already runs, and is recorded for Megatron's args.
+  app.add_flag("--use-flash-attn", arguments.use_flash_attn,
+               "fused attention, no s×s scores (always, on every device)")
       ->group(model);
   app.add_flag("--disable-bias-linear{false}", arguments.add_bias_linear,
                "No biases on linear_qkv, linear_proj, linear_fc1, linear_fc2")->group(model);
@@ -523,6 +527,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"rotary_base", fmt::format("{}", a.rotary_base)},
       {"rotary_percent", fmt::format("{}", a.rotary_percent)},
       {"swiglu", python(a.swiglu)},
+      {"use_flash_attn", python(a.use_flash_attn)},
       {"untie_embeddings_and_output_weights", python(a.untie_embeddings_and_output_weights)},
       {"log_interval", fmt::format("{}", a.log_interval)},
       {"lr", fmt::format("{}", a.lr)},

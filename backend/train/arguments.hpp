@@ -91,6 +91,7 @@ struct TrainingArguments {
   int64_t pipeline_model_parallel_size = 1;
 
   // precision: the CPU path computes in fp32 whatever is asked
+  bool use_flash_attn = false;  // accepted: attention is always fused (no s × s scores)
   bool bf16 = false;
   bool fp16 = false;
   // Loss scaling (backend/train/loss_scaling.hpp says which scaler these give): a constant
@@ -141,15 +142,12 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
 // Megatron's checks (global batch divisible by micro batch × dp, seq ≤ positions, ...).
 void validate_arguments(TrainingArguments& arguments);
 
-// Every resolved argument by Megatron's name (dest, underscores) with its value as Megatron's
-// dump prints it (Python's str(): True/False/None, numbers, plain strings), sorted by name.
-std::map<std::string, std::string> argument_values(const TrainingArguments& arguments);
-
 // Megatron's "------------------------ arguments ------------------------" dump lines.
 std::vector<std::string> format_arguments(const TrainingArguments& arguments);
 
-// The same dump as name → value text (Megatron's spelling: True/False, None), which
-// checkpoints store as their record of the arguments.
+// Every resolved argument by Megatron's name (dest, underscores) with its value as Megatron's
+// dump prints it (Python's str(): True/False/None, numbers, plain strings), sorted by name:
+// the dump's lines, and what checkpoints store as their record of the arguments.
 std::map<std::string, std::string> argument_values(const TrainingArguments& arguments);
 
 }  // namespace backend

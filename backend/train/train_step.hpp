@@ -4,13 +4,15 @@
 //   forward_backward: for each micro batch of the global batch, forward and
 //                     backward(1 / num_micro_batches), accumulating the gradients
 //                     (Megatron's forward_backward_no_pipelining); loss = mean over them
+//   with a loss scaler (--fp16; optimizer.loss_scaler()): the backward is scaled by the loss
+//           scale, the gradients are unscaled, found_inf = norm not finite updates the scaler,
+//           skipped = found_inf (Megatron's MixedPrecisionOptimizer.step)
 //   norm    = global L2 norm of the gradients (before clipping)
-//   skipped = loss or norm not finite
+//   skipped = loss or norm not finite (without a scaler)
 //   unless skipped: clip to --clip-grad, AdamW step at the scheduler's rate and weight decay,
 //                   scheduler step by the global batch size
 // Later parallelism has its place between these: a pipeline schedule replaces
-// forward_backward; the data-parallel gradient all-reduce comes after it, before the norm;
-// with --fp16 the loss scaler's unscale-and-check decides `skipped` (Megatron's found_inf).
+// forward_backward; the data-parallel gradient all-reduce comes after it, before the norm.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +39,8 @@ struct TrainStepResult {
   double grad_norm = 0;      // before clipping
   double learning_rate = 0;  // the rate the update used (or would have used, when skipped)
   bool skipped = false;      // no update: parameters, optimizer and scheduler are unchanged
+  bool nan = false;          // the loss was not finite (without a scaler: or the norm)
+  double loss_scale = 1.0;   // the optimizer's loss scale after this step's update
 };
 
 // Takes --micro-batch-size, --seq-length and --clip-grad from `arguments`.

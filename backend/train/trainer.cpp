@@ -24,6 +24,7 @@
 #include "backend/train/dataset_provider.hpp"
 #include "backend/train/evaluation.hpp"
 #include "backend/train/exp_manager_files.hpp"
+#include "backend/train/loss_scaling.hpp"
 #include "backend/train/train_step.hpp"
 #include "backend/train/training_cadence.hpp"
 #include "backend/train/training_log.hpp"
@@ -109,12 +110,13 @@ SelectedDevice select_device(const TrainingArguments& arguments) {
 void note_precision(const TrainingArguments& a, const Device& device) {
   if (!a.bf16 && !a.fp16) return;
   const char* flag = a.bf16 ? "--bf16" : "--fp16";
+  const char* scaling = a.fp16 ? " (its dynamic loss scaling runs, as Megatron's)" : "";
   if (device.memory_kind() == MemoryKind::host) {
-    spdlog::warn("{}: the CPU path computes in fp32; mixed precision applies to the CUDA path",
-                 flag);
+    spdlog::warn("{}: the CPU path computes in fp32{}; mixed precision applies to the CUDA path",
+                 flag, scaling);
   } else {
-    spdlog::warn("{}: the CUDA path computes in fp32 until its mixed-precision weights and "
-                 "activations land (docs/device.md)", flag);
+    spdlog::warn("{}: the CUDA path computes in fp32{} until its mixed-precision weights and "
+                 "activations land (docs/device.md)", flag, scaling);
   }
 }
 
@@ -222,6 +224,9 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
   }
   GptModel<float>& model = *carved_model;
   AdamW& optimizer = *carved_optimizer;
+  // --fp16's dynamic loss scaling (or --loss-scale): the optimizer holds the scaler, as
+  // Megatron's mixed-precision optimizer does, so checkpoints carry its state.
+  optimizer.set_loss_scaler(make_loss_scaler(a));
   result.parameter_count = model.parameter_buffer().numel;
   LearningRateScheduler scheduler(learning_rate_schedule(a));
   const GlobalBatchSizeSchedule batch_sizes = batch_size_schedule(a);
@@ -306,7 +311,9 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
                                  .skipped = step.skipped,
                                  .elapsed_ms = 1000.0 * step_seconds,
                                  .global_batch_size = batch.global_batch_size,
-                                 .consumed_samples = consumed_train});
+                                 .consumed_samples = consumed_train,
+                                 .loss_scale = step.loss_scale,
+                                 .nan = step.nan});
     log.add_iteration(result.iterations.back(), scheduler.learning_rate());
 
     const IterationActions actions = actions_after_iteration(a, iteration);

@@ -746,3 +746,48 @@ TEST_CASE("one holder of a save directory at a time; a release import needs leav
                        common::Error);
   CHECK_NOTHROW(check_release_destination(save, true));
 }
+
+TEST_CASE("--fp16: the loss scaler's state is saved and a resumed run scales as an uninterrupted one") {
+  test_support::TemporaryDirectory directory;
+  auto base = tiny_arguments();
+  base.train_iters = 8;
+  base.fp16 = true;
+  base.initial_loss_scale = 1024;
+  base.loss_scale_window = 3;  // grows at iterations 3 and 6: across the save at 4
+  auto uninterrupted = base;
+  std::ostringstream log_whole;
+  const TrainingResult whole = train(uninterrupted, log_whole);
+  CHECK(log_whole.str().find("loss scale: 2048.0 |") != std::string::npos);
+
+  auto first_half = base;
+  first_half.save = (directory.path / "fp16").string();
+  first_half.exit_interval = 4;
+  std::ostringstream log_first;
+  train(first_half, log_first);
+  const CheckpointFileReader saved(checkpoint_file_path(first_half.save, 4));
+  CHECK(saved.metadata()["optimizer"]["grad_scaler"] ==
+        nlohmann::json{{"scale", 2048.0}, {"growth_tracker", 1}, {"hysteresis_tracker", 2}});
+
+  auto second_half = base;
+  second_half.load = second_half.save = first_half.save;
+  std::ostringstream log_second;
+  const TrainingResult second = train(second_half, log_second);
+  REQUIRE(second.iterations.size() == 4);
+  for (size_t i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    CHECK(second.iterations[i].loss_scale == whole.iterations[i + 4].loss_scale);
+    CHECK(second.iterations[i].lm_loss == whole.iterations[i + 4].lm_loss);
+  }
+  CHECK(whole.iterations.back().loss_scale == 4096.0);
+
+  // A run without a scaler ignores the saved state, with Megatron's warning.
+  auto bf16 = base;
+  bf16.fp16 = false;
+  bf16.bf16 = true;
+  bf16.load = first_half.save;
+  bf16.save.clear();
+  std::ostringstream log_bf16;
+  train(bf16, log_bf16);
+  CHECK(log_bf16.str().find("***WARNING*** fould the grad scaler in the checkpoint but it is None "
+                            "in the class. Skipping loading grad scaler ...") != std::string::npos);
+}

@@ -548,3 +548,13 @@ TEST_CASE("loss-scaling flags: each refused value names the flag and what is val
                     "--min-loss-scale", "16"})).has_value());
   CHECK(parse(with({"--fp16", "--initial-loss-scale", "16", "--min-loss-scale", "16"})).has_value());
 }
+
+TEST_CASE("--use-flash-attn is accepted: attention is fused on every device") {
+  CHECK_FALSE(parse(base_flags())->use_flash_attn);
+  auto words = base_flags();
+  words.push_back("--use-flash-attn");
+  const auto arguments = parse(words);
+  REQUIRE(arguments.has_value());
+  CHECK(arguments->use_flash_attn);
+  CHECK(backend::argument_values(*arguments).at("use_flash_attn") == "True");
+}

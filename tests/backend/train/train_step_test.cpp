@@ -2,6 +2,7 @@
 // gradients it starts from, where clipping happens, and that a non-finite step changes nothing.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -163,4 +164,57 @@ TEST_CASE("a non-finite loss skips the step: parameters, optimizer and schedule 
   CHECK(training.scheduler.num_steps() == 0);
   CHECK(std::memcmp(before.data(), training.model.parameters().data(),
                     training.model.parameters().size_bytes()) == 0);
+}
+
+TEST_CASE("with a loss scaler, a power-of-two scale leaves the step's result unchanged") {
+  // Scaling the backward by 2^16 and the gradients back by 2^-16 is exact in fp32 (nothing
+  // here overflows or falls below the normal range), so the step is the unscaled step, bit for bit.
+  TinyTraining plain(tiny_arguments());
+  TinyTraining scaled(tiny_arguments());
+  scaled.optimizer.set_loss_scaler(LossScaler::dynamic({.initial_scale = 65536.0,
+                                                        .growth_interval = 2}));
+  for (int64_t step = 0; step < 3; ++step) {
+    const GlobalBatch batch{.first_sample = 4 * step, .global_batch_size = 4,
+                            .num_micro_batches = 2};
+    const TrainStepResult a = plain.step(batch);
+    const TrainStepResult b = scaled.step(batch);
+    CHECK(a.lm_loss == b.lm_loss);
+    CHECK(a.grad_norm == b.grad_norm);
+    CHECK(!b.skipped);
+    CHECK(a.loss_scale == 1.0);
+  }
+  CHECK(scaled.optimizer.loss_scaler().scale() == 131072.0);  // grew once, after 2 clean steps
+  CHECK(std::equal(plain.model.parameters().begin(), plain.model.parameters().end(),
+                   scaled.model.parameters().begin()));
+}
+
+TEST_CASE("an overflowing scaled gradient skips the update and backs the scale off (fp16)") {
+  // Word embeddings of 1e10 (tied to the output layer) make the scaled gradient of the final
+  // norm's output about 2^122 · 1e10: infinite in fp32. The loss itself stays finite.
+  TinyTraining training(tiny_arguments());
+  for (float& value : training.model.parameters().subspan(
+           static_cast<size_t>(training.model.tensor("embedding.word_embeddings.weight").offset),
+           static_cast<size_t>(training.model.tensor("embedding.word_embeddings.weight").numel))) {
+    value *= 5e11f;
+  }
+  const std::vector<float> before(training.model.parameters().begin(),
+                                  training.model.parameters().end());
+  training.optimizer.set_loss_scaler(
+      LossScaler::dynamic({.initial_scale = 0x1p127, .hysteresis = 2}));
+  const TrainStepResult first = training.step(kFirstBatch);
+  CHECK(first.skipped);
+  CHECK_FALSE(first.nan);  // an overflow is skipped, not a nan iteration (Megatron's counts)
+  CHECK(std::isfinite(first.lm_loss));
+  CHECK(first.loss_scale == 0x1p127);  // hysteresis 2: the first overflow spends a credit
+  const TrainStepResult second = training.step(kFirstBatch);
+  CHECK(second.skipped);
+  CHECK(second.loss_scale == 0x1p126);  // the second halves the scale
+  CHECK(training.optimizer.steps_taken() == 0);
+  CHECK(training.scheduler.num_steps() == 0);
+  CHECK(std::equal(before.begin(), before.end(), training.model.parameters().begin()));
+  // Without the scale the same gradients are finite: the step updates.
+  training.optimizer.set_loss_scaler(LossScaler::none());
+  const TrainStepResult unscaled = training.step(kFirstBatch);
+  CHECK_FALSE(unscaled.skipped);
+  CHECK(training.optimizer.steps_taken() == 1);
 }
