@@ -55,4 +55,10 @@ ProcessEnvironment read_process_environment() {
   return environment;
 }
 
+bool started_through_mpi(const ProcessEnvironment& environment) {
+  if (environment.world_size <= 1) return false;
+  if (environment.launcher == "openmpi" || environment.launcher == "pmi") return true;
+  return environment.launcher == "slurm" && std::getenv("PMIX_RANK") != nullptr;
+}
+
 }  // namespace backend

@@ -1,30 +1,53 @@
 // pretrain_gpt: Megatron-LM's pretrain_gpt.py entry point, native. Parses Megatron's flags,
 // prints the arguments dump, trains, and exits 0; any user error is one clear line and exit
-// status 2, never a crash.
+// status 2, never a crash. Started by mpirun/mpiexec (or srun --mpi=pmix) as one of several
+// ranks, it joins MPI first and trains as one rank of the data-parallel group; an error on any
+// rank then aborts every rank (MPI_Abort), so the job ends instead of waiting in a collective.
 #include <spdlog/spdlog.h>
 
 #include <iostream>
+#include <memory>
 
 #include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
+#include "backend/dist/mpi_session.hpp"
+#include "backend/dist/process_environment.hpp"
+#include "backend/dist/process_groups.hpp"
 #include "backend/train/arguments.hpp"
 #include "backend/train/trainer.hpp"
 
 int main(int argc, char** argv) {
   common::setup_logging("pretrain_gpt");
+  std::unique_ptr<backend::MpiSession> mpi;
+  auto fail = [&](int status) {
+    // One rank's error ends the job: the others may be waiting in a collective for it.
+    if (mpi) mpi->abort(status);
+    return status;
+  };
   try {
+    const backend::ProcessEnvironment process = backend::read_process_environment();
+    if (backend::started_through_mpi(process)) mpi = backend::start_mpi_session(argc, argv);
     auto arguments = backend::parse_arguments(argc, argv);
     if (!arguments) return 0;  // --help
-    for (const auto& line : backend::format_arguments(*arguments)) std::cout << line << '\n';
-    backend::pretrain(*arguments, std::cout);
+    backend::ProcessGroups groups =
+        mpi ? backend::make_process_groups(
+                  mpi->world(),
+                  backend::make_parallel_layout(arguments->world_size,
+                                                arguments->tensor_model_parallel_size,
+                                                arguments->pipeline_model_parallel_size))
+            : backend::single_process_groups();
+    if (groups.is_first_rank()) {
+      for (const auto& line : backend::format_arguments(*arguments)) std::cout << line << '\n';
+    }
+    backend::pretrain(*arguments, std::cout, {}, groups);
     return 0;
   } catch (const common::Error& error) {
     std::cout.flush();  // the arguments dump first, so the message is not printed inside it
     spdlog::error("{}", error.what());
-    return 2;
+    return fail(2);
   } catch (const std::exception& error) {
     std::cout.flush();
     spdlog::critical("internal error (please report): {}", error.what());
-    return 3;
+    return fail(3);
   }
 }

@@ -18,6 +18,7 @@
 #include "backend/common/error.hpp"
 #include "backend/data/data_blend.hpp"
 #include "backend/dist/parallel_layout.hpp"
+#include "backend/dist/process_environment.hpp"
 #include "backend/train/loss_scaling.hpp"
 #include "backend/train/training_schedule.hpp"
 
@@ -290,6 +291,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
     return std::nullopt;
   }
   if (recompute_activations) arguments.recompute_granularity = "selective";
+  arguments.world_size = read_process_environment().world_size;
   validate_arguments(arguments);
   return arguments;
 }
@@ -372,9 +374,9 @@ void validate_arguments(TrainingArguments& arguments) {
                  "parallelism is not built yet; use 1 for both",
                  arguments.tensor_model_parallel_size, arguments.pipeline_model_parallel_size);
   }
-  // One process until the distributed path exists.
+  // Data parallelism takes the processes model parallelism leaves (world = tp × pp × dp).
   const int64_t data_parallel_size =
-      make_parallel_layout(1, arguments.tensor_model_parallel_size,
+      make_parallel_layout(arguments.world_size, arguments.tensor_model_parallel_size,
                            arguments.pipeline_model_parallel_size).data_parallel;
   const int64_t micro_batches_at_once = common::checked_multiply(
       arguments.micro_batch_size, data_parallel_size, "--micro-batch-size × data-parallel size");
@@ -555,6 +557,10 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"seed", fmt::format("{}", a.seed)},
       {"seq_length", fmt::format("{}", a.seq_length)},
       {"tensor_model_parallel_size", fmt::format("{}", a.tensor_model_parallel_size)},
+      {"world_size", fmt::format("{}", a.world_size)},
+      {"data_parallel_size",
+       fmt::format("{}", a.world_size / std::max<int64_t>(1, a.tensor_model_parallel_size *
+                                                                 a.pipeline_model_parallel_size))},
       {"tokenizer_type", a.tokenizer_type},
       {"train_iters", fmt::format("{}", a.train_iters)},
       {"use_checkpoint_opt_param_scheduler", python(a.use_checkpoint_opt_param_scheduler)},

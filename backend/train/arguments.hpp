@@ -87,6 +87,9 @@ struct TrainingArguments {
   double adam_eps = 1e-8;
 
   // parallelism (the layout lives in backend/dist; world size 1 for now)
+  // Not a flag: the processes the launcher started (Megatron reads WORLD_SIZE in validate_args;
+  // parse_arguments reads the launcher's environment, process_environment.hpp).
+  int64_t world_size = 1;
   int64_t tensor_model_parallel_size = 1;
   int64_t pipeline_model_parallel_size = 1;
 

@@ -9,7 +9,16 @@ namespace backend {
 
 EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Split split,
                           int64_t first_sample, const TrainingArguments& a) {
-  const int64_t num_micro_batches = a.global_batch_size / a.micro_batch_size;
+  const auto one_process = make_single_process_communicator("data parallel");
+  return evaluate(model, source, split, first_sample, a, *one_process);
+}
+
+EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Split split,
+                          int64_t first_sample, const TrainingArguments& a,
+                          Communicator& data_parallel) {
+  const int64_t dp_size = data_parallel.size();
+  const int64_t dp_rank = data_parallel.rank();
+  const int64_t num_micro_batches = a.global_batch_size / (a.micro_batch_size * dp_size);
   const int64_t micro_tokens = common::checked_multiply(a.micro_batch_size, a.seq_length,
                                                         "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
@@ -20,13 +29,19 @@ EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Spl
   double total = 0;
   for (int64_t i = 0; i < a.eval_iters; ++i) {
     for (int64_t m = 0; m < num_micro_batches; ++m) {
-      source(split, first_sample + result.samples, a.micro_batch_size, tokens, labels);
-      result.samples += a.micro_batch_size;
+      // This rank's slice of the step's D micro batches, as the training sampler reads them.
+      source(split, first_sample + result.samples + dp_rank * a.micro_batch_size,
+             a.micro_batch_size, tokens, labels);
+      result.samples += a.micro_batch_size * dp_size;
       total += model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
     }
   }
   model.set_training(true);
-  result.lm_loss = total / static_cast<double>(a.eval_iters * num_micro_batches);
+  if (dp_size > 1) {
+    data_parallel.all_reduce(View{&total, 1, ElementType::f64, MemoryKind::host},
+                             ReduceOperation::sum);
+  }
+  result.lm_loss = total / static_cast<double>(a.eval_iters * num_micro_batches * dp_size);
   return result;
 }
 

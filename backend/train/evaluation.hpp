@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "backend/dist/communicator.hpp"
 #include "backend/model/gpt_model.hpp"
 #include "backend/train/arguments.hpp"
 #include "backend/train/batch_source.hpp"
@@ -20,5 +21,10 @@ struct EvaluationResult {
 // Reads samples first_sample .. first_sample + samples − 1 of `split`.
 EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Split split,
                           int64_t first_sample, const TrainingArguments& arguments);
+// Over a data-parallel group: each rank forwards its slice of every global batch (as
+// train_step reads them), the loss is averaged over all of them; `samples` counts the group's.
+EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Split split,
+                          int64_t first_sample, const TrainingArguments& arguments,
+                          Communicator& data_parallel);
 
 }  // namespace backend

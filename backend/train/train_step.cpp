@@ -11,23 +11,33 @@ namespace backend {
 
 namespace {
 
-// The gradients of the global batch accumulate over its micro batches, each backward scaled by
-// loss_scale / num_micro_batches; returns the mean (unscaled) loss.
+// This rank's share of the global batch: its micro batches' gradients accumulate, each backward
+// scaled by loss_scale / (num_micro_batches · D); returns the mean (unscaled) loss over them.
 double forward_backward(GptModel<float>& model, const BatchSource& source, const GlobalBatch& batch,
-                        double loss_scale, const TrainingArguments& a) {
+                        double loss_scale, const TrainingArguments& a, int64_t dp_rank,
+                        int64_t dp_size) {
   const int64_t micro_tokens = common::checked_multiply(a.micro_batch_size, a.seq_length,
                                                         "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
   double loss_sum = 0;
+  // Dropout masks are keyed by the micro batch's place in the global batch (m·D + r), not by
+  // this rank's count: each sample meets the mask it would meet on one process, so data
+  // parallelism changes the order of sums only, dropout or not.
+  const uint64_t first_step = model.dropout_step();
+  const auto micro_batches = static_cast<uint64_t>(batch.num_micro_batches);
+  const auto ranks = static_cast<uint64_t>(dp_size);
   for (int64_t m = 0; m < batch.num_micro_batches; ++m) {
-    source(Split::train, batch.first_sample + m * a.micro_batch_size, a.micro_batch_size, tokens,
-           labels);
+    model.set_dropout_step(first_step + static_cast<uint64_t>(m) * ranks +
+                           static_cast<uint64_t>(dp_rank));
+    source(Split::train, batch.first_sample + (m * dp_size + dp_rank) * a.micro_batch_size,
+           a.micro_batch_size, tokens, labels);
     loss_sum += model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
     // Without a scaler (scale 1) the factor is 1/num_micro_batches exactly as before; a power-of-
     // two scale multiplies it exactly.
     model.backward(static_cast<float>(loss_scale) /
-                   static_cast<float>(batch.num_micro_batches));
+                   static_cast<float>(batch.num_micro_batches * dp_size));
   }
+  model.set_dropout_step(first_step + micro_batches * ranks);
   return loss_sum / static_cast<double>(batch.num_micro_batches);
 }
 
@@ -36,6 +46,14 @@ double forward_backward(GptModel<float>& model, const BatchSource& source, const
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                            LearningRateScheduler& scheduler, const BatchSource& source,
                            const GlobalBatch& batch, const TrainingArguments& a) {
+  const auto one_process = make_single_process_communicator("data parallel");
+  return train_step(model, optimizer, scheduler, source, batch, a, *one_process);
+}
+
+TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
+                           LearningRateScheduler& scheduler, const BatchSource& source,
+                           const GlobalBatch& batch, const TrainingArguments& a,
+                           Communicator& data_parallel) {
   // Two CPU devices share the host's memory; a GPU's memory is that GPU's alone.
   if (optimizer.device().name() != model.device().name()) {
     common::fail("train_step: the model is on {} but the optimizer's state on {}",
@@ -45,7 +63,17 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   LossScaler& scaler = optimizer.loss_scaler();
   model.zero_gradients();
   TrainStepResult result;
-  result.lm_loss = forward_backward(model, source, batch, scaler.scale(), a);
+  result.lm_loss = forward_backward(model, source, batch, scaler.scale(), a,
+                                    data_parallel.rank(), data_parallel.size());
+  if (data_parallel.size() > 1) {
+    // Megatron's DDP: the gradients summed over the group (each already carries 1/D), and the
+    // loss averaged for the log (average_losses_across_data_parallel_group).
+    data_parallel.all_reduce(gradients, ReduceOperation::sum);
+    double loss_sum = result.lm_loss;
+    data_parallel.all_reduce(View{&loss_sum, 1, ElementType::f64, MemoryKind::host},
+                             ReduceOperation::sum);
+    result.lm_loss = loss_sum / static_cast<double>(data_parallel.size());
+  }
   result.learning_rate = scheduler.learning_rate();
   if (scaler.enabled()) {
     // Megatron's mixed-precision step: unscale the gradients, look for inf/nan (here: a norm

@@ -11,12 +11,13 @@
 //   skipped = loss or norm not finite (without a scaler)
 //   unless skipped: clip to --clip-grad, AdamW step at the scheduler's rate and weight decay,
 //                   scheduler step by the global batch size
-// Later parallelism has its place between these: a pipeline schedule replaces
-// forward_backward; the data-parallel gradient all-reduce comes after it, before the norm.
+// Data parallelism: the gradient all-reduce comes after forward_backward, before the norm.
+// Later parallelism has its place between these: a pipeline schedule replaces forward_backward.
 #pragma once
 
 #include <cstdint>
 
+#include "backend/dist/communicator.hpp"
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
@@ -43,7 +44,17 @@ struct TrainStepResult {
   double loss_scale = 1.0;   // the optimizer's loss scale after this step's update
 };
 
-// Takes --micro-batch-size, --seq-length and --clip-grad from `arguments`.
+// Takes --micro-batch-size, --seq-length and --clip-grad from `arguments`. With a data-parallel
+// group of D ranks, `batch.num_micro_batches` is this rank's (global / (micro × D)), micro batch
+// m of rank r reads samples first + (m·D + r)·micro .. + micro (Megatron's
+// MegatronPretrainingSampler: each step of D micro batches is cut into the ranks' slices), the
+// gradients are summed over the group after the backward (each rank's scaled by 1/(M·D)), and
+// the loss is averaged over it: every rank then holds the same gradients, norm and decision.
+TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
+                           LearningRateScheduler& scheduler, const BatchSource& source,
+                           const GlobalBatch& batch, const TrainingArguments& arguments,
+                           Communicator& data_parallel);
+// One process: a data-parallel group of one.
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                            LearningRateScheduler& scheduler, const BatchSource& source,
                            const GlobalBatch& batch, const TrainingArguments& arguments);

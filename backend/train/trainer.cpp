@@ -160,7 +160,20 @@ int64_t tokenizer_vocab_size(const TrainingArguments& arguments) {
 }
 
 TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSource source) {
+  ProcessGroups one_process = single_process_groups();
+  return pretrain(a, out, std::move(source), one_process);
+}
+
+TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, BatchSource source,
+                        ProcessGroups& process_groups) {
   const auto setup_start = Clock::now();
+  // Megatron's print_rank_0 and print_rank_last: the setup, checkpoint and exit lines come from
+  // rank 0, the iteration and evaluation lines from the last rank; other ranks print nothing.
+  std::ostream discarded(nullptr);
+  std::ostream& out = process_groups.is_first_rank() ? printed : discarded;
+  std::ostream& out_last = process_groups.is_last_rank() ? printed : discarded;
+  Communicator& world = *process_groups.world;
+  Communicator& data_parallel = *process_groups.data_parallel;
   // The model's shape is checked and its memory estimated before anything is written or
   // allocated: a model this machine cannot hold is refused with the estimate.
   const GptConfig config = model_config(a);
@@ -170,13 +183,23 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
       "Lower --micro-batch-size or --seq-length, recompute activations (--recompute-granularity "
       "full --recompute-method uniform --recompute-num-layers 1), or train a smaller model.";
   const ProcessEnvironment process = read_process_environment();
-  if (process.world_size > 1) {
-    common::fail("this process is task {} of {} ({} launch, node {}): multi-process training "
-                 "(data, tensor, pipeline parallelism) is not built yet; launch one process",
+  if (process.world_size != world.size()) {
+    common::fail("this process is task {} of {} ({} launch, node {}), but it was not started "
+                 "through MPI, so it cannot reach the other tasks: launch with mpirun/mpiexec "
+                 "(or srun --mpi=pmix where Slurm has PMIx), which pretrain_gpt joins",
                  process.rank, process.world_size, process.launcher, process.node);
+  }
+  if (a.world_size != world.size()) {
+    common::fail("the arguments were validated for {} processes, but {} run", a.world_size,
+                 world.size());
   }
   const SelectedDevice selected = select_device(a);
   Device& device = *selected.device;
+  if (selected.gpu && world.size() > 1) {
+    common::fail("--device {}: {} ranks on GPUs need the NCCL communicator, which is not built "
+                 "yet; data parallelism runs on CPU ranks (--device cpu)",
+                 a.device, world.size());
+  }
   if (selected.gpu) {
     common::require_memory_fits(
         estimate,
@@ -187,7 +210,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
     common::require_memory_fits(estimate, common::available_memory(), "pretrain_gpt: the model",
                                 kWaysOut);
   }
-  if (!a.log_dir.empty()) write_exp_manager_files(a.log_dir, a);
+  if (!a.log_dir.empty() && process_groups.is_first_rank()) write_exp_manager_files(a.log_dir, a);
   note_precision(a, device);
 
   // Everything the run keeps on the device is carved here, once: parameters and gradients,
@@ -229,7 +252,20 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
   optimizer.set_loss_scaler(make_loss_scaler(a));
   result.parameter_count = model.parameter_buffer().numel;
   LearningRateScheduler scheduler(learning_rate_schedule(a));
-  const GlobalBatchSizeSchedule batch_sizes = batch_size_schedule(a);
+  const GlobalBatchSizeSchedule batch_sizes =
+      batch_size_schedule(a, process_groups.layout.data_parallel);
+
+  // Megatron's start-up lines (build_num_microbatches_calculator, _initialize_distributed,
+  // initialize_model_parallel), in its order.
+  if (a.rampup_batch_size.empty()) {
+    out << fmt::format("setting number of micro-batches to constant {}\n",
+                       batch_sizes.num_micro_batches(0));
+  }
+  out << "> initializing torch distributed ...\n";
+  out << fmt::format("> initialized tensor model parallel with size {}\n",
+                     process_groups.layout.tensor_parallel);
+  out << fmt::format("> initialized pipeline model parallel with size {}\n",
+                     process_groups.layout.pipeline_parallel);
 
   if (!source && a.mock_data) {
     source = [dataset = MockDataset(a.seed, config.vocab_size, a.seq_length)](
@@ -252,13 +288,20 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
     peak_flops = measure_cpu_sgemm_peak();
     spdlog::info("measured sgemm peak: {:.3f} TFLOP/s (the MFU reference)", *peak_flops / 1e12);
   }
-  TrainingLog log(a, config.padded_vocab_size, peak_flops, out);
+  // TensorBoard and the iteration lines are the last rank's (Megatron's get_tensorboard_writer).
+  TrainingArguments log_arguments = a;
+  if (!process_groups.is_last_rank()) log_arguments.tensorboard_dir.clear();
+  TrainingLog log(log_arguments, config.padded_vocab_size, peak_flops, out_last);
 
   // ---- checkpointing (backend/ckpt): where training resumes, and saving (Megatron's
   // load_checkpoint in setup_model_and_optimizer; checkpoint_and_decide_exit in train).
   // One live run per --save directory (checkpoint.hpp), held until training ends.
   std::optional<common::ExclusiveFileLock> save_lock;
-  if (!a.save.empty()) save_lock.emplace(lock_save_directory(a.save));
+  // Rank 0 writes the checkpoints (every data-parallel rank holds the same state), so it holds
+  // the lock.
+  if (!a.save.empty() && process_groups.is_first_rank()) {
+    save_lock.emplace(lock_save_directory(a.save));
+  }
   TrainingProgress resumed;
   int64_t last_saved_iteration = -1;  // a checkpoint of this iteration exists in --save
   if (!a.load.empty()) {
@@ -272,14 +315,23 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
   }
   // Megatron builds the datasets after the model, the optimizer and the checkpoint.
   if (!source) {
-    source = build_dataset_batch_source(a, config.vocab_size, out);
+    // Rank 0 first, as Megatron builds the index caches on rank 0 and the others read them.
+    if (process_groups.is_first_rank()) source = build_dataset_batch_source(a, config.vocab_size, out);
+    world.barrier();
+    if (!process_groups.is_first_rank()) {
+      source = build_dataset_batch_source(a, config.vocab_size, out);
+    }
     out << fmt::format("[after dataloaders are built] datetime: {}\n",
                        format_timestamp(std::time(nullptr)));
   }
   int64_t consumed_train = resumed.consumed_train_samples;
   int64_t consumed_valid = resumed.consumed_valid_samples;
   auto save = [&](int64_t iteration) {
-    save_checkpoint(a, {iteration, consumed_train, consumed_valid}, model, optimizer, scheduler, out);
+    if (process_groups.is_first_rank()) {
+      save_checkpoint(a, {iteration, consumed_train, consumed_valid}, model, optimizer, scheduler,
+                      out);
+    }
+    world.barrier();  // the checkpoint is whole before any rank goes on (or exits)
     last_saved_iteration = iteration;
   };
 
@@ -290,7 +342,8 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
   // Megatron's evaluate_and_print_results; returns the loss.
   auto evaluate_and_log = [&](Split split, int64_t& consumed_samples, const std::string& prefix,
                               int64_t iteration) {
-    const EvaluationResult evaluation = evaluate(model, source, split, consumed_samples, a);
+    const EvaluationResult evaluation =
+        evaluate(model, source, split, consumed_samples, a, data_parallel);
     consumed_samples += evaluation.samples;
     log.add_evaluation(prefix, iteration, consumed_train, evaluation.lm_loss);
     return evaluation.lm_loss;
@@ -301,7 +354,8 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
     const GlobalBatch batch{.first_sample = consumed_train,
                             .global_batch_size = batch_sizes.global_batch_size(consumed_train),
                             .num_micro_batches = batch_sizes.num_micro_batches(consumed_train)};
-    const TrainStepResult step = train_step(model, optimizer, scheduler, source, batch, a);
+    const TrainStepResult step =
+        train_step(model, optimizer, scheduler, source, batch, a, data_parallel);
     consumed_train += batch.global_batch_size;
     const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     result.iterations.push_back({.iteration = iteration,
@@ -332,9 +386,9 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
   if (const auto iteration = iteration_to_save_at_end(a, resumed.iteration, last_saved_iteration)) {
     save(*iteration);
   }
-  if (!a.benchmark_output.empty()) {
+  if (!a.benchmark_output.empty() && process_groups.is_last_rank()) {
     report_benchmark(a, config.padded_vocab_size, result.parameter_count, result.iterations,
-                     peak_flops, out);
+                     peak_flops, out_last);
   }
   if (a.eval_iters > 0) {
     result.validation_loss = evaluate_and_log(

@@ -1,5 +1,5 @@
 // The pretraining loop of Megatron-LM's pretrain() and train() (megatron/training/training.py),
-// on one process: build the model, the optimizer and the schedule from the arguments, load a
+// on one process or one data-parallel rank: build the model, the optimizer and the schedule from the arguments, load a
 // checkpoint if asked, then for each iteration
 //   train_step (train_step.hpp)              the global batch's update
 //   TrainingLog (training_log.hpp)           TensorBoard scalars, the iteration line
@@ -14,6 +14,7 @@
 #include <optional>
 #include <vector>
 
+#include "backend/dist/process_groups.hpp"
 #include "backend/model/gpt_config.hpp"
 #include "backend/train/arguments.hpp"
 #include "backend/train/batch_source.hpp"
@@ -37,8 +38,13 @@ int64_t tokenizer_vocab_size(const TrainingArguments& arguments);
 GptConfig model_config(const TrainingArguments& arguments);
 
 // Runs the whole training. `source` empty: the mock dataset with --mock-data, else the datasets
-// the data flags name (dataset_provider.hpp).
+// the data flags name (dataset_provider.hpp). One process, or one rank of `groups`
+// (process_groups.hpp; data parallel so far): every rank calls it; rank 0 prints the setup
+// and checkpoint lines and writes the checkpoints, the last rank the iteration and
+// evaluation lines (Megatron's print_rank_0 / print_rank_last); the others print nothing.
 TrainingResult pretrain(const TrainingArguments& arguments, std::ostream& out,
                         BatchSource source = {});
+TrainingResult pretrain(const TrainingArguments& arguments, std::ostream& out, BatchSource source,
+                        ProcessGroups& groups);
 
 }  // namespace backend

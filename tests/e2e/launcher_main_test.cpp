@@ -2,6 +2,7 @@
 // real `pretrain_gpt` and leaves NeMo's results layout. Tiny model overrides keep it fast.
 #include <doctest/doctest.h>
 
+#include "mpi_test_environment.hpp"
 #include "read_file.hpp"
 #include "temporary_directory.hpp"
 
@@ -411,16 +412,33 @@ TEST_CASE("--cfg shows the config that would be launched, cluster group choice i
   CHECK(run.output.find("gpus_per_node: 8") != std::string::npos);
 }
 
-TEST_CASE("several processes on the local cluster start through mpirun, one per device") {
-  TemporaryDirectory temporary;
-  const auto run = launcher::run_and_capture(tiny_run(temporary.path, {"training.trainer.devices=2"}));
+TEST_CASE("several processes on the local cluster start through mpirun and train data-parallel") {
+  test_support::use_mpi_test_environment();
+  TemporaryDirectory one_device, two_devices;
+  const auto single = launcher::run_and_capture(tiny_run(one_device.path));
+  REQUIRE(single.exit_code == 0);
+  const auto run = launcher::run_and_capture(tiny_run(two_devices.path, {"training.trainer.devices=2"}));
   INFO(run.output);
-  const std::string script = read_file(temporary.path / "gpt3_126m" / "gpt3_126m_submission.sh");
+  const std::string script = read_file(two_devices.path / "gpt3_126m" / "gpt3_126m_submission.sh");
   CHECK(script.find("mpirun -np 2 --oversubscribe") != std::string::npos);
-  // Each task knows it is one of two (until the distributed path exists it stops there).
-  CHECK(run.output.find("this process is task 0 of 2 (openmpi launch") != std::string::npos);
-  CHECK(run.output.find("this process is task 1 of 2 (openmpi launch") != std::string::npos);
-  CHECK(run.exit_code != 0);
+  CHECK(run.exit_code == 0);
+  // Two ranks, one data-parallel group: the last rank prints each iteration once, and the
+  // losses are one device's (the same global batch, each rank reading its half).
+  CHECK(count_matches(run.output, kIterationLine) == 3);
+  CHECK(count_matches(run.output, std::regex(R"(\n  data_parallel_size \.+ 2\n)")) == 1);
+  const std::regex loss(R"(iteration +(\d)/ +3 \|.*\| lm loss: ([0-9.E+-]+) \|)");
+  std::vector<double> expected, actual;
+  for (auto it = std::sregex_iterator(single.output.begin(), single.output.end(), loss);
+       it != std::sregex_iterator(); ++it) {
+    expected.push_back(std::stod((*it)[2]));
+  }
+  for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), loss);
+       it != std::sregex_iterator(); ++it) {
+    actual.push_back(std::stod((*it)[2]));
+  }
+  REQUIRE(expected.size() == 3);
+  REQUIRE(actual.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK(actual[i] == doctest::Approx(expected[i]).epsilon(1e-6));
 }
 
 TEST_CASE("the local cluster is one machine: more than one node is refused") {

@@ -230,9 +230,10 @@ TEST_CASE("num_nodes=2 renders and submits a two-node allocation whose tasks lan
   INFO("scontrol show job: " << outcome.record);
   REQUIRE(outcome.finished);
   CHECK(outcome.record.find("NodeList=node[1-2]") != std::string::npos);
-  // Until the distributed path exists each task refuses to train alone, naming itself: the
-  // two messages prove srun placed one task on each node.
+  // The test cluster's Slurm has no PMIx, so srun's tasks cannot start MPI: each refuses to
+  // train alone, naming itself, and the two messages prove srun placed one task on each node.
   const std::string job_log = slurm_test::read_text(results / ("log-" + kJobName + "_" + job_id + ".out"));
+  INFO("job log:\n" << job_log);
   CHECK(job_log.find("task 0 of 2 (slurm launch, node node1)") != std::string::npos);
   CHECK(job_log.find("task 1 of 2 (slurm launch, node node2)") != std::string::npos);
   CHECK(outcome.state == "FAILED");

@@ -111,8 +111,10 @@ void expect_identical_losses(const std::vector<backend::IterationRecord>& actual
 TEST_CASE("50 fp32 steps on the CUDA device follow the CPU's losses within 1e-4 relative") {
   const auto device = gpu_device_or_skip();
   if (!device) return;
-  for (const auto& [name, arguments] :
+  for (const auto& style :
        {std::pair{"GPT-2 style", gpt2_style()}, std::pair{"Llama style", llama_style()}}) {
+    const std::string name = style.first;  // (clang 14: no CAPTURE of a structured binding)
+    const TrainingArguments& arguments = style.second;
     CAPTURE(name);
     const TrainingResult cpu = train(arguments, "cpu");
     const TrainingResult gpu = train(arguments, *device);
@@ -152,8 +154,9 @@ TEST_CASE("a checkpoint written on the GPU continues on the CPU, and the other w
   test_support::TemporaryDirectory directory;
   TrainingArguments base = llama_style();
   base.train_iters = 10;
-  for (const auto& [from, to] : {std::pair{*device, std::string("cpu")},
-                                 std::pair{std::string("cpu"), *device}}) {
+  for (const auto& devices : {std::pair{*device, std::string("cpu")},
+                              std::pair{std::string("cpu"), *device}}) {
+    const std::string from = devices.first, to = devices.second;
     CAPTURE(from);
     CAPTURE(to);
     const auto save = directory.path / (from + "_to_" + to);

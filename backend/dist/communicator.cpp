@@ -1,0 +1,56 @@
+// The one-process communicator; see communicator.hpp.
+#include "backend/dist/communicator.hpp"
+
+#include <cstring>
+
+#include "backend/common/error.hpp"
+
+namespace backend {
+namespace {
+
+class SingleProcessCommunicator final : public Communicator {
+ public:
+  explicit SingleProcessCommunicator(std::string name) : name_(std::move(name)) {}
+  int64_t rank() const override { return 0; }
+  int64_t size() const override { return 1; }
+  std::string name() const override { return name_; }
+  void all_reduce(View, ReduceOperation) override {}
+  void reduce_scatter(View output, View input) override { copy(output, input, "reduce_scatter"); }
+  void all_gather(View output, View input) override { copy(output, input, "all_gather"); }
+  void broadcast(View, int64_t root) override { check_peer(root, "broadcast"); }
+  void send(View, int64_t peer) override { no_peer(peer, "send to"); }
+  void receive(View, int64_t peer) override { no_peer(peer, "receive from"); }
+  void barrier() override {}
+  std::unique_ptr<Communicator> split(int64_t, int64_t, std::string name) override {
+    return std::make_unique<SingleProcessCommunicator>(std::move(name));
+  }
+
+ private:
+  void copy(View output, View input, const char* what) const {
+    if (output.bytes() != input.bytes()) {
+      common::fail("{} in the {} group: {} bytes out for {} bytes in", what, name_,
+                   output.bytes(), input.bytes());
+    }
+    if (output.on != MemoryKind::host || input.on != MemoryKind::host) {
+      common::fail("{} in the one-process {} group moves host memory only", what, name_);
+    }
+    if (output.data != input.data && input.bytes() > 0) {
+      std::memmove(output.data, input.data, static_cast<size_t>(input.bytes()));
+    }
+  }
+  [[noreturn]] void no_peer(int64_t peer, const char* what) const {
+    common::fail("{} rank {}: the one-process {} group has no other member", what, peer, name_);
+  }
+  void check_peer(int64_t peer, const char* what) const {
+    if (peer != 0) common::fail("{} to rank {} of the one-process {} group", what, peer, name_);
+  }
+  std::string name_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_single_process_communicator(std::string name) {
+  return std::make_unique<SingleProcessCommunicator>(std::move(name));
+}
+
+}  // namespace backend

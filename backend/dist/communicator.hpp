@@ -1,0 +1,51 @@
+// Communicator: the collectives of one process group, over Views (Megatron's torch.distributed
+// calls: all_reduce, reduce_scatter_tensor, all_gather_into_tensor, broadcast, send/recv,
+// barrier). One interface, implemented over Open MPI for CPU ranks (mpi_communicator) and,
+// later, NCCL for GPU ranks; never a home-made transport. A communicator is an object made
+// from the world's by split(), held by whatever needs it (ProcessGroups): no global state.
+//
+// Every collective is called by every member with the same sizes and types; `values` is
+// overwritten in place where it is both input and output. Sums are in the views' element type;
+// the order in which the members' contributions are added is the library's, fixed for a given
+// library, size and group (so runs repeat), but not the order of a single-process sum.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/device/view.hpp"
+
+namespace backend {
+
+enum class ReduceOperation { sum, max };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int64_t rank() const = 0;  // in this group
+  virtual int64_t size() const = 0;
+  virtual std::string name() const = 0;  // "data parallel", for messages
+
+  // values = op over the members' values, on every member.
+  virtual void all_reduce(View values, ReduceOperation operation) = 0;
+  // output (input.numel / size elements) = member rank's slice of Σ inputs.
+  virtual void reduce_scatter(View output, View input) = 0;
+  // output (size · input.numel) = the members' inputs in rank order.
+  virtual void all_gather(View output, View input) = 0;
+  virtual void broadcast(View values, int64_t root) = 0;
+  virtual void send(View values, int64_t peer) = 0;
+  virtual void receive(View values, int64_t peer) = 0;
+  virtual void barrier() = 0;
+
+  // A new communicator of the members that pass the same `color`, ranked by `key` (MPI's
+  // MPI_Comm_split); called by every member.
+  virtual std::unique_ptr<Communicator> split(int64_t color, int64_t key, std::string name) = 0;
+};
+
+// The group of one process: every collective is the identity (a single rank's sum is its own
+// values). What a one-process run's groups are.
+std::unique_ptr<Communicator> make_single_process_communicator(std::string name);
+
+}  // namespace backend

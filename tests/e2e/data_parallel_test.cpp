@@ -1,0 +1,251 @@
+// Data parallelism with real Open MPI ranks (mpirun --oversubscribe on the CI's two cores):
+// DP=2 and DP=4 train the same losses as one process accumulating the same global batch
+// (Megatron's sampler gives each rank its slice, gradients are summed over the group), for a
+// GPT-2-style model with dropout and a Llama-style model (GQA, SwiGLU, RoPE); the weights saved after 20 steps
+// agree within 1e-5; the iteration lines are printed once, by the last rank; a rank killed
+// with SIGKILL ends the whole job, non-zero, within seconds; and a multi-task launch that is
+// not MPI's is refused with how to launch instead.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/ckpt/checkpoint.hpp"
+#include "backend/ckpt/checkpoint_file.hpp"
+#include "mpi_test_environment.hpp"
+#include "read_file.hpp"
+#include "spawned_process.hpp"
+#include "temporary_directory.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::vector<std::string> kEnvironment = test_support::mpi_test_environment();
+
+std::string mpirun_path() {
+  for (const char* candidate : {"/usr/bin/mpirun", "/usr/local/bin/mpirun"}) {
+    if (fs::exists(candidate)) return candidate;
+  }
+  return {};
+}
+
+std::vector<std::string> training_flags(const std::string& style, const fs::path& save) {
+  std::vector<std::string> flags = {
+      "--num-layers", "2", "--hidden-size", "64", "--seq-length", "32",
+      "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "20",
+      "--lr", "2e-3", "--lr-warmup-iters", "2", "--lr-decay-style", "cosine",
+      "--clip-grad", "1.0", "--vocab-size", "299", "--tokenizer-type", "NullTokenizer",
+      "--mock-data", "--log-interval", "1", "--eval-interval", "10", "--eval-iters", "1",
+      "--hidden-dropout", "0", "--attention-dropout", "0", "--save", save.string()};
+  if (style == "llama") {
+    flags.insert(flags.end(), {"--num-attention-heads", "8", "--group-query-attention",
+                               "--num-query-groups", "2", "--swiglu", "--ffn-hidden-size", "96",
+                               "--position-embedding-type", "rope", "--normalization", "RMSNorm",
+                               "--disable-bias-linear", "--untie-embeddings-and-output-weights"});
+  } else {
+    // With dropout: the masks follow the sample's place in the global batch, so DP=2 draws
+    // the masks one process draws.
+    flags.insert(flags.end(), {"--num-attention-heads", "4", "--hidden-dropout", "0.1",
+                               "--attention-dropout", "0.1"});
+  }
+  return flags;
+}
+
+std::vector<std::string> command(int ranks, const std::vector<std::string>& flags) {
+  std::vector<std::string> argv;
+  if (ranks > 1) argv = {mpirun_path(), "-np", std::to_string(ranks), "--oversubscribe"};
+  argv.push_back(std::string(TEST_BIN_DIR) + "/pretrain_gpt");
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return argv;
+}
+
+int run(int ranks, const std::vector<std::string>& flags, const fs::path& log) {
+  return test_support::wait_for_exit(test_support::spawn_process(command(ranks, flags), log,
+                                                                 kEnvironment));
+}
+
+// iteration → lm loss, and how many iteration lines there were.
+std::map<int, double> logged_losses(const std::string& log, int& lines) {
+  static const std::regex line(R"( iteration +(\d+)/ +\d+ \|.*\| lm loss: ([0-9.E+-]+) \|)");
+  std::map<int, double> losses;
+  lines = 0;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), line); it != std::sregex_iterator();
+       ++it, ++lines) {
+    losses[std::stoi((*it)[1])] = std::stod((*it)[2]);
+  }
+  return losses;
+}
+
+std::vector<float> as_floats(const std::vector<std::byte>& bytes) {
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+// max |a − b| / max |b| over the parameter tensors (not the optimizer's) of two checkpoints.
+double weight_difference(const fs::path& actual_file, const fs::path& expected_file) {
+  const backend::CheckpointFileReader actual(actual_file);
+  const backend::CheckpointFileReader expected(expected_file);
+  double worst = 0, scale = 0;
+  for (const auto& entry : expected.tensors()) {
+    if (entry.name.starts_with("optimizer.")) continue;
+    const auto* other = actual.find(entry.name);
+    REQUIRE_MESSAGE(other != nullptr, entry.name);
+    const auto a = as_floats(actual.read_bytes(*other));
+    const auto b = as_floats(expected.read_bytes(entry));
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+      scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+    }
+  }
+  return worst / std::max(scale, 1e-30);
+}
+
+}  // namespace
+
+TEST_CASE("DP=2 and DP=4 over Open MPI train as one process accumulating the same batch") {
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  test_support::TemporaryDirectory directory;
+  for (const std::string style : {"gpt2", "llama"}) {
+    CAPTURE(style);
+    const fs::path single_save = directory.path / (style + "_dp1");
+    const fs::path single_log = directory.path / (style + "_dp1.log");
+    REQUIRE(run(1, training_flags(style, single_save), single_log) == 0);
+    int single_lines = 0;
+    const auto expected = logged_losses(test_support::read_file(single_log), single_lines);
+    REQUIRE(expected.size() == 20);
+    for (const int ranks : {2, 4}) {
+      CAPTURE(ranks);
+      const fs::path save = directory.path / (style + "_dp" + std::to_string(ranks));
+      const fs::path log = directory.path / (style + "_dp" + std::to_string(ranks) + ".log");
+      const int status = run(ranks, training_flags(style, save), log);
+      const std::string output = test_support::read_file(log);
+      INFO(output.substr(output.size() > 3000 ? output.size() - 3000 : 0));
+      REQUIRE(status == 0);
+      int lines = 0;
+      const auto losses = logged_losses(output, lines);
+      CHECK(lines == 20);  // printed once, by the last rank
+      CHECK(output.find("> initialized tensor model parallel with size 1") != std::string::npos);
+      CHECK(output.find(fmt::format("setting number of micro-batches to constant {}",
+                                    4 / ranks)) != std::string::npos);
+      size_t dumps = 0;
+      for (size_t at = output.find("-- arguments --"); at != std::string::npos;
+           at = output.find("-- arguments --", at + 1)) {
+        ++dumps;
+      }
+      CHECK(dumps == 1);  // rank 0's
+      CHECK(std::regex_search(output, std::regex(fmt::format(R"(\n  data_parallel_size \.+ {}\n)",
+                                                              ranks))));
+      REQUIRE(losses.size() == expected.size());
+      for (const auto& entry : expected) {  // (clang 14: no CAPTURE of a structured binding)
+        const int iteration = entry.first;
+        const double loss = entry.second;
+        CAPTURE(iteration);
+        CHECK(std::fabs(losses.at(iteration) - loss) <= 1e-6 * std::fabs(loss));
+      }
+      CHECK(weight_difference(backend::checkpoint_file_path(save, 20),
+                              backend::checkpoint_file_path(single_save, 20)) <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("a checkpoint saved at DP=2 resumes on one process with the uninterrupted losses") {
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  test_support::TemporaryDirectory directory;
+  const fs::path single_log = directory.path / "single.log";
+  REQUIRE(run(1, training_flags("gpt2", directory.path / "single"), single_log) == 0);
+  int lines = 0;
+  const auto expected = logged_losses(test_support::read_file(single_log), lines);
+
+  const fs::path save = directory.path / "dp2_then_dp1";
+  auto first_half = training_flags("gpt2", save);
+  first_half.insert(first_half.end(), {"--exit-interval", "10", "--eval-iters", "0"});
+  REQUIRE(run(2, first_half, directory.path / "dp2.log") == 0);
+  auto second_half = training_flags("gpt2", save);
+  second_half.insert(second_half.end(), {"--load", save.string()});
+  const fs::path log = directory.path / "dp1.log";
+  REQUIRE(run(1, second_half, log) == 0);
+  const std::string output = test_support::read_file(log);
+  INFO(output.substr(output.size() > 2000 ? output.size() - 2000 : 0));
+  const auto resumed = logged_losses(output, lines);
+  REQUIRE(resumed.size() == 10);
+  for (const auto& entry : resumed) {
+    const int iteration = entry.first;
+    const double loss = entry.second;
+    CAPTURE(iteration);
+    CHECK(std::fabs(loss - expected.at(iteration)) <= 1e-6 * std::fabs(expected.at(iteration)));
+  }
+}
+
+TEST_CASE("a rank killed with SIGKILL ends the whole data-parallel job, non-zero, within seconds") {
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  test_support::TemporaryDirectory directory;
+  auto flags = training_flags("gpt2", directory.path / "save");
+  flags.insert(flags.end(), {"--train-iters", "100000", "--eval-iters", "0"});
+  const fs::path log = directory.path / "killed.log";
+  const pid_t mpirun = test_support::spawn_process(command(2, flags), log, kEnvironment);
+  // Wait until training runs (an iteration line), then kill one rank: mpirun's child.
+  const auto started = std::chrono::steady_clock::now();
+  while (test_support::read_file(log).find(" iteration ") == std::string::npos) {
+    REQUIRE(std::chrono::steady_clock::now() - started < std::chrono::seconds(60));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string children = test_support::read_file(
+      fs::path("/proc") / std::to_string(mpirun) / "task" / std::to_string(mpirun) / "children");
+  std::vector<pid_t> ranks;
+  for (size_t at = 0; at < children.size();) {
+    const size_t end = children.find(' ', at);
+    const std::string word = children.substr(at, end - at);
+    if (!word.empty()) ranks.push_back(std::stoi(word));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  REQUIRE(ranks.size() == 2);
+  const auto killed_at = std::chrono::steady_clock::now();
+  REQUIRE(kill(ranks.back(), SIGKILL) == 0);
+  const int status = test_support::wait_for_exit(mpirun);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  CHECK(status != 0);
+  CHECK(seconds < 30);
+  // No rank is left running (a zombie waiting for its new parent to reap it has ended).
+  auto running = [](pid_t pid) {
+    const std::string stat =
+        test_support::read_file(fs::path("/proc") / std::to_string(pid) / "stat");
+    const size_t close = stat.rfind(')');
+    return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+  };
+  for (const pid_t rank : ranks) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (running(rank) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    CHECK_FALSE(running(rank));
+  }
+}
+
+TEST_CASE("several tasks started without MPI are refused, saying how to launch") {
+  test_support::TemporaryDirectory directory;
+  const fs::path log = directory.path / "torchrun.log";
+  auto flags = training_flags("gpt2", directory.path / "save");
+  const pid_t pid = test_support::spawn_process(
+      command(1, flags), log, {"OMP_NUM_THREADS=1", "RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0"});
+  CHECK(test_support::wait_for_exit(pid) == 2);
+  const std::string output = test_support::read_file(log);
+  CHECK(output.find("this process is task 0 of 2 (torchrun launch") != std::string::npos);
+  CHECK(output.find("launch with mpirun/mpiexec") != std::string::npos);
+}
