@@ -38,6 +38,10 @@ constexpr std::string_view kDecayStyles[] = {"constant", "linear", "cosine", "in
 constexpr std::string_view kWsdDecayStyles[] = {"exponential", "linear", "cosine", "minus_sqrt"};
 constexpr std::string_view kWeightDecayIncrementStyles[] = {"constant", "linear", "cosine"};
 constexpr std::string_view kDevices[] = {"auto", "cpu", "cuda"};
+// Megatron-DeepSpeed's and older Megatron's flags that published scripts pass.
+constexpr std::string_view kDataImplementations[] = {"mmap", "infer", "lazy", "cached"};
+constexpr std::string_view kDistributedBackends[] = {"nccl", "gloo"};
+constexpr std::string_view kDdpImplementations[] = {"local", "torch"};
 
 constexpr FlagRule norm_epsilon() {
   FlagRule rule = real_flag("--norm-epsilon", 0, false);
@@ -129,6 +133,10 @@ constexpr FlagRule kRules[] = {
     integer_flag("--loss-scale-window", 1),
     integer_flag("--hysteresis", 1),
     choice_flag("--device", kDevices),
+    choice_flag("--data-impl", kDataImplementations),
+    choice_flag("--distributed-backend", kDistributedBackends),
+    choice_flag("--DDP-impl", kDdpImplementations),
+    integer_flag("--checkpoint-num-layers", 1),
     // evaluation, logging, checkpoints
     integer_flag("--eval-interval", 1),
     integer_flag("--eval-iters", 0),

@@ -30,6 +30,11 @@ namespace {
 // with the reason, so a translated script fails at once instead of training something else.
 constexpr common::RefusedFlag kUnsupportedFlags[] = {
     {"--sequence-parallel", false, "needs tensor parallelism, which is not built yet"},
+    {"--deepspeed", false, "ZeRO through DeepSpeed's configuration is not built yet"},
+    {"--deepspeed_config", true, "ZeRO through DeepSpeed's configuration is not built yet"},
+    {"--zero-stage", true, "ZeRO through DeepSpeed's configuration is not built yet"},
+    {"--deepspeed-activation-checkpointing", false,
+     "DeepSpeed's activation checkpointing is not built; --recompute-granularity full is"},
     {"--use-distributed-optimizer", false, "needs data parallelism, which is not built yet"},
     {"--tokenizer-model", true, "SentencePiece tokenizers (Llama) are not built; GPT-2 BPE and NullTokenizer are"},
     {"--eod-mask-loss", false, "the loss covers every position; a loss mask is not built yet"},
@@ -111,6 +116,26 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(model);
   app.add_option("--recompute-num-layers", arguments.recompute_num_layers,
                  "Full recompute: N of --recompute-method")->group(model);
+
+  // Megatron-DeepSpeed's and older Megatron's spellings, as the published scripts use them.
+  auto* legacy = "Megatron-DeepSpeed and older Megatron";
+  bool checkpoint_activations = false;
+  app.add_flag("--checkpoint-activations", checkpoint_activations,
+               "Full recompute, as --recompute-granularity full --recompute-method uniform")
+      ->group(legacy);
+  std::optional<int64_t> checkpoint_num_layers;
+  app.add_option("--checkpoint-num-layers", checkpoint_num_layers,
+                 "Layers per recompute chunk with --checkpoint-activations (default 1)")
+      ->group(legacy);
+  app.add_option("--data-impl", arguments.data_impl,
+                 "mmap or infer: the .bin/.idx reader (lazy and cached are not built)")
+      ->group(legacy);
+  app.add_option("--distributed-backend", arguments.distributed_backend,
+                 "nccl or gloo: recorded; CPU ranks talk over Open MPI")
+      ->group(legacy);
+  app.add_option("--DDP-impl", arguments.ddp_impl,
+                 "local or torch: recorded; gradients are summed after the backward either way")
+      ->group(legacy);
 
   auto* data = "Data and tokenizer";
   app.add_option("--tokenizer-type", arguments.tokenizer_type, "GPT2BPETokenizer or NullTokenizer")
@@ -291,6 +316,22 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
     return std::nullopt;
   }
   if (recompute_activations) arguments.recompute_granularity = "selective";
+  if (checkpoint_num_layers && !checkpoint_activations) {
+    common::fail("--checkpoint-num-layers {} needs --checkpoint-activations (or use "
+                 "--recompute-granularity full --recompute-method uniform --recompute-num-layers "
+                 "N)", *checkpoint_num_layers);
+  }
+  if (checkpoint_activations) {
+    // Megatron-DeepSpeed's full recompute: chunks of --checkpoint-num-layers layers.
+    if (!arguments.recompute_granularity.empty() || !arguments.recompute_method.empty() ||
+        arguments.recompute_num_layers) {
+      common::fail("--checkpoint-activations is the old spelling of --recompute-granularity full "
+                   "--recompute-method uniform: give one or the other, not both");
+    }
+    arguments.recompute_granularity = "full";
+    arguments.recompute_method = "uniform";
+    arguments.recompute_num_layers = checkpoint_num_layers.value_or(1);
+  }
   arguments.world_size = read_process_environment().world_size;
   validate_arguments(arguments);
   return arguments;
@@ -418,6 +459,10 @@ void validate_arguments(TrainingArguments& arguments) {
     }
   }
   if (arguments.bf16 && arguments.fp16) common::fail("--bf16 and --fp16 are mutually exclusive");
+  if (arguments.data_impl == "lazy" || arguments.data_impl == "cached") {
+    common::fail("--data-impl {}: only the memory-mapped reader is built (--data-impl mmap, or "
+                 "infer, which finds mmap in every .idx this backend reads)", arguments.data_impl);
+  }
   // Loss scaling: build the scaler the flags give (backend/train/loss_scaling.hpp), so that
   // Megatron's grad-scaler asserts are refused now, naming the flags: --min-loss-scale ≤
   // --initial-loss-scale where the dynamic scaler is built (--fp16 without --loss-scale; Megatron
@@ -431,6 +476,11 @@ void validate_arguments(TrainingArguments& arguments) {
   }
 
   // Tokenizer: the vocabulary size is what the model needs; GPT-2's is a fixed fact.
+  // Megatron-DeepSpeed's pretrain_gpt.py: a GPT-2 vocabulary and merges mean GPT-2's BPE.
+  if (arguments.tokenizer_type.empty() && !arguments.vocab_file.empty() &&
+      !arguments.merge_file.empty()) {
+    arguments.tokenizer_type = "GPT2BPETokenizer";
+  }
   if (arguments.tokenizer_type.empty()) {
     if (arguments.vocab_size <= 0) {
       common::fail("no tokenizer: pass --tokenizer-type GPT2BPETokenizer (with --vocab-file and "
@@ -530,6 +580,9 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"rotary_percent", fmt::format("{}", a.rotary_percent)},
       {"swiglu", python(a.swiglu)},
       {"use_flash_attn", python(a.use_flash_attn)},
+      {"data_impl", a.data_impl},
+      {"distributed_backend", a.distributed_backend},
+      {"DDP_impl", a.ddp_impl},
       {"untie_embeddings_and_output_weights", python(a.untie_embeddings_and_output_weights)},
       {"log_interval", fmt::format("{}", a.log_interval)},
       {"lr", fmt::format("{}", a.lr)},

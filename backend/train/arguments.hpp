@@ -94,7 +94,12 @@ struct TrainingArguments {
   int64_t pipeline_model_parallel_size = 1;
 
   // precision: the CPU path computes in fp32 whatever is asked
-  bool use_flash_attn = false;  // accepted: attention is always fused (no s × s scores)
+  bool use_flash_attn = false;
+  // Megatron-DeepSpeed's and older Megatron's, accepted and recorded (arguments.cpp says what
+  // each means here).
+  std::string data_impl = "mmap";
+  std::string distributed_backend = "nccl";
+  std::string ddp_impl = "local";  // accepted: attention is always fused (no s × s scores)
   bool bf16 = false;
   bool fp16 = false;
   // Loss scaling (backend/train/loss_scaling.hpp says which scaler these give): a constant

@@ -558,3 +558,63 @@ TEST_CASE("--use-flash-attn is accepted: attention is fused on every device") {
   CHECK(arguments->use_flash_attn);
   CHECK(backend::argument_values(*arguments).at("use_flash_attn") == "True");
 }
+
+TEST_CASE("Megatron-DeepSpeed's flags are accepted with their meaning") {
+  auto words = base_flags();
+  words.insert(words.end(), {"--checkpoint-activations", "--checkpoint-num-layers", "2",
+                             "--data-impl", "mmap", "--distributed-backend", "gloo", "--DDP-impl",
+                             "torch"});
+  const auto arguments = parse(words);
+  REQUIRE(arguments.has_value());
+  CHECK(arguments->recompute_granularity == "full");
+  CHECK(arguments->recompute_method == "uniform");
+  CHECK(arguments->recompute_num_layers == 2);
+  const auto values = backend::argument_values(*arguments);
+  CHECK(values.at("data_impl") == "mmap");
+  CHECK(values.at("distributed_backend") == "gloo");
+  CHECK(values.at("DDP_impl") == "torch");
+  // --checkpoint-activations alone: chunks of one layer.
+  auto plain = base_flags();
+  plain.push_back("--checkpoint-activations");
+  CHECK(parse(plain)->recompute_num_layers == 1);
+}
+
+TEST_CASE("a GPT-2 vocabulary and merges give GPT2BPETokenizer when no type is named") {
+  auto words = base_flags();
+  // base_flags names a tokenizer; drop it, as the Megatron-DeepSpeed scripts do.
+  const auto type = std::find(words.begin(), words.end(), "--tokenizer-type");
+  if (type != words.end()) words.erase(type, type + 2);
+  const auto size = std::find(words.begin(), words.end(), "--vocab-size");
+  if (size != words.end()) words.erase(size, size + 2);
+  const std::string vocab = std::string(TEST_SOURCE_DIR) + "/tests/data/gpt2-vocab.json";
+  const std::string merges = std::string(TEST_SOURCE_DIR) + "/tests/data/gpt2-merges.txt";
+  words.insert(words.end(), {"--vocab-file", vocab, "--merge-file", merges});
+  const auto arguments = parse(words);
+  REQUIRE(arguments.has_value());
+  CHECK(arguments->tokenizer_type == "GPT2BPETokenizer");
+}
+
+TEST_CASE("legacy and DeepSpeed flags that are not built are refused, naming the flag") {
+  struct Case {
+    std::vector<std::string> extra;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--data-impl", "lazy"}, "--data-impl lazy: only the memory-mapped reader is built"},
+      {{"--data-impl", "sparse"}, "--data-impl: 'sparse' is not a valid choice"},
+      {{"--distributed-backend", "mpi"}, "--distributed-backend: 'mpi' is not a valid choice"},
+      {{"--checkpoint-num-layers", "2"}, "--checkpoint-num-layers 2 needs --checkpoint-activations"},
+      {{"--checkpoint-activations", "--recompute-granularity", "selective"},
+       "--checkpoint-activations is the old spelling of --recompute-granularity full"},
+      {{"--deepspeed"}, "--deepspeed is a Megatron-LM flag this backend does not support yet"},
+      {{"--deepspeed_config", "ds.json"},
+       "--deepspeed_config is a Megatron-LM flag this backend does not support yet"},
+      {{"--zero-stage", "3"}, "--zero-stage is a Megatron-LM flag this backend does not support yet"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    auto words = base_flags();
+    words.insert(words.end(), c.extra.begin(), c.extra.end());
+    CHECK_THROWS_WITH_AS(parse(words), doctest::Contains(c.message.c_str()), common::Error);
+  }
+}
