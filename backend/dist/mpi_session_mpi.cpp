@@ -70,10 +70,7 @@ class MpiCommunicator final : public Communicator {
 
   void all_reduce(View values, ReduceOperation operation) override {
     const int count = mpi_count(values, "MPI_Allreduce", name_);
-    if (values.type == ElementType::bf16 || values.type == ElementType::f16) {
-      common::fail("MPI_Allreduce in the {} group: {} is not summed on CPU ranks", name_,
-                   element_name(values.type));
-    }
+    check_summable(values, "MPI_Allreduce");
     const MPI_Op op = operation == ReduceOperation::sum ? MPI_SUM : MPI_MAX;
     check(MPI_Allreduce(MPI_IN_PLACE, values.data, count,
                         mpi_type(values.type, "MPI_Allreduce", name_), op, communicator_),
@@ -83,6 +80,7 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter(View output, View input) override {
     const int count = mpi_count(output, "MPI_Reduce_scatter_block", name_);
     same_type(output, input, "MPI_Reduce_scatter_block");
+    check_summable(input, "MPI_Reduce_scatter_block");
     if (input.numel != output.numel * size_) {
       common::fail("MPI_Reduce_scatter_block in the {} group: {} elements in for {} out on each "
                    "of {} ranks", name_, input.numel, output.numel, size_);
@@ -139,6 +137,13 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // 16-bit floats travel as 16-bit words (MPI has no bf16): moved, never summed.
+  void check_summable(const View& values, const char* call) const {
+    if (values.type == ElementType::bf16 || values.type == ElementType::f16) {
+      common::fail("{} in the {} group: {} is not summed on CPU ranks", call, name_,
+                   element_name(values.type));
+    }
+  }
   void same_type(const View& output, const View& input, const char* call) const {
     if (output.type != input.type) {
       common::fail("{} in the {} group: {} in, {} out", call, name_, element_name(input.type),
