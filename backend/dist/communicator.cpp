@@ -1,11 +1,21 @@
 // The one-process communicator; see communicator.hpp.
 #include "backend/dist/communicator.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/common/error.hpp"
 
 namespace backend {
+
+ShardRange shard_range(int64_t numel, int64_t members, int64_t rank) {
+  if (members < 1 || rank < 0 || rank >= members || numel < 0) {
+    common::fail("shard_range: rank {} of {} members, {} elements", rank, members, numel);
+  }
+  const int64_t base = numel / members, longer = numel % members;
+  return {.offset = rank * base + std::min(rank, longer), .numel = base + (rank < longer ? 1 : 0)};
+}
+
 namespace {
 
 class SingleProcessCommunicator final : public Communicator {

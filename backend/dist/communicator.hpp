@@ -20,6 +20,14 @@ namespace backend {
 
 enum class ReduceOperation { sum, max };
 
+// Member `rank`'s shard of a buffer of `numel` elements cut into `members` contiguous shards:
+// the first numel % members shards one element longer, so any size shards without padding.
+struct ShardRange {
+  int64_t offset = 0;
+  int64_t numel = 0;
+};
+ShardRange shard_range(int64_t numel, int64_t members, int64_t rank);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -30,9 +38,12 @@ class Communicator {
 
   // values = op over the members' values, on every member.
   virtual void all_reduce(View values, ReduceOperation operation) = 0;
-  // output (input.numel / size elements) = member rank's slice of Σ inputs.
+  // A buffer of N elements is cut into size() contiguous shards, shard_range(N, size, r) for
+  // member r (the distributed optimizer's ranges of the flat gradient buffer).
+  // output (this member's shard of input.numel) = this member's shard of Σ inputs.
   virtual void reduce_scatter(View output, View input) = 0;
-  // output (size · input.numel) = the members' inputs in rank order.
+  // output (N elements) = the members' shards in rank order; input is this member's shard of
+  // N. input may be output's own shard (in place).
   virtual void all_gather(View output, View input) = 0;
   virtual void broadcast(View values, int64_t root) = 0;
   virtual void send(View values, int64_t peer) = 0;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "backend/common/error.hpp"
 #include "backend/dist/mpi_session.hpp"
@@ -78,29 +79,45 @@ class MpiCommunicator final : public Communicator {
   }
 
   void reduce_scatter(View output, View input) override {
-    const int count = mpi_count(output, "MPI_Reduce_scatter_block", name_);
-    same_type(output, input, "MPI_Reduce_scatter_block");
-    check_summable(input, "MPI_Reduce_scatter_block");
-    if (input.numel != output.numel * size_) {
-      common::fail("MPI_Reduce_scatter_block in the {} group: {} elements in for {} out on each "
-                   "of {} ranks", name_, input.numel, output.numel, size_);
+    mpi_count(input, "MPI_Reduce_scatter", name_);
+    const int count = mpi_count(output, "MPI_Reduce_scatter", name_);
+    same_type(output, input, "MPI_Reduce_scatter");
+    check_summable(input, "MPI_Reduce_scatter");
+    const std::vector<int> counts = shard_counts(input.numel);
+    if (count != counts[static_cast<size_t>(rank_)]) {
+      common::fail("MPI_Reduce_scatter in the {} group: {} elements out, but rank {}'s shard of "
+                   "{} is {}", name_, output.numel, rank_, input.numel,
+                   counts[static_cast<size_t>(rank_)]);
     }
-    check(MPI_Reduce_scatter_block(input.data, output.data, count,
-                                   mpi_type(input.type, "MPI_Reduce_scatter_block", name_),
-                                   MPI_SUM, communicator_),
-          "MPI_Reduce_scatter_block", name_);
+    check(MPI_Reduce_scatter(input.data, output.data, counts.data(),
+                             mpi_type(input.type, "MPI_Reduce_scatter", name_), MPI_SUM,
+                             communicator_),
+          "MPI_Reduce_scatter", name_);
   }
 
   void all_gather(View output, View input) override {
-    const int count = mpi_count(input, "MPI_Allgather", name_);
-    same_type(output, input, "MPI_Allgather");
-    if (output.numel != input.numel * size_) {
-      common::fail("MPI_Allgather in the {} group: {} elements out for {} in from each of {} "
-                   "ranks", name_, output.numel, input.numel, size_);
+    mpi_count(output, "MPI_Allgatherv", name_);
+    const int count = mpi_count(input, "MPI_Allgatherv", name_);
+    same_type(output, input, "MPI_Allgatherv");
+    const std::vector<int> counts = shard_counts(output.numel);
+    if (count != counts[static_cast<size_t>(rank_)]) {
+      common::fail("MPI_Allgatherv in the {} group: {} elements out, so rank {}'s shard is {} "
+                   "elements, but {} came in", name_, output.numel, rank_,
+                   counts[static_cast<size_t>(rank_)], input.numel);
     }
-    const MPI_Datatype type = mpi_type(input.type, "MPI_Allgather", name_);
-    check(MPI_Allgather(input.data, count, type, output.data, count, type, communicator_),
-          "MPI_Allgather", name_);
+    std::vector<int> offsets(counts.size());
+    for (size_t r = 0; r < counts.size(); ++r) {
+      offsets[r] = static_cast<int>(shard_range(output.numel, size_, static_cast<int64_t>(r)).offset);
+    }
+    const MPI_Datatype type = mpi_type(input.type, "MPI_Allgatherv", name_);
+    // In place when the input is this member's own shard of the output.
+    const auto* own_shard = static_cast<const char*>(output.data) +
+                            static_cast<int64_t>(offsets[static_cast<size_t>(rank_)]) *
+                                element_size(output.type);
+    const void* send = input.data == own_shard ? MPI_IN_PLACE : input.data;
+    check(MPI_Allgatherv(send, count, type, output.data, counts.data(), offsets.data(), type,
+                         communicator_),
+          "MPI_Allgatherv", name_);
   }
 
   void broadcast(View values, int64_t root) override {
@@ -137,6 +154,13 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  std::vector<int> shard_counts(int64_t numel) const {
+    std::vector<int> counts(static_cast<size_t>(size_));
+    for (int64_t r = 0; r < size_; ++r) {
+      counts[static_cast<size_t>(r)] = static_cast<int>(shard_range(numel, size_, r).numel);
+    }
+    return counts;
+  }
   // 16-bit floats travel as 16-bit words (MPI has no bf16): moved, never summed.
   void check_summable(const View& values, const char* call) const {
     if (values.type == ElementType::bf16 || values.type == ElementType::f16) {

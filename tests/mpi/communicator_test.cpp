@@ -39,17 +39,30 @@ TEST_CASE("all-reduce sums and takes the maximum over every rank") {
   CHECK(maximum[0] == static_cast<double>(size - 1));
 }
 
-TEST_CASE("reduce-scatter gives each rank its slice of the sum; all-gather puts slices in order") {
+TEST_CASE("reduce-scatter gives each rank its shard of the sum; all-gather puts shards in order") {
   auto& world = mpi_test::world();
   const int64_t rank = world.rank(), size = world.size();
-  const int64_t slice = 5;
-  std::vector<float> input(static_cast<size_t>(slice * size));
-  for (size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>(i) + static_cast<float>(rank);
-  std::vector<float> mine(slice);
-  world.reduce_scatter(view_of(mine), view_of(input));
-  for (int64_t i = 0; i < slice; ++i) {
-    const int64_t element = rank * slice + i;
-    CHECK(mine[i] == static_cast<float>(element * size + size * (size - 1) / 2));
+  for (const int64_t numel : {int64_t{5} * size, int64_t{5} * size + 2, int64_t{1}}) {
+    CAPTURE(numel);
+    std::vector<float> input(static_cast<size_t>(numel));
+    for (size_t i = 0; i < input.size(); ++i) {
+      input[i] = static_cast<float>(i) + static_cast<float>(rank);
+    }
+    const backend::ShardRange shard = backend::shard_range(numel, size, rank);
+    std::vector<float> mine(static_cast<size_t>(shard.numel));
+    world.reduce_scatter(view_of(mine), view_of(input));
+    for (int64_t i = 0; i < shard.numel; ++i) {
+      const int64_t element = shard.offset + i;
+      CHECK(mine[i] == static_cast<float>(element * size + size * (size - 1) / 2));
+    }
+    // All-gather in place: each rank's shard of the output is its input.
+    std::vector<float> gathered(static_cast<size_t>(numel), -1.0f);
+    for (int64_t i = 0; i < shard.numel; ++i) gathered[shard.offset + i] = mine[i];
+    View own{gathered.data() + shard.offset, shard.numel, ElementType::f32, MemoryKind::host};
+    world.all_gather(view_of(gathered), own);
+    for (int64_t element = 0; element < numel; ++element) {
+      CHECK(gathered[element] == static_cast<float>(element * size + size * (size - 1) / 2));
+    }
   }
   std::vector<int32_t> own = {static_cast<int32_t>(rank), static_cast<int32_t>(10 * rank)};
   std::vector<int32_t> gathered(static_cast<size_t>(2 * size));
@@ -104,8 +117,8 @@ TEST_CASE("wrong calls are errors that name the call, the group and the sizes") 
   auto& world = mpi_test::world();
   std::vector<float> values(4), short_output(1);
   CHECK_THROWS_WITH_AS(world.all_gather(view_of(short_output), view_of(values)),
-                       doctest::Contains("MPI_Allgather in the world group: 1 elements out for 4 "
-                                         "in from each of"),
+                       doctest::Contains("MPI_Allgatherv in the world group: 1 elements out, so "
+                                         "rank"),
                        common::Error);
   CHECK_THROWS_WITH_AS(world.send(view_of(values), world.size()),
                        doctest::Contains("MPI_Send in the world group: rank"), common::Error);

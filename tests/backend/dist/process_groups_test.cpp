@@ -63,6 +63,18 @@ TEST_CASE("a layout that does not divide the world is refused naming the flags")
                        common::Error);
 }
 
+TEST_CASE("shards of a flat buffer: contiguous, in rank order, the first ones one longer") {
+  CHECK(shard_range(10, 3, 0).offset == 0);
+  CHECK(shard_range(10, 3, 0).numel == 4);
+  CHECK(shard_range(10, 3, 1).offset == 4);
+  CHECK(shard_range(10, 3, 1).numel == 3);
+  CHECK(shard_range(10, 3, 2).offset == 7);
+  CHECK(shard_range(10, 3, 2).numel == 3);
+  CHECK(shard_range(2, 4, 3).numel == 0);
+  CHECK(shard_range(2, 4, 3).offset == 2);
+  CHECK_THROWS_AS(shard_range(10, 3, 3), common::Error);
+}
+
 TEST_CASE("one process: every group is the identity, and has no peer to send to") {
   ProcessGroups groups = single_process_groups();
   CHECK(groups.is_first_rank());
