@@ -35,7 +35,6 @@ constexpr common::RefusedFlag kUnsupportedFlags[] = {
     {"--zero-stage", true, "ZeRO through DeepSpeed's configuration is not built yet"},
     {"--deepspeed-activation-checkpointing", false,
      "DeepSpeed's activation checkpointing is not built; --recompute-granularity full is"},
-    {"--use-distributed-optimizer", false, "needs data parallelism, which is not built yet"},
     {"--tokenizer-model", true, "SentencePiece tokenizers (Llama) are not built; GPT-2 BPE and NullTokenizer are"},
     {"--eod-mask-loss", false, "the loss covers every position; a loss mask is not built yet"},
     {"--reset-position-ids", false, "positions run 0 .. seq-1 in every sample; resetting them at each EOD is not built yet"},
@@ -190,6 +189,9 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(training);
   app.add_option("--pipeline-model-parallel-size", arguments.pipeline_model_parallel_size,
                  "PP size")->group(training);
+  app.add_flag("--use-distributed-optimizer", arguments.use_distributed_optimizer,
+               "Shard the optimizer state and update over the data-parallel ranks (ZeRO-1)")
+      ->group(training);
   app.add_flag("--bf16", arguments.bf16, "bf16 mixed precision (CUDA path)")->group(training);
   app.add_flag("--fp16", arguments.fp16, "fp16 mixed precision (CUDA path)")->group(training);
   app.add_option("--loss-scale", arguments.loss_scale,
@@ -580,6 +582,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"rotary_percent", fmt::format("{}", a.rotary_percent)},
       {"swiglu", python(a.swiglu)},
       {"use_flash_attn", python(a.use_flash_attn)},
+      {"use_distributed_optimizer", python(a.use_distributed_optimizer)},
       {"data_impl", a.data_impl},
       {"distributed_backend", a.distributed_backend},
       {"DDP_impl", a.ddp_impl},

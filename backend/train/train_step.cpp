@@ -53,41 +53,56 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                            LearningRateScheduler& scheduler, const BatchSource& source,
                            const GlobalBatch& batch, const TrainingArguments& a,
-                           Communicator& data_parallel) {
+                           Communicator& data_parallel, const GradientShard* shard) {
   // Two CPU devices share the host's memory; a GPU's memory is that GPU's alone.
   if (optimizer.device().name() != model.device().name()) {
     common::fail("train_step: the model is on {} but the optimizer's state on {}",
                  model.device().name(), optimizer.device().name());
   }
-  const View gradients = model.gradient_buffer();
+  const View all_gradients = model.gradient_buffer();
   LossScaler& scaler = optimizer.loss_scaler();
   model.zero_gradients();
   TrainStepResult result;
   result.lm_loss = forward_backward(model, source, batch, scaler.scale(), a,
                                     data_parallel.rank(), data_parallel.size());
-  if (data_parallel.size() > 1) {
-    // Megatron's DDP: the gradients summed over the group (each already carries 1/D), and the
-    // loss averaged for the log (average_losses_across_data_parallel_group).
+  // The gradients this rank updates from: all of them, or its shard (distributed optimizer).
+  const View gradients = shard != nullptr ? shard->gradients : all_gradients;
+  if (shard != nullptr) {
+    // Megatron's DistributedOptimizer: the sums of this rank's range only.
+    data_parallel.reduce_scatter(gradients, all_gradients);
+  } else if (data_parallel.size() > 1) {
+    // Megatron's DDP: the gradients summed over the group (each already carries 1/D).
     data_parallel.all_reduce(gradients, ReduceOperation::sum);
+  }
+  if (data_parallel.size() > 1) {
+    // The loss averaged for the log (average_losses_across_data_parallel_group).
     double loss_sum = result.lm_loss;
     data_parallel.all_reduce(View{&loss_sum, 1, ElementType::f64, MemoryKind::host},
                              ReduceOperation::sum);
     result.lm_loss = loss_sum / static_cast<double>(data_parallel.size());
   }
   result.learning_rate = scheduler.learning_rate();
+  // The global norm: of the whole buffer, or the shards' sums of squares added over the group.
+  auto norm = [&] {
+    if (shard == nullptr) return optimizer.gradient_norm(gradients);
+    double squares = optimizer.gradient_sum_of_squares(gradients);
+    data_parallel.all_reduce(View{&squares, 1, ElementType::f64, MemoryKind::host},
+                             ReduceOperation::sum);
+    return std::sqrt(squares);
+  };
   if (scaler.enabled()) {
     // Megatron's mixed-precision step: unscale the gradients, look for inf/nan (here: a norm
     // that is not finite, which any non-finite gradient makes it), tell the scaler, and skip
     // the update when one was found. The loss itself does not decide: a non-finite loss with
     // finite gradients is a nan iteration that still updates, as in Megatron.
     if (scaler.scale() != 1.0) optimizer.device().scale(gradients, scaler.inverse_scale());
-    result.grad_norm = optimizer.gradient_norm(gradients);
+    result.grad_norm = norm();
     const bool found_inf = !std::isfinite(result.grad_norm);
     scaler.update(found_inf);
     result.skipped = found_inf;
   } else {
     // Reduced on the device; the host reads one double (and decides, as every rank will).
-    result.grad_norm = optimizer.gradient_norm(gradients);
+    result.grad_norm = norm();
     // In fp32 there is no loss scale to back off: a non-finite loss or norm is the only reason
     // to skip, and the update it would have made is dropped whole.
     result.skipped = !std::isfinite(result.lm_loss) || !std::isfinite(result.grad_norm);
@@ -97,8 +112,13 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   if (!result.skipped) {
     optimizer.clip_gradients(gradients, result.grad_norm, a.clip_grad);
     // fp32: the model's parameters are the master weights, no working copy to rewrite.
-    optimizer.step(model.parameter_buffer(), View{}, gradients, result.learning_rate,
-                   scheduler.weight_decay());
+    const View parameters = model.parameter_buffer();
+    const View updated = shard != nullptr
+                             ? parameters.slice(shard->range.offset, shard->range.numel)
+                             : parameters;
+    optimizer.step(updated, View{}, gradients, result.learning_rate, scheduler.weight_decay());
+    // Every rank's range back to every rank (Megatron's parameter all-gather).
+    if (shard != nullptr) data_parallel.all_gather(parameters, updated);
     scheduler.step(batch.global_batch_size);
   }
   return result;

@@ -44,16 +44,27 @@ struct TrainStepResult {
   double loss_scale = 1.0;   // the optimizer's loss scale after this step's update
 };
 
+// --use-distributed-optimizer (Megatron's DistributedOptimizer, ZeRO-1): this rank's range of
+// the flat buffers (shard_range over the data-parallel group) and a buffer of that many fp32
+// gradients on the model's device. The optimizer then holds the moments of the range only.
+struct GradientShard {
+  ShardRange range;
+  View gradients;
+};
+
 // Takes --micro-batch-size, --seq-length and --clip-grad from `arguments`. With a data-parallel
 // group of D ranks, `batch.num_micro_batches` is this rank's (global / (micro × D)), micro batch
 // m of rank r reads samples first + (m·D + r)·micro .. + micro (Megatron's
 // MegatronPretrainingSampler: each step of D micro batches is cut into the ranks' slices), the
 // gradients are summed over the group after the backward (each rank's scaled by 1/(M·D)), and
 // the loss is averaged over it: every rank then holds the same gradients, norm and decision.
+// With a `shard`, the gradients are reduce-scattered instead: each rank unscales, clips and
+// updates its range (the norm's sum of squares added over the group), and the parameters are
+// all-gathered back.
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                            LearningRateScheduler& scheduler, const BatchSource& source,
                            const GlobalBatch& batch, const TrainingArguments& arguments,
-                           Communicator& data_parallel);
+                           Communicator& data_parallel, const GradientShard* shard = nullptr);
 // One process: a data-parallel group of one.
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                            LearningRateScheduler& scheduler, const BatchSource& source,

@@ -120,6 +120,45 @@ void note_precision(const TrainingArguments& a, const Device& device) {
   }
 }
 
+// The parameter groups' parts inside `range`, as offsets from its start: the distributed
+// optimizer's view of the weight-decay groups.
+std::vector<ParameterGroup> groups_in_range(const std::vector<ParameterGroup>& groups,
+                                            const ShardRange& range) {
+  std::vector<ParameterGroup> inside;
+  for (const auto& group : groups) {
+    const int64_t begin = std::max(group.offset, range.offset);
+    const int64_t end = std::min(group.offset + group.numel, range.offset + range.numel);
+    if (begin < end) inside.push_back({begin - range.offset, end - begin, group.weight_decay});
+  }
+  return inside;
+}
+
+// The distributed optimizer's state as one process's (a checkpoint's format does not depend on
+// the layout): every rank's moments gathered into an optimizer of the whole buffer on the
+// host. A collective: every rank of the group calls it.
+AdamW gather_optimizer(const AdamW& sharded, const std::vector<ParameterGroup>& groups,
+                       int64_t parameter_count, const ShardRange& range,
+                       Communicator& data_parallel) {
+  std::vector<float> exp_avg(static_cast<size_t>(parameter_count));
+  std::vector<float> exp_avg_sq(static_cast<size_t>(parameter_count));
+  const auto shard_of = [&](std::vector<float>& values) {
+    return View{values.data() + range.offset, range.numel, ElementType::f32, MemoryKind::host};
+  };
+  sharded.copy_moments_to_host(std::span(exp_avg).subspan(range.offset, range.numel),
+                               std::span(exp_avg_sq).subspan(range.offset, range.numel));
+  const auto whole = [](std::vector<float>& values) {
+    return View{values.data(), static_cast<int64_t>(values.size()), ElementType::f32,
+                MemoryKind::host};
+  };
+  data_parallel.all_gather(whole(exp_avg), shard_of(exp_avg));
+  data_parallel.all_gather(whole(exp_avg_sq), shard_of(exp_avg_sq));
+  AdamW gathered(sharded.config(), groups, parameter_count);
+  gathered.copy_moments_from_host(exp_avg, exp_avg_sq);
+  gathered.set_steps_taken(sharded.steps_taken());
+  gathered.set_loss_scaler(sharded.loss_scaler());
+  return gathered;
+}
+
 // Benchmark mode's summary (--benchmark-output): the JSON file and its line.
 void report_benchmark(const TrainingArguments& a, int64_t padded_vocab_size,
                       int64_t parameter_count, const std::vector<IterationRecord>& iterations,
@@ -221,6 +260,10 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   std::vector<ParameterGroup> groups;
   std::optional<GptModel<float>> carved_model;
   std::optional<AdamW> carved_optimizer;
+  // --use-distributed-optimizer: this rank's range of the flat buffers, the optimizer's
+  // moments for it alone, and the buffer its reduce-scattered gradients land in.
+  std::optional<GradientShard> shard;
+  Arena shard_arena;
   try {
     carved_model.emplace(config, device);
     // The dropout masks come from --seed too; dropout_key() mixes the seed into a stream of
@@ -231,8 +274,20 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
     for (const auto& tensor : carved_model->tensors()) {
       groups.push_back({tensor.offset, tensor.numel, tensor.weight_decay});
     }
-    carved_optimizer.emplace(AdamWConfig{a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay},
-                             std::move(groups), carved_model->parameter_buffer().numel, device);
+    const AdamWConfig adam{a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay};
+    const int64_t parameter_count = carved_model->parameter_buffer().numel;
+    if (a.use_distributed_optimizer) {
+      const ShardRange range =
+          shard_range(parameter_count, data_parallel.size(), data_parallel.rank());
+      ArenaLayout layout;
+      const int64_t region = layout.add("the distributed optimizer's gradient shard",
+                                        ElementType::f32, range.numel);
+      shard_arena = Arena(device, std::move(layout), "gradient shard");
+      shard = GradientShard{range, shard_arena.view(region)};
+      carved_optimizer.emplace(adam, groups_in_range(groups, range), range.numel, device);
+    } else {
+      carved_optimizer.emplace(adam, groups, parameter_count, device);
+    }
   } catch (const common::Error& error) {
     // CudaDevice::allocate_zeroed's words; other errors (and the CPU's own out-of-memory
     // message, after the host check above) pass through as they are.
@@ -305,7 +360,24 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   TrainingProgress resumed;
   int64_t last_saved_iteration = -1;  // a checkpoint of this iteration exists in --save
   if (!a.load.empty()) {
-    if (auto loaded = load_checkpoint(a, model, optimizer, scheduler, out)) {
+    // The distributed optimizer loads the whole state into one process's optimizer and keeps
+    // its range of it.
+    std::optional<AdamW> whole;
+    if (shard) {
+      whole.emplace(optimizer.config(), groups, model.parameter_buffer().numel);
+      whole->set_loss_scaler(optimizer.loss_scaler());  // the flags' scaler takes the saved state
+    }
+    const auto loaded = load_checkpoint(a, model, whole ? *whole : optimizer, scheduler, out);
+    if (whole && loaded) {
+      const auto range = static_cast<size_t>(shard->range.offset);
+      const auto count = static_cast<size_t>(shard->range.numel);
+      const std::span<const float> exp_avg = whole->exp_avg(), exp_avg_sq = whole->exp_avg_sq();
+      optimizer.copy_moments_from_host(exp_avg.subspan(range, count),
+                                       exp_avg_sq.subspan(range, count));
+      optimizer.set_steps_taken(whole->steps_taken());
+      optimizer.set_loss_scaler(whole->loss_scaler());
+    }
+    if (loaded) {
       resumed = *loaded;
       std::error_code ignored;
       if (!a.save.empty() && !a.finetune && std::filesystem::equivalent(a.load, a.save, ignored)) {
@@ -327,9 +399,14 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   int64_t consumed_train = resumed.consumed_train_samples;
   int64_t consumed_valid = resumed.consumed_valid_samples;
   auto save = [&](int64_t iteration) {
+    std::optional<AdamW> gathered;
+    if (shard) {
+      gathered.emplace(gather_optimizer(optimizer, groups, model.parameter_buffer().numel,
+                                        shard->range, data_parallel));
+    }
     if (process_groups.is_first_rank()) {
-      save_checkpoint(a, {iteration, consumed_train, consumed_valid}, model, optimizer, scheduler,
-                      out);
+      save_checkpoint(a, {iteration, consumed_train, consumed_valid}, model,
+                      gathered ? *gathered : optimizer, scheduler, out);
     }
     world.barrier();  // the checkpoint is whole before any rank goes on (or exits)
     last_saved_iteration = iteration;
@@ -354,8 +431,8 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
     const GlobalBatch batch{.first_sample = consumed_train,
                             .global_batch_size = batch_sizes.global_batch_size(consumed_train),
                             .num_micro_batches = batch_sizes.num_micro_batches(consumed_train)};
-    const TrainStepResult step =
-        train_step(model, optimizer, scheduler, source, batch, a, data_parallel);
+    const TrainStepResult step = train_step(model, optimizer, scheduler, source, batch, a,
+                                            data_parallel, shard ? &*shard : nullptr);
     consumed_train += batch.global_batch_size;
     const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     result.iterations.push_back({.iteration = iteration,

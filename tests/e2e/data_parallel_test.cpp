@@ -117,7 +117,7 @@ double weight_difference(const fs::path& actual_file, const fs::path& expected_f
 
 }  // namespace
 
-TEST_CASE("DP=2 and DP=4 over Open MPI train as one process accumulating the same batch") {
+TEST_CASE("DP=2 and DP=4 over Open MPI, with and without the distributed optimizer, train as one process") {
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   test_support::TemporaryDirectory directory;
   for (const std::string style : {"gpt2", "llama"}) {
@@ -128,11 +128,18 @@ TEST_CASE("DP=2 and DP=4 over Open MPI train as one process accumulating the sam
     int single_lines = 0;
     const auto expected = logged_losses(test_support::read_file(single_log), single_lines);
     REQUIRE(expected.size() == 20);
-    for (const int ranks : {2, 4}) {
+    for (const auto& [ranks_value, distributed_value] :
+         {std::pair{2, false}, std::pair{4, false}, std::pair{2, true}, std::pair{4, true}}) {
+      const int ranks = ranks_value;  // (clang 14: no CAPTURE of a structured binding)
+      const bool distributed = distributed_value;
       CAPTURE(ranks);
-      const fs::path save = directory.path / (style + "_dp" + std::to_string(ranks));
-      const fs::path log = directory.path / (style + "_dp" + std::to_string(ranks) + ".log");
-      const int status = run(ranks, training_flags(style, save), log);
+      CAPTURE(distributed);
+      const std::string name = style + "_dp" + std::to_string(ranks) + (distributed ? "_zero1" : "");
+      const fs::path save = directory.path / name;
+      const fs::path log = directory.path / (name + ".log");
+      auto flags = training_flags(style, save);
+      if (distributed) flags.push_back("--use-distributed-optimizer");
+      const int status = run(ranks, flags, log);
       const std::string output = test_support::read_file(log);
       INFO(output.substr(output.size() > 3000 ? output.size() - 3000 : 0));
       REQUIRE(status == 0);
@@ -163,7 +170,7 @@ TEST_CASE("DP=2 and DP=4 over Open MPI train as one process accumulating the sam
   }
 }
 
-TEST_CASE("a checkpoint saved at DP=2 resumes on one process with the uninterrupted losses") {
+TEST_CASE("checkpoints move between DP=2, the distributed optimizer and one process with the uninterrupted losses") {
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   test_support::TemporaryDirectory directory;
   const fs::path single_log = directory.path / "single.log";
@@ -171,23 +178,39 @@ TEST_CASE("a checkpoint saved at DP=2 resumes on one process with the uninterrup
   int lines = 0;
   const auto expected = logged_losses(test_support::read_file(single_log), lines);
 
-  const fs::path save = directory.path / "dp2_then_dp1";
-  auto first_half = training_flags("gpt2", save);
-  first_half.insert(first_half.end(), {"--exit-interval", "10", "--eval-iters", "0"});
-  REQUIRE(run(2, first_half, directory.path / "dp2.log") == 0);
-  auto second_half = training_flags("gpt2", save);
-  second_half.insert(second_half.end(), {"--load", save.string()});
-  const fs::path log = directory.path / "dp1.log";
-  REQUIRE(run(1, second_half, log) == 0);
-  const std::string output = test_support::read_file(log);
-  INFO(output.substr(output.size() > 2000 ? output.size() - 2000 : 0));
-  const auto resumed = logged_losses(output, lines);
-  REQUIRE(resumed.size() == 10);
-  for (const auto& entry : resumed) {
-    const int iteration = entry.first;
-    const double loss = entry.second;
-    CAPTURE(iteration);
-    CHECK(std::fabs(loss - expected.at(iteration)) <= 1e-6 * std::fabs(expected.at(iteration)));
+  // DP=2 with the distributed optimizer (its moments gathered into the one-process format) →
+  // one process; one process → DP=2 with the distributed optimizer (each rank keeps its range).
+  struct Leg {
+    int ranks;
+    bool distributed;
+  };
+  for (const auto& [first, second] : {std::pair{Leg{2, true}, Leg{1, false}},
+                                      std::pair{Leg{2, false}, Leg{1, false}},
+                                      std::pair{Leg{1, false}, Leg{2, true}}}) {
+    const std::string name = fmt::format("{}{}_then_{}{}", first.ranks,
+                                         first.distributed ? "z" : "", second.ranks,
+                                         second.distributed ? "z" : "");
+    CAPTURE(name);
+    const fs::path save = directory.path / name;
+    auto first_half = training_flags("gpt2", save);
+    first_half.insert(first_half.end(), {"--exit-interval", "10", "--eval-iters", "0"});
+    if (first.distributed) first_half.push_back("--use-distributed-optimizer");
+    REQUIRE(run(first.ranks, first_half, directory.path / (name + "_first.log")) == 0);
+    auto second_half = training_flags("gpt2", save);
+    second_half.insert(second_half.end(), {"--load", save.string()});
+    if (second.distributed) second_half.push_back("--use-distributed-optimizer");
+    const fs::path log = directory.path / (name + "_second.log");
+    REQUIRE(run(second.ranks, second_half, log) == 0);
+    const std::string output = test_support::read_file(log);
+    INFO(output.substr(output.size() > 2000 ? output.size() - 2000 : 0));
+    const auto resumed = logged_losses(output, lines);
+    REQUIRE(resumed.size() == 10);
+    for (const auto& entry : resumed) {
+      const int iteration = entry.first;
+      const double loss = entry.second;
+      CAPTURE(iteration);
+      CHECK(std::fabs(loss - expected.at(iteration)) <= 1e-6 * std::fabs(expected.at(iteration)));
+    }
   }
 }
 
