@@ -8,6 +8,9 @@
 
 #include "temporary_directory.hpp"
 
+#include <signal.h>
+#include <thread>
+#include <chrono>
 #include <filesystem>
 #include <regex>
 #include <string>
@@ -213,6 +216,96 @@ TEST_CASE("a two-stage launch: Slurm runs the second job only after the first (a
   CHECK(fs::is_regular_file(conversion_dir / "hf" / "model.safetensors"));
 }
 
+TEST_CASE("two Slurm nodes train data-parallel through the sbatch script (srun --mpi=pmix)") {
+  // cluster.srun_args carries srun's PMIx switch, as a NeMo bcm.yaml's srun_args does: the
+  // tasks then join MPI and train one data-parallel group across node1 and node2, with the
+  // losses of the same run on one node.
+  slurm_test::SlurmTestCluster cluster;
+  TemporaryDirectory one_node, two_nodes;
+  const auto single = slurm_test::run_command(tiny_bcm_run(cluster, one_node.path), {}, 120s);
+  REQUIRE(single.exit_code == 0);
+  const auto launched = slurm_test::run_command(
+      tiny_bcm_run(cluster, two_nodes.path,
+                   {"training.trainer.num_nodes=2", "cluster.srun_args=['--mpi=pmix']"}),
+      {}, 120s);
+  INFO("launcher output:\n" << launched.output);
+  REQUIRE(launched.exit_code == 0);
+  std::vector<std::string> logs;
+  for (const fs::path& results : {one_node.path / "gpt3_126m", two_nodes.path / "gpt3_126m"}) {
+    const std::string job_id = submitted_job_id(results / "launcher.log");
+    REQUIRE(!job_id.empty());
+    const slurm_test::JobOutcome outcome = cluster.wait_for_job(job_id, 120s);
+    logs.push_back(slurm_test::read_text(results / ("log-" + kJobName + "_" + job_id + ".out")));
+    INFO("scontrol show job: " << outcome.record);
+    INFO("job log:\n" << logs.back());
+    INFO("cluster logs:\n" << cluster.diagnostics());
+    REQUIRE(outcome.finished);
+    CHECK(outcome.state == "COMPLETED");
+  }
+  const std::string script =
+      slurm_test::read_text(two_nodes.path / "gpt3_126m" / (kJobName + "_submission.sh"));
+  CHECK(script.find("--mpi=pmix") != std::string::npos);
+  const std::regex loss(R"(iteration +(\d)/ +3 \|.*\| lm loss: ([0-9.E+-]+) \|)");
+  std::vector<std::vector<double>> losses(2);
+  for (size_t run = 0; run < 2; ++run) {
+    for (auto it = std::sregex_iterator(logs[run].begin(), logs[run].end(), loss);
+         it != std::sregex_iterator(); ++it) {
+      losses[run].push_back(std::stod((*it)[2]));
+    }
+  }
+  REQUIRE(losses[0].size() == 3);
+  REQUIRE(losses[1].size() == 3);  // printed once, by the last rank
+  CHECK(std::regex_search(logs[1], std::regex(R"(\n  data_parallel_size \.+ 2\n)")));
+  for (size_t i = 0; i < 3; ++i) CHECK(losses[1][i] == doctest::Approx(losses[0][i]).epsilon(1e-6));
+}
+
+TEST_CASE("kill -9 of one rank of a two-node Slurm job ends the job FAILED within seconds") {
+  // srun --kill-on-bad-exit=1 (or KillOnBadExit=1 in slurm.conf) ends the step when a task
+  // dies; without it the other rank would wait in its collective (docs/parallelism.md).
+  slurm_test::SlurmTestCluster cluster;
+  TemporaryDirectory temporary;
+  const auto launched = slurm_test::run_command(
+      tiny_bcm_run(cluster, temporary.path,
+                   {"training.trainer.num_nodes=2",
+                    "cluster.srun_args=['--mpi=pmix','--kill-on-bad-exit=1']",
+                    "training.trainer.max_steps=100000"}),
+      {}, 120s);
+  INFO("launcher output:\n" << launched.output);
+  REQUIRE(launched.exit_code == 0);
+  const fs::path results = temporary.path / "gpt3_126m";
+  const std::string job_id = submitted_job_id(results / "launcher.log");
+  REQUIRE(!job_id.empty());
+  const fs::path job_log = results / ("log-" + kJobName + "_" + job_id + ".out");
+  // Training runs once an iteration line is in the job's log.
+  const auto started = std::chrono::steady_clock::now();
+  while (slurm_test::read_text(job_log).find(" iteration ") == std::string::npos) {
+    REQUIRE(std::chrono::steady_clock::now() - started < 120s);
+    std::this_thread::sleep_for(100ms);
+  }
+  // The job's ranks: the pretrain_gpt processes whose command line names this run's directory.
+  std::vector<pid_t> ranks;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string command_line = slurm_test::read_text(entry.path() / "cmdline");
+    const std::string program = command_line.substr(0, command_line.find('\0'));
+    if (fs::path(program).filename() == "pretrain_gpt" &&  // not srun, which names it too
+        command_line.find(temporary.path.string()) != std::string::npos) {
+      ranks.push_back(static_cast<pid_t>(std::stol(name)));
+    }
+  }
+  REQUIRE(ranks.size() == 2);
+  const auto killed_at = std::chrono::steady_clock::now();
+  REQUIRE(kill(ranks.back(), SIGKILL) == 0);
+  const slurm_test::JobOutcome outcome = cluster.wait_for_job(job_id, 120s);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  INFO("scontrol show job: " << outcome.record);
+  REQUIRE(outcome.finished);
+  CHECK(outcome.state == "FAILED");
+  CHECK(seconds < 60);
+}
+
 TEST_CASE("num_nodes=2 renders and submits a two-node allocation whose tasks land on both nodes") {
   slurm_test::SlurmTestCluster cluster;
   TemporaryDirectory temporary;
@@ -230,8 +323,8 @@ TEST_CASE("num_nodes=2 renders and submits a two-node allocation whose tasks lan
   INFO("scontrol show job: " << outcome.record);
   REQUIRE(outcome.finished);
   CHECK(outcome.record.find("NodeList=node[1-2]") != std::string::npos);
-  // The test cluster's Slurm has no PMIx, so srun's tasks cannot start MPI: each refuses to
-  // train alone, naming itself, and the two messages prove srun placed one task on each node.
+  // Without --mpi=pmix srun's tasks cannot start MPI: each refuses to train alone, naming
+  // itself, and the two messages prove srun placed one task on each node.
   const std::string job_log = slurm_test::read_text(results / ("log-" + kJobName + "_" + job_id + ".out"));
   INFO("job log:\n" << job_log);
   CHECK(job_log.find("task 0 of 2 (slurm launch, node node1)") != std::string::npos);

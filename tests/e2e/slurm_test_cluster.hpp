@@ -537,6 +537,9 @@ class SlurmTestCluster {
          << "SlurmctldPidFile=" << (d / "slurmctld.pid").string() << "\n"
          << "SlurmctldLogFile=" << (d / "slurmctld.log").string() << "\n"
          << "SlurmdSpoolDir=" << (d / "spool-%n").string() << "\n"
+         // One TmpFS per node: srun --mpi=pmix makes its directories under it, named by job
+         // and step only, so two nodes on one machine would collide in a shared /tmp.
+         << "TmpFS=" << (d / "tmp-%n").string() << "\n"
          << "SlurmdPidFile=" << (d / "slurmd-%n.pid").string() << "\n"
          << "SlurmdLogFile=" << (d / "slurmd-%n.log").string() << "\n"
          << "NodeName=node[1-" << kNodes << "] NodeHostname=localhost Port=" << first_port + 1 << "-"
@@ -587,6 +590,9 @@ class SlurmTestCluster {
       if (name.starts_with("slurm")) fs::remove(entry.path());  // logs of a lost try
     }
     write_slurm_conf(first_port_);
+    for (int node = 1; node <= kNodes; ++node) {
+      fs::create_directories(d / ("tmp-node" + std::to_string(node)));
+    }
     const std::vector<std::string> env = environment();
     controller_ = start_daemon("slurmctld", {program("slurmctld"), "-D", "-c", "-f", slurm_conf().string()},
                                env, d / "slurmctld.out");
