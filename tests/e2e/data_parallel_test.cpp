@@ -24,6 +24,7 @@
 
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/ckpt/checkpoint_file.hpp"
+#include "logged_losses.hpp"
 #include "mpi_test_environment.hpp"
 #include "read_file.hpp"
 #include "spawned_process.hpp"
@@ -77,18 +78,6 @@ int run(int ranks, const std::vector<std::string>& flags, const fs::path& log) {
                                                                  kEnvironment));
 }
 
-// iteration → lm loss, and how many iteration lines there were.
-std::map<int, double> logged_losses(const std::string& log, int& lines) {
-  static const std::regex line(R"( iteration +(\d+)/ +\d+ \|.*\| lm loss: ([0-9.E+-]+) \|)");
-  std::map<int, double> losses;
-  lines = 0;
-  for (auto it = std::sregex_iterator(log.begin(), log.end(), line); it != std::sregex_iterator();
-       ++it, ++lines) {
-    losses[std::stoi((*it)[1])] = std::stod((*it)[2]);
-  }
-  return losses;
-}
-
 std::vector<float> as_floats(const std::vector<std::byte>& bytes) {
   std::vector<float> values(bytes.size() / sizeof(float));
   std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
@@ -126,7 +115,7 @@ TEST_CASE("DP=2 and DP=4 over Open MPI, with and without the distributed optimiz
     const fs::path single_log = directory.path / (style + "_dp1.log");
     REQUIRE(run(1, training_flags(style, single_save), single_log) == 0);
     int single_lines = 0;
-    const auto expected = logged_losses(test_support::read_file(single_log), single_lines);
+    const auto expected = test_support::logged_losses(test_support::read_file(single_log), &single_lines);
     REQUIRE(expected.size() == 20);
     for (const auto& [ranks_value, distributed_value] :
          {std::pair{2, false}, std::pair{4, false}, std::pair{2, true}, std::pair{4, true}}) {
@@ -144,7 +133,7 @@ TEST_CASE("DP=2 and DP=4 over Open MPI, with and without the distributed optimiz
       INFO(output.substr(output.size() > 3000 ? output.size() - 3000 : 0));
       REQUIRE(status == 0);
       int lines = 0;
-      const auto losses = logged_losses(output, lines);
+      const auto losses = test_support::logged_losses(output, &lines);
       CHECK(lines == 20);  // printed once, by the last rank
       CHECK(output.find("> initialized tensor model parallel with size 1") != std::string::npos);
       CHECK(output.find(fmt::format("setting number of micro-batches to constant {}",
@@ -176,7 +165,7 @@ TEST_CASE("checkpoints move between DP=2, the distributed optimizer and one proc
   const fs::path single_log = directory.path / "single.log";
   REQUIRE(run(1, training_flags("gpt2", directory.path / "single"), single_log) == 0);
   int lines = 0;
-  const auto expected = logged_losses(test_support::read_file(single_log), lines);
+  const auto expected = test_support::logged_losses(test_support::read_file(single_log), &lines);
 
   // DP=2 with the distributed optimizer (its moments gathered into the one-process format) →
   // one process; one process → DP=2 with the distributed optimizer (each rank keeps its range).
@@ -203,7 +192,7 @@ TEST_CASE("checkpoints move between DP=2, the distributed optimizer and one proc
     REQUIRE(run(second.ranks, second_half, log) == 0);
     const std::string output = test_support::read_file(log);
     INFO(output.substr(output.size() > 2000 ? output.size() - 2000 : 0));
-    const auto resumed = logged_losses(output, lines);
+    const auto resumed = test_support::logged_losses(output, &lines);
     REQUIRE(resumed.size() == 10);
     for (const auto& entry : resumed) {
       const int iteration = entry.first;
@@ -300,7 +289,7 @@ TEST_CASE("a Megatron-DeepSpeed seed-style command line runs unchanged under mpi
   INFO(output.substr(output.size() > 4000 ? output.size() - 4000 : 0));
   CHECK(status == 0);
   int lines = 0;
-  CHECK(logged_losses(output, lines).size() == 6);
+  CHECK(test_support::logged_losses(output, &lines).size() == 6);
   CHECK(output.find("loss scale: 4294967296.0 |") != std::string::npos);
   CHECK(std::regex_search(output, std::regex(R"(\n  tokenizer_type \.+ GPT2BPETokenizer\n)")));
   CHECK(std::regex_search(output, std::regex(R"(\n  recompute_granularity \.+ full\n)")));

@@ -2,6 +2,7 @@
 // real `pretrain_gpt` and leaves NeMo's results layout. Tiny model overrides keep it fast.
 #include <doctest/doctest.h>
 
+#include "logged_losses.hpp"
 #include "mpi_test_environment.hpp"
 #include "read_file.hpp"
 #include "temporary_directory.hpp"
@@ -426,19 +427,11 @@ TEST_CASE("several processes on the local cluster start through mpirun and train
   // losses are one device's (the same global batch, each rank reading its half).
   CHECK(count_matches(run.output, kIterationLine) == 3);
   CHECK(count_matches(run.output, std::regex(R"(\n  data_parallel_size \.+ 2\n)")) == 1);
-  const std::regex loss(R"(iteration +(\d)/ +3 \|.*\| lm loss: ([0-9.E+-]+) \|)");
-  std::vector<double> expected, actual;
-  for (auto it = std::sregex_iterator(single.output.begin(), single.output.end(), loss);
-       it != std::sregex_iterator(); ++it) {
-    expected.push_back(std::stod((*it)[2]));
-  }
-  for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), loss);
-       it != std::sregex_iterator(); ++it) {
-    actual.push_back(std::stod((*it)[2]));
-  }
+  const auto expected = test_support::logged_losses(single.output);
+  const auto actual = test_support::logged_losses(run.output);
   REQUIRE(expected.size() == 3);
   REQUIRE(actual.size() == 3);
-  for (size_t i = 0; i < 3; ++i) CHECK(actual[i] == doctest::Approx(expected[i]).epsilon(1e-6));
+  for (int i = 1; i <= 3; ++i) CHECK(actual.at(i) == doctest::Approx(expected.at(i)).epsilon(1e-6));
 }
 
 TEST_CASE("the local cluster is one machine: more than one node is refused") {

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "logged_losses.hpp"
+#include "mpi_test_environment.hpp"
 #include "slurm_test_cluster.hpp"
 
 namespace fs = std::filesystem;
@@ -37,6 +39,10 @@ std::vector<std::string> tiny_bcm_run(const slurm_test::SlurmTestCluster& cluste
   std::vector<std::string> argv = {"env"};
   const std::vector<std::string> environment = cluster.environment();
   argv.insert(argv.end(), environment.begin(), environment.end());
+  // sbatch passes the environment on to the job: ranks that join MPI (srun --mpi=pmix) need
+  // what tests/mpi_test_environment.hpp sets.
+  const std::vector<std::string> mpi = test_support::mpi_test_environment();
+  argv.insert(argv.end(), mpi.begin(), mpi.end());
   const std::vector<std::string> launcher_arguments = {
       std::string(TEST_BIN_DIR) + "/launcher", "main", "training=gpt3/126m",
       // cluster_type=bcm alone selects conf/cluster/bcm.yaml, whose keys the cluster.*
@@ -245,18 +251,16 @@ TEST_CASE("two Slurm nodes train data-parallel through the sbatch script (srun -
   const std::string script =
       slurm_test::read_text(two_nodes.path / "gpt3_126m" / (kJobName + "_submission.sh"));
   CHECK(script.find("--mpi=pmix") != std::string::npos);
-  const std::regex loss(R"(iteration +(\d)/ +3 \|.*\| lm loss: ([0-9.E+-]+) \|)");
-  std::vector<std::vector<double>> losses(2);
-  for (size_t run = 0; run < 2; ++run) {
-    for (auto it = std::sregex_iterator(logs[run].begin(), logs[run].end(), loss);
-         it != std::sregex_iterator(); ++it) {
-      losses[run].push_back(std::stod((*it)[2]));
-    }
-  }
-  REQUIRE(losses[0].size() == 3);
-  REQUIRE(losses[1].size() == 3);  // printed once, by the last rank
+  const auto one_node_losses = test_support::logged_losses(logs[0]);
+  int lines = 0;
+  const auto two_nodes_losses = test_support::logged_losses(logs[1], &lines);
+  REQUIRE(one_node_losses.size() == 3);
+  CHECK(lines == 3);  // printed once, by the last rank
+  REQUIRE(two_nodes_losses.size() == 3);
   CHECK(std::regex_search(logs[1], std::regex(R"(\n  data_parallel_size \.+ 2\n)")));
-  for (size_t i = 0; i < 3; ++i) CHECK(losses[1][i] == doctest::Approx(losses[0][i]).epsilon(1e-6));
+  for (int i = 1; i <= 3; ++i) {
+    CHECK(two_nodes_losses.at(i) == doctest::Approx(one_node_losses.at(i)).epsilon(1e-6));
+  }
 }
 
 TEST_CASE("kill -9 of one rank of a two-node Slurm job ends the job FAILED within seconds") {
