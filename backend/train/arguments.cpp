@@ -334,7 +334,11 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
     arguments.recompute_method = "uniform";
     arguments.recompute_num_layers = checkpoint_num_layers.value_or(1);
   }
-  arguments.world_size = read_process_environment().world_size;
+  // The ranks that will train together: MPI's world when this task joins MPI. A task of several
+  // that cannot (srun without PMIx, torchrun variables alone) validates as one process, so that
+  // pretrain's refusal names the launch instead of a batch size that does not divide.
+  const ProcessEnvironment process = read_process_environment();
+  arguments.world_size = started_through_mpi(process) ? process.world_size : 1;
   validate_arguments(arguments);
   return arguments;
 }

@@ -254,6 +254,9 @@ TEST_CASE("several tasks started without MPI are refused, saying how to launch")
   test_support::TemporaryDirectory directory;
   const fs::path log = directory.path / "torchrun.log";
   auto flags = training_flags("gpt2", directory.path / "save");
+  // A global batch of one micro batch: two data-parallel ranks could not share it, but the
+  // message must be about the launch, which is what is wrong.
+  flags.insert(flags.end(), {"--global-batch-size", "2"});
   const pid_t pid = test_support::spawn_process(
       command(1, flags), log, {"OMP_NUM_THREADS=1", "RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0"});
   CHECK(test_support::wait_for_exit(pid) == 2);

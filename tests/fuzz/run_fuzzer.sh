@@ -66,8 +66,12 @@ libraries+=($(pkg-config --libs libutf8proc libzstd liblzma zlib libcurl 2>/dev/
             -L"/usr/lib/$multiarch/openblas-openmp" -Wl,-rpath,"/usr/lib/$multiarch/openblas-openmp"
             -lopenblas)
 support_sources=("$root"/launcher/config/*.cpp)
+# Without CUDA and without MPI, as CMake builds a configuration that has neither: the .cu files
+# are not .cpp, and of each *_mpi.cpp / *_nompi.cpp pair the refusal (*_nompi.cpp) is taken.
 for dir in common device model ops optim data dist ckpt train fetch; do
-  support_sources+=("$root"/backend/$dir/*.cpp)
+  for source in "$root"/backend/"$dir"/*.cpp; do
+    [[ $source == *_mpi.cpp ]] || support_sources+=("$source")
+  done
 done
 
 # The file readers get a malloc limit far below the RSS limit: their inputs are at most
