@@ -284,8 +284,6 @@ void restore_scheduler(const CheckpointMetadata& metadata, const CheckpointLoadO
   scheduler.set_num_steps(num_steps);
 }
 
-// The optimizer's hyperparameters come from the flags (the scheduler sets the rate anyway);
-// a change from the checkpoint's is worth a line, since torch would have restored them.
 // Megatron's MixedPrecisionOptimizer.load_state_dict for the grad scaler, with its warnings.
 void restore_loss_scaler(const CheckpointMetadata& metadata, LossScaler& scaler,
                          std::ostream& out) {
@@ -307,6 +305,8 @@ void restore_loss_scaler(const CheckpointMetadata& metadata, LossScaler& scaler,
                   .hysteresis_tracker = metadata.get<int64_t>(saved, "hysteresis_tracker")});
 }
 
+// The optimizer's hyperparameters come from the flags (the scheduler sets the rate anyway);
+// a change from the checkpoint's is worth a line, since torch would have restored them.
 void note_optimizer_changes(const CheckpointMetadata& metadata, const AdamW& optimizer, std::ostream& out) {
   const json& saved = metadata.section("optimizer");
   const AdamWConfig& current = optimizer.config();

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <type_traits>
 
 #include "backend/device/element_type.hpp"
 
@@ -40,5 +42,15 @@ struct View {
  private:
   void check_type(ElementType expected) const;
 };
+
+// Host memory the caller owns (a vector, a scalar's span of one) as a view of its element type:
+// what the optimizer's host form and the collectives over host values take. A span of const
+// elements is viewed as read-only by convention; the view type itself has no const.
+template <typename T>
+View host_view(std::span<T> values) {
+  using Element = std::remove_const_t<T>;
+  return View{const_cast<Element*>(values.data()), static_cast<int64_t>(values.size()),
+              element_type_of<Element>(), MemoryKind::host};
+}
 
 }  // namespace backend

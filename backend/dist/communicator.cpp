@@ -16,6 +16,11 @@ ShardRange shard_range(int64_t numel, int64_t members, int64_t rank) {
   return {.offset = rank * base + std::min(rank, longer), .numel = base + (rank < longer ? 1 : 0)};
 }
 
+double all_reduce_sum(Communicator& group, double value) {
+  if (group.size() > 1) group.all_reduce(host_view(std::span(&value, 1)), ReduceOperation::sum);
+  return value;
+}
+
 namespace {
 
 class SingleProcessCommunicator final : public Communicator {

@@ -55,6 +55,10 @@ class Communicator {
   virtual std::unique_ptr<Communicator> split(int64_t color, int64_t key, std::string name) = 0;
 };
 
+// Σ value over the members (one double all-reduced): a loss, a sum of squares. Every member
+// gets the same total.
+double all_reduce_sum(Communicator& group, double value);
+
 // The group of one process: every collective is the identity (a single rank's sum is its own
 // values). What a one-process run's groups are.
 std::unique_ptr<Communicator> make_single_process_communicator(std::string name);

@@ -31,11 +31,6 @@ std::vector<ParameterGroup> merge_adjacent(const std::vector<ParameterGroup>& gr
   return merged;
 }
 
-View host_view(std::span<const float> values) {
-  return View{const_cast<float*>(values.data()), static_cast<int64_t>(values.size()),
-              ElementType::f32, MemoryKind::host};
-}
-
 }  // namespace
 
 AdamW::AdamW(const AdamWConfig& config, std::vector<ParameterGroup> groups, int64_t numel,

@@ -37,10 +37,7 @@ EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Spl
     }
   }
   model.set_training(true);
-  if (dp_size > 1) {
-    data_parallel.all_reduce(View{&total, 1, ElementType::f64, MemoryKind::host},
-                             ReduceOperation::sum);
-  }
+  total = all_reduce_sum(data_parallel, total);
   result.lm_loss = total / static_cast<double>(a.eval_iters * num_micro_batches * dp_size);
   return result;
 }

@@ -74,35 +74,26 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
     // Megatron's DDP: the gradients summed over the group (each already carries 1/D).
     data_parallel.all_reduce(gradients, ReduceOperation::sum);
   }
-  if (data_parallel.size() > 1) {
-    // The loss averaged for the log (average_losses_across_data_parallel_group).
-    double loss_sum = result.lm_loss;
-    data_parallel.all_reduce(View{&loss_sum, 1, ElementType::f64, MemoryKind::host},
-                             ReduceOperation::sum);
-    result.lm_loss = loss_sum / static_cast<double>(data_parallel.size());
-  }
+  // The loss averaged for the log (average_losses_across_data_parallel_group).
+  result.lm_loss = all_reduce_sum(data_parallel, result.lm_loss) /
+                   static_cast<double>(data_parallel.size());
   result.learning_rate = scheduler.learning_rate();
-  // The global norm: of the whole buffer, or the shards' sums of squares added over the group.
-  auto norm = [&] {
-    if (shard == nullptr) return optimizer.gradient_norm(gradients);
-    double squares = optimizer.gradient_sum_of_squares(gradients);
-    data_parallel.all_reduce(View{&squares, 1, ElementType::f64, MemoryKind::host},
-                             ReduceOperation::sum);
-    return std::sqrt(squares);
-  };
+  // With a loss scaler the gradients are unscaled first (a scale of 1 changes nothing).
+  if (scaler.scale() != 1.0) optimizer.device().scale(gradients, scaler.inverse_scale());
+  // The global norm, reduced on the device (the host reads one double, and decides as every
+  // rank will): of the whole buffer, or the shards' sums of squares added over the group.
+  const double squares = optimizer.gradient_sum_of_squares(gradients);
+  result.grad_norm =
+      std::sqrt(shard != nullptr ? all_reduce_sum(data_parallel, squares) : squares);
   if (scaler.enabled()) {
-    // Megatron's mixed-precision step: unscale the gradients, look for inf/nan (here: a norm
-    // that is not finite, which any non-finite gradient makes it), tell the scaler, and skip
-    // the update when one was found. The loss itself does not decide: a non-finite loss with
-    // finite gradients is a nan iteration that still updates, as in Megatron.
-    if (scaler.scale() != 1.0) optimizer.device().scale(gradients, scaler.inverse_scale());
-    result.grad_norm = norm();
+    // Megatron's mixed-precision step: look for inf/nan in the unscaled gradients (here: a
+    // norm that is not finite, which any non-finite gradient makes it), tell the scaler, and
+    // skip the update when one was found. The loss itself does not decide: a non-finite loss
+    // with finite gradients is a nan iteration that still updates, as in Megatron.
     const bool found_inf = !std::isfinite(result.grad_norm);
     scaler.update(found_inf);
     result.skipped = found_inf;
   } else {
-    // Reduced on the device; the host reads one double (and decides, as every rank will).
-    result.grad_norm = norm();
     // In fp32 there is no loss scale to back off: a non-finite loss or norm is the only reason
     // to skip, and the update it would have made is dropped whole.
     result.skipped = !std::isfinite(result.lm_loss) || !std::isfinite(result.grad_norm);

@@ -142,21 +142,28 @@ AdamW gather_optimizer(const AdamW& sharded, const std::vector<ParameterGroup>& 
   std::vector<float> exp_avg(static_cast<size_t>(parameter_count));
   std::vector<float> exp_avg_sq(static_cast<size_t>(parameter_count));
   const auto shard_of = [&](std::vector<float>& values) {
-    return View{values.data() + range.offset, range.numel, ElementType::f32, MemoryKind::host};
+    return std::span(values).subspan(static_cast<size_t>(range.offset),
+                                     static_cast<size_t>(range.numel));
   };
-  sharded.copy_moments_to_host(std::span(exp_avg).subspan(range.offset, range.numel),
-                               std::span(exp_avg_sq).subspan(range.offset, range.numel));
-  const auto whole = [](std::vector<float>& values) {
-    return View{values.data(), static_cast<int64_t>(values.size()), ElementType::f32,
-                MemoryKind::host};
-  };
-  data_parallel.all_gather(whole(exp_avg), shard_of(exp_avg));
-  data_parallel.all_gather(whole(exp_avg_sq), shard_of(exp_avg_sq));
+  sharded.copy_moments_to_host(shard_of(exp_avg), shard_of(exp_avg_sq));
+  data_parallel.all_gather(host_view(std::span(exp_avg)), host_view(shard_of(exp_avg)));
+  data_parallel.all_gather(host_view(std::span(exp_avg_sq)), host_view(shard_of(exp_avg_sq)));
   AdamW gathered(sharded.config(), groups, parameter_count);
   gathered.copy_moments_from_host(exp_avg, exp_avg_sq);
   gathered.set_steps_taken(sharded.steps_taken());
   gathered.set_loss_scaler(sharded.loss_scaler());
   return gathered;
+}
+
+// The other way: a rank's range of a whole, loaded state into its sharded optimizer.
+void keep_range(AdamW& sharded, const AdamW& whole, const ShardRange& range) {
+  const auto offset = static_cast<size_t>(range.offset);
+  const auto count = static_cast<size_t>(range.numel);
+  const std::span<const float> exp_avg = whole.exp_avg(), exp_avg_sq = whole.exp_avg_sq();
+  sharded.copy_moments_from_host(exp_avg.subspan(offset, count),
+                                 exp_avg_sq.subspan(offset, count));
+  sharded.set_steps_taken(whole.steps_taken());
+  sharded.set_loss_scaler(whole.loss_scaler());
 }
 
 // Benchmark mode's summary (--benchmark-output): the JSON file and its line.
@@ -368,15 +375,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
       whole->set_loss_scaler(optimizer.loss_scaler());  // the flags' scaler takes the saved state
     }
     const auto loaded = load_checkpoint(a, model, whole ? *whole : optimizer, scheduler, out);
-    if (whole && loaded) {
-      const auto range = static_cast<size_t>(shard->range.offset);
-      const auto count = static_cast<size_t>(shard->range.numel);
-      const std::span<const float> exp_avg = whole->exp_avg(), exp_avg_sq = whole->exp_avg_sq();
-      optimizer.copy_moments_from_host(exp_avg.subspan(range, count),
-                                       exp_avg_sq.subspan(range, count));
-      optimizer.set_steps_taken(whole->steps_taken());
-      optimizer.set_loss_scaler(whole->loss_scaler());
-    }
+    if (whole && loaded) keep_range(optimizer, *whole, shard->range);
     if (loaded) {
       resumed = *loaded;
       std::error_code ignored;

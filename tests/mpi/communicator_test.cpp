@@ -20,8 +20,7 @@ namespace {
 
 template <typename T>
 View view_of(std::vector<T>& values) {
-  return View{values.data(), static_cast<int64_t>(values.size()), backend::element_type_of<T>(),
-              MemoryKind::host};
+  return backend::host_view(std::span(values));
 }
 
 }  // namespace

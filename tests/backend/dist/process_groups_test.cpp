@@ -81,11 +81,11 @@ TEST_CASE("one process: every group is the identity, and has no peer to send to"
   CHECK(groups.is_last_rank());
   CHECK(groups.data_parallel->size() == 1);
   std::vector<float> values = {1.5f, -2.0f};
-  const View view{values.data(), 2, ElementType::f32, MemoryKind::host};
+  const View view = host_view(std::span(values));
   groups.data_parallel->all_reduce(view, ReduceOperation::sum);
   CHECK(values == std::vector<float>{1.5f, -2.0f});
   std::vector<float> gathered(2);
-  groups.world->all_gather(View{gathered.data(), 2, ElementType::f32, MemoryKind::host}, view);
+  groups.world->all_gather(host_view(std::span(gathered)), view);
   CHECK(gathered == values);
   CHECK_THROWS_WITH_AS(groups.pipeline_parallel->send(view, 1),
                        "send to rank 1: the one-process pipeline model parallel group has no "

@@ -78,10 +78,7 @@ TEST_CASE("the gradient norm is the same on one thread and on three") {
 
 namespace {
 
-View host_view(std::vector<float>& values) {
-  return View{values.data(), static_cast<int64_t>(values.size()), ElementType::f32,
-              MemoryKind::host};
-}
+View host_view(std::vector<float>& values) { return backend::host_view(std::span(values)); }
 
 std::vector<float> wave(size_t count, float phase) {
   std::vector<float> values(count);
