@@ -24,10 +24,11 @@ class CpuDevice : public Device {
                     const AdamWCoefficients& coefficients) override;
 
   void embedding_forward(View output, View tokens, View word_embeddings, View position_embeddings,
-                         int64_t batch_size, int64_t seq_length, int64_t hidden_size) override;
+                         int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                         int64_t vocab_start) override;
   void embedding_backward(View dword_embeddings, View dposition_embeddings, View doutput,
                           View tokens, int64_t batch_size, int64_t seq_length,
-                          int64_t hidden_size) override;
+                          int64_t hidden_size, int64_t vocab_start) override;
   void dropout_forward(View output, View input, const Dropout& dropout) override;
   void dropout_backward(View dinput, View doutput, const Dropout& dropout) override;
   void layernorm_forward(View output, View mean, View rstd, View input, View weight, View bias,
@@ -68,7 +69,14 @@ class CpuDevice : public Device {
   void cross_entropy_forward(View losses, View logsumexp, View logits, View labels, int64_t rows,
                              int64_t vocab_size) override;
   void cross_entropy_backward(View dlogits, View logits, View logsumexp, View labels,
-                              double scale, int64_t rows, int64_t vocab_size) override;
+                              double scale, int64_t rows, int64_t vocab_size,
+                              int64_t vocab_start) override;
+  void vocab_parallel_cross_entropy_partial(View logsumexp_part, View target_logit, View logits,
+                                            View labels, int64_t rows, int64_t vocab_size,
+                                            int64_t vocab_start) override;
+  void vocab_parallel_cross_entropy_combine(View losses, View logsumexp, View logsumexp_parts,
+                                            View target_logit, int64_t rows,
+                                            int64_t parts) override;
 };
 
 }  // namespace backend

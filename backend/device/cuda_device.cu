@@ -175,10 +175,10 @@ class CudaDevice final : public Device {
 
   void embedding_forward(View output, View tokens, View word_embeddings,
                          View position_embeddings, int64_t batch_size, int64_t seq_length,
-                         int64_t hidden_size) override;
+                         int64_t hidden_size, int64_t vocab_start) override;
   void embedding_backward(View dword_embeddings, View dposition_embeddings, View doutput,
                           View tokens, int64_t batch_size, int64_t seq_length,
-                          int64_t hidden_size) override;
+                          int64_t hidden_size, int64_t vocab_start) override;
   void dropout_forward(View output, View input, const Dropout& dropout) override;
   void dropout_backward(View dinput, View doutput, const Dropout& dropout) override;
   void layernorm_forward(View output, View mean, View rstd, View input, View weight, View bias,
@@ -219,7 +219,14 @@ class CudaDevice final : public Device {
   void cross_entropy_forward(View losses, View logsumexp, View logits, View labels, int64_t rows,
                              int64_t vocab_size) override;
   void cross_entropy_backward(View dlogits, View logits, View logsumexp, View labels,
-                              double scale, int64_t rows, int64_t vocab_size) override;
+                              double scale, int64_t rows, int64_t vocab_size,
+                              int64_t vocab_start) override;
+  void vocab_parallel_cross_entropy_partial(View logsumexp_part, View target_logit, View logits,
+                                            View labels, int64_t rows, int64_t vocab_size,
+                                            int64_t vocab_start) override;
+  void vocab_parallel_cross_entropy_combine(View losses, View logsumexp, View logsumexp_parts,
+                                            View target_logit, int64_t rows,
+                                            int64_t parts) override;
 
  private:
   // Every public call starts here: a process may drive several GPUs from one thread.
@@ -289,8 +296,10 @@ class CudaDevice final : public Device {
 
 template <typename S>
 void launch_embedding_forward(S* output, const int32_t* tokens, const S* word, const S* position,
-                              int64_t B, int64_t T, int64_t C, cudaStream_t stream) {
-  cuda::embedding_forward(output, tokens, word, position, B, T, C, stream);
+                              int64_t B, int64_t T, int64_t C, int64_t vocab_start,
+                              int64_t vocab_size, cudaStream_t stream) {
+  cuda::embedding_forward(output, tokens, word, position, B, T, C, vocab_start, vocab_size,
+                          stream);
 }
 // The twin sums each token's positions in position order, from an index built on the host
 // (sort_positions_by_token). The tokens are read back for it: one small copy and a wait at the
@@ -300,7 +309,8 @@ void launch_embedding_forward(S* output, const int32_t* tokens, const S* word, c
 template <typename S>
 void launch_embedding_backward(float* dword, float* dposition, const S* doutput,
                                const int32_t* tokens, int64_t B, int64_t T, int64_t C,
-                               float* scratch, cudaStream_t stream) {
+                               int64_t vocab_start, int64_t vocab_size, float* scratch,
+                               cudaStream_t stream) {
   const int64_t count = B * T;
   std::vector<int32_t> host_tokens(static_cast<size_t>(count));
   CUDA_CHECK(cudaMemcpyAsync(host_tokens.data(), tokens, static_cast<size_t>(count) * sizeof(int32_t),
@@ -318,9 +328,10 @@ void launch_embedding_backward(float* dword, float* dposition, const S* doutput,
                              cudaMemcpyHostToDevice, stream));
   // The host vector must outlive the copy.
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  cuda::embedding_backward(dword, dposition, doutput, tokens, B, T, C, device_index,
-                           device_index + count, device_index + 2 * count + 1, unique_count,
-                           stream);
+  // The index covers the whole tokens; the kernel skips those outside the shard.
+  cuda::embedding_backward(dword, dposition, doutput, tokens, B, T, C, vocab_start, vocab_size,
+                           device_index, device_index + count, device_index + 2 * count + 1,
+                           unique_count, stream);
 }
 template <typename S>
 void launch_dropout_forward(S* output, const S* input, int64_t count, const Dropout& dropout,
@@ -405,40 +416,70 @@ void launch_cross_entropy_forward(float* losses, float* logsumexp, const S* logi
 template <typename S>
 void launch_cross_entropy_backward(S* dlogits, const S* logits, const float* logsumexp,
                                    const int32_t* labels, float scale, int64_t N, int64_t V,
-                                   cudaStream_t stream) {
-  cuda::cross_entropy_backward(dlogits, logits, logsumexp, labels, scale, N, V, stream);
+                                   int64_t vocab_start, cudaStream_t stream) {
+  cuda::cross_entropy_backward(dlogits, logits, logsumexp, labels, scale, N, V, vocab_start,
+                               stream);
+}
+template <typename S>
+void launch_vocab_parallel_cross_entropy_partial(float* logsumexp_part, float* target_logit,
+                                                 const S* logits, const int32_t* labels,
+                                                 int64_t N, int64_t V, int64_t vocab_start,
+                                                 cudaStream_t stream) {
+  cuda::vocab_parallel_cross_entropy_partial(logsumexp_part, target_logit, logits, labels, N, V,
+                                             vocab_start, stream);
+}
+void launch_vocab_parallel_cross_entropy_combine(float* losses, float* logsumexp,
+                                                 const float* logsumexp_parts,
+                                                 const float* target_logit, int64_t N,
+                                                 int64_t parts, cudaStream_t stream) {
+  cuda::vocab_parallel_cross_entropy_combine(losses, logsumexp, logsumexp_parts, target_logit, N,
+                                             parts, stream);
 }
 
 // ---- ops: views checked, then the twin of the element type --------------------------------
 
 const int32_t* ids(View view, const char* op) { return gpu<int32_t>(view, op); }
 
+// Rows of a (rows, hidden_size) table: the vocabulary shard a word table (or its gradient)
+// holds. An empty view (a gradient not needed) holds none.
+int64_t table_rows(View table, int64_t hidden_size, const char* op) {
+  if (hidden_size <= 0) return 0;
+  if (table.numel % hidden_size != 0) {
+    common::fail("{}: a table of {} elements is not whole rows of hidden size {}", op,
+                 table.numel, hidden_size);
+  }
+  return table.numel / hidden_size;
+}
+
 void CudaDevice::embedding_forward(View output, View tokens, View word_embeddings,
                                    View position_embeddings, int64_t batch_size,
-                                   int64_t seq_length, int64_t hidden_size) {
+                                   int64_t seq_length, int64_t hidden_size, int64_t vocab_start) {
   constexpr const char* op = "embedding_forward";
   use();
+  const int64_t vocab_size = table_rows(word_embeddings, hidden_size, op);
   dispatch(output.type, op, [&](auto s) {
     using S = decltype(s);
     launch_embedding_forward(gpu<S>(output, op), ids(tokens, op), gpu<S>(word_embeddings, op),
                              gpu<S>(position_embeddings, op), batch_size, seq_length,
-                             hidden_size, stream_);
+                             hidden_size, vocab_start, vocab_size, stream_);
   });
 }
 
 void CudaDevice::embedding_backward(View dword_embeddings, View dposition_embeddings,
                                     View doutput, View tokens, int64_t batch_size,
-                                    int64_t seq_length, int64_t hidden_size) {
+                                    int64_t seq_length, int64_t hidden_size,
+                                    int64_t vocab_start) {
   constexpr const char* op = "embedding_backward";
   use();
+  const int64_t vocab_size = table_rows(dword_embeddings, hidden_size, op);
   dispatch(doutput.type, op, [&](auto s) {
     using S = decltype(s);
     // The index of launch_embedding_backward: 3·B·T + 1 int32.
     float* scratch = scratch_floats(3 * batch_size * seq_length + 1, op);
     launch_embedding_backward(gpu<float>(dword_embeddings, op),
                               gpu<float>(dposition_embeddings, op), gpu<S>(doutput, op),
-                              ids(tokens, op), batch_size, seq_length, hidden_size, scratch,
-                              stream_);
+                              ids(tokens, op), batch_size, seq_length, hidden_size, vocab_start,
+                              vocab_size, scratch, stream_);
   });
 }
 
@@ -575,6 +616,7 @@ void CudaDevice::attention_forward(View output, View logsumexp, View qkv, int64_
                                    int64_t seq_length, int64_t hidden_size, int64_t num_heads,
                                    int64_t num_query_groups, const Dropout& dropout) {
   constexpr const char* op = "attention_forward";
+  check_attention_dropout(dropout, op);
   use();
   dispatch(qkv.type, op, [&](auto s) {
     using S = decltype(s);
@@ -589,6 +631,7 @@ void CudaDevice::attention_backward(View dqkv, View doutput, View qkv, View outp
                                     int64_t hidden_size, int64_t num_heads,
                                     int64_t num_query_groups, const Dropout& dropout) {
   constexpr const char* op = "attention_backward";
+  check_attention_dropout(dropout, op);
   use();
   dispatch(qkv.type, op, [&](auto s) {
     using S = decltype(s);
@@ -695,15 +738,46 @@ void CudaDevice::cross_entropy_forward(View losses, View logsumexp, View logits,
 }
 
 void CudaDevice::cross_entropy_backward(View dlogits, View logits, View logsumexp, View labels,
-                                        double scale, int64_t rows, int64_t vocab_size) {
+                                        double scale, int64_t rows, int64_t vocab_size,
+                                        int64_t vocab_start) {
   constexpr const char* op = "cross_entropy_backward";
   use();
   dispatch(logits.type, op, [&](auto s) {
     using S = decltype(s);
     launch_cross_entropy_backward(gpu<S>(dlogits, op), gpu<S>(logits, op),
                                   gpu<float>(logsumexp, op), ids(labels, op),
-                                  static_cast<float>(scale), rows, vocab_size, stream_);
+                                  static_cast<float>(scale), rows, vocab_size, vocab_start,
+                                  stream_);
   });
+}
+
+void CudaDevice::vocab_parallel_cross_entropy_partial(View logsumexp_part, View target_logit,
+                                                      View logits, View labels, int64_t rows,
+                                                      int64_t vocab_size, int64_t vocab_start) {
+  constexpr const char* op = "vocab_parallel_cross_entropy_partial";
+  use();
+  dispatch(logits.type, op, [&](auto s) {
+    using S = decltype(s);
+    launch_vocab_parallel_cross_entropy_partial(gpu<float>(logsumexp_part, op),
+                                                gpu<float>(target_logit, op), gpu<S>(logits, op),
+                                                ids(labels, op), rows, vocab_size, vocab_start,
+                                                stream_);
+  });
+}
+
+void CudaDevice::vocab_parallel_cross_entropy_combine(View losses, View logsumexp,
+                                                      View logsumexp_parts, View target_logit,
+                                                      int64_t rows, int64_t parts) {
+  constexpr const char* op = "vocab_parallel_cross_entropy_combine";
+  if (parts < 1 || logsumexp_parts.numel != parts * rows) {
+    common::fail("{}: {} parts of {} rows need {} log-sum-exps, got {}", op, parts, rows,
+                 parts * rows, logsumexp_parts.numel);
+  }
+  use();
+  // fp32 whatever the logits' type: no dispatch, the views are checked to be f32.
+  launch_vocab_parallel_cross_entropy_combine(gpu<float>(losses, op), gpu<float>(logsumexp, op),
+                                              gpu<float>(logsumexp_parts, op),
+                                              gpu<float>(target_logit, op), rows, parts, stream_);
 }
 
 }  // namespace

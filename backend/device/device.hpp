@@ -47,14 +47,16 @@ class Device {
   virtual void adamw_update(View master, View weights, View gradients, View exp_avg,
                             View exp_avg_sq, const AdamWCoefficients& coefficients) = 0;
 
-  // ops/embedding.hpp
+  // ops/embedding.hpp; the word table (and its gradient) holds the rows of tokens
+  // [vocab_start, vocab_start + numel / hidden_size): a vocabulary shard, or all of it at 0
   virtual void embedding_forward(View output, View tokens, View word_embeddings,
                                  View position_embeddings, int64_t batch_size,
-                                 int64_t seq_length, int64_t hidden_size) = 0;
+                                 int64_t seq_length, int64_t hidden_size,
+                                 int64_t vocab_start) = 0;
   virtual void embedding_backward(View dword_embeddings, View dposition_embeddings, View doutput,
                                   View tokens, int64_t batch_size, int64_t seq_length,
-                                  int64_t hidden_size) = 0;
-  // ops/dropout.hpp, over all of input's elements
+                                  int64_t hidden_size, int64_t vocab_start) = 0;
+  // ops/dropout.hpp, over all of input's elements (element i is mask index first_index + i)
   virtual void dropout_forward(View output, View input, const Dropout& dropout) = 0;
   virtual void dropout_backward(View dinput, View doutput, const Dropout& dropout) = 0;
   // ops/layernorm.hpp
@@ -100,11 +102,22 @@ class Device {
   virtual void swiglu_forward(View output, View input, int64_t rows, int64_t features) = 0;
   virtual void swiglu_backward(View dinput, View doutput, View input, int64_t rows,
                                int64_t features) = 0;
-  // ops/cross_entropy.hpp
+  // ops/cross_entropy.hpp; the backward's logits are the vocabulary columns [vocab_start,
+  // vocab_start + vocab_size) and logsumexp the whole vocabulary's (0: the unsharded op)
   virtual void cross_entropy_forward(View losses, View logsumexp, View logits, View labels,
                                      int64_t rows, int64_t vocab_size) = 0;
   virtual void cross_entropy_backward(View dlogits, View logits, View logsumexp, View labels,
-                                      double scale, int64_t rows, int64_t vocab_size) = 0;
+                                      double scale, int64_t rows, int64_t vocab_size,
+                                      int64_t vocab_start) = 0;
+  // The vocabulary-parallel forward (ops/cross_entropy.hpp): each shard's partial, an
+  // all-gather of the partials and a sum of the target logits by the caller, then combine.
+  virtual void vocab_parallel_cross_entropy_partial(View logsumexp_part, View target_logit,
+                                                    View logits, View labels, int64_t rows,
+                                                    int64_t vocab_size,
+                                                    int64_t vocab_start) = 0;
+  virtual void vocab_parallel_cross_entropy_combine(View losses, View logsumexp,
+                                                    View logsumexp_parts, View target_logit,
+                                                    int64_t rows, int64_t parts) = 0;
 };
 
 }  // namespace backend

@@ -525,7 +525,8 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
   const ParameterLayout& layout = s.layout;
 
   d.embedding_forward(s.embedded, s.tokens, s.parameter(layout.word_embeddings()),
-                      s.parameter(layout.position_embeddings()), batch_size, seq_length, C);
+                      s.parameter(layout.position_embeddings()), batch_size, seq_length, C,
+                      /*vocab_start=*/0);
   if (const Dropout mask = s.dropout(DropoutSite::embedding, 0); mask.active()) {
     d.dropout_forward(s.embedded, s.embedded, mask);
   }
@@ -566,7 +567,7 @@ void GptModel<Scalar>::backward(Scalar grad_scale) {
   // scale is applied once here (computed in Scalar, as the CPU twin takes it).
   const Scalar scale = grad_scale / static_cast<Scalar>(rows);
   d.cross_entropy_backward(s.dlogits, s.logits, s.logsumexp, s.labels, static_cast<double>(scale),
-                           rows, V);
+                           rows, V, /*vocab_start=*/0);
   d.linear_backward(s.dnorm, s.gradient(layout.output_weight()),
                     View{nullptr, 0, State::kElementType, s.dnorm.on}, s.dlogits, s.final_norm,
                     s.parameter(layout.output_weight()), rows, C, V);
@@ -592,7 +593,7 @@ void GptModel<Scalar>::backward(Scalar grad_scale) {
   }
   d.embedding_backward(s.gradient(layout.word_embeddings()),
                        s.gradient(layout.position_embeddings()), s.dresidual, s.tokens,
-                       s.batch_size, s.seq_length, C);
+                       s.batch_size, s.seq_length, C, /*vocab_start=*/0);
 }
 
 template <typename Scalar>

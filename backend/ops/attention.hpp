@@ -26,7 +26,9 @@
 //   dV += D^T · dO,   dP = dropout_backward(dO · V^T) (the same mask and scale)
 //   dS = P ∘ (dP − Δ),   dQ += dS · K / sqrt(HD),   dK += dS^T · Q / sqrt(HD)
 // Keys and values of a group collect the gradients of all of its heads.
-// The backward must get the forward's dropout, output and log-sum-exp.
+// The backward must get the forward's dropout, output and log-sum-exp. The mask is the
+// (B, NH, T, T) probabilities' own, so a Dropout::first_index (an offset into a larger
+// tensor's mask, for sequence-parallel slices of activations) is refused, not ignored.
 // Contract: there are no parameters; the activation gradient dqkv is overwritten (=).
 // Results do not depend on the thread count: the forward's unit of work is one (b, h, query
 // block), the backward's one (b, group), which sums its dK, dV (and dQ) in a fixed order.
@@ -36,9 +38,25 @@
 
 #include <cstdint>
 
+#include "backend/common/error.hpp"
 #include "backend/device/cuda_stream.hpp"
 #include "backend/device/element_type.hpp"
 #include "backend/ops/dropout.hpp"
+
+namespace backend {
+
+// Both twins' check (the CUDA one in CudaDevice, before the launch): common::Error for a
+// dropout with a mask offset, which attention's own mask index has no place for.
+inline void check_attention_dropout(const Dropout& dropout, const char* op) {
+  if (dropout.first_index != 0) {
+    common::fail("{}: attention's dropout draws the mask of its own (batch, heads, T, T) "
+                 "probabilities and takes no first_index (got {}); first_index offsets "
+                 "dropout_forward/dropout_backward on a slice of a larger tensor",
+                 op, dropout.first_index);
+  }
+}
+
+}  // namespace backend
 
 namespace backend::cpu {
 

@@ -104,6 +104,7 @@ void attention_forward(Scalar* output, Scalar* logsumexp, const Scalar* qkv, int
                        int64_t seq_length, int64_t hidden_size, int64_t num_heads,
                        int64_t num_query_groups, const Dropout& dropout,
                        const AttentionBlocks& blocks) {
+  check_attention_dropout(dropout, "attention_forward");
   const QkvLayout layout = check_shape(hidden_size, num_heads, num_query_groups, blocks);
   const int64_t T = seq_length;
   const int64_t HD = layout.head_dim;
@@ -209,6 +210,7 @@ void attention_backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv,
                         int64_t seq_length, int64_t hidden_size, int64_t num_heads,
                         int64_t num_query_groups, const Dropout& dropout,
                         const AttentionBlocks& blocks) {
+  check_attention_dropout(dropout, "attention_backward");
   const QkvLayout layout = check_shape(hidden_size, num_heads, num_query_groups, blocks);
   const int64_t T = seq_length;
   const int64_t HD = layout.head_dim;

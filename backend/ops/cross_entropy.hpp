@@ -1,16 +1,32 @@
 // Softmax + cross-entropy over the (padded) vocabulary, fused (Megatron core's
-// vocab_parallel_cross_entropy with tensor parallel size 1; llm.c's fused classifier):
+// vocab_parallel_cross_entropy; llm.c's fused classifier):
 //   logsumexp_i = log Σ_v exp(logits[i, v])        (computed as m + log Σ exp(logits − m))
 //   loss_i      = logsumexp_i − logits[i, label_i]
 // The forward writes one loss per row (the caller takes the mean, in a fixed order) and keeps
 // logsumexp_i, so the backward recomputes the softmax from the logits instead of storing a
 // second (N, V) array of probabilities:
-//   dlogits[i, v] = (exp(logits[i, v] − logsumexp_i) − [v == label_i]) · scale
+//   dlogits[i, v] = (exp(logits[i, v] − logsumexp_i) − [v + vocab_start == label_i]) · scale
 // With scale = 1/N this is the gradient of the mean loss. Padded vocabulary entries take part
 // in the softmax like any other, as in Megatron.
+//
+// Vocabulary parallel (tensor parallelism, Megatron's vocab_parallel_cross_entropy): a rank
+// holds the logits of vocabulary columns [vocab_start, vocab_start + V) only. Its forward is
+//   partial: logsumexp_part_i = log Σ_{v in the shard} exp(logits[i, v])   (stably, as above)
+//            target_logit_i   = logits[i, label_i − vocab_start] if the shard holds label_i,
+//                               else 0
+// then the caller all-gathers the parts' logsumexp_part into (P, N) (part-major) and sums
+// target_logit over the parts (one rank holds each label, the others add 0), and
+//   combine:  logsumexp_i = M_i + log Σ_k exp(parts[k, i] − M_i),  M_i = max_k parts[k, i]
+//             loss_i      = logsumexp_i − target_logit_i
+// (k in order 0..P−1: every rank computes the same bits). Megatron all-reduces the max and
+// Σ exp instead; a log-sum-exp per shard is one value per row as well and keeps each shard's
+// exponentials shifted by its own maximum. With P = 1 the combine is the forward bit for bit
+// (exp(0) = 1, log 1 = 0). The backward of a shard is the formula above with the global
+// logsumexp_i: it needs no communication.
 // Contract: no parameters; dlogits is overwritten (=) and may alias logits (in place).
-// Labels are trusted to lie in [0, V) (GptModel validates them before calling).
-// Dimensions: N rows (B·T), V vocabulary (padded).
+// Labels are ids of the whole vocabulary; the unsharded forward trusts them to lie in [0, V)
+// (GptModel validates them before calling).
+// Dimensions: N rows (B·T), V vocabulary (padded; the shard's columns when sharded), P parts.
 #pragma once
 
 #include <cstdint>
@@ -29,16 +45,31 @@ void cross_entropy_forward(Scalar* losses,         // (N)
 
 template <typename Scalar>
 void cross_entropy_backward(Scalar* dlogits,          // (N, V) =, may alias logits
-                            const Scalar* logits,     // (N, V)
-                            const Scalar* logsumexp,  // (N) from the forward
+                            const Scalar* logits,     // (N, V) columns vocab_start + [0, V)
+                            const Scalar* logsumexp,  // (N) of the whole vocabulary
                             const int32_t* labels,    // (N)
-                            Scalar scale, int64_t rows, int64_t vocab_size);
+                            Scalar scale, int64_t rows, int64_t vocab_size, int64_t vocab_start);
+
+template <typename Scalar>
+void vocab_parallel_cross_entropy_partial(Scalar* logsumexp_part,  // (N) over the shard
+                                          Scalar* target_logit,    // (N), 0 off the shard
+                                          const Scalar* logits,    // (N, V) the shard's columns
+                                          const int32_t* labels,   // (N)
+                                          int64_t rows, int64_t vocab_size, int64_t vocab_start);
+
+template <typename Scalar>
+void vocab_parallel_cross_entropy_combine(Scalar* losses,                 // (N)
+                                          Scalar* logsumexp,              // (N)
+                                          const Scalar* logsumexp_parts,  // (P, N)
+                                          const Scalar* target_logit,     // (N) summed
+                                          int64_t rows, int64_t parts);
 
 }  // namespace backend::cpu
 
-// The CUDA twin (cross_entropy_cuda.cu), logits float or bfloat16, computed in float; losses
-// and logsumexp are float whatever Scalar is, as is scale. One block per row with fixed-order
-// reductions (max, then Σ exp(z − max)), so a run repeats its bits. dlogits may alias logits.
+// The CUDA twin (cross_entropy_cuda.cu), logits float or bfloat16, computed in float; losses,
+// logsumexp, its parts and the target logits are float whatever Scalar is, as is scale. One
+// block per row with fixed-order reductions (max, then Σ exp(z − max)), so a run repeats its
+// bits; the combine is one thread per row. dlogits may alias logits.
 namespace backend::cuda {
 
 template <typename Scalar>
@@ -50,9 +81,24 @@ void cross_entropy_forward(float* losses,          // (N)
 
 template <typename Scalar>
 void cross_entropy_backward(Scalar* dlogits,         // (N, V) =, may alias logits
-                            const Scalar* logits,    // (N, V)
-                            const float* logsumexp,  // (N) from the forward
+                            const Scalar* logits,    // (N, V) columns vocab_start + [0, V)
+                            const float* logsumexp,  // (N) of the whole vocabulary
                             const int32_t* labels,   // (N)
-                            float scale, int64_t rows, int64_t vocab_size, CudaStream stream);
+                            float scale, int64_t rows, int64_t vocab_size, int64_t vocab_start,
+                            CudaStream stream);
+
+template <typename Scalar>
+void vocab_parallel_cross_entropy_partial(float* logsumexp_part,  // (N) over the shard
+                                          float* target_logit,    // (N), 0 off the shard
+                                          const Scalar* logits,   // (N, V) the shard's columns
+                                          const int32_t* labels,  // (N)
+                                          int64_t rows, int64_t vocab_size, int64_t vocab_start,
+                                          CudaStream stream);
+
+void vocab_parallel_cross_entropy_combine(float* losses,                 // (N)
+                                          float* logsumexp,              // (N)
+                                          const float* logsumexp_parts,  // (P, N)
+                                          const float* target_logit,     // (N) summed
+                                          int64_t rows, int64_t parts, CudaStream stream);
 
 }  // namespace backend::cuda

@@ -1,4 +1,6 @@
-// CPU twin of cross_entropy.hpp: one row of the vocabulary per OpenMP iteration.
+// CPU twin of cross_entropy.hpp: one row of the vocabulary per OpenMP iteration; the
+// vocabulary-parallel partial takes the forward's row log-sum-exp (row_logsumexp), so one
+// shard is the forward's bits.
 //
 // The float path (training) takes the exponentials from vector_math_cpu.hpp's fast_exp, so
 // the two passes over the (B·T, V) logits vectorise: at the 126M shape (1024 × 50304) glibc's
@@ -9,6 +11,7 @@
 // any order. The double path (gradient checks) keeps std::exp and the running sum.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "backend/ops/cross_entropy.hpp"
@@ -28,6 +31,26 @@ float row_logsumexp_float(const float* z, int64_t vocab_size) {
   return row_max + std::log(sum);
 }
 
+// log Σ_v exp(z[v]) of one row (vocab_size ≥ 1): the float path above, or std::exp and a
+// running sum in double.
+template <typename Scalar>
+Scalar row_logsumexp(const Scalar* z, int64_t vocab_size) {
+  if constexpr (std::is_same_v<Scalar, float>) {
+    return row_logsumexp_float(z, vocab_size);
+  } else {
+    const Scalar row_max = *std::max_element(z, z + vocab_size);
+    Scalar sum = 0;
+    for (int64_t v = 0; v < vocab_size; ++v) sum += std::exp(z[v] - row_max);
+    return row_max + std::log(sum);
+  }
+}
+
+// The label's column in a shard of vocab_size columns from vocab_start, or −1 off the shard.
+int64_t shard_column(int32_t label, int64_t vocab_start, int64_t vocab_size) {
+  const int64_t column = int64_t{label} - vocab_start;
+  return column >= 0 && column < vocab_size ? column : -1;
+}
+
 }  // namespace
 
 template <typename Scalar>
@@ -36,23 +59,16 @@ void cross_entropy_forward(Scalar* losses, Scalar* logsumexp, const Scalar* logi
 #pragma omp parallel for if (rows * vocab_size > detail::kParallelWork)
   for (int64_t row = 0; row < rows; ++row) {
     const Scalar* z = logits + row * vocab_size;
-    Scalar row_logsumexp;
-    if constexpr (std::is_same_v<Scalar, float>) {
-      row_logsumexp = row_logsumexp_float(z, vocab_size);
-    } else {
-      const Scalar row_max = *std::max_element(z, z + vocab_size);
-      Scalar sum = 0;
-      for (int64_t v = 0; v < vocab_size; ++v) sum += std::exp(z[v] - row_max);
-      row_logsumexp = row_max + std::log(sum);
-    }
-    logsumexp[row] = row_logsumexp;
-    losses[row] = row_logsumexp - z[labels[row]];
+    const Scalar row_lse = row_logsumexp(z, vocab_size);
+    logsumexp[row] = row_lse;
+    losses[row] = row_lse - z[labels[row]];
   }
 }
 
 template <typename Scalar>
 void cross_entropy_backward(Scalar* dlogits, const Scalar* logits, const Scalar* logsumexp,
-                            const int32_t* labels, Scalar scale, int64_t rows, int64_t vocab_size) {
+                            const int32_t* labels, Scalar scale, int64_t rows, int64_t vocab_size,
+                            int64_t vocab_start) {
 #pragma omp parallel for if (rows * vocab_size > detail::kParallelWork)
   for (int64_t row = 0; row < rows; ++row) {
     const Scalar* z = logits + row * vocab_size;
@@ -66,15 +82,55 @@ void cross_entropy_backward(Scalar* dlogits, const Scalar* logits, const Scalar*
     } else {
       for (int64_t v = 0; v < vocab_size; ++v) dz[v] = std::exp(z[v] - row_logsumexp) * scale;
     }
-    dz[labels[row]] -= scale;
+    // Only the shard that holds the label subtracts scale (others leave it to that one).
+    const int64_t label = shard_column(labels[row], vocab_start, vocab_size);
+    if (label >= 0) dz[label] -= scale;
   }
 }
 
-#define BACKEND_INSTANTIATE_CROSS_ENTROPY(Scalar)                                              \
-  template void cross_entropy_forward<Scalar>(Scalar*, Scalar*, const Scalar*, const int32_t*, \
-                                              int64_t, int64_t);                               \
-  template void cross_entropy_backward<Scalar>(Scalar*, const Scalar*, const Scalar*,          \
-                                               const int32_t*, Scalar, int64_t, int64_t);
+template <typename Scalar>
+void vocab_parallel_cross_entropy_partial(Scalar* logsumexp_part, Scalar* target_logit,
+                                          const Scalar* logits, const int32_t* labels, int64_t rows,
+                                          int64_t vocab_size, int64_t vocab_start) {
+#pragma omp parallel for if (rows * vocab_size > detail::kParallelWork)
+  for (int64_t row = 0; row < rows; ++row) {
+    const Scalar* z = logits + row * vocab_size;
+    // An empty shard sums nothing: log 0 = −∞, which the combine's exp turns back into 0.
+    logsumexp_part[row] =
+        vocab_size > 0 ? row_logsumexp(z, vocab_size) : -std::numeric_limits<Scalar>::infinity();
+    const int64_t label = shard_column(labels[row], vocab_start, vocab_size);
+    target_logit[row] = label >= 0 ? z[label] : Scalar{0};
+  }
+}
+
+template <typename Scalar>
+void vocab_parallel_cross_entropy_combine(Scalar* losses, Scalar* logsumexp,
+                                          const Scalar* logsumexp_parts, const Scalar* target_logit,
+                                          int64_t rows, int64_t parts) {
+  // std::exp and std::log even for float (parts is a handful): exp(0) = 1 and log 1 = 0
+  // exactly, so one part passes through unchanged, which fast_exp does not promise.
+#pragma omp parallel for if (rows * parts > detail::kParallelWork)
+  for (int64_t row = 0; row < rows; ++row) {
+    const Scalar* part = logsumexp_parts + row;  // part[k * rows]: part k's value
+    Scalar part_max = part[0];
+    for (int64_t k = 1; k < parts; ++k) part_max = std::max(part_max, part[k * rows]);
+    Scalar sum = 0;
+    for (int64_t k = 0; k < parts; ++k) sum += std::exp(part[k * rows] - part_max);
+    const Scalar row_lse = part_max + std::log(sum);
+    logsumexp[row] = row_lse;
+    losses[row] = row_lse - target_logit[row];
+  }
+}
+
+#define BACKEND_INSTANTIATE_CROSS_ENTROPY(Scalar)                                                  \
+  template void cross_entropy_forward<Scalar>(Scalar*, Scalar*, const Scalar*, const int32_t*,     \
+                                              int64_t, int64_t);                                   \
+  template void cross_entropy_backward<Scalar>(Scalar*, const Scalar*, const Scalar*,              \
+                                               const int32_t*, Scalar, int64_t, int64_t, int64_t); \
+  template void vocab_parallel_cross_entropy_partial<Scalar>(                                      \
+      Scalar*, Scalar*, const Scalar*, const int32_t*, int64_t, int64_t, int64_t);                 \
+  template void vocab_parallel_cross_entropy_combine<Scalar>(Scalar*, Scalar*, const Scalar*,      \
+                                                             const Scalar*, int64_t, int64_t);
 BACKEND_INSTANTIATE_CROSS_ENTROPY(float)
 BACKEND_INSTANTIATE_CROSS_ENTROPY(double)
 #undef BACKEND_INSTANTIATE_CROSS_ENTROPY

@@ -1,9 +1,12 @@
 // CUDA twin of cross_entropy.hpp (CPU twin: cross_entropy_cpu.cpp; the fused classifier of
-// llm.c, Megatron's vocab_parallel_cross_entropy at tensor parallel size 1), over the padded
-// vocabulary:
+// llm.c, Megatron's vocab_parallel_cross_entropy), over the padded vocabulary or a shard of it
+// (columns [vocab_start, vocab_start + V)):
 //   logsumexp_i = m_i + log Σ_v exp(z[i, v] − m_i),  m_i = max_v z[i, v]
 //   loss_i      = logsumexp_i − z[i, label_i]
-//   dz[i, v]    = exp(z[i, v] − logsumexp_i) · scale − [v == label_i] · scale
+//   dz[i, v]    = exp(z[i, v] − logsumexp_i) · scale − [v + vocab_start == label_i] · scale
+// The vocabulary-parallel partial is the forward's row reduction over the shard (the same
+// device function, so one shard is the forward's bits) and the label's logit or 0; the
+// combine is m + log Σ_k exp(part_k − m) over the parts in order, one thread per row.
 // In float (expf, logf: CUDA's accurate ones), logits float or bf16.
 // Deterministic: one block per row; each thread walks its fixed strided share of the row
 // (16-byte packs when the row allows), and detail::block_max/block_sum combine the threads in
@@ -19,37 +22,45 @@ using detail::from_float;
 using detail::Pack;
 using detail::to_float;
 
-// Width: elements per load. Width > 1 only when V is a multiple of it and logits are 16-byte
-// aligned, so every row starts aligned; the scalar tail loop is then empty.
+// log Σ_v exp(z[v]) of one row of V logits, returned to every thread of the block (all of
+// them must call it). Width: elements per load. Width > 1 only when V is a multiple of it and
+// logits are 16-byte aligned, so every row starts aligned; the scalar tail loop is then empty.
+// V = 0 gives −∞ + log 0 = −∞ (an empty shard: nothing to add).
+template <typename T, int Width>
+__device__ __forceinline__ float block_row_logsumexp(const T* z, int64_t vocab_size,
+                                                     float* shared) {
+  using P = Pack<T, Width>;
+  const int64_t packs = vocab_size / Width;
+  float thread_max = -INFINITY;
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    const P pack = *reinterpret_cast<const P*>(z + p * Width);
+#pragma unroll
+    for (int j = 0; j < Width; ++j) thread_max = fmaxf(thread_max, to_float(pack.values[j]));
+  }
+  for (int64_t v = packs * Width + threadIdx.x; v < vocab_size; v += blockDim.x) {
+    thread_max = fmaxf(thread_max, to_float(z[v]));
+  }
+  const float row_max = detail::block_max(thread_max, shared);
+  float thread_sum = 0.0f;
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    const P pack = *reinterpret_cast<const P*>(z + p * Width);
+#pragma unroll
+    for (int j = 0; j < Width; ++j) thread_sum += expf(to_float(pack.values[j]) - row_max);
+  }
+  for (int64_t v = packs * Width + threadIdx.x; v < vocab_size; v += blockDim.x) {
+    thread_sum += expf(to_float(z[v]) - row_max);
+  }
+  return row_max + logf(detail::block_sum(thread_sum, shared));
+}
+
 template <typename T, int Width>
 __global__ void cross_entropy_forward_kernel(float* losses, float* logsumexp, const T* logits,
                                              const int32_t* labels, int64_t rows,
                                              int64_t vocab_size) {
-  using P = Pack<T, Width>;
   __shared__ float shared[32];
-  const int64_t packs = vocab_size / Width;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* z = logits + row * vocab_size;
-    float thread_max = -INFINITY;
-    for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-      const P pack = *reinterpret_cast<const P*>(z + p * Width);
-#pragma unroll
-      for (int j = 0; j < Width; ++j) thread_max = fmaxf(thread_max, to_float(pack.values[j]));
-    }
-    for (int64_t v = packs * Width + threadIdx.x; v < vocab_size; v += blockDim.x) {
-      thread_max = fmaxf(thread_max, to_float(z[v]));
-    }
-    const float row_max = detail::block_max(thread_max, shared);
-    float thread_sum = 0.0f;
-    for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
-      const P pack = *reinterpret_cast<const P*>(z + p * Width);
-#pragma unroll
-      for (int j = 0; j < Width; ++j) thread_sum += expf(to_float(pack.values[j]) - row_max);
-    }
-    for (int64_t v = packs * Width + threadIdx.x; v < vocab_size; v += blockDim.x) {
-      thread_sum += expf(to_float(z[v]) - row_max);
-    }
-    const float row_logsumexp = row_max + logf(detail::block_sum(thread_sum, shared));
+    const float row_logsumexp = block_row_logsumexp<T, Width>(z, vocab_size, shared);
     if (threadIdx.x == 0) {
       logsumexp[row] = row_logsumexp;
       losses[row] = row_logsumexp - to_float(z[labels[row]]);
@@ -58,16 +69,53 @@ __global__ void cross_entropy_forward_kernel(float* losses, float* logsumexp, co
 }
 
 template <typename T, int Width>
+__global__ void vocab_parallel_partial_kernel(float* logsumexp_part, float* target_logit,
+                                              const T* logits, const int32_t* labels, int64_t rows,
+                                              int64_t vocab_size, int64_t vocab_start) {
+  __shared__ float shared[32];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* z = logits + row * vocab_size;
+    const float row_logsumexp = block_row_logsumexp<T, Width>(z, vocab_size, shared);
+    if (threadIdx.x == 0) {
+      logsumexp_part[row] = row_logsumexp;
+      const int64_t label = int64_t{labels[row]} - vocab_start;
+      target_logit[row] = label >= 0 && label < vocab_size ? to_float(z[label]) : 0.0f;
+    }
+  }
+}
+
+// One thread per row; parts (P, N) part-major. expf(±0) = 1 and logf(1) = +0 exactly (CUDA's
+// documented special values), so one part passes through: the forward's bits.
+__global__ void vocab_parallel_combine_kernel(float* losses, float* logsumexp,
+                                              const float* logsumexp_parts,
+                                              const float* target_logit, int64_t rows,
+                                              int64_t parts) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; row < rows;
+       row += stride) {
+    const float* part = logsumexp_parts + row;  // part[k * rows]: part k's value
+    float part_max = part[0];
+    for (int64_t k = 1; k < parts; ++k) part_max = fmaxf(part_max, part[k * rows]);
+    float sum = 0.0f;
+    for (int64_t k = 0; k < parts; ++k) sum += expf(part[k * rows] - part_max);
+    const float row_logsumexp = part_max + logf(sum);
+    logsumexp[row] = row_logsumexp;
+    losses[row] = row_logsumexp - target_logit[row];
+  }
+}
+
+template <typename T, int Width>
 __global__ void cross_entropy_backward_kernel(T* dlogits, const T* logits, const float* logsumexp,
                                               const int32_t* labels, float scale, int64_t rows,
-                                              int64_t vocab_size) {
+                                              int64_t vocab_size, int64_t vocab_start) {
   using P = Pack<T, Width>;
   const int64_t packs = vocab_size / Width;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* z = logits + row * vocab_size;
     T* dz = dlogits + row * vocab_size;
     const float row_logsumexp = logsumexp[row];
-    const int64_t label = labels[row];
+    // The label's column in this shard: off the shard it is negative or ≥ V and matches none.
+    const int64_t label = int64_t{labels[row]} - vocab_start;
     // As the CPU: exp · scale, then scale subtracted from the label's entry.
     for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
       const P pack = *reinterpret_cast<const P*>(z + p * Width);
@@ -112,7 +160,7 @@ void cross_entropy_forward(float* losses, float* logsumexp, const Scalar* logits
 template <typename Scalar>
 void cross_entropy_backward(Scalar* dlogits, const Scalar* logits, const float* logsumexp,
                             const int32_t* labels, float scale, int64_t rows, int64_t vocab_size,
-                            CudaStream stream) {
+                            int64_t vocab_start, CudaStream stream) {
   if (rows <= 0 || vocab_size <= 0) return;
   using T = detail::DeviceElementOf<Scalar>;
   constexpr int kWidth = detail::kPackWidth<T>;
@@ -121,19 +169,52 @@ void cross_entropy_backward(Scalar* dlogits, const Scalar* logits, const float* 
   if (vocab_size % kWidth == 0 && detail::aligned_16(z) && detail::aligned_16(dz)) {
     cross_entropy_backward_kernel<T, kWidth>
         <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(dz, z, logsumexp, labels, scale,
-                                                                    rows, vocab_size);
+                                                                    rows, vocab_size, vocab_start);
   } else {
     cross_entropy_backward_kernel<T, 1><<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
-        dz, z, logsumexp, labels, scale, rows, vocab_size);
+        dz, z, logsumexp, labels, scale, rows, vocab_size, vocab_start);
   }
   CUDA_CHECK(cudaGetLastError());
 }
 
-#define BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(Scalar)                                       \
-  template void cross_entropy_forward<Scalar>(float*, float*, const Scalar*, const int32_t*, \
-                                              int64_t, int64_t, CudaStream);                 \
-  template void cross_entropy_backward<Scalar>(                                              \
-      Scalar*, const Scalar*, const float*, const int32_t*, float, int64_t, int64_t, CudaStream);
+template <typename Scalar>
+void vocab_parallel_cross_entropy_partial(float* logsumexp_part, float* target_logit,
+                                          const Scalar* logits, const int32_t* labels, int64_t rows,
+                                          int64_t vocab_size, int64_t vocab_start,
+                                          CudaStream stream) {
+  // An empty shard (V = 0) still writes its rows: −∞ and 0.
+  if (rows <= 0 || vocab_size < 0) return;
+  using T = detail::DeviceElementOf<Scalar>;
+  constexpr int kWidth = detail::kPackWidth<T>;
+  const T* z = detail::device_pointer(logits);
+  if (vocab_size % kWidth == 0 && detail::aligned_16(z)) {
+    vocab_parallel_partial_kernel<T, kWidth>
+        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
+            logsumexp_part, target_logit, z, labels, rows, vocab_size, vocab_start);
+  } else {
+    vocab_parallel_partial_kernel<T, 1><<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
+        logsumexp_part, target_logit, z, labels, rows, vocab_size, vocab_start);
+  }
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void vocab_parallel_cross_entropy_combine(float* losses, float* logsumexp,
+                                          const float* logsumexp_parts, const float* target_logit,
+                                          int64_t rows, int64_t parts, CudaStream stream) {
+  if (rows <= 0 || parts <= 0) return;
+  vocab_parallel_combine_kernel<<<detail::grid_for(rows), detail::kBlockSize, 0, stream>>>(
+      losses, logsumexp, logsumexp_parts, target_logit, rows, parts);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+#define BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(Scalar)                                           \
+  template void cross_entropy_forward<Scalar>(float*, float*, const Scalar*, const int32_t*,     \
+                                              int64_t, int64_t, CudaStream);                     \
+  template void cross_entropy_backward<Scalar>(Scalar*, const Scalar*, const float*,             \
+                                               const int32_t*, float, int64_t, int64_t, int64_t, \
+                                               CudaStream);                                      \
+  template void vocab_parallel_cross_entropy_partial<Scalar>(                                    \
+      float*, float*, const Scalar*, const int32_t*, int64_t, int64_t, int64_t, CudaStream);
 BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(float)
 BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(bfloat16)
 #undef BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA

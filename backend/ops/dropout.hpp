@@ -13,9 +13,14 @@
 // u[i] is the 64-bit output at counter i read as a fraction of 2^64, so an element is dropped
 // with probability ⌈p · 2^64⌉ / 2^64 (p to within 2^-64).
 // p = 0 is the identity: the ops copy (or, in place, do nothing) and generate nothing.
+// A shard of a larger tensor (sequence parallelism: each tensor-parallel rank holds a slice of
+// the sequence, Megatron core's sequence_parallel) draws its slice of the whole tensor's mask:
+// element i of the op is mask index first_index + i, so the ranks together drop exactly what
+// one process would. (Attention's dropout indexes its own (B, NH, T, T) mask and refuses an
+// offset: attention.hpp.)
 // Contract: no parameters; activation gradients overwrite (=). Elementwise, so output may
 // alias input and dinput may alias doutput.
-// Dimensions: N elements (any shape, flattened; element i is index i of the mask).
+// Dimensions: N elements (any shape, flattened; element i is index first_index + i of the mask).
 //
 // The key and keep functions are constexpr header code so that a CUDA twin computes the same
 // masks (with --expt-relaxed-constexpr, or by marking them __host__ __device__).
@@ -60,10 +65,12 @@ constexpr bool dropout_keep(uint64_t key, uint64_t index, uint64_t threshold) {
   return detail::splitmix64_at(key, index) >= threshold;
 }
 
-// One mask: probability p ∈ [0, 1) and its key. The default (p = 0) applies nothing.
+// One mask: probability p ∈ [0, 1), its key, and the mask index of the op's element 0. The
+// default (p = 0) applies nothing.
 struct Dropout {
   double probability = 0;
   uint64_t key = 0;
+  uint64_t first_index = 0;  // a slice of a larger tensor's mask: its first element's index
 
   bool active() const { return probability > 0; }
   uint64_t threshold() const { return dropout_threshold(probability); }
@@ -91,7 +98,8 @@ void dropout_backward(Scalar* dinput,         // (N) =
 }  // namespace backend::cpu
 
 // The CUDA twin (dropout_cuda.cu), Scalar float or bfloat16: the same mask elements (element i
-// is dropout_keep(key, i, threshold), evaluated on the device), scale = dropout.scale<float>().
+// is dropout_keep(key, first_index + i, threshold), evaluated on the device), scale =
+// dropout.scale<float>().
 namespace backend::cuda {
 
 template <typename Scalar>

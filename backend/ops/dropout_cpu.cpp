@@ -1,4 +1,4 @@
-// CPU twin of dropout.hpp.
+// CPU twin of dropout.hpp: element i draws mask index dropout.first_index + i.
 #include <algorithm>
 
 #include "backend/ops/dropout.hpp"
@@ -13,14 +13,15 @@ void dropout_forward(Scalar* output, const Scalar* input, int64_t count, const D
     return;
   }
   const uint64_t key = dropout.key;
+  const uint64_t first = dropout.first_index;
   const uint64_t threshold = dropout.threshold();
   const Scalar scale = dropout.scale<Scalar>();
 #pragma omp parallel for if (count > detail::kParallelWork)
   for (int64_t i = 0; i < count; ++i) {
     // A multiplication by 0 rather than a 0, so a NaN or infinity still propagates (as
     // torch's input · mask · scale): the trainer's NaN check must not miss one.
-    output[i] =
-        input[i] * (dropout_keep(key, static_cast<uint64_t>(i), threshold) ? scale : Scalar{0});
+    const bool keep = dropout_keep(key, first + static_cast<uint64_t>(i), threshold);
+    output[i] = input[i] * (keep ? scale : Scalar{0});
   }
 }
 

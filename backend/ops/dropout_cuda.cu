@@ -1,10 +1,12 @@
 // CUDA twin of dropout.hpp (CPU twin: dropout_cpu.cpp): inverted dropout,
-//   output[i] = input[i] · (keep[i] ? 1/(1 − p) : 0),   keep[i] = dropout_keep(key, i, threshold)
+//   output[i] = input[i] · (keep[i] ? 1/(1 − p) : 0),
+//   keep[i]   = dropout_keep(key, first_index + i, threshold)
 // The mask is the CPU's element for element: the kernel calls the same constexpr
 // dropout_keep/splitmix64 code (--expt-relaxed-constexpr, top-level CMakeLists.txt) on the
-// global element index, so which thread or pack computes element i does not matter. The scale
-// is dropout.scale<float>() (1/(1 − p) in double, rounded once). A product with 0, not a 0, so
-// a NaN or infinity in a dropped element still shows. p = 0 copies (or, in place, does nothing).
+// global element index (offset by first_index for a slice of a larger tensor's mask), so which
+// thread or pack computes element i does not matter. The scale is dropout.scale<float>()
+// (1/(1 − p) in double, rounded once). A product with 0, not a 0, so a NaN or infinity in a
+// dropped element still shows. p = 0 copies (or, in place, does nothing).
 // Backward is the same map on the gradient. Elementwise (detail::map_kernel): deterministic,
 // and output may alias input.
 #include "backend/ops/cuda_common.cuh"
@@ -15,10 +17,12 @@ namespace {
 
 struct ApplyMask {
   uint64_t key;
+  uint64_t first_index;
   uint64_t threshold;
   float scale;
   __device__ float operator()(float x, float, int64_t index) const {
-    return x * (dropout_keep(key, static_cast<uint64_t>(index), threshold) ? scale : 0.0f);
+    const bool keep = dropout_keep(key, first_index + static_cast<uint64_t>(index), threshold);
+    return x * (keep ? scale : 0.0f);
   }
 };
 
@@ -33,7 +37,8 @@ void apply(Scalar* output, const Scalar* input, int64_t count, const Dropout& dr
     }
     return;
   }
-  const ApplyMask mask{dropout.key, dropout.threshold(), dropout.scale<float>()};
+  const ApplyMask mask{dropout.key, dropout.first_index, dropout.threshold(),
+                       dropout.scale<float>()};
   const auto* x = detail::device_pointer(input);
   detail::launch_map(detail::device_pointer(output), x, x, count, mask, stream);
 }

@@ -6,11 +6,19 @@
 //   dposition_embeddings[t, :]        += Σ_b doutput[b, t, :]
 // With rotary positions (--position-embedding-type rope) there is no position table:
 // position_embeddings and dposition_embeddings are then nullptr and only the word row is used.
+//
+// Vocabulary shards (tensor parallelism: Megatron core's VocabParallelEmbedding): the word
+// table holds the rows of tokens [vocab_start, vocab_start + V) only. A token outside that
+// range contributes no word row: its output is the position row alone (0 without a position
+// table) and the backward adds nothing to dword for it (dposition still gets every position).
+// Megatron zeroes such rows and all-reduces the shards' outputs; here the caller passes the
+// position table to one shard only, so the shards' outputs sum to the full embedding exactly
+// (x + 0 = x). vocab_start = 0 with the whole table is the unsharded op, bit for bit.
 // Contract: parameter gradients accumulate (+=), activation gradients overwrite (=).
-// Tokens are trusted to lie in [0, V) (GptModel validates them before calling), and the
+// Tokens are ids of the whole vocabulary (GptModel validates them before calling), and the
 // position table has at least T rows. Repeated tokens are summed in (b, t) order, so the
 // result does not depend on the thread count.
-// Dimensions: B batch, T sequence, C hidden, V rows of the word table.
+// Dimensions: B batch, T sequence, C hidden, V rows of the word table (of this shard).
 #pragma once
 
 #include <cstdint>
@@ -23,16 +31,18 @@ namespace backend::cpu {
 template <typename Scalar>
 void embedding_forward(Scalar* output,                     // (B, T, C)
                        const int32_t* tokens,              // (B, T)
-                       const Scalar* word_embeddings,      // (V, C)
+                       const Scalar* word_embeddings,      // (V, C): tokens vocab_start + [0, V)
                        const Scalar* position_embeddings,  // (≥ T, C) or nullptr
-                       int64_t batch_size, int64_t seq_length, int64_t hidden_size);
+                       int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                       int64_t vocab_start, int64_t vocab_size);
 
 template <typename Scalar>
 void embedding_backward(Scalar* dword_embeddings,      // (V, C)   +=
                         Scalar* dposition_embeddings,  // (≥ T, C) +=, or nullptr
                         const Scalar* doutput,         // (B, T, C)
                         const int32_t* tokens,         // (B, T)
-                        int64_t batch_size, int64_t seq_length, int64_t hidden_size);
+                        int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                        int64_t vocab_start, int64_t vocab_size);
 
 }  // namespace backend::cpu
 
@@ -63,15 +73,16 @@ void sort_positions_by_token(const int32_t* tokens, int64_t count, int32_t* orde
 // parameters: one block per distinct token adds its positions' gradient rows in position order
 // onto dword's row (the CPU's order of additions: the same bits in fp32), and one thread per
 // (t, c) sums the batch in order b = 0..B−1 for dposition. No atomics: a run repeats its bits.
+// The index is made from the whole tokens; a block skips a token outside this shard's rows.
 namespace backend::cuda {
 
 template <typename Scalar>
 void embedding_forward(Scalar* output,                     // (B, T, C)
                        const int32_t* tokens,              // (B, T)
-                       const Scalar* word_embeddings,      // (V, C)
+                       const Scalar* word_embeddings,      // (V, C): tokens vocab_start + [0, V)
                        const Scalar* position_embeddings,  // (≥ T, C) or nullptr
                        int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                       CudaStream stream);
+                       int64_t vocab_start, int64_t vocab_size, CudaStream stream);
 
 template <typename Scalar>
 void embedding_backward(float* dword_embeddings,      // (V, C)   +=
@@ -79,6 +90,7 @@ void embedding_backward(float* dword_embeddings,      // (V, C)   +=
                         const Scalar* doutput,        // (B, T, C)
                         const int32_t* tokens,        // (B, T) (the index below replaces it)
                         int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                        int64_t vocab_start, int64_t vocab_size,
                         const int32_t* order,           // (B·T) sort_positions_by_token's
                         const int32_t* segment_starts,  // (unique_count + 1)
                         const int32_t* unique_tokens,   // (unique_count)

@@ -1,23 +1,42 @@
-// CPU twin of embedding.hpp: word + position lookup and its scatter-add backward.
+// CPU twin of embedding.hpp: word + position lookup and its scatter-add backward, over the
+// word table's vocabulary shard [vocab_start, vocab_start + V).
 #include "backend/ops/embedding.hpp"
 #include "backend/ops/gemm_cpu.hpp"
 
 namespace backend::cpu {
+namespace {
+
+// The token's row in this shard's word table, or −1 when the shard does not hold it.
+int64_t shard_row(int32_t token, int64_t vocab_start, int64_t vocab_size) {
+  const int64_t row = int64_t{token} - vocab_start;
+  return row >= 0 && row < vocab_size ? row : -1;
+}
+
+}  // namespace
 
 template <typename Scalar>
 void embedding_forward(Scalar* output, const int32_t* tokens, const Scalar* word_embeddings,
                        const Scalar* position_embeddings, int64_t batch_size, int64_t seq_length,
-                       int64_t hidden_size) {
+                       int64_t hidden_size, int64_t vocab_start, int64_t vocab_size) {
   const int64_t rows = batch_size * seq_length;
 #pragma omp parallel for if (rows * hidden_size > detail::kParallelWork)
   for (int64_t row = 0; row < rows; ++row) {
-    const Scalar* word = word_embeddings + int64_t{tokens[row]} * hidden_size;
+    const int64_t word_row = shard_row(tokens[row], vocab_start, vocab_size);
     Scalar* out = output + row * hidden_size;
-    if (position_embeddings == nullptr) {
+    const Scalar* position = position_embeddings == nullptr
+                                 ? nullptr
+                                 : position_embeddings + (row % seq_length) * hidden_size;
+    if (word_row < 0) {  // another shard's token: the position row alone (or 0)
+      for (int64_t c = 0; c < hidden_size; ++c) {
+        out[c] = position != nullptr ? position[c] : Scalar{0};
+      }
+      continue;
+    }
+    const Scalar* word = word_embeddings + word_row * hidden_size;
+    if (position == nullptr) {
       for (int64_t c = 0; c < hidden_size; ++c) out[c] = word[c];
       continue;
     }
-    const Scalar* position = position_embeddings + (row % seq_length) * hidden_size;
     for (int64_t c = 0; c < hidden_size; ++c) out[c] = word[c] + position[c];
   }
 }
@@ -25,7 +44,8 @@ void embedding_forward(Scalar* output, const int32_t* tokens, const Scalar* word
 template <typename Scalar>
 void embedding_backward(Scalar* dword_embeddings, Scalar* dposition_embeddings,
                         const Scalar* doutput, const int32_t* tokens, int64_t batch_size,
-                        int64_t seq_length, int64_t hidden_size) {
+                        int64_t seq_length, int64_t hidden_size, int64_t vocab_start,
+                        int64_t vocab_size) {
   const int64_t rows = batch_size * seq_length;
   const bool parallel = rows * hidden_size > detail::kParallelWork;
 
@@ -36,7 +56,9 @@ void embedding_backward(Scalar* dword_embeddings, Scalar* dposition_embeddings,
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const auto [begin, end] = detail::column_range(chunk, hidden_size);
     for (int64_t row = 0; row < rows; ++row) {
-      Scalar* dword = dword_embeddings + int64_t{tokens[row]} * hidden_size;
+      const int64_t word_row = shard_row(tokens[row], vocab_start, vocab_size);
+      if (word_row < 0) continue;  // another shard's row gets this gradient
+      Scalar* dword = dword_embeddings + word_row * hidden_size;
       const Scalar* dout = doutput + row * hidden_size;
       for (int64_t c = begin; c < end; ++c) dword[c] += dout[c];
     }
@@ -57,9 +79,9 @@ void embedding_backward(Scalar* dword_embeddings, Scalar* dposition_embeddings,
 
 #define BACKEND_INSTANTIATE_EMBEDDING(Scalar)                                                    \
   template void embedding_forward<Scalar>(Scalar*, const int32_t*, const Scalar*, const Scalar*, \
-                                          int64_t, int64_t, int64_t);                            \
+                                          int64_t, int64_t, int64_t, int64_t, int64_t);          \
   template void embedding_backward<Scalar>(Scalar*, Scalar*, const Scalar*, const int32_t*,      \
-                                           int64_t, int64_t, int64_t);
+                                           int64_t, int64_t, int64_t, int64_t, int64_t);
 BACKEND_INSTANTIATE_EMBEDDING(float)
 BACKEND_INSTANTIATE_EMBEDDING(double)
 #undef BACKEND_INSTANTIATE_EMBEDDING

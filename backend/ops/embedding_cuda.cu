@@ -1,8 +1,10 @@
 // CUDA twin of embedding.hpp (CPU twin: embedding_cpu.cpp; llm.c's encoder_forward/backward,
-// GPT-2's wte + wpe):
-//   output[b, t, :]        = word[tokens[b, t], :] + position[t, :]
-//   dword[token, :]       += Σ over the positions holding token of doutput[b, t, :]
-//   dposition[t, :]       += Σ_b doutput[b, t, :]
+// GPT-2's wte + wpe; Megatron core's VocabParallelEmbedding for a shard of the vocabulary):
+//   output[b, t, :]                = word[tokens[b, t] − vocab_start, :] + position[t, :]
+//   dword[token − vocab_start, :] += Σ over the positions holding token of doutput[b, t, :]
+//   dposition[t, :]               += Σ_b doutput[b, t, :]
+// where a token outside [vocab_start, vocab_start + V) has no word row (the position row alone,
+// or 0; nothing added to dword).
 // Forward: one thread per element, or per 16-byte pack when C allows. Backward without
 // atomics, deterministic: the caller's sort_positions_by_token index (embedding.hpp) gives each
 // distinct token its positions in ascending order; one block per distinct token owns that row
@@ -22,7 +24,8 @@ using detail::to_float;
 template <typename T, int Width>
 __global__ void embedding_forward_kernel(T* output, const int32_t* tokens, const T* word,
                                          const T* position, int64_t rows, int64_t seq_length,
-                                         int64_t hidden_size) {
+                                         int64_t hidden_size, int64_t vocab_start,
+                                         int64_t vocab_size) {
   using P = Pack<T, Width>;
   const int64_t packs_per_row = hidden_size / Width;
   const int64_t packs = rows * packs_per_row;
@@ -31,8 +34,19 @@ __global__ void embedding_forward_kernel(T* output, const int32_t* tokens, const
        p += stride) {
     const int64_t row = p / packs_per_row;
     const int64_t c = (p % packs_per_row) * Width;
-    const P w = *reinterpret_cast<const P*>(word + int64_t{tokens[row]} * hidden_size + c);
+    const int64_t token = int64_t{tokens[row]} - vocab_start;
     P out;
+    if (token < 0 || token >= vocab_size) {  // another shard's token: the position row or 0
+      if (position == nullptr) {
+#pragma unroll
+        for (int j = 0; j < Width; ++j) out.values[j] = from_float<T>(0.0f);
+      } else {
+        out = *reinterpret_cast<const P*>(position + (row % seq_length) * hidden_size + c);
+      }
+      *reinterpret_cast<P*>(output + row * hidden_size + c) = out;
+      continue;
+    }
+    const P w = *reinterpret_cast<const P*>(word + token * hidden_size + c);
     if (position == nullptr) {
       out = w;
     } else {
@@ -46,14 +60,19 @@ __global__ void embedding_forward_kernel(T* output, const int32_t* tokens, const
   }
 }
 
-// One block per distinct token (blockIdx.x strides over them), threads over the columns.
+// One block per distinct token (blockIdx.x strides over them), threads over the columns. The
+// index covers the whole tokens: a token outside this shard's rows is skipped (no barrier in
+// the loop, so a block may skip on its own).
 template <typename T>
 __global__ void embedding_word_backward_kernel(float* dword, const T* doutput, const int32_t* order,
                                                const int32_t* segment_starts,
                                                const int32_t* unique_tokens, int64_t unique_count,
-                                               int64_t hidden_size) {
+                                               int64_t hidden_size, int64_t vocab_start,
+                                               int64_t vocab_size) {
   for (int64_t u = blockIdx.x; u < unique_count; u += gridDim.x) {
-    float* row = dword + int64_t{unique_tokens[u]} * hidden_size;
+    const int64_t token = int64_t{unique_tokens[u]} - vocab_start;
+    if (token < 0 || token >= vocab_size) continue;
+    float* row = dword + token * hidden_size;
     const int64_t begin = segment_starts[u];
     const int64_t end = segment_starts[u + 1];
     for (int64_t c = threadIdx.x; c < hidden_size; c += blockDim.x) {
@@ -86,7 +105,8 @@ __global__ void embedding_position_backward_kernel(float* dposition, const T* do
 template <typename Scalar>
 void embedding_forward(Scalar* output, const int32_t* tokens, const Scalar* word_embeddings,
                        const Scalar* position_embeddings, int64_t batch_size, int64_t seq_length,
-                       int64_t hidden_size, CudaStream stream) {
+                       int64_t hidden_size, int64_t vocab_start, int64_t vocab_size,
+                       CudaStream stream) {
   const int64_t rows = batch_size * seq_length;
   if (rows <= 0 || hidden_size <= 0) return;
   using T = detail::DeviceElementOf<Scalar>;
@@ -99,11 +119,11 @@ void embedding_forward(Scalar* output, const int32_t* tokens, const Scalar* word
       detail::aligned_16(position)) {
     embedding_forward_kernel<T, kWidth>
         <<<detail::grid_for(rows * hidden_size / kWidth), detail::kBlockSize, 0, stream>>>(
-            out, tokens, word, position, rows, seq_length, hidden_size);
+            out, tokens, word, position, rows, seq_length, hidden_size, vocab_start, vocab_size);
   } else {
     embedding_forward_kernel<T, 1>
         <<<detail::grid_for(rows * hidden_size), detail::kBlockSize, 0, stream>>>(
-            out, tokens, word, position, rows, seq_length, hidden_size);
+            out, tokens, word, position, rows, seq_length, hidden_size, vocab_start, vocab_size);
   }
   CUDA_CHECK(cudaGetLastError());
 }
@@ -111,15 +131,16 @@ void embedding_forward(Scalar* output, const int32_t* tokens, const Scalar* word
 template <typename Scalar>
 void embedding_backward(float* dword_embeddings, float* dposition_embeddings, const Scalar* doutput,
                         const int32_t* /*tokens: the index replaces it*/, int64_t batch_size,
-                        int64_t seq_length, int64_t hidden_size, const int32_t* order,
-                        const int32_t* segment_starts, const int32_t* unique_tokens,
-                        int64_t unique_count, CudaStream stream) {
+                        int64_t seq_length, int64_t hidden_size, int64_t vocab_start,
+                        int64_t vocab_size, const int32_t* order, const int32_t* segment_starts,
+                        const int32_t* unique_tokens, int64_t unique_count, CudaStream stream) {
   if (batch_size * seq_length <= 0 || hidden_size <= 0) return;
   const auto* dy = detail::device_pointer(doutput);
-  if (unique_count > 0) {
+  if (unique_count > 0 && vocab_size > 0) {
     embedding_word_backward_kernel<<<detail::row_grid(unique_count), detail::kBlockSize, 0,
                                      stream>>>(dword_embeddings, dy, order, segment_starts,
-                                               unique_tokens, unique_count, hidden_size);
+                                               unique_tokens, unique_count, hidden_size,
+                                               vocab_start, vocab_size);
     CUDA_CHECK(cudaGetLastError());
   }
   if (dposition_embeddings == nullptr) return;
@@ -131,10 +152,11 @@ void embedding_backward(float* dword_embeddings, float* dposition_embeddings, co
 
 #define BACKEND_INSTANTIATE_EMBEDDING_CUDA(Scalar)                                                 \
   template void embedding_forward<Scalar>(Scalar*, const int32_t*, const Scalar*, const Scalar*,   \
-                                          int64_t, int64_t, int64_t, CudaStream);                  \
+                                          int64_t, int64_t, int64_t, int64_t, int64_t,             \
+                                          CudaStream);                                             \
   template void embedding_backward<Scalar>(float*, float*, const Scalar*, const int32_t*, int64_t, \
-                                           int64_t, int64_t, const int32_t*, const int32_t*,       \
-                                           const int32_t*, int64_t, CudaStream);
+                                           int64_t, int64_t, int64_t, int64_t, const int32_t*,     \
+                                           const int32_t*, const int32_t*, int64_t, CudaStream);
 BACKEND_INSTANTIATE_EMBEDDING_CUDA(float)
 BACKEND_INSTANTIATE_EMBEDDING_CUDA(bfloat16)
 #undef BACKEND_INSTANTIATE_EMBEDDING_CUDA

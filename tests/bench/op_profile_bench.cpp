@@ -45,12 +45,14 @@ class TimingDevice final : public backend::CpuDevice {
     entry.flops += flops;
   }
 
-  void embedding_forward(View o, View t, View w, View p, int64_t b, int64_t s, int64_t h) override {
-    timed("embedding_forward", 0, [&] { CpuDevice::embedding_forward(o, t, w, p, b, s, h); });
+  void embedding_forward(View o, View t, View w, View p, int64_t b, int64_t s, int64_t h,
+                         int64_t v0) override {
+    timed("embedding_forward", 0, [&] { CpuDevice::embedding_forward(o, t, w, p, b, s, h, v0); });
   }
-  void embedding_backward(View dw, View dp, View d, View t, int64_t b, int64_t s,
-                          int64_t h) override {
-    timed("embedding_backward", 0, [&] { CpuDevice::embedding_backward(dw, dp, d, t, b, s, h); });
+  void embedding_backward(View dw, View dp, View d, View t, int64_t b, int64_t s, int64_t h,
+                          int64_t v0) override {
+    timed("embedding_backward", 0,
+          [&] { CpuDevice::embedding_backward(dw, dp, d, t, b, s, h, v0); });
   }
   void dropout_forward(View o, View i, const Dropout& d) override {
     timed("dropout_forward", 0, [&] { CpuDevice::dropout_forward(o, i, d); });
@@ -98,10 +100,10 @@ class TimingDevice final : public backend::CpuDevice {
   void cross_entropy_forward(View l, View s, View x, View y, int64_t n, int64_t v) override {
     timed("cross_entropy_forward", 0, [&] { CpuDevice::cross_entropy_forward(l, s, x, y, n, v); });
   }
-  void cross_entropy_backward(View d, View x, View s, View y, double k, int64_t n,
-                              int64_t v) override {
+  void cross_entropy_backward(View d, View x, View s, View y, double k, int64_t n, int64_t v,
+                              int64_t v0) override {
     timed("cross_entropy_backward", 0,
-          [&] { CpuDevice::cross_entropy_backward(d, x, s, y, k, n, v); });
+          [&] { CpuDevice::cross_entropy_backward(d, x, s, y, k, n, v, v0); });
   }
   void fill_zero(View v) override {
     timed("fill_zero (gradients)", 0, [&] { CpuDevice::fill_zero(v); });

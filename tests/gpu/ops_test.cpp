@@ -1,15 +1,19 @@
 // The element-wise, normalisation, embedding, rotary and cross-entropy ops on the CUDA device
 // against the CPU device, fp32 and bf16, on awkward shapes (1, 7, 129 rows; widths 13, 100,
 // 770; a 50304-wide vocabulary), outputs poisoned first, parameter gradients accumulating
-// (+=, started from non-zero values), run to run identical.
+// (+=, started from non-zero values), run to run identical. The tensor-parallel variants too:
+// embedding and cross-entropy over vocabulary shards (the partial, combine and shard backward),
+// dropout of a slice (first_index), and attention refusing a mask offset.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "backend/common/error.hpp"
 #include "backend/ops/dropout.hpp"
 #include "gpu/gpu_test_support.hpp"
 
@@ -60,11 +64,11 @@ TEST_CASE("embedding on the CUDA device matches the CPU device") {
                             t.device().embedding_forward(
                                 out, ids, t.input(word, dtype),
                                 positions ? t.input(position, dtype) : t.empty(dtype), batch, seq,
-                                hidden);
+                                hidden, 0);
                             View dword = t.input(dword0, f32);
                             View dposition = positions ? t.input(dposition0, f32) : t.empty(f32);
                             t.device().embedding_backward(dword, dposition, t.input(dout, dtype),
-                                                          ids, batch, seq, hidden);
+                                                          ids, batch, seq, hidden, 0);
                             Outputs outputs{{"output", t.read(out)},
                                             {"dword_embeddings (+=)", t.read(dword)}};
                             if (positions) {
@@ -77,25 +81,75 @@ TEST_CASE("embedding on the CUDA device matches the CPU device") {
   }
 }
 
+TEST_CASE("embedding over a vocabulary shard on the CUDA device matches the CPU device") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  const int64_t batch = 2, seq = 7;
+  struct Shard {
+    int64_t start, rows;
+  };
+  // Tokens over 12 ids (repeated), shards that hold some, all or none of them.
+  const auto tokens = random_ids(batch * seq, 12, 131);
+  for (const Shard shard : {Shard{0, 7}, Shard{7, 43}, Shard{3, 5}, Shard{20, 30}}) {
+    for (int64_t hidden : {int64_t{13}, int64_t{100}}) {
+      for (bool positions : {true, false}) {
+        for (ElementType type : kTypes) {
+          std::ostringstream what;
+          what << "embedding shard [" << shard.start << ", " << shard.start + shard.rows << ") B "
+               << batch << " T " << seq << " C " << hidden << (positions ? " with" : " without")
+               << " position table";
+          const auto word = representable(random_values(shard.rows * hidden, 132), type);
+          const auto position = representable(random_values((seq + 3) * hidden, 133), type);
+          const auto dout = representable(random_values(batch * seq * hidden, 134), type);
+          const auto dword0 = random_values(shard.rows * hidden, 135);
+          const auto dposition0 = random_values((seq + 3) * hidden, 136);
+          check_against_cpu(
+              *gpu, what.str(), type, tolerance(type, 1e-5), [&](Tensors& t, ElementType dtype) {
+                View out = t.poisoned(batch * seq * hidden, dtype);
+                View ids = t.ids(tokens);
+                t.device().embedding_forward(out, ids, t.input(word, dtype),
+                                             positions ? t.input(position, dtype) : t.empty(dtype),
+                                             batch, seq, hidden, shard.start);
+                View dword = t.input(dword0, f32);
+                View dposition = positions ? t.input(dposition0, f32) : t.empty(f32);
+                t.device().embedding_backward(dword, dposition, t.input(dout, dtype), ids, batch,
+                                              seq, hidden, shard.start);
+                Outputs outputs{{"output", t.read(out)}, {"dword_embeddings (+=)", t.read(dword)}};
+                if (positions) {
+                  outputs.push_back({"dposition_embeddings (+=)", t.read(dposition)});
+                }
+                return outputs;
+              });
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("dropout on the CUDA device draws the CPU device's mask") {
   auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
   if (!gpu) return;
   const int64_t count = 7 * 770 + 3;
-  for (double probability : {0.0, 0.1, 0.5}) {
-    for (ElementType type : kTypes) {
-      std::ostringstream what;
-      what << "dropout " << count << " elements p " << probability;
-      const backend::Dropout dropout{probability, backend::dropout_key(7, 1, 2, 3)};
-      const auto input = representable(random_values(count, 41), type);
-      const auto dout = representable(random_values(count, 42), type);
-      check_against_cpu(*gpu, what.str(), type, tolerance(type, 1e-6, 1e-2),
-                        [&](Tensors& t, ElementType dtype) {
-                          View out = t.poisoned(count, dtype);
-                          t.device().dropout_forward(out, t.input(input, dtype), dropout);
-                          View din = t.poisoned(count, dtype);
-                          t.device().dropout_backward(din, t.input(dout, dtype), dropout);
-                          return Outputs{{"output", t.read(out)}, {"dinput", t.read(din)}};
-                        });
+  // A slice of a larger tensor's mask (first_index) beside the whole tensor's; an offset past
+  // 2^32 checks that the index arithmetic is 64-bit on both devices.
+  for (const uint64_t first_index : {uint64_t{0}, uint64_t{12345}, (uint64_t{1} << 33) + 7}) {
+    for (double probability : {0.0, 0.1, 0.5}) {
+      for (ElementType type : kTypes) {
+        std::ostringstream what;
+        what << "dropout " << count << " elements p " << probability << " first_index "
+             << first_index;
+        const backend::Dropout dropout{probability, backend::dropout_key(7, 1, 2, 3), first_index};
+        const auto input = representable(random_values(count, 41), type);
+        const auto dout = representable(random_values(count, 42), type);
+        check_against_cpu(*gpu, what.str(), type, tolerance(type, 1e-6, 1e-2),
+                          [&](Tensors& t, ElementType dtype) {
+                            View out = t.poisoned(count, dtype);
+                            t.device().dropout_forward(out, t.input(input, dtype), dropout);
+                            View din = t.poisoned(count, dtype);
+                            t.device().dropout_backward(din, t.input(dout, dtype), dropout);
+                            return Outputs{{"output", t.read(out)}, {"dinput", t.read(din)}};
+                          });
+      }
     }
   }
 }
@@ -254,11 +308,118 @@ TEST_CASE("cross-entropy on the CUDA device matches the CPU device") {
                           t.device().cross_entropy_forward(losses, lse, x, ids, s.rows, vocab);
                           View dx = t.poisoned(s.rows * vocab, dtype);
                           t.device().cross_entropy_backward(dx, x, lse, ids, scale, s.rows,
-                                                            vocab);
+                                                            vocab, 0);
                           return Outputs{{"losses", t.read(losses)},
                                          {"logsumexp", t.read(lse)},
                                          {"dlogits", t.read(dx)}};
                         });
     }
   }
+}
+
+TEST_CASE("vocabulary-parallel cross-entropy on the CUDA device matches the CPU device") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  for (const RowsChannels s :
+       {RowsChannels{3, 50304}, RowsChannels{129, 100}, RowsChannels{1, 13}}) {
+    for (const int64_t parts : {int64_t{1}, int64_t{3}}) {
+      for (ElementType type : kTypes) {
+        std::ostringstream what;
+        what << "vocab-parallel cross_entropy rows " << s.rows << " vocabulary " << s.channels
+             << " parts " << parts;
+        const int64_t vocab = s.channels;
+        const auto logits = representable(random_values(s.rows * vocab, 93, 2.0f), type);
+        const auto labels = random_ids(s.rows, static_cast<int32_t>(vocab), 94);
+        const double scale = 1.0 / static_cast<double>(s.rows);
+        // Shard k: columns [k·V/P, (k+1)·V/P) (unequal widths, some not whole 16-byte packs).
+        auto shard_logits = [&](int64_t k) {
+          const int64_t begin = k * vocab / parts, width = (k + 1) * vocab / parts - begin;
+          std::vector<float> shard(static_cast<size_t>(s.rows * width));
+          for (int64_t r = 0; r < s.rows; ++r) {
+            std::copy_n(logits.begin() + r * vocab + begin, width, shard.begin() + r * width);
+          }
+          return shard;
+        };
+        check_against_cpu(
+            *gpu, what.str(), type, tolerance(type, 2e-5), [&](Tensors& t, ElementType dtype) {
+              View ids = t.ids(labels);
+              // The whole vocabulary's logsumexp, which every shard's backward takes.
+              View losses = t.poisoned(s.rows, f32), lse = t.poisoned(s.rows, f32);
+              t.device().cross_entropy_forward(losses, lse, t.input(logits, dtype), ids, s.rows,
+                                               vocab);
+              Outputs outputs;
+              std::vector<float> gathered, target_sum(static_cast<size_t>(s.rows), 0.0f);
+              for (int64_t k = 0; k < parts; ++k) {
+                const int64_t begin = k * vocab / parts;
+                const int64_t width = (k + 1) * vocab / parts - begin;
+                View x = t.input(shard_logits(k), dtype);
+                View part = t.poisoned(s.rows, f32), target = t.poisoned(s.rows, f32);
+                t.device().vocab_parallel_cross_entropy_partial(part, target, x, ids, s.rows, width,
+                                                                begin);
+                const auto part_values = t.read(part), target_values = t.read(target);
+                gathered.insert(gathered.end(), part_values.begin(), part_values.end());
+                for (int64_t r = 0; r < s.rows; ++r) target_sum[r] += target_values[r];
+                View dx = t.poisoned(s.rows * width, dtype);
+                t.device().cross_entropy_backward(dx, x, lse, ids, scale, s.rows, width, begin);
+                const std::string name = "shard " + std::to_string(k) + " ";
+                outputs.push_back({name + "logsumexp_part", part_values});
+                outputs.push_back({name + "target_logit", target_values});
+                outputs.push_back({name + "dlogits", t.read(dx)});
+              }
+              View combined_losses = t.poisoned(s.rows, f32);
+              View combined_lse = t.poisoned(s.rows, f32);
+              t.device().vocab_parallel_cross_entropy_combine(
+                  combined_losses, combined_lse, t.input(gathered, f32), t.input(target_sum, f32),
+                  s.rows, parts);
+              outputs.push_back({"combined losses", t.read(combined_losses)});
+              outputs.push_back({"combined logsumexp", t.read(combined_lse)});
+              return outputs;
+            });
+      }
+    }
+  }
+}
+
+TEST_CASE("one vocabulary-parallel part reproduces the CUDA device's forward bit for bit") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  for (const RowsChannels s :
+       {RowsChannels{3, 50304}, RowsChannels{129, 100}, RowsChannels{1, 13}}) {
+    for (ElementType type : kTypes) {
+      if (gpu->memory_kind() == backend::MemoryKind::host && type != f32) continue;
+      INFO("rows " << s.rows << " vocabulary " << s.channels << " " << type_name(type));
+      const auto logits = representable(random_values(s.rows * s.channels, 95, 2.0f), type);
+      const auto labels = random_ids(s.rows, static_cast<int32_t>(s.channels), 96);
+      Tensors t(*gpu);
+      View x = t.input(logits, type), ids = t.ids(labels);
+      View losses = t.poisoned(s.rows, f32), lse = t.poisoned(s.rows, f32);
+      gpu->cross_entropy_forward(losses, lse, x, ids, s.rows, s.channels);
+      View part = t.poisoned(s.rows, f32), target = t.poisoned(s.rows, f32);
+      gpu->vocab_parallel_cross_entropy_partial(part, target, x, ids, s.rows, s.channels, 0);
+      View combined_losses = t.poisoned(s.rows, f32), combined_lse = t.poisoned(s.rows, f32);
+      gpu->vocab_parallel_cross_entropy_combine(combined_losses, combined_lse, part, target, s.rows,
+                                                1);
+      expect_identical("logsumexp_part against the forward's logsumexp", t.read(part), t.read(lse));
+      expect_identical("combined logsumexp", t.read(combined_lse), t.read(lse));
+      expect_identical("combined losses", t.read(combined_losses), t.read(losses));
+    }
+  }
+}
+
+TEST_CASE("attention on the CUDA device refuses a dropout mask offset") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  const int64_t batch = 1, seq = 4, hidden = 8, heads = 2;
+  const int64_t qkv_width = (heads + 2 * heads) * (hidden / heads);
+  Tensors t(*gpu);
+  View qkv = t.input(random_values(batch * seq * qkv_width, 97), f32);
+  View out = t.poisoned(batch * seq * hidden, f32), lse = t.poisoned(batch * heads * seq, f32);
+  View dqkv = t.poisoned(batch * seq * qkv_width, f32);
+  backend::Dropout dropout{0.1, backend::dropout_key(1, 2, 3, 4)};
+  dropout.first_index = 5;
+  CHECK_THROWS_AS(gpu->attention_forward(out, lse, qkv, batch, seq, hidden, heads, heads, dropout),
+                  common::Error);
+  CHECK_THROWS_AS(
+      gpu->attention_backward(dqkv, out, qkv, out, lse, batch, seq, hidden, heads, heads, dropout),
+      common::Error);
 }

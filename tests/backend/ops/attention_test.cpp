@@ -4,7 +4,8 @@
 // (NG = 1) and grouped (NG = NH/2) attention, with and without dropout, for block sizes that
 // do and do not divide T; GQA against multi-head attention on keys and values repeated per
 // group (what Megatron core computes); causality; backward against central finite
-// differences on 1 and 3 threads; float against double; thread-count independence; bad shapes.
+// differences on 1 and 3 threads; float against double; thread-count independence; bad shapes
+// and a dropout mask offset refused.
 #include "backend/ops/attention.hpp"
 
 #include <doctest/doctest.h>
@@ -398,4 +399,38 @@ TEST_CASE("attention refuses shapes it cannot lay out, naming the numbers") {
   CHECK_THROWS_AS(backend::cpu::attention_backward(gradient.data(), buffer.data(), buffer.data(),
                                                    buffer.data(), buffer.data(), 1, 2, 12, 4, 3),
                   common::Error);
+}
+
+TEST_CASE("attention refuses a dropout with a mask offset (first_index)") {
+  // Its mask is the (B, NH, T, T) probabilities' own; first_index is for slices of the
+  // elementwise dropout's tensors and would silently shift these masks.
+  const Shape shape{.batch = 1, .seq = 4, .heads = 2, .groups = 2, .head_dim = 3};
+  std::vector<double> qkv(shape.qkv_size(), 0.5), output(shape.output_size());
+  std::vector<double> logsumexp(shape.batch * shape.heads * shape.seq);
+  std::vector<double> dqkv(shape.qkv_size());
+  for (const double p : {0.0, 0.1}) {
+    CAPTURE(p);
+    Dropout dropout{p, backend::dropout_key(1, 2, 3, 4)};
+    dropout.first_index = 12;
+    CHECK_THROWS_AS(backend::cpu::attention_forward(output.data(), logsumexp.data(), qkv.data(),
+                                                    shape.batch, shape.seq, shape.hidden(),
+                                                    shape.heads, shape.groups, dropout),
+                    common::Error);
+    CHECK_THROWS_AS(backend::cpu::attention_backward(
+                        dqkv.data(), output.data(), qkv.data(), output.data(), logsumexp.data(),
+                        shape.batch, shape.seq, shape.hidden(), shape.heads, shape.groups, dropout),
+                    common::Error);
+  }
+  // The message names the op and the field.
+  Dropout dropout;
+  dropout.first_index = 7;
+  try {
+    backend::cpu::attention_forward(output.data(), logsumexp.data(), qkv.data(), shape.batch,
+                                    shape.seq, shape.hidden(), shape.heads, shape.groups, dropout);
+    FAIL("attention_forward accepted first_index 7");
+  } catch (const common::Error& error) {
+    const std::string message = error.what();
+    CHECK(message.find("attention_forward") != std::string::npos);
+    CHECK(message.find("first_index (got 7)") != std::string::npos);
+  }
 }

@@ -1,9 +1,13 @@
 // cross_entropy_forward / cross_entropy_backward: forward against the direct formula (and
 // stability on large logits), backward against central finite differences of the mean loss
-// in double, in place, float against double.
+// in double, in place, float against double; the vocabulary-parallel partial, combine and
+// shard backward against the whole vocabulary's op.
 #include "backend/ops/cross_entropy.hpp"
 
 #include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "tests/backend/ops/gradient_check.hpp"
 
@@ -33,7 +37,7 @@ CrossEntropyResult run_cross_entropy(const CrossEntropyCase& c) {
                                       c.labels.data(), kRows, kVocab);
   backend::cpu::cross_entropy_backward(dlogits.data(), logits.data(), logsumexp.data(),
                                        c.labels.data(), static_cast<Scalar>(c.scale), kRows,
-                                       kVocab);
+                                       kVocab, 0);
   return {convert<double>(losses), convert<double>(logsumexp), convert<double>(dlogits)};
 }
 
@@ -68,7 +72,7 @@ TEST_CASE("cross entropy stays finite on large logits") {
   CHECK(loss == doctest::Approx(1.0 + std::log1p(std::exp(-1.0))).epsilon(1e-4));
   std::vector<float> dlogits(3);
   backend::cpu::cross_entropy_backward(dlogits.data(), logits.data(), &logsumexp, labels.data(),
-                                       1.0f, 1, 3);
+                                       1.0f, 1, 3, 0);
   CHECK(dlogits[0] == doctest::Approx(1 / (1 + std::exp(-1.0))).epsilon(1e-4));
   CHECK(dlogits[1] == doctest::Approx(1 / (1 + std::exp(1.0)) - 1).epsilon(1e-4));
   CHECK(dlogits[2] == 0.0f);
@@ -91,7 +95,7 @@ TEST_CASE("cross entropy backward scales and works in place") {
   const CrossEntropyResult reference = run_cross_entropy<double>(c);
   auto gradient = c.logits;  // dlogits aliasing logits
   backend::cpu::cross_entropy_backward(gradient.data(), gradient.data(), reference.logsumexp.data(),
-                                       c.labels.data(), 4 * c.scale, kRows, kVocab);
+                                       c.labels.data(), 4 * c.scale, kRows, kVocab, 0);
   for (size_t i = 0; i < gradient.size(); ++i) CHECK(gradient[i] == 4 * reference.dlogits[i]);
 }
 
@@ -118,7 +122,7 @@ std::pair<std::vector<double>, std::vector<double>> run_wide(const std::vector<d
                                       labels.data(), kWideRows, kWideVocab);
   backend::cpu::cross_entropy_backward(dlogits.data(), logits.data(), logsumexp.data(),
                                        labels.data(), Scalar{1} / kWideRows, kWideRows,
-                                       kWideVocab);
+                                       kWideVocab, 0);
   return {convert<double>(losses), convert<double>(dlogits)};
 }
 
@@ -151,4 +155,113 @@ TEST_CASE("cross entropy gives the same bits on one thread and on three") {
   const auto [serial, parallel] = on_one_and_three_threads([&] { return run_wide<float>(values, labels); });
   CHECK(serial.first == parallel.first);
   CHECK(serial.second == parallel.second);
+}
+
+namespace {
+
+// What P vocabulary shards compute for the rows of (rows, vocab) logits: each shard's partial
+// on its columns (shard k: [k·V/P, (k+1)·V/P), unequal when P does not divide V), the
+// all-gather (part-major) and the sum of the target logits done here as the caller does, then
+// the combine; and each shard's backward with the given global logsumexp, its columns put
+// back in place.
+template <typename Scalar>
+struct ShardedCrossEntropy {
+  std::vector<Scalar> losses, logsumexp, dlogits;
+};
+
+template <typename Scalar>
+ShardedCrossEntropy<Scalar> run_sharded(const std::vector<Scalar>& logits,
+                                        const std::vector<int32_t>& labels, int64_t rows,
+                                        int64_t vocab, int64_t parts,
+                                        const std::vector<Scalar>& global_logsumexp, Scalar scale) {
+  std::vector<Scalar> gathered(parts * rows), target(rows, Scalar{0});
+  ShardedCrossEntropy<Scalar> result{std::vector<Scalar>(rows), std::vector<Scalar>(rows),
+                                     std::vector<Scalar>(rows * vocab)};
+  for (int64_t k = 0; k < parts; ++k) {
+    const int64_t begin = k * vocab / parts;
+    const int64_t width = (k + 1) * vocab / parts - begin;
+    std::vector<Scalar> shard(rows * width);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(logits.begin() + r * vocab + begin, width, shard.begin() + r * width);
+    }
+    std::vector<Scalar> part(rows, Scalar{1000}), target_part(rows, Scalar{1000});
+    backend::cpu::vocab_parallel_cross_entropy_partial(
+        part.data(), target_part.data(), shard.data(), labels.data(), rows, width, begin);
+    std::copy(part.begin(), part.end(), gathered.begin() + k * rows);
+    for (int64_t r = 0; r < rows; ++r) target[r] += target_part[r];
+
+    std::vector<Scalar> dshard(rows * width, Scalar{1000});
+    backend::cpu::cross_entropy_backward(dshard.data(), shard.data(), global_logsumexp.data(),
+                                         labels.data(), scale, rows, width, begin);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(dshard.begin() + r * width, width, result.dlogits.begin() + r * vocab + begin);
+    }
+  }
+  backend::cpu::vocab_parallel_cross_entropy_combine(result.losses.data(), result.logsumexp.data(),
+                                                     gathered.data(), target.data(), rows, parts);
+  return result;
+}
+
+}  // namespace
+
+TEST_CASE("vocabulary-parallel cross entropy over 1, 2 and 3 shards is the whole op's") {
+  CrossEntropyCase c;
+  const CrossEntropyResult full = run_cross_entropy<double>(c);
+  for (const int64_t parts : {1, 2, 3}) {
+    CAPTURE(parts);
+    const auto sharded =
+        run_sharded<double>(c.logits, c.labels, kRows, kVocab, parts, full.logsumexp, c.scale);
+    for (int64_t r = 0; r < kRows; ++r) {
+      CAPTURE(r);
+      if (parts == 1) {
+        // m + log(exp(0)) = m: one part is the forward, bit for bit.
+        CHECK(sharded.logsumexp[r] == full.logsumexp[r]);
+        CHECK(sharded.losses[r] == full.losses[r]);
+      } else {
+        CHECK(std::abs(sharded.logsumexp[r] - full.logsumexp[r]) <=
+              1e-12 * std::abs(full.logsumexp[r]));
+        CHECK(std::abs(sharded.losses[r] - full.losses[r]) <= 1e-12 * std::abs(full.losses[r]));
+      }
+    }
+    // Each element of the backward needs the global logsumexp only: the same bits.
+    CHECK(sharded.dlogits == full.dlogits);
+  }
+}
+
+TEST_CASE("one vocabulary-parallel part reproduces the float forward bit for bit") {
+  // The float path's vectorised row reduction over a wide vocabulary: the partial takes the
+  // forward's, and the combine's exp(0) = 1, log 1 = 0 pass it through.
+  const auto logits = convert<float>(random_values(kWideRows * kWideVocab, 57, 6.0));
+  const auto labels = random_ids(kWideRows, kWideVocab, 58);
+  std::vector<float> losses(kWideRows), logsumexp(kWideRows);
+  backend::cpu::cross_entropy_forward(losses.data(), logsumexp.data(), logits.data(), labels.data(),
+                                      kWideRows, kWideVocab);
+  const auto sharded =
+      run_sharded<float>(logits, labels, kWideRows, kWideVocab, 1, logsumexp, 1.0f / kWideRows);
+  CHECK(sharded.losses == losses);
+  CHECK(sharded.logsumexp == logsumexp);
+  std::vector<float> dlogits(logits.size());
+  backend::cpu::cross_entropy_backward(dlogits.data(), logits.data(), logsumexp.data(),
+                                       labels.data(), 1.0f / kWideRows, kWideRows, kWideVocab, 0);
+  CHECK(sharded.dlogits == dlogits);
+}
+
+TEST_CASE("a shard without the label has target logit 0 and leaves its gradient unshifted") {
+  const std::vector<double> logits = {0.5, -1.0, 2.0};  // columns 4, 5, 6 of a vocabulary
+  const std::vector<int32_t> labels = {1};              // on another shard
+  double part = 0, target = 1000;
+  backend::cpu::vocab_parallel_cross_entropy_partial(&part, &target, logits.data(), labels.data(),
+                                                     1, 3, 4);
+  CHECK(target == 0.0);
+  CHECK(part == doctest::Approx(std::log(std::exp(0.5) + std::exp(-1.0) + std::exp(2.0))));
+  const double global = 3.0;
+  std::vector<double> dlogits(3);
+  backend::cpu::cross_entropy_backward(dlogits.data(), logits.data(), &global, labels.data(), 0.5,
+                                       1, 3, 4);
+  for (int64_t v = 0; v < 3; ++v) CHECK(dlogits[v] == std::exp(logits[v] - global) * 0.5);
+  // The label's shard: column 1 of [0, 3).
+  const std::vector<int32_t> here = {5};
+  backend::cpu::vocab_parallel_cross_entropy_partial(&part, &target, logits.data(), here.data(), 1,
+                                                     3, 4);
+  CHECK(target == -1.0);
 }

@@ -1,8 +1,9 @@
 // dropout_forward / dropout_backward and the keyed masks: the dropped fraction is p, kept
 // elements are scaled by exactly 1/(1 − p), the backward applies the same mask, p = 0 is the
 // identity, masks are a function of the key (and the key of seed, step, site and layer) alone,
-// and the same on every thread count. (Attention's dropout on the probabilities is tested
-// with the attention op, tests/backend/ops/attention_test.cpp.)
+// and the same on every thread count; a slice with first_index draws its slice of the whole
+// mask. (Attention's dropout on the probabilities is tested with the attention op,
+// tests/backend/ops/attention_test.cpp.)
 #include "backend/ops/dropout.hpp"
 
 #include <doctest/doctest.h>
@@ -189,4 +190,44 @@ TEST_CASE("dropout masks are the same on one thread as on several") {
   };
   const auto [serial, parallel] = on_one_and_three_threads(run);
   CHECK(serial == parallel);
+}
+
+TEST_CASE("a slice with first_index draws that slice of the whole tensor's mask") {
+  // Sequence parallelism: each rank holds a slice of the (T, B, C) activations and applies
+  // the slice of the mask one process would, so the ranks together drop the same elements.
+  constexpr int64_t count = 100003;  // far above the parallel threshold, slices uneven
+  const auto input = positive_values(count, 6);
+  const auto doutput = random_values(count, 7);
+  const Dropout whole{0.3, dropout_key(11, 4, 2, 1)};
+  std::vector<double> output(count), dinput(count);
+  backend::cpu::dropout_forward(output.data(), input.data(), count, whole);
+  backend::cpu::dropout_backward(dinput.data(), doutput.data(), count, whole);
+  for (const int64_t parts : {1, 2, 3}) {
+    CAPTURE(parts);
+    for (int64_t k = 0; k < parts; ++k) {
+      const int64_t begin = k * count / parts;
+      const int64_t length = (k + 1) * count / parts - begin;
+      Dropout slice = whole;
+      slice.first_index = static_cast<uint64_t>(begin);
+      std::vector<double> slice_output(length), slice_dinput(length);
+      backend::cpu::dropout_forward(slice_output.data(), input.data() + begin, length, slice);
+      backend::cpu::dropout_backward(slice_dinput.data(), doutput.data() + begin, length, slice);
+      CHECK(slice_output ==
+            std::vector<double>(output.begin() + begin, output.begin() + begin + length));
+      CHECK(slice_dinput ==
+            std::vector<double>(dinput.begin() + begin, dinput.begin() + begin + length));
+      // float draws the same elements.
+      const auto single = convert<float>(
+          std::vector<double>(input.begin() + begin, input.begin() + begin + length));
+      std::vector<float> single_output(length);
+      backend::cpu::dropout_forward(single_output.data(), single.data(), length, slice);
+      for (int64_t i = 0; i < length; ++i) {
+        REQUIRE((single_output[i] == 0) == (output[begin + i] == 0));
+      }
+    }
+  }
+  // An offset mask is a different part of the stream, not the same mask again.
+  Dropout shifted = whole;
+  shifted.first_index = 1;
+  CHECK(mask_of(shifted, 1000) != mask_of(whole, 1000));
 }

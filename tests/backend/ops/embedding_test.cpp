@@ -1,5 +1,6 @@
 // embedding_forward / embedding_backward: lookup, scatter-add with repeated tokens, central
-// finite differences in double, float against double.
+// finite differences in double, float against double, vocabulary shards against the whole
+// table.
 #include "backend/ops/embedding.hpp"
 
 #include <doctest/doctest.h>
@@ -39,9 +40,9 @@ EmbeddingResult run_embedding(const EmbeddingCase& c) {
   auto dword = convert<Scalar>(c.dword_start);
   auto dposition = convert<Scalar>(c.dposition_start);
   backend::cpu::embedding_forward(output.data(), c.tokens.data(), word.data(), position.data(),
-                                  kBatch, kSeq, kHidden);
+                                  kBatch, kSeq, kHidden, 0, kVocab);
   backend::cpu::embedding_backward(dword.data(), dposition.data(), doutput.data(), c.tokens.data(),
-                                   kBatch, kSeq, kHidden);
+                                   kBatch, kSeq, kHidden, 0, kVocab);
   return {convert<double>(output), difference(convert<double>(dword), c.dword_start),
           difference(convert<double>(dposition), c.dposition_start)};
 }
@@ -73,7 +74,7 @@ TEST_CASE("embedding backward matches central finite differences in double") {
   std::vector<double> output(kBatch * kSeq * kHidden);
   auto loss = [&] {
     backend::cpu::embedding_forward(output.data(), c.tokens.data(), c.word.data(),
-                                    c.position.data(), kBatch, kSeq, kHidden);
+                                    c.position.data(), kBatch, kSeq, kHidden, 0, kVocab);
     return dot(output, c.doutput);
   };
   BACKEND_CHECK_GRADIENT(check_gradient(c.word, result.dword, loss), 1e-6);
@@ -101,7 +102,7 @@ TEST_CASE("embedding backward is the same on every thread count") {
   auto run = [&] {
     std::vector<double> gradients((3 + seq) * hidden, 0.1);
     backend::cpu::embedding_backward(gradients.data(), gradients.data() + 3 * hidden,
-                                     doutput.data(), tokens.data(), batch, seq, hidden);
+                                     doutput.data(), tokens.data(), batch, seq, hidden, 0, 3);
     return gradients;
   };
   const auto [serial, parallel] = on_one_and_three_threads(run);
@@ -114,9 +115,10 @@ TEST_CASE("embedding without a position table (rotary positions) is the word loo
   std::vector<double> output(kBatch * kSeq * kHidden, 1000.0);
   auto dword = c.dword_start;
   backend::cpu::embedding_forward(output.data(), c.tokens.data(), c.word.data(),
-                                  static_cast<const double*>(nullptr), kBatch, kSeq, kHidden);
+                                  static_cast<const double*>(nullptr), kBatch, kSeq, kHidden, 0,
+                                  kVocab);
   backend::cpu::embedding_backward(dword.data(), static_cast<double*>(nullptr), c.doutput.data(),
-                                   c.tokens.data(), kBatch, kSeq, kHidden);
+                                   c.tokens.data(), kBatch, kSeq, kHidden, 0, kVocab);
   for (int64_t row = 0; row < kBatch * kSeq; ++row) {
     for (int64_t i = 0; i < kHidden; ++i) {
       CHECK(output[row * kHidden + i] == c.word[c.tokens[row] * kHidden + i]);
@@ -156,7 +158,7 @@ TEST_CASE("the sorted index's order of additions gives the CPU twin's float bits
   const auto start = convert<float>(random_values(vocab * hidden, 71));
   auto expected = start;
   backend::cpu::embedding_backward(expected.data(), static_cast<float*>(nullptr), doutput.data(),
-                                   tokens.data(), batch, seq, hidden);
+                                   tokens.data(), batch, seq, hidden, 0, vocab);
   std::vector<int32_t> order(count), segment_starts(count + 1), unique_tokens(count);
   int64_t unique_count = 0;
   backend::sort_positions_by_token(tokens.data(), count, order.data(), segment_starts.data(),
@@ -172,4 +174,89 @@ TEST_CASE("the sorted index's order of additions gives the CPU twin's float bits
     }
   }
   CHECK(sorted == expected);
+}
+
+namespace {
+
+// [begin, end) of shard k of `parts` over `vocab` rows: uneven when parts does not divide it.
+std::pair<int64_t, int64_t> shard_range(int64_t vocab, int64_t parts, int64_t k) {
+  return {k * vocab / parts, (k + 1) * vocab / parts};
+}
+
+}  // namespace
+
+TEST_CASE(
+    "embedding over vocabulary shards sums to the whole table's, and its gradients are "
+    "the whole table's rows") {
+  // Megatron's VocabParallelEmbedding: each shard looks up the tokens it holds; the position
+  // table goes to shard 0 only, so the outputs sum to the full embedding exactly.
+  constexpr int64_t vocab = 7;  // 2 and 3 shards of unequal size
+  const auto tokens = random_ids(kBatch * kSeq, vocab, 81);
+  const auto word = random_values(vocab * kHidden, 82);
+  const auto position = random_values(kPositions * kHidden, 83);
+  const auto doutput = random_values(kBatch * kSeq * kHidden, 84);
+  const auto dword_start = random_values(vocab * kHidden, 85);
+  const auto dposition_start = random_values(kPositions * kHidden, 86);
+  const int64_t count = kBatch * kSeq * kHidden;
+
+  std::vector<double> full(count);
+  auto full_dword = dword_start;
+  auto full_dposition = dposition_start;
+  backend::cpu::embedding_forward(full.data(), tokens.data(), word.data(), position.data(), kBatch,
+                                  kSeq, kHidden, 0, vocab);
+  backend::cpu::embedding_backward(full_dword.data(), full_dposition.data(), doutput.data(),
+                                   tokens.data(), kBatch, kSeq, kHidden, 0, vocab);
+
+  for (const int64_t parts : {1, 2, 3}) {
+    CAPTURE(parts);
+    std::vector<double> sum(count, 0.0);
+    for (int64_t k = 0; k < parts; ++k) {
+      CAPTURE(k);
+      const auto [begin, end] = shard_range(vocab, parts, k);
+      const std::vector<double> shard_word(word.begin() + begin * kHidden,
+                                           word.begin() + end * kHidden);
+      const double* shard_position = k == 0 ? position.data() : nullptr;
+      std::vector<double> output(count, 1000.0);  // must be overwritten
+      backend::cpu::embedding_forward(output.data(), tokens.data(), shard_word.data(),
+                                      shard_position, kBatch, kSeq, kHidden, begin, end - begin);
+      for (int64_t row = 0; row < kBatch * kSeq; ++row) {
+        if (tokens[row] >= begin && tokens[row] < end) continue;
+        // Another shard's token: the position row alone on shard 0, zeros on the others.
+        for (int64_t i = 0; i < kHidden; ++i) {
+          CHECK(output[row * kHidden + i] == (k == 0 ? position[(row % kSeq) * kHidden + i] : 0.0));
+        }
+      }
+      for (int64_t i = 0; i < count; ++i) sum[i] += output[i];
+
+      // Every shard given a position gradient sums every position into it.
+      std::vector<double> dword(dword_start.begin() + begin * kHidden,
+                                dword_start.begin() + end * kHidden);
+      auto dposition = dposition_start;
+      backend::cpu::embedding_backward(dword.data(), dposition.data(), doutput.data(),
+                                       tokens.data(), kBatch, kSeq, kHidden, begin, end - begin);
+      CHECK(dword == std::vector<double>(full_dword.begin() + begin * kHidden,
+                                         full_dword.begin() + end * kHidden));
+      CHECK(dposition == full_dposition);
+    }
+    CHECK(sum == full);
+  }
+}
+
+TEST_CASE("an embedding shard holding none of the tokens gives the position rows, or zeros") {
+  // An empty shard past the vocabulary: every token is another shard's.
+  EmbeddingCase c;
+  std::vector<double> output(kBatch * kSeq * kHidden, 1000.0);
+  backend::cpu::embedding_forward(output.data(), c.tokens.data(),
+                                  static_cast<const double*>(nullptr), c.position.data(), kBatch,
+                                  kSeq, kHidden, kVocab, 0);
+  for (int64_t row = 0; row < kBatch * kSeq; ++row) {
+    for (int64_t i = 0; i < kHidden; ++i) {
+      CHECK(output[row * kHidden + i] == c.position[(row % kSeq) * kHidden + i]);
+    }
+  }
+  std::vector<double> zeros(kBatch * kSeq * kHidden, 1000.0);
+  backend::cpu::embedding_forward(
+      zeros.data(), c.tokens.data(), static_cast<const double*>(nullptr),
+      static_cast<const double*>(nullptr), kBatch, kSeq, kHidden, kVocab, 0);
+  CHECK(zeros == std::vector<double>(zeros.size(), 0.0));
 }
