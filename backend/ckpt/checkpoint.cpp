@@ -36,7 +36,6 @@ namespace backend {
 namespace {
 
 constexpr const char* kTrackerName = "latest_checkpointed_iteration.txt";
-constexpr const char* kRankDirectory = "mp_rank_00";  // tp rank 0, no pipeline parallelism
 constexpr const char* kFileName = "model_optim_rng.bin";
 constexpr const char* kExpAvgPrefix = "optimizer.exp_avg.";
 constexpr const char* kExpAvgSqPrefix = "optimizer.exp_avg_sq.";
@@ -138,6 +137,21 @@ FlagDifferences shape_flag_differences(const json& saved, const json& current,
 }
 
 bool is_optimizer_tensor(const std::string& name) { return name.starts_with("optimizer."); }
+
+// The tensor-parallel size a checkpoint was saved with (1 for files from before the field) must
+// be the model's: its files hold that many shards of every divided tensor.
+void check_tensor_parallel_size(const CheckpointMetadata& metadata, int64_t size,
+                                const fs::path& file) {
+  const int64_t saved =
+      metadata.has("tensor_parallel")
+          ? metadata.get<int64_t>(metadata.section("tensor_parallel"), "size")
+          : 1;
+  if (saved == size) return;
+  common::fail("checkpoint {} was saved with --tensor-model-parallel-size {} (its shards are "
+               "mp_rank_00..mp_rank_{:02d}); this run has --tensor-model-parallel-size {}. Train "
+               "on with {}, or reshard it with checkpoint_util --target-tensor-parallel-size {}",
+               file.string(), saved, saved - 1, size, saved, size);
+}
 
 // One error listing every parameter whose shape differs (or that only one side has), and the
 // flags from the checkpoint's arguments that would make the model fit.
@@ -413,8 +427,19 @@ fs::path checkpoint_iteration_directory(const fs::path& directory, int64_t itera
   return directory / fmt::format("iter_{:07d}", iteration);
 }
 
-fs::path checkpoint_file_path(const fs::path& directory, int64_t iteration) {
-  return checkpoint_iteration_directory(directory, iteration) / kRankDirectory / kFileName;
+std::string checkpoint_rank_directory_name(int64_t tensor_parallel_rank) {
+  return fmt::format("mp_rank_{:02d}", tensor_parallel_rank);
+}
+
+fs::path checkpoint_file_path(const fs::path& directory, int64_t iteration,
+                              int64_t tensor_parallel_rank) {
+  return checkpoint_iteration_directory(directory, iteration) /
+         checkpoint_rank_directory_name(tensor_parallel_rank) / kFileName;
+}
+
+fs::path checkpoint_rank_file(const TrackedCheckpoint& tracked, int64_t tensor_parallel_rank) {
+  return tracked.file.parent_path().parent_path() /
+         checkpoint_rank_directory_name(tensor_parallel_rank) / kFileName;
 }
 
 std::optional<TrackedCheckpoint> read_checkpoint_tracker(const fs::path& directory) {
@@ -428,7 +453,8 @@ std::optional<TrackedCheckpoint> read_checkpoint_tracker(const fs::path& directo
   const auto last = text.find_last_not_of(" \t\r\n");
   text = first == std::string::npos ? "" : text.substr(first, last - first + 1);
   if (text == "release") {
-    return TrackedCheckpoint{0, true, directory / "release" / kRankDirectory / kFileName};
+    return TrackedCheckpoint{0, true,
+                             directory / "release" / checkpoint_rank_directory_name(0) / kFileName};
   }
   int64_t iteration = -1;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), iteration);
@@ -487,16 +513,23 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
              const GptModel<float>& model, const AdamW* optimizer,
              const LearningRateScheduler* scheduler, bool release, std::ostream& out) {
   const fs::path& directory = options.directory;
-  if (release) {
-    out << fmt::format("[{}] saving release checkpoint to {} in native format\n", timestamp_now(),
-                       directory.string());
-  } else {
-    out << fmt::format("[{}] saving checkpoint at iteration {:7d} to {} in native format\n",
-                       timestamp_now(), progress.iteration, directory.string());
+  // The writers: one per tensor-parallel rank (the model's group), rank 0 of which makes the
+  // directory, publishes it and moves the tracker; the others write their shard's file only.
+  Communicator& writers = model.tensor_parallel_group();
+  const int64_t writer = writers.rank();
+  const bool lead = writer == 0;
+  if (lead) {
+    if (release) {
+      out << fmt::format("[{}] saving release checkpoint to {} in native format\n",
+                         timestamp_now(), directory.string());
+    } else {
+      out << fmt::format("[{}] saving checkpoint at iteration {:7d} to {} in native format\n",
+                         timestamp_now(), progress.iteration, directory.string());
+    }
+    out.flush();
+    fs::create_directories(directory);
+    remove_unfinished_saves(directory, out);
   }
-  out.flush();
-  fs::create_directories(directory);
-  remove_unfinished_saves(directory, out);
 
   const bool save_optim = !options.no_save_optim && optimizer != nullptr && scheduler != nullptr;
   json metadata = {
@@ -505,6 +538,7 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
       {"consumed_train_samples", progress.consumed_train_samples},
       {"consumed_valid_samples", progress.consumed_valid_samples},
       {"padded_vocab_size", model.config().padded_vocab_size},
+      {"tensor_parallel", {{"size", writers.size()}, {"rank", writer}}},
       {"no_save_optim", !save_optim},
       {"no_save_rng", options.no_save_rng},
       {"arguments", options.arguments},
@@ -546,30 +580,42 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
                              {"dropout_step", model.dropout_step()}};
   }
 
-  // Write under a temporary name, make it durable, then publish it and, last, the tracker.
+  // Write under a temporary name (the lead's pid, shared with the writers), make it durable,
+  // then publish it and, last, the tracker: only after every writer has written and synced.
   const fs::path final_directory =
       release ? directory / "release" : checkpoint_iteration_directory(directory, progress.iteration);
+  double lead_pid = ::getpid();  // a double: what a broadcast carries (exact below 2^53)
   fs::path temporary = final_directory;
-  temporary += ".tmp." + std::to_string(::getpid());
-  fs::remove_all(temporary);
-  fs::create_directories(temporary / kRankDirectory);
-  write_checkpoint_file(temporary / kRankDirectory / kFileName, metadata, tensors);
-  common::fsync_directory(temporary / kRankDirectory);
-  common::fsync_directory(temporary);
-  publish_directory(temporary, final_directory);
-  common::fsync_directory(directory);
-  common::write_text_file_atomically(checkpoint_tracker_path(directory),
-                             release ? std::string("release") : std::to_string(progress.iteration));
-
-  if (release) {
-    out << fmt::format("  [{}] successfully saved release checkpoint to {} [ t 1/1, p 1/1 ]\n",
-                       timestamp_now(), directory.string());
-  } else {
-    out << fmt::format("  [{}] successfully saved checkpoint from iteration {:7d} to {} "
-                       "[ t 1/1, p 1/1 ]\n",
-                       timestamp_now(), progress.iteration, directory.string());
+  if (lead) {
+    temporary += ".tmp." + std::to_string(::getpid());
+    fs::remove_all(temporary);
+    fs::create_directories(temporary);
   }
-  out.flush();
+  writers.broadcast(host_view(std::span(&lead_pid, 1)), 0);  // after the lead made the directory
+  if (!lead) temporary += ".tmp." + std::to_string(static_cast<int64_t>(lead_pid));
+  const fs::path rank_directory = temporary / checkpoint_rank_directory_name(writer);
+  fs::create_directories(rank_directory);
+  write_checkpoint_file(rank_directory / kFileName, metadata, tensors);
+  common::fsync_directory(rank_directory);
+  writers.barrier();
+  if (lead) {
+    common::fsync_directory(temporary);
+    publish_directory(temporary, final_directory);
+    common::fsync_directory(directory);
+    common::write_text_file_atomically(
+        checkpoint_tracker_path(directory),
+        release ? std::string("release") : std::to_string(progress.iteration));
+    if (release) {
+      out << fmt::format("  [{}] successfully saved release checkpoint to {} [ t 1/{}, p 1/1 ]\n",
+                         timestamp_now(), directory.string(), writers.size());
+    } else {
+      out << fmt::format("  [{}] successfully saved checkpoint from iteration {:7d} to {} "
+                         "[ t 1/{}, p 1/1 ]\n",
+                         timestamp_now(), progress.iteration, directory.string(), writers.size());
+    }
+    out.flush();
+  }
+  writers.barrier();  // the tracker has moved before any writer goes on
 }
 
 }  // namespace
@@ -627,15 +673,24 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
                        tracked->iteration);
   }
   out.flush();
-  if (!fs::is_regular_file(tracked->file)) {
+  // This rank's shard: mp_rank_<tensor-parallel rank>.
+  const Communicator& group = model.tensor_parallel_group();
+  const fs::path file = checkpoint_rank_file(*tracked, group.rank());
+  if (!fs::is_regular_file(file)) {
+    const fs::path first = checkpoint_rank_file(*tracked, 0);
+    if (group.rank() > 0 && fs::is_regular_file(first)) {
+      const CheckpointFileReader reader(first);
+      check_tensor_parallel_size(CheckpointMetadata(reader.metadata(), reader.path()), group.size(),
+                                 reader.path());
+    }
     common::fail("{} names iteration {}, but {} does not exist: the checkpoint directory was "
                  "changed by hand; point the tracker at a complete checkpoint",
-                 checkpoint_tracker_path(directory).string(), tracked->iteration,
-                 tracked->file.string());
+                 checkpoint_tracker_path(directory).string(), tracked->iteration, file.string());
   }
 
-  const CheckpointFileReader reader(tracked->file);
+  const CheckpointFileReader reader(file);
   const CheckpointMetadata metadata(reader.metadata(), reader.path());
+  check_tensor_parallel_size(metadata, group.size(), reader.path());
   check_parameter_shapes(reader, metadata, model, options);
 
   HostState host = host_state(model, &optimizer, false);
@@ -694,8 +749,8 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
     model.set_dropout_step(metadata.get<uint64_t>(rng, "dropout_step"));
   }
 
-  out << fmt::format("  successfully loaded checkpoint from {} [ t 1/1, p 1/1 ] at iteration {}\n",
-                     directory.string(), progress.iteration);
+  out << fmt::format("  successfully loaded checkpoint from {} [ t {}/{}, p 1/1 ] at iteration {}\n",
+                     directory.string(), group.rank() + 1, group.size(), progress.iteration);
   out.flush();
   return progress;
 }

@@ -29,7 +29,8 @@ bool RecomputeSchedule::last_of_chunk(int64_t l) const {
 }
 
 ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule& schedule,
-                                int64_t batch_size, int64_t seq_length, ElementType dtype) {
+                                int64_t batch_size, int64_t seq_length, ElementType dtype,
+                                int64_t tensor_parallel, bool sequence_parallel) {
   // Every buffer's element count, checked: rows × the widest feature count (the logits'
   // padded vocabulary, or linear_qkv's and linear_fc1's features) must fit, and
   // B · NH · T for the attention statistics.
@@ -48,8 +49,13 @@ ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule
   const int64_t F1 = config.fc1_features();
   const int64_t QKV = config.qkv_features();
   const int64_t V = config.padded_vocab_size;
+  const int64_t A = config.attention_features();
   const bool rms_norm = config.normalization == Normalization::rms_norm;
-  const int64_t norm_means = rms_norm ? 0 : rows;
+  // The residual stream's rows: all of them, or this rank's share under sequence parallelism
+  // (the caller checked that the tensor-parallel size divides the sequence).
+  const bool sharded_stream = sequence_parallel && tensor_parallel > 1;
+  const int64_t stream_rows = sharded_stream ? rows / tensor_parallel : rows;
+  const int64_t norm_means = rms_norm ? 0 : stream_rows;
 
   ActivationPlan plan;
   plan.batch_size = batch_size;
@@ -66,24 +72,24 @@ ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule
 
   plan.tokens = layout.add("tokens", ElementType::i32, rows);
   plan.labels = layout.add("labels", ElementType::i32, rows);
-  plan.embedded = kept("embedding output", rows * C);
+  plan.embedded = kept("embedding output", stream_rows * C);
   auto layer_regions = [&](const std::string& name, bool internals, bool output) {
     const int64_t n = internals ? rows : 0;
     LayerActivationRegions r{};
     r.input_norm = kept(name + " input_layernorm", n * C);
     r.input_norm_mean = kept(name + " input_layernorm mean", internals ? norm_means : 0);
-    r.input_norm_rstd = kept(name + " input_layernorm rstd", n);
+    r.input_norm_rstd = kept(name + " input_layernorm rstd", internals ? stream_rows : 0);
     r.qkv = kept(name + " qkv", n * QKV);
     r.attention_logsumexp = kept(name + " attention log-sum-exp",
                                  internals && !schedule.selective() ? logsumexp_count : 0);
-    r.context = kept(name + " attention context", n * C);
-    r.attention_residual = kept(name + " attention residual", n * C);
+    r.context = kept(name + " attention context", n * A);
+    r.attention_residual = kept(name + " attention residual", internals ? stream_rows * C : 0);
     r.mlp_norm = kept(name + " pre_mlp_layernorm", n * C);
     r.mlp_norm_mean = kept(name + " pre_mlp_layernorm mean", internals ? norm_means : 0);
-    r.mlp_norm_rstd = kept(name + " pre_mlp_layernorm rstd", n);
+    r.mlp_norm_rstd = kept(name + " pre_mlp_layernorm rstd", internals ? stream_rows : 0);
     r.fc1 = kept(name + " linear_fc1", n * F1);
     r.activation = kept(name + " activation", n * F);
-    r.output = kept(name + " output", output ? rows * C : 0);
+    r.output = kept(name + " output", output ? stream_rows * C : 0);
     return r;
   };
   std::vector<bool> slot_needs_output;
@@ -104,19 +110,24 @@ ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule
       kept("recomputed attention log-sum-exp", schedule.selective() ? logsumexp_count : 0);
   plan.final_norm = kept("final_layernorm", rows * C);
   plan.final_norm_mean = kept("final_layernorm mean", norm_means);
-  plan.final_norm_rstd = kept("final_layernorm rstd", rows);
+  plan.final_norm_rstd = kept("final_layernorm rstd", stream_rows);
   plan.logits = kept("logits", rows * V);
   plan.losses = kept("losses", rows);
   plan.logsumexp = kept("logits log-sum-exp", rows);
   plan.loss_total = layout.add("loss total", ElementType::f64, 1);
+  const int64_t parts = tensor_parallel > 1 ? tensor_parallel : 0;
+  plan.logsumexp_parts = scratch("logits log-sum-exp per vocabulary shard", parts * rows);
+  plan.target_logit = scratch("label logits", parts > 0 ? rows : 0);
   plan.branch = scratch("branch", rows * C);
   const bool rope = config.position_embedding_type == PositionEmbeddingType::rope;
   const int64_t rope_table = rope ? seq_length * (config.rotary_dim() / 2) : 0;
   plan.rope_cos = scratch("rope cos", rope_table);
   plan.rope_sin = scratch("rope sin", rope_table);
   plan.dlogits = scratch("dlogits", rows * V);
-  plan.dresidual = scratch("dresidual", rows * C);
-  plan.dbranch = scratch("dbranch", rows * C);
+  plan.dresidual = scratch("dresidual", stream_rows * C);
+  plan.dbranch = scratch("dbranch", stream_rows * C);
+  plan.branch_shard = scratch("branch, this rank's rows", sharded_stream ? stream_rows * C : 0);
+  plan.dnorm_shard = scratch("dnorm, this rank's rows", sharded_stream ? stream_rows * C : 0);
   plan.dnorm = scratch("dnorm", rows * C);
   plan.dqkv = scratch("dqkv", rows * QKV);
   plan.dhidden = scratch("dhidden", rows * F);

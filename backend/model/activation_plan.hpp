@@ -50,7 +50,7 @@ struct LayerActivationRegions {
   int64_t input_norm, input_norm_mean, input_norm_rstd;  // (rows, C), (rows), (rows)
   int64_t qkv;                                           // (rows, QKV), q and k rotated (RoPE)
   int64_t attention_logsumexp;                           // (B, NH, T)
-  int64_t context;                                       // (rows, C)
+  int64_t context;                                       // (rows, NH·HD)
   int64_t attention_residual;                            // (rows, C)
   int64_t mlp_norm, mlp_norm_mean, mlp_norm_rstd;        // (rows, C), (rows), (rows)
   int64_t fc1;                                           // (rows, F1)
@@ -73,6 +73,12 @@ struct ActivationPlan {
   int64_t logits = 0;                  // (rows, V)
   int64_t losses = 0, logsumexp = 0;   // (rows)
   int64_t loss_total = 0;              // one f64: Σ losses, summed on the device
+  // Tensor parallelism (vocab-parallel cross-entropy): every rank's log-sum-exp over its
+  // vocabulary shard, (tp, rows), and the label's logit summed over the shards, (rows).
+  int64_t logsumexp_parts = 0, target_logit = 0;
+  // Sequence parallelism: a row-parallel output, and a column-parallel input gradient, reduce-
+  // scattered to this rank's rows, (rows / tp, C) each.
+  int64_t branch_shard = 0, dnorm_shard = 0;
   int64_t branch = 0;                  // (rows, C) linear_proj / linear_fc2 output
   int64_t rope_cos = 0, rope_sin = 0;  // (T, rotary_dim / 2), RoPE only
   // Backward scratch. The logits stay intact so a backward can be repeated.
@@ -89,8 +95,14 @@ struct ActivationPlan {
 };
 
 // The plan for micro batches of (batch_size, seq_length), activations in `dtype`. Sizes are
-// checked for overflow with messages naming the micro batch and sequence length.
+// checked for overflow with messages naming the micro batch and sequence length. Under tensor
+// parallelism `config` is the rank's shard (tensor_parallel_shard()) and `tensor_parallel` the
+// group's size, which adds the vocab-parallel cross-entropy's buffers. With sequence_parallel
+// the residual stream (embedding output, residuals, layer outputs, the norms' statistics and
+// their gradients) holds this rank's rows / tensor_parallel rows only, and the shard buffers
+// of the reduce-scatters are added.
 ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule& schedule,
-                                int64_t batch_size, int64_t seq_length, ElementType dtype);
+                                int64_t batch_size, int64_t seq_length, ElementType dtype,
+                                int64_t tensor_parallel = 1, bool sequence_parallel = false);
 
 }  // namespace backend

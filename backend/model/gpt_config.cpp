@@ -1,6 +1,8 @@
 // Validation and vocabulary padding for GptConfig; see gpt_config.hpp.
 #include "backend/model/gpt_config.hpp"
 
+#include <algorithm>
+
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 
@@ -101,6 +103,36 @@ common::MemoryEstimate training_memory_estimate(const GptConfig& config, int64_t
       break;
   }
   return common::estimate_training_memory(model_shape(config), setup);
+}
+
+void check_tensor_parallel(const GptConfig& config, int64_t tensor_parallel) {
+  if (tensor_parallel < 1) {
+    common::fail("--tensor-model-parallel-size must be at least 1, got {}", tensor_parallel);
+  }
+  auto divisible = [&](int64_t value, const char* what) {
+    if (value % tensor_parallel != 0) {
+      common::fail("{} ({}) must be divisible by --tensor-model-parallel-size ({})", what, value,
+                   tensor_parallel);
+    }
+  };
+  divisible(config.num_attention_heads, "--num-attention-heads");
+  divisible(config.query_groups(), "--num-query-groups");
+  divisible(config.ffn_hidden_size, "--ffn-hidden-size");
+  divisible(config.padded_vocab_size,
+            "the padded vocabulary (--vocab-size rounded up to --make-vocab-size-divisible-by × "
+            "--tensor-model-parallel-size)");
+}
+
+GptConfig tensor_parallel_shard(const GptConfig& config, int64_t tensor_parallel) {
+  check_tensor_parallel(config, tensor_parallel);
+  GptConfig shard = config;
+  shard.kv_channels = config.head_dim();
+  shard.num_attention_heads = config.num_attention_heads / tensor_parallel;
+  shard.num_query_groups = config.query_groups() / tensor_parallel;
+  shard.ffn_hidden_size = config.ffn_hidden_size / tensor_parallel;
+  shard.padded_vocab_size = config.padded_vocab_size / tensor_parallel;
+  shard.vocab_size = std::min(shard.vocab_size, shard.padded_vocab_size);
+  return shard;
 }
 
 void validate(const GptConfig& config) {

@@ -62,7 +62,17 @@ struct GptConfig {
   RecomputeMethod recompute_method = RecomputeMethod::uniform;
   int64_t recompute_num_layers = 1;
 
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  // Features per attention head (Megatron's kv_channels); 0: hidden_size / num_attention_heads,
+  // the only value the flags give. A tensor-parallel shard (tensor_parallel_shard()) sets it,
+  // since its heads keep the full model's head size while it holds fewer of them.
+  int64_t kv_channels = 0;
+
+  int64_t head_dim() const {
+    return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads;
+  }
+  // Features of the attention context, linear_proj's input (Megatron's query_projection_size):
+  // hidden_size in a whole model, NH/tp heads' worth in a tensor-parallel shard.
+  int64_t attention_features() const { return num_attention_heads * head_dim(); }
   int64_t query_groups() const {
     return num_query_groups > 0 ? num_query_groups : num_attention_heads;
   }
@@ -78,6 +88,18 @@ struct GptConfig {
 
 // Megatron's padding rule: round vocab_size up to a multiple of divisible_by × tp.
 int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t tensor_parallel);
+
+// Megatron's tensor-parallel divisibility rules (megatron/core/tensor_parallel, the
+// transformer config's checks): heads, query groups, --ffn-hidden-size and the padded
+// vocabulary must split evenly over `tensor_parallel` ranks; common::Error naming the flags.
+void check_tensor_parallel(const GptConfig& config, int64_t tensor_parallel);
+
+// The part of a validated `config` one of `tensor_parallel` ranks computes (Megatron's column-
+// and row-parallel layers): NH/tp query heads and NG/tp query groups (kv_channels keeps the
+// head size), ffn_hidden_size/tp features of the MLP, padded_vocab_size/tp rows of the
+// vocabulary. The hidden size, sequence and norms are whole. Not a model of its own (validate()
+// would refuse its vocabulary): the shape a rank's layout and activations are sized by.
+GptConfig tensor_parallel_shard(const GptConfig& config, int64_t tensor_parallel);
 
 // Throws common::Error naming the flag when the shape is inconsistent
 // (heads must divide hidden, every size positive, padded ≥ vocab, dropout in [0, 1), a

@@ -77,6 +77,7 @@
 #include <vector>
 
 #include "backend/device/device.hpp"
+#include "backend/dist/communicator.hpp"
 #include "backend/model/gpt_config.hpp"
 #include "backend/model/parameter_layout.hpp"
 
@@ -90,12 +91,21 @@ class GptModel {
   // parameters, gradients and activations (fp32, or fp64 for gradient checks).
   explicit GptModel(const GptConfig& config);
   GptModel(const GptConfig& config, Device& device);
+  // One rank of a tensor-parallel group (gpt_model.cpp): the model holds this rank's shards
+  // (parameter_layout.hpp) and computes with the group's collectives; the group, like the
+  // device, must outlive the model. A group of one is the whole model. sequence_parallel
+  // (Megatron's --sequence-parallel; no effect with a group of one) shards the residual stream
+  // over the group too; the sequence length must then be divisible by the group's size.
+  GptModel(const GptConfig& config, Device& device, Communicator& tensor_parallel,
+           bool sequence_parallel = false);
   ~GptModel();
   GptModel(GptModel&&) noexcept;
   GptModel& operator=(GptModel&&) noexcept;
 
   const GptConfig& config() const;
+  // The tensors of this rank's layout (its shards under tensor parallelism).
   const std::vector<ParameterTensor>& tensors() const;
+  Communicator& tensor_parallel_group() const;
   const ParameterTensor& tensor(const std::string& name) const;  // common::Error if unknown
   // The flat buffers in place: only for a model on host memory (the CPU device); on a GPU
   // they are common::Error, and the copies below are the way in and out.
@@ -136,6 +146,12 @@ class GptModel {
   void backward(Scalar grad_scale);
 
   void zero_gradients();
+
+  // After the backwards of a step's micro batches, before the gradients are read: the sums over
+  // the tensor-parallel group that parameters computed from each rank's own rows need (the
+  // norms' weights under sequence parallelism; Megatron's finalize_model_grads). Nothing to do
+  // otherwise. Every rank of the group calls it.
+  void finalize_gradients();
 
   // Bytes of the activations the last forward keeps for the backward: what each layer
   // stores, the recompute working space (one chunk's layers, or one layer's attention

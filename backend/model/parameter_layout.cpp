@@ -44,9 +44,65 @@ void fill_normal_block(Scalar* values, int64_t count, uint64_t key, uint64_t fir
 
 }  // namespace
 
-ParameterLayout::ParameterLayout(const GptConfig& config)
-    : num_layers_(config.num_layers), init_method_std_(config.init_method_std) {
+std::vector<ShardPiece> shard_pieces(const ParameterTensor& tensor, int64_t tensor_parallel,
+                                     int64_t rank) {
+  if (tensor.partition == TensorPartition::replicated || tensor_parallel == 1) {
+    return {{0, 0, tensor.numel}};
+  }
+  const int64_t rows = tensor.shape[0];
+  const int64_t columns = tensor.shape.size() > 1 ? tensor.shape[1] : 1;
+  std::vector<ShardPiece> pieces;
+  if (tensor.partition == TensorPartition::rows) {
+    // Block j of the whole tensor's rows holds every rank's j-th part, rank order.
+    const int64_t part_rows = rows / tensor.partition_blocks;
+    const int64_t block_rows = part_rows * tensor_parallel;
+    for (int64_t j = 0; j < tensor.partition_blocks; ++j) {
+      pieces.push_back({(j * block_rows + rank * part_rows) * columns, j * part_rows * columns,
+                        part_rows * columns});
+    }
+    return pieces;
+  }
+  // Columns: each row's segment of this rank's input features.
+  const int64_t full_columns = columns * tensor_parallel;
+  pieces.reserve(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) {
+    pieces.push_back({i * full_columns + rank * columns, i * columns, columns});
+  }
+  return pieces;
+}
+
+std::vector<BufferRange> gradient_norm_ranges(const std::vector<ParameterTensor>& tensors,
+                                              int64_t tensor_parallel_rank) {
+  std::vector<BufferRange> ranges;
+  for (const ParameterTensor& tensor : tensors) {
+    if (tensor.partition == TensorPartition::replicated && tensor_parallel_rank != 0) continue;
+    if (!ranges.empty() && ranges.back().offset + ranges.back().numel == tensor.offset) {
+      ranges.back().numel += tensor.numel;
+    } else {
+      ranges.push_back({tensor.offset, tensor.numel});
+    }
+  }
+  return ranges;
+}
+
+ParameterLayout::ParameterLayout(const GptConfig& full_config, int64_t tensor_parallel,
+                                 int64_t tensor_parallel_rank)
+    : tensor_parallel_(tensor_parallel),
+      tensor_parallel_rank_(tensor_parallel_rank),
+      num_layers_(full_config.num_layers),
+      init_method_std_(full_config.init_method_std) {
+  if (tensor_parallel_rank < 0 || tensor_parallel_rank >= tensor_parallel) {
+    common::fail("tensor-parallel rank {} is outside [0, {})", tensor_parallel_rank,
+                 tensor_parallel);
+  }
+  // The shapes below are the rank's shard; add() derives the whole tensor's from the partition.
+  const GptConfig config =
+      tensor_parallel > 1 ? tensor_parallel_shard(full_config, tensor_parallel) : full_config;
   const int64_t C = config.hidden_size;
+  const int64_t A = config.attention_features();
+  constexpr auto rows = TensorPartition::rows;
+  constexpr auto columns = TensorPartition::columns;
+  const int64_t fc1_blocks = config.swiglu ? 2 : 1;
   const int64_t F = config.ffn_hidden_size;
   const int64_t F1 = config.fc1_features();
   const int64_t QKV = config.qkv_features();
@@ -55,12 +111,15 @@ ParameterLayout::ParameterLayout(const GptConfig& config)
   auto norm_bias = [&](std::string name) {
     return rms_norm ? kAbsentTensor : add(std::move(name), {C}, ParameterInit::zeros);
   };
-  auto linear_bias = [&](std::string name, int64_t features) {
-    return config.add_bias_linear ? add(std::move(name), {features}, ParameterInit::zeros)
-                                  : kAbsentTensor;
+  auto linear_bias = [&](std::string name, int64_t features,
+                         TensorPartition partition = TensorPartition::replicated,
+                         int64_t blocks = 1) {
+    return config.add_bias_linear
+               ? add(std::move(name), {features}, ParameterInit::zeros, partition, blocks)
+               : kAbsentTensor;
   };
   word_embeddings_ = add("embedding.word_embeddings.weight", {config.padded_vocab_size, C},
-                         ParameterInit::normal);
+                         ParameterInit::normal, rows);
   if (config.position_embedding_type != PositionEmbeddingType::rope) {
     position_embeddings_ = add("embedding.position_embeddings.weight",
                                {config.max_position_embeddings, C}, ParameterInit::normal);
@@ -71,16 +130,18 @@ ParameterLayout::ParameterLayout(const GptConfig& config)
     layer.input_norm_weight = add(prefix + "input_layernorm.weight", {C}, ParameterInit::ones);
     layer.input_norm_bias = norm_bias(prefix + "input_layernorm.bias");
     layer.qkv_weight =
-        add(prefix + "self_attention.linear_qkv.weight", {QKV, C}, ParameterInit::normal);
-    layer.qkv_bias = linear_bias(prefix + "self_attention.linear_qkv.bias", QKV);
-    layer.proj_weight =
-        add(prefix + "self_attention.linear_proj.weight", {C, C}, ParameterInit::scaled_normal);
+        add(prefix + "self_attention.linear_qkv.weight", {QKV, C}, ParameterInit::normal, rows);
+    layer.qkv_bias = linear_bias(prefix + "self_attention.linear_qkv.bias", QKV, rows);
+    layer.proj_weight = add(prefix + "self_attention.linear_proj.weight", {C, A},
+                            ParameterInit::scaled_normal, columns);
     layer.proj_bias = linear_bias(prefix + "self_attention.linear_proj.bias", C);
     layer.mlp_norm_weight = add(prefix + "pre_mlp_layernorm.weight", {C}, ParameterInit::ones);
     layer.mlp_norm_bias = norm_bias(prefix + "pre_mlp_layernorm.bias");
-    layer.fc1_weight = add(prefix + "mlp.linear_fc1.weight", {F1, C}, ParameterInit::normal);
-    layer.fc1_bias = linear_bias(prefix + "mlp.linear_fc1.bias", F1);
-    layer.fc2_weight = add(prefix + "mlp.linear_fc2.weight", {C, F}, ParameterInit::scaled_normal);
+    layer.fc1_weight =
+        add(prefix + "mlp.linear_fc1.weight", {F1, C}, ParameterInit::normal, rows, fc1_blocks);
+    layer.fc1_bias = linear_bias(prefix + "mlp.linear_fc1.bias", F1, rows, fc1_blocks);
+    layer.fc2_weight =
+        add(prefix + "mlp.linear_fc2.weight", {C, F}, ParameterInit::scaled_normal, columns);
     layer.fc2_bias = linear_bias(prefix + "mlp.linear_fc2.bias", C);
     layers_.push_back(layer);
   }
@@ -89,10 +150,11 @@ ParameterLayout::ParameterLayout(const GptConfig& config)
   output_weight_ = config.share_embeddings_and_output_weights
                        ? word_embeddings_
                        : add("output_layer.weight", {config.padded_vocab_size, C},
-                             ParameterInit::normal);
+                             ParameterInit::normal, rows);
 }
 
-int64_t ParameterLayout::add(std::string name, std::vector<int64_t> shape, ParameterInit init) {
+int64_t ParameterLayout::add(std::string name, std::vector<int64_t> shape, ParameterInit init,
+                             TensorPartition partition, int64_t blocks) {
   // validate() checked the whole layout's sizes; these checks keep each step honest too.
   int64_t numel = 1;
   for (int64_t extent : shape) numel = common::checked_multiply(numel, extent, name);
@@ -100,8 +162,20 @@ int64_t ParameterLayout::add(std::string name, std::vector<int64_t> shape, Param
       tensors_.empty() ? 0 : common::checked_add(tensors_.back().offset, tensors_.back().numel, name);
   // Megatron's default: no weight decay on biases and norm parameters (the 1-D tensors).
   const bool weight_decay = shape.size() > 1;
+  std::vector<int64_t> full_shape = shape;
+  if (partition == TensorPartition::rows) full_shape[0] *= tensor_parallel_;
+  if (partition == TensorPartition::columns) full_shape[1] *= tensor_parallel_;
+  const int64_t full_offset = full_numel_;
+  full_numel_ = common::checked_add(
+      full_numel_,
+      partition == TensorPartition::replicated
+          ? numel
+          : common::checked_multiply(numel, tensor_parallel_, name),
+      name);
   tensor_index_.emplace(name, tensors_.size());
-  tensors_.push_back({std::move(name), std::move(shape), offset, numel, weight_decay});
+  tensors_.push_back({std::move(name), std::move(shape), offset, numel, weight_decay, partition,
+                      partition == TensorPartition::rows ? blocks : 1, std::move(full_shape),
+                      full_offset});
   tensor_init_.push_back(init);
   return offset;
 }
@@ -133,15 +207,20 @@ void ParameterLayout::init_parameters(Scalar* values, uint64_t seed) const {
       continue;
     }
     const double tensor_std = init == ParameterInit::scaled_normal ? scaled_std : base_std;
-    const auto first = static_cast<uint64_t>(tensor.offset);
-    // Blocks at fixed offsets from the tensor's start; the static schedule gives each thread
-    // one contiguous range to first-touch (the buffer's pages are faulted in here).
-    const int64_t blocks = (tensor.numel + kNormalBlock - 1) / kNormalBlock;
-#pragma omp parallel for schedule(static) if (tensor.numel > (1 << 14))
-    for (int64_t block = 0; block < blocks; ++block) {
-      const int64_t begin = block * kNormalBlock;
-      fill_normal_block(tensor_values + begin, std::min(kNormalBlock, tensor.numel - begin), key,
-                        first + static_cast<uint64_t>(begin), tensor_std);
+    // The values the whole tensor has at this shard's elements: element j of a piece is element
+    // full_offset + piece.full_offset + j of the unsharded layout's stream.
+    for (const ShardPiece& piece : shard_pieces(tensor, tensor_parallel_, tensor_parallel_rank_)) {
+      const auto first = static_cast<uint64_t>(tensor.full_offset + piece.full_offset);
+      Scalar* piece_values = tensor_values + piece.shard_offset;
+      // Blocks at fixed offsets from the piece's start; the static schedule gives each thread
+      // one contiguous range to first-touch (the buffer's pages are faulted in here).
+      const int64_t blocks = (piece.numel + kNormalBlock - 1) / kNormalBlock;
+#pragma omp parallel for schedule(static) if (piece.numel > (1 << 14))
+      for (int64_t block = 0; block < blocks; ++block) {
+        const int64_t begin = block * kNormalBlock;
+        fill_normal_block(piece_values + begin, std::min(kNormalBlock, piece.numel - begin), key,
+                          first + static_cast<uint64_t>(begin), tensor_std);
+      }
     }
   }
 }

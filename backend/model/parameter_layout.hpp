@@ -7,6 +7,17 @@
 // N(0, init_method_std); linear_proj and linear_fc2 weights are N(0, init_method_std /
 // sqrt(2 · num_layers)); biases are 0 and norm weights 1. Element i of the flat buffer depends
 // only on (seed, i), never on the thread count or the order in which tensors are filled.
+//
+// Tensor parallelism (Megatron's ColumnParallelLinear, RowParallelLinear and
+// VocabParallelEmbedding): a rank's layout holds its shard of each tensor. Split by rows (the
+// output features): linear_qkv (whole query groups), linear_fc1 (with SwiGLU two blocks, rank r
+// holding [gate_r | linear_r], as Megatron's checkpoints do), the column-parallel biases, the
+// word embedding and output_layer (a contiguous range of the padded vocabulary). Split by
+// columns (the input features): linear_proj and linear_fc2. Whole on every rank: the norms,
+// the position table and the row-parallel biases. A shard is initialised with the values the
+// whole tensor has at those elements (i is the element's index in the unsharded layout), as
+// Megatron's --use-cpu-initialization does, so any tensor-parallel size starts from the same
+// model as one rank.
 #pragma once
 
 #include <cstdint>
@@ -18,13 +29,45 @@
 
 namespace backend {
 
+// How a tensor is divided among the tensor-parallel ranks (Megatron's partition_dim).
+enum class TensorPartition { replicated, rows, columns };
+
 struct ParameterTensor {
   std::string name;
-  std::vector<int64_t> shape;
-  int64_t offset = 0;  // into parameters() / gradients()
+  std::vector<int64_t> shape;  // this rank's shard (the whole tensor without tensor parallelism)
+  int64_t offset = 0;          // into parameters() / gradients()
   int64_t numel = 0;
   bool weight_decay = true;  // false for biases and norm weights (Megatron's default)
+  TensorPartition partition = TensorPartition::replicated;
+  // Rows partition: the whole tensor's rows form this many equal blocks, each split over the
+  // ranks (2 for SwiGLU's linear_fc1, [gate | linear]); otherwise 1.
+  int64_t partition_blocks = 1;
+  std::vector<int64_t> full_shape;  // the whole tensor's
+  int64_t full_offset = 0;          // the whole tensor's offset in the unsharded layout
 };
+
+// A contiguous run of a shard's elements: `numel` elements from `shard_offset` in the shard are
+// those from `full_offset` in the whole tensor (both row-major, relative to the tensor's start).
+struct ShardPiece {
+  int64_t full_offset = 0;
+  int64_t shard_offset = 0;
+  int64_t numel = 0;
+};
+// The ranges of a rank's flat buffer that count towards the global gradient norm (Megatron's
+// param_is_not_tensor_parallel_duplicate): every shard of a divided tensor, and the tensors
+// every rank holds whole on rank 0 only, so that the norm's sum of squares, added over the
+// tensor-parallel group, counts each element of the model once. Adjacent ranges merged.
+struct BufferRange {
+  int64_t offset = 0;
+  int64_t numel = 0;
+};
+std::vector<BufferRange> gradient_norm_ranges(const std::vector<ParameterTensor>& tensors,
+                                              int64_t tensor_parallel_rank);
+
+// Where tensor-parallel rank `rank`'s shard of `tensor` (its shape a shard of `tensor_parallel`)
+// lies in the whole tensor, in shard order; one piece covering it all when replicated.
+std::vector<ShardPiece> shard_pieces(const ParameterTensor& tensor, int64_t tensor_parallel,
+                                     int64_t rank);
 
 // The offset of a tensor the configuration leaves out (a norm bias with RMSNorm, a linear bias
 // with --disable-bias-linear, the position table with RoPE).
@@ -44,11 +87,16 @@ enum class ParameterInit { normal, scaled_normal, zeros, ones };
 
 class ParameterLayout {
  public:
-  explicit ParameterLayout(const GptConfig& config);  // config already validated
+  // config already validated; with tensor_parallel > 1 the layout of rank
+  // `tensor_parallel_rank`'s shards (check_tensor_parallel() is applied).
+  explicit ParameterLayout(const GptConfig& config, int64_t tensor_parallel = 1,
+                           int64_t tensor_parallel_rank = 0);
 
   const std::vector<ParameterTensor>& tensors() const { return tensors_; }
   const ParameterTensor& tensor(const std::string& name) const;  // common::Error if unknown
   int64_t numel() const { return tensors_.back().offset + tensors_.back().numel; }
+  int64_t tensor_parallel() const { return tensor_parallel_; }
+  int64_t tensor_parallel_rank() const { return tensor_parallel_rank_; }
 
   int64_t word_embeddings() const { return word_embeddings_; }
   int64_t position_embeddings() const { return position_embeddings_; }  // or kAbsentTensor
@@ -63,8 +111,12 @@ class ParameterLayout {
   void init_parameters(Scalar* values, uint64_t seed) const;
 
  private:
-  int64_t add(std::string name, std::vector<int64_t> shape, ParameterInit init);
+  int64_t add(std::string name, std::vector<int64_t> shape, ParameterInit init,
+              TensorPartition partition = TensorPartition::replicated, int64_t blocks = 1);
 
+  int64_t tensor_parallel_ = 1;
+  int64_t tensor_parallel_rank_ = 0;
+  int64_t full_numel_ = 0;  // of the unsharded layout so far
   int64_t num_layers_ = 0;
   double init_method_std_ = 0;
   std::vector<ParameterTensor> tensors_;

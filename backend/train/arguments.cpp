@@ -29,7 +29,6 @@ namespace {
 // Megatron flags that this backend recognises but does not implement yet. Each is refused
 // with the reason, so a translated script fails at once instead of training something else.
 constexpr common::RefusedFlag kUnsupportedFlags[] = {
-    {"--sequence-parallel", false, "needs tensor parallelism, which is not built yet"},
     {"--deepspeed", false, "ZeRO through DeepSpeed's configuration is not built yet"},
     {"--deepspeed_config", true, "ZeRO through DeepSpeed's configuration is not built yet"},
     {"--zero-stage", true, "ZeRO through DeepSpeed's configuration is not built yet"},
@@ -189,6 +188,9 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(training);
   app.add_option("--pipeline-model-parallel-size", arguments.pipeline_model_parallel_size,
                  "PP size")->group(training);
+  app.add_flag("--sequence-parallel", arguments.sequence_parallel,
+               "Shard the residual stream (norms, dropout) over the tensor-parallel ranks")
+      ->group(training);
   app.add_flag("--use-distributed-optimizer", arguments.use_distributed_optimizer,
                "Shard the optimizer state and update over the data-parallel ranks (ZeRO-1)")
       ->group(training);
@@ -416,10 +418,18 @@ void validate_arguments(TrainingArguments& arguments) {
                  arguments.seq_length, arguments.max_position_embeddings);
   }
 
-  if (arguments.tensor_model_parallel_size != 1 || arguments.pipeline_model_parallel_size != 1) {
-    common::fail("--tensor-model-parallel-size {} / --pipeline-model-parallel-size {}: model "
-                 "parallelism is not built yet; use 1 for both",
-                 arguments.tensor_model_parallel_size, arguments.pipeline_model_parallel_size);
+  // Megatron: sequence parallelism is switched off without tensor parallelism.
+  if (arguments.tensor_model_parallel_size == 1) arguments.sequence_parallel = false;
+  if (arguments.sequence_parallel &&
+      arguments.seq_length % arguments.tensor_model_parallel_size != 0) {
+    common::fail("--seq-length {} must be divisible by --tensor-model-parallel-size {} with "
+                 "--sequence-parallel", arguments.seq_length,
+                 arguments.tensor_model_parallel_size);
+  }
+  if (arguments.pipeline_model_parallel_size != 1) {
+    common::fail("--pipeline-model-parallel-size {}: pipeline parallelism is not built yet; use 1 "
+                 "(tensor and data parallelism are)",
+                 arguments.pipeline_model_parallel_size);
   }
   // Data parallelism takes the processes model parallelism leaves (world = tp × pp × dp).
   const int64_t data_parallel_size =
@@ -587,6 +597,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"swiglu", python(a.swiglu)},
       {"use_flash_attn", python(a.use_flash_attn)},
       {"use_distributed_optimizer", python(a.use_distributed_optimizer)},
+      {"sequence_parallel", python(a.sequence_parallel)},
       {"data_impl", a.data_impl},
       {"distributed_backend", a.distributed_backend},
       {"DDP_impl", a.ddp_impl},

@@ -96,6 +96,7 @@ struct TrainingArguments {
   // precision: the CPU path computes in fp32 whatever is asked
   bool use_flash_attn = false;
   bool use_distributed_optimizer = false;  // ZeRO-1 over the data-parallel group
+  bool sequence_parallel = false;          // the residual stream sharded over the TP group
   // Megatron-DeepSpeed's and older Megatron's, accepted and recorded (arguments.cpp says what
   // each means here).
   std::string data_impl = "mmap";

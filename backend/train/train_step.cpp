@@ -1,6 +1,7 @@
 // Megatron's train_step on one process; see train_step.hpp.
 #include "backend/train/train_step.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -65,6 +66,7 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   TrainStepResult result;
   result.lm_loss = forward_backward(model, source, batch, scaler.scale(), a,
                                     data_parallel.rank(), data_parallel.size());
+  model.finalize_gradients();
   // The gradients this rank updates from: all of them, or its shard (distributed optimizer).
   const View gradients = shard != nullptr ? shard->gradients : all_gradients;
   if (shard != nullptr) {
@@ -82,9 +84,26 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   if (scaler.scale() != 1.0) optimizer.device().scale(gradients, scaler.inverse_scale());
   // The global norm, reduced on the device (the host reads one double, and decides as every
   // rank will): of the whole buffer, or the shards' sums of squares added over the group.
-  const double squares = optimizer.gradient_sum_of_squares(gradients);
-  result.grad_norm =
-      std::sqrt(shard != nullptr ? all_reduce_sum(data_parallel, squares) : squares);
+  Communicator& tensor_parallel = model.tensor_parallel_group();
+  double squares = 0;
+  if (tensor_parallel.size() == 1) {
+    squares = optimizer.gradient_sum_of_squares(gradients);
+  } else {
+    // Each element of the model once: the tensors every tensor-parallel rank holds whole count
+    // on its rank 0 only (gradient_norm_ranges), the shards everywhere; added over the group.
+    const ShardRange held = shard != nullptr ? shard->range : ShardRange{0, all_gradients.numel};
+    for (const BufferRange& range :
+         gradient_norm_ranges(model.tensors(), tensor_parallel.rank())) {
+      const int64_t begin = std::max(range.offset, held.offset);
+      const int64_t end = std::min(range.offset + range.numel, held.offset + held.numel);
+      if (begin < end) {
+        squares += optimizer.gradient_sum_of_squares(gradients.slice(begin - held.offset, end - begin));
+      }
+    }
+  }
+  if (shard != nullptr) squares = all_reduce_sum(data_parallel, squares);
+  if (tensor_parallel.size() > 1) squares = all_reduce_sum(tensor_parallel, squares);
+  result.grad_norm = std::sqrt(squares);
   if (scaler.enabled()) {
     // Megatron's mixed-precision step: look for inf/nan in the unscaled gradients (here: a
     // norm that is not finite, which any non-finite gradient makes it), tell the scaler, and

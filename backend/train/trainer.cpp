@@ -272,7 +272,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   std::optional<GradientShard> shard;
   Arena shard_arena;
   try {
-    carved_model.emplace(config, device);
+    carved_model.emplace(config, device, *process_groups.tensor_parallel, a.sequence_parallel);
     // The dropout masks come from --seed too; dropout_key() mixes the seed into a stream of
     // its own, unrelated to the initialisation's. Step 0 is the first micro batch's forward.
     carved_model->init_parameters(a.seed);
@@ -338,8 +338,15 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   out << fmt::format(" > padded vocab (size: {}) with {} dummy tokens (new size: {})\n",
                      config.vocab_size, config.padded_vocab_size - config.vocab_size,
                      config.padded_vocab_size);
-  out << fmt::format(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): {}\n",
-                     result.parameter_count);
+  // Megatron prints this line from every model-parallel rank of data-parallel rank 0, each with
+  // its own shard's count (one write per line, so ranks' lines do not interleave).
+  const RankCoordinates coordinates = process_groups.coordinates();
+  if (coordinates.data == 0) {
+    printed << fmt::format(
+        " > number of parameters on (tensor, pipeline) model parallel rank ({}, {}): {}\n",
+        coordinates.tensor, coordinates.pipeline, result.parameter_count);
+    printed.flush();
+  }
   if (a.train_samples > 0) out << fmt::format("setting training iterations to {}\n", a.train_iters);
   out << fmt::format("time to initialize megatron (seconds): {:.3f}\n",
                      std::chrono::duration<double>(Clock::now() - setup_start).count());
@@ -359,8 +366,9 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   // load_checkpoint in setup_model_and_optimizer; checkpoint_and_decide_exit in train).
   // One live run per --save directory (checkpoint.hpp), held until training ends.
   std::optional<common::ExclusiveFileLock> save_lock;
-  // Rank 0 writes the checkpoints (every data-parallel rank holds the same state), so it holds
-  // the lock.
+  // Data-parallel rank 0 writes the checkpoints (every data-parallel rank holds the same state),
+  // one file per tensor-parallel rank; rank 0 makes the directories and moves the tracker, so
+  // it holds the lock.
   if (!a.save.empty() && process_groups.is_first_rank()) {
     save_lock.emplace(lock_save_directory(a.save));
   }
@@ -403,7 +411,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
       gathered.emplace(gather_optimizer(optimizer, groups, model.parameter_buffer().numel,
                                         shard->range, data_parallel));
     }
-    if (process_groups.is_first_rank()) {
+    if (coordinates.data == 0) {
       save_checkpoint(a, {iteration, consumed_train, consumed_valid}, model,
                       gathered ? *gathered : optimizer, scheduler, out);
     }

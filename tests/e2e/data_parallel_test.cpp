@@ -25,6 +25,7 @@
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "logged_losses.hpp"
+#include "e2e/mpi_runs.hpp"
 #include "mpi_test_environment.hpp"
 #include "read_file.hpp"
 #include "spawned_process.hpp"
@@ -34,14 +35,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<std::string> kEnvironment = test_support::mpi_test_environment();
+using test_support::mpirun_path;
 
-std::string mpirun_path() {
-  for (const char* candidate : {"/usr/bin/mpirun", "/usr/local/bin/mpirun"}) {
-    if (fs::exists(candidate)) return candidate;
-  }
-  return {};
-}
+const std::vector<std::string> kEnvironment = test_support::mpi_test_environment();
 
 std::vector<std::string> training_flags(const std::string& style, const fs::path& save) {
   std::vector<std::string> flags = {
@@ -66,42 +62,11 @@ std::vector<std::string> training_flags(const std::string& style, const fs::path
 }
 
 std::vector<std::string> command(int ranks, const std::vector<std::string>& flags) {
-  std::vector<std::string> argv;
-  if (ranks > 1) argv = {mpirun_path(), "-np", std::to_string(ranks), "--oversubscribe"};
-  argv.push_back(std::string(TEST_BIN_DIR) + "/pretrain_gpt");
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  return argv;
+  return test_support::pretrain_command(ranks, flags);
 }
 
 int run(int ranks, const std::vector<std::string>& flags, const fs::path& log) {
-  return test_support::wait_for_exit(test_support::spawn_process(command(ranks, flags), log,
-                                                                 kEnvironment));
-}
-
-std::vector<float> as_floats(const std::vector<std::byte>& bytes) {
-  std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-  return values;
-}
-
-// max |a − b| / max |b| over the parameter tensors (not the optimizer's) of two checkpoints.
-double weight_difference(const fs::path& actual_file, const fs::path& expected_file) {
-  const backend::CheckpointFileReader actual(actual_file);
-  const backend::CheckpointFileReader expected(expected_file);
-  double worst = 0, scale = 0;
-  for (const auto& entry : expected.tensors()) {
-    if (entry.name.starts_with("optimizer.")) continue;
-    const auto* other = actual.find(entry.name);
-    REQUIRE_MESSAGE(other != nullptr, entry.name);
-    const auto a = as_floats(actual.read_bytes(*other));
-    const auto b = as_floats(expected.read_bytes(entry));
-    REQUIRE(a.size() == b.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-      worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
-      scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-    }
-  }
-  return worst / std::max(scale, 1e-30);
+  return test_support::run_pretrain(ranks, flags, log);
 }
 
 }  // namespace
@@ -153,8 +118,7 @@ TEST_CASE("DP=2 and DP=4 over Open MPI, with and without the distributed optimiz
         CAPTURE(iteration);
         CHECK(std::fabs(losses.at(iteration) - loss) <= 1e-6 * std::fabs(loss));
       }
-      CHECK(weight_difference(backend::checkpoint_file_path(save, 20),
-                              backend::checkpoint_file_path(single_save, 20)) <= 1e-5);
+      CHECK(test_support::weight_difference(save, single_save, 20) <= 1e-5);
     }
   }
 }

@@ -56,8 +56,7 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
       {{"--global-batch-size", "7"}, "--global-batch-size 7 is not divisible by --micro-batch-size 2"},
       {{"--max-position-embeddings", "16"}, "--seq-length 32 exceeds --max-position-embeddings 16"},
       {{"--lr-decay-style", "exponential"}, "--lr-decay-style"},
-      {{"--sequence-parallel"},
-       "--sequence-parallel is a Megatron-LM flag this backend does not support yet"},
+      {{"--deepspeed"}, "--deepspeed is a Megatron-LM flag this backend does not support yet"},
       {{"--position-embedding-type", "alibi"},
        "--position-embedding-type: 'alibi' is not a valid choice; --position-embedding-type takes "
        "one of learned_absolute, rope"},
@@ -80,7 +79,13 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
        "--recompute-method uniform: a recompute method is not supported with selective"},
       {{"--recompute-granularity", "selective", "--recompute-num-layers", "2"},
        "--recompute-num-layers 2: with selective recompute it must not be given"},
-      {{"--tensor-model-parallel-size", "2"}, "model parallelism is not built yet"},
+      {{"--tensor-model-parallel-size", "2"},
+       "world size 1 is not divisible by --tensor-model-parallel-size 2 × "
+       "--pipeline-model-parallel-size 1"},
+      {{"--tensor-model-parallel-size", "3", "--sequence-parallel"},
+       "--seq-length 32 must be divisible by --tensor-model-parallel-size 3 with "
+       "--sequence-parallel"},
+      {{"--pipeline-model-parallel-size", "2"}, "pipeline parallelism is not built yet"},
       {{"--data-path", "my_text_document"}, "--mock-data and --data-path are exclusive"},
       {{"--finetune"}, "--finetune needs --load DIR"},
       {{"--save-interval", "-5"}, "--save-interval: '-5' is out of range; --save-interval takes an integer ≥ 1"},
@@ -389,8 +394,8 @@ TEST_CASE("the checkpointing flags parse as Megatron's and show in the arguments
 
 TEST_CASE("a refused Megatron flag is named even when required flags are missing too") {
   // It used to say "--num-layers is required" and leave the refused flag for the next try.
-  CHECK_THROWS_WITH_AS(parse({"pretrain_gpt", "--sequence-parallel"}),
-                       doctest::Contains("--sequence-parallel is a Megatron-LM flag this backend "
+  CHECK_THROWS_WITH_AS(parse({"pretrain_gpt", "--deepspeed"}),
+                       doctest::Contains("--deepspeed is a Megatron-LM flag this backend "
                                          "does not support yet"),
                        common::Error);
 }

@@ -1,0 +1,126 @@
+// Running pretrain_gpt on real Open MPI ranks for the end-to-end tests of parallel training
+// (mpirun --oversubscribe on the CI's two cores), and reading what the runs saved: the
+// parameters of a checkpoint as whole tensors, whatever tensor-parallel size wrote it (each
+// rank's mp_rank_XX shard put in place by the layout's shard_pieces), so runs of different
+// layouts can be compared weight by weight.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/ckpt/checkpoint.hpp"
+#include "backend/ckpt/checkpoint_file.hpp"
+#include "backend/model/parameter_layout.hpp"
+#include "backend/train/checkpoint_arguments.hpp"
+#include "backend/train/trainer.hpp"
+#include "mpi_test_environment.hpp"
+#include "spawned_process.hpp"
+
+namespace test_support {
+
+inline std::string mpirun_path() {
+  for (const char* candidate : {"/usr/bin/mpirun", "/usr/local/bin/mpirun"}) {
+    if (std::filesystem::exists(candidate)) return candidate;
+  }
+  return {};
+}
+
+// pretrain_gpt with `flags`, under mpirun -np `ranks` when ranks > 1.
+inline std::vector<std::string> pretrain_command(int ranks, const std::vector<std::string>& flags) {
+  std::vector<std::string> argv;
+  if (ranks > 1) argv = {mpirun_path(), "-np", std::to_string(ranks), "--oversubscribe"};
+  argv.push_back(std::string(TEST_BIN_DIR) + "/pretrain_gpt");
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return argv;
+}
+
+// Runs it to the end with its output in `log`; the exit status.
+inline int run_pretrain(int ranks, const std::vector<std::string>& flags,
+                        const std::filesystem::path& log) {
+  static const std::vector<std::string> environment = mpi_test_environment();
+  return wait_for_exit(spawn_process(pretrain_command(ranks, flags), log, environment));
+}
+
+inline std::vector<float> as_floats(const std::vector<std::byte>& bytes) {
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+// The parameters (not the optimizer's moments) of iteration `iteration` in the save directory
+// `save`, name → the whole tensor, assembled from every tensor-parallel rank's file.
+inline std::map<std::string, std::vector<float>> whole_parameters(
+    const std::filesystem::path& save, int64_t iteration) {
+  const backend::CheckpointFileReader first(backend::checkpoint_file_path(save, iteration, 0));
+  const backend::TrainingArguments arguments =
+      backend::arguments_from_checkpoint(first.metadata(), first.path());
+  const backend::GptConfig config = backend::model_config(arguments);
+  const int64_t tp = arguments.tensor_model_parallel_size;
+  std::map<std::string, std::vector<float>> whole;
+  for (int64_t rank = 0; rank < tp; ++rank) {
+    const backend::ParameterLayout layout(config, tp, rank);
+    const backend::CheckpointFileReader reader(backend::checkpoint_file_path(save, iteration, rank));
+    for (const auto& tensor : layout.tensors()) {
+      const auto* entry = reader.find(tensor.name);
+      if (entry == nullptr) continue;
+      const std::vector<float> shard = as_floats(reader.read_bytes(*entry));
+      std::vector<float>& values = whole[tensor.name];
+      int64_t full_numel = 1;
+      for (const int64_t extent : tensor.full_shape) full_numel *= extent;
+      values.resize(static_cast<size_t>(full_numel));
+      for (const auto& piece : backend::shard_pieces(tensor, tp, rank)) {
+        std::memcpy(values.data() + piece.full_offset, shard.data() + piece.shard_offset,
+                    static_cast<size_t>(piece.numel) * sizeof(float));
+      }
+    }
+  }
+  return whole;
+}
+
+// Whether element i of a linear_qkv bias is a key's: its gradient is zero in exact arithmetic
+// (q · (k + b) adds q · b to every score of a row, which the softmax ignores), so what it gets is
+// rounding noise, which Adam's normalisation turns into steps of the learning rate's size; two
+// runs that round differently move it differently by design.
+inline bool is_key_bias(const backend::GptConfig& config, size_t i) {
+  const int64_t head_dim = config.head_dim();
+  const int64_t queries = config.num_attention_heads / config.query_groups();
+  const int64_t in_group = static_cast<int64_t>(i) % ((queries + 2) * head_dim);
+  return in_group >= queries * head_dim && in_group < (queries + 1) * head_dim;
+}
+
+// max |a − b| / max |b| over the parameters of two checkpoints (iteration `iteration` of save
+// directories `actual` and `expected`), key biases (is_key_bias) left out; a tensor missing
+// from `actual` makes it infinite. `worst_tensor` (when given) receives the name and index of
+// the element where the largest difference is.
+inline double weight_difference(const std::filesystem::path& actual,
+                                const std::filesystem::path& expected, int64_t iteration,
+                                std::string* worst_tensor = nullptr) {
+  const auto a = whole_parameters(actual, iteration);
+  const auto b = whole_parameters(expected, iteration);
+  const backend::CheckpointFileReader first(backend::checkpoint_file_path(expected, iteration, 0));
+  const backend::GptConfig config =
+      backend::model_config(backend::arguments_from_checkpoint(first.metadata(), first.path()));
+  double worst = 0, scale = 0;
+  for (const auto& [name, values] : b) {
+    const auto found = a.find(name);
+    if (found == a.end() || found->second.size() != values.size()) return INFINITY;
+    const bool qkv_bias = name.ends_with("linear_qkv.bias");
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (qkv_bias && is_key_bias(config, i)) continue;
+      const double difference = std::fabs(static_cast<double>(found->second[i]) - values[i]);
+      if (difference > worst && worst_tensor != nullptr) {
+        *worst_tensor = name + "[" + std::to_string(i) + "]";
+      }
+      worst = std::max(worst, difference);
+      scale = std::max(scale, std::fabs(static_cast<double>(values[i])));
+    }
+  }
+  return worst / std::max(scale, 1e-30);
+}
+
+}  // namespace test_support

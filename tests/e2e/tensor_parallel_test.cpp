@@ -1,0 +1,150 @@
+// Tensor parallelism end to end with real Open MPI ranks (mpirun --oversubscribe on the CI's two
+// cores): TP=2 with and without sequence parallelism, TP=2 × DP=2, and TP=2 × DP=2 with the
+// distributed optimizer and sequence parallelism train the losses one
+// process trains on the same global batch, and the weights after 20 steps (each rank's shards
+// of mp_rank_00 and mp_rank_01, assembled) agree with one process's within 1e-5, for a GPT-2-
+// style model with hidden dropout and a Llama-style model (GQA, SwiGLU, RoPE); a TP=2
+// checkpoint resumes at TP=2 with the uninterrupted losses, and loading it with another
+// tensor-parallel size is refused with what to do.
+//
+// Both sides pad the vocabulary to the same size (--make-vocab-size-divisible-by 128 / tp), as
+// Megatron's padding to a multiple of divisible_by × tp would otherwise give the TP=2 model 128
+// more (never used) vocabulary rows, a different model.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "backend/ckpt/checkpoint.hpp"
+#include "e2e/mpi_runs.hpp"
+#include "logged_losses.hpp"
+#include "read_file.hpp"
+#include "temporary_directory.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> training_flags(const std::string& style, int tensor_parallel,
+                                        const fs::path& save) {
+  std::vector<std::string> flags = {
+      "--num-layers", "2", "--hidden-size", "64", "--seq-length", "32",
+      "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "20",
+      "--lr", "2e-3", "--lr-warmup-iters", "2", "--lr-decay-style", "cosine",
+      "--clip-grad", "1.0", "--vocab-size", "299", "--tokenizer-type", "NullTokenizer",
+      "--mock-data", "--log-interval", "1", "--eval-interval", "10", "--eval-iters", "1",
+      "--attention-dropout", "0", "--save", save.string(),
+      "--tensor-model-parallel-size", std::to_string(tensor_parallel),
+      "--make-vocab-size-divisible-by", std::to_string(128 / tensor_parallel)};
+  if (style == "llama") {
+    flags.insert(flags.end(), {"--num-attention-heads", "8", "--group-query-attention",
+                               "--num-query-groups", "2", "--swiglu", "--ffn-hidden-size", "96",
+                               "--position-embedding-type", "rope", "--normalization", "RMSNorm",
+                               "--disable-bias-linear", "--untie-embeddings-and-output-weights",
+                               "--hidden-dropout", "0"});
+  } else {
+    // Hidden dropout applies to activations every tensor-parallel rank holds whole: one
+    // process's masks.
+    flags.insert(flags.end(), {"--num-attention-heads", "4", "--hidden-dropout", "0.1"});
+  }
+  return flags;
+}
+
+void check_same_losses(const std::map<int, double>& losses, const std::map<int, double>& expected) {
+  REQUIRE(losses.size() == expected.size());
+  for (const auto& entry : expected) {  // (clang 14: no CAPTURE of a structured binding)
+    const int iteration = entry.first;
+    const double loss = entry.second;
+    CAPTURE(iteration);
+    CHECK(std::fabs(losses.at(iteration) - loss) <= 1e-6 * std::fabs(loss));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("TP=2 (with sequence parallelism), TP=2 x DP=2 and the distributed optimizer over Open MPI train as one process") {
+  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  test_support::TemporaryDirectory directory;
+  for (const std::string style : {"gpt2", "llama"}) {
+    CAPTURE(style);
+    const fs::path single_save = directory.path / (style + "_tp1");
+    const fs::path single_log = directory.path / (style + "_tp1.log");
+    REQUIRE(test_support::run_pretrain(1, training_flags(style, 1, single_save), single_log) == 0);
+    const auto expected = test_support::logged_losses(test_support::read_file(single_log));
+    REQUIRE(expected.size() == 20);
+    struct Layout {
+      int ranks;
+      bool distributed;
+      bool sequence_parallel;
+    };
+    for (const Layout layout : {Layout{2, false, false}, Layout{2, false, true},
+                                Layout{4, false, false}, Layout{4, true, true}}) {
+      const std::string name =
+          fmt::format("{}_tp2_np{}{}{}", style, layout.ranks, layout.distributed ? "_zero1" : "",
+                      layout.sequence_parallel ? "_sp" : "");
+      CAPTURE(name);
+      const fs::path save = directory.path / name;
+      const fs::path log = directory.path / (name + ".log");
+      auto flags = training_flags(style, 2, save);
+      if (layout.distributed) flags.push_back("--use-distributed-optimizer");
+      if (layout.sequence_parallel) flags.push_back("--sequence-parallel");
+      const int status = test_support::run_pretrain(layout.ranks, flags, log);
+      const std::string output = test_support::read_file(log);
+      INFO(output.substr(output.size() > 3000 ? output.size() - 3000 : 0));
+      REQUIRE(status == 0);
+      int lines = 0;
+      check_same_losses(test_support::logged_losses(output, &lines), expected);
+      CHECK(lines == 20);  // printed once, by the last rank
+      CHECK(output.find("> initialized tensor model parallel with size 2") != std::string::npos);
+      // Megatron's per-rank parameter counts, from both tensor-parallel ranks of DP rank 0.
+      CHECK(output.find("model parallel rank (0, 0): ") != std::string::npos);
+      CHECK(output.find("model parallel rank (1, 0): ") != std::string::npos);
+      CHECK(output.find("[ t 1/2, p 1/1 ]") != std::string::npos);
+      CHECK(fs::is_regular_file(backend::checkpoint_file_path(save, 20, 1)));
+      CHECK_FALSE(fs::exists(backend::checkpoint_file_path(save, 20, 2)));
+      std::string worst_tensor;
+      const double difference = test_support::weight_difference(save, single_save, 20, &worst_tensor);
+      CAPTURE(worst_tensor);
+      CHECK(difference <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("a TP=2 checkpoint resumes at TP=2 with the uninterrupted losses; another size is refused") {
+  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  test_support::TemporaryDirectory directory;
+  const fs::path whole_save = directory.path / "whole";
+  const fs::path whole_log = directory.path / "whole.log";
+  REQUIRE(test_support::run_pretrain(2, training_flags("gpt2", 2, whole_save), whole_log) == 0);
+  const auto expected = test_support::logged_losses(test_support::read_file(whole_log));
+
+  const fs::path save = directory.path / "halves";
+  auto first_half = training_flags("gpt2", 2, save);
+  first_half.insert(first_half.end(), {"--exit-interval", "10", "--eval-iters", "0"});
+  REQUIRE(test_support::run_pretrain(2, first_half, directory.path / "first.log") == 0);
+  auto second_half = training_flags("gpt2", 2, save);
+  second_half.insert(second_half.end(), {"--load", save.string()});
+  const fs::path log = directory.path / "second.log";
+  REQUIRE(test_support::run_pretrain(2, second_half, log) == 0);
+  const std::string output = test_support::read_file(log);
+  INFO(output.substr(output.size() > 2000 ? output.size() - 2000 : 0));
+  const auto resumed = test_support::logged_losses(output);
+  REQUIRE(resumed.size() == 10);
+  for (const auto& entry : resumed) {
+    const int iteration = entry.first;
+    CAPTURE(iteration);
+    CHECK(entry.second == expected.at(iteration));  // bit for bit: the same layout
+  }
+
+  // One process with the TP=2 save: refused, naming both sizes and the resharding tool.
+  auto one_process = training_flags("gpt2", 1, directory.path / "other");
+  one_process.insert(one_process.end(), {"--load", save.string()});
+  const fs::path refused_log = directory.path / "refused.log";
+  CHECK(test_support::run_pretrain(1, one_process, refused_log) != 0);
+  const std::string refused = test_support::read_file(refused_log);
+  CHECK(refused.find("was saved with --tensor-model-parallel-size 2") != std::string::npos);
+  CHECK(refused.find("checkpoint_util --target-tensor-parallel-size 1") != std::string::npos);
+}
