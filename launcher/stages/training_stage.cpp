@@ -5,6 +5,7 @@
 #include "launcher/stages/training_stage.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
@@ -89,6 +90,12 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
      "global_batch_size samples, in more steps than max_steps while the batch is small"},
     {"model.num_query_groups", "--group-query-attention --num-query-groups",
      "set and different from num_attention_heads → both flags"},
+    {"model.sequence_parallel", "--sequence-parallel",
+     "true → --sequence-parallel; false → none (pretrain_gpt, as Megatron, switches it off when "
+     "tensor_model_parallel_size is 1)"},
+    {"model.optim.name", "--use-distributed-optimizer",
+     "distributed_fused_adam → --use-distributed-optimizer (NeMo's distributed optimizer is "
+     "Megatron's); fused_adam, adam or adamw → none; any other name is refused"},
     {"exp_manager.explicit_log_dir", "--benchmark-output",
      "benchmark mode (data_impl mock and trainer.limit_val_batches 0): "
      "<explicit_log_dir>/benchmark.json"},
@@ -134,6 +141,13 @@ bool is_true(const Node& training, const std::string& key) {
   const Node* value = lookup(training, key);
   return value != nullptr && value->as_bool("training." + key);
 }
+
+// NeMo's optimizer names that pretrain_gpt trains, each as Megatron's Adam (AdamW: decoupled
+// weight decay, --adam-beta1/2; NeMo's plain `adam` is torch's, with L2 weight decay);
+// distributed_fused_adam is Megatron's distributed optimizer over the data-parallel group.
+constexpr const char* kDistributedOptimizer = "distributed_fused_adam";
+const std::vector<std::string> kOptimizerNames = {"fused_adam", "adam", "adamw",
+                                                  kDistributedOptimizer};
 
 std::string decay_style(const std::string& scheduler) {
   static const std::map<std::string, std::string> styles = {
@@ -208,6 +222,25 @@ void check_value(const Node& training, const std::string& key, const std::string
   }
 }
 
+// model.optim.name (if set) must be one of kOptimizerNames: any other optimizer (sgd,
+// novograd, ...) would silently train with Adam.
+void check_optimizer_name(const Node& training, std::vector<std::string>& problems) {
+  const std::string key = "model.optim.name";
+  const Node* value = lookup(training, key);
+  if (value == nullptr) return;
+  try {
+    const std::string name = training_text(*value, key);
+    if (std::find(kOptimizerNames.begin(), kOptimizerNames.end(), name) == kOptimizerNames.end()) {
+      problems.push_back(fmt::format("training.{}: '{}' is not an optimizer pretrain_gpt trains "
+                                     "(valid: {}) (from {})",
+                                     key, name, fmt::join(kOptimizerNames, ", "),
+                                     value->location().describe()));
+    }
+  } catch (const common::Error& error) {
+    problems.push_back(error.what());
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> training_value_problems(const Node& config) {
@@ -218,6 +251,7 @@ std::vector<std::string> training_value_problems(const Node& config) {
   for (const auto& row : kTrainingFlags) check_value(training, row.config_key, row.flag, problems);
   // The keys of derived rows whose value still reaches a flag as it is.
   check_value(training, "model.num_query_groups", "--num-query-groups", problems);
+  check_optimizer_name(training, problems);
   const Node* data_impl = lookup(training, "model.data.data_impl");
   if (data_impl == nullptr || training_text(*data_impl, "model.data.data_impl") == "mmap") {
     check_value(training, "model.data.splits_string", "--split", problems);
@@ -308,6 +342,15 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
       arguments.insert(arguments.end(), {"--group-query-attention", "--num-query-groups",
                                          training_text(*groups, "model.num_query_groups")});
     }
+  }
+
+  // Sequence parallelism whenever asked: pretrain_gpt, as Megatron, turns it off itself at
+  // tensor_model_parallel_size 1.
+  if (is_true(training, "model.sequence_parallel")) arguments.push_back("--sequence-parallel");
+  // The name is one of kOptimizerNames (training_value_problems).
+  if (const Node* optimizer = lookup(training, "model.optim.name");
+      optimizer && training_text(*optimizer, "model.optim.name") == kDistributedOptimizer) {
+    arguments.push_back("--use-distributed-optimizer");
   }
 
   if (const Node* precision = lookup(training, "trainer.precision")) {

@@ -196,6 +196,16 @@ TEST_CASE("a mapped value the backend would refuse is a preflight problem, befor
                        common::Error);
 }
 
+TEST_CASE("an optimizer name pretrain_gpt does not train is refused before the estimate") {
+  // Not counted as "distributed optimizer no": the estimate is never made from it.
+  const auto report = training_preflight(composed({"training.model.optim.name=sgd"}));
+  CHECK(mentions(report, "training.model.optim.name: 'sgd' is not an optimizer pretrain_gpt "
+                         "trains (valid: fused_adam, adam, adamw, distributed_fused_adam)"));
+  CHECK(report.parameters == 0);
+  CHECK_THROWS_WITH_AS(enforce_training_preflight(composed({"training.model.optim.name=sgd"})),
+                       doctest::Contains("training.model.optim.name: 'sgd'"), common::Error);
+}
+
 TEST_CASE("layout products that overflow are problems, not wrapped numbers") {
   const auto report = training_preflight(composed(
       {"training.trainer.num_nodes=4611686018427387904", "training.trainer.devices=4"}));

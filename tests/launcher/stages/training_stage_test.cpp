@@ -54,6 +54,8 @@ TEST_CASE("gpt3/126m translates to Megatron's flags with NeMo's values") {
   CHECK(flag_value(arguments, "--vocab-file") == "/opt/launcher/data/bpe/vocab.json");
   CHECK(has(arguments, "--bf16"));
   CHECK(has(arguments, "--mock-data"));
+  CHECK(has(arguments, "--use-distributed-optimizer"));  // optim.name: distributed_fused_adam
+  CHECK_FALSE(has(arguments, "--sequence-parallel"));    // not set in the shipped config
 }
 
 TEST_CASE("short runs keep Megatron's warmup < decay while the rate that runs stays NeMo's") {
@@ -87,6 +89,73 @@ TEST_CASE("precision, scheduler names and data_impl are translated or refused by
        "training.model.data.index_mapping_dir=/scratch/index"}));
   CHECK(flag_value(cached, "--data-path") == "/data/a");
   CHECK(flag_value(cached, "--data-cache-path") == "/scratch/index");
+}
+
+TEST_CASE("model.sequence_parallel true becomes --sequence-parallel, whatever the tp size") {
+  // NeMo's conf trees set the key (gpt3/5b: true, tp 2); the shipped 126m leaves it out.
+  const auto tensor_parallel = megatron_training_arguments(composed_126m(
+      {"+training.model.sequence_parallel=true", "training.model.tensor_model_parallel_size=2"}));
+  CHECK(has(tensor_parallel, "--sequence-parallel"));
+  CHECK(flag_value(tensor_parallel, "--tensor-model-parallel-size") == "2");
+  // At tp 1 it is passed too: pretrain_gpt, as Megatron, switches it off itself.
+  CHECK(has(megatron_training_arguments(composed_126m({"+training.model.sequence_parallel=true"})),
+            "--sequence-parallel"));
+  CHECK_FALSE(has(
+      megatron_training_arguments(composed_126m({"+training.model.sequence_parallel=false",
+                                                 "training.model.tensor_model_parallel_size=2"})),
+      "--sequence-parallel"));
+  CHECK_FALSE(
+      has(megatron_training_arguments(composed_126m({"+training.model.sequence_parallel=null"})),
+          "--sequence-parallel"));
+  const JobSpec job = build_training_job(
+      {composed_126m({"+training.model.sequence_parallel=true", "training.trainer.devices=2",
+                      "training.model.tensor_model_parallel_size=2"}),
+       "/bin", ""});
+  CHECK(has(job.command, "--sequence-parallel"));
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(composed_126m({"+training.model.sequence_parallel=yes please"})),
+      doctest::Contains("training.model.sequence_parallel"), common::Error);
+}
+
+TEST_CASE("model.optim.name: distributed_fused_adam becomes --use-distributed-optimizer") {
+  CHECK(has(megatron_training_arguments(
+                composed_126m({"training.model.optim.name=distributed_fused_adam"})),
+            "--use-distributed-optimizer"));
+  for (const std::string name : {"fused_adam", "adam", "adamw"}) {
+    CAPTURE(name);
+    const auto arguments =
+        megatron_training_arguments(composed_126m({"training.model.optim.name=" + name}));
+    CHECK_FALSE(has(arguments, "--use-distributed-optimizer"));
+    CHECK(flag_value(arguments, "--lr") == "0.0006");  // the rest of optim is unchanged
+  }
+  // No name (null): Megatron's default optimizer, not the distributed one.
+  CHECK_FALSE(has(megatron_training_arguments(composed_126m({"training.model.optim.name=null"})),
+                  "--use-distributed-optimizer"));
+}
+
+TEST_CASE("an unknown optimizer name is refused, naming the key and the valid names") {
+  for (const std::string name : {"sgd", "novograd", "Adam", "distributed-fused-adam"}) {
+    CAPTURE(name);
+    const Node config = composed_126m({"training.model.optim.name=" + name});
+    CHECK_THROWS_WITH_AS(
+        megatron_training_arguments(config),
+        doctest::Contains(("training.model.optim.name: '" + name +
+                           "' is not an optimizer pretrain_gpt trains (valid: fused_adam, adam, "
+                           "adamw, distributed_fused_adam) (from the command line)")
+                              .c_str()),
+        common::Error);
+    const auto problems = training_value_problems(config);
+    REQUIRE(problems.size() == 1);
+    CHECK(problems.front().find("training.model.optim.name") != std::string::npos);
+  }
+  // Reported with the other bad values at once.
+  const auto problems = training_value_problems(
+      composed_126m({"training.model.optim.name=sgd", "training.model.optim.lr=abc"}));
+  CHECK(problems.size() == 2);
+  // Not a name at all.
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(composed_126m({"training.model.optim.name={a: 1}"})),
+      doctest::Contains("training.model.optim.name"), common::Error);
 }
 
 TEST_CASE("the training job takes its nodes and tasks from the trainer") {
