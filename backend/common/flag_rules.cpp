@@ -137,6 +137,8 @@ constexpr FlagRule kRules[] = {
     choice_flag("--distributed-backend", kDistributedBackends),
     choice_flag("--DDP-impl", kDdpImplementations),
     integer_flag("--checkpoint-num-layers", 1),
+    text_flag("--deepspeed_config"),
+    integer_flag("--zero-stage", 0),
     // evaluation, logging, checkpoints
     integer_flag("--eval-interval", 1),
     integer_flag("--eval-iters", 0),

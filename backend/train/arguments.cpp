@@ -19,6 +19,7 @@
 #include "backend/data/data_blend.hpp"
 #include "backend/dist/parallel_layout.hpp"
 #include "backend/dist/process_environment.hpp"
+#include "backend/train/deepspeed_config.hpp"
 #include "backend/train/loss_scaling.hpp"
 #include "backend/train/training_schedule.hpp"
 
@@ -29,9 +30,6 @@ namespace {
 // Megatron flags that this backend recognises but does not implement yet. Each is refused
 // with the reason, so a translated script fails at once instead of training something else.
 constexpr common::RefusedFlag kUnsupportedFlags[] = {
-    {"--deepspeed", false, "ZeRO through DeepSpeed's configuration is not built yet"},
-    {"--deepspeed_config", true, "ZeRO through DeepSpeed's configuration is not built yet"},
-    {"--zero-stage", true, "ZeRO through DeepSpeed's configuration is not built yet"},
     {"--deepspeed-activation-checkpointing", false,
      "DeepSpeed's activation checkpointing is not built; --recompute-granularity full is"},
     {"--tokenizer-model", true, "SentencePiece tokenizers (Llama) are not built; GPT-2 BPE and NullTokenizer are"},
@@ -133,6 +131,15 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(legacy);
   app.add_option("--DDP-impl", arguments.ddp_impl,
                  "local or torch: recorded; gradients are summed after the backward either way")
+      ->group(legacy);
+  DeepSpeedFlags deepspeed;
+  app.add_flag("--deepspeed", deepspeed.deepspeed,
+               "Megatron-DeepSpeed: read --deepspeed_config (ZeRO 1/2 → the distributed optimizer)")
+      ->group(legacy);
+  app.add_option("--deepspeed_config", deepspeed.config_file,
+                 "DeepSpeed's JSON configuration, mapped (docs/parallelism.md)")
+      ->group(legacy);
+  app.add_option("--zero-stage", deepspeed.zero_stage, "ZeRO stage (0, 1, 2; 3 is not built)")
       ->group(legacy);
 
   auto* data = "Data and tokenizer";
@@ -341,6 +348,10 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   // pretrain's refusal names the launch instead of a batch size that does not divide.
   const ProcessEnvironment process = read_process_environment();
   arguments.world_size = started_through_mpi(process) ? process.world_size : 1;
+  deepspeed.clip_grad_given = app.count("--clip-grad") > 0;
+  deepspeed.global_batch_size_given = app.count("--global-batch-size") > 0;
+  deepspeed.micro_batch_size_given = app.count("--micro-batch-size") > 0;
+  apply_deepspeed_config(deepspeed, arguments);
   validate_arguments(arguments);
   return arguments;
 }
@@ -598,6 +609,9 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"use_flash_attn", python(a.use_flash_attn)},
       {"use_distributed_optimizer", python(a.use_distributed_optimizer)},
       {"sequence_parallel", python(a.sequence_parallel)},
+      {"deepspeed", python(a.deepspeed)},
+      {"deepspeed_config", a.deepspeed_config.empty() ? "None" : a.deepspeed_config},
+      {"zero_stage", fmt::format("{}", a.zero_stage)},
       {"data_impl", a.data_impl},
       {"distributed_backend", a.distributed_backend},
       {"DDP_impl", a.ddp_impl},

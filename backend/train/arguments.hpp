@@ -97,6 +97,11 @@ struct TrainingArguments {
   bool use_flash_attn = false;
   bool use_distributed_optimizer = false;  // ZeRO-1 over the data-parallel group
   bool sequence_parallel = false;          // the residual stream sharded over the TP group
+  // Megatron-DeepSpeed's --deepspeed --deepspeed_config FILE --zero-stage N, as mapped by
+  // deepspeed_config.hpp (recorded for the arguments dump).
+  bool deepspeed = false;
+  std::string deepspeed_config;
+  int64_t zero_stage = 0;
   // Megatron-DeepSpeed's and older Megatron's, accepted and recorded (arguments.cpp says what
   // each means here).
   std::string data_impl = "mmap";

@@ -229,29 +229,34 @@ TEST_CASE("several tasks started without MPI are refused, saying how to launch")
   CHECK(output.find("launch with mpirun/mpiexec") != std::string::npos);
 }
 
-TEST_CASE("a Megatron-DeepSpeed seed-style command line runs unchanged under mpirun, shrunk in size") {
-  // The flags of Megatron-DeepSpeed's examples/pretrain_gpt_distributed.sh-style scripts (old
-  // spellings, GPT-2 BPE files without --tokenizer-type, fp16 loss scaling), on the test corpus
-  // (15 documents: the split gives validation and test a tenth each, 949,50,1 would leave the
-  // test split empty, which pretrain_gpt refuses by name).
-  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
-  test_support::TemporaryDirectory directory;
+// The flags of Megatron-DeepSpeed's examples/pretrain_gpt_distributed.sh-style scripts (old
+// spellings, GPT-2 BPE files without --tokenizer-type, fp16 loss scaling), on the test corpus
+// (15 documents: the split gives validation and test a tenth each, 949,50,1 would leave the
+// test split empty, which pretrain_gpt refuses by name), saving into `directory`.
+namespace {
+std::vector<std::string> seed_style_flags(const fs::path& directory) {
   const std::string data = std::string(TEST_SOURCE_DIR) + "/tests/data/";
-  const std::vector<std::string> flags = {
+  return {
       "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
       "--micro-batch-size", "2", "--global-batch-size", "8", "--seq-length", "64",
       "--max-position-embeddings", "64", "--train-iters", "6", "--lr-decay-iters", "6",
-      "--save", (directory.path / "checkpoints").string(), "--load",
-      (directory.path / "checkpoints").string(), "--data-path",
+      "--save", (directory / "checkpoints").string(), "--load",
+      (directory / "checkpoints").string(), "--data-path",
       data + "preprocess_sample_text_document", "--vocab-file", data + "gpt2-vocab.json",
       "--merge-file", data + "gpt2-merges.txt", "--data-impl", "mmap", "--split", "800,100,100",
       "--distributed-backend", "nccl", "--lr", "0.00015", "--lr-decay-style", "cosine",
       "--min-lr", "1.0e-5", "--weight-decay", "1e-2", "--clip-grad", "1.0",
       "--lr-warmup-fraction", ".01", "--checkpoint-activations", "--log-interval", "1",
       "--save-interval", "3", "--eval-interval", "3", "--eval-iters", "1", "--fp16",
-      "--data-cache-path", (directory.path / "cache").string()};
+      "--data-cache-path", (directory / "cache").string()};
+}
+}  // namespace
+
+TEST_CASE("a Megatron-DeepSpeed seed-style command line runs unchanged under mpirun, shrunk in size") {
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  test_support::TemporaryDirectory directory;
   const fs::path log = directory.path / "seed.log";
-  const int status = run(2, flags, log);
+  const int status = run(2, seed_style_flags(directory.path), log);
   const std::string output = test_support::read_file(log);
   INFO(output.substr(output.size() > 4000 ? output.size() - 4000 : 0));
   CHECK(status == 0);
@@ -263,4 +268,33 @@ TEST_CASE("a Megatron-DeepSpeed seed-style command line runs unchanged under mpi
   const auto tracker = backend::read_checkpoint_tracker(directory.path / "checkpoints");
   REQUIRE(tracker.has_value());
   CHECK(tracker->iteration == 6);
+}
+
+TEST_CASE("the seed-style command line with DeepSpeed's ZeRO-2 configuration trains as the distributed optimizer") {
+  // Megatron-DeepSpeed's --deepspeed --deepspeed_config ds_config.json --zero-stage 2: ZeRO
+  // stage 2 is Megatron's distributed optimizer here; the file's fp16 section sets the scaler
+  // (initial_scale_power 11: 2048). Its ZeRO-3 + CPU offload configuration is refused by name.
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  test_support::TemporaryDirectory directory;
+  const std::string configs = std::string(TEST_SOURCE_DIR) + "/tests/data/deepspeed/";
+  auto flags = seed_style_flags(directory.path);
+  flags.insert(flags.end(), {"--deepspeed", "--deepspeed_config",
+                             configs + "ds_config_gpt_zero2.json", "--zero-stage", "2"});
+  const fs::path log = directory.path / "zero2.log";
+  const int status = run(2, flags, log);
+  const std::string output = test_support::read_file(log);
+  INFO(output.substr(output.size() > 4000 ? output.size() - 4000 : 0));
+  CHECK(status == 0);
+  int lines = 0;
+  CHECK(test_support::logged_losses(output, &lines).size() == 6);
+  CHECK(output.find("loss scale: 2048.0 |") != std::string::npos);
+  CHECK(std::regex_search(output, std::regex(R"(\n  use_distributed_optimizer \.+ True\n)")));
+  CHECK(std::regex_search(output, std::regex(R"(\n  zero_stage \.+ 2\n)")));
+
+  auto zero3 = seed_style_flags(directory.path / "zero3");
+  zero3.insert(zero3.end(), {"--deepspeed", "--deepspeed_config",
+                             configs + "ds_config_gpt_zero3_offload.json", "--zero-stage", "3"});
+  const fs::path refused_log = directory.path / "zero3.log";
+  CHECK(run(2, zero3, refused_log) != 0);
+  CHECK(test_support::read_file(refused_log).find("ZeRO stage 3") != std::string::npos);
 }

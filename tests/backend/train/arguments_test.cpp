@@ -56,7 +56,8 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
       {{"--global-batch-size", "7"}, "--global-batch-size 7 is not divisible by --micro-batch-size 2"},
       {{"--max-position-embeddings", "16"}, "--seq-length 32 exceeds --max-position-embeddings 16"},
       {{"--lr-decay-style", "exponential"}, "--lr-decay-style"},
-      {{"--deepspeed"}, "--deepspeed is a Megatron-LM flag this backend does not support yet"},
+      {{"--deepspeed-activation-checkpointing"},
+       "--deepspeed-activation-checkpointing is a Megatron-LM flag this backend does not support yet"},
       {{"--position-embedding-type", "alibi"},
        "--position-embedding-type: 'alibi' is not a valid choice; --position-embedding-type takes "
        "one of learned_absolute, rope"},
@@ -394,9 +395,9 @@ TEST_CASE("the checkpointing flags parse as Megatron's and show in the arguments
 
 TEST_CASE("a refused Megatron flag is named even when required flags are missing too") {
   // It used to say "--num-layers is required" and leave the refused flag for the next try.
-  CHECK_THROWS_WITH_AS(parse({"pretrain_gpt", "--deepspeed"}),
-                       doctest::Contains("--deepspeed is a Megatron-LM flag this backend "
-                                         "does not support yet"),
+  CHECK_THROWS_WITH_AS(parse({"pretrain_gpt", "--deepspeed-activation-checkpointing"}),
+                       doctest::Contains("--deepspeed-activation-checkpointing is a Megatron-LM "
+                                         "flag this backend does not support yet"),
                        common::Error);
 }
 
@@ -611,10 +612,11 @@ TEST_CASE("legacy and DeepSpeed flags that are not built are refused, naming the
       {{"--checkpoint-num-layers", "2"}, "--checkpoint-num-layers 2 needs --checkpoint-activations"},
       {{"--checkpoint-activations", "--recompute-granularity", "selective"},
        "--checkpoint-activations is the old spelling of --recompute-granularity full"},
-      {{"--deepspeed"}, "--deepspeed is a Megatron-LM flag this backend does not support yet"},
-      {{"--deepspeed_config", "ds.json"},
-       "--deepspeed_config is a Megatron-LM flag this backend does not support yet"},
-      {{"--zero-stage", "3"}, "--zero-stage is a Megatron-LM flag this backend does not support yet"},
+      {{"--deepspeed"}, "--deepspeed needs --deepspeed_config FILE"},
+      {{"--deepspeed_config", "ds.json"}, "--deepspeed_config needs --deepspeed"},
+      {{"--zero-stage", "1"}, "--zero-stage needs --deepspeed"},
+      {{"--deepspeed", "--deepspeed_config", "/nonexistent/ds.json"},
+       "cannot read --deepspeed_config /nonexistent/ds.json"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.message);
