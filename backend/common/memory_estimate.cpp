@@ -82,7 +82,13 @@ MemoryEstimate estimate_training_memory(const ModelShape& shape, const TrainingS
   const double a = static_cast<double>(shape.num_attention_heads);
   const bool scores_kept = setup.attention_scores_stored && setup.recompute != Recompute::selective;
   const double scores = scores_kept ? 5.0 * a * s * s * b / tp : 0.0;
-  const double full_layer = s * b * h * (10.0 + 24.0 / tp) + scores;
+  // Korthikanti et al.'s per-layer 34·sbh, of which 10·sbh (the norms' inputs and outputs, the
+  // dropout masks) every tensor-parallel rank holds whole; sequence parallelism divides those
+  // too, except the two all-gathered norm outputs (4·sbh) that pretrain_gpt keeps for the
+  // backward (Megatron gathers them again there).
+  const bool sequence_parallel = setup.sequence_parallel && tp > 1;
+  const double full_layer =
+      s * b * h * (sequence_parallel ? 4.0 + 30.0 / tp : 10.0 + 24.0 / tp) + scores;
   // L/pp layers × pp micro batches in flight (1F1B) on the first stage: L layers' worth.
   const double activations = setup.recompute == Recompute::full
                                  ? layers * 2.0 * s * b * h + full_layer

@@ -53,6 +53,8 @@ struct TrainingSetup {
   int64_t data_parallel = 1;
   bool mixed_precision = false;        // bf16/fp16 weights, fp32 gradients and master weights
   bool distributed_optimizer = false;  // optimizer states sharded over data-parallel ranks
+  // The residual stream sharded over the tensor-parallel ranks (--sequence-parallel; tp > 1).
+  bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
   bool attention_scores_stored = true;  // false: attention keeps no s × s scores
 };

@@ -86,8 +86,13 @@ common::ModelShape model_shape(const GptConfig& config) {
 }
 
 common::MemoryEstimate training_memory_estimate(const GptConfig& config, int64_t micro_batch_size,
-                                                int64_t seq_length) {
+                                                int64_t seq_length,
+                                                const TrainingParallelism& parallelism) {
   common::TrainingSetup setup;
+  setup.tensor_parallel = parallelism.tensor_parallel;
+  setup.data_parallel = parallelism.data_parallel;
+  setup.sequence_parallel = parallelism.sequence_parallel;
+  setup.distributed_optimizer = parallelism.distributed_optimizer;
   setup.seq_length = seq_length;
   setup.micro_batch_size = micro_batch_size;
   setup.attention_scores_stored = false;

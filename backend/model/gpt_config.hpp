@@ -113,9 +113,18 @@ int64_t parameter_count(const GptConfig& config);
 // The shape as the memory estimate (common/memory_estimate.hpp) reads it.
 common::ModelShape model_shape(const GptConfig& config);
 
-// Training `config` on this backend's CPU path: fp32 throughout, one process, and the
-// blockwise attention that never stores the s × s scores.
+// How a run is spread over ranks, as far as one rank's memory is concerned.
+struct TrainingParallelism {
+  int64_t tensor_parallel = 1;
+  int64_t data_parallel = 1;
+  bool sequence_parallel = false;
+  bool distributed_optimizer = false;
+};
+
+// Training `config` on this backend: fp32 throughout, and the blockwise attention that never
+// stores the s × s scores; one rank's share under `parallelism`.
 common::MemoryEstimate training_memory_estimate(const GptConfig& config, int64_t micro_batch_size,
-                                                int64_t seq_length);
+                                                int64_t seq_length,
+                                                const TrainingParallelism& parallelism = {});
 
 }  // namespace backend

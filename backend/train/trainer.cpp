@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <filesystem>
 #include <ostream>
@@ -11,6 +12,7 @@
 #include "backend/common/checked_math.hpp"
 #include "backend/common/memory_estimate.hpp"
 #include "backend/common/error.hpp"
+#include "backend/common/file_lock.hpp"
 #include "backend/data/tokenizer.hpp"
 #include "backend/device/cpu_device.hpp"
 #include "backend/device/cuda_device.hpp"
@@ -223,8 +225,13 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   // The model's shape is checked and its memory estimated before anything is written or
   // allocated: a model this machine cannot hold is refused with the estimate.
   const GptConfig config = model_config(a);
-  const common::MemoryEstimate estimate =
-      training_memory_estimate(config, a.micro_batch_size, a.seq_length);
+  // One rank's share of the model under this layout (the launcher's preflight computes the same).
+  const common::MemoryEstimate estimate = training_memory_estimate(
+      config, a.micro_batch_size, a.seq_length,
+      {.tensor_parallel = process_groups.layout.tensor_parallel,
+       .data_parallel = process_groups.layout.data_parallel,
+       .sequence_parallel = a.sequence_parallel,
+       .distributed_optimizer = a.use_distributed_optimizer});
   const char* const kWaysOut =
       "Lower --micro-batch-size or --seq-length, recompute activations (--recompute-granularity "
       "full --recompute-method uniform --recompute-num-layers 1), or train a smaller model.";
@@ -253,8 +260,26 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
          fmt::format("the memory of GPU {} ({})", selected.gpu->index, selected.gpu->name)},
         "pretrain_gpt: the model", kWaysOut);
   } else {
-    common::require_memory_fits(estimate, common::available_memory(), "pretrain_gpt: the model",
-                                kWaysOut);
+    // CPU ranks on one machine share its memory: the check is for all of this node's ranks
+    // (the world split by host name; every rank takes part).
+    const int64_t node_ranks =
+        world.size() == 1
+            ? 1
+            : world.split(static_cast<int64_t>(std::hash<std::string>{}(common::local_host_name()) & 0x3fffffff),
+                          world.rank(), "node")
+                  ->size();
+    common::MemoryEstimate node_estimate = estimate;
+    const auto ranks = static_cast<double>(node_ranks);
+    node_estimate.weights_bytes *= ranks;
+    node_estimate.gradients_bytes *= ranks;
+    node_estimate.optimizer_bytes *= ranks;
+    node_estimate.activations_bytes *= ranks;
+    common::require_memory_fits(
+        node_estimate, common::available_memory(),
+        node_ranks == 1 ? std::string("pretrain_gpt: the model")
+                        : fmt::format("pretrain_gpt: the model's {} ranks on this machine",
+                                      node_ranks),
+        kWaysOut);
   }
   if (!a.log_dir.empty() && process_groups.is_first_rank()) write_exp_manager_files(a.log_dir, a);
   note_precision(a, device);

@@ -158,6 +158,9 @@ void check_layout_and_memory(const Node& config, const Node& training, Preflight
   setup.data_parallel = dp;
   setup.mixed_precision = report.precision.starts_with("bf16") || report.precision.starts_with("16");
   setup.distributed_optimizer = report.distributed_optimizer;
+  const Node* sequence_parallel = find_set(training, "model.sequence_parallel");
+  setup.sequence_parallel =
+      sequence_parallel != nullptr && sequence_parallel->as_bool("training.model.sequence_parallel");
   setup.recompute = report.recompute == "selective" ? common::Recompute::selective
                     : report.recompute == "full"    ? common::Recompute::full
                                                     : common::Recompute::none;

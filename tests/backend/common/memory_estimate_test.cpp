@@ -59,6 +59,35 @@ TEST_CASE("bytes per parameter, and what recompute and stored scores change") {
   CHECK(conversion.total_bytes() == doctest::Approx(8 * conversion.parameters));
 }
 
+TEST_CASE("tensor, sequence and data parallelism divide what each rank holds") {
+  common::TrainingSetup one;
+  one.seq_length = 1024;
+  one.micro_batch_size = 4;
+  one.attention_scores_stored = false;
+  const auto whole = common::estimate_training_memory(gpt2_small(), one);
+  auto tp4 = one;
+  tp4.tensor_parallel = 4;
+  const auto tensor_parallel = common::estimate_training_memory(gpt2_small(), tp4);
+  CHECK(tensor_parallel.weights_bytes == doctest::Approx(whole.weights_bytes / 4));
+  const double sbh = 1024.0 * 4 * 768 * 2;  // one 16-bit-counted s·b·h, in fp32 bytes
+  // Per layer 10 + 24/4 = 16 sbh without sequence parallelism, 4 + 30/4 = 11.5 with it.
+  auto sp = tp4;
+  sp.sequence_parallel = true;
+  const auto sequence_parallel = common::estimate_training_memory(gpt2_small(), sp);
+  CHECK(tensor_parallel.activations_bytes - sequence_parallel.activations_bytes ==
+        doctest::Approx(12 * (16.0 - 11.5) * sbh));
+  auto zero = one;
+  zero.data_parallel = 8;
+  zero.distributed_optimizer = true;
+  CHECK(common::estimate_training_memory(gpt2_small(), zero).optimizer_bytes ==
+        doctest::Approx(whole.optimizer_bytes / 8));
+  // Sequence parallelism without tensor parallelism changes nothing.
+  auto sp1 = one;
+  sp1.sequence_parallel = true;
+  CHECK(common::estimate_training_memory(gpt2_small(), sp1).activations_bytes ==
+        doctest::Approx(whole.activations_bytes));
+}
+
 TEST_CASE("a model over the capacity is refused with the estimate table") {
   common::TrainingSetup setup;
   const auto estimate = common::estimate_training_memory(gpt2_small(), setup);

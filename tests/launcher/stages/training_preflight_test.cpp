@@ -135,6 +135,23 @@ TEST_CASE("recompute and the distributed optimizer shrink the estimate") {
   CHECK(plain.memory.optimizer_bytes == doctest::Approx(adam.memory.optimizer_bytes / 8));
 }
 
+TEST_CASE("tensor and sequence parallelism divide each GPU's activations") {
+  const auto tp2 = training_preflight(
+      composed({"training.trainer.devices=8", "training.model.tensor_model_parallel_size=2"}));
+  const auto sp = training_preflight(
+      composed({"training.trainer.devices=8", "training.model.tensor_model_parallel_size=2",
+                "+training.model.sequence_parallel=true"}));
+  REQUIRE(tp2.problems.empty());
+  REQUIRE(sp.problems.empty());
+  // Per layer s·b·h·(10 + 24/2) without sequence parallelism, s·b·h·(4 + 30/2) with it (the
+  // gathered norm outputs stay whole); the vocab-parallel logits (50257 padded to a multiple of
+  // 128 × 2: 50432) are halved either way.
+  const double sbh = 2048.0 * 4 * 768;
+  const double logits = 2.0 * 2048 * 4 * 50432 * 4 / 2;
+  CHECK(tp2.memory.activations_bytes == doctest::Approx(12 * 22 * sbh + logits));
+  CHECK(sp.memory.activations_bytes == doctest::Approx(12 * 19 * sbh + logits));
+}
+
 TEST_CASE("every shipped training config composes, translates and fits its cluster") {
   const std::string conf = std::string(TEST_SOURCE_DIR) + "/conf";
   const auto options = list_group_options(conf, "training");
