@@ -2,15 +2,23 @@
 // Every MPI call returns its error (MPI_ERRORS_RETURN on every communicator) and is checked:
 // a failure is a common::Error naming the call, the group and MPI's message. Views must be
 // host memory (CPU ranks); the element types map to MPI's (bf16 moves as 16-bit words and is
-// never summed here).
+// never summed here). Every call that waits for other ranks is marked on the session's
+// collective watchdog (collective_watchdog.hpp), which ends this rank when one waits longer
+// than --distributed-timeout-minutes.
+#include <fmt/format.h>
 #include <mpi.h>
+#include <spdlog/spdlog.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "backend/common/error.hpp"
+#include "backend/dist/collective_watchdog.hpp"
 #include "backend/dist/mpi_session.hpp"
 
 namespace backend {
@@ -49,8 +57,10 @@ int mpi_count(const View& view, const char* call, const std::string& group) {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(MPI_Comm communicator, std::string name, bool owned)
-      : communicator_(communicator), name_(std::move(name)), owned_(owned) {
+  MpiCommunicator(MPI_Comm communicator, std::string name, bool owned,
+                  std::shared_ptr<CollectiveWatchdog> watchdog)
+      : communicator_(communicator), name_(std::move(name)), owned_(owned),
+        watchdog_(std::move(watchdog)) {
     check(MPI_Comm_set_errhandler(communicator_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
           name_);
     int value = 0;
@@ -58,6 +68,19 @@ class MpiCommunicator final : public Communicator {
     rank_ = value;
     check(MPI_Comm_size(communicator_, &value), "MPI_Comm_size", name_);
     size_ = value;
+    // The members' world ranks, so that a send or receive that waits too long names its peer
+    // as the launcher does (local calls: no communication).
+    MPI_Group group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
+    check(MPI_Comm_group(communicator_, &group), "MPI_Comm_group", name_);
+    check(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "MPI_Comm_group", name_);
+    std::vector<int> members(static_cast<size_t>(size_));
+    std::iota(members.begin(), members.end(), 0);
+    world_ranks_.resize(members.size());
+    const int status = MPI_Group_translate_ranks(group, static_cast<int>(size_), members.data(),
+                                                 world_group, world_ranks_.data());
+    MPI_Group_free(&group);
+    MPI_Group_free(&world_group);
+    check(status, "MPI_Group_translate_ranks", name_);
   }
   ~MpiCommunicator() override {
     if (owned_) MPI_Comm_free(&communicator_);
@@ -73,6 +96,7 @@ class MpiCommunicator final : public Communicator {
     const int count = mpi_count(values, "MPI_Allreduce", name_);
     check_summable(values, "MPI_Allreduce");
     const MPI_Op op = operation == ReduceOperation::sum ? MPI_SUM : MPI_MAX;
+    const auto watched = watchdog_->watch("MPI_Allreduce", name_);
     check(MPI_Allreduce(MPI_IN_PLACE, values.data, count,
                         mpi_type(values.type, "MPI_Allreduce", name_), op, communicator_),
           "MPI_Allreduce", name_);
@@ -89,6 +113,7 @@ class MpiCommunicator final : public Communicator {
                    "{} is {}", name_, output.numel, rank_, input.numel,
                    counts[static_cast<size_t>(rank_)]);
     }
+    const auto watched = watchdog_->watch("MPI_Reduce_scatter", name_);
     check(MPI_Reduce_scatter(input.data, output.data, counts.data(),
                              mpi_type(input.type, "MPI_Reduce_scatter", name_), MPI_SUM,
                              communicator_),
@@ -115,6 +140,7 @@ class MpiCommunicator final : public Communicator {
                             static_cast<int64_t>(offsets[static_cast<size_t>(rank_)]) *
                                 element_size(output.type);
     const void* send = input.data == own_shard ? MPI_IN_PLACE : input.data;
+    const auto watched = watchdog_->watch("MPI_Allgatherv", name_);
     check(MPI_Allgatherv(send, count, type, output.data, counts.data(), offsets.data(), type,
                          communicator_),
           "MPI_Allgatherv", name_);
@@ -122,35 +148,45 @@ class MpiCommunicator final : public Communicator {
 
   void broadcast(View values, int64_t root) override {
     check_member(root, "MPI_Bcast");
-    check(MPI_Bcast(values.data, mpi_count(values, "MPI_Bcast", name_),
-                    mpi_type(values.type, "MPI_Bcast", name_), static_cast<int>(root),
-                    communicator_),
-          "MPI_Bcast", name_);
+    const int count = mpi_count(values, "MPI_Bcast", name_);
+    const MPI_Datatype type = mpi_type(values.type, "MPI_Bcast", name_);
+    const auto watched = watchdog_->watch("MPI_Bcast", name_);
+    check(MPI_Bcast(values.data, count, type, static_cast<int>(root), communicator_), "MPI_Bcast",
+          name_);
   }
 
   void send(View values, int64_t peer) override {
     check_member(peer, "MPI_Send");
-    check(MPI_Send(values.data, mpi_count(values, "MPI_Send", name_),
-                   mpi_type(values.type, "MPI_Send", name_), static_cast<int>(peer), 0,
-                   communicator_),
+    const int count = mpi_count(values, "MPI_Send", name_);
+    const MPI_Datatype type = mpi_type(values.type, "MPI_Send", name_);
+    const auto watched = watchdog_->watch("MPI_Send", name_, world_rank(peer));
+    check(MPI_Send(values.data, count, type, static_cast<int>(peer), 0, communicator_),
           "MPI_Send", name_);
   }
 
   void receive(View values, int64_t peer) override {
     check_member(peer, "MPI_Recv");
-    check(MPI_Recv(values.data, mpi_count(values, "MPI_Recv", name_),
-                   mpi_type(values.type, "MPI_Recv", name_), static_cast<int>(peer), 0,
-                   communicator_, MPI_STATUS_IGNORE),
+    const int count = mpi_count(values, "MPI_Recv", name_);
+    const MPI_Datatype type = mpi_type(values.type, "MPI_Recv", name_);
+    const auto watched = watchdog_->watch("MPI_Recv", name_, world_rank(peer));
+    check(MPI_Recv(values.data, count, type, static_cast<int>(peer), 0, communicator_,
+                   MPI_STATUS_IGNORE),
           "MPI_Recv", name_);
   }
 
-  void barrier() override { check(MPI_Barrier(communicator_), "MPI_Barrier", name_); }
+  void barrier() override {
+    const auto watched = watchdog_->watch("MPI_Barrier", name_);
+    check(MPI_Barrier(communicator_), "MPI_Barrier", name_);
+  }
 
   std::unique_ptr<Communicator> split(int64_t color, int64_t key, std::string name) override {
     MPI_Comm part = MPI_COMM_NULL;
-    check(MPI_Comm_split(communicator_, static_cast<int>(color), static_cast<int>(key), &part),
-          "MPI_Comm_split", name_);
-    return std::make_unique<MpiCommunicator>(part, std::move(name), true);
+    {
+      const auto watched = watchdog_->watch("MPI_Comm_split", name_);
+      check(MPI_Comm_split(communicator_, static_cast<int>(color), static_cast<int>(key), &part),
+            "MPI_Comm_split", name_);
+    }
+    return std::make_unique<MpiCommunicator>(part, std::move(name), true, watchdog_);
   }
 
  private:
@@ -180,39 +216,79 @@ class MpiCommunicator final : public Communicator {
                    size_);
     }
   }
+  int64_t world_rank(int64_t member) const { return world_ranks_[static_cast<size_t>(member)]; }
 
   MPI_Comm communicator_;
   std::string name_;
   bool owned_;
+  std::shared_ptr<CollectiveWatchdog> watchdog_;
   int64_t rank_ = 0;
   int64_t size_ = 1;
+  std::vector<int> world_ranks_;  // member → world rank
 };
+
+// What the watchdog does when a call has waited too long: this rank's line on stderr, then the
+// end of this process with status 2. Not MPI_Abort: MPI runs MPI_THREAD_FUNNELED (only the main
+// thread calls MPI, MPI 4.0 §11.6.3), and the main thread is inside the call that waits, so
+// MPI_Abort from the watchdog's thread would be a second thread in the library, which only
+// MPI_THREAD_MULTIPLE permits (and Open MPI may hold locks there that MPI_Abort needs).
+// Leaving the process is safe from any thread, and is what the launchers act on: mpirun ends
+// the whole job when one rank exits non-zero (killing a stopped rank too), as srun does with
+// --kill-on-bad-exit=1; without it every rank that waits times out on its own
+// (docs/parallelism.md, "Failure behaviour").
+[[noreturn]] void end_waiting_rank(const std::string& message) {
+  spdlog::error("{}", message);
+  spdlog::default_logger()->flush();
+  std::fflush(nullptr);  // the iteration lines printed so far, before the process goes
+  std::_Exit(2);
+}
 
 class OpenMpiSession final : public MpiSession {
  public:
-  OpenMpiSession(int& argc, char**& argv) {
+  OpenMpiSession(int& argc, char**& argv, const ProcessEnvironment& process)
+      : watchdog_(std::make_shared<CollectiveWatchdog>(
+            fmt::format("rank {} (host {})", process.rank,
+                        process.node.empty() ? "unknown" : process.node),
+            CollectiveWatchdog::Clock::now, end_waiting_rank)) {
+    // The watchdog runs from before MPI_Init_thread (which waits for every rank to start) to
+    // after MPI_Finalize (which waits for every rank to finish).
+    watchdog_->start();
     int provided = 0;
-    // Funneled: only the main thread calls MPI (OpenMP threads compute between the calls).
+    // Funneled: only the main thread calls MPI (OpenMP threads compute between the calls, the
+    // watchdog's thread never calls it).
+    const auto watched = watchdog_->watch("MPI_Init_thread", "world");
     const int status = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     if (status != MPI_SUCCESS) common::fail("MPI_Init_thread failed (status {})", status);
   }
-  ~OpenMpiSession() override { MPI_Finalize(); }
+  ~OpenMpiSession() override {
+    {
+      const auto watched = watchdog_->watch("MPI_Finalize", "world");
+      MPI_Finalize();
+    }
+    watchdog_->stop();
+  }
   OpenMpiSession(const OpenMpiSession&) = delete;
   OpenMpiSession& operator=(const OpenMpiSession&) = delete;
 
   std::unique_ptr<Communicator> world() override {
-    return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world", false);
+    return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world", false, watchdog_);
   }
   [[noreturn]] void abort(int status) override {
     MPI_Abort(MPI_COMM_WORLD, status);
     std::_Exit(status);  // MPI_Abort does not return; this is for the compiler
   }
+  void set_timeout_minutes(double minutes) override { watchdog_->set_timeout_minutes(minutes); }
+
+ private:
+  // Shared with the communicators, which the session outlives in main.
+  std::shared_ptr<CollectiveWatchdog> watchdog_;
 };
 
 }  // namespace
 
-std::unique_ptr<MpiSession> start_mpi_session(int& argc, char**& argv) {
-  return std::make_unique<OpenMpiSession>(argc, argv);
+std::unique_ptr<MpiSession> start_mpi_session(int& argc, char**& argv,
+                                              const ProcessEnvironment& process) {
+  return std::make_unique<OpenMpiSession>(argc, argv, process);
 }
 
 }  // namespace backend

@@ -4,7 +4,7 @@
 
 namespace backend {
 
-std::unique_ptr<MpiSession> start_mpi_session(int&, char**&) {
+std::unique_ptr<MpiSession> start_mpi_session(int&, char**&, const ProcessEnvironment&) {
   common::fail("this process was started by an MPI launcher, but pretrain_gpt was built without "
                "MPI (install Open MPI's development files, libopenmpi-dev, and rebuild), so it "
                "cannot talk to the other ranks; launch one process");

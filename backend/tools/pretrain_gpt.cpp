@@ -2,7 +2,9 @@
 // prints the arguments dump, trains, and exits 0; any user error is one clear line and exit
 // status 2, never a crash. Started by mpirun/mpiexec (or srun --mpi=pmix) as one of several
 // ranks, it joins MPI first and trains as one rank of the data-parallel group; an error on any
-// rank then aborts every rank (MPI_Abort), so the job ends instead of waiting in a collective.
+// rank then aborts every rank (MPI_Abort), so the job ends instead of waiting in a collective,
+// and a rank whose collective waits longer than --distributed-timeout-minutes (another rank
+// died or hangs) ends itself, which ends the job (backend/dist/collective_watchdog.hpp).
 #include <spdlog/spdlog.h>
 
 #include <iostream>
@@ -26,9 +28,13 @@ int main(int argc, char** argv) {
   };
   try {
     const backend::ProcessEnvironment process = backend::read_process_environment();
-    if (backend::started_through_mpi(process)) mpi = backend::start_mpi_session(argc, argv);
+    if (backend::started_through_mpi(process)) {
+      mpi = backend::start_mpi_session(argc, argv, process);
+    }
     auto arguments = backend::parse_arguments(argc, argv);
     if (!arguments) return 0;  // --help
+    // Until here a collective may wait Megatron's default 10 minutes; from here the flag's.
+    if (mpi) mpi->set_timeout_minutes(arguments->distributed_timeout_minutes);
     backend::ProcessGroups groups =
         mpi ? backend::make_process_groups(
                   mpi->world(),

@@ -195,6 +195,10 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(training);
   app.add_option("--pipeline-model-parallel-size", arguments.pipeline_model_parallel_size,
                  "PP size")->group(training);
+  app.add_option("--distributed-timeout-minutes", arguments.distributed_timeout_minutes,
+                 "End the job when a collective waits longer than this for the other ranks "
+                 "(fractions allowed)")
+      ->group(training);
   app.add_flag("--sequence-parallel", arguments.sequence_parallel,
                "Shard the residual stream (norms, dropout) over the tensor-parallel ranks")
       ->group(training);
@@ -615,6 +619,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"data_impl", a.data_impl},
       {"distributed_backend", a.distributed_backend},
       {"DDP_impl", a.ddp_impl},
+      {"distributed_timeout_minutes", fmt::format("{}", a.distributed_timeout_minutes)},
       {"untie_embeddings_and_output_weights", python(a.untie_embeddings_and_output_weights)},
       {"log_interval", fmt::format("{}", a.log_interval)},
       {"lr", fmt::format("{}", a.lr)},

@@ -92,6 +92,9 @@ struct TrainingArguments {
   int64_t world_size = 1;
   int64_t tensor_model_parallel_size = 1;
   int64_t pipeline_model_parallel_size = 1;
+  // How long one collective may wait for the other ranks before this rank ends the job
+  // (backend/dist/collective_watchdog.hpp). Megatron's is an int; fractions are our extension.
+  double distributed_timeout_minutes = 10;
 
   // precision: the CPU path computes in fp32 whatever is asked
   bool use_flash_attn = false;

@@ -3,11 +3,14 @@
 // (Megatron's sampler gives each rank its slice, gradients are summed over the group), for a
 // GPT-2-style model with dropout and a Llama-style model (GQA, SwiGLU, RoPE); the weights saved after 20 steps
 // agree within 1e-5; the iteration lines are printed once, by the last rank; a rank killed
-// with SIGKILL ends the whole job, non-zero, within seconds; and a multi-task launch that is
-// not MPI's is refused with how to launch instead.
+// with SIGKILL ends the whole job, non-zero, within seconds; a rank stopped with SIGSTOP (which
+// mpirun does not notice) ends it through --distributed-timeout-minutes, the waiting rank naming
+// itself, its host, the call and the flag; and a multi-task launch that is not MPI's is refused
+// with how to launch instead.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -67,6 +70,41 @@ std::vector<std::string> command(int ranks, const std::vector<std::string>& flag
 
 int run(int ranks, const std::vector<std::string>& flags, const fs::path& log) {
   return test_support::run_pretrain(ranks, flags, log);
+}
+
+// The ranks mpirun started: its children.
+std::vector<pid_t> children_of(pid_t mpirun) {
+  const std::string children = test_support::read_file(
+      fs::path("/proc") / std::to_string(mpirun) / "task" / std::to_string(mpirun) / "children");
+  std::vector<pid_t> ranks;
+  for (size_t at = 0; at < children.size();) {
+    const size_t end = children.find(' ', at);
+    const std::string word = children.substr(at, end - at);
+    if (!word.empty()) ranks.push_back(std::stoi(word));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return ranks;
+}
+
+// Whether `pid` runs (or is stopped): it exists and is not a zombie waiting for its new parent
+// to reap it.
+bool running(pid_t pid) {
+  std::error_code error;
+  const fs::path stat_file = fs::path("/proc") / std::to_string(pid) / "stat";
+  if (!fs::exists(stat_file, error)) return false;
+  const std::string stat = test_support::read_file(stat_file);
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+// Waits for the training lines to start (an iteration line in `log`).
+void wait_for_training(const fs::path& log) {
+  const auto started = std::chrono::steady_clock::now();
+  while (test_support::read_file(log).find(" iteration ") == std::string::npos) {
+    REQUIRE(std::chrono::steady_clock::now() - started < std::chrono::seconds(60));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 }  // namespace
@@ -175,21 +213,8 @@ TEST_CASE("a rank killed with SIGKILL ends the whole data-parallel job, non-zero
   const fs::path log = directory.path / "killed.log";
   const pid_t mpirun = test_support::spawn_process(command(2, flags), log, kEnvironment);
   // Wait until training runs (an iteration line), then kill one rank: mpirun's child.
-  const auto started = std::chrono::steady_clock::now();
-  while (test_support::read_file(log).find(" iteration ") == std::string::npos) {
-    REQUIRE(std::chrono::steady_clock::now() - started < std::chrono::seconds(60));
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  const std::string children = test_support::read_file(
-      fs::path("/proc") / std::to_string(mpirun) / "task" / std::to_string(mpirun) / "children");
-  std::vector<pid_t> ranks;
-  for (size_t at = 0; at < children.size();) {
-    const size_t end = children.find(' ', at);
-    const std::string word = children.substr(at, end - at);
-    if (!word.empty()) ranks.push_back(std::stoi(word));
-    if (end == std::string::npos) break;
-    at = end + 1;
-  }
+  wait_for_training(log);
+  const std::vector<pid_t> ranks = children_of(mpirun);
   REQUIRE(ranks.size() == 2);
   const auto killed_at = std::chrono::steady_clock::now();
   REQUIRE(kill(ranks.back(), SIGKILL) == 0);
@@ -199,12 +224,99 @@ TEST_CASE("a rank killed with SIGKILL ends the whole data-parallel job, non-zero
   CHECK(status != 0);
   CHECK(seconds < 30);
   // No rank is left running (a zombie waiting for its new parent to reap it has ended).
-  auto running = [](pid_t pid) {
-    const std::string stat =
-        test_support::read_file(fs::path("/proc") / std::to_string(pid) / "stat");
-    const size_t close = stat.rfind(')');
-    return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
-  };
+  for (const pid_t rank : ranks) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (running(rank) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    CHECK_FALSE(running(rank));
+  }
+}
+
+TEST_CASE("a stopped rank ends the whole job within --distributed-timeout-minutes, the waiting rank naming itself") {
+  // SIGSTOP, not SIGKILL: a stopped rank keeps its connections open, so mpirun notices nothing
+  // and the other rank would wait in its collective forever, were it not for the watchdog.
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  test_support::TemporaryDirectory directory;
+  auto flags = training_flags("gpt2", directory.path / "save");
+  flags.insert(flags.end(), {"--train-iters", "100000", "--eval-iters", "0",
+                             "--distributed-timeout-minutes", "0.05"});  // 3 seconds
+  const fs::path log = directory.path / "stopped.log";
+  const pid_t mpirun = test_support::spawn_process(command(2, flags), log, kEnvironment);
+  wait_for_training(log);
+  const std::vector<pid_t> ranks = children_of(mpirun);
+  REQUIRE(ranks.size() == 2);
+  // Whatever happens below, nothing is left stopped or running: continued and killed (if it is
+  // still a pretrain_gpt), and mpirun reaped.
+  struct Cleanup {
+    pid_t mpirun;
+    std::vector<pid_t> ranks;
+    bool reaped = false;
+    ~Cleanup() {
+      for (const pid_t rank : ranks) {
+        const fs::path comm = fs::path("/proc") / std::to_string(rank) / "comm";
+        std::error_code error;
+        if (running(rank) && fs::exists(comm, error) &&
+            test_support::read_file(comm).starts_with("pretrain_gpt")) {
+          kill(rank, SIGCONT);
+          kill(rank, SIGKILL);
+        }
+      }
+      if (!reaped) {
+        kill(mpirun, SIGKILL);
+        int status = 0;
+        waitpid(mpirun, &status, 0);
+      }
+    }
+  } cleanup{mpirun, ranks};
+
+  // Which rank is stopped (its environment says), so the other is the one that must report.
+  const std::string environment =
+      test_support::read_file(fs::path("/proc") / std::to_string(ranks.back()) / "environ");
+  const std::string rank_variable = std::string("OMPI_COMM_WORLD_RANK=");
+  const size_t rank_at = environment.find(rank_variable);
+  REQUIRE(rank_at != std::string::npos);
+  const int stopped_rank = std::stoi(environment.substr(rank_at + rank_variable.size()));
+  const int waiting_rank = 1 - stopped_rank;
+
+  const size_t log_size_at_stop = test_support::read_file(log).size();
+  const auto stopped_at = std::chrono::steady_clock::now();
+  REQUIRE(kill(ranks.back(), SIGSTOP) == 0);
+  // Bounded wait: a watchdog that does not fire fails here instead of hanging the suite.
+  int status = -1;
+  while (std::chrono::steady_clock::now() - stopped_at < std::chrono::seconds(60)) {
+    int raw = 0;
+    const pid_t done = waitpid(mpirun, &raw, WNOHANG);
+    REQUIRE(done >= 0);
+    if (done == mpirun) {
+      cleanup.reaped = true;
+      status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+  const std::string output = test_support::read_file(log);
+  INFO(output.substr(output.size() > 3000 ? output.size() - 3000 : 0));
+  REQUIRE(cleanup.reaped);
+  CHECK(status != 0);
+  CHECK(seconds < 20);
+  CHECK(seconds >= 2);  // the timeout, not something else, ended it
+  // Nothing timed out before the stop (a 3-second timeout on two shared cores).
+  CHECK(output.substr(0, log_size_at_stop).find("did not complete") == std::string::npos);
+  CAPTURE(waiting_rank);
+  CHECK(std::regex_search(
+      output,
+      std::regex(fmt::format(
+          R"(\[error\] rank {} \(host [^)\s]+\): MPI_\w+ in the [a-z ]+ group did not complete )"
+          R"(in 3 seconds \(--distributed-timeout-minutes 0\.05\): another rank has probably )"
+          R"(failed or hangs; aborting the job)",
+          waiting_rank))));
+  // The stopped rank, continued by mpirun to be ended, does not blame the others: the time it
+  // was stopped is its own.
+  CHECK(output.find(fmt::format("rank {} (host", stopped_rank)) == std::string::npos);
+  // The stopped rank was ended too (mpirun continues and kills it).
   for (const pid_t rank : ranks) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (running(rank) && std::chrono::steady_clock::now() < deadline) {

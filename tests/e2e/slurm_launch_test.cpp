@@ -265,7 +265,8 @@ TEST_CASE("two Slurm nodes train data-parallel through the sbatch script (srun -
 
 TEST_CASE("kill -9 of one rank of a two-node Slurm job ends the job FAILED within seconds") {
   // srun --kill-on-bad-exit=1 (or KillOnBadExit=1 in slurm.conf) ends the step when a task
-  // dies; without it the other rank would wait in its collective (docs/parallelism.md).
+  // dies; without it the other rank would wait in its collective until
+  // --distributed-timeout-minutes ended it (docs/parallelism.md).
   slurm_test::SlurmTestCluster cluster;
   TemporaryDirectory temporary;
   const auto launched = slurm_test::run_command(

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "backend/dist/mpi_session.hpp"
+#include "backend/dist/process_environment.hpp"
 #include "mpi/mpi_test_world.hpp"
 
 namespace {
@@ -17,7 +18,7 @@ backend::Communicator* the_world = nullptr;
 backend::Communicator& mpi_test::world() { return *the_world; }
 
 int main(int argc, char** argv) {
-  auto session = backend::start_mpi_session(argc, argv);
+  auto session = backend::start_mpi_session(argc, argv, backend::read_process_environment());
   auto world = session->world();
   the_world = world.get();
   doctest::Context context(argc, argv);

@@ -625,3 +625,42 @@ TEST_CASE("legacy and DeepSpeed flags that are not built are refused, naming the
     CHECK_THROWS_WITH_AS(parse(words), doctest::Contains(c.message.c_str()), common::Error);
   }
 }
+
+TEST_CASE("--distributed-timeout-minutes: Megatron's default 10, fractions, and refusals naming it") {
+  const auto defaults = parse(base_flags());
+  REQUIRE(defaults);
+  CHECK(defaults->distributed_timeout_minutes == 10);
+  CHECK(backend::argument_values(*defaults).at("distributed_timeout_minutes") == "10");
+  const auto given = parse(with({"--distributed-timeout-minutes", "30"}));
+  REQUIRE(given);
+  CHECK(given->distributed_timeout_minutes == 30);
+  // Fractions are our extension (Megatron's is an int), so a test need not wait minutes.
+  const auto fraction = parse(with({"--distributed-timeout-minutes", "0.05"}));
+  REQUIRE(fraction);
+  CHECK(fraction->distributed_timeout_minutes == 0.05);
+  const auto lines = backend::format_arguments(*fraction);
+  CHECK(std::find(lines.begin(), lines.end(),
+                  "  distributed_timeout_minutes " + std::string(48 - 27, '.') + " 0.05") !=
+        lines.end());
+  struct Case {
+    std::string value;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"0", "--distributed-timeout-minutes: '0' is out of range; "
+                 "--distributed-timeout-minutes takes a real number > 0"},
+           {"-1", "--distributed-timeout-minutes: '-1' is out of range; "
+                  "--distributed-timeout-minutes takes a real number > 0"},
+           {"=-0.5", "--distributed-timeout-minutes: '-0.5' is out of range; "
+                     "--distributed-timeout-minutes takes a real number > 0"},
+           {"ten", "--distributed-timeout-minutes: 'ten' is not a number; "
+                   "--distributed-timeout-minutes takes a real number > 0"},
+           {"inf", "--distributed-timeout-minutes: 'inf' is not a finite number"},
+       }) {
+    CAPTURE(c.value);
+    const auto words = c.value.starts_with("=")
+                           ? with({"--distributed-timeout-minutes" + c.value})
+                           : with({"--distributed-timeout-minutes", c.value});
+    CHECK_THROWS_WITH_AS(parse(words), doctest::Contains(c.message.c_str()), common::Error);
+  }
+}
