@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <chrono>
 #include <charconv>
+#include <functional>
 #include <ostream>
 #include <regex>
 #include <utility>
@@ -37,8 +38,8 @@ namespace {
 
 constexpr const char* kTrackerName = "latest_checkpointed_iteration.txt";
 constexpr const char* kFileName = "model_optim_rng.bin";
-constexpr const char* kExpAvgPrefix = "optimizer.exp_avg.";
-constexpr const char* kExpAvgSqPrefix = "optimizer.exp_avg_sq.";
+constexpr const char* kExpAvgPrefix = kCheckpointExpAvgPrefix;
+constexpr const char* kExpAvgSqPrefix = kCheckpointExpAvgSqPrefix;
 constexpr size_t kMismatchRowsShown = 20;
 
 // The keys of the arguments record (CheckpointSaveOptions::arguments, made by
@@ -139,18 +140,30 @@ FlagDifferences shape_flag_differences(const json& saved, const json& current,
 bool is_optimizer_tensor(const std::string& name) { return name.starts_with("optimizer."); }
 
 // The tensor-parallel size a checkpoint was saved with (1 for files from before the field) must
-// be the model's: its files hold that many shards of every divided tensor.
+// be the model's: its files hold that many shards of every divided tensor. The refusal gives
+// the resharding command in full; with the current run's --make-vocab-size-divisible-by when
+// it is not the checkpoint's, so that the resharded vocabulary is padded as this run pads it.
 void check_tensor_parallel_size(const CheckpointMetadata& metadata, int64_t size,
-                                const fs::path& file) {
+                                const fs::path& file, const CheckpointLoadOptions& options) {
   const int64_t saved =
       metadata.has("tensor_parallel")
           ? metadata.get<int64_t>(metadata.section("tensor_parallel"), "size")
           : 1;
   if (saved == size) return;
+  std::string vocabulary_flag;
+  const char* divisor_key = "make_vocab_size_divisible_by";
+  if (metadata.has("arguments") && metadata.section("arguments").contains(divisor_key) &&
+      options.arguments.contains(divisor_key) &&
+      metadata.section("arguments")[divisor_key] != options.arguments[divisor_key]) {
+    vocabulary_flag = " --make-vocab-size-divisible-by " +
+                      value_text(options.arguments[divisor_key]);
+  }
   common::fail("checkpoint {} was saved with --tensor-model-parallel-size {} (its shards are "
                "mp_rank_00..mp_rank_{:02d}); this run has --tensor-model-parallel-size {}. Train "
-               "on with {}, or reshard it with checkpoint_util --target-tensor-parallel-size {}",
-               file.string(), saved, saved - 1, size, saved, size);
+               "on with {}, or reshard it into a new directory and load that: checkpoint_util "
+               "--load {} --save NEWDIR --target-tensor-parallel-size {}{}, then --load NEWDIR",
+               file.string(), saved, saved - 1, size, saved, options.directory.string(), size,
+               vocabulary_flag);
 }
 
 // One error listing every parameter whose shape differs (or that only one side has), and the
@@ -506,6 +519,63 @@ HostState host_state(const GptModel<float>& model, const AdamW* optimizer, bool 
   return state;
 }
 
+// The steps of a crash-safe save (docs/checkpoints.md, "Crash safety") that one process, the
+// lead, takes: begin_save prints Megatron's line, cleans up after interrupted saves and makes
+// the temporary directory; write_rank_file writes one tensor-parallel rank's file into it;
+// finish_save publishes the directory and, last, moves the tracker.
+std::string saving_message(const fs::path& directory, int64_t iteration, bool release) {
+  return release ? fmt::format("[{}] saving release checkpoint to {} in native format\n",
+                               timestamp_now(), directory.string())
+                 : fmt::format("[{}] saving checkpoint at iteration {:7d} to {} in native format\n",
+                               timestamp_now(), iteration, directory.string());
+}
+
+fs::path final_save_directory(const fs::path& directory, int64_t iteration, bool release) {
+  return release ? directory / "release" : checkpoint_iteration_directory(directory, iteration);
+}
+
+// Prints the saving line, makes DIR, removes leftovers of interrupted saves, and makes (empty)
+// the temporary directory, named after this process's pid, that the rank files go into.
+fs::path begin_save(const fs::path& directory, int64_t iteration, bool release, std::ostream& out) {
+  out << saving_message(directory, iteration, release);
+  out.flush();
+  fs::create_directories(directory);
+  remove_unfinished_saves(directory, out);
+  fs::path temporary = final_save_directory(directory, iteration, release);
+  temporary += ".tmp." + std::to_string(::getpid());
+  fs::remove_all(temporary);
+  fs::create_directories(temporary);
+  return temporary;
+}
+
+void write_rank_file(const fs::path& temporary, int64_t rank, const json& metadata,
+                     std::span<const CheckpointTensor> tensors) {
+  const fs::path rank_directory = temporary / checkpoint_rank_directory_name(rank);
+  fs::create_directories(rank_directory);
+  write_checkpoint_file(rank_directory / kFileName, metadata, tensors);
+  common::fsync_directory(rank_directory);
+}
+
+// Once every rank's file is written and synced: the temporary directory becomes the
+// iteration's, then the tracker names it.
+void finish_save(const fs::path& directory, const fs::path& temporary, int64_t iteration,
+                 bool release, int64_t tensor_parallel, std::ostream& out) {
+  common::fsync_directory(temporary);
+  publish_directory(temporary, final_save_directory(directory, iteration, release));
+  common::fsync_directory(directory);
+  common::write_text_file_atomically(checkpoint_tracker_path(directory),
+                                     release ? std::string("release") : std::to_string(iteration));
+  if (release) {
+    out << fmt::format("  [{}] successfully saved release checkpoint to {} [ t 1/{}, p 1/1 ]\n",
+                       timestamp_now(), directory.string(), tensor_parallel);
+  } else {
+    out << fmt::format("  [{}] successfully saved checkpoint from iteration {:7d} to {} "
+                       "[ t 1/{}, p 1/1 ]\n",
+                       timestamp_now(), iteration, directory.string(), tensor_parallel);
+  }
+  out.flush();
+}
+
 // save_checkpoint and save_release_checkpoint: the optimizer and scheduler state is saved when
 // both are given (and --no-save-optim is not set); a release checkpoint goes to DIR/release
 // and the tracker says "release".
@@ -518,18 +588,6 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
   Communicator& writers = model.tensor_parallel_group();
   const int64_t writer = writers.rank();
   const bool lead = writer == 0;
-  if (lead) {
-    if (release) {
-      out << fmt::format("[{}] saving release checkpoint to {} in native format\n",
-                         timestamp_now(), directory.string());
-    } else {
-      out << fmt::format("[{}] saving checkpoint at iteration {:7d} to {} in native format\n",
-                         timestamp_now(), progress.iteration, directory.string());
-    }
-    out.flush();
-    fs::create_directories(directory);
-    remove_unfinished_saves(directory, out);
-  }
 
   const bool save_optim = !options.no_save_optim && optimizer != nullptr && scheduler != nullptr;
   json metadata = {
@@ -582,39 +640,17 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
 
   // Write under a temporary name (the lead's pid, shared with the writers), make it durable,
   // then publish it and, last, the tracker: only after every writer has written and synced.
-  const fs::path final_directory =
-      release ? directory / "release" : checkpoint_iteration_directory(directory, progress.iteration);
   double lead_pid = ::getpid();  // a double: what a broadcast carries (exact below 2^53)
-  fs::path temporary = final_directory;
-  if (lead) {
-    temporary += ".tmp." + std::to_string(::getpid());
-    fs::remove_all(temporary);
-    fs::create_directories(temporary);
-  }
+  fs::path temporary;
+  if (lead) temporary = begin_save(directory, progress.iteration, release, out);
   writers.broadcast(host_view(std::span(&lead_pid, 1)), 0);  // after the lead made the directory
-  if (!lead) temporary += ".tmp." + std::to_string(static_cast<int64_t>(lead_pid));
-  const fs::path rank_directory = temporary / checkpoint_rank_directory_name(writer);
-  fs::create_directories(rank_directory);
-  write_checkpoint_file(rank_directory / kFileName, metadata, tensors);
-  common::fsync_directory(rank_directory);
-  writers.barrier();
-  if (lead) {
-    common::fsync_directory(temporary);
-    publish_directory(temporary, final_directory);
-    common::fsync_directory(directory);
-    common::write_text_file_atomically(
-        checkpoint_tracker_path(directory),
-        release ? std::string("release") : std::to_string(progress.iteration));
-    if (release) {
-      out << fmt::format("  [{}] successfully saved release checkpoint to {} [ t 1/{}, p 1/1 ]\n",
-                         timestamp_now(), directory.string(), writers.size());
-    } else {
-      out << fmt::format("  [{}] successfully saved checkpoint from iteration {:7d} to {} "
-                         "[ t 1/{}, p 1/1 ]\n",
-                         timestamp_now(), progress.iteration, directory.string(), writers.size());
-    }
-    out.flush();
+  if (!lead) {
+    temporary = final_save_directory(directory, progress.iteration, release);
+    temporary += ".tmp." + std::to_string(static_cast<int64_t>(lead_pid));
   }
+  write_rank_file(temporary, writer, metadata, tensors);
+  writers.barrier();
+  if (lead) finish_save(directory, temporary, progress.iteration, release, writers.size(), out);
   writers.barrier();  // the tracker has moved before any writer goes on
 }
 
@@ -629,6 +665,21 @@ void save_checkpoint(const CheckpointSaveOptions& options, const TrainingProgres
 void save_release_checkpoint(const CheckpointSaveOptions& options, const GptModel<float>& model,
                              std::ostream& out) {
   save_to(options, TrainingProgress{}, model, nullptr, nullptr, true, out);
+}
+
+void write_checkpoint_files(const fs::path& directory, int64_t iteration, bool release,
+                            int64_t tensor_parallel,
+                            const std::function<CheckpointRankFile(int64_t rank)>& make_rank_file,
+                            std::ostream& out) {
+  if (tensor_parallel < 1) {
+    common::fail("a checkpoint has at least one tensor-parallel rank, got {}", tensor_parallel);
+  }
+  const fs::path temporary = begin_save(directory, iteration, release, out);
+  for (int64_t rank = 0; rank < tensor_parallel; ++rank) {
+    const CheckpointRankFile file = make_rank_file(rank);
+    write_rank_file(temporary, rank, file.metadata, file.tensors);
+  }
+  finish_save(directory, temporary, iteration, release, tensor_parallel, out);
 }
 
 CheckpointMetadata::CheckpointMetadata(const json& root, fs::path file)
@@ -681,7 +732,7 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
     if (group.rank() > 0 && fs::is_regular_file(first)) {
       const CheckpointFileReader reader(first);
       check_tensor_parallel_size(CheckpointMetadata(reader.metadata(), reader.path()), group.size(),
-                                 reader.path());
+                                 reader.path(), options);
     }
     common::fail("{} names iteration {}, but {} does not exist: the checkpoint directory was "
                  "changed by hand; point the tracker at a complete checkpoint",
@@ -690,7 +741,7 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
 
   const CheckpointFileReader reader(file);
   const CheckpointMetadata metadata(reader.metadata(), reader.path());
-  check_tensor_parallel_size(metadata, group.size(), reader.path());
+  check_tensor_parallel_size(metadata, group.size(), reader.path(), options);
   check_parameter_shapes(reader, metadata, model, options);
 
   HostState host = host_state(model, &optimizer, false);

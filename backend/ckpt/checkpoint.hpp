@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -37,6 +38,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/common/file_lock.hpp"
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
@@ -50,6 +52,11 @@ struct TrainingProgress {
   int64_t consumed_train_samples = 0;
   int64_t consumed_valid_samples = 0;
 };
+
+// The names of AdamW's moments of parameter P in a checkpoint file: optimizer.exp_avg.P and
+// optimizer.exp_avg_sq.P, each of P's (shard) shape.
+inline constexpr const char* kCheckpointExpAvgPrefix = "optimizer.exp_avg.";
+inline constexpr const char* kCheckpointExpAvgSqPrefix = "optimizer.exp_avg_sq.";
 
 std::filesystem::path checkpoint_tracker_path(const std::filesystem::path& directory);
 // DIR/iter_0000500 (Megatron's 'iter_{:07d}').
@@ -133,6 +140,26 @@ void save_checkpoint(const CheckpointSaveOptions& options, const TrainingProgres
 // checkpoints). checkpoint_util --import-hf writes these.
 void save_release_checkpoint(const CheckpointSaveOptions& options, const GptModel<float>& model,
                              std::ostream& out);
+
+// One tensor-parallel rank's file as write_checkpoint_files writes it: the metadata as given
+// (a copy of what save_checkpoint writes, with this rank's "tensor_parallel") and the tensors.
+struct CheckpointRankFile {
+  nlohmann::json metadata = nlohmann::json::object();
+  std::vector<CheckpointTensor> tensors{};
+};
+
+// Writes one checkpoint made of `tensor_parallel` rank files, all from this process, crash-safe
+// as save_checkpoint (the same temporary directory, fsyncs, rename and tracker last, and the
+// same messages): rank r's file is mp_rank_r, made by make_rank_file(r) when its turn comes (so
+// that a caller can hold one rank's tensors at a time; their spans need to live until the next
+// call). An iteration goes to DIR/iter_XXXXXXX and the tracker names it; with `release`, to
+// DIR/release and the tracker says "release". For tools that write every rank's file of a
+// checkpoint themselves (checkpoint_util's resharding); the caller holds DIR's save lock
+// (lock_save_directory).
+void write_checkpoint_files(const std::filesystem::path& directory, int64_t iteration, bool release,
+                            int64_t tensor_parallel,
+                            const std::function<CheckpointRankFile(int64_t rank)>& make_rank_file,
+                            std::ostream& out);
 
 // Typed access to a checkpoint's metadata (CheckpointFileReader::metadata()): a missing or
 // mistyped field is a common::Error naming `file`, as a corrupt (or foreign) file. Holds a

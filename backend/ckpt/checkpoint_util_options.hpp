@@ -3,9 +3,15 @@
 //   --load DIR --export-hf DIR        a checkpoint → a Hugging Face directory
 //   --import-hf DIR --save DIR        a Hugging Face directory → a release checkpoint
 //       [--replace-training-tracker]  even when DIR's tracker names a training iteration
-// Misuse is a common::Error naming the flag ("--load requires --export-hf", "nothing to do").
+//   --load DIR --save DIR --target-tensor-parallel-size N
+//       [--target-pipeline-parallel-size 1] [--make-vocab-size-divisible-by D]
+//                                     a checkpoint → the same checkpoint at another
+//                                     tensor-parallel size (Megatron's convert.py flags)
+// Misuse is a common::Error naming the flag ("--load requires --export-hf ...", "nothing to
+// do"); a pipeline-parallel size other than 1 is refused (pipeline parallelism is not built).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -14,6 +20,13 @@ namespace backend {
 struct CheckpointUtilOptions {
   std::string load, export_hf, import_hf, save;
   bool replace_training_tracker = false;
+  // Resharding: the target tensor-parallel size (0: not resharding), the pipeline size (1, the
+  // only one), and the target's --make-vocab-size-divisible-by (0: the checkpoint's).
+  int64_t target_tensor_parallel_size = 0;
+  int64_t target_pipeline_parallel_size = 1;
+  int64_t make_vocab_size_divisible_by = 0;
+
+  bool resharding() const { return target_tensor_parallel_size > 0; }
 };
 
 // nullopt after --help (printed to stdout).

@@ -107,6 +107,17 @@ MemoryEstimate estimate_conversion_memory(const ModelShape& shape) {
   return estimate;
 }
 
+MemoryEstimate estimate_reshard_memory(const ModelShape& shape, bool optimizer_state,
+                                       int64_t target_tensor_parallel) {
+  MemoryEstimate estimate;
+  estimate.parameters = parameter_count(shape);
+  estimate.weights_bytes = 4.0 * estimate.parameters;
+  estimate.optimizer_bytes = optimizer_state ? 8.0 * estimate.parameters : 0.0;
+  estimate.file_tensors_bytes = (estimate.weights_bytes + estimate.optimizer_bytes) /
+                                static_cast<double>(std::max<int64_t>(target_tensor_parallel, 1));
+  return estimate;
+}
+
 std::string format_gigabytes(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
 
 std::vector<std::string> format_memory_estimate(const MemoryEstimate& estimate,

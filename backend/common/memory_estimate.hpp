@@ -82,6 +82,13 @@ MemoryEstimate estimate_training_memory(const ModelShape& shape, const TrainingS
 // tensors read from the files it comes from.
 MemoryEstimate estimate_conversion_memory(const ModelShape& shape);
 
+// Resharding a checkpoint (checkpoint_util --target-tensor-parallel-size): the whole model's
+// fp32 weights and, with `optimizer_state`, its two Adam moments, assembled from the source
+// shards; and one target rank's shards of all three (the whole model's ÷ the target size), as
+// the tensors written to its file.
+MemoryEstimate estimate_reshard_memory(const ModelShape& shape, bool optimizer_state,
+                                       int64_t target_tensor_parallel);
+
 // The table: "  weights             0.25 GB" ... "  total               1.02 GB<capacity>",
 // one line each; `capacity` follows the total (" of 80.00 GB"), empty when unknown.
 std::vector<std::string> format_memory_estimate(const MemoryEstimate& estimate,

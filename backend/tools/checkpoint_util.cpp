@@ -8,6 +8,11 @@
 //       pretrain_gpt --load starts from; the flags that build its model are printed. Refused
 //       while a live run holds the directory's save.lock, and, without the flag, when its
 //       tracker names a training iteration.
+//   checkpoint_util --load <checkpoint dir> --save <new dir> --target-tensor-parallel-size N
+//       [--target-pipeline-parallel-size 1] [--make-vocab-size-divisible-by D]
+//       the checkpoint the tracker names, resharded to N tensor-parallel ranks with its whole
+//       state (train/checkpoint_reshard.hpp), for pretrain_gpt --tensor-model-parallel-size N
+//       --load <new dir>; prints how to continue.
 // The command line is parsed by backend/ckpt/checkpoint_util_options.hpp.
 // Exit status as pretrain_gpt: 0 done, 2 a user error (one line naming the flag or file),
 // 3 an internal error.
@@ -23,6 +28,7 @@
 #include "backend/common/logging.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/checkpoint_conversion.hpp"
+#include "backend/train/checkpoint_reshard.hpp"
 
 namespace {
 
@@ -59,7 +65,42 @@ std::vector<std::string> model_flags(const backend::TrainingArguments& a) {
   return flags;
 }
 
+// --target-tensor-parallel-size: reshard, then say how to resume and what changed.
+int reshard(const backend::CheckpointUtilOptions& options,
+            const std::vector<std::string>& command_line) {
+  const auto result = backend::reshard_checkpoint(
+      {.load = options.load,
+       .save = options.save,
+       .target_tensor_parallel = options.target_tensor_parallel_size,
+       .make_vocab_size_divisible_by = options.make_vocab_size_divisible_by,
+       .command_line = command_line},
+      std::cout);
+  const backend::TrainingArguments& target = result.target_arguments;
+  const std::string what =
+      result.release ? std::string("the release checkpoint")
+                     : fmt::format("iteration {}", result.iteration);
+  std::cout << fmt::format(
+      " resharded {} of {} from --tensor-model-parallel-size {} to {} into {}; continue with\n"
+      "   pretrain_gpt <the run's flags> --tensor-model-parallel-size {} "
+      "--make-vocab-size-divisible-by {} --load {}\n",
+      what, options.load, result.source_tensor_parallel, target.tensor_model_parallel_size,
+      options.save, target.tensor_model_parallel_size, target.make_vocab_size_divisible_by,
+      options.save);
+  if (result.target_padded_vocab_size != result.source_padded_vocab_size) {
+    std::cout << fmt::format(
+        " note: the padded vocabulary changed from {} to {} rows; the padded logits are part of "
+        "the softmax, so the losses differ slightly from those the run would have had{}\n",
+        result.source_padded_vocab_size, result.target_padded_vocab_size,
+        result.divisor_keeping_padding > 0
+            ? fmt::format(" (--make-vocab-size-divisible-by {} keeps {} rows)",
+                          result.divisor_keeping_padding, result.source_padded_vocab_size)
+            : std::string());
+  }
+  return 0;
+}
+
 int run(const backend::CheckpointUtilOptions& options, const std::vector<std::string>& command_line) {
+  if (options.resharding()) return reshard(options, command_line);
   if (!options.load.empty()) {
     const auto model = backend::load_checkpoint_weights(options.load, std::cout);
     backend::export_hf(options.export_hf, model);

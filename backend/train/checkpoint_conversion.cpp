@@ -10,6 +10,7 @@
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
+#include "backend/train/checkpoint_reshard.hpp"
 #include "backend/train/trainer.hpp"
 
 namespace backend {
@@ -33,6 +34,8 @@ GptModel<float> load_checkpoint_weights(const std::filesystem::path& directory, 
     const CheckpointFileReader reader(tracked->file);
     arguments = arguments_from_checkpoint(reader.metadata(), reader.path());
   }
+  // A tensor-parallel checkpoint: its shards assembled into the one-process model.
+  if (arguments.tensor_model_parallel_size > 1) return load_whole_checkpoint_weights(directory, out);
   // Weights only: load_checkpoint reads no optimizer state with --finetune.
   arguments.load = directory.string();
   arguments.finetune = true;

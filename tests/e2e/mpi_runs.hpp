@@ -2,8 +2,10 @@
 // (mpirun --oversubscribe on the CI's two cores), and reading what the runs saved: the
 // parameters of a checkpoint as whole tensors, whatever tensor-parallel size wrote it (each
 // rank's mp_rank_XX shard put in place by the layout's shard_pieces), so runs of different
-// layouts can be compared weight by weight.
+// layouts can be compared weight by weight; and the flags of the tensor-parallel tests.
 #pragma once
+
+#include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstddef>
@@ -52,10 +54,11 @@ inline std::vector<float> as_floats(const std::vector<std::byte>& bytes) {
   return values;
 }
 
-// The parameters (not the optimizer's moments) of iteration `iteration` in the save directory
-// `save`, name → the whole tensor, assembled from every tensor-parallel rank's file.
+// The parameters of iteration `iteration` in the save directory `save` (with `prefix`, e.g.
+// "optimizer.exp_avg.", the tensors of that name instead: the optimizer's moments), parameter
+// name → the whole tensor, assembled from every tensor-parallel rank's file.
 inline std::map<std::string, std::vector<float>> whole_parameters(
-    const std::filesystem::path& save, int64_t iteration) {
+    const std::filesystem::path& save, int64_t iteration, const std::string& prefix = "") {
   const backend::CheckpointFileReader first(backend::checkpoint_file_path(save, iteration, 0));
   const backend::TrainingArguments arguments =
       backend::arguments_from_checkpoint(first.metadata(), first.path());
@@ -66,7 +69,7 @@ inline std::map<std::string, std::vector<float>> whole_parameters(
     const backend::ParameterLayout layout(config, tp, rank);
     const backend::CheckpointFileReader reader(backend::checkpoint_file_path(save, iteration, rank));
     for (const auto& tensor : layout.tensors()) {
-      const auto* entry = reader.find(tensor.name);
+      const auto* entry = reader.find(prefix + tensor.name);
       if (entry == nullptr) continue;
       const std::vector<float> shard = as_floats(reader.read_bytes(*entry));
       std::vector<float>& values = whole[tensor.name];
@@ -80,6 +83,52 @@ inline std::map<std::string, std::vector<float>> whole_parameters(
     }
   }
   return whole;
+}
+
+// The flags of the tensor-parallel end-to-end tests: a GPT-2-style model (hidden dropout) or a
+// Llama-style one (GQA, SwiGLU, RoPE, RMSNorm, no biases, untied output) of 2 layers, 20
+// iterations on mock data, saved to `save`. The vocabulary is padded to the same 384 rows at
+// every size (--make-vocab-size-divisible-by 128 / tp), as Megatron's padding to a multiple of
+// divisible_by × tp would otherwise give the TP=2 model 128 more (never used) rows.
+inline std::vector<std::string> tensor_parallel_training_flags(const std::string& style,
+                                                               int tensor_parallel,
+                                                               const std::filesystem::path& save) {
+  std::vector<std::string> flags = {
+      "--num-layers", "2", "--hidden-size", "64", "--seq-length", "32",
+      "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "20",
+      "--lr", "2e-3", "--lr-warmup-iters", "2", "--lr-decay-style", "cosine",
+      "--clip-grad", "1.0", "--vocab-size", "299", "--tokenizer-type", "NullTokenizer",
+      "--mock-data", "--log-interval", "1", "--eval-interval", "10", "--eval-iters", "1",
+      "--attention-dropout", "0", "--save", save.string(),
+      "--tensor-model-parallel-size", std::to_string(tensor_parallel),
+      "--make-vocab-size-divisible-by", std::to_string(128 / tensor_parallel)};
+  if (style == "llama") {
+    flags.insert(flags.end(), {"--num-attention-heads", "8", "--group-query-attention",
+                               "--num-query-groups", "2", "--swiglu", "--ffn-hidden-size", "96",
+                               "--position-embedding-type", "rope", "--normalization", "RMSNorm",
+                               "--disable-bias-linear", "--untie-embeddings-and-output-weights",
+                               "--hidden-dropout", "0"});
+  } else {
+    // Hidden dropout applies to activations every tensor-parallel rank holds whole: one
+    // process's masks.
+    flags.insert(flags.end(), {"--num-attention-heads", "4", "--hidden-dropout", "0.1"});
+  }
+  return flags;
+}
+
+// Every iteration of `losses` has the loss `expected` has for it, within 1e-6 relative; with
+// `all`, the two have the same iterations.
+inline void check_same_losses(const std::map<int, double>& losses,
+                              const std::map<int, double>& expected, bool all = true) {
+  if (all) REQUIRE(losses.size() == expected.size());
+  REQUIRE(!losses.empty());
+  for (const auto& entry : losses) {  // (clang 14: no CAPTURE of a structured binding)
+    const int iteration = entry.first;
+    CAPTURE(iteration);
+    REQUIRE(expected.count(iteration) == 1);
+    const double loss = expected.at(iteration);
+    CHECK(std::fabs(entry.second - loss) <= 1e-6 * std::fabs(loss));
+  }
 }
 
 // Whether element i of a linear_qkv bias is a key's: its gradient is zero in exact arithmetic

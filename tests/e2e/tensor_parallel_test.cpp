@@ -26,41 +26,13 @@
 
 namespace fs = std::filesystem;
 
+using test_support::check_same_losses;
+
 namespace {
 
 std::vector<std::string> training_flags(const std::string& style, int tensor_parallel,
                                         const fs::path& save) {
-  std::vector<std::string> flags = {
-      "--num-layers", "2", "--hidden-size", "64", "--seq-length", "32",
-      "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "20",
-      "--lr", "2e-3", "--lr-warmup-iters", "2", "--lr-decay-style", "cosine",
-      "--clip-grad", "1.0", "--vocab-size", "299", "--tokenizer-type", "NullTokenizer",
-      "--mock-data", "--log-interval", "1", "--eval-interval", "10", "--eval-iters", "1",
-      "--attention-dropout", "0", "--save", save.string(),
-      "--tensor-model-parallel-size", std::to_string(tensor_parallel),
-      "--make-vocab-size-divisible-by", std::to_string(128 / tensor_parallel)};
-  if (style == "llama") {
-    flags.insert(flags.end(), {"--num-attention-heads", "8", "--group-query-attention",
-                               "--num-query-groups", "2", "--swiglu", "--ffn-hidden-size", "96",
-                               "--position-embedding-type", "rope", "--normalization", "RMSNorm",
-                               "--disable-bias-linear", "--untie-embeddings-and-output-weights",
-                               "--hidden-dropout", "0"});
-  } else {
-    // Hidden dropout applies to activations every tensor-parallel rank holds whole: one
-    // process's masks.
-    flags.insert(flags.end(), {"--num-attention-heads", "4", "--hidden-dropout", "0.1"});
-  }
-  return flags;
-}
-
-void check_same_losses(const std::map<int, double>& losses, const std::map<int, double>& expected) {
-  REQUIRE(losses.size() == expected.size());
-  for (const auto& entry : expected) {  // (clang 14: no CAPTURE of a structured binding)
-    const int iteration = entry.first;
-    const double loss = entry.second;
-    CAPTURE(iteration);
-    CHECK(std::fabs(losses.at(iteration) - loss) <= 1e-6 * std::fabs(loss));
-  }
+  return test_support::tensor_parallel_training_flags(style, tensor_parallel, save);
 }
 
 }  // namespace
@@ -139,12 +111,15 @@ TEST_CASE("a TP=2 checkpoint resumes at TP=2 with the uninterrupted losses; anot
     CHECK(entry.second == expected.at(iteration));  // bit for bit: the same layout
   }
 
-  // One process with the TP=2 save: refused, naming both sizes and the resharding tool.
+  // One process with the TP=2 save: refused, naming both sizes and the resharding command
+  // (tests/e2e/checkpoint_reshard_test.cpp runs it).
   auto one_process = training_flags("gpt2", 1, directory.path / "other");
   one_process.insert(one_process.end(), {"--load", save.string()});
   const fs::path refused_log = directory.path / "refused.log";
   CHECK(test_support::run_pretrain(1, one_process, refused_log) != 0);
   const std::string refused = test_support::read_file(refused_log);
   CHECK(refused.find("was saved with --tensor-model-parallel-size 2") != std::string::npos);
-  CHECK(refused.find("checkpoint_util --target-tensor-parallel-size 1") != std::string::npos);
+  CHECK(refused.find("checkpoint_util --load " + save.string() +
+                     " --save NEWDIR --target-tensor-parallel-size 1 "
+                     "--make-vocab-size-divisible-by 128, then --load NEWDIR") != std::string::npos);
 }

@@ -1,5 +1,6 @@
-// checkpoint_util's command line: both directions, --replace-training-tracker, and every misuse
-// a clear common::Error, with nothing read or written (parse_checkpoint_util_arguments).
+// checkpoint_util's command line: both Hugging Face directions, --replace-training-tracker,
+// resharding (--target-tensor-parallel-size), and every misuse a clear common::Error, with
+// nothing read or written (parse_checkpoint_util_arguments).
 #include "backend/ckpt/checkpoint_util_options.hpp"
 
 #include <doctest/doctest.h>
@@ -31,6 +32,21 @@ TEST_CASE("checkpoint_util's command line") {
   CHECK(importing->save == "ckpt");
   CHECK(importing->replace_training_tracker);
   CHECK_FALSE(parse({"--import-hf", "hf", "--save", "ckpt"})->replace_training_tracker);
+  CHECK_FALSE(exporting->resharding());
+  const auto resharding = parse({"--load", "ckpt", "--save", "out", "--target-tensor-parallel-size",
+                                 "4", "--target-pipeline-parallel-size", "1",
+                                 "--make-vocab-size-divisible-by", "32"});
+  REQUIRE(resharding);
+  CHECK(resharding->resharding());
+  CHECK(resharding->load == "ckpt");
+  CHECK(resharding->save == "out");
+  CHECK(resharding->target_tensor_parallel_size == 4);
+  CHECK(resharding->target_pipeline_parallel_size == 1);
+  CHECK(resharding->make_vocab_size_divisible_by == 32);
+  const auto defaults = parse({"--load", "ckpt", "--save", "out", "--target-tensor-parallel-size", "1"});
+  REQUIRE(defaults);
+  CHECK(defaults->make_vocab_size_divisible_by == 0);  // the checkpoint's
+  CHECK(defaults->target_pipeline_parallel_size == 1);
 
   const std::vector<std::pair<std::vector<const char*>, const char*>> misuses = {
       {{}, "nothing to do"},
@@ -40,6 +56,18 @@ TEST_CASE("checkpoint_util's command line") {
       {{"--load", "x", "--export-hf", "y", "--import-hf", "z", "--save", "w"}, "excludes"},
       {{"--frobnicate"}, "unknown argument --frobnicate"},
       {{"--load"}, "--load"},
+      {{"--load", "x", "--save", "y"}, "--load requires --export-hf DIR (export to Hugging Face), or --save DIR with --target-tensor-parallel-size N"},
+      {{"--load", "x", "--target-tensor-parallel-size", "2"}, "--target-tensor-parallel-size requires --load (the checkpoint to reshard) and --save"},
+      {{"--load", "x", "--save", "y", "--target-tensor-parallel-size", "0"}, "--target-tensor-parallel-size"},
+      {{"--load", "x", "--save", "y", "--target-tensor-parallel-size", "two"}, "--target-tensor-parallel-size"},
+      {{"--load", "x", "--save", "y", "--target-tensor-parallel-size", "2", "--target-pipeline-parallel-size", "2"},
+       "--target-pipeline-parallel-size 2: pipeline parallelism is not built"},
+      {{"--load", "x", "--save", "y", "--target-tensor-parallel-size", "2", "--make-vocab-size-divisible-by", "0"},
+       "--make-vocab-size-divisible-by"},
+      {{"--load", "x", "--export-hf", "y", "--target-tensor-parallel-size", "2"}, "excludes"},
+      {{"--import-hf", "x", "--save", "y", "--target-tensor-parallel-size", "2"}, "excludes"},
+      {{"--load", "x", "--export-hf", "y", "--make-vocab-size-divisible-by", "64"},
+       "--make-vocab-size-divisible-by requires --target-tensor-parallel-size"},
   };
   // Not a structured binding: clang 14 (the asan preset) cannot capture one in CAPTURE's lambda.
   for (const auto& misuse : misuses) {

@@ -57,6 +57,12 @@ TEST_CASE("bytes per parameter, and what recompute and stored scores change") {
         plain.activations_bytes / 3);
   const auto conversion = common::estimate_conversion_memory(gpt2_small());
   CHECK(conversion.total_bytes() == doctest::Approx(8 * conversion.parameters));
+  // Resharding: the whole weights and moments, and one target rank's share of them.
+  const auto reshard = common::estimate_reshard_memory(gpt2_small(), true, 4);
+  CHECK(reshard.parameters == conversion.parameters);
+  CHECK(reshard.total_bytes() == doctest::Approx(12 * 1.25 * reshard.parameters));
+  CHECK(common::estimate_reshard_memory(gpt2_small(), false, 1).total_bytes() ==
+        doctest::Approx(8 * reshard.parameters));
 }
 
 TEST_CASE("tensor, sequence and data parallelism divide what each rank holds") {

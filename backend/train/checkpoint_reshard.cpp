@@ -1,0 +1,514 @@
+// Resharding a checkpoint to another tensor-parallel size; see checkpoint_reshard.hpp.
+// Reference: Megatron-LM tools/checkpoint/loader_megatron.py (the shards concatenated whole),
+// saver_megatron.py / saver_base.py (pad_weight, torch.chunk into the target's shards).
+#include "backend/train/checkpoint_reshard.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <span>
+#include <stdexcept>
+#include <system_error>
+#include <unordered_set>
+#include <utility>
+
+#include "backend/ckpt/checkpoint.hpp"
+#include "backend/ckpt/checkpoint_file.hpp"
+#include "backend/common/error.hpp"
+#include "backend/common/memory_estimate.hpp"
+#include "backend/model/gpt_config.hpp"
+#include "backend/model/parameter_layout.hpp"
+#include "backend/train/checkpoint_arguments.hpp"
+#include "backend/train/trainer.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace backend {
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "(";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + (shape.size() == 1 ? ",)" : ")");
+}
+
+int64_t saved_tensor_parallel_size(const CheckpointMetadata& metadata) {
+  return metadata.has("tensor_parallel")
+             ? metadata.get<int64_t>(metadata.section("tensor_parallel"), "size")
+             : 1;
+}
+
+// The checkpoint to reshard: every rank's file open, the arguments and the model they describe.
+struct Source {
+  TrackedCheckpoint tracked;
+  std::vector<std::unique_ptr<CheckpointFileReader>> readers;  // by tensor-parallel rank
+  TrainingArguments arguments;
+  GptConfig config;
+  int64_t tensor_parallel = 1;
+  bool optimizer_state = false;
+};
+
+// Everything of rank 0's metadata but its "tensor_parallel" must be rank r's too: the shards
+// of one save share the iteration, the samples, the optimizer and scheduler state, the RNG.
+void check_same_metadata(const CheckpointFileReader& first, const CheckpointFileReader& other) {
+  json a = first.metadata();
+  json b = other.metadata();
+  a.erase("tensor_parallel");
+  b.erase("tensor_parallel");
+  if (a == b) return;
+  std::string key = "?";
+  for (const auto& [name, value] : a.items()) {
+    if (!b.contains(name) || b[name] != value) {
+      key = name;
+      break;
+    }
+  }
+  if (key == "?") {
+    for (const auto& [name, value] : b.items()) {
+      if (!a.contains(name)) {
+        key = name;
+        break;
+      }
+    }
+  }
+  common::fail("checkpoint {}: its metadata differs from {}'s in '{}': the shards of one "
+               "checkpoint are saved together, so these are not (was a file copied in from "
+               "another run or iteration?)",
+               other.path().string(), first.path().string(), key);
+}
+
+Source open_source(const fs::path& directory) {
+  Source source;
+  const auto tracked = read_checkpoint_tracker(directory);
+  if (!tracked) {
+    common::fail("--load {} holds no checkpoint: {} is missing (is it the --save directory of a "
+                 "training run?)", directory.string(), checkpoint_tracker_path(directory).string());
+  }
+  source.tracked = *tracked;
+  if (!fs::is_regular_file(tracked->file)) {
+    common::fail("--load {}: {} names {}, which does not exist",
+                 directory.string(), checkpoint_tracker_path(directory).string(),
+                 tracked->file.string());
+  }
+  source.readers.push_back(std::make_unique<CheckpointFileReader>(tracked->file));
+  const CheckpointFileReader& first = *source.readers.front();
+  const CheckpointMetadata metadata(first.metadata(), first.path());
+  source.tensor_parallel = saved_tensor_parallel_size(metadata);
+  source.arguments = arguments_from_checkpoint(first.metadata(), first.path());
+  if (source.arguments.tensor_model_parallel_size != source.tensor_parallel) {
+    common::fail("checkpoint {}: its metadata says tensor-parallel size {} but its arguments "
+                 "--tensor-model-parallel-size {} (the file was not written by this backend's "
+                 "save_checkpoint)", first.path().string(), source.tensor_parallel,
+                 source.arguments.tensor_model_parallel_size);
+  }
+  if (!tracked->release) {
+    const auto iteration = metadata.get<int64_t>("iteration");
+    if (iteration != tracked->iteration) {
+      common::fail("checkpoint {} holds iteration {}, but the tracker {} says {}",
+                   first.path().string(), iteration,
+                   checkpoint_tracker_path(directory).string(), tracked->iteration);
+    }
+  }
+  for (int64_t rank = 1; rank < source.tensor_parallel; ++rank) {
+    const fs::path file = checkpoint_rank_file(*tracked, rank);
+    if (!fs::is_regular_file(file)) {
+      common::fail("--load {}: {} is missing: the checkpoint {} was saved with "
+                   "--tensor-model-parallel-size {}, and resharding needs every one of its "
+                   "shards mp_rank_00..mp_rank_{:02d}",
+                   directory.string(), file.string(), tracked->file.parent_path().parent_path().string(),
+                   source.tensor_parallel, source.tensor_parallel - 1);
+    }
+    source.readers.push_back(std::make_unique<CheckpointFileReader>(file));
+  }
+  for (int64_t rank = 0; rank < source.tensor_parallel; ++rank) {
+    const CheckpointFileReader& reader = *source.readers[static_cast<size_t>(rank)];
+    const CheckpointMetadata rank_metadata(reader.metadata(), reader.path());
+    const int64_t size = saved_tensor_parallel_size(rank_metadata);
+    const int64_t saved_rank =
+        rank_metadata.has("tensor_parallel")
+            ? rank_metadata.get<int64_t>(rank_metadata.section("tensor_parallel"), "rank")
+            : 0;
+    if (size != source.tensor_parallel || saved_rank != rank) {
+      common::fail("checkpoint {} is the file of tensor-parallel rank {} of {}, but it records "
+                   "rank {} of {}: the shard files were moved or mixed up",
+                   reader.path().string(), rank, source.tensor_parallel, saved_rank, size);
+    }
+    if (rank > 0) check_same_metadata(first, reader);
+  }
+  source.config = model_config(source.arguments);
+  const auto padded = metadata.get<int64_t>("padded_vocab_size");
+  if (padded != source.config.padded_vocab_size) {
+    common::fail("checkpoint {}: its padded vocabulary is {} rows, but its arguments give {} "
+                 "(the file was not written by this backend's save_checkpoint)",
+                 first.path().string(), padded, source.config.padded_vocab_size);
+  }
+  source.optimizer_state = metadata.has("optimizer");
+  return source;
+}
+
+// Reads `name` from `reader` into `destination`, whose shape the layout says it has.
+void read_shard(const CheckpointFileReader& reader, const std::string& name,
+                const std::vector<int64_t>& shape, int64_t tensor_parallel,
+                std::span<float> destination) {
+  const TensorEntry* entry = reader.find(name);
+  if (entry == nullptr) {
+    common::fail("checkpoint {} has no tensor '{}', which the model its arguments describe has",
+                 reader.path().string(), name);
+  }
+  if (entry->shape != shape) {
+    common::fail("checkpoint {}: tensor '{}' has the shape {}, where the model its arguments "
+                 "describe has {} at --tensor-model-parallel-size {}",
+                 reader.path().string(), name, shape_text(entry->shape), shape_text(shape),
+                 tensor_parallel);
+  }
+  reader.read(*entry, destination);
+}
+
+// A file holding a tensor the model does not have is not what its arguments describe.
+void check_no_other_tensors(const CheckpointFileReader& reader, const ParameterLayout& layout,
+                            bool optimizer_state) {
+  std::unordered_set<std::string> names;
+  for (const auto& tensor : layout.tensors()) names.insert(tensor.name);
+  for (const TensorEntry& entry : reader.tensors()) {
+    std::string name = entry.name;
+    for (const char* prefix : {kCheckpointExpAvgPrefix, kCheckpointExpAvgSqPrefix}) {
+      if (optimizer_state && name.starts_with(prefix)) {
+        name = name.substr(std::string(prefix).size());
+        break;
+      }
+    }
+    if (names.count(name) == 0) {
+      common::fail("checkpoint {} holds the tensor '{}', which the model its arguments describe "
+                   "does not have", reader.path().string(), entry.name);
+    }
+  }
+}
+
+// The whole model: parameters and moments in the unsharded layout's flat order.
+struct WholeState {
+  std::vector<float> parameters, exp_avg, exp_avg_sq;
+};
+
+// The names a buffer's tensors have in a file: the parameter's, or with a moment's prefix.
+struct StatePart {
+  const char* prefix;
+  std::vector<float> WholeState::*buffer;
+};
+constexpr StatePart kParameters{"", &WholeState::parameters};
+constexpr StatePart kMoments[] = {{kCheckpointExpAvgPrefix, &WholeState::exp_avg},
+                                  {kCheckpointExpAvgSqPrefix, &WholeState::exp_avg_sq}};
+
+std::vector<StatePart> state_parts(bool optimizer_state) {
+  std::vector<StatePart> parts = {kParameters};
+  if (optimizer_state) parts.insert(parts.end(), std::begin(kMoments), std::end(kMoments));
+  return parts;
+}
+
+// Every source shard put in its place in the whole tensors (Megatron's loader concatenates
+// them; here each shard's pieces, shard_pieces, are copied where the layout says); the moments
+// too with `moments` (when the checkpoint has them).
+WholeState assemble(const Source& source, const ParameterLayout& whole, bool moments) {
+  WholeState state;
+  const auto parts = state_parts(moments && source.optimizer_state);
+  for (const StatePart& part : parts) (state.*part.buffer).resize(static_cast<size_t>(whole.numel()));
+  std::vector<float> shard;
+  for (int64_t rank = 0; rank < source.tensor_parallel; ++rank) {
+    const CheckpointFileReader& reader = *source.readers[static_cast<size_t>(rank)];
+    const ParameterLayout layout(source.config, source.tensor_parallel, rank);
+    check_no_other_tensors(reader, layout, source.optimizer_state);
+    for (const ParameterTensor& tensor : layout.tensors()) {
+      const ParameterTensor& target = whole.tensor(tensor.name);
+      shard.resize(static_cast<size_t>(tensor.numel));
+      for (const StatePart& part : parts) {
+        read_shard(reader, part.prefix + tensor.name, tensor.shape, source.tensor_parallel, shard);
+        float* values = (state.*part.buffer).data() + target.offset;
+        for (const ShardPiece& piece : shard_pieces(tensor, source.tensor_parallel, rank)) {
+          std::memcpy(values + piece.full_offset, shard.data() + piece.shard_offset,
+                      static_cast<size_t>(piece.numel) * sizeof(float));
+        }
+      }
+    }
+  }
+  return state;
+}
+
+// Elements [first, first + count) of the target's whole tensor (shape `target_shape`), from the
+// source's whole tensor at `source` (shape `source_shape`): the same elements where the shapes
+// agree; a vocabulary table whose rows differ keeps the source's first rows and repeats its
+// last row below them (Megatron's pad_weight).
+void copy_whole_range(const float* source, const std::vector<int64_t>& source_shape,
+                      const std::vector<int64_t>& target_shape, int64_t first, int64_t count,
+                      float* destination) {
+  if (source_shape == target_shape) {
+    std::memcpy(destination, source + first, static_cast<size_t>(count) * sizeof(float));
+    return;
+  }
+  const int64_t columns = target_shape[1];
+  const int64_t source_rows = source_shape[0];
+  for (int64_t done = 0; done < count;) {
+    const int64_t row = (first + done) / columns;
+    const int64_t column = (first + done) % columns;
+    const int64_t run = std::min(count - done, columns - column);
+    const int64_t source_row = std::min(row, source_rows - 1);
+    std::memcpy(destination + done, source + source_row * columns + column,
+                static_cast<size_t>(run) * sizeof(float));
+    done += run;
+  }
+}
+
+// The tensors of target rank `rank`: each whole tensor's pieces (shard_pieces of the target
+// layout) copied from the whole state into `storage` (the parameters, then the moments), listed
+// in save_checkpoint's order: every parameter, then each parameter's two moments.
+CheckpointRankFile target_rank_file(const WholeState& state, const ParameterLayout& source_whole,
+                                    const GptConfig& target_config, int64_t target_tensor_parallel,
+                                    int64_t rank, bool optimizer_state, const json& metadata,
+                                    std::vector<float>& storage) {
+  const ParameterLayout layout(target_config, target_tensor_parallel, rank);
+  const auto parts = state_parts(optimizer_state);
+  const auto numel = static_cast<size_t>(layout.numel());
+  storage.assign(numel * parts.size(), 0.0f);
+  std::vector<std::vector<CheckpointTensor>> part_tensors(parts.size());
+  for (size_t p = 0; p < parts.size(); ++p) {
+    float* part_storage = storage.data() + p * numel;
+    for (const ParameterTensor& tensor : layout.tensors()) {
+      const ParameterTensor& source = source_whole.tensor(tensor.name);
+      const float* source_values = (state.*parts[p].buffer).data() + source.offset;
+      float* shard = part_storage + tensor.offset;
+      for (const ShardPiece& piece : shard_pieces(tensor, target_tensor_parallel, rank)) {
+        copy_whole_range(source_values, source.shape, tensor.full_shape, piece.full_offset,
+                         piece.numel, shard + piece.shard_offset);
+      }
+      part_tensors[p].push_back({parts[p].prefix + tensor.name, tensor.shape,
+                                 std::span<const float>(shard, static_cast<size_t>(tensor.numel))});
+    }
+  }
+  CheckpointRankFile file;
+  file.metadata = metadata;
+  file.tensors = std::move(part_tensors[0]);
+  for (size_t t = 0; optimizer_state && t < layout.tensors().size(); ++t) {
+    file.tensors.push_back(part_tensors[1][t]);
+    file.tensors.push_back(part_tensors[2][t]);
+  }
+  return file;
+}
+
+// Only the vocabulary tables may differ between the whole source and target models, and only
+// in their rows; a cut may drop padding rows only.
+void check_vocabulary_change(const ParameterLayout& source_whole, const ParameterLayout& target_whole,
+                             const GptConfig& target_config, const fs::path& file) {
+  for (const ParameterTensor& tensor : target_whole.tensors()) {
+    const ParameterTensor& source = source_whole.tensor(tensor.name);
+    if (source.shape == tensor.shape) continue;
+    const bool vocabulary = tensor.name == "embedding.word_embeddings.weight" ||
+                            tensor.name == "output_layer.weight";
+    if (!vocabulary || source.shape.size() != 2 || source.shape[1] != tensor.shape[1]) {
+      throw std::logic_error(fmt::format("resharding changes the shape of '{}' from {} to {}",
+                                         tensor.name, shape_text(source.shape),
+                                         shape_text(tensor.shape)));
+    }
+    if (tensor.shape[0] < target_config.vocab_size) {
+      common::fail("checkpoint {}: cutting '{}' to {} rows would drop rows of the tokenizer's {} "
+                   "tokens; pass a --make-vocab-size-divisible-by that pads to at least {}",
+                   file.string(), tensor.name, tensor.shape[0], target_config.vocab_size,
+                   target_config.vocab_size);
+    }
+  }
+}
+
+bool same_directory(const fs::path& a, const fs::path& b) {
+  std::error_code error;
+  if (fs::exists(a, error) && fs::exists(b, error)) {
+    const bool same = fs::equivalent(a, b, error);
+    if (!error) return same;
+  }
+  return fs::weakly_canonical(a, error) == fs::weakly_canonical(b, error);
+}
+
+// The metadata of the target's files, rank aside: the source's, with the target's size and
+// vocabulary in it, and where it came from.
+json target_metadata(const json& source_metadata, const Source& source,
+                     const GptConfig& target_config, const TrainingArguments& target_arguments,
+                     const ReshardOptions& options) {
+  json metadata = source_metadata;
+  metadata["padded_vocab_size"] = target_config.padded_vocab_size;
+  metadata["arguments"]["tensor_model_parallel_size"] = target_arguments.tensor_model_parallel_size;
+  metadata["arguments"]["make_vocab_size_divisible_by"] =
+      target_arguments.make_vocab_size_divisible_by;
+  // The arguments dump (text, as pretrain_gpt prints it) of a run at the target's size.
+  if (metadata.contains("args") && metadata["args"].is_object()) {
+    json& args = metadata["args"];
+    args["tensor_model_parallel_size"] = std::to_string(target_arguments.tensor_model_parallel_size);
+    args["make_vocab_size_divisible_by"] =
+        std::to_string(target_arguments.make_vocab_size_divisible_by);
+    if (target_arguments.tensor_model_parallel_size == 1 && args.contains("sequence_parallel")) {
+      args["sequence_parallel"] = "False";  // Megatron switches it off at tp 1
+    }
+    if (args.contains("data_parallel_size") && args["data_parallel_size"].is_string()) {
+      const std::string text = args["data_parallel_size"].get<std::string>();
+      int64_t data_parallel = 0;
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), data_parallel);
+      if (error == std::errc() && end == text.data() + text.size() && data_parallel > 0) {
+        args["world_size"] =
+            std::to_string(data_parallel * target_arguments.tensor_model_parallel_size);
+      }
+    }
+  }
+  metadata["resharded"] = {{"from_tensor_parallel_size", source.tensor_parallel},
+                           {"from_padded_vocab_size", source.config.padded_vocab_size},
+                           {"command_line", options.command_line}};
+  return metadata;
+}
+
+}  // namespace
+
+GptModel<float> load_whole_checkpoint_weights(const fs::path& directory, std::ostream& out) {
+  const Source source = open_source(directory);
+  const CheckpointFileReader& first = *source.readers.front();
+  if (source.tracked.release) {
+    out << fmt::format(" loading release checkpoint from {}\n", directory.string());
+  } else {
+    out << fmt::format(" loading checkpoint from {} at iteration {}\n", directory.string(),
+                       source.tracked.iteration);
+  }
+  common::require_memory_fits(common::estimate_conversion_memory(model_shape(source.config)),
+                              common::available_memory(),
+                              fmt::format("{}: the model its arguments describe", first.path().string()),
+                              "Convert it on a machine with more memory.");
+  const ParameterLayout whole(source.config);
+  const WholeState state = assemble(source, whole, false);
+  GptModel<float> model(source.config);
+  model.copy_parameters_from_host(state.parameters);
+  out << fmt::format("  successfully loaded the weights of {} from its {} tensor-parallel shard "
+                     "file(s), assembled whole\n", directory.string(), source.tensor_parallel);
+  out.flush();
+  return model;
+}
+
+int64_t divisor_keeping_padding(int64_t vocab_size, int64_t padded_vocab_size, int64_t divisor,
+                                int64_t from_tensor_parallel, int64_t tensor_parallel) {
+  auto keeps = [&](int64_t candidate) {
+    return candidate > 0 &&
+           backend::padded_vocab_size(vocab_size, candidate, tensor_parallel) == padded_vocab_size;
+  };
+  if ((divisor * from_tensor_parallel) % tensor_parallel == 0 &&
+      keeps(divisor * from_tensor_parallel / tensor_parallel)) {
+    return divisor * from_tensor_parallel / tensor_parallel;
+  }
+  if (padded_vocab_size % tensor_parallel == 0 && keeps(padded_vocab_size / tensor_parallel)) {
+    return padded_vocab_size / tensor_parallel;
+  }
+  return 0;
+}
+
+ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& out) {
+  const int64_t target_tp = options.target_tensor_parallel;
+  if (target_tp < 1) {
+    common::fail("--target-tensor-parallel-size must be at least 1, got {}", target_tp);
+  }
+  if (same_directory(options.load, options.save)) {
+    common::fail("--save {} is the --load directory: resharding writes a new checkpoint beside "
+                 "the original; pass another --save", options.save.string());
+  }
+
+  // Read and check everything the source says before anything is written.
+  Source source = open_source(options.load);
+  const CheckpointFileReader& first = *source.readers.front();
+  if (source.tracked.release) {
+    out << fmt::format(" loading release checkpoint from {}\n", options.load.string());
+  } else {
+    out << fmt::format(" loading checkpoint from {} at iteration {}\n", options.load.string(),
+                       source.tracked.iteration);
+  }
+  TrainingArguments target_arguments = source.arguments;
+  target_arguments.tensor_model_parallel_size = target_tp;
+  if (options.make_vocab_size_divisible_by > 0) {
+    target_arguments.make_vocab_size_divisible_by = options.make_vocab_size_divisible_by;
+  }
+  const GptConfig target_config = model_config(target_arguments);
+  try {
+    check_tensor_parallel(target_config, target_tp);
+  } catch (const common::Error& error) {
+    common::fail("--target-tensor-parallel-size {}: the model of {} cannot be split over {} "
+                 "ranks: {}", target_tp, first.path().string(), target_tp, error.what());
+  }
+  const ParameterLayout source_whole(source.config);
+  const ParameterLayout target_whole(target_config);
+  check_vocabulary_change(source_whole, target_whole, target_config, first.path());
+
+  GptConfig largest = source.config;
+  largest.padded_vocab_size = std::max(source.config.padded_vocab_size, target_config.padded_vocab_size);
+  common::require_memory_fits(
+      common::estimate_reshard_memory(model_shape(largest), source.optimizer_state, target_tp),
+      common::available_memory(),
+      fmt::format("resharding {}: the model its arguments describe", first.path().string()),
+      "Reshard it on a machine with more memory.");
+
+  // One writer in OUT from here on, and no checkpoint there to replace.
+  const common::ExclusiveFileLock save_lock = lock_save_directory(options.save);
+  if (const auto existing = read_checkpoint_tracker(options.save)) {
+    common::fail("--save {} holds a checkpoint already (its tracker {} names {}): resharding "
+                 "writes a new checkpoint directory; pass an empty or new --save",
+                 options.save.string(), checkpoint_tracker_path(options.save).string(),
+                 existing->release ? std::string("release")
+                                   : fmt::format("iteration {}", existing->iteration));
+  }
+
+  out << fmt::format(" > resharding from tensor-parallel size {} to {}{}\n", source.tensor_parallel,
+                     target_tp,
+                     source.optimizer_state ? " (parameters and optimizer state)"
+                                            : " (parameters; the checkpoint has no optimizer state)");
+  const int64_t source_rows = source.config.padded_vocab_size;
+  const int64_t target_rows = target_config.padded_vocab_size;
+  const int64_t keeping = divisor_keeping_padding(
+      source.config.vocab_size, source_rows, source.arguments.make_vocab_size_divisible_by,
+      source.tensor_parallel, target_tp);
+  if (target_rows != source_rows) {
+    out << fmt::format(
+        " > padded vocabulary: {} rows at tensor-parallel size {} (--make-vocab-size-divisible-by "
+        "{}), {} at {} (--make-vocab-size-divisible-by {}): {}{}\n",
+        source_rows, source.tensor_parallel, source.arguments.make_vocab_size_divisible_by,
+        target_rows, target_tp, target_arguments.make_vocab_size_divisible_by,
+        target_rows < source_rows
+            ? fmt::format("padding rows {}..{} dropped", target_rows, source_rows - 1)
+            : fmt::format("rows {}..{} added as copies of row {} (weights and moments, as "
+                          "Megatron's saver pads)", source_rows, target_rows - 1, source_rows - 1),
+        keeping > 0 ? fmt::format("; --make-vocab-size-divisible-by {} keeps {} rows", keeping,
+                                  source_rows)
+                    : std::string());
+  }
+  out.flush();
+
+  const WholeState state = assemble(source, source_whole, true);
+  const json metadata =
+      target_metadata(first.metadata(), source, target_config, target_arguments, options);
+  std::vector<float> storage;
+  write_checkpoint_files(
+      options.save, source.tracked.iteration, source.tracked.release, target_tp,
+      [&](int64_t rank) {
+        json rank_metadata = metadata;
+        rank_metadata["tensor_parallel"] = {{"size", target_tp}, {"rank", rank}};
+        return target_rank_file(state, source_whole, target_config, target_tp, rank,
+                                source.optimizer_state, rank_metadata, storage);
+      },
+      out);
+
+  ReshardResult result;
+  result.iteration = source.tracked.iteration;
+  result.release = source.tracked.release;
+  result.source_tensor_parallel = source.tensor_parallel;
+  result.source_padded_vocab_size = source_rows;
+  result.target_padded_vocab_size = target_rows;
+  result.divisor_keeping_padding = keeping;
+  result.optimizer_state = source.optimizer_state;
+  result.target_arguments = target_arguments;
+  return result;
+}
+
+}  // namespace backend

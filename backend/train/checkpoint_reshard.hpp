@@ -1,0 +1,84 @@
+// Resharding a checkpoint to another tensor-parallel size, for checkpoint_util
+// --target-tensor-parallel-size (Megatron-LM's tools/checkpoint/convert.py with
+// loader_megatron.py and saver_megatron.py, whose flags it takes). The checkpoint DIR's tracker
+// names is read from all T of its mp_rank_XX files; every tensor (the parameters and, where the
+// checkpoint has them, AdamW's two moments) is assembled whole by the source layout
+// (ParameterLayout(config, T, rank) and shard_pieces) and cut into the N target ranks' shards;
+// the rest of the state (iteration, consumed samples, optimizer step, loss scaler, scheduler,
+// dropout RNG) is carried over unchanged, so pretrain_gpt --tensor-model-parallel-size N --load
+// OUT resumes the run. Megatron's converter saves weights only (--no-save-optim, --no-save-rng);
+// this one keeps the whole state.
+//
+// The padded vocabulary depends on the tensor-parallel size (a multiple of
+// --make-vocab-size-divisible-by × tp). The target's is computed as Megatron's saver computes
+// it: the tokenizer's size (its true_vocab_size) padded with the checkpoint's divisor (or
+// `make_vocab_size_divisible_by` when given) × N. The rows of the word embedding and of
+// output_layer (and their moments) are then cut to it, or padded to it with copies of the last
+// source row, as Megatron's saver pads (pad_weight: "replicating final entry"); the moments of
+// the added rows are copies too, so each added row is a clone of that row in every state. A
+// cut that would drop a row below the tokenizer's size is refused.
+//
+// Here, not in backend/ckpt, because the layout comes from pretrain_gpt's arguments
+// (checkpoint_arguments.hpp, model_config in trainer.hpp); writing the files is backend/ckpt's
+// write_checkpoint_files (crash-safe, as the trainer saves).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "backend/model/gpt_model.hpp"
+#include "backend/train/arguments.hpp"
+
+namespace backend {
+
+struct ReshardOptions {
+  std::filesystem::path load;  // the checkpoint directory (its tracker names what is resharded)
+  std::filesystem::path save;  // the new checkpoint directory: not `load`, and without a tracker
+  int64_t target_tensor_parallel = 1;
+  int64_t make_vocab_size_divisible_by = 0;  // the target's; 0: the checkpoint's
+  std::vector<std::string> command_line{};   // recorded in the metadata ("resharded")
+};
+
+struct ReshardResult {
+  int64_t iteration = 0;
+  bool release = false;
+  int64_t source_tensor_parallel = 1;
+  int64_t source_padded_vocab_size = 0;
+  int64_t target_padded_vocab_size = 0;
+  // The target --make-vocab-size-divisible-by that would have kept the source's padded
+  // vocabulary (divisor_keeping_padding), 0 when none does.
+  int64_t divisor_keeping_padding = 0;
+  bool optimizer_state = false;       // the moments were carried (the source had them)
+  TrainingArguments target_arguments;  // the checkpoint's arguments, as the target records them
+};
+
+// Reshards the checkpoint options.load's tracker names into options.save (holding its save
+// lock while it writes): an iteration becomes the same iteration there, a release a release.
+// Progress lines go to `out`. Everything is checked before anything is written, each failure a
+// common::Error naming the flag or file: no tracker, a missing or inconsistent shard file, a
+// tensor that does not fit the checkpoint's own arguments, a target size that does not divide
+// the heads, query groups, --ffn-hidden-size or the padded vocabulary (check_tensor_parallel's
+// messages), --save being --load or holding a checkpoint already, a model too big for this
+// machine's memory (common::require_memory_fits).
+ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& out);
+
+// The weights of the checkpoint DIR's tracker names, assembled whole from the files of however
+// many tensor-parallel ranks saved it, in the one-process model of its arguments, with the
+// padded vocabulary its files hold (the saving size's); the optimizer state is not read. For
+// checkpoint_util --export-hf (checkpoint_conversion.hpp's load_checkpoint_weights) of a
+// tensor-parallel run. Refused as reshard_checkpoint refuses a bad source, and when the
+// weights, twice (model and files), exceed this machine's memory.
+GptModel<float> load_whole_checkpoint_weights(const std::filesystem::path& directory,
+                                              std::ostream& out);
+
+// The --make-vocab-size-divisible-by under which `tensor_parallel` ranks pad `vocab_size`
+// tokens to exactly `padded_vocab_size` rows: `divisor` × `from_tensor_parallel` /
+// `tensor_parallel` when that is a whole number that does, else padded / tensor_parallel when
+// that does, else 0 (none does). checkpoint_util suggests it to keep a checkpoint's padding.
+int64_t divisor_keeping_padding(int64_t vocab_size, int64_t padded_vocab_size, int64_t divisor,
+                                int64_t from_tensor_parallel, int64_t tensor_parallel);
+
+}  // namespace backend
