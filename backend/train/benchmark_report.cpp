@@ -65,7 +65,8 @@ BenchmarkSummary summarize_benchmark(const TrainingArguments& a, int64_t padded_
   const double seconds = summary.median_step_ms / 1000.0;
   summary.tokens_per_second =
       static_cast<double>(a.global_batch_size * a.seq_length) / seconds;
-  summary.tflops_per_device = megatron_flops_per_iteration(a, padded_vocab_size) / seconds / 1e12;
+  summary.tflops_per_device = megatron_flops_per_iteration(a, padded_vocab_size) / seconds / 1e12 /
+                              static_cast<double>(std::max<int64_t>(a.world_size, 1));
   summary.peak_flops = peak_flops;
   summary.mfu = peak_flops > 0 ? summary.tflops_per_device * 1e12 / peak_flops : 0;
   rusage usage{};
@@ -83,9 +84,12 @@ void write_benchmark_json(const std::filesystem::path& file, const TrainingArgum
                  {"seq_length", a.seq_length}, {"padded_vocab_size", padded_vocab_size},
                  {"parameters", parameter_count}}},
       {"batch", {{"micro_batch_size", a.micro_batch_size}, {"global_batch_size", a.global_batch_size}}},
-      {"parallel", {{"world_size", 1}, {"tensor_model_parallel_size", a.tensor_model_parallel_size},
+      {"parallel", {{"world_size", a.world_size},
+                    {"tensor_model_parallel_size", a.tensor_model_parallel_size},
                     {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
-                    {"data_parallel_size", 1}}},
+                    {"data_parallel_size",
+                     a.world_size / std::max<int64_t>(1, a.tensor_model_parallel_size *
+                                                             a.pipeline_model_parallel_size)}}},
       {"device", "cpu"},
       {"precision", "fp32"},
       {"iterations_measured", summary.iterations_measured},

@@ -76,6 +76,19 @@ TEST_CASE("the median leaves the warm-up iteration out and the JSON holds every 
   CHECK(report.at("median_step_ms").get<double>() == doctest::Approx(20.0));
   CHECK(report.at("model").at("parameters").get<int64_t>() == 12345);
   CHECK(report.at("parallel").at("data_parallel_size").get<int64_t>() == 1);
+
+  // Four ranks (TP=2 × DP=2): the same step shares its FLOPs over four devices, and the JSON
+  // says so (it reported world size 1 and the whole step's FLOPs per device before).
+  TrainingArguments four = a;
+  four.world_size = 4;
+  four.tensor_model_parallel_size = 2;
+  const auto shared = summarize_benchmark(four, 128, {5000.0, 10.0, 30.0, 20.0}, 1e11);
+  CHECK(shared.tflops_per_device == doctest::Approx(summary.tflops_per_device / 4));
+  write_benchmark_json(file, four, 128, 12345, shared);
+  std::ifstream four_in(file);
+  const auto four_report = nlohmann::json::parse(four_in);
+  CHECK(four_report.at("parallel").at("world_size").get<int64_t>() == 4);
+  CHECK(four_report.at("parallel").at("data_parallel_size").get<int64_t>() == 2);
   for (const char* key : {"tokens_per_second", "tflops_per_device", "mfu", "peak_memory_bytes",
                           "peak_tflops_measured", "device", "precision"}) {
     CAPTURE(key);
