@@ -56,25 +56,6 @@ S* host(View view) {
 
 const int32_t* ids(View view) { return host<int32_t>(view); }
 
-// Rows of a (rows, hidden_size) table: the vocabulary shard a word table (or its gradient)
-// holds. An empty view (a gradient not needed) holds none.
-int64_t table_rows(View table, int64_t hidden_size, const char* op) {
-  if (hidden_size <= 0) return 0;
-  if (table.numel % hidden_size != 0) {
-    common::fail("{}: a table of {} elements is not whole rows of hidden size {}", op,
-                 table.numel, hidden_size);
-  }
-  return table.numel / hidden_size;
-}
-
-// The (parts, rows) log-sum-exps of the vocabulary-parallel combine.
-void check_parts(View logsumexp_parts, int64_t rows, int64_t parts, const char* op) {
-  if (parts < 1 || logsumexp_parts.numel != parts * rows) {
-    common::fail("{}: {} parts of {} rows need {} log-sum-exps, got {}", op, parts, rows,
-                 parts * rows, logsumexp_parts.numel);
-  }
-}
-
 void release_host(void* data, int64_t bytes) noexcept { munmap(data, static_cast<size_t>(bytes)); }
 
 }  // namespace
@@ -161,7 +142,8 @@ void CpuDevice::adamw_update(View master, View weights, View gradients, View exp
 void CpuDevice::embedding_forward(View output, View tokens, View word_embeddings,
                                   View position_embeddings, int64_t batch_size,
                                   int64_t seq_length, int64_t hidden_size, int64_t vocab_start) {
-  const int64_t vocab_size = table_rows(word_embeddings, hidden_size, "embedding_forward");
+  const int64_t vocab_size =
+      embedding_table_rows(word_embeddings.numel, hidden_size, "embedding_forward");
   dispatch(output.type, "embedding_forward", [&](auto s) {
     using S = decltype(s);
     cpu::embedding_forward(host<S>(output), ids(tokens), host<S>(word_embeddings),
@@ -173,7 +155,8 @@ void CpuDevice::embedding_forward(View output, View tokens, View word_embeddings
 void CpuDevice::embedding_backward(View dword_embeddings, View dposition_embeddings, View doutput,
                                    View tokens, int64_t batch_size, int64_t seq_length,
                                    int64_t hidden_size, int64_t vocab_start) {
-  const int64_t vocab_size = table_rows(dword_embeddings, hidden_size, "embedding_backward");
+  const int64_t vocab_size =
+      embedding_table_rows(dword_embeddings.numel, hidden_size, "embedding_backward");
   dispatch(doutput.type, "embedding_backward", [&](auto s) {
     using S = decltype(s);
     cpu::embedding_backward(host<S>(dword_embeddings), host<S>(dposition_embeddings),
@@ -375,7 +358,7 @@ void CpuDevice::vocab_parallel_cross_entropy_combine(View losses, View logsumexp
                                                      View logsumexp_parts, View target_logit,
                                                      int64_t rows, int64_t parts) {
   constexpr const char* op = "vocab_parallel_cross_entropy_combine";
-  check_parts(logsumexp_parts, rows, parts, op);
+  check_logsumexp_parts(logsumexp_parts.numel, rows, parts, op);
   dispatch(logsumexp_parts.type, op, [&](auto s) {
     using S = decltype(s);
     cpu::vocab_parallel_cross_entropy_combine(host<S>(losses), host<S>(logsumexp),

@@ -440,23 +440,12 @@ void launch_vocab_parallel_cross_entropy_combine(float* losses, float* logsumexp
 
 const int32_t* ids(View view, const char* op) { return gpu<int32_t>(view, op); }
 
-// Rows of a (rows, hidden_size) table: the vocabulary shard a word table (or its gradient)
-// holds. An empty view (a gradient not needed) holds none.
-int64_t table_rows(View table, int64_t hidden_size, const char* op) {
-  if (hidden_size <= 0) return 0;
-  if (table.numel % hidden_size != 0) {
-    common::fail("{}: a table of {} elements is not whole rows of hidden size {}", op,
-                 table.numel, hidden_size);
-  }
-  return table.numel / hidden_size;
-}
-
 void CudaDevice::embedding_forward(View output, View tokens, View word_embeddings,
                                    View position_embeddings, int64_t batch_size,
                                    int64_t seq_length, int64_t hidden_size, int64_t vocab_start) {
   constexpr const char* op = "embedding_forward";
   use();
-  const int64_t vocab_size = table_rows(word_embeddings, hidden_size, op);
+  const int64_t vocab_size = embedding_table_rows(word_embeddings.numel, hidden_size, op);
   dispatch(output.type, op, [&](auto s) {
     using S = decltype(s);
     launch_embedding_forward(gpu<S>(output, op), ids(tokens, op), gpu<S>(word_embeddings, op),
@@ -471,7 +460,7 @@ void CudaDevice::embedding_backward(View dword_embeddings, View dposition_embedd
                                     int64_t vocab_start) {
   constexpr const char* op = "embedding_backward";
   use();
-  const int64_t vocab_size = table_rows(dword_embeddings, hidden_size, op);
+  const int64_t vocab_size = embedding_table_rows(dword_embeddings.numel, hidden_size, op);
   dispatch(doutput.type, op, [&](auto s) {
     using S = decltype(s);
     // The index of launch_embedding_backward: 3·B·T + 1 int32.
@@ -769,10 +758,7 @@ void CudaDevice::vocab_parallel_cross_entropy_combine(View losses, View logsumex
                                                       View logsumexp_parts, View target_logit,
                                                       int64_t rows, int64_t parts) {
   constexpr const char* op = "vocab_parallel_cross_entropy_combine";
-  if (parts < 1 || logsumexp_parts.numel != parts * rows) {
-    common::fail("{}: {} parts of {} rows need {} log-sum-exps, got {}", op, parts, rows,
-                 parts * rows, logsumexp_parts.numel);
-  }
+  check_logsumexp_parts(logsumexp_parts.numel, rows, parts, op);
   use();
   // fp32 whatever the logits' type: no dispatch, the views are checked to be f32.
   launch_vocab_parallel_cross_entropy_combine(gpu<float>(losses, op), gpu<float>(logsumexp, op),

@@ -105,7 +105,8 @@ struct GptModel<Scalar>::State {
                                        : config),
         layout(config, tensor_parallel_size, tensor_parallel_rank),
         schedule(config),
-        vocab_start(tensor_parallel_rank * shard.padded_vocab_size) {
+        vocab_start(tensor_parallel_rank * shard.padded_vocab_size),
+        norm_ranges(backend::gradient_norm_ranges(layout.tensors(), tensor_parallel_rank)) {
     if (group == nullptr) {
       owned_group = make_single_process_communicator("tensor parallel");
       group = owned_group.get();
@@ -136,6 +137,7 @@ struct GptModel<Scalar>::State {
   ParameterLayout layout;
   RecomputeSchedule schedule;
   int64_t vocab_start = 0;  // the first vocabulary row of this rank's shard
+  std::vector<BufferRange> norm_ranges;
   std::unique_ptr<Communicator> owned_group;  // a group of one, when none was given
   Communicator* tensor_parallel = nullptr;
   bool sequence_parallel = false;  // the residual stream sharded over the group (tp > 1 only)
@@ -569,6 +571,11 @@ std::span<const Scalar> GptModel<Scalar>::gradients() const {
 template <typename Scalar>
 Communicator& GptModel<Scalar>::tensor_parallel_group() const {
   return *state_->tensor_parallel;
+}
+
+template <typename Scalar>
+const std::vector<BufferRange>& GptModel<Scalar>::gradient_norm_ranges() const {
+  return state_->norm_ranges;
 }
 
 template <typename Scalar>

@@ -106,6 +106,9 @@ class GptModel {
   // The tensors of this rank's layout (its shards under tensor parallelism).
   const std::vector<ParameterTensor>& tensors() const;
   Communicator& tensor_parallel_group() const;
+  // The ranges of the flat gradient buffer that count towards the global gradient norm on this
+  // rank (parameter_layout.hpp's gradient_norm_ranges), computed once.
+  const std::vector<BufferRange>& gradient_norm_ranges() const;
   const ParameterTensor& tensor(const std::string& name) const;  // common::Error if unknown
   // The flat buffers in place: only for a model on host memory (the CPU device); on a GPU
   // they are common::Error, and the copies below are the way in and out.

@@ -31,8 +31,22 @@
 
 #include <cstdint>
 
+#include "backend/common/error.hpp"
 #include "backend/device/cuda_stream.hpp"
 #include "backend/device/element_type.hpp"
+
+namespace backend {
+
+// Both devices' check of the vocab-parallel combine's input: `parts` (≥ 1) log-sum-exps per
+// row, (parts, rows) of them in `numel` elements.
+inline void check_logsumexp_parts(int64_t numel, int64_t rows, int64_t parts, const char* op) {
+  if (parts < 1 || numel != parts * rows) {
+    common::fail("{}: {} parts of {} rows need {} log-sum-exps, got {}", op, parts, rows,
+                 parts * rows, numel);
+  }
+}
+
+}  // namespace backend
 
 namespace backend::cpu {
 

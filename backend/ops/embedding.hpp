@@ -23,6 +23,7 @@
 
 #include <cstdint>
 
+#include "backend/common/error.hpp"
 #include "backend/device/cuda_stream.hpp"
 #include "backend/device/element_type.hpp"
 
@@ -64,6 +65,17 @@ namespace backend {
 void sort_positions_by_token(const int32_t* tokens, int64_t count, int32_t* order,
                              int32_t* segment_starts, int32_t* unique_tokens,
                              int64_t* unique_count);
+
+// Both devices' check: the rows V of a (V, hidden_size) word table (or its gradient) of
+// `numel` elements, the vocabulary shard it holds; an empty one (a gradient not needed) none.
+inline int64_t embedding_table_rows(int64_t numel, int64_t hidden_size, const char* op) {
+  if (hidden_size <= 0) return 0;
+  if (numel % hidden_size != 0) {
+    common::fail("{}: a table of {} elements is not whole rows of hidden size {}", op, numel,
+                 hidden_size);
+  }
+  return numel / hidden_size;
+}
 
 }  // namespace backend
 

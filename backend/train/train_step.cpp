@@ -92,8 +92,7 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
     // Each element of the model once: the tensors every tensor-parallel rank holds whole count
     // on its rank 0 only (gradient_norm_ranges), the shards everywhere; added over the group.
     const ShardRange held = shard != nullptr ? shard->range : ShardRange{0, all_gradients.numel};
-    for (const BufferRange& range :
-         gradient_norm_ranges(model.tensors(), tensor_parallel.rank())) {
+    for (const BufferRange& range : model.gradient_norm_ranges()) {
       const int64_t begin = std::max(range.offset, held.offset);
       const int64_t end = std::min(range.offset + range.numel, held.offset + held.numel);
       if (begin < end) {
