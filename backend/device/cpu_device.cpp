@@ -82,6 +82,16 @@ void CpuDevice::copy_to_host(void* destination, View source) {
   if (source.bytes() > 0) std::memcpy(destination, host_bytes(source), source.bytes());
 }
 
+// Bytes of any element type (bf16 too: nothing is computed). memmove: the same view is allowed.
+void CpuDevice::copy(View destination, View source) {
+  check_same_extent(destination, source, "copy");
+  void* to = host_bytes(destination);
+  const void* from = host_bytes(source);
+  if (to != from && source.bytes() > 0) {
+    std::memmove(to, from, static_cast<size_t>(source.bytes()));
+  }
+}
+
 void CpuDevice::fill_zero(View values) {
   dispatch(values.type, "fill_zero", [&](auto s) {
     using S = decltype(s);

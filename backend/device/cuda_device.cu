@@ -157,6 +157,19 @@ class CudaDevice final : public Device {
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // the one place the host waits for the GPU
   }
 
+  // On the stream, as the ops: no host wait. The same view is nothing to do (cudaMemcpy's
+  // ranges must not overlap).
+  void copy(View destination, View source) override {
+    check_same_extent(destination, source, "copy");
+    if (source.bytes() == 0) return;
+    check_on_gpu(destination, "copy");
+    check_on_gpu(source, "copy");
+    if (destination.data == source.data) return;
+    use();
+    CUDA_CHECK(cudaMemcpyAsync(destination.data, source.data, static_cast<size_t>(source.bytes()),
+                               cudaMemcpyDeviceToDevice, stream_));
+  }
+
   void fill_zero(View values) override {
     if (values.bytes() == 0) return;
     check_on_gpu(values, "fill_zero");

@@ -37,6 +37,10 @@ class Device {
   virtual void copy_from_host(View destination, const void* source) = 0;  // destination.bytes()
   virtual void copy_to_host(void* destination, View source) = 0;          // source.bytes()
   virtual void fill_zero(View values) = 0;
+  // destination = source, both this device's memory, of one element type and element count
+  // (else common::Error naming both); they may be the same view, not otherwise overlap. In the
+  // device's order of work, as its ops (a pipeline stage keeps what it received or sends a copy).
+  virtual void copy(View destination, View source) = 0;
   // ops/reduction.hpp: total (one f64 element) = Σ values or Σ values², in a fixed order (the
   // same bits run after run); values *= factor.
   virtual void sum(View total, View values) = 0;

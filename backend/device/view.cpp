@@ -24,4 +24,13 @@ void View::check_type(ElementType expected) const {
   }
 }
 
+void check_same_extent(View destination, View source, std::string_view op) {
+  if (destination.numel != source.numel || destination.type != source.type) {
+    common::fail("{}: {} elements of {} into {} elements of {}: a copy keeps the element type "
+                 "and count",
+                 op, source.numel, element_name(source.type), destination.numel,
+                 element_name(destination.type));
+  }
+}
+
 }  // namespace backend

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <type_traits>
 
 #include "backend/device/element_type.hpp"
@@ -42,6 +43,10 @@ struct View {
  private:
   void check_type(ElementType expected) const;
 };
+
+// A copy's views (Device::copy): the same element type and element count, else common::Error
+// naming the op and both views' counts and types.
+void check_same_extent(View destination, View source, std::string_view op);
 
 // Host memory the caller owns (a vector, a scalar's span of one) as a view of its element type:
 // what the optimizer's host form and the collectives over host values take. A span of const

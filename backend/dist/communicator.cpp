@@ -35,6 +35,14 @@ class SingleProcessCommunicator final : public Communicator {
   void broadcast(View, int64_t root) override { check_peer(root, "broadcast"); }
   void send(View, int64_t peer) override { no_peer(peer, "send to"); }
   void receive(View, int64_t peer) override { no_peer(peer, "receive from"); }
+  // Nothing to exchange with: an empty batch is a batch of no transfers, anything else names
+  // its first transfer.
+  void exchange(std::span<const PointToPoint> transfers) override {
+    if (transfers.empty()) return;
+    const PointToPoint& first = transfers.front();
+    const bool send = first.direction == PointToPoint::Direction::send;
+    no_peer(first.peer, send ? "exchange: send to" : "exchange: receive from");
+  }
   void barrier() override {}
   std::unique_ptr<Communicator> split(int64_t, int64_t, std::string name) override {
     return std::make_unique<SingleProcessCommunicator>(std::move(name));

@@ -1,10 +1,12 @@
 // Communicator: the collectives of one process group, over Views (Megatron's torch.distributed
 // calls: all_reduce, reduce_scatter_tensor, all_gather_into_tensor, broadcast, send/recv,
-// barrier). One interface, implemented over Open MPI for CPU ranks (mpi_communicator) and,
-// later, NCCL for GPU ranks; never a home-made transport. A communicator is an object made
-// from the world's by split(), held by whatever needs it (ProcessGroups): no global state.
+// batch_isend_irecv, barrier). One interface, implemented over Open MPI for CPU ranks
+// (mpi_communicator) and, later, NCCL for GPU ranks; never a home-made transport. A
+// communicator is an object made from the world's by split(), held by whatever needs it
+// (ProcessGroups): no global state.
 //
-// Every collective is called by every member with the same sizes and types; `values` is
+// Every collective is called by every member with the same sizes and types (a point-to-point
+// batch by the members it names, each listing its side of the transfers); `values` is
 // overwritten in place where it is both input and output. Sums are in the views' element type;
 // the order in which the members' contributions are added is the library's, fixed for a given
 // library, size and group (so runs repeat), but not the order of a single-process sum.
@@ -12,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "backend/device/view.hpp"
@@ -27,6 +30,16 @@ struct ShardRange {
   int64_t numel = 0;
 };
 ShardRange shard_range(int64_t numel, int64_t members, int64_t rank);
+
+// One point-to-point transfer of a batch (Megatron's P2POp).
+struct PointToPoint {
+  enum class Direction { send, receive };
+  Direction direction = Direction::send;
+  View values;
+  int64_t peer = 0;  // rank in this group
+  // A sender's and its receiver's transfers with equal tags match in posting order.
+  int64_t tag = 0;
+};
 
 class Communicator {
  public:
@@ -48,6 +61,11 @@ class Communicator {
   virtual void broadcast(View values, int64_t root) = 0;
   virtual void send(View values, int64_t peer) = 0;
   virtual void receive(View values, int64_t peer) = 0;
+  // Posts every transfer at once and returns when all have completed (torch's batch_isend_irecv
+  // and wait): a batch never deadlocks on its own sends, whatever order the members list them in.
+  // A receive is given the sender's element count and type (a mismatch that the message's size
+  // shows is an error); an empty batch returns at once.
+  virtual void exchange(std::span<const PointToPoint> transfers) = 0;
   virtual void barrier() = 0;
 
   // A new communicator of the members that pass the same `color`, ranked by `key` (MPI's

@@ -4,7 +4,9 @@
 // host memory (CPU ranks); the element types map to MPI's (bf16 moves as 16-bit words and is
 // never summed here). Every call that waits for other ranks is marked on the session's
 // collective watchdog (collective_watchdog.hpp), which ends this rank when one waits longer
-// than --distributed-timeout-minutes.
+// than --distributed-timeout-minutes. A batch of point-to-point transfers (exchange) is an
+// MPI_Isend or MPI_Irecv for each, then an MPI_Wait on each: torch's batch_isend_irecv and the
+// waits Megatron's pipeline makes on its requests.
 #include <fmt/format.h>
 #include <mpi.h>
 #include <spdlog/spdlog.h>
@@ -14,6 +16,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -68,6 +71,12 @@ class MpiCommunicator final : public Communicator {
     rank_ = value;
     check(MPI_Comm_size(communicator_, &value), "MPI_Comm_size", name_);
     size_ = value;
+    // The largest tag this library carries (at least 32767, MPI 4.0 §8.1.2); a local query.
+    int* tag_upper_bound = nullptr;
+    int found = 0;
+    check(MPI_Comm_get_attr(communicator_, MPI_TAG_UB, &tag_upper_bound, &found),
+          "MPI_Comm_get_attr", name_);
+    if (found != 0 && tag_upper_bound != nullptr) tag_upper_bound_ = *tag_upper_bound;
     // The members' world ranks, so that a send or receive that waits too long names its peer
     // as the launcher does (local calls: no communication).
     MPI_Group group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
@@ -174,6 +183,73 @@ class MpiCommunicator final : public Communicator {
           "MPI_Recv", name_);
   }
 
+  void exchange(std::span<const PointToPoint> transfers) override {
+    if (transfers.empty()) return;
+    // Every transfer is checked before any is posted, so bad input leaves nothing in flight.
+    std::vector<int> counts;
+    std::vector<MPI_Datatype> types;
+    for (const PointToPoint& transfer : transfers) {
+      const char* call = posting_call(transfer);
+      check_member(transfer.peer, call);
+      if (transfer.tag < 0 || transfer.tag > tag_upper_bound_) {
+        common::fail("{} in the {} group: tag {} is not one of 0 to {} (MPI_TAG_UB)", call, name_,
+                     transfer.tag, tag_upper_bound_);
+      }
+      counts.push_back(mpi_count(transfer.values, call, name_));
+      types.push_back(mpi_type(transfer.values.type, call, name_));
+    }
+    std::vector<MPI_Request> requests(transfers.size(), MPI_REQUEST_NULL);
+    for (size_t i = 0; i < transfers.size(); ++i) {
+      const PointToPoint& transfer = transfers[i];
+      const int peer = static_cast<int>(transfer.peer), tag = static_cast<int>(transfer.tag);
+      const int status =
+          transfer.direction == PointToPoint::Direction::send
+              ? MPI_Isend(transfer.values.data, counts[i], types[i], peer, tag, communicator_,
+                          &requests[i])
+              : MPI_Irecv(transfer.values.data, counts[i], types[i], peer, tag, communicator_,
+                          &requests[i]);
+      if (status != MPI_SUCCESS) {
+        abandon(requests, transfers);
+        check(status, posting_call(transfer), name_);
+      }
+    }
+    // One MPI_Wait per transfer, in posting order, as Megatron waits on each of
+    // batch_isend_irecv's requests: every transfer is already posted, so waiting on one never
+    // holds up another, and the watchdog names the peer of the transfer that has not completed.
+    // Not one MPI_Waitall: Open MPI 4.1's hangs (under MPI_THREAD_FUNNELED) when a request has
+    // already failed before the call, e.g. a receive truncated on posting.
+    std::vector<MPI_Status> statuses(transfers.size());
+    for (size_t i = 0; i < transfers.size(); ++i) {
+      int status = MPI_SUCCESS;
+      {
+        const auto watched = watchdog_->watch("MPI_Wait", name_, world_rank(transfers[i].peer));
+        status = MPI_Wait(&requests[i], &statuses[i]);
+      }
+      if (status != MPI_SUCCESS) {
+        abandon(requests, transfers);
+        fail_transfer(transfers[i], status);
+      }
+    }
+    // MPI accepts a message shorter than the receive's buffer: a sender's other count or element
+    // type (fp32 into fp64) would go unnoticed, so each receive's size is checked.
+    for (size_t i = 0; i < transfers.size(); ++i) {
+      const PointToPoint& transfer = transfers[i];
+      if (transfer.direction != PointToPoint::Direction::receive) continue;
+      int received = 0;
+      check(MPI_Get_count(&statuses[i], types[i], &received), "MPI_Get_count", name_);
+      if (received != counts[i]) {
+        const std::string type(element_name(transfer.values.type));
+        common::fail("MPI_Irecv in the {} group: rank {} sent {} with tag {} where {} elements of "
+                     "{} were expected: the two sides' sizes or element types differ",
+                     name_, transfer.peer,
+                     received == MPI_UNDEFINED
+                         ? fmt::format("no whole number of {} elements", type)
+                         : fmt::format("{} elements' worth of {}", received, type),
+                     transfer.tag, transfer.values.numel, type);
+      }
+    }
+  }
+
   void barrier() override {
     const auto watched = watchdog_->watch("MPI_Barrier", name_);
     check(MPI_Barrier(communicator_), "MPI_Barrier", name_);
@@ -216,6 +292,41 @@ class MpiCommunicator final : public Communicator {
                    size_);
     }
   }
+  static const char* posting_call(const PointToPoint& transfer) {
+    return transfer.direction == PointToPoint::Direction::send ? "MPI_Isend" : "MPI_Irecv";
+  }
+  // After a failure, leaves nothing in flight that could later write into (or read from) the
+  // caller's views: the pending receives are cancelled (one not yet matched ends at once) and
+  // every pending request is waited for; a send (whose cancelling MPI 4.0 deprecates) completes
+  // when its peer receives it, under the watchdog. Their own errors are ignored: the first
+  // failure is the one reported.
+  void abandon(std::vector<MPI_Request>& requests, std::span<const PointToPoint> transfers) {
+    const auto watched = watchdog_->watch("MPI_Wait", name_);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (requests[i] != MPI_REQUEST_NULL &&
+          transfers[i].direction == PointToPoint::Direction::receive) {
+        MPI_Cancel(&requests[i]);
+      }
+    }
+    for (MPI_Request& request : requests) MPI_Wait(&request, MPI_STATUS_IGNORE);
+  }
+  [[noreturn]] void fail_transfer(const PointToPoint& transfer, int error) const {
+    int error_class = 0;
+    MPI_Error_class(error, &error_class);
+    const bool send = transfer.direction == PointToPoint::Direction::send;
+    if (error_class == MPI_ERR_TRUNCATE && !send) {
+      common::fail("MPI_Irecv in the {} group: rank {} sent more than the {} elements of {} "
+                   "expected with tag {}: the two sides' sizes or element types differ",
+                   name_, transfer.peer, transfer.values.numel,
+                   element_name(transfer.values.type), transfer.tag);
+    }
+    char message[MPI_MAX_ERROR_STRING] = {};
+    int length = 0;
+    MPI_Error_string(error, message, &length);
+    common::fail("{} {} rank {} (tag {}) in the {} group failed: {}", posting_call(transfer),
+                 send ? "to" : "from", transfer.peer, transfer.tag, name_,
+                 std::string(message, length));
+  }
   int64_t world_rank(int64_t member) const { return world_ranks_[static_cast<size_t>(member)]; }
 
   MPI_Comm communicator_;
@@ -224,6 +335,7 @@ class MpiCommunicator final : public Communicator {
   std::shared_ptr<CollectiveWatchdog> watchdog_;
   int64_t rank_ = 0;
   int64_t size_ = 1;
+  int64_t tag_upper_bound_ = 32767;  // MPI_TAG_UB's value; MPI's guaranteed least until read
   std::vector<int> world_ranks_;  // member → world rank
 };
 

@@ -1,6 +1,7 @@
-// The CUDA device's memory and reductions: copies both ways, fill_zero, allocate_zeroed, the
-// out-of-memory message, sum against the CPU device and run to run, and the refusals (fp64 or
-// fp16 ops, host memory) naming the op. Skipped without a GPU (gpu_test_support.hpp).
+// The CUDA device's memory and reductions: copies both ways and on the device (against the CPU
+// device's copy), fill_zero, allocate_zeroed, the out-of-memory message, sum against the CPU
+// device and run to run, and the refusals (fp64 or fp16 ops, host memory) naming the op.
+// Skipped without a GPU (gpu_test_support.hpp).
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -40,6 +41,42 @@ TEST_CASE("the CUDA device copies bytes both ways, zeroes and allocates zeroed m
   gpu->copy_to_host(host.data(), View{memory.data(), 1 << 20, ElementType::f32,
                                       backend::MemoryKind::cuda});
   CHECK(host == std::vector<float>(static_cast<size_t>(1 << 20), 0.0f));
+}
+
+TEST_CASE("the CUDA device copies on the device as the CPU device does, and refuses a mismatch") {
+  auto gpu = open_gpu_or_skip();
+  if (!gpu) return;
+  backend::CpuDevice cpu;
+  for (ElementType type : {ElementType::f32, ElementType::bf16, ElementType::f64}) {
+    for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1000003}}) {
+      const auto values = representable(random_values(count, 15), type);
+      Tensors cpu_tensors(cpu), gpu_tensors(*gpu);
+      View cpu_copy = cpu_tensors.poisoned(count, type);
+      cpu.copy(cpu_copy, cpu_tensors.input(values, type));
+      View gpu_source = gpu_tensors.input(values, type);
+      View gpu_copy = gpu_tensors.poisoned(count, type);
+      gpu->copy(gpu_copy, gpu_source);
+      INFO("copy of " << count << " " << type_name(type));
+      const auto expected = cpu_tensors.read(cpu_copy), actual = gpu_tensors.read(gpu_copy);
+      REQUIRE(actual.size() == expected.size());
+      CHECK(std::memcmp(actual.data(), expected.data(), actual.size() * sizeof(float)) == 0);
+      gpu->copy(gpu_copy, gpu_copy);  // the same view: unchanged
+      const auto again = gpu_tensors.read(gpu_copy);
+      CHECK(std::memcmp(again.data(), expected.data(), again.size() * sizeof(float)) == 0);
+    }
+  }
+  Tensors tensors(*gpu);
+  View single = tensors.poisoned(8, ElementType::f32);
+  CHECK_THROWS_WITH_AS(gpu->copy(single, tensors.poisoned(8, ElementType::bf16)),
+                       "copy: 8 elements of bf16 into 8 elements of fp32: a copy keeps the "
+                       "element type and count",
+                       common::Error);
+  CHECK_THROWS_WITH_AS(gpu->copy(single, tensors.poisoned(9, ElementType::f32)),
+                       doctest::Contains("9 elements of fp32 into 8 elements"), common::Error);
+  std::vector<float> host(8);
+  const View host_view{host.data(), 8, ElementType::f32, backend::MemoryKind::host};
+  CHECK_THROWS_WITH_AS(gpu->copy(single, host_view), doctest::Contains("host memory in copy"),
+                       common::Error);
 }
 
 TEST_CASE("the CUDA device names what it could not allocate, with the free memory") {

@@ -1,10 +1,12 @@
 // The Open MPI communicator on real ranks (mpirun -np 3): every collective of
-// backend/dist/communicator.hpp against values each rank can compute for itself, splits into
-// groups as Megatron's layout makes them, and the errors a wrong call gets.
+// backend/dist/communicator.hpp against values each rank can compute for itself, the batches of
+// point-to-point transfers pipeline parallelism exchanges, splits into groups as Megatron's
+// layout makes them, and the errors a wrong call gets.
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "backend/common/error.hpp"
@@ -13,6 +15,7 @@
 
 using backend::ElementType;
 using backend::MemoryKind;
+using backend::PointToPoint;
 using backend::ReduceOperation;
 using backend::View;
 
@@ -91,6 +94,140 @@ TEST_CASE("broadcast, send and receive move bytes between named ranks") {
   }
   CHECK(incoming[0] == previous);
   world.barrier();
+}
+
+namespace {
+
+PointToPoint send_to(int64_t peer, View values, int64_t tag = 0) {
+  return {.direction = PointToPoint::Direction::send, .values = values, .peer = peer, .tag = tag};
+}
+PointToPoint receive_from(int64_t peer, View values, int64_t tag = 0) {
+  return {.direction = PointToPoint::Direction::receive, .values = values, .peer = peer,
+          .tag = tag};
+}
+
+// Element i of what `rank` sends with `tag`: distinct per sender, tag and element.
+float sent_value(int64_t rank, int64_t tag, size_t i) {
+  return static_cast<float>(rank * 1000 + tag * 100) + static_cast<float>(i % 97);
+}
+std::vector<float> sent_values(int64_t rank, int64_t tag, size_t count) {
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; ++i) values[i] = sent_value(rank, tag, i);
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("an exchange sends round a ring that blocking sends would deadlock") {
+  auto& world = mpi_test::world();
+  const int64_t rank = world.rank(), size = world.size();
+  const int64_t next = (rank + 1) % size, previous = (rank + size - 1) % size;
+  // 4 MiB: far above Open MPI's eager limit, so every rank's MPI_Send would wait for a receive
+  // that its neighbour, itself sending, never posts. Each rank lists its send first.
+  const size_t count = size_t{1} << 20;
+  std::vector<float> outgoing = sent_values(rank, 0, count), incoming(count, -1.0f);
+  const std::vector<PointToPoint> batch = {send_to(next, view_of(outgoing)),
+                                           receive_from(previous, view_of(incoming))};
+  world.exchange(batch);
+  CHECK(incoming == sent_values(previous, 0, count));
+  CHECK(outgoing == sent_values(rank, 0, count));  // a send leaves its values as they were
+  world.exchange({});                              // an empty batch returns at once
+}
+
+TEST_CASE("an exchange's transfers to one peer match by tag, then in posting order") {
+  auto& world = mpi_test::world();
+  const int64_t rank = world.rank(), size = world.size();
+  const int64_t next = (rank + 1) % size, previous = (rank + size - 1) % size;
+  const size_t count = size_t{1} << 18;
+  // Sends with tags 0, 1, 2, 2 in that order; receives listed 1, 0, then the two of tag 2.
+  std::vector<float> tag0 = sent_values(rank, 0, count), tag1 = sent_values(rank, 1, count);
+  std::vector<float> first2 = sent_values(rank, 2, count), second2 = sent_values(rank, 3, count);
+  std::vector<float> got0(count), got1(count), got_first2(count), got_second2(count);
+  const std::vector<PointToPoint> batch = {
+      receive_from(previous, view_of(got1), 1),   send_to(next, view_of(tag0), 0),
+      receive_from(previous, view_of(got0), 0),   send_to(next, view_of(tag1), 1),
+      send_to(next, view_of(first2), 2),          send_to(next, view_of(second2), 2),
+      receive_from(previous, view_of(got_first2), 2),
+      receive_from(previous, view_of(got_second2), 2)};
+  world.exchange(batch);
+  CHECK(got0 == sent_values(previous, 0, count));
+  CHECK(got1 == sent_values(previous, 1, count));
+  CHECK(got_first2 == sent_values(previous, 2, count));
+  CHECK(got_second2 == sent_values(previous, 3, count));
+}
+
+TEST_CASE("an exchange moves fp64 values, to the next rank and to itself") {
+  auto& world = mpi_test::world();
+  const int64_t rank = world.rank(), size = world.size();
+  const int64_t next = (rank + 1) % size, previous = (rank + size - 1) % size;
+  // Values fp32 cannot hold: the bits move, not a rounded copy.
+  std::vector<double> outgoing = {1.0 + 1e-12 * static_cast<double>(rank), -0.1, 1e300};
+  std::vector<double> from_previous(3), from_self(3);
+  const std::vector<PointToPoint> batch = {receive_from(previous, view_of(from_previous), 5),
+                                           receive_from(rank, view_of(from_self), 5),
+                                           send_to(rank, view_of(outgoing), 5),
+                                           send_to(next, view_of(outgoing), 5)};
+  world.exchange(batch);
+  CHECK(from_previous == std::vector<double>{1.0 + 1e-12 * static_cast<double>(previous), -0.1,
+                                             1e300});
+  CHECK(from_self == outgoing);
+}
+
+TEST_CASE("a wrong exchange is an error naming the group: a peer outside it, a tag, a type") {
+  auto& world = mpi_test::world();
+  const int64_t rank = world.rank(), size = world.size();
+  std::vector<float> values(4, 1.0f);
+  // Refused on every rank before anything is posted.
+  const std::vector<PointToPoint> outside = {receive_from(0, view_of(values)),
+                                             send_to(size, view_of(values))};
+  const std::string not_member = "MPI_Isend in the world group: rank " + std::to_string(size) +
+                                 " is not one of its " + std::to_string(size) + " members";
+  CHECK_THROWS_WITH_AS(world.exchange(outside), doctest::Contains(not_member.c_str()),
+                       common::Error);
+  const std::vector<PointToPoint> negative = {receive_from(-1, view_of(values))};
+  CHECK_THROWS_WITH_AS(world.exchange(negative),
+                       doctest::Contains("MPI_Irecv in the world group: rank -1"), common::Error);
+  const std::vector<PointToPoint> bad_tag = {send_to(0, view_of(values), -1)};
+  CHECK_THROWS_WITH_AS(world.exchange(bad_tag),
+                       doctest::Contains("MPI_Isend in the world group: tag -1 is not one of 0 "
+                                         "to"),
+                       common::Error);
+  const std::vector<PointToPoint> huge_tag = {send_to(0, view_of(values), int64_t{1} << 40)};
+  CHECK_THROWS_WITH_AS(world.exchange(huge_tag), doctest::Contains("(MPI_TAG_UB)"),
+                       common::Error);
+  const View gpu{values.data(), 4, ElementType::f32, MemoryKind::cuda};
+  CHECK_THROWS_WITH_AS(world.exchange(std::vector<PointToPoint>{send_to(0, gpu)}),
+                       doctest::Contains("MPI_Isend in the world group was given GPU memory"),
+                       common::Error);
+
+  // Rank 1 sends 4 fp32 (16 bytes, eager: its sends complete alone); rank 0 receives them as 4
+  // fp64 (a shorter message, which MPI accepts) and then as 4 bf16 (a longer one: truncated).
+  std::vector<double> wide(4);
+  std::vector<uint16_t> narrow(4);
+  const View narrow_view{narrow.data(), 4, ElementType::bf16, MemoryKind::host};
+  if (rank == 1) {
+    world.exchange(std::vector<PointToPoint>{send_to(0, view_of(values), 7),
+                                             send_to(0, view_of(values), 8)});
+  } else if (rank == 0) {
+    const std::vector<PointToPoint> into_wide = {receive_from(1, view_of(wide), 7)};
+    CHECK_THROWS_WITH_AS(world.exchange(into_wide),
+                         "MPI_Irecv in the world group: rank 1 sent 2 elements' worth of fp64 "
+                         "with tag 7 where 4 elements of fp64 were expected: the two sides' "
+                         "sizes or element types differ",
+                         common::Error);
+    const std::vector<PointToPoint> into_narrow = {receive_from(1, narrow_view, 8)};
+    CHECK_THROWS_WITH_AS(world.exchange(into_narrow),
+                         "MPI_Irecv in the world group: rank 1 sent more than the 4 elements of "
+                         "bf16 expected with tag 8: the two sides' sizes or element types differ",
+                         common::Error);
+  }
+  world.barrier();
+  // The group still exchanges afterwards.
+  const int64_t next = (rank + 1) % size, previous = (rank + size - 1) % size;
+  std::vector<int32_t> outgoing = {static_cast<int32_t>(rank)}, incoming = {-1};
+  world.exchange(std::vector<PointToPoint>{send_to(next, view_of(outgoing)),
+                                           receive_from(previous, view_of(incoming))});
+  CHECK(incoming[0] == previous);
 }
 
 TEST_CASE("split makes Megatron's groups: a sum over the data-parallel group only") {

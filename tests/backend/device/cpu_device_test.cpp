@@ -1,6 +1,6 @@
 // CpuDevice: each op is its CPU twin, bit for bit, for fp32 and fp64 (the model's tests then
 // cover the composition); the device refuses element types it has no kernels for and memory
-// that is not its own, naming the op; sums are in a fixed order.
+// that is not its own, naming the op; sums are in a fixed order; copies keep type and count.
 #include "backend/device/cpu_device.hpp"
 
 #include <doctest/doctest.h>
@@ -102,4 +102,34 @@ TEST_CASE("the CPU device refuses bf16, mixed types and GPU memory, naming the o
   on_gpu.on = MemoryKind::cuda;
   CHECK_THROWS_WITH_AS(device.gelu_forward(view_of(single), on_gpu),
                        "the CPU device was given GPU memory (16 elements of fp32)", common::Error);
+}
+
+TEST_CASE("the CPU device copies views of any element type, in place too, and refuses a mismatch") {
+  CpuDevice device;
+  auto source = random_values<double>(33, 9);
+  std::vector<double> destination(33, -1.0);
+  device.copy(view_of(destination), view_of(source));
+  CHECK(destination == source);
+  device.copy(view_of(destination), view_of(destination));  // the same view: unchanged
+  CHECK(destination == source);
+  // bf16 is moved, never computed: no kernel is needed for a copy.
+  std::vector<uint16_t> half = {1, 2, 3}, half_copy(3);
+  device.copy(View{half_copy.data(), 3, ElementType::bf16},
+              View{half.data(), 3, ElementType::bf16});
+  CHECK(half_copy == half);
+  device.copy(View{nullptr, 0, ElementType::f32}, View{nullptr, 0, ElementType::f32});
+
+  std::vector<float> single(33), shorter(32);
+  CHECK_THROWS_WITH_AS(device.copy(view_of(single), view_of(source)),
+                       "copy: 33 elements of fp64 into 33 elements of fp32: a copy keeps the "
+                       "element type and count",
+                       common::Error);
+  CHECK_THROWS_WITH_AS(device.copy(view_of(shorter), view_of(single)),
+                       "copy: 33 elements of fp32 into 32 elements of fp32: a copy keeps the "
+                       "element type and count",
+                       common::Error);
+  View on_gpu = view_of(single);
+  on_gpu.on = MemoryKind::cuda;
+  CHECK_THROWS_WITH_AS(device.copy(view_of(single), on_gpu),
+                       "the CPU device was given GPU memory (33 elements of fp32)", common::Error);
 }
