@@ -166,6 +166,27 @@ void check_tensor_parallel_size(const CheckpointMetadata& metadata, int64_t size
                vocabulary_flag);
 }
 
+// The same for the pipeline-parallel size (1 for files from before the field).
+void check_pipeline_parallel_size(const CheckpointMetadata& metadata, int64_t size,
+                                  const fs::path& file, const CheckpointLoadOptions& options) {
+  const int64_t saved =
+      metadata.has("pipeline_parallel")
+          ? metadata.get<int64_t>(metadata.section("pipeline_parallel"), "size")
+          : 1;
+  if (saved == size) return;
+  const int64_t tensor_parallel =
+      metadata.has("tensor_parallel")
+          ? metadata.get<int64_t>(metadata.section("tensor_parallel"), "size")
+          : 1;
+  common::fail("checkpoint {} was saved with --pipeline-model-parallel-size {}; this run has "
+               "--pipeline-model-parallel-size {}. Train on with {}, or reshard it into a new "
+               "directory and load that: checkpoint_util --load {} --save NEWDIR "
+               "--target-tensor-parallel-size {} --target-pipeline-parallel-size {}, then --load "
+               "NEWDIR",
+               file.string(), saved, size, saved, options.directory.string(), tensor_parallel,
+               size);
+}
+
 // One error listing every parameter whose shape differs (or that only one side has), and the
 // flags from the checkpoint's arguments that would make the model fit.
 void check_parameter_shapes(const CheckpointFileReader& reader, const CheckpointMetadata& metadata,
@@ -440,20 +461,38 @@ fs::path checkpoint_iteration_directory(const fs::path& directory, int64_t itera
   return directory / fmt::format("iter_{:07d}", iteration);
 }
 
-std::string checkpoint_rank_directory_name(int64_t tensor_parallel_rank) {
-  return fmt::format("mp_rank_{:02d}", tensor_parallel_rank);
+std::string checkpoint_rank_directory_name(int64_t tensor_parallel_rank, int64_t pipeline_rank,
+                                           int64_t pipeline_parallel) {
+  if (pipeline_parallel == 1) return fmt::format("mp_rank_{:02d}", tensor_parallel_rank);
+  return fmt::format("mp_rank_{:02d}_{:03d}", tensor_parallel_rank, pipeline_rank);
 }
 
 fs::path checkpoint_file_path(const fs::path& directory, int64_t iteration,
-                              int64_t tensor_parallel_rank) {
+                              int64_t tensor_parallel_rank, int64_t pipeline_rank,
+                              int64_t pipeline_parallel) {
   return checkpoint_iteration_directory(directory, iteration) /
-         checkpoint_rank_directory_name(tensor_parallel_rank) / kFileName;
+         checkpoint_rank_directory_name(tensor_parallel_rank, pipeline_rank, pipeline_parallel) /
+         kFileName;
 }
 
-fs::path checkpoint_rank_file(const TrackedCheckpoint& tracked, int64_t tensor_parallel_rank) {
+fs::path checkpoint_rank_file(const TrackedCheckpoint& tracked, int64_t tensor_parallel_rank,
+                              int64_t pipeline_rank, int64_t pipeline_parallel) {
   return tracked.file.parent_path().parent_path() /
-         checkpoint_rank_directory_name(tensor_parallel_rank) / kFileName;
+         checkpoint_rank_directory_name(tensor_parallel_rank, pipeline_rank, pipeline_parallel) /
+         kFileName;
 }
+
+namespace {
+
+// mp_rank_00's file, or mp_rank_00_000's where only that exists (a pipelined checkpoint).
+fs::path first_rank_file(const fs::path& iteration_directory) {
+  const fs::path unpipelined = iteration_directory / checkpoint_rank_directory_name(0) / kFileName;
+  const fs::path pipelined =
+      iteration_directory / checkpoint_rank_directory_name(0, 0, 2) / kFileName;
+  return !fs::exists(unpipelined) && fs::exists(pipelined) ? pipelined : unpipelined;
+}
+
+}  // namespace
 
 std::optional<TrackedCheckpoint> read_checkpoint_tracker(const fs::path& directory) {
   const fs::path tracker = checkpoint_tracker_path(directory);
@@ -466,8 +505,7 @@ std::optional<TrackedCheckpoint> read_checkpoint_tracker(const fs::path& directo
   const auto last = text.find_last_not_of(" \t\r\n");
   text = first == std::string::npos ? "" : text.substr(first, last - first + 1);
   if (text == "release") {
-    return TrackedCheckpoint{0, true,
-                             directory / "release" / checkpoint_rank_directory_name(0) / kFileName};
+    return TrackedCheckpoint{0, true, first_rank_file(directory / "release")};
   }
   int64_t iteration = -1;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), iteration);
@@ -475,7 +513,8 @@ std::optional<TrackedCheckpoint> read_checkpoint_tracker(const fs::path& directo
     common::fail("invalid metadata file {}: it holds '{}', expected an iteration number or "
                  "'release'", tracker.string(), text);
   }
-  return TrackedCheckpoint{iteration, false, checkpoint_file_path(directory, iteration)};
+  return TrackedCheckpoint{iteration, false,
+                           first_rank_file(checkpoint_iteration_directory(directory, iteration))};
 }
 
 namespace {
@@ -548,9 +587,9 @@ fs::path begin_save(const fs::path& directory, int64_t iteration, bool release, 
   return temporary;
 }
 
-void write_rank_file(const fs::path& temporary, int64_t rank, const json& metadata,
-                     std::span<const CheckpointTensor> tensors) {
-  const fs::path rank_directory = temporary / checkpoint_rank_directory_name(rank);
+void write_rank_file(const fs::path& temporary, const std::string& rank_directory_name,
+                     const json& metadata, std::span<const CheckpointTensor> tensors) {
+  const fs::path rank_directory = temporary / rank_directory_name;
   fs::create_directories(rank_directory);
   write_checkpoint_file(rank_directory / kFileName, metadata, tensors);
   common::fsync_directory(rank_directory);
@@ -559,19 +598,21 @@ void write_rank_file(const fs::path& temporary, int64_t rank, const json& metada
 // Once every rank's file is written and synced: the temporary directory becomes the
 // iteration's, then the tracker names it.
 void finish_save(const fs::path& directory, const fs::path& temporary, int64_t iteration,
-                 bool release, int64_t tensor_parallel, std::ostream& out) {
+                 bool release, int64_t tensor_parallel, std::ostream& out,
+                 int64_t pipeline_parallel = 1) {
   common::fsync_directory(temporary);
   publish_directory(temporary, final_save_directory(directory, iteration, release));
   common::fsync_directory(directory);
   common::write_text_file_atomically(checkpoint_tracker_path(directory),
                                      release ? std::string("release") : std::to_string(iteration));
   if (release) {
-    out << fmt::format("  [{}] successfully saved release checkpoint to {} [ t 1/{}, p 1/1 ]\n",
-                       timestamp_now(), directory.string(), tensor_parallel);
+    out << fmt::format("  [{}] successfully saved release checkpoint to {} [ t 1/{}, p 1/{} ]\n",
+                       timestamp_now(), directory.string(), tensor_parallel, pipeline_parallel);
   } else {
     out << fmt::format("  [{}] successfully saved checkpoint from iteration {:7d} to {} "
-                       "[ t 1/{}, p 1/1 ]\n",
-                       timestamp_now(), iteration, directory.string(), tensor_parallel);
+                       "[ t 1/{}, p 1/{} ]\n",
+                       timestamp_now(), iteration, directory.string(), tensor_parallel,
+                       pipeline_parallel);
   }
   out.flush();
 }
@@ -583,11 +624,19 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
              const GptModel<float>& model, const AdamW* optimizer,
              const LearningRateScheduler* scheduler, bool release, std::ostream& out) {
   const fs::path& directory = options.directory;
-  // The writers: one per tensor-parallel rank (the model's group), rank 0 of which makes the
-  // directory, publishes it and moves the tracker; the others write their shard's file only.
+  // The writers: one per (tensor-parallel rank, pipeline stage) (the model's groups), the
+  // first of which makes the directory, publishes it and moves the tracker; the others write
+  // their file only.
   Communicator& writers = model.tensor_parallel_group();
+  Communicator& stages = model.pipeline_parallel_group();
   const int64_t writer = writers.rank();
-  const bool lead = writer == 0;
+  const bool lead = writer == 0 && stages.rank() == 0;
+  // Everyone of the model-parallel group has passed: the tensor-parallel group of each stage,
+  // then each pipeline (whose stage 0 passed only once its whole stage had).
+  auto all_model_parallel_ranks_here = [&] {
+    writers.barrier();
+    stages.barrier();
+  };
 
   const bool save_optim = !options.no_save_optim && optimizer != nullptr && scheduler != nullptr;
   json metadata = {
@@ -597,6 +646,7 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
       {"consumed_valid_samples", progress.consumed_valid_samples},
       {"padded_vocab_size", model.config().padded_vocab_size},
       {"tensor_parallel", {{"size", writers.size()}, {"rank", writer}}},
+      {"pipeline_parallel", {{"size", stages.size()}, {"rank", stages.rank()}}},
       {"no_save_optim", !save_optim},
       {"no_save_rng", options.no_save_rng},
       {"arguments", options.arguments},
@@ -643,15 +693,22 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
   double lead_pid = ::getpid();  // a double: what a broadcast carries (exact below 2^53)
   fs::path temporary;
   if (lead) temporary = begin_save(directory, progress.iteration, release, out);
-  writers.broadcast(host_view(std::span(&lead_pid, 1)), 0);  // after the lead made the directory
+  // After the lead made the directory: to its stage, then down every pipeline.
+  if (stages.rank() == 0) writers.broadcast(host_view(std::span(&lead_pid, 1)), 0);
+  stages.broadcast(host_view(std::span(&lead_pid, 1)), 0);
   if (!lead) {
     temporary = final_save_directory(directory, progress.iteration, release);
     temporary += ".tmp." + std::to_string(static_cast<int64_t>(lead_pid));
   }
-  write_rank_file(temporary, writer, metadata, tensors);
-  writers.barrier();
-  if (lead) finish_save(directory, temporary, progress.iteration, release, writers.size(), out);
-  writers.barrier();  // the tracker has moved before any writer goes on
+  write_rank_file(temporary,
+                  checkpoint_rank_directory_name(writer, stages.rank(), stages.size()), metadata,
+                  tensors);
+  all_model_parallel_ranks_here();
+  if (lead) {
+    finish_save(directory, temporary, progress.iteration, release, writers.size(), out,
+                stages.size());
+  }
+  all_model_parallel_ranks_here();  // the tracker has moved before any writer goes on
 }
 
 }  // namespace
@@ -677,7 +734,7 @@ void write_checkpoint_files(const fs::path& directory, int64_t iteration, bool r
   const fs::path temporary = begin_save(directory, iteration, release, out);
   for (int64_t rank = 0; rank < tensor_parallel; ++rank) {
     const CheckpointRankFile file = make_rank_file(rank);
-    write_rank_file(temporary, rank, file.metadata, file.tensors);
+    write_rank_file(temporary, checkpoint_rank_directory_name(rank), file.metadata, file.tensors);
   }
   finish_save(directory, temporary, iteration, release, tensor_parallel, out);
 }
@@ -724,15 +781,18 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
                        tracked->iteration);
   }
   out.flush();
-  // This rank's shard: mp_rank_<tensor-parallel rank>.
+  // This rank's shard: mp_rank_<tensor-parallel rank>[_<stage>].
   const Communicator& group = model.tensor_parallel_group();
-  const fs::path file = checkpoint_rank_file(*tracked, group.rank());
+  const Communicator& stages = model.pipeline_parallel_group();
+  const fs::path file =
+      checkpoint_rank_file(*tracked, group.rank(), stages.rank(), stages.size());
   if (!fs::is_regular_file(file)) {
-    const fs::path first = checkpoint_rank_file(*tracked, 0);
-    if (group.rank() > 0 && fs::is_regular_file(first)) {
-      const CheckpointFileReader reader(first);
-      check_tensor_parallel_size(CheckpointMetadata(reader.metadata(), reader.path()), group.size(),
-                                 reader.path(), options);
+    if (fs::is_regular_file(tracked->file)) {
+      // Another layout's checkpoint: say so, with the command that reshards it.
+      const CheckpointFileReader reader(tracked->file);
+      const CheckpointMetadata first(reader.metadata(), reader.path());
+      check_tensor_parallel_size(first, group.size(), reader.path(), options);
+      check_pipeline_parallel_size(first, stages.size(), reader.path(), options);
     }
     common::fail("{} names iteration {}, but {} does not exist: the checkpoint directory was "
                  "changed by hand; point the tracker at a complete checkpoint",
@@ -742,6 +802,7 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
   const CheckpointFileReader reader(file);
   const CheckpointMetadata metadata(reader.metadata(), reader.path());
   check_tensor_parallel_size(metadata, group.size(), reader.path(), options);
+  check_pipeline_parallel_size(metadata, stages.size(), reader.path(), options);
   check_parameter_shapes(reader, metadata, model, options);
 
   HostState host = host_state(model, &optimizer, false);
@@ -800,8 +861,9 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
     model.set_dropout_step(metadata.get<uint64_t>(rng, "dropout_step"));
   }
 
-  out << fmt::format("  successfully loaded checkpoint from {} [ t {}/{}, p 1/1 ] at iteration {}\n",
-                     directory.string(), group.rank() + 1, group.size(), progress.iteration);
+  out << fmt::format("  successfully loaded checkpoint from {} [ t {}/{}, p {}/{} ] at iteration {}\n",
+                     directory.string(), group.rank() + 1, group.size(), stages.rank() + 1,
+                     stages.size(), progress.iteration);
   out.flush();
   return progress;
 }

@@ -62,22 +62,31 @@ std::filesystem::path checkpoint_tracker_path(const std::filesystem::path& direc
 // DIR/iter_0000500 (Megatron's 'iter_{:07d}').
 std::filesystem::path checkpoint_iteration_directory(const std::filesystem::path& directory,
                                                      int64_t iteration);
-// mp_rank_00 (Megatron's 'mp_rank_{:02d}' for a tensor-parallel rank, without pipeline stages).
-std::string checkpoint_rank_directory_name(int64_t tensor_parallel_rank);
+// mp_rank_00 (Megatron's 'mp_rank_{:02d}' for a tensor-parallel rank, without pipeline stages),
+// or mp_rank_00_001 ('mp_rank_{:02d}_{:03d}', tensor-parallel rank and pipeline stage) when the
+// pipeline has more than one stage.
+std::string checkpoint_rank_directory_name(int64_t tensor_parallel_rank,
+                                           int64_t pipeline_rank = 0,
+                                           int64_t pipeline_parallel = 1);
 // DIR/iter_0000500/mp_rank_00/model_optim_rng.bin
 std::filesystem::path checkpoint_file_path(const std::filesystem::path& directory, int64_t iteration,
-                                           int64_t tensor_parallel_rank = 0);
+                                           int64_t tensor_parallel_rank = 0,
+                                           int64_t pipeline_rank = 0,
+                                           int64_t pipeline_parallel = 1);
 
 // What the tracker file names. `release` checkpoints (tracker text "release", directory
 // DIR/release) are weights to start from, as Megatron's.
 struct TrackedCheckpoint {
   int64_t iteration = 0;
   bool release = false;
-  std::filesystem::path file;  // the model_optim_rng.bin of mp_rank_00 it points to
+  // The model_optim_rng.bin of mp_rank_00 it points to (of mp_rank_00_000 when only that
+  // exists: a pipelined checkpoint).
+  std::filesystem::path file;
 };
-// The file of tensor-parallel rank `tensor_parallel_rank` beside tracked.file.
+// The file of (tensor-parallel rank, pipeline stage) beside tracked.file.
 std::filesystem::path checkpoint_rank_file(const TrackedCheckpoint& tracked,
-                                           int64_t tensor_parallel_rank);
+                                           int64_t tensor_parallel_rank, int64_t pipeline_rank = 0,
+                                           int64_t pipeline_parallel = 1);
 // nullopt when DIR has no tracker; a tracker that is neither an integer nor "release" is a
 // common::Error naming the file.
 std::optional<TrackedCheckpoint> read_checkpoint_tracker(const std::filesystem::path& directory);
@@ -127,9 +136,10 @@ struct CheckpointLoadOptions {
 
 // Saves to options.directory: parameters, and unless no_save_optim / no_save_rng the
 // optimizer and scheduler state / the dropout RNG state. A collective over the model's
-// tensor-parallel group (one process: a group of one): each rank writes its shards to
-// mp_rank_<its rank>, and the tracker moves once all have written and synced; the metadata
-// records the group's size ("tensor_parallel"), which a load must match.
+// tensor- and pipeline-parallel groups (one process: groups of one): each rank writes its
+// shards of its stage's tensors to mp_rank_<tp rank>[_<stage>], and the tracker moves once all
+// have written and synced; the metadata records the groups' sizes ("tensor_parallel",
+// "pipeline_parallel"), which a load must match.
 void save_checkpoint(const CheckpointSaveOptions& options, const TrainingProgress& progress,
                      const GptModel<float>& model, const AdamW& optimizer,
                      const LearningRateScheduler& scheduler, std::ostream& out);

@@ -125,6 +125,7 @@ constexpr FlagRule kRules[] = {
     // parallelism, device
     integer_flag("--tensor-model-parallel-size", 1),
     integer_flag("--pipeline-model-parallel-size", 1),
+    integer_flag("--num-layers-per-virtual-pipeline-stage", 1),
     // Megatron's is an int ≥ 1 in practice (a timedelta of 0 minutes fails every collective);
     // fractions let a test wait seconds
     real_flag("--distributed-timeout-minutes", 0, false),

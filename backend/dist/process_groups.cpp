@@ -1,6 +1,8 @@
 // Megatron's rank order and the groups built from it; see process_groups.hpp.
 #include "backend/dist/process_groups.hpp"
 
+#include <algorithm>
+
 #include "backend/common/error.hpp"
 
 namespace backend {
@@ -77,6 +79,13 @@ ProcessGroups make_process_groups(std::unique_ptr<Communicator> world,
                                      "data parallel");
   groups.pipeline_parallel = split_group(*world, layout, groups.rank,
                                          GroupKind::pipeline_parallel, "pipeline model parallel");
+  // The middle stages are no member of an embedding group: each gets a group of its own (a
+  // color no group's first rank can be), which it never uses.
+  const std::vector<int64_t> embedding = group_ranks(layout, groups.rank, GroupKind::embedding);
+  groups.embedding =
+      std::find(embedding.begin(), embedding.end(), groups.rank) != embedding.end()
+          ? split_group(*world, layout, groups.rank, GroupKind::embedding, "embedding")
+          : world->split(layout.world_size + groups.rank, 0, "embedding");
   groups.world = std::move(world);
   return groups;
 }
@@ -87,6 +96,7 @@ ProcessGroups single_process_groups() {
   groups.tensor_parallel = make_single_process_communicator("tensor model parallel");
   groups.data_parallel = make_single_process_communicator("data parallel");
   groups.pipeline_parallel = make_single_process_communicator("pipeline model parallel");
+  groups.embedding = make_single_process_communicator("embedding");
   return groups;
 }
 

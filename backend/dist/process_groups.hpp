@@ -43,6 +43,9 @@ struct ProcessGroups {
   std::unique_ptr<Communicator> tensor_parallel;
   std::unique_ptr<Communicator> data_parallel;
   std::unique_ptr<Communicator> pipeline_parallel;
+  // The first and last stage's ranks of this rank's pipeline (tied word embeddings); on a
+  // middle stage a group of its own, unused.
+  std::unique_ptr<Communicator> embedding;
 
   RankCoordinates coordinates() const { return rank_coordinates(layout, rank); }
   // Megatron prints the iteration lines on the last rank, the rest on rank 0.

@@ -3,34 +3,47 @@
 #include "backend/model/activation_plan.hpp"
 
 #include <string>
+#include <utility>
 
 #include "backend/common/checked_math.hpp"
+#include "backend/common/error.hpp"
 
 namespace backend {
 
-RecomputeSchedule::RecomputeSchedule(const GptConfig& config)
+RecomputeSchedule::RecomputeSchedule(const GptConfig& config, std::vector<LayerRange> chunks)
     : granularity_(config.recompute_granularity),
       method_(config.recompute_method),
-      num_layers_(config.num_layers),
-      recompute_num_layers_(config.recompute_num_layers) {}
+      recompute_num_layers_(config.recompute_num_layers),
+      chunks_(std::move(chunks)) {
+  if (chunks_.empty()) chunks_.push_back({0, config.num_layers});
+}
+
+const LayerRange& RecomputeSchedule::chunk_of(int64_t l) const {
+  for (const LayerRange& chunk : chunks_) {
+    if (chunk.contains(l)) return chunk;
+  }
+  common::fail("layer {} is not in this pipeline stage's chunks", l);
+}
 
 bool RecomputeSchedule::recomputed(int64_t l) const {
   if (granularity_ != RecomputeGranularity::full) return false;
-  return method_ == RecomputeMethod::uniform || l < recompute_num_layers_;
+  return method_ == RecomputeMethod::uniform || l - chunk_of(l).begin < recompute_num_layers_;
 }
 
 int64_t RecomputeSchedule::chunk_begin(int64_t l) const {
   if (method_ == RecomputeMethod::block) return l;
-  return l / recompute_num_layers_ * recompute_num_layers_;
+  const int64_t first = chunk_of(l).begin;
+  return first + (l - first) / recompute_num_layers_ * recompute_num_layers_;
 }
 
 bool RecomputeSchedule::last_of_chunk(int64_t l) const {
-  return l + 1 == num_layers_ || !recomputed(l + 1) || chunk_begin(l + 1) == l + 1;
+  return l + 1 == chunk_of(l).end || !recomputed(l + 1) || chunk_begin(l + 1) == l + 1;
 }
 
 ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule& schedule,
                                 int64_t batch_size, int64_t seq_length, ElementType dtype,
-                                int64_t tensor_parallel, bool sequence_parallel) {
+                                int64_t tensor_parallel, bool sequence_parallel,
+                                const PipelineStage& stage, ActivationPart part) {
   // Every buffer's element count, checked: rows × the widest feature count (the logits'
   // padded vocabulary, or linear_qkv's and linear_fc1's features) must fit, and
   // B · NH · T for the attention statistics.
@@ -62,38 +75,71 @@ ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule
   plan.seq_length = seq_length;
   ArenaLayout& layout = plan.layout;
   int64_t kept_elements = 0;
-  auto kept = [&](std::string what, int64_t numel) {
+  const bool carve_kept = part != ActivationPart::shared;
+  const bool carve_shared = part != ActivationPart::per_micro_batch;
+  // What one micro batch keeps for its backward (counted in kept_bytes), what it keeps only
+  // while the recompute or the forward works (shared, counted too), and the scratch.
+  auto keep = [&](std::string what, int64_t numel) {
     kept_elements += numel;
-    return layout.add(std::move(what), dtype, numel);
+    return layout.add(std::move(what), dtype, carve_kept ? numel : 0);
+  };
+  auto kept_shared = [&](std::string what, int64_t numel) {
+    kept_elements += numel;
+    return layout.add(std::move(what), dtype, carve_shared ? numel : 0);
   };
   auto scratch = [&](std::string what, int64_t numel) {
-    return layout.add(std::move(what), dtype, numel);
+    return layout.add(std::move(what), dtype, carve_shared ? numel : 0);
   };
+  const bool last_stage = stage.last();
+  const int64_t head_rows = last_stage ? rows : 0;
+  const int64_t head_stream_rows = last_stage ? stream_rows : 0;
 
-  plan.tokens = layout.add("tokens", ElementType::i32, rows);
-  plan.labels = layout.add("labels", ElementType::i32, rows);
-  plan.embedded = kept("embedding output", stream_rows * C);
-  auto layer_regions = [&](const std::string& name, bool internals, bool output) {
+  plan.tokens = layout.add("tokens", ElementType::i32, carve_kept ? rows : 0);
+  plan.labels = layout.add("labels", ElementType::i32, carve_kept ? rows : 0);
+  plan.embedded = keep("embedding output", stream_rows * C);
+  const auto chunks = stage_layer_chunks(config.num_layers, stage);
+  const bool pipelined = !stage.whole_model();
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    plan.chunk_inputs.push_back(
+        keep("chunk " + std::to_string(c) + " input", c > 0 ? stream_rows * C : 0));
+    plan.output_gradients.push_back(
+        keep("chunk " + std::to_string(c) + " output gradient", pipelined ? stream_rows * C : 0));
+  }
+  auto held = [&](int64_t l) {
+    for (const LayerRange& chunk : chunks) {
+      if (chunk.contains(l)) return true;
+    }
+    return false;
+  };
+  auto layer_regions = [&](const std::string& name, bool internals, bool output,
+                           bool shared = false) {
     const int64_t n = internals ? rows : 0;
+    auto region = [&](std::string what, int64_t numel) {
+      return shared ? kept_shared(std::move(what), numel) : keep(std::move(what), numel);
+    };
     LayerActivationRegions r{};
-    r.input_norm = kept(name + " input_layernorm", n * C);
-    r.input_norm_mean = kept(name + " input_layernorm mean", internals ? norm_means : 0);
-    r.input_norm_rstd = kept(name + " input_layernorm rstd", internals ? stream_rows : 0);
-    r.qkv = kept(name + " qkv", n * QKV);
-    r.attention_logsumexp = kept(name + " attention log-sum-exp",
+    r.input_norm = region(name + " input_layernorm", n * C);
+    r.input_norm_mean = region(name + " input_layernorm mean", internals ? norm_means : 0);
+    r.input_norm_rstd = region(name + " input_layernorm rstd", internals ? stream_rows : 0);
+    r.qkv = region(name + " qkv", n * QKV);
+    r.attention_logsumexp = region(name + " attention log-sum-exp",
                                  internals && !schedule.selective() ? logsumexp_count : 0);
-    r.context = kept(name + " attention context", n * A);
-    r.attention_residual = kept(name + " attention residual", internals ? stream_rows * C : 0);
-    r.mlp_norm = kept(name + " pre_mlp_layernorm", n * C);
-    r.mlp_norm_mean = kept(name + " pre_mlp_layernorm mean", internals ? norm_means : 0);
-    r.mlp_norm_rstd = kept(name + " pre_mlp_layernorm rstd", internals ? stream_rows : 0);
-    r.fc1 = kept(name + " linear_fc1", n * F1);
-    r.activation = kept(name + " activation", n * F);
-    r.output = kept(name + " output", output ? stream_rows * C : 0);
+    r.context = region(name + " attention context", n * A);
+    r.attention_residual = region(name + " attention residual", internals ? stream_rows * C : 0);
+    r.mlp_norm = region(name + " pre_mlp_layernorm", n * C);
+    r.mlp_norm_mean = region(name + " pre_mlp_layernorm mean", internals ? norm_means : 0);
+    r.mlp_norm_rstd = region(name + " pre_mlp_layernorm rstd", internals ? stream_rows : 0);
+    r.fc1 = region(name + " linear_fc1", n * F1);
+    r.activation = region(name + " activation", n * F);
+    r.output = region(name + " output", output ? stream_rows * C : 0);
     return r;
   };
   std::vector<bool> slot_needs_output;
   for (int64_t l = 0; l < config.num_layers; ++l) {
+    if (!held(l)) {
+      plan.layers.push_back(layer_regions("layer " + std::to_string(l), false, false));
+      continue;
+    }
     const bool dropped = schedule.recomputed(l);
     plan.layers.push_back(layer_regions("layer " + std::to_string(l), !dropped,
                                         !dropped || schedule.last_of_chunk(l)));
@@ -102,28 +148,29 @@ ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule
     if (slot_needs_output.size() <= slot) slot_needs_output.resize(slot + 1, false);
     if (!schedule.last_of_chunk(l)) slot_needs_output[slot] = true;
   }
+  // The recompute slots serve one chunk's forward at a time: shared by the micro batches.
   for (size_t j = 0; j < slot_needs_output.size(); ++j) {
     plan.recompute_slots.push_back(
-        layer_regions("recompute slot " + std::to_string(j), true, slot_needs_output[j]));
+        layer_regions("recompute slot " + std::to_string(j), true, slot_needs_output[j], true));
   }
-  plan.recomputed_logsumexp =
-      kept("recomputed attention log-sum-exp", schedule.selective() ? logsumexp_count : 0);
-  plan.final_norm = kept("final_layernorm", rows * C);
-  plan.final_norm_mean = kept("final_layernorm mean", norm_means);
-  plan.final_norm_rstd = kept("final_layernorm rstd", stream_rows);
-  plan.logits = kept("logits", rows * V);
-  plan.losses = kept("losses", rows);
-  plan.logsumexp = kept("logits log-sum-exp", rows);
-  plan.loss_total = layout.add("loss total", ElementType::f64, 1);
+  plan.recomputed_logsumexp = kept_shared("recomputed attention log-sum-exp",
+                                          schedule.selective() ? logsumexp_count : 0);
+  plan.final_norm = keep("final_layernorm", head_rows * C);
+  plan.final_norm_mean = keep("final_layernorm mean", last_stage ? norm_means : 0);
+  plan.final_norm_rstd = keep("final_layernorm rstd", head_stream_rows);
+  plan.logits = keep("logits", head_rows * V);
+  plan.losses = keep("losses", head_rows);
+  plan.logsumexp = keep("logits log-sum-exp", head_rows);
+  plan.loss_total = layout.add("loss total", ElementType::f64, carve_shared ? 1 : 0);
   const int64_t parts = tensor_parallel > 1 ? tensor_parallel : 0;
-  plan.logsumexp_parts = scratch("logits log-sum-exp per vocabulary shard", parts * rows);
-  plan.target_logit = scratch("label logits", parts > 0 ? rows : 0);
+  plan.logsumexp_parts = scratch("logits log-sum-exp per vocabulary shard", parts * head_rows);
+  plan.target_logit = scratch("label logits", parts > 0 ? head_rows : 0);
   plan.branch = scratch("branch", rows * C);
   const bool rope = config.position_embedding_type == PositionEmbeddingType::rope;
   const int64_t rope_table = rope ? seq_length * (config.rotary_dim() / 2) : 0;
   plan.rope_cos = scratch("rope cos", rope_table);
   plan.rope_sin = scratch("rope sin", rope_table);
-  plan.dlogits = scratch("dlogits", rows * V);
+  plan.dlogits = scratch("dlogits", head_rows * V);
   plan.dresidual = scratch("dresidual", stream_rows * C);
   plan.dbranch = scratch("dbranch", stream_rows * C);
   plan.branch_shard = scratch("branch, this rank's rows", sharded_stream ? stream_rows * C : 0);

@@ -12,6 +12,13 @@
 // recompute, or the final norm, starts from it); the recomputed layers of one chunk run in
 // shared slots: slot j serves the j-th layer of every chunk.
 //
+// Pipeline parallelism (pipeline_stage.hpp): a stage plans its chunks' layers only, the embedding
+// output (its first chunk's input, received on a later stage) everywhere, the other chunks' inputs
+// and every chunk's output gradient (both received) when pipelined, the final norm and the logits
+// on the last stage. A stage holds the kept buffers of several micro batches at once (the 1F1B
+// schedules keep up to pp in flight): ActivationPart splits the plan into what each micro batch
+// keeps and the scratch all of them share, one arena each.
+//
 // Dimensions: B batch, T sequence, C hidden, NH heads, QKV = (NH + 2·NG)·HD, F ffn (F1 = 2F with
 // SwiGLU), V padded vocabulary; rows = B·T.
 #pragma once
@@ -21,12 +28,16 @@
 
 #include "backend/device/arena.hpp"
 #include "backend/model/gpt_config.hpp"
+#include "backend/model/pipeline_stage.hpp"
 
 namespace backend {
 
 class RecomputeSchedule {
  public:
-  explicit RecomputeSchedule(const GptConfig& config);
+  // `chunks`: the model chunks whose layers are recomputed each on their own, as Megatron's
+  // TransformerBlock of each pipeline stage does (uniform chunks and block's first layers count
+  // from a chunk's first layer); empty: the whole model is one chunk.
+  explicit RecomputeSchedule(const GptConfig& config, std::vector<LayerRange> chunks = {});
 
   // Whether layer l's activations are recomputed in the backward (full recompute), the first
   // layer of its chunk (the layers recomputed together, from the chunk's stored input), and
@@ -38,11 +49,17 @@ class RecomputeSchedule {
   bool selective() const { return granularity_ == RecomputeGranularity::selective; }
 
  private:
+  const LayerRange& chunk_of(int64_t l) const;
+
   RecomputeGranularity granularity_;
   RecomputeMethod method_;
-  int64_t num_layers_;
   int64_t recompute_num_layers_;
+  std::vector<LayerRange> chunks_;
 };
+
+// Which buffers a plan carves: all of them (one micro batch at a time), what each micro batch
+// in flight keeps, or the scratch they share.
+enum class ActivationPart { all, per_micro_batch, shared };
 
 // Region indices into ActivationPlan::layout of what one layer keeps; a region of 0 elements
 // is a buffer this layer does not keep. The norms' means are empty with RMSNorm.
@@ -67,7 +84,11 @@ struct ActivationPlan {
   std::vector<LayerActivationRegions> layers;
   std::vector<LayerActivationRegions> recompute_slots;
   int64_t tokens = 0, labels = 0;  // (rows) i32
-  int64_t embedded = 0;            // (rows, C)
+  int64_t embedded = 0;            // (rows, C) the first chunk's input
+  // Pipelined: chunk_inputs[c], c ≥ 1, the other chunks' inputs (chunk_inputs[0] is unused), and
+  // output_gradients[c] each chunk's output gradient as received, (rows, C) each.
+  std::vector<int64_t> chunk_inputs;
+  std::vector<int64_t> output_gradients;
   int64_t recomputed_logsumexp = 0;  // (B, NH, T), selective recompute only
   int64_t final_norm = 0, final_norm_mean = 0, final_norm_rstd = 0;
   int64_t logits = 0;                  // (rows, V)
@@ -101,8 +122,13 @@ struct ActivationPlan {
 // the residual stream (embedding output, residuals, layer outputs, the norms' statistics and
 // their gradients) holds this rank's rows / tensor_parallel rows only, and the shard buffers
 // of the reduce-scatters are added.
+// Under pipeline parallelism the plan is `stage`'s (the layers of `schedule`'s chunks, which
+// must be the stage's), and `part` picks the buffers carved (the others have 0 elements);
+// kept_bytes counts one micro batch's kept buffers either way.
 ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule& schedule,
                                 int64_t batch_size, int64_t seq_length, ElementType dtype,
-                                int64_t tensor_parallel = 1, bool sequence_parallel = false);
+                                int64_t tensor_parallel = 1, bool sequence_parallel = false,
+                                const PipelineStage& stage = {},
+                                ActivationPart part = ActivationPart::all);
 
 }  // namespace backend

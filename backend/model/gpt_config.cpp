@@ -91,6 +91,7 @@ common::MemoryEstimate training_memory_estimate(const GptConfig& config, int64_t
   common::TrainingSetup setup;
   setup.tensor_parallel = parallelism.tensor_parallel;
   setup.data_parallel = parallelism.data_parallel;
+  setup.pipeline_parallel = parallelism.pipeline_parallel;
   setup.sequence_parallel = parallelism.sequence_parallel;
   setup.distributed_optimizer = parallelism.distributed_optimizer;
   setup.seq_length = seq_length;

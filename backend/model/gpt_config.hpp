@@ -117,6 +117,7 @@ common::ModelShape model_shape(const GptConfig& config);
 struct TrainingParallelism {
   int64_t tensor_parallel = 1;
   int64_t data_parallel = 1;
+  int64_t pipeline_parallel = 1;
   bool sequence_parallel = false;
   bool distributed_optimizer = false;
 };

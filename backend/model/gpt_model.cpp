@@ -48,6 +48,14 @@
 // h] layout: the same arithmetic, on another cut. The gathered norm outputs are kept for the
 // backward (Megatron gathers them again there): this saves the residual stream's memory, not
 // theirs.
+//
+// Pipeline parallelism (pipeline_stage.hpp; Narayanan et al. 2021): the model holds its stage's
+// tensors and runs one chunk of one micro batch at a time (forward_chunk / backward_chunk); the
+// schedule (train/pipeline_schedule.hpp) moves the activations and gradients between stages
+// through the chunks' input, output and output-gradient buffers. Each micro batch in flight has
+// its own kept buffers (a slot: one arena of activation_plan.hpp's per-micro-batch part), and
+// its own dropout key; the scratch is shared. Dropout masks are keyed by the global layer index,
+// so a stage draws the masks those layers draw in one process.
 #include "backend/model/gpt_model.hpp"
 
 #include <algorithm>
@@ -92,27 +100,55 @@ LayerActivations layer_views(const Arena& arena, const LayerActivationRegions& r
           arena.view(r.output)};
 }
 
+// A tensor-parallel group (and --sequence-parallel) alone.
+ModelParallelism tensor_parallelism(Communicator& group, bool sequence_parallel) {
+  ModelParallelism parallelism;
+  parallelism.tensor_parallel = &group;
+  parallelism.sequence_parallel = sequence_parallel;
+  return parallelism;
+}
+
 }  // namespace
 
 template <typename Scalar>
 struct GptModel<Scalar>::State {
-  State(const GptConfig& model_config, Device* borrowed, Communicator* group,
-        bool sequence_parallel_requested)
+  State(const GptConfig& model_config, Device* borrowed, const ModelParallelism& parallelism)
       : config(model_config),
-        tensor_parallel_size(group != nullptr ? group->size() : 1),
-        tensor_parallel_rank(group != nullptr ? group->rank() : 0),
+        tensor_parallel_size(parallelism.tensor_parallel != nullptr
+                                 ? parallelism.tensor_parallel->size()
+                                 : 1),
+        tensor_parallel_rank(parallelism.tensor_parallel != nullptr
+                                 ? parallelism.tensor_parallel->rank()
+                                 : 0),
         shard(tensor_parallel_size > 1 ? tensor_parallel_shard(config, tensor_parallel_size)
                                        : config),
-        layout(config, tensor_parallel_size, tensor_parallel_rank),
-        schedule(config),
+        stage(parallelism.pipeline),
+        layout(config, tensor_parallel_size, tensor_parallel_rank, stage),
+        chunks(layout.chunks()),
+        schedule(config, chunks),
+        embedding_group(parallelism.embedding),
         vocab_start(tensor_parallel_rank * shard.padded_vocab_size),
         norm_ranges(backend::gradient_norm_ranges(layout.tensors(), tensor_parallel_rank)) {
-    if (group == nullptr) {
+    tensor_parallel = parallelism.tensor_parallel;
+    if (tensor_parallel == nullptr) {
       owned_group = make_single_process_communicator("tensor parallel");
-      group = owned_group.get();
+      tensor_parallel = owned_group.get();
     }
-    tensor_parallel = group;
-    sequence_parallel = sequence_parallel_requested && tensor_parallel_size > 1;
+    pipeline_group = parallelism.pipeline_parallel;
+    if (pipeline_group == nullptr) {
+      owned_pipeline_group = make_single_process_communicator("pipeline model parallel");
+      pipeline_group = owned_pipeline_group.get();
+    }
+    if (pipeline_group->size() != stage.pipeline_parallel) {
+      common::fail("GptModel: a pipeline of {} stages over a pipeline group of {} ranks",
+                   stage.pipeline_parallel, pipeline_group->size());
+    }
+    sequence_parallel = parallelism.sequence_parallel && tensor_parallel_size > 1;
+    if (tied_copies() && embedding_group == nullptr) {
+      common::fail("GptModel: pipeline stage {} of {} holds a tied word embedding but no "
+                   "embedding group was given to keep it equal to its copy",
+                   stage.rank, stage.pipeline_parallel);
+    }
     if (borrowed == nullptr) {
       owned_device = std::make_unique<CpuDevice>();
       borrowed = owned_device.get();
@@ -134,8 +170,13 @@ struct GptModel<Scalar>::State {
   int64_t tensor_parallel_size = 1;
   int64_t tensor_parallel_rank = 0;
   GptConfig shard;  // this rank's part of config (config itself without tensor parallelism)
+  PipelineStage stage;
   ParameterLayout layout;
+  std::vector<LayerRange> chunks;  // the stage's model chunks
   RecomputeSchedule schedule;
+  Communicator* embedding_group = nullptr;  // first and last stage (tied embeddings, pp > 1)
+  std::unique_ptr<Communicator> owned_pipeline_group;  // a group of one, when none was given
+  Communicator* pipeline_group = nullptr;
   int64_t vocab_start = 0;  // the first vocabulary row of this rank's shard
   std::vector<BufferRange> norm_ranges;
   std::unique_ptr<Communicator> owned_group;  // a group of one, when none was given
@@ -155,17 +196,33 @@ struct GptModel<Scalar>::State {
   uint64_t forward_dropout_seed = 0;
   uint64_t forward_dropout_step = 0;
 
-  // The activations of the reserved shape (reserve()), and whether the last forward completed.
+  // One micro batch's kept buffers (a slot), whether each chunk's forward completed, and the
+  // dropout key its forward used (the backward regenerates the masks from it).
+  struct MicroBatchBuffers {
+    Arena arena;
+    std::vector<LayerActivations> layers;
+    View tokens, labels, embedded, final_norm, final_norm_mean, final_norm_rstd, logits, losses,
+        logsumexp;
+    std::vector<View> chunk_inputs, output_gradients;
+    std::vector<bool> forward_done;
+    bool forward_training = false;
+    uint64_t forward_dropout_seed = 0;
+    uint64_t forward_dropout_step = 0;
+  };
+
+  // The activations of the reserved shape (reserve()): the slots, the shared scratch, and the
+  // selected slot's views (select()), which the composition below reads.
   ActivationPlan plan;
-  Arena activation_arena;
+  std::vector<MicroBatchBuffers> micro_batches;
+  Arena shared_arena;
   int64_t batch_size = 0;
   int64_t seq_length = 0;
-  bool has_forward = false;
   std::vector<LayerActivations> layers;
   std::vector<LayerActivations> recompute_slots;
   View tokens, labels, embedded, recomputed_logsumexp, final_norm, final_norm_mean,
       final_norm_rstd, logits, losses, logsumexp, loss_total, branch, rope_cos, rope_sin,
       logsumexp_parts, target_logit, branch_shard, dnorm_shard;
+  std::vector<View> chunk_inputs;
   View dlogits, dresidual, dbranch, dnorm, dqkv, dhidden, dfc1;
 
   Device& ops() { return *device; }
@@ -304,52 +361,95 @@ struct GptModel<Scalar>::State {
     const View kept = layers[static_cast<size_t>(l)].output;
     return kept.empty() ? activations(l).output : kept;
   }
-  // The input of layer l: the embedding output for layer 0, else layer l − 1's output.
-  View layer_input(int64_t l) { return l == 0 ? embedded : layer_output(l - 1); }
+  // The input of layer l: its chunk's input for a chunk's first layer (the embedding output for
+  // the first), else layer l − 1's output.
+  View layer_input(int64_t l) {
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      if (chunks[c].begin == l) return c == 0 ? embedded : chunk_inputs[c];
+    }
+    return layer_output(l - 1);
+  }
+  bool first_virtual_stage(int64_t chunk) const { return stage.first() && chunk == 0; }
+  bool last_virtual_stage(int64_t chunk) const {
+    return stage.last() && chunk + 1 == static_cast<int64_t>(chunks.size());
+  }
+  // The last stage's copy of a tied word embedding (pipeline_stage.hpp), or the first stage's
+  // original: kept equal over the embedding group.
+  bool tied_copies() const {
+    return !stage.whole_model() && config.share_embeddings_and_output_weights &&
+           (stage.first() || stage.last());
+  }
+  void select(int64_t slot);
+  void check_slot(int64_t slot, int64_t chunk, const char* what) const;
+  Scalar forward_chunk(int64_t slot, int64_t chunk);
+  void backward_chunk(int64_t slot, int64_t chunk, Scalar grad_scale);
   View attention_logsumexp(const LayerActivations& a) const {
     return schedule.selective() ? recomputed_logsumexp : a.attention_logsumexp;
   }
 
-  void reserve(int64_t new_batch_size, int64_t new_seq_length);
+  void reserve(int64_t new_batch_size, int64_t new_seq_length, int64_t slots);
   void layer_forward(int64_t l);
   void layer_backward(int64_t l);
 };
 
 template <typename Scalar>
-void GptModel<Scalar>::State::reserve(int64_t new_batch_size, int64_t new_seq_length) {
-  if (new_batch_size == batch_size && new_seq_length == seq_length) return;
+void GptModel<Scalar>::State::reserve(int64_t new_batch_size, int64_t new_seq_length,
+                                      int64_t slots) {
+  if (new_batch_size == batch_size && new_seq_length == seq_length &&
+      slots == static_cast<int64_t>(micro_batches.size())) {
+    return;
+  }
+  if (slots < 1) common::fail("GptModel::reserve: {} micro-batch slots; at least 1", slots);
   if (sequence_parallel && new_seq_length % tensor_parallel_size != 0) {
     common::fail("--seq-length {} must be divisible by --tensor-model-parallel-size {} with "
                  "--sequence-parallel (each rank holds an equal share of the sequence)",
                  new_seq_length, tensor_parallel_size);
   }
-  ActivationPlan new_plan =
+  // The per-micro-batch and the shared part carve the same regions (each with the other's
+  // left empty), so one plan's indices serve both arenas.
+  ActivationPlan kept_plan =
       plan_activations(shard, schedule, new_batch_size, new_seq_length, kElementType,
-                       tensor_parallel_size, sequence_parallel);
-  // The old arena goes first: a smaller shape gives its memory back, a larger one does not
+                       tensor_parallel_size, sequence_parallel, stage,
+                       ActivationPart::per_micro_batch);
+  const ActivationPlan shared_plan =
+      plan_activations(shard, schedule, new_batch_size, new_seq_length, kElementType,
+                       tensor_parallel_size, sequence_parallel, stage, ActivationPart::shared);
+  // The old arenas go first: a smaller shape gives its memory back, a larger one does not
   // need both at once.
-  has_forward = false;
   batch_size = seq_length = 0;
-  activation_arena = Arena();
-  activation_arena = Arena(ops(), new_plan.layout, "activations");
-  plan = std::move(new_plan);
+  micro_batches.clear();
+  shared_arena = Arena();
+  shared_arena = Arena(ops(), shared_plan.layout, "activations shared by the micro batches");
+  for (int64_t k = 0; k < slots; ++k) {
+    MicroBatchBuffers buffers;
+    buffers.arena = Arena(ops(), kept_plan.layout,
+                          slots == 1 ? std::string("activations")
+                                     : "activations of micro-batch slot " + std::to_string(k));
+    const Arena& a = buffers.arena;
+    for (const auto& regions : kept_plan.layers) buffers.layers.push_back(layer_views(a, regions));
+    buffers.tokens = a.view(kept_plan.tokens);
+    buffers.labels = a.view(kept_plan.labels);
+    buffers.embedded = a.view(kept_plan.embedded);
+    buffers.final_norm = a.view(kept_plan.final_norm);
+    buffers.final_norm_mean = a.view(kept_plan.final_norm_mean);
+    buffers.final_norm_rstd = a.view(kept_plan.final_norm_rstd);
+    buffers.logits = a.view(kept_plan.logits);
+    buffers.losses = a.view(kept_plan.losses);
+    buffers.logsumexp = a.view(kept_plan.logsumexp);
+    for (const int64_t region : kept_plan.chunk_inputs) buffers.chunk_inputs.push_back(a.view(region));
+    for (const int64_t region : kept_plan.output_gradients) {
+      buffers.output_gradients.push_back(a.view(region));
+    }
+    buffers.forward_done.assign(chunks.size(), false);
+    micro_batches.push_back(std::move(buffers));
+  }
+  plan = std::move(kept_plan);
   batch_size = new_batch_size;
   seq_length = new_seq_length;
-  const Arena& a = activation_arena;
-  layers.clear();
-  for (const auto& regions : plan.layers) layers.push_back(layer_views(a, regions));
+  const Arena& a = shared_arena;
   recompute_slots.clear();
   for (const auto& regions : plan.recompute_slots) recompute_slots.push_back(layer_views(a, regions));
-  tokens = a.view(plan.tokens);
-  labels = a.view(plan.labels);
-  embedded = a.view(plan.embedded);
   recomputed_logsumexp = a.view(plan.recomputed_logsumexp);
-  final_norm = a.view(plan.final_norm);
-  final_norm_mean = a.view(plan.final_norm_mean);
-  final_norm_rstd = a.view(plan.final_norm_rstd);
-  logits = a.view(plan.logits);
-  losses = a.view(plan.losses);
-  logsumexp = a.view(plan.logsumexp);
   loss_total = a.view(plan.loss_total);
   logsumexp_parts = a.view(plan.logsumexp_parts);
   target_logit = a.view(plan.target_logit);
@@ -368,6 +468,42 @@ void GptModel<Scalar>::State::reserve(int64_t new_batch_size, int64_t new_seq_le
   if (rope()) {
     ops().rope_tables(rope_cos, rope_sin, seq_length, shard.rotary_dim(),
                       static_cast<double>(config.rotary_base));
+  }
+  select(0);
+}
+
+// Points the composition's views at slot `slot`'s buffers and dropout key.
+template <typename Scalar>
+void GptModel<Scalar>::State::select(int64_t slot) {
+  const MicroBatchBuffers& b = micro_batches[static_cast<size_t>(slot)];
+  layers = b.layers;
+  tokens = b.tokens;
+  labels = b.labels;
+  embedded = b.embedded;
+  final_norm = b.final_norm;
+  final_norm_mean = b.final_norm_mean;
+  final_norm_rstd = b.final_norm_rstd;
+  logits = b.logits;
+  losses = b.losses;
+  logsumexp = b.logsumexp;
+  chunk_inputs = b.chunk_inputs;
+  forward_training = b.forward_training;
+  forward_dropout_seed = b.forward_dropout_seed;
+  forward_dropout_step = b.forward_dropout_step;
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::State::check_slot(int64_t slot, int64_t chunk, const char* what) const {
+  if (micro_batches.empty()) {
+    common::fail("GptModel::{}: no micro-batch shape reserved; call reserve() first", what);
+  }
+  if (slot < 0 || slot >= static_cast<int64_t>(micro_batches.size())) {
+    common::fail("GptModel::{}: micro-batch slot {} is outside the {} reserved", what, slot,
+                 micro_batches.size());
+  }
+  if (chunk < 0 || chunk >= static_cast<int64_t>(chunks.size())) {
+    common::fail("GptModel::{}: model chunk {} is outside this stage's {}", what, chunk,
+                 chunks.size());
   }
 }
 
@@ -487,17 +623,23 @@ void GptModel<Scalar>::State::layer_backward(int64_t l) {
 
 template <typename Scalar>
 GptModel<Scalar>::GptModel(const GptConfig& config)
-    : state_((validate(config), std::make_unique<State>(config, nullptr, nullptr, false))) {}
+    : state_((validate(config), std::make_unique<State>(config, nullptr, ModelParallelism()))) {}
 
 template <typename Scalar>
 GptModel<Scalar>::GptModel(const GptConfig& config, Device& device)
-    : state_((validate(config), std::make_unique<State>(config, &device, nullptr, false))) {}
+    : state_((validate(config), std::make_unique<State>(config, &device, ModelParallelism()))) {}
 
 template <typename Scalar>
 GptModel<Scalar>::GptModel(const GptConfig& config, Device& device, Communicator& tensor_parallel,
                            bool sequence_parallel)
-    : state_((validate(config), std::make_unique<State>(config, &device, &tensor_parallel,
-                                                        sequence_parallel))) {}
+    : state_((validate(config),
+              std::make_unique<State>(config, &device,
+                                      tensor_parallelism(tensor_parallel, sequence_parallel)))) {}
+
+template <typename Scalar>
+GptModel<Scalar>::GptModel(const GptConfig& config, Device& device,
+                           const ModelParallelism& parallelism)
+    : state_((validate(config), std::make_unique<State>(config, &device, parallelism))) {}
 
 template <typename Scalar>
 GptModel<Scalar>::~GptModel() = default;
@@ -574,6 +716,11 @@ Communicator& GptModel<Scalar>::tensor_parallel_group() const {
 }
 
 template <typename Scalar>
+Communicator& GptModel<Scalar>::pipeline_parallel_group() const {
+  return *state_->pipeline_group;
+}
+
+template <typename Scalar>
 const std::vector<BufferRange>& GptModel<Scalar>::gradient_norm_ranges() const {
   return state_->norm_ranges;
 }
@@ -621,155 +768,279 @@ void GptModel<Scalar>::init_parameters(uint64_t seed) {
 }
 
 template <typename Scalar>
-void GptModel<Scalar>::reserve(int64_t batch_size, int64_t seq_length) {
+void GptModel<Scalar>::reserve(int64_t batch_size, int64_t seq_length, int64_t micro_batch_slots) {
   State& s = *state_;
   check_micro_batch_shape(s.config, batch_size, seq_length);
-  s.reserve(batch_size, seq_length);
+  s.reserve(batch_size, seq_length, micro_batch_slots);
+}
+
+namespace {
+
+// A micro batch's token or label ids: B·T of them, each in the vocabulary.
+void check_token_ids(const GptConfig& config, std::span<const int32_t> ids, const char* what,
+                     int64_t batch_size, int64_t seq_length) {
+  const int64_t rows = batch_size * seq_length;
+  if (static_cast<int64_t>(ids.size()) != rows) {
+    common::fail("{} has {} entries, expected batch size {} × sequence length {} = {}", what,
+                 ids.size(), batch_size, seq_length, rows);
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    const int32_t id = ids[static_cast<size_t>(i)];
+    if (id < 0 || id >= config.vocab_size) {
+      common::fail(
+          "{} value {} at index {} (batch row {}, position {}) is outside the "
+          "vocabulary [0, {})",
+          what, id, i, i / seq_length, i % seq_length, config.vocab_size);
+    }
+  }
+}
+
+}  // namespace
+
+// One chunk's forward on the selected slot's buffers (tokens and labels already there): the
+// embedding on the first virtual stage, the chunk's layers, the head on the last. Returns the
+// mean loss on the last virtual stage, else 0.
+template <typename Scalar>
+Scalar GptModel<Scalar>::State::forward_chunk(int64_t slot, int64_t chunk) {
+  MicroBatchBuffers& buffers = micro_batches[static_cast<size_t>(slot)];
+  buffers.forward_done[static_cast<size_t>(chunk)] = false;
+  buffers.forward_training = training;
+  buffers.forward_dropout_seed = dropout_seed;
+  buffers.forward_dropout_step = dropout_step;
+  select(slot);
+  Device& d = ops();
+  const int64_t C = config.hidden_size;
+  const int64_t V = shard.padded_vocab_size;  // this rank's vocabulary rows
+  const int64_t R = rows();
+
+  if (first_virtual_stage(chunk)) {
+    // Each rank's vocabulary rows (and rank 0's positions), summed over the group: in place, or
+    // through `branch` into this rank's rows.
+    const View embedding_partial = sequence_parallel ? branch : embedded;
+    d.embedding_forward(embedding_partial, tokens, parameter(layout.word_embeddings()),
+                        added_once(layout.position_embeddings()), batch_size, seq_length, C,
+                        vocab_start);
+    sum_over_tensor_parallel(embedding_partial, embedded);
+    if (const Dropout mask = dropout(DropoutSite::embedding, 0); mask.active()) {
+      d.dropout_forward(embedded, embedded, mask);
+    }
+  }
+  const LayerRange& layers_of_chunk = chunks[static_cast<size_t>(chunk)];
+  for (int64_t l = layers_of_chunk.begin; l < layers_of_chunk.end; ++l) layer_forward(l);
+  if (!last_virtual_stage(chunk)) {
+    buffers.forward_done[static_cast<size_t>(chunk)] = true;
+    return 0;
+  }
+  norm_forward(final_norm, final_norm_mean, final_norm_rstd, layer_output(layers_of_chunk.end - 1),
+               layout.final_norm_weight(), layout.final_norm_bias());
+  // logits = final_norm · W^T with W the word embedding (tied) or output_layer.weight.
+  d.linear_forward(logits, final_norm, parameter(layout.output_weight()),
+                   View{nullptr, 0, kElementType, logits.on}, R, C, V);
+  if (tensor_parallel_active()) {
+    // Megatron's vocab_parallel_cross_entropy: the shards' log-sum-exps side by side (the
+    // all-gather fills the other ranks' rows around this rank's), the label's logit from the
+    // rank that holds it.
+    const View own_part = logsumexp_parts.slice(tensor_parallel_rank * R, R);
+    d.vocab_parallel_cross_entropy_partial(own_part, target_logit, logits, labels, R, V,
+                                           vocab_start);
+    tensor_parallel->all_gather(logsumexp_parts, own_part);
+    tensor_parallel->all_reduce(target_logit, ReduceOperation::sum);
+    d.vocab_parallel_cross_entropy_combine(losses, logsumexp, logsumexp_parts, target_logit, R,
+                                           tensor_parallel_size);
+  } else {
+    d.cross_entropy_forward(losses, logsumexp, logits, labels, R, V);
+  }
+  buffers.forward_done[static_cast<size_t>(chunk)] = true;
+
+  // Summed on the device in a fixed order (and in double), so the loss does not depend on the
+  // thread count; the one value read back per micro batch.
+  d.sum(loss_total, losses);
+  double total = 0;
+  d.copy_to_host(&total, loss_total);
+  return static_cast<Scalar>(total / static_cast<double>(R));
+}
+
+// The backward of forward_chunk(slot, chunk): from the loss on the last virtual stage, else
+// from the output gradient received into the slot; leaves the input's gradient in the chunk's
+// input buffer (off the first virtual stage), and adds to the parameter gradients.
+template <typename Scalar>
+void GptModel<Scalar>::State::backward_chunk(int64_t slot, int64_t chunk, Scalar grad_scale) {
+  MicroBatchBuffers& buffers = micro_batches[static_cast<size_t>(slot)];
+  if (!buffers.forward_done[static_cast<size_t>(chunk)]) {
+    common::fail(
+        "GptModel::backward() called without a completed forward(); run forward() on "
+        "the micro batch first");
+  }
+  select(slot);
+  const int64_t R = rows();
+  const int64_t C = config.hidden_size;
+  const int64_t V = shard.padded_vocab_size;
+  Device& d = ops();
+  const LayerRange& layers_of_chunk = chunks[static_cast<size_t>(chunk)];
+
+  if (last_virtual_stage(chunk)) {
+    // d(mean loss)/dlogits · grad_scale: every later gradient is linear in dlogits, so the
+    // scale is applied once here (computed in Scalar, as the CPU twin takes it).
+    const Scalar scale = grad_scale / static_cast<Scalar>(R);
+    d.cross_entropy_backward(dlogits, logits, logsumexp, labels, static_cast<double>(scale), R,
+                             V, vocab_start);
+    d.linear_backward(dnorm, gradient(layout.output_weight()),
+                      View{nullptr, 0, kElementType, dnorm.on}, dlogits, final_norm,
+                      parameter(layout.output_weight()), R, C, V);
+    norm_backward(dresidual, layout.final_norm_weight(), layout.final_norm_bias(),
+                  sum_over_tensor_parallel(dnorm, dnorm_shard),
+                  layer_output(layers_of_chunk.end - 1), final_norm_mean, final_norm_rstd);
+  } else {
+    d.copy(dresidual, buffers.output_gradients[static_cast<size_t>(chunk)]);
+  }
+  for (int64_t l = layers_of_chunk.end - 1; l >= layers_of_chunk.begin;) {
+    if (!schedule.recomputed(l)) {
+      layer_backward(l--);
+      continue;
+    }
+    // A recomputed chunk ending at l: its forward again from the chunk's stored input (the
+    // dropout masks are keyed by the last forward's step, so they are the forward's), then
+    // its backward.
+    const int64_t begin = schedule.chunk_begin(l);
+    for (int64_t k = begin; k <= l; ++k) layer_forward(k);
+    for (int64_t k = l; k >= begin; --k) layer_backward(k);
+    l = begin - 1;
+  }
+  if (!first_virtual_stage(chunk)) {
+    // The input's gradient, for the previous virtual stage; the input itself is spent.
+    d.copy(chunk == 0 ? embedded : chunk_inputs[static_cast<size_t>(chunk)], dresidual);
+    return;
+  }
+  if (const Dropout mask = dropout(DropoutSite::embedding, 0); mask.active()) {
+    d.dropout_backward(dresidual, dresidual, mask);
+  }
+  // Every rank holds the whole embedding gradient: its vocabulary rows take their tokens', and
+  // the position table (whole on every rank) the same gradient everywhere.
+  d.embedding_backward(gradient(layout.word_embeddings()), gradient(layout.position_embeddings()),
+                       whole_rows(dresidual, branch), tokens, batch_size, seq_length, C,
+                       vocab_start);
 }
 
 template <typename Scalar>
 Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<const int32_t> labels,
                                  int64_t batch_size, int64_t seq_length) {
   State& s = *state_;
-  const GptConfig& config = s.config;
+  if (!s.stage.whole_model()) {
+    common::fail("GptModel::forward() runs the whole model; stage {} of a {}-stage pipeline runs "
+                 "forward_chunk() in a pipeline schedule",
+                 s.stage.rank, s.stage.pipeline_parallel);
+  }
   // A forward that fails leaves nothing to differentiate: a backward() after it must not
   // silently reuse the micro batch before.
-  s.has_forward = false;
-  check_micro_batch_shape(config, batch_size, seq_length);
-  const int64_t rows = batch_size * seq_length;
-  auto check_ids = [&](std::span<const int32_t> ids, const char* what) {
-    if (static_cast<int64_t>(ids.size()) != rows) {
-      common::fail("{} has {} entries, expected batch size {} × sequence length {} = {}", what,
-                   ids.size(), batch_size, seq_length, rows);
-    }
-    for (int64_t i = 0; i < rows; ++i) {
-      const int32_t id = ids[static_cast<size_t>(i)];
-      if (id < 0 || id >= config.vocab_size) {
-        common::fail(
-            "{} value {} at index {} (batch row {}, position {}) is outside the "
-            "vocabulary [0, {})",
-            what, id, i, i / seq_length, i % seq_length, config.vocab_size);
-      }
-    }
-  };
-  check_ids(tokens, "tokens");
-  check_ids(labels, "labels");
-
-  s.reserve(batch_size, seq_length);
-  s.forward_training = s.training;
-  s.forward_dropout_seed = s.dropout_seed;
-  s.forward_dropout_step = s.dropout_step;
-  if (s.training) ++s.dropout_step;
+  for (auto& buffers : s.micro_batches) buffers.forward_done.assign(s.chunks.size(), false);
+  check_micro_batch_shape(s.config, batch_size, seq_length);
+  check_token_ids(s.config, tokens, "tokens", batch_size, seq_length);
+  check_token_ids(s.config, labels, "labels", batch_size, seq_length);
+  s.reserve(batch_size, seq_length, std::max<int64_t>(1, std::ssize(s.micro_batches)));
   Device& d = s.ops();
-  d.copy_from_host(s.tokens, tokens.data());
-  d.copy_from_host(s.labels, labels.data());
-
-  const int64_t C = config.hidden_size;
-  const int64_t V = s.shard.padded_vocab_size;  // this rank's vocabulary rows
-  const ParameterLayout& layout = s.layout;
-
-  // Each rank's vocabulary rows (and rank 0's positions), summed over the group: in place, or
-  // through `branch` into this rank's rows.
-  const View embedding_partial = s.sequence_parallel ? s.branch : s.embedded;
-  d.embedding_forward(embedding_partial, s.tokens, s.parameter(layout.word_embeddings()),
-                      s.added_once(layout.position_embeddings()), batch_size, seq_length, C,
-                      s.vocab_start);
-  s.sum_over_tensor_parallel(embedding_partial, s.embedded);
-  if (const Dropout mask = s.dropout(DropoutSite::embedding, 0); mask.active()) {
-    d.dropout_forward(s.embedded, s.embedded, mask);
-  }
-  for (int64_t l = 0; l < config.num_layers; ++l) s.layer_forward(l);
-  s.norm_forward(s.final_norm, s.final_norm_mean, s.final_norm_rstd,
-                 s.layer_output(config.num_layers - 1), layout.final_norm_weight(),
-                 layout.final_norm_bias());
-  // logits = final_norm · W^T with W the word embedding (tied) or output_layer.weight.
-  d.linear_forward(s.logits, s.final_norm, s.parameter(layout.output_weight()),
-                   View{nullptr, 0, State::kElementType, s.logits.on}, rows, C, V);
-  if (s.tensor_parallel_active()) {
-    // Megatron's vocab_parallel_cross_entropy: the shards' log-sum-exps side by side (the
-    // all-gather fills the other ranks' rows around this rank's), the label's logit from the
-    // rank that holds it.
-    const int64_t rank = s.tensor_parallel_rank;
-    const View own_part = s.logsumexp_parts.slice(rank * rows, rows);
-    d.vocab_parallel_cross_entropy_partial(own_part, s.target_logit, s.logits, s.labels, rows, V,
-                                           s.vocab_start);
-    s.tensor_parallel->all_gather(s.logsumexp_parts, own_part);
-    s.tensor_parallel->all_reduce(s.target_logit, ReduceOperation::sum);
-    d.vocab_parallel_cross_entropy_combine(s.losses, s.logsumexp, s.logsumexp_parts,
-                                           s.target_logit, rows, s.tensor_parallel_size);
-  } else {
-    d.cross_entropy_forward(s.losses, s.logsumexp, s.logits, s.labels, rows, V);
-  }
-  s.has_forward = true;
-
-  // Summed on the device in a fixed order (and in double), so the loss does not depend on the
-  // thread count; the one value read back per micro batch.
-  d.sum(s.loss_total, s.losses);
-  double total = 0;
-  d.copy_to_host(&total, s.loss_total);
-  return static_cast<Scalar>(total / static_cast<double>(rows));
+  const auto& buffers = s.micro_batches.front();
+  d.copy_from_host(buffers.tokens, tokens.data());
+  d.copy_from_host(buffers.labels, labels.data());
+  const Scalar loss = s.forward_chunk(0, 0);
+  if (s.training) ++s.dropout_step;
+  return loss;
 }
 
 template <typename Scalar>
 void GptModel<Scalar>::backward(Scalar grad_scale) {
   State& s = *state_;
-  if (!s.has_forward) {
+  if (s.micro_batches.empty() || !s.stage.whole_model()) {
     common::fail(
         "GptModel::backward() called without a completed forward(); run forward() on "
         "the micro batch first");
   }
-  const GptConfig& config = s.config;
-  const int64_t rows = s.rows();
-  const int64_t C = config.hidden_size;
-  const int64_t V = s.shard.padded_vocab_size;
-  const ParameterLayout& layout = s.layout;
+  s.backward_chunk(0, 0, grad_scale);
+}
+
+template <typename Scalar>
+Scalar GptModel<Scalar>::forward_chunk(int64_t slot, int64_t chunk,
+                                       std::span<const int32_t> tokens,
+                                       std::span<const int32_t> labels) {
+  State& s = *state_;
+  s.check_slot(slot, chunk, "forward_chunk");
+  auto& buffers = s.micro_batches[static_cast<size_t>(slot)];
+  buffers.forward_done[static_cast<size_t>(chunk)] = false;
   Device& d = s.ops();
-
-  // d(mean loss)/dlogits · grad_scale: every later gradient is linear in dlogits, so the
-  // scale is applied once here (computed in Scalar, as the CPU twin takes it).
-  const Scalar scale = grad_scale / static_cast<Scalar>(rows);
-  d.cross_entropy_backward(s.dlogits, s.logits, s.logsumexp, s.labels, static_cast<double>(scale),
-                           rows, V, s.vocab_start);
-  d.linear_backward(s.dnorm, s.gradient(layout.output_weight()),
-                    View{nullptr, 0, State::kElementType, s.dnorm.on}, s.dlogits, s.final_norm,
-                    s.parameter(layout.output_weight()), rows, C, V);
-  s.norm_backward(s.dresidual, layout.final_norm_weight(), layout.final_norm_bias(),
-                  s.sum_over_tensor_parallel(s.dnorm, s.dnorm_shard),
-                  s.layer_output(config.num_layers - 1),  // validate(): num_layers ≥ 1
-                  s.final_norm_mean, s.final_norm_rstd);
-  for (int64_t l = config.num_layers - 1; l >= 0;) {
-    if (!s.schedule.recomputed(l)) {
-      s.layer_backward(l--);
-      continue;
-    }
-    // A recomputed chunk ending at l: its forward again from the chunk's stored input (the
-    // dropout masks are keyed by the last forward's step, so they are the forward's), then
-    // its backward.
-    const int64_t begin = s.schedule.chunk_begin(l);
-    for (int64_t k = begin; k <= l; ++k) s.layer_forward(k);
-    for (int64_t k = l; k >= begin; --k) s.layer_backward(k);
-    l = begin - 1;
+  if (s.first_virtual_stage(chunk)) {
+    check_token_ids(s.config, tokens, "tokens", s.batch_size, s.seq_length);
+    d.copy_from_host(buffers.tokens, tokens.data());
   }
-
-  if (const Dropout mask = s.dropout(DropoutSite::embedding, 0); mask.active()) {
-    d.dropout_backward(s.dresidual, s.dresidual, mask);
+  if (s.last_virtual_stage(chunk)) {
+    check_token_ids(s.config, labels, "labels", s.batch_size, s.seq_length);
+    d.copy_from_host(buffers.labels, labels.data());
   }
-  // Every rank holds the whole embedding gradient: its vocabulary rows take their tokens', and
-  // the position table (whole on every rank) the same gradient everywhere.
-  d.embedding_backward(s.gradient(layout.word_embeddings()),
-                       s.gradient(layout.position_embeddings()), s.whole_rows(s.dresidual, s.branch),
-                       s.tokens, s.batch_size, s.seq_length, C, s.vocab_start);
+  return s.forward_chunk(slot, chunk);
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::backward_chunk(int64_t slot, int64_t chunk, Scalar grad_scale) {
+  State& s = *state_;
+  s.check_slot(slot, chunk, "backward_chunk");
+  s.backward_chunk(slot, chunk, grad_scale);
+}
+
+template <typename Scalar>
+View GptModel<Scalar>::chunk_input(int64_t slot, int64_t chunk) const {
+  const State& s = *state_;
+  s.check_slot(slot, chunk, "chunk_input");
+  const auto& buffers = s.micro_batches[static_cast<size_t>(slot)];
+  return chunk == 0 ? buffers.embedded : buffers.chunk_inputs[static_cast<size_t>(chunk)];
+}
+
+template <typename Scalar>
+View GptModel<Scalar>::chunk_output(int64_t slot, int64_t chunk) const {
+  const State& s = *state_;
+  s.check_slot(slot, chunk, "chunk_output");
+  const int64_t last = s.chunks[static_cast<size_t>(chunk)].end - 1;
+  return s.micro_batches[static_cast<size_t>(slot)].layers[static_cast<size_t>(last)].output;
+}
+
+template <typename Scalar>
+View GptModel<Scalar>::chunk_output_gradient(int64_t slot, int64_t chunk) const {
+  const State& s = *state_;
+  s.check_slot(slot, chunk, "chunk_output_gradient");
+  return s.micro_batches[static_cast<size_t>(slot)].output_gradients[static_cast<size_t>(chunk)];
+}
+
+template <typename Scalar>
+const PipelineStage& GptModel<Scalar>::pipeline_stage() const {
+  return state_->stage;
+}
+
+template <typename Scalar>
+int64_t GptModel<Scalar>::num_chunks() const {
+  return std::ssize(state_->chunks);
+}
+
+template <typename Scalar>
+int64_t GptModel<Scalar>::micro_batch_slots() const {
+  return std::ssize(state_->micro_batches);
 }
 
 template <typename Scalar>
 void GptModel<Scalar>::finalize_gradients() {
   State& s = *state_;
+  if (s.tied_copies()) {
+    // The word embedding's two uses, on the first and the last stage, get one gradient.
+    const int64_t tied =
+        s.stage.first() ? s.layout.word_embeddings() : s.layout.output_weight();
+    s.embedding_group->all_reduce(s.gradient(tied), ReduceOperation::sum);
+  }
   if (!s.sequence_parallel) return;
   // The norms ran on this rank's rows: their gradients are partial sums over the group.
   auto sum = [&](int64_t offset) {
     if (offset != kAbsentTensor) s.tensor_parallel->all_reduce(s.gradient(offset), ReduceOperation::sum);
   };
   for (int64_t l = 0; l < s.config.num_layers; ++l) {
+    if (std::none_of(s.chunks.begin(), s.chunks.end(),
+                     [&](const LayerRange& chunk) { return chunk.contains(l); })) {
+      continue;
+    }
     const LayerParameters& p = s.layout.layer(l);
     for (const int64_t offset : {p.input_norm_weight, p.input_norm_bias, p.mlp_norm_weight,
                                  p.mlp_norm_bias}) {
@@ -783,7 +1054,7 @@ void GptModel<Scalar>::finalize_gradients() {
 template <typename Scalar>
 int64_t GptModel<Scalar>::activation_bytes() const {
   const State& s = *state_;
-  return s.batch_size == 0 ? 0 : s.plan.kept_bytes;
+  return s.batch_size == 0 ? 0 : s.plan.kept_bytes * std::ssize(s.micro_batches);
 }
 
 template <typename Scalar>

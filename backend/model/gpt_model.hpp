@@ -80,8 +80,22 @@
 #include "backend/dist/communicator.hpp"
 #include "backend/model/gpt_config.hpp"
 #include "backend/model/parameter_layout.hpp"
+#include "backend/model/pipeline_stage.hpp"
 
 namespace backend {
+
+// The model-parallel part of a rank's layout: its tensor-parallel group (nullptr: a group of
+// one), --sequence-parallel, its pipeline stage and pipeline group (nullptr: a group of one; the
+// schedule's transfers go through it), and the embedding group (the first and last stages'
+// ranks of its pipeline, which keep a tied word embedding equal; needed on those stages when
+// pipelined with tied embeddings). The groups must outlive the model.
+struct ModelParallelism {
+  Communicator* tensor_parallel = nullptr;
+  bool sequence_parallel = false;
+  PipelineStage pipeline;
+  Communicator* pipeline_parallel = nullptr;
+  Communicator* embedding = nullptr;
+};
 
 template <typename Scalar>
 class GptModel {
@@ -98,6 +112,8 @@ class GptModel {
   // over the group too; the sequence length must then be divisible by the group's size.
   GptModel(const GptConfig& config, Device& device, Communicator& tensor_parallel,
            bool sequence_parallel = false);
+  // Any model-parallel layout: the stage's tensors (pipeline_stage.hpp) of the rank's shards.
+  GptModel(const GptConfig& config, Device& device, const ModelParallelism& parallelism);
   ~GptModel();
   GptModel(GptModel&&) noexcept;
   GptModel& operator=(GptModel&&) noexcept;
@@ -106,6 +122,7 @@ class GptModel {
   // The tensors of this rank's layout (its shards under tensor parallelism).
   const std::vector<ParameterTensor>& tensors() const;
   Communicator& tensor_parallel_group() const;
+  Communicator& pipeline_parallel_group() const;
   // The ranges of the flat gradient buffer that count towards the global gradient norm on this
   // rank (parameter_layout.hpp's gradient_norm_ranges), computed once.
   const std::vector<BufferRange>& gradient_norm_ranges() const;
@@ -134,11 +151,14 @@ class GptModel {
   void init_parameters(uint64_t seed);
 
   // Carves the activations of micro batches of (batch_size, seq_length) and the backward's
-  // scratch: one arena (activation_plan.hpp), so that no forward or backward of that shape
-  // allocates. forward() calls it when the shape changes; the trainer calls it at setup.
-  void reserve(int64_t batch_size, int64_t seq_length);
+  // scratch (activation_plan.hpp), so that no forward or backward of that shape allocates:
+  // `micro_batch_slots` micro batches' kept buffers (those a pipeline schedule holds in flight)
+  // and one shared scratch. forward() calls it when the shape changes; the trainer calls it at
+  // setup.
+  void reserve(int64_t batch_size, int64_t seq_length, int64_t micro_batch_slots = 1);
+  int64_t micro_batch_slots() const;
 
-  // One micro batch. tokens and labels are (B, T) row-major with values in [0, vocab_size);
+  // One micro batch through the whole model (no pipeline parallelism). tokens and labels are (B, T) row-major with values in [0, vocab_size);
   // 1 ≤ T ≤ max_position_embeddings. Returns the mean cross-entropy over the B·T positions.
   Scalar forward(std::span<const int32_t> tokens, std::span<const int32_t> labels,
                  int64_t batch_size, int64_t seq_length);
@@ -150,10 +170,30 @@ class GptModel {
 
   void zero_gradients();
 
+  // Pipeline parallelism: one model chunk of the micro batch in slot `slot` (of the reserved
+  // shape), as a pipeline schedule (train/pipeline_schedule.hpp) runs them. The first virtual
+  // stage (stage 0, chunk 0) embeds `tokens`; any other reads chunk_input(slot, chunk), where
+  // the previous virtual stage's chunk_output arrived. The last virtual stage computes the loss
+  // from `labels` and returns the mean (0 elsewhere); the spans a chunk does not use may be
+  // empty. Dropout uses the current dropout step, which forward_chunk does not advance (the
+  // schedule sets it per micro batch). backward_chunk(slot, chunk) is that forward's backward:
+  // from the loss, or from the output gradient received into chunk_output_gradient(slot,
+  // chunk); off the first virtual stage it leaves the input's gradient in chunk_input(slot,
+  // chunk), for the previous virtual stage. Parameter gradients accumulate (+=).
+  const PipelineStage& pipeline_stage() const;
+  int64_t num_chunks() const;
+  Scalar forward_chunk(int64_t slot, int64_t chunk, std::span<const int32_t> tokens,
+                       std::span<const int32_t> labels);
+  void backward_chunk(int64_t slot, int64_t chunk, Scalar grad_scale);
+  View chunk_input(int64_t slot, int64_t chunk) const;
+  View chunk_output(int64_t slot, int64_t chunk) const;
+  View chunk_output_gradient(int64_t slot, int64_t chunk) const;
+
   // After the backwards of a step's micro batches, before the gradients are read: the sums over
   // the tensor-parallel group that parameters computed from each rank's own rows need (the
-  // norms' weights under sequence parallelism; Megatron's finalize_model_grads). Nothing to do
-  // otherwise. Every rank of the group calls it.
+  // norms' weights under sequence parallelism), and the sum of a tied word embedding's two
+  // gradients over the embedding group (first and last pipeline stage); Megatron's
+  // finalize_model_grads. Nothing to do otherwise. Every rank of the groups calls it.
   void finalize_gradients();
 
   // Bytes of the activations the last forward keeps for the backward: what each layer

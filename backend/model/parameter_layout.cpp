@@ -75,6 +75,7 @@ std::vector<BufferRange> gradient_norm_ranges(const std::vector<ParameterTensor>
                                               int64_t tensor_parallel_rank) {
   std::vector<BufferRange> ranges;
   for (const ParameterTensor& tensor : tensors) {
+    if (tensor.tied_copy) continue;
     if (tensor.partition == TensorPartition::replicated && tensor_parallel_rank != 0) continue;
     if (!ranges.empty() && ranges.back().offset + ranges.back().numel == tensor.offset) {
       ranges.back().numel += tensor.numel;
@@ -86,9 +87,11 @@ std::vector<BufferRange> gradient_norm_ranges(const std::vector<ParameterTensor>
 }
 
 ParameterLayout::ParameterLayout(const GptConfig& full_config, int64_t tensor_parallel,
-                                 int64_t tensor_parallel_rank)
+                                 int64_t tensor_parallel_rank, const PipelineStage& stage)
     : tensor_parallel_(tensor_parallel),
       tensor_parallel_rank_(tensor_parallel_rank),
+      stage_(stage),
+      chunks_(stage_layer_chunks(full_config.num_layers, stage)),
       num_layers_(full_config.num_layers),
       init_method_std_(full_config.init_method_std) {
   if (tensor_parallel_rank < 0 || tensor_parallel_rank >= tensor_parallel) {
@@ -107,54 +110,79 @@ ParameterLayout::ParameterLayout(const GptConfig& full_config, int64_t tensor_pa
   const int64_t F1 = config.fc1_features();
   const int64_t QKV = config.qkv_features();
   const bool rms_norm = config.normalization == Normalization::rms_norm;
+  // Which tensors this stage holds: all of them without pipeline parallelism. `held` is the
+  // current group's (the embedding, a layer, the head); every tensor is counted either way, so
+  // held ones keep their place in the whole model's initialisation stream.
+  bool held = stage.first();
   // Optional tensors: added when the configuration has them, else kAbsentTensor.
   auto norm_bias = [&](std::string name) {
-    return rms_norm ? kAbsentTensor : add(std::move(name), {C}, ParameterInit::zeros);
+    return rms_norm ? kAbsentTensor : add(std::move(name), {C}, ParameterInit::zeros,
+                                          TensorPartition::replicated, 1, held);
   };
   auto linear_bias = [&](std::string name, int64_t features,
                          TensorPartition partition = TensorPartition::replicated,
                          int64_t blocks = 1) {
     return config.add_bias_linear
-               ? add(std::move(name), {features}, ParameterInit::zeros, partition, blocks)
+               ? add(std::move(name), {features}, ParameterInit::zeros, partition, blocks, held)
                : kAbsentTensor;
   };
+  constexpr auto replicated = TensorPartition::replicated;
+  const int64_t word_full_offset = full_numel_;
   word_embeddings_ = add("embedding.word_embeddings.weight", {config.padded_vocab_size, C},
-                         ParameterInit::normal, rows);
+                         ParameterInit::normal, rows, 1, held);
   if (config.position_embedding_type != PositionEmbeddingType::rope) {
     position_embeddings_ = add("embedding.position_embeddings.weight",
-                               {config.max_position_embeddings, C}, ParameterInit::normal);
+                               {config.max_position_embeddings, C}, ParameterInit::normal,
+                               replicated, 1, held);
   }
   for (int64_t i = 0; i < config.num_layers; ++i) {
+    held = std::any_of(chunks_.begin(), chunks_.end(),
+                       [&](const LayerRange& chunk) { return chunk.contains(i); });
     const std::string prefix = "decoder.layers." + std::to_string(i) + ".";
     LayerParameters layer{};
-    layer.input_norm_weight = add(prefix + "input_layernorm.weight", {C}, ParameterInit::ones);
+    layer.input_norm_weight =
+        add(prefix + "input_layernorm.weight", {C}, ParameterInit::ones, replicated, 1, held);
     layer.input_norm_bias = norm_bias(prefix + "input_layernorm.bias");
-    layer.qkv_weight =
-        add(prefix + "self_attention.linear_qkv.weight", {QKV, C}, ParameterInit::normal, rows);
+    layer.qkv_weight = add(prefix + "self_attention.linear_qkv.weight", {QKV, C},
+                           ParameterInit::normal, rows, 1, held);
     layer.qkv_bias = linear_bias(prefix + "self_attention.linear_qkv.bias", QKV, rows);
     layer.proj_weight = add(prefix + "self_attention.linear_proj.weight", {C, A},
-                            ParameterInit::scaled_normal, columns);
+                            ParameterInit::scaled_normal, columns, 1, held);
     layer.proj_bias = linear_bias(prefix + "self_attention.linear_proj.bias", C);
-    layer.mlp_norm_weight = add(prefix + "pre_mlp_layernorm.weight", {C}, ParameterInit::ones);
+    layer.mlp_norm_weight =
+        add(prefix + "pre_mlp_layernorm.weight", {C}, ParameterInit::ones, replicated, 1, held);
     layer.mlp_norm_bias = norm_bias(prefix + "pre_mlp_layernorm.bias");
-    layer.fc1_weight =
-        add(prefix + "mlp.linear_fc1.weight", {F1, C}, ParameterInit::normal, rows, fc1_blocks);
+    layer.fc1_weight = add(prefix + "mlp.linear_fc1.weight", {F1, C}, ParameterInit::normal, rows,
+                           fc1_blocks, held);
     layer.fc1_bias = linear_bias(prefix + "mlp.linear_fc1.bias", F1, rows, fc1_blocks);
-    layer.fc2_weight =
-        add(prefix + "mlp.linear_fc2.weight", {C, F}, ParameterInit::scaled_normal, columns);
+    layer.fc2_weight = add(prefix + "mlp.linear_fc2.weight", {C, F}, ParameterInit::scaled_normal,
+                           columns, 1, held);
     layer.fc2_bias = linear_bias(prefix + "mlp.linear_fc2.bias", C);
     layers_.push_back(layer);
   }
-  final_norm_weight_ = add("decoder.final_layernorm.weight", {C}, ParameterInit::ones);
+  held = stage.last();
+  final_norm_weight_ =
+      add("decoder.final_layernorm.weight", {C}, ParameterInit::ones, replicated, 1, held);
   final_norm_bias_ = norm_bias("decoder.final_layernorm.bias");
-  output_weight_ = config.share_embeddings_and_output_weights
-                       ? word_embeddings_
-                       : add("output_layer.weight", {config.padded_vocab_size, C},
-                             ParameterInit::normal, rows);
+  if (!config.share_embeddings_and_output_weights) {
+    output_weight_ = add("output_layer.weight", {config.padded_vocab_size, C},
+                         ParameterInit::normal, rows, 1, held);
+  } else if (stage.first() || !held) {
+    output_weight_ = held ? word_embeddings_ : kAbsentTensor;
+  } else {
+    // The last stage's copy of the tied word embedding: the word embedding's values.
+    const int64_t counted = full_numel_;
+    full_numel_ = word_full_offset;
+    output_weight_ = add("output_layer.weight", {config.padded_vocab_size, C},
+                         ParameterInit::normal, rows, 1, true);
+    full_numel_ = counted;
+    tensors_.back().tied_copy = true;
+  }
+  if (tensors_.empty()) common::fail("pipeline stage {} holds no parameters", stage.rank);
 }
 
 int64_t ParameterLayout::add(std::string name, std::vector<int64_t> shape, ParameterInit init,
-                             TensorPartition partition, int64_t blocks) {
+                             TensorPartition partition, int64_t blocks, bool held) {
   // validate() checked the whole layout's sizes; these checks keep each step honest too.
   int64_t numel = 1;
   for (int64_t extent : shape) numel = common::checked_multiply(numel, extent, name);
@@ -172,6 +200,7 @@ int64_t ParameterLayout::add(std::string name, std::vector<int64_t> shape, Param
           ? numel
           : common::checked_multiply(numel, tensor_parallel_, name),
       name);
+  if (!held) return kAbsentTensor;
   tensor_index_.emplace(name, tensors_.size());
   tensors_.push_back({std::move(name), std::move(shape), offset, numel, weight_decay, partition,
                       partition == TensorPartition::rows ? blocks : 1, std::move(full_shape),

@@ -18,6 +18,13 @@
 // whole tensor has at those elements (i is the element's index in the unsharded layout), as
 // Megatron's --use-cpu-initialization does, so any tensor-parallel size starts from the same
 // model as one rank.
+//
+// Pipeline parallelism (pipeline_stage.hpp): a stage's layout holds its tensors only: the
+// embedding on the first stage, its chunks' layers (named by their global layer index, so that
+// names are unique across stages and resharding is a matter of selection), the final norm and
+// the output layer on the last. Elements keep their place in the whole model's initialisation
+// stream, so any pipeline size starts from the one-process model too; the last stage's copy of
+// a tied word embedding (output_layer.weight, tied_copy) draws the word embedding's values.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +33,7 @@
 #include <vector>
 
 #include "backend/model/gpt_config.hpp"
+#include "backend/model/pipeline_stage.hpp"
 
 namespace backend {
 
@@ -44,6 +52,9 @@ struct ParameterTensor {
   int64_t partition_blocks = 1;
   std::vector<int64_t> full_shape;  // the whole tensor's
   int64_t full_offset = 0;          // the whole tensor's offset in the unsharded layout
+  // The last pipeline stage's copy of a tied word embedding (pipeline_stage.hpp): left out of
+  // the gradient norm (Megatron's param_is_not_shared) and of a merged checkpoint.
+  bool tied_copy = false;
 };
 
 // A contiguous run of a shard's elements: `numel` elements from `shard_offset` in the shard are
@@ -56,7 +67,8 @@ struct ShardPiece {
 // The ranges of a rank's flat buffer that count towards the global gradient norm (Megatron's
 // param_is_not_tensor_parallel_duplicate): every shard of a divided tensor, and the tensors
 // every rank holds whole on rank 0 only, so that the norm's sum of squares, added over the
-// tensor-parallel group, counts each element of the model once. Adjacent ranges merged.
+// tensor-parallel group, counts each element of the model once; a tied copy never counts (the
+// first stage counts the word embedding). Adjacent ranges merged.
 struct BufferRange {
   int64_t offset = 0;
   int64_t numel = 0;
@@ -88,9 +100,10 @@ enum class ParameterInit { normal, scaled_normal, zeros, ones };
 class ParameterLayout {
  public:
   // config already validated; with tensor_parallel > 1 the layout of rank
-  // `tensor_parallel_rank`'s shards (check_tensor_parallel() is applied).
+  // `tensor_parallel_rank`'s shards (check_tensor_parallel() is applied), of `stage`'s tensors
+  // (check_pipeline_stage() is applied).
   explicit ParameterLayout(const GptConfig& config, int64_t tensor_parallel = 1,
-                           int64_t tensor_parallel_rank = 0);
+                           int64_t tensor_parallel_rank = 0, const PipelineStage& stage = {});
 
   const std::vector<ParameterTensor>& tensors() const { return tensors_; }
   const ParameterTensor& tensor(const std::string& name) const;  // common::Error if unknown
@@ -98,12 +111,19 @@ class ParameterLayout {
   int64_t tensor_parallel() const { return tensor_parallel_; }
   int64_t tensor_parallel_rank() const { return tensor_parallel_rank_; }
 
+  const PipelineStage& stage() const { return stage_; }
+  // The stage's chunks' layers (one range covering every layer without pipeline parallelism).
+  const std::vector<LayerRange>& chunks() const { return chunks_; }
+
+  // kAbsentTensor off the first stage.
   int64_t word_embeddings() const { return word_embeddings_; }
   int64_t position_embeddings() const { return position_embeddings_; }  // or kAbsentTensor
+  // Layer l by its global index: every offset kAbsentTensor for a layer of another stage.
   const LayerParameters& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
   int64_t final_norm_weight() const { return final_norm_weight_; }
   int64_t final_norm_bias() const { return final_norm_bias_; }
-  // The logits' weight: output_layer.weight when untied, else the word embedding.
+  // The logits' weight: output_layer.weight when untied (or the last stage's tied copy), else
+  // the word embedding. These three are kAbsentTensor off the last stage.
   int64_t output_weight() const { return output_weight_; }
 
   // Megatron's initialisation of `values` (numel() elements of this layout).
@@ -111,11 +131,16 @@ class ParameterLayout {
   void init_parameters(Scalar* values, uint64_t seed) const;
 
  private:
+  // Adds the tensor when `held` (returns its offset), else only counts its place in the whole
+  // model's initialisation stream (returns kAbsentTensor).
   int64_t add(std::string name, std::vector<int64_t> shape, ParameterInit init,
-              TensorPartition partition = TensorPartition::replicated, int64_t blocks = 1);
+              TensorPartition partition = TensorPartition::replicated, int64_t blocks = 1,
+              bool held = true);
 
   int64_t tensor_parallel_ = 1;
   int64_t tensor_parallel_rank_ = 0;
+  PipelineStage stage_;
+  std::vector<LayerRange> chunks_;
   int64_t full_numel_ = 0;  // of the unsharded layout so far
   int64_t num_layers_ = 0;
   double init_method_std_ = 0;

@@ -195,6 +195,10 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(training);
   app.add_option("--pipeline-model-parallel-size", arguments.pipeline_model_parallel_size,
                  "PP size")->group(training);
+  app.add_option("--num-layers-per-virtual-pipeline-stage",
+                 arguments.num_layers_per_virtual_pipeline_stage,
+                 "Layers per model chunk: the interleaved pipeline schedule")
+      ->group(training);
   app.add_option("--distributed-timeout-minutes", arguments.distributed_timeout_minutes,
                  "End the job when a collective waits longer than this for the other ranks "
                  "(fractions allowed)")
@@ -441,10 +445,27 @@ void validate_arguments(TrainingArguments& arguments) {
                  "--sequence-parallel", arguments.seq_length,
                  arguments.tensor_model_parallel_size);
   }
-  if (arguments.pipeline_model_parallel_size != 1) {
-    common::fail("--pipeline-model-parallel-size {}: pipeline parallelism is not built yet; use 1 "
-                 "(tensor and data parallelism are)",
-                 arguments.pipeline_model_parallel_size);
+  // Megatron's pipeline rules (validate_args and the schedules).
+  const int64_t pp = arguments.pipeline_model_parallel_size;
+  if (arguments.num_layers % pp != 0) {
+    common::fail("--num-layers {} must be divisible by --pipeline-model-parallel-size {} (every "
+                 "stage holds the same number of layers)",
+                 arguments.num_layers, pp);
+  }
+  if (arguments.num_layers_per_virtual_pipeline_stage != 0) {
+    if (pp <= 2) {
+      common::fail("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size "
+                   "greater than 2 (Megatron's interleaved schedule without overlapped p2p "
+                   "communication), got {}",
+                   pp);
+    }
+    const int64_t per_stage = arguments.num_layers / pp;
+    if (per_stage % arguments.num_layers_per_virtual_pipeline_stage != 0) {
+      common::fail("--num-layers-per-virtual-pipeline-stage {} must divide the {} layers of each "
+                   "pipeline stage (--num-layers {} / --pipeline-model-parallel-size {})",
+                   arguments.num_layers_per_virtual_pipeline_stage, per_stage,
+                   arguments.num_layers, pp);
+    }
   }
   // Data parallelism takes the processes model parallelism leaves (world = tp × pp × dp).
   const int64_t data_parallel_size =
@@ -457,6 +478,14 @@ void validate_arguments(TrainingArguments& arguments) {
     common::fail("--global-batch-size {} is not divisible by --micro-batch-size {} × "
                  "data-parallel size {}",
                  arguments.global_batch_size, arguments.micro_batch_size, data_parallel_size);
+  }
+  if (arguments.virtual_pipeline_chunks() > 1 &&
+      (arguments.global_batch_size / micro_batches_at_once) % pp != 0) {
+    common::fail("the interleaved pipeline schedule needs the number of micro batches "
+                 "(--global-batch-size {} / (--micro-batch-size {} × data-parallel size {}) = "
+                 "{}) divisible by --pipeline-model-parallel-size {}",
+                 arguments.global_batch_size, arguments.micro_batch_size, data_parallel_size,
+                 arguments.global_batch_size / micro_batches_at_once, pp);
   }
 
   if (arguments.min_lr > arguments.lr) {

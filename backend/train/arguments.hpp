@@ -92,6 +92,14 @@ struct TrainingArguments {
   int64_t world_size = 1;
   int64_t tensor_model_parallel_size = 1;
   int64_t pipeline_model_parallel_size = 1;
+  // --num-layers-per-virtual-pipeline-stage (0: not given): the interleaved schedule's model
+  // chunks per stage are num_layers / pp / this (virtual_pipeline_chunks()).
+  int64_t num_layers_per_virtual_pipeline_stage = 0;
+  int64_t virtual_pipeline_chunks() const {
+    return num_layers_per_virtual_pipeline_stage == 0
+               ? 1
+               : num_layers / pipeline_model_parallel_size / num_layers_per_virtual_pipeline_stage;
+  }
   // How long one collective may wait for the other ranks before this rank ends the job
   // (backend/dist/collective_watchdog.hpp). Megatron's is an int; fractions are our extension.
   double distributed_timeout_minutes = 10;

@@ -22,6 +22,7 @@ json checkpoint_arguments(const TrainingArguments& a) {
       {"vocab_size", a.vocab_size},
       {"tensor_model_parallel_size", a.tensor_model_parallel_size},
       {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
+      {"num_layers_per_virtual_pipeline_stage", a.num_layers_per_virtual_pipeline_stage},
       {"init_method_std", a.init_method_std},
       {"norm_epsilon", a.norm_epsilon},
       {"position_embedding_type", a.position_embedding_type},
@@ -67,6 +68,11 @@ TrainingArguments arguments_from_checkpoint(const json& metadata, const std::fil
   a.vocab_size = root.get<int64_t>(saved, "vocab_size");
   a.tensor_model_parallel_size = root.get<int64_t>(saved, "tensor_model_parallel_size");
   a.pipeline_model_parallel_size = root.get<int64_t>(saved, "pipeline_model_parallel_size");
+  // Absent from checkpoints of before pipeline parallelism.
+  if (saved.contains("num_layers_per_virtual_pipeline_stage")) {
+    a.num_layers_per_virtual_pipeline_stage =
+        root.get<int64_t>(saved, "num_layers_per_virtual_pipeline_stage");
+  }
   a.init_method_std = root.get<double>(saved, "init_method_std");
   a.norm_epsilon = root.get<double>(saved, "norm_epsilon");
   a.position_embedding_type = root.get<std::string>(saved, "position_embedding_type");

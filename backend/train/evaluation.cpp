@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "backend/common/checked_math.hpp"
+#include "backend/train/pipeline_execution.hpp"
 
 namespace backend {
 
@@ -27,7 +28,27 @@ EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Spl
   // One running sum over every micro batch, divided once: a mean of per-batch means would
   // round differently.
   double total = 0;
-  for (int64_t i = 0; i < a.eval_iters; ++i) {
+  if (!model.pipeline_stage().whole_model()) {
+    // Forward only through the pipeline; the last stage holds the losses and tells the others.
+    for (int64_t i = 0; i < a.eval_iters; ++i) {
+      const int64_t first = first_sample + result.samples;
+      const PipelineMicroBatches inputs{
+          .count = num_micro_batches,
+          .read = [&](int64_t m, std::span<int32_t> micro_tokens,
+                      std::span<int32_t> micro_labels) {
+            source(split, first + (m * dp_size + dp_rank) * a.micro_batch_size,
+                   a.micro_batch_size, micro_tokens, micro_labels);
+          },
+          .dropout_step = {}};
+      total += run_pipeline_steps(
+          model, pipeline_forward_schedule(model.pipeline_stage(), num_micro_batches), inputs, 1.0f,
+          a.micro_batch_size, a.seq_length);
+      result.samples += num_micro_batches * a.micro_batch_size * dp_size;
+    }
+    Communicator& pipeline = model.pipeline_parallel_group();
+    pipeline.broadcast(host_view(std::span(&total, 1)), pipeline.size() - 1);
+  }
+  for (int64_t i = 0; i < a.eval_iters && model.pipeline_stage().whole_model(); ++i) {
     for (int64_t m = 0; m < num_micro_batches; ++m) {
       // This rank's slice of the step's D micro batches, as the training sampler reads them.
       source(split, first_sample + result.samples + dp_rank * a.micro_batch_size,

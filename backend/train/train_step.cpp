@@ -7,6 +7,7 @@
 
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
+#include "backend/train/pipeline_execution.hpp"
 
 namespace backend {
 
@@ -27,6 +28,31 @@ double forward_backward(GptModel<float>& model, const BatchSource& source, const
   const uint64_t first_step = model.dropout_step();
   const auto micro_batches = static_cast<uint64_t>(batch.num_micro_batches);
   const auto ranks = static_cast<uint64_t>(dp_size);
+  if (!model.pipeline_stage().whole_model()) {
+    // The pipeline schedule runs the same micro batches with the same masks and scale; the
+    // loss sum is the last stage's.
+    const PipelineStage& stage = model.pipeline_stage();
+    const PipelineMicroBatches inputs{
+        .count = batch.num_micro_batches,
+        .read =
+            [&](int64_t m, std::span<int32_t> micro_tokens, std::span<int32_t> micro_labels) {
+              source(Split::train, batch.first_sample + (m * dp_size + dp_rank) * a.micro_batch_size,
+                     a.micro_batch_size, micro_tokens, micro_labels);
+            },
+        .dropout_step =
+            [&](int64_t m) {
+              return first_step + static_cast<uint64_t>(m) * ranks + static_cast<uint64_t>(dp_rank);
+            }};
+    loss_sum = run_pipeline_steps(
+        model,
+        pipeline_schedule(stage.pipeline_parallel, stage.rank, stage.virtual_chunks,
+                          batch.num_micro_batches),
+        inputs,
+        static_cast<float>(loss_scale) / static_cast<float>(batch.num_micro_batches * dp_size),
+        a.micro_batch_size, a.seq_length);
+    model.set_dropout_step(first_step + micro_batches * ranks);
+    return loss_sum / static_cast<double>(batch.num_micro_batches);
+  }
   for (int64_t m = 0; m < batch.num_micro_batches; ++m) {
     model.set_dropout_step(first_step + static_cast<uint64_t>(m) * ranks +
                            static_cast<uint64_t>(dp_rank));
@@ -79,6 +105,11 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   // The loss averaged for the log (average_losses_across_data_parallel_group).
   result.lm_loss = all_reduce_sum(data_parallel, result.lm_loss) /
                    static_cast<double>(data_parallel.size());
+  // Only the last pipeline stage computed it; every stage decides on it alike.
+  Communicator& pipeline = model.pipeline_parallel_group();
+  if (pipeline.size() > 1) {
+    pipeline.broadcast(host_view(std::span(&result.lm_loss, 1)), pipeline.size() - 1);
+  }
   result.learning_rate = scheduler.learning_rate();
   // With a loss scaler the gradients are unscaled first (a scale of 1 changes nothing).
   if (scaler.scale() != 1.0) optimizer.device().scale(gradients, scaler.inverse_scale());
@@ -86,11 +117,12 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   // rank will): of the whole buffer, or the shards' sums of squares added over the group.
   Communicator& tensor_parallel = model.tensor_parallel_group();
   double squares = 0;
-  if (tensor_parallel.size() == 1) {
+  if (tensor_parallel.size() == 1 && pipeline.size() == 1) {
     squares = optimizer.gradient_sum_of_squares(gradients);
   } else {
     // Each element of the model once: the tensors every tensor-parallel rank holds whole count
-    // on its rank 0 only (gradient_norm_ranges), the shards everywhere; added over the group.
+    // on its rank 0 only (gradient_norm_ranges), the shards everywhere, a tied embedding's copy
+    // on the last stage nowhere; added over the tensor- and pipeline-parallel groups.
     const ShardRange held = shard != nullptr ? shard->range : ShardRange{0, all_gradients.numel};
     for (const BufferRange& range : model.gradient_norm_ranges()) {
       const int64_t begin = std::max(range.offset, held.offset);
@@ -102,6 +134,7 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   }
   if (shard != nullptr) squares = all_reduce_sum(data_parallel, squares);
   if (tensor_parallel.size() > 1) squares = all_reduce_sum(tensor_parallel, squares);
+  if (pipeline.size() > 1) squares = all_reduce_sum(pipeline, squares);
   result.grad_norm = std::sqrt(squares);
   if (scaler.enabled()) {
     // Megatron's mixed-precision step: look for inf/nan in the unscaled gradients (here: a

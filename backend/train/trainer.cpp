@@ -19,6 +19,7 @@
 #include "backend/device/cuda_inventory.hpp"
 #include "backend/dist/process_environment.hpp"
 #include "backend/model/gpt_model.hpp"
+#include "backend/train/pipeline_schedule.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/benchmark_report.hpp"
@@ -230,6 +231,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
       config, a.micro_batch_size, a.seq_length,
       {.tensor_parallel = process_groups.layout.tensor_parallel,
        .data_parallel = process_groups.layout.data_parallel,
+       .pipeline_parallel = process_groups.layout.pipeline_parallel,
        .sequence_parallel = a.sequence_parallel,
        .distributed_optimizer = a.use_distributed_optimizer});
   const char* const kWaysOut =
@@ -297,12 +299,29 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   std::optional<GradientShard> shard;
   Arena shard_arena;
   try {
-    carved_model.emplace(config, device, *process_groups.tensor_parallel, a.sequence_parallel);
+    const PipelineStage stage{.pipeline_parallel = process_groups.layout.pipeline_parallel,
+                              .rank = process_groups.coordinates().pipeline,
+                              .virtual_chunks = a.virtual_pipeline_chunks()};
+    carved_model.emplace(config, device,
+                         ModelParallelism{.tensor_parallel = process_groups.tensor_parallel.get(),
+                                          .sequence_parallel = a.sequence_parallel,
+                                          .pipeline = stage,
+                                          .pipeline_parallel = process_groups.pipeline_parallel.get(),
+                                          .embedding = process_groups.embedding.get()});
     // The dropout masks come from --seed too; dropout_key() mixes the seed into a stream of
     // its own, unrelated to the initialisation's. Step 0 is the first micro batch's forward.
     carved_model->init_parameters(a.seed);
     carved_model->set_dropout_seed(a.seed);
-    carved_model->reserve(a.micro_batch_size, a.seq_length);
+    // A pipeline stage holds the micro batches its schedule keeps in flight, for the largest
+    // global batch (the last of a ramp-up).
+    int64_t slots = 1;
+    if (!stage.whole_model()) {
+      const int64_t micro_batches = a.global_batch_size / (a.micro_batch_size *
+                                                           process_groups.layout.data_parallel);
+      slots = pipeline_slots(pipeline_schedule(stage.pipeline_parallel, stage.rank,
+                                               stage.virtual_chunks, micro_batches));
+    }
+    carved_model->reserve(a.micro_batch_size, a.seq_length, slots);
     for (const auto& tensor : carved_model->tensors()) {
       groups.push_back({tensor.offset, tensor.numel, tensor.weight_decay});
     }

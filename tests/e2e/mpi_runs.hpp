@@ -56,19 +56,31 @@ inline std::vector<float> as_floats(const std::vector<std::byte>& bytes) {
 
 // The parameters of iteration `iteration` in the save directory `save` (with `prefix`, e.g.
 // "optimizer.exp_avg.", the tensors of that name instead: the optimizer's moments), parameter
-// name → the whole tensor, assembled from every tensor-parallel rank's file.
+// name → the whole tensor, assembled from every tensor-parallel rank's file of every pipeline
+// stage (the last stage's copy of a tied word embedding left out).
 inline std::map<std::string, std::vector<float>> whole_parameters(
     const std::filesystem::path& save, int64_t iteration, const std::string& prefix = "") {
-  const backend::CheckpointFileReader first(backend::checkpoint_file_path(save, iteration, 0));
+  const auto tracked = backend::read_checkpoint_tracker(save);
+  const std::filesystem::path first_file =
+      tracked && tracked->iteration == iteration
+          ? tracked->file
+          : backend::checkpoint_file_path(save, iteration, 0);
+  const backend::CheckpointFileReader first(first_file);
   const backend::TrainingArguments arguments =
       backend::arguments_from_checkpoint(first.metadata(), first.path());
   const backend::GptConfig config = backend::model_config(arguments);
   const int64_t tp = arguments.tensor_model_parallel_size;
+  const int64_t pp = arguments.pipeline_model_parallel_size;
   std::map<std::string, std::vector<float>> whole;
+  for (int64_t stage = 0; stage < pp; ++stage)
   for (int64_t rank = 0; rank < tp; ++rank) {
-    const backend::ParameterLayout layout(config, tp, rank);
-    const backend::CheckpointFileReader reader(backend::checkpoint_file_path(save, iteration, rank));
+    const backend::ParameterLayout layout(
+        config, tp, rank,
+        {.pipeline_parallel = pp, .rank = stage, .virtual_chunks = arguments.virtual_pipeline_chunks()});
+    const backend::CheckpointFileReader reader(
+        backend::checkpoint_file_path(save, iteration, rank, stage, pp));
     for (const auto& tensor : layout.tensors()) {
+      if (tensor.tied_copy) continue;
       const auto* entry = reader.find(prefix + tensor.name);
       if (entry == nullptr) continue;
       const std::vector<float> shard = as_floats(reader.read_bytes(*entry));
@@ -151,7 +163,10 @@ inline double weight_difference(const std::filesystem::path& actual,
                                 std::string* worst_tensor = nullptr) {
   const auto a = whole_parameters(actual, iteration);
   const auto b = whole_parameters(expected, iteration);
-  const backend::CheckpointFileReader first(backend::checkpoint_file_path(expected, iteration, 0));
+  const auto tracked = backend::read_checkpoint_tracker(expected);
+  const backend::CheckpointFileReader first(
+      tracked && tracked->iteration == iteration ? tracked->file
+                                                 : backend::checkpoint_file_path(expected, iteration, 0));
   const backend::GptConfig config =
       backend::model_config(backend::arguments_from_checkpoint(first.metadata(), first.path()));
   double worst = 0, scale = 0;

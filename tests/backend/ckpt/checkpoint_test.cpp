@@ -211,6 +211,24 @@ TEST_CASE("Megatron's layout, tracker and messages") {
   CHECK(reader.tensors().size() == 3 * state.model.tensors().size());
   CHECK(reader.find("decoder.layers.1.mlp.linear_fc2.weight") != nullptr);
   CHECK(reader.find("optimizer.exp_avg_sq.embedding.word_embeddings.weight") != nullptr);
+  CHECK(reader.metadata()["pipeline_parallel"]["size"] == 1);
+}
+
+TEST_CASE("a pipelined checkpoint's files are mp_rank_XX_YYY, and the tracker finds the first") {
+  CHECK(backend::checkpoint_rank_directory_name(3) == "mp_rank_03");
+  CHECK(backend::checkpoint_rank_directory_name(1, 2, 4) == "mp_rank_01_002");
+  CHECK(backend::checkpoint_rank_directory_name(1, 0, 1) == "mp_rank_01");
+  test_support::TemporaryDirectory directory;
+  const fs::path dir = directory.path;
+  CHECK(checkpoint_file_path(dir, 7, 1, 3, 4) == dir / "iter_0000007/mp_rank_01_003/model_optim_rng.bin");
+  fs::create_directories(dir / "iter_0000007" / "mp_rank_00_000");
+  std::ofstream(dir / "iter_0000007" / "mp_rank_00_000" / "model_optim_rng.bin") << "x";
+  std::ofstream(dir / "latest_checkpointed_iteration.txt") << "7";
+  const auto tracked = backend::read_checkpoint_tracker(dir);
+  REQUIRE(tracked.has_value());
+  CHECK(tracked->file == dir / "iter_0000007/mp_rank_00_000/model_optim_rng.bin");
+  CHECK(backend::checkpoint_rank_file(*tracked, 1, 2, 4) ==
+        dir / "iter_0000007/mp_rank_01_002/model_optim_rng.bin");
 }
 
 TEST_CASE("the plain options: the records are stored as given, the current one names the flags that fit") {

@@ -145,3 +145,63 @@ TEST_CASE("tensor-parallel sizes that do not divide the shape are refused, namin
   CHECK_THROWS_WITH_AS(ParameterLayout(config, 8, 0), doctest::Contains("must be divisible"),
                        common::Error);
 }
+
+TEST_CASE("a pipeline stage holds its chunks' layers, the first the embedding, the last the head") {
+  GptConfig config = llama_style(1);
+  config.num_layers = 8;
+  config.share_embeddings_and_output_weights = true;
+  const ParameterLayout whole(config);
+  std::vector<float> whole_values(static_cast<size_t>(whole.numel()));
+  whole.init_parameters(whole_values.data(), 7);
+  // Four stages of two chunks of one layer: stage r holds layers r and 4 + r (Megatron's
+  // interleaved assignment).
+  int64_t counted = 0;
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    CAPTURE(rank);
+    const backend::PipelineStage stage{.pipeline_parallel = 4, .rank = rank, .virtual_chunks = 2};
+    const ParameterLayout layout(config, 1, 0, stage);
+    CHECK(layout.chunks() == std::vector<backend::LayerRange>{{rank, rank + 1}, {4 + rank, 5 + rank}});
+    CHECK((layout.word_embeddings() != backend::kAbsentTensor) == (rank == 0));
+    CHECK((layout.final_norm_weight() != backend::kAbsentTensor) == (rank == 3));
+    CHECK((layout.output_weight() != backend::kAbsentTensor) == (rank == 3));
+    for (int64_t l = 0; l < 8; ++l) {
+      const bool held = l == rank || l == 4 + rank;
+      CHECK((layout.layer(l).fc1_weight != backend::kAbsentTensor) == held);
+    }
+    std::vector<float> values(static_cast<size_t>(layout.numel()));
+    layout.init_parameters(values.data(), 7);
+    for (const auto& tensor : layout.tensors()) {
+      CAPTURE(tensor.name);
+      // The tied copy is output_layer.weight on the last stage, with the word embedding's values.
+      CHECK(tensor.tied_copy == (rank == 3 && tensor.name == "output_layer.weight"));
+      const auto& reference =
+          whole.tensor(tensor.tied_copy ? "embedding.word_embeddings.weight" : tensor.name);
+      CHECK(std::equal(values.begin() + tensor.offset,
+                       values.begin() + tensor.offset + tensor.numel,
+                       whole_values.begin() + reference.offset));
+      if (!tensor.tied_copy) counted += tensor.numel;
+    }
+    // The tied copy never counts towards the gradient norm.
+    int64_t norm_elements = 0;
+    for (const auto& range : backend::gradient_norm_ranges(layout.tensors(), 0)) {
+      norm_elements += range.numel;
+    }
+    CHECK(norm_elements == layout.numel() - (rank == 3 ? config.padded_vocab_size * 32 : 0));
+  }
+  CHECK(counted == whole.numel());  // the stages tile the model once
+}
+
+TEST_CASE("Megatron's pipeline rules are errors naming the flags") {
+  GptConfig config = llama_style(1);
+  config.num_layers = 6;
+  CHECK_THROWS_WITH_AS(ParameterLayout(config, 1, 0, {.pipeline_parallel = 4, .rank = 0, .virtual_chunks = 1}),
+                       doctest::Contains("--num-layers 6 must be divisible by "
+                                         "--pipeline-model-parallel-size 4"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(
+      ParameterLayout(config, 1, 0, {.pipeline_parallel = 2, .rank = 0, .virtual_chunks = 2}),
+      doctest::Contains("the 3 layers per pipeline stage"), common::Error);
+  CHECK_THROWS_WITH_AS(ParameterLayout(config, 1, 0, {.pipeline_parallel = 2, .rank = 2, .virtual_chunks = 1}),
+                       doctest::Contains("pipeline-parallel rank 2 is outside [0, 2)"),
+                       common::Error);
+}

@@ -1,0 +1,172 @@
+// Pipeline parallelism end to end with real Open MPI ranks (mpirun --oversubscribe on the CI's
+// two cores): PP=2 (1F1B), PP=4 with the interleaved schedule (two chunks of one layer per
+// stage) and TP=2 × PP=2 × DP=2 on eight ranks with the distributed optimizer and sequence
+// parallelism train the losses one process trains on the same global batch, and the weights
+// after 20 steps (every stage's and tensor-parallel rank's file of mp_rank_XX_YYY, assembled)
+// agree with one process's within 1e-5, for a GPT-2-style model (tied embeddings, hidden
+// dropout) and a Llama-style one (GQA, SwiGLU, RoPE, untied output layer). A PP=2 checkpoint
+// resumes with the uninterrupted losses, and loading it with another pipeline size is refused
+// with the resharding command.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "backend/ckpt/checkpoint.hpp"
+#include "e2e/mpi_runs.hpp"
+#include "logged_losses.hpp"
+#include "read_file.hpp"
+#include "temporary_directory.hpp"
+
+namespace fs = std::filesystem;
+
+using test_support::check_same_losses;
+
+namespace {
+
+// The tensor-parallel tests' model with 8 layers (4 stages of two, or of two chunks).
+std::vector<std::string> training_flags(const std::string& style, int tensor_parallel,
+                                        const fs::path& save) {
+  auto flags = test_support::tensor_parallel_training_flags(style, tensor_parallel, save);
+  const auto layers = std::find(flags.begin(), flags.end(), "--num-layers");
+  *(layers + 1) = "8";
+  return flags;
+}
+
+std::string tail(const std::string& text) {
+  return text.substr(text.size() > 3000 ? text.size() - 3000 : 0);
+}
+
+}  // namespace
+
+TEST_CASE("PP=2, PP=4 interleaved and TP=2 x PP=2 x DP=2 over Open MPI train as one process") {
+  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  test_support::TemporaryDirectory directory;
+  for (const std::string style : {"gpt2", "llama"}) {
+    CAPTURE(style);
+    const fs::path single_save = directory.path / (style + "_one");
+    const fs::path single_log = directory.path / (style + "_one.log");
+    REQUIRE(test_support::run_pretrain(1, training_flags(style, 1, single_save), single_log) == 0);
+    const auto expected = test_support::logged_losses(test_support::read_file(single_log));
+    REQUIRE(expected.size() == 20);
+    struct Layout {
+      int ranks;
+      int tensor_parallel;
+      int pipeline_parallel;
+      bool interleaved;
+    };
+    for (const Layout layout : {Layout{2, 1, 2, false}, Layout{4, 1, 4, true},
+                                Layout{8, 2, 2, false}}) {
+      const std::string name = fmt::format("{}_tp{}_pp{}_np{}{}", style, layout.tensor_parallel,
+                                           layout.pipeline_parallel, layout.ranks,
+                                           layout.interleaved ? "_interleaved" : "");
+      CAPTURE(name);
+      const fs::path save = directory.path / name;
+      const fs::path log = directory.path / (name + ".log");
+      auto flags = training_flags(style, layout.tensor_parallel, save);
+      flags.insert(flags.end(),
+                   {"--pipeline-model-parallel-size", std::to_string(layout.pipeline_parallel)});
+      if (layout.interleaved) flags.insert(flags.end(), {"--num-layers-per-virtual-pipeline-stage", "1"});
+      if (layout.ranks == 8) {
+        flags.insert(flags.end(), {"--use-distributed-optimizer", "--sequence-parallel"});
+      }
+      const int status = test_support::run_pretrain(layout.ranks, flags, log);
+      const std::string output = test_support::read_file(log);
+      INFO(tail(output));
+      REQUIRE(status == 0);
+      int lines = 0;
+      check_same_losses(test_support::logged_losses(output, &lines), expected);
+      CHECK(lines == 20);  // printed once, by the last rank
+      CHECK(output.find(fmt::format("> initialized pipeline model parallel with size {}",
+                                    layout.pipeline_parallel)) != std::string::npos);
+      CHECK(output.find(fmt::format("model parallel rank (0, {}): ",
+                                    layout.pipeline_parallel - 1)) != std::string::npos);
+      CHECK(output.find(fmt::format("[ t 1/{}, p 1/{} ]", layout.tensor_parallel,
+                                    layout.pipeline_parallel)) != std::string::npos);
+      CHECK(fs::is_regular_file(backend::checkpoint_file_path(
+          save, 20, layout.tensor_parallel - 1, layout.pipeline_parallel - 1,
+          layout.pipeline_parallel)));
+      CHECK_FALSE(fs::exists(backend::checkpoint_file_path(save, 20, 0)));  // no mp_rank_00
+      std::string worst_tensor;
+      const double difference = test_support::weight_difference(save, single_save, 20, &worst_tensor);
+      CAPTURE(worst_tensor);
+      CHECK(difference <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("a PP=2 checkpoint resumes at PP=2 with the uninterrupted losses; another size is refused") {
+  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  test_support::TemporaryDirectory directory;
+  auto pipelined = [&](const fs::path& save) {
+    auto flags = training_flags("gpt2", 1, save);
+    flags.insert(flags.end(), {"--pipeline-model-parallel-size", "2"});
+    return flags;
+  };
+  const fs::path whole_save = directory.path / "whole";
+  const fs::path whole_log = directory.path / "whole.log";
+  REQUIRE(test_support::run_pretrain(2, pipelined(whole_save), whole_log) == 0);
+  const auto expected = test_support::logged_losses(test_support::read_file(whole_log));
+
+  const fs::path save = directory.path / "halves";
+  auto first_half = pipelined(save);
+  first_half.insert(first_half.end(), {"--exit-interval", "10", "--eval-iters", "0"});
+  REQUIRE(test_support::run_pretrain(2, first_half, directory.path / "first.log") == 0);
+  auto second_half = pipelined(save);
+  second_half.insert(second_half.end(), {"--load", save.string()});
+  const fs::path log = directory.path / "second.log";
+  REQUIRE(test_support::run_pretrain(2, second_half, log) == 0);
+  const std::string output = test_support::read_file(log);
+  INFO(tail(output));
+  const auto resumed = test_support::logged_losses(output);
+  REQUIRE(resumed.size() == 10);
+  for (const auto& entry : resumed) {
+    const int iteration = entry.first;
+    CAPTURE(iteration);
+    CHECK(entry.second == expected.at(iteration));  // bit for bit: the same layout
+  }
+
+  // One process with the PP=2 save: refused, naming both sizes and the resharding command.
+  auto one_process = training_flags("gpt2", 1, directory.path / "other");
+  one_process.insert(one_process.end(), {"--load", save.string()});
+  const fs::path refused_log = directory.path / "refused.log";
+  CHECK(test_support::run_pretrain(1, one_process, refused_log) != 0);
+  const std::string refused = test_support::read_file(refused_log);
+  INFO(tail(refused));
+  CHECK(refused.find("was saved with --pipeline-model-parallel-size 2") != std::string::npos);
+  CHECK(refused.find("--target-tensor-parallel-size 1 --target-pipeline-parallel-size 1, then "
+                     "--load NEWDIR") != std::string::npos);
+}
+
+TEST_CASE("pipeline layouts Megatron refuses are refused before training, naming the flags") {
+  test_support::TemporaryDirectory directory;
+  struct Refusal {
+    std::vector<std::string> flags;
+    int ranks;
+    std::string message;
+  };
+  const std::vector<Refusal> refusals = {
+      {{"--pipeline-model-parallel-size", "3"}, 3,
+       "--num-layers 8 must be divisible by --pipeline-model-parallel-size 3"},
+      {{"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "2"}, 2,
+       "needs --pipeline-model-parallel-size greater than 2"},
+      {{"--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "3"}, 4,
+       "--num-layers-per-virtual-pipeline-stage 3 must divide the 2 layers of each pipeline stage"},
+      {{"--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "1",
+        "--global-batch-size", "6"}, 4,
+       "divisible by --pipeline-model-parallel-size 4"},
+  };
+  for (const Refusal& refusal : refusals) {
+    CAPTURE(refusal.message);
+    auto flags = training_flags("gpt2", 1, directory.path / "save");
+    flags.insert(flags.end(), refusal.flags.begin(), refusal.flags.end());
+    const fs::path log = directory.path / "refused.log";
+    CHECK(test_support::run_pretrain(refusal.ranks, flags, log) != 0);
+    const std::string output = test_support::read_file(log);
+    INFO(tail(output));
+    CHECK(output.find(refusal.message) != std::string::npos);
+  }
+}
