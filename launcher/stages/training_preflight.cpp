@@ -77,6 +77,34 @@ void check_layout_and_memory(const Node& config, const Node& training, Preflight
     problems.push_back(fmt::format("training.model.num_layers {} is not divisible by "
                                    "pipeline_model_parallel_size {}", layers, pp));
   }
+  // Megatron's interleaved schedule (model.virtual_pipeline_model_parallel_size V ≥ 2, passed as
+  // --num-layers-per-virtual-pipeline-stage): its rules, as pretrain_gpt enforces them.
+  const int64_t chunks = report.virtual_pipeline = virtual_pipeline_chunks(config);
+  if (chunks > 1) {
+    if (pp <= 2) {
+      // Megatron's interleaved schedule without overlapped p2p communication needs pp > 2.
+      problems.push_back(fmt::format(
+          "training.model.virtual_pipeline_model_parallel_size {} needs "
+          "pipeline_model_parallel_size > 2 for Megatron's interleaved schedule, got {}: raise "
+          "pipeline_model_parallel_size or set virtual_pipeline_model_parallel_size to null",
+          chunks, pp));
+    }
+    try {
+      layers_per_virtual_pipeline_stage(config);
+    } catch (const common::Error& error) {
+      problems.push_back(error.what());  // num_layers not divisible by pp × V
+    }
+    // The schedule runs the micro batches of a step in rounds of pp (only countable when the
+    // layout and the batch divide; their own problems are reported otherwise).
+    if (report.gpus % model_parallel == 0 && gbs % micro_batches_at_once == 0 &&
+        (gbs / micro_batches_at_once) % pp != 0) {
+      problems.push_back(fmt::format(
+          "training.model.global_batch_size {} / (micro_batch_size {} × data-parallel size {}) = "
+          "{} micro batches per step is not divisible by pipeline_model_parallel_size {}, as "
+          "Megatron's interleaved schedule (virtual_pipeline_model_parallel_size {}) needs",
+          gbs, mbs, dp, gbs / micro_batches_at_once, pp, chunks));
+    }
+  }
   if (hidden % heads != 0) {
     problems.push_back(fmt::format("training.model.num_attention_heads {} does not divide "
                                    "hidden_size {}", heads, hidden));
@@ -154,6 +182,8 @@ void check_layout_and_memory(const Node& config, const Node& training, Preflight
   setup.seq_length = seq;
   setup.micro_batch_size = mbs;
   setup.tensor_parallel = tp;
+  // 1F1B's in-flight micro batches; the interleaved schedule keeps up to (1 + (pp − 1)/(pp·V))
+  // times that on the first stage (Korthikanti et al. 2022), not counted (docs/launcher.md).
   setup.pipeline_parallel = pp;
   setup.data_parallel = dp;
   setup.mixed_precision = report.precision.starts_with("bf16") || report.precision.starts_with("16");
@@ -208,9 +238,13 @@ std::vector<std::string> format_preflight(const PreflightReport& report) {
   const std::string capacity =
       report.gpu_memory_bytes > 0 ? " of " + common::format_gigabytes(report.gpu_memory_bytes) : "";
   std::vector<std::string> lines = {
-      fmt::format("preflight: {} GPU(s) = tp {} × pp {} × dp {}; {:.1f}M parameters; precision {}; "
-                  "distributed optimizer {}; recompute {}; attention fused (no s² scores kept)",
+      fmt::format("preflight: {} GPU(s) = tp {} × pp {}{} × dp {}; {:.1f}M parameters; precision "
+                  "{}; distributed optimizer {}; recompute {}; attention fused (no s² scores kept)",
                   report.gpus, report.tensor_parallel, report.pipeline_parallel,
+                  report.virtual_pipeline > 1
+                      ? fmt::format(" (interleaved, {} model chunks per stage)",
+                                    report.virtual_pipeline)
+                      : "",
                   report.data_parallel, report.parameters / 1e6, report.precision,
                   report.distributed_optimizer ? "yes" : "no", report.recompute),
       "preflight: memory per GPU (estimate, most loaded pipeline stage)",

@@ -4,6 +4,8 @@
 //     when one does not, the rest is not computed from it
 //   - tp × pp divides the GPU count (num_nodes × devices); dp = GPUs / (tp × pp)
 //   - attention heads divisible by tp; layers divisible by pp
+//   - with model.virtual_pipeline_model_parallel_size V ≥ 2 (Megatron's interleaved schedule):
+//     pp > 2, layers divisible by pp × V, micro batches per step divisible by pp
 //   - global batch divisible by micro batch × dp
 //   - sequence length ≤ max position embeddings
 //   - a split with a non-empty validation share when validation runs (limit_val_batches > 0)
@@ -29,6 +31,7 @@ using MemoryEstimate = common::MemoryEstimate;
 struct PreflightReport {
   int64_t gpus = 1;
   int64_t tensor_parallel = 1, pipeline_parallel = 1, data_parallel = 1;
+  int64_t virtual_pipeline = 1;  // model chunks per pipeline stage (> 1: interleaved schedule)
   double parameters = 0;  // whole model
   MemoryEstimate memory;   // per GPU, the most loaded pipeline stage
   std::string precision;

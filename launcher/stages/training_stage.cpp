@@ -1,7 +1,8 @@
 // NeMo training config → Megatron-LM flags; see training_stage.hpp.
 // References: NeMo-Megatron-Launcher conf/training/gpt3/*.yaml for the keys, Megatron-LM
 // megatron/training/arguments.py for the flags, NeMo's CosineAnnealing scheduler for the
-// warmup / constant_steps semantics.
+// warmup / constant_steps semantics, NeMo's MegatronBaseModel for
+// virtual_pipeline_model_parallel_size (1 is None: no interleaving).
 #include "launcher/stages/training_stage.hpp"
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <limits>
 #include <map>
 #include <stdexcept>
 
@@ -93,6 +95,12 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
     {"model.sequence_parallel", "--sequence-parallel",
      "true → --sequence-parallel; false → none (pretrain_gpt, as Megatron, switches it off when "
      "tensor_model_parallel_size is 1)"},
+    {"model.virtual_pipeline_model_parallel_size", "--num-layers-per-virtual-pipeline-stage",
+     "V, the model chunks per pipeline stage (Megatron's interleaved schedule): null or 1 → none "
+     "(NeMo treats 1 as no interleaving); V ≥ 2 → num_layers / (pipeline_model_parallel_size × "
+     "V), the layers of one chunk; any other value is refused, and so are V ≥ 2 with "
+     "pipeline_model_parallel_size ≤ 2, num_layers not divisible by pp × V, and micro batches per "
+     "step not divisible by pp (preflight)"},
     {"model.optim.name", "--use-distributed-optimizer",
      "distributed_fused_adam → --use-distributed-optimizer (NeMo's distributed optimizer is "
      "Megatron's); fused_adam, adam or adamw → none; any other name is refused"},
@@ -120,6 +128,15 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
 };
 
 const Node* lookup(const Node& training, const std::string& key) { return find_set(training, key); }
+
+// NeMo's key for the interleaved schedule has no flag of its own (Megatron takes layers per
+// chunk, not chunks), so its value rule lives here rather than in the backend's table; it is
+// still applied by the backend's check_flag_value, so its text is read with the same integer
+// grammar and refused in the same words as a flag's value.
+const std::string kVirtualPipelineKey = "model.virtual_pipeline_model_parallel_size";
+constexpr common::FlagRule kVirtualPipelineRule = common::integer_flag(
+    "virtual_pipeline_model_parallel_size", 1, std::numeric_limits<int64_t>::max(),
+    "the model chunks per pipeline stage; null or 1: no interleaving");
 
 // Keys below `training.` are reported with their full path.
 std::string training_text(const Node& value, const std::string& key) {
@@ -203,16 +220,14 @@ void rampup_in_samples(const Node& training, const Node& rampup, std::vector<std
   arguments.insert(arguments.end(), {"--rampup-batch-size", values[0], values[1], values[2]});
 }
 
-// Checks `key`'s value (if set) with the rule of `flag`; a value that is not a scalar is a
-// problem too.
-void check_value(const Node& training, const std::string& key, const std::string& flag,
-                 std::vector<std::string>& problems) {
+// Checks `key`'s value (if set) with `rule`; a value that is not a scalar is a problem too.
+void check_rule(const Node& training, const std::string& key, const common::FlagRule& rule,
+                std::vector<std::string>& problems) {
   const Node* value = lookup(training, key);
   if (value == nullptr) return;
-  const common::FlagRule* rule = common::find_flag_rule(flag);
-  if (rule == nullptr) throw std::logic_error(flag + " has no value rule in backend/common/flag_rules.cpp");
   try {
-    const common::CheckedFlagValue checked = common::check_flag_value(*rule, training_text(*value, key));
+    const common::CheckedFlagValue checked =
+        common::check_flag_value(rule, training_text(*value, key));
     if (!checked.problem.empty()) {
       problems.push_back(fmt::format("training.{}: {} (from {})", key, checked.problem,
                                      value->location().describe()));
@@ -220,6 +235,16 @@ void check_value(const Node& training, const std::string& key, const std::string
   } catch (const common::Error& error) {
     problems.push_back(error.what());
   }
+}
+
+// Checks `key`'s value (if set) with the backend's rule of `flag`.
+void check_value(const Node& training, const std::string& key, const std::string& flag,
+                 std::vector<std::string>& problems) {
+  const common::FlagRule* rule = common::find_flag_rule(flag);
+  if (rule == nullptr) {
+    throw std::logic_error(flag + " has no value rule in backend/common/flag_rules.cpp");
+  }
+  check_rule(training, key, *rule, problems);
 }
 
 // model.optim.name (if set) must be one of kOptimizerNames: any other optimizer (sgd,
@@ -251,12 +276,52 @@ std::vector<std::string> training_value_problems(const Node& config) {
   for (const auto& row : kTrainingFlags) check_value(training, row.config_key, row.flag, problems);
   // The keys of derived rows whose value still reaches a flag as it is.
   check_value(training, "model.num_query_groups", "--num-query-groups", problems);
+  check_rule(training, kVirtualPipelineKey, kVirtualPipelineRule, problems);
   check_optimizer_name(training, problems);
   const Node* data_impl = lookup(training, "model.data.data_impl");
   if (data_impl == nullptr || training_text(*data_impl, "model.data.data_impl") == "mmap") {
     check_value(training, "model.data.splits_string", "--split", problems);
   }
   return problems;
+}
+
+int64_t virtual_pipeline_chunks(const Node& config) {
+  const Node& training = at_path(config, "training");
+  const Node* value = lookup(training, kVirtualPipelineKey);
+  if (value == nullptr) return 1;
+  // The checked text, not as_int: a quoted '3' is as valid here as for any flag's value.
+  const common::CheckedFlagValue checked =
+      common::check_flag_value(kVirtualPipelineRule, training_text(*value, kVirtualPipelineKey));
+  if (!checked.problem.empty()) {
+    common::fail("training.{}: {}", kVirtualPipelineKey, checked.problem);
+  }
+  int64_t chunks = 0;
+  const std::string& text = checked.canonical;
+  std::from_chars(text.data(), text.data() + text.size(), chunks);
+  return chunks;
+}
+
+std::optional<int64_t> layers_per_virtual_pipeline_stage(const Node& config) {
+  const int64_t chunks = virtual_pipeline_chunks(config);
+  if (chunks == 1) return std::nullopt;
+  const Node& training = at_path(config, "training");
+  const int64_t layers = integer_or(training, "model.num_layers", 0);
+  const int64_t pp = integer_or(training, "model.pipeline_model_parallel_size", 1);
+  if (layers < 1 || pp < 1) {
+    common::fail("training.{} {} needs training.model.num_layers ({}) and "
+                 "pipeline_model_parallel_size ({}) ≥ 1 to count the layers of a model chunk",
+                 kVirtualPipelineKey, chunks, layers, pp);
+  }
+  const int64_t chunks_in_model = common::checked_multiply(
+      pp, chunks,
+      "training.model.pipeline_model_parallel_size × virtual_pipeline_model_parallel_size");
+  if (layers % chunks_in_model != 0) {
+    common::fail("training.model.num_layers {} is not divisible by pipeline_model_parallel_size {} "
+                 "× virtual_pipeline_model_parallel_size {} = {} (every model chunk holds the same "
+                 "number of layers)",
+                 layers, pp, chunks, chunks_in_model);
+  }
+  return layers / chunks_in_model;
 }
 
 const std::vector<TrainingFlagMapping>& training_flag_table() {
@@ -286,6 +351,11 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
       arguments.push_back(row.flag);
       arguments.push_back(training_text(*value, row.config_key));
     }
+  }
+  // NeMo's chunks per stage become Megatron's layers per chunk.
+  if (const auto layers_per_chunk = layers_per_virtual_pipeline_stage(config)) {
+    arguments.insert(arguments.end(), {"--num-layers-per-virtual-pipeline-stage",
+                                       fmt::format("{}", *layers_per_chunk)});
   }
 
   if (const Node* scheduler = lookup(training, "model.optim.sched.name")) {

@@ -5,7 +5,9 @@
 // the backend's rule for its flag before anything is queued.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,18 @@ const std::vector<TrainingFlagMapping>& training_flag_table();
 // What pretrain_gpt refuses only because it is not built yet (tensor parallelism, a
 // SentencePiece tokenizer) is not a value problem, so such configs still render.
 std::vector<std::string> training_value_problems(const Node& config);
+
+// NeMo's model.virtual_pipeline_model_parallel_size V, the model chunks per pipeline stage: 1 when
+// null or absent. Expects a value that passed training_value_problems (an integer ≥ 1).
+int64_t virtual_pipeline_chunks(const Node& config);
+
+// NeMo's model.virtual_pipeline_model_parallel_size V (model chunks per pipeline stage) as
+// Megatron's --num-layers-per-virtual-pipeline-stage K = num_layers / (pp × V) for the
+// interleaved schedule; nullopt when V is null, absent or 1 (NeMo's MegatronBaseModel turns 1
+// into None: one chunk per stage is the plain schedule). Expects values that passed
+// training_value_problems; a num_layers that pp × V does not divide is a common::Error naming
+// the keys, the same words as the preflight's.
+std::optional<int64_t> layers_per_virtual_pipeline_stage(const Node& config);
 
 // The pretrain_gpt arguments (without the program) for a resolved config; a value that
 // training_value_problems finds wrong is a common::Error listing them all.

@@ -63,6 +63,97 @@ TEST_CASE("the global batch must split into micro batches over the data-parallel
                          "data-parallel size 8"));
 }
 
+TEST_CASE("the interleaved schedule's rules are checked before queueing, naming the keys") {
+  // 4 GPUs, pp 4, dp 1; gpt3/126m's 256 / 4 = 64 micro batches per step.
+  auto interleaved = [](std::vector<std::string> overrides) {
+    overrides.insert(overrides.end(), {"training.trainer.devices=4", "training.model.num_layers=24",
+                                       "training.model.pipeline_model_parallel_size=4"});
+    return composed(overrides);
+  };
+  const auto fits = training_preflight(
+      interleaved({"+training.model.virtual_pipeline_model_parallel_size=3"}));
+  for (const auto& problem : fits.problems) MESSAGE(problem);
+  CHECK(fits.problems.empty());
+  CHECK(fits.virtual_pipeline == 3);
+  CHECK(format_preflight(fits).front().find(
+            "4 GPU(s) = tp 1 × pp 4 (interleaved, 3 model chunks per stage) × dp 1") !=
+        std::string::npos);
+  // Null and 1 are the plain schedule, whatever pp is.
+  for (const std::string chunks : {"null", "1"}) {
+    CAPTURE(chunks);
+    const auto plain = training_preflight(
+        composed({"+training.model.virtual_pipeline_model_parallel_size=" + chunks}));
+    CHECK(plain.problems.empty());
+    CHECK(plain.virtual_pipeline == 1);
+    CHECK(format_preflight(plain).front().find("interleaved") == std::string::npos);
+  }
+
+  // pp ≤ 2: Megatron's interleaved schedule (without overlapped p2p) needs more stages.
+  for (const std::string pp : {"1", "2"}) {
+    CAPTURE(pp);
+    const auto report = training_preflight(composed(
+        {"training.trainer.devices=" + pp, "training.model.num_layers=24",
+         "training.model.pipeline_model_parallel_size=" + pp,
+         "+training.model.virtual_pipeline_model_parallel_size=2"}));
+    REQUIRE(report.problems.size() == 1);
+    CHECK(report.problems.front() ==
+          "training.model.virtual_pipeline_model_parallel_size 2 needs "
+          "pipeline_model_parallel_size > 2 for Megatron's interleaved schedule, got " + pp +
+              ": raise pipeline_model_parallel_size or set virtual_pipeline_model_parallel_size "
+              "to null");
+  }
+  // 24 layers in 4 stages of 5 chunks.
+  const auto uneven = training_preflight(
+      interleaved({"+training.model.virtual_pipeline_model_parallel_size=5"}));
+  REQUIRE(uneven.problems.size() == 1);
+  CHECK(uneven.problems.front() ==
+        "training.model.num_layers 24 is not divisible by pipeline_model_parallel_size 4 × "
+        "virtual_pipeline_model_parallel_size 5 = 20 (every model chunk holds the same number of "
+        "layers)");
+  // 24 / (4 × 1) = 6 micro batches per step, not a whole number of rounds of pp 4.
+  const auto batches = training_preflight(
+      interleaved({"+training.model.virtual_pipeline_model_parallel_size=3",
+                   "training.model.global_batch_size=24"}));
+  REQUIRE(batches.problems.size() == 1);
+  CHECK(batches.problems.front() ==
+        "training.model.global_batch_size 24 / (micro_batch_size 4 × data-parallel size 1) = 6 "
+        "micro batches per step is not divisible by pipeline_model_parallel_size 4, as Megatron's "
+        "interleaved schedule (virtual_pipeline_model_parallel_size 3) needs");
+  // The same batch is fine without interleaving.
+  CHECK(training_preflight(interleaved({"training.model.global_batch_size=24"})).problems.empty());
+  // All of them at once.
+  const auto all = training_preflight(composed(
+      {"training.trainer.devices=2", "training.model.num_layers=25",
+       "training.model.pipeline_model_parallel_size=2", "training.model.global_batch_size=12",
+       "+training.model.virtual_pipeline_model_parallel_size=2"}));
+  CHECK(mentions(all, "num_layers 25 is not divisible by pipeline_model_parallel_size 2"));
+  CHECK(mentions(all, "needs pipeline_model_parallel_size > 2"));
+  CHECK(mentions(all, "× virtual_pipeline_model_parallel_size 2 = 4"));
+  CHECK(mentions(all, "= 3 micro batches per step is not divisible by "
+                      "pipeline_model_parallel_size 2"));
+  CHECK_THROWS_WITH_AS(
+      enforce_training_preflight(
+          interleaved({"+training.model.virtual_pipeline_model_parallel_size=5"})),
+      doctest::Contains("preflight refused the training stage before queueing it:\n  - "
+                        "training.model.num_layers 24 is not divisible by"),
+      common::Error);
+}
+
+TEST_CASE("a virtual_pipeline_model_parallel_size below 1 or not an integer is refused first") {
+  for (const std::string chunks : {"0", "-1", "two", "2.5"}) {
+    CAPTURE(chunks);
+    const auto report = training_preflight(composed(
+        {"+training.model.virtual_pipeline_model_parallel_size=" + chunks}));
+    REQUIRE(report.problems.size() == 1);
+    CHECK(report.problems.front().starts_with(
+        "training.model.virtual_pipeline_model_parallel_size: '" + chunks + "' is "));
+    CHECK(report.problems.front().find(
+              "virtual_pipeline_model_parallel_size takes an integer ≥ 1 (the model chunks per "
+              "pipeline stage; null or 1: no interleaving)") != std::string::npos);
+    CHECK(report.parameters == 0);  // nothing was computed from it
+  }
+}
+
 TEST_CASE("a split that leaves validation empty is refused while validation runs") {
   auto with_data = [](std::string split, std::string val_batches) {
     return composed({"training.model.data.data_impl=mmap",

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -9,8 +10,10 @@
 
 #include "backend/common/error.hpp"
 #include "backend/common/flag_rules.hpp"
+#include "launcher/clusters/cluster.hpp"
 #include "launcher/config/compose.hpp"
 #include "launcher/config/interpolate.hpp"
+#include "launcher/config/yaml_io.hpp"
 #include "launcher/stages/training_stage.hpp"
 
 using namespace launcher;
@@ -156,6 +159,92 @@ TEST_CASE("an unknown optimizer name is refused, naming the key and the valid na
   CHECK_THROWS_WITH_AS(
       megatron_training_arguments(composed_126m({"training.model.optim.name={a: 1}"})),
       doctest::Contains("training.model.optim.name"), common::Error);
+}
+
+TEST_CASE("virtual_pipeline_model_parallel_size V becomes layers per chunk: L / (pp × V)") {
+  const std::vector<std::string> interleaved = {
+      "training.trainer.devices=4", "training.model.num_layers=24",
+      "training.model.pipeline_model_parallel_size=4",
+      "+training.model.virtual_pipeline_model_parallel_size=3"};
+  const auto arguments = megatron_training_arguments(composed_126m(interleaved));
+  CHECK(flag_value(arguments, "--num-layers-per-virtual-pipeline-stage") == "2");  // 24 / (4 × 3)
+  CHECK(flag_value(arguments, "--pipeline-model-parallel-size") == "4");
+  // A quoted value is read as any flag's value is.
+  const auto quoted = megatron_training_arguments(composed_126m(
+      {"training.model.num_layers=24", "training.model.pipeline_model_parallel_size=4",
+       "+training.model.virtual_pipeline_model_parallel_size='3'"}));
+  CHECK(flag_value(quoted, "--num-layers-per-virtual-pipeline-stage") == "2");
+
+  // In the job's command and in the script rendered from it, as flag and value side by side.
+  const JobSpec job = build_training_job({composed_126m(interleaved), "/opt/bin", ""});
+  const auto at = std::find(job.command.begin(), job.command.end(),
+                            "--num-layers-per-virtual-pipeline-stage");
+  REQUIRE(std::distance(at, job.command.end()) >= 2);
+  CHECK(*(at + 1) == "2");
+  const Node cluster = parse_yaml("job_name_prefix: ''\n", "test");
+  const std::filesystem::path templates = std::filesystem::path(TEST_SOURCE_DIR) / "templates";
+  const std::string script =
+      render_local_script(job, "/tmp/results/x.sh", {templates, &cluster, "", {}});
+  CHECK(script.find("\n    --num-layers-per-virtual-pipeline-stage 2 \\\n") != std::string::npos);
+
+  // Null, absent or 1 (one chunk per stage, NeMo's "no interleaving"): no flag.
+  for (const std::string chunks : {"null", "1"}) {
+    CAPTURE(chunks);
+    const auto arguments = megatron_training_arguments(composed_126m(
+        {"training.model.num_layers=24", "training.model.pipeline_model_parallel_size=4",
+         "+training.model.virtual_pipeline_model_parallel_size=" + chunks}));
+    CHECK_FALSE(has(arguments, "--num-layers-per-virtual-pipeline-stage"));
+  }
+  CHECK_FALSE(has(megatron_training_arguments(composed_126m({})),
+                  "--num-layers-per-virtual-pipeline-stage"));
+  // V = 1 renders whatever pp is: it asks for nothing Megatron could refuse.
+  CHECK_FALSE(has(megatron_training_arguments(composed_126m(
+                      {"+training.model.virtual_pipeline_model_parallel_size=1"})),
+                  "--num-layers-per-virtual-pipeline-stage"));
+}
+
+TEST_CASE("a virtual_pipeline_model_parallel_size that is not an integer ≥ 1, or does not divide "
+          "the layers, is refused, naming the keys") {
+  const std::string valid =
+      "virtual_pipeline_model_parallel_size takes an integer ≥ 1 (the model chunks per pipeline "
+      "stage; null or 1: no interleaving) (from the command line)";
+  struct Case {
+    std::string value;
+    std::string problem;
+  };
+  for (const Case& c : std::vector<Case>{{"0", "'0' is out of range"},
+                                         {"-2", "'-2' is out of range"},
+                                         {"abc", "'abc' is not an integer"},
+                                         {"1.5", "'1.5' is not an integer"},
+                                         {"true", "'true' is not an integer"}}) {
+    CAPTURE(c.value);
+    const Node config = composed_126m(
+        {"training.model.num_layers=24", "training.model.pipeline_model_parallel_size=4",
+         "+training.model.virtual_pipeline_model_parallel_size=" + c.value});
+    const std::string message =
+        "training.model.virtual_pipeline_model_parallel_size: " + c.problem + "; " + valid;
+    CHECK_THROWS_WITH_AS(megatron_training_arguments(config), doctest::Contains(message.c_str()),
+                         common::Error);
+    const auto problems = training_value_problems(config);
+    REQUIRE(problems.size() == 1);
+    CHECK(problems.front() == message);
+  }
+  // A list is not a value at all.
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(composed_126m(
+          {"+training.model.virtual_pipeline_model_parallel_size=[2,3]"})),
+      doctest::Contains(
+          "training.model.virtual_pipeline_model_parallel_size: expected a single value"),
+      common::Error);
+  // 24 layers do not split into 4 × 5 chunks: there is no whole number of layers to pass.
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(composed_126m(
+          {"training.model.num_layers=24", "training.model.pipeline_model_parallel_size=4",
+           "+training.model.virtual_pipeline_model_parallel_size=5"})),
+      doctest::Contains("training.model.num_layers 24 is not divisible by "
+                        "pipeline_model_parallel_size 4 × virtual_pipeline_model_parallel_size 5 "
+                        "= 20 (every model chunk holds the same number of layers)"),
+      common::Error);
 }
 
 TEST_CASE("the training job takes its nodes and tasks from the trainer") {
