@@ -59,6 +59,8 @@
 #include "backend/model/gpt_model.hpp"
 
 #include <algorithm>
+#include <array>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -154,9 +156,12 @@ struct GptModel<Scalar>::State {
       borrowed = owned_device.get();
     }
     device = borrowed;
-    // Parameters and gradients: one arena of two regions of the same layout.
+    held = ShardRange{0, layout.numel()};
+    if (parallelism.sharded_data_parallel != nullptr) shard_over(*parallelism.sharded_data_parallel);
+    // Parameters and gradients: one arena of two regions of the same layout (this rank's range
+    // of it when sharded).
     ArenaLayout parameter_layout;
-    const int64_t count = layout.numel();
+    const int64_t count = held.numel;
     const int64_t parameter_region = parameter_layout.add("parameters", kElementType, count);
     const int64_t gradient_region = parameter_layout.add("gradients", kElementType, count);
     parameter_arena = Arena(*device, std::move(parameter_layout), "parameters");
@@ -179,6 +184,26 @@ struct GptModel<Scalar>::State {
   Communicator* pipeline_group = nullptr;
   int64_t vocab_start = 0;  // the first vocabulary row of this rank's shard
   std::vector<BufferRange> norm_ranges;
+
+  // ZeRO-3 (sharded_group set): this rank holds `held` of the flat layout; the tensors are used
+  // from working slots, one per kind of unit (the embedding, a layer, the head), each gathered
+  // over the group when first used after a change (gather_parameters) and its gradients summed
+  // into the held range when the unit's backward is done (flush_gradients).
+  struct Unit {
+    int64_t begin = 0, end = 0;  // flat offsets
+    int kind = 0;                // its working slot
+  };
+  struct WorkingSlot {
+    View parameters, gradients;
+    int64_t parameter_unit = -1, gradient_unit = -1;  // what they hold now
+  };
+  Communicator* sharded_group = nullptr;
+  ShardRange held;
+  std::vector<Unit> units;
+  std::vector<int64_t> layer_units;  // by global layer index
+  int64_t embedding_unit = -1, head_unit = -1;
+  Arena working_arena;
+  std::array<WorkingSlot, 3> working;
   std::unique_ptr<Communicator> owned_group;  // a group of one, when none was given
   Communicator* tensor_parallel = nullptr;
   bool sequence_parallel = false;  // the residual stream sharded over the group (tp > 1 only)
@@ -228,8 +253,73 @@ struct GptModel<Scalar>::State {
   Device& ops() { return *device; }
 
   // A parameter tensor (or its gradient) by offset: an empty view for an absent one.
-  View parameter(int64_t offset) const { return tensor_view(parameters, offset); }
-  View gradient(int64_t offset) const { return tensor_view(gradients, offset); }
+  View parameter(int64_t offset) const {
+    return sharded_group != nullptr ? working_view(offset, false) : tensor_view(parameters, offset);
+  }
+  View gradient(int64_t offset) const {
+    return sharded_group != nullptr ? working_view(offset, true) : tensor_view(gradients, offset);
+  }
+
+  void shard_over(Communicator& group);
+  int64_t unit_of(int64_t offset) const {
+    const auto found = std::upper_bound(units.begin(), units.end(), offset,
+                                        [](int64_t value, const Unit& unit) { return value < unit.begin; });
+    return std::distance(units.begin(), found) - 1;
+  }
+  // A tensor of a gathered unit (or its gradient, of a unit whose backward is running).
+  View working_view(int64_t offset, bool gradient_of) const {
+    if (offset == kAbsentTensor) return View{nullptr, 0, kElementType, parameters.on};
+    const int64_t u = unit_of(offset);
+    const WorkingSlot& slot = working[static_cast<size_t>(units[static_cast<size_t>(u)].kind)];
+    if ((gradient_of ? slot.gradient_unit : slot.parameter_unit) != u) {
+      common::fail("GptModel: a {} of sharded unit {} was used before it was gathered",
+                   gradient_of ? "gradient" : "parameter", u);
+    }
+    return (gradient_of ? slot.gradients : slot.parameters)
+        .slice(offset - units[static_cast<size_t>(u)].begin, numel_at(offset));
+  }
+  // This rank's part of unit u: [begin, end) of the flat layout, possibly empty.
+  std::pair<int64_t, int64_t> held_part(const Unit& unit) const {
+    return {std::max(unit.begin, held.offset), std::min(unit.end, held.offset + held.numel)};
+  }
+  // DeepSpeed's all-gather of a partitioned unit: each rank's part into zeros, summed over the
+  // group (every element held by one rank: the sum is that rank's value, exactly).
+  void gather_parameters(int64_t u) {
+    if (sharded_group == nullptr || u < 0) return;
+    const Unit& unit = units[static_cast<size_t>(u)];
+    WorkingSlot& slot = working[static_cast<size_t>(unit.kind)];
+    if (slot.parameter_unit == u) return;
+    const View whole = slot.parameters.slice(0, unit.end - unit.begin);
+    ops().fill_zero(whole);
+    const auto [begin, end] = held_part(unit);
+    if (begin < end) {
+      ops().copy(whole.slice(begin - unit.begin, end - begin),
+                 parameters.slice(begin - held.offset, end - begin));
+    }
+    sharded_group->all_reduce(whole, ReduceOperation::sum);
+    slot.parameter_unit = u;
+  }
+  void begin_gradients(int64_t u) {
+    if (sharded_group == nullptr || u < 0) return;
+    const Unit& unit = units[static_cast<size_t>(u)];
+    WorkingSlot& slot = working[static_cast<size_t>(unit.kind)];
+    ops().fill_zero(slot.gradients.slice(0, unit.end - unit.begin));
+    slot.gradient_unit = u;
+  }
+  // The unit's gradients summed over the group, this rank's part added to its held gradients.
+  void flush_gradients(int64_t u) {
+    if (sharded_group == nullptr || u < 0) return;
+    const Unit& unit = units[static_cast<size_t>(u)];
+    WorkingSlot& slot = working[static_cast<size_t>(unit.kind)];
+    const View whole = slot.gradients.slice(0, unit.end - unit.begin);
+    sharded_group->all_reduce(whole, ReduceOperation::sum);
+    const auto [begin, end] = held_part(unit);
+    if (begin < end) {
+      const View mine = gradients.slice(begin - held.offset, end - begin);
+      ops().residual_forward(mine, mine, whole.slice(begin - unit.begin, end - begin));
+    }
+    slot.gradient_unit = -1;
+  }
   View tensor_view(View buffer, int64_t offset) const {
     if (offset == kAbsentTensor) return View{nullptr, 0, kElementType, buffer.on};
     return buffer.slice(offset, numel_at(offset));
@@ -388,6 +478,9 @@ struct GptModel<Scalar>::State {
   }
 
   void reserve(int64_t new_batch_size, int64_t new_seq_length, int64_t slots);
+  void release_gathered() {
+    for (WorkingSlot& slot : working) slot.parameter_unit = -1;
+  }
   void layer_forward(int64_t l);
   void layer_backward(int64_t l);
 };
@@ -472,6 +565,58 @@ void GptModel<Scalar>::State::reserve(int64_t new_batch_size, int64_t new_seq_le
   select(0);
 }
 
+// ZeRO-3's partition (Rajbhandari et al. 2020, DeepSpeed's stage 3): this rank's contiguous range
+// of the flat layout, as the distributed optimizer's, and the units gathered whole for use: the
+// embedding, each layer, the head (final norm and an untied output layer), each a contiguous run
+// of tensors in the layout.
+template <typename Scalar>
+void GptModel<Scalar>::State::shard_over(Communicator& group) {
+  if (tensor_parallel_size > 1 || !stage.whole_model()) {
+    common::fail("ZeRO stage 3 with tensor or pipeline parallelism is not built yet "
+                 "(--tensor-model-parallel-size {}, --pipeline-model-parallel-size {}); use "
+                 "both 1, or ZeRO stage 1 or 2 (--use-distributed-optimizer)",
+                 tensor_parallel_size, stage.pipeline_parallel);
+  }
+  sharded_group = &group;
+  held = shard_range(layout.numel(), group.size(), group.rank());
+  std::string current;
+  std::array<int64_t, 3> widest{};
+  for (const ParameterTensor& tensor : layout.tensors()) {
+    std::string key = "head";
+    int kind = 2;
+    if (tensor.name.starts_with("embedding.")) {
+      key = "embedding";
+      kind = 0;
+    } else if (tensor.name.starts_with("decoder.layers.")) {
+      key = tensor.name.substr(0, tensor.name.find('.', std::string("decoder.layers.").size()));
+      kind = 1;
+    }
+    if (units.empty() || key != current) {
+      units.push_back({tensor.offset, tensor.offset, kind});
+      current = key;
+    }
+    units.back().end = tensor.offset + tensor.numel;
+    widest[static_cast<size_t>(kind)] =
+        std::max(widest[static_cast<size_t>(kind)], units.back().end - units.back().begin);
+  }
+  embedding_unit = unit_of(layout.word_embeddings());
+  head_unit = unit_of(layout.final_norm_weight());
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    layer_units.push_back(unit_of(layout.layer(l).input_norm_weight));
+  }
+  ArenaLayout slots;
+  std::array<std::array<int64_t, 2>, 3> regions{};
+  for (size_t kind = 0; kind < 3; ++kind) {
+    regions[kind][0] = slots.add("gathered parameters", kElementType, widest[kind]);
+    regions[kind][1] = slots.add("gathered gradients", kElementType, widest[kind]);
+  }
+  working_arena = Arena(*device, std::move(slots), "ZeRO-3 working set");
+  for (size_t kind = 0; kind < 3; ++kind) {
+    working[kind].parameters = working_arena.view(regions[kind][0]);
+    working[kind].gradients = working_arena.view(regions[kind][1]);
+  }
+}
+
 // Points the composition's views at slot `slot`'s buffers and dropout key.
 template <typename Scalar>
 void GptModel<Scalar>::State::select(int64_t slot) {
@@ -511,6 +656,7 @@ void GptModel<Scalar>::State::check_slot(int64_t slot, int64_t chunk, const char
 // embedding) and fills its activations.
 template <typename Scalar>
 void GptModel<Scalar>::State::layer_forward(int64_t l) {
+  if (sharded_group != nullptr) gather_parameters(layer_units[static_cast<size_t>(l)]);
   const LayerParameters& p = layout.layer(l);
   LayerActivations& a = activations(l);
   const View input = layer_input(l);
@@ -559,6 +705,9 @@ void GptModel<Scalar>::State::layer_forward(int64_t l) {
 // output, on return that of its input; parameter gradients accumulate.
 template <typename Scalar>
 void GptModel<Scalar>::State::layer_backward(int64_t l) {
+  const int64_t unit = sharded_group != nullptr ? layer_units[static_cast<size_t>(l)] : -1;
+  gather_parameters(unit);
+  begin_gradients(unit);
   const LayerParameters& p = layout.layer(l);
   LayerActivations& a = activations(l);
   const View input = layer_input(l);
@@ -619,6 +768,7 @@ void GptModel<Scalar>::State::layer_backward(int64_t l) {
                 sum_over_tensor_parallel(dnorm, dnorm_shard), input, a.input_norm_mean,
                 a.input_norm_rstd);
   d.residual_forward(dresidual, dresidual, dbranch);
+  flush_gradients(unit);
 }
 
 template <typename Scalar>
@@ -716,6 +866,21 @@ Communicator& GptModel<Scalar>::tensor_parallel_group() const {
 }
 
 template <typename Scalar>
+bool GptModel<Scalar>::sharded_over_data_parallel() const {
+  return state_->sharded_group != nullptr;
+}
+
+template <typename Scalar>
+ShardRange GptModel<Scalar>::parameter_shard_range() const {
+  return state_->held;
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::parameters_updated() {
+  state_->release_gathered();
+}
+
+template <typename Scalar>
 Communicator& GptModel<Scalar>::pipeline_parallel_group() const {
   return *state_->pipeline_group;
 }
@@ -742,6 +907,7 @@ template <typename Scalar>
 void GptModel<Scalar>::copy_parameters_from_host(std::span<const Scalar> host) {
   check_host_size(host.size(), state_->parameters.numel, "copy_parameters_from_host");
   state_->device->copy_from_host(state_->parameters, host.data());
+  state_->release_gathered();
 }
 template <typename Scalar>
 void GptModel<Scalar>::copy_parameters_to_host(std::span<Scalar> host) const {
@@ -757,6 +923,14 @@ void GptModel<Scalar>::copy_gradients_to_host(std::span<Scalar> host) const {
 template <typename Scalar>
 void GptModel<Scalar>::init_parameters(uint64_t seed) {
   State& s = *state_;
+  if (s.sharded_group != nullptr) {
+    // The whole model's values, this rank's range kept.
+    std::vector<Scalar> staged(static_cast<size_t>(s.layout.numel()));
+    s.layout.init_parameters(staged.data(), seed);
+    s.device->copy_from_host(s.parameters, staged.data() + s.held.offset);
+    s.release_gathered();
+    return;
+  }
   if (s.parameters.on == MemoryKind::host) {
     // In place: the threads that draw the values first-touch the pages.
     s.layout.init_parameters(s.parameters.template as<Scalar>(), seed);
@@ -814,6 +988,7 @@ Scalar GptModel<Scalar>::State::forward_chunk(int64_t slot, int64_t chunk) {
   const int64_t R = rows();
 
   if (first_virtual_stage(chunk)) {
+    gather_parameters(embedding_unit);
     // Each rank's vocabulary rows (and rank 0's positions), summed over the group: in place, or
     // through `branch` into this rank's rows.
     const View embedding_partial = sequence_parallel ? branch : embedded;
@@ -831,6 +1006,8 @@ Scalar GptModel<Scalar>::State::forward_chunk(int64_t slot, int64_t chunk) {
     buffers.forward_done[static_cast<size_t>(chunk)] = true;
     return 0;
   }
+  gather_parameters(head_unit);
+  if (config.share_embeddings_and_output_weights) gather_parameters(embedding_unit);
   norm_forward(final_norm, final_norm_mean, final_norm_rstd, layer_output(layers_of_chunk.end - 1),
                layout.final_norm_weight(), layout.final_norm_bias());
   // logits = final_norm · W^T with W the word embedding (tied) or output_layer.weight.
@@ -878,6 +1055,14 @@ void GptModel<Scalar>::State::backward_chunk(int64_t slot, int64_t chunk, Scalar
   Device& d = ops();
   const LayerRange& layers_of_chunk = chunks[static_cast<size_t>(chunk)];
 
+  if (sharded_group != nullptr) {
+    // The whole model (ZeRO-3 runs without a pipeline): the embedding's gradients collect
+    // from the head (tied) and the embedding backward, the head's from the head.
+    begin_gradients(embedding_unit);
+    begin_gradients(head_unit);
+    gather_parameters(head_unit);
+    gather_parameters(embedding_unit);
+  }
   if (last_virtual_stage(chunk)) {
     // d(mean loss)/dlogits · grad_scale: every later gradient is linear in dlogits, so the
     // scale is applied once here (computed in Scalar, as the CPU twin takes it).
@@ -890,6 +1075,7 @@ void GptModel<Scalar>::State::backward_chunk(int64_t slot, int64_t chunk, Scalar
     norm_backward(dresidual, layout.final_norm_weight(), layout.final_norm_bias(),
                   sum_over_tensor_parallel(dnorm, dnorm_shard),
                   layer_output(layers_of_chunk.end - 1), final_norm_mean, final_norm_rstd);
+    flush_gradients(head_unit);
   } else {
     d.copy(dresidual, buffers.output_gradients[static_cast<size_t>(chunk)]);
   }
@@ -919,6 +1105,7 @@ void GptModel<Scalar>::State::backward_chunk(int64_t slot, int64_t chunk, Scalar
   d.embedding_backward(gradient(layout.word_embeddings()), gradient(layout.position_embeddings()),
                        whole_rows(dresidual, branch), tokens, batch_size, seq_length, C,
                        vocab_start);
+  flush_gradients(embedding_unit);
 }
 
 template <typename Scalar>

@@ -89,12 +89,20 @@ namespace backend {
 // schedule's transfers go through it), and the embedding group (the first and last stages'
 // ranks of its pipeline, which keep a tied word embedding equal; needed on those stages when
 // pipelined with tied embeddings). The groups must outlive the model.
+//
+// ZeRO-3 (DeepSpeed's stage 3; Rajbhandari et al. 2020): `sharded_data_parallel`, the
+// data-parallel group over which the parameters and gradients are sharded: each rank holds a
+// contiguous range of the flat buffers (shard_range, as the distributed optimizer's), gathers a
+// unit (the embedding, a layer, the head) whole into a working slot when it is used, and sums a
+// unit's gradients over the group into its range when the unit's backward is done. Without
+// tensor or pipeline parallelism (refused otherwise).
 struct ModelParallelism {
   Communicator* tensor_parallel = nullptr;
   bool sequence_parallel = false;
   PipelineStage pipeline;
   Communicator* pipeline_parallel = nullptr;
   Communicator* embedding = nullptr;
+  Communicator* sharded_data_parallel = nullptr;
 };
 
 template <typename Scalar>
@@ -123,6 +131,15 @@ class GptModel {
   const std::vector<ParameterTensor>& tensors() const;
   Communicator& tensor_parallel_group() const;
   Communicator& pipeline_parallel_group() const;
+  // ZeRO-3: whether the parameters and gradients are sharded over the data-parallel group. Then
+  // the flat buffers below (parameter_buffer(), gradient_buffer(), parameters(), the host
+  // copies) hold this rank's range of the layout, parameter_shard_range(), whose gradients
+  // arrive summed over the group by the end of backward(); tensors() is the whole layout.
+  bool sharded_over_data_parallel() const;
+  ShardRange parameter_shard_range() const;  // the whole buffer when not sharded
+  // After parameter_buffer() was written in place (an optimizer step): a sharded model gathers
+  // the new values when it next uses them. Nothing to do otherwise.
+  void parameters_updated();
   // The ranges of the flat gradient buffer that count towards the global gradient norm on this
   // rank (parameter_layout.hpp's gradient_norm_ranges), computed once.
   const std::vector<BufferRange>& gradient_norm_ranges() const;

@@ -139,7 +139,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   app.add_option("--deepspeed_config", deepspeed.config_file,
                  "DeepSpeed's JSON configuration, mapped (docs/parallelism.md)")
       ->group(legacy);
-  app.add_option("--zero-stage", deepspeed.zero_stage, "ZeRO stage (0, 1, 2; 3 is not built)")
+  app.add_option("--zero-stage", deepspeed.zero_stage, "ZeRO stage (0, 1, 2, 3)")
       ->group(legacy);
 
   auto* data = "Data and tokenizer";

@@ -112,7 +112,13 @@ struct TrainingArguments {
   // deepspeed_config.hpp (recorded for the arguments dump).
   bool deepspeed = false;
   std::string deepspeed_config;
+  // 3: parameters and gradients sharded over the data-parallel group too (GptModel's
+  // sharded_over_data_parallel). The offloads (DeepSpeed's offload_optimizer / cpu_offload and
+  // offload_param to "cpu"): the optimizer's state and the parameter shard in host memory, which
+  // on CPU ranks is where they are already.
   int64_t zero_stage = 0;
+  bool offload_optimizer = false;
+  bool offload_parameters = false;
   // Megatron-DeepSpeed's and older Megatron's, accepted and recorded (arguments.cpp says what
   // each means here).
   std::string data_impl = "mmap";

@@ -84,8 +84,14 @@ class Section {
   const std::string& file_;
 };
 
-// ZeRO: the stage, and refusals for what is not built.
-int64_t zero_stage(const Section& root, const DeepSpeedFlags& flags) {
+// ZeRO: the stage and the offloads, and refusals for what is not built.
+struct ZeroSettings {
+  int64_t stage = 0;
+  bool offload_optimizer = false;
+  bool offload_parameters = false;
+};
+
+ZeroSettings zero_settings(const Section& root, const DeepSpeedFlags& flags) {
   std::optional<int64_t> stage;
   if (root.has("zero_optimization")) {
     const Section zero = root.section("zero_optimization");
@@ -104,36 +110,46 @@ int64_t zero_stage(const Section& root, const DeepSpeedFlags& flags) {
     common::fail("--zero-stage {} disagrees with zero_optimization.stage {} in --deepspeed_config "
                  "{}; give one stage", *flags.zero_stage, *stage, root.file());
   }
-  const int64_t chosen = flags.zero_stage ? *flags.zero_stage : stage.value_or(0);
-  if (chosen < 0 || chosen > 3) {
+  ZeroSettings settings;
+  settings.stage = flags.zero_stage ? *flags.zero_stage : stage.value_or(0);
+  if (settings.stage < 0 || settings.stage > 3) {
     common::fail("ZeRO stage {} (--zero-stage or zero_optimization.stage in {}) is not a stage: "
-                 "0, 1, 2 or 3", chosen, root.file());
-  }
-  if (chosen == 3) {
-    common::fail("ZeRO stage 3 (--zero-stage or zero_optimization.stage in {}) is not built yet: "
-                 "parameters are not sharded over the data-parallel ranks; stages 1 and 2 "
-                 "(Megatron's distributed optimizer) are", root.file());
+                 "0, 1, 2 or 3", settings.stage, root.file());
   }
   if (root.has("zero_optimization")) {
     const Section zero = root.section("zero_optimization");
-    if (zero.boolean("cpu_offload", false)) {
-      common::fail("--deepspeed_config {}: {} is true: ZeRO's CPU offload is not built yet "
-                   "(stages 1 and 2 without offload are)", root.file(), zero.key("cpu_offload"));
-    }
+    // DeepSpeed's older spelling of offload_optimizer {device: cpu}.
+    settings.offload_optimizer = zero.boolean("cpu_offload", false);
     for (const char* offload : {"offload_optimizer", "offload_param"}) {
       if (!zero.has(offload)) continue;
       const Section section = zero.section(offload);
       section.only({"device", "pin_memory", "buffer_count", "buffer_size", "max_in_cpu",
                     "fast_init", "nvme_path", "pipeline_read", "pipeline_write", "ratio"},
                    "unknown offload settings");
-      if (section.has("device") && section.text("device") != "none") {
-        common::fail("--deepspeed_config {}: {} is \"{}\": ZeRO's offload is not built yet "
-                     "(\"none\", or no {} section, is)", root.file(), section.key("device"),
-                     section.text("device"), offload);
+      const std::string device = section.has("device") ? section.text("device") : "none";
+      if (device == "none") continue;
+      if (device != "cpu") {
+        common::fail("--deepspeed_config {}: {} is \"{}\": offload to \"cpu\" is built, not to "
+                     "\"{}\" (\"none\" and \"cpu\" are)", root.file(), section.key("device"), device,
+                     device);
+      }
+      if (std::string_view(offload) == "offload_param") {
+        if (settings.stage != 3) {
+          common::fail("--deepspeed_config {}: {} needs ZeRO stage 3 (DeepSpeed offloads "
+                       "parameters only when they are sharded), got stage {}",
+                       root.file(), section.key("device"), settings.stage);
+        }
+        settings.offload_parameters = true;
+      } else {
+        settings.offload_optimizer = true;
       }
     }
   }
-  return chosen;
+  if (settings.offload_optimizer && settings.stage == 0) {
+    common::fail("--deepspeed_config {}: optimizer offload needs a ZeRO stage of 1 to 3 "
+                 "(DeepSpeed's rule), got stage 0", root.file());
+  }
+  return settings;
 }
 
 void apply_precision(const Section& root, const DeepSpeedFlags& flags, TrainingArguments& a) {
@@ -265,9 +281,31 @@ void apply_deepspeed_config(const DeepSpeedFlags& flags, TrainingArguments& argu
   root.boolean("wall_clock_breakdown", false);
   root.boolean("zero_allow_untested_optimizer", false);
 
-  const int64_t stage = zero_stage(root, flags);
-  if (stage >= 1) arguments.use_distributed_optimizer = true;
-  arguments.zero_stage = stage;
+  const ZeroSettings zero = zero_settings(root, flags);
+  // Stages 1 and 2 are Megatron's distributed optimizer; stage 3 shards the model itself.
+  if (zero.stage == 1 || zero.stage == 2) arguments.use_distributed_optimizer = true;
+  if (zero.stage == 3 && arguments.use_distributed_optimizer) {
+    common::fail("--deepspeed_config {}: ZeRO stage 3 shards the optimizer itself; drop "
+                 "--use-distributed-optimizer", flags.config_file);
+  }
+  if (zero.stage == 3 || zero.offload_optimizer) {
+    if (arguments.device == "cuda") {
+      common::fail("--deepspeed_config {}: ZeRO stage 3 and offload run on CPU ranks (--device "
+                   "cpu); on GPUs they are not built yet, got --device {}",
+                   flags.config_file, arguments.device);
+    }
+  }
+  if (zero.stage == 3 && (arguments.tensor_model_parallel_size > 1 ||
+                          arguments.pipeline_model_parallel_size > 1)) {
+    common::fail("--deepspeed_config {}: ZeRO stage 3 with tensor or pipeline parallelism is not "
+                 "built yet (--tensor-model-parallel-size {}, --pipeline-model-parallel-size {}); "
+                 "use both 1, or ZeRO stage 1 or 2",
+                 flags.config_file, arguments.tensor_model_parallel_size,
+                 arguments.pipeline_model_parallel_size);
+  }
+  arguments.zero_stage = zero.stage;
+  arguments.offload_optimizer = zero.offload_optimizer;
+  arguments.offload_parameters = zero.offload_parameters;
   apply_precision(root, flags, arguments);
   apply_batch(root, flags, arguments);
   if (root.has("gradient_clipping")) {

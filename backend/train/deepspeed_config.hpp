@@ -4,8 +4,12 @@
 //   zero_optimization.stage 0          no sharding
 //   zero_optimization.stage 1 or 2     --use-distributed-optimizer (Megatron's distributed
 //                                      optimizer: gradients reduce-scattered, fp32 state sharded)
-//   zero_optimization.stage 3, cpu_offload, offload_optimizer / offload_param to a device
-//                                      refused: not built yet
+//   zero_optimization.stage 3          parameters and gradients sharded over the data-parallel
+//                                      ranks too (GptModel's ZeRO-3), without tensor or pipeline
+//                                      parallelism, on CPU ranks
+//   cpu_offload, offload_optimizer / offload_param {device: "cpu"}
+//                                      accepted (offload_param with stage 3 only): on CPU ranks
+//                                      the state is in host memory already; "nvme" is refused
 //   fp16 {enabled, loss_scale (0: dynamic), initial_scale_power, loss_scale_window, hysteresis,
 //        min_loss_scale}               --fp16 --loss-scale / --initial-loss-scale 2^power /
 //                                      --loss-scale-window / --hysteresis / --min-loss-scale

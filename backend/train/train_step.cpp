@@ -95,7 +95,14 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   model.finalize_gradients();
   // The gradients this rank updates from: all of them, or its shard (distributed optimizer).
   const View gradients = shard != nullptr ? shard->gradients : all_gradients;
-  if (shard != nullptr) {
+  const bool sharded = model.sharded_over_data_parallel();
+  if (sharded && shard != nullptr) {
+    common::fail("train_step: a ZeRO-3 model holds its own shard; no distributed-optimizer "
+                 "shard goes with it");
+  }
+  if (sharded) {
+    // ZeRO-3: the backward summed each unit's gradients over the group into this rank's range.
+  } else if (shard != nullptr) {
     // Megatron's DistributedOptimizer: the sums of this rank's range only.
     data_parallel.reduce_scatter(gradients, all_gradients);
   } else if (data_parallel.size() > 1) {
@@ -132,7 +139,7 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
       }
     }
   }
-  if (shard != nullptr) squares = all_reduce_sum(data_parallel, squares);
+  if (shard != nullptr || sharded) squares = all_reduce_sum(data_parallel, squares);
   if (tensor_parallel.size() > 1) squares = all_reduce_sum(tensor_parallel, squares);
   if (pipeline.size() > 1) squares = all_reduce_sum(pipeline, squares);
   result.grad_norm = std::sqrt(squares);
@@ -159,8 +166,10 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                              ? parameters.slice(shard->range.offset, shard->range.numel)
                              : parameters;
     optimizer.step(updated, View{}, gradients, result.learning_rate, scheduler.weight_decay());
-    // Every rank's range back to every rank (Megatron's parameter all-gather).
+    // Every rank's range back to every rank (Megatron's parameter all-gather); a ZeRO-3 model
+    // gathers each unit when it next uses it.
     if (shard != nullptr) data_parallel.all_gather(parameters, updated);
+    model.parameters_updated();
     scheduler.step(batch.global_batch_size);
   }
   return result;

@@ -58,7 +58,9 @@ struct GradientShard {
 // MegatronPretrainingSampler: each step of D micro batches is cut into the ranks' slices), the
 // gradients are summed over the group after the backward (each rank's scaled by 1/(M·D)), and
 // the loss is averaged over it: every rank then holds the same gradients, norm and decision.
-// With a `shard`, the gradients are reduce-scattered instead: each rank unscales, clips and
+// A ZeRO-3 model (GptModel::sharded_over_data_parallel) brings its range's gradients already
+// summed over the group: each rank unscales, clips and updates that range, and the model gathers
+// the new parameters where it uses them. With a `shard`, the gradients are reduce-scattered instead: each rank unscales, clips and
 // updates its range (the norm's sum of squares added over the group), and the parameters are
 // all-gathered back.
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,

@@ -123,6 +123,11 @@ void note_precision(const TrainingArguments& a, const Device& device) {
   }
 }
 
+// The parameters of a model's layout (a ZeRO-3 model's buffers hold its range of them only).
+int64_t whole_count_of(const GptModel<float>& model) {
+  return model.tensors().back().offset + model.tensors().back().numel;
+}
+
 // The parameter groups' parts inside `range`, as offsets from its start: the distributed
 // optimizer's view of the weight-decay groups.
 std::vector<ParameterGroup> groups_in_range(const std::vector<ParameterGroup>& groups,
@@ -307,7 +312,9 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
                                           .sequence_parallel = a.sequence_parallel,
                                           .pipeline = stage,
                                           .pipeline_parallel = process_groups.pipeline_parallel.get(),
-                                          .embedding = process_groups.embedding.get()});
+                                          .embedding = process_groups.embedding.get(),
+                                          .sharded_data_parallel =
+                                              a.zero_stage == 3 ? &data_parallel : nullptr});
     // The dropout masks come from --seed too; dropout_key() mixes the seed into a stream of
     // its own, unrelated to the initialisation's. Step 0 is the first micro batch's forward.
     carved_model->init_parameters(a.seed);
@@ -327,7 +334,11 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
     }
     const AdamWConfig adam{a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay};
     const int64_t parameter_count = carved_model->parameter_buffer().numel;
-    if (a.use_distributed_optimizer) {
+    if (carved_model->sharded_over_data_parallel()) {
+      // ZeRO-3: the moments of the model's own range, as the distributed optimizer's.
+      const ShardRange range = carved_model->parameter_shard_range();
+      carved_optimizer.emplace(adam, groups_in_range(groups, range), range.numel, device);
+    } else if (a.use_distributed_optimizer) {
       const ShardRange range =
           shard_range(parameter_count, data_parallel.size(), data_parallel.rank());
       ArenaLayout layout;
@@ -356,7 +367,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   // --fp16's dynamic loss scaling (or --loss-scale): the optimizer holds the scaler, as
   // Megatron's mixed-precision optimizer does, so checkpoints carry its state.
   optimizer.set_loss_scaler(make_loss_scaler(a));
-  result.parameter_count = model.parameter_buffer().numel;
+  result.parameter_count = whole_count_of(model);
   LearningRateScheduler scheduler(learning_rate_schedule(a));
   const GlobalBatchSizeSchedule batch_sizes =
       batch_size_schedule(a, process_groups.layout.data_parallel);
@@ -418,16 +429,33 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   }
   TrainingProgress resumed;
   int64_t last_saved_iteration = -1;  // a checkpoint of this iteration exists in --save
+  // The whole model's parameter count (a ZeRO-3 model's buffers hold its range only).
+  const int64_t whole_count = whole_count_of(model);
+  const bool sharded = model.sharded_over_data_parallel();
   if (!a.load.empty()) {
     // The distributed optimizer loads the whole state into one process's optimizer and keeps
-    // its range of it.
+    // its range of it; ZeRO-3 the whole model too (a checkpoint is one process's state).
     std::optional<AdamW> whole;
-    if (shard) {
-      whole.emplace(optimizer.config(), groups, model.parameter_buffer().numel);
+    std::optional<GptModel<float>> whole_model;
+    if (shard || sharded) {
+      whole.emplace(optimizer.config(), groups, whole_count);
       whole->set_loss_scaler(optimizer.loss_scaler());  // the flags' scaler takes the saved state
     }
-    const auto loaded = load_checkpoint(a, model, whole ? *whole : optimizer, scheduler, out);
-    if (whole && loaded) keep_range(optimizer, *whole, shard->range);
+    if (sharded) {
+      whole_model.emplace(config, device);
+      whole_model->set_dropout_seed(model.dropout_seed());
+    }
+    const auto loaded = load_checkpoint(a, whole_model ? *whole_model : model,
+                                        whole ? *whole : optimizer, scheduler, out);
+    if (whole && loaded) keep_range(optimizer, *whole, sharded ? model.parameter_shard_range()
+                                                               : shard->range);
+    if (whole_model && loaded) {
+      const ShardRange range = model.parameter_shard_range();
+      model.copy_parameters_from_host(whole_model->parameters().subspan(
+          static_cast<size_t>(range.offset), static_cast<size_t>(range.numel)));
+      model.set_dropout_seed(whole_model->dropout_seed());
+      model.set_dropout_step(whole_model->dropout_step());
+    }
     if (loaded) {
       resumed = *loaded;
       std::error_code ignored;
@@ -451,13 +479,32 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   int64_t consumed_valid = resumed.consumed_valid_samples;
   auto save = [&](int64_t iteration) {
     std::optional<AdamW> gathered;
-    if (shard) {
-      gathered.emplace(gather_optimizer(optimizer, groups, model.parameter_buffer().numel,
-                                        shard->range, data_parallel));
+    if (shard || sharded) {
+      gathered.emplace(gather_optimizer(optimizer, groups, whole_count,
+                                        sharded ? model.parameter_shard_range() : shard->range,
+                                        data_parallel));
+    }
+    // ZeRO-3: the parameters gathered into one process's model, which data-parallel rank 0
+    // saves (DeepSpeed's consolidated weights), so any layout loads the checkpoint.
+    std::optional<GptModel<float>> whole_model;
+    if (sharded) {
+      std::vector<float> values(static_cast<size_t>(whole_count));
+      const ShardRange range = model.parameter_shard_range();
+      const auto own = std::span(values).subspan(static_cast<size_t>(range.offset),
+                                                 static_cast<size_t>(range.numel));
+      model.copy_parameters_to_host(own);
+      data_parallel.all_gather(host_view(std::span(values)), host_view(own));
+      if (coordinates.data == 0) {
+        whole_model.emplace(config, device);
+        whole_model->copy_parameters_from_host(values);
+        whole_model->set_dropout_seed(model.dropout_seed());
+        whole_model->set_dropout_step(model.dropout_step());
+      }
     }
     if (coordinates.data == 0) {
-      save_checkpoint(a, {iteration, consumed_train, consumed_valid}, model,
-                      gathered ? *gathered : optimizer, scheduler, out);
+      save_checkpoint(a, {iteration, consumed_train, consumed_valid},
+                      whole_model ? *whole_model : model, gathered ? *gathered : optimizer,
+                      scheduler, out);
     }
     world.barrier();  // the checkpoint is whole before any rank goes on (or exits)
     last_saved_iteration = iteration;

@@ -29,8 +29,8 @@ const std::vector<TrainingFlagMapping>& training_flag_table();
 // flag (backend/common/flag_rules.hpp), one problem per bad value, naming where it was set:
 //   "training.model.optim.lr: 'abc' is not a number; --lr takes a real number ≥ 0 (from the
 //   command line)".
-// What pretrain_gpt refuses only because it is not built yet (tensor parallelism, a
-// SentencePiece tokenizer) is not a value problem, so such configs still render.
+// What pretrain_gpt refuses only because it is not built yet (a SentencePiece tokenizer) is
+// not a value problem, so such configs still render.
 std::vector<std::string> training_value_problems(const Node& config);
 
 // NeMo's model.virtual_pipeline_model_parallel_size V, the model chunks per pipeline stage: 1 when

@@ -86,7 +86,11 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
       {{"--tensor-model-parallel-size", "3", "--sequence-parallel"},
        "--seq-length 32 must be divisible by --tensor-model-parallel-size 3 with "
        "--sequence-parallel"},
-      {{"--pipeline-model-parallel-size", "2"}, "pipeline parallelism is not built yet"},
+      {{"--pipeline-model-parallel-size", "2"},
+       "world size 1 is not divisible by --tensor-model-parallel-size 1 × "
+       "--pipeline-model-parallel-size 2"},
+      {{"--num-layers-per-virtual-pipeline-stage", "0"},
+       "--num-layers-per-virtual-pipeline-stage: '0' is out of range"},
       {{"--data-path", "my_text_document"}, "--mock-data and --data-path are exclusive"},
       {{"--finetune"}, "--finetune needs --load DIR"},
       {{"--save-interval", "-5"}, "--save-interval: '-5' is out of range; --save-interval takes an integer ≥ 1"},

@@ -109,10 +109,13 @@ TEST_CASE("what is not built is refused naming the file and the key") {
     std::string json, message;
   };
   const std::vector<Case> cases = {
-      {R"({"zero_optimization": {"stage": 2, "cpu_offload": true}})",
-       "zero_optimization.cpu_offload is true: ZeRO's CPU offload is not built yet"},
+      {R"({"zero_optimization": {"stage": 0, "cpu_offload": true}})",
+       "optimizer offload needs a ZeRO stage of 1 to 3 (DeepSpeed's rule), got stage 0"},
       {R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}})",
-       "zero_optimization.offload_optimizer.device is \"nvme\": ZeRO's offload is not built yet"},
+       "zero_optimization.offload_optimizer.device is \"nvme\": offload to \"cpu\" is built, not "
+       "to \"nvme\""},
+      {R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})",
+       "zero_optimization.offload_param.device needs ZeRO stage 3"},
       {R"({"zero_optimization": {"stage": 2, "zero_quantized_weights": true}})",
        "zero_optimization.zero_quantized_weights is not supported"},
       {R"({"optimizer": {"type": "Adam", "params": {"lr": 0.001}}})",
@@ -136,11 +139,23 @@ TEST_CASE("what is not built is refused naming the file and the key") {
     CHECK_THROWS_WITH_AS(parse(flags_with({"--deepspeed", "--deepspeed_config", file})),
                          doctest::Contains(c.message.c_str()), common::Error);
   }
-  // Megatron-DeepSpeed's ZeRO-3 + CPU offload configuration: stage 3 is what is missing.
-  const std::string zero3 = "ZeRO stage 3 (--zero-stage or zero_optimization.stage in " + kData +
-                            "ds_config_gpt_zero3_offload.json) is not built yet";
+  // ZeRO-3 with tensor or pipeline parallelism, or on a GPU, is not built.
+  const std::string zero3 = kData + "ds_config_gpt_zero3_offload.json";
   CHECK_THROWS_WITH_AS(
-      parse(flags_with({"--deepspeed", "--deepspeed_config",
-                        kData + "ds_config_gpt_zero3_offload.json", "--zero-stage", "3"})),
-      doctest::Contains(zero3.c_str()), common::Error);
+      parse(flags_with({"--deepspeed", "--deepspeed_config", zero3, "--device", "cuda"})),
+      doctest::Contains("ZeRO stage 3 and offload run on CPU ranks (--device cpu)"),
+      common::Error);
+}
+
+TEST_CASE("Megatron-DeepSpeed's ZeRO-3 + CPU offload configuration maps to ZeRO-3 with offload") {
+  const auto a = parse(flags_with(
+      {"--deepspeed", "--deepspeed_config", kData + "ds_config_gpt_zero3_offload.json",
+       "--zero-stage", "3"}));
+  REQUIRE(a.has_value());
+  CHECK(a->zero_stage == 3);
+  CHECK_FALSE(a->use_distributed_optimizer);
+  CHECK(a->offload_optimizer);
+  CHECK_FALSE(a->offload_parameters);
+  CHECK(a->global_batch_size == 8);
+  CHECK(a->micro_batch_size == 2);
 }
