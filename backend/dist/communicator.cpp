@@ -23,6 +23,21 @@ double all_reduce_sum(Communicator& group, double value) {
 
 namespace {
 
+class CompletedReduction final : public Communicator::PendingReduction {
+ public:
+  void wait() override {}
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator::PendingReduction> Communicator::start_all_reduce(
+    View values, ReduceOperation operation) {
+  all_reduce(values, operation);
+  return std::make_unique<CompletedReduction>();
+}
+
+namespace {
+
 class SingleProcessCommunicator final : public Communicator {
  public:
   explicit SingleProcessCommunicator(std::string name) : name_(std::move(name)) {}

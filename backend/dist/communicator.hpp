@@ -68,6 +68,18 @@ class Communicator {
   virtual void exchange(std::span<const PointToPoint> transfers) = 0;
   virtual void barrier() = 0;
 
+  // An all-reduce started now and finished by wait() (torch's all_reduce(async_op=True), which
+  // Megatron's --overlap-grad-reduce buckets use): `values` must stay untouched until then.
+  // Every member starts the same all-reduces in the same order. The default runs it at once
+  // (a communicator without non-blocking collectives is still correct, only not overlapped).
+  class PendingReduction {
+   public:
+    virtual ~PendingReduction() = default;
+    virtual void wait() = 0;
+  };
+  virtual std::unique_ptr<PendingReduction> start_all_reduce(View values,
+                                                             ReduceOperation operation);
+
   // A new communicator of the members that pass the same `color`, ranked by `key` (MPI's
   // MPI_Comm_split); called by every member.
   virtual std::unique_ptr<Communicator> split(int64_t color, int64_t key, std::string name) = 0;

@@ -58,6 +58,32 @@ int mpi_count(const View& view, const char* call, const std::string& group) {
   return static_cast<int>(view.numel);
 }
 
+// A started MPI_Iallreduce: wait() finishes it under the watchdog; one never waited for is
+// finished by the destructor, so no reduction outlives the caller's buffer.
+class PendingAllReduce final : public Communicator::PendingReduction {
+ public:
+  PendingAllReduce(MPI_Request request, std::shared_ptr<CollectiveWatchdog> watchdog,
+                   std::string group)
+      : request_(request), watchdog_(std::move(watchdog)), group_(std::move(group)) {}
+  ~PendingAllReduce() override {
+    if (request_ == MPI_REQUEST_NULL) return;
+    const auto watched = watchdog_->watch("MPI_Wait", group_);
+    MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+  PendingAllReduce(const PendingAllReduce&) = delete;
+  PendingAllReduce& operator=(const PendingAllReduce&) = delete;
+  void wait() override {
+    if (request_ == MPI_REQUEST_NULL) return;
+    const auto watched = watchdog_->watch("MPI_Wait", group_);
+    check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait", group_);
+  }
+
+ private:
+  MPI_Request request_;
+  std::shared_ptr<CollectiveWatchdog> watchdog_;
+  std::string group_;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(MPI_Comm communicator, std::string name, bool owned,
@@ -109,6 +135,24 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Allreduce(MPI_IN_PLACE, values.data, count,
                         mpi_type(values.type, "MPI_Allreduce", name_), op, communicator_),
           "MPI_Allreduce", name_);
+  }
+
+  // MPI_Iallreduce. Open MPI progresses it inside later MPI calls (no progress thread by
+  // default), so on CPU ranks the overlap is whatever MPI calls the backward makes meanwhile.
+  std::unique_ptr<PendingReduction> start_all_reduce(View values,
+                                                     ReduceOperation operation) override {
+    const int count = mpi_count(values, "MPI_Iallreduce", name_);
+    check_summable(values, "MPI_Iallreduce");
+    const MPI_Op op = operation == ReduceOperation::sum ? MPI_SUM : MPI_MAX;
+    MPI_Request request = MPI_REQUEST_NULL;
+    {
+      const auto watched = watchdog_->watch("MPI_Iallreduce", name_);
+      check(MPI_Iallreduce(MPI_IN_PLACE, values.data, count,
+                           mpi_type(values.type, "MPI_Iallreduce", name_), op, communicator_,
+                           &request),
+            "MPI_Iallreduce", name_);
+    }
+    return std::make_unique<PendingAllReduce>(request, watchdog_, name_);
   }
 
   void reduce_scatter(View output, View input) override {

@@ -60,6 +60,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -157,6 +158,7 @@ struct GptModel<Scalar>::State {
     }
     device = borrowed;
     held = ShardRange{0, layout.numel()};
+    build_units();
     if (parallelism.sharded_data_parallel != nullptr) shard_over(*parallelism.sharded_data_parallel);
     // Parameters and gradients: one arena of two regions of the same layout (this rank's range
     // of it when sharded).
@@ -261,6 +263,14 @@ struct GptModel<Scalar>::State {
   }
 
   void shard_over(Communicator& group);
+  void build_units();
+  // --overlap-grad-reduce: told each unit's range once its gradients of the micro batch are done.
+  std::function<void(BufferRange)> gradients_ready;
+  void unit_done(int64_t u) {
+    if (!gradients_ready || u < 0) return;
+    const Unit& unit = units[static_cast<size_t>(u)];
+    gradients_ready({unit.begin, unit.end - unit.begin});
+  }
   int64_t unit_of(int64_t offset) const {
     const auto found = std::upper_bound(units.begin(), units.end(), offset,
                                         [](int64_t value, const Unit& unit) { return value < unit.begin; });
@@ -565,22 +575,12 @@ void GptModel<Scalar>::State::reserve(int64_t new_batch_size, int64_t new_seq_le
   select(0);
 }
 
-// ZeRO-3's partition (Rajbhandari et al. 2020, DeepSpeed's stage 3): this rank's contiguous range
-// of the flat layout, as the distributed optimizer's, and the units gathered whole for use: the
-// embedding, each layer, the head (final norm and an untied output layer), each a contiguous run
-// of tensors in the layout.
+// The units of the layout: the embedding, each layer, the head (final norm and an untied output
+// layer), each a contiguous run of tensors; what ZeRO-3 gathers and --overlap-grad-reduce
+// reduces as one bucket.
 template <typename Scalar>
-void GptModel<Scalar>::State::shard_over(Communicator& group) {
-  if (tensor_parallel_size > 1 || !stage.whole_model()) {
-    common::fail("ZeRO stage 3 with tensor or pipeline parallelism is not built yet "
-                 "(--tensor-model-parallel-size {}, --pipeline-model-parallel-size {}); use "
-                 "both 1, or ZeRO stage 1 or 2 (--use-distributed-optimizer)",
-                 tensor_parallel_size, stage.pipeline_parallel);
-  }
-  sharded_group = &group;
-  held = shard_range(layout.numel(), group.size(), group.rank());
+void GptModel<Scalar>::State::build_units() {
   std::string current;
-  std::array<int64_t, 3> widest{};
   for (const ParameterTensor& tensor : layout.tensors()) {
     std::string key = "head";
     int kind = 2;
@@ -596,13 +596,35 @@ void GptModel<Scalar>::State::shard_over(Communicator& group) {
       current = key;
     }
     units.back().end = tensor.offset + tensor.numel;
-    widest[static_cast<size_t>(kind)] =
-        std::max(widest[static_cast<size_t>(kind)], units.back().end - units.back().begin);
   }
-  embedding_unit = unit_of(layout.word_embeddings());
-  head_unit = unit_of(layout.final_norm_weight());
-  for (int64_t l = 0; l < config.num_layers; ++l) {
-    layer_units.push_back(unit_of(layout.layer(l).input_norm_weight));
+  embedding_unit = stage.first() ? unit_of(layout.word_embeddings()) : -1;
+  head_unit = stage.last() ? unit_of(layout.final_norm_weight()) : -1;
+  layer_units.assign(static_cast<size_t>(config.num_layers), -1);
+  for (const LayerRange& chunk : chunks) {
+    for (int64_t l = chunk.begin; l < chunk.end; ++l) {
+      layer_units[static_cast<size_t>(l)] = unit_of(layout.layer(l).input_norm_weight);
+    }
+  }
+}
+
+// ZeRO-3's partition (Rajbhandari et al. 2020, DeepSpeed's stage 3): this rank's contiguous range
+// of the flat layout, as the distributed optimizer's, and the units gathered whole for use: the
+// embedding, each layer, the head (final norm and an untied output layer), each a contiguous run
+// of tensors in the layout.
+template <typename Scalar>
+void GptModel<Scalar>::State::shard_over(Communicator& group) {
+  if (tensor_parallel_size > 1 || !stage.whole_model()) {
+    common::fail("ZeRO stage 3 with tensor or pipeline parallelism is not built yet "
+                 "(--tensor-model-parallel-size {}, --pipeline-model-parallel-size {}); use "
+                 "both 1, or ZeRO stage 1 or 2 (--use-distributed-optimizer)",
+                 tensor_parallel_size, stage.pipeline_parallel);
+  }
+  sharded_group = &group;
+  held = shard_range(layout.numel(), group.size(), group.rank());
+  std::array<int64_t, 3> widest{};
+  for (const Unit& unit : units) {
+    widest[static_cast<size_t>(unit.kind)] =
+        std::max(widest[static_cast<size_t>(unit.kind)], unit.end - unit.begin);
   }
   ArenaLayout slots;
   std::array<std::array<int64_t, 2>, 3> regions{};
@@ -769,6 +791,7 @@ void GptModel<Scalar>::State::layer_backward(int64_t l) {
                 a.input_norm_rstd);
   d.residual_forward(dresidual, dresidual, dbranch);
   flush_gradients(unit);
+  unit_done(layer_units[static_cast<size_t>(l)]);
 }
 
 template <typename Scalar>
@@ -873,6 +896,11 @@ bool GptModel<Scalar>::sharded_over_data_parallel() const {
 template <typename Scalar>
 ShardRange GptModel<Scalar>::parameter_shard_range() const {
   return state_->held;
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::set_gradients_ready(std::function<void(BufferRange)> callback) {
+  state_->gradients_ready = std::move(callback);
 }
 
 template <typename Scalar>
@@ -1076,6 +1104,7 @@ void GptModel<Scalar>::State::backward_chunk(int64_t slot, int64_t chunk, Scalar
                   sum_over_tensor_parallel(dnorm, dnorm_shard),
                   layer_output(layers_of_chunk.end - 1), final_norm_mean, final_norm_rstd);
     flush_gradients(head_unit);
+    unit_done(head_unit);
   } else {
     d.copy(dresidual, buffers.output_gradients[static_cast<size_t>(chunk)]);
   }
@@ -1106,6 +1135,7 @@ void GptModel<Scalar>::State::backward_chunk(int64_t slot, int64_t chunk, Scalar
                        whole_rows(dresidual, branch), tokens, batch_size, seq_length, C,
                        vocab_start);
   flush_gradients(embedding_unit);
+  unit_done(embedding_unit);
 }
 
 template <typename Scalar>

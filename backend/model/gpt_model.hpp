@@ -71,6 +71,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -140,6 +141,12 @@ class GptModel {
   // After parameter_buffer() was written in place (an optimizer step): a sharded model gathers
   // the new values when it next uses them. Nothing to do otherwise.
   void parameters_updated();
+  // Megatron's --overlap-grad-reduce: during backward() / backward_chunk(), `callback` is told
+  // each unit's range of the flat gradient buffer (the embedding, a transformer layer, the head)
+  // as soon as the unit's gradients of that micro batch are complete, in the order the backward
+  // completes them, so their reduction can start while the rest of the backward runs. An empty
+  // function (the default) tells nothing. Not with ZeRO-3 (whose units reduce themselves).
+  void set_gradients_ready(std::function<void(BufferRange)> callback);
   // The ranges of the flat gradient buffer that count towards the global gradient norm on this
   // rank (parameter_layout.hpp's gradient_norm_ranges), computed once.
   const std::vector<BufferRange>& gradient_norm_ranges() const;

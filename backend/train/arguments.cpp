@@ -203,6 +203,13 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "End the job when a collective waits longer than this for the other ranks "
                  "(fractions allowed)")
       ->group(training);
+  app.add_flag("--overlap-grad-reduce", arguments.overlap_grad_reduce,
+               "Start each bucket's data-parallel gradient all-reduce during the backward")
+      ->group(training);
+  app.add_flag("--overlap-param-gather", arguments.overlap_param_gather,
+               "Overlap the distributed optimizer's parameter all-gather (accepted; not yet "
+               "overlapped)")
+      ->group(training);
   app.add_flag("--sequence-parallel", arguments.sequence_parallel,
                "Shard the residual stream (norms, dropout) over the tensor-parallel ranks")
       ->group(training);
@@ -445,6 +452,22 @@ void validate_arguments(TrainingArguments& arguments) {
                  "--sequence-parallel", arguments.seq_length,
                  arguments.tensor_model_parallel_size);
   }
+  // Megatron's rule; and what is accepted but not overlapped yet, said once.
+  if (arguments.overlap_param_gather && !arguments.use_distributed_optimizer) {
+    common::fail("--overlap-param-gather is only supported with --use-distributed-optimizer "
+                 "(Megatron's rule)");
+  }
+  if (arguments.use_distributed_optimizer &&
+      (arguments.overlap_grad_reduce || arguments.overlap_param_gather)) {
+    spdlog::warn("--overlap-grad-reduce / --overlap-param-gather with the distributed optimizer: "
+                 "its reduce-scatter and all-gather run after the backward and after the step, "
+                 "not overlapped yet (the results are the same)");
+  } else if (arguments.overlap_grad_reduce && (arguments.pipeline_model_parallel_size > 1 ||
+                                               arguments.zero_stage == 3)) {
+    spdlog::warn("--overlap-grad-reduce with {}: the gradients are reduced after the backward, "
+                 "not overlapped yet (the results are the same)",
+                 arguments.zero_stage == 3 ? "ZeRO stage 3" : "pipeline parallelism");
+  }
   // Megatron's pipeline rules (validate_args and the schedules).
   const int64_t pp = arguments.pipeline_model_parallel_size;
   if (arguments.num_layers % pp != 0) {
@@ -642,6 +665,8 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"use_flash_attn", python(a.use_flash_attn)},
       {"use_distributed_optimizer", python(a.use_distributed_optimizer)},
       {"sequence_parallel", python(a.sequence_parallel)},
+      {"overlap_grad_reduce", python(a.overlap_grad_reduce)},
+      {"overlap_param_gather", python(a.overlap_param_gather)},
       {"deepspeed", python(a.deepspeed)},
       {"deepspeed_config", a.deepspeed_config.empty() ? "None" : a.deepspeed_config},
       {"zero_stage", fmt::format("{}", a.zero_stage)},

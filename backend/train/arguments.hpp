@@ -108,6 +108,12 @@ struct TrainingArguments {
   bool use_flash_attn = false;
   bool use_distributed_optimizer = false;  // ZeRO-1 over the data-parallel group
   bool sequence_parallel = false;          // the residual stream sharded over the TP group
+  // Megatron's --overlap-grad-reduce: each unit's data-parallel all-reduce starts as soon as
+  // the last micro batch's backward has finished the unit. --overlap-param-gather is accepted
+  // and recorded; the distributed optimizer's reduce-scatter and all-gather are not overlapped
+  // yet (a warning says so).
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
   // Megatron-DeepSpeed's --deepspeed --deepspeed_config FILE --zero-stage N, as mapped by
   // deepspeed_config.hpp (recorded for the arguments dump).
   bool deepspeed = false;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "backend/common/checked_math.hpp"
@@ -17,7 +18,8 @@ namespace {
 // scaled by loss_scale / (num_micro_batches · D); returns the mean (unscaled) loss over them.
 double forward_backward(GptModel<float>& model, const BatchSource& source, const GlobalBatch& batch,
                         double loss_scale, const TrainingArguments& a, int64_t dp_rank,
-                        int64_t dp_size) {
+                        int64_t dp_size, Communicator* overlapped_group,
+                        std::vector<std::unique_ptr<Communicator::PendingReduction>>& pending) {
   const int64_t micro_tokens = common::checked_multiply(a.micro_batch_size, a.seq_length,
                                                         "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
@@ -59,10 +61,22 @@ double forward_backward(GptModel<float>& model, const BatchSource& source, const
     source(Split::train, batch.first_sample + (m * dp_size + dp_rank) * a.micro_batch_size,
            a.micro_batch_size, tokens, labels);
     loss_sum += model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+    // --overlap-grad-reduce: in the last micro batch each unit's all-reduce starts as soon as
+    // its gradients are complete (Megatron's DDP buckets; the earlier micro batches only
+    // accumulate, as under its no_sync).
+    const bool last = m + 1 == batch.num_micro_batches;
+    if (last && overlapped_group != nullptr) {
+      const View all_gradients = model.gradient_buffer();
+      model.set_gradients_ready([&, all_gradients](BufferRange range) {
+        pending.push_back(overlapped_group->start_all_reduce(
+            all_gradients.slice(range.offset, range.numel), ReduceOperation::sum));
+      });
+    }
     // Without a scaler (scale 1) the factor is 1/num_micro_batches exactly as before; a power-of-
     // two scale multiplies it exactly.
     model.backward(static_cast<float>(loss_scale) /
                    static_cast<float>(batch.num_micro_batches * dp_size));
+    if (last && overlapped_group != nullptr) model.set_gradients_ready({});
   }
   model.set_dropout_step(first_step + micro_batches * ranks);
   return loss_sum / static_cast<double>(batch.num_micro_batches);
@@ -90,8 +104,17 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   LossScaler& scaler = optimizer.loss_scaler();
   model.zero_gradients();
   TrainStepResult result;
+  // --overlap-grad-reduce applies to Megatron's plain DDP all-reduce without a pipeline; the
+  // other layouts reduce after the backward.
+  const bool overlap = a.overlap_grad_reduce && data_parallel.size() > 1 && shard == nullptr &&
+                       !model.sharded_over_data_parallel() &&
+                       model.pipeline_stage().whole_model();
+  std::vector<std::unique_ptr<Communicator::PendingReduction>> pending;
   result.lm_loss = forward_backward(model, source, batch, scaler.scale(), a,
-                                    data_parallel.rank(), data_parallel.size());
+                                    data_parallel.rank(), data_parallel.size(),
+                                    overlap ? &data_parallel : nullptr, pending);
+  // Every reduction finished before anything reads or adds to the gradients.
+  for (const auto& reduction : pending) reduction->wait();
   model.finalize_gradients();
   // The gradients this rank updates from: all of them, or its shard (distributed optimizer).
   const View gradients = shard != nullptr ? shard->gradients : all_gradients;
@@ -105,7 +128,7 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   } else if (shard != nullptr) {
     // Megatron's DistributedOptimizer: the sums of this rank's range only.
     data_parallel.reduce_scatter(gradients, all_gradients);
-  } else if (data_parallel.size() > 1) {
+  } else if (data_parallel.size() > 1 && !overlap) {
     // Megatron's DDP: the gradients summed over the group (each already carries 1/D).
     data_parallel.all_reduce(gradients, ReduceOperation::sum);
   }

@@ -161,6 +161,36 @@ TEST_CASE("DP=2 and DP=4 over Open MPI, with and without the distributed optimiz
   }
 }
 
+TEST_CASE("--overlap-grad-reduce over DP=2 and TP=2 x DP=2 with sequence parallelism trains as one process") {
+  // Each unit's all-reduce starts inside the last micro batch's backward (MPI_Iallreduce); the
+  // sums are the same, so the losses and weights are one process's.
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  test_support::TemporaryDirectory directory;
+  for (const std::string style : {"gpt2", "llama"}) {
+    CAPTURE(style);
+    const fs::path single_save = directory.path / (style + "_one");
+    const fs::path single_log = directory.path / (style + "_one.log");
+    REQUIRE(run(1, test_support::tensor_parallel_training_flags(style, 1, single_save),
+                single_log) == 0);
+    const auto expected = test_support::logged_losses(test_support::read_file(single_log));
+    for (const int tensor_parallel : {1, 2}) {
+      CAPTURE(tensor_parallel);
+      const fs::path save = directory.path / (style + "_overlap_tp" + std::to_string(tensor_parallel));
+      auto flags = test_support::tensor_parallel_training_flags(style, tensor_parallel, save);
+      flags.push_back("--overlap-grad-reduce");
+      if (tensor_parallel == 2) flags.push_back("--sequence-parallel");
+      const fs::path log = directory.path / (style + "_overlap.log");
+      const int status = run(2 * tensor_parallel, flags, log);
+      const std::string output = test_support::read_file(log);
+      INFO(output.substr(output.size() > 3000 ? output.size() - 3000 : 0));
+      REQUIRE(status == 0);
+      CHECK(std::regex_search(output, std::regex(R"(\n  overlap_grad_reduce \.+ True\n)")));
+      test_support::check_same_losses(test_support::logged_losses(output), expected);
+      CHECK(test_support::weight_difference(save, single_save, 20) <= 1e-5);
+    }
+  }
+}
+
 TEST_CASE("checkpoints move between DP=2, the distributed optimizer and one process with the uninterrupted losses") {
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   test_support::TemporaryDirectory directory;

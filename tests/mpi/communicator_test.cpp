@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -39,6 +40,32 @@ TEST_CASE("all-reduce sums and takes the maximum over every rank") {
   std::vector<double> maximum = {static_cast<double>(rank)};
   world.all_reduce(view_of(maximum), ReduceOperation::max);
   CHECK(maximum[0] == static_cast<double>(size - 1));
+}
+
+TEST_CASE("started all-reduces finish in wait(), several at once, and the default runs at once") {
+  auto& world = mpi_test::world();
+  const int64_t rank = world.rank(), size = world.size();
+  std::vector<std::vector<float>> buckets;
+  for (int b = 0; b < 4; ++b) buckets.push_back(std::vector<float>(1000 + 37 * b, static_cast<float>(rank + b)));
+  std::vector<std::unique_ptr<backend::Communicator::PendingReduction>> pending;
+  for (auto& bucket : buckets) pending.push_back(world.start_all_reduce(view_of(bucket), ReduceOperation::sum));
+  for (const auto& reduction : pending) reduction->wait();
+  const float rank_sum = static_cast<float>(size * (size - 1) / 2);
+  for (int b = 0; b < 4; ++b) {
+    CAPTURE(b);
+    CHECK(buckets[static_cast<size_t>(b)] ==
+          std::vector<float>(1000 + 37 * b, rank_sum + static_cast<float>(size * b)));
+  }
+  // One never waited for is finished by its destructor.
+  std::vector<double> dropped(8, 1.0);
+  world.start_all_reduce(view_of(dropped), ReduceOperation::sum).reset();
+  CHECK(dropped == std::vector<double>(8, static_cast<double>(size)));
+  // The one-process communicator's (the interface's default): done when it returns.
+  const auto one = backend::make_single_process_communicator("data parallel");
+  std::vector<float> alone = {2.0f};
+  const auto finished = one->start_all_reduce(view_of(alone), ReduceOperation::sum);
+  CHECK(alone == std::vector<float>{2.0f});
+  finished->wait();
 }
 
 TEST_CASE("reduce-scatter gives each rank its shard of the sum; all-gather puts shards in order") {
