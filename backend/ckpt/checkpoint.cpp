@@ -139,52 +139,59 @@ FlagDifferences shape_flag_differences(const json& saved, const json& current,
 
 bool is_optimizer_tensor(const std::string& name) { return name.starts_with("optimizer."); }
 
-// The tensor-parallel size a checkpoint was saved with (1 for files from before the field) must
-// be the model's: its files hold that many shards of every divided tensor. The refusal gives
-// the resharding command in full; with the current run's --make-vocab-size-divisible-by when
-// it is not the checkpoint's, so that the resharded vocabulary is padded as this run pads it.
-void check_tensor_parallel_size(const CheckpointMetadata& metadata, int64_t size,
-                                const fs::path& file, const CheckpointLoadOptions& options) {
-  const int64_t saved =
-      metadata.has("tensor_parallel")
-          ? metadata.get<int64_t>(metadata.section("tensor_parallel"), "size")
-          : 1;
-  if (saved == size) return;
-  std::string vocabulary_flag;
+int64_t saved_group_size(const CheckpointMetadata& metadata, const char* group) {
+  return metadata.has(group) ? metadata.get<int64_t>(metadata.section(group), "size") : 1;
+}
+
+// The checkpoint_util command that reshards the checkpoint for a run of `tensor_parallel` ×
+// `pipeline_parallel`: the target pipeline size is named unless both sides have one stage (the
+// default target is 1), and the current run's --make-vocab-size-divisible-by when it is not the
+// checkpoint's, so that the resharded vocabulary is padded as this run pads it.
+std::string resharding_command(const CheckpointMetadata& metadata, int64_t tensor_parallel,
+                               int64_t pipeline_parallel, const CheckpointLoadOptions& options) {
+  std::string command = fmt::format("checkpoint_util --load {} --save NEWDIR "
+                                    "--target-tensor-parallel-size {}",
+                                    options.directory.string(), tensor_parallel);
+  if (pipeline_parallel > 1 || saved_group_size(metadata, "pipeline_parallel") > 1) {
+    command += fmt::format(" --target-pipeline-parallel-size {}", pipeline_parallel);
+  }
   const char* divisor_key = "make_vocab_size_divisible_by";
   if (metadata.has("arguments") && metadata.section("arguments").contains(divisor_key) &&
       options.arguments.contains(divisor_key) &&
       metadata.section("arguments")[divisor_key] != options.arguments[divisor_key]) {
-    vocabulary_flag = " --make-vocab-size-divisible-by " +
-                      value_text(options.arguments[divisor_key]);
+    command += " --make-vocab-size-divisible-by " + value_text(options.arguments[divisor_key]);
   }
+  return command;
+}
+
+// The tensor-parallel size a checkpoint was saved with (1 for files from before the field) must
+// be the model's: its files hold that many shards of every divided tensor. The refusal gives
+// the resharding command in full, for this run's tensor- and pipeline-parallel sizes.
+void check_tensor_parallel_size(const CheckpointMetadata& metadata, int64_t size,
+                                int64_t pipeline_parallel, const fs::path& file,
+                                const CheckpointLoadOptions& options) {
+  const int64_t saved = saved_group_size(metadata, "tensor_parallel");
+  if (saved == size) return;
+  const int64_t saved_pipeline = saved_group_size(metadata, "pipeline_parallel");
   common::fail("checkpoint {} was saved with --tensor-model-parallel-size {} (its shards are "
-               "mp_rank_00..mp_rank_{:02d}); this run has --tensor-model-parallel-size {}. Train "
-               "on with {}, or reshard it into a new directory and load that: checkpoint_util "
-               "--load {} --save NEWDIR --target-tensor-parallel-size {}{}, then --load NEWDIR",
-               file.string(), saved, saved - 1, size, saved, options.directory.string(), size,
-               vocabulary_flag);
+               "{}..{}); this run has --tensor-model-parallel-size {}. Train on with {}, or "
+               "reshard it into a new directory and load that: {}, then --load NEWDIR",
+               file.string(), saved, checkpoint_rank_directory_name(0, 0, saved_pipeline),
+               checkpoint_rank_directory_name(saved - 1, saved_pipeline - 1, saved_pipeline),
+               size, saved, resharding_command(metadata, size, pipeline_parallel, options));
 }
 
 // The same for the pipeline-parallel size (1 for files from before the field).
-void check_pipeline_parallel_size(const CheckpointMetadata& metadata, int64_t size,
-                                  const fs::path& file, const CheckpointLoadOptions& options) {
-  const int64_t saved =
-      metadata.has("pipeline_parallel")
-          ? metadata.get<int64_t>(metadata.section("pipeline_parallel"), "size")
-          : 1;
+void check_pipeline_parallel_size(const CheckpointMetadata& metadata, int64_t tensor_parallel,
+                                  int64_t size, const fs::path& file,
+                                  const CheckpointLoadOptions& options) {
+  const int64_t saved = saved_group_size(metadata, "pipeline_parallel");
   if (saved == size) return;
-  const int64_t tensor_parallel =
-      metadata.has("tensor_parallel")
-          ? metadata.get<int64_t>(metadata.section("tensor_parallel"), "size")
-          : 1;
   common::fail("checkpoint {} was saved with --pipeline-model-parallel-size {}; this run has "
                "--pipeline-model-parallel-size {}. Train on with {}, or reshard it into a new "
-               "directory and load that: checkpoint_util --load {} --save NEWDIR "
-               "--target-tensor-parallel-size {} --target-pipeline-parallel-size {}, then --load "
-               "NEWDIR",
-               file.string(), saved, size, saved, options.directory.string(), tensor_parallel,
-               size);
+               "directory and load that: {}, then --load NEWDIR",
+               file.string(), saved, size, saved,
+               resharding_command(metadata, tensor_parallel, size, options));
 }
 
 // One error listing every parameter whose shape differs (or that only one side has), and the
@@ -560,8 +567,8 @@ HostState host_state(const GptModel<float>& model, const AdamW* optimizer, bool 
 
 // The steps of a crash-safe save (docs/checkpoints.md, "Crash safety") that one process, the
 // lead, takes: begin_save prints Megatron's line, cleans up after interrupted saves and makes
-// the temporary directory; write_rank_file writes one tensor-parallel rank's file into it;
-// finish_save publishes the directory and, last, moves the tracker.
+// the temporary directory; write_rank_file writes one (tensor-parallel rank, stage)'s file into
+// it; finish_save publishes the directory and, last, moves the tracker.
 std::string saving_message(const fs::path& directory, int64_t iteration, bool release) {
   return release ? fmt::format("[{}] saving release checkpoint to {} in native format\n",
                                timestamp_now(), directory.string())
@@ -724,19 +731,27 @@ void save_release_checkpoint(const CheckpointSaveOptions& options, const GptMode
   save_to(options, TrainingProgress{}, model, nullptr, nullptr, true, out);
 }
 
-void write_checkpoint_files(const fs::path& directory, int64_t iteration, bool release,
-                            int64_t tensor_parallel,
-                            const std::function<CheckpointRankFile(int64_t rank)>& make_rank_file,
-                            std::ostream& out) {
+void write_checkpoint_files(
+    const fs::path& directory, int64_t iteration, bool release, int64_t tensor_parallel,
+    int64_t pipeline_parallel,
+    const std::function<CheckpointRankFile(int64_t tensor_parallel_rank, int64_t pipeline_rank)>&
+        make_rank_file,
+    std::ostream& out) {
   if (tensor_parallel < 1) {
     common::fail("a checkpoint has at least one tensor-parallel rank, got {}", tensor_parallel);
   }
-  const fs::path temporary = begin_save(directory, iteration, release, out);
-  for (int64_t rank = 0; rank < tensor_parallel; ++rank) {
-    const CheckpointRankFile file = make_rank_file(rank);
-    write_rank_file(temporary, checkpoint_rank_directory_name(rank), file.metadata, file.tensors);
+  if (pipeline_parallel < 1) {
+    common::fail("a checkpoint has at least one pipeline stage, got {}", pipeline_parallel);
   }
-  finish_save(directory, temporary, iteration, release, tensor_parallel, out);
+  const fs::path temporary = begin_save(directory, iteration, release, out);
+  for (int64_t stage = 0; stage < pipeline_parallel; ++stage) {
+    for (int64_t rank = 0; rank < tensor_parallel; ++rank) {
+      const CheckpointRankFile file = make_rank_file(rank, stage);
+      write_rank_file(temporary, checkpoint_rank_directory_name(rank, stage, pipeline_parallel),
+                      file.metadata, file.tensors);
+    }
+  }
+  finish_save(directory, temporary, iteration, release, tensor_parallel, out, pipeline_parallel);
 }
 
 CheckpointMetadata::CheckpointMetadata(const json& root, fs::path file)
@@ -791,8 +806,8 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
       // Another layout's checkpoint: say so, with the command that reshards it.
       const CheckpointFileReader reader(tracked->file);
       const CheckpointMetadata first(reader.metadata(), reader.path());
-      check_tensor_parallel_size(first, group.size(), reader.path(), options);
-      check_pipeline_parallel_size(first, stages.size(), reader.path(), options);
+      check_tensor_parallel_size(first, group.size(), stages.size(), reader.path(), options);
+      check_pipeline_parallel_size(first, group.size(), stages.size(), reader.path(), options);
     }
     common::fail("{} names iteration {}, but {} does not exist: the checkpoint directory was "
                  "changed by hand; point the tracker at a complete checkpoint",
@@ -801,8 +816,8 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
 
   const CheckpointFileReader reader(file);
   const CheckpointMetadata metadata(reader.metadata(), reader.path());
-  check_tensor_parallel_size(metadata, group.size(), reader.path(), options);
-  check_pipeline_parallel_size(metadata, stages.size(), reader.path(), options);
+  check_tensor_parallel_size(metadata, group.size(), stages.size(), reader.path(), options);
+  check_pipeline_parallel_size(metadata, group.size(), stages.size(), reader.path(), options);
   check_parameter_shapes(reader, metadata, model, options);
 
   HostState host = host_state(model, &optimizer, false);

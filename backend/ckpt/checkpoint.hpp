@@ -151,25 +151,30 @@ void save_checkpoint(const CheckpointSaveOptions& options, const TrainingProgres
 void save_release_checkpoint(const CheckpointSaveOptions& options, const GptModel<float>& model,
                              std::ostream& out);
 
-// One tensor-parallel rank's file as write_checkpoint_files writes it: the metadata as given
-// (a copy of what save_checkpoint writes, with this rank's "tensor_parallel") and the tensors.
+// One (tensor-parallel rank, pipeline stage)'s file as write_checkpoint_files writes it: the
+// metadata as given (a copy of what save_checkpoint writes, with this file's "tensor_parallel"
+// and "pipeline_parallel") and the tensors.
 struct CheckpointRankFile {
   nlohmann::json metadata = nlohmann::json::object();
   std::vector<CheckpointTensor> tensors{};
 };
 
-// Writes one checkpoint made of `tensor_parallel` rank files, all from this process, crash-safe
-// as save_checkpoint (the same temporary directory, fsyncs, rename and tracker last, and the
-// same messages): rank r's file is mp_rank_r, made by make_rank_file(r) when its turn comes (so
-// that a caller can hold one rank's tensors at a time; their spans need to live until the next
-// call). An iteration goes to DIR/iter_XXXXXXX and the tracker names it; with `release`, to
-// DIR/release and the tracker says "release". For tools that write every rank's file of a
-// checkpoint themselves (checkpoint_util's resharding); the caller holds DIR's save lock
-// (lock_save_directory).
-void write_checkpoint_files(const std::filesystem::path& directory, int64_t iteration, bool release,
-                            int64_t tensor_parallel,
-                            const std::function<CheckpointRankFile(int64_t rank)>& make_rank_file,
-                            std::ostream& out);
+// Writes one checkpoint made of `tensor_parallel` × `pipeline_parallel` rank files, all from
+// this process, crash-safe as save_checkpoint (the same temporary directory, fsyncs, rename and
+// tracker last, and the same messages): the file of tensor-parallel rank r and stage s is
+// checkpoint_rank_directory_name(r, s, pipeline_parallel) (mp_rank_0r without stages,
+// mp_rank_0r_00s with), made by make_rank_file(r, s) when its turn comes (stage by stage, the
+// ranks of a stage in order; so that a caller can hold one file's tensors at a time: their spans
+// need to live until the next call). An iteration goes to DIR/iter_XXXXXXX and the tracker
+// names it; with `release`, to DIR/release and the tracker says "release". For tools that write
+// every file of a checkpoint themselves (checkpoint_util's resharding); the caller holds DIR's
+// save lock (lock_save_directory).
+void write_checkpoint_files(
+    const std::filesystem::path& directory, int64_t iteration, bool release,
+    int64_t tensor_parallel, int64_t pipeline_parallel,
+    const std::function<CheckpointRankFile(int64_t tensor_parallel_rank, int64_t pipeline_rank)>&
+        make_rank_file,
+    std::ostream& out);
 
 // Typed access to a checkpoint's metadata (CheckpointFileReader::metadata()): a missing or
 // mistyped field is a common::Error naming `file`, as a corrupt (or foreign) file. Holds a

@@ -27,7 +27,7 @@ constexpr common::FlagRule kCheckpointUtilFlagRules[] = {
 std::optional<CheckpointUtilOptions> parse_checkpoint_util_arguments(int argc, const char* const* argv) {
   CheckpointUtilOptions options;
   CLI::App app{"Convert checkpoints: to and from Hugging Face models, and to another "
-               "tensor-parallel size", "checkpoint_util"};
+               "tensor- and pipeline-parallel size", "checkpoint_util"};
   auto* load = app.add_option("--load", options.load,
                               "Checkpoint directory to read (the --save of a run): the "
                               "checkpoint its tracker names");
@@ -45,10 +45,10 @@ std::optional<CheckpointUtilOptions> parse_checkpoint_util_arguments(int argc, c
       "--target-tensor-parallel-size", options.target_tensor_parallel_size,
       "Reshard --load into --save at this tensor-parallel size: parameters, optimizer state and "
       "progress, for pretrain_gpt --tensor-model-parallel-size N --load <--save>");
-  auto* target_pp = app.add_option("--target-pipeline-parallel-size",
-                                   options.target_pipeline_parallel_size,
-                                   "Pipeline-parallel size of the resharded checkpoint: 1 (pipeline "
-                                   "parallelism is not built)");
+  auto* target_pp = app.add_option(
+      "--target-pipeline-parallel-size", options.target_pipeline_parallel_size,
+      "Resharding: the pipeline-parallel size of the resharded checkpoint (default 1), a divisor "
+      "of its --num-layers, for pretrain_gpt --pipeline-model-parallel-size P");
   auto* divisible = app.add_option(
       "--make-vocab-size-divisible-by", options.make_vocab_size_divisible_by,
       "Resharding: pad the vocabulary to a multiple of this × the target size (default: the "
@@ -69,17 +69,13 @@ std::optional<CheckpointUtilOptions> parse_checkpoint_util_arguments(int argc, c
   }
   if (options.load.empty() && options.import_hf.empty()) {
     common::fail("checkpoint_util: nothing to do: give --load DIR --export-hf DIR, --import-hf "
-                 "DIR --save DIR, or --load DIR --save DIR --target-tensor-parallel-size N");
+                 "DIR --save DIR, or --load DIR --save DIR --target-tensor-parallel-size N "
+                 "[--target-pipeline-parallel-size P]");
   }
   if (options.resharding()) {
     if (options.load.empty() || options.save.empty()) {
       common::fail("checkpoint_util: --target-tensor-parallel-size requires --load (the "
                    "checkpoint to reshard) and --save (the directory to write it to)");
-    }
-    if (options.target_pipeline_parallel_size != 1) {
-      common::fail("checkpoint_util: --target-pipeline-parallel-size {}: pipeline parallelism is "
-                   "not built (pretrain_gpt refuses --pipeline-model-parallel-size above 1); use 1",
-                   options.target_pipeline_parallel_size);
     }
   } else if (!options.load.empty() && options.export_hf.empty()) {
     common::fail("checkpoint_util: --load requires --export-hf DIR (export to Hugging Face), or "

@@ -4,11 +4,13 @@
 //   --import-hf DIR --save DIR        a Hugging Face directory → a release checkpoint
 //       [--replace-training-tracker]  even when DIR's tracker names a training iteration
 //   --load DIR --save DIR --target-tensor-parallel-size N
-//       [--target-pipeline-parallel-size 1] [--make-vocab-size-divisible-by D]
+//       [--target-pipeline-parallel-size P] [--make-vocab-size-divisible-by D]
 //                                     a checkpoint → the same checkpoint at another
-//                                     tensor-parallel size (Megatron's convert.py flags)
+//                                     tensor- and pipeline-parallel size (Megatron's
+//                                     convert.py flags)
 // Misuse is a common::Error naming the flag ("--load requires --export-hf ...", "nothing to
-// do"); a pipeline-parallel size other than 1 is refused (pipeline parallelism is not built).
+// do"); sizes below 1 are refused here, a pipeline size that does not divide the checkpoint's
+// --num-layers when the checkpoint is read (checkpoint_reshard.hpp).
 #pragma once
 
 #include <cstdint>
@@ -20,8 +22,8 @@ namespace backend {
 struct CheckpointUtilOptions {
   std::string load, export_hf, import_hf, save;
   bool replace_training_tracker = false;
-  // Resharding: the target tensor-parallel size (0: not resharding), the pipeline size (1, the
-  // only one), and the target's --make-vocab-size-divisible-by (0: the checkpoint's).
+  // Resharding: the target tensor-parallel size (0: not resharding), the target pipeline size,
+  // and the target's --make-vocab-size-divisible-by (0: the checkpoint's).
   int64_t target_tensor_parallel_size = 0;
   int64_t target_pipeline_parallel_size = 1;
   int64_t make_vocab_size_divisible_by = 0;

@@ -84,8 +84,9 @@ MemoryEstimate estimate_conversion_memory(const ModelShape& shape);
 
 // Resharding a checkpoint (checkpoint_util --target-tensor-parallel-size): the whole model's
 // fp32 weights and, with `optimizer_state`, its two Adam moments, assembled from the source
-// shards; and one target rank's shards of all three (the whole model's ÷ the target size), as
-// the tensors written to its file.
+// files; and one target file's shards of all three, as the tensors written to it: at most the
+// whole model's ÷ the target tensor-parallel size (a pipeline stage holds a part of the model,
+// the last one's tied copy of the word embedding standing in for the first stage's layers).
 MemoryEstimate estimate_reshard_memory(const ModelShape& shape, bool optimizer_state,
                                        int64_t target_tensor_parallel);
 

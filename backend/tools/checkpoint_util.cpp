@@ -9,10 +9,11 @@
 //       while a live run holds the directory's save.lock, and, without the flag, when its
 //       tracker names a training iteration.
 //   checkpoint_util --load <checkpoint dir> --save <new dir> --target-tensor-parallel-size N
-//       [--target-pipeline-parallel-size 1] [--make-vocab-size-divisible-by D]
-//       the checkpoint the tracker names, resharded to N tensor-parallel ranks with its whole
-//       state (train/checkpoint_reshard.hpp), for pretrain_gpt --tensor-model-parallel-size N
-//       --load <new dir>; prints how to continue.
+//       [--target-pipeline-parallel-size P] [--make-vocab-size-divisible-by D]
+//       the checkpoint the tracker names, resharded to N tensor-parallel ranks and P pipeline
+//       stages with its whole state (train/checkpoint_reshard.hpp), for pretrain_gpt
+//       --tensor-model-parallel-size N --pipeline-model-parallel-size P --load <new dir>;
+//       prints how to continue.
 // The command line is parsed by backend/ckpt/checkpoint_util_options.hpp.
 // Exit status as pretrain_gpt: 0 done, 2 a user error (one line naming the flag or file),
 // 3 an internal error.
@@ -72,6 +73,7 @@ int reshard(const backend::CheckpointUtilOptions& options,
       {.load = options.load,
        .save = options.save,
        .target_tensor_parallel = options.target_tensor_parallel_size,
+       .target_pipeline_parallel = options.target_pipeline_parallel_size,
        .make_vocab_size_divisible_by = options.make_vocab_size_divisible_by,
        .command_line = command_line},
       std::cout);
@@ -79,13 +81,41 @@ int reshard(const backend::CheckpointUtilOptions& options,
   const std::string what =
       result.release ? std::string("the release checkpoint")
                      : fmt::format("iteration {}", result.iteration);
+  // The pipeline flags are spelled out once either side is pipelined: the run's own flags may
+  // name another size (or an interleaved schedule the target no longer has).
+  const bool pipelined =
+      result.source_pipeline_parallel > 1 || target.pipeline_model_parallel_size > 1;
+  std::string pipeline_flags;
+  if (pipelined) {
+    pipeline_flags = fmt::format(" --pipeline-model-parallel-size {}",
+                                 target.pipeline_model_parallel_size);
+    if (target.num_layers_per_virtual_pipeline_stage > 0) {
+      pipeline_flags += fmt::format(" --num-layers-per-virtual-pipeline-stage {}",
+                                    target.num_layers_per_virtual_pipeline_stage);
+    }
+  }
+  // "--tensor-model-parallel-size 2 to 1", or both sizes in full on either side when pipelined.
+  const std::string sizes =
+      pipelined
+          ? fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {} to "
+                        "--tensor-model-parallel-size {} --pipeline-model-parallel-size {}",
+                        result.source_tensor_parallel, result.source_pipeline_parallel,
+                        target.tensor_model_parallel_size, target.pipeline_model_parallel_size)
+          : fmt::format("--tensor-model-parallel-size {} to {}", result.source_tensor_parallel,
+                        target.tensor_model_parallel_size);
   std::cout << fmt::format(
-      " resharded {} of {} from --tensor-model-parallel-size {} to {} into {}; continue with\n"
-      "   pretrain_gpt <the run's flags> --tensor-model-parallel-size {} "
+      " resharded {} of {} from {} into {}; continue with\n"
+      "   pretrain_gpt <the run's flags> --tensor-model-parallel-size {}{} "
       "--make-vocab-size-divisible-by {} --load {}\n",
-      what, options.load, result.source_tensor_parallel, target.tensor_model_parallel_size,
-      options.save, target.tensor_model_parallel_size, target.make_vocab_size_divisible_by,
-      options.save);
+      what, options.load, sizes, options.save, target.tensor_model_parallel_size, pipeline_flags,
+      target.make_vocab_size_divisible_by, options.save);
+  if (pipelined) {
+    std::cout << fmt::format(
+        "   on a multiple of {} processes (tensor × pipeline; the rest is data parallel){}\n",
+        target.tensor_model_parallel_size * target.pipeline_model_parallel_size,
+        result.interleaving_dropped ? ", without --num-layers-per-virtual-pipeline-stage"
+                                    : "");
+  }
   if (result.target_padded_vocab_size != result.source_padded_vocab_size) {
     std::cout << fmt::format(
         " note: the padded vocabulary changed from {} to {} rows; the padded logits are part of "

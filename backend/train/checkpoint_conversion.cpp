@@ -34,8 +34,11 @@ GptModel<float> load_checkpoint_weights(const std::filesystem::path& directory, 
     const CheckpointFileReader reader(tracked->file);
     arguments = arguments_from_checkpoint(reader.metadata(), reader.path());
   }
-  // A tensor-parallel checkpoint: its shards assembled into the one-process model.
-  if (arguments.tensor_model_parallel_size > 1) return load_whole_checkpoint_weights(directory, out);
+  // A tensor- or pipeline-parallel checkpoint: its files assembled into the one-process model
+  // (load_checkpoint reads one rank's file, which holds a part of it).
+  if (arguments.tensor_model_parallel_size > 1 || arguments.pipeline_model_parallel_size > 1) {
+    return load_whole_checkpoint_weights(directory, out);
+  }
   // Weights only: load_checkpoint reads no optimizer state with --finetune.
   arguments.load = directory.string();
   arguments.finetune = true;

@@ -16,9 +16,10 @@
 namespace backend {
 
 // The weights of the checkpoint DIR's tracker names (an iteration or a release), in the model
-// its saved arguments describe; the optimizer state is not read. A tensor-parallel checkpoint's
-// shards are assembled whole (load_whole_checkpoint_weights, checkpoint_reshard.hpp), with the
-// padded vocabulary of the size that saved it. Megatron's load messages go
+// its saved arguments describe; the optimizer state is not read. A tensor- or pipeline-parallel
+// checkpoint's files (one per rank and stage) are assembled whole (load_whole_checkpoint_weights,
+// checkpoint_reshard.hpp), with the padded vocabulary of the size that saved it. Megatron's load
+// messages go
 // to `out`. A directory without a tracker, or a checkpoint that does not match its own
 // arguments, is a common::Error naming the file.
 GptModel<float> load_checkpoint_weights(const std::filesystem::path& directory, std::ostream& out);

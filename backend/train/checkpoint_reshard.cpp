@@ -1,6 +1,8 @@
-// Resharding a checkpoint to another tensor-parallel size; see checkpoint_reshard.hpp.
-// Reference: Megatron-LM tools/checkpoint/loader_megatron.py (the shards concatenated whole),
-// saver_megatron.py / saver_base.py (pad_weight, torch.chunk into the target's shards).
+// Resharding a checkpoint to another tensor- and pipeline-parallel size; see
+// checkpoint_reshard.hpp. Reference: Megatron-LM tools/checkpoint/loader_megatron.py (the
+// shards concatenated whole, the stages' layers collected in order, the tied copy skipped),
+// saver_megatron.py / saver_base.py (pad_weight, torch.chunk into the target's shards, the
+// layers dealt out to the target's stages, the last stage's output_layer from the embedding).
 #include "backend/train/checkpoint_reshard.hpp"
 
 #include <fmt/format.h>
@@ -23,6 +25,7 @@
 #include "backend/common/memory_estimate.hpp"
 #include "backend/model/gpt_config.hpp"
 #include "backend/model/parameter_layout.hpp"
+#include "backend/model/pipeline_stage.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/trainer.hpp"
 
@@ -39,29 +42,92 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return text + (shape.size() == 1 ? ",)" : ")");
 }
 
-int64_t saved_tensor_parallel_size(const CheckpointMetadata& metadata) {
-  return metadata.has("tensor_parallel")
-             ? metadata.get<int64_t>(metadata.section("tensor_parallel"), "size")
-             : 1;
+constexpr const char* kWordEmbeddings = "embedding.word_embeddings.weight";
+
+// A file's place, {size, rank}, in its "tensor_parallel" or "pipeline_parallel" group ({1, 0}
+// for files from before the field).
+struct GroupPlace {
+  int64_t size = 1;
+  int64_t rank = 0;
+};
+GroupPlace saved_place(const CheckpointMetadata& metadata, const char* group) {
+  if (!metadata.has(group)) return {};
+  return {metadata.get<int64_t>(metadata.section(group), "size"),
+          metadata.get<int64_t>(metadata.section(group), "rank")};
 }
 
-// The checkpoint to reshard: every rank's file open, the arguments and the model they describe.
+// The checkpoint to reshard: every (tensor-parallel rank, stage)'s file open, the arguments and
+// the model they describe.
 struct Source {
   TrackedCheckpoint tracked;
-  std::vector<std::unique_ptr<CheckpointFileReader>> readers;  // by tensor-parallel rank
+  // Stage by stage, a stage's tensor-parallel ranks in order (file()).
+  std::vector<std::unique_ptr<CheckpointFileReader>> readers;
   TrainingArguments arguments;
   GptConfig config;
   int64_t tensor_parallel = 1;
+  int64_t pipeline_parallel = 1;
+  int64_t virtual_chunks = 1;  // model chunks per stage (the interleaved schedule's)
   bool optimizer_state = false;
+
+  const CheckpointFileReader& file(int64_t rank, int64_t stage) const {
+    return *readers[static_cast<size_t>(stage * tensor_parallel + rank)];
+  }
+  PipelineStage stage(int64_t rank) const {
+    return {.pipeline_parallel = pipeline_parallel, .rank = rank, .virtual_chunks = virtual_chunks};
+  }
 };
 
-// Everything of rank 0's metadata but its "tensor_parallel" must be rank r's too: the shards
-// of one save share the iteration, the samples, the optimizer and scheduler state, the RNG.
+// "mp_rank_00..mp_rank_01", or "mp_rank_00_000..mp_rank_01_001" with stages.
+std::string file_range_text(int64_t tensor_parallel, int64_t pipeline_parallel) {
+  return checkpoint_rank_directory_name(0, 0, pipeline_parallel) + ".." +
+         checkpoint_rank_directory_name(tensor_parallel - 1, pipeline_parallel - 1,
+                                        pipeline_parallel);
+}
+
+// "--tensor-model-parallel-size 2", with " and --pipeline-model-parallel-size 2" when pipelined.
+std::string saved_sizes_text(int64_t tensor_parallel, int64_t pipeline_parallel) {
+  std::string text = fmt::format("--tensor-model-parallel-size {}", tensor_parallel);
+  if (pipeline_parallel > 1) {
+    text += fmt::format(" and --pipeline-model-parallel-size {}", pipeline_parallel);
+  }
+  return text;
+}
+
+// Why `layers_per_virtual_stage` layers per model chunk cannot be trained with `num_layers`
+// layers over `pipeline_parallel` stages (the trainer's rules, validate_arguments in
+// arguments.cpp), empty when it can; 0 (no interleaving) always can.
+std::string interleaving_problem(int64_t num_layers, int64_t pipeline_parallel,
+                                 int64_t layers_per_virtual_stage) {
+  if (layers_per_virtual_stage == 0) return {};
+  if (pipeline_parallel <= 2) {
+    return "the interleaved schedule needs a pipeline-parallel size greater than 2";
+  }
+  const int64_t per_stage = num_layers / pipeline_parallel;
+  if (per_stage % layers_per_virtual_stage != 0) {
+    return fmt::format("it does not divide the {} layers of each stage", per_stage);
+  }
+  return {};
+}
+
+// The divisors of n, "1, 2, 4, 8": the pipeline sizes a model of n layers can take.
+std::string divisors_text(int64_t n) {
+  std::string text;
+  for (int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) text += (text.empty() ? "" : ", ") + std::to_string(d);
+  }
+  return text;
+}
+
+// Everything of the first file's metadata but its place in the groups ("tensor_parallel",
+// "pipeline_parallel") must be every other file's too: the files of one save share the
+// iteration, the samples, the optimizer and scheduler state, the RNG, the arguments.
 void check_same_metadata(const CheckpointFileReader& first, const CheckpointFileReader& other) {
   json a = first.metadata();
   json b = other.metadata();
-  a.erase("tensor_parallel");
-  b.erase("tensor_parallel");
+  for (const char* place : {"tensor_parallel", "pipeline_parallel"}) {
+    a.erase(place);
+    b.erase(place);
+  }
   if (a == b) return;
   std::string key = "?";
   for (const auto& [name, value] : a.items()) {
@@ -97,16 +163,51 @@ Source open_source(const fs::path& directory) {
                  directory.string(), checkpoint_tracker_path(directory).string(),
                  tracked->file.string());
   }
-  source.readers.push_back(std::make_unique<CheckpointFileReader>(tracked->file));
-  const CheckpointFileReader& first = *source.readers.front();
+  // The first file (mp_rank_00, or mp_rank_00_000 of a pipelined checkpoint) says how many
+  // files there are, and what model they hold.
+  auto first_reader = std::make_unique<CheckpointFileReader>(tracked->file);
+  const CheckpointFileReader& first = *first_reader;
   const CheckpointMetadata metadata(first.metadata(), first.path());
-  source.tensor_parallel = saved_tensor_parallel_size(metadata);
+  source.tensor_parallel = saved_place(metadata, "tensor_parallel").size;
+  source.pipeline_parallel = saved_place(metadata, "pipeline_parallel").size;
   source.arguments = arguments_from_checkpoint(first.metadata(), first.path());
   if (source.arguments.tensor_model_parallel_size != source.tensor_parallel) {
     common::fail("checkpoint {}: its metadata says tensor-parallel size {} but its arguments "
                  "--tensor-model-parallel-size {} (the file was not written by this backend's "
                  "save_checkpoint)", first.path().string(), source.tensor_parallel,
                  source.arguments.tensor_model_parallel_size);
+  }
+  if (source.arguments.pipeline_model_parallel_size != source.pipeline_parallel) {
+    common::fail("checkpoint {}: its metadata says pipeline-parallel size {} but its arguments "
+                 "--pipeline-model-parallel-size {} (the file was not written by this backend's "
+                 "save_checkpoint)", first.path().string(), source.pipeline_parallel,
+                 source.arguments.pipeline_model_parallel_size);
+  }
+  if (source.tensor_parallel < 1 || source.pipeline_parallel < 1) {
+    common::fail("checkpoint {}: its metadata says tensor-parallel size {} and pipeline-parallel "
+                 "size {}; both are at least 1 (the file was not written by this backend's "
+                 "save_checkpoint)", first.path().string(), source.tensor_parallel,
+                 source.pipeline_parallel);
+  }
+  // Which stage holds which layers: the trainer's layout (pipeline_stage.hpp), which the saved
+  // sizes must allow.
+  const int64_t num_layers = source.arguments.num_layers;
+  const int64_t per_virtual_stage = source.arguments.num_layers_per_virtual_pipeline_stage;
+  if (num_layers % source.pipeline_parallel != 0 || per_virtual_stage < 0 ||
+      (per_virtual_stage > 0 && (num_layers / source.pipeline_parallel) % per_virtual_stage != 0)) {
+    common::fail("checkpoint {}: its arguments --num-layers {} --pipeline-model-parallel-size {} "
+                 "--num-layers-per-virtual-pipeline-stage {} do not cut the layers into stages "
+                 "(the file was not written by this backend's save_checkpoint)",
+                 first.path().string(), num_layers, source.pipeline_parallel, per_virtual_stage);
+  }
+  source.virtual_chunks = source.arguments.virtual_pipeline_chunks();
+  // The tracker finds mp_rank_00 before mp_rank_00_000: the first file's name must be the one
+  // its pipeline size gives.
+  if (checkpoint_rank_file(*tracked, 0, 0, source.pipeline_parallel) != tracked->file) {
+    common::fail("checkpoint {} records --pipeline-model-parallel-size {}, whose first file is "
+                 "{}: the files were renamed or mixed up",
+                 first.path().string(), source.pipeline_parallel,
+                 checkpoint_rank_file(*tracked, 0, 0, source.pipeline_parallel).string());
   }
   if (!tracked->release) {
     const auto iteration = metadata.get<int64_t>("iteration");
@@ -116,31 +217,42 @@ Source open_source(const fs::path& directory) {
                    checkpoint_tracker_path(directory).string(), tracked->iteration);
     }
   }
-  for (int64_t rank = 1; rank < source.tensor_parallel; ++rank) {
-    const fs::path file = checkpoint_rank_file(*tracked, rank);
-    if (!fs::is_regular_file(file)) {
-      common::fail("--load {}: {} is missing: the checkpoint {} was saved with "
-                   "--tensor-model-parallel-size {}, and resharding needs every one of its "
-                   "shards mp_rank_00..mp_rank_{:02d}",
-                   directory.string(), file.string(), tracked->file.parent_path().parent_path().string(),
-                   source.tensor_parallel, source.tensor_parallel - 1);
+  source.readers.push_back(std::move(first_reader));
+  for (int64_t stage = 0; stage < source.pipeline_parallel; ++stage) {
+    for (int64_t rank = 0; rank < source.tensor_parallel; ++rank) {
+      if (stage == 0 && rank == 0) continue;
+      const fs::path file = checkpoint_rank_file(*tracked, rank, stage, source.pipeline_parallel);
+      if (!fs::is_regular_file(file)) {
+        common::fail("--load {}: {} is missing: the checkpoint {} was saved with {}, and "
+                     "resharding needs every one of its files {}",
+                     directory.string(), file.string(),
+                     tracked->file.parent_path().parent_path().string(),
+                     saved_sizes_text(source.tensor_parallel, source.pipeline_parallel),
+                     file_range_text(source.tensor_parallel, source.pipeline_parallel));
+      }
+      source.readers.push_back(std::make_unique<CheckpointFileReader>(file));
     }
-    source.readers.push_back(std::make_unique<CheckpointFileReader>(file));
   }
-  for (int64_t rank = 0; rank < source.tensor_parallel; ++rank) {
-    const CheckpointFileReader& reader = *source.readers[static_cast<size_t>(rank)];
-    const CheckpointMetadata rank_metadata(reader.metadata(), reader.path());
-    const int64_t size = saved_tensor_parallel_size(rank_metadata);
-    const int64_t saved_rank =
-        rank_metadata.has("tensor_parallel")
-            ? rank_metadata.get<int64_t>(rank_metadata.section("tensor_parallel"), "rank")
-            : 0;
-    if (size != source.tensor_parallel || saved_rank != rank) {
-      common::fail("checkpoint {} is the file of tensor-parallel rank {} of {}, but it records "
-                   "rank {} of {}: the shard files were moved or mixed up",
-                   reader.path().string(), rank, source.tensor_parallel, saved_rank, size);
+  for (int64_t stage = 0; stage < source.pipeline_parallel; ++stage) {
+    for (int64_t rank = 0; rank < source.tensor_parallel; ++rank) {
+      const CheckpointFileReader& reader = source.file(rank, stage);
+      const CheckpointMetadata file_metadata(reader.metadata(), reader.path());
+      const GroupPlace tensor = saved_place(file_metadata, "tensor_parallel");
+      if (tensor.size != source.tensor_parallel || tensor.rank != rank) {
+        common::fail("checkpoint {} is the file of tensor-parallel rank {} of {}, but it records "
+                     "rank {} of {}: the shard files were moved or mixed up",
+                     reader.path().string(), rank, source.tensor_parallel, tensor.rank,
+                     tensor.size);
+      }
+      const GroupPlace pipeline = saved_place(file_metadata, "pipeline_parallel");
+      if (pipeline.size != source.pipeline_parallel || pipeline.rank != stage) {
+        common::fail("checkpoint {} is the file of pipeline stage {} of {}, but it records stage "
+                     "{} of {}: the stage files were moved or mixed up",
+                     reader.path().string(), stage, source.pipeline_parallel, pipeline.rank,
+                     pipeline.size);
+      }
+      if (stage > 0 || rank > 0) check_same_metadata(first, reader);
     }
-    if (rank > 0) check_same_metadata(first, reader);
   }
   source.config = model_config(source.arguments);
   const auto padded = metadata.get<int64_t>("padded_vocab_size");
@@ -212,26 +324,33 @@ std::vector<StatePart> state_parts(bool optimizer_state) {
 }
 
 // Every source shard put in its place in the whole tensors (Megatron's loader concatenates
-// them; here each shard's pieces, shard_pieces, are copied where the layout says); the moments
-// too with `moments` (when the checkpoint has them).
+// them; here each shard's pieces, shard_pieces, are copied where the layout says), stage by
+// stage, each tensor by its global name; the moments too with `moments` (when the checkpoint
+// has them). The last stage's tied copy is not read: the first stage's word embedding is the
+// tensor (the trainer keeps the two equal).
 WholeState assemble(const Source& source, const ParameterLayout& whole, bool moments) {
   WholeState state;
   const auto parts = state_parts(moments && source.optimizer_state);
   for (const StatePart& part : parts) (state.*part.buffer).resize(static_cast<size_t>(whole.numel()));
   std::vector<float> shard;
-  for (int64_t rank = 0; rank < source.tensor_parallel; ++rank) {
-    const CheckpointFileReader& reader = *source.readers[static_cast<size_t>(rank)];
-    const ParameterLayout layout(source.config, source.tensor_parallel, rank);
-    check_no_other_tensors(reader, layout, source.optimizer_state);
-    for (const ParameterTensor& tensor : layout.tensors()) {
-      const ParameterTensor& target = whole.tensor(tensor.name);
-      shard.resize(static_cast<size_t>(tensor.numel));
-      for (const StatePart& part : parts) {
-        read_shard(reader, part.prefix + tensor.name, tensor.shape, source.tensor_parallel, shard);
-        float* values = (state.*part.buffer).data() + target.offset;
-        for (const ShardPiece& piece : shard_pieces(tensor, source.tensor_parallel, rank)) {
-          std::memcpy(values + piece.full_offset, shard.data() + piece.shard_offset,
-                      static_cast<size_t>(piece.numel) * sizeof(float));
+  for (int64_t stage = 0; stage < source.pipeline_parallel; ++stage) {
+    for (int64_t rank = 0; rank < source.tensor_parallel; ++rank) {
+      const CheckpointFileReader& reader = source.file(rank, stage);
+      const ParameterLayout layout(source.config, source.tensor_parallel, rank,
+                                   source.stage(stage));
+      check_no_other_tensors(reader, layout, source.optimizer_state);
+      for (const ParameterTensor& tensor : layout.tensors()) {
+        if (tensor.tied_copy) continue;
+        const ParameterTensor& target = whole.tensor(tensor.name);
+        shard.resize(static_cast<size_t>(tensor.numel));
+        for (const StatePart& part : parts) {
+          read_shard(reader, part.prefix + tensor.name, tensor.shape, source.tensor_parallel,
+                     shard);
+          float* values = (state.*part.buffer).data() + target.offset;
+          for (const ShardPiece& piece : shard_pieces(tensor, source.tensor_parallel, rank)) {
+            std::memcpy(values + piece.full_offset, shard.data() + piece.shard_offset,
+                        static_cast<size_t>(piece.numel) * sizeof(float));
+          }
         }
       }
     }
@@ -263,14 +382,16 @@ void copy_whole_range(const float* source, const std::vector<int64_t>& source_sh
   }
 }
 
-// The tensors of target rank `rank`: each whole tensor's pieces (shard_pieces of the target
-// layout) copied from the whole state into `storage` (the parameters, then the moments), listed
-// in save_checkpoint's order: every parameter, then each parameter's two moments.
+// The tensors of target rank `rank` of `stage`: each whole tensor's pieces (shard_pieces of the
+// target layout) copied from the whole state into `storage` (the parameters, then the
+// moments), listed in save_checkpoint's order: every parameter, then each parameter's two
+// moments. The last stage's tied copy (output_layer.weight) is cut from the word embedding, as
+// the trainer makes it (parameter_layout.hpp), and so are its moments.
 CheckpointRankFile target_rank_file(const WholeState& state, const ParameterLayout& source_whole,
                                     const GptConfig& target_config, int64_t target_tensor_parallel,
-                                    int64_t rank, bool optimizer_state, const json& metadata,
-                                    std::vector<float>& storage) {
-  const ParameterLayout layout(target_config, target_tensor_parallel, rank);
+                                    int64_t rank, const PipelineStage& stage, bool optimizer_state,
+                                    const json& metadata, std::vector<float>& storage) {
+  const ParameterLayout layout(target_config, target_tensor_parallel, rank, stage);
   const auto parts = state_parts(optimizer_state);
   const auto numel = static_cast<size_t>(layout.numel());
   storage.assign(numel * parts.size(), 0.0f);
@@ -278,7 +399,8 @@ CheckpointRankFile target_rank_file(const WholeState& state, const ParameterLayo
   for (size_t p = 0; p < parts.size(); ++p) {
     float* part_storage = storage.data() + p * numel;
     for (const ParameterTensor& tensor : layout.tensors()) {
-      const ParameterTensor& source = source_whole.tensor(tensor.name);
+      const ParameterTensor& source =
+          source_whole.tensor(tensor.tied_copy ? kWordEmbeddings : tensor.name);
       const float* source_values = (state.*parts[p].buffer).data() + source.offset;
       float* shard = part_storage + tensor.offset;
       for (const ShardPiece& piece : shard_pieces(tensor, target_tensor_parallel, rank)) {
@@ -306,8 +428,7 @@ void check_vocabulary_change(const ParameterLayout& source_whole, const Paramete
   for (const ParameterTensor& tensor : target_whole.tensors()) {
     const ParameterTensor& source = source_whole.tensor(tensor.name);
     if (source.shape == tensor.shape) continue;
-    const bool vocabulary = tensor.name == "embedding.word_embeddings.weight" ||
-                            tensor.name == "output_layer.weight";
+    const bool vocabulary = tensor.name == kWordEmbeddings || tensor.name == "output_layer.weight";
     if (!vocabulary || source.shape.size() != 2 || source.shape[1] != tensor.shape[1]) {
       throw std::logic_error(fmt::format("resharding changes the shape of '{}' from {} to {}",
                                          tensor.name, shape_text(source.shape),
@@ -331,38 +452,58 @@ bool same_directory(const fs::path& a, const fs::path& b) {
   return fs::weakly_canonical(a, error) == fs::weakly_canonical(b, error);
 }
 
-// The metadata of the target's files, rank aside: the source's, with the target's size and
-// vocabulary in it, and where it came from.
+// The metadata of the target's files, their place in the groups aside: the source's, with the
+// target's sizes and vocabulary in it, and where it came from.
 json target_metadata(const json& source_metadata, const Source& source,
                      const GptConfig& target_config, const TrainingArguments& target_arguments,
                      const ReshardOptions& options) {
+  const TrainingArguments& t = target_arguments;
   json metadata = source_metadata;
   metadata["padded_vocab_size"] = target_config.padded_vocab_size;
-  metadata["arguments"]["tensor_model_parallel_size"] = target_arguments.tensor_model_parallel_size;
-  metadata["arguments"]["make_vocab_size_divisible_by"] =
-      target_arguments.make_vocab_size_divisible_by;
-  // The arguments dump (text, as pretrain_gpt prints it) of a run at the target's size.
+  json& arguments = metadata["arguments"];
+  arguments["tensor_model_parallel_size"] = t.tensor_model_parallel_size;
+  arguments["pipeline_model_parallel_size"] = t.pipeline_model_parallel_size;
+  arguments["num_layers_per_virtual_pipeline_stage"] = t.num_layers_per_virtual_pipeline_stage;
+  arguments["make_vocab_size_divisible_by"] = t.make_vocab_size_divisible_by;
+  // The arguments dump (text, as pretrain_gpt prints it) of a run at the target's sizes.
   if (metadata.contains("args") && metadata["args"].is_object()) {
     json& args = metadata["args"];
-    args["tensor_model_parallel_size"] = std::to_string(target_arguments.tensor_model_parallel_size);
-    args["make_vocab_size_divisible_by"] =
-        std::to_string(target_arguments.make_vocab_size_divisible_by);
-    if (target_arguments.tensor_model_parallel_size == 1 && args.contains("sequence_parallel")) {
+    args["tensor_model_parallel_size"] = std::to_string(t.tensor_model_parallel_size);
+    args["pipeline_model_parallel_size"] = std::to_string(t.pipeline_model_parallel_size);
+    // Megatron's dump has these two (None without interleaving); ours, when it has them.
+    if (args.contains("num_layers_per_virtual_pipeline_stage")) {
+      args["num_layers_per_virtual_pipeline_stage"] =
+          t.num_layers_per_virtual_pipeline_stage > 0
+              ? std::to_string(t.num_layers_per_virtual_pipeline_stage)
+              : std::string("None");
+    }
+    if (args.contains("virtual_pipeline_model_parallel_size")) {
+      args["virtual_pipeline_model_parallel_size"] =
+          t.num_layers_per_virtual_pipeline_stage > 0 ? std::to_string(t.virtual_pipeline_chunks())
+                                                      : std::string("None");
+    }
+    args["make_vocab_size_divisible_by"] = std::to_string(t.make_vocab_size_divisible_by);
+    if (t.tensor_model_parallel_size == 1 && args.contains("sequence_parallel")) {
       args["sequence_parallel"] = "False";  // Megatron switches it off at tp 1
     }
+    // The same data-parallel size on tp × pp × dp processes.
     if (args.contains("data_parallel_size") && args["data_parallel_size"].is_string()) {
       const std::string text = args["data_parallel_size"].get<std::string>();
       int64_t data_parallel = 0;
       const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), data_parallel);
       if (error == std::errc() && end == text.data() + text.size() && data_parallel > 0) {
-        args["world_size"] =
-            std::to_string(data_parallel * target_arguments.tensor_model_parallel_size);
+        args["world_size"] = std::to_string(data_parallel * t.tensor_model_parallel_size *
+                                            t.pipeline_model_parallel_size);
       }
     }
   }
-  metadata["resharded"] = {{"from_tensor_parallel_size", source.tensor_parallel},
-                           {"from_padded_vocab_size", source.config.padded_vocab_size},
-                           {"command_line", options.command_line}};
+  metadata["resharded"] = {
+      {"from_tensor_parallel_size", source.tensor_parallel},
+      {"from_pipeline_parallel_size", source.pipeline_parallel},
+      {"from_num_layers_per_virtual_pipeline_stage",
+       source.arguments.num_layers_per_virtual_pipeline_stage},
+      {"from_padded_vocab_size", source.config.padded_vocab_size},
+      {"command_line", options.command_line}};
   return metadata;
 }
 
@@ -385,8 +526,15 @@ GptModel<float> load_whole_checkpoint_weights(const fs::path& directory, std::os
   const WholeState state = assemble(source, whole, false);
   GptModel<float> model(source.config);
   model.copy_parameters_from_host(state.parameters);
-  out << fmt::format("  successfully loaded the weights of {} from its {} tensor-parallel shard "
-                     "file(s), assembled whole\n", directory.string(), source.tensor_parallel);
+  if (source.pipeline_parallel == 1) {
+    out << fmt::format("  successfully loaded the weights of {} from its {} tensor-parallel shard "
+                       "file(s), assembled whole\n", directory.string(), source.tensor_parallel);
+  } else {
+    out << fmt::format("  successfully loaded the weights of {} from its {} files ({} "
+                       "tensor-parallel rank(s) × {} pipeline stages), assembled whole\n",
+                       directory.string(), source.tensor_parallel * source.pipeline_parallel,
+                       source.tensor_parallel, source.pipeline_parallel);
+  }
   out.flush();
   return model;
 }
@@ -409,8 +557,12 @@ int64_t divisor_keeping_padding(int64_t vocab_size, int64_t padded_vocab_size, i
 
 ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& out) {
   const int64_t target_tp = options.target_tensor_parallel;
+  const int64_t target_pp = options.target_pipeline_parallel;
   if (target_tp < 1) {
     common::fail("--target-tensor-parallel-size must be at least 1, got {}", target_tp);
+  }
+  if (target_pp < 1) {
+    common::fail("--target-pipeline-parallel-size must be at least 1, got {}", target_pp);
   }
   if (same_directory(options.load, options.save)) {
     common::fail("--save {} is the --load directory: resharding writes a new checkpoint beside "
@@ -426,8 +578,21 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
     out << fmt::format(" loading checkpoint from {} at iteration {}\n", options.load.string(),
                        source.tracked.iteration);
   }
+  const int64_t num_layers = source.arguments.num_layers;
+  if (num_layers % target_pp != 0) {
+    common::fail("--target-pipeline-parallel-size {} does not divide the {} layers of the model "
+                 "of {} (--num-layers {}): every pipeline stage holds the same number of layers; "
+                 "valid sizes: {}", target_pp, num_layers, first.path().string(), num_layers,
+                 divisors_text(num_layers));
+  }
   TrainingArguments target_arguments = source.arguments;
   target_arguments.tensor_model_parallel_size = target_tp;
+  target_arguments.pipeline_model_parallel_size = target_pp;
+  // The interleaved schedule's chunk size is kept where the trainer takes it at the target size.
+  const int64_t source_per_virtual_stage = source.arguments.num_layers_per_virtual_pipeline_stage;
+  const std::string interleaving =
+      interleaving_problem(num_layers, target_pp, source_per_virtual_stage);
+  if (!interleaving.empty()) target_arguments.num_layers_per_virtual_pipeline_stage = 0;
   if (options.make_vocab_size_divisible_by > 0) {
     target_arguments.make_vocab_size_divisible_by = options.make_vocab_size_divisible_by;
   }
@@ -460,10 +625,23 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
                                    : fmt::format("iteration {}", existing->iteration));
   }
 
-  out << fmt::format(" > resharding from tensor-parallel size {} to {}{}\n", source.tensor_parallel,
-                     target_tp,
-                     source.optimizer_state ? " (parameters and optimizer state)"
-                                            : " (parameters; the checkpoint has no optimizer state)");
+  if (source.pipeline_parallel == 1 && target_pp == 1) {
+    out << fmt::format(" > resharding from tensor-parallel size {} to {}", source.tensor_parallel,
+                       target_tp);
+  } else {
+    out << fmt::format(" > resharding from tensor-parallel size {}, pipeline-parallel size {} to "
+                       "tensor-parallel size {}, pipeline-parallel size {}",
+                       source.tensor_parallel, source.pipeline_parallel, target_tp, target_pp);
+  }
+  out << (source.optimizer_state ? " (parameters and optimizer state)\n"
+                                 : " (parameters; the checkpoint has no optimizer state)\n");
+  if (!interleaving.empty()) {
+    out << fmt::format(" > --num-layers-per-virtual-pipeline-stage {} of the checkpoint does not "
+                       "fit --target-pipeline-parallel-size {} ({}): the resharded checkpoint has "
+                       "no interleaved schedule (num_layers_per_virtual_pipeline_stage 0); resume "
+                       "without --num-layers-per-virtual-pipeline-stage\n",
+                       source_per_virtual_stage, target_pp, interleaving);
+  }
   const int64_t source_rows = source.config.padded_vocab_size;
   const int64_t target_rows = target_config.padded_vocab_size;
   const int64_t keeping = divisor_keeping_padding(
@@ -489,13 +667,17 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
   const json metadata =
       target_metadata(first.metadata(), source, target_config, target_arguments, options);
   std::vector<float> storage;
+  const int64_t target_chunks = target_arguments.virtual_pipeline_chunks();
   write_checkpoint_files(
-      options.save, source.tracked.iteration, source.tracked.release, target_tp,
-      [&](int64_t rank) {
-        json rank_metadata = metadata;
-        rank_metadata["tensor_parallel"] = {{"size", target_tp}, {"rank", rank}};
-        return target_rank_file(state, source_whole, target_config, target_tp, rank,
-                                source.optimizer_state, rank_metadata, storage);
+      options.save, source.tracked.iteration, source.tracked.release, target_tp, target_pp,
+      [&](int64_t rank, int64_t stage) {
+        json file_metadata = metadata;
+        file_metadata["tensor_parallel"] = {{"size", target_tp}, {"rank", rank}};
+        file_metadata["pipeline_parallel"] = {{"size", target_pp}, {"rank", stage}};
+        return target_rank_file(
+            state, source_whole, target_config, target_tp, rank,
+            {.pipeline_parallel = target_pp, .rank = stage, .virtual_chunks = target_chunks},
+            source.optimizer_state, file_metadata, storage);
       },
       out);
 
@@ -503,6 +685,9 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
   result.iteration = source.tracked.iteration;
   result.release = source.tracked.release;
   result.source_tensor_parallel = source.tensor_parallel;
+  result.source_pipeline_parallel = source.pipeline_parallel;
+  result.source_layers_per_virtual_stage = source_per_virtual_stage;
+  result.interleaving_dropped = !interleaving.empty();
   result.source_padded_vocab_size = source_rows;
   result.target_padded_vocab_size = target_rows;
   result.divisor_keeping_padding = keeping;

@@ -1,18 +1,30 @@
-// Resharding a checkpoint to another tensor-parallel size, for checkpoint_util
-// --target-tensor-parallel-size (Megatron-LM's tools/checkpoint/convert.py with
-// loader_megatron.py and saver_megatron.py, whose flags it takes). The checkpoint DIR's tracker
-// names is read from all T of its mp_rank_XX files; every tensor (the parameters and, where the
-// checkpoint has them, AdamW's two moments) is assembled whole by the source layout
-// (ParameterLayout(config, T, rank) and shard_pieces) and cut into the N target ranks' shards;
-// the rest of the state (iteration, consumed samples, optimizer step, loss scaler, scheduler,
-// dropout RNG) is carried over unchanged, so pretrain_gpt --tensor-model-parallel-size N --load
-// OUT resumes the run. Megatron's converter saves weights only (--no-save-optim, --no-save-rng);
+// Resharding a checkpoint to another tensor- and pipeline-parallel size, for checkpoint_util
+// --target-tensor-parallel-size T --target-pipeline-parallel-size P (Megatron-LM's
+// tools/checkpoint/convert.py with loader_megatron.py and saver_megatron.py, whose flags it
+// takes). The checkpoint DIR's tracker names is read from every one of its files, one per
+// (tensor-parallel rank, pipeline stage): mp_rank_XX, or mp_rank_XX_YYY when it was saved with
+// more than one stage (its metadata's "pipeline_parallel" and its arguments'
+// pipeline_model_parallel_size and num_layers_per_virtual_pipeline_stage say which stage holds
+// which layers). Every tensor (the parameters and, where the checkpoint has them, AdamW's two
+// moments) is assembled whole by its global name, each file's shards put in place by the source
+// layout (ParameterLayout(config, tp, rank, stage) and shard_pieces); the last stage's copy of a
+// tied word embedding (tied_copy) is left out, the first stage holding the original. The whole
+// tensors are then cut into the target's files: each (rank, stage) gets the tensors of its
+// layout at the target sizes, the last stage's tied copy made again from the word embedding
+// (moments included), as the trainer keeps it. The rest of the state (iteration, consumed
+// samples, optimizer step, loss scaler, scheduler, dropout RNG) is carried over unchanged, so
+// pretrain_gpt --tensor-model-parallel-size T --pipeline-model-parallel-size P --load OUT
+// resumes the run. Megatron's converter saves weights only (--no-save-optim, --no-save-rng);
 // this one keeps the whole state.
+//
+// The interleaved schedule's --num-layers-per-virtual-pipeline-stage is kept when the trainer
+// accepts it at P (P > 2 and dividing the layers per stage); otherwise the target has none (0),
+// and the progress output says so, since the resumed run must then not pass it.
 //
 // The padded vocabulary depends on the tensor-parallel size (a multiple of
 // --make-vocab-size-divisible-by × tp). The target's is computed as Megatron's saver computes
 // it: the tokenizer's size (its true_vocab_size) padded with the checkpoint's divisor (or
-// `make_vocab_size_divisible_by` when given) × N. The rows of the word embedding and of
+// `make_vocab_size_divisible_by` when given) × T. The rows of the word embedding and of
 // output_layer (and their moments) are then cut to it, or padded to it with copies of the last
 // source row, as Megatron's saver pads (pad_weight: "replicating final entry"); the moments of
 // the added rows are copies too, so each added row is a clone of that row in every state. A
@@ -38,6 +50,7 @@ struct ReshardOptions {
   std::filesystem::path load;  // the checkpoint directory (its tracker names what is resharded)
   std::filesystem::path save;  // the new checkpoint directory: not `load`, and without a tracker
   int64_t target_tensor_parallel = 1;
+  int64_t target_pipeline_parallel = 1;
   int64_t make_vocab_size_divisible_by = 0;  // the target's; 0: the checkpoint's
   std::vector<std::string> command_line{};   // recorded in the metadata ("resharded")
 };
@@ -46,6 +59,11 @@ struct ReshardResult {
   int64_t iteration = 0;
   bool release = false;
   int64_t source_tensor_parallel = 1;
+  int64_t source_pipeline_parallel = 1;
+  // The source's --num-layers-per-virtual-pipeline-stage (0: none), and whether the target
+  // goes without it because it does not fit the target's pipeline size.
+  int64_t source_layers_per_virtual_stage = 0;
+  bool interleaving_dropped = false;
   int64_t source_padded_vocab_size = 0;
   int64_t target_padded_vocab_size = 0;
   // The target --make-vocab-size-divisible-by that would have kept the source's padded
@@ -58,19 +76,21 @@ struct ReshardResult {
 // Reshards the checkpoint options.load's tracker names into options.save (holding its save
 // lock while it writes): an iteration becomes the same iteration there, a release a release.
 // Progress lines go to `out`. Everything is checked before anything is written, each failure a
-// common::Error naming the flag or file: no tracker, a missing or inconsistent shard file, a
-// tensor that does not fit the checkpoint's own arguments, a target size that does not divide
-// the heads, query groups, --ffn-hidden-size or the padded vocabulary (check_tensor_parallel's
-// messages), --save being --load or holding a checkpoint already, a model too big for this
-// machine's memory (common::require_memory_fits).
+// common::Error naming the flag or file: no tracker, a missing or inconsistent file of a
+// (tensor-parallel rank, stage), a tensor that does not fit the checkpoint's own arguments, a
+// target tensor-parallel size that does not divide the heads, query groups, --ffn-hidden-size
+// or the padded vocabulary (check_tensor_parallel's messages), a target pipeline size below 1
+// or not dividing --num-layers, --save being --load or holding a checkpoint already, a model too
+// big for this machine's memory (common::require_memory_fits).
 ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& out);
 
 // The weights of the checkpoint DIR's tracker names, assembled whole from the files of however
-// many tensor-parallel ranks saved it, in the one-process model of its arguments, with the
-// padded vocabulary its files hold (the saving size's); the optimizer state is not read. For
-// checkpoint_util --export-hf (checkpoint_conversion.hpp's load_checkpoint_weights) of a
-// tensor-parallel run. Refused as reshard_checkpoint refuses a bad source, and when the
-// weights, twice (model and files), exceed this machine's memory.
+// many tensor-parallel ranks and pipeline stages saved it (the tied copy left out), in the
+// one-process model of its arguments, with the padded vocabulary its files hold (the saving
+// size's); the optimizer state is not read. For checkpoint_util --export-hf
+// (checkpoint_conversion.hpp's load_checkpoint_weights) of a model-parallel run. Refused as
+// reshard_checkpoint refuses a bad source, and when the weights, twice (model and files),
+// exceed this machine's memory.
 GptModel<float> load_whole_checkpoint_weights(const std::filesystem::path& directory,
                                               std::ostream& out);
 

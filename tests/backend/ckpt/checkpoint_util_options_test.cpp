@@ -1,6 +1,6 @@
 // checkpoint_util's command line: both Hugging Face directions, --replace-training-tracker,
-// resharding (--target-tensor-parallel-size), and every misuse a clear common::Error, with
-// nothing read or written (parse_checkpoint_util_arguments).
+// resharding (--target-tensor-parallel-size, --target-pipeline-parallel-size), and every
+// misuse a clear common::Error, with nothing read or written (parse_checkpoint_util_arguments).
 #include "backend/ckpt/checkpoint_util_options.hpp"
 
 #include <doctest/doctest.h>
@@ -47,6 +47,11 @@ TEST_CASE("checkpoint_util's command line") {
   REQUIRE(defaults);
   CHECK(defaults->make_vocab_size_divisible_by == 0);  // the checkpoint's
   CHECK(defaults->target_pipeline_parallel_size == 1);
+  // Any pipeline size parses; whether it divides the layers is the checkpoint's to say.
+  const auto pipelined = parse({"--load", "ckpt", "--save", "out", "--target-tensor-parallel-size",
+                                "2", "--target-pipeline-parallel-size", "3"});
+  REQUIRE(pipelined);
+  CHECK(pipelined->target_pipeline_parallel_size == 3);
 
   const std::vector<std::pair<std::vector<const char*>, const char*>> misuses = {
       {{}, "nothing to do"},
@@ -60,8 +65,11 @@ TEST_CASE("checkpoint_util's command line") {
       {{"--load", "x", "--target-tensor-parallel-size", "2"}, "--target-tensor-parallel-size requires --load (the checkpoint to reshard) and --save"},
       {{"--load", "x", "--save", "y", "--target-tensor-parallel-size", "0"}, "--target-tensor-parallel-size"},
       {{"--load", "x", "--save", "y", "--target-tensor-parallel-size", "two"}, "--target-tensor-parallel-size"},
-      {{"--load", "x", "--save", "y", "--target-tensor-parallel-size", "2", "--target-pipeline-parallel-size", "2"},
-       "--target-pipeline-parallel-size 2: pipeline parallelism is not built"},
+      {{"--load", "x", "--save", "y", "--target-tensor-parallel-size", "2",
+        "--target-pipeline-parallel-size", "0"},
+       "--target-pipeline-parallel-size takes an integer ≥ 1"},
+      {{"--load", "x", "--save", "y", "--target-pipeline-parallel-size", "2"},
+       "--target-pipeline-parallel-size requires --target-tensor-parallel-size"},
       {{"--load", "x", "--save", "y", "--target-tensor-parallel-size", "2", "--make-vocab-size-divisible-by", "0"},
        "--make-vocab-size-divisible-by"},
       {{"--load", "x", "--export-hf", "y", "--target-tensor-parallel-size", "2"}, "excludes"},
