@@ -74,7 +74,7 @@ TEST_CASE("download: without --output the file is named after the URL, in the cu
   CHECK(read_file(directory.path / "out/source.txt") == "hello");
 }
 
-TEST_CASE("decompress: .xz to the name without the suffix; a corrupt input leaves nothing behind") {
+TEST_CASE("decompress: .xz to the name without the suffix — a corrupt input leaves nothing behind") {
   TemporaryDirectory directory;
   const fs::path jsonl = directory.path / "shard.jsonl";
   std::string text;
@@ -108,7 +108,7 @@ TEST_CASE("decompress: .xz to the name without the suffix; a corrupt input leave
   CHECK(unnamed.output.find("does not end in .gz, .zst or .xz; pass --output FILE") != std::string::npos);
 }
 
-TEST_CASE("decompress refuses content its name does not promise, and plain input; nothing is written") {
+TEST_CASE("decompress refuses content its name does not promise, and plain input — nothing is written") {
   TemporaryDirectory directory;
   const fs::path plain = directory.path / "shard.jsonl.gz";  // named .gz, plain inside
   std::ofstream(plain) << "{\"text\": \"not compressed\"}\n";

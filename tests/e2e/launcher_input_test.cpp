@@ -209,7 +209,7 @@ TEST_CASE("status, logs, report and --config-dir with a name too long for a path
   }
 }
 
-TEST_CASE("usage errors exit with status 2 and CLI11's message; --help and --version with 0") {
+TEST_CASE("usage errors exit with status 2 and CLI11's message — --help and --version with 0") {
   struct Case {
     std::vector<std::string> arguments;
     std::string message;

@@ -98,7 +98,7 @@ TEST_CASE("PP=2, PP=4 interleaved and TP=2 x PP=2 x DP=2 over Open MPI train as 
   }
 }
 
-TEST_CASE("a PP=2 checkpoint resumes at PP=2 with the uninterrupted losses; another size is refused") {
+TEST_CASE("a PP=2 checkpoint resumes at PP=2 with the uninterrupted losses — another size is refused") {
   REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   test_support::TemporaryDirectory directory;
   auto pipelined = [&](const fs::path& save) {

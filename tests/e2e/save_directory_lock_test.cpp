@@ -51,7 +51,7 @@ std::string host_name() {
 
 }  // namespace
 
-TEST_CASE("a --save directory in use by a live run is refused; a killed run's lock is not") {
+TEST_CASE("a --save directory in use by a live run is refused — a killed run's lock is not") {
   test_support::TemporaryDirectory work;
   const fs::path save = work.path / "checkpoints";
   // A first run that trains long enough to be caught alive.

@@ -85,7 +85,7 @@ TEST_CASE("TP=2 (with sequence parallelism), TP=2 x DP=2 and the distributed opt
   }
 }
 
-TEST_CASE("a TP=2 checkpoint resumes at TP=2 with the uninterrupted losses; another size is refused") {
+TEST_CASE("a TP=2 checkpoint resumes at TP=2 with the uninterrupted losses — another size is refused") {
   REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   test_support::TemporaryDirectory directory;
   const fs::path whole_save = directory.path / "whole";

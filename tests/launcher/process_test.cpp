@@ -5,7 +5,7 @@
 #include "backend/common/error.hpp"
 #include "launcher/process.hpp"
 
-TEST_CASE("output and exit status of a child come back; a missing program is named") {
+TEST_CASE("output and exit status of a child come back — a missing program is named") {
   const auto run = launcher::run_and_capture({"bash", "-c", "echo out; echo err >&2; exit 3"});
   CHECK(run.exit_code == 3);
   CHECK(run.output.find("out") != std::string::npos);

@@ -13,7 +13,7 @@
 using namespace launcher;
 namespace fs = std::filesystem;
 
-TEST_CASE("runs are tabulated side by side; missing and malformed reports are named") {
+TEST_CASE("runs are tabulated side by side — missing and malformed reports are named") {
   const fs::path base = fs::temp_directory_path() / "run_report_test";
   fs::remove_all(base);
   for (const auto& [name, ms] : {std::pair{"gpt3_126m", 812.5}, std::pair{"gpt3_126m_mbs8", 1500.0}}) {

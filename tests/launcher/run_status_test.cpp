@@ -46,7 +46,7 @@ TEST_CASE("job records are appended and read back in order") {
   CHECK(table.str().find("FAILED (exit 127)") != std::string::npos);
 }
 
-TEST_CASE("a malformed record names its file and line; logs need a log file") {
+TEST_CASE("a malformed record names its file and line — logs need a log file") {
   TemporaryDirectory base;
   std::ofstream(base.path / "jobs.jsonl") << "{\"stage\": \"training\"}\n";
   CHECK_THROWS_WITH_AS(read_job_records(base.path), doctest::Contains("jobs.jsonl:1: not a job record"),

@@ -68,7 +68,7 @@ TEST_CASE("started all-reduces finish in wait(), several at once, and the defaul
   finished->wait();
 }
 
-TEST_CASE("reduce-scatter gives each rank its shard of the sum; all-gather puts shards in order") {
+TEST_CASE("reduce-scatter gives each rank its shard of the sum — all-gather puts shards in order") {
   auto& world = mpi_test::world();
   const int64_t rank = world.rank(), size = world.size();
   for (const int64_t numel : {int64_t{5} * size, int64_t{5} * size + 2, int64_t{1}}) {

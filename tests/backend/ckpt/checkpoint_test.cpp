@@ -734,7 +734,7 @@ TEST_CASE("--save-interval saves every N iterations and the last one once") {
   CHECK(again.str().find("saving checkpoint") == std::string::npos);
 }
 
-TEST_CASE("one holder of a save directory at a time; a release import needs leave to replace a training tracker") {
+TEST_CASE("one holder of a save directory at a time — a release import needs leave to replace a training tracker") {
   test_support::TemporaryDirectory directory;
   const fs::path save = directory.path / "run";
   {

@@ -8,7 +8,7 @@
 
 #include "backend/common/error.hpp"
 
-TEST_CASE("products and sums that fit are exact; those that do not are errors naming them") {
+TEST_CASE("products and sums that fit are exact — those that do not are errors naming them") {
   constexpr int64_t largest = std::numeric_limits<int64_t>::max();
   CHECK(common::checked_multiply(3, 4, "x") == 12);
   CHECK(common::checked_multiply({2, 3, 7}, "x") == 42);

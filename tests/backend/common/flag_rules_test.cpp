@@ -55,7 +55,7 @@ TEST_CASE("reals are finite: inf, nan and overflows are refused for every real f
   CHECK(problem("--rotary-percent", "1").empty());
 }
 
-TEST_CASE("integers are decimal and within int64 and the flag's range; 0 is not a default") {
+TEST_CASE("integers are decimal and within int64 and the flag's range — 0 is not a default") {
   CHECK(canonical("--num-layers", "010") == "10");  // Python's int(), not C's octal
   CHECK(canonical("--num-layers", "+7") == "7");
   CHECK(problem("--num-layers", "0x10").starts_with("'0x10' is not an integer"));
@@ -102,7 +102,7 @@ TEST_CASE("--split: one to three non-negative finite shares, refused where Megat
   CHECK(problem("--split", "-1,2,3").starts_with("'-1,2,3': '-1' is negative; --split takes"));
 }
 
-TEST_CASE("aliases find their flag's rule; unknown flags have none") {
+TEST_CASE("aliases find their flag's rule — unknown flags have none") {
   CHECK(find_flag_rule("--layernorm-epsilon") == find_flag_rule("--norm-epsilon"));
   CHECK(find_flag_rule("--data-path-file") == find_flag_rule("--data-file-list"));
   CHECK(find_flag_rule("--no-such-flag") == nullptr);

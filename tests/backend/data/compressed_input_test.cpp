@@ -117,7 +117,7 @@ TEST_CASE("missing, truncated and corrupt compressed inputs name the file") {
   CHECK_THROWS_WITH_AS(read_all(path("cut.xz"), 4096), doctest::Contains("cut.xz"), common::Error);
 }
 
-TEST_CASE("a name that promises a compression the content lacks is refused; bzip2 is named, not copied") {
+TEST_CASE("a name that promises a compression the content lacks is refused — bzip2 is named, not copied") {
   // decompress once copied a plain file named .gz unchanged, and read bzip2 as plain text.
   test_support::TemporaryDirectory directory;
   const std::string text = "{\"text\": \"plain\"}\n";

@@ -48,7 +48,7 @@ std::string cache_base(const GptDataset& dataset) {
 
 }  // namespace
 
-TEST_CASE("epochs: the fewest that cover the samples; the final one apart below 80 %") {
+TEST_CASE("epochs: the fewest that cover the samples — the final one apart below 80 %") {
   // 100 tokens per epoch, samples of 10 + 1 tokens overlapping by one.
   CHECK(plan_epochs(100, std::nullopt, 10).num_epochs == 1);
   CHECK(plan_epochs(100, 9, 10).num_epochs == 1);   // 9 · 10 + 1 = 91 ≤ 100

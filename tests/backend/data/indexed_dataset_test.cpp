@@ -158,7 +158,7 @@ TEST_CASE("a writer that is not finalized leaves no files behind") {
   CHECK(directory_entries(directory.path).empty());
 }
 
-TEST_CASE("one writer per prefix at a time; what a killed writer left is removed") {
+TEST_CASE("one writer per prefix at a time — what a killed writer left is removed") {
   test_support::TemporaryDirectory directory;
   const std::string prefix = (directory.path / "shared").string();
   // Temporaries of a run killed earlier (any pid: under the lock no writer of them is alive),

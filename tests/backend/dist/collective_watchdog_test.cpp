@@ -114,7 +114,7 @@ TEST_CASE("the timeout set from the flag applies, to the call in progress too") 
   watchdog.end();
 }
 
-TEST_CASE("looks every period fire after the timeout; time this process was frozen does not count") {
+TEST_CASE("looks every period fire after the timeout — time this process was frozen does not count") {
   FakeClock clock;
   int fired = 0;
   CollectiveWatchdog watchdog("rank 1 (host b)", clock.function(),

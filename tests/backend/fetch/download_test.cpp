@@ -298,7 +298,7 @@ TEST_CASE("a stalled transfer is abandoned after the stall timeout and resumed")
   CHECK(run.said("curl error 28"));  // CURLE_OPERATION_TIMEDOUT
 }
 
-TEST_CASE("an existing output is kept; with a sha256 it is verified first") {
+TEST_CASE("an existing output is kept — with a sha256 it is verified first") {
   HttpTestServer server;
   server.serve("/file", {.content = "new content"});
   TemporaryDirectory directory;

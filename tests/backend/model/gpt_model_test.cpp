@@ -722,7 +722,7 @@ TEST_CASE("the tensor table follows Megatron's names, shapes and order in one fl
                       config.num_layers * (4 * C * C + 2 * C * F + 9 * C + F) + 2 * C);
 }
 
-TEST_CASE("the Llama tensor table: no position table, norm or linear biases; output_layer") {
+TEST_CASE("the Llama tensor table: no position table, norm or linear biases — output_layer") {
   GptConfig config = llama(tiny_config());
   config.ffn_hidden_size = 24;  // not a multiple of C, so F and C cannot be confused
   GptModel<float> model(config);

@@ -63,7 +63,7 @@ TEST_CASE("each tensor is split as Megatron splits it, with the shard's shape") 
   }
 }
 
-TEST_CASE("SwiGLU's linear_fc1 shard is [gate_r | linear_r]; a column shard is each row's segment") {
+TEST_CASE("SwiGLU's linear_fc1 shard is [gate_r | linear_r] — a column shard is each row's segment") {
   const GptConfig config = llama_style(2);
   const ParameterLayout shard(config, 2, 1);
   const auto& fc1 = shard.tensor("decoder.layers.0.mlp.linear_fc1.weight");  // whole (48, 32)

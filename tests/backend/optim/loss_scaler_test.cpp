@@ -137,7 +137,7 @@ TEST_CASE("state round trip: a restored scaler continues as the original") {
   CHECK(shorter.state() == LossScaler::State{1024, 0, 2});
 }
 
-TEST_CASE("restore: constant and none keep the flags' scale; bad saved values are refused") {
+TEST_CASE("restore: constant and none keep the flags' scale — bad saved values are refused") {
   LossScaler constant = LossScaler::constant(64);
   constant.restore({.scale = 2, .growth_tracker = 5, .hysteresis_tracker = 1});
   CHECK(constant.state() == LossScaler::State{64, 0, 0});

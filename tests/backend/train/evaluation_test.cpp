@@ -59,7 +59,7 @@ TEST_CASE("evaluation reads --eval-iters global batches of its split from the gi
                                    {Split::test, 14, 2}, {Split::test, 16, 2}});
 }
 
-TEST_CASE("evaluation: the mean dropout-free loss; dropout step and training mode as before") {
+TEST_CASE("evaluation: the mean dropout-free loss — dropout step and training mode as before") {
   auto a = tiny_arguments();
   a.hidden_dropout = a.attention_dropout = 0.3;
   auto model = initialised_model(a);

@@ -118,7 +118,7 @@ TEST_CASE("the step's loss is the mean of its micro batches' losses before the u
                     training.model.parameters().size_bytes()) != 0);
 }
 
-TEST_CASE("the step reports the rate its update used; the scheduler moves on by the global batch") {
+TEST_CASE("the step reports the rate its update used — the scheduler moves on by the global batch") {
   auto a = tiny_arguments();
   a.lr_decay_style = "linear";
   a.lr_warmup_iters = 2;  // 0, 5e-4, then 1e-3
@@ -140,7 +140,7 @@ TEST_CASE("every step starts from zero gradients") {
   CHECK(second == first);
 }
 
-TEST_CASE("the reported norm is the one before clipping; the update sees the clipped gradients") {
+TEST_CASE("the reported norm is the one before clipping — the update sees the clipped gradients") {
   auto a = tiny_arguments();
   a.clip_grad = 1e-3;
   TinyTraining training(a);

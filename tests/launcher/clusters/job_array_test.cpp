@@ -140,7 +140,7 @@ TEST_CASE("the local array script runs every task in order, and reports a failed
   CHECK(ran.output.find("launcher: task 2 of job array 0-2") != std::string::npos);
 }
 
-TEST_CASE("the PBS script waits with the job's own condition; PBS and Kubernetes refuse job arrays") {
+TEST_CASE("the PBS script waits with the job's own condition — PBS and Kubernetes refuse job arrays") {
   const Node pbs = parse_yaml("queue: q\njob_name_prefix: ''\n", "pbs.yaml");
   JobSpec single = download_array("/r");
   single.command = single.array_tasks.front();

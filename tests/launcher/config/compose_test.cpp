@@ -309,7 +309,7 @@ TEST_CASE("a defaults list that includes itself, directly or through others, is 
                        common::Error);
 }
 
-TEST_CASE("defaults lists nested deeper than the limit are refused; a diamond is no cycle") {
+TEST_CASE("defaults lists nested deeper than the limit are refused — a diamond is no cycle") {
   test_support::TemporaryDirectory conf;
   // chain/gK/c.yaml includes chain/gK+1/c.yaml: an acyclic chain of includes.
   auto write_chain = [&conf](std::size_t length) {

@@ -46,7 +46,7 @@ TEST_CASE("absolute, relative and list interpolations") {
   CHECK(resolved.at("in_list").at(std::size_t{0}).as_string() == "gpt");
 }
 
-TEST_CASE("whole-value interpolation keeps the type; string interpolation formats like Python") {
+TEST_CASE("whole-value interpolation keeps the type — string interpolation formats like Python") {
   const Node resolved = resolve_yaml(
       "i: 5\nf: 1e-5\nb: true\nn: null\ns: text\nm:\n  k: ${i}\n  r: ${.k}\nl: [1, a]\n"
       "ti: ${i}\ntf: ${f}\ntb: ${b}\ntn: ${n}\ntm: ${m}\ntl: ${l}\n"

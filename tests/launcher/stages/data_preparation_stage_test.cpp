@@ -154,7 +154,7 @@ TEST_CASE("several shards: job arrays, numbered outputs, checksums, and only com
   CHECK(blend.at(5).as_string() == "/d/meg-gpt2_02_text_document");
 }
 
-TEST_CASE("decompress: false leaves the decompress job out; preprocess_data reads the compressed shards") {
+TEST_CASE("decompress: false leaves the decompress job out — preprocess_data reads the compressed shards") {
   const Node config = resolved_with({"data_preparation.file_urls=[https://h/a.jsonl.xz,https://h/b.jsonl.xz]",
                                      "data_preparation.decompress=false", "data_preparation.vocab_url=null",
                                      "data_preparation.merges_url=null", "data_dir=/d"});
