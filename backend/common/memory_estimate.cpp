@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -82,10 +81,10 @@ MemoryEstimate estimate_stage_memory(const ModelShape& shape, const Parameters& 
   const double output =
       last ? ((p.untied_output || !first ? p.word_embedding : 0.0) + p.final_norm) / tp : 0.0;
   const double stage_parameters = stage_layers * layer + embedding + output;
-  std::vector<double> units = {embedding, output};
-  if (stage_layers > 0) units.push_back(layer);
-  if (stage_layers >= 2) units.push_back(layer);
-  std::sort(units.begin(), units.end(), std::greater<>());
+  // ZeRO-3's working set as pretrain_gpt keeps it (GptModel's working slots): one slot for each
+  // kind of unit on the stage, the embedding, a layer and the head (the final norm and the
+  // output layer), each with room for a unit's gathered parameters and its whole gradient.
+  const double working_set = embedding + (stage_layers > 0 ? layer : 0.0) + output;
 
   MemoryEstimate estimate;
   estimate.parameters = p.total(layers);
@@ -96,8 +95,8 @@ MemoryEstimate estimate_stage_memory(const ModelShape& shape, const Parameters& 
   double parameter_shard = stage_parameters * weight_width;
   if (setup.zero_stage == 3) {
     parameter_shard /= dp;
-    estimate.weights_bytes = (units[0] + units[1]) * weight_width;  // computing + prefetched
-    estimate.gradients_bytes = units[0] * 4.0;  // a whole unit's, until reduce-scattered
+    estimate.weights_bytes = working_set * weight_width;
+    estimate.gradients_bytes = working_set * 4.0;
   } else {
     estimate.gradients_bytes = stage_parameters * 4.0;
   }

@@ -18,11 +18,11 @@
 //     does: the backward accumulates into the whole fp32 gradient buffer (4 B), which is then
 //     reduce-scattered into a separate fp32 shard (4/dp B) that the optimizer reads, so stage 2's
 //     saving on gradients is not had and the shard is counted on top;
-//   stage 3: weights, gradients and optimizer state all ÷ dp, plus the working set of gathered
-//     parameters: the two largest units of the stage (a unit is one transformer layer, the
-//     embedding, or the output layer with the final norm), i.e. the one computing and the one
-//     prefetched, at the weights' width, and the largest unit's whole gradient (4 B) until it is
-//     reduce-scattered. DeepSpeed's stage3_max_live_parameters may keep more.
+//   stage 3: weights, gradients and optimizer state all ÷ dp, plus pretrain_gpt's working set:
+//     one slot per kind of unit on the stage (the embedding, a transformer layer, the head: the
+//     final norm and the output layer), each holding a unit's gathered parameters (at the
+//     weights' width) and its whole gradient (4 B) until that is reduced into the shards.
+//     DeepSpeed itself prefetches further and keeps up to stage3_max_live_parameters gathered.
 //   offload_optimizer (stages 1-3; DeepSpeed's offload_optimizer, formerly cpu_offload): the
 //     optimizer state and the fp32 gradient shard it reads live in host memory;
 //   offload_parameters (stage 3; DeepSpeed's offload_param): the parameter shard lives in host
@@ -36,7 +36,7 @@
 // flight on pipeline rank r (Megatron's schedules, with enough micro batches per step): 1F1B
 // keeps pp − r micro batches of L/pp layers (the first stage: L layers' worth); the interleaved
 // schedule with V chunks keeps 2·(pp − r − 1) + (V − 1)·pp + 1 chunks of L/(pp·V) layers (the
-// first stage: L·(1 + (pp − 1)/(pp·V)), Korthikanti et al. 2022 §4.2.3). The last stage adds
+// first stage: L·(1 + (pp − 1)/(pp·V)), as Korthikanti et al. 2022 give it). The last stage adds
 // the fp32 logits and their gradient, 2·s·b·V/t · 4 B. The estimate is the first or the last
 // stage, whichever needs more device memory (the others hold less than the first).
 // Everything is computed in double, so a shape of any int64 sizes gives a (huge) number, never

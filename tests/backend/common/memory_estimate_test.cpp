@@ -124,16 +124,18 @@ TEST_CASE("memory estimate: what each ZeRO stage keeps of 3,656 fp32 parameters 
     CHECK(sharded.optimizer_bytes == 8.0 * 3656 / 4);               // 7,312
     CHECK(sharded.host_bytes == 0);
   }
-  // Stage 3: everything ÷ 4, plus two layers gathered (784 each, larger than the embedding's
-  // 512) and one layer's whole gradient.
+  // Stage 3: everything ÷ 4, plus the working slots of pretrain_gpt's ZeRO-3, the embedding
+  // (512), a layer (784) and the head (the final norm, 8: the tied output is the embedding),
+  // each for the gathered parameters and their whole gradients.
   const auto stage3 = common::estimate_training_memory(toy(), toy_setup(3));
-  CHECK(stage3.weights_bytes == 4.0 * 3656 / 4 + 4.0 * (784 + 784));  // 9,928
-  CHECK(stage3.gradients_bytes == 4.0 * 3656 / 4 + 4.0 * 784);        // 6,792
-  CHECK(stage3.optimizer_bytes == 8.0 * 3656 / 4);                    // 7,312
+  CHECK(stage3.weights_bytes == 4.0 * 3656 / 4 + 4.0 * (512 + 784 + 8));    // 8,872
+  CHECK(stage3.gradients_bytes == 4.0 * 3656 / 4 + 4.0 * (512 + 784 + 8));  // 8,872
+  CHECK(stage3.optimizer_bytes == 8.0 * 3656 / 4);                          // 7,312
   CHECK(stage3.host_bytes == 0);
   CHECK(stage3.activations_bytes == none.activations_bytes);
   // One layer per stage (pp 4), no activations: the last stage (its layer, the tied copy of the
-  // embedding and the final norm, 784 + 520) outweighs the first (784 + 512) and gathers both.
+  // embedding and the final norm, 784 + 520) outweighs the first (784 + 512); it has a layer's
+  // slot and the head's.
   auto pipelined = toy_setup(3);
   pipelined.pipeline_parallel = 4;
   pipelined.seq_length = 0;
@@ -144,25 +146,26 @@ TEST_CASE("memory estimate: what each ZeRO stage keeps of 3,656 fp32 parameters 
 
 TEST_CASE("memory estimate: offload moves the optimizer and parameter shards to the host") {
   // Stage 3 at dp 4 as above: the moments (7,312) and the fp32 gradient shard they are
-  // updated from (3,656) go to the host; the device keeps its weights and the working set.
+  // updated from (3,656) go to the host; the device keeps its weights and the working set
+  // (1,304 parameters, 5,216 B each for weights and gradients).
   auto optimizer_setup = toy_setup(3);
   optimizer_setup.offload_optimizer = true;
   const auto optimizer = common::estimate_training_memory(toy(), optimizer_setup);
-  CHECK(optimizer.weights_bytes == 9928.0);
-  CHECK(optimizer.gradients_bytes == 4.0 * 784);
+  CHECK(optimizer.weights_bytes == 8872.0);
+  CHECK(optimizer.gradients_bytes == 5216.0);
   CHECK(optimizer.optimizer_bytes == 0);
   CHECK(optimizer.host_bytes == 7312.0 + 3656.0);
-  // offload_param: the parameter shard (3,656) too; the gathered two layers stay.
+  // offload_param: the parameter shard (3,656) too; the working set stays.
   auto both_setup = optimizer_setup;
   both_setup.offload_parameters = true;
   const auto both = common::estimate_training_memory(toy(), both_setup);
-  CHECK(both.weights_bytes == 4.0 * (784 + 784));
+  CHECK(both.weights_bytes == 5216.0);
   CHECK(both.host_bytes == 7312.0 + 3656.0 + 3656.0);
-  CHECK(both.total_bytes() == doctest::Approx(6272.0 + 3136.0 + both.activations_bytes));
+  CHECK(both.total_bytes() == doctest::Approx(5216.0 + 5216.0 + both.activations_bytes));
   auto parameters_setup = toy_setup(3);
   parameters_setup.offload_parameters = true;
   const auto parameters = common::estimate_training_memory(toy(), parameters_setup);
-  CHECK(parameters.weights_bytes == 6272.0);
+  CHECK(parameters.weights_bytes == 5216.0);
   CHECK(parameters.optimizer_bytes == 7312.0);
   CHECK(parameters.host_bytes == 3656.0);
   // Mixed precision at stage 1: bf16 weights and the whole fp32 gradient buffer stay; the
