@@ -83,7 +83,8 @@ MemoryEstimate estimate_stage_memory(const ModelShape& shape, const Parameters& 
   const double stage_parameters = stage_layers * layer + embedding + output;
   // ZeRO-3's working set as pretrain_gpt keeps it (GptModel's working slots): one slot for each
   // kind of unit on the stage, the embedding, a layer and the head (the final norm and the
-  // output layer), each with room for a unit's gathered parameters and its whole gradient.
+  // output layer, when that is not the embedding itself), each with room for a unit's gathered
+  // parameters and its whole gradient.
   const double working_set = embedding + (stage_layers > 0 ? layer : 0.0) + output;
 
   MemoryEstimate estimate;

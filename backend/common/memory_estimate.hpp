@@ -20,8 +20,9 @@
 //     saving on gradients is not had and the shard is counted on top;
 //   stage 3: weights, gradients and optimizer state all ÷ dp, plus pretrain_gpt's working set:
 //     one slot per kind of unit on the stage (the embedding, a transformer layer, the head: the
-//     final norm and the output layer), each holding a unit's gathered parameters (at the
-//     weights' width) and its whole gradient (4 B) until that is reduced into the shards.
+//     final norm and an untied output layer, or the tied copy on a last pipeline stage), each
+//     holding a unit's gathered parameters (at the weights' width) and its whole gradient (4 B)
+//     until that is reduced into the shards.
 //     DeepSpeed itself prefetches further and keeps up to stage3_max_live_parameters gathered.
 //   offload_optimizer (stages 1-3; DeepSpeed's offload_optimizer, formerly cpu_offload): the
 //     optimizer state and the fp32 gradient shard it reads live in host memory;
