@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "backend/common/error.hpp"
 
@@ -16,9 +17,14 @@ namespace {
 
 struct Parameters {
   double per_layer = 0;
-  double embedding = 0;  // word embedding, position table, untied output layer
+  double word_embedding = 0;  // V·h; an untied output layer is another
+  double position_table = 0;
+  bool untied_output = false;
   double final_norm = 0;
-  double total(double layers) const { return layers * per_layer + embedding + final_norm; }
+  double total(double layers) const {
+    return layers * per_layer + word_embedding * (untied_output ? 2 : 1) + position_table +
+           final_norm;
+  }
 };
 
 Parameters count_parameters(const ModelShape& m) {
@@ -33,8 +39,9 @@ Parameters count_parameters(const ModelShape& m) {
   Parameters p;
   p.per_layer = qkv * h + h * h + fc1 * h + h * f + 2 * norm;
   if (m.linear_biases) p.per_layer += qkv + h + fc1 + h;
-  const double vocab = static_cast<double>(m.padded_vocab_size);
-  p.embedding = vocab * h * (m.untied_output ? 2 : 1) + static_cast<double>(m.position_rows) * h;
+  p.word_embedding = static_cast<double>(m.padded_vocab_size) * h;
+  p.position_table = static_cast<double>(m.position_rows) * h;
+  p.untied_output = m.untied_output;
   p.final_norm = norm;
   return p;
 }
@@ -55,26 +62,57 @@ double cgroup_memory_limit() {
   return 0;
 }
 
-}  // namespace
-
-double parameter_count(const ModelShape& shape) {
-  return count_parameters(shape).total(static_cast<double>(shape.num_layers));
-}
-
-MemoryEstimate estimate_training_memory(const ModelShape& shape, const TrainingSetup& setup) {
-  const Parameters p = count_parameters(shape);
+// One pipeline stage's share (see the header for the model): `first` and `last` say whether it
+// holds the embedding and the output layer; both with one stage.
+MemoryEstimate estimate_stage_memory(const ModelShape& shape, const Parameters& p,
+                                     const TrainingSetup& setup, bool first, bool last) {
   const double layers = static_cast<double>(shape.num_layers);
   const double tp = static_cast<double>(std::max<int64_t>(setup.tensor_parallel, 1));
   const double pp = static_cast<double>(std::max<int64_t>(setup.pipeline_parallel, 1));
   const double dp = static_cast<double>(std::max<int64_t>(setup.data_parallel, 1));
+  const double chunks = static_cast<double>(std::max<int64_t>(setup.virtual_pipeline_chunks, 1));
+  const double rank = first ? 0.0 : pp - 1;
+
+  // The stage's units, each ÷ tp. A tied output layer is the embedding itself on a single
+  // stage, a copy of it on the last of several.
+  const double stage_layers = layers / pp;
+  const double layer = p.per_layer / tp;
+  const double embedding = first ? (p.word_embedding + p.position_table) / tp : 0.0;
+  const double output =
+      last ? ((p.untied_output || !first ? p.word_embedding : 0.0) + p.final_norm) / tp : 0.0;
+  const double stage_parameters = stage_layers * layer + embedding + output;
+  // ZeRO-3's working set as pretrain_gpt keeps it (GptModel's working slots): one slot for each
+  // kind of unit on the stage, the embedding, a layer and the head (the final norm and the
+  // output layer, when that is not the embedding itself), each with room for a unit's gathered
+  // parameters and its whole gradient.
+  const double working_set = embedding + (stage_layers > 0 ? layer : 0.0) + output;
+
   MemoryEstimate estimate;
   estimate.parameters = p.total(layers);
-  // The first pipeline stage holds the embedding; the layers split over pp, everything over tp.
-  const double stage_parameters = (layers / pp * p.per_layer + p.embedding + p.final_norm) / tp;
-  estimate.weights_bytes = stage_parameters * (setup.mixed_precision ? 2.0 : 4.0);
-  estimate.gradients_bytes = stage_parameters * 4.0;
-  estimate.optimizer_bytes = stage_parameters * (setup.mixed_precision ? 12.0 : 8.0) /
-                             (setup.distributed_optimizer ? dp : 1.0);
+  const double weight_width = setup.mixed_precision ? 2.0 : 4.0;
+  const double optimizer_width = setup.mixed_precision ? 12.0 : 8.0;
+  const bool sharded = setup.zero_stage >= 1;
+  const double gradient_shard = sharded ? stage_parameters * 4.0 / dp : 0.0;
+  double parameter_shard = stage_parameters * weight_width;
+  if (setup.zero_stage == 3) {
+    parameter_shard /= dp;
+    estimate.weights_bytes = working_set * weight_width;
+    estimate.gradients_bytes = working_set * 4.0;
+  } else {
+    estimate.gradients_bytes = stage_parameters * 4.0;
+  }
+  const double optimizer = stage_parameters * optimizer_width / (sharded ? dp : 1.0);
+  if (setup.offload_parameters) {
+    estimate.host_bytes += parameter_shard;
+  } else {
+    estimate.weights_bytes += parameter_shard;
+  }
+  if (setup.offload_optimizer) {
+    estimate.host_bytes += optimizer + gradient_shard;
+  } else {
+    estimate.optimizer_bytes = optimizer;
+    estimate.gradients_bytes += gradient_shard;
+  }
 
   const double s = static_cast<double>(setup.seq_length);
   const double b = static_cast<double>(setup.micro_batch_size);
@@ -89,14 +127,46 @@ MemoryEstimate estimate_training_memory(const ModelShape& shape, const TrainingS
   const bool sequence_parallel = setup.sequence_parallel && tp > 1;
   const double full_layer =
       s * b * h * (sequence_parallel ? 4.0 + 30.0 / tp : 10.0 + 24.0 / tp) + scores;
-  // L/pp layers × pp micro batches in flight (1F1B) on the first stage: L layers' worth.
+  // Layers whose activations the schedule keeps at once on this rank: its warm-up forwards and
+  // the one of the steady state, in micro batches of L/pp layers (1F1B) or model chunks of
+  // L/(pp·V) layers (interleaved; Megatron's get_num_warmup_microbatches).
+  const double in_flight_layers =
+      chunks > 1 ? (2.0 * (pp - rank - 1) + (chunks - 1) * pp + 1) * layers / (pp * chunks)
+                 : (pp - rank) * stage_layers;
   const double activations = setup.recompute == Recompute::full
-                                 ? layers * 2.0 * s * b * h + full_layer
-                                 : layers * full_layer;
+                                 ? in_flight_layers * 2.0 * s * b * h + full_layer
+                                 : in_flight_layers * full_layer;
   const double activation_width = setup.mixed_precision ? 1.0 : 2.0;  // the formula counts 16-bit
-  const double logits = 2.0 * s * b * static_cast<double>(shape.padded_vocab_size) / tp * 4.0;
+  const double logits =
+      last ? 2.0 * s * b * static_cast<double>(shape.padded_vocab_size) / tp * 4.0 : 0.0;
   estimate.activations_bytes = activations * activation_width + logits;
   return estimate;
+}
+
+}  // namespace
+
+double parameter_count(const ModelShape& shape) {
+  return count_parameters(shape).total(static_cast<double>(shape.num_layers));
+}
+
+MemoryEstimate estimate_training_memory(const ModelShape& shape, const TrainingSetup& setup) {
+  if (setup.zero_stage < 0 || setup.zero_stage > 3) {
+    fail("ZeRO stage {} is not a stage: 0 (none), 1, 2 or 3", setup.zero_stage);
+  }
+  if (setup.offload_optimizer && setup.zero_stage < 1) {
+    fail("offloading the optimizer needs ZeRO stage 1, 2 or 3 (the optimizer state that moves "
+         "to host memory is the rank's shard); the stage is 0");
+  }
+  if (setup.offload_parameters && setup.zero_stage != 3) {
+    fail("offloading the parameters needs ZeRO stage 3 (only stage 3 shards them); the stage "
+         "is {}",
+         setup.zero_stage);
+  }
+  const Parameters p = count_parameters(shape);
+  if (setup.pipeline_parallel <= 1) return estimate_stage_memory(shape, p, setup, true, true);
+  MemoryEstimate first = estimate_stage_memory(shape, p, setup, true, false);
+  MemoryEstimate last = estimate_stage_memory(shape, p, setup, false, true);
+  return last.total_bytes() > first.total_bytes() ? last : first;
 }
 
 MemoryEstimate estimate_conversion_memory(const ModelShape& shape) {
@@ -133,6 +203,11 @@ std::vector<std::string> format_memory_estimate(const MemoryEstimate& estimate,
   }
   lines.push_back(fmt::format("  total             {:>10}{}", format_gigabytes(estimate.total_bytes()),
                               capacity));
+  if (estimate.host_bytes > 0) {
+    // After the total: offloaded bytes take host memory, not the device's.
+    lines.push_back(fmt::format("  host memory       {:>10} (offloaded, not in the total)",
+                                format_gigabytes(estimate.host_bytes)));
+  }
   return lines;
 }
 

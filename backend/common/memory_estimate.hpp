@@ -8,16 +8,38 @@
 // embedding V·h (and an untied output layer V·h), a learned position table P·h, per layer the
 // attention (q and output h² each, k and v h·g·d each for g key/value heads of d features),
 // the MLP (2·h·f, or 3·h·f with SwiGLU's gate), the norms (h weights, h biases with LayerNorm)
-// and the linear biases, and the final norm.
-// Bytes: Megatron's mixed-precision bookkeeping (bf16/fp16 weights 2 B, fp32 main gradients
-// 4 B, fp32 master weights + Adam moments 12 B, ÷ dp with the distributed optimizer; fp32
-// training 4 + 4 + 8 B) and activations per layer from Korthikanti et al. 2022 ("Reducing
-// Activation Recomputation in Large Transformer Models", Table 2): s·b·h·(10 + 24/t) + 5·a·s²·b/t
-// bytes without recompute for 16-bit activations (doubled for fp32); the s² term of the
-// attention scores is dropped with selective recompute and with attention that never stores
-// them (flash, or the CPU path's blockwise attention); 2·s·b·h per layer with full recompute
-// plus one layer's worth; the first pipeline stage holds pp micro batches of L/pp layers (1F1B),
-// i.e. L layers' worth; plus the fp32 logits and their gradient, 2·s·b·V/t · 4 B.
+// and the linear biases, and the final norm. With pipeline parallelism the first stage holds
+// the embedding and the last the final norm and the output layer (with tied embeddings a copy of
+// the word embedding, backend/model/pipeline_stage.hpp); all of it ÷ tp.
+// Bytes per parameter Φ of the stage: Megatron's mixed-precision bookkeeping (bf16/fp16 weights
+// 2 B, fp32 main gradients 4 B, fp32 master weights + Adam moments 12 B; fp32 training 4 + 4 +
+// 8 B), then ZeRO (Rajbhandari et al. 2020) over the dp ranks:
+//   stage 1 and 2: the optimizer state ÷ dp. Both are what pretrain_gpt's distributed optimizer
+//     does: the backward accumulates into the whole fp32 gradient buffer (4 B), which is then
+//     reduce-scattered into a separate fp32 shard (4/dp B) that the optimizer reads, so stage 2's
+//     saving on gradients is not had and the shard is counted on top;
+//   stage 3: weights, gradients and optimizer state all ÷ dp, plus pretrain_gpt's working set:
+//     one slot per kind of unit on the stage (the embedding, a transformer layer, the head: the
+//     final norm and an untied output layer, or the tied copy on a last pipeline stage), each
+//     holding a unit's gathered parameters (at the weights' width) and its whole gradient (4 B)
+//     until that is reduced into the shards.
+//     DeepSpeed itself prefetches further and keeps up to stage3_max_live_parameters gathered.
+//   offload_optimizer (stages 1-3; DeepSpeed's offload_optimizer, formerly cpu_offload): the
+//     optimizer state and the fp32 gradient shard it reads live in host memory;
+//   offload_parameters (stage 3; DeepSpeed's offload_param): the parameter shard lives in host
+//     memory, the working set stays on the device.
+// Offloaded bytes are the separate host_bytes, never part of the device total.
+// Activations per layer from Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+// Large Transformer Models", Table 2): s·b·h·(10 + 24/t) + 5·a·s²·b/t bytes without recompute
+// for 16-bit activations (doubled for fp32); the s² term of the attention scores is dropped with
+// selective recompute and with attention that never stores them (flash, or the CPU path's
+// blockwise attention); 2·s·b·h per layer with full recompute plus one layer's worth. Layers in
+// flight on pipeline rank r (Megatron's schedules, with enough micro batches per step): 1F1B
+// keeps pp − r micro batches of L/pp layers (the first stage: L layers' worth); the interleaved
+// schedule with V chunks keeps 2·(pp − r − 1) + (V − 1)·pp + 1 chunks of L/(pp·V) layers (the
+// first stage: L·(1 + (pp − 1)/(pp·V)), as Korthikanti et al. 2022 give it). The last stage adds
+// the fp32 logits and their gradient, 2·s·b·V/t · 4 B. The estimate is the first or the last
+// stage, whichever needs more device memory (the others hold less than the first).
 // Everything is computed in double, so a shape of any int64 sizes gives a (huge) number, never
 // an overflow.
 #pragma once
@@ -51,8 +73,14 @@ struct TrainingSetup {
   int64_t tensor_parallel = 1;
   int64_t pipeline_parallel = 1;
   int64_t data_parallel = 1;
-  bool mixed_precision = false;        // bf16/fp16 weights, fp32 gradients and master weights
-  bool distributed_optimizer = false;  // optimizer states sharded over data-parallel ranks
+  // Model chunks per pipeline stage: > 1 is Megatron's interleaved schedule.
+  int64_t virtual_pipeline_chunks = 1;
+  bool mixed_precision = false;  // bf16/fp16 weights, fp32 gradients and master weights
+  // ZeRO over the data-parallel ranks: 0 none; 1 and 2 the distributed optimizer
+  // (--use-distributed-optimizer, DeepSpeed stages 1 and 2); 3 the parameters too.
+  int64_t zero_stage = 0;
+  bool offload_optimizer = false;   // optimizer state in host memory (zero_stage ≥ 1)
+  bool offload_parameters = false;  // the stage-3 parameter shard in host memory
   // The residual stream sharded over the tensor-parallel ranks (--sequence-parallel; tp > 1).
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
@@ -66,6 +94,8 @@ struct MemoryEstimate {
   double optimizer_bytes = 0;
   double activations_bytes = 0;
   double file_tensors_bytes = 0;  // conversions: the tensors read from files, held alongside
+  double host_bytes = 0;          // offloaded to host memory (ZeRO offload); not in total_bytes()
+  // What the device (or, without an accelerator, the process) holds.
   double total_bytes() const {
     return weights_bytes + gradients_bytes + optimizer_bytes + activations_bytes +
            file_tensors_bytes;
@@ -75,7 +105,8 @@ struct MemoryEstimate {
 // The model's parameters, as GptModel lays them out.
 double parameter_count(const ModelShape& shape);
 
-// Training: per device of the layout (the most loaded pipeline stage).
+// Training: per device of the layout (the most loaded pipeline stage). common::Error for a ZeRO
+// stage outside 0-3, offload_optimizer without a stage, offload_parameters below stage 3.
 MemoryEstimate estimate_training_memory(const ModelShape& shape, const TrainingSetup& setup);
 
 // Converting a model (checkpoint_util): its fp32 weights, and a second copy of them as the
@@ -91,7 +122,8 @@ MemoryEstimate estimate_reshard_memory(const ModelShape& shape, bool optimizer_s
                                        int64_t target_tensor_parallel);
 
 // The table: "  weights             0.25 GB" ... "  total               1.02 GB<capacity>",
-// one line each; `capacity` follows the total (" of 80.00 GB"), empty when unknown.
+// one line each; `capacity` follows the total (" of 80.00 GB"), empty when unknown. Offloaded
+// bytes follow the total on a line of their own ("  host memory ..."), only when there are any.
 std::vector<std::string> format_memory_estimate(const MemoryEstimate& estimate,
                                                 std::string_view capacity = {});
 

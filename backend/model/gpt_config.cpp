@@ -93,7 +93,11 @@ common::MemoryEstimate training_memory_estimate(const GptConfig& config, int64_t
   setup.data_parallel = parallelism.data_parallel;
   setup.pipeline_parallel = parallelism.pipeline_parallel;
   setup.sequence_parallel = parallelism.sequence_parallel;
-  setup.distributed_optimizer = parallelism.distributed_optimizer;
+  setup.virtual_pipeline_chunks = parallelism.virtual_pipeline_chunks;
+  setup.zero_stage = parallelism.zero_stage != 0 ? parallelism.zero_stage
+                                                 : (parallelism.distributed_optimizer ? 1 : 0);
+  setup.offload_optimizer = parallelism.offload_optimizer;
+  setup.offload_parameters = parallelism.offload_parameters;
   setup.seq_length = seq_length;
   setup.micro_batch_size = micro_batch_size;
   setup.attention_scores_stored = false;

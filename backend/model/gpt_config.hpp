@@ -119,7 +119,13 @@ struct TrainingParallelism {
   int64_t data_parallel = 1;
   int64_t pipeline_parallel = 1;
   bool sequence_parallel = false;
-  bool distributed_optimizer = false;
+  bool distributed_optimizer = false;  // ZeRO stage 1 when zero_stage is 0
+  // DeepSpeed's zero_optimization: stage (0: distributed_optimizer decides), offload_optimizer
+  // (or cpu_offload) and offload_param; see common::TrainingSetup.
+  int64_t zero_stage = 0;
+  bool offload_optimizer = false;
+  bool offload_parameters = false;
+  int64_t virtual_pipeline_chunks = 1;  // model chunks per pipeline stage (interleaved schedule)
 };
 
 // Training `config` on this backend: fp32 throughout, and the blockwise attention that never

@@ -182,12 +182,13 @@ void check_layout_and_memory(const Node& config, const Node& training, Preflight
   setup.seq_length = seq;
   setup.micro_batch_size = mbs;
   setup.tensor_parallel = tp;
-  // 1F1B's in-flight micro batches; the interleaved schedule keeps up to (1 + (pp − 1)/(pp·V))
-  // times that on the first stage (Korthikanti et al. 2022), not counted (docs/launcher.md).
   setup.pipeline_parallel = pp;
+  setup.virtual_pipeline_chunks = chunks;  // the interleaved schedule keeps more in flight
   setup.data_parallel = dp;
   setup.mixed_precision = report.precision.starts_with("bf16") || report.precision.starts_with("16");
-  setup.distributed_optimizer = report.distributed_optimizer;
+  // NeMo's distributed_fused_adam is Megatron's distributed optimizer, ZeRO stage 1; NeMo has no
+  // key for stage 3 or offload, so the launcher never estimates them.
+  setup.zero_stage = report.distributed_optimizer ? 1 : 0;
   const Node* sequence_parallel = find_set(training, "model.sequence_parallel");
   setup.sequence_parallel =
       sequence_parallel != nullptr && sequence_parallel->as_bool("training.model.sequence_parallel");

@@ -139,6 +139,41 @@ TEST_CASE("the interleaved schedule's rules are checked before queueing, naming 
       common::Error);
 }
 
+TEST_CASE("preflight memory: the interleaved schedule's extra activations are in the estimate") {
+  // gpt3/126m at 24 layers on pp 4 (bf16, s 2048, b 4, h 768, no recompute, distributed
+  // optimizer at dp 1). 1F1B: the first stage's 4 micro batches of 6 layers (24 layers' worth)
+  // outweigh the last stage's one micro batch and the logits. V = 3: the first stage keeps
+  // 2·3 + 2·4 + 1 = 15 chunks of 2 layers (24 · (1 + 3/12) = 30), the last 2·4 + 1 = 9 chunks
+  // (18 layers) and the fp32 logits, 2·s·b·V·4, which is more.
+  auto layout = [](std::vector<std::string> overrides) {
+    overrides.insert(overrides.end(), {"training.trainer.devices=4", "training.model.num_layers=24",
+                                       "training.model.pipeline_model_parallel_size=4"});
+    return training_preflight(composed(overrides));
+  };
+  const auto plain = layout({});
+  const auto interleaved = layout({"+training.model.virtual_pipeline_model_parallel_size=3"});
+  REQUIRE(plain.problems.empty());
+  REQUIRE(interleaved.problems.empty());
+  const double layer = 2048.0 * 4 * 768 * 34;
+  const double logits = 2.0 * 2048 * 4 * 50304 * 4;
+  CHECK(plain.memory.activations_bytes == doctest::Approx(24 * layer));
+  CHECK(interleaved.memory.activations_bytes == doctest::Approx(18 * layer + logits));
+}
+
+TEST_CASE("preflight memory: the table shows host memory when the estimate offloads some") {
+  // NeMo has no ZeRO-3 or offload keys, so the launcher's own estimates never offload; the
+  // table is the shared one, which prints the host figure whenever there is one.
+  auto report = training_preflight(composed({}));
+  REQUIRE(report.problems.empty());
+  for (const auto& line : format_preflight(report)) {
+    CHECK(line.find("host memory") == std::string::npos);
+  }
+  report.memory.host_bytes = 12.5e9;
+  const auto lines = format_preflight(report);
+  CHECK(lines.back() == "  host memory         12.50 GB (offloaded, not in the total)");
+  CHECK(lines[lines.size() - 2].starts_with("  total "));
+}
+
 TEST_CASE("a virtual_pipeline_model_parallel_size below 1 or not an integer is refused first") {
   for (const std::string chunks : {"0", "-1", "two", "2.5"}) {
     CAPTURE(chunks);
