@@ -238,7 +238,11 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
        .data_parallel = process_groups.layout.data_parallel,
        .pipeline_parallel = process_groups.layout.pipeline_parallel,
        .sequence_parallel = a.sequence_parallel,
-       .distributed_optimizer = a.use_distributed_optimizer});
+       .distributed_optimizer = a.use_distributed_optimizer,
+       .zero_stage = a.zero_stage,
+       .offload_optimizer = a.offload_optimizer,
+       .offload_parameters = a.offload_parameters,
+       .virtual_pipeline_chunks = a.virtual_pipeline_chunks()});
   const char* const kWaysOut =
       "Lower --micro-batch-size or --seq-length, recompute activations (--recompute-granularity "
       "full --recompute-method uniform --recompute-num-layers 1), or train a smaller model.";
@@ -276,6 +280,9 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
                           world.rank(), "node")
                   ->size();
     common::MemoryEstimate node_estimate = estimate;
+    // Offloaded state is in host memory, which on CPU ranks is the same memory.
+    node_estimate.optimizer_bytes += node_estimate.host_bytes;
+    node_estimate.host_bytes = 0;
     const auto ranks = static_cast<double>(node_ranks);
     node_estimate.weights_bytes *= ranks;
     node_estimate.gradients_bytes *= ranks;
