@@ -12,6 +12,8 @@
 // optimizer's update is ops/adamw_cuda.cu.
 //
 // The host waits on the stream in one place only: copy_to_host (and allocate_zeroed, at setup).
+// cuda_placement hands the stream to the NCCL communicator, which enqueues its collectives on it
+// and waits for each (backend/dist/nccl_communicator_cuda.cu).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -118,6 +120,9 @@ class CudaDevice final : public Device {
 
   std::string name() const override { return name_; }
   MemoryKind memory_kind() const override { return MemoryKind::cuda; }
+  // For cuda_placement (work of other libraries, NCCL's, ordered with this device's ops).
+  int index() const { return index_; }
+  cudaStream_t stream() const { return stream_; }
 
   DeviceMemory allocate_zeroed(int64_t bytes, std::string_view what) override {
     if (bytes == 0) return {};
@@ -783,6 +788,15 @@ void CudaDevice::vocab_parallel_cross_entropy_combine(View losses, View logsumex
 
 std::unique_ptr<Device> make_cuda_device(int index, int64_t scratch_bytes) {
   return std::make_unique<CudaDevice>(index, scratch_bytes);
+}
+
+CudaPlacement cuda_placement(Device& device) {
+  const auto* cuda_device = dynamic_cast<const CudaDevice*>(&device);
+  if (cuda_device == nullptr) {
+    common::fail("{} is not a CUDA device: GPU work outside its ops (NCCL's collectives) needs "
+                 "a device that make_cuda_device made", device.name());
+  }
+  return {.index = cuda_device->index(), .stream = cuda_device->stream()};
 }
 
 }  // namespace backend

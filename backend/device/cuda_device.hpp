@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "backend/device/cuda_stream.hpp"
 #include "backend/device/device.hpp"
 
 namespace backend {
@@ -20,5 +21,15 @@ inline constexpr int64_t kDefaultCudaScratchBytes = int64_t{64} << 20;
 // the build has no CUDA, the index does not exist or the device cannot be initialised.
 std::unique_ptr<Device> make_cuda_device(int index,
                                          int64_t scratch_bytes = kDefaultCudaScratchBytes);
+
+// Where a CUDA device's work runs: its GPU (the runtime's index) and its stream. For work of
+// another library that must run in order with the device's ops (the NCCL communicator enqueues
+// its collectives on this stream). common::Error naming the device for one that
+// make_cuda_device did not make (and always in a build without CUDA).
+struct CudaPlacement {
+  int index = 0;
+  CudaStream stream = nullptr;
+};
+CudaPlacement cuda_placement(Device& device);
 
 }  // namespace backend

@@ -1,4 +1,4 @@
-// make_cuda_device in a build without CUDA: refused with what to do instead.
+// make_cuda_device and cuda_placement in a build without CUDA: refused with what to do instead.
 #include "backend/common/error.hpp"
 #include "backend/device/cuda_device.hpp"
 
@@ -9,6 +9,11 @@ std::unique_ptr<Device> make_cuda_device(int index, int64_t /*scratch_bytes*/) {
       "--device cuda:{} needs a build with CUDA; this one was configured without nvcc (rebuild "
       "with the CUDA toolkit on PATH, or use --device cpu)",
       index);
+}
+
+CudaPlacement cuda_placement(Device& device) {
+  common::fail("{} is not a CUDA device: this build has no CUDA (rebuild with the CUDA toolkit "
+               "on PATH)", device.name());
 }
 
 }  // namespace backend

@@ -1,9 +1,9 @@
 // Communicator: the collectives of one process group, over Views (Megatron's torch.distributed
 // calls: all_reduce, reduce_scatter_tensor, all_gather_into_tensor, broadcast, send/recv,
 // batch_isend_irecv, barrier). One interface, implemented over Open MPI for CPU ranks
-// (mpi_communicator) and, later, NCCL for GPU ranks; never a home-made transport. A
-// communicator is an object made from the world's by split(), held by whatever needs it
-// (ProcessGroups): no global state.
+// (mpi_session.hpp) and NCCL for GPU ranks (nccl_communicator.hpp); never a home-made
+// transport. A communicator is an object made from the world's by split(), held by whatever
+// needs it (ProcessGroups): no global state.
 //
 // Every collective is called by every member with the same sizes and types (a point-to-point
 // batch by the members it names, each listing its side of the transfers); `values` is

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "backend/common/error.hpp"
+#include "backend/dist/tcp_rendezvous.hpp"
 
 namespace backend {
 
@@ -31,20 +32,29 @@ ProcessEnvironment read_process_environment() {
     const char* launcher;
     const char* rank;
     const char* size;
+    const char* local_rank;
   };
   // srun sets SLURM_NTASKS for the whole allocation too; SLURM_STEP_ID says we run in a step.
   const bool in_slurm_step = std::getenv("SLURM_STEP_ID") != nullptr;
-  for (const Source& source : {Source{"slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"},
-                               Source{"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-                               Source{"pmi", "PMI_RANK", "PMI_SIZE"},
-                               Source{"torchrun", "RANK", "WORLD_SIZE"}}) {
+  for (const Source& source :
+       {Source{"slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"},
+        Source{"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+               "OMPI_COMM_WORLD_LOCAL_RANK"},
+        Source{"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+        Source{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"}}) {
     if (std::string(source.launcher) == "slurm" && !in_slurm_step) continue;
     int64_t size = 0;
     if (!read_integer(source.size, size)) continue;
     environment.world_size = size;
     read_integer(source.rank, environment.rank);
+    read_integer(source.local_rank, environment.local_rank);
     environment.launcher = source.launcher;
     break;
+  }
+  // torchrun's rendezvous address, whichever launcher started this process.
+  if (const char* address = std::getenv("MASTER_ADDR")) environment.master_addr = address;
+  if (const char* port = std::getenv("MASTER_PORT"); port != nullptr && *port != '\0') {
+    environment.master_port = parse_rendezvous_port(port, "environment variable MASTER_PORT");
   }
   if (const char* node = std::getenv("SLURMD_NODENAME")) {
     environment.node = node;

@@ -3,7 +3,9 @@
 // (OMPI_COMM_WORLD_RANK/SIZE), PMI (PMI_RANK/PMI_SIZE: MPICH, Cray's mpiexec on PBS) and
 // torchrun/Kubeflow (RANK, WORLD_SIZE). pretrain_gpt joins MPI when an MPI launcher started it,
 // and the trainer checks that MPI's world is the one the launcher meant, so N tasks never
-// train N independent copies.
+// train N independent copies. Also recorded: the rank on this node (each launcher's own
+// variable, LOCAL_RANK for torchrun: which GPU a rank takes) and torchrun's MASTER_ADDR and
+// MASTER_PORT, where the TCP rendezvous meets when no MPI is up (tcp_rendezvous.hpp).
 #pragma once
 
 #include <cstdint>
@@ -16,9 +18,16 @@ struct ProcessEnvironment {
   int64_t world_size = 1;
   std::string node;      // host or Slurm node name, for messages
   std::string launcher;  // "slurm", "openmpi", "pmi", "torchrun" or "" for a single process
+  // SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID (MPICH's PMI) or LOCAL_RANK,
+  // by launcher as above; 0 when the launcher did not say.
+  int64_t local_rank = 0;
+  std::string master_addr;  // MASTER_ADDR, "" when unset
+  int master_port = 0;      // MASTER_PORT (1 to 65535), 0 when unset
 };
 
-// Reads the environment; malformed values are a common::Error naming the variable.
+// Reads the environment; malformed values are a common::Error naming the variable (a
+// MASTER_PORT that is not a port number too, whether or not anything will use it: a typo is
+// found at start, not when the rendezvous is first needed).
 ProcessEnvironment read_process_environment();
 
 // Whether MPI can start here: one of several tasks that an MPI launcher started (mpirun or

@@ -4,8 +4,9 @@
 # bin/test_gpu and bin/pretrain_gpt from the release build here, and lib/ with the shared
 # libraries they load that a CUDA image need not have (spdlog, fmt, OpenBLAS and its Fortran
 # runtime, utf8proc, libgomp). Left out on purpose: the C and C++ runtimes (the GPU machine's
-# are newer and backward compatible) and the CUDA runtime and cuBLASLt (CUDA 13 on both
-# machines; cuBLASLt alone is 540 MB). On the GPU machine:
+# are newer and backward compatible), the CUDA runtime and cuBLASLt (CUDA 13 on both
+# machines; cuBLASLt alone is 540 MB) and NCCL (218 MB; the GPU machine's PyTorch brings its
+# libnccl.so.2, which run_gpu_checks.sh finds). On the GPU machine:
 #   PREBUILT=1 tests/gpu/run_gpu_checks.sh        (unpacks it and runs the checks)
 # Usage: tests/gpu/bundle_prebuilt.sh [build-dir]
 set -euo pipefail
@@ -18,7 +19,7 @@ bundle=$(mktemp -d)/.gpu-bundle
 mkdir -p "$bundle/bin" "$bundle/lib"
 cp "$build/bin/test_gpu" "$build/bin/pretrain_gpt" "$bundle/bin/"
 ldd "$build/bin/test_gpu" "$build/bin/pretrain_gpt" | awk '$3 ~ /^\// {print $3}' | sort -u |
-  grep -v -E '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|libcuda)\.so' |
+  grep -v -E '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|libcuda|libnccl)\.so' |
   while read -r library; do cp -L "$library" "$bundle/lib/"; done
 git describe --always --dirty >"$bundle/commit"
 tar -C "$(dirname "$bundle")" -cJf "$root/.gpu-bundle.tar.xz" .gpu-bundle

@@ -58,8 +58,11 @@ if [ "${PREBUILT:-0}" = 1 ]; then
     bin=.gpu-bundle/bin
     cuda_lib=$(dirname "$( (ls /usr/local/cuda/lib64/libcublasLt.so.13 /usr/local/cuda/lib/libcublasLt.so.13 2>/dev/null;
                            find / -name 'libcublasLt.so.13' -not -path '/proc/*' 2>/dev/null) | head -1)")
-    export LD_LIBRARY_PATH="$PWD/.gpu-bundle/lib:$cuda_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    note "build: the bundle of commit $(cat .gpu-bundle/commit) (cuBLASLt from $cuda_lib)"
+    # NCCL is not in the bundle either (bundle_prebuilt.sh): the toolkit's, or PyTorch's wheel's.
+    nccl_lib=$(dirname "$( (ls /usr/local/cuda/lib64/libnccl.so.2 /usr/local/cuda/lib/libnccl.so.2 2>/dev/null;
+                           find / -name 'libnccl.so.2' -not -path '/proc/*' 2>/dev/null) | head -1)")
+    export LD_LIBRARY_PATH="$PWD/.gpu-bundle/lib:$cuda_lib:$nccl_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    note "build: the bundle of commit $(cat .gpu-bundle/commit) (cuBLASLt from $cuda_lib, NCCL from $nccl_lib)"
     if ldd "$bin/test_gpu" | grep -q "not found"; then
       note "MISSING LIBRARIES: $(ldd "$bin/test_gpu" "$bin/pretrain_gpt" | grep "not found" | sort -u | tr '\n' ' ')"
     fi

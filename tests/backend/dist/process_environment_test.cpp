@@ -1,5 +1,6 @@
-// Rank and world size from the launchers' environment variables, and the trainer's refusal
-// of a multi-process launch until the distributed path exists.
+// Rank and world size from the launchers' environment variables (with the local rank and
+// torchrun's MASTER_ADDR/MASTER_PORT), and the trainer's refusal of a multi-process launch
+// until the distributed path exists.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -21,7 +22,9 @@ struct ScopedEnvironment {
   explicit ScopedEnvironment(std::vector<std::pair<std::string, std::string>> values) {
     for (const char* name : {"SLURM_STEP_ID", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS",
                              "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
-                             "PMI_SIZE", "RANK", "WORLD_SIZE", "SLURMD_NODENAME"}) {
+                             "PMI_SIZE", "RANK", "WORLD_SIZE", "SLURMD_NODENAME", "SLURM_LOCALID",
+                             "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK",
+                             "MASTER_ADDR", "MASTER_PORT"}) {
       const char* old = std::getenv(name);
       saved.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
       unsetenv(name);
@@ -76,6 +79,47 @@ TEST_CASE("srun, mpirun, PMI and torchrun tasks are recognised") {
     ScopedEnvironment environment({{"RANK", "0"}, {"WORLD_SIZE", "x"}});
     CHECK_THROWS_WITH_AS(read_process_environment(),
                          doctest::Contains("WORLD_SIZE='x' is not a non-negative integer"),
+                         common::Error);
+  }
+}
+
+TEST_CASE("the local rank, MASTER_ADDR and MASTER_PORT (the rendezvous's) are recorded") {
+  {
+    ScopedEnvironment environment({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
+                                   {"MASTER_ADDR", "node0.cluster"}, {"MASTER_PORT", "29500"}});
+    const auto process = read_process_environment();
+    CHECK(process.launcher == "torchrun");
+    CHECK(process.rank == 5);
+    CHECK(process.local_rank == 1);
+    CHECK(process.master_addr == "node0.cluster");
+    CHECK(process.master_port == 29500);
+    // torchrun's variables alone still cannot start MPI: the trainer refuses as before.
+    CHECK_FALSE(started_through_mpi(process));
+  }
+  {
+    ScopedEnvironment environment({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                   {"OMPI_COMM_WORLD_LOCAL_RANK", "3"}, {"LOCAL_RANK", "7"}});
+    const auto process = read_process_environment();
+    CHECK(process.local_rank == 3);  // the launcher's own variable
+    CHECK(process.master_addr.empty());
+    CHECK(process.master_port == 0);
+  }
+  {
+    ScopedEnvironment environment({});
+    CHECK(read_process_environment().local_rank == 0);
+  }
+  for (const char* port : {"http", "0", "65536", "29500 "}) {
+    ScopedEnvironment environment({{"MASTER_ADDR", "node0"}, {"MASTER_PORT", port}});
+    CHECK_THROWS_WITH_AS(read_process_environment(),
+                         ("environment variable MASTER_PORT='" + std::string(port) +
+                          "' is not a port number (valid: 1 to 65535)")
+                             .c_str(),
+                         common::Error);
+  }
+  {
+    ScopedEnvironment environment({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "x"}});
+    CHECK_THROWS_WITH_AS(read_process_environment(),
+                         doctest::Contains("LOCAL_RANK='x' is not a non-negative integer"),
                          common::Error);
   }
 }

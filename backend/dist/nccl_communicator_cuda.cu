@@ -1,0 +1,488 @@
+// The NCCL communicator; see nccl_communicator.hpp. Follows NCCL's API as nccl.h (≥ 2.18)
+// documents it, the way torch.distributed's NCCL backend uses it.
+//
+// - Every call checks its views first (GPU memory or empty; one of fp32, fp64, bf16, fp16, int32,
+//   mapped to NCCL's types; sums and maxima in the views' type, bf16 and fp16 included, as
+//   NCCL computes them), enqueues on the CUDA device's stream (cuda_placement), then waits for
+//   the stream: the interface's calls are blocking, and the caller may read the values on the
+//   host next. The wait polls the stream and ncclCommGetAsyncError, so a failure on another rank
+//   or the network ends the call with NCCL's reason; a call that has waited longer than the
+//   timeout aborts the communicator (ncclCommAbort) and fails, naming the call and the group,
+//   rather than wait forever for a rank that died. An aborted communicator refuses every later
+//   call. ncclCommInitRank and ncclCommSplit wait for the other ranks without that bound.
+// - reduce_scatter and all_gather over shard_range's shards: ncclReduceScatter and
+//   ncclAllGather need equal shards, so they serve a buffer that size() divides; any other
+//   is one ncclReduce (rooted at the shard's owner) or ncclBroadcast (from it) per shard, all in
+//   one ncclGroupStart/ncclGroupEnd, which NCCL runs as one launch, as torch does for uneven
+//   shards. No scratch and no padding: each shard moves once, at its own length. A shard of
+//   no elements (fewer elements than members) is skipped on every member alike.
+// - exchange: ncclSend/ncclRecv in one group. NCCL has no tags: between two ranks the sends
+//   one way match the receives in posting order. The interface matches equal tags in posting
+//   order, so each rank posts its transfers sorted (stably) by peer, direction and tag: a
+//   complete batch, which every batch must be, then pairs exactly as MPI pairs it. Tags must be
+//   ≥ 0, as MPI's. A receive whose size differs from its send is not detected by NCCL (MPI
+//   names it): it hangs or corrupts, and ends at the timeout. A zero-element transfer moves
+//   nothing and is skipped on both sides (their counts agree). Transfers to itself are posted
+//   like any other (NCCL pairs them within the group).
+// - send/receive to itself would never complete outside a group and is refused (exchange
+//   does it). barrier is an all-reduce of one int32 in a buffer allocated with the
+//   communicator. split is ncclCommSplit (the child shares the device, stream and timeout).
+// - Destruction: ncclCommDestroy, or ncclCommAbort while an exception unwinds (another rank
+//   may be gone, and ncclCommDestroy would wait for it).
+// - start_all_reduce is the interface's default (the all-reduce runs at once): on the device's
+//   one stream an NCCL kernel would not overlap the backward anyway; overlapping needs a
+//   stream of the communicator's own, ordered with the device's by events.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <exception>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "backend/common/error.hpp"
+#include "backend/device/cuda_check.cuh"
+#include "backend/device/cuda_device.hpp"
+#include "backend/dist/collective_watchdog.hpp"
+#include "backend/dist/nccl_communicator.hpp"
+
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
+#error "the NCCL communicator needs NCCL 2.18 or newer (ncclCommSplit); this nccl.h is older"
+#endif
+
+namespace backend {
+namespace {
+
+static_assert(sizeof(ncclUniqueId) == kNcclUniqueIdBytes &&
+                  NCCL_UNIQUE_ID_BYTES == kNcclUniqueIdBytes,
+              "nccl_communicator.hpp's kNcclUniqueIdBytes must be NCCL's NCCL_UNIQUE_ID_BYTES");
+
+using Clock = std::chrono::steady_clock;
+
+// NCCL's text for a status, and its last error's detail where it has one.
+std::string nccl_text(ncclResult_t status, ncclComm_t comm) {
+  std::string text = ncclGetErrorString(status);
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && *last != '\0') text += fmt::format(" ({})", last);
+  return text;
+}
+
+void check(ncclResult_t status, const char* call, const std::string& group, ncclComm_t comm) {
+  if (status == ncclSuccess) return;
+  common::fail("{} in the {} group failed: {} (NCCL_DEBUG=WARN or INFO says more)", call, group,
+               nccl_text(status, comm));
+}
+
+ncclDataType_t nccl_type(ElementType type) {
+  switch (type) {
+    case ElementType::f32:
+      return ncclFloat32;
+    case ElementType::f64:
+      return ncclFloat64;
+    case ElementType::bf16:
+      return ncclBfloat16;
+    case ElementType::f16:
+      return ncclFloat16;
+    case ElementType::i32:
+      return ncclInt32;
+  }
+  common::fail("no NCCL type for element type {}", static_cast<int>(type));
+}
+
+// The element at `offset` of a view (in bytes from its start), as NCCL takes buffers.
+void* element(const View& view, int64_t offset) {
+  return static_cast<char*>(view.data) + offset * element_size(view.type);
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, int device, cudaStream_t stream, std::string name,
+                   std::chrono::milliseconds timeout)
+      : comm_(comm), device_(device), stream_(stream), name_(std::move(name)), timeout_(timeout) {
+    try {
+      int value = 0;
+      check(ncclCommUserRank(comm_, &value), "ncclCommUserRank", name_, comm_);
+      rank_ = value;
+      check(ncclCommCount(comm_, &value), "ncclCommCount", name_, comm_);
+      size_ = value;
+      CUDA_CHECK(cudaSetDevice(device_));
+      CUDA_CHECK(cudaMalloc(&barrier_, sizeof(int32_t)));
+      CUDA_CHECK(cudaMemsetAsync(barrier_, 0, sizeof(int32_t), stream_));
+    } catch (...) {
+      release(true);
+      throw;
+    }
+  }
+  ~NcclCommunicator() override { release(std::uncaught_exceptions() > 0); }
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int64_t rank() const override { return rank_; }
+  int64_t size() const override { return size_; }
+  std::string name() const override { return name_; }
+
+  void all_reduce(View values, ReduceOperation operation) override {
+    const char* call = "ncclAllReduce";
+    const size_t count = count_of(values, call);
+    const ncclComm_t comm = live(call);
+    if (count == 0) return;
+    check(ncclAllReduce(values.data, values.data, count, nccl_type(values.type),
+                        operation == ReduceOperation::sum ? ncclSum : ncclMax, comm, stream_),
+          call, name_, comm);
+    wait(call);
+  }
+
+  void reduce_scatter(View output, View input) override {
+    const char* call = "ncclReduceScatter";
+    count_of(input, call);
+    const size_t count = count_of(output, call);
+    same_type(output, input, call);
+    const ShardRange mine = shard_range(input.numel, size_, rank_);
+    if (output.numel != mine.numel) {
+      common::fail("{} in the {} group: {} elements out, but rank {}'s shard of {} is {}", call,
+                   name_, output.numel, rank_, input.numel, mine.numel);
+    }
+    const ncclComm_t comm = live(call);
+    if (input.numel == 0) return;
+    const ncclDataType_t type = nccl_type(input.type);
+    if (input.numel % size_ == 0) {
+      check(ncclReduceScatter(input.data, output.data, count, type, ncclSum, comm, stream_), call,
+            name_, comm);
+    } else {
+      // One ncclReduce per shard, to its owner. recvbuff is used on the root only (nccl.h);
+      // the others pass their own shard of the input, a buffer of the right length that
+      // NCCL reads from and never writes.
+      grouped("ncclReduce (reduce_scatter's uneven shards)", comm, [&] {
+        for (int64_t root = 0; root < size_; ++root) {
+          const ShardRange shard = shard_range(input.numel, size_, root);
+          if (shard.numel == 0) continue;
+          void* send = element(input, shard.offset);
+          const ncclResult_t status =
+              ncclReduce(send, root == rank_ ? output.data : send, static_cast<size_t>(shard.numel),
+                         type, ncclSum, static_cast<int>(root), comm, stream_);
+          if (status != ncclSuccess) return status;
+        }
+        return ncclSuccess;
+      });
+    }
+    wait(call);
+  }
+
+  void all_gather(View output, View input) override {
+    const char* call = "ncclAllGather";
+    count_of(output, call);
+    const size_t count = count_of(input, call);
+    same_type(output, input, call);
+    const ShardRange mine = shard_range(output.numel, size_, rank_);
+    if (input.numel != mine.numel) {
+      common::fail(
+          "{} in the {} group: {} elements out, so rank {}'s shard is {} elements, but "
+          "{} came in",
+          call, name_, output.numel, rank_, mine.numel, input.numel);
+    }
+    const ncclComm_t comm = live(call);
+    if (output.numel == 0) return;
+    const ncclDataType_t type = nccl_type(output.type);
+    if (output.numel % size_ == 0) {
+      // In place when the input is this member's own shard of the output (NCCL's in-place
+      // condition is that very address).
+      check(ncclAllGather(input.data, output.data, count, type, comm, stream_), call, name_, comm);
+    } else {
+      // One ncclBroadcast per shard, from its owner. sendbuff is read on the root only; the
+      // others pass the shard's place in the output (NCCL's in-place form).
+      grouped("ncclBroadcast (all_gather's uneven shards)", comm, [&] {
+        for (int64_t root = 0; root < size_; ++root) {
+          const ShardRange shard = shard_range(output.numel, size_, root);
+          if (shard.numel == 0) continue;
+          void* place = element(output, shard.offset);
+          const ncclResult_t status = ncclBroadcast(root == rank_ ? input.data : place, place,
+                                                    static_cast<size_t>(shard.numel), type,
+                                                    static_cast<int>(root), comm, stream_);
+          if (status != ncclSuccess) return status;
+        }
+        return ncclSuccess;
+      });
+    }
+    wait(call);
+  }
+
+  void broadcast(View values, int64_t root) override {
+    const char* call = "ncclBroadcast";
+    check_member(root, call);
+    const size_t count = count_of(values, call);
+    const ncclComm_t comm = live(call);
+    if (count == 0) return;
+    check(ncclBroadcast(values.data, values.data, count, nccl_type(values.type),
+                        static_cast<int>(root), comm, stream_),
+          call, name_, comm);
+    wait(call);
+  }
+
+  void send(View values, int64_t peer) override {
+    const char* call = "ncclSend";
+    check_member(peer, call);
+    not_itself(peer, call);
+    const size_t count = count_of(values, call);
+    const ncclComm_t comm = live(call);
+    if (count == 0) return;
+    check(
+        ncclSend(values.data, count, nccl_type(values.type), static_cast<int>(peer), comm, stream_),
+        call, name_, comm);
+    wait(call);
+  }
+
+  void receive(View values, int64_t peer) override {
+    const char* call = "ncclRecv";
+    check_member(peer, call);
+    not_itself(peer, call);
+    const size_t count = count_of(values, call);
+    const ncclComm_t comm = live(call);
+    if (count == 0) return;
+    check(
+        ncclRecv(values.data, count, nccl_type(values.type), static_cast<int>(peer), comm, stream_),
+        call, name_, comm);
+    wait(call);
+  }
+
+  void exchange(std::span<const PointToPoint> transfers) override {
+    if (transfers.empty()) return;
+    // Every transfer is checked before any is posted, so bad input leaves nothing in flight.
+    for (const PointToPoint& transfer : transfers) {
+      const char* call = posting_call(transfer);
+      check_member(transfer.peer, call);
+      if (transfer.tag < 0 || transfer.tag > INT_MAX) {
+        common::fail("{} in the {} group: tag {} is not one of 0 to {}", call, name_, transfer.tag,
+                     INT_MAX);
+      }
+      count_of(transfer.values, call);
+    }
+    const ncclComm_t comm = live("exchange");
+    // Tags by posting order (the file's comment): a stable sort keeps the caller's order
+    // among transfers of one peer, direction and tag.
+    std::vector<size_t> order(transfers.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return std::tuple(transfers[a].peer, transfers[a].direction, transfers[a].tag) <
+             std::tuple(transfers[b].peer, transfers[b].direction, transfers[b].tag);
+    });
+    grouped("ncclSend/ncclRecv (exchange)", comm, [&] {
+      for (const size_t i : order) {
+        const PointToPoint& transfer = transfers[i];
+        if (transfer.values.numel == 0) continue;
+        const auto count = static_cast<size_t>(transfer.values.numel);
+        const ncclDataType_t type = nccl_type(transfer.values.type);
+        const int peer = static_cast<int>(transfer.peer);
+        const ncclResult_t status =
+            transfer.direction == PointToPoint::Direction::send
+                ? ncclSend(transfer.values.data, count, type, peer, comm, stream_)
+                : ncclRecv(transfer.values.data, count, type, peer, comm, stream_);
+        if (status != ncclSuccess) return status;
+      }
+      return ncclSuccess;
+    });
+    wait("exchange (ncclSend/ncclRecv)");
+  }
+
+  void barrier() override {
+    const char* call = "ncclAllReduce (barrier)";
+    const ncclComm_t comm = live(call);
+    check(ncclAllReduce(barrier_, barrier_, 1, ncclInt32, ncclSum, comm, stream_), call, name_,
+          comm);
+    wait(call);
+  }
+
+  std::unique_ptr<Communicator> split(int64_t color, int64_t key, std::string name) override {
+    const char* call = "ncclCommSplit";
+    // NCCL_SPLIT_NOCOLOR (and any negative color) leaves a rank out of every group; the
+    // interface gives every member a group.
+    if (color < 0 || color > INT_MAX) {
+      common::fail("{} in the {} group: color {} is not one of 0 to {}", call, name_, color,
+                   INT_MAX);
+    }
+    if (key < INT_MIN || key > INT_MAX) {
+      common::fail("{} in the {} group: key {} is not an int", call, name_, key);
+    }
+    const ncclComm_t comm = live(call);
+    CUDA_CHECK(cudaSetDevice(device_));
+    ncclComm_t part = nullptr;
+    check(ncclCommSplit(comm, static_cast<int>(color), static_cast<int>(key), &part, nullptr), call,
+          name_, comm);
+    if (part == nullptr) {
+      common::fail("{} in the {} group gave no communicator for color {}", call, name_, color);
+    }
+    return std::make_unique<NcclCommunicator>(part, device_, stream_, std::move(name), timeout_);
+  }
+
+ private:
+  // The view's element count, once it is known to be GPU memory (or empty) of a type NCCL has.
+  size_t count_of(const View& view, const char* call) const {
+    if (!view.empty() && view.on != MemoryKind::cuda) {
+      common::fail(
+          "{} in the {} group was given host memory ({} elements of {}): the NCCL "
+          "communicator moves GPU memory (copy it to the device first; CPU ranks use "
+          "MPI)",
+          call, name_, view.numel, element_name(view.type));
+    }
+    if (view.numel < 0) common::fail("{} in the {} group: {} elements", call, name_, view.numel);
+    nccl_type(view.type);
+    return static_cast<size_t>(view.numel);
+  }
+  void same_type(const View& output, const View& input, const char* call) const {
+    if (output.type != input.type) {
+      common::fail("{} in the {} group: {} in, {} out", call, name_, element_name(input.type),
+                   element_name(output.type));
+    }
+  }
+  void check_member(int64_t rank, const char* call) const {
+    if (rank < 0 || rank >= size_) {
+      common::fail("{} in the {} group: rank {} is not one of its {} members", call, name_, rank,
+                   size_);
+    }
+  }
+  void not_itself(int64_t peer, const char* call) const {
+    if (peer == rank_) {
+      common::fail(
+          "{} in the {} group: rank {} to itself would never complete (NCCL pairs a "
+          "rank's send to itself with its receive only within one group): use "
+          "exchange",
+          call, name_, peer);
+    }
+  }
+  static const char* posting_call(const PointToPoint& transfer) {
+    return transfer.direction == PointToPoint::Direction::send ? "ncclSend" : "ncclRecv";
+  }
+  // The communicator, unless an earlier failure aborted it.
+  ncclComm_t live(const char* call) const {
+    if (comm_ == nullptr) {
+      common::fail(
+          "{} in the {} group: the group was aborted after an earlier failure or "
+          "timeout, and takes no more calls",
+          call, name_);
+    }
+    return comm_;
+  }
+
+  // post() between ncclGroupStart and ncclGroupEnd, which always pair up; the first failure
+  // (posting's, else the group's) is reported as `call`'s.
+  template <typename Post>
+  void grouped(const char* call, ncclComm_t comm, Post post) {
+    check(ncclGroupStart(), "ncclGroupStart", name_, comm);
+    const ncclResult_t posted = post();
+    const ncclResult_t ended = ncclGroupEnd();
+    check(posted != ncclSuccess ? posted : ended, call, name_, comm);
+  }
+
+  // Until the stream has done everything enqueued so far, NCCL's call included: polled, so that
+  // NCCL's asynchronous errors and the timeout end the wait (the file's comment).
+  void wait(const char* call) {
+    const Clock::time_point start = Clock::now(), deadline = start + timeout_;
+    for (;;) {
+      const cudaError_t status = cudaStreamQuery(stream_);
+      if (status == cudaSuccess) return;
+      if (status != cudaErrorNotReady) CUDA_CHECK(status);
+      ncclResult_t asynchronous = ncclSuccess;
+      check(ncclCommGetAsyncError(comm_, &asynchronous), "ncclCommGetAsyncError", name_, comm_);
+      if (asynchronous != ncclSuccess) {
+        const std::string reason = nccl_text(asynchronous, comm_);
+        abort_communicator();
+        common::fail(
+            "{} in the {} group failed while rank {} of {} waited for it: {}; the "
+            "group was aborted (ncclCommAbort)",
+            call, name_, rank_, size_, reason);
+      }
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) {
+        abort_communicator();
+        common::fail(
+            "{} in the {} group did not complete in {} on rank {} of {}: another rank "
+            "has probably failed or hangs; the group was aborted (ncclCommAbort)",
+            call, name_,
+            format_timeout(std::chrono::duration<double, std::ratio<60>>(timeout_).count()), rank_,
+            size_);
+      }
+      // A collective usually completes within microseconds to milliseconds: yield at first,
+      // then sleep briefly so that a long wait does not spin a core.
+      if (now - start < std::chrono::milliseconds(2)) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+  }
+
+  void abort_communicator() noexcept {
+    if (comm_ != nullptr) (void)ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+
+  void release(bool aborting) noexcept {
+    (void)cudaSetDevice(device_);
+    if (comm_ != nullptr) {
+      if (aborting) {
+        (void)ncclCommAbort(comm_);
+      } else {
+        (void)ncclCommDestroy(comm_);
+      }
+      comm_ = nullptr;
+    }
+    if (barrier_ != nullptr) (void)cudaFree(barrier_);
+    barrier_ = nullptr;
+  }
+
+  ncclComm_t comm_;
+  int device_;
+  cudaStream_t stream_;
+  std::string name_;
+  std::chrono::milliseconds timeout_;
+  int64_t rank_ = 0;
+  int64_t size_ = 1;
+  int32_t* barrier_ = nullptr;  // one int32 on the GPU, for barrier()
+};
+
+}  // namespace
+
+NcclUniqueId make_nccl_unique_id() {
+  ncclUniqueId id{};
+  const ncclResult_t status = ncclGetUniqueId(&id);
+  if (status != ncclSuccess) {
+    common::fail(
+        "ncclGetUniqueId failed: {} (NCCL_DEBUG=WARN or INFO says more; NCCL_SOCKET_IFNAME "
+        "picks the network interface it listens on)",
+        nccl_text(status, nullptr));
+  }
+  NcclUniqueId bytes{};
+  std::memcpy(bytes.data(), &id, bytes.size());
+  return bytes;
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(Device& device, const NcclUniqueId& id,
+                                                     int64_t rank, int64_t world_size,
+                                                     std::string name,
+                                                     std::chrono::milliseconds timeout) {
+  const CudaPlacement placement = cuda_placement(device);
+  if (world_size < 1 || world_size > INT_MAX || rank < 0 || rank >= world_size) {
+    common::fail("the NCCL {} group: rank {} of {} ranks (valid: 0 to the world size - 1)", name,
+                 rank, world_size);
+  }
+  if (timeout <= std::chrono::milliseconds(0)) {
+    common::fail("the NCCL {} group's timeout is {} ms; it must be positive", name,
+                 timeout.count());
+  }
+  ncclUniqueId unique_id{};
+  std::memcpy(&unique_id, id.data(), id.size());
+  // ncclCommInitRank binds the communicator to the current device.
+  CUDA_CHECK(cudaSetDevice(placement.index));
+  ncclComm_t comm = nullptr;
+  check(ncclCommInitRank(&comm, static_cast<int>(world_size), unique_id, static_cast<int>(rank)),
+        "ncclCommInitRank", name, nullptr);
+  return std::make_unique<NcclCommunicator>(comm, placement.index, placement.stream,
+                                            std::move(name), timeout);
+}
+
+}  // namespace backend
