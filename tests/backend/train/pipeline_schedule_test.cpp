@@ -295,7 +295,10 @@ TEST_CASE("all ranks together finish and each send meets a receive of the same m
     CHECK_MESSAGE(sim.finished, "deadlock: ", sim.where_stuck);
     size_t matched = 0;
     for (const auto& [key, channel] : sim.channels) {
-      const auto& [sender, receiver, message] = key;
+      // (clang 14: no INFO/CAPTURE of a structured binding)
+      const auto sender = std::get<0>(key);
+      const auto receiver = std::get<1>(key);
+      const auto message = std::get<2>(key);
       INFO("from rank ", sender, " to rank ", receiver);
       REQUIRE(channel.sends.size() == channel.receives.size());
       for (size_t i = 0; i < channel.sends.size(); ++i) {
