@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/common/error.hpp"
+#include "backend/device/element_type.hpp"
 
 namespace backend {
 
@@ -29,6 +30,20 @@ class CompletedReduction final : public Communicator::PendingReduction {
 };
 
 }  // namespace
+
+void Communicator::check_member(int64_t rank, const char* call) const {
+  if (rank < 0 || rank >= size()) {
+    common::fail("{} in the {} group: rank {} is not one of its {} members", call, name(), rank,
+                 size());
+  }
+}
+
+void Communicator::same_type(const View& output, const View& input, const char* call) const {
+  if (output.type != input.type) {
+    common::fail("{} in the {} group: {} in, {} out", call, name(), element_name(input.type),
+                 element_name(output.type));
+  }
+}
 
 std::unique_ptr<Communicator::PendingReduction> Communicator::start_all_reduce(
     View values, ReduceOperation operation) {

@@ -83,6 +83,12 @@ class Communicator {
   // A new communicator of the members that pass the same `color`, ranked by `key` (MPI's
   // MPI_Comm_split); called by every member.
   virtual std::unique_ptr<Communicator> split(int64_t color, int64_t key, std::string name) = 0;
+
+ protected:
+  // The checks every implementation makes before a call, naming the call and this group: a root
+  // or peer `rank` that is one of its members; an output of the input's element type.
+  void check_member(int64_t rank, const char* call) const;
+  void same_type(const View& output, const View& input, const char* call) const;
 };
 
 // Σ value over the members (one double all-reduced): a loss, a sum of squares. Every member

@@ -324,18 +324,6 @@ class MpiCommunicator final : public Communicator {
                    element_name(values.type));
     }
   }
-  void same_type(const View& output, const View& input, const char* call) const {
-    if (output.type != input.type) {
-      common::fail("{} in the {} group: {} in, {} out", call, name_, element_name(input.type),
-                   element_name(output.type));
-    }
-  }
-  void check_member(int64_t rank, const char* call) const {
-    if (rank < 0 || rank >= size_) {
-      common::fail("{} in the {} group: rank {} is not one of its {} members", call, name_, rank,
-                   size_);
-    }
-  }
   static const char* posting_call(const PointToPoint& transfer) {
     return transfer.direction == PointToPoint::Direction::send ? "MPI_Isend" : "MPI_Irecv";
   }

@@ -333,18 +333,6 @@ class NcclCommunicator final : public Communicator {
     nccl_type(view.type);
     return static_cast<size_t>(view.numel);
   }
-  void same_type(const View& output, const View& input, const char* call) const {
-    if (output.type != input.type) {
-      common::fail("{} in the {} group: {} in, {} out", call, name_, element_name(input.type),
-                   element_name(output.type));
-    }
-  }
-  void check_member(int64_t rank, const char* call) const {
-    if (rank < 0 || rank >= size_) {
-      common::fail("{} in the {} group: rank {} is not one of its {} members", call, name_, rank,
-                   size_);
-    }
-  }
   void not_itself(int64_t peer, const char* call) const {
     if (peer == rank_) {
       common::fail(

@@ -105,12 +105,6 @@ ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule
     plan.output_gradients.push_back(
         keep("chunk " + std::to_string(c) + " output gradient", pipelined ? stream_rows * C : 0));
   }
-  auto held = [&](int64_t l) {
-    for (const LayerRange& chunk : chunks) {
-      if (chunk.contains(l)) return true;
-    }
-    return false;
-  };
   auto layer_regions = [&](const std::string& name, bool internals, bool output,
                            bool shared = false) {
     const int64_t n = internals ? rows : 0;
@@ -136,7 +130,7 @@ ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule
   };
   std::vector<bool> slot_needs_output;
   for (int64_t l = 0; l < config.num_layers; ++l) {
-    if (!held(l)) {
+    if (!holds_layer(chunks, l)) {
       plan.layers.push_back(layer_regions("layer " + std::to_string(l), false, false));
       continue;
     }

@@ -1254,10 +1254,7 @@ void GptModel<Scalar>::finalize_gradients() {
     if (offset != kAbsentTensor) s.tensor_parallel->all_reduce(s.gradient(offset), ReduceOperation::sum);
   };
   for (int64_t l = 0; l < s.config.num_layers; ++l) {
-    if (std::none_of(s.chunks.begin(), s.chunks.end(),
-                     [&](const LayerRange& chunk) { return chunk.contains(l); })) {
-      continue;
-    }
+    if (!holds_layer(s.chunks, l)) continue;
     const LayerParameters& p = s.layout.layer(l);
     for (const int64_t offset : {p.input_norm_weight, p.input_norm_bias, p.mlp_norm_weight,
                                  p.mlp_norm_bias}) {

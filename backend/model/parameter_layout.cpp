@@ -136,8 +136,7 @@ ParameterLayout::ParameterLayout(const GptConfig& full_config, int64_t tensor_pa
                                replicated, 1, held);
   }
   for (int64_t i = 0; i < config.num_layers; ++i) {
-    held = std::any_of(chunks_.begin(), chunks_.end(),
-                       [&](const LayerRange& chunk) { return chunk.contains(i); });
+    held = holds_layer(chunks_, i);
     const std::string prefix = "decoder.layers." + std::to_string(i) + ".";
     LayerParameters layer{};
     layer.input_norm_weight =

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace backend {
@@ -42,5 +43,13 @@ void check_pipeline_stage(int64_t num_layers, const PipelineStage& stage);
 
 // The layers of each of the stage's chunks, in chunk order (checked first).
 std::vector<LayerRange> stage_layer_chunks(int64_t num_layers, const PipelineStage& stage);
+
+// Whether one of `chunks` holds `layer`.
+inline bool holds_layer(std::span<const LayerRange> chunks, int64_t layer) {
+  for (const LayerRange& chunk : chunks) {
+    if (chunk.contains(layer)) return true;
+  }
+  return false;
+}
 
 }  // namespace backend

@@ -19,6 +19,7 @@
 #include "backend/data/data_blend.hpp"
 #include "backend/dist/parallel_layout.hpp"
 #include "backend/dist/process_environment.hpp"
+#include "backend/model/pipeline_stage.hpp"
 #include "backend/train/deepspeed_config.hpp"
 #include "backend/train/loss_scaling.hpp"
 #include "backend/train/training_schedule.hpp"
@@ -470,11 +471,8 @@ void validate_arguments(TrainingArguments& arguments) {
   }
   // Megatron's pipeline rules (validate_args and the schedules).
   const int64_t pp = arguments.pipeline_model_parallel_size;
-  if (arguments.num_layers % pp != 0) {
-    common::fail("--num-layers {} must be divisible by --pipeline-model-parallel-size {} (every "
-                 "stage holds the same number of layers)",
-                 arguments.num_layers, pp);
-  }
+  check_pipeline_stage(arguments.num_layers,
+                       {.pipeline_parallel = pp, .rank = 0, .virtual_chunks = 1});
   if (arguments.num_layers_per_virtual_pipeline_stage != 0) {
     if (pp <= 2) {
       common::fail("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size "

@@ -30,6 +30,7 @@ EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Spl
   double total = 0;
   if (!model.pipeline_stage().whole_model()) {
     // Forward only through the pipeline; the last stage holds the losses and tells the others.
+    const auto steps = pipeline_forward_schedule(model.pipeline_stage(), num_micro_batches);
     for (int64_t i = 0; i < a.eval_iters; ++i) {
       const int64_t first = first_sample + result.samples;
       const PipelineMicroBatches inputs{
@@ -40,21 +41,20 @@ EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Spl
                    a.micro_batch_size, micro_tokens, micro_labels);
           },
           .dropout_step = {}};
-      total += run_pipeline_steps(
-          model, pipeline_forward_schedule(model.pipeline_stage(), num_micro_batches), inputs, 1.0f,
-          a.micro_batch_size, a.seq_length);
+      total += run_pipeline_steps(model, steps, inputs, 1.0f, a.micro_batch_size, a.seq_length);
       result.samples += num_micro_batches * a.micro_batch_size * dp_size;
     }
     Communicator& pipeline = model.pipeline_parallel_group();
     pipeline.broadcast(host_view(std::span(&total, 1)), pipeline.size() - 1);
-  }
-  for (int64_t i = 0; i < a.eval_iters && model.pipeline_stage().whole_model(); ++i) {
-    for (int64_t m = 0; m < num_micro_batches; ++m) {
-      // This rank's slice of the step's D micro batches, as the training sampler reads them.
-      source(split, first_sample + result.samples + dp_rank * a.micro_batch_size,
-             a.micro_batch_size, tokens, labels);
-      result.samples += a.micro_batch_size * dp_size;
-      total += model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+  } else {
+    for (int64_t i = 0; i < a.eval_iters; ++i) {
+      for (int64_t m = 0; m < num_micro_batches; ++m) {
+        // This rank's slice of the step's D micro batches, as the training sampler reads them.
+        source(split, first_sample + result.samples + dp_rank * a.micro_batch_size,
+               a.micro_batch_size, tokens, labels);
+        result.samples += a.micro_batch_size * dp_size;
+        total += model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+      }
     }
   }
   model.set_training(true);
