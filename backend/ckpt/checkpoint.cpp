@@ -20,6 +20,7 @@
 #include <functional>
 #include <ostream>
 #include <regex>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -40,6 +41,9 @@ constexpr const char* kTrackerName = "latest_checkpointed_iteration.txt";
 constexpr const char* kFileName = "model_optim_rng.bin";
 constexpr const char* kExpAvgPrefix = kCheckpointExpAvgPrefix;
 constexpr const char* kExpAvgSqPrefix = kCheckpointExpAvgSqPrefix;
+// The two tensors of a distrib_optim file.
+constexpr const char* kMomentExpAvg = "exp_avg";
+constexpr const char* kMomentExpAvgSq = "exp_avg_sq";
 constexpr size_t kMismatchRowsShown = 20;
 
 // The keys of the arguments record (CheckpointSaveOptions::arguments, made by
@@ -595,11 +599,47 @@ fs::path begin_save(const fs::path& directory, int64_t iteration, bool release, 
 }
 
 void write_rank_file(const fs::path& temporary, const std::string& rank_directory_name,
-                     const json& metadata, std::span<const CheckpointTensor> tensors) {
+                     const char* file_name, const json& metadata,
+                     std::span<const CheckpointTensor> tensors) {
   const fs::path rank_directory = temporary / rank_directory_name;
   fs::create_directories(rank_directory);
-  write_checkpoint_file(rank_directory / kFileName, metadata, tensors);
+  write_checkpoint_file(rank_directory / file_name, metadata, tensors);
   common::fsync_directory(rank_directory);
+}
+
+// One data-parallel rank's distrib_optim file: its range of the moments, flat, with the range
+// in the metadata so that a load checks it is the file it expects.
+void write_moments_file(const fs::path& temporary, const std::string& rank_directory_name,
+                        const TrainingProgress& progress, const AdamW& optimizer,
+                        const Communicator& data_parallel, const ShardRange& range,
+                        int64_t parameter_count) {
+  std::vector<float> staged_exp_avg, staged_exp_avg_sq;
+  std::span<const float> exp_avg, exp_avg_sq;
+  if (optimizer.device().memory_kind() == MemoryKind::host) {
+    exp_avg = optimizer.exp_avg();
+    exp_avg_sq = optimizer.exp_avg_sq();
+  } else {
+    staged_exp_avg.resize(static_cast<size_t>(range.numel));
+    staged_exp_avg_sq.resize(static_cast<size_t>(range.numel));
+    optimizer.copy_moments_to_host(staged_exp_avg, staged_exp_avg_sq);
+    exp_avg = staged_exp_avg;
+    exp_avg_sq = staged_exp_avg_sq;
+  }
+  if (std::ssize(exp_avg) != range.numel) {
+    common::fail("internal error: the distributed optimizer holds {} moments for a range of {}",
+                 exp_avg.size(), range.numel);
+  }
+  const json metadata = {
+      {"format", "megatron-native distributed optimizer state"},
+      {"iteration", progress.iteration},
+      {"data_parallel", {{"size", data_parallel.size()}, {"rank", data_parallel.rank()}}},
+      {"parameter_count", parameter_count},
+      {"range", {{"offset", range.offset}, {"numel", range.numel}}},
+  };
+  const std::vector<CheckpointTensor> tensors = {
+      {kMomentExpAvg, {range.numel}, exp_avg}, {kMomentExpAvgSq, {range.numel}, exp_avg_sq}};
+  const std::string name = distributed_optimizer_file_name(data_parallel.rank());
+  write_rank_file(temporary, rank_directory_name, name.c_str(), metadata, tensors);
 }
 
 // Once every rank's file is written and synced: the temporary directory becomes the
@@ -629,70 +669,95 @@ void finish_save(const fs::path& directory, const fs::path& temporary, int64_t i
 // and the tracker says "release".
 void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progress,
              const GptModel<float>& model, const AdamW* optimizer,
-             const LearningRateScheduler* scheduler, bool release, std::ostream& out) {
+             const LearningRateScheduler* scheduler, bool release, std::ostream& out,
+             const OptimizerShard* shard = nullptr) {
   const fs::path& directory = options.directory;
+  const bool save_optim = !options.no_save_optim && optimizer != nullptr && scheduler != nullptr;
+  // With the moments in ranges, every data-parallel rank writes its range's file; rank 0 of
+  // the group also the model's. Without the optimizer state the other ranks have nothing to do.
+  Communicator* data_parallel = shard != nullptr ? shard->data_parallel : nullptr;
+  if (data_parallel != nullptr && !save_optim) {
+    if (data_parallel->rank() != 0) return;
+    data_parallel = nullptr;
+    shard = nullptr;
+  }
+  const bool writes_model = data_parallel == nullptr || data_parallel->rank() == 0;
   // The writers: one per (tensor-parallel rank, pipeline stage) (the model's groups), the
   // first of which makes the directory, publishes it and moves the tracker; the others write
   // their file only.
   Communicator& writers = model.tensor_parallel_group();
   Communicator& stages = model.pipeline_parallel_group();
   const int64_t writer = writers.rank();
-  const bool lead = writer == 0 && stages.rank() == 0;
+  const bool lead = writes_model && writer == 0 && stages.rank() == 0;
   // Everyone of the model-parallel group has passed: the tensor-parallel group of each stage,
-  // then each pipeline (whose stage 0 passed only once its whole stage had).
-  auto all_model_parallel_ranks_here = [&] {
+  // then each pipeline (whose stage 0 passed only once its whole stage had); with ranges, each
+  // data-parallel group first (whose rank 0 is of the model-parallel group).
+  auto all_ranks_here = [&] {
+    if (data_parallel != nullptr) data_parallel->barrier();
+    if (!writes_model) return;
     writers.barrier();
     stages.barrier();
   };
-
-  const bool save_optim = !options.no_save_optim && optimizer != nullptr && scheduler != nullptr;
-  json metadata = {
-      {"format", "megatron-native checkpoint"},
-      {"iteration", progress.iteration},
-      {"consumed_train_samples", progress.consumed_train_samples},
-      {"consumed_valid_samples", progress.consumed_valid_samples},
-      {"padded_vocab_size", model.config().padded_vocab_size},
-      {"tensor_parallel", {{"size", writers.size()}, {"rank", writer}}},
-      {"pipeline_parallel", {{"size", stages.size()}, {"rank", stages.rank()}}},
-      {"no_save_optim", !save_optim},
-      {"no_save_rng", options.no_save_rng},
-      {"arguments", options.arguments},
-      {"args", options.args},
-      {"command_line", options.command_line},
-  };
+  // The model's file, data-parallel rank 0's: the metadata and the tensors, whose spans point
+  // into `host`.
+  json metadata;
   std::vector<CheckpointTensor> tensors;
-  const HostState host = host_state(model, save_optim ? optimizer : nullptr, true);
-  const std::span<const float> parameters = host.parameters;
-  for (const auto& tensor : model.tensors()) {
-    tensors.push_back({tensor.name, tensor.shape,
-                       parameters.subspan(static_cast<size_t>(tensor.offset),
-                                          static_cast<size_t>(tensor.numel))});
-  }
-  if (save_optim) {
-    const AdamWConfig& config = optimizer->config();
-    metadata["optimizer"] = {{"step", optimizer->steps_taken()}, {"adam_beta1", config.beta1},
-                             {"adam_beta2", config.beta2},       {"adam_eps", config.eps},
-                             {"weight_decay", config.weight_decay}};
-    // Megatron's optimizer state_dict['grad_scaler'], present when the run has a scaler.
-    if (const LossScaler& scaler = optimizer->loss_scaler(); scaler.enabled()) {
-      const LossScaler::State state = scaler.state();
-      metadata["optimizer"]["grad_scaler"] = {{"scale", state.scale},
-                                              {"growth_tracker", state.growth_tracker},
-                                              {"hysteresis_tracker", state.hysteresis_tracker}};
-    }
-    metadata["opt_param_scheduler"] = schedule_json(*scheduler);
+  HostState host;
+  if (writes_model) {
+    metadata = {
+        {"format", "megatron-native checkpoint"},
+        {"iteration", progress.iteration},
+        {"consumed_train_samples", progress.consumed_train_samples},
+        {"consumed_valid_samples", progress.consumed_valid_samples},
+        {"padded_vocab_size", model.config().padded_vocab_size},
+        {"tensor_parallel", {{"size", writers.size()}, {"rank", writer}}},
+        {"pipeline_parallel", {{"size", stages.size()}, {"rank", stages.rank()}}},
+        {"no_save_optim", !save_optim},
+        {"no_save_rng", options.no_save_rng},
+        {"arguments", options.arguments},
+        {"args", options.args},
+        {"command_line", options.command_line},
+    };
+    host = host_state(model, save_optim && shard == nullptr ? optimizer : nullptr, true);
+    const std::span<const float> parameters = host.parameters;
     for (const auto& tensor : model.tensors()) {
-      const auto offset = static_cast<size_t>(tensor.offset);
-      const auto numel = static_cast<size_t>(tensor.numel);
-      tensors.push_back({kExpAvgPrefix + tensor.name, tensor.shape,
-                         std::span<const float>(host.exp_avg).subspan(offset, numel)});
-      tensors.push_back({kExpAvgSqPrefix + tensor.name, tensor.shape,
-                         std::span<const float>(host.exp_avg_sq).subspan(offset, numel)});
+      tensors.push_back({tensor.name, tensor.shape,
+                         parameters.subspan(static_cast<size_t>(tensor.offset),
+                                            static_cast<size_t>(tensor.numel))});
     }
-  }
-  if (!options.no_save_rng) {
-    metadata["rng_state"] = {{"dropout_seed", model.dropout_seed()},
-                             {"dropout_step", model.dropout_step()}};
+    if (save_optim) {
+      const AdamWConfig& config = optimizer->config();
+      metadata["optimizer"] = {{"step", optimizer->steps_taken()}, {"adam_beta1", config.beta1},
+                               {"adam_beta2", config.beta2},       {"adam_eps", config.eps},
+                               {"weight_decay", config.weight_decay}};
+      // Megatron's optimizer state_dict['grad_scaler'], present when the run has a scaler.
+      if (const LossScaler& scaler = optimizer->loss_scaler(); scaler.enabled()) {
+        const LossScaler::State state = scaler.state();
+        metadata["optimizer"]["grad_scaler"] = {{"scale", state.scale},
+                                                {"growth_tracker", state.growth_tracker},
+                                                {"hysteresis_tracker", state.hysteresis_tracker}};
+      }
+      metadata["opt_param_scheduler"] = schedule_json(*scheduler);
+      if (shard != nullptr) {
+        metadata["optimizer"]["distributed"] = {{"data_parallel", data_parallel->size()},
+                                                {"parameter_count", shard->parameter_count}};
+      }
+      // With ranges, the moments are in the distrib_optim files.
+      if (shard == nullptr) {
+        for (const auto& tensor : model.tensors()) {
+          const auto offset = static_cast<size_t>(tensor.offset);
+          const auto numel = static_cast<size_t>(tensor.numel);
+          tensors.push_back({kExpAvgPrefix + tensor.name, tensor.shape,
+                             std::span<const float>(host.exp_avg).subspan(offset, numel)});
+          tensors.push_back({kExpAvgSqPrefix + tensor.name, tensor.shape,
+                             std::span<const float>(host.exp_avg_sq).subspan(offset, numel)});
+        }
+      }
+    }
+    if (!options.no_save_rng) {
+      metadata["rng_state"] = {{"dropout_seed", model.dropout_seed()},
+                               {"dropout_step", model.dropout_step()}};
+    }
   }
 
   // Write under a temporary name (the lead's pid, shared with the writers), make it durable,
@@ -700,30 +765,114 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
   double lead_pid = ::getpid();  // a double: what a broadcast carries (exact below 2^53)
   fs::path temporary;
   if (lead) temporary = begin_save(directory, progress.iteration, release, out);
-  // After the lead made the directory: to its stage, then down every pipeline.
-  if (stages.rank() == 0) writers.broadcast(host_view(std::span(&lead_pid, 1)), 0);
-  stages.broadcast(host_view(std::span(&lead_pid, 1)), 0);
+  // After the lead made the directory: to its stage, then down every pipeline, then to every
+  // data-parallel group.
+  if (writes_model) {
+    if (stages.rank() == 0) writers.broadcast(host_view(std::span(&lead_pid, 1)), 0);
+    stages.broadcast(host_view(std::span(&lead_pid, 1)), 0);
+  }
+  if (data_parallel != nullptr) data_parallel->broadcast(host_view(std::span(&lead_pid, 1)), 0);
   if (!lead) {
     temporary = final_save_directory(directory, progress.iteration, release);
     temporary += ".tmp." + std::to_string(static_cast<int64_t>(lead_pid));
   }
-  write_rank_file(temporary,
-                  checkpoint_rank_directory_name(writer, stages.rank(), stages.size()), metadata,
-                  tensors);
-  all_model_parallel_ranks_here();
+  const std::string rank_directory =
+      checkpoint_rank_directory_name(writer, stages.rank(), stages.size());
+  if (writes_model) write_rank_file(temporary, rank_directory, kFileName, metadata, tensors);
+  if (shard != nullptr) {
+    write_moments_file(temporary, rank_directory, progress, *optimizer, *data_parallel,
+                       shard->range, shard->parameter_count);
+  }
+  all_ranks_here();
   if (lead) {
     finish_save(directory, temporary, progress.iteration, release, writers.size(), out,
                 stages.size());
   }
-  all_model_parallel_ranks_here();  // the tracker has moved before any writer goes on
+  all_ranks_here();  // the tracker has moved before any rank goes on
 }
 
 }  // namespace
 
+std::string distributed_optimizer_file_name(int64_t data_parallel_rank) {
+  return fmt::format("distrib_optim_{:03d}.bin", data_parallel_rank);
+}
+
 void save_checkpoint(const CheckpointSaveOptions& options, const TrainingProgress& progress,
                      const GptModel<float>& model, const AdamW& optimizer,
-                     const LearningRateScheduler& scheduler, std::ostream& out) {
-  save_to(options, progress, model, &optimizer, &scheduler, false, out);
+                     const LearningRateScheduler& scheduler, std::ostream& out,
+                     const OptimizerShard* shard) {
+  if (shard != nullptr) {
+    // The ranges are shard_range's: a load finds each file's range from the count alone.
+    const ShardRange expected =
+        shard->data_parallel == nullptr
+            ? ShardRange{-1, -1}
+            : shard_range(shard->parameter_count, shard->data_parallel->size(),
+                          shard->data_parallel->rank());
+    if (expected.offset != shard->range.offset || expected.numel != shard->range.numel) {
+      common::fail("internal error: a distributed optimizer's save without its group or with "
+                   "another range than shard_range's");
+    }
+  }
+  save_to(options, progress, model, &optimizer, &scheduler, false, out, shard);
+}
+
+bool has_distributed_moments(const CheckpointMetadata& metadata) {
+  return metadata.has("optimizer") && metadata.section("optimizer").contains("distributed");
+}
+
+void read_distributed_moments(const fs::path& file, const CheckpointMetadata& metadata,
+                              ShardRange wanted, std::span<float> exp_avg,
+                              std::span<float> exp_avg_sq) {
+  const json& distributed = metadata.section("optimizer")["distributed"];
+  const auto members = metadata.get<int64_t>(distributed, "data_parallel");
+  const auto count = metadata.get<int64_t>(distributed, "parameter_count");
+  if (members < 1 || wanted.offset < 0 || wanted.numel < 0 || wanted.offset + wanted.numel > count ||
+      std::ssize(exp_avg) != wanted.numel || std::ssize(exp_avg_sq) != wanted.numel) {
+    common::fail("checkpoint {}: its distributed optimizer state covers {} parameters over {} "
+                 "ranks; elements [{}, {}) of it cannot be read",
+                 file.string(), count, members, wanted.offset, wanted.offset + wanted.numel);
+  }
+  std::vector<float> staged;
+  for (int64_t member = 0; member < members; ++member) {
+    const ShardRange range = shard_range(count, members, member);
+    const int64_t begin = std::max(range.offset, wanted.offset);
+    const int64_t end = std::min(range.offset + range.numel, wanted.offset + wanted.numel);
+    if (begin >= end) continue;
+    const fs::path path = file.parent_path() / distributed_optimizer_file_name(member);
+    if (!fs::is_regular_file(path)) {
+      common::fail("checkpoint {} was saved with the distributed optimizer over {} data-parallel "
+                   "ranks, but {} (rank {}'s optimizer state) does not exist: the checkpoint "
+                   "is incomplete; --no-load-optim loads its weights alone",
+                   file.string(), members, path.string(), member);
+    }
+    const CheckpointFileReader reader(path);
+    const CheckpointMetadata shard(reader.metadata(), reader.path());
+    const json& saved_range = shard.section("range");
+    if (shard.get<int64_t>("parameter_count") != count ||
+        shard.get<int64_t>(saved_range, "offset") != range.offset ||
+        shard.get<int64_t>(saved_range, "numel") != range.numel) {
+      common::fail("{} does not hold the range [{}, {}) of {} parameters that data-parallel rank "
+                   "{} of {} holds in {}: the files of two checkpoints were mixed",
+                   path.string(), range.offset, range.offset + range.numel, count, member, members,
+                   file.string());
+    }
+    for (const auto& [name, destination] :
+         {std::pair{kMomentExpAvg, exp_avg}, std::pair{kMomentExpAvgSq, exp_avg_sq}}) {
+      const TensorEntry* entry = reader.find(name);
+      if (entry == nullptr || entry->shape != std::vector<int64_t>{range.numel}) {
+        common::fail("{} has no tensor '{}' of shape ({},)", path.string(), name, range.numel);
+      }
+      const auto into = destination.subspan(static_cast<size_t>(begin - wanted.offset),
+                                            static_cast<size_t>(end - begin));
+      if (begin == range.offset && end == range.offset + range.numel) {
+        reader.read(*entry, into);
+      } else {
+        staged.resize(static_cast<size_t>(range.numel));
+        reader.read(*entry, staged);
+        std::copy_n(staged.begin() + (begin - range.offset), end - begin, into.begin());
+      }
+    }
+  }
 }
 
 void save_release_checkpoint(const CheckpointSaveOptions& options, const GptModel<float>& model,
@@ -748,7 +897,7 @@ void write_checkpoint_files(
     for (int64_t rank = 0; rank < tensor_parallel; ++rank) {
       const CheckpointRankFile file = make_rank_file(rank, stage);
       write_rank_file(temporary, checkpoint_rank_directory_name(rank, stage, pipeline_parallel),
-                      file.metadata, file.tensors);
+                      kFileName, file.metadata, file.tensors);
     }
   }
   finish_save(directory, temporary, iteration, release, tensor_parallel, out, pipeline_parallel);
@@ -849,12 +998,18 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
                    "to load the optimizer state", reader.path().string());
     }
     const char* hint = " (saved with --no-save-optim? specify --no-load-optim)";
-    for (const auto& tensor : model.tensors()) {
-      const auto offset = static_cast<size_t>(tensor.offset);
-      const auto numel = static_cast<size_t>(tensor.numel);
-      read_tensor(reader, kExpAvgPrefix + tensor.name, host.exp_avg.subspan(offset, numel), hint);
-      read_tensor(reader, kExpAvgSqPrefix + tensor.name, host.exp_avg_sq.subspan(offset, numel),
-                  hint);
+    if (has_distributed_moments(metadata)) {
+      read_distributed_moments(reader.path(), metadata, {0, model.parameter_buffer().numel},
+                               host.exp_avg, host.exp_avg_sq);
+    } else {
+      for (const auto& tensor : model.tensors()) {
+        const auto offset = static_cast<size_t>(tensor.offset);
+        const auto numel = static_cast<size_t>(tensor.numel);
+        read_tensor(reader, kExpAvgPrefix + tensor.name, host.exp_avg.subspan(offset, numel),
+                    hint);
+        read_tensor(reader, kExpAvgSqPrefix + tensor.name,
+                    host.exp_avg_sq.subspan(offset, numel), hint);
+      }
     }
     if (host.moments_staged) {
       optimizer.copy_moments_from_host(host.staged_exp_avg, host.staged_exp_avg_sq);

@@ -134,15 +134,36 @@ struct CheckpointLoadOptions {
   std::vector<std::string> command_line{};
 };
 
+// The distributed optimizer's (and ZeRO-3's) part in a save: the optimizer holds the AdamW
+// moments of `range` of the model's flat parameter buffer, the range shard_range gives member
+// data_parallel->rank() of the group. Every member then writes its range to its own file beside
+// the model's, mp_rank_XX[_YYY]/distrib_optim_ZZZ.bin (ZZZ its data-parallel rank, as
+// Megatron's distributed optimizer writes each rank's state, though Megatron's file is one per
+// model-parallel rank since 23.05): nothing is gathered, so a save costs no memory beyond the
+// rank's own state. The model's file (data-parallel rank 0's) then holds no moments; its
+// "optimizer" section says how many ranges there are ("distributed").
+struct OptimizerShard {
+  Communicator* data_parallel = nullptr;
+  int64_t parameter_count = 0;  // of the flat buffer the ranges cut (the whole model's)
+  ShardRange range{};
+};
+
+// distrib_optim_003.bin: data-parallel rank 3's moments.
+std::string distributed_optimizer_file_name(int64_t data_parallel_rank);
+
 // Saves to options.directory: parameters, and unless no_save_optim / no_save_rng the
 // optimizer and scheduler state / the dropout RNG state. A collective over the model's
 // tensor- and pipeline-parallel groups (one process: groups of one): each rank writes its
 // shards of its stage's tensors to mp_rank_<tp rank>[_<stage>], and the tracker moves once all
 // have written and synced; the metadata records the groups' sizes ("tensor_parallel",
-// "pipeline_parallel"), which a load must match.
+// "pipeline_parallel"), which a load must match. Without `shard` the optimizer's moments
+// are the whole buffer's and data-parallel rank 0 alone calls this; with it (the optimizer's
+// moments are shard->range), every member of shard->data_parallel calls it, and the members
+// other than 0 write their moments' file only (`model` gives them its groups and shapes).
 void save_checkpoint(const CheckpointSaveOptions& options, const TrainingProgress& progress,
                      const GptModel<float>& model, const AdamW& optimizer,
-                     const LearningRateScheduler& scheduler, std::ostream& out);
+                     const LearningRateScheduler& scheduler, std::ostream& out,
+                     const OptimizerShard* shard = nullptr);
 
 // Saves the weights alone (no optimizer, scheduler or RNG state) as a release checkpoint,
 // DIR/release with the tracker text "release", crash-safe as save_checkpoint: weights to start
@@ -203,6 +224,16 @@ class CheckpointMetadata {
   const nlohmann::json& root_;
   std::filesystem::path file_;
 };
+
+// The distributed optimizer's moments of a checkpoint's rank file (metadata of `file`, whose
+// "optimizer" section has "distributed"): elements [wanted.offset, wanted.offset +
+// wanted.numel) of that rank's flat buffers, read from the distrib_optim files beside `file`
+// whatever data-parallel size wrote them, into exp_avg and exp_avg_sq (wanted.numel each). A
+// missing file or one whose range is not the one expected is a common::Error naming it.
+bool has_distributed_moments(const CheckpointMetadata& metadata);
+void read_distributed_moments(const std::filesystem::path& file, const CheckpointMetadata& metadata,
+                              ShardRange wanted, std::span<float> exp_avg,
+                              std::span<float> exp_avg_sq);
 
 // Loads the checkpoint options.directory's tracker names into model, optimizer and scheduler,
 // as finetune, no_load_optim, no_load_rng and the scheduler options say, and returns where

@@ -127,8 +127,10 @@ CheckpointLoadOptions checkpoint_load_options(const TrainingArguments& a) {
 
 void save_checkpoint(const TrainingArguments& arguments, const TrainingProgress& progress,
                      const GptModel<float>& model, const AdamW& optimizer,
-                     const LearningRateScheduler& scheduler, std::ostream& out) {
-  save_checkpoint(checkpoint_save_options(arguments), progress, model, optimizer, scheduler, out);
+                     const LearningRateScheduler& scheduler, std::ostream& out,
+                     const OptimizerShard* shard) {
+  save_checkpoint(checkpoint_save_options(arguments), progress, model, optimizer, scheduler, out,
+                  shard);
 }
 
 void save_release_checkpoint(const TrainingArguments& arguments, const GptModel<float>& model,

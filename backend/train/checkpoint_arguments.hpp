@@ -42,7 +42,8 @@ CheckpointLoadOptions checkpoint_load_options(const TrainingArguments& arguments
 // options the arguments give (checkpoint.hpp says what each does).
 void save_checkpoint(const TrainingArguments& arguments, const TrainingProgress& progress,
                      const GptModel<float>& model, const AdamW& optimizer,
-                     const LearningRateScheduler& scheduler, std::ostream& out);
+                     const LearningRateScheduler& scheduler, std::ostream& out,
+                     const OptimizerShard* shard = nullptr);
 void save_release_checkpoint(const TrainingArguments& arguments, const GptModel<float>& model,
                              std::ostream& out);
 std::optional<TrainingProgress> load_checkpoint(const TrainingArguments& arguments,

@@ -339,13 +339,29 @@ WholeState assemble(const Source& source, const ParameterLayout& whole, bool mom
       const ParameterLayout layout(source.config, source.tensor_parallel, rank,
                                    source.stage(stage));
       check_no_other_tensors(reader, layout, source.optimizer_state);
+      // The distributed optimizer's moments are in files of their own, flat (checkpoint.hpp).
+      const CheckpointMetadata metadata(reader.metadata(), reader.path());
+      const bool flat_moments = parts.size() > 1 && has_distributed_moments(metadata);
+      WholeState rank_moments;
+      if (flat_moments) {
+        for (const StatePart& part : kMoments) {
+          (rank_moments.*part.buffer).resize(static_cast<size_t>(layout.numel()));
+        }
+        read_distributed_moments(reader.path(), metadata, {0, layout.numel()},
+                                 rank_moments.exp_avg, rank_moments.exp_avg_sq);
+      }
       for (const ParameterTensor& tensor : layout.tensors()) {
         if (tensor.tied_copy) continue;
         const ParameterTensor& target = whole.tensor(tensor.name);
         shard.resize(static_cast<size_t>(tensor.numel));
         for (const StatePart& part : parts) {
-          read_shard(reader, part.prefix + tensor.name, tensor.shape, source.tensor_parallel,
-                     shard);
+          if (flat_moments && part.buffer != kParameters.buffer) {
+            const auto& flat = rank_moments.*part.buffer;
+            std::copy_n(flat.begin() + tensor.offset, tensor.numel, shard.begin());
+          } else {
+            read_shard(reader, part.prefix + tensor.name, tensor.shape, source.tensor_parallel,
+                       shard);
+          }
           float* values = (state.*part.buffer).data() + target.offset;
           for (const ShardPiece& piece : shard_pieces(tensor, source.tensor_parallel, rank)) {
             std::memcpy(values + piece.full_offset, shard.data() + piece.shard_offset,
@@ -460,6 +476,11 @@ json target_metadata(const json& source_metadata, const Source& source,
   const TrainingArguments& t = target_arguments;
   json metadata = source_metadata;
   metadata["padded_vocab_size"] = target_config.padded_vocab_size;
+  // The moments go into the target's own files, whole (the distributed optimizer's files are
+  // the trainer's; a run with it keeps its range of these).
+  if (metadata.contains("optimizer") && metadata["optimizer"].is_object()) {
+    metadata["optimizer"].erase("distributed");
+  }
   json& arguments = metadata["arguments"];
   arguments["tensor_model_parallel_size"] = t.tensor_model_parallel_size;
   arguments["pipeline_model_parallel_size"] = t.pipeline_model_parallel_size;

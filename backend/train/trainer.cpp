@@ -141,29 +141,8 @@ std::vector<ParameterGroup> groups_in_range(const std::vector<ParameterGroup>& g
   return inside;
 }
 
-// The distributed optimizer's state as one process's (a checkpoint's format does not depend on
-// the layout): every rank's moments gathered into an optimizer of the whole buffer on the
-// host. A collective: every rank of the group calls it.
-AdamW gather_optimizer(const AdamW& sharded, const std::vector<ParameterGroup>& groups,
-                       int64_t parameter_count, const ShardRange& range,
-                       Communicator& data_parallel) {
-  std::vector<float> exp_avg(static_cast<size_t>(parameter_count));
-  std::vector<float> exp_avg_sq(static_cast<size_t>(parameter_count));
-  const auto shard_of = [&](std::vector<float>& values) {
-    return std::span(values).subspan(static_cast<size_t>(range.offset),
-                                     static_cast<size_t>(range.numel));
-  };
-  sharded.copy_moments_to_host(shard_of(exp_avg), shard_of(exp_avg_sq));
-  data_parallel.all_gather(host_view(std::span(exp_avg)), host_view(shard_of(exp_avg)));
-  data_parallel.all_gather(host_view(std::span(exp_avg_sq)), host_view(shard_of(exp_avg_sq)));
-  AdamW gathered(sharded.config(), groups, parameter_count);
-  gathered.copy_moments_from_host(exp_avg, exp_avg_sq);
-  gathered.set_steps_taken(sharded.steps_taken());
-  gathered.set_loss_scaler(sharded.loss_scaler());
-  return gathered;
-}
-
-// The other way: a rank's range of a whole, loaded state into its sharded optimizer.
+// A rank's range of a whole, loaded state into its sharded optimizer (the distributed
+// optimizer's and ZeRO-3's load).
 void keep_range(AdamW& sharded, const AdamW& whole, const ShardRange& range) {
   const auto offset = static_cast<size_t>(range.offset);
   const auto count = static_cast<size_t>(range.numel);
@@ -428,9 +407,10 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   // load_checkpoint in setup_model_and_optimizer; checkpoint_and_decide_exit in train).
   // One live run per --save directory (checkpoint.hpp), held until training ends.
   std::optional<common::ExclusiveFileLock> save_lock;
-  // Data-parallel rank 0 writes the checkpoints (every data-parallel rank holds the same state),
-  // one file per tensor-parallel rank; rank 0 makes the directories and moves the tracker, so
-  // it holds the lock.
+  // Data-parallel rank 0 writes the model's files (every data-parallel rank holds the same
+  // weights), one per (tensor-parallel rank, stage), and with the distributed optimizer every
+  // rank its moments' file; rank 0 makes the directories and moves the tracker, so it holds
+  // the lock.
   if (!a.save.empty() && process_groups.is_first_rank()) {
     save_lock.emplace(lock_save_directory(a.save));
   }
@@ -485,11 +465,14 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   int64_t consumed_train = resumed.consumed_train_samples;
   int64_t consumed_valid = resumed.consumed_valid_samples;
   auto save = [&](int64_t iteration) {
-    std::optional<AdamW> gathered;
+    // The distributed optimizer and ZeRO-3: each data-parallel rank writes its range of the
+    // moments to its own file (checkpoint.hpp's OptimizerShard); nothing is gathered.
+    std::optional<OptimizerShard> optimizer_shard;
     if (shard || sharded) {
-      gathered.emplace(gather_optimizer(optimizer, groups, whole_count,
-                                        sharded ? model.parameter_shard_range() : shard->range,
-                                        data_parallel));
+      optimizer_shard = OptimizerShard{
+          .data_parallel = &data_parallel,
+          .parameter_count = whole_count,
+          .range = sharded ? model.parameter_shard_range() : shard->range};
     }
     // ZeRO-3: the parameters gathered into one process's model, which data-parallel rank 0
     // saves (DeepSpeed's consolidated weights), so any layout loads the checkpoint.
@@ -508,10 +491,10 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
         whole_model->set_dropout_step(model.dropout_step());
       }
     }
-    if (coordinates.data == 0) {
+    if (coordinates.data == 0 || optimizer_shard) {
       save_checkpoint(a, {iteration, consumed_train, consumed_valid},
-                      whole_model ? *whole_model : model, gathered ? *gathered : optimizer,
-                      scheduler, out);
+                      whole_model ? *whole_model : model, optimizer, scheduler, out,
+                      optimizer_shard ? &*optimizer_shard : nullptr);
     }
     world.barrier();  // the checkpoint is whole before any rank goes on (or exits)
     last_saved_iteration = iteration;

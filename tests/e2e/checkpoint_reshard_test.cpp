@@ -111,13 +111,22 @@ TEST_CASE("checkpoint_util reshards TP=2 → TP=1 and TP=1 → TP=2: the resumed
       const int to = 3 - from;
       CAPTURE(from);
       const std::string name = "tp" + std::to_string(from) + "_to_tp" + std::to_string(to);
-      // The uninterrupted run at the source's size, and its first half.
+      // The uninterrupted run at the source's size, and its first half; at TP=2 with the
+      // distributed optimizer, whose moments the resharding reads from their own files.
+      const std::vector<std::string> optimizer =
+          from == 2 ? std::vector<std::string>{"--use-distributed-optimizer"}
+                    : std::vector<std::string>{};
       const auto expected = test_support::logged_losses(
-          run_ok(from, tensor_parallel_training_flags(style, from, d / (name + "_whole")),
+          run_ok(from, with(tensor_parallel_training_flags(style, from, d / (name + "_whole")),
+                            optimizer),
                  d / (name + "_whole.log")));
       REQUIRE(expected.size() == 20);
       const fs::path source = d / (name + "_source");
-      run_ok(from, first_half(style, from, source), d / (name + "_first.log"));
+      run_ok(from, with(first_half(style, from, source), optimizer), d / (name + "_first.log"));
+      for (int rank = 0; rank < from; ++rank) {
+        CHECK(fs::is_regular_file(backend::checkpoint_file_path(source, 10, rank).parent_path() /
+                                  backend::distributed_optimizer_file_name(0)) == (from == 2));
+      }
 
       // The second half at the target's size: refused with the resharding command, which works.
       const fs::path target = d / (name + "_target");

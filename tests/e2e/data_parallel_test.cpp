@@ -199,15 +199,17 @@ TEST_CASE("checkpoints move between DP=2, the distributed optimizer and one proc
   int lines = 0;
   const auto expected = test_support::logged_losses(test_support::read_file(single_log), &lines);
 
-  // DP=2 with the distributed optimizer (its moments gathered into the one-process format) →
-  // one process; one process → DP=2 with the distributed optimizer (each rank keeps its range).
+  // DP=2 with the distributed optimizer (each rank's moments in its own file) → one process;
+  // one process → DP=2 with the distributed optimizer (each rank keeps its range); DP=4's four
+  // files → DP=2, whose ranges cut across them.
   struct Leg {
     int ranks;
     bool distributed;
   };
   for (const auto& [first, second] : {std::pair{Leg{2, true}, Leg{1, false}},
                                       std::pair{Leg{2, false}, Leg{1, false}},
-                                      std::pair{Leg{1, false}, Leg{2, true}}}) {
+                                      std::pair{Leg{1, false}, Leg{2, true}},
+                                      std::pair{Leg{4, true}, Leg{2, true}}}) {
     const std::string name = fmt::format("{}{}_then_{}{}", first.ranks,
                                          first.distributed ? "z" : "", second.ranks,
                                          second.distributed ? "z" : "");
@@ -217,6 +219,13 @@ TEST_CASE("checkpoints move between DP=2, the distributed optimizer and one proc
     first_half.insert(first_half.end(), {"--exit-interval", "10", "--eval-iters", "0"});
     if (first.distributed) first_half.push_back("--use-distributed-optimizer");
     REQUIRE(run(first.ranks, first_half, directory.path / (name + "_first.log")) == 0);
+    // The distributed optimizer's moments: one distrib_optim file per rank, none in the model's.
+    const fs::path files = save / "iter_0000010" / "mp_rank_00";
+    for (int rank = 0; rank < first.ranks; ++rank) {
+      CHECK(fs::exists(files / fmt::format("distrib_optim_{:03d}.bin", rank)) == first.distributed);
+    }
+    CHECK((test_support::read_file(files / "model_optim_rng.bin").find("optimizer.exp_avg.") ==
+           std::string::npos) == first.distributed);
     auto second_half = training_flags("gpt2", save);
     second_half.insert(second_half.end(), {"--load", save.string()});
     if (second.distributed) second_half.push_back("--use-distributed-optimizer");
