@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/trainer.hpp"
 #include "mpi_test_environment.hpp"
+#include "read_file.hpp"
 #include "spawned_process.hpp"
 
 namespace test_support {
@@ -41,11 +43,34 @@ inline std::vector<std::string> pretrain_command(int ranks, const std::vector<st
   return argv;
 }
 
-// Runs it to the end with its output in `log`; the exit status.
+// Runs it to the end with its output in `log`; the exit status. Under mpirun each rank's
+// output goes to files of its own (--output-filename DIR:nocopy) that are appended to `log`
+// rank by rank after mpirun's own messages: mpirun forwards what it reads from a rank's pipe
+// in chunks of up to 4 KiB, so when it falls behind (two cores, several ranks) a chunk can end
+// inside a line and another rank's chunk land in the middle of it, which would break the
+// iteration line a test counts. Each rank's lines stay whole and in order this way.
 inline int run_pretrain(int ranks, const std::vector<std::string>& flags,
                         const std::filesystem::path& log) {
   static const std::vector<std::string> environment = mpi_test_environment();
-  return wait_for_exit(spawn_process(pretrain_command(ranks, flags), log, environment));
+  std::vector<std::string> command = pretrain_command(ranks, flags);
+  const std::filesystem::path rank_output = log.string() + ".ranks";
+  if (ranks > 1) {
+    std::filesystem::remove_all(rank_output);
+    command.insert(command.begin() + 4, {"--output-filename", rank_output.string() + ":nocopy"});
+  }
+  const int status = wait_for_exit(spawn_process(command, log, environment));
+  if (ranks > 1) {
+    std::ofstream merged(log, std::ios::app | std::ios::binary);
+    for (int rank = 0; rank < ranks; ++rank) {
+      for (const char* stream : {"stdout", "stderr"}) {
+        // Open MPI 4 writes DIR/1/rank.N/{stdout,stderr} (the 1: the job's number).
+        const std::filesystem::path file =
+            rank_output / "1" / ("rank." + std::to_string(rank)) / stream;
+        if (std::filesystem::exists(file)) merged << read_file(file);
+      }
+    }
+  }
+  return status;
 }
 
 inline std::vector<float> as_floats(const std::vector<std::byte>& bytes) {
