@@ -266,6 +266,32 @@ void read_tensor(const CheckpointFileReader& reader, const std::string& name,
   reader.read(*entry, destination);
 }
 
+// The moments of elements `range` of the flat buffer from a file that holds them by tensor
+// (optimizer.exp_avg.<name>, ...): each tensor overlapping the range read, and its overlap kept.
+void read_named_moments(const CheckpointFileReader& reader, const GptModel<float>& model,
+                        const ShardRange& range, std::span<float> exp_avg,
+                        std::span<float> exp_avg_sq) {
+  const char* hint = " (saved with --no-save-optim? specify --no-load-optim)";
+  std::vector<float> staged;
+  for (const auto& tensor : model.tensors()) {
+    const int64_t begin = std::max(tensor.offset, range.offset);
+    const int64_t end = std::min(tensor.offset + tensor.numel, range.offset + range.numel);
+    if (begin >= end) continue;
+    for (const auto& [prefix, destination] :
+         {std::pair{kExpAvgPrefix, exp_avg}, std::pair{kExpAvgSqPrefix, exp_avg_sq}}) {
+      const auto into = destination.subspan(static_cast<size_t>(begin - range.offset),
+                                            static_cast<size_t>(end - begin));
+      if (begin == tensor.offset && end == tensor.offset + tensor.numel) {
+        read_tensor(reader, prefix + tensor.name, into, hint);
+      } else {
+        staged.resize(static_cast<size_t>(tensor.numel));
+        read_tensor(reader, prefix + tensor.name, staged, hint);
+        std::copy_n(staged.begin() + (begin - tensor.offset), end - begin, into.begin());
+      }
+    }
+  }
+}
+
 // Megatron's OptimizerParamScheduler.load_state_dict: each schedule value must match the
 // checkpoint's unless --override-opt_param-scheduler (keep the flags') or
 // --use-checkpoint-opt_param-scheduler (take the checkpoint's); num_steps is loaded always.
@@ -928,7 +954,7 @@ void CheckpointMetadata::wrong_type(const json& object, const char* key) const {
 std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& options,
                                                 GptModel<float>& model, AdamW& optimizer,
                                                 LearningRateScheduler& scheduler,
-                                                std::ostream& out) {
+                                                std::ostream& out, const ShardRange* optimizer_range) {
   const fs::path& directory = options.directory;
   const auto tracked = read_checkpoint_tracker(directory);
   if (!tracked) {
@@ -969,7 +995,7 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
   check_pipeline_parallel_size(metadata, group.size(), stages.size(), reader.path(), options);
   check_parameter_shapes(reader, metadata, model, options);
 
-  HostState host = host_state(model, &optimizer, false);
+  HostState host = host_state(model, nullptr, false);
   for (const auto& tensor : model.tensors()) {
     read_tensor(reader, tensor.name,
                 host.parameters.subspan(static_cast<size_t>(tensor.offset),
@@ -997,23 +1023,33 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
                    "--no-save-optim. Specify --no-load-optim or --finetune to prevent attempting "
                    "to load the optimizer state", reader.path().string());
     }
-    const char* hint = " (saved with --no-save-optim? specify --no-load-optim)";
-    if (has_distributed_moments(metadata)) {
-      read_distributed_moments(reader.path(), metadata, {0, model.parameter_buffer().numel},
-                               host.exp_avg, host.exp_avg_sq);
+    // The optimizer's moments: the whole buffer's, or the range it holds.
+    const ShardRange range =
+        optimizer_range != nullptr ? *optimizer_range : ShardRange{0, model.parameter_buffer().numel};
+    if (range.offset < 0 || range.numel != optimizer.numel() ||
+        range.offset + range.numel > model.parameter_buffer().numel) {
+      common::fail("internal error: an optimizer of {} moments loading the range [{}, {}) of {}",
+                   optimizer.numel(), range.offset, range.offset + range.numel,
+                   model.parameter_buffer().numel);
+    }
+    std::vector<float> staged_exp_avg, staged_exp_avg_sq;
+    std::span<float> exp_avg, exp_avg_sq;
+    const bool staged = optimizer.device().memory_kind() != MemoryKind::host;
+    if (staged) {
+      staged_exp_avg.resize(static_cast<size_t>(range.numel));
+      staged_exp_avg_sq.resize(static_cast<size_t>(range.numel));
+      exp_avg = staged_exp_avg;
+      exp_avg_sq = staged_exp_avg_sq;
     } else {
-      for (const auto& tensor : model.tensors()) {
-        const auto offset = static_cast<size_t>(tensor.offset);
-        const auto numel = static_cast<size_t>(tensor.numel);
-        read_tensor(reader, kExpAvgPrefix + tensor.name, host.exp_avg.subspan(offset, numel),
-                    hint);
-        read_tensor(reader, kExpAvgSqPrefix + tensor.name,
-                    host.exp_avg_sq.subspan(offset, numel), hint);
-      }
+      exp_avg = optimizer.exp_avg();
+      exp_avg_sq = optimizer.exp_avg_sq();
     }
-    if (host.moments_staged) {
-      optimizer.copy_moments_from_host(host.staged_exp_avg, host.staged_exp_avg_sq);
+    if (has_distributed_moments(metadata)) {
+      read_distributed_moments(reader.path(), metadata, range, exp_avg, exp_avg_sq);
+    } else {
+      read_named_moments(reader, model, range, exp_avg, exp_avg_sq);
     }
+    if (staged) optimizer.copy_moments_from_host(staged_exp_avg, staged_exp_avg_sq);
     optimizer.set_steps_taken(metadata.get<int64_t>(metadata.section("optimizer"), "step"));
     restore_loss_scaler(metadata, optimizer.loss_scaler(), out);
     note_optimizer_changes(metadata, optimizer, out);

@@ -240,9 +240,12 @@ void read_distributed_moments(const std::filesystem::path& file, const Checkpoin
 // training stands (all zero with finetune or a release checkpoint). With no tracker it prints
 // Megatron's warning and returns nullopt: training starts from scratch. Everything is
 // validated before training starts; a checkpoint that does not fit the model is one error
-// with a table of the tensors that differ and the flags that would fit.
+// with a table of the tensors that differ and the flags that would fit. With
+// `optimizer_range` the optimizer holds the moments of that range of the model's flat buffer
+// (the distributed optimizer's, ZeRO-3's), and only those are read, from either form of file.
 std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& options,
                                                 GptModel<float>& model, AdamW& optimizer,
-                                                LearningRateScheduler& scheduler, std::ostream& out);
+                                                LearningRateScheduler& scheduler, std::ostream& out,
+                                                const ShardRange* optimizer_range = nullptr);
 
 }  // namespace backend

@@ -62,6 +62,7 @@ class AdamW {
   void step(std::span<float> parameters, std::span<const float> gradients, double lr,
             double weight_decay);
   int64_t steps_taken() const { return step_; }
+  int64_t numel() const { return numel_; }
   const AdamWConfig& config() const { return config_; }
   Device& device() const { return *device_; }
 

@@ -140,8 +140,10 @@ void save_release_checkpoint(const TrainingArguments& arguments, const GptModel<
 
 std::optional<TrainingProgress> load_checkpoint(const TrainingArguments& arguments,
                                                 GptModel<float>& model, AdamW& optimizer,
-                                                LearningRateScheduler& scheduler, std::ostream& out) {
-  return load_checkpoint(checkpoint_load_options(arguments), model, optimizer, scheduler, out);
+                                                LearningRateScheduler& scheduler, std::ostream& out,
+                                                const ShardRange* optimizer_range) {
+  return load_checkpoint(checkpoint_load_options(arguments), model, optimizer, scheduler, out,
+                         optimizer_range);
 }
 
 }  // namespace backend

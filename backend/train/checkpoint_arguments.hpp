@@ -48,6 +48,7 @@ void save_release_checkpoint(const TrainingArguments& arguments, const GptModel<
                              std::ostream& out);
 std::optional<TrainingProgress> load_checkpoint(const TrainingArguments& arguments,
                                                 GptModel<float>& model, AdamW& optimizer,
-                                                LearningRateScheduler& scheduler, std::ostream& out);
+                                                LearningRateScheduler& scheduler, std::ostream& out,
+                                                const ShardRange* optimizer_range = nullptr);
 
 }  // namespace backend

@@ -141,18 +141,6 @@ std::vector<ParameterGroup> groups_in_range(const std::vector<ParameterGroup>& g
   return inside;
 }
 
-// A rank's range of a whole, loaded state into its sharded optimizer (the distributed
-// optimizer's and ZeRO-3's load).
-void keep_range(AdamW& sharded, const AdamW& whole, const ShardRange& range) {
-  const auto offset = static_cast<size_t>(range.offset);
-  const auto count = static_cast<size_t>(range.numel);
-  const std::span<const float> exp_avg = whole.exp_avg(), exp_avg_sq = whole.exp_avg_sq();
-  sharded.copy_moments_from_host(exp_avg.subspan(offset, count),
-                                 exp_avg_sq.subspan(offset, count));
-  sharded.set_steps_taken(whole.steps_taken());
-  sharded.set_loss_scaler(whole.loss_scaler());
-}
-
 // Benchmark mode's summary (--benchmark-output): the JSON file and its line.
 void report_benchmark(const TrainingArguments& a, int64_t padded_vocab_size,
                       int64_t parameter_count, const std::vector<IterationRecord>& iterations,
@@ -420,22 +408,18 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   const int64_t whole_count = whole_count_of(model);
   const bool sharded = model.sharded_over_data_parallel();
   if (!a.load.empty()) {
-    // The distributed optimizer loads the whole state into one process's optimizer and keeps
-    // its range of it; ZeRO-3 the whole model too (a checkpoint is one process's state).
-    std::optional<AdamW> whole;
+    // The distributed optimizer and ZeRO-3 read the moments of their range alone; ZeRO-3 loads
+    // the whole model's weights into one process's model and keeps its range of them.
     std::optional<GptModel<float>> whole_model;
-    if (shard || sharded) {
-      whole.emplace(optimizer.config(), groups, whole_count);
-      whole->set_loss_scaler(optimizer.loss_scaler());  // the flags' scaler takes the saved state
-    }
     if (sharded) {
       whole_model.emplace(config, device);
       whole_model->set_dropout_seed(model.dropout_seed());
     }
-    const auto loaded = load_checkpoint(a, whole_model ? *whole_model : model,
-                                        whole ? *whole : optimizer, scheduler, out);
-    if (whole && loaded) keep_range(optimizer, *whole, sharded ? model.parameter_shard_range()
-                                                               : shard->range);
+    std::optional<ShardRange> optimizer_range;
+    if (shard) optimizer_range = shard->range;
+    if (sharded) optimizer_range = model.parameter_shard_range();
+    const auto loaded = load_checkpoint(a, whole_model ? *whole_model : model, optimizer, scheduler,
+                                        out, optimizer_range ? &*optimizer_range : nullptr);
     if (whole_model && loaded) {
       const ShardRange range = model.parameter_shard_range();
       model.copy_parameters_from_host(whole_model->parameters().subspan(

@@ -1,9 +1,10 @@
 // The distributed optimizer's checkpoint files on real ranks (mpirun -np 3): each data-parallel
 // rank writes its range of the AdamW moments to its own distrib_optim_ZZZ.bin beside the
 // model's file, nothing gathered; the model's file holds no moments. A load in one process
-// reads the three files back into the whole buffers, bit for bit, and any other cut of the
-// buffer (DP=2's ranges, whose edges fall inside the files) reads the same values. A missing
-// file and files of two ranks swapped are errors naming the file.
+// reads the three files back into the whole buffers, bit for bit; each rank loads its own range
+// alone, from these files and from a one-process checkpoint; and any other cut of the buffer
+// (DP=2's ranges, whose edges fall inside the files) reads the same values. A missing file and
+// files of two ranks swapped are errors naming the file.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -104,6 +105,29 @@ TEST_CASE("the distributed optimizer's ranks each write their moments to their o
     CHECK(std::ranges::equal(loaded_model.parameters(), model.parameters()));
   }
 
+  // Each rank loads its range alone (as the trainer does), from these files and from a
+  // one-process checkpoint, whose moments are by tensor: ranges cut across tensors.
+  const fs::path whole_directory = directory.string() + "-whole";
+  if (world.rank() == 0) {
+    AdamW whole(AdamWConfig{}, whole_group(count), count, device);
+    whole.copy_moments_from_host(exp_avg, exp_avg_sq);
+    whole.set_steps_taken(5);
+    save_checkpoint(CheckpointSaveOptions{.directory = whole_directory}, {5, 40, 0}, model, whole,
+                    scheduler, log);
+  }
+  world.barrier();
+  for (const fs::path& from : {directory, whole_directory}) {
+    CAPTURE(from);
+    GptModel<float> loaded_model(small_config(), device);
+    AdamW loaded(AdamWConfig{}, {{0, range.numel, true}}, range.numel, device);
+    LearningRateScheduler loaded_scheduler(LearningRateSchedule{.max_lr = 1e-3, .decay_steps = 800});
+    REQUIRE(load_checkpoint(CheckpointLoadOptions{.directory = from}, loaded_model, loaded,
+                            loaded_scheduler, log, &range));
+    CHECK(loaded.steps_taken() == 5);
+    CHECK(std::ranges::equal(loaded.exp_avg(), part(exp_avg)));
+    CHECK(std::ranges::equal(loaded.exp_avg_sq(), part(exp_avg_sq)));
+  }
+
   // DP=2's ranges (edges inside the files) and a stretch across all three.
   const CheckpointMetadata metadata(model_file.metadata(), model_file.path());
   REQUIRE(has_distributed_moments(metadata));
@@ -140,6 +164,7 @@ TEST_CASE("the distributed optimizer's ranks each write their moments to their o
       CHECK(message.find("--no-load-optim") != std::string::npos);
     }
     fs::remove_all(directory);
+    fs::remove_all(whole_directory);
   }
   world.barrier();
 }
