@@ -1,0 +1,110 @@
+// `launcher main` end to end in-process (launch_main, --dry-run): what NeMo users meet first
+// when they bring their habits or their conf tree (the "Drop-in for NeMo users" issue): env_vars
+// of every type, unique_output_dir within one second, templates found without a templates/
+// beside the conf tree, and NeMo's stage names.
+#include "launcher/launch.hpp"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/common/error.hpp"
+#include "launcher/results_dir.hpp"
+#include "launcher/stages/stage.hpp"
+#include "read_file.hpp"
+#include "temporary_directory.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kSourceDir = TEST_SOURCE_DIR;
+const fs::path kNemo2307Conf = kSourceDir / "tests/data/nemo_23.07/conf";
+
+// Keeps the launcher's logging quiet and drops the launcher.log sinks each launch adds.
+struct QuietLogger {
+  spdlog::level::level_enum level = spdlog::default_logger()->level();
+  size_t sinks = spdlog::default_logger()->sinks().size();
+  QuietLogger() { spdlog::default_logger()->set_level(spdlog::level::off); }
+  ~QuietLogger() {
+    spdlog::default_logger()->sinks().resize(sinks);
+    spdlog::default_logger()->set_level(level);
+  }
+};
+
+// Sets an environment variable for one test, restoring what was there.
+struct ScopedEnvironment {
+  std::string name;
+  std::optional<std::string> previous;
+  ScopedEnvironment(std::string variable, const std::optional<std::string>& value)
+      : name(std::move(variable)) {
+    if (const char* old = std::getenv(name.c_str())) previous = old;
+    if (value) {
+      setenv(name.c_str(), value->c_str(), 1);
+    } else {
+      unsetenv(name.c_str());
+    }
+  }
+  ~ScopedEnvironment() {
+    if (previous) {
+      setenv(name.c_str(), previous->c_str(), 1);
+    } else {
+      unsetenv(name.c_str());
+    }
+  }
+};
+
+// A --dry-run launch of `conf` (the checkout's conf/ unless given) with the overrides.
+void launch_dry(std::vector<std::string> overrides, std::optional<fs::path> conf = std::nullopt) {
+  QuietLogger quiet;
+  launcher::MainOptions options;
+  options.overrides = std::move(overrides);
+  options.conf_dir = conf ? *conf : kSourceDir / "conf";
+  options.dry_run = true;
+  options.command_line = "launcher main --dry-run";
+  std::ostringstream terminal;
+  CHECK(launcher::launch_main(options, terminal) == 0);
+}
+
+// The small training run every launch here uses, into `results`.
+std::vector<std::string> small_training(const fs::path& results, const std::string& cluster_type) {
+  return {"training=gpt3/126m", "base_results_dir=" + results.string(),
+          "cluster_type=" + cluster_type, "training.trainer.max_steps=1"};
+}
+
+std::string read_text(const fs::path& path) { return test_support::read_file(path); }
+
+}  // namespace
+
+TEST_CASE("env_vars that are not strings are exported as their plain text, on one line") {
+  // Before: to_yaml of the value, which ends in a newline: export OMP_NUM_THREADS='4⏎'.
+  for (const std::string cluster_type : {"local", "bcm", "pbs"}) {
+    INFO(cluster_type);
+    test_support::TemporaryDirectory results;
+    auto overrides = small_training(results.path, cluster_type);
+    overrides.insert(overrides.end(), {"env_vars.OMP_NUM_THREADS=4", "++env_vars.RATIO=0.5",
+                                       "++env_vars.SMALL=1e-5", "++env_vars.ENABLED=true",
+                                       "++env_vars.TEXT=two words"});
+    launch_dry(overrides);
+    const fs::path run = results.path / "gpt3_126m";
+    const std::string prefix = cluster_type == "bcm" ? "nemo-megatron-" : "";
+    const std::string script = read_text(run / (prefix + "gpt3_126m_submission.sh"));
+    CHECK(script.find("export OMP_NUM_THREADS=4\n") != std::string::npos);
+    CHECK(script.find("export RATIO=0.5\n") != std::string::npos);
+    CHECK(script.find("export SMALL=1e-05\n") != std::string::npos);
+    CHECK(script.find("export ENABLED=true\n") != std::string::npos);
+    CHECK(script.find("export TEXT='two words'\n") != std::string::npos);
+  }
+}
+
