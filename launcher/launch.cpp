@@ -14,6 +14,7 @@
 #include <cctype>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "backend/common/durable_file.hpp"
@@ -197,6 +198,37 @@ void check_scripts_root(const fs::path& scripts_root) {
   }
 }
 
+// unique_output_dir: creates the launch's own directory (base_results_dir as resolved, which
+// ends in results-<timestamp>), or the next free -N of it. The jobs of one multirun (job 1, 2,
+// ... after job 0 in this process) share job 0's, as they share its timestamp.
+fs::path reserve_unique_output_dir(const fs::path& wanted, std::optional<size_t> job_number) {
+  static std::map<fs::path, fs::path> reserved;  // wanted → created, in this process
+  if (job_number && *job_number > 0) {
+    const auto found = reserved.find(wanted);
+    std::error_code error;
+    if (found != reserved.end() && fs::is_directory(found->second, error)) return found->second;
+  }
+  const fs::path created = create_unique_directory(wanted, "base_results_dir (unique_output_dir)");
+  reserved[wanted] = created;
+  return created;
+}
+
+// The reserved directory goes away again when the launch stops before writing into it (a
+// refused value), so that a refusal leaves nothing behind; remove() only removes it empty.
+class ReservedDirectory {
+ public:
+  explicit ReservedDirectory(fs::path path) : path_(std::move(path)) {}
+  ~ReservedDirectory() {
+    std::error_code ignored;
+    if (fs::is_empty(path_, ignored)) fs::remove(path_, ignored);
+  }
+  ReservedDirectory(const ReservedDirectory&) = delete;
+  ReservedDirectory& operator=(const ReservedDirectory&) = delete;
+
+ private:
+  fs::path path_;
+};
+
 // The names and directories a job's files get, checked before any is created.
 void check_job_names_and_paths(const JobSpec& job) {
   const std::string section = job.stage;
@@ -284,7 +316,8 @@ LaunchComposition compose_for_launch(const MainOptions& options) {
   ComposedConfig composed = compose(compose_options);
 
   fill_launcher_scripts_path(composed.config, conf_dir);  // ??? → the directory holding conf/
-  if (wants_unique_output_dir(composed.config)) {
+  const bool unique_output_dir = wants_unique_output_dir(composed.config);
+  if (unique_output_dir) {
     Node* base = find(composed.config, "base_results_dir");
     if (base == nullptr || !base->is_string()) {
       common::fail("unique_output_dir needs base_results_dir to be a path");
@@ -293,7 +326,7 @@ LaunchComposition compose_for_launch(const MainOptions& options) {
     *base = Node::string(base->as_string() + "/results-" + launch_timestamp(), base->location());
   }
   fill_data_preparation_blend(composed);  // data_preparation.data_prefix: ??? → its outputs
-  return {std::move(composed), std::move(choice), conf_dir};
+  return {std::move(composed), std::move(choice), conf_dir, unique_output_dir};
 }
 
 namespace {
@@ -322,6 +355,20 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   ComposedConfig& composed = launch.composed;
   if (options.job_number) give_job_its_own_results_dirs(composed.config, *options.job_number);
   const std::string& cluster_type = launch.cluster.type;
+  std::optional<ReservedDirectory> reserved;
+  if (launch.unique_output_dir) {
+    // The timestamp is to the second, so launches started within one second want the same
+    // name: the directory is created here, exclusively, before anything is written into it,
+    // and base_results_dir becomes what was created (as resolved: a ${now:...} in it is not
+    // evaluated a second time).
+    const Node first = resolve(composed.config, ResolveContext{composed.choices});
+    check_root_directories(first);
+    const fs::path created =
+        reserve_unique_output_dir(text_at(first, "base_results_dir"), options.job_number);
+    reserved.emplace(created);
+    Node* base = find(composed.config, "base_results_dir");
+    *base = Node::string(created.string(), base->location());
+  }
   const Node config = resolve(composed.config, ResolveContext{composed.choices});
   check_root_directories(config);
 

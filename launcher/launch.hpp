@@ -41,6 +41,9 @@ struct LaunchComposition {
   ComposedConfig composed;  // unresolved, with launcher_scripts_path and unique dirs filled in
   ClusterChoice cluster;
   std::filesystem::path conf_dir;
+  // unique_output_dir: base_results_dir ends in /results-<timestamp>, to the second; launching
+  // creates it exclusively, with a -1, -2, ... suffix when that name is taken.
+  bool unique_output_dir = false;
 };
 
 // Everything `launcher main` composes before resolving, shared with --cfg so that what is

@@ -108,3 +108,54 @@ TEST_CASE("env_vars that are not strings are exported as their plain text, on on
   }
 }
 
+TEST_CASE("unique_output_dir: launches within one second get a directory each") {
+  // Before: results-<timestamp to the second>, so these three launches shared one directory.
+  test_support::TemporaryDirectory results;
+  auto overrides = small_training(results.path, "local");
+  overrides.push_back("unique_output_dir=true");
+  for (int launch = 0; launch < 3; ++launch) launch_dry(overrides);
+  std::set<std::string> directories;
+  for (const auto& entry : fs::directory_iterator(results.path)) {
+    INFO(entry.path().string());
+    CHECK(entry.path().filename().string().starts_with("results-"));
+    CHECK(fs::is_regular_file(entry.path() / "gpt3_126m/gpt3_126m_submission.sh"));
+    directories.insert(entry.path().filename().string());
+  }
+  // One timestamp per launcher process (a multirun's jobs share it), so here the same name
+  // three times over: the first as it is, the others with the next free suffix.
+  REQUIRE(directories.size() == 3);
+  const std::string first = *directories.begin();
+  CHECK(directories == std::set<std::string>{first, first + "-1", first + "-2"});
+
+  // A refused launch leaves no reserved directory behind.
+  auto refused = overrides;
+  refused.push_back("training.model.num_layers=7");  // refused by the preflight: 7 layers,
+  refused.push_back("training.model.pipeline_model_parallel_size=2");  // 2 pipeline stages
+  {
+    QuietLogger quiet;
+    launcher::MainOptions options;
+    options.overrides = refused;
+    options.conf_dir = kSourceDir / "conf";
+    options.dry_run = true;
+    std::ostringstream terminal;
+    CHECK_THROWS_AS(launcher::launch_main(options, terminal), common::Error);
+  }
+  CHECK(std::distance(fs::directory_iterator(results.path), fs::directory_iterator()) == 3);
+}
+
+TEST_CASE("create_unique_directory: racing launchers never share a directory") {
+  test_support::TemporaryDirectory root;
+  const fs::path wanted = root.path / "base/results-2026-11-26_23-50-00";
+  constexpr int kLaunchers = 8;
+  std::vector<fs::path> created(kLaunchers);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kLaunchers; ++i) {
+    threads.emplace_back([&, i] { created[i] = launcher::create_unique_directory(wanted, "key"); });
+  }
+  for (auto& thread : threads) thread.join();
+  const std::set<fs::path> distinct(created.begin(), created.end());
+  CHECK(distinct.size() == kLaunchers);
+  CHECK(distinct.contains(wanted));
+  CHECK(distinct.contains(wanted.string() + "-7"));
+}
+
