@@ -183,19 +183,28 @@ class QuietLog {
   spdlog::level::level_enum level_;
 };
 
-// launcher_scripts_path holds templates/ (and conf/): a path that does not would only fail
-// when the first script is rendered.
+// launcher_scripts_path is mounted into containers and data_dir and base_results_dir default
+// to directories under it: it must be an existing directory (NeMo's launcher_scripts, or the
+// directory holding conf/), not a path that a typo would turn into a new tree of results.
 void check_scripts_root(const fs::path& scripts_root) {
   if (scripts_root.empty()) {
-    common::fail("launcher_scripts_path is empty: it must be the directory holding templates/ "
-                 "(leave it ??? for the directory holding conf/)");
+    common::fail("launcher_scripts_path is empty: it must be a directory (leave it ??? for the "
+                 "directory holding conf/)");
   }
   std::error_code error;
-  if (!fs::is_directory(scripts_root / "templates", error)) {
-    common::fail("launcher_scripts_path={}: no templates/ directory there; it must be the "
-                 "directory holding templates/ (leave it ??? for the directory holding conf/)",
-                 scripts_root.string());
+  if (!fs::is_directory(scripts_root, error)) {
+    common::fail("launcher_scripts_path={}: no such directory; give an existing one (leave it ??? "
+                 "for the directory holding conf/)", scripts_root.string());
   }
+}
+
+// A directory that holds the launcher's templates: one of each script cluster type's.
+bool holds_templates(const fs::path& directory) {
+  std::error_code error;
+  for (const char* name : {"local.sh.mustache", "bcm.sbatch.mustache", "pbs.pbs.mustache"}) {
+    if (!fs::is_regular_file(directory / name, error)) return false;
+  }
+  return true;
 }
 
 // unique_output_dir: creates the launch's own directory (base_results_dir as resolved, which
@@ -275,6 +284,29 @@ fs::path find_conf_dir(const std::optional<fs::path>& requested) {
     if (usable(candidate)) return fs::weakly_canonical(candidate);
   }
   common::fail("no conf/ directory found: pass --config-dir DIR or set LAUNCHER_CONF_DIR");
+}
+
+fs::path find_templates_dir(const fs::path& launcher_scripts_path) {
+  if (const char* from_env = std::getenv("LAUNCHER_TEMPLATES_DIR")) {
+    if (!holds_templates(from_env)) {
+      common::fail("LAUNCHER_TEMPLATES_DIR={}: the launcher's templates (local.sh.mustache, "
+                   "bcm.sbatch.mustache, pbs.pbs.mustache) are not there", from_env);
+    }
+    return fs::absolute(from_env);
+  }
+  std::error_code error;
+  if (!launcher_scripts_path.empty() && fs::is_directory(launcher_scripts_path / "templates", error)) {
+    return launcher_scripts_path / "templates";
+  }
+  const std::vector<fs::path> installed = {executable_dir() / ".." / ".." / "templates",
+                                           fs::path(LAUNCHER_SOURCE_DIR) / "templates"};
+  for (const fs::path& candidate : installed) {
+    if (holds_templates(candidate)) return fs::weakly_canonical(candidate);
+  }
+  common::fail("the launcher's job script templates were not found: not in "
+               "launcher_scripts_path={}/templates, {} or {}; set LAUNCHER_TEMPLATES_DIR to the "
+               "templates/ directory of the launcher's source tree",
+               launcher_scripts_path.string(), installed[0].string(), installed[1].string());
 }
 
 ClusterChoice resolve_cluster_type(const std::string& configured) {
@@ -406,8 +438,8 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   // script (rendered here once, then again when it is written, with the job id it depends on).
   check_scripts_root(scripts_root);
   const std::string hydra_yaml = to_yaml(config);
-  const RenderContext context{scripts_root / "templates", cluster, text_at(config, "container"),
-                              container_mounts(config)};
+  const RenderContext context{find_templates_dir(scripts_root), cluster,
+                              text_at(config, "container"), container_mounts(config)};
   std::vector<fs::path> script_paths;
   for (JobSpec& job : jobs) {
     // The stage's own variables first, then env_vars; a name in both takes env_vars' value.

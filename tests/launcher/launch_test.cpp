@@ -159,3 +159,38 @@ TEST_CASE("create_unique_directory: racing launchers never share a directory") {
   CHECK(distinct.contains(wanted.string() + "-7"));
 }
 
+TEST_CASE("templates come with the launcher: a NeMo conf tree without templates/ renders") {
+  // NeMo's own tree (tests/data/nemo_23.07/conf; launcher_scripts_path ??? is its parent, which
+  // has no templates/). Before: "launcher_scripts_path=...: no templates/ directory there".
+  const ScopedEnvironment no_override("LAUNCHER_TEMPLATES_DIR", std::nullopt);
+  test_support::TemporaryDirectory results;
+  launch_dry({"stages=[training]", "base_results_dir=" + results.path.string()}, kNemo2307Conf);
+  const std::string script =
+      read_text(results.path / "gpt3_5b/nemo-megatron-gpt3_5b_submission.sh");
+  CHECK(script.find("#SBATCH --nodes=16") != std::string::npos);
+  CHECK(launcher::find_templates_dir(kSourceDir / "tests/data/nemo_23.07") ==
+        fs::weakly_canonical(kSourceDir / "templates"));
+  // launcher_scripts_path with a templates/ of its own (a checkout) keeps using it.
+  CHECK(launcher::find_templates_dir(kSourceDir) == kSourceDir / "templates");
+}
+
+TEST_CASE("LAUNCHER_TEMPLATES_DIR chooses the templates explicitly, and must hold them") {
+  test_support::TemporaryDirectory templates;
+  for (const char* name : {"local.sh.mustache", "bcm.sbatch.mustache", "pbs.pbs.mustache"}) {
+    std::ofstream(templates.path / name)
+        << read_text(kSourceDir / "templates" / name) << "# from LAUNCHER_TEMPLATES_DIR\n";
+  }
+  {
+    const ScopedEnvironment chosen("LAUNCHER_TEMPLATES_DIR", templates.path.string());
+    test_support::TemporaryDirectory results;
+    launch_dry(small_training(results.path, "local"));
+    CHECK(read_text(results.path / "gpt3_126m/gpt3_126m_submission.sh")
+              .ends_with("# from LAUNCHER_TEMPLATES_DIR\n"));
+  }
+  test_support::TemporaryDirectory empty;
+  const ScopedEnvironment wrong("LAUNCHER_TEMPLATES_DIR", empty.path.string());
+  CHECK_THROWS_WITH_AS(launcher::find_templates_dir(kSourceDir),
+                       doctest::Contains(("LAUNCHER_TEMPLATES_DIR=" + empty.path.string() +
+                                          ": the launcher's templates").c_str()),
+                       common::Error);
+}
