@@ -417,6 +417,15 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   if (stages == nullptr || !stages->is_list() || stages->size() == 0) {
     common::fail("stages: expected a non-empty list, e.g. stages=[training]");
   }
+  {
+    // NeMo's stage names (export, fine_tuning, ...) are refused here, saying why, before the
+    // preflight and before anything is written.
+    std::vector<std::string> stage_names;
+    for (size_t i = 0; i < stages->size(); ++i) {
+      stage_names.push_back(stages->at(i).as_string(fmt::format("stages.{}", i)));
+    }
+    check_stage_names(stage_names);
+  }
   for (size_t i = 0; i < stages->size(); ++i) {
     if (stages->at(i).is_string() && stages->at(i).as_string() == "training") {
       enforce_training_preflight(config);  // before anything is written or queued

@@ -299,7 +299,8 @@ TEST_CASE("an unknown stage is refused with the valid stages") {
   TemporaryDirectory temporary;
   const auto run = launcher::run_and_capture(tiny_run(temporary.path, {"stages=[trainig]"}));
   CHECK(run.exit_code == 2);
-  CHECK(run.output.find("'trainig' is not a stage Did you mean 'training'?") != std::string::npos);
+  CHECK(run.output.find("'trainig' is not a stage (valid:") != std::string::npos);
+  CHECK(run.output.find("Did you mean 'training'?") != std::string::npos);
   CHECK(run.output.find("valid: data_preparation, training, conversion, evaluation") !=
         std::string::npos);
 }

@@ -194,3 +194,66 @@ TEST_CASE("LAUNCHER_TEMPLATES_DIR chooses the templates explicitly, and must hol
                                           ": the launcher's templates").c_str()),
                        common::Error);
 }
+
+TEST_CASE("NeMo's stage names are known, and those not run here are refused saying why") {
+  // NeMo 23.07's own default stages: training, conversion, evaluation, export. Before: "'export'
+  // is not a stage" with no reason.
+  test_support::TemporaryDirectory results;
+  QuietLogger quiet;
+  launcher::MainOptions options;
+  options.conf_dir = kNemo2307Conf;
+  options.overrides = {"base_results_dir=" + results.path.string()};
+  options.dry_run = true;
+  std::ostringstream terminal;
+  CHECK_THROWS_WITH_AS(
+      launcher::launch_main(options, terminal),
+      doctest::Contains("stages: 'export' is a NeMo-Megatron-Launcher stage that this launcher "
+                        "does not run: in NeMo it exports a .nemo model for Triton Inference "
+                        "Server"),
+      common::Error);
+  CHECK(fs::is_empty(results.path));  // refused before anything was written
+  options.overrides.push_back("stages=[training,fine_tuning]");
+  CHECK_THROWS_WITH_AS(launcher::launch_main(options, terminal),
+                       doctest::Contains("Instead: pretrain_gpt --load <checkpoint dir> --finetune "
+                                         "--data-path"),
+                       common::Error);
+  options.overrides.back() = "stages=[trainig]";
+  CHECK_THROWS_WITH_AS(launcher::launch_main(options, terminal),
+                       doctest::Contains("'trainig' is not a stage (valid: data_preparation, training, "
+                                         "conversion, evaluation; NeMo's other stages"),
+                       common::Error);
+
+  // Every stage of NeMo 23.07's and 23.08.02's config.yaml and conf trees, and of its later
+  // main.py, is in the table; each not run here says what to use instead.
+  for (const char* name : {"data_preparation", "training", "conversion", "evaluation", "export",
+                           "fine_tuning", "peft", "prompt_learning", "adapter_learning",
+                           "ia3_learning", "rlhf_rm", "rlhf_ppo", "quality_filtering",
+                           "fw_inference", "conversion_hf2nemo", "external_conversion",
+                           "data_curation", "steerlm_reg"}) {
+    INFO(name);
+    const auto& table = launcher::nemo_stages();
+    const auto found = std::find_if(table.begin(), table.end(),
+                                    [&](const auto& entry) { return entry.name == name; });
+    REQUIRE(found != table.end());
+    const bool runs = std::find(launcher::known_stages().begin(), launcher::known_stages().end(),
+                                name) != launcher::known_stages().end();
+    CHECK(found->runs_here == runs);
+    if (!runs) {
+      CHECK_THROWS_WITH_AS(launcher::check_stage_names({"training", name}),
+                           doctest::Contains((std::string("without '") + name +
+                                              "': stages=[training]").c_str()),
+                           common::Error);
+    }
+  }
+}
+
+TEST_CASE("docs/launcher.md's table of NeMo's stages is the code's") {
+  // Backticks (code spans in the docs) aside, each row holds the code's text.
+  std::string docs = read_text(kSourceDir / "docs/launcher.md");
+  std::erase(docs, '`');
+  for (const auto& stage : launcher::nemo_stages()) {
+    INFO(stage.name);
+    const std::string row = fmt::format("| {} | {} | {} |", stage.name, stage.in_nemo, stage.here);
+    CHECK(docs.find(row) != std::string::npos);
+  }
+}
