@@ -14,6 +14,7 @@
 #include <cctype>
 #include <ctime>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "backend/common/durable_file.hpp"
@@ -182,20 +183,60 @@ class QuietLog {
   spdlog::level::level_enum level_;
 };
 
-// launcher_scripts_path holds templates/ (and conf/): a path that does not would only fail
-// when the first script is rendered.
+// launcher_scripts_path is mounted into containers and data_dir and base_results_dir default
+// to directories under it: it must be an existing directory (NeMo's launcher_scripts, or the
+// directory holding conf/), not a path that a typo would turn into a new tree of results.
 void check_scripts_root(const fs::path& scripts_root) {
   if (scripts_root.empty()) {
-    common::fail("launcher_scripts_path is empty: it must be the directory holding templates/ "
-                 "(leave it ??? for the directory holding conf/)");
+    common::fail("launcher_scripts_path is empty: it must be a directory (leave it ??? for the "
+                 "directory holding conf/)");
   }
   std::error_code error;
-  if (!fs::is_directory(scripts_root / "templates", error)) {
-    common::fail("launcher_scripts_path={}: no templates/ directory there; it must be the "
-                 "directory holding templates/ (leave it ??? for the directory holding conf/)",
-                 scripts_root.string());
+  if (!fs::is_directory(scripts_root, error)) {
+    common::fail("launcher_scripts_path={}: no such directory; give an existing one (leave it ??? "
+                 "for the directory holding conf/)", scripts_root.string());
   }
 }
+
+// A directory that holds the launcher's templates: one of each script cluster type's.
+bool holds_templates(const fs::path& directory) {
+  std::error_code error;
+  for (const char* name : {"local.sh.mustache", "bcm.sbatch.mustache", "pbs.pbs.mustache"}) {
+    if (!fs::is_regular_file(directory / name, error)) return false;
+  }
+  return true;
+}
+
+// unique_output_dir: creates the launch's own directory (base_results_dir as resolved, which
+// ends in results-<timestamp>), or the next free -N of it. The jobs of one multirun (job 1, 2,
+// ... after job 0 in this process) share job 0's, as they share its timestamp.
+fs::path reserve_unique_output_dir(const fs::path& wanted, std::optional<size_t> job_number) {
+  static std::map<fs::path, fs::path> reserved;  // wanted → created, in this process
+  if (job_number && *job_number > 0) {
+    const auto found = reserved.find(wanted);
+    std::error_code error;
+    if (found != reserved.end() && fs::is_directory(found->second, error)) return found->second;
+  }
+  const fs::path created = create_unique_directory(wanted, "base_results_dir (unique_output_dir)");
+  reserved[wanted] = created;
+  return created;
+}
+
+// The reserved directory goes away again when the launch stops before writing into it (a
+// refused value), so that a refusal leaves nothing behind; remove() only removes it empty.
+class ReservedDirectory {
+ public:
+  explicit ReservedDirectory(fs::path path) : path_(std::move(path)) {}
+  ~ReservedDirectory() {
+    std::error_code ignored;
+    if (fs::is_empty(path_, ignored)) fs::remove(path_, ignored);
+  }
+  ReservedDirectory(const ReservedDirectory&) = delete;
+  ReservedDirectory& operator=(const ReservedDirectory&) = delete;
+
+ private:
+  fs::path path_;
+};
 
 // The names and directories a job's files get, checked before any is created.
 void check_job_names_and_paths(const JobSpec& job) {
@@ -245,6 +286,29 @@ fs::path find_conf_dir(const std::optional<fs::path>& requested) {
   common::fail("no conf/ directory found: pass --config-dir DIR or set LAUNCHER_CONF_DIR");
 }
 
+fs::path find_templates_dir(const fs::path& launcher_scripts_path) {
+  if (const char* from_env = std::getenv("LAUNCHER_TEMPLATES_DIR")) {
+    if (!holds_templates(from_env)) {
+      common::fail("LAUNCHER_TEMPLATES_DIR={}: the launcher's templates (local.sh.mustache, "
+                   "bcm.sbatch.mustache, pbs.pbs.mustache) are not there", from_env);
+    }
+    return fs::absolute(from_env);
+  }
+  std::error_code error;
+  if (!launcher_scripts_path.empty() && fs::is_directory(launcher_scripts_path / "templates", error)) {
+    return launcher_scripts_path / "templates";
+  }
+  const std::vector<fs::path> installed = {executable_dir() / ".." / ".." / "templates",
+                                           fs::path(LAUNCHER_SOURCE_DIR) / "templates"};
+  for (const fs::path& candidate : installed) {
+    if (holds_templates(candidate)) return fs::weakly_canonical(candidate);
+  }
+  common::fail("the launcher's job script templates were not found: not in "
+               "launcher_scripts_path={}/templates, {} or {}; set LAUNCHER_TEMPLATES_DIR to the "
+               "templates/ directory of the launcher's source tree",
+               launcher_scripts_path.string(), installed[0].string(), installed[1].string());
+}
+
 ClusterChoice resolve_cluster_type(const std::string& configured) {
   if (configured != "auto") return {configured, "as configured"};
   if (!find_on_path("sbatch")) return {"local", "no sbatch on PATH"};
@@ -284,7 +348,8 @@ LaunchComposition compose_for_launch(const MainOptions& options) {
   ComposedConfig composed = compose(compose_options);
 
   fill_launcher_scripts_path(composed.config, conf_dir);  // ??? → the directory holding conf/
-  if (wants_unique_output_dir(composed.config)) {
+  const bool unique_output_dir = wants_unique_output_dir(composed.config);
+  if (unique_output_dir) {
     Node* base = find(composed.config, "base_results_dir");
     if (base == nullptr || !base->is_string()) {
       common::fail("unique_output_dir needs base_results_dir to be a path");
@@ -293,7 +358,7 @@ LaunchComposition compose_for_launch(const MainOptions& options) {
     *base = Node::string(base->as_string() + "/results-" + launch_timestamp(), base->location());
   }
   fill_data_preparation_blend(composed);  // data_preparation.data_prefix: ??? → its outputs
-  return {std::move(composed), std::move(choice), conf_dir};
+  return {std::move(composed), std::move(choice), conf_dir, unique_output_dir};
 }
 
 namespace {
@@ -322,6 +387,20 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   ComposedConfig& composed = launch.composed;
   if (options.job_number) give_job_its_own_results_dirs(composed.config, *options.job_number);
   const std::string& cluster_type = launch.cluster.type;
+  std::optional<ReservedDirectory> reserved;
+  if (launch.unique_output_dir) {
+    // The timestamp is to the second, so launches started within one second want the same
+    // name: the directory is created here, exclusively, before anything is written into it,
+    // and base_results_dir becomes what was created (as resolved: a ${now:...} in it is not
+    // evaluated a second time).
+    const Node first = resolve(composed.config, ResolveContext{composed.choices});
+    check_root_directories(first);
+    const fs::path created =
+        reserve_unique_output_dir(text_at(first, "base_results_dir"), options.job_number);
+    reserved.emplace(created);
+    Node* base = find(composed.config, "base_results_dir");
+    *base = Node::string(created.string(), base->location());
+  }
   const Node config = resolve(composed.config, ResolveContext{composed.choices});
   check_root_directories(config);
 
@@ -337,6 +416,15 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   const Node* stages = find(config, "stages");
   if (stages == nullptr || !stages->is_list() || stages->size() == 0) {
     common::fail("stages: expected a non-empty list, e.g. stages=[training]");
+  }
+  {
+    // NeMo's stage names (export, fine_tuning, ...) are refused here, saying why, before the
+    // preflight and before anything is written.
+    std::vector<std::string> stage_names;
+    for (size_t i = 0; i < stages->size(); ++i) {
+      stage_names.push_back(stages->at(i).as_string(fmt::format("stages.{}", i)));
+    }
+    check_stage_names(stage_names);
   }
   for (size_t i = 0; i < stages->size(); ++i) {
     if (stages->at(i).is_string() && stages->at(i).as_string() == "training") {
@@ -359,8 +447,8 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   // script (rendered here once, then again when it is written, with the job id it depends on).
   check_scripts_root(scripts_root);
   const std::string hydra_yaml = to_yaml(config);
-  const RenderContext context{scripts_root / "templates", cluster, text_at(config, "container"),
-                              container_mounts(config)};
+  const RenderContext context{find_templates_dir(scripts_root), cluster,
+                              text_at(config, "container"), container_mounts(config)};
   std::vector<fs::path> script_paths;
   for (JobSpec& job : jobs) {
     // The stage's own variables first, then env_vars; a name in both takes env_vars' value.

@@ -28,6 +28,13 @@ struct MainOptions {
 // tree inside the checkout), the source tree the launcher was built from.
 std::filesystem::path find_conf_dir(const std::optional<std::filesystem::path>& requested);
 
+// The job script templates belong to the launcher, not to the conf tree (a NeMo tree has
+// none), in this order: $LAUNCHER_TEMPLATES_DIR; <launcher_scripts_path>/templates when that
+// directory exists (a checkout, or a copy made on purpose: how templates were chosen so far);
+// <launcher executable>/../../templates (a build tree inside the checkout); the source tree
+// the launcher was built from. A common::Error names what was tried when none holds them.
+std::filesystem::path find_templates_dir(const std::filesystem::path& launcher_scripts_path);
+
 struct ClusterChoice {
   std::string type;    // bcm, local, ...
   std::string reason;  // said in the log line when the type was auto
@@ -41,6 +48,9 @@ struct LaunchComposition {
   ComposedConfig composed;  // unresolved, with launcher_scripts_path and unique dirs filled in
   ClusterChoice cluster;
   std::filesystem::path conf_dir;
+  // unique_output_dir: base_results_dir ends in /results-<timestamp>, to the second; launching
+  // creates it exclusively, with a -1, -2, ... suffix when that name is taken.
+  bool unique_output_dir = false;
 };
 
 // Everything `launcher main` composes before resolving, shared with --cfg so that what is

@@ -114,6 +114,23 @@ void create_results_dir(const fs::path& directory) {
   }
 }
 
+fs::path create_unique_directory(const fs::path& wanted, std::string_view key) {
+  check_directory_path(wanted, key);
+  if (wanted.has_parent_path()) create_results_dir(wanted.parent_path());
+  for (int suffix = 0; suffix <= kMaxUniqueSuffix; ++suffix) {
+    const fs::path candidate =
+        suffix == 0 ? wanted : fs::path(wanted.string() + "-" + std::to_string(suffix));
+    // Exclusive by the kernel: of two launchers trying one name, exactly one creates it.
+    if (::mkdir(candidate.c_str(), 0777) == 0) return candidate;
+    if (errno != EEXIST) {
+      common::fail("{}: cannot create {}: {}", key, candidate.string(), std::strerror(errno));
+    }
+  }
+  common::fail("{}: {} and {}-1 ... {}-{} all exist; clean up old runs there or set another "
+               "base_results_dir", key, wanted.string(), wanted.string(), wanted.string(),
+               kMaxUniqueSuffix);
+}
+
 ResultsDirLock::ResultsDirLock(const fs::path& directory) : path_(directory / kFileName) {
   descriptor_ = open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (descriptor_ < 0 && errno == EACCES) {

@@ -37,6 +37,17 @@ void check_directory_path(const std::filesystem::path& directory, std::string_vi
 // Creates the directory and its parents; failures are a common::Error naming it and why.
 void create_results_dir(const std::filesystem::path& directory);
 
+// The most suffixes create_unique_directory tries (wanted-1 ... wanted-N) before giving up.
+inline constexpr int kMaxUniqueSuffix = 9999;
+
+// unique_output_dir: creates `wanted`, else `wanted-1`, `wanted-2`, ..., whichever mkdir(2)
+// creates first (its parents as needed), and returns it. mkdir fails with EEXIST when the name
+// is taken, also by another launcher at the same moment, so no two launches ever get the same
+// directory, however many start within one second of the timestamp in its name. Failures are
+// a common::Error naming `key` and the directory.
+std::filesystem::path create_unique_directory(const std::filesystem::path& wanted,
+                                              std::string_view key);
+
 // The exclusive hold on a results directory, released when destroyed (or when the last
 // process it was handed to exits).
 class ResultsDirLock {

@@ -986,9 +986,7 @@ ComposedConfig compose(const ComposeOptions& options) {
     composed.hydra = Node::map();
   }
   composed.config = std::move(config);
-  for (const auto& [key, value] : group_overrides.known_choices) {
-    if (value) composed.choices[key] = *value;
-  }
+  composed.choices = group_overrides.known_choices;
   return composed;
 }
 

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,7 +48,9 @@ struct ComposedConfig {
   Node config;                                 // the job config, unresolved, without `hydra`
   Node hydra;                                  // the composed `hydra` section (empty map if none)
   std::vector<DefaultsEntry> defaults;         // the final defaults list, in merge order
-  std::map<std::string, std::string> choices;  // hydra:runtime.choices; null choices are left out
+  // hydra:runtime.choices: every group of the defaults list, with null for a group left at
+  // null (NeMo's `fine_tuning: null`), which ${hydra:runtime.choices.<group>} yields as Hydra does.
+  std::map<std::string, std::optional<std::string>> choices;
 };
 
 // The most configs on one chain of includes (the primary config, a group option it names, one

@@ -349,12 +349,19 @@ class Resolver {
       if (key.starts_with(kChoices)) {
         const std::string group = key.substr(kChoices.size());
         const auto found = context_.choices.find(group);
-        if (found != context_.choices.end()) return Node::string(found->second);
+        if (found != context_.choices.end()) {
+          // A group left at null (`fine_tuning: null`, as NeMo's config.yaml has it) is null,
+          // as Hydra records it; NeMo reads `fine_tuning_config: null` as "stage not used".
+          return found->second ? Node::string(*found->second) : Node::null();
+        }
+        // Hydra would give null here too (OmegaConf.select of a missing key), but a group that
+        // is not in the defaults list at all is far more often a typo than a choice.
         std::vector<std::string> groups;
         for (const auto& [known, option] : context_.choices) groups.push_back(known);
         fail_resolver(site, interpolation,
-                      fmt::format("no choice was made for config group '{}' (chosen groups: {})",
-                                  group, groups.empty() ? "none" : join_names(groups)));
+                      fmt::format("config group '{}' is not in the defaults list (groups there: "
+                                  "{}); to leave it unchosen add `- {}: null` to the defaults list",
+                                  group, groups.empty() ? "none" : join_names(groups), group));
       }
       if (key == "runtime.cwd") return Node::string(std::filesystem::current_path().string());
       fail_resolver(site, interpolation,

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,9 @@
 namespace launcher {
 
 struct ResolveContext {
-  // hydra:runtime.choices, e.g. training -> gpt3/126m. Environment lookups use getenv.
-  std::map<std::string, std::string> choices;
+  // hydra:runtime.choices, e.g. training -> gpt3/126m, fine_tuning -> null (a group the
+  // defaults list leaves at null). Environment lookups use getenv.
+  std::map<std::string, std::optional<std::string>> choices;
 };
 
 Node resolve(const Node& config, const ResolveContext& context);

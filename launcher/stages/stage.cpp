@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "backend/common/error.hpp"
 #include "backend/common/suggest.hpp"
 #include "launcher/stages/conversion_stage.hpp"
@@ -17,6 +19,77 @@ const std::vector<std::string>& known_stages() {
   static const std::vector<std::string> stages = {"data_preparation", "training", "conversion",
                                                   "evaluation"};
   return stages;
+}
+
+const std::vector<NemoStage>& nemo_stages() {
+  static const std::vector<NemoStage> stages = {
+      {"data_preparation", "downloads and tokenizes a corpus (the Pile, mC4, custom JSONL) into .bin/.idx",
+       "download, decompress, preprocess_data", true},
+      {"training", "pretrains a model (megatron_gpt_pretraining.py)", "pretrain_gpt", true},
+      {"conversion", "converts a training checkpoint into a .nemo file",
+       "checkpoint_util --export-hf (Hugging Face safetensors, not .nemo)", true},
+      {"evaluation", "evaluates a checkpoint on benchmark tasks (lm-evaluation-harness, or NeMo's own)",
+       "evaluate_gpt (validation/test loss; the tool is not built yet)", true},
+      {"export", "exports a .nemo model for Triton Inference Server (FasterTransformer / TensorRT-LLM)",
+       "the conversion stage (checkpoint_util --export-hf) writes a Hugging Face "
+       "model that inference servers load", false},
+      {"fine_tuning", "fine-tunes a trained model on a task dataset (SQuAD, custom), supervised",
+       "pretrain_gpt --load <checkpoint dir> --finetune --data-path <the task data, "
+       "prepared by data_preparation>", false},
+      {"peft", "fine-tunes a trained model parameter-efficiently (LoRA, P-tuning, adapters, IA3)",
+       "full fine-tuning, pretrain_gpt --load <checkpoint dir> --finetune (no "
+       "parameter-efficient methods here)", false},
+      {"prompt_learning", "trains virtual prompt tokens (P-tuning, prompt tuning) with the model frozen",
+       "full fine-tuning, pretrain_gpt --load <checkpoint dir> --finetune (no "
+       "parameter-efficient methods here)", false},
+      {"adapter_learning", "trains adapter layers inserted into a frozen model",
+       "full fine-tuning, pretrain_gpt --load <checkpoint dir> --finetune (no "
+       "parameter-efficient methods here)", false},
+      {"ia3_learning", "trains IA3 rescaling vectors of a frozen model's activations",
+       "full fine-tuning, pretrain_gpt --load <checkpoint dir> --finetune (no "
+       "parameter-efficient methods here)", false},
+      {"rlhf_rm", "trains a reward model for RLHF (NeMo-Aligner)", "nothing yet, there is no RLHF here", false},
+      {"rlhf_ppo", "trains a model with PPO against a reward model (RLHF, NeMo-Aligner)",
+       "nothing yet, there is no RLHF here", false},
+      {"steerlm_reg", "fine-tunes a model conditioned on attribute values (SteerLM)",
+       "nothing yet, there is no SteerLM here", false},
+      {"quality_filtering", "filters documents by heuristic quality rules (NeMo Data Curator)",
+       "filter the JSONL yourself before data_preparation", false},
+      {"data_curation", "runs NeMo Data Curator: downloads, cleans, deduplicates and filters a corpus",
+       "curate the JSONL yourself, then data_preparation", false},
+      {"conversion_hf2nemo", "converts a Hugging Face checkpoint into a .nemo file",
+       "checkpoint_util --import-hf <dir> --save <checkpoint dir> makes a "
+       "checkpoint that pretrain_gpt loads", false},
+      {"external_conversion", "converts a checkpoint of another framework into a .nemo file",
+       "checkpoint_util --import-hf reads Hugging Face checkpoints", false},
+      {"fw_inference", "generates text with the trained model (NeMo framework inference)",
+       "nothing yet, there is no text generation here", false},
+  };
+  return stages;
+}
+
+void check_stage_names(const std::vector<std::string>& stages) {
+  const auto& runnable = known_stages();
+  for (const std::string& stage : stages) {
+    if (std::find(runnable.begin(), runnable.end(), stage) != runnable.end()) continue;
+    const auto& nemo = nemo_stages();
+    const auto found = std::find_if(nemo.begin(), nemo.end(),
+                                    [&](const NemoStage& entry) { return entry.name == stage; });
+    if (found == nemo.end()) {
+      common::fail("stages: '{}' is not a stage (valid: {}; NeMo's other stages are refused "
+                   "with what to use instead, docs/launcher.md).{}",
+                   stage, fmt::join(runnable, ", "), common::did_you_mean(stage, runnable));
+    }
+    std::vector<std::string> rest;
+    for (const std::string& other : stages) {
+      if (std::find(runnable.begin(), runnable.end(), other) != runnable.end()) rest.push_back(other);
+    }
+    common::fail("stages: '{}' is a NeMo-Megatron-Launcher stage that this launcher does not "
+                 "run: in NeMo it {}. Instead: {}. The stages it runs: {}; without '{}': "
+                 "stages=[{}]",
+                 stage, found->in_nemo, found->here, fmt::join(runnable, ", "), stage,
+                 rest.empty() ? std::string("training") : fmt::format("{}", fmt::join(rest, ",")));
+  }
 }
 
 JobSpec job_from_run_section(std::string_view stage, const StageContext& context) {
@@ -51,8 +124,8 @@ std::vector<JobSpec> build_stage_jobs(std::string_view stage, const StageContext
     std::optional<JobSpec> job = build(context);
     return job ? std::vector<JobSpec>{std::move(*job)} : std::vector<JobSpec>{};
   }
-  common::fail("stages: '{}' is not a stage{} (valid: {})", stage,
-               common::did_you_mean(stage, known_stages()), fmt::join(known_stages(), ", "));
+  check_stage_names({std::string(stage)});  // fails, saying why
+  common::fail("stages: '{}' is not a stage (valid: {})", stage, fmt::join(known_stages(), ", "));
 }
 
 }  // namespace launcher

@@ -25,7 +25,24 @@ struct StageContext {
   std::string job_name_prefix;            // cluster.job_name_prefix
 };
 
+// The stages this launcher runs (above), in that order.
 const std::vector<std::string>& known_stages();
+
+// Every stage name NeMo-Megatron-Launcher knows (its main.py's STR2STAGECLASS and the stage
+// groups of its conf trees, 23.07 to 24.x), so that a NeMo `stages` list is understood: the
+// one table of them, shown in docs/launcher.md ("NeMo's stages").
+struct NemoStage {
+  std::string_view name;
+  std::string_view in_nemo;  // what the stage does in NeMo, one line
+  std::string_view here;     // the tool that runs it here, or what to use instead
+  bool runs_here;            // one of known_stages()
+};
+const std::vector<NemoStage>& nemo_stages();
+
+// Refuses a `stages` list naming a stage that is not run here, before anything is written:
+// for a NeMo stage, what it does in NeMo, what to use here, and the list without it; for any
+// other name, the valid ones with a suggestion.
+void check_stage_names(const std::vector<std::string>& stages);
 
 // The stage's jobs in the order they run, each after the one before; none when the stage has
 // nothing to submit (the dependency chain then continues from the stage before it). Unknown

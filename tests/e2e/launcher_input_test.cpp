@@ -127,7 +127,8 @@ TEST_CASE("paths and names that cannot be the run's directory are refused before
                                         " exists and is not a directory"));
   fs::remove(temporary.path / "file");
 
-  // launcher_scripts_path without templates/ is refused before results/ is created under it.
+  // A launcher_scripts_path that does not exist is refused before results/ is created under it
+  // (the templates come with the launcher, so that is not what it is checked for).
   const fs::path nonexistent = temporary.path / "nonexistent";
   const auto no_scripts = launcher::run_and_capture(
       {launcher_path(), "main", "--dry-run", "cluster_type=local",
@@ -135,7 +136,7 @@ TEST_CASE("paths and names that cannot be the run's directory are refused before
   INFO(no_scripts.output);
   CHECK(no_scripts.exit_code == 2);
   CHECK(contains(no_scripts.output,
-                 "launcher_scripts_path=" + nonexistent.string() + ": no templates/ directory"));
+                 "launcher_scripts_path=" + nonexistent.string() + ": no such directory"));
   CHECK_FALSE(fs::exists(nonexistent));
   CHECK(everything_under(temporary.path).empty());
 }

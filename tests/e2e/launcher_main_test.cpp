@@ -1,6 +1,7 @@
 // End to end: the real `launcher` binary composes conf/, renders the local script, runs the
 // real `pretrain_gpt` and leaves NeMo's results layout. Tiny model overrides keep it fast.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include "logged_losses.hpp"
 #include "mpi_test_environment.hpp"
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <chrono>
@@ -297,7 +299,8 @@ TEST_CASE("an unknown stage is refused with the valid stages") {
   TemporaryDirectory temporary;
   const auto run = launcher::run_and_capture(tiny_run(temporary.path, {"stages=[trainig]"}));
   CHECK(run.exit_code == 2);
-  CHECK(run.output.find("'trainig' is not a stage Did you mean 'training'?") != std::string::npos);
+  CHECK(run.output.find("'trainig' is not a stage (valid:") != std::string::npos);
+  CHECK(run.output.find("Did you mean 'training'?") != std::string::npos);
   CHECK(run.output.find("valid: data_preparation, training, conversion, evaluation") !=
         std::string::npos);
 }
@@ -311,7 +314,6 @@ TEST_CASE("unique_output_dir puts every launch in its own results-<timestamp> di
          "--dry-run"});
     INFO(run.output);
     CHECK(run.exit_code == 0);
-    if (launch == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   }
   std::vector<std::string> launches;
   for (const auto& entry : fs::directory_iterator(temporary.path)) {
@@ -321,6 +323,28 @@ TEST_CASE("unique_output_dir puts every launch in its own results-<timestamp> di
   REQUIRE(launches.size() == 2);
   for (const auto& name : launches) CHECK(name.starts_with("results-"));
   CHECK(launches[0] != launches[1]);
+}
+
+TEST_CASE("unique_output_dir: launchers started at the same moment each get their own directory") {
+  // The timestamp is to the second: before, these four wrote into one directory.
+  TemporaryDirectory temporary;
+  const std::string launcher_command =
+      fmt::format("UNIQUE_OUTPUT_DIR=1 {}/launcher main training=gpt3/126m cluster_type=local "
+                  "base_results_dir={} --dry-run >/dev/null 2>&1",
+                  TEST_BIN_DIR, temporary.path.string());
+  const std::string script = fmt::format(
+      "status=0; pids=; for i in 1 2 3 4; do {} & pids=\"$pids $!\"; done; "
+      "for p in $pids; do wait $p || status=1; done; exit $status", launcher_command);
+  const auto run = launcher::run_and_capture({"bash", "-c", script});
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+  std::set<std::string> launches;
+  for (const auto& entry : fs::directory_iterator(temporary.path)) {
+    launches.insert(entry.path().filename().string());
+    CHECK(fs::is_regular_file(entry.path() / "gpt3_126m" / "gpt3_126m_submission.sh"));
+    CHECK(fs::is_regular_file(entry.path() / "gpt3_126m" / "launcher_cmd.log"));
+  }
+  CHECK(launches.size() == 4);
 }
 
 TEST_CASE("a local launch records its job, exit status and log in jobs.jsonl") {

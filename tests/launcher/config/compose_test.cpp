@@ -78,7 +78,7 @@ TEST_CASE("the NeMo-shaped primary config composes with a nested group option") 
   CHECK(composed.choices.at("training") == "gpt3/126m");
   CHECK(composed.choices.at("cluster") == "bcm");
   CHECK(composed.choices.at("hydra/job_logging") == "stdout");
-  CHECK_FALSE(composed.choices.contains("fine_tuning"));  // null placeholder
+  CHECK(composed.choices.at("fine_tuning") == std::nullopt);  // null placeholder
 
   const Node resolved = launcher::resolve(composed.config, {composed.choices});
   const Node& model = resolved.at("training").at("model");
@@ -382,4 +382,62 @@ TEST_CASE("composing and resolving a ~300-key config is fast") {
   CHECK(resolved.at("training").at("section3").at("key3").as_int() == 3072);
   CHECK(resolved.at("training").at("section3").at("key4").as_string() == "1024_x");
   CHECK(milliseconds < 50);  // the target is well under 10 ms; leave room for sanitizer builds
+}
+
+TEST_CASE("${hydra:runtime.choices.<group>} of a group left at null is null, as in Hydra") {
+  // NeMo's config.yaml: `- fine_tuning: null` in the defaults list and
+  // `fine_tuning_config: ${hydra:runtime.choices.fine_tuning}` below it.
+  test_support::TemporaryDirectory conf;
+  write_file(conf.path / "config.yaml",
+             "defaults:\n  - _self_\n  - fine_tuning: null\n  - peft: null\n"
+             "fine_tuning_config: ${hydra:runtime.choices.fine_tuning}\n"
+             "peft_config: ${hydra:runtime.choices.peft}\n"
+             "named: ft_${hydra:runtime.choices.fine_tuning}\n");
+  write_file(conf.path / "fine_tuning/gpt3/squad.yaml", "task: squad\n");
+
+  const auto unchosen = launcher::compose({conf.path, "config", {}});
+  CHECK(unchosen.choices.at("fine_tuning") == std::nullopt);
+  const Node resolved = launcher::resolve(unchosen.config, {unchosen.choices});
+  CHECK(resolved.at("fine_tuning_config").is_null());
+  CHECK(resolved.at("peft_config").is_null());  // a group with no directory at all, as 23.07's peft
+  CHECK(resolved.at("named").as_string() == "ft_None");  // string interpolation: Python's str()
+
+  const auto chosen = launcher::compose({conf.path, "config", {"fine_tuning=gpt3/squad"}});
+  const Node chosen_resolved = launcher::resolve(chosen.config, {chosen.choices});
+  CHECK(chosen_resolved.at("fine_tuning_config").as_string() == "gpt3/squad");
+  CHECK(chosen_resolved.at("fine_tuning").at("task").as_string() == "squad");
+
+  // A group that is not in the defaults list at all is most likely a typo: an error naming the
+  // groups there and how to declare one.
+  write_file(conf.path / "typo.yaml", "defaults:\n  - fine_tuning: null\nx: ${hydra:runtime.choices.fine_tunning}\n");
+  const auto typo = launcher::compose({conf.path, "typo", {}});
+  CHECK_THROWS_WITH_AS(launcher::resolve(typo.config, {typo.choices}),
+                       doctest::Contains("config group 'fine_tunning' is not in the defaults list "
+                                         "(groups there: fine_tuning); to leave it unchosen add "
+                                         "`- fine_tunning: null`"),
+                       common::Error);
+}
+
+TEST_CASE("NeMo-Megatron-Launcher 23.07's own config.yaml composes and resolves") {
+  // tests/data/nemo_23.07/conf: NeMo's files, unchanged, for the options its defaults list
+  // names (and fine_tuning/gpt3/squad); see tests/data/README.md.
+  const auto conf = std::filesystem::path(TEST_SOURCE_DIR) / "tests/data/nemo_23.07/conf";
+  const auto composed =
+      launcher::compose({conf, "config", {"launcher_scripts_path=/opt/launcher_scripts"}});
+  const Node resolved = launcher::resolve(composed.config, {composed.choices});
+  for (const char* key : {"fine_tuning_config", "prompt_learning_config",
+                          "adapter_learning_config", "ia3_learning_config"}) {
+    INFO(key);
+    CHECK(resolved.at(key).is_null());
+  }
+  CHECK(resolved.at("training_config").as_string() == "gpt3/5b");
+  CHECK(resolved.at("export_config").as_string() == "gpt3/export_gpt3");
+  CHECK(resolved.at("training").at("run").at("results_dir").as_string() ==
+        "/opt/launcher_scripts/results/gpt3_5b");
+
+  const auto fine_tuning = launcher::compose(
+      {conf, "config", {"launcher_scripts_path=/opt/launcher_scripts", "fine_tuning=gpt3/squad"}});
+  CHECK(launcher::resolve(fine_tuning.config, {fine_tuning.choices})
+            .at("fine_tuning_config")
+            .as_string() == "gpt3/squad");
 }

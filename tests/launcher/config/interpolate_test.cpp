@@ -185,7 +185,7 @@ TEST_CASE("oc.env with and without default, hydra choices, now") {
                        doctest::Contains("environment variable 'LAUNCHER_TEST_UNSET' is not set"),
                        common::Error);
   CHECK_THROWS_WITH_AS(resolve_yaml("x: ${hydra:runtime.choices.cluster}\n", context),
-                       doctest::Contains("no choice was made for config group 'cluster'"),
+                       doctest::Contains("config group 'cluster' is not in the defaults list"),
                        common::Error);
 }
 
