@@ -44,6 +44,9 @@ struct TensorMapping {
   std::vector<HfPiece> pieces;
   std::vector<RowTarget> rows;  // Megatron row r goes to pieces[rows[r].piece], row rows[r].row
   bool transposed = false;      // pieces stored (columns, rows), as GPT-2's Conv1D
+  // Added on export: 1 for a LayerNorm weight stored as γ − 1 (--apply-layernorm-1p), since
+  // Hugging Face's LayerNorm holds γ itself.
+  float offset = 0.0f;
 };
 
 std::vector<RowTarget> identity_rows(int64_t count) {
@@ -108,6 +111,11 @@ std::vector<TensorMapping> gpt2_mappings(const GptConfig& config) {
   }
   mappings.push_back(renamed("decoder.final_layernorm.weight", "transformer.ln_f.weight", {C}));
   mappings.push_back(renamed("decoder.final_layernorm.bias", "transformer.ln_f.bias", {C}));
+  if (config.apply_layernorm_1p) {
+    for (TensorMapping& mapping : mappings) {
+      if (mapping.megatron_name.ends_with("layernorm.weight")) mapping.offset = 1.0f;
+    }
+  }
   return mappings;
 }
 
@@ -530,7 +538,7 @@ GptConfig gpt_config_from_hf(const nlohmann::json& hf, const std::string& source
 
 std::vector<NamedTensor> to_hf_tensors(const GptConfig& config,
                                        const std::vector<ParameterTensor>& layout,
-                                       std::span<const float> buffer) {
+                                       std::span<const float> buffer, HfValues values) {
   const auto mappings = mappings_for(config);
   check_layout_covered(layout, mappings);
   std::vector<NamedTensor> result;
@@ -544,13 +552,14 @@ std::vector<NamedTensor> to_hf_tensors(const GptConfig& config,
     const int64_t rows = static_cast<int64_t>(mapping.rows.size());
     const int64_t columns = tensor.numel / rows;
     const float* source = buffer.data() + tensor.offset;
+    const float offset = values == HfValues::parameters ? mapping.offset : 0.0f;
     for (int64_t r = 0; r < rows; ++r) {
       const RowTarget target = mapping.rows[static_cast<size_t>(r)];
       const HfPiece& piece = mapping.pieces[static_cast<size_t>(target.piece)];
       auto& values = result[first + static_cast<size_t>(target.piece)].values;
       for (int64_t c = 0; c < columns; ++c) {
         values[static_cast<size_t>(piece_index(piece, mapping.transposed, target.row, c, columns))] =
-            source[r * columns + c];
+            source[r * columns + c] + offset;
       }
     }
   }
@@ -559,7 +568,7 @@ std::vector<NamedTensor> to_hf_tensors(const GptConfig& config,
 
 void from_hf_tensors(const GptConfig& config, const std::vector<ParameterTensor>& layout,
                      const std::vector<NamedTensor>& tensors, std::span<float> buffer,
-                     const std::string& source) {
+                     const std::string& source, HfValues values) {
   const auto mappings = mappings_for(config);
   check_layout_covered(layout, mappings);
   const bool gpt2 = hf_architecture(config) == HfArchitecture::gpt2;
@@ -590,13 +599,16 @@ void from_hf_tensors(const GptConfig& config, const std::vector<ParameterTensor>
     const int64_t rows = static_cast<int64_t>(mapping.rows.size());
     const int64_t columns = tensor.numel / rows;
     float* destination = buffer.data() + tensor.offset;
+    const float offset = values == HfValues::parameters ? mapping.offset : 0.0f;
     for (int64_t r = 0; r < rows; ++r) {
       const RowTarget target = mapping.rows[static_cast<size_t>(r)];
       const HfPiece& piece = mapping.pieces[static_cast<size_t>(target.piece)];
-      const auto& values = pieces[static_cast<size_t>(target.piece)]->values;
+      const auto& hf_values = pieces[static_cast<size_t>(target.piece)]->values;
       for (int64_t c = 0; c < columns; ++c) {
         destination[r * columns + c] =
-            values[static_cast<size_t>(piece_index(piece, mapping.transposed, target.row, c, columns))];
+            hf_values[static_cast<size_t>(piece_index(piece, mapping.transposed, target.row, c,
+                                                      columns))] -
+            offset;
       }
     }
   }

@@ -71,17 +71,22 @@ nlohmann::ordered_json hf_config_json(const GptConfig& config);
 // change the computation in ways GptModel does not implement.
 GptConfig gpt_config_from_hf(const nlohmann::json& config, const std::string& source);
 
+// What a buffer holds: the parameters, or the gradients (a LayerNorm weight stored as γ − 1,
+// --apply-layernorm-1p, becomes γ in Hugging Face's form; its gradient is the same either way).
+enum class HfValues { parameters, gradients };
+
 // Megatron-named tensors of a flat buffer laid out as `layout` (GptModel::tensors()): the
-// parameters, or equally the gradients, under Hugging Face names and layouts.
+// parameters, or the gradients, under Hugging Face names and layouts.
 std::vector<NamedTensor> to_hf_tensors(const GptConfig& config,
                                        const std::vector<ParameterTensor>& layout,
-                                       std::span<const float> buffer);
+                                       std::span<const float> buffer,
+                                       HfValues values = HfValues::parameters);
 
 // The inverse: fills every tensor of `layout` in `buffer` from Hugging Face tensors. A missing,
 // unexpected or mis-shaped tensor fails naming it and `source`.
 void from_hf_tensors(const GptConfig& config, const std::vector<ParameterTensor>& layout,
                      const std::vector<NamedTensor>& tensors, std::span<float> buffer,
-                     const std::string& source);
+                     const std::string& source, HfValues values = HfValues::parameters);
 
 // Writes <directory>/config.json and <directory>/model.safetensors (creating the directory).
 void export_hf(const std::filesystem::path& directory, const GptModel<float>& model);

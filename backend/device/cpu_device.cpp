@@ -190,23 +190,24 @@ void CpuDevice::dropout_backward(View dinput, View doutput, const Dropout& dropo
 }
 
 void CpuDevice::layernorm_forward(View output, View mean, View rstd, View input, View weight,
-                                  View bias, double epsilon, int64_t rows, int64_t channels) {
+                                  View bias, double weight_offset, double epsilon, int64_t rows,
+                                  int64_t channels) {
   dispatch(input.type, "layernorm_forward", [&](auto s) {
     using S = decltype(s);
     cpu::layernorm_forward(host<S>(output), host<S>(mean), host<S>(rstd), host<S>(input),
-                           host<S>(weight), host<S>(bias), static_cast<S>(epsilon), rows,
-                           channels);
+                           host<S>(weight), host<S>(bias), static_cast<S>(weight_offset),
+                           static_cast<S>(epsilon), rows, channels);
   });
 }
 
 void CpuDevice::layernorm_backward(View dinput, View dweight, View dbias, View doutput,
-                                   View input, View weight, View mean, View rstd, int64_t rows,
-                                   int64_t channels) {
+                                   View input, View weight, double weight_offset, View mean,
+                                   View rstd, int64_t rows, int64_t channels) {
   dispatch(input.type, "layernorm_backward", [&](auto s) {
     using S = decltype(s);
     cpu::layernorm_backward(host<S>(dinput), host<S>(dweight), host<S>(dbias), host<S>(doutput),
-                            host<S>(input), host<S>(weight), host<S>(mean), host<S>(rstd), rows,
-                            channels);
+                            host<S>(input), host<S>(weight), static_cast<S>(weight_offset),
+                            host<S>(mean), host<S>(rstd), rows, channels);
   });
 }
 

@@ -33,9 +33,10 @@ class CpuDevice : public Device {
   void dropout_forward(View output, View input, const Dropout& dropout) override;
   void dropout_backward(View dinput, View doutput, const Dropout& dropout) override;
   void layernorm_forward(View output, View mean, View rstd, View input, View weight, View bias,
-                         double epsilon, int64_t rows, int64_t channels) override;
+                         double weight_offset, double epsilon, int64_t rows,
+                         int64_t channels) override;
   void layernorm_backward(View dinput, View dweight, View dbias, View doutput, View input,
-                          View weight, View mean, View rstd, int64_t rows,
+                          View weight, double weight_offset, View mean, View rstd, int64_t rows,
                           int64_t channels) override;
   void rmsnorm_forward(View output, View rstd, View input, View weight, double epsilon,
                        int64_t rows, int64_t channels) override;

@@ -200,9 +200,10 @@ class CudaDevice final : public Device {
   void dropout_forward(View output, View input, const Dropout& dropout) override;
   void dropout_backward(View dinput, View doutput, const Dropout& dropout) override;
   void layernorm_forward(View output, View mean, View rstd, View input, View weight, View bias,
-                         double epsilon, int64_t rows, int64_t channels) override;
+                         double weight_offset, double epsilon, int64_t rows,
+                         int64_t channels) override;
   void layernorm_backward(View dinput, View dweight, View dbias, View doutput, View input,
-                          View weight, View mean, View rstd, int64_t rows,
+                          View weight, double weight_offset, View mean, View rstd, int64_t rows,
                           int64_t channels) override;
   void rmsnorm_forward(View output, View rstd, View input, View weight, double epsilon,
                        int64_t rows, int64_t channels) override;
@@ -363,17 +364,18 @@ void launch_dropout_backward(S* dinput, const S* doutput, int64_t count, const D
 }
 template <typename S>
 void launch_layernorm_forward(S* output, float* mean, float* rstd, const S* input, const S* weight,
-                              const S* bias, float epsilon, int64_t N, int64_t C,
-                              cudaStream_t stream) {
-  cuda::layernorm_forward(output, mean, rstd, input, weight, bias, epsilon, N, C, stream);
+                              const S* bias, float weight_offset, float epsilon, int64_t N,
+                              int64_t C, cudaStream_t stream) {
+  cuda::layernorm_forward(output, mean, rstd, input, weight, bias, weight_offset, epsilon, N, C,
+                          stream);
 }
 template <typename S>
 void launch_layernorm_backward(S* dinput, float* dweight, float* dbias, const S* doutput,
-                               const S* input, const S* weight, const float* mean,
-                               const float* rstd, int64_t N, int64_t C, float* scratch,
-                               cudaStream_t stream) {
-  cuda::layernorm_backward(dinput, dweight, dbias, doutput, input, weight, mean, rstd, N, C,
-                           scratch, stream);
+                               const S* input, const S* weight, float weight_offset,
+                               const float* mean, const float* rstd, int64_t N, int64_t C,
+                               float* scratch, cudaStream_t stream) {
+  cuda::layernorm_backward(dinput, dweight, dbias, doutput, input, weight, weight_offset, mean,
+                           rstd, N, C, scratch, stream);
 }
 template <typename S>
 void launch_rmsnorm_forward(S* output, float* rstd, const S* input, const S* weight, float epsilon,
@@ -510,20 +512,22 @@ void CudaDevice::dropout_backward(View dinput, View doutput, const Dropout& drop
 }
 
 void CudaDevice::layernorm_forward(View output, View mean, View rstd, View input, View weight,
-                                   View bias, double epsilon, int64_t rows, int64_t channels) {
+                                   View bias, double weight_offset, double epsilon, int64_t rows,
+                                   int64_t channels) {
   constexpr const char* op = "layernorm_forward";
   use();
   dispatch(input.type, op, [&](auto s) {
     using S = decltype(s);
     launch_layernorm_forward(gpu<S>(output, op), gpu<float>(mean, op), gpu<float>(rstd, op),
                              gpu<S>(input, op), gpu<S>(weight, op), gpu<S>(bias, op),
-                             static_cast<float>(epsilon), rows, channels, stream_);
+                             static_cast<float>(weight_offset), static_cast<float>(epsilon), rows,
+                             channels, stream_);
   });
 }
 
 void CudaDevice::layernorm_backward(View dinput, View dweight, View dbias, View doutput,
-                                    View input, View weight, View mean, View rstd, int64_t rows,
-                                    int64_t channels) {
+                                    View input, View weight, double weight_offset, View mean,
+                                    View rstd, int64_t rows, int64_t channels) {
   constexpr const char* op = "layernorm_backward";
   use();
   dispatch(input.type, op, [&](auto s) {
@@ -531,8 +535,9 @@ void CudaDevice::layernorm_backward(View dinput, View dweight, View dbias, View 
     float* scratch = scratch_floats(cuda::layernorm_backward_scratch_floats(rows, channels), op);
     launch_layernorm_backward(gpu<S>(dinput, op), gpu<float>(dweight, op),
                               gpu<float>(dbias, op), gpu<S>(doutput, op), gpu<S>(input, op),
-                              gpu<S>(weight, op), gpu<float>(mean, op), gpu<float>(rstd, op),
-                              rows, channels, scratch, stream_);
+                              gpu<S>(weight, op), static_cast<float>(weight_offset),
+                              gpu<float>(mean, op), gpu<float>(rstd, op), rows, channels, scratch,
+                              stream_);
   });
 }
 

@@ -65,10 +65,11 @@ class Device {
   virtual void dropout_backward(View dinput, View doutput, const Dropout& dropout) = 0;
   // ops/layernorm.hpp
   virtual void layernorm_forward(View output, View mean, View rstd, View input, View weight,
-                                 View bias, double epsilon, int64_t rows, int64_t channels) = 0;
+                                 View bias, double weight_offset, double epsilon, int64_t rows,
+                                 int64_t channels) = 0;
   virtual void layernorm_backward(View dinput, View dweight, View dbias, View doutput, View input,
-                                  View weight, View mean, View rstd, int64_t rows,
-                                  int64_t channels) = 0;
+                                  View weight, double weight_offset, View mean, View rstd,
+                                  int64_t rows, int64_t channels) = 0;
   // ops/rmsnorm.hpp
   virtual void rmsnorm_forward(View output, View rstd, View input, View weight, double epsilon,
                                int64_t rows, int64_t channels) = 0;

@@ -167,6 +167,10 @@ void validate(const GptConfig& config) {
     common::fail("padded vocabulary {} is smaller than --vocab-size {}",
                  config.padded_vocab_size, config.vocab_size);
   }
+  if (config.apply_layernorm_1p && config.normalization != Normalization::layer_norm) {
+    common::fail("--apply-layernorm-1p applies to LayerNorm; it cannot be combined with "
+                 "--normalization RMSNorm (NeMo's normalization: layernorm1p is LayerNorm)");
+  }
   if (!(config.layernorm_epsilon > 0)) {
     common::fail("--norm-epsilon must be positive, got {}", config.layernorm_epsilon);
   }

@@ -49,6 +49,10 @@ struct GptConfig {
   int64_t rotary_base = 10000;  // RoPE: inv_freq[i] = rotary_base^(−2i / rotary_dim)
   double rotary_percent = 1.0;  // RoPE: share of each head's features that rotate
   Normalization normalization = Normalization::layer_norm;  // all three norms of the model
+  // --apply-layernorm-1p (NeMo's normalization: layernorm1p): each LayerNorm's weight is
+  // stored as γ − 1, initialised to 0, and the norm scales by weight + 1 (apex's
+  // zero-centered gamma), so weight decay pulls γ towards 1. LayerNorm only.
+  bool apply_layernorm_1p = false;
   bool swiglu = false;          // gated MLP: linear_fc1 gives 2F, silu(a) · b (else GELU)
   bool add_bias_linear = true;  // biases of linear_qkv, linear_proj, linear_fc1, linear_fc2
   bool share_embeddings_and_output_weights = true;  // false: a separate output_layer.weight

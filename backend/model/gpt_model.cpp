@@ -383,6 +383,8 @@ struct GptModel<Scalar>::State {
   }
   bool rms_norm() const { return config.normalization == Normalization::rms_norm; }
   bool rope() const { return config.position_embedding_type == PositionEmbeddingType::rope; }
+  // LayerNorm scales by weight + 1 with --apply-layernorm-1p (the weight is γ − 1).
+  double norm_weight_offset() const { return config.apply_layernorm_1p ? 1.0 : 0.0; }
 
   // One of the model's three norms (--normalization) over the residual stream's rows; mean is
   // unused by RMSNorm. `output` is whole (rows, C): under sequence parallelism this rank
@@ -395,7 +397,8 @@ struct GptModel<Scalar>::State {
                             stream_rows(), config.hidden_size);
     } else {
       ops().layernorm_forward(own, mean, rstd, input, parameter(weight), parameter(bias),
-                              config.layernorm_epsilon, stream_rows(), config.hidden_size);
+                              norm_weight_offset(), config.layernorm_epsilon, stream_rows(),
+                              config.hidden_size);
     }
     if (sequence_parallel) tensor_parallel->all_gather(output, own);
   }
@@ -407,7 +410,8 @@ struct GptModel<Scalar>::State {
                              stream_rows(), config.hidden_size);
     } else {
       ops().layernorm_backward(dinput, gradient(weight), gradient(bias), doutput, input,
-                               parameter(weight), mean, rstd, stream_rows(), config.hidden_size);
+                               parameter(weight), norm_weight_offset(), mean, rstd, stream_rows(),
+                               config.hidden_size);
     }
   }
 

@@ -135,12 +135,15 @@ ParameterLayout::ParameterLayout(const GptConfig& full_config, int64_t tensor_pa
                                {config.max_position_embeddings, C}, ParameterInit::normal,
                                replicated, 1, held);
   }
+  // The norms' weights are γ, or γ − 1 with --apply-layernorm-1p: γ starts at 1 either way.
+  const ParameterInit norm_init =
+      config.apply_layernorm_1p ? ParameterInit::zeros : ParameterInit::ones;
   for (int64_t i = 0; i < config.num_layers; ++i) {
     held = holds_layer(chunks_, i);
     const std::string prefix = "decoder.layers." + std::to_string(i) + ".";
     LayerParameters layer{};
     layer.input_norm_weight =
-        add(prefix + "input_layernorm.weight", {C}, ParameterInit::ones, replicated, 1, held);
+        add(prefix + "input_layernorm.weight", {C}, norm_init, replicated, 1, held);
     layer.input_norm_bias = norm_bias(prefix + "input_layernorm.bias");
     layer.qkv_weight = add(prefix + "self_attention.linear_qkv.weight", {QKV, C},
                            ParameterInit::normal, rows, 1, held);
@@ -149,7 +152,7 @@ ParameterLayout::ParameterLayout(const GptConfig& full_config, int64_t tensor_pa
                             ParameterInit::scaled_normal, columns, 1, held);
     layer.proj_bias = linear_bias(prefix + "self_attention.linear_proj.bias", C);
     layer.mlp_norm_weight =
-        add(prefix + "pre_mlp_layernorm.weight", {C}, ParameterInit::ones, replicated, 1, held);
+        add(prefix + "pre_mlp_layernorm.weight", {C}, norm_init, replicated, 1, held);
     layer.mlp_norm_bias = norm_bias(prefix + "pre_mlp_layernorm.bias");
     layer.fc1_weight = add(prefix + "mlp.linear_fc1.weight", {F1, C}, ParameterInit::normal, rows,
                            fc1_blocks, held);
@@ -161,7 +164,7 @@ ParameterLayout::ParameterLayout(const GptConfig& full_config, int64_t tensor_pa
   }
   held = stage.last();
   final_norm_weight_ =
-      add("decoder.final_layernorm.weight", {C}, ParameterInit::ones, replicated, 1, held);
+      add("decoder.final_layernorm.weight", {C}, norm_init, replicated, 1, held);
   final_norm_bias_ = norm_bias("decoder.final_layernorm.bias");
   if (!config.share_embeddings_and_output_weights) {
     output_weight_ = add("output_layer.weight", {config.padded_vocab_size, C},

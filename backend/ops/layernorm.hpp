@@ -2,8 +2,11 @@
 // FusedLayerNorm / torch.nn.LayerNorm with elementwise affine; llm.c's layernorm_*):
 //   mean_i = Σ_c x[i, c] / C,   var_i = Σ_c (x[i, c] − mean_i)² / C   (biased, as torch)
 //   rstd_i = 1 / sqrt(var_i + epsilon),   x̂[i, c] = (x[i, c] − mean_i) · rstd_i
-//   y[i, c] = x̂[i, c] · weight[c] + bias[c]
-// Forward stores mean and rstd per row for the backward. Backward, with g = dy · weight:
+//   y[i, c] = x̂[i, c] · (weight[c] + weight_offset) + bias[c]
+// weight_offset is 0, or 1 for Megatron's --apply-layernorm-1p (apex's zero-centered gamma:
+// the stored weight is γ − 1, initialised to 0, so weight decay pulls γ towards 1, not 0).
+// Forward stores mean and rstd per row for the backward. Backward, with
+// g = dy · (weight + weight_offset):
 //   dx[i, c]     = rstd_i · (g[i, c] − mean_c(g[i, :]) − x̂[i, c] · mean_c(g[i, :] · x̂[i, :]))
 //   dweight[c]  += Σ_i dy[i, c] · x̂[i, c]
 //   dbias[c]    += Σ_i dy[i, c]
@@ -26,7 +29,7 @@ void layernorm_forward(Scalar* output,        // (N, C)
                        const Scalar* input,   // (N, C)
                        const Scalar* weight,  // (C)
                        const Scalar* bias,    // (C)
-                       Scalar epsilon, int64_t rows, int64_t channels);
+                       Scalar weight_offset, Scalar epsilon, int64_t rows, int64_t channels);
 
 template <typename Scalar>
 void layernorm_backward(Scalar* dinput,         // (N, C) =
@@ -35,6 +38,7 @@ void layernorm_backward(Scalar* dinput,         // (N, C) =
                         const Scalar* doutput,  // (N, C)
                         const Scalar* input,    // (N, C)
                         const Scalar* weight,   // (C)
+                        Scalar weight_offset,
                         const Scalar* mean,     // (N) from the forward
                         const Scalar* rstd,     // (N) from the forward
                         int64_t rows, int64_t channels);
@@ -56,7 +60,8 @@ void layernorm_forward(Scalar* output,        // (N, C)
                        const Scalar* input,   // (N, C)
                        const Scalar* weight,  // (C)
                        const Scalar* bias,    // (C)
-                       float epsilon, int64_t rows, int64_t channels, CudaStream stream);
+                       float weight_offset, float epsilon, int64_t rows, int64_t channels,
+                       CudaStream stream);
 
 int64_t layernorm_backward_scratch_floats(int64_t rows, int64_t channels);
 
@@ -67,6 +72,7 @@ void layernorm_backward(Scalar* dinput,         // (N, C) =
                         const Scalar* doutput,  // (N, C)
                         const Scalar* input,    // (N, C)
                         const Scalar* weight,   // (C)
+                        float weight_offset,
                         const float* mean,      // (N) from the forward
                         const float* rstd,      // (N) from the forward
                         int64_t rows, int64_t channels,

@@ -12,8 +12,8 @@ namespace backend::cpu {
 
 template <typename Scalar>
 void layernorm_forward(Scalar* output, Scalar* mean, Scalar* rstd, const Scalar* input,
-                       const Scalar* weight, const Scalar* bias, Scalar epsilon, int64_t rows,
-                       int64_t channels) {
+                       const Scalar* weight, const Scalar* bias, Scalar weight_offset,
+                       Scalar epsilon, int64_t rows, int64_t channels) {
 #pragma omp parallel for if (rows * channels > detail::kParallelWork)
   for (int64_t row = 0; row < rows; ++row) {
     const Scalar* x = input + row * channels;
@@ -29,7 +29,7 @@ void layernorm_forward(Scalar* output, Scalar* mean, Scalar* rstd, const Scalar*
     const Scalar row_rstd =
         Scalar{1} / std::sqrt(squares / static_cast<Scalar>(channels) + epsilon);
     for (int64_t c = 0; c < channels; ++c) {
-      y[c] = (x[c] - row_mean) * row_rstd * weight[c] + bias[c];
+      y[c] = (x[c] - row_mean) * row_rstd * (weight[c] + weight_offset) + bias[c];
     }
     mean[row] = row_mean;
     rstd[row] = row_rstd;
@@ -38,8 +38,8 @@ void layernorm_forward(Scalar* output, Scalar* mean, Scalar* rstd, const Scalar*
 
 template <typename Scalar>
 void layernorm_backward(Scalar* dinput, Scalar* dweight, Scalar* dbias, const Scalar* doutput,
-                        const Scalar* input, const Scalar* weight, const Scalar* mean,
-                        const Scalar* rstd, int64_t rows, int64_t channels) {
+                        const Scalar* input, const Scalar* weight, Scalar weight_offset,
+                        const Scalar* mean, const Scalar* rstd, int64_t rows, int64_t channels) {
   const bool parallel = rows * channels > detail::kParallelWork;
   const Scalar inverse_channels = Scalar{1} / static_cast<Scalar>(channels);
 
@@ -51,17 +51,19 @@ void layernorm_backward(Scalar* dinput, Scalar* dweight, Scalar* dbias, const Sc
     const Scalar row_mean = mean[row];
     const Scalar row_rstd = rstd[row];
     const Scalar mean_g =
-        detail::lane_sum<Scalar>(channels, [dy, weight](int64_t c) { return dy[c] * weight[c]; }) *
-        inverse_channels;
+        detail::lane_sum<Scalar>(channels, [dy, weight, weight_offset](int64_t c) {
+          return dy[c] * (weight[c] + weight_offset);
+        }) * inverse_channels;
     const Scalar mean_g_xhat =
         detail::lane_sum<Scalar>(channels,
-                                 [dy, weight, x, row_mean, row_rstd](int64_t c) {
-                                   return dy[c] * weight[c] * (x[c] - row_mean) * row_rstd;
+                                 [dy, weight, weight_offset, x, row_mean, row_rstd](int64_t c) {
+                                   return dy[c] * (weight[c] + weight_offset) *
+                                          (x[c] - row_mean) * row_rstd;
                                  }) *
         inverse_channels;
     for (int64_t c = 0; c < channels; ++c) {
       const Scalar xhat = (x[c] - row_mean) * row_rstd;
-      dx[c] = row_rstd * (dy[c] * weight[c] - mean_g - xhat * mean_g_xhat);
+      dx[c] = row_rstd * (dy[c] * (weight[c] + weight_offset) - mean_g - xhat * mean_g_xhat);
     }
   }
 
@@ -88,9 +90,9 @@ void layernorm_backward(Scalar* dinput, Scalar* dweight, Scalar* dbias, const Sc
 
 #define BACKEND_INSTANTIATE_LAYERNORM(Scalar)                                                      \
   template void layernorm_forward<Scalar>(Scalar*, Scalar*, Scalar*, const Scalar*, const Scalar*, \
-                                          const Scalar*, Scalar, int64_t, int64_t);                \
+                                          const Scalar*, Scalar, Scalar, int64_t, int64_t);        \
   template void layernorm_backward<Scalar>(Scalar*, Scalar*, Scalar*, const Scalar*,               \
-                                           const Scalar*, const Scalar*, const Scalar*,            \
+                                           const Scalar*, const Scalar*, Scalar, const Scalar*,    \
                                            const Scalar*, int64_t, int64_t);
 BACKEND_INSTANTIATE_LAYERNORM(float)
 BACKEND_INSTANTIATE_LAYERNORM(double)

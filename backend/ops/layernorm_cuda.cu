@@ -26,8 +26,8 @@ using detail::to_float;
 // aligned, so each row starts aligned), walking the row with a stride of the block.
 template <typename T, int Width>
 __global__ void layernorm_forward_kernel(T* output, float* mean, float* rstd, const T* input,
-                                         const T* weight, const T* bias, float epsilon,
-                                         int64_t rows, int64_t channels) {
+                                         const T* weight, const T* bias, float weight_offset,
+                                         float epsilon, int64_t rows, int64_t channels) {
   __shared__ float shared[32];
   const int64_t first = static_cast<int64_t>(threadIdx.x) * Width;
   const int64_t step = static_cast<int64_t>(blockDim.x) * Width;
@@ -64,7 +64,9 @@ __global__ void layernorm_forward_kernel(T* output, float* mean, float* rstd, co
       load_floats(bs, bias + c);
       float ys[Width];
 #pragma unroll
-      for (int j = 0; j < Width; ++j) ys[j] = (xs[j] - row_mean) * row_rstd * ws[j] + bs[j];
+      for (int j = 0; j < Width; ++j) {
+        ys[j] = (xs[j] - row_mean) * row_rstd * (ws[j] + weight_offset) + bs[j];
+      }
       store_floats(y + c, ys);
     }
     if (threadIdx.x == 0) {
@@ -79,8 +81,8 @@ __global__ void layernorm_forward_kernel(T* output, float* mean, float* rstd, co
 // dinput may alias doutput.
 template <typename T, int Width>
 __global__ void layernorm_dinput_kernel(T* dinput, const T* doutput, const T* input,
-                                        const T* weight, const float* mean, const float* rstd,
-                                        int64_t rows, int64_t channels) {
+                                        const T* weight, float weight_offset, const float* mean,
+                                        const float* rstd, int64_t rows, int64_t channels) {
   __shared__ float shared[32];
   const float inverse_channels = 1.0f / static_cast<float>(channels);
   const int64_t first = static_cast<int64_t>(threadIdx.x) * Width;
@@ -102,7 +104,7 @@ __global__ void layernorm_dinput_kernel(T* dinput, const T* doutput, const T* in
       load_floats(ws, weight + c);
 #pragma unroll
       for (int j = 0; j < Width; ++j) {
-        const float g = dys[j] * ws[j];
+        const float g = dys[j] * (ws[j] + weight_offset);
         sum_g += g;
         sum_g_xhat += g * (xs[j] - row_mean) * row_rstd;
       }
@@ -120,7 +122,7 @@ __global__ void layernorm_dinput_kernel(T* dinput, const T* doutput, const T* in
 #pragma unroll
       for (int j = 0; j < Width; ++j) {
         const float xhat = (xs[j] - row_mean) * row_rstd;
-        dxs[j] = row_rstd * (dys[j] * ws[j] - mean_g - xhat * mean_g_xhat);
+        dxs[j] = row_rstd * (dys[j] * (ws[j] + weight_offset) - mean_g - xhat * mean_g_xhat);
       }
       store_floats(dx + c, dxs);
     }
@@ -175,8 +177,8 @@ int64_t layernorm_backward_scratch_floats(int64_t rows, int64_t channels) {
 
 template <typename Scalar>
 void layernorm_forward(Scalar* output, float* mean, float* rstd, const Scalar* input,
-                       const Scalar* weight, const Scalar* bias, float epsilon, int64_t rows,
-                       int64_t channels, CudaStream stream) {
+                       const Scalar* weight, const Scalar* bias, float weight_offset,
+                       float epsilon, int64_t rows, int64_t channels, CudaStream stream) {
   if (rows <= 0 || channels <= 0) return;
   using T = detail::DeviceElementOf<Scalar>;
   T* y = detail::device_pointer(output);
@@ -185,20 +187,21 @@ void layernorm_forward(Scalar* output, float* mean, float* rstd, const Scalar* i
   const T* b = detail::device_pointer(bias);
   if (detail::rows_vectorise<T>(channels, {y, x, w, b})) {
     layernorm_forward_kernel<T, detail::kPackWidth<T>>
-        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(y, mean, rstd, x, w, b, epsilon,
-                                                                    rows, channels);
+        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(y, mean, rstd, x, w, b,
+                                                                    weight_offset, epsilon, rows,
+                                                                    channels);
   } else {
     layernorm_forward_kernel<T, 1><<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
-        y, mean, rstd, x, w, b, epsilon, rows, channels);
+        y, mean, rstd, x, w, b, weight_offset, epsilon, rows, channels);
   }
   CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename Scalar>
 void layernorm_backward(Scalar* dinput, float* dweight, float* dbias, const Scalar* doutput,
-                        const Scalar* input, const Scalar* weight, const float* mean,
-                        const float* rstd, int64_t rows, int64_t channels, float* scratch,
-                        CudaStream stream) {
+                        const Scalar* input, const Scalar* weight, float weight_offset,
+                        const float* mean, const float* rstd, int64_t rows, int64_t channels,
+                        float* scratch, CudaStream stream) {
   if (rows <= 0 || channels <= 0) return;
   const auto* dy = detail::device_pointer(doutput);
   const auto* x = detail::device_pointer(input);
@@ -218,21 +221,22 @@ void layernorm_backward(Scalar* dinput, float* dweight, float* dbias, const Scal
   const T* w = detail::device_pointer(weight);
   if (detail::rows_vectorise<T>(channels, {dx, dy, x, w})) {
     layernorm_dinput_kernel<T, detail::kPackWidth<T>>
-        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(dx, dy, x, w, mean, rstd, rows,
-                                                                    channels);
+        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(dx, dy, x, w, weight_offset,
+                                                                    mean, rstd, rows, channels);
   } else {
     layernorm_dinput_kernel<T, 1><<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
-        dx, dy, x, w, mean, rstd, rows, channels);
+        dx, dy, x, w, weight_offset, mean, rstd, rows, channels);
   }
   CUDA_CHECK(cudaGetLastError());
 }
 
 #define BACKEND_INSTANTIATE_LAYERNORM_CUDA(Scalar)                                                \
   template void layernorm_forward<Scalar>(Scalar*, float*, float*, const Scalar*, const Scalar*,  \
-                                          const Scalar*, float, int64_t, int64_t, CudaStream);    \
+                                          const Scalar*, float, float, int64_t, int64_t,          \
+                                          CudaStream);                                            \
   template void layernorm_backward<Scalar>(Scalar*, float*, float*, const Scalar*, const Scalar*, \
-                                           const Scalar*, const float*, const float*, int64_t,    \
-                                           int64_t, float*, CudaStream);
+                                           const Scalar*, float, const float*, const float*,      \
+                                           int64_t, int64_t, float*, CudaStream);
 BACKEND_INSTANTIATE_LAYERNORM_CUDA(float)
 BACKEND_INSTANTIATE_LAYERNORM_CUDA(bfloat16)
 #undef BACKEND_INSTANTIATE_LAYERNORM_CUDA

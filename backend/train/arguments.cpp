@@ -86,6 +86,9 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "Share of each head's features that RoPE rotates")->group(model);
   app.add_option("--normalization", arguments.normalization, "LayerNorm or RMSNorm")
       ->group(model);
+  app.add_flag("--apply-layernorm-1p", arguments.apply_layernorm_1p,
+               "LayerNorm weights stored as gamma - 1, initialised to 0 (NeMo's layernorm1p)")
+      ->group(model);
   app.add_flag("--swiglu", arguments.swiglu, "SwiGLU MLP (linear_fc1 gives 2 × ffn features)")
       ->group(model);
   // Attention is fused on every device (blockwise on the CPU, the FlashAttention-2-style kernel
@@ -652,6 +655,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"loss_scale_window", fmt::format("{}", a.loss_scale_window)},
       {"norm_epsilon", fmt::format("{}", a.norm_epsilon)},
       {"normalization", a.normalization},
+      {"apply_layernorm_1p", python(a.apply_layernorm_1p)},
       {"position_embedding_type", a.position_embedding_type},
       {"recompute_granularity", a.recompute_granularity.empty() ? "None" : a.recompute_granularity},
       {"recompute_method", a.recompute_method.empty() ? "None" : a.recompute_method},

@@ -31,6 +31,7 @@ struct TrainingArguments {
   int64_t rotary_base = 10000;
   double rotary_percent = 1.0;
   std::string normalization = "LayerNorm";  // or RMSNorm
+  bool apply_layernorm_1p = false;          // LayerNorm weights as γ − 1 (NeMo's layernorm1p)
   bool swiglu = false;
   bool add_bias_linear = true;  // --disable-bias-linear clears it
   bool untie_embeddings_and_output_weights = false;

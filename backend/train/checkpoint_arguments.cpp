@@ -29,6 +29,7 @@ json checkpoint_arguments(const TrainingArguments& a) {
       {"rotary_base", a.rotary_base},
       {"rotary_percent", a.rotary_percent},
       {"normalization", a.normalization},
+      {"apply_layernorm_1p", a.apply_layernorm_1p},
       {"swiglu", a.swiglu},
       {"disable_bias_linear", !a.add_bias_linear},
       {"untie_embeddings_and_output_weights", a.untie_embeddings_and_output_weights},
@@ -79,6 +80,10 @@ TrainingArguments arguments_from_checkpoint(const json& metadata, const std::fil
   a.rotary_base = root.get<int64_t>(saved, "rotary_base");
   a.rotary_percent = root.get<double>(saved, "rotary_percent");
   a.normalization = root.get<std::string>(saved, "normalization");
+  // Absent in checkpoints from before the flag: plain LayerNorm weights.
+  if (saved.contains("apply_layernorm_1p")) {
+    a.apply_layernorm_1p = root.get<bool>(saved, "apply_layernorm_1p");
+  }
   a.swiglu = root.get<bool>(saved, "swiglu");
   a.add_bias_linear = !root.get<bool>(saved, "disable_bias_linear");
   a.untie_embeddings_and_output_weights = root.get<bool>(saved, "untie_embeddings_and_output_weights");

@@ -70,6 +70,7 @@ TrainingArguments arguments_for_model(const GptConfig& config) {
   a.rotary_base = config.rotary_base;
   a.rotary_percent = config.rotary_percent;
   a.normalization = config.normalization == Normalization::rms_norm ? "RMSNorm" : "LayerNorm";
+  a.apply_layernorm_1p = config.apply_layernorm_1p;
   a.swiglu = config.swiglu;
   a.add_bias_linear = config.add_bias_linear;
   a.untie_embeddings_and_output_weights = !config.share_embeddings_and_output_weights;

@@ -64,6 +64,7 @@ GptConfig model_config(const TrainingArguments& a) {
   config.rotary_percent = a.rotary_percent;
   config.normalization =
       a.normalization == "RMSNorm" ? Normalization::rms_norm : Normalization::layer_norm;
+  config.apply_layernorm_1p = a.apply_layernorm_1p;
   config.swiglu = a.swiglu;
   config.add_bias_linear = a.add_bias_linear;
   config.share_embeddings_and_output_weights = !a.untie_embeddings_and_output_weights;

@@ -40,9 +40,6 @@ const std::vector<TrainingFlagMapping> kTrainingFlags = {
     {"model.hidden_dropout", "--hidden-dropout", ""},
     {"model.attention_dropout", "--attention-dropout", ""},
     {"model.layernorm_epsilon", "--layernorm-epsilon", ""},
-    {"model.activations_checkpoint_granularity", "--recompute-granularity", ""},
-    {"model.activations_checkpoint_method", "--recompute-method", ""},
-    {"model.activations_checkpoint_num_layers", "--recompute-num-layers", ""},
     {"model.make_vocab_size_divisible_by", "--make-vocab-size-divisible-by", ""},
     {"model.seed", "--seed", ""},
     {"model.tokenizer.type", "--tokenizer-type", ""},
@@ -50,6 +47,7 @@ const std::vector<TrainingFlagMapping> kTrainingFlags = {
     {"model.tokenizer.merge_file", "--merge-file", ""},
     {"model.tokenizer.model", "--tokenizer-model", ""},
     {"model.rotary_base", "--rotary-base", ""},
+    {"model.rotary_percentage", "--rotary-percent", ""},
     {"model.optim.lr", "--lr", ""},
     {"model.optim.weight_decay", "--weight-decay", ""},
     {"model.optim.betas.0", "--adam-beta1", ""},
@@ -80,7 +78,15 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
      "the data, NeMo's default and Megatron's)"},
     {"model.position_embedding_type", "--position-embedding-type",
      "rope → --position-embedding-type rope; learned_absolute → none (the default)"},
-    {"model.normalization", "--normalization", "rmsnorm → --normalization RMSNorm; layernorm → none"},
+    {"model.normalization", "--normalization / --apply-layernorm-1p",
+     "rmsnorm → --normalization RMSNorm; layernorm1p → --apply-layernorm-1p (Megatron's "
+     "zero-centred LayerNorm); layernorm → none"},
+    {"model.activations_checkpoint_granularity, model.activations_checkpoint_method, "
+     "model.activations_checkpoint_num_layers",
+     "--recompute-granularity --recompute-method --recompute-num-layers",
+     "full → all three (method and num_layers when set); selective → --recompute-granularity "
+     "selective alone (NeMo ignores method and num_layers under selective); null → none of "
+     "them, whatever method and num_layers say (NeMo recomputes nothing)"},
     {"model.activation", "--swiglu", "swiglu or fast-swiglu → --swiglu; gelu → none"},
     {"model.bias", "--disable-bias-linear", "false → --disable-bias-linear"},
     {"model.share_embeddings_and_output_weights", "--untie-embeddings-and-output-weights",
@@ -128,6 +134,20 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
 };
 
 const Node* lookup(const Node& training, const std::string& key) { return find_set(training, key); }
+
+// NeMo's activation recompute: the granularity decides (null: none), and method and num_layers
+// are read only under full, as NeMo's transformer reads them.
+const std::string kRecomputeGranularityKey = "model.activations_checkpoint_granularity";
+const std::pair<std::string, std::string> kFullRecomputeKeys[] = {
+    {"model.activations_checkpoint_method", "--recompute-method"},
+    {"model.activations_checkpoint_num_layers", "--recompute-num-layers"}};
+
+// The granularity's text, "" when unset or null (or not a scalar: check_value reports that).
+std::string recompute_granularity(const Node& training) {
+  const Node* value = lookup(training, kRecomputeGranularityKey);
+  if (value == nullptr || !value->is_string()) return "";
+  return value->as_string("training." + kRecomputeGranularityKey);
+}
 
 // NeMo's key for the interleaved schedule has no flag of its own (Megatron takes layers per
 // chunk, not chunks), so its value rule lives here rather than in the backend's table; it is
@@ -276,6 +296,10 @@ std::vector<std::string> training_value_problems(const Node& config) {
   for (const auto& row : kTrainingFlags) check_value(training, row.config_key, row.flag, problems);
   // The keys of derived rows whose value still reaches a flag as it is.
   check_value(training, "model.num_query_groups", "--num-query-groups", problems);
+  check_value(training, kRecomputeGranularityKey, "--recompute-granularity", problems);
+  if (recompute_granularity(training) == "full") {
+    for (const auto& [key, flag] : kFullRecomputeKeys) check_value(training, key, flag, problems);
+  }
   check_rule(training, kVirtualPipelineKey, kVirtualPipelineRule, problems);
   check_optimizer_name(training, problems);
   const Node* data_impl = lookup(training, "model.data.data_impl");
@@ -386,8 +410,11 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
     const std::string value = training_text(*normalization, "model.normalization");
     if (value == "rmsnorm") {
       arguments.insert(arguments.end(), {"--normalization", "RMSNorm"});
+    } else if (value == "layernorm1p") {
+      arguments.push_back("--apply-layernorm-1p");
     } else if (value != "layernorm") {
-      common::fail("training.model.normalization '{}' is not valid (valid: layernorm, rmsnorm)", value);
+      common::fail("training.model.normalization '{}' is not valid (valid: layernorm, "
+                   "layernorm1p, rmsnorm)", value);
     }
   }
   if (const Node* activation = lookup(training, "model.activation")) {
@@ -411,6 +438,19 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
     if (groups->as_int("training.model.num_query_groups") != heads) {
       arguments.insert(arguments.end(), {"--group-query-attention", "--num-query-groups",
                                          training_text(*groups, "model.num_query_groups")});
+    }
+  }
+
+  // NeMo's recompute: method and num_layers count only under full granularity.
+  if (const Node* granularity = lookup(training, kRecomputeGranularityKey)) {
+    const std::string value = training_text(*granularity, kRecomputeGranularityKey);
+    arguments.insert(arguments.end(), {"--recompute-granularity", value});
+    if (value == "full") {
+      for (const auto& [key, flag] : kFullRecomputeKeys) {
+        if (const Node* set = lookup(training, key)) {
+          arguments.insert(arguments.end(), {flag, training_text(*set, key)});
+        }
+      }
     }
   }
 

@@ -60,14 +60,15 @@ class TimingDevice final : public backend::CpuDevice {
   void dropout_backward(View di, View d, const Dropout& m) override {
     timed("dropout_backward", 0, [&] { CpuDevice::dropout_backward(di, d, m); });
   }
-  void layernorm_forward(View o, View m, View r, View i, View w, View b, double e, int64_t n,
-                         int64_t c) override {
-    timed("layernorm_forward", 0, [&] { CpuDevice::layernorm_forward(o, m, r, i, w, b, e, n, c); });
+  void layernorm_forward(View o, View m, View r, View i, View w, View b, double wo, double e,
+                         int64_t n, int64_t c) override {
+    timed("layernorm_forward", 0,
+          [&] { CpuDevice::layernorm_forward(o, m, r, i, w, b, wo, e, n, c); });
   }
-  void layernorm_backward(View di, View dw, View db, View d, View i, View w, View m, View r,
-                          int64_t n, int64_t c) override {
+  void layernorm_backward(View di, View dw, View db, View d, View i, View w, double wo, View m,
+                          View r, int64_t n, int64_t c) override {
     timed("layernorm_backward", 0,
-          [&] { CpuDevice::layernorm_backward(di, dw, db, d, i, w, m, r, n, c); });
+          [&] { CpuDevice::layernorm_backward(di, dw, db, d, i, w, wo, m, r, n, c); });
   }
   void linear_forward(View o, View i, View w, View b, int64_t n, int64_t in,
                       int64_t out) override {

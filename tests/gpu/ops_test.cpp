@@ -159,29 +159,32 @@ TEST_CASE("layernorm on the CUDA device matches the CPU device") {
   if (!gpu) return;
   for (const RowsChannels s : kNormShapes) {
     for (ElementType type : kTypes) {
-      std::ostringstream what;
-      what << "layernorm rows " << s.rows << " channels " << s.channels;
-      const auto input = representable(random_values(s.rows * s.channels, 51, 3.0f), type);
-      const auto weight = representable(random_values(s.channels, 52), type);
-      const auto bias = representable(random_values(s.channels, 53), type);
-      const auto dout = representable(random_values(s.rows * s.channels, 54), type);
-      const auto dweight0 = random_values(s.channels, 55);
-      const auto dbias0 = random_values(s.channels, 56);
-      check_against_cpu(
-          *gpu, what.str(), type, tolerance(type, 5e-5), [&](Tensors& t, ElementType dtype) {
-            View out = t.poisoned(s.rows * s.channels, dtype);
-            View mean = t.poisoned(s.rows, f32), rstd = t.poisoned(s.rows, f32);
-            View x = t.input(input, dtype), w = t.input(weight, dtype);
-            t.device().layernorm_forward(out, mean, rstd, x, w, t.input(bias, dtype), 1e-5,
-                                         s.rows, s.channels);
-            View din = t.poisoned(s.rows * s.channels, dtype);
-            View dw = t.input(dweight0, f32), db = t.input(dbias0, f32);
-            t.device().layernorm_backward(din, dw, db, t.input(dout, dtype), x, w, mean, rstd,
-                                          s.rows, s.channels);
-            return Outputs{{"output", t.read(out)},     {"mean", t.read(mean)},
-                           {"rstd", t.read(rstd)},      {"dinput", t.read(din)},
-                           {"dweight (+=)", t.read(dw)}, {"dbias (+=)", t.read(db)}};
-          });
+      for (const double weight_offset : {0.0, 1.0}) {  // 1: --apply-layernorm-1p
+        std::ostringstream what;
+        what << "layernorm rows " << s.rows << " channels " << s.channels << " weight offset "
+             << weight_offset;
+        const auto input = representable(random_values(s.rows * s.channels, 51, 3.0f), type);
+        const auto weight = representable(random_values(s.channels, 52), type);
+        const auto bias = representable(random_values(s.channels, 53), type);
+        const auto dout = representable(random_values(s.rows * s.channels, 54), type);
+        const auto dweight0 = random_values(s.channels, 55);
+        const auto dbias0 = random_values(s.channels, 56);
+        check_against_cpu(
+            *gpu, what.str(), type, tolerance(type, 5e-5), [&](Tensors& t, ElementType dtype) {
+              View out = t.poisoned(s.rows * s.channels, dtype);
+              View mean = t.poisoned(s.rows, f32), rstd = t.poisoned(s.rows, f32);
+              View x = t.input(input, dtype), w = t.input(weight, dtype);
+              t.device().layernorm_forward(out, mean, rstd, x, w, t.input(bias, dtype),
+                                           weight_offset, 1e-5, s.rows, s.channels);
+              View din = t.poisoned(s.rows * s.channels, dtype);
+              View dw = t.input(dweight0, f32), db = t.input(dbias0, f32);
+              t.device().layernorm_backward(din, dw, db, t.input(dout, dtype), x, w, weight_offset,
+                                            mean, rstd, s.rows, s.channels);
+              return Outputs{{"output", t.read(out)},      {"mean", t.read(mean)},
+                             {"rstd", t.read(rstd)},       {"dinput", t.read(din)},
+                             {"dweight (+=)", t.read(dw)}, {"dbias (+=)", t.read(db)}};
+            });
+      }
     }
   }
 }

@@ -77,6 +77,43 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
 
 }  // namespace
 
+TEST_CASE("hf_format: --apply-layernorm-1p stores γ − 1 (0 at init) and exports γ — gradients as they are") {
+  GptConfig config = tiny_gpt_config();
+  config.apply_layernorm_1p = true;
+  GptModel<float> model(config);
+  model.init_parameters(7);
+  for (const char* name : {"decoder.layers.0.input_layernorm.weight",
+                           "decoder.layers.1.pre_mlp_layernorm.weight",
+                           "decoder.final_layernorm.weight"}) {
+    CAPTURE(name);
+    CHECK(megatron_value(model, name, 0) == 0.0f);
+    CHECK(megatron_value(model, name, config.hidden_size - 1) == 0.0f);
+  }
+  const auto hf = by_name(backend::to_hf_tensors(config, model.tensors(), model.parameters()));
+  for (const char* name : {"transformer.h.0.ln_1.weight", "transformer.h.1.ln_2.weight",
+                           "transformer.ln_f.weight"}) {
+    CAPTURE(name);
+    for (float value : hf.at(name).values) CHECK(value == 1.0f);
+  }
+  // The biases are not shifted, and a round trip gives back the stored γ − 1.
+  for (float value : hf.at("transformer.ln_f.bias").values) CHECK(value == 0.0f);
+  std::vector<float> back(model.parameters().size());
+  backend::from_hf_tensors(config, model.tensors(),
+                           backend::to_hf_tensors(config, model.tensors(), model.parameters()),
+                           back, "round trip");
+  CHECK(std::equal(back.begin(), back.end(), model.parameters().begin()));
+  // Gradients are not values of γ: nothing added.
+  std::vector<float> gradients(model.parameters().size(), 0.25f);
+  const auto hf_gradients = by_name(backend::to_hf_tensors(config, model.tensors(), gradients,
+                                                           backend::HfValues::gradients));
+  for (float value : hf_gradients.at("transformer.ln_f.weight").values) CHECK(value == 0.25f);
+  // With RMSNorm it is refused, naming the flags.
+  GptConfig rms = config;
+  rms.normalization = backend::Normalization::rms_norm;
+  CHECK_THROWS_WITH_AS(GptModel<float>{rms}.tensors(), doctest::Contains("--apply-layernorm-1p"),
+                       ::common::Error);
+}
+
 TEST_CASE("hf_format: GPT-2 names, shapes and layouts") {
   const GptConfig config = tiny_gpt_config();
   const auto model = initialised_model(config);
@@ -217,9 +254,11 @@ TEST_CASE("hf_format: export then import is bit for bit, with the same loss") {
   model.zero_gradients();
   model.forward(tokens, labels, 2, 8);
   model.backward(1.0f);
-  const auto hf_gradients = backend::to_hf_tensors(config, model.tensors(), model.gradients());
+  const auto hf_gradients = backend::to_hf_tensors(config, model.tensors(), model.gradients(),
+                                                   backend::HfValues::gradients);
   std::vector<float> back(model.gradients().size(), -1.0f);
-  backend::from_hf_tensors(config, model.tensors(), hf_gradients, back, "gradients");
+  backend::from_hf_tensors(config, model.tensors(), hf_gradients, back, "gradients",
+                           backend::HfValues::gradients);
   CHECK(std::equal(back.begin(), back.end(), model.gradients().begin()));
 }
 

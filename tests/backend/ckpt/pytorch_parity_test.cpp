@@ -144,7 +144,8 @@ CommandResult train_and_compare(const GptConfig& config, const std::filesystem::
     model.backward(1.0f);
     if (step == 1) {
       backend::write_safetensors(directory / "gradients.safetensors",
-                                 backend::to_hf_tensors(config, model.tensors(), model.gradients()));
+                                 backend::to_hf_tensors(config, model.tensors(), model.gradients(),
+                                                        backend::HfValues::gradients));
     }
     const double grad_norm = backend::global_gradient_norm(model.gradients());
     const double learning_rate = scheduler.learning_rate();
@@ -190,6 +191,21 @@ TEST_CASE("pytorch parity: GPT-2 (learned positions, LayerNorm, GELU, tied outpu
   config.padded_vocab_size = backend::padded_vocab_size(100, 64, 1);  // 128
   test_support::TemporaryDirectory directory;
   // The gradient norms of this run fall from about 2.2 to 1.3.
+  check_parity(train_and_compare(config, directory.path));
+}
+
+TEST_CASE("pytorch parity: GPT-2 with --apply-layernorm-1p (NeMo's layernorm1p) is torch's LayerNorm of weight + 1") {
+  if (!torch_available()) return;
+  GptConfig config;
+  config.num_layers = 2;
+  config.hidden_size = 32;
+  config.num_attention_heads = 4;
+  config.ffn_hidden_size = 128;
+  config.max_position_embeddings = 32;
+  config.vocab_size = 100;
+  config.padded_vocab_size = backend::padded_vocab_size(100, 64, 1);  // 128
+  config.apply_layernorm_1p = true;  // stored γ − 1; the export (and torch) hold γ
+  test_support::TemporaryDirectory directory;
   check_parity(train_and_compare(config, directory.path));
 }
 

@@ -68,10 +68,11 @@ TEST_CASE_TEMPLATE("the CPU device's linear and layernorm are the twins, bit for
   std::vector<Scalar> normed_actual(rows * in), mean_actual(rows), rstd_actual(rows);
   backend::cpu::layernorm_forward(normed_expected.data(), mean_expected.data(),
                                   rstd_expected.data(), input.data(), norm_weight.data(),
-                                  norm_bias.data(), static_cast<Scalar>(1e-5), rows, in);
+                                  norm_bias.data(), Scalar{0}, static_cast<Scalar>(1e-5), rows,
+                                  in);
   device.layernorm_forward(view_of(normed_actual), view_of(mean_actual), view_of(rstd_actual),
-                           view_of(input), view_of(norm_weight), view_of(norm_bias), 1e-5, rows,
-                           in);
+                           view_of(input), view_of(norm_weight), view_of(norm_bias), 0.0, 1e-5,
+                           rows, in);
   CHECK(normed_actual == normed_expected);
   CHECK(rstd_actual == rstd_expected);
 }

@@ -1,5 +1,6 @@
 // layernorm_forward / layernorm_backward: forward against the textbook formula, backward
-// against central finite differences in double, float against double.
+// against central finite differences in double, float against double; a weight offset of 1
+// (--apply-layernorm-1p) computes what weight + 1 computes, with the same weight gradient.
 #include "backend/ops/layernorm.hpp"
 
 #include <doctest/doctest.h>
@@ -36,7 +37,7 @@ struct LayernormResult {
 };
 
 template <typename Scalar>
-LayernormResult run_layernorm(const LayernormCase& c) {
+LayernormResult run_layernorm(const LayernormCase& c, double weight_offset = 0.0) {
   const auto input = convert<Scalar>(c.input);
   const auto weight = convert<Scalar>(c.weight);
   const auto bias = convert<Scalar>(c.bias);
@@ -46,11 +47,11 @@ LayernormResult run_layernorm(const LayernormCase& c) {
   auto dweight = convert<Scalar>(c.dweight_start);
   auto dbias = convert<Scalar>(c.dbias_start);
   backend::cpu::layernorm_forward(output.data(), mean.data(), rstd.data(), input.data(),
-                                  weight.data(), bias.data(), static_cast<Scalar>(kEpsilon), kRows,
-                                  kChannels);
+                                  weight.data(), bias.data(), static_cast<Scalar>(weight_offset),
+                                  static_cast<Scalar>(kEpsilon), kRows, kChannels);
   backend::cpu::layernorm_backward(dinput.data(), dweight.data(), dbias.data(), doutput.data(),
-                                   input.data(), weight.data(), mean.data(), rstd.data(), kRows,
-                                   kChannels);
+                                   input.data(), weight.data(), static_cast<Scalar>(weight_offset),
+                                   mean.data(), rstd.data(), kRows, kChannels);
   return {convert<double>(output),
           convert<double>(mean),
           convert<double>(rstd),
@@ -88,12 +89,35 @@ TEST_CASE("layernorm backward matches central finite differences in double") {
   std::vector<double> output(kRows * kChannels), mean(kRows), rstd(kRows);
   auto loss = [&] {
     backend::cpu::layernorm_forward(output.data(), mean.data(), rstd.data(), c.input.data(),
-                                    c.weight.data(), c.bias.data(), kEpsilon, kRows, kChannels);
+                                    c.weight.data(), c.bias.data(), 0.0, kEpsilon, kRows,
+                                    kChannels);
     return dot(output, c.doutput);
   };
   BACKEND_CHECK_GRADIENT(check_gradient(c.input, result.dinput, loss), 1e-6);
   BACKEND_CHECK_GRADIENT(check_gradient(c.weight, result.dweight, loss), 1e-6);
   BACKEND_CHECK_GRADIENT(check_gradient(c.bias, result.dbias, loss), 1e-6);
+}
+
+TEST_CASE("layernorm with weight offset 1 (layernorm1p) is layernorm with weight + 1") {
+  LayernormCase zero_centred;
+  LayernormCase shifted;
+  for (double& w : shifted.weight) w += 1.0;
+  const LayernormResult one_p = run_layernorm<double>(zero_centred, 1.0);
+  const LayernormResult plain = run_layernorm<double>(shifted);
+  CHECK(error_relative_to_max(one_p.output, plain.output) < 1e-15);
+  CHECK(error_relative_to_max(one_p.dinput, plain.dinput) < 1e-15);
+  CHECK(error_relative_to_max(one_p.dweight, plain.dweight) < 1e-15);
+  CHECK(error_relative_to_max(one_p.dbias, plain.dbias) < 1e-15);
+  // and against finite differences of its own loss
+  std::vector<double> output(kRows * kChannels), mean(kRows), rstd(kRows);
+  auto loss = [&] {
+    backend::cpu::layernorm_forward(output.data(), mean.data(), rstd.data(),
+                                    zero_centred.input.data(), zero_centred.weight.data(),
+                                    zero_centred.bias.data(), 1.0, kEpsilon, kRows, kChannels);
+    return dot(output, zero_centred.doutput);
+  };
+  BACKEND_CHECK_GRADIENT(check_gradient(zero_centred.input, one_p.dinput, loss), 1e-6);
+  BACKEND_CHECK_GRADIENT(check_gradient(zero_centred.weight, one_p.dweight, loss), 1e-6);
 }
 
 TEST_CASE("layernorm in float matches double") {
@@ -118,9 +142,9 @@ TEST_CASE("layernorm weight and bias sums are the same on every thread count") {
     std::vector<double> output(rows * channels), mean(rows), rstd(rows), dinput(rows * channels);
     std::vector<double> gradients(2 * channels, 0.0);
     backend::cpu::layernorm_forward(output.data(), mean.data(), rstd.data(), input.data(),
-                                    weight.data(), bias.data(), kEpsilon, rows, channels);
+                                    weight.data(), bias.data(), 0.0, kEpsilon, rows, channels);
     backend::cpu::layernorm_backward(dinput.data(), gradients.data(), gradients.data() + channels,
-                                     doutput.data(), input.data(), weight.data(), mean.data(),
+                                     doutput.data(), input.data(), weight.data(), 0.0, mean.data(),
                                      rstd.data(), rows, channels);
     gradients.insert(gradients.end(), dinput.begin(), dinput.end());
     return gradients;

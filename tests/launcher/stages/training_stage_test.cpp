@@ -353,6 +353,64 @@ TEST_CASE("NeMo's rampup_batch_size becomes Megatron's sample-based ramp-up") {
                        doctest::Contains("training.model.rampup_batch_size.1 is 0"), common::Error);
 }
 
+TEST_CASE("NeMo's layernorm1p and rotary_percentage reach pretrain_gpt's flags") {
+  // NeMo's *_improved GPT configs: normalization layernorm1p, rotary_percentage 0.5. The first
+  // was refused and the second dropped without a word.
+  const auto improved = megatron_training_arguments(composed_126m(
+      {"++training.model.normalization=layernorm1p", "++training.model.rotary_percentage=0.5",
+       "++training.model.position_embedding_type=rope"}));
+  CHECK(has(improved, "--apply-layernorm-1p"));
+  CHECK_FALSE(has(improved, "--normalization"));
+  CHECK(flag_value(improved, "--rotary-percent") == "0.5");
+  CHECK_FALSE(has(megatron_training_arguments(
+                      composed_126m({"++training.model.normalization=layernorm"})),
+                  "--apply-layernorm-1p"));
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(composed_126m({"++training.model.normalization=batchnorm"})),
+      doctest::Contains("valid: layernorm, layernorm1p, rmsnorm"), common::Error);
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(composed_126m({"++training.model.rotary_percentage=1.5"})),
+      doctest::Contains("training.model.rotary_percentage: '1.5' is out of range"), common::Error);
+}
+
+TEST_CASE("NeMo's recompute keys: method and num_layers count only under full granularity") {
+  struct Case {
+    std::string granularity, method, layers;
+    std::vector<std::string> expected;  // the recompute flags and values, in order
+  };
+  const std::vector<Case> cases = {
+      // NeMo 23.07's gpt3/126m and 5b: selective with block and 0, which NeMo ignores.
+      {"selective", "block", "0", {"--recompute-granularity", "selective"}},
+      // NeMo 23.08's llama2_7b: no recompute at all.
+      {"null", "block", "0", {}},
+      {"full", "uniform", "2",
+       {"--recompute-granularity", "full", "--recompute-method", "uniform",
+        "--recompute-num-layers", "2"}},
+      {"full", "null", "null", {"--recompute-granularity", "full"}},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.granularity);
+    const auto arguments = megatron_training_arguments(
+        composed_126m({"++training.model.activations_checkpoint_granularity=" + c.granularity,
+                       "++training.model.activations_checkpoint_method=" + c.method,
+                       "++training.model.activations_checkpoint_num_layers=" + c.layers}));
+    std::vector<std::string> recompute;
+    for (size_t i = 0; i + 1 < arguments.size(); ++i) {
+      if (arguments[i].starts_with("--recompute-")) {
+        recompute.insert(recompute.end(), {arguments[i], arguments[i + 1]});
+      }
+    }
+    CHECK(recompute == c.expected);
+  }
+  // Under full a bad method is still refused by the backend's rule, naming the key.
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(composed_126m(
+          {"++training.model.activations_checkpoint_granularity=full",
+           "++training.model.activations_checkpoint_method=sideways"})),
+      doctest::Contains("training.model.activations_checkpoint_method: 'sideways'"),
+      common::Error);
+}
+
 TEST_CASE("every mapped value is checked with the backend's rule, naming the key and the flag") {
   struct Case {
     std::string override_;
