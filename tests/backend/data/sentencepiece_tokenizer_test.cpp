@@ -213,7 +213,7 @@ TEST_CASE("SentencePieceTokenizer adds Megatron's special tokens and cuts text a
   CHECK(tokenizer.detokenize(std::vector<int32_t>{515}) == " <extra_id_10> ");
 }
 
-TEST_CASE("a model that has Megatron's tokens already keeps their ids; a model without bos/eos") {
+TEST_CASE("a model that has Megatron's tokens already keeps their ids, and one without bos and eos") {
   if (!spm_available("spm_train")) return;
   test_support::TemporaryDirectory work;
   const std::string with_specials = train_unigram(
