@@ -5,7 +5,7 @@
 # skipped quickly by apt. Needs root (or sudo).
 #   install-deps.sh          what building and running need
 #   install-deps.sh --tests  also the reference implementations the test suite runs against
-#                            (a real Slurm cluster, OmegaConf, clang's fuzzer): CI uses this.
+#                            (a real Slurm cluster, OmegaConf, clang's fuzzer, spm_encode): CI uses this.
 # The test packages stay optional because a Slurm client from Debian has no place on, say, a
 # cluster login node with the site's own Slurm.
 set -euo pipefail
@@ -31,6 +31,8 @@ packages=(
   libopenblas-openmp-dev
   # the GPT-2 tokenizer's Unicode letter/number classes; preprocess_data's .gz/.zst/.xz inputs
   libutf8proc-dev zlib1g-dev libzstd-dev liblzma-dev
+  # the SentencePiece tokenizers (Llama2Tokenizer, GPTSentencePieceTokenizer, SentencePieceTokenizer)
+  libsentencepiece-dev
   # distributed (optional at build time, detected by CMake)
   openmpi-bin libopenmpi-dev
   # the test framework (the release build compiles the tests too)
@@ -56,6 +58,8 @@ test_packages=(
   # tests/e2e: the independent reader of pretrain_gpt's TensorBoard event files decodes them
   # with python3-protobuf from a .proto that protoc (protobuf-compiler) compiles at test time
   python3-protobuf protobuf-compiler
+  # the SentencePiece tests compare our ids with spm_encode's and train models with spm_train
+  sentencepiece
 )
 if [[ $with_tests == true ]]; then
   packages+=("${test_packages[@]}")

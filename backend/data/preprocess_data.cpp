@@ -49,6 +49,7 @@ constexpr common::FlagRule kPreprocessFlagRules[] = {
     common::text_flag("--tokenizer-type"),
     common::text_flag("--vocab-file"),
     common::text_flag("--merge-file"),
+    common::text_flag("--tokenizer-model"),
     common::integer_flag("--vocab-size", 1, std::numeric_limits<int32_t>::max() - 1,
                          "token ids are 32-bit, and NullTokenizer adds its EOD"),
     common::integer_flag("--vocab-extra-ids", 0, std::numeric_limits<int32_t>::max()),
@@ -63,8 +64,6 @@ constexpr common::RefusedFlag kRefusedFlags[] = {
     {"--split-sentences", false, "sentence splitting needs NLTK's punkt models, which are not "
                                  "built; pass sentences as a JSON list of strings instead"},
     {"--keep-newlines", false, "belongs to --split-sentences, which is not built"},
-    {"--tokenizer-model", true, "SentencePiece tokenizers are not built; GPT2BPETokenizer and "
-                                "NullTokenizer are"},
     {"--find-optimal-num-workers", false, "not built; workers scale with cores, use --workers N"},
     {"--workers-to-check", true, "belongs to --find-optimal-num-workers, which is not built"},
     {"--performance-dir", true, "belongs to --find-optimal-num-workers, which is not built"},
@@ -559,14 +558,16 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
   app.add_option("--lang", lang, "Unused without --split-sentences")->group(input);
   const char* tokenizer = "Tokenizer";
   app.add_option("--tokenizer-type", options.tokenizer.tokenizer_type,
-                 "GPT2BPETokenizer or NullTokenizer")->group(tokenizer);
+                 "GPT2BPETokenizer, NullTokenizer, SentencePieceTokenizer, "
+                 "GPTSentencePieceTokenizer or Llama2Tokenizer")->group(tokenizer);
   app.add_option("--vocab-file", options.tokenizer.vocab_file, "GPT-2 vocab.json")->group(tokenizer);
   app.add_option("--merge-file", options.tokenizer.merge_file, "GPT-2 merges.txt")->group(tokenizer);
+  app.add_option("--tokenizer-model", options.tokenizer.tokenizer_model,
+                 "SentencePiece model (Llama's tokenizer.model)")->group(tokenizer);
   app.add_option("--vocab-size", options.tokenizer.vocab_size, "NullTokenizer's vocabulary")
       ->group(tokenizer);
-  int64_t vocab_extra_ids = 0;
-  app.add_option("--vocab-extra-ids", vocab_extra_ids, "Only 0 (T5 sentinels are not built)")
-      ->group(tokenizer);
+  app.add_option("--vocab-extra-ids", options.tokenizer.vocab_extra_ids,
+                 "SentencePieceTokenizer's <extra_id_N> tokens (T5 sentinels)")->group(tokenizer);
   app.add_flag("--append-eod", options.append_eod, "Append the eod token to each document")
       ->group(tokenizer);
   const char* output = "Output data";
@@ -599,14 +600,12 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
     common::fail("--dataset-impl {} is not supported: only mmap (Megatron's MMapIndexedDataset) "
                  "is written", dataset_impl);
   }
-  if (vocab_extra_ids != 0) {
-    common::fail("--vocab-extra-ids {} is not supported: extra sentinel ids belong to T5/BERT "
-                 "tokenizers, which are not built", vocab_extra_ids);
-  }
   if (!options.merge) {
     if (options.tokenizer.tokenizer_type.empty()) {
-      common::fail("--tokenizer-type is required (GPT2BPETokenizer or NullTokenizer)");
+      common::fail("--tokenizer-type is required (GPT2BPETokenizer, NullTokenizer, "
+                   "SentencePieceTokenizer, GPTSentencePieceTokenizer or Llama2Tokenizer)");
     }
+    check_tokenizer_flags(options.tokenizer);  // flag errors before any file is read
     if (options.json_keys.empty()) common::fail("--json-keys needs at least one key");
     std::set<std::string> keys;
     for (const std::string& key : options.json_keys) {

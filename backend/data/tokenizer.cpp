@@ -5,10 +5,42 @@
 #include "backend/common/error.hpp"
 #include "backend/data/gpt2_bpe_tokenizer.hpp"
 #include "backend/data/null_tokenizer.hpp"
+#include "backend/data/sentencepiece_tokenizer.hpp"
 
 namespace backend {
 
+bool is_sentencepiece_type(std::string_view tokenizer_type) {
+  return sentencepiece_kind(tokenizer_type).has_value();
+}
+
+void check_tokenizer_flags(const TokenizerOptions& options) {
+  if (is_sentencepiece_type(options.tokenizer_type)) {
+    if (options.tokenizer_model.empty()) {
+      common::fail("--tokenizer-type {} needs --tokenizer-model (the SentencePiece model file, "
+                   "e.g. Llama's tokenizer.model)", options.tokenizer_type);
+    }
+  } else if (!options.tokenizer_model.empty()) {
+    // Megatron ignores a model file that its tokenizer does not read; a Llama script whose
+    // --tokenizer-type was changed by mistake would then train on another vocabulary, silently.
+    common::fail("--tokenizer-model {} is read only by the SentencePiece tokenizers (valid "
+                 "--tokenizer-type: SentencePieceTokenizer, GPTSentencePieceTokenizer, "
+                 "Llama2Tokenizer), not by --tokenizer-type {}", options.tokenizer_model,
+                 options.tokenizer_type.empty() ? "''" : options.tokenizer_type);
+  }
+  if (options.vocab_extra_ids != 0 && options.tokenizer_type != "SentencePieceTokenizer") {
+    common::fail("--vocab-extra-ids {} is not supported with --tokenizer-type {}: only "
+                 "SentencePieceTokenizer adds extra ids here (T5/BERT tokenizers are not built)",
+                 options.vocab_extra_ids,
+                 options.tokenizer_type.empty() ? "''" : options.tokenizer_type);
+  }
+}
+
 std::unique_ptr<Tokenizer> build_tokenizer(const TokenizerOptions& options) {
+  check_tokenizer_flags(options);
+  if (const auto kind = sentencepiece_kind(options.tokenizer_type)) {
+    return std::make_unique<SentencePieceTokenizer>(*kind, options.tokenizer_model,
+                                                    options.vocab_extra_ids);
+  }
   if (options.tokenizer_type == "GPT2BPETokenizer") {
     if (options.vocab_file.empty() || options.merge_file.empty()) {
       common::fail("--tokenizer-type GPT2BPETokenizer needs --vocab-file (GPT-2's vocab.json) "
@@ -22,8 +54,9 @@ std::unique_ptr<Tokenizer> build_tokenizer(const TokenizerOptions& options) {
     }
     return std::make_unique<NullTokenizer>(options.vocab_size);
   }
-  common::fail("--tokenizer-type {} is not available (valid: GPT2BPETokenizer, NullTokenizer; "
-               "SentencePiece and HuggingFace tokenizers are not built)",
+  common::fail("--tokenizer-type {} is not available (valid: GPT2BPETokenizer, NullTokenizer, "
+               "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer; "
+               "HuggingFace, BERT and tiktoken tokenizers are not built)",
                options.tokenizer_type.empty() ? "''" : options.tokenizer_type);
 }
 

@@ -1,11 +1,13 @@
 // The tokenizer interface shared by preprocessing, training and generation, after Megatron's
 // MegatronTokenizer (megatron/core/datasets/megatron_tokenizer.py): a vocabulary size, the
-// end-of-document id that separates documents, text → ids and ids → text. Two kinds exist:
+// end-of-document id that separates documents, text → ids and ids → text. The kinds built:
 //   GPT2BPETokenizer  GPT-2's byte-level BPE (gpt2_bpe_tokenizer.hpp)
 //   NullTokenizer     ids written as integers in the text, for tests and --vocab-size runs
 //                     (null_tokenizer.hpp)
-// SentencePiece tokenizers (Llama, GPTSentencePieceTokenizer) and HuggingFace ones are not
-// built (docs/data.md).
+//   SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer
+//                     a SentencePiece model (--tokenizer-model) through libsentencepiece
+//                     (sentencepiece_tokenizer.hpp)
+// HuggingFace, BERT and tiktoken tokenizers are not built (docs/data.md).
 //
 // Texts are bytes: tokenize() accepts any byte string (a GPT-2 tokenizer replaces invalid
 // UTF-8, see gpt2_bpe_tokenizer.hpp), detokenize() returns the bytes the ids stand for, which
@@ -51,11 +53,22 @@ class Tokenizer {
 
 // What Megatron's build_tokenizer reads from the command line.
 struct TokenizerOptions {
-  std::string tokenizer_type;  // --tokenizer-type: GPT2BPETokenizer or NullTokenizer
-  std::string vocab_file;      // --vocab-file (GPT-2's vocab.json)
-  std::string merge_file;      // --merge-file (GPT-2's merges.txt)
-  int64_t vocab_size = 0;      // --vocab-size (NullTokenizer: ids 0 .. vocab_size, eod last)
+  std::string tokenizer_type;   // --tokenizer-type: one of the kinds above
+  std::string vocab_file;       // --vocab-file (GPT-2's vocab.json)
+  std::string merge_file;       // --merge-file (GPT-2's merges.txt)
+  int64_t vocab_size = 0;       // --vocab-size (NullTokenizer: ids 0 .. vocab_size, eod last)
+  std::string tokenizer_model;  // --tokenizer-model (the SentencePiece kinds' model file)
+  int64_t vocab_extra_ids = 0;  // --vocab-extra-ids (SentencePieceTokenizer's <extra_id_N>)
 };
+
+// True for the types read from --tokenizer-model: SentencePieceTokenizer,
+// GPTSentencePieceTokenizer, Llama2Tokenizer.
+bool is_sentencepiece_type(std::string_view tokenizer_type);
+
+// The flags a type needs or refuses, checked without reading a file: a SentencePiece type
+// needs --tokenizer-model, another type refuses it, and --vocab-extra-ids needs
+// SentencePieceTokenizer. A common::Error names the flags.
+void check_tokenizer_flags(const TokenizerOptions& options);
 
 // Builds the tokenizer the options name; missing or bad inputs are common::Error naming
 // the flag or file.

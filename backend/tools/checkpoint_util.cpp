@@ -61,6 +61,9 @@ std::vector<std::string> model_flags(const backend::TrainingArguments& a) {
   if (a.tokenizer_type == "NullTokenizer") {
     flags.insert(flags.end(), {"--vocab-size", std::to_string(a.vocab_size)});
   }
+  if (!a.tokenizer_model.empty()) {  // a SentencePiece type's vocabulary is the model's
+    flags.insert(flags.end(), {"--tokenizer-model", a.tokenizer_model});
+  }
   flags.insert(flags.end(),
                {"--make-vocab-size-divisible-by", std::to_string(a.make_vocab_size_divisible_by)});
   return flags;

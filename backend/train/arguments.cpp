@@ -17,6 +17,7 @@
 #include "backend/common/command_line.hpp"
 #include "backend/common/error.hpp"
 #include "backend/data/data_blend.hpp"
+#include "backend/data/tokenizer.hpp"
 #include "backend/dist/parallel_layout.hpp"
 #include "backend/dist/process_environment.hpp"
 #include "backend/model/pipeline_stage.hpp"
@@ -33,7 +34,6 @@ namespace {
 constexpr common::RefusedFlag kUnsupportedFlags[] = {
     {"--deepspeed-activation-checkpointing", false,
      "DeepSpeed's activation checkpointing is not built; --recompute-granularity full is"},
-    {"--tokenizer-model", true, "SentencePiece tokenizers (Llama) are not built; GPT-2 BPE and NullTokenizer are"},
     {"--eod-mask-loss", false, "the loss covers every position; a loss mask is not built yet"},
     {"--reset-position-ids", false, "positions run 0 .. seq-1 in every sample; resetting them at each EOD is not built yet"},
     {"--reset-attention-mask", false, "attention is causal over the whole sample; document masks are not built yet"},
@@ -41,7 +41,9 @@ constexpr common::RefusedFlag kUnsupportedFlags[] = {
 
 // Megatron's tokenizers that this backend builds; the others are valid values of
 // --tokenizer-type (common/flag_rules.cpp) that are refused as not built yet.
-const std::vector<std::string> kBuiltTokenizers = {"GPT2BPETokenizer", "NullTokenizer"};
+const std::vector<std::string> kBuiltTokenizers = {
+    "GPT2BPETokenizer", "NullTokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer",
+    "Llama2Tokenizer"};
 
 }  // namespace
 
@@ -147,12 +149,16 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(legacy);
 
   auto* data = "Data and tokenizer";
-  app.add_option("--tokenizer-type", arguments.tokenizer_type, "GPT2BPETokenizer or NullTokenizer")
+  app.add_option("--tokenizer-type", arguments.tokenizer_type,
+                 "GPT2BPETokenizer, NullTokenizer, Llama2Tokenizer, GPTSentencePieceTokenizer "
+                 "or SentencePieceTokenizer")
       ->group(data);
   app.add_option("--vocab-size", arguments.vocab_size, "Vocabulary size (NullTokenizer)")
       ->group(data);
   app.add_option("--vocab-file", arguments.vocab_file, "GPT-2 vocab.json")->group(data);
   app.add_option("--merge-file", arguments.merge_file, "GPT-2 merges.txt")->group(data);
+  app.add_option("--tokenizer-model", arguments.tokenizer_model,
+                 "SentencePiece model (Llama's tokenizer.model)")->group(data);
   app.add_flag("--mock-data", arguments.mock_data, "Synthetic tokens, for benchmarks and tests")
       ->group(data);
   app.add_option("--data-path", arguments.data_path,
@@ -574,9 +580,18 @@ void validate_arguments(TrainingArguments& arguments) {
   }
   if (std::find(kBuiltTokenizers.begin(), kBuiltTokenizers.end(), arguments.tokenizer_type) ==
       kBuiltTokenizers.end()) {
-    common::fail("--tokenizer-type {} is not built yet: this backend has GPT2BPETokenizer and "
-                 "NullTokenizer", arguments.tokenizer_type);
+    common::fail("--tokenizer-type {} is not built yet: this backend has GPT2BPETokenizer, "
+                 "NullTokenizer, Llama2Tokenizer, GPTSentencePieceTokenizer and "
+                 "SentencePieceTokenizer", arguments.tokenizer_type);
   }
+  // --tokenizer-model with a type that does not read it, or a SentencePiece type without it.
+  // The model file itself is read where the vocabulary size is needed (tokenizer_vocab_size).
+  check_tokenizer_flags({.tokenizer_type = arguments.tokenizer_type,
+                         .vocab_file = arguments.vocab_file,
+                         .merge_file = arguments.merge_file,
+                         .vocab_size = arguments.vocab_size,
+                         .tokenizer_model = arguments.tokenizer_model,
+                         .vocab_extra_ids = 0});
   if (arguments.tokenizer_type == "NullTokenizer" && arguments.vocab_size <= 0) {
     common::fail("--tokenizer-type NullTokenizer needs --vocab-size N (N > 0)");
   }
@@ -708,6 +723,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
        fmt::format("{}", a.world_size / std::max<int64_t>(1, a.tensor_model_parallel_size *
                                                                  a.pipeline_model_parallel_size))},
       {"tokenizer_type", a.tokenizer_type},
+      {"tokenizer_model", path(a.tokenizer_model)},
       {"train_iters", fmt::format("{}", a.train_iters)},
       {"use_checkpoint_opt_param_scheduler", python(a.use_checkpoint_opt_param_scheduler)},
       {"vocab_size", a.vocab_size > 0 ? fmt::format("{}", a.vocab_size) : "None"},

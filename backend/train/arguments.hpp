@@ -43,9 +43,10 @@ struct TrainingArguments {
   std::optional<int64_t> recompute_num_layers;  // full only
 
   // tokenizer and data
-  std::string tokenizer_type;  // GPT2BPETokenizer or NullTokenizer
+  std::string tokenizer_type;  // GPT2BPETokenizer, NullTokenizer or a SentencePiece type
   int64_t vocab_size = 0;      // --vocab-size (NullTokenizer)
   std::string vocab_file, merge_file;
+  std::string tokenizer_model;  // --tokenizer-model (SentencePiece types)
   bool mock_data = false;
   // Real data (docs/data.md): one blend split by --split, or a blend per split.
   std::vector<std::string> data_path;  // --data-path: prefix, or weight prefix ...

@@ -19,6 +19,7 @@ json checkpoint_arguments(const TrainingArguments& a) {
       {"max_position_embeddings", a.max_position_embeddings},
       {"make_vocab_size_divisible_by", a.make_vocab_size_divisible_by},
       {"tokenizer_type", a.tokenizer_type},
+      {"tokenizer_model", a.tokenizer_model},
       {"vocab_size", a.vocab_size},
       {"tensor_model_parallel_size", a.tensor_model_parallel_size},
       {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
@@ -66,6 +67,10 @@ TrainingArguments arguments_from_checkpoint(const json& metadata, const std::fil
   a.max_position_embeddings = root.get<int64_t>(saved, "max_position_embeddings");
   a.make_vocab_size_divisible_by = root.get<int64_t>(saved, "make_vocab_size_divisible_by");
   a.tokenizer_type = root.get<std::string>(saved, "tokenizer_type");
+  // Absent from checkpoints of before the SentencePiece tokenizers.
+  if (saved.contains("tokenizer_model")) {
+    a.tokenizer_model = root.get<std::string>(saved, "tokenizer_model");
+  }
   a.vocab_size = root.get<int64_t>(saved, "vocab_size");
   a.tensor_model_parallel_size = root.get<int64_t>(saved, "tensor_model_parallel_size");
   a.pipeline_model_parallel_size = root.get<int64_t>(saved, "pipeline_model_parallel_size");

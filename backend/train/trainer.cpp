@@ -171,13 +171,27 @@ int64_t tokenizer_vocab_size(const TrainingArguments& arguments) {
     return build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
                             .vocab_file = arguments.vocab_file,
                             .merge_file = arguments.merge_file,
-                            .vocab_size = 0})
+                            .vocab_size = 0,
+                            .tokenizer_model = "",
+                            .vocab_extra_ids = 0})
         ->vocab_size();
   }
   if (arguments.tokenizer_type == "NullTokenizer") {
     return common::checked_add(arguments.vocab_size, 1, "--vocab-size + NullTokenizer's EOD");
   }
-  common::fail("--tokenizer-type '{}' is not valid (valid: GPT2BPETokenizer, NullTokenizer)",
+  if (is_sentencepiece_type(arguments.tokenizer_type)) {
+    // No size is known without the model (Llama 2's 32000 is one model's), so the file is
+    // read even for mock data, as Megatron's build_tokenizer reads it.
+    return build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
+                            .vocab_file = "",
+                            .merge_file = "",
+                            .vocab_size = 0,
+                            .tokenizer_model = arguments.tokenizer_model,
+                            .vocab_extra_ids = 0})
+        ->vocab_size();
+  }
+  common::fail("--tokenizer-type '{}' is not valid (valid: GPT2BPETokenizer, NullTokenizer, "
+               "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer)",
                arguments.tokenizer_type);
 }
 

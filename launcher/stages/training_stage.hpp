@@ -29,7 +29,7 @@ const std::vector<TrainingFlagMapping>& training_flag_table();
 // flag (backend/common/flag_rules.hpp), one problem per bad value, naming where it was set:
 //   "training.model.optim.lr: 'abc' is not a number; --lr takes a real number ≥ 0 (from the
 //   command line)".
-// What pretrain_gpt refuses only because it is not built yet (a SentencePiece tokenizer) is
+// What pretrain_gpt refuses only because it is not built yet (a HuggingFace tokenizer, say) is
 // not a value problem, so such configs still render.
 std::vector<std::string> training_value_problems(const Node& config);
 

@@ -104,8 +104,8 @@ TEST_CASE("launcher main runs a tiny gpt3/126m to completion and leaves NeMo's r
 
 namespace {
 
-// A tiny Llama 2 run through `launcher main`. A SentencePiece tokenizer does not exist yet:
-// GPT-2's vocabulary size, with mock data.
+// A tiny Llama 2 run through `launcher main` with mock data: the config's own Llama2Tokenizer,
+// with the test SentencePiece model (500 pieces, padded to 512) in place of Llama's.
 launcher::CapturedRun tiny_llama_run(const fs::path& results, const std::string& training,
                                      std::vector<std::string> extra = {}) {
   std::vector<std::string> argv = {
@@ -116,8 +116,9 @@ launcher::CapturedRun tiny_llama_run(const fs::path& results, const std::string&
       "training.model.global_batch_size=4", "training.model.micro_batch_size=2",
       "training.model.encoder_seq_length=32", "training.model.num_layers=2",
       "training.model.hidden_size=64", "training.model.num_attention_heads=4",
-      "training.model.ffn_hidden_size=128", "training.model.tokenizer.type=GPT2BPETokenizer",
-      "training.model.tokenizer.model=null"};
+      "training.model.ffn_hidden_size=128",
+      "training.model.tokenizer.model=" + std::string(TEST_SOURCE_DIR) +
+          "/tests/data/sentencepiece_bpe.model"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return launcher::run_and_capture(argv);
 }
@@ -140,9 +141,13 @@ TEST_CASE("launcher main trains a tiny llama2_7b: the Llama flags reach pretrain
     CHECK(script.find(flag) != std::string::npos);
   }
   CHECK(script.find("--group-query-attention") == std::string::npos);
+  CHECK(script.find("--tokenizer-type Llama2Tokenizer") != std::string::npos);
+  CHECK(script.find("/tests/data/sentencepiece_bpe.model") != std::string::npos);
+  CHECK(run.output.find(" > padded vocab (size: 500) with 12 dummy tokens (new size: 512)") !=
+        std::string::npos);
   // 2 layers of 4·64² (attention) + 3·64·128 (SwiGLU) + 2·64 (norms), the word embedding and
-  // the output layer (50304 × 64 each), the final norm.
-  CHECK(run.output.find("model parallel rank (0, 0): 6521152") != std::string::npos);
+  // the output layer (512 × 64 each), the final norm.
+  CHECK(run.output.find("model parallel rank (0, 0): 147776") != std::string::npos);
 }
 
 TEST_CASE("launcher main trains a tiny llama2_70b with grouped-query attention") {
@@ -159,7 +164,7 @@ TEST_CASE("launcher main trains a tiny llama2_70b with grouped-query attention")
   CHECK(script.find("--group-query-attention \\\n") != std::string::npos);
   CHECK(script.find("--num-query-groups 2 \\\n") != std::string::npos);
   // As llama2_7b, less the keys and values of two of the four heads: 2 layers × 64 × 64.
-  CHECK(run.output.find("model parallel rank (0, 0): 6512960") != std::string::npos);
+  CHECK(run.output.find("model parallel rank (0, 0): 139584") != std::string::npos);
 }
 
 TEST_CASE("cluster_type auto picks the local cluster without sbatch and says so in one line") {

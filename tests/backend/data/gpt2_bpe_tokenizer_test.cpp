@@ -256,13 +256,24 @@ TEST_CASE("a missing or malformed merges.txt is reported with its file and line"
 
 TEST_CASE("build_tokenizer names the missing flag") {
   CHECK_THROWS_WITH_AS(build_tokenizer({.tokenizer_type = "GPT2BPETokenizer",
-                                        .vocab_file = kVocab, .merge_file = "", .vocab_size = 0}),
+                                        .vocab_file = kVocab, .merge_file = "", .vocab_size = 0,
+                                        .tokenizer_model = "", .vocab_extra_ids = 0}),
                        doctest::Contains("--merge-file"), common::Error);
   CHECK_THROWS_WITH_AS(build_tokenizer({.tokenizer_type = "SentencePieceTokenizer",
-                                        .vocab_file = "", .merge_file = "", .vocab_size = 0}),
-                       doctest::Contains("valid: GPT2BPETokenizer, NullTokenizer"), common::Error);
+                                        .vocab_file = "", .merge_file = "", .vocab_size = 0,
+                                        .tokenizer_model = "", .vocab_extra_ids = 0}),
+                       doctest::Contains("--tokenizer-type SentencePieceTokenizer needs "
+                                         "--tokenizer-model"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(build_tokenizer({.tokenizer_type = "HuggingFaceTokenizer",
+                                        .vocab_file = "", .merge_file = "", .vocab_size = 0,
+                                        .tokenizer_model = "", .vocab_extra_ids = 0}),
+                       doctest::Contains("valid: GPT2BPETokenizer, NullTokenizer, "
+                                         "SentencePieceTokenizer, GPTSentencePieceTokenizer, "
+                                         "Llama2Tokenizer"),
+                       common::Error);
   const auto tokenizer = build_tokenizer(
       {.tokenizer_type = "GPT2BPETokenizer", .vocab_file = kVocab, .merge_file = kMerges,
-       .vocab_size = 0});
+       .vocab_size = 0, .tokenizer_model = "", .vocab_extra_ids = 0});
   CHECK(tokenizer->eod() == 50256);
 }

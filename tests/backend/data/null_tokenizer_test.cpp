@@ -49,8 +49,10 @@ TEST_CASE("NullTokenizer rejects text that is not ids in range") {
                        doctest::Contains(("\"" + std::string(39, '9') + "\"").c_str()), common::Error);
   CHECK_THROWS_WITH_AS(NullTokenizer(0), doctest::Contains("--vocab-size"), common::Error);
   CHECK_THROWS_WITH_AS(build_tokenizer({.tokenizer_type = "NullTokenizer", .vocab_file = "",
-                                        .merge_file = "", .vocab_size = 0}),
+                                        .merge_file = "", .vocab_size = 0,
+                                        .tokenizer_model = "", .vocab_extra_ids = 0}),
                        doctest::Contains("--vocab-size"), common::Error);
   CHECK(build_tokenizer({.tokenizer_type = "NullTokenizer", .vocab_file = "", .merge_file = "",
-                         .vocab_size = 50}) ->vocab_size() == 51);
+                         .vocab_size = 50, .tokenizer_model = "",
+                         .vocab_extra_ids = 0})->vocab_size() == 51);
 }

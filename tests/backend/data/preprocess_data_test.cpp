@@ -49,7 +49,9 @@ PreprocessOptions gpt2_options(std::vector<std::string> inputs, std::string outp
   options.tokenizer = {.tokenizer_type = "GPT2BPETokenizer",
                        .vocab_file = kDataDir + "/gpt2-vocab.json",
                        .merge_file = kDataDir + "/gpt2-merges.txt",
-                       .vocab_size = 0};
+                       .vocab_size = 0,
+                       .tokenizer_model = "",
+                       .vocab_extra_ids = 0};
   options.append_eod = true;
   return options;
 }
@@ -302,7 +304,7 @@ TEST_CASE("NullTokenizer documents without eod, empty documents, and Megatron's 
   options.inputs = {input.string()};
   options.output_prefix = (directory.path / "ids").string();
   options.tokenizer = {.tokenizer_type = "NullTokenizer", .vocab_file = "", .merge_file = "",
-                       .vocab_size = 100};
+                       .vocab_size = 100, .tokenizer_model = "", .vocab_extra_ids = 0};
   options.log_interval = 2;
   std::string err;
   const PreprocessSummary summary = run(options, &err);
@@ -399,6 +401,49 @@ TEST_CASE("preprocess_data flags: Megatron's names, refused ones with a reason")
                               "GPT2BPETokenizer", "--json-keys", "text", "text"}),
                        doctest::Contains("lists \"text\" twice"), common::Error);
   CHECK(parse({"--merge", "--input", "dir", "--output-prefix", "o"}).has_value());
+}
+
+TEST_CASE("preprocess_data flags of the SentencePiece tokenizers") {
+  const auto parse = [](std::vector<const char*> arguments) {
+    arguments.insert(arguments.begin(), {"preprocess_data", "--input", "a.jsonl",
+                                         "--output-prefix", "out"});
+    return parse_preprocess_arguments(static_cast<int>(arguments.size()), arguments.data());
+  };
+  const auto llama = parse({"--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model",
+                            "tokenizer.model", "--append-eod"});
+  REQUIRE(llama.has_value());
+  CHECK(llama->tokenizer.tokenizer_type == "Llama2Tokenizer");
+  CHECK(llama->tokenizer.tokenizer_model == "tokenizer.model");
+  const auto extra = parse({"--tokenizer-type", "SentencePieceTokenizer", "--tokenizer-model",
+                            "t.model", "--vocab-extra-ids", "100"});
+  REQUIRE(extra.has_value());
+  CHECK(extra->tokenizer.vocab_extra_ids == 100);
+  CHECK_THROWS_WITH_AS(parse({"--tokenizer-type", "GPTSentencePieceTokenizer"}),
+                       doctest::Contains("--tokenizer-type GPTSentencePieceTokenizer needs "
+                                         "--tokenizer-model"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(parse({"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", "v.json",
+                              "--merge-file", "m.txt", "--tokenizer-model", "t.model"}),
+                       doctest::Contains("--tokenizer-model t.model is read only by the "
+                                         "SentencePiece tokenizers"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(parse({"--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model",
+                              "t.model", "--vocab-extra-ids", "2"}),
+                       doctest::Contains("--vocab-extra-ids 2 is not supported with "
+                                         "--tokenizer-type Llama2Tokenizer"),
+                       common::Error);
+  // The model file is read when the run starts, and a missing one named there.
+  test_support::TemporaryDirectory directory;
+  const std::filesystem::path input = directory.path / "in.jsonl";
+  write_file(input, "{\"text\": \"x\"}\n");
+  PreprocessOptions options;
+  options.inputs = {input.string()};
+  options.output_prefix = (directory.path / "out").string();
+  options.tokenizer = {.tokenizer_type = "Llama2Tokenizer", .vocab_file = "", .merge_file = "",
+                       .vocab_size = 0, .tokenizer_model = (directory.path / "no.model").string(),
+                       .vocab_extra_ids = 0};
+  CHECK_THROWS_WITH_AS(run(options), doctest::Contains("cannot read --tokenizer-model "),
+                       common::Error);
 }
 
 TEST_CASE("preprocess_data's numeric flags and output paths are checked before anything is written") {

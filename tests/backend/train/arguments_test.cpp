@@ -483,12 +483,35 @@ TEST_CASE("derived sizes and lengths that overflow are refused naming the flags"
 }
 
 TEST_CASE("Megatron tokenizers that are valid but not built are refused as not built yet") {
-  CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", "Llama2Tokenizer"})),
-                       doctest::Contains("--tokenizer-type Llama2Tokenizer is not built yet"),
+  CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", "HuggingFaceTokenizer"})),
+                       doctest::Contains("--tokenizer-type HuggingFaceTokenizer is not built yet"),
                        common::Error);
   CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", "Llama3"})),
                        doctest::Contains("'Llama3' is not a valid choice; --tokenizer-type takes"),
                        common::Error);
+}
+
+TEST_CASE("the SentencePiece tokenizers: --tokenizer-model is needed by them and only by them") {
+  const auto llama = parse(with({"--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model",
+                                 "tokenizer.model"}));
+  REQUIRE(llama);
+  CHECK(llama->tokenizer_type == "Llama2Tokenizer");
+  CHECK(llama->tokenizer_model == "tokenizer.model");
+  CHECK(backend::argument_values(*llama).at("tokenizer_model") == "tokenizer.model");
+  CHECK(backend::argument_values(*parse(base_flags())).at("tokenizer_model") == "None");
+  for (const char* type : {"SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer"}) {
+    CAPTURE(type);
+    CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", type})),
+                         doctest::Contains("needs --tokenizer-model (the SentencePiece model file"),
+                         common::Error);
+  }
+  CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", "NullTokenizer", "--tokenizer-model",
+                                   "tokenizer.model"})),
+                       doctest::Contains("--tokenizer-model tokenizer.model is read only by the "
+                                         "SentencePiece tokenizers"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-model", "tokenizer.model"})),
+                       doctest::Contains("not by --tokenizer-type NullTokenizer"), common::Error);
 }
 
 TEST_CASE("loss-scaling flags: Megatron's defaults, each flag, and the arguments dump") {

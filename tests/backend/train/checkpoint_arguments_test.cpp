@@ -119,3 +119,32 @@ TEST_CASE("checkpoint arguments: the save and load options carry every checkpoin
   CHECK_FALSE(other.use_checkpoint_opt_param_scheduler);
   CHECK(other.override_opt_param_scheduler);
 }
+
+TEST_CASE("checkpoint arguments: a SentencePiece run records its --tokenizer-model") {
+  test_support::TemporaryDirectory directory;
+  auto arguments = tiny_arguments(directory.path / "ckpt");
+  arguments.tokenizer_type = "Llama2Tokenizer";
+  arguments.vocab_size = 0;
+  arguments.tokenizer_model = std::string(TEST_SOURCE_DIR) + "/tests/data/sentencepiece_bpe.model";
+  const backend::GptConfig config = backend::model_config(arguments);
+  CHECK(config.vocab_size == 500);  // the model's pieces
+  CHECK(config.padded_vocab_size == 512);
+  {
+    backend::GptModel<float> model(config);
+    backend::AdamW optimizer(backend::AdamWConfig{}, {}, static_cast<int64_t>(model.parameters().size()));
+    backend::LearningRateScheduler scheduler({.max_lr = 1e-3, .decay_steps = 5});
+    std::ostringstream log;
+    backend::save_checkpoint(arguments, {.iteration = 5}, model, optimizer, scheduler, log);
+  }
+  const auto tracked = backend::read_checkpoint_tracker(directory.path / "ckpt");
+  REQUIRE(tracked);
+  const backend::CheckpointFileReader reader(tracked->file);
+  TrainingArguments back = backend::arguments_from_checkpoint(reader.metadata(), reader.path());
+  CHECK(back.tokenizer_type == "Llama2Tokenizer");
+  CHECK(back.tokenizer_model == arguments.tokenizer_model);
+  CHECK(backend::model_config(back).padded_vocab_size == 512);
+  // Checkpoints of before the SentencePiece tokenizers have no such key: no model.
+  auto metadata = reader.metadata();
+  metadata["arguments"].erase("tokenizer_model");
+  CHECK(backend::arguments_from_checkpoint(metadata, reader.path()).tokenizer_model.empty());
+}

@@ -4,6 +4,7 @@
 
 #include "temporary_directory.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,8 @@
 
 #include "backend/common/error.hpp"
 #include "backend/device/cuda_inventory.hpp"
+#include "backend/data/preprocess_data.hpp"
+#include "backend/train/arguments.hpp"
 #include "backend/train/trainer.hpp"
 
 using namespace backend;
@@ -370,6 +373,82 @@ TEST_CASE("the GPT-2 vocabulary size comes from --vocab-file with real data, not
   a.vocab_file = std::string(TEST_SOURCE_DIR) + "/tests/data/gpt2-vocab.json";
   a.merge_file = std::string(TEST_SOURCE_DIR) + "/tests/data/gpt2-merges.txt";
   CHECK(tokenizer_vocab_size(a) == 50257);  // read from the file
+}
+
+TEST_CASE("pretrain_gpt --tokenizer-type Llama2Tokenizer trains on data preprocess_data made with it") {
+  test_support::TemporaryDirectory work;
+  const std::string model = std::string(TEST_SOURCE_DIR) + "/tests/data/sentencepiece_bpe.model";
+  // One JSON document per paragraph of docs/data.md: real text, a few thousand tokens.
+  const std::filesystem::path jsonl = work.path / "docs.jsonl";
+  {
+    std::ifstream in(std::string(TEST_SOURCE_DIR) + "/docs/data.md");
+    std::ofstream out(jsonl);
+    std::string line, paragraph;
+    const auto flush = [&] {
+      if (paragraph.empty()) return;
+      std::string escaped;
+      for (const char c : paragraph) {
+        if (c == '"' || c == '\\') escaped += '\\';
+        if (static_cast<unsigned char>(c) >= 0x20) escaped += c;
+      }
+      out << "{\"text\": \"" << escaped << "\"}\n";
+      paragraph.clear();
+    };
+    while (std::getline(in, line)) {
+      if (line.empty()) flush(); else paragraph += line + " ";
+    }
+    flush();
+  }
+  PreprocessOptions preprocess;
+  preprocess.inputs = {jsonl.string()};
+  preprocess.output_prefix = (work.path / "docs").string();
+  preprocess.tokenizer = {.tokenizer_type = "Llama2Tokenizer", .vocab_file = "", .merge_file = "",
+                          .vocab_size = 0, .tokenizer_model = model, .vocab_extra_ids = 0};
+  preprocess.append_eod = true;
+  std::ostringstream preprocess_log;
+  const PreprocessSummary summary = preprocess_data(preprocess, preprocess_log, preprocess_log);
+  REQUIRE(summary.bad_lines == 0);
+  REQUIRE(summary.outputs.at(0).tokens > 2000);
+
+  const std::string data_path = (work.path / "docs_text_document").string();
+  std::vector<std::string> words = {
+      "pretrain_gpt", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
+      "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "4",
+      "--train-iters", "3", "--lr", "1e-3", "--eval-iters", "0", "--log-interval", "1",
+      "--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model", model,
+      "--data-path", data_path, "--split", "1,0,0",
+      "--position-embedding-type", "rope", "--normalization", "RMSNorm", "--swiglu",
+      "--disable-bias-linear", "--untie-embeddings-and-output-weights",
+      "--hidden-dropout", "0", "--attention-dropout", "0"};
+  std::vector<const char*> argv;
+  for (const auto& word : words) argv.push_back(word.c_str());
+  const auto arguments = parse_arguments(static_cast<int>(argv.size()), argv.data());
+  REQUIRE(arguments);
+  CHECK(tokenizer_vocab_size(*arguments) == 500);  // the model's pieces
+  std::ostringstream log;
+  const TrainingResult result = pretrain(*arguments, log);
+  INFO(log.str());
+  // Megatron's padding: 500 → 512 (--make-vocab-size-divisible-by 128).
+  CHECK(log.str().find(" > padded vocab (size: 500) with 12 dummy tokens (new size: 512)") !=
+        std::string::npos);
+  REQUIRE(result.iterations.size() == 3);
+  for (const auto& iteration : result.iterations) {
+    CHECK(std::isfinite(iteration.lm_loss));
+    CHECK(std::abs(iteration.lm_loss - std::log(512.0)) < 0.5);
+  }
+
+  // Without the model file the run stops before training, naming the flag and the file.
+  const auto flag = std::find(words.begin(), words.end(), "--tokenizer-model");
+  REQUIRE(flag + 1 < words.end());
+  *(flag + 1) = (work.path / "absent.model").string();
+  argv.clear();
+  for (const auto& word : words) argv.push_back(word.c_str());
+  const auto missing = parse_arguments(static_cast<int>(argv.size()), argv.data());
+  REQUIRE(missing);
+  std::ostringstream ignored;
+  const std::string message = "cannot read --tokenizer-model " + *(flag + 1);
+  CHECK_THROWS_WITH_AS(pretrain(*missing, ignored), doctest::Contains(message.c_str()),
+                       common::Error);
 }
 
 TEST_CASE("a model that cannot fit this machine's memory is refused, with the estimate, before it is built") {
