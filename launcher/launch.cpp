@@ -1,5 +1,6 @@
 // `launcher main`; see launch.hpp. Results layout as NeMo-Megatron-Launcher writes it:
-//   <base_results_dir>/<run.name>/<run.name>_hydra.yaml     the resolved config
+//   <base_results_dir>/<run.name>/<run.name>_hydra.yaml     the stage's own section, resolved
+//                                 <run.name>_launcher_config.yaml   the whole resolved config
 //                                 launcher_cmd.log          the command line, verbatim
 //                                 launcher.log              this launcher's log
 //                                 <prefix><run.name>_submission.sh
@@ -446,7 +447,16 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   // the paths and names that become directories and files, the config as YAML, and every
   // script (rendered here once, then again when it is written, with the job id it depends on).
   check_scripts_root(scripts_root);
-  const std::string hydra_yaml = to_yaml(config);
+  // NeMo writes the stage's own section (what its training script reads with --config-name)
+  // as <run>_hydra.yaml, so a NeMo user comparing the two files sees the same keys; the whole
+  // config, which NeMo keeps nowhere, goes beside it as <run>_launcher_config.yaml.
+  const std::string whole_config_yaml = to_yaml(config);
+  std::map<std::string, std::string> stage_config_yaml;
+  for (const JobSpec& job : jobs) {
+    if (stage_config_yaml.contains(job.stage)) continue;
+    const Node* section = find(config, job.stage);
+    stage_config_yaml[job.stage] = section == nullptr ? std::string() : to_yaml(*section);
+  }
   const RenderContext context{find_templates_dir(scripts_root), cluster,
                               text_at(config, "container"), container_mounts(config)};
   std::vector<fs::path> script_paths;
@@ -497,7 +507,10 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
     if (log_files.insert(job.results_dir / "launcher.log").second) {
       common::add_log_file(job.results_dir / "launcher.log");
     }
-    common::write_text_file_atomically(job.results_dir / (job.run_name + "_hydra.yaml"), hydra_yaml);
+    common::write_text_file_atomically(job.results_dir / (job.run_name + "_hydra.yaml"),
+                                       stage_config_yaml.at(job.stage));
+    common::write_text_file_atomically(job.results_dir / (job.run_name + "_launcher_config.yaml"),
+                                       whole_config_yaml);
     common::write_text_file_atomically(job.results_dir / "launcher_cmd.log", options.command_line + "\n");
     std::string script;
     {

@@ -148,11 +148,22 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
     }
   }
 
+  // In the order NeMo's scripts have them (submitit writes its parameters sorted by name, with
+  // underscores), so that a NeMo user's diff of the two headers shows only what differs.
+  auto sort_key = [](const std::string& line) {
+    std::string name = line.substr(0, line.find('='));
+    std::replace(name.begin(), name.end(), '-', '_');
+    return name;
+  };
+  std::stable_sort(directives.begin(), directives.end(),
+                   [&](const std::string& a, const std::string& b) { return sort_key(a) < sort_key(b); });
+
   std::vector<std::string> srun_arguments;
   // A container image runs the job through pyxis/enroot, as NeMo's launcher does; without one
-  // the job runs on bare metal.
+  // the job runs on bare metal. Spelled as NeMo spells them (option and value as two words).
   if (!context.container_image.empty()) {
-    srun_arguments.push_back("--container-image=" + context.container_image);
+    srun_arguments.push_back("--container-image");
+    srun_arguments.push_back(context.container_image);
     if (!context.container_mounts.empty()) {
       std::string mounts;
       for (const auto& mount : context.container_mounts) {
@@ -165,13 +176,18 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
         }
         mounts += (mounts.empty() ? "" : ",") + (mount.find(':') == std::string::npos ? mount + ":" + mount : mount);
       }
-      srun_arguments.push_back("--container-mounts=" + mounts);
+      srun_arguments.push_back("--container-mounts");
+      srun_arguments.push_back(mounts);
     }
     srun_arguments.push_back("--no-container-mount-home");
   }
   if (const Node* extra = value_of("srun_args"); extra && extra->is_list()) {
     for (size_t i = 0; i < extra->size(); ++i) {
-      srun_arguments.push_back(cluster_text(extra->at(i), fmt::format("srun_args.{}", i)));
+      std::string argument = cluster_text(extra->at(i), fmt::format("srun_args.{}", i));
+      // NeMo's bcm.yaml lists --no-container-mount-home in srun_args; with a container it is
+      // already there, and twice would only make the line differ from NeMo's.
+      if (argument == "--no-container-mount-home" && !context.container_image.empty()) continue;
+      srun_arguments.push_back(std::move(argument));
     }
   }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 
 #include "backend/common/error.hpp"
 #include "launcher/config/interpolate.hpp"
@@ -72,14 +73,28 @@ std::string format_defaults_list(const std::vector<DefaultsEntry>& defaults) {
 }
 
 std::string format_config_groups(const std::filesystem::path& conf_dir) {
-  std::string out;
+  // Hydra lists every group directory that holds configs itself, by its full path, with the
+  // configs directly in it: conf/training/gpt3/126m.yaml is "training/gpt3: 126m", not
+  // "training: gpt3/126m" (hydra/_internal/hydra.py, list_all_config_groups). std::map orders
+  // the groups as Python's sorted() does (byte order).
+  std::map<std::string, std::vector<std::string>> groups;
   for (const auto& group : list_groups(conf_dir)) {
     if (group == "hydra" || group.starts_with("hydra/")) continue;
-    std::string options;
     for (const auto& option : list_group_options(conf_dir, group)) {
-      options += options.empty() ? option : ", " + option;
+      const std::size_t slash = option.rfind('/');
+      if (slash == std::string::npos) {
+        groups[group].push_back(option);
+      } else {
+        groups[group + "/" + option.substr(0, slash)].push_back(option.substr(slash + 1));
+      }
     }
-    out += fmt::format("{}: {}\n", group, options);
+  }
+  std::string out;
+  for (auto& [group, options] : groups) {
+    std::sort(options.begin(), options.end());
+    std::string line;
+    for (const auto& option : options) line += line.empty() ? option : ", " + option;
+    out += fmt::format("{}: {}\n", group, line);
   }
   return out;
 }

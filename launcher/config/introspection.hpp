@@ -33,9 +33,9 @@ std::string format_config(const ComposedConfig& composed, ConfigSection section,
 // padded to their widest cell; the primary config's parent is <root>.
 std::string format_defaults_list(const std::vector<DefaultsEntry>& defaults);
 
-// Hydra's $APP_CONFIG_GROUPS: "group: option1, option2, ..." per config group of conf_dir
-// (list_groups / list_group_options), sorted; Hydra's own groups (hydra, hydra/...) are left
-// out. "" when there are none.
+// Hydra's $APP_CONFIG_GROUPS: "group: option1, option2, ..." per config group directory of
+// conf_dir that holds configs itself, by its full path ("training/gpt3: 126m, 5b"), groups and
+// options sorted; Hydra's own groups (hydra, hydra/...) are left out. "" when there are none.
 std::string format_config_groups(const std::filesystem::path& conf_dir);
 
 // Hydra's application help after the flags: "== Configuration groups ==" with

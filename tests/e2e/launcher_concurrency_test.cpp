@@ -104,7 +104,8 @@ TEST_CASE("two launches of one run at once never mix their scripts: one waits it
     // Each run directory holds one launch's files: the config and the script agree.
     for (int pair = 0; pair < kPairs; ++pair) {
       const fs::path directory = results / fmt::format("run{}", pair);
-      const std::string config = read_file(directory / fmt::format("run{}_hydra.yaml", pair));
+      // The whole config (backend_bin_dir is outside the training section of run{}_hydra.yaml).
+      const std::string config = read_file(directory / fmt::format("run{}_launcher_config.yaml", pair));
       const std::string script = read_file(directory / fmt::format("run{}_submission.sh", pair));
       const bool from_a = contains(script, (temporary.path / fmt::format("bin-{}A", pair)).string());
       const bool from_b = contains(script, (temporary.path / fmt::format("bin-{}B", pair)).string());

@@ -257,3 +257,16 @@ TEST_CASE("docs/launcher.md's table of NeMo's stages is the code's") {
     CHECK(docs.find(row) != std::string::npos);
   }
 }
+
+TEST_CASE("our own conf/cluster/bcm.yaml asks for GPUs once, with --gpus-per-node as NeMo's") {
+  // Regression: conf/cluster/bcm.yaml had gres: gpu:8 beside gpus_per_node: 8, so the script
+  // had --gres=gpu:8 as well; NeMo's bcm.yaml has no gres, and NeMo writes --gres only when set.
+  const ScopedEnvironment no_override("LAUNCHER_TEMPLATES_DIR", std::nullopt);
+  test_support::TemporaryDirectory results;
+  launch_dry({"training=gpt3/126m", "cluster_type=bcm", "container=nvcr.io/nvidia/nemo:24.01",
+              "base_results_dir=" + results.path.string()});
+  const std::string script = read_text(results.path / "gpt3_126m/nemo-megatron-gpt3_126m_submission.sh");
+  CHECK(script.find("#SBATCH --gpus-per-node=8\n") != std::string::npos);
+  CHECK(script.find("--gres") == std::string::npos);
+  CHECK(script.find(" --no-container-mount-home ") != std::string::npos);
+}

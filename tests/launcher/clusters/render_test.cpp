@@ -133,11 +133,43 @@ TEST_CASE("with a container image, srun runs the job through pyxis with the moun
   const std::string script = render_sbatch(
       sample_job("/r"), "/r/x.sh",
       {kTemplates, &cluster, "nvcr.io/nvidia/nemo:24.01", {"/opt/launcher", "/data:/mnt/data"}});
-  CHECK(script.find("srun --container-image=nvcr.io/nvidia/nemo:24.01 "
-                    "--container-mounts=/opt/launcher:/opt/launcher,/data:/mnt/data "
+  // Option and value as two words, as NeMo's scripts spell them.
+  CHECK(script.find("srun --container-image nvcr.io/nvidia/nemo:24.01 "
+                    "--container-mounts /opt/launcher:/opt/launcher,/data:/mnt/data "
                     "--no-container-mount-home --mpi=pmix /opt/bin/pretrain_gpt") != std::string::npos);
   const std::string bare = render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "", {}});
   CHECK(bare.find("--container") == std::string::npos);
+}
+
+TEST_CASE("NeMo's srun_args [--no-container-mount-home] does not put the flag on srun twice") {
+  // Regression: NeMo's cluster/bcm.yaml lists it in srun_args, and the launcher adds it with
+  // any container, so srun had it twice.
+  const Node cluster = parse_yaml("srun_args: [--no-container-mount-home, --mpi=pmix]\n", "bcm.yaml");
+  const std::string script =
+      render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "nvcr.io/nvidia/nemo:24.01", {"/d"}});
+  CHECK(script.find("srun --container-image nvcr.io/nvidia/nemo:24.01 --container-mounts /d:/d "
+                    "--no-container-mount-home --mpi=pmix /opt/bin/pretrain_gpt") != std::string::npos);
+  // Without a container the site's srun_args pass as given.
+  const std::string bare = render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "", {}});
+  CHECK(bare.find("srun --no-container-mount-home --mpi=pmix /opt/bin/pretrain_gpt") != std::string::npos);
+}
+
+TEST_CASE("the #SBATCH lines come in NeMo's order: sorted by option name") {
+  // NeMo's scripts (submitit) list the parameters sorted by name; ours used a fixed order of
+  // their own, so a diff against NeMo's script showed every line moved.
+  const Node cluster = parse_yaml("partition: batch\nexclusive: true\ngpus_per_node: 8\nmem: 0\n"
+                                  "qos: high\n", "bcm.yaml");
+  JobSpec job = sample_job("/r");
+  job.run_dependency = "singleton";
+  const std::string script = render_sbatch(job, "/r/x.sh", {kTemplates, &cluster, "", {}});
+  std::vector<std::string> options;
+  for (size_t at = script.find("#SBATCH --"); at != std::string::npos; at = script.find("#SBATCH --", at + 1)) {
+    const size_t name_end = script.find_first_of("=\n", at);
+    options.push_back(script.substr(at + 10, name_end - at - 10));
+  }
+  CHECK(options == std::vector<std::string>{"dependency", "error", "exclusive", "gpus-per-node",
+                                            "job-name", "mem", "nodes", "ntasks-per-node", "output",
+                                            "partition", "qos", "time"});
 }
 
 TEST_CASE("a CPU-only Slurm cluster gets no GPU request") {
