@@ -130,6 +130,7 @@ std::vector<std::string> preprocess_flags(const Node& stage) {
   add("--tokenizer-type", "tokenizer.type");
   add("--vocab-file", "tokenizer.vocab_file");
   add("--merge-file", "tokenizer.merge_file");
+  add("--tokenizer-model", "tokenizer.model");  // SentencePiece (Llama's tokenizer.model)
   add("--vocab-size", "tokenizer.vocab_size");
   if (const Node* eod = find_set(stage, "append_eod"); eod && eod->as_bool(key_of("append_eod"))) {
     flags.push_back("--append-eod");

@@ -112,6 +112,21 @@ TEST_CASE("the seed workflow: OSCAR + GPT-2 vocab and merges → meg-gpt2_text_d
   CHECK(flag_value(arguments, "--vocab-file") == "/opt/launcher/data/bpe/vocab.json");  // where it is downloaded
 }
 
+TEST_CASE("a SentencePiece tokenizer's model file reaches preprocess_data as --tokenizer-model") {
+  const Node config = resolved_with({"data_preparation.input=[/data/corpus.jsonl]",
+                                     "data_preparation.tokenizer.type=Llama2Tokenizer",
+                                     "data_preparation.tokenizer.vocab_file=null",
+                                     "data_preparation.tokenizer.merge_file=null",
+                                     "+data_preparation.tokenizer.model=/models/tokenizer.model"},
+                                    "gpt3/preprocess");
+  const std::vector<JobSpec> jobs = jobs_of(config);
+  REQUIRE_FALSE(jobs.empty());
+  const JobSpec& preprocess = jobs.back();
+  CHECK(flag_value(preprocess.command, "--tokenizer-type") == "Llama2Tokenizer");
+  CHECK(flag_value(preprocess.command, "--tokenizer-model") == "/models/tokenizer.model");
+  CHECK(flag_value(preprocess.command, "--vocab-file") == "<absent>");
+}
+
 TEST_CASE("several shards: job arrays, numbered outputs, checksums, and only compressed shards decompressed") {
   const Node config = resolved_with(
       {"data_preparation.file_urls=[https://host/a.jsonl.zst,'/data/my corpus/b.jsonl',file:///c.jsonl.gz]",
