@@ -61,8 +61,8 @@ printf '%s\n' '#include <cstdint>' '#include <cstddef>' \
 # for the first target and the others only compile their own source and link).
 flags+=(-fopenmp -isystem "/usr/include/$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)/openblas-openmp")
 multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
-libraries+=($(pkg-config --libs libutf8proc libzstd liblzma zlib libcurl 2>/dev/null ||
-              echo -lutf8proc -lzstd -llzma -lz -lcurl)
+libraries+=($(pkg-config --libs libutf8proc libzstd liblzma zlib libcurl sentencepiece 2>/dev/null ||
+              echo -lutf8proc -lzstd -llzma -lz -lcurl -lsentencepiece)
             -L"/usr/lib/$multiarch/openblas-openmp" -Wl,-rpath,"/usr/lib/$multiarch/openblas-openmp"
             -lopenblas)
 support_sources=("$root"/launcher/config/*.cpp)

@@ -177,10 +177,7 @@ void check_parity(const CommandResult& result) {
   MESSAGE(result.output);
 }
 
-}  // namespace
-
-TEST_CASE("pytorch parity: GPT-2 (learned positions, LayerNorm, GELU, tied output)") {
-  if (!torch_available()) return;
+GptConfig gpt2_parity_config() {
   GptConfig config;
   config.num_layers = 2;
   config.hidden_size = 32;
@@ -189,6 +186,14 @@ TEST_CASE("pytorch parity: GPT-2 (learned positions, LayerNorm, GELU, tied outpu
   config.max_position_embeddings = 32;  // longer than the sequence: rows past it get no gradient
   config.vocab_size = 100;
   config.padded_vocab_size = backend::padded_vocab_size(100, 64, 1);  // 128
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("pytorch parity: GPT-2 (learned positions, LayerNorm, GELU, tied output)") {
+  if (!torch_available()) return;
+  const GptConfig config = gpt2_parity_config();
   test_support::TemporaryDirectory directory;
   // The gradient norms of this run fall from about 2.2 to 1.3.
   check_parity(train_and_compare(config, directory.path));
@@ -196,14 +201,7 @@ TEST_CASE("pytorch parity: GPT-2 (learned positions, LayerNorm, GELU, tied outpu
 
 TEST_CASE("pytorch parity: GPT-2 with --apply-layernorm-1p (NeMo's layernorm1p) is torch's LayerNorm of weight + 1") {
   if (!torch_available()) return;
-  GptConfig config;
-  config.num_layers = 2;
-  config.hidden_size = 32;
-  config.num_attention_heads = 4;
-  config.ffn_hidden_size = 128;
-  config.max_position_embeddings = 32;
-  config.vocab_size = 100;
-  config.padded_vocab_size = backend::padded_vocab_size(100, 64, 1);  // 128
+  GptConfig config = gpt2_parity_config();
   config.apply_layernorm_1p = true;  // stored γ − 1; the export (and torch) hold γ
   test_support::TemporaryDirectory directory;
   check_parity(train_and_compare(config, directory.path));
