@@ -257,13 +257,43 @@ void check_parameter_shapes(const CheckpointFileReader& reader, const Checkpoint
   throw common::Error(message);
 }
 
-void read_tensor(const CheckpointFileReader& reader, const std::string& name,
-                 std::span<float> destination, const char* missing_hint) {
+const TensorEntry& find_tensor(const CheckpointFileReader& reader, const std::string& name,
+                               const char* missing_hint) {
   const TensorEntry* entry = reader.find(name);
   if (entry == nullptr) {
     common::fail("checkpoint {} has no tensor '{}'{}", reader.path().string(), name, missing_hint);
   }
-  reader.read(*entry, destination);
+  return *entry;
+}
+
+void read_tensor(const CheckpointFileReader& reader, const std::string& name,
+                 std::span<float> destination, const char* missing_hint) {
+  reader.read(find_tensor(reader, name, missing_hint), destination);
+}
+
+bool overlaps(const ShardRange& a, const ShardRange& b) {
+  return std::max(a.offset, b.offset) < std::min(a.offset + a.numel, b.offset + b.numel);
+}
+
+// The part of `wanted` (elements of a flat buffer) that `entry` holds, a tensor of elements
+// [held.offset, held.offset + held.numel) of that buffer, into its place in `destination`
+// (wanted.numel values): read in place when the whole tensor is wanted, else through `staged`.
+// Nothing when the two do not overlap.
+void read_overlap(const CheckpointFileReader& reader, const TensorEntry& entry,
+                  const ShardRange& held, const ShardRange& wanted, std::span<float> destination,
+                  std::vector<float>& staged) {
+  if (!overlaps(held, wanted)) return;
+  const int64_t begin = std::max(held.offset, wanted.offset);
+  const int64_t end = std::min(held.offset + held.numel, wanted.offset + wanted.numel);
+  const auto into = destination.subspan(static_cast<size_t>(begin - wanted.offset),
+                                        static_cast<size_t>(end - begin));
+  if (begin == held.offset && end == held.offset + held.numel) {
+    reader.read(entry, into);
+    return;
+  }
+  staged.resize(static_cast<size_t>(held.numel));
+  reader.read(entry, staged);
+  std::copy_n(staged.begin() + (begin - held.offset), end - begin, into.begin());
 }
 
 // The moments of elements `range` of the flat buffer from a file that holds them by tensor
@@ -274,20 +304,12 @@ void read_named_moments(const CheckpointFileReader& reader, const GptModel<float
   const char* hint = " (saved with --no-save-optim? specify --no-load-optim)";
   std::vector<float> staged;
   for (const auto& tensor : model.tensors()) {
-    const int64_t begin = std::max(tensor.offset, range.offset);
-    const int64_t end = std::min(tensor.offset + tensor.numel, range.offset + range.numel);
-    if (begin >= end) continue;
+    const ShardRange held{tensor.offset, tensor.numel};
+    if (!overlaps(held, range)) continue;  // not a tensor of the range: not looked up
     for (const auto& [prefix, destination] :
          {std::pair{kExpAvgPrefix, exp_avg}, std::pair{kExpAvgSqPrefix, exp_avg_sq}}) {
-      const auto into = destination.subspan(static_cast<size_t>(begin - range.offset),
-                                            static_cast<size_t>(end - begin));
-      if (begin == tensor.offset && end == tensor.offset + tensor.numel) {
-        read_tensor(reader, prefix + tensor.name, into, hint);
-      } else {
-        staged.resize(static_cast<size_t>(tensor.numel));
-        read_tensor(reader, prefix + tensor.name, staged, hint);
-        std::copy_n(staged.begin() + (begin - tensor.offset), end - begin, into.begin());
-      }
+      read_overlap(reader, find_tensor(reader, prefix + tensor.name, hint), held, range,
+                   destination, staged);
     }
   }
 }
@@ -558,10 +580,37 @@ namespace {
 
 // Checkpoints are host files: a model or optimizer on host memory is read and written in place;
 // one on a GPU passes through a host copy staged here, once per save or load.
+struct HostMoments {
+  std::vector<float> staged_exp_avg, staged_exp_avg_sq;
+  std::span<float> exp_avg, exp_avg_sq;  // optimizer.numel() values each
+  bool staged = false;
+};
+
+// The optimizer's moments as host spans; `current` copies the device's values in (a save),
+// else the spans are to be filled and, when staged, copied back by the caller (a load).
+HostMoments host_moments(const AdamW& optimizer, bool current) {
+  HostMoments moments;
+  if (optimizer.device().memory_kind() == MemoryKind::host) {
+    const auto exp_avg = optimizer.exp_avg();
+    const auto exp_avg_sq = optimizer.exp_avg_sq();
+    moments.exp_avg = {const_cast<float*>(exp_avg.data()), exp_avg.size()};
+    moments.exp_avg_sq = {const_cast<float*>(exp_avg_sq.data()), exp_avg_sq.size()};
+    return moments;
+  }
+  moments.staged = true;
+  moments.staged_exp_avg.resize(static_cast<size_t>(optimizer.numel()));
+  moments.staged_exp_avg_sq.resize(static_cast<size_t>(optimizer.numel()));
+  if (current) optimizer.copy_moments_to_host(moments.staged_exp_avg, moments.staged_exp_avg_sq);
+  moments.exp_avg = moments.staged_exp_avg;
+  moments.exp_avg_sq = moments.staged_exp_avg_sq;
+  return moments;
+}
+
 struct HostState {
-  std::vector<float> staged_parameters, staged_exp_avg, staged_exp_avg_sq;
-  std::span<float> parameters, exp_avg, exp_avg_sq;
-  bool parameters_staged = false, moments_staged = false;
+  std::vector<float> staged_parameters;
+  std::span<float> parameters;
+  bool parameters_staged = false;
+  HostMoments moments;  // with an optimizer
 };
 
 // The parameters (and the moments, with an optimizer) as host spans; `current` copies the
@@ -578,20 +627,7 @@ HostState host_state(const GptModel<float>& model, const AdamW* optimizer, bool 
     if (current) model.copy_parameters_to_host(state.staged_parameters);
     state.parameters = state.staged_parameters;
   }
-  if (optimizer == nullptr) return state;
-  if (optimizer->device().memory_kind() == MemoryKind::host) {
-    const auto exp_avg = optimizer->exp_avg();
-    const auto exp_avg_sq = optimizer->exp_avg_sq();
-    state.exp_avg = {const_cast<float*>(exp_avg.data()), exp_avg.size()};
-    state.exp_avg_sq = {const_cast<float*>(exp_avg_sq.data()), exp_avg_sq.size()};
-  } else {
-    state.moments_staged = true;
-    state.staged_exp_avg.resize(count);
-    state.staged_exp_avg_sq.resize(count);
-    if (current) optimizer->copy_moments_to_host(state.staged_exp_avg, state.staged_exp_avg_sq);
-    state.exp_avg = state.staged_exp_avg;
-    state.exp_avg_sq = state.staged_exp_avg_sq;
-  }
+  if (optimizer != nullptr) state.moments = host_moments(*optimizer, current);
   return state;
 }
 
@@ -639,22 +675,12 @@ void write_moments_file(const fs::path& temporary, const std::string& rank_direc
                         const TrainingProgress& progress, const AdamW& optimizer,
                         const Communicator& data_parallel, const ShardRange& range,
                         int64_t parameter_count) {
-  std::vector<float> staged_exp_avg, staged_exp_avg_sq;
-  std::span<const float> exp_avg, exp_avg_sq;
-  if (optimizer.device().memory_kind() == MemoryKind::host) {
-    exp_avg = optimizer.exp_avg();
-    exp_avg_sq = optimizer.exp_avg_sq();
-  } else {
-    staged_exp_avg.resize(static_cast<size_t>(range.numel));
-    staged_exp_avg_sq.resize(static_cast<size_t>(range.numel));
-    optimizer.copy_moments_to_host(staged_exp_avg, staged_exp_avg_sq);
-    exp_avg = staged_exp_avg;
-    exp_avg_sq = staged_exp_avg_sq;
-  }
-  if (std::ssize(exp_avg) != range.numel) {
+  if (optimizer.numel() != range.numel) {
     common::fail("internal error: the distributed optimizer holds {} moments for a range of {}",
-                 exp_avg.size(), range.numel);
+                 optimizer.numel(), range.numel);
   }
+  const HostMoments moments = host_moments(optimizer, true);
+  const std::span<const float> exp_avg = moments.exp_avg, exp_avg_sq = moments.exp_avg_sq;
   const json metadata = {
       {"format", "megatron-native distributed optimizer state"},
       {"iteration", progress.iteration},
@@ -774,9 +800,9 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
           const auto offset = static_cast<size_t>(tensor.offset);
           const auto numel = static_cast<size_t>(tensor.numel);
           tensors.push_back({kExpAvgPrefix + tensor.name, tensor.shape,
-                             std::span<const float>(host.exp_avg).subspan(offset, numel)});
+                             std::span<const float>(host.moments.exp_avg).subspan(offset, numel)});
           tensors.push_back({kExpAvgSqPrefix + tensor.name, tensor.shape,
-                             std::span<const float>(host.exp_avg_sq).subspan(offset, numel)});
+                             std::span<const float>(host.moments.exp_avg_sq).subspan(offset, numel)});
         }
       }
     }
@@ -861,9 +887,7 @@ void read_distributed_moments(const fs::path& file, const CheckpointMetadata& me
   std::vector<float> staged;
   for (int64_t member = 0; member < members; ++member) {
     const ShardRange range = shard_range(count, members, member);
-    const int64_t begin = std::max(range.offset, wanted.offset);
-    const int64_t end = std::min(range.offset + range.numel, wanted.offset + wanted.numel);
-    if (begin >= end) continue;
+    if (!overlaps(range, wanted)) continue;  // a file with none of it: not opened
     const fs::path path = file.parent_path() / distributed_optimizer_file_name(member);
     if (!fs::is_regular_file(path)) {
       common::fail("checkpoint {} was saved with the distributed optimizer over {} data-parallel "
@@ -888,15 +912,7 @@ void read_distributed_moments(const fs::path& file, const CheckpointMetadata& me
       if (entry == nullptr || entry->shape != std::vector<int64_t>{range.numel}) {
         common::fail("{} has no tensor '{}' of shape ({},)", path.string(), name, range.numel);
       }
-      const auto into = destination.subspan(static_cast<size_t>(begin - wanted.offset),
-                                            static_cast<size_t>(end - begin));
-      if (begin == range.offset && end == range.offset + range.numel) {
-        reader.read(*entry, into);
-      } else {
-        staged.resize(static_cast<size_t>(range.numel));
-        reader.read(*entry, staged);
-        std::copy_n(staged.begin() + (begin - range.offset), end - begin, into.begin());
-      }
+      read_overlap(reader, *entry, range, wanted, destination, staged);
     }
   }
 }
@@ -1032,24 +1048,15 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
                    optimizer.numel(), range.offset, range.offset + range.numel,
                    model.parameter_buffer().numel);
     }
-    std::vector<float> staged_exp_avg, staged_exp_avg_sq;
-    std::span<float> exp_avg, exp_avg_sq;
-    const bool staged = optimizer.device().memory_kind() != MemoryKind::host;
-    if (staged) {
-      staged_exp_avg.resize(static_cast<size_t>(range.numel));
-      staged_exp_avg_sq.resize(static_cast<size_t>(range.numel));
-      exp_avg = staged_exp_avg;
-      exp_avg_sq = staged_exp_avg_sq;
-    } else {
-      exp_avg = optimizer.exp_avg();
-      exp_avg_sq = optimizer.exp_avg_sq();
-    }
+    HostMoments moments = host_moments(optimizer, false);
     if (has_distributed_moments(metadata)) {
-      read_distributed_moments(reader.path(), metadata, range, exp_avg, exp_avg_sq);
+      read_distributed_moments(reader.path(), metadata, range, moments.exp_avg, moments.exp_avg_sq);
     } else {
-      read_named_moments(reader, model, range, exp_avg, exp_avg_sq);
+      read_named_moments(reader, model, range, moments.exp_avg, moments.exp_avg_sq);
     }
-    if (staged) optimizer.copy_moments_from_host(staged_exp_avg, staged_exp_avg_sq);
+    if (moments.staged) {
+      optimizer.copy_moments_from_host(moments.staged_exp_avg, moments.staged_exp_avg_sq);
+    }
     optimizer.set_steps_taken(metadata.get<int64_t>(metadata.section("optimizer"), "step"));
     restore_loss_scaler(metadata, optimizer.loss_scaler(), out);
     note_optimizer_changes(metadata, optimizer, out);
