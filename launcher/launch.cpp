@@ -35,6 +35,7 @@
 #include "launcher/shell_quote.hpp"
 #include "launcher/stages/data_preparation_stage.hpp"
 #include "launcher/stages/stage.hpp"
+#include "launcher/stages/training_keys.hpp"
 #include "launcher/stages/training_preflight.hpp"
 
 namespace launcher {
@@ -429,6 +430,9 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   }
   for (size_t i = 0; i < stages->size(); ++i) {
     if (stages->at(i).is_string() && stages->at(i).as_string() == "training") {
+      const auto training_choice = composed.choices.find("training");
+      check_training_family(training_choice == composed.choices.end() ? std::nullopt
+                                                                       : training_choice->second);
       enforce_training_preflight(config);  // before anything is written or queued
     }
   }

@@ -155,6 +155,7 @@ constexpr FlagRule kRules[] = {
     text_flag("--load"),
     integer_flag("--save-interval", 1),
     integer_flag("--exit-interval", 1),
+    real_flag("--exit-duration-in-mins", 0, false),
     text_flag("--benchmark-output"),
 };
 

@@ -325,6 +325,10 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   app.add_option("--exit-interval", arguments.exit_interval,
                  "Exit after the iteration divisible by N, saving first (with --save)")
       ->group(logging);
+  app.add_option("--exit-duration-in-mins", arguments.exit_duration_in_mins,
+                 "Exit, saving first (with --save), after the iteration that ends more than N "
+                 "minutes after the start")
+      ->group(logging);
   app.add_flag("--finetune", arguments.finetune,
                "Load the weights only: iteration 0, no optimizer or RNG state")->group(logging);
   app.add_flag("--no-load-optim", arguments.no_load_optim,
@@ -654,6 +658,8 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"eval_interval", fmt::format("{}", a.eval_interval)},
       {"eval_iters", fmt::format("{}", a.eval_iters)},
       {"exit_interval", positive_or_none(a.exit_interval)},
+      {"exit_duration_in_mins",
+       a.exit_duration_in_mins > 0 ? fmt::format("{}", a.exit_duration_in_mins) : "None"},
       {"ffn_hidden_size", fmt::format("{}", a.ffn_hidden_size)},
       {"finetune", python(a.finetune)},
       {"fp16", a.fp16 ? "True" : "False"},

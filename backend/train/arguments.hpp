@@ -162,6 +162,7 @@ struct TrainingArguments {
   // checkpointing (backend/ckpt, docs/checkpoints.md); --save and --load are above
   int64_t save_interval = 0;  // 0: save only at --exit-interval and at the end
   int64_t exit_interval = 0;  // 0: train to --train-iters
+  double exit_duration_in_mins = 0;  // 0: no time limit
   bool finetune = false;      // load the weights only; iteration and samples start at 0
   bool no_load_optim = false;
   bool no_load_rng = false;

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -534,15 +535,29 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
                                  .nan = step.nan});
     log.add_iteration(result.iterations.back(), scheduler.learning_rate());
 
-    const IterationActions actions = actions_after_iteration(a, iteration);
+    // Megatron's --exit-duration-in-mins: every rank takes the longest elapsed time, so that
+    // all of them save and exit after the same iteration.
+    bool duration_exceeded = false;
+    if (a.exit_duration_in_mins > 0) {
+      std::array<float, 1> minutes = {
+          static_cast<float>(std::chrono::duration<double>(Clock::now() - setup_start).count() / 60.0)};
+      world.all_reduce(host_view(std::span(minutes)), ReduceOperation::max);
+      duration_exceeded = minutes[0] > a.exit_duration_in_mins;
+    }
+    const IterationActions actions = actions_after_iteration(a, iteration, duration_exceeded);
     if (actions.evaluate) {
       evaluate_and_log(Split::validation, consumed_valid, fmt::format("iteration {}", iteration),
                        iteration);
     }
     if (actions.save) save(iteration);
     if (actions.exit) {
-      out << fmt::format("[exiting program at iteration {}] datetime: {}\n", iteration,
-                         format_timestamp(std::time(nullptr)));
+      // Megatron's print_datetime lines of its two exits.
+      const std::string why =
+          duration_exceeded
+              ? fmt::format("exiting program after {} minutes",
+                            std::chrono::duration<double>(Clock::now() - setup_start).count() / 60.0)
+              : fmt::format("exiting program at iteration {}", iteration);
+      out << fmt::format("[{}] datetime: {}\n", why, format_timestamp(std::time(nullptr)));
       out.flush();
       return result;
     }

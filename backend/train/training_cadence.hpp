@@ -5,12 +5,14 @@
 //   evaluate  --eval-iters > 0 and i % --eval-interval = 0 and i ≠ --train-iters
 //             (the last iteration gets the final validation and test passes instead)
 //   save      --save given, and i % --save-interval = 0 (--save-interval 0: never) or exit
-//   exit      i % --exit-interval = 0 (--exit-interval 0: never); neither the final save nor
-//             the final evaluation follows (Megatron's sys.exit)
+//   exit      i % --exit-interval = 0 (--exit-interval 0: never), or the run has lasted more
+//             than --exit-duration-in-mins (decided by every rank together, the caller's
+//             `duration_exceeded`); neither the final evaluation nor another save follows
+//             (Megatron's sys.exit)
 // After the loop ends at --train-iters: save the last iteration, max(resumed, --train-iters),
 // unless it is 0 or --save holds it already (saved by the interval, or loaded from --save).
-// Megatron's other exits (--exit-duration-in-mins, --exit-signal-handler) are not flags here
-// yet; they belong in actions_after_iteration.
+// Megatron's other exit (--exit-signal-handler) is not a flag here yet; it belongs in
+// actions_after_iteration.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +29,8 @@ struct IterationActions {
   bool exit = false;
 };
 
-IterationActions actions_after_iteration(const TrainingArguments& arguments, int64_t iteration);
+IterationActions actions_after_iteration(const TrainingArguments& arguments, int64_t iteration,
+                                         bool duration_exceeded = false);
 
 // The iteration to save once training has run to the end, if any. `last_saved_iteration`: the
 // last iteration a checkpoint in --save holds from this run or the one it resumed (−1: none).

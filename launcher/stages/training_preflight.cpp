@@ -5,11 +5,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/flag_rules.hpp"
 #include "launcher/config/scalar_text.hpp"
+#include "launcher/stages/training_keys.hpp"
 #include "launcher/stages/training_stage.hpp"
 
 namespace launcher {
@@ -22,6 +24,13 @@ int64_t integer(const Node& training, std::string_view key, int64_t fallback) {
 
 std::string text(const Node& training, std::string_view key, const std::string& fallback) {
   return text_or(training, "training", key, fallback);
+}
+
+// NeMo writes rmsnorm and RMSNorm.
+bool is_rmsnorm(std::string name) {
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return name == "rmsnorm";
 }
 
 // The layout and memory checks of training_preflight, on values that passed their rules.
@@ -170,7 +179,7 @@ void check_layout_and_memory(const Node& config, const Node& training, Preflight
               : 0,
       .gated_mlp = text(training, "model.activation", "gelu").find("swiglu") != std::string::npos,
       .linear_biases = bias == nullptr || bias->as_bool("training.model.bias"),
-      .norm_biases = text(training, "model.normalization", "layernorm") != "rmsnorm",
+      .norm_biases = !is_rmsnorm(text(training, "model.normalization", "layernorm")),
       .untied_output =
           shared != nullptr && !shared->as_bool("training.model.share_embeddings_and_output_weights")};
 
@@ -225,8 +234,13 @@ PreflightReport training_preflight(const Node& config) {
   auto& problems = report.problems;
   // Values the backend would refuse first: nothing below is computed from them (a zero
   // make_vocab_size_divisible_by once divided by zero here).
-  problems = training_value_problems(config);
-  if (!problems.empty()) return report;
+  // Every key accounted for: mapped, known to have no effect, or reported.
+  TrainingKeyReport keys = account_training_keys(config);
+  report.warnings = std::move(keys.warnings);
+  problems = std::move(keys.errors);
+  const std::vector<std::string> value_problems = training_value_problems(config);
+  problems.insert(problems.end(), value_problems.begin(), value_problems.end());
+  if (!value_problems.empty()) return report;
   try {
     check_layout_and_memory(config, training, report);
   } catch (const common::Error& error) {
@@ -256,6 +270,7 @@ std::vector<std::string> format_preflight(const PreflightReport& report) {
 
 void enforce_training_preflight(const Node& config) {
   const PreflightReport report = training_preflight(config);
+  for (const auto& warning : report.warnings) spdlog::warn("{}", warning);
   if (report.parameters > 0) {
     for (const auto& line : format_preflight(report)) spdlog::info("{}", line);
   }

@@ -38,6 +38,7 @@ struct PreflightReport {
   bool distributed_optimizer = false;
   std::string recompute;   // none | selective | full
   double gpu_memory_bytes = 0;  // 0: not given by the cluster config
+  std::vector<std::string> warnings;  // keys with an effect in NeMo and none here (not strict)
   std::vector<std::string> problems;
 };
 

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <limits>
 #include <map>
@@ -42,12 +43,14 @@ const std::vector<TrainingFlagMapping> kTrainingFlags = {
     {"model.layernorm_epsilon", "--layernorm-epsilon", ""},
     {"model.make_vocab_size_divisible_by", "--make-vocab-size-divisible-by", ""},
     {"model.seed", "--seed", ""},
-    {"model.tokenizer.type", "--tokenizer-type", ""},
     {"model.tokenizer.vocab_file", "--vocab-file", ""},
     {"model.tokenizer.merge_file", "--merge-file", ""},
     {"model.tokenizer.model", "--tokenizer-model", ""},
     {"model.rotary_base", "--rotary-base", ""},
     {"model.rotary_percentage", "--rotary-percent", ""},
+    {"model.native_amp_init_scale", "--initial-loss-scale", ""},
+    {"model.native_amp_growth_interval", "--loss-scale-window", ""},
+    {"model.hysteresis", "--hysteresis", ""},
     {"model.optim.lr", "--lr", ""},
     {"model.optim.weight_decay", "--weight-decay", ""},
     {"model.optim.betas.0", "--adam-beta1", ""},
@@ -78,9 +81,28 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
      "the data, NeMo's default and Megatron's)"},
     {"model.position_embedding_type", "--position-embedding-type",
      "rope → --position-embedding-type rope; learned_absolute → none (the default)"},
-    {"model.normalization", "--normalization / --apply-layernorm-1p",
-     "rmsnorm → --normalization RMSNorm; layernorm1p → --apply-layernorm-1p (Megatron's "
-     "zero-centred LayerNorm); layernorm → none"},
+    {"model.normalization, model.layernorm_zero_centered_gamma",
+     "--normalization / --apply-layernorm-1p",
+     "rmsnorm → --normalization RMSNorm; layernorm1p, or layernorm with "
+     "layernorm_zero_centered_gamma true → --apply-layernorm-1p (Megatron's zero-centred "
+     "LayerNorm, NeMo's two spellings of it); layernorm → none (in any letter case: NeMo's "
+     "configs write LayerNorm too)"},
+    {"model.tokenizer.library, model.tokenizer.type", "--tokenizer-type",
+     "megatron (or unset) → --tokenizer-type <type>; sentencepiece → <type>, or "
+     "GPTSentencePieceTokenizer when type is null (NeMo's SentencePiece tokenizer: the model's "
+     "pieces, no BOS added); huggingface → HuggingFaceTokenizer with --tokenizer-model <type>, "
+     "a local directory holding tokenizer.json (NeMo would also fetch a hub name; nothing is "
+     "downloaded here)"},
+    {"trainer.accelerator", "--device",
+     "gpu or auto → none (pretrain_gpt's --device auto takes the GPU when there is one, else "
+     "the CPU); cpu → --device cpu"},
+    {"trainer.max_time", "--exit-duration-in-mins",
+     "Lightning's DD:HH:MM:SS → the same time in minutes: the run saves a checkpoint and stops "
+     "after the first iteration past it, as NeMo's Timer callback does"},
+    {"model.optim.overlap_grad_sync, model.optim.overlap_param_sync",
+     "--overlap-grad-reduce --overlap-param-gather",
+     "true → the flag, with name distributed_fused_adam (the only optimizer NeMo reads them "
+     "for); pretrain_gpt says what it overlaps (docs/parallelism.md)"},
     {"model.activations_checkpoint_granularity, model.activations_checkpoint_method, "
      "model.activations_checkpoint_num_layers",
      "--recompute-granularity --recompute-method --recompute-num-layers",
@@ -240,6 +262,49 @@ void rampup_in_samples(const Node& training, const Node& rampup, std::vector<std
   arguments.insert(arguments.end(), {"--rampup-batch-size", values[0], values[1], values[2]});
 }
 
+// NeMo's model.tokenizer.library: megatron when unset.
+std::string tokenizer_library(const Node& training) {
+  const Node* library = lookup(training, "model.tokenizer.library");
+  return library ? training_text(*library, "model.tokenizer.library") : "megatron";
+}
+
+// NeMo's normalization names in lower case (its configs write LayerNorm and layernorm).
+std::string normalization_name(const Node& training) {
+  const Node* normalization = lookup(training, "model.normalization");
+  std::string name = normalization ? training_text(*normalization, "model.normalization") : "layernorm";
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return name;
+}
+
+// Lightning's max_time "DD:HH:MM:SS" in minutes.
+double max_time_minutes(const Node& value) {
+  const std::string key = "training.trainer.max_time";
+  const std::string text = launcher::scalar_text(value, key);
+  int64_t fields[4] = {0, 0, 0, 0};
+  size_t field = 0;
+  const char* at = text.data();
+  const char* end = text.data() + text.size();
+  while (field < 4) {
+    const auto [next, error] = std::from_chars(at, end, fields[field]);
+    if (error != std::errc() || fields[field] < 0) break;
+    ++field;
+    at = next;
+    if (field < 4) {
+      if (at == end || *at != ':') break;
+      ++at;
+    }
+  }
+  if (field != 4 || at != end || fields[1] > 23 || fields[2] > 59 || fields[3] > 59) {
+    common::fail("{} '{}' is not a time limit: expected DD:HH:MM:SS, e.g. 00:23:30:00 (set in {})",
+                 key, text, value.location().describe());
+  }
+  const double minutes = static_cast<double>(fields[0]) * 24 * 60 + static_cast<double>(fields[1]) * 60 +
+                         static_cast<double>(fields[2]) + static_cast<double>(fields[3]) / 60.0;
+  if (minutes <= 0) common::fail("{} '{}' must be longer than zero (or null: no limit)", key, text);
+  return minutes;
+}
+
 // Checks `key`'s value (if set) with `rule`; a value that is not a scalar is a problem too.
 void check_rule(const Node& training, const std::string& key, const common::FlagRule& rule,
                 std::vector<std::string>& problems) {
@@ -302,6 +367,9 @@ std::vector<std::string> training_value_problems(const Node& config) {
   }
   check_rule(training, kVirtualPipelineKey, kVirtualPipelineRule, problems);
   check_optimizer_name(training, problems);
+  if (tokenizer_library(training) != "huggingface") {
+    check_value(training, "model.tokenizer.type", "--tokenizer-type", problems);
+  }
   const Node* data_impl = lookup(training, "model.data.data_impl");
   if (data_impl == nullptr || training_text(*data_impl, "model.data.data_impl") == "mmap") {
     check_value(training, "model.data.splits_string", "--split", problems);
@@ -406,16 +474,55 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
                    "learned_absolute, rope)", value);
     }
   }
-  if (const Node* normalization = lookup(training, "model.normalization")) {
-    const std::string value = training_text(*normalization, "model.normalization");
+  {
+    const std::string value = normalization_name(training);
+    const bool zero_centered = is_true(training, "model.layernorm_zero_centered_gamma");
     if (value == "rmsnorm") {
       arguments.insert(arguments.end(), {"--normalization", "RMSNorm"});
-    } else if (value == "layernorm1p") {
+      // pretrain_gpt refuses the zero-centred gamma with RMSNorm, naming the flag.
+      if (zero_centered) arguments.push_back("--apply-layernorm-1p");
+    } else if (value == "layernorm1p" || (value == "layernorm" && zero_centered)) {
       arguments.push_back("--apply-layernorm-1p");
     } else if (value != "layernorm") {
       common::fail("training.model.normalization '{}' is not valid (valid: layernorm, "
-                   "layernorm1p, rmsnorm)", value);
+                   "layernorm1p, rmsnorm, in any letter case)", value);
     }
+  }
+
+  // NeMo's tokenizer library and type → Megatron's tokenizer type.
+  {
+    const std::string library = tokenizer_library(training);
+    const Node* type = lookup(training, "model.tokenizer.type");
+    if (library == "megatron" || library == "sentencepiece") {
+      if (type != nullptr) {
+        arguments.insert(arguments.end(), {"--tokenizer-type", training_text(*type, "model.tokenizer.type")});
+      } else if (library == "sentencepiece") {
+        arguments.insert(arguments.end(), {"--tokenizer-type", "GPTSentencePieceTokenizer"});
+      }
+    } else if (library == "huggingface") {
+      if (type == nullptr) {
+        common::fail("training.model.tokenizer.library huggingface needs training.model.tokenizer.type: "
+                     "a local directory holding the tokenizer's tokenizer.json");
+      }
+      arguments.insert(arguments.end(), {"--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
+                                         training_text(*type, "model.tokenizer.type")});
+    } else {
+      common::fail("training.model.tokenizer.library '{}' is not valid (valid: megatron, "
+                   "sentencepiece, huggingface)", library);
+    }
+  }
+
+  if (const Node* accelerator = lookup(training, "trainer.accelerator")) {
+    const std::string value = training_text(*accelerator, "trainer.accelerator");
+    if (value == "cpu") {
+      arguments.insert(arguments.end(), {"--device", "cpu"});
+    } else if (value != "gpu" && value != "auto" && value != "cuda") {
+      common::fail("training.trainer.accelerator '{}' is not valid (valid: gpu, auto, cpu)", value);
+    }
+  }
+  if (const Node* max_time = lookup(training, "trainer.max_time")) {
+    arguments.insert(arguments.end(),
+                     {"--exit-duration-in-mins", fmt::format("{}", max_time_minutes(*max_time))});
   }
   if (const Node* activation = lookup(training, "model.activation")) {
     const std::string value = training_text(*activation, "model.activation");
@@ -461,6 +568,8 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
   if (const Node* optimizer = lookup(training, "model.optim.name");
       optimizer && training_text(*optimizer, "model.optim.name") == kDistributedOptimizer) {
     arguments.push_back("--use-distributed-optimizer");
+    if (is_true(training, "model.optim.overlap_grad_sync")) arguments.push_back("--overlap-grad-reduce");
+    if (is_true(training, "model.optim.overlap_param_sync")) arguments.push_back("--overlap-param-gather");
   }
 
   if (const Node* precision = lookup(training, "trainer.precision")) {

@@ -216,10 +216,11 @@ TEST_CASE("NeMo's four cases render as NeMo rendered them: <run>_hydra.yaml, #SB
   }
 }
 
-TEST_CASE("--help lists NeMo's config groups as Hydra does: training/llama: llama2_7b") {
+TEST_CASE("--help lists NeMo's config groups as Hydra does: training/llama: llama1_13b, ...") {
   // Regression: the groups were listed as "training: llama/llama2_7b".
   const std::string groups = launcher::format_config_groups(kData / "nemo_23.08.02/conf");
-  CHECK(groups.find("training/llama: llama2_7b\n") != std::string::npos);
+  CHECK(groups.find("training/llama: llama1_13b, llama1_30b, llama1_65b, llama1_7b, llama2_13b, "
+                    "llama2_70b, llama2_7b\n") != std::string::npos);
   CHECK(groups.find("cluster: bcm\n") != std::string::npos);
   CHECK(groups.find("quality_filtering/heuristic: english\n") != std::string::npos);
   CHECK(groups.find("training:") == std::string::npos);

@@ -473,3 +473,26 @@ TEST_CASE("a model that cannot fit this machine's memory is refused, with the es
   // Refused before anything was written either.
   CHECK_FALSE(std::filesystem::exists(temporary.path / "logs"));
 }
+
+TEST_CASE("--exit-duration-in-mins saves and exits after the first iteration past the limit") {
+  test_support::TemporaryDirectory directory;
+  auto a = tiny_arguments();
+  a.train_iters = 5;
+  a.save = (directory.path / "checkpoints").string();
+  a.exit_duration_in_mins = 1e-9;  // already passed when the first iteration ends
+  std::ostringstream log;
+  const auto result = train(a, log);
+  CHECK(result.iterations.size() == 1);
+  CHECK(count_lines_containing(log.str(), "[exiting program after ") == 1);
+  std::ifstream tracker(directory.path / "checkpoints" / "latest_checkpointed_iteration.txt");
+  std::string saved;
+  tracker >> saved;
+  CHECK(saved == "1");
+
+  // A limit the run does not reach changes nothing.
+  auto unlimited = tiny_arguments();
+  unlimited.exit_duration_in_mins = 600;
+  std::ostringstream whole;
+  CHECK(train(unlimited, whole).iterations.size() == 3);
+  CHECK(count_lines_containing(whole.str(), "exiting program") == 0);
+}

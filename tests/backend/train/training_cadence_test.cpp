@@ -115,3 +115,14 @@ TEST_CASE("nothing trained and nothing loaded: nothing to save") {
   a.train_iters = 0;
   CHECK_FALSE(iteration_to_save_at_end(a, 0, -1).has_value());
 }
+
+TEST_CASE("--exit-duration-in-mins: an iteration past the limit exits, saving first with --save") {
+  auto a = cadence_arguments();
+  const IterationActions within = actions_after_iteration(a, 4, false);
+  CHECK_FALSE(within.exit);
+  const IterationActions past = actions_after_iteration(a, 4, true);
+  CHECK(past.exit);
+  CHECK_FALSE(past.save);  // nowhere to save
+  a.save = "/checkpoints";
+  CHECK(actions_after_iteration(a, 4, true).save);
+}

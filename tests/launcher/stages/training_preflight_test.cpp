@@ -266,7 +266,7 @@ TEST_CASE("tensor and sequence parallelism divide each GPU's activations") {
       composed({"training.trainer.devices=8", "training.model.tensor_model_parallel_size=2"}));
   const auto sp = training_preflight(
       composed({"training.trainer.devices=8", "training.model.tensor_model_parallel_size=2",
-                "+training.model.sequence_parallel=true"}));
+                "++training.model.sequence_parallel=true"}));
   REQUIRE(tp2.problems.empty());
   REQUIRE(sp.problems.empty());
   // Per layer s·b·h·(10 + 24/2) without sequence parallelism, s·b·h·(4 + 30/2) with it (the

@@ -97,26 +97,26 @@ TEST_CASE("precision, scheduler names and data_impl are translated or refused by
 TEST_CASE("model.sequence_parallel true becomes --sequence-parallel, whatever the tp size") {
   // NeMo's conf trees set the key (gpt3/5b: true, tp 2); the shipped 126m leaves it out.
   const auto tensor_parallel = megatron_training_arguments(composed_126m(
-      {"+training.model.sequence_parallel=true", "training.model.tensor_model_parallel_size=2"}));
+      {"++training.model.sequence_parallel=true", "training.model.tensor_model_parallel_size=2"}));
   CHECK(has(tensor_parallel, "--sequence-parallel"));
   CHECK(flag_value(tensor_parallel, "--tensor-model-parallel-size") == "2");
   // At tp 1 it is passed too: pretrain_gpt, as Megatron, switches it off itself.
-  CHECK(has(megatron_training_arguments(composed_126m({"+training.model.sequence_parallel=true"})),
+  CHECK(has(megatron_training_arguments(composed_126m({"++training.model.sequence_parallel=true"})),
             "--sequence-parallel"));
   CHECK_FALSE(has(
-      megatron_training_arguments(composed_126m({"+training.model.sequence_parallel=false",
+      megatron_training_arguments(composed_126m({"++training.model.sequence_parallel=false",
                                                  "training.model.tensor_model_parallel_size=2"})),
       "--sequence-parallel"));
   CHECK_FALSE(
-      has(megatron_training_arguments(composed_126m({"+training.model.sequence_parallel=null"})),
+      has(megatron_training_arguments(composed_126m({"++training.model.sequence_parallel=null"})),
           "--sequence-parallel"));
   const JobSpec job = build_training_job(
-      {composed_126m({"+training.model.sequence_parallel=true", "training.trainer.devices=2",
+      {composed_126m({"++training.model.sequence_parallel=true", "training.trainer.devices=2",
                       "training.model.tensor_model_parallel_size=2"}),
        "/bin", ""});
   CHECK(has(job.command, "--sequence-parallel"));
   CHECK_THROWS_WITH_AS(
-      megatron_training_arguments(composed_126m({"+training.model.sequence_parallel=yes please"})),
+      megatron_training_arguments(composed_126m({"++training.model.sequence_parallel=yes please"})),
       doctest::Contains("training.model.sequence_parallel"), common::Error);
 }
 
