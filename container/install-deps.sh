@@ -60,6 +60,9 @@ test_packages=(
   python3-protobuf protobuf-compiler
   # the SentencePiece tests compare our ids with spm_encode's and train models with spm_train
   sentencepiece
+  # tests/bench/tokenizer_bench.sh's SentencePiece reference: the Python binding Megatron's
+  # SentencePiece tokenizers call (for /usr/bin/python3)
+  python3-sentencepiece
 )
 if [[ $with_tests == true ]]; then
   packages+=("${test_packages[@]}")

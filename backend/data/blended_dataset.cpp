@@ -14,6 +14,7 @@
 #include "backend/common/error.hpp"
 #include "backend/common/md5.hpp"
 #include "backend/common/small_file.hpp"
+#include "backend/data/megatron_description.hpp"
 
 namespace backend {
 
@@ -174,23 +175,27 @@ BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const GptDataset>> da
                                std::vector<double> weights, int64_t size,
                                const std::string& cache_path)
     : datasets_(std::move(datasets)), size_(size) {
-  if (datasets_.size() != weights.size()) {
+  if (datasets_.empty() || datasets_.size() != weights.size()) {
     common::fail("internal: {} datasets and {} weights in a blend", datasets_.size(), weights.size());
   }
   weights_ = normalize_weights(weights, "the blend's weights");
 
+  // Megatron's description and file names (blended_dataset.py): the split, taken from the first
+  // dataset, is a key of the description and a part of each name.
+  const char* split_name = megatron_split_name(datasets_.front()->split());
   nlohmann::ordered_json identifiers;
   identifiers["class"] = "BlendedDataset";
   identifiers["datasets"] = nlohmann::ordered_json::array();
   for (const auto& dataset : datasets_) identifiers["datasets"].push_back(dataset->unique_identifiers());
+  identifiers["split"] = split_name;
   identifiers["weights"] = weights_;
   identifiers["size"] = size_;
-  const std::string description = identifiers.dump(4);
+  const std::string description = python_json_text(identifiers);
   hash_ = common::md5_hex(description);
 
   std::string base;
   if (!cache_path.empty()) {
-    base = (std::filesystem::path(cache_path) / (hash_ + "-BlendedDataset")).string();
+    base = (std::filesystem::path(cache_path) / fmt::format("{}-BlendedDataset-{}", hash_, split_name)).string();
     const auto stored = common::read_small_file_if_exists(
         base + "-description.txt", "the BlendedDataset index cache description");
     if (stored && *stored == description) {

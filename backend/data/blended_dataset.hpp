@@ -14,8 +14,10 @@
 // whose comparisons expire plus one leaf-to-root update, O(log datasets): for 2,419 datasets
 // about 350 ns instead of 1.8 µs. Up to 384 datasets the scan itself is as fast, and is used.
 //
-// The arrays are cached only with --data-cache-path, as Megatron does:
-// `<md5>-BlendedDataset-{description.txt,dataset_index.npy,dataset_sample_index.npy}`.
+// The arrays are cached only with --data-cache-path, as Megatron does, under Megatron's names:
+// `<md5>-BlendedDataset-<split>-{description.txt,dataset_index.npy,dataset_sample_index.npy}`,
+// the MD5 of Megatron's description (class, datasets, split, weights, size; written as Python's
+// json.dumps(indent=4), megatron_description.hpp), so a cache Megatron wrote is reused.
 #pragma once
 
 #include <nlohmann/json.hpp>

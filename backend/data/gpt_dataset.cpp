@@ -15,6 +15,7 @@
 #include "backend/common/error.hpp"
 #include "backend/common/md5.hpp"
 #include "backend/common/small_file.hpp"
+#include "backend/data/megatron_description.hpp"
 
 namespace backend {
 
@@ -22,25 +23,26 @@ namespace {
 
 constexpr double kSeparateFinalEpochThreshold = 0.80;
 
-// The split matrix as Megatron's description holds it: the first bookend starts at the int 0.
+// The split matrix as Megatron's description holds it. Megatron's bookends are [0, 0 + s0,
+// ...]: only the first is the int 0 (json writes `0`); later ones are floats, so a zero start of
+// the second split, after an empty first one, is written `0.0`.
 nlohmann::ordered_json split_matrix_json(const std::optional<SplitMatrix>& matrix) {
   if (!matrix) return nullptr;
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
-  bool first = true;
-  for (const auto& row : *matrix) {
+  for (size_t i = 0; i < matrix->size(); ++i) {
+    const auto& row = (*matrix)[i];
     if (!row) {
       rows.push_back(nullptr);
       continue;
     }
     nlohmann::ordered_json pair = nlohmann::ordered_json::array();
-    if (first && row->first == 0.0) {
+    if (i == 0 && row->first == 0.0) {
       pair.push_back(0);
     } else {
       pair.push_back(row->first);
     }
     pair.push_back(row->second);
     rows.push_back(pair);
-    first = false;
   }
   return rows;
 }
@@ -180,7 +182,7 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> dataset, std::strin
   identifiers_["split"] = config.split ? nlohmann::ordered_json(*config.split) : nullptr;
   identifiers_["split_matrix"] = split_matrix_json(config.split_matrix);
   identifiers_["tokenizer"] = config.tokenizer;
-  const std::string description = identifiers_.dump(4);
+  const std::string description = python_json_text(identifiers_);
   hash_ = common::md5_hex(description);
 
   int64_t tokens_per_epoch = 0;

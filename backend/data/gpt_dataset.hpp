@@ -27,7 +27,9 @@
 // sample_index.npy,shuffle_index.npy}`; a later run with the same description memory-maps them
 // instead of building. The description is the JSON of what determines the arrays (Megatron's
 // unique_identifiers: class, dataset_path, num_samples, index_split, random_seed,
-// sequence_length, split, split_matrix, tokenizer). Files are written under temporary names,
+// sequence_length, split, split_matrix, tokenizer), written byte for byte as Megatron writes it
+// (megatron_description.hpp), so the names are Megatron's and a cache Megatron built is
+// reused. Files are written under temporary names,
 // renamed into place, the description last, so a crash never leaves a cache that looks whole.
 #pragma once
 
@@ -57,6 +59,7 @@ struct GptDatasetConfig {
   std::optional<std::string> split;         // --split's text; none with per-split blends
   std::optional<SplitMatrix> split_matrix;  // from `split`
   nlohmann::ordered_json tokenizer;         // the tokenizer's entry in the description
+                                            // (megatron_tokenizer_identifiers)
   std::string cache_path;                   // --data-cache-path; empty: next to each dataset
 };
 

@@ -13,6 +13,7 @@
 #include "backend/common/error.hpp"
 #include "backend/common/small_file.hpp"
 #include "backend/data/gpt_dataset_builder.hpp"
+#include "backend/data/megatron_description.hpp"
 
 namespace backend {
 
@@ -92,7 +93,10 @@ BatchSource build_dataset_batch_source(const TrainingArguments& a, int64_t vocab
   options.sources = data_sources(a);
   options.dataset.random_seed = static_cast<uint32_t>(a.seed);
   options.dataset.sequence_length = a.seq_length;
-  options.dataset.tokenizer = {{"class", a.tokenizer_type}, {"vocab_size", vocab_size}};
+  // Megatron's tokenizer entry, so the cache names are Megatron's (megatron_description.hpp).
+  options.dataset.tokenizer = megatron_tokenizer_identifiers(
+      {.tokenizer_type = a.tokenizer_type, .vocab_file = a.vocab_file, .merge_file = a.merge_file,
+       .vocab_size = a.vocab_size, .tokenizer_model = a.tokenizer_model});
   options.dataset.cache_path = a.data_cache_path;
   options.num_threads = a.num_dataset_builder_threads > 0
                             ? static_cast<int>(a.num_dataset_builder_threads)

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Benchmark: single-thread GPT-2 BPE tokenization speed (MB/s) on a few MB of real English
-# text with names and symbols: the copyright files of the Debian packages on this machine,
-# concatenated and cut to the requested size, each line one document. Builds the
-# tokenizer_bench target first. Prints a markdown table for docs/benchmarks.md.
-# Usage: tests/bench/tokenizer_bench.sh [build-dir] [megabytes] [passes]
+# Benchmark: single-thread tokenization speed (MB/s) on a few MB of real English text with
+# names and symbols: the copyright files of the Debian packages on this machine, concatenated
+# and cut to the requested size, each line one document. Builds the tokenizer_bench target
+# first. Prints markdown tables for docs/benchmarks.md:
+#   1. GPT-2 BPE (ours), then OpenAI's encoder in Python beside it when python3 has `regex`;
+#   2. SentencePiece: our GPTSentencePieceTokenizer and, in the same run, Debian's
+#      python3-sentencepiece (the library Megatron's SentencePiece tokenizers call), both with
+#      the same model (default tests/data/sentencepiece_bpe.model) on the same documents, ids
+#      out, one thread each; the ids of the two are compared through a checksum.
+# Usage: tests/bench/tokenizer_bench.sh [build-dir] [megabytes] [passes] [sentencepiece-model]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
 megabytes=${2:-8}
 passes=${3:-3}
+sentencepiece_model=${4:-$root/tests/data/sentencepiece_bpe.model}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -43,4 +49,57 @@ print(f"\nreference (OpenAI's encoder in Python, regex module): {megabytes:.1f} 
 PY
 else
   echo "(no python3 with the regex module: the Python reference column is skipped)"
+fi
+
+# SentencePiece, ours and the reference side by side on the same documents (each line with its
+# newline, invalid UTF-8 replaced as Python's bytes.decode("utf-8", "replace") does, which is
+# what ours does first), the best of the same number of passes each.
+echo
+echo "SentencePiece, one thread, model $(basename "$sentencepiece_model"):"
+echo
+echo "| tokenizer | input MB | documents | tokens | MB/s |"
+echo "|---|---|---|---|---|"
+"$build/bin/tokenizer_bench" --sentencepiece "$sentencepiece_model" "$passes" "$out/corpus.txt" > "$out/ours.txt"
+grep '^|' "$out/ours.txt"
+reference_python=
+for candidate in /usr/bin/python3 python3; do
+  if "$candidate" -c "import sentencepiece" 2>/dev/null; then reference_python=$candidate; break; fi
+done
+if [[ -n $reference_python ]]; then
+  "$reference_python" - "$sentencepiece_model" "$passes" "$out/corpus.txt" > "$out/reference.txt" <<'PY'
+import sys, time
+import sentencepiece
+model, passes, corpus = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+data = open(corpus, "rb").read()
+lines = data.split(b"\n")
+if lines and lines[-1] == b"":
+    lines.pop()
+documents = [(line + b"\n").decode("utf-8", "replace") for line in lines]
+processor = sentencepiece.SentencePieceProcessor(model_file=model)
+best = float("inf")
+for _ in range(passes):
+    checksum = position = 0
+    start = time.perf_counter()
+    for document in documents:
+        for token in processor.encode_as_ids(document):
+            position += 1
+            checksum += position * token
+    best = min(best, time.perf_counter() - start)
+megabytes = sum(len(line) + 1 for line in lines) / 1e6
+print(f"| reference: python3-sentencepiece {sentencepiece.__version__} encode_as_ids, best of {passes} "
+      f"| {megabytes:.1f} | {len(documents)} | {position} | {megabytes / best:.2f} |")
+print(f"checksum {checksum % 2**64} tokens {position}")
+PY
+  grep '^|' "$out/reference.txt"
+  if [[ "$(grep '^checksum' "$out/ours.txt")" == "$(grep '^checksum' "$out/reference.txt")" ]]; then
+    echo
+    echo "ids: identical ($(grep '^checksum' "$out/ours.txt"))"
+  else
+    echo
+    echo "ids: DIFFER (ours: $(grep '^checksum' "$out/ours.txt"); reference: $(grep '^checksum' "$out/reference.txt"))"
+    exit 1
+  fi
+else
+  echo
+  echo "(no python3 with the sentencepiece module: install python3-sentencepiece for the reference row)"
 fi

@@ -155,7 +155,7 @@ TEST_CASE("a blended dataset reads the samples its indices name, and caches them
     CHECK(ours == direct);
   }
   CHECK(per_dataset == std::vector<int64_t>{50, 25, 25});
-  REQUIRE(std::filesystem::exists(cache + "/" + blend.description_hash() + "-BlendedDataset-dataset_index.npy"));
+  REQUIRE(std::filesystem::exists(cache + "/" + blend.description_hash() + "-BlendedDataset-train-dataset_index.npy"));
 
   BlendedDataset again(members, {2, 1, 1}, 100, cache);
   CHECK(again.description_hash() == blend.description_hash());

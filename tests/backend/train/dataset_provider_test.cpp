@@ -1,6 +1,6 @@
 // The data side of pretrain_gpt: Megatron's sample counts per split, the sources the data
-// flags name, batches read from real datasets (tokens and labels shifted by one), and the
-// errors that name the flag to change.
+// flags name, batches read from real datasets (tokens and labels shifted by one), the errors
+// that name the flag to change, and the index cache under Megatron's name.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
+#include "backend/common/md5.hpp"
 #include "backend/train/dataset_provider.hpp"
 #include "tests/backend/data/dataset_fixture.hpp"
+#include "tests/read_file.hpp"
 #include "tests/temporary_directory.hpp"
 
 using namespace backend;
@@ -129,4 +131,49 @@ TEST_CASE("an empty validation split names --split and --eval-iters") {
                        common::Error);
   a.eval_iters = 0;
   CHECK_NOTHROW(build_dataset_batch_source(a, 65001, log));
+}
+
+TEST_CASE("pretrain_gpt's flags give the cache the name Megatron gives it") {
+  // Megatron's description for the train split of this run, written out by hand: the prefix
+  // and --split as given, seed 1234, and _NullTokenizer(65000)'s unique_identifiers. Megatron
+  // names the files after its MD5, in <prefix>/cache/GPTDataset_indices/.
+  test_support::TemporaryDirectory directory;
+  const std::string prefix = (directory.path / "corpus_text_document").string();
+  test_support::write_fixture_dataset(prefix, test_support::random_lengths(200, 1, 50, 8));
+  std::ostringstream log;
+  (void)build_dataset_batch_source(data_arguments(prefix), 65001, log);
+  const std::string megatron = R"({
+    "class": "GPTDataset",
+    "dataset_path": ")" + prefix + R"(",
+    "num_samples": 80,
+    "index_split": "train",
+    "random_seed": 1234,
+    "sequence_length": 16,
+    "split": "80,10,10",
+    "split_matrix": [
+        [
+            0,
+            0.8
+        ],
+        [
+            0.8,
+            0.9
+        ],
+        [
+            0.9,
+            1.0
+        ]
+    ],
+    "tokenizer": {
+        "class": "_NullTokenizer",
+        "tokenizer_path": [
+            null
+        ],
+        "vocab_size": "65000"
+    }
+})";
+  const auto file = std::filesystem::path(prefix) / "cache" / "GPTDataset_indices" /
+                    (common::md5_hex(megatron) + "-GPTDataset-train-description.txt");
+  REQUIRE(std::filesystem::exists(file));
+  CHECK(test_support::read_file(file) == megatron);
 }
