@@ -1,21 +1,27 @@
-// Micro benchmark of the GPT-2 BPE tokenizer on one thread: reads text files, tokenizes each
-// line as a document (as preprocess_data sees JSONL documents), and prints MB/s for a cold
-// pass (empty word cache) and the best of the warm passes, with the token count and bytes per
-// token. Built on demand by tests/bench/tokenizer_bench.sh (target tokenizer_bench).
+// Micro benchmark of the GPT-2 BPE tokenizer, or with --hf of HuggingFaceTokenizer, on one
+// thread: reads text files, tokenizes each line as a document (as preprocess_data sees JSONL
+// documents), and prints MB/s for a cold pass (empty word cache) and the best of the warm
+// passes, with the token count and bytes per token. Built on demand by
+// tests/bench/tokenizer_bench.sh and hf_tokenizer_bench.sh (target tokenizer_bench).
 // Usage: tokenizer_bench VOCAB_JSON MERGES_TXT PASSES FILE...
+//        tokenizer_bench --hf TOKENIZER_DIR PASSES FILE...
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/common/error.hpp"
 #include "backend/data/gpt2_bpe_tokenizer.hpp"
+#include "backend/data/hf_tokenizer.hpp"
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: tokenizer_bench VOCAB_JSON MERGES_TXT PASSES FILE...\n");
+    std::fprintf(stderr, "usage: tokenizer_bench VOCAB_JSON MERGES_TXT PASSES FILE...\n"
+                         "       tokenizer_bench --hf TOKENIZER_DIR PASSES FILE...\n");
     return 2;
   }
   try {
@@ -32,7 +38,10 @@ int main(int argc, char** argv) {
       }
     }
     const int passes = std::max(1, std::stoi(argv[3]));
-    backend::Gpt2BpeTokenizer tokenizer(argv[1], argv[2]);
+    const std::unique_ptr<backend::Tokenizer> tokenizer =
+        std::string_view(argv[1]) == "--hf"
+            ? std::unique_ptr<backend::Tokenizer>(std::make_unique<backend::HuggingFaceTokenizer>(argv[2]))
+            : std::make_unique<backend::Gpt2BpeTokenizer>(argv[1], argv[2]);
     std::vector<int32_t> ids;
     ids.reserve(1 << 20);
     double cold_seconds = 0, best_warm_seconds = 1e30;
@@ -42,7 +51,7 @@ int main(int argc, char** argv) {
       tokens = 0;
       for (const std::string& document : documents) {
         ids.clear();
-        tokenizer.tokenize(document, ids);
+        tokenizer->tokenize(document, ids);
         tokens += ids.size();
       }
       const double seconds =

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Builds one libFuzzer target (the launcher's config engine, the GPT-2 tokenizer, or a reader
+# Builds one libFuzzer target (the launcher's config engine, the GPT-2 or Hugging Face tokenizer, or a reader
 # of a file format: safetensors, Hugging Face config.json, Megatron's .idx) with clang (ASan +
 # UBSan, every report fatal) straight from the sources it needs, and runs it for SECONDS from
 # the seed corpus in tests/fuzz/corpus/NAME/.
 #
 #   tests/fuzz/run_fuzzer.sh NAME SECONDS
-#     NAME: override | compose | tokenizer | safetensors | hf_config | indexed_dataset |
+#     NAME: override | compose | tokenizer | hf_tokenizer | safetensors | hf_config | indexed_dataset |
 #           pretrain_gpt_args | preprocess_data_args | checkpoint_util_args | download_args
 #
 # Environment: FUZZ_BUILD_DIR (default ${TMPDIR:-/tmp}/launcher-fuzz): objects, binaries, the
@@ -80,7 +80,7 @@ done
 malloc_limit_mb=2048
 target_flags=()
 case $name in
-  tokenizer) target_flags+=(-DFUZZ_SOURCE_DIR="\"$root\"") ;;
+  tokenizer | hf_tokenizer) target_flags+=(-DFUZZ_SOURCE_DIR="\"$root\"") ;;
   safetensors | hf_config | indexed_dataset) malloc_limit_mb=64 ;;
 esac
 binary="$build/${name}_fuzzer"
