@@ -287,11 +287,9 @@ HuggingFaceTokenizer::Loaded HuggingFaceTokenizer::load(const std::filesystem::p
     }
   }
   bpe.ignore_merges = flag(*model, "ignore_merges", false, file, "model");
-  for (const char* key : {"normalizer"}) {
-    if (const json* value = member(root, key)) {
-      common::fail("{}: {} {} is not supported (byte-level BPE files have none)", file, key,
-                   quoted(*value).substr(0, 200));
-    }
+  if (const json* normalizer = member(root, "normalizer")) {
+    common::fail("{}: normalizer {} is not supported (byte-level BPE files have none)", file,
+                 quoted(*normalizer).substr(0, 200));
   }
   if (const json* decoder = member(root, "decoder")) {
     if (type_of(*decoder, file, "decoder") != "ByteLevel") {
@@ -379,7 +377,6 @@ HuggingFaceTokenizer::Loaded HuggingFaceTokenizer::load(const std::filesystem::p
   }
 
   // ---- the BPE vocabulary in byte characters
-  std::vector<std::pair<std::string_view, int32_t>> model_tokens;
   for (const auto& [token, value] : vocab->items()) {
     const auto id = static_cast<int32_t>(value.get<int64_t>());
     if (static_cast<size_t>(id) < is_added.size() && is_added[id]) continue;  // e.g. GPT-2's <|endoftext|>

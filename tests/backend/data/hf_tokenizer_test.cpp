@@ -23,6 +23,8 @@
 #include "backend/data/indexed_dataset.hpp"
 #include "backend/data/preprocess_data.hpp"
 #include "backend/data/tokenizer.hpp"
+#include "backend/train/arguments.hpp"
+#include "backend/train/trainer.hpp"
 #include "temporary_directory.hpp"
 
 using namespace backend;
@@ -376,6 +378,19 @@ TEST_CASE("build_tokenizer: HuggingFaceTokenizer needs --tokenizer-model") {
                                           .tokenizer_model = llama3_directory().string(),
                                           .vocab_extra_ids = 0});
   CHECK(tokenizer->vocab_size() == 128256);
+}
+
+TEST_CASE("pretrain_gpt accepts HuggingFaceTokenizer and sizes the vocabulary from tokenizer.json") {
+  const std::string model = llama3_directory().string();
+  std::vector<const char*> argv = {
+      "pretrain_gpt", "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
+      "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "4",
+      "--train-iters", "3", "--lr", "1e-3", "--mock-data",
+      "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", model.c_str()};
+  const auto arguments = parse_arguments(static_cast<int>(argv.size()), argv.data());
+  REQUIRE(arguments);
+  CHECK(arguments->tokenizer_type == "HuggingFaceTokenizer");
+  CHECK(tokenizer_vocab_size(*arguments) == 128256);  // read even for mock data, as Megatron
 }
 
 TEST_CASE("preprocess_data with HuggingFaceTokenizer: the .bin/.idx ids are the tokenizer's plus eod") {
