@@ -253,6 +253,10 @@ HuggingFaceTokenizer::Loaded HuggingFaceTokenizer::load(const std::filesystem::p
   std::filesystem::path file_path = model_path;
   std::error_code error;
   if (std::filesystem::is_directory(model_path, error)) file_path = model_path / "tokenizer.json";
+  if (!std::filesystem::exists(model_path, error)) {
+    common::fail("--tokenizer-model {} does not exist (HuggingFaceTokenizer reads a directory "
+                 "holding tokenizer.json, or that file)", model_path.string());
+  }
   if (!std::filesystem::exists(file_path, error)) {
     common::fail("--tokenizer-model {}: no {} (HuggingFaceTokenizer reads a directory holding "
                  "tokenizer.json, or that file)", model_path.string(), file_path.string());
