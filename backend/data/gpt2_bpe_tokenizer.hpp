@@ -13,16 +13,14 @@
 //  3. Each piece's bytes map to their single-byte tokens, and the lowest-ranked adjacent pair
 //     in merges.txt is merged, every occurrence left to right, until no pair has a rank
 //     (the original algorithm; a heap-driven version of the same passes for long pieces).
+// Steps 2 and 3 are the byte-level BPE shared with HuggingFaceTokenizer (byte_level_bpe.hpp,
+// pattern `gpt2`, without ignore_merges), word cache included.
 // Ids are the vocab.json values; "<|endoftext|>" (50256 in GPT-2) is eod() and is never
 // produced from text: the string "<|endoftext|>" in a document is ordinary text, as in
 // Megatron (GPT2Tokenizer with no special tokens).
 //
 // Loading checks the files and reports the file and line at fault (bad JSON, a merge line that
 // is not two tokens, a token missing from the vocabulary).
-//
-// Speed: a word cache maps a piece's bytes to its ids (most pieces of real text repeat), so
-// BPE runs only for new pieces; the cache is a flat open-addressing table with arena storage,
-// emptied when full, so memory stays bounded and nothing is allocated per token once warm.
 #pragma once
 
 #include <cstdint>
@@ -32,22 +30,15 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/data/byte_level_bpe.hpp"
 #include "backend/data/tokenizer.hpp"
 
 namespace backend {
 
-struct Gpt2BpeOptions {
-  // Distinct pieces the word cache holds before it is emptied (0 disables the cache).
-  int64_t word_cache_entries = 1 << 16;
-  // Pieces of at least this many bytes use the heap-driven merge, shorter ones the quadratic
-  // scan; both give identical ids (tests run the fixtures through each).
-  int64_t heap_merge_min_bytes = 48;
-};
+using Gpt2BpeOptions = ByteLevelBpeOptions;
 
 class Gpt2BpeTokenizer final : public Tokenizer {
  public:
-  struct Tables;  // the read-only vocabulary, merge and character tables
-
   Gpt2BpeTokenizer(const std::filesystem::path& vocab_file,
                    const std::filesystem::path& merge_file, Gpt2BpeOptions options = {});
   ~Gpt2BpeTokenizer() override;
@@ -65,23 +56,10 @@ class Gpt2BpeTokenizer final : public Tokenizer {
   std::vector<std::string_view> pretokenize(std::string_view text) const;
 
  private:
-  class WordCache;
-
-  void encode_piece(std::string_view piece, std::vector<int32_t>& ids);
-  void merge_by_scan(std::vector<int32_t>& symbols) const;
-  void merge_by_heap(std::vector<int32_t>& symbols);
-
-  std::shared_ptr<const Tables> tables_;
-  Gpt2BpeOptions options_;
-  std::unique_ptr<WordCache> cache_;
-  // Scratch reused across calls: the repaired text, BPE symbols, the heap's work arrays.
-  std::string repaired_text_;
-  std::vector<int32_t> symbols_;
-  struct HeapEntry {
-    int32_t rank, position, left, right, merged;
-  };
-  std::vector<HeapEntry> heap_, batch_;
-  std::vector<int32_t> next_, previous_, touched_;
+  int32_t eod_ = 0;
+  std::shared_ptr<const ByteLevelBpeTables> tables_;
+  ByteLevelBpeEncoder encoder_;
+  std::string repaired_text_;  // scratch: the text with invalid UTF-8 replaced
 };
 
 }  // namespace backend

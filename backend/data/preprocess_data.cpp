@@ -559,11 +559,13 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
   const char* tokenizer = "Tokenizer";
   app.add_option("--tokenizer-type", options.tokenizer.tokenizer_type,
                  "GPT2BPETokenizer, NullTokenizer, SentencePieceTokenizer, "
-                 "GPTSentencePieceTokenizer or Llama2Tokenizer")->group(tokenizer);
+                 "GPTSentencePieceTokenizer, Llama2Tokenizer or HuggingFaceTokenizer")
+      ->group(tokenizer);
   app.add_option("--vocab-file", options.tokenizer.vocab_file, "GPT-2 vocab.json")->group(tokenizer);
   app.add_option("--merge-file", options.tokenizer.merge_file, "GPT-2 merges.txt")->group(tokenizer);
   app.add_option("--tokenizer-model", options.tokenizer.tokenizer_model,
-                 "SentencePiece model (Llama's tokenizer.model)")->group(tokenizer);
+                 "SentencePiece model (Llama 2's tokenizer.model), or HuggingFaceTokenizer's "
+                 "tokenizer.json directory")->group(tokenizer);
   app.add_option("--vocab-size", options.tokenizer.vocab_size, "NullTokenizer's vocabulary")
       ->group(tokenizer);
   app.add_option("--vocab-extra-ids", options.tokenizer.vocab_extra_ids,
@@ -603,7 +605,8 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
   if (!options.merge) {
     if (options.tokenizer.tokenizer_type.empty()) {
       common::fail("--tokenizer-type is required (GPT2BPETokenizer, NullTokenizer, "
-                   "SentencePieceTokenizer, GPTSentencePieceTokenizer or Llama2Tokenizer)");
+                   "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer or "
+                   "HuggingFaceTokenizer)");
     }
     check_tokenizer_flags(options.tokenizer);  // flag errors before any file is read
     if (options.json_keys.empty()) common::fail("--json-keys needs at least one key");

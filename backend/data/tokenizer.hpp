@@ -7,7 +7,10 @@
 //   SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer
 //                     a SentencePiece model (--tokenizer-model) through libsentencepiece
 //                     (sentencepiece_tokenizer.hpp)
-// HuggingFace, BERT and tiktoken tokenizers are not built (docs/data.md).
+//   HuggingFaceTokenizer  a byte-level BPE tokenizer.json (--tokenizer-model: its directory),
+//                     GPT-2's or Llama 3's kind (hf_tokenizer.hpp)
+// BERT and tiktoken tokenizers, and HuggingFace files of other kinds (WordPiece, Unigram, other
+// pre-tokenizer patterns), are not built (docs/data.md).
 //
 // Texts are bytes: tokenize() accepts any byte string (a GPT-2 tokenizer replaces invalid
 // UTF-8, see gpt2_bpe_tokenizer.hpp), detokenize() returns the bytes the ids stand for, which
@@ -57,7 +60,8 @@ struct TokenizerOptions {
   std::string vocab_file;       // --vocab-file (GPT-2's vocab.json)
   std::string merge_file;       // --merge-file (GPT-2's merges.txt)
   int64_t vocab_size = 0;       // --vocab-size (NullTokenizer: ids 0 .. vocab_size, eod last)
-  std::string tokenizer_model;  // --tokenizer-model (the SentencePiece kinds' model file)
+  std::string tokenizer_model;  // --tokenizer-model (a SentencePiece model file, or the
+                                // directory of a HuggingFace tokenizer.json)
   int64_t vocab_extra_ids = 0;  // --vocab-extra-ids (SentencePieceTokenizer's <extra_id_N>)
 };
 
@@ -65,8 +69,12 @@ struct TokenizerOptions {
 // GPTSentencePieceTokenizer, Llama2Tokenizer.
 bool is_sentencepiece_type(std::string_view tokenizer_type);
 
-// The flags a type needs or refuses, checked without reading a file: a SentencePiece type
-// needs --tokenizer-model, another type refuses it, and --vocab-extra-ids needs
+// True for the types that read --tokenizer-model: the SentencePiece ones and
+// HuggingFaceTokenizer.
+bool reads_tokenizer_model(std::string_view tokenizer_type);
+
+// The flags a type needs or refuses, checked without reading a file: a type that reads
+// --tokenizer-model needs it, another type refuses it, and --vocab-extra-ids needs
 // SentencePieceTokenizer. A common::Error names the flags.
 void check_tokenizer_flags(const TokenizerOptions& options);
 

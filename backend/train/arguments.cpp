@@ -43,7 +43,7 @@ constexpr common::RefusedFlag kUnsupportedFlags[] = {
 // --tokenizer-type (common/flag_rules.cpp) that are refused as not built yet.
 const std::vector<std::string> kBuiltTokenizers = {
     "GPT2BPETokenizer", "NullTokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer",
-    "Llama2Tokenizer"};
+    "Llama2Tokenizer", "HuggingFaceTokenizer"};
 
 }  // namespace
 
@@ -150,15 +150,16 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
 
   auto* data = "Data and tokenizer";
   app.add_option("--tokenizer-type", arguments.tokenizer_type,
-                 "GPT2BPETokenizer, NullTokenizer, Llama2Tokenizer, GPTSentencePieceTokenizer "
-                 "or SentencePieceTokenizer")
+                 "GPT2BPETokenizer, NullTokenizer, Llama2Tokenizer, GPTSentencePieceTokenizer, "
+                 "SentencePieceTokenizer or HuggingFaceTokenizer")
       ->group(data);
   app.add_option("--vocab-size", arguments.vocab_size, "Vocabulary size (NullTokenizer)")
       ->group(data);
   app.add_option("--vocab-file", arguments.vocab_file, "GPT-2 vocab.json")->group(data);
   app.add_option("--merge-file", arguments.merge_file, "GPT-2 merges.txt")->group(data);
   app.add_option("--tokenizer-model", arguments.tokenizer_model,
-                 "SentencePiece model (Llama's tokenizer.model)")->group(data);
+                 "SentencePiece model (Llama 2's tokenizer.model), or HuggingFaceTokenizer's "
+                 "tokenizer.json directory")->group(data);
   app.add_flag("--mock-data", arguments.mock_data, "Synthetic tokens, for benchmarks and tests")
       ->group(data);
   app.add_option("--data-path", arguments.data_path,
@@ -585,8 +586,8 @@ void validate_arguments(TrainingArguments& arguments) {
   if (std::find(kBuiltTokenizers.begin(), kBuiltTokenizers.end(), arguments.tokenizer_type) ==
       kBuiltTokenizers.end()) {
     common::fail("--tokenizer-type {} is not built yet: this backend has GPT2BPETokenizer, "
-                 "NullTokenizer, Llama2Tokenizer, GPTSentencePieceTokenizer and "
-                 "SentencePieceTokenizer", arguments.tokenizer_type);
+                 "NullTokenizer, Llama2Tokenizer, GPTSentencePieceTokenizer, "
+                 "SentencePieceTokenizer and HuggingFaceTokenizer", arguments.tokenizer_type);
   }
   // --tokenizer-model with a type that does not read it, or a SentencePiece type without it.
   // The model file itself is read where the vocabulary size is needed (tokenizer_vocab_size).

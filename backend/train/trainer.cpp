@@ -180,7 +180,7 @@ int64_t tokenizer_vocab_size(const TrainingArguments& arguments) {
   if (arguments.tokenizer_type == "NullTokenizer") {
     return common::checked_add(arguments.vocab_size, 1, "--vocab-size + NullTokenizer's EOD");
   }
-  if (is_sentencepiece_type(arguments.tokenizer_type)) {
+  if (reads_tokenizer_model(arguments.tokenizer_type)) {
     // No size is known without the model (Llama 2's 32000 is one model's), so the file is
     // read even for mock data, as Megatron's build_tokenizer reads it.
     return build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
@@ -192,7 +192,8 @@ int64_t tokenizer_vocab_size(const TrainingArguments& arguments) {
         ->vocab_size();
   }
   common::fail("--tokenizer-type '{}' is not valid (valid: GPT2BPETokenizer, NullTokenizer, "
-               "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer)",
+               "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, "
+               "HuggingFaceTokenizer)",
                arguments.tokenizer_type);
 }
 

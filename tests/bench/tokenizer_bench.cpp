@@ -1,13 +1,15 @@
 // Micro benchmark of the tokenizers on one thread: reads text files, tokenizes each line as a
 // document (as preprocess_data sees JSONL documents), and prints MB/s.
-//   GPT-2 BPE: a cold pass (empty word cache) and the best of the warm passes, with the token
-//   count and bytes per token, as a markdown table.
+//   GPT-2 BPE, or with --hf HuggingFaceTokenizer: a cold pass (empty word cache) and the best
+//   of the warm passes, with the token count and bytes per token, as a markdown table.
 //   --sentencepiece: GPTSentencePieceTokenizer (the model's ids as they are, what Python's
 //   SentencePieceProcessor.encode_as_ids gives) over the model file, the best of the passes,
 //   as one markdown table row, with an order-sensitive checksum of all ids so that
 //   tokenizer_bench.sh can check that the reference produced the same ids.
-// Built on demand by tests/bench/tokenizer_bench.sh (target tokenizer_bench).
+// Built on demand by tests/bench/tokenizer_bench.sh and hf_tokenizer_bench.sh (target
+// tokenizer_bench).
 // Usage: tokenizer_bench VOCAB_JSON MERGES_TXT PASSES FILE...
+//        tokenizer_bench --hf TOKENIZER_DIR PASSES FILE...
 //        tokenizer_bench --sentencepiece MODEL PASSES FILE...
 #include <algorithm>
 #include <chrono>
@@ -17,10 +19,12 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/common/error.hpp"
 #include "backend/data/gpt2_bpe_tokenizer.hpp"
+#include "backend/data/hf_tokenizer.hpp"
 #include "backend/data/sentencepiece_tokenizer.hpp"
 
 namespace {
@@ -81,8 +85,8 @@ int run_sentencepiece(const char* model, int passes, const Corpus& corpus) {
   return 0;
 }
 
-int run_gpt2(const char* vocab, const char* merges, int passes, const Corpus& corpus) {
-  backend::Gpt2BpeTokenizer tokenizer(vocab, merges);
+// GPT-2 BPE or HuggingFaceTokenizer: byte-level BPE with a word cache, so cold and warm differ.
+int run_byte_level_bpe(backend::Tokenizer& tokenizer, int passes, const Corpus& corpus) {
   std::vector<int32_t> ids;
   ids.reserve(1 << 20);
   double cold_seconds = 0, best_warm_seconds = 1e30;
@@ -114,6 +118,7 @@ int run_gpt2(const char* vocab, const char* merges, int passes, const Corpus& co
 int main(int argc, char** argv) {
   if (argc < 5) {
     std::fprintf(stderr, "usage: tokenizer_bench VOCAB_JSON MERGES_TXT PASSES FILE...\n"
+                         "       tokenizer_bench --hf TOKENIZER_DIR PASSES FILE...\n"
                          "       tokenizer_bench --sentencepiece MODEL PASSES FILE...\n");
     return 2;
   }
@@ -121,7 +126,12 @@ int main(int argc, char** argv) {
     const int passes = std::max(1, std::stoi(argv[3]));
     const Corpus corpus = read_documents(4, argc, argv);
     if (std::strcmp(argv[1], "--sentencepiece") == 0) return run_sentencepiece(argv[2], passes, corpus);
-    return run_gpt2(argv[1], argv[2], passes, corpus);
+    if (std::strcmp(argv[1], "--hf") == 0) {
+      backend::HuggingFaceTokenizer tokenizer(argv[2]);
+      return run_byte_level_bpe(tokenizer, passes, corpus);
+    }
+    backend::Gpt2BpeTokenizer tokenizer(argv[1], argv[2]);
+    return run_byte_level_bpe(tokenizer, passes, corpus);
   } catch (const common::Error& error) {
     std::fprintf(stderr, "tokenizer_bench: %s\n", error.what());
     return 2;

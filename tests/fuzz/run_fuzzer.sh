@@ -5,9 +5,9 @@
 # the seed corpus in tests/fuzz/corpus/NAME/.
 #
 #   tests/fuzz/run_fuzzer.sh NAME SECONDS
-#     NAME: override | compose | tokenizer | sentencepiece_tokenizer | safetensors | hf_config |
-#           indexed_dataset | pretrain_gpt_args | preprocess_data_args | checkpoint_util_args |
-#           download_args
+#     NAME: override | compose | tokenizer | sentencepiece_tokenizer | hf_tokenizer | safetensors |
+#           hf_config | indexed_dataset | pretrain_gpt_args | preprocess_data_args |
+#           checkpoint_util_args | download_args
 #
 # Environment: FUZZ_BUILD_DIR (default ${TMPDIR:-/tmp}/launcher-fuzz): objects, binaries, the
 # working corpus (grows across runs) and crash artifacts; FUZZ_JOBS (default 2): parallel
@@ -81,7 +81,7 @@ done
 malloc_limit_mb=2048
 target_flags=()
 case $name in
-  tokenizer | sentencepiece_tokenizer) target_flags+=(-DFUZZ_SOURCE_DIR="\"$root\"") ;;
+  tokenizer | sentencepiece_tokenizer | hf_tokenizer) target_flags+=(-DFUZZ_SOURCE_DIR="\"$root\"") ;;
   safetensors | hf_config | indexed_dataset) malloc_limit_mb=64 ;;
 esac
 binary="$build/${name}_fuzzer"

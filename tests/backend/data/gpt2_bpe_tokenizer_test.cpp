@@ -265,12 +265,12 @@ TEST_CASE("build_tokenizer names the missing flag") {
                        doctest::Contains("--tokenizer-type SentencePieceTokenizer needs "
                                          "--tokenizer-model"),
                        common::Error);
-  CHECK_THROWS_WITH_AS(build_tokenizer({.tokenizer_type = "HuggingFaceTokenizer",
+  CHECK_THROWS_WITH_AS(build_tokenizer({.tokenizer_type = "TikTokenizer",
                                         .vocab_file = "", .merge_file = "", .vocab_size = 0,
                                         .tokenizer_model = "", .vocab_extra_ids = 0}),
                        doctest::Contains("valid: GPT2BPETokenizer, NullTokenizer, "
                                          "SentencePieceTokenizer, GPTSentencePieceTokenizer, "
-                                         "Llama2Tokenizer"),
+                                         "Llama2Tokenizer, HuggingFaceTokenizer"),
                        common::Error);
   const auto tokenizer = build_tokenizer(
       {.tokenizer_type = "GPT2BPETokenizer", .vocab_file = kVocab, .merge_file = kMerges,

@@ -425,7 +425,7 @@ TEST_CASE("preprocess_data flags of the SentencePiece tokenizers") {
   CHECK_THROWS_WITH_AS(parse({"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", "v.json",
                               "--merge-file", "m.txt", "--tokenizer-model", "t.model"}),
                        doctest::Contains("--tokenizer-model t.model is read only by the "
-                                         "SentencePiece tokenizers"),
+                                         "SentencePiece and HuggingFace tokenizers"),
                        common::Error);
   CHECK_THROWS_WITH_AS(parse({"--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model",
                               "t.model", "--vocab-extra-ids", "2"}),

@@ -274,9 +274,10 @@ TEST_CASE("build_tokenizer: the SentencePiece types need --tokenizer-model, othe
   CHECK_THROWS_WITH_AS(build_tokenizer({.tokenizer_type = "GPT2BPETokenizer", .vocab_file = "v",
                                         .merge_file = "m", .vocab_size = 0,
                                         .tokenizer_model = kBpeModel, .vocab_extra_ids = 0}),
-                       doctest::Contains("is read only by the SentencePiece tokenizers (valid "
-                                         "--tokenizer-type: SentencePieceTokenizer, "
-                                         "GPTSentencePieceTokenizer, Llama2Tokenizer), not by "
+                       doctest::Contains("is read only by the SentencePiece and HuggingFace "
+                                         "tokenizers (valid --tokenizer-type: "
+                                         "SentencePieceTokenizer, GPTSentencePieceTokenizer, "
+                                         "Llama2Tokenizer, HuggingFaceTokenizer), not by "
                                          "--tokenizer-type GPT2BPETokenizer"),
                        common::Error);
   CHECK_THROWS_WITH_AS(build_tokenizer({.tokenizer_type = "Llama2Tokenizer", .vocab_file = "",

@@ -483,9 +483,18 @@ TEST_CASE("derived sizes and lengths that overflow are refused naming the flags"
 }
 
 TEST_CASE("Megatron tokenizers that are valid but not built are refused as not built yet") {
-  CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", "HuggingFaceTokenizer"})),
-                       doctest::Contains("--tokenizer-type HuggingFaceTokenizer is not built yet"),
+  CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", "TikTokenizer"})),
+                       doctest::Contains("--tokenizer-type TikTokenizer is not built yet"),
                        common::Error);
+  // HuggingFaceTokenizer is built and, like the SentencePiece types, reads --tokenizer-model.
+  CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", "HuggingFaceTokenizer"})),
+                       doctest::Contains("--tokenizer-type HuggingFaceTokenizer needs "
+                                         "--tokenizer-model (the directory holding tokenizer.json"),
+                       common::Error);
+  const auto hf = parse(with({"--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
+                              "/models/llama3"}));
+  REQUIRE(hf);
+  CHECK(hf->tokenizer_model == "/models/llama3");
   CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", "Llama3"})),
                        doctest::Contains("'Llama3' is not a valid choice; --tokenizer-type takes"),
                        common::Error);
@@ -508,7 +517,7 @@ TEST_CASE("the SentencePiece tokenizers: --tokenizer-model is needed by them and
   CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", "NullTokenizer", "--tokenizer-model",
                                    "tokenizer.model"})),
                        doctest::Contains("--tokenizer-model tokenizer.model is read only by the "
-                                         "SentencePiece tokenizers"),
+                                         "SentencePiece and HuggingFace tokenizers"),
                        common::Error);
   CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-model", "tokenizer.model"})),
                        doctest::Contains("not by --tokenizer-type NullTokenizer"), common::Error);
