@@ -405,6 +405,13 @@ std::vector<JobSpec> pile_jobs(const StageContext& context, const Node& stage) {
     downloads.push_back(download_task(url_of(merges_url, key_of("download_merges_url")),
                                       saved("merges_save_dir", "merges.txt", "download_merges_url is saved there")));
   }
+  // NeMo's Llama options: download_tokenizer_url → <tokenizer_save_dir>/llama_tokenizer.model,
+  // the name NeMo's setup_folder_and_data gives it (their tokenizer_model points there).
+  if (const std::string tokenizer_url = optional_text(stage, "download_tokenizer_url"); !tokenizer_url.empty()) {
+    downloads.push_back(download_task(url_of(tokenizer_url, key_of("download_tokenizer_url")),
+                                      saved("tokenizer_save_dir", "llama_tokenizer.model",
+                                            "download_tokenizer_url is saved there")));
+  }
   if (!downloads.empty()) jobs.push_back(step_job(context, "download", "download", std::move(downloads), 1, max_parallel));
 
   if (download_the_pile) {
@@ -421,7 +428,17 @@ std::vector<JobSpec> pile_jobs(const StageContext& context, const Node& stage) {
 
   if (preprocess) {
     const std::string model_type = pile_model_type(context.config);
-    const std::string tokenizer_type = required_text(stage, "tokenizer_type", "preprocess_data needs it");
+    // NeMo's Llama options set no tokenizer_type but tokenizer_library: sentencepiece, whose
+    // tokenizer there is the model's pieces with eos as the end of document: Megatron's
+    // GPTSentencePieceTokenizer here.
+    std::string tokenizer_type = optional_text(stage, "tokenizer_type");
+    if (tokenizer_type.empty() && optional_text(stage, "tokenizer_library") == "sentencepiece") {
+      tokenizer_type = "GPTSentencePieceTokenizer";
+    }
+    if (tokenizer_type.empty()) {
+      common::fail("{} is not set: preprocess_data needs it (GPT2BPETokenizer, or tokenizer_library: "
+                   "sentencepiece with tokenizer_model)", key_of("tokenizer_type"));
+    }
     std::vector<std::string> tokenizer_flags = {"--tokenizer-type", tokenizer_type};
     if (tokenizer_type == "GPT2BPETokenizer") {
       tokenizer_flags.insert(tokenizer_flags.end(),

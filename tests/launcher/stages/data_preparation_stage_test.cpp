@@ -354,6 +354,20 @@ TEST_CASE("the Pile's keys: file_numbers lists, download_the_pile, preprocess_da
     CHECK(blend.at(1).as_string() == "/d/my-gpt3_04_text_document");
     CHECK(blend.at(3).as_string() == "/d/my-gpt3_09_text_document");
   }
+  SUBCASE("NeMo's Llama keys: download_tokenizer_url, tokenizer_library: sentencepiece, tokenizer_model") {
+    const std::vector<JobSpec> jobs = jobs_of(nemo_pile_config(
+        {"data_preparation.tokenizer_type=null", "data_preparation.download_vocab_url=null",
+         "data_preparation.download_merges_url=null", "+data_preparation.tokenizer_library=sentencepiece",
+         "+data_preparation.download_tokenizer_url=https://h/tokenizer.model", "+data_preparation.tokenizer_save_dir=/t",
+         "+data_preparation.tokenizer_model=/t/llama_tokenizer.model", "data_preparation.file_numbers=0-1"}));
+    REQUIRE(jobs.size() == 3);
+    REQUIRE(jobs[0].array_tasks.size() == 3);
+    CHECK(jobs[0].array_tasks[2] == words({"/opt/bin/download", "https://h/tokenizer.model", "--output",
+                                           "/t/llama_tokenizer.model", "--retries", "5"}));
+    CHECK(flag_value(jobs[2].array_tasks[1], "--tokenizer-type") == "GPTSentencePieceTokenizer");
+    CHECK(flag_value(jobs[2].array_tasks[1], "--tokenizer-model") == "/t/llama_tokenizer.model");
+    CHECK(flag_value(jobs[2].array_tasks[1], "--vocab-file") == "<absent>");
+  }
   SUBCASE("download_the_pile: False: only the tokenizer files are fetched before preprocessing") {
     const std::vector<JobSpec> jobs = jobs_of(nemo_pile_config({"data_preparation.download_the_pile=False"}));
     REQUIRE(jobs.size() == 2);
@@ -399,6 +413,9 @@ TEST_CASE("bad Pile values are refused, naming the key and what would be valid")
           "data_preparation.the_pile_url: '/srv/pile/' is not an http://, https:// or file:// URL");
   refused({"data_preparation.tokenizer_type=BertWordPieceCase"},
           "data_preparation.tokenizer_type: 'BertWordPieceCase' is not a tokenizer preprocess_data builds");
+  refused({"data_preparation.tokenizer_type=null"}, "data_preparation.tokenizer_type is not set: preprocess_data needs it");
+  refused({"data_preparation.tokenizer_type=GPTSentencePieceTokenizer"},
+          "data_preparation.tokenizer_model is not set: a SentencePiece tokenizer needs its model file");
   refused({"data_preparation.vocab_save_dir=null"}, "data_preparation.vocab_save_dir is not set");
   refused({"data_preparation.run.node_array_size=0"}, "data_preparation.run.node_array_size must be a positive integer");
   refused({"data_preparation.rm_downloaded=maybe"}, "data_preparation.rm_downloaded");
