@@ -616,8 +616,9 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
     }
   }
   if (options.merge && options.remove_inputs) {
-    common::fail("--remove-input deletes JSONL inputs after tokenizing them; it does not apply to "
-                 "--merge, whose inputs are datasets");
+    common::fail(
+        "--remove-input deletes JSONL inputs after tokenizing them; it does not apply to "
+        "--merge, whose inputs are datasets");
   }
   refuse_outputs_that_are_inputs(options);
   return options;

@@ -145,7 +145,10 @@ int main(int argc, char** argv) {
       // keeps its input, so launching again can still finish without downloading it again.
       std::error_code error;
       fs::remove(input, error);
-      if (error) common::fail("decompress: {} is written but {} could not be removed: {}", output, input, error.message());
+      if (error) {
+        common::fail("decompress: {} is written but {} could not be removed: {}", output, input,
+                     error.message());
+      }
       spdlog::info("removed {} (--remove-input)", input);
     }
     return 0;

@@ -23,7 +23,10 @@ int main(int argc, char** argv) {
       for (const std::string& input : options->inputs) {
         std::error_code error;
         std::filesystem::remove(input, error);
-        if (error) common::fail("the datasets are written but --input {} could not be removed: {}", input, error.message());
+        if (error) {
+          common::fail("the datasets are written but --input {} could not be removed: {}", input,
+                       error.message());
+        }
         spdlog::info("removed {} (--remove-input)", input);
       }
     }

@@ -98,7 +98,8 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
   for (const auto& [key, option] : std::vector<std::pair<std::string, std::string>>{
            {"partition", "--partition"}, {"account", "--account"}, {"gpus_per_task", "--gpus-per-task"},
            {"gpus_per_node", "--gpus-per-node"}, {"gres", "--gres"}, {"mem", "--mem"}}) {
-    if (!job.uses_gpus && kGpuJobOnly.contains(key) && !(job.whole_node && kWholeNode.contains(key))) continue;
+    const bool whole_node_key = job.whole_node && kWholeNode.contains(key);
+    if (!job.uses_gpus && kGpuJobOnly.contains(key) && !whole_node_key) continue;
     if (const Node* value = value_of(key)) directives.push_back(directive(option, cluster_text(*value, key)));
   }
   // Switches are true or false (null: false); anything else is refused, not read as false.
