@@ -593,6 +593,9 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
   app.add_flag("--merge", options.merge,
                "Concatenate the datasets of --input into <prefix>.bin/.idx (merge_datasets.py)")
       ->group(runtime);
+  app.add_flag("--remove-input", options.remove_inputs,
+               "Delete the input files once the datasets are written (not with --merge)")
+      ->group(runtime);
   common::apply_flag_rules(app, kPreprocessFlagRules);
   const common::RefusedFlags refused(app, kRefusedFlags);
   if (!common::parse_command_line(app, argc, argv, "preprocess_data", refused, "is not supported")) {
@@ -614,6 +617,11 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
     for (const std::string& key : options.json_keys) {
       if (!keys.insert(key).second) common::fail("--json-keys lists \"{}\" twice", key);
     }
+  }
+  if (options.merge && options.remove_inputs) {
+    common::fail(
+        "--remove-input deletes JSONL inputs after tokenizing them; it does not apply to "
+        "--merge, whose inputs are datasets");
   }
   refuse_outputs_that_are_inputs(options);
   return options;

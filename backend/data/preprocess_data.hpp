@@ -45,6 +45,9 @@ struct PreprocessOptions {
   int64_t log_interval = 1000;
   bool strict = false;
   bool merge = false;
+  // --remove-input (ours): the tool deletes the --input files once the datasets are written
+  // (NeMo's Pile preprocess step with rm_extracted: True); refused with --merge.
+  bool remove_inputs = false;
   int64_t batch_bytes = int64_t(1) << 20;  // input bytes per work item (a tuning knob for tests)
 };
 

@@ -2,8 +2,10 @@
 // (told apart by content: backend/data/compressed_input.hpp, which also reads concatenated
 // members and plain files) and writes the decompressed bytes through `<output>.tmp-<pid>`,
 // renamed into place when complete and flushed, so `<output>` is never a partial file. An
-// existing `<output>` is kept (complete by that rule) unless --force.
-//   decompress INPUT [--output FILE] [--force] [--progress auto|bar|log|none]
+// existing `<output>` is kept (complete by that rule) unless --force. --remove-input deletes
+// INPUT once `<output>` is in place (NeMo's Pile extract step with rm_downloaded: True), also
+// when `<output>` was already there.
+//   decompress INPUT [--output FILE] [--force] [--remove-input] [--progress auto|bar|log|none]
 // The default output is INPUT without its .gz/.zst/.xz suffix. Plain input is refused (there
 // is nothing to decompress, and copying it would hide a failed download), and so is content
 // that its name does not promise (a plain file named .gz; bzip2, which is not built).
@@ -113,12 +115,13 @@ int main(int argc, char** argv) {
   common::setup_logging("decompress");
   try {
     std::string input, output, progress = "auto";
-    bool force = false;
+    bool force = false, remove_input = false;
     CLI::App app{"Decompress a .gz, .zst or .xz file (megatron-native's data_preparation stage)",
                  "decompress"};
     app.add_option("input", input, "The compressed file")->required();
     app.add_option("-o,--output", output, "Where to write (default: the input without its suffix)");
     app.add_flag("--force", force, "Decompress even when the output exists");
+    app.add_flag("--remove-input", remove_input, "Delete the input once the output is in place");
     app.add_option("--progress", progress, "bar, log, none or auto (bar on a terminal)")
         ->check(CLI::IsMember({"auto", "bar", "log", "none"}));
     try {
@@ -137,6 +140,17 @@ int main(int argc, char** argv) {
       mode = backend::ProgressMode::kNone;
     }
     decompress(input, output, force, mode);
+    if (remove_input) {
+      // Only after the output is complete (renamed into place, or found there): a failed run
+      // keeps its input, so launching again can still finish without downloading it again.
+      std::error_code error;
+      fs::remove(input, error);
+      if (error) {
+        common::fail("decompress: {} is written but {} could not be removed: {}", output, input,
+                     error.message());
+      }
+      spdlog::info("removed {} (--remove-input)", input);
+    }
     return 0;
   } catch (const common::Error& error) {
     spdlog::error("{}", error.what());

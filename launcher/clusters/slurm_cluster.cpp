@@ -94,10 +94,12 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
   // CPU jobs (data preparation) leave out the node-sized requests of GPU training: no GPUs,
   // no exclusive node, no --mem=0 (all of a node's memory), so many tasks share a node.
   const std::set<std::string> kGpuJobOnly = {"gpus_per_task", "gpus_per_node", "gres", "mem", "exclusive"};
+  const std::set<std::string> kWholeNode = {"mem", "exclusive"};  // JobSpec::whole_node keeps these
   for (const auto& [key, option] : std::vector<std::pair<std::string, std::string>>{
            {"partition", "--partition"}, {"account", "--account"}, {"gpus_per_task", "--gpus-per-task"},
            {"gpus_per_node", "--gpus-per-node"}, {"gres", "--gres"}, {"mem", "--mem"}}) {
-    if (!job.uses_gpus && kGpuJobOnly.contains(key)) continue;
+    const bool whole_node_key = job.whole_node && kWholeNode.contains(key);
+    if (!job.uses_gpus && kGpuJobOnly.contains(key) && !whole_node_key) continue;
     if (const Node* value = value_of(key)) directives.push_back(directive(option, cluster_text(*value, key)));
   }
   // Switches are true or false (null: false); anything else is refused, not read as false.
@@ -105,7 +107,7 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
     const Node* value = value_of(key);
     return value != nullptr && value->as_bool("cluster." + key);
   };
-  if (switched_on("exclusive") && job.uses_gpus) {
+  if (switched_on("exclusive") && (job.uses_gpus || job.whole_node)) {
     directives.push_back("--exclusive");
   }
   if (job.cpus_per_task > 0) directives.push_back(directive("--cpus-per-task", std::to_string(job.cpus_per_task)));

@@ -9,6 +9,13 @@
 //      preprocess  one preprocess_data per shard → <output_prefix>[_NN]_<key>_document
 //    each after the one before with afterok (a step without its input is pointless), and the
 //    stage after data_preparation (training) after the last, also with afterok.
+//  - `the_pile_url`/`file_numbers` (NeMo's own download_<model>_pile.yaml, unchanged): the
+//    Pile's shards NN.jsonl.zst under the_pile_url, in NeMo's three sub-stages and with its
+//    file names: download (the shards, and download_vocab_url/download_merges_url into
+//    vocab_save_dir/merges_save_dir), extract (`decompress`, --remove-input with
+//    rm_downloaded) and preprocess (preprocess_data → ${data_dir}/my-<model type>_NN,
+//    --remove-input with rm_extracted); download_the_pile and preprocess_data leave steps
+//    out; run.node_array_size caps the tasks running at once (NeMo's --array=...%N).
 // Nothing to submit (no input, no URLs): no job, and the chain continues from the stage before.
 //
 // The training stage picks the outputs up through `data_preparation.data_prefix`: left null

@@ -29,6 +29,9 @@ struct JobSpec {
   // preparation) do not, and ask for cpus_per_task CPUs instead (0: the scheduler's default).
   bool uses_gpus = true;
   int cpus_per_task = 0;
+  // A CPU job that takes whole nodes as NeMo's Pile preprocessing does (its tasks use every
+  // core): it gets the cluster's `exclusive` and `mem` requests, not the GPU ones.
+  bool whole_node = false;
   std::string time_limit;              // Slurm's D-HH:MM:SS, may be empty
   std::string tool;                    // the backend executable's name, for "not built" messages
   // Scheduler dependencies: the id of the job this one runs after, set by the launcher from the

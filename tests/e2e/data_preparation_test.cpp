@@ -3,7 +3,9 @@
 // decompress and preprocess_data jobs one after the other and leaves Megatron .bin/.idx files
 // in data_dir, byte for byte what preprocess_data makes of the uncompressed originals. A failed
 // download stops the steps after it (afterok), the training stage included; the seed workflow
-// is one command.
+// is one command. NeMo 23.07's own download_gpt3_pile option, from its unchanged conf tree, with
+// the_pile_url a file:// directory of .jsonl.zst shards (made with Debian's zstd), does the same
+// with NeMo's names (NN.jsonl.zst → NN.jsonl → my-gpt3_NN_text_document).
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -208,4 +210,83 @@ TEST_CASE("the seed workflow is one launcher command: OSCAR + GPT-2 vocab/merges
   CHECK(training.find("--data-path 1 " + (temporary.path / "data/meg-gpt2_text_document").string() + " \\\n") !=
         std::string::npos);
   CHECK(training.find("--vocab-file " + (temporary.path / "data/bpe/vocab.json").string()) != std::string::npos);
+}
+
+TEST_CASE("NeMo's download_gpt3_pile over a file:// directory of .jsonl.zst shards: my-gpt3_NN datasets") {
+  TemporaryDirectory temporary;
+  const fs::path pile = temporary.path / "pile";  // the_pile_url's directory: 00.jsonl.zst, 01.jsonl.zst
+  const fs::path data = temporary.path / "data";
+  const fs::path results = temporary.path / "results";
+  fs::create_directories(pile);
+  for (int shard = 0; shard < 2; ++shard) {
+    const fs::path jsonl = temporary.path / fmt::format("original{}.jsonl", shard);
+    write_shard(jsonl, shard, 30 + 9 * shard);
+    const auto zstd = launcher::run_and_capture(
+        {"zstd", "-q", "-f", jsonl.string(), "-o", (pile / fmt::format("{:02d}.jsonl.zst", shard)).string()});
+    REQUIRE_MESSAGE(zstd.exit_code == 0, "zstd (Debian: zstd) failed: " << zstd.output);
+  }
+  auto launch = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = {
+        kLauncher, "main", "--config-dir", (fs::path(TEST_SOURCE_DIR) / "tests/data/nemo_23.07/conf").string(),
+        "stages=[data_preparation]",
+        // NeMo's tree has only cluster/bcm.yaml; the local cluster type runs with it.
+        "cluster_type=local", "cluster=bcm", "base_results_dir=" + results.string(), "data_dir=" + data.string(),
+        "data_preparation.the_pile_url=file://" + pile.string() + "/", "data_preparation.file_numbers=0-1",
+        "data_preparation.download_vocab_url=file://" + (kTestData / "gpt2-vocab.json").string(),
+        "data_preparation.download_merges_url=file://" + (kTestData / "gpt2-merges.txt").string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return launcher::run_and_capture(argv);
+  };
+  const auto run = launch({});
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const size_t downloaded = run.output.find("data_preparation.download: local job");
+  const size_t extracted = run.output.find("data_preparation.extract: local job");
+  const size_t preprocessed = run.output.find("data_preparation.preprocess: local job");
+  REQUIRE(downloaded != std::string::npos);
+  REQUIRE(extracted != std::string::npos);
+  REQUIRE(preprocessed != std::string::npos);
+  CHECK(downloaded < extracted);
+  CHECK(extracted < preprocessed);
+  const auto records = launcher::read_job_records(results / "download_gpt3_pile");
+  REQUIRE(records.size() == 3);
+  for (const auto& record : records) CHECK(record.exit_code == 0);
+
+  CHECK(read_file(data / "bpe/vocab.json") == read_file(kTestData / "gpt2-vocab.json"));
+  CHECK(read_file(data / "bpe/merges.txt") == read_file(kTestData / "gpt2-merges.txt"));
+  auto check_datasets = [&] {
+    for (int shard = 0; shard < 2; ++shard) {
+      CAPTURE(shard);
+      const fs::path reference = temporary.path / fmt::format("reference{}", shard);
+      const auto direct = launcher::run_and_capture(
+          {std::string(TEST_BIN_DIR) + "/preprocess_data", "--input",
+           (temporary.path / fmt::format("original{}.jsonl", shard)).string(), "--output-prefix", reference.string(),
+           "--json-keys", "text", "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file",
+           (kTestData / "gpt2-vocab.json").string(), "--merge-file", (kTestData / "gpt2-merges.txt").string(),
+           "--append-eod", "--workers", "1"});
+      REQUIRE_MESSAGE(direct.exit_code == 0, direct.output);
+      CHECK(direct.output.find(fmt::format("{} documents", 30 + 9 * shard)) != std::string::npos);
+      const std::string prefix = (data / fmt::format("my-gpt3_0{}_text_document", shard)).string();
+      for (const char* extension : {".bin", ".idx"}) {
+        CAPTURE(extension);
+        REQUIRE(fs::is_regular_file(prefix + extension));
+        CHECK(read_file(prefix + extension) == read_file(reference.string() + "_text_document" + extension));
+      }
+    }
+  };
+  check_datasets();
+  // rm_downloaded and rm_extracted (True in NeMo's option): neither the .zst nor the .jsonl is left.
+  for (const char* name : {"00.jsonl.zst", "01.jsonl.zst", "00.jsonl", "01.jsonl"}) {
+    CAPTURE(name);
+    CHECK_FALSE(fs::exists(data / name));
+  }
+  CHECK(fs::is_regular_file(pile / "00.jsonl.zst"));  // the source is only read
+
+  // With both False the downloads and the extracted shards stay, and the datasets are the same.
+  const auto kept = launch({"data_preparation.rm_downloaded=False", "data_preparation.rm_extracted=False"});
+  INFO(kept.output);
+  REQUIRE(kept.exit_code == 0);
+  CHECK(read_file(data / "01.jsonl.zst") == read_file(pile / "01.jsonl.zst"));
+  CHECK(read_file(data / "01.jsonl") == read_file(temporary.path / "original1.jsonl"));
+  check_datasets();
 }

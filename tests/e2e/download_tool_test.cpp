@@ -106,6 +106,19 @@ TEST_CASE("decompress: .xz to the name without the suffix — a corrupt input le
   const auto unnamed = launcher::run_and_capture({kDecompress, jsonl.string()});
   CHECK(unnamed.exit_code == 2);
   CHECK(unnamed.output.find("does not end in .gz, .zst or .xz; pass --output FILE") != std::string::npos);
+
+  // --remove-input (NeMo's rm_downloaded): never after a failure; once the output is in place,
+  // also when it was already there.
+  const auto failed_kept = launcher::run_and_capture(
+      {kDecompress, (directory.path / "cut.jsonl.xz").string(), "--remove-input"});
+  CHECK(failed_kept.exit_code == 2);
+  CHECK(fs::exists(directory.path / "cut.jsonl.xz"));
+  const auto removed = launcher::run_and_capture({kDecompress, jsonl.string() + ".xz", "--remove-input"});
+  INFO(removed.output);
+  CHECK(removed.exit_code == 0);
+  CHECK_FALSE(fs::exists(jsonl.string() + ".xz"));
+  CHECK(read_file(jsonl) == text);
+  CHECK(removed.output.find("removed " + jsonl.string() + ".xz (--remove-input)") != std::string::npos);
 }
 
 TEST_CASE("decompress refuses content its name does not promise, and plain input — nothing is written") {

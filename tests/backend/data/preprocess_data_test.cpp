@@ -401,6 +401,16 @@ TEST_CASE("preprocess_data flags: Megatron's names, refused ones with a reason")
                               "GPT2BPETokenizer", "--json-keys", "text", "text"}),
                        doctest::Contains("lists \"text\" twice"), common::Error);
   CHECK(parse({"--merge", "--input", "dir", "--output-prefix", "o"}).has_value());
+  // --remove-input (ours, NeMo's rm_extracted): JSONL inputs only.
+  const auto removing = parse({"--input", "a", "--output-prefix", "o", "--tokenizer-type", "NullTokenizer",
+                               "--vocab-size", "10", "--remove-input"});
+  REQUIRE(removing.has_value());
+  CHECK(removing->remove_inputs);
+  CHECK_FALSE(options->remove_inputs);
+  CHECK_THROWS_WITH_AS(parse({"--merge", "--input", "dir", "--output-prefix", "o", "--remove-input"}),
+                       doctest::Contains("--remove-input deletes JSONL inputs after tokenizing them; it does "
+                                         "not apply to --merge"),
+                       common::Error);
 }
 
 TEST_CASE("preprocess_data flags of the SentencePiece tokenizers") {

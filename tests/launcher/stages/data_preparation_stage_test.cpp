@@ -1,20 +1,27 @@
 // The data_preparation stage on the real conf/ tree: the seed workflow (one shard) and several
 // shards become download / decompress / preprocess jobs with the right commands, arrays and
 // dependencies; the blend list reaches training's --data-path; bad values are refused naming
-// the key.
+// the key. NeMo 23.07's download_gpt3_pile, from its unchanged conf tree, renders NeMo's shard
+// names and steps (jobs, and the Slurm and local scripts of a --dry-run launch).
 #include "launcher/stages/data_preparation_stage.hpp"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "backend/common/error.hpp"
 #include "launcher/config/compose.hpp"
 #include "launcher/config/interpolate.hpp"
+#include "launcher/launch.hpp"
 #include "launcher/stages/training_stage.hpp"
+#include "read_file.hpp"
+#include "temporary_directory.hpp"
 
 using namespace launcher;
 
@@ -241,4 +248,231 @@ TEST_CASE("bad data_preparation values are refused, naming the key and what woul
           "data_preparation.tokenizer.vocab_file is not set: data_preparation.vocab_url is downloaded there");
   refused({"data_preparation.download_dir=null"}, "data_preparation.download_dir is not set");
   refused({"data_preparation.decompress=maybe"}, "data_preparation.decompress");
+}
+
+// ---- NeMo's Pile option, from NeMo 23.07's own conf tree, unchanged ----
+
+namespace {
+
+Node nemo_pile_config(std::vector<std::string> overrides) {
+  overrides.insert(overrides.begin(), {"stages=[data_preparation]", "launcher_scripts_path=/opt/launcher"});
+  ComposedConfig composed =
+      compose({std::string(TEST_SOURCE_DIR) + "/tests/data/nemo_23.07/conf", "config", overrides});
+  fill_data_preparation_blend(composed);
+  return resolve(composed.config, ResolveContext{composed.choices});
+}
+
+}  // namespace
+
+TEST_CASE("NeMo 23.07's download_gpt3_pile: 30 shards downloaded, extracted and tokenized as NeMo names them") {
+  for (const char* cluster_type : {"bcm", "local"}) {
+    CAPTURE(cluster_type);
+    const Node config = nemo_pile_config({std::string("cluster_type=") + cluster_type});
+    const std::vector<JobSpec> jobs = jobs_of(config);
+    REQUIRE(jobs.size() == 3);
+    CHECK(jobs[0].step == "download");
+    CHECK(jobs[1].step == "extract");
+    CHECK(jobs[2].step == "preprocess");
+    CHECK(jobs[0].job_name == "nemo-download_gpt3_pile_download");
+
+    // download: the 30 shards, then the vocab and the merges (NeMo fetches those at launch).
+    const auto& downloads = jobs[0].array_tasks;
+    REQUIRE(downloads.size() == 32);
+    CHECK(downloads[0] == words({"/opt/bin/download", "https://mystic.the-eye.eu/public/AI/pile/train/00.jsonl.zst",
+                                 "--output", "/opt/launcher/data/00.jsonl.zst", "--retries", "5"}));
+    CHECK(downloads[29][1] == "https://mystic.the-eye.eu/public/AI/pile/train/29.jsonl.zst");
+    CHECK(downloads[29][3] == "/opt/launcher/data/29.jsonl.zst");
+    CHECK(downloads[30] == words({"/opt/bin/download", "https://huggingface.co/gpt2/resolve/main/vocab.json",
+                                  "--output", "/opt/launcher/data/bpe/vocab.json", "--retries", "5"}));
+    CHECK(downloads[31] == words({"/opt/bin/download", "https://huggingface.co/gpt2/resolve/main/merges.txt",
+                                  "--output", "/opt/launcher/data/bpe/merges.txt", "--retries", "5"}));
+
+    // extract: rm_downloaded: True removes the .zst once the .jsonl is in place.
+    const auto& extractions = jobs[1].array_tasks;
+    REQUIRE(extractions.size() == 30);
+    CHECK(extractions[7] == words({"/opt/bin/decompress", "/opt/launcher/data/07.jsonl.zst", "--output",
+                                   "/opt/launcher/data/07.jsonl", "--remove-input"}));
+
+    // preprocess: NeMo's preprocess.py flags, my-gpt3_NN (the names NeMo's training configs list),
+    // rm_extracted: True removes the .jsonl once the dataset is written.
+    const auto& preprocessing = jobs[2].array_tasks;
+    REQUIRE(preprocessing.size() == 30);
+    CHECK(preprocessing[12] ==
+          words({"/opt/bin/preprocess_data", "--input", "/opt/launcher/data/12.jsonl", "--output-prefix",
+                 "/opt/launcher/data/my-gpt3_12", "--dataset-impl", "mmap", "--tokenizer-type", "GPT2BPETokenizer",
+                 "--vocab-file", "/opt/launcher/data/bpe/vocab.json", "--merge-file", "/opt/launcher/data/bpe/merges.txt",
+                 "--append-eod", "--workers", "1024", "--remove-input"}));
+    CHECK(jobs[2].whole_node);  // every core of a node, as NeMo's $SLURM_CPUS_ON_NODE workers
+    CHECK(jobs[2].cpus_per_task == 0);
+    for (const JobSpec& job : jobs) {
+      CAPTURE(job.step);
+      CHECK(job.max_parallel_tasks == 30);  // run.node_array_size: NeMo's --array=<file_numbers>%30
+      CHECK(job.time_limit == "4:00:00");
+      CHECK(job.run_dependency == "singleton");
+      CHECK(job.successors_need_success);
+      CHECK_FALSE(job.uses_gpus);
+      CHECK(job.results_dir == "/opt/launcher/results/download_gpt3_pile");
+    }
+    CHECK_FALSE(jobs[0].whole_node);
+    CHECK_FALSE(jobs[1].whole_node);
+
+    // The datasets are the ones NeMo's own training config (gpt3/5b, the tree's default) trains on.
+    const Node& data_prefix = at_path(config, "training.model.data.data_prefix");
+    REQUIRE(data_prefix.size() == 60);
+    for (size_t shard = 0; shard < 30; ++shard) {
+      CAPTURE(shard);
+      CHECK(data_prefix.at(2 * shard + 1).as_string() ==
+            flag_value(preprocessing[shard], "--output-prefix") + "_text_document");
+    }
+  }
+}
+
+TEST_CASE("the Pile's keys: file_numbers lists, download_the_pile, preprocess_data, rm_*, workers, tokenizer URLs") {
+  SUBCASE("a list of ranges, rm_* off, a vocab URL not ending in json, workers set") {
+    const Node config = nemo_pile_config(
+        {"data_preparation.file_numbers='3,5-6'", "data_preparation.rm_downloaded=False",
+         "data_preparation.rm_extracted=False", "data_preparation.the_pile_url=file:///srv/pile/",
+         "data_preparation.download_vocab_url=https://h/vocab", "+data_preparation.workers=4", "data_dir=/d"});
+    const std::vector<JobSpec> jobs = jobs_of(config);
+    REQUIRE(jobs.size() == 3);
+    REQUIRE(jobs[0].array_tasks.size() == 5);
+    CHECK(jobs[0].array_tasks[1][1] == "file:///srv/pile/05.jsonl.zst");
+    CHECK(jobs[0].array_tasks[3][3] == "/d/bpe/vocab.txt");  // NeMo: vocab.txt unless the URL ends in json
+    CHECK(jobs[1].array_tasks[2] == words({"/opt/bin/decompress", "/d/06.jsonl.zst", "--output", "/d/06.jsonl"}));
+    CHECK(jobs[2].array_tasks[0].back() == "4");  // --workers 4, nothing removed
+    CHECK(flag_value(jobs[2].array_tasks[0], "--vocab-file") == "/d/bpe/vocab.txt");
+    CHECK(flag_value(jobs[2].array_tasks[2], "--output-prefix") == "/d/my-gpt3_06");
+    CHECK(jobs[2].cpus_per_task == 4);
+    CHECK_FALSE(jobs[2].whole_node);
+  }
+  SUBCASE("a data_prefix key added to NeMo's option is filled with the outputs' blend") {
+    const Node config = nemo_pile_config({"+data_preparation.data_prefix=null", "data_preparation.file_numbers='4,9'",
+                                          "data_dir=/d"});
+    const Node& blend = at_path(config, "data_preparation.data_prefix");
+    REQUIRE(blend.size() == 4);
+    CHECK(blend.at(0).as_double() == 1.0);
+    CHECK(blend.at(1).as_string() == "/d/my-gpt3_04_text_document");
+    CHECK(blend.at(3).as_string() == "/d/my-gpt3_09_text_document");
+  }
+  SUBCASE("NeMo's Llama keys: download_tokenizer_url, tokenizer_library: sentencepiece, tokenizer_model") {
+    const std::vector<JobSpec> jobs = jobs_of(nemo_pile_config(
+        {"data_preparation.tokenizer_type=null", "data_preparation.download_vocab_url=null",
+         "data_preparation.download_merges_url=null", "+data_preparation.tokenizer_library=sentencepiece",
+         "+data_preparation.download_tokenizer_url=https://h/tokenizer.model", "+data_preparation.tokenizer_save_dir=/t",
+         "+data_preparation.tokenizer_model=/t/llama_tokenizer.model", "data_preparation.file_numbers=0-1"}));
+    REQUIRE(jobs.size() == 3);
+    REQUIRE(jobs[0].array_tasks.size() == 3);
+    CHECK(jobs[0].array_tasks[2] == words({"/opt/bin/download", "https://h/tokenizer.model", "--output",
+                                           "/t/llama_tokenizer.model", "--retries", "5"}));
+    CHECK(flag_value(jobs[2].array_tasks[1], "--tokenizer-type") == "GPTSentencePieceTokenizer");
+    CHECK(flag_value(jobs[2].array_tasks[1], "--tokenizer-model") == "/t/llama_tokenizer.model");
+    CHECK(flag_value(jobs[2].array_tasks[1], "--vocab-file") == "<absent>");
+  }
+  SUBCASE("download_the_pile: False: only the tokenizer files are fetched before preprocessing") {
+    const std::vector<JobSpec> jobs = jobs_of(nemo_pile_config({"data_preparation.download_the_pile=False"}));
+    REQUIRE(jobs.size() == 2);
+    CHECK(jobs[0].array_tasks.size() == 2);
+    CHECK(jobs[1].step == "preprocess");
+    CHECK(jobs[1].array_tasks.size() == 30);
+  }
+  SUBCASE("preprocess_data: False, no tokenizer URLs: download and extract only") {
+    const std::vector<JobSpec> jobs =
+        jobs_of(nemo_pile_config({"data_preparation.preprocess_data=False", "data_preparation.file_numbers=0",
+                                  "data_preparation.download_vocab_url=null", "data_preparation.download_merges_url=null"}));
+    REQUIRE(jobs.size() == 2);
+    CHECK_FALSE(jobs[0].is_array());  // one shard: plain jobs
+    CHECK(jobs[0].command[1] == "https://mystic.the-eye.eu/public/AI/pile/train/00.jsonl.zst");
+    CHECK(jobs[1].step == "extract");
+  }
+  SUBCASE("nothing asked: nothing to submit") {
+    CHECK(jobs_of(nemo_pile_config({"data_preparation.preprocess_data=False", "data_preparation.download_the_pile=False",
+                                    "data_preparation.download_vocab_url=null",
+                                    "data_preparation.download_merges_url=null"}))
+              .empty());
+  }
+}
+
+TEST_CASE("bad Pile values are refused, naming the key and what would be valid") {
+  auto refused = [](std::vector<std::string> overrides, const std::string& message) {
+    CAPTURE(message);
+    CHECK_THROWS_WITH_AS(jobs_of(nemo_pile_config(std::move(overrides))), doctest::Contains(message.c_str()),
+                         common::Error);
+  };
+  refused({"data_preparation.file_numbers='3-1'"},
+          "data_preparation.file_numbers: the range '3-1' runs backwards; write it lowest first (1-3)");
+  refused({"data_preparation.file_numbers=a"}, "data_preparation.file_numbers: 'a' in \"a\" is not a shard number");
+  refused({"data_preparation.file_numbers='0-'"}, "data_preparation.file_numbers: '' in \"0-\" is not a shard number");
+  refused({"data_preparation.file_numbers='1,,2'"}, "data_preparation.file_numbers: '' in \"1,,2\" is not a shard number");
+  refused({"data_preparation.file_numbers='0-3,2'"}, "data_preparation.file_numbers: shard 2 is listed twice in \"0-3,2\"");
+  refused({"data_preparation.file_numbers='0-999999'"},
+          "data_preparation.file_numbers: \"0-999999\" names more than 10000 shards");
+  refused({"data_preparation.file_numbers=null"}, "data_preparation.file_numbers is not set");
+  refused({"data_preparation.the_pile_url=ftp://h/pile/"},
+          "data_preparation.the_pile_url: 'ftp://h/pile/' is not an http://, https:// or file:// URL");
+  refused({"data_preparation.the_pile_url=/srv/pile/"},
+          "data_preparation.the_pile_url: '/srv/pile/' is not an http://, https:// or file:// URL");
+  refused({"data_preparation.tokenizer_type=BertWordPieceCase"},
+          "data_preparation.tokenizer_type: 'BertWordPieceCase' is not a tokenizer preprocess_data builds");
+  refused({"data_preparation.tokenizer_type=null"}, "data_preparation.tokenizer_type is not set: preprocess_data needs it");
+  refused({"data_preparation.tokenizer_type=GPTSentencePieceTokenizer"},
+          "data_preparation.tokenizer_model is not set: a SentencePiece tokenizer needs its model file");
+  refused({"data_preparation.vocab_save_dir=null"}, "data_preparation.vocab_save_dir is not set");
+  refused({"data_preparation.run.node_array_size=0"}, "data_preparation.run.node_array_size must be a positive integer");
+  refused({"data_preparation.rm_downloaded=maybe"}, "data_preparation.rm_downloaded");
+  // The model type comes from the option's name (NeMo's data_preparation_config), else run.name.
+  refused({"data_preparation_config=my_pile"}, "data_preparation_config 'my_pile' names none of NeMo's model types");
+  refused({"data_preparation_config=null", "data_preparation.run.name=my_pile"},
+          "data_preparation.run.name 'my_pile' names none of NeMo's model types");
+}
+
+TEST_CASE("NeMo's download_gpt3_pile through launcher main --dry-run: Slurm arrays and a local script, values quoted") {
+  // The_pile_url with a space and a quote: every value reaches the script through shell_quote.
+  const std::string url = "file:///srv/it's pile/";
+  for (const std::string cluster_type : {"bcm", "local"}) {
+    CAPTURE(cluster_type);
+    test_support::TemporaryDirectory results;
+    {
+      // Quiet, and without the launcher.log sink each launch adds, whatever happens.
+      struct QuietLogger {
+        spdlog::level::level_enum level = spdlog::default_logger()->level();
+        size_t sinks = spdlog::default_logger()->sinks().size();
+        QuietLogger() { spdlog::default_logger()->set_level(spdlog::level::off); }
+        ~QuietLogger() {
+          spdlog::default_logger()->sinks().resize(sinks);
+          spdlog::default_logger()->set_level(level);
+        }
+      } quiet;
+      MainOptions options;
+      options.overrides = {"stages=[data_preparation]", "cluster_type=" + cluster_type, "cluster=bcm",
+                           "base_results_dir=" + results.path.string(), "data_dir=/d",
+                           "data_preparation.the_pile_url=\"" + url + "\""};
+      options.conf_dir = std::string(TEST_SOURCE_DIR) + "/tests/data/nemo_23.07/conf";
+      options.dry_run = true;
+      options.command_line = "launcher main --dry-run";
+      std::ostringstream terminal;
+      REQUIRE(launch_main(options, terminal) == 0);
+    }
+    const std::filesystem::path run = results.path / "download_gpt3_pile";
+    const std::string prefix = "nemo-megatron-";  // bcm.yaml's job_name_prefix, local too (cluster=bcm)
+    const std::string download = test_support::read_file(run / (prefix + "download_gpt3_pile_download_submission.sh"));
+    const std::string extract = test_support::read_file(run / (prefix + "download_gpt3_pile_extract_submission.sh"));
+    const std::string preprocess = test_support::read_file(run / (prefix + "download_gpt3_pile_preprocess_submission.sh"));
+    CHECK(download.find(R"('file:///srv/it'\''s pile/29.jsonl.zst')") != std::string::npos);
+    CHECK(download.find("--output /d/29.jsonl.zst") != std::string::npos);
+    CHECK(extract.find("/d/29.jsonl.zst \\\n        --output /d/29.jsonl \\\n        --remove-input ;;") !=
+          std::string::npos);
+    CHECK(preprocess.find("--output-prefix /d/my-gpt3_29 \\\n") != std::string::npos);
+    if (cluster_type == "bcm") {
+      CHECK(download.find("#SBATCH --array=0-31%30\n") != std::string::npos);  // 30 shards, vocab, merges
+      CHECK(extract.find("#SBATCH --array=0-29%30\n") != std::string::npos);
+      CHECK(preprocess.find("#SBATCH --array=0-29%30\n") != std::string::npos);
+      // Preprocessing takes whole nodes, as NeMo's (bcm.yaml's exclusive); downloads share them.
+      CHECK(preprocess.find("#SBATCH --exclusive\n") != std::string::npos);
+      CHECK(download.find("#SBATCH --exclusive\n") == std::string::npos);
+      CHECK(extract.find("#SBATCH --dependency=afterok:") == std::string::npos);  // a dry run has no job ids
+    } else {
+      CHECK(download.find("# A job array of 32 tasks, run here one after the other") != std::string::npos);
+      CHECK(preprocess.find("for task in $(seq 0 29); do") != std::string::npos);
+    }
+  }
 }
