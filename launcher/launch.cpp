@@ -312,6 +312,12 @@ fs::path find_templates_dir(const fs::path& launcher_scripts_path) {
 }
 
 ClusterChoice resolve_cluster_type(const std::string& configured) {
+  // NeMo's name for running on this machine without a scheduler.
+  if (configured == "interactive") return {"local", "NeMo's interactive: on this machine"};
+  if (configured == "bcp") {
+    common::fail("cluster_type 'bcp' (NVIDIA Base Command Platform) is not supported: use bcm "
+                 "(Slurm), pbs, k8s or local");
+  }
   if (configured != "auto") return {configured, "as configured"};
   if (!find_on_path("sbatch")) return {"local", "no sbatch on PATH"};
   // The Slurm client alone (e.g. installed for tests) is not a cluster: submitting would fail.
@@ -340,10 +346,15 @@ LaunchComposition compose_for_launch(const MainOptions& options) {
   ClusterChoice choice = resolve_cluster_type(configured);
   if (configured == "auto") spdlog::info("cluster_type auto → {} ({})", choice.type, choice.reason);
   if (choice.type != "local" && choice.type != "bcm" && choice.type != "pbs" && choice.type != "k8s") {
-    common::fail("cluster_type '{}' is not valid (valid: auto, bcm, local, pbs, k8s)", choice.type);
+    common::fail("cluster_type '{}' is not valid (valid: auto, bcm, local, pbs, k8s, and NeMo's "
+                 "interactive for local)", choice.type);
   }
   ComposeOptions compose_options{conf_dir, "config", options.overrides};
-  if (!user_chose_group(options.overrides, "cluster") &&
+  // A tree without an option of that name (NeMo's has only cluster/bcm.yaml) keeps its own
+  // choice: the local cluster reads only job_name_prefix from it, as NeMo's interactive mode.
+  std::error_code missing;
+  const bool tree_has_option = fs::exists(conf_dir / "cluster" / (choice.type + ".yaml"), missing);
+  if (!user_chose_group(options.overrides, "cluster") && tree_has_option &&
       probe.choices.count("cluster") && probe.choices.at("cluster") != choice.type) {
     compose_options.overrides.insert(compose_options.overrides.begin(), "cluster=" + choice.type);
   }

@@ -22,9 +22,10 @@ namespace {
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 constexpr int64_t kLargestInteger = std::numeric_limits<int64_t>::max();
 
-// Megatron's choices (megatron/training/arguments.py). --tokenizer-type lists Megatron's
-// tokenizers, not only the two built here: a config naming Llama2Tokenizer is valid and
-// renders; pretrain_gpt refuses it as not built yet.
+// Megatron's choices (megatron/training/arguments.py). --tokenizer-type lists all of Megatron's
+// tokenizers, not only those built here (docs/data.md): a config naming one that is not built
+// (BertWordPieceCase, TikTokenizer, ...) is valid and renders; pretrain_gpt refuses it as not
+// built yet.
 constexpr std::string_view kTokenizerTypes[] = {
     "BertWordPieceLowerCase", "BertWordPieceCase",    "GPT2BPETokenizer", "SentencePieceTokenizer",
     "GPTSentencePieceTokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer", "TikTokenizer",

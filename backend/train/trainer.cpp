@@ -3,7 +3,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <array>
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -540,9 +539,9 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
     // all of them save and exit after the same iteration.
     bool duration_exceeded = false;
     if (a.exit_duration_in_mins > 0) {
-      std::array<float, 1> minutes = {
+      std::vector<float> minutes = {
           static_cast<float>(std::chrono::duration<double>(Clock::now() - setup_start).count() / 60.0)};
-      world.all_reduce(host_view(std::span(minutes)), ReduceOperation::max);
+      world.all_reduce(host_view(std::span<float>(minutes)), ReduceOperation::max);
       duration_exceeded = minutes[0] > a.exit_duration_in_mins;
     }
     const IterationActions actions = actions_after_iteration(a, iteration, duration_exceeded);

@@ -313,7 +313,9 @@ TrainingKeyReport account_training_keys(const Node& config) {
 
   std::vector<std::pair<std::string, const Node*>> leaves;
   collect_leaves(*training, "", leaves);
-  for (const auto& [key, value] : leaves) {
+  for (const auto& leaf : leaves) {
+    const std::string& key = leaf.first;  // named, not a structured binding: lambdas capture it
+    const Node* value = leaf.second;
     const std::string where = value->location().describe();
     if (std::binary_search(mapped.begin(), mapped.end(), key)) continue;
     const auto rule = std::find_if(kRules.begin(), kRules.end(),

@@ -113,6 +113,7 @@ launcher::CapturedRun tiny_llama_run(const fs::path& results, const std::string&
       "cluster_type=local", "base_results_dir=" + results.string(),
       "training.trainer.num_nodes=1", "training.trainer.devices=1",
       "training.trainer.max_steps=3", "training.trainer.limit_val_batches=1",
+      "training.trainer.log_every_n_steps=1",
       "training.model.global_batch_size=4", "training.model.micro_batch_size=2",
       "training.model.encoder_seq_length=32", "training.model.num_layers=2",
       "training.model.hidden_size=64", "training.model.num_attention_heads=4",
@@ -136,12 +137,15 @@ TEST_CASE("launcher main trains a tiny llama2_7b: the Llama flags reach pretrain
   for (const char* flag :
        {"--position-embedding-type rope", "--normalization RMSNorm", "--swiglu",
         "--disable-bias-linear", "--untie-embeddings-and-output-weights", "--rotary-base 10000",
-        "--recompute-granularity selective", "--ffn-hidden-size 128"}) {
+        "--ffn-hidden-size 128"}) {
     CAPTURE(flag);
     CHECK(script.find(flag) != std::string::npos);
   }
   CHECK(script.find("--group-query-attention") == std::string::npos);
-  CHECK(script.find("--tokenizer-type Llama2Tokenizer") != std::string::npos);
+  // NeMo's llama2_7b: no recompute (granularity null, whatever method and num_layers say), and
+  // NeMo's SentencePiece tokenizer (library sentencepiece, type null), which adds no BOS.
+  CHECK(script.find("--recompute-") == std::string::npos);
+  CHECK(script.find("--tokenizer-type GPTSentencePieceTokenizer") != std::string::npos);
   CHECK(script.find("/tests/data/sentencepiece_bpe.model") != std::string::npos);
   CHECK(run.output.find(" > padded vocab (size: 500) with 12 dummy tokens (new size: 512)") !=
         std::string::npos);
@@ -155,7 +159,8 @@ TEST_CASE("launcher main trains a tiny llama2_70b with grouped-query attention")
   const auto run = tiny_llama_run(
       temporary.path, "llama/llama2_70b",
       {"training.model.num_query_groups=2", "training.model.tensor_model_parallel_size=1",
-       "training.model.pipeline_model_parallel_size=1"});
+       "training.model.pipeline_model_parallel_size=1",
+       "training.model.virtual_pipeline_model_parallel_size=null"});
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   CHECK(count_matches(run.output, kIterationLine) == 3);

@@ -220,8 +220,9 @@ TEST_CASE("descriptions are written as Python's json.dumps(indent=4) writes them
       {1.7976931348623157e308, "1.7976931348623157e+308"}, {123.456, "123.456"}, {1e22, "1e+22"},
       {12345678901234567.0, "1.2345678901234568e+16"}, {0.001, "0.001"}, {2.5e-5, "2.5e-05"},
       {1.0, "1.0"}, {0.969 + 0.03, "0.999"}, {-1.5, "-1.5"}, {100.0, "100.0"}};
-  for (const auto& [number, text] : floats) {
-    CAPTURE(text);
+  for (const auto& entry : floats) {
+    const auto& [number, text] = entry;
+    CAPTURE(entry.second);
     CHECK(python_json_text(number) == text);
   }
   CHECK(python_json_text(int64_t{-7}) == "-7");
