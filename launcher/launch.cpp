@@ -457,6 +457,9 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   }
   const std::vector<std::pair<std::string, std::string>> environment = job_environment(config);
   check_jobs_fit_cluster(jobs, cluster_type, *cluster);
+  // A dry run asks nothing of the cluster (it runs neither sbatch nor srun).
+  if (cluster_type == "bcm" && !options.dry_run) check_srun_runs_containers(text_at(config, "container"));
+  if (cluster_type == "bcm") note_pyxis_options_unused(*cluster, text_at(config, "container"));
 
   // Everything that can be wrong with a value is found before the first directory is created:
   // the paths and names that become directories and files, the config as YAML, and every

@@ -52,6 +52,13 @@ std::filesystem::path local_exit_status_file(const std::filesystem::path& result
 std::string render_sbatch(const JobSpec& job, const std::filesystem::path& script_path,
                           const RenderContext& context);
 Submission submit_sbatch(const JobSpec& job, const std::filesystem::path& script_path);
+// Before a Slurm submission with a container image: when srun is on PATH and its help does not
+// list pyxis's --container-image, a common::Error naming `container` and what to set instead.
+// Without srun here nothing can be told, and nothing is said.
+void check_srun_runs_containers(const std::string& container_image);
+// Without a container, render_sbatch leaves pyxis's options (--container-*, --no-container-*)
+// out of cluster.srun_args; this logs which, once per launch.
+void note_pyxis_options_unused(const Node& cluster, const std::string& container_image);
 
 std::string render_pbs(const JobSpec& job, const std::filesystem::path& script_path,
                        const RenderContext& context);

@@ -22,6 +22,12 @@ namespace launcher {
 
 namespace {
 
+// pyxis's srun options (its SPANK plugin's --container-* and --no-container-*), with or
+// without "=value".
+bool is_pyxis_option(const std::string& argument) {
+  return argument.starts_with("--container-") || argument.starts_with("--no-container-");
+}
+
 bool is_plain_directive_character(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("_@%+=:,./-").find(c) != std::string_view::npos;
 }
@@ -189,6 +195,10 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
       // NeMo's bcm.yaml lists --no-container-mount-home in srun_args; with a container it is
       // already there, and twice would only make the line differ from NeMo's.
       if (argument == "--no-container-mount-home" && !context.container_image.empty()) continue;
+      // Without a container pyxis's options say nothing, and an srun without pyxis refuses
+      // them ("unrecognized option"): NeMo's bcm.yaml would stop every bare-metal job step.
+      // (note_pyxis_options_unused says so, once per launch.)
+      if (context.container_image.empty() && is_pyxis_option(argument)) continue;
       srun_arguments.push_back(std::move(argument));
     }
   }
@@ -199,6 +209,28 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
   data.set("directives", directive_list);
   data.set("srun_arguments", srun_arguments.empty() ? std::string() : shell_join(srun_arguments));
   return render_template(context.templates_dir, "bcm.sbatch.mustache", data);
+}
+
+void note_pyxis_options_unused(const Node& cluster, const std::string& container_image) {
+  const Node* extra = cluster.is_map() ? find(cluster, "srun_args") : nullptr;
+  if (!container_image.empty() || extra == nullptr || !extra->is_list()) return;
+  for (size_t i = 0; i < extra->size(); ++i) {
+    if (!extra->at(i).is_string() || !is_pyxis_option(extra->at(i).as_string())) continue;
+    spdlog::info("cluster.srun_args.{}: {} is pyxis's and there is no container (config `container` "
+                 "is null): not passed to srun", i, extra->at(i).as_string());
+  }
+}
+
+void check_srun_runs_containers(const std::string& container_image) {
+  if (container_image.empty() || !find_on_path("srun")) return;
+  // pyxis is a SPANK plugin: when plugstack.conf loads it, srun's help lists its options.
+  const CapturedRun help = run_and_capture({"srun", "--help"});
+  if (help.exit_code != 0 || help.output.find("--container-image") != std::string::npos) return;
+  common::fail("container is {:?}, but this cluster's srun has no pyxis plugin (`srun --help` lists "
+               "no --container-image), so srun would refuse the job step: set container=null to run "
+               "the backend on the nodes directly (it needs no container; with a NeMo conf tree, "
+               "whose container is NeMo's image, this is the setting to use), or install pyxis",
+               container_image);
 }
 
 Submission submit_sbatch(const JobSpec& job, const std::filesystem::path& script_path) {

@@ -39,6 +39,7 @@
 #include "launcher/process.hpp"
 #include "read_file.hpp"
 #include "temporary_directory.hpp"
+#include "quiet_logger.hpp"
 
 using namespace launcher;
 namespace fs = std::filesystem;
@@ -217,17 +218,7 @@ struct Sandbox {
   }
 };
 
-// Keeps launch_main's logging quiet and drops the launcher.log sinks each launch adds.
-struct QuietLogger {
-  spdlog::level::level_enum level = spdlog::default_logger()->level();
-  size_t sinks = spdlog::default_logger()->sinks().size();
-  QuietLogger() { spdlog::default_logger()->set_level(spdlog::level::off); }
-  ~QuietLogger() {
-    spdlog::default_logger()->sinks().resize(sinks);
-    spdlog::default_logger()->set_level(level);
-  }
-  void drop_added_sinks() { spdlog::default_logger()->sinks().resize(sinks); }
-};
+using test_support::QuietLogger;
 
 struct Outcome {
   std::string error;                // the common::Error's message when refused

@@ -24,6 +24,7 @@
 #include "launcher/stages/stage.hpp"
 #include "read_file.hpp"
 #include "temporary_directory.hpp"
+#include "quiet_logger.hpp"
 
 namespace fs = std::filesystem;
 
@@ -32,16 +33,7 @@ namespace {
 const fs::path kSourceDir = TEST_SOURCE_DIR;
 const fs::path kNemo2307Conf = kSourceDir / "tests/data/nemo_23.07/conf";
 
-// Keeps the launcher's logging quiet and drops the launcher.log sinks each launch adds.
-struct QuietLogger {
-  spdlog::level::level_enum level = spdlog::default_logger()->level();
-  size_t sinks = spdlog::default_logger()->sinks().size();
-  QuietLogger() { spdlog::default_logger()->set_level(spdlog::level::off); }
-  ~QuietLogger() {
-    spdlog::default_logger()->sinks().resize(sinks);
-    spdlog::default_logger()->set_level(level);
-  }
-};
+using test_support::QuietLogger;
 
 // Sets an environment variable for one test, restoring what was there.
 struct ScopedEnvironment {

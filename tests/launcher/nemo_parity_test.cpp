@@ -19,6 +19,7 @@
 #include "launcher/launch.hpp"
 #include "read_file.hpp"
 #include "temporary_directory.hpp"
+#include "quiet_logger.hpp"
 
 namespace fs = std::filesystem;
 
@@ -97,15 +98,7 @@ std::string replace_all(std::string text, const std::string& from, const std::st
   return text;
 }
 
-struct QuietLogger {
-  spdlog::level::level_enum level = spdlog::default_logger()->level();
-  size_t sinks = spdlog::default_logger()->sinks().size();
-  QuietLogger() { spdlog::default_logger()->set_level(spdlog::level::off); }
-  ~QuietLogger() {
-    spdlog::default_logger()->sinks().resize(sinks);
-    spdlog::default_logger()->set_level(level);
-  }
-};
+using test_support::QuietLogger;
 
 // Launches one case with --dry-run and returns its results directory's files with the
 // absolute paths replaced by NeMo's placeholders.

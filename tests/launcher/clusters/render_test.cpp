@@ -149,9 +149,24 @@ TEST_CASE("NeMo's srun_args [--no-container-mount-home] does not put the flag on
       render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "nvcr.io/nvidia/nemo:24.01", {"/d"}});
   CHECK(script.find("srun --container-image nvcr.io/nvidia/nemo:24.01 --container-mounts /d:/d "
                     "--no-container-mount-home --mpi=pmix /opt/bin/pretrain_gpt") != std::string::npos);
-  // Without a container the site's srun_args pass as given.
+}
+
+TEST_CASE("without a container, pyxis's options in srun_args are not passed to srun") {
+  // Regression: NeMo's bcm.yaml lists --no-container-mount-home in srun_args, and with
+  // container=null it reached srun, which refuses it where pyxis is not installed
+  // ("srun: unrecognized option '--no-container-mount-home'"): no bare-metal job step ran.
+  const Node cluster = parse_yaml(
+      "srun_args: [--no-container-mount-home, --mpi=pmix, --container-writable, "
+      "--no-container-entrypoint, '--container-workdir=/w', --kill-on-bad-exit=1]\n", "bcm.yaml");
   const std::string bare = render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "", {}});
-  CHECK(bare.find("srun --no-container-mount-home --mpi=pmix /opt/bin/pretrain_gpt") != std::string::npos);
+  CHECK(bare.find("srun --mpi=pmix --kill-on-bad-exit=1 /opt/bin/pretrain_gpt") != std::string::npos);
+  CHECK(bare.find("container") == std::string::npos);
+  // With a container they are pyxis's to read, and pass (the mount-home switch once).
+  const std::string contained =
+      render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "img", {"/d"}});
+  CHECK(contained.find("srun --container-image img --container-mounts /d:/d --no-container-mount-home "
+                       "--mpi=pmix --container-writable --no-container-entrypoint --container-workdir=/w "
+                       "--kill-on-bad-exit=1 /opt/bin/pretrain_gpt") != std::string::npos);
 }
 
 TEST_CASE("the #SBATCH lines come in NeMo's order: sorted by option name") {

@@ -22,6 +22,7 @@
 #include "launcher/stages/training_stage.hpp"
 #include "read_file.hpp"
 #include "temporary_directory.hpp"
+#include "quiet_logger.hpp"
 
 using namespace launcher;
 
@@ -433,15 +434,7 @@ TEST_CASE("NeMo's download_gpt3_pile through launcher main --dry-run: Slurm arra
     test_support::TemporaryDirectory results;
     {
       // Quiet, and without the launcher.log sink each launch adds, whatever happens.
-      struct QuietLogger {
-        spdlog::level::level_enum level = spdlog::default_logger()->level();
-        size_t sinks = spdlog::default_logger()->sinks().size();
-        QuietLogger() { spdlog::default_logger()->set_level(spdlog::level::off); }
-        ~QuietLogger() {
-          spdlog::default_logger()->sinks().resize(sinks);
-          spdlog::default_logger()->set_level(level);
-        }
-      } quiet;
+      const test_support::QuietLogger quiet;
       MainOptions options;
       options.overrides = {"stages=[data_preparation]", "cluster_type=" + cluster_type, "cluster=bcm",
                            "base_results_dir=" + results.path.string(), "data_dir=/d",

@@ -14,9 +14,14 @@
 #include "backend/common/error.hpp"
 #include "launcher/config/compose.hpp"
 #include "launcher/config/interpolate.hpp"
+#include "launcher/launch.hpp"
+#include "launcher/process.hpp"
 #include "launcher/stages/training_keys.hpp"
 #include "launcher/stages/training_preflight.hpp"
 #include "launcher/stages/training_stage.hpp"
+#include "quiet_logger.hpp"
+#include "read_file.hpp"
+#include "temporary_directory.hpp"
 
 using namespace launcher;
 namespace fs = std::filesystem;
@@ -131,6 +136,49 @@ TEST_CASE("every key of NeMo's GPT and Llama training configs is mapped or in th
     }
   }
   CHECK(checked >= 25);  // 23.07's and 23.08.02's gpt3 and llama configs
+}
+
+TEST_CASE("every training config of NeMo's trees renders its sbatch script, or is refused naming its family") {
+  // launcher main --dry-run from NeMo's tree as it is (cluster bcm, NeMo's container): the
+  // script is written and bash parses it; T5, mT5, BERT and ub-confs stop before anything is.
+  int rendered = 0;
+  for (const std::string tree : {"nemo_23.07", "nemo_23.08.02"}) {
+    const fs::path conf_dir = kSource / "tests/data" / tree / "conf";
+    for (const std::string& option : training_options(conf_dir)) {
+      CAPTURE(tree);
+      CAPTURE(option);
+      test_support::TemporaryDirectory temporary;
+      const test_support::QuietLogger quiet;
+      MainOptions options;
+      options.conf_dir = conf_dir;
+      options.overrides = {"stages=[training]", "cluster_type=bcm", "training=" + option,
+                           "launcher_scripts_path=" + temporary.path.string(), "data_dir=/data",
+                           "base_results_dir=" + (temporary.path / "results").string()};
+      options.dry_run = true;
+      options.command_line = "launcher main --dry-run";
+      std::ostringstream terminal;
+      const std::string family = option.substr(0, option.find('/'));
+      if ((family != "gpt3" && family != "llama") || option.find("ub-confs/") != std::string::npos) {
+        CHECK_THROWS_AS(launch_main(options, terminal), common::Error);
+        CHECK_FALSE(fs::exists(temporary.path / "results"));
+        continue;
+      }
+      REQUIRE(launch_main(options, terminal) == 0);
+      std::vector<fs::path> scripts;
+      for (const auto& entry : fs::recursive_directory_iterator(temporary.path / "results")) {
+        if (entry.path().filename().string().ends_with("_submission.sh")) scripts.push_back(entry.path());
+      }
+      REQUIRE(scripts.size() == 1);
+      const std::string script = test_support::read_file(scripts.front());
+      CHECK(script.find("#SBATCH --nodes=") != std::string::npos);
+      CHECK(script.find("/pretrain_gpt ") != std::string::npos);
+      CHECK(script.find("--container-image nvcr.io/") != std::string::npos);
+      const CapturedRun syntax = run_and_capture({"bash", "-n", scripts.front().string()});
+      CHECK_MESSAGE(syntax.exit_code == 0, syntax.output);
+      ++rendered;
+    }
+  }
+  CHECK(rendered >= 25);
 }
 
 TEST_CASE("a key with an effect in NeMo and none here: a warning in NeMo's tree, an error under strict_keys") {
