@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/common/ascii_case.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/sha256.hpp"
 
@@ -32,11 +33,6 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string lowercase(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
 
 std::string trim(std::string_view text) {
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
@@ -196,7 +192,7 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
   }
   const size_t colon = line.find(':');
   if (colon == std::string_view::npos) return line.size();
-  const std::string name = lowercase(trim(line.substr(0, colon)));
+  const std::string name = common::ascii_lowercase(trim(line.substr(0, colon)));
   const std::string value = trim(line.substr(colon + 1));
   if (name == "content-range") {
     parse_content_range(value, transfer);
@@ -210,7 +206,7 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
 bool is_http(CURL* curl) {
   const char* scheme = nullptr;
   curl_easy_getinfo(curl, CURLINFO_SCHEME, &scheme);
-  const std::string name = scheme ? lowercase(scheme) : "";
+  const std::string name = scheme ? common::ascii_lowercase(scheme) : "";
   return name == "http" || name == "https";
 }
 
@@ -318,7 +314,7 @@ void check_file_source(const std::string& url) {
   char* path = nullptr;
   std::string problem;
   if (curl_url_set(parsed, CURLUPART_URL, url.c_str(), 0) == CURLUE_OK &&
-      curl_url_get(parsed, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK && lowercase(scheme) == "file" &&
+      curl_url_get(parsed, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK && common::ascii_lowercase(scheme) == "file" &&
       curl_url_get(parsed, CURLUPART_PATH, &path, CURLU_URLDECODE) == CURLUE_OK) {
     struct stat status {};
     if (::stat(path, &status) == 0 && !S_ISREG(status.st_mode)) {
@@ -339,7 +335,7 @@ fs::path partial_download_path(const fs::path& output) { return fs::path(output.
 DownloadResult download(const DownloadOptions& options, TransferProgress& progress) {
   if (options.url.empty()) common::fail("download: no URL given");
   if (options.output.empty()) common::fail("download {}: no output file given", options.url);
-  const std::string expected = lowercase(options.sha256);
+  const std::string expected = common::ascii_lowercase(options.sha256);
   if (!expected.empty() && !common::is_sha256_hex(expected)) {
     common::fail("download {}: --sha256 '{}' is not a SHA-256 digest (64 hexadecimal digits)",
                  options.url, options.sha256);

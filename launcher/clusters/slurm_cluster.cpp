@@ -12,6 +12,7 @@
 #include <set>
 #include <string_view>
 
+#include "backend/common/ascii_case.hpp"
 #include "backend/common/error.hpp"
 #include "launcher/clusters/cluster.hpp"
 #include "launcher/config/scalar_text.hpp"
@@ -41,9 +42,7 @@ bool is_plain_directive_character(char c) {
 std::string directive(const std::string& option, const std::string& value) {
   const std::string name = "#SBATCH " + option;
   refuse_control_characters(name, value);
-  std::string lower = value;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string lower = common::ascii_lowercase(value);
   if (lower.find("hetjob") != std::string::npos || lower.find("packjob") != std::string::npos) {
     common::fail("{}: the value {:?} holds \"hetjob\" or \"packjob\", which sbatch reads on any "
                  "#SBATCH line as the start of another component of a heterogeneous job", name, value);

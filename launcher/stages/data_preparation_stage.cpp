@@ -17,6 +17,7 @@
 #include <map>
 #include <set>
 
+#include "backend/common/ascii_case.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/sha256.hpp"
 #include "backend/common/url_file_name.hpp"
@@ -67,10 +68,7 @@ std::string checked_sha256(const std::string& text, const std::string& key) {
     common::fail("{}: '{}' is not a SHA-256 digest (64 hexadecimal digits, as sha256sum prints)",
                  key, text);
   }
-  std::string lower = text;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return lower;
+  return common::ascii_lowercase(text);
 }
 
 // An entry of file_urls: a URL, or an absolute local path (made a file:// URL).

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "backend/common/ascii_case.hpp"
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/flag_rules.hpp"
@@ -27,11 +28,7 @@ std::string text(const Node& training, std::string_view key, const std::string& 
 }
 
 // NeMo writes rmsnorm and RMSNorm.
-bool is_rmsnorm(std::string name) {
-  std::transform(name.begin(), name.end(), name.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return name == "rmsnorm";
-}
+bool is_rmsnorm(const std::string& name) { return common::ascii_lowercase(name) == "rmsnorm"; }
 
 // The layout and memory checks of training_preflight, on values that passed their rules.
 void check_layout_and_memory(const Node& config, const Node& training, PreflightReport& report) {

@@ -15,6 +15,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "backend/common/ascii_case.hpp"
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/flag_rules.hpp"
@@ -271,10 +272,8 @@ std::string tokenizer_library(const Node& training) {
 // NeMo's normalization names in lower case (its configs write LayerNorm and layernorm).
 std::string normalization_name(const Node& training) {
   const Node* normalization = lookup(training, "model.normalization");
-  std::string name = normalization ? training_text(*normalization, "model.normalization") : "layernorm";
-  std::transform(name.begin(), name.end(), name.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return name;
+  return common::ascii_lowercase(
+      normalization ? training_text(*normalization, "model.normalization") : "layernorm");
 }
 
 // Lightning's max_time "DD:HH:MM:SS" in minutes.
