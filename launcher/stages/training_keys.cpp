@@ -294,6 +294,12 @@ std::vector<std::string> mapped_training_keys() {
   return {keys.begin(), keys.end()};
 }
 
+bool training_key_accounted_for(const std::string& key) {
+  const std::vector<std::string> mapped = mapped_training_keys();
+  return std::binary_search(mapped.begin(), mapped.end(), key) ||
+         std::any_of(kRules.begin(), kRules.end(), [&](const TrainingKeyRule& r) { return covers(r.key, key); });
+}
+
 TrainingKeyReport account_training_keys(const Node& config) {
   TrainingKeyReport report;
   const Node* training = find(config, "training");

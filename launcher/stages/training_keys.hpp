@@ -41,6 +41,10 @@ const std::vector<TrainingKeyRule>& training_key_rules();
 // Every key training_flag_table names (derived rows split on ", "; list indices dropped).
 std::vector<std::string> mapped_training_keys();
 
+// Whether `key` (relative to `training.`, list indices dropped) maps to a flag or is covered
+// by a rule: what account_training_keys does not call unknown.
+bool training_key_accounted_for(const std::string& key);
+
 struct TrainingKeyReport {
   std::vector<std::string> warnings;
   std::vector<std::string> errors;
