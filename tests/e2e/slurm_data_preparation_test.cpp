@@ -24,16 +24,7 @@ namespace {
 
 const fs::path kTestData = fs::path(TEST_SOURCE_DIR) / "tests/data";
 
-// The job ids of "Submitted batch job N" in launcher.log, in submission order.
-std::vector<std::string> submitted_job_ids(const fs::path& launcher_log) {
-  static const std::regex kSubmitted(R"(Submitted batch job (\d+))");
-  const std::string text = slurm_test::read_text(launcher_log);
-  std::vector<std::string> ids;
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), kSubmitted); it != std::sregex_iterator(); ++it) {
-    ids.push_back((*it)[1].str());
-  }
-  return ids;
-}
+using slurm_test::submitted_job_ids;
 
 std::string field(const std::string& record, const std::string& name) {
   const size_t at = (" " + record).find(" " + name + "=");

@@ -61,10 +61,8 @@ std::vector<std::string> tiny_bcm_run(const slurm_test::SlurmTestCluster& cluste
 
 // The job id from the launcher's "Submitted batch job N" line in launcher.log.
 std::string submitted_job_id(const fs::path& launcher_log) {
-  static const std::regex kSubmitted(R"(Submitted batch job (\d+))");
-  const std::string text = slurm_test::read_text(launcher_log);
-  std::smatch match;
-  return std::regex_search(text, match, kSubmitted) ? match[1].str() : std::string();
+  const std::vector<std::string> ids = slurm_test::submitted_job_ids(launcher_log);
+  return ids.empty() ? std::string() : ids.front();
 }
 
 const std::regex kIterationLine(

@@ -49,15 +49,7 @@ std::vector<std::string> nemo_tree_launch(const slurm_test::SlurmTestCluster& cl
   return argv;
 }
 
-std::vector<std::string> submitted_job_ids(const fs::path& launcher_log) {
-  static const std::regex kSubmitted(R"(Submitted batch job (\d+))");
-  const std::string text = slurm_test::read_text(launcher_log);
-  std::vector<std::string> ids;
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), kSubmitted); it != std::sregex_iterator(); ++it) {
-    ids.push_back((*it)[1].str());
-  }
-  return ids;
-}
+using slurm_test::submitted_job_ids;
 
 }  // namespace
 

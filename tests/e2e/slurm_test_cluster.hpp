@@ -46,6 +46,7 @@
 #include <fstream>
 #include <optional>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -157,6 +158,17 @@ inline std::string read_text(const fs::path& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+// The job ids of "Submitted batch job N" lines in a launcher.log, in submission order.
+inline std::vector<std::string> submitted_job_ids(const fs::path& launcher_log) {
+  static const std::regex kSubmitted(R"(Submitted batch job (\d+))");
+  const std::string text = read_text(launcher_log);
+  std::vector<std::string> ids;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), kSubmitted); it != std::sregex_iterator(); ++it) {
+    ids.push_back((*it)[1].str());
+  }
+  return ids;
 }
 
 inline std::string last_lines(const std::string& text, size_t count) {
