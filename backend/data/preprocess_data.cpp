@@ -461,8 +461,19 @@ std::vector<std::string> merge_inputs(const PreprocessOptions& options) {
 PreprocessSummary merge(const PreprocessOptions& options, std::ostream& out, std::ostream& err) {
   const auto start = Clock::now();
   const std::vector<std::string> prefixes = merge_inputs(options);
-  create_parent_directory(options.output_prefix);
+  // Every input is opened (and so checked) and its dtype compared before the output exists:
+  // merge_datasets.py takes the first dataset's dtype and fails inside add_index on a later one.
   const DType dtype = IndexedDataset(prefixes.front()).dtype();
+  for (size_t i = 1; i < prefixes.size(); ++i) {
+    const DType other = IndexedDataset(prefixes[i]).dtype();
+    if (other != dtype) {
+      common::fail("--merge: {}.idx holds {} tokens but {}.idx holds {}; datasets of one dtype "
+                   "merge (preprocess them with the same tokenizer: uint16 below 65,500 ids, "
+                   "else int32)", prefixes[i], dtype_name(other), prefixes.front(),
+                   dtype_name(dtype));
+    }
+  }
+  create_parent_directory(options.output_prefix);
   IndexedDatasetWriter writer(options.output_prefix, dtype);
   for (const std::string& prefix : prefixes) {
     out << "Merging " << prefix << std::endl;

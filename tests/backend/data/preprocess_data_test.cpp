@@ -365,6 +365,57 @@ TEST_CASE("merging per-shard outputs equals preprocessing the shards as one inpu
   CHECK_THROWS_WITH_AS(run(merge), doctest::Contains("01_text_document.bin has no"), common::Error);
 }
 
+TEST_CASE("--merge refuses datasets of two dtypes, an empty directory and a lone .idx") {
+  test_support::TemporaryDirectory directory;
+  const auto shards = directory.path / "shards";
+  std::filesystem::create_directories(shards);
+  PreprocessOptions merge;
+  merge.merge = true;
+  merge.inputs = {shards.string()};
+  merge.output_prefix = (directory.path / "merged").string();
+
+  // An empty directory: nothing to merge, and nothing written.
+  CHECK_THROWS_WITH_AS(run(merge), doctest::Contains("holds no .bin/.idx pairs"), common::Error);
+  CHECK(!std::filesystem::exists(directory.path / "merged.bin"));
+
+  // uint16 (a small vocabulary) beside int32 (a large one): both files are named, and the
+  // output is not created.
+  const std::vector<int32_t> tokens = {1, 2, 3};
+  const std::vector<int32_t> lengths = {3};
+  for (const auto& [name, dtype] : {std::pair{"a", DType::uint16}, std::pair{"b", DType::int32}}) {
+    IndexedDatasetWriter writer((shards / name).string(), dtype);
+    writer.add_document(tokens, lengths);
+    writer.finalize();
+  }
+  const std::string both_named = fmt::format("{}.idx holds int32 tokens but {}.idx holds uint16",
+                                             (shards / "b").string(), (shards / "a").string());
+  CHECK_THROWS_WITH_AS(run(merge), doctest::Contains(both_named.c_str()), common::Error);
+  CHECK(!std::filesystem::exists(directory.path / "merged.bin"));
+  CHECK(!std::filesystem::exists(directory.path / "merged.idx"));
+
+  // Both uint16: merged, documents and tokens concatenated in name order.
+  std::filesystem::remove(shards / "b.bin");
+  std::filesystem::remove(shards / "b.idx");
+  {
+    IndexedDatasetWriter writer((shards / "b").string(), DType::uint16);
+    const std::vector<int32_t> more = {7, 8};
+    const std::vector<int32_t> more_lengths = {2};
+    writer.add_document(more, more_lengths);
+    writer.finalize();
+  }
+  run(merge);
+  IndexedDataset merged(merge.output_prefix);
+  CHECK(merged.document_count() == 2);
+  CHECK(merged.sequence_pointer(1) == 6);  // after a's three uint16 tokens
+  std::vector<int32_t> second(2);
+  merged.read_tokens(1, 0, second);
+  CHECK(second == std::vector<int32_t>{7, 8});
+
+  // An .idx whose .bin is missing.
+  std::filesystem::remove(shards / "a.bin");
+  CHECK_THROWS_WITH_AS(run(merge), doctest::Contains("a.idx has no"), common::Error);
+}
+
 TEST_CASE("preprocess_data flags: Megatron's names, refused ones with a reason") {
   const auto parse = [](std::vector<const char*> arguments) {
     arguments.insert(arguments.begin(), "preprocess_data");
