@@ -114,8 +114,13 @@ std::string flag_text(const char* flag, const json& value) {
 struct FlagDifferences {
   std::vector<std::string> checkpoint, current;
 };
+// `vocabulary_fits`: the embedding and output tensors have the checkpoint's shape, so the
+// tokenizer and vocabulary flags (which only set their row count, the padded vocabulary) are
+// not named even where they differ: a model imported from Hugging Face is saved with the
+// NullTokenizer, and continues training with the SentencePiece model it was made with.
 FlagDifferences shape_flag_differences(const json& saved, const json& current,
-                                       const std::vector<std::string>& command_line) {
+                                       const std::vector<std::string>& command_line,
+                                       bool vocabulary_fits) {
   // An unset value (0: GPT-2's tokenizer knows its vocabulary; false: a switch not given) is
   // no flag to pass.
   auto is_set = [](const json& value) {
@@ -128,6 +133,11 @@ FlagDifferences shape_flag_differences(const json& saved, const json& current,
     const json& value = saved[row.key];
     const json current_value = current.contains(row.key) ? current[row.key] : json();
     if (value == current_value) continue;
+    const std::string key = row.key;
+    if (vocabulary_fits && (key == "tokenizer_type" || key == "vocab_size" ||
+                            key == "make_vocab_size_divisible_by")) {
+      continue;
+    }
     // --ffn-hidden-size defaults to 4 × --hidden-size: no need to name it when the checkpoint
     // has the default and the command line does not set it.
     if (std::string(row.key) == "ffn_hidden_size" && saved.contains("hidden_size") &&
@@ -242,8 +252,11 @@ void check_parameter_shapes(const CheckpointFileReader& reader, const Checkpoint
   if (rows.size() > kMismatchRowsShown) {
     message += fmt::format("  ... and {} more\n", rows.size() - kMismatchRowsShown);
   }
-  const FlagDifferences flags = shape_flag_differences(metadata.section("arguments"),
-                                                       options.arguments, options.command_line);
+  const bool vocabulary_fits = std::none_of(rows.begin(), rows.end(), [](const Row& row) {
+    return row.name == "embedding.word_embeddings.weight" || row.name == "output_layer.weight";
+  });
+  const FlagDifferences flags = shape_flag_differences(
+      metadata.section("arguments"), options.arguments, options.command_line, vocabulary_fits);
   if (flags.checkpoint.empty()) {
     message += "The checkpoint's saved arguments match the current ones in every shape flag; it "
                "was written by a model with other tensors (see its arguments in the metadata).";
