@@ -363,6 +363,32 @@ TEST_CASE("a checkpoint that does not fit the flags is one error: the table and 
   CHECK(std::regex_search(extra, std::regex(R"(\n  decoder\.layers\.1\.input_layernorm\.bias +\(32,\) +not in the model\n)")));
 }
 
+TEST_CASE("the vocabulary flags are named only when the embedding does not fit") {
+  test_support::TemporaryDirectory directory;
+  auto a = save_trained(directory.path);  // NullTokenizer --vocab-size 255: 256 rows
+  a.load = a.save;
+
+  // Another vocabulary that pads to the same 256 rows (as a Hugging Face import, saved with
+  // NullTokenizer, continued with its SentencePiece model): only the layers are named.
+  auto same_rows = a;
+  same_rows.vocab_size = 250;
+  same_rows.num_layers = 3;
+  const std::string layers_only = load_error(same_rows);
+  INFO(layers_only);
+  CHECK(layers_only.find("The checkpoint was saved with --num-layers 2; pass this flag (instead "
+                         "of --num-layers 3) to load it.") != std::string::npos);
+  CHECK(layers_only.find("--vocab-size") == std::string::npos);
+
+  // One that pads to 384 rows: the embedding is a row, and --vocab-size is named.
+  auto more_rows = a;
+  more_rows.vocab_size = 300;
+  const std::string vocabulary = load_error(more_rows);
+  INFO(vocabulary);
+  CHECK(std::regex_search(vocabulary, std::regex(R"(\n  embedding\.word_embeddings\.weight +\(256, 32\) +\(384, 32\)\n)")));
+  CHECK(vocabulary.find("The checkpoint was saved with --vocab-size 255; pass this flag (instead "
+                        "of --vocab-size 300) to load it.") != std::string::npos);
+}
+
 TEST_CASE("a Llama checkpoint round-trips, and a GPT model is told the Llama flags it needs") {
   test_support::TemporaryDirectory directory;
   auto llama = tiny_arguments();
