@@ -1,8 +1,10 @@
 // The Llama continue-training workflow end to end on tiny sizes, every step a real binary, the
 // command sequence of docs/checkpoints.md "Continuing a Hugging Face Llama":
 //   a LlamaForCausalLM directory (GQA: 4 heads, 2 key/value heads; RMSNorm, SwiGLU, RoPE,
-//   untied output), made here by training a Llama-shaped model 2 steps on mock data and
-//   `checkpoint_util --export-hf` (so the chain runs without PyTorch)
+//   untied output), in two subcases: made by training a Llama-shaped model 2 steps on mock data
+//   and `checkpoint_util --export-hf` (so the chain runs without PyTorch), and written by
+//   tests/e2e/write_llama_hf.py as transformers' save_pretrained lays one out (vocab_size the
+//   tokenizer's, no key of ours)
 //   → checkpoint_util --import-hf → preprocess_data of three JSONL shards with the SentencePiece
 //   model (tests/data/sentencepiece_bpe.model, Llama2Tokenizer) → preprocess_data --merge of two
 //   of them → a weighted --data-file-list → pretrain_gpt --load --finetune --no-load-optim
@@ -47,7 +49,8 @@ const std::string kPreprocess = kBin + "/preprocess_data";
 const std::string kSentencePieceModel = std::string(TEST_SOURCE_DIR) + "/tests/data/sentencepiece_bpe.model";
 const std::string kLossReference = std::string(TEST_SOURCE_DIR) + "/tests/e2e/llama_loss_reference.py";
 constexpr const char* kPython = "/usr/bin/python3";
-constexpr int kGlobalBatch = 4, kSequence = 32, kPaddedVocabulary = 512;
+const std::string kHfWriter = std::string(TEST_SOURCE_DIR) + "/tests/e2e/write_llama_hf.py";
+constexpr int kGlobalBatch = 4, kSequence = 32;
 constexpr double kLossTolerance = 1e-5;
 
 launcher::CapturedRun run(const std::vector<std::string>& argv) {
@@ -87,13 +90,14 @@ bool torch_available() {
 
 // Samples [first, first + kGlobalBatch) of the training split the flags describe, read as the
 // trainer reads them, written as llama_loss_reference.py's batch.json.
-void write_batch(const std::vector<std::string>& training_argv, int64_t first, const fs::path& path) {
+void write_batch(const std::vector<std::string>& training_argv, int64_t padded_vocabulary,
+                 int64_t first, const fs::path& path) {
   std::vector<const char*> argv;
   for (const auto& word : training_argv) argv.push_back(word.c_str());
   const auto arguments = backend::parse_arguments(static_cast<int>(argv.size()), argv.data());
   REQUIRE(arguments.has_value());
   std::ostringstream ignored;
-  const auto source = backend::build_dataset_batch_source(*arguments, kPaddedVocabulary, ignored);
+  const auto source = backend::build_dataset_batch_source(*arguments, padded_vocabulary, ignored);
   std::vector<int32_t> tokens(kGlobalBatch * kSequence), labels(kGlobalBatch * kSequence);
   source(backend::Split::train, first, kGlobalBatch, tokens, labels);
   nlohmann::json batch = {{"tokens", nlohmann::json::array()}, {"labels", nlohmann::json::array()}};
@@ -143,7 +147,11 @@ TEST_CASE("llama continue training: HF Llama → import → tokenize → merge �
   const std::vector<std::string> tokenizer = {"--tokenizer-type", "Llama2Tokenizer",
                                               "--tokenizer-model", kSentencePieceModel};
 
-  // 0. The starting LlamaForCausalLM directory.
+  // 0. The starting LlamaForCausalLM directory: exported by checkpoint_util from a Llama-shaped
+  // model trained 2 steps on mock data, or written by PyTorch as transformers lays one out
+  // (vocab_size the tokenizer's 500, no key of ours, so the import pads by 4, not 128).
+  const fs::path hf_start = root / "hf_start";
+  int64_t padded_vocabulary = 0;
   const std::vector<std::string> llama = {
       "--num-layers", "2", "--hidden-size", "64", "--ffn-hidden-size", "128",
       "--num-attention-heads", "4", "--group-query-attention", "--num-query-groups", "2",
@@ -155,10 +163,18 @@ TEST_CASE("llama continue training: HF Llama → import → tokenize → merge �
       "--global-batch-size", std::to_string(kGlobalBatch), "--lr", "1e-3",
       "--lr-decay-style", "constant", "--attention-dropout", "0", "--hidden-dropout", "0",
       "--eval-iters", "0", "--log-interval", "1"};
-  run(concat(concat(concat({kPretrain, "--train-iters", "2", "--mock-data", "--seed", "7",
-                            "--save", (root / "base").string()}, llama), tokenizer), schedule));
-  const fs::path hf_start = root / "hf_start";
-  run({kCheckpointUtil, "--load", (root / "base").string(), "--export-hf", hf_start.string()});
+  SUBCASE("starting from a directory checkpoint_util --export-hf wrote") {
+    run(concat(concat(concat({kPretrain, "--train-iters", "2", "--mock-data", "--seed", "7",
+                              "--save", (root / "base").string()}, llama), tokenizer), schedule));
+    run({kCheckpointUtil, "--load", (root / "base").string(), "--export-hf", hf_start.string()});
+    padded_vocabulary = 512;
+  }
+  SUBCASE("starting from a directory PyTorch wrote as transformers does") {
+    if (!torch) return;
+    run({kPython, kHfWriter, hf_start.string(), "500", "3"});
+    padded_vocabulary = 500;
+  }
+  REQUIRE(padded_vocabulary > 0);
   const auto config = nlohmann::json::parse(std::ifstream(hf_start / "config.json"));
   CHECK(config["architectures"][0] == "LlamaForCausalLM");
   CHECK(config["num_key_value_heads"] == 2);
@@ -234,10 +250,10 @@ TEST_CASE("llama continue training: HF Llama → import → tokenize → merge �
   if (torch) {
     // Each batch from the flags of the run that trained on it (the train-iters decide the
     // samples each dataset of the blend is built for).
-    write_batch(concat({"pretrain_gpt", "--train-iters", "3"}, continued_flags), 0,
-                root / "batch1.json");
-    write_batch(concat({"pretrain_gpt", "--train-iters", "4"}, continued_flags), 3 * kGlobalBatch,
-                root / "batch4.json");
+    write_batch(concat({"pretrain_gpt", "--train-iters", "3"}, continued_flags), padded_vocabulary,
+                0, root / "batch1.json");
+    write_batch(concat({"pretrain_gpt", "--train-iters", "4"}, continued_flags), padded_vocabulary,
+                3 * kGlobalBatch, root / "batch4.json");
     const double torch_first = torch_loss(hf_start, root / "batch1.json");
     MESSAGE(fmt::format("first iteration: ours {:.9g}, torch {:.9g}", first_loss, torch_first));
     CHECK(std::abs(first_loss - torch_first) <= kLossTolerance * std::abs(torch_first));
