@@ -63,10 +63,12 @@ void check_single_process(const TrainingArguments& arguments) {
 // (weights only, as Megatron's load_checkpoint(model, None, None)), in evaluation mode.
 backend::GptModel<float> load_model(const TrainingArguments& arguments, backend::Device& device) {
   backend::GptModel<float> model(backend::model_config(arguments), device);
+  // Weights only, as --no-load-optim --no-load-rng (not --finetune, so that the load message
+  // names the checkpoint's iteration as Megatron's does); the optimizer and scheduler are
+  // placeholders that load_checkpoint then leaves alone.
   TrainingArguments weights_only = arguments;
-  weights_only.finetune = true;
-  // load_checkpoint reads no optimizer or scheduler state with --finetune; these are its
-  // placeholders.
+  weights_only.no_load_optim = true;
+  weights_only.no_load_rng = true;
   backend::AdamW optimizer(backend::AdamWConfig{}, {}, 0);
   backend::LearningRateScheduler scheduler(
       backend::LearningRateSchedule{.max_lr = 0, .decay_steps = 1});
