@@ -17,6 +17,7 @@
 #include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
+#include "backend/common/memory_estimate.hpp"
 #include "backend/data/tokenizer.hpp"
 #include "backend/dist/process_environment.hpp"
 #include "backend/model/gpt_model.hpp"
@@ -61,8 +62,24 @@ void check_single_process(const TrainingArguments& arguments) {
 
 // The model the flags describe, on the device --device picks, with the checkpoint's weights
 // (weights only, as Megatron's load_checkpoint(model, None, None)), in evaluation mode.
-backend::GptModel<float> load_model(const TrainingArguments& arguments, backend::Device& device) {
-  backend::GptModel<float> model(backend::model_config(arguments), device);
+backend::GptModel<float> load_model(const TrainingArguments& arguments,
+                                    const backend::SelectedDevice& selected) {
+  const backend::GptConfig config = backend::model_config(arguments);
+  // Before anything is allocated: the fp32 weights and the gradient buffer GptModel carves
+  // beside them, against the GPU's or this machine's memory. The activations of one micro
+  // batch come on top.
+  common::MemoryEstimate estimate;
+  estimate.parameters = common::parameter_count(backend::model_shape(config));
+  estimate.weights_bytes = 4 * estimate.parameters;
+  estimate.gradients_bytes = estimate.weights_bytes;
+  const common::AvailableMemory available =
+      selected.gpu ? common::AvailableMemory{static_cast<double>(selected.gpu->total_memory_bytes),
+                                             fmt::format("the memory of GPU {} ({})",
+                                                         selected.gpu->index, selected.gpu->name)}
+                   : common::available_memory();
+  common::require_memory_fits(estimate, available, "evaluate_gpt: the model",
+                              "Evaluate a smaller model, or on a machine with more memory.");
+  backend::GptModel<float> model(config, *selected.device);
   // Weights only, as --no-load-optim --no-load-rng (not --finetune, so that the load message
   // names the checkpoint's iteration as Megatron's does); the optimizer and scheduler are
   // placeholders that load_checkpoint then leaves alone.
@@ -105,7 +122,7 @@ int run(const TrainingArguments& arguments) {
                                              .vocab_size = arguments.vocab_size,
                                              .tokenizer_model = arguments.tokenizer_model});
   const backend::SelectedDevice selected = backend::select_device(arguments);
-  backend::GptModel<float> model = load_model(arguments, *selected.device);
+  backend::GptModel<float> model = load_model(arguments, selected);
   const backend::WindowScorer scorer = make_scorer(model, arguments.seq_length);
   const int32_t pad = tokenizer->eod();
   auto progress = [&](int64_t iteration) {

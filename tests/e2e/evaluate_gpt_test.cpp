@@ -235,6 +235,10 @@ TEST_CASE("evaluate_gpt: bad input is one line naming the flag, file or line, ex
        "lambada_long.jsonl line 1: the example is 10 tokens, longer than --seq-length 8 + 1"},
       {{"--task", "WIKITEXT103", "--valid-data", unnamed}, "must contain 'wiki'"},
       {{"--task", "WIKITEXT103"}, "--valid-data"},
+      // 3.2e12 parameters: refused before anything is allocated.
+      {{"--task", "WIKITEXT103", "--valid-data", kWiki, "--num-layers", "1000", "--hidden-size",
+        "16384", "--num-attention-heads", "128"},
+       "evaluate_gpt: the model does not fit in this machine's memory"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.message);

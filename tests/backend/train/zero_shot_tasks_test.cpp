@@ -80,7 +80,7 @@ TEST_CASE("ptb_detokenize and the choice of detokenizer by the file's name") {
                        doctest::Contains("must contain 'wiki'"), common::Error);
 }
 
-TEST_CASE("count_original_words is len(text.strip().split(\" \"))") {
+TEST_CASE("count_original_words is Python's len(text.strip().split(SPACE))") {
   CHECK(count_original_words("a b c") == 3);
   CHECK(count_original_words("  a b\nc  d  \n") == 4);  // ['a', 'b\nc', '', 'd']
   CHECK(count_original_words(" \n = Title = \n \n Text . \n") == 7);
@@ -141,7 +141,7 @@ TEST_CASE("wikitext windows: every target id is scored exactly once, whatever th
   }
 }
 
-TEST_CASE("--overlapping-eval must lie in [1, --seq-length]") {
+TEST_CASE("--overlapping-eval must lie between 1 and --seq-length") {
   CHECK_NOTHROW(check_overlapping_eval(4, 4));
   CHECK_THROWS_WITH_AS(check_overlapping_eval(32, 16),
                        doctest::Contains("--overlapping-eval 32 exceeds --seq-length 16"),
@@ -167,7 +167,7 @@ TEST_CASE("LAMBADA targets: the last token, or with --strict-lambada the whole l
   CHECK(lambada_example("a  b\t\n word", *tokenizer, true).context == tokenizer->tokenize("a  b"));
 }
 
-TEST_CASE("LAMBADA windows: context + target, padded; the mask covers the target's predictions") {
+TEST_CASE("LAMBADA windows: context + target, padded, the mask over the predictions of the target") {
   const LambadaExample example{.context = {5, 6, 7}, .target = {8, 9}};
   const EvaluationWindow window = lambada_window(example, 6, 0);
   CHECK(window.tokens == std::vector<int32_t>{5, 6, 7, 8, 9, 0, 0});
@@ -271,7 +271,7 @@ TEST_CASE("read_wikitext counts the raw words and tokenizes the detokenized text
                        doctest::Contains("'wiki'"), common::Error);
 }
 
-TEST_CASE("read_lambada: one {\"text\": ...} per line, bad lines named by number") {
+TEST_CASE("read_lambada: one JSON object with a text per line, bad lines named by number") {
   test_support::TemporaryDirectory temporary;
   auto tokenizer = gpt2();
   const auto path = temporary.path / "lambada.jsonl";
