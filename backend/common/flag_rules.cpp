@@ -43,6 +43,8 @@ constexpr std::string_view kDevices[] = {"auto", "cpu", "cuda"};
 constexpr std::string_view kDataImplementations[] = {"mmap", "infer", "lazy", "cached"};
 constexpr std::string_view kDistributedBackends[] = {"nccl", "gloo"};
 constexpr std::string_view kDdpImplementations[] = {"local", "torch"};
+// evaluate_gpt's tasks (Megatron's tasks/main.py knows more: RACE, MNLI, ... are not built).
+constexpr std::string_view kZeroShotTasks[] = {"WIKITEXT103", "LAMBADA"};
 
 constexpr FlagRule norm_epsilon() {
   FlagRule rule = real_flag("--norm-epsilon", 0, false);
@@ -158,6 +160,11 @@ constexpr FlagRule kRules[] = {
     integer_flag("--exit-interval", 1),
     real_flag("--exit-duration-in-mins", 0, false),
     text_flag("--benchmark-output"),
+    // evaluate_gpt's tasks (docs/evaluation.md)
+    choice_flag("--task", kZeroShotTasks),
+    text_flag("--valid-data"),
+    integer_flag("--overlapping-eval", 1),
+    text_flag("--results-json"),
 };
 
 std::string format_real(double value) { return fmt::format("{}", value); }

@@ -1167,6 +1167,59 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
   return loss;
 }
 
+namespace {
+
+// The per-position accessors' precondition: a whole, unsharded model whose last forward()
+// finished (a failed forward clears forward_done, so stale buffers are never read).
+template <typename State>
+void check_last_forward(const State& s, const char* what) {
+  if (!s.stage.whole_model() || s.tensor_parallel_size > 1) {
+    common::fail("GptModel::{}: needs the whole model on one rank (this one holds stage {} of {} "
+                 "and tensor-parallel shard of {})",
+                 what, s.stage.rank, s.stage.pipeline_parallel, s.tensor_parallel_size);
+  }
+  if (s.micro_batches.empty() || s.micro_batches.front().forward_done.empty() ||
+      !s.micro_batches.front().forward_done.front()) {
+    common::fail("GptModel::{}: no finished forward() to read", what);
+  }
+}
+
+}  // namespace
+
+template <typename Scalar>
+std::vector<Scalar> GptModel<Scalar>::last_position_losses() const {
+  State& s = *state_;
+  check_last_forward(s, "last_position_losses");
+  const View losses = s.micro_batches.front().losses.slice(0, s.rows());
+  std::vector<Scalar> host(static_cast<size_t>(s.rows()));
+  s.ops().copy_to_host(host.data(), losses);
+  return host;
+}
+
+template <typename Scalar>
+std::vector<int32_t> GptModel<Scalar>::last_position_argmax() const {
+  State& s = *state_;
+  check_last_forward(s, "last_position_argmax");
+  const int64_t rows = s.rows();
+  const int64_t vocabulary = s.shard.padded_vocab_size;
+  const View logits = s.micro_batches.front().logits;
+  // Row blocks of at most ~16 MiB on the host, whatever the vocabulary and batch.
+  const int64_t block = std::max<int64_t>(1, (int64_t{1} << 22) / vocabulary);
+  std::vector<Scalar> values(static_cast<size_t>(std::min(block, rows) * vocabulary));
+  std::vector<int32_t> argmax(static_cast<size_t>(rows));
+  for (int64_t first = 0; first < rows; first += block) {
+    const int64_t count = std::min(block, rows - first);
+    s.ops().copy_to_host(values.data(), logits.slice(first * vocabulary, count * vocabulary));
+    for (int64_t r = 0; r < count; ++r) {
+      const Scalar* row = values.data() + r * vocabulary;
+      // std::max_element returns the first of equal maxima.
+      argmax[static_cast<size_t>(first + r)] =
+          static_cast<int32_t>(std::max_element(row, row + vocabulary) - row);
+    }
+  }
+  return argmax;
+}
+
 template <typename Scalar>
 void GptModel<Scalar>::backward(Scalar grad_scale) {
   State& s = *state_;

@@ -187,6 +187,16 @@ class GptModel {
   Scalar forward(std::span<const int32_t> tokens, std::span<const int32_t> labels,
                  int64_t batch_size, int64_t seq_length);
 
+  // The last forward()'s per-position results, copied to the host on any device, for evaluation
+  // tools (train/zero_shot_tasks.hpp, whose metrics need each position, not the mean): the
+  // cross-entropy loss of each of the B·T positions (row-major, the values whose mean forward()
+  // returned), and the index of each position's largest logit over the padded vocabulary (the
+  // lowest index among equal maxima, as torch.argmax; Megatron's LAMBADA accuracy takes the
+  // argmax over the gathered, padded vocabulary too). A whole model only (no tensor or pipeline
+  // parallelism), after a forward(): common::Error otherwise.
+  std::vector<Scalar> last_position_losses() const;
+  std::vector<int32_t> last_position_argmax() const;
+
   // Backward of the last forward: gradients += grad_scale · d(mean loss)/d(parameters).
   // It uses the last forward's dropout masks, whatever set_training, set_dropout_seed or
   // set_dropout_step did since.

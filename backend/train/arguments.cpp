@@ -47,11 +47,18 @@ const std::vector<std::string> kBuiltTokenizers = {
 
 }  // namespace
 
-std::optional<TrainingArguments> parse_arguments(int argc, const char* const* argv) {
+std::optional<TrainingArguments> parse_arguments(int argc, const char* const* argv,
+                                                ArgumentsProgram program) {
   TrainingArguments arguments;
+  arguments.program = program;
+  const bool evaluation = program == ArgumentsProgram::evaluate_gpt;
+  const char* const program_name = evaluation ? "evaluate_gpt" : "pretrain_gpt";
   for (int i = 0; i < argc; ++i) arguments.command_line.emplace_back(argv[i]);
 
-  CLI::App app{"Pretrain a GPT model (Megatron-LM compatible flags)", "pretrain_gpt"};
+  CLI::App app{evaluation ? "Evaluate a GPT model on Megatron-LM's zero-shot tasks (Megatron-LM "
+                            "compatible flags)"
+                          : "Pretrain a GPT model (Megatron-LM compatible flags)",
+               program_name};
   // argparse semantics: a flag given twice takes its last value.
   app.option_defaults()->always_capture_default()->multi_option_policy(
       CLI::MultiOptionPolicy::TakeLast);
@@ -246,7 +253,8 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(training);
 
   auto* optimizer = "Optimizer and learning rate";
-  app.add_option("--lr", arguments.lr, "Peak learning rate")->group(optimizer)->required();
+  auto* learning_rate = app.add_option("--lr", arguments.lr, "Peak learning rate")->group(optimizer);
+  if (!evaluation) learning_rate->required();
   app.add_option("--min-lr", arguments.min_lr, "Minimum learning rate")->group(optimizer);
   app.add_option("--lr-decay-style", arguments.lr_decay_style,
                  "constant, linear, cosine, inverse-square-root or WSD")
@@ -347,12 +355,28 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                "On load, take the schedule from the checkpoint, whatever the flags say")
       ->group(logging);
 
+  if (evaluation) {
+    // Megatron's tasks/main.py (the zero-shot GPT tasks; zero_shot_tasks.hpp says what each does).
+    auto* tasks = "Tasks";
+    app.add_option("--task", arguments.task, "WIKITEXT103 or LAMBADA")->group(tasks)->required();
+    app.add_option("--valid-data", arguments.valid_data,
+                   "The task's file(s): WikiText's wiki.test.tokens, LAMBADA's .jsonl")
+        ->group(tasks)->required()->expected(1, -1)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    app.add_option("--overlapping-eval", arguments.overlapping_eval,
+                   "WIKITEXT103: windows start this many tokens apart (default 32)")->group(tasks);
+    app.add_flag("--strict-lambada", arguments.strict_lambada,
+                 "LAMBADA: predict the whole last word, not its last token")->group(tasks);
+    app.add_option("--results-json", arguments.results_json,
+                   "Also write the results to this JSON file (not a Megatron flag)")->group(tasks);
+  }
+
   // Every value is checked by the shared table (backend/common/flag_rules.cpp) before CLI11
   // converts it: kind, range, finiteness, choices. What remains for validate_arguments is the
   // rules between flags and what is not built yet.
   common::apply_flag_rules(app, common::flag_rules());
   const common::RefusedFlags unsupported(app, kUnsupportedFlags);
-  if (!common::parse_command_line(app, argc, argv, "pretrain_gpt", unsupported,
+  if (!common::parse_command_line(app, argc, argv, program_name, unsupported,
                                   "is a Megatron-LM flag this backend does not support yet")) {
     return std::nullopt;
   }
@@ -528,7 +552,10 @@ void validate_arguments(TrainingArguments& arguments) {
   }
   // Training length (iterations or samples), batch-size ramp-up, learning-rate and weight-decay
   // schedule: Megatron's rules in backend/train/training_schedule.cpp.
-  resolve_training_schedule(arguments, data_parallel_size);
+  // evaluate_gpt trains nothing: no length or schedule to resolve.
+  if (arguments.program == ArgumentsProgram::pretrain_gpt) {
+    resolve_training_schedule(arguments, data_parallel_size);
+  }
   if (arguments.group_query_attention &&
       arguments.num_attention_heads % arguments.num_query_groups != 0) {
     common::fail("--num-query-groups {} must divide --num-attention-heads {}",
@@ -601,7 +628,8 @@ void validate_arguments(TrainingArguments& arguments) {
     common::fail("--tokenizer-type NullTokenizer needs --vocab-size N (N > 0)");
   }
 
-  validate_data_arguments(arguments);
+  // evaluate_gpt reads its task's files (--valid-data), not Megatron's indexed datasets.
+  if (arguments.program == ArgumentsProgram::pretrain_gpt) validate_data_arguments(arguments);
 
   // Checkpointing. --save-interval without --save is accepted, as Megatron accepts it: scripts
   // often pass the interval always and --save only sometimes.
@@ -638,7 +666,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
     for (const auto& word : words) quoted.push_back(fmt::format("'{}'", word));
     return fmt::format("[{}]", fmt::join(quoted, ", "));
   };
-  return {
+  std::map<std::string, std::string> values{
       {"data_path", word_list(a.data_path)},
       {"data_args_path", path(a.data_args_path)},
       {"data_file_list", path(a.data_file_list)},
@@ -755,6 +783,15 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"tensorboard_queue_size", fmt::format("{}", a.tensorboard_queue_size)},
       {"train_samples", positive_or_none(a.train_samples)},
   };
+  if (a.program == ArgumentsProgram::evaluate_gpt) {
+    // Megatron's tasks/main.py arguments, in its dump too.
+    values["task"] = a.task;
+    values["valid_data"] = word_list(a.valid_data);
+    values["overlapping_eval"] = fmt::format("{}", a.overlapping_eval);
+    values["strict_lambada"] = python(a.strict_lambada);
+    values["results_json"] = path(a.results_json);
+  }
+  return values;
 }
 
 std::vector<std::string> format_arguments(const TrainingArguments& a) {

@@ -13,7 +13,14 @@
 
 namespace backend {
 
+// The program whose command line parse_arguments reads: pretrain_gpt's flags, or evaluate_gpt's
+// (the same model, tokenizer, device and --load flags, plus Megatron's tasks/main.py flags
+// below; no training schedule or training data is asked for).
+enum class ArgumentsProgram { pretrain_gpt, evaluate_gpt };
+
 struct TrainingArguments {
+  ArgumentsProgram program = ArgumentsProgram::pretrain_gpt;
+
   // model
   int64_t num_layers = 0;
   int64_t hidden_size = 0;
@@ -171,6 +178,13 @@ struct TrainingArguments {
   bool override_opt_param_scheduler = false;        // schedule from the flags, not the checkpoint
   bool use_checkpoint_opt_param_scheduler = false;  // schedule from the checkpoint, not the flags
 
+  // Megatron's tasks/main.py flags (backend/train/zero_shot_tasks.hpp), evaluate_gpt's only.
+  std::string task;                     // --task WIKITEXT103 | LAMBADA
+  std::vector<std::string> valid_data;  // --valid-data FILE ...
+  int64_t overlapping_eval = 32;        // --overlapping-eval (Megatron's default)
+  bool strict_lambada = false;          // --strict-lambada
+  std::string results_json;             // --results-json FILE (ours)
+
   // The command line as given, for logs and the arguments dump.
   std::vector<std::string> command_line;
 };
@@ -178,7 +192,11 @@ struct TrainingArguments {
 // Parses argv (argv[0] is the program). On --help prints usage and returns std::nullopt;
 // bad or unsupported flags throw common::Error naming the flag. Derived defaults are
 // filled in and Megatron's consistency checks applied (validate_arguments).
-std::optional<TrainingArguments> parse_arguments(int argc, const char* const* argv);
+// `program` says which program's flags: evaluate_gpt adds the task flags, and needs neither
+// --train-iters/--train-samples nor --lr nor training data.
+std::optional<TrainingArguments> parse_arguments(
+    int argc, const char* const* argv,
+    ArgumentsProgram program = ArgumentsProgram::pretrain_gpt);
 
 // Megatron's checks (global batch divisible by micro batch × dp, seq ≤ positions, ...).
 void validate_arguments(TrainingArguments& arguments);

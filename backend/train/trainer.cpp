@@ -81,16 +81,6 @@ GptConfig model_config(const TrainingArguments& a) {
   return config;
 }
 
-namespace {
-
-// The device the arguments ask for (--device): cpu; cuda, the first GPU the runtime sees
-// (after CUDA_VISIBLE_DEVICES: one process per GPU, as Megatron's launchers start them); auto,
-// CUDA when a GPU is visible, else the CPU. `gpu` describes the GPU chosen.
-struct SelectedDevice {
-  std::unique_ptr<Device> device;
-  std::optional<CudaDeviceProperties> gpu;
-};
-
 SelectedDevice select_device(const TrainingArguments& arguments) {
   if (arguments.device == "cpu") return {std::make_unique<CpuDevice>(), std::nullopt};
   const auto inventory = discover_cuda_devices();
@@ -108,6 +98,8 @@ SelectedDevice select_device(const TrainingArguments& arguments) {
   spdlog::info("device: {}", selected.device->name());
   return selected;
 }
+
+namespace {
 
 // The precision the flags ask for, as far as this device computes it: the model trains in
 // fp32 everywhere today; --fp16's loss scaling applies on every device.

@@ -11,9 +11,12 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <optional>
 #include <vector>
 
+#include "backend/device/cuda_inventory.hpp"
+#include "backend/device/device.hpp"
 #include "backend/dist/process_groups.hpp"
 #include "backend/model/gpt_config.hpp"
 #include "backend/train/arguments.hpp"
@@ -36,6 +39,16 @@ int64_t tokenizer_vocab_size(const TrainingArguments& arguments);
 // The model the arguments describe (validated): what pretrain builds, and what
 // checkpoint_util rebuilds from a checkpoint's saved arguments.
 GptConfig model_config(const TrainingArguments& arguments);
+
+// The device the arguments ask for (--device): cpu; cuda, the first GPU the runtime sees
+// (after CUDA_VISIBLE_DEVICES: one process per GPU, as Megatron's launchers start them); auto,
+// CUDA when a GPU is visible, else the CPU. `gpu` describes the GPU chosen. --device cuda
+// without a visible GPU is a common::Error.
+struct SelectedDevice {
+  std::unique_ptr<Device> device;
+  std::optional<CudaDeviceProperties> gpu;
+};
+SelectedDevice select_device(const TrainingArguments& arguments);
 
 // Runs the whole training. `source` empty: the mock dataset with --mock-data, else the datasets
 // the data flags name (dataset_provider.hpp). One process, or one rank of `groups`

@@ -1209,3 +1209,48 @@ TEST_CASE("the parameter and gradient copies move the flat buffers whole, and ch
                        doctest::Contains("the host buffer has"), common::Error);
   CHECK_THROWS_AS(copy.copy_parameters_from_host(short_buffer), common::Error);
 }
+
+TEST_CASE("last_position_losses and last_position_argmax read the last forward per position") {
+  const GptConfig config = tiny_config();
+  const Batch batch = random_batch(config, kTinyBatch, kTinySeq, 73);
+  GptModel<float> model(config);
+  model.init_parameters(9);
+  CHECK_THROWS_WITH_AS(model.last_position_losses(), doctest::Contains("no finished forward()"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(model.last_position_argmax(), doctest::Contains("no finished forward()"),
+                       common::Error);
+  model.set_training(false);
+  const float mean = forward(model, batch);
+  const std::vector<float> losses = model.last_position_losses();
+  REQUIRE(losses.size() == static_cast<size_t>(kTinyBatch * kTinySeq));
+  // forward() returns the mean of exactly these values.
+  const double sum = std::accumulate(losses.begin(), losses.end(), 0.0);
+  CHECK(sum / static_cast<double>(losses.size()) == doctest::Approx(mean).epsilon(1e-6));
+  const std::vector<int32_t> argmax = model.last_position_argmax();
+  REQUIRE(argmax.size() == losses.size());
+
+  // Cross-entropy is logsumexp − logit[label]: with the argmax as labels every position's loss
+  // is the smallest any label gives, so no other label (here: each other id) gives less.
+  Batch best = batch;
+  best.labels = argmax;
+  forward(model, best);
+  const std::vector<float> best_losses = model.last_position_losses();
+  for (int32_t shift = 1; shift < config.padded_vocab_size; ++shift) {
+    Batch other = batch;
+    for (size_t i = 0; i < other.labels.size(); ++i) {
+      other.labels[i] = static_cast<int32_t>((argmax[i] + shift) % config.padded_vocab_size);
+    }
+    forward(model, other);
+    const std::vector<float> other_losses = model.last_position_losses();
+    for (size_t i = 0; i < other_losses.size(); ++i) {
+      CAPTURE(i);
+      CAPTURE(shift);
+      CHECK(best_losses[i] <= other_losses[i]);
+    }
+  }
+  // A failed forward leaves nothing to read.
+  Batch bad = batch;
+  bad.tokens[0] = static_cast<int32_t>(config.padded_vocab_size);
+  CHECK_THROWS_AS(forward(model, bad), common::Error);
+  CHECK_THROWS_AS(model.last_position_losses(), common::Error);
+}

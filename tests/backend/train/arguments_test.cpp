@@ -1,4 +1,5 @@
-// Megatron flag parsing: defaults, derived values, and every refusal naming its flag.
+// Megatron flag parsing: defaults, derived values, every refusal naming its flag, and
+// evaluate_gpt's command line (the task flags, without the training schedule and data).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -699,4 +700,47 @@ TEST_CASE("--distributed-timeout-minutes: Megatron's default 10, fractions, and 
                            : with({"--distributed-timeout-minutes", c.value});
     CHECK_THROWS_WITH_AS(parse(words), doctest::Contains(c.message.c_str()), common::Error);
   }
+}
+
+TEST_CASE("evaluate_gpt's command line: the task flags, and no training schedule or data needed") {
+  auto evaluate = [](std::vector<std::string> extra) {
+    std::vector<std::string> words = {"evaluate_gpt", "--num-layers", "2", "--hidden-size", "8",
+                                      "--num-attention-heads", "2", "--seq-length", "16",
+                                      "--micro-batch-size", "2", "--vocab-size", "100",
+                                      "--tokenizer-type", "NullTokenizer", "--load", "ckpt"};
+    words.insert(words.end(), extra.begin(), extra.end());
+    std::vector<const char*> argv;
+    for (const auto& word : words) argv.push_back(word.c_str());
+    return parse_arguments(static_cast<int>(argv.size()), argv.data(),
+                           backend::ArgumentsProgram::evaluate_gpt);
+  };
+  const auto arguments = evaluate({"--task", "WIKITEXT103", "--valid-data", "a.tokens", "b.tokens"});
+  REQUIRE(arguments);
+  CHECK(arguments->program == backend::ArgumentsProgram::evaluate_gpt);
+  CHECK(arguments->task == "WIKITEXT103");
+  CHECK(arguments->valid_data == std::vector<std::string>{"a.tokens", "b.tokens"});
+  CHECK(arguments->overlapping_eval == 32);  // Megatron's default
+  CHECK_FALSE(arguments->strict_lambada);
+  const auto values = backend::argument_values(*arguments);
+  CHECK(values.at("task") == "WIKITEXT103");
+  CHECK(values.at("valid_data") == "['a.tokens', 'b.tokens']");
+  CHECK(values.at("overlapping_eval") == "32");
+
+  const auto lambada = evaluate({"--task", "LAMBADA", "--valid-data", "l.jsonl", "--strict-lambada",
+                                 "--overlapping-eval", "8", "--results-json", "r.json"});
+  REQUIRE(lambada);
+  CHECK(lambada->strict_lambada);
+  CHECK(lambada->overlapping_eval == 8);
+  CHECK(lambada->results_json == "r.json");
+
+  CHECK_THROWS_WITH_AS(evaluate({"--task", "RACE", "--valid-data", "x"}),
+                       doctest::Contains("--task takes one of WIKITEXT103, LAMBADA"), common::Error);
+  CHECK_THROWS_WITH_AS(evaluate({"--valid-data", "x"}), doctest::Contains("--task is required"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(evaluate({"--task", "LAMBADA", "--valid-data", "x", "--overlapping-eval", "0"}),
+                       doctest::Contains("--overlapping-eval"), common::Error);
+  // pretrain_gpt does not know the task flags.
+  CHECK_THROWS_WITH_AS(parse(with({"--task", "LAMBADA"})), doctest::Contains("--task"),
+                       common::Error);
+  CHECK_FALSE(backend::argument_values(*parse(base_flags())).contains("task"));
 }

@@ -1,0 +1,213 @@
+// evaluate_gpt: Megatron-LM's zero-shot GPT evaluation (tasks/main.py --task WIKITEXT103 or
+// LAMBADA, tasks/zeroshot_gpt/evaluate.py), native. Reads pretrain_gpt's model, tokenizer,
+// device and --load flags (the same parser, backend/train/arguments.hpp) and the task flags
+// (--task, --valid-data, --overlapping-eval, --strict-lambada, and our --results-json), loads
+// the checkpoint's weights, scores each --valid-data file in evaluation mode (no dropout) and
+// prints Megatron's result lines; the metrics are backend/train/zero_shot_tasks.hpp's, and
+// docs/evaluation.md describes the tool. One process; a user error is one clear line and exit
+// status 2, as pretrain_gpt's.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "backend/common/durable_file.hpp"
+#include "backend/common/error.hpp"
+#include "backend/common/logging.hpp"
+#include "backend/common/memory_estimate.hpp"
+#include "backend/data/tokenizer.hpp"
+#include "backend/dist/process_environment.hpp"
+#include "backend/model/gpt_model.hpp"
+#include "backend/optim/adamw.hpp"
+#include "backend/optim/lr_scheduler.hpp"
+#include "backend/train/arguments.hpp"
+#include "backend/train/checkpoint_arguments.hpp"
+#include "backend/train/trainer.hpp"
+#include "backend/train/zero_shot_tasks.hpp"
+
+namespace {
+
+using backend::TrainingArguments;
+
+// What this tool does not do (yet): several processes, or a model split over them.
+void check_single_process(const TrainingArguments& arguments) {
+  const backend::ProcessEnvironment process = backend::read_process_environment();
+  if (backend::started_through_mpi(process) && process.world_size > 1) {
+    common::fail("evaluate_gpt runs as one process; it was started as {} (rank {} of {}): run it "
+                 "without mpirun/srun", process.launcher, process.rank, process.world_size);
+  }
+  if (arguments.tensor_model_parallel_size > 1 || arguments.pipeline_model_parallel_size > 1) {
+    common::fail("evaluate_gpt runs the whole model in one process: --tensor-model-parallel-size "
+                 "{} and --pipeline-model-parallel-size {} must be 1 (reshard a model-parallel "
+                 "checkpoint first: checkpoint_util --load DIR --save NEWDIR "
+                 "--target-tensor-parallel-size 1 --target-pipeline-parallel-size 1)",
+                 arguments.tensor_model_parallel_size, arguments.pipeline_model_parallel_size);
+  }
+  if (arguments.load.empty()) {
+    common::fail("evaluate_gpt needs --load DIR: the checkpoint (pretrain_gpt's --save directory) "
+                 "whose model to evaluate");
+  }
+  if (arguments.task == "LAMBADA" && arguments.overlapping_eval != 32) {
+    spdlog::warn("--overlapping-eval {} applies to WIKITEXT103 only; LAMBADA ignores it",
+                 arguments.overlapping_eval);
+  }
+  if (arguments.task == "WIKITEXT103") {
+    backend::check_overlapping_eval(arguments.overlapping_eval, arguments.seq_length);
+    if (arguments.strict_lambada) spdlog::warn("--strict-lambada applies to LAMBADA only");
+  }
+}
+
+// The model the flags describe, on the device --device picks, with the checkpoint's weights
+// (weights only, as Megatron's load_checkpoint(model, None, None)), in evaluation mode.
+backend::GptModel<float> load_model(const TrainingArguments& arguments,
+                                    const backend::SelectedDevice& selected) {
+  const backend::GptConfig config = backend::model_config(arguments);
+  // Before anything is allocated: the fp32 weights and the gradient buffer GptModel carves
+  // beside them, against the GPU's or this machine's memory. The activations of one micro
+  // batch come on top.
+  common::MemoryEstimate estimate;
+  estimate.parameters = common::parameter_count(backend::model_shape(config));
+  estimate.weights_bytes = 4 * estimate.parameters;
+  estimate.gradients_bytes = estimate.weights_bytes;
+  const common::AvailableMemory available =
+      selected.gpu ? common::AvailableMemory{static_cast<double>(selected.gpu->total_memory_bytes),
+                                             fmt::format("the memory of GPU {} ({})",
+                                                         selected.gpu->index, selected.gpu->name)}
+                   : common::available_memory();
+  common::require_memory_fits(estimate, available, "evaluate_gpt: the model",
+                              "Evaluate a smaller model, or on a machine with more memory.");
+  backend::GptModel<float> model(config, *selected.device);
+  // Weights only, as --no-load-optim --no-load-rng (not --finetune, so that the load message
+  // names the checkpoint's iteration as Megatron's does); the optimizer and scheduler are
+  // placeholders that load_checkpoint then leaves alone.
+  TrainingArguments weights_only = arguments;
+  weights_only.no_load_optim = true;
+  weights_only.no_load_rng = true;
+  backend::AdamW optimizer(backend::AdamWConfig{}, {}, 0);
+  backend::LearningRateScheduler scheduler(
+      backend::LearningRateSchedule{.max_lr = 0, .decay_steps = 1});
+  if (!backend::load_checkpoint(weights_only, model, optimizer, scheduler, std::cout)) {
+    common::fail("--load {} holds no checkpoint ({} is missing): evaluating untrained weights "
+                 "means nothing; point --load at pretrain_gpt's --save directory",
+                 arguments.load, backend::checkpoint_tracker_path(arguments.load).string());
+  }
+  model.set_training(false);
+  return model;
+}
+
+backend::WindowScorer make_scorer(backend::GptModel<float>& model, int64_t seq_length) {
+  backend::WindowScorer scorer;
+  scorer.losses = [&model, seq_length](std::span<const int32_t> inputs,
+                                       std::span<const int32_t> labels, int64_t batch) {
+    model.forward(inputs, labels, batch, seq_length);
+    const std::vector<float> losses = model.last_position_losses();
+    return std::vector<double>(losses.begin(), losses.end());
+  };
+  scorer.argmax = [&model, seq_length](std::span<const int32_t> inputs,
+                                       std::span<const int32_t> labels, int64_t batch) {
+    model.forward(inputs, labels, batch, seq_length);
+    return model.last_position_argmax();
+  };
+  return scorer;
+}
+
+int run(const TrainingArguments& arguments) {
+  check_single_process(arguments);
+  auto tokenizer = backend::build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
+                                             .vocab_file = arguments.vocab_file,
+                                             .merge_file = arguments.merge_file,
+                                             .vocab_size = arguments.vocab_size,
+                                             .tokenizer_model = arguments.tokenizer_model});
+  const backend::SelectedDevice selected = backend::select_device(arguments);
+  backend::GptModel<float> model = load_model(arguments, selected);
+  const backend::WindowScorer scorer = make_scorer(model, arguments.seq_length);
+  const int32_t pad = tokenizer->eod();
+  auto progress = [&](int64_t iteration) {
+    if (iteration % arguments.log_interval == 0) {
+      std::cout << fmt::format("> working on iteration: {}", iteration) << std::endl;
+    }
+  };
+
+  nlohmann::json results = nlohmann::json::array();
+  for (const std::string& file : arguments.valid_data) {
+    nlohmann::json result = {{"valid_data", file}};
+    std::vector<std::string> lines;
+    if (arguments.task == "WIKITEXT103") {
+      const backend::WikitextText text = backend::read_wikitext(file, *tokenizer);
+      std::cout << fmt::format(" > number of original tokens: {}, number of detokenized tokens: "
+                               "{}", text.num_original_tokens, text.num_tokenized_tokens)
+                << std::endl;
+      const double total_loss = backend::wikitext_total_loss(
+          text.tokens, arguments.seq_length, arguments.overlapping_eval, pad,
+          arguments.micro_batch_size, scorer, progress);
+      const backend::PerplexityResult r = backend::perplexity_result(
+          total_loss, text.num_tokenized_tokens, text.num_original_tokens);
+      lines = backend::format_results(arguments.task, r);
+      result.update({{"avg_loss", r.avg_loss},
+                     {"ppl", r.ppl},
+                     {"adjusted_ppl", r.adjusted_ppl},
+                     {"token_ratio", r.token_ratio},
+                     {"total_loss", r.total_loss},
+                     {"num_original_tokens", r.num_original_tokens},
+                     {"num_tokenized_tokens", r.num_tokenized_tokens},
+                     {"windows", backend::wikitext_window_count(text.num_tokenized_tokens,
+                                                                arguments.seq_length,
+                                                                arguments.overlapping_eval)}});
+    } else {
+      std::cout << fmt::format("> building lambada dataset from {} ...", file) << std::endl;
+      const std::vector<backend::LambadaExample> examples = backend::read_lambada(
+          file, *tokenizer, arguments.strict_lambada, arguments.seq_length);
+      std::cout << fmt::format(" > found {} samples.", examples.size()) << std::endl;
+      const int64_t correct = backend::lambada_correct(examples, arguments.seq_length, pad,
+                                                       arguments.micro_batch_size, scorer,
+                                                       progress);
+      const backend::AccuracyResult r =
+          backend::accuracy_result(correct, std::ssize(examples));
+      lines = backend::format_results(arguments.task, r);
+      result.update({{"number_correct", r.number_correct},
+                     {"total_examples", r.total_examples},
+                     {"avg_accuracy", r.avg_accuracy}});
+    }
+    for (const auto& line : lines) std::cout << line << '\n';
+    std::cout.flush();
+    results.push_back(std::move(result));
+  }
+  if (!arguments.results_json.empty()) {
+    const nlohmann::json document = {
+        {"task", arguments.task},
+        {"load", arguments.load},
+        {"seq_length", arguments.seq_length},
+        {"overlapping_eval",
+         arguments.task == "WIKITEXT103" ? nlohmann::json(arguments.overlapping_eval) : nullptr},
+        {"strict_lambada",
+         arguments.task == "LAMBADA" ? nlohmann::json(arguments.strict_lambada) : nullptr},
+        {"results", results}};
+    common::write_text_file_atomically(arguments.results_json, document.dump(2) + "\n");
+  }
+  std::cout << "done :-)" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  common::setup_logging("evaluate_gpt");
+  try {
+    auto arguments =
+        backend::parse_arguments(argc, argv, backend::ArgumentsProgram::evaluate_gpt);
+    if (!arguments) return 0;  // --help
+    for (const auto& line : backend::format_arguments(*arguments)) std::cout << line << '\n';
+    return run(*arguments);
+  } catch (const common::Error& error) {
+    std::cout.flush();  // the arguments dump first, so the message is not printed inside it
+    spdlog::error("{}", error.what());
+    return 2;
+  } catch (const std::exception& error) {
+    std::cout.flush();
+    spdlog::critical("internal error (please report): {}", error.what());
+    return 3;
+  }
+}
