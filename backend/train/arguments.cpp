@@ -21,6 +21,7 @@
 #include "backend/dist/parallel_layout.hpp"
 #include "backend/dist/process_environment.hpp"
 #include "backend/model/pipeline_stage.hpp"
+#include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/deepspeed_config.hpp"
 #include "backend/train/loss_scaling.hpp"
 #include "backend/train/training_schedule.hpp"
@@ -64,16 +65,25 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       CLI::MultiOptionPolicy::TakeLast);
   app.get_formatter()->column_width(44);
 
+  // evaluate_gpt --use-checkpoint-args: the checkpoint gives the shape, so no model flag is
+  // required (read before CLI11 parses, which checks required options).
+  const bool model_from_checkpoint =
+      evaluation && std::any_of(argv + std::min(argc, 1), argv + argc, [](const char* argument) {
+        return std::string_view(argument) == "--use-checkpoint-args";
+      });
+  auto required_flag = [&](CLI::Option* option) {
+    if (!model_from_checkpoint) option->required();
+  };
   auto* model = "Model";
-  app.add_option("--num-layers", arguments.num_layers, "Number of transformer layers")
-      ->group(model)->required();
-  app.add_option("--hidden-size", arguments.hidden_size, "Transformer hidden size")
-      ->group(model)->required();
+  required_flag(app.add_option("--num-layers", arguments.num_layers, "Number of transformer layers")
+                    ->group(model));
+  required_flag(app.add_option("--hidden-size", arguments.hidden_size, "Transformer hidden size")
+                    ->group(model));
   app.add_option("--ffn-hidden-size", arguments.ffn_hidden_size, "MLP hidden size (default 4 × hidden)")
       ->group(model);
-  app.add_option("--num-attention-heads", arguments.num_attention_heads, "Attention heads")
-      ->group(model)->required();
-  app.add_option("--seq-length", arguments.seq_length, "Sequence length")->group(model)->required();
+  required_flag(app.add_option("--num-attention-heads", arguments.num_attention_heads, "Attention heads")
+                    ->group(model));
+  required_flag(app.add_option("--seq-length", arguments.seq_length, "Sequence length")->group(model));
   app.add_option("--max-position-embeddings", arguments.max_position_embeddings,
                  "Rows of the position table (default: --seq-length)")->group(model);
   app.add_option("--make-vocab-size-divisible-by", arguments.make_vocab_size_divisible_by,
@@ -369,6 +379,8 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "LAMBADA: predict the whole last word, not its last token")->group(tasks);
     app.add_option("--results-json", arguments.results_json,
                    "Also write the results to this JSON file (not a Megatron flag)")->group(tasks);
+    app.add_flag("--use-checkpoint-args", arguments.use_checkpoint_args,
+                 "The model's shape and tokenizer type from the --load checkpoint")->group(tasks);
   }
 
   // Every value is checked by the shared table (backend/common/flag_rules.cpp) before CLI11
@@ -406,6 +418,10 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   deepspeed.global_batch_size_given = app.count("--global-batch-size") > 0;
   deepspeed.micro_batch_size_given = app.count("--micro-batch-size") > 0;
   apply_deepspeed_config(deepspeed, arguments);
+  if (arguments.use_checkpoint_args) {
+    take_checkpoint_model_arguments(
+        arguments, [&](std::string_view flag) { return app.count(std::string(flag)) > 0; }, std::cout);
+  }
   validate_arguments(arguments);
   return arguments;
 }
@@ -790,6 +806,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
     values["overlapping_eval"] = fmt::format("{}", a.overlapping_eval);
     values["strict_lambada"] = python(a.strict_lambada);
     values["results_json"] = path(a.results_json);
+    values["use_checkpoint_args"] = python(a.use_checkpoint_args);
   }
   return values;
 }

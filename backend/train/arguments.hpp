@@ -184,6 +184,7 @@ struct TrainingArguments {
   int64_t overlapping_eval = 32;        // --overlapping-eval (Megatron's default)
   bool strict_lambada = false;          // --strict-lambada
   std::string results_json;             // --results-json FILE (ours)
+  bool use_checkpoint_args = false;     // --use-checkpoint-args (evaluate_gpt)
 
   // The command line as given, for logs and the arguments dump.
   std::vector<std::string> command_line;

@@ -1,7 +1,14 @@
 // The arguments ↔ checkpoint records and options; see checkpoint_arguments.hpp.
 #include "backend/train/checkpoint_arguments.hpp"
 
+#include <fmt/format.h>
+
+#include <ostream>
 #include <string>
+#include <type_traits>
+
+#include "backend/ckpt/checkpoint_file.hpp"
+#include "backend/common/error.hpp"
 
 using nlohmann::json;
 
@@ -113,6 +120,73 @@ TrainingArguments arguments_from_checkpoint(const json& metadata, const std::fil
   a.adam_beta2 = root.get<double>(saved, "adam_beta2");
   a.adam_eps = root.get<double>(saved, "adam_eps");
   return a;
+}
+
+void take_checkpoint_model_arguments(TrainingArguments& arguments,
+                                     const std::function<bool(std::string_view flag)>& given,
+                                     std::ostream& out) {
+  if (arguments.load.empty()) {
+    common::fail("--use-checkpoint-args needs --load DIR: the checkpoint whose arguments give the "
+                 "model's shape");
+  }
+  const auto tracked = read_checkpoint_tracker(arguments.load);
+  if (!tracked || !std::filesystem::is_regular_file(tracked->file)) {
+    common::fail("--use-checkpoint-args: --load {} holds no checkpoint ({} is missing or names "
+                 "no file): point --load at pretrain_gpt's --save directory, or give the model "
+                 "flags (--num-layers, --hidden-size, ...) instead",
+                 arguments.load, checkpoint_tracker_path(arguments.load).string());
+  }
+  TrainingArguments saved;
+  {
+    const CheckpointFileReader reader(tracked->file);
+    saved = arguments_from_checkpoint(reader.metadata(), reader.path());
+  }
+  // Megatron prints each argument it takes: "Setting <name> to <value> from checkpoint".
+  auto take = [&](std::string_view name, auto& target, const auto& value) {
+    target = value;
+    using Value = std::decay_t<decltype(value)>;
+    std::string shown;
+    if constexpr (std::is_same_v<Value, bool>) {
+      shown = value ? "True" : "False";
+    } else {
+      shown = fmt::format("{}", value);
+    }
+    out << fmt::format("Setting {} to {} from checkpoint", name, shown) << std::endl;
+  };
+  auto unless_given = [&](std::string_view flag, std::string_view name, auto& target, const auto& value) {
+    if (!given(flag)) take(name, target, value);
+  };
+  unless_given("--num-layers", "num_layers", arguments.num_layers, saved.num_layers);
+  unless_given("--hidden-size", "hidden_size", arguments.hidden_size, saved.hidden_size);
+  unless_given("--ffn-hidden-size", "ffn_hidden_size", arguments.ffn_hidden_size, saved.ffn_hidden_size);
+  unless_given("--seq-length", "seq_length", arguments.seq_length, saved.seq_length);
+  unless_given("--num-attention-heads", "num_attention_heads", arguments.num_attention_heads,
+               saved.num_attention_heads);
+  unless_given("--max-position-embeddings", "max_position_embeddings", arguments.max_position_embeddings,
+               saved.max_position_embeddings);
+  unless_given("--make-vocab-size-divisible-by", "make_vocab_size_divisible_by",
+               arguments.make_vocab_size_divisible_by, saved.make_vocab_size_divisible_by);
+  unless_given("--vocab-size", "vocab_size", arguments.vocab_size, saved.vocab_size);
+  unless_given("--norm-epsilon", "norm_epsilon", arguments.norm_epsilon, saved.norm_epsilon);
+  take("group_query_attention", arguments.group_query_attention, saved.group_query_attention);
+  take("num_query_groups", arguments.num_query_groups, saved.num_query_groups);
+  take("position_embedding_type", arguments.position_embedding_type, saved.position_embedding_type);
+  take("rotary_base", arguments.rotary_base, saved.rotary_base);
+  take("rotary_percent", arguments.rotary_percent, saved.rotary_percent);
+  take("add_bias_linear", arguments.add_bias_linear, saved.add_bias_linear);
+  take("swiglu", arguments.swiglu, saved.swiglu);
+  take("untie_embeddings_and_output_weights", arguments.untie_embeddings_and_output_weights,
+       saved.untie_embeddings_and_output_weights);
+  take("apply_layernorm_1p", arguments.apply_layernorm_1p, saved.apply_layernorm_1p);
+  take("normalization", arguments.normalization, saved.normalization);
+  take("hidden_dropout", arguments.hidden_dropout, saved.hidden_dropout);
+  take("attention_dropout", arguments.attention_dropout, saved.attention_dropout);
+  take("tokenizer_type", arguments.tokenizer_type, saved.tokenizer_type);
+  // Megatron forces the checkpoint's path too; a path given here wins (the run that saved it may
+  // have read the file elsewhere). None recorded: nothing to take.
+  if (!saved.tokenizer_model.empty()) {
+    unless_given("--tokenizer-model", "tokenizer_model", arguments.tokenizer_model, saved.tokenizer_model);
+  }
 }
 
 CheckpointSaveOptions checkpoint_save_options(const TrainingArguments& a) {

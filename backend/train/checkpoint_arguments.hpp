@@ -8,8 +8,10 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <iosfwd>
 #include <optional>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -32,6 +34,21 @@ nlohmann::json checkpoint_arguments(const TrainingArguments& arguments);
 // a common::Error naming `file`.
 TrainingArguments arguments_from_checkpoint(const nlohmann::json& metadata,
                                             const std::filesystem::path& file);
+
+// Megatron's --use-checkpoint-args (megatron/training/checkpointing.py,
+// load_args_from_checkpoint), as evaluate_gpt takes it: the model's shape from the typed record
+// of the checkpoint --load names. As Megatron: num_layers, hidden_size, ffn_hidden_size,
+// seq_length, num_attention_heads and max_position_embeddings only where the flag was not given
+// (`given(flag)` says); the attention layout, position embedding, normalization, biases,
+// SwiGLU, untied output, dropouts and the tokenizer type and model (Megatron's default
+// --use-tokenizer-model-from-checkpoint-args) whatever the flags say. Beyond Megatron's list,
+// because the model computed depends on them: make_vocab_size_divisible_by, vocab_size
+// (NullTokenizer) and norm_epsilon, where not given. Each value taken is printed to `out` as
+// Megatron prints it ("Setting num_layers to 24 from checkpoint"). A missing checkpoint or
+// record is a common::Error naming --load.
+void take_checkpoint_model_arguments(TrainingArguments& arguments,
+                                     const std::function<bool(std::string_view flag)>& given,
+                                     std::ostream& out);
 
 // --save and its flags, the typed record, the full dump (argument_values) and the command line.
 CheckpointSaveOptions checkpoint_save_options(const TrainingArguments& arguments);

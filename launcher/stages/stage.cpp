@@ -29,7 +29,7 @@ const std::vector<NemoStage>& nemo_stages() {
       {"conversion", "converts a training checkpoint into a .nemo file",
        "checkpoint_util --export-hf (Hugging Face safetensors, not .nemo)", true},
       {"evaluation", "evaluates a checkpoint on benchmark tasks (lm-evaluation-harness, or NeMo's own)",
-       "evaluate_gpt (validation/test loss; the tool is not built yet)", true},
+       "evaluate_gpt (Megatron's zero-shot LAMBADA and WikiText perplexity)", true},
       {"export", "exports a .nemo model for Triton Inference Server (FasterTransformer / TensorRT-LLM)",
        "the conversion stage (checkpoint_util --export-hf) writes a Hugging Face "
        "model that inference servers load", false},

@@ -280,11 +280,20 @@ TEST_CASE("cluster_type auto stays local when sbatch exists but Slurm is not con
 }
 
 TEST_CASE("stages run in order: an empty stage is skipped, conversion exports the checkpoint "
-          "training saved, evaluation's provisional command line is refused clearly") {
+          "training saved, evaluation scores it on LAMBADA") {
   TemporaryDirectory temporary;
+  const fs::path test_data = fs::path(TEST_SOURCE_DIR) / "tests/data";
+  // LAMBADA's format with passages short enough for the tiny model's 32 positions.
+  const fs::path lambada = temporary.path / "lambada_test.jsonl";
+  std::ofstream(lambada) << R"({"text": "The cat sat on the mat and looked at the dog"})" << "\n"
+                         << R"({"text": "She opened the door and walked into the garden"})" << "\n"
+                         << R"({"text": "He poured the coffee into a cup"})" << "\n";
   const auto run = launcher::run_and_capture(tiny_run(
       temporary.path, {"stages=[data_preparation,training,conversion,evaluation]",
-                       "training.trainer.max_steps=1"}));
+                       "training.trainer.max_steps=1",
+                       "evaluation.data.lambada=" + lambada.string(),
+                       "evaluation.model.vocab_file=" + (test_data / "gpt2-vocab.json").string(),
+                       "evaluation.model.merge_file=" + (test_data / "gpt2-merges.txt").string()}));
   INFO(run.output);
   // data_preparation has no input files: nothing to submit, and the chain goes on.
   CHECK(run.output.find("data_preparation.input lists no files, nothing to submit") !=
@@ -299,13 +308,15 @@ TEST_CASE("stages run in order: an empty stage is skipped, conversion exports th
   CHECK(run.output.find("as GPT2LMHeadModel to " + (conversion / "hf").string()) != std::string::npos);
   CHECK(fs::is_regular_file(conversion / "hf" / "config.json"));
   CHECK(fs::is_regular_file(conversion / "hf" / "model.safetensors"));
-  // evaluation: evaluate_gpt is built (Megatron's zero-shot tasks, docs/evaluation.md), but the
-  // stage is not mapped onto its tasks yet: the stage's provisional command line (--load,
-  // --eval-iters) is refused with evaluate_gpt's one line, and the launch reports the status.
-  CHECK(run.output.find("[evaluate_gpt] [error]") != std::string::npos);
-  CHECK(run.output.find("the evaluation stage needs evaluate_gpt, which is not at") ==
-        std::string::npos);
-  CHECK(run.exit_code == 2);
+  // evaluation: evaluate_gpt read the model's shape from the checkpoint (the stage passes no
+  // model flag) and scored the three passages, as Megatron prints it.
+  CHECK(run.output.find("Setting num_layers to 2 from checkpoint") != std::string::npos);
+  CHECK(std::regex_search(run.output, std::regex(R"( validation results on LAMBADA \| number correct: \d\.\d{4}E\+00 \| )"
+                                                 R"(total examples: 3\.0000E\+00 \| avg accuracy: )")));
+  const fs::path results_json = temporary.path / "gpt3_126m" / "eval_lambada" / "lambada_results.json";
+  CHECK(fs::is_regular_file(results_json));
+  CHECK(read_file(results_json).find("\"total_examples\"") != std::string::npos);
+  CHECK(run.exit_code == 0);
 }
 
 TEST_CASE("an unknown stage is refused with the valid stages") {

@@ -8,6 +8,7 @@
 
 #include "backend/common/error.hpp"
 #include "backend/train/arguments.hpp"
+#include "temporary_directory.hpp"
 
 using backend::parse_arguments;
 
@@ -743,4 +744,29 @@ TEST_CASE("evaluate_gpt's command line: the task flags, and no training schedule
   CHECK_THROWS_WITH_AS(parse(with({"--task", "LAMBADA"})), doctest::Contains("--task"),
                        common::Error);
   CHECK_FALSE(backend::argument_values(*parse(base_flags())).contains("task"));
+}
+
+TEST_CASE("evaluate_gpt --use-checkpoint-args: no model flag is required, and --load must hold a checkpoint") {
+  auto evaluate = [](std::vector<std::string> words) {
+    words.insert(words.begin(), {"evaluate_gpt", "--micro-batch-size", "2"});
+    std::vector<const char*> argv;
+    for (const auto& word : words) argv.push_back(word.c_str());
+    return parse_arguments(static_cast<int>(argv.size()), argv.data(),
+                           backend::ArgumentsProgram::evaluate_gpt);
+  };
+  // Without the switch the model flags are required, as before.
+  CHECK_THROWS_WITH_AS(evaluate({"--task", "LAMBADA", "--valid-data", "x", "--load", "ckpt"}),
+                       doctest::Contains("--num-layers is required"), common::Error);
+  // With it, they come from the checkpoint, which must exist (the values taken are checked end
+  // to end in tests/e2e/launcher_main_test.cpp's evaluation stage).
+  test_support::TemporaryDirectory empty;
+  const std::string no_checkpoint = "--use-checkpoint-args: --load " + empty.path.string() + " holds no checkpoint";
+  CHECK_THROWS_WITH_AS(evaluate({"--task", "LAMBADA", "--valid-data", "x", "--use-checkpoint-args",
+                                 "--load", empty.path.string()}),
+                       doctest::Contains(no_checkpoint.c_str()), common::Error);
+  CHECK_THROWS_WITH_AS(evaluate({"--task", "LAMBADA", "--valid-data", "x", "--use-checkpoint-args"}),
+                       doctest::Contains("--use-checkpoint-args needs --load DIR"), common::Error);
+  // pretrain_gpt does not take it.
+  CHECK_THROWS_WITH_AS(parse(with({"--use-checkpoint-args"})), doctest::Contains("--use-checkpoint-args"),
+                       common::Error);
 }
