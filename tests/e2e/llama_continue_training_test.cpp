@@ -268,9 +268,15 @@ TEST_CASE("llama continue training: HF Llama → import → tokenize → merge �
   struct Mismatch {
     std::string flag, wrong, tensor, fitting;
   };
-  for (const auto& [flag, wrong, tensor, fitting] : std::vector<Mismatch>{
+  // Named members, not a structured binding: clang 14 (the asan build) cannot capture one in
+  // doctest's INFO.
+  for (const Mismatch& mismatch : std::vector<Mismatch>{
            {"--num-query-groups", "4", "self_attention.linear_qkv.weight", "--num-query-groups 2"},
            {"--ffn-hidden-size", "96", "mlp.linear_fc1.weight", "--ffn-hidden-size 128"}}) {
+    const std::string& flag = mismatch.flag;
+    const std::string& wrong = mismatch.wrong;
+    const std::string& tensor = mismatch.tensor;
+    const std::string& fitting = mismatch.fitting;
     std::vector<std::string> flags = continued_flags;
     for (size_t i = 0; i + 1 < flags.size(); ++i) {
       if (flags[i] == flag) flags[i + 1] = wrong;
