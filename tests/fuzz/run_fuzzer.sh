@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Builds one libFuzzer target (the launcher's config engine, a tokenizer, or a reader
-# of a file format: safetensors, Hugging Face config.json, Megatron's .idx) with clang (ASan +
+# Builds one libFuzzer target (the launcher's config engine, a tokenizer, a reader of a file
+# format: safetensors, Hugging Face config.json, Megatron's .idx; a command line; the text
+# generation server's request) with clang (ASan +
 # UBSan, every report fatal) straight from the sources it needs, and runs it for SECONDS from
 # the seed corpus in tests/fuzz/corpus/NAME/.
 #
 #   tests/fuzz/run_fuzzer.sh NAME SECONDS
 #     NAME: override | compose | tokenizer | sentencepiece_tokenizer | hf_tokenizer | safetensors |
 #           hf_config | indexed_dataset | pretrain_gpt_args | preprocess_data_args |
-#           checkpoint_util_args | download_args
+#           checkpoint_util_args | download_args | generate_request
 #
 # Environment: FUZZ_BUILD_DIR (default ${TMPDIR:-/tmp}/launcher-fuzz): objects, binaries, the
 # working corpus (grows across runs) and crash artifacts; FUZZ_JOBS (default 2): parallel
@@ -69,7 +70,7 @@ libraries+=($(pkg-config --libs libutf8proc libzstd liblzma zlib libcurl sentenc
 support_sources=("$root"/launcher/config/*.cpp)
 # Without CUDA and without MPI, as CMake builds a configuration that has neither: the .cu files
 # are not .cpp, and of each *_mpi.cpp / *_nompi.cpp pair the refusal (*_nompi.cpp) is taken.
-for dir in common device model ops optim data dist ckpt train fetch; do
+for dir in common device model ops optim data dist ckpt train fetch serve; do
   for source in "$root"/backend/"$dir"/*.cpp; do
     [[ $source == *_mpi.cpp ]] || support_sources+=("$source")
   done
