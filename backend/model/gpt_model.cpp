@@ -1221,6 +1221,23 @@ std::vector<int32_t> GptModel<Scalar>::last_position_argmax() const {
 }
 
 template <typename Scalar>
+std::vector<Scalar> GptModel<Scalar>::last_position_logits(int64_t row, int64_t position) const {
+  State& s = *state_;
+  check_last_forward(s, "last_position_logits");
+  if (row < 0 || row >= s.batch_size || position < 0 || position >= s.seq_length) {
+    common::fail("GptModel::last_position_logits: (row {}, position {}) is outside the last "
+                 "forward's batch of {} rows of {} positions",
+                 row, position, s.batch_size, s.seq_length);
+  }
+  const int64_t vocabulary = s.shard.padded_vocab_size;
+  const View logits = s.micro_batches.front().logits;
+  std::vector<Scalar> host(static_cast<size_t>(vocabulary));
+  s.ops().copy_to_host(host.data(),
+                       logits.slice((row * s.seq_length + position) * vocabulary, vocabulary));
+  return host;
+}
+
+template <typename Scalar>
 void GptModel<Scalar>::backward(Scalar grad_scale) {
   State& s = *state_;
   if (s.micro_batches.empty() || !s.stage.whole_model()) {

@@ -196,6 +196,12 @@ class GptModel {
   // parallelism), after a forward(): common::Error otherwise.
   std::vector<Scalar> last_position_losses() const;
   std::vector<int32_t> last_position_argmax() const;
+  // The last forward()'s logits at one position (batch row `row`, position `position` of its
+  // sequence) over the padded vocabulary, copied to the host on any device: what text
+  // generation samples the next token from (serve/generation.hpp). The entries beyond
+  // config().vocab_size are the padding rows' logits; the caller masks them. Same conditions as
+  // the two above; a row or position outside the last forward's shape is common::Error.
+  std::vector<Scalar> last_position_logits(int64_t row, int64_t position) const;
 
   // Backward of the last forward: gradients += grad_scale · d(mean loss)/d(parameters).
   // It uses the last forward's dropout masks, whatever set_training, set_dropout_seed or

@@ -1210,6 +1210,41 @@ TEST_CASE("the parameter and gradient copies move the flat buffers whole, and ch
   CHECK_THROWS_AS(copy.copy_parameters_from_host(short_buffer), common::Error);
 }
 
+TEST_CASE("last_position_logits gives each position's logits, consistent with the loss and argmax") {
+  const GptConfig config = tiny_config();
+  const Batch batch = random_batch(config, kTinyBatch, kTinySeq, 79);
+  GptModel<float> model(config);
+  model.init_parameters(11);
+  CHECK_THROWS_WITH_AS(model.last_position_logits(0, 0),
+                       doctest::Contains("no finished forward()"), common::Error);
+  model.set_training(false);
+  forward(model, batch);
+  const std::vector<float> losses = model.last_position_losses();
+  const std::vector<int32_t> argmax = model.last_position_argmax();
+  for (int64_t row = 0; row < kTinyBatch; ++row) {
+    for (int64_t position = 0; position < kTinySeq; ++position) {
+      CAPTURE(row);
+      CAPTURE(position);
+      const size_t index = static_cast<size_t>(row * kTinySeq + position);
+      const std::vector<float> logits = model.last_position_logits(row, position);
+      REQUIRE(logits.size() == static_cast<size_t>(config.padded_vocab_size));
+      CHECK(std::max_element(logits.begin(), logits.end()) - logits.begin() == argmax[index]);
+      // log_softmax(logits)[label] = logit[label] − logsumexp(logits) = −cross-entropy.
+      const double largest = *std::max_element(logits.begin(), logits.end());
+      double sum = 0;
+      for (const float logit : logits) sum += std::exp(static_cast<double>(logit) - largest);
+      const double log_probability =
+          static_cast<double>(logits[static_cast<size_t>(batch.labels[index])]) - largest -
+          std::log(sum);
+      CHECK(log_probability == doctest::Approx(-static_cast<double>(losses[index])).epsilon(1e-5));
+    }
+  }
+  CHECK_THROWS_WITH_AS(model.last_position_logits(kTinyBatch, 0),
+                       doctest::Contains("outside the last forward"), common::Error);
+  CHECK_THROWS_AS(model.last_position_logits(0, kTinySeq), common::Error);
+  CHECK_THROWS_AS(model.last_position_logits(-1, 0), common::Error);
+}
+
 TEST_CASE("last_position_losses and last_position_argmax read the last forward per position") {
   const GptConfig config = tiny_config();
   const Batch batch = random_batch(config, kTinyBatch, kTinySeq, 73);
