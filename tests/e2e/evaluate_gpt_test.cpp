@@ -20,6 +20,7 @@
 
 #include "launcher/process.hpp"
 #include "temporary_directory.hpp"
+#include "torch_available.hpp"
 
 namespace fs = std::filesystem;
 
@@ -47,18 +48,7 @@ std::vector<std::string> join(std::vector<std::string> first, const std::vector<
   return first;
 }
 
-// True when the reference can run; otherwise skips (MESSAGE) or, under CI, fails.
-bool torch_available() {
-  const auto probe = launcher::run_and_capture({kPython, "-c", "import torch"});
-  if (probe.exit_code == 0) return true;
-  const std::string why = std::string(kPython) + " cannot import torch (Debian: apt-get install " +
-                          "python3-torch, or container/install-deps.sh --tests): " + probe.output;
-  if (std::getenv("CI") != nullptr) {
-    FAIL("CI is set, so the PyTorch reference comparison may not be skipped: " << why);
-  }
-  MESSAGE("skipped: " << why);
-  return false;
-}
+using test_support::torch_available;
 
 nlohmann::json read_json(const fs::path& path) {
   std::ifstream in(path);

@@ -37,6 +37,7 @@
 #include "backend/train/dataset_provider.hpp"
 #include "launcher/process.hpp"
 #include "temporary_directory.hpp"
+#include "torch_available.hpp"
 
 namespace fs = std::filesystem;
 
@@ -75,18 +76,7 @@ double iteration_loss(const std::string& output, int iteration) {
   return std::stod(match[1].str());
 }
 
-// True when the reference can run; otherwise skips (MESSAGE) or, under CI, fails.
-bool torch_available() {
-  const auto probe = launcher::run_and_capture({kPython, "-c", "import torch"});
-  if (probe.exit_code == 0) return true;
-  const std::string why = std::string(kPython) + " cannot import torch (Debian: apt-get install " +
-                          "python3-torch, or container/install-deps.sh --tests): " + probe.output;
-  if (std::getenv("CI") != nullptr) {
-    FAIL("CI is set, so the PyTorch checks may not be skipped: " << why);
-  }
-  MESSAGE("skipped the PyTorch checks: " << why);
-  return false;
-}
+bool torch_available() { return test_support::torch_available("the PyTorch checks"); }
 
 // Samples [first, first + kGlobalBatch) of the training split the flags describe, read as the
 // trainer reads them, written as llama_loss_reference.py's batch.json.
