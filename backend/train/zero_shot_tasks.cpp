@@ -334,59 +334,74 @@ void split_windows(std::span<const EvaluationWindow> windows, int64_t seq_length
   }
 }
 
+// The batching both tasks share: windows first..first+micro_batch_size−1 of `count` (the last
+// batch may be short), made by `window(i)`, split into inputs and labels, and handed with the
+// batch to `score_batch`; `progress` is told each batch's index first.
+void for_each_window_batch(
+    int64_t count, int64_t seq_length, int64_t micro_batch_size,
+    const std::function<EvaluationWindow(int64_t)>& window,
+    const std::function<void(int64_t)>& progress,
+    const std::function<void(std::span<const EvaluationWindow>, std::span<const int32_t> inputs,
+                             std::span<const int32_t> labels)>& score_batch) {
+  std::vector<EvaluationWindow> batch;
+  std::vector<int32_t> inputs, labels;
+  for (int64_t first = 0, batch_index = 0; first < count; first += micro_batch_size, ++batch_index) {
+    if (progress) progress(batch_index);
+    batch.clear();
+    for (int64_t i = first; i < std::min(count, first + micro_batch_size); ++i) {
+      batch.push_back(window(i));
+    }
+    split_windows(batch, seq_length, inputs, labels);
+    score_batch(batch, inputs, labels);
+  }
+}
+
 }  // namespace
 
 double wikitext_total_loss(std::span<const int32_t> tokens, int64_t seq_length,
                            int64_t overlapping_eval, int32_t pad, int64_t micro_batch_size,
                            const WindowScorer& scorer,
                            const std::function<void(int64_t)>& progress) {
-  const int64_t count = wikitext_window_count(std::ssize(tokens), seq_length, overlapping_eval);
   double total = 0;
-  std::vector<EvaluationWindow> batch;
-  std::vector<int32_t> inputs, labels;
-  for (int64_t first = 0, batch_index = 0; first < count; first += micro_batch_size, ++batch_index) {
-    if (progress) progress(batch_index);
-    batch.clear();
-    for (int64_t i = first; i < std::min(count, first + micro_batch_size); ++i) {
-      batch.push_back(wikitext_window(tokens, i, seq_length, overlapping_eval, pad));
-    }
-    split_windows(batch, seq_length, inputs, labels);
-    const std::vector<double> losses = scorer.losses(inputs, labels, std::ssize(batch));
-    for (size_t w = 0; w < batch.size(); ++w) {
-      for (int64_t p = 0; p < seq_length; ++p) {
-        if (batch[w].mask[static_cast<size_t>(p)] != 0) {
-          total += losses[w * static_cast<size_t>(seq_length) + static_cast<size_t>(p)];
+  for_each_window_batch(
+      wikitext_window_count(std::ssize(tokens), seq_length, overlapping_eval), seq_length,
+      micro_batch_size,
+      [&](int64_t i) { return wikitext_window(tokens, i, seq_length, overlapping_eval, pad); },
+      progress,
+      [&](std::span<const EvaluationWindow> batch, std::span<const int32_t> inputs,
+          std::span<const int32_t> labels) {
+        const std::vector<double> losses = scorer.losses(inputs, labels, std::ssize(batch));
+        for (size_t w = 0; w < batch.size(); ++w) {
+          for (int64_t p = 0; p < seq_length; ++p) {
+            if (batch[w].mask[static_cast<size_t>(p)] != 0) {
+              total += losses[w * static_cast<size_t>(seq_length) + static_cast<size_t>(p)];
+            }
+          }
         }
-      }
-    }
-  }
+      });
   return total;
 }
 
 int64_t lambada_correct(std::span<const LambadaExample> examples, int64_t seq_length, int32_t pad,
                         int64_t micro_batch_size, const WindowScorer& scorer,
                         const std::function<void(int64_t)>& progress) {
-  const int64_t count = std::ssize(examples);
   int64_t correct = 0;
-  std::vector<EvaluationWindow> batch;
-  std::vector<int32_t> inputs, labels;
-  for (int64_t first = 0, batch_index = 0; first < count; first += micro_batch_size, ++batch_index) {
-    if (progress) progress(batch_index);
-    batch.clear();
-    for (int64_t i = first; i < std::min(count, first + micro_batch_size); ++i) {
-      batch.push_back(lambada_window(examples[static_cast<size_t>(i)], seq_length, pad));
-    }
-    split_windows(batch, seq_length, inputs, labels);
-    const std::vector<int32_t> argmax = scorer.argmax(inputs, labels, std::ssize(batch));
-    for (size_t w = 0; w < batch.size(); ++w) {
-      bool all = true;
-      for (int64_t p = 0; p < seq_length; ++p) {
-        const size_t at = w * static_cast<size_t>(seq_length) + static_cast<size_t>(p);
-        if (batch[w].mask[static_cast<size_t>(p)] != 0 && argmax[at] != labels[at]) all = false;
-      }
-      if (all) ++correct;
-    }
-  }
+  for_each_window_batch(
+      std::ssize(examples), seq_length, micro_batch_size,
+      [&](int64_t i) { return lambada_window(examples[static_cast<size_t>(i)], seq_length, pad); },
+      progress,
+      [&](std::span<const EvaluationWindow> batch, std::span<const int32_t> inputs,
+          std::span<const int32_t> labels) {
+        const std::vector<int32_t> argmax = scorer.argmax(inputs, labels, std::ssize(batch));
+        for (size_t w = 0; w < batch.size(); ++w) {
+          bool all = true;
+          for (int64_t p = 0; p < seq_length; ++p) {
+            const size_t at = w * static_cast<size_t>(seq_length) + static_cast<size_t>(p);
+            if (batch[w].mask[static_cast<size_t>(p)] != 0 && argmax[at] != labels[at]) all = false;
+          }
+          if (all) ++correct;
+        }
+      });
   return correct;
 }
 
