@@ -156,6 +156,7 @@ constexpr FlagRule kRules[] = {
     text_flag("--log-dir"),
     text_flag("--save"),
     text_flag("--load"),
+    text_flag("--pretrained-checkpoint"),
     integer_flag("--save-interval", 1),
     integer_flag("--exit-interval", 1),
     real_flag("--exit-duration-in-mins", 0, false),

@@ -313,6 +313,10 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(logging);
   app.add_option("--save", arguments.save, "Checkpoint directory to write")->group(logging);
   app.add_option("--load", arguments.load, "Checkpoint directory to read")->group(logging);
+  app.add_option("--pretrained-checkpoint", arguments.pretrained_checkpoint,
+                 "When --load holds no checkpoint: start from this checkpoint's weights, as "
+                 "--finetune (Megatron's finetuning flag)")
+      ->group(logging);
   app.add_option("--benchmark-output", arguments.benchmark_output,
                  "Write step time, tokens/s, TFLOP/s, MFU and memory as JSON (not a Megatron flag)")
       ->group(logging);
@@ -723,6 +727,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"normalization", a.normalization},
       {"apply_layernorm_1p", python(a.apply_layernorm_1p)},
       {"position_embedding_type", a.position_embedding_type},
+      {"pretrained_checkpoint", path(a.pretrained_checkpoint)},
       {"recompute_granularity", a.recompute_granularity.empty() ? "None" : a.recompute_granularity},
       {"recompute_method", a.recompute_method.empty() ? "None" : a.recompute_method},
       {"recompute_num_layers",

@@ -171,6 +171,9 @@ struct TrainingArguments {
   int64_t exit_interval = 0;  // 0: train to --train-iters
   double exit_duration_in_mins = 0;  // 0: no time limit
   bool finetune = false;      // load the weights only; iteration and samples start at 0
+  // Megatron's --pretrained-checkpoint (tasks/finetune_utils.py): when --load holds no
+  // checkpoint, start from this one's weights as --finetune would.
+  std::string pretrained_checkpoint;
   bool no_load_optim = false;
   bool no_load_rng = false;
   bool no_save_optim = false;

@@ -13,6 +13,7 @@
 #include "backend/common/memory_estimate.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/file_lock.hpp"
+#include "backend/ckpt/checkpoint.hpp"
 #include "backend/data/tokenizer.hpp"
 #include "backend/device/cpu_device.hpp"
 #include "backend/device/cuda_device.hpp"
@@ -415,7 +416,9 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   // The whole model's parameter count (a ZeRO-3 model's buffers hold its range only).
   const int64_t whole_count = whole_count_of(model);
   const bool sharded = model.sharded_over_data_parallel();
-  if (!a.load.empty()) {
+  // The checkpoint `from` names (its --load and switches) into the model, optimizer and
+  // scheduler; nothing when it holds none.
+  auto load_from = [&](const TrainingArguments& from) -> std::optional<TrainingProgress> {
     // The distributed optimizer and ZeRO-3 read the moments of their range alone; ZeRO-3 loads
     // the whole model's weights into one process's model and keeps its range of them.
     std::optional<GptModel<float>> whole_model;
@@ -426,8 +429,9 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
     std::optional<ShardRange> optimizer_range;
     if (shard) optimizer_range = shard->range;
     if (sharded) optimizer_range = model.parameter_shard_range();
-    const auto loaded = load_checkpoint(a, whole_model ? *whole_model : model, optimizer, scheduler,
-                                        out, optimizer_range ? &*optimizer_range : nullptr);
+    const auto loaded = load_checkpoint(from, whole_model ? *whole_model : model, optimizer,
+                                        scheduler, out,
+                                        optimizer_range ? &*optimizer_range : nullptr);
     if (whole_model && loaded) {
       const ShardRange range = model.parameter_shard_range();
       model.copy_parameters_from_host(whole_model->parameters().subspan(
@@ -435,14 +439,35 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
       model.set_dropout_seed(whole_model->dropout_seed());
       model.set_dropout_step(whole_model->dropout_step());
     }
+    return loaded;
+  };
+  std::optional<TrainingProgress> loaded;
+  if (!a.load.empty()) {
+    loaded = load_from(a);
     if (loaded) {
-      resumed = *loaded;
       std::error_code ignored;
       if (!a.save.empty() && !a.finetune && std::filesystem::equivalent(a.load, a.save, ignored)) {
-        last_saved_iteration = resumed.iteration;
+        last_saved_iteration = loaded->iteration;
       }
     }
   }
+  // Megatron's finetuning start (tasks/finetune_utils.py): nothing to resume from --load, so
+  // the weights of the pretrained checkpoint, with a fresh optimizer, scheduler and RNG.
+  if (!loaded && !a.pretrained_checkpoint.empty()) {
+    TrainingArguments pretrained = a;
+    pretrained.load = a.pretrained_checkpoint;
+    pretrained.finetune = true;
+    pretrained.no_load_optim = true;
+    pretrained.no_load_rng = true;
+    loaded = load_from(pretrained);
+    if (!loaded) {
+      common::fail("--pretrained-checkpoint {} holds no checkpoint ({} is missing): point it at "
+                   "the --save directory of pretrain_gpt or checkpoint_util (--import-hf --save)",
+                   a.pretrained_checkpoint,
+                   checkpoint_tracker_path(a.pretrained_checkpoint).string());
+    }
+  }
+  if (loaded) resumed = *loaded;
   // Megatron builds the datasets after the model, the optimizer and the checkpoint.
   if (!source) {
     // Rank 0 first, as Megatron builds the index caches on rank 0 and the others read them.

@@ -150,6 +150,12 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
      "true → --load of that same directory, and the schedule continues as the checkpoint has it "
      "(NeMo restores the scheduler's state, max_steps included); no checkpoint there yet → "
      "training starts from scratch, as resume_ignore_no_checkpoint: true"},
+    {"model.restore_from_path", "--pretrained-checkpoint",
+     "a checkpoint directory (pretrain_gpt's --save, or checkpoint_util --import-hf --save "
+     "for a Hugging Face model) → training starts from its weights with a fresh optimizer, "
+     "scheduler and RNG at iteration 0 (NeMo's restore_from_path), unless the run's own "
+     "checkpoints (resume_if_exists) already hold one, which a restarted job resumes; a .nemo "
+     "file is refused (convert the model with checkpoint_util --import-hf)"},
     {"exp_manager.checkpoint_callback_params.every_n_train_steps, trainer.val_check_interval",
      "--save-interval",
      "with --save: every_n_train_steps when set, else val_check_interval (NeMo's checkpoint "
@@ -641,6 +647,18 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
   }
   if (is_true(training, "exp_manager.resume_if_exists")) {
     arguments.insert(arguments.end(), {"--load", checkpoints, "--use-checkpoint-opt_param-scheduler"});
+  }
+  if (const Node* restore = lookup(training, "model.restore_from_path");
+      restore != nullptr && !restore->is_null()) {
+    const std::string path = restore->as_string("training.model.restore_from_path");
+    if (path.empty() || path.ends_with(".nemo")) {
+      common::fail("training.model.restore_from_path: '{}' is not a checkpoint directory; NeMo's "
+                   ".nemo files are not read here: convert the model with `checkpoint_util "
+                   "--import-hf <Hugging Face dir> --save <dir>` (or give pretrain_gpt's --save "
+                   "directory) and set restore_from_path to that directory",
+                   path);
+    }
+    arguments.insert(arguments.end(), {"--pretrained-checkpoint", path});
   }
   if (const Node* rampup = lookup(training, "model.rampup_batch_size")) {
     rampup_in_samples(training, *rampup, arguments);

@@ -728,6 +728,70 @@ TEST_CASE("resume is exact under sample-based WSD, a weight-decay ramp and a bat
   CHECK(a.metadata()["opt_param_scheduler"]["wsd_decay_style"] == "cosine");
 }
 
+TEST_CASE("--pretrained-checkpoint starts from its weights when --load holds nothing, and a restart resumes from --load") {
+  test_support::TemporaryDirectory directory;
+  auto base = tiny_arguments();
+  base.train_iters = 4;
+  auto pretraining = base;
+  pretraining.save = (directory.path / "pretrained").string();
+  std::ostringstream log_pretraining;
+  train(pretraining, log_pretraining);
+
+  // The same as --load pretrained --finetune, as Megatron's finetune_utils loads it.
+  auto finetune = base;
+  finetune.load = pretraining.save;
+  finetune.finetune = true;
+  finetune.no_load_optim = true;
+  finetune.no_load_rng = true;
+  std::ostringstream log_finetune;
+  const TrainingResult expected = train(finetune, log_finetune);
+
+  auto continued = base;
+  continued.pretrained_checkpoint = pretraining.save;
+  continued.save = continued.load = (directory.path / "continued").string();
+  continued.exit_interval = 2;
+  std::ostringstream log_first;
+  const TrainingResult first = train(continued, log_first);
+  CHECK(log_first.str().find("will not load any checkpoints and will start from random") !=
+        std::string::npos);  // --load's warning, then the pretrained weights
+  CHECK(log_first.str().find(" loading checkpoint from " + pretraining.save) != std::string::npos);
+  REQUIRE(first.iterations.size() == 2);
+  REQUIRE(expected.iterations.size() == 4);
+  CHECK(first.iterations[0].iteration == 1);
+  CHECK(first.iterations[0].lm_loss == expected.iterations[0].lm_loss);
+  CHECK(first.iterations[1].lm_loss == expected.iterations[1].lm_loss);
+
+  // A restart (same flags, the job requeued) resumes this run's checkpoint, not the pretrained.
+  continued.exit_interval = 0;
+  std::ostringstream log_second;
+  const TrainingResult second = train(continued, log_second);
+  CHECK(log_second.str().find(" loading checkpoint from " + continued.load + " at iteration 2") !=
+        std::string::npos);
+  REQUIRE(second.iterations.size() == 2);
+  CHECK(second.iterations[0].iteration == 3);
+
+  // Without --load at all it is the finetuning start too.
+  auto without_load = base;
+  without_load.pretrained_checkpoint = pretraining.save;
+  std::ostringstream log_without;
+  const TrainingResult third = train(without_load, log_without);
+  REQUIRE(third.iterations.size() == 4);
+  CHECK(third.iterations[3].lm_loss == expected.iterations[3].lm_loss);
+
+  // A directory with no checkpoint is refused, naming the flag and the tracker it looked for.
+  auto missing = base;
+  missing.pretrained_checkpoint = (directory.path / "nothing_here").string();
+  std::ostringstream log_missing;
+  try {
+    train(missing, log_missing);
+    FAIL("an empty --pretrained-checkpoint was accepted");
+  } catch (const common::Error& error) {
+    const std::string message = error.what();
+    CHECK(message.find("--pretrained-checkpoint") != std::string::npos);
+    CHECK(message.find("latest_checkpointed_iteration.txt") != std::string::npos);
+  }
+}
+
 TEST_CASE("--exit-interval without --save stops there and saves nothing") {
   test_support::TemporaryDirectory directory;
   auto a = tiny_arguments();

@@ -330,6 +330,32 @@ TEST_CASE("exp_manager's checkpoint keys become --save, --save-interval and --lo
       common::Error);
 }
 
+TEST_CASE("model.restore_from_path becomes --pretrained-checkpoint, a .nemo file is refused") {
+  const auto none = megatron_training_arguments(composed_126m({}));
+  CHECK_FALSE(has(none, "--pretrained-checkpoint"));
+  const auto explicit_null = megatron_training_arguments(
+      composed_126m({"++training.model.restore_from_path=null"}));
+  CHECK_FALSE(has(explicit_null, "--pretrained-checkpoint"));
+
+  // Beside the run's own --load: a restarted job resumes its checkpoints, the first starts from
+  // the pretrained weights (pretrain_gpt decides at start-up).
+  const auto arguments = megatron_training_arguments(
+      composed_126m({"base_results_dir=/results", "++training.model.restore_from_path=/models/llama_imported"}));
+  CHECK(flag_value(arguments, "--pretrained-checkpoint") == "/models/llama_imported");
+  CHECK(flag_value(arguments, "--load") == "/results/gpt3_126m/results/checkpoints");
+
+  for (const char* bad : {"/models/megatron_llama.nemo", "''"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(
+        megatron_training_arguments(
+            composed_126m({std::string("++training.model.restore_from_path=") + bad})),
+        doctest::Contains("training.model.restore_from_path"), common::Error);
+  }
+  CHECK_THROWS_WITH_AS(megatron_training_arguments(composed_126m(
+                           {"++training.model.restore_from_path=/m/model.nemo"})),
+                       doctest::Contains("checkpoint_util --import-hf"), common::Error);
+}
+
 TEST_CASE("NeMo's rampup_batch_size becomes Megatron's sample-based ramp-up") {
   const auto arguments = megatron_training_arguments(composed_126m(
       {"training.model.rampup_batch_size=[8,8,400]", "training.model.global_batch_size=32",
