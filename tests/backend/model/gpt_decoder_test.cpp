@@ -4,7 +4,7 @@
 // output layer). Every row's logits equal last_position_logits of the slot's whole sequence at
 // the row's position: a prompt prefilled in one step then decoded token by token; several slots
 // interleaved in one step (one prefilling while others decode, rows out of slot order); a slot
-// reused from position 0; greedy decoding; rows without logits; refused inputs, and that a
+// reused from position 0; greedy decoding; rows without logits; refused inputs and that a
 // refused step changes nothing.
 #include "backend/model/gpt_decoder.hpp"
 
@@ -195,7 +195,7 @@ TEST_CASE("GptDecoder: greedy decoding with the cache equals greedy decoding by 
   }
 }
 
-TEST_CASE("GptDecoder: rows without logits give none; bad arguments are refused") {
+TEST_CASE("GptDecoder: rows without logits give none, and bad arguments are refused") {
   const GptConfig config = gpt2_config();
   GptModel<float> model = make_model(config);
   const int64_t vocabulary = config.padded_vocab_size;
