@@ -135,7 +135,7 @@ TEST_CASE("GptDecoder: a prefill then token-by-token decoding equal the full for
   }
 }
 
-TEST_CASE("GptDecoder: slots interleaved in one step, and a slot reused, equal their own forwards") {
+TEST_CASE("GptDecoder: slots interleaved in one step, and a slot reused, equal their forwards") {
   for (const bool llama : {false, true}) {
     const GptConfig config = llama ? llama_config() : gpt2_config();
     const std::string name = llama ? "llama-style" : "gpt2-style";
