@@ -36,6 +36,7 @@
 #include "backend/train/arguments.hpp"
 #include "backend/train/dataset_provider.hpp"
 #include "launcher/process.hpp"
+#include "read_file.hpp"
 #include "temporary_directory.hpp"
 #include "torch_available.hpp"
 
@@ -225,6 +226,59 @@ TEST_CASE("llama continue training: HF Llama → import → tokenize → merge �
   const double first_loss = iteration_loss(finetune.output, 1);
   REQUIRE(std::isfinite(first_loss));
   CHECK(std::isfinite(iteration_loss(finetune.output, 3)));
+
+  // 3b. The same continuation through the launcher (conf/training/llama/llama2_7b with the
+  // tiny sizes and ++training.model.restore_from_path): run on the local cluster, its first
+  // iteration equal to the direct run's; rendered for Slurm and PBS with the same command.
+  {
+    const fs::path results = root / "results";
+    const std::vector<std::string> launch = {
+        kBin + "/launcher", "main", "stages=[training]", "training=llama/llama2_7b",
+        "base_results_dir=" + results.string(), "data_dir=" + (root / "data").string(),
+        "backend_bin_dir=" + kBin, "training.run.name=continued",
+        "training.trainer.num_nodes=1", "training.trainer.devices=1",
+        "training.trainer.precision=32", "training.trainer.max_steps=3",
+        "training.trainer.val_check_interval=3", "training.trainer.limit_val_batches=0",
+        "training.trainer.log_every_n_steps=1", "training.model.micro_batch_size=2",
+        "training.model.global_batch_size=4", "training.model.num_layers=2",
+        "training.model.hidden_size=64", "training.model.ffn_hidden_size=128",
+        "training.model.num_attention_heads=4", "training.model.num_query_groups=2",
+        "training.model.encoder_seq_length=" + std::to_string(kSequence),
+        "training.model.max_position_embeddings=64", "training.model.seed=11",
+        // The padding the imported checkpoint has (the import prints it with its flags).
+        fmt::format("training.model.make_vocab_size_divisible_by={}",
+                    padded_vocabulary == 500 ? 4 : 128),
+        "training.model.optim.lr=1e-3", "training.model.optim.sched.name=Constant",
+        "training.model.tokenizer.model=" + kSentencePieceModel,
+        "training.model.data.data_impl=mmap", "training.model.data.splits_string='100,0,0'",
+        "training.model.data.index_mapping_dir=" + (root / "cache").string(),
+        "training.model.data.data_prefix=[0.7," + (root / "merged").string() + ",0.3," +
+            (root / "other_text_document").string() + "]",
+        "++training.model.restore_from_path=" + imported.string()};
+    const auto local = run(concat(launch, {"cluster_type=local"}));
+    const fs::path script_path = results / "continued" / "continued_submission.sh";
+    REQUIRE(fs::is_regular_file(script_path));
+    const std::string script = test_support::read_file(script_path);
+    CHECK(script.find("--pretrained-checkpoint " + imported.string()) != std::string::npos);
+    const std::string log = local.output;
+    CHECK(log.find(" loading release checkpoint from " + imported.string()) != std::string::npos);
+    const double launched_first = iteration_loss(log, 1);
+    MESSAGE(fmt::format("first iteration: direct {:.9g}, launcher {:.9g}", first_loss, launched_first));
+    CHECK(std::abs(launched_first - first_loss) <= 1e-6 * std::abs(first_loss));
+    for (const char* cluster : {"bcm", "pbs"}) {
+      CAPTURE(cluster);
+      const fs::path rendered = root / (std::string("rendered_") + cluster);
+      run(concat(launch, {"--dry-run", std::string("cluster_type=") + cluster,
+                          std::string("cluster=") + cluster,
+                          "base_results_dir=" + rendered.string()}));
+      std::string text;
+      for (const auto& entry : fs::recursive_directory_iterator(rendered)) {
+        if (entry.path().extension() == ".sh") text += test_support::read_file(entry.path());
+      }
+      CHECK(text.find("--pretrained-checkpoint " + imported.string()) != std::string::npos);
+      CHECK(text.find("--data-path 0.7 " + (root / "merged").string()) != std::string::npos);
+    }
+  }
 
   // 4. Export the result; resume one more iteration from the saved checkpoint.
   const fs::path hf_out = root / "hf_out";
