@@ -175,6 +175,17 @@ void CpuDevice::embedding_backward(View dword_embeddings, View dposition_embeddi
   });
 }
 
+void CpuDevice::embedding_at_positions_forward(View output, View tokens, View positions,
+                                               View word_embeddings, View position_embeddings,
+                                               int64_t rows, int64_t hidden_size) {
+  dispatch(output.type, "embedding_at_positions_forward", [&](auto s) {
+    using S = decltype(s);
+    cpu::embedding_at_positions_forward(host<S>(output), ids(tokens), ids(positions),
+                                        host<S>(word_embeddings), host<S>(position_embeddings),
+                                        rows, hidden_size);
+  });
+}
+
 void CpuDevice::dropout_forward(View output, View input, const Dropout& dropout) {
   dispatch(input.type, "dropout_forward", [&](auto s) {
     using S = decltype(s);
@@ -266,6 +277,18 @@ void CpuDevice::rope_forward(View output, View input, View cos, View sin, int64_
   });
 }
 
+void CpuDevice::rope_at_positions_forward(View output, View input, View cos, View sin,
+                                          View positions, int64_t rows, int64_t num_heads,
+                                          int64_t head_dim, int64_t rotary_dim,
+                                          int64_t row_stride) {
+  dispatch(input.type, "rope_at_positions_forward", [&](auto s) {
+    using S = decltype(s);
+    cpu::rope_at_positions_forward(host<S>(output), host<S>(input), host<S>(cos), host<S>(sin),
+                                   ids(positions), rows, num_heads, head_dim, rotary_dim,
+                                   row_stride);
+  });
+}
+
 void CpuDevice::rope_backward(View dinput, View doutput, View cos, View sin, int64_t batch_size,
                               int64_t seq_length, int64_t num_heads, int64_t head_dim,
                               int64_t rotary_dim, int64_t row_stride) {
@@ -295,6 +318,18 @@ void CpuDevice::attention_backward(View dqkv, View doutput, View qkv, View outpu
     cpu::attention_backward(host<S>(dqkv), host<S>(doutput), host<S>(qkv), host<S>(output),
                             host<S>(logsumexp), batch_size, seq_length, hidden_size, num_heads,
                             num_query_groups, dropout);
+  });
+}
+
+void CpuDevice::kv_cache_attention_forward(View output, View key_cache, View value_cache,
+                                           View qkv, View slots, View positions, int64_t rows,
+                                           int64_t num_heads, int64_t num_query_groups,
+                                           int64_t head_dim, int64_t max_length) {
+  dispatch(qkv.type, "kv_cache_attention_forward", [&](auto s) {
+    using S = decltype(s);
+    cpu::kv_cache_attention_forward(host<S>(output), host<S>(key_cache), host<S>(value_cache),
+                                    host<S>(qkv), ids(slots), ids(positions), rows, num_heads,
+                                    num_query_groups, head_dim, max_length);
   });
 }
 

@@ -30,6 +30,9 @@ class CpuDevice : public Device {
   void embedding_backward(View dword_embeddings, View dposition_embeddings, View doutput,
                           View tokens, int64_t batch_size, int64_t seq_length,
                           int64_t hidden_size, int64_t vocab_start) override;
+  void embedding_at_positions_forward(View output, View tokens, View positions,
+                                      View word_embeddings, View position_embeddings, int64_t rows,
+                                      int64_t hidden_size) override;
   void dropout_forward(View output, View input, const Dropout& dropout) override;
   void dropout_backward(View dinput, View doutput, const Dropout& dropout) override;
   void layernorm_forward(View output, View mean, View rstd, View input, View weight, View bias,
@@ -52,6 +55,9 @@ class CpuDevice : public Device {
   void rope_forward(View output, View input, View cos, View sin, int64_t batch_size,
                     int64_t seq_length, int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
                     int64_t row_stride) override;
+  void rope_at_positions_forward(View output, View input, View cos, View sin, View positions,
+                                 int64_t rows, int64_t num_heads, int64_t head_dim,
+                                 int64_t rotary_dim, int64_t row_stride) override;
   void rope_backward(View dinput, View doutput, View cos, View sin, int64_t batch_size,
                      int64_t seq_length, int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
                      int64_t row_stride) override;
@@ -62,6 +68,10 @@ class CpuDevice : public Device {
                           int64_t batch_size, int64_t seq_length, int64_t hidden_size,
                           int64_t num_heads, int64_t num_query_groups,
                           const Dropout& dropout) override;
+  void kv_cache_attention_forward(View output, View key_cache, View value_cache, View qkv,
+                                  View slots, View positions, int64_t rows, int64_t num_heads,
+                                  int64_t num_query_groups, int64_t head_dim,
+                                  int64_t max_length) override;
   void residual_forward(View output, View input, View branch) override;
   void gelu_forward(View output, View input) override;
   void gelu_backward(View dinput, View doutput, View input) override;

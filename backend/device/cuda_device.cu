@@ -197,6 +197,9 @@ class CudaDevice final : public Device {
   void embedding_backward(View dword_embeddings, View dposition_embeddings, View doutput,
                           View tokens, int64_t batch_size, int64_t seq_length,
                           int64_t hidden_size, int64_t vocab_start) override;
+  void embedding_at_positions_forward(View output, View tokens, View positions,
+                                      View word_embeddings, View position_embeddings, int64_t rows,
+                                      int64_t hidden_size) override;
   void dropout_forward(View output, View input, const Dropout& dropout) override;
   void dropout_backward(View dinput, View doutput, const Dropout& dropout) override;
   void layernorm_forward(View output, View mean, View rstd, View input, View weight, View bias,
@@ -219,6 +222,9 @@ class CudaDevice final : public Device {
   void rope_forward(View output, View input, View cos, View sin, int64_t batch_size,
                     int64_t seq_length, int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
                     int64_t row_stride) override;
+  void rope_at_positions_forward(View output, View input, View cos, View sin, View positions,
+                                 int64_t rows, int64_t num_heads, int64_t head_dim,
+                                 int64_t rotary_dim, int64_t row_stride) override;
   void rope_backward(View dinput, View doutput, View cos, View sin, int64_t batch_size,
                      int64_t seq_length, int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
                      int64_t row_stride) override;
@@ -229,6 +235,10 @@ class CudaDevice final : public Device {
                           int64_t batch_size, int64_t seq_length, int64_t hidden_size,
                           int64_t num_heads, int64_t num_query_groups,
                           const Dropout& dropout) override;
+  void kv_cache_attention_forward(View output, View key_cache, View value_cache, View qkv,
+                                  View slots, View positions, int64_t rows, int64_t num_heads,
+                                  int64_t num_query_groups, int64_t head_dim,
+                                  int64_t max_length) override;
   void residual_forward(View output, View input, View branch) override;
   void gelu_forward(View output, View input) override;
   void gelu_backward(View dinput, View doutput, View input) override;
@@ -492,6 +502,20 @@ void CudaDevice::embedding_backward(View dword_embeddings, View dposition_embedd
   });
 }
 
+void CudaDevice::embedding_at_positions_forward(View output, View tokens, View positions,
+                                                View word_embeddings, View position_embeddings,
+                                                int64_t rows, int64_t hidden_size) {
+  constexpr const char* op = "embedding_at_positions_forward";
+  use();
+  dispatch(output.type, op, [&](auto s) {
+    using S = decltype(s);
+    cuda::embedding_at_positions_forward(gpu<S>(output, op), ids(tokens, op), ids(positions, op),
+                                         gpu<S>(word_embeddings, op),
+                                         gpu<S>(position_embeddings, op), rows, hidden_size,
+                                         stream_);
+  });
+}
+
 void CudaDevice::dropout_forward(View output, View input, const Dropout& dropout) {
   constexpr const char* op = "dropout_forward";
   use();
@@ -611,6 +635,20 @@ void CudaDevice::rope_forward(View output, View input, View cos, View sin, int64
   });
 }
 
+void CudaDevice::rope_at_positions_forward(View output, View input, View cos, View sin,
+                                           View positions, int64_t rows, int64_t num_heads,
+                                           int64_t head_dim, int64_t rotary_dim,
+                                           int64_t row_stride) {
+  constexpr const char* op = "rope_at_positions_forward";
+  use();
+  dispatch(input.type, op, [&](auto s) {
+    using S = decltype(s);
+    cuda::rope_at_positions_forward(gpu<S>(output, op), gpu<S>(input, op), gpu<float>(cos, op),
+                                    gpu<float>(sin, op), ids(positions, op), rows, num_heads,
+                                    head_dim, rotary_dim, row_stride, stream_);
+  });
+}
+
 void CudaDevice::rope_backward(View dinput, View doutput, View cos, View sin, int64_t batch_size,
                                int64_t seq_length, int64_t num_heads, int64_t head_dim,
                                int64_t rotary_dim, int64_t row_stride) {
@@ -651,6 +689,21 @@ void CudaDevice::attention_backward(View dqkv, View doutput, View qkv, View outp
                              gpu<S>(output, op), gpu<float>(logsumexp, op), batch_size,
                              seq_length, hidden_size, num_heads, num_query_groups, dropout,
                              stream_);
+  });
+}
+
+void CudaDevice::kv_cache_attention_forward(View output, View key_cache, View value_cache,
+                                            View qkv, View slots, View positions, int64_t rows,
+                                            int64_t num_heads, int64_t num_query_groups,
+                                            int64_t head_dim, int64_t max_length) {
+  constexpr const char* op = "kv_cache_attention_forward";
+  use();
+  dispatch(qkv.type, op, [&](auto s) {
+    using S = decltype(s);
+    cuda::kv_cache_attention_forward(gpu<S>(output, op), gpu<S>(key_cache, op),
+                                     gpu<S>(value_cache, op), gpu<S>(qkv, op), ids(slots, op),
+                                     ids(positions, op), rows, num_heads, num_query_groups,
+                                     head_dim, max_length, stream_);
   });
 }
 

@@ -60,6 +60,10 @@ class Device {
   virtual void embedding_backward(View dword_embeddings, View dposition_embeddings, View doutput,
                                   View tokens, int64_t batch_size, int64_t seq_length,
                                   int64_t hidden_size, int64_t vocab_start) = 0;
+  // ops/embedding.hpp, incremental decoding: N rows at positions of their own, whole vocabulary
+  virtual void embedding_at_positions_forward(View output, View tokens, View positions,
+                                              View word_embeddings, View position_embeddings,
+                                              int64_t rows, int64_t hidden_size) = 0;
   // ops/dropout.hpp, over all of input's elements (element i is mask index first_index + i)
   virtual void dropout_forward(View output, View input, const Dropout& dropout) = 0;
   virtual void dropout_backward(View dinput, View doutput, const Dropout& dropout) = 0;
@@ -90,6 +94,11 @@ class Device {
   virtual void rope_backward(View dinput, View doutput, View cos, View sin, int64_t batch_size,
                              int64_t seq_length, int64_t num_heads, int64_t head_dim,
                              int64_t rotary_dim, int64_t row_stride) = 0;
+  // ops/rope.hpp, incremental decoding: row r at position positions[r] of the tables
+  virtual void rope_at_positions_forward(View output, View input, View cos, View sin,
+                                         View positions, int64_t rows, int64_t num_heads,
+                                         int64_t head_dim, int64_t rotary_dim,
+                                         int64_t row_stride) = 0;
   // ops/attention.hpp
   virtual void attention_forward(View output, View logsumexp, View qkv, int64_t batch_size,
                                  int64_t seq_length, int64_t hidden_size, int64_t num_heads,
@@ -98,6 +107,12 @@ class Device {
                                   int64_t batch_size, int64_t seq_length, int64_t hidden_size,
                                   int64_t num_heads, int64_t num_query_groups,
                                   const Dropout& dropout) = 0;
+  // ops/attention.hpp, incremental decoding: stores the rows' keys and values in one layer's
+  // caches (S, L, NG, HD), then each row attends over its slot's positions 0..positions[r]
+  virtual void kv_cache_attention_forward(View output, View key_cache, View value_cache,
+                                          View qkv, View slots, View positions, int64_t rows,
+                                          int64_t num_heads, int64_t num_query_groups,
+                                          int64_t head_dim, int64_t max_length) = 0;
   // ops/residual.hpp, over all of input's elements
   virtual void residual_forward(View output, View input, View branch) = 0;
   // ops/gelu.hpp, over all of input's elements

@@ -86,6 +86,33 @@ void attention_backward(Scalar* dqkv,             // (B, T, (NH + 2·NG)·HD) =
                         const Dropout& dropout = {},  // the forward's
                         const AttentionBlocks& blocks = {});
 
+// ---- Attention over a key/value cache (incremental decoding, model/gpt_decoder.hpp)
+// N packed rows, row r one token of the sequence whose cache is slot slots[r], at position
+// positions[r]; qkv is the rows' linear_qkv output in the layout above (RoPE already applied).
+// One layer's caches hold (S slots, L positions, NG groups, HD) keys and values each, so a
+// slot's keys are contiguous per position. The op first stores every row's keys and values:
+//   key_cache[slots[r], positions[r], g] = k of group g,  value_cache[…] = v of group g
+// and then, for every row and head h of group g = h / (NH/NG), with p = positions[r]:
+//   s_j = q_h · key_cache[slots[r], j, g] / sqrt(HD)      j = 0..p
+//   output[r, h] = Σ_j softmax(s)_j · value_cache[slots[r], j, g]
+// which is attention_forward's causal row at position p when the slot holds that sequence's
+// keys and values at 0..p−1. Storing every row first lets the rows of one slot at consecutive
+// positions (a prompt's prefill) see each other causally. No dropout (inference) and no
+// log-sum-exp (no backward). The caller guarantees slots < S, positions < L, that positions
+// 0..p−1 of the slot are filled, and at most one row per (slot, position).
+// Contract: output (N, NH·HD) overwritten; the caches written at the rows' places only. Each
+// (row, head) is one unit of work summing its keys in position order, so the result does not
+// depend on the thread count.
+template <typename Scalar>
+void kv_cache_attention_forward(Scalar* output,            // (N, NH·HD)
+                                Scalar* key_cache,         // (S, L, NG, HD)
+                                Scalar* value_cache,       // (S, L, NG, HD)
+                                const Scalar* qkv,         // (N, (NH + 2·NG)·HD)
+                                const int32_t* slots,      // (N)
+                                const int32_t* positions,  // (N)
+                                int64_t rows, int64_t num_heads, int64_t num_query_groups,
+                                int64_t head_dim, int64_t max_length);
+
 }  // namespace backend::cpu
 
 // CUDA twin (attention_cuda.cu): the same blockwise algorithm on CUDA cores in fp32 (bf16 qkv
@@ -115,5 +142,16 @@ void attention_backward(Scalar* dqkv,            // (B, T, (NH + 2·NG)·HD) =
                         int64_t batch_size, int64_t seq_length, int64_t hidden_size,
                         int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
                         CudaStream stream);
+
+// The CPU twin's contract; head dimensions up to kAttentionMaxHeadDim. One kernel stores the
+// rows' keys and values (a thread per element), a second attends: one warp per (row, head),
+// lanes over the head's features, an online softmax over the slot's positions in order (the
+// score a fixed butterfly warp sum), so the results are the same bits run after run.
+template <typename Scalar>  // float or bfloat16
+void kv_cache_attention_forward(Scalar* output, Scalar* key_cache, Scalar* value_cache,
+                                const Scalar* qkv, const int32_t* slots,
+                                const int32_t* positions, int64_t rows, int64_t num_heads,
+                                int64_t num_query_groups, int64_t head_dim, int64_t max_length,
+                                CudaStream stream);
 
 }  // namespace backend::cuda

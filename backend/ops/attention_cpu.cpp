@@ -349,13 +349,97 @@ void attention_backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv,
   }
 }
 
+// The cached attention: keys in chunks of kCacheChunk positions, whose scores sit on the stack,
+// with the online softmax across chunks (the running maximum and sum; the partial output, kept
+// in the output row itself, rescaled when the maximum grows).
+template <typename Scalar>
+void kv_cache_attention_forward(Scalar* output, Scalar* key_cache, Scalar* value_cache,
+                                const Scalar* qkv, const int32_t* slots,
+                                const int32_t* positions, int64_t rows, int64_t num_heads,
+                                int64_t num_query_groups, int64_t head_dim, int64_t max_length) {
+  const int64_t HD = head_dim;
+  const int64_t NG = num_query_groups;
+  const int64_t heads_per_group = num_heads / NG;
+  const int64_t group_width = (heads_per_group + 2) * HD;
+  const int64_t qkv_width = NG * group_width;
+  const int64_t position_stride = NG * HD;  // between a slot's consecutive positions
+  const int64_t slot_stride = max_length * position_stride;
+
+#pragma omp parallel for if (rows * qkv_width > detail::kParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t place = int64_t{slots[r]} * slot_stride + int64_t{positions[r]} * position_stride;
+    for (int64_t g = 0; g < NG; ++g) {
+      const Scalar* key = qkv + r * qkv_width + g * group_width + heads_per_group * HD;
+      const Scalar* value = key + HD;
+      Scalar* key_to = key_cache + place + g * HD;
+      Scalar* value_to = value_cache + place + g * HD;
+      for (int64_t d = 0; d < HD; ++d) {
+        key_to[d] = key[d];
+        value_to[d] = value[d];
+      }
+    }
+  }
+
+  int64_t key_work = 0;  // multiply-adds of the scores
+  for (int64_t r = 0; r < rows; ++r) key_work += (int64_t{positions[r]} + 1) * num_heads * HD;
+  constexpr int64_t kCacheChunk = 64;
+  const Scalar scale = Scalar{1} / std::sqrt(static_cast<Scalar>(HD));
+  const int64_t units = rows * num_heads;
+#pragma omp parallel for schedule(dynamic, 1) if (key_work > detail::kParallelWork)
+  for (int64_t unit = 0; unit < units; ++unit) {
+    const int64_t r = unit / num_heads;
+    const int64_t h = unit % num_heads;
+    const int64_t g = h / heads_per_group;
+    const Scalar* query = qkv + r * qkv_width + g * group_width + (h % heads_per_group) * HD;
+    Scalar* out = output + r * num_heads * HD + h * HD;
+    const Scalar* keys = key_cache + int64_t{slots[r]} * slot_stride + g * HD;
+    const Scalar* values = value_cache + int64_t{slots[r]} * slot_stride + g * HD;
+    const int64_t length = int64_t{positions[r]} + 1;
+    for (int64_t d = 0; d < HD; ++d) out[d] = Scalar{0};
+    Scalar running_max = -std::numeric_limits<Scalar>::infinity();
+    Scalar running_sum = 0;
+    Scalar scores[kCacheChunk];
+    for (int64_t begin = 0; begin < length; begin += kCacheChunk) {
+      const int64_t count = std::min(kCacheChunk, length - begin);
+      Scalar chunk_max = -std::numeric_limits<Scalar>::infinity();
+      for (int64_t i = 0; i < count; ++i) {
+        const Scalar* key = keys + (begin + i) * position_stride;
+        Scalar dot = 0;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t d = 0; d < HD; ++d) dot += query[d] * key[d];
+        scores[i] = dot * scale;
+        chunk_max = std::max(chunk_max, scores[i]);
+      }
+      const Scalar new_max = std::max(running_max, chunk_max);
+      if (new_max > running_max && begin > 0) {
+        const Scalar correction = std::exp(running_max - new_max);
+        running_sum *= correction;
+        for (int64_t d = 0; d < HD; ++d) out[d] *= correction;
+      }
+      running_max = new_max;
+      for (int64_t i = 0; i < count; ++i) {
+        const Scalar weight = std::exp(scores[i] - running_max);
+        running_sum += weight;
+        const Scalar* value = values + (begin + i) * position_stride;
+#pragma omp simd
+        for (int64_t d = 0; d < HD; ++d) out[d] += weight * value[d];
+      }
+    }
+    const Scalar inverse = Scalar{1} / running_sum;
+    for (int64_t d = 0; d < HD; ++d) out[d] *= inverse;
+  }
+}
+
 #define BACKEND_INSTANTIATE_ATTENTION(Scalar)                                                    \
   template void attention_forward<Scalar>(Scalar*, Scalar*, const Scalar*, int64_t, int64_t,     \
                                           int64_t, int64_t, int64_t, const Dropout&,             \
                                           const AttentionBlocks&);                               \
   template void attention_backward<Scalar>(Scalar*, const Scalar*, const Scalar*, const Scalar*, \
                                            const Scalar*, int64_t, int64_t, int64_t, int64_t,    \
-                                           int64_t, const Dropout&, const AttentionBlocks&);
+                                           int64_t, const Dropout&, const AttentionBlocks&);     \
+  template void kv_cache_attention_forward<Scalar>(Scalar*, Scalar*, Scalar*, const Scalar*,     \
+                                                   const int32_t*, const int32_t*, int64_t,      \
+                                                   int64_t, int64_t, int64_t, int64_t);
 BACKEND_INSTANTIATE_ATTENTION(float)
 BACKEND_INSTANTIATE_ATTENTION(double)
 #undef BACKEND_INSTANTIATE_ATTENTION

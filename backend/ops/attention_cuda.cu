@@ -14,11 +14,14 @@
 //   dQ        per (b, h, query tile): over the key tiles, dQ += s·dS·K.
 // Each output element is owned by one thread, which sums in loop order, and row sums are warp
 // shuffles in a fixed butterfly: the results are the same bits run after run (no atomics, no
-// scratch). The backward recomputes S twice (once per kernel), the price of owning dQ and
+// scratch). kv_cache_attention_forward (incremental decoding) is two simpler kernels at the end:
+// a store of the rows' keys and values, then one warp per (row, head) over the slot's cache.
+// The backward recomputes S twice (once per kernel), the price of owning dQ and
 // dK/dV without atomics or a (T, HD) partial per key tile.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -409,6 +412,95 @@ dim3 grid_of(const char* op, int64_t tiles, int64_t units) {
   return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(units));
 }
 
+
+// ---- attention over a key/value cache (attention.hpp's kv_cache_attention_forward)
+
+// One thread per (row, group, feature): the row's key and value into the slot's place.
+template <typename T>
+__global__ void kv_cache_store_kernel(T* key_cache, T* value_cache, const T* qkv,
+                                      const int32_t* slots, const int32_t* positions,
+                                      int64_t rows, int64_t heads_per_group,
+                                      int64_t num_query_groups, int64_t head_dim,
+                                      int64_t max_length) {
+  const int64_t count = rows * num_query_groups * head_dim;
+  const int64_t group_width = (heads_per_group + 2) * head_dim;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    const int64_t d = i % head_dim;
+    const int64_t g = (i / head_dim) % num_query_groups;
+    const int64_t r = i / (head_dim * num_query_groups);
+    const T* key = qkv + r * num_query_groups * group_width + g * group_width +
+                   heads_per_group * head_dim;
+    const int64_t place =
+        ((int64_t{slots[r]} * max_length + int64_t{positions[r]}) * num_query_groups + g) *
+            head_dim + d;
+    key_cache[place] = key[d];
+    value_cache[place] = key[head_dim + d];
+  }
+}
+
+constexpr int kCacheFeaturesPerLane = kAttentionMaxHeadDim / 32;
+
+// One warp per (row, head): lane l holds features l, l + 32, … of the query and the output; per
+// cached position in order, the score is the warp's butterfly sum, and the online softmax
+// rescales the running output when the maximum grows.
+template <typename T>
+__global__ void kv_cache_attend_kernel(T* output, const T* key_cache, const T* value_cache,
+                                       const T* qkv, const int32_t* slots,
+                                       const int32_t* positions, int64_t num_heads,
+                                       int64_t heads_per_group, int64_t num_query_groups,
+                                       int64_t head_dim, int64_t max_length, float scale) {
+  const int64_t unit = blockIdx.x;
+  const int64_t r = unit / num_heads;
+  const int64_t h = unit % num_heads;
+  const int64_t g = h / heads_per_group;
+  const int lane = static_cast<int>(threadIdx.x);
+  const int64_t group_width = (heads_per_group + 2) * head_dim;
+  const T* query =
+      qkv + r * num_query_groups * group_width + g * group_width + (h % heads_per_group) * head_dim;
+  const int64_t position_stride = num_query_groups * head_dim;
+  const int64_t slot_start = int64_t{slots[r]} * max_length * position_stride + g * head_dim;
+  float q[kCacheFeaturesPerLane];
+  float accumulator[kCacheFeaturesPerLane];
+#pragma unroll
+  for (int k = 0; k < kCacheFeaturesPerLane; ++k) {
+    const int64_t d = lane + 32 * k;
+    q[k] = d < head_dim ? load(query[d]) : 0.0f;
+    accumulator[k] = 0.0f;
+  }
+  float running_max = -INFINITY;
+  float running_sum = 0.0f;
+  const int64_t length = int64_t{positions[r]} + 1;
+  for (int64_t j = 0; j < length; ++j) {
+    const T* key = key_cache + slot_start + j * position_stride;
+    const T* value = value_cache + slot_start + j * position_stride;
+    float partial = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kCacheFeaturesPerLane; ++k) {
+      const int64_t d = lane + 32 * k;
+      if (d < head_dim) partial += q[k] * load(key[d]);
+    }
+    const float score = warp_sum(partial) * scale;
+    const float new_max = fmaxf(running_max, score);
+    const float correction = expf(running_max - new_max);
+    const float weight = expf(score - new_max);
+    running_sum = running_sum * correction + weight;
+#pragma unroll
+    for (int k = 0; k < kCacheFeaturesPerLane; ++k) {
+      const int64_t d = lane + 32 * k;
+      if (d < head_dim) accumulator[k] = accumulator[k] * correction + weight * load(value[d]);
+    }
+    running_max = new_max;
+  }
+  T* out = output + r * num_heads * head_dim + h * head_dim;
+#pragma unroll
+  for (int k = 0; k < kCacheFeaturesPerLane; ++k) {
+    const int64_t d = lane + 32 * k;
+    if (d < head_dim) out[d] = store<T>(accumulator[k] / running_sum);
+  }
+}
+
 }  // namespace
 
 template <typename Scalar>
@@ -465,5 +557,43 @@ template void attention_backward<bfloat16>(bfloat16*, const bfloat16*, const bfl
                                            const bfloat16*, const float*, int64_t, int64_t,
                                            int64_t, int64_t, int64_t, const Dropout&,
                                            CudaStream);
+
+template <typename Scalar>
+void kv_cache_attention_forward(Scalar* output, Scalar* key_cache, Scalar* value_cache,
+                                const Scalar* qkv, const int32_t* slots,
+                                const int32_t* positions, int64_t rows, int64_t num_heads,
+                                int64_t num_query_groups, int64_t head_dim, int64_t max_length,
+                                CudaStream stream) {
+  using T = DeviceType<Scalar>;
+  if (head_dim > kAttentionMaxHeadDim || head_dim <= 0 || num_query_groups <= 0 ||
+      num_heads % num_query_groups != 0) {
+    common::fail("kv_cache_attention_forward: head dimension {} (the CUDA twin takes 1..{}) with "
+                 "{} heads in {} query groups (heads must be a multiple of the groups)",
+                 head_dim, kAttentionMaxHeadDim, num_heads, num_query_groups);
+  }
+  if (rows <= 0) return;
+  const int64_t heads_per_group = num_heads / num_query_groups;
+  const int64_t count = rows * num_query_groups * head_dim;
+  const int64_t store_blocks = std::min<int64_t>((count + kThreads - 1) / kThreads, 8192);
+  kv_cache_store_kernel<T><<<static_cast<unsigned>(store_blocks), kThreads, 0, stream>>>(
+      reinterpret_cast<T*>(key_cache), reinterpret_cast<T*>(value_cache),
+      reinterpret_cast<const T*>(qkv), slots, positions, rows, heads_per_group, num_query_groups,
+      head_dim, max_length);
+  CUDA_CHECK(cudaGetLastError());
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  kv_cache_attend_kernel<T><<<static_cast<unsigned>(rows * num_heads), 32, 0, stream>>>(
+      reinterpret_cast<T*>(output), reinterpret_cast<const T*>(key_cache),
+      reinterpret_cast<const T*>(value_cache), reinterpret_cast<const T*>(qkv), slots, positions,
+      num_heads, heads_per_group, num_query_groups, head_dim, max_length, scale);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template void kv_cache_attention_forward<float>(float*, float*, float*, const float*,
+                                                const int32_t*, const int32_t*, int64_t, int64_t,
+                                                int64_t, int64_t, int64_t, CudaStream);
+template void kv_cache_attention_forward<bfloat16>(bfloat16*, bfloat16*, bfloat16*,
+                                                   const bfloat16*, const int32_t*,
+                                                   const int32_t*, int64_t, int64_t, int64_t,
+                                                   int64_t, int64_t, CudaStream);
 
 }  // namespace backend::cuda

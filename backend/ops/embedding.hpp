@@ -45,6 +45,19 @@ void embedding_backward(Scalar* dword_embeddings,      // (V, C)   +=
                         int64_t batch_size, int64_t seq_length, int64_t hidden_size,
                         int64_t vocab_start, int64_t vocab_size);
 
+// Rows at positions of their own (incremental decoding, model/gpt_decoder.hpp: the packed rows
+// of a step belong to several sequences at several positions), the whole vocabulary:
+//   output[r, :] = word_embeddings[tokens[r], :] + position_embeddings[positions[r], :]
+// (the word row alone when position_embeddings is nullptr). The caller validated the tokens
+// (< V) and positions (< the position table's rows). Forward only: decoding trains nothing.
+template <typename Scalar>
+void embedding_at_positions_forward(Scalar* output,                     // (N, C)
+                                    const int32_t* tokens,              // (N)
+                                    const int32_t* positions,           // (N)
+                                    const Scalar* word_embeddings,      // (V, C)
+                                    const Scalar* position_embeddings,  // (> max position, C)
+                                    int64_t rows, int64_t hidden_size);
+
 }  // namespace backend::cpu
 
 // ---- the CUDA twin's deterministic backward
@@ -107,5 +120,12 @@ void embedding_backward(float* dword_embeddings,      // (V, C)   +=
                         const int32_t* segment_starts,  // (unique_count + 1)
                         const int32_t* unique_tokens,   // (unique_count)
                         int64_t unique_count, CudaStream stream);
+
+// One thread per element; the sum in float (bf16 read and written only), as the CPU's.
+template <typename Scalar>
+void embedding_at_positions_forward(Scalar* output, const int32_t* tokens,
+                                    const int32_t* positions, const Scalar* word_embeddings,
+                                    const Scalar* position_embeddings, int64_t rows,
+                                    int64_t hidden_size, CudaStream stream);
 
 }  // namespace backend::cuda

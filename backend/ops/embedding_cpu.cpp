@@ -77,11 +77,32 @@ void embedding_backward(Scalar* dword_embeddings, Scalar* dposition_embeddings,
   }
 }
 
+template <typename Scalar>
+void embedding_at_positions_forward(Scalar* output, const int32_t* tokens,
+                                    const int32_t* positions, const Scalar* word_embeddings,
+                                    const Scalar* position_embeddings, int64_t rows,
+                                    int64_t hidden_size) {
+#pragma omp parallel for if (rows * hidden_size > detail::kParallelWork)
+  for (int64_t row = 0; row < rows; ++row) {
+    Scalar* out = output + row * hidden_size;
+    const Scalar* word = word_embeddings + int64_t{tokens[row]} * hidden_size;
+    if (position_embeddings == nullptr) {
+      for (int64_t c = 0; c < hidden_size; ++c) out[c] = word[c];
+      continue;
+    }
+    const Scalar* position = position_embeddings + int64_t{positions[row]} * hidden_size;
+    for (int64_t c = 0; c < hidden_size; ++c) out[c] = word[c] + position[c];
+  }
+}
+
 #define BACKEND_INSTANTIATE_EMBEDDING(Scalar)                                                    \
   template void embedding_forward<Scalar>(Scalar*, const int32_t*, const Scalar*, const Scalar*, \
                                           int64_t, int64_t, int64_t, int64_t, int64_t);          \
   template void embedding_backward<Scalar>(Scalar*, Scalar*, const Scalar*, const int32_t*,      \
-                                           int64_t, int64_t, int64_t, int64_t, int64_t);
+                                           int64_t, int64_t, int64_t, int64_t, int64_t);        \
+  template void embedding_at_positions_forward<Scalar>(Scalar*, const int32_t*, const int32_t*, \
+                                                       const Scalar*, const Scalar*, int64_t,   \
+                                                       int64_t);
 BACKEND_INSTANTIATE_EMBEDDING(float)
 BACKEND_INSTANTIATE_EMBEDDING(double)
 #undef BACKEND_INSTANTIATE_EMBEDDING

@@ -100,7 +100,42 @@ __global__ void embedding_position_backward_kernel(float* dposition, const T* do
   }
 }
 
+// One thread per (row, c) of the rows at their own positions.
+template <typename T>
+__global__ void embedding_at_positions_kernel(T* output, const int32_t* tokens,
+                                              const int32_t* positions, const T* word,
+                                              const T* position, int64_t rows,
+                                              int64_t hidden_size) {
+  const int64_t count = rows * hidden_size;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    const int64_t row = i / hidden_size;
+    const int64_t c = i % hidden_size;
+    const T w = word[int64_t{tokens[row]} * hidden_size + c];
+    if (position == nullptr) {
+      output[i] = w;
+    } else {
+      output[i] = from_float<T>(to_float(w) +
+                                to_float(position[int64_t{positions[row]} * hidden_size + c]));
+    }
+  }
+}
+
 }  // namespace
+
+template <typename Scalar>
+void embedding_at_positions_forward(Scalar* output, const int32_t* tokens,
+                                    const int32_t* positions, const Scalar* word_embeddings,
+                                    const Scalar* position_embeddings, int64_t rows,
+                                    int64_t hidden_size, CudaStream stream) {
+  const int64_t count = rows * hidden_size;
+  if (count <= 0) return;
+  embedding_at_positions_kernel<<<detail::grid_for(count), detail::kBlockSize, 0, stream>>>(
+      detail::device_pointer(output), tokens, positions, detail::device_pointer(word_embeddings),
+      detail::device_pointer(position_embeddings), rows, hidden_size);
+  CUDA_CHECK(cudaGetLastError());
+}
 
 template <typename Scalar>
 void embedding_forward(Scalar* output, const int32_t* tokens, const Scalar* word_embeddings,
@@ -156,7 +191,10 @@ void embedding_backward(float* dword_embeddings, float* dposition_embeddings, co
                                           CudaStream);                                             \
   template void embedding_backward<Scalar>(float*, float*, const Scalar*, const int32_t*, int64_t, \
                                            int64_t, int64_t, int64_t, int64_t, const int32_t*,     \
-                                           const int32_t*, const int32_t*, int64_t, CudaStream);
+                                           const int32_t*, const int32_t*, int64_t, CudaStream);  \
+  template void embedding_at_positions_forward<Scalar>(Scalar*, const int32_t*, const int32_t*,    \
+                                                       const Scalar*, const Scalar*, int64_t,      \
+                                                       int64_t, CudaStream);
 BACKEND_INSTANTIATE_EMBEDDING_CUDA(float)
 BACKEND_INSTANTIATE_EMBEDDING_CUDA(bfloat16)
 #undef BACKEND_INSTANTIATE_EMBEDDING_CUDA

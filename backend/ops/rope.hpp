@@ -50,6 +50,19 @@ void rope_backward(Scalar* dinput,         // = on the rotated heads
                    const Scalar* cos, const Scalar* sin, int64_t batch_size, int64_t seq_length,
                    int64_t num_heads, int64_t head_dim, int64_t rotary_dim, int64_t row_stride);
 
+// The forward for rows at positions of their own (incremental decoding, model/gpt_decoder.hpp:
+// the packed rows of a step are several sequences' tokens at several positions): row r rotates
+// by the angles of position positions[r] (< the tables' rows), and is otherwise rope_forward
+// with batch_size = N rows of one position each.
+template <typename Scalar>
+void rope_at_positions_forward(Scalar* output,            // N rows of row_stride
+                               const Scalar* input,       // the same layout
+                               const Scalar* cos,         // (> max position, R/2)
+                               const Scalar* sin,         // (> max position, R/2)
+                               const int32_t* positions,  // (N)
+                               int64_t rows, int64_t num_heads, int64_t head_dim,
+                               int64_t rotary_dim, int64_t row_stride);
+
 }  // namespace backend::cpu
 
 // The CUDA twin (rope_cuda.cu). The tables are float only (the CPU's double angles rounded
@@ -75,5 +88,11 @@ void rope_backward(Scalar* dinput,         // = on the rotated heads
                    const float* cos, const float* sin, int64_t batch_size, int64_t seq_length,
                    int64_t num_heads, int64_t head_dim, int64_t rotary_dim, int64_t row_stride,
                    CudaStream stream);
+
+template <typename Scalar>
+void rope_at_positions_forward(Scalar* output, const Scalar* input, const float* cos,
+                               const float* sin, const int32_t* positions, int64_t rows,
+                               int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
+                               int64_t row_stride, CudaStream stream);
 
 }  // namespace backend::cuda

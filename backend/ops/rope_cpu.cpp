@@ -8,16 +8,17 @@
 namespace backend::cpu {
 namespace {
 
-// sign = +1 rotates by θ (forward), −1 by −θ (backward).
+// sign = +1 rotates by θ (forward), −1 by −θ (backward). Row r is at position positions[r], or
+// at r mod T without positions (a batch of whole sequences).
 template <typename Scalar>
 void rotate(Scalar* output, const Scalar* input, const Scalar* cos, const Scalar* sin, Scalar sign,
             int64_t batch_size, int64_t seq_length, int64_t num_heads, int64_t head_dim,
-            int64_t rotary_dim, int64_t row_stride) {
+            int64_t rotary_dim, int64_t row_stride, const int32_t* positions = nullptr) {
   const int64_t half = rotary_dim / 2;
   const int64_t rows = batch_size * seq_length;
 #pragma omp parallel for if (rows * num_heads * head_dim > detail::kParallelWork)
   for (int64_t row = 0; row < rows; ++row) {
-    const int64_t position = row % seq_length;
+    const int64_t position = positions != nullptr ? int64_t{positions[row]} : row % seq_length;
     const Scalar* row_cos = cos + position * half;
     const Scalar* row_sin = sin + position * half;
     for (int64_t h = 0; h < num_heads; ++h) {
@@ -69,12 +70,24 @@ void rope_backward(Scalar* dinput, const Scalar* doutput, const Scalar* cos, con
          rotary_dim, row_stride);
 }
 
+template <typename Scalar>
+void rope_at_positions_forward(Scalar* output, const Scalar* input, const Scalar* cos,
+                               const Scalar* sin, const int32_t* positions, int64_t rows,
+                               int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
+                               int64_t row_stride) {
+  rotate(output, input, cos, sin, Scalar{1}, rows, 1, num_heads, head_dim, rotary_dim, row_stride,
+         positions);
+}
+
 #define BACKEND_INSTANTIATE_ROPE(Scalar)                                                    \
   template void rope_tables<Scalar>(Scalar*, Scalar*, int64_t, int64_t, double);            \
   template void rope_forward<Scalar>(Scalar*, const Scalar*, const Scalar*, const Scalar*,  \
                                      int64_t, int64_t, int64_t, int64_t, int64_t, int64_t); \
   template void rope_backward<Scalar>(Scalar*, const Scalar*, const Scalar*, const Scalar*, \
-                                      int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+                                      int64_t, int64_t, int64_t, int64_t, int64_t, int64_t); \
+  template void rope_at_positions_forward<Scalar>(Scalar*, const Scalar*, const Scalar*,    \
+                                                  const Scalar*, const int32_t*, int64_t,   \
+                                                  int64_t, int64_t, int64_t, int64_t);
 BACKEND_INSTANTIATE_ROPE(float)
 BACKEND_INSTANTIATE_ROPE(double)
 #undef BACKEND_INSTANTIATE_ROPE

@@ -7,6 +7,7 @@
 // the device, as the CPU twin does on the host, and rounded once to float, so they match the
 // CPU's float tables (CUDA's double pow/sin/cos are within 2 ulp of glibc's: a difference after
 // rounding to float needs a double within a few 2^-53 of a float halfway point).
+// rope_at_positions_forward is the same kernel reading each row's position from `positions`.
 // One thread per (row, head, pair), plus, out of place, one per passed-through feature
 // [R, HD). Each pair is read before it is written by the same thread, so output may alias
 // input. Elementwise, so deterministic.
@@ -43,7 +44,8 @@ template <typename T>
 __global__ void rope_rotate_kernel(T* output, const T* input, const float* cos_table,
                                    const float* sin_table, float sign, int64_t rows,
                                    int64_t seq_length, int64_t num_heads, int64_t head_dim,
-                                   int64_t rotary_dim, int64_t row_stride, int64_t passthrough) {
+                                   int64_t rotary_dim, int64_t row_stride, int64_t passthrough,
+                                   const int32_t* positions) {
   const int64_t half = rotary_dim / 2;
   const int64_t per_head = half + passthrough;
   const int64_t count = rows * num_heads * per_head;
@@ -57,7 +59,8 @@ __global__ void rope_rotate_kernel(T* output, const T* input, const float* cos_t
     const T* x = input + offset;
     T* y = output + offset;
     if (item < half) {
-      const int64_t table = (row % seq_length) * half + item;
+      const int64_t position = positions != nullptr ? int64_t{positions[row]} : row % seq_length;
+      const int64_t table = position * half + item;
       const float c = cos_table[table];
       const float s = sign * sin_table[table];
       const float first = to_float(x[item]);
@@ -74,7 +77,8 @@ __global__ void rope_rotate_kernel(T* output, const T* input, const float* cos_t
 template <typename Scalar>
 void rotate(Scalar* output, const Scalar* input, const float* cos, const float* sin, float sign,
             int64_t batch_size, int64_t seq_length, int64_t num_heads, int64_t head_dim,
-            int64_t rotary_dim, int64_t row_stride, CudaStream stream) {
+            int64_t rotary_dim, int64_t row_stride, CudaStream stream,
+            const int32_t* positions = nullptr) {
   const int64_t rows = batch_size * seq_length;
   const int64_t half = rotary_dim / 2;
   const int64_t passthrough = output == input ? 0 : head_dim - rotary_dim;
@@ -82,7 +86,7 @@ void rotate(Scalar* output, const Scalar* input, const float* cos, const float* 
   if (count <= 0) return;
   rope_rotate_kernel<<<detail::grid_for(count), detail::kBlockSize, 0, stream>>>(
       detail::device_pointer(output), detail::device_pointer(input), cos, sin, sign, rows,
-      seq_length, num_heads, head_dim, rotary_dim, row_stride, passthrough);
+      seq_length, num_heads, head_dim, rotary_dim, row_stride, passthrough, positions);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -113,11 +117,23 @@ void rope_backward(Scalar* dinput, const Scalar* doutput, const float* cos, cons
          row_stride, stream);
 }
 
+template <typename Scalar>
+void rope_at_positions_forward(Scalar* output, const Scalar* input, const float* cos,
+                               const float* sin, const int32_t* positions, int64_t rows,
+                               int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
+                               int64_t row_stride, CudaStream stream) {
+  rotate(output, input, cos, sin, 1.0f, rows, 1, num_heads, head_dim, rotary_dim, row_stride,
+         stream, positions);
+}
+
 #define BACKEND_INSTANTIATE_ROPE_CUDA(Scalar)                                                      \
   template void rope_forward<Scalar>(Scalar*, const Scalar*, const float*, const float*, int64_t,  \
                                      int64_t, int64_t, int64_t, int64_t, int64_t, CudaStream);     \
   template void rope_backward<Scalar>(Scalar*, const Scalar*, const float*, const float*, int64_t, \
-                                      int64_t, int64_t, int64_t, int64_t, int64_t, CudaStream);
+                                      int64_t, int64_t, int64_t, int64_t, int64_t, CudaStream);    \
+  template void rope_at_positions_forward<Scalar>(Scalar*, const Scalar*, const float*,            \
+                                                  const float*, const int32_t*, int64_t, int64_t,  \
+                                                  int64_t, int64_t, int64_t, CudaStream);
 BACKEND_INSTANTIATE_ROPE_CUDA(float)
 BACKEND_INSTANTIATE_ROPE_CUDA(bfloat16)
 #undef BACKEND_INSTANTIATE_ROPE_CUDA

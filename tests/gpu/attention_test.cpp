@@ -2,12 +2,14 @@
 // fp32 log-sum-exp) and backward (dqkv, overwritten), fp32 and bf16, head dimensions 8, 24, 64
 // and 128, multi-head, grouped and multi-query layouts, sequence lengths that are not
 // multiples of the tile (1, 7, 129), with and without attention dropout (the same mask
-// elements as the CPU twin), run to run identical.
+// elements as the CPU twin), run to run identical. The key/value-cache attention of decoding
+// too: the stored caches and the output, rows of several slots at several positions.
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "backend/ops/dropout.hpp"
 #include "gpu/gpu_test_support.hpp"
@@ -52,6 +54,46 @@ TEST_CASE("attention on the CUDA device matches the CPU device (fp32, bf16, drop
                              {"dqkv", t.read(dx)}};
             });
       }
+    }
+  }
+}
+
+TEST_CASE("key/value-cache attention on the CUDA device matches the CPU device") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  struct Shape {
+    int64_t heads, groups, head_dim;
+  };
+  const int64_t slots = 3, max_length = 80;
+  // A prefill of slot 1 (positions 0..3, seeing each other), decodes of slots 0 and 2 deep in
+  // caches filled before (the random initial caches stand for earlier steps).
+  const std::vector<int32_t> row_slots{0, 1, 1, 1, 1, 2};
+  const std::vector<int32_t> row_positions{70, 0, 1, 2, 3, 79};
+  const auto rows = static_cast<int64_t>(row_slots.size());
+  for (const Shape s : {Shape{2, 2, 8}, Shape{4, 2, 24}, Shape{4, 1, 64}, Shape{2, 2, 128},
+                        Shape{3, 3, 40}}) {
+    for (ElementType type : {ElementType::f32, ElementType::bf16}) {
+      std::ostringstream what;
+      what << "kv_cache_attention N " << rows << " NH " << s.heads << " NG " << s.groups
+           << " HD " << s.head_dim;
+      const int64_t width = (s.heads + 2 * s.groups) * s.head_dim;
+      const int64_t cache = slots * max_length * s.groups * s.head_dim;
+      const auto qkv = representable(random_values(rows * width, 51), type);
+      const auto keys = representable(random_values(cache, 52), type);
+      const auto values = representable(random_values(cache, 53), type);
+      check_against_cpu(*gpu, what.str(), type, tolerance(type, 5e-5, 3e-2),
+                        [&](Tensors& t, ElementType dtype) {
+                          View key_cache = t.input(keys, dtype);
+                          View value_cache = t.input(values, dtype);
+                          View out = t.poisoned(rows * s.heads * s.head_dim, dtype);
+                          t.device().kv_cache_attention_forward(
+                              out, key_cache, value_cache, t.input(qkv, dtype), t.ids(row_slots),
+                              t.ids(row_positions), rows, s.heads, s.groups, s.head_dim,
+                              max_length);
+                          return Outputs{{"output", t.read(out)},
+                                         {"key cache", t.read(key_cache)},
+                                         {"value cache", t.read(value_cache)}};
+                        });
     }
   }
 }

@@ -3,7 +3,8 @@
 // 770; a 50304-wide vocabulary), outputs poisoned first, parameter gradients accumulating
 // (+=, started from non-zero values), run to run identical. The tensor-parallel variants too:
 // embedding and cross-entropy over vocabulary shards (the partial, combine and shard backward),
-// dropout of a slice (first_index), and attention refusing a mask offset.
+// dropout of a slice (first_index), and attention refusing a mask offset. The decoding ops:
+// embedding and rope at rows' own positions.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -121,6 +122,34 @@ TEST_CASE("embedding over a vocabulary shard on the CUDA device matches the CPU 
                 return outputs;
               });
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("embedding at positions of their own on the CUDA device matches the CPU device") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  const int64_t rows = 9, vocab = 50, table_rows = 20;
+  const std::vector<int32_t> positions{0, 19, 3, 3, 7, 0, 12, 1, 18};  // repeats, any order
+  for (int64_t hidden : {int64_t{13}, int64_t{100}}) {
+    for (bool with_table : {true, false}) {
+      for (ElementType type : kTypes) {
+        std::ostringstream what;
+        what << "embedding_at_positions N " << rows << " C " << hidden
+             << (with_table ? " with" : " without") << " position table";
+        const auto tokens = random_ids(rows, static_cast<int32_t>(vocab), 41);
+        const auto word = representable(random_values(vocab * hidden, 42), type);
+        const auto position = representable(random_values(table_rows * hidden, 43), type);
+        check_against_cpu(*gpu, what.str(), type, tolerance(type, 1e-6),
+                          [&](Tensors& t, ElementType dtype) {
+                            View out = t.poisoned(rows * hidden, dtype);
+                            t.device().embedding_at_positions_forward(
+                                out, t.ids(tokens), t.ids(positions), t.input(word, dtype),
+                                with_table ? t.input(position, dtype) : t.empty(dtype), rows,
+                                hidden);
+                            return Outputs{{"output", t.read(out)}};
+                          });
       }
     }
   }
@@ -250,6 +279,40 @@ TEST_CASE("rope on the CUDA device matches the CPU device") {
                                          {"sin", t.read(sin)},
                                          {"output", t.read(out)},
                                          {"dinput", t.read(din)}};
+                        });
+    }
+  }
+}
+
+TEST_CASE("rope at positions of their own on the CUDA device matches the CPU device") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  const int64_t rows = 6, heads = 3, head_dim = 8, table_rows = 40;
+  const int64_t row_stride = heads * head_dim + 5;
+  const std::vector<int32_t> positions{39, 0, 5, 5, 17, 2};
+  for (int64_t rotary_dim : {int64_t{8}, int64_t{4}}) {
+    for (ElementType type : kTypes) {
+      std::ostringstream what;
+      what << "rope_at_positions N " << rows << " H " << heads << " HD " << head_dim << " R "
+           << rotary_dim;
+      const int64_t count = rows * row_stride;
+      const auto input = representable(random_values(count, 81), type);
+      const auto before = representable(random_values(count, 82), type);
+      check_against_cpu(*gpu, what.str(), type, tolerance(type, 1e-5),
+                        [&](Tensors& t, ElementType dtype) {
+                          const int64_t table = table_rows * rotary_dim / 2;
+                          View cos = t.poisoned(table, f32), sin = t.poisoned(table, f32);
+                          t.device().rope_tables(cos, sin, table_rows, rotary_dim, 10000.0);
+                          View out = t.input(before, dtype);
+                          t.device().rope_at_positions_forward(out, t.input(input, dtype), cos,
+                                                               sin, t.ids(positions), rows, heads,
+                                                               head_dim, rotary_dim, row_stride);
+                          View in_place = t.input(input, dtype);
+                          t.device().rope_at_positions_forward(in_place, in_place, cos, sin,
+                                                               t.ids(positions), rows, heads,
+                                                               head_dim, rotary_dim, row_stride);
+                          return Outputs{{"output", t.read(out)},
+                                         {"in place", t.read(in_place)}};
                         });
     }
   }

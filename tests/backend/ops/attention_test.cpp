@@ -434,3 +434,49 @@ TEST_CASE("attention refuses a dropout with a mask offset (first_index)") {
     CHECK(message.find("first_index (got 7)") != std::string::npos);
   }
 }
+
+TEST_CASE("attention over a key/value cache equals attention_forward, prefill and decode") {
+  // Two sequences (the batch) in slots 2 and 0 of a 3-slot cache: the first T−1 positions of
+  // both prefilled in one call (interleaved rows), then the last positions decoded in a second;
+  // every row equals attention_forward's output at its position.
+  for (const int64_t groups : {int64_t{4}, int64_t{2}, int64_t{1}}) {
+    const Shape shape{2, 9, 4, groups, 8};
+    const int64_t slots = 3, max_length = 12, width = shape.qkv_width(), hidden = shape.hidden();
+    const auto qkv = random_values(static_cast<size_t>(shape.qkv_size()), 95);
+    std::vector<double> expected(static_cast<size_t>(shape.output_size()));
+    std::vector<double> logsumexp(static_cast<size_t>(shape.batch * shape.heads * shape.seq));
+    backend::cpu::attention_forward(expected.data(), logsumexp.data(), qkv.data(), shape.batch,
+                                    shape.seq, hidden, shape.heads, groups);
+    const int32_t slot_of[2] = {2, 0};
+    const size_t cache = static_cast<size_t>(slots * max_length * groups * shape.head_dim);
+    std::vector<double> keys(cache, NAN), values(cache, NAN);  // unfilled places never read
+    auto run = [&](int64_t first, int64_t last) {  // positions [first, last) of both sequences
+      std::vector<double> rows_qkv, output;
+      std::vector<int32_t> row_slots, positions;
+      for (int64_t t = first; t < last; ++t) {
+        for (int64_t b = 0; b < 2; ++b) {
+          const auto begin = qkv.begin() + (b * shape.seq + t) * width;
+          rows_qkv.insert(rows_qkv.end(), begin, begin + width);
+          row_slots.push_back(slot_of[b]);
+          positions.push_back(static_cast<int32_t>(t));
+        }
+      }
+      const auto rows = static_cast<int64_t>(positions.size());
+      output.assign(static_cast<size_t>(rows * hidden), NAN);
+      backend::cpu::kv_cache_attention_forward(output.data(), keys.data(), values.data(),
+                                               rows_qkv.data(), row_slots.data(),
+                                               positions.data(), rows, shape.heads, groups,
+                                               shape.head_dim, max_length);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t b = r % 2, t = first + r / 2;
+        for (int64_t c = 0; c < hidden; ++c) {
+          CHECK(output[static_cast<size_t>(r * hidden + c)] ==
+                doctest::Approx(expected[static_cast<size_t>((b * shape.seq + t) * hidden + c)])
+                    .epsilon(1e-12));
+        }
+      }
+    };
+    run(0, shape.seq - 1);
+    run(shape.seq - 1, shape.seq);
+  }
+}

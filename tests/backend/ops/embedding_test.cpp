@@ -260,3 +260,32 @@ TEST_CASE("an embedding shard holding none of the tokens gives the position rows
       static_cast<const double*>(nullptr), kBatch, kSeq, kHidden, kVocab, 0);
   CHECK(zeros == std::vector<double>(zeros.size(), 0.0));
 }
+
+TEST_CASE("embedding at positions of their own is embedding_forward's rows, in any order") {
+  const int64_t batch = 2, seq = 5, hidden = 6, vocab = 11;
+  const auto word = random_values(static_cast<size_t>(vocab * hidden), 91);
+  const auto position = random_values(static_cast<size_t>(seq * hidden), 92);
+  const auto tokens = random_ids(static_cast<size_t>(batch * seq), static_cast<int32_t>(vocab), 93);
+  for (const bool with_table : {true, false}) {
+    const double* table = with_table ? position.data() : nullptr;
+    std::vector<double> whole(static_cast<size_t>(batch * seq * hidden));
+    backend::cpu::embedding_forward(whole.data(), tokens.data(), word.data(), table, batch, seq,
+                                    hidden, 0, vocab);
+    // The rows reversed, each at its own position.
+    std::vector<int32_t> row_tokens, row_positions;
+    for (int64_t r = batch * seq - 1; r >= 0; --r) {
+      row_tokens.push_back(tokens[static_cast<size_t>(r)]);
+      row_positions.push_back(static_cast<int32_t>(r % seq));
+    }
+    std::vector<double> rows(whole.size(), NAN);
+    backend::cpu::embedding_at_positions_forward(rows.data(), row_tokens.data(),
+                                                 row_positions.data(), word.data(), table,
+                                                 batch * seq, hidden);
+    for (int64_t r = 0; r < batch * seq; ++r) {
+      for (int64_t c = 0; c < hidden; ++c) {
+        CHECK(rows[static_cast<size_t>((batch * seq - 1 - r) * hidden + c)] ==
+              whole[static_cast<size_t>(r * hidden + c)]);
+      }
+    }
+  }
+}

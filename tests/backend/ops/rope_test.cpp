@@ -227,3 +227,34 @@ TEST_CASE("rope gives the same bits on every thread count") {
   const auto [serial, parallel] = on_one_and_three_threads(run);
   CHECK(serial == parallel);
 }
+
+TEST_CASE("rope at positions of their own is rope_forward's rows, in any order") {
+  const int64_t batch = 2, seq = 6, heads = 3, head_dim = 8, rotary_dim = 4;
+  const int64_t row_stride = heads * head_dim + 3;
+  const int64_t rows = batch * seq;
+  std::vector<double> cos(static_cast<size_t>(seq * rotary_dim / 2));
+  std::vector<double> sin(cos.size());
+  backend::cpu::rope_tables(cos.data(), sin.data(), seq, rotary_dim, 10000.0);
+  const auto input = backend::testing::random_values(static_cast<size_t>(rows * row_stride), 94);
+  std::vector<double> whole(input.size(), 0.0);
+  backend::cpu::rope_forward(whole.data(), input.data(), cos.data(), sin.data(), batch, seq, heads,
+                             head_dim, rotary_dim, row_stride);
+  // The rows reversed, each at its own position.
+  std::vector<double> reversed_input;
+  std::vector<int32_t> positions;
+  for (int64_t r = rows - 1; r >= 0; --r) {
+    reversed_input.insert(reversed_input.end(), input.begin() + r * row_stride,
+                          input.begin() + (r + 1) * row_stride);
+    positions.push_back(static_cast<int32_t>(r % seq));
+  }
+  std::vector<double> reversed(input.size(), 0.0);
+  backend::cpu::rope_at_positions_forward(reversed.data(), reversed_input.data(), cos.data(),
+                                          sin.data(), positions.data(), rows, heads, head_dim,
+                                          rotary_dim, row_stride);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < heads * head_dim; ++c) {
+      CHECK(reversed[static_cast<size_t>((rows - 1 - r) * row_stride + c)] ==
+            whole[static_cast<size_t>(r * row_stride + c)]);
+    }
+  }
+}
