@@ -107,6 +107,9 @@ std::future<GenerationOutcome> GenerationScheduler::submit(const GenerateRequest
   shared->results.resize(request.prompts.size());
   shared->remaining = std::ssize(request.prompts);
   std::vector<std::shared_ptr<Sequence>> sequences;
+  // Each sequence keeps the request's settings; one copy of the prompts is enough.
+  GenerateRequest settings = request;
+  settings.prompts.clear();
   try {
     std::lock_guard lock(tokenizer_mutex_);
     for (size_t i = 0; i < request.prompts.size(); ++i) {
@@ -117,7 +120,7 @@ std::future<GenerationOutcome> GenerationScheduler::submit(const GenerateRequest
           .request = shared,
           .prompt_index = i,
           .generation = GenerationSequence(*tokenizer_, shape_.max_length, request.prompts[i],
-                                           request, generation_options)}));
+                                           settings, generation_options)}));
     }
   } catch (const common::Error& error) {
     return release(refusal(400, error.what()));
