@@ -226,7 +226,7 @@ int stalled_connection(int port) {
 
 }  // namespace
 
-TEST_CASE("PUT /api answers Megatron's response; greedy generation is the full forward's") {
+TEST_CASE("PUT /api answers Megatron's response, and greedy generation is the full forward's") {
   Server server;
   // Every field of the request (top_p_decay and top_p_bound need top_p, which excludes top_k).
   const std::string body = R"({"prompts": ["The cat sat on the", "She said:"],
@@ -410,7 +410,7 @@ TEST_CASE("16 concurrent clients get their serial answers, while a stalled clien
   CHECK(stop_seconds < 5.0);
 }
 
-TEST_CASE("text_generation_cli drives the server from standard input; SIGTERM exits 0") {
+TEST_CASE("text_generation_cli drives the server from standard input, and SIGTERM exits 0") {
   Server server;
   const fs::path input = checkpoint().temporary.path / "cli_input.txt";
   {
