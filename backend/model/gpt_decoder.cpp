@@ -65,7 +65,7 @@ struct GptDecoder::State {
 
   // Caches and activations (owned).
   Arena arena;
-  View key_cache, value_cache;  // (layers, slots, max_length, NG, HD)
+  View key_cache, value_cache;       // (layers, slots, max_length, NG, HD)
   View tokens, positions, slot_ids;  // i32 (max_rows)
   View x, normed, qkv, context, branch, fc1, activation, mean, rstd;
   View packed, packed_norm, logits;  // the rows with logits: final norm input, output, logits
@@ -73,9 +73,9 @@ struct GptDecoder::State {
 
   // Host staging and bookkeeping, sized at construction.
   std::vector<int32_t> host_tokens, host_positions, host_slots;
-  std::vector<int64_t> cached_length;    // per slot
-  std::vector<int64_t> step_last;        // per slot: this step's last position so far, or −1
-  std::vector<int64_t> logits_rows;      // indices of this step's rows with logits
+  std::vector<int64_t> cached_length;  // per slot
+  std::vector<int64_t> step_last;      // per slot: this step's last position so far, or −1
+  std::vector<int64_t> logits_rows;    // indices of this step's rows with logits
 
   Device& ops() { return *device; }
   View empty() const { return View{nullptr, 0, kType, x.on}; }
@@ -194,9 +194,12 @@ GptDecoder::GptDecoder(const GptModel<float>& model, int64_t slots, int64_t max_
   auto tensor = [&](int64_t offset) {
     if (offset == kAbsentTensor) return View{nullptr, 0, kType, parameters.on};
     const auto& tensors = layout.tensors();
-    const auto found = std::find_if(tensors.begin(), tensors.end(),
-                                    [offset](const ParameterTensor& t) { return t.offset == offset; });
-    if (found == tensors.end()) common::fail("GptDecoder: no parameter tensor at offset {}", offset);
+    const auto found = std::find_if(tensors.begin(), tensors.end(), [offset](const auto& entry) {
+      return entry.offset == offset;
+    });
+    if (found == tensors.end()) {
+      common::fail("GptDecoder: no parameter tensor at offset {}", offset);
+    }
     return parameters.slice(offset, found->numel);
   };
   s.word_embeddings = tensor(layout.word_embeddings());

@@ -4,7 +4,7 @@
 // output layer). Every row's logits equal last_position_logits of the slot's whole sequence at
 // the row's position: a prompt prefilled in one step then decoded token by token; several slots
 // interleaved in one step (one prefilling while others decode, rows out of slot order); a slot
-// reused from position 0; greedy decoding; rows without logits; refused inputs, and that a
+// reused from position 0; greedy decoding; rows without logits; refused inputs and that a
 // refused step changes nothing.
 #include "backend/model/gpt_decoder.hpp"
 
@@ -135,7 +135,7 @@ TEST_CASE("GptDecoder: a prefill then token-by-token decoding equal the full for
   }
 }
 
-TEST_CASE("GptDecoder: slots interleaved in one step, and a slot reused, equal their own forwards") {
+TEST_CASE("GptDecoder: slots interleaved in one step, and a slot reused, equal their forwards") {
   for (const bool llama : {false, true}) {
     const GptConfig config = llama ? llama_config() : gpt2_config();
     const std::string name = llama ? "llama-style" : "gpt2-style";
@@ -195,7 +195,7 @@ TEST_CASE("GptDecoder: greedy decoding with the cache equals greedy decoding by 
   }
 }
 
-TEST_CASE("GptDecoder: rows without logits give none; bad arguments are refused") {
+TEST_CASE("GptDecoder: rows without logits give none, and bad arguments are refused") {
   const GptConfig config = gpt2_config();
   GptModel<float> model = make_model(config);
   const int64_t vocabulary = config.padded_vocab_size;
