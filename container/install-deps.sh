@@ -26,6 +26,8 @@ packages=(
   # the data_preparation stage's `download` tool (http(s), ftp, file://); `xz` makes the test
   # shards (xz-utils is in Debian's base system, named here so a slim image gets it too)
   libcurl4-openssl-dev xz-utils
+  # text_generation_server's HTTP server and text_generation_cli's client
+  libcpp-httplib-dev
   # backend CPU path: the OpenMP build of OpenBLAS, so GEMMs and our OpenMP loops share one
   # thread pool (libgomp) instead of two pools spinning against each other
   libopenblas-openmp-dev
@@ -63,6 +65,8 @@ test_packages=(
   # tests/bench/tokenizer_bench.sh's SentencePiece reference: the Python binding Megatron's
   # SentencePiece tokenizers call (for /usr/bin/python3)
   python3-sentencepiece
+  # tests/e2e/text_generation_server_test.cpp's load test
+  hey
 )
 if [[ $with_tests == true ]]; then
   packages+=("${test_packages[@]}")

@@ -166,6 +166,14 @@ constexpr FlagRule kRules[] = {
     text_flag("--valid-data"),
     integer_flag("--overlapping-eval", 1),
     text_flag("--results-json"),
+    // text_generation_server's (docs/serving.md)
+    text_flag("--host"),
+    integer_flag("--port", 0, 65535, "0 asks for any free port"),
+    integer_flag("--max-batch-size", 1),
+    integer_flag("--max-concurrent-requests", 1),
+    integer_flag("--max-request-bytes", 1),
+    integer_flag("--max-prompt-bytes", 1),
+    integer_flag("--max-tokens-to-generate", 0),
 };
 
 std::string format_real(double value) { return fmt::format("{}", value); }

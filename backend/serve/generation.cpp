@@ -53,14 +53,6 @@ int32_t first_id_of(Tokenizer& tokenizer, std::string_view text, std::string_vie
   return ids.front();
 }
 
-// log_softmax(logits)[id] in fp64.
-double log_probability(std::span<const float> logits, int32_t id) {
-  const double largest = *std::max_element(logits.begin(), logits.end());
-  double sum = 0.0;
-  for (const float logit : logits) sum += std::exp(static_cast<double>(logit) - largest);
-  return static_cast<double>(logits[static_cast<size_t>(id)]) - largest - std::log(sum);
-}
-
 // Megatron's per-token segments (detokenize_generations): the offsets slices for
 // NullTokenizer, each id detokenized alone otherwise.
 std::vector<std::string> segments_of(const Tokenizer& tokenizer, std::span<const int32_t> ids) {
@@ -79,83 +71,123 @@ std::vector<std::string> segments_of(const Tokenizer& tokenizer, std::span<const
 
 }  // namespace
 
-GenerationResult generate(const SequenceScorer& scorer, int64_t max_position_embeddings,
-                          Tokenizer& tokenizer, std::string_view prompt,
-                          const GenerateRequest& request, const GenerationOptions& options) {
-  GenerationResult result;
-  if (request.add_BOS) result.tokens.push_back(tokenizer.eod());
-  tokenizer.tokenize(prompt, result.tokens);
-  result.prompt_length = std::ssize(result.tokens);
-  if (result.prompt_length == 0) {
+double token_log_probability(std::span<const float> logits, int32_t id) {
+  const double largest = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (const float logit : logits) sum += std::exp(static_cast<double>(logit) - largest);
+  return static_cast<double>(logits[static_cast<size_t>(id)]) - largest - std::log(sum);
+}
+
+GenerationSequence::GenerationSequence(Tokenizer& tokenizer, int64_t max_length,
+                                       std::string_view prompt, const GenerateRequest& request,
+                                       const GenerationOptions& options)
+    : tokenizer_(&tokenizer), request_(request), prompt_index_(options.prompt_index) {
+  request_.prompts.clear();  // the prompt is in tokens_; the other prompts are not ours
+  if (request.add_BOS) tokens_.push_back(tokenizer.eod());
+  tokenizer.tokenize(prompt, tokens_);
+  prompt_length_ = std::ssize(tokens_);
+  if (prompt_length_ == 0) {
     common::fail("the prompt has no tokens; an empty prompt needs add_BOS=true");
   }
   if (request.tokens_to_generate < 0) {
     common::fail("tokens_to_generate {} must be ≥ 0", request.tokens_to_generate);
   }
-  const int64_t total = result.prompt_length + request.tokens_to_generate;
-  if (total > max_position_embeddings) {
+  length_limit_ = prompt_length_ + request.tokens_to_generate;
+  if (length_limit_ > max_length) {
     common::fail(
         "Length of prompt + tokens_to_generate longer than allowed: {} prompt tokens + "
         "{} to generate > max_position_embeddings {}",
-        result.prompt_length, request.tokens_to_generate, max_position_embeddings);
+        prompt_length_, request.tokens_to_generate, max_length);
   }
-  const int64_t vocab_size = tokenizer.vocab_size();
-
-  const bool prevent_newline = request.prevent_newline_after_colon;
-  const int32_t colon_id = prevent_newline ? first_id_of(tokenizer, ":", "\":\"") : -1;
-  const int32_t newline_id = prevent_newline ? first_id_of(tokenizer, "\n", "\"\\n\"") : -1;
-
+  vocab_size_ = tokenizer.vocab_size();
+  if (request.prevent_newline_after_colon) {
+    colon_id_ = first_id_of(tokenizer, ":", "\":\"");
+    newline_id_ = first_id_of(tokenizer, "\n", "\"\\n\"");
+  }
   // The draws' key (GenerationOptions).
-  const uint64_t seed = request.random_seed >= 0
-                            ? static_cast<uint64_t>(request.random_seed)
-                            : common::splitmix64_at(options.server_seed, options.request_number);
-  SamplingParameters parameters{
-      .top_k = request.top_k, .top_p = request.top_p, .temperature = request.temperature};
+  seed_ = request.random_seed >= 0
+              ? static_cast<uint64_t>(request.random_seed)
+              : common::splitmix64_at(options.server_seed, options.request_number);
+  top_p_ = request.top_p;
+  finished_ = request.tokens_to_generate == 0;  // Megatron's scoring: the prompt only
+}
 
-  if (request.tokens_to_generate == 0) {
-    // Megatron's score_and_return_on_first_stage: the prompt's log-probabilities only.
-    SequenceScores scores = scorer(result.tokens);
-    if (request.logprobs) result.logprobs = std::move(scores.next_token_logprobs);
+void GenerationSequence::accept_prompt_logits(int64_t position, std::span<const float> logits) {
+  if (!request_.logprobs) return;
+  if (position != std::ssize(logprobs_) || position + 1 >= prompt_length_) {
+    common::fail("internal: prompt logits of position {} after {} of a {}-token prompt", position,
+                 logprobs_.size(), prompt_length_);
   }
-  for (int64_t context = result.prompt_length; context < total; ++context) {
-    SequenceScores scores = scorer(result.tokens);
-    std::vector<float>& logits = scores.last_logits;
-    if (std::ssize(logits) < vocab_size) {
-      common::fail("the model's logits cover {} ids, fewer than the tokenizer's {}", logits.size(),
-                   vocab_size);
-    }
-    if (request.logprobs && context == result.prompt_length) {
-      result.logprobs = std::move(scores.next_token_logprobs);
-    }
-    if (prevent_newline && result.tokens.back() == colon_id && newline_id < std::ssize(logits)) {
-      logits[static_cast<size_t>(newline_id)] = kPreventedLogit;
-    }
-    const uint64_t step = static_cast<uint64_t>(context - result.prompt_length);
-    const int32_t next = sample_token(logits, vocab_size, parameters,
-                                      sampling_uniform(seed, options.prompt_index, step));
-    if (parameters.top_p > 0.0 && request.top_p_decay > 0.0) {
-      parameters.top_p *= request.top_p_decay;
-      if (request.top_p_bound > 0.0)
-        parameters.top_p = std::max(parameters.top_p, request.top_p_bound);
-    }
-    const int32_t previous = result.tokens.back();
-    result.tokens.push_back(next);
-    if (request.logprobs) result.logprobs.push_back(log_probability(logits, next));
-
-    bool done = false;
-    if (request.stop_on_double_eol) {
-      done = next == kDoubleNewlineId || (next == kNewlineId && previous == kNewlineId);
-    } else if (request.stop_on_eol) {
-      done = next == kDoubleNewlineId || next == kNewlineId;
-    } else {
-      done = next == tokenizer.eod();
-    }
-    if (done) break;
+  if (std::ssize(logits) < vocab_size_) {
+    common::fail("the model's logits cover {} ids, fewer than the tokenizer's {}", logits.size(),
+                 vocab_size_);
   }
+  logprobs_.push_back(token_log_probability(logits, tokens_[static_cast<size_t>(position + 1)]));
+}
 
-  result.text = replace_invalid_utf8(tokenizer.detokenize(result.tokens));
-  result.segments = segments_of(tokenizer, result.tokens);
+void GenerationSequence::accept_prompt_logprobs(std::vector<double> logprobs) {
+  if (request_.logprobs) logprobs_ = std::move(logprobs);
+}
+
+void GenerationSequence::accept_logits(std::span<float> logits) {
+  if (finished_) common::fail("internal: logits for a finished sequence");
+  if (std::ssize(logits) < vocab_size_) {
+    common::fail("the model's logits cover {} ids, fewer than the tokenizer's {}", logits.size(),
+                 vocab_size_);
+  }
+  if (request_.prevent_newline_after_colon && tokens_.back() == colon_id_ &&
+      newline_id_ < std::ssize(logits)) {
+    logits[static_cast<size_t>(newline_id_)] = kPreventedLogit;
+  }
+  const SamplingParameters parameters{
+      .top_k = request_.top_k, .top_p = top_p_, .temperature = request_.temperature};
+  const int32_t next =
+      sample_token(logits, vocab_size_, parameters, sampling_uniform(seed_, prompt_index_, step_));
+  ++step_;
+  if (top_p_ > 0.0 && request_.top_p_decay > 0.0) {
+    top_p_ *= request_.top_p_decay;
+    if (request_.top_p_bound > 0.0) top_p_ = std::max(top_p_, request_.top_p_bound);
+  }
+  const int32_t previous = tokens_.back();
+  tokens_.push_back(next);
+  if (request_.logprobs) logprobs_.push_back(token_log_probability(logits, next));
+
+  if (request_.stop_on_double_eol) {
+    finished_ = next == kDoubleNewlineId || (next == kNewlineId && previous == kNewlineId);
+  } else if (request_.stop_on_eol) {
+    finished_ = next == kDoubleNewlineId || next == kNewlineId;
+  } else {
+    finished_ = next == tokenizer_->eod();
+  }
+  if (std::ssize(tokens_) >= length_limit_) finished_ = true;
+}
+
+GenerationResult GenerationSequence::result() const {
+  GenerationResult result;
+  result.tokens = tokens_;
+  result.prompt_length = prompt_length_;
+  result.logprobs = logprobs_;
+  result.text = replace_invalid_utf8(tokenizer_->detokenize(tokens_));
+  result.segments = segments_of(*tokenizer_, tokens_);
   return result;
+}
+
+GenerationResult generate(const SequenceScorer& scorer, int64_t max_position_embeddings,
+                          Tokenizer& tokenizer, std::string_view prompt,
+                          const GenerateRequest& request, const GenerationOptions& options) {
+  GenerationSequence sequence(tokenizer, max_position_embeddings, prompt, request, options);
+  if (sequence.finished()) {
+    // Megatron's score_and_return_on_first_stage: the prompt's log-probabilities only.
+    sequence.accept_prompt_logprobs(scorer(sequence.tokens()).next_token_logprobs);
+  }
+  bool first = true;
+  while (!sequence.finished()) {
+    SequenceScores scores = scorer(sequence.tokens());
+    if (first) sequence.accept_prompt_logprobs(std::move(scores.next_token_logprobs));
+    first = false;
+    sequence.accept_logits(scores.last_logits);
+  }
+  return sequence.result();
 }
 
 GenerationResult generate(GptModel<float>& model, Tokenizer& tokenizer, std::string_view prompt,
@@ -166,23 +198,31 @@ GenerationResult generate(GptModel<float>& model, Tokenizer& tokenizer, std::str
                  tokenizer.vocab_size(), config.vocab_size);
   }
   model.set_training(false);
+  GenerationSequence sequence(tokenizer, config.max_position_embeddings, prompt, request,
+                              options);
   std::vector<int32_t> labels;
-  const SequenceScorer scorer = [&](std::span<const int32_t> tokens) {
-    const int64_t length = std::ssize(tokens);
-    // Each position's label is the next token; the last position's (0) is not read.
-    labels.assign(tokens.begin() + 1, tokens.end());
-    labels.push_back(0);
-    model.forward(tokens, labels, 1, length);
-    const std::vector<float> losses = model.last_position_losses();
-    SequenceScores scores;
-    scores.next_token_logprobs.reserve(static_cast<size_t>(length - 1));
-    for (int64_t i = 0; i + 1 < length; ++i) {
-      scores.next_token_logprobs.push_back(-static_cast<double>(losses[static_cast<size_t>(i)]));
-    }
-    scores.last_logits = model.last_position_logits(0, length - 1);
-    return scores;
+  auto forward = [&] {
+    const std::vector<int32_t>& tokens = sequence.tokens();
+    labels.assign(tokens.size(), 0);  // the losses are not read
+    model.forward(tokens, labels, 1, std::ssize(tokens));
   };
-  return generate(scorer, config.max_position_embeddings, tokenizer, prompt, request, options);
+  // The prompt's log-probabilities from its positions' logits, as the server's batched steps
+  // compute them (GenerationSequence::accept_prompt_logits), so that both give the same values.
+  if (sequence.prompt_logits_wanted()) {
+    forward();
+    for (int64_t position = 0; position + 1 < sequence.prompt_length(); ++position) {
+      sequence.accept_prompt_logits(position, model.last_position_logits(0, position));
+    }
+  }
+  bool forwarded = sequence.prompt_logits_wanted();
+  while (!sequence.finished()) {
+    if (!forwarded) forward();
+    forwarded = false;
+    std::vector<float> logits =
+        model.last_position_logits(0, std::ssize(sequence.tokens()) - 1);
+    sequence.accept_logits(logits);
+  }
+  return sequence.result();
 }
 
 }  // namespace backend

@@ -25,9 +25,11 @@
 //      softmax before temperature and filtering; at the last position of a step after the
 //      colon rule, as Megatron gathers them).
 //
-// This is the generation core, below the HTTP layer: one prompt at a time and no KV cache, so
-// step t runs a full forward of all prompt + t tokens (quadratic in the length). The KV cache,
-// batching of prompts and the server come with the serving issue (docs/serving.md).
+// The rules live in one place, GenerationSequence: one prompt's state from its tokenization to
+// its result, fed the logits of its positions by whoever runs the model. generate() below feeds
+// it one full forward per token (no KV cache: step t runs all prompt + t tokens); the server's
+// GenerationScheduler (generation_scheduler.hpp) feeds many sequences from one batched KV-cache
+// step (docs/serving.md).
 //
 // Differences from Megatron, by design: the draws come from our counter-based generator
 // (sampling.hpp), keyed as GenerationOptions says, not torch's stream; text and segments
@@ -66,6 +68,61 @@ struct GenerationResult {
   std::vector<std::string> segments;  // one per token
   std::vector<double> logprobs;       // tokens.size() − 1 values when asked, else empty
 };
+
+// One prompt's generation, Megatron's rules above as a state machine over the logits of its
+// positions. The constructor tokenizes (add_BOS) and applies the refusals (the length rule
+// against `max_length`, an empty prompt, tokens_to_generate < 0, the colon rule's tokenizer
+// needs), with common::Error. Then, in any order that respects causality:
+//   - accept_prompt_logits(i, logits of position i) for i in [0, prompt_length − 1) when
+//     prompt_logits_wanted() (logprobs asked): the log-probability of prompt token i + 1;
+//   - accept_logits(logits of the last token's position) while !finished(): samples the next
+//     token (colon rule, seed keying, top_p decay) and applies the stop rules.
+// A scoring request (tokens_to_generate 0) is finished from the start and needs the prompt's
+// logits only. result() detokenizes. The tokenizer must outlive the sequence; the sequence
+// calls it in the constructor and in result() only.
+class GenerationSequence {
+ public:
+  GenerationSequence(Tokenizer& tokenizer, int64_t max_length, std::string_view prompt,
+                     const GenerateRequest& request, const GenerationOptions& options);
+
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int64_t prompt_length() const { return prompt_length_; }
+  // prompt_length + tokens_to_generate: the most tokens the sequence can reach.
+  int64_t length_limit() const { return length_limit_; }
+  bool prompt_logits_wanted() const { return request_.logprobs; }
+  bool finished() const { return finished_; }
+
+  // Position `position` ∈ [0, prompt_length − 1)'s logits over the padded vocabulary: the
+  // log-probability of token position + 1. Positions come in increasing order, each once.
+  void accept_prompt_logits(int64_t position, std::span<const float> logits);
+  // The same log-probabilities computed elsewhere (a SequenceScorer), all prompt_length − 1.
+  void accept_prompt_logprobs(std::vector<double> logprobs);
+  // The logits at the last token's position (the colon rule may change them): appends the next
+  // token. common::Error for logits smaller than the tokenizer's vocabulary and for sampling
+  // parameters sampling.hpp refuses.
+  void accept_logits(std::span<float> logits);
+
+  GenerationResult result() const;
+
+ private:
+  Tokenizer* tokenizer_;
+  GenerateRequest request_;
+  std::vector<int32_t> tokens_;
+  std::vector<double> logprobs_;
+  int64_t prompt_length_ = 0;
+  int64_t length_limit_ = 0;
+  int64_t vocab_size_ = 0;
+  int32_t colon_id_ = -1;
+  int32_t newline_id_ = -1;
+  uint64_t seed_ = 0;
+  uint64_t prompt_index_ = 0;
+  uint64_t step_ = 0;
+  double top_p_ = 0.0;
+  bool finished_ = false;
+};
+
+// log_softmax(logits)[id], in fp64: a token's log-probability as `logprobs` reports it.
+double token_log_probability(std::span<const float> logits, int32_t id);
 
 // One full forward of a sequence, what generation needs of a model: the log-probability of
 // each next token (tokens.size() − 1 values: log p(tokens[i+1] | tokens[0..i])) and the last

@@ -17,14 +17,10 @@
 #include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
-#include "backend/common/memory_estimate.hpp"
 #include "backend/data/tokenizer.hpp"
-#include "backend/dist/process_environment.hpp"
 #include "backend/model/gpt_model.hpp"
-#include "backend/optim/adamw.hpp"
-#include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/arguments.hpp"
-#include "backend/train/checkpoint_arguments.hpp"
+#include "backend/train/trained_model.hpp"
 #include "backend/train/trainer.hpp"
 #include "backend/train/zero_shot_tasks.hpp"
 
@@ -32,24 +28,10 @@ namespace {
 
 using backend::TrainingArguments;
 
-// What this tool does not do (yet): several processes, or a model split over them.
+// What this tool does not do (yet): several processes, or a model split over them
+// (trained_model.hpp); and the task flags' combinations.
 void check_single_process(const TrainingArguments& arguments) {
-  const backend::ProcessEnvironment process = backend::read_process_environment();
-  if (backend::started_through_mpi(process) && process.world_size > 1) {
-    common::fail("evaluate_gpt runs as one process; it was started as {} (rank {} of {}): run it "
-                 "without mpirun/srun", process.launcher, process.rank, process.world_size);
-  }
-  if (arguments.tensor_model_parallel_size > 1 || arguments.pipeline_model_parallel_size > 1) {
-    common::fail("evaluate_gpt runs the whole model in one process: --tensor-model-parallel-size "
-                 "{} and --pipeline-model-parallel-size {} must be 1 (reshard a model-parallel "
-                 "checkpoint first: checkpoint_util --load DIR --save NEWDIR "
-                 "--target-tensor-parallel-size 1 --target-pipeline-parallel-size 1)",
-                 arguments.tensor_model_parallel_size, arguments.pipeline_model_parallel_size);
-  }
-  if (arguments.load.empty()) {
-    common::fail("evaluate_gpt needs --load DIR: the checkpoint (pretrain_gpt's --save directory) "
-                 "whose model to evaluate");
-  }
+  backend::check_whole_model_launch(arguments, "evaluate_gpt");
   if (arguments.task == "LAMBADA" && arguments.overlapping_eval != 32) {
     spdlog::warn("--overlapping-eval {} applies to WIKITEXT103 only; LAMBADA ignores it",
                  arguments.overlapping_eval);
@@ -58,44 +40,6 @@ void check_single_process(const TrainingArguments& arguments) {
     backend::check_overlapping_eval(arguments.overlapping_eval, arguments.seq_length);
     if (arguments.strict_lambada) spdlog::warn("--strict-lambada applies to LAMBADA only");
   }
-}
-
-// The model the flags describe, on the device --device picks, with the checkpoint's weights
-// (weights only, as Megatron's load_checkpoint(model, None, None)), in evaluation mode.
-backend::GptModel<float> load_model(const TrainingArguments& arguments,
-                                    const backend::SelectedDevice& selected) {
-  const backend::GptConfig config = backend::model_config(arguments);
-  // Before anything is allocated: the fp32 weights and the gradient buffer GptModel carves
-  // beside them, against the GPU's or this machine's memory. The activations of one micro
-  // batch come on top.
-  common::MemoryEstimate estimate;
-  estimate.parameters = common::parameter_count(backend::model_shape(config));
-  estimate.weights_bytes = 4 * estimate.parameters;
-  estimate.gradients_bytes = estimate.weights_bytes;
-  const common::AvailableMemory available =
-      selected.gpu ? common::AvailableMemory{static_cast<double>(selected.gpu->total_memory_bytes),
-                                             fmt::format("the memory of GPU {} ({})",
-                                                         selected.gpu->index, selected.gpu->name)}
-                   : common::available_memory();
-  common::require_memory_fits(estimate, available, "evaluate_gpt: the model",
-                              "Evaluate a smaller model, or on a machine with more memory.");
-  backend::GptModel<float> model(config, *selected.device);
-  // Weights only, as --no-load-optim --no-load-rng (not --finetune, so that the load message
-  // names the checkpoint's iteration as Megatron's does); the optimizer and scheduler are
-  // placeholders that load_checkpoint then leaves alone.
-  TrainingArguments weights_only = arguments;
-  weights_only.no_load_optim = true;
-  weights_only.no_load_rng = true;
-  backend::AdamW optimizer(backend::AdamWConfig{}, {}, 0);
-  backend::LearningRateScheduler scheduler(
-      backend::LearningRateSchedule{.max_lr = 0, .decay_steps = 1});
-  if (!backend::load_checkpoint(weights_only, model, optimizer, scheduler, std::cout)) {
-    common::fail("--load {} holds no checkpoint ({} is missing): evaluating untrained weights "
-                 "means nothing; point --load at pretrain_gpt's --save directory",
-                 arguments.load, backend::checkpoint_tracker_path(arguments.load).string());
-  }
-  model.set_training(false);
-  return model;
 }
 
 backend::WindowScorer make_scorer(backend::GptModel<float>& model, int64_t seq_length) {
@@ -122,7 +66,7 @@ int run(const TrainingArguments& arguments) {
                                              .vocab_size = arguments.vocab_size,
                                              .tokenizer_model = arguments.tokenizer_model});
   const backend::SelectedDevice selected = backend::select_device(arguments);
-  backend::GptModel<float> model = load_model(arguments, selected);
+  backend::GptModel<float> model = backend::load_trained_model(arguments, selected, "evaluate_gpt");
   const backend::WindowScorer scorer = make_scorer(model, arguments.seq_length);
   const int32_t pad = tokenizer->eod();
   auto progress = [&](int64_t iteration) {

@@ -52,20 +52,26 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                                                 ArgumentsProgram program) {
   TrainingArguments arguments;
   arguments.program = program;
-  const bool evaluation = program == ArgumentsProgram::evaluate_gpt;
-  const char* const program_name = evaluation ? "evaluate_gpt" : "pretrain_gpt";
+  // evaluate_gpt and the server train nothing: no schedule or training data is asked for.
+  const bool evaluation = program != ArgumentsProgram::pretrain_gpt;
+  const bool server = program == ArgumentsProgram::text_generation_server;
+  const char* const program_name = server       ? "text_generation_server"
+                                   : evaluation ? "evaluate_gpt"
+                                                : "pretrain_gpt";
   for (int i = 0; i < argc; ++i) arguments.command_line.emplace_back(argv[i]);
 
-  CLI::App app{evaluation ? "Evaluate a GPT model on Megatron-LM's zero-shot tasks (Megatron-LM "
-                            "compatible flags)"
-                          : "Pretrain a GPT model (Megatron-LM compatible flags)",
+  CLI::App app{server ? "Serve text generation from a GPT checkpoint over HTTP (Megatron-LM's "
+                        "PUT /api; Megatron-LM compatible flags)"
+               : evaluation ? "Evaluate a GPT model on Megatron-LM's zero-shot tasks (Megatron-LM "
+                              "compatible flags)"
+                            : "Pretrain a GPT model (Megatron-LM compatible flags)",
                program_name};
   // argparse semantics: a flag given twice takes its last value.
   app.option_defaults()->always_capture_default()->multi_option_policy(
       CLI::MultiOptionPolicy::TakeLast);
   app.get_formatter()->column_width(44);
 
-  // evaluate_gpt --use-checkpoint-args: the checkpoint gives the shape, so no model flag is
+  // evaluate_gpt's and the server's --use-checkpoint-args: the checkpoint gives the shape, so no model flag is
   // required (read before CLI11 parses, which checks required options).
   const bool model_from_checkpoint =
       evaluation && std::any_of(argv + std::min(argc, 1), argv + argc, [](const char* argument) {
@@ -206,8 +212,15 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "Datasets of a blend indexed at once (default 0: one per core)")->group(data);
 
   auto* training = "Training";
-  app.add_option("--micro-batch-size", arguments.micro_batch_size, "Samples per micro batch")
-      ->group(training)->required();
+  auto* micro_batch_size =
+      app.add_option("--micro-batch-size", arguments.micro_batch_size, "Samples per micro batch")
+          ->group(training);
+  // The server batches its requests' prompts itself (--max-batch-size).
+  if (server) {
+    arguments.micro_batch_size = 1;
+  } else {
+    micro_batch_size->required();
+  }
   app.add_option("--global-batch-size", arguments.global_batch_size,
                  "Samples per iteration (gradient accumulation)")->group(training);
   app.add_option("--train-iters", arguments.train_iters, "Iterations to train")->group(training);
@@ -369,7 +382,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                "On load, take the schedule from the checkpoint, whatever the flags say")
       ->group(logging);
 
-  if (evaluation) {
+  if (evaluation && !server) {
     // Megatron's tasks/main.py (the zero-shot GPT tasks; zero_shot_tasks.hpp says what each does).
     auto* tasks = "Tasks";
     app.add_option("--task", arguments.task, "WIKITEXT103 or LAMBADA")->group(tasks)->required();
@@ -383,8 +396,30 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "LAMBADA: predict the whole last word, not its last token")->group(tasks);
     app.add_option("--results-json", arguments.results_json,
                    "Also write the results to this JSON file (not a Megatron flag)")->group(tasks);
+  }
+  if (evaluation) {
     app.add_flag("--use-checkpoint-args", arguments.use_checkpoint_args,
-                 "The model's shape and tokenizer type from the --load checkpoint")->group(tasks);
+                 "The model's shape and tokenizer type from the --load checkpoint")
+        ->group(logging);
+  }
+  if (server) {
+    // Megatron's tools/run_text_generation_server.py has --port; the rest are ours
+    // (docs/serving.md).
+    auto* serving = "Server";
+    app.add_option("--host", arguments.host, "Address to listen on (default 127.0.0.1)")
+        ->group(serving);
+    app.add_option("--port", arguments.port, "Port to listen on (default 5000; 0: any free port)")
+        ->group(serving);
+    app.add_option("--max-batch-size", arguments.max_batch_size,
+                   "Sequences (prompts) decoded together: the KV cache's slots")->group(serving);
+    app.add_option("--max-concurrent-requests", arguments.max_concurrent_requests,
+                   "Requests queued or running at once; beyond it: 503")->group(serving);
+    app.add_option("--max-request-bytes", arguments.max_request_bytes,
+                   "Largest request body; beyond it: 400")->group(serving);
+    app.add_option("--max-prompt-bytes", arguments.max_prompt_bytes,
+                   "Largest prompt; beyond it: 400")->group(serving);
+    app.add_option("--max-tokens-to-generate", arguments.max_tokens_to_generate,
+                   "Largest tokens_to_generate of a request; beyond it: 400")->group(serving);
   }
 
   // Every value is checked by the shared table (backend/common/flag_rules.cpp) before CLI11
@@ -811,6 +846,16 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
     values["overlapping_eval"] = fmt::format("{}", a.overlapping_eval);
     values["strict_lambada"] = python(a.strict_lambada);
     values["results_json"] = path(a.results_json);
+    values["use_checkpoint_args"] = python(a.use_checkpoint_args);
+  }
+  if (a.program == ArgumentsProgram::text_generation_server) {
+    values["host"] = a.host;
+    values["port"] = fmt::format("{}", a.port);
+    values["max_batch_size"] = fmt::format("{}", a.max_batch_size);
+    values["max_concurrent_requests"] = fmt::format("{}", a.max_concurrent_requests);
+    values["max_request_bytes"] = fmt::format("{}", a.max_request_bytes);
+    values["max_prompt_bytes"] = fmt::format("{}", a.max_prompt_bytes);
+    values["max_tokens_to_generate"] = fmt::format("{}", a.max_tokens_to_generate);
     values["use_checkpoint_args"] = python(a.use_checkpoint_args);
   }
   return values;

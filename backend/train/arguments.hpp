@@ -15,8 +15,9 @@ namespace backend {
 
 // The program whose command line parse_arguments reads: pretrain_gpt's flags, or evaluate_gpt's
 // (the same model, tokenizer, device and --load flags, plus Megatron's tasks/main.py flags
-// below; no training schedule or training data is asked for).
-enum class ArgumentsProgram { pretrain_gpt, evaluate_gpt };
+// below; no training schedule or training data is asked for), or text_generation_server's (the
+// same, plus the server's flags below: Megatron's tools/run_text_generation_server.py).
+enum class ArgumentsProgram { pretrain_gpt, evaluate_gpt, text_generation_server };
 
 struct TrainingArguments {
   ArgumentsProgram program = ArgumentsProgram::pretrain_gpt;
@@ -187,7 +188,16 @@ struct TrainingArguments {
   int64_t overlapping_eval = 32;        // --overlapping-eval (Megatron's default)
   bool strict_lambada = false;          // --strict-lambada
   std::string results_json;             // --results-json FILE (ours)
-  bool use_checkpoint_args = false;     // --use-checkpoint-args (evaluate_gpt)
+  bool use_checkpoint_args = false;     // --use-checkpoint-args (evaluate_gpt, the server)
+
+  // text_generation_server's only (docs/serving.md).
+  std::string host = "127.0.0.1";        // --host
+  int64_t port = 5000;                   // --port (Megatron's default; 0: any free port)
+  int64_t max_batch_size = 8;            // --max-batch-size: sequences decoded together
+  int64_t max_concurrent_requests = 64;  // --max-concurrent-requests: queued + running
+  int64_t max_request_bytes = 16 << 20;  // --max-request-bytes: a request body
+  int64_t max_prompt_bytes = 1 << 20;    // --max-prompt-bytes: one prompt
+  int64_t max_tokens_to_generate = 4096; // --max-tokens-to-generate: one request's
 
   // The command line as given, for logs and the arguments dump.
   std::vector<std::string> command_line;

@@ -746,6 +746,52 @@ TEST_CASE("evaluate_gpt's command line: the task flags, and no training schedule
   CHECK_FALSE(backend::argument_values(*parse(base_flags())).contains("task"));
 }
 
+TEST_CASE("text_generation_server's command line: the server flags, no batch or schedule needed") {
+  auto serve = [](std::vector<std::string> extra) {
+    std::vector<std::string> words = {"text_generation_server", "--num-layers", "2",
+                                      "--hidden-size", "8", "--num-attention-heads", "2",
+                                      "--seq-length", "16", "--vocab-size", "100",
+                                      "--tokenizer-type", "NullTokenizer", "--load", "ckpt"};
+    words.insert(words.end(), extra.begin(), extra.end());
+    std::vector<const char*> argv;
+    for (const auto& word : words) argv.push_back(word.c_str());
+    return parse_arguments(static_cast<int>(argv.size()), argv.data(),
+                           backend::ArgumentsProgram::text_generation_server);
+  };
+  const auto defaults = serve({});
+  REQUIRE(defaults);
+  CHECK(defaults->program == backend::ArgumentsProgram::text_generation_server);
+  CHECK(defaults->host == "127.0.0.1");
+  CHECK(defaults->port == 5000);  // Megatron's
+  CHECK(defaults->max_batch_size == 8);
+  CHECK(defaults->micro_batch_size == 1);
+  const auto arguments =
+      serve({"--host", "0.0.0.0", "--port", "0", "--max-batch-size", "3",
+             "--max-concurrent-requests", "5", "--max-request-bytes", "100",
+             "--max-prompt-bytes", "50", "--max-tokens-to-generate", "7"});
+  REQUIRE(arguments);
+  CHECK(arguments->host == "0.0.0.0");
+  CHECK(arguments->port == 0);
+  CHECK(arguments->max_batch_size == 3);
+  CHECK(arguments->max_concurrent_requests == 5);
+  CHECK(arguments->max_request_bytes == 100);
+  CHECK(arguments->max_prompt_bytes == 50);
+  CHECK(arguments->max_tokens_to_generate == 7);
+  const auto values = backend::argument_values(*arguments);
+  CHECK(values.at("port") == "0");
+  CHECK(values.at("max_batch_size") == "3");
+  CHECK_THROWS_WITH_AS(serve({"--port", "65536"}), doctest::Contains("--port"), common::Error);
+  CHECK_THROWS_WITH_AS(serve({"--max-batch-size", "0"}), doctest::Contains("--max-batch-size"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(serve({"--max-concurrent-requests", "-1"}),
+                       doctest::Contains("--max-concurrent-requests"), common::Error);
+  // The task flags are evaluate_gpt's, the server flags the server's.
+  CHECK_THROWS_WITH_AS(serve({"--task", "LAMBADA"}), doctest::Contains("--task"), common::Error);
+  CHECK_THROWS_WITH_AS(parse(with({"--port", "5000"})), doctest::Contains("--port"),
+                       common::Error);
+  CHECK_FALSE(backend::argument_values(*parse(base_flags())).contains("port"));
+}
+
 TEST_CASE("evaluate_gpt --use-checkpoint-args: no model flag is required, and --load must hold a checkpoint") {
   auto evaluate = [](std::vector<std::string> words) {
     words.insert(words.begin(), {"evaluate_gpt", "--micro-batch-size", "2"});

@@ -1,0 +1,470 @@
+// text_generation_server and text_generation_cli, the executables, on a tiny GPT that
+// pretrain_gpt trains here (GPT-2's tokenizer, three LAMBADA passages): PUT /api with every
+// request field answers Megatron's response, whose greedy text, segments and logprobs are those
+// of generate() over full forwards of the same checkpoint loaded in this test (the KV-cache
+// decoder must agree with the full forward); bad requests get 400 and a message and the server
+// serves on; 16 concurrent clients get their serial answers while a client that sent half a
+// request stalls; SIGTERM ends it with exit 0 promptly; the CLI drives it from standard input;
+// and `hey` puts 160 requests through 16 connections, all answered 200.
+#include <arpa/inet.h>
+#include <doctest/doctest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/data/tokenizer.hpp"
+#include "backend/serve/generation.hpp"
+#include "backend/train/arguments.hpp"
+#include "backend/train/trained_model.hpp"
+#include "backend/train/trainer.hpp"
+#include "launcher/process.hpp"
+#include "spawned_process.hpp"
+#include "temporary_directory.hpp"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kBin = TEST_BIN_DIR;
+const std::string kData = std::string(TEST_SOURCE_DIR) + "/tests/data";
+const std::string kVocab = kData + "/gpt2-vocab.json";
+const std::string kMerges = kData + "/gpt2-merges.txt";
+
+std::vector<std::string> model_flags() {
+  return {"--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
+          "--seq-length", "64", "--max-position-embeddings", "64",
+          "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", kVocab, "--merge-file", kMerges,
+          "--device", "cpu"};
+}
+
+std::vector<std::string> join(std::vector<std::string> first, const std::vector<std::string>& second) {
+  first.insert(first.end(), second.begin(), second.end());
+  return first;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The tiny checkpoint, trained once per test run.
+struct Checkpoint {
+  test_support::TemporaryDirectory temporary{"text_generation_server"};
+  fs::path directory;
+  std::string output;
+  bool ok = false;
+};
+
+void train(Checkpoint& model) {
+    const fs::path corpus = model.temporary.path / "corpus.jsonl";
+    {
+      std::ifstream in(kData + "/zero_shot/lambada_test.jsonl");
+      std::ofstream out(corpus);
+      std::string line;
+      for (int i = 0; i < 3 && std::getline(in, line); ++i) out << line << '\n';
+    }
+    const auto prepared = launcher::run_and_capture(
+        {kBin + "/preprocess_data", "--input", corpus.string(), "--output-prefix",
+         (model.temporary.path / "corpus").string(), "--tokenizer-type", "GPT2BPETokenizer",
+         "--vocab-file", kVocab, "--merge-file", kMerges, "--append-eod", "--workers", "1"});
+    model.output = prepared.output;
+    if (prepared.exit_code != 0) return;
+    model.directory = model.temporary.path / "checkpoints";
+    const auto trained = launcher::run_and_capture(join(
+        join({kBin + "/pretrain_gpt"}, model_flags()),
+        {"--data-path", (model.temporary.path / "corpus_text_document").string(), "--split",
+         "1,0,0", "--train-iters", "30", "--lr", "1e-2", "--micro-batch-size", "2",
+         "--global-batch-size", "4", "--eval-iters", "0", "--log-interval", "10", "--seed",
+         "1234", "--save", model.directory.string()}));
+    model.output += trained.output;
+    model.ok = trained.exit_code == 0;
+}
+
+const Checkpoint& checkpoint() {
+  static Checkpoint trained;
+  static const bool once = (train(trained), true);
+  (void)once;
+  INFO(trained.output);
+  REQUIRE(trained.ok);
+  return trained;
+}
+
+// A running server on a free port (--port 0; it prints the one it bound).
+class Server {
+ public:
+  explicit Server(const std::vector<std::string>& flags = {}) {
+    const Checkpoint& model = checkpoint();
+    log_ = model.temporary.path / ("server_" + std::to_string(++count_) + ".log");
+    pid_ = test_support::spawn_process(
+        join(join(join({kBin + "/text_generation_server"}, model_flags()),
+                  {"--load", model.directory.string(), "--port", "0"}),
+             flags),
+        log_);
+    const std::regex serving(R"(serving on http://127\.0\.0\.1:(\d+)/api)");
+    for (int i = 0; i < 600 && port_ == 0; ++i) {
+      std::smatch match;
+      const std::string text = read_text(log_);
+      if (std::regex_search(text, match, serving)) port_ = std::stoi(match[1]);
+      else std::this_thread::sleep_for(100ms);
+      int status = 0;
+      if (port_ == 0 && waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        FAIL("text_generation_server exited before serving:\n" << read_text(log_));
+      }
+    }
+    INFO(read_text(log_));
+    REQUIRE(port_ > 0);
+  }
+  ~Server() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  int port() const { return port_; }
+  std::string log() const { return read_text(log_); }
+  // SIGTERM, then the exit status (a SIGKILL after 20 s counts as a hang: 137).
+  int terminate(double& seconds) {
+    const auto start = std::chrono::steady_clock::now();
+    kill(pid_, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 2000; ++i) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    seconds = 20;
+    return 137;
+  }
+  httplib::Result put(const std::string& body) const {
+    httplib::Client client("127.0.0.1", port_);
+    client.set_read_timeout(60, 0);
+    return client.Put("/api", body, "application/json");
+  }
+
+ private:
+  static inline int count_ = 0;
+  fs::path log_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+// generate() over full forwards of the checkpoint, in this process: the reference.
+struct Reference {
+  std::unique_ptr<backend::Tokenizer> tokenizer;
+  backend::SelectedDevice selected;
+  std::optional<backend::GptModel<float>> model;
+
+  Reference() {
+    const std::vector<std::string> words =
+        join(join({"text_generation_server"}, model_flags()),
+             {"--load", checkpoint().directory.string()});
+    std::vector<const char*> argv;
+    for (const auto& word : words) argv.push_back(word.c_str());
+    const auto arguments = backend::parse_arguments(
+        static_cast<int>(argv.size()), argv.data(),
+        backend::ArgumentsProgram::text_generation_server);
+    REQUIRE(arguments);
+    tokenizer = backend::build_tokenizer({.tokenizer_type = arguments->tokenizer_type,
+                                          .vocab_file = arguments->vocab_file,
+                                          .merge_file = arguments->merge_file,
+                                          .vocab_size = arguments->vocab_size,
+                                          .tokenizer_model = arguments->tokenizer_model});
+    selected = backend::select_device(*arguments);
+    model.emplace(backend::load_trained_model(*arguments, selected, "test"));
+  }
+  backend::GenerationResult generate(const std::string& prompt,
+                                     const backend::GenerateRequest& request, uint64_t index) {
+    return backend::generate(*model, *tokenizer, prompt, request, {.prompt_index = index});
+  }
+};
+
+// `count` words of one GPT-2 token each.
+std::string words(int count) {
+  std::string text = "the";
+  for (int i = 1; i < count; ++i) text += " the";
+  return text;
+}
+
+// Half a request, then silence: the connection stays open.
+int stalled_connection(int port) {
+  const int socket_fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(socket_fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(socket_fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  const std::string half =
+      "PUT /api HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: 200\r\n\r\n{\"prompts\": [\"The";
+  REQUIRE(send(socket_fd, half.data(), half.size(), 0) == static_cast<ssize_t>(half.size()));
+  return socket_fd;
+}
+
+}  // namespace
+
+TEST_CASE("PUT /api answers Megatron's response, and greedy generation is the full forward's") {
+  Server server;
+  // Every field of the request (top_p_decay and top_p_bound need top_p, which excludes top_k).
+  const std::string body = R"({"prompts": ["The cat sat on the", "She said:"],
+    "tokens_to_generate": 6, "logprobs": true, "temperature": 0.8, "top_k": 0, "top_p": 0.9,
+    "top_p_decay": 0.9, "top_p_bound": 0.5, "add_BOS": true, "stop_on_double_eol": false,
+    "stop_on_eol": false, "prevent_newline_after_colon": true, "random_seed": 7,
+    "no_log": false, "stop_token": 50256, "length_penalty": 1.0})";
+  const auto answer = server.put(body);
+  REQUIRE(answer);
+  INFO(answer->body);
+  REQUIRE(answer->status == 200);
+  CHECK(answer->get_header_value("Content-Type") == "application/json");
+  // Flask's jsonify: sorted keys, compact, a final newline.
+  CHECK(answer->body.starts_with(R"({"logprobs":[[)"));
+  CHECK(answer->body.ends_with("\"]}\n"));
+  const nlohmann::json response = nlohmann::json::parse(answer->body);
+  CHECK(response.size() == 3);
+
+  // generate() over full forwards, with the same seed: the same draws.
+  Reference reference;
+  backend::GenerateRequest request;
+  request.tokens_to_generate = 6;
+  request.logprobs = true;
+  request.temperature = 0.8;
+  request.top_p = 0.9;
+  request.top_p_decay = 0.9;
+  request.top_p_bound = 0.5;
+  request.add_BOS = true;
+  request.prevent_newline_after_colon = true;
+  request.random_seed = 7;
+  auto check_against_reference = [&](const nlohmann::json& got,
+                                     const std::vector<std::string>& prompts) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(i);
+      const backend::GenerationResult expected = reference.generate(prompts[i], request, i);
+      CHECK(got["text"][i] == expected.text);
+      CHECK(got["segments"][i] == nlohmann::json(expected.segments));
+      REQUIRE(got["logprobs"][i].size() == expected.logprobs.size());
+      for (size_t j = 0; j < expected.logprobs.size(); ++j) {
+        CHECK(got["logprobs"][i][j].get<double>() ==
+              doctest::Approx(expected.logprobs[j]).epsilon(1e-4));
+      }
+    }
+  };
+  check_against_reference(response, {"The cat sat on the", "She said:"});
+
+  // Greedy: at every step the argmax of a full forward (generate() checks that of itself).
+  const auto greedy = server.put(
+      R"({"prompts": ["Once upon a time", "The"], "tokens_to_generate": 8, "top_k": 1,
+          "logprobs": true, "no_log": true})");
+  REQUIRE(greedy);
+  REQUIRE(greedy->status == 200);
+  request = backend::GenerateRequest{};
+  request.tokens_to_generate = 8;
+  request.top_k = 1;
+  request.logprobs = true;
+  check_against_reference(nlohmann::json::parse(greedy->body), {"Once upon a time", "The"});
+
+  // Without logprobs the field is absent; no_log leaves no log line.
+  const auto quiet = server.put(R"({"prompts": ["Hello"], "tokens_to_generate": 2, "no_log": true})");
+  REQUIRE(quiet);
+  CHECK(quiet->status == 200);
+  const nlohmann::json quiet_response = nlohmann::json::parse(quiet->body);
+  CHECK(quiet_response.size() == 2);
+  CHECK(quiet_response.contains("segments"));
+  CHECK(quiet_response["text"][0].get<std::string>().starts_with("Hello"));
+  // Scoring: tokens_to_generate 0 returns the prompt and its log-probabilities.
+  const auto scored = server.put(R"({"prompts": ["The cat sat"], "tokens_to_generate": 0, "logprobs": true})");
+  REQUIRE(scored);
+  CHECK(scored->status == 200);
+  const nlohmann::json scored_response = nlohmann::json::parse(scored->body);
+  CHECK(scored_response["text"][0] == "The cat sat");
+  CHECK(scored_response["logprobs"][0].size() == 2);
+  const std::string log = server.log();
+  std::ptrdiff_t logged = 0;
+  for (size_t at = log.find("request from 127.0.0.1: 200"); at != std::string::npos;
+       at = log.find("request from 127.0.0.1: 200", at + 1)) {
+    ++logged;
+  }
+  CHECK(logged == 2);
+}
+
+TEST_CASE("bad requests get 400 and a message, and the server serves on") {
+  Server server({"--max-request-bytes", "4096", "--max-tokens-to-generate", "32"});
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"prompts": ["Hi"], )", "the request body is not JSON"},
+      {R"({"prompts": []})", "prompts is empty"},
+      {R"({"prompts": ["Hi"], "top_k": 2000})",
+       "top_k must be equal to or greater than 0 and less than or equal to 1000"},
+      {R"({"prompts": ["Hi"], "temperature": 0})",
+       "temperature must be a positive number less than or equal to 100.0"},
+      {R"({"prompts": ["Hi"], "tokens_to_generate": 33})", "--max-tokens-to-generate"},
+      {R"({"prompts": ["Hi"], "tokens_to_generate": 0})",
+       "tokens_to_generate=0 implies logprobs should be True"},
+      {R"({"prompts": [")" + words(40) + R"("], "tokens_to_generate": 30})",
+       "Length of prompt + tokens_to_generate longer than allowed"},
+      {R"({"prompts": [")" + std::string(5000, 'a') + R"("]})",
+       "the request body is larger than --max-request-bytes 4096"},
+  };
+  for (const auto& [body, message] : cases) {
+    CAPTURE(body.substr(0, 80));
+    const auto answer = server.put(body);
+    REQUIRE(answer);
+    CHECK(answer->status == 400);
+    const nlohmann::json response = nlohmann::json::parse(answer->body, nullptr, false);
+    REQUIRE(response.is_object());
+    CHECK(response["message"].get<std::string>().find(message) != std::string::npos);
+  }
+  httplib::Client client("127.0.0.1", server.port());
+  const auto get = client.Get("/api");
+  REQUIRE(get);
+  CHECK(get->status == 405);
+  CHECK(get->get_header_value("Allow") == "PUT");
+  const auto elsewhere = client.Put("/generate", "{}", "application/json");
+  REQUIRE(elsewhere);
+  CHECK(elsewhere->status == 404);
+  CHECK(nlohmann::json::parse(elsewhere->body).contains("message"));
+  const auto good = server.put(R"({"prompts": ["Hi"], "tokens_to_generate": 3})");
+  REQUIRE(good);
+  CHECK(good->status == 200);
+}
+
+TEST_CASE("16 concurrent clients get their serial answers, while a stalled client waits alone") {
+  Server server({"--max-batch-size", "4"});
+  auto body_of = [](int i) {
+    return nlohmann::json{{"prompts", {"The cat sat on the", "Once upon a time"}},
+                          {"tokens_to_generate", 5 + i % 3},
+                          {"random_seed", 100 + i},
+                          {"logprobs", i % 2 == 0},
+                          {"no_log", true}}
+        .dump();
+  };
+  std::vector<std::string> serial;
+  for (int i = 0; i < 16; ++i) {
+    const auto answer = server.put(body_of(i));
+    REQUIRE(answer);
+    REQUIRE(answer->status == 200);
+    serial.push_back(answer->body);
+  }
+  // A client that sends half its request and goes quiet holds its connection, nothing more.
+  const int stalled = stalled_connection(server.port());
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> concurrent(16);
+  std::vector<int> statuses(16, 0);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 16; ++i) {
+    clients.emplace_back([&, i] {
+      const auto answer = server.put(body_of(i));
+      if (!answer) return;
+      statuses[static_cast<size_t>(i)] = answer->status;
+      concurrent[static_cast<size_t>(i)] = answer->body;
+    });
+  }
+  for (auto& client : clients) client.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  close(stalled);
+  CHECK(seconds < 8.0);  // the server's read timeout is 10 s
+  for (int i = 0; i < 16; ++i) {
+    CAPTURE(i);
+    CHECK(statuses[static_cast<size_t>(i)] == 200);
+    const nlohmann::json expected = nlohmann::json::parse(serial[static_cast<size_t>(i)]);
+    const nlohmann::json got =
+        nlohmann::json::parse(concurrent[static_cast<size_t>(i)], nullptr, false);
+    REQUIRE(got.is_object());
+    CHECK(got["text"] == expected["text"]);
+    CHECK(got["segments"] == expected["segments"]);
+    if (i % 2 == 0) {
+      REQUIRE(got["logprobs"].size() == expected["logprobs"].size());
+      for (size_t p = 0; p < expected["logprobs"].size(); ++p) {
+        REQUIRE(got["logprobs"][p].size() == expected["logprobs"][p].size());
+        for (size_t j = 0; j < expected["logprobs"][p].size(); ++j) {
+          CHECK(got["logprobs"][p][j].get<double>() ==
+                doctest::Approx(expected["logprobs"][p][j].get<double>()).epsilon(1e-4));
+        }
+      }
+    }
+  }
+  double stop_seconds = 0;
+  CHECK(server.terminate(stop_seconds) == 0);
+  CHECK(stop_seconds < 5.0);
+}
+
+TEST_CASE("text_generation_cli drives the server from standard input, and SIGTERM exits 0") {
+  Server server;
+  const fs::path input = checkpoint().temporary.path / "cli_input.txt";
+  {
+    std::ofstream out(input);
+    out << "The cat sat\n3\nHello\n-1\n";
+  }
+  const auto run = launcher::run_and_capture(
+      {"/bin/sh", "-c",
+       "'" + kBin + "/text_generation_cli' 127.0.0.1:" + std::to_string(server.port()) + " < '" +
+           input.string() + "'"});
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+  CHECK(run.output.starts_with(
+      "Enter prompt: Enter number of tokens to generate: Megatron Response: \nThe cat sat"));
+  CHECK(run.output.find("Enter prompt: Enter number of tokens to generate: Error 400: "
+                        "tokens_to_generate must be an integer greater than or equal to 0\n") !=
+        std::string::npos);
+  const auto unreachable = launcher::run_and_capture(
+      {"/bin/sh", "-c", "printf 'hi\\n3\\n' | '" + kBin + "/text_generation_cli' 127.0.0.1:1"});
+  CHECK(unreachable.output.find("no answer from http://127.0.0.1:1") != std::string::npos);
+  CHECK(unreachable.exit_code != 0);
+
+  double seconds = 0;
+  CHECK(server.terminate(seconds) == 0);
+  CHECK(seconds < 5.0);
+  CHECK(server.log().find("stopped on SIGTERM") != std::string::npos);
+}
+
+TEST_CASE("a load test: hey's 160 requests over 16 connections are all answered 200") {
+  const auto probe = launcher::run_and_capture({"/bin/sh", "-c", "command -v hey"});
+  if (probe.exit_code != 0) {
+    const std::string why = "hey is not installed (Debian: apt-get install hey, or "
+                            "container/install-deps.sh --tests)";
+    if (std::getenv("CI") != nullptr) FAIL("CI is set, so the load test may not be skipped: " << why);
+    MESSAGE("skipped the load test: " << why);
+    return;
+  }
+  Server server({"--max-batch-size", "8"});
+  const auto run = launcher::run_and_capture(
+      {"hey", "-n", "160", "-c", "16", "-m", "PUT", "-T", "application/json", "-d",
+       R"({"prompts": ["The cat sat on the"], "tokens_to_generate": 4, "no_log": true})",
+       "http://127.0.0.1:" + std::to_string(server.port()) + "/api"});
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const std::regex status_line(R"(\[(\d+)\]\s+(\d+) responses)");
+  int answered = 0;
+  for (auto it = std::sregex_iterator(run.output.begin(), run.output.end(), status_line);
+       it != std::sregex_iterator(); ++it) {
+    CHECK((*it)[1] == "200");
+    answered += std::stoi((*it)[2]);
+  }
+  CHECK(answered == 160);
+  CHECK(run.output.find("Error distribution") == std::string::npos);
+  const auto after = server.put(R"({"prompts": ["Hi"], "tokens_to_generate": 2})");
+  REQUIRE(after);
+  CHECK(after->status == 200);
+}
