@@ -174,6 +174,7 @@ constexpr FlagRule kRules[] = {
     integer_flag("--max-request-bytes", 1),
     integer_flag("--max-prompt-bytes", 1),
     integer_flag("--max-tokens-to-generate", 0),
+    integer_flag("--socket-timeout", 1, 86400, "seconds, at most a day"),
 };
 
 std::string format_real(double value) { return fmt::format("{}", value); }

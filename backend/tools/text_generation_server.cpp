@@ -46,9 +46,6 @@ namespace {
 
 using backend::TrainingArguments;
 
-// Timeouts of one connection's reads and writes: a client that stops sending or reading is cut
-// off after this long, and holds only its own HTTP thread meanwhile.
-constexpr time_t kSocketTimeoutSeconds = 10;
 // Rows of one step beyond the batch's decode rows: a long prompt is prefilled in chunks of this
 // many tokens, so that it does not stall the running sequences for its whole length.
 constexpr int64_t kPrefillRowsPerStep = 512;
@@ -152,8 +149,10 @@ int run(const TrainingArguments& arguments, const SignalWaiter& signals) {
   const auto http_threads =
       static_cast<size_t>(arguments.max_concurrent_requests + kSpareHttpThreads);
   server.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
-  server.set_read_timeout(kSocketTimeoutSeconds, 0);
-  server.set_write_timeout(kSocketTimeoutSeconds, 0);
+  // A client that stops sending or reading is cut off after --socket-timeout seconds, and holds
+  // only its own HTTP thread meanwhile.
+  server.set_read_timeout(static_cast<time_t>(arguments.socket_timeout), 0);
+  server.set_write_timeout(static_cast<time_t>(arguments.socket_timeout), 0);
   // Idle keep-alive connections hold an HTTP thread; not for long.
   server.set_keep_alive_timeout(2);
   server.set_payload_max_length(static_cast<size_t>(arguments.max_request_bytes));

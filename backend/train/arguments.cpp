@@ -420,6 +420,9 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                    "Largest prompt; beyond it: 400")->group(serving);
     app.add_option("--max-tokens-to-generate", arguments.max_tokens_to_generate,
                    "Largest tokens_to_generate of a request; beyond it: 400")->group(serving);
+    app.add_option("--socket-timeout", arguments.socket_timeout,
+                   "Seconds a connection may stall in a read or a write before it is closed")
+        ->group(serving);
   }
 
   // Every value is checked by the shared table (backend/common/flag_rules.cpp) before CLI11
@@ -856,6 +859,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
     values["max_request_bytes"] = fmt::format("{}", a.max_request_bytes);
     values["max_prompt_bytes"] = fmt::format("{}", a.max_prompt_bytes);
     values["max_tokens_to_generate"] = fmt::format("{}", a.max_tokens_to_generate);
+    values["socket_timeout"] = fmt::format("{}", a.socket_timeout);
     values["use_checkpoint_args"] = python(a.use_checkpoint_args);
   }
   return values;

@@ -198,6 +198,7 @@ struct TrainingArguments {
   int64_t max_request_bytes = 16 << 20;  // --max-request-bytes: a request body
   int64_t max_prompt_bytes = 1 << 20;    // --max-prompt-bytes: one prompt
   int64_t max_tokens_to_generate = 4096; // --max-tokens-to-generate: one request's
+  int64_t socket_timeout = 10;           // --socket-timeout: seconds a read or write may stall
 
   // The command line as given, for logs and the arguments dump.
   std::vector<std::string> command_line;

@@ -768,7 +768,7 @@ TEST_CASE("text_generation_server's command line: the server flags, no batch or 
   const auto arguments =
       serve({"--host", "0.0.0.0", "--port", "0", "--max-batch-size", "3",
              "--max-concurrent-requests", "5", "--max-request-bytes", "100",
-             "--max-prompt-bytes", "50", "--max-tokens-to-generate", "7"});
+             "--max-prompt-bytes", "50", "--max-tokens-to-generate", "7", "--socket-timeout", "60"});
   REQUIRE(arguments);
   CHECK(arguments->host == "0.0.0.0");
   CHECK(arguments->port == 0);
@@ -777,6 +777,10 @@ TEST_CASE("text_generation_server's command line: the server flags, no batch or 
   CHECK(arguments->max_request_bytes == 100);
   CHECK(arguments->max_prompt_bytes == 50);
   CHECK(arguments->max_tokens_to_generate == 7);
+  CHECK(arguments->socket_timeout == 60);
+  CHECK(defaults->socket_timeout == 10);
+  CHECK_THROWS_WITH_AS(serve({"--socket-timeout", "0"}), doctest::Contains("--socket-timeout"),
+                       common::Error);
   const auto values = backend::argument_values(*arguments);
   CHECK(values.at("port") == "0");
   CHECK(values.at("max_batch_size") == "3");
