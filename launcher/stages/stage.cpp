@@ -63,7 +63,8 @@ const std::vector<NemoStage>& nemo_stages() {
       {"external_conversion", "converts a checkpoint of another framework into a .nemo file",
        "checkpoint_util --import-hf reads Hugging Face checkpoints", false},
       {"fw_inference", "generates text with the trained model (NeMo framework inference)",
-       "nothing yet, there is no text generation here", false},
+       "text_generation_server --load <checkpoint dir> serves the model over Megatron's "
+       "PUT /api, and text_generation_cli asks it (docs/serving.md); not run as a stage", false},
   };
   return stages;
 }

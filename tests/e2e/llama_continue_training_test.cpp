@@ -35,6 +35,7 @@
 
 #include "backend/train/arguments.hpp"
 #include "backend/train/dataset_provider.hpp"
+#include "generation_server_process.hpp"
 #include "launcher/process.hpp"
 #include "read_file.hpp"
 #include "temporary_directory.hpp"
@@ -284,6 +285,35 @@ TEST_CASE("llama continue training: HF Llama → import → tokenize → merge �
   const fs::path hf_out = root / "hf_out";
   run({kCheckpointUtil, "--load", continued.string(), "--export-hf", hf_out.string()});
   CHECK(fs::is_regular_file(hf_out / "model.safetensors"));
+  // 4b. Served: the export, imported back as a checkpoint_util user does, answers a greedy
+  // request with the same text as the trained checkpoint itself (and with the Llama
+  // tokenizer's pieces).
+  {
+    const fs::path served = root / "served";
+    run({kCheckpointUtil, "--import-hf", hf_out.string(), "--save", served.string()});
+    const std::string request =
+        R"({"prompts": ["the quick brown fox"], "tokens_to_generate": 6, "top_k": 1})";
+    std::vector<std::string> texts;
+    for (const fs::path& load : {served, continued}) {
+      test_support::GenerationServerProcess server(
+          concat(concat({kBin + "/text_generation_server"}, model),
+                 {"--load", load.string(), "--seq-length", std::to_string(kSequence),
+                  "--device", "cpu"}),
+          root / ("server_" + load.filename().string() + ".log"));
+      const auto response = server.put(request);
+      REQUIRE(response);
+      INFO(response->body);
+      REQUIRE(response->status == 200);
+      const auto body = nlohmann::json::parse(response->body);
+      REQUIRE(body["segments"][0].size() > 6);  // the prompt's pieces and six more
+      texts.push_back(body["text"][0].get<std::string>());
+      double seconds = 0;
+      CHECK(server.terminate(seconds) == 0);
+    }
+    CHECK(texts[0].starts_with("the quick brown fox"));
+    CHECK(texts[0] == texts[1]);
+  }
+
   const auto resumed = run(concat(concat({kPretrain, "--train-iters", "4"}, continued_flags),
                                   {"--load", continued.string(),
                                    "--use-checkpoint-opt_param-scheduler"}));
