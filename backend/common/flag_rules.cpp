@@ -160,6 +160,14 @@ constexpr FlagRule kRules[] = {
     integer_flag("--save-interval", 1),
     integer_flag("--exit-interval", 1),
     real_flag("--exit-duration-in-mins", 0, false),
+    // --rollback-on-spike's (docs/checkpoints.md): a threshold above 1 (at or below the median
+    // every ordinary iteration would be a spike), a learning-rate factor in (0, 1]
+    real_flag("--spike-threshold", 1, false),
+    integer_flag("--spike-window", 1),
+    integer_flag("--spike-nan-iterations", 1),
+    real_flag("--spike-lr-factor", 0, false, 1, true),
+    integer_flag("--spike-max-rollbacks", 0),
+    integer_flag("--inject-loss-spike-at-iteration", 1),
     text_flag("--benchmark-output"),
     // evaluate_gpt's tasks (docs/evaluation.md)
     choice_flag("--task", kZeroShotTasks),

@@ -382,6 +382,31 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                "On load, take the schedule from the checkpoint, whatever the flags say")
       ->group(logging);
 
+  if (!evaluation) {
+    // Ours: automatic recovery from loss spikes (docs/checkpoints.md "Loss spikes").
+    app.add_flag("--rollback-on-spike", arguments.rollback_on_spike,
+                 "On a loss spike (or persistent NaN/Inf loss), reload the last checkpoint of "
+                 "--save and continue past the batches that caused it (not a Megatron flag)")
+        ->group(logging);
+    app.add_option("--spike-threshold", arguments.spike_threshold,
+                   "A spike: lm loss > X × the median of the last --spike-window losses "
+                   "(default 2.0)")->group(logging);
+    app.add_option("--spike-window", arguments.spike_window,
+                   "Iterations whose median loss is the spike reference (default 20)")
+        ->group(logging);
+    app.add_option("--spike-nan-iterations", arguments.spike_nan_iterations,
+                   "This many consecutive NaN/Inf iterations count as a spike (default 3)")
+        ->group(logging);
+    app.add_option("--spike-lr-factor", arguments.spike_lr_factor,
+                   "Multiply the learning rate by F after each rollback, in (0, 1] (default 1.0)")
+        ->group(logging);
+    app.add_option("--spike-max-rollbacks", arguments.spike_max_rollbacks,
+                   "A spike after this many rollbacks stops the run (default 3)")->group(logging);
+    app.add_option("--inject-loss-spike-at-iteration", arguments.inject_loss_spike_at_iteration,
+                   "Testing aid: multiply iteration I's reported lm loss by 1000, once")
+        ->group(logging);
+  }
+
   if (evaluation && !server) {
     // Megatron's tasks/main.py (the zero-shot GPT tasks; zero_shot_tasks.hpp says what each does).
     auto* tasks = "Tasks";
@@ -693,6 +718,15 @@ void validate_arguments(TrainingArguments& arguments) {
   // often pass the interval always and --save only sometimes.
   if (arguments.finetune && arguments.load.empty()) {
     common::fail("--finetune needs --load DIR (the checkpoint whose weights to start from)");
+  }
+  if (arguments.rollback_on_spike && arguments.save.empty()) {
+    common::fail("--rollback-on-spike needs --save DIR (and a --save-interval): a spike rolls "
+                 "back to the last checkpoint this run saved there");
+  }
+  if (arguments.rollback_on_spike && arguments.no_save_optim) {
+    common::fail("--rollback-on-spike and --no-save-optim: a rollback restores the optimizer's "
+                 "moments from the checkpoint, which --no-save-optim leaves out (a spike's "
+                 "moments would stay); drop --no-save-optim");
   }
   if (arguments.override_opt_param_scheduler && arguments.use_checkpoint_opt_param_scheduler) {
     common::fail("--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler are "

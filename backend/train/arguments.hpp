@@ -182,6 +182,18 @@ struct TrainingArguments {
   bool override_opt_param_scheduler = false;        // schedule from the flags, not the checkpoint
   bool use_checkpoint_opt_param_scheduler = false;  // schedule from the checkpoint, not the flags
 
+  // --rollback-on-spike (ours, pretrain_gpt only; docs/checkpoints.md "Loss spikes"): on a loss
+  // spike, reload the last checkpoint of --save and go on past the batches that caused it.
+  bool rollback_on_spike = false;
+  double spike_threshold = 2.0;       // a spike: lm loss > threshold × the window's median
+  int64_t spike_window = 20;          // iterations whose median is the reference
+  int64_t spike_nan_iterations = 3;   // consecutive NaN/Inf iterations that count as a spike
+  double spike_lr_factor = 1.0;       // the learning rate × this after each rollback
+  int64_t spike_max_rollbacks = 3;    // a spike after this many rollbacks stops the run
+  // A testing aid: this iteration's reported lm loss is multiplied by 1000 (the first time it
+  // runs), so the detection sees a spike through its normal path. 0: none.
+  int64_t inject_loss_spike_at_iteration = 0;
+
   // Megatron's tasks/main.py flags (backend/train/zero_shot_tasks.hpp), evaluate_gpt's only.
   std::string task;                     // --task WIKITEXT103 | LAMBADA
   std::vector<std::string> valid_data;  // --valid-data FILE ...

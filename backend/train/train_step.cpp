@@ -94,7 +94,8 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                            LearningRateScheduler& scheduler, const BatchSource& source,
                            const GlobalBatch& batch, const TrainingArguments& a,
-                           Communicator& data_parallel, const GradientShard* shard) {
+                           Communicator& data_parallel, const GradientShard* shard,
+                           double learning_rate_factor) {
   // Two CPU devices share the host's memory; a GPU's memory is that GPU's alone.
   if (optimizer.device().name() != model.device().name()) {
     common::fail("train_step: the model is on {} but the optimizer's state on {}",
@@ -140,7 +141,7 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   if (pipeline.size() > 1) {
     pipeline.broadcast(host_view(std::span(&result.lm_loss, 1)), pipeline.size() - 1);
   }
-  result.learning_rate = scheduler.learning_rate();
+  result.learning_rate = scheduler.learning_rate() * learning_rate_factor;
   // With a loss scaler the gradients are unscaled first (a scale of 1 changes nothing).
   if (scaler.scale() != 1.0) optimizer.device().scale(gradients, scaler.inverse_scale());
   // The global norm, reduced on the device (the host reads one double, and decides as every

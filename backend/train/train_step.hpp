@@ -66,7 +66,10 @@ struct GradientShard {
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                            LearningRateScheduler& scheduler, const BatchSource& source,
                            const GlobalBatch& batch, const TrainingArguments& arguments,
-                           Communicator& data_parallel, const GradientShard* shard = nullptr);
+                           Communicator& data_parallel, const GradientShard* shard = nullptr,
+                           double learning_rate_factor = 1.0);
+// `learning_rate_factor` multiplies the scheduler's rate for the update (--spike-lr-factor after
+// rollbacks, trainer.cpp); the scheduler itself, and so its checkpointed state, is unchanged.
 // One process: a data-parallel group of one.
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                            LearningRateScheduler& scheduler, const BatchSource& source,

@@ -30,6 +30,7 @@
 #include "backend/train/exp_manager_files.hpp"
 #include "backend/train/loss_scaling.hpp"
 #include "backend/train/train_step.hpp"
+#include "backend/train/spike_detector.hpp"
 #include "backend/train/training_cadence.hpp"
 #include "backend/train/training_log.hpp"
 #include "backend/train/training_schedule.hpp"
@@ -41,6 +42,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kGpt2VocabSize = 50257;
+// --inject-loss-spike-at-iteration multiplies that iteration's reported lm loss by this: far
+// beyond any --spike-threshold a run would use, and finite, so it is the loss kind of spike.
+constexpr double kInjectedSpikeFactor = 1000.0;
 
 }  // namespace
 
@@ -531,13 +535,77 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
     return evaluation.lm_loss;
   };
 
+  // --rollback-on-spike (docs/checkpoints.md "Loss spikes"). Every rank sees the same loss
+  // (averaged over data parallelism, broadcast from the last stage), so all decide alike.
+  SpikeDetector spike_detector({.threshold = a.spike_threshold,
+                                .window = a.spike_window,
+                                .nan_iterations = a.spike_nan_iterations});
+  int64_t rollbacks = 0;
+  double learning_rate_factor = 1.0;  // --spike-lr-factor to the power of the rollbacks
+  bool spike_injected = false;        // --inject-loss-spike-at-iteration fires once
+  // Reloads the last checkpoint this run saved in --save (weights, optimizer, scheduler,
+  // dropout RNG) but keeps the data position: the samples since that checkpoint are skipped.
+  // Returns the checkpoint's iteration, where the iteration numbering continues from.
+  auto roll_back = [&](int64_t iteration, const Spike& spike) -> int64_t {
+    const std::string flags = fmt::format(
+        "--spike-threshold {} --spike-window {} --spike-nan-iterations {} --spike-lr-factor {} "
+        "--spike-max-rollbacks {}",
+        a.spike_threshold, a.spike_window, a.spike_nan_iterations, a.spike_lr_factor,
+        a.spike_max_rollbacks);
+    if (rollbacks >= a.spike_max_rollbacks) {
+      common::fail("--rollback-on-spike: spike at iteration {} ({}) after {} rollback(s), the most "
+                   "--spike-max-rollbacks allows; stopping ({}). The run does not recover by "
+                   "rolling back: lower --lr, raise --spike-max-rollbacks or --spike-threshold, "
+                   "or look at the data around consumed sample {}",
+                   iteration, spike.reason(), rollbacks, flags, consumed_train);
+    }
+    if (last_saved_iteration < 0) {
+      common::fail("--rollback-on-spike: spike at iteration {} ({}), but this run has saved no "
+                   "checkpoint in --save {} yet to roll back to ({}); save sooner with a smaller "
+                   "--save-interval",
+                   iteration, spike.reason(), a.save, flags);
+    }
+    TrainingArguments from = a;
+    from.load = a.save;
+    from.finetune = false;
+    from.pretrained_checkpoint.clear();
+    from.no_load_optim = false;
+    from.no_load_rng = a.no_save_rng;
+    const std::optional<TrainingProgress> reloaded = load_from(from);
+    if (!reloaded) {
+      common::fail("--rollback-on-spike: spike at iteration {} ({}), but --save {} no longer holds "
+                   "the checkpoint of iteration {} this run saved ({} is missing)",
+                   iteration, spike.reason(), a.save, last_saved_iteration,
+                   checkpoint_tracker_path(a.save).string());
+    }
+    ++rollbacks;
+    learning_rate_factor *= a.spike_lr_factor;
+    spike_detector.reset();
+    std::string line = fmt::format(
+        " rollback on spike at iteration {}: {}; reloaded iteration {} from {}, skipping samples "
+        "{}..{} (rollback {} of {})",
+        iteration, spike.reason(), reloaded->iteration, a.save,
+        reloaded->consumed_train_samples, consumed_train - 1, rollbacks, a.spike_max_rollbacks);
+    if (a.spike_lr_factor != 1.0) {
+      line += fmt::format("; learning rate now × {}", learning_rate_factor);
+    }
+    log.add_rollback(line, iteration, rollbacks);
+    return reloaded->iteration;
+  };
+
   for (int64_t iteration = resumed.iteration + 1; iteration <= a.train_iters; ++iteration) {
     const auto step_start = Clock::now();
     const GlobalBatch batch{.first_sample = consumed_train,
                             .global_batch_size = batch_sizes.global_batch_size(consumed_train),
                             .num_micro_batches = batch_sizes.num_micro_batches(consumed_train)};
-    const TrainStepResult step = train_step(model, optimizer, scheduler, source, batch, a,
-                                            data_parallel, shard ? &*shard : nullptr);
+    TrainStepResult step = train_step(model, optimizer, scheduler, source, batch, a,
+                                      data_parallel, shard ? &*shard : nullptr,
+                                      learning_rate_factor);
+    if (iteration == a.inject_loss_spike_at_iteration && !spike_injected) {
+      // The testing aid: the step trained as usual; its loss reads as a spike would.
+      spike_injected = true;
+      step.lm_loss *= kInjectedSpikeFactor;
+    }
     consumed_train += batch.global_batch_size;
     const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     result.iterations.push_back({.iteration = iteration,
@@ -550,7 +618,15 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
                                  .consumed_samples = consumed_train,
                                  .loss_scale = step.loss_scale,
                                  .nan = step.nan});
-    log.add_iteration(result.iterations.back(), scheduler.learning_rate());
+    log.add_iteration(result.iterations.back(), scheduler.learning_rate() * learning_rate_factor);
+
+    // A spike is judged before this iteration's evaluation and save: its weights are not kept.
+    if (a.rollback_on_spike) {
+      if (const std::optional<Spike> spike = spike_detector.observe(step.lm_loss, step.nan)) {
+        iteration = roll_back(iteration, *spike);  // the loop goes on at the checkpoint's + 1
+        continue;
+      }
+    }
 
     // Megatron's --exit-duration-in-mins: every rank takes the longest elapsed time, so that
     // all of them save and exit after the same iteration.

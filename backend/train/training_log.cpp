@@ -162,6 +162,17 @@ void TrainingLog::add_evaluation(const std::string& prefix, int64_t iteration,
   tensorboard_->flush();
 }
 
+void TrainingLog::add_rollback(const std::string& line, int64_t iteration, int64_t rollbacks) {
+  out_ << line << '\n';
+  out_.flush();
+  // The next iteration line averages the iterations after the rollback only: those before it
+  // trained the weights that were thrown away.
+  interval_ = IntervalTotals{};
+  if (!tensorboard_) return;
+  tensorboard_->add_scalar("rollbacks", static_cast<double>(rollbacks), iteration);
+  tensorboard_->flush();
+}
+
 void TrainingLog::close() {
   if (tensorboard_) tensorboard_->close();
 }

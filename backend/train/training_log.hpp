@@ -110,6 +110,9 @@ class TrainingLog {
   // `iteration` and `consumed_train_samples`; a test pass is written as validation too.
   void add_evaluation(const std::string& prefix, int64_t iteration,
                       int64_t consumed_train_samples, double lm_loss);
+  // --rollback-on-spike: prints `line` (the rollback's own line, which says why) and writes
+  // the scalar `rollbacks` (how many so far) at `iteration`, the spike's.
+  void add_rollback(const std::string& line, int64_t iteration, int64_t rollbacks);
   // Writes out and closes the event file (its destructor does too).
   void close();
 
