@@ -389,19 +389,19 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "--save and continue past the batches that caused it (not a Megatron flag)")
         ->group(logging);
     app.add_option("--spike-threshold", arguments.spike_threshold,
-                   "A spike: lm loss > X × the median of the last --spike-window losses "
-                   "(default 2.0)")->group(logging);
+                   "A spike: lm loss > X × the median of the last --spike-window losses")
+        ->group(logging);
     app.add_option("--spike-window", arguments.spike_window,
-                   "Iterations whose median loss is the spike reference (default 20)")
+                   "Iterations whose median loss is the spike reference")
         ->group(logging);
     app.add_option("--spike-nan-iterations", arguments.spike_nan_iterations,
-                   "This many consecutive NaN/Inf iterations count as a spike (default 3)")
+                   "This many consecutive NaN/Inf iterations count as a spike")
         ->group(logging);
     app.add_option("--spike-lr-factor", arguments.spike_lr_factor,
-                   "Multiply the learning rate by F after each rollback, in (0, 1] (default 1.0)")
+                   "Multiply the learning rate by F after each rollback, in (0, 1]")
         ->group(logging);
     app.add_option("--spike-max-rollbacks", arguments.spike_max_rollbacks,
-                   "A spike after this many rollbacks stops the run (default 3)")->group(logging);
+                   "A spike after this many rollbacks stops the run")->group(logging);
     app.add_option("--inject-loss-spike-at-iteration", arguments.inject_loss_spike_at_iteration,
                    "Testing aid: multiply iteration I's reported lm loss by 1000, once")
         ->group(logging);

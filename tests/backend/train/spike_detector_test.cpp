@@ -202,6 +202,26 @@ TEST_CASE("--spike-max-rollbacks exceeded stops the run naming the spike and the
   CHECK(message.find("--spike-max-rollbacks 0") != std::string::npos);
 }
 
+TEST_CASE("persistent NaN/Inf losses roll back too, and stop the run after the last rollback") {
+  test_support::TemporaryDirectory directory;
+  TrainingArguments a = spike_arguments(directory.path.string());
+  // A learning rate no model survives: from iteration 2 on every loss is NaN/Inf.
+  a.lr = 1e10;
+  a.lr_warmup_iters = 0;
+  a.clip_grad = 0;
+  a.inject_loss_spike_at_iteration = 0;
+  a.spike_threshold = 1e300;  // the NaN kind alone
+  a.spike_max_rollbacks = 1;
+  validate_arguments(a);
+  std::ostringstream log;
+  const std::string message = error_of([&] { pretrain(a, log); });
+  INFO(log.str());
+  CHECK(log.str().find(" rollback on spike at iteration 4: 3 consecutive iterations with a "
+                       "NaN/Inf lm loss; reloaded iteration 2 from ") != std::string::npos);
+  CHECK(message.find("(3 consecutive iterations with a NaN/Inf lm loss) after 1 rollback(s)") !=
+        std::string::npos);
+}
+
 TEST_CASE("a spike before this run saved any checkpoint is refused") {
   test_support::TemporaryDirectory directory;
   TrainingArguments a = spike_arguments(directory.path.string());
