@@ -403,7 +403,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
     app.add_option("--spike-max-rollbacks", arguments.spike_max_rollbacks,
                    "A spike after this many rollbacks stops the run")->group(logging);
     app.add_option("--inject-loss-spike-at-iteration", arguments.inject_loss_spike_at_iteration,
-                   "Testing aid: multiply iteration I's reported lm loss by 1000, once")
+                   "Testing aid: multiply every parameter by 100 before iteration I's step, once")
         ->group(logging);
   }
 

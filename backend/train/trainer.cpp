@@ -42,9 +42,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kGpt2VocabSize = 50257;
-// --inject-loss-spike-at-iteration multiplies that iteration's reported lm loss by this: far
-// beyond any --spike-threshold a run would use, and finite, so it is the loss kind of spike.
-constexpr double kInjectedSpikeFactor = 1000.0;
+// --inject-loss-spike-at-iteration multiplies every parameter by this before that iteration's
+// step: real damage (the logits grow by orders of magnitude, so the loss is far beyond any
+// --spike-threshold a run would use, and finite), which only restoring the weights undoes.
+constexpr double kInjectedWeightFactor = 100.0;
 
 }  // namespace
 
@@ -598,14 +599,16 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
     const GlobalBatch batch{.first_sample = consumed_train,
                             .global_batch_size = batch_sizes.global_batch_size(consumed_train),
                             .num_micro_batches = batch_sizes.num_micro_batches(consumed_train)};
-    TrainStepResult step = train_step(model, optimizer, scheduler, source, batch, a,
-                                      data_parallel, shard ? &*shard : nullptr,
-                                      learning_rate_factor);
     if (iteration == a.inject_loss_spike_at_iteration && !spike_injected) {
-      // The testing aid: the step trained as usual; its loss reads as a spike would.
+      // The testing aid: the weights are damaged before this step, so its forward spikes and
+      // the run goes on from damaged weights unless a rollback restores them.
       spike_injected = true;
-      step.lm_loss *= kInjectedSpikeFactor;
+      model.device().scale(model.parameter_buffer(), kInjectedWeightFactor);
+      model.parameters_updated();
     }
+    const TrainStepResult step = train_step(model, optimizer, scheduler, source, batch, a,
+                                            data_parallel, shard ? &*shard : nullptr,
+                                            learning_rate_factor);
     consumed_train += batch.global_batch_size;
     const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
     result.iterations.push_back({.iteration = iteration,

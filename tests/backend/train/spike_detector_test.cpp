@@ -166,6 +166,8 @@ TEST_CASE("without --rollback-on-spike the injected spike passes") {
   const TrainingResult result = pretrain(a, log);
   REQUIRE(result.iterations.size() == 12);
   CHECK(result.iterations[6].lm_loss > 100 * result.iterations[5].lm_loss);
+  // The damage is real: without the rollback the run does not get back to where it stood.
+  CHECK(result.iterations.back().lm_loss > 2 * result.iterations[5].lm_loss);
   CHECK(log.str().find("rollback") == std::string::npos);
 }
 
