@@ -278,7 +278,10 @@ void GenerationScheduler::run() {
       }
     }
 
-    for (size_t index = running.size(); index-- > 0;) {
+    // From the back, so that retiring (an erase) moves none of the sequences still to visit; a signed
+    // index, since `index-- > 0` wraps past 0 as the loop ends (the integer sanitizer's report).
+    for (int64_t back = std::ssize(running) - 1; back >= 0; --back) {
+      const auto index = static_cast<size_t>(back);
       Sequence& sequence = *running[index];
       // Held here: retiring the request's last sequence would release it.
       const std::shared_ptr<Request> held = sequence.request;
