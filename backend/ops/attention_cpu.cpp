@@ -195,7 +195,12 @@ void attention_forward(Scalar* output, Scalar* logsumexp, const Scalar* qkv, int
       }
       Scalar* row_logsumexp = logsumexp + pair * T + query_begin;
       for (int64_t r = 0; r < rows; ++r) {
-        const Scalar inverse_sum = Scalar{1} / row_sum[r];
+        // No mass (a diverged model's NaN/Inf scores): the output is NaN, as 0 · (1/0) would
+        // make it, without dividing by zero (undefined behaviour, which the sanitized build
+        // reports). Otherwise exactly 1 / sum.
+        const Scalar inverse_sum = row_sum[r] > Scalar{0} || std::isnan(row_sum[r])
+                                       ? Scalar{1} / row_sum[r]
+                                       : std::numeric_limits<Scalar>::quiet_NaN();
         Scalar* out_row = out + r * hidden_size;
         for (int64_t d = 0; d < HD; ++d) out_row[d] *= inverse_sum;
         row_logsumexp[r] = row_max[r] + std::log(row_sum[r]);
@@ -425,7 +430,10 @@ void kv_cache_attention_forward(Scalar* output, Scalar* key_cache, Scalar* value
         for (int64_t d = 0; d < HD; ++d) out[d] += weight * value[d];
       }
     }
-    const Scalar inverse = Scalar{1} / running_sum;
+    // As attention_forward's: no mass gives NaN, without dividing by zero.
+    const Scalar inverse = running_sum > Scalar{0} || std::isnan(running_sum)
+                               ? Scalar{1} / running_sum
+                               : std::numeric_limits<Scalar>::quiet_NaN();
     for (int64_t d = 0; d < HD; ++d) out[d] *= inverse;
   }
 }
