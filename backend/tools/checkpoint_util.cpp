@@ -18,15 +18,13 @@
 // Exit status as pretrain_gpt: 0 done, 2 a user error (one line naming the flag or file),
 // 3 an internal error.
 #include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
-
 #include <iostream>
 
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/ckpt/checkpoint_util_options.hpp"
 #include "backend/ckpt/hf_format.hpp"
-#include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
+#include "backend/common/tool_main.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/checkpoint_conversion.hpp"
 #include "backend/train/checkpoint_reshard.hpp"
@@ -163,15 +161,9 @@ int run(const backend::CheckpointUtilOptions& options, const std::vector<std::st
 
 int main(int argc, char** argv) {
   common::setup_logging("checkpoint_util");
-  try {
+  return common::run_tool([&] {
     const auto options = backend::parse_checkpoint_util_arguments(argc, argv);
     if (!options) return 0;  // --help
     return run(*options, std::vector<std::string>(argv, argv + argc));
-  } catch (const common::Error& error) {
-    spdlog::error("{}", error.what());
-    return 2;
-  } catch (const std::exception& error) {
-    spdlog::critical("internal error (please report): {}", error.what());
-    return 3;
-  }
+  });
 }

@@ -27,6 +27,7 @@
 
 #include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
+#include "backend/common/tool_main.hpp"
 #include "backend/data/compressed_input.hpp"
 #include "backend/fetch/transfer_progress.hpp"
 
@@ -113,7 +114,7 @@ void decompress(const std::string& input, const fs::path& output, bool force, ba
 
 int main(int argc, char** argv) {
   common::setup_logging("decompress");
-  try {
+  return common::run_tool([&] {
     std::string input, output, progress = "auto";
     bool force = false, remove_input = false;
     CLI::App app{"Decompress a .gz, .zst or .xz file (megatron-native's data_preparation stage)",
@@ -152,11 +153,5 @@ int main(int argc, char** argv) {
       spdlog::info("removed {} (--remove-input)", input);
     }
     return 0;
-  } catch (const common::Error& error) {
-    spdlog::error("{}", error.what());
-    return 2;
-  } catch (const std::exception& error) {
-    spdlog::critical("internal error (please report): {}", error.what());
-    return 3;
-  }
+  });
 }

@@ -12,14 +12,14 @@
 
 #include <iostream>
 
-#include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
+#include "backend/common/tool_main.hpp"
 #include "backend/fetch/download.hpp"
 #include "backend/fetch/download_command_line.hpp"
 
 int main(int argc, char** argv) {
   common::setup_logging("download");
-  try {
+  return common::run_tool([&] {
     const auto options = backend::parse_download_arguments(argc, argv);
     if (!options) return 0;
     backend::ProgressMode mode = backend::ProgressMode::kLog;
@@ -32,11 +32,5 @@ int main(int argc, char** argv) {
                                        [](const std::string& line) { spdlog::info("{}", line); });
     backend::download(options->download, progress);
     return 0;
-  } catch (const common::Error& error) {
-    spdlog::error("{}", error.what());
-    return 2;
-  } catch (const std::exception& error) {
-    spdlog::critical("internal error (please report): {}", error.what());
-    return 3;
-  }
+  });
 }

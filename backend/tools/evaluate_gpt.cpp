@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "backend/common/durable_file.hpp"
-#include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
+#include "backend/common/tool_main.hpp"
 #include "backend/data/tokenizer.hpp"
 #include "backend/model/gpt_model.hpp"
 #include "backend/train/arguments.hpp"
@@ -139,19 +139,11 @@ int run(const TrainingArguments& arguments) {
 
 int main(int argc, char** argv) {
   common::setup_logging("evaluate_gpt");
-  try {
+  return common::run_tool([&] {
     auto arguments =
         backend::parse_arguments(argc, argv, backend::ArgumentsProgram::evaluate_gpt);
     if (!arguments) return 0;  // --help
     for (const auto& line : backend::format_arguments(*arguments)) std::cout << line << '\n';
     return run(*arguments);
-  } catch (const common::Error& error) {
-    std::cout.flush();  // the arguments dump first, so the message is not printed inside it
-    spdlog::error("{}", error.what());
-    return 2;
-  } catch (const std::exception& error) {
-    std::cout.flush();
-    spdlog::critical("internal error (please report): {}", error.what());
-    return 3;
-  }
+  });
 }

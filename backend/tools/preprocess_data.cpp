@@ -11,11 +11,12 @@
 
 #include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
+#include "backend/common/tool_main.hpp"
 #include "backend/data/preprocess_data.hpp"
 
 int main(int argc, char** argv) {
   common::setup_logging("preprocess_data");
-  try {
+  return common::run_tool([&] {
     const auto options = backend::parse_preprocess_arguments(argc, argv);
     if (!options) return 0;  // --help
     backend::preprocess_data(*options, std::cout, std::cerr);
@@ -31,11 +32,5 @@ int main(int argc, char** argv) {
       }
     }
     return 0;
-  } catch (const common::Error& error) {
-    spdlog::error("{}", error.what());
-    return 2;
-  } catch (const std::exception& error) {
-    spdlog::critical("internal error (please report): {}", error.what());
-    return 3;
-  }
+  });
 }

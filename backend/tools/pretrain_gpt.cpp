@@ -5,13 +5,11 @@
 // rank then aborts every rank (MPI_Abort), so the job ends instead of waiting in a collective,
 // and a rank whose collective waits longer than --distributed-timeout-minutes (another rank
 // died or hangs) ends itself, which ends the job (backend/dist/collective_watchdog.hpp).
-#include <spdlog/spdlog.h>
-
 #include <iostream>
 #include <memory>
 
-#include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
+#include "backend/common/tool_main.hpp"
 #include "backend/dist/mpi_session.hpp"
 #include "backend/dist/process_environment.hpp"
 #include "backend/dist/process_groups.hpp"
@@ -21,12 +19,12 @@
 int main(int argc, char** argv) {
   common::setup_logging("pretrain_gpt");
   std::unique_ptr<backend::MpiSession> mpi;
-  auto fail = [&](int status) {
-    // One rank's error ends the job: the others may be waiting in a collective for it.
+  // One rank's error ends the job: the others may be waiting in a collective for it.
+  const auto abort_job = [&mpi](int status) {
     if (mpi) mpi->abort(status);
     return status;
   };
-  try {
+  return common::run_tool([&] {
     const backend::ProcessEnvironment process = backend::read_process_environment();
     if (backend::started_through_mpi(process)) {
       mpi = backend::start_mpi_session(argc, argv, process);
@@ -47,13 +45,5 @@ int main(int argc, char** argv) {
     }
     backend::pretrain(*arguments, std::cout, {}, groups);
     return 0;
-  } catch (const common::Error& error) {
-    std::cout.flush();  // the arguments dump first, so the message is not printed inside it
-    spdlog::error("{}", error.what());
-    return fail(2);
-  } catch (const std::exception& error) {
-    std::cout.flush();
-    spdlog::critical("internal error (please report): {}", error.what());
-    return fail(3);
-  }
+  }, abort_job);
 }

@@ -34,6 +34,7 @@
 
 #include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
+#include "backend/common/tool_main.hpp"
 #include "backend/data/tokenizer.hpp"
 #include "backend/model/gpt_decoder.hpp"
 #include "backend/serve/generate_request.hpp"
@@ -277,19 +278,11 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   common::setup_logging("text_generation_server");
   SignalWaiter waiter(signals);
-  try {
+  return common::run_tool([&] {
     auto arguments = backend::parse_arguments(argc, argv,
                                               backend::ArgumentsProgram::text_generation_server);
     if (!arguments) return 0;  // --help
     for (const auto& line : backend::format_arguments(*arguments)) std::cout << line << '\n';
     return run(*arguments, waiter);
-  } catch (const common::Error& error) {
-    std::cout.flush();  // the arguments dump first, so the message is not printed inside it
-    spdlog::error("{}", error.what());
-    return 2;
-  } catch (const std::exception& error) {
-    std::cout.flush();
-    spdlog::critical("internal error (please report): {}", error.what());
-    return 3;
-  }
+  });
 }
