@@ -20,6 +20,7 @@
 
 #include "launcher/process.hpp"
 #include "temporary_directory.hpp"
+#include "tiny_lambada_checkpoint.hpp"
 #include "torch_available.hpp"
 
 namespace fs = std::filesystem;
@@ -31,22 +32,12 @@ const std::string kSource = TEST_SOURCE_DIR;
 const std::string kData = kSource + "/tests/data";
 const std::string kWiki = kData + "/zero_shot/wiki.test.tokens";
 const std::string kLambada = kData + "/zero_shot/lambada_test.jsonl";
-const std::string kVocab = kData + "/gpt2-vocab.json";
-const std::string kMerges = kData + "/gpt2-merges.txt";
+const std::string kVocab = test_support::kGpt2Vocab;
+const std::string kMerges = test_support::kGpt2Merges;
 constexpr const char* kPython = "/usr/bin/python3";
 
-// The model and tokenizer flags that pretrain_gpt and evaluate_gpt share.
-std::vector<std::string> model_flags() {
-  return {"--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
-          "--seq-length", "64", "--max-position-embeddings", "64",
-          "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", kVocab, "--merge-file", kMerges,
-          "--device", "cpu"};
-}
-
-std::vector<std::string> join(std::vector<std::string> first, const std::vector<std::string>& second) {
-  first.insert(first.end(), second.begin(), second.end());
-  return first;
-}
+using test_support::join;
+const auto model_flags = test_support::tiny_lambada_model_flags;
 
 using test_support::torch_available;
 
@@ -56,38 +47,16 @@ nlohmann::json read_json(const fs::path& path) {
   return nlohmann::json::parse(in);
 }
 
-// A checkpoint of the tiny model trained on the first three LAMBADA passages: it predicts
-// those passages' last words and not the others'.
-struct TrainedModel {
-  test_support::TemporaryDirectory temporary;
-  fs::path checkpoints, hf;
-  std::string output;
-  bool ok = false;
+// The tiny model (tiny_lambada_checkpoint.hpp) and its Hugging Face export, which the PyTorch
+// reference reads.
+struct TrainedModel : test_support::TinyLambadaCheckpoint {
+  TrainedModel() : TinyLambadaCheckpoint("evaluate_gpt") {}
+  fs::path hf;
 };
 
 void train(TrainedModel& model, int iterations) {
-  const fs::path corpus = model.temporary.path / "corpus.jsonl";
-  {
-    std::ifstream in(kLambada);
-    std::ofstream out(corpus);
-    std::string line;
-    for (int i = 0; i < 3 && std::getline(in, line); ++i) out << line << '\n';
-  }
-  const auto prepared = launcher::run_and_capture(
-      {kBin + "/preprocess_data", "--input", corpus.string(), "--output-prefix",
-       (model.temporary.path / "corpus").string(), "--tokenizer-type", "GPT2BPETokenizer",
-       "--vocab-file", kVocab, "--merge-file", kMerges, "--append-eod", "--workers", "1"});
-  model.output = prepared.output;
-  if (prepared.exit_code != 0) return;
-  model.checkpoints = model.temporary.path / "checkpoints";
-  const auto trained = launcher::run_and_capture(join(
-      join({kBin + "/pretrain_gpt"}, model_flags()),
-      {"--data-path", (model.temporary.path / "corpus_text_document").string(), "--split", "1,0,0",
-       "--train-iters", std::to_string(iterations), "--lr", "1e-2", "--micro-batch-size", "2",
-       "--global-batch-size", "4", "--eval-iters", "0", "--log-interval", "10", "--seed", "1234",
-       "--save", model.checkpoints.string()}));
-  model.output += trained.output;
-  if (trained.exit_code != 0) return;
+  test_support::train_tiny_lambada_checkpoint(model, iterations);
+  if (!model.ok) return;
   model.hf = model.temporary.path / "hf";
   const auto exported = launcher::run_and_capture(
       {kBin + "/checkpoint_util", "--load", model.checkpoints.string(), "--export-hf",

@@ -38,61 +38,24 @@
 #include "generation_server_process.hpp"
 #include "spawned_process.hpp"
 #include "temporary_directory.hpp"
+#include "tiny_lambada_checkpoint.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 namespace {
 
-const std::string kBin = TEST_BIN_DIR;
-const std::string kData = std::string(TEST_SOURCE_DIR) + "/tests/data";
-const std::string kVocab = kData + "/gpt2-vocab.json";
-const std::string kMerges = kData + "/gpt2-merges.txt";
+const std::string kBin = test_support::kTestBin;
 
-std::vector<std::string> model_flags() {
-  return {"--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
-          "--seq-length", "64", "--max-position-embeddings", "64",
-          "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", kVocab, "--merge-file", kMerges,
-          "--device", "cpu"};
-}
+using test_support::join;
+const auto model_flags = test_support::tiny_lambada_model_flags;
 
-std::vector<std::string> join(std::vector<std::string> first, const std::vector<std::string>& second) {
-  first.insert(first.end(), second.begin(), second.end());
-  return first;
-}
-
-// The tiny checkpoint, trained once per test run.
-struct Checkpoint {
-  test_support::TemporaryDirectory temporary{"text_generation_server"};
-  fs::path directory;
-  std::string output;
-  bool ok = false;
+// The tiny checkpoint, trained once per test process.
+struct Checkpoint : test_support::TinyLambadaCheckpoint {
+  Checkpoint() : TinyLambadaCheckpoint("text_generation_server") {}
 };
 
-void train(Checkpoint& model) {
-    const fs::path corpus = model.temporary.path / "corpus.jsonl";
-    {
-      std::ifstream in(kData + "/zero_shot/lambada_test.jsonl");
-      std::ofstream out(corpus);
-      std::string line;
-      for (int i = 0; i < 3 && std::getline(in, line); ++i) out << line << '\n';
-    }
-    const auto prepared = launcher::run_and_capture(
-        {kBin + "/preprocess_data", "--input", corpus.string(), "--output-prefix",
-         (model.temporary.path / "corpus").string(), "--tokenizer-type", "GPT2BPETokenizer",
-         "--vocab-file", kVocab, "--merge-file", kMerges, "--append-eod", "--workers", "1"});
-    model.output = prepared.output;
-    if (prepared.exit_code != 0) return;
-    model.directory = model.temporary.path / "checkpoints";
-    const auto trained = launcher::run_and_capture(join(
-        join({kBin + "/pretrain_gpt"}, model_flags()),
-        {"--data-path", (model.temporary.path / "corpus_text_document").string(), "--split",
-         "1,0,0", "--train-iters", "30", "--lr", "1e-2", "--micro-batch-size", "2",
-         "--global-batch-size", "4", "--eval-iters", "0", "--log-interval", "10", "--seed",
-         "1234", "--save", model.directory.string()}));
-    model.output += trained.output;
-    model.ok = trained.exit_code == 0;
-}
+void train(Checkpoint& model) { test_support::train_tiny_lambada_checkpoint(model, 30); }
 
 const Checkpoint& checkpoint() {
   static Checkpoint trained;
@@ -109,7 +72,7 @@ class Server : public test_support::GenerationServerProcess {
   explicit Server(const std::vector<std::string>& flags = {})
       : GenerationServerProcess(
             join(join(join({kBin + "/text_generation_server"}, model_flags()),
-                      {"--load", checkpoint().directory.string()}),
+                      {"--load", checkpoint().checkpoints.string()}),
                  flags),
             checkpoint().temporary.path / ("server_" + std::to_string(++count_) + ".log")) {}
   std::string log() const { return log_text(); }
@@ -127,7 +90,7 @@ struct Reference {
   Reference() {
     const std::vector<std::string> words =
         join(join({"text_generation_server"}, model_flags()),
-             {"--load", checkpoint().directory.string()});
+             {"--load", checkpoint().checkpoints.string()});
     std::vector<const char*> argv;
     for (const auto& word : words) argv.push_back(word.c_str());
     const auto arguments = backend::parse_arguments(

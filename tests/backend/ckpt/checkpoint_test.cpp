@@ -27,30 +27,19 @@
 #include "backend/train/trainer.hpp"
 #include "backend/train/training_schedule.hpp"
 #include "temporary_directory.hpp"
+#include "tests/backend/train/tiny_gpt_arguments.hpp"
 
 using namespace backend;
 namespace fs = std::filesystem;
 
 namespace {
 
+// Dropout on and a cosine schedule with warm-up: resume must restore the RNG and the schedule.
 TrainingArguments tiny_arguments() {
-  TrainingArguments a;
-  a.num_layers = 2;
-  a.hidden_size = 32;
-  a.num_attention_heads = 4;
-  a.seq_length = 16;
-  a.micro_batch_size = 2;
-  a.global_batch_size = 4;
-  a.train_iters = 8;
-  a.lr = 1e-3;
+  TrainingArguments a = test_support::tiny_gpt_arguments(8);
   a.lr_warmup_iters = 2;
   a.lr_decay_style = "cosine";
-  a.vocab_size = 255;  // NullTokenizer: 256 with EOD
-  a.tokenizer_type = "NullTokenizer";
-  a.mock_data = true;
   a.hidden_dropout = a.attention_dropout = 0.1;
-  a.log_interval = 1;
-  a.eval_iters = 0;
   a.command_line = {"pretrain_gpt"};
   validate_arguments(a);
   return a;

@@ -21,26 +21,16 @@
 #include <vector>
 
 #include "backend/data/null_tokenizer.hpp"
+#include "tests/backend/serve/small_generation_model.hpp"
 
 using namespace backend;
 using namespace std::chrono_literals;
 
 namespace {
 
-constexpr int64_t kPadded = 72;
+constexpr int64_t kPadded = test_support::kSmallGenerationPaddedVocab;
 
-GptConfig small_config() {
-  GptConfig config;
-  config.num_layers = 2;
-  config.hidden_size = 16;
-  config.num_attention_heads = 2;
-  config.ffn_hidden_size = 64;
-  config.vocab_size = 64;  // NullTokenizer(63): ids 0..62 and eod 63
-  config.padded_vocab_size = kPadded;
-  config.max_position_embeddings = 32;
-  config.init_method_std = 0.5;
-  return config;
-}
+GptConfig small_config() { return test_support::small_generation_config(32); }
 
 // The recomputing oracle: a full forward per slot and step, over the slot's history.
 struct OracleStep {

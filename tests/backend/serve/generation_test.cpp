@@ -14,6 +14,7 @@
 
 #include "backend/common/error.hpp"
 #include "backend/data/null_tokenizer.hpp"
+#include "tests/backend/serve/small_generation_model.hpp"
 
 using namespace backend;
 
@@ -58,18 +59,7 @@ std::vector<int32_t> generated(const GenerationResult& result) {
   return {result.tokens.begin() + result.prompt_length, result.tokens.end()};
 }
 
-GptConfig small_config() {
-  GptConfig config;
-  config.num_layers = 2;
-  config.hidden_size = 16;
-  config.num_attention_heads = 2;
-  config.ffn_hidden_size = 64;
-  config.vocab_size = 64;         // NullTokenizer(63): ids 0..62 and eod 63
-  config.padded_vocab_size = 72;  // 8 padding rows, which the argmax sometimes picks
-  config.max_position_embeddings = 16;
-  config.init_method_std = 0.5;  // logits far enough apart that the argmax is clear
-  return config;
-}
+GptConfig small_config() { return test_support::small_generation_config(16); }
 
 }  // namespace
 

@@ -19,6 +19,7 @@
 #include "backend/train/arguments.hpp"
 #include "backend/train/trainer.hpp"
 #include "temporary_directory.hpp"
+#include "tests/backend/train/tiny_gpt_arguments.hpp"
 
 using namespace backend;
 
@@ -29,23 +30,10 @@ constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 // checkpoint_test.cpp's tiny model, 12 iterations, saving every 2, rolling back on spikes
 // judged over a window of 3.
 TrainingArguments spike_arguments(const std::string& save) {
-  TrainingArguments a;
-  a.num_layers = 2;
-  a.hidden_size = 32;
-  a.num_attention_heads = 4;
-  a.seq_length = 16;
-  a.micro_batch_size = 2;
-  a.global_batch_size = 4;
-  a.train_iters = 12;
-  a.lr = 1e-3;
+  TrainingArguments a = test_support::tiny_gpt_arguments(12);
   a.lr_warmup_iters = 2;
   a.lr_decay_style = "cosine";
-  a.vocab_size = 255;
-  a.tokenizer_type = "NullTokenizer";
-  a.mock_data = true;
   a.hidden_dropout = a.attention_dropout = 0.1;
-  a.log_interval = 1;
-  a.eval_iters = 0;
   a.command_line = {"pretrain_gpt"};
   a.save = save;
   a.save_interval = 2;

@@ -11,26 +11,15 @@
 #include "backend/train/train_step.hpp"
 #include "backend/train/trainer.hpp"
 #include "backend/train/training_schedule.hpp"
+#include "tests/backend/train/tiny_gpt_arguments.hpp"
 
 using namespace backend;
 
 namespace {
 
 TrainingArguments tiny_arguments() {
-  TrainingArguments a;
-  a.num_layers = 2;
-  a.hidden_size = 32;
-  a.num_attention_heads = 4;
-  a.seq_length = 16;
-  a.micro_batch_size = 2;
-  a.global_batch_size = 4;
-  a.train_iters = 4;
-  a.lr = 1e-3;
+  TrainingArguments a = test_support::tiny_gpt_arguments(4);
   a.lr_decay_style = "constant";
-  a.vocab_size = 255;
-  a.tokenizer_type = "NullTokenizer";
-  a.mock_data = true;
-  a.hidden_dropout = a.attention_dropout = 0;
   return a;
 }
 

@@ -18,28 +18,12 @@
 #include "backend/data/preprocess_data.hpp"
 #include "backend/train/arguments.hpp"
 #include "backend/train/trainer.hpp"
+#include "tests/backend/train/tiny_gpt_arguments.hpp"
 
 using namespace backend;
 
 namespace {
-TrainingArguments tiny_arguments() {
-  TrainingArguments a;
-  a.num_layers = 2;
-  a.hidden_size = 32;
-  a.num_attention_heads = 4;
-  a.seq_length = 16;
-  a.micro_batch_size = 2;
-  a.global_batch_size = 4;
-  a.train_iters = 3;
-  a.lr = 1e-3;
-  a.vocab_size = 255;  // NullTokenizer adds EOD: 256, padded to 256
-  a.tokenizer_type = "NullTokenizer";
-  a.mock_data = true;
-  a.hidden_dropout = a.attention_dropout = 0;
-  a.log_interval = 1;
-  a.eval_iters = 0;
-  return a;
-}
+TrainingArguments tiny_arguments() { return test_support::tiny_gpt_arguments(3); }
 
 // Validates (filling Megatron's derived defaults such as --lr-decay-iters) and trains.
 TrainingResult train(TrainingArguments a, std::ostream& log, BatchSource source = {}) {

@@ -1,0 +1,33 @@
+// The tiny GPT the backend's training tests train: 2 layers, hidden 32, 4 heads, sequence 16,
+// micro batch 2 of global batch 4, lr 1e-3, the NullTokenizer's 255 ids (+ EOD: 256 rows) over
+// mock data, no dropout, every iteration logged, no evaluation. Not validated: a test sets what
+// it is about, then calls validate_arguments as pretrain_gpt's parser would, so Megatron's
+// derived defaults (--lr-decay-iters from --train-iters, ...) follow its settings.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/train/arguments.hpp"
+
+namespace test_support {
+
+inline backend::TrainingArguments tiny_gpt_arguments(int64_t train_iters) {
+  backend::TrainingArguments a;
+  a.num_layers = 2;
+  a.hidden_size = 32;
+  a.num_attention_heads = 4;
+  a.seq_length = 16;
+  a.micro_batch_size = 2;
+  a.global_batch_size = 4;
+  a.train_iters = train_iters;
+  a.lr = 1e-3;
+  a.vocab_size = 255;
+  a.tokenizer_type = "NullTokenizer";
+  a.mock_data = true;
+  a.hidden_dropout = a.attention_dropout = 0;
+  a.log_interval = 1;
+  a.eval_iters = 0;
+  return a;
+}
+
+}  // namespace test_support
