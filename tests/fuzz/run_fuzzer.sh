@@ -43,7 +43,7 @@ unavailable() {
 
 command -v "$cxx" >/dev/null || unavailable "$cxx not found"
 mkdir -p "$build/obj" "$build/corpus/$name" "$build/artifacts"
-flags=(-std=c++20 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -O1 -g
+flags=(-std=c++20 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -O1 -gline-tables-only
        -DPROJECT_VERSION_STRING="\"fuzz\""
        -D_GLIBCXX_ASSERTIONS -I"$root")
 # spdlog and fmt as the Debian packages build them (shared, external fmt).
