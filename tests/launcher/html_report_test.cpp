@@ -32,7 +32,7 @@ int count(const std::string& text, const std::string& pattern) {
 // The number of points of each <polyline>, in document order.
 std::vector<int> polyline_point_counts(const std::string& svg) {
   std::vector<int> counts;
-  const std::regex polyline(R"(<polyline[^>]* points="([^"]*)")");
+  const std::regex polyline(R"re(<polyline[^>]* points="([^"]*)")re");
   for (auto it = std::sregex_iterator(svg.begin(), svg.end(), polyline); it != std::sregex_iterator(); ++it) {
     const std::string points = (*it)[1];
     counts.push_back(static_cast<int>(std::count(points.begin(), points.end(), ',')));

@@ -69,12 +69,11 @@ TEST_CASE("a damaged record is an error naming the file and its byte offset") {
   std::string bytes = three_records();
   // A flipped bit in the second record's data.
   bytes[first.size() + 14] ^= 0x01;
+  const std::string expected = fmt::format(
+      "/runs/a/events.out.tfevents.1: corrupt event record at byte offset {}: the data's CRC",
+      first.size());
   CHECK_THROWS_WITH_AS(parse_tensorboard_events(bytes, "/runs/a/events.out.tfevents.1"),
-                       doctest::Contains(fmt::format(
-                           "/runs/a/events.out.tfevents.1: corrupt event record at byte offset {}: "
-                           "the data's CRC",
-                           first.size())),
-                       common::Error);
+                       doctest::Contains(expected.c_str()), common::Error);
   // A damaged length: its CRC no longer matches.
   bytes = three_records();
   bytes[first.size()] ^= 0x40;
