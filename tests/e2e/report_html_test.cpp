@@ -3,23 +3,33 @@
 // SVG plots with one polyline per run and as many points as iterations, and a screenshot
 // (decoded here: PNG chunks, zlib, the five row filters of the PNG specification, section 9)
 // shows each run's colour drawn across the plot area. Also the backend's TensorBoardWriter
-// read back by the launcher's reader. Skips with a message when chromium is missing, except
+// read back by the launcher's reader, and `launcher logs -f` / `launcher status` showing a
+// running job's progress from pretrain_gpt's own iteration lines. Skips with a message when chromium is missing, except
 // under CI (CI=true), where container/install-deps.sh --tests installs it and its absence fails.
 #include <doctest/doctest.h>
 #include <zlib.h>
 
 #include "read_file.hpp"
+#include "spawned_process.hpp"
 #include "temporary_directory.hpp"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <thread>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "backend/common/error.hpp"
 #include "backend/train/tensorboard_writer.hpp"
+#include "backend/train/training_log.hpp"
 #include "launcher/process.hpp"
+#include "launcher/run_status.hpp"
 #include "launcher/tensorboard_reader.hpp"
 
 namespace fs = std::filesystem;
@@ -125,6 +135,31 @@ Image decode_png(const std::string& bytes) {
   return image;
 }
 
+// pretrain_gpt's own iteration line (backend/train/training_log.cpp).
+std::string iteration_line(int64_t iteration, int64_t total, double milliseconds) {
+  backend::IterationLogFields fields;
+  fields.timestamp = 1795000000;
+  fields.iteration = iteration;
+  fields.train_iters = total;
+  fields.consumed_samples = iteration * 4;
+  fields.elapsed_ms_per_iteration = milliseconds;
+  fields.learning_rate = 6e-4;
+  fields.global_batch_size = 4;
+  fields.lm_loss = 9.5;
+  fields.grad_norm = 2.0;
+  return backend::format_iteration_line(fields) + "\n";
+}
+
+// Waits up to 20 s for `text` in the file.
+bool wait_for_text(const fs::path& file, const std::string& text) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (read_file(file).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
 // Pixels within 24 per channel of the colour (anti-aliased edges are not exact), and how far
 // apart the leftmost and rightmost of them are.
 struct ColourSpread {
@@ -184,6 +219,30 @@ TEST_CASE("the backend's TensorBoardWriter is read back by the launcher's reader
   // The same bytes with the last record cut short: a job still writing.
   const std::string bytes = read_file(file);
   CHECK(launcher::parse_tensorboard_events(bytes.substr(0, bytes.size() - 3), "f").size() == 2);
+}
+
+TEST_CASE("launcher logs -f shows a running job's progress and ETA, then follows its log") {
+  test_support::TemporaryDirectory run;
+  const fs::path log = run.path / "log-gpt3_126m_1.out";
+  std::ofstream(log) << iteration_line(10, 100, 500.0) << iteration_line(20, 100, 500.0);
+  // A local job that lives (this test process) and has written no exit status: RUNNING.
+  launcher::append_job_record(run.path, {"training", "local", std::to_string(getpid()),
+                                         run.path / "s.sh", log, std::nullopt, 100});
+  const fs::path output = run.path / "follow.txt";
+  const pid_t follower = test_support::spawn_process(
+      {std::string(TEST_BIN_DIR) + "/launcher", "logs", "-f", run.path.string()}, output);
+  CHECK(wait_for_text(output, fmt::format("job {} is RUNNING: iteration 20/100 (20%), ETA 40s", getpid())));
+  CHECK(wait_for_text(output, "iteration       20/     100 |"));
+  // It follows: a line written later appears too.
+  std::ofstream(log, std::ios::app) << iteration_line(30, 100, 500.0);
+  CHECK(wait_for_text(output, "iteration       30/     100 |"));
+  kill(follower, SIGTERM);
+  CHECK(test_support::wait_for_exit(follower) == 128 + SIGTERM);
+  // And `launcher status` shows the same progress.
+  const auto status = launcher::run_and_capture({std::string(TEST_BIN_DIR) + "/launcher", "status", run.path.string()});
+  INFO(status.output);
+  CHECK(status.exit_code == 0);
+  CHECK(status.output.find("30/100 (30%), ETA 35s") != std::string::npos);
 }
 
 TEST_CASE("launcher report --html over two real runs renders in chromium with both runs' plots") {
