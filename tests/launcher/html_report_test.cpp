@@ -150,7 +150,7 @@ TEST_CASE("a report page of two runs: plots overlaid, layout, config diff, jobs,
   CHECK(html.find("<td>training</td><td>local</td><td>7</td><td>COMPLETED</td>") != std::string::npos);
 }
 
-TEST_CASE("a run without event files is plotted from its job log; a run with neither is refused") {
+TEST_CASE("a run without event files is plotted from its job log, a run with neither is refused") {
   test_support::TemporaryDirectory base;
   const fs::path run = base.path / "logs_only";
   fs::create_directories(run);
