@@ -53,6 +53,9 @@ constexpr double kWidth = 900, kHeight = 320;
 constexpr double kLeft = 80, kRight = 640, kTop = 36, kBottom = 270;
 constexpr double kLegendX = 660;
 constexpr size_t kMarkersUpTo = 40;  // points get a marker when a line has this few
+// A line keeps at most 2 × this many points: the plot is 560 px wide, and a long run's
+// hundreds of thousands of iterations would make a page no browser opens.
+constexpr size_t kThinBuckets = 1000;
 
 double nice_step(double range, int wanted_ticks) {
   const double raw = range / wanted_ticks;
@@ -109,6 +112,25 @@ Axis log_axis(double low, double high) {
 
 }  // namespace
 
+std::vector<Point> thin_points(const std::vector<Point>& points, size_t buckets) {
+  if (points.size() <= 2 * buckets) return points;
+  // Points are in x order (iterations): equal runs of them, each kept as its lowest and highest
+  // point in x order, so a spike stays visible however long the run.
+  std::vector<Point> kept;
+  kept.reserve(2 * buckets);
+  for (size_t bucket = 0; bucket < buckets; ++bucket) {
+    const size_t begin = bucket * points.size() / buckets, end = (bucket + 1) * points.size() / buckets;
+    size_t low = begin, high = begin;
+    for (size_t i = begin; i < end; ++i) {
+      if (points[i].y < points[low].y) low = i;
+      if (points[i].y > points[high].y) high = i;
+    }
+    kept.push_back(points[std::min(low, high)]);
+    if (low != high) kept.push_back(points[std::max(low, high)]);
+  }
+  return kept;
+}
+
 bool wants_log_scale(const std::vector<PlotLine>& lines) {
   double low = std::numeric_limits<double>::infinity(), high = 0;
   bool any = false;
@@ -132,6 +154,7 @@ std::string render_svg_plot(const PlotSpec& spec, const std::vector<PlotLine>& g
     std::erase_if(finite.points, [log_scale](const Point& point) {
       return !std::isfinite(point.x) || !std::isfinite(point.y) || (log_scale && point.y <= 0);
     });
+    finite.points = thin_points(finite.points, kThinBuckets);
     if (!finite.points.empty()) lines.push_back(std::move(finite));
   }
   double x_low = std::numeric_limits<double>::infinity(), x_high = -x_low;

@@ -45,13 +45,17 @@ struct PlotSpec {
   std::string y_label;
 };
 
+// At most 2 × buckets of the points (in x order): for each of `buckets` equal runs of them, its
+// lowest and highest point, so spikes survive; fewer points are returned as they are.
+std::vector<Point> thin_points(const std::vector<Point>& points, size_t buckets);
+
 // Whether values this positive and this spread are drawn on a log scale (all > 0 and
 // max / min > 10).
 bool wants_log_scale(const std::vector<PlotLine>& lines);
 
 // One <svg> plot: axes with ticks and labels, one <polyline> per line (with a point marker
 // each when few), a legend. Points that are not finite (or not positive on a log scale) and
-// then empty lines are left out.
+// then empty lines are left out; a line of more than 2000 points is thinned (thin_points).
 std::string render_svg_plot(const PlotSpec& spec, const std::vector<PlotLine>& lines,
                             bool log_scale = false);
 

@@ -7,6 +7,7 @@
 #include "temporary_directory.hpp"
 #include "tensorboard_event_bytes.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -91,6 +92,24 @@ TEST_CASE("a plot has one polyline per line with every finite point, and a legen
   CHECK(svg.find("(log scale)") == std::string::npos);
   // The first point of run a is at the left edge, its last below its first.
   CHECK(svg.find("points=\"80.0,") != std::string::npos);
+}
+
+TEST_CASE("a long run's line is thinned to each bucket's lowest and highest point, spikes kept") {
+  std::vector<Point> points;
+  for (int i = 0; i < 100000; ++i) points.push_back({static_cast<double>(i), 5.0 - i * 1e-5});
+  points[77777].y = 1000;  // one spike
+  const auto thinned = thin_points(points, 1000);
+  CHECK(thinned.size() == 2000);
+  CHECK(std::is_sorted(thinned.begin(), thinned.end(),
+                       [](const Point& a, const Point& b) { return a.x < b.x; }));
+  CHECK(std::count_if(thinned.begin(), thinned.end(), [](const Point& p) { return p.y == 1000; }) == 1);
+  CHECK(thinned.front().x == 0);
+  CHECK(thinned.back().x == 99999);
+  CHECK(thin_points({{1, 2}, {2, 3}}, 1000).size() == 2);
+  const std::string svg = render_svg_plot({"Training loss", "iteration", "lm loss"},
+                                          {{"long", "#1f77b4", false, points}});
+  CHECK(polyline_point_counts(svg) == std::vector<int>{2000});
+  CHECK(svg.find("class=\"marker\"") == std::string::npos);
 }
 
 TEST_CASE("a loss spanning more than a decade is drawn on a log scale with a tick per decade") {
