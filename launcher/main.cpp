@@ -161,11 +161,13 @@ int main(int argc, char** argv) {
   logs_command->add_flag("-f,--follow", follow, "Keep printing as the log grows");
   logs_command->add_option("--config-dir", config_dir, "Directory holding config.yaml");
   auto* report_command = app.add_subcommand(
-      "report", "Benchmark-mode results (results/benchmark.json) of runs as one table");
+      "report",
+      "Benchmark-mode results (results/benchmark.json) of runs as one table, or with --html "
+      "one page of plots of their training");
   report_command->add_option("runs", runs, "Run names under base_results_dir, or directories")
       ->required();
   report_command->add_option("--config-dir", config_dir, "Directory holding config.yaml");
-  report_command->add_option("--html", html_output,
+  auto* html_option = report_command->add_option("--html", html_output,
                              "Write one self-contained HTML page with plots of the runs' "
                              "TensorBoard scalars (or job log lines), layout, config diff and "
                              "job states");
@@ -197,6 +199,9 @@ int main(int argc, char** argv) {
     if (!config_dir.empty()) options.conf_dir = config_dir;
     if (const char* debug = std::getenv("LAUNCHER_DEBUG"); debug && std::string(debug) == "1") {
       options.dry_run = true;
+    }
+    if (html_option->count() > 0 && html_output.empty()) {
+      common::fail("--html: the output file name is empty (give one, e.g. --html report.html)");
     }
     if (status_command->parsed() || logs_command->parsed() || report_command->parsed()) {
       const std::filesystem::path base = default_base_results_dir(config_dir);

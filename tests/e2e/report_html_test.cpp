@@ -274,6 +274,10 @@ TEST_CASE("launcher report --html over two real runs renders in chromium with bo
   CHECK(refused.exit_code == 2);
   CHECK(refused.output.find("not_a_run: nothing to plot") != std::string::npos);
   CHECK_FALSE(fs::exists(temporary.path / "refused.html"));
+  const auto empty_name = launcher::run_and_capture(
+      {launcher_path, "report", (temporary.path / "run_a").string(), "--html", ""});
+  CHECK(empty_name.exit_code == 2);
+  CHECK(empty_name.output.find("--html: the output file name is empty") != std::string::npos);
 
   // (a) The DOM as chromium built it, and its console.
   auto dom_command = chromium_command(chromium, temporary.path / "profile");
