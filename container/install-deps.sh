@@ -67,6 +67,9 @@ test_packages=(
   python3-sentencepiece
   # tests/e2e/text_generation_server_test.cpp's load test
   hey
+  # tests/e2e/report_html_test.cpp loads `launcher report --html`'s page in headless chromium
+  # (console errors, the DOM's SVG plots, a screenshot's pixels)
+  chromium
 )
 if [[ $with_tests == true ]]; then
   packages+=("${test_packages[@]}")

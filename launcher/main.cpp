@@ -8,6 +8,7 @@
 //   launcher status [run ...]      the jobs launched into results dirs and their scheduler state
 //   launcher logs <run> [-f]       the newest job log of a run (followed with -f)
 //   launcher report <run> ...      benchmark-mode results of runs as one table
+//   launcher report <run> ... --html out.html   plots of the runs' training as one HTML page
 // Every user error ends in one clear message and exit status 2, never a stack dump.
 #include <spdlog/spdlog.h>
 
@@ -25,6 +26,7 @@
 #include "launcher/config/sweep.hpp"
 #include "launcher/config/interpolate.hpp"
 #include "launcher/config/scalar_text.hpp"
+#include "launcher/html_report.hpp"
 #include "launcher/launch.hpp"
 #include "launcher/run_report.hpp"
 #include "launcher/run_status.hpp"
@@ -147,6 +149,7 @@ int main(int argc, char** argv) {
                            "Print information and exit: defaults (the final defaults list)");
   std::vector<std::string> runs;
   bool follow = false;
+  std::string html_output;
   auto* status_command = app.add_subcommand(
       "status", "List the jobs launched into results directories and their scheduler state");
   status_command->add_option("runs", runs,
@@ -158,10 +161,16 @@ int main(int argc, char** argv) {
   logs_command->add_flag("-f,--follow", follow, "Keep printing as the log grows");
   logs_command->add_option("--config-dir", config_dir, "Directory holding config.yaml");
   auto* report_command = app.add_subcommand(
-      "report", "Benchmark-mode results (results/benchmark.json) of runs as one table");
+      "report",
+      "Benchmark-mode results (results/benchmark.json) of runs as one table, or with --html "
+      "one page of plots of their training");
   report_command->add_option("runs", runs, "Run names under base_results_dir, or directories")
       ->required();
   report_command->add_option("--config-dir", config_dir, "Directory holding config.yaml");
+  auto* html_option = report_command->add_option("--html", html_output,
+                             "Write one self-contained HTML page with plots of the runs' "
+                             "TensorBoard scalars (or job log lines), layout, config diff and "
+                             "job states");
   app.footer([&config_dir] { return help_footer(config_dir, {}, false, false); });
   main_command->footer([&config_dir, &options, &show_options] {
     return help_footer(config_dir, options.overrides, true, show_options.resolve);
@@ -191,10 +200,16 @@ int main(int argc, char** argv) {
     if (const char* debug = std::getenv("LAUNCHER_DEBUG"); debug && std::string(debug) == "1") {
       options.dry_run = true;
     }
+    if (html_option->count() > 0 && html_output.empty()) {
+      common::fail("--html: the output file name is empty (give one, e.g. --html report.html)");
+    }
     if (status_command->parsed() || logs_command->parsed() || report_command->parsed()) {
       const std::filesystem::path base = default_base_results_dir(config_dir);
       std::vector<std::filesystem::path> run_dirs;
-      for (const auto& run : runs) run_dirs.push_back(launcher::resolve_run_dir(run, base));
+      // The HTML report needs only event files or job logs, no job records.
+      if (html_output.empty()) {
+        for (const auto& run : runs) run_dirs.push_back(launcher::resolve_run_dir(run, base));
+      }
       if (status_command->parsed()) {
         if (run_dirs.empty()) run_dirs = launcher::find_run_dirs(base);
         if (run_dirs.empty()) common::fail("no runs with job records under {}", base.string());
@@ -202,6 +217,17 @@ int main(int argc, char** argv) {
         return 0;
       }
       if (logs_command->parsed()) return launcher::print_logs(run_dirs.front(), follow, std::cout);
+      if (!html_output.empty()) {
+        std::vector<std::filesystem::path> directories;
+        for (const auto& run : runs) {
+          const std::filesystem::path direct(run);
+          std::error_code error;
+          directories.push_back(std::filesystem::exists(direct, error) ? direct : base / run);
+        }
+        launcher::write_html_report(directories, html_output);
+        spdlog::info("wrote {}", html_output);
+        return 0;
+      }
       std::vector<std::filesystem::path> files;
       for (const auto& run : runs) {
         const std::filesystem::path direct(run);

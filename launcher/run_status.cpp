@@ -8,12 +8,14 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 
 #include "backend/common/error.hpp"
 #include "backend/common/local_time.hpp"
 #include "backend/common/small_file.hpp"
+#include "launcher/iteration_log.hpp"
 #include "launcher/process.hpp"
 
 namespace launcher {
@@ -195,15 +197,23 @@ fs::path resolve_run_dir(const std::string& run_or_path, const fs::path& base) {
                run_or_path, kRecordFile, base.string(), known.empty() ? "none" : known);
 }
 
+std::string job_progress(const JobRecord& record, const std::string& state) {
+  // Only a running job's progress says something a finished one's state does not.
+  if (!state.starts_with("RUNNING") || record.log_file.empty()) return "-";
+  const std::optional<Progress> progress = read_progress(record.log_file);
+  return progress ? format_progress(*progress) : "-";
+}
+
 void print_status(const std::vector<fs::path>& run_dirs, std::ostream& out) {
-  out << fmt::format("{:<32} {:<17} {:<6} {:<24} {:<20} {:<24} {}\n", "run", "stage", "cluster",
-                     "job id", "submitted", "state", "log");
+  out << fmt::format("{:<32} {:<17} {:<6} {:<24} {:<20} {:<24} {:<28} {}\n", "run", "stage",
+                     "cluster", "job id", "submitted", "state", "progress", "log");
   for (const auto& run_dir : run_dirs) {
     for (const auto& record : read_job_records(run_dir)) {
-      out << fmt::format("{:<32} {:<17} {:<6} {:<24} {:<20} {:<24} {}\n",
+      const std::string state = query_job_state(record);
+      out << fmt::format("{:<32} {:<17} {:<6} {:<24} {:<20} {:<24} {:<28} {}\n",
                          run_dir.filename().string(), record.stage, record.cluster, record.job_id,
-                         common::format_local_time(record.submitted_at), query_job_state(record),
-                         record.log_file.string());
+                         common::format_local_time(record.submitted_at), state,
+                         job_progress(record, state), record.log_file.string());
     }
   }
 }
@@ -217,6 +227,13 @@ int print_logs(const fs::path& run_dir, bool follow, std::ostream& out) {
   }
   const std::string log = newest->log_file.string();
   if (follow) {
+    // The progress line goes to stderr: stdout stays the log itself, as tail prints it.
+    const std::string state = query_job_state(*newest);
+    const std::string progress = job_progress(*newest, state);
+    if (progress != "-") {
+      std::cerr << fmt::format("job {} is {}: iteration {}\n", newest->job_id, state, progress)
+                << std::flush;
+    }
     // tail -F waits for a log that a queued job has not created yet, and follows renames.
     execlp("tail", "tail", "-n", "+1", "-F", log.c_str(), static_cast<char*>(nullptr));
     common::fail("cannot run tail to follow {}", log);

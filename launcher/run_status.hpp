@@ -41,10 +41,15 @@ std::filesystem::path resolve_run_dir(const std::string& run_or_path,
 // Directories below base (up to three levels: results-<ts>/<run>/<job>) holding jobs.jsonl.
 std::vector<std::filesystem::path> find_run_dirs(const std::filesystem::path& base_results_dir);
 
-// The status table for these runs.
+// For a RUNNING job whose log has an iteration line: "120/1000 (12%), ETA 1h 03m"
+// (iteration_log.hpp); "-" otherwise.
+std::string job_progress(const JobRecord& record, const std::string& state);
+
+// The status table for these runs, with each running job's progress.
 void print_status(const std::vector<std::filesystem::path>& run_dirs, std::ostream& out);
 
-// Prints the newest job log of a run; with follow, follows it as `tail -F` does (does not
+// Prints the newest job log of a run; with follow, first the job's progress on stderr when it
+// is running, then follows the log as `tail -F` does (does not
 // return). Returns the exit status for `launcher logs`.
 int print_logs(const std::filesystem::path& run_dir, bool follow, std::ostream& out);
 
