@@ -95,7 +95,7 @@ case $compression in
 esac
 
 [[ $(id -u) -eq 0 ]] || fail "needs root: it runs apt inside the new root file system with chroot"
-for command in chroot mksquashfs; do
+for command in chroot mksquashfs unshare; do
   command -v "$command" >/dev/null || fail "$command not found (Debian: bash container/install-deps.sh --tests installs squashfs-tools and debootstrap)"
 done
 if [[ -z $base ]]; then
@@ -107,10 +107,12 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/build-sqsh.XXXXXX")
 partial_output=$(mktemp "$output_dir/.$(basename -- "$output").XXXXXX")
 partial_base=""
 cleanup() {
-  rm -rf -- "$work" "$partial_output"
-  [[ -z $partial_base ]] || rm -rf -- "$partial_base"
+  rm -rf --one-file-system -- "$work" "$partial_output"
+  [[ -z $partial_base ]] || rm -rf --one-file-system -- "$partial_base"
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 root=$work/rootfs
 
 if [[ -n $base ]]; then
@@ -119,7 +121,10 @@ if [[ -n $base ]]; then
   cp -a --reflink=auto -- "$base/." "$root/"
 else
   echo "$program: debootstrap --variant=minbase $suite from $mirror"
-  debootstrap --variant=minbase "$suite" "$root" "$mirror" >"$work/debootstrap.log" 2>&1 || {
+  # In a mount namespace of its own: the /proc and /sys it mounts in the new root go away with
+  # it, even when it is interrupted, and the cleanup never deletes through them.
+  unshare --mount --fork -- debootstrap --variant=minbase "$suite" "$root" "$mirror" \
+    >"$work/debootstrap.log" 2>&1 || {
     tail -n 20 "$work/debootstrap.log" >&2
     echo "$program: debootstrap failed (log above)" >&2
     exit 1

@@ -75,10 +75,11 @@ test_packages=(
   debootstrap squashfs-tools
 )
 # The libraries the executables load, for the image's runtime (container/Dockerfile's runtime
-# stage, container/build-sqsh.sh): what `dpkg -S` names for each library `ldd` lists of the
-# built binaries, less what Debian's minbase already holds (libc6, libstdc++6, libgcc-s1,
-# zlib1g, libzstd1, liblzma5). tests/e2e/container_image_test.cpp runs the binaries in an image
-# made with this list and checks `ldd` finds every library there, so a missing entry fails it.
+# stage, container/build-sqsh.sh): the packages `dpkg -S` names for the libraries the built
+# executables need (`readelf -d`'s NEEDED; their own dependencies follow from apt), less what
+# Debian's minbase already holds (libc6, libstdc++6, libgcc-s1, zlib1g, libzstd1, liblzma5).
+# build-sqsh.sh refuses an image in which `ldd` misses one, and tests/container runs every
+# executable in such an image, so a missing entry fails there.
 runtime_packages=(
   # launcher: the config tree and logging
   libyaml-cpp0.7 libspdlog1.10 libfmt9
@@ -88,6 +89,8 @@ runtime_packages=(
   libutf8proc2 libsentencepiece0
   # the download tool (https: its CA certificates)
   libcurl4 ca-certificates
+  # text_generation_server's HTTP server and text_generation_cli's client
+  libcpp-httplib0.11
   # multi-process runs: the MPI library and mpirun (the local cluster's job scripts call it)
   libopenmpi3 openmpi-bin
 )

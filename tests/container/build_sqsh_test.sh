@@ -10,7 +10,8 @@
 #                                          pretrain_gpt through the launcher's local cluster
 # The image case keeps the root file system with the runtime packages in BUILD_DIR/
 # container-base-bookworm (build-sqsh.sh --save-base), so that only the first run in a build
-# directory pays for debootstrap and apt. Needs root, as build-sqsh.sh does.
+# directory pays for debootstrap and apt (about 2 minutes); CONTAINER_BASE_CACHE=DIR keeps it
+# elsewhere, e.g. across CI runs. Needs root, as build-sqsh.sh does.
 set -euo pipefail
 
 mode=${1:?usage: build_sqsh_test.sh refusals|image BUILD_DIR}
@@ -91,7 +92,7 @@ in_image() {
 
 image() {
   [[ $(id -u) -eq 0 ]] || { echo "FAILED: the image test needs root (chroot, apt in the image)" >&2; exit 1; }
-  local base_cache=$build_dir/container-base-bookworm
+  local base_cache=${CONTAINER_BASE_CACHE:-$build_dir/container-base-bookworm}
   local arguments=(--build-dir "$build_dir" --output "$temporary/image.sqsh")
   if [[ -d $base_cache ]]; then arguments+=(--base "$base_cache"); else arguments+=(--save-base "$base_cache"); fi
   local start=$SECONDS
@@ -99,6 +100,23 @@ image() {
   echo "build-sqsh.sh took $((SECONDS - start)) s"
   check "the image is a squashfs file" bash -c 'unsquashfs -s "$1" | grep -q "^Found a valid SQUASHFS 4:0"' _ "$temporary/image.sqsh"
   check "no temporary file is left beside the image" test "$(ls -A "$temporary")" = image.sqsh
+
+  # An executable that needs a library the runtime packages do not bring (as a CUDA build's
+  # libcudart would) is refused, naming it, and no image is written.
+  mkdir -p "$temporary/foreign_build/bin"
+  local tool
+  for tool in launcher pretrain_gpt evaluate_gpt checkpoint_util preprocess_data download decompress \
+      text_generation_server text_generation_cli; do
+    cp "$(type -P true)" "$temporary/foreign_build/bin/$tool"
+  done
+  cp "$(type -P mksquashfs)" "$temporary/foreign_build/bin/pretrain_gpt"  # liblzo2, not in the image
+  local status=0
+  "$script" --build-dir "$temporary/foreign_build" --output "$temporary/foreign.sqsh" --base "$base_cache" \
+    >"$temporary/foreign.log" 2>&1 || status=$?
+  check "a build needing a library the image lacks is refused (exit $status)" test "$status" -eq 1
+  check "the refusal names the executable and the library" grep -qF "pretrain_gpt needs liblzo2.so.2" "$temporary/foreign.log"
+  check "neither the refused image nor a part of it is left" bash -c '! ls -A "$1" | grep -q foreign.sqsh' _ "$temporary"
+  rm -rf "$temporary/foreign_build" "$temporary/foreign.log"
 
   local root=$temporary/root
   unsquashfs -no-progress -quiet -d "$root" "$temporary/image.sqsh" >/dev/null
@@ -111,7 +129,6 @@ image() {
 
   # Every executable starts (a missing shared library fails the dynamic loader) and ldd finds
   # every library it names.
-  local tool
   for tool in launcher pretrain_gpt evaluate_gpt checkpoint_util preprocess_data download decompress \
       text_generation_server text_generation_cli; do
     check "$tool --help runs in the image" in_image "$root" bash -c '"$1" --help >/dev/null' _ "$tool"
@@ -124,13 +141,16 @@ image() {
   in_image "$root" launcher main training=gpt3/126m cluster_type=bcm container=/images/megatron-native.sqsh \
     container_mounts='[/lustre/data]' base_results_dir=/tmp/dry_results --dry-run >"$temporary/dry_run.log" 2>&1 ||
     { cat "$temporary/dry_run.log" >&2; echo "FAILED: launcher --dry-run in the image" >&2; exit 1; }
-  local sbatch=$root/tmp/dry_results/gpt3_126m/gpt3_126m_submission.sh
+  local results=$root/tmp/dry_results/gpt3_126m
+  local sbatch=$results/nemo-megatron-gpt3_126m_submission.sh
   check "the dry run wrote the sbatch script" test -f "$sbatch"
-  check "the sbatch script runs the image's pretrain_gpt" grep -qF "$prefix/build/bin/pretrain_gpt" "$sbatch"
-  check "the sbatch script passes the image to pyxis" grep -qF -- "--container-image /images/megatron-native.sqsh" "$sbatch"
-  check "the sbatch script mounts the data" grep -qF -- "/lustre/data" "$sbatch"
-  check "the configuration came from the image's conf/" grep -qF "launcher_scripts_path: $prefix" \
-    "$root/tmp/dry_results/gpt3_126m/gpt3_126m_hydra.yaml"
+  check "the sbatch script is valid bash" bash -n "$sbatch"
+  check "srun runs the image's pretrain_gpt through pyxis with the mounts" grep -qF -- \
+    "--container-image /images/megatron-native.sqsh --container-mounts $prefix:$prefix,$prefix/data:$prefix/data,/tmp/dry_results:/tmp/dry_results,/lustre/data:/lustre/data --no-container-mount-home $prefix/build/bin/pretrain_gpt" "$sbatch"
+  check "the sbatch script does not look for the backend outside the image" \
+    bash -c '! grep -q "command -v" "$1"' _ "$sbatch"
+  check "the configuration came from the image's conf/" grep -qx "launcher_scripts_path: $prefix" \
+    "$results/gpt3_126m_launcher_config.yaml"
 
   # Three CPU iterations of pretrain_gpt (mock data) through the local cluster's job script.
   in_image "$root" launcher main training=gpt3/126m cluster_type=local base_results_dir=/tmp/results \
