@@ -151,8 +151,6 @@ TEST_CASE("with a container image, the sbatch script does not look for the backe
   const std::string contained =
       render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "/images/backend.sqsh", {}});
   CHECK(contained.find("command -v") == std::string::npos);
-  CHECK(contained.find("# The backend is in the container image, where srun (pyxis) starts it") !=
-        std::string::npos);
   CHECK(contained.find("srun --container-image /images/backend.sqsh --no-container-mount-home "
                        "/opt/bin/pretrain_gpt") != std::string::npos);
 }
