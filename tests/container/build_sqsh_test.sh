@@ -125,7 +125,7 @@ image() {
   check "templates/ is in the image" test -f "$root$prefix/templates/bcm.sbatch.mustache"
   check "/etc/environment puts the executables on PATH" \
     grep -qx "PATH=$prefix/build/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" "$root/etc/environment"
-  check "the base keeps no apt lists" test -z "$(ls -A "$root/var/lib/apt/lists" 2>/dev/null | grep -v '^partial$' | grep -v '^lock$')"
+  check "the base keeps no apt lists" test -z "$(find "$root/var/lib/apt/lists" -mindepth 1 -maxdepth 1 ! -name partial ! -name lock)"
 
   # Every executable starts (a missing shared library fails the dynamic loader) and ldd finds
   # every library it names.
