@@ -166,9 +166,31 @@ cp -a -- "$source_dir/conf" "$source_dir/templates" "$root$prefix/"
 # The results of a run go to base_results_dir, which the job mounts; the image's own copy of the
 # default (launcher_scripts_path/results) stays empty.
 mkdir -p -- "$root$prefix/results"
-# Every library the executables load must come from the image: a build linked against
-# libraries install-deps.sh --runtime does not install (a CUDA build's, which are NVIDIA's and
-# not Debian's) would fail inside it at the first job.
+# A CUDA build loads NVIDIA's runtime libraries (libcudart, libcublasLt, NCCL) from the toolkit
+# it was built with, which no Debian package brings. Every library the executables load on this
+# machine from a file no Debian package owns goes into the image at the same path (their run
+# paths name that directory), with its directory in ld.so.conf. The GPU driver's own libraries
+# (libcuda, libnvidia-*) never do: enroot's NVIDIA hook mounts the host's at run time, matching
+# its kernel module. Libraries Debian packages own stay install-deps.sh --runtime's business.
+host_library_dirs=()
+while IFS= read -r library; do
+  case ${library##*/} in libcuda.so*|libnvidia-*) continue ;; esac
+  dpkg -S "$library" >/dev/null 2>&1 && continue
+  dpkg -S "$(realpath -- "$library")" >/dev/null 2>&1 && continue
+  echo "$program: copying $library (no Debian package owns it)"
+  mkdir -p -- "$root$(dirname -- "$library")"
+  cp -L -- "$library" "$root$library"
+  host_library_dirs+=("$(dirname -- "$library")")
+done < <(for tool in "${tools[@]}"; do ldd "$build_dir/bin/$tool"; done |
+         sed -n 's|^[[:space:]]*[^[:space:]]* => \(/[^[:space:]]*\) (0x[0-9a-f]*)$|\1|p' | sort -u)
+if ((${#host_library_dirs[@]})); then
+  printf '%s\n' "${host_library_dirs[@]}" | sort -u >"$root/etc/ld.so.conf.d/megatron_native.conf"
+  chroot "$root" /sbin/ldconfig
+fi
+
+# Every library the executables load must come from the image: a build linked against a
+# Debian library install-deps.sh --runtime does not install would fail inside it at the first
+# job.
 missing_libraries=$(chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin bash -c '
   for tool in "$@"; do
     ldd "$tool" | sed -n "s|^[[:space:]]*\([^[:space:]]*\) => not found.*|  ${tool##*/} needs \1|p"
@@ -176,7 +198,7 @@ missing_libraries=$(chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin
 if [[ -n $missing_libraries ]]; then
   echo "$program: the image lacks shared libraries that the executables of --build-dir $build_dir load:" >&2
   echo "$missing_libraries" >&2
-  echo "$program: install-deps.sh --runtime installs Debian's; a CUDA build's CUDA libraries are NVIDIA's: make that image with container/Dockerfile (docker build, then enroot import dockerd://...), or pack a CPU build (cmake --preset cpu)" >&2
+  echo "$program: add the Debian packages that hold them to install-deps.sh's runtime list (dpkg -S FILE names the package)" >&2
   exit 1
 fi
 
