@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Installs every system dependency of the project from Debian (bookworm) packages.
-# This is the one place that does so: the README's quick start, .ci/run and the
-# container image (later) all call it. Idempotent: packages already present are
+# This is the one place that does so: the README's quick start, .ci/run, container/Dockerfile
+# and container/build-sqsh.sh all call it. Idempotent: packages already present are
 # skipped quickly by apt. Needs root (or sudo).
 #   install-deps.sh          what building and running need
 #   install-deps.sh --tests  also the reference implementations the test suite runs against
 #                            (a real Slurm cluster, OmegaConf, clang's fuzzer, spm_encode): CI uses this.
+#   install-deps.sh --runtime  only the shared libraries the built executables load, for a
+#                            container image that holds the binaries and no compiler
 # The test packages stay optional because a Slurm client from Debian has no place on, say, a
 # cluster login node with the site's own Slurm.
 set -euo pipefail
 
-with_tests=false
+mode=build
 case "${1:-}" in
   "") ;;
-  --tests) with_tests=true ;;
-  *) echo "install-deps.sh: unknown argument '$1' (valid: --tests)" >&2; exit 2 ;;
+  --tests) mode=tests ;;
+  --runtime) mode=runtime ;;
+  *) echo "install-deps.sh: unknown argument '$1' (valid: --tests, --runtime)" >&2; exit 2 ;;
 esac
 
 packages=(
@@ -70,10 +73,41 @@ test_packages=(
   # tests/e2e/report_html_test.cpp loads `launcher report --html`'s page in headless chromium
   # (console errors, the DOM's SVG plots, a screenshot's pixels)
   chromium
+  # tests/container: container/build-sqsh.sh makes the image's root file system with debootstrap
+  # and packs it with mksquashfs; the test unpacks it with unsquashfs (squashfs-tools)
+  debootstrap squashfs-tools
 )
-if [[ $with_tests == true ]]; then
-  packages+=("${test_packages[@]}")
-fi
+# The libraries the executables load, for the image's runtime (container/Dockerfile's runtime
+# stage, container/build-sqsh.sh): the packages `dpkg -S` names for the libraries the built
+# executables need (`readelf -d`'s NEEDED; their own dependencies follow from apt), less what
+# Debian's minbase already holds (libc6, libstdc++6, libgcc-s1, zlib1g, libzstd1, liblzma5).
+# build-sqsh.sh refuses an image in which `ldd` misses one, and tests/container runs every
+# executable in such an image, so a missing entry fails there.
+runtime_packages=(
+  # launcher: the config tree and logging
+  libyaml-cpp0.7 libspdlog1.10 libfmt9
+  # the GEMMs (the OpenMP build: see libopenblas-openmp-dev above) and OpenMP's runtime
+  libopenblas0-openmp libgomp1
+  # tokenizers: Unicode classes, SentencePiece models
+  libutf8proc2 libsentencepiece0
+  # the download tool (https: its CA certificates)
+  libcurl4 ca-certificates
+  # text_generation_server's HTTP server and text_generation_cli's client
+  libcpp-httplib0.11
+  # multi-process runs: the MPI library and mpirun (the local cluster's job scripts call it)
+  libopenmpi3 openmpi-bin
+)
+
+case $mode in
+  tests)
+    packages+=("${test_packages[@]}")
+    # tests/container lints container/Dockerfile with dockerfile-utils from the npm registry
+    # (hadolint is no Debian package). Debian's npm only where no npm is installed: a Node.js
+    # from elsewhere (NodeSource's, say) brings its own npm, which Debian's would conflict with.
+    command -v npm >/dev/null || packages+=(npm)
+    ;;
+  runtime) packages=("${runtime_packages[@]}") ;;
+esac
 
 sudo_cmd=()
 if [[ $(id -u) -ne 0 ]]; then
@@ -93,4 +127,10 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "install-deps.sh: all ${#packages[@]} packages present"
+fi
+
+if [[ $mode == tests ]]; then
+  # The test tooling from the npm registry, at the versions tests/container/package-lock.json pins.
+  tests_container_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../tests/container" && pwd)
+  npm ci --prefix "$tests_container_dir" --no-audit --no-fund --loglevel=error
 fi

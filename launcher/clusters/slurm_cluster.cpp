@@ -207,6 +207,9 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
   for (const auto& line : directives) directive_list.push_back(TemplateData(line));
   data.set("directives", directive_list);
   data.set("srun_arguments", srun_arguments.empty() ? std::string() : shell_join(srun_arguments));
+  // With a container the backend is in the image (container/README.md: backend_bin_dir is the
+  // image's path), so the script's check for it on the batch node would stop every job.
+  data.set("in_container", !context.container_image.empty());
   return render_template(context.templates_dir, "bcm.sbatch.mustache", data);
 }
 

@@ -141,6 +141,20 @@ TEST_CASE("with a container image, srun runs the job through pyxis with the moun
   CHECK(bare.find("--container") == std::string::npos);
 }
 
+TEST_CASE("with a container image, the sbatch script does not look for the backend on the batch node") {
+  // Regression: the check `command -v -- <backend_bin_dir>/pretrain_gpt` ran in the batch
+  // script, outside the container, so a backend installed only in the image (container/,
+  // backend_bin_dir=/opt/megatron_native/build/bin) stopped every job with exit 127.
+  const Node cluster = parse_yaml("stderr_to_stdout: true\n", "bcm.yaml");
+  const std::string bare = render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "", {}});
+  CHECK(bare.find("if ! command -v -- /opt/bin/pretrain_gpt >/dev/null 2>&1; then") != std::string::npos);
+  const std::string contained =
+      render_sbatch(sample_job("/r"), "/r/x.sh", {kTemplates, &cluster, "/images/backend.sqsh", {}});
+  CHECK(contained.find("command -v") == std::string::npos);
+  CHECK(contained.find("srun --container-image /images/backend.sqsh --no-container-mount-home "
+                       "/opt/bin/pretrain_gpt") != std::string::npos);
+}
+
 TEST_CASE("NeMo's srun_args [--no-container-mount-home] does not put the flag on srun twice") {
   // Regression: NeMo's cluster/bcm.yaml lists it in srun_args, and the launcher adds it with
   // any container, so srun had it twice.
