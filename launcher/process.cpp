@@ -86,7 +86,12 @@ Child spawn(const std::vector<std::string>& argv, bool own_process_group = false
   if (pipe2(fds, O_CLOEXEC) != 0) common::fail("pipe failed: {}", std::strerror(errno));
   try {
     SpawnSettings settings;
-    if (own_process_group) settings.new_process_group();
+    if (own_process_group) {
+      settings.new_process_group();
+      // Outside the terminal's foreground group a read from the terminal would stop the job
+      // (SIGTTIN; mpirun forwards stdin to rank 0), so it reads nothing instead.
+      settings.open(STDIN_FILENO, "/dev/null", O_RDONLY);
+    }
     // dup2 clears close-on-exec on the copies; the pipe's own descriptors close at exec.
     settings.duplicate(fds[1], STDOUT_FILENO);
     settings.duplicate(fds[1], STDERR_FILENO);

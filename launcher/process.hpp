@@ -33,7 +33,8 @@ struct TeedRun {
 
 // Starts argv, calls `log_file_for(pid)` to name the log, then copies the child's stdout and
 // stderr to both `terminal` and that file until it exits. With a time limit the child leads
-// its own process group, and when the limit passes the whole group (a job script, its mpirun
+// its own process group (stdin from /dev/null: outside the terminal's foreground group a read
+// would stop it), and when the limit passes the whole group (a job script, its mpirun
 // and the ranks) gets SIGTERM, then SIGKILL 5 s later, as Slurm ends a job past its --time.
 TeedRun run_and_tee(const std::vector<std::string>& argv,
                     const std::function<std::filesystem::path(int pid)>& log_file_for,
