@@ -162,12 +162,13 @@ TEST_CASE("autoconfig on the local cluster: 4 candidates, one failing, the rest 
 TEST_CASE("autoconfig on the local cluster stops a candidate past max_minutes_per_run and ranks the rest") {
   test_support::use_mpi_test_environment();
   TemporaryDirectory temporary;
-  const fs::path bin = wrapped_backend(temporary.path / "bin", {"--tensor-model-parallel-size 2"},
+  const fs::path bin = wrapped_backend(temporary.path / "bin", {"--micro-batch-size 2"},
                                        "exec sleep 300");
   const auto started = std::chrono::steady_clock::now();
+  // One rank each (no mpirun start-up), so the candidate that runs is well inside the limit.
   const auto run = launcher::run_and_capture(local_autoconfig(tiny_search(
       temporary.path / "results", bin,
-      {"cluster.gpus_per_node=2", "tensor_parallel_sizes=[1,2]", "micro_batch_sizes=[2]",
+      {"cluster.gpus_per_node=1", "tensor_parallel_sizes=[1]", "micro_batch_sizes=[1,2]",
        "max_minutes_per_run=0.2", "cluster_type=local"})));
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
@@ -175,7 +176,7 @@ TEST_CASE("autoconfig on the local cluster stops a candidate past max_minutes_pe
   const nlohmann::json candidates = candidates_of(temporary.path / "results" / "autoconfig_gpt3_126m");
   REQUIRE(candidates.size() == 2);
   check_ranking_matches_measurements(candidates, 1);
-  const nlohmann::json& stopped = candidate_named(candidates, "tp2_pp1_vp1_mbs2_recompute-none_distopt-off");
+  const nlohmann::json& stopped = candidate_named(candidates, "tp1_pp1_vp1_mbs2_recompute-none_distopt-off");
   CHECK(stopped.at("status") == "timed_out");
   CHECK(stopped.at("detail").get<std::string>().find("max_minutes_per_run") != std::string::npos);
   const std::string records = read_file(fs::path(stopped.at("results_dir").get<std::string>()) / "jobs.jsonl");

@@ -129,7 +129,7 @@ TEST_CASE("autoconfig refuses a bad model name or cluster before creating anythi
   CHECK(fs::is_empty(temporary.path));
 }
 
-TEST_CASE("ranking follows measured tokens/s; failures, timeouts and pruned ones follow") {
+TEST_CASE("ranking follows measured tokens/s, then timeouts, failures and pruned candidates") {
   auto candidate = [](int64_t mbs, const std::string& status, double tokens) {
     CandidateResult result;
     result.layout.micro_batch_size = mbs;
