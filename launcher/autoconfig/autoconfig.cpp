@@ -255,7 +255,15 @@ int run_autoconfig(const AutoconfigOptions& options, std::ostream& terminal) {
   }
   SearchSettings settings = parse_search_settings(options.arguments, config_keys);
   check_config_name(settings.model, "model");
-  if (!options.save_as.empty()) check_config_name(options.save_as, "--save-as");
+  const fs::path saved = conf_dir / "training" / (options.save_as + ".yaml");
+  if (!options.save_as.empty()) {
+    check_config_name(options.save_as, "--save-as");
+    std::error_code error;
+    if (fs::exists(saved, error)) {
+      common::fail("autoconfig --save-as {}: {} exists already; choose another name",
+                   options.save_as, saved.string());
+    }
+  }
 
   // What every candidate shares: the model, the cluster's shape, the user's overrides.
   std::vector<std::string> base = {"training=" + settings.model, "stages=[training]"};
@@ -490,9 +498,8 @@ int run_autoconfig(const AutoconfigOptions& options, std::ostream& terminal) {
   terminal << fmt::format("autoconfig: best {} ({:.1f} tokens/s); config {}\n", best.layout.name(),
                           best.tokens_per_second, best_file.string());
   if (!options.save_as.empty()) {
-    const fs::path saved = conf_dir / "training" / (options.save_as + ".yaml");
     std::error_code error;
-    if (fs::exists(saved, error)) {
+    if (fs::exists(saved, error)) {  // written since the search started
       common::fail("autoconfig --save-as {}: {} exists already; choose another name (the best "
                    "config is in {})", options.save_as, saved.string(), best_file.string());
     }

@@ -149,3 +149,16 @@ TEST_CASE("ranking follows measured tokens/s, then timeouts, failures and pruned
   CHECK(candidates[2].rank == 3);
   CHECK(candidates[3].rank == 0);
 }
+
+TEST_CASE("autoconfig --save-as refuses a name that would overwrite a shipped training config") {
+  test_support::TemporaryDirectory temporary;
+  AutoconfigOptions options;
+  options.conf_dir = kConfDir;
+  options.save_as = "gpt3/126m";
+  options.arguments = {"model=gpt3/126m", "launcher_scripts_path=/opt/launcher",
+                       "base_results_dir=" + temporary.path.string()};
+  std::ostringstream terminal;
+  CHECK_THROWS_WITH_AS(run_autoconfig(options, terminal),
+                       doctest::Contains("--save-as gpt3/126m: "), common::Error);
+  CHECK(fs::is_empty(temporary.path));  // refused before the search
+}
