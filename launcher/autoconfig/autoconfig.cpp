@@ -289,7 +289,6 @@ int run_autoconfig(const AutoconfigOptions& options, std::ostream& terminal) {
   model.num_layers = model_integer(config, "training.model.num_layers");
   model.num_attention_heads = model_integer(config, "training.model.num_attention_heads");
   model.global_batch_size = model_integer(config, "training.model.global_batch_size");
-  const std::string run_name = scalar_text(at_path(config, "training.run.name"), "training.run.name");
   const fs::path base_results_dir =
       scalar_text(at_path(config, "base_results_dir"), "base_results_dir");
   resolve_auto_lists(settings, model);
@@ -315,7 +314,8 @@ int run_autoconfig(const AutoconfigOptions& options, std::ostream& terminal) {
     for (const std::string& item : layout.overrides()) overrides.push_back(item);
     const std::string directory = run_dir_in_config + "/candidates/" + layout.name();
     for (const std::string& item : {
-             fmt::format("training.run.name={}_{}", run_name, layout.name()),
+             // From the checked model name, never from config text, as it is override text.
+             fmt::format("training.run.name={}_{}", model_label, layout.name()),
              "training.run.results_dir=" + directory,
              "training.exp_manager.explicit_log_dir=" + directory + "/results",
              "training.run.time_limit=" + slurm_time(settings.max_minutes_per_run),
