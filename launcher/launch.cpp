@@ -576,7 +576,12 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
       // Local jobs run one after the other. Like afterany, a failed stage does not stop the
       // next unless that one needs its output (afterok); the launcher's exit status reports
       // the first failure.
-      const Submission submission = run_local_script(job, script_path, terminal);
+      const Submission submission =
+          run_local_script(job, script_path, terminal, options.local_time_limit);
+      if (submission.timed_out) {
+        spdlog::warn("{}: local job {} ran past its time limit of {} s and was stopped", label,
+                     submission.job_id, options.local_time_limit->count() / 1000.0);
+      }
       spdlog::info("{}: local job {} exited with status {}; output in {}", label,
                    submission.job_id, submission.exit_code, submission.log_file.string());
       if (submission.exit_code != 0 && exit_status == 0) exit_status = submission.exit_code;
@@ -585,6 +590,7 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
       record.job_id = submission.job_id;
       record.log_file = submission.log_file;
       record.exit_code = submission.exit_code;
+      record.timed_out = submission.timed_out;
     }
     previous_needs_success = job.successors_need_success;
     append_job_record(job.results_dir, record);

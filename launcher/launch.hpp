@@ -4,6 +4,7 @@
 //   → render script (clusters/, templates/) → results/<run>/ → submit / run
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <optional>
 #include <ostream>
@@ -22,6 +23,9 @@ struct MainOptions {
   // sweep.dir/<job.num>, so no two combinations share a results directory.
   std::optional<size_t> job_number;
   std::string command_line;                   // for launcher_cmd.log
+  // Local jobs are stopped when they run longer (autoconfig's max_minutes_per_run; Slurm jobs
+  // get the same limit as their --time from <stage>.run.time_limit). Unset: no limit.
+  std::optional<std::chrono::milliseconds> local_time_limit;
 };
 
 // conf/ in this order: --config-dir, $LAUNCHER_CONF_DIR, <executable>/../../conf (a build

@@ -9,6 +9,8 @@
 //   launcher logs <run> [-f]       the newest job log of a run (followed with -f)
 //   launcher report <run> ...      benchmark-mode results of runs as one table
 //   launcher report <run> ... --html out.html   plots of the runs' training as one HTML page
+//   launcher autoconfig model=gpt3/5b cluster.nodes=16 ...   NeMo's auto-configurator: search
+//                                  layouts, benchmark the survivors, write the fastest config
 // Every user error ends in one clear message and exit status 2, never a stack dump.
 #include <spdlog/spdlog.h>
 
@@ -19,6 +21,7 @@
 
 #include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
+#include "launcher/autoconfig/autoconfig.hpp"
 #include "launcher/config/compose.hpp"
 #include "launcher/config/introspection.hpp"
 #include "launcher/config/launcher_scripts_path.hpp"
@@ -171,6 +174,23 @@ int main(int argc, char** argv) {
                              "Write one self-contained HTML page with plots of the runs' "
                              "TensorBoard scalars (or job log lines), layout, config diff and "
                              "job states");
+  launcher::AutoconfigOptions autoconfig_options;
+  auto* autoconfig_command = app.add_subcommand(
+      "autoconfig",
+      "Search tensor/pipeline/micro-batch/recompute layouts, benchmark those that fit and write "
+      "the fastest as a training config (NeMo's auto-configurator)");
+  autoconfig_command->add_option(
+      "settings", autoconfig_options.arguments,
+      "model=<training config>, cluster.nodes, cluster.gpus_per_node, cluster.gpu_memory_gb, "
+      "tensor_parallel_sizes, pipeline_parallel_sizes, virtual_pipeline_sizes, micro_batch_sizes, "
+      "recompute, distributed_optimizer (auto or [lists]), min_/max_model_parallel_size, "
+      "max_steps_per_run, max_minutes_per_run, limit_search_runs; other key=value are config "
+      "overrides given to every candidate (docs/launcher.md)");
+  autoconfig_command->add_flag("--dry-run", autoconfig_options.dry_run,
+                               "Only enumerate and prune: write the candidate table, run nothing");
+  autoconfig_command->add_option("--save-as", autoconfig_options.save_as,
+                                 "Also write the best config as conf/training/NAME.yaml");
+  autoconfig_command->add_option("--config-dir", config_dir, "Directory holding config.yaml");
   app.footer([&config_dir] { return help_footer(config_dir, {}, false, false); });
   main_command->footer([&config_dir, &options, &show_options] {
     return help_footer(config_dir, options.overrides, true, show_options.resolve);
@@ -237,6 +257,11 @@ int main(int argc, char** argv) {
       }
       launcher::print_report(files, std::cout);
       return 0;
+    }
+    if (autoconfig_command->parsed()) {
+      autoconfig_options.command_line = options.command_line;
+      if (!config_dir.empty()) autoconfig_options.conf_dir = config_dir;
+      return launcher::run_autoconfig(autoconfig_options, std::cout);
     }
     check_flag_combinations(show_options);
     if (!show_options.cfg.empty() || !show_options.info.empty()) return show(options, show_options);

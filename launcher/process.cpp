@@ -2,10 +2,12 @@
 #include "launcher/process.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -54,6 +56,11 @@ class SpawnSettings {
   }
   // The child leads a new session (no controlling terminal; a hang-up of ours is not its).
   void new_session() { check(posix_spawnattr_setflags(&attributes_, POSIX_SPAWN_SETSID), "setflags"); }
+  // The child leads a new process group, which can then be signalled as a whole.
+  void new_process_group() {
+    check(posix_spawnattr_setpgroup(&attributes_, 0), "setpgroup");
+    check(posix_spawnattr_setflags(&attributes_, POSIX_SPAWN_SETPGROUP), "setflags");
+  }
 
   pid_t run(const std::vector<std::string>& argv) const {
     if (argv.empty()) common::fail("cannot run an empty command");
@@ -74,11 +81,17 @@ class SpawnSettings {
   posix_spawnattr_t attributes_;
 };
 
-Child spawn(const std::vector<std::string>& argv) {
+Child spawn(const std::vector<std::string>& argv, bool own_process_group = false) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) common::fail("pipe failed: {}", std::strerror(errno));
   try {
     SpawnSettings settings;
+    if (own_process_group) {
+      settings.new_process_group();
+      // Outside the terminal's foreground group a read from the terminal would stop the job
+      // (SIGTTIN; mpirun forwards stdin to rank 0), so it reads nothing instead.
+      settings.open(STDIN_FILENO, "/dev/null", O_RDONLY);
+    }
     // dup2 clears close-on-exec on the copies; the pipe's own descriptors close at exec.
     settings.duplicate(fds[1], STDOUT_FILENO);
     settings.duplicate(fds[1], STDERR_FILENO);
@@ -152,10 +165,11 @@ CapturedRun run_and_capture(const std::vector<std::string>& argv) {
   return result;
 }
 
-int run_and_tee(const std::vector<std::string>& argv,
-                const std::function<std::filesystem::path(int pid)>& log_file_for,
-                std::ostream& terminal) {
-  Child child = spawn(argv);
+TeedRun run_and_tee(const std::vector<std::string>& argv,
+                    const std::function<std::filesystem::path(int pid)>& log_file_for,
+                    std::ostream& terminal, std::optional<std::chrono::milliseconds> time_limit) {
+  using Clock = std::chrono::steady_clock;
+  Child child = spawn(argv, time_limit.has_value());
   const std::filesystem::path log_path = log_file_for(child.pid);
   std::ofstream log(log_path, std::ios::binary);
   if (!log) {
@@ -163,13 +177,47 @@ int run_and_tee(const std::vector<std::string>& argv,
     wait_for(child.pid);
     common::fail("cannot write the job log {}", log_path.string());
   }
-  drain(child.output_fd, [&](std::string_view chunk) {
+  auto copy = [&](std::string_view chunk) {
     terminal.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
     terminal.flush();
     log.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
     log.flush();
-  });
-  return wait_for(child.pid);
+  };
+  TeedRun run;
+  if (!time_limit) {
+    drain(child.output_fd, copy);
+    run.exit_code = wait_for(child.pid);
+    return run;
+  }
+  // The next thing to do when the pipe stays quiet: SIGTERM at the limit, SIGKILL 5 s later,
+  // then stop reading 5 s after that (a process that left the group may hold the pipe open).
+  constexpr std::chrono::seconds kGrace{5};
+  Clock::time_point next_step = Clock::now() + *time_limit;
+  int steps_taken = 0;
+  for (;;) {
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_step - Clock::now());
+    pollfd output{child.output_fd, POLLIN, 0};
+    const int ready = poll(&output, 1, static_cast<int>(std::max<int64_t>(0, wait.count())));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      if (steps_taken == 2) break;
+      kill(-child.pid, steps_taken == 0 ? SIGTERM : SIGKILL);
+      run.timed_out = true;
+      ++steps_taken;
+      next_step = Clock::now() + kGrace;
+      continue;
+    }
+    char buffer[8192];
+    const ssize_t n = read(child.output_fd, buffer, sizeof buffer);
+    if (n > 0) {
+      copy(std::string_view(buffer, static_cast<size_t>(n)));
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  close(child.output_fd);
+  run.exit_code = wait_for(child.pid);
+  return run;
 }
 
 }  // namespace launcher

@@ -3,6 +3,7 @@
 // with their output streamed to the terminal and to a log file at once, as `tee` would.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -25,11 +26,20 @@ struct CapturedRun {
 // common::Error naming it.
 CapturedRun run_and_capture(const std::vector<std::string>& argv);
 
+struct TeedRun {
+  int exit_code = 0;       // 128 + signal when killed by a signal
+  bool timed_out = false;  // stopped because it ran past the time limit
+};
+
 // Starts argv, calls `log_file_for(pid)` to name the log, then copies the child's stdout and
-// stderr to both `terminal` and that file until it exits. Returns the exit code.
-int run_and_tee(const std::vector<std::string>& argv,
-                const std::function<std::filesystem::path(int pid)>& log_file_for,
-                std::ostream& terminal);
+// stderr to both `terminal` and that file until it exits. With a time limit the child leads
+// its own process group (stdin from /dev/null: outside the terminal's foreground group a read
+// would stop it), and when the limit passes the whole group (a job script, its mpirun
+// and the ranks) gets SIGTERM, then SIGKILL 5 s later, as Slurm ends a job past its --time.
+TeedRun run_and_tee(const std::vector<std::string>& argv,
+                    const std::function<std::filesystem::path(int pid)>& log_file_for,
+                    std::ostream& terminal,
+                    std::optional<std::chrono::milliseconds> time_limit = std::nullopt);
 
 // Starts argv in a new session (setsid), stdin from /dev/null, and returns its pid without
 // waiting: the process outlives the launcher.

@@ -54,6 +54,7 @@ void append_job_record(const fs::path& results_dir, const JobRecord& record) {
                          {"log_file", record.log_file.string()},
                          {"submitted_at", static_cast<int64_t>(record.submitted_at)}};
   if (record.exit_code) line["exit_code"] = *record.exit_code;
+  if (record.timed_out) line["timed_out"] = true;
   std::ofstream out(results_dir / kRecordFile, std::ios::app);
   // JSON is UTF-8: bytes that are not (a path from an environment variable, say) are replaced
   // by U+FFFD rather than refused, so the job is still recorded.
@@ -82,6 +83,7 @@ std::vector<JobRecord> read_job_records(const fs::path& results_dir) {
       record.log_file = line.at("log_file").get<std::string>();
       record.submitted_at = line.at("submitted_at").get<int64_t>();
       if (line.contains("exit_code")) record.exit_code = line.at("exit_code").get<int>();
+      if (line.contains("timed_out")) record.timed_out = line.at("timed_out").get<bool>();
       records.push_back(std::move(record));
     } catch (const nlohmann::json::exception& error) {
       common::fail("{}:{}: not a job record: {}", path.string(), line_number, error.what());
@@ -109,6 +111,8 @@ std::string query_job_state(const JobRecord& record) {
                                                            : "unknown (no exit status recorded)";
       }
     }
+    // Slurm's word for a job ended at its time limit.
+    if (record.timed_out) return "TIMEOUT";
     return *exit_code == 0 ? "COMPLETED" : fmt::format("FAILED (exit {})", *exit_code);
   }
   auto ask = [](const std::vector<std::string>& argv) -> std::optional<CapturedRun> {

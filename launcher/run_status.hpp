@@ -22,6 +22,7 @@ struct JobRecord {
   std::filesystem::path log_file;  // empty when unknown (k8s)
   std::optional<int> exit_code;    // local jobs
   std::time_t submitted_at = 0;
+  bool timed_out = false;          // local jobs stopped at their time limit
 };
 
 void append_job_record(const std::filesystem::path& results_dir, const JobRecord& record);

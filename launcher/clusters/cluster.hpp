@@ -5,7 +5,9 @@
 //   k8s    (k8s_cluster.cpp):   a Kubeflow PyTorchJob manifest, applied with kubectl
 #pragma once
 
+#include <chrono>
 #include <filesystem>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -28,6 +30,7 @@ struct RenderContext {
 struct Submission {
   std::string job_id;  // Slurm job id, or the local process id
   int exit_code = 0;   // local jobs: the script's exit status; queued jobs: 0
+  bool timed_out = false;  // local jobs: stopped at their time limit
   std::filesystem::path log_file;
 };
 
@@ -41,8 +44,10 @@ void check_program(const JobSpec& job);
 
 std::string render_local_script(const JobSpec& job, const std::filesystem::path& script_path,
                                 const RenderContext& context);
+// With a time limit, the job is stopped when it runs past it (see run_and_tee).
 Submission run_local_script(const JobSpec& job, const std::filesystem::path& script_path,
-                            std::ostream& terminal);
+                            std::ostream& terminal,
+                            std::optional<std::chrono::milliseconds> time_limit = std::nullopt);
 // cluster.detach=true: starts the script in its own session and returns at once. The job
 // writes its output to log-<job>_<pid>.out and its exit status to the file below.
 Submission start_local_script(const JobSpec& job, const std::filesystem::path& script_path);

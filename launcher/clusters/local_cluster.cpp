@@ -98,16 +98,19 @@ std::string render_local_script(const JobSpec& job, const std::filesystem::path&
 }
 
 Submission run_local_script(const JobSpec& job, const std::filesystem::path& script_path,
-                            std::ostream& terminal) {
+                            std::ostream& terminal,
+                            std::optional<std::chrono::milliseconds> time_limit) {
   Submission submission;
-  submission.exit_code = run_and_tee(
+  const TeedRun run = run_and_tee(
       {"bash", script_path.string()},
       [&](int pid) {
         submission.job_id = std::to_string(pid);
         submission.log_file = job.results_dir / fmt::format("log-{}_{}.out", job.job_name, pid);
         return submission.log_file;
       },
-      terminal);
+      terminal, time_limit);
+  submission.exit_code = run.exit_code;
+  submission.timed_out = run.timed_out;
   return submission;
 }
 
