@@ -169,7 +169,8 @@ std::vector<std::string> container_scripts(const YAML::Node& manifest) {
 // The run directory of one launch: conf/config.yaml (the whole config, no defaults list),
 // templates (the source tree's), and work/ (the current directory, where relative paths land).
 struct Sandbox {
-  test_support::TemporaryDirectory root{"hostile_values"};
+  // Thousands of launches: on tmpfs where there is one (memory_backed_temp_directory).
+  test_support::TemporaryDirectory root{"hostile_values", test_support::memory_backed_temp_directory()};
   fs::path bin = root.path / "bin";
   fs::path marker = root.path / "marker" / "pwned";
   fs::path run = root.path / "run";
