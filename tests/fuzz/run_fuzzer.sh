@@ -92,7 +92,7 @@ compile_all() {  # compile_all OBJECT_DIR SOURCE... : each newer source into OBJ
   local object_dir=$1 running=0 failed=0 source object
   shift
   for source in "$@"; do
-    object="$object_dir/$(basename "$(dirname "$source")")-$(basename "$source" .cpp).o"
+    object="$object_dir/$(object_stem "$source").o"
     [[ -f $object && $object -nt $source && $object -nt "$build/obj/headers.stamp" ]] && continue
     "$cxx" "${flags[@]}" -c "$source" -o "$object" &
     if (( ++running >= jobs )); then
@@ -118,15 +118,19 @@ if [[ ! -f $build/obj/headers.stamp || -n $newest_header || "$(cat "$build/obj/f
   touch "$build/obj/headers.stamp"
   echo "${flags[*]}" >"$build/obj/flags"
 fi
-# Objects of files that no longer exist must not linger in the archive.
+# Objects of files that no longer exist must not linger in the archive. (Parameter expansion,
+# not basename/dirname: a subshell per pair of object and source made this loop quadratic in
+# processes, minutes for every fuzz test.)
+object_stem() {  # object_stem SOURCE: the support object's name for SOURCE, without .o
+  local directory=${1%/*} file=${1##*/}
+  echo "${directory##*/}-${file%.cpp}"
+}
+declare -A expected_objects=()
+for source in "${support_sources[@]}"; do expected_objects["$(object_stem "$source")"]=1; done
 for object in "$build/obj/support"/*.o; do
   [[ -e $object ]] || continue
-  stem=$(basename "$object" .o)
-  found=false
-  for source in "${support_sources[@]}"; do
-    [[ "$(basename "$(dirname "$source")")-$(basename "$source" .cpp)" == "$stem" ]] && { found=true; break; }
-  done
-  $found || rm -f "$object" "$support"
+  stem=${object##*/}
+  [[ -n ${expected_objects[${stem%.o}]:-} ]] || rm -f "$object" "$support"
 done
 echo "fuzz/$name: compiling the support archive (${#support_sources[@]} sources, $jobs at a time, only what changed)"
 compile_all "$build/obj/support" "${support_sources[@]}" || { echo "fuzz/$name: compiling failed" >&2; exit 1; }
