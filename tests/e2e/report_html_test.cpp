@@ -11,6 +11,7 @@
 
 #include "read_file.hpp"
 #include "spawned_process.hpp"
+#include "svg_polylines.hpp"
 #include "temporary_directory.hpp"
 
 #include <signal.h>
@@ -185,15 +186,7 @@ ColourSpread find_colour(const Image& image, uint8_t red, uint8_t green, uint8_t
   return spread;
 }
 
-std::vector<int> polyline_point_counts(const std::string& svg) {
-  std::vector<int> counts;
-  const std::regex polyline(R"re(<polyline[^>]* points="([^"]*)")re");
-  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), polyline); it != std::sregex_iterator(); ++it) {
-    const std::string points = (*it)[1];
-    counts.push_back(static_cast<int>(std::count(points.begin(), points.end(), ',')));
-  }
-  return counts;
-}
+using test_support::polyline_point_counts;
 
 }  // namespace
 

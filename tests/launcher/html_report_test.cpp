@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "read_file.hpp"
+#include "svg_polylines.hpp"
 #include "temporary_directory.hpp"
 #include "tensorboard_event_bytes.hpp"
 
@@ -30,16 +31,7 @@ int count(const std::string& text, const std::string& pattern) {
                                         std::sregex_iterator()));
 }
 
-// The number of points of each <polyline>, in document order.
-std::vector<int> polyline_point_counts(const std::string& svg) {
-  std::vector<int> counts;
-  const std::regex polyline(R"re(<polyline[^>]* points="([^"]*)")re");
-  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), polyline); it != std::sregex_iterator(); ++it) {
-    const std::string points = (*it)[1];
-    counts.push_back(static_cast<int>(std::count(points.begin(), points.end(), ',')));
-  }
-  return counts;
-}
+using test_support::polyline_point_counts;
 
 // A run directory as `launcher main` leaves it: the composed config, an event file in results/,
 // a job log and its record.
