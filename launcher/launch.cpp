@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <ctime>
 #include <map>
 #include <optional>
@@ -591,6 +592,18 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
       record.log_file = submission.log_file;
       record.exit_code = submission.exit_code;
       record.timed_out = submission.timed_out;
+      if (submission.interrupted_by != 0) {
+        // The launcher was asked to stop (Ctrl-C, SIGTERM) and passed it on to the job: the
+        // record is kept, then this process ends by the same signal, so a sweep or an
+        // autoconfig search stops here rather than going on to its next job.
+        append_job_record(job.results_dir, record);
+        spdlog::warn("{}: stopped by {}: local job {} was signalled and has ended", label,
+                     sigabbrev_np(submission.interrupted_by) != nullptr
+                         ? std::string("SIG") + sigabbrev_np(submission.interrupted_by)
+                         : std::to_string(submission.interrupted_by),
+                     submission.job_id);
+        stop_by_signal(submission.interrupted_by);
+      }
     }
     previous_needs_success = job.successors_need_success;
     append_job_record(job.results_dir, record);

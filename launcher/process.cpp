@@ -13,6 +13,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+
+#include <spdlog/spdlog.h>
 
 #include "backend/common/error.hpp"
 
@@ -129,7 +132,51 @@ void drain(int fd, Sink&& sink) {
   close(fd);
 }
 
+// The signal that asked this launcher to stop while it ran a time-limited job, 0 if none. Set
+// by the handler InterruptForwarding installs; read by run_and_tee's loop.
+volatile std::sig_atomic_t received_stop_signal = 0;
+
+extern "C" void remember_stop_signal(int signal) { received_stop_signal = signal; }
+
+// While a time-limited job runs in its own process group, the terminal's Ctrl-C (and a SIGTERM
+// or SIGHUP sent to the launcher) would reach the launcher alone and leave the job running,
+// orphaned: these handlers only note the signal, and run_and_tee passes it on to the job's
+// group. A signal this process was started ignoring (nohup) stays ignored. The previous
+// dispositions come back when the job has ended.
+class InterruptForwarding {
+ public:
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+  InterruptForwarding() {
+    received_stop_signal = 0;
+    for (size_t i = 0; i < std::size(kSignals); ++i) {
+      sigaction(kSignals[i], nullptr, &previous_[i]);
+      if (previous_[i].sa_handler == SIG_IGN) continue;
+      struct sigaction action {};
+      action.sa_handler = remember_stop_signal;
+      sigemptyset(&action.sa_mask);
+      action.sa_flags = 0;  // no SA_RESTART: poll returns EINTR at once
+      sigaction(kSignals[i], &action, nullptr);
+    }
+  }
+  ~InterruptForwarding() {
+    for (size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &previous_[i], nullptr);
+  }
+  InterruptForwarding(const InterruptForwarding&) = delete;
+  InterruptForwarding& operator=(const InterruptForwarding&) = delete;
+
+ private:
+  struct sigaction previous_[std::size(kSignals)] {};
+};
+
 }  // namespace
+
+void stop_by_signal(int signal) {
+  spdlog::default_logger()->flush();
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+  _exit(128 + signal);  // only if the signal was blocked
+}
 
 int start_detached(const std::vector<std::string>& argv) {
   SpawnSettings settings;
@@ -169,6 +216,9 @@ TeedRun run_and_tee(const std::vector<std::string>& argv,
                     const std::function<std::filesystem::path(int pid)>& log_file_for,
                     std::ostream& terminal, std::optional<std::chrono::milliseconds> time_limit) {
   using Clock = std::chrono::steady_clock;
+  // Installed before the child starts, so no signal falls between its start and the handlers.
+  std::optional<InterruptForwarding> forwarding;
+  if (time_limit) forwarding.emplace();
   Child child = spawn(argv, time_limit.has_value());
   const std::filesystem::path log_path = log_file_for(child.pid);
   std::ofstream log(log_path, std::ios::binary);
@@ -191,18 +241,29 @@ TeedRun run_and_tee(const std::vector<std::string>& argv,
   }
   // The next thing to do when the pipe stays quiet: SIGTERM at the limit, SIGKILL 5 s later,
   // then stop reading 5 s after that (a process that left the group may hold the pipe open).
+  // A stop signal sent to the launcher goes to the group at once, then the same SIGKILL.
   constexpr std::chrono::seconds kGrace{5};
+  // poll wakes at least this often: the signal may have gone to another thread of this process,
+  // leaving this one's poll uninterrupted.
+  constexpr std::chrono::milliseconds kSignalCheck{100};
   Clock::time_point next_step = Clock::now() + *time_limit;
   int steps_taken = 0;
   for (;;) {
+    if (received_stop_signal != 0 && run.interrupted_by == 0) {
+      run.interrupted_by = received_stop_signal;
+      kill(-child.pid, run.interrupted_by);
+      steps_taken = 1;
+      next_step = Clock::now() + kGrace;
+    }
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_step - Clock::now());
     pollfd output{child.output_fd, POLLIN, 0};
-    const int ready = poll(&output, 1, static_cast<int>(std::max<int64_t>(0, wait.count())));
+    const int ready = poll(&output, 1, static_cast<int>(std::clamp<int64_t>(wait.count(), 0, kSignalCheck.count())));
     if (ready < 0 && errno == EINTR) continue;
     if (ready == 0) {
+      if (Clock::now() < next_step) continue;
       if (steps_taken == 2) break;
       kill(-child.pid, steps_taken == 0 ? SIGTERM : SIGKILL);
-      run.timed_out = true;
+      if (run.interrupted_by == 0) run.timed_out = true;
       ++steps_taken;
       next_step = Clock::now() + kGrace;
       continue;
@@ -217,6 +278,8 @@ TeedRun run_and_tee(const std::vector<std::string>& argv,
   }
   close(child.output_fd);
   run.exit_code = wait_for(child.pid);
+  // A stop signal that came as the job ended still stops the caller.
+  if (run.interrupted_by == 0) run.interrupted_by = received_stop_signal;
   return run;
 }
 

@@ -31,6 +31,7 @@ struct Submission {
   std::string job_id;  // Slurm job id, or the local process id
   int exit_code = 0;   // local jobs: the script's exit status; queued jobs: 0
   bool timed_out = false;  // local jobs: stopped at their time limit
+  int interrupted_by = 0;  // local jobs with a time limit: the stop signal passed on to them
   std::filesystem::path log_file;
 };
 

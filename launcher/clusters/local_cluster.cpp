@@ -111,6 +111,7 @@ Submission run_local_script(const JobSpec& job, const std::filesystem::path& scr
       terminal, time_limit);
   submission.exit_code = run.exit_code;
   submission.timed_out = run.timed_out;
+  submission.interrupted_by = run.interrupted_by;
   return submission;
 }
 

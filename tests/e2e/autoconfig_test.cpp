@@ -6,7 +6,9 @@
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -181,6 +183,55 @@ TEST_CASE("autoconfig on the local cluster stops a candidate past max_minutes_pe
   CHECK(stopped.at("detail").get<std::string>().find("max_minutes_per_run") != std::string::npos);
   const std::string records = read_file(fs::path(stopped.at("results_dir").get<std::string>()) / "jobs.jsonl");
   CHECK(records.find("\"timed_out\":true") != std::string::npos);
+}
+
+TEST_CASE("Ctrl-C during a local autoconfig candidate stops it and the search") {
+  // Candidates with a time limit run in a process group of their own, out of the terminal's
+  // reach: the launcher passes the SIGINT on, records the job, and ends by the same signal.
+  test_support::use_mpi_test_environment();
+  TemporaryDirectory temporary;
+  const fs::path sleepers = temporary.path / "sleepers";
+  const fs::path bin = wrapped_backend(temporary.path / "bin", {},
+                                       "echo $$ >>" + sleepers.string() + "; exec sleep 300");
+  std::string command;
+  for (const std::string& argument : local_autoconfig(tiny_search(
+           temporary.path / "results", bin,
+           {"cluster.gpus_per_node=1", "tensor_parallel_sizes=[1]", "micro_batch_sizes=[1,2]",
+            "max_minutes_per_run=5", "cluster_type=local"}))) {
+    command += " '" + argument + "'";  // the temporary paths hold no quote
+  }
+  // set -m: the launcher runs as a job of its own with SIGINT not ignored, as from a terminal.
+  const std::string script =
+      "set -m\n" + command + " >" + (temporary.path / "launcher.out").string() + " 2>&1 &\n"
+      "launcher=$!\n"
+      "for i in $(seq 600); do [[ -s " + sleepers.string() + " ]] && break; sleep 0.1; done\n"
+      "sleep 0.5\n"
+      "kill -INT $launcher\n"
+      "wait $launcher\n"
+      "echo \"launcher exit $?\"\n";
+  // Inherited by bash and the launcher: a suite started in the background by a non-interactive
+  // shell has SIGINT ignored, which the launcher respects (nohup) and bash cannot undo.
+  std::signal(SIGINT, SIG_DFL);
+  const auto started = std::chrono::steady_clock::now();
+  const auto run = launcher::run_and_capture({"bash", "-c", script});
+  const std::string launcher_output = read_file(temporary.path / "launcher.out");
+  INFO(run.output);
+  INFO(launcher_output);
+  CHECK(run.output.find("launcher exit 130") != std::string::npos);  // 128 + SIGINT
+  CHECK(std::chrono::steady_clock::now() - started < 120s);
+  CHECK(launcher_output.find("stopped by SIGINT") != std::string::npos);
+  // One candidate started, and its process is gone (or a zombie awaiting its reaper).
+  const std::string pids = read_file(sleepers);
+  REQUIRE(std::count(pids.begin(), pids.end(), '\n') == 1);
+  const std::string pid = pids.substr(0, pids.size() - 1);
+  const fs::path stat = fs::path("/proc") / pid / "stat";
+  if (fs::exists(stat)) CHECK(read_file(stat).find(") Z ") != std::string::npos);
+  // Its job record is kept.
+  bool recorded = false;
+  for (const auto& entry : fs::recursive_directory_iterator(temporary.path / "results")) {
+    if (entry.path().filename() == "jobs.jsonl") recorded = true;
+  }
+  CHECK(recorded);
 }
 
 TEST_CASE("autoconfig with bad settings says what is wrong and runs nothing") {
