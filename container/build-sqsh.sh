@@ -181,8 +181,11 @@ while IFS= read -r library; do
   mkdir -p -- "$root$(dirname -- "$library")"
   cp -L -- "$library" "$root$library"
   host_library_dirs+=("$(dirname -- "$library")")
-done < <(for tool in "${tools[@]}"; do ldd "$build_dir/bin/$tool"; done |
-         sed -n 's|^[[:space:]]*[^[:space:]]* => \(/[^[:space:]]*\) (0x[0-9a-f]*)$|\1|p' | sort -u)
+done < <({ for tool in "${tools[@]}"; do ldd "$build_dir/bin/$tool"; done |
+            sed -n 's|^[[:space:]]*[^[:space:]]* => \(/[^[:space:]]*\) (0x[0-9a-f]*)$|\1|p'
+          # cuBLASLt is loaded with dlopen when a GPU is used (ldd does not list it), from the
+          # path the build recorded.
+          sed -n 's|^CUBLASLT_LIBRARY_FILE:INTERNAL=||p' "$build_dir/CMakeCache.txt"; } | sort -u)
 if ((${#host_library_dirs[@]})); then
   printf '%s\n' "${host_library_dirs[@]}" | sort -u >"$root/etc/ld.so.conf.d/megatron_native.conf"
   chroot "$root" /sbin/ldconfig

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/common/error.hpp"
+#include "backend/device/cublaslt_library.cuh"
 
 namespace backend::cuda_detail {
 
@@ -18,11 +19,12 @@ namespace backend::cuda_detail {
                cudaGetErrorString(status), statement, file, line);
 }
 
-// cuBLASLt's own status names: the project links libcublasLt, not libcublas.
+// cuBLASLt's own status names: the project loads libcublasLt, not libcublas.
 [[noreturn]] inline void fail_cublas(cublasStatus_t status, const char* statement,
                                      const char* file, int line) {
-  common::fail("cuBLAS error {} ({}) in `{}` at {}:{}", cublasLtGetStatusName(status),
-               cublasLtGetStatusString(status), statement, file, line);
+  const CublasLtLibrary& library = cublaslt();
+  common::fail("cuBLAS error {} ({}) in `{}` at {}:{}", library.get_status_name(status),
+               library.get_status_string(status), statement, file, line);
 }
 
 }  // namespace backend::cuda_detail

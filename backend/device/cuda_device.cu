@@ -103,7 +103,7 @@ class CudaDevice final : public Device {
     // From here on a failure must release what was made: the members' destructor does it.
     try {
       CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-      CUBLAS_CHECK(cublasLtCreate(&lt_handle_));
+      CUBLAS_CHECK(cuda_detail::cublaslt().create(&lt_handle_));
       workspace_ = allocate_zeroed(kCublasWorkspaceBytes, "the cuBLASLt workspace");
       partials_ = allocate_zeroed(cuda::kReductionPartials * int64_t{sizeof(double)},
                                   "the reductions' partial sums");
@@ -302,7 +302,7 @@ class CudaDevice final : public Device {
     scratch_ = {};
     partials_ = {};
     workspace_ = {};
-    if (lt_handle_ != nullptr) (void)cublasLtDestroy(lt_handle_);
+    if (lt_handle_ != nullptr) (void)cuda_detail::cublaslt().destroy(lt_handle_);
     lt_handle_ = nullptr;
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
     stream_ = nullptr;
