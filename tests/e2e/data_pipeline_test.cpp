@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "launcher/process.hpp"
+#include "sanitized_build.hpp"
 
 namespace fs = std::filesystem;
 
@@ -59,7 +60,7 @@ size_t write_licence_corpus(const fs::path& jsonl) {
 // release-only: a learning curve, ~2 minutes under the sanitizers; the binaries it runs are
 // sanitized by the other e2e tests.
 TEST_CASE("JSONL → preprocess_data → pretrain_gpt on English text: the loss falls far below ln(vocab)" *
-          doctest::test_suite("release-only")) {
+          test_support::release_only()) {
   if (!fs::is_directory("/usr/share/common-licenses")) {
     MESSAGE("skipped: /usr/share/common-licenses (Debian's base-files) is missing");
     return;

@@ -40,6 +40,7 @@
 #include "read_file.hpp"
 #include "temporary_directory.hpp"
 #include "quiet_logger.hpp"
+#include "sanitized_build.hpp"
 
 using namespace launcher;
 namespace fs = std::filesystem;
@@ -450,11 +451,11 @@ std::string check_no_value_becomes_code(const std::string& cluster_type) {
 
 // One test case per cluster type, so that CTest can run them side by side. The sanitized build
 // runs the Slurm one (the richest renderer: sbatch directives, srun lines, pyxis options) and
-// leaves the other three to the release build (label release-only, excluded by the asan test
-// preset): each is ~2 minutes of in-process launches under ASan, and the renderers they add are
+// leaves the other three to the release build (test_support::release_only(): not registered in
+// a sanitized build): each is ~2 minutes of in-process launches under ASan, and the renderers they add are
 // plain string building over the same quoting function.
 TEST_CASE("no hostile value in any field or key of the config becomes code: local cluster" *
-          doctest::test_suite("release-only")) {
+          test_support::release_only()) {
   MESSAGE(check_no_value_becomes_code("local"));
 }
 
@@ -463,11 +464,11 @@ TEST_CASE("no hostile value in any field or key of the config becomes code: bcm 
 }
 
 TEST_CASE("no hostile value in any field or key of the config becomes code: pbs cluster" *
-          doctest::test_suite("release-only")) {
+          test_support::release_only()) {
   MESSAGE(check_no_value_becomes_code("pbs"));
 }
 
 TEST_CASE("no hostile value in any field or key of the config becomes code: k8s cluster" *
-          doctest::test_suite("release-only")) {
+          test_support::release_only()) {
   MESSAGE(check_no_value_becomes_code("k8s"));
 }

@@ -16,6 +16,7 @@
 #include "backend/common/error.hpp"
 #include "backend/common/inverse_normal_cdf.hpp"
 #include "tests/backend/ops/gradient_check.hpp"
+#include "sanitized_build.hpp"
 
 namespace {
 
@@ -338,7 +339,7 @@ TEST_CASE("model gradients match central finite differences for every parameter 
 // release-only: the fp64 finite differences of every tensor take ~90 s under the sanitizers, and
 // the ops they run are sanitized by the test above and the Llama forward tests.
 TEST_CASE("each Llama switch alone and all together keep the gradient exact" *
-          doctest::test_suite("release-only")) {
+          test_support::release_only()) {
   SUBCASE("rope") {
     GptConfig config = tiny_config();
     config.position_embedding_type = backend::PositionEmbeddingType::rope;

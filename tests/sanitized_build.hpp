@@ -1,0 +1,27 @@
+// Whether this test executable is built with AddressSanitizer (the asan preset). The few tests
+// that take minutes under the sanitizers, for code the sanitized suite reaches elsewhere, are
+// left to the release build with `* test_support::release_only()`: doctest's skip decorator,
+// which also leaves them out of `--list-test-cases`, so the sanitized build never registers
+// them with CTest. (A doctest test suite turned into a CTest label did the same, but labels
+// cost one run of the test executable per test case at build time: minutes in CI.)
+#pragma once
+
+#include <doctest/doctest.h>
+
+namespace test_support {
+
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitizedBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kSanitizedBuild = true;
+#else
+inline constexpr bool kSanitizedBuild = false;
+#endif
+#else
+inline constexpr bool kSanitizedBuild = false;
+#endif
+
+inline doctest::skip release_only() { return doctest::skip(kSanitizedBuild); }
+
+}  // namespace test_support
