@@ -544,6 +544,7 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
       continue;
     }
     JobRecord record{label, cluster_type, "", script_path, {}, std::nullopt, std::time(nullptr)};
+    int stop_signal = 0;  // a local job's interrupted_by: the launcher stops after its record
     if (cluster_type == "bcm" || cluster_type == "pbs") {
       const Submission submission = cluster_type == "bcm" ? submit_sbatch(job, script_path)
                                                           : submit_qsub(job, script_path);
@@ -592,21 +593,21 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
       record.log_file = submission.log_file;
       record.exit_code = submission.exit_code;
       record.timed_out = submission.timed_out;
-      if (submission.interrupted_by != 0) {
-        // The launcher was asked to stop (Ctrl-C, SIGTERM) and passed it on to the job: the
-        // record is kept, then this process ends by the same signal, so a sweep or an
-        // autoconfig search stops here rather than going on to its next job.
-        append_job_record(job.results_dir, record);
-        spdlog::warn("{}: stopped by {}: local job {} was signalled and has ended", label,
-                     sigabbrev_np(submission.interrupted_by) != nullptr
-                         ? std::string("SIG") + sigabbrev_np(submission.interrupted_by)
-                         : std::to_string(submission.interrupted_by),
-                     submission.job_id);
-        stop_by_signal(submission.interrupted_by);
-      }
+      stop_signal = submission.interrupted_by;
     }
     previous_needs_success = job.successors_need_success;
     append_job_record(job.results_dir, record);
+    if (stop_signal != 0) {
+      // The launcher was asked to stop (Ctrl-C, SIGTERM) and passed it on to the job: with its
+      // record kept, this process ends by the same signal, so a sweep or an autoconfig search
+      // stops here rather than going on to its next job.
+      const char* abbreviation = sigabbrev_np(stop_signal);
+      spdlog::warn("{}: stopped by {}: local job {} was signalled and has ended", label,
+                   abbreviation != nullptr ? std::string("SIG") + abbreviation
+                                           : std::to_string(stop_signal),
+                   record.job_id);
+      stop_by_signal(stop_signal);
+    }
   }
   return exit_status;
 }

@@ -257,7 +257,8 @@ TeedRun run_and_tee(const std::vector<std::string>& argv,
     }
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_step - Clock::now());
     pollfd output{child.output_fd, POLLIN, 0};
-    const int ready = poll(&output, 1, static_cast<int>(std::clamp<int64_t>(wait.count(), 0, kSignalCheck.count())));
+    const int64_t timeout_ms = std::clamp<int64_t>(wait.count(), 0, kSignalCheck.count());
+    const int ready = poll(&output, 1, static_cast<int>(timeout_ms));
     if (ready < 0 && errno == EINTR) continue;
     if (ready == 0) {
       if (Clock::now() < next_step) continue;

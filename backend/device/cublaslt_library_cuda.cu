@@ -9,7 +9,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <vector>
+
+#include <fmt/format.h>
 
 #include "backend/common/error.hpp"
 #include "backend/device/cublaslt_library.cuh"
@@ -46,7 +47,7 @@ void resolve(const LoadedLibrary& library, Function& function, const char* name)
 
 LoadedLibrary load() {
   LoadedLibrary library;
-  std::vector<std::string> failures;
+  std::string tried;  // each candidate and why it did not load
   for (const char* candidate : {CUBLASLT_LIBRARY_FILE, CUBLASLT_SONAME}) {
     // RTLD_LOCAL: its symbols serve this table only. The handle stays open for the process.
     library.handle = dlopen(candidate, RTLD_NOW | RTLD_LOCAL);
@@ -55,11 +56,9 @@ LoadedLibrary load() {
       break;
     }
     const char* reason = dlerror();
-    failures.push_back(std::string(candidate) + ": " + (reason != nullptr ? reason : "not loaded"));
+    tried += fmt::format("\n  {}: {}", candidate, reason != nullptr ? reason : "not loaded");
   }
   if (library.handle == nullptr) {
-    std::string tried;
-    for (const std::string& failure : failures) tried += "\n  " + failure;
     common::fail("cannot load cuBLASLt, which the CUDA device needs for its GEMMs; tried:{}\n"
                  "Install the CUDA toolkit's cuBLAS ({}) or put its directory on "
                  "LD_LIBRARY_PATH; --device cpu runs without it",

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "launcher/process.hpp"
+#include "launcher/shell_quote.hpp"
 #include "mpi_test_environment.hpp"
 #include "read_file.hpp"
 #include "slurm_test_cluster.hpp"
@@ -192,19 +193,19 @@ TEST_CASE("Ctrl-C during a local autoconfig candidate stops it and the search") 
   TemporaryDirectory temporary;
   const fs::path sleepers = temporary.path / "sleepers";
   const fs::path bin = wrapped_backend(temporary.path / "bin", {},
-                                       "echo $$ >>" + sleepers.string() + "; exec sleep 300");
-  std::string command;
-  for (const std::string& argument : local_autoconfig(tiny_search(
-           temporary.path / "results", bin,
-           {"cluster.gpus_per_node=1", "tensor_parallel_sizes=[1]", "micro_batch_sizes=[1,2]",
-            "max_minutes_per_run=5", "cluster_type=local"}))) {
-    command += " '" + argument + "'";  // the temporary paths hold no quote
-  }
+                                       "echo $$ >>" + launcher::shell_quote(sleepers.string()) +
+                                           "; exec sleep 300");
+  const std::string command = launcher::shell_join(local_autoconfig(tiny_search(
+      temporary.path / "results", bin,
+      {"cluster.gpus_per_node=1", "tensor_parallel_sizes=[1]", "micro_batch_sizes=[1,2]",
+       "max_minutes_per_run=5", "cluster_type=local"})));
   // set -m: the launcher runs as a job of its own with SIGINT not ignored, as from a terminal.
   const std::string script =
-      "set -m\n" + command + " >" + (temporary.path / "launcher.out").string() + " 2>&1 &\n"
+      "set -m\n" + command + " >" +
+      launcher::shell_quote((temporary.path / "launcher.out").string()) + " 2>&1 &\n"
       "launcher=$!\n"
-      "for i in $(seq 600); do [[ -s " + sleepers.string() + " ]] && break; sleep 0.1; done\n"
+      "for i in $(seq 600); do [[ -s " + launcher::shell_quote(sleepers.string()) +
+      " ]] && break; sleep 0.1; done\n"
       "sleep 0.5\n"
       "kill -INT $launcher\n"
       "wait $launcher\n"
