@@ -10,6 +10,7 @@
 
 #include "backend/common/error.hpp"
 #include "backend/ops/attention.hpp"
+#include "backend/ops/convert.hpp"
 #include "backend/ops/cross_entropy.hpp"
 #include "backend/ops/dropout.hpp"
 #include "backend/ops/embedding.hpp"
@@ -90,6 +91,13 @@ void CpuDevice::copy(View destination, View source) {
   if (to != from && source.bytes() > 0) {
     std::memmove(to, from, static_cast<size_t>(source.bytes()));
   }
+}
+
+// A conversion computes nothing in bf16, so the CPU device makes working copies too (its own
+// ops still refuse to read them).
+void CpuDevice::convert(View destination, View source) {
+  check_convertible(destination, source, "convert");
+  cpu::convert(host<bfloat16>(destination), host<float>(source), source.numel);
 }
 
 void CpuDevice::fill_zero(View values) {

@@ -18,6 +18,7 @@ class CpuDevice : public Device {
   void copy_to_host(void* destination, View source) override;
   void fill_zero(View values) override;
   void copy(View destination, View source) override;
+  void convert(View destination, View source) override;
   void sum(View total, View values) override;
   void sum_of_squares(View total, View values) override;
   void scale(View values, double factor) override;

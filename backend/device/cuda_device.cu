@@ -27,6 +27,7 @@
 #include "backend/device/element_type.hpp"
 #include "backend/ops/adamw.hpp"
 #include "backend/ops/attention.hpp"
+#include "backend/ops/convert.hpp"
 #include "backend/ops/cross_entropy.hpp"
 #include "backend/ops/dropout.hpp"
 #include "backend/ops/embedding.hpp"
@@ -187,6 +188,7 @@ class CudaDevice final : public Device {
   void sum_of_squares(View total, View values) override {
     reduce(total, values, true, "sum_of_squares");
   }
+  void convert(View destination, View source) override;
   void scale(View values, double factor) override;
   void adamw_update(View master, View weights, View gradients, View exp_avg, View exp_avg_sq,
                     const AdamWCoefficients& coefficients) override;
@@ -705,6 +707,13 @@ void CudaDevice::kv_cache_attention_forward(View output, View key_cache, View va
                                      ids(positions, op), rows, num_heads, num_query_groups,
                                      head_dim, max_length, stream_);
   });
+}
+
+void CudaDevice::convert(View destination, View source) {
+  constexpr const char* op = "convert";
+  check_convertible(destination, source, op);
+  use();
+  cuda::convert(gpu<bfloat16>(destination, op), gpu<float>(source, op), source.numel, stream_);
 }
 
 void CudaDevice::scale(View values, double factor) {

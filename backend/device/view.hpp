@@ -47,6 +47,9 @@ struct View {
 // A copy's views (Device::copy): the same element type and element count, else common::Error
 // naming the op and both views' counts and types.
 void check_same_extent(View destination, View source, std::string_view op);
+// A conversion's views (Device::convert): bf16 from f32, one element count, else common::Error
+// naming the op and both views.
+void check_convertible(View destination, View source, std::string_view op);
 
 // Host memory the caller owns (a vector, a scalar's span of one) as a view of its element type:
 // what the optimizer's host form and the collectives over host values take. A span of const

@@ -74,21 +74,24 @@ ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule
   plan.batch_size = batch_size;
   plan.seq_length = seq_length;
   ArenaLayout& layout = plan.layout;
-  int64_t kept_elements = 0;
+  // Statistics (norm means and reciprocal deviations, log-sum-exps, losses, RoPE tables) stay
+  // fp32 when the activations are bf16, as the ops' twins take them.
+  const ElementType statistics = dtype == ElementType::bf16 ? ElementType::f32 : dtype;
+  int64_t kept_bytes = 0;
   const bool carve_kept = part != ActivationPart::shared;
   const bool carve_shared = part != ActivationPart::per_micro_batch;
   // What one micro batch keeps for its backward (counted in kept_bytes), what it keeps only
   // while the recompute or the forward works (shared, counted too), and the scratch.
-  auto keep = [&](std::string what, int64_t numel) {
-    kept_elements += numel;
-    return layout.add(std::move(what), dtype, carve_kept ? numel : 0);
+  auto keep = [&](std::string what, int64_t numel, ElementType type) {
+    kept_bytes += common::checked_multiply(numel, element_size(type), "the activations");
+    return layout.add(std::move(what), type, carve_kept ? numel : 0);
   };
-  auto kept_shared = [&](std::string what, int64_t numel) {
-    kept_elements += numel;
-    return layout.add(std::move(what), dtype, carve_shared ? numel : 0);
+  auto kept_shared = [&](std::string what, int64_t numel, ElementType type) {
+    kept_bytes += common::checked_multiply(numel, element_size(type), "the activations");
+    return layout.add(std::move(what), type, carve_shared ? numel : 0);
   };
-  auto scratch = [&](std::string what, int64_t numel) {
-    return layout.add(std::move(what), dtype, carve_shared ? numel : 0);
+  auto scratch = [&](std::string what, int64_t numel, ElementType type) {
+    return layout.add(std::move(what), type, carve_shared ? numel : 0);
   };
   const bool last_stage = stage.last();
   const int64_t head_rows = last_stage ? rows : 0;
@@ -96,33 +99,43 @@ ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule
 
   plan.tokens = layout.add("tokens", ElementType::i32, carve_kept ? rows : 0);
   plan.labels = layout.add("labels", ElementType::i32, carve_kept ? rows : 0);
-  plan.embedded = keep("embedding output", stream_rows * C);
+  plan.embedded = keep("embedding output", stream_rows * C, dtype);
   const auto chunks = stage_layer_chunks(config.num_layers, stage);
   const bool pipelined = !stage.whole_model();
   for (size_t c = 0; c < chunks.size(); ++c) {
     plan.chunk_inputs.push_back(
-        keep("chunk " + std::to_string(c) + " input", c > 0 ? stream_rows * C : 0));
+        keep("chunk " + std::to_string(c) + " input", c > 0 ? stream_rows * C : 0, dtype));
     plan.output_gradients.push_back(
-        keep("chunk " + std::to_string(c) + " output gradient", pipelined ? stream_rows * C : 0));
+        keep("chunk " + std::to_string(c) + " output gradient", pipelined ? stream_rows * C : 0,
+             dtype));
   }
   auto layer_regions = [&](const std::string& name, bool internals, bool output,
                            bool shared = false) {
     const int64_t n = internals ? rows : 0;
+    auto typed_region = [&](std::string what, int64_t numel, ElementType type) {
+      return shared ? kept_shared(std::move(what), numel, type)
+                    : keep(std::move(what), numel, type);
+    };
     auto region = [&](std::string what, int64_t numel) {
-      return shared ? kept_shared(std::move(what), numel) : keep(std::move(what), numel);
+      return typed_region(std::move(what), numel, dtype);
     };
     LayerActivationRegions r{};
     r.input_norm = region(name + " input_layernorm", n * C);
-    r.input_norm_mean = region(name + " input_layernorm mean", internals ? norm_means : 0);
-    r.input_norm_rstd = region(name + " input_layernorm rstd", internals ? stream_rows : 0);
+    r.input_norm_mean =
+        typed_region(name + " input_layernorm mean", internals ? norm_means : 0, statistics);
+    r.input_norm_rstd =
+        typed_region(name + " input_layernorm rstd", internals ? stream_rows : 0, statistics);
     r.qkv = region(name + " qkv", n * QKV);
-    r.attention_logsumexp = region(name + " attention log-sum-exp",
-                                 internals && !schedule.selective() ? logsumexp_count : 0);
+    r.attention_logsumexp =
+        typed_region(name + " attention log-sum-exp",
+                     internals && !schedule.selective() ? logsumexp_count : 0, statistics);
     r.context = region(name + " attention context", n * A);
     r.attention_residual = region(name + " attention residual", internals ? stream_rows * C : 0);
     r.mlp_norm = region(name + " pre_mlp_layernorm", n * C);
-    r.mlp_norm_mean = region(name + " pre_mlp_layernorm mean", internals ? norm_means : 0);
-    r.mlp_norm_rstd = region(name + " pre_mlp_layernorm rstd", internals ? stream_rows : 0);
+    r.mlp_norm_mean =
+        typed_region(name + " pre_mlp_layernorm mean", internals ? norm_means : 0, statistics);
+    r.mlp_norm_rstd =
+        typed_region(name + " pre_mlp_layernorm rstd", internals ? stream_rows : 0, statistics);
     r.fc1 = region(name + " linear_fc1", n * F1);
     r.activation = region(name + " activation", n * F);
     r.output = region(name + " output", output ? stream_rows * C : 0);
@@ -148,32 +161,35 @@ ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule
         layer_regions("recompute slot " + std::to_string(j), true, slot_needs_output[j], true));
   }
   plan.recomputed_logsumexp = kept_shared("recomputed attention log-sum-exp",
-                                          schedule.selective() ? logsumexp_count : 0);
-  plan.final_norm = keep("final_layernorm", head_rows * C);
-  plan.final_norm_mean = keep("final_layernorm mean", last_stage ? norm_means : 0);
-  plan.final_norm_rstd = keep("final_layernorm rstd", head_stream_rows);
-  plan.logits = keep("logits", head_rows * V);
-  plan.losses = keep("losses", head_rows);
-  plan.logsumexp = keep("logits log-sum-exp", head_rows);
+                                          schedule.selective() ? logsumexp_count : 0, statistics);
+  plan.final_norm = keep("final_layernorm", head_rows * C, dtype);
+  plan.final_norm_mean = keep("final_layernorm mean", last_stage ? norm_means : 0, statistics);
+  plan.final_norm_rstd = keep("final_layernorm rstd", head_stream_rows, statistics);
+  plan.logits = keep("logits", head_rows * V, dtype);
+  plan.losses = keep("losses", head_rows, statistics);
+  plan.logsumexp = keep("logits log-sum-exp", head_rows, statistics);
   plan.loss_total = layout.add("loss total", ElementType::f64, carve_shared ? 1 : 0);
   const int64_t parts = tensor_parallel > 1 ? tensor_parallel : 0;
-  plan.logsumexp_parts = scratch("logits log-sum-exp per vocabulary shard", parts * head_rows);
-  plan.target_logit = scratch("label logits", parts > 0 ? head_rows : 0);
-  plan.branch = scratch("branch", rows * C);
+  plan.logsumexp_parts =
+      scratch("logits log-sum-exp per vocabulary shard", parts * head_rows, statistics);
+  plan.target_logit = scratch("label logits", parts > 0 ? head_rows : 0, statistics);
+  plan.branch = scratch("branch", rows * C, dtype);
   const bool rope = config.position_embedding_type == PositionEmbeddingType::rope;
   const int64_t rope_table = rope ? seq_length * (config.rotary_dim() / 2) : 0;
-  plan.rope_cos = scratch("rope cos", rope_table);
-  plan.rope_sin = scratch("rope sin", rope_table);
-  plan.dlogits = scratch("dlogits", head_rows * V);
-  plan.dresidual = scratch("dresidual", stream_rows * C);
-  plan.dbranch = scratch("dbranch", stream_rows * C);
-  plan.branch_shard = scratch("branch, this rank's rows", sharded_stream ? stream_rows * C : 0);
-  plan.dnorm_shard = scratch("dnorm, this rank's rows", sharded_stream ? stream_rows * C : 0);
-  plan.dnorm = scratch("dnorm", rows * C);
-  plan.dqkv = scratch("dqkv", rows * QKV);
-  plan.dhidden = scratch("dhidden", rows * F);
-  plan.dfc1 = scratch("dfc1", rows * F1);
-  plan.kept_bytes = common::checked_multiply(kept_elements, element_size(dtype), "the activations");
+  plan.rope_cos = scratch("rope cos", rope_table, statistics);
+  plan.rope_sin = scratch("rope sin", rope_table, statistics);
+  plan.dlogits = scratch("dlogits", head_rows * V, dtype);
+  plan.dresidual = scratch("dresidual", stream_rows * C, dtype);
+  plan.dbranch = scratch("dbranch", stream_rows * C, dtype);
+  plan.branch_shard =
+      scratch("branch, this rank's rows", sharded_stream ? stream_rows * C : 0, dtype);
+  plan.dnorm_shard =
+      scratch("dnorm, this rank's rows", sharded_stream ? stream_rows * C : 0, dtype);
+  plan.dnorm = scratch("dnorm", rows * C, dtype);
+  plan.dqkv = scratch("dqkv", rows * QKV, dtype);
+  plan.dhidden = scratch("dhidden", rows * F, dtype);
+  plan.dfc1 = scratch("dfc1", rows * F1, dtype);
+  plan.kept_bytes = kept_bytes;
   return plan;
 }
 

@@ -115,7 +115,8 @@ struct ActivationPlan {
   int64_t kept_bytes = 0;
 };
 
-// The plan for micro batches of (batch_size, seq_length), activations in `dtype`. Sizes are
+// The plan for micro batches of (batch_size, seq_length), activations in `dtype` (statistics:
+// norm means and rstds, log-sum-exps, losses, RoPE tables in fp32 when `dtype` is bf16). Sizes are
 // checked for overflow with messages naming the micro batch and sequence length. Under tensor
 // parallelism `config` is the rank's shard (tensor_parallel_shard()) and `tensor_parallel` the
 // group's size, which adds the vocab-parallel cross-entropy's buffers. With sequence_parallel

@@ -66,6 +66,13 @@ struct GptConfig {
   RecomputeMethod recompute_method = RecomputeMethod::uniform;
   int64_t recompute_num_layers = 1;
 
+  // Megatron's --bf16 on a GPU: the forward and backward read a bf16 working copy of the
+  // parameters and keep bf16 activations, while the parameters themselves (the optimizer's
+  // master weights), their gradients and the statistics stay fp32. GptModel<float> on a device
+  // with bf16 ops (the CUDA device), one rank's whole model (no tensor or pipeline parallelism,
+  // no ZeRO-3) for now; GptModel refuses anything else by name.
+  bool bf16 = false;
+
   // Features per attention head (Megatron's kv_channels); 0: hidden_size / num_attention_heads,
   // the only value the flags give. A tensor-parallel shard (tensor_parallel_shard()) sets it,
   // since its heads keep the full model's head size while it holds fewer of them.

@@ -157,21 +157,50 @@ struct GptModel<Scalar>::State {
       borrowed = owned_device.get();
     }
     device = borrowed;
+    if (config.bf16) check_bf16_layout(parallelism);
     held = ShardRange{0, layout.numel()};
     build_units();
     if (parallelism.sharded_data_parallel != nullptr) shard_over(*parallelism.sharded_data_parallel);
     // Parameters and gradients: one arena of two regions of the same layout (this rank's range
-    // of it when sharded).
+    // of it when sharded), and under bf16 a third, the working copy the ops read.
     ArenaLayout parameter_layout;
     const int64_t count = held.numel;
     const int64_t parameter_region = parameter_layout.add("parameters", kElementType, count);
     const int64_t gradient_region = parameter_layout.add("gradients", kElementType, count);
+    const int64_t weight_region =
+        parameter_layout.add("bf16 working weights", ElementType::bf16, config.bf16 ? count : 0);
     parameter_arena = Arena(*device, std::move(parameter_layout), "parameters");
     parameters = parameter_arena.view(parameter_region);
     gradients = parameter_arena.view(gradient_region);
+    weights = config.bf16 ? parameter_arena.view(weight_region) : parameters;
+  }
+
+  // What --bf16 is built for, refused by name otherwise (rather than computed in fp32 behind
+  // the user's back): GptModel<float> on a device with bf16 ops, one rank's whole model.
+  void check_bf16_layout(const ModelParallelism& parallelism) const {
+    if (kElementType != ElementType::f32) {
+      common::fail("GptModel: bf16 mixed precision keeps fp32 master weights; a model of {} "
+                   "parameters cannot use it",
+                   element_name(kElementType));
+    }
+    if (device->memory_kind() != MemoryKind::cuda) {
+      common::fail("GptModel: bf16 activations need a device with bf16 ops (--device cuda); {} "
+                   "computes in fp32 or fp64",
+                   device->name());
+    }
+    if (tensor_parallel_size > 1 || !stage.whole_model() ||
+        parallelism.sharded_data_parallel != nullptr) {
+      common::fail("GptModel: bf16 mixed precision is built for one rank's whole model (data "
+                   "parallelism included); tensor parallelism ({}), pipeline parallelism ({}) "
+                   "and ZeRO-3 ({}) with bf16 are not built yet: train them in fp32",
+                   tensor_parallel_size, stage.pipeline_parallel,
+                   parallelism.sharded_data_parallel != nullptr ? "on" : "off");
+    }
   }
 
   static constexpr ElementType kElementType = element_type_of<Scalar>();
+  // The activations' type: bf16 under GptConfig::bf16, else the parameters'.
+  ElementType activation_type() const { return config.bf16 ? ElementType::bf16 : kElementType; }
 
   GptConfig config;
   int64_t tensor_parallel_size = 1;
@@ -212,7 +241,15 @@ struct GptModel<Scalar>::State {
   std::unique_ptr<Device> owned_device;  // the CpuDevice of GptModel(config)
   Device* device = nullptr;
   Arena parameter_arena;
-  View parameters, gradients;
+  // weights: what the ops read, the parameters themselves or (bf16) their working copy, made
+  // from the parameters before a forward whenever they changed since (weights_stale).
+  View parameters, gradients, weights;
+  bool weights_stale = true;
+  void refresh_weights() {
+    if (!config.bf16 || !weights_stale) return;
+    ops().convert(weights, parameters);
+    weights_stale = false;
+  }
 
   // Dropout: the mode and the generator's state for the next forward, and what the last
   // forward used (the backward regenerates its masks from these).
@@ -256,7 +293,7 @@ struct GptModel<Scalar>::State {
 
   // A parameter tensor (or its gradient) by offset: an empty view for an absent one.
   View parameter(int64_t offset) const {
-    return sharded_group != nullptr ? working_view(offset, false) : tensor_view(parameters, offset);
+    return sharded_group != nullptr ? working_view(offset, false) : tensor_view(weights, offset);
   }
   View gradient(int64_t offset) const {
     return sharded_group != nullptr ? working_view(offset, true) : tensor_view(gradients, offset);
@@ -492,8 +529,10 @@ struct GptModel<Scalar>::State {
   }
 
   void reserve(int64_t new_batch_size, int64_t new_seq_length, int64_t slots);
-  void release_gathered() {
+  // After the parameters were written: gathered units and the bf16 working copy are stale.
+  void parameters_changed() {
     for (WorkingSlot& slot : working) slot.parameter_unit = -1;
+    weights_stale = true;
   }
   void layer_forward(int64_t l);
   void layer_backward(int64_t l);
@@ -515,11 +554,11 @@ void GptModel<Scalar>::State::reserve(int64_t new_batch_size, int64_t new_seq_le
   // The per-micro-batch and the shared part carve the same regions (each with the other's
   // left empty), so one plan's indices serve both arenas.
   ActivationPlan kept_plan =
-      plan_activations(shard, schedule, new_batch_size, new_seq_length, kElementType,
+      plan_activations(shard, schedule, new_batch_size, new_seq_length, activation_type(),
                        tensor_parallel_size, sequence_parallel, stage,
                        ActivationPart::per_micro_batch);
   const ActivationPlan shared_plan =
-      plan_activations(shard, schedule, new_batch_size, new_seq_length, kElementType,
+      plan_activations(shard, schedule, new_batch_size, new_seq_length, activation_type(),
                        tensor_parallel_size, sequence_parallel, stage, ActivationPart::shared);
   // The old arenas go first: a smaller shape gives its memory back, a larger one does not
   // need both at once.
@@ -909,7 +948,7 @@ void GptModel<Scalar>::set_gradients_ready(std::function<void(BufferRange)> call
 
 template <typename Scalar>
 void GptModel<Scalar>::parameters_updated() {
-  state_->release_gathered();
+  state_->parameters_changed();
 }
 
 template <typename Scalar>
@@ -939,7 +978,7 @@ template <typename Scalar>
 void GptModel<Scalar>::copy_parameters_from_host(std::span<const Scalar> host) {
   check_host_size(host.size(), state_->parameters.numel, "copy_parameters_from_host");
   state_->device->copy_from_host(state_->parameters, host.data());
-  state_->release_gathered();
+  state_->parameters_changed();
 }
 template <typename Scalar>
 void GptModel<Scalar>::copy_parameters_to_host(std::span<Scalar> host) const {
@@ -960,17 +999,18 @@ void GptModel<Scalar>::init_parameters(uint64_t seed) {
     std::vector<Scalar> staged(static_cast<size_t>(s.layout.numel()));
     s.layout.init_parameters(staged.data(), seed);
     s.device->copy_from_host(s.parameters, staged.data() + s.held.offset);
-    s.release_gathered();
+    s.parameters_changed();
     return;
   }
   if (s.parameters.on == MemoryKind::host) {
     // In place: the threads that draw the values first-touch the pages.
     s.layout.init_parameters(s.parameters.template as<Scalar>(), seed);
-    return;
+  } else {
+    std::vector<Scalar> staged(static_cast<size_t>(s.parameters.numel));
+    s.layout.init_parameters(staged.data(), seed);
+    s.device->copy_from_host(s.parameters, staged.data());
   }
-  std::vector<Scalar> staged(static_cast<size_t>(s.parameters.numel));
-  s.layout.init_parameters(staged.data(), seed);
-  s.device->copy_from_host(s.parameters, staged.data());
+  s.parameters_changed();
 }
 
 template <typename Scalar>
@@ -1014,6 +1054,7 @@ Scalar GptModel<Scalar>::State::forward_chunk(int64_t slot, int64_t chunk) {
   buffers.forward_dropout_seed = dropout_seed;
   buffers.forward_dropout_step = dropout_step;
   select(slot);
+  refresh_weights();
   Device& d = ops();
   const int64_t C = config.hidden_size;
   const int64_t V = shard.padded_vocab_size;  // this rank's vocabulary rows
@@ -1044,7 +1085,7 @@ Scalar GptModel<Scalar>::State::forward_chunk(int64_t slot, int64_t chunk) {
                layout.final_norm_weight(), layout.final_norm_bias());
   // logits = final_norm · W^T with W the word embedding (tied) or output_layer.weight.
   d.linear_forward(logits, final_norm, parameter(layout.output_weight()),
-                   View{nullptr, 0, kElementType, logits.on}, R, C, V);
+                   View{nullptr, 0, logits.type, logits.on}, R, C, V);
   if (tensor_parallel_active()) {
     // Megatron's vocab_parallel_cross_entropy: the shards' log-sum-exps side by side (the
     // all-gather fills the other ranks' rows around this rank's), the label's logit from the
@@ -1184,6 +1225,19 @@ void check_last_forward(const State& s, const char* what) {
   }
 }
 
+// Activations copied to the host as Scalar: bf16 ones (GptConfig::bf16) widened, exactly.
+template <typename Scalar>
+void copy_activations_to_host(Device& device, Scalar* host, View source) {
+  if (source.type != ElementType::bf16) {
+    device.copy_to_host(host, source);
+    return;
+  }
+  std::vector<bfloat16> narrow(static_cast<size_t>(source.numel));
+  device.copy_to_host(narrow.data(), source);
+  std::transform(narrow.begin(), narrow.end(), host,
+                 [](bfloat16 value) { return static_cast<Scalar>(to_float(value)); });
+}
+
 }  // namespace
 
 template <typename Scalar>
@@ -1209,7 +1263,8 @@ std::vector<int32_t> GptModel<Scalar>::last_position_argmax() const {
   std::vector<int32_t> argmax(static_cast<size_t>(rows));
   for (int64_t first = 0; first < rows; first += block) {
     const int64_t count = std::min(block, rows - first);
-    s.ops().copy_to_host(values.data(), logits.slice(first * vocabulary, count * vocabulary));
+    copy_activations_to_host(s.ops(), values.data(),
+                             logits.slice(first * vocabulary, count * vocabulary));
     for (int64_t r = 0; r < count; ++r) {
       const Scalar* row = values.data() + r * vocabulary;
       // std::max_element returns the first of equal maxima.
@@ -1232,8 +1287,8 @@ std::vector<Scalar> GptModel<Scalar>::last_position_logits(int64_t row, int64_t 
   const int64_t vocabulary = s.shard.padded_vocab_size;
   const View logits = s.micro_batches.front().logits;
   std::vector<Scalar> host(static_cast<size_t>(vocabulary));
-  s.ops().copy_to_host(host.data(),
-                       logits.slice((row * s.seq_length + position) * vocabulary, vocabulary));
+  copy_activations_to_host(s.ops(), host.data(),
+                           logits.slice((row * s.seq_length + position) * vocabulary, vocabulary));
   return host;
 }
 

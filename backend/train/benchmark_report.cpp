@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "backend/common/error.hpp"
+#include "backend/device/arena.hpp"
 
 namespace backend {
 
@@ -48,6 +49,56 @@ double measure_cpu_sgemm_peak() {
                 n, 0.0f, c.data(), n);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, 2.0 * n * n * static_cast<double>(n) / seconds);
+  }
+  return best;
+}
+
+double measure_device_gemm_peak(Device& device, ElementType type) {
+  constexpr int64_t n = 8192;
+  ArenaLayout layout;
+  const int64_t a = layout.add("GEMM peak: A", type, n * n);
+  const int64_t b = layout.add("GEMM peak: B", type, n * n);
+  const int64_t c = layout.add("GEMM peak: C", type, n * n);
+  Arena arena(device, std::move(layout), "the GEMM peak measurement");
+  // Values in [-1, 1) from the index (a cheap hash; any non-zero data will do).
+  auto fill = [&](View view, uint64_t salt) {
+    auto value = [salt](int64_t i) {
+      const uint64_t h = (static_cast<uint64_t>(i) + salt) * 0x9E3779B97F4A7C15ull;
+      return static_cast<float>(h >> 40) / static_cast<float>(1 << 23) - 1.0f;
+    };
+    if (type == ElementType::bf16) {
+      std::vector<bfloat16> host(static_cast<size_t>(n * n));
+      for (int64_t i = 0; i < n * n; ++i) host[static_cast<size_t>(i)] = to_bfloat16(value(i));
+      device.copy_from_host(view, host.data());
+    } else if (type == ElementType::f32) {
+      std::vector<float> host(static_cast<size_t>(n * n));
+      for (int64_t i = 0; i < n * n; ++i) host[static_cast<size_t>(i)] = value(i);
+      device.copy_from_host(view, host.data());
+    } else {
+      common::fail("measure_device_gemm_peak: {} GEMMs are not measured (fp32 or bf16)",
+                   element_name(type));
+    }
+  };
+  fill(arena.view(a), 1);
+  fill(arena.view(b), 2);
+  const View output = arena.view(c);
+  const View no_bias{nullptr, 0, type, output.on};
+  // copy_to_host waits for the device's work: the clock reads finished products.
+  std::vector<std::byte> first(static_cast<size_t>(element_size(type)));
+  auto finish = [&] { device.copy_to_host(first.data(), output.slice(0, 1)); };
+  device.linear_forward(output, arena.view(a), arena.view(b), no_bias, n, n, n);
+  finish();
+  constexpr int kProducts = 4;
+  double best = 0;
+  for (int round = 0; round < 3; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int k = 0; k < kProducts; ++k) {
+      device.linear_forward(output, arena.view(a), arena.view(b), no_bias, n, n, n);
+    }
+    finish();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, kProducts * 2.0 * static_cast<double>(n * n) * n / seconds);
   }
   return best;
 }

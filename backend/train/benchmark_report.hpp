@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/device/device.hpp"
+#include "backend/device/element_type.hpp"
 #include "backend/train/arguments.hpp"
 
 namespace backend {
@@ -32,6 +34,12 @@ double megatron_throughput_tflops_per_gpu(const TrainingArguments& arguments,
 // Single-precision GEMM throughput of this CPU through the same OpenBLAS path the model uses
 // (a 2048³ sgemm, best of three), in FLOP/s: the peak MFU is measured against.
 double measure_cpu_sgemm_peak();
+
+// The GEMM throughput of `device` in `type` through its linear op (cuBLASLt on a GPU): an
+// 8192 × 8192 × 8192 product, as PyTorch's peak in tests/bench/pytorch_gpu_reference.py, on
+// non-zero values (zeros run faster than data), the best of three rounds of four after a
+// warm-up, in FLOP/s. Allocates its three matrices for the measurement only: call it at setup.
+double measure_device_gemm_peak(Device& device, ElementType type);
 
 struct BenchmarkSummary {
   double median_step_ms = 0;

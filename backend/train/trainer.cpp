@@ -107,18 +107,33 @@ SelectedDevice select_device(const TrainingArguments& arguments) {
 
 namespace {
 
-// The precision the flags ask for, as far as this device computes it: the model trains in
-// fp32 everywhere today; --fp16's loss scaling applies on every device.
+// Whether the model computes in bf16 (GptConfig::bf16): --bf16 on the CUDA device, except
+// under ZeRO-3, whose sharded working copies are not built in bf16 yet.
+bool computes_in_bf16(const TrainingArguments& a, const Device& device) {
+  return a.bf16 && device.memory_kind() == MemoryKind::cuda && a.zero_stage != 3;
+}
+
+// The precision the flags ask for, as far as this device computes it: --bf16 on the CUDA
+// device is mixed precision; the CPU path and --fp16 compute in fp32 (--fp16's loss scaling
+// applies on every device).
 void note_precision(const TrainingArguments& a, const Device& device) {
   if (!a.bf16 && !a.fp16) return;
+  if (computes_in_bf16(a, device)) {
+    spdlog::info("--bf16: bf16 weights and activations; fp32 master weights, gradients and "
+                 "AdamW moments");
+    return;
+  }
   const char* flag = a.bf16 ? "--bf16" : "--fp16";
   const char* scaling = a.fp16 ? " (its dynamic loss scaling runs, as Megatron's)" : "";
   if (device.memory_kind() == MemoryKind::host) {
     spdlog::warn("{}: the CPU path computes in fp32{}; mixed precision applies to the CUDA path",
                  flag, scaling);
+  } else if (a.bf16) {
+    spdlog::warn("--bf16 with --zero-stage 3: the CUDA path computes in fp32 (ZeRO-3's sharded "
+                 "bf16 working copies are not built yet; docs/device.md)");
   } else {
-    spdlog::warn("{}: the CUDA path computes in fp32{} until its mixed-precision weights and "
-                 "activations land (docs/device.md)", flag, scaling);
+    spdlog::warn("--fp16: the CUDA path computes in fp32{} (fp16 kernels are not built; --bf16 "
+                 "is the CUDA path's mixed precision)", scaling);
   }
 }
 
@@ -143,16 +158,16 @@ std::vector<ParameterGroup> groups_in_range(const std::vector<ParameterGroup>& g
 // Benchmark mode's summary (--benchmark-output): the JSON file and its line.
 void report_benchmark(const TrainingArguments& a, int64_t padded_vocab_size,
                       int64_t parameter_count, const std::vector<IterationRecord>& iterations,
-                      std::optional<double> peak_flops, std::ostream& out) {
+                      double peak_flops, std::string_view peak_name, std::ostream& out) {
   std::vector<double> step_ms;
   for (const auto& record : iterations) step_ms.push_back(record.elapsed_ms);
-  const BenchmarkSummary summary = summarize_benchmark(
-      a, padded_vocab_size, step_ms, peak_flops ? *peak_flops : measure_cpu_sgemm_peak());
+  const BenchmarkSummary summary = summarize_benchmark(a, padded_vocab_size, step_ms, peak_flops);
   write_benchmark_json(a.benchmark_output, a, padded_vocab_size, parameter_count, summary);
   out << fmt::format(" benchmark: median {:.1f} ms/iteration | {:.1f} tokens/s | {:.3f} TFLOP/s | "
-                     "MFU {:.1f}% of the measured {:.3f} TFLOP/s sgemm peak | written to {}\n",
+                     "MFU {:.1f}% of the measured {:.3f} TFLOP/s {} | written to {}\n",
                      summary.median_step_ms, summary.tokens_per_second, summary.tflops_per_device,
-                     100.0 * summary.mfu, summary.peak_flops / 1e12, a.benchmark_output);
+                     100.0 * summary.mfu, summary.peak_flops / 1e12, peak_name,
+                     a.benchmark_output);
   out.flush();
 }
 
@@ -211,7 +226,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   Communicator& data_parallel = *process_groups.data_parallel;
   // The model's shape is checked and its memory estimated before anything is written or
   // allocated: a model this machine cannot hold is refused with the estimate.
-  const GptConfig config = model_config(a);
+  GptConfig config = model_config(a);
   // One rank's share of the model under this layout (the launcher's preflight computes the same).
   const common::MemoryEstimate estimate = training_memory_estimate(
       config, a.micro_batch_size, a.seq_length,
@@ -278,6 +293,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   }
   if (!a.log_dir.empty() && process_groups.is_first_rank()) write_exp_manager_files(a.log_dir, a);
   note_precision(a, device);
+  config.bf16 = computes_in_bf16(a, device);
 
   // Everything the run keeps on the device is carved here, once: parameters and gradients,
   // the activations of the one micro-batch shape every step and evaluation uses, and the
@@ -393,17 +409,26 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   if (a.train_samples > 0) out << fmt::format("setting training iterations to {}\n", a.train_iters);
   out << fmt::format("time to initialize megatron (seconds): {:.3f}\n",
                      std::chrono::duration<double>(Clock::now() - setup_start).count());
-  // --log-throughput's MFU (our extension) is against this machine's measured sgemm peak,
-  // measured once here (a fraction of a second); benchmark mode reuses it.
+  // --log-throughput's MFU (our extension) is against this machine's measured GEMM peak:
+  // the CPU's sgemm, or the GPU's GEMM in the model's precision, measured once here (a
+  // fraction of a second); benchmark mode reuses it.
+  const bool on_gpu = device.memory_kind() == MemoryKind::cuda;
+  const ElementType gemm_type = config.bf16 ? ElementType::bf16 : ElementType::f32;
+  const std::string peak_name =
+      on_gpu ? fmt::format("{} GEMM peak", config.bf16 ? "bf16" : "fp32") : "sgemm peak";
+  auto measure_peak = [&] {
+    return on_gpu ? measure_device_gemm_peak(device, gemm_type) : measure_cpu_sgemm_peak();
+  };
   std::optional<double> peak_flops;
   if (a.log_throughput) {
-    peak_flops = measure_cpu_sgemm_peak();
-    spdlog::info("measured sgemm peak: {:.3f} TFLOP/s (the MFU reference)", *peak_flops / 1e12);
+    peak_flops = measure_peak();
+    spdlog::info("measured {}: {:.3f} TFLOP/s (the MFU reference)", peak_name,
+                 *peak_flops / 1e12);
   }
   // TensorBoard and the iteration lines are the last rank's (Megatron's get_tensorboard_writer).
   TrainingArguments log_arguments = a;
   if (!process_groups.is_last_rank()) log_arguments.tensorboard_dir.clear();
-  TrainingLog log(log_arguments, config.padded_vocab_size, peak_flops, out_last);
+  TrainingLog log(log_arguments, config.padded_vocab_size, peak_flops, out_last, peak_name);
 
   // ---- checkpointing (backend/ckpt): where training resumes, and saving (Megatron's
   // load_checkpoint in setup_model_and_optimizer; checkpoint_and_decide_exit in train).
@@ -663,7 +688,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   }
   if (!a.benchmark_output.empty() && process_groups.is_last_rank()) {
     report_benchmark(a, config.padded_vocab_size, result.parameter_count, result.iterations,
-                     peak_flops, out_last);
+                     peak_flops ? *peak_flops : measure_peak(), peak_name, out_last);
   }
   if (a.eval_iters > 0) {
     result.validation_loss = evaluate_and_log(

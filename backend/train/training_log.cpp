@@ -34,10 +34,10 @@ std::string format_iteration_line(const IterationLogFields& f) {
 }
 
 std::string format_throughput_extension_line(double tokens_per_second, double achieved_flops,
-                                             double peak_flops) {
+                                             double peak_flops, std::string_view peak_name) {
   const double mfu = peak_flops > 0 ? achieved_flops / peak_flops : 0.0;
   return fmt::format(" throughput: {:.1f} tokens/s | MFU: {:.1f}% of the measured {:.3f} TFLOP/s "
-                     "sgemm peak |", tokens_per_second, 100.0 * mfu, peak_flops / 1e12);
+                     "{} |", tokens_per_second, 100.0 * mfu, peak_flops / 1e12, peak_name);
 }
 
 std::vector<std::string> format_evaluation_block(const std::string& prefix, double lm_loss) {
@@ -72,10 +72,12 @@ double IntervalTotals::elapsed_ms_per_iteration() const {
 }
 
 TrainingLog::TrainingLog(TrainingArguments arguments, int64_t padded_vocab_size,
-                         std::optional<double> peak_flops, std::ostream& out)
+                         std::optional<double> peak_flops, std::ostream& out,
+                         std::string peak_name)
     : arguments_(std::move(arguments)),
       padded_vocab_size_(padded_vocab_size),
       peak_flops_(peak_flops),
+      peak_name_(std::move(peak_name)),
       out_(out) {
   if (!arguments_.tensorboard_dir.empty()) {
     tensorboard_.emplace(arguments_.tensorboard_dir, arguments_.tensorboard_queue_size);
@@ -131,7 +133,7 @@ void TrainingLog::print_iteration_line(const IterationRecord& record, double nex
     const double tokens_per_second =
         static_cast<double>(record.global_batch_size * a.seq_length) / seconds_per_iteration;
     out_ << format_throughput_extension_line(tokens_per_second, throughput_tflops * 1e12,
-                                             *peak_flops_)
+                                             *peak_flops_, peak_name_)
          << '\n';
   }
   out_.flush();

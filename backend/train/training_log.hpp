@@ -22,6 +22,7 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/train/arguments.hpp"
@@ -51,8 +52,10 @@ std::string format_iteration_line(const IterationLogFields& fields);
 // --log-throughput, so Megatron's iteration line stays byte for byte what log parsers expect:
 //  " throughput: 41120.2 tokens/s | MFU: 11.6% of the measured 0.235 TFLOP/s sgemm peak |"
 // with MFU = achieved model FLOP/s (Megatron's formula) / the measured peak.
+// `peak_name` says what was measured: "sgemm peak" on the CPU, "bf16 GEMM peak" on a GPU.
 std::string format_throughput_extension_line(double tokens_per_second, double achieved_flops,
-                                             double peak_flops);
+                                             double peak_flops,
+                                             std::string_view peak_name = "sgemm peak");
 
 // The three lines of a validation/test report; prefix e.g. "iteration 100" or
 // "iteration 100 on test set".
@@ -100,9 +103,10 @@ struct IntervalTotals {
 class TrainingLog {
  public:
   // Opens the event file when --tensorboard-dir is given. `peak_flops`: the measured peak
-  // that --log-throughput's extension line reports MFU against.
+  // that --log-throughput's extension line reports MFU against, `peak_name` what it is.
   TrainingLog(TrainingArguments arguments, int64_t padded_vocab_size,
-              std::optional<double> peak_flops, std::ostream& out);
+              std::optional<double> peak_flops, std::ostream& out,
+              std::string peak_name = "sgemm peak");
 
   // After every iteration, with the learning rate the next one will use.
   void add_iteration(const IterationRecord& record, double next_learning_rate);
@@ -122,6 +126,7 @@ class TrainingLog {
   TrainingArguments arguments_;
   int64_t padded_vocab_size_;
   std::optional<double> peak_flops_;
+  std::string peak_name_;
   std::ostream& out_;
   std::optional<TensorBoardWriter> tensorboard_;
   IntervalTotals interval_;

@@ -14,7 +14,8 @@
 # (nvidia-smi's memory.used, sampled every 0.2 s while each run lasts: the same measure for
 # both, allocator caches included).
 # Usage: tests/bench/gpu_vs_pytorch_bench.sh [build-dir] [iterations] [shape ...]
-#   $OUT, when set, receives the logs and the table (bench_table.md).
+#   $OUT, when set, receives the logs and the table (bench_table.md); BENCH_RUN_TIMEOUT (seconds,
+#   default 1800) bounds each run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
@@ -38,7 +39,7 @@ with_memory_peak() {
     done ) &
   local sampler=$!
   local status=0
-  "$@" >"$log" 2>&1 || status=$?
+  timeout "${BENCH_RUN_TIMEOUT:-1800}" "$@" >"$log" 2>&1 || status=$?
   kill "$sampler" 2>/dev/null || true
   wait "$sampler" 2>/dev/null || true
   sort -n "$samples" | tail -1 >"$log.peak_mib"
@@ -94,7 +95,7 @@ def peak(path):
 ours = load(f"{out}/{shape}.ours.json")
 torch = load(f"{out}/{shape}.torch.log", last_line=True)
 log = open(f"{out}/{shape}.ours.log", errors="replace").read() if os.path.exists(f"{out}/{shape}.ours.log") else ""
-computes = "fp32 (bf16 not built yet)" if "computes in fp32" in log else "bf16"
+computes = "bf16 (fp32 master weights)" if "--bf16: bf16 weights and activations" in log else "fp32"
 with open(rows, "a") as f:
     f.write(json.dumps({"shape": shape, "ours": ours, "torch": torch, "ours_computes": computes,
                         "ours_peak_gib": peak(f"{out}/{shape}.ours.log.peak_mib"),

@@ -1,27 +1,38 @@
-// Where a CPU training step's time goes, op by op: the gpt3/126m shape (12 layers, hidden 768,
-// 12 heads, padded vocabulary 50304) runs forward + backward on a Device that wraps the
-// CpuDevice and times every call (the seam makes this a decorator, not instrumentation in the
-// model). Linear ops are reported with their GFLOP/s (2·rows·in·out per product, three products
-// per backward) beside an OpenBLAS sgemm of 2048³ measured in the same run, the peak
-// pretrain_gpt's MFU is quoted against. AdamW and the gradient norm are outside the model and
-// not timed here (see docs/benchmarks.md for their share).
-// Usage: op_profile_bench [seq] [micro-batch] [steps]
+// Where a training step's time goes, op by op, on the CPU or a GPU: the gpt3/126m shape (12
+// layers, hidden 768, 12 heads, padded vocabulary 50304; GPT-2 124M) runs forward + backward on
+// a Device that wraps the real one and times every call (the seam makes this a decorator, not
+// instrumentation in the model). On a GPU each op is followed by a wait for the device, so its
+// time is its own plus one launch and wait (some microseconds); the last line is the same
+// steps run again without the waits, as training runs them.
+// Linear ops and attention are reported with their rate (2·rows·in·out per product, three
+// products per backward; causal attention 2·B·T²·hidden forward, 2.5× that backward) beside
+// the GEMM peak measured in the same run: OpenBLAS's 2048³ sgemm on the CPU, or the device's
+// 8192³ GEMM in the run's precision, the peaks pretrain_gpt's MFU is quoted against. AdamW and
+// the gradient norm are outside the model and not timed here (see docs/benchmarks.md).
+// Usage: op_profile_bench [seq] [micro-batch] [steps] [cpu|cuda] [fp32|bf16]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "backend/device/arena.hpp"
 #include "backend/device/cpu_device.hpp"
+#include "backend/device/cuda_device.hpp"
 #include "backend/model/gpt_model.hpp"
 #include "backend/train/benchmark_report.hpp"
 
 namespace {
 
+using backend::AdamWCoefficients;
+using backend::DeviceMemory;
 using backend::Dropout;
+using backend::MemoryKind;
 using backend::View;
 using Clock = std::chrono::steady_clock;
 
@@ -31,84 +42,255 @@ struct OpTotals {
   double flops = 0;
 };
 
-class TimingDevice final : public backend::CpuDevice {
+double causal_attention_flops(int64_t batch_size, int64_t seq_length, int64_t hidden_size) {
+  // Q·Kᵀ and P·V over the lower triangle: 2 products × 2 FLOPs × B·T²·hidden / 2.
+  return 2.0 * static_cast<double>(batch_size) * static_cast<double>(seq_length) *
+         static_cast<double>(seq_length) * static_cast<double>(hidden_size);
+}
+
+class TimingDevice final : public backend::Device {
  public:
+  explicit TimingDevice(backend::Device& inner)
+      : inner_(inner), wait_arena_(inner, wait_layout(), "the profiler's wait") {}
+
   std::map<std::string, OpTotals> totals;
+  bool timing = true;  // false: the ops run as they would, queued without waits
 
   template <typename Function>
   void timed(const char* op, double flops, Function&& function) {
+    if (!timing) {
+      function();
+      return;
+    }
     const auto start = Clock::now();
     function();
+    wait();
     OpTotals& entry = totals[op];
     entry.calls += 1;
     entry.seconds += std::chrono::duration<double>(Clock::now() - start).count();
     entry.flops += flops;
   }
+  // copy_to_host waits for the device's queued work.
+  void wait() {
+    int32_t value = 0;
+    inner_.copy_to_host(&value, wait_arena_.view(0));
+  }
 
-  void embedding_forward(View o, View t, View w, View p, int64_t b, int64_t s, int64_t h,
-                         int64_t v0) override {
-    timed("embedding_forward", 0, [&] { CpuDevice::embedding_forward(o, t, w, p, b, s, h, v0); });
+  std::string name() const override { return inner_.name(); }
+  MemoryKind memory_kind() const override { return inner_.memory_kind(); }
+  DeviceMemory allocate_zeroed(int64_t bytes, std::string_view what) override {
+    return inner_.allocate_zeroed(bytes, what);
   }
-  void embedding_backward(View dw, View dp, View d, View t, int64_t b, int64_t s, int64_t h,
-                          int64_t v0) override {
-    timed("embedding_backward", 0,
-          [&] { CpuDevice::embedding_backward(dw, dp, d, t, b, s, h, v0); });
+  void copy_from_host(View destination, const void* source) override {
+    return inner_.copy_from_host(destination, source);
   }
-  void dropout_forward(View o, View i, const Dropout& d) override {
-    timed("dropout_forward", 0, [&] { CpuDevice::dropout_forward(o, i, d); });
+  void copy_to_host(void* destination, View source) override {
+    return inner_.copy_to_host(destination, source);
   }
-  void dropout_backward(View di, View d, const Dropout& m) override {
-    timed("dropout_backward", 0, [&] { CpuDevice::dropout_backward(di, d, m); });
+  void fill_zero(View values) override {
+    timed("fill_zero", 0, [&] { inner_.fill_zero(values); });
   }
-  void layernorm_forward(View o, View m, View r, View i, View w, View b, double wo, double e,
-                         int64_t n, int64_t c) override {
-    timed("layernorm_forward", 0,
-          [&] { CpuDevice::layernorm_forward(o, m, r, i, w, b, wo, e, n, c); });
+  void copy(View destination, View source) override {
+    timed("copy", 0, [&] { inner_.copy(destination, source); });
   }
-  void layernorm_backward(View di, View dw, View db, View d, View i, View w, double wo, View m,
-                          View r, int64_t n, int64_t c) override {
-    timed("layernorm_backward", 0,
-          [&] { CpuDevice::layernorm_backward(di, dw, db, d, i, w, wo, m, r, n, c); });
+  void convert(View destination, View source) override {
+    timed("convert", 0, [&] { inner_.convert(destination, source); });
   }
-  void linear_forward(View o, View i, View w, View b, int64_t n, int64_t in,
-                      int64_t out) override {
-    timed("linear_forward", 2.0 * n * in * out,
-          [&] { CpuDevice::linear_forward(o, i, w, b, n, in, out); });
+  void sum(View total, View values) override {
+    timed("sum", 0, [&] { inner_.sum(total, values); });
   }
-  void linear_backward(View di, View dw, View db, View d, View i, View w, int64_t n, int64_t in,
-                       int64_t out) override {
-    timed("linear_backward", (di.empty() ? 2.0 : 4.0) * n * in * out,
-          [&] { CpuDevice::linear_backward(di, dw, db, d, i, w, n, in, out); });
+  void sum_of_squares(View total, View values) override {
+    timed("sum_of_squares", 0, [&] { inner_.sum_of_squares(total, values); });
   }
-  void attention_forward(View o, View l, View q, int64_t b, int64_t s, int64_t h, int64_t nh,
-                         int64_t ng, const Dropout& d) override {
-    timed("attention_forward", 0, [&] { CpuDevice::attention_forward(o, l, q, b, s, h, nh, ng, d); });
+  void scale(View values, double factor) override {
+    timed("scale", 0, [&] { inner_.scale(values, factor); });
   }
-  void attention_backward(View dq, View d, View q, View o, View l, int64_t b, int64_t s, int64_t h,
-                          int64_t nh, int64_t ng, const Dropout& m) override {
-    timed("attention_backward", 0,
-          [&] { CpuDevice::attention_backward(dq, d, q, o, l, b, s, h, nh, ng, m); });
+  void adamw_update(View master, View weights, View gradients, View exp_avg, View exp_avg_sq,
+                    const AdamWCoefficients& coefficients) override {
+    timed("adamw_update", 0, [&] {
+      inner_.adamw_update(master, weights, gradients, exp_avg, exp_avg_sq, coefficients);
+    });
   }
-  void residual_forward(View o, View i, View b) override {
-    timed("residual_forward", 0, [&] { CpuDevice::residual_forward(o, i, b); });
+  void embedding_forward(View output, View tokens, View word_embeddings, View position_embeddings,
+                         int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                         int64_t vocab_start) override {
+    timed("embedding_forward", 0, [&] {
+      inner_.embedding_forward(output, tokens, word_embeddings, position_embeddings, batch_size,
+                               seq_length, hidden_size, vocab_start);
+    });
   }
-  void gelu_forward(View o, View i) override {
-    timed("gelu_forward", 0, [&] { CpuDevice::gelu_forward(o, i); });
+  void embedding_backward(View dword_embeddings, View dposition_embeddings, View doutput,
+                          View tokens, int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                          int64_t vocab_start) override {
+    timed("embedding_backward", 0, [&] {
+      inner_.embedding_backward(dword_embeddings, dposition_embeddings, doutput, tokens, batch_size,
+                                seq_length, hidden_size, vocab_start);
+    });
   }
-  void gelu_backward(View di, View d, View i) override {
-    timed("gelu_backward", 0, [&] { CpuDevice::gelu_backward(di, d, i); });
+  void embedding_at_positions_forward(View output, View tokens, View positions,
+                                      View word_embeddings, View position_embeddings, int64_t rows,
+                                      int64_t hidden_size) override {
+    timed("embedding_at_positions_forward", 0, [&] {
+      inner_.embedding_at_positions_forward(output, tokens, positions, word_embeddings,
+                                            position_embeddings, rows, hidden_size);
+    });
   }
-  void cross_entropy_forward(View l, View s, View x, View y, int64_t n, int64_t v) override {
-    timed("cross_entropy_forward", 0, [&] { CpuDevice::cross_entropy_forward(l, s, x, y, n, v); });
+  void dropout_forward(View output, View input, const Dropout& dropout) override {
+    timed("dropout_forward", 0, [&] { inner_.dropout_forward(output, input, dropout); });
   }
-  void cross_entropy_backward(View d, View x, View s, View y, double k, int64_t n, int64_t v,
-                              int64_t v0) override {
-    timed("cross_entropy_backward", 0,
-          [&] { CpuDevice::cross_entropy_backward(d, x, s, y, k, n, v, v0); });
+  void dropout_backward(View dinput, View doutput, const Dropout& dropout) override {
+    timed("dropout_backward", 0, [&] { inner_.dropout_backward(dinput, doutput, dropout); });
   }
-  void fill_zero(View v) override {
-    timed("fill_zero (gradients)", 0, [&] { CpuDevice::fill_zero(v); });
+  void layernorm_forward(View output, View mean, View rstd, View input, View weight, View bias,
+                         double weight_offset, double epsilon, int64_t rows,
+                         int64_t channels) override {
+    timed("layernorm_forward", 0, [&] {
+      inner_.layernorm_forward(output, mean, rstd, input, weight, bias, weight_offset, epsilon,
+                               rows, channels);
+    });
   }
+  void layernorm_backward(View dinput, View dweight, View dbias, View doutput, View input,
+                          View weight, double weight_offset, View mean, View rstd, int64_t rows,
+                          int64_t channels) override {
+    timed("layernorm_backward", 0, [&] {
+      inner_.layernorm_backward(dinput, dweight, dbias, doutput, input, weight, weight_offset, mean,
+                                rstd, rows, channels);
+    });
+  }
+  void rmsnorm_forward(View output, View rstd, View input, View weight, double epsilon,
+                       int64_t rows, int64_t channels) override {
+    timed("rmsnorm_forward", 0,
+          [&] { inner_.rmsnorm_forward(output, rstd, input, weight, epsilon, rows, channels); });
+  }
+  void rmsnorm_backward(View dinput, View dweight, View doutput, View input, View weight, View rstd,
+                        int64_t rows, int64_t channels) override {
+    timed("rmsnorm_backward", 0, [&] {
+      inner_.rmsnorm_backward(dinput, dweight, doutput, input, weight, rstd, rows, channels);
+    });
+  }
+  void linear_forward(View output, View input, View weight, View bias, int64_t rows,
+                      int64_t in_features, int64_t out_features) override {
+    timed("linear_forward", 2.0 * rows * in_features * out_features, [&] {
+      inner_.linear_forward(output, input, weight, bias, rows, in_features, out_features);
+    });
+  }
+  void linear_backward(View dinput, View dweight, View dbias, View doutput, View input, View weight,
+                       int64_t rows, int64_t in_features, int64_t out_features) override {
+    timed("linear_backward", (dinput.empty() ? 2.0 : 4.0) * rows * in_features * out_features, [&] {
+      inner_.linear_backward(dinput, dweight, dbias, doutput, input, weight, rows, in_features,
+                             out_features);
+    });
+  }
+  void rope_tables(View cos, View sin, int64_t seq_length, int64_t rotary_dim,
+                   double base) override {
+    timed("rope_tables", 0, [&] { inner_.rope_tables(cos, sin, seq_length, rotary_dim, base); });
+  }
+  void rope_forward(View output, View input, View cos, View sin, int64_t batch_size,
+                    int64_t seq_length, int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
+                    int64_t row_stride) override {
+    timed("rope_forward", 0, [&] {
+      inner_.rope_forward(output, input, cos, sin, batch_size, seq_length, num_heads, head_dim,
+                          rotary_dim, row_stride);
+    });
+  }
+  void rope_backward(View dinput, View doutput, View cos, View sin, int64_t batch_size,
+                     int64_t seq_length, int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
+                     int64_t row_stride) override {
+    timed("rope_backward", 0, [&] {
+      inner_.rope_backward(dinput, doutput, cos, sin, batch_size, seq_length, num_heads, head_dim,
+                           rotary_dim, row_stride);
+    });
+  }
+  void rope_at_positions_forward(View output, View input, View cos, View sin, View positions,
+                                 int64_t rows, int64_t num_heads, int64_t head_dim,
+                                 int64_t rotary_dim, int64_t row_stride) override {
+    timed("rope_at_positions_forward", 0, [&] {
+      inner_.rope_at_positions_forward(output, input, cos, sin, positions, rows, num_heads,
+                                       head_dim, rotary_dim, row_stride);
+    });
+  }
+  void attention_forward(View output, View logsumexp, View qkv, int64_t batch_size,
+                         int64_t seq_length, int64_t hidden_size, int64_t num_heads,
+                         int64_t num_query_groups, const Dropout& dropout) override {
+    timed("attention_forward", causal_attention_flops(batch_size, seq_length, hidden_size), [&] {
+      inner_.attention_forward(output, logsumexp, qkv, batch_size, seq_length, hidden_size,
+                               num_heads, num_query_groups, dropout);
+    });
+  }
+  void attention_backward(View dqkv, View doutput, View qkv, View output, View logsumexp,
+                          int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                          int64_t num_heads, int64_t num_query_groups,
+                          const Dropout& dropout) override {
+    timed("attention_backward", 2.5 * causal_attention_flops(batch_size, seq_length, hidden_size),
+          [&] {
+            inner_.attention_backward(dqkv, doutput, qkv, output, logsumexp, batch_size, seq_length,
+                                      hidden_size, num_heads, num_query_groups, dropout);
+          });
+  }
+  void kv_cache_attention_forward(View output, View key_cache, View value_cache, View qkv,
+                                  View slots, View positions, int64_t rows, int64_t num_heads,
+                                  int64_t num_query_groups, int64_t head_dim,
+                                  int64_t max_length) override {
+    timed("kv_cache_attention_forward", 0, [&] {
+      inner_.kv_cache_attention_forward(output, key_cache, value_cache, qkv, slots, positions, rows,
+                                        num_heads, num_query_groups, head_dim, max_length);
+    });
+  }
+  void residual_forward(View output, View input, View branch) override {
+    timed("residual_forward", 0, [&] { inner_.residual_forward(output, input, branch); });
+  }
+  void gelu_forward(View output, View input) override {
+    timed("gelu_forward", 0, [&] { inner_.gelu_forward(output, input); });
+  }
+  void gelu_backward(View dinput, View doutput, View input) override {
+    timed("gelu_backward", 0, [&] { inner_.gelu_backward(dinput, doutput, input); });
+  }
+  void swiglu_forward(View output, View input, int64_t rows, int64_t features) override {
+    timed("swiglu_forward", 0, [&] { inner_.swiglu_forward(output, input, rows, features); });
+  }
+  void swiglu_backward(View dinput, View doutput, View input, int64_t rows,
+                       int64_t features) override {
+    timed("swiglu_backward", 0,
+          [&] { inner_.swiglu_backward(dinput, doutput, input, rows, features); });
+  }
+  void cross_entropy_forward(View losses, View logsumexp, View logits, View labels, int64_t rows,
+                             int64_t vocab_size) override {
+    timed("cross_entropy_forward", 0, [&] {
+      inner_.cross_entropy_forward(losses, logsumexp, logits, labels, rows, vocab_size);
+    });
+  }
+  void cross_entropy_backward(View dlogits, View logits, View logsumexp, View labels, double scale,
+                              int64_t rows, int64_t vocab_size, int64_t vocab_start) override {
+    timed("cross_entropy_backward", 0, [&] {
+      inner_.cross_entropy_backward(dlogits, logits, logsumexp, labels, scale, rows, vocab_size,
+                                    vocab_start);
+    });
+  }
+  void vocab_parallel_cross_entropy_partial(View logsumexp_part, View target_logit, View logits,
+                                            View labels, int64_t rows, int64_t vocab_size,
+                                            int64_t vocab_start) override {
+    timed("vocab_parallel_cross_entropy_partial", 0, [&] {
+      inner_.vocab_parallel_cross_entropy_partial(logsumexp_part, target_logit, logits, labels,
+                                                  rows, vocab_size, vocab_start);
+    });
+  }
+  void vocab_parallel_cross_entropy_combine(View losses, View logsumexp, View logsumexp_parts,
+                                            View target_logit, int64_t rows,
+                                            int64_t parts) override {
+    timed("vocab_parallel_cross_entropy_combine", 0, [&] {
+      inner_.vocab_parallel_cross_entropy_combine(losses, logsumexp, logsumexp_parts, target_logit,
+                                                  rows, parts);
+    });
+  }
+
+ private:
+  static backend::ArenaLayout wait_layout() {
+    backend::ArenaLayout layout;
+    layout.add("one element to wait on", backend::ElementType::i32, 1);
+    return layout;
+  }
+  backend::Device& inner_;
+  backend::Arena wait_arena_;
 };
 
 }  // namespace
@@ -117,6 +299,16 @@ int main(int argc, char** argv) {
   const int64_t seq = argc > 1 ? std::atoll(argv[1]) : 256;
   const int64_t mbs = argc > 2 ? std::atoll(argv[2]) : 4;
   const int steps = argc > 3 ? std::atoi(argv[3]) : 3;
+  const std::string device_name = argc > 4 ? argv[4] : "cpu";
+  const std::string precision = argc > 5 ? argv[5] : "fp32";
+  if ((device_name != "cpu" && device_name != "cuda") ||
+      (precision != "fp32" && precision != "bf16") ||
+      (precision == "bf16" && device_name == "cpu")) {
+    std::fprintf(stderr,
+                 "usage: op_profile_bench [seq] [micro-batch] [steps] [cpu|cuda] "
+                 "[fp32|bf16] (bf16 on cuda only)\n");
+    return 2;
+  }
   backend::GptConfig config;
   config.num_layers = 12;
   config.hidden_size = 768;
@@ -124,50 +316,77 @@ int main(int argc, char** argv) {
   config.ffn_hidden_size = 4 * 768;
   config.vocab_size = 50257;
   config.padded_vocab_size = 50304;
-  config.max_position_embeddings = 2048;
+  config.max_position_embeddings = std::max<int64_t>(2048, seq);
   config.hidden_dropout = 0;
   config.attention_dropout = 0;
-  TimingDevice device;
+  config.bf16 = precision == "bf16";
+  const std::unique_ptr<backend::Device> inner =
+      device_name == "cuda"
+          ? backend::make_cuda_device(0)
+          : std::unique_ptr<backend::Device>(std::make_unique<backend::CpuDevice>());
+  TimingDevice device(*inner);
   backend::GptModel<float> model(config, device);
   model.init_parameters(1234);
   model.reserve(mbs, seq);
   std::mt19937 generator(7);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.vocab_size) - 1);
   std::vector<int32_t> tokens(static_cast<size_t>(mbs * seq)), labels(tokens.size());
-  double step_seconds = 0;
-  for (int step = 0; step <= steps; ++step) {
-    for (auto& t : tokens) t = token(generator);
-    for (auto& l : labels) l = token(generator);
-    if (step == 1) device.totals.clear();  // the first step warms up (page faults, threads)
-    const auto start = Clock::now();
-    model.zero_gradients();
-    model.forward(tokens, labels, mbs, seq);
-    model.backward(1.0f);
-    if (step >= 1) step_seconds += std::chrono::duration<double>(Clock::now() - start).count();
-  }
-  const double peak = backend::measure_cpu_sgemm_peak();
+  // Steps with every op waited for and timed, then the same number as they run (queued).
+  auto run_steps = [&](bool timing) {
+    device.timing = timing;
+    double seconds = 0;
+    for (int step = 0; step <= steps; ++step) {
+      for (auto& t : tokens) t = token(generator);
+      for (auto& l : labels) l = token(generator);
+      if (step == 1 && timing)
+        device.totals.clear();  // the first step warms up (page faults, plans)
+      const auto start = Clock::now();
+      model.zero_gradients();
+      model.forward(tokens, labels, mbs, seq);  // reads the loss back
+      model.backward(1.0f);
+      device.wait();
+      if (step >= 1) seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    return seconds;
+  };
+  const double step_seconds = run_steps(true);
+  const double queued_seconds = run_steps(false);
+  const bool on_gpu = device_name == "cuda";
+  const double peak =
+      on_gpu ? backend::measure_device_gemm_peak(
+                   *inner, config.bf16 ? backend::ElementType::bf16 : backend::ElementType::f32)
+             : backend::measure_cpu_sgemm_peak();
+  const std::string peak_name =
+      on_gpu ? precision + " GEMM 8192^3 peak" : std::string("sgemm 2048^3 peak");
   double timed_seconds = 0;
   for (const auto& [name, entry] : device.totals) timed_seconds += entry.seconds;
-  std::printf("gpt3/126m shape, seq %lld, micro batch %lld, %d steps after one warm-up; "
-              "sgemm 2048^3 peak %.1f GFLOP/s\n",
-              static_cast<long long>(seq), static_cast<long long>(mbs), steps, peak / 1e9);
-  std::printf("| op | calls/step | ms/step | share of step | GFLOP/s | of sgemm peak |\n");
+  std::printf(
+      "gpt3/126m shape on %s, %s, seq %lld, micro batch %lld, %d steps after one "
+      "warm-up; %s %.1f TFLOP/s\n",
+      inner->name().c_str(), precision.c_str(), static_cast<long long>(seq),
+      static_cast<long long>(mbs), steps, peak_name.c_str(), peak / 1e12);
+  std::printf("| op | calls/step | ms/step | share of step | TFLOP/s | of the peak |\n");
   std::printf("|---|---|---|---|---|---|\n");
   std::vector<std::pair<std::string, OpTotals>> sorted(device.totals.begin(), device.totals.end());
   std::sort(sorted.begin(), sorted.end(),
             [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
   for (const auto& [name, entry] : sorted) {
     const double rate = entry.flops > 0 ? entry.flops / entry.seconds : 0;
-    std::printf("| %s | %lld | %.1f | %.1f %% | %s | %s |\n", name.c_str(),
+    char rate_cell[32] = "", share_cell[32] = "";
+    if (rate > 0) {
+      std::snprintf(rate_cell, sizeof rate_cell, "%.3f", rate / 1e12);
+      std::snprintf(share_cell, sizeof share_cell, "%.0f %%", 100 * rate / peak);
+    }
+    std::printf("| %s | %lld | %.3f | %.1f %% | %s | %s |\n", name.c_str(),
                 static_cast<long long>(entry.calls / steps), 1000 * entry.seconds / steps,
-                100 * entry.seconds / step_seconds,
-                rate > 0 ? std::to_string(static_cast<int>(rate / 1e9)).c_str() : "",
-                rate > 0 ? (std::to_string(static_cast<int>(100 * rate / peak)) + " %").c_str()
-                         : "");
+                100 * entry.seconds / step_seconds, rate_cell, share_cell);
   }
-  std::printf("| (between ops: loss sum, copies, model bookkeeping) | | %.1f | %.1f %% | | |\n",
+  std::printf("| (between ops: loss sum, copies, model bookkeeping) | | %.3f | %.1f %% | | |\n",
               1000 * (step_seconds - timed_seconds) / steps,
               100 * (step_seconds - timed_seconds) / step_seconds);
-  std::printf("| forward + backward | | %.1f | 100 %% | | |\n", 1000 * step_seconds / steps);
+  std::printf("| forward + backward, each op waited for | | %.3f | 100 %% | | |\n",
+              1000 * step_seconds / steps);
+  std::printf("| forward + backward as it runs (no waits between ops) | | %.3f | | | |\n",
+              1000 * queued_seconds / steps);
   return 0;
 }

@@ -95,8 +95,7 @@ class Gpt(nn.Module):
             self.output_layer = nn.Linear(hidden, vocab, bias=False)
             head_dim = hidden // heads
             inverse = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
-            angles = torch.outer(torch.arange(seq).float(), inverse)
-            angles = torch.cat((angles, angles), dim=-1)
+            angles = torch.outer(torch.arange(seq).float(), inverse)  # (seq, head_dim / 2): one per pair
             self.register_buffer("cos", angles.cos()[None, None], persistent=False)
             self.register_buffer("sin", angles.sin()[None, None], persistent=False)
         self.blocks = nn.ModuleList(Block(style, hidden, heads, groups, ffn) for _ in range(layers))

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <string>
@@ -488,4 +489,39 @@ TEST_CASE("attention on the CUDA device refuses a dropout mask offset") {
   CHECK_THROWS_AS(
       gpu->attention_backward(dqkv, out, qkv, out, lse, batch, seq, hidden, heads, heads, dropout),
       common::Error);
+}
+
+TEST_CASE("convert on the CUDA device rounds fp32 to the CPU device's bf16 bits") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  backend::CpuDevice cpu;
+  // Random values, ties at the rounding boundary, signed zeros, infinities, NaN, subnormals.
+  std::vector<float> values = random_values(4 * 1031 + 3, 91, 3.0f);
+  for (const uint32_t bits : {0x3F808000u, 0x3F818000u, 0x80000000u, 0x7F800000u, 0xFF800000u,
+                              0x7FC00001u, 0x00000001u, 0x7F7FFFFFu}) {
+    float value;
+    std::memcpy(&value, &bits, 4);
+    values.push_back(value);
+  }
+  const auto total = static_cast<int64_t>(values.size());
+  // Whole (vectorised), and from element 1 (unaligned: the element-by-element path), and 1.
+  for (const auto& [first, count] : {std::pair<int64_t, int64_t>{0, total}, {1, total - 1}, {0, 1}}) {
+    CAPTURE(first);
+    CAPTURE(count);
+    const std::vector<float> part(values.begin() + first, values.begin() + first + count);
+    auto convert_on = [&](Device& device) {
+      Tensors t(device);
+      const View source = t.input(values, ElementType::f32).slice(first, count);
+      const View destination = t.poisoned(total, ElementType::bf16).slice(first, count);
+      device.convert(destination, source);
+      std::vector<uint16_t> bits(static_cast<size_t>(count));
+      device.copy_to_host(bits.data(), destination);
+      return bits;
+    };
+    CHECK(convert_on(*gpu) == convert_on(cpu));
+  }
+  Tensors t(*gpu);
+  CHECK_THROWS_WITH_AS(gpu->convert(t.poisoned(3, ElementType::bf16),
+                                    t.input({1, 2}, ElementType::f32)),
+                       doctest::Contains("a conversion makes bf16 from fp32"), common::Error);
 }

@@ -9,7 +9,9 @@
 # PREBUILT=1 runs the executables tests/gpu/bundle_prebuilt.sh packed on the build machine
 # (a CUDA image has CUDA but not spdlog, fmt or OpenBLAS; building there would need them):
 # carry .gpu-bundle.tar.xz with the call. BENCH_ITERATIONS (default 20) and BENCH_SHAPES
-# (default all three) size the benchmark.
+# (default all three) size the benchmark. TEST_TIMEOUT (test_gpu, default 900 s),
+# SANITIZER_TIMEOUT (each compute-sanitizer step, default 300 s) and BENCH_RUN_TIMEOUT (each
+# benchmark run) bound the steps, so a hang still leaves the other steps' results in a lease.
 # Exit status: 0 when every step passed. Steps keep going after a failure so one run reports
 # everything.
 set -u
@@ -69,37 +71,45 @@ if [ "${PREBUILT:-0}" = 1 ]; then
     mkdir -p build/bin
     ln -sf "$PWD/$bin/test_gpu" build/bin/test_gpu
     ln -sf "$PWD/$bin/pretrain_gpt" build/bin/pretrain_gpt
+    ln -sf "$PWD/$bin/op_profile_bench" build/bin/op_profile_bench
   else
     note "build: skipped (PREBUILT=1, build/bin/test_gpu)"
   fi
   probe
-  step test_gpu build/bin/test_gpu
+  step test_gpu timeout "${TEST_TIMEOUT:-900}" build/bin/test_gpu --duration=true
   grep -E "test cases:|assertions:|ERROR" "$out/test_gpu.log" | tee -a "$summary"
 else
   if [ ! -f build/build.ninja ]; then
     step configure cmake --preset release || { tail -30 "$out/configure.log"; exit 1; }
   fi
   targets=(test_gpu)
-  [ "${BENCH:-0}" = 1 ] && targets+=(pretrain_gpt)
+  [ "${BENCH:-0}" = 1 ] && targets+=(pretrain_gpt op_profile_bench)
   step build cmake --build build -j16 --target "${targets[@]}" || { tail -60 "$out/build.log"; exit 1; }
   probe
-  step ctest ctest --test-dir build -L gpu --output-on-failure --timeout 600
+  step ctest ctest --test-dir build -L gpu --output-on-failure --timeout "${TEST_TIMEOUT:-600}"
   grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | tee -a "$summary"
 fi
 
 sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
 if [ -n "$sanitizer" ]; then
-  # A few cases each: the sanitizers slow kernels down by orders of magnitude.
-  step memcheck timeout 300 "$sanitizer" --tool memcheck --error-exitcode 9 \
-    build/bin/test_gpu -tc="*copies bytes*,*sum*,*linear*,*attention*,*AdamW update*,*GPT-2 model on the GPU*"
-  step racecheck timeout 300 "$sanitizer" --tool racecheck --error-exitcode 9 \
-    build/bin/test_gpu -tc="*sum*,*attention*,*GPT-2 model on the GPU*"
+  # A few cases each: the sanitizers slow kernels down by orders of magnitude (racecheck took
+  # 154 s over the attention op test on an H100, 7 s over the tiny GPT-2 model, which runs the
+  # same attention kernels).
+  step memcheck timeout "${SANITIZER_TIMEOUT:-300}" "$sanitizer" --tool memcheck --error-exitcode 9 \
+    build/bin/test_gpu -tc="*copies bytes*,*sum*,*linear*,*attention*,*AdamW update*,*convert*,*GPT-2 model on the GPU*" \
+    -tce="*resumed*"
+  step racecheck timeout "${SANITIZER_TIMEOUT:-300}" "$sanitizer" --tool racecheck --error-exitcode 9 \
+    build/bin/test_gpu -tc="*sum*,*key/value-cache attention*,*convert*,*GPT-2 model on the GPU*" \
+    -tce="*resumed*"
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out/memcheck.log" "$out/racecheck.log" | tee -a "$summary"
 else
   note "compute-sanitizer: not found, skipped"
 fi
 
 if [ "${BENCH:-0}" = 1 ]; then
+  # Where a bf16 step of GPT-2 124M (the benchmark's first shape) spends its time, op by op.
+  step op_profile timeout "${BENCH_RUN_TIMEOUT:-600}" build/bin/op_profile_bench 1024 16 3 cuda bf16
+  tail -n 40 "$out/op_profile.log" >>"$summary"
   # shellcheck disable=SC2086  # BENCH_SHAPES is a list of names
   OUT="$out/bench" step bench tests/bench/gpu_vs_pytorch_bench.sh build "${BENCH_ITERATIONS:-20}" \
     ${BENCH_SHAPES:-}

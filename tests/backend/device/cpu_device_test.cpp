@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <random>
+#include <limits>
 #include <vector>
 
 #include "backend/common/error.hpp"
@@ -103,6 +104,31 @@ TEST_CASE("the CPU device refuses bf16, mixed types and GPU memory, naming the o
   on_gpu.on = MemoryKind::cuda;
   CHECK_THROWS_WITH_AS(device.gelu_forward(view_of(single), on_gpu),
                        "the CPU device was given GPU memory (16 elements of fp32)", common::Error);
+}
+
+TEST_CASE("the CPU device converts fp32 to bf16 rounding to nearest even, and refuses others") {
+  CpuDevice device;
+  // 1 + 2^-8 is a tie between two bf16 values: to the even one (1); 1 + 3·2^-8 likewise, up
+  // to 1 + 2^-6; -0 keeps its sign; NaN stays a quiet NaN; the largest float overflows to inf.
+  std::vector<float> values = {1.0f + 0x1p-8f, 1.0f + 0x3p-8f, -0.0f, 3.0f,
+                               std::numeric_limits<float>::quiet_NaN(),
+                               std::numeric_limits<float>::max()};
+  std::vector<uint16_t> bits(values.size(), 0xFFFF);
+  device.convert(View{bits.data(), std::ssize(bits), ElementType::bf16}, view_of(values));
+  CHECK(bits[0] == 0x3F80);
+  CHECK(bits[1] == 0x3F82);
+  CHECK(bits[2] == 0x8000);
+  CHECK(bits[3] == 0x4040);
+  CHECK((bits[4] & 0x7FC0) == 0x7FC0);
+  CHECK(bits[5] == 0x7F80);
+  std::vector<double> wide(6);
+  CHECK_THROWS_WITH_AS(device.convert(view_of(wide), view_of(values)),
+                       "convert: 6 elements of fp32 into 6 elements of fp64: a conversion makes "
+                       "bf16 from fp32, of one element count",
+                       common::Error);
+  CHECK_THROWS_WITH_AS(
+      device.convert(View{bits.data(), 5, ElementType::bf16}, view_of(values)),
+      doctest::Contains("6 elements of fp32 into 5 elements of bf16"), common::Error);
 }
 
 TEST_CASE("the CPU device copies views of any element type, in place too, and refuses a mismatch") {

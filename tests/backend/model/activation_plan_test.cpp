@@ -96,6 +96,44 @@ TEST_CASE("the plan keeps outputs only where a recompute or the final norm start
   CHECK(doubled.layout.bytes() > plan.layout.bytes());
 }
 
+TEST_CASE("bf16 activations keep their statistics in fp32, as the ops' twins take them") {
+  GptConfig config = five_layers(RecomputeGranularity::none, RecomputeMethod::uniform, 1);
+  const int64_t B = 2, T = 8;
+  const ActivationPlan fp32 =
+      backend::plan_activations(config, RecomputeSchedule(config), B, T, ElementType::f32);
+  const ActivationPlan bf16 =
+      backend::plan_activations(config, RecomputeSchedule(config), B, T, ElementType::bf16);
+  auto type = [](const ActivationPlan& plan, int64_t region) {
+    return plan.layout.regions()[static_cast<size_t>(region)].type;
+  };
+  for (const auto& layer : bf16.layers) {
+    CHECK(type(bf16, layer.qkv) == ElementType::bf16);
+    CHECK(type(bf16, layer.fc1) == ElementType::bf16);
+    CHECK(type(bf16, layer.output) == ElementType::bf16);
+    CHECK(type(bf16, layer.input_norm_mean) == ElementType::f32);
+    CHECK(type(bf16, layer.input_norm_rstd) == ElementType::f32);
+    CHECK(type(bf16, layer.mlp_norm_rstd) == ElementType::f32);
+    CHECK(type(bf16, layer.attention_logsumexp) == ElementType::f32);
+  }
+  for (const int64_t region : {bf16.losses, bf16.logsumexp, bf16.final_norm_rstd}) {
+    CHECK(type(bf16, region) == ElementType::f32);
+  }
+  for (const int64_t region : {bf16.logits, bf16.dlogits, bf16.embedded, bf16.dresidual}) {
+    CHECK(type(bf16, region) == ElementType::bf16);
+  }
+  CHECK(type(bf16, bf16.loss_total) == ElementType::f64);
+  // The kept bytes: half of fp32's for the activations, the same for the statistics.
+  CHECK(bf16.kept_bytes < fp32.kept_bytes);
+  CHECK(bf16.kept_bytes > fp32.kept_bytes / 2);
+  // RoPE's tables are statistics too.
+  config.position_embedding_type = backend::PositionEmbeddingType::rope;
+  const ActivationPlan rope =
+      backend::plan_activations(config, RecomputeSchedule(config), B, T, ElementType::bf16);
+  CHECK(numel(rope, rope.rope_cos) > 0);
+  CHECK(type(rope, rope.rope_cos) == ElementType::f32);
+  CHECK(type(rope, rope.rope_sin) == ElementType::f32);
+}
+
 TEST_CASE("a micro batch too large to address is refused, naming what overflows") {
   const GptConfig config = five_layers(RecomputeGranularity::none, RecomputeMethod::uniform, 1);
   const int64_t huge = std::numeric_limits<int64_t>::max() / 4;

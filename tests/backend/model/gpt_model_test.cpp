@@ -606,6 +606,19 @@ TEST_CASE("bad inputs are rejected with a message naming the problem") {
   }
 }
 
+TEST_CASE("bf16 activations are refused where they are not built, naming the way out") {
+  GptConfig config = tiny_config();
+  config.bf16 = true;
+  CHECK_THROWS_WITH_AS(GptModel<float>{config},
+                       doctest::Contains("bf16 activations need a device with bf16 ops (--device "
+                                         "cuda); cpu computes in fp32 or fp64"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(GptModel<double>{config},
+                       doctest::Contains("bf16 mixed precision keeps fp32 master weights; a model "
+                                         "of fp64 parameters cannot use it"),
+                       common::Error);
+}
+
 TEST_CASE("backward scales by grad_scale and accumulates into the gradients") {
   const GptConfig config = tiny_config();
   GptModel<double> model(config);

@@ -1,0 +1,30 @@
+// Element type conversion, fp32 → bf16: the working copy of mixed precision. Under --bf16 the
+// forward and backward read bf16 weights while the optimizer updates fp32 master weights;
+// after each update the working copy is rewritten from the master, as Megatron's
+// Float16OptimizerWithFloat16Params copies its main params into the model's after a step.
+//   output[i] = round_to_nearest_even_bf16(input[i])   (NaN stays a quiet NaN)
+// The rounding is element_type.hpp's to_bfloat16 on the CPU and __float2bfloat16_rn on the GPU,
+// the same bits. Contract: output and input do not overlap. Dimensions: N elements.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/device/cuda_stream.hpp"
+#include "backend/device/element_type.hpp"
+
+namespace backend::cpu {
+
+void convert(bfloat16* output,     // (N)
+             const float* input,   // (N)
+             int64_t count);
+
+}  // namespace backend::cpu
+
+// The CUDA twin (convert_cuda.cu).
+namespace backend::cuda {
+
+void convert(bfloat16* output,     // (N)
+             const float* input,   // (N)
+             int64_t count, CudaStream stream);
+
+}  // namespace backend::cuda
