@@ -4,7 +4,8 @@
 // Float16OptimizerWithFloat16Params copies its main params into the model's after a step.
 //   output[i] = round_to_nearest_even_bf16(input[i])   (NaN stays a quiet NaN)
 // The rounding is element_type.hpp's to_bfloat16 on the CPU and __float2bfloat16_rn on the GPU,
-// the same bits. Contract: output and input do not overlap. Dimensions: N elements.
+// the same bits except a NaN's (the GPU gives its canonical NaN, the CPU keeps the payload's top
+// bits). Contract: output and input do not overlap. Dimensions: N elements.
 #pragma once
 
 #include <cstdint>

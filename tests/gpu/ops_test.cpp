@@ -518,7 +518,27 @@ TEST_CASE("convert on the CUDA device rounds fp32 to the CPU device's bf16 bits"
       device.copy_to_host(bits.data(), destination);
       return bits;
     };
-    CHECK(convert_on(*gpu) == convert_on(cpu));
+    // The same bits, except NaN's: the GPU's cvt.rn.bf16.f32 gives its canonical NaN whatever
+    // the payload, the CPU keeps the payload's top bits; both are NaN. (On the first H100 run,
+    // 2026-11-27, a plain comparison failed over the vectors holding the NaN input and passed
+    // on one element; which elements differed was not printed then, and is now.)
+    const std::vector<uint16_t> on_gpu = convert_on(*gpu), on_cpu = convert_on(cpu);
+    int64_t differing = 0;
+    std::ostringstream first_differences;
+    for (int64_t i = 0; i < count; ++i) {
+      const uint16_t g = on_gpu[static_cast<size_t>(i)], c = on_cpu[static_cast<size_t>(i)];
+      const bool both_nan = (g & 0x7F80) == 0x7F80 && (g & 0x7F) != 0 && (c & 0x7F80) == 0x7F80 &&
+                            (c & 0x7F) != 0;
+      if (g == c || both_nan) continue;
+      if (++differing <= 5) {
+        uint32_t input;
+        std::memcpy(&input, &part[static_cast<size_t>(i)], 4);
+        first_differences << " [" << i << "] fp32 0x" << std::hex << input << ": gpu 0x" << g
+                          << ", cpu 0x" << c << std::dec;
+      }
+    }
+    INFO("differing elements:" << first_differences.str());
+    CHECK(differing == 0);
   }
   Tensors t(*gpu);
   CHECK_THROWS_WITH_AS(gpu->convert(t.poisoned(3, ElementType::bf16),
