@@ -72,7 +72,7 @@ DeviceMemory CpuDevice::allocate_zeroed(int64_t bytes, std::string_view what) {
     common::fail("out of host memory allocating {} bytes for {}: {}", bytes, what,
                  std::strerror(errno));
   }
-  return DeviceMemory(data, bytes, MemoryKind::host, release_host);
+  return DeviceMemory(data, bytes, MemoryKind::host, release_host, &ledger_);
 }
 
 void CpuDevice::copy_from_host(View destination, const void* source) {

@@ -18,6 +18,7 @@ class CpuDevice : public Device {
   void copy_to_host(void* destination, View source) override;
   void fill_zero(View values) override;
   void copy(View destination, View source) override;
+  MemoryUsage memory_usage() const override { return ledger_.usage(); }
   void convert(View destination, View source) override;
   void sum(View total, View values) override;
   void sum_of_squares(View total, View values) override;
@@ -90,6 +91,9 @@ class CpuDevice : public Device {
   void vocab_parallel_cross_entropy_combine(View losses, View logsumexp, View logsumexp_parts,
                                             View target_logit, int64_t rows,
                                             int64_t parts) override;
+
+ private:
+  MemoryLedger ledger_;
 };
 
 }  // namespace backend

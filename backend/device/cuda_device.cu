@@ -138,7 +138,7 @@ class CudaDevice final : public Device {
                    name_, bytes, what, free_bytes, total_bytes);
     }
     CUDA_CHECK(status);
-    DeviceMemory memory(data, bytes, MemoryKind::cuda, release_gpu);
+    DeviceMemory memory(data, bytes, MemoryKind::cuda, release_gpu, &ledger_);
     CUDA_CHECK(cudaMemsetAsync(data, 0, static_cast<size_t>(bytes), stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // setup only: the memory is zero when returned
     return memory;
@@ -189,6 +189,7 @@ class CudaDevice final : public Device {
     reduce(total, values, true, "sum_of_squares");
   }
   void convert(View destination, View source) override;
+  MemoryUsage memory_usage() const override { return ledger_.usage(); }
   void scale(View values, double factor) override;
   void adamw_update(View master, View weights, View gradients, View exp_avg, View exp_avg_sq,
                     const AdamWCoefficients& coefficients) override;
@@ -312,6 +313,7 @@ class CudaDevice final : public Device {
 
   int index_;
   std::string name_;
+  MemoryLedger ledger_;  // before the members it counts: they go first
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_handle_ = nullptr;
   DeviceMemory workspace_;

@@ -34,6 +34,9 @@ class Device {
 
   // Memory: `what` names it in an out-of-memory error. Only arenas call this, at setup.
   virtual DeviceMemory allocate_zeroed(int64_t bytes, std::string_view what) = 0;
+  // The bytes of this device's live allocations, now and at most so far (Megatron's memory
+  // line; there is no caching allocator, so what is reserved is what is allocated).
+  virtual MemoryUsage memory_usage() const = 0;
   virtual void copy_from_host(View destination, const void* source) = 0;  // destination.bytes()
   virtual void copy_to_host(void* destination, View source) = 0;          // source.bytes()
   virtual void fill_zero(View values) = 0;

@@ -619,6 +619,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
     return reloaded->iteration;
   };
 
+  bool memory_reported = false;
   for (int64_t iteration = resumed.iteration + 1; iteration <= a.train_iters; ++iteration) {
     const auto step_start = Clock::now();
     const GlobalBatch batch{.first_sample = consumed_train,
@@ -647,6 +648,15 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
                                  .loss_scale = step.loss_scale,
                                  .nan = step.nan});
     log.add_iteration(result.iterations.back(), scheduler.learning_rate() * learning_rate_factor);
+    // Megatron's report_memory, once, after the first logged interval with a learning rate
+    // (the optimizer's state exists by then), from every rank of data-parallel rank 0.
+    if (!memory_reported && iteration % a.log_interval == 0 && step.learning_rate > 0) {
+      memory_reported = true;
+      if (coordinates.data == 0) {
+        printed << format_memory_line(world.rank(), iteration, device.memory_usage()) << '\n';
+        printed.flush();
+      }
+    }
 
     // A spike is judged before this iteration's evaluation and save: its weights are not kept.
     if (a.rollback_on_spike) {

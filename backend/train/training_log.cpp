@@ -2,6 +2,7 @@
 #include "backend/train/training_log.hpp"
 
 #include "backend/common/local_time.hpp"
+#include "backend/common/python_format.hpp"
 #include "backend/train/benchmark_report.hpp"
 
 #include <fmt/format.h>
@@ -31,6 +32,17 @@ std::string format_iteration_line(const IterationLogFields& f) {
   line += fmt::format(" number of skipped iterations: {:3d} |", f.skipped_iterations);
   line += fmt::format(" number of nan iterations: {:3d} |", f.nan_iterations);
   return line;
+}
+
+std::string format_memory_line(int64_t rank, int64_t iteration, const MemoryUsage& usage) {
+  constexpr double kMegabyte = 1024.0 * 1024.0;
+  const std::string allocated =
+      common::format_python_float(static_cast<double>(usage.allocated_bytes) / kMegabyte);
+  const std::string peak =
+      common::format_python_float(static_cast<double>(usage.peak_bytes) / kMegabyte);
+  return fmt::format("[Rank {}] (after {} iterations) memory (MB) | allocated: {} | max "
+                     "allocated: {} | reserved: {} | max reserved: {}",
+                     rank, iteration, allocated, peak, allocated, peak);
 }
 
 std::string format_throughput_extension_line(double tokens_per_second, double achieved_flops,

@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/device/device_memory.hpp"
 #include "backend/train/arguments.hpp"
 #include "backend/train/tensorboard_writer.hpp"
 
@@ -99,6 +100,14 @@ struct IntervalTotals {
   double mean_lm_loss() const;  // 0 when every iteration was skipped
   double elapsed_ms_per_iteration() const;
 };
+
+// Megatron's report_memory line, printed once, after the first logged interval, by every rank of
+// data-parallel rank 0 (`rank` its global rank): megabytes as Python prints a float, the device's
+// live allocations for "allocated" and their peak for "max allocated"; with no caching
+// allocator, "reserved" is what is allocated. For example
+//  "[Rank 0] (after 10 iterations) memory (MB) | allocated: 1913.25 | max allocated: 2389.5 |
+//   reserved: 1913.25 | max reserved: 2389.5"   (one line)
+std::string format_memory_line(int64_t rank, int64_t iteration, const MemoryUsage& usage);
 
 class TrainingLog {
  public:

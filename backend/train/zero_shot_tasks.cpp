@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "backend/common/error.hpp"
+#include "backend/common/python_format.hpp"
 
 namespace backend {
 
@@ -433,16 +434,6 @@ std::string format_megatron_e4(double value) {
   return fmt::format("{:.4E}", value);
 }
 
-std::string format_python_float(double value) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  // Python's repr and fmt's "{}" agree: the shortest round-trip digits, positional for
-  // 1e-4 ≤ |x| < 1e16 and like 1e-05 outside; Python adds ".0" to an integral value.
-  std::string text = fmt::format("{}", value);
-  if (text.find_first_of(".e") == std::string::npos) text += ".0";
-  return text;
-}
-
 namespace {
 
 std::vector<std::string> framed(const std::string& line) {
@@ -457,7 +448,7 @@ std::vector<std::string> format_results(const std::string& task, const Perplexit
                             "{} | token ratio: {} |",
                             task, format_megatron_e4(r.avg_loss), format_megatron_e4(r.ppl),
                             format_megatron_e4(r.adjusted_ppl),
-                            format_python_float(r.token_ratio)));
+                            common::format_python_float(r.token_ratio)));
 }
 
 std::vector<std::string> format_results(const std::string& task, const AccuracyResult& r) {

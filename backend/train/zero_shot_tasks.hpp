@@ -155,8 +155,6 @@ AccuracyResult accuracy_result(int64_t number_correct, int64_t total_examples);
 
 // Python's '{:.4E}'.format(value): 1.2346E+01.
 std::string format_megatron_e4(double value);
-// Python's str(float): the shortest repr, with ".0" on an integral value (1.0, 1.25).
-std::string format_python_float(double value);
 
 // The three lines Megatron prints: a rule of '-', the results, the same rule again:
 //  " validation results on WIKITEXT103 | avg loss: 1.2345E+00 | ppl: ... | adjusted ppl: ... |

@@ -78,6 +78,7 @@ class TimingDevice final : public backend::Device {
 
   std::string name() const override { return inner_.name(); }
   MemoryKind memory_kind() const override { return inner_.memory_kind(); }
+  backend::MemoryUsage memory_usage() const override { return inner_.memory_usage(); }
   DeviceMemory allocate_zeroed(int64_t bytes, std::string_view what) override {
     return inner_.allocate_zeroed(bytes, what);
   }

@@ -106,6 +106,23 @@ TEST_CASE("the CPU device refuses bf16, mixed types and GPU memory, naming the o
                        "the CPU device was given GPU memory (16 elements of fp32)", common::Error);
 }
 
+TEST_CASE("the CPU device counts its live allocations and their peak") {
+  CpuDevice device;
+  CHECK(device.memory_usage().allocated_bytes == 0);
+  {
+    backend::DeviceMemory first = device.allocate_zeroed(4096, "first");
+    {
+      backend::DeviceMemory second = device.allocate_zeroed(1000, "second");
+      CHECK(device.memory_usage().allocated_bytes == 5096);
+    }
+    CHECK(device.memory_usage().allocated_bytes == 4096);
+    backend::DeviceMemory moved = std::move(first);  // counted once, released once
+    CHECK(device.memory_usage().allocated_bytes == 4096);
+  }
+  CHECK(device.memory_usage().allocated_bytes == 0);
+  CHECK(device.memory_usage().peak_bytes == 5096);
+}
+
 TEST_CASE("the CPU device converts fp32 to bf16 rounding to nearest even, and refuses others") {
   CpuDevice device;
   // 1 + 2^-8 is a tie between two bf16 values: to the even one (1); 1 + 3·2^-8 likewise, up

@@ -291,6 +291,26 @@ TEST_CASE("--log-throughput: Megatron's field in the line, tokens/s and MFU on t
                       std::sregex_iterator()) == 3);
 }
 
+TEST_CASE("Megatron's memory line follows the first iteration line, once, with the device's bytes") {
+  auto a = tiny_arguments();
+  a.train_iters = 4;
+  a.log_interval = 2;
+  std::ostringstream log;
+  train(a, log);
+  const std::string text = log.str();
+  CHECK(count_lines_containing(text, " memory (MB) | allocated: ") == 1);
+  const std::regex memory(R"(\| number of nan iterations: +0 \|\n\[Rank 0\] \(after 2 iterations\) )"
+                          R"(memory \(MB\) \| allocated: ([0-9.]+) \| max allocated: ([0-9.]+) \| )"
+                          R"(reserved: \1 \| max reserved: \2\n)");
+  std::smatch match;
+  REQUIRE(std::regex_search(text, match, memory));
+  // The parameters, gradients and moments alone are 4 · 4 bytes per parameter.
+  const double allocated = std::stod(match[1].str());
+  CHECK(allocated >= std::stod(match[2].str()) * 0.5);
+  CHECK(allocated <= std::stod(match[2].str()));
+  CHECK(allocated * 1024 * 1024 > 16.0 * 1000);
+}
+
 TEST_CASE("--weight-decay-incr-style reaches the optimizer step by step") {
   auto constant = tiny_arguments();
   constant.weight_decay = 0.1;

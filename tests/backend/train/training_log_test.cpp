@@ -63,6 +63,19 @@ TEST_CASE("the validation block: dashes one longer than the line, PPL capped at 
 TEST_CASE("--log-throughput's extension line: tokens/s and MFU against the measured peak") {
   CHECK(format_throughput_extension_line(41120.24, 2.7e10, 2.35e11) ==
         " throughput: 41120.2 tokens/s | MFU: 11.5% of the measured 0.235 TFLOP/s sgemm peak |");
+  CHECK(format_throughput_extension_line(61182.3, 4.88e13, 8.0e14, "bf16 GEMM peak") ==
+        " throughput: 61182.3 tokens/s | MFU: 6.1% of the measured 800.000 TFLOP/s bf16 GEMM "
+        "peak |");
+}
+
+TEST_CASE("Megatron's memory line: megabytes as Python prints floats, reserved as allocated") {
+  CHECK(format_memory_line(0, 10, {.allocated_bytes = 2006188032, .peak_bytes = 2505572352}) ==
+        "[Rank 0] (after 10 iterations) memory (MB) | allocated: 1913.25 | max allocated: 2389.5 "
+        "| reserved: 1913.25 | max reserved: 2389.5");
+  // An integral number of megabytes prints as Python's 1024.0, not 1024.
+  CHECK(format_memory_line(3, 100, {.allocated_bytes = 1073741824, .peak_bytes = 1073741824}) ==
+        "[Rank 3] (after 100 iterations) memory (MB) | allocated: 1024.0 | max allocated: 1024.0 "
+        "| reserved: 1024.0 | max reserved: 1024.0");
 }
 
 namespace {

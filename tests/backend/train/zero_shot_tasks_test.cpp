@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
+#include "backend/common/python_format.hpp"
 #include "temporary_directory.hpp"
 
 using namespace backend;
@@ -236,12 +237,12 @@ TEST_CASE("the metrics and Megatron's printed lines") {
                        "examples: 5.0000E+00 | avg accuracy: 6.0000E-01");
   CHECK(accuracy[0].size() == accuracy[1].size() + 1);
 
-  CHECK(format_python_float(1.0) == "1.0");
-  CHECK(format_python_float(1.25) == "1.25");
-  CHECK(format_python_float(1.021551724137931) == "1.021551724137931");
-  CHECK(format_python_float(0.1) == "0.1");
-  CHECK(format_python_float(1e-5) == "1e-05");
-  CHECK(format_python_float(1e16) == "1e+16");
+  CHECK(common::format_python_float(1.0) == "1.0");
+  CHECK(common::format_python_float(1.25) == "1.25");
+  CHECK(common::format_python_float(1.021551724137931) == "1.021551724137931");
+  CHECK(common::format_python_float(0.1) == "0.1");
+  CHECK(common::format_python_float(1e-5) == "1e-05");
+  CHECK(common::format_python_float(1e16) == "1e+16");
   CHECK(format_megatron_e4(12345.678) == "1.2346E+04");
   CHECK(format_megatron_e4(0.0) == "0.0000E+00");
 }
