@@ -3,7 +3,8 @@
 runs one (megatron/inference/text_generation_server.py: PUT /api, one request at a time behind a
 lock), generating with a PyTorch loop over a key/value cache, for the GPT-2 model that
 `checkpoint_util --export-hf` wrote (GPT2LMHeadModel safetensors + config.json, the padded
-vocabulary). Debian's python3-torch, fp32, eager, on the CPU with --threads threads.
+vocabulary). PyTorch (Debian's python3-torch on the CPU), fp32, eager, on the CPU with --threads
+threads or with --device cuda on the first GPU.
 
 It speaks the part of the API the benchmark sends: `prompts` (one or more strings),
 `tokens_to_generate`, `top_k` (1: greedy, as the benchmark asks; otherwise temperature, top-k
@@ -15,6 +16,7 @@ The GPT-2 BPE encoder is tests/e2e/zero_shot_reference.py's (written there from 
 algorithm, independent of the C++ side); the decoder is its inverse.
 
 Usage: pytorch_generation_server.py HF_DIR VOCAB_JSON MERGES_TXT --port PORT [--threads N]
+                                    [--device cpu|cuda]
 """
 import argparse
 import json
@@ -38,10 +40,11 @@ class Gpt2WithCache:
     """GPT2LMHeadModel's forward (Conv1D weights (in, out), gelu_new, tied lm_head) over new
     tokens, with the keys and values of the earlier ones kept per layer: (1, heads, T, head_dim)."""
 
-    def __init__(self, hf_dir):
+    def __init__(self, hf_dir, device):
         with open(os.path.join(hf_dir, "config.json"), encoding="utf-8") as f:
             self.config = json.load(f)
-        self.p = {name: t.to(torch.float32).contiguous()
+        self.device = device
+        self.p = {name: t.to(torch.float32).contiguous().to(device)
                   for name, t in read_safetensors(os.path.join(hf_dir, "model.safetensors")).items()}
         self.wte_t = self.p["transformer.wte.weight"].t().contiguous()
 
@@ -52,7 +55,8 @@ class Gpt2WithCache:
         start = cache[0][0].shape[2] if cache else 0
         T = len(tokens)
         p = self.p
-        x = p["transformer.wte.weight"][torch.tensor(tokens)] + p["transformer.wpe.weight"][start:start + T]
+        x = (p["transformer.wte.weight"][torch.tensor(tokens, device=self.device)] +
+             p["transformer.wpe.weight"][start:start + T])
         new_cache = []
         for i in range(c["n_layer"]):
             h = f"transformer.h.{i}."
@@ -67,7 +71,7 @@ class Gpt2WithCache:
             # 1.13 has no scaled_dot_product_attention.)
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(HD)
             if T > 1:
-                scores = scores.masked_fill(~self.mask(start, T), float("-inf"))
+                scores = scores.masked_fill(~self.mask(start, T).to(self.device), float("-inf"))
             attention = torch.softmax(scores, dim=-1) @ v
             attention = attention.squeeze(0).transpose(0, 1).reshape(T, C)
             x = x + torch.addmm(p[h + "attn.c_proj.bias"], attention, p[h + "attn.c_proj.weight"])
@@ -160,13 +164,15 @@ def main():
     parser.add_argument("merges")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     bpe = Gpt2Bpe(args.vocab, args.merges)
-    server = Server(Gpt2WithCache(args.hf_dir), bpe, len(bpe.vocab))
+    server = Server(Gpt2WithCache(args.hf_dir, torch.device(args.device)), bpe, len(bpe.vocab))
     httpd = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(server))
+    where = torch.cuda.get_device_name(0) if args.device == "cuda" else f"{args.threads} threads"
     print(f"pytorch reference server on 127.0.0.1:{args.port} (torch {torch.__version__}, "
-          f"{args.threads} threads)", flush=True)
+          f"{where})", flush=True)
     httpd.serve_forever()
 
 

@@ -14,16 +14,24 @@
 # is requests/s × TOKENS. Latencies are per request (hey's 50 % and 99 %). Every response must be
 # a 200 (checked from hey's status code distribution), else the benchmark fails.
 #
+# DEVICE=cuda serves from the first GPU on both sides (ours --device cuda, PyTorch's on cuda;
+# both fp32); the default is the CPU. PYTHON is the interpreter with torch (Debian's
+# /usr/bin/python3 by default; a GPU machine's python3 with CUDA torch), HEY the load tool
+# (`hey` on PATH by default). $OUT, when set, receives the table (serving_table.md).
+#
 # Run it on a quiet machine. Usage:
-#   tests/bench/serving_bench.sh [build-dir] [tokens] [requests]
+#   [DEVICE=cuda] tests/bench/serving_bench.sh [build-dir] [tokens] [requests]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
 tokens=${2:-16}
 requests=${3:-100}
 threads=$(nproc)
-python=/usr/bin/python3  # Debian's interpreter, where python3-torch lives
-command -v hey >/dev/null || { echo "serving_bench: hey is missing (apt-get install hey)" >&2; exit 1; }
+device=${DEVICE:-cpu}
+[[ $device == cpu || $device == cuda ]] || { echo "serving_bench: DEVICE=$device (valid: cpu, cuda)" >&2; exit 2; }
+python=${PYTHON:-/usr/bin/python3}  # Debian's interpreter, where python3-torch lives
+hey=${HEY:-hey}
+command -v "$hey" >/dev/null || { echo "serving_bench: $hey is missing (apt-get install hey)" >&2; exit 1; }
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -40,25 +48,30 @@ model_flags=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-le
 
 OMP_NUM_THREADS=$threads "$build/bin/pretrain_gpt" "${model_flags[@]}" --micro-batch-size 1 \
   --global-batch-size 1 --train-iters 1 --lr 1e-4 --mock-data --log-interval 1 --eval-iters 0 \
-  --save "$work/checkpoint" >"$work/train.log" 2>&1
+  --device cpu --save "$work/checkpoint" >"$work/train.log" 2>&1
 "$build/bin/checkpoint_util" --load "$work/checkpoint" --export-hf "$work/hf" >"$work/export.log" 2>&1
 
 ours_port=5931
 torch_port=5932
 OMP_NUM_THREADS=$threads "$build/bin/text_generation_server" "${model_flags[@]}" \
   --load "$work/checkpoint" --port "$ours_port" --max-batch-size 64 \
-  --max-concurrent-requests 256 >"$work/ours.log" 2>&1 &
+  --max-concurrent-requests 256 --device "$device" >"$work/ours.log" 2>&1 &
 pids+=($!)
 "$python" "$root/tests/bench/pytorch_generation_server.py" "$work/hf" "$vocab" "$merges" \
-  --port "$torch_port" --threads "$threads" >"$work/torch.log" 2>&1 &
+  --port "$torch_port" --threads "$threads" --device "$device" >"$work/torch.log" 2>&1 &
 pids+=($!)
 
 prompt="The quick brown fox jumps over the lazy dog. It"
 body=$(printf '{"prompts": ["%s"], "tokens_to_generate": %d, "top_k": 1}' "$prompt" "$tokens")
 wait_ready() {  # wait_ready PORT LOG: the first answer, within 5 minutes
   for _ in $(seq 300); do
-    if curl -sf -X PUT -H 'Content-Type: application/json' -d "$body" \
-         "http://127.0.0.1:$1/api" >"$work/first_$1.json" 2>/dev/null; then
+    if "$python" - "$1" "$body" >"$work/first_$1.json" 2>/dev/null <<'PY'
+import sys, urllib.request
+request = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/api", data=sys.argv[2].encode(),
+                                 method="PUT", headers={"Content-Type": "application/json"})
+sys.stdout.write(urllib.request.urlopen(request, timeout=60).read().decode())
+PY
+    then
       return 0
     fi
     sleep 1
@@ -87,7 +100,7 @@ run_load() {  # run_load PORT CLIENTS -> "requests/s p50 p99"
   local port=$1 clients=$2 out total
   total=$(( requests > 2 * clients ? requests : 2 * clients ))
   total=$(( (total + clients - 1) / clients * clients ))  # hey sends floor(n / c) per client
-  out=$(hey -n "$total" -c "$clients" -t 0 -m PUT \
+  out=$("$hey" -n "$total" -c "$clients" -t 0 -m PUT \
         -T application/json -d "$body" "http://127.0.0.1:$port/api")
   local ok
   ok=$(awk '/\[200\]/ {print $2}' <<<"$out")
@@ -99,6 +112,9 @@ run_load() {  # run_load PORT CLIENTS -> "requests/s p50 p99"
   awk '/Requests\/sec:/ {rps=$2} /50% in/ {p50=$3} /99% in/ {p99=$3} END {print rps, p50, p99}' <<<"$out"
 }
 
+table=/dev/null
+[[ -n ${OUT:-} ]] && mkdir -p "$OUT" && table=$OUT/serving_table.md
+{
 echo
 echo "| clients | server | tokens/s | requests/s | p50 latency (s) | p99 latency (s) |"
 echo "|---|---|---|---|---|---|"
@@ -106,7 +122,10 @@ declare -A ours_tps torch_tps
 for clients in 1 8 64; do
   for side in ours torch; do
     port=$ours_port name="text_generation_server (this project)"
-    [[ $side == torch ]] && port=$torch_port name="PyTorch reference ($threads threads)"
+    if [[ $side == torch ]]; then
+      port=$torch_port
+      name="PyTorch reference ($([[ $device == cuda ]] && echo GPU || echo "$threads threads"))"
+    fi
     read -r rps p50 p99 < <(run_load "$port" "$clients")
     tps=$(awk -v r="$rps" -v t="$tokens" 'BEGIN {printf "%.1f", r * t}')
     [[ $side == ours ]] && ours_tps[$clients]=$tps || torch_tps[$clients]=$tps
@@ -118,4 +137,7 @@ for clients in 1 8 64; do
   ratio=$(awk -v a="${ours_tps[$clients]}" -v b="${torch_tps[$clients]}" 'BEGIN {printf "%.2f", a / b}')
   echo "$clients clients: ${ratio}x PyTorch's tokens/s"
 done
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $tokens tokens per request, $requests requests per cell (at least 2 per client)"
+gpu=""
+[[ $device == cuda ]] && gpu="; $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) (--device cuda, fp32)"
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')$gpu; $tokens tokens per request, $requests requests per cell (at least 2 per client)"
+} | tee "$table"

@@ -29,6 +29,7 @@
 #include "launcher/process.hpp"
 #include "logged_losses.hpp"
 #include "read_file.hpp"
+#include "sanitized_build.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;
@@ -100,7 +101,11 @@ void check_same_tensors(const fs::path& actual, const fs::path& expected) {
 
 }  // namespace
 
-TEST_CASE("checkpoint_util reshards TP=2 → TP=1 and TP=1 → TP=2: the resumed runs train the uninterrupted losses") {
+// release-only: training runs over Open MPI, 100 s under the sanitizers; the resharding code
+// runs sanitized in "TP=2 → TP=1 → TP=2 gives back every tensor bit for bit" and its unit
+// tests.
+TEST_CASE("checkpoint_util reshards TP=2 → TP=1 and TP=1 → TP=2: the resumed runs train the uninterrupted losses" *
+          test_support::release_only()) {
   REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   for (const std::string style : {"gpt2", "llama"}) {
     CAPTURE(style);
@@ -348,7 +353,9 @@ TEST_CASE("checkpoint_util: bad resharding input exits 2 naming the flag or file
 }
 
 // (No semicolon in a test name: CTest would cut the name there, and run none.)
-TEST_CASE("checkpoint_util reshards TP=2 x PP=2 → TP=1 x PP=1 and back: the resumed runs train the uninterrupted losses") {
+// release-only: as the test above (80 s under the sanitizers).
+TEST_CASE("checkpoint_util reshards TP=2 x PP=2 → TP=1 x PP=1 and back: the resumed runs train the uninterrupted losses" *
+          test_support::release_only()) {
   REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   test_support::TemporaryDirectory directory;
   const fs::path& d = directory.path;

@@ -27,10 +27,11 @@
 
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/ckpt/checkpoint_file.hpp"
-#include "logged_losses.hpp"
 #include "e2e/mpi_runs.hpp"
+#include "logged_losses.hpp"
 #include "mpi_test_environment.hpp"
 #include "read_file.hpp"
+#include "sanitized_build.hpp"
 #include "spawned_process.hpp"
 #include "temporary_directory.hpp"
 
@@ -109,7 +110,11 @@ void wait_for_training(const fs::path& log) {
 
 }  // namespace
 
-TEST_CASE("DP=2 and DP=4 over Open MPI, with and without the distributed optimizer, train as one process") {
+// release-only: 2 minutes under the sanitizers; DP=2 with and without the distributed
+// optimizer runs sanitized in "checkpoints move between DP=2, the distributed optimizer and
+// one process".
+TEST_CASE("DP=2 and DP=4 over Open MPI, with and without the distributed optimizer, train as one process" *
+          test_support::release_only()) {
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   test_support::TemporaryDirectory directory;
   for (const std::string style : {"gpt2", "llama"}) {
@@ -421,7 +426,10 @@ TEST_CASE("a Megatron-DeepSpeed seed-style command line runs unchanged under mpi
   CHECK(tracker->iteration == 6);
 }
 
-TEST_CASE("the seed-style command line with DeepSpeed's ZeRO-2 configuration trains as the distributed optimizer") {
+// release-only: under the sanitizers the DeepSpeed mapping is its unit tests' (deepspeed_config)
+// and the distributed optimizer the checkpoint tests'.
+TEST_CASE("the seed-style command line with DeepSpeed's ZeRO-2 configuration trains as the distributed optimizer" *
+          test_support::release_only()) {
   // Megatron-DeepSpeed's --deepspeed --deepspeed_config ds_config.json --zero-stage 2: ZeRO
   // stage 2 is Megatron's distributed optimizer here; the file's fp16 section sets the scaler
   // (initial_scale_power 11: 2048). Its ZeRO-3 + CPU offload configuration trains too.

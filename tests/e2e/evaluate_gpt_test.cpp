@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "launcher/process.hpp"
+#include "sanitized_build.hpp"
 #include "temporary_directory.hpp"
 #include "tiny_lambada_checkpoint.hpp"
 #include "torch_available.hpp"
@@ -90,7 +91,10 @@ void check_close(double ours, double theirs, const char* what) {
 
 }  // namespace
 
-TEST_CASE("evaluate_gpt WIKITEXT103 and LAMBADA match an independent PyTorch reference") {
+// release-only: most of its 75 s under the sanitizers is the PyTorch reference; evaluate_gpt
+// runs sanitized in the bad-input test and the tasks' unit tests.
+TEST_CASE("evaluate_gpt WIKITEXT103 and LAMBADA match an independent PyTorch reference" *
+          test_support::release_only()) {
   if (!torch_available()) return;
   TrainedModel model;
   train(model, 60);

@@ -19,6 +19,7 @@
 #include "e2e/mpi_runs.hpp"
 #include "logged_losses.hpp"
 #include "read_file.hpp"
+#include "sanitized_build.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;
@@ -42,7 +43,11 @@ std::string tail(const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("PP=2, PP=4 interleaved and TP=2 x PP=2 x DP=2 over Open MPI train as one process") {
+// release-only: 3 minutes under the sanitizers; the sanitized build runs the pipeline schedule
+// over Open MPI in "a PP=2 checkpoint resumes at PP=2" (checkpoint tests) and the schedules'
+// unit tests.
+TEST_CASE("PP=2, PP=4 interleaved and TP=2 x PP=2 x DP=2 over Open MPI train as one process" *
+          test_support::release_only()) {
   REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   test_support::TemporaryDirectory directory;
   for (const std::string style : {"gpt2", "llama"}) {

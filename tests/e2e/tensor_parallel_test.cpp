@@ -22,6 +22,7 @@
 #include "e2e/mpi_runs.hpp"
 #include "logged_losses.hpp"
 #include "read_file.hpp"
+#include "sanitized_build.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;
@@ -37,7 +38,11 @@ std::vector<std::string> training_flags(const std::string& style, int tensor_par
 
 }  // namespace
 
-TEST_CASE("TP=2 (with sequence parallelism), TP=2 x DP=2 and the distributed optimizer over Open MPI train as one process") {
+// release-only: 2 minutes under the sanitizers; the sanitized build runs TP=2 with sequence
+// parallelism and DP=2 in the --overlap-grad-reduce test and TP=2 in "a TP=2 checkpoint
+// resumes at TP=2".
+TEST_CASE("TP=2 (with sequence parallelism), TP=2 x DP=2 and the distributed optimizer over Open MPI train as one process" *
+          test_support::release_only()) {
   REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   test_support::TemporaryDirectory directory;
   for (const std::string style : {"gpt2", "llama"}) {

@@ -2,16 +2,18 @@
 # The GPU checks in one command, for a session on a GPU machine (from the repository root):
 #   tests/gpu/run_gpu_checks.sh
 #   PREBUILT=1 tests/gpu/run_gpu_checks.sh   (the carried .gpu-bundle.tar.xz, no CMake build)
-#   BENCH=1 ...                               (then tests/bench/gpu_vs_pytorch_bench.sh)
+#   BENCH=1 ...                               (then the op profile, tests/bench/
+#                                              gpu_vs_pytorch_bench.sh and serving_bench.sh)
 # Configures the release preset if needed, builds test_gpu only (-j16), prints nvidia-smi,
 # runs `ctest -L gpu`, then compute-sanitizer memcheck and racecheck (when installed) on a
 # small subset of test_gpu. With $OUT set, the logs and a summary (gpu_summary.txt) go there.
 # PREBUILT=1 runs the executables tests/gpu/bundle_prebuilt.sh packed on the build machine
 # (a CUDA image has CUDA but not spdlog, fmt or OpenBLAS; building there would need them):
 # carry .gpu-bundle.tar.xz with the call. BENCH_ITERATIONS (default 20) and BENCH_SHAPES
-# (default all three) size the benchmark. TEST_TIMEOUT (test_gpu, default 900 s),
-# SANITIZER_TIMEOUT (each compute-sanitizer step, default 300 s) and BENCH_RUN_TIMEOUT (each
-# benchmark run) bound the steps, so a hang still leaves the other steps' results in a lease.
+# (default all three) size the training benchmark, SERVING_TOKENS (16) and SERVING_REQUESTS
+# (100) the serving one (serving_bench.sh with DEVICE=cuda). TEST_TIMEOUT (test_gpu, default
+# 900 s), SANITIZER_TIMEOUT (each compute-sanitizer step, default 300 s) and BENCH_RUN_TIMEOUT
+# (each benchmark run) bound the steps, so a hang still leaves the other steps' results.
 # Exit status: 0 when every step passed. Steps keep going after a failure so one run reports
 # everything.
 set -u
@@ -69,9 +71,8 @@ if [ "${PREBUILT:-0}" = 1 ]; then
       note "MISSING LIBRARIES: $(ldd "$bin/test_gpu" "$bin/pretrain_gpt" | grep "not found" | sort -u | tr '\n' ' ')"
     fi
     mkdir -p build/bin
-    ln -sf "$PWD/$bin/test_gpu" build/bin/test_gpu
-    ln -sf "$PWD/$bin/pretrain_gpt" build/bin/pretrain_gpt
-    ln -sf "$PWD/$bin/op_profile_bench" build/bin/op_profile_bench
+    for program in "$bin"/*; do ln -sf "$PWD/$program" "build/bin/$(basename "$program")"; done
+    export PATH="$PWD/$bin:$PATH"  # the bundle's hey
   else
     note "build: skipped (PREBUILT=1, build/bin/test_gpu)"
   fi
@@ -83,7 +84,7 @@ else
     step configure cmake --preset release || { tail -30 "$out/configure.log"; exit 1; }
   fi
   targets=(test_gpu)
-  [ "${BENCH:-0}" = 1 ] && targets+=(pretrain_gpt op_profile_bench)
+  [ "${BENCH:-0}" = 1 ] && targets+=(pretrain_gpt op_profile_bench text_generation_server checkpoint_util)
   step build cmake --build build -j16 --target "${targets[@]}" || { tail -60 "$out/build.log"; exit 1; }
   probe
   step ctest ctest --test-dir build -L gpu --output-on-failure --timeout "${TEST_TIMEOUT:-600}"
@@ -114,6 +115,10 @@ if [ "${BENCH:-0}" = 1 ]; then
   OUT="$out/bench" step bench tests/bench/gpu_vs_pytorch_bench.sh build "${BENCH_ITERATIONS:-20}" \
     ${BENCH_SHAPES:-}
   tee -a "$summary" <"$out/bench/bench_table.md" 2>/dev/null
+  # Serving (issue 13): text_generation_server against the PyTorch KV-cache server on the GPU.
+  DEVICE=cuda PYTHON=python3 OUT="$out/bench" step serving timeout "${BENCH_RUN_TIMEOUT:-1800}" \
+    tests/bench/serving_bench.sh build "${SERVING_TOKENS:-16}" "${SERVING_REQUESTS:-100}"
+  tee -a "$summary" <"$out/bench/serving_table.md" 2>/dev/null
 fi
 
 note "overall: $([ $status -eq 0 ] && echo passed || echo FAILED) (logs in $out)"
