@@ -505,7 +505,9 @@ TEST_CASE("convert on the CUDA device rounds fp32 to the CPU device's bf16 bits"
   }
   const auto total = static_cast<int64_t>(values.size());
   // Whole (vectorised), and from element 1 (unaligned: the element-by-element path), and 1.
-  for (const auto& [first, count] : {std::pair<int64_t, int64_t>{0, total}, {1, total - 1}, {0, 1}}) {
+  // (clang 14 captures no structured binding: plain variables.)
+  for (const auto& range : {std::pair<int64_t, int64_t>{0, total}, {1, total - 1}, {0, 1}}) {
+    const int64_t first = range.first, count = range.second;
     CAPTURE(first);
     CAPTURE(count);
     const std::vector<float> part(values.begin() + first, values.begin() + first + count);
