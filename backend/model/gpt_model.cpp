@@ -56,6 +56,12 @@
 // its own kept buffers (a slot: one arena of activation_plan.hpp's per-micro-batch part), and
 // its own dropout key; the scratch is shared. Dropout masks are keyed by the global layer index,
 // so a stage draws the masks those layers draw in one process.
+//
+// bf16 mixed precision (GptConfig::bf16, Megatron's --bf16): the ops read a bf16 working copy of
+// the fp32 parameters (`weights`, made by Device::convert before the first forward after any
+// write of the parameters) and keep bf16 activations with fp32 statistics (activation_plan.hpp);
+// the parameter gradients stay fp32, so the optimizer, clipping and checkpoints see the fp32
+// path's buffers.
 #include "backend/model/gpt_model.hpp"
 
 #include <algorithm>
