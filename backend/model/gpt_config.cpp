@@ -101,6 +101,7 @@ common::MemoryEstimate training_memory_estimate(const GptConfig& config, int64_t
   setup.seq_length = seq_length;
   setup.micro_batch_size = micro_batch_size;
   setup.attention_scores_stored = false;
+  setup.mixed_precision = config.bf16;  // bf16 working weights and activations
   switch (config.recompute_granularity) {
     case RecomputeGranularity::none:
       setup.recompute = common::Recompute::none;

@@ -224,21 +224,10 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   std::ostream& out_last = process_groups.is_last_rank() ? printed : discarded;
   Communicator& world = *process_groups.world;
   Communicator& data_parallel = *process_groups.data_parallel;
-  // The model's shape is checked and its memory estimated before anything is written or
-  // allocated: a model this machine cannot hold is refused with the estimate.
+  // The model's shape is checked, and its memory estimated once the device is known (bf16 on a
+  // GPU), before anything of the model is written or allocated: a model this machine cannot
+  // hold is refused with the estimate.
   GptConfig config = model_config(a);
-  // One rank's share of the model under this layout (the launcher's preflight computes the same).
-  const common::MemoryEstimate estimate = training_memory_estimate(
-      config, a.micro_batch_size, a.seq_length,
-      {.tensor_parallel = process_groups.layout.tensor_parallel,
-       .data_parallel = process_groups.layout.data_parallel,
-       .pipeline_parallel = process_groups.layout.pipeline_parallel,
-       .sequence_parallel = a.sequence_parallel,
-       .distributed_optimizer = a.use_distributed_optimizer,
-       .zero_stage = a.zero_stage,
-       .offload_optimizer = a.offload_optimizer,
-       .offload_parameters = a.offload_parameters,
-       .virtual_pipeline_chunks = a.virtual_pipeline_chunks()});
   const char* const kWaysOut =
       "Lower --micro-batch-size or --seq-length, recompute activations (--recompute-granularity "
       "full --recompute-method uniform --recompute-num-layers 1), or train a smaller model.";
@@ -255,6 +244,19 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   }
   const SelectedDevice selected = select_device(a);
   Device& device = *selected.device;
+  config.bf16 = computes_in_bf16(a, device);
+  // One rank's share of the model under this layout (the launcher's preflight computes the same).
+  const common::MemoryEstimate estimate = training_memory_estimate(
+      config, a.micro_batch_size, a.seq_length,
+      {.tensor_parallel = process_groups.layout.tensor_parallel,
+       .data_parallel = process_groups.layout.data_parallel,
+       .pipeline_parallel = process_groups.layout.pipeline_parallel,
+       .sequence_parallel = a.sequence_parallel,
+       .distributed_optimizer = a.use_distributed_optimizer,
+       .zero_stage = a.zero_stage,
+       .offload_optimizer = a.offload_optimizer,
+       .offload_parameters = a.offload_parameters,
+       .virtual_pipeline_chunks = a.virtual_pipeline_chunks()});
   if (selected.gpu && world.size() > 1) {
     common::fail("--device {}: {} ranks on GPUs need the NCCL communicator, which is not built "
                  "yet; data parallelism runs on CPU ranks (--device cpu)",
@@ -293,7 +295,6 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   }
   if (!a.log_dir.empty() && process_groups.is_first_rank()) write_exp_manager_files(a.log_dir, a);
   note_precision(a, device);
-  config.bf16 = computes_in_bf16(a, device);
 
   // Everything the run keeps on the device is carved here, once: parameters and gradients,
   // the activations of the one micro-batch shape every step and evaluation uses, and the
