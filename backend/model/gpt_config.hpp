@@ -73,6 +73,10 @@ struct GptConfig {
   // no ZeRO-3) for now; GptModel refuses anything else by name.
   bool bf16 = false;
 
+  // A model that only runs forwards (text_generation_server, evaluate_gpt): no gradient
+  // buffer is carved, which halves the fp32 model's memory, and backward() is refused.
+  bool inference_only = false;
+
   // Features per attention head (Megatron's kv_channels); 0: hidden_size / num_attention_heads,
   // the only value the flags give. A tensor-parallel shard (tensor_parallel_shard()) sets it,
   // since its heads keep the full model's head size while it holds fewer of them.

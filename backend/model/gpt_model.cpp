@@ -172,7 +172,8 @@ struct GptModel<Scalar>::State {
     ArenaLayout parameter_layout;
     const int64_t count = held.numel;
     const int64_t parameter_region = parameter_layout.add("parameters", kElementType, count);
-    const int64_t gradient_region = parameter_layout.add("gradients", kElementType, count);
+    const int64_t gradient_region =
+        parameter_layout.add("gradients", kElementType, config.inference_only ? 0 : count);
     const int64_t weight_region =
         parameter_layout.add("bf16 working weights", ElementType::bf16, config.bf16 ? count : 0);
     parameter_arena = Arena(*device, std::move(parameter_layout), "parameters");
@@ -1121,6 +1122,11 @@ Scalar GptModel<Scalar>::State::forward_chunk(int64_t slot, int64_t chunk) {
 // input buffer (off the first virtual stage), and adds to the parameter gradients.
 template <typename Scalar>
 void GptModel<Scalar>::State::backward_chunk(int64_t slot, int64_t chunk, Scalar grad_scale) {
+  if (config.inference_only) {
+    common::fail("GptModel::backward(): this model was made for inference only "
+                 "(GptConfig::inference_only: no gradient buffer); a training model computes "
+                 "gradients");
+  }
   MicroBatchBuffers& buffers = micro_batches[static_cast<size_t>(slot)];
   if (!buffers.forward_done[static_cast<size_t>(chunk)]) {
     common::fail(

@@ -36,13 +36,13 @@ void check_whole_model_launch(const TrainingArguments& arguments, std::string_vi
 
 GptModel<float> load_trained_model(const TrainingArguments& arguments,
                                    const SelectedDevice& selected, std::string_view tool) {
-  const GptConfig config = model_config(arguments);
-  // Before anything is allocated: the fp32 weights and the gradient buffer GptModel carves
-  // beside them, against the GPU's or this machine's memory. The activations come on top.
+  GptConfig config = model_config(arguments);
+  config.inference_only = true;  // forwards only: no gradient buffer
+  // Before anything is allocated: the fp32 weights, against the GPU's or this machine's
+  // memory. The activations come on top.
   common::MemoryEstimate estimate;
   estimate.parameters = common::parameter_count(model_shape(config));
   estimate.weights_bytes = 4 * estimate.parameters;
-  estimate.gradients_bytes = estimate.weights_bytes;
   const common::AvailableMemory available =
       selected.gpu ? common::AvailableMemory{static_cast<double>(selected.gpu->total_memory_bytes),
                                              fmt::format("the memory of GPU {} ({})",

@@ -15,6 +15,7 @@
 
 #include "backend/common/error.hpp"
 #include "backend/common/inverse_normal_cdf.hpp"
+#include "backend/device/cpu_device.hpp"
 #include "tests/backend/ops/gradient_check.hpp"
 #include "sanitized_build.hpp"
 
@@ -616,6 +617,25 @@ TEST_CASE("bf16 activations are refused where they are not built, naming the way
   CHECK_THROWS_WITH_AS(GptModel<double>{config},
                        doctest::Contains("bf16 mixed precision keeps fp32 master weights; a model "
                                          "of fp64 parameters cannot use it"),
+                       common::Error);
+}
+
+TEST_CASE("an inference-only model carves no gradients, forwards alike and refuses backward") {
+  GptConfig config = tiny_config();
+  backend::CpuDevice training_device, inference_device;
+  GptModel<float> training(config, training_device);
+  config.inference_only = true;
+  GptModel<float> inference(config, inference_device);
+  training.init_parameters(5);
+  inference.init_parameters(5);
+  Batch batch = random_batch(config, kTinyBatch, kTinySeq, 7);
+  CHECK(forward(inference, batch) == forward(training, batch));
+  CHECK(inference.gradient_buffer().numel == 0);
+  const int64_t parameter_bytes = 4 * training.parameter_buffer().numel;
+  CHECK(training_device.memory_usage().allocated_bytes -
+            inference_device.memory_usage().allocated_bytes >=
+        parameter_bytes);
+  CHECK_THROWS_WITH_AS(inference.backward(1.0f), doctest::Contains("made for inference only"),
                        common::Error);
 }
 
