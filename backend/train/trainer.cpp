@@ -113,12 +113,12 @@ bool computes_in_bf16(const TrainingArguments& a, const Device& device) {
   return a.bf16 && device.memory_kind() == MemoryKind::cuda && a.zero_stage != 3;
 }
 
-// The precision the flags ask for, as far as this device computes it: --bf16 on the CUDA
-// device is mixed precision; the CPU path and --fp16 compute in fp32 (--fp16's loss scaling
-// applies on every device).
-void note_precision(const TrainingArguments& a, const Device& device) {
+// The precision the flags ask for, as far as this device computes it (`bf16`: the model's
+// GptConfig::bf16, from computes_in_bf16): --bf16 on the CUDA device is mixed precision; the
+// CPU path and --fp16 compute in fp32 (--fp16's loss scaling applies on every device).
+void note_precision(const TrainingArguments& a, const Device& device, bool bf16) {
   if (!a.bf16 && !a.fp16) return;
-  if (computes_in_bf16(a, device)) {
+  if (bf16) {
     spdlog::info("--bf16: bf16 weights and activations; fp32 master weights, gradients and "
                  "AdamW moments");
     return;
@@ -294,7 +294,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
         kWaysOut);
   }
   if (!a.log_dir.empty() && process_groups.is_first_rank()) write_exp_manager_files(a.log_dir, a);
-  note_precision(a, device);
+  note_precision(a, device, config.bf16);
 
   // Everything the run keeps on the device is carved here, once: parameters and gradients,
   // the activations of the one micro-batch shape every step and evaluation uses, and the
