@@ -16,6 +16,7 @@
 
 #include "backend/common/error.hpp"
 #include "backend/common/small_file.hpp"
+#include "backend/device/element_type.hpp"
 
 namespace backend {
 namespace {
@@ -49,10 +50,6 @@ float half_to_float(uint16_t half) {
     bits = sign | (static_cast<uint32_t>(127 - 15 + 1 - shift) << 23) | (mantissa << 13);
   }
   return std::bit_cast<float>(bits);
-}
-
-float bfloat16_to_float(uint16_t value) {
-  return std::bit_cast<float>(static_cast<uint32_t>(value) << 16);
 }
 
 // Reads an unsigned integer JSON value or fails naming what it is.
@@ -285,7 +282,7 @@ SafetensorsFile read_safetensors(std::istream& in, uint64_t file_size, const std
       for (size_t i = 0; i < numel; ++i) {
         uint16_t value;
         std::memcpy(&value, bytes.data() + 2 * i, 2);
-        tensor.values[i] = is_half ? half_to_float(value) : bfloat16_to_float(value);
+        tensor.values[i] = is_half ? half_to_float(value) : to_float(bfloat16{value});
       }
     }
     result.tensors.push_back(std::move(tensor));
