@@ -89,7 +89,8 @@ void release_gpu(void* data, int64_t /*bytes*/) noexcept {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(int index, int64_t scratch_bytes) : index_(index) {
+  CudaDevice(int index, const CudaDeviceOptions& options)
+      : index_(index), flash_attention_(options.flash_attention) {
     int count = 0;
     CUDA_CHECK(cudaGetDeviceCount(&count));
     if (index < 0 || index >= count) {
@@ -108,7 +109,7 @@ class CudaDevice final : public Device {
       workspace_ = allocate_zeroed(kCublasWorkspaceBytes, "the cuBLASLt workspace");
       partials_ = allocate_zeroed(cuda::kReductionPartials * int64_t{sizeof(double)},
                                   "the reductions' partial sums");
-      scratch_ = allocate_zeroed(scratch_bytes, "the ops' scratch");
+      scratch_ = allocate_zeroed(options.scratch_bytes, "the ops' scratch");
       plans_ = cuda::make_gemm_plans(lt_handle_, workspace_.data(), workspace_.bytes());
     } catch (...) {
       destroy();
@@ -287,12 +288,19 @@ class CudaDevice final : public Device {
     }
   }
 
+  // Whether attention of this qkv runs on tensor cores (CudaDeviceOptions::flash_attention):
+  // bf16 with a head dimension the kernel has; every other case takes the CUDA-core kernel.
+  bool runs_flash_attention(const View& qkv, int64_t hidden_size, int64_t num_heads) const {
+    return flash_attention_ && qkv.type == ElementType::bf16 && num_heads > 0 &&
+           hidden_size % num_heads == 0 && cuda::flash_attention_supports(hidden_size / num_heads);
+  }
+
   // The scratch as floats, checked against what the op needs.
   float* scratch_floats(int64_t floats, const char* op) const {
     const int64_t needed = floats * int64_t{sizeof(float)};
     if (needed > scratch_.bytes()) {
       common::fail("{} needs {} bytes of scratch on {}, which reserved {}: make the device with "
-                   "make_cuda_device(index, scratch_bytes) of at least that",
+                   "make_cuda_device with CudaDeviceOptions::scratch_bytes of at least that",
                    op, needed, name_, scratch_.bytes());
     }
     return static_cast<float*>(scratch_.data());
@@ -312,6 +320,7 @@ class CudaDevice final : public Device {
   }
 
   int index_;
+  bool flash_attention_;  // CudaDeviceOptions::flash_attention
   std::string name_;
   MemoryLedger ledger_;  // before the members it counts: they go first
   cudaStream_t stream_ = nullptr;
@@ -672,6 +681,12 @@ void CudaDevice::attention_forward(View output, View logsumexp, View qkv, int64_
   constexpr const char* op = "attention_forward";
   check_attention_dropout(dropout, op);
   use();
+  if (runs_flash_attention(qkv, hidden_size, num_heads)) {
+    cuda::flash_attention_forward(gpu<bfloat16>(output, op), gpu<float>(logsumexp, op),
+                                  gpu<bfloat16>(qkv, op), batch_size, seq_length, hidden_size,
+                                  num_heads, num_query_groups, dropout, stream_);
+    return;
+  }
   dispatch(qkv.type, op, [&](auto s) {
     using S = decltype(s);
     cuda::attention_forward(gpu<S>(output, op), gpu<float>(logsumexp, op), gpu<S>(qkv, op),
@@ -687,6 +702,13 @@ void CudaDevice::attention_backward(View dqkv, View doutput, View qkv, View outp
   constexpr const char* op = "attention_backward";
   check_attention_dropout(dropout, op);
   use();
+  if (runs_flash_attention(qkv, hidden_size, num_heads)) {
+    cuda::flash_attention_backward(gpu<bfloat16>(dqkv, op), gpu<bfloat16>(doutput, op),
+                                   gpu<bfloat16>(qkv, op), gpu<bfloat16>(output, op),
+                                   gpu<float>(logsumexp, op), batch_size, seq_length,
+                                   hidden_size, num_heads, num_query_groups, dropout, stream_);
+    return;
+  }
   dispatch(qkv.type, op, [&](auto s) {
     using S = decltype(s);
     cuda::attention_backward(gpu<S>(dqkv, op), gpu<S>(doutput, op), gpu<S>(qkv, op),
@@ -855,8 +877,8 @@ void CudaDevice::vocab_parallel_cross_entropy_combine(View losses, View logsumex
 
 }  // namespace
 
-std::unique_ptr<Device> make_cuda_device(int index, int64_t scratch_bytes) {
-  return std::make_unique<CudaDevice>(index, scratch_bytes);
+std::unique_ptr<Device> make_cuda_device(int index, const CudaDeviceOptions& options) {
+  return std::make_unique<CudaDevice>(index, options);
 }
 
 CudaPlacement cuda_placement(Device& device) {

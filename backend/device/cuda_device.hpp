@@ -17,10 +17,17 @@ namespace backend {
 // the caller passes what its largest shape needs (the ops' *_scratch_floats helpers · 4).
 inline constexpr int64_t kDefaultCudaScratchBytes = int64_t{64} << 20;
 
+// How a CUDA device is made: values, chosen by the caller (pretrain_gpt's flags).
+struct CudaDeviceOptions {
+  int64_t scratch_bytes = kDefaultCudaScratchBytes;
+  // bf16 attention on tensor cores (ops/attention.hpp's flash_attention_forward/backward) where
+  // the head dimension fits; off: the CUDA-core kernel, attention_cuda.cu, for every shape.
+  bool flash_attention = false;
+};
+
 // GPU `index` as the CUDA runtime numbers them (after CUDA_VISIBLE_DEVICES). common::Error if
 // the build has no CUDA, the index does not exist or the device cannot be initialised.
-std::unique_ptr<Device> make_cuda_device(int index,
-                                         int64_t scratch_bytes = kDefaultCudaScratchBytes);
+std::unique_ptr<Device> make_cuda_device(int index, const CudaDeviceOptions& options = {});
 
 // Where a CUDA device's work runs: its GPU (the runtime's index) and its stream. For work of
 // another library that must run in order with the device's ops (the NCCL communicator enqueues

@@ -4,7 +4,7 @@
 
 namespace backend {
 
-std::unique_ptr<Device> make_cuda_device(int index, int64_t /*scratch_bytes*/) {
+std::unique_ptr<Device> make_cuda_device(int index, const CudaDeviceOptions& /*options*/) {
   common::fail(
       "--device cuda:{} needs a build with CUDA; this one was configured without nvcc (rebuild "
       "with the CUDA toolkit on PATH, or use --device cpu)",

@@ -116,10 +116,12 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(model);
   app.add_flag("--swiglu", arguments.swiglu, "SwiGLU MLP (linear_fc1 gives 2 × ffn features)")
       ->group(model);
-  // Attention is fused on every device (blockwise on the CPU, the FlashAttention-2-style kernel
-  // on the GPU): the flag names what already runs, and is recorded for Megatron's args.
+  // Attention is fused on every device (blockwise on the CPU, FlashAttention-2-style kernels
+  // on the GPU), never s × s scores. On the GPU the flag picks the tensor-core kernel for bf16
+  // (ops/attention.hpp's flash_attention_*) over the CUDA-core one.
   app.add_flag("--use-flash-attn", arguments.use_flash_attn,
-               "fused attention, no s×s scores (always, on every device)")
+               "fused attention on tensor cores on the GPU with --bf16 (head dims 64, 128); "
+               "attention is fused, no s×s scores, on every device either way")
       ->group(model);
   app.add_flag("--disable-bias-linear{false}", arguments.add_bias_linear,
                "No biases on linear_qkv, linear_proj, linear_fc1, linear_fc2")->group(model);

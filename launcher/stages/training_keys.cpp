@@ -99,8 +99,6 @@ const std::vector<TrainingKeyRule> kRules = {
      "chooses between NeMo's two implementations of the same GPT; there is one here"},
     {"model.transformer_engine", Kind::effect_in_nemo, {"false"},
      "NVIDIA Transformer Engine's layers; the backend's own kernels compute the same model"},
-    {"model.use_flash_attention", Kind::no_effect, {},
-     "the CUDA attention here is always the fused (flash) kernel; same result"},
     {"model.use_emha", Kind::no_effect, {}, "an Apex attention kernel choice; same result"},
     {"model.bias_activation_fusion", Kind::no_effect, {},
      "a kernel fusion; the GELU here is the fused kernel's tanh approximation either way"},

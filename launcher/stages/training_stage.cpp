@@ -121,6 +121,9 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
      "global_batch_size samples, in more steps than max_steps while the batch is small"},
     {"model.num_query_groups", "--group-query-attention --num-query-groups",
      "set and different from num_attention_heads → both flags"},
+    {"model.use_flash_attention", "--use-flash-attn",
+     "true → --use-flash-attn (on a GPU with bf16, attention on tensor cores; attention is fused "
+     "either way, the same model); false → none"},
     {"model.sequence_parallel", "--sequence-parallel",
      "true → --sequence-parallel; false → none (pretrain_gpt, as Megatron, switches it off when "
      "tensor_model_parallel_size is 1)"},
@@ -569,6 +572,7 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
   // Sequence parallelism whenever asked: pretrain_gpt, as Megatron, turns it off itself at
   // tensor_model_parallel_size 1.
   if (is_true(training, "model.sequence_parallel")) arguments.push_back("--sequence-parallel");
+  if (is_true(training, "model.use_flash_attention")) arguments.push_back("--use-flash-attn");
   // The name is one of kOptimizerNames (training_value_problems).
   if (const Node* optimizer = lookup(training, "model.optim.name");
       optimizer && training_text(*optimizer, "model.optim.name") == kDistributedOptimizer) {

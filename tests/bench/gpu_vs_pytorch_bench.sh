@@ -13,6 +13,8 @@
 # the bf16 GEMM peak measured on this card in this run (8192³, PyTorch), and peak GPU memory
 # (nvidia-smi's memory.used, sampled every 0.2 s while each run lasts: the same measure for
 # both, allocator caches included).
+# pretrain_gpt runs with $ATTENTION_FLAGS (default --use-flash-attn: attention on tensor cores;
+# set it empty for the CUDA-core kernel).
 # Usage: tests/bench/gpu_vs_pytorch_bench.sh [build-dir] [iterations] [shape ...]
 #   $OUT, when set, receives the logs and the table (bench_table.md); BENCH_RUN_TIMEOUT (seconds,
 #   default 1800) bounds each run.
@@ -27,6 +29,7 @@ python=${PYTHON:-python3}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 warmup=5
+attention_flags=${ATTENTION_FLAGS---use-flash-attn}
 
 # Peak memory.used (MiB) of GPU 0 while "$@" runs.
 with_memory_peak() {
@@ -69,7 +72,7 @@ rows="$out/rows.jsonl"
 for shape in "${shapes[@]}"; do
   IFS=$'\t' read -r ours_flags torch_flags < <(shape_flags "$shape")
   # shellcheck disable=SC2086  # the flag strings above are split on purpose
-  with_memory_peak "$out/$shape.ours.log" "$build/bin/pretrain_gpt" $ours_flags --device cuda \
+  with_memory_peak "$out/$shape.ours.log" "$build/bin/pretrain_gpt" $ours_flags $attention_flags --device cuda \
     --bf16 --train-iters $((warmup + iterations)) --lr 6e-4 --min-lr 6e-5 --adam-beta2 0.95 \
     --weight-decay 0.1 --clip-grad 1.0 --mock-data --hidden-dropout 0 --attention-dropout 0 \
     --log-interval 10 --eval-iters 0 --benchmark-output "$out/$shape.ours.json" ||
@@ -96,6 +99,8 @@ ours = load(f"{out}/{shape}.ours.json")
 torch = load(f"{out}/{shape}.torch.log", last_line=True)
 log = open(f"{out}/{shape}.ours.log", errors="replace").read() if os.path.exists(f"{out}/{shape}.ours.log") else ""
 computes = "bf16 (fp32 master weights)" if "--bf16: bf16 weights and activations" in log else "fp32"
+if "--use-flash-attn: bf16 attention" in log:
+    computes += ", tensor-core attention"
 with open(rows, "a") as f:
     f.write(json.dumps({"shape": shape, "ours": ours, "torch": torch, "ours_computes": computes,
                         "ours_peak_gib": peak(f"{out}/{shape}.ours.log.peak_mib"),

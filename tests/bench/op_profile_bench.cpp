@@ -9,7 +9,9 @@
 // the GEMM peak measured in the same run: OpenBLAS's 2048³ sgemm on the CPU, or the device's
 // 8192³ GEMM in the run's precision, the peaks pretrain_gpt's MFU is quoted against. AdamW and
 // the gradient norm are outside the model and not timed here (see docs/benchmarks.md).
-// Usage: op_profile_bench [seq] [micro-batch] [steps] [cpu|cuda] [fp32|bf16]
+// Usage: op_profile_bench [seq] [micro-batch] [steps] [cpu|cuda] [fp32|bf16] [flash]
+// (`flash`: the CUDA device made as pretrain_gpt --use-flash-attn makes it, so bf16 attention
+// runs on tensor cores.)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -302,12 +304,14 @@ int main(int argc, char** argv) {
   const int steps = argc > 3 ? std::atoi(argv[3]) : 3;
   const std::string device_name = argc > 4 ? argv[4] : "cpu";
   const std::string precision = argc > 5 ? argv[5] : "fp32";
+  const std::string attention = argc > 6 ? argv[6] : "";
   if ((device_name != "cpu" && device_name != "cuda") ||
       (precision != "fp32" && precision != "bf16") ||
-      (precision == "bf16" && device_name == "cpu")) {
+      (precision == "bf16" && device_name == "cpu") ||
+      (!attention.empty() && (attention != "flash" || device_name != "cuda"))) {
     std::fprintf(stderr,
                  "usage: op_profile_bench [seq] [micro-batch] [steps] [cpu|cuda] "
-                 "[fp32|bf16] (bf16 on cuda only)\n");
+                 "[fp32|bf16] [flash] (bf16 and flash on cuda only)\n");
     return 2;
   }
   backend::GptConfig config;
@@ -323,7 +327,7 @@ int main(int argc, char** argv) {
   config.bf16 = precision == "bf16";
   const std::unique_ptr<backend::Device> inner =
       device_name == "cuda"
-          ? backend::make_cuda_device(0)
+          ? backend::make_cuda_device(0, {.flash_attention = attention == "flash"})
           : std::unique_ptr<backend::Device>(std::make_unique<backend::CpuDevice>());
   TimingDevice device(*inner);
   backend::GptModel<float> model(config, device);
@@ -362,9 +366,10 @@ int main(int argc, char** argv) {
   double timed_seconds = 0;
   for (const auto& [name, entry] : device.totals) timed_seconds += entry.seconds;
   std::printf(
-      "gpt3/126m shape on %s, %s, seq %lld, micro batch %lld, %d steps after one "
+      "gpt3/126m shape on %s, %s%s, seq %lld, micro batch %lld, %d steps after one "
       "warm-up; %s %.1f TFLOP/s\n",
-      inner->name().c_str(), precision.c_str(), static_cast<long long>(seq),
+      inner->name().c_str(), precision.c_str(),
+      attention == "flash" ? " (--use-flash-attn)" : "", static_cast<long long>(seq),
       static_cast<long long>(mbs), steps, peak_name.c_str(), peak / 1e12);
   std::printf("| op | calls/step | ms/step | share of step | TFLOP/s | of the peak |\n");
   std::printf("|---|---|---|---|---|---|\n");

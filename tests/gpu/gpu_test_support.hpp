@@ -46,7 +46,8 @@ inline std::optional<std::string> no_gpu_reason() {
 // The CUDA device 0, or nullptr after reporting the skip (the caller returns).
 // GPU_TESTS_ON_CPU=1 (for checking the tests themselves on a machine without a GPU): the op
 // tests that allow it get a second CpuDevice instead, and run their fp32 cases only.
-inline std::unique_ptr<Device> open_gpu_or_skip(bool cpu_stand_in_allowed = false) {
+inline std::unique_ptr<Device> open_gpu_or_skip(bool cpu_stand_in_allowed = false,
+                                                const backend::CudaDeviceOptions& options = {}) {
   static const std::optional<std::string> reason = no_gpu_reason();
   const char* on_cpu = std::getenv("GPU_TESTS_ON_CPU");
   if (cpu_stand_in_allowed && on_cpu != nullptr && std::string(on_cpu) == "1") {
@@ -57,7 +58,7 @@ inline std::unique_ptr<Device> open_gpu_or_skip(bool cpu_stand_in_allowed = fals
     MESSAGE("skipped: no CUDA GPU: " << *reason);
     return nullptr;
   }
-  return backend::make_cuda_device(0);
+  return backend::make_cuda_device(0, options);
 }
 
 // Normal(0, 1) values, reproducible from the seed.

@@ -5,7 +5,8 @@
 // same bits; a GPU run stopped by --exit-interval and resumed equals an uninterrupted one bit
 // for bit; a checkpoint written on the GPU continues on the CPU and the other way round. --bf16
 // (bf16 weights and activations, fp32 master weights and gradients): 50 steps within 2e-2 of
-// the CPU's fp32 losses, the same bits run after run, and resumed bit for bit.
+// the CPU's fp32 losses, the same bits run after run, and resumed bit for bit; the same with
+// --use-flash-attn's tensor-core attention at head dimensions 64 and 128.
 // With GPU_TESTS_ON_CPU=1 the "GPU" runs are --device cpu (checks the test itself).
 #include <doctest/doctest.h>
 
@@ -148,6 +149,35 @@ TEST_CASE("50 bf16 steps on the CUDA device follow the CPU's fp32 losses within 
       }
       CHECK(differs);
     }
+  }
+}
+
+TEST_CASE("50 bf16 steps with --use-flash-attn (tensor-core attention) follow the CPU's fp32 "
+          "losses within 2e-2 relative") {
+  const auto device = gpu_device_or_skip();
+  if (!device) return;
+  // Head dimensions the tensor-core kernel takes (64: GPT-2 style with attention dropout; 128:
+  // Llama style, multi-query) and sequences longer than its 64-row tile.
+  TrainingArguments gpt2 = gpt2_style();
+  gpt2.hidden_size = 128;
+  gpt2.num_attention_heads = 2;
+  gpt2.seq_length = gpt2.max_position_embeddings = 80;
+  TrainingArguments llama = llama_style();
+  llama.hidden_size = 256;
+  llama.num_attention_heads = 2;
+  llama.num_query_groups = 1;
+  llama.seq_length = llama.max_position_embeddings = 80;
+  for (const auto& style : {std::pair{"GPT-2 style, head dim 64", gpt2},
+                            std::pair{"Llama style, head dim 128", llama}}) {
+    const std::string name = style.first;
+    CAPTURE(name);
+    const TrainingResult cpu = train(style.second, "cpu");
+    TrainingArguments flash = style.second;
+    flash.bf16 = true;
+    flash.use_flash_attn = true;
+    const TrainingResult gpu = train(flash, *device);
+    expect_losses_close(gpu, cpu, 2e-2);
+    expect_identical_losses(train(flash, *device).iterations, gpu.iterations);
   }
 }
 

@@ -94,6 +94,21 @@ TEST_CASE("precision, scheduler names and data_impl are translated or refused by
   CHECK(flag_value(cached, "--data-cache-path") == "/scratch/index");
 }
 
+TEST_CASE("model.use_flash_attention true becomes --use-flash-attn, false and absent give none") {
+  // NeMo's llama2 configs set it true; gpt3/126m leaves it out (NeMo's default false).
+  CHECK_FALSE(has(megatron_training_arguments(composed_126m({})), "--use-flash-attn"));
+  CHECK(has(megatron_training_arguments(
+                composed_126m({"++training.model.use_flash_attention=true"})),
+            "--use-flash-attn"));
+  CHECK_FALSE(has(megatron_training_arguments(
+                      composed_126m({"++training.model.use_flash_attention=false"})),
+                  "--use-flash-attn"));
+  CHECK_THROWS_WITH_AS(megatron_training_arguments(
+                           composed_126m({"++training.model.use_flash_attention=sometimes"})),
+                       doctest::Contains("training.model.use_flash_attention"),
+                       common::Error);
+}
+
 TEST_CASE("model.sequence_parallel true becomes --sequence-parallel, whatever the tp size") {
   // NeMo's conf trees set the key (gpt3/5b: true, tp 2); the shipped 126m leaves it out.
   const auto tensor_parallel = megatron_training_arguments(composed_126m(

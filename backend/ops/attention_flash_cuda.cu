@@ -1,0 +1,630 @@
+// CUDA twin of attention.hpp on tensor cores, bf16 only (attention.hpp's flash_attention_*):
+// the same causal GQA attention, qkv layout, dropout mask elements ((b·NH + h)·T + i)·T + j and
+// fp32 log-sum-exp as attention_cuda.cu, with every matrix product an
+// `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` (sm_80 and later): bf16 operands, fp32
+// accumulators. FlashAttention-2's partition (Dao 2023, Algorithms 1 and 2; §3.3 "work
+// partitioning between warps"): a thread block of four warps owns 64 rows, each warp 16 of them
+// (the mma's M), so the online softmax's row statistics stay within the four threads of a quad
+// that hold a row's accumulators (PTX ISA, "Matrix fragments for mma.m16n8k16": thread lane
+// holds rows lane/4 and lane/4 + 8, columns 2·(lane%4) and +1 of each 8-column n-tile).
+//
+// Kernels (kThreads threads, 64 rows × head dimension HD ∈ {64, 128} as a template constant):
+//   forward  per (b, h, query tile): S = Q·K^T per key tile at or below the diagonal, online
+//            softmax in registers (in log2 units: exp2 of S·scale·log2 e), P rounded to bf16 and
+//            reused from the accumulator registers as the A operand of O += P·V.
+//   dQ       per (b, h, query tile): S and dP = dO·V^T per key tile, dS = P ∘ (dP·mask − Δ),
+//            dQ += dS·K.
+//   dK, dV   per (b, group, key tile), each warp 16 keys: over the group's heads and the query
+//            tiles at or below the diagonal, in chunks of 16 queries, S^T = K·Q^T and
+//            dP^T = V·dO^T, then dV += (P∘mask)^T·dO and dK += dS^T·Q.
+// As in attention_cuda.cu every output element has one owner summing in loop order (row sums
+// across a quad are fixed xor shuffles), so results are the same bits run after run: no atomics,
+// no scratch. Shared tiles are bf16 rows padded by 8 elements (16 bytes), which puts the 32
+// lanes' fragment words in 32 distinct banks; B operands that need the other orientation
+// (V for P·V, K for dS·K, Q and dO for dK and dV) are stored transposed when the tile is loaded.
+// Differences from attention_cuda.cu are rounding only: P and dS enter their products as bf16.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "backend/common/error.hpp"
+#include "backend/device/cuda_check.cuh"
+#include "backend/ops/attention.hpp"
+
+namespace backend::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kRows = 64;                  // query rows (forward, dQ) or keys (dK, dV) of a block
+constexpr int kWarps = kRows / 16;         // 16 rows per warp: the mma's M
+constexpr int kThreads = kWarps * 32;
+constexpr int kPad = 8;                    // bf16 elements: 16 bytes
+constexpr int kTransposedPitch = kRows + kPad;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct FlashShape {
+  int64_t T, NH, heads_per_group, row_width, hidden;
+  float scale;       // 1/sqrt(HD)
+  float scale_log2;  // scale · log2 e
+  bool drop;
+  uint64_t key, threshold;
+  float dropout_scale;
+
+  __device__ int64_t group_column(int64_t group, int HD) const {
+    return group * (heads_per_group + 2) * HD;
+  }
+  __device__ int64_t query_column(int64_t h, int HD) const {
+    return group_column(h / heads_per_group, HD) + (h % heads_per_group) * HD;
+  }
+  __device__ int64_t key_column(int64_t group, int HD) const {
+    return group_column(group, HD) + heads_per_group * HD;
+  }
+  // keep ? 1/(1 − p) : 0 for element (pair, i, j) of the mask; 1 without dropout.
+  __device__ float multiplier(int64_t pair, int64_t i, int64_t j) const {
+    if (!drop) return 1.0f;
+    const auto index = static_cast<uint64_t>((pair * T + i) * T + j);
+    return dropout_keep(key, index, threshold) ? dropout_scale : 0.0f;
+  }
+};
+
+// D = A·B + D for one 16×8×16 product (the fragments' layout: PTX ISA, mma.m16n8k16).
+__device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ inline uint32_t word_at(const bf16* element) {
+  return *reinterpret_cast<const uint32_t*>(element);
+}
+
+// Two floats as one bf16x2 register, `low` in the lower half (the lower column).
+__device__ inline uint32_t pack(float low, float high) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+  uint32_t word;
+  memcpy(&word, &pair, sizeof word);
+  return word;
+}
+
+__device__ inline int lane_group() { return static_cast<int>(threadIdx.x % 32) / 4; }
+__device__ inline int lane_in_group() { return static_cast<int>(threadIdx.x % 4); }
+
+// A operand (16×16, row-major) at (row0, col0) of a tile stored [row][col] with `pitch`:
+// a0a1 (g, 2t), a2a3 (g + 8, 2t), a4a5 (g, 2t + 8), a6a7 (g + 8, 2t + 8).
+__device__ inline void load_a(uint32_t (&a)[4], const bf16* tile, int pitch, int row0,
+                              int col0) {
+  const bf16* p = tile + (row0 + lane_group()) * pitch + col0 + 2 * lane_in_group();
+  a[0] = word_at(p);
+  a[1] = word_at(p + 8 * pitch);
+  a[2] = word_at(p + 8);
+  a[3] = word_at(p + 8 * pitch + 8);
+}
+
+// B operand (16×8, k × n) at (k0, n0) of a tile stored [n][k] with `pitch`:
+// b0b1 (k 2t, n g), b2b3 (k 2t + 8, n g).
+__device__ inline void load_b(uint32_t& b0, uint32_t& b1, const bf16* tile, int pitch, int n0,
+                              int k0) {
+  const bf16* p = tile + (n0 + lane_group()) * pitch + k0 + 2 * lane_in_group();
+  b0 = word_at(p);
+  b1 = word_at(p + 8);
+}
+
+// The A operand (16 rows × 16 columns 16·kk…) from accumulators of two n-tiles 2kk, 2kk + 1
+// (the C layout of one equals half of the A layout: FlashAttention-2's register reuse).
+__device__ inline void accumulators_as_a(uint32_t (&a)[4], const float (&low)[4],
+                                         const float (&high)[4]) {
+  a[0] = pack(low[0], low[1]);
+  a[1] = pack(low[2], low[3]);
+  a[2] = pack(high[0], high[1]);
+  a[3] = pack(high[2], high[3]);
+}
+
+// out (16 × 8·NTiles) = rows left_row0… of `left` · (rows right_row0… of `right`)^T, both
+// tiles row-major with HD columns (pitch HD + kPad): S = Q·K^T, dP = dO·V^T and their
+// transposes.
+template <int HD, int NTiles>
+__device__ inline void product_with_transpose(float (&out)[NTiles][4], const bf16* left,
+                                              int left_row0, const bf16* right,
+                                              int right_row0) {
+#pragma unroll
+  for (int n = 0; n < NTiles; ++n) out[n][0] = out[n][1] = out[n][2] = out[n][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    uint32_t a[4];
+    load_a(a, left, HD + kPad, left_row0, kk * 16);
+#pragma unroll
+    for (int n = 0; n < NTiles; ++n) {
+      uint32_t b0, b1;
+      load_b(b0, b1, right, HD + kPad, right_row0 + n * 8, kk * 16);
+      mma(out[n], a, b0, b1);
+    }
+  }
+}
+
+// sum (16 × HD) += weights (16 × 16·KSteps, accumulator registers, rounded to bf16) · rows
+// k0… of an operand stored transposed ([HD][kTransposedPitch]): O += P·V, dQ += dS·K,
+// dV += D^T·dO, dK += dS^T·Q.
+template <int HD, int KSteps>
+__device__ inline void accumulate_product(float (&sum)[HD / 8][4],
+                                          const float (&weights)[2 * KSteps][4],
+                                          const bf16* transposed, int k0) {
+#pragma unroll
+  for (int kk = 0; kk < KSteps; ++kk) {
+    uint32_t a[4];
+    accumulators_as_a(a, weights[2 * kk], weights[2 * kk + 1]);
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      uint32_t b0, b1;
+      load_b(b0, b1, transposed, kTransposedPitch, n * 8, k0 + kk * 16);
+      mma(sum[n], a, b0, b1);
+    }
+  }
+}
+
+// Row `half` (0: lane_group(), 1: lane_group() + 8) of a 16 × HD accumulator, times `factor`,
+// as bf16 pairs at row + 2·lane_in_group() + 8·n: the lane's columns.
+template <int HD>
+__device__ inline void store_row(bf16* row, const float (&sum)[HD / 8][4], int half,
+                                 float factor) {
+  bf16* out = row + 2 * lane_in_group();
+#pragma unroll
+  for (int n = 0; n < HD / 8; ++n) {
+    *reinterpret_cast<uint32_t*>(out + n * 8) =
+        pack(sum[n][2 * half] * factor, sum[n][2 * half + 1] * factor);
+  }
+}
+
+// Rows row0… of a (T, ·) matrix with `stride` into tile[r][d] (pitch HD + kPad); 0 past T.
+// A warp reads consecutive 16-byte pieces of a row.
+template <int HD>
+__device__ void load_rows(bf16* tile, const bf16* source, int64_t stride, int64_t row0,
+                          int64_t T) {
+  constexpr int pieces = HD / 8;
+  for (int e = threadIdx.x; e < kRows * pieces; e += kThreads) {
+    const int r = e / pieces, c = (e % pieces) * 8;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (row0 + r < T) value = *reinterpret_cast<const uint4*>(source + (row0 + r) * stride + c);
+    *reinterpret_cast<uint4*>(tile + r * (HD + kPad) + c) = value;
+  }
+}
+
+// The same rows transposed: tile[d][r] (pitch kTransposedPitch). A warp takes 32 rows of one
+// 16-byte piece, so its 2-byte stores fall in 16 distinct words.
+template <int HD>
+__device__ void load_rows_transposed(bf16* tile, const bf16* source, int64_t stride,
+                                     int64_t row0, int64_t T) {
+  for (int e = threadIdx.x; e < kRows * (HD / 8); e += kThreads) {
+    const int r = e % kRows, c = (e / kRows) * 8;
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (row0 + r < T) value = *reinterpret_cast<const uint4*>(source + (row0 + r) * stride + c);
+    bf16 elements[8];
+    memcpy(static_cast<void*>(elements), &value, sizeof elements);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) tile[(c + k) * kTransposedPitch + r] = elements[k];
+  }
+}
+
+__device__ inline float quad_max(float value) {
+  value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 1));
+  return fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 2));
+}
+__device__ inline float quad_sum(float value) {  // the same two steps every time: fixed order
+  value += __shfl_xor_sync(0xffffffffu, value, 1);
+  return value + __shfl_xor_sync(0xffffffffu, value, 2);
+}
+__device__ inline float warp_sum(float value) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
+  return value;
+}
+
+// L·log2 e and Δ = Σ_d dO·O of the 64 query rows q0… (dO in shared memory, O in global).
+template <int HD>
+__device__ void load_row_statistics(float* row_logsumexp_log2, float* row_delta,
+                                    const bf16* dout, const bf16* output,
+                                    const float* logsumexp, int64_t b, int64_t h, int64_t q0,
+                                    const FlashShape& shape) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r < kRows; r += kWarps) {
+    const int64_t i = q0 + r;
+    float partial = 0.0f;
+    if (i < shape.T) {
+      const bf16* o = output + (b * shape.T + i) * shape.hidden + h * HD;
+      for (int d = lane; d < HD; d += 32) {
+        partial += __bfloat162float(dout[r * (HD + kPad) + d]) * __bfloat162float(o[d]);
+      }
+    }
+    const float delta = warp_sum(partial);
+    if (lane == 0) {
+      row_delta[r] = delta;
+      row_logsumexp_log2[r] =
+          i < shape.T ? logsumexp[(b * shape.NH + h) * shape.T + i] * kLog2e : 0.0f;
+    }
+  }
+}
+
+// ---- forward ------------------------------------------------------------------------------
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    flash_forward_kernel(bf16* output, float* logsumexp, const bf16* qkv, FlashShape shape) {
+  constexpr int pitch = HD + kPad;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  bf16* q = reinterpret_cast<bf16*>(shared_bytes);
+  bf16* k = q + kRows * pitch;
+  bf16* v_transposed = k + kRows * pitch;  // [HD][kTransposedPitch]
+
+  const int64_t pair = blockIdx.y;  // b·NH + h
+  const int64_t b = pair / shape.NH, h = pair % shape.NH;
+  const int64_t tiles = (shape.T + kRows - 1) / kRows;
+  const int64_t query_tile = tiles - 1 - blockIdx.x;  // longest first
+  const int64_t q0 = query_tile * kRows;
+  const bf16* batch = qkv + b * shape.T * shape.row_width;
+  const int64_t key_col = shape.key_column(h / shape.heads_per_group, HD);
+  const int warp_row = (threadIdx.x / 32) * 16;
+  const int t = lane_in_group();
+  const int64_t rows[2] = {q0 + warp_row + lane_group(), q0 + warp_row + lane_group() + 8};
+
+  load_rows<HD>(q, batch + shape.query_column(h, HD), shape.row_width, q0, shape.T);
+  float o[HD / 8][4] = {};
+  float running_max[2] = {-INFINITY, -INFINITY};  // log2 units
+  float running_sum[2] = {0.0f, 0.0f};            // this thread's columns only, until the end
+
+  for (int64_t key_tile = 0; key_tile <= query_tile; ++key_tile) {
+    const int64_t k0 = key_tile * kRows;
+    __syncthreads();  // the previous tile's k and v are read
+    load_rows<HD>(k, batch + key_col, shape.row_width, k0, shape.T);
+    load_rows_transposed<HD>(v_transposed, batch + key_col + HD, shape.row_width, k0, shape.T);
+    __syncthreads();
+
+    float s[kRows / 8][4];
+    product_with_transpose<HD>(s, q, warp_row, k, 0);
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kRows / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t i = rows[e / 2], j = k0 + n * 8 + 2 * t + (e & 1);
+        s[n][e] = (i < shape.T && j <= i) ? s[n][e] * shape.scale_log2 : -INFINITY;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float new_max = fmaxf(running_max[r], quad_max(tile_max[r]));
+      alpha[r] = new_max == -INFINITY ? 1.0f : exp2f(running_max[r] - new_max);  // 0 at first
+      running_max[r] = new_max;
+      running_sum[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int n = 0; n < kRows / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2;
+        float p = s[n][e] == -INFINITY ? 0.0f : exp2f(s[n][e] - running_max[r]);
+        running_sum[r] += p;
+        if (p != 0.0f) p *= shape.multiplier(pair, rows[r], k0 + n * 8 + 2 * t + (e & 1));
+        s[n][e] = p;
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < HD / 8; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+    accumulate_product<HD, kRows / 16>(o, s, v_transposed, 0);
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    running_sum[r] = quad_sum(running_sum[r]);
+    if (rows[r] >= shape.T) continue;
+    store_row<HD>(output + (b * shape.T + rows[r]) * shape.hidden + h * HD, o, r,
+                  1.0f / running_sum[r]);
+    if (t == 0) {
+      logsumexp[pair * shape.T + rows[r]] = (running_max[r] + log2f(running_sum[r])) * kLn2;
+    }
+  }
+}
+
+// ---- backward -----------------------------------------------------------------------------
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    flash_dq_kernel(bf16* dqkv, const bf16* doutput, const bf16* qkv, const bf16* output,
+                    const float* logsumexp, FlashShape shape) {
+  constexpr int pitch = HD + kPad;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  bf16* q = reinterpret_cast<bf16*>(shared_bytes);
+  bf16* dout = q + kRows * pitch;
+  bf16* k = dout + kRows * pitch;
+  bf16* v = k + kRows * pitch;
+  bf16* k_transposed = v + kRows * pitch;  // [HD][kTransposedPitch]
+  float* row_logsumexp_log2 = reinterpret_cast<float*>(k_transposed + HD * kTransposedPitch);
+  float* row_delta = row_logsumexp_log2 + kRows;
+
+  const int64_t pair = blockIdx.y;
+  const int64_t b = pair / shape.NH, h = pair % shape.NH;
+  const int64_t tiles = (shape.T + kRows - 1) / kRows;
+  const int64_t query_tile = tiles - 1 - blockIdx.x;  // longest first
+  const int64_t q0 = query_tile * kRows;
+  const bf16* batch = qkv + b * shape.T * shape.row_width;
+  const int64_t key_col = shape.key_column(h / shape.heads_per_group, HD);
+  const int warp_row = (threadIdx.x / 32) * 16;
+  const int t = lane_in_group();
+  const int local_rows[2] = {warp_row + lane_group(), warp_row + lane_group() + 8};
+
+  load_rows<HD>(q, batch + shape.query_column(h, HD), shape.row_width, q0, shape.T);
+  load_rows<HD>(dout, doutput + b * shape.T * shape.hidden + h * HD, shape.hidden, q0, shape.T);
+  __syncthreads();
+  load_row_statistics<HD>(row_logsumexp_log2, row_delta, dout, output, logsumexp, b, h, q0,
+                          shape);
+  float dq[HD / 8][4] = {};
+
+  for (int64_t key_tile = 0; key_tile <= query_tile; ++key_tile) {
+    const int64_t k0 = key_tile * kRows;
+    __syncthreads();  // the previous tile's k, v are read (and the row statistics written)
+    load_rows<HD>(k, batch + key_col, shape.row_width, k0, shape.T);
+    load_rows<HD>(v, batch + key_col + HD, shape.row_width, k0, shape.T);
+    load_rows_transposed<HD>(k_transposed, batch + key_col, shape.row_width, k0, shape.T);
+    __syncthreads();
+
+    float s[kRows / 8][4], dp[kRows / 8][4];
+    product_with_transpose<HD>(s, q, warp_row, k, 0);
+    product_with_transpose<HD>(dp, dout, warp_row, v, 0);
+#pragma unroll
+    for (int n = 0; n < kRows / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int local = local_rows[e / 2];
+        const int64_t i = q0 + local, j = k0 + n * 8 + 2 * t + (e & 1);
+        float dscore = 0.0f;
+        if (i < shape.T && j <= i) {
+          const float p = exp2f(s[n][e] * shape.scale_log2 - row_logsumexp_log2[local]);
+          dscore = p * (dp[n][e] * shape.multiplier(pair, i, j) - row_delta[local]);
+        }
+        s[n][e] = dscore;
+      }
+    }
+    accumulate_product<HD, kRows / 16>(dq, s, k_transposed, 0);
+  }
+
+  const int64_t query_col = shape.query_column(h, HD);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = q0 + local_rows[r];
+    if (i >= shape.T) continue;
+    store_row<HD>(dqkv + (b * shape.T + i) * shape.row_width + query_col, dq, r, shape.scale);
+  }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads)
+    flash_dkdv_kernel(bf16* dqkv, const bf16* doutput, const bf16* qkv, const bf16* output,
+                      const float* logsumexp, int64_t num_groups, FlashShape shape) {
+  constexpr int pitch = HD + kPad;
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  bf16* k = reinterpret_cast<bf16*>(shared_bytes);
+  bf16* v = k + kRows * pitch;
+  bf16* q = v + kRows * pitch;
+  bf16* dout = q + kRows * pitch;
+  bf16* q_transposed = dout + kRows * pitch;                         // [HD][kTransposedPitch]
+  bf16* dout_transposed = q_transposed + HD * kTransposedPitch;      // [HD][kTransposedPitch]
+  float* row_logsumexp_log2 = reinterpret_cast<float*>(dout_transposed + HD * kTransposedPitch);
+  float* row_delta = row_logsumexp_log2 + kRows;
+
+  const int64_t b = blockIdx.y / num_groups, group = blockIdx.y % num_groups;
+  const int64_t tiles = (shape.T + kRows - 1) / kRows;
+  const int64_t key_tile = blockIdx.x;
+  const int64_t k0 = key_tile * kRows;
+  const bf16* batch = qkv + b * shape.T * shape.row_width;
+  const int64_t key_col = shape.key_column(group, HD);
+  const int warp_row = (threadIdx.x / 32) * 16;  // the warp's 16 keys
+  const int t = lane_in_group();
+  const int64_t keys[2] = {k0 + warp_row + lane_group(), k0 + warp_row + lane_group() + 8};
+
+  load_rows<HD>(k, batch + key_col, shape.row_width, k0, shape.T);
+  load_rows<HD>(v, batch + key_col + HD, shape.row_width, k0, shape.T);
+  float dk[HD / 8][4] = {}, dv[HD / 8][4] = {};
+
+  for (int64_t head = 0; head < shape.heads_per_group; ++head) {
+    const int64_t h = group * shape.heads_per_group + head;
+    const int64_t pair = b * shape.NH + h;
+    const int64_t query_col = shape.query_column(h, HD);
+    const bf16* head_dout = doutput + b * shape.T * shape.hidden + h * HD;
+    for (int64_t query_tile = key_tile; query_tile < tiles; ++query_tile) {
+      const int64_t q0 = query_tile * kRows;
+      __syncthreads();  // the previous step's tiles and row statistics are read
+      load_rows<HD>(q, batch + query_col, shape.row_width, q0, shape.T);
+      load_rows<HD>(dout, head_dout, shape.hidden, q0, shape.T);
+      load_rows_transposed<HD>(q_transposed, batch + query_col, shape.row_width, q0, shape.T);
+      load_rows_transposed<HD>(dout_transposed, head_dout, shape.hidden, q0, shape.T);
+      __syncthreads();
+      load_row_statistics<HD>(row_logsumexp_log2, row_delta, dout, output, logsumexp, b, h, q0,
+                              shape);
+      __syncthreads();
+      for (int chunk = 0; chunk < kRows / 16; ++chunk) {  // 16 queries: one k-step of dK, dV
+        float st[2][4], dpt[2][4];  // S^T and dP^T: the warp's 16 keys × 16 queries
+        product_with_transpose<HD>(st, k, warp_row, q, chunk * 16);
+        product_with_transpose<HD>(dpt, v, warp_row, dout, chunk * 16);
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int local = chunk * 16 + n * 8 + 2 * t + (e & 1);  // the query's tile row
+            const int64_t i = q0 + local, j = keys[e / 2];
+            float weight = 0.0f, dscore = 0.0f;
+            if (i < shape.T && j <= i) {
+              const float p = exp2f(st[n][e] * shape.scale_log2 - row_logsumexp_log2[local]);
+              const float mask = shape.multiplier(pair, i, j);
+              weight = p * mask;
+              dscore = p * (dpt[n][e] * mask - row_delta[local]);
+            }
+            st[n][e] = weight;
+            dpt[n][e] = dscore;
+          }
+        }
+        accumulate_product<HD, 1>(dv, st, dout_transposed, chunk * 16);
+        accumulate_product<HD, 1>(dk, dpt, q_transposed, chunk * 16);
+      }
+    }
+  }
+
+  bf16* batch_dqkv = dqkv + b * shape.T * shape.row_width;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (keys[r] >= shape.T) continue;
+    bf16* key_row = batch_dqkv + keys[r] * shape.row_width + key_col;
+    store_row<HD>(key_row, dk, r, shape.scale);
+    store_row<HD>(key_row + HD, dv, r, 1.0f);
+  }
+}
+
+// ---- host side ----------------------------------------------------------------------------
+
+FlashShape make_flash_shape(const char* op, int64_t seq_length, int64_t hidden_size,
+                            int64_t num_heads, int64_t num_query_groups,
+                            const Dropout& dropout) {
+  if (num_heads <= 0 || hidden_size % num_heads != 0 || num_query_groups <= 0 ||
+      num_heads % num_query_groups != 0 ||
+      !flash_attention_supports(hidden_size / num_heads)) {
+    common::fail("{}: the tensor-core kernel takes head dimensions 64 and 128 with heads a "
+                 "multiple of the query groups (got hidden {}, {} heads, {} groups); "
+                 "attention_forward/attention_backward take the others",
+                 op, hidden_size, num_heads, num_query_groups);
+  }
+  const int64_t head_dim = hidden_size / num_heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  return {.T = seq_length,
+          .NH = num_heads,
+          .heads_per_group = num_heads / num_query_groups,
+          .row_width = (num_heads + 2 * num_query_groups) * head_dim,
+          .hidden = hidden_size,
+          .scale = static_cast<float>(scale),
+          .scale_log2 = static_cast<float>(scale * 1.4426950408889634),
+          .drop = dropout.active(),
+          .key = dropout.key,
+          .threshold = dropout.threshold(),
+          .dropout_scale = dropout.scale<float>()};
+}
+
+// The 16-byte loads need 16-byte aligned rows: the arenas' views are; a pointer that is not
+// (an offset view) is refused rather than read misaligned.
+void check_aligned(const char* op, const void* pointer, const char* name) {
+  if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0) {
+    common::fail("{}: {} at {} is not 16-byte aligned, which the tensor-core kernel's loads "
+                 "need; attention_forward/attention_backward take any alignment",
+                 op, name, pointer);
+  }
+}
+
+template <typename Kernel>
+void prepare(Kernel kernel, size_t bytes) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(bytes)));
+}
+
+constexpr size_t rows_tile_bytes(int head_dim) {
+  return sizeof(bf16) * kRows * static_cast<size_t>(head_dim + kPad);
+}
+constexpr size_t transposed_tile_bytes(int head_dim) {
+  return sizeof(bf16) * static_cast<size_t>(head_dim) * kTransposedPitch;
+}
+constexpr size_t row_statistics_bytes = 2 * kRows * sizeof(float);
+
+dim3 flash_grid(const char* op, int64_t tiles, int64_t units) {
+  if (units > 65535) common::fail("{}: {} (batch × heads) units exceed the grid", op, units);
+  return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(units));
+}
+
+template <int HD>
+void launch_forward(bf16* output, float* logsumexp, const bf16* qkv, int64_t batch_size,
+                    const FlashShape& shape, CudaStream stream) {
+  const size_t bytes = 2 * rows_tile_bytes(HD) + transposed_tile_bytes(HD);
+  prepare(flash_forward_kernel<HD>, bytes);
+  const int64_t tiles = (shape.T + kRows - 1) / kRows;
+  flash_forward_kernel<HD>
+      <<<flash_grid("flash_attention_forward", tiles, batch_size * shape.NH), kThreads, bytes,
+         stream>>>(output, logsumexp, qkv, shape);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+template <int HD>
+void launch_backward(bf16* dqkv, const bf16* doutput, const bf16* qkv, const bf16* output,
+                     const float* logsumexp, int64_t batch_size, int64_t num_groups,
+                     const FlashShape& shape, CudaStream stream) {
+  const int64_t tiles = (shape.T + kRows - 1) / kRows;
+  // The two kernels write disjoint columns of dqkv (keys and values; queries), which together
+  // are all of it: dqkv is overwritten.
+  const size_t dkdv_bytes =
+      4 * rows_tile_bytes(HD) + 2 * transposed_tile_bytes(HD) + row_statistics_bytes;
+  prepare(flash_dkdv_kernel<HD>, dkdv_bytes);
+  flash_dkdv_kernel<HD>
+      <<<flash_grid("flash_attention_backward", tiles, batch_size * num_groups), kThreads,
+         dkdv_bytes, stream>>>(dqkv, doutput, qkv, output, logsumexp, num_groups, shape);
+  CUDA_CHECK(cudaGetLastError());
+  const size_t dq_bytes = 4 * rows_tile_bytes(HD) + transposed_tile_bytes(HD) +
+                          row_statistics_bytes;
+  prepare(flash_dq_kernel<HD>, dq_bytes);
+  flash_dq_kernel<HD><<<flash_grid("flash_attention_backward", tiles, batch_size * shape.NH),
+                        kThreads, dq_bytes, stream>>>(dqkv, doutput, qkv, output, logsumexp,
+                                                      shape);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void flash_attention_forward(bfloat16* output, float* logsumexp, const bfloat16* qkv,
+                             int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                             int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
+                             CudaStream stream) {
+  constexpr const char* op = "flash_attention_forward";
+  const FlashShape shape =
+      make_flash_shape(op, seq_length, hidden_size, num_heads, num_query_groups, dropout);
+  check_aligned(op, qkv, "qkv");
+  check_aligned(op, output, "output");
+  if (batch_size <= 0 || seq_length <= 0) return;
+  auto* o = reinterpret_cast<bf16*>(output);
+  const auto* x = reinterpret_cast<const bf16*>(qkv);
+  if (hidden_size / num_heads == 64) {
+    launch_forward<64>(o, logsumexp, x, batch_size, shape, stream);
+  } else {
+    launch_forward<128>(o, logsumexp, x, batch_size, shape, stream);
+  }
+}
+
+void flash_attention_backward(bfloat16* dqkv, const bfloat16* doutput, const bfloat16* qkv,
+                              const bfloat16* output, const float* logsumexp,
+                              int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                              int64_t num_heads, int64_t num_query_groups,
+                              const Dropout& dropout, CudaStream stream) {
+  constexpr const char* op = "flash_attention_backward";
+  const FlashShape shape =
+      make_flash_shape(op, seq_length, hidden_size, num_heads, num_query_groups, dropout);
+  check_aligned(op, dqkv, "dqkv");
+  check_aligned(op, doutput, "doutput");
+  check_aligned(op, qkv, "qkv");
+  if (batch_size <= 0 || seq_length <= 0) return;
+  auto* d = reinterpret_cast<bf16*>(dqkv);
+  const auto* dout = reinterpret_cast<const bf16*>(doutput);
+  const auto* x = reinterpret_cast<const bf16*>(qkv);
+  const auto* o = reinterpret_cast<const bf16*>(output);
+  if (hidden_size / num_heads == 64) {
+    launch_backward<64>(d, dout, x, o, logsumexp, batch_size, num_query_groups, shape, stream);
+  } else {
+    launch_backward<128>(d, dout, x, o, logsumexp, batch_size, num_query_groups, shape, stream);
+  }
+}
+
+}  // namespace backend::cuda

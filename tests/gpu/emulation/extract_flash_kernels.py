@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""The device part of backend/ops/attention_flash_cuda.cu, for the warp emulation
+(warp_emulator.hpp): everything from its anonymous namespace up to the host side, with the one
+inline PTX instruction forwarded to the emulator's mma, the dynamic shared memory taken from
+the emulated block and nvcc's `#pragma unroll` hints dropped. Fails, naming what it did not find, when the file's shape changes.
+Usage: extract_flash_kernels.py attention_flash_cuda.cu output.inc"""
+import re
+import sys
+
+
+def main(source_path, output_path):
+    source = open(source_path, encoding="utf-8").read()
+
+    def need(found, what):
+        if not found:
+            sys.exit(f"{source_path}: {what} not found; update tests/gpu/emulation/"
+                     "extract_flash_kernels.py to the kernel file's new shape")
+
+    begin_marker = "namespace backend::cuda {\nnamespace {\n"
+    end_marker = "// ---- host side"
+    need(begin_marker in source, "the anonymous namespace inside backend::cuda")
+    need(end_marker in source, f"the '{end_marker}' comment")
+    device_part = source[source.index(begin_marker) + len(begin_marker):source.index(end_marker)]
+    # The host side's shared-memory sizes, which the test launches with.
+    sizes = re.search(r"constexpr size_t rows_tile_bytes.*?constexpr size_t row_statistics_bytes[^\n]*\n",
+                      source, flags=re.S)
+    need(sizes, "rows_tile_bytes … row_statistics_bytes")
+
+    mma = re.compile(r"(__device__ inline void mma\(float \(&d\)\[4\], const uint32_t \(&a\)\[4\], "
+                     r"uint32_t b0, uint32_t b1\) \{\n).*?\n\}\n", flags=re.S)
+    need(mma.search(device_part), "the mma(d, a, b0, b1) wrapper of the PTX instruction")
+    device_part = mma.sub(lambda m: m.group(1) + "  warp_emulator::mma_m16n8k16(d, a, b0, b1);\n}\n",
+                          device_part)
+    shared = "extern __shared__ __align__(16) unsigned char shared_bytes[];"
+    need(shared in device_part, "the kernels' dynamic shared memory declaration")
+    device_part = device_part.replace(shared, "unsigned char* shared_bytes = warp_emulator::block->shared;")
+    need(not re.search(r"\basm\b", device_part), "no other inline assembly (found one)")
+    # nvcc's unroll hints: the host compiler's -Wunknown-pragmas would stop the build.
+    device_part = re.sub(r"^#pragma unroll[^\n]*\n", "", device_part, flags=re.M)
+
+    with open(output_path, "w", encoding="utf-8") as output:
+        output.write(f"// Generated from {source_path} by extract_flash_kernels.py: do not edit.\n")
+        output.write(device_part)
+        output.write(sizes.group(0))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,227 @@
+// The tensor-core attention kernels (backend/ops/attention_flash_cuda.cu: forward, dK/dV, dQ)
+// run on the CPU under warp_emulator.hpp, against an fp64 reference of attention.hpp's math
+// written here from the formulas: output, fp32 log-sum-exp and dqkv (overwritten: the buffer is
+// NaN first). Sequence lengths around the 64-row tiles (1, 63, 65, 130, 200), head dimensions 64
+// and 128, multi-head, grouped and multi-query layouts, with and without dropout (the mask
+// elements of ops/dropout.hpp). Inputs are bf16 values, so the reference sees what the kernels
+// see; the tolerance covers P and dS rounded to bf16 inside the kernels and the bf16 outputs.
+// Where CI has no GPU this is what checks the kernels' tile logic; tests/gpu/attention_test.cpp
+// checks them on a GPU.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "gpu/emulation/warp_emulator.hpp"
+// warp_emulator.hpp first: the kernels below use its threadIdx, barriers and mma.
+#include "backend/ops/dropout.hpp"
+
+namespace backend::cuda {
+namespace {
+#include "flash_attention_kernels.inc"
+}  // namespace
+}  // namespace backend::cuda
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+struct Shape {
+  int64_t batch, seq, heads, groups, head_dim;
+  double dropout;
+};
+
+struct Reference {
+  std::vector<double> output, logsumexp, dqkv;
+};
+
+// attention.hpp's forward and backward in fp64, straight from the formulas (O(T²) per head).
+Reference reference(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
+                    const backend::Dropout& dropout) {
+  const int64_t T = s.seq, HD = s.head_dim, per_group = s.heads / s.groups;
+  const int64_t width = (s.heads + 2 * s.groups) * HD, hidden = s.heads * HD;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HD));
+  auto query_col = [&](int64_t h) { return (h / per_group) * (per_group + 2) * HD + (h % per_group) * HD; };
+  auto key_col = [&](int64_t g) { return g * (per_group + 2) * HD + per_group * HD; };
+  auto multiplier = [&](int64_t pair, int64_t i, int64_t j) {
+    if (!dropout.active()) return 1.0;
+    const auto index = static_cast<uint64_t>((pair * T + i) * T + j);
+    return backend::dropout_keep(dropout.key, index, dropout.threshold())
+               ? 1.0 / (1.0 - dropout.probability)
+               : 0.0;
+  };
+  Reference r{std::vector<double>(static_cast<size_t>(s.batch * T * hidden)),
+              std::vector<double>(static_cast<size_t>(s.batch * s.heads * T)),
+              std::vector<double>(static_cast<size_t>(s.batch * T * width), 0.0)};
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < s.heads; ++h) {
+      const int64_t pair = b * s.heads + h, g = h / per_group;
+      auto at = [&](int64_t row, int64_t column) {
+        return static_cast<double>(qkv[static_cast<size_t>((b * T + row) * width + column)]);
+      };
+      auto q = [&](int64_t i, int64_t d) { return at(i, query_col(h) + d); };
+      auto k = [&](int64_t j, int64_t d) { return at(j, key_col(g) + d); };
+      auto v = [&](int64_t j, int64_t d) { return at(j, key_col(g) + HD + d); };
+      auto dO = [&](int64_t i, int64_t d) {
+        return static_cast<double>(dout[static_cast<size_t>((b * T + i) * hidden + h * HD + d)]);
+      };
+      auto out = [&](int64_t i, int64_t d) -> double& {
+        return r.output[static_cast<size_t>((b * T + i) * hidden + h * HD + d)];
+      };
+      auto grad = [&](int64_t row, int64_t column) -> double& {
+        return r.dqkv[static_cast<size_t>((b * T + row) * width + column)];
+      };
+      std::vector<double> P(static_cast<size_t>(T * T), 0.0);
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> score(static_cast<size_t>(i + 1));
+        double max = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < HD; ++d) dot += q(i, d) * k(j, d);
+          score[static_cast<size_t>(j)] = dot * scale;
+          max = std::max(max, dot * scale);
+        }
+        double sum = 0;
+        for (double x : score) sum += std::exp(x - max);
+        r.logsumexp[static_cast<size_t>(pair * T + i)] = max + std::log(sum);
+        for (int64_t j = 0; j <= i; ++j) {
+          P[static_cast<size_t>(i * T + j)] = std::exp(score[static_cast<size_t>(j)] - max) / sum;
+        }
+        for (int64_t d = 0; d < HD; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j <= i; ++j) {
+            o += P[static_cast<size_t>(i * T + j)] * multiplier(pair, i, j) * v(j, d);
+          }
+          out(i, d) = o;
+        }
+      }
+      for (int64_t i = 0; i < T; ++i) {
+        double delta = 0;
+        for (int64_t d = 0; d < HD; ++d) delta += dO(i, d) * out(i, d);
+        for (int64_t j = 0; j <= i; ++j) {
+          const double p = P[static_cast<size_t>(i * T + j)], mask = multiplier(pair, i, j);
+          double dp = 0;
+          for (int64_t d = 0; d < HD; ++d) dp += dO(i, d) * v(j, d);
+          const double dscore = p * (dp * mask - delta);
+          for (int64_t d = 0; d < HD; ++d) {
+            grad(i, query_col(h) + d) += scale * dscore * k(j, d);
+            grad(j, key_col(g) + d) += scale * dscore * q(i, d);
+            grad(j, key_col(g) + HD + d) += p * mask * dO(i, d);
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// max |actual − expected| / max |expected|, NaN counting as infinitely far.
+void check_close(const std::string& what, const std::vector<float>& actual,
+                 const std::vector<double>& expected, double tolerance) {
+  REQUIRE(actual.size() == expected.size());
+  double scale = 1e-6, worst = 0;
+  size_t worst_index = 0;
+  for (double value : expected) scale = std::max(scale, std::fabs(value));
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const double error = std::isnan(actual[i]) ? std::numeric_limits<double>::infinity()
+                                               : std::fabs(actual[i] - expected[i]);
+    if (!(error <= worst)) {
+      worst = error;
+      worst_index = i;
+    }
+  }
+  INFO(what << ": max error " << worst / scale << " (normalised) at " << worst_index << ": got "
+            << actual[worst_index] << ", expected " << expected[worst_index]);
+  CHECK(worst / scale <= tolerance);
+}
+
+template <int HD>
+void check_kernels(const Shape& s) {
+  using namespace backend::cuda;
+  const int64_t T = s.seq, per_group = s.heads / s.groups;
+  const int64_t width = (s.heads + 2 * s.groups) * HD, hidden = s.heads * HD;
+  std::mt19937 generator(static_cast<uint32_t>(T * 131 + HD));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto bf16_values = [&](int64_t count) {
+    std::vector<float> values(static_cast<size_t>(count));
+    for (auto& value : values) value = __bfloat162float(__float2bfloat16_rn(normal(generator)));
+    return values;
+  };
+  const std::vector<float> qkv = bf16_values(s.batch * T * width);
+  const std::vector<float> dout = bf16_values(s.batch * T * hidden);
+  const backend::Dropout dropout{s.dropout, backend::dropout_key(1, 2, 3, 4)};
+  const Reference expected = reference(s, qkv, dout, dropout);
+
+  auto to_bf16 = [](const std::vector<float>& values) {
+    std::vector<bf16> converted(values.size());
+    for (size_t i = 0; i < values.size(); ++i) converted[i] = __float2bfloat16_rn(values[i]);
+    return converted;
+  };
+  const std::vector<bf16> x = to_bf16(qkv), dy = to_bf16(dout);
+  const bf16 nan = __float2bfloat16_rn(std::numeric_limits<float>::quiet_NaN());
+  std::vector<bf16> output(static_cast<size_t>(s.batch * T * hidden), nan);
+  std::vector<bf16> dqkv(x.size(), nan);
+  std::vector<float> logsumexp(static_cast<size_t>(s.batch * s.heads * T),
+                               std::numeric_limits<float>::quiet_NaN());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HD));
+  const FlashShape shape{.T = T,
+                         .NH = s.heads,
+                         .heads_per_group = per_group,
+                         .row_width = width,
+                         .hidden = hidden,
+                         .scale = static_cast<float>(scale),
+                         .scale_log2 = static_cast<float>(scale * 1.4426950408889634),
+                         .drop = dropout.active(),
+                         .key = dropout.key,
+                         .threshold = dropout.threshold(),
+                         .dropout_scale = dropout.scale<float>()};
+  const auto tiles = static_cast<unsigned>((T + kRows - 1) / kRows);
+  const auto pairs = static_cast<unsigned>(s.batch * s.heads);
+  const auto group_units = static_cast<unsigned>(s.batch * s.groups);
+  warp_emulator::launch(tiles, pairs, 2 * rows_tile_bytes(HD) + transposed_tile_bytes(HD), [&] {
+    flash_forward_kernel<HD>(output.data(), logsumexp.data(), x.data(), shape);
+  });
+  warp_emulator::launch(
+      tiles, group_units,
+      4 * rows_tile_bytes(HD) + 2 * transposed_tile_bytes(HD) + row_statistics_bytes, [&] {
+        flash_dkdv_kernel<HD>(dqkv.data(), dy.data(), x.data(), output.data(), logsumexp.data(),
+                              s.groups, shape);
+      });
+  warp_emulator::launch(
+      tiles, pairs, 4 * rows_tile_bytes(HD) + transposed_tile_bytes(HD) + row_statistics_bytes,
+      [&] {
+        flash_dq_kernel<HD>(dqkv.data(), dy.data(), x.data(), output.data(), logsumexp.data(),
+                            shape);
+      });
+
+  auto to_float = [](const std::vector<bf16>& values) {
+    std::vector<float> converted(values.size());
+    for (size_t i = 0; i < values.size(); ++i) converted[i] = __bfloat162float(values[i]);
+    return converted;
+  };
+  std::ostringstream what;
+  what << "B " << s.batch << " T " << T << " NH " << s.heads << " NG " << s.groups << " HD "
+       << HD << " dropout " << s.dropout;
+  // bf16 outputs carry 2^-9 relative rounding of their own; P and dS are rounded inside.
+  check_close(what.str() + " output", to_float(output), expected.output, 1e-2);
+  check_close(what.str() + " logsumexp", logsumexp, expected.logsumexp, 1e-5);
+  check_close(what.str() + " dqkv", to_float(dqkv), expected.dqkv, 1e-2);
+}
+
+}  // namespace
+
+TEST_CASE("the tensor-core attention kernels, emulated on the CPU, match an fp64 reference") {
+  for (const Shape s : {Shape{1, 1, 2, 2, 64, 0.0}, Shape{2, 63, 4, 2, 64, 0.0},
+                        Shape{1, 65, 2, 2, 128, 0.1}, Shape{2, 130, 4, 1, 64, 0.1},
+                        Shape{1, 200, 2, 1, 128, 0.0}}) {
+    if (s.head_dim == 64) {
+      check_kernels<64>(s);
+    } else {
+      check_kernels<128>(s);
+    }
+  }
+}

@@ -1,0 +1,149 @@
+// A CPU emulation of the few CUDA features the tensor-core attention kernels use
+// (backend/ops/attention_flash_cuda.cu), so that their tile logic (fragment indexing, masks,
+// online softmax, shared-memory tiles and barriers) is checked where there is no GPU, in CI.
+// A thread block is 128 std::threads; __syncthreads is a std::barrier of all of them, and a
+// warp's collectives (__shfl_xor_sync, mma) exchange values through per-warp slots between two
+// barriers of its 32 threads. `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` is computed
+// from the fragment layout the PTX ISA documents ("Matrix fragments for mma.m16n8k16 with
+// floating point type"), written here independently of the kernel's own loads: lane l holds
+// groupID g = l / 4 and t = l % 4; A's a0..a7 are (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1),
+// then the same at columns + 8; B's b0..b3 are (k 2t, n g), (2t+1, g), (2t+8, g), (2t+9, g);
+// C's c0..c3 are (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1). Each lane's own 16 products are
+// summed in k order in fp32 (the hardware's order is unspecified, hence the tests' tolerances).
+// Shared memory is a heap buffer of exactly the launch's size, filled with NaN bytes first,
+// so reading a place no thread wrote shows, and ASan sees an access past it.
+// What it cannot show: a GPU's memory model, its bank conflicts or its speed; tests/gpu checks
+// the kernels on a real GPU.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <vector_types.h>
+
+#include <barrier>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace warp_emulator {
+
+struct Index {
+  unsigned x = 0, y = 0, z = 0;
+};
+
+struct WarpSlots {
+  float value[32];
+  uint32_t a[32][4];
+  uint32_t b[32][2];
+  float c[32][4];
+};
+
+inline constexpr int kBlockThreads = 128;
+inline constexpr int kWarps = kBlockThreads / 32;
+
+struct Block {
+  std::barrier<>* all;
+  std::barrier<>* warp[kWarps];
+  WarpSlots slots[kWarps];
+  unsigned char* shared;
+};
+
+inline thread_local Block* block = nullptr;
+
+}  // namespace warp_emulator
+
+inline thread_local warp_emulator::Index threadIdx, blockIdx;
+
+// The kernels' qualifiers mean nothing on the host (cuda_bf16.h defined them for nvcc's use).
+#undef __global__
+#define __global__
+#undef __device__
+#define __device__
+#define __launch_bounds__(threads)
+
+inline void __syncthreads() { warp_emulator::block->all->arrive_and_wait(); }
+
+inline float __shfl_xor_sync(unsigned /*mask*/, float value, int lane_mask) {
+  auto& block = *warp_emulator::block;
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  block.slots[warp].value[lane] = value;
+  block.warp[warp]->arrive_and_wait();
+  const float other = block.slots[warp].value[lane ^ static_cast<unsigned>(lane_mask)];
+  block.warp[warp]->arrive_and_wait();
+  return other;
+}
+
+namespace warp_emulator {
+
+inline float bf16_half(uint32_t word, int high) {
+  const auto bits = static_cast<uint16_t>(high ? word >> 16 : word & 0xffffu);
+  __nv_bfloat16 value;
+  std::memcpy(static_cast<void*>(&value), &bits, sizeof value);
+  return __bfloat162float(value);
+}
+
+// D = A·B + C over one warp: every lane deposits its fragments, then computes its own four
+// elements of D from the whole A and B.
+inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  Block& self = *block;
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  WarpSlots& slots = self.slots[warp];
+  for (int i = 0; i < 4; ++i) {
+    slots.a[lane][i] = a[i];
+    slots.c[lane][i] = d[i];
+  }
+  slots.b[lane][0] = b0;
+  slots.b[lane][1] = b1;
+  self.warp[warp]->arrive_and_wait();
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int e = 0; e < 8; ++e) {
+      const int row = (e % 4 < 2) ? g : g + 8;
+      const int col = 2 * t + (e & 1) + (e >= 4 ? 8 : 0);
+      A[row][col] = bf16_half(slots.a[l][e / 2], e & 1);
+    }
+    for (int e = 0; e < 4; ++e) {
+      const int k = 2 * t + (e & 1) + (e >= 2 ? 8 : 0);
+      B[k][g] = bf16_half(slots.b[l][e / 2], e & 1);
+    }
+  }
+  const int g = static_cast<int>(lane) / 4, t = static_cast<int>(lane) % 4;
+  float result[4];
+  for (int e = 0; e < 4; ++e) {
+    const int row = e < 2 ? g : g + 8, col = 2 * t + (e & 1);
+    float sum = slots.c[lane][e];
+    for (int k = 0; k < 16; ++k) sum += A[row][k] * B[k][col];
+    result[e] = sum;
+  }
+  self.warp[warp]->arrive_and_wait();  // every lane has read the slots
+  for (int e = 0; e < 4; ++e) d[e] = result[e];
+}
+
+// Runs `kernel()` for every block of a (grid_x, grid_y) grid, one block after another, each as
+// kBlockThreads threads with `shared_bytes` of NaN-filled shared memory.
+template <typename Kernel>
+void launch(unsigned grid_x, unsigned grid_y, size_t shared_bytes, const Kernel& kernel) {
+  for (unsigned y = 0; y < grid_y; ++y) {
+    for (unsigned x = 0; x < grid_x; ++x) {
+      std::vector<unsigned char> shared(shared_bytes, 0xFF);
+      std::barrier<> all(kBlockThreads);
+      std::barrier<> w0(32), w1(32), w2(32), w3(32);
+      Block context{&all, {&w0, &w1, &w2, &w3}, {}, shared.data()};
+      std::vector<std::thread> threads;
+      threads.reserve(kBlockThreads);
+      for (unsigned t = 0; t < kBlockThreads; ++t) {
+        threads.emplace_back([&, t] {
+          block = &context;
+          threadIdx.x = t;
+          blockIdx.x = x;
+          blockIdx.y = y;
+          kernel();
+        });
+      }
+      for (auto& thread : threads) thread.join();
+    }
+  }
+}
+
+}  // namespace warp_emulator
