@@ -1,7 +1,7 @@
 // The tensor-core attention kernels (backend/ops/attention_flash_cuda.cu: forward, dK/dV, dQ)
 // run on the CPU under warp_emulator.hpp, against an fp64 reference of attention.hpp's math
 // written here from the formulas: output, fp32 log-sum-exp and dqkv (overwritten: the buffer is
-// NaN first). Sequence lengths around the 64-row tiles (1, 63, 65, 130, 200), head dimensions 64
+// NaN first). Sequence lengths around the 64-row tiles (1, 63, 65, 130), head dimensions 64
 // and 128, multi-head, grouped and multi-query layouts, with and without dropout (the mask
 // elements of ops/dropout.hpp). Inputs are bf16 values, so the reference sees what the kernels
 // see; the tolerance covers P and dS rounded to bf16 inside the kernels and the bf16 outputs.
@@ -215,9 +215,11 @@ void check_kernels(const Shape& s) {
 }  // namespace
 
 TEST_CASE("the tensor-core attention kernels, emulated on the CPU, match an fp64 reference") {
+  // Small enough for CI's two cores (each emulated block is 128 threads meeting at barriers):
+  // one to three tiles, both head dimensions past one tile, MQA with two heads per group.
   for (const Shape s : {Shape{1, 1, 2, 2, 64, 0.0}, Shape{2, 63, 4, 2, 64, 0.0},
-                        Shape{1, 65, 2, 2, 128, 0.1}, Shape{2, 130, 4, 1, 64, 0.1},
-                        Shape{1, 200, 2, 1, 128, 0.0}}) {
+                        Shape{1, 65, 2, 2, 128, 0.1}, Shape{1, 130, 2, 1, 64, 0.1},
+                        Shape{1, 130, 2, 1, 128, 0.0}}) {
     if (s.head_dim == 64) {
       check_kernels<64>(s);
     } else {
