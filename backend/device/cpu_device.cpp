@@ -5,6 +5,8 @@
 
 #include <sys/mman.h>
 
+#include <omp.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -307,13 +309,30 @@ void CpuDevice::rope_backward(View dinput, View doutput, View cos, View sin, int
   });
 }
 
+template <typename Scalar>
+Scalar* CpuDevice::attention_scratch(int64_t seq_length, int64_t num_heads,
+                                     int64_t num_query_groups) {
+  if (seq_length <= 0 || num_query_groups <= 0 || num_heads % num_query_groups != 0) {
+    return nullptr;  // the op refuses the shape, or has nothing to do
+  }
+  const int64_t scalars = static_cast<int64_t>(omp_get_max_threads()) *
+                          cpu::attention_scratch_per_thread(seq_length,
+                                                            num_heads / num_query_groups);
+  const auto words = static_cast<size_t>(
+      (scalars * int64_t{sizeof(Scalar)} + int64_t{sizeof(std::max_align_t)} - 1) /
+      int64_t{sizeof(std::max_align_t)});
+  if (attention_scratch_.size() < words) attention_scratch_.resize(words);
+  return reinterpret_cast<Scalar*>(attention_scratch_.data());
+}
+
 void CpuDevice::attention_forward(View output, View logsumexp, View qkv, int64_t batch_size,
                                   int64_t seq_length, int64_t hidden_size, int64_t num_heads,
                                   int64_t num_query_groups, const Dropout& dropout) {
   dispatch(qkv.type, "attention_forward", [&](auto s) {
     using S = decltype(s);
     cpu::attention_forward(host<S>(output), host<S>(logsumexp), host<S>(qkv), batch_size,
-                           seq_length, hidden_size, num_heads, num_query_groups, dropout);
+                           seq_length, hidden_size, num_heads, num_query_groups, dropout, {},
+                           attention_scratch<S>(seq_length, num_heads, num_query_groups));
   });
 }
 
@@ -325,7 +344,8 @@ void CpuDevice::attention_backward(View dqkv, View doutput, View qkv, View outpu
     using S = decltype(s);
     cpu::attention_backward(host<S>(dqkv), host<S>(doutput), host<S>(qkv), host<S>(output),
                             host<S>(logsumexp), batch_size, seq_length, hidden_size, num_heads,
-                            num_query_groups, dropout);
+                            num_query_groups, dropout, {},
+                            attention_scratch<S>(seq_length, num_heads, num_query_groups));
   });
 }
 

@@ -4,6 +4,9 @@
 // (common/lazy_zero_allocator.hpp explains why that matters for the parameters).
 #pragma once
 
+#include <cstddef>
+#include <vector>
+
 #include "backend/device/device.hpp"
 
 namespace backend {
@@ -93,7 +96,14 @@ class CpuDevice : public Device {
                                             int64_t parts) override;
 
  private:
+  // attention's per-thread blocks (ops/attention.hpp's attention_scratch_per_thread × the
+  // OpenMP threads), grown when a larger shape first runs and kept: a training step's shape is
+  // the first step's, so later steps allocate nothing. One op runs at a time on a device.
+  template <typename Scalar>
+  Scalar* attention_scratch(int64_t seq_length, int64_t num_heads, int64_t num_query_groups);
+
   MemoryLedger ledger_;
+  std::vector<std::max_align_t> attention_scratch_;
 };
 
 }  // namespace backend

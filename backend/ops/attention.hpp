@@ -67,13 +67,21 @@ struct AttentionBlocks {
   int64_t key_rows = 64;
 };
 
+// Scalars of scratch one thread of attention_forward or attention_backward uses (a score
+// block's worth per kind, the group's Δ rows).
+int64_t attention_scratch_per_thread(int64_t seq_length, int64_t heads_per_group,
+                                     const AttentionBlocks& blocks = {});
+
+// `scratch`: omp_get_max_threads() × attention_scratch_per_thread Scalars that the caller
+// carved once (the CPU device's, so that a training step allocates nothing); nullptr: each
+// thread allocates its own for the call.
 template <typename Scalar>
 void attention_forward(Scalar* output,     // (B, T, C)
                        Scalar* logsumexp,  // (B, NH, T)
                        const Scalar* qkv,  // (B, T, (NH + 2·NG)·HD) per group [q… | k | v]
                        int64_t batch_size, int64_t seq_length, int64_t hidden_size,
                        int64_t num_heads, int64_t num_query_groups, const Dropout& dropout = {},
-                       const AttentionBlocks& blocks = {});
+                       const AttentionBlocks& blocks = {}, Scalar* scratch = nullptr);
 
 template <typename Scalar>
 void attention_backward(Scalar* dqkv,             // (B, T, (NH + 2·NG)·HD) =
@@ -84,7 +92,7 @@ void attention_backward(Scalar* dqkv,             // (B, T, (NH + 2·NG)·HD) =
                         int64_t batch_size, int64_t seq_length, int64_t hidden_size,
                         int64_t num_heads, int64_t num_query_groups,
                         const Dropout& dropout = {},  // the forward's
-                        const AttentionBlocks& blocks = {});
+                        const AttentionBlocks& blocks = {}, Scalar* scratch = nullptr);
 
 // ---- Attention over a key/value cache (incremental decoding, model/gpt_decoder.hpp)
 // N packed rows, row r one token of the sequence whose cache is slot slots[r], at position

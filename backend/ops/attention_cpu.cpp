@@ -21,8 +21,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <type_traits>
 #include <vector>
+
+#include <omp.h>
 
 #include "backend/common/error.hpp"
 #include "backend/ops/attention.hpp"
@@ -97,13 +100,45 @@ int64_t block_count(int64_t length, int64_t block) {
   return (length + block - 1) / block;
 }
 
+// This thread's part of the caller's scratch (attention_scratch_per_thread elements at its
+// thread number), or, when the caller passed none, a buffer of its own; handed out in order.
+template <typename Scalar>
+class ThreadScratch {
+ public:
+  ThreadScratch(Scalar* shared, int64_t per_thread) {
+    if (shared != nullptr) {
+      next_ = shared + static_cast<int64_t>(omp_get_thread_num()) * per_thread;
+    } else {
+      own_.resize(static_cast<size_t>(per_thread));
+      next_ = own_.data();
+    }
+  }
+  std::span<Scalar> take(int64_t count) {
+    const std::span<Scalar> piece(next_, static_cast<size_t>(count));
+    next_ += count;
+    return piece;
+  }
+
+ private:
+  std::vector<Scalar> own_;
+  Scalar* next_ = nullptr;
+};
+
 }  // namespace
+
+int64_t attention_scratch_per_thread(int64_t seq_length, int64_t heads_per_group,
+                                     const AttentionBlocks& blocks) {
+  const int64_t block = blocks.query_rows * blocks.key_rows;
+  const int64_t forward = 2 * block + 2 * blocks.query_rows;
+  const int64_t backward = 4 * block + heads_per_group * seq_length;
+  return std::max(forward, backward);
+}
 
 template <typename Scalar>
 void attention_forward(Scalar* output, Scalar* logsumexp, const Scalar* qkv, int64_t batch_size,
                        int64_t seq_length, int64_t hidden_size, int64_t num_heads,
                        int64_t num_query_groups, const Dropout& dropout,
-                       const AttentionBlocks& blocks) {
+                       const AttentionBlocks& blocks, Scalar* scratch) {
   check_attention_dropout(dropout, "attention_forward");
   const QkvLayout layout = check_shape(hidden_size, num_heads, num_query_groups, blocks);
   const int64_t T = seq_length;
@@ -123,10 +158,12 @@ void attention_forward(Scalar* output, Scalar* logsumexp, const Scalar* qkv, int
   {
     // Per thread: the score block (turned into weights in place), the dropout multipliers,
     // and the running row maximum and sum of the online softmax.
-    std::vector<Scalar> scores(static_cast<size_t>(query_rows * key_rows));
-    std::vector<Scalar> multipliers(drop ? scores.size() : 0);
-    std::vector<Scalar> row_max(static_cast<size_t>(query_rows));
-    std::vector<Scalar> row_sum(static_cast<size_t>(query_rows));
+    ThreadScratch<Scalar> mine(
+        scratch, attention_scratch_per_thread(T, layout.heads_per_group, blocks));
+    const std::span<Scalar> scores = mine.take(query_rows * key_rows);
+    const std::span<Scalar> multipliers = mine.take(drop ? query_rows * key_rows : 0);
+    const std::span<Scalar> row_max = mine.take(query_rows);
+    const std::span<Scalar> row_sum = mine.take(query_rows);
 #pragma omp for schedule(dynamic)
     for (int64_t unit = 0; unit < units; ++unit) {
       const int64_t query_block = query_blocks - 1 - unit % query_blocks;
@@ -214,7 +251,7 @@ void attention_backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv,
                         const Scalar* output, const Scalar* logsumexp, int64_t batch_size,
                         int64_t seq_length, int64_t hidden_size, int64_t num_heads,
                         int64_t num_query_groups, const Dropout& dropout,
-                        const AttentionBlocks& blocks) {
+                        const AttentionBlocks& blocks, Scalar* scratch) {
   check_attention_dropout(dropout, "attention_backward");
   const QkvLayout layout = check_shape(hidden_size, num_heads, num_query_groups, blocks);
   const int64_t T = seq_length;
@@ -233,12 +270,13 @@ void attention_backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv,
   {
     // Per thread: P, then D when dropping; dP, then dS; the dropout multipliers; Δ of the
     // group's heads (heads_per_group × T).
-    const auto block_size = static_cast<size_t>(query_rows * key_rows);
-    std::vector<Scalar> probabilities(block_size);
-    std::vector<Scalar> dropped(drop ? block_size : 0);
-    std::vector<Scalar> dscores(block_size);
-    std::vector<Scalar> multipliers(drop ? block_size : 0);
-    std::vector<Scalar> delta(static_cast<size_t>(heads_per_group * T));
+    const int64_t block_size = query_rows * key_rows;
+    ThreadScratch<Scalar> mine(scratch, attention_scratch_per_thread(T, heads_per_group, blocks));
+    const std::span<Scalar> probabilities = mine.take(block_size);
+    const std::span<Scalar> dropped = mine.take(drop ? block_size : 0);
+    const std::span<Scalar> dscores = mine.take(block_size);
+    const std::span<Scalar> multipliers = mine.take(drop ? block_size : 0);
+    const std::span<Scalar> delta = mine.take(heads_per_group * T);
 #pragma omp for schedule(dynamic)
     for (int64_t unit = 0; unit < units; ++unit) {
       const int64_t b = unit / num_query_groups;
@@ -441,10 +479,11 @@ void kv_cache_attention_forward(Scalar* output, Scalar* key_cache, Scalar* value
 #define BACKEND_INSTANTIATE_ATTENTION(Scalar)                                                    \
   template void attention_forward<Scalar>(Scalar*, Scalar*, const Scalar*, int64_t, int64_t,     \
                                           int64_t, int64_t, int64_t, const Dropout&,             \
-                                          const AttentionBlocks&);                               \
+                                          const AttentionBlocks&, Scalar*);                      \
   template void attention_backward<Scalar>(Scalar*, const Scalar*, const Scalar*, const Scalar*, \
                                            const Scalar*, int64_t, int64_t, int64_t, int64_t,    \
-                                           int64_t, const Dropout&, const AttentionBlocks&);     \
+                                           int64_t, const Dropout&, const AttentionBlocks&,      \
+                                           Scalar*);                                             \
   template void kv_cache_attention_forward<Scalar>(Scalar*, Scalar*, Scalar*, const Scalar*,     \
                                                    const int32_t*, const int32_t*, int64_t,      \
                                                    int64_t, int64_t, int64_t, int64_t);

@@ -1,6 +1,5 @@
 // CPU twin of reduction.hpp.
 #include <algorithm>
-#include <vector>
 
 #include "backend/ops/reduction.hpp"
 
@@ -17,34 +16,40 @@ template <typename Scalar>
 void sum_of_squares(double* total, const Scalar* values, int64_t count) {
   // The lanes let the sum of squares vectorise; one running double sum was a chain of
   // dependent additions, latency bound at about a tenth of the memory bandwidth (120 ms of a
-  // 126M step). Fixed-size chunks make the order independent of the thread count.
+  // 126M step). Fixed-size chunks make the order independent of the thread count: the chunks'
+  // sums are added in chunk order. They are taken kChunksPerPass at a time into an array on
+  // the stack, so that the gradient norm of a step allocates nothing.
   constexpr int64_t kChunk = 1 << 16;
   constexpr int64_t kLanes = 16;
+  constexpr int64_t kChunksPerPass = 256;
   const int64_t chunks = (count + kChunk - 1) / kChunk;
-  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = c * kChunk;
-    const int64_t end = std::min(count, begin + kChunk);
-    const int64_t whole_end = begin + (end - begin) / kLanes * kLanes;
-    double lanes[kLanes] = {};
-    for (int64_t i = begin; i < whole_end; i += kLanes) {
-#pragma omp simd
-      for (int64_t lane = 0; lane < kLanes; ++lane) {
-        const auto g = static_cast<double>(values[i + lane]);
-        lanes[lane] += g * g;
-      }
-    }
-    for (int64_t i = whole_end; i < end; ++i) {
-      const auto g = static_cast<double>(values[i]);
-      lanes[i - whole_end] += g * g;
-    }
-    double lane_sum = 0.0;
-    for (const double lane : lanes) lane_sum += lane;
-    partial[static_cast<size_t>(c)] = lane_sum;
-  }
   double accumulated = 0.0;
-  for (const double value : partial) accumulated += value;
+  for (int64_t pass_begin = 0; pass_begin < chunks; pass_begin += kChunksPerPass) {
+    const int64_t pass_chunks = std::min(kChunksPerPass, chunks - pass_begin);
+    double partial[kChunksPerPass];
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < pass_chunks; ++p) {
+      const int64_t begin = (pass_begin + p) * kChunk;
+      const int64_t end = std::min(count, begin + kChunk);
+      const int64_t whole_end = begin + (end - begin) / kLanes * kLanes;
+      double lanes[kLanes] = {};
+      for (int64_t i = begin; i < whole_end; i += kLanes) {
+#pragma omp simd
+        for (int64_t lane = 0; lane < kLanes; ++lane) {
+          const auto g = static_cast<double>(values[i + lane]);
+          lanes[lane] += g * g;
+        }
+      }
+      for (int64_t i = whole_end; i < end; ++i) {
+        const auto g = static_cast<double>(values[i]);
+        lanes[i - whole_end] += g * g;
+      }
+      double lane_sum = 0.0;
+      for (const double lane : lanes) lane_sum += lane;
+      partial[p] = lane_sum;
+    }
+    for (int64_t p = 0; p < pass_chunks; ++p) accumulated += partial[p];
+  }
   *total = accumulated;
 }
 
