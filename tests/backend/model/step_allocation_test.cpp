@@ -27,15 +27,47 @@ std::atomic<int64_t> allocations{0};
 
 }  // namespace
 
-// Not inlined: GCC would otherwise pair an inlined free() with the allocator's operator new and
-// warn of a mismatch (-Wmismatched-new-delete) that the replacement makes correct.
-[[gnu::noinline]] void* operator new(std::size_t size) {
+namespace {
+
+void* counted_allocation(std::size_t size) noexcept {
   if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1);
-  if (void* memory = std::malloc(size == 0 ? 1 : size)) return memory;
+  return std::malloc(size == 0 ? 1 : size);
+}
+
+}  // namespace
+
+// Every unaligned form, so that nothing allocated by one allocator is freed by another (the
+// sanitized build's own operator new would otherwise serve the forms left out, and its
+// alloc-dealloc-mismatch check stops the run). Not inlined: GCC would otherwise pair an
+// inlined free() with the allocator's operator new and warn of a mismatch
+// (-Wmismatched-new-delete) that the replacement makes correct. The aligned forms stay the
+// library's: they pair only with each other.
+[[gnu::noinline]] void* operator new(std::size_t size) {
+  if (void* memory = counted_allocation(size)) return memory;
   throw std::bad_alloc();
 }
+[[gnu::noinline]] void* operator new[](std::size_t size) {
+  if (void* memory = counted_allocation(size)) return memory;
+  throw std::bad_alloc();
+}
+[[gnu::noinline]] void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+  return counted_allocation(size);
+}
+[[gnu::noinline]] void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
+  return counted_allocation(size);
+}
 [[gnu::noinline]] void operator delete(void* memory) noexcept { std::free(memory); }
+[[gnu::noinline]] void operator delete[](void* memory) noexcept { std::free(memory); }
 [[gnu::noinline]] void operator delete(void* memory, std::size_t) noexcept {
+  std::free(memory);
+}
+[[gnu::noinline]] void operator delete[](void* memory, std::size_t) noexcept {
+  std::free(memory);
+}
+[[gnu::noinline]] void operator delete(void* memory, const std::nothrow_t&) noexcept {
+  std::free(memory);
+}
+[[gnu::noinline]] void operator delete[](void* memory, const std::nothrow_t&) noexcept {
   std::free(memory);
 }
 
