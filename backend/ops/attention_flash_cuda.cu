@@ -251,6 +251,29 @@ __device__ void load_row_statistics(float* row_logsumexp_log2, float* row_delta,
   }
 }
 
+// What a forward or dQ block owns: head pair b·NH + h and a query tile, the longest first;
+// the batch's qkv rows and the column of the head's group's keys.
+struct QueryTileUnit {
+  int64_t pair, b, h, query_tile, q0;
+  const bf16* batch;
+  int64_t key_col;
+};
+
+template <int HD>
+__device__ inline QueryTileUnit query_tile_unit(const bf16* qkv, const FlashShape& shape) {
+  const int64_t pair = blockIdx.y;
+  const int64_t b = pair / shape.NH, h = pair % shape.NH;
+  const int64_t tiles = (shape.T + kRows - 1) / kRows;
+  const int64_t query_tile = tiles - 1 - blockIdx.x;
+  return {pair,
+          b,
+          h,
+          query_tile,
+          query_tile * kRows,
+          qkv + b * shape.T * shape.row_width,
+          shape.key_column(h / shape.heads_per_group, HD)};
+}
+
 // ---- forward ------------------------------------------------------------------------------
 
 template <int HD>
@@ -262,13 +285,7 @@ __global__ void __launch_bounds__(kThreads)
   bf16* k = q + kRows * pitch;
   bf16* v_transposed = k + kRows * pitch;  // [HD][kTransposedPitch]
 
-  const int64_t pair = blockIdx.y;  // b·NH + h
-  const int64_t b = pair / shape.NH, h = pair % shape.NH;
-  const int64_t tiles = (shape.T + kRows - 1) / kRows;
-  const int64_t query_tile = tiles - 1 - blockIdx.x;  // longest first
-  const int64_t q0 = query_tile * kRows;
-  const bf16* batch = qkv + b * shape.T * shape.row_width;
-  const int64_t key_col = shape.key_column(h / shape.heads_per_group, HD);
+  const auto [pair, b, h, query_tile, q0, batch, key_col] = query_tile_unit<HD>(qkv, shape);
   const int warp_row = (threadIdx.x / 32) * 16;
   const int t = lane_in_group();
   const int64_t rows[2] = {q0 + warp_row + lane_group(), q0 + warp_row + lane_group() + 8};
@@ -354,13 +371,7 @@ __global__ void __launch_bounds__(kThreads)
   float* row_logsumexp_log2 = reinterpret_cast<float*>(k_transposed + HD * kTransposedPitch);
   float* row_delta = row_logsumexp_log2 + kRows;
 
-  const int64_t pair = blockIdx.y;
-  const int64_t b = pair / shape.NH, h = pair % shape.NH;
-  const int64_t tiles = (shape.T + kRows - 1) / kRows;
-  const int64_t query_tile = tiles - 1 - blockIdx.x;  // longest first
-  const int64_t q0 = query_tile * kRows;
-  const bf16* batch = qkv + b * shape.T * shape.row_width;
-  const int64_t key_col = shape.key_column(h / shape.heads_per_group, HD);
+  const auto [pair, b, h, query_tile, q0, batch, key_col] = query_tile_unit<HD>(qkv, shape);
   const int warp_row = (threadIdx.x / 32) * 16;
   const int t = lane_in_group();
   const int local_rows[2] = {warp_row + lane_group(), warp_row + lane_group() + 8};
