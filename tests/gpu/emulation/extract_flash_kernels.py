@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The device part of backend/ops/attention_flash_cuda.cu, for the warp emulation
-(warp_emulator.hpp): everything from its anonymous namespace up to the host side, with the one
+(warp_emulator.hpp): everything from its anonymous namespace up to the host side, and the host
+side's shared-memory sizes and make_flash_shape, with the one
 inline PTX instruction forwarded to the emulator's mma, the dynamic shared memory taken from
 the emulated block and nvcc's `#pragma unroll` hints dropped. Fails, naming what it did not find, when the file's shape changes.
 Usage: extract_flash_kernels.py attention_flash_cuda.cu output.inc"""
@@ -25,6 +26,9 @@ def main(source_path, output_path):
     sizes = re.search(r"constexpr size_t rows_tile_bytes.*?constexpr size_t row_statistics_bytes[^\n]*\n",
                       source, flags=re.S)
     need(sizes, "rows_tile_bytes … row_statistics_bytes")
+    # The host side's FlashShape maker, so the test launches with the shape the op would.
+    shape_maker = re.search(r"FlashShape make_flash_shape\(.*?\n\}\n", source, flags=re.S)
+    need(shape_maker, "make_flash_shape")
 
     mma = re.compile(r"(__device__ inline void mma\(float \(&d\)\[4\], const uint32_t \(&a\)\[4\], "
                      r"uint32_t b0, uint32_t b1\) \{\n).*?\n\}\n", flags=re.S)
@@ -42,6 +46,7 @@ def main(source_path, output_path):
         output.write(f"// Generated from {source_path} by extract_flash_kernels.py: do not edit.\n")
         output.write(device_part)
         output.write(sizes.group(0))
+        output.write(shape_maker.group(0))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@
 
 #include "gpu/emulation/warp_emulator.hpp"
 // warp_emulator.hpp first: the kernels below use its threadIdx, barriers and mma.
-#include "backend/ops/dropout.hpp"
+#include "backend/ops/attention.hpp"
 
 namespace backend::cuda {
 namespace {
@@ -142,7 +142,7 @@ void check_close(const std::string& what, const std::vector<float>& actual,
 template <int HD>
 void check_kernels(const Shape& s) {
   using namespace backend::cuda;
-  const int64_t T = s.seq, per_group = s.heads / s.groups;
+  const int64_t T = s.seq;
   const int64_t width = (s.heads + 2 * s.groups) * HD, hidden = s.heads * HD;
   std::mt19937 generator(static_cast<uint32_t>(T * 131 + HD));
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -167,18 +167,8 @@ void check_kernels(const Shape& s) {
   std::vector<bf16> dqkv(x.size(), nan);
   std::vector<float> logsumexp(static_cast<size_t>(s.batch * s.heads * T),
                                std::numeric_limits<float>::quiet_NaN());
-  const double scale = 1.0 / std::sqrt(static_cast<double>(HD));
-  const FlashShape shape{.T = T,
-                         .NH = s.heads,
-                         .heads_per_group = per_group,
-                         .row_width = width,
-                         .hidden = hidden,
-                         .scale = static_cast<float>(scale),
-                         .scale_log2 = static_cast<float>(scale * 1.4426950408889634),
-                         .drop = dropout.active(),
-                         .key = dropout.key,
-                         .threshold = dropout.threshold(),
-                         .dropout_scale = dropout.scale<float>()};
+  const FlashShape shape =
+      make_flash_shape("flash attention (emulated)", T, hidden, s.heads, s.groups, dropout);
   const auto tiles = static_cast<unsigned>((T + kRows - 1) / kRows);
   const auto pairs = static_cast<unsigned>(s.batch * s.heads);
   const auto group_units = static_cast<unsigned>(s.batch * s.groups);
