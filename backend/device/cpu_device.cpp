@@ -95,11 +95,15 @@ void CpuDevice::copy(View destination, View source) {
   }
 }
 
-// A conversion computes nothing in bf16, so the CPU device makes working copies too (its own
-// ops still refuse to read them).
+// A conversion computes nothing in bf16 or fp16, so the CPU device makes working copies too
+// (its own ops still refuse to read them).
 void CpuDevice::convert(View destination, View source) {
   check_convertible(destination, source, "convert");
-  cpu::convert(host<bfloat16>(destination), host<float>(source), source.numel);
+  if (destination.type == ElementType::f16) {
+    cpu::convert(host<float16>(destination), host<float>(source), source.numel);
+  } else {
+    cpu::convert(host<bfloat16>(destination), host<float>(source), source.numel);
+  }
 }
 
 void CpuDevice::fill_zero(View values) {

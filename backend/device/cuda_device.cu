@@ -4,8 +4,8 @@
 // released in the destructor: no global stream or handle, no cudaMalloc inside an op.
 //
 // Memory and reductions live here; each op family checks its views (GPU memory, one element
-// type among fp32 and bf16, parameter gradients and statistics fp32) and calls the CUDA twin
-// backend::cuda::<op> in backend/ops/<family>_cuda.cu through a launch_<op> function (the
+// type among fp32, bf16 and fp16, parameter gradients and statistics fp32) and calls the CUDA
+// twin backend::cuda::<op> in backend/ops/<family>_cuda.cu through a launch_<op> function (the
 // section "Twins" below), so wiring a twin in is one place.
 //
 // sum and sum_of_squares (ops/reduction_cuda.cu) use the device's buffer of partial sums; the
@@ -47,16 +47,17 @@ constexpr int64_t kCublasWorkspaceBytes = int64_t{32} << 20;
 
 // ---- element types and views --------------------------------------------------------------
 
-// Calls function(Scalar{}) with Scalar the host type of `dtype` (float or bfloat16): the types
-// the GPU ops compute in. fp64 and fp16 are refused by name.
+// Calls function(Scalar{}) with Scalar the host type of `dtype` (float, bfloat16 or float16):
+// the types the GPU ops compute in. fp64 is refused by name.
 template <typename Function>
 void dispatch(ElementType dtype, const char* op, Function&& function) {
   switch (dtype) {
     case ElementType::f32: function(float{}); return;
     case ElementType::bf16: function(bfloat16{}); return;
+    case ElementType::f16: function(float16{}); return;
     default:
-      common::fail("the CUDA device computes in fp32 or bf16; {} has no {} kernel on it", op,
-                   element_name(dtype));
+      common::fail("the CUDA device computes in fp32, bf16 or fp16; {} has no {} kernel on it",
+                   op, element_name(dtype));
   }
 }
 
@@ -281,10 +282,12 @@ class CudaDevice final : public Device {
     switch (values.type) {
       case ElementType::f32: run(static_cast<const float*>(values.data)); return;
       case ElementType::bf16: run(static_cast<const bfloat16*>(values.data)); return;
+      case ElementType::f16: run(static_cast<const float16*>(values.data)); return;
       case ElementType::f64: run(static_cast<const double*>(values.data)); return;
       default:
-        common::fail("the CUDA device reduces fp32, bf16 or fp64; {} has no {} kernel on it", op,
-                     element_name(values.type));
+        common::fail("the CUDA device reduces fp32, bf16, fp16 or fp64; {} has no {} kernel on "
+                     "it",
+                     op, element_name(values.type));
     }
   }
 
@@ -737,7 +740,11 @@ void CudaDevice::convert(View destination, View source) {
   constexpr const char* op = "convert";
   check_convertible(destination, source, op);
   use();
-  cuda::convert(gpu<bfloat16>(destination, op), gpu<float>(source, op), source.numel, stream_);
+  if (destination.type == ElementType::f16) {
+    cuda::convert(gpu<float16>(destination, op), gpu<float>(source, op), source.numel, stream_);
+  } else {
+    cuda::convert(gpu<bfloat16>(destination, op), gpu<float>(source, op), source.numel, stream_);
+  }
 }
 
 void CudaDevice::scale(View values, double factor) {
@@ -771,8 +778,13 @@ void CudaDevice::adamw_update(View master, View weights, View gradients, View ex
   if (weights.numel != count) {
     common::fail("{}: {} master weights but {} working weights", op, count, weights.numel);
   }
-  cuda::adamw_update(master_data, gpu<bfloat16>(weights, op), gradient_data, m, v, count,
-                     coefficients, stream_);
+  if (weights.type == ElementType::f16) {
+    cuda::adamw_update(master_data, gpu<float16>(weights, op), gradient_data, m, v, count,
+                       coefficients, stream_);
+  } else {
+    cuda::adamw_update(master_data, gpu<bfloat16>(weights, op), gradient_data, m, v, count,
+                       coefficients, stream_);
+  }
 }
 
 void CudaDevice::residual_forward(View output, View input, View branch) {

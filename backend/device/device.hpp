@@ -44,8 +44,8 @@ class Device {
   // (else common::Error naming both); they may be the same view, not otherwise overlap. In the
   // device's order of work, as its ops (a pipeline stage keeps what it received or sends a copy).
   virtual void copy(View destination, View source) = 0;
-  // ops/convert.hpp: destination (bf16) = source (f32) rounded to nearest even, of one element
-  // count (else common::Error naming both): the bf16 working copy of the fp32 master weights.
+  // ops/convert.hpp: destination (bf16 or fp16) = source (f32) rounded to nearest even, of one
+  // element count (else common::Error naming both): the working copy of the fp32 master weights.
   virtual void convert(View destination, View source) = 0;
   // ops/reduction.hpp: total (one f64 element) = Σ values or Σ values², in a fixed order (the
   // same bits run after run); values *= factor.

@@ -57,6 +57,45 @@ inline float to_float(bfloat16 value) {
   return std::bit_cast<float>(static_cast<uint32_t>(value.bits) << 16);
 }
 
+// fp32 → IEEE binary16 with round-to-nearest-even, as __float2half_rn: magnitudes from 65520
+// up become inf, below 2^-14 subnormal (units of 2^-24), below 2^-25 (and a tie at it) zero,
+// the sign kept; NaN stays a quiet NaN with the payload's top bits.
+inline float16 to_float16(float value) {
+  const auto bits = std::bit_cast<uint32_t>(value);
+  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) {
+    return {static_cast<uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x03ffu))};
+  }
+  if (magnitude >= 0x477ff000u) return {static_cast<uint16_t>(sign | 0x7c00u)};  // ≥ 65520
+  if (magnitude >= 0x38800000u) {  // a normal half: rebias the exponent (127 → 15), round
+    const uint32_t rounded = magnitude + 0x0fffu + ((magnitude >> 13) & 1u);
+    return {static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13))};
+  }
+  // Subnormal: the significand (with its implicit bit) in units of 2^-24, rounded; a carry into
+  // 0x400 is the smallest normal, which is the right encoding.
+  const uint32_t exponent = magnitude >> 23;
+  const uint32_t shift = 126u - exponent;  // ≥ 14 here
+  if (shift > 24u) return {sign};
+  const uint32_t significand = (magnitude & 0x007fffffu) | 0x00800000u;
+  uint32_t units = significand >> shift;
+  const uint32_t remainder = significand & ((1u << shift) - 1u);
+  const uint32_t halfway = 1u << (shift - 1u);
+  if (remainder > halfway || (remainder == halfway && (units & 1u) != 0)) ++units;
+  return {static_cast<uint16_t>(sign | units)};
+}
+inline float to_float(float16 value) {
+  const uint32_t sign = static_cast<uint32_t>(value.bits & 0x8000u) << 16;
+  const uint32_t exponent = (value.bits >> 10) & 0x1fu;
+  const uint32_t mantissa = value.bits & 0x03ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa · 2^-24, exact in fp32
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  if (exponent == 0x1fu) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
 // The ElementType of a host element type: float, double, int32_t, bfloat16, float16.
 template <typename T>
 constexpr ElementType element_type_of();

@@ -34,10 +34,10 @@ void check_same_extent(View destination, View source, std::string_view op) {
 }
 
 void check_convertible(View destination, View source, std::string_view op) {
-  if (destination.numel != source.numel || destination.type != ElementType::bf16 ||
-      source.type != ElementType::f32) {
-    common::fail("{}: {} elements of {} into {} elements of {}: a conversion makes bf16 from "
-                 "fp32, of one element count",
+  const bool half = destination.type == ElementType::bf16 || destination.type == ElementType::f16;
+  if (destination.numel != source.numel || !half || source.type != ElementType::f32) {
+    common::fail("{}: {} elements of {} into {} elements of {}: a conversion makes bf16 or fp16 "
+                 "from fp32, of one element count",
                  op, source.numel, element_name(source.type), destination.numel,
                  element_name(destination.type));
   }

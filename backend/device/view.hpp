@@ -47,8 +47,8 @@ struct View {
 // A copy's views (Device::copy): the same element type and element count, else common::Error
 // naming the op and both views' counts and types.
 void check_same_extent(View destination, View source, std::string_view op);
-// A conversion's views (Device::convert): bf16 from f32, one element count, else common::Error
-// naming the op and both views.
+// A conversion's views (Device::convert): bf16 or fp16 from f32, one element count, else
+// common::Error naming the op and both views.
 void check_convertible(View destination, View source, std::string_view op);
 
 // Host memory the caller owns (a vector, a scalar's span of one) as a view of its element type:

@@ -75,8 +75,9 @@ ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule
   plan.seq_length = seq_length;
   ArenaLayout& layout = plan.layout;
   // Statistics (norm means and reciprocal deviations, log-sum-exps, losses, RoPE tables) stay
-  // fp32 when the activations are bf16, as the ops' twins take them.
-  const ElementType statistics = dtype == ElementType::bf16 ? ElementType::f32 : dtype;
+  // fp32 when the activations are bf16 or fp16, as the ops' twins take them.
+  const bool narrow = dtype == ElementType::bf16 || dtype == ElementType::f16;
+  const ElementType statistics = narrow ? ElementType::f32 : dtype;
   int64_t kept_bytes = 0;
   const bool carve_kept = part != ActivationPart::shared;
   const bool carve_shared = part != ActivationPart::per_micro_batch;

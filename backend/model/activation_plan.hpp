@@ -115,17 +115,16 @@ struct ActivationPlan {
   int64_t kept_bytes = 0;
 };
 
-// The plan for micro batches of (batch_size, seq_length), activations in `dtype` (statistics:
-// norm means and rstds, log-sum-exps, losses, RoPE tables in fp32 when `dtype` is bf16). Sizes are
-// checked for overflow with messages naming the micro batch and sequence length. Under tensor
+// The plan for micro batches of (batch_size, seq_length), activations in `dtype` (statistics: norm
+// means and rstds, log-sum-exps, losses, RoPE tables in fp32 when `dtype` is bf16 or fp16). Sizes
+// are checked for overflow with messages naming the micro batch and sequence length. Under tensor
 // parallelism `config` is the rank's shard (tensor_parallel_shard()) and `tensor_parallel` the
-// group's size, which adds the vocab-parallel cross-entropy's buffers. With sequence_parallel
-// the residual stream (embedding output, residuals, layer outputs, the norms' statistics and
-// their gradients) holds this rank's rows / tensor_parallel rows only, and the shard buffers
-// of the reduce-scatters are added.
-// Under pipeline parallelism the plan is `stage`'s (the layers of `schedule`'s chunks, which
-// must be the stage's), and `part` picks the buffers carved (the others have 0 elements);
-// kept_bytes counts one micro batch's kept buffers either way.
+// group's size, which adds the vocab-parallel cross-entropy's buffers. With sequence_parallel the
+// residual stream (embedding output, residuals, layer outputs, the norms' statistics and their
+// gradients) holds this rank's rows / tensor_parallel rows only, and the shard buffers of the
+// reduce-scatters are added. Under pipeline parallelism the plan is `stage`'s (the layers of
+// `schedule`'s chunks, which must be the stage's), and `part` picks the buffers carved (the others
+// have 0 elements); kept_bytes counts one micro batch's kept buffers either way.
 ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule& schedule,
                                 int64_t batch_size, int64_t seq_length, ElementType dtype,
                                 int64_t tensor_parallel = 1, bool sequence_parallel = false,

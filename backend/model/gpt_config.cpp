@@ -101,7 +101,8 @@ common::MemoryEstimate training_memory_estimate(const GptConfig& config, int64_t
   setup.seq_length = seq_length;
   setup.micro_batch_size = micro_batch_size;
   setup.attention_scores_stored = false;
-  setup.mixed_precision = config.bf16;  // bf16 working weights and activations
+  // bf16 or fp16 working weights and activations
+  setup.mixed_precision = config.mixed_precision != MixedPrecision::none;
   switch (config.recompute_granularity) {
     case RecomputeGranularity::none:
       setup.recompute = common::Recompute::none;

@@ -25,6 +25,8 @@ enum class Normalization { layer_norm, rms_norm };
 // result bit.
 enum class RecomputeGranularity { none, selective, full };
 enum class RecomputeMethod { uniform, block };
+// Megatron's --bf16 / --fp16 (GptConfig::mixed_precision); none: the parameters' type throughout.
+enum class MixedPrecision { none, bf16, fp16 };
 
 struct GptConfig {
   int64_t num_layers = 12;
@@ -66,12 +68,14 @@ struct GptConfig {
   RecomputeMethod recompute_method = RecomputeMethod::uniform;
   int64_t recompute_num_layers = 1;
 
-  // Megatron's --bf16 on a GPU: the forward and backward read a bf16 working copy of the
-  // parameters and keep bf16 activations, while the parameters themselves (the optimizer's
-  // master weights), their gradients and the statistics stay fp32. GptModel<float> on a device
-  // with bf16 ops (the CUDA device), one rank's whole model (no tensor or pipeline parallelism,
-  // no ZeRO-3) for now; GptModel refuses anything else by name.
-  bool bf16 = false;
+  // Megatron's --bf16 / --fp16 on a GPU: the forward and backward read a bf16 (fp16) working
+  // copy of the parameters and keep bf16 (fp16) activations, while the parameters themselves
+  // (the optimizer's master weights), their gradients and the statistics stay fp32. fp16's
+  // narrow range is the trainer's to guard (the loss scaler; overflowing steps are skipped).
+  // GptModel<float> on a device with bf16 and fp16 ops (the CUDA device), one rank's whole
+  // model (no tensor or pipeline parallelism, no ZeRO-3) for now; GptModel refuses anything
+  // else by name.
+  MixedPrecision mixed_precision = MixedPrecision::none;
 
   // A model that only runs forwards (text_generation_server, evaluate_gpt): no gradient
   // buffer is carved, which halves the fp32 model's memory, and backward() is refused.

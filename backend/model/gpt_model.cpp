@@ -57,11 +57,11 @@
 // its own dropout key; the scratch is shared. Dropout masks are keyed by the global layer index,
 // so a stage draws the masks those layers draw in one process.
 //
-// bf16 mixed precision (GptConfig::bf16, Megatron's --bf16): the ops read a bf16 working copy of
-// the fp32 parameters (`weights`, made by Device::convert before the first forward after any
-// write of the parameters) and keep bf16 activations with fp32 statistics (activation_plan.hpp);
-// the parameter gradients stay fp32, so the optimizer, clipping and checkpoints see the fp32
-// path's buffers.
+// Mixed precision (GptConfig::mixed_precision, Megatron's --bf16 or --fp16): the ops read a
+// bf16 or fp16 working copy of the fp32 parameters (`weights`, made by Device::convert before the
+// first forward after any write of the parameters) and keep activations of that type with fp32
+// statistics (activation_plan.hpp); the parameter gradients stay fp32, so the optimizer,
+// clipping and checkpoints see the fp32 path's buffers.
 #include "backend/model/gpt_model.hpp"
 
 #include <algorithm>
@@ -163,51 +163,62 @@ struct GptModel<Scalar>::State {
       borrowed = owned_device.get();
     }
     device = borrowed;
-    if (config.bf16) check_bf16_layout(parallelism);
+    if (mixed_precision()) check_mixed_precision_layout(parallelism);
     held = ShardRange{0, layout.numel()};
     build_units();
     if (parallelism.sharded_data_parallel != nullptr) shard_over(*parallelism.sharded_data_parallel);
     // Parameters and gradients: one arena of two regions of the same layout (this rank's range
-    // of it when sharded), and under bf16 a third, the working copy the ops read.
+    // of it when sharded), and under mixed precision a third, the working copy the ops read.
     ArenaLayout parameter_layout;
     const int64_t count = held.numel;
     const int64_t parameter_region = parameter_layout.add("parameters", kElementType, count);
     const int64_t gradient_region =
         parameter_layout.add("gradients", kElementType, config.inference_only ? 0 : count);
-    const int64_t weight_region =
-        parameter_layout.add("bf16 working weights", ElementType::bf16, config.bf16 ? count : 0);
+    const int64_t weight_region = parameter_layout.add(
+        fmt::format("{} working weights", element_name(activation_type())), activation_type(),
+        mixed_precision() ? count : 0);
     parameter_arena = Arena(*device, std::move(parameter_layout), "parameters");
     parameters = parameter_arena.view(parameter_region);
     gradients = parameter_arena.view(gradient_region);
-    weights = config.bf16 ? parameter_arena.view(weight_region) : parameters;
+    weights = mixed_precision() ? parameter_arena.view(weight_region) : parameters;
   }
 
-  // What --bf16 is built for, refused by name otherwise (rather than computed in fp32 behind
-  // the user's back): GptModel<float> on a device with bf16 ops, one rank's whole model.
-  void check_bf16_layout(const ModelParallelism& parallelism) const {
+  // What --bf16 and --fp16 are built for, refused by name otherwise (rather than computed in
+  // fp32 behind the user's back): GptModel<float> on a device with bf16 and fp16 ops, one rank's
+  // whole model.
+  void check_mixed_precision_layout(const ModelParallelism& parallelism) const {
+    const std::string_view half = element_name(activation_type());
     if (kElementType != ElementType::f32) {
-      common::fail("GptModel: bf16 mixed precision keeps fp32 master weights; a model of {} "
+      common::fail("GptModel: {} mixed precision keeps fp32 master weights; a model of {} "
                    "parameters cannot use it",
-                   element_name(kElementType));
+                   half, element_name(kElementType));
     }
     if (device->memory_kind() != MemoryKind::cuda) {
-      common::fail("GptModel: bf16 activations need a device with bf16 ops (--device cuda); {} "
+      common::fail("GptModel: {} activations need a device with {} ops (--device cuda); {} "
                    "computes in fp32 or fp64",
-                   device->name());
+                   half, half, device->name());
     }
     if (tensor_parallel_size > 1 || !stage.whole_model() ||
         parallelism.sharded_data_parallel != nullptr) {
-      common::fail("GptModel: bf16 mixed precision is built for one rank's whole model (data "
+      common::fail("GptModel: {} mixed precision is built for one rank's whole model (data "
                    "parallelism included); tensor parallelism ({}), pipeline parallelism ({}) "
-                   "and ZeRO-3 ({}) with bf16 are not built yet: train them in fp32",
-                   tensor_parallel_size, stage.pipeline_parallel,
-                   parallelism.sharded_data_parallel != nullptr ? "on" : "off");
+                   "and ZeRO-3 ({}) with {} are not built yet: train them in fp32",
+                   half, tensor_parallel_size, stage.pipeline_parallel,
+                   parallelism.sharded_data_parallel != nullptr ? "on" : "off", half);
     }
   }
 
   static constexpr ElementType kElementType = element_type_of<Scalar>();
-  // The activations' type: bf16 under GptConfig::bf16, else the parameters'.
-  ElementType activation_type() const { return config.bf16 ? ElementType::bf16 : kElementType; }
+  bool mixed_precision() const { return config.mixed_precision != MixedPrecision::none; }
+  // The activations' type: bf16 or fp16 under GptConfig::mixed_precision, else the parameters'.
+  ElementType activation_type() const {
+    switch (config.mixed_precision) {
+      case MixedPrecision::bf16: return ElementType::bf16;
+      case MixedPrecision::fp16: return ElementType::f16;
+      case MixedPrecision::none: break;
+    }
+    return kElementType;
+  }
 
   GptConfig config;
   int64_t tensor_parallel_size = 1;
@@ -253,7 +264,7 @@ struct GptModel<Scalar>::State {
   View parameters, gradients, weights;
   bool weights_stale = true;
   void refresh_weights() {
-    if (!config.bf16 || !weights_stale) return;
+    if (!mixed_precision() || !weights_stale) return;
     ops().convert(weights, parameters);
     weights_stale = false;
   }
@@ -1237,17 +1248,22 @@ void check_last_forward(const State& s, const char* what) {
   }
 }
 
-// Activations copied to the host as Scalar: bf16 ones (GptConfig::bf16) widened, exactly.
-template <typename Scalar>
-void copy_activations_to_host(Device& device, Scalar* host, View source) {
-  if (source.type != ElementType::bf16) {
-    device.copy_to_host(host, source);
-    return;
-  }
-  std::vector<bfloat16> narrow(static_cast<size_t>(source.numel));
+// Activations copied to the host as Scalar: bf16 and fp16 ones (GptConfig::mixed_precision)
+// widened, exactly.
+template <typename Narrow, typename Scalar>
+void widen_to_host(Device& device, Scalar* host, View source) {
+  std::vector<Narrow> narrow(static_cast<size_t>(source.numel));
   device.copy_to_host(narrow.data(), source);
   std::transform(narrow.begin(), narrow.end(), host,
-                 [](bfloat16 value) { return static_cast<Scalar>(to_float(value)); });
+                 [](Narrow value) { return static_cast<Scalar>(to_float(value)); });
+}
+template <typename Scalar>
+void copy_activations_to_host(Device& device, Scalar* host, View source) {
+  switch (source.type) {
+    case ElementType::bf16: widen_to_host<bfloat16>(device, host, source); return;
+    case ElementType::f16: widen_to_host<float16>(device, host, source); return;
+    default: device.copy_to_host(host, source); return;
+  }
 }
 
 }  // namespace

@@ -112,8 +112,9 @@ class GptModel {
   // Validates config; parameters zeroed. The first form runs on a CpuDevice of its own, the
   // second on `device`, which must outlive the model. Scalar is the element type of the
   // parameters, gradients and activations (fp32, or fp64 for gradient checks); with
-  // config.bf16 (GptModel<float> on a CUDA device) the ops read a bf16 working copy of the
-  // parameters and keep bf16 activations, the parameters and gradients staying fp32.
+  // config.mixed_precision (GptModel<float> on a CUDA device) the ops read a bf16 or fp16
+  // working copy of the parameters and keep activations of that type, the parameters and
+  // gradients staying fp32.
   explicit GptModel(const GptConfig& config);
   GptModel(const GptConfig& config, Device& device);
   // One rank of a tensor-parallel group (gpt_model.cpp): the model holds this rank's shards

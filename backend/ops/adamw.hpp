@@ -44,7 +44,7 @@ void adamw_update(float* master,              // (N) fp32 master weights, update
 }  // namespace backend::cpu
 
 // The CUDA twin (adamw_cuda.cu), Weight float (weights nullptr: the master is the weights) or
-// bfloat16 (the working copy, written rounded in the same pass).
+// bfloat16 or float16 (the working copy, written rounded in the same pass).
 namespace backend::cuda {
 
 template <typename Weight>

@@ -47,5 +47,7 @@ template void adamw_update<float>(float*, float*, const float*, float*, float*, 
                                   const AdamWCoefficients&, CudaStream);
 template void adamw_update<bfloat16>(float*, bfloat16*, const float*, float*, float*, int64_t,
                                      const AdamWCoefficients&, CudaStream);
+template void adamw_update<float16>(float*, float16*, const float*, float*, float*, int64_t,
+                                    const AdamWCoefficients&, CudaStream);
 
 }  // namespace backend::cuda

@@ -123,9 +123,9 @@ void kv_cache_attention_forward(Scalar* output,            // (N, NH·HD)
 
 }  // namespace backend::cpu
 
-// CUDA twin (attention_cuda.cu): the same blockwise algorithm on CUDA cores in fp32 (bf16 qkv
-// is read and written as bf16, computed in fp32); the log-sum-exp is fp32 whatever the qkv
-// type. Head dimensions up to 128. No scratch: the backward's dK, dV of a (b, group, key
+// CUDA twin (attention_cuda.cu): the same blockwise algorithm on CUDA cores in fp32 (a bf16 or
+// fp16 qkv is read and written as such, computed in fp32); the log-sum-exp is fp32 whatever the
+// qkv type. Head dimensions up to 128. No scratch: the backward's dK, dV of a (b, group, key
 // block) are summed by one thread block over the group's heads and query blocks in a fixed
 // order, and each (b, h, query block)'s dQ by another over the key blocks, so the results are
 // the same bits run after run (no atomics).
@@ -133,7 +133,7 @@ namespace backend::cuda {
 
 inline constexpr int64_t kAttentionMaxHeadDim = 128;
 
-template <typename Scalar>  // float or bfloat16
+template <typename Scalar>  // float, bfloat16 or float16
 void attention_forward(Scalar* output,     // (B, T, C)
                        float* logsumexp,   // (B, NH, T)
                        const Scalar* qkv,  // (B, T, (NH + 2·NG)·HD) per group [q… | k | v]
@@ -141,7 +141,7 @@ void attention_forward(Scalar* output,     // (B, T, C)
                        int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
                        CudaStream stream);
 
-template <typename Scalar>  // float or bfloat16
+template <typename Scalar>  // float, bfloat16 or float16
 void attention_backward(Scalar* dqkv,            // (B, T, (NH + 2·NG)·HD) =
                         const Scalar* doutput,   // (B, T, C)
                         const Scalar* qkv,       // (B, T, (NH + 2·NG)·HD)
@@ -182,7 +182,7 @@ void flash_attention_backward(bfloat16* dqkv,            // (B, T, (NH + 2·NG)�
 // rows' keys and values (a thread per element), a second attends: one warp per (row, head),
 // lanes over the head's features, an online softmax over the slot's positions in order (the
 // score a fixed butterfly warp sum), so the results are the same bits run after run.
-template <typename Scalar>  // float or bfloat16
+template <typename Scalar>  // float, bfloat16 or float16
 void kv_cache_attention_forward(Scalar* output, Scalar* key_cache, Scalar* value_cache,
                                 const Scalar* qkv, const int32_t* slots,
                                 const int32_t* positions, int64_t rows, int64_t num_heads,

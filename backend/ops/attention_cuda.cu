@@ -18,7 +18,6 @@
 // a store of the rows' keys and values, then one warp per (row, head) over the slot's cache.
 // The backward recomputes S twice (once per kernel), the price of owning dQ and
 // dK/dV without atomics or a (T, HD) partial per key tile.
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -28,6 +27,7 @@
 #include "backend/common/error.hpp"
 #include "backend/device/cuda_check.cuh"
 #include "backend/ops/attention.hpp"
+#include "backend/ops/cuda_common.cuh"
 
 namespace backend::cuda {
 namespace {
@@ -37,29 +37,18 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kScoreStride = kTile + 1;  // padded: column reads hit distinct banks
 
-__device__ inline float load(float value) { return value; }
-__device__ inline float load(__nv_bfloat16 value) { return __bfloat162float(value); }
+template <typename T>
+__device__ inline float load(T value) {
+  return detail::to_float(value);
+}
 template <typename T>
 __device__ inline T store(float value) {
-  if constexpr (std::is_same_v<T, float>) {
-    return value;
-  } else {
-    return __float2bfloat16_rn(value);
-  }
+  return detail::from_float<T>(value);
 }
 
-__device__ inline float warp_max(float value) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  }
-  return value;
-}
-__device__ inline float warp_sum(float value) {  // the same butterfly every time: fixed order
-  for (int offset = 16; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(0xffffffffu, value, offset);
-  }
-  return value;
-}
+// Warp reductions: detail::warp_max and detail::warp_sum, the same butterfly every time.
+using detail::warp_max;
+using detail::warp_sum;
 
 struct Shape {
   int64_t T, HD, NH, heads_per_group, row_width, hidden;
@@ -366,7 +355,7 @@ __global__ void __launch_bounds__(kThreads)
 // ---- host side ----------------------------------------------------------------------------
 
 template <typename Scalar>
-using DeviceType = std::conditional_t<std::is_same_v<Scalar, float>, float, __nv_bfloat16>;
+using DeviceType = detail::DeviceElementOf<Scalar>;
 
 Shape make_shape(const char* op, int64_t seq_length, int64_t hidden_size, int64_t num_heads,
                  int64_t num_query_groups, const Dropout& dropout) {
@@ -557,6 +546,11 @@ template void attention_backward<bfloat16>(bfloat16*, const bfloat16*, const bfl
                                            const bfloat16*, const float*, int64_t, int64_t,
                                            int64_t, int64_t, int64_t, const Dropout&,
                                            CudaStream);
+template void attention_forward<float16>(float16*, float*, const float16*, int64_t, int64_t,
+                                         int64_t, int64_t, int64_t, const Dropout&, CudaStream);
+template void attention_backward<float16>(float16*, const float16*, const float16*,
+                                          const float16*, const float*, int64_t, int64_t,
+                                          int64_t, int64_t, int64_t, const Dropout&, CudaStream);
 
 template <typename Scalar>
 void kv_cache_attention_forward(Scalar* output, Scalar* key_cache, Scalar* value_cache,
@@ -595,5 +589,9 @@ template void kv_cache_attention_forward<bfloat16>(bfloat16*, bfloat16*, bfloat1
                                                    const bfloat16*, const int32_t*,
                                                    const int32_t*, int64_t, int64_t, int64_t,
                                                    int64_t, int64_t, CudaStream);
+template void kv_cache_attention_forward<float16>(float16*, float16*, float16*, const float16*,
+                                                  const int32_t*, const int32_t*, int64_t,
+                                                  int64_t, int64_t, int64_t, int64_t,
+                                                  CudaStream);
 
 }  // namespace backend::cuda

@@ -1,11 +1,14 @@
-// Element type conversion, fp32 → bf16: the working copy of mixed precision. Under --bf16 the
-// forward and backward read bf16 weights while the optimizer updates fp32 master weights;
-// after each update the working copy is rewritten from the master, as Megatron's
-// Float16OptimizerWithFloat16Params copies its main params into the model's after a step.
+// Element type conversion, fp32 → bf16 or fp16: the working copy of mixed precision. Under
+// --bf16 (--fp16) the forward and backward read bf16 (fp16) weights while the optimizer updates
+// fp32 master weights; after each update the working copy is rewritten from the master, as
+// Megatron's Float16OptimizerWithFloat16Params copies its main params into the model's after a
+// step.
 //   output[i] = round_to_nearest_even_bf16(input[i])   (NaN stays a quiet NaN)
-// The rounding is element_type.hpp's to_bfloat16 on the CPU and __float2bfloat16_rn on the GPU,
-// the same bits except a NaN's (the GPU gives its canonical NaN, the CPU keeps the payload's top
-// bits). Contract: output and input do not overlap. Dimensions: N elements.
+//   output[i] = round_to_nearest_even_fp16(input[i])   (±inf from 65520 up; subnormals kept)
+// The rounding is element_type.hpp's to_bfloat16 / to_float16 on the CPU and
+// __float2bfloat16_rn / __float2half_rn on the GPU, the same bits except a NaN's (the GPU gives
+// its canonical NaN, the CPU keeps the payload's top bits). Contract: output and input do not
+// overlap. Dimensions: N elements.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +21,9 @@ namespace backend::cpu {
 void convert(bfloat16* output,     // (N)
              const float* input,   // (N)
              int64_t count);
+void convert(float16* output,      // (N)
+             const float* input,   // (N)
+             int64_t count);
 
 }  // namespace backend::cpu
 
@@ -25,6 +31,9 @@ void convert(bfloat16* output,     // (N)
 namespace backend::cuda {
 
 void convert(bfloat16* output,     // (N)
+             const float* input,   // (N)
+             int64_t count, CudaStream stream);
+void convert(float16* output,      // (N)
              const float* input,   // (N)
              int64_t count, CudaStream stream);
 

@@ -10,4 +10,9 @@ void convert(bfloat16* output, const float* input, int64_t count) {
   for (int64_t i = 0; i < count; ++i) output[i] = to_bfloat16(input[i]);
 }
 
+void convert(float16* output, const float* input, int64_t count) {
+#pragma omp parallel for if (count > detail::kParallelWork)
+  for (int64_t i = 0; i < count; ++i) output[i] = to_float16(input[i]);
+}
+
 }  // namespace backend::cpu

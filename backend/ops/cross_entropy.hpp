@@ -80,10 +80,10 @@ void vocab_parallel_cross_entropy_combine(Scalar* losses,                 // (N)
 
 }  // namespace backend::cpu
 
-// The CUDA twin (cross_entropy_cuda.cu), logits float or bfloat16, computed in float; losses,
-// logsumexp, its parts and the target logits are float whatever Scalar is, as is scale. One
-// block per row with fixed-order reductions (max, then Σ exp(z − max)), so a run repeats its
-// bits; the combine is one thread per row. dlogits may alias logits.
+// The CUDA twin (cross_entropy_cuda.cu), logits float, bfloat16 or float16, computed in float;
+// losses, logsumexp, its parts and the target logits are float whatever Scalar is, as is scale. One
+// block per row with fixed-order reductions (max, then Σ exp(z − max)), so a run repeats its bits;
+// the combine is one thread per row. dlogits may alias logits.
 namespace backend::cuda {
 
 template <typename Scalar>

@@ -217,6 +217,7 @@ void vocab_parallel_cross_entropy_combine(float* losses, float* logsumexp,
       float*, float*, const Scalar*, const int32_t*, int64_t, int64_t, int64_t, CudaStream);
 BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(float)
 BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(bfloat16)
+BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(float16)
 #undef BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA
 
 }  // namespace backend::cuda

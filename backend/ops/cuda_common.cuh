@@ -4,10 +4,12 @@
 //
 // Determinism: every reduction here is a fixed tree over a fixed block size (kBlockSize),
 // with no atomics, so a result depends on the inputs and the sizes alone, never on the
-// scheduling of blocks or warps. All arithmetic is in float (bf16 is read and written only).
+// scheduling of blocks or warps. All arithmetic is in float (bf16 and fp16 are read and written
+// only).
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,7 +21,8 @@
 
 namespace backend::cuda::detail {
 
-// backend::bfloat16 (the host name, no CUDA header) is __nv_bfloat16 in a kernel: same layout.
+// backend::bfloat16 and backend::float16 (the host names, no CUDA header) are __nv_bfloat16
+// and __half in a kernel: same layout.
 template <typename Scalar>
 struct DeviceElement {
   using type = Scalar;
@@ -27,6 +30,10 @@ struct DeviceElement {
 template <>
 struct DeviceElement<bfloat16> {
   using type = __nv_bfloat16;
+};
+template <>
+struct DeviceElement<float16> {
+  using type = __half;
 };
 template <typename Scalar>
 using DeviceElementOf = typename DeviceElement<Scalar>::type;
@@ -46,8 +53,12 @@ __device__ __forceinline__ float to_float(float value) {
 __device__ __forceinline__ float to_float(__nv_bfloat16 value) {
   return __bfloat162float(value);
 }
+__device__ __forceinline__ float to_float(__half value) {
+  return __half2float(value);
+}
 
-// float → T, rounding to nearest even for bf16 (as the host's backend::to_bfloat16).
+// float → T, rounding to nearest even for bf16 and fp16 (as the host's backend::to_bfloat16 and
+// backend::to_float16; fp16 overflows to ±inf from 65520 up).
 template <typename T>
 __device__ __forceinline__ T from_float(float value);
 template <>
@@ -58,8 +69,12 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
   return __float2bfloat16_rn(value);
 }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float value) {
+  return __float2half_rn(value);
+}
 
-// Width elements of T in one 16-byte load or store (4 floats, 8 bf16).
+// Width elements of T in one 16-byte load or store (4 floats, 8 bf16 or fp16).
 template <typename T, int Width>
 struct alignas(sizeof(T) * Width) Pack {
   T values[Width];

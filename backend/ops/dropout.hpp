@@ -97,8 +97,8 @@ void dropout_backward(Scalar* dinput,         // (N) =
 
 }  // namespace backend::cpu
 
-// The CUDA twin (dropout_cuda.cu), Scalar float or bfloat16: the same mask elements (element i
-// is dropout_keep(key, first_index + i, threshold), evaluated on the device), scale =
+// The CUDA twin (dropout_cuda.cu), Scalar float, bfloat16 or float16: the same mask elements
+// (element i is dropout_keep(key, first_index + i, threshold), evaluated on the device), scale =
 // dropout.scale<float>().
 namespace backend::cuda {
 

@@ -64,5 +64,9 @@ template void dropout_forward<bfloat16>(bfloat16*, const bfloat16*, int64_t, con
 template void dropout_backward<float>(float*, const float*, int64_t, const Dropout&, CudaStream);
 template void dropout_backward<bfloat16>(bfloat16*, const bfloat16*, int64_t, const Dropout&,
                                          CudaStream);
+template void dropout_forward<float16>(float16*, const float16*, int64_t, const Dropout&,
+                                       CudaStream);
+template void dropout_backward<float16>(float16*, const float16*, int64_t, const Dropout&,
+                                        CudaStream);
 
 }  // namespace backend::cuda

@@ -92,7 +92,7 @@ inline int64_t embedding_table_rows(int64_t numel, int64_t hidden_size, const ch
 
 }  // namespace backend
 
-// The CUDA twin (embedding_cuda.cu), tables and output float or bfloat16; the gradients of
+// The CUDA twin (embedding_cuda.cu), tables and output float, bfloat16 or float16; the gradients of
 // the tables (fp32 main grads) are float whatever Scalar is. The backward takes the index of
 // sort_positions_by_token (device copies, and unique_count on the host) after the CPU twin's
 // parameters: one block per distinct token adds its positions' gradient rows in position order

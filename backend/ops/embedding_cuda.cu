@@ -197,6 +197,7 @@ void embedding_backward(float* dword_embeddings, float* dposition_embeddings, co
                                                        int64_t, CudaStream);
 BACKEND_INSTANTIATE_EMBEDDING_CUDA(float)
 BACKEND_INSTANTIATE_EMBEDDING_CUDA(bfloat16)
+BACKEND_INSTANTIATE_EMBEDDING_CUDA(float16)
 #undef BACKEND_INSTANTIATE_EMBEDDING_CUDA
 
 }  // namespace backend::cuda

@@ -28,7 +28,7 @@ void gelu_backward(Scalar* dinput,         // (N) =
 
 }  // namespace backend::cpu
 
-// The CUDA twin (gelu_cuda.cu), Scalar float or bfloat16 (computed in float, the CPU float
+// The CUDA twin (gelu_cuda.cu), Scalar float, bfloat16 or float16 (computed in float, the CPU float
 // path's formula).
 namespace backend::cuda {
 

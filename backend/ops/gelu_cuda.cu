@@ -63,5 +63,8 @@ template void gelu_forward<bfloat16>(bfloat16*, const bfloat16*, int64_t, CudaSt
 template void gelu_backward<float>(float*, const float*, const float*, int64_t, CudaStream);
 template void gelu_backward<bfloat16>(bfloat16*, const bfloat16*, const bfloat16*, int64_t,
                                       CudaStream);
+template void gelu_forward<float16>(float16*, const float16*, int64_t, CudaStream);
+template void gelu_backward<float16>(float16*, const float16*, const float16*, int64_t,
+                                     CudaStream);
 
 }  // namespace backend::cuda

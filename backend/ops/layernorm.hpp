@@ -45,12 +45,12 @@ void layernorm_backward(Scalar* dinput,         // (N, C) =
 
 }  // namespace backend::cpu
 
-// The CUDA twin (layernorm_cuda.cu), Scalar float or bfloat16, computed in float. Statistics
-// (mean, rstd) and parameter gradients (dweight, dbias: fp32 main grads) are float whatever
-// Scalar is. dweight/dbias are column sums without atomics: per-group partial sums go to
-// `scratch` (layernorm_backward_scratch_floats(rows, channels) floats of device memory, owned
-// by the caller, contents free on entry and on exit), then are added in a fixed order, so a
-// run repeats its bits. dinput may alias doutput.
+// The CUDA twin (layernorm_cuda.cu), Scalar float, bfloat16 or float16, computed in float.
+// Statistics (mean, rstd) and parameter gradients (dweight, dbias: fp32 main grads) are float
+// whatever Scalar is. dweight/dbias are column sums without atomics: per-group partial sums go to
+// `scratch` (layernorm_backward_scratch_floats(rows, channels) floats of device memory, owned by
+// the caller, contents free on entry and on exit), then are added in a fixed order, so a run
+// repeats its bits. dinput may alias doutput.
 namespace backend::cuda {
 
 template <typename Scalar>

@@ -239,6 +239,7 @@ void layernorm_backward(Scalar* dinput, float* dweight, float* dbias, const Scal
                                            int64_t, int64_t, float*, CudaStream);
 BACKEND_INSTANTIATE_LAYERNORM_CUDA(float)
 BACKEND_INSTANTIATE_LAYERNORM_CUDA(bfloat16)
+BACKEND_INSTANTIATE_LAYERNORM_CUDA(float16)
 #undef BACKEND_INSTANTIATE_LAYERNORM_CUDA
 
 }  // namespace backend::cuda

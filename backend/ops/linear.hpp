@@ -62,7 +62,7 @@ struct GemmPlansDeleter {
 using GemmPlansPtr = std::unique_ptr<GemmPlans, GemmPlansDeleter>;
 GemmPlansPtr make_gemm_plans(cublasLtContext* handle, void* workspace, int64_t workspace_bytes);
 
-template <typename Scalar>  // float or bfloat16
+template <typename Scalar>  // float, bfloat16 or float16
 void linear_forward(Scalar* output,        // (N, OUT)
                     const Scalar* input,   // (N, IN)
                     const Scalar* weight,  // (OUT, IN)
@@ -70,7 +70,7 @@ void linear_forward(Scalar* output,        // (N, OUT)
                     int64_t rows, int64_t in_features, int64_t out_features, GemmPlans& plans,
                     CudaStream stream);
 
-template <typename Scalar>  // float or bfloat16
+template <typename Scalar>  // float, bfloat16 or float16
 void linear_backward(Scalar* dinput,         // (N, IN) =, or nullptr to skip
                      float* dweight,         // (OUT, IN) +=
                      float* dbias,           // (OUT) +=, or nullptr if no bias

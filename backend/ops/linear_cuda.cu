@@ -10,7 +10,7 @@
 //   dweight dW += dy^T·x       ⇔  dW^T (IN, OUT) += x^T (IN, N) · op_T(dy^T as stored (OUT, N))
 //                                  m = IN, n = OUT, k = N; beta = 1, C = D (accumulates)
 // Types: fp32 operands with CUBLAS_COMPUTE_32F (not _FAST_TF32: fp32 results match the CPU to
-// rounding), or bf16 operands with fp32 compute; dW is fp32 in both (C/D fp32).
+// rounding), or bf16 or fp16 operands with fp32 compute; dW is fp32 in all (C/D fp32).
 // dbias += Σ_rows dy: one thread per column sums its rows in a fixed order (8 interleaved
 // partial sums joined in order); no atomics.
 //
@@ -19,7 +19,6 @@
 // rule: same toolkit, architecture and SM count). In-place split-K reduction is left out as a
 // precaution: with beta = 1 its output buffer doubles as the accumulator of dW.
 #include <cublasLt.h>
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <map>
@@ -29,6 +28,7 @@
 #include "backend/common/error.hpp"
 #include "backend/device/cublaslt_library.cuh"
 #include "backend/device/cuda_check.cuh"
+#include "backend/ops/cuda_common.cuh"
 #include "backend/ops/linear.hpp"
 
 namespace backend::cuda {
@@ -73,16 +73,13 @@ template <typename S>
 constexpr cudaDataType_t data_type() {
   if constexpr (std::is_same_v<S, float>) {
     return CUDA_R_32F;
-  } else {
+  } else if constexpr (std::is_same_v<S, bfloat16>) {
     return CUDA_R_16BF;
+  } else {
+    static_assert(std::is_same_v<S, float16>, "linear runs in fp32, bf16 or fp16");
+    return CUDA_R_16F;
   }
 }
-
-template <typename S>
-using DeviceType = std::conditional_t<std::is_same_v<S, float>, float, __nv_bfloat16>;
-
-__device__ inline float load(float value) { return value; }
-__device__ inline float load(__nv_bfloat16 value) { return __bfloat162float(value); }
 
 constexpr int kBiasColumns = 32;  // threads along the columns (coalesced rows)
 constexpr int kBiasSlices = 8;    // interleaved row partials per column, joined in order
@@ -97,7 +94,7 @@ __global__ void bias_gradient_kernel(float* dbias, const T* doutput, int64_t row
   float accumulated = 0;
   if (column < columns) {
     for (int64_t row = threadIdx.y; row < rows; row += kBiasSlices) {
-      accumulated += load(doutput[row * columns + column]);
+      accumulated += detail::to_float(doutput[row * columns + column]);
     }
   }
   partial[threadIdx.y][threadIdx.x] = accumulated;
@@ -163,7 +160,8 @@ class GemmPlans {
       const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
       CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                   &epilogue, sizeof(epilogue)));
-      // The bias has D's type (the default for fp32 and bf16 outputs), stated for clarity.
+      // The bias has D's type (the default for fp32, bf16 and fp16 outputs), stated for
+      // clarity.
       const cudaDataType_t bias_type = key.c_type;
       CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
           plan.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
@@ -306,7 +304,7 @@ void linear_backward(Scalar* dinput, float* dweight, float* dbias, const Scalar*
     const dim3 block(kBiasColumns, kBiasSlices);
     const auto blocks = static_cast<unsigned>((out_features + kBiasColumns - 1) / kBiasColumns);
     bias_gradient_kernel<<<blocks, block, 0, stream>>>(
-        dbias, reinterpret_cast<const DeviceType<Scalar>*>(doutput), rows, out_features);
+        dbias, detail::device_pointer(doutput), rows, out_features);
     CUDA_CHECK(cudaGetLastError());
   }
 }
@@ -322,5 +320,10 @@ template void linear_backward<float>(float*, float*, float*, const float*, const
 template void linear_backward<bfloat16>(bfloat16*, float*, float*, const bfloat16*,
                                         const bfloat16*, const bfloat16*, int64_t, int64_t,
                                         int64_t, GemmPlans&, CudaStream);
+template void linear_forward<float16>(float16*, const float16*, const float16*, const float16*,
+                                      int64_t, int64_t, int64_t, GemmPlans&, CudaStream);
+template void linear_backward<float16>(float16*, float*, float*, const float16*, const float16*,
+                                       const float16*, int64_t, int64_t, int64_t, GemmPlans&,
+                                       CudaStream);
 
 }  // namespace backend::cuda

@@ -31,8 +31,9 @@ void scale(Scalar* values, double factor, int64_t count);
 
 }  // namespace backend::cpu
 
-// The CUDA twins (reduction_cuda.cu), Scalar float or bfloat16 (and double for the sums). `partials` is device memory
-// of kReductionPartials doubles, the first pass's block sums; total is device memory.
+// The CUDA twins (reduction_cuda.cu), Scalar float, bfloat16 or float16 (and double for the
+// sums). `partials` is device memory of kReductionPartials doubles, the first pass's block sums;
+// total is device memory.
 namespace backend::cuda {
 
 inline constexpr int64_t kReductionPartials = 256;

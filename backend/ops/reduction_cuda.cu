@@ -19,6 +19,9 @@ __device__ inline double as_double(double value) { return value; }
 __device__ inline double as_double(__nv_bfloat16 value) {
   return static_cast<double>(__bfloat162float(value));
 }
+__device__ inline double as_double(__half value) {
+  return static_cast<double>(__half2float(value));
+}
 
 template <bool kSquare, typename T>
 __global__ void partials_kernel(double* partials, const T* values, int64_t count) {
@@ -93,5 +96,8 @@ template void sum_of_squares<bfloat16>(double*, double*, const bfloat16*, int64_
 template void sum_of_squares<double>(double*, double*, const double*, int64_t, CudaStream);
 template void scale<float>(float*, double, int64_t, CudaStream);
 template void scale<bfloat16>(bfloat16*, double, int64_t, CudaStream);
+template void sum<float16>(double*, double*, const float16*, int64_t, CudaStream);
+template void sum_of_squares<float16>(double*, double*, const float16*, int64_t, CudaStream);
+template void scale<float16>(float16*, double, int64_t, CudaStream);
 
 }  // namespace backend::cuda

@@ -23,7 +23,8 @@ void residual_forward(Scalar* output,        // (N)
 
 }  // namespace backend::cpu
 
-// The CUDA twin (residual_cuda.cu), Scalar float or bfloat16 (added in float, rounded once).
+// The CUDA twin (residual_cuda.cu), Scalar float, bfloat16 or float16 (added in float, rounded
+// once).
 namespace backend::cuda {
 
 template <typename Scalar>

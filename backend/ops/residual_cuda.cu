@@ -23,5 +23,7 @@ void residual_forward(Scalar* output, const Scalar* input, const Scalar* branch,
 template void residual_forward<float>(float*, const float*, const float*, int64_t, CudaStream);
 template void residual_forward<bfloat16>(bfloat16*, const bfloat16*, const bfloat16*, int64_t,
                                          CudaStream);
+template void residual_forward<float16>(float16*, const float16*, const float16*, int64_t,
+                                        CudaStream);
 
 }  // namespace backend::cuda

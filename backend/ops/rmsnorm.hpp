@@ -37,7 +37,7 @@ void rmsnorm_backward(Scalar* dinput,         // (N, C) =
 
 }  // namespace backend::cpu
 
-// The CUDA twin (rmsnorm_cuda.cu), Scalar float or bfloat16, computed in float. rstd and
+// The CUDA twin (rmsnorm_cuda.cu), Scalar float, bfloat16 or float16, computed in float. rstd and
 // dweight (the fp32 main grad) are float whatever Scalar is. dweight is a column sum without
 // atomics: per-group partial sums go to `scratch` (rmsnorm_backward_scratch_floats(rows,
 // channels) floats of device memory, owned by the caller, contents free on entry and on exit),

@@ -191,6 +191,7 @@ void rmsnorm_backward(Scalar* dinput, float* dweight, const Scalar* doutput, con
                                          CudaStream);
 BACKEND_INSTANTIATE_RMSNORM_CUDA(float)
 BACKEND_INSTANTIATE_RMSNORM_CUDA(bfloat16)
+BACKEND_INSTANTIATE_RMSNORM_CUDA(float16)
 #undef BACKEND_INSTANTIATE_RMSNORM_CUDA
 
 }  // namespace backend::cuda

@@ -66,7 +66,7 @@ void rope_at_positions_forward(Scalar* output,            // N rows of row_strid
 }  // namespace backend::cpu
 
 // The CUDA twin (rope_cuda.cu). The tables are float only (the CPU's double angles rounded
-// once to float, computed on the device in double the same way); x is float or bfloat16,
+// once to float, computed on the device in double the same way); x is float, bfloat16 or float16,
 // rotated in float. Same contract and aliasing as the CPU twin.
 namespace backend::cuda {
 

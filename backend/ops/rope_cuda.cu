@@ -136,6 +136,7 @@ void rope_at_positions_forward(Scalar* output, const Scalar* input, const float*
                                                   int64_t, int64_t, int64_t, CudaStream);
 BACKEND_INSTANTIATE_ROPE_CUDA(float)
 BACKEND_INSTANTIATE_ROPE_CUDA(bfloat16)
+BACKEND_INSTANTIATE_ROPE_CUDA(float16)
 #undef BACKEND_INSTANTIATE_ROPE_CUDA
 
 }  // namespace backend::cuda

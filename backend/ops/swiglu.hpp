@@ -34,7 +34,7 @@ void swiglu_backward(Scalar* dinput,         // (N, 2F) =
 
 }  // namespace backend::cpu
 
-// The CUDA twin (swiglu_cuda.cu), Scalar float or bfloat16 (computed in float).
+// The CUDA twin (swiglu_cuda.cu), Scalar float, bfloat16 or float16 (computed in float).
 namespace backend::cuda {
 
 template <typename Scalar>

@@ -131,5 +131,8 @@ template void swiglu_backward<float>(float*, const float*, const float*, int64_t
                                      CudaStream);
 template void swiglu_backward<bfloat16>(bfloat16*, const bfloat16*, const bfloat16*, int64_t,
                                         int64_t, CudaStream);
+template void swiglu_forward<float16>(float16*, const float16*, int64_t, int64_t, CudaStream);
+template void swiglu_backward<float16>(float16*, const float16*, const float16*, int64_t,
+                                       int64_t, CudaStream);
 
 }  // namespace backend::cuda

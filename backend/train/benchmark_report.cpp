@@ -70,12 +70,16 @@ double measure_device_gemm_peak(Device& device, ElementType type) {
       std::vector<bfloat16> host(static_cast<size_t>(n * n));
       for (int64_t i = 0; i < n * n; ++i) host[static_cast<size_t>(i)] = to_bfloat16(value(i));
       device.copy_from_host(view, host.data());
+    } else if (type == ElementType::f16) {
+      std::vector<float16> host(static_cast<size_t>(n * n));
+      for (int64_t i = 0; i < n * n; ++i) host[static_cast<size_t>(i)] = to_float16(value(i));
+      device.copy_from_host(view, host.data());
     } else if (type == ElementType::f32) {
       std::vector<float> host(static_cast<size_t>(n * n));
       for (int64_t i = 0; i < n * n; ++i) host[static_cast<size_t>(i)] = value(i);
       device.copy_from_host(view, host.data());
     } else {
-      common::fail("measure_device_gemm_peak: {} GEMMs are not measured (fp32 or bf16)",
+      common::fail("measure_device_gemm_peak: {} GEMMs are not measured (fp32, bf16 or fp16)",
                    element_name(type));
     }
   };

@@ -105,7 +105,7 @@ SelectedDevice select_device(const TrainingArguments& arguments) {
   spdlog::info("device: {}", selected.device->name());
   if (arguments.use_flash_attn) {
     spdlog::info("--use-flash-attn: bf16 attention with head dimension 64 or 128 runs on tensor "
-                 "cores (flash_attention_forward/backward); other shapes and fp32 keep the "
+                 "cores (flash_attention_forward/backward); other shapes, fp16 and fp32 keep the "
                  "CUDA-core kernel");
   }
   return selected;
@@ -113,34 +113,47 @@ SelectedDevice select_device(const TrainingArguments& arguments) {
 
 namespace {
 
-// Whether the model computes in bf16 (GptConfig::bf16): --bf16 on the CUDA device, except
-// under ZeRO-3, whose sharded working copies are not built in bf16 yet.
-bool computes_in_bf16(const TrainingArguments& a, const Device& device) {
-  return a.bf16 && device.memory_kind() == MemoryKind::cuda && a.zero_stage != 3;
+// The model's mixed precision (GptConfig::mixed_precision): --bf16 or --fp16 on the CUDA
+// device, except under ZeRO-3, whose sharded working copies are not built in 16 bits yet.
+MixedPrecision mixed_precision_of(const TrainingArguments& a, const Device& device) {
+  if (device.memory_kind() != MemoryKind::cuda || a.zero_stage == 3) return MixedPrecision::none;
+  if (a.bf16) return MixedPrecision::bf16;
+  if (a.fp16) return MixedPrecision::fp16;
+  return MixedPrecision::none;
 }
 
-// The precision the flags ask for, as far as this device computes it (`bf16`: the model's
-// GptConfig::bf16, from computes_in_bf16): --bf16 on the CUDA device is mixed precision; the
-// CPU path and --fp16 compute in fp32 (--fp16's loss scaling applies on every device).
-void note_precision(const TrainingArguments& a, const Device& device, bool bf16) {
+// The precision the flags ask for, as far as this device computes it (`precision`: the model's
+// GptConfig::mixed_precision, from mixed_precision_of): --bf16 or --fp16 on the CUDA device is
+// mixed precision; the CPU path computes in fp32 (--fp16's loss scaling applies on every device).
+void note_precision(const TrainingArguments& a, const Device& device, MixedPrecision precision) {
   if (!a.bf16 && !a.fp16) return;
-  if (bf16) {
-    spdlog::info("--bf16: bf16 weights and activations; fp32 master weights, gradients and "
-                 "AdamW moments");
-    return;
-  }
   const char* flag = a.bf16 ? "--bf16" : "--fp16";
   const char* scaling = a.fp16 ? " (its dynamic loss scaling runs, as Megatron's)" : "";
+  if (precision != MixedPrecision::none) {
+    const char* type = a.bf16 ? "bf16" : "fp16";
+    spdlog::info("{}: {} weights and activations; fp32 master weights, gradients and AdamW "
+                 "moments{}",
+                 flag, type, a.fp16 ? "; loss scaling guards fp16's range" : "");
+    return;
+  }
   if (device.memory_kind() == MemoryKind::host) {
     spdlog::warn("{}: the CPU path computes in fp32{}; mixed precision applies to the CUDA path",
                  flag, scaling);
-  } else if (a.bf16) {
-    spdlog::warn("--bf16 with --zero-stage 3: the CUDA path computes in fp32 (ZeRO-3's sharded "
-                 "bf16 working copies are not built yet; docs/device.md)");
   } else {
-    spdlog::warn("--fp16: the CUDA path computes in fp32{} (fp16 kernels are not built; --bf16 "
-                 "is the CUDA path's mixed precision)", scaling);
+    spdlog::warn("{} with --zero-stage 3: the CUDA path computes in fp32{} (ZeRO-3's sharded "
+                 "16-bit working copies are not built yet; docs/device.md)",
+                 flag, scaling);
   }
+}
+
+// The GEMM type of `precision`: what measure_device_gemm_peak times on a GPU.
+ElementType gemm_type_of(MixedPrecision precision) {
+  switch (precision) {
+    case MixedPrecision::bf16: return ElementType::bf16;
+    case MixedPrecision::fp16: return ElementType::f16;
+    case MixedPrecision::none: break;
+  }
+  return ElementType::f32;
 }
 
 // The parameters of a model's layout (a ZeRO-3 model's buffers hold its range of them only).
@@ -250,7 +263,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   }
   const SelectedDevice selected = select_device(a);
   Device& device = *selected.device;
-  config.bf16 = computes_in_bf16(a, device);
+  config.mixed_precision = mixed_precision_of(a, device);
   // One rank's share of the model under this layout (the launcher's preflight computes the same).
   const common::MemoryEstimate estimate = training_memory_estimate(
       config, a.micro_batch_size, a.seq_length,
@@ -300,7 +313,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
         kWaysOut);
   }
   if (!a.log_dir.empty() && process_groups.is_first_rank()) write_exp_manager_files(a.log_dir, a);
-  note_precision(a, device, config.bf16);
+  note_precision(a, device, config.mixed_precision);
 
   // Everything the run keeps on the device is carved here, once: parameters and gradients,
   // the activations of the one micro-batch shape every step and evaluation uses, and the
@@ -420,9 +433,9 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   // the CPU's sgemm, or the GPU's GEMM in the model's precision, measured once here (a
   // fraction of a second); benchmark mode reuses it.
   const bool on_gpu = device.memory_kind() == MemoryKind::cuda;
-  const ElementType gemm_type = config.bf16 ? ElementType::bf16 : ElementType::f32;
+  const ElementType gemm_type = gemm_type_of(config.mixed_precision);
   const std::string peak_name =
-      on_gpu ? fmt::format("{} GEMM peak", config.bf16 ? "bf16" : "fp32") : "sgemm peak";
+      on_gpu ? fmt::format("{} GEMM peak", element_name(gemm_type)) : "sgemm peak";
   auto measure_peak = [&] {
     return on_gpu ? measure_device_gemm_peak(device, gemm_type) : measure_cpu_sgemm_peak();
   };

@@ -9,7 +9,7 @@
 // the GEMM peak measured in the same run: OpenBLAS's 2048³ sgemm on the CPU, or the device's
 // 8192³ GEMM in the run's precision, the peaks pretrain_gpt's MFU is quoted against. AdamW and
 // the gradient norm are outside the model and not timed here (see docs/benchmarks.md).
-// Usage: op_profile_bench [seq] [micro-batch] [steps] [cpu|cuda] [fp32|bf16] [flash]
+// Usage: op_profile_bench [seq] [micro-batch] [steps] [cpu|cuda] [fp32|bf16|fp16] [flash]
 // (`flash`: the CUDA device made as pretrain_gpt --use-flash-attn makes it, so bf16 attention
 // runs on tensor cores.)
 #include <algorithm>
@@ -306,12 +306,12 @@ int main(int argc, char** argv) {
   const std::string precision = argc > 5 ? argv[5] : "fp32";
   const std::string attention = argc > 6 ? argv[6] : "";
   if ((device_name != "cpu" && device_name != "cuda") ||
-      (precision != "fp32" && precision != "bf16") ||
-      (precision == "bf16" && device_name == "cpu") ||
+      (precision != "fp32" && precision != "bf16" && precision != "fp16") ||
+      (precision != "fp32" && device_name == "cpu") ||
       (!attention.empty() && (attention != "flash" || device_name != "cuda"))) {
     std::fprintf(stderr,
                  "usage: op_profile_bench [seq] [micro-batch] [steps] [cpu|cuda] "
-                 "[fp32|bf16] [flash] (bf16 and flash on cuda only)\n");
+                 "[fp32|bf16|fp16] [flash] (bf16, fp16 and flash on cuda only)\n");
     return 2;
   }
   backend::GptConfig config;
@@ -324,7 +324,9 @@ int main(int argc, char** argv) {
   config.max_position_embeddings = std::max<int64_t>(2048, seq);
   config.hidden_dropout = 0;
   config.attention_dropout = 0;
-  config.bf16 = precision == "bf16";
+  config.mixed_precision = precision == "bf16"   ? backend::MixedPrecision::bf16
+                           : precision == "fp16" ? backend::MixedPrecision::fp16
+                                                 : backend::MixedPrecision::none;
   const std::unique_ptr<backend::Device> inner =
       device_name == "cuda"
           ? backend::make_cuda_device(0, {.flash_attention = attention == "flash"})
@@ -359,7 +361,9 @@ int main(int argc, char** argv) {
   const bool on_gpu = device_name == "cuda";
   const double peak =
       on_gpu ? backend::measure_device_gemm_peak(
-                   *inner, config.bf16 ? backend::ElementType::bf16 : backend::ElementType::f32)
+                   *inner, precision == "bf16"   ? backend::ElementType::bf16
+                           : precision == "fp16" ? backend::ElementType::f16
+                                                 : backend::ElementType::f32)
              : backend::measure_cpu_sgemm_peak();
   const std::string peak_name =
       on_gpu ? precision + " GEMM 8192^3 peak" : std::string("sgemm 2048^3 peak");

@@ -1,6 +1,6 @@
 // Causal GQA attention on the CUDA device against the CPU device: forward (output and the
-// fp32 log-sum-exp) and backward (dqkv, overwritten), fp32 and bf16, head dimensions 8, 24, 64
-// and 128, multi-head, grouped and multi-query layouts, sequence lengths that are not
+// fp32 log-sum-exp) and backward (dqkv, overwritten), fp32, bf16 and fp16, head dimensions 8,
+// 24, 64 and 128, multi-head, grouped and multi-query layouts, sequence lengths that are not
 // multiples of the tile (1, 7, 129), with and without attention dropout (the same mask
 // elements as the CPU twin), run to run identical. The key/value-cache attention of decoding
 // too: the stored caches and the output, rows of several slots at several positions. And the
@@ -19,7 +19,7 @@ using backend::ElementType;
 using backend::View;
 using namespace gpu_test;
 
-TEST_CASE("attention on the CUDA device matches the CPU device (fp32, bf16, dropout)") {
+TEST_CASE("attention on the CUDA device matches the CPU device (fp32, bf16, fp16, dropout)") {
   auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
   if (!gpu) return;
   struct Shape {
@@ -28,7 +28,7 @@ TEST_CASE("attention on the CUDA device matches the CPU device (fp32, bf16, drop
   for (const Shape s : {Shape{1, 1, 2, 2, 8}, Shape{2, 7, 4, 2, 24}, Shape{2, 129, 4, 1, 64},
                         Shape{1, 70, 2, 2, 128}, Shape{1, 33, 3, 3, 8}}) {
     for (double probability : {0.0, 0.1}) {
-      for (ElementType type : {ElementType::f32, ElementType::bf16}) {
+      for (ElementType type : {ElementType::f32, ElementType::bf16, ElementType::f16}) {
         std::ostringstream what;
         what << "attention B " << s.batch << " T " << s.seq << " NH " << s.heads << " NG "
              << s.groups << " HD " << s.head_dim << " dropout " << probability;
@@ -37,7 +37,7 @@ TEST_CASE("attention on the CUDA device matches the CPU device (fp32, bf16, drop
         const backend::Dropout dropout{probability, backend::dropout_key(1, 2, 3, 4)};
         const auto qkv = representable(random_values(s.batch * s.seq * width, 21), type);
         const auto dout = representable(random_values(s.batch * s.seq * hidden, 22), type);
-        // bf16 also rounds the forward's output, which the backward's Δ = Σ dO·O reads.
+        // bf16 and fp16 also round the forward's output, which the backward's Δ = Σ dO·O reads.
         check_against_cpu(
             *gpu, what.str(), type, tolerance(type, 5e-5, 3e-2),
             [&](Tensors& t, ElementType dtype) {
@@ -128,7 +128,7 @@ TEST_CASE("key/value-cache attention on the CUDA device matches the CPU device")
   const auto rows = static_cast<int64_t>(row_slots.size());
   for (const Shape s : {Shape{2, 2, 8}, Shape{4, 2, 24}, Shape{4, 1, 64}, Shape{2, 2, 128},
                         Shape{3, 3, 40}}) {
-    for (ElementType type : {ElementType::f32, ElementType::bf16}) {
+    for (ElementType type : {ElementType::f32, ElementType::bf16, ElementType::f16}) {
       std::ostringstream what;
       what << "kv_cache_attention N " << rows << " NH " << s.heads << " NG " << s.groups
            << " HD " << s.head_dim;

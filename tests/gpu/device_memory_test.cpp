@@ -47,7 +47,8 @@ TEST_CASE("the CUDA device copies on the device as the CPU device does, and refu
   auto gpu = open_gpu_or_skip();
   if (!gpu) return;
   backend::CpuDevice cpu;
-  for (ElementType type : {ElementType::f32, ElementType::bf16, ElementType::f64}) {
+  for (ElementType type :
+       {ElementType::f32, ElementType::bf16, ElementType::f16, ElementType::f64}) {
     for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1000003}}) {
       const auto values = representable(random_values(count, 15), type);
       Tensors cpu_tensors(cpu), gpu_tensors(*gpu);
@@ -96,11 +97,12 @@ TEST_CASE("the CUDA device's sum matches the CPU device's and is the same bits r
   auto gpu = open_gpu_or_skip();
   if (!gpu) return;
   backend::CpuDevice cpu;
-  for (ElementType type : {ElementType::f32, ElementType::bf16, ElementType::f64}) {
+  for (ElementType type :
+       {ElementType::f32, ElementType::bf16, ElementType::f16, ElementType::f64}) {
     for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{129}, int64_t{1000003}}) {
       const auto values = representable(random_values(count, 12), type);
       Tensors cpu_tensors(cpu), gpu_tensors(*gpu);
-      // The CPU reference sums the same values as fp32 (exact for bf16 inputs), or fp64.
+      // The CPU reference sums the same values as fp32 (exact for bf16 and fp16 inputs), or fp64.
       const ElementType reference_type = type == ElementType::f64 ? type : ElementType::f32;
       View cpu_total = cpu_tensors.poisoned(1, ElementType::f64);
       cpu.sum(cpu_total, cpu_tensors.input(values, reference_type));

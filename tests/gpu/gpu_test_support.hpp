@@ -2,7 +2,7 @@
 // through the Device interface only (no CUDA header here), and the comparison every op test
 // uses: the normalised error max|a − b| / max(1e-6, max|b|) of the CUDA result a against the
 // CPU device's fp32 result b on the same inputs, reported with the op, the shape and the index
-// of the worst element. Outputs are poisoned (all bytes 0xFF: NaN in fp32 and bf16) before an
+// of the worst element. Outputs are poisoned (all bytes 0xFF: NaN in every float type) before an
 // op runs, so an element the op forgot to write shows as NaN, which counts as an infinite
 // error.
 #pragma once
@@ -70,11 +70,13 @@ inline std::vector<float> random_values(int64_t count, uint32_t seed, float scal
   return values;
 }
 
-// The values rounded through bf16 when `type` is bf16, so the CPU reference sees exactly the
-// inputs the bf16 kernel sees.
+// The values rounded through bf16 or fp16 when `type` is one of them, so the CPU reference sees
+// exactly the inputs the 16-bit kernel sees.
 inline std::vector<float> representable(std::vector<float> values, ElementType type) {
   if (type == ElementType::bf16) {
     for (auto& value : values) value = backend::to_float(backend::to_bfloat16(value));
+  } else if (type == ElementType::f16) {
+    for (auto& value : values) value = backend::to_float(backend::to_float16(value));
   }
   return values;
 }
@@ -86,7 +88,7 @@ class Tensors {
 
   Device& device() { return device_; }
 
-  // A tensor holding `values` converted to `type` (f32, bf16, f64).
+  // A tensor holding `values` converted to `type` (f32, bf16, f16, f64).
   View input(const std::vector<float>& values, ElementType type) {
     View view = allocate(static_cast<int64_t>(values.size()), type);
     std::vector<unsigned char> bytes(static_cast<size_t>(view.bytes()));
@@ -95,6 +97,11 @@ class Tensors {
         case ElementType::f32: std::memcpy(&bytes[i * 4], &values[i], 4); break;
         case ElementType::bf16: {
           const backend::bfloat16 rounded = backend::to_bfloat16(values[i]);
+          std::memcpy(&bytes[i * 2], &rounded, 2);
+          break;
+        }
+        case ElementType::f16: {
+          const backend::float16 rounded = backend::to_float16(values[i]);
           std::memcpy(&bytes[i * 2], &rounded, 2);
           break;
         }
@@ -132,6 +139,12 @@ class Tensors {
         case ElementType::f32: std::memcpy(&values[i], &bytes[i * 4], 4); break;
         case ElementType::bf16: {
           backend::bfloat16 value;
+          std::memcpy(&value, &bytes[i * 2], 2);
+          values[i] = backend::to_float(value);
+          break;
+        }
+        case ElementType::f16: {
+          backend::float16 value;
           std::memcpy(&value, &bytes[i * 2], 2);
           values[i] = backend::to_float(value);
           break;
@@ -206,13 +219,16 @@ inline void expect_identical(const std::string& what, const std::vector<float>& 
 }
 
 inline const char* type_name(ElementType type) {
-  return type == ElementType::bf16 ? "bf16" : type == ElementType::f64 ? "fp64" : "fp32";
+  return backend::element_name(type).data();  // the names are string literals
 }
 
 // Tolerance of an op's result: fp32 runs differ from the CPU by summation order only; bf16
-// runs also round every input and output to 8 bits of mantissa.
+// runs also round every input and output to 8 bits of significand, fp16 runs to 11 (an eighth
+// of bf16's rounding error; a quarter of its tolerance leaves a factor of 2).
 inline double tolerance(ElementType type, double fp32, double bf16 = 2e-2) {
-  return type == ElementType::bf16 ? bf16 : fp32;
+  if (type == ElementType::bf16) return bf16;
+  if (type == ElementType::f16) return std::max(fp32, bf16 / 4);
+  return fp32;
 }
 
 }  // namespace gpu_test

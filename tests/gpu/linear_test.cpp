@@ -1,6 +1,6 @@
-// linear_forward / linear_backward on the CUDA device (cuBLASLt) against the CPU device, fp32
-// and bf16, with and without bias, awkward shapes (1 row, widths that are not multiples of 8),
-// parameter gradients accumulating (+=, started from non-zero values), run to run identical.
+// linear_forward / linear_backward on the CUDA device (cuBLASLt) against the CPU device, fp32,
+// bf16 and fp16, with and without bias, awkward shapes (1 row, widths that are not multiples of
+// 8), parameter gradients accumulating (+=, started from non-zero values), run to run identical.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -13,7 +13,7 @@ using backend::ElementType;
 using backend::View;
 using namespace gpu_test;
 
-TEST_CASE("linear on the CUDA device matches the CPU device (fp32, bf16)") {
+TEST_CASE("linear on the CUDA device matches the CPU device (fp32, bf16, fp16)") {
   auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
   if (!gpu) return;
   struct Shape {
@@ -23,7 +23,7 @@ TEST_CASE("linear on the CUDA device matches the CPU device (fp32, bf16)") {
   for (const Shape s : {Shape{1, 13, 5, true, true}, Shape{7, 100, 770, true, true},
                         Shape{129, 770, 100, false, true}, Shape{129, 64, 96, true, false},
                         Shape{33, 8, 24, true, true}}) {
-    for (ElementType type : {ElementType::f32, ElementType::bf16}) {
+    for (ElementType type : {ElementType::f32, ElementType::bf16, ElementType::f16}) {
       std::ostringstream what;
       what << "linear rows " << s.rows << " in " << s.in << " out " << s.out
            << (s.bias ? " with bias" : " without bias") << (s.dinput ? "" : " no dinput");

@@ -1,5 +1,5 @@
 // The element-wise, normalisation, embedding, rotary and cross-entropy ops on the CUDA device
-// against the CPU device, fp32 and bf16, on awkward shapes (1, 7, 129 rows; widths 13, 100,
+// against the CPU device, fp32, bf16 and fp16, on awkward shapes (1, 7, 129 rows; widths 13, 100,
 // 770; a 50304-wide vocabulary), outputs poisoned first, parameter gradients accumulating
 // (+=, started from non-zero values), run to run identical. The tensor-parallel variants too:
 // embedding and cross-entropy over vocabulary shards (the partial, combine and shard backward),
@@ -25,7 +25,7 @@ using namespace gpu_test;
 
 namespace {
 
-constexpr ElementType kTypes[] = {ElementType::f32, ElementType::bf16};
+constexpr ElementType kTypes[] = {ElementType::f32, ElementType::bf16, ElementType::f16};
 constexpr ElementType f32 = ElementType::f32;
 
 std::vector<int32_t> random_ids(int64_t count, int32_t bound, uint32_t seed) {
@@ -491,59 +491,70 @@ TEST_CASE("attention on the CUDA device refuses a dropout mask offset") {
       common::Error);
 }
 
-TEST_CASE("convert on the CUDA device rounds fp32 to the CPU device's bf16 bits") {
+TEST_CASE("convert on the CUDA device rounds fp32 to the CPU device's bf16 and fp16 bits") {
   auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
   if (!gpu) return;
   backend::CpuDevice cpu;
-  // Random values, ties at the rounding boundary, signed zeros, infinities, NaN, subnormals.
+  // Random values, ties at bf16's and fp16's rounding boundaries, signed zeros, infinities,
+  // NaN, subnormals, fp16's overflow (65520 and up) and its subnormal range and underflow tie.
   std::vector<float> values = random_values(4 * 1031 + 3, 91, 3.0f);
   for (const uint32_t bits : {0x3F808000u, 0x3F818000u, 0x80000000u, 0x7F800000u, 0xFF800000u,
-                              0x7FC00001u, 0x00000001u, 0x7F7FFFFFu}) {
+                              0x7FC00001u, 0x00000001u, 0x7F7FFFFFu, 0x3F801000u, 0x3F803000u,
+                              0x477FF000u, 0x477FEFFFu, 0xC7800000u, 0x35800000u, 0x33000000u,
+                              0x33000001u, 0x387FE000u}) {
     float value;
     std::memcpy(&value, &bits, 4);
     values.push_back(value);
   }
   const auto total = static_cast<int64_t>(values.size());
-  // Whole (vectorised), and from element 1 (unaligned: the element-by-element path), and 1.
-  // (clang 14 captures no structured binding: plain variables.)
-  for (const auto& range : {std::pair<int64_t, int64_t>{0, total}, {1, total - 1}, {0, 1}}) {
-    const int64_t first = range.first, count = range.second;
-    CAPTURE(first);
-    CAPTURE(count);
-    const std::vector<float> part(values.begin() + first, values.begin() + first + count);
-    auto convert_on = [&](Device& device) {
-      Tensors t(device);
-      const View source = t.input(values, ElementType::f32).slice(first, count);
-      const View destination = t.poisoned(total, ElementType::bf16).slice(first, count);
-      device.convert(destination, source);
-      std::vector<uint16_t> bits(static_cast<size_t>(count));
-      device.copy_to_host(bits.data(), destination);
-      return bits;
-    };
-    // The same bits, except NaN's: the GPU's cvt.rn.bf16.f32 gives its canonical NaN whatever
-    // the payload, the CPU keeps the payload's top bits; both are NaN. (On the first H100 run,
-    // 2026-11-27, a plain comparison failed over the vectors holding the NaN input and passed
-    // on one element; which elements differed was not printed then, and is now.)
-    const std::vector<uint16_t> on_gpu = convert_on(*gpu), on_cpu = convert_on(cpu);
-    int64_t differing = 0;
-    std::ostringstream first_differences;
-    for (int64_t i = 0; i < count; ++i) {
-      const uint16_t g = on_gpu[static_cast<size_t>(i)], c = on_cpu[static_cast<size_t>(i)];
-      const bool both_nan = (g & 0x7F80) == 0x7F80 && (g & 0x7F) != 0 && (c & 0x7F80) == 0x7F80 &&
-                            (c & 0x7F) != 0;
-      if (g == c || both_nan) continue;
-      if (++differing <= 5) {
-        uint32_t input;
-        std::memcpy(&input, &part[static_cast<size_t>(i)], 4);
-        first_differences << " [" << i << "] fp32 0x" << std::hex << input << ": gpu 0x" << g
-                          << ", cpu 0x" << c << std::dec;
+  for (const ElementType type : {ElementType::bf16, ElementType::f16}) {
+    CAPTURE(type_name(type));
+    // A NaN's exponent bits and significand bits in the 16-bit type.
+    const uint16_t exponent_mask = type == ElementType::bf16 ? 0x7F80 : 0x7C00;
+    const uint16_t significand_mask = type == ElementType::bf16 ? 0x007F : 0x03FF;
+    // Whole (vectorised), and from element 1 (unaligned: the element-by-element path), and 1.
+    // (clang 14 captures no structured binding: plain variables.)
+    for (const auto& range : {std::pair<int64_t, int64_t>{0, total}, {1, total - 1}, {0, 1}}) {
+      const int64_t first = range.first, count = range.second;
+      CAPTURE(first);
+      CAPTURE(count);
+      const std::vector<float> part(values.begin() + first, values.begin() + first + count);
+      auto convert_on = [&](Device& device) {
+        Tensors t(device);
+        const View source = t.input(values, ElementType::f32).slice(first, count);
+        const View destination = t.poisoned(total, type).slice(first, count);
+        device.convert(destination, source);
+        std::vector<uint16_t> bits(static_cast<size_t>(count));
+        device.copy_to_host(bits.data(), destination);
+        return bits;
+      };
+      // The same bits, except NaN's: the GPU's cvt.rn gives its canonical NaN whatever the
+      // payload, the CPU keeps the payload's top bits; both are NaN. (On the first H100 run,
+      // 2026-11-27, a plain comparison failed over the vectors holding the NaN input and passed
+      // on one element; which elements differed was not printed then, and is now.)
+      auto is_nan = [&](uint16_t bits) {
+        return (bits & exponent_mask) == exponent_mask && (bits & significand_mask) != 0;
+      };
+      const std::vector<uint16_t> on_gpu = convert_on(*gpu), on_cpu = convert_on(cpu);
+      int64_t differing = 0;
+      std::ostringstream first_differences;
+      for (int64_t i = 0; i < count; ++i) {
+        const uint16_t g = on_gpu[static_cast<size_t>(i)], c = on_cpu[static_cast<size_t>(i)];
+        if (g == c || (is_nan(g) && is_nan(c))) continue;
+        if (++differing <= 5) {
+          uint32_t input;
+          std::memcpy(&input, &part[static_cast<size_t>(i)], 4);
+          first_differences << " [" << i << "] fp32 0x" << std::hex << input << ": gpu 0x" << g
+                            << ", cpu 0x" << c << std::dec;
+        }
       }
+      INFO("differing elements:" << first_differences.str());
+      CHECK(differing == 0);
     }
-    INFO("differing elements:" << first_differences.str());
-    CHECK(differing == 0);
   }
   Tensors t(*gpu);
   CHECK_THROWS_WITH_AS(gpu->convert(t.poisoned(3, ElementType::bf16),
                                     t.input({1, 2}, ElementType::f32)),
-                       doctest::Contains("a conversion makes bf16 from fp32"), common::Error);
+                       doctest::Contains("a conversion makes bf16 or fp16 from fp32"),
+                       common::Error);
 }

@@ -53,16 +53,17 @@ TEST_CASE("the AdamW update on the CUDA device matches the CPU device") {
       t.device().adamw_update(p, t.empty(ElementType::bf16), g, m, v, coefficients(4, 1e-3, 0.0));
       return Outputs{{"master", t.read(p)}, {"exp_avg", t.read(m)}, {"exp_avg_sq", t.read(v)}};
     });
-    if (gpu->memory_kind() == backend::MemoryKind::host) continue;  // bf16: the GPU's alone
-    // With a bf16 working copy: the master as in fp32, and the copy is the master rounded.
-    Tensors t(*gpu);
-    View p = t.input(master, f32), m = t.input(exp_avg, f32), v = t.input(exp_avg_sq, f32);
-    View weights = t.poisoned(count, ElementType::bf16);
-    gpu->adamw_update(p, weights, t.input(gradients, f32), m, v, coefficients(3, 1e-3, 0.1));
-    auto rounded_master = t.read(p);
-    for (auto& value : rounded_master) value = backend::to_float(backend::to_bfloat16(value));
-    expect_identical(what + " bf16 working copy = rounded master", t.read(weights),
-                     rounded_master);
+    if (gpu->memory_kind() == backend::MemoryKind::host) continue;  // 16-bit: the GPU's alone
+    // With a bf16 or fp16 working copy: the master as in fp32, and the copy is the master
+    // rounded.
+    for (const ElementType type : {ElementType::bf16, ElementType::f16}) {
+      Tensors t(*gpu);
+      View p = t.input(master, f32), m = t.input(exp_avg, f32), v = t.input(exp_avg_sq, f32);
+      View weights = t.poisoned(count, type);
+      gpu->adamw_update(p, weights, t.input(gradients, f32), m, v, coefficients(3, 1e-3, 0.1));
+      expect_identical(what + " " + type_name(type) + " working copy = rounded master",
+                       t.read(weights), representable(t.read(p), type));
+    }
   }
 }
 
@@ -70,7 +71,7 @@ TEST_CASE("sum, sum of squares and scale on the CUDA device match the CPU device
   auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
   if (!gpu) return;
   for (const int64_t count : kSizes) {
-    for (const ElementType type : {ElementType::f32, ElementType::bf16}) {
+    for (const ElementType type : {ElementType::f32, ElementType::bf16, ElementType::f16}) {
       const auto values = representable(random_values(count, 21, 3.0f), type);
       const std::string what = "reductions of " + std::to_string(count) + " elements";
       check_against_cpu(*gpu, what, type, 1e-6, [&](Tensors& t, ElementType dtype) {

@@ -6,7 +6,10 @@
 // for bit; a checkpoint written on the GPU continues on the CPU and the other way round. --bf16
 // (bf16 weights and activations, fp32 master weights and gradients): 50 steps within 2e-2 of
 // the CPU's fp32 losses, the same bits run after run, and resumed bit for bit; the same with
-// --use-flash-attn's tensor-core attention at head dimensions 64 and 128.
+// --use-flash-attn's tensor-core attention at head dimensions 64 and 128. --fp16 likewise (with
+// a loss scale of 4096, under which nothing overflows), resumed bit for bit with its scaler's
+// state; from Megatron's initial loss scale 2^32 the fp16 gradients overflow, and the dynamic
+// scaler skips those iterations and halves the scale until they fit, as Megatron's does.
 // With GPU_TESTS_ON_CPU=1 the "GPU" runs are --device cpu (checks the test itself).
 #include <doctest/doctest.h>
 
@@ -181,15 +184,74 @@ TEST_CASE("50 bf16 steps with --use-flash-attn (tensor-core attention) follow th
   }
 }
 
+TEST_CASE("50 fp16 steps on the CUDA device follow the CPU's fp32 losses within 2e-2 relative") {
+  const auto device = gpu_device_or_skip();
+  if (!device) return;
+  for (const auto& style :
+       {std::pair{"GPT-2 style", gpt2_style()}, std::pair{"Llama style", llama_style()}}) {
+    const std::string name = style.first;
+    CAPTURE(name);
+    const TrainingResult cpu = train(style.second, "cpu");
+    TrainingArguments fp16 = style.second;
+    fp16.fp16 = true;
+    fp16.initial_loss_scale = 4096;  // dynamic, from a scale the tiny model's gradients fit
+    const TrainingResult gpu = train(fp16, *device);
+    for (const backend::IterationRecord& record : gpu.iterations) {
+      INFO("iteration " << record.iteration << ", loss scale " << record.loss_scale);
+      CHECK_FALSE(record.skipped);
+    }
+    expect_losses_close(gpu, cpu, 2e-2);
+    expect_identical_losses(train(fp16, *device).iterations, gpu.iterations);
+    if (*device == "cuda") {
+      // fp16 really ran: its rounding moves the losses off the fp32 GPU run's.
+      const TrainingResult fp32 = train(style.second, *device);
+      bool differs = false;
+      for (size_t i = 0; i < fp32.iterations.size(); ++i) {
+        differs = differs || fp32.iterations[i].lm_loss != gpu.iterations[i].lm_loss;
+      }
+      CHECK(differs);
+    }
+  }
+}
+
+TEST_CASE("fp16 from Megatron's initial loss scale 2^32 skips the overflowing iterations and "
+          "halves the scale until the gradients fit") {
+  const auto device = gpu_device_or_skip();
+  if (!device) return;
+  TrainingArguments fp16 = gpt2_style();
+  fp16.fp16 = true;  // Megatron's defaults: --initial-loss-scale 2^32, --hysteresis 2
+  fp16.train_iters = 40;
+  const TrainingResult run = train(fp16, *device);
+  int64_t skipped = 0;
+  for (const backend::IterationRecord& record : run.iterations) {
+    INFO("iteration " << record.iteration << ", loss scale " << record.loss_scale);
+    CHECK(std::isfinite(record.lm_loss));
+    CHECK_FALSE(record.nan);
+    if (record.skipped) ++skipped;
+  }
+  MESSAGE(skipped << " of 40 iterations skipped; final loss scale "
+                  << run.iterations.back().loss_scale);
+  if (*device == "cuda") {
+    // 2^32 times the loss gradient is far beyond fp16's 65504: the first iterations overflow.
+    CHECK(run.iterations.front().skipped);
+    CHECK(run.iterations.back().loss_scale < 0x1p32);
+    CHECK_FALSE(run.iterations.back().skipped);
+    CHECK(skipped < 40);
+    CHECK(run.iterations.back().lm_loss < run.iterations.front().lm_loss);
+  }
+}
+
 TEST_CASE("a GPU run resumed from its checkpoint equals an uninterrupted one, bit for bit") {
   const auto device = gpu_device_or_skip();
   if (!device) return;
-  for (const bool bf16 : {false, true}) {
-    CAPTURE(bf16);
+  for (const std::string precision : {"fp32", "bf16", "fp16"}) {
+    CAPTURE(precision);
     test_support::TemporaryDirectory directory;
     TrainingArguments base = gpt2_style();
     base.train_iters = 12;
-    base.bf16 = bf16;
+    base.bf16 = precision == "bf16";
+    base.fp16 = precision == "fp16";
+    if (base.fp16) base.initial_loss_scale = 4096;
 
     TrainingArguments whole_run = base;
     whole_run.save = (directory.path / "whole").string();

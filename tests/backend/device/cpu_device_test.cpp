@@ -123,7 +123,7 @@ TEST_CASE("the CPU device counts its live allocations and their peak") {
   CHECK(device.memory_usage().peak_bytes == 5096);
 }
 
-TEST_CASE("the CPU device converts fp32 to bf16 rounding to nearest even, and refuses others") {
+TEST_CASE("the CPU device rounds fp32 to bf16 and fp16 to nearest even, and refuses others") {
   CpuDevice device;
   // 1 + 2^-8 is a tie between two bf16 values: to the even one (1); 1 + 3·2^-8 likewise, up
   // to 1 + 2^-6; -0 keeps its sign; NaN stays a quiet NaN; the largest float overflows to inf.
@@ -138,10 +138,21 @@ TEST_CASE("the CPU device converts fp32 to bf16 rounding to nearest even, and re
   CHECK(bits[3] == 0x4040);
   CHECK((bits[4] & 0x7FC0) == 0x7FC0);
   CHECK(bits[5] == 0x7F80);
+  // fp16: ties at 1 + 2^-11 and 1 + 3·2^-11 to the even neighbours; 65520 (the tie above the
+  // largest finite 65504) overflows; 2^-20 is subnormal; 2^-25 ties to zero.
+  std::vector<float> for_fp16 = {1.0f + 0x1p-11f, 1.0f + 0x3p-11f, -0.0f, 3.0f,
+                                 std::numeric_limits<float>::quiet_NaN(), 65520.0f,
+                                 0x1p-20f, 0x1p-25f};
+  std::vector<uint16_t> fp16_bits(for_fp16.size(), 0xFFFF);
+  device.convert(View{fp16_bits.data(), std::ssize(fp16_bits), ElementType::f16},
+                 view_of(for_fp16));
+  CHECK(fp16_bits ==
+        std::vector<uint16_t>{0x3C00, 0x3C02, 0x8000, 0x4200, fp16_bits[4], 0x7C00, 0x0010, 0});
+  CHECK((fp16_bits[4] & 0x7E00) == 0x7E00);
   std::vector<double> wide(6);
   CHECK_THROWS_WITH_AS(device.convert(view_of(wide), view_of(values)),
                        "convert: 6 elements of fp32 into 6 elements of fp64: a conversion makes "
-                       "bf16 from fp32, of one element count",
+                       "bf16 or fp16 from fp32, of one element count",
                        common::Error);
   CHECK_THROWS_WITH_AS(
       device.convert(View{bits.data(), 5, ElementType::bf16}, view_of(values)),

@@ -607,15 +607,24 @@ TEST_CASE("bad inputs are rejected with a message naming the problem") {
   }
 }
 
-TEST_CASE("bf16 activations are refused where they are not built, naming the way out") {
+TEST_CASE("bf16 and fp16 activations are refused where they are not built, naming the way out") {
   GptConfig config = tiny_config();
-  config.bf16 = true;
+  config.mixed_precision = backend::MixedPrecision::bf16;
   CHECK_THROWS_WITH_AS(GptModel<float>{config},
                        doctest::Contains("bf16 activations need a device with bf16 ops (--device "
                                          "cuda); cpu computes in fp32 or fp64"),
                        common::Error);
   CHECK_THROWS_WITH_AS(GptModel<double>{config},
                        doctest::Contains("bf16 mixed precision keeps fp32 master weights; a model "
+                                         "of fp64 parameters cannot use it"),
+                       common::Error);
+  config.mixed_precision = backend::MixedPrecision::fp16;
+  CHECK_THROWS_WITH_AS(GptModel<float>{config},
+                       doctest::Contains("fp16 activations need a device with fp16 ops (--device "
+                                         "cuda); cpu computes in fp32 or fp64"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(GptModel<double>{config},
+                       doctest::Contains("fp16 mixed precision keeps fp32 master weights; a model "
                                          "of fp64 parameters cannot use it"),
                        common::Error);
 }
