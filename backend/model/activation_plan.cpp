@@ -94,6 +94,12 @@ ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule
   auto scratch = [&](std::string what, int64_t numel, ElementType type) {
     return layout.add(std::move(what), type, carve_shared ? numel : 0);
   };
+  // The backward's scratch: none for a model that only runs forwards (GptConfig::inference_only;
+  // evaluate_gpt's batches would otherwise carve a second (rows, vocabulary) buffer, dlogits).
+  const bool backward = !config.inference_only;
+  auto gradient_scratch = [&](std::string what, int64_t numel, ElementType type) {
+    return scratch(std::move(what), backward ? numel : 0, type);
+  };
   const bool last_stage = stage.last();
   const int64_t head_rows = last_stage ? rows : 0;
   const int64_t head_stream_rows = last_stage ? stream_rows : 0;
@@ -179,17 +185,17 @@ ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule
   const int64_t rope_table = rope ? seq_length * (config.rotary_dim() / 2) : 0;
   plan.rope_cos = scratch("rope cos", rope_table, statistics);
   plan.rope_sin = scratch("rope sin", rope_table, statistics);
-  plan.dlogits = scratch("dlogits", head_rows * V, dtype);
-  plan.dresidual = scratch("dresidual", stream_rows * C, dtype);
-  plan.dbranch = scratch("dbranch", stream_rows * C, dtype);
+  plan.dlogits = gradient_scratch("dlogits", head_rows * V, dtype);
+  plan.dresidual = gradient_scratch("dresidual", stream_rows * C, dtype);
+  plan.dbranch = gradient_scratch("dbranch", stream_rows * C, dtype);
   plan.branch_shard =
       scratch("branch, this rank's rows", sharded_stream ? stream_rows * C : 0, dtype);
   plan.dnorm_shard =
-      scratch("dnorm, this rank's rows", sharded_stream ? stream_rows * C : 0, dtype);
-  plan.dnorm = scratch("dnorm", rows * C, dtype);
-  plan.dqkv = scratch("dqkv", rows * QKV, dtype);
-  plan.dhidden = scratch("dhidden", rows * F, dtype);
-  plan.dfc1 = scratch("dfc1", rows * F1, dtype);
+      gradient_scratch("dnorm, this rank's rows", sharded_stream ? stream_rows * C : 0, dtype);
+  plan.dnorm = gradient_scratch("dnorm", rows * C, dtype);
+  plan.dqkv = gradient_scratch("dqkv", rows * QKV, dtype);
+  plan.dhidden = gradient_scratch("dhidden", rows * F, dtype);
+  plan.dfc1 = gradient_scratch("dfc1", rows * F1, dtype);
   plan.kept_bytes = kept_bytes;
   return plan;
 }

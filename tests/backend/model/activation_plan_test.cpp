@@ -96,6 +96,31 @@ TEST_CASE("the plan keeps outputs only where a recompute or the final norm start
   CHECK(doubled.layout.bytes() > plan.layout.bytes());
 }
 
+TEST_CASE("an inference-only plan carves the forward's buffers alike and no backward scratch") {
+  GptConfig config = five_layers(RecomputeGranularity::none, RecomputeMethod::uniform, 1);
+  const int64_t B = 2, T = 8, rows = B * T;
+  const ActivationPlan training =
+      backend::plan_activations(config, RecomputeSchedule(config), B, T, ElementType::f32);
+  config.inference_only = true;
+  const ActivationPlan inference =
+      backend::plan_activations(config, RecomputeSchedule(config), B, T, ElementType::f32);
+  CHECK(numel(training, training.dlogits) == rows * config.padded_vocab_size);
+  CHECK(numel(training, training.dfc1) == rows * config.fc1_features());
+  for (const int64_t region : {inference.dlogits, inference.dresidual, inference.dbranch,
+                               inference.dnorm, inference.dqkv, inference.dhidden,
+                               inference.dfc1}) {
+    CAPTURE(inference.layout.regions()[static_cast<size_t>(region)].what);
+    CHECK(numel(inference, region) == 0);
+  }
+  // What the forward writes is the same.
+  CHECK(numel(inference, inference.logits) == numel(training, training.logits));
+  CHECK(numel(inference, inference.branch) == numel(training, training.branch));
+  CHECK(numel(inference, inference.layers[2].fc1) == numel(training, training.layers[2].fc1));
+  CHECK(inference.kept_bytes == training.kept_bytes);
+  CHECK(training.layout.bytes() - inference.layout.bytes() >=
+        4 * rows * (config.padded_vocab_size + config.fc1_features()));
+}
+
 TEST_CASE("bf16 activations keep their statistics in fp32, as the ops' twins take them") {
   GptConfig config = five_layers(RecomputeGranularity::none, RecomputeMethod::uniform, 1);
   const int64_t B = 2, T = 8;

@@ -640,10 +640,12 @@ TEST_CASE("an inference-only model carves no gradients, forwards alike and refus
   Batch batch = random_batch(config, kTinyBatch, kTinySeq, 7);
   CHECK(forward(inference, batch) == forward(training, batch));
   CHECK(inference.gradient_buffer().numel == 0);
+  // Neither the gradients nor the backward's scratch, of which dlogits is the largest.
   const int64_t parameter_bytes = 4 * training.parameter_buffer().numel;
+  const int64_t dlogits_bytes = 4 * kTinyBatch * kTinySeq * config.padded_vocab_size;
   CHECK(training_device.memory_usage().allocated_bytes -
             inference_device.memory_usage().allocated_bytes >=
-        parameter_bytes);
+        parameter_bytes + dlogits_bytes);
   CHECK_THROWS_WITH_AS(inference.backward(1.0f), doctest::Contains("made for inference only"),
                        common::Error);
 }
