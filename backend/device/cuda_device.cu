@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/common/error.hpp"
@@ -292,9 +293,11 @@ class CudaDevice final : public Device {
   }
 
   // Whether attention of this qkv runs on tensor cores (CudaDeviceOptions::flash_attention):
-  // bf16 with a head dimension the kernel has; every other case takes the CUDA-core kernel.
+  // bf16 or fp16 with a head dimension the kernel has; every other case takes the CUDA-core
+  // kernel.
   bool runs_flash_attention(const View& qkv, int64_t hidden_size, int64_t num_heads) const {
-    return flash_attention_ && qkv.type == ElementType::bf16 && num_heads > 0 &&
+    const bool sixteen_bit = qkv.type == ElementType::bf16 || qkv.type == ElementType::f16;
+    return flash_attention_ && sixteen_bit && num_heads > 0 &&
            hidden_size % num_heads == 0 && cuda::flash_attention_supports(hidden_size / num_heads);
   }
 
@@ -685,9 +688,14 @@ void CudaDevice::attention_forward(View output, View logsumexp, View qkv, int64_
   check_attention_dropout(dropout, op);
   use();
   if (runs_flash_attention(qkv, hidden_size, num_heads)) {
-    cuda::flash_attention_forward(gpu<bfloat16>(output, op), gpu<float>(logsumexp, op),
-                                  gpu<bfloat16>(qkv, op), batch_size, seq_length, hidden_size,
-                                  num_heads, num_query_groups, dropout, stream_);
+    dispatch(qkv.type, op, [&](auto s) {
+      using S = decltype(s);
+      if constexpr (!std::is_same_v<S, float>) {
+        cuda::flash_attention_forward(gpu<S>(output, op), gpu<float>(logsumexp, op),
+                                      gpu<S>(qkv, op), batch_size, seq_length, hidden_size,
+                                      num_heads, num_query_groups, dropout, stream_);
+      }
+    });
     return;
   }
   dispatch(qkv.type, op, [&](auto s) {
@@ -706,10 +714,15 @@ void CudaDevice::attention_backward(View dqkv, View doutput, View qkv, View outp
   check_attention_dropout(dropout, op);
   use();
   if (runs_flash_attention(qkv, hidden_size, num_heads)) {
-    cuda::flash_attention_backward(gpu<bfloat16>(dqkv, op), gpu<bfloat16>(doutput, op),
-                                   gpu<bfloat16>(qkv, op), gpu<bfloat16>(output, op),
-                                   gpu<float>(logsumexp, op), batch_size, seq_length,
-                                   hidden_size, num_heads, num_query_groups, dropout, stream_);
+    dispatch(qkv.type, op, [&](auto s) {
+      using S = decltype(s);
+      if constexpr (!std::is_same_v<S, float>) {
+        cuda::flash_attention_backward(gpu<S>(dqkv, op), gpu<S>(doutput, op), gpu<S>(qkv, op),
+                                       gpu<S>(output, op), gpu<float>(logsumexp, op),
+                                       batch_size, seq_length, hidden_size, num_heads,
+                                       num_query_groups, dropout, stream_);
+      }
+    });
     return;
   }
   dispatch(qkv.type, op, [&](auto s) {

@@ -151,13 +151,14 @@ void attention_backward(Scalar* dqkv,            // (B, T, (NH + 2·NG)·HD) =
                         int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
                         CudaStream stream);
 
-// The same forward and backward on tensor cores (attention_flash_cuda.cu): bf16 only, head
-// dimensions 64 and 128 (flash_attention_supports), 16-byte aligned rows. mma.sync bf16 products
-// with fp32 accumulators, so the results differ from attention_forward/attention_backward by
-// rounding (P and dS enter their products as bf16); the same determinism (no atomics). The
-// CUDA device runs it for bf16 when made with CudaDeviceOptions::flash_attention
-// (pretrain_gpt's --use-flash-attn) and the head dimension fits, attention_forward otherwise.
-// common::Error for another head dimension or a misaligned pointer.
+// The same forward and backward on tensor cores (attention_flash_cuda.cu): bf16 or fp16, head
+// dimensions 64 and 128 (flash_attention_supports), 16-byte aligned rows. mma.sync products of
+// the qkv's 16-bit type with fp32 accumulators, so the results differ from
+// attention_forward/attention_backward by rounding (P and dS enter their products in that
+// type); the same determinism (no atomics). The CUDA device runs it for bf16 and fp16 when made
+// with CudaDeviceOptions::flash_attention (pretrain_gpt's --use-flash-attn) and the head
+// dimension fits, attention_forward otherwise. common::Error for another head dimension or a
+// misaligned pointer.
 constexpr bool flash_attention_supports(int64_t head_dim) {
   return head_dim == 64 || head_dim == 128;
 }
@@ -174,6 +175,17 @@ void flash_attention_backward(bfloat16* dqkv,            // (B, T, (NH + 2·NG)�
                               const bfloat16* qkv,       // (B, T, (NH + 2·NG)·HD)
                               const bfloat16* output,    // (B, T, C) from the forward
                               const float* logsumexp,    // (B, NH, T) from the forward
+                              int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                              int64_t num_heads, int64_t num_query_groups,
+                              const Dropout& dropout, CudaStream stream);
+
+// The same in fp16.
+void flash_attention_forward(float16* output, float* logsumexp, const float16* qkv,
+                             int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                             int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
+                             CudaStream stream);
+void flash_attention_backward(float16* dqkv, const float16* doutput, const float16* qkv,
+                              const float16* output, const float* logsumexp,
                               int64_t batch_size, int64_t seq_length, int64_t hidden_size,
                               int64_t num_heads, int64_t num_query_groups,
                               const Dropout& dropout, CudaStream stream);

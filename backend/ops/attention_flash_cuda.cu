@@ -1,16 +1,16 @@
-// CUDA twin of attention.hpp on tensor cores, bf16 only (attention.hpp's flash_attention_*):
+// CUDA twin of attention.hpp on tensor cores, bf16 and fp16 (attention.hpp's flash_attention_*):
 // the same causal GQA attention, qkv layout, dropout mask elements ((b·NH + h)·T + i)·T + j and
 // fp32 log-sum-exp as attention_cuda.cu, with every matrix product an
-// `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` (sm_80 and later): bf16 operands, fp32
-// accumulators. FlashAttention-2's partition (Dao 2023, Algorithms 1 and 2; §3.3 "work
-// partitioning between warps"): a thread block of four warps owns 64 rows, each warp 16 of them
-// (the mma's M), so the online softmax's row statistics stay within the four threads of a quad
-// that hold a row's accumulators (PTX ISA, "Matrix fragments for mma.m16n8k16": thread lane
-// holds rows lane/4 and lane/4 + 8, columns 2·(lane%4) and +1 of each 8-column n-tile).
+// `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32` (sm_80 and later): 16-bit
+// operands of the qkv's type, fp32 accumulators. FlashAttention-2's partition (Dao 2023, Algorithms
+// 1 and 2; §3.3 "work partitioning between warps"): a thread block of four warps owns 64 rows, each
+// warp 16 of them (the mma's M), so the online softmax's row statistics stay within the four
+// threads of a quad that hold a row's accumulators (PTX ISA, "Matrix fragments for mma.m16n8k16":
+// thread lane holds rows lane/4 and lane/4 + 8, columns 2·(lane%4) and +1 of each 8-column n-tile).
 //
 // Kernels (kThreads threads, 64 rows × head dimension HD ∈ {64, 128} as a template constant):
 //   forward  per (b, h, query tile): S = Q·K^T per key tile at or below the diagonal, online
-//            softmax in registers (in log2 units: exp2 of S·scale·log2 e), P rounded to bf16 and
+//            softmax in registers (in log2 units: exp2 of S·scale·log2 e), P rounded to E and
 //            reused from the accumulator registers as the A operand of O += P·V.
 //   dQ       per (b, h, query tile): S and dP = dO·V^T per key tile, dS = P ∘ (dP·mask − Δ),
 //            dQ += dS·K.
@@ -19,16 +19,20 @@
 //            dP^T = V·dO^T, then dV += (P∘mask)^T·dO and dK += dS^T·Q.
 // As in attention_cuda.cu every output element has one owner summing in loop order (row sums
 // across a quad are fixed xor shuffles), so results are the same bits run after run: no atomics,
-// no scratch. Shared tiles are bf16 rows padded by 8 elements (16 bytes), which puts the 32
+// no scratch. Shared tiles are 16-bit rows padded by 8 elements (16 bytes), which puts the 32
 // lanes' fragment words in 32 distinct banks; B operands that need the other orientation
 // (V for P·V, K for dS·K, Q and dO for dK and dV) are stored transposed when the tile is loaded.
-// Differences from attention_cuda.cu are rounding only: P and dS enter their products as bf16.
+// Differences from attention_cuda.cu are rounding only: P and dS enter their products in the
+// qkv's 16-bit type E (__nv_bfloat16 or __half; P ≤ 1, and dS scales with the output gradient,
+// which fp16 training keeps in range with its loss scale, as it does every activation gradient).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/common/error.hpp"
 #include "backend/device/cuda_check.cuh"
@@ -37,12 +41,11 @@
 namespace backend::cuda {
 namespace {
 
-using bf16 = __nv_bfloat16;
-
 constexpr int kRows = 64;                  // query rows (forward, dQ) or keys (dK, dV) of a block
 constexpr int kWarps = kRows / 16;         // 16 rows per warp: the mma's M
 constexpr int kThreads = kWarps * 32;
-constexpr int kPad = 8;                    // bf16 elements: 16 bytes
+constexpr int kElementBytes = 2;           // __nv_bfloat16 and __half alike
+constexpr int kPad = 8;                    // elements: 16 bytes
 constexpr int kTransposedPitch = kRows + kPad;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -72,24 +75,48 @@ struct FlashShape {
   }
 };
 
-// D = A·B + D for one 16×8×16 product (the fragments' layout: PTX ISA, mma.m16n8k16).
+static_assert(sizeof(__nv_bfloat16) == kElementBytes && sizeof(__half) == kElementBytes);
+
+// D = A·B + D for one 16×8×16 product of E operands (the fragments' layout: PTX ISA,
+// mma.m16n8k16; the same for bf16 and f16).
+template <typename E>
 __device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  if constexpr (std::is_same_v<E, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    static_assert(std::is_same_v<E, __nv_bfloat16>, "tensor-core attention is bf16 or fp16");
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
 }
 
-__device__ inline uint32_t word_at(const bf16* element) {
+template <typename E>
+__device__ inline uint32_t word_at(const E* element) {
   return *reinterpret_cast<const uint32_t*>(element);
 }
 
-// Two floats as one bf16x2 register, `low` in the lower half (the lower column).
+__device__ inline float element_to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
+__device__ inline float element_to_float(__half value) { return __half2float(value); }
+
+// Two floats as one E×2 register (rounded to nearest even), `low` in the lower half (the lower
+// column).
+template <typename E>
 __device__ inline uint32_t pack(float low, float high) {
-  const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
   uint32_t word;
-  memcpy(&word, &pair, sizeof word);
+  if constexpr (std::is_same_v<E, __half>) {
+    const __half2 pair = __floats2half2_rn(low, high);
+    memcpy(&word, &pair, sizeof word);
+  } else {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+    memcpy(&word, &pair, sizeof word);
+  }
   return word;
 }
 
@@ -98,9 +125,9 @@ __device__ inline int lane_in_group() { return static_cast<int>(threadIdx.x % 4)
 
 // A operand (16×16, row-major) at (row0, col0) of a tile stored [row][col] with `pitch`:
 // a0a1 (g, 2t), a2a3 (g + 8, 2t), a4a5 (g, 2t + 8), a6a7 (g + 8, 2t + 8).
-__device__ inline void load_a(uint32_t (&a)[4], const bf16* tile, int pitch, int row0,
-                              int col0) {
-  const bf16* p = tile + (row0 + lane_group()) * pitch + col0 + 2 * lane_in_group();
+template <typename E>
+__device__ inline void load_a(uint32_t (&a)[4], const E* tile, int pitch, int row0, int col0) {
+  const E* p = tile + (row0 + lane_group()) * pitch + col0 + 2 * lane_in_group();
   a[0] = word_at(p);
   a[1] = word_at(p + 8 * pitch);
   a[2] = word_at(p + 8);
@@ -109,30 +136,31 @@ __device__ inline void load_a(uint32_t (&a)[4], const bf16* tile, int pitch, int
 
 // B operand (16×8, k × n) at (k0, n0) of a tile stored [n][k] with `pitch`:
 // b0b1 (k 2t, n g), b2b3 (k 2t + 8, n g).
-__device__ inline void load_b(uint32_t& b0, uint32_t& b1, const bf16* tile, int pitch, int n0,
+template <typename E>
+__device__ inline void load_b(uint32_t& b0, uint32_t& b1, const E* tile, int pitch, int n0,
                               int k0) {
-  const bf16* p = tile + (n0 + lane_group()) * pitch + k0 + 2 * lane_in_group();
+  const E* p = tile + (n0 + lane_group()) * pitch + k0 + 2 * lane_in_group();
   b0 = word_at(p);
   b1 = word_at(p + 8);
 }
 
 // The A operand (16 rows × 16 columns 16·kk…) from accumulators of two n-tiles 2kk, 2kk + 1
 // (the C layout of one equals half of the A layout: FlashAttention-2's register reuse).
+template <typename E>
 __device__ inline void accumulators_as_a(uint32_t (&a)[4], const float (&low)[4],
                                          const float (&high)[4]) {
-  a[0] = pack(low[0], low[1]);
-  a[1] = pack(low[2], low[3]);
-  a[2] = pack(high[0], high[1]);
-  a[3] = pack(high[2], high[3]);
+  a[0] = pack<E>(low[0], low[1]);
+  a[1] = pack<E>(low[2], low[3]);
+  a[2] = pack<E>(high[0], high[1]);
+  a[3] = pack<E>(high[2], high[3]);
 }
 
 // out (16 × 8·NTiles) = rows left_row0… of `left` · (rows right_row0… of `right`)^T, both
 // tiles row-major with HD columns (pitch HD + kPad): S = Q·K^T, dP = dO·V^T and their
 // transposes.
-template <int HD, int NTiles>
-__device__ inline void product_with_transpose(float (&out)[NTiles][4], const bf16* left,
-                                              int left_row0, const bf16* right,
-                                              int right_row0) {
+template <int HD, int NTiles, typename E>
+__device__ inline void product_with_transpose(float (&out)[NTiles][4], const E* left,
+                                              int left_row0, const E* right, int right_row0) {
 #pragma unroll
   for (int n = 0; n < NTiles; ++n) out[n][0] = out[n][1] = out[n][2] = out[n][3] = 0.0f;
 #pragma unroll
@@ -143,49 +171,47 @@ __device__ inline void product_with_transpose(float (&out)[NTiles][4], const bf1
     for (int n = 0; n < NTiles; ++n) {
       uint32_t b0, b1;
       load_b(b0, b1, right, HD + kPad, right_row0 + n * 8, kk * 16);
-      mma(out[n], a, b0, b1);
+      mma<E>(out[n], a, b0, b1);
     }
   }
 }
 
-// sum (16 × HD) += weights (16 × 16·KSteps, accumulator registers, rounded to bf16) · rows
+// sum (16 × HD) += weights (16 × 16·KSteps, accumulator registers, rounded to E) · rows
 // k0… of an operand stored transposed ([HD][kTransposedPitch]): O += P·V, dQ += dS·K,
 // dV += D^T·dO, dK += dS^T·Q.
-template <int HD, int KSteps>
+template <int HD, int KSteps, typename E>
 __device__ inline void accumulate_product(float (&sum)[HD / 8][4],
                                           const float (&weights)[2 * KSteps][4],
-                                          const bf16* transposed, int k0) {
+                                          const E* transposed, int k0) {
 #pragma unroll
   for (int kk = 0; kk < KSteps; ++kk) {
     uint32_t a[4];
-    accumulators_as_a(a, weights[2 * kk], weights[2 * kk + 1]);
+    accumulators_as_a<E>(a, weights[2 * kk], weights[2 * kk + 1]);
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n) {
       uint32_t b0, b1;
       load_b(b0, b1, transposed, kTransposedPitch, n * 8, k0 + kk * 16);
-      mma(sum[n], a, b0, b1);
+      mma<E>(sum[n], a, b0, b1);
     }
   }
 }
 
 // Row `half` (0: lane_group(), 1: lane_group() + 8) of a 16 × HD accumulator, times `factor`,
-// as bf16 pairs at row + 2·lane_in_group() + 8·n: the lane's columns.
-template <int HD>
-__device__ inline void store_row(bf16* row, const float (&sum)[HD / 8][4], int half,
-                                 float factor) {
-  bf16* out = row + 2 * lane_in_group();
+// as E pairs at row + 2·lane_in_group() + 8·n: the lane's columns.
+template <int HD, typename E>
+__device__ inline void store_row(E* row, const float (&sum)[HD / 8][4], int half, float factor) {
+  E* out = row + 2 * lane_in_group();
 #pragma unroll
   for (int n = 0; n < HD / 8; ++n) {
     *reinterpret_cast<uint32_t*>(out + n * 8) =
-        pack(sum[n][2 * half] * factor, sum[n][2 * half + 1] * factor);
+        pack<E>(sum[n][2 * half] * factor, sum[n][2 * half + 1] * factor);
   }
 }
 
 // Rows row0… of a (T, ·) matrix with `stride` into tile[r][d] (pitch HD + kPad); 0 past T.
 // A warp reads consecutive 16-byte pieces of a row.
-template <int HD>
-__device__ void load_rows(bf16* tile, const bf16* source, int64_t stride, int64_t row0,
-                          int64_t T) {
+template <int HD, typename E>
+__device__ void load_rows(E* tile, const E* source, int64_t stride, int64_t row0, int64_t T) {
   constexpr int pieces = HD / 8;
   for (int e = threadIdx.x; e < kRows * pieces; e += kThreads) {
     const int r = e / pieces, c = (e % pieces) * 8;
@@ -197,14 +223,14 @@ __device__ void load_rows(bf16* tile, const bf16* source, int64_t stride, int64_
 
 // The same rows transposed: tile[d][r] (pitch kTransposedPitch). A warp takes 32 rows of one
 // 16-byte piece, so its 2-byte stores fall in 16 distinct words.
-template <int HD>
-__device__ void load_rows_transposed(bf16* tile, const bf16* source, int64_t stride,
-                                     int64_t row0, int64_t T) {
+template <int HD, typename E>
+__device__ void load_rows_transposed(E* tile, const E* source, int64_t stride, int64_t row0,
+                                     int64_t T) {
   for (int e = threadIdx.x; e < kRows * (HD / 8); e += kThreads) {
     const int r = e % kRows, c = (e / kRows) * 8;
     uint4 value = make_uint4(0, 0, 0, 0);
     if (row0 + r < T) value = *reinterpret_cast<const uint4*>(source + (row0 + r) * stride + c);
-    bf16 elements[8];
+    E elements[8];
     memcpy(static_cast<void*>(elements), &value, sizeof elements);
 #pragma unroll
     for (int k = 0; k < 8; ++k) tile[(c + k) * kTransposedPitch + r] = elements[k];
@@ -227,9 +253,9 @@ __device__ inline float warp_sum(float value) {
 }
 
 // L·log2 e and Δ = Σ_d dO·O of the 64 query rows q0… (dO in shared memory, O in global).
-template <int HD>
+template <int HD, typename E>
 __device__ void load_row_statistics(float* row_logsumexp_log2, float* row_delta,
-                                    const bf16* dout, const bf16* output,
+                                    const E* dout, const E* output,
                                     const float* logsumexp, int64_t b, int64_t h, int64_t q0,
                                     const FlashShape& shape) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -237,9 +263,9 @@ __device__ void load_row_statistics(float* row_logsumexp_log2, float* row_delta,
     const int64_t i = q0 + r;
     float partial = 0.0f;
     if (i < shape.T) {
-      const bf16* o = output + (b * shape.T + i) * shape.hidden + h * HD;
+      const E* o = output + (b * shape.T + i) * shape.hidden + h * HD;
       for (int d = lane; d < HD; d += 32) {
-        partial += __bfloat162float(dout[r * (HD + kPad) + d]) * __bfloat162float(o[d]);
+        partial += element_to_float(dout[r * (HD + kPad) + d]) * element_to_float(o[d]);
       }
     }
     const float delta = warp_sum(partial);
@@ -253,14 +279,15 @@ __device__ void load_row_statistics(float* row_logsumexp_log2, float* row_delta,
 
 // What a forward or dQ block owns: head pair b·NH + h and a query tile, the longest first;
 // the batch's qkv rows and the column of the head's group's keys.
+template <typename E>
 struct QueryTileUnit {
   int64_t pair, b, h, query_tile, q0;
-  const bf16* batch;
+  const E* batch;
   int64_t key_col;
 };
 
-template <int HD>
-__device__ inline QueryTileUnit query_tile_unit(const bf16* qkv, const FlashShape& shape) {
+template <int HD, typename E>
+__device__ inline QueryTileUnit<E> query_tile_unit(const E* qkv, const FlashShape& shape) {
   const int64_t pair = blockIdx.y;
   const int64_t b = pair / shape.NH, h = pair % shape.NH;
   const int64_t tiles = (shape.T + kRows - 1) / kRows;
@@ -274,16 +301,92 @@ __device__ inline QueryTileUnit query_tile_unit(const bf16* qkv, const FlashShap
           shape.key_column(h / shape.heads_per_group, HD)};
 }
 
-// ---- forward ------------------------------------------------------------------------------
+// ---- shared memory ------------------------------------------------------------------------
+
+// A kernel's dynamic shared memory, carved in one order by the kernel and sized for its launch
+// by the same function: with a null base the carve only counts bytes (the host side).
+struct SharedCarve {
+  unsigned char* base = nullptr;
+  size_t used = 0;
+  template <typename T>
+  __host__ __device__ T* take(size_t count) {
+    T* at = base == nullptr ? nullptr : reinterpret_cast<T*>(base + used);
+    used += count * sizeof(T);
+    return at;
+  }
+};
 
 template <int HD>
+constexpr size_t rows_tile_elements = size_t{kRows} * (HD + kPad);  // [row][HD + kPad]
+template <int HD>
+constexpr size_t transposed_tile_elements = size_t{HD} * kTransposedPitch;  // [HD][kRows + kPad]
+
+template <typename E>
+struct ForwardTiles {
+  E *q, *k, *v_transposed;
+};
+template <int HD, typename E>
+__host__ __device__ inline ForwardTiles<E> carve_forward(SharedCarve& carve) {
+  ForwardTiles<E> tiles{};
+  tiles.q = carve.take<E>(rows_tile_elements<HD>);
+  tiles.k = carve.take<E>(rows_tile_elements<HD>);
+  tiles.v_transposed = carve.take<E>(transposed_tile_elements<HD>);
+  return tiles;
+}
+
+template <typename E>
+struct DqTiles {
+  E *q, *dout, *k, *v, *k_transposed;
+  float *row_logsumexp_log2, *row_delta;
+};
+template <int HD, typename E>
+__host__ __device__ inline DqTiles<E> carve_dq(SharedCarve& carve) {
+  DqTiles<E> tiles{};
+  tiles.q = carve.take<E>(rows_tile_elements<HD>);
+  tiles.dout = carve.take<E>(rows_tile_elements<HD>);
+  tiles.k = carve.take<E>(rows_tile_elements<HD>);
+  tiles.v = carve.take<E>(rows_tile_elements<HD>);
+  tiles.k_transposed = carve.take<E>(transposed_tile_elements<HD>);
+  tiles.row_logsumexp_log2 = carve.take<float>(kRows);
+  tiles.row_delta = carve.take<float>(kRows);
+  return tiles;
+}
+
+template <typename E>
+struct DkDvTiles {
+  E *k, *v, *q, *dout, *q_transposed, *dout_transposed;
+  float *row_logsumexp_log2, *row_delta;
+};
+template <int HD, typename E>
+__host__ __device__ inline DkDvTiles<E> carve_dkdv(SharedCarve& carve) {
+  DkDvTiles<E> tiles{};
+  tiles.k = carve.take<E>(rows_tile_elements<HD>);
+  tiles.v = carve.take<E>(rows_tile_elements<HD>);
+  tiles.q = carve.take<E>(rows_tile_elements<HD>);
+  tiles.dout = carve.take<E>(rows_tile_elements<HD>);
+  tiles.q_transposed = carve.take<E>(transposed_tile_elements<HD>);
+  tiles.dout_transposed = carve.take<E>(transposed_tile_elements<HD>);
+  tiles.row_logsumexp_log2 = carve.take<float>(kRows);
+  tiles.row_delta = carve.take<float>(kRows);
+  return tiles;
+}
+
+// The bytes a launch gives a kernel whose carve is `Carve`.
+template <typename Carve>
+inline size_t shared_bytes_of(Carve carve) {
+  SharedCarve counting;
+  carve(counting);
+  return counting.used;
+}
+
+// ---- forward ------------------------------------------------------------------------------
+
+template <int HD, typename E>
 __global__ void __launch_bounds__(kThreads)
-    flash_forward_kernel(bf16* output, float* logsumexp, const bf16* qkv, FlashShape shape) {
-  constexpr int pitch = HD + kPad;
+    flash_forward_kernel(E* output, float* logsumexp, const E* qkv, FlashShape shape) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
-  bf16* q = reinterpret_cast<bf16*>(shared_bytes);
-  bf16* k = q + kRows * pitch;
-  bf16* v_transposed = k + kRows * pitch;  // [HD][kTransposedPitch]
+  SharedCarve carve{shared_bytes};
+  const auto [q, k, v_transposed] = carve_forward<HD, E>(carve);
 
   const auto [pair, b, h, query_tile, q0, batch, key_col] = query_tile_unit<HD>(qkv, shape);
   const int warp_row = (threadIdx.x / 32) * 16;
@@ -357,19 +460,14 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- backward -----------------------------------------------------------------------------
 
-template <int HD>
+template <int HD, typename E>
 __global__ void __launch_bounds__(kThreads)
-    flash_dq_kernel(bf16* dqkv, const bf16* doutput, const bf16* qkv, const bf16* output,
+    flash_dq_kernel(E* dqkv, const E* doutput, const E* qkv, const E* output,
                     const float* logsumexp, FlashShape shape) {
-  constexpr int pitch = HD + kPad;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
-  bf16* q = reinterpret_cast<bf16*>(shared_bytes);
-  bf16* dout = q + kRows * pitch;
-  bf16* k = dout + kRows * pitch;
-  bf16* v = k + kRows * pitch;
-  bf16* k_transposed = v + kRows * pitch;  // [HD][kTransposedPitch]
-  float* row_logsumexp_log2 = reinterpret_cast<float*>(k_transposed + HD * kTransposedPitch);
-  float* row_delta = row_logsumexp_log2 + kRows;
+  SharedCarve carve{shared_bytes};
+  const auto [q, dout, k, v, k_transposed, row_logsumexp_log2, row_delta] =
+      carve_dq<HD, E>(carve);
 
   const auto [pair, b, h, query_tile, q0, batch, key_col] = query_tile_unit<HD>(qkv, shape);
   const int warp_row = (threadIdx.x / 32) * 16;
@@ -420,26 +518,20 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int HD>
+template <int HD, typename E>
 __global__ void __launch_bounds__(kThreads)
-    flash_dkdv_kernel(bf16* dqkv, const bf16* doutput, const bf16* qkv, const bf16* output,
+    flash_dkdv_kernel(E* dqkv, const E* doutput, const E* qkv, const E* output,
                       const float* logsumexp, int64_t num_groups, FlashShape shape) {
-  constexpr int pitch = HD + kPad;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
-  bf16* k = reinterpret_cast<bf16*>(shared_bytes);
-  bf16* v = k + kRows * pitch;
-  bf16* q = v + kRows * pitch;
-  bf16* dout = q + kRows * pitch;
-  bf16* q_transposed = dout + kRows * pitch;                         // [HD][kTransposedPitch]
-  bf16* dout_transposed = q_transposed + HD * kTransposedPitch;      // [HD][kTransposedPitch]
-  float* row_logsumexp_log2 = reinterpret_cast<float*>(dout_transposed + HD * kTransposedPitch);
-  float* row_delta = row_logsumexp_log2 + kRows;
+  SharedCarve carve{shared_bytes};
+  const auto [k, v, q, dout, q_transposed, dout_transposed, row_logsumexp_log2, row_delta] =
+      carve_dkdv<HD, E>(carve);
 
   const int64_t b = blockIdx.y / num_groups, group = blockIdx.y % num_groups;
   const int64_t tiles = (shape.T + kRows - 1) / kRows;
   const int64_t key_tile = blockIdx.x;
   const int64_t k0 = key_tile * kRows;
-  const bf16* batch = qkv + b * shape.T * shape.row_width;
+  const E* batch = qkv + b * shape.T * shape.row_width;
   const int64_t key_col = shape.key_column(group, HD);
   const int warp_row = (threadIdx.x / 32) * 16;  // the warp's 16 keys
   const int t = lane_in_group();
@@ -453,7 +545,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t h = group * shape.heads_per_group + head;
     const int64_t pair = b * shape.NH + h;
     const int64_t query_col = shape.query_column(h, HD);
-    const bf16* head_dout = doutput + b * shape.T * shape.hidden + h * HD;
+    const E* head_dout = doutput + b * shape.T * shape.hidden + h * HD;
     for (int64_t query_tile = key_tile; query_tile < tiles; ++query_tile) {
       const int64_t q0 = query_tile * kRows;
       __syncthreads();  // the previous step's tiles and row statistics are read
@@ -492,11 +584,11 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  bf16* batch_dqkv = dqkv + b * shape.T * shape.row_width;
+  E* batch_dqkv = dqkv + b * shape.T * shape.row_width;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (keys[r] >= shape.T) continue;
-    bf16* key_row = batch_dqkv + keys[r] * shape.row_width + key_col;
+    E* key_row = batch_dqkv + keys[r] * shape.row_width + key_col;
     store_row<HD>(key_row, dk, r, shape.scale);
     store_row<HD>(key_row + HD, dv, r, 1.0f);
   }
@@ -546,52 +638,86 @@ void prepare(Kernel kernel, size_t bytes) {
                                   static_cast<int>(bytes)));
 }
 
-constexpr size_t rows_tile_bytes(int head_dim) {
-  return sizeof(bf16) * kRows * static_cast<size_t>(head_dim + kPad);
-}
-constexpr size_t transposed_tile_bytes(int head_dim) {
-  return sizeof(bf16) * static_cast<size_t>(head_dim) * kTransposedPitch;
-}
-constexpr size_t row_statistics_bytes = 2 * kRows * sizeof(float);
-
 dim3 flash_grid(const char* op, int64_t tiles, int64_t units) {
   if (units > 65535) common::fail("{}: {} (batch × heads) units exceed the grid", op, units);
   return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(units));
 }
 
-template <int HD>
-void launch_forward(bf16* output, float* logsumexp, const bf16* qkv, int64_t batch_size,
+template <int HD, typename E>
+void launch_forward(E* output, float* logsumexp, const E* qkv, int64_t batch_size,
                     const FlashShape& shape, CudaStream stream) {
-  const size_t bytes = 2 * rows_tile_bytes(HD) + transposed_tile_bytes(HD);
-  prepare(flash_forward_kernel<HD>, bytes);
+  const size_t bytes = shared_bytes_of(carve_forward<HD, E>);
+  prepare(flash_forward_kernel<HD, E>, bytes);
   const int64_t tiles = (shape.T + kRows - 1) / kRows;
-  flash_forward_kernel<HD>
+  flash_forward_kernel<HD, E>
       <<<flash_grid("flash_attention_forward", tiles, batch_size * shape.NH), kThreads, bytes,
          stream>>>(output, logsumexp, qkv, shape);
   CUDA_CHECK(cudaGetLastError());
 }
 
-template <int HD>
-void launch_backward(bf16* dqkv, const bf16* doutput, const bf16* qkv, const bf16* output,
+template <int HD, typename E>
+void launch_backward(E* dqkv, const E* doutput, const E* qkv, const E* output,
                      const float* logsumexp, int64_t batch_size, int64_t num_groups,
                      const FlashShape& shape, CudaStream stream) {
   const int64_t tiles = (shape.T + kRows - 1) / kRows;
   // The two kernels write disjoint columns of dqkv (keys and values; queries), which together
   // are all of it: dqkv is overwritten.
-  const size_t dkdv_bytes =
-      4 * rows_tile_bytes(HD) + 2 * transposed_tile_bytes(HD) + row_statistics_bytes;
-  prepare(flash_dkdv_kernel<HD>, dkdv_bytes);
-  flash_dkdv_kernel<HD>
+  const size_t dkdv_bytes = shared_bytes_of(carve_dkdv<HD, E>);
+  prepare(flash_dkdv_kernel<HD, E>, dkdv_bytes);
+  flash_dkdv_kernel<HD, E>
       <<<flash_grid("flash_attention_backward", tiles, batch_size * num_groups), kThreads,
          dkdv_bytes, stream>>>(dqkv, doutput, qkv, output, logsumexp, num_groups, shape);
   CUDA_CHECK(cudaGetLastError());
-  const size_t dq_bytes = 4 * rows_tile_bytes(HD) + transposed_tile_bytes(HD) +
-                          row_statistics_bytes;
-  prepare(flash_dq_kernel<HD>, dq_bytes);
-  flash_dq_kernel<HD><<<flash_grid("flash_attention_backward", tiles, batch_size * shape.NH),
-                        kThreads, dq_bytes, stream>>>(dqkv, doutput, qkv, output, logsumexp,
-                                                      shape);
+  const size_t dq_bytes = shared_bytes_of(carve_dq<HD, E>);
+  prepare(flash_dq_kernel<HD, E>, dq_bytes);
+  flash_dq_kernel<HD, E><<<flash_grid("flash_attention_backward", tiles, batch_size * shape.NH),
+                           kThreads, dq_bytes, stream>>>(dqkv, doutput, qkv, output, logsumexp,
+                                                         shape);
   CUDA_CHECK(cudaGetLastError());
+}
+
+// The public entry points for one host element type Scalar (bfloat16, float16) and its device
+// type E.
+template <typename Scalar, typename E>
+void forward(Scalar* output, float* logsumexp, const Scalar* qkv, int64_t batch_size,
+             int64_t seq_length, int64_t hidden_size, int64_t num_heads,
+             int64_t num_query_groups, const Dropout& dropout, CudaStream stream) {
+  constexpr const char* op = "flash_attention_forward";
+  const FlashShape shape =
+      make_flash_shape(op, seq_length, hidden_size, num_heads, num_query_groups, dropout);
+  check_aligned(op, qkv, "qkv");
+  check_aligned(op, output, "output");
+  if (batch_size <= 0 || seq_length <= 0) return;
+  auto* o = reinterpret_cast<E*>(output);
+  const auto* x = reinterpret_cast<const E*>(qkv);
+  if (hidden_size / num_heads == 64) {
+    launch_forward<64>(o, logsumexp, x, batch_size, shape, stream);
+  } else {
+    launch_forward<128>(o, logsumexp, x, batch_size, shape, stream);
+  }
+}
+
+template <typename Scalar, typename E>
+void backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv, const Scalar* output,
+              const float* logsumexp, int64_t batch_size, int64_t seq_length,
+              int64_t hidden_size, int64_t num_heads, int64_t num_query_groups,
+              const Dropout& dropout, CudaStream stream) {
+  constexpr const char* op = "flash_attention_backward";
+  const FlashShape shape =
+      make_flash_shape(op, seq_length, hidden_size, num_heads, num_query_groups, dropout);
+  check_aligned(op, dqkv, "dqkv");
+  check_aligned(op, doutput, "doutput");
+  check_aligned(op, qkv, "qkv");
+  if (batch_size <= 0 || seq_length <= 0) return;
+  auto* d = reinterpret_cast<E*>(dqkv);
+  const auto* dout = reinterpret_cast<const E*>(doutput);
+  const auto* x = reinterpret_cast<const E*>(qkv);
+  const auto* o = reinterpret_cast<const E*>(output);
+  if (hidden_size / num_heads == 64) {
+    launch_backward<64>(d, dout, x, o, logsumexp, batch_size, num_query_groups, shape, stream);
+  } else {
+    launch_backward<128>(d, dout, x, o, logsumexp, batch_size, num_query_groups, shape, stream);
+  }
 }
 
 }  // namespace
@@ -600,19 +726,15 @@ void flash_attention_forward(bfloat16* output, float* logsumexp, const bfloat16*
                              int64_t batch_size, int64_t seq_length, int64_t hidden_size,
                              int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
                              CudaStream stream) {
-  constexpr const char* op = "flash_attention_forward";
-  const FlashShape shape =
-      make_flash_shape(op, seq_length, hidden_size, num_heads, num_query_groups, dropout);
-  check_aligned(op, qkv, "qkv");
-  check_aligned(op, output, "output");
-  if (batch_size <= 0 || seq_length <= 0) return;
-  auto* o = reinterpret_cast<bf16*>(output);
-  const auto* x = reinterpret_cast<const bf16*>(qkv);
-  if (hidden_size / num_heads == 64) {
-    launch_forward<64>(o, logsumexp, x, batch_size, shape, stream);
-  } else {
-    launch_forward<128>(o, logsumexp, x, batch_size, shape, stream);
-  }
+  forward<bfloat16, __nv_bfloat16>(output, logsumexp, qkv, batch_size, seq_length, hidden_size,
+                                   num_heads, num_query_groups, dropout, stream);
+}
+void flash_attention_forward(float16* output, float* logsumexp, const float16* qkv,
+                             int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                             int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
+                             CudaStream stream) {
+  forward<float16, __half>(output, logsumexp, qkv, batch_size, seq_length, hidden_size,
+                           num_heads, num_query_groups, dropout, stream);
 }
 
 void flash_attention_backward(bfloat16* dqkv, const bfloat16* doutput, const bfloat16* qkv,
@@ -620,22 +742,17 @@ void flash_attention_backward(bfloat16* dqkv, const bfloat16* doutput, const bfl
                               int64_t batch_size, int64_t seq_length, int64_t hidden_size,
                               int64_t num_heads, int64_t num_query_groups,
                               const Dropout& dropout, CudaStream stream) {
-  constexpr const char* op = "flash_attention_backward";
-  const FlashShape shape =
-      make_flash_shape(op, seq_length, hidden_size, num_heads, num_query_groups, dropout);
-  check_aligned(op, dqkv, "dqkv");
-  check_aligned(op, doutput, "doutput");
-  check_aligned(op, qkv, "qkv");
-  if (batch_size <= 0 || seq_length <= 0) return;
-  auto* d = reinterpret_cast<bf16*>(dqkv);
-  const auto* dout = reinterpret_cast<const bf16*>(doutput);
-  const auto* x = reinterpret_cast<const bf16*>(qkv);
-  const auto* o = reinterpret_cast<const bf16*>(output);
-  if (hidden_size / num_heads == 64) {
-    launch_backward<64>(d, dout, x, o, logsumexp, batch_size, num_query_groups, shape, stream);
-  } else {
-    launch_backward<128>(d, dout, x, o, logsumexp, batch_size, num_query_groups, shape, stream);
-  }
+  backward<bfloat16, __nv_bfloat16>(dqkv, doutput, qkv, output, logsumexp, batch_size,
+                                    seq_length, hidden_size, num_heads, num_query_groups,
+                                    dropout, stream);
+}
+void flash_attention_backward(float16* dqkv, const float16* doutput, const float16* qkv,
+                              const float16* output, const float* logsumexp,
+                              int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                              int64_t num_heads, int64_t num_query_groups,
+                              const Dropout& dropout, CudaStream stream) {
+  backward<float16, __half>(dqkv, doutput, qkv, output, logsumexp, batch_size, seq_length,
+                            hidden_size, num_heads, num_query_groups, dropout, stream);
 }
 
 }  // namespace backend::cuda

@@ -104,9 +104,9 @@ SelectedDevice select_device(const TrainingArguments& arguments) {
       make_cuda_device(gpu.index, {.flash_attention = arguments.use_flash_attn}), gpu};
   spdlog::info("device: {}", selected.device->name());
   if (arguments.use_flash_attn) {
-    spdlog::info("--use-flash-attn: bf16 attention with head dimension 64 or 128 runs on tensor "
-                 "cores (flash_attention_forward/backward); other shapes, fp16 and fp32 keep the "
-                 "CUDA-core kernel");
+    spdlog::info("--use-flash-attn: bf16 and fp16 attention with head dimension 64 or 128 runs "
+                 "on tensor cores (flash_attention_forward/backward); other shapes and fp32 keep "
+                 "the CUDA-core kernel");
   }
   return selected;
 }

@@ -4,7 +4,7 @@
 // multiples of the tile (1, 7, 129), with and without attention dropout (the same mask
 // elements as the CPU twin), run to run identical. The key/value-cache attention of decoding
 // too: the stored caches and the output, rows of several slots at several positions. And the
-// tensor-core kernel of --use-flash-attn, bf16 at head dimensions 64 and 128.
+// tensor-core kernel of --use-flash-attn, bf16 and fp16 at head dimensions 64 and 128.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -59,8 +59,8 @@ TEST_CASE("attention on the CUDA device matches the CPU device (fp32, bf16, fp16
   }
 }
 
-// --use-flash-attn's kernel (attention_flash_cuda.cu, mma.sync on tensor cores): bf16 only, so
-// no CPU stand-in. Sequence lengths around its 64-row tiles, head dimensions 64 and 128,
+// --use-flash-attn's kernel (attention_flash_cuda.cu, mma.sync on tensor cores): bf16 and fp16
+// only, so no CPU stand-in. Sequence lengths around its 64-row tiles, head dimensions 64 and 128,
 // multi-head, grouped and multi-query layouts, batches of several sequences. The small case
 // (two tiles, so the loops' barriers between tiles are exercised) is racecheck's: the sanitizer
 // slows these kernels down by orders of magnitude.
@@ -79,35 +79,40 @@ void check_flash_attention(Device& gpu, const std::vector<FlashShape>& shapes) {
       const int64_t hidden = s.heads * s.head_dim;
       const int64_t width = (s.heads + 2 * s.groups) * s.head_dim;
       const backend::Dropout dropout{probability, backend::dropout_key(1, 2, 3, 4)};
-      const ElementType type = ElementType::bf16;
-      const auto qkv = representable(random_values(s.batch * s.seq * width, 31), type);
-      const auto dout = representable(random_values(s.batch * s.seq * hidden, 32), type);
-      // P and dS enter their tensor-core products rounded to bf16: the same 3e-2 as the bf16
-      // CUDA-core kernel above, which rounds only inputs and outputs, is the bound.
-      check_against_cpu(gpu, what.str(), type, 3e-2, [&](Tensors& t, ElementType dtype) {
-        Device& device = t.device();
-        View x = t.input(qkv, dtype);
-        View o = t.poisoned(s.batch * s.seq * hidden, dtype);
-        View lse = t.poisoned(s.batch * s.heads * s.seq, ElementType::f32);
-        device.attention_forward(o, lse, x, s.batch, s.seq, hidden, s.heads, s.groups, dropout);
-        View dx = t.poisoned(s.batch * s.seq * width, dtype);
-        device.attention_backward(dx, t.input(dout, dtype), x, o, lse, s.batch, s.seq, hidden,
-                                  s.heads, s.groups, dropout);
-        return Outputs{{"output", t.read(o)}, {"logsumexp", t.read(lse)}, {"dqkv", t.read(dx)}};
-      });
+      for (const ElementType type : {ElementType::bf16, ElementType::f16}) {
+        const auto qkv = representable(random_values(s.batch * s.seq * width, 31), type);
+        const auto dout = representable(random_values(s.batch * s.seq * hidden, 32), type);
+        // P and dS enter their tensor-core products rounded to bf16 (fp16): the same 3e-2 as the
+        // bf16 CUDA-core kernel above, which rounds only inputs and outputs, is the bound (fp16
+        // rounds to 3 more bits: a quarter of it).
+        const double bound = type == ElementType::bf16 ? 3e-2 : 7.5e-3;
+        check_against_cpu(gpu, what.str(), type, bound, [&](Tensors& t, ElementType dtype) {
+          Device& device = t.device();
+          View x = t.input(qkv, dtype);
+          View o = t.poisoned(s.batch * s.seq * hidden, dtype);
+          View lse = t.poisoned(s.batch * s.heads * s.seq, ElementType::f32);
+          device.attention_forward(o, lse, x, s.batch, s.seq, hidden, s.heads, s.groups,
+                                   dropout);
+          View dx = t.poisoned(s.batch * s.seq * width, dtype);
+          device.attention_backward(dx, t.input(dout, dtype), x, o, lse, s.batch, s.seq, hidden,
+                                    s.heads, s.groups, dropout);
+          return Outputs{
+              {"output", t.read(o)}, {"logsumexp", t.read(lse)}, {"dqkv", t.read(dx)}};
+        });
+      }
     }
   }
 }
 
 }  // namespace
 
-TEST_CASE("attention on tensor cores (--use-flash-attn) matches the CPU device (bf16, small)") {
+TEST_CASE("attention on tensor cores (--use-flash-attn) matches the CPU device (16-bit, small)") {
   auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/false, {.flash_attention = true});
   if (!gpu) return;
   check_flash_attention(*gpu, {{1, 1, 2, 2, 64}, {1, 65, 2, 1, 64}, {1, 70, 1, 1, 128}});
 }
 
-TEST_CASE("attention on tensor cores (--use-flash-attn) matches the CPU device (bf16, larger)") {
+TEST_CASE("attention on tensor cores (--use-flash-attn) matches the CPU device (16-bit, larger)") {
   auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/false, {.flash_attention = true});
   if (!gpu) return;
   check_flash_attention(*gpu, {{2, 63, 4, 2, 64}, {1, 65, 2, 2, 128}, {2, 130, 4, 1, 64},

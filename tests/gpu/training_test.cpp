@@ -6,10 +6,11 @@
 // for bit; a checkpoint written on the GPU continues on the CPU and the other way round. --bf16
 // (bf16 weights and activations, fp32 master weights and gradients): 50 steps within 2e-2 of
 // the CPU's fp32 losses, the same bits run after run, and resumed bit for bit; the same with
-// --use-flash-attn's tensor-core attention at head dimensions 64 and 128. --fp16 likewise (with
-// a loss scale of 4096, under which nothing overflows), resumed bit for bit with its scaler's
-// state; from Megatron's initial loss scale 2^32 the fp16 gradients overflow, and the dynamic
-// scaler skips those iterations and halves the scale until they fit, as Megatron's does.
+// --use-flash-attn's tensor-core attention at head dimensions 64 and 128 (and in fp16). --fp16
+// likewise (with a loss scale of 4096, under which nothing overflows), resumed bit for bit with
+// its scaler's state; from Megatron's initial loss scale 2^32 the fp16 gradients overflow, and
+// the dynamic scaler skips those iterations and halves the scale until they fit, as Megatron's
+// does.
 // With GPU_TESTS_ON_CPU=1 the "GPU" runs are --device cpu (checks the test itself).
 #include <doctest/doctest.h>
 
@@ -155,8 +156,8 @@ TEST_CASE("50 bf16 steps on the CUDA device follow the CPU's fp32 losses within 
   }
 }
 
-TEST_CASE("50 bf16 steps with --use-flash-attn (tensor-core attention) follow the CPU's fp32 "
-          "losses within 2e-2 relative") {
+TEST_CASE("50 bf16 and fp16 steps with --use-flash-attn (tensor-core attention) follow the "
+          "CPU's fp32 losses within 2e-2 relative") {
   const auto device = gpu_device_or_skip();
   if (!device) return;
   // Head dimensions the tensor-core kernel takes (64: GPT-2 style with attention dropout; 128:
@@ -175,12 +176,17 @@ TEST_CASE("50 bf16 steps with --use-flash-attn (tensor-core attention) follow th
     const std::string name = style.first;
     CAPTURE(name);
     const TrainingResult cpu = train(style.second, "cpu");
-    TrainingArguments flash = style.second;
-    flash.bf16 = true;
-    flash.use_flash_attn = true;
-    const TrainingResult gpu = train(flash, *device);
-    expect_losses_close(gpu, cpu, 2e-2);
-    expect_identical_losses(train(flash, *device).iterations, gpu.iterations);
+    for (const std::string precision : {"bf16", "fp16"}) {
+      CAPTURE(precision);
+      TrainingArguments flash = style.second;
+      flash.bf16 = precision == "bf16";
+      flash.fp16 = precision == "fp16";
+      if (flash.fp16) flash.initial_loss_scale = 4096;
+      flash.use_flash_attn = true;
+      const TrainingResult gpu = train(flash, *device);
+      expect_losses_close(gpu, cpu, 2e-2);
+      expect_identical_losses(train(flash, *device).iterations, gpu.iterations);
+    }
   }
 }
 

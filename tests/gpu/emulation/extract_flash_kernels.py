@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The device part of backend/ops/attention_flash_cuda.cu, for the warp emulation
-(warp_emulator.hpp): everything from its anonymous namespace up to the host side, and the host
-side's shared-memory sizes and make_flash_shape, with the one
-inline PTX instruction forwarded to the emulator's mma, the dynamic shared memory taken from
-the emulated block and nvcc's `#pragma unroll` hints dropped. Fails, naming what it did not find, when the file's shape changes.
+(warp_emulator.hpp): everything from its anonymous namespace up to the host side (the shared
+memory carves and their sizes included), and the host side's make_flash_shape, with the mma
+wrapper's inline PTX forwarded to the emulator's mma of the same element type, the dynamic
+shared memory taken from the emulated block and nvcc's `#pragma unroll` hints dropped. Fails,
+naming what it did not find, when the file's shape changes.
 Usage: extract_flash_kernels.py attention_flash_cuda.cu output.inc"""
 import re
 import sys
@@ -22,19 +23,17 @@ def main(source_path, output_path):
     need(begin_marker in source, "the anonymous namespace inside backend::cuda")
     need(end_marker in source, f"the '{end_marker}' comment")
     device_part = source[source.index(begin_marker) + len(begin_marker):source.index(end_marker)]
-    # The host side's shared-memory sizes, which the test launches with.
-    sizes = re.search(r"constexpr size_t rows_tile_bytes.*?constexpr size_t row_statistics_bytes[^\n]*\n",
-                      source, flags=re.S)
-    need(sizes, "rows_tile_bytes … row_statistics_bytes")
+    need("shared_bytes_of(" in device_part, "shared_bytes_of, the launches' shared-memory sizes")
     # The host side's FlashShape maker, so the test launches with the shape the op would.
     shape_maker = re.search(r"FlashShape make_flash_shape\(.*?\n\}\n", source, flags=re.S)
     need(shape_maker, "make_flash_shape")
 
-    mma = re.compile(r"(__device__ inline void mma\(float \(&d\)\[4\], const uint32_t \(&a\)\[4\], "
-                     r"uint32_t b0, uint32_t b1\) \{\n).*?\n\}\n", flags=re.S)
-    need(mma.search(device_part), "the mma(d, a, b0, b1) wrapper of the PTX instruction")
-    device_part = mma.sub(lambda m: m.group(1) + "  warp_emulator::mma_m16n8k16(d, a, b0, b1);\n}\n",
-                          device_part)
+    mma = re.compile(r"(template <typename E>\n__device__ inline void mma\(float \(&d\)\[4\], "
+                     r"const uint32_t \(&a\)\[4\], uint32_t b0, uint32_t b1\) \{\n).*?\n\}\n",
+                     flags=re.S)
+    need(mma.search(device_part), "the mma<E>(d, a, b0, b1) wrapper of the PTX instructions")
+    device_part = mma.sub(
+        lambda m: m.group(1) + "  warp_emulator::mma_m16n8k16<E>(d, a, b0, b1);\n}\n", device_part)
     shared = "extern __shared__ __align__(16) unsigned char shared_bytes[];"
     need(shared in device_part, "the kernels' dynamic shared memory declaration")
     device_part = device_part.replace(shared, "unsigned char* shared_bytes = warp_emulator::block->shared;")
@@ -45,7 +44,6 @@ def main(source_path, output_path):
     with open(output_path, "w", encoding="utf-8") as output:
         output.write(f"// Generated from {source_path} by extract_flash_kernels.py: do not edit.\n")
         output.write(device_part)
-        output.write(sizes.group(0))
         output.write(shape_maker.group(0))
 
 

@@ -3,8 +3,9 @@
 // written here from the formulas: output, fp32 log-sum-exp and dqkv (overwritten: the buffer is
 // NaN first). Sequence lengths around the 64-row tiles (1, 63, 65, 130), head dimensions 64
 // and 128, multi-head, grouped and multi-query layouts, with and without dropout (the mask
-// elements of ops/dropout.hpp). Inputs are bf16 values, so the reference sees what the kernels
-// see; the tolerance covers P and dS rounded to bf16 inside the kernels and the bf16 outputs.
+// elements of ops/dropout.hpp), in bf16 and in fp16. Inputs are values of the element type, so
+// the reference sees what the kernels see; the tolerance covers P and dS rounded to that type
+// inside the kernels and the rounded outputs.
 // Where CI has no GPU this is what checks the kernels' tile logic; tests/gpu/attention_test.cpp
 // checks them on a GPU.
 #include <doctest/doctest.h>
@@ -14,6 +15,7 @@
 #include <limits>
 #include <random>
 #include <sstream>
+#include <type_traits>
 #include <vector>
 
 #include "gpu/emulation/warp_emulator.hpp"
@@ -28,7 +30,18 @@ namespace {
 
 namespace {
 
-using bf16 = __nv_bfloat16;
+constexpr double kBf16Tolerance = 1e-2;
+constexpr double kFp16Tolerance = 2e-3;
+
+// float → E, rounded to nearest even.
+template <typename E>
+E to_element(float value) {
+  if constexpr (std::is_same_v<E, __half>) {
+    return __float2half_rn(value);
+  } else {
+    return __float2bfloat16_rn(value);
+  }
+}
 
 struct Shape {
   int64_t batch, seq, heads, groups, head_dim;
@@ -139,32 +152,35 @@ void check_close(const std::string& what, const std::vector<float>& actual,
   CHECK(worst / scale <= tolerance);
 }
 
-template <int HD>
-void check_kernels(const Shape& s) {
+// Runs the three kernels on E inputs; `tolerance` bounds the output's and dqkv's normalised error.
+template <int HD, typename E>
+void check_kernels(const Shape& s, double tolerance) {
   using namespace backend::cuda;
   const int64_t T = s.seq;
   const int64_t width = (s.heads + 2 * s.groups) * HD, hidden = s.heads * HD;
   std::mt19937 generator(static_cast<uint32_t>(T * 131 + HD));
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto bf16_values = [&](int64_t count) {
+  auto representable_values = [&](int64_t count) {
     std::vector<float> values(static_cast<size_t>(count));
-    for (auto& value : values) value = __bfloat162float(__float2bfloat16_rn(normal(generator)));
+    for (auto& value : values) {
+      value = warp_emulator::element_value(to_element<E>(normal(generator)));
+    }
     return values;
   };
-  const std::vector<float> qkv = bf16_values(s.batch * T * width);
-  const std::vector<float> dout = bf16_values(s.batch * T * hidden);
+  const std::vector<float> qkv = representable_values(s.batch * T * width);
+  const std::vector<float> dout = representable_values(s.batch * T * hidden);
   const backend::Dropout dropout{s.dropout, backend::dropout_key(1, 2, 3, 4)};
   const Reference expected = reference(s, qkv, dout, dropout);
 
-  auto to_bf16 = [](const std::vector<float>& values) {
-    std::vector<bf16> converted(values.size());
-    for (size_t i = 0; i < values.size(); ++i) converted[i] = __float2bfloat16_rn(values[i]);
+  auto to_elements = [](const std::vector<float>& values) {
+    std::vector<E> converted(values.size());
+    for (size_t i = 0; i < values.size(); ++i) converted[i] = to_element<E>(values[i]);
     return converted;
   };
-  const std::vector<bf16> x = to_bf16(qkv), dy = to_bf16(dout);
-  const bf16 nan = __float2bfloat16_rn(std::numeric_limits<float>::quiet_NaN());
-  std::vector<bf16> output(static_cast<size_t>(s.batch * T * hidden), nan);
-  std::vector<bf16> dqkv(x.size(), nan);
+  const std::vector<E> x = to_elements(qkv), dy = to_elements(dout);
+  const E nan = to_element<E>(std::numeric_limits<float>::quiet_NaN());
+  std::vector<E> output(static_cast<size_t>(s.batch * T * hidden), nan);
+  std::vector<E> dqkv(x.size(), nan);
   std::vector<float> logsumexp(static_cast<size_t>(s.batch * s.heads * T),
                                std::numeric_limits<float>::quiet_NaN());
   const FlashShape shape =
@@ -172,34 +188,32 @@ void check_kernels(const Shape& s) {
   const auto tiles = static_cast<unsigned>((T + kRows - 1) / kRows);
   const auto pairs = static_cast<unsigned>(s.batch * s.heads);
   const auto group_units = static_cast<unsigned>(s.batch * s.groups);
-  warp_emulator::launch(tiles, pairs, 2 * rows_tile_bytes(HD) + transposed_tile_bytes(HD), [&] {
+  // The shared memory each launch gets is what the op's launch gives: the kernels' own carves.
+  warp_emulator::launch(tiles, pairs, shared_bytes_of(carve_forward<HD, E>), [&] {
     flash_forward_kernel<HD>(output.data(), logsumexp.data(), x.data(), shape);
   });
-  warp_emulator::launch(
-      tiles, group_units,
-      4 * rows_tile_bytes(HD) + 2 * transposed_tile_bytes(HD) + row_statistics_bytes, [&] {
-        flash_dkdv_kernel<HD>(dqkv.data(), dy.data(), x.data(), output.data(), logsumexp.data(),
-                              s.groups, shape);
-      });
-  warp_emulator::launch(
-      tiles, pairs, 4 * rows_tile_bytes(HD) + transposed_tile_bytes(HD) + row_statistics_bytes,
-      [&] {
-        flash_dq_kernel<HD>(dqkv.data(), dy.data(), x.data(), output.data(), logsumexp.data(),
-                            shape);
-      });
+  warp_emulator::launch(tiles, group_units, shared_bytes_of(carve_dkdv<HD, E>), [&] {
+    flash_dkdv_kernel<HD>(dqkv.data(), dy.data(), x.data(), output.data(), logsumexp.data(),
+                          s.groups, shape);
+  });
+  warp_emulator::launch(tiles, pairs, shared_bytes_of(carve_dq<HD, E>), [&] {
+    flash_dq_kernel<HD>(dqkv.data(), dy.data(), x.data(), output.data(), logsumexp.data(),
+                        shape);
+  });
 
-  auto to_float = [](const std::vector<bf16>& values) {
+  auto to_float = [](const std::vector<E>& values) {
     std::vector<float> converted(values.size());
-    for (size_t i = 0; i < values.size(); ++i) converted[i] = __bfloat162float(values[i]);
+    for (size_t i = 0; i < values.size(); ++i) {
+      converted[i] = warp_emulator::element_value(values[i]);
+    }
     return converted;
   };
   std::ostringstream what;
-  what << "B " << s.batch << " T " << T << " NH " << s.heads << " NG " << s.groups << " HD "
-       << HD << " dropout " << s.dropout;
-  // bf16 outputs carry 2^-9 relative rounding of their own; P and dS are rounded inside.
-  check_close(what.str() + " output", to_float(output), expected.output, 1e-2);
+  what << (std::is_same_v<E, __half> ? "fp16" : "bf16") << " B " << s.batch << " T " << T
+       << " NH " << s.heads << " NG " << s.groups << " HD " << HD << " dropout " << s.dropout;
+  check_close(what.str() + " output", to_float(output), expected.output, tolerance);
   check_close(what.str() + " logsumexp", logsumexp, expected.logsumexp, 1e-5);
-  check_close(what.str() + " dqkv", to_float(dqkv), expected.dqkv, 1e-2);
+  check_close(what.str() + " dqkv", to_float(dqkv), expected.dqkv, tolerance);
 }
 
 }  // namespace
@@ -207,13 +221,23 @@ void check_kernels(const Shape& s) {
 TEST_CASE("the tensor-core attention kernels, emulated on the CPU, match an fp64 reference") {
   // Small enough for CI's two cores (each emulated block is 128 threads meeting at barriers):
   // one to three tiles, both head dimensions past one tile, MQA with two heads per group.
+  // bf16 outputs carry 2^-9 relative rounding of their own, fp16's 2^-12; P and dS are rounded
+  // inside the kernels too.
   for (const Shape s : {Shape{1, 1, 2, 2, 64, 0.0}, Shape{2, 63, 4, 2, 64, 0.0},
                         Shape{1, 65, 2, 2, 128, 0.1}, Shape{1, 130, 2, 1, 64, 0.1},
                         Shape{1, 130, 2, 1, 128, 0.0}}) {
     if (s.head_dim == 64) {
-      check_kernels<64>(s);
+      check_kernels<64, __nv_bfloat16>(s, kBf16Tolerance);
     } else {
-      check_kernels<128>(s);
+      check_kernels<128, __nv_bfloat16>(s, kBf16Tolerance);
+    }
+  }
+  // fp16: the same kernels with the f16 mma; one and two tiles, both head dimensions, dropout.
+  for (const Shape s : {Shape{2, 63, 4, 2, 64, 0.1}, Shape{1, 65, 2, 1, 128, 0.0}}) {
+    if (s.head_dim == 64) {
+      check_kernels<64, __half>(s, kFp16Tolerance);
+    } else {
+      check_kernels<128, __half>(s, kFp16Tolerance);
     }
   }
 }

@@ -3,9 +3,10 @@
 // online softmax, shared-memory tiles and barriers) is checked where there is no GPU, in CI.
 // A thread block is 128 std::threads; __syncthreads is a std::barrier of all of them, and a
 // warp's collectives (__shfl_xor_sync, mma) exchange values through per-warp slots between two
-// barriers of its 32 threads. `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` is computed
-// from the fragment layout the PTX ISA documents ("Matrix fragments for mma.m16n8k16 with
-// floating point type"), written here independently of the kernel's own loads: lane l holds
+// barriers of its 32 threads. `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32`
+// is computed from the fragment layout the PTX ISA documents ("Matrix fragments for
+// mma.m16n8k16 with floating point type": the same for both element types), written here
+// independently of the kernel's own loads: lane l holds
 // groupID g = l / 4 and t = l % 4; A's a0..a7 are (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1),
 // then the same at columns + 8; B's b0..b3 are (k 2t, n g), (2t+1, g), (2t+8, g), (2t+9, g);
 // C's c0..c3 are (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1). Each lane's own 16 products are
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <vector_types.h>
 
 #include <barrier>
@@ -59,6 +61,8 @@ inline thread_local warp_emulator::Index threadIdx, blockIdx;
 #define __global__
 #undef __device__
 #define __device__
+#undef __host__
+#define __host__
 #define __launch_bounds__(threads)
 
 inline void __syncthreads() { warp_emulator::block->all->arrive_and_wait(); }
@@ -75,16 +79,22 @@ inline float __shfl_xor_sync(unsigned /*mask*/, float value, int lane_mask) {
 
 namespace warp_emulator {
 
-inline float bf16_half(uint32_t word, int high) {
+inline float element_value(__nv_bfloat16 value) { return __bfloat162float(value); }
+inline float element_value(__half value) { return __half2float(value); }
+
+// The lower (high = 0) or upper 16 bits of a register as an E (__nv_bfloat16 or __half).
+template <typename E>
+float register_half(uint32_t word, int high) {
   const auto bits = static_cast<uint16_t>(high ? word >> 16 : word & 0xffffu);
-  __nv_bfloat16 value;
+  E value;
   std::memcpy(static_cast<void*>(&value), &bits, sizeof value);
-  return __bfloat162float(value);
+  return element_value(value);
 }
 
-// D = A·B + C over one warp: every lane deposits its fragments, then computes its own four
-// elements of D from the whole A and B.
-inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+// D = A·B + C over one warp, A and B of element type E: every lane deposits its fragments,
+// then computes its own four elements of D from the whole A and B.
+template <typename E>
+void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   Block& self = *block;
   const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   WarpSlots& slots = self.slots[warp];
@@ -101,11 +111,11 @@ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uin
     for (int e = 0; e < 8; ++e) {
       const int row = (e % 4 < 2) ? g : g + 8;
       const int col = 2 * t + (e & 1) + (e >= 4 ? 8 : 0);
-      A[row][col] = bf16_half(slots.a[l][e / 2], e & 1);
+      A[row][col] = register_half<E>(slots.a[l][e / 2], e & 1);
     }
     for (int e = 0; e < 4; ++e) {
       const int k = 2 * t + (e & 1) + (e >= 2 ? 8 : 0);
-      B[k][g] = bf16_half(slots.b[l][e / 2], e & 1);
+      B[k][g] = register_half<E>(slots.b[l][e / 2], e & 1);
     }
   }
   const int g = static_cast<int>(lane) / 4, t = static_cast<int>(lane) % 4;
