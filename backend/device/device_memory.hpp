@@ -18,6 +18,7 @@ namespace backend {
 struct MemoryUsage {
   int64_t allocated_bytes = 0;
   int64_t peak_bytes = 0;
+  int64_t allocations = 0;  // live blocks (torch's allocation.all.current)
 };
 
 class MemoryLedger {
@@ -27,13 +28,18 @@ class MemoryLedger {
     int64_t peak = peak_.load();
     while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
     }
+    blocks_.fetch_add(1);
   }
-  void remove(int64_t bytes) noexcept { allocated_.fetch_sub(bytes); }
-  MemoryUsage usage() const { return {allocated_.load(), peak_.load()}; }
+  void remove(int64_t bytes) noexcept {
+    allocated_.fetch_sub(bytes);
+    blocks_.fetch_sub(1);
+  }
+  MemoryUsage usage() const { return {allocated_.load(), peak_.load(), blocks_.load()}; }
 
  private:
   std::atomic<int64_t> allocated_{0};
   std::atomic<int64_t> peak_{0};
+  std::atomic<int64_t> blocks_{0};
 };
 
 class DeviceMemory {

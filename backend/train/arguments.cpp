@@ -353,6 +353,9 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                "Also write the validation perplexity")->group(logging);
   app.add_flag("--log-world-size-to-tensorboard", arguments.log_world_size_to_tensorboard,
                "Also write world-size")->group(logging);
+  app.add_flag("--log-memory-to-tensorboard", arguments.log_memory_to_tensorboard,
+               "Also write the device's memory: mem-reserved-bytes, mem-allocated-bytes, "
+               "mem-max-allocated-bytes, mem-allocated-count")->group(logging);
   app.add_option("--log-dir", arguments.log_dir,
                  "Write cmd-args.log and hparams.yaml here, as NeMo's exp_manager (not a Megatron "
                  "flag)")->group(logging);
@@ -861,6 +864,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"end_weight_decay", optional(a.end_weight_decay)},
       {"log_dir", path(a.log_dir)},
       {"log_loss_scale_to_tensorboard", python(a.log_loss_scale_to_tensorboard)},
+      {"log_memory_to_tensorboard", python(a.log_memory_to_tensorboard)},
       {"log_throughput", python(a.log_throughput)},
       {"log_timers_to_tensorboard", python(a.log_timers_to_tensorboard)},
       {"log_validation_ppl_to_tensorboard", python(a.log_validation_ppl_to_tensorboard)},

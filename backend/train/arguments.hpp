@@ -165,6 +165,7 @@ struct TrainingArguments {
   bool log_loss_scale_to_tensorboard = true;  // --no-log-loss-scale-to-tensorboard
   bool log_validation_ppl_to_tensorboard = false;
   bool log_world_size_to_tensorboard = false;
+  bool log_memory_to_tensorboard = false;  // the device's memory (Megatron's mem-* tags)
   std::string log_dir;  // our extension (NeMo's log dir): cmd-args.log and hparams.yaml
 
   // checkpointing (backend/ckpt, docs/checkpoints.md); --save and --load are above

@@ -666,7 +666,8 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
                                  .global_batch_size = batch.global_batch_size,
                                  .consumed_samples = consumed_train,
                                  .loss_scale = step.loss_scale,
-                                 .nan = step.nan});
+                                 .nan = step.nan,
+                                 .memory = device.memory_usage()});
     log.add_iteration(result.iterations.back(), scheduler.learning_rate() * learning_rate_factor);
     // Megatron's report_memory, once, after the first logged interval with a learning rate
     // (the optimizer's state exists by then), from every rank of data-parallel rank 0.

@@ -109,6 +109,19 @@ void TrainingLog::add_iteration(const IterationRecord& record, double next_learn
     if (a.log_loss_scale_to_tensorboard) write("loss-scale", record.loss_scale);
     if (a.log_world_size_to_tensorboard) write("world-size", static_cast<double>(a.world_size));
     write("grad-norm", record.grad_norm);
+    if (a.log_memory_to_tensorboard) {
+      // Megatron's four tags from torch.cuda.memory_stats(), at the iteration only. There is
+      // no caching allocator here: what is reserved is what is allocated.
+      const MemoryUsage& memory = record.memory;
+      tensorboard_->add_scalar("mem-reserved-bytes", static_cast<double>(memory.allocated_bytes),
+                               record.iteration);
+      tensorboard_->add_scalar("mem-allocated-bytes", static_cast<double>(memory.allocated_bytes),
+                               record.iteration);
+      tensorboard_->add_scalar("mem-max-allocated-bytes", static_cast<double>(memory.peak_bytes),
+                               record.iteration);
+      tensorboard_->add_scalar("mem-allocated-count", static_cast<double>(memory.allocations),
+                               record.iteration);
+    }
   }
   interval_.add(record);
   if (record.iteration % a.log_interval == 0) {

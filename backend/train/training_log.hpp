@@ -85,6 +85,8 @@ struct IterationRecord {
   // for a non-finite loss there alone), so IntervalTotals counts `skipped && nan`. An fp16
   // overflow that the loss scaler catches is skipped with a finite loss: skipped, not nan.
   bool nan = false;
+  // The model's device's memory after the iteration (--log-memory-to-tensorboard writes it).
+  MemoryUsage memory{};
 };
 
 // The sums over the iterations since the last iteration line.

@@ -296,9 +296,16 @@ TEST_CASE("Megatron's memory line follows the first iteration line, once, with t
   a.train_iters = 4;
   a.log_interval = 2;
   std::ostringstream log;
-  train(a, log);
+  const TrainingResult result = train(a, log);
   const std::string text = log.str();
   CHECK(count_lines_containing(text, " memory (MB) | allocated: ") == 1);
+  // Each iteration's record carries the device's memory (--log-memory-to-tensorboard's values):
+  // the arenas, live all along, at least the parameters, gradients and moments.
+  for (const backend::IterationRecord& record : result.iterations) {
+    CHECK(record.memory.allocations >= 3);
+    CHECK(record.memory.allocated_bytes >= 16 * 1000);
+    CHECK(record.memory.peak_bytes >= record.memory.allocated_bytes);
+  }
   const std::regex memory(R"(\| number of nan iterations: +0 \|\n\[Rank 0\] \(after 2 iterations\) )"
                           R"(memory \(MB\) \| allocated: ([0-9.]+) \| max allocated: ([0-9.]+) \| )"
                           R"(reserved: \1 \| max reserved: \2\n)");

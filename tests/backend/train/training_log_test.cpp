@@ -279,6 +279,40 @@ TEST_CASE("TensorBoard: loss-scale is each written iteration's scale") {
   CHECK(bytes.find(scalar_value_bytes("loss-scale", 1.0f)) == std::string::npos);
 }
 
+TEST_CASE("TensorBoard: --log-memory-to-tensorboard writes Megatron's mem-* tags of the record") {
+  test_support::TemporaryDirectory temporary;
+  auto a = log_arguments();
+  a.tensorboard_dir = (temporary.path / "tb").string();
+  std::ostringstream out;
+  {
+    TrainingLog log(a, 256, std::nullopt, out);
+    log.add_iteration(record(1, 2.0, 100), 1e-3);
+    log.close();
+  }
+  auto events = [&] {
+    return test_support::read_file(
+        std::filesystem::directory_iterator(temporary.path / "tb")->path());
+  };
+  CHECK(events().find("mem-allocated-bytes") == std::string::npos);  // off by default
+  std::filesystem::remove_all(temporary.path / "tb");
+  a.log_memory_to_tensorboard = true;
+  {
+    TrainingLog log(a, 256, std::nullopt, out);
+    IterationRecord first = record(1, 2.0, 100);
+    first.memory = {.allocated_bytes = 3 << 20, .peak_bytes = 5 << 20, .allocations = 7};
+    log.add_iteration(first, 1e-3);
+    log.close();
+  }
+  const std::string bytes = events();
+  // Reserved is what is allocated (no caching allocator); the peak; the live blocks.
+  CHECK(bytes.find(scalar_value_bytes("mem-reserved-bytes", 3145728.0f)) != std::string::npos);
+  CHECK(bytes.find(scalar_value_bytes("mem-allocated-bytes", 3145728.0f)) != std::string::npos);
+  CHECK(bytes.find(scalar_value_bytes("mem-max-allocated-bytes", 5242880.0f)) != std::string::npos);
+  CHECK(bytes.find(scalar_value_bytes("mem-allocated-count", 7.0f)) != std::string::npos);
+  // At the iteration only, as Megatron writes them: no "vs samples" twin.
+  CHECK(bytes.find("mem-allocated-bytes vs samples") == std::string::npos);
+}
+
 TEST_CASE("TensorBoard: scalars every --tensorboard-log-interval, timers per line, validation") {
   test_support::TemporaryDirectory temporary;
   auto a = log_arguments();
