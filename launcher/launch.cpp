@@ -51,6 +51,12 @@ fs::path executable_dir() {
   return error ? fs::current_path() : self.parent_path();
 }
 
+// share/megatron_native of an installed launcher: conf/ and templates/ (CMakeLists.txt's
+// install rules; LAUNCHER_INSTALLED_DATA_DIR is the path from bin/ to it).
+fs::path installed_data_dir() {
+  return executable_dir() / LAUNCHER_INSTALLED_DATA_DIR;
+}
+
 // What an override targets, without its +, ++ or ~ prefix: "cluster=bcm", "cluster.gres=null".
 std::string_view override_target(std::string_view override_text) {
   while (!override_text.empty() && (override_text.front() == '+' || override_text.front() == '~')) {
@@ -282,7 +288,10 @@ fs::path find_conf_dir(const std::optional<fs::path>& requested) {
     if (!usable(from_env)) common::fail("LAUNCHER_CONF_DIR={}: no config.yaml there", from_env);
     return fs::absolute(from_env);
   }
+  // The build tree's bin/ two levels below the source; an installed bin/ beside
+  // share/megatron_native (`cmake --install`); the source tree the build came from.
   for (const fs::path& candidate : {executable_dir() / ".." / ".." / "conf",
+                                    installed_data_dir() / "conf",
                                     fs::path(LAUNCHER_SOURCE_DIR) / "conf"}) {
     if (usable(candidate)) return fs::weakly_canonical(candidate);
   }
@@ -302,14 +311,16 @@ fs::path find_templates_dir(const fs::path& launcher_scripts_path) {
     return launcher_scripts_path / "templates";
   }
   const std::vector<fs::path> installed = {executable_dir() / ".." / ".." / "templates",
+                                           installed_data_dir() / "templates",
                                            fs::path(LAUNCHER_SOURCE_DIR) / "templates"};
   for (const fs::path& candidate : installed) {
     if (holds_templates(candidate)) return fs::weakly_canonical(candidate);
   }
   common::fail("the launcher's job script templates were not found: not in "
-               "launcher_scripts_path={}/templates, {} or {}; set LAUNCHER_TEMPLATES_DIR to the "
-               "templates/ directory of the launcher's source tree",
-               launcher_scripts_path.string(), installed[0].string(), installed[1].string());
+               "launcher_scripts_path={}/templates, {}, {} or {}; set LAUNCHER_TEMPLATES_DIR to "
+               "the templates/ directory of the launcher's source tree",
+               launcher_scripts_path.string(), installed[0].string(), installed[1].string(),
+               installed[2].string());
 }
 
 ClusterChoice resolve_cluster_type(const std::string& configured) {

@@ -29,13 +29,15 @@ struct MainOptions {
 };
 
 // conf/ in this order: --config-dir, $LAUNCHER_CONF_DIR, <executable>/../../conf (a build
-// tree inside the checkout), the source tree the launcher was built from.
+// tree inside the checkout), <executable>/../share/megatron_native/conf (`cmake --install`),
+// the source tree the launcher was built from.
 std::filesystem::path find_conf_dir(const std::optional<std::filesystem::path>& requested);
 
 // The job script templates belong to the launcher, not to the conf tree (a NeMo tree has
 // none), in this order: $LAUNCHER_TEMPLATES_DIR; <launcher_scripts_path>/templates when that
 // directory exists (a checkout, or a copy made on purpose: how templates were chosen so far);
-// <launcher executable>/../../templates (a build tree inside the checkout); the source tree
+// <launcher executable>/../../templates (a build tree inside the checkout);
+// <launcher executable>/../share/megatron_native/templates (`cmake --install`); the source tree
 // the launcher was built from. A common::Error names what was tried when none holds them.
 std::filesystem::path find_templates_dir(const std::filesystem::path& launcher_scripts_path);
 

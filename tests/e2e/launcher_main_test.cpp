@@ -499,3 +499,46 @@ TEST_CASE("a value of the wrong type is refused before anything runs, naming the
                         "integer ≥ 1 (from the command line)") != std::string::npos);
   CHECK_FALSE(fs::exists(temporary.path / "gpt3_126m"));
 }
+
+TEST_CASE("cmake --install gives a prefix whose launcher trains from its own conf, templates and "
+          "tools") {
+  // The install rules of CMakeLists.txt, run on this build: prefix/bin holds every executable,
+  // prefix/share/megatron_native the conf tree and the job templates. The installed launcher
+  // must use those (not the source tree it was built from): the installed copies are marked,
+  // a run name in the conf and a line in the template, and the run must show both.
+  TemporaryDirectory temporary;
+  const fs::path prefix = temporary.path / "prefix";
+  const fs::path build = fs::path(TEST_BIN_DIR).parent_path();
+  const auto install = launcher::run_and_capture(
+      {"cmake", "--install", build.string(), "--prefix", prefix.string()});
+  INFO(install.output);
+  REQUIRE(install.exit_code == 0);
+  for (const char* tool : {"launcher", "pretrain_gpt", "preprocess_data", "checkpoint_util",
+                           "evaluate_gpt", "text_generation_server", "text_generation_cli"}) {
+    CAPTURE(tool);
+    CHECK(fs::is_regular_file(prefix / "bin" / tool));
+  }
+  const fs::path data = prefix / "share/megatron_native";
+  REQUIRE(fs::is_regular_file(data / "conf/config.yaml"));
+  REQUIRE(fs::is_regular_file(data / "templates/local.sh.mustache"));
+
+  const fs::path model_yaml = data / "conf/training/gpt3/126m.yaml";
+  std::string model = read_file(model_yaml);
+  const std::string name_line = "  name: gpt3_126m\n";
+  REQUIRE(model.find(name_line) != std::string::npos);
+  model.replace(model.find(name_line), name_line.size(), "  name: gpt3_126m_installed\n");
+  std::ofstream(model_yaml) << model;
+  std::ofstream(data / "templates/local.sh.mustache", std::ios::app) << "# installed template\n";
+
+  std::vector<std::string> argv = tiny_run(temporary.path / "results");
+  argv[0] = (prefix / "bin/launcher").string();
+  const auto run = launcher::run_and_capture(argv);
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const fs::path results = temporary.path / "results/gpt3_126m_installed";
+  const std::string script = read_file(results / "gpt3_126m_installed_submission.sh");
+  CHECK(script.ends_with("# installed template\n"));
+  CHECK(script.find(fs::weakly_canonical(prefix / "bin/pretrain_gpt").string()) !=
+        std::string::npos);
+  CHECK(count_matches(run.output, kIterationLine) == 3);
+}
