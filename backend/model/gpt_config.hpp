@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "backend/common/memory_estimate.hpp"
+#include "backend/device/element_type.hpp"
 
 namespace backend {
 
@@ -27,6 +28,17 @@ enum class RecomputeGranularity { none, selective, full };
 enum class RecomputeMethod { uniform, block };
 // Megatron's --bf16 / --fp16 (GptConfig::mixed_precision); none: the parameters' type throughout.
 enum class MixedPrecision { none, bf16, fp16 };
+
+// The type of the working weights, the activations and the GEMMs under `precision`: bf16 or
+// fp16, or `parameters` (the master weights' own type) without mixed precision.
+constexpr ElementType working_type(MixedPrecision precision, ElementType parameters) {
+  switch (precision) {
+    case MixedPrecision::bf16: return ElementType::bf16;
+    case MixedPrecision::fp16: return ElementType::f16;
+    case MixedPrecision::none: break;
+  }
+  return parameters;
+}
 
 struct GptConfig {
   int64_t num_layers = 12;

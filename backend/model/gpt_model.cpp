@@ -212,12 +212,7 @@ struct GptModel<Scalar>::State {
   bool mixed_precision() const { return config.mixed_precision != MixedPrecision::none; }
   // The activations' type: bf16 or fp16 under GptConfig::mixed_precision, else the parameters'.
   ElementType activation_type() const {
-    switch (config.mixed_precision) {
-      case MixedPrecision::bf16: return ElementType::bf16;
-      case MixedPrecision::fp16: return ElementType::f16;
-      case MixedPrecision::none: break;
-    }
-    return kElementType;
+    return working_type(config.mixed_precision, kElementType);
   }
 
   GptConfig config;

@@ -44,8 +44,7 @@ namespace {
 constexpr int kRows = 64;                  // query rows (forward, dQ) or keys (dK, dV) of a block
 constexpr int kWarps = kRows / 16;         // 16 rows per warp: the mma's M
 constexpr int kThreads = kWarps * 32;
-constexpr int kElementBytes = 2;           // __nv_bfloat16 and __half alike
-constexpr int kPad = 8;                    // elements: 16 bytes
+constexpr int kPad = 8;                    // 2-byte elements: 16 bytes
 constexpr int kTransposedPitch = kRows + kPad;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -75,7 +74,7 @@ struct FlashShape {
   }
 };
 
-static_assert(sizeof(__nv_bfloat16) == kElementBytes && sizeof(__half) == kElementBytes);
+static_assert(sizeof(__nv_bfloat16) == 2 && sizeof(__half) == 2, "kPad counts 2-byte elements");
 
 // D = A·B + D for one 16×8×16 product of E operands (the fragments' layout: PTX ISA,
 // mma.m16n8k16; the same for bf16 and f16).

@@ -146,15 +146,6 @@ void note_precision(const TrainingArguments& a, const Device& device, MixedPreci
   }
 }
 
-// The GEMM type of `precision`: what measure_device_gemm_peak times on a GPU.
-ElementType gemm_type_of(MixedPrecision precision) {
-  switch (precision) {
-    case MixedPrecision::bf16: return ElementType::bf16;
-    case MixedPrecision::fp16: return ElementType::f16;
-    case MixedPrecision::none: break;
-  }
-  return ElementType::f32;
-}
 
 // The parameters of a model's layout (a ZeRO-3 model's buffers hold its range of them only).
 int64_t whole_count_of(const GptModel<float>& model) {
@@ -433,7 +424,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   // the CPU's sgemm, or the GPU's GEMM in the model's precision, measured once here (a
   // fraction of a second); benchmark mode reuses it.
   const bool on_gpu = device.memory_kind() == MemoryKind::cuda;
-  const ElementType gemm_type = gemm_type_of(config.mixed_precision);
+  const ElementType gemm_type = working_type(config.mixed_precision, ElementType::f32);
   const std::string peak_name =
       on_gpu ? fmt::format("{} GEMM peak", element_name(gemm_type)) : "sgemm peak";
   auto measure_peak = [&] {

@@ -361,9 +361,7 @@ int main(int argc, char** argv) {
   const bool on_gpu = device_name == "cuda";
   const double peak =
       on_gpu ? backend::measure_device_gemm_peak(
-                   *inner, precision == "bf16"   ? backend::ElementType::bf16
-                           : precision == "fp16" ? backend::ElementType::f16
-                                                 : backend::ElementType::f32)
+                   *inner, backend::working_type(config.mixed_precision, backend::ElementType::f32))
              : backend::measure_cpu_sgemm_peak();
   const std::string peak_name =
       on_gpu ? precision + " GEMM 8192^3 peak" : std::string("sgemm 2048^3 peak");
