@@ -82,12 +82,6 @@ std::string timestamp_now() {
          fmt::format(".{:06d}", microseconds);
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "(";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + (shape.size() == 1 ? ",)" : ")");
-}
-
 json schedule_json(const LearningRateScheduler& scheduler) {
   const LearningRateSchedule& s = scheduler.schedule();
   return {{"max_lr", s.max_lr},           {"min_lr", s.min_lr},

@@ -80,13 +80,13 @@ class ByteParser {
   size_t position_ = 0;
 };
 
+}  // namespace
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string text = "(";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
   return text + (shape.size() == 1 ? ",)" : ")");
 }
-
-}  // namespace
 
 int64_t TensorEntry::numel() const {
   int64_t count = 1;

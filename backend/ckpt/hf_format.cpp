@@ -8,8 +8,6 @@
 // import is the exact inverse of export by construction.
 #include "backend/ckpt/hf_format.hpp"
 
-#include <fmt/ranges.h>
-
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -17,6 +15,7 @@
 #include <map>
 #include <set>
 
+#include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/memory_estimate.hpp"
@@ -253,10 +252,6 @@ int64_t element_count(const std::vector<int64_t>& shape) {
   int64_t count = 1;
   for (const int64_t dim : shape) count *= dim;
   return count;
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  return fmt::format("({})", fmt::join(shape, ", "));
 }
 
 // Index of element (row, column) of a piece, row-major or transposed.

@@ -35,6 +35,9 @@
 
 namespace backend {
 
+// GPT-2's vocabulary: 256 byte tokens, 50,000 merges and <|endoftext|>.
+inline constexpr int64_t kGpt2VocabSize = 50257;
+
 using Gpt2BpeOptions = ByteLevelBpeOptions;
 
 class Gpt2BpeTokenizer final : public Tokenizer {

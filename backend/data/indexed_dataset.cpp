@@ -27,7 +27,7 @@
 namespace backend {
 namespace {
 
-constexpr std::array<char, 9> kMagic = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
+constexpr std::array<char, 9> kIndexMagic = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 constexpr int64_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
 
 bool valid_dtype_code(uint8_t code) { return code >= 1 && code <= 8; }
@@ -349,7 +349,7 @@ void IndexedDatasetWriter::finalize() {
   index_->append(*pointers_);
   index_->append(*documents_);
   std::array<char, kHeaderBytes> header{};
-  std::memcpy(header.data(), kMagic.data(), kMagic.size());
+  std::memcpy(header.data(), kIndexMagic.data(), kIndexMagic.size());
   const uint64_t version = 1;
   const auto code = static_cast<uint8_t>(dtype_);
   const auto sequences = static_cast<uint64_t>(sequence_count_);
@@ -436,7 +436,7 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
     common::fail("{}: {} bytes, too short for the {}-byte MMIDIDX header", index_path, size,
                  kHeaderBytes);
   }
-  if (std::memcmp(index_.data(), kMagic.data(), kMagic.size()) != 0) {
+  if (std::memcmp(index_.data(), kIndexMagic.data(), kIndexMagic.size()) != 0) {
     common::fail("{}: not a Megatron MMapIndexedDataset index (it does not start with "
                  "\"MMIDIDX\\0\\0\")", index_path);
   }

@@ -20,7 +20,7 @@ namespace backend {
 
 namespace {
 
-constexpr std::string_view kMagic = "\x93NUMPY";
+constexpr std::string_view kNpyMagic = "\x93NUMPY";
 constexpr size_t kAlignment = 64;
 
 std::string shape_text(std::span<const int64_t> shape) {
@@ -84,7 +84,7 @@ std::string npy_header(NpyElement element, std::span<const int64_t> shape) {
   dict.append((kAlignment - unpadded % kAlignment) % kAlignment, ' ');
   dict.push_back('\n');
   if (dict.size() > 65535) common::fail("npy header of {} bytes does not fit version 1.0", dict.size());
-  std::string header(kMagic);
+  std::string header(kNpyMagic);
   header.push_back('\x01');
   header.push_back('\x00');
   header.push_back(static_cast<char>(dict.size() & 0xff));
@@ -141,7 +141,7 @@ NpyArray::NpyArray(const std::filesystem::path& path) : path_(path) {
   ::close(fd);
   const auto* bytes = static_cast<const char*>(mapping_);
   const size_t size = mapping_size_;
-  if (size < 10 || std::string_view(bytes, 6) != kMagic) {
+  if (size < 10 || std::string_view(bytes, 6) != kNpyMagic) {
     common::fail("{}: not a .npy file (it does not start with \"\\x93NUMPY\")", path.string());
   }
   const int major = static_cast<unsigned char>(bytes[6]);

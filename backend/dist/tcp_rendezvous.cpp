@@ -35,7 +35,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr std::array<char, 4> kMagic = {'M', 'N', 'R', 'V'};
+constexpr std::array<char, 4> kRendezvousMagic = {'M', 'N', 'R', 'V'};
 constexpr uint32_t kVersion = 1;
 constexpr size_t kHelloBytes = 4 + 4 + 8 + 8;
 constexpr size_t kReplyHeaderBytes = 1 + 8;
@@ -311,7 +311,7 @@ class RendezvousServer {
     std::array<std::byte, kHelloBytes> hello{};
     const IoResult read =
         read_all(connection.fd(), hello, std::min(deadline, Clock::now() + kHelloTimeout));
-    if (read.status != Io::done || std::memcmp(hello.data(), kMagic.data(), kMagic.size()) != 0) {
+    if (read.status != Io::done || std::memcmp(hello.data(), kRendezvousMagic.data(), kRendezvousMagic.size()) != 0) {
       spdlog::warn(
           "rank 0's rendezvous on port {} (MASTER_PORT) ignored a connection from {} "
           "that did not say hello as a rank does ({})",
@@ -412,7 +412,7 @@ Socket connect_once(const addrinfo& candidate, Clock::time_point deadline, std::
 Socket connect_and_say_hello(const RendezvousAddress& address, int64_t rank, int64_t world_size,
                              std::chrono::milliseconds timeout, Clock::time_point deadline) {
   std::array<std::byte, kHelloBytes> hello{};
-  std::memcpy(hello.data(), kMagic.data(), kMagic.size());
+  std::memcpy(hello.data(), kRendezvousMagic.data(), kRendezvousMagic.size());
   put_u32(hello.data() + 4, kVersion);
   put_u64(hello.data() + 8, static_cast<uint64_t>(rank));
   put_u64(hello.data() + 16, static_cast<uint64_t>(world_size));

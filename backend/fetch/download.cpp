@@ -29,7 +29,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double now_seconds() {
+double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
@@ -270,13 +270,13 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
   if (transfer.hash) transfer.hash->update(data, bytes);
   transfer.offset += static_cast<int64_t>(bytes);
   transfer.received += static_cast<int64_t>(bytes);
-  transfer.progress->update(transfer.offset, now_seconds());
+  transfer.progress->update(transfer.offset, steady_seconds());
   return bytes;
 }
 
 int on_transfer_info(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   auto& transfer = *static_cast<Transfer*>(user);
-  transfer.progress->update(transfer.offset, now_seconds());  // keeps the rate honest in a stall
+  transfer.progress->update(transfer.offset, steady_seconds());  // keeps the rate honest in a stall
   return 0;
 }
 
@@ -449,7 +449,7 @@ DownloadResult download_into(const DownloadOptions& options, const std::string& 
     curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &transfer);
     curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
     if (offset > 0) curl_easy_setopt(curl, CURLOPT_RESUME_FROM_LARGE, static_cast<curl_off_t>(offset));
-    progress.start(offset, -1, now_seconds());
+    progress.start(offset, -1, steady_seconds());
     const CURLcode code = curl_easy_perform(curl);
     long status = 0;
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
@@ -508,7 +508,7 @@ DownloadResult download_into(const DownloadOptions& options, const std::string& 
     }
     if (outcome == Outcome::kComplete) {
       part.sync();
-      progress.finish(offset, now_seconds());
+      progress.finish(offset, steady_seconds());
       if (verifying) {
         result.sha256 = hash.finish_hex();
         if (result.sha256 != expected) {

@@ -7,6 +7,7 @@
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/memory_estimate.hpp"
+#include "backend/data/gpt2_bpe_tokenizer.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
@@ -14,10 +15,6 @@
 #include "backend/train/trainer.hpp"
 
 namespace backend {
-
-namespace {
-constexpr int64_t kGpt2VocabSize = 50257;
-}  // namespace
 
 GptModel<float> load_checkpoint_weights(const std::filesystem::path& directory, std::ostream& out) {
   const auto tracked = read_checkpoint_tracker(directory);

@@ -36,12 +36,6 @@ namespace backend {
 
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "(";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + (shape.size() == 1 ? ",)" : ")");
-}
-
 constexpr const char* kWordEmbeddings = "embedding.word_embeddings.weight";
 
 // A file's place, {size, rank}, in its "tensor_parallel" or "pipeline_parallel" group ({1, 0}

@@ -22,7 +22,7 @@ constexpr int kEventWallTime = 1, kEventStep = 2, kEventFileVersion = 3, kEventS
 constexpr int kSummaryValue = 1;
 constexpr int kValueTag = 1, kValueSimpleValue = 2;
 
-double now_seconds() {
+double wall_time_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
@@ -73,7 +73,7 @@ TensorBoardWriter::TensorBoardWriter(const std::filesystem::path& directory, int
   std::error_code error;
   std::filesystem::create_directories(directory, error);
   if (error) common::fail("--tensorboard-dir {}: {}", directory.string(), error.message());
-  const double wall_time = now_seconds();
+  const double wall_time = wall_time_seconds();
   const std::string stem = fmt::format("events.out.tfevents.{:010d}.{}.{}",
                                        static_cast<int64_t>(wall_time), hostname(), getpid());
   for (int n = 0;; ++n) {
@@ -95,7 +95,7 @@ TensorBoardWriter::~TensorBoardWriter() {
 }
 
 void TensorBoardWriter::add_scalar(std::string_view tag, double value, int64_t step) {
-  add_scalar(tag, value, step, now_seconds());
+  add_scalar(tag, value, step, wall_time_seconds());
 }
 
 void TensorBoardWriter::add_scalar(std::string_view tag, double value, int64_t step,

@@ -14,6 +14,7 @@
 #include "backend/common/error.hpp"
 #include "backend/common/file_lock.hpp"
 #include "backend/ckpt/checkpoint.hpp"
+#include "backend/data/gpt2_bpe_tokenizer.hpp"
 #include "backend/data/tokenizer.hpp"
 #include "backend/device/cpu_device.hpp"
 #include "backend/device/cuda_device.hpp"
@@ -41,7 +42,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int64_t kGpt2VocabSize = 50257;
 // --inject-loss-spike-at-iteration multiplies every parameter by this before that iteration's
 // step: real damage (the logits grow by orders of magnitude, so the loss is far beyond any
 // --spike-threshold a run would use, and finite), which only restoring the weights undoes.

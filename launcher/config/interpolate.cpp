@@ -3,7 +3,6 @@
 // current chain of demands are tracked to report cycles.
 #include "launcher/config/interpolate.hpp"
 
-#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
@@ -28,20 +27,6 @@ const std::vector<std::string>& resolver_names() {
   static const std::vector<std::string> names = {"divide_ceil", "divide_floor", "hydra",
                                                  "multiply",    "now",          "oc.env"};
   return names;
-}
-
-bool parse_index(const std::string& segment, std::size_t& index) {
-  const char* end = segment.data() + segment.size();
-  const auto result = std::from_chars(segment.data(), end, index);
-  return !segment.empty() && result.ec == std::errc() && result.ptr == end;
-}
-
-Node* step(Node& node, const std::string& segment) {
-  if (node.is_map()) return node.child(segment);
-  std::size_t index = 0;
-  if (node.is_list() && parse_index(segment, index) && index < node.size())
-    return &node.items()[index];
-  return nullptr;
 }
 
 // Budgets that stop interpolations whose results double at each step (a: ${b}${b},
@@ -217,7 +202,7 @@ class Resolver {
     for (const auto& segment : target) {
       if (!within_final && current->has_interpolation()) resolve_string(*current, walked);
       within_final = within_final || final_.contains(current);
-      Node* next = step(*current, segment);
+      Node* next = child_at(*current, segment);
       if (next == nullptr) {
         common::fail("{}: interpolation {} refers to '{}', which does not exist: {}",
                      describe(site), interpolation.source, dotted(target),

@@ -296,29 +296,25 @@ std::string join_path(std::string_view parent, std::string_view key) {
   return fmt::format("{}.{}", parent, key);
 }
 
-namespace {
-
-bool parse_index(std::string_view segment, std::size_t& index) {
-  if (segment.empty()) return false;
-  const auto [end, error] = std::from_chars(segment.data(), segment.data() + segment.size(), index);
-  return error == std::errc() && end == segment.data() + segment.size();
-}
-
-const Node* step(const Node& node, std::string_view segment) {
+const Node* child_at(const Node& node, std::string_view segment) {
   if (node.is_map()) return node.child(segment);
-  if (node.is_list()) {
-    std::size_t index = 0;
-    if (parse_index(segment, index) && index < node.size()) return &node.items()[index];
+  if (!node.is_list() || segment.empty()) return nullptr;
+  std::size_t index = 0;
+  const auto [end, error] = std::from_chars(segment.data(), segment.data() + segment.size(), index);
+  if (error != std::errc() || end != segment.data() + segment.size() || index >= node.size()) {
+    return nullptr;
   }
-  return nullptr;
+  return &node.items()[index];
 }
 
-}  // namespace
+Node* child_at(Node& node, std::string_view segment) {
+  return const_cast<Node*>(child_at(static_cast<const Node&>(node), segment));
+}
 
 const Node* find(const Node& root, std::string_view path) {
   const Node* current = &root;
   for (const auto& segment : split_path(path)) {
-    current = step(*current, segment);
+    current = child_at(*current, segment);
     if (current == nullptr) return nullptr;
   }
   return current;
@@ -353,7 +349,7 @@ const Node& at_path(const Node& root, std::string_view path) {
   const auto segments = split_path(path);
   const Node* current = &root;
   for (std::size_t i = 0; i < segments.size(); ++i) {
-    const Node* next = step(*current, segments[i]);
+    const Node* next = child_at(*current, segments[i]);
     if (next == nullptr) {
       common::fail("'{}' not found: {}", path,
                    describe_missing_key(*current, join_path(segments, i), segments[i]));

@@ -134,6 +134,11 @@ std::string join_path(const std::vector<std::string>& segments, std::size_t coun
 // Appends a key to a dotted path: join("a.b", "c") == "a.b.c", join("", "c") == "c".
 std::string join_path(std::string_view parent, std::string_view key);
 
+// One segment of a path: the map's child of that key, or the list's item at that decimal
+// index; nullptr when absent, out of range or not a number, or when `node` is a scalar.
+const Node* child_at(const Node& node, std::string_view segment);
+Node* child_at(Node& node, std::string_view segment);
+
 // nullptr if any segment is absent (list segments must be decimal indices in range).
 const Node* find(const Node& root, std::string_view path);
 Node* find(Node& root, std::string_view path);

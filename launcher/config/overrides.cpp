@@ -2,7 +2,6 @@
 #include "launcher/config/overrides.hpp"
 
 #include <algorithm>
-#include <charconv>
 
 #include "backend/common/error.hpp"
 #include "backend/common/utf8.hpp"
@@ -82,20 +81,6 @@ Node element_to_node(const grammar::Element& element) {
 
 // ---- applying
 
-bool parse_index(std::string_view segment, std::size_t& index) {
-  if (segment.empty()) return false;
-  const auto [end, error] = std::from_chars(segment.data(), segment.data() + segment.size(), index);
-  return error == std::errc() && end == segment.data() + segment.size();
-}
-
-Node* child_of(Node& node, std::string_view segment) {
-  if (node.is_map()) return node.child(segment);
-  std::size_t index = 0;
-  if (node.is_list() && parse_index(segment, index) && index < node.size())
-    return &node.items()[index];
-  return nullptr;
-}
-
 // Merges a dict override into an existing map in struct mode: every key must already exist.
 void merge_existing_keys(Node& destination, const Node& source, const std::string& path,
                          const Override& override) {
@@ -117,7 +102,7 @@ void assign(Node& config, const Override& override, const Node& value) {
   const auto segments = split_path(override.key);
   Node* current = &config;
   for (std::size_t i = 0; i < segments.size(); ++i) {
-    Node* next = child_of(*current, segments[i]);
+    Node* next = child_at(*current, segments[i]);
     if (next == nullptr) {
       common::fail("Could not override '{}': {} To add it use +{}", override.key,
                    describe_missing_key(*current, join_path(segments, i), segments[i]),
@@ -138,7 +123,7 @@ void force_add(Node& config, const Override& override, const Node& value) {
   const auto segments = split_path(override.key);
   Node* current = &config;
   for (std::size_t i = 0; i + 1 < segments.size(); ++i) {
-    Node* next = child_of(*current, segments[i]);
+    Node* next = child_at(*current, segments[i]);
     if (next == nullptr) {
       if (!current->is_map()) {
         common::fail("Could not add '{}': {}", override.key,
@@ -156,7 +141,7 @@ void force_add(Node& config, const Override& override, const Node& value) {
     current = next;
   }
   const std::string& last = segments.back();
-  Node* target = child_of(*current, last);
+  Node* target = child_at(*current, last);
   if (target != nullptr && target->is_map() && value.is_map()) {
     merge_into(*target, value);
   } else if (target != nullptr) {
@@ -173,15 +158,15 @@ void remove(Node& config, const Override& override) {
   const auto segments = split_path(override.key);
   Node* parent = &config;
   for (std::size_t i = 0; i + 1 < segments.size(); ++i) {
-    parent = child_of(*parent, segments[i]);
+    parent = child_at(*parent, segments[i]);
     if (parent == nullptr) break;
   }
-  Node* target = parent == nullptr ? nullptr : child_of(*parent, segments.back());
+  Node* target = parent == nullptr ? nullptr : child_at(*parent, segments.back());
   if (target == nullptr) {
     // Re-walk for the message: name the deepest existing parent.
     Node* current = &config;
     for (std::size_t i = 0; i < segments.size(); ++i) {
-      Node* next = child_of(*current, segments[i]);
+      Node* next = child_at(*current, segments[i]);
       if (next == nullptr) {
         common::fail("Could not delete '{}': {}", override.key,
                      describe_missing_key(*current, join_path(segments, i), segments[i]));
@@ -197,9 +182,8 @@ void remove(Node& config, const Override& override) {
   if (parent->is_map()) {
     parent->erase(segments.back());
   } else {
-    std::size_t index = 0;
-    parse_index(segments.back(), index);
-    parent->items().erase(parent->items().begin() + static_cast<std::ptrdiff_t>(index));
+    auto& items = parent->items();  // target is one of them (child_at found it)
+    items.erase(items.begin() + (target - items.data()));
   }
 }
 

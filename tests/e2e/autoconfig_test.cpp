@@ -19,7 +19,7 @@
 #include "launcher/process.hpp"
 #include "launcher/shell_quote.hpp"
 #include "mpi_test_environment.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "slurm_test_cluster.hpp"
 #include "temporary_directory.hpp"
 

@@ -24,7 +24,7 @@
 
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/ckpt/checkpoint_file.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "spawned_process.hpp"
 #include "temporary_directory.hpp"
 
@@ -88,7 +88,7 @@ void check_tracked_checkpoint_loads(const fs::path& directory) {
   for (const auto& entry : reader.tensors()) CHECK_NOTHROW(reader.read_bytes(entry));
 }
 
-void check_same_tensors(const fs::path& expected_file, const fs::path& actual_file) {
+void check_same_tensor_bytes(const fs::path& expected_file, const fs::path& actual_file) {
   const backend::CheckpointFileReader expected(expected_file);
   const backend::CheckpointFileReader actual(actual_file);
   REQUIRE(expected.tensors().size() == actual.tensors().size());
@@ -180,7 +180,7 @@ TEST_CASE("SIGKILL at any moment leaves a loadable checkpoint and the resumed ru
       CAPTURE(logged_iteration);
       CHECK(loss == reference_losses.at(iteration));
     }
-    check_same_tensors(reference_final, backend::checkpoint_file_path(directory, kTrainIters));
+    check_same_tensor_bytes(reference_final, backend::checkpoint_file_path(directory, kTrainIters));
     CHECK_FALSE(has_leftover(directory));  // the resumed run's first save cleaned up
   }
   // The moment that matters most was hit: a save cut short, its temporary left behind.

@@ -28,15 +28,16 @@
 #include "e2e/mpi_runs.hpp"
 #include "launcher/process.hpp"
 #include "logged_losses.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "sanitized_build.hpp"
 #include "temporary_directory.hpp"
+#include "bounded_run.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kCheckpointUtil = std::string(TEST_BIN_DIR) + "/checkpoint_util";
+using test_support::kCheckpointUtil;
 
 std::vector<std::string> with(std::vector<std::string> flags, const std::vector<std::string>& more) {
   flags.insert(flags.end(), more.begin(), more.end());
@@ -56,15 +57,11 @@ launcher::CapturedRun checkpoint_util(const std::vector<std::string>& arguments)
   return launcher::run_and_capture(argv);
 }
 
-std::string tail(const std::string& text) {
-  return text.substr(text.size() > 3000 ? text.size() - 3000 : 0);
-}
-
 // pretrain_gpt's output, after it ran to the end with status 0.
 std::string run_ok(int ranks, const std::vector<std::string>& flags, const fs::path& log) {
   const int status = test_support::run_pretrain(ranks, flags, log);
   const std::string output = test_support::read_file(log);
-  INFO(tail(output));
+  INFO(test_support::output_tail(output));
   REQUIRE(status == 0);
   return output;
 }
@@ -112,6 +109,7 @@ TEST_CASE("checkpoint_util reshards TP=2 → TP=1 and TP=1 → TP=2: the resumed
     test_support::TemporaryDirectory directory;
     const fs::path& d = directory.path;
     using test_support::tensor_parallel_training_flags;
+
     for (const int from : {2, 1}) {
       const int to = 3 - from;
       CAPTURE(from);
@@ -140,7 +138,7 @@ TEST_CASE("checkpoint_util reshards TP=2 → TP=1 and TP=1 → TP=2: the resumed
       const fs::path refused_log = d / (name + "_refused.log");
       CHECK(test_support::run_pretrain(to, second_half, refused_log) != 0);
       const std::string refusal = test_support::read_file(refused_log);
-      INFO(tail(refusal));
+      INFO(test_support::output_tail(refusal));
       const auto command = suggested_reshard(refusal, target);
       // The flags pad the vocabulary to 384 rows at either size; the suggestion keeps that.
       CHECK(command == std::vector<std::string>{"--load", source.string(), "--save", target.string(),
@@ -395,7 +393,7 @@ TEST_CASE("checkpoint_util reshards TP=2 x PP=2 → TP=1 x PP=1 and back: the re
   CHECK(test_support::run_pretrain(1, with(flags(1, 1, d / "unused"), {"--load", source.string()}),
                                    refused_log) != 0);
   const std::string refusal = test_support::read_file(refused_log);
-  INFO(tail(refusal));
+  INFO(test_support::output_tail(refusal));
   const auto command = suggested_reshard(refusal, one);
   CHECK(command == std::vector<std::string>{"--load", source.string(), "--save", one.string(),
                                             "--target-tensor-parallel-size", "1",

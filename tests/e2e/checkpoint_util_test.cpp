@@ -14,13 +14,14 @@
 #include "backend/ckpt/safetensors.hpp"
 #include "launcher/process.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kPretrain = std::string(TEST_BIN_DIR) + "/pretrain_gpt";
-const std::string kCheckpointUtil = std::string(TEST_BIN_DIR) + "/checkpoint_util";
+using test_support::kPretrainGpt;
+using test_support::kCheckpointUtil;
 
 std::vector<std::string> split_words(const std::string& text) {
   std::istringstream in(text);
@@ -60,7 +61,7 @@ TEST_CASE("checkpoint_util: checkpoint → Hugging Face → release checkpoint �
                                          "--log-interval", "1", "--seed", "5"};
   auto pretrain = [&](const std::vector<std::string>& model_flags, const char* iterations,
                       const std::vector<std::string>& extra) {
-    std::vector<std::string> argv = {kPretrain, "--train-iters", iterations};
+    std::vector<std::string> argv = {kPretrainGpt, "--train-iters", iterations};
     argv.insert(argv.end(), model_flags.begin(), model_flags.end());
     argv.insert(argv.end(), data.begin(), data.end());
     argv.insert(argv.end(), extra.begin(), extra.end());

@@ -30,7 +30,7 @@
 #include "e2e/mpi_runs.hpp"
 #include "logged_losses.hpp"
 #include "mpi_test_environment.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "sanitized_build.hpp"
 #include "spawned_process.hpp"
 #include "temporary_directory.hpp"

@@ -17,7 +17,7 @@
 
 #include "launcher/process.hpp"
 #include "launcher/run_status.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;
@@ -25,10 +25,12 @@ using test_support::TemporaryDirectory;
 
 namespace {
 
-using test_support::read_file;
+using test_support::kGpt2Vocab;
+using test_support::kGpt2Merges;
 
-const std::string kLauncher = std::string(TEST_BIN_DIR) + "/launcher";
-const fs::path kTestData = fs::path(TEST_SOURCE_DIR) / "tests/data";
+using test_support::kLauncher;
+
+using test_support::read_file;
 
 // A small English corpus: `documents` JSON lines, different per shard.
 void write_shard(const fs::path& path, int shard, int documents) {
@@ -78,8 +80,8 @@ std::vector<std::string> prepare_command(const Corpus& corpus, std::vector<std::
       fmt::format("data_preparation.file_urls=[file://{},{}]", (corpus.source / "shard0.jsonl.xz").string(),
                   (corpus.source / "shard1.jsonl.xz").string()),
       fmt::format("data_preparation.file_sha256=[{},null]", sha256sum(corpus.source / "shard0.jsonl.xz")),
-      "data_preparation.vocab_url=file://" + (kTestData / "gpt2-vocab.json").string(),
-      "data_preparation.merges_url=file://" + (kTestData / "gpt2-merges.txt").string(),
+      "data_preparation.vocab_url=file://" + kGpt2Vocab,
+      "data_preparation.merges_url=file://" + kGpt2Merges,
       "data_preparation.workers=1"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
@@ -117,8 +119,8 @@ TEST_CASE("download_and_preprocess over file:// .jsonl.xz shards leaves Megatron
   }
 
   // Files where the config says, nothing half-written left behind.
-  CHECK(read_file(corpus.data / "bpe/vocab.json") == read_file(kTestData / "gpt2-vocab.json"));
-  CHECK(read_file(corpus.data / "bpe/merges.txt") == read_file(kTestData / "gpt2-merges.txt"));
+  CHECK(read_file(corpus.data / "bpe/vocab.json") == read_file(kGpt2Vocab));
+  CHECK(read_file(corpus.data / "bpe/merges.txt") == read_file(kGpt2Merges));
   for (int shard = 0; shard < 2; ++shard) {
     CAPTURE(shard);
     CHECK(read_file(corpus.data / fmt::format("downloads/shard{}.jsonl", shard)) ==
@@ -139,7 +141,7 @@ TEST_CASE("download_and_preprocess over file:// .jsonl.xz shards leaves Megatron
         {std::string(TEST_BIN_DIR) + "/preprocess_data", "--input",
          (corpus.source / fmt::format("shard{}.jsonl", shard)).string(), "--output-prefix", reference.string(),
          "--json-keys", "text", "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file",
-         (kTestData / "gpt2-vocab.json").string(), "--merge-file", (kTestData / "gpt2-merges.txt").string(),
+         kGpt2Vocab, "--merge-file", kGpt2Merges,
          "--append-eod", "--workers", "1"});
     REQUIRE_MESSAGE(direct.exit_code == 0, direct.output);
     const std::string prefix = (corpus.data / fmt::format("meg-gpt2_0{}_text_document", shard)).string();
@@ -232,8 +234,8 @@ TEST_CASE("NeMo's download_gpt3_pile over a file:// directory of .jsonl.zst shar
         // NeMo's tree has only cluster/bcm.yaml; the local cluster type runs with it.
         "cluster_type=local", "cluster=bcm", "base_results_dir=" + results.string(), "data_dir=" + data.string(),
         "data_preparation.the_pile_url=file://" + pile.string() + "/", "data_preparation.file_numbers=0-1",
-        "data_preparation.download_vocab_url=file://" + (kTestData / "gpt2-vocab.json").string(),
-        "data_preparation.download_merges_url=file://" + (kTestData / "gpt2-merges.txt").string()};
+        "data_preparation.download_vocab_url=file://" + kGpt2Vocab,
+        "data_preparation.download_merges_url=file://" + kGpt2Merges};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return launcher::run_and_capture(argv);
   };
@@ -252,8 +254,8 @@ TEST_CASE("NeMo's download_gpt3_pile over a file:// directory of .jsonl.zst shar
   REQUIRE(records.size() == 3);
   for (const auto& record : records) CHECK(record.exit_code == 0);
 
-  CHECK(read_file(data / "bpe/vocab.json") == read_file(kTestData / "gpt2-vocab.json"));
-  CHECK(read_file(data / "bpe/merges.txt") == read_file(kTestData / "gpt2-merges.txt"));
+  CHECK(read_file(data / "bpe/vocab.json") == read_file(kGpt2Vocab));
+  CHECK(read_file(data / "bpe/merges.txt") == read_file(kGpt2Merges));
   auto check_datasets = [&] {
     for (int shard = 0; shard < 2; ++shard) {
       CAPTURE(shard);
@@ -262,7 +264,7 @@ TEST_CASE("NeMo's download_gpt3_pile over a file:// directory of .jsonl.zst shar
           {std::string(TEST_BIN_DIR) + "/preprocess_data", "--input",
            (temporary.path / fmt::format("original{}.jsonl", shard)).string(), "--output-prefix", reference.string(),
            "--json-keys", "text", "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file",
-           (kTestData / "gpt2-vocab.json").string(), "--merge-file", (kTestData / "gpt2-merges.txt").string(),
+           kGpt2Vocab, "--merge-file", kGpt2Merges,
            "--append-eod", "--workers", "1"});
       REQUIRE_MESSAGE(direct.exit_code == 0, direct.output);
       CHECK(direct.output.find(fmt::format("{} documents", 30 + 9 * shard)) != std::string::npos);

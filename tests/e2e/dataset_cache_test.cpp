@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "launcher/process.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "spawned_process.hpp"
 #include "temporary_directory.hpp"
 

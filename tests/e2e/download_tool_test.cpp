@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "launcher/process.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 #include "tests/backend/fetch/http_test_server.hpp"
 

@@ -23,22 +23,25 @@
 #include "temporary_directory.hpp"
 #include "tiny_lambada_checkpoint.hpp"
 #include "torch_available.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kBin = TEST_BIN_DIR;
-const std::string kSource = TEST_SOURCE_DIR;
-const std::string kData = kSource + "/tests/data";
-const std::string kWiki = kData + "/zero_shot/wiki.test.tokens";
-const std::string kLambada = kData + "/zero_shot/lambada_test.jsonl";
-const std::string kVocab = test_support::kGpt2Vocab;
-const std::string kMerges = test_support::kGpt2Merges;
-constexpr const char* kPython = "/usr/bin/python3";
+using test_support::tiny_lambada_model_flags;
+
+using test_support::kTestBin;
+using test_support::kTestSource;
+using test_support::kTestData;
+using test_support::kGpt2Vocab;
+using test_support::kGpt2Merges;
+using test_support::kPython;
+
+const std::string kWiki = kTestData + "/zero_shot/wiki.test.tokens";
+const std::string kLambada = kTestData + "/zero_shot/lambada_test.jsonl";
 
 using test_support::join;
-const auto model_flags = test_support::tiny_lambada_model_flags;
 
 using test_support::torch_available;
 
@@ -60,7 +63,7 @@ void train(TrainedModel& model, int iterations) {
   if (!model.ok) return;
   model.hf = model.temporary.path / "hf";
   const auto exported = launcher::run_and_capture(
-      {kBin + "/checkpoint_util", "--load", model.checkpoints.string(), "--export-hf",
+      {kTestBin + "/checkpoint_util", "--load", model.checkpoints.string(), "--export-hf",
        model.hf.string()});
   model.output += exported.output;
   model.ok = exported.exit_code == 0;
@@ -68,14 +71,14 @@ void train(TrainedModel& model, int iterations) {
 
 launcher::CapturedRun evaluate(const TrainedModel& model, const std::vector<std::string>& flags) {
   return launcher::run_and_capture(
-      join(join({kBin + "/evaluate_gpt"}, model_flags()),
+      join(join({kTestBin + "/evaluate_gpt"}, tiny_lambada_model_flags()),
            join({"--load", model.checkpoints.string(), "--micro-batch-size", "3"}, flags)));
 }
 
 nlohmann::json reference(const TrainedModel& model, const std::string& task, const std::string& file,
                          int64_t overlapping_eval, bool strict) {
   const auto run = launcher::run_and_capture(
-      {kPython, kSource + "/tests/e2e/zero_shot_reference.py", model.hf.string(), kVocab, kMerges,
+      {kPython, kTestSource + "/tests/e2e/zero_shot_reference.py", model.hf.string(), kGpt2Vocab, kGpt2Merges,
        task, file, "64", std::to_string(overlapping_eval), strict ? "1" : "0"});
   INFO("zero_shot_reference.py output:\n" << run.output);
   REQUIRE(run.exit_code == 0);
@@ -214,12 +217,12 @@ TEST_CASE("evaluate_gpt: bad input is one line naming the flag, file or line, ex
 
   // No --load, and a --load without a checkpoint.
   const auto without_load = launcher::run_and_capture(join(
-      join({kBin + "/evaluate_gpt"}, model_flags()),
+      join({kTestBin + "/evaluate_gpt"}, tiny_lambada_model_flags()),
       {"--micro-batch-size", "1", "--task", "WIKITEXT103", "--valid-data", kWiki}));
   CHECK(without_load.exit_code == 2);
   CHECK(without_load.output.find("evaluate_gpt needs --load DIR") != std::string::npos);
   const auto empty_load = launcher::run_and_capture(join(
-      join({kBin + "/evaluate_gpt"}, model_flags()),
+      join({kTestBin + "/evaluate_gpt"}, tiny_lambada_model_flags()),
       {"--micro-batch-size", "1", "--task", "WIKITEXT103", "--valid-data", kWiki, "--load",
        (directory / "nothing").string()}));
   CHECK(empty_load.exit_code == 2);

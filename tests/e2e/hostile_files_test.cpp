@@ -16,26 +16,19 @@
 
 #include "launcher/process.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
+#include "bounded_run.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kBin = TEST_BIN_DIR;
-const std::string kVocab = std::string(TEST_SOURCE_DIR) + "/tests/data/gpt2-vocab.json";
-const std::string kMerges = std::string(TEST_SOURCE_DIR) + "/tests/data/gpt2-merges.txt";
+using test_support::run_bounded;
+using test_support::check_refused;
 
-launcher::CapturedRun run_bounded(std::vector<std::string> argv) {
-  argv.insert(argv.begin(), {"timeout", "60"});
-  return launcher::run_and_capture(argv);
-}
-
-void check_refused(const launcher::CapturedRun& run, const std::string& message) {
-  INFO(run.output);
-  CHECK(run.exit_code == 2);
-  CHECK(run.output.find(message) != std::string::npos);
-  CHECK(run.output.find("internal error") == std::string::npos);
-}
+using test_support::kTestBin;
+using test_support::kGpt2Vocab;
+using test_support::kGpt2Merges;
 
 // The three hostile files, made in `directory`.
 struct HostileFiles {
@@ -53,7 +46,7 @@ const std::string kTooLarge =
     "it is 107374182400 bytes, more than the 268435456 bytes (256 MiB) a file read whole may have";
 
 std::vector<std::string> pretrain(std::vector<std::string> extra) {
-  std::vector<std::string> argv = {kBin + "/pretrain_gpt", "--num-layers", "2", "--hidden-size",
+  std::vector<std::string> argv = {kTestBin + "/pretrain_gpt", "--num-layers", "2", "--hidden-size",
                                    "64", "--num-attention-heads", "4", "--seq-length", "32",
                                    "--micro-batch-size", "2", "--lr", "1e-3", "--train-iters",
                                    "10", "--eval-iters", "0"};
@@ -70,17 +63,17 @@ std::vector<std::string> pretrain_gpt2(const std::string& vocab, const std::stri
 TEST_CASE("pretrain_gpt refuses tokenizer files it cannot read whole, naming the flag") {
   test_support::TemporaryDirectory temporary;
   const HostileFiles files(temporary.path);
-  check_refused(run_bounded(pretrain_gpt2("/dev/zero", kMerges)),
+  check_refused(run_bounded(pretrain_gpt2("/dev/zero", kGpt2Merges)),
                 "cannot read --vocab-file /dev/zero: " + kCharacterDevice);
-  check_refused(run_bounded(pretrain_gpt2(kVocab, "/dev/zero")),
+  check_refused(run_bounded(pretrain_gpt2(kGpt2Vocab, "/dev/zero")),
                 "cannot read --merge-file /dev/zero: " + kCharacterDevice);
-  check_refused(run_bounded(pretrain_gpt2(files.fifo, kMerges)),
+  check_refused(run_bounded(pretrain_gpt2(files.fifo, kGpt2Merges)),
                 "cannot read --vocab-file " + files.fifo + ": " + kFifo);
-  check_refused(run_bounded(pretrain_gpt2(kVocab, files.fifo)),
+  check_refused(run_bounded(pretrain_gpt2(kGpt2Vocab, files.fifo)),
                 "cannot read --merge-file " + files.fifo + ": " + kFifo);
-  check_refused(run_bounded(pretrain_gpt2(files.sparse, kMerges)),
+  check_refused(run_bounded(pretrain_gpt2(files.sparse, kGpt2Merges)),
                 "cannot read --vocab-file " + files.sparse + ": " + kTooLarge);
-  check_refused(run_bounded(pretrain_gpt2(kVocab, files.sparse)),
+  check_refused(run_bounded(pretrain_gpt2(kGpt2Vocab, files.sparse)),
                 "cannot read --merge-file " + files.sparse + ": " + kTooLarge);
 }
 
@@ -130,14 +123,14 @@ TEST_CASE("preprocess_data refuses tokenizer files it cannot read whole") {
   const std::string input = (temporary.path / "input.jsonl").string();
   std::ofstream(input) << "{\"text\": \"hello\"}\n";
   auto preprocess = [&](const std::string& vocab, const std::string& merges) {
-    return run_bounded({kBin + "/preprocess_data", "--input", input, "--output-prefix",
+    return run_bounded({kTestBin + "/preprocess_data", "--input", input, "--output-prefix",
                         (temporary.path / "out").string(), "--tokenizer-type", "GPT2BPETokenizer",
                         "--vocab-file", vocab, "--merge-file", merges});
   };
-  check_refused(preprocess("/dev/zero", kMerges),
+  check_refused(preprocess("/dev/zero", kGpt2Merges),
                 "cannot read --vocab-file /dev/zero: " + kCharacterDevice);
-  check_refused(preprocess(kVocab, files.fifo), "cannot read --merge-file " + files.fifo + ": " + kFifo);
-  check_refused(preprocess(files.sparse, kMerges), kTooLarge);
+  check_refused(preprocess(kGpt2Vocab, files.fifo), "cannot read --merge-file " + files.fifo + ": " + kFifo);
+  check_refused(preprocess(files.sparse, kGpt2Merges), kTooLarge);
 }
 
 TEST_CASE("checkpoint_util --import-hf refuses a config.json or safetensors it cannot read") {
@@ -146,7 +139,7 @@ TEST_CASE("checkpoint_util --import-hf refuses a config.json or safetensors it c
   const fs::path model = temporary.path / "hf";
   fs::create_directories(model);
   auto import_hf = [&] {
-    return run_bounded({kBin + "/checkpoint_util", "--import-hf", model.string(), "--save",
+    return run_bounded({kTestBin + "/checkpoint_util", "--import-hf", model.string(), "--save",
                         (temporary.path / "out").string()});
   };
   fs::create_symlink("/dev/zero", model / "config.json");
@@ -173,23 +166,23 @@ TEST_CASE("the launcher refuses config files, job records and reports it cannot 
   fs::create_directories(conf);
   fs::create_symlink(files.sparse, conf / "config.yaml");
   check_refused(
-      run_bounded({kBin + "/launcher", "main", "--config-dir", conf.string(), "--cfg", "job"}),
+      run_bounded({kTestBin + "/launcher", "main", "--config-dir", conf.string(), "--cfg", "job"}),
       "cannot read the YAML file " + (conf / "config.yaml").string() + ": " + kTooLarge);
 
   // A run directory whose job records are a FIFO, then a sparse file.
   const fs::path run = temporary.path / "results" / "run";
   fs::create_directories(run);
   REQUIRE(::mkfifo((run / "jobs.jsonl").c_str(), 0600) == 0);
-  check_refused(run_bounded({kBin + "/launcher", "status", run.string()}),
+  check_refused(run_bounded({kTestBin + "/launcher", "status", run.string()}),
                 "cannot read the job records " + (run / "jobs.jsonl").string() + ": " + kFifo);
   fs::remove(run / "jobs.jsonl");
   fs::create_symlink(files.sparse, run / "jobs.jsonl");
-  check_refused(run_bounded({kBin + "/launcher", "status", run.string()}), kTooLarge);
+  check_refused(run_bounded({kTestBin + "/launcher", "status", run.string()}), kTooLarge);
 
   // A benchmark report of 100 GB (the report looks for a regular file, so not a device).
   fs::create_directories(run / "results");
   fs::create_symlink(files.sparse, run / "results" / "benchmark.json");
-  check_refused(run_bounded({kBin + "/launcher", "report", run.string()}),
+  check_refused(run_bounded({kTestBin + "/launcher", "report", run.string()}),
                 "cannot read the benchmark report " + (run / "results" / "benchmark.json").string() +
                     ": " + kTooLarge);
 }

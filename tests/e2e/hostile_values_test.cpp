@@ -14,19 +14,19 @@
 
 #include "launcher/process.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
+#include "bounded_run.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kPretrain = std::string(TEST_BIN_DIR) + "/pretrain_gpt";
-const std::string kLauncher = std::string(TEST_BIN_DIR) + "/launcher";
-const std::string kCheckpointUtil = std::string(TEST_BIN_DIR) + "/checkpoint_util";
+using test_support::run_bounded;
+using test_support::check_refused;
 
-launcher::CapturedRun run_bounded(std::vector<std::string> argv) {
-  argv.insert(argv.begin(), {"timeout", "60"});
-  return launcher::run_and_capture(argv);
-}
+using test_support::kPretrainGpt;
+using test_support::kLauncher;
+using test_support::kCheckpointUtil;
 
 std::vector<std::string> tiny_model() {
   return {"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
@@ -37,7 +37,7 @@ std::vector<std::string> tiny_model() {
 // tiny_model() with `flag`'s value replaced (or the flag added), plus `extra`.
 std::vector<std::string> pretrain_with(const std::vector<std::string>& replace,
                                        std::vector<std::string> extra = {"--mock-data"}) {
-  std::vector<std::string> argv = {kPretrain};
+  std::vector<std::string> argv = {kPretrainGpt};
   std::vector<std::string> model = tiny_model();
   for (size_t i = 0; i + 1 < replace.size(); i += 2) {
     const auto at = std::find(model.begin(), model.end(), replace[i]);
@@ -50,13 +50,6 @@ std::vector<std::string> pretrain_with(const std::vector<std::string>& replace,
   argv.insert(argv.end(), model.begin(), model.end());
   argv.insert(argv.end(), extra.begin(), extra.end());
   return argv;
-}
-
-void check_refused(const launcher::CapturedRun& run, const std::string& message) {
-  INFO(run.output);
-  CHECK(run.exit_code == 2);
-  CHECK(run.output.find(message) != std::string::npos);
-  CHECK(run.output.find("internal error") == std::string::npos);
 }
 
 }  // namespace
@@ -142,7 +135,7 @@ TEST_CASE("pretrain_gpt validates a batch-size ramp-up of any length at once") {
 
 TEST_CASE("pretrain_gpt's messages name what is wrong") {
   // A value left out: the flag after it is named, not a word further on.
-  std::vector<std::string> missing_value = {kPretrain, "--num-layers", "--hidden-size", "64"};
+  std::vector<std::string> missing_value = {kPretrainGpt, "--num-layers", "--hidden-size", "64"};
   const auto model = tiny_model();
   missing_value.insert(missing_value.end(), model.begin() + 4, model.end());
   missing_value.push_back("--mock-data");

@@ -18,20 +18,17 @@
 #include <vector>
 
 #include "launcher/process.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
+using test_support::contains;
+
 using test_support::read_file;
-
 using test_support::TemporaryDirectory;
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 // <root>/bin-<tag>/pretrain_gpt: prints "stand-in pretrain_gpt of <tag>", sleeps, exits 0.
 fs::path stand_in_backend(const fs::path& root, const std::string& tag, double seconds) {

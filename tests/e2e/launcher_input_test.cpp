@@ -12,15 +12,16 @@
 #include <vector>
 
 #include "launcher/process.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-using test_support::read_file;
+using test_support::contains;
 
+using test_support::read_file;
 using test_support::TemporaryDirectory;
 
 std::string launcher_path() {
@@ -41,10 +42,6 @@ std::vector<std::string> everything_under(const fs::path& directory) {
     paths.push_back(fs::relative(entry.path(), directory).string());
   }
   return paths;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
 }
 
 }  // namespace

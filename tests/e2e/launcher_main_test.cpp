@@ -5,7 +5,7 @@
 
 #include "logged_losses.hpp"
 #include "mpi_test_environment.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 
 #include <filesystem>
@@ -20,19 +20,17 @@
 
 #include "launcher/process.hpp"
 #include "launcher/run_status.hpp"
+#include "iteration_lines.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
+using test_support::count_matches;
+using test_support::kIterationLine;
+
 using test_support::read_file;
-
 using test_support::TemporaryDirectory;
-
-int count_matches(const std::string& text, const std::regex& pattern) {
-  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), pattern),
-                                        std::sregex_iterator()));
-}
 
 std::vector<std::string> tiny_run(const fs::path& results, std::vector<std::string> extra = {}) {
   std::vector<std::string> argv = {
@@ -46,8 +44,6 @@ std::vector<std::string> tiny_run(const fs::path& results, std::vector<std::stri
   return argv;
 }
 
-const std::regex kIterationLine(
-    R"( \[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] iteration +\d+/ +3 \| consumed samples: +\d+ \| elapsed time per iteration \(ms\): [0-9.]+ \| learning rate: \d\.\d{6}E[-+]\d\d \| global batch size: +4 \| lm loss: \d\.\d{6}E[-+]\d\d \| loss scale: 1\.0 \| grad norm: [0-9.]+ \| number of skipped iterations: +0 \| number of nan iterations: +0 \|)");
 
 }  // namespace
 

@@ -37,7 +37,7 @@
 #include "backend/train/dataset_provider.hpp"
 #include "generation_server_process.hpp"
 #include "launcher/process.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 #include "torch_available.hpp"
 
@@ -45,13 +45,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kBin = TEST_BIN_DIR;
-const std::string kPretrain = kBin + "/pretrain_gpt";
-const std::string kCheckpointUtil = kBin + "/checkpoint_util";
-const std::string kPreprocess = kBin + "/preprocess_data";
+using test_support::kTestBin;
+using test_support::kPretrainGpt;
+using test_support::kCheckpointUtil;
+using test_support::kPython;
+
+const std::string kPreprocess = kTestBin + "/preprocess_data";
 const std::string kSentencePieceModel = std::string(TEST_SOURCE_DIR) + "/tests/data/sentencepiece_bpe.model";
 const std::string kLossReference = std::string(TEST_SOURCE_DIR) + "/tests/e2e/llama_loss_reference.py";
-constexpr const char* kPython = "/usr/bin/python3";
 const std::string kHfWriter = std::string(TEST_SOURCE_DIR) + "/tests/e2e/write_llama_hf.py";
 constexpr int kGlobalBatch = 4, kSequence = 32;
 constexpr double kLossTolerance = 1e-5;
@@ -156,7 +157,7 @@ TEST_CASE("llama continue training: HF Llama → import → tokenize → merge �
       "--lr-decay-style", "constant", "--attention-dropout", "0", "--hidden-dropout", "0",
       "--eval-iters", "0", "--log-interval", "1"};
   SUBCASE("starting from a directory checkpoint_util --export-hf wrote") {
-    run(concat(concat(concat({kPretrain, "--train-iters", "2", "--mock-data", "--seed", "7",
+    run(concat(concat(concat({kPretrainGpt, "--train-iters", "2", "--mock-data", "--seed", "7",
                               "--save", (root / "base").string()}, llama), tokenizer), schedule));
     run({kCheckpointUtil, "--load", (root / "base").string(), "--export-hf", hf_start.string()});
     padded_vocabulary = 512;
@@ -221,7 +222,7 @@ TEST_CASE("llama continue training: HF Llama → import → tokenize → merge �
                                          "--seed", "11"};
   const std::vector<std::string> continued_flags = concat(concat(model, schedule), data);
   const fs::path continued = root / "continued";
-  const auto finetune = run(concat(concat({kPretrain, "--train-iters", "3"}, continued_flags),
+  const auto finetune = run(concat(concat({kPretrainGpt, "--train-iters", "3"}, continued_flags),
                                    {"--load", imported.string(), "--finetune", "--no-load-optim",
                                     "--no-load-rng", "--save", continued.string()}));
   const double first_loss = iteration_loss(finetune.output, 1);
@@ -234,9 +235,9 @@ TEST_CASE("llama continue training: HF Llama → import → tokenize → merge �
   {
     const fs::path results = root / "results";
     const std::vector<std::string> launch = {
-        kBin + "/launcher", "main", "stages=[training]", "training=llama/llama2_7b",
+        kTestBin + "/launcher", "main", "stages=[training]", "training=llama/llama2_7b",
         "base_results_dir=" + results.string(), "data_dir=" + (root / "data").string(),
-        "backend_bin_dir=" + kBin, "training.run.name=continued",
+        "backend_bin_dir=" + kTestBin, "training.run.name=continued",
         "training.trainer.num_nodes=1", "training.trainer.devices=1",
         "training.trainer.precision=32", "training.trainer.max_steps=3",
         "training.trainer.val_check_interval=3", "training.trainer.limit_val_batches=0",
@@ -296,7 +297,7 @@ TEST_CASE("llama continue training: HF Llama → import → tokenize → merge �
     std::vector<std::string> texts;
     for (const fs::path& load : {served, continued}) {
       test_support::GenerationServerProcess server(
-          concat(concat({kBin + "/text_generation_server"}, model),
+          concat(concat({kTestBin + "/text_generation_server"}, model),
                  {"--load", load.string(), "--seq-length", std::to_string(kSequence),
                   "--device", "cpu"}),
           root / ("server_" + load.filename().string() + ".log"));
@@ -314,7 +315,7 @@ TEST_CASE("llama continue training: HF Llama → import → tokenize → merge �
     CHECK(texts[0] == texts[1]);
   }
 
-  const auto resumed = run(concat(concat({kPretrain, "--train-iters", "4"}, continued_flags),
+  const auto resumed = run(concat(concat({kPretrainGpt, "--train-iters", "4"}, continued_flags),
                                   {"--load", continued.string(),
                                    "--use-checkpoint-opt_param-scheduler"}));
   const double resumed_loss = iteration_loss(resumed.output, 4);
@@ -356,7 +357,7 @@ TEST_CASE("llama continue training: HF Llama → import → tokenize → merge �
       if (flags[i] == flag) flags[i + 1] = wrong;
     }
     const auto refused = launcher::run_and_capture(
-        concat(concat({kPretrain, "--train-iters", "1"}, flags),
+        concat(concat({kPretrainGpt, "--train-iters", "1"}, flags),
                {"--load", imported.string(), "--finetune", "--no-load-optim", "--no-load-rng"}));
     INFO(flag << " " << wrong << ":\n" << refused.output);
     CHECK(refused.exit_code == 2);

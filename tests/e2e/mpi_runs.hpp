@@ -22,7 +22,7 @@
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/trainer.hpp"
 #include "mpi_test_environment.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "spawned_process.hpp"
 
 namespace test_support {

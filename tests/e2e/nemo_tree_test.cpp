@@ -13,14 +13,14 @@
 #include <vector>
 
 #include "launcher/process.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kSource = TEST_SOURCE_DIR;
+using test_support::kSourceDir;
 
 // A NeMo tree launched as its users do: their conf dir, their paths, stages=[training].
 launcher::CapturedRun launch_nemo_tree(const fs::path& root, const std::string& tree,
@@ -28,7 +28,7 @@ launcher::CapturedRun launch_nemo_tree(const fs::path& root, const std::string& 
                                        std::vector<std::string> sizes) {
   std::vector<std::string> argv = {
       std::string(TEST_BIN_DIR) + "/launcher", "main", "--config-dir",
-      (kSource / "tests/data" / tree / "conf").string(), "stages=[training]",
+      (kSourceDir / "tests/data" / tree / "conf").string(), "stages=[training]",
       "cluster_type=interactive", "training=" + training,
       "launcher_scripts_path=" + (root / "launcher_scripts").string(),
       "data_dir=" + (root / "data").string(), "base_results_dir=" + (root / "results").string(),
@@ -59,8 +59,8 @@ TEST_CASE("NeMo 23.07's own conf tree trains gpt3/126m with size overrides") {
   test_support::TemporaryDirectory temporary;
   // NeMo's 126m reads GPT-2's files from ${data_dir}/bpe, where its data preparation puts them.
   fs::create_directories(temporary.path / "data" / "bpe");
-  fs::copy_file(kSource / "tests/data/gpt2-vocab.json", temporary.path / "data/bpe/vocab.json");
-  fs::copy_file(kSource / "tests/data/gpt2-merges.txt", temporary.path / "data/bpe/merges.txt");
+  fs::copy_file(kSourceDir / "tests/data/gpt2-vocab.json", temporary.path / "data/bpe/vocab.json");
+  fs::copy_file(kSourceDir / "tests/data/gpt2-merges.txt", temporary.path / "data/bpe/merges.txt");
   const auto run = launch_nemo_tree(temporary.path, "nemo_23.07", "gpt3/126m", {});
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
@@ -85,7 +85,7 @@ TEST_CASE("NeMo 23.08.02's own conf tree trains llama/llama2_7b with its Sentenc
   test_support::TemporaryDirectory temporary;
   // NeMo's llama2_7b reads ${data_dir}/llama/llama_tokenizer.model: the test's small model.
   fs::create_directories(temporary.path / "data" / "llama");
-  fs::copy_file(kSource / "tests/data/sentencepiece_bpe.model",
+  fs::copy_file(kSourceDir / "tests/data/sentencepiece_bpe.model",
                 temporary.path / "data/llama/llama_tokenizer.model");
   const auto run = launch_nemo_tree(temporary.path, "nemo_23.08.02", "llama/llama2_7b",
                                     {"training.model.ffn_hidden_size=128"});

@@ -18,9 +18,10 @@
 #include "backend/ckpt/checkpoint.hpp"
 #include "e2e/mpi_runs.hpp"
 #include "logged_losses.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "sanitized_build.hpp"
 #include "temporary_directory.hpp"
+#include "bounded_run.hpp"
 
 namespace fs = std::filesystem;
 
@@ -29,16 +30,12 @@ using test_support::check_same_losses;
 namespace {
 
 // The tensor-parallel tests' model with 8 layers (4 stages of two, or of two chunks).
-std::vector<std::string> training_flags(const std::string& style, int tensor_parallel,
-                                        const fs::path& save) {
+std::vector<std::string> pipeline_training_flags(const std::string& style, int tensor_parallel,
+                                                 const fs::path& save) {
   auto flags = test_support::tensor_parallel_training_flags(style, tensor_parallel, save);
   const auto layers = std::find(flags.begin(), flags.end(), "--num-layers");
   *(layers + 1) = "8";
   return flags;
-}
-
-std::string tail(const std::string& text) {
-  return text.substr(text.size() > 3000 ? text.size() - 3000 : 0);
 }
 
 }  // namespace
@@ -54,7 +51,7 @@ TEST_CASE("PP=2, PP=4 interleaved and TP=2 x PP=2 x DP=2 over Open MPI train as 
     CAPTURE(style);
     const fs::path single_save = directory.path / (style + "_one");
     const fs::path single_log = directory.path / (style + "_one.log");
-    REQUIRE(test_support::run_pretrain(1, training_flags(style, 1, single_save), single_log) == 0);
+    REQUIRE(test_support::run_pretrain(1, pipeline_training_flags(style, 1, single_save), single_log) == 0);
     const auto expected = test_support::logged_losses(test_support::read_file(single_log));
     REQUIRE(expected.size() == 20);
     struct Layout {
@@ -71,7 +68,7 @@ TEST_CASE("PP=2, PP=4 interleaved and TP=2 x PP=2 x DP=2 over Open MPI train as 
       CAPTURE(name);
       const fs::path save = directory.path / name;
       const fs::path log = directory.path / (name + ".log");
-      auto flags = training_flags(style, layout.tensor_parallel, save);
+      auto flags = pipeline_training_flags(style, layout.tensor_parallel, save);
       flags.insert(flags.end(),
                    {"--pipeline-model-parallel-size", std::to_string(layout.pipeline_parallel)});
       if (layout.interleaved) flags.insert(flags.end(), {"--num-layers-per-virtual-pipeline-stage", "1"});
@@ -80,7 +77,7 @@ TEST_CASE("PP=2, PP=4 interleaved and TP=2 x PP=2 x DP=2 over Open MPI train as 
       }
       const int status = test_support::run_pretrain(layout.ranks, flags, log);
       const std::string output = test_support::read_file(log);
-      INFO(tail(output));
+      INFO(test_support::output_tail(output));
       REQUIRE(status == 0);
       int lines = 0;
       check_same_losses(test_support::logged_losses(output, &lines), expected);
@@ -107,7 +104,7 @@ TEST_CASE("a PP=2 checkpoint resumes at PP=2 with the uninterrupted losses — a
   REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   test_support::TemporaryDirectory directory;
   auto pipelined = [&](const fs::path& save) {
-    auto flags = training_flags("gpt2", 1, save);
+    auto flags = pipeline_training_flags("gpt2", 1, save);
     flags.insert(flags.end(), {"--pipeline-model-parallel-size", "2"});
     return flags;
   };
@@ -125,7 +122,7 @@ TEST_CASE("a PP=2 checkpoint resumes at PP=2 with the uninterrupted losses — a
   const fs::path log = directory.path / "second.log";
   REQUIRE(test_support::run_pretrain(2, second_half, log) == 0);
   const std::string output = test_support::read_file(log);
-  INFO(tail(output));
+  INFO(test_support::output_tail(output));
   const auto resumed = test_support::logged_losses(output);
   REQUIRE(resumed.size() == 10);
   for (const auto& entry : resumed) {
@@ -135,12 +132,12 @@ TEST_CASE("a PP=2 checkpoint resumes at PP=2 with the uninterrupted losses — a
   }
 
   // One process with the PP=2 save: refused, naming both sizes and the resharding command.
-  auto one_process = training_flags("gpt2", 1, directory.path / "other");
+  auto one_process = pipeline_training_flags("gpt2", 1, directory.path / "other");
   one_process.insert(one_process.end(), {"--load", save.string()});
   const fs::path refused_log = directory.path / "refused.log";
   CHECK(test_support::run_pretrain(1, one_process, refused_log) != 0);
   const std::string refused = test_support::read_file(refused_log);
-  INFO(tail(refused));
+  INFO(test_support::output_tail(refused));
   CHECK(refused.find("was saved with --pipeline-model-parallel-size 2") != std::string::npos);
   CHECK(refused.find("--target-tensor-parallel-size 1 --target-pipeline-parallel-size 1, then "
                      "--load NEWDIR") != std::string::npos);
@@ -166,12 +163,12 @@ TEST_CASE("pipeline layouts Megatron refuses are refused before training, naming
   };
   for (const Refusal& refusal : refusals) {
     CAPTURE(refusal.message);
-    auto flags = training_flags("gpt2", 1, directory.path / "save");
+    auto flags = pipeline_training_flags("gpt2", 1, directory.path / "save");
     flags.insert(flags.end(), refusal.flags.begin(), refusal.flags.end());
     const fs::path log = directory.path / "refused.log";
     CHECK(test_support::run_pretrain(refusal.ranks, flags, log) != 0);
     const std::string output = test_support::read_file(log);
-    INFO(tail(output));
+    INFO(test_support::output_tail(output));
     CHECK(output.find(refusal.message) != std::string::npos);
   }
 }

@@ -25,7 +25,7 @@
 #include "backend/common/error.hpp"
 #include "backend/data/indexed_dataset.hpp"
 #include "launcher/process.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "spawned_process.hpp"
 #include "temporary_directory.hpp"
 

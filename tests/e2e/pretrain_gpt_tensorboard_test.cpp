@@ -14,15 +14,13 @@
 #include <vector>
 
 #include "launcher/process.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-bool running_under_ci() {
-  const char* ci = std::getenv("CI");
-  return ci != nullptr && *ci != '\0' && std::string(ci) != "0" && std::string(ci) != "false";
-}
+using test_support::running_under_ci;
 
 // A python3 that imports google.protobuf, with protoc beside it; empty (and a message or, under
 // CI, a failure) when there is none.
@@ -42,7 +40,7 @@ std::string python_with_protobuf() {
   return "";
 }
 
-std::vector<std::string> tiny_run(const fs::path& tensorboard_dir, std::vector<std::string> extra) {
+std::vector<std::string> tiny_tensorboard_run(const fs::path& tensorboard_dir, std::vector<std::string> extra) {
   std::vector<std::string> argv = {
       std::string(TEST_BIN_DIR) + "/pretrain_gpt", "--num-layers", "2", "--hidden-size", "32",
       "--num-attention-heads", "4", "--seq-length", "16", "--micro-batch-size", "2", "--lr", "1e-3",
@@ -56,7 +54,7 @@ std::vector<std::string> tiny_run(const fs::path& tensorboard_dir, std::vector<s
 void check_with_reader(const std::string& python, const fs::path& work,
                        const std::vector<std::string>& run_flags,
                        const std::vector<std::string>& reader_flags) {
-  const auto run = launcher::run_and_capture(tiny_run(work / "tb", run_flags));
+  const auto run = launcher::run_and_capture(tiny_tensorboard_run(work / "tb", run_flags));
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   std::ofstream(work / "log.txt") << run.output;

@@ -9,7 +9,7 @@
 #include <doctest/doctest.h>
 #include <zlib.h>
 
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "spawned_process.hpp"
 #include "svg_polylines.hpp"
 #include "temporary_directory.hpp"
@@ -38,10 +38,7 @@ using test_support::read_file;
 
 namespace {
 
-bool running_under_ci() {
-  const char* ci = std::getenv("CI");
-  return ci != nullptr && *ci != '\0' && std::string(ci) != "0" && std::string(ci) != "false";
-}
+using test_support::running_under_ci;
 
 std::string find_chromium() {
   for (const char* name : {"chromium", "chromium-browser"}) {

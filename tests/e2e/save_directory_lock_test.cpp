@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "launcher/process.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "spawned_process.hpp"
 #include "temporary_directory.hpp"
 
@@ -29,14 +29,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test_support::kPretrainGpt;
+using test_support::kCheckpointUtil;
+
 using test_support::read_file;
 using test_support::spawn_process;
 
-const std::string kPretrain = std::string(TEST_BIN_DIR) + "/pretrain_gpt";
-const std::string kCheckpointUtil = std::string(TEST_BIN_DIR) + "/checkpoint_util";
-
 std::vector<std::string> training(const fs::path& save, const char* iterations) {
-  return {kPretrain, "--num-layers", "1", "--hidden-size", "32", "--num-attention-heads", "2",
+  return {kPretrainGpt, "--num-layers", "1", "--hidden-size", "32", "--num-attention-heads", "2",
           "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "2",
           "--train-iters", iterations, "--lr", "1e-3", "--mock-data", "--vocab-size", "99",
           "--eval-iters", "0", "--log-interval", "1", "--save", save.string(),

@@ -15,6 +15,7 @@
 
 #include "slurm_test_cluster.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -22,7 +23,8 @@ using test_support::TemporaryDirectory;
 
 namespace {
 
-const fs::path kTestData = fs::path(TEST_SOURCE_DIR) / "tests/data";
+using test_support::kGpt2Vocab;
+using test_support::kGpt2Merges;
 
 using slurm_test::submitted_job_ids;
 
@@ -59,8 +61,8 @@ std::vector<std::string> prepare_on_slurm(const slurm_test::SlurmTestCluster& cl
       "cluster.gpus_per_node=null", "cluster.partition=debug", "cluster.exclusive=false", "cluster.mem=null",
       "base_results_dir=" + (root / "results").string(), "data_dir=" + (root / "data").string(),
       fmt::format("data_preparation.file_urls=[file://{},file://{}]", shards[0].string(), shards[1].string()),
-      "data_preparation.vocab_url=file://" + (kTestData / "gpt2-vocab.json").string(),
-      "data_preparation.merges_url=file://" + (kTestData / "gpt2-merges.txt").string(),
+      "data_preparation.vocab_url=file://" + kGpt2Vocab,
+      "data_preparation.merges_url=file://" + kGpt2Merges,
       "data_preparation.workers=1",  // the test nodes have one CPU each
       "data_preparation.retries=0", "data_preparation.run.time_limit=0:05:00"};
   argv.insert(argv.end(), launcher_arguments.begin(), launcher_arguments.end());

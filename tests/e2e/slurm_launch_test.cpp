@@ -19,18 +19,17 @@
 #include "logged_losses.hpp"
 #include "mpi_test_environment.hpp"
 #include "slurm_test_cluster.hpp"
+#include "iteration_lines.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 namespace {
 
-using test_support::TemporaryDirectory;
+using test_support::count_matches;
+using test_support::kIterationLine;
 
-int count_matches(const std::string& text, const std::regex& pattern) {
-  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), pattern),
-                                        std::sregex_iterator()));
-}
+using test_support::TemporaryDirectory;
 
 // The launcher with the cluster's environment (SLURM_CONF, PATH with sbatch), a GPU-free bcm
 // cluster on the test cluster's `debug` partition, and the tiny model of launcher_main_test.cpp.
@@ -65,8 +64,6 @@ std::string submitted_job_id(const fs::path& launcher_log) {
   return ids.empty() ? std::string() : ids.front();
 }
 
-const std::regex kIterationLine(
-    R"( \[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] iteration +\d+/ +3 \| consumed samples: +\d+ \| elapsed time per iteration \(ms\): [0-9.]+ \| learning rate: \d\.\d{6}E[-+]\d\d \| global batch size: +4 \| lm loss: \d\.\d{6}E[-+]\d\d \| loss scale: 1\.0 \| grad norm: [0-9.]+ \| number of skipped iterations: +0 \| number of nan iterations: +0 \|)");
 
 const std::string kJobName = "nemo-megatron-gpt3_126m";  // conf/cluster/bcm.yaml's prefix + run name
 

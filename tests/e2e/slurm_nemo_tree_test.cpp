@@ -19,6 +19,7 @@
 #include "mpi_test_environment.hpp"
 #include "slurm_test_cluster.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -26,7 +27,7 @@ using test_support::TemporaryDirectory;
 
 namespace {
 
-const fs::path kSource = TEST_SOURCE_DIR;
+using test_support::kSourceDir;
 
 // `launcher main` from NeMo's own tree (23.07's unless told), with the cluster's environment and `extra`.
 std::vector<std::string> nemo_tree_launch(const slurm_test::SlurmTestCluster& cluster, const fs::path& root,
@@ -38,7 +39,7 @@ std::vector<std::string> nemo_tree_launch(const slurm_test::SlurmTestCluster& cl
   for (const auto& variable : test_support::mpi_test_environment()) argv.push_back(variable);
   const std::vector<std::string> launcher_arguments = {
       std::string(TEST_BIN_DIR) + "/launcher", "main", "--config-dir",
-      (kSource / "tests/data" / tree / "conf").string(), "training=" + training,
+      (kSourceDir / "tests/data" / tree / "conf").string(), "training=" + training,
       "launcher_scripts_path=" + (root / "launcher_scripts").string(),
       "data_dir=" + (root / "data").string(), "base_results_dir=" + (root / "results").string(),
       // The site: nodes without GPUs (NeMo's bcm.yaml asks for 8 per node).
@@ -100,8 +101,8 @@ TEST_CASE("NeMo 23.07's tree on Slurm: download_gpt3_pile over file:// shards, t
           {"stages=[data_preparation,training]", "container=null",
            // No network here: the Pile and GPT-2's files from file:// URLs, two of the 30 shards.
            "data_preparation.the_pile_url=file://" + pile.string() + "/", "data_preparation.file_numbers=0-1",
-           "data_preparation.download_vocab_url=file://" + (kSource / "tests/data/gpt2-vocab.json").string(),
-           "data_preparation.download_merges_url=file://" + (kSource / "tests/data/gpt2-merges.txt").string(),
+           "data_preparation.download_vocab_url=file://" + (kSourceDir / "tests/data/gpt2-vocab.json").string(),
+           "data_preparation.download_merges_url=file://" + (kSourceDir / "tests/data/gpt2-merges.txt").string(),
            "training.model.data.data_prefix=[0.5," + data + "/my-gpt3_00_text_document,0.5," + data +
                "/my-gpt3_01_text_document]",
            // Size: one CPU process, a model and run small enough for a test.
@@ -163,7 +164,7 @@ TEST_CASE("NeMo 23.08.02's llama/llama2_7b trains on Slurm with its SentencePiec
   TemporaryDirectory temporary;
   // NeMo's llama2_7b reads ${data_dir}/llama/llama_tokenizer.model: the test's small model.
   fs::create_directories(temporary.path / "data" / "llama");
-  fs::copy_file(kSource / "tests/data/sentencepiece_bpe.model", temporary.path / "data/llama/llama_tokenizer.model");
+  fs::copy_file(kSourceDir / "tests/data/sentencepiece_bpe.model", temporary.path / "data/llama/llama_tokenizer.model");
   const auto launched = slurm_test::run_command(
       nemo_tree_launch(cluster, temporary.path,
                        {"stages=[training]", "container=null", "training.trainer.num_nodes=1",

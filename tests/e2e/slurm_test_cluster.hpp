@@ -53,6 +53,8 @@
 #include <thread>
 #include <vector>
 
+#include "test_files.hpp"
+
 extern char** environ;
 
 namespace slurm_test {
@@ -202,13 +204,6 @@ inline const std::vector<std::pair<std::string, std::string>>& required_programs
   return programs;
 }
 
-inline bool running_under_ci() {
-  const char* ci = std::getenv("CI");
-  if (ci == nullptr) return false;
-  const std::string value = ci;
-  return !value.empty() && value != "0" && value != "false";
-}
-
 // True when this machine can run the cluster. Otherwise: under CI (CI=true) the test fails,
 // since container/install-deps.sh should have installed Slurm; elsewhere it is skipped with a
 // message naming what is missing, and the caller returns early.
@@ -232,7 +227,7 @@ inline bool slurm_cluster_available() {
     problem = "the Slurm test cluster runs its daemons with SlurmUser=root and needs root";
   }
   if (problem.empty()) return true;
-  if (running_under_ci()) {
+  if (test_support::running_under_ci()) {
     FAIL(problem << ": under CI container/install-deps.sh should have installed them "
                     "(run `bash container/install-deps.sh` as root)");
   }

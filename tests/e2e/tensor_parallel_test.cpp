@@ -21,22 +21,14 @@
 #include "backend/ckpt/checkpoint.hpp"
 #include "e2e/mpi_runs.hpp"
 #include "logged_losses.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "sanitized_build.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;
 
 using test_support::check_same_losses;
-
-namespace {
-
-std::vector<std::string> training_flags(const std::string& style, int tensor_parallel,
-                                        const fs::path& save) {
-  return test_support::tensor_parallel_training_flags(style, tensor_parallel, save);
-}
-
-}  // namespace
+using test_support::tensor_parallel_training_flags;
 
 // release-only: 2 minutes under the sanitizers; the sanitized build runs TP=2 with sequence
 // parallelism and DP=2 in the --overlap-grad-reduce test and TP=2 in "a TP=2 checkpoint
@@ -49,7 +41,7 @@ TEST_CASE("TP=2 (with sequence parallelism), TP=2 x DP=2 and the distributed opt
     CAPTURE(style);
     const fs::path single_save = directory.path / (style + "_tp1");
     const fs::path single_log = directory.path / (style + "_tp1.log");
-    REQUIRE(test_support::run_pretrain(1, training_flags(style, 1, single_save), single_log) == 0);
+    REQUIRE(test_support::run_pretrain(1, tensor_parallel_training_flags(style, 1, single_save), single_log) == 0);
     const auto expected = test_support::logged_losses(test_support::read_file(single_log));
     REQUIRE(expected.size() == 20);
     struct Layout {
@@ -65,7 +57,7 @@ TEST_CASE("TP=2 (with sequence parallelism), TP=2 x DP=2 and the distributed opt
       CAPTURE(name);
       const fs::path save = directory.path / name;
       const fs::path log = directory.path / (name + ".log");
-      auto flags = training_flags(style, 2, save);
+      auto flags = tensor_parallel_training_flags(style, 2, save);
       if (layout.distributed) flags.push_back("--use-distributed-optimizer");
       if (layout.sequence_parallel) flags.push_back("--sequence-parallel");
       const int status = test_support::run_pretrain(layout.ranks, flags, log);
@@ -95,14 +87,14 @@ TEST_CASE("a TP=2 checkpoint resumes at TP=2 with the uninterrupted losses — a
   test_support::TemporaryDirectory directory;
   const fs::path whole_save = directory.path / "whole";
   const fs::path whole_log = directory.path / "whole.log";
-  REQUIRE(test_support::run_pretrain(2, training_flags("gpt2", 2, whole_save), whole_log) == 0);
+  REQUIRE(test_support::run_pretrain(2, tensor_parallel_training_flags("gpt2", 2, whole_save), whole_log) == 0);
   const auto expected = test_support::logged_losses(test_support::read_file(whole_log));
 
   const fs::path save = directory.path / "halves";
-  auto first_half = training_flags("gpt2", 2, save);
+  auto first_half = tensor_parallel_training_flags("gpt2", 2, save);
   first_half.insert(first_half.end(), {"--exit-interval", "10", "--eval-iters", "0"});
   REQUIRE(test_support::run_pretrain(2, first_half, directory.path / "first.log") == 0);
-  auto second_half = training_flags("gpt2", 2, save);
+  auto second_half = tensor_parallel_training_flags("gpt2", 2, save);
   second_half.insert(second_half.end(), {"--load", save.string()});
   const fs::path log = directory.path / "second.log";
   REQUIRE(test_support::run_pretrain(2, second_half, log) == 0);
@@ -118,7 +110,7 @@ TEST_CASE("a TP=2 checkpoint resumes at TP=2 with the uninterrupted losses — a
 
   // One process with the TP=2 save: refused, naming both sizes and the resharding command
   // (tests/e2e/checkpoint_reshard_test.cpp runs it).
-  auto one_process = training_flags("gpt2", 1, directory.path / "other");
+  auto one_process = tensor_parallel_training_flags("gpt2", 1, directory.path / "other");
   one_process.insert(one_process.end(), {"--load", save.string()});
   const fs::path refused_log = directory.path / "refused.log";
   CHECK(test_support::run_pretrain(1, one_process, refused_log) != 0);

@@ -39,16 +39,18 @@
 #include "spawned_process.hpp"
 #include "temporary_directory.hpp"
 #include "tiny_lambada_checkpoint.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 namespace {
 
-const std::string kBin = test_support::kTestBin;
+using test_support::tiny_lambada_model_flags;
+
+using test_support::kTestBin;
 
 using test_support::join;
-const auto model_flags = test_support::tiny_lambada_model_flags;
 
 // The tiny checkpoint, trained once per test process.
 struct Checkpoint : test_support::TinyLambadaCheckpoint {
@@ -71,7 +73,7 @@ class Server : public test_support::GenerationServerProcess {
  public:
   explicit Server(const std::vector<std::string>& flags = {})
       : GenerationServerProcess(
-            join(join(join({kBin + "/text_generation_server"}, model_flags()),
+            join(join(join({kTestBin + "/text_generation_server"}, tiny_lambada_model_flags()),
                       {"--load", checkpoint().checkpoints.string()}),
                  flags),
             checkpoint().temporary.path / ("server_" + std::to_string(++count_) + ".log")) {}
@@ -89,7 +91,7 @@ struct Reference {
 
   Reference() {
     const std::vector<std::string> words =
-        join(join({"text_generation_server"}, model_flags()),
+        join(join({"text_generation_server"}, tiny_lambada_model_flags()),
              {"--load", checkpoint().checkpoints.string()});
     std::vector<const char*> argv;
     for (const auto& word : words) argv.push_back(word.c_str());
@@ -342,7 +344,7 @@ TEST_CASE("text_generation_cli drives the server from standard input, and SIGTER
   }
   const auto run = launcher::run_and_capture(
       {"/bin/sh", "-c",
-       "'" + kBin + "/text_generation_cli' 127.0.0.1:" + std::to_string(server.port()) + " < '" +
+       "'" + kTestBin + "/text_generation_cli' 127.0.0.1:" + std::to_string(server.port()) + " < '" +
            input.string() + "'"});
   INFO(run.output);
   CHECK(run.exit_code == 0);
@@ -352,7 +354,7 @@ TEST_CASE("text_generation_cli drives the server from standard input, and SIGTER
                         "tokens_to_generate must be an integer greater than or equal to 0\n") !=
         std::string::npos);
   const auto unreachable = launcher::run_and_capture(
-      {"/bin/sh", "-c", "printf 'hi\\n3\\n' | '" + kBin + "/text_generation_cli' 127.0.0.1:1"});
+      {"/bin/sh", "-c", "printf 'hi\\n3\\n' | '" + kTestBin + "/text_generation_cli' 127.0.0.1:1"});
   CHECK(unreachable.output.find("no answer from http://127.0.0.1:1") != std::string::npos);
   CHECK(unreachable.exit_code != 0);
 

@@ -11,13 +11,9 @@
 
 #include "launcher/process.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace test_support {
-
-inline const std::string kTestBin = TEST_BIN_DIR;
-inline const std::string kTestData = std::string(TEST_SOURCE_DIR) + "/tests/data";
-inline const std::string kGpt2Vocab = kTestData + "/gpt2-vocab.json";
-inline const std::string kGpt2Merges = kTestData + "/gpt2-merges.txt";
 
 inline std::vector<std::string> join(std::vector<std::string> first,
                                      const std::vector<std::string>& second) {

@@ -16,7 +16,7 @@
 
 #include "e2e/mpi_runs.hpp"
 #include "logged_losses.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;

@@ -26,7 +26,6 @@ using namespace gpu_test;
 namespace {
 
 constexpr ElementType kTypes[] = {ElementType::f32, ElementType::bf16, ElementType::f16};
-constexpr ElementType f32 = ElementType::f32;
 
 std::vector<int32_t> random_ids(int64_t count, int32_t bound, uint32_t seed) {
   std::mt19937 generator(seed);
@@ -67,8 +66,8 @@ TEST_CASE("embedding on the CUDA device matches the CPU device") {
                                 out, ids, t.input(word, dtype),
                                 positions ? t.input(position, dtype) : t.empty(dtype), batch, seq,
                                 hidden, 0);
-                            View dword = t.input(dword0, f32);
-                            View dposition = positions ? t.input(dposition0, f32) : t.empty(f32);
+                            View dword = t.input(dword0, ElementType::f32);
+                            View dposition = positions ? t.input(dposition0, ElementType::f32) : t.empty(ElementType::f32);
                             t.device().embedding_backward(dword, dposition, t.input(dout, dtype),
                                                           ids, batch, seq, hidden, 0);
                             Outputs outputs{{"output", t.read(out)},
@@ -112,8 +111,8 @@ TEST_CASE("embedding over a vocabulary shard on the CUDA device matches the CPU 
                 t.device().embedding_forward(out, ids, t.input(word, dtype),
                                              positions ? t.input(position, dtype) : t.empty(dtype),
                                              batch, seq, hidden, shard.start);
-                View dword = t.input(dword0, f32);
-                View dposition = positions ? t.input(dposition0, f32) : t.empty(f32);
+                View dword = t.input(dword0, ElementType::f32);
+                View dposition = positions ? t.input(dposition0, ElementType::f32) : t.empty(ElementType::f32);
                 t.device().embedding_backward(dword, dposition, t.input(dout, dtype), ids, batch,
                                               seq, hidden, shard.start);
                 Outputs outputs{{"output", t.read(out)}, {"dword_embeddings (+=)", t.read(dword)}};
@@ -202,12 +201,12 @@ TEST_CASE("layernorm on the CUDA device matches the CPU device") {
         check_against_cpu(
             *gpu, what.str(), type, tolerance(type, 5e-5), [&](Tensors& t, ElementType dtype) {
               View out = t.poisoned(s.rows * s.channels, dtype);
-              View mean = t.poisoned(s.rows, f32), rstd = t.poisoned(s.rows, f32);
+              View mean = t.poisoned(s.rows, ElementType::f32), rstd = t.poisoned(s.rows, ElementType::f32);
               View x = t.input(input, dtype), w = t.input(weight, dtype);
               t.device().layernorm_forward(out, mean, rstd, x, w, t.input(bias, dtype),
                                            weight_offset, 1e-5, s.rows, s.channels);
               View din = t.poisoned(s.rows * s.channels, dtype);
-              View dw = t.input(dweight0, f32), db = t.input(dbias0, f32);
+              View dw = t.input(dweight0, ElementType::f32), db = t.input(dbias0, ElementType::f32);
               t.device().layernorm_backward(din, dw, db, t.input(dout, dtype), x, w, weight_offset,
                                             mean, rstd, s.rows, s.channels);
               return Outputs{{"output", t.read(out)},      {"mean", t.read(mean)},
@@ -233,11 +232,11 @@ TEST_CASE("rmsnorm on the CUDA device matches the CPU device") {
       check_against_cpu(
           *gpu, what.str(), type, tolerance(type, 5e-5), [&](Tensors& t, ElementType dtype) {
             View out = t.poisoned(s.rows * s.channels, dtype);
-            View rstd = t.poisoned(s.rows, f32);
+            View rstd = t.poisoned(s.rows, ElementType::f32);
             View x = t.input(input, dtype), w = t.input(weight, dtype);
             t.device().rmsnorm_forward(out, rstd, x, w, 1e-5, s.rows, s.channels);
             View din = t.poisoned(s.rows * s.channels, dtype);
-            View dw = t.input(dweight0, f32);
+            View dw = t.input(dweight0, ElementType::f32);
             t.device().rmsnorm_backward(din, dw, t.input(dout, dtype), x, w, rstd, s.rows,
                                         s.channels);
             return Outputs{{"output", t.read(out)},
@@ -268,7 +267,7 @@ TEST_CASE("rope on the CUDA device matches the CPU device") {
       check_against_cpu(*gpu, what.str(), type, tolerance(type, 1e-5),
                         [&](Tensors& t, ElementType dtype) {
                           const int64_t table = seq * rotary_dim / 2;
-                          View cos = t.poisoned(table, f32), sin = t.poisoned(table, f32);
+                          View cos = t.poisoned(table, ElementType::f32), sin = t.poisoned(table, ElementType::f32);
                           t.device().rope_tables(cos, sin, seq, rotary_dim, 10000.0);
                           View out = t.input(before, dtype);
                           t.device().rope_forward(out, t.input(input, dtype), cos, sin, batch, seq,
@@ -302,7 +301,7 @@ TEST_CASE("rope at positions of their own on the CUDA device matches the CPU dev
       check_against_cpu(*gpu, what.str(), type, tolerance(type, 1e-5),
                         [&](Tensors& t, ElementType dtype) {
                           const int64_t table = table_rows * rotary_dim / 2;
-                          View cos = t.poisoned(table, f32), sin = t.poisoned(table, f32);
+                          View cos = t.poisoned(table, ElementType::f32), sin = t.poisoned(table, ElementType::f32);
                           t.device().rope_tables(cos, sin, table_rows, rotary_dim, 10000.0);
                           View out = t.input(before, dtype);
                           t.device().rope_at_positions_forward(out, t.input(input, dtype), cos,
@@ -370,7 +369,7 @@ TEST_CASE("cross-entropy on the CUDA device matches the CPU device") {
       const double scale = 1.0 / static_cast<double>(s.rows);
       check_against_cpu(*gpu, what.str(), type, tolerance(type, 2e-5),
                         [&](Tensors& t, ElementType dtype) {
-                          View losses = t.poisoned(s.rows, f32), lse = t.poisoned(s.rows, f32);
+                          View losses = t.poisoned(s.rows, ElementType::f32), lse = t.poisoned(s.rows, ElementType::f32);
                           View x = t.input(logits, dtype), ids = t.ids(labels);
                           t.device().cross_entropy_forward(losses, lse, x, ids, s.rows, vocab);
                           View dx = t.poisoned(s.rows * vocab, dtype);
@@ -411,7 +410,7 @@ TEST_CASE("vocabulary-parallel cross-entropy on the CUDA device matches the CPU 
             *gpu, what.str(), type, tolerance(type, 2e-5), [&](Tensors& t, ElementType dtype) {
               View ids = t.ids(labels);
               // The whole vocabulary's logsumexp, which every shard's backward takes.
-              View losses = t.poisoned(s.rows, f32), lse = t.poisoned(s.rows, f32);
+              View losses = t.poisoned(s.rows, ElementType::f32), lse = t.poisoned(s.rows, ElementType::f32);
               t.device().cross_entropy_forward(losses, lse, t.input(logits, dtype), ids, s.rows,
                                                vocab);
               Outputs outputs;
@@ -420,7 +419,7 @@ TEST_CASE("vocabulary-parallel cross-entropy on the CUDA device matches the CPU 
                 const int64_t begin = k * vocab / parts;
                 const int64_t width = (k + 1) * vocab / parts - begin;
                 View x = t.input(shard_logits(k), dtype);
-                View part = t.poisoned(s.rows, f32), target = t.poisoned(s.rows, f32);
+                View part = t.poisoned(s.rows, ElementType::f32), target = t.poisoned(s.rows, ElementType::f32);
                 t.device().vocab_parallel_cross_entropy_partial(part, target, x, ids, s.rows, width,
                                                                 begin);
                 const auto part_values = t.read(part), target_values = t.read(target);
@@ -433,10 +432,10 @@ TEST_CASE("vocabulary-parallel cross-entropy on the CUDA device matches the CPU 
                 outputs.push_back({name + "target_logit", target_values});
                 outputs.push_back({name + "dlogits", t.read(dx)});
               }
-              View combined_losses = t.poisoned(s.rows, f32);
-              View combined_lse = t.poisoned(s.rows, f32);
+              View combined_losses = t.poisoned(s.rows, ElementType::f32);
+              View combined_lse = t.poisoned(s.rows, ElementType::f32);
               t.device().vocab_parallel_cross_entropy_combine(
-                  combined_losses, combined_lse, t.input(gathered, f32), t.input(target_sum, f32),
+                  combined_losses, combined_lse, t.input(gathered, ElementType::f32), t.input(target_sum, ElementType::f32),
                   s.rows, parts);
               outputs.push_back({"combined losses", t.read(combined_losses)});
               outputs.push_back({"combined logsumexp", t.read(combined_lse)});
@@ -453,17 +452,17 @@ TEST_CASE("one vocabulary-parallel part reproduces the CUDA device's forward bit
   for (const RowsChannels s :
        {RowsChannels{3, 50304}, RowsChannels{129, 100}, RowsChannels{1, 13}}) {
     for (ElementType type : kTypes) {
-      if (gpu->memory_kind() == backend::MemoryKind::host && type != f32) continue;
+      if (gpu->memory_kind() == backend::MemoryKind::host && type != ElementType::f32) continue;
       INFO("rows " << s.rows << " vocabulary " << s.channels << " " << type_name(type));
       const auto logits = representable(random_values(s.rows * s.channels, 95, 2.0f), type);
       const auto labels = random_ids(s.rows, static_cast<int32_t>(s.channels), 96);
       Tensors t(*gpu);
       View x = t.input(logits, type), ids = t.ids(labels);
-      View losses = t.poisoned(s.rows, f32), lse = t.poisoned(s.rows, f32);
+      View losses = t.poisoned(s.rows, ElementType::f32), lse = t.poisoned(s.rows, ElementType::f32);
       gpu->cross_entropy_forward(losses, lse, x, ids, s.rows, s.channels);
-      View part = t.poisoned(s.rows, f32), target = t.poisoned(s.rows, f32);
+      View part = t.poisoned(s.rows, ElementType::f32), target = t.poisoned(s.rows, ElementType::f32);
       gpu->vocab_parallel_cross_entropy_partial(part, target, x, ids, s.rows, s.channels, 0);
-      View combined_losses = t.poisoned(s.rows, f32), combined_lse = t.poisoned(s.rows, f32);
+      View combined_losses = t.poisoned(s.rows, ElementType::f32), combined_lse = t.poisoned(s.rows, ElementType::f32);
       gpu->vocab_parallel_cross_entropy_combine(combined_losses, combined_lse, part, target, s.rows,
                                                 1);
       expect_identical("logsumexp_part against the forward's logsumexp", t.read(part), t.read(lse));
@@ -479,9 +478,9 @@ TEST_CASE("attention on the CUDA device refuses a dropout mask offset") {
   const int64_t batch = 1, seq = 4, hidden = 8, heads = 2;
   const int64_t qkv_width = (heads + 2 * heads) * (hidden / heads);
   Tensors t(*gpu);
-  View qkv = t.input(random_values(batch * seq * qkv_width, 97), f32);
-  View out = t.poisoned(batch * seq * hidden, f32), lse = t.poisoned(batch * heads * seq, f32);
-  View dqkv = t.poisoned(batch * seq * qkv_width, f32);
+  View qkv = t.input(random_values(batch * seq * qkv_width, 97), ElementType::f32);
+  View out = t.poisoned(batch * seq * hidden, ElementType::f32), lse = t.poisoned(batch * heads * seq, ElementType::f32);
+  View dqkv = t.poisoned(batch * seq * qkv_width, ElementType::f32);
   backend::Dropout dropout{0.1, backend::dropout_key(1, 2, 3, 4)};
   dropout.first_index = 5;
   CHECK_THROWS_AS(gpu->attention_forward(out, lse, qkv, batch, seq, hidden, heads, heads, dropout),

@@ -22,7 +22,6 @@ using namespace gpu_test;
 namespace {
 
 constexpr int64_t kSizes[] = {1, 7, 1000003};
-constexpr ElementType f32 = ElementType::f32;
 
 AdamWCoefficients coefficients(int step, double lr, double weight_decay) {
   const double beta1 = 0.9, beta2 = 0.95;
@@ -46,9 +45,9 @@ TEST_CASE("the AdamW update on the CUDA device matches the CPU device") {
     auto exp_avg_sq = random_values(count, 14, 1e-4f);
     for (auto& value : exp_avg_sq) value = value * value;  // a second moment is ≥ 0
     const std::string what = "adamw_update of " + std::to_string(count) + " elements";
-    check_against_cpu(*gpu, what, f32, 1e-6, [&](Tensors& t, ElementType) {
-      View p = t.input(master, f32), m = t.input(exp_avg, f32), v = t.input(exp_avg_sq, f32);
-      const View g = t.input(gradients, f32);
+    check_against_cpu(*gpu, what, ElementType::f32, 1e-6, [&](Tensors& t, ElementType) {
+      View p = t.input(master, ElementType::f32), m = t.input(exp_avg, ElementType::f32), v = t.input(exp_avg_sq, ElementType::f32);
+      const View g = t.input(gradients, ElementType::f32);
       t.device().adamw_update(p, t.empty(ElementType::bf16), g, m, v, coefficients(3, 1e-3, 0.1));
       t.device().adamw_update(p, t.empty(ElementType::bf16), g, m, v, coefficients(4, 1e-3, 0.0));
       return Outputs{{"master", t.read(p)}, {"exp_avg", t.read(m)}, {"exp_avg_sq", t.read(v)}};
@@ -58,9 +57,9 @@ TEST_CASE("the AdamW update on the CUDA device matches the CPU device") {
     // rounded.
     for (const ElementType type : {ElementType::bf16, ElementType::f16}) {
       Tensors t(*gpu);
-      View p = t.input(master, f32), m = t.input(exp_avg, f32), v = t.input(exp_avg_sq, f32);
+      View p = t.input(master, ElementType::f32), m = t.input(exp_avg, ElementType::f32), v = t.input(exp_avg_sq, ElementType::f32);
       View weights = t.poisoned(count, type);
-      gpu->adamw_update(p, weights, t.input(gradients, f32), m, v, coefficients(3, 1e-3, 0.1));
+      gpu->adamw_update(p, weights, t.input(gradients, ElementType::f32), m, v, coefficients(3, 1e-3, 0.1));
       expect_identical(what + " " + type_name(type) + " working copy = rounded master",
                        t.read(weights), representable(t.read(p), type));
     }
@@ -108,12 +107,12 @@ TEST_CASE("AdamW on the CUDA device takes the CPU device's steps, clipping inclu
   const auto initial = random_values(count, 31, 0.02f);
   std::vector<std::vector<float>> gradient_steps;
   for (uint32_t step = 0; step < 3; ++step) gradient_steps.push_back(random_values(count, 40 + step));
-  check_against_cpu(*gpu, "three AdamW steps", f32, 1e-5, [&](Tensors& t, ElementType) {
+  check_against_cpu(*gpu, "three AdamW steps", ElementType::f32, 1e-5, [&](Tensors& t, ElementType) {
     backend::AdamW optimizer(config, groups, count, t.device());
-    View parameters = t.input(initial, f32);
+    View parameters = t.input(initial, ElementType::f32);
     std::vector<float> norms;
     for (const auto& step_gradients : gradient_steps) {
-      View gradients = t.input(step_gradients, f32);
+      View gradients = t.input(step_gradients, ElementType::f32);
       const double norm = optimizer.gradient_norm(gradients);
       norms.push_back(static_cast<float>(norm));
       optimizer.clip_gradients(gradients, norm, 1.0);  // the norm is about 64: clipped

@@ -37,7 +37,7 @@
 #include "launcher/config/yaml_io.hpp"
 #include "launcher/launch.hpp"
 #include "launcher/process.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 #include "quiet_logger.hpp"
 #include "sanitized_build.hpp"
@@ -47,9 +47,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test_support::write_file;
+using test_support::kSourceDir;
 using test_support::read_file;
-
-const fs::path kSourceDir = TEST_SOURCE_DIR;
 
 // Each runs `pwned` (a stub that leaves a marker) if any part of it ever becomes code.
 std::vector<std::string> hostile_payloads() {
@@ -129,12 +129,6 @@ Node with_payload(const Node& config, const Site& site, const std::string& paylo
     case Site::Kind::map_key: target.set(payload, Node::string("v")); break;
   }
   return mutated;
-}
-
-void write_file(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  REQUIRE(out.good());
 }
 
 void make_stub(const fs::path& path, const std::string& body) {

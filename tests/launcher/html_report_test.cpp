@@ -3,7 +3,7 @@
 // hostile names included; runs with nothing to plot are refused by name.
 #include <doctest/doctest.h>
 
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "svg_polylines.hpp"
 #include "temporary_directory.hpp"
 #include "tensorboard_event_bytes.hpp"

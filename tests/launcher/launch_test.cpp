@@ -22,7 +22,7 @@
 #include "backend/common/error.hpp"
 #include "launcher/results_dir.hpp"
 #include "launcher/stages/stage.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 #include "quiet_logger.hpp"
 
@@ -30,7 +30,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kSourceDir = TEST_SOURCE_DIR;
+using test_support::kSourceDir;
+
 const fs::path kNemo2307Conf = kSourceDir / "tests/data/nemo_23.07/conf";
 
 using test_support::QuietLogger;

@@ -17,7 +17,7 @@
 
 #include "launcher/config/introspection.hpp"
 #include "launcher/launch.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 #include "quiet_logger.hpp"
 
@@ -25,7 +25,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kSourceDir = TEST_SOURCE_DIR;
+using test_support::kSourceDir;
+
 const fs::path kData = kSourceDir / "tests/data";
 
 struct ParityCase {

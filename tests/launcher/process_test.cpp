@@ -13,7 +13,7 @@
 
 #include "backend/common/error.hpp"
 #include "launcher/process.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 
 TEST_CASE("output and exit status of a child come back — a missing program is named") {

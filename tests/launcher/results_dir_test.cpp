@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;

@@ -3,7 +3,7 @@
 // refused naming the file and the byte offset.
 #include <doctest/doctest.h>
 
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 #include "tensorboard_event_bytes.hpp"
 

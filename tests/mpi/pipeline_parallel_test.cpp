@@ -32,7 +32,7 @@ constexpr int64_t kMicroBatches = 6;
 constexpr int64_t kBatchSize = 2;
 constexpr int64_t kSeqLength = 8;
 
-GptConfig gpt2_config(int64_t num_layers) {
+GptConfig pipeline_gpt2_config(int64_t num_layers) {
   GptConfig config;
   config.num_layers = num_layers;
   config.hidden_size = 32;
@@ -46,8 +46,8 @@ GptConfig gpt2_config(int64_t num_layers) {
   return config;
 }
 
-GptConfig llama_config(int64_t num_layers) {
-  GptConfig config = gpt2_config(num_layers);
+GptConfig pipeline_llama_config(int64_t num_layers) {
+  GptConfig config = pipeline_gpt2_config(num_layers);
   config.num_attention_heads = 8;
   config.num_query_groups = 2;
   config.swiglu = true;
@@ -171,15 +171,15 @@ TEST_CASE("PP=3 with 1F1B and with the interleaved schedule computes one process
     CAPTURE(style);
     {
       INFO("1F1B, one layer per stage");
-      check_against_one_process(style == "gpt2" ? gpt2_config(3) : llama_config(3), 1);
+      check_against_one_process(style == "gpt2" ? pipeline_gpt2_config(3) : pipeline_llama_config(3), 1);
     }
     {
       INFO("1F1B, two layers per stage");
-      check_against_one_process(style == "gpt2" ? gpt2_config(6) : llama_config(6), 1);
+      check_against_one_process(style == "gpt2" ? pipeline_gpt2_config(6) : pipeline_llama_config(6), 1);
     }
     {
       INFO("interleaved, two chunks of one layer per stage");
-      check_against_one_process(style == "gpt2" ? gpt2_config(6) : llama_config(6), 2);
+      check_against_one_process(style == "gpt2" ? pipeline_gpt2_config(6) : pipeline_llama_config(6), 2);
     }
   }
 }
@@ -190,13 +190,13 @@ TEST_CASE("a pipeline the layers do not divide over, or without its embedding gr
   const backend::PipelineStage stage{.pipeline_parallel = 3, .rank = world.rank(),
                                      .virtual_chunks = 1};
   CHECK_THROWS_WITH_AS(
-      GptModel<double>(gpt2_config(4), device,
+      GptModel<double>(pipeline_gpt2_config(4), device,
                        pipeline_parallelism(stage, world, nullptr)),
       doctest::Contains("--num-layers 4 must be divisible by --pipeline-model-parallel-size 3"),
       common::Error);
   if (world.rank() != 1) {  // the first and last stage hold the tied embedding
     CHECK_THROWS_WITH_AS(
-        GptModel<double>(gpt2_config(3), device,
+        GptModel<double>(pipeline_gpt2_config(3), device,
                          pipeline_parallelism(stage, world, nullptr)),
         doctest::Contains("no embedding group"), common::Error);
   }

@@ -23,7 +23,7 @@ using backend::GptModel;
 
 namespace {
 
-GptConfig gpt2_config(int64_t tensor_parallel) {
+GptConfig tensor_parallel_gpt2_config(int64_t tensor_parallel) {
   GptConfig config;
   config.num_layers = 2;
   config.hidden_size = 48;
@@ -36,8 +36,8 @@ GptConfig gpt2_config(int64_t tensor_parallel) {
   return config;
 }
 
-GptConfig llama_config(int64_t tensor_parallel) {
-  GptConfig config = gpt2_config(tensor_parallel);
+GptConfig tensor_parallel_llama_config(int64_t tensor_parallel) {
+  GptConfig config = tensor_parallel_gpt2_config(tensor_parallel);
   config.num_attention_heads = 12;
   config.num_query_groups = 6;
   config.swiglu = true;
@@ -141,12 +141,12 @@ TEST_CASE("TP=2 and TP=3, with and without sequence parallelism, compute one pro
       {
         INFO("TP=", pair->size());
         const GptConfig config =
-            style == "gpt2" ? gpt2_config(pair->size()) : llama_config(pair->size());
+            style == "gpt2" ? tensor_parallel_gpt2_config(pair->size()) : tensor_parallel_llama_config(pair->size());
         check_against_one_process(config, *pair, sequence_parallel);
       }
       {
         INFO("TP=3");
-        const GptConfig config = style == "gpt2" ? gpt2_config(3) : llama_config(3);
+        const GptConfig config = style == "gpt2" ? tensor_parallel_gpt2_config(3) : tensor_parallel_llama_config(3);
         check_against_one_process(config, *all, sequence_parallel);
       }
     }
@@ -157,7 +157,7 @@ TEST_CASE("sequence parallelism refuses a sequence the ranks cannot share equall
   auto& world = mpi_test::world();
   const auto all = world.split(0, world.rank(), "tensor parallel");
   backend::CpuDevice device;
-  GptModel<double> model(gpt2_config(3), device, *all, true);
+  GptModel<double> model(tensor_parallel_gpt2_config(3), device, *all, true);
   CHECK_THROWS_WITH_AS(model.reserve(2, 10),
                        doctest::Contains("--seq-length 10 must be divisible by "
                                          "--tensor-model-parallel-size 3 with --sequence-parallel"),
@@ -168,14 +168,14 @@ TEST_CASE("a shape that does not divide over the tensor-parallel ranks is refuse
   auto& world = mpi_test::world();
   const auto all = world.split(0, world.rank(), "tensor parallel");
   backend::CpuDevice device;
-  GptConfig config = gpt2_config(3);
+  GptConfig config = tensor_parallel_gpt2_config(3);
   config.num_attention_heads = 4;  // 4 heads over 3 ranks
   config.hidden_size = 48;
   CHECK_THROWS_WITH_AS(GptModel<double>(config, device, *all),
                        doctest::Contains("--num-attention-heads (4) must be divisible by "
                                          "--tensor-model-parallel-size (3)"),
                        common::Error);
-  config = gpt2_config(3);
+  config = tensor_parallel_gpt2_config(3);
   config.ffn_hidden_size = 50;
   CHECK_THROWS_WITH_AS(GptModel<double>(config, device, *all),
                        doctest::Contains("--ffn-hidden-size (50)"), common::Error);

@@ -34,7 +34,7 @@ struct Sample {
   }
 };
 
-std::vector<char> read_all(const fs::path& path) {
+std::vector<char> read_file_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
@@ -96,7 +96,7 @@ TEST_CASE("the header is the documented 64 bytes: magic, version, sizes, checksu
   const fs::path file = directory.path / "model_optim_rng.bin";
   const Sample sample;
   write_checkpoint_file(file, sample.metadata, sample.tensors());
-  const auto bytes = read_all(file);
+  const auto bytes = read_file_bytes(file);
   CHECK(std::string(bytes.data(), 8) == "MNATCKPT");
   CHECK(field<uint32_t>(bytes, 8) == 1);   // format version
   CHECK(field<uint32_t>(bytes, 12) == 64); // header size
@@ -129,7 +129,7 @@ TEST_CASE("each kind of damage is refused, naming the file and the tensor at fau
   const fs::path file = directory.path / "model_optim_rng.bin";
   const Sample sample;
   write_checkpoint_file(file, sample.metadata, sample.tensors());
-  const auto good = read_all(file);
+  const auto good = read_file_bytes(file);
   const auto data_offset = field<uint64_t>(good, 32);
   const auto metadata_size = field<uint64_t>(good, 16);
   REQUIRE(open_error(file).empty());

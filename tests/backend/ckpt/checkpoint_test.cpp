@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // Dropout on and a cosine schedule with warm-up: resume must restore the RNG and the schedule.
-TrainingArguments tiny_arguments() {
+TrainingArguments resumable_arguments() {
   TrainingArguments a = test_support::tiny_gpt_arguments(8);
   a.lr_warmup_iters = 2;
   a.lr_decay_style = "cosine";
@@ -104,7 +104,7 @@ std::string load_error(const TrainingArguments& a) {
 
 // Saves a trained tiny model to `directory` at `iteration`; returns its arguments.
 TrainingArguments save_trained(const fs::path& directory, int64_t iteration = 3,
-                               TrainingArguments a = tiny_arguments()) {
+                               TrainingArguments a = resumable_arguments()) {
   a.save = directory.string();
   LiveState state(a);
   state.train(a, 3);
@@ -127,7 +127,7 @@ TrainingResult train(TrainingArguments a, std::ostream& log) { return pretrain(a
 
 TEST_CASE("save then load restores parameters, optimizer, scheduler and RNG state exactly") {
   test_support::TemporaryDirectory directory;
-  auto a = tiny_arguments();
+  auto a = resumable_arguments();
   a.save = a.load = directory.path.string();
   LiveState saved(a);
   saved.train(a, 3);
@@ -156,7 +156,7 @@ TEST_CASE("save then load restores parameters, optimizer, scheduler and RNG stat
 TEST_CASE("Megatron's layout, tracker and messages") {
   test_support::TemporaryDirectory directory;
   const fs::path dir = directory.path / "checkpoints";  // created by the save
-  auto a = tiny_arguments();
+  auto a = resumable_arguments();
   a.save = a.load = dir.string();
   LiveState state(a);
   std::ostringstream save_log;
@@ -222,7 +222,7 @@ TEST_CASE("a pipelined checkpoint's files are mp_rank_XX_YYY, and the tracker fi
 
 TEST_CASE("the plain options: the records are stored as given, the current one names the flags that fit") {
   test_support::TemporaryDirectory directory;
-  const auto a = tiny_arguments();
+  const auto a = resumable_arguments();
   LiveState saved(a);
   saved.train(a, 2);
   const CheckpointSaveOptions save{
@@ -266,7 +266,7 @@ TEST_CASE("the plain options: the records are stored as given, the current one n
 
 TEST_CASE("--load without a tracker warns as Megatron and starts from scratch") {
   test_support::TemporaryDirectory directory;
-  auto a = tiny_arguments();
+  auto a = resumable_arguments();
   a.load = directory.path.string();
   LiveState state(a);
   const std::vector<float> before(state.model.parameters().begin(), state.model.parameters().end());
@@ -305,7 +305,7 @@ TEST_CASE("the tracker: an integer, 'release', or an error naming the file") {
 
   // A tracker naming an iteration that is not there.
   std::ofstream(tracker) << "7";
-  auto a = tiny_arguments();
+  auto a = resumable_arguments();
   a.load = directory.path.string();
   CHECK(load_error(a).find("names iteration 7, but " +
                            checkpoint_file_path(directory.path, 7).string() + " does not exist") !=
@@ -380,7 +380,7 @@ TEST_CASE("the vocabulary flags are named only when the embedding does not fit")
 
 TEST_CASE("a Llama checkpoint round-trips, and a GPT model is told the Llama flags it needs") {
   test_support::TemporaryDirectory directory;
-  auto llama = tiny_arguments();
+  auto llama = resumable_arguments();
   llama.position_embedding_type = "rope";
   llama.normalization = "RMSNorm";
   llama.swiglu = true;
@@ -400,7 +400,7 @@ TEST_CASE("a Llama checkpoint round-trips, and a GPT model is told the Llama fla
   CHECK(same_bytes(loaded.model.parameters(), saved.model.parameters()));
   CHECK_NOTHROW(loaded.model.tensor("output_layer.weight"));
 
-  auto gpt = tiny_arguments();
+  auto gpt = resumable_arguments();
   gpt.load = llama.save;
   const std::string message = load_error(gpt);
   INFO(message);
@@ -438,7 +438,7 @@ TEST_CASE("a corrupt tensor in a saved checkpoint stops the load, naming the fil
 
 TEST_CASE("--finetune loads the weights only, --no-load-optim and --no-load-rng skip their part") {
   test_support::TemporaryDirectory directory;
-  auto a = tiny_arguments();
+  auto a = resumable_arguments();
   a.save = a.load = directory.path.string();
   LiveState saved(a);
   saved.train(a, 3);
@@ -490,7 +490,7 @@ TEST_CASE("--finetune loads the weights only, --no-load-optim and --no-load-rng 
 
 TEST_CASE("--no-save-optim / --no-save-rng checkpoints load only with --no-load-optim / --no-load-rng") {
   test_support::TemporaryDirectory directory;
-  auto a = tiny_arguments();
+  auto a = resumable_arguments();
   a.no_save_optim = true;
   a.no_save_rng = true;
   a = save_trained(directory.path, 3, a);
@@ -584,7 +584,7 @@ TEST_CASE("a save removes what interrupted saves left, keeps a live process's, r
 
 TEST_CASE("a run stopped by --exit-interval and resumed equals an uninterrupted one, bit for bit") {
   test_support::TemporaryDirectory directory;
-  auto base = tiny_arguments();
+  auto base = resumable_arguments();
   base.train_iters = 8;
   base.eval_interval = 3;  // validation passes in both halves: consumed_valid must carry over
   base.eval_iters = 1;
@@ -665,10 +665,10 @@ TEST_CASE("resume is exact under sample-based WSD, a weight-decay ramp and a bat
   // Every schedule the checkpoint carries (learning rate, weight decay, batch size from the
   // consumed samples) must continue where it stopped.
   test_support::TemporaryDirectory directory;
-  auto base = tiny_arguments();
+  auto base = resumable_arguments();
   base.train_iters = 0;
   base.lr_warmup_iters = 0;
-  base.lr_decay_iters = 0;  // tiny_arguments() derived it from --train-iters
+  base.lr_decay_iters = 0;  // resumable_arguments() derived it from --train-iters
   base.train_samples = 40;
   base.rampup_batch_size = {2, 2, 8};  // 2 until 8 samples are consumed, then 4
   base.lr_warmup_samples = 4;
@@ -719,7 +719,7 @@ TEST_CASE("resume is exact under sample-based WSD, a weight-decay ramp and a bat
 
 TEST_CASE("--pretrained-checkpoint starts from its weights when --load holds nothing, and a restart resumes from --load") {
   test_support::TemporaryDirectory directory;
-  auto base = tiny_arguments();
+  auto base = resumable_arguments();
   base.train_iters = 4;
   auto pretraining = base;
   pretraining.save = (directory.path / "pretrained").string();
@@ -783,7 +783,7 @@ TEST_CASE("--pretrained-checkpoint starts from its weights when --load holds not
 
 TEST_CASE("--exit-interval without --save stops there and saves nothing") {
   test_support::TemporaryDirectory directory;
-  auto a = tiny_arguments();
+  auto a = resumable_arguments();
   a.exit_interval = 2;
   std::ostringstream log;
   const auto result = train(a, log);
@@ -794,7 +794,7 @@ TEST_CASE("--exit-interval without --save stops there and saves nothing") {
 
 TEST_CASE("--save-interval saves every N iterations and the last one once") {
   test_support::TemporaryDirectory directory;
-  auto a = tiny_arguments();
+  auto a = resumable_arguments();
   a.train_iters = 5;
   a.save = directory.path.string();
   a.save_interval = 2;
@@ -846,7 +846,7 @@ TEST_CASE("one holder of a save directory at a time — a release import needs l
 
 TEST_CASE("--fp16: the loss scaler's state is saved and a resumed run scales as an uninterrupted one") {
   test_support::TemporaryDirectory directory;
-  auto base = tiny_arguments();
+  auto base = resumable_arguments();
   base.train_iters = 8;
   base.fp16 = true;
   base.initial_loss_scale = 1024;

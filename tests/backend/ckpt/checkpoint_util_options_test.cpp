@@ -14,7 +14,7 @@ using namespace backend;
 
 namespace {
 
-std::optional<CheckpointUtilOptions> parse(std::vector<const char*> arguments) {
+std::optional<CheckpointUtilOptions> parse_checkpoint_util(std::vector<const char*> arguments) {
   arguments.insert(arguments.begin(), "checkpoint_util");
   return parse_checkpoint_util_arguments(static_cast<int>(arguments.size()), arguments.data());
 }
@@ -22,18 +22,18 @@ std::optional<CheckpointUtilOptions> parse(std::vector<const char*> arguments) {
 }  // namespace
 
 TEST_CASE("checkpoint_util's command line") {
-  const auto exporting = parse({"--load", "ckpt", "--export-hf", "hf"});
+  const auto exporting = parse_checkpoint_util({"--load", "ckpt", "--export-hf", "hf"});
   REQUIRE(exporting);
   CHECK(exporting->load == "ckpt");
   CHECK(exporting->export_hf == "hf");
-  const auto importing = parse({"--import-hf", "hf", "--save", "ckpt", "--replace-training-tracker"});
+  const auto importing = parse_checkpoint_util({"--import-hf", "hf", "--save", "ckpt", "--replace-training-tracker"});
   REQUIRE(importing);
   CHECK(importing->import_hf == "hf");
   CHECK(importing->save == "ckpt");
   CHECK(importing->replace_training_tracker);
-  CHECK_FALSE(parse({"--import-hf", "hf", "--save", "ckpt"})->replace_training_tracker);
+  CHECK_FALSE(parse_checkpoint_util({"--import-hf", "hf", "--save", "ckpt"})->replace_training_tracker);
   CHECK_FALSE(exporting->resharding());
-  const auto resharding = parse({"--load", "ckpt", "--save", "out", "--target-tensor-parallel-size",
+  const auto resharding = parse_checkpoint_util({"--load", "ckpt", "--save", "out", "--target-tensor-parallel-size",
                                  "4", "--target-pipeline-parallel-size", "1",
                                  "--make-vocab-size-divisible-by", "32"});
   REQUIRE(resharding);
@@ -43,12 +43,12 @@ TEST_CASE("checkpoint_util's command line") {
   CHECK(resharding->target_tensor_parallel_size == 4);
   CHECK(resharding->target_pipeline_parallel_size == 1);
   CHECK(resharding->make_vocab_size_divisible_by == 32);
-  const auto defaults = parse({"--load", "ckpt", "--save", "out", "--target-tensor-parallel-size", "1"});
+  const auto defaults = parse_checkpoint_util({"--load", "ckpt", "--save", "out", "--target-tensor-parallel-size", "1"});
   REQUIRE(defaults);
   CHECK(defaults->make_vocab_size_divisible_by == 0);  // the checkpoint's
   CHECK(defaults->target_pipeline_parallel_size == 1);
   // Any pipeline size parses; whether it divides the layers is the checkpoint's to say.
-  const auto pipelined = parse({"--load", "ckpt", "--save", "out", "--target-tensor-parallel-size",
+  const auto pipelined = parse_checkpoint_util({"--load", "ckpt", "--save", "out", "--target-tensor-parallel-size",
                                 "2", "--target-pipeline-parallel-size", "3"});
   REQUIRE(pipelined);
   CHECK(pipelined->target_pipeline_parallel_size == 3);
@@ -81,6 +81,6 @@ TEST_CASE("checkpoint_util's command line") {
   for (const auto& misuse : misuses) {
     const char* message = misuse.second;
     CAPTURE(message);
-    CHECK_THROWS_WITH_AS(parse(misuse.first), doctest::Contains(message), common::Error);
+    CHECK_THROWS_WITH_AS(parse_checkpoint_util(misuse.first), doctest::Contains(message), common::Error);
   }
 }

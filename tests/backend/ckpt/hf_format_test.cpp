@@ -337,12 +337,12 @@ TEST_CASE("hf_format: import refuses what it cannot load, naming the tensor or k
   SUBCASE("missing tensor") {
     auto tensors = good;
     tensors.erase(tensors.begin() + 5);  // transformer.h.0.attn.c_attn.bias
-    refused_with_tensors(tensors, "tensor transformer.h.0.attn.c_attn.bias (48) is missing");
+    refused_with_tensors(tensors, "tensor transformer.h.0.attn.c_attn.bias (48,) is missing");
   }
   SUBCASE("unexpected tensor") {
     auto tensors = good;
     tensors.push_back({"transformer.h.2.ln_1.weight", {16}, std::vector<float>(16)});
-    refused_with_tensors(tensors, "unexpected tensor transformer.h.2.ln_1.weight (16)");
+    refused_with_tensors(tensors, "unexpected tensor transformer.h.2.ln_1.weight (16,)");
   }
   SUBCASE("mis-shaped tensor") {
     auto tensors = good;

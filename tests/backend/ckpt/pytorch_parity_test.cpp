@@ -28,13 +28,15 @@
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
 #include "tests/temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace {
+
+using test_support::kPython;
 
 using backend::GptConfig;
 using backend::GptModel;
 
-constexpr const char* kPython = "/usr/bin/python3";
 constexpr int64_t kBatchSize = 2;
 constexpr int64_t kSeqLength = 16;
 constexpr int kSteps = 10;

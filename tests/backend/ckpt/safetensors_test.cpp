@@ -14,6 +14,7 @@
 
 #include "backend/common/error.hpp"
 #include "tests/temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace {
 
@@ -45,11 +46,6 @@ std::filesystem::path write_raw(const std::filesystem::path& path, const std::st
   std::ofstream out(path, std::ios::binary);
   out << little_endian_u64(header.size()) << header << data;
   return path;
-}
-
-std::string read_all(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 }  // namespace
@@ -105,7 +101,7 @@ TEST_CASE("safetensors: the writer's layout is the format's") {
   write_safetensors(path,
                     {{"first", {2, 2}, {1, 2, 3, 4}}, {"scalar", {}, {7}}, {"empty", {0, 3}, {}}},
                     {{"tokenizer_vocab_size", "100"}});
-  const std::string bytes = read_all(path);
+  const std::string bytes = test_support::read_file(path);
   REQUIRE(bytes.size() >= 8);
   uint64_t header_length = 0;
   std::memcpy(&header_length, bytes.data(), 8);
@@ -229,7 +225,7 @@ TEST_CASE("safetensors: corrupt files are refused naming the file and the tensor
   }
   SUBCASE("a valid file cut short") {
     write_safetensors(path, {{"weights", {4, 4}, std::vector<float>(16, 0.5f)}});
-    const std::string bytes = read_all(path);
+    const std::string bytes = test_support::read_file(path);
     {
       std::ofstream out(path, std::ios::binary | std::ios::trunc);
       out << bytes.substr(0, bytes.size() - 4);

@@ -18,7 +18,7 @@ constexpr common::RefusedFlag kRefused[] = {
 };
 
 // Parses `words` as a tool with a required --num-layers, as pretrain_gpt and preprocess_data do.
-void parse(std::vector<std::string> words) {
+void parse_tool(std::vector<std::string> words) {
   CLI::App app{"test", "tool"};
   int layers = 0;
   app.add_option("--num-layers", layers)->required();
@@ -33,18 +33,18 @@ void parse(std::vector<std::string> words) {
 }  // namespace
 
 TEST_CASE("a refused flag is named with its reason, before a missing required flag") {
-  CHECK_THROWS_WITH_AS(parse({"--sequence-parallel"}),
+  CHECK_THROWS_WITH_AS(parse_tool({"--sequence-parallel"}),
                        "tool: --sequence-parallel is refused: needs tensor parallelism",
                        common::Error);
-  CHECK_THROWS_WITH_AS(parse({"--num-layers", "2", "--tokenizer-model", "x.model"}),
+  CHECK_THROWS_WITH_AS(parse_tool({"--num-layers", "2", "--tokenizer-model", "x.model"}),
                        "tool: --tokenizer-model is refused: SentencePiece is not built",
                        common::Error);
-  CHECK_NOTHROW(parse({"--num-layers", "2"}));
-  CHECK_THROWS_WITH_AS(parse({}), doctest::Contains("--num-layers is required"), common::Error);
+  CHECK_NOTHROW(parse_tool({"--num-layers", "2"}));
+  CHECK_THROWS_WITH_AS(parse_tool({}), doctest::Contains("--num-layers is required"), common::Error);
 }
 
 TEST_CASE("an unknown argument is named first, with a suggestion") {
-  CHECK_THROWS_WITH_AS(parse({"--num-layer", "2"}),
+  CHECK_THROWS_WITH_AS(parse_tool({"--num-layer", "2"}),
                        doctest::Contains("tool: unknown argument --num-layer Did you mean '--num-layers'?"),
                        common::Error);
 }
@@ -52,25 +52,25 @@ TEST_CASE("an unknown argument is named first, with a suggestion") {
 TEST_CASE("a flag written where a value belongs is named, not the value left over") {
   // CLI11 gives --num-layers the next word even when it is a flag; argparse says "expected one
   // argument". The word after it (2) must not be reported as an unknown argument instead.
-  CHECK_THROWS_WITH_AS(parse({"--num-layers", "--sequence-parallel", "2"}),
+  CHECK_THROWS_WITH_AS(parse_tool({"--num-layers", "--sequence-parallel", "2"}),
                        "tool: --num-layers needs a value, but the next argument is the flag "
                        "--sequence-parallel",
                        common::Error);
-  CHECK_THROWS_WITH_AS(parse({"--tokenizer-model", "--num-layers", "2"}),
+  CHECK_THROWS_WITH_AS(parse_tool({"--tokenizer-model", "--num-layers", "2"}),
                        doctest::Contains("--tokenizer-model needs a value, but the next argument is "
                                          "the flag --num-layers"),
                        common::Error);
   // A negative number is a value, as in argparse.
-  CHECK_THROWS_WITH_AS(parse({"--num-layers", "-2", "--sequence-parallel"}),
+  CHECK_THROWS_WITH_AS(parse_tool({"--num-layers", "-2", "--sequence-parallel"}),
                        doctest::Contains("--sequence-parallel is refused"), common::Error);
   // A value given with '=' is a value, whatever it looks like: judged as one, never as a flag.
-  CHECK_THROWS_WITH_AS(parse({"--num-layers=-x"}),
+  CHECK_THROWS_WITH_AS(parse_tool({"--num-layers=-x"}),
                        doctest::Contains("Could not convert: --num-layers = -x"), common::Error);
-  CHECK_THROWS_WITH_AS(parse({"--num-layers", "2", "--tokenizer-model=-m"}),
+  CHECK_THROWS_WITH_AS(parse_tool({"--num-layers", "2", "--tokenizer-model=-m"}),
                        "tool: --tokenizer-model is refused: SentencePiece is not built",
                        common::Error);
   // A flag's name given as another's value with '=' is that value, not a flag.
-  CHECK_THROWS_WITH_AS(parse({"--num-layers", "2", "--tokenizer-model=--num-layers"}),
+  CHECK_THROWS_WITH_AS(parse_tool({"--num-layers", "2", "--tokenizer-model=--num-layers"}),
                        "tool: --tokenizer-model is refused: SentencePiece is not built",
                        common::Error);
 }

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "backend/common/error.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;

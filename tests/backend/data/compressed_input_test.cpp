@@ -13,54 +13,23 @@
 #include "backend/common/error.hpp"
 #include "backend/data/compressed_input.hpp"
 #include "temporary_directory.hpp"
+#include "backend/data/compressors.hpp"
+#include "test_files.hpp"
 
 using namespace backend;
 
 namespace {
 
-std::string gzip(const std::string& text) {
-  z_stream stream{};
-  REQUIRE(deflateInit2(&stream, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
-  std::string out(deflateBound(&stream, text.size()) + 64, '\0');
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-  stream.avail_in = static_cast<uInt>(text.size());
-  stream.next_out = reinterpret_cast<Bytef*>(out.data());
-  stream.avail_out = static_cast<uInt>(out.size());
-  REQUIRE(deflate(&stream, Z_FINISH) == Z_STREAM_END);
-  out.resize(stream.total_out);
-  deflateEnd(&stream);
-  return out;
-}
+using test_support::write_file;
+using test_support::gzip;
+using test_support::zstd;
+using test_support::xz;
 
-std::string zstd(const std::string& text) {
-  std::string out(ZSTD_compressBound(text.size()), '\0');
-  const size_t size = ZSTD_compress(out.data(), out.size(), text.data(), text.size(), 19);
-  REQUIRE(!ZSTD_isError(size));
-  out.resize(size);
-  return out;
-}
-
-std::string xz(const std::string& text) {
-  std::string out(lzma_stream_buffer_bound(text.size()), '\0');
-  size_t position = 0;
-  REQUIRE(lzma_easy_buffer_encode(6, LZMA_CHECK_CRC64, nullptr,
-                                  reinterpret_cast<const uint8_t*>(text.data()), text.size(),
-                                  reinterpret_cast<uint8_t*>(out.data()), &position,
-                                  out.size()) == LZMA_OK);
-  out.resize(position);
-  return out;
-}
-
-std::string read_all(const std::string& path, size_t read_size) {
+std::string read_decompressed(const std::string& path, size_t read_size) {
   CompressedInput input(path);
   std::string text, chunk(read_size, '\0');
   while (const size_t got = input.read(chunk.data(), chunk.size())) text.append(chunk.data(), got);
   return text;
-}
-
-void write_file(const std::filesystem::path& path, const std::string& contents) {
-  std::ofstream out(path, std::ios::binary);
-  out << contents;
 }
 
 }  // namespace
@@ -78,12 +47,12 @@ TEST_CASE("compressed inputs read back exactly with any read size") {
   write_file(path("empty"), "");
   for (const char* name : {"plain.jsonl", "two-members.gz", "data.zst", "data.xz", "gzip-named.jsonl"}) {
     CAPTURE(name);
-    CHECK(read_all(path(name), 1 << 16) == text);
-    CHECK(read_all(path(name), 1) .size() == text.size());
+    CHECK(read_decompressed(path(name), 1 << 16) == text);
+    CHECK(read_decompressed(path(name), 1) .size() == text.size());
   }
-  CHECK(read_all(path("two-members.gz"), 1) == text);
-  CHECK(read_all(path("data.xz"), 7) == text);
-  CHECK(read_all(path("empty"), 10).empty());
+  CHECK(read_decompressed(path("two-members.gz"), 1) == text);
+  CHECK(read_decompressed(path("data.xz"), 7) == text);
+  CHECK(read_decompressed(path("empty"), 10).empty());
   CHECK(std::string(CompressedInput(path("gzip-named.jsonl")).format()) == "gzip");
   CHECK(std::string(CompressedInput(path("data.zst")).format()) == "zstd");
   CHECK(std::string(CompressedInput(path("data.xz")).format()) == "xz");
@@ -99,22 +68,22 @@ TEST_CASE("missing, truncated and corrupt compressed inputs name the file") {
   std::string cut = gzip(text);
   cut.resize(cut.size() - 12);
   write_file(path("cut.gz"), cut);
-  CHECK_THROWS_WITH_AS(read_all(path("cut.gz"), 4096), doctest::Contains("cut.gz: the gzip data ends early"),
+  CHECK_THROWS_WITH_AS(read_decompressed(path("cut.gz"), 4096), doctest::Contains("cut.gz: the gzip data ends early"),
                        common::Error);
   std::string bad = gzip(text);
   bad[3] = static_cast<char>(0xE0);  // reserved flag bits of the gzip header
   write_file(path("bad.gz"), bad);
-  CHECK_THROWS_WITH_AS(read_all(path("bad.gz"), 4096), doctest::Contains("bad.gz: corrupt gzip data"),
+  CHECK_THROWS_WITH_AS(read_decompressed(path("bad.gz"), 4096), doctest::Contains("bad.gz: corrupt gzip data"),
                        common::Error);
   std::string cut_zstd = zstd(text);
   cut_zstd.resize(cut_zstd.size() - 3);
   write_file(path("cut.zst"), cut_zstd);
-  CHECK_THROWS_WITH_AS(read_all(path("cut.zst"), 4096), doctest::Contains("cut.zst: the zstd data ends early"),
+  CHECK_THROWS_WITH_AS(read_decompressed(path("cut.zst"), 4096), doctest::Contains("cut.zst: the zstd data ends early"),
                        common::Error);
   std::string cut_xz = xz(text);
   cut_xz.resize(cut_xz.size() / 2);
   write_file(path("cut.xz"), cut_xz);
-  CHECK_THROWS_WITH_AS(read_all(path("cut.xz"), 4096), doctest::Contains("cut.xz"), common::Error);
+  CHECK_THROWS_WITH_AS(read_decompressed(path("cut.xz"), 4096), doctest::Contains("cut.xz"), common::Error);
 }
 
 TEST_CASE("a name that promises a compression the content lacks is refused — bzip2 is named, not copied") {
@@ -146,6 +115,6 @@ TEST_CASE("a name that promises a compression the content lacks is refused — b
                        doctest::Contains("named .bz2, but its content is not bzip2"), common::Error);
   // Content decides where the name promises nothing: gzip named .jsonl still reads.
   write_file(path("gzip_inside.jsonl"), gzip(text));
-  CHECK(read_all(path("gzip_inside.jsonl"), 7) == text);
+  CHECK(read_decompressed(path("gzip_inside.jsonl"), 7) == text);
   CHECK(std::string(CompressedInput(path("gzip_inside.jsonl")).format()) == "gzip");
 }

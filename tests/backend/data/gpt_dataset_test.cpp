@@ -33,7 +33,7 @@ GptDatasetConfig config_with(int64_t sequence_length, std::string cache_path = "
   return config;
 }
 
-std::vector<int64_t> read_all(const std::filesystem::path& path) {
+std::vector<int64_t> read_npy_values(const std::filesystem::path& path) {
   NpyArray array(path);
   std::vector<int64_t> values(static_cast<size_t>(array.size()));
   for (int64_t i = 0; i < array.size(); ++i) values[static_cast<size_t>(i)] = array[i];
@@ -130,8 +130,8 @@ TEST_CASE("samples are seq_length + 1 consecutive tokens of the shuffled documen
   CHECK(dataset.cache_directory() == prefix + "/cache/GPTDataset_indices");
 
   const std::string base = cache_base(dataset);
-  const auto document_index = read_all(base + "-document_index.npy");
-  const auto shuffle = read_all(base + "-shuffle_index.npy");
+  const auto document_index = read_npy_values(base + "-document_index.npy");
+  const auto shuffle = read_npy_values(base + "-shuffle_index.npy");
   std::vector<int32_t> stream;
   for (int64_t sequence : document_index) {
     for (int32_t t = 0; t < lengths[static_cast<size_t>(sequence)]; ++t) stream.push_back(test_support::fixture_token(sequence, t));
@@ -186,7 +186,7 @@ TEST_CASE("the cache: built once, memory-mapped after, keyed by the description"
   std::filesystem::resize_file(base + "-shuffle_index.npy", 100);
   GptDataset repaired(indexed, prefix, 0, 50, 100, Split::train, config);
   CHECK(repaired.built_anew());
-  CHECK(read_all(base + "-shuffle_index.npy").size() == static_cast<size_t>(first.size()));
+  CHECK(read_npy_values(base + "-shuffle_index.npy").size() == static_cast<size_t>(first.size()));
   std::ofstream(description, std::ios::app) << " ";
   CHECK(GptDataset(indexed, prefix, 0, 50, 100, Split::train, config).built_anew());
 

@@ -26,6 +26,7 @@
 #include "backend/train/arguments.hpp"
 #include "backend/train/trainer.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 using namespace backend;
 namespace fs = std::filesystem;
@@ -33,39 +34,16 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kDataDir = std::string(TEST_SOURCE_DIR) + "/tests/data";
-
-void write_file(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  REQUIRE(out.good());
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::string from_hex(const std::string& hex) {
-  std::string bytes;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-    bytes.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  }
-  return bytes;
-}
-
 // Llama 3's tokenizer directory: tokenizer.json decompressed (with the project's own reader)
 // into a directory that lives until the test program ends.
 const fs::path& llama3_directory() {
   static test_support::TemporaryDirectory directory("hf_tokenizer_test");
   static const bool ready = [] {
-    CompressedInput input(kDataDir + "/llama3/tokenizer.json.xz");
+    CompressedInput input(test_support::kTestData + "/llama3/tokenizer.json.xz");
     std::ofstream out(directory.path / "tokenizer.json", std::ios::binary);
     std::vector<char> buffer(1 << 20);
     while (const size_t n = input.read(buffer.data(), buffer.size())) out.write(buffer.data(), n);
-    fs::copy_file(kDataDir + "/llama3/tokenizer_config.json",
+    fs::copy_file(test_support::kTestData + "/llama3/tokenizer_config.json",
                   directory.path / "tokenizer_config.json");
     return out.good();
   }();
@@ -78,22 +56,22 @@ const HuggingFaceTokenizer& llama3() {
   return tokenizer;
 }
 
-struct Fixture {
+struct HfFixture {
   std::string text;
   std::vector<int32_t> ids;
   bool python_only = false;
 };
 
-std::vector<Fixture> read_fixtures(const std::string& name) {
-  std::vector<Fixture> result;
-  std::ifstream in(kDataDir + "/" + name);
+std::vector<HfFixture> read_fixtures(const std::string& name) {
+  std::vector<HfFixture> result;
+  std::ifstream in(test_support::kTestData + "/" + name);
   REQUIRE(in);
   std::string line;
   while (std::getline(in, line)) {
     const auto record = json::parse(line);
-    Fixture fixture;
+    HfFixture fixture;
     fixture.text = record.contains("text") ? record["text"].get<std::string>()
-                                           : from_hex(record["bytes_hex"].get<std::string>());
+                                           : test_support::from_hex(record["bytes_hex"].get<std::string>());
     fixture.ids = record["ids"].get<std::vector<int32_t>>();
     fixture.python_only = record.value("python_only", false);
     result.push_back(std::move(fixture));
@@ -101,9 +79,9 @@ std::vector<Fixture> read_fixtures(const std::string& name) {
   return result;
 }
 
-int count_mismatches(Tokenizer& tokenizer, const std::vector<Fixture>& fixtures) {
+int count_mismatches(Tokenizer& tokenizer, const std::vector<HfFixture>& fixtures) {
   int mismatches = 0;
-  for (const Fixture& fixture : fixtures) {
+  for (const HfFixture& fixture : fixtures) {
     if (tokenizer.tokenize(fixture.text) != fixture.ids) {
       if (++mismatches <= 5) MESSAGE("mismatch on " << json(fixture.text).dump().substr(0, 200));
     }
@@ -116,7 +94,7 @@ int count_mismatches(Tokenizer& tokenizer, const std::vector<Fixture>& fixtures)
 // Split with GPT-2's regex and ByteLevel{use_regex: false} instead of ByteLevel alone.
 fs::path write_gpt2_tokenizer(const fs::path& directory, bool split_regex) {
   json merges = json::array();
-  std::istringstream lines(read_file(kDataDir + "/gpt2-merges.txt"));
+  std::istringstream lines(test_support::read_file(test_support::kTestData + "/gpt2-merges.txt"));
   std::string line;
   for (bool first = true; std::getline(lines, line); first = false) {
     if (first && line.starts_with("#version")) continue;  // merges such as "# #" start with '#'
@@ -149,9 +127,9 @@ fs::path write_gpt2_tokenizer(const fs::path& directory, bool split_regex) {
       {"model",
        {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
         {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
-        {"vocab", json::parse(read_file(kDataDir + "/gpt2-vocab.json"))}, {"merges", merges}}}};
-  write_file(directory / "tokenizer.json", tokenizer.dump());
-  write_file(directory / "special_tokens_map.json",
+        {"vocab", json::parse(test_support::read_file(test_support::kTestData + "/gpt2-vocab.json"))}, {"merges", merges}}}};
+  test_support::write_file(directory / "tokenizer.json", tokenizer.dump());
+  test_support::write_file(directory / "special_tokens_map.json",
              R"({"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"})");
   return directory;
 }
@@ -183,18 +161,18 @@ json tiny_tokenizer() {
 
 fs::path write_tiny(const fs::path& directory, const json& tokenizer,
                     const std::string& config = R"({"eos_token": {"content": "<|eos|>"}})") {
-  write_file(directory / "tokenizer.json", tokenizer.dump());
-  write_file(directory / "tokenizer_config.json", config);
+  test_support::write_file(directory / "tokenizer.json", tokenizer.dump());
+  test_support::write_file(directory / "tokenizer_config.json", config);
   return directory;
 }
 
 }  // namespace
 
 TEST_CASE("HuggingFaceTokenizer on Llama 3's tokenizer.json gives the reference ids on every fixture") {
-  const std::vector<Fixture> fixtures = read_fixtures("llama3/llama3_tokenizer_fixtures.jsonl");
+  const std::vector<HfFixture> fixtures = read_fixtures("llama3/llama3_tokenizer_fixtures.jsonl");
   REQUIRE(fixtures.size() > 2000);
   int python_only = 0;
-  for (const Fixture& fixture : fixtures) python_only += fixture.python_only;
+  for (const HfFixture& fixture : fixtures) python_only += fixture.python_only;
   CHECK(python_only > 50);
   auto tokenizer = llama3().clone();
   CHECK(count_mismatches(*tokenizer, fixtures) == 0);
@@ -207,8 +185,8 @@ TEST_CASE("HuggingFaceTokenizer on Llama 3's tokenizer.json gives the reference 
 }
 
 TEST_CASE("Llama 3: detokenize gives back <|begin_of_text|> and the text") {
-  const std::vector<Fixture> fixtures = read_fixtures("llama3/llama3_tokenizer_fixtures.jsonl");
-  for (const Fixture& fixture : fixtures) {
+  const std::vector<HfFixture> fixtures = read_fixtures("llama3/llama3_tokenizer_fixtures.jsonl");
+  for (const HfFixture& fixture : fixtures) {
     CHECK(llama3().detokenize(fixture.ids) == "<|begin_of_text|>" + fixture.text);
   }
   CHECK_THROWS_WITH_AS(llama3().detokenize(std::vector<int32_t>{128256}),
@@ -233,8 +211,8 @@ TEST_CASE("Llama 3: Megatron's vocab size, eod and BOS, and special tokens in th
   // eos from special_tokens_map.json when tokenizer_config.json has none; the file path works too.
   test_support::TemporaryDirectory directory;
   fs::copy_file(llama3_directory() / "tokenizer.json", directory.path / "tokenizer.json");
-  write_file(directory.path / "tokenizer_config.json", R"({"model_max_length": 8192})");
-  write_file(directory.path / "special_tokens_map.json", R"({"eos_token": "<|eot_id|>"})");
+  test_support::write_file(directory.path / "tokenizer_config.json", R"({"model_max_length": 8192})");
+  test_support::write_file(directory.path / "special_tokens_map.json", R"({"eos_token": "<|eot_id|>"})");
   const auto built = build_tokenizer({.tokenizer_type = "HuggingFaceTokenizer", .vocab_file = "",
                                       .merge_file = "", .vocab_size = 0,
                                       .tokenizer_model = (directory.path / "tokenizer.json").string(),
@@ -273,8 +251,8 @@ TEST_CASE("ignore_merges: a pre-token that is a vocabulary entry is one id") {
 }
 
 TEST_CASE("GPT-2's vocabulary as a tokenizer.json gives GPT2BPETokenizer's ids") {
-  const std::vector<Fixture> fixtures = read_fixtures("gpt2_tokenizer_fixtures.jsonl");
-  Gpt2BpeTokenizer gpt2(kDataDir + "/gpt2-vocab.json", kDataDir + "/gpt2-merges.txt");
+  const std::vector<HfFixture> fixtures = read_fixtures("gpt2_tokenizer_fixtures.jsonl");
+  Gpt2BpeTokenizer gpt2(test_support::kTestData + "/gpt2-vocab.json", test_support::kTestData + "/gpt2-merges.txt");
   for (const bool split_regex : {false, true}) {
     CAPTURE(split_regex);
     test_support::TemporaryDirectory directory;
@@ -283,7 +261,7 @@ TEST_CASE("GPT-2's vocabulary as a tokenizer.json gives GPT2BPETokenizer's ids")
     CHECK(tokenizer.eod() == 50256);
     CHECK(tokenizer.prefix_ids().empty());
     int mismatches = 0, compared = 0;
-    for (const Fixture& fixture : fixtures) {
+    for (const HfFixture& fixture : fixtures) {
       // HF splits out the added token <|endoftext|>; Megatron's GPT2BPETokenizer reads it as text.
       if (fixture.text.find("<|endoftext|>") != std::string::npos) continue;
       ++compared;
@@ -321,7 +299,7 @@ TEST_CASE("bad tokenizer files are errors naming the file and the fault") {
   CHECK(load_error(dir / "missing").find((dir / "missing").string() + " does not exist") !=
         std::string::npos);
   CHECK(load_error(dir).find("no " + (dir / "tokenizer.json").string()) != std::string::npos);
-  write_file(dir / "tokenizer.json", "{\"model\": [1, 2");
+  test_support::write_file(dir / "tokenizer.json", "{\"model\": [1, 2");
   CHECK(load_error(dir).find("tokenizer.json is not valid JSON") != std::string::npos);
 
   json tokenizer = tiny_tokenizer();

@@ -15,12 +15,13 @@
 #include "backend/common/error.hpp"
 #include "backend/data/indexed_dataset.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 using namespace backend;
 
 namespace {
 
-std::vector<unsigned char> read_bytes(const std::filesystem::path& path) {
+std::vector<unsigned char> read_unsigned_bytes(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
@@ -68,15 +69,6 @@ ParsedIndex parse_index(const std::vector<unsigned char>& bytes) {
   return index;
 }
 
-std::vector<std::string> directory_entries(const std::filesystem::path& directory) {
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 }  // namespace
 
 TEST_CASE("the writer produces Megatron's .idx layout and the .bin tokens") {
@@ -92,8 +84,8 @@ TEST_CASE("the writer produces Megatron's .idx layout and the .bin tokens") {
     CHECK(writer.token_count() == 8);
     writer.finalize();
   }
-  CHECK(directory_entries(directory.path) == std::vector<std::string>{"data.bin", "data.idx"});
-  const ParsedIndex index = parse_index(read_bytes(prefix + ".idx"));
+  CHECK(test_support::directory_entries(directory.path) == std::vector<std::string>{"data.bin", "data.idx"});
+  const ParsedIndex index = parse_index(read_unsigned_bytes(prefix + ".idx"));
   CHECK(index.magic == std::string("MMIDIDX\0\0", 9));
   CHECK(index.version == 1);
   CHECK(index.dtype_code == 8);  // uint16
@@ -103,7 +95,7 @@ TEST_CASE("the writer produces Megatron's .idx layout and the .bin tokens") {
   CHECK(index.pointers == std::vector<int64_t>{0, 6, 10});  // bytes: 2 per token
   CHECK(index.documents == std::vector<int64_t>{0, 1, 1, 3});
   CHECK(index.trailing_bytes == 0);
-  CHECK(read_bytes(prefix + ".bin") ==
+  CHECK(read_unsigned_bytes(prefix + ".bin") ==
         std::vector<unsigned char>{1, 0, 2, 0, 3, 0, 0xFF, 0xFF, 0, 0, 7, 0, 8, 0, 9, 0});
 
   const IndexedDataset dataset(prefix);
@@ -133,9 +125,9 @@ TEST_CASE("int32 datasets, token range checks and dtype choice") {
     writer.add_document(std::vector<int32_t>{100000, 5}, std::vector<int32_t>{2});
     writer.finalize();
   }
-  const ParsedIndex index = parse_index(read_bytes(prefix + ".idx"));
+  const ParsedIndex index = parse_index(read_unsigned_bytes(prefix + ".idx"));
   CHECK(index.dtype_code == 4);
-  CHECK(read_bytes(prefix + ".bin") ==
+  CHECK(read_unsigned_bytes(prefix + ".bin") ==
         std::vector<unsigned char>{0xA0, 0x86, 0x01, 0x00, 5, 0, 0, 0});
   IndexedDatasetWriter narrow((directory.path / "narrow").string(), DType::uint16);
   CHECK_THROWS_WITH_AS(narrow.add_document(std::vector<int32_t>{70000}, std::vector<int32_t>{1}),
@@ -147,15 +139,15 @@ TEST_CASE("a writer that is not finalized leaves no files behind") {
   {
     IndexedDatasetWriter writer((directory.path / "partial").string(), DType::uint16);
     writer.add_document(std::vector<int32_t>{1, 2}, std::vector<int32_t>{2});
-    CHECK(directory_entries(directory.path).size() == 5);  // temporaries and the lock only
-    for (const std::string& name : directory_entries(directory.path)) {
+    CHECK(test_support::directory_entries(directory.path).size() == 5);  // temporaries and the lock only
+    for (const std::string& name : test_support::directory_entries(directory.path)) {
       CHECK((name.find(".tmp-") != std::string::npos || name == "partial.lock"));
     }
   }
-  CHECK(directory_entries(directory.path).empty());
+  CHECK(test_support::directory_entries(directory.path).empty());
   CHECK_THROWS_WITH_AS(IndexedDatasetWriter((directory.path / "no/such/dir/x").string(), DType::uint16),
                        doctest::Contains("cannot create"), common::Error);
-  CHECK(directory_entries(directory.path).empty());
+  CHECK(test_support::directory_entries(directory.path).empty());
 }
 
 TEST_CASE("one writer per prefix at a time — what a killed writer left is removed") {
@@ -169,7 +161,7 @@ TEST_CASE("one writer per prefix at a time — what a killed writer left is remo
   }
   {
     IndexedDatasetWriter first(prefix, DType::uint16);
-    CHECK(directory_entries(directory.path).size() == 6);  // 4 temporaries, the lock, the other
+    CHECK(test_support::directory_entries(directory.path).size() == 6);  // 4 temporaries, the lock, the other
     CHECK(std::filesystem::exists(directory.path / "shared_other.bin.tmp-12"));
     CHECK(!std::filesystem::exists(directory.path / "shared.idx.tmp-12"));
     // A second writer of the prefix (here another file description; a second process alike)
@@ -213,11 +205,11 @@ TEST_CASE("merging datasets concatenates documents and checks the dtype") {
     writer.add_dataset(b);
     writer.finalize();
   }
-  const ParsedIndex index = parse_index(read_bytes(merged + ".idx"));
+  const ParsedIndex index = parse_index(read_unsigned_bytes(merged + ".idx"));
   CHECK(index.lengths == std::vector<int32_t>{2, 1, 1, 2});
   CHECK(index.pointers == std::vector<int64_t>{0, 4, 6, 8});
   CHECK(index.documents == std::vector<int64_t>{0, 1, 2, 2, 4});
-  CHECK(read_bytes(merged + ".bin") ==
+  CHECK(read_unsigned_bytes(merged + ".bin") ==
         std::vector<unsigned char>{1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0});
 
   const std::string wide = (directory.path / "wide").string();
@@ -241,8 +233,8 @@ TEST_CASE("damaged datasets are refused with the file and what is wrong") {
     writer.add_document(std::vector<int32_t>{4}, std::vector<int32_t>{1});
     writer.finalize();
   }
-  const auto good_index = read_bytes(prefix + ".idx");
-  const auto good_data = read_bytes(prefix + ".bin");
+  const auto good_index = read_unsigned_bytes(prefix + ".idx");
+  const auto good_data = read_unsigned_bytes(prefix + ".bin");
   const std::string bad = (directory.path / "bad").string();
   const auto error_with = [&](std::vector<unsigned char> index, std::vector<unsigned char> data) {
     write_bytes(bad + ".idx", index);
@@ -305,7 +297,7 @@ TEST_CASE("fuzz finding: a sequence pointer near 2^63 is refused with its number
     writer.add_document(std::vector<int32_t>{1, 2, 3}, std::vector<int32_t>{3});
     writer.finalize();
   }
-  auto index = read_bytes(prefix + ".idx");
+  auto index = read_unsigned_bytes(prefix + ".idx");
   const int64_t far = std::numeric_limits<int64_t>::max();
   std::memcpy(index.data() + 34 + 4, &far, sizeof(far));  // sequence 0's pointer
   write_bytes(prefix + ".idx", index);

@@ -18,7 +18,7 @@
 #include "backend/data/gpt_dataset_builder.hpp"
 #include "backend/data/megatron_description.hpp"
 #include "tests/backend/data/dataset_fixture.hpp"
-#include "tests/read_file.hpp"
+#include "test_files.hpp"
 #include "tests/temporary_directory.hpp"
 
 using namespace backend;
@@ -150,10 +150,10 @@ TokenizerOptions tokenizer_options(std::string type, std::string vocab_file, std
           .tokenizer_model = std::move(model), .vocab_extra_ids = vocab_extra_ids};
 }
 
-struct Corpus {
+struct DescribedCorpus {
   test_support::TemporaryDirectory directory;
   std::string a, b;
-  Corpus() {
+  DescribedCorpus() {
     a = (directory.path / "shard_a_text_document").string();
     b = (directory.path / "shard_b_text_document").string();
     test_support::write_fixture_dataset(a, test_support::random_lengths(200, 5, 40, 7));
@@ -161,7 +161,7 @@ struct Corpus {
   }
 };
 
-GptDataBuildOptions blend_options(const Corpus& corpus, const std::string& cache_path) {
+GptDataBuildOptions blend_options(const DescribedCorpus& corpus, const std::string& cache_path) {
   GptDataBuildOptions options;
   options.sources.blend = blend_from_words(std::vector<std::string>{"0.3", corpus.a, "0.7", corpus.b}, "--data-path");
   options.sources.split = "969, 30, 1";
@@ -322,7 +322,7 @@ TEST_CASE("a split matrix whose first split is empty starts the second at the fl
 }
 
 TEST_CASE("a blend's cache files carry Megatron's names, from Megatron's descriptions") {
-  Corpus corpus;
+  DescribedCorpus corpus;
   test_support::TemporaryDirectory cache;
   const auto built = build_gpt_datasets(blend_options(corpus, cache.path.string()), {100, 0, 0});
   REQUIRE(built[0]);
@@ -356,7 +356,7 @@ TEST_CASE("a blend's cache files carry Megatron's names, from Megatron's descrip
 }
 
 TEST_CASE("a cache laid out under Megatron's names is read, not rebuilt") {
-  Corpus corpus;
+  DescribedCorpus corpus;
   test_support::TemporaryDirectory ours;
   const auto built = build_gpt_datasets(blend_options(corpus, ours.path.string()), {100, 0, 0});
   REQUIRE(built[0]);

@@ -11,19 +11,11 @@
 #include "backend/data/npy_file.hpp"
 #include "tests/backend/data/numpy_reference.hpp"
 #include "tests/temporary_directory.hpp"
+#include "test_files.hpp"
 
 using namespace backend;
 
 namespace {
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream file(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const std::filesystem::path& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
 
 std::string error_of(const std::filesystem::path& path) {
   try {
@@ -84,25 +76,25 @@ TEST_CASE("damaged .npy files are refused naming the file") {
   const std::vector<int32_t> values = {1, 2, 3, 4};
   const std::vector<int64_t> shape = {4};
   write_npy<int32_t>(good, values, shape);
-  const std::string bytes = read_file(good);
+  const std::string bytes = test_support::read_file(good);
   const auto bad = directory.path / "bad.npy";
 
   CHECK(error_of(directory.path / "missing.npy").find("cannot open") != std::string::npos);
-  write_file(bad, "PK\x03\x04 not numpy");
+  test_support::write_file(bad, "PK\x03\x04 not numpy");
   CHECK(error_of(bad).find("bad.npy: not a .npy file") != std::string::npos);
-  write_file(bad, bytes.substr(0, bytes.size() - 2));
+  test_support::write_file(bad, bytes.substr(0, bytes.size() - 2));
   CHECK(error_of(bad).find("14 bytes of data, but its header's shape (4,) of '<i4' needs 16") != std::string::npos);
   std::string float_array = bytes;
   float_array.replace(float_array.find("<i4"), 3, "<f8");
-  write_file(bad, float_array);
+  test_support::write_file(bad, float_array);
   CHECK(error_of(bad).find("element type '<f8' is not one of the index types") != std::string::npos);
   std::string version = bytes;
   version[6] = 7;
-  write_file(bad, version);
+  test_support::write_file(bad, version);
   CHECK(error_of(bad).find("format version 7 is unknown") != std::string::npos);
   std::string fortran = npy_header(NpyElement::int32, std::vector<int64_t>{2, 2});
   fortran.replace(fortran.find("False"), 5, "True ");
-  write_file(bad, fortran + bytes.substr(128));
+  test_support::write_file(bad, fortran + bytes.substr(128));
   CHECK(error_of(bad).find("Fortran-ordered") != std::string::npos);
 }
 

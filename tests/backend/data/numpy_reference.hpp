@@ -12,9 +12,9 @@
 #include <cstdlib>
 #include <string>
 
-namespace test_support {
+#include "test_files.hpp"
 
-inline constexpr const char* kPython = "/usr/bin/python3";
+namespace test_support {
 
 struct CommandResult {
   int exit_status = -1;

@@ -23,32 +23,27 @@
 #include "backend/data/indexed_dataset.hpp"
 #include "backend/data/preprocess_data.hpp"
 #include "temporary_directory.hpp"
+#include "backend/data/compressors.hpp"
+#include "test_files.hpp"
 
 using namespace backend;
 
 namespace {
 
-const std::string kDataDir = std::string(TEST_SOURCE_DIR) + "/tests/data";
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
-
-void write_file(const std::filesystem::path& path, const std::string& contents) {
-  std::ofstream out(path, std::ios::binary);
-  out << contents;
-}
+using test_support::read_file;
+using test_support::directory_entries;
+using test_support::write_file;
+using test_support::gzip;
+using test_support::zstd;
+using test_support::xz;
 
 PreprocessOptions gpt2_options(std::vector<std::string> inputs, std::string output_prefix) {
   PreprocessOptions options;
   options.inputs = std::move(inputs);
   options.output_prefix = std::move(output_prefix);
   options.tokenizer = {.tokenizer_type = "GPT2BPETokenizer",
-                       .vocab_file = kDataDir + "/gpt2-vocab.json",
-                       .merge_file = kDataDir + "/gpt2-merges.txt",
+                       .vocab_file = test_support::kTestData + "/gpt2-vocab.json",
+                       .merge_file = test_support::kTestData + "/gpt2-merges.txt",
                        .vocab_size = 0,
                        .tokenizer_model = "",
                        .vocab_extra_ids = 0};
@@ -63,48 +58,6 @@ PreprocessSummary run(const PreprocessOptions& options, std::string* err_text = 
   return summary;
 }
 
-std::vector<std::string> directory_entries(const std::filesystem::path& directory) {
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(directory)) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-std::string gzip(const std::string& text) {
-  z_stream stream{};
-  REQUIRE(deflateInit2(&stream, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
-  std::string out(deflateBound(&stream, text.size()) + 64, '\0');
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-  stream.avail_in = static_cast<uInt>(text.size());
-  stream.next_out = reinterpret_cast<Bytef*>(out.data());
-  stream.avail_out = static_cast<uInt>(out.size());
-  REQUIRE(deflate(&stream, Z_FINISH) == Z_STREAM_END);
-  out.resize(stream.total_out);
-  deflateEnd(&stream);
-  return out;
-}
-
-std::string zstd(const std::string& text) {
-  std::string out(ZSTD_compressBound(text.size()), '\0');
-  const size_t size = ZSTD_compress(out.data(), out.size(), text.data(), text.size(), 3);
-  REQUIRE(!ZSTD_isError(size));
-  out.resize(size);
-  return out;
-}
-
-std::string xz(const std::string& text) {
-  std::string out(lzma_stream_buffer_bound(text.size()), '\0');
-  size_t position = 0;
-  REQUIRE(lzma_easy_buffer_encode(6, LZMA_CHECK_CRC64, nullptr,
-                                  reinterpret_cast<const uint8_t*>(text.data()), text.size(),
-                                  reinterpret_cast<uint8_t*>(out.data()), &position,
-                                  out.size()) == LZMA_OK);
-  out.resize(position);
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("preprocess_data output is byte-identical to Megatron's for every worker count") {
@@ -114,7 +67,7 @@ TEST_CASE("preprocess_data output is byte-identical to Megatron's for every work
       CAPTURE(workers);
       CAPTURE(batch_bytes);
       const std::string prefix = (directory.path / "sample").string();
-      PreprocessOptions options = gpt2_options({kDataDir + "/preprocess_sample.jsonl"}, prefix);
+      PreprocessOptions options = gpt2_options({test_support::kTestData + "/preprocess_sample.jsonl"}, prefix);
       options.json_keys = {"text", "title"};
       options.workers = workers;
       options.batch_bytes = batch_bytes;
@@ -127,7 +80,7 @@ TEST_CASE("preprocess_data output is byte-identical to Megatron's for every work
         for (const char* extension : {".bin", ".idx"}) {
           const std::string name = std::string("sample_") + key + "_document" + extension;
           CHECK_MESSAGE(read_file(directory.path / name) ==
-                            read_file(kDataDir + "/preprocess_" + name),
+                            read_file(test_support::kTestData + "/preprocess_" + name),
                         name);
         }
       }
@@ -139,7 +92,7 @@ TEST_CASE("--workers above the cores this process may use runs that many, says s
   // Scripts pass a node's core count to tasks given fewer cores: neither refused nor silent.
   test_support::TemporaryDirectory directory;
   const std::string prefix = (directory.path / "sample").string();
-  PreprocessOptions options = gpt2_options({kDataDir + "/preprocess_sample.jsonl"}, prefix);
+  PreprocessOptions options = gpt2_options({test_support::kTestData + "/preprocess_sample.jsonl"}, prefix);
   options.workers = available_cores() + 7;
   std::string err;
   run(options, &err);
@@ -148,7 +101,7 @@ TEST_CASE("--workers above the cores this process may use runs that many, says s
                     std::string::npos,
                 err);
   CHECK(read_file(directory.path / "sample_text_document.bin") ==
-        read_file(kDataDir + "/preprocess_sample_text_document.bin"));
+        read_file(test_support::kTestData + "/preprocess_sample_text_document.bin"));
   options.workers = kMaxWorkers + 1;
   CHECK_THROWS_WITH_AS(run(options), doctest::Contains("--workers must lie in [1, 1024], got 1025"),
                        common::Error);
@@ -156,14 +109,14 @@ TEST_CASE("--workers above the cores this process may use runs that many, says s
 
 TEST_CASE("gzip, zstd and xz inputs give the same output as plain text") {
   test_support::TemporaryDirectory directory;
-  const std::string text = read_file(kDataDir + "/preprocess_sample.jsonl");
+  const std::string text = read_file(test_support::kTestData + "/preprocess_sample.jsonl");
   write_file(directory.path / "plain.jsonl", text);
   write_file(directory.path / "sample.jsonl.gz", gzip(text.substr(0, 500)) + gzip(text.substr(500)));
   write_file(directory.path / "sample.jsonl.zst", zstd(text));
   write_file(directory.path / "sample.jsonl.xz", xz(text));
   run(gpt2_options({(directory.path / "plain.jsonl").string()}, (directory.path / "plain").string()));
   const std::string expected = read_file(directory.path / "plain_text_document.bin");
-  CHECK(expected == read_file(kDataDir + "/preprocess_sample_text_document.bin"));
+  CHECK(expected == read_file(test_support::kTestData + "/preprocess_sample_text_document.bin"));
   for (const char* name : {"sample.jsonl.gz", "sample.jsonl.zst", "sample.jsonl.xz"}) {
     CAPTURE(name);
     const std::string prefix = (directory.path / (std::string(name) + ".out")).string();
@@ -229,7 +182,7 @@ TEST_CASE("bad lines are skipped and reported with their line numbers, and --str
   CHECK(err.find("1 line had invalid UTF-8, replaced by U+FFFD.") != std::string::npos);
 
   // The kept documents hold exactly their tokens and eod; the Latin-1 byte became U+FFFD.
-  Gpt2BpeTokenizer tokenizer(kDataDir + "/gpt2-vocab.json", kDataDir + "/gpt2-merges.txt");
+  Gpt2BpeTokenizer tokenizer(test_support::kTestData + "/gpt2-vocab.json", test_support::kTestData + "/gpt2-merges.txt");
   std::vector<int32_t> expected;
   for (const char* text : {"good one", "caf\xEF\xBF\xBD latin-1", "good two"}) {
     tokenizer.tokenize(text, expected);
@@ -332,7 +285,7 @@ TEST_CASE("NullTokenizer documents without eod, empty documents, and Megatron's 
 
 TEST_CASE("merging per-shard outputs equals preprocessing the shards as one input") {
   test_support::TemporaryDirectory directory;
-  const std::string text = read_file(kDataDir + "/preprocess_sample.jsonl");
+  const std::string text = read_file(test_support::kTestData + "/preprocess_sample.jsonl");
   const size_t middle = text.find('\n', text.size() / 2) + 1;
   std::filesystem::create_directories(directory.path / "shards");
   write_file(directory.path / "a.jsonl", text.substr(0, middle));
@@ -348,11 +301,11 @@ TEST_CASE("merging per-shard outputs equals preprocessing the shards as one inpu
   run(gpt2_options({(directory.path / "a.jsonl").string(), (directory.path / "b.jsonl").string()},
                    (directory.path / "whole").string()));
   CHECK(read_file(directory.path / "merged.bin") ==
-        read_file(kDataDir + "/preprocess_sample_text_document.bin"));
+        read_file(test_support::kTestData + "/preprocess_sample_text_document.bin"));
   CHECK(read_file(directory.path / "merged.idx") ==
-        read_file(kDataDir + "/preprocess_sample_text_document.idx"));
+        read_file(test_support::kTestData + "/preprocess_sample_text_document.idx"));
   CHECK(read_file(directory.path / "whole_text_document.idx") ==
-        read_file(kDataDir + "/preprocess_sample_text_document.idx"));
+        read_file(test_support::kTestData + "/preprocess_sample_text_document.idx"));
 
   // Prefixes work too, and a lone .bin is an error.
   PreprocessOptions by_prefix = merge;

@@ -23,7 +23,7 @@
 #include "backend/data/sentencepiece_tokenizer.hpp"
 #include "backend/data/tokenizer.hpp"
 #include "numpy_reference.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 
 using namespace backend;
@@ -31,8 +31,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kDataDir = std::string(TEST_SOURCE_DIR) + "/tests/data";
-const std::string kBpeModel = kDataDir + "/sentencepiece_bpe.model";
+const std::string kBpeModel = test_support::kTestData + "/sentencepiece_bpe.model";
 using Kind = SentencePieceTokenizer::Kind;
 
 // One text per line (spm_encode reads lines): whitespace runs, tabs, empty lines, emoji (ZWJ,
@@ -255,8 +254,8 @@ TEST_CASE("a missing or corrupt model file is an error naming --tokenizer-model 
   refused(work.path.string(), "it is a directory");
   refused("/dev/zero", "it is a character device");
   const std::string not_a_model = "not a SentencePiece model";
-  refused(kDataDir + "/gpt2-merges.txt", not_a_model);
-  refused(kDataDir + "/preprocess_sample.jsonl", not_a_model);
+  refused(test_support::kTestData + "/gpt2-merges.txt", not_a_model);
+  refused(test_support::kTestData + "/preprocess_sample.jsonl", not_a_model);
   const std::string model = test_support::read_file(kBpeModel);
   const fs::path truncated = work.path / "truncated.model", empty = work.path / "empty.model";
   std::ofstream(truncated, std::ios::binary) << model.substr(0, model.size() / 2);

@@ -19,24 +19,14 @@
 #include "backend/common/error.hpp"
 #include "backend/device/cpu_device.hpp"
 #include "backend/dist/nccl_communicator.hpp"
+#include "free_port.hpp"
 
 using backend::NcclBootstrap;
 using namespace std::chrono_literals;
 
 namespace {
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  socklen_t length = sizeof address;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
+using test_support::free_port;
 
 std::vector<std::byte> id_like(size_t count) {
   std::vector<std::byte> bytes(count);

@@ -21,12 +21,15 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
+#include "free_port.hpp"
 
 using backend::rendezvous_broadcast;
 using backend::RendezvousAddress;
 using namespace std::chrono_literals;
 
 namespace {
+
+using test_support::free_port;
 
 // A socket bound to 127.0.0.1 on a port the system picked: the port is free while it is held.
 struct BoundSocket {
@@ -49,11 +52,6 @@ struct BoundSocket {
   BoundSocket(const BoundSocket&) = delete;
   BoundSocket& operator=(const BoundSocket&) = delete;
 };
-
-// A port nothing listens on (free a moment ago; the tests take it at once).
-int free_port() {
-  return BoundSocket().port;
-}
 
 std::vector<std::byte> bytes_of(size_t count, unsigned seed) {
   std::vector<std::byte> bytes(count);

@@ -14,7 +14,7 @@ using namespace backend;
 
 namespace {
 
-std::optional<DownloadCommand> parse(std::vector<const char*> arguments) {
+std::optional<DownloadCommand> parse_download(std::vector<const char*> arguments) {
   arguments.insert(arguments.begin(), "download");
   return parse_download_arguments(static_cast<int>(arguments.size()), arguments.data());
 }
@@ -22,7 +22,7 @@ std::optional<DownloadCommand> parse(std::vector<const char*> arguments) {
 }  // namespace
 
 TEST_CASE("download's command line: values, defaults and the output named after the URL") {
-  const auto command = parse({"https://host/data/oscar-1GB.jsonl.xz", "--retries", "0", "--retry-delay",
+  const auto command = parse_download({"https://host/data/oscar-1GB.jsonl.xz", "--retries", "0", "--retry-delay",
                               "0.5", "--max-retry-delay", "30", "--stall-timeout", "10",
                               "--connect-timeout", "5", "--sha256", "ab", "--force", "--progress", "log"});
   REQUIRE(command);
@@ -35,15 +35,15 @@ TEST_CASE("download's command line: values, defaults and the output named after 
   CHECK(command->download.connect_timeout_seconds == 5);
   CHECK(command->download.force);
   CHECK(command->progress == "log");
-  const auto defaults = parse({"--retries", "2", "file:///data/a.jsonl", "-o", "out/a.jsonl"});
+  const auto defaults = parse_download({"--retries", "2", "file:///data/a.jsonl", "-o", "out/a.jsonl"});
   REQUIRE(defaults);
   CHECK(defaults->download.output == "out/a.jsonl");
   CHECK(defaults->download.retries == 2);
   CHECK(defaults->progress == "auto");
-  CHECK_THROWS_WITH_AS(parse({"https://host/dir/"}), doctest::Contains("the URL names no file; pass --output FILE"),
+  CHECK_THROWS_WITH_AS(parse_download({"https://host/dir/"}), doctest::Contains("the URL names no file; pass --output FILE"),
                        common::Error);
-  CHECK_THROWS_WITH_AS(parse({}), doctest::Contains("url is required"), common::Error);
-  CHECK_THROWS_WITH_AS(parse({"a", "b"}), doctest::Contains("unknown argument b"), common::Error);
+  CHECK_THROWS_WITH_AS(parse_download({}), doctest::Contains("url is required"), common::Error);
+  CHECK_THROWS_WITH_AS(parse_download({"a", "b"}), doctest::Contains("unknown argument b"), common::Error);
 }
 
 TEST_CASE("download's numeric flags: every bad text names the flag and the valid range") {
@@ -71,10 +71,10 @@ TEST_CASE("download's numeric flags: every bad text names the flag and the valid
     CAPTURE(captured_flag);
     const auto& captured_value = value;
     CAPTURE(captured_value);
-    CHECK_THROWS_WITH_AS(parse({"file:///x", flag, value}), doctest::Contains(message), common::Error);
+    CHECK_THROWS_WITH_AS(parse_download({"file:///x", flag, value}), doctest::Contains(message), common::Error);
     // The value right after the flag, the URL last: the same message (CLI11 once reported
     // "At Most 1 required but received 2" for some orders).
-    CHECK_THROWS_WITH_AS(parse({flag, value, "file:///x"}), doctest::Contains(message), common::Error);
+    CHECK_THROWS_WITH_AS(parse_download({flag, value, "file:///x"}), doctest::Contains(message), common::Error);
   }
-  CHECK_THROWS_WITH_AS(parse({"file:///x", "--progress", "loud"}), doctest::Contains("--progress"), common::Error);
+  CHECK_THROWS_WITH_AS(parse_download({"file:///x", "--progress", "loud"}), doctest::Contains("--progress"), common::Error);
 }

@@ -21,7 +21,7 @@
 #include "backend/common/error.hpp"
 #include "backend/common/sha256.hpp"
 #include "tests/backend/fetch/http_test_server.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;
@@ -37,10 +37,6 @@ std::string random_bytes(size_t size, unsigned seed) {
   std::string bytes(size, '\0');
   for (char& c : bytes) c = static_cast<char>(random() & 0xFF);
   return bytes;
-}
-
-void write_file(const fs::path& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
 }
 
 // Runs a download with its notes and log lines collected.
@@ -88,7 +84,7 @@ double seconds_between(const HttpTestServer::Request& a, const HttpTestServer::R
 TEST_CASE("download copies a file:// source into place and verifies its sha256") {
   TemporaryDirectory directory;
   const std::string content = random_bytes(300000, 1);
-  write_file(directory.path / "source.bin", content);
+  test_support::write_file(directory.path / "source.bin", content);
   const fs::path output = directory.path / "out" / "copy.bin";
   auto options = fast_options("file://" + (directory.path / "source.bin").string(), output);
   options.sha256 = common::sha256_hex(content);
@@ -104,9 +100,9 @@ TEST_CASE("download copies a file:// source into place and verifies its sha256")
 TEST_CASE("download resumes a partial file:// download from where the .part file ends") {
   TemporaryDirectory directory;
   const std::string content = random_bytes(200000, 2);
-  write_file(directory.path / "source.bin", content);
+  test_support::write_file(directory.path / "source.bin", content);
   const fs::path output = directory.path / "copy.bin";
-  write_file(backend::partial_download_path(output), content.substr(0, 123456));
+  test_support::write_file(backend::partial_download_path(output), content.substr(0, 123456));
   auto options = fast_options("file://" + (directory.path / "source.bin").string(), output);
   options.sha256 = common::sha256_hex(content);
   Run run;
@@ -236,7 +232,7 @@ TEST_CASE("a stale .part (an older version of the file) fails verification and i
   server.serve("/file", {.content = content});
   TemporaryDirectory directory;
   const fs::path output = directory.path / "file.bin";
-  write_file(backend::partial_download_path(output), random_bytes(20000, 99));
+  test_support::write_file(backend::partial_download_path(output), random_bytes(20000, 99));
   auto options = fast_options(server.url("/file"), output);
   options.sha256 = common::sha256_hex(content);
   Run run;
@@ -256,7 +252,7 @@ TEST_CASE("a server that ignores the range request makes the download start over
   server.serve("/norange", {.content = content, .ignore_range = true});
   TemporaryDirectory directory;
   const fs::path output = directory.path / "norange.bin";
-  write_file(backend::partial_download_path(output), content.substr(0, 15000));
+  test_support::write_file(backend::partial_download_path(output), content.substr(0, 15000));
   Run run;
   run.go(fast_options(server.url("/norange"), output));
   CHECK(read_file(output) == content);
@@ -269,7 +265,7 @@ TEST_CASE("a .part that already holds the whole file is completed from the 416 a
   server.serve("/done", {.content = content});
   TemporaryDirectory directory;
   const fs::path output = directory.path / "done.bin";
-  write_file(backend::partial_download_path(output), content);
+  test_support::write_file(backend::partial_download_path(output), content);
   auto options = fast_options(server.url("/done"), output);
   options.sha256 = common::sha256_hex(content);
   Run run;
@@ -308,7 +304,7 @@ TEST_CASE("an existing output is kept — with a sha256 it is verified first") {
   server.serve("/file", {.content = "new content"});
   TemporaryDirectory directory;
   const fs::path output = directory.path / "file.txt";
-  write_file(output, "old content");
+  test_support::write_file(output, "old content");
   Run kept;
   kept.go(fast_options(server.url("/file"), output));
   CHECK(kept.result.already_there);
@@ -330,7 +326,7 @@ TEST_CASE("an existing output is kept — with a sha256 it is verified first") {
 
 TEST_CASE("a second download into the same file while one runs is refused") {
   TemporaryDirectory directory;
-  write_file(directory.path / "source", "data");
+  test_support::write_file(directory.path / "source", "data");
   const fs::path output = directory.path / "copy";
   const int fd = ::open(backend::partial_download_path(output).c_str(), O_RDWR | O_CREAT, 0644);
   REQUIRE(fd >= 0);
@@ -378,7 +374,7 @@ TEST_CASE("a file:// URL naming a directory or a device is refused, with no outp
 TEST_CASE("an --output that is a directory is refused, not taken for a finished download") {
   // "already there" used to ask the directory's file size: an internal error (exit 3).
   TemporaryDirectory directory;
-  write_file(directory.path / "source", "data");
+  test_support::write_file(directory.path / "source", "data");
   fs::create_directories(directory.path / "dir");
   for (const bool force : {false, true}) {
     auto options = fast_options("file://" + (directory.path / "source").string(), directory.path / "dir");

@@ -15,13 +15,13 @@ namespace {
 
 using namespace backend::testing;
 
-constexpr int64_t kRows = 5;
-constexpr int64_t kVocab = 11;
+constexpr int64_t kLossRows = 5;
+constexpr int64_t kLossVocab = 11;
 
 struct CrossEntropyCase {
-  std::vector<double> logits = random_values(kRows * kVocab, 51, 3.0);
-  std::vector<int32_t> labels = random_ids(kRows, kVocab, 52);
-  double scale = 1.0 / kRows;  // gradient of the mean
+  std::vector<double> logits = random_values(kLossRows * kLossVocab, 51, 3.0);
+  std::vector<int32_t> labels = random_ids(kLossRows, kLossVocab, 52);
+  double scale = 1.0 / kLossRows;  // gradient of the mean
 };
 
 struct CrossEntropyResult {
@@ -31,13 +31,13 @@ struct CrossEntropyResult {
 template <typename Scalar>
 CrossEntropyResult run_cross_entropy(const CrossEntropyCase& c) {
   const auto logits = convert<Scalar>(c.logits);
-  std::vector<Scalar> losses(kRows), logsumexp(kRows);
-  std::vector<Scalar> dlogits(kRows * kVocab, Scalar{1000});  // must be overwritten
+  std::vector<Scalar> losses(kLossRows), logsumexp(kLossRows);
+  std::vector<Scalar> dlogits(kLossRows * kLossVocab, Scalar{1000});  // must be overwritten
   backend::cpu::cross_entropy_forward(losses.data(), logsumexp.data(), logits.data(),
-                                      c.labels.data(), kRows, kVocab);
+                                      c.labels.data(), kLossRows, kLossVocab);
   backend::cpu::cross_entropy_backward(dlogits.data(), logits.data(), logsumexp.data(),
-                                       c.labels.data(), static_cast<Scalar>(c.scale), kRows,
-                                       kVocab, 0);
+                                       c.labels.data(), static_cast<Scalar>(c.scale), kLossRows,
+                                       kLossVocab, 0);
   return {convert<double>(losses), convert<double>(logsumexp), convert<double>(dlogits)};
 }
 
@@ -52,11 +52,11 @@ double mean(const std::vector<double>& values) {
 TEST_CASE("cross entropy forward is logsumexp minus the label's logit") {
   CrossEntropyCase c;
   const CrossEntropyResult result = run_cross_entropy<double>(c);
-  for (int64_t r = 0; r < kRows; ++r) {
+  for (int64_t r = 0; r < kLossRows; ++r) {
     double sum = 0;
-    for (int64_t v = 0; v < kVocab; ++v) sum += std::exp(c.logits[r * kVocab + v]);
+    for (int64_t v = 0; v < kLossVocab; ++v) sum += std::exp(c.logits[r * kLossVocab + v]);
     CHECK(result.logsumexp[r] == doctest::Approx(std::log(sum)).epsilon(1e-13));
-    const double probability = std::exp(c.logits[r * kVocab + c.labels[r]]) / sum;
+    const double probability = std::exp(c.logits[r * kLossVocab + c.labels[r]]) / sum;
     CHECK(result.losses[r] == doctest::Approx(-std::log(probability)).epsilon(1e-13));
   }
 }
@@ -81,10 +81,10 @@ TEST_CASE("cross entropy stays finite on large logits") {
 TEST_CASE("cross entropy backward matches central finite differences of the mean loss") {
   CrossEntropyCase c;
   const CrossEntropyResult result = run_cross_entropy<double>(c);
-  std::vector<double> losses(kRows), logsumexp(kRows);
+  std::vector<double> losses(kLossRows), logsumexp(kLossRows);
   auto loss = [&] {
     backend::cpu::cross_entropy_forward(losses.data(), logsumexp.data(), c.logits.data(),
-                                        c.labels.data(), kRows, kVocab);
+                                        c.labels.data(), kLossRows, kLossVocab);
     return mean(losses);
   };
   BACKEND_CHECK_GRADIENT(check_gradient(c.logits, result.dlogits, loss), 1e-6);
@@ -95,7 +95,7 @@ TEST_CASE("cross entropy backward scales and works in place") {
   const CrossEntropyResult reference = run_cross_entropy<double>(c);
   auto gradient = c.logits;  // dlogits aliasing logits
   backend::cpu::cross_entropy_backward(gradient.data(), gradient.data(), reference.logsumexp.data(),
-                                       c.labels.data(), 4 * c.scale, kRows, kVocab, 0);
+                                       c.labels.data(), 4 * c.scale, kLossRows, kLossVocab, 0);
   for (size_t i = 0; i < gradient.size(); ++i) CHECK(gradient[i] == 4 * reference.dlogits[i]);
 }
 
@@ -210,8 +210,8 @@ TEST_CASE("vocabulary-parallel cross entropy over 1, 2 and 3 shards is the whole
   for (const int64_t parts : {1, 2, 3}) {
     CAPTURE(parts);
     const auto sharded =
-        run_sharded<double>(c.logits, c.labels, kRows, kVocab, parts, full.logsumexp, c.scale);
-    for (int64_t r = 0; r < kRows; ++r) {
+        run_sharded<double>(c.logits, c.labels, kLossRows, kLossVocab, parts, full.logsumexp, c.scale);
+    for (int64_t r = 0; r < kLossRows; ++r) {
       CAPTURE(r);
       if (parts == 1) {
         // m + log(exp(0)) = m: one part is the forward, bit for bit.

@@ -12,18 +12,18 @@ namespace {
 
 using namespace backend::testing;
 
-constexpr int64_t kBatch = 3;
-constexpr int64_t kSeq = 4;
+constexpr int64_t kEmbeddingBatch = 3;
+constexpr int64_t kEmbeddingSeq = 4;
 constexpr int64_t kHidden = 5;
-constexpr int64_t kVocab = 6;      // small, so tokens repeat
+constexpr int64_t kEmbeddingVocab = 6;      // small, so tokens repeat
 constexpr int64_t kPositions = 7;  // more rows than the sequence uses
 
 struct EmbeddingCase {
-  std::vector<int32_t> tokens = random_ids(kBatch * kSeq, kVocab, 61);
-  std::vector<double> word = random_values(kVocab * kHidden, 62);
+  std::vector<int32_t> tokens = random_ids(kEmbeddingBatch * kEmbeddingSeq, kEmbeddingVocab, 61);
+  std::vector<double> word = random_values(kEmbeddingVocab * kHidden, 62);
   std::vector<double> position = random_values(kPositions * kHidden, 63);
-  std::vector<double> doutput = random_values(kBatch * kSeq * kHidden, 64);
-  std::vector<double> dword_start = random_values(kVocab * kHidden, 65);
+  std::vector<double> doutput = random_values(kEmbeddingBatch * kEmbeddingSeq * kHidden, 64);
+  std::vector<double> dword_start = random_values(kEmbeddingVocab * kHidden, 65);
   std::vector<double> dposition_start = random_values(kPositions * kHidden, 66);
 };
 
@@ -36,13 +36,13 @@ EmbeddingResult run_embedding(const EmbeddingCase& c) {
   const auto word = convert<Scalar>(c.word);
   const auto position = convert<Scalar>(c.position);
   const auto doutput = convert<Scalar>(c.doutput);
-  std::vector<Scalar> output(kBatch * kSeq * kHidden);
+  std::vector<Scalar> output(kEmbeddingBatch * kEmbeddingSeq * kHidden);
   auto dword = convert<Scalar>(c.dword_start);
   auto dposition = convert<Scalar>(c.dposition_start);
   backend::cpu::embedding_forward(output.data(), c.tokens.data(), word.data(), position.data(),
-                                  kBatch, kSeq, kHidden, 0, kVocab);
+                                  kEmbeddingBatch, kEmbeddingSeq, kHidden, 0, kEmbeddingVocab);
   backend::cpu::embedding_backward(dword.data(), dposition.data(), doutput.data(), c.tokens.data(),
-                                   kBatch, kSeq, kHidden, 0, kVocab);
+                                   kEmbeddingBatch, kEmbeddingSeq, kHidden, 0, kEmbeddingVocab);
   return {convert<double>(output), difference(convert<double>(dword), c.dword_start),
           difference(convert<double>(dposition), c.dposition_start)};
 }
@@ -52,11 +52,11 @@ EmbeddingResult run_embedding(const EmbeddingCase& c) {
 TEST_CASE("embedding forward adds the token's row and the position's row") {
   EmbeddingCase c;
   const EmbeddingResult result = run_embedding<double>(c);
-  for (int64_t b = 0; b < kBatch; ++b) {
-    for (int64_t t = 0; t < kSeq; ++t) {
-      const int64_t token = c.tokens[b * kSeq + t];
+  for (int64_t b = 0; b < kEmbeddingBatch; ++b) {
+    for (int64_t t = 0; t < kEmbeddingSeq; ++t) {
+      const int64_t token = c.tokens[b * kEmbeddingSeq + t];
       for (int64_t i = 0; i < kHidden; ++i) {
-        CHECK(result.output[(b * kSeq + t) * kHidden + i] ==
+        CHECK(result.output[(b * kEmbeddingSeq + t) * kHidden + i] ==
               c.word[token * kHidden + i] + c.position[t * kHidden + i]);
       }
     }
@@ -66,21 +66,21 @@ TEST_CASE("embedding forward adds the token's row and the position's row") {
 TEST_CASE("embedding backward matches central finite differences in double") {
   EmbeddingCase c;
   // The test is only meaningful if some token repeats and some vocabulary row is unused.
-  std::vector<int> uses(kVocab, 0);
+  std::vector<int> uses(kEmbeddingVocab, 0);
   for (int32_t token : c.tokens) ++uses[token];
   CHECK(*std::max_element(uses.begin(), uses.end()) > 1);
 
   const EmbeddingResult result = run_embedding<double>(c);
-  std::vector<double> output(kBatch * kSeq * kHidden);
+  std::vector<double> output(kEmbeddingBatch * kEmbeddingSeq * kHidden);
   auto loss = [&] {
     backend::cpu::embedding_forward(output.data(), c.tokens.data(), c.word.data(),
-                                    c.position.data(), kBatch, kSeq, kHidden, 0, kVocab);
+                                    c.position.data(), kEmbeddingBatch, kEmbeddingSeq, kHidden, 0, kEmbeddingVocab);
     return dot(output, c.doutput);
   };
   BACKEND_CHECK_GRADIENT(check_gradient(c.word, result.dword, loss), 1e-6);
   BACKEND_CHECK_GRADIENT(check_gradient(c.position, result.dposition, loss), 1e-6);
   // Rows past the sequence length get nothing.
-  for (int64_t i = kSeq * kHidden; i < kPositions * kHidden; ++i) CHECK(result.dposition[i] == 0);
+  for (int64_t i = kEmbeddingSeq * kHidden; i < kPositions * kHidden; ++i) CHECK(result.dposition[i] == 0);
 }
 
 TEST_CASE("embedding in float matches double") {
@@ -112,14 +112,14 @@ TEST_CASE("embedding backward is the same on every thread count") {
 TEST_CASE("embedding without a position table (rotary positions) is the word lookup alone") {
   EmbeddingCase c;
   const EmbeddingResult with_table = run_embedding<double>(c);
-  std::vector<double> output(kBatch * kSeq * kHidden, 1000.0);
+  std::vector<double> output(kEmbeddingBatch * kEmbeddingSeq * kHidden, 1000.0);
   auto dword = c.dword_start;
   backend::cpu::embedding_forward(output.data(), c.tokens.data(), c.word.data(),
-                                  static_cast<const double*>(nullptr), kBatch, kSeq, kHidden, 0,
-                                  kVocab);
+                                  static_cast<const double*>(nullptr), kEmbeddingBatch, kEmbeddingSeq, kHidden, 0,
+                                  kEmbeddingVocab);
   backend::cpu::embedding_backward(dword.data(), static_cast<double*>(nullptr), c.doutput.data(),
-                                   c.tokens.data(), kBatch, kSeq, kHidden, 0, kVocab);
-  for (int64_t row = 0; row < kBatch * kSeq; ++row) {
+                                   c.tokens.data(), kEmbeddingBatch, kEmbeddingSeq, kHidden, 0, kEmbeddingVocab);
+  for (int64_t row = 0; row < kEmbeddingBatch * kEmbeddingSeq; ++row) {
     for (int64_t i = 0; i < kHidden; ++i) {
       CHECK(output[row * kHidden + i] == c.word[c.tokens[row] * kHidden + i]);
     }
@@ -191,21 +191,21 @@ TEST_CASE(
   // Megatron's VocabParallelEmbedding: each shard looks up the tokens it holds; the position
   // table goes to shard 0 only, so the outputs sum to the full embedding exactly.
   constexpr int64_t vocab = 7;  // 2 and 3 shards of unequal size
-  const auto tokens = random_ids(kBatch * kSeq, vocab, 81);
+  const auto tokens = random_ids(kEmbeddingBatch * kEmbeddingSeq, vocab, 81);
   const auto word = random_values(vocab * kHidden, 82);
   const auto position = random_values(kPositions * kHidden, 83);
-  const auto doutput = random_values(kBatch * kSeq * kHidden, 84);
+  const auto doutput = random_values(kEmbeddingBatch * kEmbeddingSeq * kHidden, 84);
   const auto dword_start = random_values(vocab * kHidden, 85);
   const auto dposition_start = random_values(kPositions * kHidden, 86);
-  const int64_t count = kBatch * kSeq * kHidden;
+  const int64_t count = kEmbeddingBatch * kEmbeddingSeq * kHidden;
 
   std::vector<double> full(count);
   auto full_dword = dword_start;
   auto full_dposition = dposition_start;
-  backend::cpu::embedding_forward(full.data(), tokens.data(), word.data(), position.data(), kBatch,
-                                  kSeq, kHidden, 0, vocab);
+  backend::cpu::embedding_forward(full.data(), tokens.data(), word.data(), position.data(), kEmbeddingBatch,
+                                  kEmbeddingSeq, kHidden, 0, vocab);
   backend::cpu::embedding_backward(full_dword.data(), full_dposition.data(), doutput.data(),
-                                   tokens.data(), kBatch, kSeq, kHidden, 0, vocab);
+                                   tokens.data(), kEmbeddingBatch, kEmbeddingSeq, kHidden, 0, vocab);
 
   for (const int64_t parts : {1, 2, 3}) {
     CAPTURE(parts);
@@ -218,12 +218,12 @@ TEST_CASE(
       const double* shard_position = k == 0 ? position.data() : nullptr;
       std::vector<double> output(count, 1000.0);  // must be overwritten
       backend::cpu::embedding_forward(output.data(), tokens.data(), shard_word.data(),
-                                      shard_position, kBatch, kSeq, kHidden, begin, end - begin);
-      for (int64_t row = 0; row < kBatch * kSeq; ++row) {
+                                      shard_position, kEmbeddingBatch, kEmbeddingSeq, kHidden, begin, end - begin);
+      for (int64_t row = 0; row < kEmbeddingBatch * kEmbeddingSeq; ++row) {
         if (tokens[row] >= begin && tokens[row] < end) continue;
         // Another shard's token: the position row alone on shard 0, zeros on the others.
         for (int64_t i = 0; i < kHidden; ++i) {
-          CHECK(output[row * kHidden + i] == (k == 0 ? position[(row % kSeq) * kHidden + i] : 0.0));
+          CHECK(output[row * kHidden + i] == (k == 0 ? position[(row % kEmbeddingSeq) * kHidden + i] : 0.0));
         }
       }
       for (int64_t i = 0; i < count; ++i) sum[i] += output[i];
@@ -233,7 +233,7 @@ TEST_CASE(
                                 dword_start.begin() + end * kHidden);
       auto dposition = dposition_start;
       backend::cpu::embedding_backward(dword.data(), dposition.data(), doutput.data(),
-                                       tokens.data(), kBatch, kSeq, kHidden, begin, end - begin);
+                                       tokens.data(), kEmbeddingBatch, kEmbeddingSeq, kHidden, begin, end - begin);
       CHECK(dword == std::vector<double>(full_dword.begin() + begin * kHidden,
                                          full_dword.begin() + end * kHidden));
       CHECK(dposition == full_dposition);
@@ -245,19 +245,19 @@ TEST_CASE(
 TEST_CASE("an embedding shard holding none of the tokens gives the position rows, or zeros") {
   // An empty shard past the vocabulary: every token is another shard's.
   EmbeddingCase c;
-  std::vector<double> output(kBatch * kSeq * kHidden, 1000.0);
+  std::vector<double> output(kEmbeddingBatch * kEmbeddingSeq * kHidden, 1000.0);
   backend::cpu::embedding_forward(output.data(), c.tokens.data(),
-                                  static_cast<const double*>(nullptr), c.position.data(), kBatch,
-                                  kSeq, kHidden, kVocab, 0);
-  for (int64_t row = 0; row < kBatch * kSeq; ++row) {
+                                  static_cast<const double*>(nullptr), c.position.data(), kEmbeddingBatch,
+                                  kEmbeddingSeq, kHidden, kEmbeddingVocab, 0);
+  for (int64_t row = 0; row < kEmbeddingBatch * kEmbeddingSeq; ++row) {
     for (int64_t i = 0; i < kHidden; ++i) {
-      CHECK(output[row * kHidden + i] == c.position[(row % kSeq) * kHidden + i]);
+      CHECK(output[row * kHidden + i] == c.position[(row % kEmbeddingSeq) * kHidden + i]);
     }
   }
-  std::vector<double> zeros(kBatch * kSeq * kHidden, 1000.0);
+  std::vector<double> zeros(kEmbeddingBatch * kEmbeddingSeq * kHidden, 1000.0);
   backend::cpu::embedding_forward(
       zeros.data(), c.tokens.data(), static_cast<const double*>(nullptr),
-      static_cast<const double*>(nullptr), kBatch, kSeq, kHidden, kVocab, 0);
+      static_cast<const double*>(nullptr), kEmbeddingBatch, kEmbeddingSeq, kHidden, kEmbeddingVocab, 0);
   CHECK(zeros == std::vector<double>(zeros.size(), 0.0));
 }
 

@@ -12,24 +12,24 @@ namespace {
 
 using namespace backend::testing;
 
-constexpr int64_t kRows = 6;
-constexpr int64_t kChannels = 10;
-constexpr double kEpsilon = 1e-5;
+constexpr int64_t kLayerNormRows = 6;
+constexpr int64_t kLayerNormChannels = 10;
+constexpr double kLayerNormEpsilon = 1e-5;
 
 struct LayernormCase {
   LayernormCase() {
     // An offset per row, so that centring matters.
-    for (int64_t r = 0; r < kRows; ++r) {
-      for (int64_t c = 0; c < kChannels; ++c)
-        input[r * kChannels + c] += 0.5 * static_cast<double>(r);
+    for (int64_t r = 0; r < kLayerNormRows; ++r) {
+      for (int64_t c = 0; c < kLayerNormChannels; ++c)
+        input[r * kLayerNormChannels + c] += 0.5 * static_cast<double>(r);
     }
   }
-  std::vector<double> input = random_values(kRows * kChannels, 21, 2.0);
-  std::vector<double> weight = random_values(kChannels, 22);
-  std::vector<double> bias = random_values(kChannels, 23);
-  std::vector<double> doutput = random_values(kRows * kChannels, 24);
-  std::vector<double> dweight_start = random_values(kChannels, 25);
-  std::vector<double> dbias_start = random_values(kChannels, 26);
+  std::vector<double> input = random_values(kLayerNormRows * kLayerNormChannels, 21, 2.0);
+  std::vector<double> weight = random_values(kLayerNormChannels, 22);
+  std::vector<double> bias = random_values(kLayerNormChannels, 23);
+  std::vector<double> doutput = random_values(kLayerNormRows * kLayerNormChannels, 24);
+  std::vector<double> dweight_start = random_values(kLayerNormChannels, 25);
+  std::vector<double> dbias_start = random_values(kLayerNormChannels, 26);
 };
 
 struct LayernormResult {
@@ -42,16 +42,16 @@ LayernormResult run_layernorm(const LayernormCase& c, double weight_offset = 0.0
   const auto weight = convert<Scalar>(c.weight);
   const auto bias = convert<Scalar>(c.bias);
   const auto doutput = convert<Scalar>(c.doutput);
-  std::vector<Scalar> output(kRows * kChannels), mean(kRows), rstd(kRows);
-  std::vector<Scalar> dinput(kRows * kChannels, Scalar{1000});  // must be overwritten
+  std::vector<Scalar> output(kLayerNormRows * kLayerNormChannels), mean(kLayerNormRows), rstd(kLayerNormRows);
+  std::vector<Scalar> dinput(kLayerNormRows * kLayerNormChannels, Scalar{1000});  // must be overwritten
   auto dweight = convert<Scalar>(c.dweight_start);
   auto dbias = convert<Scalar>(c.dbias_start);
   backend::cpu::layernorm_forward(output.data(), mean.data(), rstd.data(), input.data(),
                                   weight.data(), bias.data(), static_cast<Scalar>(weight_offset),
-                                  static_cast<Scalar>(kEpsilon), kRows, kChannels);
+                                  static_cast<Scalar>(kLayerNormEpsilon), kLayerNormRows, kLayerNormChannels);
   backend::cpu::layernorm_backward(dinput.data(), dweight.data(), dbias.data(), doutput.data(),
                                    input.data(), weight.data(), static_cast<Scalar>(weight_offset),
-                                   mean.data(), rstd.data(), kRows, kChannels);
+                                   mean.data(), rstd.data(), kLayerNormRows, kLayerNormChannels);
   return {convert<double>(output),
           convert<double>(mean),
           convert<double>(rstd),
@@ -66,18 +66,18 @@ TEST_CASE("layernorm forward normalises each row with the biased variance") {
   LayernormCase c;
   const LayernormResult result = run_layernorm<double>(c);
   double worst = 0;
-  for (int64_t r = 0; r < kRows; ++r) {
-    const double* x = c.input.data() + r * kChannels;
+  for (int64_t r = 0; r < kLayerNormRows; ++r) {
+    const double* x = c.input.data() + r * kLayerNormChannels;
     double mean = 0;
-    for (int64_t i = 0; i < kChannels; ++i) mean += x[i] / kChannels;
+    for (int64_t i = 0; i < kLayerNormChannels; ++i) mean += x[i] / kLayerNormChannels;
     double variance = 0;
-    for (int64_t i = 0; i < kChannels; ++i) variance += (x[i] - mean) * (x[i] - mean) / kChannels;
-    const double rstd = 1 / std::sqrt(variance + kEpsilon);
+    for (int64_t i = 0; i < kLayerNormChannels; ++i) variance += (x[i] - mean) * (x[i] - mean) / kLayerNormChannels;
+    const double rstd = 1 / std::sqrt(variance + kLayerNormEpsilon);
     CHECK(result.mean[r] == doctest::Approx(mean).epsilon(1e-12));
     CHECK(result.rstd[r] == doctest::Approx(rstd).epsilon(1e-12));
-    for (int64_t i = 0; i < kChannels; ++i) {
+    for (int64_t i = 0; i < kLayerNormChannels; ++i) {
       const double expected = (x[i] - mean) * rstd * c.weight[i] + c.bias[i];
-      worst = std::max(worst, std::abs(result.output[r * kChannels + i] - expected));
+      worst = std::max(worst, std::abs(result.output[r * kLayerNormChannels + i] - expected));
     }
   }
   CHECK(worst < 1e-12);
@@ -86,11 +86,11 @@ TEST_CASE("layernorm forward normalises each row with the biased variance") {
 TEST_CASE("layernorm backward matches central finite differences in double") {
   LayernormCase c;
   const LayernormResult result = run_layernorm<double>(c);
-  std::vector<double> output(kRows * kChannels), mean(kRows), rstd(kRows);
+  std::vector<double> output(kLayerNormRows * kLayerNormChannels), mean(kLayerNormRows), rstd(kLayerNormRows);
   auto loss = [&] {
     backend::cpu::layernorm_forward(output.data(), mean.data(), rstd.data(), c.input.data(),
-                                    c.weight.data(), c.bias.data(), 0.0, kEpsilon, kRows,
-                                    kChannels);
+                                    c.weight.data(), c.bias.data(), 0.0, kLayerNormEpsilon, kLayerNormRows,
+                                    kLayerNormChannels);
     return dot(output, c.doutput);
   };
   BACKEND_CHECK_GRADIENT(check_gradient(c.input, result.dinput, loss), 1e-6);
@@ -109,11 +109,11 @@ TEST_CASE("layernorm with weight offset 1 (layernorm1p) is layernorm with weight
   CHECK(error_relative_to_max(one_p.dweight, plain.dweight) < 1e-15);
   CHECK(error_relative_to_max(one_p.dbias, plain.dbias) < 1e-15);
   // and against finite differences of its own loss
-  std::vector<double> output(kRows * kChannels), mean(kRows), rstd(kRows);
+  std::vector<double> output(kLayerNormRows * kLayerNormChannels), mean(kLayerNormRows), rstd(kLayerNormRows);
   auto loss = [&] {
     backend::cpu::layernorm_forward(output.data(), mean.data(), rstd.data(),
                                     zero_centred.input.data(), zero_centred.weight.data(),
-                                    zero_centred.bias.data(), 1.0, kEpsilon, kRows, kChannels);
+                                    zero_centred.bias.data(), 1.0, kLayerNormEpsilon, kLayerNormRows, kLayerNormChannels);
     return dot(output, zero_centred.doutput);
   };
   BACKEND_CHECK_GRADIENT(check_gradient(zero_centred.input, one_p.dinput, loss), 1e-6);
@@ -142,7 +142,7 @@ TEST_CASE("layernorm weight and bias sums are the same on every thread count") {
     std::vector<double> output(rows * channels), mean(rows), rstd(rows), dinput(rows * channels);
     std::vector<double> gradients(2 * channels, 0.0);
     backend::cpu::layernorm_forward(output.data(), mean.data(), rstd.data(), input.data(),
-                                    weight.data(), bias.data(), 0.0, kEpsilon, rows, channels);
+                                    weight.data(), bias.data(), 0.0, kLayerNormEpsilon, rows, channels);
     backend::cpu::layernorm_backward(dinput.data(), gradients.data(), gradients.data() + channels,
                                      doutput.data(), input.data(), weight.data(), 0.0, mean.data(),
                                      rstd.data(), rows, channels);

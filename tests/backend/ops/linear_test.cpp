@@ -10,15 +10,15 @@ namespace {
 
 using namespace backend::testing;
 
-constexpr int64_t kRows = 7;
+constexpr int64_t kLinearRows = 7;
 constexpr int64_t kIn = 5;
 constexpr int64_t kOut = 6;
 
 struct LinearCase {
-  std::vector<double> input = random_values(kRows * kIn, 11);
+  std::vector<double> input = random_values(kLinearRows * kIn, 11);
   std::vector<double> weight = random_values(kOut * kIn, 12);
   std::vector<double> bias = random_values(kOut, 13);
-  std::vector<double> doutput = random_values(kRows * kOut, 14);
+  std::vector<double> doutput = random_values(kLinearRows * kOut, 14);
   // Gradient buffers start non-zero to show that the parameter gradients accumulate.
   std::vector<double> dweight_start = random_values(kOut * kIn, 15);
   std::vector<double> dbias_start = random_values(kOut, 16);
@@ -34,14 +34,14 @@ LinearResult run_linear(const LinearCase& c) {
   const auto weight = convert<Scalar>(c.weight);
   const auto bias = convert<Scalar>(c.bias);
   const auto doutput = convert<Scalar>(c.doutput);
-  std::vector<Scalar> output(kRows * kOut);
-  std::vector<Scalar> dinput(kRows * kIn, Scalar{1000});  // must be overwritten
+  std::vector<Scalar> output(kLinearRows * kOut);
+  std::vector<Scalar> dinput(kLinearRows * kIn, Scalar{1000});  // must be overwritten
   auto dweight = convert<Scalar>(c.dweight_start);
   auto dbias = convert<Scalar>(c.dbias_start);
-  backend::cpu::linear_forward(output.data(), input.data(), weight.data(), bias.data(), kRows, kIn,
+  backend::cpu::linear_forward(output.data(), input.data(), weight.data(), bias.data(), kLinearRows, kIn,
                                kOut);
   backend::cpu::linear_backward(dinput.data(), dweight.data(), dbias.data(), doutput.data(),
-                                input.data(), weight.data(), kRows, kIn, kOut);
+                                input.data(), weight.data(), kLinearRows, kIn, kOut);
   LinearResult result{convert<double>(output), convert<double>(dinput), {}, {}};
   for (size_t i = 0; i < dweight.size(); ++i) {
     result.dweight.push_back(static_cast<double>(dweight[i]) - c.dweight_start[i]);
@@ -58,7 +58,7 @@ TEST_CASE("linear forward computes x · W^T + b") {
   LinearCase c;
   const LinearResult result = run_linear<double>(c);
   double worst = 0;
-  for (int64_t r = 0; r < kRows; ++r) {
+  for (int64_t r = 0; r < kLinearRows; ++r) {
     for (int64_t o = 0; o < kOut; ++o) {
       double expected = c.bias[o];
       for (int64_t i = 0; i < kIn; ++i) expected += c.input[r * kIn + i] * c.weight[o * kIn + i];
@@ -68,11 +68,11 @@ TEST_CASE("linear forward computes x · W^T + b") {
   CHECK(worst < 1e-13);
 
   // Without a bias the product alone comes out.
-  std::vector<double> output(kRows * kOut);
-  backend::cpu::linear_forward(output.data(), c.input.data(), c.weight.data(), nullptr, kRows, kIn,
+  std::vector<double> output(kLinearRows * kOut);
+  backend::cpu::linear_forward(output.data(), c.input.data(), c.weight.data(), nullptr, kLinearRows, kIn,
                                kOut);
   worst = 0;
-  for (int64_t r = 0; r < kRows; ++r) {
+  for (int64_t r = 0; r < kLinearRows; ++r) {
     for (int64_t o = 0; o < kOut; ++o) {
       worst =
           std::max(worst, std::abs(output[r * kOut + o] + c.bias[o] - result.output[r * kOut + o]));
@@ -84,11 +84,11 @@ TEST_CASE("linear forward computes x · W^T + b") {
 TEST_CASE("linear backward matches central finite differences in double") {
   LinearCase c;
   const LinearResult result = run_linear<double>(c);
-  std::vector<double> output(kRows * kOut);
+  std::vector<double> output(kLinearRows * kOut);
   // loss = Σ output · doutput, so d loss / d output = doutput.
   auto loss = [&] {
     backend::cpu::linear_forward(output.data(), c.input.data(), c.weight.data(), c.bias.data(),
-                                 kRows, kIn, kOut);
+                                 kLinearRows, kIn, kOut);
     return dot(output, c.doutput);
   };
   BACKEND_CHECK_GRADIENT(check_gradient(c.input, result.dinput, loss), 1e-6);
@@ -101,7 +101,7 @@ TEST_CASE("linear backward without dinput or bias leaves them alone and still ac
   const LinearResult reference = run_linear<double>(c);
   auto dweight = c.dweight_start;
   backend::cpu::linear_backward(nullptr, dweight.data(), nullptr, c.doutput.data(), c.input.data(),
-                                c.weight.data(), kRows, kIn, kOut);
+                                c.weight.data(), kLinearRows, kIn, kOut);
   CHECK(error_relative_to_max(difference(dweight, c.dweight_start), reference.dweight) < 1e-14);
 }
 

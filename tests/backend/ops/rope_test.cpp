@@ -14,8 +14,8 @@ namespace {
 
 using namespace backend::testing;
 
-constexpr int64_t kBatch = 2;
-constexpr int64_t kSeq = 5;
+constexpr int64_t kRopeBatch = 2;
+constexpr int64_t kRopeSeq = 5;
 constexpr int64_t kHeads = 3;
 constexpr int64_t kHeadDim = 8;
 constexpr double kBase = 10000.0;
@@ -45,7 +45,7 @@ std::vector<double> reference_rotation(const std::vector<double>& x, int64_t pos
 struct RopeShape {
   int64_t rotary_dim = kHeadDim;
   int64_t row_stride = kHeads * kHeadDim;
-  int64_t seq_length = kSeq;
+  int64_t seq_length = kRopeSeq;
 };
 
 template <typename Scalar>
@@ -62,7 +62,7 @@ std::vector<double> run_forward(const std::vector<double>& input, const RopeShap
   const auto [cos, sin] = tables<Scalar>(shape);
   const auto x = convert<Scalar>(input);
   std::vector<Scalar> y(x.size(), static_cast<Scalar>(fill));
-  backend::cpu::rope_forward(y.data(), x.data(), cos.data(), sin.data(), kBatch, shape.seq_length,
+  backend::cpu::rope_forward(y.data(), x.data(), cos.data(), sin.data(), kRopeBatch, shape.seq_length,
                              kHeads, kHeadDim, shape.rotary_dim, shape.row_stride);
   return convert<double>(y);
 }
@@ -72,14 +72,14 @@ std::vector<double> run_backward(const std::vector<double>& doutput, const RopeS
   const auto [cos, sin] = tables<Scalar>(shape);
   const auto dy = convert<Scalar>(doutput);
   std::vector<Scalar> dx(dy.size(), Scalar{0});
-  backend::cpu::rope_backward(dx.data(), dy.data(), cos.data(), sin.data(), kBatch,
+  backend::cpu::rope_backward(dx.data(), dy.data(), cos.data(), sin.data(), kRopeBatch,
                               shape.seq_length, kHeads, kHeadDim, shape.rotary_dim,
                               shape.row_stride);
   return convert<double>(dx);
 }
 
 size_t count(const RopeShape& shape) {
-  return static_cast<size_t>(kBatch * shape.seq_length * shape.row_stride);
+  return static_cast<size_t>(kRopeBatch * shape.seq_length * shape.row_stride);
 }
 
 }  // namespace
@@ -89,13 +89,13 @@ TEST_CASE("rope forward is Megatron's cat(θ, θ) / rotate_half formula, heads i
     CAPTURE(rotary_dim);
     // Two spare columns per row that the op must leave alone.
     const RopeShape shape{
-        .rotary_dim = rotary_dim, .row_stride = kHeads * kHeadDim + 2, .seq_length = kSeq};
+        .rotary_dim = rotary_dim, .row_stride = kHeads * kHeadDim + 2, .seq_length = kRopeSeq};
     const auto input = random_values(count(shape), 41);
     const auto output = run_forward<double>(input, shape, 7.0);
     double worst = 0;
-    for (int64_t b = 0; b < kBatch; ++b) {
-      for (int64_t t = 0; t < kSeq; ++t) {
-        const int64_t row = (b * kSeq + t) * shape.row_stride;
+    for (int64_t b = 0; b < kRopeBatch; ++b) {
+      for (int64_t t = 0; t < kRopeSeq; ++t) {
+        const int64_t row = (b * kRopeSeq + t) * shape.row_stride;
         for (int64_t h = 0; h < kHeads; ++h) {
           const auto begin = input.begin() + row + h * kHeadDim;
           const std::vector<double> x(begin, begin + kHeadDim);
@@ -116,9 +116,9 @@ TEST_CASE("rope: position 0 is the identity, pair 0 turns by t radians, norms ar
   const RopeShape shape;
   const auto input = random_values(count(shape), 42);
   const auto output = run_forward<double>(input, shape);
-  for (int64_t b = 0; b < kBatch; ++b) {
-    for (int64_t t = 0; t < kSeq; ++t) {
-      const int64_t row = (b * kSeq + t) * shape.row_stride;
+  for (int64_t b = 0; b < kRopeBatch; ++b) {
+    for (int64_t t = 0; t < kRopeSeq; ++t) {
+      const int64_t row = (b * kRopeSeq + t) * shape.row_stride;
       for (int64_t h = 0; h < kHeads; ++h) {
         const double* x = input.data() + row + h * kHeadDim;
         const double* y = output.data() + row + h * kHeadDim;
@@ -175,7 +175,7 @@ TEST_CASE("rope backward matches central finite differences in double, and inver
   for (const int64_t rotary_dim : {int64_t{8}, int64_t{6}}) {
     CAPTURE(rotary_dim);
     const RopeShape shape{
-        .rotary_dim = rotary_dim, .row_stride = kHeads * kHeadDim, .seq_length = kSeq};
+        .rotary_dim = rotary_dim, .row_stride = kHeads * kHeadDim, .seq_length = kRopeSeq};
     auto input = random_values(count(shape), 45);
     const auto doutput = random_values(count(shape), 46);
     const auto dinput = run_backward<double>(doutput, shape);
@@ -193,16 +193,16 @@ TEST_CASE("rope works in place (output aliasing input)") {
   const auto reference = run_forward<double>(input, shape);
   const auto [cos, sin] = tables<double>(shape);
   auto values = input;
-  backend::cpu::rope_forward(values.data(), values.data(), cos.data(), sin.data(), kBatch, kSeq,
+  backend::cpu::rope_forward(values.data(), values.data(), cos.data(), sin.data(), kRopeBatch, kRopeSeq,
                              kHeads, kHeadDim, kHeadDim, shape.row_stride);
   CHECK(values == reference);
-  backend::cpu::rope_backward(values.data(), values.data(), cos.data(), sin.data(), kBatch, kSeq,
+  backend::cpu::rope_backward(values.data(), values.data(), cos.data(), sin.data(), kRopeBatch, kRopeSeq,
                               kHeads, kHeadDim, kHeadDim, shape.row_stride);
   CHECK(values == run_backward<double>(reference, shape));
 }
 
 TEST_CASE("rope in float matches double") {
-  const RopeShape shape{.rotary_dim = 6, .row_stride = kHeads * kHeadDim, .seq_length = kSeq};
+  const RopeShape shape{.rotary_dim = 6, .row_stride = kHeads * kHeadDim, .seq_length = kRopeSeq};
   const auto input = random_values(count(shape), 48);
   CHECK(error_relative_to_max(run_forward<float>(input, shape), run_forward<double>(input, shape)) <
         1e-6);

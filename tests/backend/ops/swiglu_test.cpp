@@ -15,7 +15,7 @@ namespace {
 
 using namespace backend::testing;
 
-constexpr int64_t kRows = 5;
+constexpr int64_t kSwigluRows = 5;
 constexpr int64_t kFeatures = 7;
 
 struct SwigluResult {
@@ -37,11 +37,11 @@ SwigluResult run_swiglu(const std::vector<double>& input_values,
 }  // namespace
 
 TEST_CASE("swiglu forward chunks each row into [a | b] and computes silu(a) · b") {
-  const auto input = random_values(kRows * 2 * kFeatures, 61, 4.0);
+  const auto input = random_values(kSwigluRows * 2 * kFeatures, 61, 4.0);
   const SwigluResult result =
-      run_swiglu<double>(input, std::vector<double>(kRows * kFeatures, 1.0), kRows, kFeatures);
+      run_swiglu<double>(input, std::vector<double>(kSwigluRows * kFeatures, 1.0), kSwigluRows, kFeatures);
   double worst = 0;
-  for (int64_t r = 0; r < kRows; ++r) {
+  for (int64_t r = 0; r < kSwigluRows; ++r) {
     for (int64_t f = 0; f < kFeatures; ++f) {
       const double a = input[r * 2 * kFeatures + f];
       const double b = input[r * 2 * kFeatures + kFeatures + f];
@@ -72,22 +72,22 @@ TEST_CASE("swiglu: known values of silu, and large gates saturate") {
 }
 
 TEST_CASE("swiglu backward matches central finite differences in double") {
-  auto input = random_values(kRows * 2 * kFeatures, 62, 4.0);
-  const auto doutput = random_values(kRows * kFeatures, 63);
-  const SwigluResult result = run_swiglu<double>(input, doutput, kRows, kFeatures);
-  std::vector<double> output(kRows * kFeatures);
+  auto input = random_values(kSwigluRows * 2 * kFeatures, 62, 4.0);
+  const auto doutput = random_values(kSwigluRows * kFeatures, 63);
+  const SwigluResult result = run_swiglu<double>(input, doutput, kSwigluRows, kFeatures);
+  std::vector<double> output(kSwigluRows * kFeatures);
   auto loss = [&] {
-    backend::cpu::swiglu_forward(output.data(), input.data(), kRows, kFeatures);
+    backend::cpu::swiglu_forward(output.data(), input.data(), kSwigluRows, kFeatures);
     return dot(output, doutput);
   };
   BACKEND_CHECK_GRADIENT(check_gradient(input, result.dinput, loss), 1e-6);
 }
 
 TEST_CASE("swiglu in float matches double") {
-  const auto input = random_values(kRows * 2 * kFeatures, 64, 4.0);
-  const auto doutput = random_values(kRows * kFeatures, 65);
-  const SwigluResult single = run_swiglu<float>(input, doutput, kRows, kFeatures);
-  const SwigluResult reference = run_swiglu<double>(input, doutput, kRows, kFeatures);
+  const auto input = random_values(kSwigluRows * 2 * kFeatures, 64, 4.0);
+  const auto doutput = random_values(kSwigluRows * kFeatures, 65);
+  const SwigluResult single = run_swiglu<float>(input, doutput, kSwigluRows, kFeatures);
+  const SwigluResult reference = run_swiglu<double>(input, doutput, kSwigluRows, kFeatures);
   CHECK(error_relative_to_max(single.output, reference.output) < 1e-6);
   CHECK(error_relative_to_max(single.dinput, reference.dinput) < 1e-6);
 }

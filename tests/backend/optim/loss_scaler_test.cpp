@@ -25,7 +25,7 @@ std::vector<double> scales_after(LossScaler& scaler, const std::vector<bool>& fo
   return scales;
 }
 
-DynamicLossScaling small_config() {
+DynamicLossScaling small_scaling() {
   return {.initial_scale = 1024,
           .min_scale = 256,
           .growth_factor = 2,
@@ -37,7 +37,7 @@ DynamicLossScaling small_config() {
 }  // namespace
 
 TEST_CASE("hysteresis 2: the first overflow spends a credit, the second halves, then each one") {
-  LossScaler scaler = LossScaler::dynamic(small_config());
+  LossScaler scaler = LossScaler::dynamic(small_scaling());
   CHECK(scaler.dynamic());
   CHECK(scaler.enabled());
   CHECK(scaler.scale() == 1024);
@@ -53,7 +53,7 @@ TEST_CASE("hysteresis 2: the first overflow spends a credit, the second halves, 
 }
 
 TEST_CASE("growth after growth_interval clean steps restores the hysteresis credits") {
-  LossScaler scaler = LossScaler::dynamic(small_config());
+  LossScaler scaler = LossScaler::dynamic(small_scaling());
   // inf (credit), inf (512), clean ×3 (1024, credits back), inf (credit), clean, inf (512: the
   // credits return only at growth, so a clean step between two overflows does not reset them).
   CHECK(scales_after(scaler, {true, true, false, false, false, true, false, true}) ==
@@ -113,12 +113,12 @@ TEST_CASE("the scale is a float32 value, as Megatron's tensor") {
 }
 
 TEST_CASE("state round trip: a restored scaler continues as the original") {
-  LossScaler original = LossScaler::dynamic(small_config());
+  LossScaler original = LossScaler::dynamic(small_scaling());
   scales_after(original, {true, false, false});
   const LossScaler::State saved = original.state();
   CHECK(saved == LossScaler::State{1024, 2, 1});
 
-  LossScaler resumed = LossScaler::dynamic(small_config());
+  LossScaler resumed = LossScaler::dynamic(small_scaling());
   resumed.restore(saved);
   CHECK(resumed.state() == saved);
   const std::vector<bool> rest = {false, true, true, false, true, false, false, false};
@@ -126,12 +126,12 @@ TEST_CASE("state round trip: a restored scaler continues as the original") {
   CHECK(resumed.state() == original.state());
 
   // A negative hysteresis tracker (a run of overflows) is restored as it is.
-  LossScaler negative = LossScaler::dynamic(small_config());
+  LossScaler negative = LossScaler::dynamic(small_scaling());
   negative.restore({.scale = 256, .growth_tracker = 0, .hysteresis_tracker = -3});
   CHECK(negative.state() == LossScaler::State{256, 0, -3});
 
   // A tracker at or past a shorter window grows at the next clean step.
-  LossScaler shorter = LossScaler::dynamic(small_config());
+  LossScaler shorter = LossScaler::dynamic(small_scaling());
   shorter.restore({.scale = 512, .growth_tracker = 7, .hysteresis_tracker = 1});
   shorter.update(false);
   CHECK(shorter.state() == LossScaler::State{1024, 0, 2});
@@ -145,7 +145,7 @@ TEST_CASE("restore: constant and none keep the flags' scale — bad saved values
   none.restore({.scale = 2, .growth_tracker = 5, .hysteresis_tracker = 1});
   CHECK(none.scale() == 1.0);
 
-  LossScaler dynamic = LossScaler::dynamic(small_config());
+  LossScaler dynamic = LossScaler::dynamic(small_scaling());
   for (double scale : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity(), 1e39}) {
     CAPTURE(scale);
     CHECK_THROWS_WITH_AS(
@@ -170,7 +170,7 @@ TEST_CASE("Megatron's grad-scaler asserts are errors naming the flag") {
   CHECK_THROWS_WITH_AS(LossScaler::constant(1e-50),
                        doctest::Contains("below the smallest positive float32"), common::Error);
   auto with = [](auto change) {
-    DynamicLossScaling config = small_config();
+    DynamicLossScaling config = small_scaling();
     change(config);
     return config;
   };

@@ -30,11 +30,11 @@ namespace {
 
 constexpr int64_t kPadded = test_support::kSmallGenerationPaddedVocab;
 
-GptConfig small_config() { return test_support::small_generation_config(32); }
+GptConfig scheduler_model_config() { return test_support::small_generation_config(32); }
 
 // The recomputing oracle: a full forward per slot and step, over the slot's history.
 struct OracleStep {
-  GptModel<float> model{small_config()};
+  GptModel<float> model{scheduler_model_config()};
   std::vector<std::vector<int32_t>> history;
   std::mutex mutex;
   std::vector<std::vector<DecodeRow>> steps;  // every step's rows, for the tests to inspect
@@ -107,7 +107,7 @@ GenerateRequest request_of(std::vector<std::string> prompts, int64_t tokens, int
 
 // generate() one prompt at a time, the reference.
 std::vector<GenerationResult> serial(const GenerateRequest& request) {
-  GptModel<float> model(small_config());
+  GptModel<float> model(scheduler_model_config());
   model.init_parameters(5);
   NullTokenizer tokenizer(63);
   std::vector<GenerationResult> results;

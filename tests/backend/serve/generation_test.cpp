@@ -15,22 +15,15 @@
 #include "backend/common/error.hpp"
 #include "backend/data/null_tokenizer.hpp"
 #include "tests/backend/serve/small_generation_model.hpp"
+#include "test_files.hpp"
+#include "backend/data/gpt2_test_tokenizer.hpp"
 
 using namespace backend;
 
 namespace {
 
-const std::string kDataDir = std::string(TEST_SOURCE_DIR) + "/tests/data";
 constexpr int64_t kGpt2PaddedVocabulary = 50304;
 constexpr int32_t kGpt2Eod = 50256;
-
-std::unique_ptr<Tokenizer> gpt2() {
-  return build_tokenizer({.tokenizer_type = "GPT2BPETokenizer",
-                          .vocab_file = kDataDir + "/gpt2-vocab.json",
-                          .merge_file = kDataDir + "/gpt2-merges.txt",
-                          .vocab_size = 0,
-                          .tokenizer_model = ""});
-}
 
 GenerateRequest greedy_request(int64_t tokens_to_generate) {
   GenerateRequest request;
@@ -59,12 +52,12 @@ std::vector<int32_t> generated(const GenerationResult& result) {
   return {result.tokens.begin() + result.prompt_length, result.tokens.end()};
 }
 
-GptConfig small_config() { return test_support::small_generation_config(16); }
+GptConfig generation_model_config() { return test_support::small_generation_config(16); }
 
 }  // namespace
 
 TEST_CASE("greedy generation gives the argmax of a full forward of the model at every step") {
-  const GptConfig config = small_config();
+  const GptConfig config = generation_model_config();
   GptModel<float> model(config);
   model.init_parameters(5);
   GptModel<float> reference(config);  // the training model, same parameters
@@ -116,7 +109,7 @@ TEST_CASE("greedy generation gives the argmax of a full forward of the model at 
 }
 
 TEST_CASE("generation stops on the end-of-document id, the stop token included") {
-  auto tokenizer = gpt2();
+  auto tokenizer = test_support::gpt2_tokenizer();
   const std::vector<int32_t> prompt = tokenizer->tokenize("Hello world");
   const int64_t n = std::ssize(prompt);
   const GenerationResult stopped = generate(scripted({5, kGpt2Eod, 7}, n), 100, *tokenizer,
@@ -133,7 +126,7 @@ TEST_CASE("generation stops on the end-of-document id, the stop token included")
 }
 
 TEST_CASE("stop_on_eol and stop_on_double_eol use GPT-2's ids 198 and 628, not the eod") {
-  auto tokenizer = gpt2();
+  auto tokenizer = test_support::gpt2_tokenizer();
   REQUIRE(tokenizer->tokenize("\n") == std::vector<int32_t>{198});
   REQUIRE(tokenizer->tokenize("\n\n") == std::vector<int32_t>{628});
   const int64_t n = std::ssize(tokenizer->tokenize("Hi"));
@@ -164,7 +157,7 @@ TEST_CASE("stop_on_eol and stop_on_double_eol use GPT-2's ids 198 and 628, not t
 }
 
 TEST_CASE("prevent_newline_after_colon removes \"\\n\" after \":\" from the logits") {
-  auto tokenizer = gpt2();
+  auto tokenizer = test_support::gpt2_tokenizer();
   const std::vector<int32_t> prompt = tokenizer->tokenize("Answer:");
   REQUIRE(prompt.back() == tokenizer->tokenize(":").front());
   const int64_t n = std::ssize(prompt);
@@ -199,7 +192,7 @@ TEST_CASE("prevent_newline_after_colon removes \"\\n\" after \":\" from the logi
 }
 
 TEST_CASE("add_BOS, the length limit, empty prompts and scoring only") {
-  auto tokenizer = gpt2();
+  auto tokenizer = test_support::gpt2_tokenizer();
   const int64_t n = std::ssize(tokenizer->tokenize("Hello world"));  // 2
   GenerateRequest bos = greedy_request(1);
   bos.add_BOS = true;

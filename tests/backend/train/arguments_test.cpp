@@ -19,7 +19,7 @@ std::vector<std::string> base_flags() {
           "--train-iters", "10", "--lr", "1e-3", "--mock-data", "--vocab-size", "100",
           "--hidden-dropout", "0", "--attention-dropout", "0"};
 }
-std::optional<backend::TrainingArguments> parse(std::vector<std::string> words) {
+std::optional<backend::TrainingArguments> parse_words(std::vector<std::string> words) {
   std::vector<const char*> argv;
   for (const auto& word : words) argv.push_back(word.c_str());
   return parse_arguments(static_cast<int>(argv.size()), argv.data());
@@ -32,7 +32,7 @@ std::vector<std::string> with(std::vector<std::string> extra) {
 }  // namespace
 
 TEST_CASE("Megatron's defaults and derived values") {
-  auto arguments = parse(base_flags());
+  auto arguments = parse_words(base_flags());
   REQUIRE(arguments);
   CHECK(arguments->ffn_hidden_size == 256);
   CHECK(arguments->max_position_embeddings == 32);
@@ -108,12 +108,12 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
   };
   for (const auto& c : cases) {
     CAPTURE(c.message);
-    CHECK_THROWS_WITH_AS(parse(with(c.extra)), doctest::Contains(c.message.c_str()), common::Error);
+    CHECK_THROWS_WITH_AS(parse_words(with(c.extra)), doctest::Contains(c.message.c_str()), common::Error);
   }
 }
 
 TEST_CASE("the Llama switches: Megatron's defaults, then each flag") {
-  const auto defaults = parse(base_flags());
+  const auto defaults = parse_words(base_flags());
   REQUIRE(defaults);
   CHECK(defaults->position_embedding_type == "learned_absolute");
   CHECK(defaults->rotary_base == 10000);
@@ -124,7 +124,7 @@ TEST_CASE("the Llama switches: Megatron's defaults, then each flag") {
   CHECK(defaults->add_bias_linear);
   CHECK_FALSE(defaults->untie_embeddings_and_output_weights);
 
-  const auto llama = parse(with({"--position-embedding-type", "rope", "--rotary-base", "500000",
+  const auto llama = parse_words(with({"--position-embedding-type", "rope", "--rotary-base", "500000",
                                  "--rotary-percent", "0.5", "--normalization", "RMSNorm",
                                  "--norm-epsilon", "1e-6", "--swiglu", "--disable-bias-linear",
                                  "--untie-embeddings-and-output-weights", "--ffn-hidden-size",
@@ -141,23 +141,23 @@ TEST_CASE("the Llama switches: Megatron's defaults, then each flag") {
   CHECK(llama->ffn_hidden_size == 172);
   CHECK_FALSE(llama->group_query_attention);
   CHECK(llama->num_query_groups == 1);  // Megatron's default, read only with the switch
-  const auto grouped = parse(with({"--group-query-attention", "--num-query-groups", "2"}));
+  const auto grouped = parse_words(with({"--group-query-attention", "--num-query-groups", "2"}));
   REQUIRE(grouped);
   CHECK(grouped->group_query_attention);
   CHECK(grouped->num_query_groups == 2);
   // Without --group-query-attention the count is not checked (nor used), as in Megatron.
-  CHECK(parse(with({"--num-query-groups", "3"})));
+  CHECK(parse_words(with({"--num-query-groups", "3"})));
 
   // Without --ffn-hidden-size, SwiGLU's default is Megatron's int(4h · 2/3 / 64) · 64.
-  CHECK(parse(with({"--swiglu"}))->ffn_hidden_size == 128);  // h = 64: 170.7 → 128
+  CHECK(parse_words(with({"--swiglu"}))->ffn_hidden_size == 128);  // h = 64: 170.7 → 128
   auto wide = base_flags();
   wide[4] = "4096";  // --hidden-size
   wide.insert(wide.end(), {"--num-attention-heads", "32", "--swiglu"});
-  CHECK(parse(wide)->ffn_hidden_size == 10880);  // 10922.7 → 170 · 64
+  CHECK(parse_words(wide)->ffn_hidden_size == 10880);  // 10922.7 → 170 · 64
 
   // --layernorm-epsilon is the old name of --norm-epsilon; the last one given wins.
-  CHECK(parse(with({"--layernorm-epsilon", "1e-3"}))->norm_epsilon == 1e-3);
-  CHECK(parse(with({"--layernorm-epsilon", "1e-3", "--norm-epsilon", "1e-4"}))->norm_epsilon ==
+  CHECK(parse_words(with({"--layernorm-epsilon", "1e-3"}))->norm_epsilon == 1e-3);
+  CHECK(parse_words(with({"--layernorm-epsilon", "1e-3", "--norm-epsilon", "1e-4"}))->norm_epsilon ==
         1e-4);
 
   // The arguments dump names them as Megatron does.
@@ -177,11 +177,11 @@ TEST_CASE("the Llama switches: Megatron's defaults, then each flag") {
 }
 
 TEST_CASE("activation recompute flags, as Megatron reads them") {
-  const auto none = parse(base_flags());
+  const auto none = parse_words(base_flags());
   CHECK(none->recompute_granularity.empty());
   CHECK_FALSE(none->recompute_num_layers.has_value());
-  CHECK(parse(with({"--recompute-activations"}))->recompute_granularity == "selective");
-  const auto full = parse(with({"--recompute-granularity", "full", "--recompute-method", "uniform",
+  CHECK(parse_words(with({"--recompute-activations"}))->recompute_granularity == "selective");
+  const auto full = parse_words(with({"--recompute-granularity", "full", "--recompute-method", "uniform",
                                 "--recompute-num-layers", "2"}));
   REQUIRE(full);
   CHECK(full->recompute_granularity == "full");
@@ -196,11 +196,11 @@ TEST_CASE("activation recompute flags, as Megatron reads them") {
 }
 
 TEST_CASE("missing required flags and missing data are named") {
-  CHECK_THROWS_WITH_AS(parse({"pretrain_gpt", "--mock-data"}), doctest::Contains("--num-layers"),
+  CHECK_THROWS_WITH_AS(parse_words({"pretrain_gpt", "--mock-data"}), doctest::Contains("--num-layers"),
                        common::Error);
   auto words = base_flags();
   std::erase(words, std::string("--mock-data"));
-  CHECK_THROWS_WITH_AS(parse(words), doctest::Contains("no training data: pass --data-path PREFIX"),
+  CHECK_THROWS_WITH_AS(parse_words(words), doctest::Contains("no training data: pass --data-path PREFIX"),
                        common::Error);
 }
 
@@ -210,7 +210,7 @@ TEST_CASE("data flags: Megatron's default split, exclusive sources, the dump") {
   auto with_data = [&](std::vector<std::string> extra) {
     auto all = words;
     all.insert(all.end(), extra.begin(), extra.end());
-    return parse(all);
+    return parse_words(all);
   };
   // Megatron's legacy default split, with its warning.
   const auto defaulted = with_data({"--data-path", "0.3", "a", "0.7", "b"});
@@ -255,7 +255,7 @@ TEST_CASE("data flags: Megatron's default split, exclusive sources, the dump") {
 }
 
 TEST_CASE("--help prints usage and asks the caller to stop") {
-  CHECK_FALSE(parse({"pretrain_gpt", "--help"}).has_value());
+  CHECK_FALSE(parse_words({"pretrain_gpt", "--help"}).has_value());
 }
 
 namespace {
@@ -320,12 +320,12 @@ TEST_CASE("schedule and length flags that Megatron refuses together name both fl
   };
   for (const auto& c : cases) {
     CAPTURE(c.message);
-    CHECK_THROWS_WITH_AS(parse(c.words), doctest::Contains(c.message.c_str()), common::Error);
+    CHECK_THROWS_WITH_AS(parse_words(c.words), doctest::Contains(c.message.c_str()), common::Error);
   }
 }
 
 TEST_CASE("sample-based training with ramp-up parses into Megatron's derived values") {
-  auto arguments = parse(with_length({"--train-samples", "80"},
+  auto arguments = parse_words(with_length({"--train-samples", "80"},
                                      {"--rampup-batch-size", "4", "2", "16", "--lr-decay-style",
                                       "inverse-square-root", "--lr-warmup-fraction", "0.25",
                                       "--tensorboard-dir", "/tmp/tb", "--log-throughput",
@@ -355,7 +355,7 @@ TEST_CASE("sample-based training with ramp-up parses into Megatron's derived val
 }
 
 TEST_CASE("the new logging flags default as Megatron's") {
-  auto arguments = parse(base_flags());
+  auto arguments = parse_words(base_flags());
   REQUIRE(arguments);
   CHECK_FALSE(arguments->log_throughput);
   CHECK(arguments->tensorboard_dir.empty());
@@ -371,7 +371,7 @@ TEST_CASE("the new logging flags default as Megatron's") {
 }
 
 TEST_CASE("the checkpointing flags parse as Megatron's and show in the arguments dump") {
-  auto arguments = parse(with({"--save", "/tmp/ckpt", "--load", "/tmp/ckpt", "--save-interval",
+  auto arguments = parse_words(with({"--save", "/tmp/ckpt", "--load", "/tmp/ckpt", "--save-interval",
                                "50", "--exit-interval", "200", "--no-load-optim", "--no-load-rng",
                                "--no-save-optim", "--no-save-rng", "--finetune",
                                "--override-opt_param-scheduler"}));
@@ -391,17 +391,17 @@ TEST_CASE("the checkpointing flags parse as Megatron's and show in the arguments
   CHECK(values.at("save_interval") == "50");
   CHECK(values.at("no_load_optim") == "True");
   // Megatron prints None for what was not given.
-  const auto defaults = backend::argument_values(*parse(base_flags()));
+  const auto defaults = backend::argument_values(*parse_words(base_flags()));
   CHECK(defaults.at("save") == "None");
   CHECK(defaults.at("save_interval") == "None");
   CHECK(defaults.at("finetune") == "False");
   // --save-interval without --save is accepted, as Megatron accepts it.
-  CHECK(parse(with({"--save-interval", "10"})).has_value());
+  CHECK(parse_words(with({"--save-interval", "10"})).has_value());
 }
 
 TEST_CASE("a refused Megatron flag is named even when required flags are missing too") {
   // It used to say "--num-layers is required" and leave the refused flag for the next try.
-  CHECK_THROWS_WITH_AS(parse({"pretrain_gpt", "--deepspeed-activation-checkpointing"}),
+  CHECK_THROWS_WITH_AS(parse_words({"pretrain_gpt", "--deepspeed-activation-checkpointing"}),
                        doctest::Contains("--deepspeed-activation-checkpointing is a Megatron-LM "
                                          "flag this backend does not support yet"),
                        common::Error);
@@ -411,7 +411,7 @@ TEST_CASE("--data-path-file is the issue's name for --data-file-list") {
   auto words = base_flags();
   words.erase(std::find(words.begin(), words.end(), "--mock-data"));
   words.insert(words.end(), {"--data-path-file", "/data/list.txt", "--eval-iters", "0"});
-  const auto arguments = parse(words);
+  const auto arguments = parse_words(words);
   REQUIRE(arguments);
   CHECK(arguments->data_file_list == "/data/list.txt");
 }
@@ -448,85 +448,85 @@ TEST_CASE("every value is checked with the shared flag rules before it is used")
   };
   for (const auto& c : cases) {
     CAPTURE(c.message);
-    CHECK_THROWS_WITH_AS(parse(with(c.extra)), doctest::Contains(c.message.c_str()), common::Error);
+    CHECK_THROWS_WITH_AS(parse_words(with(c.extra)), doctest::Contains(c.message.c_str()), common::Error);
   }
   // Values are read as Megatron's argparse reads them: "010" is ten.
-  CHECK(parse(with({"--num-layers", "010"}))->num_layers == 10);
+  CHECK(parse_words(with({"--num-layers", "010"}))->num_layers == 10);
 }
 
 TEST_CASE("a default is a flag not given, never a 0 given") {
   for (const char* flag : {"--max-position-embeddings", "--global-batch-size", "--ffn-hidden-size",
                            "--lr-decay-iters", "--save-interval", "--exit-interval"}) {
     CAPTURE(flag);
-    CHECK_THROWS_WITH_AS(parse(with({flag, "0"})), doctest::Contains("'0' is out of range"),
+    CHECK_THROWS_WITH_AS(parse_words(with({flag, "0"})), doctest::Contains("'0' is out of range"),
                          common::Error);
   }
-  const auto defaults = parse(base_flags());
+  const auto defaults = parse_words(base_flags());
   CHECK(defaults->max_position_embeddings == 32);
   CHECK(defaults->global_batch_size == 8);
   CHECK(defaults->ffn_hidden_size == 256);
 }
 
 TEST_CASE("derived sizes and lengths that overflow are refused naming the flags") {
-  CHECK_THROWS_WITH_AS(parse(with({"--hidden-size", "2305843009213693952"})),
+  CHECK_THROWS_WITH_AS(parse_words(with({"--hidden-size", "2305843009213693952"})),
                        doctest::Contains("--ffn-hidden-size (default 4 × --hidden-size)"),
                        common::Error);
-  CHECK_THROWS_WITH_AS(parse(with({"--train-iters", "9223372036854775807"})),
+  CHECK_THROWS_WITH_AS(parse_words(with({"--train-iters", "9223372036854775807"})),
                        doctest::Contains("--train-iters × --global-batch-size (the samples the run trains on): "
                                          "9223372036854775807 × 8 exceeds"),
                        common::Error);
   // One iteration of 2^63 − 2 samples of 32 tokens: more tokens than the counters hold.
   CHECK_THROWS_WITH_AS(
-      parse(with({"--train-iters", "1", "--global-batch-size", "9223372036854775806"})),
+      parse_words(with({"--train-iters", "1", "--global-batch-size", "9223372036854775806"})),
       doctest::Contains("exceeds 9223372036854775807"), common::Error);
-  CHECK_THROWS_WITH_AS(parse(with({"--lr-warmup-iters", "9223372036854775806",
+  CHECK_THROWS_WITH_AS(parse_words(with({"--lr-warmup-iters", "9223372036854775806",
                                    "--lr-decay-iters", "9223372036854775807"})),
                        doctest::Contains("exceeds 9223372036854775807"), common::Error);
 }
 
 TEST_CASE("Megatron tokenizers that are valid but not built are refused as not built yet") {
-  CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", "TikTokenizer"})),
+  CHECK_THROWS_WITH_AS(parse_words(with({"--tokenizer-type", "TikTokenizer"})),
                        doctest::Contains("--tokenizer-type TikTokenizer is not built yet"),
                        common::Error);
   // HuggingFaceTokenizer is built and, like the SentencePiece types, reads --tokenizer-model.
-  CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", "HuggingFaceTokenizer"})),
+  CHECK_THROWS_WITH_AS(parse_words(with({"--tokenizer-type", "HuggingFaceTokenizer"})),
                        doctest::Contains("--tokenizer-type HuggingFaceTokenizer needs "
                                          "--tokenizer-model (the directory holding tokenizer.json"),
                        common::Error);
-  const auto hf = parse(with({"--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
+  const auto hf = parse_words(with({"--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
                               "/models/llama3"}));
   REQUIRE(hf);
   CHECK(hf->tokenizer_model == "/models/llama3");
-  CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", "Llama3"})),
+  CHECK_THROWS_WITH_AS(parse_words(with({"--tokenizer-type", "Llama3"})),
                        doctest::Contains("'Llama3' is not a valid choice; --tokenizer-type takes"),
                        common::Error);
 }
 
 TEST_CASE("the SentencePiece tokenizers: --tokenizer-model is needed by them and only by them") {
-  const auto llama = parse(with({"--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model",
+  const auto llama = parse_words(with({"--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model",
                                  "tokenizer.model"}));
   REQUIRE(llama);
   CHECK(llama->tokenizer_type == "Llama2Tokenizer");
   CHECK(llama->tokenizer_model == "tokenizer.model");
   CHECK(backend::argument_values(*llama).at("tokenizer_model") == "tokenizer.model");
-  CHECK(backend::argument_values(*parse(base_flags())).at("tokenizer_model") == "None");
+  CHECK(backend::argument_values(*parse_words(base_flags())).at("tokenizer_model") == "None");
   for (const char* type : {"SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer"}) {
     CAPTURE(type);
-    CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", type})),
+    CHECK_THROWS_WITH_AS(parse_words(with({"--tokenizer-type", type})),
                          doctest::Contains("needs --tokenizer-model (the SentencePiece model file"),
                          common::Error);
   }
-  CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-type", "NullTokenizer", "--tokenizer-model",
+  CHECK_THROWS_WITH_AS(parse_words(with({"--tokenizer-type", "NullTokenizer", "--tokenizer-model",
                                    "tokenizer.model"})),
                        doctest::Contains("--tokenizer-model tokenizer.model is read only by the "
                                          "SentencePiece and HuggingFace tokenizers"),
                        common::Error);
-  CHECK_THROWS_WITH_AS(parse(with({"--tokenizer-model", "tokenizer.model"})),
+  CHECK_THROWS_WITH_AS(parse_words(with({"--tokenizer-model", "tokenizer.model"})),
                        doctest::Contains("not by --tokenizer-type NullTokenizer"), common::Error);
 }
 
 TEST_CASE("loss-scaling flags: Megatron's defaults, each flag, and the arguments dump") {
-  const auto defaults = parse(base_flags());
+  const auto defaults = parse_words(base_flags());
   REQUIRE(defaults);
   CHECK_FALSE(defaults->loss_scale.has_value());
   CHECK(defaults->initial_loss_scale == 4294967296.0);
@@ -540,7 +540,7 @@ TEST_CASE("loss-scaling flags: Megatron's defaults, each flag, and the arguments
   CHECK(default_values.at("loss_scale_window") == "1000");
   CHECK(default_values.at("hysteresis") == "2");
 
-  const auto given = parse(with({"--fp16", "--loss-scale", "1024", "--initial-loss-scale", "65536",
+  const auto given = parse_words(with({"--fp16", "--loss-scale", "1024", "--initial-loss-scale", "65536",
                                  "--min-loss-scale", "0.5", "--loss-scale-window", "200",
                                  "--hysteresis", "3"}));
   REQUIRE(given);
@@ -583,21 +583,21 @@ TEST_CASE("loss-scaling flags: each refused value names the flag and what is val
   };
   for (const auto& c : cases) {
     CAPTURE(c.message);
-    CHECK_THROWS_WITH_AS(parse(with(c.extra)), doctest::Contains(c.message.c_str()), common::Error);
+    CHECK_THROWS_WITH_AS(parse_words(with(c.extra)), doctest::Contains(c.message.c_str()), common::Error);
   }
   // Megatron asserts min ≤ initial only where it builds the dynamic scaler: without --fp16, or
   // with a constant --loss-scale, the two are not used and not compared.
-  CHECK(parse(with({"--initial-loss-scale", "8", "--min-loss-scale", "16"})).has_value());
-  CHECK(parse(with({"--fp16", "--loss-scale", "4", "--initial-loss-scale", "8",
+  CHECK(parse_words(with({"--initial-loss-scale", "8", "--min-loss-scale", "16"})).has_value());
+  CHECK(parse_words(with({"--fp16", "--loss-scale", "4", "--initial-loss-scale", "8",
                     "--min-loss-scale", "16"})).has_value());
-  CHECK(parse(with({"--fp16", "--initial-loss-scale", "16", "--min-loss-scale", "16"})).has_value());
+  CHECK(parse_words(with({"--fp16", "--initial-loss-scale", "16", "--min-loss-scale", "16"})).has_value());
 }
 
 TEST_CASE("--use-flash-attn is accepted: attention is fused on every device") {
-  CHECK_FALSE(parse(base_flags())->use_flash_attn);
+  CHECK_FALSE(parse_words(base_flags())->use_flash_attn);
   auto words = base_flags();
   words.push_back("--use-flash-attn");
-  const auto arguments = parse(words);
+  const auto arguments = parse_words(words);
   REQUIRE(arguments.has_value());
   CHECK(arguments->use_flash_attn);
   CHECK(backend::argument_values(*arguments).at("use_flash_attn") == "True");
@@ -608,7 +608,7 @@ TEST_CASE("Megatron-DeepSpeed's flags are accepted with their meaning") {
   words.insert(words.end(), {"--checkpoint-activations", "--checkpoint-num-layers", "2",
                              "--data-impl", "mmap", "--distributed-backend", "gloo", "--DDP-impl",
                              "torch"});
-  const auto arguments = parse(words);
+  const auto arguments = parse_words(words);
   REQUIRE(arguments.has_value());
   CHECK(arguments->recompute_granularity == "full");
   CHECK(arguments->recompute_method == "uniform");
@@ -620,7 +620,7 @@ TEST_CASE("Megatron-DeepSpeed's flags are accepted with their meaning") {
   // --checkpoint-activations alone: chunks of one layer.
   auto plain = base_flags();
   plain.push_back("--checkpoint-activations");
-  CHECK(parse(plain)->recompute_num_layers == 1);
+  CHECK(parse_words(plain)->recompute_num_layers == 1);
 }
 
 TEST_CASE("a GPT-2 vocabulary and merges give GPT2BPETokenizer when no type is named") {
@@ -633,7 +633,7 @@ TEST_CASE("a GPT-2 vocabulary and merges give GPT2BPETokenizer when no type is n
   const std::string vocab = std::string(TEST_SOURCE_DIR) + "/tests/data/gpt2-vocab.json";
   const std::string merges = std::string(TEST_SOURCE_DIR) + "/tests/data/gpt2-merges.txt";
   words.insert(words.end(), {"--vocab-file", vocab, "--merge-file", merges});
-  const auto arguments = parse(words);
+  const auto arguments = parse_words(words);
   REQUIRE(arguments.has_value());
   CHECK(arguments->tokenizer_type == "GPT2BPETokenizer");
 }
@@ -660,20 +660,20 @@ TEST_CASE("legacy and DeepSpeed flags that are not built are refused, naming the
     CAPTURE(c.message);
     auto words = base_flags();
     words.insert(words.end(), c.extra.begin(), c.extra.end());
-    CHECK_THROWS_WITH_AS(parse(words), doctest::Contains(c.message.c_str()), common::Error);
+    CHECK_THROWS_WITH_AS(parse_words(words), doctest::Contains(c.message.c_str()), common::Error);
   }
 }
 
 TEST_CASE("--distributed-timeout-minutes: Megatron's default 10, fractions, and refusals naming it") {
-  const auto defaults = parse(base_flags());
+  const auto defaults = parse_words(base_flags());
   REQUIRE(defaults);
   CHECK(defaults->distributed_timeout_minutes == 10);
   CHECK(backend::argument_values(*defaults).at("distributed_timeout_minutes") == "10");
-  const auto given = parse(with({"--distributed-timeout-minutes", "30"}));
+  const auto given = parse_words(with({"--distributed-timeout-minutes", "30"}));
   REQUIRE(given);
   CHECK(given->distributed_timeout_minutes == 30);
   // Fractions are our extension (Megatron's is an int), so a test need not wait minutes.
-  const auto fraction = parse(with({"--distributed-timeout-minutes", "0.05"}));
+  const auto fraction = parse_words(with({"--distributed-timeout-minutes", "0.05"}));
   REQUIRE(fraction);
   CHECK(fraction->distributed_timeout_minutes == 0.05);
   const auto lines = backend::format_arguments(*fraction);
@@ -699,7 +699,7 @@ TEST_CASE("--distributed-timeout-minutes: Megatron's default 10, fractions, and 
     const auto words = c.value.starts_with("=")
                            ? with({"--distributed-timeout-minutes" + c.value})
                            : with({"--distributed-timeout-minutes", c.value});
-    CHECK_THROWS_WITH_AS(parse(words), doctest::Contains(c.message.c_str()), common::Error);
+    CHECK_THROWS_WITH_AS(parse_words(words), doctest::Contains(c.message.c_str()), common::Error);
   }
 }
 
@@ -741,9 +741,9 @@ TEST_CASE("evaluate_gpt's command line: the task flags, and no training schedule
   CHECK_THROWS_WITH_AS(evaluate({"--task", "LAMBADA", "--valid-data", "x", "--overlapping-eval", "0"}),
                        doctest::Contains("--overlapping-eval"), common::Error);
   // pretrain_gpt does not know the task flags.
-  CHECK_THROWS_WITH_AS(parse(with({"--task", "LAMBADA"})), doctest::Contains("--task"),
+  CHECK_THROWS_WITH_AS(parse_words(with({"--task", "LAMBADA"})), doctest::Contains("--task"),
                        common::Error);
-  CHECK_FALSE(backend::argument_values(*parse(base_flags())).contains("task"));
+  CHECK_FALSE(backend::argument_values(*parse_words(base_flags())).contains("task"));
 }
 
 TEST_CASE("text_generation_server's command line: the server flags, no batch or schedule needed") {
@@ -791,9 +791,9 @@ TEST_CASE("text_generation_server's command line: the server flags, no batch or 
                        doctest::Contains("--max-concurrent-requests"), common::Error);
   // The task flags are evaluate_gpt's, the server flags the server's.
   CHECK_THROWS_WITH_AS(serve({"--task", "LAMBADA"}), doctest::Contains("--task"), common::Error);
-  CHECK_THROWS_WITH_AS(parse(with({"--port", "5000"})), doctest::Contains("--port"),
+  CHECK_THROWS_WITH_AS(parse_words(with({"--port", "5000"})), doctest::Contains("--port"),
                        common::Error);
-  CHECK_FALSE(backend::argument_values(*parse(base_flags())).contains("port"));
+  CHECK_FALSE(backend::argument_values(*parse_words(base_flags())).contains("port"));
 }
 
 TEST_CASE("evaluate_gpt --use-checkpoint-args: no model flag is required, and --load must hold a checkpoint") {
@@ -817,6 +817,6 @@ TEST_CASE("evaluate_gpt --use-checkpoint-args: no model flag is required, and --
   CHECK_THROWS_WITH_AS(evaluate({"--task", "LAMBADA", "--valid-data", "x", "--use-checkpoint-args"}),
                        doctest::Contains("--use-checkpoint-args needs --load DIR"), common::Error);
   // pretrain_gpt does not take it.
-  CHECK_THROWS_WITH_AS(parse(with({"--use-checkpoint-args"})), doctest::Contains("--use-checkpoint-args"),
+  CHECK_THROWS_WITH_AS(parse_words(with({"--use-checkpoint-args"})), doctest::Contains("--use-checkpoint-args"),
                        common::Error);
 }

@@ -16,7 +16,7 @@ namespace {
 
 using backend::TrainingArguments;
 
-TrainingArguments tiny_arguments(const std::filesystem::path& save) {
+TrainingArguments saved_arguments(const std::filesystem::path& save) {
   TrainingArguments a;
   a.num_layers = 2;
   a.hidden_size = 16;
@@ -41,7 +41,7 @@ TrainingArguments tiny_arguments(const std::filesystem::path& save) {
 
 TEST_CASE("checkpoint arguments: the saved arguments come back as they were saved") {
   test_support::TemporaryDirectory directory;
-  const auto arguments = tiny_arguments(directory.path / "ckpt");
+  const auto arguments = saved_arguments(directory.path / "ckpt");
   {
     backend::GptModel<float> model(backend::model_config(arguments));
     backend::AdamW optimizer(backend::AdamWConfig{}, {}, static_cast<int64_t>(model.parameters().size()));
@@ -77,7 +77,7 @@ TEST_CASE("checkpoint arguments: the saved arguments come back as they were save
 }
 
 TEST_CASE("checkpoint arguments: the save and load options carry every checkpoint flag") {
-  TrainingArguments a = tiny_arguments("/runs/save");
+  TrainingArguments a = saved_arguments("/runs/save");
   a.load = "/runs/load";
   a.command_line = {"pretrain_gpt", "--hidden-size", "16"};
   a.no_save_optim = true;
@@ -122,7 +122,7 @@ TEST_CASE("checkpoint arguments: the save and load options carry every checkpoin
 
 TEST_CASE("checkpoint arguments: a SentencePiece run records its --tokenizer-model") {
   test_support::TemporaryDirectory directory;
-  auto arguments = tiny_arguments(directory.path / "ckpt");
+  auto arguments = saved_arguments(directory.path / "ckpt");
   arguments.tokenizer_type = "Llama2Tokenizer";
   arguments.vocab_size = 0;
   arguments.tokenizer_model = std::string(TEST_SOURCE_DIR) + "/tests/data/sentencepiece_bpe.model";

@@ -25,7 +25,7 @@ using backend::GptModel;
 using backend::TrainingArguments;
 using test_support::TemporaryDirectory;
 
-TrainingArguments tiny_arguments(const std::filesystem::path& save) {
+TrainingArguments conversion_arguments(const std::filesystem::path& save) {
   TrainingArguments a;
   a.num_layers = 2;
   a.hidden_size = 16;
@@ -86,7 +86,7 @@ void check_same_config(const GptConfig& a, const GptConfig& b) {
   CHECK(a.query_groups() == b.query_groups());
 }
 
-// The Llama switches on top of tiny_arguments (multi-query attention: one key/value head).
+// The Llama switches on top of conversion_arguments (multi-query attention: one key/value head).
 void make_llama(TrainingArguments& a) {
   a.position_embedding_type = "rope";
   a.rotary_base = 20000;
@@ -107,7 +107,7 @@ bool same_parameters(const GptModel<float>& a, const GptModel<float>& b) {
 
 TEST_CASE("checkpoint conversion: a checkpoint's weights load into the model its arguments describe") {
   TemporaryDirectory directory;
-  auto arguments = tiny_arguments(directory.path / "ckpt");
+  auto arguments = conversion_arguments(directory.path / "ckpt");
   SUBCASE("GPT") {}
   SUBCASE("Llama") { make_llama(arguments); }
   const auto saved = save_trained_checkpoint(arguments);
@@ -184,7 +184,7 @@ TEST_CASE("checkpoint conversion: arguments_for_model rebuilds the model it was 
 
 TEST_CASE("checkpoint conversion: checkpoint → Hugging Face → release checkpoint keeps every bit") {
   TemporaryDirectory directory;
-  auto arguments = tiny_arguments(directory.path / "ckpt");
+  auto arguments = conversion_arguments(directory.path / "ckpt");
   SUBCASE("GPT") {}
   SUBCASE("Llama") { make_llama(arguments); }
   const auto trained = save_trained_checkpoint(arguments);

@@ -13,7 +13,7 @@
 #include "backend/common/md5.hpp"
 #include "backend/train/dataset_provider.hpp"
 #include "tests/backend/data/dataset_fixture.hpp"
-#include "tests/read_file.hpp"
+#include "test_files.hpp"
 #include "tests/temporary_directory.hpp"
 
 using namespace backend;

@@ -12,7 +12,7 @@ using namespace backend;
 
 namespace {
 
-TrainingArguments tiny_arguments() {
+TrainingArguments evaluation_arguments() {
   TrainingArguments a = test_support::tiny_gpt_arguments(4);
   a.hidden_dropout = a.attention_dropout = 0.1;  // what evaluation must switch off
   a.eval_iters = 2;
@@ -26,19 +26,19 @@ GptModel<float> initialised_model(const TrainingArguments& a) {
   return model;
 }
 
-struct Read {
+struct EvaluationRead {
   Split split;
   int64_t first_sample, batch_size;
-  bool operator==(const Read&) const = default;
+  bool operator==(const EvaluationRead&) const = default;
 };
 
 }  // namespace
 
 TEST_CASE("evaluation reads --eval-iters global batches of its split from the given sample") {
-  const auto a = tiny_arguments();
+  const auto a = evaluation_arguments();
   auto model = initialised_model(a);
   const MockDataset dataset(a.seed, model.config().vocab_size, a.seq_length);
-  std::vector<Read> reads;
+  std::vector<EvaluationRead> reads;
   const BatchSource recording = [&](Split split, int64_t first, int64_t batch,
                                     std::span<int32_t> tokens, std::span<int32_t> labels) {
     reads.push_back({split, first, batch});
@@ -46,12 +46,12 @@ TEST_CASE("evaluation reads --eval-iters global batches of its split from the gi
   };
   const EvaluationResult result = evaluate(model, recording, Split::test, 10, a);
   CHECK(result.samples == 8);
-  CHECK(reads == std::vector<Read>{{Split::test, 10, 2}, {Split::test, 12, 2},
+  CHECK(reads == std::vector<EvaluationRead>{{Split::test, 10, 2}, {Split::test, 12, 2},
                                    {Split::test, 14, 2}, {Split::test, 16, 2}});
 }
 
 TEST_CASE("evaluation: the mean dropout-free loss — dropout step and training mode as before") {
-  auto a = tiny_arguments();
+  auto a = evaluation_arguments();
   a.hidden_dropout = a.attention_dropout = 0.3;
   auto model = initialised_model(a);
   auto reference = initialised_model(a);

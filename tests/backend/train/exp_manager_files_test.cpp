@@ -7,16 +7,11 @@
 #include <sstream>
 
 #include "backend/train/exp_manager_files.hpp"
+#include "test_files.hpp"
 
 using namespace backend;
 
 namespace {
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 }  // namespace
 
 TEST_CASE("the arguments dump's Python spellings become YAML scalars of the same type") {
@@ -43,9 +38,9 @@ TEST_CASE("--log-dir gets NeMo's cmd-args.log and a sorted hparams.yaml") {
   a.lr_decay_style = "cosine";
   write_exp_manager_files(temporary.path / "results", a);
   // NeMo: " ".join(sys.argv), no newline
-  CHECK(read_file(temporary.path / "results" / "cmd-args.log") ==
+  CHECK(test_support::read_file(temporary.path / "results" / "cmd-args.log") ==
         "/opt/bin/pretrain_gpt --num-layers 2 --lr 1e-4");
-  const std::string yaml = read_file(temporary.path / "results" / "hparams.yaml");
+  const std::string yaml = test_support::read_file(temporary.path / "results" / "hparams.yaml");
   CHECK(yaml.find("num_layers: 2\n") != std::string::npos);
   CHECK(yaml.find("lr: 0.0001\n") != std::string::npos);
   CHECK(yaml.find("lr_decay_style: \"cosine\"\n") != std::string::npos);

@@ -50,7 +50,7 @@ std::vector<double> losses_of(const TrainingResult& result) {
   return losses;
 }
 
-std::optional<TrainingArguments> parse(std::vector<std::string> extra) {
+std::optional<TrainingArguments> parse_spike_run(std::vector<std::string> extra) {
   std::vector<std::string> words = {
       "pretrain_gpt", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
       "--seq-length", "32", "--micro-batch-size", "2", "--global-batch-size", "8",
@@ -222,9 +222,9 @@ TEST_CASE("a spike before this run saved any checkpoint is refused") {
 }
 
 TEST_CASE("--rollback-on-spike flags: --save needed, values checked") {
-  CHECK(error_of([] { parse({"--rollback-on-spike"}); }).find("--rollback-on-spike needs --save") !=
+  CHECK(error_of([] { parse_spike_run({"--rollback-on-spike"}); }).find("--rollback-on-spike needs --save") !=
         std::string::npos);
-  CHECK(error_of([] { parse({"--rollback-on-spike", "--save", "/tmp/x", "--no-save-optim"}); })
+  CHECK(error_of([] { parse_spike_run({"--rollback-on-spike", "--save", "/tmp/x", "--no-save-optim"}); })
             .find("--no-save-optim") != std::string::npos);
   for (const std::vector<std::string>& bad :
        {std::vector<std::string>{"--spike-threshold", "1"},
@@ -235,9 +235,9 @@ TEST_CASE("--rollback-on-spike flags: --save needed, values checked") {
         std::vector<std::string>{"--spike-lr-factor", "1.5"},
         std::vector<std::string>{"--spike-max-rollbacks", "-1"},
         std::vector<std::string>{"--inject-loss-spike-at-iteration", "0"}}) {
-    CHECK(error_of([&] { parse(bad); }).find(bad[0]) != std::string::npos);
+    CHECK(error_of([&] { parse_spike_run(bad); }).find(bad[0]) != std::string::npos);
   }
-  const auto parsed = parse({"--rollback-on-spike", "--save", "/tmp/x", "--spike-threshold", "3",
+  const auto parsed = parse_spike_run({"--rollback-on-spike", "--save", "/tmp/x", "--spike-threshold", "3",
                              "--spike-window", "5", "--spike-nan-iterations", "2",
                              "--spike-lr-factor", "0.5", "--spike-max-rollbacks", "4"});
   REQUIRE(parsed.has_value());
@@ -248,7 +248,7 @@ TEST_CASE("--rollback-on-spike flags: --save needed, values checked") {
   CHECK(parsed->spike_lr_factor == 0.5);
   CHECK(parsed->spike_max_rollbacks == 4);
   // Off by default.
-  const auto plain = parse({});
+  const auto plain = parse_spike_run({});
   REQUIRE(plain.has_value());
   CHECK_FALSE(plain->rollback_on_spike);
 }

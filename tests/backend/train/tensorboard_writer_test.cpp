@@ -3,7 +3,7 @@
 // file name, the first record, and when queued records reach the file.
 #include <doctest/doctest.h>
 
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 
 #include <cstring>

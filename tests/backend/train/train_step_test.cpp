@@ -17,7 +17,7 @@ using namespace backend;
 
 namespace {
 
-TrainingArguments tiny_arguments() {
+TrainingArguments step_arguments() {
   TrainingArguments a = test_support::tiny_gpt_arguments(4);
   a.lr_decay_style = "constant";
   return a;
@@ -65,17 +65,17 @@ struct TinyTraining {
 constexpr GlobalBatch kFirstBatch{
     .first_sample = 0, .global_batch_size = 4, .num_micro_batches = 2};
 
-struct Read {
+struct StepRead {
   Split split;
   int64_t first_sample, batch_size;
-  bool operator==(const Read&) const = default;
+  bool operator==(const StepRead&) const = default;
 };
 
 }  // namespace
 
 TEST_CASE("a step reads its global batch's training samples as micro batches, in order") {
-  TinyTraining training(tiny_arguments());
-  std::vector<Read> reads;
+  TinyTraining training(step_arguments());
+  std::vector<StepRead> reads;
   const BatchSource recording = [&](Split split, int64_t first, int64_t batch,
                                     std::span<int32_t> tokens, std::span<int32_t> labels) {
     reads.push_back({split, first, batch});
@@ -85,14 +85,14 @@ TEST_CASE("a step reads its global batch's training samples as micro batches, in
   train_step(training.model, training.optimizer, training.scheduler, recording, batch,
              training.arguments);
   CHECK(reads ==
-        std::vector<Read>{{Split::train, 8, 2}, {Split::train, 10, 2}, {Split::train, 12, 2}});
+        std::vector<StepRead>{{Split::train, 8, 2}, {Split::train, 10, 2}, {Split::train, 12, 2}});
   CHECK(training.scheduler.num_steps() == 6);  // the scheduler counts samples
   CHECK(training.optimizer.steps_taken() == 1);
 }
 
 TEST_CASE("the step's loss is the mean of its micro batches' losses before the update") {
-  TinyTraining training(tiny_arguments());
-  TinyTraining reference(tiny_arguments());  // the same parameters, forward only
+  TinyTraining training(step_arguments());
+  TinyTraining reference(step_arguments());  // the same parameters, forward only
   std::vector<int32_t> tokens(2 * 16), labels(2 * 16);
   double expected = 0;
   for (int64_t first : {0, 2}) {
@@ -108,7 +108,7 @@ TEST_CASE("the step's loss is the mean of its micro batches' losses before the u
 }
 
 TEST_CASE("the step reports the rate its update used — the scheduler moves on by the global batch") {
-  auto a = tiny_arguments();
+  auto a = step_arguments();
   a.lr_decay_style = "linear";
   a.lr_warmup_iters = 2;  // 0, 5e-4, then 1e-3
   TinyTraining training(a);
@@ -120,7 +120,7 @@ TEST_CASE("the step reports the rate its update used — the scheduler moves on 
 }
 
 TEST_CASE("every step starts from zero gradients") {
-  auto a = tiny_arguments();
+  auto a = step_arguments();
   a.lr = 0;  // the parameters stay, so the same batch has the same gradients
   TinyTraining training(a);
   const double first = training.step(kFirstBatch).grad_norm;
@@ -130,7 +130,7 @@ TEST_CASE("every step starts from zero gradients") {
 }
 
 TEST_CASE("the reported norm is the one before clipping — the update sees the clipped gradients") {
-  auto a = tiny_arguments();
+  auto a = step_arguments();
   a.clip_grad = 1e-3;
   TinyTraining training(a);
   const TrainStepResult result = training.step(kFirstBatch);
@@ -139,7 +139,7 @@ TEST_CASE("the reported norm is the one before clipping — the update sees the 
 }
 
 TEST_CASE("a non-finite loss skips the step: parameters, optimizer and schedule unchanged") {
-  TinyTraining training(tiny_arguments());
+  TinyTraining training(step_arguments());
   const auto& norm = training.model.tensor("decoder.final_layernorm.weight");
   training.model.parameters()[static_cast<size_t>(norm.offset)] =
       std::numeric_limits<float>::quiet_NaN();
@@ -158,8 +158,8 @@ TEST_CASE("a non-finite loss skips the step: parameters, optimizer and schedule 
 TEST_CASE("with a loss scaler, a power-of-two scale leaves the step's result unchanged") {
   // Scaling the backward by 2^16 and the gradients back by 2^-16 is exact in fp32 (nothing
   // here overflows or falls below the normal range), so the step is the unscaled step, bit for bit.
-  TinyTraining plain(tiny_arguments());
-  TinyTraining scaled(tiny_arguments());
+  TinyTraining plain(step_arguments());
+  TinyTraining scaled(step_arguments());
   scaled.optimizer.set_loss_scaler(LossScaler::dynamic({.initial_scale = 65536.0,
                                                         .growth_interval = 2}));
   for (int64_t step = 0; step < 3; ++step) {
@@ -180,7 +180,7 @@ TEST_CASE("with a loss scaler, a power-of-two scale leaves the step's result unc
 TEST_CASE("an overflowing scaled gradient skips the update and backs the scale off (fp16)") {
   // Word embeddings of 1e10 (tied to the output layer) make the scaled gradient of the final
   // norm's output about 2^122 · 1e10: infinite in fp32. The loss itself stays finite.
-  TinyTraining training(tiny_arguments());
+  TinyTraining training(step_arguments());
   for (float& value : training.model.parameters().subspan(
            static_cast<size_t>(training.model.tensor("embedding.word_embeddings.weight").offset),
            static_cast<size_t>(training.model.tensor("embedding.word_embeddings.weight").numel))) {

@@ -23,7 +23,7 @@
 using namespace backend;
 
 namespace {
-TrainingArguments tiny_arguments() { return test_support::tiny_gpt_arguments(3); }
+TrainingArguments trainer_arguments() { return test_support::tiny_gpt_arguments(3); }
 
 // Validates (filling Megatron's derived defaults such as --lr-decay-iters) and trains.
 TrainingResult train(TrainingArguments a, std::ostream& log, BatchSource source = {}) {
@@ -39,7 +39,7 @@ int count_lines_containing(const std::string& text, const std::string& needle) {
 }  // namespace
 
 TEST_CASE("on mock data the first loss is within 0.1 of ln(vocab)") {
-  auto a = tiny_arguments();
+  auto a = trainer_arguments();
   a.train_iters = 1;
   std::ostringstream log;
   const auto result = train(a, log);
@@ -51,7 +51,7 @@ TEST_CASE("25 steps on a repeating token pattern drive the loss below 0.5") {
   // The loss after 20 steps depends on the initialisation's luck: over 150 seeds it was above
   // 0.5 for 4 to 6 % of them (up to 0.74), falling by about a fifth per step; 25 steps leave
   // a margin for every seed tried.
-  auto a = tiny_arguments();
+  auto a = trainer_arguments();
   a.train_iters = 25;
   a.hidden_size = 64;
   a.micro_batch_size = a.global_batch_size = 8;
@@ -78,7 +78,7 @@ TEST_CASE("25 steps on a repeating token pattern drive the loss below 0.5") {
 }
 
 TEST_CASE("a Llama model (RoPE, RMSNorm, SwiGLU, no biases, untied output, GQA) learns the pattern") {
-  auto a = tiny_arguments();
+  auto a = trainer_arguments();
   a.train_iters = 20;
   a.hidden_size = 64;
   a.ffn_hidden_size = 96;
@@ -121,7 +121,7 @@ TEST_CASE("a Llama model (RoPE, RMSNorm, SwiGLU, no biases, untied output, GQA) 
 }
 
 TEST_CASE("training with activation recompute logs the same iterations, bit for bit") {
-  auto reference = tiny_arguments();
+  auto reference = trainer_arguments();
   reference.num_layers = 3;
   reference.train_iters = 4;
   reference.hidden_dropout = reference.attention_dropout = 0.1;  // the masks are recomputed too
@@ -150,8 +150,8 @@ TEST_CASE("training with activation recompute logs the same iterations, bit for 
 }
 
 TEST_CASE("micro batches accumulate to the same step as one big batch") {
-  auto accumulated = tiny_arguments();
-  auto single = tiny_arguments();
+  auto accumulated = trainer_arguments();
+  auto single = trainer_arguments();
   single.micro_batch_size = 4;
   std::ostringstream log;
   const auto a = train(accumulated, log);
@@ -163,7 +163,7 @@ TEST_CASE("micro batches accumulate to the same step as one big batch") {
 }
 
 TEST_CASE("the log has one Megatron iteration line per log interval and the evaluation blocks") {
-  auto a = tiny_arguments();
+  auto a = trainer_arguments();
   a.train_iters = 4;
   a.log_interval = 2;
   a.eval_interval = 2;
@@ -184,7 +184,7 @@ TEST_CASE("the log has one Megatron iteration line per log interval and the eval
 }
 
 TEST_CASE("the learning rate follows the schedule and the logged rate is the next one") {
-  auto a = tiny_arguments();
+  auto a = trainer_arguments();
   a.train_iters = 4;
   a.lr_warmup_iters = 2;
   a.lr_decay_style = "linear";
@@ -206,7 +206,7 @@ TEST_CASE("--device cuda without a visible GPU is refused, naming the flag and t
     MESSAGE("skipped: a GPU is visible (run through ctest, which hides it)");
     return;
   }
-  auto b = tiny_arguments();
+  auto b = trainer_arguments();
   b.device = "cuda";
   std::ostringstream log;
   CHECK_THROWS_WITH_AS(train(b, log), doctest::Contains("--device cuda: no GPU is visible"),
@@ -218,7 +218,7 @@ TEST_CASE("training with dropout is finite, reproducible from --seed, and evalua
   // lr 0 keeps the parameters at their initial values, so a run with dropout and one without
   // have the same model at every evaluation: their validation and test losses agree bit for
   // bit exactly when evaluation runs in evaluation mode (no dropout).
-  auto a = tiny_arguments();
+  auto a = trainer_arguments();
   a.train_iters = 4;
   a.lr = 0;
   a.eval_interval = 2;
@@ -256,7 +256,7 @@ TEST_CASE("training with dropout is finite, reproducible from --seed, and evalua
 TEST_CASE("--train-samples with --rampup-batch-size: iterations, batch sizes and samples by the ramp") {
   // 2 → 6 by 2 over 8 samples (an increment every 4): batches 2, 2, 4 (from 4 samples), 6 (from
   // 8), then (24 − 14) // 6 = 1 more: 5 iterations, as Megatron's update_train_iters counts.
-  auto a = tiny_arguments();
+  auto a = trainer_arguments();
   a.train_iters = 0;
   a.train_samples = 24;
   a.global_batch_size = 6;
@@ -279,7 +279,7 @@ TEST_CASE("--train-samples with --rampup-batch-size: iterations, batch sizes and
 }
 
 TEST_CASE("--log-throughput: Megatron's field in the line, tokens/s and MFU on the next line") {
-  auto a = tiny_arguments();
+  auto a = trainer_arguments();
   a.log_throughput = true;
   std::ostringstream log;
   train(a, log);
@@ -292,7 +292,7 @@ TEST_CASE("--log-throughput: Megatron's field in the line, tokens/s and MFU on t
 }
 
 TEST_CASE("Megatron's memory line follows the first iteration line, once, with the device's bytes") {
-  auto a = tiny_arguments();
+  auto a = trainer_arguments();
   a.train_iters = 4;
   a.log_interval = 2;
   std::ostringstream log;
@@ -319,9 +319,9 @@ TEST_CASE("Megatron's memory line follows the first iteration line, once, with t
 }
 
 TEST_CASE("--weight-decay-incr-style reaches the optimizer step by step") {
-  auto constant = tiny_arguments();
+  auto constant = trainer_arguments();
   constant.weight_decay = 0.1;
-  auto flat = tiny_arguments();
+  auto flat = trainer_arguments();
   flat.weight_decay_incr_style = "linear";
   flat.start_weight_decay = flat.end_weight_decay = 0.1;
   auto rising = flat;
@@ -339,7 +339,7 @@ TEST_CASE("--weight-decay-incr-style reaches the optimizer step by step") {
 
 TEST_CASE("--tensorboard-dir gets Megatron's scalars and --log-dir NeMo's files") {
   test_support::TemporaryDirectory temporary;
-  auto a = tiny_arguments();
+  auto a = trainer_arguments();
   a.tensorboard_dir = (temporary.path / "tb").string();
   a.log_dir = (temporary.path / "results").string();
   a.command_line = {"pretrain_gpt", "--num-layers", "2"};
@@ -463,7 +463,7 @@ TEST_CASE("pretrain_gpt --tokenizer-type Llama2Tokenizer trains on data preproce
 }
 
 TEST_CASE("a model that cannot fit this machine's memory is refused, with the estimate, before it is built") {
-  auto a = tiny_arguments();
+  auto a = trainer_arguments();
   // 2^40 parameters per layer: terabytes of weights, and far more with the optimizer.
   a.hidden_size = int64_t{1} << 20;
   a.num_attention_heads = 1024;
@@ -487,7 +487,7 @@ TEST_CASE("a model that cannot fit this machine's memory is refused, with the es
 
 TEST_CASE("--exit-duration-in-mins saves and exits after the first iteration past the limit") {
   test_support::TemporaryDirectory directory;
-  auto a = tiny_arguments();
+  auto a = trainer_arguments();
   a.train_iters = 5;
   a.save = (directory.path / "checkpoints").string();
   a.exit_duration_in_mins = 1e-9;  // already passed when the first iteration ends
@@ -501,7 +501,7 @@ TEST_CASE("--exit-duration-in-mins saves and exits after the first iteration pas
   CHECK(saved == "1");
 
   // A limit the run does not reach changes nothing.
-  auto unlimited = tiny_arguments();
+  auto unlimited = trainer_arguments();
   unlimited.exit_duration_in_mins = 600;
   std::ostringstream whole;
   CHECK(train(unlimited, whole).iterations.size() == 3);

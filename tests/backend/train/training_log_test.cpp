@@ -2,7 +2,7 @@
 // training_log's interval sums, iteration lines and TensorBoard scalars.
 #include <doctest/doctest.h>
 
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 
 #include <cmath>

@@ -15,20 +15,12 @@
 #include "backend/common/error.hpp"
 #include "backend/common/python_format.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
+#include "backend/data/gpt2_test_tokenizer.hpp"
 
 using namespace backend;
 
 namespace {
-
-const std::string kDataDir = std::string(TEST_SOURCE_DIR) + "/tests/data";
-
-std::unique_ptr<Tokenizer> gpt2() {
-  return build_tokenizer({.tokenizer_type = "GPT2BPETokenizer",
-                          .vocab_file = kDataDir + "/gpt2-vocab.json",
-                          .merge_file = kDataDir + "/gpt2-merges.txt",
-                          .vocab_size = 0,
-                          .tokenizer_model = ""});
-}
 
 void write(const std::filesystem::path& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
@@ -153,7 +145,7 @@ TEST_CASE("--overlapping-eval must lie between 1 and --seq-length") {
 }
 
 TEST_CASE("LAMBADA targets: the last token, or with --strict-lambada the whole last word") {
-  auto tokenizer = gpt2();
+  auto tokenizer = test_support::gpt2_tokenizer();
   const std::string text = "The keepers walked along the breakwater";
   const std::vector<int32_t> all = tokenizer->tokenize(text);
   const LambadaExample loose = lambada_example(text, *tokenizer, false);
@@ -249,7 +241,7 @@ TEST_CASE("the metrics and Megatron's printed lines") {
 
 TEST_CASE("read_wikitext counts the raw words and tokenizes the detokenized text") {
   test_support::TemporaryDirectory temporary;
-  auto tokenizer = gpt2();
+  auto tokenizer = test_support::gpt2_tokenizer();
   const auto path = temporary.path / "wiki.test.tokens";
   write(path, " = Title = \n The tower is 21 @.@ 5 m tall . \n");
   const WikitextText text = read_wikitext(path, *tokenizer);
@@ -274,7 +266,7 @@ TEST_CASE("read_wikitext counts the raw words and tokenizes the detokenized text
 
 TEST_CASE("read_lambada: one JSON object with a text per line, bad lines named by number") {
   test_support::TemporaryDirectory temporary;
-  auto tokenizer = gpt2();
+  auto tokenizer = test_support::gpt2_tokenizer();
   const auto path = temporary.path / "lambada.jsonl";
   write(path, "{\"text\": \"the cat sat on the mat\"}\n\n{\"text\": \"a dog ran\"}\n");
   const std::vector<LambadaExample> examples = read_lambada(path, *tokenizer, false, 32);

@@ -15,7 +15,7 @@
 #include "launcher/config/compose.hpp"
 #include "launcher/config/interpolate.hpp"
 #include "launcher/stages/training_preflight.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 
 using namespace launcher;

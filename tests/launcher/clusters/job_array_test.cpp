@@ -16,6 +16,7 @@
 #include "launcher/config/yaml_io.hpp"
 #include "launcher/process.hpp"
 #include "temporary_directory.hpp"
+#include "launcher/clusters/golden_files.hpp"
 
 using namespace launcher;
 namespace fs = std::filesystem;
@@ -23,22 +24,9 @@ using test_support::TemporaryDirectory;
 
 namespace {
 
-const fs::path kTemplates = fs::path(TEST_SOURCE_DIR) / "templates";
-const fs::path kGolden = fs::path(TEST_SOURCE_DIR) / "tests/launcher/clusters/golden";
-
-std::string read(const fs::path& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-void check_golden(const std::string& rendered, const std::string& name) {
-  const fs::path path = kGolden / name;
-  if (const char* update = std::getenv("UPDATE_GOLDEN"); update && std::string(update) == "1") {
-    std::ofstream(path) << rendered;
-  }
-  REQUIRE_MESSAGE(fs::exists(path), "missing golden file " << path << " (UPDATE_GOLDEN=1)");
-  CHECK(rendered == read(path));
-}
+using test_support::read_file;
+using test_support::kTemplates;
+using test_support::check_golden;
 
 // A download step after an earlier job, as the data_preparation stage builds it.
 JobSpec download_array(const fs::path& results_dir) {
@@ -136,7 +124,7 @@ TEST_CASE("the local array script runs every task in order, and reports a failed
   const auto ran = run_and_capture({"bash", script.string()});
   INFO(ran.output);
   CHECK(ran.exit_code == 3);
-  CHECK(read(order) == "zero\none\ntwo\n");
+  CHECK(read_file(order) == "zero\none\ntwo\n");
   CHECK(ran.output.find("launcher: task 2 of job array 0-2") != std::string::npos);
 }
 

@@ -15,13 +15,15 @@
 #include "launcher/clusters/cluster.hpp"
 #include "launcher/config/yaml_io.hpp"
 #include "launcher/process.hpp"
+#include "launcher/clusters/golden_files.hpp"
 
 using namespace launcher;
 namespace fs = std::filesystem;
 
 namespace {
-const fs::path kTemplates = fs::path(TEST_SOURCE_DIR) / "templates";
-const fs::path kGolden = fs::path(TEST_SOURCE_DIR) / "tests/launcher/clusters/golden";
+
+using test_support::kTemplates;
+using test_support::check_golden;
 
 JobSpec two_node_job() {
   JobSpec job;
@@ -40,19 +42,6 @@ JobSpec two_node_job() {
   return job;
 }
 
-std::string read(const fs::path& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-void check_golden(const std::string& rendered, const std::string& name) {
-  const fs::path path = kGolden / name;
-  if (const char* update = std::getenv("UPDATE_GOLDEN"); update && std::string(update) == "1") {
-    std::ofstream(path) << rendered;
-  }
-  REQUIRE_MESSAGE(fs::exists(path), "missing golden file " << path << " (UPDATE_GOLDEN=1)");
-  CHECK(rendered == read(path));
-}
 }  // namespace
 
 TEST_CASE("the PBS script matches its golden file and bash accepts it") {

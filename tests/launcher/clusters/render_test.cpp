@@ -18,12 +18,16 @@
 #include "launcher/process.hpp"
 #include "scheduler_directives.hpp"
 #include "temporary_directory.hpp"
+#include "launcher/clusters/golden_files.hpp"
 
 using namespace launcher;
 namespace fs = std::filesystem;
 using test_support::TemporaryDirectory;
 
 namespace {
+
+using test_support::kTemplates;
+
 JobSpec sample_job(const fs::path& results_dir) {
   JobSpec job;
   job.stage = "training";
@@ -45,8 +49,6 @@ JobSpec local_job(const fs::path& results_dir) {
   job.tasks_per_node = 1;
   return job;
 }
-
-const fs::path kTemplates = fs::path(TEST_SOURCE_DIR) / "templates";
 
 bool bash_accepts(const std::string& script) {
   const fs::path path = fs::temp_directory_path() / "render_test_script.sh";

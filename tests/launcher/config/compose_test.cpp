@@ -34,7 +34,7 @@ std::vector<std::string> defaults_summary(const ComposedConfig& composed) {
   return summary;
 }
 
-void write_file(const std::filesystem::path& path, const std::string& text) {
+void write_config_file(const std::filesystem::path& path, const std::string& text) {
   std::filesystem::create_directories(path.parent_path());
   std::ofstream(path) << text;
 }
@@ -281,12 +281,12 @@ TEST_CASE("broken group files are errors naming the file") {
 
 TEST_CASE("a defaults list that includes itself, directly or through others, is a cycle") {
   test_support::TemporaryDirectory conf;
-  write_file(conf.path / "config.yaml", "defaults:\n  - cluster: local\n  - _self_\nx: 1\n");
-  write_file(conf.path / "cluster/local.yaml", "a: 1\n");
-  write_file(conf.path / "cluster/bcm.yaml", "defaults:\n  - /cluster: bcm\npartition: x\n");
-  write_file(conf.path / "cluster/a.yaml", "defaults:\n  - b\n");
-  write_file(conf.path / "cluster/b.yaml", "defaults:\n  - /cluster/a\n");
-  write_file(conf.path / "cluster/self_plain.yaml", "defaults:\n  - self_plain\n");
+  write_config_file(conf.path / "config.yaml", "defaults:\n  - cluster: local\n  - _self_\nx: 1\n");
+  write_config_file(conf.path / "cluster/local.yaml", "a: 1\n");
+  write_config_file(conf.path / "cluster/bcm.yaml", "defaults:\n  - /cluster: bcm\npartition: x\n");
+  write_config_file(conf.path / "cluster/a.yaml", "defaults:\n  - b\n");
+  write_config_file(conf.path / "cluster/b.yaml", "defaults:\n  - /cluster/a\n");
+  write_config_file(conf.path / "cluster/self_plain.yaml", "defaults:\n  - self_plain\n");
   CHECK(launcher::compose({conf.path, "config", {}}).config.at("cluster").at("a").as_int() == 1);
   CHECK_THROWS_WITH_AS(
       launcher::compose({conf.path, "config", {"cluster=bcm"}}),
@@ -303,7 +303,7 @@ TEST_CASE("a defaults list that includes itself, directly or through others, is 
                        doctest::Contains("cluster/self_plain.yaml → cluster/self_plain.yaml"),
                        common::Error);
   // The primary config including itself.
-  write_file(conf.path / "loop.yaml", "defaults:\n  - loop\n");
+  write_config_file(conf.path / "loop.yaml", "defaults:\n  - loop\n");
   CHECK_THROWS_WITH_AS(launcher::compose({conf.path, "loop", {}}),
                        doctest::Contains("defaults list cycle: loop.yaml → loop.yaml"),
                        common::Error);
@@ -315,12 +315,12 @@ TEST_CASE("defaults lists nested deeper than the limit are refused — a diamond
   auto write_chain = [&conf](std::size_t length) {
     std::filesystem::remove_all(conf.path / "chain");
     for (std::size_t k = 0; k < length; ++k) {
-      write_file(conf.path / fmt::format("chain/g{}/c.yaml", k),
+      write_config_file(conf.path / fmt::format("chain/g{}/c.yaml", k),
                  fmt::format("defaults:\n  - /chain/g{}@_here_: c\nk{}: 1\n", k + 1, k));
     }
-    write_file(conf.path / fmt::format("chain/g{}/c.yaml", length), "end: 1\n");
+    write_config_file(conf.path / fmt::format("chain/g{}/c.yaml", length), "end: 1\n");
   };
-  write_file(conf.path / "config.yaml", "defaults:\n  - chain/g0@chain: c\n");
+  write_config_file(conf.path / "config.yaml", "defaults:\n  - chain/g0@chain: c\n");
   write_chain(launcher::kMaxDefaultsDepth - 2);  // with config.yaml and the end: at the limit
   const Node composed = launcher::compose({conf.path, "config", {}}).config;
   CHECK(composed.at("chain").at("end").as_int() == 1);
@@ -336,10 +336,10 @@ TEST_CASE("defaults lists nested deeper than the limit are refused — a diamond
                        common::Error);
 
   // Two configs including the same third one is not a cycle.
-  write_file(conf.path / "diamond.yaml", "defaults:\n  - left\n  - right\n");
-  write_file(conf.path / "left.yaml", "defaults:\n  - shared\nl: 1\n");
-  write_file(conf.path / "right.yaml", "defaults:\n  - shared\nr: 1\n");
-  write_file(conf.path / "shared.yaml", "s: 1\n");
+  write_config_file(conf.path / "diamond.yaml", "defaults:\n  - left\n  - right\n");
+  write_config_file(conf.path / "left.yaml", "defaults:\n  - shared\nl: 1\n");
+  write_config_file(conf.path / "right.yaml", "defaults:\n  - shared\nr: 1\n");
+  write_config_file(conf.path / "shared.yaml", "s: 1\n");
   const Node diamond = launcher::compose({conf.path, "diamond", {}}).config;
   CHECK(diamond.at("s").as_int() == 1);
   CHECK(diamond.at("r").as_int() == 1);
@@ -388,12 +388,12 @@ TEST_CASE("${hydra:runtime.choices.<group>} of a group left at null is null, as 
   // NeMo's config.yaml: `- fine_tuning: null` in the defaults list and
   // `fine_tuning_config: ${hydra:runtime.choices.fine_tuning}` below it.
   test_support::TemporaryDirectory conf;
-  write_file(conf.path / "config.yaml",
+  write_config_file(conf.path / "config.yaml",
              "defaults:\n  - _self_\n  - fine_tuning: null\n  - peft: null\n"
              "fine_tuning_config: ${hydra:runtime.choices.fine_tuning}\n"
              "peft_config: ${hydra:runtime.choices.peft}\n"
              "named: ft_${hydra:runtime.choices.fine_tuning}\n");
-  write_file(conf.path / "fine_tuning/gpt3/squad.yaml", "task: squad\n");
+  write_config_file(conf.path / "fine_tuning/gpt3/squad.yaml", "task: squad\n");
 
   const auto unchosen = launcher::compose({conf.path, "config", {}});
   CHECK(unchosen.choices.at("fine_tuning") == std::nullopt);
@@ -409,7 +409,7 @@ TEST_CASE("${hydra:runtime.choices.<group>} of a group left at null is null, as 
 
   // A group that is not in the defaults list at all is most likely a typo: an error naming the
   // groups there and how to declare one.
-  write_file(conf.path / "typo.yaml", "defaults:\n  - fine_tuning: null\nx: ${hydra:runtime.choices.fine_tunning}\n");
+  write_config_file(conf.path / "typo.yaml", "defaults:\n  - fine_tuning: null\nx: ${hydra:runtime.choices.fine_tunning}\n");
   const auto typo = launcher::compose({conf.path, "typo", {}});
   CHECK_THROWS_WITH_AS(launcher::resolve(typo.config, {typo.choices}),
                        doctest::Contains("config group 'fine_tunning' is not in the defaults list "

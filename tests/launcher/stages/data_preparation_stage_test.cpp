@@ -20,13 +20,16 @@
 #include "launcher/config/interpolate.hpp"
 #include "launcher/launch.hpp"
 #include "launcher/stages/training_stage.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
 #include "quiet_logger.hpp"
+#include "launcher/stages/command_flags.hpp"
 
 using namespace launcher;
 
 namespace {
+
+using test_support::flag_value;
 
 const std::string kSha = std::string(64, 'a');
 
@@ -49,13 +52,6 @@ std::vector<JobSpec> jobs_of(const Node& config) {
 
 std::vector<std::string> words(std::initializer_list<const char*> list) {
   return std::vector<std::string>(list.begin(), list.end());
-}
-
-std::string flag_value(const std::vector<std::string>& arguments, const std::string& flag) {
-  for (size_t i = 0; i + 1 < arguments.size(); ++i) {
-    if (arguments[i] == flag) return arguments[i + 1];
-  }
-  return "<absent>";
 }
 
 }  // namespace

@@ -20,13 +20,17 @@
 #include "launcher/stages/training_preflight.hpp"
 #include "launcher/stages/training_stage.hpp"
 #include "quiet_logger.hpp"
-#include "read_file.hpp"
+#include "test_files.hpp"
 #include "temporary_directory.hpp"
+#include "launcher/stages/command_flags.hpp"
 
 using namespace launcher;
 namespace fs = std::filesystem;
 
 namespace {
+
+using test_support::flag_value;
+using test_support::has;
 
 const fs::path kSource = TEST_SOURCE_DIR;
 
@@ -46,17 +50,6 @@ Composed composed(const fs::path& conf_dir, std::vector<std::string> overrides) 
 Node ours(std::vector<std::string> overrides) {
   overrides.insert(overrides.begin(), "training=gpt3/126m");
   return composed(kSource / "conf", std::move(overrides)).config;
-}
-
-std::string flag_value(const std::vector<std::string>& arguments, const std::string& flag) {
-  for (size_t i = 0; i + 1 < arguments.size(); ++i) {
-    if (arguments[i] == flag) return arguments[i + 1];
-  }
-  return "<absent>";
-}
-
-bool has(const std::vector<std::string>& arguments, const std::string& flag) {
-  return std::find(arguments.begin(), arguments.end(), flag) != arguments.end();
 }
 
 bool any_contains(const std::vector<std::string>& messages, const std::string& needle) {

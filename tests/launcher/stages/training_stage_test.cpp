@@ -15,10 +15,15 @@
 #include "launcher/config/interpolate.hpp"
 #include "launcher/config/yaml_io.hpp"
 #include "launcher/stages/training_stage.hpp"
+#include "launcher/stages/command_flags.hpp"
 
 using namespace launcher;
 
 namespace {
+
+using test_support::flag_value;
+using test_support::has;
+
 Node composed_126m(std::vector<std::string> overrides) {
   overrides.insert(overrides.begin(), "training=gpt3/126m");
   overrides.push_back("launcher_scripts_path=/opt/launcher");
@@ -26,16 +31,6 @@ Node composed_126m(std::vector<std::string> overrides) {
   return resolve(composed.config, ResolveContext{composed.choices});
 }
 
-std::string flag_value(const std::vector<std::string>& arguments, const std::string& flag) {
-  for (size_t i = 0; i + 1 < arguments.size(); ++i) {
-    if (arguments[i] == flag) return arguments[i + 1];
-  }
-  return "<absent>";
-}
-
-bool has(const std::vector<std::string>& arguments, const std::string& flag) {
-  return std::find(arguments.begin(), arguments.end(), flag) != arguments.end();
-}
 }  // namespace
 
 TEST_CASE("gpt3/126m translates to Megatron's flags with NeMo's values") {
