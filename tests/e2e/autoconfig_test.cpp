@@ -19,9 +19,9 @@
 #include "launcher/process.hpp"
 #include "launcher/shell_quote.hpp"
 #include "mpi_test_environment.hpp"
-#include "test_files.hpp"
 #include "slurm_test_cluster.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

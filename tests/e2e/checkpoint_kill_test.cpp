@@ -24,9 +24,9 @@
 
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/ckpt/checkpoint_file.hpp"
-#include "test_files.hpp"
 #include "spawned_process.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;

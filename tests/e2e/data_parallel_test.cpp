@@ -30,10 +30,10 @@
 #include "e2e/mpi_runs.hpp"
 #include "logged_losses.hpp"
 #include "mpi_test_environment.hpp"
-#include "test_files.hpp"
 #include "sanitized_build.hpp"
 #include "spawned_process.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 

@@ -17,8 +17,8 @@
 
 #include "launcher/process.hpp"
 #include "launcher/run_status.hpp"
-#include "test_files.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 using test_support::TemporaryDirectory;

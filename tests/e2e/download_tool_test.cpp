@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "launcher/process.hpp"
-#include "test_files.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 #include "tests/backend/fetch/http_test_server.hpp"
 
 namespace fs = std::filesystem;

@@ -21,9 +21,9 @@
 #include "launcher/process.hpp"
 #include "sanitized_build.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 #include "tiny_lambada_checkpoint.hpp"
 #include "torch_available.hpp"
-#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "bounded_run.hpp"
 #include "launcher/process.hpp"
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
-#include "bounded_run.hpp"
 
 namespace fs = std::filesystem;
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "launcher/process.hpp"
-#include "test_files.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 

@@ -5,8 +5,8 @@
 
 #include "logged_losses.hpp"
 #include "mpi_test_environment.hpp"
-#include "test_files.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "iteration_lines.hpp"
 #include "launcher/process.hpp"
 #include "launcher/run_status.hpp"
-#include "iteration_lines.hpp"
 
 namespace fs = std::filesystem;
 

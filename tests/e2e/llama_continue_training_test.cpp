@@ -37,8 +37,8 @@
 #include "backend/train/dataset_provider.hpp"
 #include "generation_server_process.hpp"
 #include "launcher/process.hpp"
-#include "test_files.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 #include "torch_available.hpp"
 
 namespace fs = std::filesystem;

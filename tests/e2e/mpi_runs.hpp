@@ -22,8 +22,8 @@
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/trainer.hpp"
 #include "mpi_test_environment.hpp"
-#include "test_files.hpp"
 #include "spawned_process.hpp"
+#include "test_files.hpp"
 
 namespace test_support {
 

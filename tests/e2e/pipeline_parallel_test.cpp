@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "backend/ckpt/checkpoint.hpp"
+#include "bounded_run.hpp"
 #include "e2e/mpi_runs.hpp"
 #include "logged_losses.hpp"
-#include "test_files.hpp"
 #include "sanitized_build.hpp"
 #include "temporary_directory.hpp"
-#include "bounded_run.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 

@@ -25,9 +25,9 @@
 #include "backend/common/error.hpp"
 #include "backend/data/indexed_dataset.hpp"
 #include "launcher/process.hpp"
-#include "test_files.hpp"
 #include "spawned_process.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 

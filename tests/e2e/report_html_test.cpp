@@ -9,10 +9,10 @@
 #include <doctest/doctest.h>
 #include <zlib.h>
 
-#include "test_files.hpp"
 #include "spawned_process.hpp"
 #include "svg_polylines.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 #include <signal.h>
 #include <unistd.h>

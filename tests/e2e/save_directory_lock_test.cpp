@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "launcher/process.hpp"
-#include "test_files.hpp"
 #include "spawned_process.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 

@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "iteration_lines.hpp"
 #include "logged_losses.hpp"
 #include "mpi_test_environment.hpp"
 #include "slurm_test_cluster.hpp"
-#include "iteration_lines.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

@@ -21,9 +21,9 @@
 #include "backend/ckpt/checkpoint.hpp"
 #include "e2e/mpi_runs.hpp"
 #include "logged_losses.hpp"
-#include "test_files.hpp"
 #include "sanitized_build.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 

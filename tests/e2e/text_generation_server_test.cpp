@@ -34,12 +34,12 @@
 #include "backend/train/arguments.hpp"
 #include "backend/train/trained_model.hpp"
 #include "backend/train/trainer.hpp"
-#include "launcher/process.hpp"
 #include "generation_server_process.hpp"
+#include "launcher/process.hpp"
 #include "spawned_process.hpp"
 #include "temporary_directory.hpp"
-#include "tiny_lambada_checkpoint.hpp"
 #include "test_files.hpp"
+#include "tiny_lambada_checkpoint.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;

@@ -16,8 +16,8 @@
 
 #include "e2e/mpi_runs.hpp"
 #include "logged_losses.hpp"
-#include "test_files.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 

@@ -37,10 +37,10 @@
 #include "launcher/config/yaml_io.hpp"
 #include "launcher/launch.hpp"
 #include "launcher/process.hpp"
-#include "test_files.hpp"
-#include "temporary_directory.hpp"
 #include "quiet_logger.hpp"
 #include "sanitized_build.hpp"
+#include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 using namespace launcher;
 namespace fs = std::filesystem;

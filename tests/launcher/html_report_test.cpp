@@ -3,10 +3,10 @@
 // hostile names included; runs with nothing to plot are refused by name.
 #include <doctest/doctest.h>
 
-#include "test_files.hpp"
 #include "svg_polylines.hpp"
 #include "temporary_directory.hpp"
 #include "tensorboard_event_bytes.hpp"
+#include "test_files.hpp"
 
 #include <algorithm>
 #include <filesystem>

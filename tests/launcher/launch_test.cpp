@@ -22,9 +22,9 @@
 #include "backend/common/error.hpp"
 #include "launcher/results_dir.hpp"
 #include "launcher/stages/stage.hpp"
-#include "test_files.hpp"
-#include "temporary_directory.hpp"
 #include "quiet_logger.hpp"
+#include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 

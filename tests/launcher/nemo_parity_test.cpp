@@ -17,9 +17,9 @@
 
 #include "launcher/config/introspection.hpp"
 #include "launcher/launch.hpp"
-#include "test_files.hpp"
-#include "temporary_directory.hpp"
 #include "quiet_logger.hpp"
+#include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 

@@ -13,8 +13,8 @@
 
 #include "backend/common/error.hpp"
 #include "launcher/process.hpp"
-#include "test_files.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 TEST_CASE("output and exit status of a child come back — a missing program is named") {
   const auto run = launcher::run_and_capture({"bash", "-c", "echo out; echo err >&2; exit 3"});

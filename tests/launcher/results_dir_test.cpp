@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
-#include "test_files.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 

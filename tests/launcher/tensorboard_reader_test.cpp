@@ -3,9 +3,9 @@
 // refused naming the file and the byte offset.
 #include <doctest/doctest.h>
 
-#include "test_files.hpp"
 #include "temporary_directory.hpp"
 #include "tensorboard_event_bytes.hpp"
+#include "test_files.hpp"
 
 #include <filesystem>
 #include <fstream>

@@ -27,8 +27,8 @@
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
-#include "tests/temporary_directory.hpp"
 #include "test_files.hpp"
+#include "tests/temporary_directory.hpp"
 
 namespace {
 

@@ -13,8 +13,8 @@
 #include <limits>
 
 #include "backend/common/error.hpp"
-#include "tests/temporary_directory.hpp"
 #include "test_files.hpp"
+#include "tests/temporary_directory.hpp"
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "backend/common/error.hpp"
-#include "test_files.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 using test_support::read_file;

@@ -3,17 +3,13 @@
 // content, and damaged data reported with the file name.
 #include <doctest/doctest.h>
 
-#include <lzma.h>
-#include <zlib.h>
-#include <zstd.h>
-
 #include <fstream>
 #include <string>
 
 #include "backend/common/error.hpp"
 #include "backend/data/compressed_input.hpp"
-#include "temporary_directory.hpp"
 #include "backend/data/compressors.hpp"
+#include "temporary_directory.hpp"
 #include "test_files.hpp"
 
 using namespace backend;

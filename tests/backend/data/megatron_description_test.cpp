@@ -17,8 +17,8 @@
 #include "backend/common/md5.hpp"
 #include "backend/data/gpt_dataset_builder.hpp"
 #include "backend/data/megatron_description.hpp"
-#include "tests/backend/data/dataset_fixture.hpp"
 #include "test_files.hpp"
+#include "tests/backend/data/dataset_fixture.hpp"
 #include "tests/temporary_directory.hpp"
 
 using namespace backend;

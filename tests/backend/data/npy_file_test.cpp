@@ -9,9 +9,9 @@
 
 #include "backend/common/error.hpp"
 #include "backend/data/npy_file.hpp"
+#include "test_files.hpp"
 #include "tests/backend/data/numpy_reference.hpp"
 #include "tests/temporary_directory.hpp"
-#include "test_files.hpp"
 
 using namespace backend;
 

@@ -7,10 +7,6 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include <lzma.h>
-#include <zlib.h>
-#include <zstd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -19,11 +15,11 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
+#include "backend/data/compressors.hpp"
 #include "backend/data/gpt2_bpe_tokenizer.hpp"
 #include "backend/data/indexed_dataset.hpp"
 #include "backend/data/preprocess_data.hpp"
 #include "temporary_directory.hpp"
-#include "backend/data/compressors.hpp"
 #include "test_files.hpp"
 
 using namespace backend;

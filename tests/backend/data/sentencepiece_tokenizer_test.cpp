@@ -23,8 +23,8 @@
 #include "backend/data/sentencepiece_tokenizer.hpp"
 #include "backend/data/tokenizer.hpp"
 #include "numpy_reference.hpp"
-#include "test_files.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 using namespace backend;
 namespace fs = std::filesystem;

@@ -20,9 +20,9 @@
 
 #include "backend/common/error.hpp"
 #include "backend/common/sha256.hpp"
-#include "tests/backend/fetch/http_test_server.hpp"
-#include "test_files.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
+#include "tests/backend/fetch/http_test_server.hpp"
 
 namespace fs = std::filesystem;
 using test_support::HttpTestServer;

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
-#include "backend/data/null_tokenizer.hpp"
-#include "tests/backend/serve/small_generation_model.hpp"
-#include "test_files.hpp"
 #include "backend/data/gpt2_test_tokenizer.hpp"
+#include "backend/data/null_tokenizer.hpp"
+#include "test_files.hpp"
+#include "tests/backend/serve/small_generation_model.hpp"
 
 using namespace backend;
 

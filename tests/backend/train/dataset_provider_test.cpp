@@ -12,8 +12,8 @@
 #include "backend/common/error.hpp"
 #include "backend/common/md5.hpp"
 #include "backend/train/dataset_provider.hpp"
-#include "tests/backend/data/dataset_fixture.hpp"
 #include "test_files.hpp"
+#include "tests/backend/data/dataset_fixture.hpp"
 #include "tests/temporary_directory.hpp"
 
 using namespace backend;

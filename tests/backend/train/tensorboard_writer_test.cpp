@@ -3,8 +3,8 @@
 // file name, the first record, and when queued records reach the file.
 #include <doctest/doctest.h>
 
-#include "test_files.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 #include <cstring>
 #include <filesystem>

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
-#include "backend/device/cuda_inventory.hpp"
 #include "backend/data/preprocess_data.hpp"
+#include "backend/device/cuda_inventory.hpp"
 #include "backend/train/arguments.hpp"
 #include "backend/train/trainer.hpp"
 #include "tests/backend/train/tiny_gpt_arguments.hpp"

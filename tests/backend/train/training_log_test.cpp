@@ -2,8 +2,8 @@
 // training_log's interval sums, iteration lines and TensorBoard scalars.
 #include <doctest/doctest.h>
 
-#include "test_files.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 #include <cmath>
 #include <cstring>

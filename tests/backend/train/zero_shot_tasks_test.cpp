@@ -14,9 +14,9 @@
 
 #include "backend/common/error.hpp"
 #include "backend/common/python_format.hpp"
+#include "backend/data/gpt2_test_tokenizer.hpp"
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
-#include "backend/data/gpt2_test_tokenizer.hpp"
 
 using namespace backend;
 

@@ -15,8 +15,8 @@
 #include "launcher/config/compose.hpp"
 #include "launcher/config/interpolate.hpp"
 #include "launcher/stages/training_preflight.hpp"
-#include "test_files.hpp"
 #include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 using namespace launcher;
 namespace fs = std::filesystem;

@@ -13,10 +13,10 @@
 
 #include "backend/common/error.hpp"
 #include "launcher/clusters/cluster.hpp"
+#include "launcher/clusters/golden_files.hpp"
 #include "launcher/config/yaml_io.hpp"
 #include "launcher/process.hpp"
 #include "temporary_directory.hpp"
-#include "launcher/clusters/golden_files.hpp"
 
 using namespace launcher;
 namespace fs = std::filesystem;

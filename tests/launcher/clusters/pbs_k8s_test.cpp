@@ -13,9 +13,9 @@
 
 #include "backend/common/error.hpp"
 #include "launcher/clusters/cluster.hpp"
+#include "launcher/clusters/golden_files.hpp"
 #include "launcher/config/yaml_io.hpp"
 #include "launcher/process.hpp"
-#include "launcher/clusters/golden_files.hpp"
 
 using namespace launcher;
 namespace fs = std::filesystem;

@@ -19,11 +19,11 @@
 #include "launcher/config/compose.hpp"
 #include "launcher/config/interpolate.hpp"
 #include "launcher/launch.hpp"
-#include "launcher/stages/training_stage.hpp"
-#include "test_files.hpp"
-#include "temporary_directory.hpp"
-#include "quiet_logger.hpp"
 #include "launcher/stages/command_flags.hpp"
+#include "launcher/stages/training_stage.hpp"
+#include "quiet_logger.hpp"
+#include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 using namespace launcher;
 

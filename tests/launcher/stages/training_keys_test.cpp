@@ -16,13 +16,13 @@
 #include "launcher/config/interpolate.hpp"
 #include "launcher/launch.hpp"
 #include "launcher/process.hpp"
+#include "launcher/stages/command_flags.hpp"
 #include "launcher/stages/training_keys.hpp"
 #include "launcher/stages/training_preflight.hpp"
 #include "launcher/stages/training_stage.hpp"
 #include "quiet_logger.hpp"
-#include "test_files.hpp"
 #include "temporary_directory.hpp"
-#include "launcher/stages/command_flags.hpp"
+#include "test_files.hpp"
 
 using namespace launcher;
 namespace fs = std::filesystem;

@@ -14,8 +14,8 @@
 #include "launcher/config/compose.hpp"
 #include "launcher/config/interpolate.hpp"
 #include "launcher/config/yaml_io.hpp"
-#include "launcher/stages/training_stage.hpp"
 #include "launcher/stages/command_flags.hpp"
+#include "launcher/stages/training_stage.hpp"
 
 using namespace launcher;
 
