@@ -15,7 +15,6 @@
 #include "backend/common/error.hpp"
 #include "backend/data/gpt2_test_tokenizer.hpp"
 #include "backend/data/null_tokenizer.hpp"
-#include "test_files.hpp"
 #include "tests/backend/serve/small_generation_model.hpp"
 
 using namespace backend;
@@ -263,4 +262,46 @@ TEST_CASE("sampled generation is reproducible from its seed") {
   const std::vector<int32_t> a = run(server, {.server_seed = 1, .request_number = 0});
   CHECK(run(server, {.server_seed = 1, .request_number = 0}) == a);
   CHECK(run(server, {.server_seed = 1, .request_number = 1}) != a);
+}
+
+TEST_CASE("top_p decays after each sampled token, as Megatron's loop does, and top_p_bound holds it up") {
+  NullTokenizer tokenizer(63);
+  // Two candidates: id 5 with probability 0.6 and id 7 with 0.4. top_p 0.9 keeps both; top_p
+  // 0.45 (0.9 after one decay by 0.5) keeps 5 alone, the token that first passes it.
+  const SequenceScorer two_candidates = [](std::span<const int32_t> tokens) {
+    SequenceScores scores;
+    scores.next_token_logprobs.assign(tokens.size() - 1, 0.0);
+    scores.last_logits.assign(64, -1e10f);
+    scores.last_logits[5] = std::log(0.6f);
+    scores.last_logits[7] = std::log(0.4f);
+    return scores;
+  };
+  GenerateRequest request;
+  request.tokens_to_generate = 6;
+  request.top_p = 0.9;
+  request.top_p_decay = 0.5;
+  int first_step_sevens = 0, later_sevens = 0, later_sevens_bounded = 0;
+  for (int64_t seed = 0; seed < 100; ++seed) {
+    CAPTURE(seed);
+    request.random_seed = seed;
+    request.top_p_bound = 0.0;
+    const std::vector<int32_t> decayed =
+        generated(generate(two_candidates, 100, tokenizer, "1", request, {}));
+    REQUIRE(decayed.size() == 6);
+    first_step_sevens += decayed[0] == 7;
+    for (size_t step = 1; step < decayed.size(); ++step) later_sevens += decayed[step] == 7;
+    request.top_p_bound = 0.7;  // 0.45 raised to 0.7: both candidates stay
+    const std::vector<int32_t> bounded =
+        generated(generate(two_candidates, 100, tokenizer, "1", request, {}));
+    REQUIRE(bounded.size() == 6);
+    CHECK(bounded[0] == decayed[0]);  // the same seed, the same first draw at top_p 0.9
+    for (size_t step = 1; step < bounded.size(); ++step) later_sevens_bounded += bounded[step] == 7;
+  }
+  // The first token is drawn at the request's top_p (the decay follows each sample): about 40
+  // of 100 draws give 7. Every later draw at 0.45 gives 5; at the bound, about 200 of 500 give 7.
+  CHECK(first_step_sevens > 20);
+  CHECK(first_step_sevens < 60);
+  CHECK(later_sevens == 0);
+  CHECK(later_sevens_bounded > 120);
+  CHECK(later_sevens_bounded < 280);
 }

@@ -16,7 +16,6 @@
 #include "backend/common/python_format.hpp"
 #include "backend/data/gpt2_test_tokenizer.hpp"
 #include "temporary_directory.hpp"
-#include "test_files.hpp"
 
 using namespace backend;
 
