@@ -28,12 +28,15 @@
 #include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/local_time.hpp"
+#include "backend/common/python_format.hpp"
 #include "backend/common/small_file.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace backend {
+
+using common::format_python_shape;
 
 namespace {
 
@@ -214,9 +217,10 @@ void check_parameter_shapes(const CheckpointFileReader& reader, const Checkpoint
   for (const auto& tensor : model.tensors()) {
     const TensorEntry* entry = reader.find(tensor.name);
     if (entry == nullptr) {
-      rows.push_back({tensor.name, "not in the checkpoint", shape_text(tensor.shape)});
+      rows.push_back({tensor.name, "not in the checkpoint", format_python_shape(tensor.shape)});
     } else if (entry->shape != tensor.shape) {
-      rows.push_back({tensor.name, shape_text(entry->shape), shape_text(tensor.shape)});
+      rows.push_back(
+          {tensor.name, format_python_shape(entry->shape), format_python_shape(tensor.shape)});
     }
   }
   for (const auto& entry : reader.tensors()) {
@@ -224,7 +228,9 @@ void check_parameter_shapes(const CheckpointFileReader& reader, const Checkpoint
     ++parameters_in_checkpoint;
     bool in_model = false;
     for (const auto& tensor : model.tensors()) in_model = in_model || tensor.name == entry.name;
-    if (!in_model) rows.push_back({entry.name, shape_text(entry.shape), "not in the model"});
+    if (!in_model) {
+      rows.push_back({entry.name, format_python_shape(entry.shape), "not in the model"});
+    }
   }
   if (rows.empty()) return;
 

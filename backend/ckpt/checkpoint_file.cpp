@@ -11,12 +11,15 @@
 #include <cstring>
 #include <set>
 
-#include "backend/common/durable_file.hpp"
 #include "backend/common/crc32c.hpp"
+#include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
+#include "backend/common/python_format.hpp"
 #include "backend/common/small_file.hpp"
 
 namespace backend {
+
+using common::format_python_shape;
 
 // The format is little-endian and written from memory as it is; a big-endian host would
 // need byte swapping, which nothing here needs yet.
@@ -82,12 +85,6 @@ class ByteParser {
 
 }  // namespace
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "(";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + (shape.size() == 1 ? ",)" : ")");
-}
-
 int64_t TensorEntry::numel() const {
   int64_t count = 1;
   for (int64_t dimension : shape) count *= dimension;
@@ -107,7 +104,7 @@ void write_checkpoint_file(const std::filesystem::path& path, const nlohmann::js
     for (int64_t dimension : tensor.shape) numel *= dimension;
     if (numel != static_cast<int64_t>(tensor.data.size())) {
       common::fail("checkpoint {}: tensor '{}' has shape {} but {} values", path.string(),
-                   tensor.name, shape_text(tensor.shape), tensor.data.size());
+                   tensor.name, format_python_shape(tensor.shape), tensor.data.size());
     }
     const uint64_t size = tensor.data.size_bytes();
     table.put<uint32_t>(static_cast<uint32_t>(tensor.name.size()));
@@ -247,7 +244,7 @@ CheckpointFileReader::CheckpointFileReader(std::filesystem::path path) : path_(s
     if (entry.size != static_cast<uint64_t>(entry.numel()) * sizeof(float) ||
         entry.offset > data_size || entry.size > data_size - entry.offset) {
       common::fail("checkpoint {}: tensor '{}' has an inconsistent table entry (shape {}, {} "
-                   "bytes at offset {} of {})", name, entry.name, shape_text(entry.shape),
+                   "bytes at offset {} of {})", name, entry.name, format_python_shape(entry.shape),
                    entry.size, entry.offset, data_size);
     }
     if (!names.insert(entry.name).second) {

@@ -46,10 +46,6 @@ struct TensorEntry {
   int64_t numel() const;
 };
 
-// A shape as Python prints a tuple, as Megatron's and PyTorch's messages show shapes:
-// "(4096,)", "(32, 4096)". Every checkpoint and conversion message uses it.
-std::string shape_text(const std::vector<int64_t>& shape);
-
 // Writes the whole file at `path` (which must not exist) and fsyncs it.
 void write_checkpoint_file(const std::filesystem::path& path, const nlohmann::json& metadata,
                            std::span<const CheckpointTensor> tensors);

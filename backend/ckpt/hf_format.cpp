@@ -15,13 +15,16 @@
 #include <map>
 #include <set>
 
-#include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/memory_estimate.hpp"
+#include "backend/common/python_format.hpp"
 #include "backend/common/small_file.hpp"
 
 namespace backend {
+
+using common::format_python_shape;
+
 namespace {
 
 constexpr const char* kSafetensorsFile = "model.safetensors";
@@ -582,11 +585,12 @@ void from_hf_tensors(const GptConfig& config, const std::vector<ParameterTensor>
       const auto found = by_name.find(piece.name);
       if (found == by_name.end()) {
         common::fail("{}: tensor {} {} is missing (it holds {})", source, piece.name,
-                     shape_text(piece.shape), mapping.megatron_name);
+                     format_python_shape(piece.shape), mapping.megatron_name);
       }
       if (found->second->shape != piece.shape) {
         common::fail("{}: tensor {} has shape {}, expected {} for this config.json", source,
-                     piece.name, shape_text(found->second->shape), shape_text(piece.shape));
+                     piece.name, format_python_shape(found->second->shape),
+                     format_python_shape(piece.shape));
       }
       used.insert(piece.name);
       pieces.push_back(found->second);
@@ -618,7 +622,7 @@ void from_hf_tensors(const GptConfig& config, const std::vector<ParameterTensor>
                    "(tie_word_embeddings)", source, embedding_hf_name(config));
     }
     common::fail("{}: unexpected tensor {} {} (not part of the model config.json describes)",
-                 source, name, shape_text(tensor->shape));
+                 source, name, format_python_shape(tensor->shape));
   }
 }
 

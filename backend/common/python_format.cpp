@@ -1,4 +1,4 @@
-// Python's float formatting; see python_format.hpp.
+// Python's float and tuple formatting; see python_format.hpp.
 #include "backend/common/python_format.hpp"
 
 #include <fmt/format.h>
@@ -15,6 +15,12 @@ std::string format_python_float(double value) {
   std::string text = fmt::format("{}", value);
   if (text.find_first_of(".e") == std::string::npos) text += ".0";
   return text;
+}
+
+std::string format_python_shape(std::span<const int64_t> shape) {
+  std::string text = "(";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + (shape.size() == 1 ? ",)" : ")");
 }
 
 }  // namespace common

@@ -15,21 +15,16 @@
 
 #include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
+#include "backend/common/python_format.hpp"
 
 namespace backend {
+
+using common::format_python_shape;
 
 namespace {
 
 constexpr std::string_view kNpyMagic = "\x93NUMPY";
 constexpr size_t kAlignment = 64;
-
-std::string shape_text(std::span<const int64_t> shape) {
-  // Python's tuple repr: (10,) for one dimension, (5, 2) for more.
-  if (shape.size() == 1) return fmt::format("({},)", shape[0]);
-  std::string text = "(";
-  for (size_t i = 0; i < shape.size(); ++i) text += fmt::format("{}{}", i ? ", " : "", shape[i]);
-  return text + ")";
-}
 
 // The value of 'key' in the header dict, as the raw text up to the next top-level comma.
 std::string_view dict_value(std::string_view header, std::string_view key,
@@ -78,7 +73,7 @@ const char* npy_descr(NpyElement element) {
 
 std::string npy_header(NpyElement element, std::span<const int64_t> shape) {
   std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}",
-                                 npy_descr(element), shape_text(shape));
+                                 npy_descr(element), format_python_shape(shape));
   // 10 bytes of magic, version and length, then the dict, spaces, '\n'.
   const size_t unpadded = 10 + dict.size() + 1;
   dict.append((kAlignment - unpadded % kAlignment) % kAlignment, ' ');
@@ -98,7 +93,7 @@ void write_npy(const std::filesystem::path& path, NpyElement element,
   for (int64_t extent : shape) count *= extent;
   if (count * npy_element_size(element) != static_cast<int64_t>(data.size())) {
     common::fail("{}: {} bytes of data for shape {} of {}", path.string(), data.size(),
-                 shape_text(shape), npy_descr(element));
+                 format_python_shape(shape), npy_descr(element));
   }
   common::DurableFileWriter writer = common::DurableFileWriter::temporary_for(path);
   const std::filesystem::path temporary = writer.path();

@@ -23,6 +23,7 @@
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/memory_estimate.hpp"
+#include "backend/common/python_format.hpp"
 #include "backend/model/gpt_config.hpp"
 #include "backend/model/parameter_layout.hpp"
 #include "backend/model/pipeline_stage.hpp"
@@ -33,6 +34,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace backend {
+
+using common::format_python_shape;
 
 namespace {
 
@@ -271,8 +274,8 @@ void read_shard(const CheckpointFileReader& reader, const std::string& name,
   if (entry->shape != shape) {
     common::fail("checkpoint {}: tensor '{}' has the shape {}, where the model its arguments "
                  "describe has {} at --tensor-model-parallel-size {}",
-                 reader.path().string(), name, shape_text(entry->shape), shape_text(shape),
-                 tensor_parallel);
+                 reader.path().string(), name, format_python_shape(entry->shape),
+                 format_python_shape(shape), tensor_parallel);
   }
   reader.read(*entry, destination);
 }
@@ -441,8 +444,8 @@ void check_vocabulary_change(const ParameterLayout& source_whole, const Paramete
     const bool vocabulary = tensor.name == kWordEmbeddings || tensor.name == "output_layer.weight";
     if (!vocabulary || source.shape.size() != 2 || source.shape[1] != tensor.shape[1]) {
       throw std::logic_error(fmt::format("resharding changes the shape of '{}' from {} to {}",
-                                         tensor.name, shape_text(source.shape),
-                                         shape_text(tensor.shape)));
+                                         tensor.name, format_python_shape(source.shape),
+                                         format_python_shape(tensor.shape)));
     }
     if (tensor.shape[0] < target_config.vocab_size) {
       common::fail("checkpoint {}: cutting '{}' to {} rows would drop rows of the tokenizer's {} "
