@@ -41,6 +41,11 @@ inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+// The last `characters` of a tool's output, for a failure message.
+inline std::string output_tail(const std::string& text, size_t characters = 3000) {
+  return text.substr(text.size() > characters ? text.size() - characters : 0);
+}
+
 // The whole file as bytes; empty when it cannot be opened (the checks on it then fail).
 inline std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);

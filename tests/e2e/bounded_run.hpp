@@ -24,9 +24,4 @@ inline void check_refused(const launcher::CapturedRun& run, const std::string& m
   CHECK(run.output.find("internal error") == std::string::npos);
 }
 
-// The last 3000 characters of a tool's output, for a failure message.
-inline std::string output_tail(const std::string& text) {
-  return text.substr(text.size() > 3000 ? text.size() - 3000 : 0);
-}
-
 }  // namespace test_support

@@ -61,7 +61,7 @@ std::vector<std::string> training_command(const fs::path& save_directory, bool l
 }
 
 // iteration → the "lm loss: ..." text of its log line.
-std::map<int, std::string> logged_losses(const std::string& log) {
+std::map<int, std::string> logged_loss_texts(const std::string& log) {
   static const std::regex line(R"( iteration +(\d+)/ +\d+ \|.*\| lm loss: ([0-9.E+-]+) \|)");
   std::map<int, std::string> losses;
   for (auto it = std::sregex_iterator(log.begin(), log.end(), line); it != std::sregex_iterator(); ++it) {
@@ -114,7 +114,7 @@ TEST_CASE("SIGKILL at any moment leaves a loadable checkpoint and the resumed ru
   const auto start = Clock::now();
   REQUIRE(run_to_completion(training_command(reference, false), temporary.path / "reference.log") == 0);
   const double reference_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  const auto reference_losses = logged_losses(read_file(temporary.path / "reference.log"));
+  const auto reference_losses = logged_loss_texts(read_file(temporary.path / "reference.log"));
   REQUIRE(reference_losses.size() == kTrainIters);
   const fs::path reference_final = backend::checkpoint_file_path(reference, kTrainIters);
 
@@ -173,7 +173,7 @@ TEST_CASE("SIGKILL at any moment leaves a loadable checkpoint and the resumed ru
     } else {
       CHECK(log.find("will not load any checkpoints and will start from random") != std::string::npos);
     }
-    const auto losses = logged_losses(log);
+    const auto losses = logged_loss_texts(log);
     CHECK(losses.size() == static_cast<size_t>(kTrainIters - resumed_from));
     for (const auto& [iteration, loss] : losses) {
       const int logged_iteration = iteration;  // clang 14 cannot capture a structured binding

@@ -33,6 +33,18 @@
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
 
+using test_support::check_resumed_bit_for_bit;
+using test_support::check_same_losses;
+using test_support::logged_losses;
+using test_support::mpirun_path;
+using test_support::output_tail;
+using test_support::read_file;
+using test_support::release_only;
+using test_support::run_pretrain;
+using test_support::TemporaryDirectory;
+using test_support::tensor_parallel_training_flags;
+using test_support::whole_parameters;
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -47,7 +59,7 @@ std::vector<std::string> with(std::vector<std::string> flags, const std::vector<
 // The first half of a run: iterations 1..10, saved at 10.
 std::vector<std::string> first_half(const std::string& style, int tensor_parallel,
                                     const fs::path& save) {
-  return with(test_support::tensor_parallel_training_flags(style, tensor_parallel, save),
+  return with(tensor_parallel_training_flags(style, tensor_parallel, save),
               {"--exit-interval", "10", "--eval-iters", "0"});
 }
 
@@ -59,9 +71,9 @@ launcher::CapturedRun checkpoint_util(const std::vector<std::string>& arguments)
 
 // pretrain_gpt's output, after it ran to the end with status 0.
 std::string run_ok(int ranks, const std::vector<std::string>& flags, const fs::path& log) {
-  const int status = test_support::run_pretrain(ranks, flags, log);
-  const std::string output = test_support::read_file(log);
-  INFO(test_support::output_tail(output));
+  const int status = run_pretrain(ranks, flags, log);
+  const std::string output = read_file(log);
+  INFO(output_tail(output));
   REQUIRE(status == 0);
   return output;
 }
@@ -101,12 +113,14 @@ void check_same_tensors(const fs::path& actual, const fs::path& expected) {
 // release-only: training runs over Open MPI, 100 s under the sanitizers; the resharding code
 // runs sanitized in "TP=2 → TP=1 → TP=2 gives back every tensor bit for bit" and its unit
 // tests.
-TEST_CASE("checkpoint_util reshards TP=2 → TP=1 and TP=1 → TP=2: the resumed runs train the uninterrupted losses" *
-          test_support::release_only()) {
-  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+TEST_CASE(
+    "checkpoint_util reshards TP=2 → TP=1 and TP=1 → TP=2: the resumed runs train the "
+    "uninterrupted losses" *
+    release_only()) {
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   for (const std::string style : {"gpt2", "llama"}) {
     CAPTURE(style);
-    test_support::TemporaryDirectory directory;
+    TemporaryDirectory directory;
     const fs::path& d = directory.path;
     using test_support::tensor_parallel_training_flags;
 
@@ -119,10 +133,9 @@ TEST_CASE("checkpoint_util reshards TP=2 → TP=1 and TP=1 → TP=2: the resumed
       const std::vector<std::string> optimizer =
           from == 2 ? std::vector<std::string>{"--use-distributed-optimizer"}
                     : std::vector<std::string>{};
-      const auto expected = test_support::logged_losses(
-          run_ok(from, with(tensor_parallel_training_flags(style, from, d / (name + "_whole")),
-                            optimizer),
-                 d / (name + "_whole.log")));
+      const auto expected = logged_losses(run_ok(
+          from, with(tensor_parallel_training_flags(style, from, d / (name + "_whole")), optimizer),
+          d / (name + "_whole.log")));
       REQUIRE(expected.size() == 20);
       const fs::path source = d / (name + "_source");
       run_ok(from, with(first_half(style, from, source), optimizer), d / (name + "_first.log"));
@@ -136,9 +149,9 @@ TEST_CASE("checkpoint_util reshards TP=2 → TP=1 and TP=1 → TP=2: the resumed
       const auto second_half = with(tensor_parallel_training_flags(style, to, target),
                                     {"--load", source.string()});
       const fs::path refused_log = d / (name + "_refused.log");
-      CHECK(test_support::run_pretrain(to, second_half, refused_log) != 0);
-      const std::string refusal = test_support::read_file(refused_log);
-      INFO(test_support::output_tail(refusal));
+      CHECK(run_pretrain(to, second_half, refused_log) != 0);
+      const std::string refusal = read_file(refused_log);
+      INFO(output_tail(refusal));
       const auto command = suggested_reshard(refusal, target);
       // The flags pad the vocabulary to 384 rows at either size; the suggestion keeps that.
       CHECK(command == std::vector<std::string>{"--load", source.string(), "--save", target.string(),
@@ -154,7 +167,7 @@ TEST_CASE("checkpoint_util reshards TP=2 → TP=1 and TP=1 → TP=2: the resumed
                                   target.string() + " [ t 1/" + std::to_string(to)) !=
             std::string::npos);
       CHECK(resharded.output.find("padded vocabulary") == std::string::npos);
-      CHECK(test_support::read_file(backend::checkpoint_tracker_path(target)) == "10");
+      CHECK(read_file(backend::checkpoint_tracker_path(target)) == "10");
       for (int rank = 0; rank < 3; ++rank) {
         CHECK(fs::is_regular_file(backend::checkpoint_file_path(target, 10, rank)) == (rank < to));
       }
@@ -164,19 +177,19 @@ TEST_CASE("checkpoint_util reshards TP=2 → TP=1 and TP=1 → TP=2: the resumed
       const std::string output = run_ok(to, second_with_target, d / (name + "_second.log"));
       CHECK(output.find("successfully loaded checkpoint from " + target.string() + " [ t 1/" +
                         std::to_string(to)) != std::string::npos);
-      const auto resumed = test_support::logged_losses(output);
+      const auto resumed = logged_losses(output);
       REQUIRE(resumed.size() == 10);
       CHECK(resumed.begin()->first == 11);
-      test_support::check_same_losses(resumed, expected, false);
+      check_same_losses(resumed, expected, false);
     }
   }
 }
 
 TEST_CASE("checkpoint_util: TP=2 → TP=1 → TP=2 gives back every tensor bit for bit, and both export alike") {
-  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   for (const std::string style : {"gpt2", "llama"}) {
     CAPTURE(style);
-    test_support::TemporaryDirectory directory;
+    TemporaryDirectory directory;
     const fs::path original = directory.path / "tp2";
     const fs::path one = directory.path / "tp1";
     const fs::path back = directory.path / "tp2_again";
@@ -192,9 +205,9 @@ TEST_CASE("checkpoint_util: TP=2 → TP=1 → TP=2 gives back every tensor bit f
     // TP=1 holds the whole tensors: the shards of TP=2 put together, moments included.
     for (const std::string prefix : {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."}) {
       CAPTURE(prefix);
-      const auto whole = test_support::whole_parameters(original, 10, prefix);
+      const auto whole = whole_parameters(original, 10, prefix);
       REQUIRE(!whole.empty());
-      CHECK(test_support::whole_parameters(one, 10, prefix) == whole);
+      CHECK(whole_parameters(one, 10, prefix) == whole);
     }
     // The Hugging Face export reads the TP=2 shards whole: the same files as from TP=1.
     for (const auto& checkpoint : {original, one}) {
@@ -205,8 +218,8 @@ TEST_CASE("checkpoint_util: TP=2 → TP=1 → TP=2 gives back every tensor bit f
     }
     for (const char* file : {"model.safetensors", "config.json"}) {
       CAPTURE(file);
-      CHECK(test_support::read_file(original.string() + "_hf/" + file) ==
-            test_support::read_file(one.string() + "_hf/" + file));
+      CHECK(read_file(original.string() + "_hf/" + file) ==
+            read_file(one.string() + "_hf/" + file));
     }
     for (int rank = 0; rank < 2; ++rank) {
       CAPTURE(rank);
@@ -223,9 +236,9 @@ TEST_CASE("checkpoint_util: TP=2 → TP=1 → TP=2 gives back every tensor bit f
 }
 
 TEST_CASE("checkpoint_util: another padded vocabulary cuts padding rows or repeats the last row, and trains") {
-  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   // Llama style: an untied output_layer besides the word embedding.
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const fs::path original = directory.path / "tp2";
   run_ok(2, first_half("llama", 2, original), directory.path / "train.log");  // 384 rows
   // Megatron's default: the checkpoint's --make-vocab-size-divisible-by 64 at TP=1 gives 320.
@@ -254,9 +267,9 @@ TEST_CASE("checkpoint_util: another padded vocabulary cuts padding rows or repea
   const int64_t hidden = 64;
   for (const std::string prefix : {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."}) {
     CAPTURE(prefix);
-    const auto whole = test_support::whole_parameters(original, 10, prefix);
-    const auto cut_whole = test_support::whole_parameters(cut, 10, prefix);
-    const auto padded_whole = test_support::whole_parameters(padded, 10, prefix);
+    const auto whole = whole_parameters(original, 10, prefix);
+    const auto cut_whole = whole_parameters(cut, 10, prefix);
+    const auto padded_whole = whole_parameters(padded, 10, prefix);
     for (const std::string name : {"embedding.word_embeddings.weight", "output_layer.weight"}) {
       CAPTURE(name);
       const auto& rows384 = whole.at(name);
@@ -283,16 +296,17 @@ TEST_CASE("checkpoint_util: another padded vocabulary cuts padding rows or repea
     }
   }
   // The cut checkpoint trains on at TP=1 with its flags.
-  const auto resumed = test_support::logged_losses(
-      run_ok(1, with(test_support::tensor_parallel_training_flags("llama", 1, cut),
-                     {"--make-vocab-size-divisible-by", "64", "--load", cut.string()}),
-             directory.path / "cut.log"));
+  const auto resumed =
+      logged_losses(run_ok(1,
+                           with(tensor_parallel_training_flags("llama", 1, cut),
+                                {"--make-vocab-size-divisible-by", "64", "--load", cut.string()}),
+                           directory.path / "cut.log"));
   CHECK(resumed.size() == 10);
 }
 
 TEST_CASE("checkpoint_util: bad resharding input exits 2 naming the flag or file, writing nothing") {
-  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
-  test_support::TemporaryDirectory directory;
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  TemporaryDirectory directory;
   const fs::path original = directory.path / "tp2";
   run_ok(2, first_half("gpt2", 2, original), directory.path / "train.log");
   // A copy without its mp_rank_01 file.
@@ -347,24 +361,25 @@ TEST_CASE("checkpoint_util: bad resharding input exits 2 naming the flag or file
     CHECK(run.output.find(entry.message) != std::string::npos);
     CHECK_FALSE(fs::exists(backend::checkpoint_tracker_path(out)));
   }
-  CHECK(test_support::read_file(backend::checkpoint_tracker_path(original)) == "10");
+  CHECK(read_file(backend::checkpoint_tracker_path(original)) == "10");
 }
 
 // (No semicolon in a test name: CTest would cut the name there, and run none.)
 // release-only: as the test above (80 s under the sanitizers).
-TEST_CASE("checkpoint_util reshards TP=2 x PP=2 → TP=1 x PP=1 and back: the resumed runs train the uninterrupted losses" *
-          test_support::release_only()) {
-  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
-  test_support::TemporaryDirectory directory;
+TEST_CASE(
+    "checkpoint_util reshards TP=2 x PP=2 → TP=1 x PP=1 and back: the resumed runs train the "
+    "uninterrupted losses" *
+    release_only()) {
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  TemporaryDirectory directory;
   const fs::path& d = directory.path;
   // pipeline_parallel_test's model: GPT-2 style (tied embeddings, hidden dropout), 8 layers.
   auto flags = [](int tensor_parallel, int pipeline_parallel, const fs::path& save) {
-    auto result = test_support::tensor_parallel_training_flags("gpt2", tensor_parallel, save);
+    auto result = tensor_parallel_training_flags("gpt2", tensor_parallel, save);
     *(std::find(result.begin(), result.end(), "--num-layers") + 1) = "8";
     return with(result, {"--pipeline-model-parallel-size", std::to_string(pipeline_parallel)});
   };
-  const auto expected =
-      test_support::logged_losses(run_ok(4, flags(2, 2, d / "whole"), d / "whole.log"));
+  const auto expected = logged_losses(run_ok(4, flags(2, 2, d / "whole"), d / "whole.log"));
   REQUIRE(expected.size() == 20);
   const fs::path source = d / "tp2_pp2";
   run_ok(4, with(flags(2, 2, source), {"--exit-interval", "10", "--eval-iters", "0"}),
@@ -390,10 +405,10 @@ TEST_CASE("checkpoint_util reshards TP=2 x PP=2 → TP=1 x PP=1 and back: the re
   // One process: refused with the resharding command, which makes the checkpoint it resumes.
   const fs::path one = d / "tp1_pp1";
   const fs::path refused_log = d / "refused.log";
-  CHECK(test_support::run_pretrain(1, with(flags(1, 1, d / "unused"), {"--load", source.string()}),
-                                   refused_log) != 0);
-  const std::string refusal = test_support::read_file(refused_log);
-  INFO(test_support::output_tail(refusal));
+  CHECK(run_pretrain(1, with(flags(1, 1, d / "unused"), {"--load", source.string()}),
+                     refused_log) != 0);
+  const std::string refusal = read_file(refused_log);
+  INFO(output_tail(refusal));
   const auto command = suggested_reshard(refusal, one);
   CHECK(command == std::vector<std::string>{"--load", source.string(), "--save", one.string(),
                                             "--target-tensor-parallel-size", "1",
@@ -415,10 +430,10 @@ TEST_CASE("checkpoint_util reshards TP=2 x PP=2 → TP=1 x PP=1 and back: the re
       run_ok(1, with(flags(1, 1, d / "one_resumed"), {"--load", one.string()}), d / "one.log");
   CHECK(resumed_output.find("successfully loaded checkpoint from " + one.string() +
                             " [ t 1/1, p 1/1 ] at iteration 10") != std::string::npos);
-  const auto resumed = test_support::logged_losses(resumed_output);
+  const auto resumed = logged_losses(resumed_output);
   REQUIRE(resumed.size() == 10);
   CHECK(resumed.begin()->first == 11);
-  test_support::check_same_losses(resumed, expected, false);
+  check_same_losses(resumed, expected, false);
 
   // Both export the same Hugging Face files: the pipelined files are read whole.
   for (const auto& checkpoint : {source, one}) {
@@ -429,8 +444,7 @@ TEST_CASE("checkpoint_util reshards TP=2 x PP=2 → TP=1 x PP=1 and back: the re
   }
   for (const char* file : {"model.safetensors", "config.json"}) {
     CAPTURE(file);
-    CHECK(test_support::read_file(source.string() + "_hf/" + file) ==
-          test_support::read_file(one.string() + "_hf/" + file));
+    CHECK(read_file(source.string() + "_hf/" + file) == read_file(one.string() + "_hf/" + file));
   }
 
   // Back to TP=2 × PP=2: the original files bit for bit (the tied copy made again), and the
@@ -460,11 +474,5 @@ TEST_CASE("checkpoint_util reshards TP=2 x PP=2 → TP=1 x PP=1 and back: the re
       run_ok(4, with(flags(2, 2, d / "back_resumed"), {"--load", back.string()}), d / "back.log");
   CHECK(back_output.find("successfully loaded checkpoint from " + back.string() +
                          " [ t 1/2, p 1/2 ] at iteration 10") != std::string::npos);
-  const auto back_resumed = test_support::logged_losses(back_output);
-  REQUIRE(back_resumed.size() == 10);
-  for (const auto& entry : back_resumed) {
-    const int iteration = entry.first;
-    CAPTURE(iteration);
-    CHECK(entry.second == expected.at(iteration));  // the same layout and the same bits
-  }
+  check_resumed_bit_for_bit(back_output, expected, 10);  // the same layout and the same bits
 }

@@ -35,13 +35,27 @@
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
 
+using test_support::check_same_losses;
+using test_support::logged_losses;
+using test_support::mpi_test_environment;
+using test_support::pretrain_command;
+using test_support::output_tail;
+using test_support::read_file;
+using test_support::release_only;
+using test_support::run_pretrain;
+using test_support::spawn_process;
+using test_support::TemporaryDirectory;
+using test_support::tensor_parallel_training_flags;
+using test_support::wait_for_exit;
+using test_support::weight_difference;
+
 namespace fs = std::filesystem;
 
 namespace {
 
 using test_support::mpirun_path;
 
-const std::vector<std::string> kEnvironment = test_support::mpi_test_environment();
+const std::vector<std::string> kEnvironment = mpi_test_environment();
 
 std::vector<std::string> training_flags(const std::string& style, const fs::path& save) {
   std::vector<std::string> flags = {
@@ -66,17 +80,17 @@ std::vector<std::string> training_flags(const std::string& style, const fs::path
 }
 
 std::vector<std::string> command(int ranks, const std::vector<std::string>& flags) {
-  return test_support::pretrain_command(ranks, flags);
+  return pretrain_command(ranks, flags);
 }
 
 int run(int ranks, const std::vector<std::string>& flags, const fs::path& log) {
-  return test_support::run_pretrain(ranks, flags, log);
+  return run_pretrain(ranks, flags, log);
 }
 
 // The ranks mpirun started: its children.
 std::vector<pid_t> children_of(pid_t mpirun) {
-  const std::string children = test_support::read_file(
-      fs::path("/proc") / std::to_string(mpirun) / "task" / std::to_string(mpirun) / "children");
+  const std::string children = read_file(fs::path("/proc") / std::to_string(mpirun) / "task" /
+                                         std::to_string(mpirun) / "children");
   std::vector<pid_t> ranks;
   for (size_t at = 0; at < children.size();) {
     const size_t end = children.find(' ', at);
@@ -94,7 +108,7 @@ bool running(pid_t pid) {
   std::error_code error;
   const fs::path stat_file = fs::path("/proc") / std::to_string(pid) / "stat";
   if (!fs::exists(stat_file, error)) return false;
-  const std::string stat = test_support::read_file(stat_file);
+  const std::string stat = read_file(stat_file);
   const size_t close = stat.rfind(')');
   return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
 }
@@ -102,7 +116,7 @@ bool running(pid_t pid) {
 // Waits for the training lines to start (an iteration line in `log`).
 void wait_for_training(const fs::path& log) {
   const auto started = std::chrono::steady_clock::now();
-  while (test_support::read_file(log).find(" iteration ") == std::string::npos) {
+  while (read_file(log).find(" iteration ") == std::string::npos) {
     REQUIRE(std::chrono::steady_clock::now() - started < std::chrono::seconds(60));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -113,17 +127,19 @@ void wait_for_training(const fs::path& log) {
 // release-only: 2 minutes under the sanitizers; DP=2 with and without the distributed
 // optimizer runs sanitized in "checkpoints move between DP=2, the distributed optimizer and
 // one process".
-TEST_CASE("DP=2 and DP=4 over Open MPI, with and without the distributed optimizer, train as one process" *
-          test_support::release_only()) {
+TEST_CASE(
+    "DP=2 and DP=4 over Open MPI, with and without the distributed optimizer, train as one "
+    "process" *
+    release_only()) {
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   for (const std::string style : {"gpt2", "llama"}) {
     CAPTURE(style);
     const fs::path single_save = directory.path / (style + "_dp1");
     const fs::path single_log = directory.path / (style + "_dp1.log");
     REQUIRE(run(1, training_flags(style, single_save), single_log) == 0);
     int single_lines = 0;
-    const auto expected = test_support::logged_losses(test_support::read_file(single_log), &single_lines);
+    const auto expected = logged_losses(read_file(single_log), &single_lines);
     REQUIRE(expected.size() == 20);
     for (const auto& [ranks_value, distributed_value] :
          {std::pair{2, false}, std::pair{4, false}, std::pair{2, true}, std::pair{4, true}}) {
@@ -137,11 +153,11 @@ TEST_CASE("DP=2 and DP=4 over Open MPI, with and without the distributed optimiz
       auto flags = training_flags(style, save);
       if (distributed) flags.push_back("--use-distributed-optimizer");
       const int status = run(ranks, flags, log);
-      const std::string output = test_support::read_file(log);
-      INFO(output.substr(output.size() > 3000 ? output.size() - 3000 : 0));
+      const std::string output = read_file(log);
+      INFO(output_tail(output));
       REQUIRE(status == 0);
       int lines = 0;
-      const auto losses = test_support::logged_losses(output, &lines);
+      const auto losses = logged_losses(output, &lines);
       CHECK(lines == 20);  // printed once, by the last rank
       CHECK(output.find("> initialized tensor model parallel with size 1") != std::string::npos);
       CHECK(output.find(fmt::format("setting number of micro-batches to constant {}",
@@ -161,7 +177,7 @@ TEST_CASE("DP=2 and DP=4 over Open MPI, with and without the distributed optimiz
         CAPTURE(iteration);
         CHECK(std::fabs(losses.at(iteration) - loss) <= 1e-6 * std::fabs(loss));
       }
-      CHECK(test_support::weight_difference(save, single_save, 20) <= 1e-5);
+      CHECK(weight_difference(save, single_save, 20) <= 1e-5);
     }
   }
 }
@@ -170,39 +186,38 @@ TEST_CASE("--overlap-grad-reduce over DP=2 and TP=2 x DP=2 with sequence paralle
   // Each unit's all-reduce starts inside the last micro batch's backward (MPI_Iallreduce); the
   // sums are the same, so the losses and weights are one process's.
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   for (const std::string style : {"gpt2", "llama"}) {
     CAPTURE(style);
     const fs::path single_save = directory.path / (style + "_one");
     const fs::path single_log = directory.path / (style + "_one.log");
-    REQUIRE(run(1, test_support::tensor_parallel_training_flags(style, 1, single_save),
-                single_log) == 0);
-    const auto expected = test_support::logged_losses(test_support::read_file(single_log));
+    REQUIRE(run(1, tensor_parallel_training_flags(style, 1, single_save), single_log) == 0);
+    const auto expected = logged_losses(read_file(single_log));
     for (const int tensor_parallel : {1, 2}) {
       CAPTURE(tensor_parallel);
       const fs::path save = directory.path / (style + "_overlap_tp" + std::to_string(tensor_parallel));
-      auto flags = test_support::tensor_parallel_training_flags(style, tensor_parallel, save);
+      auto flags = tensor_parallel_training_flags(style, tensor_parallel, save);
       flags.push_back("--overlap-grad-reduce");
       if (tensor_parallel == 2) flags.push_back("--sequence-parallel");
       const fs::path log = directory.path / (style + "_overlap.log");
       const int status = run(2 * tensor_parallel, flags, log);
-      const std::string output = test_support::read_file(log);
-      INFO(output.substr(output.size() > 3000 ? output.size() - 3000 : 0));
+      const std::string output = read_file(log);
+      INFO(output_tail(output));
       REQUIRE(status == 0);
       CHECK(std::regex_search(output, std::regex(R"(\n  overlap_grad_reduce \.+ True\n)")));
-      test_support::check_same_losses(test_support::logged_losses(output), expected);
-      CHECK(test_support::weight_difference(save, single_save, 20) <= 1e-5);
+      check_same_losses(logged_losses(output), expected);
+      CHECK(weight_difference(save, single_save, 20) <= 1e-5);
     }
   }
 }
 
 TEST_CASE("checkpoints move between DP=2, the distributed optimizer and one process with the uninterrupted losses") {
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const fs::path single_log = directory.path / "single.log";
   REQUIRE(run(1, training_flags("gpt2", directory.path / "single"), single_log) == 0);
   int lines = 0;
-  const auto expected = test_support::logged_losses(test_support::read_file(single_log), &lines);
+  const auto expected = logged_losses(read_file(single_log), &lines);
 
   // DP=2 with the distributed optimizer (each rank's moments in its own file) → one process;
   // one process → DP=2 with the distributed optimizer (each rank keeps its range); DP=4's four
@@ -229,16 +244,16 @@ TEST_CASE("checkpoints move between DP=2, the distributed optimizer and one proc
     for (int rank = 0; rank < first.ranks; ++rank) {
       CHECK(fs::exists(files / fmt::format("distrib_optim_{:03d}.bin", rank)) == first.distributed);
     }
-    CHECK((test_support::read_file(files / "model_optim_rng.bin").find("optimizer.exp_avg.") ==
+    CHECK((read_file(files / "model_optim_rng.bin").find("optimizer.exp_avg.") ==
            std::string::npos) == first.distributed);
     auto second_half = training_flags("gpt2", save);
     second_half.insert(second_half.end(), {"--load", save.string()});
     if (second.distributed) second_half.push_back("--use-distributed-optimizer");
     const fs::path log = directory.path / (name + "_second.log");
     REQUIRE(run(second.ranks, second_half, log) == 0);
-    const std::string output = test_support::read_file(log);
-    INFO(output.substr(output.size() > 2000 ? output.size() - 2000 : 0));
-    const auto resumed = test_support::logged_losses(output, &lines);
+    const std::string output = read_file(log);
+    INFO(output_tail(output, 2000));
+    const auto resumed = logged_losses(output, &lines);
     REQUIRE(resumed.size() == 10);
     for (const auto& entry : resumed) {
       const int iteration = entry.first;
@@ -251,18 +266,18 @@ TEST_CASE("checkpoints move between DP=2, the distributed optimizer and one proc
 
 TEST_CASE("a rank killed with SIGKILL ends the whole data-parallel job, non-zero, within seconds") {
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   auto flags = training_flags("gpt2", directory.path / "save");
   flags.insert(flags.end(), {"--train-iters", "100000", "--eval-iters", "0"});
   const fs::path log = directory.path / "killed.log";
-  const pid_t mpirun = test_support::spawn_process(command(2, flags), log, kEnvironment);
+  const pid_t mpirun = spawn_process(command(2, flags), log, kEnvironment);
   // Wait until training runs (an iteration line), then kill one rank: mpirun's child.
   wait_for_training(log);
   const std::vector<pid_t> ranks = children_of(mpirun);
   REQUIRE(ranks.size() == 2);
   const auto killed_at = std::chrono::steady_clock::now();
   REQUIRE(kill(ranks.back(), SIGKILL) == 0);
-  const int status = test_support::wait_for_exit(mpirun);
+  const int status = wait_for_exit(mpirun);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
   CHECK(status != 0);
@@ -281,12 +296,12 @@ TEST_CASE("a stopped rank ends the whole job within --distributed-timeout-minute
   // SIGSTOP, not SIGKILL: a stopped rank keeps its connections open, so mpirun notices nothing
   // and the other rank would wait in its collective forever, were it not for the watchdog.
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   auto flags = training_flags("gpt2", directory.path / "save");
   flags.insert(flags.end(), {"--train-iters", "100000", "--eval-iters", "0",
                              "--distributed-timeout-minutes", "0.05"});  // 3 seconds
   const fs::path log = directory.path / "stopped.log";
-  const pid_t mpirun = test_support::spawn_process(command(2, flags), log, kEnvironment);
+  const pid_t mpirun = spawn_process(command(2, flags), log, kEnvironment);
   wait_for_training(log);
   const std::vector<pid_t> ranks = children_of(mpirun);
   REQUIRE(ranks.size() == 2);
@@ -301,7 +316,7 @@ TEST_CASE("a stopped rank ends the whole job within --distributed-timeout-minute
         const fs::path comm = fs::path("/proc") / std::to_string(rank) / "comm";
         std::error_code error;
         if (running(rank) && fs::exists(comm, error) &&
-            test_support::read_file(comm).starts_with("pretrain_gpt")) {
+            read_file(comm).starts_with("pretrain_gpt")) {
           kill(rank, SIGCONT);
           kill(rank, SIGKILL);
         }
@@ -316,14 +331,14 @@ TEST_CASE("a stopped rank ends the whole job within --distributed-timeout-minute
 
   // Which rank is stopped (its environment says), so the other is the one that must report.
   const std::string environment =
-      test_support::read_file(fs::path("/proc") / std::to_string(ranks.back()) / "environ");
+      read_file(fs::path("/proc") / std::to_string(ranks.back()) / "environ");
   const std::string rank_variable = std::string("OMPI_COMM_WORLD_RANK=");
   const size_t rank_at = environment.find(rank_variable);
   REQUIRE(rank_at != std::string::npos);
   const int stopped_rank = std::stoi(environment.substr(rank_at + rank_variable.size()));
   const int waiting_rank = 1 - stopped_rank;
 
-  const size_t log_size_at_stop = test_support::read_file(log).size();
+  const size_t log_size_at_stop = read_file(log).size();
   const auto stopped_at = std::chrono::steady_clock::now();
   REQUIRE(kill(ranks.back(), SIGSTOP) == 0);
   // Bounded wait: a watchdog that does not fire fails here instead of hanging the suite.
@@ -341,8 +356,8 @@ TEST_CASE("a stopped rank ends the whole job within --distributed-timeout-minute
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
-  const std::string output = test_support::read_file(log);
-  INFO(output.substr(output.size() > 3000 ? output.size() - 3000 : 0));
+  const std::string output = read_file(log);
+  INFO(output_tail(output));
   REQUIRE(cleanup.reaped);
   CHECK(status != 0);
   CHECK(seconds < 20);
@@ -371,16 +386,16 @@ TEST_CASE("a stopped rank ends the whole job within --distributed-timeout-minute
 }
 
 TEST_CASE("several tasks started without MPI are refused, saying how to launch") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const fs::path log = directory.path / "torchrun.log";
   auto flags = training_flags("gpt2", directory.path / "save");
   // A global batch of one micro batch: two data-parallel ranks could not share it, but the
   // message must be about the launch, which is what is wrong.
   flags.insert(flags.end(), {"--global-batch-size", "2"});
-  const pid_t pid = test_support::spawn_process(
-      command(1, flags), log, {"OMP_NUM_THREADS=1", "RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0"});
-  CHECK(test_support::wait_for_exit(pid) == 2);
-  const std::string output = test_support::read_file(log);
+  const pid_t pid = spawn_process(command(1, flags), log,
+                                  {"OMP_NUM_THREADS=1", "RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0"});
+  CHECK(wait_for_exit(pid) == 2);
+  const std::string output = read_file(log);
   CHECK(output.find("this process is task 0 of 2 (torchrun launch") != std::string::npos);
   CHECK(output.find("launch with mpirun/mpiexec") != std::string::npos);
 }
@@ -410,14 +425,14 @@ std::vector<std::string> seed_style_flags(const fs::path& directory) {
 
 TEST_CASE("a Megatron-DeepSpeed seed-style command line runs unchanged under mpirun, shrunk in size") {
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const fs::path log = directory.path / "seed.log";
   const int status = run(2, seed_style_flags(directory.path), log);
-  const std::string output = test_support::read_file(log);
-  INFO(output.substr(output.size() > 4000 ? output.size() - 4000 : 0));
+  const std::string output = read_file(log);
+  INFO(output_tail(output, 4000));
   CHECK(status == 0);
   int lines = 0;
-  CHECK(test_support::logged_losses(output, &lines).size() == 6);
+  CHECK(logged_losses(output, &lines).size() == 6);
   CHECK(output.find("loss scale: 4294967296.0 |") != std::string::npos);
   CHECK(std::regex_search(output, std::regex(R"(\n  tokenizer_type \.+ GPT2BPETokenizer\n)")));
   CHECK(std::regex_search(output, std::regex(R"(\n  recompute_granularity \.+ full\n)")));
@@ -428,24 +443,26 @@ TEST_CASE("a Megatron-DeepSpeed seed-style command line runs unchanged under mpi
 
 // release-only: under the sanitizers the DeepSpeed mapping is its unit tests' (deepspeed_config)
 // and the distributed optimizer the checkpoint tests'.
-TEST_CASE("the seed-style command line with DeepSpeed's ZeRO-2 configuration trains as the distributed optimizer" *
-          test_support::release_only()) {
+TEST_CASE(
+    "the seed-style command line with DeepSpeed's ZeRO-2 configuration trains as the distributed "
+    "optimizer" *
+    release_only()) {
   // Megatron-DeepSpeed's --deepspeed --deepspeed_config ds_config.json --zero-stage 2: ZeRO
   // stage 2 is Megatron's distributed optimizer here; the file's fp16 section sets the scaler
   // (initial_scale_power 11: 2048). Its ZeRO-3 + CPU offload configuration trains too.
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const std::string configs = std::string(TEST_SOURCE_DIR) + "/tests/data/deepspeed/";
   auto flags = seed_style_flags(directory.path);
   flags.insert(flags.end(), {"--deepspeed", "--deepspeed_config",
                              configs + "ds_config_gpt_zero2.json", "--zero-stage", "2"});
   const fs::path log = directory.path / "zero2.log";
   const int status = run(2, flags, log);
-  const std::string output = test_support::read_file(log);
-  INFO(output.substr(output.size() > 4000 ? output.size() - 4000 : 0));
+  const std::string output = read_file(log);
+  INFO(output_tail(output, 4000));
   CHECK(status == 0);
   int lines = 0;
-  CHECK(test_support::logged_losses(output, &lines).size() == 6);
+  CHECK(logged_losses(output, &lines).size() == 6);
   CHECK(output.find("loss scale: 2048.0 |") != std::string::npos);
   CHECK(std::regex_search(output, std::regex(R"(\n  use_distributed_optimizer \.+ True\n)")));
   CHECK(std::regex_search(output, std::regex(R"(\n  zero_stage \.+ 2\n)")));
@@ -455,9 +472,9 @@ TEST_CASE("the seed-style command line with DeepSpeed's ZeRO-2 configuration tra
                              configs + "ds_config_gpt_zero3_offload.json", "--zero-stage", "3"});
   const fs::path zero3_log = directory.path / "zero3.log";
   const int zero3_status = run(2, zero3, zero3_log);
-  const std::string zero3_output = test_support::read_file(zero3_log);
-  INFO(zero3_output.substr(zero3_output.size() > 4000 ? zero3_output.size() - 4000 : 0));
+  const std::string zero3_output = read_file(zero3_log);
+  INFO(output_tail(zero3_output, 4000));
   CHECK(zero3_status == 0);
-  CHECK(test_support::logged_losses(zero3_output).size() == 6);
+  CHECK(logged_losses(zero3_output).size() == 6);
   CHECK(std::regex_search(zero3_output, std::regex(R"(\n  zero_stage \.+ 3\n)")));
 }

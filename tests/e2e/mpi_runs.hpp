@@ -21,6 +21,7 @@
 #include "backend/model/parameter_layout.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/trainer.hpp"
+#include "logged_losses.hpp"
 #include "mpi_test_environment.hpp"
 #include "spawned_process.hpp"
 #include "test_files.hpp"
@@ -165,6 +166,20 @@ inline void check_same_losses(const std::map<int, double>& losses,
     REQUIRE(expected.count(iteration) == 1);
     const double loss = expected.at(iteration);
     CHECK(std::fabs(entry.second - loss) <= 1e-6 * std::fabs(loss));
+  }
+}
+
+// The losses of a run resumed in the layout it saved (`output`, its log): `count` iterations,
+// each with the same bits as the loss `expected` has for it.
+inline void check_resumed_bit_for_bit(const std::string& output,
+                                      const std::map<int, double>& expected, size_t count) {
+  const auto resumed = logged_losses(output);
+  REQUIRE(resumed.size() == count);
+  for (const auto& entry : resumed) {
+    const int iteration = entry.first;
+    CAPTURE(iteration);
+    REQUIRE(expected.count(iteration) == 1);
+    CHECK(entry.second == expected.at(iteration));
   }
 }
 

@@ -16,6 +16,9 @@
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
 
+using test_support::read_file;
+using test_support::TemporaryDirectory;
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -56,7 +59,7 @@ int iteration_lines(const std::string& text) {
 }  // namespace
 
 TEST_CASE("NeMo 23.07's own conf tree trains gpt3/126m with size overrides") {
-  test_support::TemporaryDirectory temporary;
+  TemporaryDirectory temporary;
   // NeMo's 126m reads GPT-2's files from ${data_dir}/bpe, where its data preparation puts them.
   fs::create_directories(temporary.path / "data" / "bpe");
   fs::copy_file(kSourceDir / "tests/data/gpt2-vocab.json", temporary.path / "data/bpe/vocab.json");
@@ -69,7 +72,7 @@ TEST_CASE("NeMo 23.07's own conf tree trains gpt3/126m with size overrides") {
   CHECK(run.output.find("training.model.transformer_engine is 'true'") != std::string::npos);
   CHECK(run.output.find("is not a key this launcher knows") == std::string::npos);
   const fs::path results = temporary.path / "results" / "gpt3_126m";
-  const std::string script = test_support::read_file(results / "nemo-megatron-gpt3_126m_submission.sh");
+  const std::string script = read_file(results / "nemo-megatron-gpt3_126m_submission.sh");
   for (const std::string& flag : std::vector<std::string>{
            "--tokenizer-type GPT2BPETokenizer",
            "--vocab-file " + (temporary.path / "data/bpe/vocab.json").string(),
@@ -82,7 +85,7 @@ TEST_CASE("NeMo 23.07's own conf tree trains gpt3/126m with size overrides") {
 }
 
 TEST_CASE("NeMo 23.08.02's own conf tree trains llama/llama2_7b with its SentencePiece settings") {
-  test_support::TemporaryDirectory temporary;
+  TemporaryDirectory temporary;
   // NeMo's llama2_7b reads ${data_dir}/llama/llama_tokenizer.model: the test's small model.
   fs::create_directories(temporary.path / "data" / "llama");
   fs::copy_file(kSourceDir / "tests/data/sentencepiece_bpe.model",
@@ -99,7 +102,7 @@ TEST_CASE("NeMo 23.08.02's own conf tree trains llama/llama2_7b with its Sentenc
   }
   CHECK(run.output.find("is not a key this launcher knows") == std::string::npos);
   const fs::path results = temporary.path / "results" / "llama2_7b";
-  const std::string script = test_support::read_file(results / "nemo-megatron-llama2_7b_submission.sh");
+  const std::string script = read_file(results / "nemo-megatron-llama2_7b_submission.sh");
   for (const std::string& flag : std::vector<std::string>{
        std::string("--tokenizer-type GPTSentencePieceTokenizer"),
         "--tokenizer-model " + (temporary.path / "data/llama/llama_tokenizer.model").string(),

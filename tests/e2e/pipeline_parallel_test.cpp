@@ -25,14 +25,24 @@
 
 namespace fs = std::filesystem;
 
+using test_support::check_resumed_bit_for_bit;
 using test_support::check_same_losses;
+using test_support::logged_losses;
+using test_support::mpirun_path;
+using test_support::output_tail;
+using test_support::read_file;
+using test_support::release_only;
+using test_support::run_pretrain;
+using test_support::TemporaryDirectory;
+using test_support::tensor_parallel_training_flags;
+using test_support::weight_difference;
 
 namespace {
 
 // The tensor-parallel tests' model with 8 layers (4 stages of two, or of two chunks).
 std::vector<std::string> pipeline_training_flags(const std::string& style, int tensor_parallel,
                                                  const fs::path& save) {
-  auto flags = test_support::tensor_parallel_training_flags(style, tensor_parallel, save);
+  auto flags = tensor_parallel_training_flags(style, tensor_parallel, save);
   const auto layers = std::find(flags.begin(), flags.end(), "--num-layers");
   *(layers + 1) = "8";
   return flags;
@@ -44,15 +54,15 @@ std::vector<std::string> pipeline_training_flags(const std::string& style, int t
 // over Open MPI in "a PP=2 checkpoint resumes at PP=2" (checkpoint tests) and the schedules'
 // unit tests.
 TEST_CASE("PP=2, PP=4 interleaved and TP=2 x PP=2 x DP=2 over Open MPI train as one process" *
-          test_support::release_only()) {
-  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
-  test_support::TemporaryDirectory directory;
+          release_only()) {
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  TemporaryDirectory directory;
   for (const std::string style : {"gpt2", "llama"}) {
     CAPTURE(style);
     const fs::path single_save = directory.path / (style + "_one");
     const fs::path single_log = directory.path / (style + "_one.log");
-    REQUIRE(test_support::run_pretrain(1, pipeline_training_flags(style, 1, single_save), single_log) == 0);
-    const auto expected = test_support::logged_losses(test_support::read_file(single_log));
+    REQUIRE(run_pretrain(1, pipeline_training_flags(style, 1, single_save), single_log) == 0);
+    const auto expected = logged_losses(read_file(single_log));
     REQUIRE(expected.size() == 20);
     struct Layout {
       int ranks;
@@ -75,12 +85,12 @@ TEST_CASE("PP=2, PP=4 interleaved and TP=2 x PP=2 x DP=2 over Open MPI train as 
       if (layout.ranks == 8) {
         flags.insert(flags.end(), {"--use-distributed-optimizer", "--sequence-parallel"});
       }
-      const int status = test_support::run_pretrain(layout.ranks, flags, log);
-      const std::string output = test_support::read_file(log);
-      INFO(test_support::output_tail(output));
+      const int status = run_pretrain(layout.ranks, flags, log);
+      const std::string output = read_file(log);
+      INFO(output_tail(output));
       REQUIRE(status == 0);
       int lines = 0;
-      check_same_losses(test_support::logged_losses(output, &lines), expected);
+      check_same_losses(logged_losses(output, &lines), expected);
       CHECK(lines == 20);  // printed once, by the last rank
       CHECK(output.find(fmt::format("> initialized pipeline model parallel with size {}",
                                     layout.pipeline_parallel)) != std::string::npos);
@@ -93,7 +103,7 @@ TEST_CASE("PP=2, PP=4 interleaved and TP=2 x PP=2 x DP=2 over Open MPI train as 
           layout.pipeline_parallel)));
       CHECK_FALSE(fs::exists(backend::checkpoint_file_path(save, 20, 0)));  // no mp_rank_00
       std::string worst_tensor;
-      const double difference = test_support::weight_difference(save, single_save, 20, &worst_tensor);
+      const double difference = weight_difference(save, single_save, 20, &worst_tensor);
       CAPTURE(worst_tensor);
       CHECK(difference <= 1e-5);
     }
@@ -101,8 +111,8 @@ TEST_CASE("PP=2, PP=4 interleaved and TP=2 x PP=2 x DP=2 over Open MPI train as 
 }
 
 TEST_CASE("a PP=2 checkpoint resumes at PP=2 with the uninterrupted losses — another size is refused") {
-  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
-  test_support::TemporaryDirectory directory;
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  TemporaryDirectory directory;
   auto pipelined = [&](const fs::path& save) {
     auto flags = pipeline_training_flags("gpt2", 1, save);
     flags.insert(flags.end(), {"--pipeline-model-parallel-size", "2"});
@@ -110,41 +120,35 @@ TEST_CASE("a PP=2 checkpoint resumes at PP=2 with the uninterrupted losses — a
   };
   const fs::path whole_save = directory.path / "whole";
   const fs::path whole_log = directory.path / "whole.log";
-  REQUIRE(test_support::run_pretrain(2, pipelined(whole_save), whole_log) == 0);
-  const auto expected = test_support::logged_losses(test_support::read_file(whole_log));
+  REQUIRE(run_pretrain(2, pipelined(whole_save), whole_log) == 0);
+  const auto expected = logged_losses(read_file(whole_log));
 
   const fs::path save = directory.path / "halves";
   auto first_half = pipelined(save);
   first_half.insert(first_half.end(), {"--exit-interval", "10", "--eval-iters", "0"});
-  REQUIRE(test_support::run_pretrain(2, first_half, directory.path / "first.log") == 0);
+  REQUIRE(run_pretrain(2, first_half, directory.path / "first.log") == 0);
   auto second_half = pipelined(save);
   second_half.insert(second_half.end(), {"--load", save.string()});
   const fs::path log = directory.path / "second.log";
-  REQUIRE(test_support::run_pretrain(2, second_half, log) == 0);
-  const std::string output = test_support::read_file(log);
-  INFO(test_support::output_tail(output));
-  const auto resumed = test_support::logged_losses(output);
-  REQUIRE(resumed.size() == 10);
-  for (const auto& entry : resumed) {
-    const int iteration = entry.first;
-    CAPTURE(iteration);
-    CHECK(entry.second == expected.at(iteration));  // bit for bit: the same layout
-  }
+  REQUIRE(run_pretrain(2, second_half, log) == 0);
+  const std::string output = read_file(log);
+  INFO(output_tail(output));
+  check_resumed_bit_for_bit(output, expected, 10);  // bit for bit: the same layout
 
   // One process with the PP=2 save: refused, naming both sizes and the resharding command.
   auto one_process = pipeline_training_flags("gpt2", 1, directory.path / "other");
   one_process.insert(one_process.end(), {"--load", save.string()});
   const fs::path refused_log = directory.path / "refused.log";
-  CHECK(test_support::run_pretrain(1, one_process, refused_log) != 0);
-  const std::string refused = test_support::read_file(refused_log);
-  INFO(test_support::output_tail(refused));
+  CHECK(run_pretrain(1, one_process, refused_log) != 0);
+  const std::string refused = read_file(refused_log);
+  INFO(output_tail(refused));
   CHECK(refused.find("was saved with --pipeline-model-parallel-size 2") != std::string::npos);
   CHECK(refused.find("--target-tensor-parallel-size 1 --target-pipeline-parallel-size 1, then "
                      "--load NEWDIR") != std::string::npos);
 }
 
 TEST_CASE("pipeline layouts Megatron refuses are refused before training, naming the flags") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   struct Refusal {
     std::vector<std::string> flags;
     int ranks;
@@ -166,9 +170,9 @@ TEST_CASE("pipeline layouts Megatron refuses are refused before training, naming
     auto flags = pipeline_training_flags("gpt2", 1, directory.path / "save");
     flags.insert(flags.end(), refusal.flags.begin(), refusal.flags.end());
     const fs::path log = directory.path / "refused.log";
-    CHECK(test_support::run_pretrain(refusal.ranks, flags, log) != 0);
-    const std::string output = test_support::read_file(log);
-    INFO(test_support::output_tail(output));
+    CHECK(run_pretrain(refusal.ranks, flags, log) != 0);
+    const std::string output = read_file(log);
+    INFO(output_tail(output));
     CHECK(output.find(refusal.message) != std::string::npos);
   }
 }

@@ -27,22 +27,34 @@
 
 namespace fs = std::filesystem;
 
+using test_support::check_resumed_bit_for_bit;
 using test_support::check_same_losses;
+using test_support::logged_losses;
+using test_support::mpirun_path;
+using test_support::output_tail;
+using test_support::read_file;
+using test_support::release_only;
+using test_support::run_pretrain;
+using test_support::TemporaryDirectory;
 using test_support::tensor_parallel_training_flags;
+using test_support::weight_difference;
 
 // release-only: 2 minutes under the sanitizers; the sanitized build runs TP=2 with sequence
 // parallelism and DP=2 in the --overlap-grad-reduce test and TP=2 in "a TP=2 checkpoint
 // resumes at TP=2".
-TEST_CASE("TP=2 (with sequence parallelism), TP=2 x DP=2 and the distributed optimizer over Open MPI train as one process" *
-          test_support::release_only()) {
-  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
-  test_support::TemporaryDirectory directory;
+TEST_CASE(
+    "TP=2 (with sequence parallelism), TP=2 x DP=2 and the distributed optimizer over Open MPI "
+    "train as one process" *
+    release_only()) {
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  TemporaryDirectory directory;
   for (const std::string style : {"gpt2", "llama"}) {
     CAPTURE(style);
     const fs::path single_save = directory.path / (style + "_tp1");
     const fs::path single_log = directory.path / (style + "_tp1.log");
-    REQUIRE(test_support::run_pretrain(1, tensor_parallel_training_flags(style, 1, single_save), single_log) == 0);
-    const auto expected = test_support::logged_losses(test_support::read_file(single_log));
+    REQUIRE(run_pretrain(1, tensor_parallel_training_flags(style, 1, single_save), single_log) ==
+            0);
+    const auto expected = logged_losses(read_file(single_log));
     REQUIRE(expected.size() == 20);
     struct Layout {
       int ranks;
@@ -60,12 +72,12 @@ TEST_CASE("TP=2 (with sequence parallelism), TP=2 x DP=2 and the distributed opt
       auto flags = tensor_parallel_training_flags(style, 2, save);
       if (layout.distributed) flags.push_back("--use-distributed-optimizer");
       if (layout.sequence_parallel) flags.push_back("--sequence-parallel");
-      const int status = test_support::run_pretrain(layout.ranks, flags, log);
-      const std::string output = test_support::read_file(log);
-      INFO(output.substr(output.size() > 3000 ? output.size() - 3000 : 0));
+      const int status = run_pretrain(layout.ranks, flags, log);
+      const std::string output = read_file(log);
+      INFO(output_tail(output));
       REQUIRE(status == 0);
       int lines = 0;
-      check_same_losses(test_support::logged_losses(output, &lines), expected);
+      check_same_losses(logged_losses(output, &lines), expected);
       CHECK(lines == 20);  // printed once, by the last rank
       CHECK(output.find("> initialized tensor model parallel with size 2") != std::string::npos);
       // Megatron's per-rank parameter counts, from both tensor-parallel ranks of DP rank 0.
@@ -75,7 +87,7 @@ TEST_CASE("TP=2 (with sequence parallelism), TP=2 x DP=2 and the distributed opt
       CHECK(fs::is_regular_file(backend::checkpoint_file_path(save, 20, 1)));
       CHECK_FALSE(fs::exists(backend::checkpoint_file_path(save, 20, 2)));
       std::string worst_tensor;
-      const double difference = test_support::weight_difference(save, single_save, 20, &worst_tensor);
+      const double difference = weight_difference(save, single_save, 20, &worst_tensor);
       CAPTURE(worst_tensor);
       CHECK(difference <= 1e-5);
     }
@@ -83,38 +95,32 @@ TEST_CASE("TP=2 (with sequence parallelism), TP=2 x DP=2 and the distributed opt
 }
 
 TEST_CASE("a TP=2 checkpoint resumes at TP=2 with the uninterrupted losses — another size is refused") {
-  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
-  test_support::TemporaryDirectory directory;
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  TemporaryDirectory directory;
   const fs::path whole_save = directory.path / "whole";
   const fs::path whole_log = directory.path / "whole.log";
-  REQUIRE(test_support::run_pretrain(2, tensor_parallel_training_flags("gpt2", 2, whole_save), whole_log) == 0);
-  const auto expected = test_support::logged_losses(test_support::read_file(whole_log));
+  REQUIRE(run_pretrain(2, tensor_parallel_training_flags("gpt2", 2, whole_save), whole_log) == 0);
+  const auto expected = logged_losses(read_file(whole_log));
 
   const fs::path save = directory.path / "halves";
   auto first_half = tensor_parallel_training_flags("gpt2", 2, save);
   first_half.insert(first_half.end(), {"--exit-interval", "10", "--eval-iters", "0"});
-  REQUIRE(test_support::run_pretrain(2, first_half, directory.path / "first.log") == 0);
+  REQUIRE(run_pretrain(2, first_half, directory.path / "first.log") == 0);
   auto second_half = tensor_parallel_training_flags("gpt2", 2, save);
   second_half.insert(second_half.end(), {"--load", save.string()});
   const fs::path log = directory.path / "second.log";
-  REQUIRE(test_support::run_pretrain(2, second_half, log) == 0);
-  const std::string output = test_support::read_file(log);
-  INFO(output.substr(output.size() > 2000 ? output.size() - 2000 : 0));
-  const auto resumed = test_support::logged_losses(output);
-  REQUIRE(resumed.size() == 10);
-  for (const auto& entry : resumed) {
-    const int iteration = entry.first;
-    CAPTURE(iteration);
-    CHECK(entry.second == expected.at(iteration));  // bit for bit: the same layout
-  }
+  REQUIRE(run_pretrain(2, second_half, log) == 0);
+  const std::string output = read_file(log);
+  INFO(output_tail(output, 2000));
+  check_resumed_bit_for_bit(output, expected, 10);  // bit for bit: the same layout
 
   // One process with the TP=2 save: refused, naming both sizes and the resharding command
   // (tests/e2e/checkpoint_reshard_test.cpp runs it).
   auto one_process = tensor_parallel_training_flags("gpt2", 1, directory.path / "other");
   one_process.insert(one_process.end(), {"--load", save.string()});
   const fs::path refused_log = directory.path / "refused.log";
-  CHECK(test_support::run_pretrain(1, one_process, refused_log) != 0);
-  const std::string refused = test_support::read_file(refused_log);
+  CHECK(run_pretrain(1, one_process, refused_log) != 0);
+  const std::string refused = read_file(refused_log);
   CHECK(refused.find("was saved with --tensor-model-parallel-size 2") != std::string::npos);
   CHECK(refused.find("checkpoint_util --load " + save.string() +
                      " --save NEWDIR --target-tensor-parallel-size 1 "

@@ -43,13 +43,18 @@
 #include "test_files.hpp"
 
 using namespace launcher;
+using test_support::memory_backed_temp_directory;
+using test_support::pbs_directives;
+using test_support::release_only;
+using test_support::sbatch_directives;
+using test_support::TemporaryDirectory;
 namespace fs = std::filesystem;
 
 namespace {
 
-using test_support::write_file;
 using test_support::kSourceDir;
 using test_support::read_file;
+using test_support::write_file;
 
 // Each runs `pwned` (a stub that leaves a marker) if any part of it ever becomes code.
 std::vector<std::string> hostile_payloads() {
@@ -165,7 +170,7 @@ std::vector<std::string> container_scripts(const YAML::Node& manifest) {
 // templates (the source tree's), and work/ (the current directory, where relative paths land).
 struct Sandbox {
   // Thousands of launches: on tmpfs where there is one (memory_backed_temp_directory).
-  test_support::TemporaryDirectory root{"hostile_values", test_support::memory_backed_temp_directory()};
+  TemporaryDirectory root{"hostile_values", memory_backed_temp_directory()};
   fs::path bin = root.path / "bin";
   fs::path marker = root.path / "marker" / "pwned";
   fs::path run = root.path / "run";
@@ -247,7 +252,7 @@ Outcome launch(Sandbox& sandbox, QuietLogger& logger, const Node& config) {
 std::vector<std::string> directive_names(const std::string& type, const std::string& script, std::string& problem) {
   std::vector<std::string> names;
   if (type == "bcm") {
-    const auto directives = test_support::sbatch_directives(script);
+    const auto directives = sbatch_directives(script);
     if (directives.fatal) problem = "an #SBATCH line sbatch cannot read";
     if (directives.components != 1) problem = "#SBATCH lines splitting the job (hetjob)";
     for (const auto& argument : directives.arguments) {
@@ -255,7 +260,7 @@ std::vector<std::string> directive_names(const std::string& type, const std::str
       names.push_back(argument.substr(0, argument.find('=')));
     }
   } else if (type == "pbs") {
-    const auto directives = test_support::pbs_directives(script);
+    const auto directives = pbs_directives(script);
     if (!directives) {
       problem = "a #PBS line of an unexpected shape";
       return names;
@@ -445,11 +450,11 @@ std::string check_no_value_becomes_code(const std::string& cluster_type) {
 
 // One test case per cluster type, so that CTest can run them side by side. The sanitized build
 // runs the Slurm one (the richest renderer: sbatch directives, srun lines, pyxis options) and
-// leaves the other three to the release build (test_support::release_only(): not registered in
-// a sanitized build): each is ~2 minutes of in-process launches under ASan, and the renderers they add are
-// plain string building over the same quoting function.
+// leaves the other three to the release build (release_only(): not registered in
+// a sanitized build): each is ~2 minutes of in-process launches under ASan, and the renderers they
+// add are plain string building over the same quoting function.
 TEST_CASE("no hostile value in any field or key of the config becomes code: local cluster" *
-          test_support::release_only()) {
+          release_only()) {
   MESSAGE(check_no_value_becomes_code("local"));
 }
 
@@ -458,11 +463,11 @@ TEST_CASE("no hostile value in any field or key of the config becomes code: bcm 
 }
 
 TEST_CASE("no hostile value in any field or key of the config becomes code: pbs cluster" *
-          test_support::release_only()) {
+          release_only()) {
   MESSAGE(check_no_value_becomes_code("pbs"));
 }
 
 TEST_CASE("no hostile value in any field or key of the config becomes code: k8s cluster" *
-          test_support::release_only()) {
+          release_only()) {
   MESSAGE(check_no_value_becomes_code("k8s"));
 }

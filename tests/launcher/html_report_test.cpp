@@ -21,7 +21,11 @@
 
 using namespace launcher;
 namespace fs = std::filesystem;
+using test_support::file_version_event;
 using test_support::read_file;
+using test_support::scalar_event;
+using test_support::TemporaryDirectory;
+using test_support::tfrecord;
 
 namespace {
 
@@ -43,14 +47,14 @@ void write_run(const fs::path& dir, const std::string& name, int micro_batch_siz
                      "  model:\n    micro_batch_size: {}\n    encoder_seq_length: 32\n"
                      "    tensor_model_parallel_size: 2\n    pipeline_model_parallel_size: 1\n",
                      std::regex_replace(name, std::regex("'"), "''"), micro_batch_size);
-  std::string events = test_support::tfrecord(test_support::file_version_event(1.0));
+  std::string events = tfrecord(file_version_event(1.0));
   for (size_t i = 0; i < losses.size(); ++i) {
     const auto step = static_cast<int64_t>(i + 1);
-    events += test_support::tfrecord(test_support::scalar_event("lm loss", losses[i], step, 2.0));
-    events += test_support::tfrecord(test_support::scalar_event("lm loss vs samples", losses[i], step * 4, 2.0));
-    events += test_support::tfrecord(test_support::scalar_event("learning-rate", 1e-3f, step, 2.0));
-    events += test_support::tfrecord(test_support::scalar_event("batch-size", 4, step, 2.0));
-    events += test_support::tfrecord(test_support::scalar_event("iteration-time", 0.5f, step, 2.0));
+    events += tfrecord(scalar_event("lm loss", losses[i], step, 2.0));
+    events += tfrecord(scalar_event("lm loss vs samples", losses[i], step * 4, 2.0));
+    events += tfrecord(scalar_event("learning-rate", 1e-3f, step, 2.0));
+    events += tfrecord(scalar_event("batch-size", 4, step, 2.0));
+    events += tfrecord(scalar_event("iteration-time", 0.5f, step, 2.0));
   }
   std::ofstream(dir / "results" / "events.out.tfevents.1700000000.host.1.0", std::ios::binary) << events;
   std::ofstream(dir / ("log-" + name + "_7.out"))
@@ -120,7 +124,7 @@ TEST_CASE("a loss spanning more than a decade is drawn on a log scale with a tic
 }
 
 TEST_CASE("a report page of two runs: plots overlaid, layout, config diff, jobs, all escaped") {
-  test_support::TemporaryDirectory base;
+  TemporaryDirectory base;
   const fs::path first = base.path / "gpt3_126m";
   const std::string hostile = "<i>mbs4'\"&";
   const fs::path second = base.path / hostile;
@@ -162,7 +166,7 @@ TEST_CASE("a report page of two runs: plots overlaid, layout, config diff, jobs,
 }
 
 TEST_CASE("a run without event files is plotted from its job log, a run with neither is refused") {
-  test_support::TemporaryDirectory base;
+  TemporaryDirectory base;
   const fs::path run = base.path / "logs_only";
   fs::create_directories(run);
   std::ofstream(run / "log-logs_only_1.out")

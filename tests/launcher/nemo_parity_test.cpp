@@ -21,6 +21,9 @@
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
 
+using test_support::read_file;
+using test_support::TemporaryDirectory;
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -131,9 +134,9 @@ Rendered render_case(const ParityCase& parity, const fs::path& root) {
     return replace_all(std::move(text), results.string(), "@BASE_RESULTS_DIR@");
   };
   const fs::path run_dir = results / parity.run;
-  return {placeholders(test_support::read_file(run_dir / (parity.run + "_hydra.yaml"))),
-          placeholders(test_support::read_file(run_dir / (parity.run + "_launcher_config.yaml"))),
-          placeholders(test_support::read_file(run_dir / ("nemo-megatron-" + parity.run + "_submission.sh")))};
+  return {placeholders(read_file(run_dir / (parity.run + "_hydra.yaml"))),
+          placeholders(read_file(run_dir / (parity.run + "_launcher_config.yaml"))),
+          placeholders(read_file(run_dir / ("nemo-megatron-" + parity.run + "_submission.sh")))};
 }
 
 struct ScopedNoTemplatesOverride {
@@ -153,13 +156,13 @@ TEST_CASE("NeMo's four cases render as NeMo rendered them: <run>_hydra.yaml, #SB
   const ScopedNoTemplatesOverride templates_from_the_checkout;
   for (const auto& parity : kCases) {
     CAPTURE(parity.name);
-    test_support::TemporaryDirectory temporary;
+    TemporaryDirectory temporary;
     const Rendered ours = render_case(parity, temporary.path);
     const fs::path expected_dir = kData / "nemo_expected" / parity.name;
 
     // <run>_hydra.yaml: the training section, resolved, exactly as NeMo wrote it (this used to
     // be the whole composed config). Line by line first, so a failure names the first line.
-    const std::string nemo_yaml = test_support::read_file(expected_dir / (parity.run + "_hydra.yaml"));
+    const std::string nemo_yaml = read_file(expected_dir / (parity.run + "_hydra.yaml"));
     REQUIRE_FALSE(nemo_yaml.empty());
     const auto our_lines = lines_of(ours.hydra_yaml);
     const auto nemo_lines = lines_of(nemo_yaml);
@@ -177,7 +180,7 @@ TEST_CASE("NeMo's four cases render as NeMo rendered them: <run>_hydra.yaml, #SB
     CHECK(ours.whole_config.find("cluster_type: bcm\n") != std::string::npos);
 
     const std::string nemo_script =
-        test_support::read_file(expected_dir / ("nemo-megatron-" + parity.run + "_submission.sh"));
+        read_file(expected_dir / ("nemo-megatron-" + parity.run + "_submission.sh"));
     REQUIRE_FALSE(nemo_script.empty());
 
     // #SBATCH: the same lines in the same order.

@@ -14,14 +14,21 @@
 #include "launcher/tensorboard_reader.hpp"
 
 using namespace launcher;
+using test_support::file_version_event;
+using test_support::put_bytes_field;
+using test_support::put_little_endian;
+using test_support::put_varint;
+using test_support::scalar_event;
+using test_support::TemporaryDirectory;
+using test_support::tfrecord;
 namespace fs = std::filesystem;
 
 namespace {
 
 std::string three_records() {
-  return test_support::tfrecord(test_support::file_version_event(1700000000.5)) +
-         test_support::tfrecord(test_support::scalar_event("lm loss", 10.25f, 0, 1700000001.0)) +
-         test_support::tfrecord(test_support::scalar_event("learning-rate", 6e-4f, 12, 1700000002.0));
+  return tfrecord(file_version_event(1700000000.5)) +
+         tfrecord(scalar_event("lm loss", 10.25f, 0, 1700000001.0)) +
+         tfrecord(scalar_event("learning-rate", 6e-4f, 12, 1700000002.0));
 }
 
 }  // namespace
@@ -39,13 +46,13 @@ TEST_CASE("event records read back: tags, steps, float values, wall times") {
 }
 
 TEST_CASE("fields the report does not use are skipped by their wire type") {
-  std::string event = test_support::scalar_event("grad-norm", 2.5f, 3, 1.0);
-  test_support::put_varint(event, (9 << 3) | 0);  // an unknown varint field
-  test_support::put_varint(event, 300);
-  test_support::put_bytes_field(event, 7, "graph bytes");
-  test_support::put_varint(event, (8 << 3) | 5);  // an unknown fixed32
-  test_support::put_little_endian(event, 7, 4);
-  const auto events = parse_tensorboard_events(test_support::tfrecord(event), "f");
+  std::string event = scalar_event("grad-norm", 2.5f, 3, 1.0);
+  put_varint(event, (9 << 3) | 0);  // an unknown varint field
+  put_varint(event, 300);
+  put_bytes_field(event, 7, "graph bytes");
+  put_varint(event, (8 << 3) | 5);  // an unknown fixed32
+  put_little_endian(event, 7, 4);
+  const auto events = parse_tensorboard_events(tfrecord(event), "f");
   REQUIRE(events.size() == 1);
   CHECK(events[0].tag == "grad-norm");
   CHECK(events[0].value == 2.5);
@@ -53,7 +60,7 @@ TEST_CASE("fields the report does not use are skipped by their wire type") {
 
 TEST_CASE("a record cut short at the end is a job still writing: the records before it count") {
   const std::string whole = three_records();
-  const std::string last = test_support::tfrecord(test_support::scalar_event("lm loss", 9.0f, 13, 3.0));
+  const std::string last = tfrecord(scalar_event("lm loss", 9.0f, 13, 3.0));
   // Cut inside the header, inside the data, and inside the trailing CRC.
   for (const size_t keep : {size_t{5}, size_t{12}, size_t{20}, last.size() - 1}) {
     CAPTURE(keep);
@@ -65,7 +72,7 @@ TEST_CASE("a record cut short at the end is a job still writing: the records bef
 }
 
 TEST_CASE("a damaged record is an error naming the file and its byte offset") {
-  const std::string first = test_support::tfrecord(test_support::file_version_event(1.0));
+  const std::string first = tfrecord(file_version_event(1.0));
   std::string bytes = three_records();
   // A flipped bit in the second record's data.
   bytes[first.size() + 14] ^= 0x01;
@@ -84,12 +91,12 @@ TEST_CASE("a damaged record is an error naming the file and its byte offset") {
                        doctest::Contains("notes.txt: corrupt event record at byte offset 0"),
                        common::Error);
   // Well framed, but the data is not a protobuf message.
-  CHECK_THROWS_WITH_AS(parse_tensorboard_events(test_support::tfrecord("\x0f\x01"), "f"),
+  CHECK_THROWS_WITH_AS(parse_tensorboard_events(tfrecord("\x0f\x01"), "f"),
                        doctest::Contains("not a tensorflow.Event"), common::Error);
 }
 
 TEST_CASE("event files are found below a run directory in name (creation time) order") {
-  test_support::TemporaryDirectory run;
+  TemporaryDirectory run;
   fs::create_directories(run.path / "results");
   std::ofstream(run.path / "results" / "events.out.tfevents.1700000100.host.2.0") << three_records();
   std::ofstream(run.path / "results" / "events.out.tfevents.1700000000.host.1.0") << three_records();

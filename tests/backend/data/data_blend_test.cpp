@@ -16,6 +16,10 @@
 #include "tests/temporary_directory.hpp"
 
 using namespace backend;
+using test_support::dataset_reference;
+using test_support::numpy_available;
+using test_support::run_command;
+using test_support::TemporaryDirectory;
 
 namespace {
 std::vector<std::string> words(std::initializer_list<const char*> list) { return {list.begin(), list.end()}; }
@@ -67,7 +71,7 @@ TEST_CASE("weights are normalized, and must be finite, non-negative and not all 
 }
 
 TEST_CASE("normalized weights equal numpy's, bit for bit") {
-  if (!test_support::numpy_available()) return;
+  if (!numpy_available()) return;
   std::mt19937_64 generator(11);
   std::uniform_real_distribution<double> uniform(0, 1);
   for (int count : {3, 8, 9, 127, 128, 129, 300, 2419}) {
@@ -78,7 +82,7 @@ TEST_CASE("normalized weights equal numpy's, bit for bit") {
       if (!list.empty()) list += ',';
       list += fmt::format("{}", weight);
     }
-    const auto result = test_support::run_command(test_support::dataset_reference("normalize " + list));
+    const auto result = run_command(dataset_reference("normalize " + list));
     REQUIRE(result.exit_status == 0);
     std::istringstream lines(result.output);
     const auto ours = normalize_weights(weights, "w");
@@ -126,7 +130,7 @@ TEST_CASE("split bounds round half to even, as Python's round()") {
 }
 
 TEST_CASE("--data-file-list and --data-args-path files") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const auto list = directory.path / "blend.txt";
   std::ofstream(list) << "# the ALCF data file list\n"
                          "0.25 /data/books_text_document\n"

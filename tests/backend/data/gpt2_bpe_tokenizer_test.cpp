@@ -19,6 +19,13 @@
 #include "test_files.hpp"
 
 using namespace backend;
+using test_support::from_hex;
+using test_support::kGpt2Merges;
+using test_support::kGpt2Vocab;
+using test_support::kTestData;
+using test_support::read_file;
+using test_support::TemporaryDirectory;
+using test_support::write_file;
 
 namespace {
 
@@ -33,7 +40,7 @@ struct BpeFixture {
 const std::vector<BpeFixture>& fixtures() {
   static const std::vector<BpeFixture> all = [] {
     std::vector<BpeFixture> result;
-    std::ifstream in(test_support::kTestData + "/gpt2_tokenizer_fixtures.jsonl");
+    std::ifstream in(kTestData + "/gpt2_tokenizer_fixtures.jsonl");
     REQUIRE(in);
     std::string line;
     while (std::getline(in, line)) {
@@ -42,8 +49,8 @@ const std::vector<BpeFixture>& fixtures() {
       if (record.contains("text")) {
         fixture.input = fixture.expected = record["text"].get<std::string>();
       } else {
-        fixture.input = test_support::from_hex(record["bytes_hex"].get<std::string>());
-        fixture.expected = test_support::from_hex(record["decoded_hex"].get<std::string>());
+        fixture.input = from_hex(record["bytes_hex"].get<std::string>());
+        fixture.expected = from_hex(record["decoded_hex"].get<std::string>());
         fixture.invalid_utf8 = true;
       }
       fixture.ids = record["ids"].get<std::vector<int32_t>>();
@@ -82,7 +89,7 @@ std::string error_of(const std::filesystem::path& vocab, const std::filesystem::
 }  // namespace
 
 TEST_CASE("GPT-2 BPE gives the reference ids on every fixture") {
-  Gpt2BpeTokenizer tokenizer(test_support::kGpt2Vocab, test_support::kGpt2Merges);
+  Gpt2BpeTokenizer tokenizer(kGpt2Vocab, kGpt2Merges);
   REQUIRE(fixtures().size() > 2000);
   int python_only = 0, invalid = 0;
   for (const BpeFixture& fixture : fixtures()) {
@@ -97,10 +104,12 @@ TEST_CASE("GPT-2 BPE gives the reference ids on every fixture") {
 }
 
 TEST_CASE("the heap merge, the scan merge and a small word cache give the same ids") {
-  Gpt2BpeTokenizer heap_only(test_support::kGpt2Vocab, test_support::kGpt2Merges, {.word_cache_entries = 0, .heap_merge_min_bytes = 0});
-  Gpt2BpeTokenizer scan_only(test_support::kGpt2Vocab, test_support::kGpt2Merges,
+  Gpt2BpeTokenizer heap_only(kGpt2Vocab, kGpt2Merges,
+                             {.word_cache_entries = 0, .heap_merge_min_bytes = 0});
+  Gpt2BpeTokenizer scan_only(kGpt2Vocab, kGpt2Merges,
                              {.word_cache_entries = 0, .heap_merge_min_bytes = 1 << 30});
-  Gpt2BpeTokenizer small_cache(test_support::kGpt2Vocab, test_support::kGpt2Merges, {.word_cache_entries = 7, .heap_merge_min_bytes = 48});
+  Gpt2BpeTokenizer small_cache(kGpt2Vocab, kGpt2Merges,
+                               {.word_cache_entries = 7, .heap_merge_min_bytes = 48});
   CHECK(count_mismatches(heap_only) == 0);
   CHECK(count_mismatches(scan_only) == 0);
   CHECK(count_mismatches(small_cache) == 0);
@@ -110,7 +119,7 @@ TEST_CASE("the heap merge, the scan merge and a small word cache give the same i
 }
 
 TEST_CASE("detokenize gives back the text, or the repaired text for invalid UTF-8") {
-  Gpt2BpeTokenizer tokenizer(test_support::kGpt2Vocab, test_support::kGpt2Merges);
+  Gpt2BpeTokenizer tokenizer(kGpt2Vocab, kGpt2Merges);
   for (const BpeFixture& fixture : fixtures()) {
     CHECK(tokenizer.detokenize(fixture.ids) == fixture.expected);
   }
@@ -122,7 +131,7 @@ TEST_CASE("detokenize gives back the text, or the repaired text for invalid UTF-
 }
 
 TEST_CASE("<|endoftext|> is eod 50256 and, inside text, ordinary text") {
-  Gpt2BpeTokenizer tokenizer(test_support::kGpt2Vocab, test_support::kGpt2Merges);
+  Gpt2BpeTokenizer tokenizer(kGpt2Vocab, kGpt2Merges);
   CHECK(tokenizer.vocab_size() == 50257);
   CHECK(tokenizer.eod() == 50256);
   CHECK(tokenizer.detokenize(std::vector<int32_t>{50256}) == "<|endoftext|>");
@@ -135,7 +144,7 @@ TEST_CASE("<|endoftext|> is eod 50256 and, inside text, ordinary text") {
 }
 
 TEST_CASE("pre-tokenization follows the pattern's alternatives and Python's \\s") {
-  Gpt2BpeTokenizer tokenizer(test_support::kGpt2Vocab, test_support::kGpt2Merges);
+  Gpt2BpeTokenizer tokenizer(kGpt2Vocab, kGpt2Merges);
   using Pieces = std::vector<std::string_view>;
   CHECK(tokenizer.pretokenize("Hello  world") == Pieces{"Hello", " ", " world"});
   CHECK(tokenizer.pretokenize("don't I'M 'S") == Pieces{"don", "'t", " I", "'", "M", " '", "S"});
@@ -155,26 +164,27 @@ TEST_CASE("pre-tokenization follows the pattern's alternatives and Python's \\s"
 }
 
 TEST_CASE("a missing or malformed vocab.json is reported with its file and line") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const auto missing = directory.path / "missing.json";
-  CHECK(error_of(missing, test_support::kGpt2Merges).find("cannot read --vocab-file " + missing.string()) == 0);
+  CHECK(error_of(missing, kGpt2Merges).find("cannot read --vocab-file " + missing.string()) == 0);
 
   const auto bad_json = directory.path / "vocab.json";
-  test_support::write_file(bad_json, "{\n  \"a\": 1,\n  \"b\" 2\n}\n");
-  CHECK(error_of(bad_json, test_support::kGpt2Merges).find(bad_json.string() + ":3:") == 0);
+  write_file(bad_json, "{\n  \"a\": 1,\n  \"b\" 2\n}\n");
+  CHECK(error_of(bad_json, kGpt2Merges).find(bad_json.string() + ":3:") == 0);
 
-  test_support::write_file(bad_json, "[1, 2, 3]");
-  CHECK(error_of(bad_json, test_support::kGpt2Merges).find("must be a JSON object") != std::string::npos);
+  write_file(bad_json, "[1, 2, 3]");
+  CHECK(error_of(bad_json, kGpt2Merges).find("must be a JSON object") != std::string::npos);
 
   // A number beyond a double is valid JSON syntax that nlohmann refuses with out_of_range, not
   // parse_error: it ended in an internal error.
-  test_support::write_file(bad_json, "{\"a\": 1e999}");
-  CHECK(error_of(bad_json, test_support::kGpt2Merges).find(bad_json.string() + ": --vocab-file is not valid JSON") == 0);
+  write_file(bad_json, "{\"a\": 1e999}");
+  CHECK(error_of(bad_json, kGpt2Merges)
+            .find(bad_json.string() + ": --vocab-file is not valid JSON") == 0);
 
-  auto vocab = nlohmann::json::parse(test_support::read_file(test_support::kGpt2Vocab));
+  auto vocab = nlohmann::json::parse(read_file(kGpt2Vocab));
   const auto write_vocab = [&](const nlohmann::json& contents) {
-    test_support::write_file(bad_json, contents.dump());
-    return error_of(bad_json, test_support::kGpt2Merges);
+    write_file(bad_json, contents.dump());
+    return error_of(bad_json, kGpt2Merges);
   };
   auto changed = vocab;
   changed["\u0120the"] = 50257;
@@ -200,30 +210,32 @@ TEST_CASE("a missing or malformed vocab.json is reported with its file and line"
 }
 
 TEST_CASE("a missing or malformed merges.txt is reported with its file and line") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const auto merges = directory.path / "merges.txt";
-  CHECK(error_of(test_support::kGpt2Vocab, merges).find("cannot read --merge-file " + merges.string()) == 0);
+  CHECK(error_of(kGpt2Vocab, merges).find("cannot read --merge-file " + merges.string()) == 0);
 
-  test_support::write_file(merges, "#version: 0.2\n\u0120 t\n\u0120 a\nh e llo\n");
-  CHECK(error_of(test_support::kGpt2Vocab, merges).find(merges.string() + ":4: a merge is two tokens") == 0);
-  test_support::write_file(merges, "#version: 0.2\n\u0120 t\nhello\n");
-  CHECK(error_of(test_support::kGpt2Vocab, merges).find(merges.string() + ":3: a merge is two tokens") == 0);
-  test_support::write_file(merges, "#version: 0.2\n\u0120 t\n\u0120t notatoken_xyzzy\n");
-  CHECK(error_of(test_support::kGpt2Vocab, merges).find(merges.string() +
-                                      ":3: token \"notatoken_xyzzy\" is not in the vocabulary") == 0);
-  test_support::write_file(merges, "#version: 0.2\n\u0120the \u0120the\n");
-  CHECK(error_of(test_support::kGpt2Vocab, merges).find(merges.string() +
-                                      ":2: the merged token \"\u0120the\u0120the\"") == 0);
-  test_support::write_file(merges, "#version: 0.2\n\u20ac t\n");
-  CHECK(error_of(test_support::kGpt2Vocab, merges).find(merges.string() + ":2: token \"\u20ac\" contains U+20AC") == 0);
-  test_support::write_file(merges, "#version: 0.2\n\xff t\n");
-  CHECK(error_of(test_support::kGpt2Vocab, merges).find(merges.string() + ":2: not valid UTF-8") == 0);
+  write_file(merges, "#version: 0.2\n\u0120 t\n\u0120 a\nh e llo\n");
+  CHECK(error_of(kGpt2Vocab, merges).find(merges.string() + ":4: a merge is two tokens") == 0);
+  write_file(merges, "#version: 0.2\n\u0120 t\nhello\n");
+  CHECK(error_of(kGpt2Vocab, merges).find(merges.string() + ":3: a merge is two tokens") == 0);
+  write_file(merges, "#version: 0.2\n\u0120 t\n\u0120t notatoken_xyzzy\n");
+  CHECK(error_of(kGpt2Vocab, merges)
+            .find(merges.string() + ":3: token \"notatoken_xyzzy\" is not in the vocabulary") == 0);
+  write_file(merges, "#version: 0.2\n\u0120the \u0120the\n");
+  CHECK(error_of(kGpt2Vocab, merges)
+            .find(merges.string() + ":2: the merged token \"\u0120the\u0120the\"") == 0);
+  write_file(merges, "#version: 0.2\n\u20ac t\n");
+  CHECK(
+      error_of(kGpt2Vocab, merges).find(merges.string() + ":2: token \"\u20ac\" contains U+20AC") ==
+      0);
+  write_file(merges, "#version: 0.2\n\xff t\n");
+  CHECK(error_of(kGpt2Vocab, merges).find(merges.string() + ":2: not valid UTF-8") == 0);
 
   // A short merges file is valid: fewer merges, still lossless byte-level tokens.
-  test_support::write_file(merges, "#version: 0.2\r\n\u0120 t\r\n\r\nh e\r\n");
+  write_file(merges, "#version: 0.2\r\n\u0120 t\r\n\r\nh e\r\n");
   // " the" is Ġ t h e: rank 0 merges Ġt, rank 1 (after the blank line) merges he.
-  Gpt2BpeTokenizer tokenizer(test_support::kGpt2Vocab, merges);
-  const auto vocab = nlohmann::json::parse(test_support::read_file(test_support::kGpt2Vocab));
+  Gpt2BpeTokenizer tokenizer(kGpt2Vocab, merges);
+  const auto vocab = nlohmann::json::parse(read_file(kGpt2Vocab));
   CHECK(tokenizer.tokenize(" the") ==
         std::vector<int32_t>{vocab["\u0120t"].get<int32_t>(), vocab["he"].get<int32_t>()});
   CHECK(tokenizer.tokenize(" at") == std::vector<int32_t>{vocab["\u0120"].get<int32_t>(),
@@ -233,8 +245,11 @@ TEST_CASE("a missing or malformed merges.txt is reported with its file and line"
 
 TEST_CASE("build_tokenizer names the missing flag") {
   CHECK_THROWS_WITH_AS(build_tokenizer({.tokenizer_type = "GPT2BPETokenizer",
-                                        .vocab_file = test_support::kGpt2Vocab, .merge_file = "", .vocab_size = 0,
-                                        .tokenizer_model = "", .vocab_extra_ids = 0}),
+                                        .vocab_file = kGpt2Vocab,
+                                        .merge_file = "",
+                                        .vocab_size = 0,
+                                        .tokenizer_model = "",
+                                        .vocab_extra_ids = 0}),
                        doctest::Contains("--merge-file"), common::Error);
   CHECK_THROWS_WITH_AS(build_tokenizer({.tokenizer_type = "SentencePieceTokenizer",
                                         .vocab_file = "", .merge_file = "", .vocab_size = 0,
@@ -249,8 +264,11 @@ TEST_CASE("build_tokenizer names the missing flag") {
                                          "SentencePieceTokenizer, GPTSentencePieceTokenizer, "
                                          "Llama2Tokenizer, HuggingFaceTokenizer"),
                        common::Error);
-  const auto tokenizer = build_tokenizer(
-      {.tokenizer_type = "GPT2BPETokenizer", .vocab_file = test_support::kGpt2Vocab, .merge_file = test_support::kGpt2Merges,
-       .vocab_size = 0, .tokenizer_model = "", .vocab_extra_ids = 0});
+  const auto tokenizer = build_tokenizer({.tokenizer_type = "GPT2BPETokenizer",
+                                          .vocab_file = kGpt2Vocab,
+                                          .merge_file = kGpt2Merges,
+                                          .vocab_size = 0,
+                                          .tokenizer_model = "",
+                                          .vocab_extra_ids = 0});
   CHECK(tokenizer->eod() == 50256);
 }

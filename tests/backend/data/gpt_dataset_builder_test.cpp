@@ -14,17 +14,19 @@
 #include "tests/temporary_directory.hpp"
 
 using namespace backend;
+using test_support::random_lengths;
+using test_support::TemporaryDirectory;
+using test_support::write_fixture_dataset;
 
 namespace {
 
 struct Corpus {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   std::vector<std::string> prefixes;
   explicit Corpus(std::vector<int> sequence_counts) {
     for (size_t i = 0; i < sequence_counts.size(); ++i) {
       prefixes.push_back((directory.path / fmt::format("shard{}_text_document", i)).string());
-      test_support::write_fixture_dataset(prefixes.back(),
-                                          test_support::random_lengths(sequence_counts[i], 5, 40, 100 + i));
+      write_fixture_dataset(prefixes.back(), random_lengths(sequence_counts[i], 5, 40, 100 + i));
     }
   }
 };

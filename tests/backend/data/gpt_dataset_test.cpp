@@ -19,6 +19,13 @@
 #include "tests/temporary_directory.hpp"
 
 using namespace backend;
+using test_support::dataset_reference;
+using test_support::fixture_token;
+using test_support::numpy_available;
+using test_support::random_lengths;
+using test_support::run_command;
+using test_support::TemporaryDirectory;
+using test_support::write_fixture_dataset;
 
 namespace {
 
@@ -65,7 +72,7 @@ TEST_CASE("epochs: the fewest that cover the samples — the final one apart bel
 }
 
 TEST_CASE("the index arrays: every token used once per epoch, samples overlapping by one") {
-  const std::vector<int32_t> lengths = test_support::random_lengths(60, 0, 40, 3);
+  const std::vector<int32_t> lengths = random_lengths(60, 0, 40, 3);
   for (const auto& [begin, end, epochs, separate] :
        {std::tuple{0, 60, 1, false}, std::tuple{10, 50, 3, false}, std::tuple{5, 60, 4, true}}) {
     const int first_document = begin;  // clang 14 cannot capture a structured binding (CAPTURE)
@@ -118,10 +125,10 @@ TEST_CASE("the index arrays: every token used once per epoch, samples overlappin
 }
 
 TEST_CASE("samples are seq_length + 1 consecutive tokens of the shuffled document stream") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const std::string prefix = (directory.path / "corpus_text_document").string();
-  const auto lengths = test_support::random_lengths(40, 0, 30, 5);
-  test_support::write_fixture_dataset(prefix, lengths);
+  const auto lengths = random_lengths(40, 0, 30, 5);
+  write_fixture_dataset(prefix, lengths);
   auto indexed = std::make_shared<const IndexedDataset>(prefix);
   const int64_t seq = 8;
   GptDataset dataset(indexed, prefix, 4, 36, 70, Split::validation, config_with(seq));
@@ -134,7 +141,8 @@ TEST_CASE("samples are seq_length + 1 consecutive tokens of the shuffled documen
   const auto shuffle = read_npy_values(base + "-shuffle_index.npy");
   std::vector<int32_t> stream;
   for (int64_t sequence : document_index) {
-    for (int32_t t = 0; t < lengths[static_cast<size_t>(sequence)]; ++t) stream.push_back(test_support::fixture_token(sequence, t));
+    for (int32_t t = 0; t < lengths[static_cast<size_t>(sequence)]; ++t)
+      stream.push_back(fixture_token(sequence, t));
   }
   std::vector<int32_t> sample(static_cast<size_t>(seq + 1));
   for (int64_t i = 0; i < dataset.size(); ++i) {
@@ -149,9 +157,9 @@ TEST_CASE("samples are seq_length + 1 consecutive tokens of the shuffled documen
 }
 
 TEST_CASE("the cache: built once, memory-mapped after, keyed by the description") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const std::string prefix = (directory.path / "c").string();
-  test_support::write_fixture_dataset(prefix, test_support::random_lengths(50, 1, 20, 9));
+  write_fixture_dataset(prefix, random_lengths(50, 1, 20, 9));
   auto indexed = std::make_shared<const IndexedDataset>(prefix);
   const GptDatasetConfig config = config_with(4);
 
@@ -203,9 +211,9 @@ TEST_CASE("the cache: built once, memory-mapped after, keyed by the description"
 
 TEST_CASE("threads building the same cache at once all succeed and agree") {
   // Same process, same pid: every temporary name must still be unique to its writer.
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const std::string prefix = (directory.path / "c").string();
-  test_support::write_fixture_dataset(prefix, test_support::random_lengths(3000, 1, 60, 4));
+  write_fixture_dataset(prefix, random_lengths(3000, 1, 60, 4));
   auto indexed = std::make_shared<const IndexedDataset>(prefix);
   for (int round = 0; round < 5; ++round) {
     CAPTURE(round);
@@ -236,9 +244,9 @@ TEST_CASE("threads building the same cache at once all succeed and agree") {
 }
 
 TEST_CASE("an empty range gives a dataset without samples and without cache files") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const std::string prefix = (directory.path / "e").string();
-  test_support::write_fixture_dataset(prefix, {5, 0, 0, 7});
+  write_fixture_dataset(prefix, {5, 0, 0, 7});
   auto indexed = std::make_shared<const IndexedDataset>(prefix);
   GptDataset empty(indexed, prefix, 1, 3, 10, Split::test, config_with(4));
   CHECK(empty.size() == 0);
@@ -248,10 +256,10 @@ TEST_CASE("an empty range gives a dataset without samples and without cache file
 }
 
 TEST_CASE("the indices equal a numpy transcription of Megatron's, element for element") {
-  if (!test_support::numpy_available()) return;
-  test_support::TemporaryDirectory directory;
+  if (!numpy_available()) return;
+  TemporaryDirectory directory;
   const std::string prefix = (directory.path / "parity_text_document").string();
-  test_support::write_fixture_dataset(prefix, test_support::random_lengths(300, 0, 120, 17));
+  write_fixture_dataset(prefix, random_lengths(300, 0, 120, 17));
   auto indexed = std::make_shared<const IndexedDataset>(prefix);
   struct Case {
     int64_t begin, end;
@@ -273,7 +281,7 @@ TEST_CASE("the indices equal a numpy transcription of Megatron's, element for el
     GptDatasetConfig config = config_with(c.seq);
     config.random_seed = c.seed;
     GptDataset dataset(indexed, prefix, c.begin, c.end, c.samples, Split::train, config);
-    const auto result = test_support::run_command(test_support::dataset_reference(fmt::format(
+    const auto result = run_command(dataset_reference(fmt::format(
         "gpt {}.idx {} {} {} {} {} {}", prefix, c.begin, c.end,
         c.samples ? std::to_string(*c.samples) : "None", c.seq, c.seed, cache_base(dataset))));
     CAPTURE(c.samples.value_or(-1));

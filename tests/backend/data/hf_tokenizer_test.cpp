@@ -31,19 +31,24 @@
 using namespace backend;
 namespace fs = std::filesystem;
 using nlohmann::json;
+using test_support::from_hex;
+using test_support::kTestData;
+using test_support::read_file;
+using test_support::TemporaryDirectory;
+using test_support::write_file;
 
 namespace {
 
 // Llama 3's tokenizer directory: tokenizer.json decompressed (with the project's own reader)
 // into a directory that lives until the test program ends.
 const fs::path& llama3_directory() {
-  static test_support::TemporaryDirectory directory("hf_tokenizer_test");
+  static TemporaryDirectory directory("hf_tokenizer_test");
   static const bool ready = [] {
-    CompressedInput input(test_support::kTestData + "/llama3/tokenizer.json.xz");
+    CompressedInput input(kTestData + "/llama3/tokenizer.json.xz");
     std::ofstream out(directory.path / "tokenizer.json", std::ios::binary);
     std::vector<char> buffer(1 << 20);
     while (const size_t n = input.read(buffer.data(), buffer.size())) out.write(buffer.data(), n);
-    fs::copy_file(test_support::kTestData + "/llama3/tokenizer_config.json",
+    fs::copy_file(kTestData + "/llama3/tokenizer_config.json",
                   directory.path / "tokenizer_config.json");
     return out.good();
   }();
@@ -64,14 +69,14 @@ struct HfFixture {
 
 std::vector<HfFixture> read_fixtures(const std::string& name) {
   std::vector<HfFixture> result;
-  std::ifstream in(test_support::kTestData + "/" + name);
+  std::ifstream in(kTestData + "/" + name);
   REQUIRE(in);
   std::string line;
   while (std::getline(in, line)) {
     const auto record = json::parse(line);
     HfFixture fixture;
     fixture.text = record.contains("text") ? record["text"].get<std::string>()
-                                           : test_support::from_hex(record["bytes_hex"].get<std::string>());
+                                           : from_hex(record["bytes_hex"].get<std::string>());
     fixture.ids = record["ids"].get<std::vector<int32_t>>();
     fixture.python_only = record.value("python_only", false);
     result.push_back(std::move(fixture));
@@ -94,7 +99,7 @@ int count_mismatches(Tokenizer& tokenizer, const std::vector<HfFixture>& fixture
 // Split with GPT-2's regex and ByteLevel{use_regex: false} instead of ByteLevel alone.
 fs::path write_gpt2_tokenizer(const fs::path& directory, bool split_regex) {
   json merges = json::array();
-  std::istringstream lines(test_support::read_file(test_support::kTestData + "/gpt2-merges.txt"));
+  std::istringstream lines(read_file(kTestData + "/gpt2-merges.txt"));
   std::string line;
   for (bool first = true; std::getline(lines, line); first = false) {
     if (first && line.starts_with("#version")) continue;  // merges such as "# #" start with '#'
@@ -113,23 +118,38 @@ fs::path write_gpt2_tokenizer(const fs::path& directory, bool split_regex) {
            {"invert", false}},
           byte_level}}};
   }
-  const json tokenizer = {
-      {"version", "1.0"},
-      {"added_tokens",
-       {{{"id", 50256}, {"content", "<|endoftext|>"}, {"single_word", false}, {"lstrip", false},
-         {"rstrip", false}, {"normalized", true}, {"special", true}}}},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", pre_tokenizer},
-      {"post_processor", {{"type", "ByteLevel"}, {"add_prefix_space", true},
-                          {"trim_offsets", false}, {"use_regex", true}}},
-      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
-                   {"use_regex", true}}},
-      {"model",
-       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-        {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
-        {"vocab", json::parse(test_support::read_file(test_support::kTestData + "/gpt2-vocab.json"))}, {"merges", merges}}}};
-  test_support::write_file(directory / "tokenizer.json", tokenizer.dump());
-  test_support::write_file(directory / "special_tokens_map.json",
+  const json tokenizer = {{"version", "1.0"},
+                          {"added_tokens",
+                           {{{"id", 50256},
+                             {"content", "<|endoftext|>"},
+                             {"single_word", false},
+                             {"lstrip", false},
+                             {"rstrip", false},
+                             {"normalized", true},
+                             {"special", true}}}},
+                          {"normalizer", nullptr},
+                          {"pre_tokenizer", pre_tokenizer},
+                          {"post_processor",
+                           {{"type", "ByteLevel"},
+                            {"add_prefix_space", true},
+                            {"trim_offsets", false},
+                            {"use_regex", true}}},
+                          {"decoder",
+                           {{"type", "ByteLevel"},
+                            {"add_prefix_space", true},
+                            {"trim_offsets", true},
+                            {"use_regex", true}}},
+                          {"model",
+                           {{"type", "BPE"},
+                            {"dropout", nullptr},
+                            {"unk_token", nullptr},
+                            {"continuing_subword_prefix", ""},
+                            {"end_of_word_suffix", ""},
+                            {"fuse_unk", false},
+                            {"vocab", json::parse(read_file(kTestData + "/gpt2-vocab.json"))},
+                            {"merges", merges}}}};
+  write_file(directory / "tokenizer.json", tokenizer.dump());
+  write_file(directory / "special_tokens_map.json",
              R"({"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"})");
   return directory;
 }
@@ -161,8 +181,8 @@ json tiny_tokenizer() {
 
 fs::path write_tiny(const fs::path& directory, const json& tokenizer,
                     const std::string& config = R"({"eos_token": {"content": "<|eos|>"}})") {
-  test_support::write_file(directory / "tokenizer.json", tokenizer.dump());
-  test_support::write_file(directory / "tokenizer_config.json", config);
+  write_file(directory / "tokenizer.json", tokenizer.dump());
+  write_file(directory / "tokenizer_config.json", config);
   return directory;
 }
 
@@ -209,10 +229,10 @@ TEST_CASE("Llama 3: Megatron's vocab size, eod and BOS, and special tokens in th
   // Invalid UTF-8 is replaced as Python's decode("utf-8", "replace") does before encoding.
   CHECK(tokenizer->tokenize(std::string("x\xF0\x9F\x98 y")) == tokenizer->tokenize("x\uFFFD y"));
   // eos from special_tokens_map.json when tokenizer_config.json has none; the file path works too.
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   fs::copy_file(llama3_directory() / "tokenizer.json", directory.path / "tokenizer.json");
-  test_support::write_file(directory.path / "tokenizer_config.json", R"({"model_max_length": 8192})");
-  test_support::write_file(directory.path / "special_tokens_map.json", R"({"eos_token": "<|eot_id|>"})");
+  write_file(directory.path / "tokenizer_config.json", R"({"model_max_length": 8192})");
+  write_file(directory.path / "special_tokens_map.json", R"({"eos_token": "<|eot_id|>"})");
   const auto built = build_tokenizer({.tokenizer_type = "HuggingFaceTokenizer", .vocab_file = "",
                                       .merge_file = "", .vocab_size = 0,
                                       .tokenizer_model = (directory.path / "tokenizer.json").string(),
@@ -236,7 +256,7 @@ TEST_CASE("Llama 3's pre-tokenizer splits as its regex does") {
 }
 
 TEST_CASE("ignore_merges: a pre-token that is a vocabulary entry is one id") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   json tokenizer = tiny_tokenizer();
   HuggingFaceTokenizer merging(write_tiny(directory.path, tokenizer));
   CHECK(merging.tokenize("abc") == std::vector<int32_t>{'a', 256});
@@ -252,10 +272,10 @@ TEST_CASE("ignore_merges: a pre-token that is a vocabulary entry is one id") {
 
 TEST_CASE("GPT-2's vocabulary as a tokenizer.json gives GPT2BPETokenizer's ids") {
   const std::vector<HfFixture> fixtures = read_fixtures("gpt2_tokenizer_fixtures.jsonl");
-  Gpt2BpeTokenizer gpt2(test_support::kTestData + "/gpt2-vocab.json", test_support::kTestData + "/gpt2-merges.txt");
+  Gpt2BpeTokenizer gpt2(kTestData + "/gpt2-vocab.json", kTestData + "/gpt2-merges.txt");
   for (const bool split_regex : {false, true}) {
     CAPTURE(split_regex);
-    test_support::TemporaryDirectory directory;
+    TemporaryDirectory directory;
     HuggingFaceTokenizer tokenizer(write_gpt2_tokenizer(directory.path, split_regex));
     CHECK(tokenizer.vocab_size() == 50257);
     CHECK(tokenizer.eod() == 50256);
@@ -278,7 +298,7 @@ TEST_CASE("GPT-2's vocabulary as a tokenizer.json gives GPT2BPETokenizer's ids")
 }
 
 TEST_CASE("bad tokenizer files are errors naming the file and the fault") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const fs::path& dir = directory.path;
   const auto load_error = [&](const fs::path& path) -> std::string {
     try {
@@ -299,7 +319,7 @@ TEST_CASE("bad tokenizer files are errors naming the file and the fault") {
   CHECK(load_error(dir / "missing").find((dir / "missing").string() + " does not exist") !=
         std::string::npos);
   CHECK(load_error(dir).find("no " + (dir / "tokenizer.json").string()) != std::string::npos);
-  test_support::write_file(dir / "tokenizer.json", "{\"model\": [1, 2");
+  write_file(dir / "tokenizer.json", "{\"model\": [1, 2");
   CHECK(load_error(dir).find("tokenizer.json is not valid JSON") != std::string::npos);
 
   json tokenizer = tiny_tokenizer();
@@ -376,7 +396,7 @@ TEST_CASE("preprocess_data with HuggingFaceTokenizer: the .bin/.idx ids are the 
   const std::vector<std::string> texts = {
       "Hello world!", "", "  leading\n\n\ttabs <|eot_id|> special", "数字 12345 ٣٤٥",
       "emoji 👍🏽 and ſ 'S", "line\r\nbreaks\r\n"};
-  test_support::TemporaryDirectory work;
+  TemporaryDirectory work;
   const fs::path jsonl = work.path / "messy.jsonl";
   {
     std::ofstream out(jsonl, std::ios::binary);

@@ -18,6 +18,8 @@
 #include "test_files.hpp"
 
 using namespace backend;
+using test_support::directory_entries;
+using test_support::TemporaryDirectory;
 
 namespace {
 
@@ -72,7 +74,7 @@ ParsedIndex parse_index(const std::vector<unsigned char>& bytes) {
 }  // namespace
 
 TEST_CASE("the writer produces Megatron's .idx layout and the .bin tokens") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const std::string prefix = (directory.path / "data").string();
   {
     IndexedDatasetWriter writer(prefix, DType::uint16);
@@ -84,7 +86,7 @@ TEST_CASE("the writer produces Megatron's .idx layout and the .bin tokens") {
     CHECK(writer.token_count() == 8);
     writer.finalize();
   }
-  CHECK(test_support::directory_entries(directory.path) == std::vector<std::string>{"data.bin", "data.idx"});
+  CHECK(directory_entries(directory.path) == std::vector<std::string>{"data.bin", "data.idx"});
   const ParsedIndex index = parse_index(read_unsigned_bytes(prefix + ".idx"));
   CHECK(index.magic == std::string("MMIDIDX\0\0", 9));
   CHECK(index.version == 1);
@@ -118,7 +120,7 @@ TEST_CASE("int32 datasets, token range checks and dtype choice") {
   CHECK(optimal_dtype(65499) == DType::uint16);
   CHECK(optimal_dtype(65500) == DType::int32);
   CHECK(optimal_dtype(128256) == DType::int32);
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const std::string prefix = (directory.path / "wide").string();
   {
     IndexedDatasetWriter writer(prefix, DType::int32);
@@ -135,23 +137,23 @@ TEST_CASE("int32 datasets, token range checks and dtype choice") {
 }
 
 TEST_CASE("a writer that is not finalized leaves no files behind") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   {
     IndexedDatasetWriter writer((directory.path / "partial").string(), DType::uint16);
     writer.add_document(std::vector<int32_t>{1, 2}, std::vector<int32_t>{2});
-    CHECK(test_support::directory_entries(directory.path).size() == 5);  // temporaries and the lock only
-    for (const std::string& name : test_support::directory_entries(directory.path)) {
+    CHECK(directory_entries(directory.path).size() == 5);  // temporaries and the lock only
+    for (const std::string& name : directory_entries(directory.path)) {
       CHECK((name.find(".tmp-") != std::string::npos || name == "partial.lock"));
     }
   }
-  CHECK(test_support::directory_entries(directory.path).empty());
+  CHECK(directory_entries(directory.path).empty());
   CHECK_THROWS_WITH_AS(IndexedDatasetWriter((directory.path / "no/such/dir/x").string(), DType::uint16),
                        doctest::Contains("cannot create"), common::Error);
-  CHECK(test_support::directory_entries(directory.path).empty());
+  CHECK(directory_entries(directory.path).empty());
 }
 
 TEST_CASE("one writer per prefix at a time — what a killed writer left is removed") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const std::string prefix = (directory.path / "shared").string();
   // Temporaries of a run killed earlier (any pid: under the lock no writer of them is alive),
   // and a file of another prefix that merely starts alike, which stays.
@@ -161,7 +163,7 @@ TEST_CASE("one writer per prefix at a time — what a killed writer left is remo
   }
   {
     IndexedDatasetWriter first(prefix, DType::uint16);
-    CHECK(test_support::directory_entries(directory.path).size() == 6);  // 4 temporaries, the lock, the other
+    CHECK(directory_entries(directory.path).size() == 6);  // 4 temporaries, the lock, the other
     CHECK(std::filesystem::exists(directory.path / "shared_other.bin.tmp-12"));
     CHECK(!std::filesystem::exists(directory.path / "shared.idx.tmp-12"));
     // A second writer of the prefix (here another file description; a second process alike)
@@ -184,7 +186,7 @@ TEST_CASE("one writer per prefix at a time — what a killed writer left is remo
 }
 
 TEST_CASE("merging datasets concatenates documents and checks the dtype") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const std::string a = (directory.path / "a").string(), b = (directory.path / "b").string();
   {
     IndexedDatasetWriter writer(a, DType::uint16);
@@ -225,7 +227,7 @@ TEST_CASE("merging datasets concatenates documents and checks the dtype") {
 }
 
 TEST_CASE("damaged datasets are refused with the file and what is wrong") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const std::string prefix = (directory.path / "good").string();
   {
     IndexedDatasetWriter writer(prefix, DType::uint16);
@@ -290,7 +292,7 @@ TEST_CASE("damaged datasets are refused with the file and what is wrong") {
 // sequence past the end of the .bin added its pointer and byte count, which overflowed int64
 // for a pointer near 2^63 (undefined behaviour; UBSan).
 TEST_CASE("fuzz finding: a sequence pointer near 2^63 is refused with its numbers") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const std::string prefix = (directory.path / "far").string();
   {
     IndexedDatasetWriter writer(prefix, DType::int32);

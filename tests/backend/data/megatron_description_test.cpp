@@ -22,6 +22,10 @@
 #include "tests/temporary_directory.hpp"
 
 using namespace backend;
+using test_support::random_lengths;
+using test_support::read_file;
+using test_support::TemporaryDirectory;
+using test_support::write_fixture_dataset;
 
 namespace {
 
@@ -151,13 +155,13 @@ TokenizerOptions tokenizer_options(std::string type, std::string vocab_file, std
 }
 
 struct DescribedCorpus {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   std::string a, b;
   DescribedCorpus() {
     a = (directory.path / "shard_a_text_document").string();
     b = (directory.path / "shard_b_text_document").string();
-    test_support::write_fixture_dataset(a, test_support::random_lengths(200, 5, 40, 7));
-    test_support::write_fixture_dataset(b, test_support::random_lengths(300, 5, 40, 8));
+    write_fixture_dataset(a, random_lengths(200, 5, 40, 7));
+    write_fixture_dataset(b, random_lengths(300, 5, 40, 8));
   }
 };
 
@@ -281,9 +285,9 @@ TEST_CASE("the tokenizer entry is the unique_identifiers of Megatron's tokenizer
 TEST_CASE("a split matrix whose first split is empty starts the second at the float 0.0") {
   // Megatron's bookends for "0,1,0" are [0, 0.0, 1.0, 1.0]: the first row is None, the second
   // (0.0, 1.0), written [0.0, 1.0] (only the very first bookend is the int 0).
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const std::string prefix = (directory.path / "d").string();
-  test_support::write_fixture_dataset(prefix, test_support::random_lengths(20, 5, 40, 3));
+  write_fixture_dataset(prefix, random_lengths(20, 5, 40, 3));
   GptDatasetConfig config;
   config.sequence_length = 8;
   config.split = "0,1,0";
@@ -317,13 +321,13 @@ TEST_CASE("a split matrix whose first split is empty starts the second at the fl
     }
 })", "@PATH@", prefix);
   CHECK(dataset.description_hash() == common::md5_hex(expected));
-  CHECK(test_support::read_file(directory.path / "cache" /
-                                (common::md5_hex(expected) + "-GPTDataset-valid-description.txt")) == expected);
+  CHECK(read_file(directory.path / "cache" /
+                  (common::md5_hex(expected) + "-GPTDataset-valid-description.txt")) == expected);
 }
 
 TEST_CASE("a blend's cache files carry Megatron's names, from Megatron's descriptions") {
   DescribedCorpus corpus;
-  test_support::TemporaryDirectory cache;
+  TemporaryDirectory cache;
   const auto built = build_gpt_datasets(blend_options(corpus, cache.path.string()), {100, 0, 0});
   REQUIRE(built[0]);
   const BlendedDataset& blend = *built[0]->blend();
@@ -350,14 +354,15 @@ TEST_CASE("a blend's cache files carry Megatron's names, from Megatron's descrip
   for (const auto& [name, time] : listing(cache.path)) names.push_back(name);
   std::sort(expected_names.begin(), expected_names.end());
   CHECK(names == expected_names);
-  CHECK(test_support::read_file(cache.path / (common::md5_hex(gpt_a) + "-GPTDataset-train-description.txt")) == gpt_a);
-  CHECK(test_support::read_file(cache.path / (common::md5_hex(blended) + "-BlendedDataset-train-description.txt")) ==
-        blended);
+  CHECK(read_file(cache.path / (common::md5_hex(gpt_a) + "-GPTDataset-train-description.txt")) ==
+        gpt_a);
+  CHECK(read_file(cache.path /
+                  (common::md5_hex(blended) + "-BlendedDataset-train-description.txt")) == blended);
 }
 
 TEST_CASE("a cache laid out under Megatron's names is read, not rebuilt") {
   DescribedCorpus corpus;
-  test_support::TemporaryDirectory ours;
+  TemporaryDirectory ours;
   const auto built = build_gpt_datasets(blend_options(corpus, ours.path.string()), {100, 0, 0});
   REQUIRE(built[0]);
   const BlendedDataset& original = *built[0]->blend();
@@ -367,7 +372,7 @@ TEST_CASE("a cache laid out under Megatron's names is read, not rebuilt") {
   // Megatron's description text beside them, and a marker in each so that reading them shows:
   // every shuffle index reversed, and the blend's first entry swapped with the first entry that
   // names the other dataset.
-  test_support::TemporaryDirectory megatron;
+  TemporaryDirectory megatron;
   const std::vector<std::string> descriptions = {
       replace_all(replace_all(kMegatronGptDescription, "@PATH@", corpus.a), "@SAMPLES@", "31"),
       replace_all(replace_all(kMegatronGptDescription, "@PATH@", corpus.b), "@SAMPLES@", "71")};

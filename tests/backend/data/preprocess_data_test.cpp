@@ -23,23 +23,25 @@
 #include "test_files.hpp"
 
 using namespace backend;
+using test_support::kTestData;
+using test_support::TemporaryDirectory;
 
 namespace {
 
-using test_support::read_file;
 using test_support::directory_entries;
-using test_support::write_file;
 using test_support::gzip;
-using test_support::zstd;
+using test_support::read_file;
+using test_support::write_file;
 using test_support::xz;
+using test_support::zstd;
 
 PreprocessOptions gpt2_options(std::vector<std::string> inputs, std::string output_prefix) {
   PreprocessOptions options;
   options.inputs = std::move(inputs);
   options.output_prefix = std::move(output_prefix);
   options.tokenizer = {.tokenizer_type = "GPT2BPETokenizer",
-                       .vocab_file = test_support::kTestData + "/gpt2-vocab.json",
-                       .merge_file = test_support::kTestData + "/gpt2-merges.txt",
+                       .vocab_file = kTestData + "/gpt2-vocab.json",
+                       .merge_file = kTestData + "/gpt2-merges.txt",
                        .vocab_size = 0,
                        .tokenizer_model = "",
                        .vocab_extra_ids = 0};
@@ -57,13 +59,13 @@ PreprocessSummary run(const PreprocessOptions& options, std::string* err_text = 
 }  // namespace
 
 TEST_CASE("preprocess_data output is byte-identical to Megatron's for every worker count") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   for (const int workers : {1, 3}) {
     for (const int64_t batch_bytes : {int64_t{64}, int64_t{1} << 20}) {
       CAPTURE(workers);
       CAPTURE(batch_bytes);
       const std::string prefix = (directory.path / "sample").string();
-      PreprocessOptions options = gpt2_options({test_support::kTestData + "/preprocess_sample.jsonl"}, prefix);
+      PreprocessOptions options = gpt2_options({kTestData + "/preprocess_sample.jsonl"}, prefix);
       options.json_keys = {"text", "title"};
       options.workers = workers;
       options.batch_bytes = batch_bytes;
@@ -75,9 +77,9 @@ TEST_CASE("preprocess_data output is byte-identical to Megatron's for every work
       for (const char* key : {"text", "title"}) {
         for (const char* extension : {".bin", ".idx"}) {
           const std::string name = std::string("sample_") + key + "_document" + extension;
-          CHECK_MESSAGE(read_file(directory.path / name) ==
-                            read_file(test_support::kTestData + "/preprocess_" + name),
-                        name);
+          CHECK_MESSAGE(
+              read_file(directory.path / name) == read_file(kTestData + "/preprocess_" + name),
+              name);
         }
       }
     }
@@ -86,9 +88,9 @@ TEST_CASE("preprocess_data output is byte-identical to Megatron's for every work
 
 TEST_CASE("--workers above the cores this process may use runs that many, says so, same output") {
   // Scripts pass a node's core count to tasks given fewer cores: neither refused nor silent.
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const std::string prefix = (directory.path / "sample").string();
-  PreprocessOptions options = gpt2_options({test_support::kTestData + "/preprocess_sample.jsonl"}, prefix);
+  PreprocessOptions options = gpt2_options({kTestData + "/preprocess_sample.jsonl"}, prefix);
   options.workers = available_cores() + 7;
   std::string err;
   run(options, &err);
@@ -97,22 +99,22 @@ TEST_CASE("--workers above the cores this process may use runs that many, says s
                     std::string::npos,
                 err);
   CHECK(read_file(directory.path / "sample_text_document.bin") ==
-        read_file(test_support::kTestData + "/preprocess_sample_text_document.bin"));
+        read_file(kTestData + "/preprocess_sample_text_document.bin"));
   options.workers = kMaxWorkers + 1;
   CHECK_THROWS_WITH_AS(run(options), doctest::Contains("--workers must lie in [1, 1024], got 1025"),
                        common::Error);
 }
 
 TEST_CASE("gzip, zstd and xz inputs give the same output as plain text") {
-  test_support::TemporaryDirectory directory;
-  const std::string text = read_file(test_support::kTestData + "/preprocess_sample.jsonl");
+  TemporaryDirectory directory;
+  const std::string text = read_file(kTestData + "/preprocess_sample.jsonl");
   write_file(directory.path / "plain.jsonl", text);
   write_file(directory.path / "sample.jsonl.gz", gzip(text.substr(0, 500)) + gzip(text.substr(500)));
   write_file(directory.path / "sample.jsonl.zst", zstd(text));
   write_file(directory.path / "sample.jsonl.xz", xz(text));
   run(gpt2_options({(directory.path / "plain.jsonl").string()}, (directory.path / "plain").string()));
   const std::string expected = read_file(directory.path / "plain_text_document.bin");
-  CHECK(expected == read_file(test_support::kTestData + "/preprocess_sample_text_document.bin"));
+  CHECK(expected == read_file(kTestData + "/preprocess_sample_text_document.bin"));
   for (const char* name : {"sample.jsonl.gz", "sample.jsonl.zst", "sample.jsonl.xz"}) {
     CAPTURE(name);
     const std::string prefix = (directory.path / (std::string(name) + ".out")).string();
@@ -149,7 +151,7 @@ TEST_CASE("gzip, zstd and xz inputs give the same output as plain text") {
 }
 
 TEST_CASE("bad lines are skipped and reported with their line numbers, and --strict stops") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const auto input = directory.path / "mixed.jsonl";
   write_file(input,
              "{\"text\": \"good one\"}\n"
@@ -178,7 +180,7 @@ TEST_CASE("bad lines are skipped and reported with their line numbers, and --str
   CHECK(err.find("1 line had invalid UTF-8, replaced by U+FFFD.") != std::string::npos);
 
   // The kept documents hold exactly their tokens and eod; the Latin-1 byte became U+FFFD.
-  Gpt2BpeTokenizer tokenizer(test_support::kTestData + "/gpt2-vocab.json", test_support::kTestData + "/gpt2-merges.txt");
+  Gpt2BpeTokenizer tokenizer(kTestData + "/gpt2-vocab.json", kTestData + "/gpt2-merges.txt");
   std::vector<int32_t> expected;
   for (const char* text : {"good one", "caf\xEF\xBF\xBD latin-1", "good two"}) {
     tokenizer.tokenize(text, expected);
@@ -194,7 +196,7 @@ TEST_CASE("bad lines are skipped and reported with their line numbers, and --str
   CHECK(tokens == expected);
 
   // --strict: the first bad line is fatal and no output file is left.
-  test_support::TemporaryDirectory strict_directory;
+  TemporaryDirectory strict_directory;
   PreprocessOptions strict = gpt2_options({input.string()}, (strict_directory.path / "out").string());
   strict.strict = true;
   const std::string strict_message = input.string() + ":2: key \"text\" is a number";
@@ -205,7 +207,7 @@ TEST_CASE("bad lines are skipped and reported with their line numbers, and --str
 TEST_CASE("JSON that parses but nlohmann refuses, and other hostile values, are bad lines too") {
   // 1e999999 overflows a double: nlohmann throws out_of_range rather than parse_error, which
   // once escaped the bad-line path and stopped the run with "internal error".
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const auto input = directory.path / "hostile.jsonl";
   const std::string deep_array = std::string(100000, '[') + std::string(100000, ']');
   write_file(input,
@@ -235,7 +237,7 @@ TEST_CASE("JSON that parses but nlohmann refuses, and other hostile values, are 
   CHECK(err.find(input.string() + ":9: skipped: key \"text\" is an object") != std::string::npos);
 
   // --strict: the overflowing number is a clear error naming the line, not an internal one.
-  test_support::TemporaryDirectory strict_directory;
+  TemporaryDirectory strict_directory;
   PreprocessOptions strict = gpt2_options({input.string()}, (strict_directory.path / "out").string());
   strict.strict = true;
   const std::string strict_message = input.string() + ":1: number overflow parsing '1e999999'";
@@ -244,7 +246,7 @@ TEST_CASE("JSON that parses but nlohmann refuses, and other hostile values, are 
 }
 
 TEST_CASE("NullTokenizer documents without eod, empty documents, and Megatron's progress line") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const auto input = directory.path / "ids.jsonl";
   write_file(input,
              "{\"text\": \"1 2 3\"}\n{\"text\": \"\"}\n{\"text\": [\"4\", \"5 6\"]}\n"
@@ -280,8 +282,8 @@ TEST_CASE("NullTokenizer documents without eod, empty documents, and Megatron's 
 }
 
 TEST_CASE("merging per-shard outputs equals preprocessing the shards as one input") {
-  test_support::TemporaryDirectory directory;
-  const std::string text = read_file(test_support::kTestData + "/preprocess_sample.jsonl");
+  TemporaryDirectory directory;
+  const std::string text = read_file(kTestData + "/preprocess_sample.jsonl");
   const size_t middle = text.find('\n', text.size() / 2) + 1;
   std::filesystem::create_directories(directory.path / "shards");
   write_file(directory.path / "a.jsonl", text.substr(0, middle));
@@ -297,11 +299,11 @@ TEST_CASE("merging per-shard outputs equals preprocessing the shards as one inpu
   run(gpt2_options({(directory.path / "a.jsonl").string(), (directory.path / "b.jsonl").string()},
                    (directory.path / "whole").string()));
   CHECK(read_file(directory.path / "merged.bin") ==
-        read_file(test_support::kTestData + "/preprocess_sample_text_document.bin"));
+        read_file(kTestData + "/preprocess_sample_text_document.bin"));
   CHECK(read_file(directory.path / "merged.idx") ==
-        read_file(test_support::kTestData + "/preprocess_sample_text_document.idx"));
+        read_file(kTestData + "/preprocess_sample_text_document.idx"));
   CHECK(read_file(directory.path / "whole_text_document.idx") ==
-        read_file(test_support::kTestData + "/preprocess_sample_text_document.idx"));
+        read_file(kTestData + "/preprocess_sample_text_document.idx"));
 
   // Prefixes work too, and a lone .bin is an error.
   PreprocessOptions by_prefix = merge;
@@ -315,7 +317,7 @@ TEST_CASE("merging per-shard outputs equals preprocessing the shards as one inpu
 }
 
 TEST_CASE("--merge refuses datasets of two dtypes, an empty directory and a lone .idx") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const auto shards = directory.path / "shards";
   std::filesystem::create_directories(shards);
   PreprocessOptions merge;
@@ -443,7 +445,7 @@ TEST_CASE("preprocess_data flags of the SentencePiece tokenizers") {
                                          "--tokenizer-type Llama2Tokenizer"),
                        common::Error);
   // The model file is read when the run starts, and a missing one named there.
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const std::filesystem::path input = directory.path / "in.jsonl";
   write_file(input, "{\"text\": \"x\"}\n");
   PreprocessOptions options;
@@ -457,7 +459,7 @@ TEST_CASE("preprocess_data flags of the SentencePiece tokenizers") {
 }
 
 TEST_CASE("preprocess_data's numeric flags and output paths are checked before anything is written") {
-  test_support::TemporaryDirectory directory;
+  TemporaryDirectory directory;
   const auto parse = [](std::vector<std::string> arguments) {
     std::vector<const char*> argv = {"preprocess_data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "10"};
     for (const auto& argument : arguments) argv.push_back(argument.c_str());

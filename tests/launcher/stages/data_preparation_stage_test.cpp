@@ -26,6 +26,9 @@
 #include "test_files.hpp"
 
 using namespace launcher;
+using test_support::QuietLogger;
+using test_support::read_file;
+using test_support::TemporaryDirectory;
 
 namespace {
 
@@ -427,10 +430,10 @@ TEST_CASE("NeMo's download_gpt3_pile through launcher main --dry-run: Slurm arra
   const std::string url = "file:///srv/it's pile/";
   for (const std::string cluster_type : {"bcm", "local"}) {
     CAPTURE(cluster_type);
-    test_support::TemporaryDirectory results;
+    TemporaryDirectory results;
     {
       // Quiet, and without the launcher.log sink each launch adds, whatever happens.
-      const test_support::QuietLogger quiet;
+      const QuietLogger quiet;
       MainOptions options;
       options.overrides = {"stages=[data_preparation]", "cluster_type=" + cluster_type, "cluster=bcm",
                            "base_results_dir=" + results.path.string(), "data_dir=/d",
@@ -443,9 +446,12 @@ TEST_CASE("NeMo's download_gpt3_pile through launcher main --dry-run: Slurm arra
     }
     const std::filesystem::path run = results.path / "download_gpt3_pile";
     const std::string prefix = "nemo-megatron-";  // bcm.yaml's job_name_prefix, local too (cluster=bcm)
-    const std::string download = test_support::read_file(run / (prefix + "download_gpt3_pile_download_submission.sh"));
-    const std::string extract = test_support::read_file(run / (prefix + "download_gpt3_pile_extract_submission.sh"));
-    const std::string preprocess = test_support::read_file(run / (prefix + "download_gpt3_pile_preprocess_submission.sh"));
+    const std::string download =
+        read_file(run / (prefix + "download_gpt3_pile_download_submission.sh"));
+    const std::string extract =
+        read_file(run / (prefix + "download_gpt3_pile_extract_submission.sh"));
+    const std::string preprocess =
+        read_file(run / (prefix + "download_gpt3_pile_preprocess_submission.sh"));
     CHECK(download.find(R"('file:///srv/it'\''s pile/29.jsonl.zst')") != std::string::npos);
     CHECK(download.find("--output /d/29.jsonl.zst") != std::string::npos);
     CHECK(extract.find("/d/29.jsonl.zst \\\n        --output /d/29.jsonl \\\n        --remove-input ;;") !=
