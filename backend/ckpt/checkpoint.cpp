@@ -138,8 +138,11 @@ FlagDifferences shape_flag_differences(const json& saved, const json& current,
     // --ffn-hidden-size defaults to 4 × --hidden-size: no need to name it when the checkpoint
     // has the default and the command line does not set it.
     if (std::string(row.key) == "ffn_hidden_size" && saved.contains("hidden_size") &&
-        value == 4 * saved["hidden_size"].get<int64_t>() &&
-        std::find(command_line.begin(), command_line.end(), "--ffn-hidden-size") == command_line.end()) {
+        saved["hidden_size"].is_number_integer() && value.is_number_integer() &&
+        value.get<int64_t>() % 4 == 0 &&
+        value.get<int64_t>() / 4 == saved["hidden_size"].get<int64_t>() &&
+        std::find(command_line.begin(), command_line.end(), "--ffn-hidden-size") ==
+            command_line.end()) {
       continue;
     }
     if (is_set(value)) differences.checkpoint.push_back(flag_text(row.flag, value));
@@ -589,6 +592,20 @@ std::optional<TrackedCheckpoint> read_checkpoint_tracker(const fs::path& directo
                            first_rank_file(checkpoint_iteration_directory(directory, iteration))};
 }
 
+TrackedCheckpoint require_checkpoint(const fs::path& directory, std::string_view option,
+                                     std::string_view remedy) {
+  const auto tracked = read_checkpoint_tracker(directory);
+  if (!tracked) {
+    common::fail("{} {} holds no checkpoint: {} is missing ({})", option, directory.string(),
+                 checkpoint_tracker_path(directory).string(), remedy);
+  }
+  if (!fs::is_regular_file(tracked->file)) {
+    common::fail("{} {}: {} names {}, which does not exist ({})", option, directory.string(),
+                 checkpoint_tracker_path(directory).string(), tracked->file.string(), remedy);
+  }
+  return *tracked;
+}
+
 namespace {
 
 // Checkpoints are host files: a model or optimizer on host memory is read and written in place;
@@ -978,6 +995,13 @@ void CheckpointMetadata::missing(const char* key) const {
 void CheckpointMetadata::wrong_type(const json& object, const char* key) const {
   common::fail("checkpoint {}: metadata field '{}' has the wrong type ({})", file_.string(), key,
                object[key].dump());
+}
+
+void CheckpointMetadata::not_an_integer(const json& object, const char* key,
+                                        const std::string& lowest,
+                                        const std::string& highest) const {
+  common::fail("checkpoint {}: metadata field '{}' is not an integer from {} to {} ({})",
+               file_.string(), key, lowest, highest, object[key].dump());
 }
 
 std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& options,

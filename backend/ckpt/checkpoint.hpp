@@ -32,8 +32,12 @@
 #include <filesystem>
 #include <functional>
 #include <iosfwd>
+#include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -90,6 +94,12 @@ std::filesystem::path checkpoint_rank_file(const TrackedCheckpoint& tracked,
 // nullopt when DIR has no tracker; a tracker that is neither an integer nor "release" is a
 // common::Error naming the file.
 std::optional<TrackedCheckpoint> read_checkpoint_tracker(const std::filesystem::path& directory);
+// What the tracker of DIR names, for a tool that cannot go on without it: a common::Error when
+// DIR holds no tracker, or the tracker names a file that does not exist, which begins with
+// `option` (what gave DIR: "--load") and DIR, names the tracker and ends with `remedy`.
+TrackedCheckpoint require_checkpoint(
+    const std::filesystem::path& directory, std::string_view option,
+    std::string_view remedy = "is it the --save directory of a training run?");
 
 // DIR/save.lock, held by the process saving into DIR.
 std::filesystem::path save_lock_path(const std::filesystem::path& directory);
@@ -209,10 +219,25 @@ class CheckpointMetadata {
   template <typename T>
   T get(const nlohmann::json& object, const char* key) const {
     if (!object.contains(key)) missing(key);
-    try {
-      return object[key].template get<T>();
-    } catch (const nlohmann::json::exception&) {
-      wrong_type(object, key);
+    const nlohmann::json& value = object[key];
+    // nlohmann/json converts any number to an integer type with a cast: a fraction would be
+    // cut, and a value beyond T's range is undefined or wraps. Integers are taken exactly.
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (value.is_number_unsigned()) {
+        const auto number = value.template get<uint64_t>();
+        if (std::in_range<T>(number)) return static_cast<T>(number);
+      } else if (value.is_number_integer()) {
+        const auto number = value.template get<int64_t>();
+        if (std::in_range<T>(number)) return static_cast<T>(number);
+      }
+      not_an_integer(object, key, std::to_string(std::numeric_limits<T>::min()),
+                     std::to_string(std::numeric_limits<T>::max()));
+    } else {
+      try {
+        return value.template get<T>();
+      } catch (const nlohmann::json::exception&) {
+        wrong_type(object, key);
+      }
     }
   }
   template <typename T>
@@ -221,6 +246,8 @@ class CheckpointMetadata {
  private:
   [[noreturn]] void missing(const char* key) const;
   [[noreturn]] void wrong_type(const nlohmann::json& object, const char* key) const;
+  [[noreturn]] void not_an_integer(const nlohmann::json& object, const char* key,
+                                   const std::string& lowest, const std::string& highest) const;
   const nlohmann::json& root_;
   std::filesystem::path file_;
 };

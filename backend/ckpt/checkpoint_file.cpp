@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -146,10 +147,24 @@ void write_checkpoint_file(const std::filesystem::path& path, const nlohmann::js
 }
 
 CheckpointFileReader::CheckpointFileReader(std::filesystem::path path) : path_(std::move(path)) {
-  const std::string name = path_.string();
   // O_NONBLOCK: a FIFO in its place is refused below rather than waited on.
   descriptor_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (descriptor_ < 0) common::fail("cannot open checkpoint {}: {}", name, std::strerror(errno));
+  if (descriptor_ < 0) {
+    common::fail("cannot open checkpoint {}: {}", path_.string(), std::strerror(errno));
+  }
+  // A refused file gives its descriptor back: the destructor does not run when the
+  // constructor throws, and a process that goes on after the error (a test, a fuzzer, a
+  // server) would run out of descriptors.
+  try {
+    validate();
+  } catch (...) {
+    ::close(descriptor_);
+    throw;
+  }
+}
+
+void CheckpointFileReader::validate() {
+  const std::string name = path_.string();
   struct stat status {};
   if (::fstat(descriptor_, &status) != 0) {
     common::fail("cannot stat checkpoint {}: {}", name, std::strerror(errno));
@@ -241,8 +256,20 @@ CheckpointFileReader::CheckpointFileReader(std::filesystem::path path) : path_(s
     entry.offset = parser.get<uint64_t>();
     entry.size = parser.get<uint64_t>();
     entry.crc32c = parser.get<uint32_t>();
-    if (entry.size != static_cast<uint64_t>(entry.numel()) * sizeof(float) ||
-        entry.offset > data_size || entry.size > data_size - entry.offset) {
+    // The element count in exact arithmetic: a table entry may claim any shape, and a product
+    // that wrapped could match a small byte size (numel() is safe on the entries kept).
+    const bool empty = std::find(entry.shape.begin(), entry.shape.end(), 0) != entry.shape.end();
+    uint64_t elements = 1;
+    bool fits_data = true;
+    for (const int64_t dimension : entry.shape) {
+      if (empty) break;
+      fits_data = fits_data &&
+                  !__builtin_mul_overflow(elements, static_cast<uint64_t>(dimension), &elements) &&
+                  elements <= data_size / sizeof(float);
+    }
+    if (empty) elements = 0;
+    if (!fits_data || entry.size != elements * sizeof(float) || entry.offset > data_size ||
+        entry.size > data_size - entry.offset) {
       common::fail("checkpoint {}: tensor '{}' has an inconsistent table entry (shape {}, {} "
                    "bytes at offset {} of {})", name, entry.name, format_python_shape(entry.shape),
                    entry.size, entry.offset, data_size);

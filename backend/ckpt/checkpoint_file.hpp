@@ -74,6 +74,8 @@ class CheckpointFileReader {
   std::vector<std::byte> read_bytes(const TensorEntry& entry) const;
 
  private:
+  // The header, metadata, table and length checks of the constructor; fills the fields.
+  void validate();
   void read_at(uint64_t offset, std::span<std::byte> destination, const std::string& what) const;
   void check_crc(const TensorEntry& entry, std::span<const std::byte> bytes) const;
 

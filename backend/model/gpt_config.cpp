@@ -16,6 +16,9 @@ int64_t padded_vocab_size(int64_t vocab_size, int64_t divisible_by, int64_t tens
   if (divisible_by <= 0) {
     common::fail("--make-vocab-size-divisible-by must be positive, got {}", divisible_by);
   }
+  if (tensor_parallel <= 0) {
+    common::fail("--tensor-model-parallel-size must be positive, got {}", tensor_parallel);
+  }
   const int64_t multiple = checked_multiply(
       divisible_by, tensor_parallel, "--make-vocab-size-divisible-by × tensor-parallel size");
   const int64_t rounded_up = checked_add(

@@ -122,6 +122,13 @@ TrainingArguments arguments_from_checkpoint(const json& metadata, const std::fil
   return a;
 }
 
+TrainingArguments read_saved_arguments(const std::filesystem::path& directory,
+                                       std::string_view option, std::string_view remedy) {
+  const TrackedCheckpoint tracked = require_checkpoint(directory, option, remedy);
+  const CheckpointFileReader reader(tracked.file);
+  return arguments_from_checkpoint(reader.metadata(), reader.path());
+}
+
 void take_checkpoint_model_arguments(TrainingArguments& arguments,
                                      const std::function<bool(std::string_view flag)>& given,
                                      std::ostream& out) {
@@ -129,18 +136,10 @@ void take_checkpoint_model_arguments(TrainingArguments& arguments,
     common::fail("--use-checkpoint-args needs --load DIR: the checkpoint whose arguments give the "
                  "model's shape");
   }
-  const auto tracked = read_checkpoint_tracker(arguments.load);
-  if (!tracked || !std::filesystem::is_regular_file(tracked->file)) {
-    common::fail("--use-checkpoint-args: --load {} holds no checkpoint ({} is missing or names "
-                 "no file): point --load at pretrain_gpt's --save directory, or give the model "
-                 "flags (--num-layers, --hidden-size, ...) instead",
-                 arguments.load, checkpoint_tracker_path(arguments.load).string());
-  }
-  TrainingArguments saved;
-  {
-    const CheckpointFileReader reader(tracked->file);
-    saved = arguments_from_checkpoint(reader.metadata(), reader.path());
-  }
+  const TrainingArguments saved = read_saved_arguments(
+      arguments.load, "--use-checkpoint-args: --load",
+      "point --load at pretrain_gpt's --save directory, or give the model flags (--num-layers, "
+      "--hidden-size, ...) instead");
   // Megatron prints each argument it takes: "Setting <name> to <value> from checkpoint".
   auto take = [&](std::string_view name, auto& target, const auto& value) {
     target = value;

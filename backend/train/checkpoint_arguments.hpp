@@ -34,6 +34,12 @@ nlohmann::json checkpoint_arguments(const TrainingArguments& arguments);
 // a common::Error naming `file`.
 TrainingArguments arguments_from_checkpoint(const nlohmann::json& metadata,
                                             const std::filesystem::path& file);
+// The arguments the checkpoint DIR's tracker names was saved with (require_checkpoint, whose
+// errors begin with `option` and end with `remedy`, then arguments_from_checkpoint of that
+// file).
+TrainingArguments read_saved_arguments(
+    const std::filesystem::path& directory, std::string_view option,
+    std::string_view remedy = "is it the --save directory of a training run?");
 
 // Megatron's --use-checkpoint-args (megatron/training/checkpointing.py,
 // load_args_from_checkpoint), as evaluate_gpt takes it: the model's shape from the typed record

@@ -17,20 +17,7 @@
 namespace backend {
 
 GptModel<float> load_checkpoint_weights(const std::filesystem::path& directory, std::ostream& out) {
-  const auto tracked = read_checkpoint_tracker(directory);
-  if (!tracked) {
-    common::fail("{} holds no checkpoint: {} is missing (is it the --save directory of a "
-                 "training run?)", directory.string(), checkpoint_tracker_path(directory).string());
-  }
-  if (!std::filesystem::is_regular_file(tracked->file)) {
-    common::fail("{} names {}, which does not exist", checkpoint_tracker_path(directory).string(),
-                 tracked->file.string());
-  }
-  TrainingArguments arguments;
-  {
-    const CheckpointFileReader reader(tracked->file);
-    arguments = arguments_from_checkpoint(reader.metadata(), reader.path());
-  }
+  TrainingArguments arguments = read_saved_arguments(directory, "--load");
   // A tensor- or pipeline-parallel checkpoint: its files assembled into the one-process model
   // (load_checkpoint reads one rank's file, which holds a part of it).
   if (arguments.tensor_model_parallel_size > 1 || arguments.pipeline_model_parallel_size > 1) {
@@ -41,10 +28,10 @@ GptModel<float> load_checkpoint_weights(const std::filesystem::path& directory, 
   arguments.finetune = true;
   // The saved arguments decide the model's size: checked before it is built.
   const GptConfig config = model_config(arguments);
-  common::require_memory_fits(common::estimate_conversion_memory(model_shape(config)),
-                              common::available_memory(),
-                              fmt::format("{}: the model its arguments describe", tracked->file.string()),
-                              "Convert it on a machine with more memory.");
+  common::require_memory_fits(
+      common::estimate_conversion_memory(model_shape(config)), common::available_memory(),
+      fmt::format("--load {}: the model its saved arguments describe", directory.string()),
+      "Convert it on a machine with more memory.");
   GptModel<float> model(config);
   AdamW optimizer(AdamWConfig{}, {}, static_cast<int64_t>(model.parameters().size()));
   LearningRateScheduler scheduler(LearningRateSchedule{.max_lr = 0, .decay_steps = 1});

@@ -149,20 +149,11 @@ void check_same_metadata(const CheckpointFileReader& first, const CheckpointFile
 
 Source open_source(const fs::path& directory) {
   Source source;
-  const auto tracked = read_checkpoint_tracker(directory);
-  if (!tracked) {
-    common::fail("--load {} holds no checkpoint: {} is missing (is it the --save directory of a "
-                 "training run?)", directory.string(), checkpoint_tracker_path(directory).string());
-  }
-  source.tracked = *tracked;
-  if (!fs::is_regular_file(tracked->file)) {
-    common::fail("--load {}: {} names {}, which does not exist",
-                 directory.string(), checkpoint_tracker_path(directory).string(),
-                 tracked->file.string());
-  }
+  source.tracked = require_checkpoint(directory, "--load");
+  const TrackedCheckpoint& tracked = source.tracked;
   // The first file (mp_rank_00, or mp_rank_00_000 of a pipelined checkpoint) says how many
   // files there are, and what model they hold.
-  auto first_reader = std::make_unique<CheckpointFileReader>(tracked->file);
+  auto first_reader = std::make_unique<CheckpointFileReader>(tracked.file);
   const CheckpointFileReader& first = *first_reader;
   const CheckpointMetadata metadata(first.metadata(), first.path());
   source.tensor_parallel = saved_place(metadata, "tensor_parallel").size;
@@ -200,32 +191,33 @@ Source open_source(const fs::path& directory) {
   source.virtual_chunks = source.arguments.virtual_pipeline_chunks();
   // The tracker finds mp_rank_00 before mp_rank_00_000: the first file's name must be the one
   // its pipeline size gives.
-  if (checkpoint_rank_file(*tracked, 0, 0, source.pipeline_parallel) != tracked->file) {
-    common::fail("checkpoint {} records --pipeline-model-parallel-size {}, whose first file is "
-                 "{}: the files were renamed or mixed up",
-                 first.path().string(), source.pipeline_parallel,
-                 checkpoint_rank_file(*tracked, 0, 0, source.pipeline_parallel).string());
+  if (checkpoint_rank_file(tracked, 0, 0, source.pipeline_parallel) != tracked.file) {
+    common::fail(
+        "checkpoint {} records --pipeline-model-parallel-size {}, whose first file is "
+        "{}: the files were renamed or mixed up",
+        first.path().string(), source.pipeline_parallel,
+        checkpoint_rank_file(tracked, 0, 0, source.pipeline_parallel).string());
   }
-  if (!tracked->release) {
+  if (!tracked.release) {
     const auto iteration = metadata.get<int64_t>("iteration");
-    if (iteration != tracked->iteration) {
+    if (iteration != tracked.iteration) {
       common::fail("checkpoint {} holds iteration {}, but the tracker {} says {}",
-                   first.path().string(), iteration,
-                   checkpoint_tracker_path(directory).string(), tracked->iteration);
+                   first.path().string(), iteration, checkpoint_tracker_path(directory).string(),
+                   tracked.iteration);
     }
   }
   source.readers.push_back(std::move(first_reader));
   for (int64_t stage = 0; stage < source.pipeline_parallel; ++stage) {
     for (int64_t rank = 0; rank < source.tensor_parallel; ++rank) {
       if (stage == 0 && rank == 0) continue;
-      const fs::path file = checkpoint_rank_file(*tracked, rank, stage, source.pipeline_parallel);
+      const fs::path file = checkpoint_rank_file(tracked, rank, stage, source.pipeline_parallel);
       if (!fs::is_regular_file(file)) {
-        common::fail("--load {}: {} is missing: the checkpoint {} was saved with {}, and "
-                     "resharding needs every one of its files {}",
-                     directory.string(), file.string(),
-                     tracked->file.parent_path().parent_path().string(),
-                     saved_sizes_text(source.tensor_parallel, source.pipeline_parallel),
-                     file_range_text(source.tensor_parallel, source.pipeline_parallel));
+        common::fail(
+            "--load {}: {} is missing: the checkpoint {} was saved with {}, and "
+            "resharding needs every one of its files {}",
+            directory.string(), file.string(), tracked.file.parent_path().parent_path().string(),
+            saved_sizes_text(source.tensor_parallel, source.pipeline_parallel),
+            file_range_text(source.tensor_parallel, source.pipeline_parallel));
       }
       source.readers.push_back(std::make_unique<CheckpointFileReader>(file));
     }

@@ -36,6 +36,10 @@ void check_whole_model_launch(const TrainingArguments& arguments, std::string_vi
 
 GptModel<float> load_trained_model(const TrainingArguments& arguments,
                                    const SelectedDevice& selected, std::string_view tool) {
+  // Before the model is built.
+  require_checkpoint(arguments.load, "--load",
+                     "running untrained weights means nothing; point --load at pretrain_gpt's "
+                     "--save directory");
   GptConfig config = model_config(arguments);
   config.inference_only = true;  // forwards only: no gradient buffer
   // Before anything is allocated: the fp32 weights, against the GPU's or this machine's
@@ -60,9 +64,8 @@ GptModel<float> load_trained_model(const TrainingArguments& arguments,
   AdamW optimizer(AdamWConfig{}, {}, 0);
   LearningRateScheduler scheduler(LearningRateSchedule{.max_lr = 0, .decay_steps = 1});
   if (!load_checkpoint(weights_only, model, optimizer, scheduler, std::cout)) {
-    common::fail("--load {} holds no checkpoint ({} is missing): running untrained weights "
-                 "means nothing; point --load at pretrain_gpt's --save directory",
-                 arguments.load, checkpoint_tracker_path(arguments.load).string());
+    common::fail("--load {}: {} disappeared while the checkpoint was loaded", arguments.load,
+                 checkpoint_tracker_path(arguments.load).string());
   }
   model.set_training(false);
   return model;

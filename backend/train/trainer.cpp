@@ -500,10 +500,12 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
     pretrained.finetune = true;
     pretrained.no_load_optim = true;
     pretrained.no_load_rng = true;
+    require_checkpoint(a.pretrained_checkpoint, "--pretrained-checkpoint",
+                       "point it at the --save directory of pretrain_gpt or checkpoint_util "
+                       "(--import-hf --save)");
     loaded = load_from(pretrained);
-    if (!loaded) {
-      common::fail("--pretrained-checkpoint {} holds no checkpoint ({} is missing): point it at "
-                   "the --save directory of pretrain_gpt or checkpoint_util (--import-hf --save)",
+    if (!loaded) {  // its tracker went away between the check and the load
+      common::fail("--pretrained-checkpoint {}: {} disappeared while the checkpoint was loaded",
                    a.pretrained_checkpoint,
                    checkpoint_tracker_path(a.pretrained_checkpoint).string());
     }

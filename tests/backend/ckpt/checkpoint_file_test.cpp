@@ -1,7 +1,8 @@
 // The checkpoint file format: a round trip keeps every byte, the layout is the documented one
 // (docs/checkpoints.md), and each kind of damage (magic, version, truncation anywhere, a
-// flipped bit in a block or a tensor, trailing bytes) is refused naming the file and, where
-// one is at fault, the tensor.
+// flipped bit in a block or a tensor, a table entry whose shape wraps, trailing bytes) is
+// refused naming the file and, where one is at fault, the tensor, and leaves no descriptor
+// open.
 #include "backend/ckpt/checkpoint_file.hpp"
 
 #include <doctest/doctest.h>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,12 @@ T field(const std::vector<char>& bytes, size_t offset) {
   T value;
   std::memcpy(&value, bytes.data() + offset, sizeof(T));
   return value;
+}
+
+// The process's open file descriptors.
+size_t open_descriptors() {
+  return static_cast<size_t>(
+      std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator()));
 }
 
 std::string open_error(const fs::path& path) {
@@ -138,8 +146,11 @@ TEST_CASE("each kind of damage is refused, naming the file and the tensor at fau
     auto bytes = good;
     change(bytes);
     write_all(file, bytes);
+    const size_t descriptors = open_descriptors();
     const std::string message = open_error(file);
     CHECK_MESSAGE(message.find(file.string()) != std::string::npos, message);
+    // A refused file leaves no descriptor open (the fuzzer ran out of them before).
+    CHECK(open_descriptors() == descriptors);
     return message;
   };
 
@@ -192,6 +203,25 @@ TEST_CASE("each kind of damage is refused, naming the file and the tensor at fau
   SUBCASE("trailing bytes") {
     const auto message = damaged([](auto& bytes) { bytes.push_back(0); });
     CHECK(message.find("1 bytes after the end its header announces") != std::string::npos);
+  }
+  SUBCASE("a shape whose element count wraps around 2^64, checksums intact") {
+    // (2^62 + 3) × 4 elements wrap to 12, the 48 bytes the entry has: before the exact count
+    // the table was accepted with that shape (found by tests/fuzz/checkpoint_file_fuzzer.cpp).
+    const auto message = damaged([&](auto& bytes) {
+      const uint64_t table_offset = 64 + metadata_size;
+      const uint64_t table_size = field<uint64_t>(bytes, 24);
+      const size_t first_dimension =
+          table_offset + 8 + 4 + std::strlen("embedding.word_embeddings.weight") + 4 + 4;
+      REQUIRE(field<int64_t>(bytes, first_dimension) == 3);
+      const int64_t wrapping = (int64_t{1} << 62) + 3;
+      std::memcpy(bytes.data() + first_dimension, &wrapping, 8);
+      const uint32_t table_crc = common::crc32c(bytes.data() + table_offset, table_size);
+      std::memcpy(bytes.data() + 52, &table_crc, 4);
+      const uint32_t header_crc = common::crc32c(bytes.data(), 60);
+      std::memcpy(bytes.data() + 60, &header_crc, 4);
+    });
+    CHECK(message.find("tensor 'embedding.word_embeddings.weight' has an inconsistent table "
+                       "entry (shape (4611686018427387907, 4), 48 bytes") != std::string::npos);
   }
   SUBCASE("an empty file") {
     const auto message = damaged([](auto& bytes) { bytes.clear(); });

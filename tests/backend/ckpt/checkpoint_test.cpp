@@ -312,6 +312,37 @@ TEST_CASE("the tracker: an integer, 'release', or an error naming the file") {
         std::string::npos);
 }
 
+TEST_CASE("require_checkpoint: the tracked file, or an error naming option, tracker and remedy") {
+  test_support::TemporaryDirectory directory;
+  const fs::path tracker = directory.path / "latest_checkpointed_iteration.txt";
+  const std::string no_checkpoint = "--load " + directory.path.string() +
+                                    " holds no checkpoint: " + tracker.string() +
+                                    " is missing (point it elsewhere)";
+  CHECK_THROWS_WITH_AS(require_checkpoint(directory.path, "--load", "point it elsewhere"),
+                       doctest::Contains(no_checkpoint.c_str()), common::Error);
+  std::ofstream(tracker) << "7";
+  const fs::path file = checkpoint_file_path(directory.path, 7);
+  const std::string missing_file = "--pretrained-checkpoint " + directory.path.string() + ": " +
+                                   tracker.string() + " names " + file.string() +
+                                   ", which does not exist (is it the --save directory of a "
+                                   "training run?)";
+  CHECK_THROWS_WITH_AS(require_checkpoint(directory.path, "--pretrained-checkpoint"),
+                       doctest::Contains(missing_file.c_str()), common::Error);
+  fs::create_directories(file.parent_path());
+  std::ofstream(file) << "x";
+  const TrackedCheckpoint tracked = require_checkpoint(directory.path, "--load");
+  CHECK(tracked.iteration == 7);
+  CHECK(tracked.file == file);
+  // A saved-arguments reader refuses what require_checkpoint refuses, with its option first.
+  const std::string absent =
+      "--load " + (directory.path / "absent").string() + " holds no checkpoint";
+  CHECK_THROWS_WITH_AS(read_saved_arguments(directory.path / "absent", "--load"),
+                       doctest::Contains(absent.c_str()), common::Error);
+  // The tracked file is no checkpoint: the reader's error names it.
+  CHECK_THROWS_WITH_AS(read_saved_arguments(directory.path, "--load"),
+                       doctest::Contains(file.string().c_str()), common::Error);
+}
+
 TEST_CASE("a checkpoint that does not fit the flags is one error: the table and the flags that fit") {
   test_support::TemporaryDirectory directory;
   auto a = save_trained(directory.path);

@@ -1204,6 +1204,13 @@ TEST_CASE("a shape whose sizes overflow is refused before anything is allocated"
                        doctest::Contains("padded vocabulary"), common::Error);
   CHECK_THROWS_WITH_AS(backend::padded_vocab_size(INT64_MAX, 128, 1),
                        doctest::Contains("padded vocabulary"), common::Error);
+  // A tensor-parallel size of 0 divided by zero (arguments saved in a damaged checkpoint reach
+  // this without the command line's checks; found by tests/fuzz/checkpoint_file_fuzzer.cpp).
+  for (const int64_t tensor_parallel : {int64_t{0}, int64_t{-2}}) {
+    CHECK_THROWS_WITH_AS(backend::padded_vocab_size(50, 16, tensor_parallel),
+                         doctest::Contains("--tensor-model-parallel-size must be positive"),
+                         common::Error);
+  }
 }
 
 TEST_CASE("the parameter count and the memory estimate agree with the model's layout") {

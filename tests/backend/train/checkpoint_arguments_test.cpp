@@ -6,6 +6,9 @@
 #include <doctest/doctest.h>
 
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/common/error.hpp"
@@ -69,10 +72,27 @@ TEST_CASE("checkpoint arguments: the saved arguments come back as they were save
   metadata["arguments"].erase("hidden_size");
   CHECK_THROWS_WITH_AS(backend::arguments_from_checkpoint(metadata, "model_optim_rng.bin"),
                        doctest::Contains("the metadata has no field 'hidden_size'"), common::Error);
-  metadata["arguments"]["hidden_size"] = "sixteen";
+  // An integer field takes integers only, within its type: nlohmann/json's own conversion
+  // would cut 16.5 to 16 and turn 1e21 into undefined behaviour (found by
+  // tests/fuzz/checkpoint_file_fuzzer.cpp).
+  const std::string int64_range = "is not an integer from -9223372036854775808 to "
+                                  "9223372036854775807";
+  for (const auto& [value, shown] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {"sixteen", "\"sixteen\""},
+           {16.5, "16.5"},
+           {1e21, "1e+21"},
+           {uint64_t{1} << 63, "9223372036854775808"}}) {
+    metadata["arguments"]["hidden_size"] = value;
+    const std::string expected = "checkpoint model_optim_rng.bin: metadata field 'hidden_size' " +
+                                 int64_range + " (" + shown + ")";
+    CHECK_THROWS_WITH_AS(backend::arguments_from_checkpoint(metadata, "model_optim_rng.bin"),
+                         doctest::Contains(expected.c_str()), common::Error);
+  }
+  // Other types keep their message.
+  metadata["arguments"]["hidden_size"] = 16;
+  metadata["arguments"]["lr"] = "fast";
   CHECK_THROWS_WITH_AS(backend::arguments_from_checkpoint(metadata, "model_optim_rng.bin"),
-                       doctest::Contains("checkpoint model_optim_rng.bin: metadata field "
-                                         "'hidden_size' has the wrong type (\"sixteen\")"),
+                       doctest::Contains("metadata field 'lr' has the wrong type (\"fast\")"),
                        common::Error);
 }
 
