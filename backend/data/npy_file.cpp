@@ -7,11 +7,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fmt/format.h>
 #include <string_view>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
@@ -134,6 +136,19 @@ NpyArray::NpyArray(const std::filesystem::path& path) : path_(path) {
     }
   }
   ::close(fd);
+  // A refused file gives its mapping back: the destructor does not run when the constructor
+  // throws.
+  try {
+    parse_header();
+  } catch (...) {
+    if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
+    mapping_ = nullptr;
+    throw;
+  }
+}
+
+void NpyArray::parse_header() {
+  const std::filesystem::path& path = path_;
   const auto* bytes = static_cast<const char*>(mapping_);
   const size_t size = mapping_size_;
   if (size < 10 || std::string_view(bytes, 6) != kNpyMagic) {
@@ -172,7 +187,6 @@ NpyArray::NpyArray(const std::filesystem::path& path) : path_(path) {
   if (shape.size() < 2 || shape.front() != '(' || shape.back() != ')') {
     common::fail("{}: the .npy shape {} is not a tuple", path.string(), shape);
   }
-  size_ = 1;
   std::string_view inner = shape.substr(1, shape.size() - 2);
   while (!inner.empty()) {
     const size_t comma = inner.find(',');
@@ -188,7 +202,6 @@ NpyArray::NpyArray(const std::filesystem::path& path) : path_(path) {
         extent = extent * 10 + (c - '0');
       }
       shape_.push_back(extent);
-      size_ *= extent;
     }
     if (comma == std::string_view::npos) break;
     inner.remove_prefix(comma + 1);
@@ -197,7 +210,21 @@ NpyArray::NpyArray(const std::filesystem::path& path) : path_(path) {
     common::fail("{}: a Fortran-ordered array; the index arrays are C-ordered", path.string());
   }
   const size_t data_start = header_start + header_length;
-  const auto expected = static_cast<size_t>(size_ * item_size_);
+  // The element count in exact arithmetic: a product of extents that wrapped could match the
+  // data's length.
+  size_ = std::find(shape_.begin(), shape_.end(), 0) != shape_.end() ? 0 : 1;
+  bool overflow = false;
+  for (const int64_t extent : shape_) {
+    if (size_ == 0) break;
+    overflow = overflow || __builtin_mul_overflow(size_, extent, &size_);
+  }
+  int64_t needed = 0;
+  overflow = overflow || __builtin_mul_overflow(size_, item_size_, &needed);
+  if (overflow) {
+    common::fail("{}: its header's shape {} of {} needs more than the {} bytes of data it holds",
+                 path.string(), shape, descr, size - data_start);
+  }
+  const auto expected = static_cast<size_t>(needed);
   if (size - data_start != expected) {
     common::fail("{}: {} bytes of data, but its header's shape {} of {} needs {}", path.string(),
                  size - data_start, shape, descr, expected);

@@ -78,6 +78,8 @@ class NpyArray {
   }
 
  private:
+  // The header and length checks of the constructor, over the mapping; fills the fields.
+  void parse_header();
   std::filesystem::path path_;
   void* mapping_ = nullptr;
   size_t mapping_size_ = 0;

@@ -1,14 +1,17 @@
 // The .npy writer gives numpy.save's bytes and the reader refuses damaged files by name.
+#include "backend/data/npy_file.hpp"
+
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "backend/common/error.hpp"
-#include "backend/data/npy_file.hpp"
 #include "test_files.hpp"
 #include "tests/backend/data/numpy_reference.hpp"
 #include "tests/temporary_directory.hpp"
@@ -96,6 +99,29 @@ TEST_CASE("damaged .npy files are refused naming the file") {
   fortran.replace(fortran.find("False"), 5, "True ");
   test_support::write_file(bad, fortran + bytes.substr(128));
   CHECK(error_of(bad).find("Fortran-ordered") != std::string::npos);
+}
+
+TEST_CASE("a shape whose element count wraps is refused, and a refused file leaves no mapping") {
+  test_support::TemporaryDirectory directory;
+  const auto bad = directory.path / "bad.npy";
+  // 2^40 × 2^40 int32 elements wrapped to 0, the bytes of data the file has: it was accepted.
+  const std::vector<int64_t> wrapping = {int64_t{1} << 40, int64_t{1} << 40};
+  test_support::write_file(bad, npy_header(NpyElement::int32, wrapping));
+  CHECK(error_of(bad).find("bad.npy: its header's shape (1099511627776, 1099511627776) of "
+                           "'<i4' needs more than the 0 bytes of data it holds") !=
+        std::string::npos);
+  // A file refused after it was mapped unmaps it: the constructor's throw skips the destructor.
+  const auto mappings = [] {
+    return std::count(std::istreambuf_iterator<char>(std::ifstream("/proc/self/maps").rdbuf()),
+                      std::istreambuf_iterator<char>(), '\n');
+  };
+  std::string version = npy_header(NpyElement::int32, std::vector<int64_t>{1}) + "abcd";
+  version[6] = 7;
+  test_support::write_file(bad, version);
+  REQUIRE(error_of(bad).find("format version 7 is unknown") != std::string::npos);
+  const auto before = mappings();
+  for (int i = 0; i < 20; ++i) CHECK_FALSE(error_of(bad).empty());
+  CHECK(mappings() < before + 20);
 }
 
 TEST_CASE("numpy loads our files and writes the same bytes") {
