@@ -193,6 +193,10 @@ void NpyArray::parse_header() {
     std::string_view field = inner.substr(0, comma);
     while (!field.empty() && field.front() == ' ') field.remove_prefix(1);
     while (!field.empty() && field.back() == ' ') field.remove_suffix(1);
+    // Python's tuple syntax: a field may be empty only after the last comma, as in "(10, )".
+    if (field.empty() && (comma != std::string_view::npos || shape_.empty())) {
+      common::fail("{}: the .npy shape {} is not a tuple of sizes", path.string(), shape);
+    }
     if (!field.empty()) {
       int64_t extent = 0;
       for (char c : field) {

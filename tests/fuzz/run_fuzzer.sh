@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds one libFuzzer target (the launcher's config engine, a tokenizer, a reader of a file
-# format: safetensors, Hugging Face config.json, Megatron's .idx, our checkpoint file; a
+# format: safetensors, Hugging Face config.json, Megatron's .idx, .npy, our checkpoint file; a
 # command line; the text
 # generation server's request) with clang (ASan +
 # UBSan, every report fatal) straight from the sources it needs, and runs it for SECONDS from
@@ -8,7 +8,7 @@
 #
 #   tests/fuzz/run_fuzzer.sh NAME SECONDS
 #     NAME: override | compose | tokenizer | sentencepiece_tokenizer | hf_tokenizer | safetensors |
-#           hf_config | indexed_dataset | checkpoint_file | pretrain_gpt_args | preprocess_data_args |
+#           hf_config | indexed_dataset | npy_file | checkpoint_file | pretrain_gpt_args | preprocess_data_args |
 #           checkpoint_util_args | download_args | generate_request
 #
 # Environment: FUZZ_BUILD_DIR (default ${TMPDIR:-/tmp}/launcher-fuzz): objects, binaries, the
@@ -95,7 +95,7 @@ malloc_limit_mb=2048
 target_flags=()
 case $name in
   tokenizer | sentencepiece_tokenizer | hf_tokenizer) target_flags+=(-DFUZZ_SOURCE_DIR="\"$root\"") ;;
-  safetensors | hf_config | indexed_dataset | checkpoint_file) malloc_limit_mb=64 ;;
+  safetensors | hf_config | indexed_dataset | npy_file | checkpoint_file) malloc_limit_mb=64 ;;
 esac
 binary="$build/${name}_fuzzer"
 support="$build/obj/libfuzz_support.a"

@@ -110,6 +110,18 @@ TEST_CASE("a shape whose element count wraps is refused, and a refused file leav
   CHECK(error_of(bad).find("bad.npy: its header's shape (1099511627776, 1099511627776) of "
                            "'<i4' needs more than the 0 bytes of data it holds") !=
         std::string::npos);
+  // Empty fields are Python's only after the last comma (the reader took "(2,,3)" as (2, 3)).
+  for (const std::string tuple : {"(2,,3)", "(,)", "(,4)"}) {
+    std::string header = npy_header(NpyElement::int32, std::vector<int64_t>{6});
+    header.replace(header.find("(6,)"), 4, tuple);
+    test_support::write_file(bad, header + std::string(24, '\0'));
+    CHECK(error_of(bad).find("the .npy shape " + tuple + " is not a tuple of sizes") !=
+          std::string::npos);
+  }
+  std::string trailing = npy_header(NpyElement::int32, std::vector<int64_t>{6});
+  trailing.replace(trailing.find("(6,), }"), 7, "(6, ),}");  // the header's length kept
+  test_support::write_file(bad, trailing + std::string(24, '\0'));
+  CHECK(error_of(bad).empty());
   // A file refused after it was mapped unmaps it: the constructor's throw skips the destructor.
   const auto mappings = [] {
     return std::count(std::istreambuf_iterator<char>(std::ifstream("/proc/self/maps").rdbuf()),
