@@ -9,15 +9,12 @@
 // success or common::Error; a crash, another exception, a sanitizer report (an overflow in a
 // size taken from the table), an allocation beyond run_fuzzer.sh's -malloc_limit_mb, or a
 // tensor whose table entry does not fit its shape is a finding.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +26,7 @@
 #include "backend/model/gpt_config.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/trainer.hpp"
+#include "tests/fuzz/scratch_file.hpp"
 
 namespace {
 
@@ -84,31 +82,12 @@ std::string checkpoint_bytes(const uint8_t* data, size_t size) {
   return bytes;
 }
 
-// The file each input is written to, one per process, removed when the run ends.
-struct ScratchFile {
-  std::filesystem::path path;
-  ScratchFile() {
-    const std::filesystem::path directory = std::filesystem::is_directory("/dev/shm")
-                                                ? "/dev/shm"
-                                                : std::filesystem::temp_directory_path();
-    path = directory / ("checkpoint_file_fuzzer-" + std::to_string(::getpid()) + ".bin");
-  }
-  ~ScratchFile() {
-    std::error_code ignored;
-    std::filesystem::remove(path, ignored);
-  }
-};
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const ScratchFile scratch;
+  static const fuzz_support::ScratchFile scratch("checkpoint_file_fuzzer");
   const std::string bytes = checkpoint_bytes(data, size);
-  {
-    std::ofstream out(scratch.path, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    check(static_cast<bool>(out), "the scratch file could not be written");
-  }
+  scratch.write(bytes);
   try {
     const backend::CheckpointFileReader reader(scratch.path);
     for (const backend::TensorEntry& entry : reader.tensors()) {

@@ -4,18 +4,16 @@
 // exactly as many elements as its shape's product, and every element must read from inside
 // the file (the map is not ASan-tracked memory, so that bound is checked here). Anything but
 // an array or a common::Error, a crash or a sanitizer report is a finding.
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <string>
+#include <string_view>
 
 #include "backend/common/error.hpp"
 #include "backend/data/npy_file.hpp"
+#include "tests/fuzz/scratch_file.hpp"
 
 namespace {
 
@@ -26,30 +24,11 @@ void check(bool condition, const char* what) {
   }
 }
 
-// The file each input is written to, one per process, removed when the run ends.
-struct ScratchFile {
-  std::filesystem::path path;
-  ScratchFile() {
-    const std::filesystem::path directory = std::filesystem::is_directory("/dev/shm")
-                                                ? "/dev/shm"
-                                                : std::filesystem::temp_directory_path();
-    path = directory / ("npy_file_fuzzer-" + std::to_string(::getpid()) + ".npy");
-  }
-  ~ScratchFile() {
-    std::error_code ignored;
-    std::filesystem::remove(path, ignored);
-  }
-};
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const ScratchFile scratch;
-  {
-    std::ofstream out(scratch.path, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
-    check(static_cast<bool>(out), "the scratch file could not be written");
-  }
+  static const fuzz_support::ScratchFile scratch("npy_file_fuzzer");
+  scratch.write(std::string_view(reinterpret_cast<const char*>(data), size));
   try {
     const backend::NpyArray array(scratch.path);
     unsigned __int128 count = 1;
