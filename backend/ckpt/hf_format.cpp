@@ -10,10 +10,11 @@
 
 #include <cmath>
 #include <fstream>
-#include <sstream>
 #include <limits>
 #include <map>
 #include <set>
+#include <sstream>
+#include <utility>
 
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
@@ -280,8 +281,13 @@ void check_layout_covered(const std::vector<ParameterTensor>& layout,
 int64_t required_integer(const nlohmann::json& config, const char* key, const std::string& source) {
   if (!config.contains(key)) common::fail("{}: missing key '{}'", source, key);
   const auto& value = config[key];
-  if (!value.is_number_integer()) {
-    common::fail("{}: '{}' must be an integer, got {}", source, key, value.dump());
+  // An unsigned value beyond int64 would wrap to a negative one in get<int64_t>().
+  if (!value.is_number_integer() ||
+      (value.is_number_unsigned() && !std::in_range<int64_t>(value.get<uint64_t>()))) {
+    common::fail(
+        "{}: '{}' must be an integer from -9223372036854775808 to 9223372036854775807, "
+        "got {}",
+        source, key, value.dump());
   }
   return value.get<int64_t>();
 }

@@ -363,7 +363,14 @@ TEST_CASE("hf_format: import refuses what it cannot load, naming the tensor or k
     refused_with_config(json, "config.json: missing key 'n_head'");
     json = config_text;
     json["n_layer"] = "two";
-    refused_with_config(json, "'n_layer' must be an integer, got \"two\"");
+    refused_with_config(json,
+                        "'n_layer' must be an integer from -9223372036854775808 to "
+                        "9223372036854775807, got \"two\"");
+    // Beyond int64 it wrapped to a negative layer count, refused under --num-layers' name.
+    json["n_layer"] = uint64_t{1} << 63;
+    refused_with_config(json,
+                        "'n_layer' must be an integer from -9223372036854775808 to "
+                        "9223372036854775807, got 9223372036854775808");
     json = config_text;
     json["activation_function"] = "relu";
     refused_with_config(json, "activation_function 'relu' is not supported");
