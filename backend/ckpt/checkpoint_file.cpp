@@ -6,12 +6,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <set>
 
+#include "backend/common/checked_math.hpp"
 #include "backend/common/crc32c.hpp"
 #include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
@@ -258,17 +258,11 @@ void CheckpointFileReader::validate() {
     entry.crc32c = parser.get<uint32_t>();
     // The element count in exact arithmetic: a table entry may claim any shape, and a product
     // that wrapped could match a small byte size (numel() is safe on the entries kept).
-    const bool empty = std::find(entry.shape.begin(), entry.shape.end(), 0) != entry.shape.end();
-    uint64_t elements = 1;
-    bool fits_data = true;
-    for (const int64_t dimension : entry.shape) {
-      if (empty) break;
-      fits_data = fits_data &&
-                  !__builtin_mul_overflow(elements, static_cast<uint64_t>(dimension), &elements) &&
-                  elements <= data_size / sizeof(float);
-    }
-    if (empty) elements = 0;
-    if (!fits_data || entry.size != elements * sizeof(float) || entry.offset > data_size ||
+    const std::optional<int64_t> elements = common::exact_product(entry.shape);
+    const bool fits_data =
+        elements && static_cast<uint64_t>(*elements) <= data_size / sizeof(float);
+    if (!fits_data || entry.size != static_cast<uint64_t>(*elements) * sizeof(float) ||
+        entry.offset > data_size ||
         entry.size > data_size - entry.offset) {
       common::fail("checkpoint {}: tensor '{}' has an inconsistent table entry (shape {}, {} "
                    "bytes at offset {} of {})", name, entry.name, format_python_shape(entry.shape),

@@ -33,4 +33,15 @@ int64_t checked_add(int64_t a, int64_t b, std::string_view what) {
   return sum;
 }
 
+std::optional<int64_t> exact_product(std::span<const int64_t> factors) {
+  for (const int64_t factor : factors) {
+    if (factor == 0) return 0;
+  }
+  int64_t product = 1;
+  for (const int64_t factor : factors) {
+    if (__builtin_mul_overflow(product, factor, &product)) return std::nullopt;
+  }
+  return product;
+}
+
 }  // namespace common

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
+#include <span>
 #include <string_view>
 
 namespace common {
@@ -18,6 +20,11 @@ int64_t checked_multiply(std::initializer_list<int64_t> factors, std::string_vie
 inline int64_t checked_multiply(int64_t a, int64_t b, std::string_view what) {
   return checked_multiply({a, b}, what);
 }
+
+// The product of non-negative `factors` in exact arithmetic (0 when any is 0, whatever the
+// others), or nullopt when it does not fit int64: for sizes read from a file, whose reader
+// words its own refusal.
+std::optional<int64_t> exact_product(std::span<const int64_t> factors);
 
 // a + b, or common::Error naming `what` the same way.
 int64_t checked_add(int64_t a, int64_t b, std::string_view what);

@@ -7,7 +7,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string_view>
@@ -15,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/common/checked_math.hpp"
 #include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/python_format.hpp"
@@ -216,18 +216,13 @@ void NpyArray::parse_header() {
   const size_t data_start = header_start + header_length;
   // The element count in exact arithmetic: a product of extents that wrapped could match the
   // data's length.
-  size_ = std::find(shape_.begin(), shape_.end(), 0) != shape_.end() ? 0 : 1;
-  bool overflow = false;
-  for (const int64_t extent : shape_) {
-    if (size_ == 0) break;
-    overflow = overflow || __builtin_mul_overflow(size_, extent, &size_);
-  }
+  const std::optional<int64_t> elements = common::exact_product(shape_);
   int64_t needed = 0;
-  overflow = overflow || __builtin_mul_overflow(size_, item_size_, &needed);
-  if (overflow) {
+  if (!elements || __builtin_mul_overflow(*elements, item_size_, &needed)) {
     common::fail("{}: its header's shape {} of {} needs more than the {} bytes of data it holds",
                  path.string(), shape, descr, size - data_start);
   }
+  size_ = *elements;
   const auto expected = static_cast<size_t>(needed);
   if (size - data_start != expected) {
     common::fail("{}: {} bytes of data, but its header's shape {} of {} needs {}", path.string(),
