@@ -2,8 +2,6 @@
 // docs/checkpoints.md for the byte layout.
 #include "backend/ckpt/checkpoint_file.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <bit>
@@ -146,31 +144,15 @@ void write_checkpoint_file(const std::filesystem::path& path, const nlohmann::js
   writer.finish();
 }
 
-CheckpointFileReader::CheckpointFileReader(std::filesystem::path path) : path_(std::move(path)) {
-  // O_NONBLOCK: a FIFO in its place is refused below rather than waited on.
-  descriptor_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (descriptor_ < 0) {
-    common::fail("cannot open checkpoint {}: {}", path_.string(), std::strerror(errno));
-  }
-  // A refused file gives its descriptor back: the destructor does not run when the
-  // constructor throws, and a process that goes on after the error (a test, a fuzzer, a
-  // server) would run out of descriptors.
-  try {
-    validate();
-  } catch (...) {
-    ::close(descriptor_);
-    throw;
-  }
+// The file is a member: a refused file is closed as the constructor throws.
+CheckpointFileReader::CheckpointFileReader(std::filesystem::path path)
+    : path_(std::move(path)), file_(path_, "checkpoint") {
+  validate();
 }
 
 void CheckpointFileReader::validate() {
   const std::string name = path_.string();
-  struct stat status {};
-  if (::fstat(descriptor_, &status) != 0) {
-    common::fail("cannot stat checkpoint {}: {}", name, std::strerror(errno));
-  }
-  if (!S_ISREG(status.st_mode)) common::fail("checkpoint {} is not a regular file", name);
-  file_size_ = static_cast<uint64_t>(status.st_size);
+  file_size_ = file_.size();
 
   if (file_size_ < kCheckpointHeaderSize) {
     common::fail("checkpoint {} is truncated: {} bytes, shorter than the {}-byte header", name,
@@ -292,10 +274,6 @@ void CheckpointFileReader::validate() {
   }
 }
 
-CheckpointFileReader::~CheckpointFileReader() {
-  if (descriptor_ >= 0) ::close(descriptor_);
-}
-
 const TensorEntry* CheckpointFileReader::find(const std::string& name) const {
   for (const auto& entry : tensors_) {
     if (entry.name == name) return &entry;
@@ -307,8 +285,8 @@ void CheckpointFileReader::read_at(uint64_t offset, std::span<std::byte> destina
                                    const std::string& what) const {
   size_t done = 0;
   while (done < destination.size()) {
-    const ssize_t got = ::pread(descriptor_, destination.data() + done, destination.size() - done,
-                                static_cast<off_t>(offset + done));
+    const ssize_t got = ::pread(file_.descriptor(), destination.data() + done,
+                                destination.size() - done, static_cast<off_t>(offset + done));
     if (got < 0) {
       if (errno == EINTR) continue;
       common::fail("cannot read {} of checkpoint {}: {}", what, path_.string(), std::strerror(errno));

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/common/user_file.hpp"
+
 namespace backend {
 
 inline constexpr std::array<char, 8> kCheckpointMagic = {'M', 'N', 'A', 'T', 'C', 'K', 'P', 'T'};
@@ -57,7 +59,6 @@ void write_checkpoint_file(const std::filesystem::path& path, const nlohmann::js
 class CheckpointFileReader {
  public:
   explicit CheckpointFileReader(std::filesystem::path path);
-  ~CheckpointFileReader();
   CheckpointFileReader(const CheckpointFileReader&) = delete;
   CheckpointFileReader& operator=(const CheckpointFileReader&) = delete;
 
@@ -80,7 +81,7 @@ class CheckpointFileReader {
   void check_crc(const TensorEntry& entry, std::span<const std::byte> bytes) const;
 
   std::filesystem::path path_;
-  int descriptor_ = -1;
+  common::OpenFile file_;
   uint64_t file_size_ = 0;
   uint32_t format_version_ = 0;
   uint64_t data_offset_ = 0;

@@ -1,7 +1,6 @@
 // Bounded whole-file reads; see small_file.hpp.
 #include "backend/common/small_file.hpp"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,21 +8,11 @@
 #include <cstring>
 
 #include "backend/common/error.hpp"
+#include "backend/common/user_file.hpp"
 
 namespace common {
 
 namespace {
-
-// What a file that is not a regular file is, for the message; nullptr for a regular file.
-const char* not_regular(mode_t mode) {
-  if (S_ISREG(mode)) return nullptr;
-  if (S_ISDIR(mode)) return "a directory, not a file";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe), not a regular file";
-  if (S_ISCHR(mode)) return "a character device, not a regular file";
-  if (S_ISBLK(mode)) return "a block device, not a regular file";
-  if (S_ISSOCK(mode)) return "a socket, not a regular file";
-  return "not a regular file";
-}
 
 [[noreturn]] void refuse_size(const std::filesystem::path& path, std::string_view what,
                               uint64_t size, bool at_least, uint64_t limit) {
@@ -33,43 +22,19 @@ const char* not_regular(mode_t mode) {
        what, path.string(), at_least ? "at least " : "", size, limit, in_mib);
 }
 
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 }  // namespace
 
 std::string read_small_file(const std::filesystem::path& path, std::string_view what,
                             uint64_t limit) {
-  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; the checks below
-  // refuse it once open. A regular file ignores the flag.
-  const FileDescriptor file(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (file.get() < 0) fail("cannot read {} {}: {}", what, path.string(), std::strerror(errno));
-  struct stat status {};
-  if (::fstat(file.get(), &status) != 0) {
-    fail("cannot read {} {}: {}", what, path.string(), std::strerror(errno));
-  }
-  if (const char* kind = not_regular(status.st_mode)) {
-    fail("cannot read {} {}: it is {}", what, path.string(), kind);
-  }
-  const auto size = static_cast<uint64_t>(status.st_size);
+  const OpenFile file(path, what);
+  const uint64_t size = file.size();
   if (size > limit) refuse_size(path, what, size, false, limit);
 
   std::string contents(static_cast<size_t>(size), '\0');
   size_t filled = 0;
   auto read_into = [&](char* buffer, size_t length) {
     while (true) {
-      const ssize_t got = ::read(file.get(), buffer, length);
+      const ssize_t got = ::read(file.descriptor(), buffer, length);
       if (got >= 0) return static_cast<size_t>(got);
       if (errno != EINTR) fail("cannot read {} {}: {}", what, path.string(), std::strerror(errno));
     }
@@ -108,7 +73,7 @@ uint64_t regular_file_size(const std::filesystem::path& path, std::string_view w
   if (::stat(path.c_str(), &status) != 0) {
     fail("cannot read {} {}: {}", what, path.string(), std::strerror(errno));
   }
-  if (const char* kind = not_regular(status.st_mode)) {
+  if (const char* kind = describe_non_regular(status.st_mode)) {
     fail("cannot read {} {}: it is {}", what, path.string(), kind);
   }
   return static_cast<uint64_t>(status.st_size);

@@ -3,8 +3,6 @@
 #include "backend/data/indexed_dataset.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -383,53 +381,28 @@ void IndexedDatasetWriter::finalize() {
 }
 
 // ---- reader
-struct IndexedDataset::Mapping {
-  void* address = nullptr;
-  size_t size = 0;
+namespace {
 
-  explicit Mapping(const std::string& path, const std::string& prefix) {
-    // O_NONBLOCK: a FIFO in its place is refused below rather than waited on.
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-      const std::string reason = std::strerror(errno);
-      common::fail("cannot open {}: {} (the dataset prefix {} needs both {}.idx and {}.bin{})",
-                   path, reason, prefix, prefix, prefix, interrupted_write_note(path));
-    }
-    struct stat status {};
-    if (::fstat(fd, &status) != 0) {
-      ::close(fd);
-      common::fail("cannot stat {}: {}", path, std::strerror(errno));
-    }
-    if (!S_ISREG(status.st_mode)) {
-      ::close(fd);
-      common::fail("cannot open {}: not a regular file (the dataset prefix {} needs both {}.idx "
-                   "and {}.bin as files)", path, prefix, prefix, prefix);
-    }
-    size = static_cast<size_t>(status.st_size);
-    if (size > 0) {
-      address = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-      if (address == MAP_FAILED) {
-        address = nullptr;
-        ::close(fd);
-        common::fail("cannot map {}: {}", path, std::strerror(errno));
-      }
-    }
-    ::close(fd);
+// One of the pair mapped, or an error that says the prefix needs both (and, when the .idx is
+// missing because a run publishing the pair was interrupted, that it was).
+common::MappedFile map_dataset_file(const std::string& path, const std::string& prefix) {
+  try {
+    return common::MappedFile(path, "dataset file");
+  } catch (const common::Error& error) {
+    common::fail("{} (the dataset prefix {} needs both {}.idx and {}.bin{})", error.what(), prefix,
+                 prefix, prefix, interrupted_write_note(path));
   }
-  ~Mapping() {
-    if (address != nullptr) ::munmap(address, size);
-  }
-  std::span<const std::byte> bytes() const {
-    return {static_cast<const std::byte*>(address), size};
-  }
-};
+}
 
-IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
+}  // namespace
+
+IndexedDataset::IndexedDataset(const std::string& prefix)
+    : prefix_(prefix),
+      index_mapping_(map_dataset_file(index_file_path(prefix), prefix)),
+      data_mapping_(map_dataset_file(data_file_path(prefix), prefix)) {
   const std::string index_path = index_file_path(prefix), data_path = data_file_path(prefix);
-  index_mapping_ = std::make_unique<Mapping>(index_path, prefix);
-  data_mapping_ = std::make_unique<Mapping>(data_path, prefix);
-  index_ = index_mapping_->bytes();
-  data_ = data_mapping_->bytes();
+  index_ = index_mapping_.bytes();
+  data_ = data_mapping_.bytes();
 
   const auto size = static_cast<int64_t>(index_.size());
   if (size < kHeaderBytes) {

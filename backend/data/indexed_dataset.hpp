@@ -50,6 +50,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/common/user_file.hpp"
+
 namespace common {
 class ExclusiveFileLock;
 }  // namespace common
@@ -131,7 +133,6 @@ class IndexedDataset {
   void read_tokens(int64_t sequence, int64_t offset, std::span<int32_t> out) const;
 
  private:
-  struct Mapping;
   template <typename T>
   static T load(const std::byte* base, int64_t i) {
     T value;
@@ -140,7 +141,7 @@ class IndexedDataset {
   }
 
   std::string prefix_;
-  std::unique_ptr<Mapping> index_mapping_, data_mapping_;
+  common::MappedFile index_mapping_, data_mapping_;
   DType dtype_ = DType::uint16;
   int64_t sequence_count_ = 0, document_index_count_ = 0;
   const std::byte *lengths_ = nullptr, *pointers_ = nullptr, *documents_ = nullptr;

@@ -2,15 +2,8 @@
 // numpy/lib/format.py (_write_array_header: the dict's repr, padded to ARRAY_ALIGN = 64).
 #include "backend/data/npy_file.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <string_view>
-#include <utility>
 
 #include <fmt/format.h>
 
@@ -113,44 +106,16 @@ void write_npy(const std::filesystem::path& path, NpyElement element,
   common::fsync_directory(path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path());
 }
 
-NpyArray::NpyArray(const std::filesystem::path& path) : path_(path) {
-  // O_NONBLOCK: a FIFO in its place is refused below rather than waited on.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) common::fail("cannot open {}: {}", path.string(), std::strerror(errno));
-  struct stat status {};
-  if (::fstat(fd, &status) != 0) {
-    ::close(fd);
-    common::fail("cannot stat {}: {}", path.string(), std::strerror(errno));
-  }
-  if (!S_ISREG(status.st_mode)) {
-    ::close(fd);
-    common::fail("cannot open {}: not a regular file", path.string());
-  }
-  mapping_size_ = static_cast<size_t>(status.st_size);
-  if (mapping_size_ > 0) {
-    mapping_ = ::mmap(nullptr, mapping_size_, PROT_READ, MAP_SHARED, fd, 0);
-    if (mapping_ == MAP_FAILED) {
-      mapping_ = nullptr;
-      ::close(fd);
-      common::fail("cannot map {}: {}", path.string(), std::strerror(errno));
-    }
-  }
-  ::close(fd);
-  // A refused file gives its mapping back: the destructor does not run when the constructor
-  // throws.
-  try {
-    parse_header();
-  } catch (...) {
-    if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
-    mapping_ = nullptr;
-    throw;
-  }
+// The mapping is a member: a refused file is unmapped as the constructor throws.
+NpyArray::NpyArray(const std::filesystem::path& path)
+    : path_(path), mapping_(path, ".npy file") {
+  parse_header();
 }
 
 void NpyArray::parse_header() {
   const std::filesystem::path& path = path_;
-  const auto* bytes = static_cast<const char*>(mapping_);
-  const size_t size = mapping_size_;
+  const auto* bytes = reinterpret_cast<const char*>(mapping_.bytes().data());
+  const size_t size = mapping_.bytes().size();
   if (size < 10 || std::string_view(bytes, 6) != kNpyMagic) {
     common::fail("{}: not a .npy file (it does not start with \"\\x93NUMPY\")", path.string());
   }
@@ -229,27 +194,6 @@ void NpyArray::parse_header() {
                  size - data_start, shape, descr, expected);
   }
   data_ = reinterpret_cast<const std::byte*>(bytes + data_start);
-}
-
-NpyArray::~NpyArray() {
-  if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
-}
-
-NpyArray::NpyArray(NpyArray&& other) noexcept { *this = std::move(other); }
-
-NpyArray& NpyArray::operator=(NpyArray&& other) noexcept {
-  if (this != &other) {
-    if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
-    path_ = std::move(other.path_);
-    mapping_ = std::exchange(other.mapping_, nullptr);
-    mapping_size_ = std::exchange(other.mapping_size_, 0);
-    data_ = std::exchange(other.data_, nullptr);
-    element_ = other.element_;
-    item_size_ = other.item_size_;
-    shape_ = std::move(other.shape_);
-    size_ = std::exchange(other.size_, 0);
-  }
-  return *this;
 }
 
 }  // namespace backend

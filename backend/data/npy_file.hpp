@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/common/user_file.hpp"
+
 namespace backend {
 
 // The element types of Megatron's index arrays (and the blend's dataset index, int16).
@@ -54,9 +56,6 @@ void write_npy(const std::filesystem::path& path, std::span<const T> values,
 class NpyArray {
  public:
   explicit NpyArray(const std::filesystem::path& path);
-  ~NpyArray();
-  NpyArray(NpyArray&&) noexcept;
-  NpyArray& operator=(NpyArray&&) noexcept;
 
   NpyElement element() const { return element_; }
   const std::vector<int64_t>& shape() const { return shape_; }
@@ -81,8 +80,7 @@ class NpyArray {
   // The header and length checks of the constructor, over the mapping; fills the fields.
   void parse_header();
   std::filesystem::path path_;
-  void* mapping_ = nullptr;
-  size_t mapping_size_ = 0;
+  common::MappedFile mapping_;
   const std::byte* data_ = nullptr;
   NpyElement element_ = NpyElement::int32;
   int64_t item_size_ = 4;

@@ -102,7 +102,7 @@ TEST_CASE("pretrain_gpt refuses data lists, dataset files and trackers it cannot
   REQUIRE(::mkfifo((prefix + ".idx").c_str(), 0600) == 0);
   std::ofstream(prefix + ".bin") << "";
   check_refused(run_bounded(with_data({"--data-path", prefix, "--split", "1,0,0"})),
-                "cannot open " + prefix + ".idx: not a regular file");
+                "cannot read dataset file " + prefix + ".idx: " + kFifo);
 
   // A checkpoint directory whose tracker is a FIFO, or /dev/zero.
   const fs::path load = temporary.path / "load";

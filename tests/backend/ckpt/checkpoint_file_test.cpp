@@ -232,7 +232,7 @@ TEST_CASE("each kind of damage is refused, naming the file and the tensor at fau
 TEST_CASE("a missing file and a tensor whose shape does not match its values are errors") {
   test_support::TemporaryDirectory directory;
   CHECK_THROWS_WITH_AS(CheckpointFileReader(directory.path / "absent.bin"),
-                       doctest::Contains("cannot open checkpoint"), common::Error);
+                       doctest::Contains("cannot read checkpoint"), common::Error);
   std::vector<float> values(5);
   const std::vector<CheckpointTensor> tensors = {{"bad", {2, 3}, values}};
   CHECK_THROWS_WITH_AS(write_checkpoint_file(directory.path / "x.bin", {}, tensors),

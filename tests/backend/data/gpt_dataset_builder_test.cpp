@@ -154,8 +154,13 @@ TEST_CASE("bad prefixes and datasets are named") {
   Corpus corpus({10});
   CHECK_THROWS_WITH_AS(build_gpt_datasets(options_for(blend_of({corpus.prefixes[0] + ".bin"}, "1")), {1, 0, 0}),
                        doctest::Contains("ends in .bin: give the prefix without the extension"), common::Error);
-  CHECK_THROWS_WITH_AS(build_gpt_datasets(options_for(blend_of({corpus.prefixes[0] + "_missing"}, "1")), {1, 0, 0}),
-                       doctest::Contains(("cannot open " + corpus.prefixes[0] + "_missing.idx").c_str()), common::Error);
+  CHECK_THROWS_WITH_AS(
+      build_gpt_datasets(options_for(blend_of({corpus.prefixes[0] + "_missing"}, "1")), {1, 0, 0}),
+      doctest::Contains(("cannot read dataset file " + corpus.prefixes[0] +
+                         "_missing.idx: No such file or directory (the dataset prefix " +
+                         corpus.prefixes[0] + "_missing needs both")
+                            .c_str()),
+      common::Error);
   // A float dataset holds no token ids.
   const std::string floats = (corpus.directory.path / "floats").string();
   {

@@ -255,7 +255,7 @@ TEST_CASE("damaged datasets are refused with the file and what is wrong") {
     IndexedDataset dataset(bad);
     FAIL("a missing .bin was accepted");
   } catch (const common::Error& error) {
-    CHECK(std::string(error.what()).find("cannot open " + bad + ".bin") == 0);
+    CHECK(std::string(error.what()).find("cannot read dataset file " + bad + ".bin") == 0);
   }
   auto index = good_index;
   index[0] = 'X';
