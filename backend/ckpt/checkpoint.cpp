@@ -903,21 +903,43 @@ bool has_distributed_moments(const CheckpointMetadata& metadata) {
 }
 
 void read_distributed_moments(const fs::path& file, const CheckpointMetadata& metadata,
-                              ShardRange wanted, std::span<float> exp_avg,
+                              int64_t buffer_numel, ShardRange wanted, std::span<float> exp_avg,
                               std::span<float> exp_avg_sq) {
+  if (buffer_numel < 0 || wanted.offset < 0 || wanted.numel < 0 ||
+      wanted.offset > buffer_numel - wanted.numel || std::ssize(exp_avg) != wanted.numel ||
+      std::ssize(exp_avg_sq) != wanted.numel) {
+    common::fail(
+        "internal error: reading elements [{}, {}) of a buffer of {} into {} and {} "
+        "values",
+        wanted.offset, wanted.offset + wanted.numel, buffer_numel, exp_avg.size(),
+        exp_avg_sq.size());
+  }
   const json& distributed = metadata.section("optimizer")["distributed"];
+  if (!distributed.is_object()) {
+    common::fail("checkpoint {}: metadata field 'distributed' has the wrong type ({})",
+                 file.string(), distributed.dump());
+  }
   const auto members = metadata.get<int64_t>(distributed, "data_parallel");
   const auto count = metadata.get<int64_t>(distributed, "parameter_count");
-  if (members < 1 || wanted.offset < 0 || wanted.numel < 0 || wanted.offset + wanted.numel > count ||
-      std::ssize(exp_avg) != wanted.numel || std::ssize(exp_avg_sq) != wanted.numel) {
-    common::fail("checkpoint {}: its distributed optimizer state covers {} parameters over {} "
-                 "ranks; elements [{}, {}) of it cannot be read",
-                 file.string(), count, members, wanted.offset, wanted.offset + wanted.numel);
+  // The ranges are shard_range's of the whole buffer: another count would cut them elsewhere
+  // and put every moment at another parameter.
+  if (members < 1 || count != buffer_numel) {
+    common::fail(
+        "checkpoint {}: its distributed optimizer state covers {} parameters over {} "
+        "data-parallel ranks, but this rank's model has {} parameters: the file does "
+        "not belong to this model (or is corrupt); --no-load-optim loads its weights "
+        "alone",
+        file.string(), count, members, buffer_numel);
   }
+  if (wanted.numel == 0) return;
   std::vector<float> staged;
-  for (int64_t member = 0; member < members; ++member) {
+  // Only the files holding part of `wanted` are opened: from the one holding its first element
+  // to the one holding its last, whatever the number of ranks the metadata names.
+  const int64_t first = shard_member_holding(count, members, wanted.offset);
+  const int64_t last = shard_member_holding(count, members, wanted.offset + wanted.numel - 1);
+  for (int64_t member = first; member <= last; ++member) {
     const ShardRange range = shard_range(count, members, member);
-    if (!overlaps(range, wanted)) continue;  // a file with none of it: not opened
+    if (!overlaps(range, wanted)) continue;  // an empty range: no file needed
     const fs::path path = file.parent_path() / distributed_optimizer_file_name(member);
     if (!fs::is_regular_file(path)) {
       common::fail("checkpoint {} was saved with the distributed optimizer over {} data-parallel "
@@ -1087,7 +1109,8 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
     }
     HostMoments moments = host_moments(optimizer, false);
     if (has_distributed_moments(metadata)) {
-      read_distributed_moments(reader.path(), metadata, range, moments.exp_avg, moments.exp_avg_sq);
+      read_distributed_moments(reader.path(), metadata, model.parameter_buffer().numel, range,
+                               moments.exp_avg, moments.exp_avg_sq);
     } else {
       read_named_moments(reader, model, range, moments.exp_avg, moments.exp_avg_sq);
     }

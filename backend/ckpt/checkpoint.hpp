@@ -254,12 +254,14 @@ class CheckpointMetadata {
 
 // The distributed optimizer's moments of a checkpoint's rank file (metadata of `file`, whose
 // "optimizer" section has "distributed"): elements [wanted.offset, wanted.offset +
-// wanted.numel) of that rank's flat buffers, read from the distrib_optim files beside `file`
-// whatever data-parallel size wrote them, into exp_avg and exp_avg_sq (wanted.numel each). A
-// missing file or one whose range is not the one expected is a common::Error naming it.
+// wanted.numel) of that rank's flat buffer of buffer_numel parameters, read from the
+// distrib_optim files beside `file` whatever data-parallel size wrote them, into exp_avg and
+// exp_avg_sq (wanted.numel each); only the files holding part of the range are opened. A
+// missing file, one whose range is not the one expected, or state saved for another count of
+// parameters is a common::Error naming it.
 bool has_distributed_moments(const CheckpointMetadata& metadata);
 void read_distributed_moments(const std::filesystem::path& file, const CheckpointMetadata& metadata,
-                              ShardRange wanted, std::span<float> exp_avg,
+                              int64_t buffer_numel, ShardRange wanted, std::span<float> exp_avg,
                               std::span<float> exp_avg_sq);
 
 // Loads the checkpoint options.directory's tracker names into model, optimizer and scheduler,

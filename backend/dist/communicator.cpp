@@ -17,6 +17,18 @@ ShardRange shard_range(int64_t numel, int64_t members, int64_t rank) {
   return {.offset = rank * base + std::min(rank, longer), .numel = base + (rank < longer ? 1 : 0)};
 }
 
+int64_t shard_member_holding(int64_t numel, int64_t members, int64_t element) {
+  if (members < 1 || element < 0 || element >= numel) {
+    common::fail("shard_member_holding: element {} of {} elements over {} members", element, numel,
+                 members);
+  }
+  // The first `longer` shards hold base + 1 elements each, the others base (base > 0 there:
+  // with base == 0 every element is in the longer shards). longer × (base + 1) <= numel.
+  const int64_t base = numel / members, longer = numel % members;
+  const int64_t in_longer = longer * (base + 1);
+  return element < in_longer ? element / (base + 1) : longer + (element - in_longer) / base;
+}
+
 double all_reduce_sum(Communicator& group, double value) {
   if (group.size() > 1) group.all_reduce(host_view(std::span(&value, 1)), ReduceOperation::sum);
   return value;

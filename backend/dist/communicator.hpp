@@ -30,6 +30,9 @@ struct ShardRange {
   int64_t numel = 0;
 };
 ShardRange shard_range(int64_t numel, int64_t members, int64_t rank);
+// The member whose shard_range holds element `element` (0 <= element < numel): found by
+// arithmetic, so a reader of shards need not walk every member before the ones it wants.
+int64_t shard_member_holding(int64_t numel, int64_t members, int64_t element);
 
 // One point-to-point transfer of a batch (Megatron's P2POp).
 struct PointToPoint {

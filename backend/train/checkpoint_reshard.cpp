@@ -336,7 +336,7 @@ WholeState assemble(const Source& source, const ParameterLayout& whole, bool mom
         for (const StatePart& part : kMoments) {
           (rank_moments.*part.buffer).resize(static_cast<size_t>(layout.numel()));
         }
-        read_distributed_moments(reader.path(), metadata, {0, layout.numel()},
+        read_distributed_moments(reader.path(), metadata, layout.numel(), {0, layout.numel()},
                                  rank_moments.exp_avg, rank_moments.exp_avg_sq);
       }
       for (const ParameterTensor& tensor : layout.tensors()) {

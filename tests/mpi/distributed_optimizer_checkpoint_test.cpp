@@ -135,7 +135,7 @@ TEST_CASE("the distributed optimizer's ranks each write their moments to their o
        {shard_range(count, 2, 0), shard_range(count, 2, 1), ShardRange{count / 3 - 5, count / 3 + 10}}) {
     CAPTURE(wanted.offset);
     std::vector<float> got_avg(static_cast<size_t>(wanted.numel)), got_sq(got_avg.size());
-    read_distributed_moments(model_file.path(), metadata, wanted, got_avg, got_sq);
+    read_distributed_moments(model_file.path(), metadata, count, wanted, got_avg, got_sq);
     CHECK(std::ranges::equal(got_avg, std::span(exp_avg).subspan(static_cast<size_t>(wanted.offset),
                                                                  got_avg.size())));
     CHECK(std::ranges::equal(got_sq, std::span(exp_avg_sq).subspan(static_cast<size_t>(wanted.offset),
@@ -150,12 +150,12 @@ TEST_CASE("the distributed optimizer's ranks each write their moments to their o
     fs::rename(rank_directory / distributed_optimizer_file_name(1),
                rank_directory / distributed_optimizer_file_name(0));
     CHECK_THROWS_WITH_AS(
-        read_distributed_moments(model_file.path(), metadata, {0, count}, all_avg, all_sq),
+        read_distributed_moments(model_file.path(), metadata, count, {0, count}, all_avg, all_sq),
         doctest::Contains("distrib_optim_000.bin does not hold the range [0, "), common::Error);
     // A missing file: named, with the way to load the weights alone.
     fs::remove(rank_directory / distributed_optimizer_file_name(0));
     try {
-      read_distributed_moments(model_file.path(), metadata, {0, count}, all_avg, all_sq);
+      read_distributed_moments(model_file.path(), metadata, count, {0, count}, all_avg, all_sq);
       FAIL("a missing distrib_optim file was not noticed");
     } catch (const common::Error& error) {
       const std::string message = error.what();

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/ckpt/checkpoint_file.hpp"
@@ -918,4 +920,99 @@ TEST_CASE("--fp16: the loss scaler's state is saved and a resumed run scales as 
   train(bf16, log_bf16);
   CHECK(log_bf16.str().find("***WARNING*** fould the grad scaler in the checkpoint but it is None "
                             "in the class. Skipping loading grad scaler ...") != std::string::npos);
+}
+
+namespace {
+
+// A rank file's metadata naming distributed optimizer state, and the distrib_optim files of
+// `members` ranks beside it, each holding shard_range's part of moments exp_avg[i] = i + 1 and
+// exp_avg_sq[i] = −(i + 1) of a buffer of `count` (written as the distributed optimizer's save
+// writes them, for `members` files at most `written`).
+struct DistributedMomentsFiles {
+  test_support::TemporaryDirectory directory;
+  nlohmann::json metadata;
+  fs::path rank_file() const { return directory.path / "model_optim_rng.bin"; }
+
+  DistributedMomentsFiles(int64_t count, int64_t members, int64_t written) {
+    metadata = {
+        {"optimizer", {{"distributed", {{"data_parallel", members}, {"parameter_count", count}}}}}};
+    for (int64_t member = 0; member < std::min(members, written); ++member) {
+      const ShardRange range = shard_range(count, members, member);
+      std::vector<float> exp_avg, exp_avg_sq;
+      for (int64_t i = range.offset; i < range.offset + range.numel; ++i) {
+        exp_avg.push_back(static_cast<float>(i + 1));
+        exp_avg_sq.push_back(-static_cast<float>(i + 1));
+      }
+      const std::vector<CheckpointTensor> tensors = {{"exp_avg", {range.numel}, exp_avg},
+                                                     {"exp_avg_sq", {range.numel}, exp_avg_sq}};
+      write_checkpoint_file(directory.path / distributed_optimizer_file_name(member),
+                            {{"parameter_count", count},
+                             {"range", {{"offset", range.offset}, {"numel", range.numel}}}},
+                            tensors);
+    }
+  }
+  // Elements `wanted` of a buffer of buffer_numel, as the load reads them.
+  std::pair<std::vector<float>, std::vector<float>> read(int64_t buffer_numel,
+                                                         ShardRange wanted) const {
+    std::vector<float> exp_avg(static_cast<size_t>(wanted.numel)), exp_avg_sq(exp_avg.size());
+    read_distributed_moments(rank_file(), CheckpointMetadata(metadata, rank_file()), buffer_numel,
+                             wanted, exp_avg, exp_avg_sq);
+    return {exp_avg, exp_avg_sq};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("distributed optimizer state: any range of the buffer, from the files that hold it") {
+  const DistributedMomentsFiles files(10, 3, 3);
+  for (int64_t offset = 0; offset <= 10; ++offset) {
+    for (int64_t numel = 0; offset + numel <= 10; ++numel) {
+      CAPTURE(offset);
+      CAPTURE(numel);
+      const auto moments = files.read(10, {offset, numel});
+      for (int64_t i = 0; i < numel; ++i) {
+        CHECK(moments.first[static_cast<size_t>(i)] == static_cast<float>(offset + i + 1));
+        CHECK(moments.second[static_cast<size_t>(i)] == -static_cast<float>(offset + i + 1));
+      }
+    }
+  }
+  // Rank 2's range [7, 10) needs no other file.
+  fs::remove(files.directory.path / distributed_optimizer_file_name(0));
+  CHECK(files.read(10, {7, 3}).first == std::vector<float>{8, 9, 10});
+  CHECK_THROWS_WITH_AS(files.read(10, {3, 5}),
+                       doctest::Contains("distrib_optim_000.bin (rank 0's optimizer state) "
+                                         "does not exist: the checkpoint is incomplete"),
+                       common::Error);
+}
+
+TEST_CASE(
+    "distributed optimizer state: a rank count far beyond the parameters reads only the files that "
+    "hold some") {
+  // 2^62 ranks over 10 parameters: ranks 0..9 hold one each, the others none. Walking every
+  // rank up to the ones wanted never ended.
+  const int64_t members = int64_t{1} << 62;
+  const DistributedMomentsFiles files(10, members, 10);
+  CHECK(files.read(10, {0, 10}).first == std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  CHECK(files.read(10, {9, 1}).second == std::vector<float>{-10});
+}
+
+TEST_CASE(
+    "distributed optimizer state saved for another parameter count is refused, not misplaced") {
+  // The files agree with each other on 12 parameters; read into a model of 10, every moment
+  // would have landed at another parameter.
+  const DistributedMomentsFiles files(12, 3, 3);
+  CHECK_THROWS_WITH_AS(files.read(10, {0, 10}),
+                       doctest::Contains("its distributed optimizer state covers 12 parameters "
+                                         "over 3 data-parallel ranks, but this rank's model has "
+                                         "10 parameters"),
+                       common::Error);
+  DistributedMomentsFiles wrong_type(10, 3, 3);
+  wrong_type.metadata["optimizer"]["distributed"] = 3;
+  CHECK_THROWS_WITH_AS(wrong_type.read(10, {0, 10}),
+                       doctest::Contains("metadata field 'distributed' has the wrong type (3)"),
+                       common::Error);
+  DistributedMomentsFiles no_ranks(10, 3, 3);
+  no_ranks.metadata["optimizer"]["distributed"]["data_parallel"] = 0;
+  CHECK_THROWS_WITH_AS(no_ranks.read(10, {0, 10}), doctest::Contains("over 0 data-parallel ranks"),
+                       common::Error);
 }

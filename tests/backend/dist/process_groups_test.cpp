@@ -3,6 +3,7 @@
 // one-process communicator every single-process run uses.
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -73,6 +74,26 @@ TEST_CASE("shards of a flat buffer: contiguous, in rank order, the first ones on
   CHECK(shard_range(2, 4, 3).numel == 0);
   CHECK(shard_range(2, 4, 3).offset == 2);
   CHECK_THROWS_AS(shard_range(10, 3, 3), common::Error);
+}
+
+TEST_CASE("shard_member_holding is the inverse of shard_range, for every size and count") {
+  for (int64_t numel = 1; numel <= 40; ++numel) {
+    for (int64_t members = 1; members <= 12; ++members) {
+      for (int64_t member = 0; member < members; ++member) {
+        const ShardRange range = shard_range(numel, members, member);
+        for (int64_t element = range.offset; element < range.offset + range.numel; ++element) {
+          CHECK(shard_member_holding(numel, members, element) == member);
+        }
+      }
+    }
+  }
+  // Far more members than elements, and sizes near the top of int64_t, without overflow.
+  constexpr int64_t kHuge = std::numeric_limits<int64_t>::max();
+  CHECK(shard_member_holding(5, kHuge, 4) == 4);
+  CHECK(shard_member_holding(kHuge, 2, kHuge - 1) == 1);
+  CHECK(shard_member_holding(kHuge, kHuge - 1, kHuge - 1) == kHuge - 2);
+  CHECK_THROWS_AS(shard_member_holding(10, 3, 10), common::Error);
+  CHECK_THROWS_AS(shard_member_holding(10, 0, 0), common::Error);
 }
 
 TEST_CASE("one process: every group is the identity, and has no peer to send to") {
