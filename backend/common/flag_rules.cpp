@@ -268,7 +268,10 @@ std::optional<std::string> split_problem(std::string_view text, std::array<doubl
     return fmt::format("{} shares; give at most three (train, validation, test)", values.size());
   }
   values.resize(3, 0.0);
-  if (values[0] + values[1] + values[2] <= 0) return std::string("the shares sum to 0");
+  const double sum = values[0] + values[1] + values[2];
+  if (sum <= 0) return std::string("the shares sum to 0");
+  // Beyond the largest double the sum is inf, and every share would normalize to 0.
+  if (!std::isfinite(sum)) return std::string("the shares sum beyond the largest float64; scale them down");
   shares = {values[0], values[1], values[2]};
   return std::nullopt;
 }

@@ -1,9 +1,13 @@
-// Python's float and tuple formatting; see python_format.hpp.
+// Python's float and tuple formatting, and float() of a word; see python_format.hpp. The
+// grammar is the one Python's documentation gives for float() (floatvalue: sign, digitpart
+// with underscores, fraction, exponent, infinity, nan).
 #include "backend/common/python_format.hpp"
 
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 
 namespace common {
 
@@ -21,6 +25,71 @@ std::string format_python_shape(std::span<const int64_t> shape) {
   std::string text = "(";
   for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
   return text + (shape.size() == 1 ? ",)" : ")");
+}
+
+namespace {
+
+bool is_ascii_digit(char c) { return c >= '0' && c <= '9'; }
+
+char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool equals_ignoring_case(std::string_view text, std::string_view lower) {
+  if (text.size() != lower.size()) return false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (ascii_lower(text[i]) != lower[i]) return false;
+  }
+  return true;
+}
+
+// digitpart ::= digit (["_"] digit)*, from text[at]; its digits are appended to `digits`.
+bool take_digit_part(std::string_view text, size_t& at, std::string& digits) {
+  if (at >= text.size() || !is_ascii_digit(text[at])) return false;
+  digits.push_back(text[at++]);
+  while (at < text.size()) {
+    if (is_ascii_digit(text[at])) {
+      digits.push_back(text[at++]);
+    } else if (text[at] == '_' && at + 1 < text.size() && is_ascii_digit(text[at + 1])) {
+      ++at;
+    } else {
+      break;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<double> parse_python_float(std::string_view text) {
+  // float() strips the C whitespace (not \x1c..\x1f, which str.strip() would take).
+  const auto is_space = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); };
+  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
+  std::string number;  // what strtod reads: the sign, digits, '.', 'e', without underscores
+  size_t at = 0;
+  if (at < text.size() && (text[at] == '+' || text[at] == '-')) number.push_back(text[at++]);
+  const std::string_view rest = text.substr(at);
+  const bool negative = !number.empty() && number[0] == '-';
+  if (equals_ignoring_case(rest, "inf") || equals_ignoring_case(rest, "infinity")) {
+    return negative ? -std::numeric_limits<double>::infinity()
+                    : std::numeric_limits<double>::infinity();
+  }
+  if (equals_ignoring_case(rest, "nan")) return std::numeric_limits<double>::quiet_NaN();
+  const bool integer_part = take_digit_part(text, at, number);
+  bool fraction_part = false;
+  if (at < text.size() && text[at] == '.') {
+    number.push_back(text[at++]);
+    fraction_part = take_digit_part(text, at, number);
+  }
+  if (!integer_part && !fraction_part) return std::nullopt;
+  if (at < text.size() && (text[at] == 'e' || text[at] == 'E')) {
+    number.push_back(text[at++]);
+    if (at < text.size() && (text[at] == '+' || text[at] == '-')) number.push_back(text[at++]);
+    if (!take_digit_part(text, at, number)) return std::nullopt;
+  }
+  if (at != text.size()) return std::nullopt;
+  // glibc's strtod rounds correctly, as Python does; out of range it gives ±HUGE_VAL (inf) or
+  // the nearest subnormal or zero, which is Python's value too (errno is not needed).
+  return std::strtod(number.c_str(), nullptr);
 }
 
 }  // namespace common

@@ -4,29 +4,18 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <cerrno>
 #include <cmath>
-#include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "backend/common/error.hpp"
 #include "backend/common/flag_rules.hpp"
+#include "backend/common/python_format.hpp"
 #include "backend/common/small_file.hpp"
 
 namespace backend {
 
 namespace {
-
-// Python's float() on a word, for the words it and strtod agree on (no hexadecimal: a
-// prefix such as 0x1 stays a prefix).
-std::optional<double> parse_number(const std::string& word) {
-  if (word.empty() || word.find_first_of("xX") != std::string::npos) return std::nullopt;
-  errno = 0;
-  char* end = nullptr;
-  const double value = std::strtod(word.c_str(), &end);
-  if (end != word.c_str() + word.size() || errno == ERANGE) return std::nullopt;
-  return value;
-}
 
 std::string strip(const std::string& text) {
   const size_t begin = text.find_first_not_of(" \t\r\n\f\v");
@@ -68,7 +57,7 @@ DataBlend blend_from_words(std::span<const std::string> words, const std::string
     std::vector<double> weights;
     std::vector<std::string> not_numbers;
     for (size_t i = 0; i < words.size(); i += 2) {
-      if (auto weight = parse_number(strip(words[i]))) {
+      if (auto weight = common::parse_python_float(words[i])) {
         weights.push_back(*weight);
       } else {
         not_numbers.push_back(words[i]);
@@ -111,7 +100,7 @@ DataBlend read_data_file_list(const std::string& path) {
     for (std::string word; fields >> word;) words.push_back(word);
     if (words.empty()) continue;
     if (words.size() == 2) {
-      const auto weight = parse_number(words[0]);
+      const auto weight = common::parse_python_float(words[0]);
       if (!weight) {
         common::fail("{}:{}: '{}' is not a weight (lines are \"weight prefix\", e.g. "
                      "\"0.25 /data/oscar_text_document\")", path, number, words[0]);
@@ -146,6 +135,11 @@ std::vector<double> normalize_weights(std::span<const double> weights, const std
   }
   const double sum = numpy_sum(weights);
   if (!(sum > 0)) common::fail("{}: the weights sum to {}; at least one must be positive", what, sum);
+  // Beyond the largest double the sum is inf, and every weight would normalize to 0.
+  if (!std::isfinite(sum)) {
+    common::fail("{}: the weights sum beyond the largest float64 ({}); scale them down", what,
+                 std::numeric_limits<double>::max());
+  }
   std::vector<double> normalized;
   normalized.reserve(weights.size());
   for (double weight : weights) normalized.push_back(weight / sum);

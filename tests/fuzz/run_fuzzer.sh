@@ -2,15 +2,15 @@
 # Builds one libFuzzer target (the launcher's config engine, a tokenizer, a reader of a file
 # format: safetensors, Hugging Face config.json, Megatron's .idx, .npy, our checkpoint file and
 # the distributed optimizer's files beside it, evaluate_gpt's WikiText and LAMBADA files; a
-# command line; the text generation server's request) with clang (ASan + UBSan, every report
-# fatal) straight from the sources it needs, and runs it for SECONDS from the seed corpus in
-# tests/fuzz/corpus/NAME/.
+# run's data sources and split; a command line; the text generation server's request) with
+# clang (ASan + UBSan, every report fatal) straight from the sources it needs, and runs it for
+# SECONDS from the seed corpus in tests/fuzz/corpus/NAME/.
 #
 #   tests/fuzz/run_fuzzer.sh NAME SECONDS
 #     NAME: override | compose | tokenizer | sentencepiece_tokenizer | hf_tokenizer | safetensors |
 #           hf_config | indexed_dataset | npy_file | checkpoint_file | distributed_moments |
-#           zero_shot_tasks | pretrain_gpt_args | preprocess_data_args | checkpoint_util_args |
-#           download_args | generate_request
+#           zero_shot_tasks | data_sources | pretrain_gpt_args | preprocess_data_args |
+#           checkpoint_util_args | download_args | generate_request
 #
 # Environment: FUZZ_BUILD_DIR (default ${TMPDIR:-/tmp}/launcher-fuzz): objects, binaries, the
 # working corpus (grows across runs) and crash artifacts; FUZZ_JOBS (default 2): parallel

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -37,6 +38,13 @@ TEST_CASE("blends: one prefix, weights first, or prefixes only") {
 
   const auto scientific = blend_from_words(words({"1e-3", "a", "30", "b"}), "--data-path");
   CHECK(*scientific.weights == std::vector<double>{1e-3, 30});
+  // Weights are what Python's float() reads: underscores between digits, overflow to inf
+  // (refused when normalized), and no hexadecimal (a prefix then).
+  CHECK(*blend_from_words(words({"1_0", "a", "1e-400", "b"}), "--data-path").weights ==
+        std::vector<double>{10, 0});
+  CHECK(*blend_from_words(words({"1e400", "a", "1", "b"}), "--data-path").weights ==
+        std::vector<double>{std::numeric_limits<double>::infinity(), 1});
+  CHECK_FALSE(blend_from_words(words({"0x1", "a"}), "--data-path").weights);
 
   // An odd count, or an even one without numbers: all prefixes, blended by size.
   CHECK(blend_from_words(words({"a", "b"}), "--data-path").prefixes == words({"a", "b"}));
@@ -57,6 +65,13 @@ TEST_CASE("weights are normalized, and must be finite, non-negative and not all 
                        common::Error);
   CHECK_THROWS_WITH_AS(normalize_weights(std::vector<double>{0, 0}, "w"),
                        doctest::Contains("sum to 0"), common::Error);
+  CHECK_THROWS_WITH_AS(normalize_weights(std::vector<double>{std::numeric_limits<double>::infinity(), 1}, "w"),
+                       doctest::Contains("w: weight inf is not a finite number"), common::Error);
+  // Finite weights whose sum is not: every weight would have normalized to 0.
+  CHECK_THROWS_WITH_AS(normalize_weights(std::vector<double>{1e308, 1e308}, "--data-path weights"),
+                       doctest::Contains("--data-path weights: the weights sum beyond the largest "
+                                         "float64 (1.7976931348623157e+308); scale them down"),
+                       common::Error);
   // numpy's pairwise summation is not a left-to-right loop: over 2,419 weights the two differ.
   std::mt19937_64 generator(7);
   std::uniform_real_distribution<double> uniform(0, 1);
@@ -116,6 +131,9 @@ TEST_CASE("--split: Megatron's parsing, normalization and split matrix") {
 
   CHECK_THROWS_WITH_AS(parse_split("1,2,3,4"), doctest::Contains("4 shares"), common::Error);
   CHECK_THROWS_WITH_AS(parse_split("0,0,0"), doctest::Contains("sum to 0"), common::Error);
+  // Shares whose sum is not finite would all have normalized to 0: no data in any split.
+  CHECK_THROWS_WITH_AS(parse_split("1e308,1e308"),
+                       doctest::Contains("the shares sum beyond the largest float64"), common::Error);
   CHECK_THROWS_WITH_AS(parse_split("train"), doctest::Contains("'train' is not a number"), common::Error);
   // Megatron's regex reads "-1,2,3" as 1,2,3 and "nan,1,1" as 1,1: refused instead.
   CHECK_THROWS_WITH_AS(parse_split("-1,2,3"), doctest::Contains("'-1' is negative"), common::Error);
