@@ -11,11 +11,14 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <istream>
 #include <limits>
 #include <set>
+#include <span>
+#include <streambuf>
 
 #include "backend/common/error.hpp"
-#include "backend/common/small_file.hpp"
+#include "backend/common/user_file.hpp"
 #include "backend/device/element_type.hpp"
 
 namespace backend {
@@ -26,6 +29,33 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
 constexpr const char* kMetadataKey = "__metadata__";
+
+// A mapped file's bytes as a std::istream's buffer, read-only, with the seeking
+// read_safetensors(istream) does to reach each tensor.
+class MappedBytesBuffer : public std::streambuf {
+ public:
+  explicit MappedBytesBuffer(std::span<const std::byte> bytes) {
+    // The get area is char* by the interface; nothing writes through it (no putback of
+    // another character), and the mapping is read-only.
+    char* begin = const_cast<char*>(reinterpret_cast<const char*>(bytes.data()));
+    setg(begin, begin, begin + bytes.size());
+  }
+
+ protected:
+  pos_type seekoff(off_type offset, std::ios_base::seekdir direction,
+                   std::ios_base::openmode which) override {
+    const off_type base = direction == std::ios_base::beg   ? 0
+                          : direction == std::ios_base::cur ? gptr() - eback()
+                                                            : egptr() - eback();
+    return seekpos(pos_type(base + offset), which);
+  }
+  pos_type seekpos(pos_type position, std::ios_base::openmode) override {
+    const off_type at = position;
+    if (at < 0 || at > egptr() - eback()) return pos_type(off_type(-1));
+    setg(eback(), eback() + at, egptr());
+    return position;
+  }
+};
 
 // IEEE binary16 → binary32, exact for every input (subnormals, infinities, NaN payloads).
 float half_to_float(uint16_t half) {
@@ -133,11 +163,12 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
 }
 
 SafetensorsFile read_safetensors(const std::filesystem::path& path) {
-  // A directory, FIFO or device is refused before it is opened (opening a FIFO would wait).
-  const uint64_t file_size = common::regular_file_size(path, "the safetensors file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) common::fail("cannot open safetensors file {}", path.string());
-  return read_safetensors(in, file_size, path.string());
+  // Mapped, not opened as a stream: a directory, FIFO or device is refused before a byte is
+  // read (a FIFO is not waited on), whatever replaces the path between a check and an open.
+  const common::MappedFile file(path, "the safetensors file");
+  MappedBytesBuffer buffer(file.bytes());
+  std::istream in(&buffer);
+  return read_safetensors(in, file.bytes().size(), path.string());
 }
 
 SafetensorsFile read_safetensors(std::istream& in, uint64_t file_size, const std::string& file) {

@@ -68,15 +68,4 @@ std::optional<std::string> read_small_file_if_exists(const std::filesystem::path
   return read_small_file(path, what, limit);
 }
 
-uint64_t regular_file_size(const std::filesystem::path& path, std::string_view what) {
-  struct stat status {};
-  if (::stat(path.c_str(), &status) != 0) {
-    fail("cannot read {} {}: {}", what, path.string(), std::strerror(errno));
-  }
-  if (const char* kind = describe_non_regular(status.st_mode)) {
-    fail("cannot read {} {}: it is {}", what, path.string(), kind);
-  }
-  return static_cast<uint64_t>(status.st_size);
-}
-
 }  // namespace common

@@ -36,8 +36,4 @@ std::optional<std::string> read_small_file_if_exists(const std::filesystem::path
                                                      std::string_view what,
                                                      uint64_t limit = kSmallFileLimit);
 
-// The size of `path` after the same checks, without reading it: for a file that is read in
-// parts (a safetensors file's header, then its tensors), whose opening must not block on a FIFO.
-uint64_t regular_file_size(const std::filesystem::path& path, std::string_view what);
-
 }  // namespace common

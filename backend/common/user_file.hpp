@@ -13,8 +13,6 @@
 // (named pipe), not a regular file"), and `hint` (may be empty) says what would be valid.
 #pragma once
 
-#include <sys/types.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -22,10 +20,6 @@
 #include <string_view>
 
 namespace common {
-
-// What a file of mode `mode` is when it is not a regular file ("a FIFO (named pipe), not a
-// regular file"); nullptr for a regular file.
-const char* describe_non_regular(mode_t mode);
 
 // A regular file open read-only, closed with the object.
 class OpenFile {

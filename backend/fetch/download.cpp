@@ -22,6 +22,7 @@
 #include "backend/common/ascii_case.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/sha256.hpp"
+#include "backend/common/user_file.hpp"
 
 namespace backend {
 
@@ -90,22 +91,16 @@ class PartFile {
 };
 
 std::string sha256_of_file(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) common::fail("cannot read {}: {}", path.string(), std::strerror(errno));
+  const common::OpenFile file(path, "--output");
   common::Sha256 hash;
   std::vector<char> buffer(1 << 20);
   for (;;) {
-    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
+    const ssize_t got = ::read(file.descriptor(), buffer.data(), buffer.size());
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      const int error = errno;
-      ::close(fd);
-      common::fail("cannot read {}: {}", path.string(), std::strerror(error));
-    }
+    if (got < 0) common::fail("cannot read --output {}: {}", path.string(), std::strerror(errno));
     if (got == 0) break;
     hash.update(buffer.data(), static_cast<size_t>(got));
   }
-  ::close(fd);
   return hash.finish_hex();
 }
 

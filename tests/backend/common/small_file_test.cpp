@@ -24,7 +24,6 @@ TEST_CASE("a regular file within the limit is read whole, bytes as they are") {
   std::ofstream(file, std::ios::binary) << contents;
   CHECK(common::read_small_file(file, "--vocab-file") == contents);
   CHECK(common::read_small_file(file, "--vocab-file", contents.size()) == contents);
-  CHECK(common::regular_file_size(file, "--vocab-file") == contents.size());
   const fs::path empty = temporary.path / "empty.txt";
   std::ofstream{empty};
   CHECK(common::read_small_file(empty, "--data-args-path").empty());
@@ -70,11 +69,6 @@ TEST_CASE("what is not a regular file is refused without reading or waiting on i
   CHECK_THROWS_WITH_AS(common::read_small_file(fifo, "--merge-file"),
                        doctest::Contains(": it is a FIFO (named pipe), not a regular file"),
                        common::Error);
-  const std::string fifo_message = "cannot read the safetensors file " + fifo.string() + ": it is a FIFO";
-  CHECK_THROWS_WITH_AS(common::regular_file_size(fifo, "the safetensors file"),
-                       doctest::Contains(fifo_message.c_str()), common::Error);
-  CHECK_THROWS_WITH_AS(common::regular_file_size(missing, "the safetensors file"),
-                       doctest::Contains("No such file or directory"), common::Error);
 }
 
 TEST_CASE("read_small_file_if_exists: nothing there is nullopt, anything there is read or refused") {
