@@ -914,11 +914,7 @@ void read_distributed_moments(const fs::path& file, const CheckpointMetadata& me
         wanted.offset, wanted.offset + wanted.numel, buffer_numel, exp_avg.size(),
         exp_avg_sq.size());
   }
-  const json& distributed = metadata.section("optimizer")["distributed"];
-  if (!distributed.is_object()) {
-    common::fail("checkpoint {}: metadata field 'distributed' has the wrong type ({})",
-                 file.string(), distributed.dump());
-  }
+  const json& distributed = metadata.section(metadata.section("optimizer"), "distributed");
   const auto members = metadata.get<int64_t>(distributed, "data_parallel");
   const auto count = metadata.get<int64_t>(distributed, "parameter_count");
   // The ranges are shard_range's of the whole buffer: another count would cut them elsewhere

@@ -215,6 +215,13 @@ class CheckpointMetadata {
   CheckpointMetadata(const nlohmann::json& root, std::filesystem::path file);
   // The object under `key`; anything else is an error.
   const nlohmann::json& section(const char* key) const;
+  // The object under `key` of `object` (a section's section): missing is an error, and so is
+  // another type.
+  const nlohmann::json& section(const nlohmann::json& object, const char* key) const {
+    if (!object.contains(key)) missing(key);
+    if (!object[key].is_object()) wrong_type(object, key);
+    return object[key];
+  }
   bool has(const char* key) const;
   template <typename T>
   T get(const nlohmann::json& object, const char* key) const {

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <limits>
 
+#include "backend/common/ascii_case.hpp"
+
 namespace common {
 
 std::string format_python_float(double value) {
@@ -30,16 +32,6 @@ std::string format_python_shape(std::span<const int64_t> shape) {
 namespace {
 
 bool is_ascii_digit(char c) { return c >= '0' && c <= '9'; }
-
-char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool equals_ignoring_case(std::string_view text, std::string_view lower) {
-  if (text.size() != lower.size()) return false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (ascii_lower(text[i]) != lower[i]) return false;
-  }
-  return true;
-}
 
 // digitpart ::= digit (["_"] digit)*, from text[at]; its digits are appended to `digits`.
 bool take_digit_part(std::string_view text, size_t& at, std::string& digits) {
@@ -67,13 +59,13 @@ std::optional<double> parse_python_float(std::string_view text) {
   std::string number;  // what strtod reads: the sign, digits, '.', 'e', without underscores
   size_t at = 0;
   if (at < text.size() && (text[at] == '+' || text[at] == '-')) number.push_back(text[at++]);
-  const std::string_view rest = text.substr(at);
+  const std::string rest = ascii_lowercase(text.substr(at));
   const bool negative = !number.empty() && number[0] == '-';
-  if (equals_ignoring_case(rest, "inf") || equals_ignoring_case(rest, "infinity")) {
+  if (rest == "inf" || rest == "infinity") {
     return negative ? -std::numeric_limits<double>::infinity()
                     : std::numeric_limits<double>::infinity();
   }
-  if (equals_ignoring_case(rest, "nan")) return std::numeric_limits<double>::quiet_NaN();
+  if (rest == "nan") return std::numeric_limits<double>::quiet_NaN();
   const bool integer_part = take_digit_part(text, at, number);
   bool fraction_part = false;
   if (at < text.size() && text[at] == '.') {
