@@ -18,6 +18,7 @@ struct GenerationScheduler::Request {
   std::vector<std::optional<GenerationResult>> results;
   int64_t remaining = 0;  // prompts not finished yet
   bool answered = false;  // the worker's, once submitted
+  std::stop_token abandon;  // the submitter's: its client is gone
 };
 
 struct GenerationScheduler::Sequence {
@@ -80,7 +81,8 @@ SchedulerStatistics GenerationScheduler::statistics() const {
   return statistics_;
 }
 
-std::future<GenerationOutcome> GenerationScheduler::submit(const GenerateRequest& request) {
+std::future<GenerationOutcome> GenerationScheduler::submit(const GenerateRequest& request,
+                                                           std::stop_token abandon) {
   uint64_t request_number = 0;
   {
     std::lock_guard lock(mutex_);
@@ -106,6 +108,7 @@ std::future<GenerationOutcome> GenerationScheduler::submit(const GenerateRequest
   auto shared = std::make_shared<Request>();
   shared->results.resize(request.prompts.size());
   shared->remaining = std::ssize(request.prompts);
+  shared->abandon = std::move(abandon);
   std::vector<std::shared_ptr<Sequence>> sequences;
   // Each sequence keeps the request's settings; one copy of the prompts is enough.
   GenerateRequest settings = request;
@@ -150,6 +153,15 @@ void GenerationScheduler::fail_request(Request& request, int status, const std::
   request.promise.set_value(refusal(status, message));
 }
 
+void GenerationScheduler::abandon_request(Request& request) {
+  if (request.answered) return;
+  {
+    std::lock_guard lock(mutex_);
+    ++statistics_.requests_abandoned;
+  }
+  fail_request(request, 499, "the client closed its connection");
+}
+
 void GenerationScheduler::finish_if_done(Request& request) {
   if (request.answered || request.remaining > 0) return;
   GenerationOutcome outcome;
@@ -181,11 +193,19 @@ void GenerationScheduler::run() {
     running.erase(running.begin() + static_cast<std::ptrdiff_t>(index));
   };
 
+  std::vector<std::shared_ptr<Sequence>> abandoned_waiting;
   for (;;) {
     {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !running.empty(); });
       if (stopping_) break;
+      // Requests whose clients left while they were queued: out of the queue, answered below
+      // (outside the lock, which answering takes).
+      std::erase_if(waiting_, [&](const std::shared_ptr<Sequence>& sequence) {
+        if (!sequence->request->abandon.stop_requested()) return false;
+        abandoned_waiting.push_back(sequence);
+        return true;
+      });
       while (!waiting_.empty() && !free_slots.empty()) {
         std::shared_ptr<Sequence> sequence = std::move(waiting_.front());
         waiting_.pop_front();
@@ -194,6 +214,14 @@ void GenerationScheduler::run() {
         free_slots.pop_back();
         running.push_back(std::move(sequence));
       }
+    }
+    for (auto& sequence : abandoned_waiting) abandon_request(*sequence->request);
+    abandoned_waiting.clear();
+    // Requests whose clients left while they ran give their slots back before the step.
+    for (int64_t back = std::ssize(running) - 1; back >= 0; --back) {
+      Request& request = *running[static_cast<size_t>(back)]->request;
+      if (request.abandon.stop_requested()) abandon_request(request);
+      if (request.answered) retire(static_cast<size_t>(back));
     }
     if (running.empty()) continue;
 

@@ -19,7 +19,9 @@
 // rule, an empty prompt; GenerationSequence's checks), 503 when max_concurrent_requests are
 // already queued or running, or when the scheduler is stopping. A request that fails while
 // running (sampling parameters refused for the model's vocabulary: 400; the step throws: 500)
-// frees its slots and leaves the others running.
+// frees its slots and leaves the others running. A request whose submitter asks it to stop (the
+// server's client closed its connection) leaves the queue or its slots before the next step and
+// is answered 499, nginx's "client closed request", which nobody reads.
 #pragma once
 
 #include <condition_variable>
@@ -30,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,7 +63,7 @@ struct SchedulerOptions {
 
 // A request's answer: the results of its prompts in order (status 200), or a refusal.
 struct GenerationOutcome {
-  int status = 200;  // 200, 400 refused, 503 busy or stopping, 500 internal
+  int status = 200;  // 200, 400 refused, 503 busy or stopping, 500 internal, 499 abandoned
   std::string message;
   std::vector<GenerationResult> results;
 };
@@ -70,6 +73,7 @@ struct SchedulerStatistics {
   int64_t rows = 0;
   int64_t most_requests_in_one_step = 0;  // the most different requests one step held
   int64_t requests_completed = 0;
+  int64_t requests_abandoned = 0;  // stopped when their submitters asked (clients gone)
 };
 
 class GenerationScheduler {
@@ -83,8 +87,10 @@ class GenerationScheduler {
   GenerationScheduler& operator=(const GenerationScheduler&) = delete;
 
   // Queues a parsed request (parse_generate_request). Tokenizes and checks its prompts on the
-  // caller's thread; a refusal comes back as an already fulfilled future.
-  std::future<GenerationOutcome> submit(const GenerateRequest& request);
+  // caller's thread; a refusal comes back as an already fulfilled future. Once `abandon` is
+  // asked to stop, the request is dropped before the next step and answered 499.
+  std::future<GenerationOutcome> submit(const GenerateRequest& request,
+                                        std::stop_token abandon = {});
 
   // Stops the worker after its current step; every request not yet answered is answered 503
   // ("the server is shutting down"), and later submits too. Idempotent.
@@ -98,6 +104,7 @@ class GenerationScheduler {
 
   void run();
   void fail_request(Request& request, int status, const std::string& message);
+  void abandon_request(Request& request);
   void finish_if_done(Request& request);
 
   DecodeStepShape shape_;

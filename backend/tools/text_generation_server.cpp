@@ -14,9 +14,10 @@
 // generation_scheduler.hpp) batches every running prompt into each step of a KV-cache decoder
 // (model/gpt_decoder.hpp), admitting new requests between steps (continuous batching). HTTP
 // threads only parse, wait and write, with read/write timeouts, so a slow client holds its own
-// connection and nothing else. SIGTERM or SIGINT stops accepting, answers what is pending with
-// 503 and exits 0. docs/serving.md describes the tool. A user error at startup is one clear
-// line and exit status 2, as pretrain_gpt's.
+// connection and nothing else, and a client that closes its connection while it waits has its
+// request stopped (serve/client_connection.hpp). SIGTERM or SIGINT stops accepting, answers what
+// is pending with 503 and exits 0. docs/serving.md describes the tool. A user error at startup
+// is one clear line and exit status 2, as pretrain_gpt's.
 #include <fmt/format.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -28,6 +29,7 @@
 #include <atomic>
 #include <chrono>
 #include <iostream>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +39,7 @@
 #include "backend/common/tool_main.hpp"
 #include "backend/data/tokenizer.hpp"
 #include "backend/model/gpt_decoder.hpp"
+#include "backend/serve/client_connection.hpp"
 #include "backend/serve/generate_request.hpp"
 #include "backend/serve/generation_scheduler.hpp"
 #include "backend/train/arguments.hpp"
@@ -53,6 +56,9 @@ constexpr int64_t kPrefillRowsPerStep = 512;
 // HTTP threads beyond --max-concurrent-requests: for the connections that are refused (503) or
 // idle between keep-alive requests.
 constexpr int64_t kSpareHttpThreads = 8;
+// How often a waiting request's HTTP thread looks whether its client has gone. The answer itself
+// is not delayed by it: the wait ends as soon as the answer is ready.
+constexpr std::chrono::milliseconds kClientPollInterval{50};
 
 // Flask's jsonify: sorted keys (nlohmann's objects are ordered by key), compact, ASCII only,
 // a final newline.
@@ -168,7 +174,17 @@ int run(const TrainingArguments& arguments, const SignalWaiter& signals) {
       return;
     }
     const backend::GenerateRequest& request = std::get<backend::GenerateRequest>(parsed);
-    std::future<backend::GenerationOutcome> future = scheduler.submit(request);
+    std::stop_source abandon;
+    std::future<backend::GenerationOutcome> future = scheduler.submit(request, abandon.get_token());
+    // A client that closes its connection while it waits gives its slots back (at most
+    // kClientPollInterval later): nobody would read the answer.
+    backend::ClientWatch client({.local_address = http_request.local_addr,
+                                 .local_port = http_request.local_port,
+                                 .remote_address = http_request.remote_addr,
+                                 .remote_port = http_request.remote_port});
+    while (future.wait_for(kClientPollInterval) != std::future_status::ready) {
+      if (!abandon.stop_requested() && client.client_has_closed()) abandon.request_stop();
+    }
     backend::GenerationOutcome outcome = future.get();
     if (outcome.status != 200) {
       send_message(response, outcome.status, outcome.message);
@@ -257,9 +273,12 @@ int run(const TrainingArguments& arguments, const SignalWaiter& signals) {
     common::fail("the server stopped listening on {}:{} on its own", arguments.host, port);
   }
   const backend::SchedulerStatistics statistics = scheduler.statistics();
-  spdlog::info("stopped on {} after {} requests ({} model steps)",
-               signals.received() == SIGINT ? "SIGINT" : "SIGTERM",
-               statistics.requests_completed, statistics.steps);
+  spdlog::info("stopped on {} after {} requests ({} model steps{})",
+               signals.received() == SIGINT ? "SIGINT" : "SIGTERM", statistics.requests_completed,
+               statistics.steps,
+               statistics.requests_abandoned == 0
+                   ? std::string()
+                   : fmt::format("; {} abandoned by their clients", statistics.requests_abandoned));
   return 0;
 }
 

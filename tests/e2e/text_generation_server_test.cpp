@@ -4,8 +4,10 @@
 // of generate() over full forwards of the same checkpoint loaded in this test (the KV-cache
 // decoder must agree with the full forward); bad requests get 400 and a message and the server
 // serves on; 16 concurrent clients get their serial answers while a client that sent half a
-// request stalls; SIGTERM ends it with exit 0 promptly; the CLI drives it from standard input;
-// and `hey` puts 160 requests through 16 connections, all answered 200.
+// request stalls; a client that sends a long request and closes its connection has its
+// request stopped (its slot freed, a 499 in the log); SIGTERM ends it with exit 0 promptly; the
+// CLI drives it from standard input; and `hey` puts 160 requests through 16 connections, all
+// answered 200.
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <httplib.h>
@@ -134,6 +136,24 @@ int stalled_connection(int port) {
       "Content-Length: 200\r\n\r\n{\"prompts\": [\"The";
   REQUIRE(send(socket_fd, half.data(), half.size(), 0) == static_cast<ssize_t>(half.size()));
   return socket_fd;
+}
+
+// A whole request, and then the connection closed without waiting for the answer.
+void send_and_close(int port, const std::string& body) {
+  const int socket_fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(socket_fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(socket_fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  const std::string request =
+      "PUT /api HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  REQUIRE(send(socket_fd, request.data(), request.size(), 0) ==
+          static_cast<ssize_t>(request.size()));
+  close(socket_fd);
 }
 
 }  // namespace
@@ -333,6 +353,32 @@ TEST_CASE("16 concurrent clients get their serial answers, while a stalled clien
   double stop_seconds = 0;
   CHECK(server.terminate(stop_seconds) == 0);
   CHECK(stop_seconds < 5.0);
+}
+
+TEST_CASE("a client that closes its connection while it waits has its request stopped") {
+  Server server({"--max-batch-size", "1"});
+  // 128 prompts of 60 tokens each through one slot: thousands of steps if it ran to its end.
+  nlohmann::json prompts = nlohmann::json::array();
+  for (int i = 0; i < 128; ++i) prompts.push_back("The");
+  send_and_close(server.port(),
+                 nlohmann::json{{"prompts", prompts}, {"tokens_to_generate", 60}}.dump());
+  const std::string abandoned = "request from 127.0.0.1: 499 the client closed its connection";
+  bool stopped = false;
+  for (int i = 0; i < 600 && !stopped; ++i) {
+    const std::string log = server.log();
+    stopped = log.find(abandoned) != std::string::npos;
+    if (log.find("200, 128 prompts") != std::string::npos) break;  // ran to its end
+    if (!stopped) std::this_thread::sleep_for(100ms);
+  }
+  CHECK_MESSAGE(stopped, server.log());
+  // The slot is free: the next client is served.
+  const auto answer = server.put(R"({"prompts": ["The cat sat"], "tokens_to_generate": 3})");
+  REQUIRE(answer);
+  CHECK(answer->status == 200);
+  double stop_seconds = 0;
+  CHECK(server.terminate(stop_seconds) == 0);
+  const std::string log = server.log();
+  CHECK_MESSAGE(log.find("1 abandoned by their clients") != std::string::npos, log);
 }
 
 TEST_CASE("text_generation_cli drives the server from standard input, and SIGTERM exits 0") {

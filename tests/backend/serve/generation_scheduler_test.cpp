@@ -5,7 +5,9 @@
 // requests from several threads get exactly generate()'s tokens, text, segments and logprobs for
 // the same seeds; a step holds rows of two requests (continuous batching); long prompts are
 // prefilled in chunks; the queue limit refuses at once; a refused or failing request leaves the
-// others alone; stop() answers pending requests instead of hanging.
+// others alone; stop() answers pending requests instead of hanging; a request abandoned by its
+// submitter, running or queued, is answered 499 and gives its slot and its place back before the
+// next step, while the others generate on.
 #include "backend/serve/generation_scheduler.hpp"
 
 #include <doctest/doctest.h>
@@ -16,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -299,4 +302,73 @@ TEST_CASE("stop() answers pending requests with 503 rather than hanging") {
   }
   auto late = scheduler.submit(request_of({"1"}, 1, 1, false));
   CHECK(wait(late).status == 503);
+}
+
+TEST_CASE("an abandoned request leaves its slot before the next step, and the others go on") {
+  OracleStep oracle(1);
+  NullTokenizer tokenizer(63);
+  std::atomic<bool> open = false;
+  std::atomic<int64_t> started = 0;
+  oracle.before_step = [&](int64_t step) {
+    started = step;
+    for (int i = 0; i < 10000 && !open; ++i) std::this_thread::sleep_for(1ms);
+  };
+  GenerationScheduler scheduler(shape(1, 8), step_of(oracle), tokenizer, {});
+  std::stop_source client;
+  auto abandoned = scheduler.submit(request_of({"1 2"}, 20, 1, false), client.get_token());
+  const GenerateRequest other = request_of({"3 4"}, 3, 1, false);
+  auto queued = scheduler.submit(other);  // behind it: one slot
+  for (int i = 0; i < 10000 && started == 0; ++i) std::this_thread::sleep_for(1ms);
+  client.request_stop();  // while its first step runs
+  open = true;
+  const GenerationOutcome outcome = wait(abandoned);
+  CHECK(outcome.status == 499);
+  CHECK(outcome.message == "the client closed its connection");
+  const GenerationOutcome served = wait(queued);
+  REQUIRE(served.status == 200);
+  check_same(served.results, serial(other));
+  const SchedulerStatistics statistics = scheduler.statistics();
+  CHECK(statistics.requests_abandoned == 1);
+  CHECK(statistics.requests_completed == 1);
+  // 20 tokens would have taken 20 steps; it had one, the other request the rest.
+  std::lock_guard lock(oracle.mutex);
+  REQUIRE(oracle.steps.size() >= 2);
+  CHECK(oracle.steps[0].front().token == 1);
+  CHECK(oracle.steps[1].front().token == 3);  // the next step is the other request's prompt
+  CHECK(std::ssize(oracle.steps) < 20);
+}
+
+TEST_CASE("an abandoned queued request leaves the queue without running") {
+  OracleStep oracle(1);
+  NullTokenizer tokenizer(63);
+  std::atomic<bool> open = false;
+  oracle.before_step = [&](int64_t) {
+    for (int i = 0; i < 10000 && !open; ++i) std::this_thread::sleep_for(1ms);
+  };
+  GenerationScheduler scheduler(shape(1, 8), step_of(oracle), tokenizer,
+                                {.max_concurrent_requests = 2});
+  const GenerateRequest running = request_of({"1 2"}, 3, 1, false);
+  auto first = scheduler.submit(running);
+  std::stop_source client;
+  auto queued = scheduler.submit(request_of({"5 5 5", "6"}, 4, 1, false), client.get_token());
+  client.request_stop();
+  open = true;
+  const GenerationOutcome outcome = wait(queued);
+  CHECK(outcome.status == 499);
+  const GenerationOutcome served = wait(first);
+  REQUIRE(served.status == 200);
+  check_same(served.results, serial(running));
+  // Its place among max_concurrent_requests is free again: two more are taken.
+  auto second = scheduler.submit(request_of({"7"}, 2, 1, false));
+  auto third = scheduler.submit(request_of({"8"}, 2, 1, false));
+  CHECK(wait(second).status == 200);
+  CHECK(wait(third).status == 200);
+  // No step ever held its prompts: every sequence's first row is at position 0.
+  std::lock_guard lock(oracle.mutex);
+  for (const auto& step : oracle.steps) {
+    for (const DecodeRow& row : step) {
+      if (row.position == 0) CHECK((row.token == 1 || row.token == 7 || row.token == 8));
+    }
+  }
+  CHECK(scheduler.statistics().requests_abandoned == 1);
 }
