@@ -515,7 +515,7 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
     return error ? directory.lexically_normal() : canonical;
   };
   for (const JobSpec& job : jobs) {
-    create_results_dir(job.results_dir);
+    create_results_dir(job.results_dir, job.stage + ".run.results_dir");
     const fs::path key = resolved(job.results_dir);
     if (!locks.contains(key)) locks.emplace(key, ResultsDirLock(job.results_dir));
   }

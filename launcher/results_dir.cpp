@@ -105,26 +105,34 @@ void check_directory_path(const fs::path& directory, std::string_view key) {
   }
 }
 
-void create_results_dir(const fs::path& directory) {
+namespace {
+
+// Every results directory defaults under base_results_dir (itself under launcher_scripts_path,
+// which for an installed launcher is its share/ directory, often not the user's to write).
+[[noreturn]] void fail_to_create(std::string_view key, const fs::path& directory,
+                                 const std::string& reason) {
+  common::fail("{}: cannot create the results directory {}: {}; set base_results_dir=DIR (where "
+               "every run's results go) or {} to a directory this user can write",
+               key, directory.string(), reason, key);
+}
+
+}  // namespace
+
+void create_results_dir(const fs::path& directory, std::string_view key) {
   std::error_code error;
   fs::create_directories(directory, error);
-  if (error) {
-    common::fail("cannot create the results directory {}: {}", directory.string(),
-                 error.message());
-  }
+  if (error) fail_to_create(key, directory, error.message());
 }
 
 fs::path create_unique_directory(const fs::path& wanted, std::string_view key) {
   check_directory_path(wanted, key);
-  if (wanted.has_parent_path()) create_results_dir(wanted.parent_path());
+  if (wanted.has_parent_path()) create_results_dir(wanted.parent_path(), key);
   for (int suffix = 0; suffix <= kMaxUniqueSuffix; ++suffix) {
     const fs::path candidate =
         suffix == 0 ? wanted : fs::path(wanted.string() + "-" + std::to_string(suffix));
     // Exclusive by the kernel: of two launchers trying one name, exactly one creates it.
     if (::mkdir(candidate.c_str(), 0777) == 0) return candidate;
-    if (errno != EEXIST) {
-      common::fail("{}: cannot create {}: {}", key, candidate.string(), std::strerror(errno));
-    }
+    if (errno != EEXIST) fail_to_create(key, candidate, std::strerror(errno));
   }
   common::fail("{}: {} and {}-1 ... {}-{} all exist; clean up old runs there or set another "
                "base_results_dir", key, wanted.string(), wanted.string(), wanted.string(),

@@ -34,8 +34,9 @@ void check_file_name_part(std::string_view name, std::string_view key);
 // component that is not a directory, naming `key`.
 void check_directory_path(const std::filesystem::path& directory, std::string_view key);
 
-// Creates the directory and its parents; failures are a common::Error naming it and why.
-void create_results_dir(const std::filesystem::path& directory);
+// Creates the directory and its parents; a failure is a common::Error naming `key` (the setting
+// the directory came from), the directory and why, with what to set instead.
+void create_results_dir(const std::filesystem::path& directory, std::string_view key);
 
 // The most suffixes create_unique_directory tries (wanted-1 ... wanted-N) before giving up.
 inline constexpr int kMaxUniqueSuffix = 9999;

@@ -493,7 +493,7 @@ int run_autoconfig(const AutoconfigOptions& options, std::ostream& terminal) {
                   best.layout.name(), best.tokens_per_second, (run_dir / "candidates.json").string()) +
       to_yaml(*training);
   const fs::path best_file = run_dir / "best" / (model_label + ".yaml");
-  create_results_dir(best_file.parent_path());
+  create_results_dir(best_file.parent_path(), "the autoconfig run directory");
   common::write_text_file_atomically(best_file, yaml);
   terminal << fmt::format("autoconfig: best {} ({:.1f} tokens/s); config {}\n", best.layout.name(),
                           best.tokens_per_second, best_file.string());
@@ -503,7 +503,7 @@ int run_autoconfig(const AutoconfigOptions& options, std::ostream& terminal) {
       common::fail("autoconfig --save-as {}: {} exists already; choose another name (the best "
                    "config is in {})", options.save_as, saved.string(), best_file.string());
     }
-    create_results_dir(saved.parent_path());
+    create_results_dir(saved.parent_path(), "autoconfig --save-as");
     common::write_text_file_atomically(saved, yaml);
     terminal << fmt::format("autoconfig: saved as training={} ({})\n", options.save_as, saved.string());
   }

@@ -196,6 +196,17 @@ TEST_CASE("an unknown key is refused before anything runs, naming the key and th
   CHECK_FALSE(fs::exists(temporary.path / "gpt3_126m"));
 }
 
+TEST_CASE("a results directory that cannot be created names the setting to change") {
+  // /sys refuses new directories even to root: an installed launcher's default base_results_dir
+  // (under its share/ directory) fails the same way for a user who cannot write there.
+  const auto run = launcher::run_and_capture(tiny_run("/sys/launcher_results"));
+  INFO(run.output);
+  CHECK(run.exit_code == 2);
+  CHECK(run.output.find("training.run.results_dir: cannot create the results directory "
+                        "/sys/launcher_results/gpt3_126m: ") != std::string::npos);
+  CHECK(run.output.find("set base_results_dir=DIR") != std::string::npos);
+}
+
 TEST_CASE("an unknown group option is refused with the valid options") {
   TemporaryDirectory temporary;
   const auto run = launcher::run_and_capture(

@@ -67,9 +67,22 @@ TEST_CASE("directories to create: not empty, within Linux's limits, no file in t
       doctest::Contains(
           ((temporary.path / "file").string() + " exists and is not a directory").c_str()),
       common::Error);
-  CHECK_THROWS_WITH_AS(launcher::create_results_dir(temporary.path / "file" / "a"),
-                       doctest::Contains("cannot create the results directory"), common::Error);
-  launcher::create_results_dir(temporary.path / "new" / "dir");
+  CHECK_THROWS_WITH_AS(
+      launcher::create_results_dir(temporary.path / "file" / "a", "training.run.results_dir"),
+      doctest::Contains("training.run.results_dir: cannot create the results directory"),
+      common::Error);
+  // Where the file system refuses (root included): the setting to change is named.
+  CHECK_THROWS_WITH_AS(
+      launcher::create_results_dir("/sys/launcher_results/run", "training.run.results_dir"),
+      doctest::Contains("set base_results_dir=DIR (where every run's results go) or "
+                        "training.run.results_dir to a directory this user can write"),
+      common::Error);
+  CHECK_THROWS_WITH_AS(
+      launcher::create_unique_directory("/sys/launcher_results", "the autoconfig run directory"),
+      doctest::Contains("the autoconfig run directory: cannot create the results directory "
+                        "/sys/launcher_results: "),
+      common::Error);
+  launcher::create_results_dir(temporary.path / "new" / "dir", "k");
   CHECK(fs::is_directory(temporary.path / "new" / "dir"));
 }
 
