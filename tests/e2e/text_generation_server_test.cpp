@@ -122,8 +122,8 @@ std::string words(int count) {
   return text;
 }
 
-// Half a request, then silence: the connection stays open.
-int stalled_connection(int port) {
+// A TCP connection to the server, for requests written by hand.
+int connection_to(int port) {
   const int socket_fd = socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(socket_fd >= 0);
   sockaddr_in address{};
@@ -131,6 +131,12 @@ int stalled_connection(int port) {
   address.sin_port = htons(static_cast<uint16_t>(port));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   REQUIRE(connect(socket_fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  return socket_fd;
+}
+
+// Half a request, then silence: the connection stays open.
+int stalled_connection(int port) {
+  const int socket_fd = connection_to(port);
   const std::string half =
       "PUT /api HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
       "Content-Length: 200\r\n\r\n{\"prompts\": [\"The";
@@ -140,13 +146,7 @@ int stalled_connection(int port) {
 
 // A whole request, and then the connection closed without waiting for the answer.
 void send_and_close(int port, const std::string& body) {
-  const int socket_fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(socket_fd >= 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(connect(socket_fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  const int socket_fd = connection_to(port);
   const std::string request =
       "PUT /api HTTP/1.1\r\nHost: 127.0.0.1\r\n"
       "Content-Type: application/json\r\nContent-Length: " +

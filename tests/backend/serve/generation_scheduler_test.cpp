@@ -86,6 +86,22 @@ struct OracleStep {
   }
 };
 
+// Holds every step of the oracle until opened (at most 10 s each), and knows whether one began.
+struct StepGate {
+  std::atomic<bool> open = false;
+  std::atomic<int64_t> started = 0;
+
+  explicit StepGate(OracleStep& oracle) {
+    oracle.before_step = [this](int64_t step) {
+      started = step;
+      for (int i = 0; i < 10000 && !open; ++i) std::this_thread::sleep_for(1ms);
+    };
+  }
+  void wait_for_a_step() const {
+    for (int i = 0; i < 10000 && started == 0; ++i) std::this_thread::sleep_for(1ms);
+  }
+};
+
 DecodeStepShape shape(int64_t slots, int64_t max_rows) {
   return {.slots = slots, .max_length = 32, .max_rows = max_rows, .padded_vocab_size = kPadded};
 }
@@ -236,10 +252,7 @@ TEST_CASE("a prompt longer than a step's rows is prefilled in chunks") {
 TEST_CASE("beyond max_concurrent_requests a request is refused at once with 503") {
   OracleStep oracle(1);
   NullTokenizer tokenizer(63);
-  std::atomic<bool> open = false;
-  oracle.before_step = [&](int64_t) {
-    for (int i = 0; i < 10000 && !open; ++i) std::this_thread::sleep_for(1ms);
-  };
+  StepGate gate(oracle);
   GenerationScheduler scheduler(shape(1, 8), step_of(oracle), tokenizer,
                                 {.max_concurrent_requests = 2});
   auto first = scheduler.submit(request_of({"1 2"}, 3, 1, false));
@@ -249,7 +262,7 @@ TEST_CASE("beyond max_concurrent_requests a request is refused at once with 503"
   const GenerationOutcome refused = third.get();
   CHECK(refused.status == 503);
   CHECK(refused.message.find("--max-concurrent-requests") != std::string::npos);
-  open = true;
+  gate.open = true;
   CHECK(wait(first).status == 200);
   CHECK(wait(second).status == 200);
   // With the queue drained, requests are taken again.
@@ -284,16 +297,13 @@ TEST_CASE("a refused or failing request does not disturb the others") {
 TEST_CASE("stop() answers pending requests with 503 rather than hanging") {
   OracleStep oracle(1);
   NullTokenizer tokenizer(63);
-  std::atomic<bool> open = false;
-  oracle.before_step = [&](int64_t) {
-    for (int i = 0; i < 10000 && !open; ++i) std::this_thread::sleep_for(1ms);
-  };
+  StepGate gate(oracle);
   GenerationScheduler scheduler(shape(1, 8), step_of(oracle), tokenizer, {});
   std::vector<std::future<GenerationOutcome>> futures;
   for (int i = 0; i < 3; ++i) futures.push_back(scheduler.submit(request_of({"1 2 3"}, 20, i, false)));
   std::thread stopper([&] { scheduler.stop(); });
   std::this_thread::sleep_for(20ms);
-  open = true;  // the step in flight finishes; no other starts
+  gate.open = true;  // the step in flight finishes; no other starts
   stopper.join();
   for (auto& future : futures) {
     const GenerationOutcome outcome = wait(future);
@@ -307,20 +317,15 @@ TEST_CASE("stop() answers pending requests with 503 rather than hanging") {
 TEST_CASE("an abandoned request leaves its slot before the next step, and the others go on") {
   OracleStep oracle(1);
   NullTokenizer tokenizer(63);
-  std::atomic<bool> open = false;
-  std::atomic<int64_t> started = 0;
-  oracle.before_step = [&](int64_t step) {
-    started = step;
-    for (int i = 0; i < 10000 && !open; ++i) std::this_thread::sleep_for(1ms);
-  };
+  StepGate gate(oracle);
   GenerationScheduler scheduler(shape(1, 8), step_of(oracle), tokenizer, {});
   std::stop_source client;
   auto abandoned = scheduler.submit(request_of({"1 2"}, 20, 1, false), client.get_token());
   const GenerateRequest other = request_of({"3 4"}, 3, 1, false);
   auto queued = scheduler.submit(other);  // behind it: one slot
-  for (int i = 0; i < 10000 && started == 0; ++i) std::this_thread::sleep_for(1ms);
+  gate.wait_for_a_step();
   client.request_stop();  // while its first step runs
-  open = true;
+  gate.open = true;
   const GenerationOutcome outcome = wait(abandoned);
   CHECK(outcome.status == 499);
   CHECK(outcome.message == "the client closed its connection");
@@ -341,10 +346,7 @@ TEST_CASE("an abandoned request leaves its slot before the next step, and the ot
 TEST_CASE("an abandoned queued request leaves the queue without running") {
   OracleStep oracle(1);
   NullTokenizer tokenizer(63);
-  std::atomic<bool> open = false;
-  oracle.before_step = [&](int64_t) {
-    for (int i = 0; i < 10000 && !open; ++i) std::this_thread::sleep_for(1ms);
-  };
+  StepGate gate(oracle);
   GenerationScheduler scheduler(shape(1, 8), step_of(oracle), tokenizer,
                                 {.max_concurrent_requests = 2});
   const GenerateRequest running = request_of({"1 2"}, 3, 1, false);
@@ -352,7 +354,7 @@ TEST_CASE("an abandoned queued request leaves the queue without running") {
   std::stop_source client;
   auto queued = scheduler.submit(request_of({"5 5 5", "6"}, 4, 1, false), client.get_token());
   client.request_stop();
-  open = true;
+  gate.open = true;
   const GenerationOutcome outcome = wait(queued);
   CHECK(outcome.status == 499);
   const GenerationOutcome served = wait(first);
