@@ -2,8 +2,8 @@
 // connections made in this process: the lookup finds the accepted socket by its endpoints (not
 // the client's end of the same connection, not the listener), and nothing for endpoints nobody
 // has; the peer's close and its shutdown of sending count as closed, a pipelined request does
-// not; ClientWatch answers the same through its lazy lookup. IPv6 loopback too, where the
-// machine has it.
+// not; ClientWatch answers the same through its lazy lookup. IPv6 loopback too, and an IPv4
+// client of a dual-stack listener (v4-mapped addresses), where the machine has IPv6.
 #include "backend/serve/client_connection.hpp"
 
 #include <arpa/inet.h>
@@ -181,4 +181,48 @@ TEST_CASE("IPv6 loopback connections are found too") {
   const auto found = find_connected_socket(connection.server_view);
   REQUIRE(found.has_value());
   CHECK(*found == connection.accepted);
+}
+
+TEST_CASE("an IPv4 client of a dual-stack listener is found by its mapped addresses") {
+  // A server on --host :: sees an IPv4 client as ::ffff:a.b.c.d, and so does the lookup.
+  const int listener = socket(AF_INET6, SOCK_STREAM, 0);
+  if (listener < 0) {
+    MESSAGE("this machine has no IPv6 sockets; skipped");
+    return;
+  }
+  int only_ipv6 = 0;
+  setsockopt(listener, IPPROTO_IPV6, IPV6_V6ONLY, &only_ipv6, sizeof only_ipv6);
+  sockaddr_in6 any{};
+  any.sin6_family = AF_INET6;
+  any.sin6_addr = in6addr_any;
+  socklen_t length = sizeof any;
+  if (bind(listener, reinterpret_cast<sockaddr*>(&any), sizeof any) != 0) {
+    close(listener);
+    MESSAGE("this machine cannot listen on :: (IPv6 disabled); skipped");
+    return;
+  }
+  REQUIRE(listen(listener, 4) == 0);
+  REQUIRE(getsockname(listener, reinterpret_cast<sockaddr*>(&any), &length) == 0);
+  const int client = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(client >= 0);
+  sockaddr_in server{};
+  server.sin_family = AF_INET;
+  server.sin_port = any.sin6_port;
+  server.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(client, reinterpret_cast<sockaddr*>(&server), sizeof server) == 0);
+  const int accepted = accept(listener, nullptr, nullptr);
+  REQUIRE(accepted >= 0);
+  sockaddr_in client_address{};
+  length = sizeof client_address;
+  REQUIRE(getsockname(client, reinterpret_cast<sockaddr*>(&client_address), &length) == 0);
+  const ConnectionEndpoints endpoints{.local_address = "::ffff:127.0.0.1",
+                                      .local_port = ntohs(any.sin6_port),
+                                      .remote_address = "::ffff:127.0.0.1",
+                                      .remote_port = ntohs(client_address.sin_port)};
+  const auto found = find_connected_socket(endpoints);
+  CHECK(found == std::optional<int>(accepted));
+  close(client);
+  CHECK(closed_within_a_second(accepted));
+  close(accepted);
+  close(listener);
 }
