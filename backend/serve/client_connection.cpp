@@ -7,11 +7,9 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <array>
 #include <charconv>
-#include <cstring>
 #include <memory>
 #include <string_view>
 
@@ -37,9 +35,9 @@ bool endpoint_of(const sockaddr_storage& address, socklen_t length, std::string&
   return true;
 }
 
+// getsockname refuses what is not a socket (ENOTSOCK): files, pipes, the listing's own
+// descriptor.
 bool has_endpoints(int descriptor, const ConnectionEndpoints& wanted) {
-  struct stat status {};
-  if (fstat(descriptor, &status) != 0 || !S_ISSOCK(status.st_mode)) return false;
   sockaddr_storage address{};
   socklen_t length = sizeof address;
   std::string host;
@@ -68,7 +66,6 @@ std::optional<int> find_connected_socket(const ConnectionEndpoints& endpoints) {
     int descriptor = -1;
     const auto [end, error] = std::from_chars(name.data(), name.data() + name.size(), descriptor);
     if (error != std::errc() || end != name.data() + name.size()) continue;  // "." and ".."
-    if (descriptor == dirfd(listing.get())) continue;
     if (has_endpoints(descriptor, endpoints)) return descriptor;
   }
   return std::nullopt;

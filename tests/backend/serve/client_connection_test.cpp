@@ -22,34 +22,54 @@ using namespace backend;
 
 namespace {
 
-// A connected pair through a loopback listener: the client's end and the accepted end.
+// How a test's connection is made: over IPv4 or IPv6 loopback, or an IPv4 client of a
+// dual-stack listener (on ::, as a server on --host :: listens), which sees it as ::ffff:a.b.c.d.
+enum class Loopback { ipv4, ipv6, ipv4_client_of_dual_stack };
+
+// A connected pair through a loopback listener: the client's end and the accepted end. Not
+// connected when the machine has no IPv6 (for the IPv6 kinds).
 struct LoopbackConnection {
   int listener = -1;
   int client = -1;
   int accepted = -1;
   ConnectionEndpoints server_view;  // the accepted end's endpoints, as a server sees them
 
-  explicit LoopbackConnection(int family = AF_INET) {
-    listener = socket(family, SOCK_STREAM, 0);
-    if (listener < 0 && family == AF_INET6) return;  // a kernel without IPv6
+  explicit LoopbackConnection(Loopback kind = Loopback::ipv4) {
+    const bool ipv6_listener = kind != Loopback::ipv4;
+    listener = socket(ipv6_listener ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
+    if (listener < 0 && ipv6_listener) return;  // a kernel without IPv6
     REQUIRE(listener >= 0);
     sockaddr_storage address{};
     socklen_t length = 0;
-    if (family == AF_INET) {
+    if (ipv6_listener) {
+      auto& ipv6 = reinterpret_cast<sockaddr_in6&>(address);
+      ipv6.sin6_family = AF_INET6;
+      ipv6.sin6_addr = kind == Loopback::ipv6 ? in6addr_loopback : in6addr_any;
+      length = sizeof ipv6;
+      if (kind == Loopback::ipv4_client_of_dual_stack) {
+        int only_ipv6 = 0;
+        setsockopt(listener, IPPROTO_IPV6, IPV6_V6ONLY, &only_ipv6, sizeof only_ipv6);
+      }
+    } else {
       auto& ipv4 = reinterpret_cast<sockaddr_in&>(address);
       ipv4.sin_family = AF_INET;
       ipv4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
       length = sizeof ipv4;
-    } else {
-      auto& ipv6 = reinterpret_cast<sockaddr_in6&>(address);
-      ipv6.sin6_family = AF_INET6;
-      ipv6.sin6_addr = in6addr_loopback;
-      length = sizeof ipv6;
     }
     if (bind(listener, reinterpret_cast<sockaddr*>(&address), length) != 0) return;
     REQUIRE(listen(listener, 4) == 0);
     REQUIRE(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-    client = socket(family, SOCK_STREAM, 0);
+    const int port = port_of(address);
+    if (kind == Loopback::ipv4_client_of_dual_stack) {
+      // The listener's port, reached over IPv4.
+      address = {};
+      auto& ipv4 = reinterpret_cast<sockaddr_in&>(address);
+      ipv4.sin_family = AF_INET;
+      ipv4.sin_port = htons(static_cast<uint16_t>(port));
+      ipv4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      length = sizeof ipv4;
+    }
+    client = socket(address.ss_family, SOCK_STREAM, 0);
     REQUIRE(client >= 0);
     REQUIRE(connect(client, reinterpret_cast<sockaddr*>(&address), length) == 0);
     accepted = accept(listener, nullptr, nullptr);
@@ -58,9 +78,11 @@ struct LoopbackConnection {
     socklen_t client_length = sizeof client_address;
     REQUIRE(getsockname(client, reinterpret_cast<sockaddr*>(&client_address), &client_length) ==
             0);
-    const std::string loopback = family == AF_INET ? "127.0.0.1" : "::1";
+    const std::string loopback = kind == Loopback::ipv4   ? "127.0.0.1"
+                                 : kind == Loopback::ipv6 ? "::1"
+                                                          : "::ffff:127.0.0.1";
     server_view = {.local_address = loopback,
-                   .local_port = port_of(address),
+                   .local_port = port,
                    .remote_address = loopback,
                    .remote_port = port_of(client_address)};
   }
@@ -173,7 +195,7 @@ TEST_CASE("ClientWatch looks once, and an unknown connection is never closed") {
 }
 
 TEST_CASE("IPv6 loopback connections are found too") {
-  LoopbackConnection connection(AF_INET6);
+  LoopbackConnection connection(Loopback::ipv6);
   if (!connection.connected()) {
     MESSAGE("this machine has no IPv6 loopback (::1); skipped");
     return;
@@ -185,44 +207,14 @@ TEST_CASE("IPv6 loopback connections are found too") {
 
 TEST_CASE("an IPv4 client of a dual-stack listener is found by its mapped addresses") {
   // A server on --host :: sees an IPv4 client as ::ffff:a.b.c.d, and so does the lookup.
-  const int listener = socket(AF_INET6, SOCK_STREAM, 0);
-  if (listener < 0) {
-    MESSAGE("this machine has no IPv6 sockets; skipped");
+  LoopbackConnection connection(Loopback::ipv4_client_of_dual_stack);
+  if (!connection.connected()) {
+    MESSAGE("this machine cannot listen on :: (no IPv6); skipped");
     return;
   }
-  int only_ipv6 = 0;
-  setsockopt(listener, IPPROTO_IPV6, IPV6_V6ONLY, &only_ipv6, sizeof only_ipv6);
-  sockaddr_in6 any{};
-  any.sin6_family = AF_INET6;
-  any.sin6_addr = in6addr_any;
-  socklen_t length = sizeof any;
-  if (bind(listener, reinterpret_cast<sockaddr*>(&any), sizeof any) != 0) {
-    close(listener);
-    MESSAGE("this machine cannot listen on :: (IPv6 disabled); skipped");
-    return;
-  }
-  REQUIRE(listen(listener, 4) == 0);
-  REQUIRE(getsockname(listener, reinterpret_cast<sockaddr*>(&any), &length) == 0);
-  const int client = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(client >= 0);
-  sockaddr_in server{};
-  server.sin_family = AF_INET;
-  server.sin_port = any.sin6_port;
-  server.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(connect(client, reinterpret_cast<sockaddr*>(&server), sizeof server) == 0);
-  const int accepted = accept(listener, nullptr, nullptr);
-  REQUIRE(accepted >= 0);
-  sockaddr_in client_address{};
-  length = sizeof client_address;
-  REQUIRE(getsockname(client, reinterpret_cast<sockaddr*>(&client_address), &length) == 0);
-  const ConnectionEndpoints endpoints{.local_address = "::ffff:127.0.0.1",
-                                      .local_port = ntohs(any.sin6_port),
-                                      .remote_address = "::ffff:127.0.0.1",
-                                      .remote_port = ntohs(client_address.sin_port)};
-  const auto found = find_connected_socket(endpoints);
-  CHECK(found == std::optional<int>(accepted));
-  close(client);
-  CHECK(closed_within_a_second(accepted));
-  close(accepted);
-  close(listener);
+  const auto found = find_connected_socket(connection.server_view);
+  CHECK(found == std::optional<int>(connection.accepted));
+  REQUIRE(close(connection.client) == 0);
+  connection.client = -1;
+  CHECK(closed_within_a_second(connection.accepted));
 }
