@@ -177,15 +177,16 @@ void CpuDevice::embedding_forward(View output, View tokens, View word_embeddings
 }
 
 void CpuDevice::embedding_backward(View dword_embeddings, View dposition_embeddings, View doutput,
-                                   View tokens, int64_t batch_size, int64_t seq_length,
+                                   View token_index, int64_t batch_size, int64_t seq_length,
                                    int64_t hidden_size, int64_t vocab_start) {
   const int64_t vocab_size =
       embedding_table_rows(dword_embeddings.numel, hidden_size, "embedding_backward");
+  check_token_index(token_index.numel, batch_size * seq_length, "embedding_backward");
   dispatch(doutput.type, "embedding_backward", [&](auto s) {
     using S = decltype(s);
     cpu::embedding_backward(host<S>(dword_embeddings), host<S>(dposition_embeddings),
-                            host<S>(doutput), ids(tokens), batch_size, seq_length, hidden_size,
-                            vocab_start, vocab_size);
+                            host<S>(doutput), ids(token_index), batch_size, seq_length,
+                            hidden_size, vocab_start, vocab_size);
   });
 }
 

@@ -33,7 +33,7 @@ class CpuDevice : public Device {
                          int64_t batch_size, int64_t seq_length, int64_t hidden_size,
                          int64_t vocab_start) override;
   void embedding_backward(View dword_embeddings, View dposition_embeddings, View doutput,
-                          View tokens, int64_t batch_size, int64_t seq_length,
+                          View token_index, int64_t batch_size, int64_t seq_length,
                           int64_t hidden_size, int64_t vocab_start) override;
   void embedding_at_positions_forward(View output, View tokens, View positions,
                                       View word_embeddings, View position_embeddings, int64_t rows,

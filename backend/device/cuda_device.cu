@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <string>
 #include <type_traits>
-#include <vector>
 
 #include "backend/common/error.hpp"
 #include "backend/device/cuda_check.cuh"
@@ -201,7 +200,7 @@ class CudaDevice final : public Device {
                          View position_embeddings, int64_t batch_size, int64_t seq_length,
                          int64_t hidden_size, int64_t vocab_start) override;
   void embedding_backward(View dword_embeddings, View dposition_embeddings, View doutput,
-                          View tokens, int64_t batch_size, int64_t seq_length,
+                          View token_index, int64_t batch_size, int64_t seq_length,
                           int64_t hidden_size, int64_t vocab_start) override;
   void embedding_at_positions_forward(View output, View tokens, View positions,
                                       View word_embeddings, View position_embeddings, int64_t rows,
@@ -349,37 +348,12 @@ void launch_embedding_forward(S* output, const int32_t* tokens, const S* word, c
   cuda::embedding_forward(output, tokens, word, position, B, T, C, vocab_start, vocab_size,
                           stream);
 }
-// The twin sums each token's positions in position order, from an index built on the host
-// (sort_positions_by_token). The tokens are read back for it: one small copy and a wait at the
-// end of each backward, which a later change removes by indexing the host tokens when they
-// are uploaded (docs/device.md). The index goes into the scratch: order (B·T), segment starts
-// (B·T + 1) and unique tokens (B·T) as int32.
 template <typename S>
 void launch_embedding_backward(float* dword, float* dposition, const S* doutput,
-                               const int32_t* tokens, int64_t B, int64_t T, int64_t C,
-                               int64_t vocab_start, int64_t vocab_size, float* scratch,
-                               cudaStream_t stream) {
-  const int64_t count = B * T;
-  std::vector<int32_t> host_tokens(static_cast<size_t>(count));
-  CUDA_CHECK(cudaMemcpyAsync(host_tokens.data(), tokens, static_cast<size_t>(count) * sizeof(int32_t),
-                             cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<int32_t> index(static_cast<size_t>(3 * count + 1));
-  int32_t* order = index.data();
-  int32_t* segment_starts = order + count;
-  int32_t* unique_tokens = segment_starts + count + 1;
-  int64_t unique_count = 0;
-  sort_positions_by_token(host_tokens.data(), count, order, segment_starts, unique_tokens,
-                          &unique_count);
-  auto* device_index = reinterpret_cast<int32_t*>(scratch);
-  CUDA_CHECK(cudaMemcpyAsync(device_index, index.data(), index.size() * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, stream));
-  // The host vector must outlive the copy.
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  // The index covers the whole tokens; the kernel skips those outside the shard.
-  cuda::embedding_backward(dword, dposition, doutput, tokens, B, T, C, vocab_start, vocab_size,
-                           device_index, device_index + count, device_index + 2 * count + 1,
-                           unique_count, stream);
+                               const int32_t* token_index, int64_t B, int64_t T, int64_t C,
+                               int64_t vocab_start, int64_t vocab_size, cudaStream_t stream) {
+  cuda::embedding_backward(dword, dposition, doutput, token_index, B, T, C, vocab_start,
+                           vocab_size, stream);
 }
 template <typename S>
 void launch_dropout_forward(S* output, const S* input, int64_t count, const Dropout& dropout,
@@ -504,20 +478,19 @@ void CudaDevice::embedding_forward(View output, View tokens, View word_embedding
 }
 
 void CudaDevice::embedding_backward(View dword_embeddings, View dposition_embeddings,
-                                    View doutput, View tokens, int64_t batch_size,
+                                    View doutput, View token_index, int64_t batch_size,
                                     int64_t seq_length, int64_t hidden_size,
                                     int64_t vocab_start) {
   constexpr const char* op = "embedding_backward";
   use();
   const int64_t vocab_size = embedding_table_rows(dword_embeddings.numel, hidden_size, op);
+  check_token_index(token_index.numel, batch_size * seq_length, op);
   dispatch(doutput.type, op, [&](auto s) {
     using S = decltype(s);
-    // The index of launch_embedding_backward: 3·B·T + 1 int32.
-    float* scratch = scratch_floats(3 * batch_size * seq_length + 1, op);
     launch_embedding_backward(gpu<float>(dword_embeddings, op),
                               gpu<float>(dposition_embeddings, op), gpu<S>(doutput, op),
-                              ids(tokens, op), batch_size, seq_length, hidden_size, vocab_start,
-                              vocab_size, scratch, stream_);
+                              ids(token_index, op), batch_size, seq_length, hidden_size,
+                              vocab_start, vocab_size, stream_);
   });
 }
 

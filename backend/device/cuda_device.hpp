@@ -12,7 +12,7 @@
 
 namespace backend {
 
-// Device scratch the ops that need one (layernorm/rmsnorm/embedding backward) share, allocated
+// Device scratch the ops that need one (layernorm/rmsnorm backward) share, allocated
 // once when the device is made (never inside an op). An op needing more fails with the sizes;
 // the caller passes what its largest shape needs (the ops' *_scratch_floats helpers · 4).
 inline constexpr int64_t kDefaultCudaScratchBytes = int64_t{64} << 20;

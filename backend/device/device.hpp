@@ -63,8 +63,10 @@ class Device {
                                  View position_embeddings, int64_t batch_size,
                                  int64_t seq_length, int64_t hidden_size,
                                  int64_t vocab_start) = 0;
+  // The backward takes the tokens' index (i32, index_tokens in ops/embedding.hpp: the caller
+  // makes it on the host when it uploads the tokens) in place of the tokens.
   virtual void embedding_backward(View dword_embeddings, View dposition_embeddings, View doutput,
-                                  View tokens, int64_t batch_size, int64_t seq_length,
+                                  View token_index, int64_t batch_size, int64_t seq_length,
                                   int64_t hidden_size, int64_t vocab_start) = 0;
   // ops/embedding.hpp, incremental decoding: N rows at positions of their own, whole vocabulary
   virtual void embedding_at_positions_forward(View output, View tokens, View positions,

@@ -7,6 +7,7 @@
 
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
+#include "backend/ops/embedding.hpp"
 
 namespace backend {
 
@@ -105,6 +106,10 @@ ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule
   const int64_t head_stream_rows = last_stage ? stream_rows : 0;
 
   plan.tokens = layout.add("tokens", ElementType::i32, carve_kept ? rows : 0);
+  plan.token_index = layout.add("token index", ElementType::i32,
+                                carve_kept && backward && stage.first()
+                                    ? token_index_elements(rows)
+                                    : 0);
   plan.labels = layout.add("labels", ElementType::i32, carve_kept ? rows : 0);
   plan.embedded = keep("embedding output", stream_rows * C, dtype);
   const auto chunks = stage_layer_chunks(config.num_layers, stage);

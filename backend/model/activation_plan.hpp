@@ -84,6 +84,10 @@ struct ActivationPlan {
   std::vector<LayerActivationRegions> layers;
   std::vector<LayerActivationRegions> recompute_slots;
   int64_t tokens = 0, labels = 0;  // (rows) i32
+  // The tokens' index for the embedding backward (ops/embedding.hpp's index_tokens, uploaded
+  // with the tokens), token_index_elements(rows) i32: on the first pipeline stage of a model
+  // that trains; empty otherwise.
+  int64_t token_index = 0;
   int64_t embedded = 0;            // (rows, C) the first chunk's input
   // Pipelined: chunk_inputs[c], c ≥ 1, the other chunks' inputs (chunk_inputs[0] is unused), and
   // output_gradients[c] each chunk's output gradient as received, (rows, C) each.

@@ -76,6 +76,7 @@
 #include "backend/device/arena.hpp"
 #include "backend/device/cpu_device.hpp"
 #include "backend/model/activation_plan.hpp"
+#include "backend/ops/embedding.hpp"
 
 namespace backend {
 namespace {
@@ -278,8 +279,8 @@ struct GptModel<Scalar>::State {
   struct MicroBatchBuffers {
     Arena arena;
     std::vector<LayerActivations> layers;
-    View tokens, labels, embedded, final_norm, final_norm_mean, final_norm_rstd, logits, losses,
-        logsumexp;
+    View tokens, token_index, labels, embedded, final_norm, final_norm_mean, final_norm_rstd,
+        logits, losses, logsumexp;
     std::vector<View> chunk_inputs, output_gradients;
     std::vector<bool> forward_done;
     bool forward_training = false;
@@ -296,13 +297,24 @@ struct GptModel<Scalar>::State {
   int64_t seq_length = 0;
   std::vector<LayerActivations> layers;
   std::vector<LayerActivations> recompute_slots;
-  View tokens, labels, embedded, recomputed_logsumexp, final_norm, final_norm_mean,
+  View tokens, token_index, labels, embedded, recomputed_logsumexp, final_norm, final_norm_mean,
       final_norm_rstd, logits, losses, logsumexp, loss_total, branch, rope_cos, rope_sin,
       logsumexp_parts, target_logit, branch_shard, dnorm_shard;
   std::vector<View> chunk_inputs;
   View dlogits, dresidual, dbranch, dnorm, dqkv, dhidden, dfc1;
 
   Device& ops() { return *device; }
+
+  // The host's index of the tokens being uploaded (token_index_elements(rows), made at
+  // reserve()): built here and copied with them, so the embedding backward never reads the
+  // tokens back from the device.
+  std::vector<int32_t> host_token_index;
+  void upload_tokens(const MicroBatchBuffers& buffers, std::span<const int32_t> host_tokens) {
+    ops().copy_from_host(buffers.tokens, host_tokens.data());
+    if (buffers.token_index.empty()) return;
+    index_tokens(host_tokens.data(), std::ssize(host_tokens), host_token_index.data());
+    ops().copy_from_host(buffers.token_index, host_token_index.data());
+  }
 
   // A parameter tensor (or its gradient) by offset: an empty view for an absent one.
   View parameter(int64_t offset) const {
@@ -587,6 +599,7 @@ void GptModel<Scalar>::State::reserve(int64_t new_batch_size, int64_t new_seq_le
     const Arena& a = buffers.arena;
     for (const auto& regions : kept_plan.layers) buffers.layers.push_back(layer_views(a, regions));
     buffers.tokens = a.view(kept_plan.tokens);
+    buffers.token_index = a.view(kept_plan.token_index);
     buffers.labels = a.view(kept_plan.labels);
     buffers.embedded = a.view(kept_plan.embedded);
     buffers.final_norm = a.view(kept_plan.final_norm);
@@ -602,6 +615,7 @@ void GptModel<Scalar>::State::reserve(int64_t new_batch_size, int64_t new_seq_le
     buffers.forward_done.assign(chunks.size(), false);
     micro_batches.push_back(std::move(buffers));
   }
+  host_token_index.assign(static_cast<size_t>(micro_batches.front().token_index.numel), 0);
   plan = std::move(kept_plan);
   batch_size = new_batch_size;
   seq_length = new_seq_length;
@@ -701,6 +715,7 @@ void GptModel<Scalar>::State::select(int64_t slot) {
   const MicroBatchBuffers& b = micro_batches[static_cast<size_t>(slot)];
   layers = b.layers;
   tokens = b.tokens;
+  token_index = b.token_index;
   labels = b.labels;
   embedded = b.embedded;
   final_norm = b.final_norm;
@@ -1195,7 +1210,7 @@ void GptModel<Scalar>::State::backward_chunk(int64_t slot, int64_t chunk, Scalar
   // Every rank holds the whole embedding gradient: its vocabulary rows take their tokens', and
   // the position table (whole on every rank) the same gradient everywhere.
   d.embedding_backward(gradient(layout.word_embeddings()), gradient(layout.position_embeddings()),
-                       whole_rows(dresidual, branch), tokens, batch_size, seq_length, C,
+                       whole_rows(dresidual, branch), token_index, batch_size, seq_length, C,
                        vocab_start);
   flush_gradients(embedding_unit);
   unit_done(embedding_unit);
@@ -1219,7 +1234,7 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
   s.reserve(batch_size, seq_length, std::max<int64_t>(1, std::ssize(s.micro_batches)));
   Device& d = s.ops();
   const auto& buffers = s.micro_batches.front();
-  d.copy_from_host(buffers.tokens, tokens.data());
+  s.upload_tokens(buffers, tokens);
   d.copy_from_host(buffers.labels, labels.data());
   const Scalar loss = s.forward_chunk(0, 0);
   if (s.training) ++s.dropout_step;
@@ -1337,7 +1352,7 @@ Scalar GptModel<Scalar>::forward_chunk(int64_t slot, int64_t chunk,
   Device& d = s.ops();
   if (s.first_virtual_stage(chunk)) {
     check_token_ids(s.config, tokens, "tokens", s.batch_size, s.seq_length);
-    d.copy_from_host(buffers.tokens, tokens.data());
+    s.upload_tokens(buffers, tokens);
   }
   if (s.last_virtual_stage(chunk)) {
     check_token_ids(s.config, labels, "labels", s.batch_size, s.seq_length);

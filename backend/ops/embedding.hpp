@@ -17,7 +17,7 @@
 // Contract: parameter gradients accumulate (+=), activation gradients overwrite (=).
 // Tokens are ids of the whole vocabulary (GptModel validates them before calling), and the
 // position table has at least T rows. Repeated tokens are summed in (b, t) order, so the
-// result does not depend on the thread count.
+// result does not depend on the thread count or the device.
 // Dimensions: B batch, T sequence, C hidden, V rows of the word table (of this shard).
 #pragma once
 
@@ -37,11 +37,14 @@ void embedding_forward(Scalar* output,                     // (B, T, C)
                        int64_t batch_size, int64_t seq_length, int64_t hidden_size,
                        int64_t vocab_start, int64_t vocab_size);
 
+// The backward takes the tokens' index (token_index below) in place of the tokens: each
+// distinct token's positions are added onto its row of dword in position order, so the result
+// does not depend on the thread count (threads own rows and column ranges, never share one).
 template <typename Scalar>
 void embedding_backward(Scalar* dword_embeddings,      // (V, C)   +=
                         Scalar* dposition_embeddings,  // (≥ T, C) +=, or nullptr
                         const Scalar* doutput,         // (B, T, C)
-                        const int32_t* tokens,         // (B, T)
+                        const int32_t* token_index,    // token_index_elements(B·T)
                         int64_t batch_size, int64_t seq_length, int64_t hidden_size,
                         int64_t vocab_start, int64_t vocab_size);
 
@@ -60,24 +63,46 @@ void embedding_at_positions_forward(Scalar* output,                     // (N, C
 
 }  // namespace backend::cpu
 
-// ---- the CUDA twin's deterministic backward
-// The word table's gradient is a scatter-add where several positions may hold one token. The
-// CUDA twin does it without atomics from an index of the positions grouped by token, made on
-// the host from the host's copy of the tokens (B·T ints, before they are uploaded, so no
-// device-to-host copy), then copied to device memory by the caller:
-//   order           (count)     the positions 0..count−1, stably sorted by token (so each
-//                               token's positions ascend)
-//   unique_tokens   (≤ count)   the distinct tokens, ascending; *unique_count of them
-//   segment_starts  (≤ count+1) token unique_tokens[u] holds the positions
-//                               order[segment_starts[u] .. segment_starts[u + 1]), and
-//                               segment_starts[*unique_count] = count
-// Capacity: order and unique_tokens count entries, segment_starts count + 1.
-// (embedding_cpu.cpp does not need it; it is pure C++, any device's caller may use it.)
+// ---- the backward's index of the tokens
+// The word table's gradient is a scatter-add where several positions may hold one token. Both
+// twins do it from an index of the positions grouped by token, so that each distinct token's
+// row has one owner (no atomics on the GPU, no shared rows between CPU threads) and its
+// positions are added in ascending order (the same bits on every device and thread count).
+// The model makes it on the host from the host's tokens when it uploads them (B·T ints: the
+// GPU never copies the tokens back, and the host never waits for it) into one i32 buffer of
+// token_index_elements(count) elements:
+//   [0]                                U, the number of distinct tokens
+//   order          [1, 1 + N)          the positions 0..N−1, stably sorted by token (so each
+//                                      token's positions ascend)
+//   segment_starts [1 + N, 2 + 2N)     U + 1 used: token u holds the positions
+//                                      order[segment_starts[u] .. segment_starts[u + 1]), and
+//                                      segment_starts[U] = N
+//   unique_tokens  [2 + 2N, 2 + 3N)    U used: the distinct tokens, ascending
+// It covers the whole tokens; a vocabulary shard's backward skips the tokens it does not hold.
 namespace backend {
 
-void sort_positions_by_token(const int32_t* tokens, int64_t count, int32_t* order,
-                             int32_t* segment_starts, int32_t* unique_tokens,
-                             int64_t* unique_count);
+inline int64_t token_index_elements(int64_t count) { return 3 * count + 2; }
+
+// Offsets of the index's parts from its start, for `count` positions.
+struct TokenIndexLayout {
+  int64_t order, segment_starts, unique_tokens;
+};
+inline TokenIndexLayout token_index_layout(int64_t count) {
+  return {1, 1 + count, 2 + 2 * count};
+}
+
+// Writes the index of tokens[0 .. count) into index[0 .. token_index_elements(count)).
+// common::Error if count does not fit the index's int32 positions.
+void index_tokens(const int32_t* tokens, int64_t count, int32_t* index);
+
+// Both devices' check of an index's size for `count` positions, naming the op.
+inline void check_token_index(int64_t numel, int64_t count, const char* op) {
+  if (numel != token_index_elements(count)) {
+    common::fail("{}: a token index of {} elements for {} positions, which take {} "
+                 "(index_tokens in backend/ops/embedding.hpp)",
+                 op, numel, count, token_index_elements(count));
+  }
+}
 
 // Both devices' check: the rows V of a (V, hidden_size) word table (or its gradient) of
 // `numel` elements, the vocabulary shard it holds; an empty one (a gradient not needed) none.
@@ -93,12 +118,11 @@ inline int64_t embedding_table_rows(int64_t numel, int64_t hidden_size, const ch
 }  // namespace backend
 
 // The CUDA twin (embedding_cuda.cu), tables and output float, bfloat16 or float16; the gradients of
-// the tables (fp32 main grads) are float whatever Scalar is. The backward takes the index of
-// sort_positions_by_token (device copies, and unique_count on the host) after the CPU twin's
-// parameters: one block per distinct token adds its positions' gradient rows in position order
-// onto dword's row (the CPU's order of additions: the same bits in fp32), and one thread per
-// (t, c) sums the batch in order b = 0..B−1 for dposition. No atomics: a run repeats its bits.
-// The index is made from the whole tokens; a block skips a token outside this shard's rows.
+// the tables (fp32 main grads) are float whatever Scalar is. The backward reads the index (device
+// memory, its distinct-token count included, so the host need not know it): one block per
+// distinct token adds its positions' gradient rows in position order onto dword's row (the CPU's
+// order of additions: the same bits in fp32), and one thread per (t, c) sums the batch in order
+// b = 0..B−1 for dposition. No atomics: a run repeats its bits.
 namespace backend::cuda {
 
 template <typename Scalar>
@@ -113,13 +137,9 @@ template <typename Scalar>
 void embedding_backward(float* dword_embeddings,      // (V, C)   +=
                         float* dposition_embeddings,  // (≥ T, C) +=, or nullptr
                         const Scalar* doutput,        // (B, T, C)
-                        const int32_t* tokens,        // (B, T) (the index below replaces it)
+                        const int32_t* token_index,   // token_index_elements(B·T)
                         int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                        int64_t vocab_start, int64_t vocab_size,
-                        const int32_t* order,           // (B·T) sort_positions_by_token's
-                        const int32_t* segment_starts,  // (unique_count + 1)
-                        const int32_t* unique_tokens,   // (unique_count)
-                        int64_t unique_count, CudaStream stream);
+                        int64_t vocab_start, int64_t vocab_size, CudaStream stream);
 
 // One thread per element; the sum in float (bf16 read and written only), as the CPU's.
 template <typename Scalar>

@@ -1,5 +1,6 @@
-// CPU twin of embedding.hpp: word + position lookup and its scatter-add backward, over the
-// word table's vocabulary shard [vocab_start, vocab_start + V).
+// CPU twin of embedding.hpp: word + position lookup and its scatter-add backward (from the
+// tokens' index: one owner per row and column range), over the word table's vocabulary shard
+// [vocab_start, vocab_start + V).
 #include "backend/ops/embedding.hpp"
 #include "backend/ops/gemm_cpu.hpp"
 
@@ -43,23 +44,29 @@ void embedding_forward(Scalar* output, const int32_t* tokens, const Scalar* word
 
 template <typename Scalar>
 void embedding_backward(Scalar* dword_embeddings, Scalar* dposition_embeddings,
-                        const Scalar* doutput, const int32_t* tokens, int64_t batch_size,
+                        const Scalar* doutput, const int32_t* token_index, int64_t batch_size,
                         int64_t seq_length, int64_t hidden_size, int64_t vocab_start,
                         int64_t vocab_size) {
   const int64_t rows = batch_size * seq_length;
   const bool parallel = rows * hidden_size > detail::kParallelWork;
 
-  // Several positions may hold the same token, so rows of the word table are not owned by
-  // one position: split by columns instead, each column walking the positions in order.
+  // Each distinct token's row has one owner per column range, which walks the token's
+  // positions in order (embedding.hpp's index).
+  const TokenIndexLayout layout = token_index_layout(rows);
+  const int64_t unique = token_index[0];
+  const int32_t* order = token_index + layout.order;
+  const int32_t* segment_starts = token_index + layout.segment_starts;
+  const int32_t* unique_tokens = token_index + layout.unique_tokens;
   const int64_t chunks = detail::column_chunks(hidden_size);
-#pragma omp parallel for if (parallel)
-  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-    const auto [begin, end] = detail::column_range(chunk, hidden_size);
-    for (int64_t row = 0; row < rows; ++row) {
-      const int64_t word_row = shard_row(tokens[row], vocab_start, vocab_size);
-      if (word_row < 0) continue;  // another shard's row gets this gradient
-      Scalar* dword = dword_embeddings + word_row * hidden_size;
-      const Scalar* dout = doutput + row * hidden_size;
+#pragma omp parallel for schedule(dynamic, 32) if (parallel)  // rows differ in length
+  for (int64_t work = 0; work < unique * chunks; ++work) {
+    const int64_t u = work / chunks;
+    const int64_t word_row = shard_row(unique_tokens[u], vocab_start, vocab_size);
+    if (word_row < 0) continue;  // another shard's row gets this gradient
+    const auto [begin, end] = detail::column_range(work % chunks, hidden_size);
+    Scalar* dword = dword_embeddings + word_row * hidden_size;
+    for (int32_t k = segment_starts[u]; k < segment_starts[u + 1]; ++k) {
+      const Scalar* dout = doutput + int64_t{order[k]} * hidden_size;
       for (int64_t c = begin; c < end; ++c) dword[c] += dout[c];
     }
   }

@@ -60,15 +60,16 @@ __global__ void embedding_forward_kernel(T* output, const int32_t* tokens, const
   }
 }
 
-// One block per distinct token (blockIdx.x strides over them), threads over the columns. The
-// index covers the whole tokens: a token outside this shard's rows is skipped (no barrier in
-// the loop, so a block may skip on its own).
+// One block per distinct token (blockIdx.x strides over them; the grid is sized for the most
+// there can be, B·T), threads over the columns. The index covers the whole tokens: a token
+// outside this shard's rows is skipped (no barrier in the loop, so a block may skip on its own).
 template <typename T>
-__global__ void embedding_word_backward_kernel(float* dword, const T* doutput, const int32_t* order,
+__global__ void embedding_word_backward_kernel(float* dword, const T* doutput,
+                                               const int32_t* token_index, const int32_t* order,
                                                const int32_t* segment_starts,
-                                               const int32_t* unique_tokens, int64_t unique_count,
-                                               int64_t hidden_size, int64_t vocab_start,
-                                               int64_t vocab_size) {
+                                               const int32_t* unique_tokens, int64_t hidden_size,
+                                               int64_t vocab_start, int64_t vocab_size) {
+  const int64_t unique_count = token_index[0];
   for (int64_t u = blockIdx.x; u < unique_count; u += gridDim.x) {
     const int64_t token = int64_t{unique_tokens[u]} - vocab_start;
     if (token < 0 || token >= vocab_size) continue;
@@ -165,17 +166,18 @@ void embedding_forward(Scalar* output, const int32_t* tokens, const Scalar* word
 
 template <typename Scalar>
 void embedding_backward(float* dword_embeddings, float* dposition_embeddings, const Scalar* doutput,
-                        const int32_t* /*tokens: the index replaces it*/, int64_t batch_size,
-                        int64_t seq_length, int64_t hidden_size, int64_t vocab_start,
-                        int64_t vocab_size, const int32_t* order, const int32_t* segment_starts,
-                        const int32_t* unique_tokens, int64_t unique_count, CudaStream stream) {
-  if (batch_size * seq_length <= 0 || hidden_size <= 0) return;
+                        const int32_t* token_index, int64_t batch_size, int64_t seq_length,
+                        int64_t hidden_size, int64_t vocab_start, int64_t vocab_size,
+                        CudaStream stream) {
+  const int64_t count = batch_size * seq_length;
+  if (count <= 0 || hidden_size <= 0) return;
   const auto* dy = detail::device_pointer(doutput);
-  if (unique_count > 0 && vocab_size > 0) {
-    embedding_word_backward_kernel<<<detail::row_grid(unique_count), detail::kBlockSize, 0,
-                                     stream>>>(dword_embeddings, dy, order, segment_starts,
-                                               unique_tokens, unique_count, hidden_size,
-                                               vocab_start, vocab_size);
+  if (vocab_size > 0) {
+    const TokenIndexLayout layout = token_index_layout(count);
+    embedding_word_backward_kernel<<<detail::row_grid(count), detail::kBlockSize, 0, stream>>>(
+        dword_embeddings, dy, token_index, token_index + layout.order,
+        token_index + layout.segment_starts, token_index + layout.unique_tokens, hidden_size,
+        vocab_start, vocab_size);
     CUDA_CHECK(cudaGetLastError());
   }
   if (dposition_embeddings == nullptr) return;
@@ -190,8 +192,7 @@ void embedding_backward(float* dword_embeddings, float* dposition_embeddings, co
                                           int64_t, int64_t, int64_t, int64_t, int64_t,             \
                                           CudaStream);                                             \
   template void embedding_backward<Scalar>(float*, float*, const Scalar*, const int32_t*, int64_t, \
-                                           int64_t, int64_t, int64_t, int64_t, const int32_t*,     \
-                                           const int32_t*, const int32_t*, int64_t, CudaStream);  \
+                                           int64_t, int64_t, int64_t, int64_t, CudaStream);       \
   template void embedding_at_positions_forward<Scalar>(Scalar*, const int32_t*, const int32_t*,    \
                                                        const Scalar*, const Scalar*, int64_t,      \
                                                        int64_t, CudaStream);

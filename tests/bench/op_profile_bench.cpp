@@ -123,11 +123,11 @@ class TimingDevice final : public backend::Device {
     });
   }
   void embedding_backward(View dword_embeddings, View dposition_embeddings, View doutput,
-                          View tokens, int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                          int64_t vocab_start) override {
+                          View token_index, int64_t batch_size, int64_t seq_length,
+                          int64_t hidden_size, int64_t vocab_start) override {
     timed("embedding_backward", 0, [&] {
-      inner_.embedding_backward(dword_embeddings, dposition_embeddings, doutput, tokens, batch_size,
-                                seq_length, hidden_size, vocab_start);
+      inner_.embedding_backward(dword_embeddings, dposition_embeddings, doutput, token_index,
+                                batch_size, seq_length, hidden_size, vocab_start);
     });
   }
   void embedding_at_positions_forward(View output, View tokens, View positions,

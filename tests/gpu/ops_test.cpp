@@ -17,6 +17,7 @@
 
 #include "backend/common/error.hpp"
 #include "backend/ops/dropout.hpp"
+#include "backend/ops/embedding.hpp"
 #include "gpu/gpu_test_support.hpp"
 
 using backend::ElementType;
@@ -33,6 +34,13 @@ std::vector<int32_t> random_ids(int64_t count, int32_t bound, uint32_t seed) {
   std::vector<int32_t> ids(static_cast<size_t>(count));
   for (auto& id : ids) id = uniform(generator);
   return ids;
+}
+
+// The embedding backward's index of `tokens`, as the model makes it on the host.
+std::vector<int32_t> index_of(const std::vector<int32_t>& tokens) {
+  std::vector<int32_t> index(static_cast<size_t>(backend::token_index_elements(std::ssize(tokens))));
+  backend::index_tokens(tokens.data(), std::ssize(tokens), index.data());
+  return index;
 }
 
 struct RowsChannels {
@@ -69,7 +77,8 @@ TEST_CASE("embedding on the CUDA device matches the CPU device") {
                             View dword = t.input(dword0, ElementType::f32);
                             View dposition = positions ? t.input(dposition0, ElementType::f32) : t.empty(ElementType::f32);
                             t.device().embedding_backward(dword, dposition, t.input(dout, dtype),
-                                                          ids, batch, seq, hidden, 0);
+                                                          t.ids(index_of(tokens)), batch, seq,
+                                                          hidden, 0);
                             Outputs outputs{{"output", t.read(out)},
                                             {"dword_embeddings (+=)", t.read(dword)}};
                             if (positions) {
@@ -113,8 +122,9 @@ TEST_CASE("embedding over a vocabulary shard on the CUDA device matches the CPU 
                                              batch, seq, hidden, shard.start);
                 View dword = t.input(dword0, ElementType::f32);
                 View dposition = positions ? t.input(dposition0, ElementType::f32) : t.empty(ElementType::f32);
-                t.device().embedding_backward(dword, dposition, t.input(dout, dtype), ids, batch,
-                                              seq, hidden, shard.start);
+                t.device().embedding_backward(dword, dposition, t.input(dout, dtype),
+                                              t.ids(index_of(tokens)), batch, seq, hidden,
+                                              shard.start);
                 Outputs outputs{{"output", t.read(out)}, {"dword_embeddings (+=)", t.read(dword)}};
                 if (positions) {
                   outputs.push_back({"dposition_embeddings (+=)", t.read(dposition)});

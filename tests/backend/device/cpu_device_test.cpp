@@ -188,3 +188,18 @@ TEST_CASE("the CPU device copies views of any element type, in place too, and re
   CHECK_THROWS_WITH_AS(device.copy(view_of(single), on_gpu),
                        "the CPU device was given GPU memory (33 elements of fp32)", common::Error);
 }
+
+TEST_CASE("the CPU device's embedding backward refuses a token index of the wrong size") {
+  // B·T = 6 positions take an index of 3·6 + 2 = 20 ints (index_tokens); the tokens themselves
+  // (6 ints) are not an index.
+  const int64_t batch = 2, seq = 3, hidden = 4;
+  std::vector<float> dword(5 * hidden), doutput(batch * seq * hidden);
+  std::vector<int32_t> tokens(batch * seq, 1);
+  CpuDevice device;
+  CHECK_THROWS_WITH_AS(
+      device.embedding_backward(view_of(dword), View{nullptr, 0, ElementType::f32},
+                                view_of(doutput), view_of(tokens), batch, seq, hidden, 0),
+      "embedding_backward: a token index of 6 elements for 6 positions, which take 20 "
+      "(index_tokens in backend/ops/embedding.hpp)",
+      common::Error);
+}

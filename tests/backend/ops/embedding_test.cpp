@@ -6,11 +6,19 @@
 #include <doctest/doctest.h>
 #include <omp.h>
 
+#include "backend/ops/gemm_cpu.hpp"
 #include "tests/backend/ops/gradient_check.hpp"
 
 namespace {
 
 using namespace backend::testing;
+
+// The backward's index of `tokens` (embedding.hpp), as the model makes it when it uploads them.
+std::vector<int32_t> index_of(const std::vector<int32_t>& tokens) {
+  std::vector<int32_t> index(static_cast<size_t>(backend::token_index_elements(std::ssize(tokens))));
+  backend::index_tokens(tokens.data(), std::ssize(tokens), index.data());
+  return index;
+}
 
 constexpr int64_t kEmbeddingBatch = 3;
 constexpr int64_t kEmbeddingSeq = 4;
@@ -41,8 +49,8 @@ EmbeddingResult run_embedding(const EmbeddingCase& c) {
   auto dposition = convert<Scalar>(c.dposition_start);
   backend::cpu::embedding_forward(output.data(), c.tokens.data(), word.data(), position.data(),
                                   kEmbeddingBatch, kEmbeddingSeq, kHidden, 0, kEmbeddingVocab);
-  backend::cpu::embedding_backward(dword.data(), dposition.data(), doutput.data(), c.tokens.data(),
-                                   kEmbeddingBatch, kEmbeddingSeq, kHidden, 0, kEmbeddingVocab);
+  backend::cpu::embedding_backward(dword.data(), dposition.data(), doutput.data(),
+                                   index_of(c.tokens).data(), kEmbeddingBatch, kEmbeddingSeq, kHidden, 0, kEmbeddingVocab);
   return {convert<double>(output), difference(convert<double>(dword), c.dword_start),
           difference(convert<double>(dposition), c.dposition_start)};
 }
@@ -102,7 +110,8 @@ TEST_CASE("embedding backward is the same on every thread count") {
   auto run = [&] {
     std::vector<double> gradients((3 + seq) * hidden, 0.1);
     backend::cpu::embedding_backward(gradients.data(), gradients.data() + 3 * hidden,
-                                     doutput.data(), tokens.data(), batch, seq, hidden, 0, 3);
+                                     doutput.data(), index_of(tokens).data(), batch, seq, hidden,
+                                     0, 3);
     return gradients;
   };
   const auto [serial, parallel] = on_one_and_three_threads(run);
@@ -118,7 +127,7 @@ TEST_CASE("embedding without a position table (rotary positions) is the word loo
                                   static_cast<const double*>(nullptr), kEmbeddingBatch, kEmbeddingSeq, kHidden, 0,
                                   kEmbeddingVocab);
   backend::cpu::embedding_backward(dword.data(), static_cast<double*>(nullptr), c.doutput.data(),
-                                   c.tokens.data(), kEmbeddingBatch, kEmbeddingSeq, kHidden, 0, kEmbeddingVocab);
+                                   index_of(c.tokens).data(), kEmbeddingBatch, kEmbeddingSeq, kHidden, 0, kEmbeddingVocab);
   for (int64_t row = 0; row < kEmbeddingBatch * kEmbeddingSeq; ++row) {
     for (int64_t i = 0; i < kHidden; ++i) {
       CHECK(output[row * kHidden + i] == c.word[c.tokens[row] * kHidden + i]);
@@ -128,52 +137,63 @@ TEST_CASE("embedding without a position table (rotary positions) is the word loo
   CHECK(difference(dword, c.dword_start) == with_table.dword);
 }
 
-TEST_CASE("sort_positions_by_token groups the positions by token, ascending within a token") {
+TEST_CASE("index_tokens groups the positions by token, ascending within a token") {
   const std::vector<int32_t> tokens = {4, 1, 4, 0, 1, 4, 7};
-  const int64_t count = static_cast<int64_t>(tokens.size());
-  std::vector<int32_t> order(count, -1);
-  std::vector<int32_t> segment_starts(count + 1, -1);
-  std::vector<int32_t> unique_tokens(count, -1);
-  int64_t unique_count = -1;
-  backend::sort_positions_by_token(tokens.data(), count, order.data(), segment_starts.data(),
-                                   unique_tokens.data(), &unique_count);
-  REQUIRE(unique_count == 4);
-  CHECK(std::vector<int32_t>(unique_tokens.begin(), unique_tokens.begin() + 4) ==
-        std::vector<int32_t>{0, 1, 4, 7});
-  CHECK(order == std::vector<int32_t>{3, 1, 4, 0, 2, 5, 6});
-  CHECK(std::vector<int32_t>(segment_starts.begin(), segment_starts.begin() + 5) ==
-        std::vector<int32_t>{0, 1, 3, 6, 7});
+  const int64_t count = std::ssize(tokens);
+  std::vector<int32_t> index(static_cast<size_t>(backend::token_index_elements(count)), -1);
+  backend::index_tokens(tokens.data(), count, index.data());
+  const backend::TokenIndexLayout layout = backend::token_index_layout(count);
+  auto part = [&](int64_t offset, int64_t size) {
+    return std::vector<int32_t>(index.begin() + offset, index.begin() + offset + size);
+  };
+  CHECK(index[0] == 4);  // distinct tokens
+  CHECK(part(layout.order, count) == std::vector<int32_t>{3, 1, 4, 0, 2, 5, 6});
+  // Four segments and the end; the unused tails are zeros, so the bytes depend on the tokens.
+  CHECK(part(layout.segment_starts, count + 1) == std::vector<int32_t>{0, 1, 3, 6, 7, 0, 0, 0});
+  CHECK(part(layout.unique_tokens, count) == std::vector<int32_t>{0, 1, 4, 7, 0, 0, 0});
+
+  // No positions: no distinct tokens, a segment start of 0.
+  std::vector<int32_t> empty(static_cast<size_t>(backend::token_index_elements(0)), -1);
+  backend::index_tokens(nullptr, 0, empty.data());
+  CHECK(empty == std::vector<int32_t>{0, 0});
 }
 
-TEST_CASE("the sorted index's order of additions gives the CPU twin's float bits") {
-  // What embedding_cuda.cu's word kernel does, per token and column: start from the table's
-  // value and add the token's positions in index order. It must equal the CPU twin bit for bit.
+TEST_CASE("index_tokens refuses more positions than its int32 positions can name") {
+  CHECK_THROWS_WITH_AS(backend::index_tokens(nullptr, int64_t{1} << 31, nullptr),
+                       "index_tokens: 2147483648 positions do not fit the token index's int32 "
+                       "positions",
+                       common::Error);
+}
+
+TEST_CASE(
+    "the embedding backward adds repeated tokens in position order, on one thread and on three, "
+    "bit for bit") {
+  // The order of additions the GPU twin repeats (one owner per token row, its positions in
+  // ascending order): the plain scatter-add in (b, t) order, with enough work to run threaded.
   constexpr int64_t batch = 3;
-  constexpr int64_t seq = 40;
-  constexpr int64_t hidden = 7;
+  constexpr int64_t seq = 400;
+  constexpr int64_t hidden = 70;  // two column chunks, the second partial
   constexpr int32_t vocab = 5;
   const int64_t count = batch * seq;
+  REQUIRE(count * hidden > backend::cpu::detail::kParallelWork);
   const auto tokens = random_ids(count, vocab, 69);
   const auto doutput = convert<float>(random_values(count * hidden, 70));
   const auto start = convert<float>(random_values(vocab * hidden, 71));
   auto expected = start;
-  backend::cpu::embedding_backward(expected.data(), static_cast<float*>(nullptr), doutput.data(),
-                                   tokens.data(), batch, seq, hidden, 0, vocab);
-  std::vector<int32_t> order(count), segment_starts(count + 1), unique_tokens(count);
-  int64_t unique_count = 0;
-  backend::sort_positions_by_token(tokens.data(), count, order.data(), segment_starts.data(),
-                                   unique_tokens.data(), &unique_count);
-  auto sorted = start;
-  for (int64_t u = 0; u < unique_count; ++u) {
+  for (int64_t row = 0; row < count; ++row) {
     for (int64_t c = 0; c < hidden; ++c) {
-      float sum = sorted[unique_tokens[u] * hidden + c];
-      for (int32_t k = segment_starts[u]; k < segment_starts[u + 1]; ++k) {
-        sum += doutput[order[k] * hidden + c];
-      }
-      sorted[unique_tokens[u] * hidden + c] = sum;
+      expected[tokens[row] * hidden + c] += doutput[row * hidden + c];
     }
   }
-  CHECK(sorted == expected);
+  const auto index = index_of(tokens);
+  const auto [serial, parallel] = on_one_and_three_threads([&] {
+    auto dword = start;
+    backend::cpu::embedding_backward(dword.data(), static_cast<float*>(nullptr), doutput.data(),
+                                     index.data(), batch, seq, hidden, 0, vocab);
+    return dword;
+  });
+  CHECK(serial == expected);
+  CHECK(parallel == expected);
 }
 
 namespace {
@@ -205,7 +225,7 @@ TEST_CASE(
   backend::cpu::embedding_forward(full.data(), tokens.data(), word.data(), position.data(), kEmbeddingBatch,
                                   kEmbeddingSeq, kHidden, 0, vocab);
   backend::cpu::embedding_backward(full_dword.data(), full_dposition.data(), doutput.data(),
-                                   tokens.data(), kEmbeddingBatch, kEmbeddingSeq, kHidden, 0, vocab);
+                                   index_of(tokens).data(), kEmbeddingBatch, kEmbeddingSeq, kHidden, 0, vocab);
 
   for (const int64_t parts : {1, 2, 3}) {
     CAPTURE(parts);
@@ -233,7 +253,7 @@ TEST_CASE(
                                 dword_start.begin() + end * kHidden);
       auto dposition = dposition_start;
       backend::cpu::embedding_backward(dword.data(), dposition.data(), doutput.data(),
-                                       tokens.data(), kEmbeddingBatch, kEmbeddingSeq, kHidden, begin, end - begin);
+                                       index_of(tokens).data(), kEmbeddingBatch, kEmbeddingSeq, kHidden, begin, end - begin);
       CHECK(dword == std::vector<double>(full_dword.begin() + begin * kHidden,
                                          full_dword.begin() + end * kHidden));
       CHECK(dposition == full_dposition);
