@@ -996,13 +996,14 @@ void write_checkpoint_files(
 CheckpointMetadata::CheckpointMetadata(const json& root, fs::path file)
     : root_(root), file_(std::move(file)) {}
 
-const json& CheckpointMetadata::section(const char* key) const {
-  if (!has(key)) missing(key);
-  return root_[key];
-}
+const json& CheckpointMetadata::section(const char* key) const { return section(root_, key); }
 
 bool CheckpointMetadata::has(const char* key) const {
-  return root_.contains(key) && root_[key].is_object();
+  if (!root_.contains(key)) return false;
+  // Present but not an object is a corrupt file, not an absent section (which would read as
+  // "saved without its optimizer state" and the like).
+  if (!root_[key].is_object()) wrong_type(root_, key);
+  return true;
 }
 
 void CheckpointMetadata::missing(const char* key) const {

@@ -213,7 +213,7 @@ void write_checkpoint_files(
 class CheckpointMetadata {
  public:
   CheckpointMetadata(const nlohmann::json& root, std::filesystem::path file);
-  // The object under `key`; anything else is an error.
+  // The object under `key` of the root: missing is an error, and so is another type.
   const nlohmann::json& section(const char* key) const;
   // The object under `key` of `object` (a section's section): missing is an error, and so is
   // another type.
@@ -222,6 +222,7 @@ class CheckpointMetadata {
     if (!object[key].is_object()) wrong_type(object, key);
     return object[key];
   }
+  // Whether the root has the (optional) section `key`; present but not an object is an error.
   bool has(const char* key) const;
   template <typename T>
   T get(const nlohmann::json& object, const char* key) const {

@@ -1016,3 +1016,23 @@ TEST_CASE(
   CHECK_THROWS_WITH_AS(no_ranks.read(10, {0, 10}), doctest::Contains("over 0 data-parallel ranks"),
                        common::Error);
 }
+
+TEST_CASE("a metadata section of another type is reported as such, not as missing") {
+  // {"optimizer": 5} read as "no optimizer section" made a corrupt file's load say it was saved
+  // without its optimizer state (--no-load-optim), and section() call it missing.
+  const nlohmann::json root = {{"optimizer", 5}, {"arguments", "x"}, {"rng_state", nlohmann::json::object()}};
+  const CheckpointMetadata metadata(root, "model_optim_rng.pt");
+  CHECK(metadata.has("rng_state"));
+  CHECK_FALSE(metadata.has("opt_param_scheduler"));
+  CHECK_THROWS_WITH_AS(
+      metadata.has("optimizer"),
+      "checkpoint model_optim_rng.pt: metadata field 'optimizer' has the wrong type (5)",
+      common::Error);
+  CHECK_THROWS_WITH_AS(
+      metadata.section("arguments"),
+      "checkpoint model_optim_rng.pt: metadata field 'arguments' has the wrong type (\"x\")",
+      common::Error);
+  CHECK_THROWS_WITH_AS(metadata.section("opt_param_scheduler"),
+                       doctest::Contains("the metadata has no field 'opt_param_scheduler'"),
+                       common::Error);
+}
