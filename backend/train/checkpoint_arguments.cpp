@@ -6,6 +6,7 @@
 #include <ostream>
 #include <string>
 #include <type_traits>
+#include <variant>
 
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/common/error.hpp"
@@ -14,111 +15,95 @@ using nlohmann::json;
 
 namespace backend {
 
+namespace {
+
+// The arguments a checkpoint records (its metadata's "arguments"), by Megatron's names: one table
+// that both the record and its reading walk, so a field cannot be written and not read back.
+// Two records are not a field as it is, and follow the table in both directions:
+// disable_bias_linear (!add_bias_linear) and num_query_groups (0 for multi-head attention).
 // A key that decides a tensor shape also needs its row in kShapeFlags
 // (backend/ckpt/checkpoint.cpp), which names the flag when a checkpoint does not fit.
+using RecordedField =
+    std::variant<int64_t TrainingArguments::*, uint64_t TrainingArguments::*,
+                 double TrainingArguments::*, bool TrainingArguments::*,
+                 std::string TrainingArguments::*>;
+struct RecordedArgument {
+  const char* key;
+  RecordedField field;
+  bool optional = false;  // absent from checkpoints made before the flag existed
+};
+constexpr bool kOptional = true;
+const RecordedArgument kRecordedArguments[] = {
+    {"num_layers", &TrainingArguments::num_layers},
+    {"hidden_size", &TrainingArguments::hidden_size},
+    {"ffn_hidden_size", &TrainingArguments::ffn_hidden_size},
+    {"num_attention_heads", &TrainingArguments::num_attention_heads},
+    {"seq_length", &TrainingArguments::seq_length},
+    {"max_position_embeddings", &TrainingArguments::max_position_embeddings},
+    {"make_vocab_size_divisible_by", &TrainingArguments::make_vocab_size_divisible_by},
+    {"tokenizer_type", &TrainingArguments::tokenizer_type},
+    {"tokenizer_model", &TrainingArguments::tokenizer_model, kOptional},
+    {"vocab_size", &TrainingArguments::vocab_size},
+    {"tensor_model_parallel_size", &TrainingArguments::tensor_model_parallel_size},
+    {"pipeline_model_parallel_size", &TrainingArguments::pipeline_model_parallel_size},
+    {"num_layers_per_virtual_pipeline_stage", &TrainingArguments::num_layers_per_virtual_pipeline_stage, kOptional},
+    {"init_method_std", &TrainingArguments::init_method_std},
+    {"norm_epsilon", &TrainingArguments::norm_epsilon},
+    {"position_embedding_type", &TrainingArguments::position_embedding_type},
+    {"rotary_base", &TrainingArguments::rotary_base},
+    {"rotary_percent", &TrainingArguments::rotary_percent},
+    {"normalization", &TrainingArguments::normalization},
+    {"apply_layernorm_1p", &TrainingArguments::apply_layernorm_1p, kOptional},
+    {"swiglu", &TrainingArguments::swiglu},
+    {"untie_embeddings_and_output_weights", &TrainingArguments::untie_embeddings_and_output_weights},
+    {"hidden_dropout", &TrainingArguments::hidden_dropout},
+    {"attention_dropout", &TrainingArguments::attention_dropout},
+    {"micro_batch_size", &TrainingArguments::micro_batch_size},
+    {"global_batch_size", &TrainingArguments::global_batch_size},
+    {"train_iters", &TrainingArguments::train_iters},
+    {"seed", &TrainingArguments::seed},
+    {"lr", &TrainingArguments::lr},
+    {"min_lr", &TrainingArguments::min_lr},
+    {"lr_decay_style", &TrainingArguments::lr_decay_style},
+    {"lr_warmup_iters", &TrainingArguments::lr_warmup_iters},
+    {"lr_decay_iters", &TrainingArguments::lr_decay_iters},
+    {"lr_warmup_init", &TrainingArguments::lr_warmup_init},
+    {"weight_decay", &TrainingArguments::weight_decay},
+    {"clip_grad", &TrainingArguments::clip_grad},
+    {"adam_beta1", &TrainingArguments::adam_beta1},
+    {"adam_beta2", &TrainingArguments::adam_beta2},
+    {"adam_eps", &TrainingArguments::adam_eps},
+};
+
+}  // namespace
+
 json checkpoint_arguments(const TrainingArguments& a) {
-  return {
-      {"num_layers", a.num_layers},
-      {"hidden_size", a.hidden_size},
-      {"ffn_hidden_size", a.ffn_hidden_size},
-      {"num_attention_heads", a.num_attention_heads},
-      {"seq_length", a.seq_length},
-      {"max_position_embeddings", a.max_position_embeddings},
-      {"make_vocab_size_divisible_by", a.make_vocab_size_divisible_by},
-      {"tokenizer_type", a.tokenizer_type},
-      {"tokenizer_model", a.tokenizer_model},
-      {"vocab_size", a.vocab_size},
-      {"tensor_model_parallel_size", a.tensor_model_parallel_size},
-      {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
-      {"num_layers_per_virtual_pipeline_stage", a.num_layers_per_virtual_pipeline_stage},
-      {"init_method_std", a.init_method_std},
-      {"norm_epsilon", a.norm_epsilon},
-      {"position_embedding_type", a.position_embedding_type},
-      {"rotary_base", a.rotary_base},
-      {"rotary_percent", a.rotary_percent},
-      {"normalization", a.normalization},
-      {"apply_layernorm_1p", a.apply_layernorm_1p},
-      {"swiglu", a.swiglu},
-      {"disable_bias_linear", !a.add_bias_linear},
-      {"untie_embeddings_and_output_weights", a.untie_embeddings_and_output_weights},
-      {"num_query_groups", a.group_query_attention ? a.num_query_groups : 0},  // 0: MHA
-      {"hidden_dropout", a.hidden_dropout},
-      {"attention_dropout", a.attention_dropout},
-      {"micro_batch_size", a.micro_batch_size},
-      {"global_batch_size", a.global_batch_size},
-      {"train_iters", a.train_iters},
-      {"seed", a.seed},
-      {"lr", a.lr},
-      {"min_lr", a.min_lr},
-      {"lr_decay_style", a.lr_decay_style},
-      {"lr_warmup_iters", a.lr_warmup_iters},
-      {"lr_decay_iters", a.lr_decay_iters},
-      {"lr_warmup_init", a.lr_warmup_init},
-      {"weight_decay", a.weight_decay},
-      {"clip_grad", a.clip_grad},
-      {"adam_beta1", a.adam_beta1},
-      {"adam_beta2", a.adam_beta2},
-      {"adam_eps", a.adam_eps},
-  };
+  json record = json::object();
+  for (const RecordedArgument& argument : kRecordedArguments) {
+    std::visit([&](auto member) { record[argument.key] = a.*member; }, argument.field);
+  }
+  record["disable_bias_linear"] = !a.add_bias_linear;
+  record["num_query_groups"] = a.group_query_attention ? a.num_query_groups : 0;
+  return record;
 }
 
 TrainingArguments arguments_from_checkpoint(const json& metadata, const std::filesystem::path& file) {
   const CheckpointMetadata root(metadata, file);
   const json& saved = root.section("arguments");
   TrainingArguments a;
-  a.num_layers = root.get<int64_t>(saved, "num_layers");
-  a.hidden_size = root.get<int64_t>(saved, "hidden_size");
-  a.ffn_hidden_size = root.get<int64_t>(saved, "ffn_hidden_size");
-  a.num_attention_heads = root.get<int64_t>(saved, "num_attention_heads");
-  a.seq_length = root.get<int64_t>(saved, "seq_length");
-  a.max_position_embeddings = root.get<int64_t>(saved, "max_position_embeddings");
-  a.make_vocab_size_divisible_by = root.get<int64_t>(saved, "make_vocab_size_divisible_by");
-  a.tokenizer_type = root.get<std::string>(saved, "tokenizer_type");
-  // Absent from checkpoints of before the SentencePiece tokenizers.
-  if (saved.contains("tokenizer_model")) {
-    a.tokenizer_model = root.get<std::string>(saved, "tokenizer_model");
+  for (const RecordedArgument& argument : kRecordedArguments) {
+    if (argument.optional && !saved.contains(argument.key)) continue;
+    std::visit(
+        [&](auto member) {
+          using Value = std::remove_reference_t<decltype(a.*member)>;
+          a.*member = root.get<Value>(saved, argument.key);
+        },
+        argument.field);
   }
-  a.vocab_size = root.get<int64_t>(saved, "vocab_size");
-  a.tensor_model_parallel_size = root.get<int64_t>(saved, "tensor_model_parallel_size");
-  a.pipeline_model_parallel_size = root.get<int64_t>(saved, "pipeline_model_parallel_size");
-  // Absent from checkpoints of before pipeline parallelism.
-  if (saved.contains("num_layers_per_virtual_pipeline_stage")) {
-    a.num_layers_per_virtual_pipeline_stage =
-        root.get<int64_t>(saved, "num_layers_per_virtual_pipeline_stage");
-  }
-  a.init_method_std = root.get<double>(saved, "init_method_std");
-  a.norm_epsilon = root.get<double>(saved, "norm_epsilon");
-  a.position_embedding_type = root.get<std::string>(saved, "position_embedding_type");
-  a.rotary_base = root.get<int64_t>(saved, "rotary_base");
-  a.rotary_percent = root.get<double>(saved, "rotary_percent");
-  a.normalization = root.get<std::string>(saved, "normalization");
-  // Absent in checkpoints from before the flag: plain LayerNorm weights.
-  if (saved.contains("apply_layernorm_1p")) {
-    a.apply_layernorm_1p = root.get<bool>(saved, "apply_layernorm_1p");
-  }
-  a.swiglu = root.get<bool>(saved, "swiglu");
   a.add_bias_linear = !root.get<bool>(saved, "disable_bias_linear");
-  a.untie_embeddings_and_output_weights = root.get<bool>(saved, "untie_embeddings_and_output_weights");
   const auto num_query_groups = root.get<int64_t>(saved, "num_query_groups");
   a.group_query_attention = num_query_groups > 0;
   if (a.group_query_attention) a.num_query_groups = num_query_groups;
-  a.hidden_dropout = root.get<double>(saved, "hidden_dropout");
-  a.attention_dropout = root.get<double>(saved, "attention_dropout");
-  a.micro_batch_size = root.get<int64_t>(saved, "micro_batch_size");
-  a.global_batch_size = root.get<int64_t>(saved, "global_batch_size");
-  a.train_iters = root.get<int64_t>(saved, "train_iters");
-  a.seed = root.get<uint64_t>(saved, "seed");
-  a.lr = root.get<double>(saved, "lr");
-  a.min_lr = root.get<double>(saved, "min_lr");
-  a.lr_decay_style = root.get<std::string>(saved, "lr_decay_style");
-  a.lr_warmup_iters = root.get<int64_t>(saved, "lr_warmup_iters");
-  a.lr_decay_iters = root.get<int64_t>(saved, "lr_decay_iters");
-  a.lr_warmup_init = root.get<double>(saved, "lr_warmup_init");
-  a.weight_decay = root.get<double>(saved, "weight_decay");
-  a.clip_grad = root.get<double>(saved, "clip_grad");
-  a.adam_beta1 = root.get<double>(saved, "adam_beta1");
-  a.adam_beta2 = root.get<double>(saved, "adam_beta2");
-  a.adam_eps = root.get<double>(saved, "adam_eps");
   return a;
 }
 
