@@ -63,6 +63,13 @@ const std::vector<TrainingFlagMapping> kTrainingFlags = {
     {"trainer.val_check_interval", "--eval-interval", ""},
     {"trainer.limit_val_batches", "--eval-iters", ""},
     {"trainer.gradient_clip_val", "--clip-grad", ""},
+    // Ours, not NeMo keys: the loss-spike detection of --rollback-on-spike (docs/checkpoints.md),
+    // read by pretrain_gpt only with it (exp_manager.rollback_on_spike below).
+    {"exp_manager.spike_detection.threshold", "--spike-threshold", ""},
+    {"exp_manager.spike_detection.window", "--spike-window", ""},
+    {"exp_manager.spike_detection.nan_iterations", "--spike-nan-iterations", ""},
+    {"exp_manager.spike_detection.lr_factor", "--spike-lr-factor", ""},
+    {"exp_manager.spike_detection.max_rollbacks", "--spike-max-rollbacks", ""},
 };
 
 // Rows computed from several keys or translated values (documented with the table).
@@ -163,6 +170,10 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
      "--save-interval",
      "with --save: every_n_train_steps when set, else val_check_interval (NeMo's checkpoint "
      "callback saves at each validation); the last step is saved too"},
+    {"exp_manager.rollback_on_spike", "--rollback-on-spike",
+     "ours, not a NeMo key: true → --rollback-on-spike (a loss spike, or persistent NaN/Inf loss, "
+     "reloads the run's last checkpoint and training continues past the batches that caused "
+     "it), with create_checkpoint_callback true (the checkpoints it reloads); false → none"},
 };
 
 const Node* lookup(const Node& training, const std::string& key) { return find_set(training, key); }
@@ -170,6 +181,8 @@ const Node* lookup(const Node& training, const std::string& key) { return find_s
 // NeMo's activation recompute: the granularity decides (null: none), and method and num_layers
 // are read only under full, as NeMo's transformer reads them.
 const std::string kRecomputeGranularityKey = "model.activations_checkpoint_granularity";
+// Ours (not a NeMo key): --rollback-on-spike.
+const std::string kRollbackOnSpikeKey = "exp_manager.rollback_on_spike";
 const std::pair<std::string, std::string> kFullRecomputeKeys[] = {
     {"model.activations_checkpoint_method", "--recompute-method"},
     {"model.activations_checkpoint_num_layers", "--recompute-num-layers"}};
@@ -359,6 +372,22 @@ void check_optimizer_name(const Node& training, std::vector<std::string>& proble
   }
 }
 
+// --rollback-on-spike reloads the checkpoints of --save, which only create_checkpoint_callback
+// gives: without it pretrain_gpt would refuse the job once it started.
+void check_rollback_on_spike(const Node& training, std::vector<std::string>& problems) {
+  try {
+    if (is_true(training, kRollbackOnSpikeKey) &&
+        !is_true(training, "exp_manager.create_checkpoint_callback")) {
+      problems.push_back(fmt::format(
+          "training.{}: true needs training.exp_manager.create_checkpoint_callback: true (a "
+          "rollback reloads the last checkpoint the run saved) (from {})",
+          kRollbackOnSpikeKey, lookup(training, kRollbackOnSpikeKey)->location().describe()));
+    }
+  } catch (const common::Error& error) {
+    problems.push_back(error.what());
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> training_value_problems(const Node& config) {
@@ -375,6 +404,7 @@ std::vector<std::string> training_value_problems(const Node& config) {
   }
   check_rule(training, kVirtualPipelineKey, kVirtualPipelineRule, problems);
   check_optimizer_name(training, problems);
+  check_rollback_on_spike(training, problems);
   if (tokenizer_library(training) != "huggingface") {
     check_value(training, "model.tokenizer.type", "--tokenizer-type", problems);
   }
@@ -649,6 +679,8 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
                                  : integer_or(training, "trainer.val_check_interval", 0);
     if (interval > 0) arguments.insert(arguments.end(), {"--save-interval", fmt::format("{}", interval)});
   }
+  // Checked with the values (check_rollback_on_spike): --save is there.
+  if (is_true(training, kRollbackOnSpikeKey)) arguments.push_back("--rollback-on-spike");
   if (is_true(training, "exp_manager.resume_if_exists")) {
     arguments.insert(arguments.end(), {"--load", checkpoints, "--use-checkpoint-opt_param-scheduler"});
   }

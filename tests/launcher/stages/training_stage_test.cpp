@@ -366,6 +366,54 @@ TEST_CASE("model.restore_from_path becomes --pretrained-checkpoint, a .nemo file
                        doctest::Contains("checkpoint_util --import-hf"), common::Error);
 }
 
+TEST_CASE("exp_manager.rollback_on_spike and spike_detection become --rollback-on-spike and its flags") {
+  const auto none = megatron_training_arguments(composed_126m({}));
+  CHECK_FALSE(has(none, "--rollback-on-spike"));
+  CHECK_FALSE(has(none, "--spike-threshold"));
+
+  const auto arguments = megatron_training_arguments(composed_126m(
+      {"++training.exp_manager.rollback_on_spike=true",
+       "++training.exp_manager.spike_detection.threshold=3.5",
+       "++training.exp_manager.spike_detection.window=10",
+       "++training.exp_manager.spike_detection.nan_iterations=2",
+       "++training.exp_manager.spike_detection.lr_factor=0.5",
+       "++training.exp_manager.spike_detection.max_rollbacks=4"}));
+  CHECK(has(arguments, "--rollback-on-spike"));
+  CHECK(has(arguments, "--save"));  // the checkpoints a rollback reloads
+  CHECK(flag_value(arguments, "--spike-threshold") == "3.5");
+  CHECK(flag_value(arguments, "--spike-window") == "10");
+  CHECK(flag_value(arguments, "--spike-nan-iterations") == "2");
+  CHECK(flag_value(arguments, "--spike-lr-factor") == "0.5");
+  CHECK(flag_value(arguments, "--spike-max-rollbacks") == "4");
+  CHECK_FALSE(has(megatron_training_arguments(
+                      composed_126m({"++training.exp_manager.rollback_on_spike=false"})),
+                  "--rollback-on-spike"));
+
+  // Without checkpoints there is nothing to roll back to: refused before anything is queued
+  // (pretrain_gpt would refuse the job once it started).
+  const Node without_checkpoints =
+      composed_126m({"++training.exp_manager.rollback_on_spike=true",
+                     "training.exp_manager.create_checkpoint_callback=false"});
+  CHECK_THROWS_WITH_AS(megatron_training_arguments(without_checkpoints),
+                       "training.exp_manager.rollback_on_spike: true needs "
+                       "training.exp_manager.create_checkpoint_callback: true (a rollback reloads "
+                       "the last checkpoint the run saved) (from the command line)",
+                       common::Error);
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(composed_126m({"++training.exp_manager.rollback_on_spike=maybe"})),
+      doctest::Contains("training.exp_manager.rollback_on_spike"), common::Error);
+
+  // The values by the backend's rules for the flags, every bad one at once.
+  const auto problems = training_value_problems(
+      composed_126m({"++training.exp_manager.spike_detection.threshold=1",
+                     "++training.exp_manager.spike_detection.lr_factor=0"}));
+  REQUIRE(problems.size() == 2);
+  CHECK(problems[0].find("training.exp_manager.spike_detection.threshold: '1' is out of range; "
+                         "--spike-threshold takes") != std::string::npos);
+  CHECK(problems[1].find("training.exp_manager.spike_detection.lr_factor: '0' is out of range; "
+                         "--spike-lr-factor takes") != std::string::npos);
+}
+
 TEST_CASE("NeMo's rampup_batch_size becomes Megatron's sample-based ramp-up") {
   const auto arguments = megatron_training_arguments(composed_126m(
       {"training.model.rampup_batch_size=[8,8,400]", "training.model.global_batch_size=32",
