@@ -150,8 +150,8 @@ class CudaDevice final : public Device {
     if (destination.bytes() == 0) return;
     check_on_gpu(destination, "copy_from_host");
     use();
-    // Asynchronous from pageable memory: the runtime stages the bytes before returning, so the
-    // caller may reuse `source` at once.
+    // From pageable memory: the runtime stages the bytes before returning, so the caller may
+    // reuse `source` at once; CUDA may do that in step with the stream (docs/device.md).
     CUDA_CHECK(cudaMemcpyAsync(destination.data, source, static_cast<size_t>(destination.bytes()),
                                cudaMemcpyHostToDevice, stream_));
   }
