@@ -45,6 +45,14 @@ constexpr std::string_view kDistributedBackends[] = {"nccl", "gloo"};
 constexpr std::string_view kDdpImplementations[] = {"local", "torch"};
 // evaluate_gpt's tasks (Megatron's tasks/main.py knows more: RACE, MNLI, ... are not built).
 constexpr std::string_view kZeroShotTasks[] = {"WIKITEXT103", "LAMBADA"};
+// Megatron's choices for flags accepted here with one value, or without effect
+// (backend/train/arguments.cpp says which values are built).
+constexpr std::string_view kTransformerImplementations[] = {"local", "transformer_engine"};
+constexpr std::string_view kAttentionBackends[] = {"flash", "fused", "unfused", "local", "auto"};
+constexpr std::string_view kOptimizers[] = {"adam", "sgd"};
+constexpr std::string_view kDataloaderTypes[] = {"single", "cyclic", "external"};
+constexpr std::string_view kCheckpointFormats[] = {"torch", "torch_dist", "zarr", "torch_dcp"};
+constexpr std::string_view kTimingLogOptions[] = {"max", "minmax", "all"};
 
 constexpr FlagRule norm_epsilon() {
   FlagRule rule = real_flag("--norm-epsilon", 0, false);
@@ -144,6 +152,25 @@ constexpr FlagRule kRules[] = {
     choice_flag("--distributed-backend", kDistributedBackends),
     choice_flag("--DDP-impl", kDdpImplementations),
     integer_flag("--checkpoint-num-layers", 1),
+    // Megatron flags without effect here, or built for one value (docs/backend.md, "Flags
+    // without effect")
+    choice_flag("--transformer-impl", kTransformerImplementations),
+    choice_flag("--attention-backend", kAttentionBackends),
+    integer_flag("--num-workers", 0),
+    integer_flag("--empty-unused-memory-level", 0, 2),
+    integer_flag("--manual-gc-interval", 0),
+    choice_flag("--timing-log-option", kTimingLogOptions),
+    integer_flag("--timing-log-level", 0, 2),
+    text_flag("--wandb-project"),
+    text_flag("--wandb-exp-name"),
+    text_flag("--wandb-save-dir"),
+    choice_flag("--optimizer", kOptimizers),
+    choice_flag("--dataloader-type", kDataloaderTypes),
+    choice_flag("--ckpt-format", kCheckpointFormats),
+    integer_flag("--kv-channels", 1),
+    integer_flag("--vocab-extra-ids", 0),
+    integer_flag("--context-parallel-size", 1),
+    integer_flag("--expert-model-parallel-size", 1),
     text_flag("--deepspeed_config"),
     integer_flag("--zero-stage", 0),
     // evaluation, logging, checkpoints

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <span>
 #include <tuple>
 
 #include "backend/common/checked_math.hpp"
@@ -36,8 +37,104 @@ constexpr common::RefusedFlag kUnsupportedFlags[] = {
     {"--deepspeed-activation-checkpointing", false,
      "DeepSpeed's activation checkpointing is not built; --recompute-granularity full is"},
     {"--eod-mask-loss", false, "the loss covers every position; a loss mask is not built yet"},
-    {"--reset-position-ids", false, "positions run 0 .. seq-1 in every sample; resetting them at each EOD is not built yet"},
-    {"--reset-attention-mask", false, "attention is causal over the whole sample; document masks are not built yet"},
+    {"--reset-position-ids", false,
+     "positions run 0 .. seq-1 in every sample; resetting them at each EOD is not built yet"},
+    {"--reset-attention-mask", false,
+     "attention is causal over the whole sample; document masks are not built yet"},
+    {"--qk-layernorm", false, "a norm on the queries and keys is not built"},
+    {"--squared-relu", false, "the MLP's activations are GELU and SwiGLU (--swiglu)"},
+    {"--num-experts", true, "mixture-of-experts layers are not built"},
+    {"--fp8-format", true, "fp8 training is not built; --bf16 and --fp16 are"},
+    {"--tp-comm-overlap", false,
+     "overlapping the tensor-parallel communication with GEMMs is not built"},
+    {"--use-dist-ckpt", false,
+     "Megatron's distributed checkpoint format is not built; checkpoints are Megatron's per-rank "
+     "layout (docs/checkpoints.md)"},
+    {"--use-torch-fsdp2", false,
+     "PyTorch FSDP2 is not built; ZeRO-3 is (--zero-stage 3, docs/parallelism.md)"},
+    {"--distribute-saved-activations", false,
+     "spreading the recompute inputs over the tensor-parallel ranks is not built"},
+    {"--calculate-per-token-loss", false,
+     "the loss is the mean over each micro batch's tokens, as Megatron's default"},
+    {"--decoupled-lr", true,
+     "a separate learning rate for the embedding and output layer is not built"},
+    {"--use-rope-scaling", false, "Llama 3.1's RoPE frequency scaling is not built"},
+    {"--init-method-xavier-uniform", false,
+     "initialisation is Megatron's normal one (--init-method-std)"},
+    {"--grad-reduce-in-bf16", false, "gradients are reduced in fp32"},
+    {"--log-num-zeros-in-grad", false, "counting the gradient's zeros is not built"},
+    {"--log-params-norm", false, "the parameters' norm is not logged yet"},
+    {"--log-progress", false, "progress.txt is not written"},
+    {"--profile", false,
+     "Megatron's profiling window is not built: run the whole job under nsys or perf"},
+    {"--use-pytorch-profiler", false,
+     "there is no PyTorch profiler here: run the job under nsys or perf"},
+};
+
+// Megatron switches that change nothing here: each turns one of Megatron's fused kernels or
+// implementation choices off or on, or tunes PyTorch's machinery, and this backend computes
+// the same function either way. Accepted so that a Megatron script runs unchanged; each one
+// given is logged with its reason. docs/backend.md ("Flags without effect") lists them.
+struct FlagWithoutEffect {
+  const char* flag;
+  const char* reason;
+};
+constexpr const char* kFusionSwitch =
+    "it turns off one of Megatron's fused kernels, which computes the same function; the "
+    "kernels here are this backend's own";
+constexpr const char* kModelImplementation =
+    "Megatron's choice between its two implementations of the same model; there is one here";
+constexpr FlagWithoutEffect kSwitchesWithoutEffect[] = {
+    {"--use-mcore-models", kModelImplementation},
+    {"--use-legacy-models", kModelImplementation},
+    {"--no-masked-softmax-fusion", kFusionSwitch},
+    {"--no-bias-gelu-fusion", kFusionSwitch},
+    {"--no-bias-swiglu-fusion", kFusionSwitch},
+    {"--no-bias-dropout-fusion", kFusionSwitch},
+    {"--no-rope-fusion", kFusionSwitch},
+    {"--no-persist-layer-norm", kFusionSwitch},
+    {"--no-gradient-accumulation-fusion", kFusionSwitch},
+    {"--cross-entropy-loss-fusion",
+     "it turns on Megatron's fused cross-entropy, which computes the same function; the kernels "
+     "here are this backend's own"},
+    {"--no-async-tensor-model-parallel-allreduce", "Megatron ignores it too (deprecated)"},
+    {"--attention-softmax-in-fp32", "attention's softmax runs in fp32 here in every precision"},
+    {"--apply-query-key-layer-scaling",
+     "Megatron divides the scores by the layer number and multiplies them back inside the softmax, "
+     "an fp16 range device: the same function, and the scores are fp32 here"},
+    {"--no-query-key-layer-scaling",
+     "Megatron divides the scores by the layer number and multiplies them back inside the softmax, "
+     "an fp16 range device: the same function, and the scores are fp32 here"},
+    {"--accumulate-allreduce-grads-in-fp32",
+     "gradients are accumulated and reduced in fp32 here in every precision"},
+    {"--no-create-attention-mask-in-dataloader",
+     "no attention mask is made: attention is causal inside the kernel"},
+    {"--no-mmap-bin-files",
+     "the .bin files are memory-mapped either way; the samples are the same"},
+    {"--mmap-warmup", "the .bin files are memory-mapped without a warm-up read"},
+    {"--deterministic-mode",
+     "runs are deterministic here without it: no float atomics in reductions"},
+    {"--use-cpu-initialization",
+     "the weights are made on the host, the same on every device and tensor-parallel layout"},
+    {"--manual-gc", "Python's garbage collector; there is none here"},
+};
+// The same for flags that take a value (their values are checked by the flag rules).
+constexpr FlagWithoutEffect kValuesWithoutEffect[] = {
+    {"--transformer-impl",
+     "both of Megatron's transformer implementations compute the same function; the kernels here "
+     "are this backend's own"},
+    {"--attention-backend",
+     "every backend of Megatron's computes the same attention; here it is always fused, with no s "
+     "× s scores"},
+    {"--num-workers",
+     "PyTorch's data-loader processes; samples are read from the memory-mapped files in the "
+     "training process"},
+    {"--empty-unused-memory-level",
+     "PyTorch's cache allocator; memory here is carved once at setup"},
+    {"--manual-gc-interval", "Python's garbage collector; there is none here"},
+    {"--timing-log-option", "Megatron's timer breakdown is not built (--timing-log-level 0)"},
+    {"--wandb-exp-name", "Weights & Biases logging is not built (--wandb-project)"},
+    {"--wandb-save-dir", "Weights & Biases logging is not built (--wandb-project)"},
 };
 
 // Megatron's tokenizers that this backend builds; the others are valid values of
@@ -89,7 +186,10 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(model);
   required_flag(app.add_option("--num-attention-heads", arguments.num_attention_heads, "Attention heads")
                     ->group(model));
-  required_flag(app.add_option("--seq-length", arguments.seq_length, "Sequence length")->group(model));
+  required_flag(app.add_option("--seq-length,--encoder-seq-length", arguments.seq_length,
+                               "Sequence length (--encoder-seq-length: Megatron's other name "
+                               "for it in a GPT model)")
+                    ->group(model));
   app.add_option("--max-position-embeddings", arguments.max_position_embeddings,
                  "Rows of the position table (default: --seq-length)")->group(model);
   app.add_option("--make-vocab-size-divisible-by", arguments.make_vocab_size_divisible_by,
@@ -370,6 +470,13 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "Exit, saving first (with --save), after the iteration that ends more than N "
                  "minutes after the start")
       ->group(logging);
+  app.add_flag("--exit-signal-handler", arguments.exit_signal_handler,
+               "On SIGTERM, save a checkpoint (with --save) after the iteration and exit")
+      ->group(logging);
+  app.add_flag("--exit-on-missing-checkpoint", arguments.exit_on_missing_checkpoint,
+               "With --load: stop with an error when it holds no checkpoint, instead of "
+               "training from scratch")
+      ->group(logging);
   app.add_flag("--finetune", arguments.finetune,
                "Load the weights only: iteration 0, no optimizer or RNG state")->group(logging);
   app.add_flag("--no-load-optim", arguments.no_load_optim,
@@ -455,6 +562,58 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
         ->group(serving);
   }
 
+  // Megatron's flags that change nothing here, or that are accepted with their default value
+  // only (checked after parsing).
+  auto* compatibility = "Megatron flags without effect here";
+  for (const FlagWithoutEffect& entry : kSwitchesWithoutEffect) {
+    app.add_flag(entry.flag, entry.reason)->group(compatibility);
+  }
+  std::map<std::string, std::string> values_without_effect;
+  for (const FlagWithoutEffect& entry : kValuesWithoutEffect) {
+    app.add_option(entry.flag, values_without_effect[entry.flag], entry.reason)
+        ->group(compatibility);
+  }
+  bool use_rotary_position_embeddings = false, no_position_embedding = false;
+  app.add_flag("--use-rotary-position-embeddings", use_rotary_position_embeddings,
+               "Megatron's old spelling of --position-embedding-type rope")
+      ->group(compatibility);
+  app.add_flag("--no-position-embedding", no_position_embedding,
+               "No learned position table: what --position-embedding-type rope has; refused "
+               "otherwise, as Megatron refuses it")
+      ->group(compatibility);
+  std::string optimizer_name = "adam", dataloader_type = "single", checkpoint_format = "torch",
+              wandb_project;
+  std::optional<int64_t> kv_channels;
+  int64_t vocab_extra_ids = 0, context_parallel_size = 1, expert_model_parallel_size = 1,
+          timing_log_level = 0;
+  app.add_option("--optimizer", optimizer_name,
+                 "adam: Adam with decoupled weight decay (Megatron's adam); sgd is not built")
+      ->group(compatibility);
+  app.add_option("--dataloader-type", dataloader_type,
+                 "single: Megatron's single-pass order; cyclic and external are not built")
+      ->group(compatibility);
+  app.add_option("--ckpt-format", checkpoint_format,
+                 "torch: Megatron's per-rank layout, which checkpoints have here; the "
+                 "distributed formats are not built")
+      ->group(compatibility);
+  app.add_option("--kv-channels", kv_channels,
+                 "Head dimension: --hidden-size / --num-attention-heads, the only one built")
+      ->group(compatibility);
+  app.add_option("--vocab-extra-ids", vocab_extra_ids, "0: T5's sentinel tokens are not built")
+      ->group(compatibility);
+  app.add_option("--context-parallel-size", context_parallel_size,
+                 "1: context parallelism is not built")
+      ->group(compatibility);
+  app.add_option("--expert-model-parallel-size", expert_model_parallel_size,
+                 "1: mixture-of-experts layers are not built")
+      ->group(compatibility);
+  app.add_option("--timing-log-level", timing_log_level,
+                 "0: the iteration time; Megatron's finer timers are not built")
+      ->group(compatibility);
+  app.add_option("--wandb-project", wandb_project,
+                 "Empty: Weights & Biases logging is not built (TensorBoard is)")
+      ->group(compatibility);
+
   // Every value is checked by the shared table (backend/common/flag_rules.cpp) before CLI11
   // converts it: kind, range, finiteness, choices. What remains for validate_arguments is the
   // rules between flags and what is not built yet.
@@ -464,6 +623,53 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                                   "is a Megatron-LM flag this backend does not support yet")) {
     return std::nullopt;
   }
+  for (const std::span<const FlagWithoutEffect> table :
+       {std::span<const FlagWithoutEffect>(kSwitchesWithoutEffect),
+        std::span<const FlagWithoutEffect>(kValuesWithoutEffect)}) {
+    for (const FlagWithoutEffect& entry : table) {
+      if (app.count(entry.flag) > 0)
+        spdlog::info("{} has no effect here: {}", entry.flag, entry.reason);
+    }
+  }
+  // Megatron's validate_args asserts that at most one of the two names is given.
+  const auto given = [&](std::string_view flag) {
+    return std::any_of(argv + std::min(argc, 1), argv + argc, [flag](const char* argument) {
+      const std::string_view word(argument);
+      return word == flag ||
+             (word.starts_with(flag) && word.size() > flag.size() && word[flag.size()] == '=');
+    });
+  };
+  if (given("--seq-length") && given("--encoder-seq-length")) {
+    common::fail(
+        "--seq-length and --encoder-seq-length are the same setting in a GPT model: "
+        "give one of them");
+  }
+  // Megatron's validate_args: the old RoPE switch sets the type, whatever else was given.
+  if (use_rotary_position_embeddings) arguments.position_embedding_type = "rope";
+  const auto refuse_value = [](bool refused, std::string_view flag, const auto& value,
+                               std::string_view reason) {
+    if (refused) common::fail("{} {}: {}", flag, value, reason);
+  };
+  refuse_value(optimizer_name != "adam", "--optimizer", optimizer_name,
+               "not built; the optimizer is Adam with decoupled weight decay (--optimizer adam, "
+               "Megatron's default)");
+  refuse_value(dataloader_type != "single", "--dataloader-type", dataloader_type,
+               "not built; samples are read in Megatron's single-pass order (--dataloader-type "
+               "single, Megatron's default)");
+  refuse_value(checkpoint_format != "torch", "--ckpt-format", checkpoint_format,
+               "not built; checkpoints have Megatron's per-rank layout (--ckpt-format torch, "
+               "docs/checkpoints.md)");
+  refuse_value(vocab_extra_ids != 0, "--vocab-extra-ids", vocab_extra_ids,
+               "T5's sentinel tokens are not built (0, Megatron's default, is)");
+  refuse_value(context_parallel_size != 1, "--context-parallel-size", context_parallel_size,
+               "context parallelism is not built (1 is)");
+  refuse_value(expert_model_parallel_size != 1, "--expert-model-parallel-size",
+               expert_model_parallel_size, "mixture-of-experts layers are not built (1 is)");
+  refuse_value(timing_log_level != 0, "--timing-log-level", timing_log_level,
+               "Megatron's timer breakdown is not built; level 0, the iteration time in each log "
+               "line, is what is logged");
+  refuse_value(!wandb_project.empty(), "--wandb-project", wandb_project,
+               "Weights & Biases logging is not built; TensorBoard is (--tensorboard-dir)");
   if (recompute_activations) arguments.recompute_granularity = "selective";
   if (checkpoint_num_layers && !checkpoint_activations) {
     common::fail("--checkpoint-num-layers {} needs --checkpoint-activations (or use "
@@ -494,7 +700,20 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
     take_checkpoint_model_arguments(
         arguments, [&](std::string_view flag) { return app.count(std::string(flag)) > 0; }, std::cout);
   }
+  // After the checkpoint's arguments, which may give the type.
+  if (no_position_embedding && arguments.position_embedding_type != "rope") {
+    common::fail(
+        "--no-position-embedding without --position-embedding-type rope: a model "
+        "without position embeddings is not built (Megatron refuses it too: "
+        "'--no-position-embedding is deprecated, use --position-embedding-type')");
+  }
   validate_arguments(arguments);
+  if (kv_channels && *kv_channels * arguments.num_attention_heads != arguments.hidden_size) {
+    common::fail(
+        "--kv-channels {}: a head dimension other than --hidden-size / "
+        "--num-attention-heads ({} / {}) is not built",
+        *kv_channels, arguments.hidden_size, arguments.num_attention_heads);
+  }
   return arguments;
 }
 
@@ -786,6 +1005,8 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"exit_interval", positive_or_none(a.exit_interval)},
       {"exit_duration_in_mins",
        a.exit_duration_in_mins > 0 ? fmt::format("{}", a.exit_duration_in_mins) : "None"},
+      {"exit_signal_handler", python(a.exit_signal_handler)},
+      {"exit_on_missing_checkpoint", python(a.exit_on_missing_checkpoint)},
       {"ffn_hidden_size", fmt::format("{}", a.ffn_hidden_size)},
       {"finetune", python(a.finetune)},
       {"fp16", a.fp16 ? "True" : "False"},

@@ -172,6 +172,10 @@ struct TrainingArguments {
   int64_t save_interval = 0;  // 0: save only at --exit-interval and at the end
   int64_t exit_interval = 0;  // 0: train to --train-iters
   double exit_duration_in_mins = 0;  // 0: no time limit
+  // On SIGTERM: finish the iteration, save (with --save) and exit 0 (exit_signal_handler.hpp).
+  bool exit_signal_handler = false;
+  // --load naming a directory without a checkpoint is an error, not a start from scratch.
+  bool exit_on_missing_checkpoint = false;
   bool finetune = false;      // load the weights only; iteration and samples start at 0
   // Megatron's --pretrained-checkpoint (tasks/finetune_utils.py): when --load holds no
   // checkpoint, start from this one's weights as --finetune would.

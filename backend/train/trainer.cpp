@@ -4,16 +4,16 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <optional>
-#include <filesystem>
 #include <ostream>
 
+#include "backend/ckpt/checkpoint.hpp"
 #include "backend/common/checked_math.hpp"
-#include "backend/common/memory_estimate.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/file_lock.hpp"
-#include "backend/ckpt/checkpoint.hpp"
+#include "backend/common/memory_estimate.hpp"
 #include "backend/data/gpt2_bpe_tokenizer.hpp"
 #include "backend/data/tokenizer.hpp"
 #include "backend/device/cpu_device.hpp"
@@ -21,17 +21,18 @@
 #include "backend/device/cuda_inventory.hpp"
 #include "backend/dist/process_environment.hpp"
 #include "backend/model/gpt_model.hpp"
-#include "backend/train/pipeline_schedule.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/benchmark_report.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/dataset_provider.hpp"
 #include "backend/train/evaluation.hpp"
+#include "backend/train/exit_signal_handler.hpp"
 #include "backend/train/exp_manager_files.hpp"
 #include "backend/train/loss_scaling.hpp"
-#include "backend/train/train_step.hpp"
+#include "backend/train/pipeline_schedule.hpp"
 #include "backend/train/spike_detector.hpp"
+#include "backend/train/train_step.hpp"
 #include "backend/train/training_cadence.hpp"
 #include "backend/train/training_log.hpp"
 #include "backend/train/training_schedule.hpp"
@@ -252,6 +253,18 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
     common::fail("the arguments were validated for {} processes, but {} run", a.world_size,
                  world.size());
   }
+  // Megatron's --exit-on-missing-checkpoint, checked before anything is built: a mistyped
+  // --load stops the job at once instead of training from scratch (Megatron exits there with
+  // status 0; an error here, since the job did nothing it was asked to).
+  if (a.exit_on_missing_checkpoint && !a.load.empty()) {
+    require_checkpoint(a.load, "--load",
+                       "--exit-on-missing-checkpoint is given: correct the path, or leave the flag "
+                       "out to start from scratch when there is nothing to load");
+  }
+  // Megatron installs its SIGTERM handler at initialisation: a notice during the setup stops
+  // the run after its first iteration.
+  std::optional<ExitSignalHandler> exit_signal;
+  if (a.exit_signal_handler) exit_signal.emplace();
   const SelectedDevice selected = select_device(a);
   Device& device = *selected.device;
   config.mixed_precision = mixed_precision_of(a, device);
@@ -682,25 +695,35 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
 
     // Megatron's --exit-duration-in-mins: every rank takes the longest elapsed time, so that
     // all of them save and exit after the same iteration.
-    bool duration_exceeded = false;
+    ExitConditions exit_conditions;
     if (a.exit_duration_in_mins > 0) {
       std::vector<float> minutes = {
           static_cast<float>(std::chrono::duration<double>(Clock::now() - setup_start).count() / 60.0)};
       world.all_reduce(host_view(std::span<float>(minutes)), ReduceOperation::max);
-      duration_exceeded = minutes[0] > a.exit_duration_in_mins;
+      exit_conditions.duration_exceeded = minutes[0] > a.exit_duration_in_mins;
     }
-    const IterationActions actions = actions_after_iteration(a, iteration, duration_exceeded);
+    // --exit-signal-handler: a SIGTERM that reached any rank stops them all here (Megatron
+    // all-gathers each rank's flag).
+    if (exit_signal) {
+      std::vector<float> received = {exit_signal->received() ? 1.0F : 0.0F};
+      world.all_reduce(host_view(std::span<float>(received)), ReduceOperation::max);
+      exit_conditions.exit_signal_received = received[0] > 0;
+    }
+    const IterationActions actions = actions_after_iteration(a, iteration, exit_conditions);
     if (actions.evaluate) {
       evaluate_and_log(Split::validation, consumed_valid, fmt::format("iteration {}", iteration),
                        iteration);
     }
     if (actions.save) save(iteration);
     if (actions.exit) {
-      // Megatron's print_datetime lines of its two exits.
+      // Megatron's print_datetime lines of its three exits.
       const std::string why =
-          duration_exceeded
-              ? fmt::format("exiting program after {} minutes",
-                            std::chrono::duration<double>(Clock::now() - setup_start).count() / 60.0)
+          exit_conditions.exit_signal_received
+              ? std::string("exiting program after receiving SIGTERM.")
+          : exit_conditions.duration_exceeded
+              ? fmt::format(
+                    "exiting program after {} minutes",
+                    std::chrono::duration<double>(Clock::now() - setup_start).count() / 60.0)
               : fmt::format("exiting program at iteration {}", iteration);
       out << fmt::format("[{}] datetime: {}\n", why, format_timestamp(std::time(nullptr)));
       out.flush();

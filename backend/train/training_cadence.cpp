@@ -6,12 +6,13 @@
 namespace backend {
 
 IterationActions actions_after_iteration(const TrainingArguments& a, int64_t iteration,
-                                         bool duration_exceeded) {
+                                         ExitConditions conditions) {
   IterationActions actions;
   // --eval-interval is read only when evaluating: with --eval-iters 0 it may be anything.
-  actions.evaluate =
-      a.eval_iters > 0 && iteration % a.eval_interval == 0 && iteration != a.train_iters;
-  actions.exit = (a.exit_interval > 0 && iteration % a.exit_interval == 0) || duration_exceeded;
+  actions.evaluate = a.eval_iters > 0 && iteration % a.eval_interval == 0 &&
+                     iteration != a.train_iters && !conditions.exit_signal_received;
+  actions.exit = (a.exit_interval > 0 && iteration % a.exit_interval == 0) ||
+                 conditions.duration_exceeded || conditions.exit_signal_received;
   const bool save_interval_reached = a.save_interval > 0 && iteration % a.save_interval == 0;
   actions.save = !a.save.empty() && (save_interval_reached || actions.exit);
   return actions;

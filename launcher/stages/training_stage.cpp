@@ -170,6 +170,10 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
      "--save-interval",
      "with --save: every_n_train_steps when set, else val_check_interval (NeMo's checkpoint "
      "callback saves at each validation); the last step is saved too"},
+    {"exp_manager.create_preemption_callback", "--exit-signal-handler",
+     "with create_checkpoint_callback true: true or unset (NeMo's default, which the 23.07 and "
+     "23.08 trees leave unset) → --exit-signal-handler (SIGTERM saves a checkpoint after the "
+     "iteration and ends the job, as NeMo's preemption callback); false → none"},
     {"exp_manager.rollback_on_spike", "--rollback-on-spike",
      "ours, not a NeMo key: true → --rollback-on-spike (a loss spike, or persistent NaN/Inf loss, "
      "reloads the run's last checkpoint and training continues past the batches that caused "
@@ -678,6 +682,13 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
                                  ? every_n_train_steps
                                  : integer_or(training, "trainer.val_check_interval", 0);
     if (interval > 0) arguments.insert(arguments.end(), {"--save-interval", fmt::format("{}", interval)});
+    // NeMo's preemption callback (exp_manager's create_preemption_callback, true by default)
+    // saves on SIGTERM and exits: Megatron's --exit-signal-handler.
+    const Node* preemption = lookup(training, "exp_manager.create_preemption_callback");
+    if (preemption == nullptr || preemption->is_null() ||
+        is_true(training, "exp_manager.create_preemption_callback")) {
+      arguments.push_back("--exit-signal-handler");
+    }
   }
   // Checked with the values (check_rollback_on_spike): --save is there.
   if (is_true(training, kRollbackOnSpikeKey)) arguments.push_back("--rollback-on-spike");

@@ -1,12 +1,13 @@
 // Data parallelism with real Open MPI ranks (mpirun --oversubscribe on the CI's two cores):
 // DP=2 and DP=4 train the same losses as one process accumulating the same global batch
 // (Megatron's sampler gives each rank its slice, gradients are summed over the group), for a
-// GPT-2-style model with dropout and a Llama-style model (GQA, SwiGLU, RoPE); the weights saved after 20 steps
-// agree within 1e-5; the iteration lines are printed once, by the last rank; a rank killed
-// with SIGKILL ends the whole job, non-zero, within seconds; a rank stopped with SIGSTOP (which
-// mpirun does not notice) ends it through --distributed-timeout-minutes, the waiting rank naming
-// itself, its host, the call and the flag; and a multi-task launch that is not MPI's is refused
-// with how to launch instead.
+// GPT-2-style model with dropout and a Llama-style model (GQA, SwiGLU, RoPE); the weights saved
+// after 20 steps agree within 1e-5; the iteration lines are printed once, by the last rank; a rank
+// killed with SIGKILL ends the whole job, non-zero, within seconds; a rank stopped with SIGSTOP
+// (which mpirun does not notice) ends it through --distributed-timeout-minutes, the waiting rank
+// naming itself, its host, the call and the flag; SIGTERM to one rank under --exit-signal-handler
+// saves the same iteration on both and ends the job 0; and a multi-task launch that is not MPI's is
+// refused with how to launch instead.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -290,6 +291,50 @@ TEST_CASE("a rank killed with SIGKILL ends the whole data-parallel job, non-zero
     }
     CHECK_FALSE(running(rank));
   }
+}
+
+TEST_CASE(
+    "--exit-signal-handler: SIGTERM to one rank of two saves one iteration on both and ends the "
+    "job 0") {
+  // What a Slurm time limit or preemption does (srun passes the scheduler's SIGTERM on to its
+  // tasks, which may not all get it at the same moment): here only the rank that prints
+  // nothing gets it, and the other must stop at the same iteration.
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  TemporaryDirectory directory;
+  const fs::path save = directory.path / "save";
+  auto flags = training_flags("gpt2", save);
+  flags.insert(flags.end(),
+               {"--train-iters", "100000", "--eval-iters", "0", "--exit-signal-handler"});
+  const fs::path log = directory.path / "signalled.log";
+  const pid_t mpirun = spawn_process(command(2, flags), log, kEnvironment);
+  wait_for_training(log);
+  const std::vector<pid_t> ranks = children_of(mpirun);
+  REQUIRE(ranks.size() == 2);
+  REQUIRE(kill(ranks.back(), SIGTERM) == 0);
+  const int status = wait_for_exit(mpirun);
+  const std::string output = read_file(log);
+  CAPTURE(output_tail(output));
+  CHECK(status == 0);
+  CHECK(output.find("[exiting program after receiving SIGTERM.] datetime: ") != std::string::npos);
+  const auto tracked = backend::read_checkpoint_tracker(save);
+  REQUIRE(tracked.has_value());
+  CHECK(tracked->iteration >= 1);
+  CHECK(tracked->iteration < 100000);
+  CHECK(fs::is_regular_file(tracked->file));
+  // The saved iteration is the last one trained, and a restart goes on from it.
+  const std::regex last_line(" iteration +" + std::to_string(tracked->iteration) + "/ +100000 \\|");
+  CHECK(std::regex_search(output, last_line));
+  auto resumed = training_flags("gpt2", save);
+  resumed.insert(resumed.end(),
+                 {"--load", save.string(), "--train-iters", "100000", "--exit-interval",
+                  std::to_string(tracked->iteration + 2), "--eval-iters", "0"});
+  const fs::path resumed_log = directory.path / "resumed.log";
+  CHECK(run(2, resumed, resumed_log) == 0);
+  const std::string resumed_output = read_file(resumed_log);
+  CAPTURE(output_tail(resumed_output));
+  CHECK(resumed_output.find(" at iteration " + std::to_string(tracked->iteration) + "\n") !=
+        std::string::npos);
+  CHECK(backend::read_checkpoint_tracker(save)->iteration == tracked->iteration + 2);
 }
 
 TEST_CASE("a stopped rank ends the whole job within --distributed-timeout-minutes, the waiting rank naming itself") {

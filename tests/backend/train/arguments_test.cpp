@@ -820,3 +820,155 @@ TEST_CASE("evaluate_gpt --use-checkpoint-args: no model flag is required, and --
   CHECK_THROWS_WITH_AS(parse_words(with({"--use-checkpoint-args"})), doctest::Contains("--use-checkpoint-args"),
                        common::Error);
 }
+
+TEST_CASE("Megatron's switches without effect here are accepted, and change nothing") {
+  // The flags of Megatron's Llama and GPT-3 example scripts and docs/llama_mistral.md that
+  // select its own kernels or PyTorch machinery.
+  const auto plain = parse_words(base_flags());
+  const auto with_switches = parse_words(with({"--use-mcore-models",
+                                               "--no-masked-softmax-fusion",
+                                               "--no-bias-gelu-fusion",
+                                               "--no-bias-swiglu-fusion",
+                                               "--no-bias-dropout-fusion",
+                                               "--no-rope-fusion",
+                                               "--no-persist-layer-norm",
+                                               "--no-gradient-accumulation-fusion",
+                                               "--cross-entropy-loss-fusion",
+                                               "--no-async-tensor-model-parallel-allreduce",
+                                               "--attention-softmax-in-fp32",
+                                               "--apply-query-key-layer-scaling",
+                                               "--accumulate-allreduce-grads-in-fp32",
+                                               "--no-create-attention-mask-in-dataloader",
+                                               "--no-mmap-bin-files",
+                                               "--deterministic-mode",
+                                               "--use-cpu-initialization",
+                                               "--manual-gc",
+                                               "--manual-gc-interval",
+                                               "100",
+                                               "--transformer-impl",
+                                               "transformer_engine",
+                                               "--attention-backend",
+                                               "auto",
+                                               "--num-workers",
+                                               "8",
+                                               "--empty-unused-memory-level",
+                                               "1",
+                                               "--timing-log-option",
+                                               "minmax",
+                                               "--timing-log-level",
+                                               "0",
+                                               "--optimizer",
+                                               "adam",
+                                               "--dataloader-type",
+                                               "single",
+                                               "--ckpt-format",
+                                               "torch",
+                                               "--kv-channels",
+                                               "16",
+                                               "--vocab-extra-ids",
+                                               "0",
+                                               "--context-parallel-size",
+                                               "1",
+                                               "--expert-model-parallel-size",
+                                               "1",
+                                               "--wandb-project",
+                                               "",
+                                               "--wandb-exp-name",
+                                               "run"}));
+  REQUIRE(plain);
+  REQUIRE(with_switches);
+  // The model, schedule and data are the same: the arguments dump differs in the command line
+  // alone.
+  auto without_command = [](std::vector<std::string> lines) {
+    std::erase_if(lines, [](const std::string& line) {
+      return line.find("command_line") != std::string::npos;
+    });
+    return lines;
+  };
+  CHECK(without_command(backend::format_arguments(*plain)) ==
+        without_command(backend::format_arguments(*with_switches)));
+}
+
+TEST_CASE("Megatron's old RoPE switches and --encoder-seq-length") {
+  auto words = base_flags();
+  const auto seq = std::find(words.begin(), words.end(), "--seq-length");
+  *seq = "--encoder-seq-length";
+  words.insert(words.end(), {"--use-rotary-position-embeddings", "--no-position-embedding"});
+  const auto arguments = parse_words(words);
+  REQUIRE(arguments);
+  CHECK(arguments->position_embedding_type == "rope");
+  CHECK(arguments->seq_length == 32);
+  CHECK(parse_words(with({"--position-embedding-type", "rope", "--no-position-embedding"}))
+            ->position_embedding_type == "rope");
+}
+
+TEST_CASE("Megatron flags built for one value, or not at all, are refused with the reason") {
+  struct Case {
+    std::vector<std::string> extra;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--no-position-embedding"},
+       "--no-position-embedding without --position-embedding-type rope: a model without "
+       "position embeddings is not built"},
+      {{"--encoder-seq-length", "32"},
+       "--seq-length and --encoder-seq-length are the same setting in a GPT model"},
+      {{"--kv-channels", "32"},
+       "--kv-channels 32: a head dimension other than --hidden-size / --num-attention-heads "
+       "(64 / 4) is not built"},
+      {{"--optimizer", "sgd"}, "--optimizer sgd: not built"},
+      {{"--optimizer", "lion"},
+       "--optimizer: 'lion' is not a valid choice; --optimizer takes one of adam, sgd"},
+      {{"--dataloader-type", "cyclic"}, "--dataloader-type cyclic: not built"},
+      {{"--ckpt-format", "torch_dist"}, "--ckpt-format torch_dist: not built"},
+      {{"--vocab-extra-ids", "100"}, "--vocab-extra-ids 100: T5's sentinel tokens are not built"},
+      {{"--context-parallel-size", "2"},
+       "--context-parallel-size 2: context parallelism is not built"},
+      {{"--expert-model-parallel-size", "8"}, "--expert-model-parallel-size 8: mixture-of-experts"},
+      {{"--timing-log-level", "2"},
+       "--timing-log-level 2: Megatron's timer breakdown is not built"},
+      {{"--timing-log-level", "3"}, "--timing-log-level: '3' is out of range"},
+      {{"--wandb-project", "gpt"}, "--wandb-project gpt: Weights & Biases logging is not built"},
+      {{"--transformer-impl", "te"}, "--transformer-impl: 'te' is not a valid choice"},
+      {{"--num-workers", "-1"}, "--num-workers: '-1' is out of range"},
+      {{"--empty-unused-memory-level", "3"}, "--empty-unused-memory-level: '3' is out of range"},
+      {{"--qk-layernorm"},
+       "--qk-layernorm is a Megatron-LM flag this backend does not support yet: a norm on the "
+       "queries and keys is not built"},
+      {{"--num-experts", "8"},
+       "--num-experts is a Megatron-LM flag this backend does not support yet: mixture-of-experts"},
+      {{"--fp8-format", "hybrid"},
+       "--fp8-format is a Megatron-LM flag this backend does not support yet: fp8 training is not "
+       "built"},
+      {{"--use-dist-ckpt"},
+       "--use-dist-ckpt is a Megatron-LM flag this backend does not support yet"},
+      {{"--log-params-norm"},
+       "--log-params-norm is a Megatron-LM flag this backend does not support yet"},
+      {{"--profile"}, "--profile is a Megatron-LM flag this backend does not support yet"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    CHECK_THROWS_WITH_AS(parse_words(with(c.extra)), doctest::Contains(c.message.c_str()),
+                         common::Error);
+  }
+}
+
+TEST_CASE("--exit-signal-handler and --exit-on-missing-checkpoint are parsed and dumped") {
+  const auto plain = parse_words(base_flags());
+  REQUIRE(plain);
+  CHECK_FALSE(plain->exit_signal_handler);
+  CHECK_FALSE(plain->exit_on_missing_checkpoint);
+  const auto arguments =
+      parse_words(with({"--exit-signal-handler", "--exit-on-missing-checkpoint"}));
+  REQUIRE(arguments);
+  CHECK(arguments->exit_signal_handler);
+  CHECK(arguments->exit_on_missing_checkpoint);
+  const auto lines = backend::format_arguments(*arguments);
+  auto has = [&](const std::string& key) {
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& line) {
+      return line.find(key + " ") != std::string::npos && line.ends_with(" True");
+    });
+  };
+  CHECK(has("exit_signal_handler"));
+  CHECK(has("exit_on_missing_checkpoint"));
+}

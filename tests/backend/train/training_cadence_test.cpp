@@ -118,11 +118,31 @@ TEST_CASE("nothing trained and nothing loaded: nothing to save") {
 
 TEST_CASE("--exit-duration-in-mins: an iteration past the limit exits, saving first with --save") {
   auto a = cadence_arguments();
-  const IterationActions within = actions_after_iteration(a, 4, false);
+  const IterationActions within = actions_after_iteration(a, 4, {.duration_exceeded = false});
   CHECK_FALSE(within.exit);
-  const IterationActions past = actions_after_iteration(a, 4, true);
+  const IterationActions past = actions_after_iteration(a, 4, {.duration_exceeded = true});
   CHECK(past.exit);
   CHECK_FALSE(past.save);  // nowhere to save
   a.save = "/checkpoints";
-  CHECK(actions_after_iteration(a, 4, true).save);
+  CHECK(actions_after_iteration(a, 4, {.duration_exceeded = true}).save);
+}
+
+TEST_CASE("--exit-signal-handler: a SIGTERM exits after the iteration, saving before validating") {
+  auto a = cadence_arguments();
+  a.eval_iters = 2;
+  a.eval_interval = 5;
+  const ExitConditions signalled{.exit_signal_received = true};
+  const IterationActions nowhere = actions_after_iteration(a, 3, signalled);
+  CHECK(nowhere.exit);
+  CHECK_FALSE(nowhere.save);  // no --save: it stops all the same
+  a.save = "/checkpoints";
+  const IterationActions saved = actions_after_iteration(a, 3, signalled);
+  CHECK(saved.exit);
+  CHECK(saved.save);
+  // An --eval-interval iteration: the notice before SIGKILL goes to the checkpoint.
+  const IterationActions at_interval = actions_after_iteration(a, 5, signalled);
+  CHECK(at_interval.save);
+  CHECK(at_interval.exit);
+  CHECK_FALSE(at_interval.evaluate);
+  CHECK(actions_after_iteration(a, 5).evaluate);
 }

@@ -366,6 +366,28 @@ TEST_CASE("model.restore_from_path becomes --pretrained-checkpoint, a .nemo file
                        doctest::Contains("checkpoint_util --import-hf"), common::Error);
 }
 
+TEST_CASE("NeMo's preemption callback (on unless set false) becomes --exit-signal-handler") {
+  // NeMo's exp_manager creates it by default with the checkpoint callback; the 23.07 and 23.08
+  // trees leave the key unset.
+  const auto by_default = megatron_training_arguments(composed_126m({}));
+  CHECK(has(by_default, "--save"));
+  CHECK(has(by_default, "--exit-signal-handler"));
+  CHECK(has(megatron_training_arguments(
+                composed_126m({"++training.exp_manager.create_preemption_callback=true"})),
+            "--exit-signal-handler"));
+  CHECK_FALSE(has(megatron_training_arguments(
+                      composed_126m({"++training.exp_manager.create_preemption_callback=false"})),
+                  "--exit-signal-handler"));
+  // NeMo makes none without checkpoints: there would be nothing to save.
+  CHECK_FALSE(has(megatron_training_arguments(
+                      composed_126m({"training.exp_manager.create_checkpoint_callback=false"})),
+                  "--exit-signal-handler"));
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(
+          composed_126m({"++training.exp_manager.create_preemption_callback=sometimes"})),
+      doctest::Contains("training.exp_manager.create_preemption_callback"), common::Error);
+}
+
 TEST_CASE("exp_manager.rollback_on_spike and spike_detection become --rollback-on-spike and its flags") {
   const auto none = megatron_training_arguments(composed_126m({}));
   CHECK_FALSE(has(none, "--rollback-on-spike"));

@@ -1,0 +1,32 @@
+// Megatron-LM's --exit-signal-handler (megatron/training/dist_signal_handler.py): while an
+// ExitSignalHandler lives, SIGTERM does not end the process; it is only noted, and the training
+// loop asks received() after each iteration, saves a checkpoint and exits there, as Megatron's
+// checkpoint_and_decide_exit does. This is what makes a Slurm time limit or a preemption (SIGTERM,
+// then SIGKILL KillWait seconds later) cost at most one iteration rather than everything since
+// the last --save-interval. Which rank got the signal is the trainer's business: every rank asks
+// all the others (a max all-reduce), so all of them save the same iteration and stop together.
+//
+// A signal handler can only reach static storage, so the flag it sets is one per process; at most
+// one ExitSignalHandler exists at a time (a second is a programming error, std::logic_error),
+// and its destructor puts back the disposition it found.
+#pragma once
+
+#include <signal.h>
+
+namespace backend {
+
+class ExitSignalHandler {
+ public:
+  ExitSignalHandler();
+  ~ExitSignalHandler();
+  ExitSignalHandler(const ExitSignalHandler&) = delete;
+  ExitSignalHandler& operator=(const ExitSignalHandler&) = delete;
+
+  // Whether SIGTERM arrived since this object was made.
+  bool received() const;
+
+ private:
+  struct sigaction previous_ {};
+};
+
+}  // namespace backend
