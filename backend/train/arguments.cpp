@@ -14,6 +14,7 @@
 #include <span>
 #include <tuple>
 
+#include "backend/ckpt/checkpoint.hpp"
 #include "backend/common/checked_math.hpp"
 #include "backend/common/command_line.hpp"
 #include "backend/common/error.hpp"
@@ -168,10 +169,10 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       CLI::MultiOptionPolicy::TakeLast);
   app.get_formatter()->column_width(44);
 
-  // evaluate_gpt's and the server's --use-checkpoint-args: the checkpoint gives the shape, so no model flag is
-  // required (read before CLI11 parses, which checks required options).
+  // --use-checkpoint-args: the checkpoint gives the shape, so no model flag is required (read
+  // before CLI11 parses, which checks required options).
   const bool model_from_checkpoint =
-      evaluation && std::any_of(argv + std::min(argc, 1), argv + argc, [](const char* argument) {
+      std::any_of(argv + std::min(argc, 1), argv + argc, [](const char* argument) {
         return std::string_view(argument) == "--use-checkpoint-args";
       });
   auto required_flag = [&](CLI::Option* option) {
@@ -534,11 +535,9 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
     app.add_option("--results-json", arguments.results_json,
                    "Also write the results to this JSON file (not a Megatron flag)")->group(tasks);
   }
-  if (evaluation) {
-    app.add_flag("--use-checkpoint-args", arguments.use_checkpoint_args,
-                 "The model's shape and tokenizer type from the --load checkpoint")
-        ->group(logging);
-  }
+  app.add_flag("--use-checkpoint-args", arguments.use_checkpoint_args,
+               "The model's shape and tokenizer type from the --load checkpoint")
+      ->group(logging);
   if (server) {
     // Megatron's tools/run_text_generation_server.py has --port; the rest are ours
     // (docs/serving.md).
@@ -697,8 +696,27 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   deepspeed.micro_batch_size_given = app.count("--micro-batch-size") > 0;
   apply_deepspeed_config(deepspeed, arguments);
   if (arguments.use_checkpoint_args) {
-    take_checkpoint_model_arguments(
-        arguments, [&](std::string_view flag) { return app.count(std::string(flag)) > 0; }, std::cout);
+    const auto given_flag = [&](std::string_view flag) { return app.count(std::string(flag)) > 0; };
+    if (program == ArgumentsProgram::pretrain_gpt && !arguments.load.empty() &&
+        !read_checkpoint_tracker(arguments.load)) {
+      // Megatron's load_args_from_checkpoint: a first run of a job that resumes from its own
+      // --save finds nothing yet, and trains the model its flags describe.
+      std::cout << "Checkpoint not found to provide arguments, using provided arguments."
+                << std::endl;
+      std::vector<std::string> missing;
+      for (const char* flag : {"--num-layers", "--hidden-size", "--num-attention-heads",
+                               "--seq-length"}) {
+        if (!given_flag(flag)) missing.emplace_back(flag);
+      }
+      if (!missing.empty()) {
+        common::fail("--use-checkpoint-args: --load {} holds no checkpoint yet ({} is missing), "
+                     "so the model flags must describe the model: {} not given",
+                     arguments.load, checkpoint_tracker_path(arguments.load).string(),
+                     fmt::join(missing, ", "));
+      }
+    } else {
+      take_checkpoint_model_arguments(arguments, given_flag, std::cout);
+    }
   }
   // After the checkpoint's arguments, which may give the type.
   if (no_position_embedding && arguments.position_embedding_type != "rope") {
@@ -1102,6 +1120,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"tensorboard_log_interval", fmt::format("{}", a.tensorboard_log_interval)},
       {"tensorboard_queue_size", fmt::format("{}", a.tensorboard_queue_size)},
       {"train_samples", positive_or_none(a.train_samples)},
+      {"use_checkpoint_args", python(a.use_checkpoint_args)},
   };
   if (a.program == ArgumentsProgram::evaluate_gpt) {
     // Megatron's tasks/main.py arguments, in its dump too.
@@ -1110,7 +1129,6 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
     values["overlapping_eval"] = fmt::format("{}", a.overlapping_eval);
     values["strict_lambada"] = python(a.strict_lambada);
     values["results_json"] = path(a.results_json);
-    values["use_checkpoint_args"] = python(a.use_checkpoint_args);
   }
   if (a.program == ArgumentsProgram::text_generation_server) {
     values["host"] = a.host;
@@ -1121,7 +1139,6 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
     values["max_prompt_bytes"] = fmt::format("{}", a.max_prompt_bytes);
     values["max_tokens_to_generate"] = fmt::format("{}", a.max_tokens_to_generate);
     values["socket_timeout"] = fmt::format("{}", a.socket_timeout);
-    values["use_checkpoint_args"] = python(a.use_checkpoint_args);
   }
   return values;
 }

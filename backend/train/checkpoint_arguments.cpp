@@ -165,8 +165,12 @@ void take_checkpoint_model_arguments(TrainingArguments& arguments,
        saved.untie_embeddings_and_output_weights);
   take("apply_layernorm_1p", arguments.apply_layernorm_1p, saved.apply_layernorm_1p);
   take("normalization", arguments.normalization, saved.normalization);
-  take("hidden_dropout", arguments.hidden_dropout, saved.hidden_dropout);
-  take("attention_dropout", arguments.attention_dropout, saved.attention_dropout);
+  // Evaluation and serving run without dropout, and take the record's for the dump; training
+  // follows its flags, as Megatron's list has no dropout.
+  if (arguments.program != ArgumentsProgram::pretrain_gpt) {
+    take("hidden_dropout", arguments.hidden_dropout, saved.hidden_dropout);
+    take("attention_dropout", arguments.attention_dropout, saved.attention_dropout);
+  }
   take("tokenizer_type", arguments.tokenizer_type, saved.tokenizer_type);
   // Megatron forces the checkpoint's path too; a path given here wins (the run that saved it may
   // have read the file elsewhere). None recorded: nothing to take.

@@ -42,11 +42,12 @@ TrainingArguments read_saved_arguments(
     std::string_view remedy = "is it the --save directory of a training run?");
 
 // Megatron's --use-checkpoint-args (megatron/training/checkpointing.py,
-// load_args_from_checkpoint), as evaluate_gpt takes it: the model's shape from the typed record
-// of the checkpoint --load names. As Megatron: num_layers, hidden_size, ffn_hidden_size,
-// seq_length, num_attention_heads and max_position_embeddings only where the flag was not given
+// load_args_from_checkpoint): the model's shape from the typed record of the checkpoint --load
+// names. As Megatron: num_layers, hidden_size, ffn_hidden_size, seq_length,
+// num_attention_heads and max_position_embeddings only where the flag was not given
 // (`given(flag)` says); the attention layout, position embedding, normalization, biases,
-// SwiGLU, untied output, dropouts and the tokenizer type and model (Megatron's default
+// SwiGLU, untied output, the dropouts (evaluate_gpt and the server only: pretrain_gpt's follow
+// its flags, as Megatron's) and the tokenizer type and model (Megatron's default
 // --use-tokenizer-model-from-checkpoint-args) whatever the flags say. Beyond Megatron's list,
 // because the model computed depends on them: make_vocab_size_divisible_by, vocab_size
 // (NullTokenizer) and norm_epsilon, where not given. Each value taken is printed to `out` as

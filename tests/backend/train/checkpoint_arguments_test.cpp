@@ -168,3 +168,70 @@ TEST_CASE("checkpoint arguments: a SentencePiece run records its --tokenizer-mod
   metadata["arguments"].erase("tokenizer_model");
   CHECK(backend::arguments_from_checkpoint(metadata, reader.path()).tokenizer_model.empty());
 }
+
+TEST_CASE("pretrain_gpt --use-checkpoint-args: the shape from --load, the dropouts from the flags") {
+  // Megatron's Llama guide finetunes with --use-checkpoint-args and only the training flags.
+  test_support::TemporaryDirectory directory;
+  auto saved = saved_arguments(directory.path / "llama");
+  saved.position_embedding_type = "rope";
+  saved.normalization = "RMSNorm";
+  saved.swiglu = true;
+  saved.add_bias_linear = false;
+  saved.untie_embeddings_and_output_weights = true;
+  saved.group_query_attention = true;
+  saved.num_query_groups = 1;
+  saved.hidden_dropout = saved.attention_dropout = 0;
+  saved.mock_data = true;
+  saved.log_interval = 1;
+  saved.eval_iters = 0;
+  saved.command_line = {"pretrain_gpt"};
+  backend::validate_arguments(saved);
+  std::ostringstream log;
+  backend::pretrain(saved, log);
+
+  auto parse = [](std::vector<std::string> words) {
+    words.insert(words.begin(), {"pretrain_gpt", "--micro-batch-size", "1", "--global-batch-size",
+                                 "2", "--train-iters", "3", "--lr", "1e-4", "--mock-data",
+                                 "--finetune", "--no-load-optim", "--no-load-rng"});
+    std::vector<const char*> argv;
+    for (const auto& word : words) argv.push_back(word.c_str());
+    return backend::parse_arguments(static_cast<int>(argv.size()), argv.data());
+  };
+  const auto a = parse({"--use-checkpoint-args", "--load", saved.save, "--hidden-dropout", "0.2"});
+  REQUIRE(a);
+  CHECK(a->num_layers == 2);
+  CHECK(a->hidden_size == 16);
+  CHECK(a->ffn_hidden_size == 48);
+  CHECK(a->seq_length == 8);
+  CHECK(a->max_position_embeddings == 12);
+  CHECK(a->position_embedding_type == "rope");
+  CHECK(a->normalization == "RMSNorm");
+  CHECK(a->swiglu);
+  CHECK_FALSE(a->add_bias_linear);
+  CHECK(a->untie_embeddings_and_output_weights);
+  CHECK(a->num_query_groups == 1);
+  CHECK(a->vocab_size == 40);
+  // Training follows its own dropout flags (Megatron's defaults where not given).
+  CHECK(a->hidden_dropout == doctest::Approx(0.2));
+  CHECK(a->attention_dropout == doctest::Approx(0.1));
+  // And it trains from those weights.
+  std::ostringstream finetuned;
+  const auto result = backend::pretrain(*a, finetuned);
+  CHECK(result.iterations.size() == 3);
+  CHECK(finetuned.str().find(" loading checkpoint from " + saved.save) != std::string::npos);
+
+  // A --load with nothing in it yet (the first run of a job that resumes from its own --save):
+  // Megatron's line, and the flags describe the model, which must then be given.
+  const std::string empty = (directory.path / "empty").string();
+  const auto fresh = parse({"--use-checkpoint-args", "--load", empty, "--num-layers", "2",
+                            "--hidden-size", "16", "--num-attention-heads", "2", "--seq-length",
+                            "8", "--vocab-size", "40"});
+  REQUIRE(fresh);
+  CHECK(fresh->num_layers == 2);
+  const std::string missing_flags =
+      "--use-checkpoint-args: --load " + empty + " holds no checkpoint yet (" + empty +
+      "/latest_checkpointed_iteration.txt is missing), so the model flags must describe the "
+      "model: --hidden-size, --num-attention-heads, --seq-length not given";
+  CHECK_THROWS_WITH_AS(parse({"--use-checkpoint-args", "--load", empty, "--num-layers", "2"}),
+                       doctest::Contains(missing_flags.c_str()), common::Error);
+}
