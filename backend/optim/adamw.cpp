@@ -100,10 +100,10 @@ void AdamW::step(std::span<float> parameters, std::span<const float> gradients, 
   step(host_view(parameters), View{}, host_view(gradients), lr, weight_decay);
 }
 
-double AdamW::gradient_norm(View gradients) { return std::sqrt(gradient_sum_of_squares(gradients)); }
+double AdamW::gradient_norm(View gradients) { return std::sqrt(sum_of_squares(gradients)); }
 
-double AdamW::gradient_sum_of_squares(View gradients) {
-  device_->sum_of_squares(norm_total_, gradients);
+double AdamW::sum_of_squares(View values) {
+  device_->sum_of_squares(norm_total_, values);
   double total = 0;
   device_->copy_to_host(&total, norm_total_);
   return total;

@@ -67,10 +67,11 @@ class AdamW {
   Device& device() const { return *device_; }
 
   // The L2 norm of `gradients` (fp32, on the device), summed there in a fixed order
-  // (ops/reduction.hpp); the host waits for this one double. The sum of squares alone is what
-  // a sharded optimizer adds up over its ranks before the square root.
+  // (ops/reduction.hpp); the host waits for this one double. The sum of squares alone (of any
+  // fp32 view: gradients, or the parameters for --log-params-norm) is what a sharded optimizer
+  // adds up over its ranks before the square root.
   double gradient_norm(View gradients);
-  double gradient_sum_of_squares(View gradients);
+  double sum_of_squares(View values);
   // Megatron's clipping of `gradients` on the device, given their norm (max_norm ≤ 0: none).
   void clip_gradients(View gradients, double norm, double max_norm);
 

@@ -64,7 +64,6 @@ constexpr common::RefusedFlag kUnsupportedFlags[] = {
      "initialisation is Megatron's normal one (--init-method-std)"},
     {"--grad-reduce-in-bf16", false, "gradients are reduced in fp32"},
     {"--log-num-zeros-in-grad", false, "counting the gradient's zeros is not built"},
-    {"--log-params-norm", false, "the parameters' norm is not logged yet"},
     {"--log-progress", false, "progress.txt is not written"},
     {"--profile", false,
      "Megatron's profiling window is not built: run the whole job under nsys or perf"},
@@ -445,6 +444,9 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "Write training scalars to TensorBoard every N iterations")->group(logging);
   app.add_option("--tensorboard-queue-size", arguments.tensorboard_queue_size,
                  "Events kept in memory before they are written out")->group(logging);
+  app.add_flag("--log-params-norm", arguments.log_params_norm,
+               "Also log the parameters' L2 norm after each update")
+      ->group(logging);
   app.add_flag("--log-timers-to-tensorboard", arguments.log_timers_to_tensorboard,
                "Also write iteration-time (and throughput with --log-throughput)")->group(logging);
   app.add_flag_callback("--no-log-loss-scale-to-tensorboard",
@@ -1121,6 +1123,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"tensorboard_queue_size", fmt::format("{}", a.tensorboard_queue_size)},
       {"train_samples", positive_or_none(a.train_samples)},
       {"use_checkpoint_args", python(a.use_checkpoint_args)},
+      {"log_params_norm", python(a.log_params_norm)},
   };
   if (a.program == ArgumentsProgram::evaluate_gpt) {
     // Megatron's tasks/main.py arguments, in its dump too.

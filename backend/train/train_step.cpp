@@ -14,6 +14,34 @@ namespace backend {
 
 namespace {
 
+// The sum of squares of every element of the model once, from `values` (this rank's `held`
+// range of the flat buffer, on the device): the whole buffer with neither tensor nor pipeline
+// parallelism; otherwise the tensors every tensor-parallel rank holds whole on its rank 0 only
+// (gradient_norm_ranges), the shards everywhere, a tied embedding's copy on the last stage
+// nowhere, added over the tensor- and pipeline-parallel groups, and over the data-parallel group
+// when `held` is a data-parallel shard. Megatron's get_grad_norm_fp32 and calc_params_l2_norm
+// count the same elements.
+double model_sum_of_squares(const GptModel<float>& model, AdamW& optimizer, View values,
+                            ShardRange held, bool data_parallel_shard,
+                            Communicator& data_parallel) {
+  Communicator& tensor_parallel = model.tensor_parallel_group();
+  Communicator& pipeline = model.pipeline_parallel_group();
+  double squares = 0;
+  if (tensor_parallel.size() == 1 && pipeline.size() == 1) {
+    squares = optimizer.sum_of_squares(values);
+  } else {
+    for (const BufferRange& range : model.gradient_norm_ranges()) {
+      const int64_t begin = std::max(range.offset, held.offset);
+      const int64_t end = std::min(range.offset + range.numel, held.offset + held.numel);
+      if (begin < end) squares += optimizer.sum_of_squares(values.slice(begin - held.offset, end - begin));
+    }
+  }
+  if (data_parallel_shard) squares = all_reduce_sum(data_parallel, squares);
+  if (tensor_parallel.size() > 1) squares = all_reduce_sum(tensor_parallel, squares);
+  if (pipeline.size() > 1) squares = all_reduce_sum(pipeline, squares);
+  return squares;
+}
+
 // This rank's share of the global batch: its micro batches' gradients accumulate, each backward
 // scaled by loss_scale / (num_micro_batches · D); returns the mean (unscaled) loss over them.
 double forward_backward(GptModel<float>& model, const BatchSource& source, const GlobalBatch& batch,
@@ -146,27 +174,10 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   if (scaler.scale() != 1.0) optimizer.device().scale(gradients, scaler.inverse_scale());
   // The global norm, reduced on the device (the host reads one double, and decides as every
   // rank will): of the whole buffer, or the shards' sums of squares added over the group.
-  Communicator& tensor_parallel = model.tensor_parallel_group();
-  double squares = 0;
-  if (tensor_parallel.size() == 1 && pipeline.size() == 1) {
-    squares = optimizer.gradient_sum_of_squares(gradients);
-  } else {
-    // Each element of the model once: the tensors every tensor-parallel rank holds whole count
-    // on its rank 0 only (gradient_norm_ranges), the shards everywhere, a tied embedding's copy
-    // on the last stage nowhere; added over the tensor- and pipeline-parallel groups.
-    const ShardRange held = shard != nullptr ? shard->range : ShardRange{0, all_gradients.numel};
-    for (const BufferRange& range : model.gradient_norm_ranges()) {
-      const int64_t begin = std::max(range.offset, held.offset);
-      const int64_t end = std::min(range.offset + range.numel, held.offset + held.numel);
-      if (begin < end) {
-        squares += optimizer.gradient_sum_of_squares(gradients.slice(begin - held.offset, end - begin));
-      }
-    }
-  }
-  if (shard != nullptr || sharded) squares = all_reduce_sum(data_parallel, squares);
-  if (tensor_parallel.size() > 1) squares = all_reduce_sum(tensor_parallel, squares);
-  if (pipeline.size() > 1) squares = all_reduce_sum(pipeline, squares);
-  result.grad_norm = std::sqrt(squares);
+  const ShardRange held_gradients =
+      shard != nullptr ? shard->range : ShardRange{0, all_gradients.numel};
+  result.grad_norm = std::sqrt(model_sum_of_squares(model, optimizer, gradients, held_gradients,
+                                                    shard != nullptr || sharded, data_parallel));
   if (scaler.enabled()) {
     // Megatron's mixed-precision step: look for inf/nan in the unscaled gradients (here: a
     // norm that is not finite, which any non-finite gradient makes it), tell the scaler, and
@@ -195,6 +206,13 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
     if (shard != nullptr) data_parallel.all_gather(parameters, updated);
     model.parameters_updated();
     scheduler.step(batch.global_batch_size);
+  }
+  if (a.log_params_norm) {
+    // Megatron's calc_params_l2_norm after the step: the fp32 master weights here (the model's
+    // parameters), every rank's whole copy, or a ZeRO-3 rank's range summed over the group.
+    const View parameters = model.parameter_buffer();
+    result.params_norm = std::sqrt(model_sum_of_squares(
+        model, optimizer, parameters, ShardRange{0, parameters.numel}, sharded, data_parallel));
   }
   return result;
 }

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "backend/dist/communicator.hpp"
 #include "backend/model/gpt_model.hpp"
@@ -42,6 +43,7 @@ struct TrainStepResult {
   bool skipped = false;      // no update: parameters, optimizer and scheduler are unchanged
   bool nan = false;          // the loss was not finite (without a scaler: or the norm)
   double loss_scale = 1.0;   // the optimizer's loss scale after this step's update
+  std::optional<double> params_norm{};  // --log-params-norm: after the update
 };
 
 // --use-distributed-optimizer (Megatron's DistributedOptimizer, ZeRO-1): this rank's range of

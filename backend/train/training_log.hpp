@@ -3,7 +3,8 @@
 //  " [2024-05-01 12:00:00] iteration        5/      10 | consumed samples:           40 |
 //    elapsed time per iteration (ms): 812.3 | learning rate: 1.000000E-04 | global batch
 //    size:     8 | lm loss: 1.082345E+01 | loss scale: 1.0 | grad norm: 1.234 | number of
-//    skipped iterations:   0 | number of nan iterations:   0 |"        (one line)
+//    skipped iterations:   0 | number of nan iterations:   0 |"        (one line; with
+//    --log-params-norm " params norm: 123.456 |" after the grad norm)
 // and the validation block: a line of dashes, " validation loss at <prefix> | lm loss value:
 // X | lm loss PPL: Y | ", a line of dashes, where PPL = exp(min(20, loss)) and the dashes are
 // one longer than the middle line.
@@ -11,7 +12,7 @@
 // TrainingLog is training_log itself: it sums each iteration into the current interval
 // (Megatron's total_loss_dict and timers) and every --log-interval prints the line with
 //   elapsed time = mean over the interval's iterations, lm loss = mean over those that were
-//   not skipped, grad norm, batch size and loss scale = the last iteration's (the scale after
+//   not skipped, grad norm, params norm, batch size and loss scale = the last iteration's (the scale after
 //   its scaler update, as Megatron prints it), learning rate = the one the next iteration uses;
 // it writes the TensorBoard scalars (every --tensorboard-log-interval, each also against the
 // consumed samples) and the evaluation blocks with their scalars.
@@ -43,6 +44,7 @@ struct IterationLogFields {
   double lm_loss = 0;
   double loss_scale = 1.0;
   double grad_norm = 0;
+  std::optional<double> params_norm{};  // printed only with --log-params-norm
   int64_t skipped_iterations = 0;
   int64_t nan_iterations = 0;  // skipped and nan: a subset of the skipped ones
 };
@@ -87,6 +89,7 @@ struct IterationRecord {
   bool nan = false;
   // The model's device's memory after the iteration (--log-memory-to-tensorboard writes it).
   MemoryUsage memory{};
+  std::optional<double> params_norm{};  // --log-params-norm: the parameters' L2 norm after it
 };
 
 // The sums over the iterations since the last iteration line.

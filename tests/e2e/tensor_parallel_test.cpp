@@ -29,6 +29,7 @@ namespace fs = std::filesystem;
 
 using test_support::check_resumed_bit_for_bit;
 using test_support::check_same_losses;
+using test_support::logged_field;
 using test_support::logged_losses;
 using test_support::mpirun_path;
 using test_support::output_tail;
@@ -52,10 +53,14 @@ TEST_CASE(
     CAPTURE(style);
     const fs::path single_save = directory.path / (style + "_tp1");
     const fs::path single_log = directory.path / (style + "_tp1.log");
-    REQUIRE(run_pretrain(1, tensor_parallel_training_flags(style, 1, single_save), single_log) ==
-            0);
+    // --log-params-norm: each element of the model once, whatever the layout.
+    auto single_flags = tensor_parallel_training_flags(style, 1, single_save);
+    single_flags.push_back("--log-params-norm");
+    REQUIRE(run_pretrain(1, single_flags, single_log) == 0);
     const auto expected = logged_losses(read_file(single_log));
     REQUIRE(expected.size() == 20);
+    const auto expected_params_norms = logged_field(read_file(single_log), "params norm");
+    REQUIRE(expected_params_norms.size() == 20);
     struct Layout {
       int ranks;
       bool distributed;
@@ -72,6 +77,7 @@ TEST_CASE(
       auto flags = tensor_parallel_training_flags(style, 2, save);
       if (layout.distributed) flags.push_back("--use-distributed-optimizer");
       if (layout.sequence_parallel) flags.push_back("--sequence-parallel");
+      flags.push_back("--log-params-norm");
       const int status = run_pretrain(layout.ranks, flags, log);
       const std::string output = read_file(log);
       INFO(output_tail(output));
@@ -79,6 +85,12 @@ TEST_CASE(
       int lines = 0;
       check_same_losses(logged_losses(output, &lines), expected);
       CHECK(lines == 20);  // printed once, by the last rank
+      const auto params_norms = logged_field(output, "params norm");
+      REQUIRE(params_norms.size() == 20);
+      for (const auto& [iteration, norm] : expected_params_norms) {
+        CAPTURE(iteration);
+        CHECK(std::abs(params_norms.at(iteration) - norm) <= 2e-3);  // printed to 3 decimals
+      }
       CHECK(output.find("> initialized tensor model parallel with size 2") != std::string::npos);
       // Megatron's per-rank parameter counts, from both tensor-parallel ranks of DP rank 0.
       CHECK(output.find("model parallel rank (0, 0): ") != std::string::npos);

@@ -942,8 +942,8 @@ TEST_CASE("Megatron flags built for one value, or not at all, are refused with t
        "built"},
       {{"--use-dist-ckpt"},
        "--use-dist-ckpt is a Megatron-LM flag this backend does not support yet"},
-      {{"--log-params-norm"},
-       "--log-params-norm is a Megatron-LM flag this backend does not support yet"},
+      {{"--log-num-zeros-in-grad"},
+       "--log-num-zeros-in-grad is a Megatron-LM flag this backend does not support yet"},
       {{"--profile"}, "--profile is a Megatron-LM flag this backend does not support yet"},
   };
   for (const auto& c : cases) {

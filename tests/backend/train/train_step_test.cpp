@@ -207,3 +207,21 @@ TEST_CASE("an overflowing scaled gradient skips the update and backs the scale o
   CHECK_FALSE(unscaled.skipped);
   CHECK(training.optimizer.steps_taken() == 1);
 }
+
+TEST_CASE("--log-params-norm: the parameters' L2 norm after the update, and nothing without it") {
+  TinyTraining plain(step_arguments());
+  CHECK_FALSE(plain.step(kFirstBatch).params_norm.has_value());
+
+  auto a = step_arguments();
+  a.log_params_norm = true;
+  TinyTraining training(a);
+  const std::vector<float> before(training.model.parameters().begin(),
+                                  training.model.parameters().end());
+  const TrainStepResult result = training.step(kFirstBatch);
+  REQUIRE(result.params_norm.has_value());
+  double squares = 0, squares_before = 0;
+  for (const float value : training.model.parameters()) squares += double(value) * value;
+  for (const float value : before) squares_before += double(value) * value;
+  CHECK(*result.params_norm == doctest::Approx(std::sqrt(squares)).epsilon(1e-12));
+  CHECK(*result.params_norm != doctest::Approx(std::sqrt(squares_before)).epsilon(1e-12));
+}

@@ -48,6 +48,16 @@ TEST_CASE("throughput appears only when given, before the learning rate") {
   CHECK(line.find("| throughput per GPU (TFLOP/s/GPU): 123.5 | learning rate:") != std::string::npos);
 }
 
+TEST_CASE("the params norm appears only when given, after the grad norm (Megatron's order)") {
+  IterationLogFields fields;
+  fields.grad_norm = 1.5;
+  CHECK(format_iteration_line(fields).find("params norm") == std::string::npos);
+  fields.params_norm = 123.4567;
+  CHECK(format_iteration_line(fields).find(
+            "| grad norm: 1.500 | params norm: 123.457 | number of skipped iterations:") !=
+        std::string::npos);
+}
+
 TEST_CASE("the validation block: dashes one longer than the line, PPL capped at exp(20)") {
   const auto block = format_evaluation_block("iteration 100", 2.0);
   REQUIRE(block.size() == 3);
