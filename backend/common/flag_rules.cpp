@@ -31,7 +31,8 @@ constexpr std::string_view kTokenizerTypes[] = {
     "GPTSentencePieceTokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer", "TikTokenizer",
     "MultimodalTokenizer",    "NullTokenizer"};
 constexpr std::string_view kPositionEmbeddingTypes[] = {"learned_absolute", "rope"};
-constexpr std::string_view kNormalizations[] = {"LayerNorm", "RMSNorm"};
+// Megatron-LM's names, then Megatron-DeepSpeed's (read as the first two).
+constexpr std::string_view kNormalizations[] = {"LayerNorm", "RMSNorm", "layernorm", "rmsnorm"};
 constexpr std::string_view kRecomputeGranularities[] = {"selective", "full"};
 constexpr std::string_view kRecomputeMethods[] = {"uniform", "block"};
 constexpr std::string_view kDecayStyles[] = {"constant", "linear", "cosine", "inverse-square-root",
@@ -86,6 +87,7 @@ constexpr FlagRule kRules[] = {
     choice_flag("--recompute-method", kRecomputeMethods),
     integer_flag("--recompute-num-layers", 0),  // block recompute of 0 layers recomputes nothing
     integer_flag("--num-query-groups", 1),
+    integer_flag("--num-key-value-heads", 1),
     probability_flag("--hidden-dropout"),
     probability_flag("--attention-dropout"),
     // tokenizer and data

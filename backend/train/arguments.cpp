@@ -206,7 +206,9 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   app.add_option("--position-embedding-type", arguments.position_embedding_type,
                  "learned_absolute or rope")
       ->group(model);
-  app.add_option("--rotary-base", arguments.rotary_base, "RoPE base period")->group(model);
+  app.add_option("--rotary-base,--rotary-position-embeddings-theta", arguments.rotary_base,
+                 "RoPE base period (--rotary-position-embeddings-theta: Megatron-DeepSpeed's name)")
+      ->group(model);
   app.add_option("--rotary-percent", arguments.rotary_percent,
                  "Share of each head's features that RoPE rotates")->group(model);
   app.add_option("--normalization", arguments.normalization, "LayerNorm or RMSNorm")
@@ -219,7 +221,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   // Attention is fused on every device (blockwise on the CPU, FlashAttention-2-style kernels
   // on the GPU), never s × s scores. On the GPU the flag picks the tensor-core kernel for bf16
   // (ops/attention.hpp's flash_attention_*) over the CUDA-core one.
-  app.add_flag("--use-flash-attn", arguments.use_flash_attn,
+  app.add_flag("--use-flash-attn,--use-flash-attn-v2", arguments.use_flash_attn,
                "fused attention on tensor cores on the GPU with --bf16 (head dims 64, 128); "
                "attention is fused, no s×s scores, on every device either way")
       ->group(model);
@@ -611,6 +613,16 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   app.add_option("--timing-log-level", timing_log_level,
                  "0: the iteration time; Megatron's finer timers are not built")
       ->group(compatibility);
+  std::optional<int64_t> num_key_value_heads;
+  app.add_option("--num-key-value-heads", num_key_value_heads,
+                 "Megatron-DeepSpeed's grouped-query attention: --group-query-attention "
+                 "--num-query-groups N (N = --num-attention-heads: plain multi-head)")
+      ->group(compatibility);
+  bool no_pipeline_parallel = false;
+  app.add_flag("--no-pipeline-parallel", no_pipeline_parallel,
+               "Megatron-DeepSpeed's switch off its pipeline engine: what "
+               "--pipeline-model-parallel-size 1 is here")
+      ->group(compatibility);
   app.add_option("--wandb-project", wandb_project,
                  "Empty: Weights & Biases logging is not built (TensorBoard is)")
       ->group(compatibility);
@@ -644,6 +656,25 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
     common::fail(
         "--seq-length and --encoder-seq-length are the same setting in a GPT model: "
         "give one of them");
+  }
+  // Megatron-DeepSpeed's spellings (its validate_args and model code): lower-case norm names;
+  // key/value heads counted as heads; no pipeline engine, which only pipeline size 1 allows.
+  if (arguments.normalization == "layernorm") arguments.normalization = "LayerNorm";
+  if (arguments.normalization == "rmsnorm") arguments.normalization = "RMSNorm";
+  if (num_key_value_heads) {
+    if (app.count("--num-query-groups") > 0 && arguments.num_query_groups != *num_key_value_heads) {
+      common::fail("--num-key-value-heads {} and --num-query-groups {} disagree: they are the "
+                   "same setting (Megatron-DeepSpeed's name and Megatron-LM's); give one",
+                   *num_key_value_heads, arguments.num_query_groups);
+    }
+    if (*num_key_value_heads != arguments.num_attention_heads) {
+      arguments.group_query_attention = true;
+      arguments.num_query_groups = *num_key_value_heads;
+    }
+  }
+  if (no_pipeline_parallel && arguments.pipeline_model_parallel_size != 1) {
+    common::fail("--no-pipeline-parallel with --pipeline-model-parallel-size {}: Megatron-DeepSpeed "
+                 "requires size 1 then", arguments.pipeline_model_parallel_size);
   }
   // Megatron's validate_args: the old RoPE switch sets the type, whatever else was given.
   if (use_rotary_position_embeddings) arguments.position_embedding_type = "rope";

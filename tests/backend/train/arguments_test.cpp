@@ -63,7 +63,7 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
       {{"--position-embedding-type", "alibi"},
        "--position-embedding-type: 'alibi' is not a valid choice; --position-embedding-type takes "
        "one of learned_absolute, rope"},
-      {{"--normalization", "rmsnorm"}, "--normalization: 'rmsnorm' is not a valid choice"},
+      {{"--normalization", "RmsNorm"}, "--normalization: 'RmsNorm' is not a valid choice"},
       {{"--rotary-percent", "0"}, "--rotary-percent: '0' is out of range; --rotary-percent takes a real number in (0, 1]"},
       {{"--rotary-percent", "1.5"}, "--rotary-percent: '1.5' is out of range"},
       {{"--rotary-base", "0"}, "--rotary-base: '0' is out of range; --rotary-base takes an integer ≥ 1"},
@@ -971,4 +971,37 @@ TEST_CASE("--exit-signal-handler and --exit-on-missing-checkpoint are parsed and
   };
   CHECK(has("exit_signal_handler"));
   CHECK(has("exit_on_missing_checkpoint"));
+}
+
+TEST_CASE("Megatron-DeepSpeed's Llama 2 example flags: its spellings of the same model") {
+  // examples_deepspeed/pretrain_llama2_distributed.sh, shrunk: lower-case norm names,
+  // --num-key-value-heads, --use-flash-attn-v2, --rotary-position-embeddings-theta,
+  // --no-pipeline-parallel, --optimizer adam, --no-query-key-layer-scaling.
+  const auto arguments = parse_words(with(
+      {"--ffn-hidden-size", "96", "--optimizer", "adam", "--adam-beta1", "0.9", "--adam-beta2",
+       "0.95", "--no-query-key-layer-scaling", "--use-rotary-position-embeddings",
+       "--rotary-position-embeddings-theta", "500000", "--untie-embeddings-and-output-weights",
+       "--swiglu", "--normalization", "rmsnorm", "--disable-bias-linear", "--num-key-value-heads",
+       "2", "--use-flash-attn-v2", "--no-pipeline-parallel"}));
+  REQUIRE(arguments);
+  CHECK(arguments->normalization == "RMSNorm");
+  CHECK(arguments->group_query_attention);
+  CHECK(arguments->num_query_groups == 2);
+  CHECK(arguments->use_flash_attn);
+  CHECK(arguments->rotary_base == 500000);
+  CHECK(arguments->position_embedding_type == "rope");
+  CHECK(parse_words(with({"--normalization", "layernorm"}))->normalization == "LayerNorm");
+  // As many key/value heads as heads: plain multi-head attention.
+  CHECK_FALSE(parse_words(with({"--num-key-value-heads", "4"}))->group_query_attention);
+  CHECK_THROWS_WITH_AS(parse_words(with({"--num-key-value-heads", "3"})),
+                       doctest::Contains("--num-attention-heads"), common::Error);
+  CHECK_THROWS_WITH_AS(
+      parse_words(with({"--num-key-value-heads", "2", "--group-query-attention",
+                        "--num-query-groups", "1"})),
+      doctest::Contains("--num-key-value-heads 2 and --num-query-groups 1 disagree"),
+      common::Error);
+  CHECK_THROWS_WITH_AS(
+      parse_words(with({"--no-pipeline-parallel", "--pipeline-model-parallel-size", "2"})),
+      doctest::Contains("--no-pipeline-parallel with --pipeline-model-parallel-size 2"),
+      common::Error);
 }
