@@ -67,6 +67,22 @@ constexpr common::RefusedFlag kUnsupportedFlags[] = {
     {"--log-progress", false, "progress.txt is not written"},
     {"--profile", false,
      "Megatron's profiling window is not built: run the whole job under nsys or perf"},
+    {"--train-tokens", true,
+     "Megatron-DeepSpeed's token-based schedule is not built: give samples (tokens ÷ "
+     "--seq-length) with --train-samples, --lr-decay-samples and --lr-warmup-samples"},
+    {"--lr-decay-tokens", true,
+     "Megatron-DeepSpeed's token-based schedule is not built: --lr-decay-samples (tokens ÷ "
+     "--seq-length)"},
+    {"--lr-warmup-tokens", true,
+     "Megatron-DeepSpeed's token-based schedule is not built: --lr-warmup-samples (tokens ÷ "
+     "--seq-length)"},
+    {"--hf-ckpt-dir", true,
+     "a Hugging Face model is not read during training: convert it first with checkpoint_util "
+     "--import-hf DIR --save CKPT and train with --load CKPT --finetune (docs/checkpoints.md)"},
+    {"--to-hf-ckpt", false,
+     "the export is a step of its own: checkpoint_util --load CKPT --export-hf DIR"},
+    {"--log-optimizer-states-to-tensorboard", false,
+     "the optimizer's state statistics are not written"},
     {"--use-pytorch-profiler", false,
      "there is no PyTorch profiler here: run the job under nsys or perf"},
 };
@@ -117,6 +133,9 @@ constexpr FlagWithoutEffect kSwitchesWithoutEffect[] = {
     {"--use-cpu-initialization",
      "the weights are made on the host, the same on every device and tensor-parallel layout"},
     {"--manual-gc", "Python's garbage collector; there is none here"},
+    {"--log-batch-size-to-tensorboard",
+     "the batch size is written to TensorBoard always (with --tensorboard-dir), as current "
+     "Megatron does"},
 };
 // The same for flags that take a value (their values are checked by the flag rules).
 constexpr FlagWithoutEffect kValuesWithoutEffect[] = {

@@ -874,7 +874,8 @@ TEST_CASE("Megatron's switches without effect here are accepted, and change noth
                                                "--wandb-project",
                                                "",
                                                "--wandb-exp-name",
-                                               "run"}));
+                                               "run",
+                                               "--log-batch-size-to-tensorboard"}));
   REQUIRE(plain);
   REQUIRE(with_switches);
   // The model, schedule and data are the same: the arguments dump differs in the command line
@@ -945,6 +946,8 @@ TEST_CASE("Megatron flags built for one value, or not at all, are refused with t
       {{"--log-num-zeros-in-grad"},
        "--log-num-zeros-in-grad is a Megatron-LM flag this backend does not support yet"},
       {{"--profile"}, "--profile is a Megatron-LM flag this backend does not support yet"},
+      {{"--train-tokens", "1000"}, "--train-tokens is a Megatron-LM flag this backend does not support yet: Megatron-DeepSpeed's token-based schedule is not built"},
+      {{"--hf-ckpt-dir", "llama"}, "checkpoint_util --import-hf DIR --save CKPT"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.message);
