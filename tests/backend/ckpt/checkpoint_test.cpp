@@ -38,11 +38,7 @@ namespace {
 
 // Dropout on and a cosine schedule with warm-up: resume must restore the RNG and the schedule.
 TrainingArguments resumable_arguments() {
-  TrainingArguments a = test_support::tiny_gpt_arguments(8);
-  a.lr_warmup_iters = 2;
-  a.lr_decay_style = "cosine";
-  a.hidden_dropout = a.attention_dropout = 0.1;
-  a.command_line = {"pretrain_gpt"};
+  TrainingArguments a = test_support::resumable_gpt_arguments(8);
   validate_arguments(a);
   return a;
 }

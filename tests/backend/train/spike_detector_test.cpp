@@ -30,11 +30,7 @@ constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 // checkpoint_test.cpp's tiny model, 12 iterations, saving every 2, rolling back on spikes
 // judged over a window of 3.
 TrainingArguments spike_arguments(const std::string& save) {
-  TrainingArguments a = test_support::tiny_gpt_arguments(12);
-  a.lr_warmup_iters = 2;
-  a.lr_decay_style = "cosine";
-  a.hidden_dropout = a.attention_dropout = 0.1;
-  a.command_line = {"pretrain_gpt"};
+  TrainingArguments a = test_support::resumable_gpt_arguments(12);
   a.save = save;
   a.save_interval = 2;
   a.rollback_on_spike = true;

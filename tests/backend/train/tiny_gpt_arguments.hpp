@@ -30,4 +30,15 @@ inline backend::TrainingArguments tiny_gpt_arguments(int64_t train_iters) {
   return a;
 }
 
+// The tiny GPT with what a resumed run must restore to match an uninterrupted one: dropout on
+// and a cosine schedule with two iterations of warm-up. Not validated, as above.
+inline backend::TrainingArguments resumable_gpt_arguments(int64_t train_iters) {
+  backend::TrainingArguments a = tiny_gpt_arguments(train_iters);
+  a.lr_warmup_iters = 2;
+  a.lr_decay_style = "cosine";
+  a.hidden_dropout = a.attention_dropout = 0.1;
+  a.command_line = {"pretrain_gpt"};
+  return a;
+}
+
 }  // namespace test_support
