@@ -584,9 +584,9 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
         ->group(serving);
   }
 
-  // Megatron's flags that change nothing here, or that are accepted with their default value
-  // only (checked after parsing).
-  auto* compatibility = "Megatron flags without effect here";
+  // Megatron's (and Megatron-DeepSpeed's) flags that change nothing here, other spellings of
+  // flags above, and flags accepted with their default value only (checked after parsing).
+  auto* compatibility = "Megatron compatibility (no effect, other spellings, defaults only)";
   for (const FlagWithoutEffect& entry : kSwitchesWithoutEffect) {
     app.add_flag(entry.flag, entry.reason)->group(compatibility);
   }
