@@ -145,11 +145,14 @@ int run(const backend::CheckpointUtilOptions& options, const std::vector<std::st
   backend::check_release_destination(options.save, options.replace_training_tracker);
   const auto model = backend::import_hf(options.import_hf);
   backend::TrainingArguments arguments = backend::arguments_for_model(model.config());
+  const std::string tokenizer =
+      backend::record_hf_tokenizer(arguments, options.import_hf, model.config().vocab_size);
   arguments.save = options.save;
   arguments.no_save_optim = true;
   arguments.no_save_rng = true;
   arguments.command_line = command_line;
   backend::save_release_checkpoint(arguments, model, std::cout);
+  std::cout << " " << tokenizer << '\n';
   std::cout << fmt::format(" imported {} parameters from {}; continue training with\n"
                            "   pretrain_gpt {} --load {} ...\n",
                            model.parameters().size(), options.import_hf,

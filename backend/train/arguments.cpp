@@ -621,7 +621,8 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   app.add_option("--kv-channels", kv_channels,
                  "Head dimension: --hidden-size / --num-attention-heads, the only one built")
       ->group(compatibility);
-  app.add_option("--vocab-extra-ids", vocab_extra_ids, "0: T5's sentinel tokens are not built")
+  app.add_option("--vocab-extra-ids", vocab_extra_ids,
+                 "0: training on SentencePiece's extra ids is not built (preprocess_data adds them)")
       ->group(compatibility);
   app.add_option("--context-parallel-size", context_parallel_size,
                  "1: context parallelism is not built")
@@ -711,7 +712,8 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                "not built; checkpoints have Megatron's per-rank layout (--ckpt-format torch, "
                "docs/checkpoints.md)");
   refuse_value(vocab_extra_ids != 0, "--vocab-extra-ids", vocab_extra_ids,
-               "T5's sentinel tokens are not built (0, Megatron's default, is)");
+               "training with SentencePieceTokenizer's <extra_id_N> tokens is not built (0, "
+               "Megatron's default, is; preprocess_data adds them to a dataset)");
   refuse_value(context_parallel_size != 1, "--context-parallel-size", context_parallel_size,
                "context parallelism is not built (1 is)");
   refuse_value(expert_model_parallel_size != 1, "--expert-model-parallel-size",

@@ -8,6 +8,7 @@
 #include "backend/common/error.hpp"
 #include "backend/common/memory_estimate.hpp"
 #include "backend/data/gpt2_bpe_tokenizer.hpp"
+#include "backend/data/tokenizer.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
@@ -80,6 +81,45 @@ TrainingArguments arguments_for_model(const GptConfig& config) {
     }
   }
   return a;
+}
+
+std::string record_hf_tokenizer(TrainingArguments& arguments,
+                                const std::filesystem::path& hf_directory,
+                                int64_t model_vocab_size) {
+  namespace fs = std::filesystem;
+  if (arguments.tokenizer_type != "NullTokenizer") {
+    return fmt::format("tokenizer: {} (GPT-2's vocabulary size)", arguments.tokenizer_type);
+  }
+  std::error_code error;
+  TokenizerOptions options;
+  if (fs::is_regular_file(hf_directory / "tokenizer.model", error)) {
+    options.tokenizer_type = "Llama2Tokenizer";
+    options.tokenizer_model = fs::absolute(hf_directory / "tokenizer.model").string();
+  } else if (fs::is_regular_file(hf_directory / "tokenizer.json", error)) {
+    options.tokenizer_type = "HuggingFaceTokenizer";
+    options.tokenizer_model = fs::absolute(hf_directory).string();
+  } else {
+    return fmt::format("tokenizer: {} has neither tokenizer.model nor tokenizer.json, so the "
+                       "checkpoint records NullTokenizer; give the tokenizer's flags when training",
+                       hf_directory.string());
+  }
+  int64_t tokenizer_vocab_size = 0;
+  try {
+    tokenizer_vocab_size = build_tokenizer(options)->vocab_size();
+  } catch (const common::Error& problem) {
+    return fmt::format("tokenizer: not recorded ({}); give the tokenizer's flags when training",
+                       problem.what());
+  }
+  if (tokenizer_vocab_size != model_vocab_size) {
+    return fmt::format("tokenizer: {} has {} ids and the model's vocabulary {} rows, so the "
+                       "checkpoint records NullTokenizer; give the tokenizer's flags when training",
+                       options.tokenizer_model, tokenizer_vocab_size, model_vocab_size);
+  }
+  arguments.tokenizer_type = options.tokenizer_type;
+  arguments.tokenizer_model = options.tokenizer_model;
+  arguments.vocab_size = 0;
+  return fmt::format("tokenizer: --tokenizer-type {} --tokenizer-model {} (the directory's, {} ids)",
+                     options.tokenizer_type, options.tokenizer_model, tokenizer_vocab_size);
 }
 
 }  // namespace backend

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <iosfwd>
+#include <string>
 
 #include "backend/model/gpt_config.hpp"
 #include "backend/model/gpt_model.hpp"
@@ -32,5 +33,18 @@ GptModel<float> load_checkpoint_weights(const std::filesystem::path& directory, 
 // size to config.padded_vocab_size (else the padded size itself). --seq-length is
 // --max-position-embeddings.
 TrainingArguments arguments_for_model(const GptConfig& config);
+
+// The tokenizer a Hugging Face model directory ships, recorded in `arguments` in place of
+// arguments_for_model's NullTokenizer when it has the model's vocabulary size
+// (`model_vocab_size`): tokenizer.model (SentencePiece: Llama 1 and 2, Mistral) as
+// Llama2Tokenizer, else tokenizer.json (Llama 3) as HuggingFaceTokenizer, with --tokenizer-model
+// its absolute path, as Megatron's Llama guide passes them. Then the printed flags and the
+// checkpoint's record (--use-checkpoint-args) name the tokenizer that made the model. Returns
+// one line saying what was recorded or why nothing was (no tokenizer file, another vocabulary
+// size, a file the tokenizer cannot read: the weights are imported all the same, and the
+// arguments stay as they were).
+std::string record_hf_tokenizer(TrainingArguments& arguments,
+                                const std::filesystem::path& hf_directory,
+                                int64_t model_vocab_size);
 
 }  // namespace backend

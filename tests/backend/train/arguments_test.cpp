@@ -922,7 +922,7 @@ TEST_CASE("Megatron flags built for one value, or not at all, are refused with t
        "--optimizer: 'lion' is not a valid choice; --optimizer takes one of adam, sgd"},
       {{"--dataloader-type", "cyclic"}, "--dataloader-type cyclic: not built"},
       {{"--ckpt-format", "torch_dist"}, "--ckpt-format torch_dist: not built"},
-      {{"--vocab-extra-ids", "100"}, "--vocab-extra-ids 100: T5's sentinel tokens are not built"},
+      {{"--vocab-extra-ids", "100"}, "--vocab-extra-ids 100: training with SentencePieceTokenizer's <extra_id_N> tokens is not built"},
       {{"--context-parallel-size", "2"},
        "--context-parallel-size 2: context parallelism is not built"},
       {{"--expert-model-parallel-size", "8"}, "--expert-model-parallel-size 8: mixture-of-experts"},

@@ -6,17 +6,22 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/ckpt/hf_format.hpp"
 #include "backend/common/error.hpp"
+#include "backend/data/compressed_input.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/trainer.hpp"
 #include "tests/temporary_directory.hpp"
+#include "tests/test_files.hpp"
 
 namespace {
 
@@ -222,4 +227,77 @@ TEST_CASE("checkpoint conversion: checkpoint → Hugging Face → release checkp
   CHECK(log.str().find("loading release checkpoint from") != std::string::npos);
   check_same_config(model.config(), trained.config());
   CHECK(same_parameters(model, trained));
+}
+
+TEST_CASE("checkpoint conversion: an imported directory's tokenizer is recorded when it fits") {
+  namespace fs = std::filesystem;
+  TemporaryDirectory directory;
+  const fs::path hf = directory.path / "hf";
+  fs::create_directories(hf);
+  GptConfig config;
+  config.vocab_size = 500;  // the SentencePiece model's ids
+  config.padded_vocab_size = 512;
+  const TrainingArguments imported = backend::arguments_for_model(config);
+  REQUIRE(imported.tokenizer_type == "NullTokenizer");
+
+  // Nothing to record: the note says so and the NullTokenizer stays.
+  auto nothing = imported;
+  CHECK(backend::record_hf_tokenizer(nothing, hf, 500).find("neither tokenizer.model nor "
+                                                            "tokenizer.json") != std::string::npos);
+  CHECK(nothing.tokenizer_type == "NullTokenizer");
+
+  // Llama 2's layout: tokenizer.model, SentencePiece, as Llama2Tokenizer.
+  fs::copy_file(test_support::kTestData + "/sentencepiece_bpe.model", hf / "tokenizer.model");
+  auto llama2 = imported;
+  const std::string recorded = backend::record_hf_tokenizer(llama2, hf, 500);
+  CHECK(recorded.find("--tokenizer-type Llama2Tokenizer") != std::string::npos);
+  CHECK(llama2.tokenizer_type == "Llama2Tokenizer");
+  CHECK(llama2.tokenizer_model == fs::absolute(hf / "tokenizer.model").string());
+  // The model it describes is the imported one.
+  CHECK(backend::model_config(llama2).padded_vocab_size == 512);
+
+  // Another vocabulary size: not this model's tokenizer.
+  auto other = imported;
+  CHECK(backend::record_hf_tokenizer(other, hf, 501).find("has 500 ids and the model's "
+                                                          "vocabulary 501 rows") !=
+        std::string::npos);
+  CHECK(other.tokenizer_type == "NullTokenizer");
+
+  // A file the tokenizer cannot read: a note, not a failed import.
+  std::ofstream(hf / "tokenizer.model", std::ios::trunc) << "not a model";
+  auto unreadable = imported;
+  CHECK(backend::record_hf_tokenizer(unreadable, hf, 500).find("not recorded") !=
+        std::string::npos);
+  CHECK(unreadable.tokenizer_type == "NullTokenizer");
+
+  // Llama 3's layout: tokenizer.json alone, as HuggingFaceTokenizer of the directory.
+  const fs::path llama3 = directory.path / "llama3";
+  fs::create_directories(llama3);
+  {
+    backend::CompressedInput input(test_support::kTestData + "/llama3/tokenizer.json.xz");
+    std::ofstream out(llama3 / "tokenizer.json", std::ios::binary);
+    std::vector<char> buffer(1 << 20);
+    while (const size_t n = input.read(buffer.data(), buffer.size())) {
+      out.write(buffer.data(), static_cast<std::streamsize>(n));
+    }
+  }
+  fs::copy_file(test_support::kTestData + "/llama3/tokenizer_config.json",
+                llama3 / "tokenizer_config.json");
+  GptConfig llama3_config;
+  llama3_config.vocab_size = 128256;
+  llama3_config.padded_vocab_size = 128256;
+  auto llama3_arguments = backend::arguments_for_model(llama3_config);
+  CHECK(backend::record_hf_tokenizer(llama3_arguments, llama3, 128256)
+            .find("--tokenizer-type HuggingFaceTokenizer") != std::string::npos);
+  CHECK(llama3_arguments.tokenizer_type == "HuggingFaceTokenizer");
+  CHECK(llama3_arguments.tokenizer_model == fs::absolute(llama3).string());
+  CHECK(backend::model_config(llama3_arguments).padded_vocab_size == 128256);
+
+  // GPT-2's size keeps GPT2BPETokenizer.
+  GptConfig gpt2;
+  gpt2.vocab_size = 50257;
+  gpt2.padded_vocab_size = 50304;
+  auto gpt2_arguments = backend::arguments_for_model(gpt2);
+  backend::record_hf_tokenizer(gpt2_arguments, hf, 50257);
+  CHECK(gpt2_arguments.tokenizer_type == "GPT2BPETokenizer");
 }
