@@ -5,6 +5,7 @@
 // Each TEST_CASE starts its own cluster (one process per case under ctest), so cases can run
 // concurrently; every wait is bounded.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include "temporary_directory.hpp"
 
@@ -304,6 +305,52 @@ TEST_CASE("kill -9 of one rank of a two-node Slurm job ends the job FAILED withi
   REQUIRE(outcome.finished);
   CHECK(outcome.state == "FAILED");
   CHECK(seconds < 60);
+}
+
+TEST_CASE("scancel --signal=TERM of a two-node job: both ranks save one iteration and the job completes") {
+  // What a preemption or a time limit sends first. NeMo's preemption callback (on by default)
+  // is --exit-signal-handler here: every task finishes the iteration, the checkpoint of that
+  // iteration is saved, and each exits 0, so the job ends COMPLETED with a checkpoint to resume.
+  slurm_test::SlurmTestCluster cluster;
+  TemporaryDirectory temporary;
+  const auto launched = slurm_test::run_command(
+      tiny_bcm_run(cluster, temporary.path,
+                   {"training.trainer.num_nodes=2", "cluster.srun_args=['--mpi=pmix']",
+                    "training.trainer.max_steps=100000"}),
+      {}, 120s);
+  INFO("launcher output:\n" << launched.output);
+  REQUIRE(launched.exit_code == 0);
+  const fs::path results = temporary.path / "gpt3_126m";
+  const std::string script = slurm_test::read_text(results / (kJobName + "_submission.sh"));
+  CHECK(script.find("--exit-signal-handler") != std::string::npos);
+  const std::string job_id = submitted_job_id(results / "launcher.log");
+  REQUIRE(!job_id.empty());
+  const fs::path job_log = results / ("log-" + kJobName + "_" + job_id + ".out");
+  const auto started = std::chrono::steady_clock::now();
+  while (slurm_test::read_text(job_log).find(" iteration ") == std::string::npos) {
+    REQUIRE(std::chrono::steady_clock::now() - started < 120s);
+    std::this_thread::sleep_for(100ms);
+  }
+  const auto signalled = cluster.client("scancel", {"--signal=TERM", job_id});
+  INFO("scancel: " << signalled.output);
+  REQUIRE(signalled.exit_code == 0);
+  const slurm_test::JobOutcome outcome = cluster.wait_for_job(job_id, 120s);
+  const std::string log = slurm_test::read_text(job_log);
+  INFO("scontrol show job: " << outcome.record);
+  INFO("job log:\n" << log);
+  REQUIRE(outcome.finished);
+  CHECK(outcome.state == "COMPLETED");
+  CHECK(log.find("[exiting program after receiving SIGTERM.] datetime: ") != std::string::npos);
+  // The checkpoint of the last iteration trained, where a relaunch resumes
+  // (exp_manager.resume_if_exists).
+  std::smatch tracked;
+  const std::string tracker =
+      slurm_test::read_text(results / "results" / "checkpoints" / "latest_checkpointed_iteration.txt");
+  REQUIRE(std::regex_match(tracker, tracked, std::regex(R"((\d+)\s*)")));
+  const int iteration = std::stoi(tracked[1]);
+  CHECK(iteration < 100000);
+  CHECK(std::regex_search(log, std::regex(" iteration +" + std::to_string(iteration) + "/")));
+  CHECK(fs::is_directory(results / "results" / "checkpoints" / fmt::format("iter_{:07d}", iteration)));
 }
 
 TEST_CASE("num_nodes=2 renders and submits a two-node allocation whose tasks land on both nodes") {
