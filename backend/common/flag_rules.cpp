@@ -54,6 +54,9 @@ constexpr std::string_view kOptimizers[] = {"adam", "sgd"};
 constexpr std::string_view kDataloaderTypes[] = {"single", "cyclic", "external"};
 constexpr std::string_view kCheckpointFormats[] = {"torch", "torch_dist", "zarr", "torch_dcp"};
 constexpr std::string_view kTimingLogOptions[] = {"max", "minmax", "all"};
+// Python's names of the signals a process can catch that schedulers send as notice
+// (backend/train/exit_signal_handler.hpp).
+constexpr std::string_view kExitSignals[] = {"SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2"};
 
 constexpr FlagRule norm_epsilon() {
   FlagRule rule = real_flag("--norm-epsilon", 0, false);
@@ -189,6 +192,7 @@ constexpr FlagRule kRules[] = {
     integer_flag("--save-interval", 1),
     integer_flag("--exit-interval", 1),
     real_flag("--exit-duration-in-mins", 0, false),
+    choice_flag("--exit-signal", kExitSignals),
     // --rollback-on-spike's (docs/checkpoints.md): a threshold above 1 (at or below the median
     // every ordinary iteration would be a spike), a learning-rate factor in (0, 1]
     real_flag("--spike-threshold", 1, false),

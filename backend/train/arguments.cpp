@@ -495,7 +495,12 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "minutes after the start")
       ->group(logging);
   app.add_flag("--exit-signal-handler", arguments.exit_signal_handler,
-               "On SIGTERM, save a checkpoint (with --save) after the iteration and exit")
+               "On SIGTERM (or --exit-signal), save a checkpoint (with --save) after the "
+               "iteration and exit")
+      ->group(logging);
+  app.add_option("--exit-signal", arguments.exit_signal,
+                 "The signal --exit-signal-handler takes: SIGTERM, SIGINT, SIGHUP, SIGUSR1 or "
+                 "SIGUSR2 (sbatch --signal=USR1@300 gives notice before the time limit's SIGTERM)")
       ->group(logging);
   app.add_flag("--exit-on-missing-checkpoint", arguments.exit_on_missing_checkpoint,
                "With --load: stop with an error when it holds no checkpoint, instead of "
@@ -1078,6 +1083,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"exit_duration_in_mins",
        a.exit_duration_in_mins > 0 ? fmt::format("{}", a.exit_duration_in_mins) : "None"},
       {"exit_signal_handler", python(a.exit_signal_handler)},
+      {"exit_signal", "Signals." + a.exit_signal},
       {"exit_on_missing_checkpoint", python(a.exit_on_missing_checkpoint)},
       {"ffn_hidden_size", fmt::format("{}", a.ffn_hidden_size)},
       {"finetune", python(a.finetune)},

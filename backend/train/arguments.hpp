@@ -175,6 +175,7 @@ struct TrainingArguments {
   double exit_duration_in_mins = 0;  // 0: no time limit
   // On SIGTERM: finish the iteration, save (with --save) and exit 0 (exit_signal_handler.hpp).
   bool exit_signal_handler = false;
+  std::string exit_signal = "SIGTERM";  // --exit-signal: the one the handler takes
   // --load naming a directory without a checkpoint is an error, not a start from scratch.
   bool exit_on_missing_checkpoint = false;
   bool finetune = false;      // load the weights only; iteration and samples start at 0

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace backend {
 
@@ -22,7 +23,17 @@ extern "C" void note_exit_signal(int) {
 
 }  // namespace
 
-ExitSignalHandler::ExitSignalHandler() {
+std::optional<int> exit_signal_number(std::string_view name) {
+  constexpr std::pair<std::string_view, int> kSignals[] = {
+      {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGHUP", SIGHUP},
+      {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}};
+  for (const auto& [known, number] : kSignals) {
+    if (known == name) return number;
+  }
+  return std::nullopt;
+}
+
+ExitSignalHandler::ExitSignalHandler(int signal_number) : signal_number_(signal_number) {
   if (handler_installed.exchange(true)) {
     throw std::logic_error("ExitSignalHandler: one already exists in this process");
   }
@@ -32,14 +43,15 @@ ExitSignalHandler::ExitSignalHandler() {
   sigemptyset(&action.sa_mask);
   // Restarted system calls: a read or a collective that the signal interrupts goes on.
   action.sa_flags = SA_RESTART;
-  if (sigaction(SIGTERM, &action, &previous_) != 0) {
+  if (sigaction(signal_number_, &action, &previous_) != 0) {
     handler_installed.store(false);
-    throw std::runtime_error(std::string("sigaction(SIGTERM): ") + std::strerror(errno));
+    throw std::runtime_error("sigaction(" + std::to_string(signal_number_) +
+                             "): " + std::strerror(errno));
   }
 }
 
 ExitSignalHandler::~ExitSignalHandler() {
-  sigaction(SIGTERM, &previous_, nullptr);
+  sigaction(signal_number_, &previous_, nullptr);
   handler_installed.store(false);
 }
 

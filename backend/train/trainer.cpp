@@ -261,10 +261,14 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
                        "--exit-on-missing-checkpoint is given: correct the path, or leave the flag "
                        "out to start from scratch when there is nothing to load");
   }
-  // Megatron installs its SIGTERM handler at initialisation: a notice during the setup stops
+  // Megatron installs its signal handler at initialisation: a notice during the setup stops
   // the run after its first iteration.
   std::optional<ExitSignalHandler> exit_signal;
-  if (a.exit_signal_handler) exit_signal.emplace();
+  if (a.exit_signal_handler) {
+    const std::optional<int> number = exit_signal_number(a.exit_signal);
+    if (!number) common::fail("--exit-signal {}: not a signal the handler takes", a.exit_signal);
+    exit_signal.emplace(*number);
+  }
   const SelectedDevice selected = select_device(a);
   Device& device = *selected.device;
   config.mixed_precision = mixed_precision_of(a, device);
@@ -720,7 +724,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
       // Megatron's print_datetime lines of its three exits.
       const std::string why =
           exit_conditions.exit_signal_received
-              ? std::string("exiting program after receiving SIGTERM.")
+              ? fmt::format("exiting program after receiving {}.", a.exit_signal)
           : exit_conditions.duration_exceeded
               ? fmt::format(
                     "exiting program after {} minutes",

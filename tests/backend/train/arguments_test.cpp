@@ -974,6 +974,12 @@ TEST_CASE("--exit-signal-handler and --exit-on-missing-checkpoint are parsed and
   };
   CHECK(has("exit_signal_handler"));
   CHECK(has("exit_on_missing_checkpoint"));
+  CHECK(arguments->exit_signal == "SIGTERM");
+  CHECK(parse_words(with({"--exit-signal-handler", "--exit-signal", "SIGUSR1"}))->exit_signal ==
+        "SIGUSR1");
+  CHECK_THROWS_WITH_AS(parse_words(with({"--exit-signal", "SIGKILL"})),
+                       doctest::Contains("--exit-signal: 'SIGKILL' is not a valid choice"),
+                       common::Error);
 }
 
 TEST_CASE("Megatron-DeepSpeed's Llama 2 example flags: its spellings of the same model") {

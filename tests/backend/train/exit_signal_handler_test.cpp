@@ -125,6 +125,26 @@ TEST_CASE("a run that gets SIGTERM saves after that iteration, exits, and resume
   CHECK(joined == trace(whole.iterations));
 }
 
+TEST_CASE("--exit-signal: another notice signal (sbatch --signal=USR1@300) stops the run the same way") {
+  CHECK(exit_signal_number("SIGUSR1") == SIGUSR1);
+  CHECK(exit_signal_number("SIGTERM") == SIGTERM);
+  CHECK_FALSE(exit_signal_number("SIGKILL").has_value());  // cannot be caught
+  CHECK_FALSE(exit_signal_number("USR1").has_value());     // Python's names only
+  auto a = signalled_arguments();
+  a.exit_signal = "SIGUSR1";
+  // The run's handler takes SIGUSR1; the data source raises it at iteration 2.
+  auto data = std::make_shared<MockDataset>(a.seed, a.vocab_size + 1, a.seq_length);
+  const BatchSource source = [data, &a](Split split, int64_t first_sample, int64_t batch_size,
+                                        std::span<int32_t> tokens, std::span<int32_t> labels) {
+    if (split == Split::train && first_sample == a.global_batch_size) raise(SIGUSR1);
+    data->fill_batch(split, first_sample, batch_size, tokens, labels);
+  };
+  std::ostringstream log;
+  const TrainingResult result = pretrain(a, log, source);
+  CHECK(result.iterations.size() == 2);
+  CHECK(log.str().find("[exiting program after receiving SIGUSR1.]") != std::string::npos);
+}
+
 TEST_CASE("without --save a SIGTERM stops the run after the iteration and saves nothing") {
   const IgnoredTermination ignored;
   auto a = signalled_arguments();
