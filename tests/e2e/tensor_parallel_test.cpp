@@ -87,9 +87,11 @@ TEST_CASE(
       CHECK(lines == 20);  // printed once, by the last rank
       const auto params_norms = logged_field(output, "params norm");
       REQUIRE(params_norms.size() == 20);
-      for (const auto& [iteration, norm] : expected_params_norms) {
+      for (const auto& expected_norm : expected_params_norms) {
+        const int iteration = expected_norm.first;  // not a structured binding: CAPTURE's lambda
         CAPTURE(iteration);
-        CHECK(std::abs(params_norms.at(iteration) - norm) <= 2e-3);  // printed to 3 decimals
+        // printed to 3 decimals
+        CHECK(std::abs(params_norms.at(iteration) - expected_norm.second) <= 2e-3);
       }
       CHECK(output.find("> initialized tensor model parallel with size 2") != std::string::npos);
       // Megatron's per-rank parameter counts, from both tensor-parallel ranks of DP rank 0.
