@@ -156,6 +156,44 @@ constexpr FlagWithoutEffect kValuesWithoutEffect[] = {
     {"--wandb-save-dir", "Weights & Biases logging is not built (--wandb-project)"},
 };
 
+// Megatron flags built for one value, Megatron's default: any other is refused with the reason.
+// Their values are checked by the flag rules first, which also write them in canonical form
+// ("01" → "1"), so a given value is compared with `built` as text.
+struct DefaultOnlyFlag {
+  const char* flag;
+  const char* built;  // the value that is built
+  const char* help;
+  const char* refusal;  // after "<flag> <value>: "
+};
+constexpr DefaultOnlyFlag kDefaultOnlyFlags[] = {
+    {"--optimizer", "adam",
+     "adam: Adam with decoupled weight decay (Megatron's adam); sgd is not built",
+     "not built; the optimizer is Adam with decoupled weight decay (--optimizer adam, "
+     "Megatron's default)"},
+    {"--dataloader-type", "single",
+     "single: Megatron's single-pass order; cyclic and external are not built",
+     "not built; samples are read in Megatron's single-pass order (--dataloader-type single, "
+     "Megatron's default)"},
+    {"--ckpt-format", "torch",
+     "torch: Megatron's per-rank layout, which checkpoints have here; the distributed formats "
+     "are not built",
+     "not built; checkpoints have Megatron's per-rank layout (--ckpt-format torch, "
+     "docs/checkpoints.md)"},
+    {"--vocab-extra-ids", "0",
+     "0: training on SentencePiece's extra ids is not built (preprocess_data adds them)",
+     "training with SentencePieceTokenizer's <extra_id_N> tokens is not built (0, Megatron's "
+     "default, is; preprocess_data adds them to a dataset)"},
+    {"--context-parallel-size", "1", "1: context parallelism is not built",
+     "context parallelism is not built (1 is)"},
+    {"--expert-model-parallel-size", "1", "1: mixture-of-experts layers are not built",
+     "mixture-of-experts layers are not built (1 is)"},
+    {"--timing-log-level", "0", "0: the iteration time; Megatron's finer timers are not built",
+     "Megatron's timer breakdown is not built; level 0, the iteration time in each log line, is "
+     "what is logged"},
+    {"--wandb-project", "", "Empty: Weights & Biases logging is not built (TensorBoard is)",
+     "Weights & Biases logging is not built; TensorBoard is (--tensorboard-dir)"},
+};
+
 // Megatron's tokenizers that this backend builds; the others are valid values of
 // --tokenizer-type (common/flag_rules.cpp) that are refused as not built yet.
 const std::vector<std::string> kBuiltTokenizers = {
@@ -608,35 +646,14 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                "No learned position table: what --position-embedding-type rope has; refused "
                "otherwise, as Megatron refuses it")
       ->group(compatibility);
-  std::string optimizer_name = "adam", dataloader_type = "single", checkpoint_format = "torch",
-              wandb_project;
+  std::map<std::string, std::string> default_only_values;
+  for (const DefaultOnlyFlag& entry : kDefaultOnlyFlags) {
+    default_only_values[entry.flag] = entry.built;
+    app.add_option(entry.flag, default_only_values[entry.flag], entry.help)->group(compatibility);
+  }
   std::optional<int64_t> kv_channels;
-  int64_t vocab_extra_ids = 0, context_parallel_size = 1, expert_model_parallel_size = 1,
-          timing_log_level = 0;
-  app.add_option("--optimizer", optimizer_name,
-                 "adam: Adam with decoupled weight decay (Megatron's adam); sgd is not built")
-      ->group(compatibility);
-  app.add_option("--dataloader-type", dataloader_type,
-                 "single: Megatron's single-pass order; cyclic and external are not built")
-      ->group(compatibility);
-  app.add_option("--ckpt-format", checkpoint_format,
-                 "torch: Megatron's per-rank layout, which checkpoints have here; the "
-                 "distributed formats are not built")
-      ->group(compatibility);
   app.add_option("--kv-channels", kv_channels,
                  "Head dimension: --hidden-size / --num-attention-heads, the only one built")
-      ->group(compatibility);
-  app.add_option("--vocab-extra-ids", vocab_extra_ids,
-                 "0: training on SentencePiece's extra ids is not built (preprocess_data adds them)")
-      ->group(compatibility);
-  app.add_option("--context-parallel-size", context_parallel_size,
-                 "1: context parallelism is not built")
-      ->group(compatibility);
-  app.add_option("--expert-model-parallel-size", expert_model_parallel_size,
-                 "1: mixture-of-experts layers are not built")
-      ->group(compatibility);
-  app.add_option("--timing-log-level", timing_log_level,
-                 "0: the iteration time; Megatron's finer timers are not built")
       ->group(compatibility);
   std::optional<int64_t> num_key_value_heads;
   app.add_option("--num-key-value-heads", num_key_value_heads,
@@ -647,9 +664,6 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   app.add_flag("--no-pipeline-parallel", no_pipeline_parallel,
                "Megatron-DeepSpeed's switch off its pipeline engine: what "
                "--pipeline-model-parallel-size 1 is here")
-      ->group(compatibility);
-  app.add_option("--wandb-project", wandb_project,
-                 "Empty: Weights & Biases logging is not built (TensorBoard is)")
       ->group(compatibility);
 
   // Every value is checked by the shared table (backend/common/flag_rules.cpp) before CLI11
@@ -703,31 +717,10 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   }
   // Megatron's validate_args: the old RoPE switch sets the type, whatever else was given.
   if (use_rotary_position_embeddings) arguments.position_embedding_type = "rope";
-  const auto refuse_value = [](bool refused, std::string_view flag, const auto& value,
-                               std::string_view reason) {
-    if (refused) common::fail("{} {}: {}", flag, value, reason);
-  };
-  refuse_value(optimizer_name != "adam", "--optimizer", optimizer_name,
-               "not built; the optimizer is Adam with decoupled weight decay (--optimizer adam, "
-               "Megatron's default)");
-  refuse_value(dataloader_type != "single", "--dataloader-type", dataloader_type,
-               "not built; samples are read in Megatron's single-pass order (--dataloader-type "
-               "single, Megatron's default)");
-  refuse_value(checkpoint_format != "torch", "--ckpt-format", checkpoint_format,
-               "not built; checkpoints have Megatron's per-rank layout (--ckpt-format torch, "
-               "docs/checkpoints.md)");
-  refuse_value(vocab_extra_ids != 0, "--vocab-extra-ids", vocab_extra_ids,
-               "training with SentencePieceTokenizer's <extra_id_N> tokens is not built (0, "
-               "Megatron's default, is; preprocess_data adds them to a dataset)");
-  refuse_value(context_parallel_size != 1, "--context-parallel-size", context_parallel_size,
-               "context parallelism is not built (1 is)");
-  refuse_value(expert_model_parallel_size != 1, "--expert-model-parallel-size",
-               expert_model_parallel_size, "mixture-of-experts layers are not built (1 is)");
-  refuse_value(timing_log_level != 0, "--timing-log-level", timing_log_level,
-               "Megatron's timer breakdown is not built; level 0, the iteration time in each log "
-               "line, is what is logged");
-  refuse_value(!wandb_project.empty(), "--wandb-project", wandb_project,
-               "Weights & Biases logging is not built; TensorBoard is (--tensorboard-dir)");
+  for (const DefaultOnlyFlag& entry : kDefaultOnlyFlags) {
+    const std::string& value = default_only_values[entry.flag];
+    if (value != entry.built) common::fail("{} {}: {}", entry.flag, value, entry.refusal);
+  }
   if (recompute_activations) arguments.recompute_granularity = "selective";
   if (checkpoint_num_layers && !checkpoint_activations) {
     common::fail("--checkpoint-num-layers {} needs --checkpoint-activations (or use "

@@ -68,6 +68,15 @@ std::string submitted_job_id(const fs::path& launcher_log) {
 
 const std::string kJobName = "nemo-megatron-gpt3_126m";  // conf/cluster/bcm.yaml's prefix + run name
 
+// Waits (at most two minutes) until training runs: an iteration line in the job's log.
+void wait_for_training(const fs::path& job_log) {
+  const auto started = std::chrono::steady_clock::now();
+  while (slurm_test::read_text(job_log).find(" iteration ") == std::string::npos) {
+    REQUIRE(std::chrono::steady_clock::now() - started < 120s);
+    std::this_thread::sleep_for(100ms);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("launcher main submits a tiny gpt3/126m to a real Slurm cluster and it completes") {
@@ -277,12 +286,7 @@ TEST_CASE("kill -9 of one rank of a two-node Slurm job ends the job FAILED withi
   const std::string job_id = submitted_job_id(results / "launcher.log");
   REQUIRE(!job_id.empty());
   const fs::path job_log = results / ("log-" + kJobName + "_" + job_id + ".out");
-  // Training runs once an iteration line is in the job's log.
-  const auto started = std::chrono::steady_clock::now();
-  while (slurm_test::read_text(job_log).find(" iteration ") == std::string::npos) {
-    REQUIRE(std::chrono::steady_clock::now() - started < 120s);
-    std::this_thread::sleep_for(100ms);
-  }
+  wait_for_training(job_log);
   // The job's ranks: the pretrain_gpt processes whose command line names this run's directory.
   std::vector<pid_t> ranks;
   for (const auto& entry : fs::directory_iterator("/proc")) {
@@ -326,11 +330,7 @@ TEST_CASE("scancel --signal=TERM of a two-node job: both ranks save one iteratio
   const std::string job_id = submitted_job_id(results / "launcher.log");
   REQUIRE(!job_id.empty());
   const fs::path job_log = results / ("log-" + kJobName + "_" + job_id + ".out");
-  const auto started = std::chrono::steady_clock::now();
-  while (slurm_test::read_text(job_log).find(" iteration ") == std::string::npos) {
-    REQUIRE(std::chrono::steady_clock::now() - started < 120s);
-    std::this_thread::sleep_for(100ms);
-  }
+  wait_for_training(job_log);
   const auto signalled = cluster.client("scancel", {"--signal=TERM", job_id});
   INFO("scancel: " << signalled.output);
   REQUIRE(signalled.exit_code == 0);
