@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -698,21 +699,19 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
       }
     }
 
-    // Megatron's --exit-duration-in-mins: every rank takes the longest elapsed time, so that
-    // all of them save and exit after the same iteration.
+    // Megatron's --exit-duration-in-mins and --exit-signal-handler, decided by every rank
+    // together in one max all-reduce: the longest elapsed time, and whether any rank got the
+    // signal (Megatron all-gathers each rank's flag), so that all of them save and exit after
+    // the same iteration.
     ExitConditions exit_conditions;
-    if (a.exit_duration_in_mins > 0) {
-      std::vector<float> minutes = {
-          static_cast<float>(std::chrono::duration<double>(Clock::now() - setup_start).count() / 60.0)};
-      world.all_reduce(host_view(std::span<float>(minutes)), ReduceOperation::max);
-      exit_conditions.duration_exceeded = minutes[0] > a.exit_duration_in_mins;
-    }
-    // --exit-signal-handler: a SIGTERM that reached any rank stops them all here (Megatron
-    // all-gathers each rank's flag).
-    if (exit_signal) {
-      std::vector<float> received = {exit_signal->received() ? 1.0F : 0.0F};
-      world.all_reduce(host_view(std::span<float>(received)), ReduceOperation::max);
-      exit_conditions.exit_signal_received = received[0] > 0;
+    if (a.exit_duration_in_mins > 0 || exit_signal) {
+      std::array<float, 2> exits = {
+          static_cast<float>(std::chrono::duration<double>(Clock::now() - setup_start).count() / 60.0),
+          exit_signal && exit_signal->received() ? 1.0F : 0.0F};
+      world.all_reduce(host_view(std::span<float>(exits)), ReduceOperation::max);
+      exit_conditions.duration_exceeded =
+          a.exit_duration_in_mins > 0 && exits[0] > a.exit_duration_in_mins;
+      exit_conditions.exit_signal_received = exits[1] > 0;
     }
     const IterationActions actions = actions_after_iteration(a, iteration, exit_conditions);
     if (actions.evaluate) {
