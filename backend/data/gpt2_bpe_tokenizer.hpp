@@ -37,6 +37,7 @@ namespace backend {
 
 // GPT-2's vocabulary: 256 byte tokens, 50,000 merges and <|endoftext|>.
 inline constexpr int64_t kGpt2VocabSize = 50257;
+inline constexpr int32_t kGpt2EndOfDocument = 50256;  // "<|endoftext|>"
 
 using Gpt2BpeOptions = ByteLevelBpeOptions;
 

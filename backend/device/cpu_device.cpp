@@ -435,14 +435,14 @@ void CpuDevice::vocab_parallel_cross_entropy_partial(View logsumexp_part, View t
 
 void CpuDevice::vocab_parallel_cross_entropy_combine(View losses, View logsumexp,
                                                      View logsumexp_parts, View target_logit,
-                                                     int64_t rows, int64_t parts) {
+                                                     View labels, int64_t rows, int64_t parts) {
   constexpr const char* op = "vocab_parallel_cross_entropy_combine";
   check_logsumexp_parts(logsumexp_parts.numel, rows, parts, op);
   dispatch(logsumexp_parts.type, op, [&](auto s) {
     using S = decltype(s);
     cpu::vocab_parallel_cross_entropy_combine(host<S>(losses), host<S>(logsumexp),
                                               host<S>(logsumexp_parts), host<S>(target_logit),
-                                              rows, parts);
+                                              ids(labels), rows, parts);
   });
 }
 

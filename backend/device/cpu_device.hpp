@@ -92,7 +92,7 @@ class CpuDevice : public Device {
                                             View labels, int64_t rows, int64_t vocab_size,
                                             int64_t vocab_start) override;
   void vocab_parallel_cross_entropy_combine(View losses, View logsumexp, View logsumexp_parts,
-                                            View target_logit, int64_t rows,
+                                            View target_logit, View labels, int64_t rows,
                                             int64_t parts) override;
 
  private:

@@ -259,7 +259,7 @@ class CudaDevice final : public Device {
                                             View labels, int64_t rows, int64_t vocab_size,
                                             int64_t vocab_start) override;
   void vocab_parallel_cross_entropy_combine(View losses, View logsumexp, View logsumexp_parts,
-                                            View target_logit, int64_t rows,
+                                            View target_logit, View labels, int64_t rows,
                                             int64_t parts) override;
 
  private:
@@ -453,10 +453,11 @@ void launch_vocab_parallel_cross_entropy_partial(float* logsumexp_part, float* t
 }
 void launch_vocab_parallel_cross_entropy_combine(float* losses, float* logsumexp,
                                                  const float* logsumexp_parts,
-                                                 const float* target_logit, int64_t N,
-                                                 int64_t parts, cudaStream_t stream) {
-  cuda::vocab_parallel_cross_entropy_combine(losses, logsumexp, logsumexp_parts, target_logit, N,
-                                             parts, stream);
+                                                 const float* target_logit,
+                                                 const int32_t* labels, int64_t N, int64_t parts,
+                                                 cudaStream_t stream) {
+  cuda::vocab_parallel_cross_entropy_combine(losses, logsumexp, logsumexp_parts, target_logit,
+                                             labels, N, parts, stream);
 }
 
 // ---- ops: views checked, then the twin of the element type --------------------------------
@@ -863,14 +864,15 @@ void CudaDevice::vocab_parallel_cross_entropy_partial(View logsumexp_part, View 
 
 void CudaDevice::vocab_parallel_cross_entropy_combine(View losses, View logsumexp,
                                                       View logsumexp_parts, View target_logit,
-                                                      int64_t rows, int64_t parts) {
+                                                      View labels, int64_t rows, int64_t parts) {
   constexpr const char* op = "vocab_parallel_cross_entropy_combine";
   check_logsumexp_parts(logsumexp_parts.numel, rows, parts, op);
   use();
   // fp32 whatever the logits' type: no dispatch, the views are checked to be f32.
   launch_vocab_parallel_cross_entropy_combine(gpu<float>(losses, op), gpu<float>(logsumexp, op),
                                               gpu<float>(logsumexp_parts, op),
-                                              gpu<float>(target_logit, op), rows, parts, stream_);
+                                              gpu<float>(target_logit, op), ids(labels, op), rows,
+                                              parts, stream_);
 }
 
 }  // namespace

@@ -145,7 +145,8 @@ class Device {
                                                     int64_t vocab_start) = 0;
   virtual void vocab_parallel_cross_entropy_combine(View losses, View logsumexp,
                                                     View logsumexp_parts, View target_logit,
-                                                    int64_t rows, int64_t parts) = 0;
+                                                    View labels, int64_t rows,
+                                                    int64_t parts) = 0;
 };
 
 }  // namespace backend

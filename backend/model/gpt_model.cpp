@@ -286,6 +286,9 @@ struct GptModel<Scalar>::State {
     bool forward_training = false;
     uint64_t forward_dropout_seed = 0;
     uint64_t forward_dropout_step = 0;
+    // The labels' positions that are not kIgnoredLabel: the loss is their mean (counted on
+    // the host at upload, so no count is read back from the device).
+    int64_t scored_positions = 0;
   };
 
   // The activations of the reserved shape (reserve()): the slots, the shared scratch, and the
@@ -1050,23 +1053,38 @@ void GptModel<Scalar>::reserve(int64_t batch_size, int64_t seq_length, int64_t m
 
 namespace {
 
-// A micro batch's token or label ids: B·T of them, each in the vocabulary.
-void check_token_ids(const GptConfig& config, std::span<const int32_t> ids, const char* what,
-                     int64_t batch_size, int64_t seq_length) {
+// A micro batch's token or label ids: B·T of them, each in the vocabulary; labels may also be
+// kIgnoredLabel. Returns how many ids are not.
+int64_t check_ids(const GptConfig& config, std::span<const int32_t> ids, const char* what,
+                  int64_t batch_size, int64_t seq_length, bool ignored_allowed) {
   const int64_t rows = batch_size * seq_length;
   if (static_cast<int64_t>(ids.size()) != rows) {
     common::fail("{} has {} entries, expected batch size {} × sequence length {} = {}", what,
                  ids.size(), batch_size, seq_length, rows);
   }
+  int64_t scored = 0;
   for (int64_t i = 0; i < rows; ++i) {
     const int32_t id = ids[static_cast<size_t>(i)];
+    if (ignored_allowed && id == kIgnoredLabel) continue;
     if (id < 0 || id >= config.vocab_size) {
-      common::fail(
-          "{} value {} at index {} (batch row {}, position {}) is outside the "
-          "vocabulary [0, {})",
-          what, id, i, i / seq_length, i % seq_length, config.vocab_size);
+      common::fail("{} value {} at index {} (batch row {}, position {}) is outside the "
+                   "vocabulary [0, {}){}",
+                   what, id, i, i / seq_length, i % seq_length, config.vocab_size,
+                   ignored_allowed ? fmt::format(" and is not {} (ignored)", kIgnoredLabel) : "");
     }
+    ++scored;
   }
+  return scored;
+}
+
+void check_token_ids(const GptConfig& config, std::span<const int32_t> tokens, int64_t batch_size,
+                     int64_t seq_length) {
+  check_ids(config, tokens, "tokens", batch_size, seq_length, false);
+}
+
+int64_t check_labels(const GptConfig& config, std::span<const int32_t> labels, int64_t batch_size,
+                     int64_t seq_length) {
+  return check_ids(config, labels, "labels", batch_size, seq_length, true);
 }
 
 }  // namespace
@@ -1123,19 +1141,21 @@ Scalar GptModel<Scalar>::State::forward_chunk(int64_t slot, int64_t chunk) {
                                            vocab_start);
     tensor_parallel->all_gather(logsumexp_parts, own_part);
     tensor_parallel->all_reduce(target_logit, ReduceOperation::sum);
-    d.vocab_parallel_cross_entropy_combine(losses, logsumexp, logsumexp_parts, target_logit, R,
-                                           tensor_parallel_size);
+    d.vocab_parallel_cross_entropy_combine(losses, logsumexp, logsumexp_parts, target_logit,
+                                           labels, R, tensor_parallel_size);
   } else {
     d.cross_entropy_forward(losses, logsumexp, logits, labels, R, V);
   }
   buffers.forward_done[static_cast<size_t>(chunk)] = true;
 
   // Summed on the device in a fixed order (and in double), so the loss does not depend on the
-  // thread count; the one value read back per micro batch.
+  // thread count; the one value read back per micro batch. Ignored positions add 0 and are not
+  // counted; a micro batch without a scored position has loss 0 (Megatron divides 0 by 0).
   d.sum(loss_total, losses);
   double total = 0;
   d.copy_to_host(&total, loss_total);
-  return static_cast<Scalar>(total / static_cast<double>(R));
+  if (buffers.scored_positions == 0) return 0;
+  return static_cast<Scalar>(total / static_cast<double>(buffers.scored_positions));
 }
 
 // The backward of forward_chunk(slot, chunk): from the loss on the last virtual stage, else
@@ -1171,8 +1191,11 @@ void GptModel<Scalar>::State::backward_chunk(int64_t slot, int64_t chunk, Scalar
   }
   if (last_virtual_stage(chunk)) {
     // d(mean loss)/dlogits · grad_scale: every later gradient is linear in dlogits, so the
-    // scale is applied once here (computed in Scalar, as the CPU twin takes it).
-    const Scalar scale = grad_scale / static_cast<Scalar>(R);
+    // scale is applied once here (computed in Scalar, as the CPU twin takes it). The mean is
+    // over the scored positions; ignored ones get a zero row whatever the scale.
+    const Scalar scale = buffers.scored_positions == 0
+                             ? Scalar{0}
+                             : grad_scale / static_cast<Scalar>(buffers.scored_positions);
     d.cross_entropy_backward(dlogits, logits, logsumexp, labels, static_cast<double>(scale), R,
                              V, vocab_start);
     d.linear_backward(dnorm, gradient(layout.output_weight()),
@@ -1229,13 +1252,14 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
   // silently reuse the micro batch before.
   for (auto& buffers : s.micro_batches) buffers.forward_done.assign(s.chunks.size(), false);
   check_micro_batch_shape(s.config, batch_size, seq_length);
-  check_token_ids(s.config, tokens, "tokens", batch_size, seq_length);
-  check_token_ids(s.config, labels, "labels", batch_size, seq_length);
+  check_token_ids(s.config, tokens, batch_size, seq_length);
+  const int64_t scored_positions = check_labels(s.config, labels, batch_size, seq_length);
   s.reserve(batch_size, seq_length, std::max<int64_t>(1, std::ssize(s.micro_batches)));
   Device& d = s.ops();
-  const auto& buffers = s.micro_batches.front();
+  auto& buffers = s.micro_batches.front();
   s.upload_tokens(buffers, tokens);
   d.copy_from_host(buffers.labels, labels.data());
+  buffers.scored_positions = scored_positions;
   const Scalar loss = s.forward_chunk(0, 0);
   if (s.training) ++s.dropout_step;
   return loss;
@@ -1351,11 +1375,11 @@ Scalar GptModel<Scalar>::forward_chunk(int64_t slot, int64_t chunk,
   buffers.forward_done[static_cast<size_t>(chunk)] = false;
   Device& d = s.ops();
   if (s.first_virtual_stage(chunk)) {
-    check_token_ids(s.config, tokens, "tokens", s.batch_size, s.seq_length);
+    check_token_ids(s.config, tokens, s.batch_size, s.seq_length);
     s.upload_tokens(buffers, tokens);
   }
   if (s.last_virtual_stage(chunk)) {
-    check_token_ids(s.config, labels, "labels", s.batch_size, s.seq_length);
+    buffers.scored_positions = check_labels(s.config, labels, s.batch_size, s.seq_length);
     d.copy_from_host(buffers.labels, labels.data());
   }
   return s.forward_chunk(slot, chunk);

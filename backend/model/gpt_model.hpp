@@ -5,7 +5,9 @@
 //   per layer:  x = x + dropout_h(linear_proj(attention(rope(linear_qkv(input_layernorm(x))))))
 //               x = x + dropout_h(linear_fc2(act(linear_fc1(pre_mlp_layernorm(x)))))
 //   logits = final_layernorm(x) · W^T,   W = word_embeddings (tied) or output_layer.weight
-//   loss   = mean over B·T of cross_entropy(logits over the padded vocabulary, labels)
+//   loss   = mean over B·T of cross_entropy(logits over the padded vocabulary, labels), the
+//            positions labelled kIgnoredLabel (ops/cross_entropy.hpp; Megatron's loss mask of 0,
+//            --eod-mask-loss) left out of the sum and of the count
 // Dimensions: B batch, T sequence, C hidden, NH heads, HD = C / NH, F ffn, V padded vocab.
 //
 // The GptConfig switches (Megatron's flags; the defaults are GPT-2):
@@ -82,6 +84,7 @@
 #include "backend/model/gpt_config.hpp"
 #include "backend/model/parameter_layout.hpp"
 #include "backend/model/pipeline_stage.hpp"
+#include "backend/ops/cross_entropy.hpp"
 
 namespace backend {
 
@@ -185,8 +188,10 @@ class GptModel {
   void reserve(int64_t batch_size, int64_t seq_length, int64_t micro_batch_slots = 1);
   int64_t micro_batch_slots() const;
 
-  // One micro batch through the whole model (no pipeline parallelism). tokens and labels are (B, T) row-major with values in [0, vocab_size);
-  // 1 ≤ T ≤ max_position_embeddings. Returns the mean cross-entropy over the B·T positions.
+  // One micro batch through the whole model (no pipeline parallelism). tokens and labels are
+  // (B, T) row-major with values in [0, vocab_size), labels also kIgnoredLabel;
+  // 1 ≤ T ≤ max_position_embeddings. Returns the mean cross-entropy over the positions whose
+  // label is not ignored (0 when every one is).
   Scalar forward(std::span<const int32_t> tokens, std::span<const int32_t> labels,
                  int64_t batch_size, int64_t seq_length);
 
@@ -206,7 +211,8 @@ class GptModel {
   // the two above; a row or position outside the last forward's shape is common::Error.
   std::vector<Scalar> last_position_logits(int64_t row, int64_t position) const;
 
-  // Backward of the last forward: gradients += grad_scale · d(mean loss)/d(parameters).
+  // Backward of the last forward: gradients += grad_scale · d(mean loss)/d(parameters) (the
+  // mean forward() returned: ignored positions contribute nothing).
   // It uses the last forward's dropout masks, whatever set_training, set_dropout_seed or
   // set_dropout_step did since.
   void backward(Scalar grad_scale);

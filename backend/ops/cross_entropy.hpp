@@ -23,9 +23,13 @@
 // exponentials shifted by its own maximum. With P = 1 the combine is the forward bit for bit
 // (exp(0) = 1, log 1 = 0). The backward of a shard is the formula above with the global
 // logsumexp_i: it needs no communication.
+// Ignored positions (Megatron's loss mask of 0, --eod-mask-loss; PyTorch's ignore_index): a
+// negative label (GptModel passes kIgnoredLabel only) gives loss_i = 0 and a zero row of dlogits,
+// in every twin and every shard; the caller divides by the count of the other labels instead
+// of N. logsumexp_i is computed for such rows as for any other.
 // Contract: no parameters; dlogits is overwritten (=) and may alias logits (in place).
-// Labels are ids of the whole vocabulary; the unsharded forward trusts them to lie in [0, V)
-// (GptModel validates them before calling).
+// Labels are ids of the whole vocabulary or negative; the unsharded forward trusts the others
+// to lie in [0, V) (GptModel validates them before calling).
 // Dimensions: N rows (B·T), V vocabulary (padded; the shard's columns when sharded), P parts.
 #pragma once
 
@@ -36,6 +40,10 @@
 #include "backend/device/element_type.hpp"
 
 namespace backend {
+
+// The label of a position whose loss is left out: PyTorch's default ignore_index, so a batch
+// written for torch.nn.functional.cross_entropy means the same here.
+inline constexpr int32_t kIgnoredLabel = -100;
 
 // Both devices' check of the vocab-parallel combine's input: `parts` (≥ 1) log-sum-exps per
 // row, (parts, rows) of them in `numel` elements.
@@ -76,6 +84,7 @@ void vocab_parallel_cross_entropy_combine(Scalar* losses,                 // (N)
                                           Scalar* logsumexp,              // (N)
                                           const Scalar* logsumexp_parts,  // (P, N)
                                           const Scalar* target_logit,     // (N) summed
+                                          const int32_t* labels,          // (N)
                                           int64_t rows, int64_t parts);
 
 }  // namespace backend::cpu
@@ -113,6 +122,7 @@ void vocab_parallel_cross_entropy_combine(float* losses,                 // (N)
                                           float* logsumexp,              // (N)
                                           const float* logsumexp_parts,  // (P, N)
                                           const float* target_logit,     // (N) summed
+                                          const int32_t* labels,         // (N)
                                           int64_t rows, int64_t parts, CudaStream stream);
 
 }  // namespace backend::cuda

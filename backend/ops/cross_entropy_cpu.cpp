@@ -61,7 +61,7 @@ void cross_entropy_forward(Scalar* losses, Scalar* logsumexp, const Scalar* logi
     const Scalar* z = logits + row * vocab_size;
     const Scalar row_lse = row_logsumexp(z, vocab_size);
     logsumexp[row] = row_lse;
-    losses[row] = row_lse - z[labels[row]];
+    losses[row] = labels[row] < 0 ? Scalar{0} : row_lse - z[labels[row]];
   }
 }
 
@@ -73,6 +73,10 @@ void cross_entropy_backward(Scalar* dlogits, const Scalar* logits, const Scalar*
   for (int64_t row = 0; row < rows; ++row) {
     const Scalar* z = logits + row * vocab_size;
     Scalar* dz = dlogits + row * vocab_size;
+    if (labels[row] < 0) {
+      std::fill(dz, dz + vocab_size, Scalar{0});
+      continue;
+    }
     const Scalar row_logsumexp = logsumexp[row];
     if constexpr (std::is_same_v<Scalar, float>) {
 #pragma omp simd
@@ -106,7 +110,7 @@ void vocab_parallel_cross_entropy_partial(Scalar* logsumexp_part, Scalar* target
 template <typename Scalar>
 void vocab_parallel_cross_entropy_combine(Scalar* losses, Scalar* logsumexp,
                                           const Scalar* logsumexp_parts, const Scalar* target_logit,
-                                          int64_t rows, int64_t parts) {
+                                          const int32_t* labels, int64_t rows, int64_t parts) {
   // std::exp and std::log even for float (parts is a handful): exp(0) = 1 and log 1 = 0
   // exactly, so one part passes through unchanged, which fast_exp does not promise.
 #pragma omp parallel for if (rows * parts > detail::kParallelWork)
@@ -118,7 +122,7 @@ void vocab_parallel_cross_entropy_combine(Scalar* losses, Scalar* logsumexp,
     for (int64_t k = 0; k < parts; ++k) sum += std::exp(part[k * rows] - part_max);
     const Scalar row_lse = part_max + std::log(sum);
     logsumexp[row] = row_lse;
-    losses[row] = row_lse - target_logit[row];
+    losses[row] = labels[row] < 0 ? Scalar{0} : row_lse - target_logit[row];
   }
 }
 
@@ -129,8 +133,8 @@ void vocab_parallel_cross_entropy_combine(Scalar* losses, Scalar* logsumexp,
                                                const int32_t*, Scalar, int64_t, int64_t, int64_t); \
   template void vocab_parallel_cross_entropy_partial<Scalar>(                                      \
       Scalar*, Scalar*, const Scalar*, const int32_t*, int64_t, int64_t, int64_t);                 \
-  template void vocab_parallel_cross_entropy_combine<Scalar>(Scalar*, Scalar*, const Scalar*,      \
-                                                             const Scalar*, int64_t, int64_t);
+  template void vocab_parallel_cross_entropy_combine<Scalar>(                                      \
+      Scalar*, Scalar*, const Scalar*, const Scalar*, const int32_t*, int64_t, int64_t);
 BACKEND_INSTANTIATE_CROSS_ENTROPY(float)
 BACKEND_INSTANTIATE_CROSS_ENTROPY(double)
 #undef BACKEND_INSTANTIATE_CROSS_ENTROPY

@@ -7,6 +7,7 @@
 // The vocabulary-parallel partial is the forward's row reduction over the shard (the same
 // device function, so one shard is the forward's bits) and the label's logit or 0; the
 // combine is m + log Σ_k exp(part_k − m) over the parts in order, one thread per row.
+// A negative label (an ignored position) gives loss 0 and a zero row of dz, as on the CPU.
 // In float (expf, logf: CUDA's accurate ones), logits float or bf16.
 // Deterministic: one block per row; each thread walks its fixed strided share of the row
 // (16-byte packs when the row allows), and detail::block_max/block_sum combine the threads in
@@ -63,7 +64,7 @@ __global__ void cross_entropy_forward_kernel(float* losses, float* logsumexp, co
     const float row_logsumexp = block_row_logsumexp<T, Width>(z, vocab_size, shared);
     if (threadIdx.x == 0) {
       logsumexp[row] = row_logsumexp;
-      losses[row] = row_logsumexp - to_float(z[labels[row]]);
+      losses[row] = labels[row] < 0 ? 0.0f : row_logsumexp - to_float(z[labels[row]]);
     }
   }
 }
@@ -88,7 +89,8 @@ __global__ void vocab_parallel_partial_kernel(float* logsumexp_part, float* targ
 // documented special values), so one part passes through: the forward's bits.
 __global__ void vocab_parallel_combine_kernel(float* losses, float* logsumexp,
                                               const float* logsumexp_parts,
-                                              const float* target_logit, int64_t rows,
+                                              const float* target_logit,
+                                              const int32_t* labels, int64_t rows,
                                               int64_t parts) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; row < rows;
@@ -100,7 +102,7 @@ __global__ void vocab_parallel_combine_kernel(float* losses, float* logsumexp,
     for (int64_t k = 0; k < parts; ++k) sum += expf(part[k * rows] - part_max);
     const float row_logsumexp = part_max + logf(sum);
     logsumexp[row] = row_logsumexp;
-    losses[row] = row_logsumexp - target_logit[row];
+    losses[row] = labels[row] < 0 ? 0.0f : row_logsumexp - target_logit[row];
   }
 }
 
@@ -113,23 +115,25 @@ __global__ void cross_entropy_backward_kernel(T* dlogits, const T* logits, const
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* z = logits + row * vocab_size;
     T* dz = dlogits + row * vocab_size;
+    // An ignored position's row is zero (whatever its logits; the condition is the block's).
+    const bool ignored = labels[row] < 0;
     const float row_logsumexp = logsumexp[row];
     // The label's column in this shard: off the shard it is negative or ≥ V and matches none.
-    const int64_t label = int64_t{labels[row]} - vocab_start;
+    const int64_t label = ignored ? -1 : int64_t{labels[row]} - vocab_start;
     // As the CPU: exp · scale, then scale subtracted from the label's entry.
     for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
       const P pack = *reinterpret_cast<const P*>(z + p * Width);
       P out;
 #pragma unroll
       for (int j = 0; j < Width; ++j) {
-        float d = expf(to_float(pack.values[j]) - row_logsumexp) * scale;
+        float d = ignored ? 0.0f : expf(to_float(pack.values[j]) - row_logsumexp) * scale;
         if (p * Width + j == label) d -= scale;
         out.values[j] = from_float<T>(d);
       }
       *reinterpret_cast<P*>(dz + p * Width) = out;
     }
     for (int64_t v = packs * Width + threadIdx.x; v < vocab_size; v += blockDim.x) {
-      float d = expf(to_float(z[v]) - row_logsumexp) * scale;
+      float d = ignored ? 0.0f : expf(to_float(z[v]) - row_logsumexp) * scale;
       if (v == label) d -= scale;
       dz[v] = from_float<T>(d);
     }
@@ -200,10 +204,11 @@ void vocab_parallel_cross_entropy_partial(float* logsumexp_part, float* target_l
 
 void vocab_parallel_cross_entropy_combine(float* losses, float* logsumexp,
                                           const float* logsumexp_parts, const float* target_logit,
-                                          int64_t rows, int64_t parts, CudaStream stream) {
+                                          const int32_t* labels, int64_t rows, int64_t parts,
+                                          CudaStream stream) {
   if (rows <= 0 || parts <= 0) return;
   vocab_parallel_combine_kernel<<<detail::grid_for(rows), detail::kBlockSize, 0, stream>>>(
-      losses, logsumexp, logsumexp_parts, target_logit, rows, parts);
+      losses, logsumexp, logsumexp_parts, target_logit, labels, rows, parts);
   CUDA_CHECK(cudaGetLastError());
 }
 

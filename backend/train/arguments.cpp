@@ -37,7 +37,6 @@ namespace {
 constexpr common::RefusedFlag kUnsupportedFlags[] = {
     {"--deepspeed-activation-checkpointing", false,
      "DeepSpeed's activation checkpointing is not built; --recompute-granularity full is"},
-    {"--eod-mask-loss", false, "the loss covers every position; a loss mask is not built yet"},
     {"--reset-position-ids", false,
      "positions run 0 .. seq-1 in every sample; resetting them at each EOD is not built yet"},
     {"--reset-attention-mask", false,
@@ -371,6 +370,9 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "Directory for the cached index arrays (default: next to each dataset)")->group(data);
   app.add_option("--num-dataset-builder-threads", arguments.num_dataset_builder_threads,
                  "Datasets of a blend indexed at once (default 0: one per core)")->group(data);
+  app.add_flag("--eod-mask-loss", arguments.eod_mask_loss,
+               "Leave out of the loss the positions whose input token is the end of document")
+      ->group(data);
 
   auto* training = "Training";
   auto* micro_batch_size =
@@ -1070,6 +1072,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"bf16", a.bf16 ? "True" : "False"},
       {"clip_grad", fmt::format("{}", a.clip_grad)},
       {"device", a.device},
+      {"eod_mask_loss", python(a.eod_mask_loss)},
       {"eval_interval", fmt::format("{}", a.eval_interval)},
       {"eval_iters", fmt::format("{}", a.eval_iters)},
       {"exit_interval", positive_or_none(a.exit_interval)},

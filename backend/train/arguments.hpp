@@ -65,6 +65,7 @@ struct TrainingArguments {
   std::string per_split_data_args_path;  // JSON {"train": [...], "valid": [...], "test": [...]}
   std::string data_cache_path;           // where the index arrays are cached
   int64_t num_dataset_builder_threads = 0;  // 0: one per core
+  bool eod_mask_loss = false;  // --eod-mask-loss: no loss on positions whose input token is EOD
 
   // batches and iterations
   int64_t micro_batch_size = 0;

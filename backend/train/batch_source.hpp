@@ -16,4 +16,11 @@ namespace backend {
 using BatchSource = std::function<void(Split split, int64_t first_sample, int64_t batch_size,
                                        std::span<int32_t> tokens, std::span<int32_t> labels)>;
 
+// --eod-mask-loss (Megatron's get_ltor_masks_and_position_ids with eod_mask_loss): `source`'s
+// batches with the label of every position whose input token is `end_of_document` replaced
+// by kIgnoredLabel (ops/cross_entropy.hpp), so the loss and its gradient leave out the
+// prediction made from an EOD token, that of the next document's first token. Megatron's
+// loss mask is 0 exactly there; the model's mean is over the other positions.
+BatchSource mask_end_of_document_losses(BatchSource source, int32_t end_of_document);
+
 }  // namespace backend

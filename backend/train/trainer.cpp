@@ -185,40 +185,48 @@ void report_benchmark(const TrainingArguments& a, int64_t padded_vocab_size,
 
 }  // namespace
 
-int64_t tokenizer_vocab_size(const TrainingArguments& arguments) {
+TokenizerFacts tokenizer_facts(const TrainingArguments& arguments) {
   if (arguments.tokenizer_type == "GPT2BPETokenizer") {
     // With real data the vocabulary file decides. Mock data does not read the files (the
     // launcher's configs name NeMo's default paths, which need not exist), nor do the
     // checkpoint tools: GPT-2's size is a known fact.
     if (arguments.mock_data || (arguments.vocab_file.empty() && arguments.merge_file.empty())) {
-      return kGpt2VocabSize;
+      return {.vocab_size = kGpt2VocabSize, .end_of_document = kGpt2EndOfDocument};
     }
-    return build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
-                            .vocab_file = arguments.vocab_file,
-                            .merge_file = arguments.merge_file,
-                            .vocab_size = 0,
-                            .tokenizer_model = "",
-                            .vocab_extra_ids = 0})
-        ->vocab_size();
+    const auto tokenizer = build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
+                                            .vocab_file = arguments.vocab_file,
+                                            .merge_file = arguments.merge_file,
+                                            .vocab_size = 0,
+                                            .tokenizer_model = "",
+                                            .vocab_extra_ids = 0});
+    return {.vocab_size = tokenizer->vocab_size(), .end_of_document = tokenizer->eod()};
   }
   if (arguments.tokenizer_type == "NullTokenizer") {
-    return common::checked_add(arguments.vocab_size, 1, "--vocab-size + NullTokenizer's EOD");
+    // Megatron's _NullTokenizer: ids 0 .. --vocab-size − 1, then the EOD (--vocab-size's rule
+    // keeps it below 2^31 − 1).
+    return {.vocab_size =
+                common::checked_add(arguments.vocab_size, 1, "--vocab-size + NullTokenizer's EOD"),
+            .end_of_document = static_cast<int32_t>(arguments.vocab_size)};
   }
   if (reads_tokenizer_model(arguments.tokenizer_type)) {
     // No size is known without the model (Llama 2's 32000 is one model's), so the file is
     // read even for mock data, as Megatron's build_tokenizer reads it.
-    return build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
-                            .vocab_file = "",
-                            .merge_file = "",
-                            .vocab_size = 0,
-                            .tokenizer_model = arguments.tokenizer_model,
-                            .vocab_extra_ids = 0})
-        ->vocab_size();
+    const auto tokenizer = build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
+                                            .vocab_file = "",
+                                            .merge_file = "",
+                                            .vocab_size = 0,
+                                            .tokenizer_model = arguments.tokenizer_model,
+                                            .vocab_extra_ids = 0});
+    return {.vocab_size = tokenizer->vocab_size(), .end_of_document = tokenizer->eod()};
   }
   common::fail("--tokenizer-type '{}' is not valid (valid: GPT2BPETokenizer, NullTokenizer, "
                "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, "
                "HuggingFaceTokenizer)",
                arguments.tokenizer_type);
+}
+
+int64_t tokenizer_vocab_size(const TrainingArguments& arguments) {
+  return tokenizer_facts(arguments).vocab_size;
 }
 
 TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSource source) {
@@ -539,6 +547,10 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
     }
     out << fmt::format("[after dataloaders are built] datetime: {}\n",
                        format_timestamp(std::time(nullptr)));
+  }
+  // Training and validation both leave the EOD positions out, as Megatron's loss mask does.
+  if (a.eod_mask_loss) {
+    source = mask_end_of_document_losses(std::move(source), tokenizer_facts(a).end_of_document);
   }
   int64_t consumed_train = resumed.consumed_train_samples;
   int64_t consumed_valid = resumed.consumed_valid_samples;

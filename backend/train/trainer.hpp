@@ -32,8 +32,15 @@ struct TrainingResult {
   int64_t parameter_count = 0;
 };
 
-// The vocabulary size the tokenizer implies (GPT-2: 50257; NullTokenizer: --vocab-size + 1
-// for its EOD token, as Megatron's _NullTokenizer).
+// What the trainer needs of the tokenizer the flags name: its vocabulary size (GPT-2: 50257;
+// NullTokenizer: --vocab-size + 1 for its EOD token, as Megatron's _NullTokenizer) and its
+// end-of-document id (Megatron's tokenizer.eod: GPT-2's <|endoftext|>, NullTokenizer's
+// --vocab-size, a SentencePiece or Hugging Face tokenizer's end of sequence).
+struct TokenizerFacts {
+  int64_t vocab_size = 0;
+  int32_t end_of_document = 0;
+};
+TokenizerFacts tokenizer_facts(const TrainingArguments& arguments);
 int64_t tokenizer_vocab_size(const TrainingArguments& arguments);
 
 // The model the arguments describe (validated): what pretrain builds, and what

@@ -200,9 +200,6 @@ const std::vector<TrainingKeyRule> kRules = {
      "PyTorch's loader processes; samples are read from the memory-mapped files directly"},
     {"model.data.skip_warmup", Kind::no_effect, {},
      "Megatron's old mmap warm-up read; the files are memory-mapped without it"},
-    {"model.data.eod_mask_loss", Kind::changes_model, {"false"},
-     "the loss is taken on every token, end-of-document ones included (Megatron's "
-     "--eod-mask-loss is not built)"},
     {"model.data.reset_attention_mask", Kind::changes_model, {"false"},
      "attention crosses document boundaries inside a sequence (Megatron's "
      "--reset-attention-mask is not built)"},

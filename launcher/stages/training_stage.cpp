@@ -84,6 +84,9 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
     {"model.data.data_impl", "--mock-data / --data-path",
      "mock → --mock-data; mmap → --data-path with model.data.data_prefix, --split with "
      "model.data.splits_string"},
+    {"model.data.eod_mask_loss", "--eod-mask-loss",
+     "true → --eod-mask-loss (no loss on the positions whose input token is the tokenizer's end "
+     "of document: NeMo's loss mask); false or null → none"},
     {"model.data.index_mapping_dir", "--data-cache-path",
      "with data_impl mmap, when set: where the dataset index arrays are cached (null: next to "
      "the data, NeMo's default and Megatron's)"},
@@ -607,6 +610,11 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
   // tensor_model_parallel_size 1.
   if (is_true(training, "model.sequence_parallel")) arguments.push_back("--sequence-parallel");
   if (is_true(training, "model.use_flash_attention")) arguments.push_back("--use-flash-attn");
+  if (const Node* eod_mask_loss = lookup(training, "model.data.eod_mask_loss");
+      eod_mask_loss != nullptr && !eod_mask_loss->is_null() &&
+      eod_mask_loss->as_bool("training.model.data.eod_mask_loss")) {
+    arguments.push_back("--eod-mask-loss");
+  }
   // The name is one of kOptimizerNames (training_value_problems).
   if (const Node* optimizer = lookup(training, "model.optim.name");
       optimizer && training_text(*optimizer, "model.optim.name") == kDistributedOptimizer) {

@@ -278,11 +278,11 @@ class TimingDevice final : public backend::Device {
     });
   }
   void vocab_parallel_cross_entropy_combine(View losses, View logsumexp, View logsumexp_parts,
-                                            View target_logit, int64_t rows,
+                                            View target_logit, View labels, int64_t rows,
                                             int64_t parts) override {
     timed("vocab_parallel_cross_entropy_combine", 0, [&] {
       inner_.vocab_parallel_cross_entropy_combine(losses, logsumexp, logsumexp_parts, target_logit,
-                                                  rows, parts);
+                                                  labels, rows, parts);
     });
   }
 

@@ -3,8 +3,8 @@
 // 770; a 50304-wide vocabulary), outputs poisoned first, parameter gradients accumulating
 // (+=, started from non-zero values), run to run identical. The tensor-parallel variants too:
 // embedding and cross-entropy over vocabulary shards (the partial, combine and shard backward),
-// dropout of a slice (first_index), and attention refusing a mask offset. The decoding ops:
-// embedding and rope at rows' own positions.
+// dropout of a slice (first_index), and attention refusing a mask offset. Cross-entropy's labels
+// include ignored rows. The decoding ops: embedding and rope at rows' own positions.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
+#include "backend/ops/cross_entropy.hpp"
 #include "backend/ops/dropout.hpp"
 #include "backend/ops/embedding.hpp"
 #include "gpu/gpu_test_support.hpp"
@@ -34,6 +35,13 @@ std::vector<int32_t> random_ids(int64_t count, int32_t bound, uint32_t seed) {
   std::vector<int32_t> ids(static_cast<size_t>(count));
   for (auto& id : ids) id = uniform(generator);
   return ids;
+}
+
+// Labels with every seventh row from the third ignored (kIgnoredLabel, --eod-mask-loss): loss 0
+// and a zero gradient row on both devices.
+std::vector<int32_t> with_ignored_rows(std::vector<int32_t> labels) {
+  for (size_t r = 2; r < labels.size(); r += 7) labels[r] = backend::kIgnoredLabel;
+  return labels;
 }
 
 // The embedding backward's index of `tokens`, as the model makes it on the host.
@@ -375,7 +383,7 @@ TEST_CASE("cross-entropy on the CUDA device matches the CPU device") {
       what << "cross_entropy rows " << s.rows << " vocabulary " << s.channels;
       const int64_t vocab = s.channels;
       const auto logits = representable(random_values(s.rows * vocab, 91, 2.0f), type);
-      const auto labels = random_ids(s.rows, static_cast<int32_t>(vocab), 92);
+      const auto labels = with_ignored_rows(random_ids(s.rows, static_cast<int32_t>(vocab), 92));
       const double scale = 1.0 / static_cast<double>(s.rows);
       check_against_cpu(*gpu, what.str(), type, tolerance(type, 2e-5),
                         [&](Tensors& t, ElementType dtype) {
@@ -405,7 +413,8 @@ TEST_CASE("vocabulary-parallel cross-entropy on the CUDA device matches the CPU 
              << " parts " << parts;
         const int64_t vocab = s.channels;
         const auto logits = representable(random_values(s.rows * vocab, 93, 2.0f), type);
-        const auto labels = random_ids(s.rows, static_cast<int32_t>(vocab), 94);
+        const auto labels =
+            with_ignored_rows(random_ids(s.rows, static_cast<int32_t>(vocab), 94));
         const double scale = 1.0 / static_cast<double>(s.rows);
         // Shard k: columns [k·V/P, (k+1)·V/P) (unequal widths, some not whole 16-byte packs).
         auto shard_logits = [&](int64_t k) {
@@ -446,7 +455,7 @@ TEST_CASE("vocabulary-parallel cross-entropy on the CUDA device matches the CPU 
               View combined_lse = t.poisoned(s.rows, ElementType::f32);
               t.device().vocab_parallel_cross_entropy_combine(
                   combined_losses, combined_lse, t.input(gathered, ElementType::f32), t.input(target_sum, ElementType::f32),
-                  s.rows, parts);
+                  ids, s.rows, parts);
               outputs.push_back({"combined losses", t.read(combined_losses)});
               outputs.push_back({"combined logsumexp", t.read(combined_lse)});
               return outputs;
@@ -465,7 +474,7 @@ TEST_CASE("one vocabulary-parallel part reproduces the CUDA device's forward bit
       if (gpu->memory_kind() == backend::MemoryKind::host && type != ElementType::f32) continue;
       INFO("rows " << s.rows << " vocabulary " << s.channels << " " << type_name(type));
       const auto logits = representable(random_values(s.rows * s.channels, 95, 2.0f), type);
-      const auto labels = random_ids(s.rows, static_cast<int32_t>(s.channels), 96);
+      const auto labels = with_ignored_rows(random_ids(s.rows, static_cast<int32_t>(s.channels), 96));
       Tensors t(*gpu);
       View x = t.input(logits, type), ids = t.ids(labels);
       View losses = t.poisoned(s.rows, ElementType::f32), lse = t.poisoned(s.rows, ElementType::f32);
@@ -473,8 +482,8 @@ TEST_CASE("one vocabulary-parallel part reproduces the CUDA device's forward bit
       View part = t.poisoned(s.rows, ElementType::f32), target = t.poisoned(s.rows, ElementType::f32);
       gpu->vocab_parallel_cross_entropy_partial(part, target, x, ids, s.rows, s.channels, 0);
       View combined_losses = t.poisoned(s.rows, ElementType::f32), combined_lse = t.poisoned(s.rows, ElementType::f32);
-      gpu->vocab_parallel_cross_entropy_combine(combined_losses, combined_lse, part, target, s.rows,
-                                                1);
+      gpu->vocab_parallel_cross_entropy_combine(combined_losses, combined_lse, part, target, ids,
+                                                s.rows, 1);
       expect_identical("logsumexp_part against the forward's logsumexp", t.read(part), t.read(lse));
       expect_identical("combined logsumexp", t.read(combined_lse), t.read(lse));
       expect_identical("combined losses", t.read(combined_losses), t.read(losses));

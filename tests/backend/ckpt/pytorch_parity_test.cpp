@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -72,10 +73,13 @@ bool torch_available() {
 }
 
 // Trains `config` for kSteps on random batches as trainer.cpp does, leaving in `directory`
-// what pytorch_reference.py reads, then runs it. Returns its exit status and output.
+// what pytorch_reference.py reads, then runs it. Returns its exit status and output. With
+// `end_of_document`, every position whose token is that id has the label kIgnoredLabel, as
+// --eod-mask-loss makes it: torch's cross_entropy ignores -100 (its ignore_index) alike.
 // clip_grad is the median gradient norm of the same run without clipping, so clipping applies
 // on some steps and not on others whatever the initial weights.
-CommandResult train_and_compare(const GptConfig& config, const std::filesystem::path& directory) {
+CommandResult train_and_compare(const GptConfig& config, const std::filesystem::path& directory,
+                                std::optional<int32_t> end_of_document = std::nullopt) {
   GptModel<float> model(config);
   model.init_parameters(1234);
   backend::export_hf(directory / "initial", model);
@@ -103,6 +107,11 @@ CommandResult train_and_compare(const GptConfig& config, const std::filesystem::
     step_labels[step].resize(kBatchSize * kSeqLength);
     for (auto& id : step_tokens[step]) id = token(generator);
     for (auto& id : step_labels[step]) id = token(generator);
+    if (end_of_document) {
+      for (size_t i = 0; i < step_tokens[step].size(); ++i) {
+        if (step_tokens[step][i] == *end_of_document) step_labels[step][i] = backend::kIgnoredLabel;
+      }
+    }
   }
   const double clip_grad = [&] {
     GptModel<float> probe(config);
@@ -199,6 +208,23 @@ TEST_CASE("pytorch parity: GPT-2 (learned positions, LayerNorm, GELU, tied outpu
   test_support::TemporaryDirectory directory;
   // The gradient norms of this run fall from about 2.2 to 1.3.
   check_parity(train_and_compare(config, directory.path));
+}
+
+TEST_CASE("pytorch parity: with --eod-mask-loss's ignored labels the loss is torch's with ignore_index") {
+  if (!torch_available()) return;
+  GptConfig config = gpt2_parity_config();
+  config.vocab_size = 8;  // so that the EOD id, 7, is about one token in eight
+  config.padded_vocab_size = backend::padded_vocab_size(8, 64, 1);
+  test_support::TemporaryDirectory directory;
+  const CommandResult result = train_and_compare(config, directory.path, 7);
+  // The batches hold ignored labels (a mask that left nothing out would prove nothing).
+  const nlohmann::json run = nlohmann::json::parse(std::ifstream(directory.path / "run.json"));
+  int ignored = 0;
+  for (const auto& step : run["steps"]) {
+    for (const auto& label : step["labels"]) ignored += label.get<int>() == backend::kIgnoredLabel;
+  }
+  CHECK(ignored > kSteps * kBatchSize * kSeqLength / 16);
+  check_parity(result);
 }
 
 TEST_CASE("pytorch parity: GPT-2 with --apply-layernorm-1p (NeMo's layernorm1p) is torch's LayerNorm of weight + 1") {

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
 #include <numeric>
@@ -99,12 +100,14 @@ void init_for_gradient_check(GptModel<double>& model) {
 }
 
 // Every parameter tensor's analytic gradient against the fourth-order central difference of
-// the loss, on the tiny model in double.
-void check_every_tensor_gradient(GptConfig config) {
+// the loss, on the tiny model in double; with `ignored_labels`, the labels at those indices are
+// kIgnoredLabel (--eod-mask-loss), so the loss is the mean over the others.
+void check_every_tensor_gradient(GptConfig config, std::vector<size_t> ignored_labels = {}) {
   config.init_method_std = 0.3;
   GptModel<double> model(config);
   init_for_gradient_check(model);
-  const Batch batch = random_batch(config, kTinyBatch, kTinySeq, 1);
+  Batch batch = random_batch(config, kTinyBatch, kTinySeq, 1);
+  for (const size_t i : ignored_labels) batch.labels.at(i) = backend::kIgnoredLabel;
 
   forward(model, batch);
   model.zero_gradients();
@@ -335,6 +338,60 @@ TEST_CASE("forward computes Megatron's definitions: a scalar reference for GPT a
 
 TEST_CASE("model gradients match central finite differences for every parameter tensor") {
   check_every_tensor_gradient(tiny_config());
+}
+
+TEST_CASE("with ignored labels the gradient is that of the mean over the other positions") {
+  // Ignored positions in both rows, the last one of the batch among them.
+  check_every_tensor_gradient(tiny_config(), {0, 3, 4, kTinySeq + 1, 2 * kTinySeq - 1});
+}
+
+TEST_CASE("ignored labels: the loss is the mean of the other positions' losses, each unchanged") {
+  const GptConfig config = tiny_config();
+  GptModel<double> model(config);
+  model.init_parameters(21);
+  const Batch batch = random_batch(config, kTinyBatch, kTinySeq, 23);
+  forward(model, batch);
+  const std::vector<double> losses = model.last_position_losses();
+  Batch masked = batch;
+  const std::vector<size_t> ignored = {1, 2, kTinySeq, kTinySeq + 5};
+  double scored_sum = 0;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    if (std::find(ignored.begin(), ignored.end(), i) != ignored.end()) {
+      masked.labels[i] = backend::kIgnoredLabel;
+    } else {
+      scored_sum += losses[i];
+    }
+  }
+  const double mean = forward(model, masked);
+  CHECK(mean == doctest::Approx(scored_sum / static_cast<double>(losses.size() - ignored.size()))
+                    .epsilon(1e-14));
+  const std::vector<double> masked_losses = model.last_position_losses();
+  for (size_t i = 0; i < losses.size(); ++i) {
+    CAPTURE(i);
+    const bool is_ignored = std::find(ignored.begin(), ignored.end(), i) != ignored.end();
+    CHECK(masked_losses[i] == (is_ignored ? 0.0 : losses[i]));
+  }
+
+  // Every position ignored: loss 0 and no gradient (Megatron would divide 0 by 0).
+  Batch none = batch;
+  std::fill(none.labels.begin(), none.labels.end(), backend::kIgnoredLabel);
+  CHECK(forward(model, none) == 0.0);
+  model.zero_gradients();
+  model.backward(1.0);
+  CHECK(max_abs(model.gradients()) == 0);
+
+  // Another negative label is still an error, naming the one that is allowed.
+  Batch wrong = batch;
+  wrong.labels[3] = -1;
+  CHECK_THROWS_WITH_AS(forward(model, wrong),
+                       doctest::Contains("labels value -1 at index 3 (batch row 0, position 3) is "
+                                         "outside the vocabulary [0, 64) and is not -100 (ignored)"),
+                       common::Error);
+  // Tokens may not be ignored.
+  Batch ignored_token = batch;
+  ignored_token.tokens[0] = backend::kIgnoredLabel;
+  CHECK_THROWS_WITH_AS(forward(model, ignored_token), doctest::Contains("tokens value -100"),
+                       common::Error);
 }
 
 // release-only: the fp64 finite differences of every tensor take ~90 s under the sanitizers, and

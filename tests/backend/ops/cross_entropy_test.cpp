@@ -1,7 +1,7 @@
 // cross_entropy_forward / cross_entropy_backward: forward against the direct formula (and
 // stability on large logits), backward against central finite differences of the mean loss
 // in double, in place, float against double; the vocabulary-parallel partial, combine and
-// shard backward against the whole vocabulary's op.
+// shard backward against the whole vocabulary's op; ignored labels (kIgnoredLabel) in each.
 #include "backend/ops/cross_entropy.hpp"
 
 #include <doctest/doctest.h>
@@ -198,7 +198,8 @@ ShardedCrossEntropy<Scalar> run_sharded(const std::vector<Scalar>& logits,
     }
   }
   backend::cpu::vocab_parallel_cross_entropy_combine(result.losses.data(), result.logsumexp.data(),
-                                                     gathered.data(), target.data(), rows, parts);
+                                                     gathered.data(), target.data(),
+                                                     labels.data(), rows, parts);
   return result;
 }
 
@@ -264,4 +265,42 @@ TEST_CASE("a shard without the label has target logit 0 and leaves its gradient 
   backend::cpu::vocab_parallel_cross_entropy_partial(&part, &target, logits.data(), here.data(), 1,
                                                      3, 4);
   CHECK(target == -1.0);
+}
+
+TEST_CASE("an ignored label gives loss 0 and a zero gradient row, whole and sharded, the rest unchanged") {
+  CrossEntropyCase c;
+  const CrossEntropyResult scored = run_cross_entropy<double>(c);
+  CrossEntropyCase ignored_case = c;
+  const int64_t ignored_rows[] = {1, 3};
+  for (const int64_t r : ignored_rows) ignored_case.labels[r] = backend::kIgnoredLabel;
+  auto is_ignored = [&](int64_t r) { return r == 1 || r == 3; };
+  for (const bool in_float : {false, true}) {
+    CAPTURE(in_float);
+    const CrossEntropyResult whole = in_float ? run_cross_entropy<float>(ignored_case)
+                                              : run_cross_entropy<double>(ignored_case);
+    const CrossEntropyResult reference = in_float ? run_cross_entropy<float>(c) : scored;
+    for (int64_t r = 0; r < kLossRows; ++r) {
+      CAPTURE(r);
+      const auto row = [&](const CrossEntropyResult& result) {
+        return std::vector<double>(result.dlogits.begin() + r * kLossVocab,
+                                   result.dlogits.begin() + (r + 1) * kLossVocab);
+      };
+      if (is_ignored(r)) {
+        CHECK(whole.losses[r] == 0.0);
+        CHECK(row(whole) == std::vector<double>(kLossVocab, 0.0));
+      } else {
+        CHECK(whole.losses[r] == reference.losses[r]);
+        CHECK(row(whole) == row(reference));
+      }
+      CHECK(whole.logsumexp[r] == reference.logsumexp[r]);
+    }
+  }
+  const CrossEntropyResult whole = run_cross_entropy<double>(ignored_case);
+  for (const int64_t parts : {1, 2, 3}) {
+    CAPTURE(parts);
+    const auto sharded = run_sharded<double>(c.logits, ignored_case.labels, kLossRows, kLossVocab,
+                                             parts, whole.logsumexp, c.scale);
+    for (const int64_t r : ignored_rows) CHECK(sharded.losses[r] == 0.0);
+    CHECK(sharded.dlogits == whole.dlogits);
+  }
 }

@@ -222,6 +222,11 @@ TEST_CASE("data flags: Megatron's default split, exclusive sources, the dump") {
   CHECK(values.at("split") == "969, 30, 1");
   CHECK(values.at("train_data_path") == "None");
   CHECK(values.at("data_cache_path") == "None");
+  CHECK(values.at("eod_mask_loss") == "False");
+  const auto masked = with_data({"--data-path", "a", "--eod-mask-loss"});
+  REQUIRE(masked);
+  CHECK(masked->eod_mask_loss);
+  CHECK(backend::argument_values(*masked).at("eod_mask_loss") == "True");
 
   const auto per_split = with_data({"--train-data-path", "t", "--valid-data-path", "0.5", "v", "0.5", "w",
                                     "--data-cache-path", "/tmp/cache"});
@@ -245,7 +250,6 @@ TEST_CASE("data flags: Megatron's default split, exclusive sources, the dump") {
        "requires a positive seed, and numpy's RandomState one below 2^32)"},
       {{"--data-path", "a", "--num-dataset-builder-threads", "-1"},
        "--num-dataset-builder-threads: '-1' is out of range"},
-      {{"--data-path", "a", "--eod-mask-loss"}, "--eod-mask-loss is a Megatron-LM flag this backend does not support yet"},
       {{"--per-split-data-args-path", "p.json", "--test-data-path", "t"}, "are exclusive"},
   };
   for (const auto& c : cases) {

@@ -208,8 +208,8 @@ TEST_CASE("an unknown key (+training.model.x) is a warning, an error under stric
 TEST_CASE("a key that would change the model is an error whatever strict_keys says") {
   for (const std::string setting :
        {"training.model.kv_channels=32", "training.model.headscale=true",
-        "training.model.normalize_attention_scores=false", "training.model.data.eod_mask_loss=true",
-        "training.model.data.reset_position_ids=true", "training.trainer.accumulate_grad_batches=2",
+        "training.model.normalize_attention_scores=false",
+        "training.model.data.reset_attention_mask=true", "training.model.data.reset_position_ids=true", "training.trainer.accumulate_grad_batches=2",
         "training.model.ffn_dropout=0.1", "training.model.transformer_block_type=post_ln"}) {
     CAPTURE(setting);
     const TrainingKeyReport report = account_training_keys(ours({"++" + setting, "strict_keys=false"}));

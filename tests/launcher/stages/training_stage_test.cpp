@@ -104,6 +104,21 @@ TEST_CASE("model.use_flash_attention true becomes --use-flash-attn, false and ab
                        common::Error);
 }
 
+TEST_CASE("model.data.eod_mask_loss true becomes --eod-mask-loss, false, null and absent give none") {
+  CHECK_FALSE(has(megatron_training_arguments(composed_126m({})), "--eod-mask-loss"));
+  CHECK(has(megatron_training_arguments(composed_126m({"++training.model.data.eod_mask_loss=true"})),
+            "--eod-mask-loss"));
+  for (const std::string off : {"false", "null"}) {
+    CAPTURE(off);
+    CHECK_FALSE(has(megatron_training_arguments(
+                        composed_126m({"++training.model.data.eod_mask_loss=" + off})),
+                    "--eod-mask-loss"));
+  }
+  CHECK_THROWS_WITH_AS(megatron_training_arguments(
+                           composed_126m({"++training.model.data.eod_mask_loss=sometimes"})),
+                       doctest::Contains("training.model.data.eod_mask_loss"), common::Error);
+}
+
 TEST_CASE("model.sequence_parallel true becomes --sequence-parallel, whatever the tp size") {
   // NeMo's conf trees set the key (gpt3/5b: true, tp 2); the shipped 126m leaves it out.
   const auto tensor_parallel = megatron_training_arguments(composed_126m(
