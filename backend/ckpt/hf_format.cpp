@@ -374,6 +374,40 @@ GptConfig gpt2_config_from_hf(const nlohmann::json& hf, const std::string& sourc
   return config;
 }
 
+// Hugging Face's rope_scaling (transformers' modeling_rope_utils.py): null, or rope_type
+// "default", is plain RoPE; "llama3" (older configs say type) is Llama 3.x's scaling, whose four
+// keys transformers requires. The other types (linear, dynamic, yarn, longrope) are not built.
+RopeScaling rope_scaling_from_hf(const nlohmann::json& hf, const std::string& source) {
+  if (!hf.contains("rope_scaling") || hf["rope_scaling"].is_null()) return {};
+  const nlohmann::json& scaling = hf["rope_scaling"];
+  const std::string where = source + ": rope_scaling";
+  if (!scaling.is_object()) {
+    common::fail("{} must be an object or null, got {}", where, scaling.dump());
+  }
+  const std::string type =
+      optional_string(scaling, "rope_type", optional_string(scaling, "type", "default", where), where);
+  if (type == "default") return {};
+  if (type != "llama3") {
+    common::fail("{}: rope_type '{}' is not supported (valid: llama3, Llama 3.x's scaling; "
+                 "default or null, plain RoPE)",
+                 where, type);
+  }
+  const char* keys[] = {"factor", "low_freq_factor", "high_freq_factor",
+                        "original_max_position_embeddings"};
+  for (const char* key : keys) {
+    if (!scaling.contains(key) || scaling[key].is_null()) {
+      common::fail("{}: missing key '{}' (rope_type llama3 needs factor, low_freq_factor, "
+                   "high_freq_factor and original_max_position_embeddings)",
+                   where, key);
+    }
+  }
+  return {.factor = optional_number(scaling, "factor", 0, where),
+          .low_frequency_factor = optional_number(scaling, "low_freq_factor", 0, where),
+          .high_frequency_factor = optional_number(scaling, "high_freq_factor", 0, where),
+          .original_max_position_embeddings =
+              optional_number(scaling, "original_max_position_embeddings", 0, where)};
+}
+
 GptConfig llama_config_from_hf(const nlohmann::json& hf, const std::string& source) {
   GptConfig config;
   config.position_embedding_type = PositionEmbeddingType::rope;
@@ -425,10 +459,7 @@ GptConfig llama_config_from_hf(const nlohmann::json& hf, const std::string& sour
   if (activation != "silu") {
     common::fail("{}: hidden_act '{}' is not supported (valid: silu, SwiGLU's)", source, activation);
   }
-  if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null()) {
-    common::fail("{}: rope_scaling {} is not supported (plain RoPE only)", source,
-                 hf["rope_scaling"].dump());
-  }
+  config.rope_scaling = rope_scaling_from_hf(hf, source);
   const bool attention_bias = optional_bool(hf, "attention_bias", false, source);
   const bool mlp_bias = optional_bool(hf, "mlp_bias", false, source);
   if (attention_bias != mlp_bias) {
@@ -489,7 +520,21 @@ nlohmann::ordered_json hf_config_json(const GptConfig& config) {
     json[kTokenizerVocabKey] = config.vocab_size;
     json["rms_norm_eps"] = config.layernorm_epsilon;
     json["rope_theta"] = static_cast<double>(config.rotary_base);
-    json["rope_scaling"] = nullptr;
+    if (const RopeScaling& scaling = config.rope_scaling; scaling.active()) {
+      json["rope_scaling"] = {
+          {"rope_type", "llama3"},
+          {"factor", scaling.factor},
+          {"low_freq_factor", scaling.low_frequency_factor},
+          {"high_freq_factor", scaling.high_frequency_factor},
+          // An integer in Llama 3.x's configs (validated positive and finite; whole below 2^53).
+          {"original_max_position_embeddings",
+           scaling.original_max_position_embeddings == std::trunc(scaling.original_max_position_embeddings) &&
+                   scaling.original_max_position_embeddings < 0x1p53
+               ? nlohmann::ordered_json(static_cast<int64_t>(scaling.original_max_position_embeddings))
+               : nlohmann::ordered_json(scaling.original_max_position_embeddings)}};
+    } else {
+      json["rope_scaling"] = nullptr;
+    }
     json["hidden_act"] = "silu";
     json["attention_bias"] = config.add_bias_linear;
     json["mlp_bias"] = config.add_bias_linear;

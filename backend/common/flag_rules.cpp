@@ -85,6 +85,7 @@ constexpr FlagRule kRules[] = {
     choice_flag("--position-embedding-type", kPositionEmbeddingTypes),
     integer_flag("--rotary-base", 1),
     real_flag("--rotary-percent", 0, false, 1, true),
+    real_flag("--rope-scaling-factor", 1, true),
     choice_flag("--normalization", kNormalizations),
     choice_flag("--recompute-granularity", kRecomputeGranularities),
     choice_flag("--recompute-method", kRecomputeMethods),

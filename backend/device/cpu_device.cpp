@@ -275,10 +275,10 @@ void CpuDevice::linear_backward(View dinput, View dweight, View dbias, View dout
 }
 
 void CpuDevice::rope_tables(View cos, View sin, int64_t seq_length, int64_t rotary_dim,
-                            double base) {
+                            double base, RopeScaling scaling) {
   dispatch(cos.type, "rope_tables", [&](auto s) {
     using S = decltype(s);
-    cpu::rope_tables(host<S>(cos), host<S>(sin), seq_length, rotary_dim, base);
+    cpu::rope_tables(host<S>(cos), host<S>(sin), seq_length, rotary_dim, base, scaling);
   });
 }
 

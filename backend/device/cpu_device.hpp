@@ -55,8 +55,8 @@ class CpuDevice : public Device {
   void linear_backward(View dinput, View dweight, View dbias, View doutput, View input,
                        View weight, int64_t rows, int64_t in_features,
                        int64_t out_features) override;
-  void rope_tables(View cos, View sin, int64_t seq_length, int64_t rotary_dim,
-                   double base) override;
+  void rope_tables(View cos, View sin, int64_t seq_length, int64_t rotary_dim, double base,
+                   RopeScaling scaling) override;
   void rope_forward(View output, View input, View cos, View sin, int64_t batch_size,
                     int64_t seq_length, int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
                     int64_t row_stride) override;

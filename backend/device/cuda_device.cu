@@ -222,8 +222,8 @@ class CudaDevice final : public Device {
   void linear_backward(View dinput, View dweight, View dbias, View doutput, View input,
                        View weight, int64_t rows, int64_t in_features,
                        int64_t out_features) override;
-  void rope_tables(View cos, View sin, int64_t seq_length, int64_t rotary_dim,
-                   double base) override;
+  void rope_tables(View cos, View sin, int64_t seq_length, int64_t rotary_dim, double base,
+                   RopeScaling scaling) override;
   void rope_forward(View output, View input, View cos, View sin, int64_t batch_size,
                     int64_t seq_length, int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
                     int64_t row_stride) override;
@@ -392,8 +392,8 @@ void launch_rmsnorm_backward(S* dinput, float* dweight, const S* doutput, const 
   cuda::rmsnorm_backward(dinput, dweight, doutput, input, weight, rstd, N, C, scratch, stream);
 }
 void launch_rope_tables(float* cos, float* sin, int64_t T, int64_t R, double base,
-                        cudaStream_t stream) {
-  cuda::rope_tables(cos, sin, T, R, base, stream);
+                        RopeScaling scaling, cudaStream_t stream) {
+  cuda::rope_tables(cos, sin, T, R, base, scaling, stream);
 }
 template <typename S>
 void launch_rope_forward(S* output, const S* input, const float* cos, const float* sin, int64_t B,
@@ -608,11 +608,11 @@ void CudaDevice::linear_backward(View dinput, View dweight, View dbias, View dou
 }
 
 void CudaDevice::rope_tables(View cos, View sin, int64_t seq_length, int64_t rotary_dim,
-                             double base) {
+                             double base, RopeScaling scaling) {
   constexpr const char* op = "rope_tables";
   use();
   launch_rope_tables(gpu<float>(cos, op), gpu<float>(sin, op), seq_length, rotary_dim, base,
-                     stream_);
+                     scaling, stream_);
 }
 
 void CudaDevice::rope_forward(View output, View input, View cos, View sin, int64_t batch_size,

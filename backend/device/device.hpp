@@ -22,6 +22,7 @@
 #include "backend/device/view.hpp"
 #include "backend/ops/adamw.hpp"
 #include "backend/ops/dropout.hpp"
+#include "backend/ops/rope.hpp"
 
 namespace backend {
 
@@ -95,7 +96,7 @@ class Device {
                                int64_t out_features) = 0;
   // ops/rope.hpp; the views start at the first rotated head of a row
   virtual void rope_tables(View cos, View sin, int64_t seq_length, int64_t rotary_dim,
-                           double base) = 0;
+                           double base, RopeScaling scaling) = 0;
   virtual void rope_forward(View output, View input, View cos, View sin, int64_t batch_size,
                             int64_t seq_length, int64_t num_heads, int64_t head_dim,
                             int64_t rotary_dim, int64_t row_stride) = 0;

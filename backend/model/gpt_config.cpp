@@ -2,6 +2,7 @@
 #include "backend/model/gpt_config.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
@@ -212,6 +213,27 @@ void validate(const GptConfig& config) {
           "/ --num-attention-heads {}); RoPE needs an even number, at least 2",
           config.rotary_percent, rotary_dim, config.head_dim(), config.hidden_size,
           config.num_attention_heads);
+    }
+  }
+  if (const RopeScaling& scaling = config.rope_scaling; scaling.active()) {
+    if (config.position_embedding_type != PositionEmbeddingType::rope) {
+      common::fail("--use-rope-scaling scales RoPE's frequencies: it needs "
+                   "--position-embedding-type rope");
+    }
+    // Hugging Face's rope_type llama3 requires factor ≥ 1; below 1 it would shorten the
+    // wavelengths it is meant to stretch.
+    if (!(scaling.factor >= 1 && std::isfinite(scaling.factor))) {
+      common::fail("--rope-scaling-factor must be a finite number ≥ 1, got {}", scaling.factor);
+    }
+    if (!(scaling.low_frequency_factor > 0 &&
+          scaling.low_frequency_factor < scaling.high_frequency_factor &&
+          std::isfinite(scaling.high_frequency_factor) &&
+          scaling.original_max_position_embeddings > 0 &&
+          std::isfinite(scaling.original_max_position_embeddings))) {
+      common::fail("RoPE scaling needs 0 < low_freq_factor < high_freq_factor and a positive "
+                   "original_max_position_embeddings, got {}, {} and {}",
+                   scaling.low_frequency_factor, scaling.high_frequency_factor,
+                   scaling.original_max_position_embeddings);
     }
   }
   parameter_count(config);  // every tensor's size, and their sum, fit int64

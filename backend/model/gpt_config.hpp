@@ -16,6 +16,7 @@
 
 #include "backend/common/memory_estimate.hpp"
 #include "backend/device/element_type.hpp"
+#include "backend/ops/rope.hpp"
 
 namespace backend {
 
@@ -62,6 +63,8 @@ struct GptConfig {
   PositionEmbeddingType position_embedding_type = PositionEmbeddingType::learned_absolute;
   int64_t rotary_base = 10000;  // RoPE: inv_freq[i] = rotary_base^(−2i / rotary_dim)
   double rotary_percent = 1.0;  // RoPE: share of each head's features that rotate
+  // RoPE: Llama 3's frequency scaling (--use-rope-scaling --rope-scaling-factor; ops/rope.hpp)
+  RopeScaling rope_scaling{};
   Normalization normalization = Normalization::layer_norm;  // all three norms of the model
   // --apply-layernorm-1p (NeMo's normalization: layernorm1p): each LayerNorm's weight is
   // stored as γ − 1, initialised to 0, and the norm scales by weight + 1 (apex's

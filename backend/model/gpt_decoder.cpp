@@ -268,7 +268,7 @@ GptDecoder::GptDecoder(const GptModel<float>& model, int64_t slots, int64_t max_
   s.rope_sin = s.arena.view(rope_sin);
   if (rope) {
     s.device->rope_tables(s.rope_cos, s.rope_sin, max_length, config.rotary_dim(),
-                          static_cast<double>(config.rotary_base));
+                          static_cast<double>(config.rotary_base), config.rope_scaling);
   }
   s.host_tokens.resize(static_cast<size_t>(max_rows));
   s.host_positions.resize(static_cast<size_t>(max_rows));

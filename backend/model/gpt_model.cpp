@@ -643,7 +643,7 @@ void GptModel<Scalar>::State::reserve(int64_t new_batch_size, int64_t new_seq_le
   dfc1 = a.view(plan.dfc1);
   if (rope()) {
     ops().rope_tables(rope_cos, rope_sin, seq_length, shard.rotary_dim(),
-                      static_cast<double>(config.rotary_base));
+                      static_cast<double>(config.rotary_base), config.rope_scaling);
   }
   select(0);
 }

@@ -12,6 +12,12 @@
 //   y[i + half] = x[i + half] · cos θ + x[i] · sin θ
 // Backward: the map is a rotation per pair (i, i + half), so dx is the inverse rotation of dy
 // (sin θ → −sin θ); it needs the angles only, never x.
+// Llama 3's scaling (Megatron's --use-rope-scaling, its RotaryEmbedding._apply_scaling;
+// Hugging Face's rope_type "llama3") replaces inv_freq[i] by scaled_inverse_frequency below:
+// with wavelength λ = 2π / inv_freq and L = original_max_position_embeddings, frequencies of
+// λ < L / high_frequency_factor stay, those of λ > L / low_frequency_factor are divided by
+// factor, and those between are interpolated, s = (L / λ − low) / (high − low):
+//   inv_freq' = (1 − s) · inv_freq / factor + s · inv_freq.
 // The tables are computed in double and rounded to Scalar (Megatron computes them in fp32).
 // Heads: head h of row r (r = b·T + t) starts at element r · row_stride + h · head_dim, so a
 // caller can rotate a run of heads inside a wider row (the q and k heads of one query group
@@ -29,12 +35,42 @@
 #include "backend/device/cuda_stream.hpp"
 #include "backend/device/element_type.hpp"
 
+namespace backend {
+
+// Llama 3's RoPE scaling; factor 0 is none (plain RoPE). Megatron's flags set the factor
+// (--rope-scaling-factor) and keep the other three at these values, Llama 3.x's.
+struct RopeScaling {
+  double factor = 0;
+  double low_frequency_factor = 1;
+  double high_frequency_factor = 4;
+  double original_max_position_embeddings = 8192;
+
+  constexpr bool active() const { return factor != 0; }
+  bool operator==(const RopeScaling&) const = default;
+};
+
+// inv_freq after the scaling (the formula above); unchanged without it. Arithmetic only, so
+// the CUDA twin's kernel calls it too (constexpr, --expt-relaxed-constexpr).
+constexpr double scaled_inverse_frequency(double inverse_frequency, const RopeScaling& scaling) {
+  if (!scaling.active()) return inverse_frequency;
+  constexpr double kTwoPi = 6.283185307179586;
+  const double wavelength = kTwoPi / inverse_frequency;
+  const double length = scaling.original_max_position_embeddings;
+  if (wavelength < length / scaling.high_frequency_factor) return inverse_frequency;
+  if (wavelength > length / scaling.low_frequency_factor) return inverse_frequency / scaling.factor;
+  const double smooth = (length / wavelength - scaling.low_frequency_factor) /
+                        (scaling.high_frequency_factor - scaling.low_frequency_factor);
+  return (1 - smooth) * inverse_frequency / scaling.factor + smooth * inverse_frequency;
+}
+
+}  // namespace backend
+
 namespace backend::cpu {
 
 template <typename Scalar>
 void rope_tables(Scalar* cos,  // (T, R/2)
                  Scalar* sin,  // (T, R/2)
-                 int64_t seq_length, int64_t rotary_dim, double base);
+                 int64_t seq_length, int64_t rotary_dim, double base, RopeScaling scaling);
 
 template <typename Scalar>
 void rope_forward(Scalar* output,       // rows of row_stride, H heads of HD
@@ -72,7 +108,8 @@ namespace backend::cuda {
 
 void rope_tables(float* cos,  // (T, R/2)
                  float* sin,  // (T, R/2)
-                 int64_t seq_length, int64_t rotary_dim, double base, CudaStream stream);
+                 int64_t seq_length, int64_t rotary_dim, double base, RopeScaling scaling,
+                 CudaStream stream);
 
 template <typename Scalar>
 void rope_forward(Scalar* output,       // rows of row_stride, H heads of HD

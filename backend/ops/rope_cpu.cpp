@@ -41,12 +41,13 @@ void rotate(Scalar* output, const Scalar* input, const Scalar* cos, const Scalar
 }  // namespace
 
 template <typename Scalar>
-void rope_tables(Scalar* cos, Scalar* sin, int64_t seq_length, int64_t rotary_dim, double base) {
+void rope_tables(Scalar* cos, Scalar* sin, int64_t seq_length, int64_t rotary_dim, double base,
+                 RopeScaling scaling) {
   const int64_t half = rotary_dim / 2;
   for (int64_t t = 0; t < seq_length; ++t) {
     for (int64_t i = 0; i < half; ++i) {
-      const double inverse_frequency =
-          std::pow(base, -static_cast<double>(2 * i) / static_cast<double>(rotary_dim));
+      const double inverse_frequency = scaled_inverse_frequency(
+          std::pow(base, -static_cast<double>(2 * i) / static_cast<double>(rotary_dim)), scaling);
       const double angle = static_cast<double>(t) * inverse_frequency;
       cos[t * half + i] = static_cast<Scalar>(std::cos(angle));
       sin[t * half + i] = static_cast<Scalar>(std::sin(angle));
@@ -80,7 +81,7 @@ void rope_at_positions_forward(Scalar* output, const Scalar* input, const Scalar
 }
 
 #define BACKEND_INSTANTIATE_ROPE(Scalar)                                                    \
-  template void rope_tables<Scalar>(Scalar*, Scalar*, int64_t, int64_t, double);            \
+  template void rope_tables<Scalar>(Scalar*, Scalar*, int64_t, int64_t, double, RopeScaling); \
   template void rope_forward<Scalar>(Scalar*, const Scalar*, const Scalar*, const Scalar*,  \
                                      int64_t, int64_t, int64_t, int64_t, int64_t, int64_t); \
   template void rope_backward<Scalar>(Scalar*, const Scalar*, const Scalar*, const Scalar*, \

@@ -21,7 +21,7 @@ using detail::from_float;
 using detail::to_float;
 
 __global__ void rope_tables_kernel(float* cos_table, float* sin_table, int64_t seq_length,
-                                   int64_t rotary_dim, double base) {
+                                   int64_t rotary_dim, double base, RopeScaling scaling) {
   const int64_t half = rotary_dim / 2;
   const int64_t count = seq_length * half;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -29,8 +29,8 @@ __global__ void rope_tables_kernel(float* cos_table, float* sin_table, int64_t s
        k += stride) {
     const int64_t t = k / half;
     const int64_t i = k % half;
-    const double inverse_frequency =
-        pow(base, -static_cast<double>(2 * i) / static_cast<double>(rotary_dim));
+    const double inverse_frequency = scaled_inverse_frequency(
+        pow(base, -static_cast<double>(2 * i) / static_cast<double>(rotary_dim)), scaling);
     const double angle = static_cast<double>(t) * inverse_frequency;
     cos_table[k] = static_cast<float>(cos(angle));
     sin_table[k] = static_cast<float>(sin(angle));
@@ -93,11 +93,11 @@ void rotate(Scalar* output, const Scalar* input, const float* cos, const float* 
 }  // namespace
 
 void rope_tables(float* cos, float* sin, int64_t seq_length, int64_t rotary_dim, double base,
-                 CudaStream stream) {
+                 RopeScaling scaling, CudaStream stream) {
   const int64_t count = seq_length * (rotary_dim / 2);
   if (count <= 0) return;
   rope_tables_kernel<<<detail::grid_for(count), detail::kBlockSize, 0, stream>>>(
-      cos, sin, seq_length, rotary_dim, base);
+      cos, sin, seq_length, rotary_dim, base, scaling);
   CUDA_CHECK(cudaGetLastError());
 }
 

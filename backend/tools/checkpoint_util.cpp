@@ -47,6 +47,10 @@ std::vector<std::string> model_flags(const backend::TrainingArguments& a) {
     if (a.rotary_percent != 1.0) {
       flags.insert(flags.end(), {"--rotary-percent", fmt::format("{}", a.rotary_percent)});
     }
+    if (a.use_rope_scaling) {
+      flags.insert(flags.end(), {"--use-rope-scaling", "--rope-scaling-factor",
+                                 fmt::format("{}", a.rope_scaling_factor)});
+    }
   }
   if (a.normalization == "RMSNorm") flags.insert(flags.end(), {"--normalization", "RMSNorm"});
   if (a.swiglu) flags.push_back("--swiglu");

@@ -18,6 +18,7 @@
 #include "backend/common/checked_math.hpp"
 #include "backend/common/command_line.hpp"
 #include "backend/common/error.hpp"
+#include "backend/common/python_format.hpp"
 #include "backend/data/data_blend.hpp"
 #include "backend/data/tokenizer.hpp"
 #include "backend/dist/parallel_layout.hpp"
@@ -58,7 +59,6 @@ constexpr common::RefusedFlag kUnsupportedFlags[] = {
      "the loss is the mean over each micro batch's tokens, as Megatron's default"},
     {"--decoupled-lr", true,
      "a separate learning rate for the embedding and output layer is not built"},
-    {"--use-rope-scaling", false, "Llama 3.1's RoPE frequency scaling is not built"},
     {"--init-method-xavier-uniform", false,
      "initialisation is Megatron's normal one (--init-method-std)"},
     {"--grad-reduce-in-bf16", false, "gradients are reduced in fp32"},
@@ -267,6 +267,12 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(model);
   app.add_option("--rotary-percent", arguments.rotary_percent,
                  "Share of each head's features that RoPE rotates")->group(model);
+  app.add_flag("--use-rope-scaling", arguments.use_rope_scaling,
+               "Llama 3.x's RoPE frequency scaling (low frequencies divided by the factor)")
+      ->group(model);
+  app.add_option("--rope-scaling-factor", arguments.rope_scaling_factor,
+                 "Llama 3.x's RoPE scaling factor (with --use-rope-scaling)")
+      ->group(model)->default_str("8.0");
   app.add_option("--normalization", arguments.normalization, "LayerNorm or RMSNorm")
       ->group(model);
   app.add_flag("--apply-layernorm-1p", arguments.apply_layernorm_1p,
@@ -1106,6 +1112,8 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
        a.recompute_num_layers ? fmt::format("{}", *a.recompute_num_layers) : "None"},
       {"rotary_base", fmt::format("{}", a.rotary_base)},
       {"rotary_percent", fmt::format("{}", a.rotary_percent)},
+      {"use_rope_scaling", python(a.use_rope_scaling)},
+      {"rope_scaling_factor", common::format_python_float(a.rope_scaling_factor)},
       {"swiglu", python(a.swiglu)},
       {"use_flash_attn", python(a.use_flash_attn)},
       {"use_distributed_optimizer", python(a.use_distributed_optimizer)},

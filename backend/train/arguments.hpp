@@ -38,6 +38,8 @@ struct TrainingArguments {
   std::string position_embedding_type = "learned_absolute";  // or rope
   int64_t rotary_base = 10000;
   double rotary_percent = 1.0;
+  bool use_rope_scaling = false;     // --use-rope-scaling: Llama 3's RoPE frequency scaling
+  double rope_scaling_factor = 8.0;  // --rope-scaling-factor (Megatron's default, Llama 3.1's)
   std::string normalization = "LayerNorm";  // or RMSNorm
   bool apply_layernorm_1p = false;          // LayerNorm weights as γ − 1 (NeMo's layernorm1p)
   bool swiglu = false;

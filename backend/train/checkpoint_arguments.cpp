@@ -53,6 +53,8 @@ const RecordedArgument kRecordedArguments[] = {
     {"position_embedding_type", &TrainingArguments::position_embedding_type},
     {"rotary_base", &TrainingArguments::rotary_base},
     {"rotary_percent", &TrainingArguments::rotary_percent},
+    {"use_rope_scaling", &TrainingArguments::use_rope_scaling, kOptional},
+    {"rope_scaling_factor", &TrainingArguments::rope_scaling_factor, kOptional},
     {"normalization", &TrainingArguments::normalization},
     {"apply_layernorm_1p", &TrainingArguments::apply_layernorm_1p, kOptional},
     {"swiglu", &TrainingArguments::swiglu},
@@ -159,6 +161,9 @@ void take_checkpoint_model_arguments(TrainingArguments& arguments,
   take("position_embedding_type", arguments.position_embedding_type, saved.position_embedding_type);
   take("rotary_base", arguments.rotary_base, saved.rotary_base);
   take("rotary_percent", arguments.rotary_percent, saved.rotary_percent);
+  // Not in Megatron's list, which would serve a Llama 3.x checkpoint with plain RoPE's angles.
+  take("use_rope_scaling", arguments.use_rope_scaling, saved.use_rope_scaling);
+  take("rope_scaling_factor", arguments.rope_scaling_factor, saved.rope_scaling_factor);
   take("add_bias_linear", arguments.add_bias_linear, saved.add_bias_linear);
   take("swiglu", arguments.swiglu, saved.swiglu);
   take("untie_embeddings_and_output_weights", arguments.untie_embeddings_and_output_weights,

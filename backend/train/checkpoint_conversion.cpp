@@ -54,6 +54,19 @@ TrainingArguments arguments_for_model(const GptConfig& config) {
       config.position_embedding_type == PositionEmbeddingType::rope ? "rope" : "learned_absolute";
   a.rotary_base = config.rotary_base;
   a.rotary_percent = config.rotary_percent;
+  if (const RopeScaling& scaling = config.rope_scaling; scaling.active()) {
+    // Megatron's flags carry the factor; the other three are Llama 3.x's, fixed.
+    if (scaling != RopeScaling{.factor = scaling.factor}) {
+      common::fail("RoPE scaling with low_freq_factor {}, high_freq_factor {} and "
+                   "original_max_position_embeddings {} has no pretrain_gpt flags: "
+                   "--use-rope-scaling keeps Llama 3.x's 1, 4 and 8192 (only "
+                   "--rope-scaling-factor is set)",
+                   scaling.low_frequency_factor, scaling.high_frequency_factor,
+                   scaling.original_max_position_embeddings);
+    }
+    a.use_rope_scaling = true;
+    a.rope_scaling_factor = scaling.factor;
+  }
   a.normalization = config.normalization == Normalization::rms_norm ? "RMSNorm" : "LayerNorm";
   a.apply_layernorm_1p = config.apply_layernorm_1p;
   a.swiglu = config.swiglu;

@@ -69,6 +69,7 @@ GptConfig model_config(const TrainingArguments& a) {
                                        ? PositionEmbeddingType::rope
                                        : PositionEmbeddingType::learned_absolute;
   config.rotary_base = a.rotary_base;
+  if (a.use_rope_scaling) config.rope_scaling = RopeScaling{.factor = a.rope_scaling_factor};
   config.rotary_percent = a.rotary_percent;
   config.normalization =
       a.normalization == "RMSNorm" ? Normalization::rms_norm : Normalization::layer_norm;

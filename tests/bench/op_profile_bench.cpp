@@ -184,9 +184,10 @@ class TimingDevice final : public backend::Device {
                              out_features);
     });
   }
-  void rope_tables(View cos, View sin, int64_t seq_length, int64_t rotary_dim,
-                   double base) override {
-    timed("rope_tables", 0, [&] { inner_.rope_tables(cos, sin, seq_length, rotary_dim, base); });
+  void rope_tables(View cos, View sin, int64_t seq_length, int64_t rotary_dim, double base,
+                   backend::RopeScaling scaling) override {
+    timed("rope_tables", 0,
+          [&] { inner_.rope_tables(cos, sin, seq_length, rotary_dim, base, scaling); });
   }
   void rope_forward(View output, View input, View cos, View sin, int64_t batch_size,
                     int64_t seq_length, int64_t num_heads, int64_t head_dim, int64_t rotary_dim,

@@ -1,15 +1,18 @@
-// checkpoint_util, the executable: a pretrain_gpt run's checkpoint is exported to Hugging Face,
-// imported back as a release checkpoint, and pretrain_gpt started from it with the flags
-// checkpoint_util prints computes the same first loss as a run resumed from the original
-// weights would (both forward the same weights on the same batch); bad command lines exit 2
-// with one line naming the problem.
+// checkpoint_util, the executable: a pretrain_gpt run's checkpoint (GPT-2, Llama, Llama 3.x with
+// its RoPE scaling) is exported to Hugging Face, imported back as a release checkpoint, and
+// pretrain_gpt started from it with the flags checkpoint_util prints computes the same first
+// loss as a run resumed from the original weights would (both forward the same weights on the
+// same batch); bad command lines exit 2 with one line naming the problem.
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/ckpt/safetensors.hpp"
 #include "launcher/process.hpp"
@@ -55,6 +58,16 @@ TEST_CASE("checkpoint_util: checkpoint → Hugging Face → release checkpoint �
     architecture = "LlamaForCausalLM";
     tensor_count = 3 + 2 * 9;
   }
+  bool rope_scaling = false;
+  SUBCASE("Llama 3.2 with its RoPE scaling") {
+    model.insert(model.end(), {"--position-embedding-type", "rope", "--rotary-base", "500000",
+                               "--use-rope-scaling", "--rope-scaling-factor", "32",
+                               "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear",
+                               "--group-query-attention", "--num-query-groups", "2"});
+    architecture = "LlamaForCausalLM";
+    tensor_count = 2 + 2 * 9;  // tied, as Llama 3.2 1B
+    rope_scaling = true;
+  }
   const std::vector<std::string> data = {"--seq-length", "16", "--micro-batch-size", "2",
                                          "--global-batch-size", "2", "--lr", "1e-3",
                                          "--mock-data", "--eval-iters", "0",
@@ -84,6 +97,15 @@ TEST_CASE("checkpoint_util: checkpoint → Hugging Face → release checkpoint �
   const auto file = backend::read_safetensors(hf / "model.safetensors");
   CHECK(file.metadata.at("tokenizer_vocab_size") == "100");
   CHECK(file.tensors.size() == tensor_count);
+  const auto config = nlohmann::json::parse(std::ifstream(hf / "config.json"));
+  if (rope_scaling) {
+    CHECK(config["rope_scaling"]["rope_type"] == "llama3");
+    CHECK(config["rope_scaling"]["factor"] == 32.0);
+  } else if (architecture == "LlamaForCausalLM") {
+    CHECK(config.at("rope_scaling").is_null());
+  } else {
+    CHECK_FALSE(config.contains("rope_scaling"));
+  }
 
   const fs::path release = temporary.path / "release_checkpoints";
   const auto imported = launcher::run_and_capture(
@@ -94,6 +116,8 @@ TEST_CASE("checkpoint_util: checkpoint → Hugging Face → release checkpoint �
   std::smatch match;
   REQUIRE(std::regex_search(imported.output, match, std::regex(R"(pretrain_gpt (.*) --load)")));
   const auto printed_flags = split_words(match[1].str());
+  CHECK((match[1].str().find("--use-rope-scaling --rope-scaling-factor 32") != std::string::npos) ==
+        rope_scaling);
 
   // Start from the release checkpoint with the printed flags, and from the original
   // checkpoint with --finetune (its weights, iteration 0): the same weights, the same batch.

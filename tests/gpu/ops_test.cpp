@@ -271,11 +271,22 @@ TEST_CASE("rope on the CUDA device matches the CPU device") {
   if (!gpu) return;
   const int64_t batch = 2, seq = 7, heads = 3, head_dim = 8;
   const int64_t row_stride = heads * head_dim + 5;  // the rotated heads inside a wider row
-  for (int64_t rotary_dim : {int64_t{8}, int64_t{4}}) {
+  // Plain RoPE, and Llama 3's scaling with all three bands (original length 64: wavelength 6.3
+  // kept, 63 interpolated, 628 and beyond divided).
+  const backend::RopeScaling llama3{.factor = 8, .original_max_position_embeddings = 64};
+  struct RopeCase {
+    backend::RopeScaling scaling;
+    int64_t rotary_dim;
+  };
+  for (const RopeCase& rope : {RopeCase{{}, 8}, RopeCase{{}, 4}, RopeCase{llama3, 8},
+                               RopeCase{llama3, 4}}) {
+    const backend::RopeScaling scaling = rope.scaling;
+    const int64_t rotary_dim = rope.rotary_dim;
     for (ElementType type : kTypes) {
       std::ostringstream what;
       what << "rope B " << batch << " T " << seq << " H " << heads << " HD " << head_dim
-           << " R " << rotary_dim << " row stride " << row_stride;
+           << " R " << rotary_dim << " row stride " << row_stride << " scaling factor "
+           << scaling.factor;
       const int64_t count = batch * seq * row_stride;
       const auto input = representable(random_values(count, 71), type);
       const auto dout = representable(random_values(count, 72), type);
@@ -286,7 +297,7 @@ TEST_CASE("rope on the CUDA device matches the CPU device") {
                         [&](Tensors& t, ElementType dtype) {
                           const int64_t table = seq * rotary_dim / 2;
                           View cos = t.poisoned(table, ElementType::f32), sin = t.poisoned(table, ElementType::f32);
-                          t.device().rope_tables(cos, sin, seq, rotary_dim, 10000.0);
+                          t.device().rope_tables(cos, sin, seq, rotary_dim, 10000.0, scaling);
                           View out = t.input(before, dtype);
                           t.device().rope_forward(out, t.input(input, dtype), cos, sin, batch, seq,
                                                   heads, head_dim, rotary_dim, row_stride);
@@ -320,7 +331,7 @@ TEST_CASE("rope at positions of their own on the CUDA device matches the CPU dev
                         [&](Tensors& t, ElementType dtype) {
                           const int64_t table = table_rows * rotary_dim / 2;
                           View cos = t.poisoned(table, ElementType::f32), sin = t.poisoned(table, ElementType::f32);
-                          t.device().rope_tables(cos, sin, table_rows, rotary_dim, 10000.0);
+                          t.device().rope_tables(cos, sin, table_rows, rotary_dim, 10000.0, {});
                           View out = t.input(before, dtype);
                           t.device().rope_at_positions_forward(out, t.input(input, dtype), cos,
                                                                sin, t.ids(positions), rows, heads,

@@ -521,6 +521,9 @@ TEST_CASE("hf_format: Llama variants round trip bit for bit") {
     config.add_bias_linear = true;
   }
   SUBCASE("multi-query attention") { config.num_query_groups = 1; }
+  SUBCASE("Llama 3's RoPE scaling") {
+    config.rope_scaling = {.factor = 8, .original_max_position_embeddings = 16};
+  }
   auto model = initialised_model(config);
   backend::export_hf(directory.path / "hf", model);
   const auto file = backend::read_safetensors(directory.path / "hf" / "model.safetensors");
@@ -538,6 +541,7 @@ TEST_CASE("hf_format: Llama variants round trip bit for bit") {
   CHECK(back.add_bias_linear == config.add_bias_linear);
   CHECK(back.share_embeddings_and_output_weights == config.share_embeddings_and_output_weights);
   CHECK(back.rotary_base == config.rotary_base);
+  CHECK(back.rope_scaling == config.rope_scaling);
   CHECK(back.layernorm_epsilon == config.layernorm_epsilon);
   CHECK(back.ffn_hidden_size == config.ffn_hidden_size);
   CHECK(back.vocab_size == config.vocab_size);
@@ -547,6 +551,37 @@ TEST_CASE("hf_format: Llama variants round trip bit for bit") {
                    imported.parameters().begin()));
   const auto tokens = ids(2 * 8, 50, 3), labels = ids(2 * 8, 50, 4);
   CHECK(model.forward(tokens, labels, 2, 8) == imported.forward(tokens, labels, 2, 8));
+}
+
+TEST_CASE("hf_format: Llama 3.1's rope_scaling is read, and written as transformers writes it") {
+  TemporaryDirectory directory;
+  GptConfig config = tiny_llama_config();
+  const auto dir = directory.path / "hf";
+  backend::export_hf(dir, initialised_model(config));
+  auto json = backend::hf_config_json(config);
+  CHECK(json["rope_scaling"].is_null());
+  // Meta-Llama-3.1-8B's config.json.
+  json["rope_scaling"] = {{"factor", 8.0},
+                          {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0},
+                          {"original_max_position_embeddings", 8192},
+                          {"rope_type", "llama3"}};
+  write_text(dir / "config.json", json.dump());
+  const GptConfig read = backend::import_hf(dir).config();
+  CHECK(read.rope_scaling == backend::RopeScaling{.factor = 8});
+  const auto written = backend::hf_config_json(read);
+  CHECK(written["rope_scaling"]["rope_type"] == "llama3");
+  CHECK(written["rope_scaling"]["factor"] == 8.0);
+  CHECK(written["rope_scaling"]["original_max_position_embeddings"].is_number_integer());
+  CHECK(written["rope_scaling"]["original_max_position_embeddings"] == 8192);
+  // Older transformers wrote "type"; "default" is plain RoPE.
+  json["rope_scaling"].erase("rope_type");
+  json["rope_scaling"]["type"] = "llama3";
+  write_text(dir / "config.json", json.dump());
+  CHECK(backend::import_hf(dir).config().rope_scaling.factor == 8);
+  json["rope_scaling"] = {{"rope_type", "default"}};
+  write_text(dir / "config.json", json.dump());
+  CHECK_FALSE(backend::import_hf(dir).config().rope_scaling.active());
 }
 
 TEST_CASE("hf_format: Llama settings that cannot load, and models with no HF architecture") {
@@ -564,7 +599,26 @@ TEST_CASE("hf_format: Llama settings that cannot load, and models with no HF arc
   };
   refused("num_key_value_heads", 3, "num_key_value_heads 3 must be positive and divide num_attention_heads 4");
   refused("hidden_act", "gelu", "hidden_act 'gelu' is not supported");
-  refused("rope_scaling", {{"type", "linear"}, {"factor", 2.0}}, "rope_scaling");
+  refused("rope_scaling", {{"type", "linear"}, {"factor", 2.0}},
+          "rope_scaling: rope_type 'linear' is not supported (valid: llama3");
+  refused("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}, "rope_type 'yarn'");
+  refused("rope_scaling", 8, "rope_scaling must be an object or null, got 8");
+  refused("rope_scaling",
+          {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+           {"high_freq_factor", 4.0}},
+          "rope_scaling: missing key 'original_max_position_embeddings'");
+  refused("rope_scaling",
+          {{"rope_type", "llama3"}, {"factor", "8"}, {"low_freq_factor", 1.0},
+           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}},
+          "'factor' must be a number, got \"8\"");
+  refused("rope_scaling",
+          {{"rope_type", "llama3"}, {"factor", 0.5}, {"low_freq_factor", 1.0},
+           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}},
+          "--rope-scaling-factor must be a finite number ≥ 1, got 0.5");
+  refused("rope_scaling",
+          {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0},
+           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}},
+          "0 < low_freq_factor < high_freq_factor");
   refused("attention_bias", true, "attention_bias true and mlp_bias false differ");
   refused("head_dim", 8, "head_dim 8 is not hidden_size / num_attention_heads = 4");
   refused("rope_theta", 10000.5, "rope_theta 10000.5 must be a whole number");

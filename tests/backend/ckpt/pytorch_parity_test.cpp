@@ -235,6 +235,45 @@ TEST_CASE("pytorch parity: GPT-2 with --apply-layernorm-1p (NeMo's layernorm1p) 
   check_parity(train_and_compare(config, directory.path));
 }
 
+TEST_CASE("pytorch parity: Llama 3's RoPE scaling is transformers' rope_type llama3") {
+  if (!torch_available()) return;
+  GptConfig config;
+  config.num_layers = 2;
+  config.hidden_size = 64;
+  config.num_attention_heads = 2;  // head size 32: 16 frequencies
+  config.num_query_groups = 1;
+  config.ffn_hidden_size = 64;
+  config.max_position_embeddings = 32;
+  config.vocab_size = 100;
+  config.padded_vocab_size = backend::padded_vocab_size(100, 64, 1);
+  config.position_embedding_type = backend::PositionEmbeddingType::rope;
+  config.normalization = backend::Normalization::rms_norm;
+  config.swiglu = true;
+  config.add_bias_linear = false;
+  config.share_embeddings_and_output_weights = false;
+  // An original length of 64 instead of Llama 3's 8192, so that 16 positions see all three
+  // bands: wavelengths 2π·10000^(i/16) below 16 kept (i = 0, 1), 16 to 64 interpolated (2 to
+  // 4), beyond 64 divided by the factor (5 to 15).
+  config.rope_scaling = {.factor = 8,
+                         .low_frequency_factor = 1,
+                         .high_frequency_factor = 4,
+                         .original_max_position_embeddings = 64};
+  test_support::TemporaryDirectory directory;
+  check_parity(train_and_compare(config, directory.path));
+  // The reference applies the scaling only because config.json says so: without it the same
+  // run is not torch's, so the comparison above does see the scaling.
+  const auto config_path = directory.path / "initial" / "config.json";
+  nlohmann::json hf_config = nlohmann::json::parse(std::ifstream(config_path));
+  CHECK(hf_config["rope_scaling"]["rope_type"] == "llama3");
+  hf_config["rope_scaling"] = nullptr;
+  std::ofstream(config_path) << hf_config.dump();
+  const CommandResult unscaled = run_command(std::string(kPython) + " " + TEST_SOURCE_DIR +
+                                             "/tests/backend/ckpt/pytorch_reference.py " +
+                                             directory.path.string());
+  INFO(unscaled.output);
+  CHECK(unscaled.exit_status == 1);
+}
+
 TEST_CASE("pytorch parity: Llama (RoPE, RMSNorm, SwiGLU, GQA, no biases, untied output)") {
   if (!torch_available()) return;
   GptConfig config;

@@ -107,16 +107,36 @@ def linear(p, name, x):
     return y + p[name + ".bias"] if name + ".bias" in p else y
 
 
+def llama3_inverse_frequencies(inv_freq, scaling):
+    """rope_scaling with rope_type llama3 (transformers' _compute_llama3_parameters): wavelengths
+    below original / high_freq_factor keep their frequency, those above original /
+    low_freq_factor are divided by factor, those between are interpolated."""
+    factor, low = scaling["factor"], scaling["low_freq_factor"]
+    high, original = scaling["high_freq_factor"], scaling["original_max_position_embeddings"]
+    wavelength = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelength > original / low, inv_freq / factor, inv_freq)
+    smooth = (original / wavelength - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelength < original / high) & ~(wavelength > original / low)
+    return torch.where(medium, smoothed, scaled)
+
+
 def llama_loss(p, config, tokens, labels):
     """LlamaForCausalLM (modeling_llama.py): RMSNorm, rotary embeddings in the rotate_half form,
     grouped-query attention (kv head g serves query heads g·NH/NKV .. (g+1)·NH/NKV - 1), SwiGLU
-    MLP down(silu(gate(x)) · up(x)), lm_head tied to embed_tokens unless it is saved."""
+    MLP down(silu(gate(x)) · up(x)), lm_head tied to embed_tokens unless it is saved; Llama 3's
+    rope_scaling when config.json has one."""
     C, NH = config["hidden_size"], config["num_attention_heads"]
     NKV = config.get("num_key_value_heads") or NH
     HD = C // NH
     eps, theta = config["rms_norm_eps"], config.get("rope_theta", 10000.0)
     B, T = tokens.shape
     inv_freq = 1.0 / (theta ** (torch.arange(0, HD, 2, dtype=torch.float64) / HD))
+    scaling = config.get("rope_scaling")
+    if scaling is not None:
+        if scaling.get("rope_type", scaling.get("type")) != "llama3":
+            raise ValueError(f"rope_scaling {scaling}: only llama3 is written here")
+        inv_freq = llama3_inverse_frequencies(inv_freq, scaling)
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos(), emb.sin()

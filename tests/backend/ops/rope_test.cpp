@@ -1,7 +1,8 @@
 // rope_tables / rope_forward / rope_backward: the forward against Megatron's formula written
 // out directly (cat(θ, θ), rotate_half), the relative-position property that motivates RoPE,
 // the backward against central finite differences in double, partial rotation
-// (--rotary-percent), heads inside a wider row, in-place use, float against double, threads.
+// (--rotary-percent), heads inside a wider row, in-place use, float against double, threads;
+// Llama 3's frequency scaling band by band.
 #include "backend/ops/rope.hpp"
 
 #include <doctest/doctest.h>
@@ -52,7 +53,7 @@ template <typename Scalar>
 std::pair<std::vector<Scalar>, std::vector<Scalar>> tables(const RopeShape& shape) {
   std::vector<Scalar> cos(static_cast<size_t>(shape.seq_length * shape.rotary_dim / 2));
   std::vector<Scalar> sin(cos.size());
-  backend::cpu::rope_tables(cos.data(), sin.data(), shape.seq_length, shape.rotary_dim, kBase);
+  backend::cpu::rope_tables(cos.data(), sin.data(), shape.seq_length, shape.rotary_dim, kBase, {});
   return {cos, sin};
 }
 
@@ -215,7 +216,7 @@ TEST_CASE("rope gives the same bits on every thread count") {
   const auto input = random_values(static_cast<size_t>(batch * seq * heads * head_dim), 49);
   auto run = [&] {
     std::vector<double> cos(seq * head_dim / 2), sin(cos.size());
-    backend::cpu::rope_tables(cos.data(), sin.data(), seq, head_dim, kBase);
+    backend::cpu::rope_tables(cos.data(), sin.data(), seq, head_dim, kBase, {});
     std::vector<double> output(input.size()), dinput(input.size());
     backend::cpu::rope_forward(output.data(), input.data(), cos.data(), sin.data(), batch, seq,
                                heads, head_dim, head_dim, heads * head_dim);
@@ -234,7 +235,7 @@ TEST_CASE("rope at positions of their own is rope_forward's rows, in any order")
   const int64_t rows = batch * seq;
   std::vector<double> cos(static_cast<size_t>(seq * rotary_dim / 2));
   std::vector<double> sin(cos.size());
-  backend::cpu::rope_tables(cos.data(), sin.data(), seq, rotary_dim, 10000.0);
+  backend::cpu::rope_tables(cos.data(), sin.data(), seq, rotary_dim, 10000.0, {});
   const auto input = backend::testing::random_values(static_cast<size_t>(rows * row_stride), 94);
   std::vector<double> whole(input.size(), 0.0);
   backend::cpu::rope_forward(whole.data(), input.data(), cos.data(), sin.data(), batch, seq, heads,
@@ -257,4 +258,45 @@ TEST_CASE("rope at positions of their own is rope_forward's rows, in any order")
             whole[static_cast<size_t>(r * row_stride + c)]);
     }
   }
+}
+
+TEST_CASE("rope tables with Llama 3's scaling: kept, interpolated and divided frequencies") {
+  // Head size 8, base 10000: wavelengths 2π·10^(4i/4·... ) = 6.28, 62.8, 628, 6283 for i = 0..3.
+  // With an original length of 64 (bands at 64 / 4 = 16 and 64 / 1 = 64): i = 0 is kept, i = 1
+  // interpolated, i = 2 and 3 divided by the factor.
+  const backend::RopeScaling scaling{.factor = 8,
+                                     .low_frequency_factor = 1,
+                                     .high_frequency_factor = 4,
+                                     .original_max_position_embeddings = 64};
+  const int64_t seq = 6, rotary_dim = 8, half = rotary_dim / 2;
+  std::vector<double> expected_frequency(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    expected_frequency[i] = 1.0 / std::pow(kBase, static_cast<double>(2 * i) / rotary_dim);
+  }
+  const double wavelength = 2 * M_PI / expected_frequency[1];
+  const double smooth = (64 / wavelength - 1) / (4 - 1);  // in (0, 1): the middle band
+  CHECK(smooth > 0);
+  CHECK(smooth < 1);
+  expected_frequency[1] = (1 - smooth) * expected_frequency[1] / 8 + smooth * expected_frequency[1];
+  expected_frequency[2] /= 8;
+  expected_frequency[3] /= 8;
+  std::vector<double> cos(static_cast<size_t>(seq * half)), sin(cos.size());
+  backend::cpu::rope_tables(cos.data(), sin.data(), seq, rotary_dim, kBase, scaling);
+  std::vector<double> plain_cos(cos.size()), plain_sin(cos.size());
+  backend::cpu::rope_tables(plain_cos.data(), plain_sin.data(), seq, rotary_dim, kBase, {});
+  for (int64_t t = 0; t < seq; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      CAPTURE(t);
+      CAPTURE(i);
+      const double angle = static_cast<double>(t) * expected_frequency[i];
+      CHECK(cos[t * half + i] == doctest::Approx(std::cos(angle)).epsilon(1e-14));
+      CHECK(sin[t * half + i] == doctest::Approx(std::sin(angle)).epsilon(1e-14));
+      if (t > 0 && i == 0) CHECK(sin[t * half + i] == plain_sin[t * half + i]);
+      if (t > 0 && i > 0) CHECK(sin[t * half + i] != plain_sin[t * half + i]);
+    }
+  }
+  // No scaling is the identity, at compile time too (the CUDA kernel's use).
+  static_assert(backend::scaled_inverse_frequency(0.25, backend::RopeScaling{}) == 0.25);
+  static_assert(backend::scaled_inverse_frequency(1e-6, backend::RopeScaling{.factor = 8}) ==
+                1e-6 / 8);
 }

@@ -8,6 +8,7 @@
 
 #include "backend/common/error.hpp"
 #include "backend/train/arguments.hpp"
+#include "backend/train/trainer.hpp"
 #include "temporary_directory.hpp"
 
 using backend::parse_arguments;
@@ -1017,4 +1018,31 @@ TEST_CASE("Megatron-DeepSpeed's Llama 2 example flags: its spellings of the same
       parse_words(with({"--no-pipeline-parallel", "--pipeline-model-parallel-size", "2"})),
       doctest::Contains("--no-pipeline-parallel with --pipeline-model-parallel-size 2"),
       common::Error);
+}
+
+TEST_CASE("--use-rope-scaling and --rope-scaling-factor: Megatron's default 8, the dump, the model") {
+  const auto plain = parse_words(base_flags());
+  REQUIRE(plain);
+  CHECK_FALSE(plain->use_rope_scaling);
+  CHECK(plain->rope_scaling_factor == 8.0);
+  CHECK_FALSE(backend::model_config(*plain).rope_scaling.active());
+  const auto llama3 = parse_words(with({"--position-embedding-type", "rope", "--use-rope-scaling",
+                                        "--rope-scaling-factor", "32"}));
+  REQUIRE(llama3);
+  CHECK(llama3->use_rope_scaling);
+  const auto values = backend::argument_values(*llama3);
+  CHECK(values.at("use_rope_scaling") == "True");
+  CHECK(values.at("rope_scaling_factor") == "32.0");
+  CHECK(backend::argument_values(*plain).at("rope_scaling_factor") == "8.0");
+  CHECK(backend::model_config(*llama3).rope_scaling == backend::RopeScaling{.factor = 32});
+  CHECK_THROWS_WITH_AS(parse_words(with({"--rope-scaling-factor", "0.5"})),
+                       doctest::Contains("--rope-scaling-factor: '0.5' is out of range"),
+                       common::Error);
+  // Learned positions have no frequencies to scale.
+  const auto learned = parse_words(with({"--use-rope-scaling"}));
+  REQUIRE(learned);
+  CHECK_THROWS_WITH_AS(backend::model_config(*learned),
+                       doctest::Contains("--use-rope-scaling scales RoPE's frequencies: it needs "
+                                         "--position-embedding-type rope"),
+                       common::Error);
 }

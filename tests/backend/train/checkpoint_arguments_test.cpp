@@ -67,6 +67,8 @@ TEST_CASE("checkpoint arguments: the saved arguments come back as they were save
   CHECK(back.lr == arguments.lr);
   CHECK(back.train_iters == arguments.train_iters);
   CHECK(backend::checkpoint_arguments(back) == reader.metadata()["arguments"]);
+  CHECK(reader.metadata()["arguments"]["use_rope_scaling"] == false);
+  CHECK(reader.metadata()["arguments"]["rope_scaling_factor"] == 8.0);
 
   nlohmann::json metadata = reader.metadata();
   metadata["arguments"].erase("hidden_size");
@@ -180,6 +182,8 @@ TEST_CASE("pretrain_gpt --use-checkpoint-args: the shape from --load, the dropou
   saved.untie_embeddings_and_output_weights = true;
   saved.group_query_attention = true;
   saved.num_query_groups = 1;
+  saved.use_rope_scaling = true;  // Llama 3.x: the scaling comes with the checkpoint too
+  saved.rope_scaling_factor = 32;
   saved.hidden_dropout = saved.attention_dropout = 0;
   saved.mock_data = true;
   saved.log_interval = 1;
@@ -210,6 +214,8 @@ TEST_CASE("pretrain_gpt --use-checkpoint-args: the shape from --load, the dropou
   CHECK_FALSE(a->add_bias_linear);
   CHECK(a->untie_embeddings_and_output_weights);
   CHECK(a->num_query_groups == 1);
+  CHECK(a->use_rope_scaling);
+  CHECK(a->rope_scaling_factor == 32);
   CHECK(a->vocab_size == 40);
   // Training follows its own dropout flags (Megatron's defaults where not given).
   CHECK(a->hidden_dropout == doctest::Approx(0.2));
