@@ -127,7 +127,9 @@ void check_layout_and_memory(const Node& config, const Node& training, Preflight
 
   const std::string data_impl = text(training, "model.data.data_impl", "mmap");
   const int64_t validation_batches = integer(training, "trainer.limit_val_batches", 0);
-  if (data_impl != "mock") {
+  const Node* data_prefix = find_set(training, "model.data.data_prefix");
+  const bool per_split_blends = data_prefix != nullptr && data_prefix->is_map();
+  if (data_impl != "mock" && !per_split_blends) {
     // Checked against the --split rule already (training_value_problems).
     const std::string split = text(training, "model.data.splits_string", "969,30,1");
     if (validation_batches > 0 && common::parse_split_shares(split)[1] == 0) {

@@ -82,11 +82,17 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
      "warmup < decay (the rate of every iteration that runs is NeMo's either way)"},
     {"trainer.precision", "--bf16 / --fp16", "bf16 or bf16-mixed → --bf16; 16 or 16-mixed → --fp16; 32 → none"},
     {"model.data.data_impl", "--mock-data / --data-path",
-     "mock → --mock-data; mmap → --data-path with model.data.data_prefix, --split with "
+     "mock → --mock-data; mmap → --data-path with model.data.data_prefix (a list), --split with "
      "model.data.splits_string"},
     {"model.data.eod_mask_loss", "--eod-mask-loss",
      "true → --eod-mask-loss (no loss on the positions whose input token is the tokenizer's end "
      "of document: NeMo's loss mask); false or null → none"},
+    {"model.data.data_prefix.train, model.data.data_prefix.validation, model.data.data_prefix.test",
+     "--train-data-path --valid-data-path --test-data-path",
+     "NeMo's per-split data_prefix {train: [...], validation: [...], test: [...]} (all three "
+     "required, as NeMo asserts): each split's blend of weight, prefix pairs (or one prefix) to "
+     "its flag, Megatron's per-split blends; splits_string is then not passed (NeMo ignores it "
+     "too)"},
     {"model.data.index_mapping_dir", "--data-cache-path",
      "with data_impl mmap, when set: where the dataset index arrays are cached (null: next to "
      "the data, NeMo's default and Megatron's)"},
@@ -655,21 +661,51 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
     }
   } else if (impl == "mmap") {
     const Node* prefix = lookup(training, "model.data.data_prefix");
-    if (prefix == nullptr || (prefix->is_list() && prefix->size() == 0)) {
-      common::fail("training.model.data.data_prefix is empty: list [weight, prefix, ...] of "
-                   "Megatron .bin/.idx datasets, or set training.model.data.data_impl=mock");
-    }
-    arguments.push_back("--data-path");
-    if (prefix->is_list()) {
-      for (size_t i = 0; i < prefix->size(); ++i) {
-        arguments.push_back(training_text(prefix->at(i), fmt::format("model.data.data_prefix.{}", i)));
+    // A blend (a list [weight, prefix, ...], or one prefix) after `flag`.
+    auto push_blend = [&](const char* flag, const Node& blend, const std::string& key) {
+      if (blend.is_null() || (blend.is_list() && blend.size() == 0)) {
+        common::fail("training.{} is empty: list [weight, prefix, ...] of Megatron .bin/.idx "
+                     "datasets, or set training.model.data.data_impl=mock",
+                     key);
+      }
+      arguments.push_back(flag);
+      if (blend.is_list()) {
+        for (size_t i = 0; i < blend.size(); ++i) {
+          arguments.push_back(training_text(blend.at(i), fmt::format("{}.{}", key, i)));
+        }
+      } else {
+        arguments.push_back(training_text(blend, key));
+      }
+    };
+    if (prefix != nullptr && prefix->is_map()) {
+      // NeMo's per-split form {train: [...], validation: [...], test: [...]}: each split its own
+      // blend, all three required (NeMo asserts them), splits_string ignored as NeMo ignores it.
+      for (const MapEntry& entry : prefix->entries()) {
+        if (entry.key != "train" && entry.key != "validation" && entry.key != "test") {
+          common::fail("training.model.data.data_prefix.{} is not a split (valid keys: train, "
+                       "validation, test)",
+                       entry.key);
+        }
+      }
+      for (const auto& [split, flag] : {std::pair{"train", "--train-data-path"},
+                                        std::pair{"validation", "--valid-data-path"},
+                                        std::pair{"test", "--test-data-path"}}) {
+        const std::string key = fmt::format("model.data.data_prefix.{}", split);
+        const Node* blend = lookup(training, key);
+        if (blend == nullptr) {
+          common::fail("training.model.data.data_prefix has no '{}' key: NeMo's per-split form "
+                       "needs train, validation and test",
+                       split);
+        }
+        push_blend(flag, *blend, key);
       }
     } else {
-      arguments.push_back(training_text(*prefix, "model.data.data_prefix"));
-    }
-    if (const Node* split = lookup(training, "model.data.splits_string")) {
-      arguments.push_back("--split");
-      arguments.push_back(training_text(*split, "model.data.splits_string"));
+      static const Node kAbsent;
+      push_blend("--data-path", prefix == nullptr ? kAbsent : *prefix, "model.data.data_prefix");
+      if (const Node* split = lookup(training, "model.data.splits_string")) {
+        arguments.push_back("--split");
+        arguments.push_back(training_text(*split, "model.data.splits_string"));
+      }
     }
     if (const Node* cache = lookup(training, "model.data.index_mapping_dir")) {
       arguments.push_back("--data-cache-path");

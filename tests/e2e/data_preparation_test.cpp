@@ -5,7 +5,8 @@
 // download stops the steps after it (afterok), the training stage included; the seed workflow
 // is one command. NeMo 23.07's own download_gpt3_pile option, from its unchanged conf tree, with
 // the_pile_url a file:// directory of .jsonl.zst shards (made with Debian's zstd), does the same
-// with NeMo's names (NN.jsonl.zst → NN.jsonl → my-gpt3_NN_text_document).
+// with NeMo's names (NN.jsonl.zst → NN.jsonl → my-gpt3_NN_text_document). The prepared files
+// train through NeMo's per-split data_prefix {train, validation, test}.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
@@ -152,6 +153,35 @@ TEST_CASE("download_and_preprocess over file:// .jsonl.xz shards leaves Megatron
       CHECK(read_file(prefix + extension) == read_file(reference.string() + "_text_document" + extension));
     }
   }
+
+  // NeMo's per-split data_prefix trains on these files: shard 0 the training split, shard 1
+  // validation and test, each its own blend (--train/valid/test-data-path).
+  const std::string shard0 = (corpus.data / "meg-gpt2_00_text_document").string();
+  const std::string shard1 = (corpus.data / "meg-gpt2_01_text_document").string();
+  const auto trained = launcher::run_and_capture(
+      {kLauncher, "main", "stages=[training]", "cluster_type=local",
+       "base_results_dir=" + corpus.results.string(), "data_dir=" + corpus.data.string(),
+       "training.run.name=per_split", "training.trainer.num_nodes=1", "training.trainer.devices=1",
+       "training.trainer.precision=32", "training.trainer.max_steps=2",
+       "training.trainer.val_check_interval=2", "training.trainer.limit_val_batches=1",
+       "training.model.num_layers=1", "training.model.hidden_size=32",
+       "training.model.num_attention_heads=2", "training.model.encoder_seq_length=16",
+       "training.model.global_batch_size=2", "training.model.micro_batch_size=1",
+       "training.model.data.data_impl=mmap",
+       "training.model.data.data_prefix={train:[" + shard0 + "],validation:[" + shard1 +
+           "],test:[1.0," + shard1 + "]}"});
+  INFO(trained.output);
+  REQUIRE(trained.exit_code == 0);
+  const auto training_records = launcher::read_job_records(corpus.results / "per_split");
+  REQUIRE(training_records.size() == 1);
+  const std::string training_log = read_file(training_records[0].log_file);
+  CHECK(training_log.find("validation loss at iteration 2 on validation set") != std::string::npos);
+  CHECK(training_log.find("on test set") != std::string::npos);
+  const std::string script = read_file(corpus.results / "per_split" / "per_split_submission.sh");
+  REQUIRE(!script.empty());
+  CHECK(script.find("--train-data-path " + shard0) != std::string::npos);
+  CHECK(script.find("--valid-data-path " + shard1) != std::string::npos);
+  CHECK(script.find("--test-data-path 1 " + shard1) != std::string::npos);
 
   // Launching again finds everything in place: nothing is downloaded or decompressed twice.
   const auto again = launcher::run_and_capture(prepare_command(corpus, {}));

@@ -89,6 +89,44 @@ TEST_CASE("precision, scheduler names and data_impl are translated or refused by
   CHECK(flag_value(cached, "--data-cache-path") == "/scratch/index");
 }
 
+TEST_CASE("NeMo's per-split data_prefix becomes Megatron's per-split blends, splits_string left out") {
+  const std::vector<std::string> per_split = {
+      "training.model.data.data_impl=mmap",
+      "training.model.data.data_prefix={train:[0.6,/data/a,0.4,/data/b],validation:[/data/v],"
+      "test:/data/t}"};
+  const auto arguments = megatron_training_arguments(composed_126m(per_split));
+  const auto after = [&](const std::string& flag, size_t count) {
+    const auto at = std::find(arguments.begin(), arguments.end(), flag);
+    REQUIRE(at != arguments.end());
+    REQUIRE(std::distance(at, arguments.end()) > static_cast<std::ptrdiff_t>(count));
+    return std::vector<std::string>(at + 1, at + 1 + static_cast<std::ptrdiff_t>(count));
+  };
+  CHECK(after("--train-data-path", 4) ==
+        std::vector<std::string>{"0.6", "/data/a", "0.4", "/data/b"});
+  CHECK(after("--valid-data-path", 1) == std::vector<std::string>{"/data/v"});
+  CHECK(after("--test-data-path", 1) == std::vector<std::string>{"/data/t"});
+  CHECK_FALSE(has(arguments, "--data-path"));
+  CHECK_FALSE(has(arguments, "--split"));
+
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(composed_126m(
+          {"training.model.data.data_impl=mmap",
+           "training.model.data.data_prefix={train:[/data/a],validation:[/data/v]}"})),
+      doctest::Contains("training.model.data.data_prefix has no 'test' key"), common::Error);
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(composed_126m(
+          {"training.model.data.data_impl=mmap",
+           "training.model.data.data_prefix={train:[/data/a],valid:[/data/v],test:[/data/t]}"})),
+      doctest::Contains("training.model.data.data_prefix.valid is not a split (valid keys: train, "
+                        "validation, test)"),
+      common::Error);
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(composed_126m(
+          {"training.model.data.data_impl=mmap",
+           "training.model.data.data_prefix={train:[],validation:[/data/v],test:[/data/t]}"})),
+      doctest::Contains("training.model.data.data_prefix.train is empty"), common::Error);
+}
+
 TEST_CASE("model.use_flash_attention true becomes --use-flash-attn, false and absent give none") {
   // NeMo's llama2 configs set it true; gpt3/126m leaves it out (NeMo's default false).
   CHECK_FALSE(has(megatron_training_arguments(composed_126m({})), "--use-flash-attn"));
