@@ -138,6 +138,17 @@ void CpuDevice::sum_of_squares(View total, View values) {
   });
 }
 
+void CpuDevice::count_zeros(View total, View values) {
+  double* result = host<double>(total);
+  if (result == nullptr || total.numel != 1) {
+    common::fail("count_zeros: the total must be one f64");
+  }
+  dispatch(values.type, "count_zeros", [&](auto s) {
+    using S = decltype(s);
+    cpu::count_zeros(result, host<S>(values), values.numel);
+  });
+}
+
 void CpuDevice::scale(View values, double factor) {
   dispatch(values.type, "scale", [&](auto s) {
     using S = decltype(s);

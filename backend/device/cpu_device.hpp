@@ -25,6 +25,7 @@ class CpuDevice : public Device {
   void convert(View destination, View source) override;
   void sum(View total, View values) override;
   void sum_of_squares(View total, View values) override;
+  void count_zeros(View total, View values) override;
   void scale(View values, double factor) override;
   void adamw_update(View master, View weights, View gradients, View exp_avg, View exp_avg_sq,
                     const AdamWCoefficients& coefficients) override;

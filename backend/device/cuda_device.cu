@@ -186,9 +186,12 @@ class CudaDevice final : public Device {
     CUDA_CHECK(cudaMemsetAsync(values.data, 0, static_cast<size_t>(values.bytes()), stream_));
   }
 
-  void sum(View total, View values) override { reduce(total, values, false, "sum"); }
+  void sum(View total, View values) override { reduce(total, values, Reduction::sum, "sum"); }
   void sum_of_squares(View total, View values) override {
-    reduce(total, values, true, "sum_of_squares");
+    reduce(total, values, Reduction::sum_of_squares, "sum_of_squares");
+  }
+  void count_zeros(View total, View values) override {
+    reduce(total, values, Reduction::count_zeros, "count_zeros");
   }
   void convert(View destination, View source) override;
   MemoryUsage memory_usage() const override { return ledger_.usage(); }
@@ -266,17 +269,22 @@ class CudaDevice final : public Device {
   // Every public call starts here: a process may drive several GPUs from one thread.
   void use() const { CUDA_CHECK(cudaSetDevice(index_)); }
 
-  void reduce(View total, View values, bool squares, const char* op) {
+  enum class Reduction { sum, sum_of_squares, count_zeros };
+  void reduce(View total, View values, Reduction reduction, const char* op) {
     double* result = gpu<double>(total, op);
     if (result == nullptr || total.numel != 1) common::fail("{}: the total must be one f64", op);
     check_on_gpu(values, op);
     use();
     auto* partials = static_cast<double*>(partials_.data());
     auto run = [&](const auto* data) {
-      if (squares) {
-        cuda::sum_of_squares(result, partials, data, values.numel, stream_);
-      } else {
-        cuda::sum(result, partials, data, values.numel, stream_);
+      switch (reduction) {
+        case Reduction::sum: cuda::sum(result, partials, data, values.numel, stream_); return;
+        case Reduction::sum_of_squares:
+          cuda::sum_of_squares(result, partials, data, values.numel, stream_);
+          return;
+        case Reduction::count_zeros:
+          cuda::count_zeros(result, partials, data, values.numel, stream_);
+          return;
       }
     };
     switch (values.type) {

@@ -48,10 +48,11 @@ class Device {
   // ops/convert.hpp: destination (bf16 or fp16) = source (f32) rounded to nearest even, of one
   // element count (else common::Error naming both): the working copy of the fp32 master weights.
   virtual void convert(View destination, View source) = 0;
-  // ops/reduction.hpp: total (one f64 element) = Σ values or Σ values², in a fixed order (the
-  // same bits run after run); values *= factor.
+  // ops/reduction.hpp: total (one f64 element) = Σ values, Σ values² or the count of zeros, in
+  // a fixed order (the same bits run after run); values *= factor.
   virtual void sum(View total, View values) = 0;
   virtual void sum_of_squares(View total, View values) = 0;
+  virtual void count_zeros(View total, View values) = 0;
   virtual void scale(View values, double factor) = 0;
   // ops/adamw.hpp: master, gradients and moments fp32; weights absent (fp32: the master is the
   // weights) or the bf16 working copy, written in the same pass.

@@ -3,6 +3,9 @@
 //   sum:            total = Σ values[i]      (the micro batch's loss from the per-token losses)
 //   sum_of_squares: total = Σ values[i]²     (the global gradient norm is sqrt of it, as
 //                                             Megatron's clip_grad_norm_fp32 computes it)
+//   count_zeros:    total = #{i : values[i] = 0}  (--log-num-zeros-in-grad, Megatron's
+//                                             count_zeros_fp32; −0 counts, NaN does not; exact
+//                                             in double below 2^53 elements, in any order)
 //   scale:          values[i] *= factor      (gradient clipping by max_norm / (norm + 1e-6),
 //                                             and fp16 loss-scale unscaling by 1 / scale)
 // Totals are one double; the products and sums are formed in double. The factor is rounded
@@ -27,6 +30,8 @@ void sum(double* total, const Scalar* values, int64_t count);
 template <typename Scalar>
 void sum_of_squares(double* total, const Scalar* values, int64_t count);
 template <typename Scalar>
+void count_zeros(double* total, const Scalar* values, int64_t count);
+template <typename Scalar>
 void scale(Scalar* values, double factor, int64_t count);
 
 }  // namespace backend::cpu
@@ -43,6 +48,9 @@ void sum(double* total, double* partials, const Scalar* values, int64_t count, C
 template <typename Scalar>
 void sum_of_squares(double* total, double* partials, const Scalar* values, int64_t count,
                     CudaStream stream);
+template <typename Scalar>
+void count_zeros(double* total, double* partials, const Scalar* values, int64_t count,
+                 CudaStream stream);
 template <typename Scalar>
 void scale(Scalar* values, double factor, int64_t count, CudaStream stream);
 

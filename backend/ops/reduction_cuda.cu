@@ -23,14 +23,24 @@ __device__ inline double as_double(__half value) {
   return static_cast<double>(__half2float(value));
 }
 
-template <bool kSquare, typename T>
+// What each element adds: itself, its square, or 1 when it is zero (count_zeros: integers in
+// double, exact in any order).
+enum class Measure { value, square, zero };
+
+template <Measure kMeasure, typename T>
 __global__ void partials_kernel(double* partials, const T* values, int64_t count) {
   __shared__ double lane[kThreads];
   const int64_t stride = int64_t{kPartials} * kThreads;
   double accumulated = 0;
   for (int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x; i < count; i += stride) {
     const double value = as_double(values[i]);
-    accumulated += kSquare ? value * value : value;
+    if constexpr (kMeasure == Measure::square) {
+      accumulated += value * value;
+    } else if constexpr (kMeasure == Measure::zero) {
+      accumulated += value == 0.0 ? 1.0 : 0.0;
+    } else {
+      accumulated += value;
+    }
   }
   lane[threadIdx.x] = accumulated;
   __syncthreads();
@@ -52,11 +62,11 @@ __global__ void final_kernel(double* total, const double* partials) {
   if (threadIdx.x == 0) *total = lane[0];
 }
 
-template <bool kSquare, typename Scalar>
+template <Measure kMeasure, typename Scalar>
 void reduce(double* total, double* partials, const Scalar* values, int64_t count,
             CudaStream stream) {
   // count 0: every block writes a zero partial, so the total is 0 without a special case.
-  partials_kernel<kSquare><<<kPartials, kThreads, 0, stream>>>(
+  partials_kernel<kMeasure><<<kPartials, kThreads, 0, stream>>>(
       partials, detail::device_pointer(values), count);
   CUDA_CHECK(cudaGetLastError());
   final_kernel<<<1, kPartials, 0, stream>>>(total, partials);
@@ -72,13 +82,19 @@ struct Scale {
 
 template <typename Scalar>
 void sum(double* total, double* partials, const Scalar* values, int64_t count, CudaStream stream) {
-  reduce<false>(total, partials, values, count, stream);
+  reduce<Measure::value>(total, partials, values, count, stream);
 }
 
 template <typename Scalar>
 void sum_of_squares(double* total, double* partials, const Scalar* values, int64_t count,
                     CudaStream stream) {
-  reduce<true>(total, partials, values, count, stream);
+  reduce<Measure::square>(total, partials, values, count, stream);
+}
+
+template <typename Scalar>
+void count_zeros(double* total, double* partials, const Scalar* values, int64_t count,
+                 CudaStream stream) {
+  reduce<Measure::zero>(total, partials, values, count, stream);
 }
 
 template <typename Scalar>
@@ -94,6 +110,10 @@ template void sum<double>(double*, double*, const double*, int64_t, CudaStream);
 template void sum_of_squares<float>(double*, double*, const float*, int64_t, CudaStream);
 template void sum_of_squares<bfloat16>(double*, double*, const bfloat16*, int64_t, CudaStream);
 template void sum_of_squares<double>(double*, double*, const double*, int64_t, CudaStream);
+template void count_zeros<float>(double*, double*, const float*, int64_t, CudaStream);
+template void count_zeros<bfloat16>(double*, double*, const bfloat16*, int64_t, CudaStream);
+template void count_zeros<float16>(double*, double*, const float16*, int64_t, CudaStream);
+template void count_zeros<double>(double*, double*, const double*, int64_t, CudaStream);
 template void scale<float>(float*, double, int64_t, CudaStream);
 template void scale<bfloat16>(bfloat16*, double, int64_t, CudaStream);
 template void sum<float16>(double*, double*, const float16*, int64_t, CudaStream);

@@ -109,6 +109,13 @@ double AdamW::sum_of_squares(View values) {
   return total;
 }
 
+double AdamW::count_zeros(View values) {
+  device_->count_zeros(norm_total_, values);
+  double total = 0;
+  device_->copy_to_host(&total, norm_total_);
+  return total;
+}
+
 void AdamW::clip_gradients(View gradients, double norm, double max_norm) {
   if (const auto coefficient = clip_coefficient(norm, max_norm)) {
     device_->scale(gradients, *coefficient);

@@ -72,6 +72,8 @@ class AdamW {
   // adds up over its ranks before the square root.
   double gradient_norm(View gradients);
   double sum_of_squares(View values);
+  // The zeros of any fp32 view (--log-num-zeros-in-grad), counted on the device.
+  double count_zeros(View values);
   // Megatron's clipping of `gradients` on the device, given their norm (max_norm ≤ 0: none).
   void clip_gradients(View gradients, double norm, double max_norm);
 

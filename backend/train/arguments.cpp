@@ -62,7 +62,6 @@ constexpr common::RefusedFlag kUnsupportedFlags[] = {
     {"--init-method-xavier-uniform", false,
      "initialisation is Megatron's normal one (--init-method-std)"},
     {"--grad-reduce-in-bf16", false, "gradients are reduced in fp32"},
-    {"--log-num-zeros-in-grad", false, "counting the gradient's zeros is not built"},
     {"--log-progress", false, "progress.txt is not written"},
     {"--profile", false,
      "Megatron's profiling window is not built: run the whole job under nsys or perf"},
@@ -513,6 +512,9 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "Events kept in memory before they are written out")->group(logging);
   app.add_flag("--log-params-norm", arguments.log_params_norm,
                "Also log the parameters' L2 norm after each update")
+      ->group(logging);
+  app.add_flag("--log-num-zeros-in-grad", arguments.log_num_zeros_in_grad,
+               "Also log how many gradient elements are zero")
       ->group(logging);
   app.add_flag("--log-timers-to-tensorboard", arguments.log_timers_to_tensorboard,
                "Also write iteration-time (and throughput with --log-throughput)")->group(logging);
@@ -1186,6 +1188,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"train_samples", positive_or_none(a.train_samples)},
       {"use_checkpoint_args", python(a.use_checkpoint_args)},
       {"log_params_norm", python(a.log_params_norm)},
+      {"log_num_zeros_in_grad", python(a.log_num_zeros_in_grad)},
   };
   if (a.program == ArgumentsProgram::evaluate_gpt) {
     // Megatron's tasks/main.py arguments, in its dump too.

@@ -166,6 +166,7 @@ struct TrainingArguments {
   int64_t tensorboard_queue_size = 1000;
   bool log_timers_to_tensorboard = false;
   bool log_params_norm = false;  // " params norm: X |" in the iteration line, params-norm scalar
+  bool log_num_zeros_in_grad = false;  // " num zeros: X |" in the iteration line, num-zeros scalar
   bool log_loss_scale_to_tensorboard = true;  // --no-log-loss-scale-to-tensorboard
   bool log_validation_ppl_to_tensorboard = false;
   bool log_world_size_to_tensorboard = false;

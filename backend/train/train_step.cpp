@@ -14,32 +14,39 @@ namespace backend {
 
 namespace {
 
-// The sum of squares of every element of the model once, from `values` (this rank's `held`
-// range of the flat buffer, on the device): the whole buffer with neither tensor nor pipeline
-// parallelism; otherwise the tensors every tensor-parallel rank holds whole on its rank 0 only
-// (gradient_norm_ranges), the shards everywhere, a tied embedding's copy on the last stage
-// nowhere, added over the tensor- and pipeline-parallel groups, and over the data-parallel group
-// when `held` is a data-parallel shard. Megatron's get_grad_norm_fp32 and calc_params_l2_norm
-// count the same elements.
-double model_sum_of_squares(const GptModel<float>& model, AdamW& optimizer, View values,
-                            ShardRange held, bool data_parallel_shard,
-                            Communicator& data_parallel) {
+// A sum over every element of the model once of `measure` (a device reduction of a view),
+// from `values` (this rank's `held` range of the flat buffer, on the device): the whole buffer
+// with neither tensor nor pipeline parallelism; otherwise the tensors every tensor-parallel
+// rank holds whole on its rank 0 only (gradient_norm_ranges), the shards everywhere, a tied
+// embedding's copy on the last stage nowhere, added over the tensor- and pipeline-parallel
+// groups, and over the data-parallel group when `held` is a data-parallel shard. Megatron's
+// get_grad_norm_fp32, calc_params_l2_norm and count_zeros_fp32 count the same elements.
+template <typename Measure>
+double model_total(const GptModel<float>& model, View values, ShardRange held,
+                   bool data_parallel_shard, Communicator& data_parallel, Measure measure) {
   Communicator& tensor_parallel = model.tensor_parallel_group();
   Communicator& pipeline = model.pipeline_parallel_group();
-  double squares = 0;
+  double total = 0;
   if (tensor_parallel.size() == 1 && pipeline.size() == 1) {
-    squares = optimizer.sum_of_squares(values);
+    total = measure(values);
   } else {
     for (const BufferRange& range : model.gradient_norm_ranges()) {
       const int64_t begin = std::max(range.offset, held.offset);
       const int64_t end = std::min(range.offset + range.numel, held.offset + held.numel);
-      if (begin < end) squares += optimizer.sum_of_squares(values.slice(begin - held.offset, end - begin));
+      if (begin < end) total += measure(values.slice(begin - held.offset, end - begin));
     }
   }
-  if (data_parallel_shard) squares = all_reduce_sum(data_parallel, squares);
-  if (tensor_parallel.size() > 1) squares = all_reduce_sum(tensor_parallel, squares);
-  if (pipeline.size() > 1) squares = all_reduce_sum(pipeline, squares);
-  return squares;
+  if (data_parallel_shard) total = all_reduce_sum(data_parallel, total);
+  if (tensor_parallel.size() > 1) total = all_reduce_sum(tensor_parallel, total);
+  if (pipeline.size() > 1) total = all_reduce_sum(pipeline, total);
+  return total;
+}
+
+double model_sum_of_squares(const GptModel<float>& model, AdamW& optimizer, View values,
+                            ShardRange held, bool data_parallel_shard,
+                            Communicator& data_parallel) {
+  return model_total(model, values, held, data_parallel_shard, data_parallel,
+                     [&](View part) { return optimizer.sum_of_squares(part); });
 }
 
 // This rank's share of the global batch: its micro batches' gradients accumulate, each backward
@@ -195,6 +202,12 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   result.loss_scale = scaler.scale();
   if (!result.skipped) {
     optimizer.clip_gradients(gradients, result.grad_norm, a.clip_grad);
+    if (a.log_num_zeros_in_grad) {
+      // Megatron's count_zeros_fp32, after clipping (which keeps zeros zero), before the step.
+      result.num_zeros_in_grad =
+          model_total(model, gradients, held_gradients, shard != nullptr || sharded,
+                      data_parallel, [&](View part) { return optimizer.count_zeros(part); });
+    }
     // fp32: the model's parameters are the master weights, no working copy to rewrite.
     const View parameters = model.parameter_buffer();
     const View updated = shard != nullptr

@@ -44,6 +44,8 @@ struct TrainStepResult {
   bool nan = false;          // the loss was not finite (without a scaler: or the norm)
   double loss_scale = 1.0;   // the optimizer's loss scale after this step's update
   std::optional<double> params_norm{};  // --log-params-norm: after the update
+  // --log-num-zeros-in-grad: the zeros of the (unscaled, clipped) gradients; none when skipped
+  std::optional<double> num_zeros_in_grad{};
 };
 
 // --use-distributed-optimizer (Megatron's DistributedOptimizer, ZeRO-1): this rank's range of

@@ -692,7 +692,8 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
                                  .loss_scale = step.loss_scale,
                                  .nan = step.nan,
                                  .memory = device.memory_usage(),
-                                 .params_norm = step.params_norm});
+                                 .params_norm = step.params_norm,
+                                 .num_zeros_in_grad = step.num_zeros_in_grad});
     log.add_iteration(result.iterations.back(), scheduler.learning_rate() * learning_rate_factor);
     // Megatron's report_memory, once, after the first logged interval with a learning rate
     // (the optimizer's state exists by then), from every rank of data-parallel rank 0.

@@ -29,6 +29,7 @@ std::string format_iteration_line(const IterationLogFields& f) {
   line += fmt::format(" lm loss: {:.6E} |", f.lm_loss);
   line += fmt::format(" loss scale: {:.1f} |", f.loss_scale);
   line += fmt::format(" grad norm: {:.3f} |", f.grad_norm);
+  if (f.num_zeros_in_grad) line += fmt::format(" num zeros: {:.1f} |", *f.num_zeros_in_grad);
   if (f.params_norm) line += fmt::format(" params norm: {:.3f} |", *f.params_norm);
   line += fmt::format(" number of skipped iterations: {:3d} |", f.skipped_iterations);
   line += fmt::format(" number of nan iterations: {:3d} |", f.nan_iterations);
@@ -110,6 +111,7 @@ void TrainingLog::add_iteration(const IterationRecord& record, double next_learn
     if (a.log_loss_scale_to_tensorboard) write("loss-scale", record.loss_scale);
     if (a.log_world_size_to_tensorboard) write("world-size", static_cast<double>(a.world_size));
     write("grad-norm", record.grad_norm);
+    if (record.num_zeros_in_grad) write("num-zeros", *record.num_zeros_in_grad);
     if (record.params_norm) write("params-norm", *record.params_norm);
     if (a.log_memory_to_tensorboard) {
       // Megatron's four tags from torch.cuda.memory_stats(), at the iteration only. There is
@@ -154,6 +156,7 @@ void TrainingLog::print_iteration_line(const IterationRecord& record, double nex
   fields.loss_scale = record.loss_scale;
   fields.grad_norm = record.grad_norm;
   fields.params_norm = record.params_norm;
+  fields.num_zeros_in_grad = record.num_zeros_in_grad;
   fields.skipped_iterations = interval_.skipped_iterations;
   fields.nan_iterations = interval_.nan_iterations;
   out_ << format_iteration_line(fields) << '\n';

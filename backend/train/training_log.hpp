@@ -45,6 +45,7 @@ struct IterationLogFields {
   double loss_scale = 1.0;
   double grad_norm = 0;
   std::optional<double> params_norm{};  // printed only with --log-params-norm
+  std::optional<double> num_zeros_in_grad{};  // printed only with --log-num-zeros-in-grad
   int64_t skipped_iterations = 0;
   int64_t nan_iterations = 0;  // skipped and nan: a subset of the skipped ones
 };
@@ -90,6 +91,7 @@ struct IterationRecord {
   // The model's device's memory after the iteration (--log-memory-to-tensorboard writes it).
   MemoryUsage memory{};
   std::optional<double> params_norm{};  // --log-params-norm: the parameters' L2 norm after it
+  std::optional<double> num_zeros_in_grad{};  // --log-num-zeros-in-grad (not when skipped)
 };
 
 // The sums over the iterations since the last iteration line.

@@ -105,6 +105,9 @@ class TimingDevice final : public backend::Device {
   void sum_of_squares(View total, View values) override {
     timed("sum_of_squares", 0, [&] { inner_.sum_of_squares(total, values); });
   }
+  void count_zeros(View total, View values) override {
+    timed("count_zeros", 0, [&] { inner_.count_zeros(total, values); });
+  }
   void scale(View values, double factor) override {
     timed("scale", 0, [&] { inner_.scale(values, factor); });
   }

@@ -53,14 +53,17 @@ TEST_CASE(
     CAPTURE(style);
     const fs::path single_save = directory.path / (style + "_tp1");
     const fs::path single_log = directory.path / (style + "_tp1.log");
-    // --log-params-norm: each element of the model once, whatever the layout.
+    // --log-params-norm and --log-num-zeros-in-grad: each element of the model once, whatever
+    // the layout.
     auto single_flags = tensor_parallel_training_flags(style, 1, single_save);
-    single_flags.push_back("--log-params-norm");
+    single_flags.insert(single_flags.end(), {"--log-params-norm", "--log-num-zeros-in-grad"});
     REQUIRE(run_pretrain(1, single_flags, single_log) == 0);
     const auto expected = logged_losses(read_file(single_log));
     REQUIRE(expected.size() == 20);
     const auto expected_params_norms = logged_field(read_file(single_log), "params norm");
     REQUIRE(expected_params_norms.size() == 20);
+    const auto expected_zeros = logged_field(read_file(single_log), "num zeros");
+    REQUIRE(expected_zeros.size() == 20);
     struct Layout {
       int ranks;
       bool distributed;
@@ -77,7 +80,7 @@ TEST_CASE(
       auto flags = tensor_parallel_training_flags(style, 2, save);
       if (layout.distributed) flags.push_back("--use-distributed-optimizer");
       if (layout.sequence_parallel) flags.push_back("--sequence-parallel");
-      flags.push_back("--log-params-norm");
+      flags.insert(flags.end(), {"--log-params-norm", "--log-num-zeros-in-grad"});
       const int status = run_pretrain(layout.ranks, flags, log);
       const std::string output = read_file(log);
       INFO(output_tail(output));
@@ -92,6 +95,15 @@ TEST_CASE(
         CAPTURE(iteration);
         // printed to 3 decimals
         CHECK(std::abs(params_norms.at(iteration) - expected_norm.second) <= 2e-3);
+      }
+      // The same zeros: the unseen vocabulary rows of the untied Llama's embedding, whichever
+      // rank holds them, counted once. (GPT-2's key biases have a gradient of zero in exact
+      // arithmetic whose rounding noise differs by layout: an exact 0 may come or go.)
+      const auto zeros = logged_field(output, "num zeros");
+      CHECK(zeros.size() == 20);
+      if (style == "llama") {
+        CHECK(zeros == expected_zeros);
+        CHECK(zeros.at(1) > 0);
       }
       CHECK(output.find("> initialized tensor model parallel with size 2") != std::string::npos);
       // Megatron's per-rank parameter counts, from both tensor-parallel ranks of DP rank 0.

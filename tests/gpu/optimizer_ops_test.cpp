@@ -66,12 +66,14 @@ TEST_CASE("the AdamW update on the CUDA device matches the CPU device") {
   }
 }
 
-TEST_CASE("sum, sum of squares and scale on the CUDA device match the CPU device") {
+TEST_CASE("sum, sum of squares, count of zeros and scale on the CUDA device match the CPU device") {
   auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
   if (!gpu) return;
   for (const int64_t count : kSizes) {
     for (const ElementType type : {ElementType::f32, ElementType::bf16, ElementType::f16}) {
-      const auto values = representable(random_values(count, 21, 3.0f), type);
+      auto values = representable(random_values(count, 21, 3.0f), type);
+      // Zeros of both signs to count (--log-num-zeros-in-grad).
+      for (size_t i = 0; i < values.size(); i += 7) values[i] = i % 2 == 0 ? 0.0f : -0.0f;
       const std::string what = "reductions of " + std::to_string(count) + " elements";
       check_against_cpu(*gpu, what, type, 1e-6, [&](Tensors& t, ElementType dtype) {
         View input = t.input(values, dtype);
@@ -81,6 +83,12 @@ TEST_CASE("sum, sum of squares and scale on the CUDA device match the CPU device
         t.device().sum_of_squares(squares, input);
         return Outputs{{"sum", {static_cast<float>(t.read_f64(total))}},
                        {"sum of squares", {static_cast<float>(t.read_f64(squares))}}};
+      });
+      // A count: the same number on both devices, exactly.
+      check_against_cpu(*gpu, what, type, 0.0, [&](Tensors& t, ElementType dtype) {
+        View zeros = t.poisoned(1, ElementType::f64);
+        t.device().count_zeros(zeros, t.input(values, dtype));
+        return Outputs{{"count of zeros", {static_cast<float>(t.read_f64(zeros))}}};
       });
       // Scaling by a power of two is exact in every type: the CUDA result must be the same bits.
       check_against_cpu(*gpu, what, type, 0.0, [&](Tensors& t, ElementType dtype) {

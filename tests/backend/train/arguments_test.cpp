@@ -373,6 +373,12 @@ TEST_CASE("the new logging flags default as Megatron's") {
   CHECK(arguments->weight_decay_incr_style == "constant");
   CHECK(arguments->start_weight_decay == doctest::Approx(0.01));
   CHECK(arguments->end_weight_decay == doctest::Approx(0.01));
+  CHECK_FALSE(arguments->log_num_zeros_in_grad);
+  CHECK(backend::argument_values(*arguments).at("log_num_zeros_in_grad") == "False");
+  const auto zeros = parse_words(with({"--log-num-zeros-in-grad"}));
+  REQUIRE(zeros);
+  CHECK(zeros->log_num_zeros_in_grad);
+  CHECK(backend::argument_values(*zeros).at("log_num_zeros_in_grad") == "True");
 }
 
 TEST_CASE("the checkpointing flags parse as Megatron's and show in the arguments dump") {
@@ -948,8 +954,6 @@ TEST_CASE("Megatron flags built for one value, or not at all, are refused with t
        "built"},
       {{"--use-dist-ckpt"},
        "--use-dist-ckpt is a Megatron-LM flag this backend does not support yet"},
-      {{"--log-num-zeros-in-grad"},
-       "--log-num-zeros-in-grad is a Megatron-LM flag this backend does not support yet"},
       {{"--profile"}, "--profile is a Megatron-LM flag this backend does not support yet"},
       {{"--train-tokens", "1000"}, "--train-tokens is a Megatron-LM flag this backend does not support yet: Megatron-DeepSpeed's token-based schedule is not built"},
       {{"--hf-ckpt-dir", "llama"}, "checkpoint_util --import-hf DIR --save CKPT"},

@@ -225,3 +225,26 @@ TEST_CASE("--log-params-norm: the parameters' L2 norm after the update, and noth
   CHECK(*result.params_norm == doctest::Approx(std::sqrt(squares)).epsilon(1e-12));
   CHECK(*result.params_norm != doctest::Approx(std::sqrt(squares_before)).epsilon(1e-12));
 }
+
+TEST_CASE("--log-num-zeros-in-grad: the gradient's zeros, the unseen vocabulary rows among them") {
+  TinyTraining plain(step_arguments());
+  CHECK_FALSE(plain.step(kFirstBatch).num_zeros_in_grad.has_value());
+
+  auto a = step_arguments();
+  a.log_num_zeros_in_grad = true;
+  a.untie_embeddings_and_output_weights = true;  // unseen tokens' embedding rows get nothing
+  TinyTraining training(a);
+  const TrainStepResult result = training.step(kFirstBatch);
+  REQUIRE(result.num_zeros_in_grad.has_value());
+  int64_t zeros = 0;
+  for (const float gradient : training.model.gradients()) zeros += gradient == 0.0f ? 1 : 0;
+  CHECK(*result.num_zeros_in_grad == static_cast<double>(zeros));
+  // The step's 4 samples of 16 tokens leave most of the 256 vocabulary rows unseen.
+  std::vector<int32_t> tokens(4 * 16), labels(4 * 16);
+  training.dataset.fill_batch(Split::train, 0, 4, tokens, labels);
+  std::sort(tokens.begin(), tokens.end());
+  const auto seen = std::unique(tokens.begin(), tokens.end()) - tokens.begin();
+  const int64_t unseen_rows = training.model.config().padded_vocab_size - seen;
+  CHECK(zeros >= unseen_rows * a.hidden_size);
+  CHECK(zeros < static_cast<int64_t>(training.model.gradients().size()));
+}

@@ -58,6 +58,16 @@ TEST_CASE("the params norm appears only when given, after the grad norm (Megatro
         std::string::npos);
 }
 
+TEST_CASE("the zeros of the gradient appear only when given, between grad and params norm") {
+  IterationLogFields fields;
+  fields.grad_norm = 1.5;
+  fields.params_norm = 2.0;
+  CHECK(format_iteration_line(fields).find("num zeros") == std::string::npos);
+  fields.num_zeros_in_grad = 8192;
+  CHECK(format_iteration_line(fields).find(
+            "| grad norm: 1.500 | num zeros: 8192.0 | params norm: 2.000 |") != std::string::npos);
+}
+
 TEST_CASE("the validation block: dashes one longer than the line, PPL capped at exp(20)") {
   const auto block = format_evaluation_block("iteration 100", 2.0);
   REQUIRE(block.size() == 3);
