@@ -96,14 +96,20 @@ TEST_CASE(
         // printed to 3 decimals
         CHECK(std::abs(params_norms.at(iteration) - expected_norm.second) <= 2e-3);
       }
-      // The same zeros: the unseen vocabulary rows of the untied Llama's embedding, whichever
-      // rank holds them, counted once. (GPT-2's key biases have a gradient of zero in exact
-      // arithmetic whose rounding noise differs by layout: an exact 0 may come or go.)
+      // The same zeros: the unseen vocabulary rows of the untied Llama's embedding (thousands
+      // of elements), whichever rank holds them, counted once. Not always to the element: a
+      // sum that cancels exactly in one order may leave a rounding residue in another (seen:
+      // one element in 13,440 at TP=2 x DP=2), and GPT-2's key biases, zero in exact
+      // arithmetic, are rounding noise that differs by layout.
       const auto zeros = logged_field(output, "num zeros");
-      CHECK(zeros.size() == 20);
+      REQUIRE(zeros.size() == 20);
       if (style == "llama") {
-        CHECK(zeros == expected_zeros);
-        CHECK(zeros.at(1) > 0);
+        for (const auto& expected_count : expected_zeros) {
+          const int iteration = expected_count.first;  // not a structured binding: CAPTURE
+          CAPTURE(iteration);
+          CHECK(expected_count.second > 1000);
+          CHECK(std::abs(zeros.at(iteration) - expected_count.second) <= 8);
+        }
       }
       CHECK(output.find("> initialized tensor model parallel with size 2") != std::string::npos);
       // Megatron's per-rank parameter counts, from both tensor-parallel ranks of DP rank 0.
