@@ -55,8 +55,6 @@ constexpr common::RefusedFlag kUnsupportedFlags[] = {
      "PyTorch FSDP2 is not built; ZeRO-3 is (--zero-stage 3, docs/parallelism.md)"},
     {"--distribute-saved-activations", false,
      "spreading the recompute inputs over the tensor-parallel ranks is not built"},
-    {"--calculate-per-token-loss", false,
-     "the loss is the mean over each micro batch's tokens, as Megatron's default"},
     {"--decoupled-lr", true,
      "a separate learning rate for the embedding and output layer is not built"},
     {"--init-method-xavier-uniform", false,
@@ -377,6 +375,9 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
                  "Datasets of a blend indexed at once (default 0: one per core)")->group(data);
   app.add_flag("--eod-mask-loss", arguments.eod_mask_loss,
                "Leave out of the loss the positions whose input token is the end of document")
+      ->group(data);
+  app.add_flag("--calculate-per-token-loss", arguments.calculate_per_token_loss,
+               "Average the loss over the global batch's scored tokens, not per micro batch")
       ->group(data);
 
   auto* training = "Training";
@@ -1081,6 +1082,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
       {"clip_grad", fmt::format("{}", a.clip_grad)},
       {"device", a.device},
       {"eod_mask_loss", python(a.eod_mask_loss)},
+      {"calculate_per_token_loss", python(a.calculate_per_token_loss)},
       {"eval_interval", fmt::format("{}", a.eval_interval)},
       {"eval_iters", fmt::format("{}", a.eval_iters)},
       {"exit_interval", positive_or_none(a.exit_interval)},

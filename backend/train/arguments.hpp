@@ -68,6 +68,8 @@ struct TrainingArguments {
   std::string data_cache_path;           // where the index arrays are cached
   int64_t num_dataset_builder_threads = 0;  // 0: one per core
   bool eod_mask_loss = false;  // --eod-mask-loss: no loss on positions whose input token is EOD
+  // --calculate-per-token-loss: the loss and gradient over the global batch's scored tokens
+  bool calculate_per_token_loss = false;
 
   // batches and iterations
   int64_t micro_batch_size = 0;

@@ -1,6 +1,7 @@
 // The batch-source adaptor of batch_source.hpp.
 #include "backend/train/batch_source.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "backend/ops/cross_entropy.hpp"
@@ -16,6 +17,11 @@ BatchSource mask_end_of_document_losses(BatchSource source, int32_t end_of_docum
       if (tokens[i] == end_of_document) labels[i] = kIgnoredLabel;
     }
   };
+}
+
+int64_t scored_label_count(std::span<const int32_t> labels) {
+  return static_cast<int64_t>(
+      std::count_if(labels.begin(), labels.end(), [](int32_t label) { return label != kIgnoredLabel; }));
 }
 
 }  // namespace backend

@@ -23,4 +23,8 @@ using BatchSource = std::function<void(Split split, int64_t first_sample, int64_
 // loss mask is 0 exactly there; the model's mean is over the other positions.
 BatchSource mask_end_of_document_losses(BatchSource source, int32_t end_of_document);
 
+// The labels that are not kIgnoredLabel: the positions a micro batch's loss is taken over
+// (--calculate-per-token-loss weighs micro batches by it).
+int64_t scored_label_count(std::span<const int32_t> labels);
+
 }  // namespace backend

@@ -1,6 +1,7 @@
 // Megatron's evaluate on one process; see evaluation.hpp.
 #include "backend/train/evaluation.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "backend/common/checked_math.hpp"
@@ -23,29 +24,42 @@ EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Spl
   const int64_t micro_tokens = common::checked_multiply(a.micro_batch_size, a.seq_length,
                                                         "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
+  const bool per_token = a.calculate_per_token_loss;
   model.set_training(false);
   EvaluationResult result;
   // One running sum over every micro batch, divided once: a mean of per-batch means would
-  // round differently.
-  double total = 0;
+  // round differently. Per token: the token losses' sum and their count.
+  double totals[2] = {0, 0};
   if (!model.pipeline_stage().whole_model()) {
     // Forward only through the pipeline; the last stage holds the losses and tells the others.
     const auto steps = pipeline_forward_schedule(model.pipeline_stage(), num_micro_batches);
+    std::vector<int64_t> scored(static_cast<size_t>(num_micro_batches), 0);
     for (int64_t i = 0; i < a.eval_iters; ++i) {
       const int64_t first = first_sample + result.samples;
-      const PipelineMicroBatches inputs{
+      std::fill(scored.begin(), scored.end(), 0);
+      PipelineMicroBatches inputs{
           .count = num_micro_batches,
           .read = [&](int64_t m, std::span<int32_t> micro_tokens,
                       std::span<int32_t> micro_labels) {
             source(split, first + (m * dp_size + dp_rank) * a.micro_batch_size,
                    a.micro_batch_size, micro_tokens, micro_labels);
+            scored[static_cast<size_t>(m)] = scored_label_count(micro_labels);
           },
-          .dropout_step = {}};
-      total += run_pipeline_steps(model, steps, inputs, 1.0f, a.micro_batch_size, a.seq_length);
+          .dropout_step = {},
+          .loss_weight = {}};
+      if (per_token) {
+        inputs.loss_weight = [&](int64_t m) {
+          return static_cast<double>(scored[static_cast<size_t>(m)]);
+        };
+      }
+      totals[0] += run_pipeline_steps(model, steps, inputs, 1.0f, a.micro_batch_size, a.seq_length);
+      if (model.pipeline_stage().last()) {
+        for (const int64_t count : scored) totals[1] += static_cast<double>(count);
+      }
       result.samples += num_micro_batches * a.micro_batch_size * dp_size;
     }
     Communicator& pipeline = model.pipeline_parallel_group();
-    pipeline.broadcast(host_view(std::span(&total, 1)), pipeline.size() - 1);
+    pipeline.broadcast(host_view(std::span<double>(totals)), pipeline.size() - 1);
   } else {
     for (int64_t i = 0; i < a.eval_iters; ++i) {
       for (int64_t m = 0; m < num_micro_batches; ++m) {
@@ -53,13 +67,26 @@ EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Spl
         source(split, first_sample + result.samples + dp_rank * a.micro_batch_size,
                a.micro_batch_size, tokens, labels);
         result.samples += a.micro_batch_size * dp_size;
-        total += model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+        const double loss = model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+        if (per_token) {
+          const int64_t count = scored_label_count(labels);
+          totals[0] += loss * static_cast<double>(count);
+          totals[1] += static_cast<double>(count);
+        } else {
+          totals[0] += loss;
+        }
       }
     }
   }
   model.set_training(true);
-  total = all_reduce_sum(data_parallel, total);
-  result.lm_loss = total / static_cast<double>(a.eval_iters * num_micro_batches * dp_size);
+  const double total = all_reduce_sum(data_parallel, totals[0]);
+  if (per_token) {
+    // Megatron core's evaluate: the token losses' sum over their count.
+    const double scored_positions = all_reduce_sum(data_parallel, totals[1]);
+    result.lm_loss = scored_positions > 0 ? total / scored_positions : 0.0;
+  } else {
+    result.lm_loss = total / static_cast<double>(a.eval_iters * num_micro_batches * dp_size);
+  }
   return result;
 }
 

@@ -14,7 +14,9 @@
 namespace backend {
 
 struct EvaluationResult {
-  double lm_loss = 0;   // mean over all micro batches of all --eval-iters batches
+  // mean over all micro batches of all --eval-iters batches; --calculate-per-token-loss: the
+  // token losses' sum over the scored tokens of them all
+  double lm_loss = 0;
   int64_t samples = 0;  // read from the split, by which its consumed count advances
 };
 

@@ -86,7 +86,11 @@ double run_pipeline_steps(GptModel<Scalar>& model, const std::vector<PipelineSte
     }
     const int64_t slot = step.micro_batch % slots;
     if (step.work == PipelineWork::backward) {
-      model.backward_chunk(slot, step.chunk, grad_scale);
+      const Scalar scale =
+          micro_batches.loss_weight
+              ? grad_scale * static_cast<Scalar>(micro_batches.loss_weight(step.micro_batch))
+              : grad_scale;
+      model.backward_chunk(slot, step.chunk, scale);
       continue;
     }
     const bool embeds = stage.first() && step.chunk == 0;
@@ -95,7 +99,9 @@ double run_pipeline_steps(GptModel<Scalar>& model, const std::vector<PipelineSte
     if (micro_batches.dropout_step) {
       model.set_dropout_step(micro_batches.dropout_step(step.micro_batch));
     }
-    loss_sum += model.forward_chunk(slot, step.chunk, tokens, labels);
+    const double loss = model.forward_chunk(slot, step.chunk, tokens, labels);
+    // The weight is read after the forward: the read above is what gives it (the labels).
+    loss_sum += micro_batches.loss_weight ? loss * micro_batches.loss_weight(step.micro_batch) : loss;
   }
   return loss_sum;
 }

@@ -24,6 +24,9 @@ struct PipelineMicroBatches {
   std::function<void(int64_t m, std::span<int32_t> tokens, std::span<int32_t> labels)> read;
   // The dropout step of micro batch m's forwards (its place in the global batch).
   std::function<uint64_t(int64_t m)> dropout_step;
+  // The weight of micro batch m's loss (--calculate-per-token-loss: its scored positions, so
+  // that its backward is of the sum of its token losses); empty: 1.
+  std::function<double(int64_t m)> loss_weight{};
 };
 
 // Forward only (evaluation, Megatron's forward_only): every micro batch through the stage's
@@ -33,9 +36,9 @@ std::vector<PipelineStep> pipeline_forward_schedule(const PipelineStage& stage,
                                                     int64_t num_micro_batches);
 
 // Runs `steps` (whose micro batches number micro_batches.count) with backward scale
-// `grad_scale`; the model has at least pipeline_slots(steps) slots reserved (reserve() is called
-// with more otherwise). Returns the sum of the micro batches' mean losses on the last stage, 0
-// on the others.
+// `grad_scale` × the micro batch's loss weight; the model has at least pipeline_slots(steps)
+// slots reserved (reserve() is called with more otherwise). Returns the sum of the micro
+// batches' mean losses, each times its loss weight, on the last stage, 0 on the others.
 template <typename Scalar>
 double run_pipeline_steps(GptModel<Scalar>& model, const std::vector<PipelineStep>& steps,
                           const PipelineMicroBatches& micro_batches, Scalar grad_scale,

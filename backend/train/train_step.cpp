@@ -49,16 +49,33 @@ double model_sum_of_squares(const GptModel<float>& model, AdamW& optimizer, View
                      [&](View part) { return optimizer.sum_of_squares(part); });
 }
 
+// This rank's losses of a step: the sum of its micro batches' mean losses (Megatron's default),
+// or with --calculate-per-token-loss the sum of its token losses and how many there were
+// (labels not kIgnoredLabel; on a pipeline, the last stage's).
+struct LocalLosses {
+  double sum = 0;
+  int64_t scored_positions = 0;
+};
+
 // This rank's share of the global batch: its micro batches' gradients accumulate, each backward
-// scaled by loss_scale / (num_micro_batches · D); returns the mean (unscaled) loss over them.
-double forward_backward(GptModel<float>& model, const BatchSource& source, const GlobalBatch& batch,
-                        double loss_scale, const TrainingArguments& a, int64_t dp_rank,
-                        int64_t dp_size, Communicator* overlapped_group,
-                        std::vector<std::unique_ptr<Communicator::PendingReduction>>& pending) {
+// scaled by loss_scale / (num_micro_batches · D), or with --calculate-per-token-loss by
+// loss_scale × its scored positions (the gradient of the sum of its token losses, which
+// train_step divides by the global batch's scored positions once summed, as Megatron's
+// finalize_model_grads).
+LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
+                             const GlobalBatch& batch, double loss_scale,
+                             const TrainingArguments& a, int64_t dp_rank, int64_t dp_size,
+                             Communicator* overlapped_group,
+                             std::vector<std::unique_ptr<Communicator::PendingReduction>>& pending) {
   const int64_t micro_tokens = common::checked_multiply(a.micro_batch_size, a.seq_length,
                                                         "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
-  double loss_sum = 0;
+  const bool per_token = a.calculate_per_token_loss;
+  // Without a scaler (scale 1) the mean's factor is 1/num_micro_batches exactly as before; a
+  // power-of-two scale multiplies it exactly.
+  const float mean_scale =
+      static_cast<float>(loss_scale) / static_cast<float>(batch.num_micro_batches * dp_size);
+  LocalLosses local;
   // Dropout masks are keyed by the micro batch's place in the global batch (m·D + r), not by
   // this rank's count: each sample meets the mask it would meet on one process, so data
   // parallelism changes the order of sums only, dropout or not.
@@ -67,35 +84,49 @@ double forward_backward(GptModel<float>& model, const BatchSource& source, const
   const auto ranks = static_cast<uint64_t>(dp_size);
   if (!model.pipeline_stage().whole_model()) {
     // The pipeline schedule runs the same micro batches with the same masks and scale; the
-    // loss sum is the last stage's.
+    // loss sum is the last stage's, and so are the scored positions (the stages that read
+    // labels count them; the others keep 0).
     const PipelineStage& stage = model.pipeline_stage();
-    const PipelineMicroBatches inputs{
+    std::vector<int64_t> scored(static_cast<size_t>(batch.num_micro_batches), 0);
+    PipelineMicroBatches inputs{
         .count = batch.num_micro_batches,
         .read =
             [&](int64_t m, std::span<int32_t> micro_tokens, std::span<int32_t> micro_labels) {
               source(Split::train, batch.first_sample + (m * dp_size + dp_rank) * a.micro_batch_size,
                      a.micro_batch_size, micro_tokens, micro_labels);
+              scored[static_cast<size_t>(m)] = scored_label_count(micro_labels);
             },
         .dropout_step =
             [&](int64_t m) {
               return first_step + static_cast<uint64_t>(m) * ranks + static_cast<uint64_t>(dp_rank);
-            }};
-    loss_sum = run_pipeline_steps(
+            },
+        .loss_weight = {}};
+    if (per_token) {
+      inputs.loss_weight = [&](int64_t m) {
+        return static_cast<double>(scored[static_cast<size_t>(m)]);
+      };
+    }
+    local.sum = run_pipeline_steps(
         model,
         pipeline_schedule(stage.pipeline_parallel, stage.rank, stage.virtual_chunks,
                           batch.num_micro_batches),
-        inputs,
-        static_cast<float>(loss_scale) / static_cast<float>(batch.num_micro_batches * dp_size),
-        a.micro_batch_size, a.seq_length);
+        inputs, per_token ? static_cast<float>(loss_scale) : mean_scale, a.micro_batch_size,
+        a.seq_length);
     model.set_dropout_step(first_step + micro_batches * ranks);
-    return loss_sum / static_cast<double>(batch.num_micro_batches);
+    if (stage.last()) {
+      for (const int64_t count : scored) local.scored_positions += count;
+    }
+    return local;
   }
   for (int64_t m = 0; m < batch.num_micro_batches; ++m) {
     model.set_dropout_step(first_step + static_cast<uint64_t>(m) * ranks +
                            static_cast<uint64_t>(dp_rank));
     source(Split::train, batch.first_sample + (m * dp_size + dp_rank) * a.micro_batch_size,
            a.micro_batch_size, tokens, labels);
-    loss_sum += model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+    const double loss = model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+    const int64_t scored = per_token ? scored_label_count(labels) : 0;
+    local.sum += per_token ? loss * static_cast<double>(scored) : loss;
+    local.scored_positions += scored;
     // --overlap-grad-reduce: in the last micro batch each unit's all-reduce starts as soon as
     // its gradients are complete (Megatron's DDP buckets; the earlier micro batches only
     // accumulate, as under its no_sync).
@@ -107,14 +138,14 @@ double forward_backward(GptModel<float>& model, const BatchSource& source, const
             all_gradients.slice(range.offset, range.numel), ReduceOperation::sum));
       });
     }
-    // Without a scaler (scale 1) the factor is 1/num_micro_batches exactly as before; a power-of-
-    // two scale multiplies it exactly.
-    model.backward(static_cast<float>(loss_scale) /
-                   static_cast<float>(batch.num_micro_batches * dp_size));
+    // Per token: the model's backward is of its mean, so scale × count makes it the sum's
+    // (exactly: a power of two times an integer below 2^24, divided by that integer).
+    model.backward(per_token ? static_cast<float>(loss_scale) * static_cast<float>(scored)
+                             : mean_scale);
     if (last && overlapped_group != nullptr) model.set_gradients_ready({});
   }
   model.set_dropout_step(first_step + micro_batches * ranks);
-  return loss_sum / static_cast<double>(batch.num_micro_batches);
+  return local;
 }
 
 }  // namespace
@@ -146,9 +177,9 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                        !model.sharded_over_data_parallel() &&
                        model.pipeline_stage().whole_model();
   std::vector<std::unique_ptr<Communicator::PendingReduction>> pending;
-  result.lm_loss = forward_backward(model, source, batch, scaler.scale(), a,
-                                    data_parallel.rank(), data_parallel.size(),
-                                    overlap ? &data_parallel : nullptr, pending);
+  const LocalLosses local = forward_backward(model, source, batch, scaler.scale(), a,
+                                             data_parallel.rank(), data_parallel.size(),
+                                             overlap ? &data_parallel : nullptr, pending);
   // Every reduction finished before anything reads or adds to the gradients.
   for (const auto& reduction : pending) reduction->wait();
   model.finalize_gradients();
@@ -168,17 +199,31 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
     // Megatron's DDP: the gradients summed over the group (each already carries 1/D).
     data_parallel.all_reduce(gradients, ReduceOperation::sum);
   }
-  // The loss averaged for the log (average_losses_across_data_parallel_group).
-  result.lm_loss = all_reduce_sum(data_parallel, result.lm_loss) /
-                   static_cast<double>(data_parallel.size());
-  // Only the last pipeline stage computed it; every stage decides on it alike.
   Communicator& pipeline = model.pipeline_parallel_group();
-  if (pipeline.size() > 1) {
-    pipeline.broadcast(host_view(std::span(&result.lm_loss, 1)), pipeline.size() - 1);
+  double gradient_factor = scaler.inverse_scale();
+  if (a.calculate_per_token_loss) {
+    // Megatron's finalize_model_grads with num_tokens: the global batch's scored positions
+    // (the last stage's count to every stage, summed over the data-parallel group) divide the
+    // summed gradients; the logged loss is the token losses' sum over the same count.
+    double sums[2] = {local.sum, static_cast<double>(local.scored_positions)};
+    if (pipeline.size() > 1) pipeline.broadcast(host_view(std::span<double>(sums)), pipeline.size() - 1);
+    const double loss_sum = all_reduce_sum(data_parallel, sums[0]);
+    const double scored_positions = all_reduce_sum(data_parallel, sums[1]);
+    result.lm_loss = scored_positions > 0 ? loss_sum / scored_positions : 0.0;
+    if (scored_positions > 0) gradient_factor /= scored_positions;
+  } else {
+    // The loss averaged for the log (average_losses_across_data_parallel_group).
+    result.lm_loss = local.sum / static_cast<double>(batch.num_micro_batches);
+    result.lm_loss = all_reduce_sum(data_parallel, result.lm_loss) /
+                     static_cast<double>(data_parallel.size());
+    // Only the last pipeline stage computed it; every stage decides on it alike.
+    if (pipeline.size() > 1) {
+      pipeline.broadcast(host_view(std::span(&result.lm_loss, 1)), pipeline.size() - 1);
+    }
   }
   result.learning_rate = scheduler.learning_rate() * learning_rate_factor;
-  // With a loss scaler the gradients are unscaled first (a scale of 1 changes nothing).
-  if (scaler.scale() != 1.0) optimizer.device().scale(gradients, scaler.inverse_scale());
+  // With a loss scaler the gradients are unscaled first (a factor of 1 changes nothing).
+  if (gradient_factor != 1.0) optimizer.device().scale(gradients, gradient_factor);
   // The global norm, reduced on the device (the host reads one double, and decides as every
   // rank will): of the whole buffer, or the shards' sums of squares added over the group.
   const ShardRange held_gradients =

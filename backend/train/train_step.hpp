@@ -3,7 +3,11 @@
 //   zero the gradients
 //   forward_backward: for each micro batch of the global batch, forward and
 //                     backward(1 / num_micro_batches), accumulating the gradients
-//                     (Megatron's forward_backward_no_pipelining); loss = mean over them
+//                     (Megatron's forward_backward_no_pipelining); loss = mean over them.
+//                     --calculate-per-token-loss: backward of each micro batch's token-loss
+//                     sum, the summed gradients divided by the global batch's scored tokens,
+//                     loss = the token losses' sum over that count (Megatron core's
+//                     finalize_model_grads with num_tokens)
 //   with a loss scaler (--fp16; optimizer.loss_scaler()): the backward is scaled by the loss
 //           scale, the gradients are unscaled, found_inf = norm not finite updates the scaler,
 //           skipped = found_inf (Megatron's MixedPrecisionOptimizer.step)

@@ -126,7 +126,8 @@ inline std::map<std::string, std::vector<float>> whole_parameters(
 // The flags of the tensor-parallel end-to-end tests: a GPT-2-style model (hidden dropout) or a
 // Llama-style one (GQA, SwiGLU, RoPE, RMSNorm, no biases, untied output; --eod-mask-loss, so
 // the positions after the mock data's EOD tokens, about one in 300, are ignored through the
-// vocabulary-parallel loss and the pipeline's last stage) of 2 layers, 20
+// vocabulary-parallel loss and the pipeline's last stage, and --calculate-per-token-loss, so
+// the global batch's scored tokens are counted across the layout) of 2 layers, 20
 // iterations on mock data, saved to `save`. The vocabulary is padded to the same 384 rows at
 // every size (--make-vocab-size-divisible-by 128 / tp), as Megatron's padding to a multiple of
 // divisible_by × tp would otherwise give the TP=2 model 128 more (never used) rows.
@@ -147,7 +148,8 @@ inline std::vector<std::string> tensor_parallel_training_flags(const std::string
                                "--num-query-groups", "2", "--swiglu", "--ffn-hidden-size", "96",
                                "--position-embedding-type", "rope", "--normalization", "RMSNorm",
                                "--disable-bias-linear", "--untie-embeddings-and-output-weights",
-                               "--hidden-dropout", "0", "--eod-mask-loss"});
+                               "--hidden-dropout", "0", "--eod-mask-loss",
+                               "--calculate-per-token-loss"});
   } else {
     // Hidden dropout applies to activations every tensor-parallel rank holds whole: one
     // process's masks.

@@ -73,3 +73,42 @@ TEST_CASE("evaluation: the mean dropout-free loss — dropout step and training 
   model.forward(tokens, labels, 2, 16);  // only a training-mode forward advances the step
   CHECK(model.dropout_step() == 6);
 }
+
+TEST_CASE("evaluation with --calculate-per-token-loss: the token losses' sum over their count") {
+  auto a = evaluation_arguments();
+  auto model = initialised_model(a);
+  const MockDataset dataset(a.seed, model.config().vocab_size, a.seq_length);
+  // Ignored labels at a rate that differs between samples: micro batches of unequal counts.
+  const BatchSource masked = [&](Split split, int64_t first, int64_t batch,
+                                 std::span<int32_t> tokens, std::span<int32_t> labels) {
+    dataset.fill_batch(split, first, batch, tokens, labels);
+    const int64_t per_sample = static_cast<int64_t>(tokens.size()) / batch;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] % (2 + (first + static_cast<int64_t>(i) / per_sample) % 3) == 0) {
+        labels[i] = kIgnoredLabel;
+      }
+    }
+  };
+  // The reference: every position's loss, from the same batches, summed over the scored ones.
+  double sum = 0;
+  int64_t count = 0;
+  std::vector<int32_t> tokens(a.micro_batch_size * a.seq_length), labels(tokens.size());
+  model.set_training(false);
+  for (int64_t first = 0; first < a.eval_iters * a.global_batch_size; first += a.micro_batch_size) {
+    masked(Split::validation, first, a.micro_batch_size, tokens, labels);
+    model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+    const auto losses = model.last_position_losses();
+    for (size_t i = 0; i < labels.size(); ++i) {
+      if (labels[i] == kIgnoredLabel) continue;
+      sum += losses[i];
+      ++count;
+    }
+  }
+  model.set_training(true);
+  a.calculate_per_token_loss = true;
+  const EvaluationResult per_token = evaluate(model, masked, Split::validation, 0, a);
+  CHECK(per_token.lm_loss == doctest::Approx(sum / static_cast<double>(count)).epsilon(1e-6));
+  a.calculate_per_token_loss = false;
+  const EvaluationResult mean_of_means = evaluate(model, masked, Split::validation, 0, a);
+  CHECK(std::abs(mean_of_means.lm_loss - per_token.lm_loss) > 1e-5);
+}

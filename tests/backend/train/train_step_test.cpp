@@ -248,3 +248,62 @@ TEST_CASE("--log-num-zeros-in-grad: the gradient's zeros, the unseen vocabulary 
   CHECK(zeros >= unseen_rows * a.hidden_size);
   CHECK(zeros < static_cast<int64_t>(training.model.gradients().size()));
 }
+
+namespace {
+
+// The mock batches with a label ignored wherever the token is even in the first half of the
+// global batch and wherever it is divisible by 5 in the second: micro batches with unequal
+// numbers of scored positions.
+BatchSource unevenly_masked(const TinyTraining& training) {
+  return [&training](Split split, int64_t first, int64_t batch, std::span<int32_t> tokens,
+                     std::span<int32_t> labels) {
+    training.dataset.fill_batch(split, first, batch, tokens, labels);
+    const int64_t per_sample = static_cast<int64_t>(tokens.size()) / batch;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const int64_t sample = first + static_cast<int64_t>(i) / per_sample;
+      if (tokens[i] % (sample < 2 ? 2 : 5) == 0) labels[i] = kIgnoredLabel;
+    }
+  };
+}
+
+}  // namespace
+
+TEST_CASE("--calculate-per-token-loss: micro batches weigh by their scored tokens, as one batch") {
+  // Two micro batches of two samples against one of four, the second and third sample's
+  // positions ignored at different rates: with the per-token loss the step is the one batch's
+  // (the mean over all its scored tokens); Megatron's default averages the two means instead.
+  struct Run {
+    TrainStepResult result;
+    std::vector<float> gradients;
+  };
+  auto run = [](bool per_token, int64_t micro_batch_size) {
+    auto a = step_arguments();
+    a.calculate_per_token_loss = per_token;
+    a.micro_batch_size = micro_batch_size;
+    a.clip_grad = 0;  // the gradients as they come
+    TinyTraining training(a);
+    const GlobalBatch batch{.first_sample = 0, .global_batch_size = 4,
+                            .num_micro_batches = 4 / micro_batch_size};
+    const TrainStepResult result =
+        train_step(training.model, training.optimizer, training.scheduler,
+                   unevenly_masked(training), batch, training.arguments);
+    return Run{result, std::vector<float>(training.model.gradients().begin(),
+                                          training.model.gradients().end())};
+  };
+  const Run one_batch = run(true, 4);
+  const Run per_token = run(true, 2);
+  const Run mean_of_means = run(false, 2);
+  CHECK(run(false, 4).result.lm_loss == doctest::Approx(one_batch.result.lm_loss).epsilon(1e-6));
+  CHECK(per_token.result.lm_loss == doctest::Approx(one_batch.result.lm_loss).epsilon(1e-6));
+  CHECK(per_token.result.grad_norm == doctest::Approx(one_batch.result.grad_norm).epsilon(1e-5));
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < one_batch.gradients.size(); ++i) {
+    worst = std::max(worst, std::abs(double(per_token.gradients[i]) - one_batch.gradients[i]));
+    largest = std::max(largest, std::abs(double(one_batch.gradients[i])));
+  }
+  CHECK(worst <= 1e-5 * largest);
+  // The default is another loss and another gradient when the counts differ.
+  CHECK(std::abs(mean_of_means.result.lm_loss - one_batch.result.lm_loss) > 1e-4);
+  CHECK(std::abs(mean_of_means.result.grad_norm - one_batch.result.grad_norm) >
+        1e-4 * one_batch.result.grad_norm);
+}
