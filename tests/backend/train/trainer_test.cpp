@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
+#include "backend/common/splitmix64.hpp"
 #include "backend/data/preprocess_data.hpp"
 #include "backend/device/cuda_inventory.hpp"
 #include "backend/train/arguments.hpp"
@@ -29,6 +30,19 @@ TrainingArguments trainer_arguments() { return test_support::tiny_gpt_arguments(
 TrainingResult train(TrainingArguments a, std::ostream& log, BatchSource source = {}) {
   validate_arguments(a);
   return pretrain(a, log, std::move(source));
+}
+
+// 25 steps of the tiny GPT, wider, at a constant 5e-3 without weight decay on batches of 8: what
+// the tests that learn a token pattern train.
+TrainingArguments pattern_learning_arguments() {
+  auto a = trainer_arguments();
+  a.train_iters = 25;
+  a.hidden_size = 64;
+  a.micro_batch_size = a.global_batch_size = 8;
+  a.lr = 5e-3;
+  a.lr_decay_style = "constant";
+  a.weight_decay = 0;
+  return a;
 }
 
 int count_lines_containing(const std::string& text, const std::string& needle) {
@@ -51,13 +65,7 @@ TEST_CASE("25 steps on a repeating token pattern drive the loss below 0.5") {
   // The loss after 20 steps depends on the initialisation's luck: over 150 seeds it was above
   // 0.5 for 4 to 6 % of them (up to 0.74), falling by about a fifth per step; 25 steps leave
   // a margin for every seed tried.
-  auto a = trainer_arguments();
-  a.train_iters = 25;
-  a.hidden_size = 64;
-  a.micro_batch_size = a.global_batch_size = 8;
-  a.lr = 5e-3;
-  a.lr_decay_style = "constant";
-  a.weight_decay = 0;
+  const auto a = pattern_learning_arguments();
   // Period-8 pattern: each next token is determined by the current one.
   BatchSource pattern = [](Split, int64_t first_sample, int64_t batch, std::span<int32_t> tokens,
                            std::span<int32_t> labels) {
@@ -78,27 +86,16 @@ TEST_CASE("25 steps on a repeating token pattern drive the loss below 0.5") {
 }
 
 TEST_CASE("--eod-mask-loss leaves out the unpredictable first token of each document") {
-  // Documents [a, 200, 201, EOD] with a drawn from 100 ids by a hash of its place: every token
-  // but a follows from the one before. Without the mask a quarter of the positions predict a,
-  // at best ln 100 = 4.6 each, so the loss cannot fall below about 1.15; with it, those
+  // Documents [a, 200, 201, EOD] with a drawn from 100 ids by splitmix64 of its place: every
+  // token but a follows from the one before. Without the mask a quarter of the positions predict
+  // a, at best ln 100 = 4.6 each, so the loss cannot fall below about 1.15; with it, those
   // positions (input EOD) are left out and the rest is learnable.
-  auto a = trainer_arguments();
-  a.train_iters = 25;
-  a.hidden_size = 64;
-  a.micro_batch_size = a.global_batch_size = 8;
-  a.lr = 5e-3;
-  a.lr_decay_style = "constant";
-  a.weight_decay = 0;
+  auto a = pattern_learning_arguments();
   const auto eod = static_cast<int32_t>(a.vocab_size);  // NullTokenizer's EOD
   auto token_at = [eod](int64_t position) {
     switch (position % 4) {
-      case 0: {
-        uint64_t x = static_cast<uint64_t>(position) * 0x9E3779B97F4A7C15ull;
-        x ^= x >> 31;
-        x *= 0xBF58476D1CE4E5B9ull;
-        x ^= x >> 29;
-        return static_cast<int32_t>(x % 100);
-      }
+      case 0:
+        return static_cast<int32_t>(common::splitmix64_at(7, static_cast<uint64_t>(position)) % 100);
       case 1: return int32_t{200};
       case 2: return int32_t{201};
       default: return eod;
