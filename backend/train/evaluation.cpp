@@ -43,7 +43,7 @@ EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Spl
                       std::span<int32_t> micro_labels) {
             source(split, first + (m * dp_size + dp_rank) * a.micro_batch_size,
                    a.micro_batch_size, micro_tokens, micro_labels);
-            scored[static_cast<size_t>(m)] = scored_label_count(micro_labels);
+            if (per_token) scored[static_cast<size_t>(m)] = scored_label_count(micro_labels);
           },
           .dropout_step = {},
           .loss_weight = {}};
@@ -79,13 +79,13 @@ EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Spl
     }
   }
   model.set_training(true);
-  const double total = all_reduce_sum(data_parallel, totals[0]);
   if (per_token) {
-    // Megatron core's evaluate: the token losses' sum over their count.
-    const double scored_positions = all_reduce_sum(data_parallel, totals[1]);
-    result.lm_loss = scored_positions > 0 ? total / scored_positions : 0.0;
+    // Megatron core's evaluate: the token losses' sum over their count, both summed at once.
+    data_parallel.all_reduce(host_view(std::span<double>(totals)), ReduceOperation::sum);
+    result.lm_loss = totals[1] > 0 ? totals[0] / totals[1] : 0.0;
   } else {
-    result.lm_loss = total / static_cast<double>(a.eval_iters * num_micro_batches * dp_size);
+    result.lm_loss = all_reduce_sum(data_parallel, totals[0]) /
+                     static_cast<double>(a.eval_iters * num_micro_batches * dp_size);
   }
   return result;
 }

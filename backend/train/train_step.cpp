@@ -94,7 +94,7 @@ LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
             [&](int64_t m, std::span<int32_t> micro_tokens, std::span<int32_t> micro_labels) {
               source(Split::train, batch.first_sample + (m * dp_size + dp_rank) * a.micro_batch_size,
                      a.micro_batch_size, micro_tokens, micro_labels);
-              scored[static_cast<size_t>(m)] = scored_label_count(micro_labels);
+              if (per_token) scored[static_cast<size_t>(m)] = scored_label_count(micro_labels);
             },
         .dropout_step =
             [&](int64_t m) {
@@ -206,10 +206,11 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
     // (the last stage's count to every stage, summed over the data-parallel group) divide the
     // summed gradients; the logged loss is the token losses' sum over the same count.
     double sums[2] = {local.sum, static_cast<double>(local.scored_positions)};
-    if (pipeline.size() > 1) pipeline.broadcast(host_view(std::span<double>(sums)), pipeline.size() - 1);
-    const double loss_sum = all_reduce_sum(data_parallel, sums[0]);
-    const double scored_positions = all_reduce_sum(data_parallel, sums[1]);
-    result.lm_loss = scored_positions > 0 ? loss_sum / scored_positions : 0.0;
+    const View both = host_view(std::span<double>(sums));
+    if (pipeline.size() > 1) pipeline.broadcast(both, pipeline.size() - 1);
+    data_parallel.all_reduce(both, ReduceOperation::sum);
+    const double scored_positions = sums[1];
+    result.lm_loss = scored_positions > 0 ? sums[0] / scored_positions : 0.0;
     if (scored_positions > 0) gradient_factor /= scored_positions;
   } else {
     // The loss averaged for the log (average_losses_across_data_parallel_group).

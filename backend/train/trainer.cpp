@@ -9,6 +9,8 @@
 #include <functional>
 #include <optional>
 #include <ostream>
+#include <string>
+#include <utility>
 
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/common/checked_math.hpp"
@@ -49,16 +51,16 @@ using Clock = std::chrono::steady_clock;
 // --spike-threshold a run would use, and finite), which only restoring the weights undoes.
 constexpr double kInjectedWeightFactor = 100.0;
 
-}  // namespace
-
-GptConfig model_config(const TrainingArguments& a) {
+// model_config with the tokenizer's vocabulary size already known: pretrain reads the tokenizer
+// once, for its size and its end-of-document id.
+GptConfig model_config_with_vocabulary(const TrainingArguments& a, int64_t vocab_size) {
   GptConfig config;
   config.num_layers = a.num_layers;
   config.hidden_size = a.hidden_size;
   config.num_attention_heads = a.num_attention_heads;
   config.ffn_hidden_size = a.ffn_hidden_size;
   config.max_position_embeddings = a.max_position_embeddings;
-  config.vocab_size = tokenizer_vocab_size(a);
+  config.vocab_size = vocab_size;
   config.padded_vocab_size = padded_vocab_size(config.vocab_size, a.make_vocab_size_divisible_by,
                                                a.tensor_model_parallel_size);
   config.layernorm_epsilon = a.norm_epsilon;
@@ -88,6 +90,12 @@ GptConfig model_config(const TrainingArguments& a) {
   }
   validate(config);
   return config;
+}
+
+}  // namespace
+
+GptConfig model_config(const TrainingArguments& a) {
+  return model_config_with_vocabulary(a, tokenizer_vocab_size(a));
 }
 
 SelectedDevice select_device(const TrainingArguments& arguments) {
@@ -187,6 +195,17 @@ void report_benchmark(const TrainingArguments& a, int64_t padded_vocab_size,
 }  // namespace
 
 TokenizerFacts tokenizer_facts(const TrainingArguments& arguments) {
+  // The tokenizer read from its files, with only the files its type takes.
+  auto read = [&](std::string vocab_file, std::string merge_file, std::string tokenizer_model) {
+    const auto tokenizer = build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
+                                            .vocab_file = std::move(vocab_file),
+                                            .merge_file = std::move(merge_file),
+                                            .vocab_size = 0,
+                                            .tokenizer_model = std::move(tokenizer_model),
+                                            .vocab_extra_ids = 0});
+    return TokenizerFacts{.vocab_size = tokenizer->vocab_size(),
+                          .end_of_document = tokenizer->eod()};
+  };
   if (arguments.tokenizer_type == "GPT2BPETokenizer") {
     // With real data the vocabulary file decides. Mock data does not read the files (the
     // launcher's configs name NeMo's default paths, which need not exist), nor do the
@@ -194,13 +213,7 @@ TokenizerFacts tokenizer_facts(const TrainingArguments& arguments) {
     if (arguments.mock_data || (arguments.vocab_file.empty() && arguments.merge_file.empty())) {
       return {.vocab_size = kGpt2VocabSize, .end_of_document = kGpt2EndOfDocument};
     }
-    const auto tokenizer = build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
-                                            .vocab_file = arguments.vocab_file,
-                                            .merge_file = arguments.merge_file,
-                                            .vocab_size = 0,
-                                            .tokenizer_model = "",
-                                            .vocab_extra_ids = 0});
-    return {.vocab_size = tokenizer->vocab_size(), .end_of_document = tokenizer->eod()};
+    return read(arguments.vocab_file, arguments.merge_file, "");
   }
   if (arguments.tokenizer_type == "NullTokenizer") {
     // Megatron's _NullTokenizer: ids 0 .. --vocab-size − 1, then the EOD (--vocab-size's rule
@@ -212,13 +225,7 @@ TokenizerFacts tokenizer_facts(const TrainingArguments& arguments) {
   if (reads_tokenizer_model(arguments.tokenizer_type)) {
     // No size is known without the model (Llama 2's 32000 is one model's), so the file is
     // read even for mock data, as Megatron's build_tokenizer reads it.
-    const auto tokenizer = build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
-                                            .vocab_file = "",
-                                            .merge_file = "",
-                                            .vocab_size = 0,
-                                            .tokenizer_model = arguments.tokenizer_model,
-                                            .vocab_extra_ids = 0});
-    return {.vocab_size = tokenizer->vocab_size(), .end_of_document = tokenizer->eod()};
+    return read("", "", arguments.tokenizer_model);
   }
   common::fail("--tokenizer-type '{}' is not valid (valid: GPT2BPETokenizer, NullTokenizer, "
                "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, "
@@ -248,7 +255,8 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   // The model's shape is checked, and its memory estimated once the device is known (bf16 on a
   // GPU), before anything of the model is written or allocated: a model this machine cannot
   // hold is refused with the estimate.
-  GptConfig config = model_config(a);
+  const TokenizerFacts tokenizer = tokenizer_facts(a);
+  GptConfig config = model_config_with_vocabulary(a, tokenizer.vocab_size);
   const char* const kWaysOut =
       "Lower --micro-batch-size or --seq-length, recompute activations (--recompute-granularity "
       "full --recompute-method uniform --recompute-num-layers 1), or train a smaller model.";
@@ -551,7 +559,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   }
   // Training and validation both leave the EOD positions out, as Megatron's loss mask does.
   if (a.eod_mask_loss) {
-    source = mask_end_of_document_losses(std::move(source), tokenizer_facts(a).end_of_document);
+    source = mask_end_of_document_losses(std::move(source), tokenizer.end_of_document);
   }
   int64_t consumed_train = resumed.consumed_train_samples;
   int64_t consumed_valid = resumed.consumed_valid_samples;

@@ -124,14 +124,9 @@ TEST_CASE("--eod-mask-loss leaves out the unpredictable first token of each docu
 }
 
 TEST_CASE("a Llama model (RoPE, RMSNorm, SwiGLU, no biases, untied output, GQA) learns the pattern") {
-  auto a = trainer_arguments();
+  auto a = pattern_learning_arguments();
   a.train_iters = 20;
-  a.hidden_size = 64;
   a.ffn_hidden_size = 96;
-  a.micro_batch_size = a.global_batch_size = 8;
-  a.lr = 5e-3;
-  a.lr_decay_style = "constant";
-  a.weight_decay = 0;
   a.position_embedding_type = "rope";
   a.normalization = "RMSNorm";
   a.swiglu = true;
