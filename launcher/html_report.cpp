@@ -527,9 +527,11 @@ std::string render_html_report(const std::vector<RunData>& runs) {
 }
 
 void write_html_report(const std::vector<fs::path>& run_dirs, const fs::path& output) {
+  common::output_target(output, "--html");  // before the runs are read
   std::vector<RunData> runs;
   for (const auto& run_dir : run_dirs) runs.push_back(read_run(run_dir));
-  common::write_text_file_atomically(output, render_html_report(runs));
+  common::write_text_file_atomically(output, render_html_report(runs), common::FileMode::regular,
+                                     "--html");
 }
 
 }  // namespace launcher

@@ -28,6 +28,7 @@
 #include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/local_time.hpp"
+#include "backend/common/nemo_config_keys.hpp"
 #include "backend/common/python_format.hpp"
 #include "backend/common/small_file.hpp"
 
@@ -107,9 +108,12 @@ std::string flag_text(const char* flag, const json& value) {
 }
 
 // The shape flags whose value in the checkpoint's saved arguments differs from the current
-// one: "--hidden-size 2048" as the checkpoint has it, and as the flags have it now.
+// one: "--hidden-size 2048" as the checkpoint has it, and as the flags have it now; and the
+// same as the launcher's config settings ("training.model.hidden_size=2048"), a switch that is
+// off included ("training.model.activation=gelu"), for a command the launcher rendered.
 struct FlagDifferences {
   std::vector<std::string> checkpoint, current;
+  std::vector<std::string> checkpoint_settings, current_settings;
 };
 // `vocabulary_fits`: the embedding and output tensors have the checkpoint's shape, so the
 // tokenizer and vocabulary flags (which only set their row count, the padded vocabulary) are
@@ -147,6 +151,18 @@ FlagDifferences shape_flag_differences(const json& saved, const json& current,
     }
     if (is_set(value)) differences.checkpoint.push_back(flag_text(row.flag, value));
     if (is_set(current_value)) differences.current.push_back(flag_text(row.flag, current_value));
+    // A flag no config key renders is named as the flag.
+    const auto add_setting = [&](const json& side, std::vector<std::string>& settings) {
+      if (!is_set(side) && !side.is_boolean()) return;
+      const std::string setting = common::nemo_settings_for_flag(row.flag, value_text(side));
+      if (!setting.empty()) {
+        settings.push_back(setting);
+      } else if (is_set(side)) {
+        settings.push_back(flag_text(row.flag, side) + " (a pretrain_gpt flag no config key sets)");
+      }
+    };
+    add_setting(value, differences.checkpoint_settings);
+    add_setting(current_value, differences.current_settings);
   }
   return differences;
 }
@@ -260,7 +276,17 @@ void check_parameter_shapes(const CheckpointFileReader& reader, const Checkpoint
   });
   const FlagDifferences flags = shape_flag_differences(
       metadata.section("arguments"), options.arguments, options.command_line, vocabulary_fits);
-  if (flags.checkpoint.empty()) {
+  if (options.name_config_keys && !flags.checkpoint_settings.empty()) {
+    // The launcher rendered the flags: the user sets keys, not flags.
+    message += fmt::format(
+        "The checkpoint was saved with {}; set {} (instead of {}) to load it: the launcher "
+        "renders those flags from these config keys.",
+        flags.checkpoint.empty() ? std::string("the defaults")
+                                 : fmt::format("{}", fmt::join(flags.checkpoint, " ")),
+        fmt::join(flags.checkpoint_settings, " "),
+        flags.current_settings.empty() ? std::string("the defaults")
+                                       : fmt::format("{}", fmt::join(flags.current_settings, " ")));
+  } else if (flags.checkpoint.empty()) {
     message += "The checkpoint's saved arguments match the current ones in every shape flag; it "
                "was written by a model with other tensors (see its arguments in the metadata).";
   } else {

@@ -142,6 +142,9 @@ struct CheckpointLoadOptions {
   // line: a shape mismatch names the shape flags whose values differ from the checkpoint's.
   nlohmann::json arguments = nlohmann::json::object();
   std::vector<std::string> command_line{};
+  // --name-config-keys: the launcher rendered the flags, so that mismatch names the config
+  // keys to set (common/nemo_config_keys.hpp) rather than flags to pass.
+  bool name_config_keys = false;
 };
 
 // The distributed optimizer's (and ZeRO-3's) part in a save: the optimizer holds the AdamW

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "backend/common/checked_math.hpp"
+#include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/memory_estimate.hpp"
 #include "backend/common/python_format.hpp"
@@ -401,11 +402,20 @@ RopeScaling rope_scaling_from_hf(const nlohmann::json& hf, const std::string& so
                    where, key);
     }
   }
-  return {.factor = optional_number(scaling, "factor", 0, where),
-          .low_frequency_factor = optional_number(scaling, "low_freq_factor", 0, where),
-          .high_frequency_factor = optional_number(scaling, "high_freq_factor", 0, where),
-          .original_max_position_embeddings =
-              optional_number(scaling, "original_max_position_embeddings", 0, where)};
+  const RopeScaling read = {
+      .factor = optional_number(scaling, "factor", 0, where),
+      .low_frequency_factor = optional_number(scaling, "low_freq_factor", 0, where),
+      .high_frequency_factor = optional_number(scaling, "high_freq_factor", 0, where),
+      .original_max_position_embeddings =
+          optional_number(scaling, "original_max_position_embeddings", 0, where)};
+  // transformers' _validate_llama3_parameters requires factor ≥ 1. A factor of 0 would
+  // otherwise read as "no scaling" (RopeScaling::active), importing plain RoPE silently where
+  // the config asks for Llama 3's; 0.5 and -8 are refused by the same rule.
+  if (!(read.factor >= 1 && std::isfinite(read.factor))) {
+    common::fail("{}: factor {} must be a finite number ≥ 1 (rope_type llama3 stretches RoPE's "
+                 "wavelengths by it)", where, read.factor);
+  }
+  return read;
 }
 
 GptConfig llama_config_from_hf(const nlohmann::json& hf, const std::string& source) {
@@ -492,6 +502,34 @@ bool is_buffer(const std::string& name) {
 nlohmann::json read_json_file(const std::filesystem::path& path) {
   std::istringstream in(common::read_small_file(path, "the Hugging Face file"));
   return parse_hf_json(in, path.string());
+}
+
+// Whether something is at `path` (a file of the model directory), without the exception
+// std::filesystem::exists throws for a path it cannot look up: a symbolic link loop, a
+// component that is not a directory, a name too long are refused naming the path.
+bool model_file_exists(const std::filesystem::path& path) {
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (error && error != std::errc::no_such_file_or_directory) {
+    common::fail("cannot read the Hugging Face model file {}: {}", path.string(), error.message());
+  }
+  return std::filesystem::exists(status);
+}
+
+// The directory --import-hf names must be one: said plainly, before its files are looked for
+// (a missing one is said as "no config.json").
+void check_model_directory(const std::filesystem::path& directory) {
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(directory, error);
+  if (error == std::errc::no_such_file_or_directory) return;
+  if (error) {
+    common::fail("cannot read the Hugging Face model directory {}: {}", directory.string(),
+                 error.message());
+  }
+  if (!std::filesystem::is_directory(status)) {
+    common::fail("cannot read the Hugging Face model directory {}: it is not a directory (give the "
+                 "directory that holds config.json and model.safetensors)", directory.string());
+  }
 }
 
 }  // namespace
@@ -682,13 +720,8 @@ void export_hf(const std::filesystem::path& directory, const GptModel<float>& mo
   std::filesystem::create_directories(directory, error);
   if (error) common::fail("cannot create {}: {}", directory.string(), error.message());
   const GptConfig& config = model.config();
-  {
-    const auto path = directory / "config.json";
-    std::ofstream out(path, std::ios::trunc);
-    if (!out) common::fail("cannot write {}", path.string());
-    out << hf_config_json(config).dump(2) << '\n';
-    if (!out) common::fail("writing {} failed", path.string());
-  }
+  common::write_text_file_atomically(directory / "config.json",
+                                     hf_config_json(config).dump(2) + "\n");
   // "format": "pt" is what transformers' from_pretrained requires of safetensors metadata.
   write_safetensors(directory / kSafetensorsFile,
                     to_hf_tensors(config, model.tensors(), model.parameters()),
@@ -696,8 +729,9 @@ void export_hf(const std::filesystem::path& directory, const GptModel<float>& mo
 }
 
 GptModel<float> import_hf(const std::filesystem::path& directory) {
+  check_model_directory(directory);
   const auto config_path = directory / "config.json";
-  if (!std::filesystem::exists(config_path)) {
+  if (!model_file_exists(config_path)) {
     common::fail("{}: no config.json (not a Hugging Face model directory)", directory.string());
   }
   const nlohmann::json hf_config = read_json_file(config_path);
@@ -712,12 +746,12 @@ GptModel<float> import_hf(const std::filesystem::path& directory) {
   std::vector<NamedTensor> tensors;
   std::map<std::string, std::string> metadata;
   std::string source;
-  if (std::filesystem::exists(directory / kSafetensorsFile)) {
+  if (model_file_exists(directory / kSafetensorsFile)) {
     source = (directory / kSafetensorsFile).string();
     auto file = read_safetensors(directory / kSafetensorsFile);
     tensors = std::move(file.tensors);
     metadata = std::move(file.metadata);
-  } else if (std::filesystem::exists(directory / kSafetensorsIndexFile)) {
+  } else if (model_file_exists(directory / kSafetensorsIndexFile)) {
     const auto index_path = directory / kSafetensorsIndexFile;
     source = index_path.string();
     const nlohmann::json index = read_json_file(index_path);
@@ -734,7 +768,7 @@ GptModel<float> import_hf(const std::filesystem::path& directory) {
       for (auto& tensor : file.tensors) tensors.push_back(std::move(tensor));
       metadata.merge(file.metadata);
     }
-  } else if (std::filesystem::exists(directory / "pytorch_model.bin")) {
+  } else if (model_file_exists(directory / "pytorch_model.bin")) {
     common::fail("{}: only pytorch_model.bin is there; pickled checkpoints are not read (they can "
                  "run code). Convert it to model.safetensors first", directory.string());
   } else {

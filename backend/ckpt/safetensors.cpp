@@ -17,6 +17,7 @@
 #include <span>
 #include <streambuf>
 
+#include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/user_file.hpp"
 #include "backend/device/element_type.hpp"
@@ -141,25 +142,28 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<Name
   std::string header_text = header.dump();
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
 
-  // Written beside the target and renamed over it, so a reader never sees half a file.
-  std::filesystem::path partial = path;
-  partial += ".partial";
-  {
-    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-    if (!out) common::fail("cannot write {}", partial.string());
+  // Written beside the target and renamed over it, so a reader never sees half a file; the
+  // target follows common::output_target's rule (a device or FIFO is refused).
+  const std::filesystem::path target =
+      common::replaceable_output_file(path, "the safetensors file");
+  common::DurableFileWriter writer = common::DurableFileWriter::temporary_for(target);
+  const std::filesystem::path temporary = writer.path();
+  try {
     const uint64_t header_length = header_text.size();
-    out.write(reinterpret_cast<const char*>(&header_length), sizeof(header_length));
-    out.write(header_text.data(), static_cast<std::streamsize>(header_text.size()));
+    writer.write(std::as_bytes(std::span(&header_length, 1)));
+    writer.write(std::as_bytes(std::span(header_text.data(), header_text.size())));
     for (const NamedTensor& tensor : tensors) {
-      out.write(reinterpret_cast<const char*>(tensor.values.data()),
-                static_cast<std::streamsize>(tensor.values.size() * sizeof(float)));
+      writer.write(std::as_bytes(std::span(tensor.values.data(), tensor.values.size())));
     }
-    out.flush();
-    if (!out) common::fail("writing {} failed (disk full?)", partial.string());
+    writer.finish();
+    common::rename_path(temporary, target);
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    throw;
   }
-  std::error_code error;
-  std::filesystem::rename(partial, path, error);
-  if (error) common::fail("cannot rename {} to {}: {}", partial.string(), path.string(), error.message());
+  common::fsync_directory(target.parent_path().empty() ? std::filesystem::path(".")
+                                                       : target.parent_path());
 }
 
 SafetensorsFile read_safetensors(const std::filesystem::path& path) {

@@ -1,6 +1,8 @@
 // See command_line.hpp.
 #include "backend/common/command_line.hpp"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cctype>
 #include <iostream>
@@ -59,6 +61,55 @@ void refuse_flag_taken_as_value(const CLI::App& app, int argc, const char* const
 
 }  // namespace
 
+std::vector<std::string> expand_abbreviations(const CLI::App& app, int argc,
+                                              const char* const* argv, std::string_view program) {
+  struct Name {
+    std::string text;  // "--vocab-file"
+    const CLI::Option* option;
+  };
+  std::vector<Name> names;
+  for (const CLI::Option* option : app.get_options()) {
+    for (const std::string& name : option->get_lnames()) names.push_back({"--" + name, option});
+  }
+  std::vector<std::string> words;
+  bool positional = false;  // after "--"
+  for (int i = 0; i < argc; ++i) {
+    std::string word = argv[i];
+    if (i == 0 || positional || !word.starts_with("--")) {
+      words.push_back(std::move(word));
+      continue;
+    }
+    if (word == "--") positional = true;
+    const size_t equals = word.find('=');
+    const std::string name = word.substr(0, equals);
+    const auto is_name = [&name](const Name& known) { return known.text == name; };
+    if (name.size() <= 2 || std::any_of(names.begin(), names.end(), is_name)) {
+      words.push_back(std::move(word));
+      continue;
+    }
+    std::vector<const Name*> matches;
+    for (const Name& known : names) {
+      if (known.text.starts_with(name)) matches.push_back(&known);
+    }
+    const bool one_option =
+        !matches.empty() && std::all_of(matches.begin(), matches.end(), [&](const Name* match) {
+          return match->option == matches.front()->option;
+        });
+    if (matches.empty()) {
+      words.push_back(std::move(word));  // unknown: refuse_unknown_arguments names it
+    } else if (one_option) {
+      words.push_back(matches.front()->text +
+                      (equals == std::string::npos ? "" : word.substr(equals)));
+    } else {
+      std::vector<std::string> candidates;
+      for (const Name* match : matches) candidates.push_back(match->text);
+      fail("{}: ambiguous option: {} could match {}", program, name,
+           fmt::join(candidates, ", "));
+    }
+  }
+  return words;
+}
+
 void apply_flag_rules(CLI::App& app, std::span<const FlagRule> rules) {
   for (CLI::Option* option : app.get_options()) {
     // Hidden options are the refused flags (RefusedFlags): refused whatever their value.
@@ -105,13 +156,26 @@ void refuse_unknown_arguments(const CLI::App& app, std::string_view program) {
        did_you_mean(first, known), program);
 }
 
-bool parse_command_line(CLI::App& app, int argc, const char* const* argv, std::string_view program,
-                        const RefusedFlags& refused, std::string_view refused_wording) {
+bool parse_command_line(CLI::App& app, int original_argc, const char* const* original_argv,
+                        std::string_view program, const RefusedFlags& refused,
+                        std::string_view refused_wording) {
+  // Every tool's --version prints what the launcher's does: the project's version.
+  app.set_version_flag("--version", std::string(PROJECT_VERSION_STRING),
+                       "Print the version (the launcher's) and exit");
+  const std::vector<std::string> words =
+      expand_abbreviations(app, original_argc, original_argv, program);
+  std::vector<const char*> expanded;
+  for (const std::string& word : words) expanded.push_back(word.c_str());
+  const int argc = static_cast<int>(expanded.size());
+  const char* const* argv = expanded.data();
   app.allow_extras();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
+    return false;
+  } catch (const CLI::CallForVersion&) {
+    std::cout << PROJECT_VERSION_STRING << '\n';
     return false;
   } catch (const CLI::ParseError& error) {
     refuse_flag_taken_as_value(app, argc, argv, program);

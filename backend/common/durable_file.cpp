@@ -11,9 +11,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <vector>
 
 #include "backend/common/error.hpp"
+#include "backend/common/user_file.hpp"
 
 namespace common {
 
@@ -89,6 +91,69 @@ void DurableFileWriter::finish() {
   if (::close(descriptor) != 0) fail("cannot close {}: {}", path_.string(), error_text());
 }
 
+OutputTarget output_target(const std::filesystem::path& path, std::string_view what) {
+  const std::string named =
+      what.empty() ? path.string() : fmt::format("{} {}", what, path.string());
+  constexpr std::string_view kValid =
+      "; give the path of a regular file to replace or of a new one";
+  if (path.empty()) {
+    fail("cannot write {}: the path is empty{}", what.empty() ? "a file" : what, kValid);
+  }
+  struct stat entry {};
+  if (::lstat(path.c_str(), &entry) != 0) {
+    // Nothing there: a new file (a missing directory is the writer's own error when it creates
+    // the file). Anything else (a looping directory link, a name too long) is refused here.
+    if (errno == ENOENT) return {path, -1};
+    fail("cannot write {}: {}", named, error_text());
+  }
+  struct stat final_file {};
+  const bool resolves = ::stat(path.c_str(), &final_file) == 0;
+  const int resolve_errno = errno;
+  if (resolves) {
+    for (const int stream : {STDOUT_FILENO, STDERR_FILENO}) {
+      struct stat standard {};
+      if (::fstat(stream, &standard) == 0 && standard.st_dev == final_file.st_dev &&
+          standard.st_ino == final_file.st_ino) {
+        return {path, stream};
+      }
+    }
+  }
+  if (S_ISREG(entry.st_mode)) return {path, -1};
+  if (!S_ISLNK(entry.st_mode)) {
+    fail("cannot write {}: it is {}{}", named, describe_non_regular(entry.st_mode), kValid);
+  }
+  if (!resolves) {
+    fail("cannot write {}: it is a symbolic link {}{}", named,
+         resolve_errno == ENOENT ? "to nothing (dangling)"
+         : resolve_errno == ELOOP ? "in a loop (Too many levels of symbolic links)"
+                                  : fmt::format("whose target cannot be reached ({})",
+                                                std::strerror(resolve_errno)),
+         kValid);
+  }
+  if (!S_ISREG(final_file.st_mode)) {
+    fail("cannot write {}: it is a symbolic link to {}{}", named,
+         describe_non_regular(final_file.st_mode), kValid);
+  }
+  char* resolved = ::realpath(path.c_str(), nullptr);
+  if (resolved == nullptr) {
+    fail("cannot write {}: cannot resolve the symbolic link: {}", named, error_text());
+  }
+  std::filesystem::path file(resolved);
+  std::free(resolved);
+  return {std::move(file), -1};
+}
+
+std::filesystem::path replaceable_output_file(const std::filesystem::path& path,
+                                              std::string_view what) {
+  OutputTarget target = output_target(path, what);
+  if (target.standard_stream >= 0) {
+    fail("cannot write {}{}{}: it is this process's standard {}, and this file is built in pieces "
+         "and renamed into place; give the path of a file", what, what.empty() ? "" : " ",
+         path.string(), target.standard_stream == STDOUT_FILENO ? "output" : "error");
+  }
+  return std::move(target.file);
+}
+
 void fsync_directory(const std::filesystem::path& directory) {
   const int descriptor = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (descriptor < 0) fail("cannot open directory {}: {}", directory.string(), error_text());
@@ -108,8 +173,37 @@ void rename_path(const std::filesystem::path& from, const std::filesystem::path&
   }
 }
 
-void write_text_file_atomically(const std::filesystem::path& target, std::string_view text,
-                                FileMode mode) {
+namespace {
+
+// `text` written into this process's standard output or error, after what the streams above
+// it hold, so that the order on the terminal or in the pipe is the order of the writes.
+void write_through(int descriptor, std::string_view text, const std::filesystem::path& path) {
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  const char* data = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t written = ::write(descriptor, data, left);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      fail("cannot write {}: {}", path.string(), error_text());
+    }
+    data += written;
+    left -= static_cast<size_t>(written);
+  }
+}
+
+}  // namespace
+
+void write_text_file_atomically(const std::filesystem::path& path, std::string_view text,
+                                FileMode mode, std::string_view what) {
+  const OutputTarget output = output_target(path, what);
+  if (output.standard_stream >= 0) {
+    write_through(output.standard_stream, text, path);
+    return;
+  }
+  const std::filesystem::path& target = output.file;
   DurableFileWriter writer = DurableFileWriter::temporary_for(target);
   const std::filesystem::path temporary = writer.path();
   try {

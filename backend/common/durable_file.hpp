@@ -21,7 +21,8 @@ namespace common {
 class DurableFileWriter {
  public:
   explicit DurableFileWriter(std::filesystem::path path);
-  // A new file beside `target`, to be renamed over it when finished:
+  // A new file beside `target` (a file replaceable_output_file returned), to be renamed over
+  // it when finished:
   // `<target>.tmp-<pid>-XXXXXX`, the suffix chosen by mkstemp(3), so two writers of one target
   // never share a temporary, not even two threads of one process (same pid). A target name
   // too long to take the suffix within a file name's 255 bytes lends only its first bytes.
@@ -48,6 +49,32 @@ class DurableFileWriter {
   uint64_t bytes_written_ = 0;
 };
 
+// The one rule for a path a writer of whole files is given, applied before anything is written
+// (docs/security.md, "Output files"). What is at the path now decides:
+//   nothing, or a regular file   the file is created or replaced (`file` is the path);
+//   a symbolic link whose final  that file is replaced, in its own directory (`file` is the
+//   target is a regular file     target); the link stays a link, as `cp` and `>` leave it;
+//   this process's standard      written through, without a rename (`standard_stream` is 1 or
+//   output or error              2): /dev/stdout, /dev/stderr, /proc/self/fd/1, or any name of
+//                                the same file (same st_dev and st_ino as descriptor 1 or 2);
+//   anything else                refused: a directory, FIFO, socket, character or block device
+//                                (/dev/full, /dev/null, /dev/sda), a dangling or looping link.
+// Replacing a device's directory entry (as root) or writing into a device is never what a
+// flag that names an output file means. Refusals are common::Error
+//   "cannot write <what> <path>: it is a character device, not a regular file; ..."
+// where `what` names the file's role (a flag: "--html"; may be empty).
+struct OutputTarget {
+  std::filesystem::path file;  // the regular file to create or replace
+  int standard_stream = -1;    // 1 or 2: written through instead
+};
+OutputTarget output_target(const std::filesystem::path& path, std::string_view what);
+
+// The same rule for writers that build a file in pieces under a temporary name and rename it
+// into place (downloads, datasets, safetensors, .npy caches): they need a file to rename, so
+// a standard stream is refused too. Returns the file to replace.
+std::filesystem::path replaceable_output_file(const std::filesystem::path& path,
+                                              std::string_view what);
+
 // fsync of a directory, so the entries created, renamed or removed in it are durable.
 void fsync_directory(const std::filesystem::path& directory);
 
@@ -59,9 +86,12 @@ enum class FileMode { regular, executable };
 // Replaces `target` by `text` atomically and durably: writes a temporary_for(target), fsyncs
 // it, renames it over `target`, fsyncs the directory. A crash leaves the old or the new file
 // (and possibly the temporary); concurrent writers of one target each rename a whole file.
-// Errors ("cannot write <target>: ...") remove the temporary.
+// Errors ("cannot write <target>: ...") remove the temporary. `target` goes through
+// output_target first (`what` names it in a refusal): a symbolic link has its target file
+// replaced, this process's standard output or error is written through, a device, FIFO or
+// directory is refused.
 void write_text_file_atomically(const std::filesystem::path& target, std::string_view text,
-                                FileMode mode = FileMode::regular);
+                                FileMode mode = FileMode::regular, std::string_view what = {});
 
 // A test hook for the crash-safety tests (tests/e2e/*_kill_test.cpp): when the environment
 // variable MEGATRON_NATIVE_CRASH_AT equals `point`, the process kills itself with SIGKILL

@@ -158,6 +158,8 @@ constexpr FlagRule kRules[] = {
     choice_flag("--distributed-backend", kDistributedBackends),
     choice_flag("--DDP-impl", kDdpImplementations),
     integer_flag("--checkpoint-num-layers", 1),
+    choice_flag("--activations-checkpoint-method", kRecomputeMethods),
+    integer_flag("--activations-checkpoint-num-layers", 0),  // as --recompute-num-layers
     // Megatron flags without effect here, or built for one value (docs/backend.md, "Flags
     // without effect")
     choice_flag("--transformer-impl", kTransformerImplementations),
@@ -212,7 +214,8 @@ constexpr FlagRule kRules[] = {
     text_flag("--host"),
     integer_flag("--port", 0, 65535, "0 asks for any free port"),
     integer_flag("--max-batch-size", 1),
-    integer_flag("--max-concurrent-requests", 1),
+    integer_flag("--max-concurrent-requests", 1, 4096,
+                 "each holds an open connection and its request"),
     integer_flag("--max-request-bytes", 1),
     integer_flag("--max-prompt-bytes", 1),
     integer_flag("--max-tokens-to-generate", 0),
@@ -323,15 +326,17 @@ const FlagRule* find_flag_rule(std::span<const FlagRule> rules, std::string_view
   return nullptr;
 }
 
-std::string describe_flag_rule(const FlagRule& rule) {
-  std::string text = fmt::format("{} takes {}", rule.flag, description(rule));
+std::string describe_flag_rule(const FlagRule& rule, std::string_view subject) {
+  std::string text =
+      fmt::format("{} takes {}", subject.empty() ? rule.flag : subject, description(rule));
   if (!rule.note.empty()) text += fmt::format(" ({})", rule.note);
   return text;
 }
 
-CheckedFlagValue check_flag_value(const FlagRule& rule, std::string_view value) {
+CheckedFlagValue check_flag_value(const FlagRule& rule, std::string_view value,
+                                  std::string_view subject) {
   auto refuse = [&](std::string what) {
-    return CheckedFlagValue{fmt::format("{}; {}", what, describe_flag_rule(rule)), ""};
+    return CheckedFlagValue{fmt::format("{}; {}", what, describe_flag_rule(rule, subject)), ""};
   };
   switch (rule.kind) {
     case FlagKind::integer: {

@@ -5,8 +5,9 @@
 //     checks every given value before CLI11 converts it;
 //   - the launcher's training stage (launcher/stages/training_stage.cpp) checks every config
 //     value it maps to a flag before anything is queued, naming the config key.
-// So a value is refused with the same words in both places:
-//   "'abc' is not a number; --lr takes a real number ≥ 0".
+// So a value is refused with the same words in both places, each naming what its user wrote:
+//   "'abc' is not a number; --lr takes a real number ≥ 0",
+//   "'abc' is not a number; training.model.optim.lr (--lr) takes a real number ≥ 0".
 // The ranges are Megatron's (megatron/training/arguments.py and the asserts of validate_args,
 // the optimizer and the scheduler): sizes and counts positive, probabilities in [0, 1), every
 // real finite. A default is "not given", never "0 given": --global-batch-size 0 is refused, not
@@ -98,8 +99,10 @@ std::span<const FlagRule> flag_rules();
 const FlagRule* find_flag_rule(std::string_view flag);
 const FlagRule* find_flag_rule(std::span<const FlagRule> rules, std::string_view flag);
 
-// "--lr takes a real number ≥ 0", "--seed takes an integer in [1, 4294967295] (...)".
-std::string describe_flag_rule(const FlagRule& rule);
+// "--lr takes a real number ≥ 0", "--seed takes an integer in [1, 4294967295] (...)". With a
+// `subject`, it is named instead of the flag: the launcher checks a config key with the rule of
+// the flag it renders, and says "training.model.optim.lr (--lr) takes a real number ≥ 0".
+std::string describe_flag_rule(const FlagRule& rule, std::string_view subject = {});
 
 struct CheckedFlagValue {
   // Empty when the value is valid; else what is wrong and what is valid:
@@ -109,7 +112,8 @@ struct CheckedFlagValue {
   // their shortest round-trip form, anything else as given.
   std::string canonical;
 };
-CheckedFlagValue check_flag_value(const FlagRule& rule, std::string_view value);
+CheckedFlagValue check_flag_value(const FlagRule& rule, std::string_view value,
+                                  std::string_view subject = {});
 
 // --split's shares as given (not normalised), padded with zeros to three; a text that is not
 // one to three non-negative finite numbers, not all 0, is a common::Error

@@ -3,6 +3,11 @@
 
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <iostream>
 
 #include "backend/common/error.hpp"
 
@@ -32,6 +37,24 @@ void add_log_file(const std::filesystem::path& file) {
     spdlog::default_logger()->sinks().push_back(sink);
   } catch (const spdlog::spdlog_ex& e) {
     fail("cannot open log file {}: {}", file.string(), e.what());
+  }
+}
+
+void log_warnings_only() { spdlog::default_logger()->set_level(spdlog::level::warn); }
+
+void print_lines(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const std::string& line : lines) text.append(line).push_back('\n');
+  std::cout.flush();
+  std::fflush(stdout);
+  const char* data = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t written = ::write(STDOUT_FILENO, data, left);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) return;  // a closed stdout loses the output, as std::cout would
+    data += written;
+    left -= static_cast<size_t>(written);
   }
 }
 

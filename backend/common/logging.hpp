@@ -7,7 +7,9 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace common {
 
@@ -17,5 +19,16 @@ void setup_logging(std::string_view program_name, std::string_view level = "info
 
 // Also write every log line to `file` (appending), e.g. results/<run>/launcher.log.
 void add_log_file(const std::filesystem::path& file);
+
+// On ranks other than the first of a multi-process run: info lines are left out, warnings
+// and errors still logged. Megatron prints its setup lines on rank 0 alone (print_rank_0), so
+// N ranks do not say the same thing N times; a rank's own trouble still shows.
+void log_warnings_only();
+
+// Prints `lines` (each ended by '\n') to stdout in one write(2), after flushing what std::cout
+// and stdio hold. A block such as the arguments dump, printed line by line through a buffered
+// stdout, left it in pieces when the buffer filled, and log lines written to stderr in between
+// (one file, in a Slurm job's output) landed inside it; one write keeps it whole.
+void print_lines(const std::vector<std::string>& lines);
 
 }  // namespace common

@@ -4,9 +4,14 @@
 // (where each shard lands).
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace common {
+
+// NAME_MAX of Linux's file systems: the longest name one directory entry holds. A URL's file
+// name may be longer (a URL has no such limit); its users check it against this.
+inline constexpr size_t kMaxFileNameBytes = 255;
 
 // Empty when the URL names no file: a path ending in '/', none at all, "." or "..", or a
 // segment that decodes to something holding '/' or a NUL.

@@ -15,9 +15,6 @@
 
 namespace common {
 
-namespace {
-
-// What a file of mode `mode` is when it is not a regular file; nullptr for a regular file.
 const char* describe_non_regular(mode_t mode) {
   if (S_ISREG(mode)) return nullptr;
   if (S_ISDIR(mode)) return "a directory, not a file";
@@ -27,8 +24,6 @@ const char* describe_non_regular(mode_t mode) {
   if (S_ISSOCK(mode)) return "a socket, not a regular file";
   return "not a regular file";
 }
-
-}  // namespace
 
 OpenFile::OpenFile(const std::filesystem::path& path, std::string_view what,
                    std::string_view hint) {

@@ -13,6 +13,8 @@
 // (named pipe), not a regular file"), and `hint` (may be empty) says what would be valid.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -20,6 +22,11 @@
 #include <string_view>
 
 namespace common {
+
+// What a file of mode `mode` (stat's st_mode) is when it is not a regular file, as every
+// refusal says it: "a FIFO (named pipe), not a regular file", "a directory, not a file";
+// nullptr for a regular file. Shared with the writers' rule (durable_file.hpp).
+const char* describe_non_regular(mode_t mode);
 
 // A regular file open read-only, closed with the object.
 class OpenFile {

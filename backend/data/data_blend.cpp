@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "backend/common/error.hpp"
@@ -92,6 +93,7 @@ DataBlend read_data_file_list(const std::string& path) {
   DataBlend blend;
   std::vector<double> weights;
   int weighted_lines = 0, unweighted_lines = 0, first_weighted = 0, first_unweighted = 0;
+  int corpus_lines = 0, first_corpus = 0, first_without_corpus = 0;
   std::string line;
   for (int number = 1; std::getline(file, line); ++number) {
     if (const size_t comment = line.find('#'); comment != std::string::npos) line.resize(comment);
@@ -99,21 +101,30 @@ DataBlend read_data_file_list(const std::string& path) {
     std::vector<std::string> words;
     for (std::string word; fields >> word;) words.push_back(word);
     if (words.empty()) continue;
-    if (words.size() == 2) {
+    if (words.size() == 2 || words.size() == 3) {
       const auto weight = common::parse_python_float(words[0]);
       if (!weight) {
-        common::fail("{}:{}: '{}' is not a weight (lines are \"weight prefix\", e.g. "
-                     "\"0.25 /data/oscar_text_document\")", path, number, words[0]);
+        common::fail("{}:{}: '{}' is not a weight (lines are \"weight prefix\" or \"weight prefix "
+                     "corpus\", e.g. \"0.25 /data/oscar_text_document web\")",
+                     path, number, words[0]);
       }
       weights.push_back(*weight);
-      blend.prefixes.push_back(words[1]);
       if (weighted_lines++ == 0) first_weighted = number;
+      if (words.size() == 3) {
+        // The ALCF fork drops a ".bin" its lists may name the dataset by.
+        if (words[1].ends_with(".bin")) words[1].resize(words[1].size() - 4);
+        blend.corpora.push_back(words[2]);
+        if (corpus_lines++ == 0) first_corpus = number;
+      } else if (first_without_corpus == 0) {
+        first_without_corpus = number;
+      }
+      blend.prefixes.push_back(words[1]);
     } else if (words.size() == 1) {
       blend.prefixes.push_back(words[0]);
       if (unweighted_lines++ == 0) first_unweighted = number;
     } else {
-      common::fail("{}:{}: {} words; a line is \"weight prefix\" (paths with spaces are not "
-                   "supported)", path, number, words.size());
+      common::fail("{}:{}: {} words; a line is \"weight prefix\" or \"weight prefix corpus\" "
+                   "(paths with spaces are not supported)", path, number, words.size());
     }
   }
   if (blend.prefixes.empty()) common::fail("--data-file-list {}: the file lists no datasets", path);
@@ -121,8 +132,25 @@ DataBlend read_data_file_list(const std::string& path) {
     common::fail("{}: line {} has a weight but line {} has none; weight every dataset or none",
                  path, first_weighted, first_unweighted);
   }
+  if (corpus_lines > 0 && first_without_corpus > 0) {
+    common::fail("{}: line {} names a corpus but line {} does not; name the corpus on every line "
+                 "(\"weight prefix corpus\") or on none", path, first_corpus, first_without_corpus);
+  }
   if (weighted_lines > 0) blend.weights = std::move(weights);
   return blend;
+}
+
+std::vector<CorpusShare> corpus_shares(const DataBlend& blend, std::span<const double> normalized) {
+  std::map<std::string, CorpusShare> by_name;  // sorted, as the fork's sorted(set(corpuses))
+  for (size_t d = 0; d < blend.corpora.size() && d < normalized.size(); ++d) {
+    CorpusShare& share = by_name[blend.corpora[d]];
+    share.name = blend.corpora[d];
+    ++share.datasets;
+    share.weight += normalized[d];
+  }
+  std::vector<CorpusShare> shares;
+  for (auto& entry : by_name) shares.push_back(std::move(entry.second));
+  return shares;
 }
 
 double numpy_sum(std::span<const double> values) { return pairwise_sum(values.data(), values.size()); }

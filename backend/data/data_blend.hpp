@@ -11,7 +11,9 @@
 //             re.findall finds in the text; "-1,2,3" and "nan,1,1" are refused here instead); the split matrix gives each split the range [sum of the earlier
 //             shares, + its share) of every dataset's sequences, or none for a zero share.
 //   sources   --data-path WORDS, --data-args-path FILE (a file holding --data-path's words),
-//             --data-file-list FILE (ours: one "weight prefix" per line, # comments),
+//             --data-file-list FILE (one "weight prefix" per line, # comments; or
+//             "weight prefix corpus", the three columns of Megatron-DeepSpeed's ALCF fork, whose
+//             flag this is: the corpus names a group of the blend, which only the log uses),
 //             or per split: --train-data-path / --valid-data-path / --test-data-path WORDS and
 //             --per-split-data-args-path FILE (JSON {"train": [...], "valid": [...],
 //             "test": [...]}).
@@ -30,7 +32,21 @@ namespace backend {
 struct DataBlend {
   std::vector<std::string> prefixes;
   std::optional<std::vector<double>> weights;  // as given; normalize() them before use
+  // --data-file-list's third column, one per prefix, or empty. The ALCF fork concatenates each
+  // corpus's datasets and blends the corpora by their summed weights: every dataset still
+  // gives its own weight's share of the samples, which the one blend over all the prefixes
+  // gives too (in another order), so the corpora change no sample here; they are reported.
+  std::vector<std::string> corpora;
 };
+
+// The corpora of a blend, sorted by name: how many datasets each groups and the sum of their
+// normalized weights (the fork's "expected" corpus weight).
+struct CorpusShare {
+  std::string name;
+  int64_t datasets = 0;
+  double weight = 0;
+};
+std::vector<CorpusShare> corpus_shares(const DataBlend& blend, std::span<const double> normalized);
 
 // get_blend_from_list. `flag` names the source in errors (e.g. "--data-path").
 DataBlend blend_from_words(std::span<const std::string> words, const std::string& flag);
@@ -38,8 +54,9 @@ DataBlend blend_from_words(std::span<const std::string> words, const std::string
 // --data-args-path: the file's whitespace-separated words, as --data-path.
 DataBlend read_data_args_file(const std::string& path);
 
-// --data-file-list: one "weight prefix" (or only "prefix", then on every line) per line;
-// blank lines and text after '#' are ignored. Errors name the file and line.
+// --data-file-list: one "weight prefix" (or only "prefix", then on every line; or "weight prefix
+// corpus", then on every line, a trailing ".bin" of the prefix dropped as the ALCF fork drops
+// it) per line; blank lines and text after '#' are ignored. Errors name the file and line.
 DataBlend read_data_file_list(const std::string& path);
 
 // numpy.sum of a float64 array: numpy's pairwise summation (blocks of 128 with eight

@@ -20,6 +20,7 @@ namespace backend {
 namespace {
 
 constexpr std::array<Split, 3> kSplits = {Split::train, Split::validation, Split::test};
+constexpr size_t kTestSplit = 2;
 
 const char* split_title(size_t split) {
   static constexpr const char* kTitles[] = {"training", "validation", "test"};
@@ -180,6 +181,7 @@ std::array<std::shared_ptr<const SplitDataset>, 3> build_gpt_datasets(
     for (size_t split = 0; split < 3; ++split) {
       if (sizes[split] == 0) continue;
       const auto& fractions = (*config.split_matrix)[split];
+      if (!fractions && split == kTestSplit) continue;  // skipped, as Megatron skips it
       if (!fractions) {
         fail_empty_split(split, fmt::format("--split {} gives the {} split a share of 0", split_text,
                                             split_title(split)));
@@ -197,7 +199,7 @@ std::array<std::shared_ptr<const SplitDataset>, 3> build_gpt_datasets(
     }
     const auto datasets = build_mid_level(blend.prefixes, requests);
     for (size_t split = 0; split < 3; ++split) {
-      if (sizes[split] == 0) continue;
+      if (sizes[split] == 0 || !(*config.split_matrix)[split]) continue;
       if (blend.prefixes.size() == 1 && !weights) {
         require_tokens(*datasets[0][split], split, range_source);
         result[split] = std::make_shared<const SplitDataset>(datasets[0][split]);
@@ -217,6 +219,7 @@ std::array<std::shared_ptr<const SplitDataset>, 3> build_gpt_datasets(
   for (size_t split = 0; split < 3; ++split) {
     if (sizes[split] == 0) continue;
     const auto& blend = sources.blend_per_split[split];
+    if (!blend && split == kTestSplit) continue;  // skipped, as Megatron skips it
     if (!blend) {
       fail_empty_split(split, fmt::format("no {} is given", kFlags[split]));
     }

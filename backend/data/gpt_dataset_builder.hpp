@@ -18,7 +18,9 @@
 // reads (its size is above 0) but that the sources leave without data (a zero --split share,
 // no --valid-data-path, a range without tokens) is an error naming the split, the dataset and
 // `why_needed`, which the caller fills with the flags that asked for the samples. A split the run
-// does not read (size 0) is not built at all (Megatron builds one epoch of it).
+// does not read (size 0) is not built at all (Megatron builds one epoch of it). The test split
+// alone is skipped as Megatron skips it when the sources give it nothing (a zero share, as in
+// --split 98,2,0, or no --test-data-path): it is left null, and the run has no test pass.
 #pragma once
 
 #include <array>
@@ -69,7 +71,8 @@ struct GptDataBuildOptions {
 // Megatron's _get_size_per_split_per_dataset: ceil(ceil(size · weight) · (1 + surplus)).
 int64_t samples_per_dataset(int64_t split_size, double weight, double surplus);
 
-// The dataset of each split (null for a split of size 0). `sizes`: samples per split.
+// The dataset of each split (null for a split of size 0, and for a test split the sources give
+// nothing). `sizes`: samples per split.
 std::array<std::shared_ptr<const SplitDataset>, 3> build_gpt_datasets(
     const GptDataBuildOptions& options, const std::array<int64_t, 3>& sizes);
 

@@ -121,9 +121,15 @@ std::string index_file_path(const std::string& prefix) { return prefix + ".idx";
 std::string data_file_path(const std::string& prefix) { return prefix + ".bin"; }
 
 // ---- a buffered output file under a temporary name
+// `published`: the file gets `path` when finished (the .bin and the .idx), so `path` follows
+// common::output_target's rule: a link has its target file replaced, a device, FIFO or
+// directory is refused before anything is written. The scratch files are never published.
 class IndexedDatasetWriter::File {
  public:
-  explicit File(std::string path) : path_(std::move(path)), temporary_(temporary_name(path_)) {
+  File(const std::string& path, bool published)
+      : path_(published ? common::replaceable_output_file(path, "the dataset file").string()
+                        : path),
+        temporary_(temporary_name(path_)) {
     fd_ = ::open(temporary_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) common::fail("cannot create {}: {}", temporary_, std::strerror(errno));
     buffer_.reserve(kBufferBytes);
@@ -188,6 +194,8 @@ class IndexedDatasetWriter::File {
     committed_ = true;
   }
 
+  const std::string& path() const { return path_; }
+
   void remove_temporary() {
     if (!committed_) ::unlink(temporary_.c_str());
   }
@@ -228,10 +236,10 @@ IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, DType dtype)
   lock_ = std::make_unique<common::ExclusiveFileLock>(std::move(*lock));
   remove_leftovers(prefix_);
   try {
-    data_ = std::make_unique<File>(data_file_path(prefix_));
-    index_ = std::make_unique<File>(index_file_path(prefix_));
-    pointers_ = std::make_unique<File>(index_file_path(prefix_) + ".pointers");
-    documents_ = std::make_unique<File>(index_file_path(prefix_) + ".documents");
+    data_ = std::make_unique<File>(data_file_path(prefix_), true);
+    index_ = std::make_unique<File>(index_file_path(prefix_), true);
+    pointers_ = std::make_unique<File>(index_file_path(prefix_) + ".pointers", false);
+    documents_ = std::make_unique<File>(index_file_path(prefix_) + ".documents", false);
   } catch (...) {
     for (File* file : {data_.get(), index_.get(), pointers_.get(), documents_.get()}) {
       if (file != nullptr) file->remove_temporary();
@@ -362,14 +370,14 @@ void IndexedDatasetWriter::finalize() {
   common::crash_point("indexed-dataset:written");
   // The old .idx goes first: from here until the new .idx is in place, the prefix has no
   // .idx, which every reader refuses, instead of an old .idx beside a new .bin.
-  const std::string index_path = index_file_path(prefix_);
+  const std::string& index_path = index_->path();
   if (::unlink(index_path.c_str()) != 0 && errno != ENOENT) {
     common::fail("cannot remove the previous {}: {}", index_path, std::strerror(errno));
   }
   sync_directory_of(index_path);
   common::crash_point("indexed-dataset:index-removed");
   data_->publish();
-  sync_directory_of(index_path);
+  sync_directory_of(data_->path());
   common::crash_point("indexed-dataset:data-renamed");
   index_->publish();
   sync_directory_of(index_path);

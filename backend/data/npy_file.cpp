@@ -90,7 +90,8 @@ void write_npy(const std::filesystem::path& path, NpyElement element,
     common::fail("{}: {} bytes of data for shape {} of {}", path.string(), data.size(),
                  format_python_shape(shape), npy_descr(element));
   }
-  common::DurableFileWriter writer = common::DurableFileWriter::temporary_for(path);
+  const std::filesystem::path target = common::replaceable_output_file(path, "the index cache");
+  common::DurableFileWriter writer = common::DurableFileWriter::temporary_for(target);
   const std::filesystem::path temporary = writer.path();
   std::error_code ignored;
   try {
@@ -98,12 +99,13 @@ void write_npy(const std::filesystem::path& path, NpyElement element,
     writer.write(std::as_bytes(std::span(header.data(), header.size())));
     writer.write(data);
     writer.finish();
-    common::rename_path(temporary, path);
+    common::rename_path(temporary, target);
   } catch (...) {
     std::filesystem::remove(temporary, ignored);
     throw;
   }
-  common::fsync_directory(path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path());
+  common::fsync_directory(target.parent_path().empty() ? std::filesystem::path(".")
+                                                       : target.parent_path());
 }
 
 // The mapping is a member: a refused file is unmapped as the constructor throws.

@@ -57,6 +57,8 @@ constexpr common::FlagRule kPreprocessFlagRules[] = {
     common::integer_flag("--workers", 1, kMaxWorkers),
     common::integer_flag("--partitions", 1, std::numeric_limits<int32_t>::max()),
     common::integer_flag("--log-interval", 1),
+    // 1 TiB: a line is held whole in memory, about 4 times over while it is parsed.
+    common::integer_flag("--max-line-bytes", 1, int64_t(1) << 40),
 };
 
 // Megatron flags of tools/preprocess_data.py (and its tokenizer group) that are refused.
@@ -91,6 +93,7 @@ struct Batch {
   std::vector<KeyOutput> outputs;
   std::vector<BadLine> bad_lines;
   int64_t documents = 0, repaired_lines = 0;
+  int64_t skipped_bytes = 0;  // of a line over --max-line-bytes, read and dropped
 };
 
 const char* json_type(const nlohmann::json& value) {
@@ -333,6 +336,7 @@ class Pipeline {
 
   void read_inputs(std::ostream& out) {
     const auto batch_bytes = static_cast<size_t>(std::max<int64_t>(options_.batch_bytes, 1));
+    const auto max_line_bytes = static_cast<size_t>(std::max<int64_t>(options_.max_line_bytes, 1));
     std::vector<char> chunk(std::max<size_t>(batch_bytes, 64 << 10));
     for (size_t file = 0; file < options_.inputs.size(); ++file) {
       {
@@ -342,25 +346,97 @@ class Pipeline {
       CompressedInput input(options_.inputs[file]);
       out << "Opening " << options_.inputs[file] << std::endl;
       std::string pending;  // bytes read but not yet in a batch
+      // Where the last newline of `pending` is (npos: none), found in each read's new bytes
+      // only: searching all of `pending` after every read was quadratic in a long line.
+      size_t last_newline = std::string::npos;
       int64_t next_line = 1;
+      // A line over --max-line-bytes: its bytes are dropped until its newline.
+      bool skipping_line = false;
+      int64_t skipped_bytes = 0;
       const auto emit = [&](size_t length) {
         auto batch = std::make_unique<Batch>();
         batch->file = file;
         batch->first_line = next_line;
         batch->text.assign(pending, 0, length);
         pending.erase(0, length);
+        last_newline = std::string::npos;
         next_line += std::count(batch->text.begin(), batch->text.end(), '\n');
+        return push(std::move(batch));
+      };
+      // The skipped line goes through the pipeline as a batch of its own, so that it is
+      // reported in input order with its number, as a bad line of a batch is.
+      const auto emit_skipped_line = [&] {
+        auto batch = std::make_unique<Batch>();
+        batch->file = file;
+        batch->first_line = next_line;
+        batch->documents = 1;  // a bad line is a document in Megatron's count
+        batch->skipped_bytes = skipped_bytes;
+        batch->bad_lines.push_back(
+            {next_line, fmt::format("the line is longer than --max-line-bytes {} (raise it to "
+                                    "read such lines)", max_line_bytes)});
+        ++next_line;
+        skipping_line = false;
+        skipped_bytes = 0;
         return push(std::move(batch));
       };
       while (true) {
         const size_t got = input.read(chunk.data(), chunk.size());
         if (got == 0) break;
-        pending.append(chunk.data(), got);
-        if (pending.size() >= batch_bytes) {
-          const size_t last_newline = pending.rfind('\n');
-          if (last_newline != std::string::npos && !emit(last_newline + 1)) return;
+        std::string_view fresh(chunk.data(), got);
+        if (skipping_line) {
+          const size_t end = fresh.find('\n');
+          if (end == std::string_view::npos) {
+            skipped_bytes += static_cast<int64_t>(got);
+            continue;
+          }
+          skipped_bytes += static_cast<int64_t>(end + 1);
+          fresh.remove_prefix(end + 1);
+          if (!emit_skipped_line()) return;
+        }
+        // Each line that ends in (or runs to the end of) the new bytes is measured; the lines
+        // that fit are appended in one piece, a line that does not is dropped.
+        size_t open_in_pending =  // the line `pending` ends with, unfinished
+            last_newline == std::string::npos ? pending.size() : pending.size() - last_newline - 1;
+        size_t kept_from = 0;   // the new bytes from here on are not yet in `pending`
+        size_t line_begin = 0;  // where the line being measured starts in the new bytes
+        while (line_begin < fresh.size()) {
+          const size_t newline = fresh.find('\n', line_begin);
+          const size_t line_end = newline == std::string_view::npos ? fresh.size() : newline;
+          if (open_in_pending + (line_end - line_begin) > max_line_bytes) {
+            pending.append(fresh.substr(kept_from, line_begin - kept_from));
+            const size_t dropped = open_in_pending;
+            pending.resize(pending.size() - dropped);
+            // Complete lines before it go first, in their own batch.
+            if (!pending.empty() && !emit(pending.size())) return;
+            last_newline = std::string::npos;
+            skipped_bytes = static_cast<int64_t>(dropped + (line_end - line_begin));
+            open_in_pending = 0;
+            if (newline == std::string_view::npos) {
+              skipping_line = true;
+              kept_from = fresh.size();
+              break;
+            }
+            skipped_bytes += 1;  // its newline
+            if (!emit_skipped_line()) return;
+            kept_from = line_begin = newline + 1;
+            continue;
+          }
+          if (newline == std::string_view::npos) break;
+          open_in_pending = 0;
+          line_begin = newline + 1;
+        }
+        if (kept_from < fresh.size()) {
+          const std::string_view kept = fresh.substr(kept_from);
+          const size_t kept_newline = kept.rfind('\n');
+          if (kept_newline != std::string_view::npos) last_newline = pending.size() + kept_newline;
+          pending.append(kept);
+        }
+        if (pending.size() >= batch_bytes && last_newline != std::string::npos &&
+            !emit(last_newline + 1)) {
+          return;
         }
       }
+      if (skipping_line && !emit_skipped_line()) return;
       if (!pending.empty() && !emit(pending.size())) return;
     }
     std::lock_guard lock(mutex_);
@@ -572,7 +648,12 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
                  "GPT2BPETokenizer, NullTokenizer, SentencePieceTokenizer, "
                  "GPTSentencePieceTokenizer, Llama2Tokenizer or HuggingFaceTokenizer")
       ->group(tokenizer);
-  app.add_option("--vocab-file", options.tokenizer.vocab_file, "GPT-2 vocab.json")->group(tokenizer);
+  // --vocab: Megatron's README spelling. Its preprocess_data had no other --vocab* flag until
+  // mid-2023, so argparse took the prefix for --vocab-file; --vocab-size and --vocab-extra-ids
+  // would make it ambiguous here, so it is a name of its own.
+  app.add_option("--vocab-file,--vocab", options.tokenizer.vocab_file,
+                 "GPT-2 vocab.json (--vocab: older Megatron's abbreviation)")
+      ->group(tokenizer);
   app.add_option("--merge-file", options.tokenizer.merge_file, "GPT-2 merges.txt")->group(tokenizer);
   app.add_option("--tokenizer-model", options.tokenizer.tokenizer_model,
                  "SentencePiece model (Llama 2's tokenizer.model), or HuggingFaceTokenizer's "
@@ -601,6 +682,9 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
       ->group(runtime);
   app.add_flag("--strict", options.strict, "Stop at the first bad line instead of skipping it")
       ->group(runtime);
+  app.add_option("--max-line-bytes", options.max_line_bytes,
+                 "Longest input line read (ours); a longer line is a bad line, skipped unread")
+      ->group(runtime);
   app.add_flag("--merge", options.merge,
                "Concatenate the datasets of --input into <prefix>.bin/.idx (merge_datasets.py)")
       ->group(runtime);
@@ -615,6 +699,11 @@ std::optional<PreprocessOptions> parse_preprocess_arguments(int argc, const char
   if (dataset_impl != "mmap") {
     common::fail("--dataset-impl {} is not supported: only mmap (Megatron's MMapIndexedDataset) "
                  "is written", dataset_impl);
+  }
+  // An empty prefix would write `_text_document.bin/.idx` into the current directory.
+  if (options.output_prefix.empty()) {
+    common::fail("--output-prefix is empty: give the path prefix of the datasets to write (e.g. "
+                 "data/corpus, which writes data/corpus_text_document.bin and .idx)");
   }
   if (!options.merge) {
     if (options.tokenizer.tokenizer_type.empty()) {
@@ -700,7 +789,7 @@ PreprocessSummary preprocess_data(const PreprocessOptions& options, std::ostream
     }
     summary.documents += batch->documents;
     summary.repaired_lines += batch->repaired_lines;
-    summary.input_bytes += static_cast<int64_t>(batch->text.size());
+    summary.input_bytes += static_cast<int64_t>(batch->text.size()) + batch->skipped_bytes;
     pipeline.written();
     while (summary.documents >= next_report) {
       const double elapsed = std::max(seconds_since(start), 1e-9);

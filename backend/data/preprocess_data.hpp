@@ -22,7 +22,10 @@
 // threads parse and tokenize batches (each with its own tokenizer clone and word cache), and the
 // calling thread writes finished batches in input order. At most 2 × workers + 2 batches are in
 // flight, and the writer streams its index (indexed_dataset.hpp), so memory is bounded by the
-// batch size whatever the corpus size, apart from a single line longer than a batch.
+// batch size whatever the corpus size, and by --max-line-bytes for a single line longer than a
+// batch: a line beyond it is reported and skipped like a line that is not JSON, read through
+// without being kept. The reader looks for newlines only in the bytes it has just read, so a
+// long line costs linear time however small the reads (a pipe gives 64 KiB at a time).
 #pragma once
 
 #include <cstdint>
@@ -49,6 +52,10 @@ struct PreprocessOptions {
   // (NeMo's Pile preprocess step with rm_extracted: True); refused with --merge.
   bool remove_inputs = false;
   int64_t batch_bytes = int64_t(1) << 20;  // input bytes per work item (a tuning knob for tests)
+  // --max-line-bytes (ours): a longer line is a bad line, skipped (its bytes are read and
+  // dropped, never held), so that one enormous line cannot take the machine's memory.
+  int64_t max_line_bytes = kDefaultMaxLineBytes;
+  static constexpr int64_t kDefaultMaxLineBytes = int64_t(64) << 20;
 };
 
 struct PreprocessOutput {

@@ -2,7 +2,9 @@
 // path always exists; CUDA devices are listed only when the project was built with CUDA
 // (cuda_inventory_cuda.cu, else cuda_inventory_nocuda.cpp: the build picks one) and a driver
 // is present. A machine with the toolkit but no driver (e.g. a build host) reports no GPU
-// rather than failing: the CUDA runtime's "driver version is insufficient" means "no GPU here".
+// rather than failing, and says so in those words: the CUDA runtime's own text for it, "CUDA
+// driver version is insufficient for CUDA runtime version", reads like a driver to update
+// (cuda_unavailable_reason tells the cases apart by the driver's version, 0 when none).
 // Separate from the Device interface (device.hpp, docs/device.md): this only lists GPUs.
 #pragma once
 
@@ -28,5 +30,13 @@ struct CudaInventory {
 };
 
 CudaInventory discover_cuda_devices();
+
+// Why the CUDA runtime lists no GPU, for the user (cuda_inventory.cpp, plain C++ so that every
+// build can test the wording): no driver at all (cudaErrorInsufficientDriver with driver
+// version 0), a driver older than the runtime, no device (cudaErrorNoDevice: none, or
+// CUDA_VISIBLE_DEVICES hides them), or another runtime error, quoted.
+enum class CudaUnavailable { no_driver, old_driver, no_device, other };
+std::string cuda_unavailable_reason(CudaUnavailable kind, int driver_version, int runtime_version,
+                                    const char* visible_devices, const std::string& runtime_error);
 
 }  // namespace backend

@@ -1,7 +1,9 @@
 // Device discovery through the CUDA runtime (built when nvcc is found); see cuda_inventory.hpp.
-// No driver, or a driver too old for this runtime, is reported as "no GPU" with the runtime's
-// reason.
+// No driver, or a driver too old for this runtime, is reported as "no GPU" with the reason in
+// plain words (cuda_unavailable_reason).
 #include <cuda_runtime.h>
+
+#include <cstdlib>
 
 #include "backend/device/cuda_inventory.hpp"
 
@@ -13,7 +15,17 @@ CudaInventory discover_cuda_devices() {
   int count = 0;
   cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
-    inventory.unavailable_reason = cudaGetErrorString(status);
+    int driver_version = 0, runtime_version = 0;
+    cudaDriverGetVersion(&driver_version);  // 0 when no driver is installed
+    cudaRuntimeGetVersion(&runtime_version);
+    const CudaUnavailable kind =
+        status == cudaErrorInsufficientDriver
+            ? (driver_version == 0 ? CudaUnavailable::no_driver : CudaUnavailable::old_driver)
+        : status == cudaErrorNoDevice ? CudaUnavailable::no_device
+                                      : CudaUnavailable::other;
+    inventory.unavailable_reason =
+        cuda_unavailable_reason(kind, driver_version, runtime_version,
+                                std::getenv("CUDA_VISIBLE_DEVICES"), cudaGetErrorString(status));
     cudaGetLastError();  // clear the sticky error so later calls start clean
     return inventory;
   }

@@ -1,9 +1,13 @@
 // Rank and world size from the launcher's environment variables; see process_environment.hpp.
 #include "backend/dist/process_environment.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "backend/common/error.hpp"
 #include "backend/dist/tcp_rendezvous.hpp"
@@ -63,6 +67,31 @@ ProcessEnvironment read_process_environment() {
     if (gethostname(host, sizeof host - 1) == 0) environment.node = host;
   }
   return environment;
+}
+
+std::string not_started_through_mpi(const ProcessEnvironment& environment, int64_t ranks) {
+  std::string who;
+  if (environment.world_size > 1) {
+    who = fmt::format("this process is task {} of {} ({} launch, node {}), but it was not started "
+                      "through MPI, so it cannot reach the other tasks",
+                      environment.rank, environment.world_size, environment.launcher, environment.node);
+  } else {
+    std::vector<std::string> torchrun;
+    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"}) {
+      if (std::getenv(name) != nullptr) torchrun.emplace_back(name);
+    }
+    who = torchrun.empty()
+              ? std::string("this is one process, started without an MPI launcher")
+              : fmt::format("this is one process: {} {} set, as torchrun sets them, but no MPI "
+                            "launcher started it, and pretrain_gpt's ranks do not meet through "
+                            "torchrun's variables",
+                            fmt::join(torchrun, ", "), torchrun.size() == 1 ? "is" : "are");
+  }
+  return fmt::format("{}: pretrain_gpt's ranks are started by an MPI launcher; launch with "
+                     "mpirun/mpiexec (Open MPI: `mpirun -np {} pretrain_gpt <flags>`), or srun "
+                     "--mpi=pmix where Slurm has PMIx (`srun --mpi=pmix -n {} pretrain_gpt "
+                     "<flags>`), which pretrain_gpt joins (docs/parallelism.md)",
+                     who, ranks, ranks);
 }
 
 bool started_through_mpi(const ProcessEnvironment& environment) {

@@ -33,7 +33,14 @@ ProcessEnvironment read_process_environment();
 // Whether MPI can start here: one of several tasks that an MPI launcher started (mpirun or
 // mpiexec: Open MPI's or a PMI one) or srun with a PMIx server (--mpi=pmix: PMIX_RANK set).
 // srun without it cannot initialise Open MPI (MPI_Init would end the process), nor can
-// torchrun-style variables alone: those tasks are refused by the trainer with how to launch.
+// torchrun-style variables alone: those tasks are refused with how to launch.
 bool started_through_mpi(const ProcessEnvironment& environment);
+
+// Why a process that was not started through MPI cannot be one of `ranks` ranks of pretrain_gpt,
+// and how to start them: "this process is task 0 of 2 (torchrun launch, node n1), but it was not
+// started through MPI, so it cannot reach the other tasks: launch with mpirun/mpiexec (Open MPI:
+// `mpirun -np 2 pretrain_gpt <flags>`) or ..."; for a lone process, which torchrun-style
+// variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR) it has, since those start no MPI.
+std::string not_started_through_mpi(const ProcessEnvironment& environment, int64_t ranks);
 
 }  // namespace backend

@@ -15,13 +15,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "backend/common/ascii_case.hpp"
+#include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/sha256.hpp"
+#include "backend/common/url_file_name.hpp"
 #include "backend/common/user_file.hpp"
 
 namespace backend {
@@ -42,11 +45,15 @@ std::string trim(std::string_view text) {
 }
 
 // The .part file, opened without truncation and locked against a second download into it.
+// It is readable by its owner only until it is complete (the source may be private: a
+// file:// URL of a 0600 file); set_mode gives it its final permissions before the rename.
 class PartFile {
  public:
   PartFile(const fs::path& path, const std::string& output) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd_ < 0) common::fail("cannot open {} for writing: {}", path.string(), std::strerror(errno));
+    // A .part left by an earlier run may have been created readable by all.
+    ::fchmod(fd_, 0600);
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       const int error = errno;
       ::close(fd_);
@@ -69,6 +76,11 @@ class PartFile {
   }
   void truncate() {
     if (::ftruncate(fd_, 0) != 0) common::fail("cannot truncate {}: {}", path_.string(), std::strerror(errno));
+  }
+  void set_mode(mode_t mode) {
+    if (::fchmod(fd_, mode) != 0) {
+      common::fail("cannot set the permissions of {}: {}", path_.string(), std::strerror(errno));
+    }
   }
   void sync() {
     if (::fsync(fd_) != 0) common::fail("cannot flush {}: {}", path_.string(), std::strerror(errno));
@@ -285,6 +297,23 @@ std::string error_page_summary(const std::string& body) {
   return line;
 }
 
+using common::kMaxFileNameBytes;
+
+std::string abbreviated(std::string_view text) {
+  constexpr size_t kShown = 80;
+  if (text.size() <= 2 * kShown) return std::string(text);
+  return fmt::format("{}...({} bytes)", text.substr(0, kShown), text.size());
+}
+
+void check_file_name_length(const fs::path& output, const std::string& url) {
+  const std::string name = output.filename().string();
+  if (name.size() > kMaxFileNameBytes) {
+    common::fail("download {}: --output {}: the file name is {} bytes, more than the {} bytes a "
+                 "file name may have; give --output a shorter name", abbreviated(url),
+                 abbreviated(output.string()), name.size(), kMaxFileNameBytes);
+  }
+}
+
 // The result of one attempt, as the retry loop needs it.
 enum class Outcome { kComplete, kRetry, kRestart };
 
@@ -295,37 +324,61 @@ struct CurlGlobal {
   ~CurlGlobal() { curl_global_cleanup(); }
 };
 
-DownloadResult download_into(const DownloadOptions& options, const std::string& expected,
-                             PartFile& part, const fs::path& part_path, TransferProgress& progress,
-                             DownloadResult result);
+DownloadResult download_into(const DownloadOptions& options, const fs::path& output, mode_t mode,
+                             const std::string& expected, PartFile& part, const fs::path& part_path,
+                             TransferProgress& progress, DownloadResult result);
 
 // A file:// source must be a regular file: libcurl "downloads" a directory as zero bytes and a
 // device or a pipe as whatever it yields, never the file that was meant. A missing one is left
-// to libcurl's own error (curl error 37).
-void check_file_source(const std::string& url) {
+// to libcurl's own error (curl error 37). Returns a file:// source's permission bits, which its
+// copy keeps (as cp does: less the umask), so that a private file does not become readable by
+// all; nullopt for other schemes.
+std::optional<mode_t> check_file_source(const std::string& url) {
   CURLU* parsed = curl_url();
   if (parsed == nullptr) common::fail("download {}: libcurl could not parse the URL", url);
   char* scheme = nullptr;
   char* path = nullptr;
   std::string problem;
+  std::optional<mode_t> source_mode;
   if (curl_url_set(parsed, CURLUPART_URL, url.c_str(), 0) == CURLUE_OK &&
       curl_url_get(parsed, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK && common::ascii_lowercase(scheme) == "file" &&
       curl_url_get(parsed, CURLUPART_PATH, &path, CURLU_URLDECODE) == CURLUE_OK) {
     struct stat status {};
-    if (::stat(path, &status) == 0 && !S_ISREG(status.st_mode)) {
-      problem = fmt::format("{} is not a regular file (it is a {}); give the URL of a file", path,
-                            S_ISDIR(status.st_mode) ? "directory" : "device, pipe or socket");
+    if (::stat(path, &status) == 0) {
+      if (!S_ISREG(status.st_mode)) {
+        problem = fmt::format("{} is not a regular file (it is a {}); give the URL of a file", path,
+                              S_ISDIR(status.st_mode) ? "directory" : "device, pipe or socket");
+      }
+      source_mode = status.st_mode & 0777;
     }
   }
   curl_free(scheme);
   curl_free(path);
   curl_url_cleanup(parsed);
   if (!problem.empty()) common::fail("download {}: {}", url, problem);
+  return source_mode;
+}
+
+// The permissions a finished download gets: a file:// source's bits, else a new file's
+// (0666), less the umask either way.
+mode_t final_mode(std::optional<mode_t> source_mode) {
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  return source_mode.value_or(0666) & ~mask & 0777;
 }
 
 }  // namespace
 
-fs::path partial_download_path(const fs::path& output) { return fs::path(output.string() + ".part"); }
+fs::path partial_download_path(const fs::path& output) {
+  constexpr std::string_view kSuffix = ".part";
+  const std::string name = output.filename().string();
+  if (name.size() + kSuffix.size() <= kMaxFileNameBytes) return fs::path(output.string() + ".part");
+  // A name too long to take the suffix keeps its first bytes and a digest of the whole name,
+  // so two long names with one beginning never share (and resume) each other's .part.
+  const std::string digest = common::sha256_hex(name).substr(0, 16);
+  const size_t kept = kMaxFileNameBytes - kSuffix.size() - digest.size() - 1;
+  return output.parent_path() / (name.substr(0, kept) + "-" + digest + std::string(kSuffix));
+}
 
 DownloadResult download(const DownloadOptions& options, TransferProgress& progress) {
   if (options.url.empty()) common::fail("download: no URL given");
@@ -342,25 +395,28 @@ DownloadResult download(const DownloadOptions& options, TransferProgress& progre
   if (options.stall_timeout_seconds <= 0 || options.connect_timeout_seconds <= 0) {
     common::fail("download {}: timeouts must be positive", options.url);
   }
-  check_file_source(options.url);
+  const mode_t mode = final_mode(check_file_source(options.url));
 
   DownloadResult result;
-  const fs::path& output = options.output;
-  // Only a regular file is a finished download: a directory (or a device, which the rename
-  // would replace) is a mistaken --output.
-  std::error_code status_error;
-  const fs::file_status status = fs::status(output, status_error);
-  if (output.filename().empty()) {
+  if (options.output.filename().empty()) {
     common::fail("download {}: --output {} names a directory, not a file to write; add the file "
-                 "name", options.url, output.string());
+                 "name", options.url, options.output.string());
   }
-  if (fs::exists(status) && !fs::is_regular_file(status)) {
-    common::fail("download {}: --output {} is {}, not a file to write", options.url, output.string(),
-                 fs::is_directory(status) ? "a directory" : "a device, pipe or socket");
-  }
-  if (!options.force && fs::exists(output)) {
+  check_file_name_length(options.output, options.url);
+  // Only a regular file (or a link to one, whose target is replaced) is a finished download:
+  // a directory, a device or a pipe is a mistaken --output (common::output_target's rule).
+  const fs::path output = [&] {
+    try {
+      return common::replaceable_output_file(options.output, "--output");
+    } catch (const common::Error& error) {
+      common::fail("download {}: {}", options.url, error.what());
+    }
+  }();
+  std::error_code size_error;
+  const uintmax_t existing_size = fs::file_size(output, size_error);
+  if (!options.force && !size_error) {
     result.already_there = true;
-    result.bytes = static_cast<int64_t>(fs::file_size(output));
+    result.bytes = static_cast<int64_t>(existing_size);
     if (!expected.empty()) {
       result.sha256 = sha256_of_file(output);
       if (result.sha256 != expected) {
@@ -376,11 +432,18 @@ DownloadResult download(const DownloadOptions& options, TransferProgress& progre
     }
     return result;
   }
-  if (output.has_parent_path()) fs::create_directories(output.parent_path());
+  if (output.has_parent_path()) {
+    std::error_code error;
+    fs::create_directories(output.parent_path(), error);
+    if (error) {
+      common::fail("download {}: cannot create the directory {} of --output {}: {}", options.url,
+                   output.parent_path().string(), options.output.string(), error.message());
+    }
+  }
   const fs::path part_path = partial_download_path(output);
   PartFile part(part_path, output.string());
   try {
-    return download_into(options, expected, part, part_path, progress, result);
+    return download_into(options, output, mode, expected, part, part_path, progress, result);
   } catch (...) {
     // A failure before the first byte leaves no empty .part behind; bytes are kept to resume.
     std::error_code ignored;
@@ -391,10 +454,9 @@ DownloadResult download(const DownloadOptions& options, TransferProgress& progre
 
 namespace {
 
-DownloadResult download_into(const DownloadOptions& options, const std::string& expected,
-                             PartFile& part, const fs::path& part_path, TransferProgress& progress,
-                             DownloadResult result) {
-  const fs::path& output = options.output;
+DownloadResult download_into(const DownloadOptions& options, const fs::path& output, mode_t mode,
+                             const std::string& expected, PartFile& part, const fs::path& part_path,
+                             TransferProgress& progress, DownloadResult result) {
   common::Sha256 hash;
   common::Sha256* verifying = expected.empty() ? nullptr : &hash;
 
@@ -526,6 +588,7 @@ DownloadResult download_into(const DownloadOptions& options, const std::string& 
         }
         progress.note(fmt::format("sha256 {} verified", result.sha256));
       }
+      part.set_mode(mode);
       std::error_code error;
       fs::rename(part_path, output, error);
       if (error) {

@@ -2,7 +2,14 @@
 // nodes: http(s)://, ftp(s):// and file:// (a local file, copied the same way) URLs.
 //  - Into `<output>.part`, renamed to `<output>` only when complete and verified, so the final
 //    name never holds a partial or corrupt file. The .part file is locked (flock) while a
-//    download runs: a second download into the same file is refused, not interleaved.
+//    download runs: a second download into the same file is refused, not interleaved. A name
+//    too long to take ".part" within 255 bytes keeps its first bytes and 16 hex digits of its
+//    SHA-256 instead. The .part is 0600 until complete; the file then gets a file:// source's
+//    permission bits, or 0666, less the umask either way (as cp and curl -o do).
+//  - `<output>` follows common::output_target's rule: a symbolic link to a regular file has
+//    its target replaced (the .part beside the target); a directory, device, FIFO, socket,
+//    dangling or looping link, or this process's standard output is refused, as is a file
+//    name over 255 bytes.
 //  - Resume: a `.part` left by an interrupted run (or by a dropped connection within this run)
 //    is continued with a range request (`Range: bytes=N-`). A server that ignores the range
 //    (200 instead of 206) makes the file start over; 416 with `Content-Range: bytes */N` where

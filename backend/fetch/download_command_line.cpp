@@ -57,6 +57,13 @@ std::optional<DownloadCommand> parse_download_arguments(int argc, const char* co
   if (output.empty()) {
     output = common::url_file_name(d.url);
     if (output.empty()) common::fail("download {}: the URL names no file; pass --output FILE", d.url);
+    // Checked here, where the name comes from: the system would refuse it at the first call
+    // ("File name too long"), which is not a reason the user can act on.
+    if (output.size() > common::kMaxFileNameBytes) {
+      common::fail("download {}...: the URL's file name is {} bytes, more than the {} bytes a "
+                   "file name may have; pass --output FILE to name the download",
+                   d.url.substr(0, 80), output.size(), common::kMaxFileNameBytes);
+    }
   }
   d.output = output;
   return command;

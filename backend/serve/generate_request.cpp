@@ -104,6 +104,14 @@ std::variant<GenerateRequest, RequestRefusal> parse_generate_request(std::string
     const auto t = number(*value);
     if (!t) return refused("temperature must be a positive number less than or equal to 1000.0");
     if (!(0.0 < *t && *t <= 100.0)) return refused("temperature must be a positive number less than or equal to 100.0");
+    // The logits are divided by the temperature in fp32 (as Megatron's div_): below fp32's
+    // smallest normal number it is 0 or subnormal there, and every quotient overflows.
+    if (*t < static_cast<double>(std::numeric_limits<float>::min())) {
+      return refused(fmt::format("temperature {} is too small: the logits are divided by it in "
+                                 "32-bit floating point, where it must be at least {} (for the "
+                                 "most likely token every time, send top_k=1)",
+                                 *t, std::numeric_limits<float>::min()));
+    }
     request.temperature = *t;
   }
   if (const json* value = field("top_k")) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <exception>
 #include <optional>
+#include <system_error>
 #include <utility>
 
 #include <fmt/format.h>
@@ -14,7 +15,7 @@
 namespace backend {
 
 struct GenerationScheduler::Request {
-  std::promise<GenerationOutcome> promise;
+  AnswerCallback answer;
   std::vector<std::optional<GenerationResult>> results;
   int64_t remaining = 0;  // prompts not finished yet
   bool answered = false;  // the worker's, once submitted
@@ -38,12 +39,6 @@ GenerationOutcome refusal(int status, std::string message) {
   return outcome;
 }
 
-std::future<GenerationOutcome> ready(GenerationOutcome outcome) {
-  std::promise<GenerationOutcome> promise;
-  promise.set_value(std::move(outcome));
-  return promise.get_future();
-}
-
 }  // namespace
 
 GenerationScheduler::GenerationScheduler(DecodeStepShape shape, DecodeStep step,
@@ -62,7 +57,11 @@ GenerationScheduler::GenerationScheduler(DecodeStepShape shape, DecodeStep step,
   if (options.max_concurrent_requests < 1) {
     common::fail("max_concurrent_requests {} must be ≥ 1", options.max_concurrent_requests);
   }
-  worker_ = std::thread([this] { run(); });
+  try {
+    worker_ = std::thread([this] { run(); });
+  } catch (const std::system_error& error) {
+    common::fail("the generation scheduler cannot start its worker thread: {}", error.what());
+  }
 }
 
 GenerationScheduler::~GenerationScheduler() { stop(); }
@@ -83,25 +82,43 @@ SchedulerStatistics GenerationScheduler::statistics() const {
 
 std::future<GenerationOutcome> GenerationScheduler::submit(const GenerateRequest& request,
                                                            std::stop_token abandon) {
+  // Shared: AnswerCallback, a std::function, must be copyable.
+  auto promise = std::make_shared<std::promise<GenerationOutcome>>();
+  std::future<GenerationOutcome> future = promise->get_future();
+  submit(request, std::move(abandon),
+         [promise](GenerationOutcome outcome) { promise->set_value(std::move(outcome)); });
+  return future;
+}
+
+void GenerationScheduler::submit(const GenerateRequest& request, std::stop_token abandon,
+                                 AnswerCallback answer) {
   uint64_t request_number = 0;
+  std::optional<GenerationOutcome> refused;
   {
     std::lock_guard lock(mutex_);
-    if (stopping_) return ready(refusal(503, "the server is shutting down"));
-    if (requests_in_flight_ >= options_.max_concurrent_requests) {
-      return ready(refusal(
+    if (stopping_) {
+      refused = refusal(503, "the server is shutting down");
+    } else if (requests_in_flight_ >= options_.max_concurrent_requests) {
+      refused = refusal(
           503, fmt::format("the server is busy: {} requests are queued or running, its limit "
                            "(--max-concurrent-requests); try again later",
-                           requests_in_flight_)));
+                           requests_in_flight_));
+    } else {
+      ++requests_in_flight_;
+      request_number = next_request_number_++;
     }
-    ++requests_in_flight_;
-    request_number = next_request_number_++;
+  }
+  // Answered outside the lock.
+  if (refused) {
+    answer(std::move(*refused));
+    return;
   }
   auto release = [&](GenerationOutcome outcome) {
     {
       std::lock_guard lock(mutex_);
       --requests_in_flight_;
     }
-    return ready(std::move(outcome));
+    answer(std::move(outcome));
   };
   if (request.prompts.empty()) return release(refusal(400, "prompts is empty"));
 
@@ -130,17 +147,22 @@ std::future<GenerationOutcome> GenerationScheduler::submit(const GenerateRequest
   } catch (const std::exception& error) {
     return release(refusal(500, fmt::format("internal error: {}", error.what())));
   }
-  std::future<GenerationOutcome> future = shared->promise.get_future();
+  bool queued = false;
   {
     std::lock_guard lock(mutex_);
-    if (stopping_) {
-      --requests_in_flight_;
-      return ready(refusal(503, "the server is shutting down"));
+    if (!stopping_) {
+      // Set before the worker can see the request.
+      shared->answer = std::move(answer);
+      for (auto& sequence : sequences) waiting_.push_back(std::move(sequence));
+      queued = true;
     }
-    for (auto& sequence : sequences) waiting_.push_back(std::move(sequence));
   }
-  wake_.notify_all();
-  return future;
+  if (queued) {
+    wake_.notify_all();
+    return;
+  }
+  // Stopped meanwhile: nobody else will answer it.
+  release(refusal(503, "the server is shutting down"));
 }
 
 void GenerationScheduler::fail_request(Request& request, int status, const std::string& message) {
@@ -150,7 +172,7 @@ void GenerationScheduler::fail_request(Request& request, int status, const std::
     std::lock_guard lock(mutex_);
     --requests_in_flight_;
   }
-  request.promise.set_value(refusal(status, message));
+  request.answer(refusal(status, message));
 }
 
 void GenerationScheduler::abandon_request(Request& request) {
@@ -174,7 +196,7 @@ void GenerationScheduler::finish_if_done(Request& request) {
     --requests_in_flight_;
     ++statistics_.requests_completed;
   }
-  request.promise.set_value(std::move(outcome));
+  request.answer(std::move(outcome));
 }
 
 void GenerationScheduler::run() {

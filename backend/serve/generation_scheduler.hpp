@@ -91,6 +91,12 @@ class GenerationScheduler {
   // asked to stop, the request is dropped before the next step and answered 499.
   std::future<GenerationOutcome> submit(const GenerateRequest& request,
                                         std::stop_token abandon = {});
+  // The same, with the answer handed to `answer` instead of a future: called once, on the
+  // caller's thread for a refusal at submission, else on the worker's, which it should not
+  // hold up (the HTTP server hands the answer on to a thread of its own) nor call back into
+  // the scheduler from.
+  using AnswerCallback = std::function<void(GenerationOutcome)>;
+  void submit(const GenerateRequest& request, std::stop_token abandon, AnswerCallback answer);
 
   // Stops the worker after its current step; every request not yet answered is answered 503
   // ("the server is shutting down"), and later submits too. Idempotent.

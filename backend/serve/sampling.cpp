@@ -75,6 +75,16 @@ std::vector<double> sampling_probabilities(std::span<const float> logits, int64_
   }
   // Softmax in fp64 over what is left.
   const float largest = *std::max_element(scaled.begin(), scaled.end());
+  if (!std::isfinite(largest) && parameters.temperature < 1.0) {
+    const float largest_logit = *std::max_element(logits.begin(), logits.end());
+    if (std::isfinite(largest_logit)) {
+      // Finite logits that the division made infinite: the temperature is what to change.
+      common::fail("sampling: temperature {} is too small for these logits: the largest logit "
+                   "{} divided by it overflows 32-bit floating point (use a larger temperature, "
+                   "or top_k=1 for the most likely token)", parameters.temperature,
+                   largest_logit);
+    }
+  }
   if (!std::isfinite(largest)) {
     common::fail("sampling: the logits have no finite largest value (got {})", largest);
   }

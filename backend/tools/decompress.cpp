@@ -1,7 +1,9 @@
 // decompress: the data_preparation stage's decompression step. Reads a .gz, .zst or .xz file
 // (told apart by content: backend/data/compressed_input.hpp, which also reads concatenated
-// members and plain files) and writes the decompressed bytes through `<output>.tmp-<pid>`,
-// renamed into place when complete and flushed, so `<output>` is never a partial file. An
+// members and plain files) and writes the decompressed bytes through a temporary beside
+// `<output>` (common::DurableFileWriter::temporary_for), renamed into place when complete and
+// flushed, so `<output>` is never a partial file; `<output>` follows common::output_target's
+// rule (a link has its target replaced; a device, FIFO or directory is refused). An
 // existing `<output>` is kept (complete by that rule) unless --force. --remove-input deletes
 // INPUT once `<output>` is in place (NeMo's Pile extract step with rm_downloaded: True), also
 // when `<output>` was already there.
@@ -13,18 +15,18 @@
 // line per tenth).
 // Exit status: 0 done or already there, 2 a failure naming the file, 3 an internal error.
 #include <CLI/CLI.hpp>
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <span>
 #include <string_view>
 #include <vector>
 
+#include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/logging.hpp"
 #include "backend/common/tool_main.hpp"
@@ -48,40 +50,42 @@ std::string default_output(const std::string& input) {
   common::fail("decompress {}: the name does not end in .gz, .zst or .xz; pass --output FILE", input);
 }
 
-void write_all(int fd, const char* data, size_t size, const fs::path& path) {
-  while (size > 0) {
-    const ssize_t done = ::write(fd, data, size);
-    if (done < 0 && errno == EINTR) continue;
-    if (done <= 0) common::fail("cannot write {}: {}", path.string(), std::strerror(errno));
-    data += done;
-    size -= static_cast<size_t>(done);
-  }
-}
-
-void decompress(const std::string& input, const fs::path& output, bool force, backend::ProgressMode mode) {
-  if (!fs::is_regular_file(input)) common::fail("decompress: {} is not a file", input);
-  std::error_code status_error;
-  const fs::file_status status = fs::status(output, status_error);
-  if (output.filename().empty()) {
+void decompress(const std::string& input, const fs::path& given_output, bool force,
+                backend::ProgressMode mode) {
+  std::error_code input_error;
+  if (!fs::is_regular_file(input, input_error)) common::fail("decompress: {} is not a file", input);
+  if (given_output.filename().empty()) {
     common::fail("decompress {}: --output {} names a directory, not a file to write; add the file "
-                 "name", input, output.string());
+                 "name", input, given_output.string());
   }
-  if (fs::exists(status) && !fs::is_regular_file(status)) {
-    common::fail("decompress {}: --output {} is {}, not a file to write", input, output.string(),
-                 fs::is_directory(status) ? "a directory" : "a device, pipe or socket");
-  }
-  if (fs::exists(output) && !force) {
+  // common::output_target's rule: a link to a regular file has its target replaced; a
+  // directory, device, FIFO or broken link is refused before anything is read.
+  const fs::path output = [&] {
+    try {
+      return common::replaceable_output_file(given_output, "--output");
+    } catch (const common::Error& error) {
+      common::fail("decompress {}: {}", input, error.what());
+    }
+  }();
+  std::error_code status_error;
+  if (fs::exists(fs::symlink_status(output, status_error)) && !force) {
     spdlog::info("{} is already there; not decompressing {} again", output.string(), input);
     return;
   }
-  if (output.has_parent_path()) fs::create_directories(output.parent_path());
+  if (output.has_parent_path()) {
+    std::error_code error;
+    fs::create_directories(output.parent_path(), error);
+    if (error) {
+      common::fail("decompress {}: cannot create the directory {}: {}", input,
+                   output.parent_path().string(), error.message());
+    }
+  }
   backend::CompressedInput reader(input);  // refuses content its name does not promise
   if (std::string_view(reader.format()) == "plain") {
     common::fail("decompress: {} is not compressed (gzip, zstd or xz); nothing to decompress", input);
   }
-  const fs::path temporary = output.string() + ".tmp-" + std::to_string(::getpid());
-  int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) common::fail("cannot create {}: {}", temporary.string(), std::strerror(errno));
+  common::DurableFileWriter writer = common::DurableFileWriter::temporary_for(output);
+  const fs::path temporary = writer.path();
   // Progress counts decompressed bytes against an unknown total (the formats do not all store it).
   backend::TransferProgress progress(mode, output.filename().string(), std::cerr,
                                      [](const std::string& line) { spdlog::info("{}", line); });
@@ -91,19 +95,14 @@ void decompress(const std::string& input, const fs::path& output, bool force, ba
     int64_t written = 0;
     progress.start(0, -1, now_seconds());
     while (const size_t got = reader.read(buffer.data(), buffer.size())) {
-      write_all(fd, buffer.data(), got, temporary);
+      writer.write(std::as_bytes(std::span(buffer.data(), got)));
       written += static_cast<int64_t>(got);
       progress.update(written, now_seconds());
     }
-    if (::fsync(fd) != 0) common::fail("cannot flush {}: {}", temporary.string(), std::strerror(errno));
-    ::close(fd);
-    fd = -1;
+    writer.finish();
     progress.finish(written, now_seconds());
-    std::error_code error;
-    fs::rename(temporary, output, error);
-    if (error) common::fail("cannot rename {} to {}: {}", temporary.string(), output.string(), error.message());
+    common::rename_path(temporary, output);
   } catch (...) {
-    if (fd >= 0) ::close(fd);
     std::error_code ignored;
     fs::remove(temporary, ignored);
     throw;
@@ -125,10 +124,15 @@ int main(int argc, char** argv) {
     app.add_flag("--remove-input", remove_input, "Delete the input once the output is in place");
     app.add_option("--progress", progress, "bar, log, none or auto (bar on a terminal)")
         ->check(CLI::IsMember({"auto", "bar", "log", "none"}));
+    app.set_version_flag("--version", std::string(PROJECT_VERSION_STRING),
+                         "Print the version (the launcher's) and exit");
     try {
       app.parse(argc, argv);
     } catch (const CLI::CallForHelp&) {
       std::cout << app.help();
+      return 0;
+    } catch (const CLI::CallForVersion&) {
+      std::cout << PROJECT_VERSION_STRING << '\n';
       return 0;
     } catch (const CLI::ParseError& error) {
       common::fail("decompress: {} (run decompress --help for the flags)", error.what());

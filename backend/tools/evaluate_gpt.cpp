@@ -60,6 +60,10 @@ backend::WindowScorer make_scorer(backend::GptModel<float>& model, int64_t seq_l
 
 int run(const TrainingArguments& arguments) {
   check_single_process(arguments);
+  // Written at the end; a path that can never take it is refused before the evaluation runs.
+  if (!arguments.results_json.empty()) {
+    common::output_target(arguments.results_json, "--results-json");
+  }
   auto tokenizer = backend::build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
                                              .vocab_file = arguments.vocab_file,
                                              .merge_file = arguments.merge_file,
@@ -129,7 +133,8 @@ int run(const TrainingArguments& arguments) {
         {"strict_lambada",
          arguments.task == "LAMBADA" ? nlohmann::json(arguments.strict_lambada) : nullptr},
         {"results", results}};
-    common::write_text_file_atomically(arguments.results_json, document.dump(2) + "\n");
+    common::write_text_file_atomically(arguments.results_json, document.dump(2) + "\n",
+                                       common::FileMode::regular, "--results-json");
   }
   std::cout << "done :-)" << std::endl;
   return 0;
@@ -143,7 +148,7 @@ int main(int argc, char** argv) {
     auto arguments =
         backend::parse_arguments(argc, argv, backend::ArgumentsProgram::evaluate_gpt);
     if (!arguments) return 0;  // --help
-    for (const auto& line : backend::format_arguments(*arguments)) std::cout << line << '\n';
+    common::print_lines(backend::format_arguments(*arguments));  // in one write
     return run(*arguments);
   });
 }

@@ -28,9 +28,12 @@ int main(int argc, char** argv) {
     const backend::ProcessEnvironment process = backend::read_process_environment();
     if (backend::started_through_mpi(process)) {
       mpi = backend::start_mpi_session(argc, argv, process);
+      // Setup lines once, from rank 0, as Megatron's print_rank_0 (the iteration lines are the
+      // last rank's, printed by the trainer); every rank's warnings and errors still show.
+      if (process.rank != 0) common::log_warnings_only();
     }
     auto arguments = backend::parse_arguments(argc, argv);
-    if (!arguments) return 0;  // --help
+    if (!arguments) return 0;  // --help or --version
     // Until here a collective may wait Megatron's default 10 minutes; from here the flag's.
     if (mpi) mpi->set_timeout_minutes(arguments->distributed_timeout_minutes);
     backend::ProcessGroups groups =
@@ -40,9 +43,8 @@ int main(int argc, char** argv) {
                                                 arguments->tensor_model_parallel_size,
                                                 arguments->pipeline_model_parallel_size))
             : backend::single_process_groups();
-    if (groups.is_first_rank()) {
-      for (const auto& line : backend::format_arguments(*arguments)) std::cout << line << '\n';
-    }
+    // One write: a log line on stderr cannot cut into it (common::print_lines).
+    if (groups.is_first_rank()) common::print_lines(backend::format_arguments(*arguments));
     backend::pretrain(*arguments, std::cout, {}, groups);
     return 0;
   }, abort_job);

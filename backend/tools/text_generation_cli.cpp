@@ -7,7 +7,7 @@
 // (Megatron's strings, word for word). Megatron reads the number with Python's
 // ast.literal_eval and ends with a traceback on anything else; here an entry that is not an
 // integer is said so and asked again. A server that cannot be reached is one line and exit 1;
-// the end of input exits 0.
+// the end of input exits 0. --version prints the project's version, as every tool's.
 #include <fmt/format.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -41,6 +41,10 @@ bool parse_integer(std::string text, int64_t& value) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string_view(argv[1]) == "--version") {
+    std::cout << PROJECT_VERSION_STRING << '\n';  // the launcher's, as every tool's
+    return 0;
+  }
   if (argc != 2 || std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h") {
     std::cerr << "usage: text_generation_cli <host:port>   (the address text_generation_server "
                  "prints: serving on http://HOST:PORT/api)\n";

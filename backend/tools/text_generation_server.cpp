@@ -12,25 +12,31 @@
 // Unlike Megatron's server, which holds a lock around each request so that requests run one
 // after another, requests are generated together: a GenerationScheduler (serve/
 // generation_scheduler.hpp) batches every running prompt into each step of a KV-cache decoder
-// (model/gpt_decoder.hpp), admitting new requests between steps (continuous batching). HTTP
-// threads only parse, wait and write, with read/write timeouts, so a slow client holds its own
-// connection and nothing else, and a client that closes its connection while it waits has its
-// request stopped (serve/client_connection.hpp). SIGTERM or SIGINT stops accepting, answers what
-// is pending with 503 and exits 0. docs/serving.md describes the tool. A user error at startup
-// is one clear line and exit status 2, as pretrain_gpt's.
+// (model/gpt_decoder.hpp), admitting new requests between steps (continuous batching). The HTTP
+// server (serve/http_server.hpp) reads and writes every connection on one event-loop thread
+// with bounds on each request (header bytes and fields, body bytes however framed, one deadline
+// for the whole request) and on open connections, so that no client holds more than its own
+// connection; a client that closes its connection while it waits has its request stopped.
+// SIGTERM or SIGINT stops accepting, answers what is pending with 503 and exits 0 (before the
+// server listens, at once). docs/serving.md describes the tool. A user error at startup is one
+// clear line and exit status 2, as pretrain_gpt's.
 #include <fmt/format.h>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <stop_token>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -39,9 +45,9 @@
 #include "backend/common/tool_main.hpp"
 #include "backend/data/tokenizer.hpp"
 #include "backend/model/gpt_decoder.hpp"
-#include "backend/serve/client_connection.hpp"
 #include "backend/serve/generate_request.hpp"
 #include "backend/serve/generation_scheduler.hpp"
+#include "backend/serve/http_server.hpp"
 #include "backend/train/arguments.hpp"
 #include "backend/train/trained_model.hpp"
 #include "backend/train/trainer.hpp"
@@ -53,12 +59,15 @@ using backend::TrainingArguments;
 // Rows of one step beyond the batch's decode rows: a long prompt is prefilled in chunks of this
 // many tokens, so that it does not stall the running sequences for its whole length.
 constexpr int64_t kPrefillRowsPerStep = 512;
-// HTTP threads beyond --max-concurrent-requests: for the connections that are refused (503) or
-// idle between keep-alive requests.
-constexpr int64_t kSpareHttpThreads = 8;
-// How often a waiting request's HTTP thread looks whether its client has gone. The answer itself
-// is not delayed by it: the wait ends as soon as the answer is ready.
-constexpr std::chrono::milliseconds kClientPollInterval{50};
+// Open connections beyond --max-concurrent-requests: for clients that are still sending their
+// requests, idle between keep-alive requests, or refused (503) by the scheduler. Beyond them a
+// new connection is answered 503 and closed by the HTTP server.
+constexpr int64_t kSpareConnections = 256;
+// Descriptors kept for everything else (the checkpoint's files, the listener, epoll, ...).
+constexpr int64_t kReservedDescriptors = 64;
+// The HTTP server's handler threads: they parse requests and tokenize their prompts (on
+// submission) and write the JSON of answers; waiting takes none.
+constexpr int kHandlerThreads = 4;
 
 // Flask's jsonify: sorted keys (nlohmann's objects are ordered by key), compact, ASCII only,
 // a final newline.
@@ -66,9 +75,11 @@ std::string flask_json(const nlohmann::json& value) {
   return value.dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-void send_message(httplib::Response& response, int status, const std::string& message) {
-  response.status = status;
-  response.set_content(flask_json({{"message", message}}), "application/json");
+backend::HttpResponse message_response(int status, const std::string& message) {
+  return backend::HttpResponse{.status = status,
+                               .content_type = "application/json",
+                               .headers = {},
+                               .body = flask_json({{"message", message}})};
 }
 
 nlohmann::json response_body(const backend::GenerateRequest& request,
@@ -92,31 +103,74 @@ int64_t token_count(const std::vector<backend::GenerationResult>& results) {
   return count;
 }
 
+const char* signal_name(int signal_number) {
+  return signal_number == SIGINT ? "SIGINT" : "SIGTERM";
+}
+
 // SIGINT and SIGTERM are blocked in every thread (main blocks them before any thread starts)
-// and taken here by sigwait.
+// and taken here by sigwait. Before the server serves (while the checkpoint loads) a signal
+// ends the process at once: there is nothing to answer and nothing written.
 class SignalWaiter {
  public:
   explicit SignalWaiter(sigset_t signals) : signals_(signals) {
-    thread_ = std::thread([this] {
-      int signal_number = 0;
-      sigwait(&signals_, &signal_number);
-      if (signal_number == SIGUSR1) return;  // our own wake-up at exit
-      received_ = signal_number;
-    });
+    try {
+      thread_ = std::thread([this] {
+        int signal_number = 0;
+        sigwait(&signals_, &signal_number);
+        if (signal_number == SIGUSR1) return;  // our own wake-up at exit
+        received_ = signal_number;
+        if (!serving_) {
+          spdlog::info("stopped on {} before serving", signal_name(signal_number));
+          spdlog::default_logger()->flush();
+          std::cout.flush();
+          std::_Exit(0);
+        }
+      });
+    } catch (const std::system_error& error) {
+      common::fail("text_generation_server cannot start its signal thread: {}", error.what());
+    }
   }
   ~SignalWaiter() {
     if (received_ == 0) pthread_kill(thread_.native_handle(), SIGUSR1);
     thread_.join();
   }
   int received() const { return received_; }
+  // From here on a signal is the server's to act on (received()).
+  void serving() { serving_ = true; }
 
  private:
   sigset_t signals_;
   std::atomic<int> received_ = 0;
+  std::atomic<bool> serving_ = false;
   std::thread thread_;
 };
 
-int run(const TrainingArguments& arguments, const SignalWaiter& signals) {
+// The open connections the server allows: --max-concurrent-requests and the spare ones, within
+// this process's descriptor limit, whose soft value is raised to the hard one when it is short
+// (as Go's runtime and nginx's worker_rlimit_nofile do).
+int64_t connection_limit(int64_t max_concurrent_requests) {
+  const int64_t wanted = max_concurrent_requests + kSpareConnections;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return wanted;
+  const auto needed = static_cast<rlim_t>(wanted + kReservedDescriptors);
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < needed) {
+    const rlim_t raised =
+        limit.rlim_max == RLIM_INFINITY ? needed : std::min(needed, limit.rlim_max);
+    if (raised > limit.rlim_cur) {
+      rlimit wider = limit;
+      wider.rlim_cur = raised;
+      if (setrlimit(RLIMIT_NOFILE, &wider) == 0) limit = wider;
+    }
+  }
+  if (limit.rlim_cur == RLIM_INFINITY || limit.rlim_cur >= needed) return wanted;
+  const int64_t fitting =
+      std::max<int64_t>(static_cast<int64_t>(limit.rlim_cur) - kReservedDescriptors, 16);
+  spdlog::warn("the descriptor limit (ulimit -n {}) allows {} open connections, not {}",
+               static_cast<int64_t>(limit.rlim_cur), fitting, wanted);
+  return fitting;
+}
+
+int run(const TrainingArguments& arguments, SignalWaiter& signals) {
   backend::check_whole_model_launch(arguments, "text_generation_server");
   auto tokenizer = backend::build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
                                              .vocab_file = arguments.vocab_file,
@@ -152,130 +206,119 @@ int run(const TrainingArguments& arguments, const SignalWaiter& signals) {
                                        .max_tokens_to_generate = arguments.max_tokens_to_generate,
                                        .max_prompt_bytes = arguments.max_prompt_bytes};
 
-  httplib::Server server;
-  const auto http_threads =
-      static_cast<size_t>(arguments.max_concurrent_requests + kSpareHttpThreads);
-  server.new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
-  // A client that stops sending or reading is cut off after --socket-timeout seconds, and holds
-  // only its own HTTP thread meanwhile.
-  server.set_read_timeout(static_cast<time_t>(arguments.socket_timeout), 0);
-  server.set_write_timeout(static_cast<time_t>(arguments.socket_timeout), 0);
-  // Idle keep-alive connections hold an HTTP thread; not for long.
-  server.set_keep_alive_timeout(2);
-  server.set_payload_max_length(static_cast<size_t>(arguments.max_request_bytes));
-
-  server.Put("/api", [&](const httplib::Request& http_request, httplib::Response& response) {
+  // PUT /api on a handler thread: parse, submit (which tokenizes), and answer when the scheduler
+  // does, from a handler thread again; nothing waits meanwhile.
+  auto handle = [&scheduler, &limits](backend::HttpRequest http_request,
+                                      backend::HttpResponder responder) {
+    if (http_request.path != "/api") {
+      responder.respond(message_response(
+          404, fmt::format("{} {}: not found; the server answers PUT /api", http_request.method,
+                           http_request.path)));
+      return;
+    }
+    if (http_request.method != "PUT") {
+      backend::HttpResponse response = message_response(405, "/api takes PUT only");
+      response.headers.push_back({"Allow", "PUT"});
+      responder.respond(std::move(response));
+      return;
+    }
     const auto start = std::chrono::steady_clock::now();
     auto parsed = backend::parse_generate_request(http_request.body, limits);
     if (const auto* refusal = std::get_if<backend::RequestRefusal>(&parsed)) {
-      send_message(response, refusal->status, refusal->message);
-      spdlog::info("request from {}: {} {}", http_request.remote_addr, refusal->status,
+      responder.respond(message_response(refusal->status, refusal->message));
+      spdlog::info("request from {}: {} {}", http_request.remote_address, refusal->status,
                    refusal->message);
       return;
     }
-    const backend::GenerateRequest& request = std::get<backend::GenerateRequest>(parsed);
-    std::stop_source abandon;
-    std::future<backend::GenerationOutcome> future = scheduler.submit(request, abandon.get_token());
-    // A client that closes its connection while it waits gives its slots back (at most
-    // kClientPollInterval later): nobody would read the answer.
-    backend::ClientWatch client({.local_address = http_request.local_addr,
-                                 .local_port = http_request.local_port,
-                                 .remote_address = http_request.remote_addr,
-                                 .remote_port = http_request.remote_port});
-    while (future.wait_for(kClientPollInterval) != std::future_status::ready) {
-      if (!abandon.stop_requested() && client.client_has_closed()) abandon.request_stop();
-    }
-    backend::GenerationOutcome outcome = future.get();
-    if (outcome.status != 200) {
-      send_message(response, outcome.status, outcome.message);
-    } else {
-      response.status = 200;
-      response.set_content(flask_json(response_body(request, outcome.results)),
-                           "application/json");
-    }
-    if (!request.no_log) {
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (outcome.status == 200) {
-        spdlog::info("request from {}: 200, {} prompts, {} tokens generated in {:.3f} s",
-                     http_request.remote_addr, request.prompts.size(),
-                     token_count(outcome.results), seconds);
-      } else {
-        spdlog::info("request from {}: {} {}", http_request.remote_addr, outcome.status,
-                     outcome.message);
-      }
-    }
-  });
-  auto method_not_allowed = [](const httplib::Request&, httplib::Response& response) {
-    response.set_header("Allow", "PUT");
-    send_message(response, 405, "/api takes PUT only");
+    auto request = std::make_shared<const backend::GenerateRequest>(
+        std::move(std::get<backend::GenerateRequest>(parsed)));
+    // A client that closes its connection while it waits gives its slots back (client_gone):
+    // nobody would read the answer.
+    scheduler.submit(*request, responder.client_gone(),
+                     [responder, request, start, remote = http_request.remote_address](
+                         backend::GenerationOutcome outcome) {
+      auto answer = std::make_shared<backend::GenerationOutcome>(std::move(outcome));
+      responder.respond_with([request, start, remote, answer] {
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (!request->no_log) {
+          if (answer->status == 200) {
+            spdlog::info("request from {}: 200, {} prompts, {} tokens generated in {:.3f} s",
+                         remote, request->prompts.size(), token_count(answer->results), seconds);
+          } else {
+            spdlog::info("request from {}: {} {}", remote, answer->status, answer->message);
+          }
+        }
+        if (answer->status != 200) return message_response(answer->status, answer->message);
+        return backend::HttpResponse{.status = 200,
+                                     .content_type = "application/json",
+                                     .headers = {},
+                                     .body = flask_json(response_body(*request, answer->results))};
+      });
+    });
   };
-  server.Get("/api", method_not_allowed);
-  server.Post("/api", method_not_allowed);
-  server.Delete("/api", method_not_allowed);
-  server.Patch("/api", method_not_allowed);
-  server.Options("/api", method_not_allowed);
-  const int64_t max_request_bytes = arguments.max_request_bytes;
-  server.set_error_handler(httplib::Server::HandlerWithResponse(
-      [max_request_bytes](const httplib::Request& request, httplib::Response& response) {
-    if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    if (response.status == 413) {
-      // A body over --max-request-bytes (httplib reads and drops it): a refusal like any other.
-      send_message(response, 400,
-                   fmt::format("the request body is larger than --max-request-bytes {}",
-                               max_request_bytes));
-    } else if (response.status == 404) {
-      send_message(response, 404,
-                   fmt::format("{} {}: not found; the server answers PUT /api", request.method,
-                               request.path));
-    } else {
-      send_message(response, response.status,
-                   fmt::format("{} {}: bad request", request.method, request.path));
-    }
-    return httplib::Server::HandlerResponse::Handled;
-  }));
 
-  const int port = arguments.port == 0
-                       ? server.bind_to_any_port(arguments.host)
-                       : (server.bind_to_port(arguments.host, static_cast<int>(arguments.port))
-                              ? static_cast<int>(arguments.port)
-                              : -1);
-  if (port < 0) {
-    common::fail("--host {} --port {}: cannot listen there (in use, or not an address of this "
-                 "machine)", arguments.host, arguments.port);
+  const auto timeout = std::chrono::seconds(arguments.socket_timeout);
+  const int64_t max_connections = connection_limit(arguments.max_concurrent_requests);
+  std::unique_ptr<backend::HttpServer> server;
+  try {
+    server = std::make_unique<backend::HttpServer>(
+        backend::HttpServerOptions{
+            .host = arguments.host,
+            .port = static_cast<int>(arguments.port),
+            .max_body_bytes = arguments.max_request_bytes,
+            .body_too_large_message =
+                fmt::format("the request body is larger than --max-request-bytes {}",
+                            arguments.max_request_bytes),
+            .request_timeout = timeout,
+            .write_timeout = timeout,
+            .idle_timeout = std::chrono::seconds(2),
+            .max_connections = max_connections,
+            .handler_threads = kHandlerThreads,
+            .error_response = message_response},
+        handle);
+  } catch (const common::Error& error) {
+    if (!std::string_view(error.what()).starts_with("cannot listen")) throw;
+    common::fail("--host {} --port {}: {}", arguments.host, arguments.port, error.what());
   }
-  // The line the CLI's users and the tests look for.
-  std::cout << fmt::format("serving on http://{}:{}/api", arguments.host, port) << std::endl;
-
   // The signal thread only records; this one acts on it: first the scheduler stops, answering
-  // the requests in flight with 503 so that their HTTP threads finish, then the server (which
-  // joins its threads), once it is listening.
-  std::atomic<bool> listening_done = false;
-  std::thread stopper([&] {
-    bool scheduler_stopped = false;
-    while (!listening_done) {
-      if (signals.received() != 0) {
-        if (!scheduler_stopped) scheduler.stop();
-        scheduler_stopped = true;
-        if (server.is_running()) {
-          server.stop();
+  // the requests in flight with 503, then the server, which writes those answers and returns.
+  std::atomic<bool> done = false;
+  std::thread stopper;
+  try {
+    stopper = std::thread([&] {
+      while (!done) {
+        if (signals.received() != 0) {
+          scheduler.stop();
+          server->stop();
           return;
         }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  });
-  const bool listened = server.listen_after_bind();
-  listening_done = true;
+    });
+  } catch (const std::system_error& error) {
+    common::fail("text_generation_server cannot start its stopping thread: {}", error.what());
+  }
+  // The line the CLI's users and the tests look for.
+  std::cout << fmt::format("serving on http://{}:{}/api", arguments.host, server->port())
+            << std::endl;
+  spdlog::info("at most {} open connections; each request must arrive whole within {} s",
+               max_connections, arguments.socket_timeout);
+  signals.serving();
+
+  try {
+    server->run();
+  } catch (...) {
+    done = true;
+    stopper.join();
+    throw;
+  }
+  done = true;
   stopper.join();
   scheduler.stop();
-  if (signals.received() == 0 && !listened) {
-    common::fail("the server stopped listening on {}:{} on its own", arguments.host, port);
-  }
   const backend::SchedulerStatistics statistics = scheduler.statistics();
   spdlog::info("stopped on {} after {} requests ({} model steps{})",
-               signals.received() == SIGINT ? "SIGINT" : "SIGTERM", statistics.requests_completed,
-               statistics.steps,
+               signal_name(signals.received()), statistics.requests_completed, statistics.steps,
                statistics.requests_abandoned == 0
                    ? std::string()
                    : fmt::format("; {} abandoned by their clients", statistics.requests_abandoned));
@@ -296,8 +339,8 @@ int main(int argc, char** argv) {
   // A client that closes its connection early must not end the server.
   signal(SIGPIPE, SIG_IGN);
   common::setup_logging("text_generation_server");
-  SignalWaiter waiter(signals);
   return common::run_tool([&] {
+    SignalWaiter waiter(signals);
     auto arguments = backend::parse_arguments(argc, argv,
                                               backend::ArgumentsProgram::text_generation_server);
     if (!arguments) return 0;  // --help

@@ -55,6 +55,12 @@ constexpr common::RefusedFlag kUnsupportedFlags[] = {
      "PyTorch FSDP2 is not built; ZeRO-3 is (--zero-stage 3, docs/parallelism.md)"},
     {"--distribute-saved-activations", false,
      "spreading the recompute inputs over the tensor-parallel ranks is not built"},
+    {"--distribute-recomputed-activations", false,
+     "spreading the recompute inputs over the tensor-parallel ranks is not built (older "
+     "Megatron's name of --distribute-saved-activations)"},
+    {"--distribute-checkpointed-activations", false,
+     "spreading the recompute inputs over the tensor-parallel ranks is not built (older "
+     "Megatron's name of --distribute-saved-activations)"},
     {"--decoupled-lr", true,
      "a separate learning rate for the embedding and output layer is not built"},
     {"--init-method-xavier-uniform", false,
@@ -81,6 +87,14 @@ constexpr common::RefusedFlag kUnsupportedFlags[] = {
      "the optimizer's state statistics are not written"},
     {"--use-pytorch-profiler", false,
      "there is no PyTorch profiler here: run the job under nsys or perf"},
+    {"--shuffle-sample-in-corpus", false,
+     "the ALCF fork's order within a corpus is not built: the --data-file-list corpus column is "
+     "read, and the samples are Megatron-LM's one blend over all the listed datasets, each by "
+     "its weight (docs/data.md)"},
+    {"--blend-sample-in-corpus", false,
+     "the ALCF fork's order within a corpus is not built: the --data-file-list corpus column is "
+     "read, and the samples are Megatron-LM's one blend over all the listed datasets, each by "
+     "its weight (docs/data.md)"},
 };
 
 // Megatron switches that change nothing here: each turns one of Megatron's fused kernels or
@@ -221,15 +235,12 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       CLI::MultiOptionPolicy::TakeLast);
   app.get_formatter()->column_width(44);
 
-  // --use-checkpoint-args: the checkpoint gives the shape, so no model flag is required (read
-  // before CLI11 parses, which checks required options).
-  const bool model_from_checkpoint =
-      std::any_of(argv + std::min(argc, 1), argv + argc, [](const char* argument) {
-        return std::string_view(argument) == "--use-checkpoint-args";
-      });
-  auto required_flag = [&](CLI::Option* option) {
-    if (!model_from_checkpoint) option->required();
-  };
+  // --use-checkpoint-args: the checkpoint gives the shape, so no model flag is required. That
+  // is read from the words as CLI11 will see them (abbreviations written out, which needs every
+  // option registered) and before CLI11 parses, which checks required options: the shape's
+  // options are collected here and made required then.
+  std::vector<CLI::Option*> shape_options;
+  auto required_flag = [&](CLI::Option* option) { shape_options.push_back(option); };
   auto* model = "Model";
   required_flag(app.add_option("--num-layers", arguments.num_layers, "Number of transformer layers")
                     ->group(model));
@@ -315,6 +326,15 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   app.add_option("--checkpoint-num-layers", checkpoint_num_layers,
                  "Layers per recompute chunk with --checkpoint-activations (default 1)")
       ->group(legacy);
+  std::string activations_checkpoint_method;
+  app.add_option("--activations-checkpoint-method", activations_checkpoint_method,
+                 "Older Megatron's full recompute: uniform or block, as --recompute-granularity "
+                 "full --recompute-method")
+      ->group(legacy);
+  std::optional<int64_t> activations_checkpoint_num_layers;
+  app.add_option("--activations-checkpoint-num-layers", activations_checkpoint_num_layers,
+                 "N of --activations-checkpoint-method (default 1): --recompute-num-layers")
+      ->group(legacy);
   app.add_option("--data-impl", arguments.data_impl,
                  "mmap or infer: the .bin/.idx reader (lazy and cached are not built)")
       ->group(legacy);
@@ -354,7 +374,8 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   app.add_option("--data-args-path", arguments.data_args_path,
                  "A file holding what --data-path would (for long blends)")->group(data);
   app.add_option("--data-file-list,--data-path-file", arguments.data_file_list,
-                 "A file with one \"weight prefix\" per line, # comments (not a Megatron flag)")
+                 "A file with one \"weight prefix\" or \"weight prefix corpus\" per line, # "
+                 "comments (Megatron-DeepSpeed's ALCF fork)")
       ->group(data);
   app.add_option("--split", arguments.split,
                  "Train,validation,test shares of each dataset's sequences (default 969, 30, 1)")
@@ -573,6 +594,12 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
       ->group(logging);
 
   if (!evaluation) {
+    // Ours: the launcher's training jobs pass it (launcher/stages/training_stage.cpp).
+    app.add_flag("--name-config-keys", arguments.name_config_keys,
+                 "Name the launcher's config keys (training.model.*) instead of flags where a "
+                 "message asks for shape flags: the launcher rendered this command (not a "
+                 "Megatron flag)")
+        ->group(logging);
     // Ours: automatic recovery from loss spikes (docs/checkpoints.md "Loss spikes").
     app.add_flag("--rollback-on-spike", arguments.rollback_on_spike,
                  "On a loss spike (or persistent NaN/Inf loss), reload the last checkpoint of "
@@ -626,7 +653,8 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
     app.add_option("--max-batch-size", arguments.max_batch_size,
                    "Sequences (prompts) decoded together: the KV cache's slots")->group(serving);
     app.add_option("--max-concurrent-requests", arguments.max_concurrent_requests,
-                   "Requests queued or running at once; beyond it: 503")->group(serving);
+                   "Requests queued or running at once, at most 4096; beyond it: 503")
+        ->group(serving);
     app.add_option("--max-request-bytes", arguments.max_request_bytes,
                    "Largest request body; beyond it: 400")->group(serving);
     app.add_option("--max-prompt-bytes", arguments.max_prompt_bytes,
@@ -634,7 +662,8 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
     app.add_option("--max-tokens-to-generate", arguments.max_tokens_to_generate,
                    "Largest tokens_to_generate of a request; beyond it: 400")->group(serving);
     app.add_option("--socket-timeout", arguments.socket_timeout,
-                   "Seconds a connection may stall in a read or a write before it is closed")
+                   "Seconds a request may take to arrive whole (from its first byte), and a "
+                   "response to be written, before the connection is closed")
         ->group(serving);
   }
 
@@ -682,7 +711,16 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   // rules between flags and what is not built yet.
   common::apply_flag_rules(app, common::flag_rules());
   const common::RefusedFlags unsupported(app, kUnsupportedFlags);
-  if (!common::parse_command_line(app, argc, argv, program_name, unsupported,
+  const std::vector<std::string> words =
+      common::expand_abbreviations(app, argc, argv, program_name);
+  const auto first_flag = words.begin() + std::min<std::ptrdiff_t>(1, std::ssize(words));
+  if (std::find(first_flag, words.end(), "--use-checkpoint-args") == words.end()) {
+    for (CLI::Option* option : shape_options) option->required();
+  }
+  std::vector<const char*> expanded_argv;
+  for (const std::string& word : words) expanded_argv.push_back(word.c_str());
+  if (!common::parse_command_line(app, static_cast<int>(expanded_argv.size()), expanded_argv.data(),
+                                  program_name, unsupported,
                                   "is a Megatron-LM flag this backend does not support yet")) {
     return std::nullopt;
   }
@@ -696,8 +734,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   }
   // Megatron's validate_args asserts that at most one of the two names is given.
   const auto given = [&](std::string_view flag) {
-    return std::any_of(argv + std::min(argc, 1), argv + argc, [flag](const char* argument) {
-      const std::string_view word(argument);
+    return std::any_of(first_flag, words.end(), [flag](const std::string& word) {
       return word == flag ||
              (word.starts_with(flag) && word.size() > flag.size() && word[flag.size()] == '=');
     });
@@ -733,21 +770,48 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
     if (value != entry.built) common::fail("{} {}: {}", entry.flag, value, entry.refusal);
   }
   if (recompute_activations) arguments.recompute_granularity = "selective";
-  if (checkpoint_num_layers && !checkpoint_activations) {
-    common::fail("--checkpoint-num-layers {} needs --checkpoint-activations (or use "
-                 "--recompute-granularity full --recompute-method uniform --recompute-num-layers "
-                 "N)", *checkpoint_num_layers);
-  }
+  // The full recompute's old spellings: older Megatron's --activations-checkpoint-method M
+  // with --activations-checkpoint-num-layers N (August 2021 to May 2022, before the
+  // --recompute-* names), where --checkpoint-activations set the method uniform; and
+  // Megatron-DeepSpeed's --checkpoint-activations with --checkpoint-num-layers N. Each is
+  // --recompute-granularity full --recompute-method M --recompute-num-layers N, N 1 by default.
+  std::string old_method_flag = "--activations-checkpoint-method";
+  std::string old_method = activations_checkpoint_method;
   if (checkpoint_activations) {
-    // Megatron-DeepSpeed's full recompute: chunks of --checkpoint-num-layers layers.
+    if (!old_method.empty() && old_method != "uniform") {
+      common::fail("--checkpoint-activations is --activations-checkpoint-method uniform, but "
+                   "--activations-checkpoint-method {} is given too: give one of them",
+                   old_method);
+    }
+    if (old_method.empty()) old_method_flag = "--checkpoint-activations";
+    old_method = "uniform";
+  }
+  std::optional<int64_t> old_num_layers = checkpoint_num_layers;
+  const char* old_num_layers_flag = "--checkpoint-num-layers";
+  if (activations_checkpoint_num_layers) {
+    if (checkpoint_num_layers && *checkpoint_num_layers != *activations_checkpoint_num_layers) {
+      common::fail("--checkpoint-num-layers {} and --activations-checkpoint-num-layers {} "
+                   "disagree: they are the same setting (Megatron-DeepSpeed's name and older "
+                   "Megatron's); give one",
+                   *checkpoint_num_layers, *activations_checkpoint_num_layers);
+    }
+    old_num_layers = activations_checkpoint_num_layers;
+    old_num_layers_flag = "--activations-checkpoint-num-layers";
+  }
+  if (old_num_layers && old_method.empty()) {
+    common::fail("{} {} needs --checkpoint-activations or --activations-checkpoint-method uniform|"
+                 "block (or use --recompute-granularity full --recompute-method uniform "
+                 "--recompute-num-layers N)", old_num_layers_flag, *old_num_layers);
+  }
+  if (!old_method.empty()) {
     if (!arguments.recompute_granularity.empty() || !arguments.recompute_method.empty() ||
         arguments.recompute_num_layers) {
-      common::fail("--checkpoint-activations is the old spelling of --recompute-granularity full "
-                   "--recompute-method uniform: give one or the other, not both");
+      common::fail("{} is the old spelling of --recompute-granularity full --recompute-method {}: "
+                   "give one or the other, not both", old_method_flag, old_method);
     }
     arguments.recompute_granularity = "full";
-    arguments.recompute_method = "uniform";
-    arguments.recompute_num_layers = checkpoint_num_layers.value_or(1);
+    arguments.recompute_method = old_method;
+    arguments.recompute_num_layers = old_num_layers.value_or(1);
   }
   // The ranks that will train together: MPI's world when this task joins MPI. A task of several
   // that cannot (srun without PMIx, torchrun variables alone) validates as one process, so that
@@ -913,6 +977,21 @@ void validate_arguments(TrainingArguments& arguments) {
                    arguments.num_layers_per_virtual_pipeline_stage, per_stage,
                    arguments.num_layers, pp);
     }
+  }
+  // A process that no MPI launcher started is one rank: a model split over more is a launch
+  // to correct (say how), not sizes.
+  const int64_t model_parallel = common::checked_multiply(
+      arguments.tensor_model_parallel_size, pp,
+      "--tensor-model-parallel-size × --pipeline-model-parallel-size");
+  if (arguments.program == ArgumentsProgram::pretrain_gpt &&
+      arguments.world_size % model_parallel != 0 &&
+      !started_through_mpi(read_process_environment())) {
+    const ProcessEnvironment process = read_process_environment();
+    const int64_t ranks = process.world_size % model_parallel == 0 ? process.world_size : model_parallel;
+    common::fail("--tensor-model-parallel-size {} × --pipeline-model-parallel-size {} needs {} "
+                 "ranks or a multiple, and {}",
+                 arguments.tensor_model_parallel_size, pp, model_parallel,
+                 not_started_through_mpi(process, ranks));
   }
   // Data parallelism takes the processes model parallelism leaves (world = tp × pp × dp).
   const int64_t data_parallel_size =

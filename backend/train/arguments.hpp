@@ -61,7 +61,7 @@ struct TrainingArguments {
   // Real data (docs/data.md): one blend split by --split, or a blend per split.
   std::vector<std::string> data_path;  // --data-path: prefix, or weight prefix ...
   std::string data_args_path;          // --data-args-path: a file holding --data-path's words
-  std::string data_file_list;          // --data-file-list (ours): "weight prefix" per line
+  std::string data_file_list;          // --data-file-list (ALCF): "weight prefix [corpus]" lines
   std::string split;                   // --split; "" → Megatron's legacy "969, 30, 1"
   std::vector<std::string> train_data_path, valid_data_path, test_data_path;
   std::string per_split_data_args_path;  // JSON {"train": [...], "valid": [...], "test": [...]}
@@ -195,6 +195,10 @@ struct TrainingArguments {
   bool override_opt_param_scheduler = false;        // schedule from the flags, not the checkpoint
   bool use_checkpoint_opt_param_scheduler = false;  // schedule from the checkpoint, not the flags
 
+  // --name-config-keys (ours, pretrain_gpt only): the launcher rendered this command from a
+  // NeMo config, so a message that asks for shape flags names the config keys that set them.
+  bool name_config_keys = false;
+
   // --rollback-on-spike (ours, pretrain_gpt only; docs/checkpoints.md "Loss spikes"): on a loss
   // spike, reload the last checkpoint of --save and go on past the batches that caused it.
   bool rollback_on_spike = false;
@@ -223,7 +227,7 @@ struct TrainingArguments {
   int64_t max_request_bytes = 16 << 20;  // --max-request-bytes: a request body
   int64_t max_prompt_bytes = 1 << 20;    // --max-prompt-bytes: one prompt
   int64_t max_tokens_to_generate = 4096; // --max-tokens-to-generate: one request's
-  int64_t socket_timeout = 10;           // --socket-timeout: seconds a read or write may stall
+  int64_t socket_timeout = 10;           // --socket-timeout: seconds a request may take to arrive
 
   // The command line as given, for logs and the arguments dump.
   std::vector<std::string> command_line;

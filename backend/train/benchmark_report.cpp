@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 
+#include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/device/arena.hpp"
 
@@ -157,14 +157,8 @@ void write_benchmark_json(const std::filesystem::path& file, const TrainingArgum
   };
   std::error_code error;
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), error);
-  const auto temporary = std::filesystem::path(file.string() + ".tmp");
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << report.dump(2) << '\n';
-    if (!out) common::fail("--benchmark-output {}: cannot write the file", file.string());
-  }
-  std::filesystem::rename(temporary, file, error);
-  if (error) common::fail("--benchmark-output {}: {}", file.string(), error.message());
+  common::write_text_file_atomically(file, report.dump(2) + "\n", common::FileMode::regular,
+                                     "--benchmark-output");
 }
 
 }  // namespace backend

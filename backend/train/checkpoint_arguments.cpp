@@ -201,7 +201,8 @@ CheckpointLoadOptions checkpoint_load_options(const TrainingArguments& a) {
           .use_checkpoint_opt_param_scheduler = a.use_checkpoint_opt_param_scheduler,
           .override_opt_param_scheduler = a.override_opt_param_scheduler,
           .arguments = checkpoint_arguments(a),
-          .command_line = a.command_line};
+          .command_line = a.command_line,
+          .name_config_keys = a.name_config_keys};
 }
 
 void save_checkpoint(const TrainingArguments& arguments, const TrainingProgress& progress,

@@ -78,7 +78,7 @@ DataSources data_sources(const TrainingArguments& a) {
 }
 
 BatchSource build_dataset_batch_source(const TrainingArguments& a, int64_t vocab_size,
-                                       std::ostream& out) {
+                                       std::ostream& out, bool* test_split_skipped) {
   const auto start = std::chrono::steady_clock::now();
   const std::array<int64_t, 3> sizes = train_valid_test_num_samples(a);
   out << "> building train, validation, and test datasets ...\n"
@@ -114,6 +114,28 @@ BatchSource build_dataset_batch_source(const TrainingArguments& a, int64_t vocab
                   "--eval-iters 0 to train without validation and test",
                   sizes[2], a.eval_iters, a.global_batch_size)};
   const auto datasets = build_gpt_datasets(options, sizes);
+  if (options.sources.blend && !options.sources.blend->corpora.empty()) {
+    // The ALCF fork's per-corpus lines ("expected" weight); its samples are those of the one
+    // blend, each dataset by its own weight (data_blend.hpp).
+    const DataBlend& blend = *options.sources.blend;
+    const auto shares =
+        corpus_shares(blend, normalize_weights(*blend.weights, "--data-file-list weights"));
+    spdlog::info("--data-file-list: {} datasets in {} corpora, each dataset sampled by its own "
+                 "weight; the weight of each corpus:", blend.prefixes.size(), shares.size());
+    for (const CorpusShare& share : shares) {
+      spdlog::info("    {}: {} datasets, weight {:.6f}", share.name, share.datasets, share.weight);
+    }
+  }
+  const bool no_test_split = sizes[2] > 0 && !datasets[2];
+  if (test_split_skipped != nullptr) *test_split_skipped = no_test_split;
+  if (no_test_split) {
+    spdlog::info("test split: none ({}), so no test evaluation is run after training, as Megatron "
+                 "skips an empty split",
+                 options.sources.blend
+                     ? fmt::format("--split {} gives it a share of 0", *options.sources.split)
+                     : std::string("no test data is given: --test-data-path, or \"test\" in "
+                                   "--per-split-data-args-path"));
+  }
 
   static constexpr const char* kNames[] = {"train", "validation", "test"};
   for (size_t split = 0; split < 3; ++split) {

@@ -24,7 +24,9 @@ DataSources data_sources(const TrainingArguments& arguments);
 
 // Builds (or loads from the cache) the datasets the flags name, printing Megatron's lines to
 // `out`, and returns a source of their batches. Token ids are checked against `vocab_size`.
+// A test split the data gives nothing (--split 98,2,0) is skipped with a log line, as Megatron
+// skips it; `test_split_skipped`, when given, is set to whether that happened.
 BatchSource build_dataset_batch_source(const TrainingArguments& arguments, int64_t vocab_size,
-                                       std::ostream& out);
+                                       std::ostream& out, bool* test_split_skipped = nullptr);
 
 }  // namespace backend

@@ -4,9 +4,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <fstream>
 #include <regex>
 
+#include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 
 namespace backend {
@@ -14,10 +14,7 @@ namespace backend {
 namespace {
 
 void write_file(const std::filesystem::path& file, const std::string& text) {
-  std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.flush();
-  if (!out) common::fail("--log-dir: cannot write {}", file.string());
+  common::write_text_file_atomically(file, text, common::FileMode::regular, "--log-dir file");
 }
 
 std::string double_quoted(const std::string& text) {

@@ -14,6 +14,7 @@
 
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/common/checked_math.hpp"
+#include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/file_lock.hpp"
 #include "backend/common/memory_estimate.hpp"
@@ -257,15 +258,17 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   // hold is refused with the estimate.
   const TokenizerFacts tokenizer = tokenizer_facts(a);
   GptConfig config = model_config_with_vocabulary(a, tokenizer.vocab_size);
+  // The report is written after training; a --benchmark-output that can never take it (a
+  // device, a FIFO, a directory) is refused now, not after the run.
+  if (!a.benchmark_output.empty() && process_groups.is_last_rank()) {
+    common::output_target(a.benchmark_output, "--benchmark-output");
+  }
   const char* const kWaysOut =
       "Lower --micro-batch-size or --seq-length, recompute activations (--recompute-granularity "
       "full --recompute-method uniform --recompute-num-layers 1), or train a smaller model.";
   const ProcessEnvironment process = read_process_environment();
   if (process.world_size != world.size()) {
-    common::fail("this process is task {} of {} ({} launch, node {}), but it was not started "
-                 "through MPI, so it cannot reach the other tasks: launch with mpirun/mpiexec "
-                 "(or srun --mpi=pmix where Slurm has PMIx), which pretrain_gpt joins",
-                 process.rank, process.world_size, process.launcher, process.node);
+    common::fail("{}", not_started_through_mpi(process, process.world_size));
   }
   if (a.world_size != world.size()) {
     common::fail("the arguments were validated for {} processes, but {} run", a.world_size,
@@ -547,12 +550,16 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
   }
   if (loaded) resumed = *loaded;
   // Megatron builds the datasets after the model, the optimizer and the checkpoint.
+  // An empty test split (--split 98,2,0) has no test pass, as in Megatron (do_test false).
+  bool test_split_skipped = false;
   if (!source) {
     // Rank 0 first, as Megatron builds the index caches on rank 0 and the others read them.
-    if (process_groups.is_first_rank()) source = build_dataset_batch_source(a, config.vocab_size, out);
+    if (process_groups.is_first_rank()) {
+      source = build_dataset_batch_source(a, config.vocab_size, out, &test_split_skipped);
+    }
     world.barrier();
     if (!process_groups.is_first_rank()) {
-      source = build_dataset_batch_source(a, config.vocab_size, out);
+      source = build_dataset_batch_source(a, config.vocab_size, out, &test_split_skipped);
     }
     out << fmt::format("[after dataloaders are built] datetime: {}\n",
                        format_timestamp(std::time(nullptr)));
@@ -767,10 +774,12 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, Batch
     result.validation_loss = evaluate_and_log(
         Split::validation, consumed_valid,
         fmt::format("iteration {} on validation set", a.train_iters), a.train_iters);
-    int64_t consumed_test = 0;
-    result.test_loss = evaluate_and_log(Split::test, consumed_test,
-                                        fmt::format("iteration {} on test set", a.train_iters),
-                                        a.train_iters);
+    if (!test_split_skipped) {
+      int64_t consumed_test = 0;
+      result.test_loss = evaluate_and_log(Split::test, consumed_test,
+                                          fmt::format("iteration {} on test set", a.train_iters),
+                                          a.train_iters);
+    }
   }
   log.close();
   return result;

@@ -292,6 +292,7 @@ int run_autoconfig(const AutoconfigOptions& options, std::ostream& terminal) {
   const fs::path base_results_dir =
       scalar_text(at_path(config, "base_results_dir"), "base_results_dir");
   resolve_auto_lists(settings, model);
+  check_search_size(settings);  // before the run directory exists
 
   std::string model_label = settings.model;
   std::replace(model_label.begin(), model_label.end(), '/', '_');

@@ -172,7 +172,8 @@ SearchSettings parse_search_settings(const std::vector<std::string>& arguments,
     } else if (key == "cluster.gpus_per_node") {
       settings.gpus_per_node = positive_integer(value, key);
     } else if (key == "cluster.gpu_memory_gb") {
-      if (!value.is_number() || value.as_double() <= 0) {
+      // NaN would compare false with every estimate and switch the fit check off.
+      if (!value.is_number() || !std::isfinite(value.as_double()) || value.as_double() <= 0) {
         common::fail("autoconfig cluster.gpu_memory_gb: expected a number of GB > 0, got '{}'",
                      python_str(value));
       }
@@ -206,7 +207,9 @@ SearchSettings parse_search_settings(const std::vector<std::string>& arguments,
     } else if (key == "max_steps_per_run") {
       settings.max_steps_per_run = positive_integer(value, key);
     } else if (key == "max_minutes_per_run") {
-      if (!value.is_number() || value.as_double() <= 0 || value.as_double() > 525600) {
+      // NaN would stop every candidate at once (its time limit reads as zero).
+      if (!value.is_number() || !std::isfinite(value.as_double()) || value.as_double() <= 0 ||
+          value.as_double() > 525600) {
         common::fail("autoconfig max_minutes_per_run: expected minutes > 0 (at most a year), got '{}'",
                      python_str(value));
       }
@@ -273,7 +276,30 @@ std::vector<std::string> Layout::overrides() const {
   return overrides;
 }
 
+void check_search_size(const SearchSettings& settings) {
+  // Multiplied as doubles: each list holds at most a million values, so six of them can pass
+  // int64; a double is exact far past the bound it is compared with.
+  const double combinations = static_cast<double>(settings.tensor_parallel_sizes.size()) *
+                              static_cast<double>(settings.pipeline_parallel_sizes.size()) *
+                              static_cast<double>(settings.virtual_pipeline_sizes.size()) *
+                              static_cast<double>(settings.micro_batch_sizes.size()) *
+                              static_cast<double>(settings.recompute.size()) *
+                              static_cast<double>(settings.distributed_optimizer.size());
+  if (combinations > static_cast<double>(kMaxSearchCandidates)) {
+    common::fail(
+        "autoconfig: the search lists span {:.0f} candidates (tensor_parallel_sizes {} × "
+        "pipeline_parallel_sizes {} × virtual_pipeline_sizes {} × micro_batch_sizes {} × "
+        "recompute {} × distributed_optimizer {}), more than the {} one search considers; "
+        "shorten the lists (auto picks the powers of two that can divide the GPUs)",
+        combinations, settings.tensor_parallel_sizes.size(),
+        settings.pipeline_parallel_sizes.size(), settings.virtual_pipeline_sizes.size(),
+        settings.micro_batch_sizes.size(), settings.recompute.size(),
+        settings.distributed_optimizer.size(), kMaxSearchCandidates);
+  }
+}
+
 std::vector<Layout> enumerate_layouts(const SearchSettings& settings) {
+  check_search_size(settings);
   std::vector<Layout> layouts;
   for (int64_t tp : settings.tensor_parallel_sizes) {
     for (int64_t pp : settings.pipeline_parallel_sizes) {

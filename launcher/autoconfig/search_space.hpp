@@ -91,7 +91,16 @@ struct Layout {
   std::vector<std::string> overrides() const;
 };
 
-// Every combination of the lists, tp varying slowest, then pp, V, mbs, recompute, optimizer.
+// The most combinations one search enumerates. Each candidate keeps its overrides and a
+// table row (about 8 KB), and those that pass NeMo's rules are composed one by one; NeMo's
+// own grids are a few hundred. A larger grid is refused before anything is enumerated.
+inline constexpr int64_t kMaxSearchCandidates = 20'000;
+
+// Refuses lists whose combinations exceed kMaxSearchCandidates, naming each list's length.
+void check_search_size(const SearchSettings& settings);
+
+// Every combination of the lists, tp varying slowest, then pp, V, mbs, recompute, optimizer
+// (check_search_size first).
 std::vector<Layout> enumerate_layouts(const SearchSettings& settings);
 
 struct RuleBreak {

@@ -617,13 +617,22 @@ class Parser {
       return Node::floating(sign * number);
     }
     if (matches_int_token(text)) {
+      // The magnitude is read unsigned: −2^63 (INT64_MIN) fits although 2^63 does not.
       const std::string value = without_underscores(without_sign(text));
-      std::int64_t number = 0;
-      const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
-      if (error != std::errc() || end != value.data() + value.size()) {
-        fail_at(position_, fmt::format("integer '{}' does not fit in 64 bits", text));
+      const bool negative = text[0] == '-';
+      std::uint64_t magnitude = 0;
+      const auto [end, error] =
+          std::from_chars(value.data(), value.data() + value.size(), magnitude);
+      constexpr std::uint64_t kLargest = std::numeric_limits<std::int64_t>::max();
+      if (error != std::errc() || end != value.data() + value.size() ||
+          magnitude > kLargest + (negative ? 1 : 0)) {
+        fail_at(position_, fmt::format("integer '{}' does not fit in 64 bits (valid: {} to {})",
+                                       text, std::numeric_limits<std::int64_t>::min(),
+                                       std::numeric_limits<std::int64_t>::max()));
       }
-      return Node::integer(text[0] == '-' ? -number : number);
+      if (!negative) return Node::integer(static_cast<std::int64_t>(magnitude));
+      // −magnitude without overflow: −(m − 1) − 1 is −2^63 for m = 2^63.
+      return Node::integer(magnitude == 0 ? 0 : -static_cast<std::int64_t>(magnitude - 1) - 1);
     }
     if (equals_ignoring_case(text, "true")) return Node::boolean(true);
     if (equals_ignoring_case(text, "false")) return Node::boolean(false);

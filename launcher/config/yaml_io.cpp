@@ -215,9 +215,10 @@ std::string without_underscores(std::string_view text) {
   common::fail("{}: '{}' {}", location.describe(), text, what);
 }
 
-std::int64_t parse_integer_digits(std::string_view digits, int base, std::string_view text,
-                                  const SourceLocation& location) {
-  std::int64_t value = 0;
+// The magnitude, unsigned: −2^63 (INT64_MIN) fits although 2^63 does not (construct_int).
+std::uint64_t parse_integer_digits(std::string_view digits, int base, std::string_view text,
+                                   const SourceLocation& location) {
+  std::uint64_t value = 0;
   const auto [end, error] =
       std::from_chars(digits.data(), digits.data() + digits.size(), value, base);
   if (error == std::errc::result_out_of_range) {
@@ -238,7 +239,7 @@ std::int64_t construct_int(std::string_view text, const SourceLocation& location
     value.erase(0, 1);
   }
   std::string_view digits = value;
-  std::int64_t magnitude = 0;
+  std::uint64_t magnitude = 0;
   if (digits == "0") {
     magnitude = 0;
   } else if (digits.starts_with("0b")) {
@@ -250,15 +251,15 @@ std::int64_t construct_int(std::string_view text, const SourceLocation& location
   } else if (digits.find(':') != std::string_view::npos) {
     // Python's integers have no limit; ours are int64, and a value past it is refused rather
     // than wrapped. The place value (60^k) may pass it while every later group is zero.
-    std::int64_t base = 1;
+    std::uint64_t base = 1;
     bool base_fits = true;
     std::size_t end = digits.size();
     while (true) {
       const auto colon = digits.rfind(':', end - 1);
       const std::size_t start = colon == std::string_view::npos ? 0 : colon + 1;
-      const std::int64_t group =
+      const std::uint64_t group =
           parse_integer_digits(digits.substr(start, end - start), 10, text, location);
-      std::int64_t term = 0;
+      std::uint64_t term = 0;
       if (group != 0 && (!base_fits || __builtin_mul_overflow(group, base, &term) ||
                          __builtin_add_overflow(magnitude, term, &magnitude))) {
         fail_scalar(text, "does not fit in a 64-bit integer", location);
@@ -270,7 +271,13 @@ std::int64_t construct_int(std::string_view text, const SourceLocation& location
   } else {
     magnitude = parse_integer_digits(digits, 10, text, location);
   }
-  return sign * magnitude;
+  constexpr std::uint64_t kLargest = std::numeric_limits<std::int64_t>::max();
+  if (magnitude > kLargest + (sign < 0 ? 1 : 0)) {
+    fail_scalar(text, "does not fit in a 64-bit integer", location);
+  }
+  if (sign > 0) return static_cast<std::int64_t>(magnitude);
+  // −magnitude without overflow: −(m − 1) − 1 is −2^63 for m = 2^63.
+  return magnitude == 0 ? 0 : -static_cast<std::int64_t>(magnitude - 1) - 1;
 }
 
 double parse_float_digits(std::string_view digits, std::string_view text,

@@ -3,14 +3,21 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
 
 #include "backend/common/ascii_case.hpp"
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/flag_rules.hpp"
+#include "backend/data/tokenizer.hpp"
 #include "launcher/config/scalar_text.hpp"
 #include "launcher/stages/training_keys.hpp"
 #include "launcher/stages/training_stage.hpp"
@@ -29,6 +36,61 @@ std::string text(const Node& training, std::string_view key, const std::string& 
 
 // NeMo writes rmsnorm and RMSNorm.
 bool is_rmsnorm(const std::string& name) { return common::ascii_lowercase(name) == "rmsnorm"; }
+
+// The vocabulary size of the tokenizer a training job will read, from its files, read by the
+// backend's own tokenizers (backend/data/tokenizer.hpp, the `tokenizers` library), when the
+// config names a tokenizer file the launcher can read: the tokenizer the training stage passes
+// (model.tokenizer.library and type → --tokenizer-type; library huggingface: type is the
+// directory of tokenizer.json) with model.tokenizer.model. NeMo's configs carry a vocab_size of
+// their own (Llama 2's 32000) that need not be that file's. nullopt when there is no such file
+// here (a path only the cluster has; GPT-2's and NullTokenizer's sizes need none); a file that
+// is there but is no tokenizer is a problem. Sizes are kept per file, for autoconfig's many
+// preflights of one config.
+struct FileVocabulary {
+  int64_t size = 0;
+  std::string source;  // for the preflight line: "the tokenizer's, <path>"
+};
+std::optional<FileVocabulary> tokenizer_file_vocabulary(const Node& training,
+                                                        std::vector<std::string>& problems) {
+  namespace fs = std::filesystem;
+  const std::string library = text(training, "model.tokenizer.library", "megatron");
+  std::string type = text(training, "model.tokenizer.type", "");
+  std::string file = text(training, "model.tokenizer.model", "");
+  std::string key = "training.model.tokenizer.model";
+  if (library == "huggingface") {
+    file = type;
+    type = "HuggingFaceTokenizer";
+    key = "training.model.tokenizer.type";
+  } else if (library == "sentencepiece" && type.empty()) {
+    type = "GPTSentencePieceTokenizer";
+  }
+  if (file.empty() || !backend::reads_tokenizer_model(type)) return std::nullopt;
+  std::error_code error;
+  const fs::path readable =
+      type == "HuggingFaceTokenizer" && fs::is_directory(file, error) ? fs::path(file) / "tokenizer.json"
+                                                                      : fs::path(file);
+  if (!fs::is_regular_file(readable, error) || ::access(readable.c_str(), R_OK) != 0) {
+    return std::nullopt;
+  }
+  static std::mutex mutex;
+  static std::map<std::pair<std::string, std::string>, int64_t> sizes;
+  const std::lock_guard lock(mutex);
+  auto known = sizes.find({type, file});
+  if (known == sizes.end()) {
+    try {
+      backend::TokenizerOptions options;
+      options.tokenizer_type = type;
+      options.tokenizer_model = file;
+      const auto tokenizer = backend::build_tokenizer(options);
+      known = sizes.emplace(std::pair{type, file}, tokenizer->vocab_size()).first;
+    } catch (const common::Error& problem) {
+      problems.push_back(fmt::format("{} {}: the job's {} cannot read it: {}", key, file, type,
+                                     problem.what()));
+      return std::nullopt;
+    }
+  }
+  return FileVocabulary{known->second, fmt::format("{}'s, {}", type, file)};
+}
 
 // The layout and memory checks of training_preflight, on values that passed their rules.
 void check_layout_and_memory(const Node& config, const Node& training, PreflightReport& report) {
@@ -126,7 +188,8 @@ void check_layout_and_memory(const Node& config, const Node& training, Preflight
   }
 
   const std::string data_impl = text(training, "model.data.data_impl", "mmap");
-  const int64_t validation_batches = integer(training, "trainer.limit_val_batches", 0);
+  // An empty test split is fine: pretrain_gpt skips the test pass, as Megatron does.
+  const int64_t validation_batches = launcher::validation_batches(config).value_or(0);
   const Node* data_prefix = find_set(training, "model.data.data_prefix");
   const bool per_split_blends = data_prefix != nullptr && data_prefix->is_map();
   if (data_impl != "mock" && !per_split_blends) {
@@ -140,11 +203,18 @@ void check_layout_and_memory(const Node& config, const Node& training, Preflight
     }
   }
 
-  // The tokenizer's vocabulary: GPT-2's for GPT2BPETokenizer, else model.tokenizer.vocab_size,
-  // padded as Megatron pads it (a multiple of make_vocab_size_divisible_by × tp).
-  const int64_t tokenizer_vocab = text(training, "model.tokenizer.type", "") == "GPT2BPETokenizer"
-                                      ? 50257
-                                      : integer(training, "model.tokenizer.vocab_size", 50257);
+  // The tokenizer's vocabulary: read from its files where the launcher can read them, GPT-2's
+  // for GPT2BPETokenizer, else model.tokenizer.vocab_size; padded as Megatron pads it (a
+  // multiple of make_vocab_size_divisible_by × tp).
+  const bool gpt2 = text(training, "model.tokenizer.type", "") == "GPT2BPETokenizer";
+  int64_t tokenizer_vocab = gpt2 ? 50257 : integer(training, "model.tokenizer.vocab_size", 50257);
+  report.vocabulary_source = gpt2 ? "GPT-2's" : find_set(training, "model.tokenizer.vocab_size")
+                                                    ? "training.model.tokenizer.vocab_size"
+                                                    : "GPT-2's, no tokenizer file or vocab_size given";
+  if (const auto from_files = tokenizer_file_vocabulary(training, problems)) {
+    tokenizer_vocab = from_files->size;
+    report.vocabulary_source = from_files->source;
+  }
   if (tokenizer_vocab < 1) {
     problems.push_back(fmt::format("training.model.tokenizer.vocab_size {} must be ≥ 1", tokenizer_vocab));
     return;
@@ -154,6 +224,8 @@ void check_layout_and_memory(const Node& config, const Node& training, Preflight
       "training.model.make_vocab_size_divisible_by × tensor_model_parallel_size");
   const int64_t vocab =
       common::checked_add(tokenizer_vocab, divisible - 1, "the padded vocabulary") / divisible * divisible;
+  report.vocabulary = tokenizer_vocab;
+  report.padded_vocabulary = vocab;
   const int64_t groups = integer(training, "model.num_query_groups", heads);
   if (groups < 1 || heads % groups != 0) {
     problems.push_back(fmt::format("training.model.num_query_groups {} does not divide "
@@ -212,7 +284,15 @@ void check_layout_and_memory(const Node& config, const Node& training, Preflight
   report.parameters = report.memory.parameters;
 
   if (const Node* memory = find_set(config, "cluster.gpu_memory_gb")) {
-    report.gpu_memory_bytes = memory->as_double("cluster.gpu_memory_gb") * 1e9;
+    const double gigabytes = memory->as_double("cluster.gpu_memory_gb");
+    // NaN compares false with every estimate: it would switch the fit check off unseen.
+    if (!std::isfinite(gigabytes) || gigabytes <= 0) {
+      problems.push_back(fmt::format(
+          "cluster.gpu_memory_gb {}: expected the GPU's memory in GB, a finite number > 0 "
+          "(e.g. 80), or null to skip the memory check", gigabytes));
+      return;
+    }
+    report.gpu_memory_bytes = gigabytes * 1e9;
     if (report.memory.total_bytes() > report.gpu_memory_bytes) {
       problems.push_back(fmt::format(
           "the estimated {} per GPU exceed cluster.gpu_memory_gb {}: raise tensor/pipeline "
@@ -253,14 +333,16 @@ std::vector<std::string> format_preflight(const PreflightReport& report) {
       report.gpu_memory_bytes > 0 ? " of " + common::format_gigabytes(report.gpu_memory_bytes) : "";
   std::vector<std::string> lines = {
       fmt::format("preflight: {} GPU(s) = tp {} × pp {}{} × dp {}; {:.1f}M parameters; precision "
-                  "{}; distributed optimizer {}; recompute {}; attention fused (no s² scores kept)",
+                  "{}; distributed optimizer {}; recompute {}; attention fused (no s² scores "
+                  "kept); vocabulary {} ({}), padded to {}",
                   report.gpus, report.tensor_parallel, report.pipeline_parallel,
                   report.virtual_pipeline > 1
                       ? fmt::format(" (interleaved, {} model chunks per stage)",
                                     report.virtual_pipeline)
                       : "",
                   report.data_parallel, report.parameters / 1e6, report.precision,
-                  report.distributed_optimizer ? "yes" : "no", report.recompute),
+                  report.distributed_optimizer ? "yes" : "no", report.recompute,
+                  report.vocabulary, report.vocabulary_source, report.padded_vocabulary),
       "preflight: memory per GPU (estimate, most loaded pipeline stage)",
   };
   for (auto& line : common::format_memory_estimate(report.memory, capacity)) lines.push_back(std::move(line));

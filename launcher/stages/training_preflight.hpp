@@ -9,9 +9,12 @@
 //   - global batch divisible by micro batch × dp
 //   - sequence length ≤ max position embeddings
 //   - a split with a non-empty validation share when validation runs (limit_val_batches > 0)
-//     — Megatron's bare `assert num_samples > 0` otherwise
+//     — Megatron's bare `assert num_samples > 0` otherwise; the test share may be 0, as
+//     pretrain_gpt then skips the test pass as Megatron does
 //   - per-GPU memory estimate (weights, gradients, optimizer states, activations) against
-//     cluster.gpu_memory_gb when the cluster config gives it
+//     cluster.gpu_memory_gb when the cluster config gives it, with the vocabulary of the
+//     tokenizer's files when the launcher can read them (model.tokenizer.model, or a Hugging
+//     Face directory), else model.tokenizer.vocab_size
 // Products of sizes are overflow-checked (a layout too big to count is a problem, not a wrapped
 // number). The memory model is backend/common/memory_estimate.hpp's, the one pretrain_gpt
 // checks against the machine's memory too.
@@ -37,6 +40,11 @@ struct PreflightReport {
   std::string precision;
   bool distributed_optimizer = false;
   std::string recompute;   // none | selective | full
+  // The tokenizer's vocabulary the estimate counts, where that number comes from (the
+  // tokenizer's files when the launcher can read them, else the config's vocab_size or GPT-2's),
+  // and the padded vocabulary (a multiple of make_vocab_size_divisible_by × tp).
+  int64_t vocabulary = 0, padded_vocabulary = 0;
+  std::string vocabulary_source;
   double gpu_memory_bytes = 0;  // 0: not given by the cluster config
   std::vector<std::string> warnings;  // keys with an effect in NeMo and none here (not strict)
   std::vector<std::string> problems;

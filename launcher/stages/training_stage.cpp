@@ -19,6 +19,7 @@
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/flag_rules.hpp"
+#include "backend/common/python_format.hpp"
 #include "launcher/config/node.hpp"
 #include "launcher/config/scalar_text.hpp"
 
@@ -61,7 +62,6 @@ const std::vector<TrainingFlagMapping> kTrainingFlags = {
     {"trainer.max_steps", "--train-iters", ""},
     {"trainer.log_every_n_steps", "--log-interval", ""},
     {"trainer.val_check_interval", "--eval-interval", ""},
-    {"trainer.limit_val_batches", "--eval-iters", ""},
     {"trainer.gradient_clip_val", "--clip-grad", ""},
     // Ours, not NeMo keys: the loss-spike detection of --rollback-on-spike (docs/checkpoints.md),
     // read by pretrain_gpt only with it (exp_manager.rollback_on_spike below).
@@ -74,6 +74,11 @@ const std::vector<TrainingFlagMapping> kTrainingFlags = {
 
 // Rows computed from several keys or translated values (documented with the table).
 const std::vector<TrainingFlagMapping> kDerivedFlags = {
+    {"trainer.limit_val_batches", "--eval-iters",
+     "Lightning's two forms: an integer N → --eval-iters N (also the test pass length: Megatron "
+     "has one --eval-iters); a float is a fraction of the validation batches: 0.0 → "
+     "--eval-iters 0 (no validation), any other fraction is refused (the batches are not "
+     "counted before pretrain_gpt reads the data), and so is a float > 1.0, as NeMo refuses it"},
     {"model.optim.sched.name", "--lr-decay-style",
      "CosineAnnealing → cosine, LinearAnnealing → linear, Constant → constant"},
     {"trainer.max_steps, model.optim.sched.constant_steps", "--lr-decay-iters",
@@ -212,6 +217,7 @@ std::string recompute_granularity(const Node& training) {
 // still applied by the backend's check_flag_value, so its text is read with the same integer
 // grammar and refused in the same words as a flag's value.
 const std::string kVirtualPipelineKey = "model.virtual_pipeline_model_parallel_size";
+const std::string kValidationBatchesKey = "trainer.limit_val_batches";
 constexpr common::FlagRule kVirtualPipelineRule = common::integer_flag(
     "virtual_pipeline_model_parallel_size", 1, std::numeric_limits<int64_t>::max(),
     "the model chunks per pipeline stage; null or 1: no interleaving");
@@ -345,8 +351,12 @@ void check_rule(const Node& training, const std::string& key, const common::Flag
   const Node* value = lookup(training, key);
   if (value == nullptr) return;
   try {
+    // In the user's words: the key, with the flag it becomes (a rule of ours has none).
+    const std::string subject = rule.flag.starts_with("--")
+                                    ? fmt::format("training.{} ({})", key, rule.flag)
+                                    : fmt::format("training.{}", key);
     const common::CheckedFlagValue checked =
-        common::check_flag_value(rule, training_text(*value, key));
+        common::check_flag_value(rule, training_text(*value, key), subject);
     if (!checked.problem.empty()) {
       problems.push_back(fmt::format("training.{}: {} (from {})", key, checked.problem,
                                      value->location().describe()));
@@ -409,6 +419,11 @@ std::vector<std::string> training_value_problems(const Node& config) {
   const Node& training = *training_node;
   std::vector<std::string> problems;
   for (const auto& row : kTrainingFlags) check_value(training, row.config_key, row.flag, problems);
+  try {
+    validation_batches(config);
+  } catch (const common::Error& error) {
+    problems.push_back(error.what());
+  }
   // The keys of derived rows whose value still reaches a flag as it is.
   check_value(training, "model.num_query_groups", "--num-query-groups", problems);
   check_value(training, kRecomputeGranularityKey, "--recompute-granularity", problems);
@@ -428,13 +443,50 @@ std::vector<std::string> training_value_problems(const Node& config) {
   return problems;
 }
 
+std::optional<int64_t> validation_batches(const Node& config) {
+  const Node& training = at_path(config, "training");
+  const Node* value = lookup(training, kValidationBatchesKey);
+  if (value == nullptr) return std::nullopt;
+  const std::string key = "training." + kValidationBatchesKey;
+  if (value->is_float()) {
+    // Lightning's float: a fraction of the validation dataloader's batches, int(fraction ×
+    // batches); NeMo's validation set is then one epoch of the validation split.
+    const double fraction = value->as_double(key);
+    const std::string text = common::format_python_float(fraction);  // 1.0, not 1
+    if (fraction == 0) return 0;
+    if (fraction > 0 && fraction <= 1) {
+      common::fail("{} {}: a float is Lightning's fraction of the validation batches (NeMo's "
+                   "validation set is then one epoch of the validation split), which cannot be "
+                   "counted before pretrain_gpt reads the data; give a number of batches, an "
+                   "integer (e.g. 10: --eval-iters 10), or 0.0 (or 0) for no validation (from {})",
+                   key, text, value->location().describe());
+    }
+    common::fail("{} {}: a float is a fraction of the validation batches, from 0.0 (none) to 1.0, "
+                 "as NeMo requires (\"limit_val_batches must be an integer or float less than or "
+                 "equal to 1.0\"); give a number of batches as an integer (e.g. 10: --eval-iters "
+                 "10), or 0.0 (or 0) for no validation (from {})",
+                 key, text, value->location().describe());
+  }
+  const common::CheckedFlagValue checked = common::check_flag_value(
+      *common::find_flag_rule("--eval-iters"), training_text(*value, kValidationBatchesKey),
+      key + " (--eval-iters)");
+  if (!checked.problem.empty()) {
+    common::fail("{}: {} (from {})", key, checked.problem, value->location().describe());
+  }
+  int64_t batches = 0;
+  std::from_chars(checked.canonical.data(), checked.canonical.data() + checked.canonical.size(),
+                  batches);
+  return batches;
+}
+
 int64_t virtual_pipeline_chunks(const Node& config) {
   const Node& training = at_path(config, "training");
   const Node* value = lookup(training, kVirtualPipelineKey);
   if (value == nullptr) return 1;
   // The checked text, not as_int: a quoted '3' is as valid here as for any flag's value.
   const common::CheckedFlagValue checked =
-      common::check_flag_value(kVirtualPipelineRule, training_text(*value, kVirtualPipelineKey));
+      common::check_flag_value(kVirtualPipelineRule, training_text(*value, kVirtualPipelineKey),
+                               "training." + kVirtualPipelineKey);
   if (!checked.problem.empty()) {
     common::fail("training.{}: {}", kVirtualPipelineKey, checked.problem);
   }
@@ -494,6 +546,9 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
       arguments.push_back(row.flag);
       arguments.push_back(training_text(*value, row.config_key));
     }
+  }
+  if (const auto batches = validation_batches(config)) {
+    arguments.insert(arguments.end(), {"--eval-iters", fmt::format("{}", *batches)});
   }
   // NeMo's chunks per stage become Megatron's layers per chunk.
   if (const auto layers_per_chunk = layers_per_virtual_pipeline_stage(config)) {
@@ -655,7 +710,7 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
     arguments.push_back("--mock-data");
     // Megatron's benchmark mode: synthetic data, train only. The backend then leaves
     // benchmark.json for `launcher report`.
-    if (integer_or(training, "trainer.limit_val_batches", 1) == 0) {
+    if (validation_batches(config).value_or(1) == 0) {
       arguments.push_back("--benchmark-output");
       arguments.push_back(log_dir + "/benchmark.json");
     }
@@ -771,6 +826,9 @@ JobSpec build_training_job(const StageContext& context) {
   for (auto& argument : megatron_training_arguments(context.config)) {
     job.command.push_back(std::move(argument));
   }
+  // The user wrote config keys, not these flags: pretrain_gpt's messages then name the keys
+  // (backend/common/nemo_config_keys.hpp).
+  job.command.push_back("--name-config-keys");
   // With tensor parallelism Megatron needs the GPU to run kernels in the order they were
   // queued, so a tensor-parallel collective is not overtaken by the compute that waits on it:
   // one hardware queue per device, as NeMo's launcher sets for tp > 1. env_vars may override.

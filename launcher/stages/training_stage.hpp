@@ -33,6 +33,12 @@ const std::vector<TrainingFlagMapping>& training_flag_table();
 // not a value problem, so such configs still render.
 std::vector<std::string> training_value_problems(const Node& config);
 
+// Lightning's trainer.limit_val_batches as Megatron's --eval-iters: an integer is a number of
+// validation batches; a float a fraction of them (0.0 none, 1.0 all), of which only 0.0 is known
+// before pretrain_gpt reads the data. nullopt when null or absent; a fraction above 0, a float
+// above 1.0 and a bad integer are a common::Error naming the key and the valid forms.
+std::optional<int64_t> validation_batches(const Node& config);
+
 // NeMo's model.virtual_pipeline_model_parallel_size V, the model chunks per pipeline stage: 1 when
 // null or absent. Expects a value that passed training_value_problems (an integer ≥ 1).
 int64_t virtual_pipeline_chunks(const Node& config);

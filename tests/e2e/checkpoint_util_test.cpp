@@ -134,9 +134,15 @@ TEST_CASE("checkpoint_util: checkpoint → Hugging Face → release checkpoint �
 
 TEST_CASE("checkpoint_util: bad command lines exit 2 naming the problem") {
   test_support::TemporaryDirectory temporary;
+  // A symbolic link loop used to end in "internal error: filesystem error: ... Too many levels
+  // of symbolic links" (exit 3).
+  const std::string loop = (temporary.path / "loop").string();
+  std::filesystem::create_symlink(loop, loop);
+  std::filesystem::create_directories(temporary.path / "hf");
+  std::filesystem::create_symlink("config.json", temporary.path / "hf" / "config.json");
   struct Case {
     std::vector<std::string> arguments;
-    const char* message;
+    std::string message;
   };
   for (const auto& [arguments, message] : std::vector<Case>{
            {{}, "nothing to do"},
@@ -145,7 +151,13 @@ TEST_CASE("checkpoint_util: bad command lines exit 2 naming the problem") {
            {{"--load", "x", "--export-hf", "y", "--import-hf", "z", "--save", "w"}, "excludes"},
            {{"--frobnicate"}, "frobnicate"},
            {{"--load", (temporary.path / "none").string(), "--export-hf", "y"}, "holds no checkpoint"},
-           {{"--import-hf", (temporary.path / "none").string(), "--save", "y"}, "no config.json"}}) {
+           {{"--import-hf", (temporary.path / "none").string(), "--save", "y"}, "no config.json"},
+           {{"--import-hf", loop, "--save", "y"},
+            "cannot read the Hugging Face model directory " + loop + ": Too many levels of symbolic links"},
+           {{"--import-hf", (temporary.path / "hf").string(), "--save", "y"},
+            "cannot read the Hugging Face model file " + (temporary.path / "hf" / "config.json").string() +
+                ": Too many levels of symbolic links"},
+           {{"--load", loop, "--export-hf", "y"}, "Too many levels of symbolic links"}}) {
     std::vector<std::string> argv = {kCheckpointUtil};
     argv.insert(argv.end(), arguments.begin(), arguments.end());
     const auto run = launcher::run_and_capture(argv);

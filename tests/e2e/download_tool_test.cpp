@@ -176,7 +176,8 @@ TEST_CASE("decompress and download: an --output that is a directory exits 2, nev
       const auto run = launcher::run_and_capture(argv);
       INFO(run.output);
       CHECK(run.exit_code == 2);
-      CHECK(run.output.find("is a directory, not a file to write") != std::string::npos);
+      CHECK(run.output.find("cannot write --output " + (directory.path / "dir").string() +
+                            ": it is a directory, not a file") != std::string::npos);
     }
   }
   // A path ending in '/' names a directory too, existing or not; nothing is left there.
@@ -189,4 +190,18 @@ TEST_CASE("decompress and download: an --output that is a directory exits 2, nev
     CHECK(run.output.find("names a directory, not a file to write") != std::string::npos);
     CHECK_FALSE(fs::exists(directory.path / "new"));
   }
+}
+
+TEST_CASE("download: a URL whose file name is too long exits 2 naming the problem and --output") {
+  // A 100,000-character URL used to end in "internal error: filesystem error: File name too
+  // long" (exit 3).
+  TemporaryDirectory directory;
+  const std::string url = "http://127.0.0.1:9/" + std::string(100000, 'a');
+  const auto run = launcher::run_and_capture({kDownload, url});
+  INFO(run.output.substr(0, 2000));
+  CHECK(run.exit_code == 2);
+  CHECK(run.output.find("the URL's file name is 100000 bytes, more than the 255 bytes a file name "
+                        "may have; pass --output FILE") != std::string::npos);
+  CHECK(run.output.find("internal error") == std::string::npos);
+  CHECK(run.output.size() < 1000);  // the URL is shortened in the message
 }

@@ -190,7 +190,10 @@ TEST_CASE("evaluate_gpt: bad input is one line naming the flag, file or line, ex
     std::string message;
   };
   const std::vector<Case> cases = {
-      {{"--task", "WIKITEXT103", "--valid-data", missing}, "--valid-data " + missing + ": no such file"},
+      {{"--task", "WIKITEXT103", "--valid-data", missing},
+       "cannot read --valid-data " + missing + ": No such file or directory"},
+      {{"--task", "WIKITEXT103", "--valid-data", directory.string()},
+       "cannot read --valid-data " + directory.string() + ": it is a directory, not a file"},
       {{"--task", "WIKITEXT103", "--valid-data", empty_wiki}, "the file holds no text"},
       {{"--task", "RACE", "--valid-data", kWiki}, "--task"},
       {{"--task", "LAMBADA", "--valid-data", no_text}, "lambada_bad.jsonl line 2: no \"text\" key"},

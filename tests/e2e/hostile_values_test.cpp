@@ -177,11 +177,13 @@ TEST_CASE("launcher --dry-run refuses a bad mapped value before queueing, naming
   };
   const std::vector<Case> cases = {
       {"training.model.optim.lr=abc",
-       "training.model.optim.lr: 'abc' is not a number; --lr takes a real number ≥ 0"},
+       "training.model.optim.lr: 'abc' is not a number; training.model.optim.lr (--lr) takes a "
+       "real number ≥ 0"},
       {"training.model.global_batch_size=-4",
-       "training.model.global_batch_size: '-4' is out of range; --global-batch-size takes an "
-       "integer ≥ 1"},
-      {"training.trainer.max_steps=-5", "training.trainer.max_steps: '-5' is out of range; --train-iters"},
+       "training.model.global_batch_size: '-4' is out of range; training.model.global_batch_size "
+       "(--global-batch-size) takes an integer ≥ 1"},
+      {"training.trainer.max_steps=-5",
+       "training.trainer.max_steps: '-5' is out of range; training.trainer.max_steps (--train-iters)"},
       {"training.model.hidden_dropout=2", "training.model.hidden_dropout: '2' is out of range"},
       {"training.model.make_vocab_size_divisible_by=0",
        "training.model.make_vocab_size_divisible_by: '0' is out of range"},

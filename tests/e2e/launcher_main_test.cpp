@@ -502,8 +502,9 @@ TEST_CASE("a value of the wrong type is refused before anything runs, naming the
   const auto run = launcher::run_and_capture(tiny_run(temporary.path, {"training.model.num_layers=abc"}));
   INFO(run.output);
   CHECK(run.exit_code == 2);
-  CHECK(run.output.find("training.model.num_layers: 'abc' is not an integer; --num-layers takes an "
-                        "integer ≥ 1 (from the command line)") != std::string::npos);
+  CHECK(run.output.find("training.model.num_layers: 'abc' is not an integer; "
+                        "training.model.num_layers (--num-layers) takes an integer ≥ 1 (from the "
+                        "command line)") != std::string::npos);
   CHECK_FALSE(fs::exists(temporary.path / "gpt3_126m"));
 }
 

@@ -1,23 +1,24 @@
 // A real, private Slurm cluster for end-to-end tests: one slurmctld and two slurmd (node1,
 // node2) on this machine, plus a private munged, all configured from a slurm.conf in a temp
-// directory. Tests point Slurm's clients (sbatch, scontrol, the launcher) at it through
-// environment() (SLURM_CONF=...), so what the launcher renders is judged by Slurm itself, not
-// by string matching. Header-only because tests/CMakeLists.txt compiles only *_test.cpp.
+// directory. It is started and stopped by tests/slurm/local-cluster.sh (`up --dir DIR`, `down
+// --dir DIR`), the one way to get such a cluster, which docs/launcher.md ("Trying it on a local
+// Slurm") gives users too; the script writes slurm.conf, picks free ports (retrying when a daemon
+// loses a race for one), and waits for `scontrol ping` and two idle nodes. Tests point Slurm's
+// clients (sbatch, scontrol, the launcher) at it through environment() (SLURM_CONF=...), so what
+// the launcher renders is judged by Slurm itself, not by string matching. Header-only because
+// tests/CMakeLists.txt compiles only *_test.cpp.
 //
-// Isolation, so that test processes can run concurrently (ctest -j):
-//  - every path (state, spool, logs, pid files) lies in the cluster's temp directory;
-//  - the TCP ports (slurmctld + one per slurmd) are picked at random from 10000-32000 and
-//    bind-tested; if a daemon still loses a race for one ("Address already in use"), start-up
-//    is retried with fresh ports;
-//  - munged is private too: its own key and socket (AuthInfo=socket=...), never the system
-//    one at /run/munge, so no test ever starts or stops a daemon another test relies on.
-// Lifetime: the daemons run in the foreground as children of the test process with
-// PR_SET_PDEATHSIG=SIGKILL, so none can outlive it even if it crashes. slurmstepd and job
-// processes detach from slurmd; a forked guard, woken when the test process closes a pipe (in
-// the destructor, or by dying, even by SIGKILL), kills every process still naming the cluster's
-// directory and removes it. The destructor first cancels jobs and runs `scontrol shutdown`,
-// then stops what is left by pid (SIGTERM, then SIGKILL). While the cluster lives the test
-// process is a child subreaper, so the orphans it inherits are reaped, not left as zombies.
+// Isolation, so that test processes can run concurrently (ctest -j): every path (state, spool,
+// logs, pid files, munge key and socket) lies in the cluster's own mkdtemp directory, the ports
+// are a random free block (the script's), and munged is private (AuthInfo=socket=...), so no
+// test ever starts or stops a daemon another test relies on.
+// Lifetime: the script starts the daemons in sessions of their own; while the cluster lives the
+// test process is a child subreaper, so they (and slurmstepd, and the job processes) are
+// reparented to it and reaped, not left as zombies. A forked guard, woken when the test process
+// closes a pipe (in the destructor, or by dying, even by SIGKILL), kills every process still
+// naming the cluster's directory and removes it, so none outlives a crashed test. The
+// destructor first runs `local-cluster.sh down` (cancel jobs, `scontrol shutdown`, then stop what
+// is left by pid).
 //
 // Needs root (SlurmUser=SlurmdUser=root) and the Debian packages slurm-wlm and munge, which
 // container/install-deps.sh installs. Without them a test calls slurm_cluster_available(),
@@ -26,18 +27,13 @@
 
 #include <doctest/doctest.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -45,7 +41,6 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <random>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
@@ -236,34 +231,6 @@ inline bool slurm_cluster_available() {
   return false;
 }
 
-inline bool tcp_port_is_free(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_ANY);
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  const bool free = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
-  close(fd);
-  return free;
-}
-
-// `count` consecutive free TCP ports, below Linux's ephemeral range (32768+) so that no
-// outgoing connection takes one between the test and the daemon's bind. The start is random
-// (seeded per process) so concurrent test processes rarely even try the same block.
-inline int pick_free_port_block(int count) {
-  std::mt19937 random(std::random_device{}() ^ static_cast<unsigned>(getpid()));
-  std::uniform_int_distribution<int> start(10000, 32000 - count);
-  for (int attempt = 0; attempt < 500; ++attempt) {
-    const int base = start(random);
-    bool all_free = true;
-    for (int port = base; port < base + count && all_free; ++port) all_free = tcp_port_is_free(port);
-    if (all_free) return base;
-  }
-  throw std::runtime_error("no block of " + std::to_string(count) +
-                           " free TCP ports in 10000-32000 for the Slurm test cluster");
-}
-
 // How a job ended, from `scontrol show job -o <id>`.
 struct JobOutcome {
   bool finished = false;  // false: still pending/running when the wait ran out
@@ -272,7 +239,7 @@ struct JobOutcome {
   std::string record;     // the whole scontrol line, for messages
 };
 
-// A direct child daemon, started in the foreground.
+// A direct child process (the cluster guard), stopped by pid.
 struct Daemon {
   std::string name;
   pid_t pid = -1;
@@ -299,32 +266,6 @@ struct Daemon {
     }
   }
 };
-
-inline Daemon start_daemon(const std::string& name, std::vector<std::string> argv,
-                           const std::vector<std::string>& environment_overrides,
-                           const fs::path& output) {
-  std::vector<std::string> environment = environment_with(environment_overrides);
-  std::vector<char*> args = c_strings(argv);
-  std::vector<char*> envp = c_strings(environment);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error("fork for " + name + " failed: " + strerror(errno));
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test process
-    if (getppid() != parent) _exit(1);
-    const int null_fd = open("/dev/null", O_RDONLY);
-    const int out_fd = open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(null_fd, STDIN_FILENO);
-    dup2(out_fd, STDOUT_FILENO);
-    dup2(out_fd, STDERR_FILENO);
-    close_range(3, ~0U, 0);  // no ctest pipes or test files leak into the daemons
-    execve(args[0], args.data(), envp.data());
-    const std::string message = "cannot run " + argv[0] + ": " + strerror(errno) + "\n";
-    (void)!write(STDERR_FILENO, message.data(), message.size());
-    _exit(127);
-  }
-  return Daemon{name, pid, output};
-}
 
 // The pids of this process's direct children, zombies included.
 inline std::vector<pid_t> child_processes() {
@@ -374,8 +315,7 @@ inline void kill_processes_naming(const std::string& directory, std::chrono::mil
 // A forked guard that outlives the test process by moments: it blocks on a pipe whose only
 // writer is the test process, and when that closes (the destructor closes it, or the kernel
 // does when the test process dies, even by SIGKILL) it kills whatever still names the cluster's
-// directory and removes the directory. PR_SET_PDEATHSIG covers the daemons the test started
-// itself; this covers slurmstepd and the job processes, which detach from slurmd.
+// directory (the daemons, slurmstepd and the job processes) and removes the directory.
 inline pid_t start_guard(const fs::path& directory, int& write_end) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed: " + std::string(strerror(errno)));
@@ -401,6 +341,11 @@ inline pid_t start_guard(const fs::path& directory, int& write_end) {
   return pid;
 }
 
+// tests/slurm/local-cluster.sh, which starts and stops the cluster.
+inline fs::path local_cluster_script() {
+  return fs::path(TEST_SOURCE_DIR) / "tests" / "slurm" / "local-cluster.sh";
+}
+
 class SlurmTestCluster {
  public:
   static constexpr int kNodes = 2;
@@ -422,7 +367,13 @@ class SlurmTestCluster {
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     try {
       guard_pid_ = start_guard(directory_, guard_pipe_);
-      start();
+      started_ = true;  // from here `down` stops whatever a failed `up` left
+      const CommandResult up = script("up", {"--nodes", std::to_string(kNodes)}, 120s);
+      if (up.exit_code != 0) {
+        throw std::runtime_error(local_cluster_script().string() + " up --dir " + directory_.string() +
+                                 " failed (exit " + std::to_string(up.exit_code) + "):\n" + up.output +
+                                 "\n" + diagnostics());
+      }
     } catch (...) {
       shut_down();
       throw;
@@ -501,177 +452,19 @@ class SlurmTestCluster {
     throw std::runtime_error("the Slurm test cluster does not know the program " + name);
   }
 
-  fs::path munge_socket() const { return directory_ / "munge.socket"; }
-
-  void write_munge_key() const {
-    const fs::path key = directory_ / "munge.key";
-    std::ifstream random_source("/dev/urandom", std::ios::binary);
-    std::array<char, 128> bytes{};
-    random_source.read(bytes.data(), bytes.size());
-    if (!random_source) throw std::runtime_error("cannot read /dev/urandom for the munge key");
-    std::ofstream out(key, std::ios::binary);
-    out.write(bytes.data(), bytes.size());
-    out.close();
-    fs::permissions(key, fs::perms::owner_read | fs::perms::owner_write);
-  }
-
-  void write_slurm_conf(int first_port) const {
-    const fs::path& d = directory_;
-    std::ofstream conf(slurm_conf());
-    conf << "# Written by tests/e2e/slurm_test_cluster.hpp: a private two-node cluster.\n"
-         << "ClusterName=launchertest\n"
-         << "SlurmctldHost=localhost\n"
-         << "SlurmctldPort=" << first_port << "\n"
-         << "SlurmUser=root\n"
-         << "SlurmdUser=root\n"
-         << "AuthType=auth/munge\n"
-         << "CredType=cred/munge\n"
-         << "AuthInfo=socket=" << munge_socket().string() << "\n"
-         << "ProctrackType=proctrack/linuxproc\n"
-         << "TaskPlugin=task/none\n"
-         << "JobAcctGatherType=jobacct_gather/none\n"
-         << "AccountingStorageType=accounting_storage/none\n"
-         << "JobCompType=jobcomp/none\n"
-         << "SelectType=select/cons_tres\n"
-         << "SelectTypeParameters=CR_Core\n"
-         << "ReturnToService=2\n"
-         << "MinJobAge=3600\n"  // finished jobs stay visible to scontrol for the test
-         << "SchedulerParameters=batch_sched_delay=0\n"  // start batch jobs now, not within 3 s
-         << "KillWait=2\n"
-         << "InactiveLimit=0\n"
-         << "MailProg=/bin/true\n"
-         << "StateSaveLocation=" << (d / "state").string() << "\n"
-         << "SlurmctldPidFile=" << (d / "slurmctld.pid").string() << "\n"
-         << "SlurmctldLogFile=" << (d / "slurmctld.log").string() << "\n"
-         << "SlurmdSpoolDir=" << (d / "spool-%n").string() << "\n"
-         // One TmpFS per node: srun --mpi=pmix makes its directories under it, named by job
-         // and step only, so two nodes on one machine would collide in a shared /tmp.
-         << "TmpFS=" << (d / "tmp-%n").string() << "\n"
-         << "SlurmdPidFile=" << (d / "slurmd-%n.pid").string() << "\n"
-         << "SlurmdLogFile=" << (d / "slurmd-%n.log").string() << "\n"
-         << "NodeName=node[1-" << kNodes << "] NodeHostname=localhost Port=" << first_port + 1 << "-"
-         << first_port + kNodes << " CPUs=1 RealMemory=1000\n"
-         << "PartitionName=debug Nodes=node[1-" << kNodes << "] Default=YES MaxTime=INFINITE State=UP\n";
-    if (!conf) throw std::runtime_error("cannot write " + slurm_conf().string());
-  }
-
-  // Polls `check` every 100 ms until it holds, `daemon` dies, or `timeout` passes.
-  template <typename Check>
-  bool wait_until(Check&& check, std::chrono::milliseconds timeout, std::vector<Daemon*> daemons) {
-    const auto deadline = Clock::now() + timeout;
-    while (Clock::now() < deadline) {
-      if (check()) return true;
-      for (Daemon* daemon : daemons) {
-        if (!daemon->alive()) return false;
-      }
-      std::this_thread::sleep_for(100ms);
-    }
-    return check();
-  }
-
-  void start_munged() {
-    write_munge_key();
-    const fs::path& d = directory_;
-    munged_ = start_daemon(
-        "munged",
-        {program("munged"), "--foreground", "--force", "--socket=" + munge_socket().string(),
-         "--key-file=" + (d / "munge.key").string(), "--pid-file=" + (d / "munged.pid").string(),
-         "--seed-file=" + (d / "munged.seed").string(), "--log-file=" + (d / "munged.log").string()},
-        {}, d / "munged.out");
-    if (!wait_until([&] { return fs::exists(munge_socket()); }, 10s, {&munged_})) {
-      throw std::runtime_error("munged did not create its socket " + munge_socket().string() +
-                               " within 10 s\n" + diagnostics());
-    }
-  }
-
-  // One try at slurmctld + slurmd on freshly picked ports. False when a port was taken.
-  bool start_slurm_daemons() {
-    first_port_ = pick_free_port_block(1 + kNodes);
-    const fs::path& d = directory_;
-    for (const char* sub : {"state", "spool-node1", "spool-node2"}) {
-      fs::remove_all(d / sub);
-      fs::create_directories(d / sub);
-    }
-    for (const auto& entry : fs::directory_iterator(d)) {
-      const std::string name = entry.path().filename().string();
-      if (name.starts_with("slurm")) fs::remove(entry.path());  // logs of a lost try
-    }
-    write_slurm_conf(first_port_);
-    for (int node = 1; node <= kNodes; ++node) {
-      fs::create_directories(d / ("tmp-node" + std::to_string(node)));
-    }
-    const std::vector<std::string> env = environment();
-    controller_ = start_daemon("slurmctld", {program("slurmctld"), "-D", "-c", "-f", slurm_conf().string()},
-                               env, d / "slurmctld.out");
-    const bool controller_up = wait_until(
-        [&] { return client("scontrol", {"ping"}, 10s).output.find("is UP") != std::string::npos; },
-        15s, {&controller_});
-    if (!controller_up) return false;
-    for (int node = 1; node <= kNodes; ++node) {
-      const std::string name = "node" + std::to_string(node);
-      nodes_.push_back(start_daemon("slurmd " + name,
-                                    {program("slurmd"), "-D", "-N", name, "-f", slurm_conf().string()},
-                                    env, d / ("slurmd-" + name + ".out")));
-    }
-    std::vector<Daemon*> watched = {&controller_};
-    for (auto& node : nodes_) watched.push_back(&node);
-    return wait_until(
-        [&] {
-          const std::string shown = client("sinfo", {"-h", "-N", "-o", "%N %T"}, 10s).output;
-          int idle = 0;
-          for (size_t at = shown.find(" idle"); at != std::string::npos; at = shown.find(" idle", at + 1)) {
-            ++idle;
-          }
-          return idle == kNodes;
-        },
-        30s, watched);
-  }
-
-  void stop_slurm_daemons(std::chrono::milliseconds grace) {
-    for (auto& node : nodes_) node.stop(grace);
-    controller_.stop(grace);
-    nodes_.clear();
-  }
-
-  bool lost_a_port_race() const {
-    std::error_code error;
-    for (const auto& entry : fs::directory_iterator(directory_, error)) {
-      if (read_text(entry.path()).find("Address already in use") != std::string::npos) return true;
-    }
-    return false;
-  }
-
-  void start() {
-    start_munged();
-    for (int attempt = 1;; ++attempt) {
-      if (start_slurm_daemons()) return;
-      const bool port_taken = lost_a_port_race();
-      const std::string logs = diagnostics();
-      stop_slurm_daemons(0ms);
-      if (!port_taken || attempt == 3) {
-        throw std::runtime_error("the Slurm test cluster in " + directory_.string() +
-                                 " did not come up (slurmctld answering `scontrol ping`, then " +
-                                 std::to_string(kNodes) + " idle nodes in sinfo) on attempt " +
-                                 std::to_string(attempt) + "; daemon logs:\n" + logs);
-      }
-    }
+  // local-cluster.sh <action> --dir <this cluster's directory> <arguments>.
+  CommandResult script(const std::string& action, const std::vector<std::string>& arguments,
+                       std::chrono::milliseconds timeout) const {
+    std::vector<std::string> argv = {"/bin/bash", local_cluster_script().string(), action, "--dir",
+                                     directory_.string()};
+    argv.insert(argv.end(), arguments.begin(), arguments.end());
+    return run_command(argv, {}, timeout);
   }
 
   void shut_down() {
-    if (controller_.alive()) {
-      // Cancel what is left so no job step lingers, then stop the daemons the Slurm way.
-      const passwd* user = getpwuid(geteuid());
-      client("scancel", {"--quiet", "--user", user ? user->pw_name : "root"}, 10s);
-      const auto deadline = Clock::now() + 5s;
-      while (Clock::now() < deadline) {
-        const CommandResult queue = client("squeue", {"-h", "-o", "%i"}, 10s);
-        if (queue.exit_code != 0 || queue.output.find_first_not_of(" \n") == std::string::npos) break;
-        std::this_thread::sleep_for(200ms);
-      }
-      client("scontrol", {"shutdown"}, 10s);
-    }
-    stop_slurm_daemons(5000ms);
-    munged_.stop(0ms);
+    // Cancels the jobs, `scontrol shutdown`, stops what is left; the guard removes the directory.
+    if (started_) script("down", {"--keep"}, 60s);
+    started_ = false;
     // slurmstepd and job processes detach from slurmd: the guard kills whatever still names the
     // cluster's directory, then removes it.
     if (guard_pipe_ >= 0) close(guard_pipe_);
@@ -697,12 +490,9 @@ class SlurmTestCluster {
   fs::path directory_;
   std::vector<std::pair<std::string, std::string>> programs_;  // name → absolute path
   bool was_subreaper_ = false;
+  bool started_ = false;  // `up` ran: `down` has something to stop
   pid_t guard_pid_ = -1;
   int guard_pipe_ = -1;  // the write end the guard waits on
-  int first_port_ = 0;
-  Daemon munged_;
-  Daemon controller_;
-  std::vector<Daemon> nodes_;
 };
 
 }  // namespace slurm_test

@@ -6,17 +6,22 @@
 // serves on; 16 concurrent clients get their serial answers while a client that sent half a
 // request stalls; a client that sends a long request and closes its connection has its
 // request stopped (its slot freed, a 499 in the log); SIGTERM ends it with exit 0 promptly; the
-// CLI drives it from standard input; and `hey` puts 160 requests through 16 connections, all
-// answered 200.
+// CLI drives it from standard input; `hey` puts 160 requests through 16 connections, all
+// answered 200; a chunked body over --max-request-bytes is refused with 400 and a header flood
+// with 431; a request is answered within a second while 80 clients trickle theirs a byte at a
+// time (and are cut at --socket-timeout); and --max-concurrent-requests 100000000 is refused
+// with exit 2 before the server serves.
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -36,6 +41,7 @@
 #include "backend/train/arguments.hpp"
 #include "backend/train/trained_model.hpp"
 #include "backend/train/trainer.hpp"
+#include "bounded_run.hpp"
 #include "generation_server_process.hpp"
 #include "launcher/process.hpp"
 #include "spawned_process.hpp"
@@ -156,6 +162,53 @@ void send_and_close(int port, const std::string& body) {
   close(socket_fd);
 }
 
+// A response read by hand from a connection: its status and body (by Content-Length), or
+// status 0 when none came whole within `timeout`, or the connection ended first.
+struct RawResponse {
+  int status = 0;
+  std::string body;
+};
+RawResponse read_response(int socket_fd, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string received;
+  RawResponse response;
+  size_t length = std::string::npos;
+  size_t body_start = 0;
+  for (;;) {
+    if (length == std::string::npos) {
+      const size_t head_end = received.find("\r\n\r\n");
+      if (head_end != std::string::npos) {
+        response.status = std::stoi(received.substr(9, 3));
+        body_start = head_end + 4;
+        const size_t field = received.find("Content-Length: ");
+        length = field < head_end ? std::stoul(received.substr(field + 16)) : 0;
+      }
+    }
+    if (length != std::string::npos && received.size() >= body_start + length) {
+      response.body = received.substr(body_start, length);
+      return response;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now()).count();
+    pollfd watched{.fd = socket_fd, .events = POLLIN, .revents = 0};
+    if (left <= 0 || poll(&watched, 1, static_cast<int>(left)) <= 0) return RawResponse{};
+    char buffer[65536];
+    const ssize_t got = recv(socket_fd, buffer, sizeof buffer, 0);
+    if (got <= 0) return RawResponse{};
+    received.append(buffer, static_cast<size_t>(got));
+  }
+}
+
+// Sends `text` whole; false once the server has closed the connection.
+bool send_all(int socket_fd, const std::string& text) {
+  for (size_t sent = 0; sent < text.size();) {
+    const ssize_t done = send(socket_fd, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
+    if (done <= 0) return false;
+    sent += static_cast<size_t>(done);
+  }
+  return true;
+}
+
 }  // namespace
 
 TEST_CASE("PUT /api answers Megatron's response, and greedy generation is the full forward's") {
@@ -250,6 +303,7 @@ TEST_CASE("bad requests get 400 and a message, and the server serves on") {
        "top_k must be equal to or greater than 0 and less than or equal to 1000"},
       {R"({"prompts": ["Hi"], "temperature": 0})",
        "temperature must be a positive number less than or equal to 100.0"},
+      {R"({"prompts": ["Hi"], "temperature": 1e-300})", "temperature 1e-300 is too small"},
       {R"({"prompts": ["Hi"], "tokens_to_generate": 33})", "--max-tokens-to-generate"},
       {R"({"prompts": ["Hi"], "tokens_to_generate": 0})",
        "tokens_to_generate=0 implies logprobs should be True"},
@@ -438,4 +492,106 @@ TEST_CASE("a load test: hey's 160 requests over 16 connections are all answered 
   const auto after = server.put(R"({"prompts": ["Hi"], "tokens_to_generate": 2})");
   REQUIRE(after);
   CHECK(after->status == 200);
+}
+
+TEST_CASE("a chunked body over --max-request-bytes is refused with 400, a header flood with 431") {
+  Server server({"--max-request-bytes", "4096"});
+  {
+    // 32 MiB in chunks of 4 KiB, sent while the answer is read: the limit counts chunked bytes.
+    const int socket_fd = connection_to(server.port());
+    std::atomic<bool> stop = false;
+    std::thread sender([&] {
+      if (!send_all(socket_fd, "PUT /api HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                               "application/json\r\nTransfer-Encoding: chunked\r\n\r\n")) {
+        return;
+      }
+      const std::string chunk = "1000\r\n" + std::string(4096, ' ') + "\r\n";
+      for (int i = 0; i < 8192 && !stop; ++i) {
+        if (!send_all(socket_fd, chunk)) return;
+      }
+    });
+    const RawResponse answer = read_response(socket_fd, 20s);
+    stop = true;
+    shutdown(socket_fd, SHUT_RDWR);
+    sender.join();
+    close(socket_fd);
+    CHECK(answer.status == 400);
+    const nlohmann::json message = nlohmann::json::parse(answer.body, nullptr, false);
+    REQUIRE(message.is_object());
+    CHECK(message["message"] == "the request body is larger than --max-request-bytes 4096");
+  }
+  {
+    // A million header fields (11 MB), the issue's: the server reads no more than its limits.
+    std::string flood = "PUT /api HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    flood.reserve(12 << 20);
+    for (int i = 0; i < 1'000'000; ++i) flood += "X-" + std::to_string(i) + ": a\r\n";
+    const int socket_fd = connection_to(server.port());
+    std::thread sender([&] { send_all(socket_fd, flood + "\r\n"); });
+    const RawResponse answer = read_response(socket_fd, 20s);
+    shutdown(socket_fd, SHUT_RDWR);
+    sender.join();
+    close(socket_fd);
+    CHECK(answer.status == 431);
+    const nlohmann::json message = nlohmann::json::parse(answer.body, nullptr, false);
+    REQUIRE(message.is_object());
+    CHECK(message["message"].get<std::string>().find("header fields") != std::string::npos);
+  }
+  const auto good = server.put(R"({"prompts": ["Hi"], "tokens_to_generate": 2})");
+  REQUIRE(good);
+  CHECK(good->status == 200);
+}
+
+TEST_CASE("a request is answered within a second while 80 clients trickle theirs") {
+  // The issue's measurement: 80 clients sending a byte at a time, each within the timeout of a
+  // read, once held every HTTP thread (--max-concurrent-requests 64 + 8) and a valid request
+  // waited for them. Now they hold only their connections, and are cut at --socket-timeout
+  // from their first byte.
+  Server server({"--socket-timeout", "2"});
+  std::vector<int> tricklers;
+  for (int i = 0; i < 80; ++i) tricklers.push_back(connection_to(server.port()));
+  const std::string request =
+      "PUT /api HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: 2\r\n\r\n{}";
+  std::atomic<bool> done = false;
+  const auto start = std::chrono::steady_clock::now();
+  // A byte per client every half second, for at most 4 s.
+  std::thread trickle([&] {
+    for (size_t at = 0; at < 8 && !done; ++at) {
+      for (const int socket_fd : tricklers) send(socket_fd, &request[at], 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(500ms);
+    }
+  });
+  std::this_thread::sleep_for(300ms);
+  const auto asked = std::chrono::steady_clock::now();
+  const auto answer = server.put(R"({"prompts": ["Hi"], "tokens_to_generate": 2, "no_log": true})");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+  REQUIRE(answer);
+  CHECK(answer->status == 200);
+  CHECK(seconds < 1.0);
+  // Each trickler is answered 408 at its deadline, 2 s after its first byte.
+  int cut = 0;
+  for (const int socket_fd : tricklers) {
+    const RawResponse timed_out = read_response(socket_fd, 5s);
+    if (timed_out.status == 408) ++cut;
+  }
+  const double cut_after =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  done = true;
+  trickle.join();
+  for (const int socket_fd : tricklers) close(socket_fd);
+  CHECK(cut == 80);
+  CHECK(cut_after >= 1.9);
+  CHECK(cut_after < 4.0);
+}
+
+TEST_CASE("--max-concurrent-requests 100000000 is refused with exit 2 before the server serves") {
+  // It once made 100000000 + 8 threads before listening, ignoring SIGINT while the machine ran
+  // out of process ids.
+  const auto run = test_support::run_bounded(
+      join(join(join({kTestBin + "/text_generation_server"}, tiny_lambada_model_flags()),
+                {"--load", checkpoint().checkpoints.string()}),
+           {"--port", "0", "--max-concurrent-requests", "100000000"}));
+  test_support::check_refused(run, "--max-concurrent-requests takes an integer in [1, 4096]");
+  CHECK(run.output.find("serving on") == std::string::npos);
 }

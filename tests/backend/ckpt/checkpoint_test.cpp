@@ -24,6 +24,7 @@
 
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/common/error.hpp"
+#include "backend/common/nemo_config_keys.hpp"
 #include "backend/data/mock_dataset.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/trainer.hpp"
@@ -40,6 +41,16 @@ namespace {
 TrainingArguments resumable_arguments() {
   TrainingArguments a = test_support::resumable_gpt_arguments(8);
   validate_arguments(a);
+  return a;
+}
+
+// The same run with Llama's layer: RoPE, RMSNorm, SwiGLU, no biases.
+TrainingArguments resumable_llama_arguments() {
+  TrainingArguments a = resumable_arguments();
+  a.position_embedding_type = "rope";
+  a.normalization = "RMSNorm";
+  a.swiglu = true;
+  a.add_bias_linear = false;
   return a;
 }
 
@@ -409,11 +420,7 @@ TEST_CASE("the vocabulary flags are named only when the embedding does not fit")
 
 TEST_CASE("a Llama checkpoint round-trips, and a GPT model is told the Llama flags it needs") {
   test_support::TemporaryDirectory directory;
-  auto llama = resumable_arguments();
-  llama.position_embedding_type = "rope";
-  llama.normalization = "RMSNorm";
-  llama.swiglu = true;
-  llama.add_bias_linear = false;
+  auto llama = resumable_llama_arguments();
   llama.untie_embeddings_and_output_weights = true;
   llama.group_query_attention = true;
   llama.num_query_groups = 2;
@@ -440,6 +447,52 @@ TEST_CASE("a Llama checkpoint round-trips, and a GPT model is told the Llama fla
                      "--position-embedding-type learned_absolute --normalization LayerNorm) to "
                      "load it.") != std::string::npos);
   CHECK(std::regex_search(message, std::regex(R"(\n  output_layer\.weight +\(256, 32\) +not in the model\n)")));
+}
+
+TEST_CASE("with --name-config-keys (a launcher job) the mismatch names the config keys to set") {
+  test_support::TemporaryDirectory directory;
+  auto llama = resumable_llama_arguments();
+  // NullTokenizer --vocab-size 257: 258 ids, 260 rows here and 384 with the default 128, so
+  // the embedding does not fit and the divisor is named.
+  llama.vocab_size = 257;
+  llama.make_vocab_size_divisible_by = 4;
+  llama.save = directory.path.string();
+  LiveState saved(llama);
+  std::ostringstream log;
+  save_checkpoint(llama, {3, 12, 8}, saved.model, saved.optimizer, saved.scheduler, log);
+
+  // The launcher's job: GPT's defaults and one layer more.
+  auto gpt = resumable_arguments();
+  gpt.vocab_size = 257;
+  gpt.load = llama.save;
+  gpt.num_layers = 3;
+  gpt.name_config_keys = true;
+  const std::string message = load_error(gpt);
+  INFO(message);
+  CHECK(message.find("The checkpoint was saved with --num-layers 2 --make-vocab-size-divisible-by 4 "
+                     "--position-embedding-type rope --normalization RMSNorm --swiglu "
+                     "--disable-bias-linear; set training.model.num_layers=2 "
+                     "training.model.make_vocab_size_divisible_by=4 "
+                     "training.model.position_embedding_type=rope training.model.normalization=rmsnorm "
+                     "training.model.activation=swiglu training.model.bias=false (instead of "
+                     "training.model.num_layers=3 training.model.make_vocab_size_divisible_by=128 "
+                     "training.model.position_embedding_type=learned_absolute "
+                     "training.model.normalization=layernorm training.model.activation=gelu "
+                     "training.model.bias=true) to load it: the launcher renders those flags from "
+                     "these config keys.") != std::string::npos);
+  CHECK(message.find("pass these flags") == std::string::npos);
+}
+
+TEST_CASE("the config settings for a shape flag: the keys the launcher renders it from") {
+  CHECK(common::nemo_settings_for_flag("--make-vocab-size-divisible-by", "4") ==
+        "training.model.make_vocab_size_divisible_by=4");
+  CHECK(common::nemo_settings_for_flag("--tokenizer-type", "Llama2Tokenizer") ==
+        "training.model.tokenizer.library=sentencepiece training.model.tokenizer.type=Llama2Tokenizer");
+  CHECK(common::nemo_settings_for_flag("--tokenizer-type", "GPT2BPETokenizer") ==
+        "training.model.tokenizer.library=megatron training.model.tokenizer.type=GPT2BPETokenizer");
+  CHECK(common::nemo_settings_for_flag("--untie-embeddings-and-output-weights", "true") ==
+        "training.model.share_embeddings_and_output_weights=false");
+  CHECK(common::nemo_settings_for_flag("--vocab-size", "500").empty());  // no key renders it
 }
 
 TEST_CASE("a corrupt tensor in a saved checkpoint stops the load, naming the file and the tensor") {

@@ -84,3 +84,15 @@ TEST_CASE("checkpoint_util's command line") {
     CHECK_THROWS_WITH_AS(parse_checkpoint_util(misuse.first), doctest::Contains(message), common::Error);
   }
 }
+
+TEST_CASE("checkpoint_util's flags may be abbreviated as argparse allows") {
+  const auto resharding = parse_checkpoint_util({"--lo", "ckpt", "--sa=out", "--target-t", "2"});
+  REQUIRE(resharding);
+  CHECK(resharding->load == "ckpt");
+  CHECK(resharding->save == "out");
+  CHECK(resharding->target_tensor_parallel_size == 2);
+  CHECK_THROWS_WITH_AS(parse_checkpoint_util({"--load", "ckpt", "--save", "out", "--target", "2"}),
+                       "checkpoint_util: ambiguous option: --target could match "
+                       "--target-tensor-parallel-size, --target-pipeline-parallel-size",
+                       common::Error);
+}

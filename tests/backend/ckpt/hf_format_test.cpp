@@ -611,10 +611,15 @@ TEST_CASE("hf_format: Llama settings that cannot load, and models with no HF arc
           {{"rope_type", "llama3"}, {"factor", "8"}, {"low_freq_factor", 1.0},
            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}},
           "'factor' must be a number, got \"8\"");
-  refused("rope_scaling",
-          {{"rope_type", "llama3"}, {"factor", 0.5}, {"low_freq_factor", 1.0},
-           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}},
-          "--rope-scaling-factor must be a finite number ≥ 1, got 0.5");
+  // 0 is refused like 0.5 and -8 (it used to read as "no scaling": plain RoPE, silently).
+  for (const double factor : {0.5, 0.0, -8.0}) {
+    CAPTURE(factor);
+    refused("rope_scaling",
+            {{"rope_type", "llama3"}, {"factor", factor}, {"low_freq_factor", 1.0},
+             {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}},
+            fmt::format("config.json: rope_scaling: factor {} must be a finite number ≥ 1",
+                        factor).c_str());
+  }
   refused("rope_scaling",
           {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0},
            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}},

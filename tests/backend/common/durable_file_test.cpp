@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/common/error.hpp"
+#include "hostile_outputs.hpp"
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
 
@@ -43,4 +44,59 @@ TEST_CASE("write_text_file_atomically: an executable file is executable by owner
   const fs::perms permissions = fs::status(script).permissions();
   CHECK((permissions & fs::perms::owner_exec) != fs::perms::none);
   CHECK((permissions & fs::perms::group_exec) != fs::perms::none);
+}
+
+TEST_CASE("output_target: a device, FIFO, directory or broken link is refused, never replaced") {
+  // As root, `launcher report --html /dev/full` used to replace /dev/full by the page.
+  test_support::TemporaryDirectory temporary;
+  for (const auto& hostile : test_support::make_hostile_outputs(temporary.path)) {
+    const std::string refusal = "cannot write --html " + hostile.path + ": " + hostile.refusal;
+    CHECK_THROWS_WITH_AS(common::output_target(hostile.path, "--html"),
+                         doctest::Contains(refusal.c_str()), common::Error);
+    CHECK_THROWS_WITH_AS(common::write_text_file_atomically(hostile.path, "page",
+                                                            common::FileMode::regular, "--html"),
+                         doctest::Contains(refusal.c_str()), common::Error);
+    CHECK_THROWS_WITH_AS(common::replaceable_output_file(hostile.path, "--output"),
+                         doctest::Contains(hostile.refusal.c_str()), common::Error);
+    test_support::check_unchanged(hostile);
+  }
+  CHECK_THROWS_WITH_AS(common::output_target("", "--html"),
+                       doctest::Contains("cannot write --html: the path is empty"), common::Error);
+}
+
+TEST_CASE("output_target: a link to a regular file has the file replaced, the link stays") {
+  test_support::TemporaryDirectory temporary;
+  const fs::path elsewhere = temporary.path / "elsewhere";
+  fs::create_directories(elsewhere);
+  test_support::write_file(elsewhere / "target.json", "old");
+  // A chain of two links, the second relative.
+  fs::create_symlink(elsewhere / "target.json", elsewhere / "near");
+  fs::create_symlink("elsewhere/near", temporary.path / "link.json");
+  CHECK(common::output_target(temporary.path / "link.json", "--results-json").file ==
+        fs::canonical(elsewhere / "target.json"));
+  common::write_text_file_atomically(temporary.path / "link.json", "new");
+  CHECK(fs::is_symlink(temporary.path / "link.json"));
+  CHECK(fs::is_symlink(elsewhere / "near"));
+  CHECK(read_file(elsewhere / "target.json") == "new");
+  // The temporary was made beside the target, and is gone.
+  int entries = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(elsewhere)) ++entries;
+  CHECK(entries == 2);
+  CHECK(common::replaceable_output_file(temporary.path / "link.json", "--output") ==
+        fs::canonical(elsewhere / "target.json"));
+  // A new path and a regular file are themselves.
+  CHECK(common::output_target(temporary.path / "new.json", "--x").file ==
+        temporary.path / "new.json");
+  CHECK(common::output_target(temporary.path / "new.json", "--x").standard_stream == -1);
+}
+
+TEST_CASE("output_target: this process's standard output or error is written through") {
+  // /proc/self/fd/1 is descriptor 1 whatever it is (a terminal, a pipe, a file): never renamed
+  // over (as root, --results-json /dev/stdout used to replace the system's /dev/stdout link).
+  CHECK(common::output_target("/proc/self/fd/1", "--results-json").standard_stream == 1);
+  CHECK(common::output_target("/proc/self/fd/2", "--results-json").standard_stream >= 1);
+  CHECK_THROWS_WITH_AS(common::replaceable_output_file("/proc/self/fd/1", "--output"),
+                       doctest::Contains("cannot write --output /proc/self/fd/1: it is this "
+                                         "process's standard output"),
+                       common::Error);
 }

@@ -2,7 +2,6 @@
 #include "backend/common/tool_main.hpp"
 
 #include <doctest/doctest.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <memory>
@@ -10,25 +9,9 @@
 #include <stdexcept>
 
 #include "backend/common/error.hpp"
+#include "captured_log.hpp"
 
-namespace {
-
-// Routes the default logger into a string for the test's duration.
-struct CapturedLog {
-  std::ostringstream text;
-  std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-  CapturedLog() {
-    auto logger = std::make_shared<spdlog::logger>(
-        "captured", std::make_shared<spdlog::sinks::ostream_sink_mt>(text));
-    logger->set_pattern("[%l] %v");
-    spdlog::set_default_logger(logger);
-  }
-  ~CapturedLog() { spdlog::set_default_logger(previous); }
-  CapturedLog(const CapturedLog&) = delete;
-  CapturedLog& operator=(const CapturedLog&) = delete;
-};
-
-}  // namespace
+using test_support::CapturedLog;
 
 TEST_CASE("run_tool passes the body's status through and logs nothing") {
   CapturedLog log;

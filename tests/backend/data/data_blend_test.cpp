@@ -173,6 +173,38 @@ TEST_CASE("--data-file-list and --data-args-path files") {
   CHECK_THROWS_WITH_AS(read_data_file_list((directory.path / "none.txt").string()),
                        doctest::Contains("--data-file-list"), common::Error);
 
+  // The ALCF fork's three columns: weight, prefix (a ".bin" dropped, as the fork drops it),
+  // corpus. The weights stay each dataset's own, over all lines.
+  std::ofstream(directory.path / "alcf.txt")
+      << "0.0018 /flare/dolma/algebraic-stack-train-0000_text_document algebraic-stack-train\n"
+         "0.0017 /flare/dolma/algebraic-stack-train-0001_text_document.bin algebraic-stack-train\n"
+         "0.5 /flare/dolma/books-0000_text_document books\n";
+  const auto alcf = read_data_file_list((directory.path / "alcf.txt").string());
+  CHECK(alcf.prefixes == words({"/flare/dolma/algebraic-stack-train-0000_text_document",
+                                "/flare/dolma/algebraic-stack-train-0001_text_document",
+                                "/flare/dolma/books-0000_text_document"}));
+  CHECK(*alcf.weights == std::vector<double>{0.0018, 0.0017, 0.5});
+  CHECK(alcf.corpora == words({"algebraic-stack-train", "algebraic-stack-train", "books"}));
+  const auto shares = corpus_shares(alcf, normalize_weights(*alcf.weights, "w"));
+  REQUIRE(shares.size() == 2);
+  CHECK(shares[0].name == "algebraic-stack-train");
+  CHECK(shares[0].datasets == 2);
+  CHECK(shares[0].weight == doctest::Approx(0.0035 / 0.5035));
+  CHECK(shares[1].name == "books");
+  CHECK(shares[1].weight == doctest::Approx(0.5 / 0.5035));
+  CHECK(read_data_file_list(list.string()).corpora.empty());
+  std::ofstream(directory.path / "some_corpora.txt") << "0.5 a web\n0.5 b\n";
+  CHECK_THROWS_WITH_AS(read_data_file_list((directory.path / "some_corpora.txt").string()),
+                       doctest::Contains("line 1 names a corpus but line 2 does not"), common::Error);
+  std::ofstream(directory.path / "four.txt") << "0.5 a web extra\n";
+  CHECK_THROWS_WITH_AS(read_data_file_list((directory.path / "four.txt").string()),
+                       doctest::Contains("four.txt:1: 4 words; a line is \"weight prefix\" or "
+                                         "\"weight prefix corpus\""),
+                       common::Error);
+  std::ofstream(directory.path / "corpus_first.txt") << "web 0.5 a\n";
+  CHECK_THROWS_WITH_AS(read_data_file_list((directory.path / "corpus_first.txt").string()),
+                       doctest::Contains("'web' is not a weight"), common::Error);
+
   std::ofstream(directory.path / "args.txt") << "0.3 a\n0.7\nb\n";
   const auto args = read_data_args_file((directory.path / "args.txt").string());
   CHECK(args.prefixes == words({"a", "b"}));

@@ -128,8 +128,15 @@ TEST_CASE("per-split data: each split reads its own datasets whole") {
   CHECK(datasets[1]->size() == 16);
   CHECK_FALSE(datasets[2]);
 
+  // A test pass without test data is skipped, as Megatron skips it: no dataset, no error.
+  const auto without_test = build_gpt_datasets(options_for(sources), {40, 16, 8});
+  CHECK(without_test[0]);
+  CHECK(without_test[1]);
+  CHECK_FALSE(without_test[2]);
+  // Not so the validation split.
+  sources.blend_per_split[1].reset();
   CHECK_THROWS_WITH_AS(build_gpt_datasets(options_for(sources), {40, 16, 8}),
-                       doctest::Contains("no --test-data-path is given, so the test split has no data: WHY-TEST"),
+                       doctest::Contains("no --valid-data-path is given, so the validation split has no data: WHY-VALID"),
                        common::Error);
 }
 
@@ -148,6 +155,15 @@ TEST_CASE("a split the run reads but the data leaves empty says why it is needed
                        doctest::Contains("WHY-VALID"), common::Error);
   // The same split is fine when the run reads no test samples.
   CHECK_NOTHROW(build_gpt_datasets(options_for(blend_of({corpus.prefixes[1]}, "949,50,1")), {10, 0, 0}));
+  // A test share of 0 (--split 98,2,0) leaves the test split out, as Megatron does; a blend too.
+  const auto no_test = build_gpt_datasets(options_for(blend_of({corpus.prefixes[0]}, "98,2,0")), {10, 4, 4});
+  CHECK(no_test[0]);
+  CHECK(no_test[1]);
+  CHECK_FALSE(no_test[2]);
+  const auto blend_no_test = build_gpt_datasets(
+      options_for(blend_of({"1", corpus.prefixes[0], "1", corpus.prefixes[0]}, "90,10,0")), {10, 4, 4});
+  CHECK(blend_no_test[1]);
+  CHECK_FALSE(blend_no_test[2]);
 }
 
 TEST_CASE("bad prefixes and datasets are named") {

@@ -56,6 +56,17 @@ PreprocessSummary run(const PreprocessOptions& options, std::string* err_text = 
   return summary;
 }
 
+// Every token of a dataset, its sequences one after another.
+std::vector<int32_t> all_tokens(const IndexedDataset& dataset) {
+  std::vector<int32_t> tokens;
+  for (int64_t i = 0; i < dataset.sequence_count(); ++i) {
+    std::vector<int32_t> sequence(static_cast<size_t>(dataset.sequence_length(i)));
+    dataset.read_tokens(i, 0, sequence);
+    tokens.insert(tokens.end(), sequence.begin(), sequence.end());
+  }
+  return tokens;
+}
+
 }  // namespace
 
 TEST_CASE("preprocess_data output is byte-identical to Megatron's for every worker count") {
@@ -186,14 +197,7 @@ TEST_CASE("bad lines are skipped and reported with their line numbers, and --str
     tokenizer.tokenize(text, expected);
     expected.push_back(tokenizer.eod());
   }
-  const IndexedDataset dataset(prefix + "_text_document");
-  std::vector<int32_t> tokens;
-  for (int64_t i = 0; i < dataset.sequence_count(); ++i) {
-    std::vector<int32_t> sequence(static_cast<size_t>(dataset.sequence_length(i)));
-    dataset.read_tokens(i, 0, sequence);
-    tokens.insert(tokens.end(), sequence.begin(), sequence.end());
-  }
-  CHECK(tokens == expected);
+  CHECK(all_tokens(IndexedDataset(prefix + "_text_document")) == expected);
 
   // --strict: the first bad line is fatal and no output file is left.
   TemporaryDirectory strict_directory;
@@ -202,6 +206,53 @@ TEST_CASE("bad lines are skipped and reported with their line numbers, and --str
   const std::string strict_message = input.string() + ":2: key \"text\" is a number";
   CHECK_THROWS_WITH_AS(run(strict), doctest::Contains(strict_message.c_str()), common::Error);
   CHECK(directory_entries(strict_directory.path).empty());
+}
+
+TEST_CASE("a line over --max-line-bytes is a bad line, read through without being kept") {
+  // A 256 MB line once took 1.1 GB (and from a pipe, minutes: the newline search went over all
+  // the bytes held after every read).
+  TemporaryDirectory directory;
+  const std::string long_text = "{\"text\": \"" + std::string(300, 'x') + "\"}";
+  const auto input = directory.path / "long.jsonl";
+  write_file(input, long_text + "\n{\"text\": \"good one\"}\n" + long_text +
+                        "\n{\"text\": \"good two\"}\n" + long_text);  // the last: no newline
+  Gpt2BpeTokenizer tokenizer(kTestData + "/gpt2-vocab.json", kTestData + "/gpt2-merges.txt");
+  std::vector<int32_t> expected;
+  for (const char* text : {"good one", "good two"}) {
+    tokenizer.tokenize(text, expected);
+    expected.push_back(tokenizer.eod());
+  }
+  for (const int64_t batch_bytes : {int64_t{16}, int64_t{100}, int64_t{1} << 20}) {
+    CAPTURE(batch_bytes);
+    TemporaryDirectory output;
+    PreprocessOptions options = gpt2_options({input.string()}, (output.path / "out").string());
+    options.batch_bytes = batch_bytes;
+    options.max_line_bytes = 200;
+    std::string err;
+    const PreprocessSummary summary = run(options, &err);
+    CHECK(summary.documents == 5);
+    CHECK(summary.bad_lines == 3);
+    CHECK(summary.outputs[0].documents == 2);
+    CHECK(summary.input_bytes == static_cast<int64_t>(std::filesystem::file_size(input)));
+    for (const int line : {1, 3, 5}) {
+      const std::string expected_line = fmt::format(
+          "{}:{}: skipped: the line is longer than --max-line-bytes 200", input.string(), line);
+      CHECK(err.find(expected_line) != std::string::npos);
+    }
+    CHECK(all_tokens(IndexedDataset(output.path.string() + "/out_text_document")) == expected);
+    // The same lines under the default limit are read.
+    options.max_line_bytes = PreprocessOptions::kDefaultMaxLineBytes;
+    TemporaryDirectory whole;
+    options.output_prefix = (whole.path / "out").string();
+    CHECK(run(options).bad_lines == 0);
+  }
+  // --strict stops at it.
+  TemporaryDirectory strict_directory;
+  PreprocessOptions strict = gpt2_options({input.string()}, (strict_directory.path / "out").string());
+  strict.strict = true;
+  strict.max_line_bytes = 200;
+  CHECK_THROWS_WITH_AS(run(strict), doctest::Contains(":1: the line is longer than --max-line-bytes 200"),
+                       common::Error);
 }
 
 TEST_CASE("JSON that parses but nlohmann refuses, and other hostile values, are bad lines too") {
@@ -367,6 +418,35 @@ TEST_CASE("--merge refuses datasets of two dtypes, an empty directory and a lone
   CHECK_THROWS_WITH_AS(run(merge), doctest::Contains("a.idx has no"), common::Error);
 }
 
+TEST_CASE("preprocess_data takes older Megatron's --vocab and argparse's abbreviations") {
+  const auto parse = [](std::vector<const char*> arguments) {
+    arguments.insert(arguments.begin(), "preprocess_data");
+    return parse_preprocess_arguments(static_cast<int>(arguments.size()), arguments.data());
+  };
+  // Megatron's README command (preprocess_data.py had no other --vocab* flag then).
+  const auto readme = parse({"--input", "my-corpus.json", "--output-prefix", "my-gpt2", "--vocab",
+                             "gpt2-vocab.json", "--dataset-impl", "mmap", "--tokenizer-type",
+                             "GPT2BPETokenizer", "--merge-file", "gpt2-merges.txt", "--append-eod"});
+  REQUIRE(readme);
+  CHECK(readme->tokenizer.vocab_file == "gpt2-vocab.json");
+  const auto short_flags = parse({"--inp", "a.jsonl", "--output=o", "--tokenizer-t",
+                                  "NullTokenizer", "--vocab-s", "100", "--json", "text"});
+  REQUIRE(short_flags);
+  CHECK(short_flags->inputs == std::vector<std::string>{"a.jsonl"});
+  CHECK(short_flags->output_prefix == "o");
+  CHECK(short_flags->tokenizer.vocab_size == 100);
+  CHECK_THROWS_WITH_AS(parse({"--input", "a", "--output-prefix", "o", "--tokenizer-type",
+                              "NullTokenizer", "--vocab-", "100"}),
+                       "preprocess_data: ambiguous option: --vocab- could match --vocab-file, "
+                       "--vocab-size, --vocab-extra-ids",
+                       common::Error);
+  // A refused flag's prefix is refused as the flag.
+  CHECK_THROWS_WITH_AS(parse({"--input", "a", "--output-prefix", "o", "--tokenizer-type",
+                              "GPT2BPETokenizer", "--split-sent"}),
+                       doctest::Contains("--split-sentences is not supported: sentence splitting"),
+                       common::Error);
+}
+
 TEST_CASE("preprocess_data flags: Megatron's names, refused ones with a reason") {
   const auto parse = [](std::vector<const char*> arguments) {
     arguments.insert(arguments.begin(), "preprocess_data");
@@ -480,6 +560,7 @@ TEST_CASE("preprocess_data's numeric flags and output paths are checked before a
            {{"--vocab-size", "99999999999999999999"}, "--vocab-size: '99999999999999999999' is larger than any integer this backend counts in; --vocab-size takes an integer in [1, 2147483646]"},
            {{"--vocab-size", "0"}, "--vocab-size: '0' is out of range; --vocab-size takes an integer in [1, 2147483646]"},
            {{"--vocab-extra-ids", "1e3"}, "--vocab-extra-ids: '1e3' is not an integer"},
+           {{"--max-line-bytes", "0"}, "--max-line-bytes: '0' is out of range; --max-line-bytes takes an integer in [1, 1099511627776]"},
        }) {
     // A copy: clang 14 (the asan preset) cannot refer to a structured binding in CAPTURE's lambda.
     const auto& captured_message = message;
@@ -489,6 +570,9 @@ TEST_CASE("preprocess_data's numeric flags and output paths are checked before a
     CHECK_THROWS_WITH_AS(parse(argv), doctest::Contains(message.c_str()), common::Error);
   }
   CHECK(parse({"--input", "a.jsonl", "--output-prefix", "o", "--workers", "1024"})->workers == 1024);
+  CHECK(parse({"--input", "a.jsonl", "--output-prefix", "o"})->max_line_bytes == int64_t{64} << 20);
+  CHECK(parse({"--input", "a.jsonl", "--output-prefix", "o", "--max-line-bytes", "1024"})
+            ->max_line_bytes == 1024);
 
   // An output that is one of the inputs (by real path) would be overwritten: refused. Here the
   // "JSONL" input is a previous run's .bin, and a symbolic link leads to it too.
@@ -508,4 +592,19 @@ TEST_CASE("preprocess_data's numeric flags and output paths are checked before a
   CHECK_THROWS_WITH_AS(parse({"--merge", "--input", prefix + "_text_document", "--output-prefix",
                               prefix + "_text_document"}),
                        doctest::Contains("which is the --input"), common::Error);
+}
+
+TEST_CASE("an empty --output-prefix is refused, naming the flag") {
+  // It used to write _text_document.bin/.idx into the current directory.
+  for (const bool merge : {false, true}) {
+    CAPTURE(merge);
+    std::vector<const char*> argv = {"preprocess_data", "--tokenizer-type", "NullTokenizer",
+                                     "--vocab-size", "10", "--input", "a.jsonl",
+                                     "--output-prefix", ""};
+    if (merge) argv.push_back("--merge");
+    CHECK_THROWS_WITH_AS(parse_preprocess_arguments(static_cast<int>(argv.size()), argv.data()),
+                         doctest::Contains("--output-prefix is empty: give the path prefix of the "
+                                           "datasets to write"),
+                         common::Error);
+  }
 }

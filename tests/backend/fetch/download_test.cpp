@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -371,6 +372,70 @@ TEST_CASE("a file:// URL naming a directory or a device is refused, with no outp
   }
 }
 
+TEST_CASE("a file:// copy keeps the source's permission bits and a .part is its owner's only") {
+  // `download file:///etc/shadow` used to save a 0644 copy of a 0640 file.
+  TemporaryDirectory directory;
+  struct Umask {  // 022 for the test, the process's own again after it, however it ends
+    mode_t old = ::umask(022);
+    ~Umask() { ::umask(old); }
+  } umask_022;
+  for (const mode_t mode : {0640, 0600, 0755, 0444}) {
+    CAPTURE(mode);
+    const fs::path source = directory.path / ("source" + std::to_string(mode));
+    test_support::write_file(source, "secret");
+    REQUIRE(::chmod(source.c_str(), mode) == 0);
+    const fs::path output = directory.path / ("copy" + std::to_string(mode));
+    Run run;
+    run.go(fast_options("file://" + source.string(), output));
+    struct stat status {};
+    REQUIRE(::stat(output.c_str(), &status) == 0);
+    CHECK((status.st_mode & 07777) == mode);
+  }
+  // A download cut short leaves its .part readable by its owner only; once complete, an
+  // http(s) download is 0666 less the umask, as curl -o makes it.
+  HttpTestServer server;
+  server.serve("/private.bin", {.content = random_bytes(50000, 9), .cut_count = 1, .cut_after = 1000});
+  const fs::path output = directory.path / "private.bin";
+  auto options = fast_options(server.url("/private.bin"), output);
+  options.retries = 0;
+  Run cut;
+  CHECK_THROWS_AS(cut.go(options), common::Error);
+  struct stat part {};
+  REQUIRE(::stat(backend::partial_download_path(output).c_str(), &part) == 0);
+  CHECK(part.st_size == 1000);
+  CHECK((part.st_mode & 07777) == 0600);
+  options.retries = 3;
+  Run resumed;
+  resumed.go(options);
+  struct stat done {};
+  REQUIRE(::stat(output.c_str(), &done) == 0);
+  CHECK((done.st_mode & 07777) == 0644);
+}
+
+TEST_CASE("names up to 255 bytes are downloaded and their .part name fits in 255 bytes too") {
+  // A 255-byte name used to fail: "<name>.part" is 260 bytes.
+  TemporaryDirectory directory;
+  test_support::write_file(directory.path / "source", "data");
+  const std::string url = "file://" + (directory.path / "source").string();
+  const fs::path output = directory.path / std::string(255, 'n');
+  const fs::path part = backend::partial_download_path(output);
+  CHECK(part.parent_path() == output.parent_path());
+  CHECK(part.filename().string().size() == 255);
+  CHECK(part.filename().string().ends_with(".part"));
+  // Two long names with one beginning have two .part files.
+  CHECK(backend::partial_download_path(directory.path / (std::string(254, 'n') + "x")) != part);
+  CHECK(backend::partial_download_path(directory.path / "short") == directory.path / "short.part");
+  Run run;
+  run.go(fast_options(url, output));
+  CHECK(read_file(output) == "data");
+  CHECK_FALSE(fs::exists(part));
+  Run too_long;
+  CHECK_THROWS_WITH_AS(too_long.go(fast_options(url, directory.path / std::string(256, 'n'))),
+                       doctest::Contains("the file name is 256 bytes, more than the 255 bytes a "
+                                         "file name may have; give --output a shorter name"),
+                       common::Error);
+}
+
 TEST_CASE("an --output that is a directory is refused, not taken for a finished download") {
   // "already there" used to ask the directory's file size: an internal error (exit 3).
   TemporaryDirectory directory;
@@ -380,7 +445,9 @@ TEST_CASE("an --output that is a directory is refused, not taken for a finished 
     auto options = fast_options("file://" + (directory.path / "source").string(), directory.path / "dir");
     options.force = force;
     Run run;
-    CHECK_THROWS_WITH_AS(run.go(options), doctest::Contains("is a directory, not a file to write"),
+    CHECK_THROWS_WITH_AS(run.go(options),
+                         contains("cannot write --output " + (directory.path / "dir").string() +
+                                  ": it is a directory, not a file"),
                          common::Error);
     CHECK_FALSE(fs::exists(directory.path / "dir.part"));
   }

@@ -97,6 +97,11 @@ TEST_CASE("bad requests get Megatron's messages, in Megatron's order") {
       {R"({"prompts": ["a"], "temperature": "hot"})", "temperature must be a positive number less than or equal to 1000.0"},
       {R"({"prompts": ["a"], "temperature": 0})", "temperature must be a positive number less than or equal to 100.0"},
       {R"({"prompts": ["a"], "temperature": 100.5})", "temperature must be a positive number less than or equal to 100.0"},
+      // Below fp32's smallest normal number: logits / temperature would overflow in fp32.
+      {R"({"prompts": ["a"], "temperature": 1e-300})",
+       "temperature 1e-300 is too small: the logits are divided by it in 32-bit floating point, "
+       "where it must be at least 1.1754944e-38 (for the most likely token every time, send "
+       "top_k=1)"},
       {R"({"prompts": ["a"], "top_k": 0.5})",
        "top_k must be an integer equal to or greater than 0 and less than or equal to 1000"},
       {R"({"prompts": ["a"], "top_k": 1001})", "top_k must be equal to or greater than 0 and less than or equal to 1000"},

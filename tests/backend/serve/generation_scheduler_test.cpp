@@ -7,7 +7,8 @@
 // prefilled in chunks; the queue limit refuses at once; a refused or failing request leaves the
 // others alone; stop() answers pending requests instead of hanging; a request abandoned by its
 // submitter, running or queued, is answered 499 and gives its slot and its place back before the
-// next step, while the others generate on.
+// next step, while the others generate on; an answer callback (the HTTP server's way) is called
+// once, at once for a refusal and from the worker for an answer.
 #include "backend/serve/generation_scheduler.hpp"
 
 #include <doctest/doctest.h>
@@ -373,4 +374,36 @@ TEST_CASE("an abandoned queued request leaves the queue without running") {
     }
   }
   CHECK(scheduler.statistics().requests_abandoned == 1);
+}
+
+TEST_CASE("an answer callback is called once: at once for a refusal, from the worker for an answer") {
+  OracleStep oracle(1);
+  NullTokenizer tokenizer(63);
+  GenerationScheduler scheduler(shape(1, 8), step_of(oracle), tokenizer, {});
+  std::mutex mutex;
+  std::vector<std::pair<int, std::thread::id>> answers;
+  auto record = [&](GenerationOutcome outcome) {
+    std::lock_guard lock(mutex);
+    answers.emplace_back(outcome.status, std::this_thread::get_id());
+  };
+  scheduler.submit(request_of({}, 3, 1, false), {}, record);  // refused: no prompts
+  {
+    std::lock_guard lock(mutex);
+    REQUIRE(answers.size() == 1);
+    CHECK(answers[0].first == 400);
+    CHECK(answers[0].second == std::this_thread::get_id());
+  }
+  scheduler.submit(request_of({"1 2"}, 3, 1, false), {}, record);
+  for (int i = 0; i < 6000; ++i) {
+    {
+      std::lock_guard lock(mutex);
+      if (answers.size() == 2) break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  std::this_thread::sleep_for(20ms);  // a second call, if there were one
+  std::lock_guard lock(mutex);
+  REQUIRE(answers.size() == 2);
+  CHECK(answers[1].first == 200);
+  CHECK(answers[1].second != std::this_thread::get_id());
 }

@@ -104,6 +104,21 @@ TEST_CASE("temperature divides the logits before the softmax") {
   CHECK(p(0.5) == doctest::Approx(1.0 / (1.0 + std::exp(-2.0))));
 }
 
+TEST_CASE("a temperature so small that the logits overflow is named as the problem") {
+  // 100 / 1e-37 is beyond fp32's largest number: the message names the temperature, not the
+  // infinite logits it made.
+  const std::vector<float> logits = {100.0f, 1.0f};
+  CHECK_THROWS_WITH_AS(
+      sampling_probabilities(logits, 2, {.top_k = 0, .top_p = 0.0, .temperature = 1e-37}),
+      doctest::Contains("sampling: temperature 1e-37 is too small for these logits: the largest "
+                        "logit 100 divided by it overflows 32-bit floating point"),
+      common::Error);
+  const std::vector<float> negative = {-100.0f, -50.0f};  // both quotients are −inf
+  CHECK_THROWS_WITH_AS(
+      sampling_probabilities(negative, 2, {.top_k = 0, .top_p = 0.0, .temperature = 1e-37}),
+      doctest::Contains("temperature 1e-37 is too small"), common::Error);
+}
+
 TEST_CASE("padding rows are never returned, even when they hold most of the mass") {
   // Real vocabulary 3, padded to 6; the padding logits are the largest.
   const std::vector<float> logits = {0.0f, 0.5f, 1.0f, 6.0f, 6.0f, 6.0f};

@@ -54,7 +54,10 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
   };
   const std::vector<Case> cases = {
       {{"--no-such-flag"}, "unknown argument --no-such-flag"},
-      {{"--num-layer", "2"}, "unknown argument --num-layer Did you mean '--num-layers'?"},
+      {{"--num-layrs", "2"}, "unknown argument --num-layrs Did you mean '--num-layers'?"},
+      {{"--num-layer", "2"},
+       "ambiguous option: --num-layer could match --num-layers, "
+       "--num-layers-per-virtual-pipeline-stage"},
       {{"--num-layers", "zero"}, "--num-layers"},
       {{"--global-batch-size", "7"}, "--global-batch-size 7 is not divisible by --micro-batch-size 2"},
       {{"--max-position-embeddings", "16"}, "--seq-length 32 exceeds --max-position-embeddings 16"},
@@ -84,14 +87,16 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
       {{"--recompute-granularity", "selective", "--recompute-num-layers", "2"},
        "--recompute-num-layers 2: with selective recompute it must not be given"},
       {{"--tensor-model-parallel-size", "2"},
-       "world size 1 is not divisible by --tensor-model-parallel-size 2 × "
-       "--pipeline-model-parallel-size 1"},
+       "--tensor-model-parallel-size 2 × --pipeline-model-parallel-size 1 needs 2 ranks or a "
+       "multiple, and this is one process, started without an MPI launcher: pretrain_gpt's ranks "
+       "are started by an MPI launcher; launch with mpirun/mpiexec (Open MPI: `mpirun -np 2 "
+       "pretrain_gpt <flags>`)"},
       {{"--tensor-model-parallel-size", "3", "--sequence-parallel"},
        "--seq-length 32 must be divisible by --tensor-model-parallel-size 3 with "
        "--sequence-parallel"},
       {{"--pipeline-model-parallel-size", "2"},
-       "world size 1 is not divisible by --tensor-model-parallel-size 1 × "
-       "--pipeline-model-parallel-size 2"},
+       "--tensor-model-parallel-size 1 × --pipeline-model-parallel-size 2 needs 2 ranks or a "
+       "multiple, and this is one process"},
       {{"--num-layers-per-virtual-pipeline-stage", "0"},
        "--num-layers-per-virtual-pipeline-stage: '0' is out of range"},
       {{"--data-path", "my_text_document"}, "--mock-data and --data-path are exclusive"},
@@ -800,6 +805,11 @@ TEST_CASE("text_generation_server's command line: the server flags, no batch or 
                        common::Error);
   CHECK_THROWS_WITH_AS(serve({"--max-concurrent-requests", "-1"}),
                        doctest::Contains("--max-concurrent-requests"), common::Error);
+  // Bounded: each request holds a connection (once, 100000000 made as many threads).
+  CHECK_THROWS_WITH_AS(serve({"--max-concurrent-requests", "100000000"}),
+                       doctest::Contains("--max-concurrent-requests takes an integer in [1, 4096]"),
+                       common::Error);
+  CHECK(serve({"--max-concurrent-requests", "4096"})->max_concurrent_requests == 4096);
   // The task flags are evaluate_gpt's, the server flags the server's.
   CHECK_THROWS_WITH_AS(serve({"--task", "LAMBADA"}), doctest::Contains("--task"), common::Error);
   CHECK_THROWS_WITH_AS(parse_words(with({"--port", "5000"})), doctest::Contains("--port"),
@@ -830,6 +840,115 @@ TEST_CASE("evaluate_gpt --use-checkpoint-args: no model flag is required, and --
   // pretrain_gpt takes it too (below); without --load it has nothing to read.
   CHECK_THROWS_WITH_AS(parse_words(with({"--use-checkpoint-args"})),
                        doctest::Contains("--use-checkpoint-args needs --load DIR"), common::Error);
+}
+
+TEST_CASE("flags may be abbreviated as argparse allows, in every program of the parser") {
+  // Unique prefixes, with a value after '=' too; --seq-length is a name itself, so it is not a
+  // prefix of --seq-length's longer neighbours.
+  const auto arguments = parse_words({"pretrain_gpt", "--num-layers", "2", "--hidden-s=64",
+                                      "--num-attention", "4", "--seq-length", "32",
+                                      "--micro", "2", "--global-b", "8", "--train-it", "10",
+                                      "--lr", "1e-3", "--mock", "--vocab-s", "100"});
+  REQUIRE(arguments);
+  CHECK(arguments->hidden_size == 64);
+  CHECK(arguments->num_attention_heads == 4);
+  CHECK(arguments->micro_batch_size == 2);
+  CHECK(arguments->global_batch_size == 8);
+  CHECK(arguments->train_iters == 10);
+  CHECK(arguments->vocab_size == 100);
+  CHECK(arguments->mock_data);
+  // A prefix of a flag without effect is that flag; of a default-only flag, judged as it.
+  CHECK(parse_words(with({"--no-masked-soft", "--ckpt-form", "torch"})).has_value());
+  CHECK_THROWS_WITH_AS(parse_words(with({"--ckpt-form", "torch_dist"})),
+                       doctest::Contains("--ckpt-format torch_dist: not built"), common::Error);
+  // A prefix of a refused flag is refused as the flag, with its reason.
+  CHECK_THROWS_WITH_AS(parse_words(with({"--qk-layer"})),
+                       doctest::Contains("--qk-layernorm is a Megatron-LM flag this backend does not "
+                                         "support yet"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(parse_words(with({"--vocab", "v.json"})),
+                       "pretrain_gpt: ambiguous option: --vocab could match --vocab-size, "
+                       "--vocab-file, --vocab-extra-ids",
+                       common::Error);
+  // Flags read before the parse see the abbreviation written out.
+  CHECK_THROWS_WITH_AS(parse_words(with({"--encoder-seq", "32"})),
+                       doctest::Contains("--seq-length and --encoder-seq-length are the same setting"),
+                       common::Error);
+  // --use-checkpoint-args abbreviated: the model flags are not required.
+  std::vector<const char*> evaluate = {"evaluate_gpt", "--micro-batch-size", "2", "--task",
+                                       "LAMBADA", "--valid-data", "x", "--use-checkpoint-a"};
+  CHECK_THROWS_WITH_AS(parse_arguments(static_cast<int>(evaluate.size()), evaluate.data(),
+                                       backend::ArgumentsProgram::evaluate_gpt),
+                       doctest::Contains("--use-checkpoint-args needs --load DIR"), common::Error);
+  std::vector<const char*> server = {"text_generation_server", "--num-layers", "2", "--hidden-size",
+                                     "64", "--num-attention-heads", "4", "--seq-length", "32",
+                                     "--tokenizer-type", "NullTokenizer", "--vocab-size", "100",
+                                     "--load", "ckpt", "--max-batch", "3"};
+  const auto serving = parse_arguments(static_cast<int>(server.size()), server.data(),
+                                       backend::ArgumentsProgram::text_generation_server);
+  REQUIRE(serving);
+  CHECK(serving->max_batch_size == 3);
+}
+
+TEST_CASE("older Megatron's activation checkpointing flags are the full recompute") {
+  const auto uniform = parse_words(with({"--activations-checkpoint-method", "uniform",
+                                         "--activations-checkpoint-num-layers", "2"}));
+  REQUIRE(uniform);
+  CHECK(uniform->recompute_granularity == "full");
+  CHECK(uniform->recompute_method == "uniform");
+  CHECK(uniform->recompute_num_layers == 2);
+  const auto block = parse_words(with({"--activations-checkpoint-method", "block"}));
+  REQUIRE(block);
+  CHECK(block->recompute_granularity == "full");
+  CHECK(block->recompute_method == "block");
+  CHECK(block->recompute_num_layers == 1);  // Megatron's default then
+  // --checkpoint-activations set the method uniform, with either name of the layer count.
+  const auto old = parse_words(with({"--checkpoint-activations", "--activations-checkpoint-num-layers", "2"}));
+  REQUIRE(old);
+  CHECK(old->recompute_method == "uniform");
+  CHECK(old->recompute_num_layers == 2);
+  CHECK(parse_words(with({"--checkpoint-activations", "--activations-checkpoint-method", "uniform"}))
+            ->recompute_method == "uniform");
+
+  struct Case {
+    std::vector<std::string> extra;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--activations-checkpoint-method", "chunks"},
+       "--activations-checkpoint-method: 'chunks' is not a valid choice"},
+      {{"--activations-checkpoint-num-layers", "2"},
+       "--activations-checkpoint-num-layers 2 needs --checkpoint-activations or "
+       "--activations-checkpoint-method"},
+      {{"--activations-checkpoint-method", "uniform", "--recompute-num-layers", "2"},
+       "--activations-checkpoint-method is the old spelling of --recompute-granularity full "
+       "--recompute-method uniform: give one or the other"},
+      {{"--checkpoint-activations", "--activations-checkpoint-method", "block"},
+       "--checkpoint-activations is --activations-checkpoint-method uniform, but "
+       "--activations-checkpoint-method block is given too"},
+      {{"--checkpoint-activations", "--checkpoint-num-layers", "2",
+        "--activations-checkpoint-num-layers", "3"},
+       "--checkpoint-num-layers 2 and --activations-checkpoint-num-layers 3 disagree"},
+      {{"--distribute-checkpointed-activations"},
+       "--distribute-checkpointed-activations is a Megatron-LM flag this backend does not support "
+       "yet: spreading the recompute inputs"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.message);
+    CHECK_THROWS_WITH_AS(parse_words(with(c.extra)), doctest::Contains(c.message.c_str()),
+                         common::Error);
+  }
+  // evaluate_gpt shares the parser.
+  std::vector<const char*> evaluate = {"evaluate_gpt", "--num-layers", "2", "--hidden-size", "64",
+                                       "--num-attention-heads", "4", "--seq-length", "32",
+                                       "--micro-batch-size", "2", "--task", "LAMBADA",
+                                       "--valid-data", "x", "--tokenizer-type", "NullTokenizer",
+                                       "--vocab-size", "100", "--activations-checkpoint-method",
+                                       "uniform"};
+  const auto evaluating = parse_arguments(static_cast<int>(evaluate.size()), evaluate.data(),
+                                          backend::ArgumentsProgram::evaluate_gpt);
+  REQUIRE(evaluating);
+  CHECK(evaluating->recompute_granularity == "full");
 }
 
 TEST_CASE("Megatron's switches without effect here are accepted, and change nothing") {

@@ -2,9 +2,11 @@
 // flags name, batches read from real datasets (tokens and labels shifted by one), the errors
 // that name the flag to change, and the index cache under Megatron's name.
 #include <doctest/doctest.h>
+#include <spdlog/spdlog.h>
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "backend/common/error.hpp"
 #include "backend/common/md5.hpp"
 #include "backend/train/dataset_provider.hpp"
+#include "captured_log.hpp"
 #include "test_files.hpp"
 #include "tests/backend/data/dataset_fixture.hpp"
 #include "tests/temporary_directory.hpp"
@@ -19,6 +22,14 @@
 using namespace backend;
 
 namespace {
+using test_support::CapturedLog;
+
+int count(const std::string& text, const std::string& needle) {
+  int found = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++found;
+  return found;
+}
+
 TrainingArguments data_arguments(const std::string& prefix) {
   TrainingArguments a;
   a.num_layers = 2;
@@ -131,6 +142,73 @@ TEST_CASE("an empty validation split names --split and --eval-iters") {
                        common::Error);
   a.eval_iters = 0;
   CHECK_NOTHROW(build_dataset_batch_source(a, 65001, log));
+}
+
+TEST_CASE("an empty test split is skipped with one log line, as Megatron skips it") {
+  test_support::TemporaryDirectory directory;
+  const std::string prefix = (directory.path / "small").string();
+  test_support::write_fixture_dataset(prefix, test_support::random_lengths(200, 1, 50, 9));
+  auto a = data_arguments(prefix);
+  a.split = "98,2,0";  // with --eval-iters 2: the test pass would read 8 samples
+  CapturedLog captured;
+  std::ostringstream log;
+  bool skipped = false;
+  const BatchSource source = build_dataset_batch_source(a, 65001, log, &skipped);
+  CHECK(skipped);
+  CHECK(count(captured.text.str(), "test split: none") == 1);
+  CHECK(captured.text.str().find("test split: none (--split 98,2,0 gives it a share of 0), so no "
+                                 "test evaluation is run after training") != std::string::npos);
+  std::vector<int32_t> tokens(2 * 16), labels(2 * 16);
+  CHECK_NOTHROW(source(Split::train, 0, 2, tokens, labels));
+  CHECK_NOTHROW(source(Split::validation, 0, 2, tokens, labels));
+
+  // Per-split data without a test blend: the same.
+  a.data_path.clear();
+  a.split.clear();
+  a.train_data_path = {prefix};
+  a.valid_data_path = {prefix};
+  skipped = false;
+  (void)build_dataset_batch_source(a, 65001, log, &skipped);
+  CHECK(skipped);
+  CHECK(captured.text.str().find("test split: none (no test data is given: --test-data-path") !=
+        std::string::npos);
+  a.test_data_path = {prefix};
+  (void)build_dataset_batch_source(a, 65001, log, &skipped);
+  CHECK_FALSE(skipped);
+}
+
+TEST_CASE("the ALCF data file list's corpus column changes no sample, and is logged") {
+  test_support::TemporaryDirectory directory;
+  const std::string books = (directory.path / "books").string();
+  const std::string web = (directory.path / "web").string();
+  const std::string code = (directory.path / "code").string();
+  test_support::write_fixture_dataset(books, test_support::random_lengths(100, 1, 50, 1));
+  test_support::write_fixture_dataset(web, test_support::random_lengths(150, 1, 50, 2));
+  test_support::write_fixture_dataset(code, test_support::random_lengths(80, 1, 50, 3));
+  auto a = data_arguments(books);
+  a.data_path.clear();
+  a.data_file_list = (directory.path / "plain.txt").string();
+  std::ofstream(a.data_file_list) << "0.2 " << books << "\n0.5 " << web << "\n0.3 " << code << "\n";
+  auto alcf = a;
+  alcf.data_file_list = (directory.path / "alcf.txt").string();
+  std::ofstream(alcf.data_file_list) << "0.2 " << books << ".bin prose\n0.5 " << web
+                                     << " web\n0.3 " << code << " prose\n";
+  std::ostringstream log;
+  const BatchSource plain_source = build_dataset_batch_source(a, 65001, log);
+  CapturedLog captured;
+  const BatchSource alcf_source = build_dataset_batch_source(alcf, 65001, log);
+  std::vector<int32_t> tokens(4 * 16), labels(4 * 16), alcf_tokens(4 * 16), alcf_labels(4 * 16);
+  for (Split split : {Split::train, Split::validation, Split::test}) {
+    for (int64_t first = 0; first < 8; first += 4) {
+      plain_source(split, first, 4, tokens, labels);
+      alcf_source(split, first, 4, alcf_tokens, alcf_labels);
+      CHECK(tokens == alcf_tokens);
+    }
+  }
+  const std::string text = captured.text.str();
+  CHECK(text.find("--data-file-list: 3 datasets in 2 corpora") != std::string::npos);
+  CHECK(text.find("    prose: 2 datasets, weight 0.500000") != std::string::npos);
+  CHECK(text.find("    web: 1 datasets, weight 0.500000") != std::string::npos);
 }
 
 TEST_CASE("pretrain_gpt's flags give the cache the name Megatron gives it") {

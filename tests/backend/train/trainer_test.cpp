@@ -19,6 +19,7 @@
 #include "backend/device/cuda_inventory.hpp"
 #include "backend/train/arguments.hpp"
 #include "backend/train/trainer.hpp"
+#include "tests/backend/data/dataset_fixture.hpp"
 #include "tests/backend/train/tiny_gpt_arguments.hpp"
 
 using namespace backend;
@@ -222,6 +223,26 @@ TEST_CASE("the log has one Megatron iteration line per log interval and the eval
   CHECK(result.test_loss.has_value());
   CHECK(text.find("number of parameters on (tensor, pipeline) model parallel rank (0, 0): ") !=
         std::string::npos);
+}
+
+TEST_CASE("--split 98,2,0: validation runs, the empty test split has no test pass, as in Megatron") {
+  test_support::TemporaryDirectory work;
+  const std::string prefix = (work.path / "corpus_text_document").string();
+  test_support::write_fixture_dataset(prefix, test_support::random_lengths(200, 1, 50, 8));
+  auto a = trainer_arguments();
+  a.mock_data = false;
+  a.data_path = {prefix};
+  a.split = "98,2,0";
+  a.vocab_size = 65000;  // the fixture's token ids
+  a.eval_iters = 1;
+  a.eval_interval = 2;
+  std::ostringstream log;
+  const TrainingResult result = train(a, log);
+  INFO(log.str());
+  CHECK(result.validation_loss.has_value());
+  CHECK_FALSE(result.test_loss.has_value());
+  CHECK(log.str().find("on validation set") != std::string::npos);
+  CHECK(log.str().find("on test set") == std::string::npos);
 }
 
 TEST_CASE("the learning rate follows the schedule and the logged rate is the next one") {

@@ -6,7 +6,9 @@
 #include "backend/train/zero_shot_tasks.hpp"
 
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <string>
@@ -254,8 +256,9 @@ TEST_CASE("read_wikitext counts the raw words and tokenizes the detokenized text
   write(temporary.path / "wiki.one", "word");
   CHECK_THROWS_WITH_AS(read_wikitext(temporary.path / "wiki.one", *tokenizer),
                        doctest::Contains("at least two"), common::Error);
-  const std::string missing =
-      "--valid-data " + (temporary.path / "wiki.missing").string() + ": no such file";
+  const std::string missing = "cannot read --valid-data " +
+                              (temporary.path / "wiki.missing").string() +
+                              ": No such file or directory";
   CHECK_THROWS_WITH_AS(read_wikitext(temporary.path / "wiki.missing", *tokenizer),
                        doctest::Contains(missing.c_str()), common::Error);
   write(temporary.path / "valid.txt", "some text here");
@@ -289,4 +292,25 @@ TEST_CASE("read_lambada: one JSON object with a text per line, bad lines named b
   refused("{\"text\": \"one two three four five six\"}\n",
           "line 1: the example is 6 tokens, longer than --seq-length 4 + 1", 4);
   refused("\n \n", "holds no examples");
+}
+
+TEST_CASE("an evaluation file that is not a regular file is refused saying what it is") {
+  test_support::TemporaryDirectory temporary;
+  auto tokenizer = test_support::gpt2_tokenizer();
+  const auto fifo = temporary.path / "fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const auto loop = temporary.path / "loop";
+  std::filesystem::create_symlink(loop, loop);
+  const std::vector<std::pair<std::filesystem::path, std::string>> cases = {
+      {temporary.path, "it is a directory, not a file"},
+      {fifo, "it is a FIFO (named pipe), not a regular file"},
+      {"/dev/zero", "it is a character device, not a regular file"},
+      {loop, "Too many levels of symbolic links"}};
+  for (const auto& [path, what] : cases) {
+    const std::string message = "cannot read --valid-data " + path.string() + ": " + what;
+    CHECK_THROWS_WITH_AS(read_wikitext(path, *tokenizer), doctest::Contains(message.c_str()),
+                         common::Error);
+    CHECK_THROWS_WITH_AS(read_lambada(path, *tokenizer, false, 64),
+                         doctest::Contains(message.c_str()), common::Error);
+  }
 }

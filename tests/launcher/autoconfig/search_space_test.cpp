@@ -61,6 +61,11 @@ TEST_CASE("autoconfig settings: bad input is a clear error naming the key") {
   refused({"cluster.nodes=0"}, "cluster.nodes: expected an integer from 1");
   refused({"cluster.gpu_memory_gb=lots"}, "cluster.gpu_memory_gb: expected a number of GB");
   refused({"max_minutes_per_run=-1"}, "max_minutes_per_run: expected minutes > 0");
+  // NaN compares false with everything: it once switched the fit check off and timed out
+  // every candidate.
+  refused({"cluster.gpu_memory_gb=nan"}, "cluster.gpu_memory_gb: expected a number of GB > 0, got 'nan'");
+  refused({"cluster.gpu_memory_gb=inf"}, "cluster.gpu_memory_gb: expected a number of GB > 0, got 'inf'");
+  refused({"max_minutes_per_run=nan"}, "max_minutes_per_run: expected minutes > 0");
   refused({"limit_search_runs=1", "limit_search_runs=2"}, "limit_search_runs: given twice");
   refused({"min_model_parallel_size=4", "max_model_parallel_size=2"}, "below min_model_parallel_size");
   refused({"training.model.micro_batch_size=2"}, "use micro_batch_sizes instead");
@@ -147,4 +152,31 @@ TEST_CASE("a layout's overrides set what it names") {
                   "training.model.virtual_pipeline_model_parallel_size=null") != plain_overrides.end());
   CHECK(std::find(plain_overrides.begin(), plain_overrides.end(),
                   "training.model.optim.name=fused_adam") != plain_overrides.end());
+}
+
+TEST_CASE("autoconfig refuses a grid too large to search before enumerating it") {
+  // 100 × 100 × 100 × 3 × 2 combinations once grew to 3.9 GB and ended in std::bad_alloc.
+  auto range = [](int count) {
+    std::string list = "[";
+    for (int i = 1; i <= count; ++i) list += (i > 1 ? "," : "") + std::to_string(i);
+    return list + "]";
+  };
+  SearchSettings settings = settings_of({"cluster.nodes=1000", "cluster.gpus_per_node=8",
+                                         "tensor_parallel_sizes=" + range(100),
+                                         "pipeline_parallel_sizes=" + range(100),
+                                         "micro_batch_sizes=" + range(100)});
+  resolve_auto_lists(settings, ModelFacts{.num_layers = 96, .num_attention_heads = 96,
+                                          .global_batch_size = 1536});
+  const std::string expected =
+      "the search lists span 6000000 candidates (tensor_parallel_sizes 100 × "
+      "pipeline_parallel_sizes 100 × virtual_pipeline_sizes 1 × micro_batch_sizes 100 × "
+      "recompute 3 × distributed_optimizer 2), more than the 20000";
+  CHECK_THROWS_WITH_AS(check_search_size(settings), doctest::Contains(expected.c_str()),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(enumerate_layouts(settings), doctest::Contains(expected.c_str()),
+                       common::Error);
+  // At the bound it enumerates.
+  settings.pipeline_parallel_sizes.resize(1);
+  settings.micro_batch_sizes.resize(33);
+  CHECK(enumerate_layouts(settings).size() == 100 * 33 * 3 * 2);
 }

@@ -52,6 +52,9 @@ TEST_CASE("override values are typed as Hydra types them") {
   const std::vector<ValueCase> cases = {
       {"a=1", I(1)},
       {"a=-20", I(-20)},
+      // The 64-bit range's ends: −2^63 fits although 2^63 does not.
+      {"a=-9223372036854775808", I(std::numeric_limits<int64_t>::min())},
+      {"a=9223372036854775807", I(std::numeric_limits<int64_t>::max())},
       {"a=+7", I(7)},
       {"a=1_000", I(1000)},
       {"a=007", S("007")},
@@ -171,6 +174,8 @@ TEST_CASE("bad override syntax is reported with the text and a caret") {
       {"a=b=c", "'=' in a value must be quoted"},
       {"a=1,2", "sweep"},
       {"a=choice(1,2)", "function calls"},
+      {"a=9223372036854775808", "integer '9223372036854775808' does not fit in 64 bits"},
+      {"a=-9223372036854775809", "integer '-9223372036854775809' does not fit in 64 bits"},
       {"a=[1,2", "missing ']'"},
       {"a=[1,,2]", "expected a value"},
       {"a={x 1}", "expected ':' after the dictionary key"},

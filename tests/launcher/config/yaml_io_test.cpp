@@ -193,6 +193,21 @@ TEST_CASE("base-60 integers that do not fit in 64 bits are refused, not wrapped"
         -9223372036854775807);
 }
 
+TEST_CASE("the 64-bit range's ends are read: -2^63 fits although 2^63 does not") {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  CHECK(launcher::parse_yaml("a: -9223372036854775808\n", "t.yaml").at("a").as_int() == kMin);
+  CHECK(launcher::parse_yaml("a: -0x8000000000000000\n", "t.yaml").at("a").as_int() == kMin);
+  CHECK(launcher::parse_yaml("a: -153722867280912930:8\n", "t.yaml").at("a").as_int() == kMin);
+  CHECK(launcher::parse_yaml("a: 9223372036854775807\n", "t.yaml").at("a").as_int() ==
+        std::numeric_limits<int64_t>::max());
+  for (const char* beyond : {"a: 9223372036854775808\n", "a: -9223372036854775809\n",
+                             "a: 0x8000000000000000\n", "a: 18446744073709551616\n"}) {
+    CAPTURE(beyond);
+    CHECK_THROWS_WITH_AS(launcher::parse_yaml(beyond, "t.yaml"),
+                         doctest::Contains("does not fit in a 64-bit integer"), common::Error);
+  }
+}
+
 TEST_CASE("an unclosed quoted string is an error naming the file and the line it starts on") {
   // yaml-cpp 0.7 reads an unclosed quote to the end of the file when a line break follows it,
   // so the check is ours; without a line break yaml-cpp reports it itself.

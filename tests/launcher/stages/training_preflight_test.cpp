@@ -202,8 +202,15 @@ TEST_CASE("a split that leaves validation empty is refused while validation runs
   CHECK(training_preflight(with_data("99990/8/2", "50")).problems.empty());
   // The split string is checked with the backend's --split rule, naming the key.
   CHECK(mentions(training_preflight(with_data("99,x,1", "50")),
-                 "training.model.data.splits_string: '99,x,1': 'x' is not a number; --split takes"));
+                 "training.model.data.splits_string: '99,x,1': 'x' is not a number; "
+                 "training.model.data.splits_string (--split) takes"));
   CHECK(mentions(training_preflight(with_data("1,1,1,1", "50")), "4 shares"));
+  // An empty test split is no problem: pretrain_gpt skips the test pass, as Megatron does.
+  CHECK(training_preflight(with_data("98,2,0", "50")).problems.empty());
+  // Lightning's float 0.0 is no validation, so no validation share is needed either.
+  CHECK(training_preflight(with_data("100,0,0", "0.0")).problems.empty());
+  CHECK(mentions(training_preflight(with_data("98,2,0", "0.5")),
+                 "training.trainer.limit_val_batches 0.5: a float is Lightning's fraction"));
 }
 
 TEST_CASE("a model that cannot fit the cluster's GPUs is refused with the ways out") {
@@ -219,6 +226,22 @@ TEST_CASE("a model that cannot fit the cluster's GPUs is refused with the ways o
   CHECK(mentions(report, "distributed_fused_adam"));
   CHECK_THROWS_WITH_AS(enforce_training_preflight(config),
                        doctest::Contains("preflight refused the training stage"), common::Error);
+}
+
+TEST_CASE("a GPU memory that is not a finite positive number is refused, not a disabled check") {
+  // NaN compares false with every estimate: the 175B-like shape below once passed with it.
+  for (const std::string value : {"nan", "inf", "-80", "0"}) {
+    CAPTURE(value);
+    const Node config = composed({"cluster_type=bcm", "cluster=bcm", "training.trainer.devices=8",
+                                  "training.model.num_layers=96", "training.model.hidden_size=12288",
+                                  "training.model.num_attention_heads=96",
+                                  "training.model.micro_batch_size=1",
+                                  "training.model.global_batch_size=8",
+                                  "cluster.gpu_memory_gb=" + value});
+    const auto report = training_preflight(config);
+    CHECK(mentions(report, "cluster.gpu_memory_gb " + value));
+    CHECK(mentions(report, "a finite number > 0"));
+  }
 }
 
 TEST_CASE("NeMo's own llama2_7b layout fits 80 GB: the fused attention keeps no s² scores") {
@@ -329,7 +352,8 @@ TEST_CASE("a mapped value the backend would refuse is a preflight problem, befor
   // make_vocab_size_divisible_by=0 once divided by zero here (SIGFPE) before anything was said.
   const auto report = training_preflight(composed({"training.model.make_vocab_size_divisible_by=0"}));
   CHECK(mentions(report, "training.model.make_vocab_size_divisible_by: '0' is out of range; "
-                         "--make-vocab-size-divisible-by takes an integer ≥ 1"));
+                         "training.model.make_vocab_size_divisible_by "
+                         "(--make-vocab-size-divisible-by) takes an integer ≥ 1"));
   const auto several = training_preflight(
       composed({"training.model.optim.lr=abc", "training.model.global_batch_size=-4"}));
   CHECK(mentions(several, "training.model.optim.lr: 'abc' is not a number"));
@@ -353,4 +377,39 @@ TEST_CASE("layout products that overflow are problems, not wrapped numbers") {
   const auto report = training_preflight(composed(
       {"training.trainer.num_nodes=4611686018427387904", "training.trainer.devices=4"}));
   CHECK(mentions(report, "exceeds 9223372036854775807"));
+}
+
+TEST_CASE("the estimate counts the vocabulary of the tokenizer's file when the launcher can read it") {
+  const std::string model = std::string(TEST_SOURCE_DIR) + "/tests/data/sentencepiece_bpe.model";
+  // Llama 2's config carries vocab_size 32000, which is one tokenizer's; this model has 500.
+  const std::vector<std::string> sentencepiece = {"training.model.tokenizer.library=sentencepiece",
+                                                  "training.model.tokenizer.type=null",
+                                                  "++training.model.tokenizer.vocab_size=32000"};
+  auto with_file = sentencepiece;
+  with_file.push_back("training.model.tokenizer.model=" + model);
+  const auto report = training_preflight(composed(with_file));
+  CHECK(report.problems.empty());
+  CHECK(report.vocabulary == 500);
+  CHECK(report.padded_vocabulary == 512);  // make_vocab_size_divisible_by 128 × tp 1
+  CHECK(report.vocabulary_source == "GPTSentencePieceTokenizer's, " + model);
+  CHECK(format_preflight(report).front().find("vocabulary 500 (GPTSentencePieceTokenizer's, " +
+                                              model + "), padded to 512") != std::string::npos);
+  // The same model as the config's 500 would count it.
+  auto as_config = sentencepiece;
+  as_config.back() = "++training.model.tokenizer.vocab_size=500";
+  CHECK(report.parameters == training_preflight(composed(as_config)).parameters);
+
+  // A file only the cluster has: the config's number, named as such.
+  auto elsewhere = sentencepiece;
+  elsewhere.push_back("training.model.tokenizer.model=/cluster/only/tokenizer.model");
+  const auto fallback = training_preflight(composed(elsewhere));
+  CHECK(fallback.vocabulary == 32000);
+  CHECK(fallback.vocabulary_source == "training.model.tokenizer.vocab_size");
+
+  // A file that is there but no tokenizer: the job would fail on it, so the preflight says so.
+  const auto broken = training_preflight(composed(
+      {"training.model.tokenizer.library=sentencepiece", "training.model.tokenizer.type=null",
+       "training.model.tokenizer.model=" + std::string(TEST_SOURCE_DIR) + "/README.md"}));
+  CHECK(mentions(broken, "training.model.tokenizer.model " + std::string(TEST_SOURCE_DIR) +
+                             "/README.md: the job's GPTSentencePieceTokenizer cannot read it: "));
 }

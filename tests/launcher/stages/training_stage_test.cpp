@@ -269,8 +269,8 @@ TEST_CASE("virtual_pipeline_model_parallel_size V becomes layers per chunk: L / 
 TEST_CASE("a virtual_pipeline_model_parallel_size that is not an integer ≥ 1, or does not divide "
           "the layers, is refused, naming the keys") {
   const std::string valid =
-      "virtual_pipeline_model_parallel_size takes an integer ≥ 1 (the model chunks per pipeline "
-      "stage; null or 1: no interleaving) (from the command line)";
+      "training.model.virtual_pipeline_model_parallel_size takes an integer ≥ 1 (the model chunks "
+      "per pipeline stage; null or 1: no interleaving) (from the command line)";
   struct Case {
     std::string value;
     std::string problem;
@@ -353,6 +353,39 @@ TEST_CASE("the log dir goes to --log-dir and, unless disabled, --tensorboard-dir
   const auto benchmark = megatron_training_arguments(composed_126m(
       {"base_results_dir=/r", "training.trainer.limit_val_batches=0"}));
   CHECK(flag_value(benchmark, "--benchmark-output") == "/r/gpt3_126m/results/benchmark.json");
+}
+
+TEST_CASE("trainer.limit_val_batches: Lightning's integer and float forms") {
+  CHECK(flag_value(megatron_training_arguments(composed_126m({"training.trainer.limit_val_batches=7"})),
+                   "--eval-iters") == "7");
+  // A float is a fraction of the validation batches: 0.0 is none, as Lightning reads it.
+  const auto none = megatron_training_arguments(composed_126m(
+      {"base_results_dir=/r", "training.trainer.limit_val_batches=0.0",
+       "training.model.data.data_impl=mock"}));
+  CHECK(flag_value(none, "--eval-iters") == "0");
+  CHECK(flag_value(none, "--benchmark-output") == "/r/gpt3_126m/results/benchmark.json");
+  CHECK_FALSE(has(megatron_training_arguments(composed_126m({"training.trainer.limit_val_batches=null"})),
+                  "--eval-iters"));
+  // Other fractions cannot be counted before the data is read; above 1.0 NeMo refuses them.
+  for (const std::string value : {"0.5", "1.0", "5.0", "-0.5"}) {
+    CAPTURE(value);
+    const auto problems = training_value_problems(
+        composed_126m({"training.trainer.limit_val_batches=" + value}));
+    REQUIRE(problems.size() == 1);
+    CHECK(problems.front().starts_with("training.trainer.limit_val_batches " + value + ": a float is "));
+    CHECK(problems.front().find("give a number of batches") != std::string::npos);
+    CHECK(problems.front().find("or 0.0 (or 0) for no validation") != std::string::npos);
+  }
+  CHECK(training_value_problems(composed_126m({"training.trainer.limit_val_batches=1.0"})).front().find(
+            "cannot be counted before pretrain_gpt reads the data") != std::string::npos);
+  CHECK(training_value_problems(composed_126m({"training.trainer.limit_val_batches=5.0"})).front().find(
+            "less than or equal to 1.0") != std::string::npos);
+  const auto text = training_value_problems(composed_126m({"training.trainer.limit_val_batches=x"}));
+  REQUIRE(text.size() == 1);
+  CHECK(text.front().starts_with("training.trainer.limit_val_batches: 'x' is not an integer"));
+  CHECK_THROWS_WITH_AS(megatron_training_arguments(composed_126m({"training.trainer.limit_val_batches=0.25"})),
+                       doctest::Contains("training.trainer.limit_val_batches 0.25: a float is"),
+                       common::Error);
 }
 
 TEST_CASE("exp_manager's checkpoint keys become --save, --save-interval and --load") {
@@ -484,9 +517,11 @@ TEST_CASE("exp_manager.rollback_on_spike and spike_detection become --rollback-o
                      "++training.exp_manager.spike_detection.lr_factor=0"}));
   REQUIRE(problems.size() == 2);
   CHECK(problems[0].find("training.exp_manager.spike_detection.threshold: '1' is out of range; "
-                         "--spike-threshold takes") != std::string::npos);
+                         "training.exp_manager.spike_detection.threshold (--spike-threshold) "
+                         "takes") != std::string::npos);
   CHECK(problems[1].find("training.exp_manager.spike_detection.lr_factor: '0' is out of range; "
-                         "--spike-lr-factor takes") != std::string::npos);
+                         "training.exp_manager.spike_detection.lr_factor (--spike-lr-factor) "
+                         "takes") != std::string::npos);
 }
 
 TEST_CASE("NeMo's rampup_batch_size becomes Megatron's sample-based ramp-up") {
@@ -577,25 +612,30 @@ TEST_CASE("every mapped value is checked with the backend's rule, naming the key
   };
   const std::vector<Case> cases = {
       {"training.model.optim.lr=abc",
-       "training.model.optim.lr: 'abc' is not a number; --lr takes a real number ≥ 0"},
+       "training.model.optim.lr: 'abc' is not a number; training.model.optim.lr (--lr) takes a "
+       "real number ≥ 0"},
       {"training.model.global_batch_size=-4",
-       "training.model.global_batch_size: '-4' is out of range; --global-batch-size takes an "
-       "integer ≥ 1"},
+       "training.model.global_batch_size: '-4' is out of range; training.model.global_batch_size "
+       "(--global-batch-size) takes an integer ≥ 1"},
       {"training.trainer.max_steps=-5",
-       "training.trainer.max_steps: '-5' is out of range; --train-iters takes an integer ≥ 1"},
+       "training.trainer.max_steps: '-5' is out of range; training.trainer.max_steps "
+       "(--train-iters) takes an integer ≥ 1"},
       {"training.model.hidden_dropout=2",
-       "training.model.hidden_dropout: '2' is out of range; --hidden-dropout takes a real number in "
-       "[0, 1)"},
+       "training.model.hidden_dropout: '2' is out of range; training.model.hidden_dropout "
+       "(--hidden-dropout) takes a real number in [0, 1)"},
       {"training.model.make_vocab_size_divisible_by=0",
        "training.model.make_vocab_size_divisible_by: '0' is out of range"},
       {"training.model.num_layers=true", "training.model.num_layers: 'true' is not an integer"},
       {"training.model.optim.betas=[0.9,1.5]", "training.model.optim.betas.1: '1.5' is out of range"},
-      {"training.model.seed=-1", "training.model.seed: '-1' is out of range; --seed takes"},
+      {"training.model.seed=-1",
+       "training.model.seed: '-1' is out of range; training.model.seed (--seed) takes"},
       {"training.model.activations_checkpoint_granularity=partial",
        "training.model.activations_checkpoint_granularity: 'partial' is not a valid choice; "
-       "--recompute-granularity takes one of selective, full"},
+       "training.model.activations_checkpoint_granularity (--recompute-granularity) takes one of "
+       "selective, full"},
       {"+training.model.num_query_groups=0",
-       "training.model.num_query_groups: '0' is out of range; --num-query-groups takes"},
+       "training.model.num_query_groups: '0' is out of range; training.model.num_query_groups "
+       "(--num-query-groups) takes"},
   };
   for (const auto& c : cases) {
     CAPTURE(c.override_);
@@ -607,8 +647,8 @@ TEST_CASE("every mapped value is checked with the backend's rule, naming the key
       megatron_training_arguments(composed_126m(
           {"training.model.data.data_impl=mmap", "training.model.data.data_prefix=[1.0,/data/x]",
            "training.model.data.splits_string='-1,2,3'"})),
-      doctest::Contains("training.model.data.splits_string: '-1,2,3': '-1' is negative; --split "
-                        "takes"),
+      doctest::Contains("training.model.data.splits_string: '-1,2,3': '-1' is negative; "
+                        "training.model.data.splits_string (--split) takes"),
       common::Error);
   // All problems at once.
   try {
