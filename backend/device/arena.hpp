@@ -1,5 +1,5 @@
 // Arenas: all of a device's memory is carved at setup, none in a step (llm.c's one allocation
-// for the parameters and one for the activations; ../shared/notes/device-seam.md). A plan
+// for the parameters and one for the activations; docs/device.md). A plan
 // lists the regions (ArenaLayout::add: what, type, count); an Arena makes one zeroed
 // allocation of the whole layout on a Device and hands out a View per region. It cannot grow:
 // a new shape is a new plan and a new arena, made outside the step.

@@ -1,5 +1,5 @@
 // Device: where the model's memory lives and its ops run, chosen at run time (--device). One
-// virtual function per op family over Views (../shared/notes/device-seam.md): the model is
+// virtual function per op family over Views (docs/device.md, "The device seam"): the model is
 // written once against this interface; CpuDevice runs the CPU twins (backend/ops/*_cpu.cpp),
 // a CUDA device their *_cuda.cu twins. A virtual call is nothing beside an op's work.
 //

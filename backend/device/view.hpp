@@ -1,6 +1,6 @@
 // View: a typed, non-owning window on device memory (host or a GPU's): pointer, element count,
 // element type and where it lives. The model and the Device's ops speak in views, so one
-// composition serves every device and precision (../shared/notes/device-seam.md). A view owns
+// composition serves every device and precision (docs/device.md). A view owns
 // nothing: memory comes from an Arena carved at setup, which outlives its views.
 //
 // An empty view (data == nullptr, numel == 0) is an absent tensor, e.g. a bias the

@@ -1,7 +1,7 @@
 // The parallel layout of a run: world = tp × pp × dp, as Megatron's
 // initialize_model_parallel derives the data-parallel size. A value built once from the
 // flags and passed to whatever needs it (Megatron's parallel_state globals are what this
-// avoids). Only world size 1 runs so far; the distributed issue adds ranks and groups.
+// avoids). The ranks' groups built from it are dist/process_groups.hpp's.
 #pragma once
 
 #include <cstdint>

@@ -101,7 +101,7 @@ struct TrainingArguments {
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;
 
-  // parallelism (the layout lives in backend/dist; world size 1 for now)
+  // parallelism (the layout and its groups live in backend/dist)
   // Not a flag: the processes the launcher started (Megatron reads WORLD_SIZE in validate_args;
   // parse_arguments reads the launcher's environment, process_environment.hpp).
   int64_t world_size = 1;
