@@ -1,4 +1,4 @@
-// Megatron's log lines, read back: the training iteration line (backend/train/training_log.cpp
+// Megatron's log lines, read back: the training iteration line (backend/train/log/training_log.cpp
 // writes it as Megatron-LM's training_log does)
 //    [2026-01-01 12:00:00] iteration       20/    1000 | consumed samples: 80 | elapsed time per
 //   iteration (ms): 812.5 | throughput per GPU (TFLOP/s/GPU): 1.2 | learning rate: 6.0E-04 |

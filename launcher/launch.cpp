@@ -141,43 +141,6 @@ std::vector<std::string> container_mounts(const Node& config) {
   return mounts;
 }
 
-bool local_detach(const Node& cluster) {
-  const Node* detach = find(cluster, "detach");
-  return detach != nullptr && !detach->is_null() && detach->as_bool("cluster.detach");
-}
-
-std::string render_job(const std::string& cluster_type, const JobSpec& job,
-                       const fs::path& script_path, const RenderContext& context) {
-  if (cluster_type == "bcm") return render_sbatch(job, script_path, context);
-  if (cluster_type == "pbs") return render_pbs(job, script_path, context);
-  if (cluster_type == "k8s") return render_pytorchjob(job, script_path, context);
-  return render_local_script(job, script_path, context);
-}
-
-
-// What some clusters cannot do, refused before anything is written or queued: a detached local
-// launch runs one job (later ones would not wait for it); Kubernetes PyTorchJobs have neither
-// arrays nor dependencies; PBS arrays are not rendered yet.
-void check_jobs_fit_cluster(const std::vector<JobSpec>& jobs, const std::string& cluster_type,
-                            const Node& cluster) {
-  if (cluster_type == "local" && local_detach(cluster) && jobs.size() > 1) {
-    std::string names;
-    for (const JobSpec& job : jobs) names += (names.empty() ? "" : ", ") + job.job_name;
-    common::fail("cluster.detach=true runs one job in the background, but this launch has {} "
-                 "({}), and the later ones would not wait for it: launch them one at a time, or "
-                 "without cluster.detach", jobs.size(), names);
-  }
-  for (const JobSpec& job : jobs) {
-    if (!job.is_array()) continue;
-    if (cluster_type == "k8s" || cluster_type == "pbs") {
-      common::fail("{}: the {} step is a job array of {} tasks, which the {} cluster does not "
-                   "render (Kubernetes has no job arrays or dependencies, PBS arrays are not built "
-                   "yet): run this stage with cluster_type=bcm or local", job.stage, job.step,
-                   job.array_tasks.size(), cluster_type);
-    }
-  }
-}
-
 // Raises the log level to errors for its lifetime.
 class QuietLog {
  public:
@@ -357,10 +320,8 @@ LaunchComposition compose_for_launch(const MainOptions& options) {
                                      ? configured_type->as_string() : "auto";
   ClusterChoice choice = resolve_cluster_type(configured);
   if (configured == "auto") spdlog::info("cluster_type auto → {} ({})", choice.type, choice.reason);
-  if (choice.type != "local" && choice.type != "bcm" && choice.type != "pbs" && choice.type != "k8s") {
-    common::fail("cluster_type '{}' is not valid (valid: auto, bcm, local, pbs, k8s, and NeMo's "
-                 "interactive for local)", choice.type);
-  }
+  // The back end is chosen here, once: an unknown cluster_type is refused before it is composed.
+  std::shared_ptr<const Cluster> backend = make_cluster(choice.type);
   ComposeOptions compose_options{conf_dir, "config", options.overrides};
   // A tree without an option of that name (NeMo's has only cluster/bcm.yaml) keeps its own
   // choice: the local cluster reads only job_name_prefix from it, as NeMo's interactive mode.
@@ -383,7 +344,7 @@ LaunchComposition compose_for_launch(const MainOptions& options) {
     *base = Node::string(base->as_string() + "/results-" + launch_timestamp(), base->location());
   }
   fill_data_preparation_blend(composed);  // data_preparation.data_prefix: ??? → its outputs
-  return {std::move(composed), std::move(choice), conf_dir, unique_output_dir};
+  return {std::move(composed), std::move(choice), std::move(backend), conf_dir, unique_output_dir};
 }
 
 namespace {
@@ -411,7 +372,7 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   LaunchComposition launch = compose_for_launch(options);
   ComposedConfig& composed = launch.composed;
   if (options.job_number) give_job_its_own_results_dirs(composed.config, *options.job_number);
-  const std::string& cluster_type = launch.cluster.type;
+  const Cluster& backend = *launch.backend;
   std::optional<ReservedDirectory> reserved;
   if (launch.unique_output_dir) {
     // The timestamp is to the second, so launches started within one second want the same
@@ -468,10 +429,7 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
     for (JobSpec& job : build_stage_jobs(stage, stage_context)) jobs.push_back(std::move(job));
   }
   const std::vector<std::pair<std::string, std::string>> environment = job_environment(config);
-  check_jobs_fit_cluster(jobs, cluster_type, *cluster);
-  // A dry run asks nothing of the cluster (it runs neither sbatch nor srun).
-  if (cluster_type == "bcm" && !options.dry_run) check_srun_runs_containers(text_at(config, "container"));
-  if (cluster_type == "bcm") note_pyxis_options_unused(*cluster, text_at(config, "container"));
+  backend.check_launch(jobs, config, *cluster, options.dry_run);
 
   // Everything that can be wrong with a value is found before the first directory is created:
   // the paths and names that become directories and files, the config as YAML, and every
@@ -498,9 +456,8 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
       job.environment.push_back(variable);
     }
     check_job_names_and_paths(job);
-    script_paths.push_back(job.results_dir /
-                           (job.job_name + (cluster_type == "k8s" ? "_submission.yaml" : "_submission.sh")));
-    (void)render_job(cluster_type, job, script_paths.back(), context);
+    script_paths.push_back(job.results_dir / (job.job_name + std::string(backend.script_suffix())));
+    (void)backend.render(job, script_paths.back(), context);
   }
 
   // Then each results directory is taken, so that a second launch of the same run cannot mix
@@ -524,7 +481,7 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
   // needs its output). A stage with nothing to submit leaves the chain as it is, unbroken.
   std::string previous_job_id;
   bool previous_needs_success = false;
-  bool previous_succeeded = true;  // local runs: how the job before ended
+  bool previous_succeeded = true;  // how the job before ended, when it ran here (local)
   int exit_status = 0;
   std::set<fs::path> log_files;  // one launcher.log sink per results directory
   for (std::size_t index = 0; index < jobs.size(); ++index) {
@@ -546,7 +503,7 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
     {
       // Rendered once already: what it had to say (e.g. sbatch options passed through) is said.
       const QuietLog quiet;
-      script = render_job(cluster_type, job, script_path, context);
+      script = backend.render(job, script_path, context);
     }
     write_script(script_path, script);
     spdlog::info("{}: results in {}, job script {}", label, job.results_dir.string(), script_path.string());
@@ -554,58 +511,36 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
       spdlog::info("dry run: not submitting {}", script_path.string());
       continue;
     }
-    JobRecord record{label, cluster_type, "", script_path, {}, std::nullopt, std::time(nullptr)};
-    int stop_signal = 0;  // a local job's interrupted_by: the launcher stops after its record
-    if (cluster_type == "bcm" || cluster_type == "pbs") {
-      const Submission submission = cluster_type == "bcm" ? submit_sbatch(job, script_path)
-                                                          : submit_qsub(job, script_path);
-      spdlog::info("Submitted batch job {}", submission.job_id);
-      spdlog::info("{}: job output in {}", label, submission.log_file.string());
-      previous_job_id = submission.job_id;
-      record.job_id = submission.job_id;
-      record.log_file = submission.log_file;
-    } else if (cluster_type == "k8s") {
-      // PyTorchJobs have no scheduler dependencies: stages after the first are applied at once.
-      const Submission submission = apply_pytorchjob(job, script_path);
-      if (submission.job_id.empty()) continue;  // written, not applied: nothing to track
-      spdlog::info("Applied PyTorchJob {}", submission.job_id);
-      record.job_id = submission.job_id;
-    } else if (local_detach(*cluster)) {
-      // The job outlives this launcher: it keeps the results directory taken while it runs.
-      locks.at(resolved(job.results_dir)).share_with_children();
-      const Submission submission = start_local_script(job, script_path);
-      spdlog::info("{}: local job {} runs in the background; output in {}", label,
-                   submission.job_id, submission.log_file.string());
-      record.job_id = submission.job_id;
-      record.log_file = submission.log_file;
-      previous_job_id = submission.job_id;
-    } else if (job.after_condition == "afterok" && !previous_succeeded) {
-      // As Slurm cancels a job whose afterok dependency failed (--kill-on-invalid-dep=yes).
+    if (job.after_condition == "afterok" && !previous_succeeded) {
+      // As Slurm cancels a job whose afterok dependency failed (--kill-on-invalid-dep=yes). Only
+      // a job that ran to its end here (local) has failed before the next is submitted.
       spdlog::warn("{}: not run: it needs the job before it to succeed (afterok), and that one "
                    "failed or did not run", label);
       previous_needs_success = job.successors_need_success;
       continue;
-    } else {
-      // Local jobs run one after the other. Like afterany, a failed stage does not stop the
-      // next unless that one needs its output (afterok); the launcher's exit status reports
-      // the first failure.
-      const Submission submission =
-          run_local_script(job, script_path, terminal, options.local_time_limit);
-      if (submission.timed_out) {
-        spdlog::warn("{}: local job {} ran past its time limit of {} s and was stopped", label,
-                     submission.job_id, options.local_time_limit->count() / 1000.0);
-      }
-      spdlog::info("{}: local job {} exited with status {}; output in {}", label,
-                   submission.job_id, submission.exit_code, submission.log_file.string());
-      if (submission.exit_code != 0 && exit_status == 0) exit_status = submission.exit_code;
-      previous_succeeded = submission.exit_code == 0;
-      previous_job_id = submission.job_id;
-      record.job_id = submission.job_id;
-      record.log_file = submission.log_file;
-      record.exit_code = submission.exit_code;
-      record.timed_out = submission.timed_out;
-      stop_signal = submission.interrupted_by;
     }
+    JobRecord record{label, std::string(backend.name()), "", script_path, {}, std::nullopt,
+                     std::time(nullptr)};
+    const SubmitContext submit_context{
+        cluster, label, &terminal, options.local_time_limit,
+        // A detached local job keeps its results directory taken while it runs.
+        [&] { locks.at(resolved(job.results_dir)).share_with_children(); }};
+    const Submission submission = backend.submit(job, script_path, submit_context);
+    if (submission.job_id.empty()) continue;  // written, not submitted: nothing to track
+    if (submission.exit_code) {
+      // It ran to its end here (local jobs run one after the other). Like afterany, a failed
+      // stage does not stop the next unless that one needs its output (afterok); the
+      // launcher's exit status reports the first failure.
+      if (*submission.exit_code != 0 && exit_status == 0) exit_status = *submission.exit_code;
+      previous_succeeded = *submission.exit_code == 0;
+    }
+    if (backend.chains_jobs()) previous_job_id = submission.job_id;
+    record.job_id = submission.job_id;
+    record.log_file = submission.log_file;
+    record.exit_code = submission.exit_code;
+    record.timed_out = submission.timed_out;
+    // A local job's interrupted_by: the launcher stops after its record.
+    const int stop_signal = submission.interrupted_by;
     previous_needs_success = job.successors_need_success;
     append_job_record(job.results_dir, record);
     if (stop_signal != 0) {

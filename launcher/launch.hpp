@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -50,9 +51,14 @@ struct ClusterChoice {
 // (SLURM_CONF set, or /etc/slurm/slurm.conf), local otherwise. Other values pass through.
 ClusterChoice resolve_cluster_type(const std::string& configured);
 
+class Cluster;  // launcher/clusters/cluster.hpp
+
 struct LaunchComposition {
   ComposedConfig composed;  // unresolved, with launcher_scripts_path and unique dirs filled in
   ClusterChoice cluster;
+  // The back end of cluster.type, chosen once (make_cluster); shared_ptr, so that this header
+  // needs only its declaration.
+  std::shared_ptr<const Cluster> backend;
   std::filesystem::path conf_dir;
   // unique_output_dir: base_results_dir ends in /results-<timestamp>, to the second; launching
   // creates it exclusively, with a -1, -2, ... suffix when that name is taken.
@@ -61,7 +67,7 @@ struct LaunchComposition {
 
 // Everything `launcher main` composes before resolving, shared with --cfg so that what is
 // printed is what would be launched: conf dir, cluster_type → cluster group (composed without
-// the cluster.* overrides first), launcher_scripts_path ???, unique_output_dir.
+// the cluster.* overrides first) and back end, launcher_scripts_path ???, unique_output_dir.
 LaunchComposition compose_for_launch(const MainOptions& options);
 
 // Runs `launcher main`. Returns the process exit status (a failed local job's status).

@@ -1,5 +1,5 @@
 // `launcher report <run> [<run> ...]`: the benchmark.json files that benchmark-mode runs leave
-// (backend/train/benchmark_report.hpp) as one table, runs side by side: shape, batch,
+// (backend/train/log/benchmark_report.hpp) as one table, runs side by side: shape, batch,
 // parallel layout, median step time, tokens/s, TFLOP/s per device, MFU, peak memory.
 #pragma once
 
@@ -15,7 +15,7 @@ namespace launcher {
 // up to three levels down, e.g. a multirun's <run>/<k>/results/); common::Error if none.
 std::filesystem::path find_benchmark_file(const std::filesystem::path& run_dir);
 
-// One benchmark.json's numbers (the fields backend/train/benchmark_report.cpp writes).
+// One benchmark.json's numbers (the fields backend/train/log/benchmark_report.cpp writes).
 struct BenchmarkResult {
   std::string run;  // the directory above results/
   int64_t num_layers = 0, hidden_size = 0, seq_length = 0;

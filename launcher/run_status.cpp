@@ -9,14 +9,13 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <sstream>
 
 #include "backend/common/error.hpp"
 #include "backend/common/local_time.hpp"
 #include "backend/common/small_file.hpp"
+#include "launcher/clusters/cluster.hpp"
 #include "launcher/iteration_log.hpp"
-#include "launcher/process.hpp"
 
 namespace launcher {
 
@@ -25,24 +24,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kRecordFile = "jobs.jsonl";
-
-// The value after "key" in scheduler output such as "JobState=RUNNING Reason=None" or
-// "job_state = R", up to the next whitespace.
-std::string field_after(const std::string& text, const std::string& key) {
-  const size_t at = text.find(key);
-  if (at == std::string::npos) return {};
-  size_t begin = at + key.size();
-  while (begin < text.size() && (text[begin] == ' ' || text[begin] == '=')) ++begin;
-  size_t end = begin;
-  while (end < text.size() && !std::isspace(static_cast<unsigned char>(text[end]))) ++end;
-  return text.substr(begin, end - begin);
-}
-
-std::string first_line(const std::string& text) {
-  std::string line = text.substr(0, text.find('\n'));
-  while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
-  return line;
-}
 
 }  // namespace
 
@@ -93,80 +74,10 @@ std::vector<JobRecord> read_job_records(const fs::path& results_dir) {
 }
 
 std::string query_job_state(const JobRecord& record) {
-  if (record.cluster == "local") {
-    std::optional<int> exit_code = record.exit_code;
-    if (!exit_code) {
-      // A detached job writes its exit status next to its script when it ends.
-      std::istringstream status_file(
-          common::read_small_file_if_exists(
-              record.script.parent_path() / (".job-" + record.job_id + ".exit"),
-              "the job's exit status")
-              .value_or(""));
-      int status = 0;
-      if (status_file >> status) {
-        exit_code = status;
-      } else {
-        std::error_code error;
-        return fs::exists("/proc/" + record.job_id, error) ? "RUNNING"
-                                                           : "unknown (no exit status recorded)";
-      }
-    }
-    // Slurm's word for a job ended at its time limit.
-    if (record.timed_out) return "TIMEOUT";
-    return *exit_code == 0 ? "COMPLETED" : fmt::format("FAILED (exit {})", *exit_code);
-  }
-  auto ask = [](const std::vector<std::string>& argv) -> std::optional<CapturedRun> {
-    if (!find_on_path(argv.front())) return std::nullopt;
-    return run_and_capture(argv);
-  };
-  if (record.cluster == "bcm") {
-    const auto run = ask({"scontrol", "show", "job", "-o", record.job_id});
-    if (!run) return "unknown (no scontrol on PATH)";
-    // One line per job; a job array gives one per task (or per pending range of tasks), and
-    // its state is each distinct task state with how many tasks are in it.
-    std::map<std::string, int> counts;  // sorted: the summary does not depend on scontrol's order
-    std::istringstream lines(run->output);
-    for (std::string line; std::getline(lines, line);) {
-      const std::string state = field_after(line, "JobState=");
-      if (state.empty()) continue;
-      const std::string exit_code = field_after(line, "ExitCode=");
-      const std::string shown =
-          exit_code.empty() || exit_code == "0:0" ? state : state + " (exit " + exit_code + ")";
-      ++counts[shown];
-    }
-    if (run->exit_code != 0 || counts.empty()) return "unknown (" + first_line(run->output) + ")";
-    if (counts.size() == 1 && counts.begin()->second == 1) return counts.begin()->first;
-    std::string summary;
-    for (const auto& [state, count] : counts) {
-      summary += fmt::format("{}{} ×{}", summary.empty() ? "" : ", ", state, count);
-    }
-    return summary;
-  }
-  if (record.cluster == "pbs") {
-    const auto run = ask({"qstat", "-f", "-x", record.job_id});
-    if (!run) return "unknown (no qstat on PATH)";
-    const std::string state = field_after(run->output, "job_state");
-    if (run->exit_code == 0 && !state.empty()) {
-      static const std::pair<const char*, const char*> names[] = {
-          {"Q", "QUEUED"}, {"R", "RUNNING"}, {"H", "HELD"}, {"E", "EXITING"}, {"F", "FINISHED"}};
-      for (const auto& [letter, name] : names) {
-        if (state == letter) {
-          const std::string exit_status = field_after(run->output, "Exit_status");
-          return exit_status.empty() ? name : fmt::format("{} (exit {})", name, exit_status);
-        }
-      }
-      return state;
-    }
-    return "unknown (" + first_line(run->output) + ")";
-  }
-  if (record.cluster == "k8s") {
-    const auto run = ask({"kubectl", "get", "pytorchjob", record.job_id, "-o",
-                          "jsonpath={.status.conditions[-1:].type}"});
-    if (!run) return "unknown (no kubectl on PATH)";
-    const std::string state = first_line(run->output);
-    return run->exit_code == 0 && !state.empty() ? state : "unknown (" + state + ")";
-  }
-  return "unknown (cluster type '" + record.cluster + "')";
+  // Each back end asks its own scheduler (or, local, reads the recorded exit status).
+  const std::unique_ptr<Cluster> cluster = find_cluster(record.cluster);
+  if (cluster == nullptr) return "unknown (cluster type '" + record.cluster + "')";
+  return cluster->job_state(record);
 }
 
 std::vector<fs::path> find_run_dirs(const fs::path& base) {

@@ -1,5 +1,5 @@
 // Reading the scalars back from TensorBoard event files, for `launcher report --html`. The
-// format is the one backend/train/tensorboard_writer.hpp writes (and TensorFlow's
+// format is the one backend/train/log/tensorboard_writer.hpp writes (and TensorFlow's
 // record_writer.cc frames): records of
 //   uint64 length | uint32 masked CRC-32C of the 8 length bytes | data | uint32 masked CRC-32C
 //   of the data                                                   (integers little-endian)

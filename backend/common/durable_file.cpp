@@ -16,6 +16,7 @@
 
 #include "backend/common/error.hpp"
 #include "backend/common/user_file.hpp"
+#include "backend/common/write_all.hpp"
 
 namespace common {
 
@@ -53,16 +54,8 @@ DurableFileWriter::~DurableFileWriter() {
 }
 
 void DurableFileWriter::write(std::span<const std::byte> bytes) {
-  const std::byte* data = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {
-    const ssize_t written = ::write(descriptor_, data, left);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      fail("cannot write {}: {}", path_.string(), error_text());
-    }
-    data += written;
-    left -= static_cast<size_t>(written);
+  if (const int error = write_all(descriptor_, bytes.data(), bytes.size()); error != 0) {
+    fail("cannot write {}: {}", path_.string(), std::strerror(error));
   }
   bytes_written_ += bytes.size();
 }
@@ -181,16 +174,8 @@ void write_through(int descriptor, std::string_view text, const std::filesystem:
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);
-  const char* data = text.data();
-  size_t left = text.size();
-  while (left > 0) {
-    const ssize_t written = ::write(descriptor, data, left);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      fail("cannot write {}: {}", path.string(), error_text());
-    }
-    data += written;
-    left -= static_cast<size_t>(written);
+  if (const int error = write_all(descriptor, text.data(), text.size()); error != 0) {
+    fail("cannot write {}: {}", path.string(), std::strerror(error));
   }
 }
 

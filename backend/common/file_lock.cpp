@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "backend/common/error.hpp"
+#include "backend/common/write_all.hpp"
 
 namespace common {
 
@@ -72,9 +73,8 @@ std::optional<ExclusiveFileLock> ExclusiveFileLock::try_lock(const std::filesyst
       continue;
     }
     const std::string text = fmt::format("{} {}\n", ::getpid(), local_host_name());
-    if (::ftruncate(descriptor, 0) != 0 ||
-        ::pwrite(descriptor, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
-      const int error = errno;
+    const int error = ::ftruncate(descriptor, 0) != 0 ? errno : write_all(descriptor, text.data(), text.size(), 0);
+    if (error != 0) {
       ::close(descriptor);
       fail("cannot write the lock file {}: {}", path.string(), std::strerror(error));
     }

@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "backend/common/error.hpp"
+#include "backend/common/write_all.hpp"
 
 namespace common {
 
@@ -47,15 +48,8 @@ void print_lines(const std::vector<std::string>& lines) {
   for (const std::string& line : lines) text.append(line).push_back('\n');
   std::cout.flush();
   std::fflush(stdout);
-  const char* data = text.data();
-  size_t left = text.size();
-  while (left > 0) {
-    const ssize_t written = ::write(STDOUT_FILENO, data, left);
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) return;  // a closed stdout loses the output, as std::cout would
-    data += written;
-    left -= static_cast<size_t>(written);
-  }
+  // A closed stdout loses the output, as std::cout would.
+  (void)write_all(STDOUT_FILENO, text.data(), text.size());
 }
 
 }  // namespace common

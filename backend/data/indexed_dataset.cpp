@@ -21,6 +21,7 @@
 #include "backend/common/durable_file.hpp"
 #include "backend/common/file_lock.hpp"
 #include "backend/common/error.hpp"
+#include "backend/common/write_all.hpp"
 
 namespace backend {
 namespace {
@@ -159,8 +160,8 @@ class IndexedDatasetWriter::File {
 
   void write_at(int64_t offset, const void* data, size_t size) {
     flush();
-    if (::pwrite(fd_, data, size, offset) != static_cast<ssize_t>(size)) {
-      common::fail("cannot write {}: {}", temporary_, std::strerror(errno));
+    if (const int error = common::write_all(fd_, data, size, offset); error != 0) {
+      common::fail("cannot write {}: {}", temporary_, std::strerror(error));
     }
   }
 
@@ -204,14 +205,8 @@ class IndexedDatasetWriter::File {
   static constexpr size_t kBufferBytes = size_t(4) << 20;
 
   void write_fully(const char* data, size_t size) {
-    while (size > 0) {
-      const ssize_t written = ::write(fd_, data, size);
-      if (written < 0) {
-        if (errno == EINTR) continue;
-        common::fail("cannot write {}: {}", temporary_, std::strerror(errno));
-      }
-      data += written;
-      size -= static_cast<size_t>(written);
+    if (const int error = common::write_all(fd_, data, size); error != 0) {
+      common::fail("cannot write {}: {}", temporary_, std::strerror(error));
     }
   }
 

@@ -26,6 +26,7 @@
 #include "backend/common/sha256.hpp"
 #include "backend/common/url_file_name.hpp"
 #include "backend/common/user_file.hpp"
+#include "backend/common/write_all.hpp"
 
 namespace backend {
 
@@ -264,15 +265,9 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
     transfer.error_body.append(data, std::min(bytes, size_t(300) - std::min<size_t>(300, transfer.error_body.size())));
     return bytes;
   }
-  for (size_t written = 0; written < bytes;) {
-    const ssize_t done = ::pwrite(transfer.part->fd(), data + written, bytes - written,
-                                  transfer.offset + static_cast<int64_t>(written));
-    if (done < 0 && errno == EINTR) continue;
-    if (done <= 0) {
-      transfer.write_error = std::strerror(errno);
-      return 0;
-    }
-    written += static_cast<size_t>(done);
+  if (const int error = common::write_all(transfer.part->fd(), data, bytes, transfer.offset); error != 0) {
+    transfer.write_error = std::strerror(error);
+    return 0;
   }
   if (transfer.hash) transfer.hash->update(data, bytes);
   transfer.offset += static_cast<int64_t>(bytes);

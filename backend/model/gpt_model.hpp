@@ -196,7 +196,7 @@ class GptModel {
                  int64_t batch_size, int64_t seq_length);
 
   // The last forward()'s per-position results, copied to the host on any device, for evaluation
-  // tools (train/zero_shot_tasks.hpp, whose metrics need each position, not the mean): the
+  // tools (eval/zero_shot_tasks.hpp, whose metrics need each position, not the mean): the
   // cross-entropy loss of each of the B·T positions (row-major, the values whose mean forward()
   // returned), and the index of each position's largest logit over the padded vocabulary (the
   // lowest index among equal maxima, as torch.argmax; Megatron's LAMBADA accuracy takes the

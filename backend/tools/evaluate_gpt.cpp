@@ -3,7 +3,7 @@
 // device and --load flags (the same parser, backend/train/arguments.hpp) and the task flags
 // (--task, --valid-data, --overlapping-eval, --strict-lambada, and our --results-json), loads
 // the checkpoint's weights, scores each --valid-data file in evaluation mode (no dropout) and
-// prints Megatron's result lines; the metrics are backend/train/zero_shot_tasks.hpp's, and
+// prints Megatron's result lines; the metrics are backend/eval/zero_shot_tasks.hpp's, and
 // docs/evaluation.md describes the tool. One process; a user error is one clear line and exit
 // status 2, as pretrain_gpt's.
 #include <fmt/format.h>
@@ -22,7 +22,7 @@
 #include "backend/train/arguments.hpp"
 #include "backend/train/trained_model.hpp"
 #include "backend/train/trainer.hpp"
-#include "backend/train/zero_shot_tasks.hpp"
+#include "backend/eval/zero_shot_tasks.hpp"
 
 namespace {
 
@@ -64,11 +64,7 @@ int run(const TrainingArguments& arguments) {
   if (!arguments.results_json.empty()) {
     common::output_target(arguments.results_json, "--results-json");
   }
-  auto tokenizer = backend::build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
-                                             .vocab_file = arguments.vocab_file,
-                                             .merge_file = arguments.merge_file,
-                                             .vocab_size = arguments.vocab_size,
-                                             .tokenizer_model = arguments.tokenizer_model});
+  auto tokenizer = backend::build_tokenizer(backend::tokenizer_options(arguments));
   const backend::SelectedDevice selected = backend::select_device(arguments);
   backend::GptModel<float> model = backend::load_trained_model(arguments, selected, "evaluate_gpt");
   const backend::WindowScorer scorer = make_scorer(model, arguments.seq_length);

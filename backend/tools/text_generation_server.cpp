@@ -172,11 +172,7 @@ int64_t connection_limit(int64_t max_concurrent_requests) {
 
 int run(const TrainingArguments& arguments, SignalWaiter& signals) {
   backend::check_whole_model_launch(arguments, "text_generation_server");
-  auto tokenizer = backend::build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
-                                             .vocab_file = arguments.vocab_file,
-                                             .merge_file = arguments.merge_file,
-                                             .vocab_size = arguments.vocab_size,
-                                             .tokenizer_model = arguments.tokenizer_model});
+  auto tokenizer = backend::build_tokenizer(backend::tokenizer_options(arguments));
   const backend::SelectedDevice selected = backend::select_device(arguments);
   backend::GptModel<float> model =
       backend::load_trained_model(arguments, selected, "text_generation_server");

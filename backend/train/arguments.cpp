@@ -1085,12 +1085,7 @@ void validate_arguments(TrainingArguments& arguments) {
   }
   // --tokenizer-model with a type that does not read it, or a SentencePiece type without it.
   // The model file itself is read where the vocabulary size is needed (tokenizer_vocab_size).
-  check_tokenizer_flags({.tokenizer_type = arguments.tokenizer_type,
-                         .vocab_file = arguments.vocab_file,
-                         .merge_file = arguments.merge_file,
-                         .vocab_size = arguments.vocab_size,
-                         .tokenizer_model = arguments.tokenizer_model,
-                         .vocab_extra_ids = 0});
+  check_tokenizer_flags(tokenizer_options(arguments));
   if (arguments.tokenizer_type == "NullTokenizer" && arguments.vocab_size <= 0) {
     common::fail("--tokenizer-type NullTokenizer needs --vocab-size N (N > 0)");
   }
@@ -1303,6 +1298,15 @@ std::vector<std::string> format_arguments(const TrainingArguments& a) {
   }
   lines.push_back("-------------------- end of arguments ---------------------");
   return lines;
+}
+
+TokenizerOptions tokenizer_options(const TrainingArguments& arguments) {
+  return {.tokenizer_type = arguments.tokenizer_type,
+          .vocab_file = arguments.vocab_file,
+          .merge_file = arguments.merge_file,
+          .vocab_size = arguments.vocab_size,
+          .tokenizer_model = arguments.tokenizer_model,
+          .vocab_extra_ids = 0};
 }
 
 }  // namespace backend

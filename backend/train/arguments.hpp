@@ -13,6 +13,8 @@
 
 namespace backend {
 
+struct TokenizerOptions;  // data/tokenizer.hpp
+
 // The program whose command line parse_arguments reads: pretrain_gpt's flags, or evaluate_gpt's
 // (the same model, tokenizer, device and --load flags, plus Megatron's tasks/main.py flags
 // below; no training schedule or training data is asked for), or text_generation_server's (the
@@ -211,7 +213,7 @@ struct TrainingArguments {
   // runs), so the detection sees a spike through its normal path. 0: none.
   int64_t inject_loss_spike_at_iteration = 0;
 
-  // Megatron's tasks/main.py flags (backend/train/zero_shot_tasks.hpp), evaluate_gpt's only.
+  // Megatron's tasks/main.py flags (backend/eval/zero_shot_tasks.hpp), evaluate_gpt's only.
   std::string task;                     // --task WIKITEXT103 | LAMBADA
   std::vector<std::string> valid_data;  // --valid-data FILE ...
   int64_t overlapping_eval = 32;        // --overlapping-eval (Megatron's default)
@@ -252,5 +254,9 @@ std::vector<std::string> format_arguments(const TrainingArguments& arguments);
 // dump prints it (Python's str(): True/False/None, numbers, plain strings), sorted by name:
 // the dump's lines, and what checkpoints store as their record of the arguments.
 std::map<std::string, std::string> argument_values(const TrainingArguments& arguments);
+
+// The tokenizer the flags name (--tokenizer-type, --vocab-file, --merge-file, --vocab-size,
+// --tokenizer-model): the one place they become the options build_tokenizer takes.
+TokenizerOptions tokenizer_options(const TrainingArguments& arguments);
 
 }  // namespace backend

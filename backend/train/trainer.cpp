@@ -27,7 +27,7 @@
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
-#include "backend/train/benchmark_report.hpp"
+#include "backend/train/log/benchmark_report.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/dataset_provider.hpp"
 #include "backend/train/evaluation.hpp"
@@ -38,7 +38,7 @@
 #include "backend/train/spike_detector.hpp"
 #include "backend/train/train_step.hpp"
 #include "backend/train/training_cadence.hpp"
-#include "backend/train/training_log.hpp"
+#include "backend/train/log/training_log.hpp"
 #include "backend/train/training_schedule.hpp"
 
 namespace backend {
@@ -198,12 +198,12 @@ void report_benchmark(const TrainingArguments& a, int64_t padded_vocab_size,
 TokenizerFacts tokenizer_facts(const TrainingArguments& arguments) {
   // The tokenizer read from its files, with only the files its type takes.
   auto read = [&](std::string vocab_file, std::string merge_file, std::string tokenizer_model) {
-    const auto tokenizer = build_tokenizer({.tokenizer_type = arguments.tokenizer_type,
-                                            .vocab_file = std::move(vocab_file),
-                                            .merge_file = std::move(merge_file),
-                                            .vocab_size = 0,
-                                            .tokenizer_model = std::move(tokenizer_model),
-                                            .vocab_extra_ids = 0});
+    TokenizerOptions options = tokenizer_options(arguments);
+    options.vocab_file = std::move(vocab_file);
+    options.merge_file = std::move(merge_file);
+    options.vocab_size = 0;
+    options.tokenizer_model = std::move(tokenizer_model);
+    const auto tokenizer = build_tokenizer(options);
     return TokenizerFacts{.vocab_size = tokenizer->vocab_size(),
                           .end_of_document = tokenizer->eod()};
   };

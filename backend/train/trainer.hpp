@@ -21,7 +21,7 @@
 #include "backend/model/gpt_config.hpp"
 #include "backend/train/arguments.hpp"
 #include "backend/train/batch_source.hpp"
-#include "backend/train/training_log.hpp"
+#include "backend/train/log/training_log.hpp"
 
 namespace backend {
 

@@ -15,6 +15,7 @@
 #include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/memory_estimate.hpp"
+#include "launcher/clusters/cluster.hpp"
 #include "launcher/config/compose.hpp"
 #include "launcher/config/interpolate.hpp"
 #include "launcher/config/node.hpp"
@@ -279,10 +280,10 @@ int run_autoconfig(const AutoconfigOptions& options, std::ostream& terminal) {
   main_options.dry_run = options.dry_run;
   main_options.command_line = options.command_line;
   const LaunchComposition launch = compose_for_launch(main_options);
-  const std::string cluster_type = launch.cluster.type;
-  if (cluster_type != "local" && cluster_type != "bcm") {
+  const Cluster& cluster = *launch.backend;
+  if (cluster.autoconfig_candidate_end() == CandidateEnd::kUnsupported) {
     common::fail("autoconfig runs its candidates on the local cluster or on Slurm (cluster_type=local "
-                 "or bcm), not on '{}'", cluster_type);
+                 "or bcm), not on '{}'", cluster.name());
   }
   const Node config = resolve(launch.composed.config, ResolveContext{launch.composed.choices});
   ModelFacts model;
@@ -397,7 +398,9 @@ int run_autoconfig(const AutoconfigOptions& options, std::ostream& terminal) {
       } restore_sinks;
       try {
         const int status = launch_main(job, terminal);
-        if (cluster_type == "local") settle_local(candidate, candidate.results_dir / "results" / "benchmark.json");
+        if (cluster.autoconfig_candidate_end() == CandidateEnd::kLaunchReturns) {
+          settle_local(candidate, candidate.results_dir / "results" / "benchmark.json");
+        }
         return status;
       } catch (const common::Error& error) {
         candidate.status = "failed";
@@ -407,7 +410,7 @@ int run_autoconfig(const AutoconfigOptions& options, std::ostream& terminal) {
     };
     (void)run_sweep(jobs, launch_job, terminal);
 
-    if (cluster_type == "bcm") {
+    if (cluster.autoconfig_candidate_end() == CandidateEnd::kFinalJobState) {
       // Wait for the queued jobs: each ends by its --time, but may wait in the queue first; the
       // wait is bounded all the same, and what is left is reported as unfinished.
       const auto deadline =
@@ -464,7 +467,7 @@ int run_autoconfig(const AutoconfigOptions& options, std::ostream& terminal) {
   const nlohmann::json summary = {{"model", settings.model},
                                   {"nodes", settings.nodes},
                                   {"gpus_per_node", settings.gpus_per_node},
-                                  {"cluster_type", cluster_type},
+                                  {"cluster_type", std::string(cluster.name())},
                                   {"dry_run", options.dry_run},
                                   {"max_steps_per_run", settings.max_steps_per_run},
                                   {"max_minutes_per_run", settings.max_minutes_per_run},

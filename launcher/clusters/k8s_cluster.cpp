@@ -1,7 +1,8 @@
 // Kubernetes with the Kubeflow training operator: a PyTorchJob manifest (Master, plus Workers
 // for more than one node) written into the results directory and applied with
-// `kubectl apply -f`. The manifest is built as a tree (nlohmann ordered_json, keys in the
-// order written) and emitted by yaml-cpp, never by text templating, so no value can add a key:
+// `kubectl apply -f`; a job's state is its last condition (`kubectl get pytorchjob`). The
+// manifest is built as a tree (nlohmann ordered_json, keys in the order written) and emitted by
+// yaml-cpp, never by text templating, so no value can add a key:
 // every string is a double-quoted scalar (never retyped: "8", "true" and "null" stay strings),
 // escaped to ASCII (YAML 1.1 readers such as kubectl's also break lines at U+0085, U+2028 and
 // U+2029), and must be valid UTF-8 (Kubernetes strings are UTF-8; yaml-cpp would replace a bad
@@ -177,6 +178,10 @@ std::string render_pytorchjob(const JobSpec& job, const std::filesystem::path& /
                      PROJECT_VERSION_STRING, out.c_str());
 }
 
+namespace {
+
+// kubectl apply -f manifest when kubectl is on PATH; otherwise says how to apply it and
+// returns an empty job id.
 Submission apply_pytorchjob(const JobSpec& job, const std::filesystem::path& manifest_path) {
   Submission submission;
   if (!find_on_path("kubectl")) {
@@ -192,5 +197,45 @@ Submission apply_pytorchjob(const JobSpec& job, const std::filesystem::path& man
   submission.job_id = kubernetes_name(job.job_name);
   return submission;
 }
+
+class KubernetesCluster final : public Cluster {
+ public:
+  std::string_view name() const override { return "k8s"; }
+  std::string_view script_suffix() const override { return "_submission.yaml"; }
+
+  void check_launch(const std::vector<JobSpec>& jobs, const Node& /*config*/,
+                    const Node& /*cluster*/, bool /*dry_run*/) const override {
+    refuse_job_arrays(jobs, name());
+  }
+
+  std::string render(const JobSpec& job, const std::filesystem::path& manifest_path,
+                     const RenderContext& context) const override {
+    return render_pytorchjob(job, manifest_path, context);
+  }
+
+  // PyTorchJobs have no scheduler dependencies: stages after the first are applied at once.
+  Submission submit(const JobSpec& job, const std::filesystem::path& manifest_path,
+                    const SubmitContext& /*context*/) const override {
+    Submission submission = apply_pytorchjob(job, manifest_path);
+    if (!submission.job_id.empty()) spdlog::info("Applied PyTorchJob {}", submission.job_id);
+    return submission;
+  }
+
+  bool chains_jobs() const override { return false; }
+
+  std::string job_state(const JobRecord& record) const override {
+    const auto run = run_if_on_path({"kubectl", "get", "pytorchjob", record.job_id, "-o",
+                                     "jsonpath={.status.conditions[-1:].type}"});
+    if (!run) return "unknown (no kubectl on PATH)";
+    const std::string state = first_output_line(run->output);
+    return run->exit_code == 0 && !state.empty() ? state : "unknown (" + state + ")";
+  }
+
+  CandidateEnd autoconfig_candidate_end() const override { return CandidateEnd::kUnsupported; }
+};
+
+}  // namespace
+
+std::unique_ptr<Cluster> make_kubernetes_cluster() { return std::make_unique<KubernetesCluster>(); }
 
 }  // namespace launcher

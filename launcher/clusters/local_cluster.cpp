@@ -1,10 +1,15 @@
 // The local cluster: render a bash script and run it in the foreground, streaming its output
-// to the terminal and to results/<run>/log-<job name>_<pid>.out, as NeMo's interactive mode.
+// to the terminal and to results/<run>/log-<job name>_<pid>.out, as NeMo's interactive mode (or,
+// with cluster.detach=true, start it in the background). Also the template data every script
+// cluster shares.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
+#include <sstream>
 #include <vector>
 
 #include "backend/common/error.hpp"
+#include "backend/common/small_file.hpp"
 #include "launcher/clusters/cluster.hpp"
 #include "launcher/process.hpp"
 #include "launcher/shell_quote.hpp"
@@ -97,6 +102,9 @@ std::string render_local_script(const JobSpec& job, const std::filesystem::path&
   return render_template(context.templates_dir, "local.sh.mustache", data);
 }
 
+namespace {
+
+// With a time limit, the job is stopped when it runs past it (see run_and_tee).
 Submission run_local_script(const JobSpec& job, const std::filesystem::path& script_path,
                             std::ostream& terminal,
                             std::optional<std::chrono::milliseconds> time_limit) {
@@ -115,15 +123,15 @@ Submission run_local_script(const JobSpec& job, const std::filesystem::path& scr
   return submission;
 }
 
-}  // namespace launcher
-
-namespace launcher {
-
+// A detached job writes its exit status here when it ends (start_local_script), which is how
+// `launcher status` knows it has.
 std::filesystem::path local_exit_status_file(const std::filesystem::path& results_dir,
                                              const std::string& job_id) {
   return results_dir / fmt::format(".job-{}.exit", job_id);
 }
 
+// cluster.detach=true: starts the script in its own session and returns at once. The job
+// writes its output to log-<job>_<pid>.out and its exit status to local_exit_status_file.
 Submission start_local_script(const JobSpec& job, const std::filesystem::path& script_path) {
   // bash's $$ is the detached process's pid (setsid execs it directly), which names the log and
   // the exit-status file; the paths reach bash as arguments, never as code.
@@ -136,5 +144,86 @@ Submission start_local_script(const JobSpec& job, const std::filesystem::path& s
   submission.log_file = job.results_dir / fmt::format("log-{}_{}.out", job.job_name, pid);
   return submission;
 }
+
+bool local_detach(const Node& cluster) {
+  const Node* detach = find(cluster, "detach");
+  return detach != nullptr && !detach->is_null() && detach->as_bool("cluster.detach");
+}
+
+class LocalCluster final : public Cluster {
+ public:
+  std::string_view name() const override { return "local"; }
+  std::string_view script_suffix() const override { return "_submission.sh"; }
+
+  // A detached local launch runs one job: later ones would not wait for it.
+  void check_launch(const std::vector<JobSpec>& jobs, const Node& /*config*/, const Node& cluster,
+                    bool /*dry_run*/) const override {
+    if (!local_detach(cluster) || jobs.size() <= 1) return;
+    std::string names;
+    for (const JobSpec& job : jobs) names += (names.empty() ? "" : ", ") + job.job_name;
+    common::fail("cluster.detach=true runs one job in the background, but this launch has {} "
+                 "({}), and the later ones would not wait for it: launch them one at a time, or "
+                 "without cluster.detach", jobs.size(), names);
+  }
+
+  std::string render(const JobSpec& job, const std::filesystem::path& script_path,
+                     const RenderContext& context) const override {
+    return render_local_script(job, script_path, context);
+  }
+
+  Submission submit(const JobSpec& job, const std::filesystem::path& script_path,
+                    const SubmitContext& context) const override {
+    if (local_detach(*context.cluster)) {
+      // The job outlives this launcher: it keeps the results directory taken while it runs.
+      if (context.before_detached_start) context.before_detached_start();
+      Submission submission = start_local_script(job, script_path);
+      spdlog::info("{}: local job {} runs in the background; output in {}", context.label,
+                   submission.job_id, submission.log_file.string());
+      return submission;
+    }
+    // Local jobs run one after the other, each to its end (or its time limit).
+    Submission submission = run_local_script(job, script_path, *context.terminal, context.time_limit);
+    if (submission.timed_out) {
+      spdlog::warn("{}: local job {} ran past its time limit of {} s and was stopped", context.label,
+                   submission.job_id, context.time_limit->count() / 1000.0);
+    }
+    spdlog::info("{}: local job {} exited with status {}; output in {}", context.label,
+                 submission.job_id, *submission.exit_code, submission.log_file.string());
+    return submission;
+  }
+
+  bool chains_jobs() const override { return true; }
+
+  // The recorded exit status: of a foreground job in its record, of a detached one in the file
+  // it writes when it ends.
+  std::string job_state(const JobRecord& record) const override {
+    std::optional<int> exit_code = record.exit_code;
+    if (!exit_code) {
+      std::istringstream status_file(
+          common::read_small_file_if_exists(
+              local_exit_status_file(record.script.parent_path(), record.job_id),
+              "the job's exit status")
+              .value_or(""));
+      int status = 0;
+      if (status_file >> status) {
+        exit_code = status;
+      } else {
+        std::error_code error;
+        return std::filesystem::exists("/proc/" + record.job_id, error)
+                   ? "RUNNING"
+                   : "unknown (no exit status recorded)";
+      }
+    }
+    // Slurm's word for a job ended at its time limit.
+    if (record.timed_out) return "TIMEOUT";
+    return *exit_code == 0 ? "COMPLETED" : fmt::format("FAILED (exit {})", *exit_code);
+  }
+
+  CandidateEnd autoconfig_candidate_end() const override { return CandidateEnd::kLaunchReturns; }
+};
+
+}  // namespace
+
+std::unique_ptr<Cluster> make_local_cluster() { return std::make_unique<LocalCluster>(); }
 
 }  // namespace launcher

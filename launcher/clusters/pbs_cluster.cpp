@@ -2,8 +2,8 @@
 // cluster/pbs.yaml and the job (-N, -q, -A, -l select=<nodes>[:extra], -l walltime,
 // -l filesystems, -l place, -j oe -o <log>, -W depend=afterany:<id>, afterok:<id> after a job whose output it needs), whose body exports the
 // environment and runs the backend under mpiexec (-n nodes × ranks, --ppn ranks per node),
-// submitted with qsub, which prints the job id. References: PBS Pro Reference Guide (qsub),
-// ALCF Polaris job-scheduling documentation.
+// submitted with qsub, which prints the job id; a job's state is read from `qstat -f -x`.
+// References: PBS Pro Reference Guide (qsub, qstat), ALCF Polaris job-scheduling documentation.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -144,6 +144,8 @@ std::string render_pbs(const JobSpec& job, const std::filesystem::path& script_p
   return render_template(context.templates_dir, "pbs.pbs.mustache", data);
 }
 
+namespace {
+
 Submission submit_qsub(const JobSpec& job, const std::filesystem::path& script_path) {
   const CapturedRun run = run_and_capture({"qsub", script_path.string()});
   // qsub prints the job id (e.g. 1234.polaris-pbs-01) on its first line.
@@ -157,5 +159,56 @@ Submission submit_qsub(const JobSpec& job, const std::filesystem::path& script_p
   submission.log_file = job.results_dir / fmt::format("log-{}.out", job.job_name);
   return submission;
 }
+
+class PbsCluster final : public Cluster {
+ public:
+  std::string_view name() const override { return "pbs"; }
+  std::string_view script_suffix() const override { return "_submission.sh"; }
+
+  void check_launch(const std::vector<JobSpec>& jobs, const Node& /*config*/,
+                    const Node& /*cluster*/, bool /*dry_run*/) const override {
+    refuse_job_arrays(jobs, name());
+  }
+
+  std::string render(const JobSpec& job, const std::filesystem::path& script_path,
+                     const RenderContext& context) const override {
+    return render_pbs(job, script_path, context);
+  }
+
+  Submission submit(const JobSpec& job, const std::filesystem::path& script_path,
+                    const SubmitContext& context) const override {
+    Submission submission = submit_qsub(job, script_path);
+    spdlog::info("Submitted batch job {}", submission.job_id);
+    spdlog::info("{}: job output in {}", context.label, submission.log_file.string());
+    return submission;
+  }
+
+  bool chains_jobs() const override { return true; }
+
+  std::string job_state(const JobRecord& record) const override {
+    const auto run = run_if_on_path({"qstat", "-f", "-x", record.job_id});
+    if (!run) return "unknown (no qstat on PATH)";
+    const std::string state = scheduler_field(run->output, "job_state");
+    if (run->exit_code == 0 && !state.empty()) {
+      static const std::pair<const char*, const char*> words[] = {
+          {"Q", "QUEUED"}, {"R", "RUNNING"}, {"H", "HELD"}, {"E", "EXITING"}, {"F", "FINISHED"}};
+      for (const auto& [letter, word] : words) {
+        if (state == letter) {
+          const std::string exit_status = scheduler_field(run->output, "Exit_status");
+          return exit_status.empty() ? word : fmt::format("{} (exit {})", word, exit_status);
+        }
+      }
+      return state;
+    }
+    return "unknown (" + first_output_line(run->output) + ")";
+  }
+
+  // Not yet: autoconfig waits for Slurm's final states only.
+  CandidateEnd autoconfig_candidate_end() const override { return CandidateEnd::kUnsupported; }
+};
+
+}  // namespace
+
+std::unique_ptr<Cluster> make_pbs_cluster() { return std::make_unique<PbsCluster>(); }
 
 }  // namespace launcher

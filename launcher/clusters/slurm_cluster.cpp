@@ -1,15 +1,17 @@
 // The Slurm cluster (NeMo's "bcm"): an sbatch script whose #SBATCH header comes from the
 // cluster config and the job, whose body exports the environment and runs the backend under
 // srun (one task per GPU), submitted with sbatch; the job id is parsed from sbatch's
-// "Submitted batch job N". Reference: NeMo-Megatron-Launcher nemo_launcher/core/launchers.py
-// (SlurmLauncher) and Slurm's sbatch(1).
+// "Submitted batch job N", and a job's state read from `scontrol show job`. Reference:
+// NeMo-Megatron-Launcher nemo_launcher/core/launchers.py (SlurmLauncher) and Slurm's sbatch(1).
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <set>
+#include <sstream>
 #include <string_view>
 
 #include "backend/common/ascii_case.hpp"
@@ -213,6 +215,10 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
   return render_template(context.templates_dir, "bcm.sbatch.mustache", data);
 }
 
+namespace {
+
+// Without a container, render_sbatch leaves pyxis's options (--container-*, --no-container-*)
+// out of cluster.srun_args; this logs which, once per launch.
 void note_pyxis_options_unused(const Node& cluster, const std::string& container_image) {
   const Node* extra = cluster.is_map() ? find(cluster, "srun_args") : nullptr;
   if (!container_image.empty() || extra == nullptr || !extra->is_list()) return;
@@ -223,6 +229,9 @@ void note_pyxis_options_unused(const Node& cluster, const std::string& container
   }
 }
 
+// Before a Slurm submission with a container image: when srun is on PATH and its help does not
+// list pyxis's --container-image, a common::Error naming `container` and what to set instead.
+// Without srun here nothing can be told, and nothing is said.
 void check_srun_runs_containers(const std::string& container_image) {
   if (container_image.empty() || !find_on_path("srun")) return;
   // pyxis is a SPANK plugin: when plugstack.conf loads it, srun's help lists its options.
@@ -233,6 +242,15 @@ void check_srun_runs_containers(const std::string& container_image) {
                "the backend on the nodes directly (it needs no container; with a NeMo conf tree, "
                "whose container is NeMo's image, this is the setting to use), or install pyxis",
                container_image);
+}
+
+// Config `container` as launch_main reads it: null is none (bare metal), and anything but a
+// string is refused.
+std::string configured_container_image(const Node& config) {
+  const Node* value = find(config, "container");
+  if (value == nullptr || value->is_null()) return {};
+  if (!value->is_string()) common::fail("container: expected a string");
+  return value->as_string();
 }
 
 Submission submit_sbatch(const JobSpec& job, const std::filesystem::path& script_path) {
@@ -258,5 +276,64 @@ Submission submit_sbatch(const JobSpec& job, const std::filesystem::path& script
       : fmt::format("log-{}_{}.out", job.job_name, submission.job_id));
   return submission;
 }
+
+class SlurmCluster final : public Cluster {
+ public:
+  std::string_view name() const override { return "bcm"; }
+  std::string_view script_suffix() const override { return "_submission.sh"; }
+
+  void check_launch(const std::vector<JobSpec>& /*jobs*/, const Node& config, const Node& cluster,
+                    bool dry_run) const override {
+    const std::string image = configured_container_image(config);
+    // A dry run asks nothing of the cluster (it runs neither sbatch nor srun).
+    if (!dry_run) check_srun_runs_containers(image);
+    note_pyxis_options_unused(cluster, image);
+  }
+
+  std::string render(const JobSpec& job, const std::filesystem::path& script_path,
+                     const RenderContext& context) const override {
+    return render_sbatch(job, script_path, context);
+  }
+
+  Submission submit(const JobSpec& job, const std::filesystem::path& script_path,
+                    const SubmitContext& context) const override {
+    Submission submission = submit_sbatch(job, script_path);
+    spdlog::info("Submitted batch job {}", submission.job_id);
+    spdlog::info("{}: job output in {}", context.label, submission.log_file.string());
+    return submission;
+  }
+
+  bool chains_jobs() const override { return true; }
+
+  std::string job_state(const JobRecord& record) const override {
+    const auto run = run_if_on_path({"scontrol", "show", "job", "-o", record.job_id});
+    if (!run) return "unknown (no scontrol on PATH)";
+    // One line per job; a job array gives one per task (or per pending range of tasks), and
+    // its state is each distinct task state with how many tasks are in it.
+    std::map<std::string, int> counts;  // sorted: the summary does not depend on scontrol's order
+    std::istringstream lines(run->output);
+    for (std::string line; std::getline(lines, line);) {
+      const std::string state = scheduler_field(line, "JobState=");
+      if (state.empty()) continue;
+      const std::string exit_code = scheduler_field(line, "ExitCode=");
+      const std::string shown =
+          exit_code.empty() || exit_code == "0:0" ? state : state + " (exit " + exit_code + ")";
+      ++counts[shown];
+    }
+    if (run->exit_code != 0 || counts.empty()) return "unknown (" + first_output_line(run->output) + ")";
+    if (counts.size() == 1 && counts.begin()->second == 1) return counts.begin()->first;
+    std::string summary;
+    for (const auto& [state, count] : counts) {
+      summary += fmt::format("{}{} ×{}", summary.empty() ? "" : ", ", state, count);
+    }
+    return summary;
+  }
+
+  CandidateEnd autoconfig_candidate_end() const override { return CandidateEnd::kFinalJobState; }
+};
+
+}  // namespace
+
+std::unique_ptr<Cluster> make_slurm_cluster() { return std::make_unique<SlurmCluster>(); }
 
 }  // namespace launcher

@@ -27,7 +27,7 @@
 #include "backend/device/cpu_device.hpp"
 #include "backend/device/cuda_device.hpp"
 #include "backend/model/gpt_model.hpp"
-#include "backend/train/benchmark_report.hpp"
+#include "backend/train/log/benchmark_report.hpp"
 
 namespace {
 

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
-#include "backend/train/tensorboard_writer.hpp"
-#include "backend/train/training_log.hpp"
+#include "backend/train/log/tensorboard_writer.hpp"
+#include "backend/train/log/training_log.hpp"
 #include "launcher/process.hpp"
 #include "launcher/run_status.hpp"
 #include "launcher/tensorboard_reader.hpp"
@@ -133,7 +133,7 @@ Image decode_png(const std::string& bytes) {
   return image;
 }
 
-// pretrain_gpt's own iteration line (backend/train/training_log.cpp).
+// pretrain_gpt's own iteration line (backend/train/log/training_log.cpp).
 std::string iteration_line(int64_t iteration, int64_t total, double milliseconds) {
   backend::IterationLogFields fields;
   fields.timestamp = 1795000000;

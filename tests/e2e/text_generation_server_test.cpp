@@ -60,20 +60,19 @@ using test_support::kTestBin;
 
 using test_support::join;
 
-// The tiny checkpoint, trained once per test process.
-struct Checkpoint : test_support::TinyLambadaCheckpoint {
-  Checkpoint() : TinyLambadaCheckpoint("text_generation_server") {}
-};
-
-void train(Checkpoint& model) { test_support::train_tiny_lambada_checkpoint(model, 30); }
-
-const Checkpoint& checkpoint() {
-  static Checkpoint trained;
-  static const bool once = (train(trained), true);
-  (void)once;
+// The tiny checkpoint (trained once per build), and this process's directory for the servers'
+// logs and the tests' files.
+const test_support::SharedTinyLambadaCheckpoint& checkpoint() {
+  static const test_support::SharedTinyLambadaCheckpoint trained =
+      test_support::shared_tiny_lambada_checkpoint(30);
   INFO(trained.output);
   REQUIRE(trained.ok);
   return trained;
+}
+
+const fs::path& scratch() {
+  static const test_support::TemporaryDirectory directory("text_generation_server");
+  return directory.path;
 }
 
 // A running server on the test's checkpoint, with `flags` added.
@@ -84,7 +83,7 @@ class Server : public test_support::GenerationServerProcess {
             join(join(join({kTestBin + "/text_generation_server"}, tiny_lambada_model_flags()),
                       {"--load", checkpoint().checkpoints.string()}),
                  flags),
-            checkpoint().temporary.path / ("server_" + std::to_string(++count_) + ".log")) {}
+            scratch() / ("server_" + std::to_string(++count_) + ".log")) {}
   std::string log() const { return log_text(); }
 
  private:
@@ -107,11 +106,7 @@ struct Reference {
         static_cast<int>(argv.size()), argv.data(),
         backend::ArgumentsProgram::text_generation_server);
     REQUIRE(arguments);
-    tokenizer = backend::build_tokenizer({.tokenizer_type = arguments->tokenizer_type,
-                                          .vocab_file = arguments->vocab_file,
-                                          .merge_file = arguments->merge_file,
-                                          .vocab_size = arguments->vocab_size,
-                                          .tokenizer_model = arguments->tokenizer_model});
+    tokenizer = backend::build_tokenizer(backend::tokenizer_options(*arguments));
     selected = backend::select_device(*arguments);
     model.emplace(backend::load_trained_model(*arguments, selected, "test"));
   }
@@ -437,7 +432,7 @@ TEST_CASE("a client that closes its connection while it waits has its request st
 
 TEST_CASE("text_generation_cli drives the server from standard input, and SIGTERM exits 0") {
   Server server;
-  const fs::path input = checkpoint().temporary.path / "cli_input.txt";
+  const fs::path input = scratch() / "cli_input.txt";
   {
     std::ofstream out(input);
     out << "The cat sat\n3\nHello\n-1\n";

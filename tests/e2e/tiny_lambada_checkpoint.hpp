@@ -4,8 +4,13 @@
 // iterations it has learned those passages' last words and not the others'.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -37,8 +42,11 @@ struct TinyLambadaCheckpoint {
   bool ok = false;
 };
 
-inline void train_tiny_lambada_checkpoint(TinyLambadaCheckpoint& model, int iterations) {
-  const std::filesystem::path corpus = model.temporary.path / "corpus.jsonl";
+// Trains the model of `iterations` iterations into `directory` (its corpus beside the checkpoints
+// in `directory`/checkpoints); false and the tools' output when a tool failed.
+inline bool train_tiny_lambada_checkpoint_into(const std::filesystem::path& directory, int iterations,
+                                               std::string& output) {
+  const std::filesystem::path corpus = directory / "corpus.jsonl";
   {
     std::ifstream in(kTestData + "/zero_shot/lambada_test.jsonl");
     std::ofstream out(corpus);
@@ -47,19 +55,75 @@ inline void train_tiny_lambada_checkpoint(TinyLambadaCheckpoint& model, int iter
   }
   const auto prepared = launcher::run_and_capture(
       {kTestBin + "/preprocess_data", "--input", corpus.string(), "--output-prefix",
-       (model.temporary.path / "corpus").string(), "--tokenizer-type", "GPT2BPETokenizer",
+       (directory / "corpus").string(), "--tokenizer-type", "GPT2BPETokenizer",
        "--vocab-file", kGpt2Vocab, "--merge-file", kGpt2Merges, "--append-eod", "--workers", "1"});
-  model.output = prepared.output;
-  if (prepared.exit_code != 0) return;
-  model.checkpoints = model.temporary.path / "checkpoints";
+  output = prepared.output;
+  if (prepared.exit_code != 0) return false;
   const auto trained = launcher::run_and_capture(join(
       join({kTestBin + "/pretrain_gpt"}, tiny_lambada_model_flags()),
-      {"--data-path", (model.temporary.path / "corpus_text_document").string(), "--split", "1,0,0",
+      {"--data-path", (directory / "corpus_text_document").string(), "--split", "1,0,0",
        "--train-iters", std::to_string(iterations), "--lr", "1e-2", "--micro-batch-size", "2",
        "--global-batch-size", "4", "--eval-iters", "0", "--log-interval", "10", "--seed", "1234",
-       "--save", model.checkpoints.string()}));
-  model.output += trained.output;
-  model.ok = trained.exit_code == 0;
+       "--save", (directory / "checkpoints").string()}));
+  output += trained.output;
+  return trained.exit_code == 0;
+}
+
+inline void train_tiny_lambada_checkpoint(TinyLambadaCheckpoint& model, int iterations) {
+  model.checkpoints = model.temporary.path / "checkpoints";
+  model.ok = train_tiny_lambada_checkpoint_into(model.temporary.path, iterations, model.output);
+}
+
+// The checkpoint of `iterations` iterations trained once per build rather than once per test
+// process (CTest runs each test case as a process of its own, and under the sanitizers each
+// training takes about 25 s): kept in the build tree (test-cache/ beside bin/) with a stamp of
+// what made it (the tools' and input files' sizes and modification times, and the model flags),
+// retrained when the stamp differs, and made under a file lock so that test processes CTest runs
+// side by side train it once. The tests only read it: what they write goes to their own
+// temporary directories.
+struct SharedTinyLambadaCheckpoint {
+  std::filesystem::path checkpoints;  // --load
+  std::string output;                 // the training's output, or that it was reused
+  bool ok = false;
+};
+
+inline SharedTinyLambadaCheckpoint shared_tiny_lambada_checkpoint(int iterations) {
+  namespace fs = std::filesystem;
+  const fs::path cache = fs::path(kTestBin).parent_path() / "test-cache";
+  fs::create_directories(cache);
+  const fs::path directory = cache / ("tiny-lambada-" + std::to_string(iterations));
+  std::string stamp;
+  for (const std::string& file : {kTestBin + "/preprocess_data", kTestBin + "/pretrain_gpt",
+                                  kTestData + "/zero_shot/lambada_test.jsonl", kGpt2Vocab, kGpt2Merges}) {
+    std::error_code error;
+    stamp += file + " " + std::to_string(fs::file_size(file, error)) + " " +
+             std::to_string(fs::last_write_time(file, error).time_since_epoch().count()) + "\n";
+  }
+  for (const auto& flag : tiny_lambada_model_flags()) stamp += flag + " ";
+
+  SharedTinyLambadaCheckpoint model;
+  model.checkpoints = directory / "checkpoints";
+  const int lock = ::open((directory.string() + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) {
+    model.output = "cannot lock " + directory.string() + ".lock";
+    if (lock >= 0) ::close(lock);
+    return model;
+  }
+  std::ifstream stamp_file(directory / "stamp");
+  std::stringstream kept;
+  kept << stamp_file.rdbuf();
+  if (stamp_file && kept.str() == stamp) {
+    model.output = "reused the checkpoint trained before in " + directory.string();
+    model.ok = true;
+  } else {
+    fs::remove_all(directory);
+    fs::create_directories(directory);
+    model.ok = train_tiny_lambada_checkpoint_into(directory, iterations, model.output);
+    // The stamp last: a training cut short leaves no stamp, so the next test trains again.
+    if (model.ok) std::ofstream(directory / "stamp") << stamp;
+  }
+  ::close(lock);
+  return model;
 }
 
 }  // namespace test_support

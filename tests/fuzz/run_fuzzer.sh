@@ -6,7 +6,9 @@
 # clang (ASan + UBSan, every report fatal) straight from the sources it needs, and runs it for
 # SECONDS from the seed corpus in tests/fuzz/corpus/NAME/.
 #
-#   tests/fuzz/run_fuzzer.sh NAME SECONDS
+#   tests/fuzz/run_fuzzer.sh NAME SECONDS     build NAME's target where it is not current, run it
+#   tests/fuzz/run_fuzzer.sh --build NAME...  build the targets only (CTest's fuzz/build fixture, which
+#                                             builds them all with both cores before the runs)
 #     NAME: override | compose | tokenizer | sentencepiece_tokenizer | hf_tokenizer | safetensors |
 #           hf_config | indexed_dataset | npy_file | checkpoint_file | distributed_moments |
 #           zero_shot_tasks | data_sources | pretrain_gpt_args | preprocess_data_args |
@@ -21,16 +23,27 @@
 # missing - unless CI is set, where that is a failure too.
 set -euo pipefail
 
-if [[ $# -ne 2 || ! $2 =~ ^[0-9]+$ ]]; then
-  echo "usage: $0 NAME SECONDS   (NAME: the name of a tests/fuzz/NAME_fuzzer.cpp)" >&2
+usage() {
+  echo "usage: $0 NAME SECONDS | $0 --build NAME...   (NAME: the name of a tests/fuzz/NAME_fuzzer.cpp)" >&2
   exit 1
+}
+if [[ ${1:-} == --build ]]; then
+  shift
+  (( $# > 0 )) || usage
+  names=("$@")
+  seconds=
+else
+  [[ $# -eq 2 && $2 =~ ^[0-9]+$ ]] || usage
+  names=("$1")
+  seconds=$2
 fi
-name=$1
-seconds=$2
+name=${names[0]}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-target_source="$here/${name}_fuzzer.cpp"
-[[ -f $target_source ]] || { echo "$0: no fuzz target $target_source" >&2; exit 1; }
+for target in "${names[@]}"; do
+  [[ $target =~ ^[a-z0-9_]+$ && -f $here/${target}_fuzzer.cpp ]] ||
+    { echo "$0: no fuzz target $here/${target}_fuzzer.cpp" >&2; exit 1; }
+done
 
 build=${FUZZ_BUILD_DIR:-${TMPDIR:-/tmp}/launcher-fuzz}
 jobs=${FUZZ_JOBS:-2}
@@ -79,7 +92,7 @@ libraries+=($(pkg-config --libs libutf8proc libzstd liblzma zlib libcurl sentenc
 # (docs/architecture.md, Building): the headers are parsed once per unit, not once per file,
 # which takes the archive's build from about three minutes of CI to about one.
 support_dirs=("$root/launcher/config")
-for dir in common device model ops optim data dist ckpt train fetch serve; do
+for dir in common device model ops optim data dist ckpt train train/log eval fetch serve; do
   support_dirs+=("$root/backend/$dir")
 done
 support_sources=()
@@ -93,13 +106,10 @@ done
 # -max_len bytes, so a larger allocation means a size read from the input was trusted before
 # being checked against the input's size.
 malloc_limit_mb=2048
-target_flags=()
 case $name in
-  tokenizer | sentencepiece_tokenizer | hf_tokenizer | zero_shot_tasks) target_flags+=(-DFUZZ_SOURCE_DIR="\"$root\"") ;;
   safetensors | hf_config | indexed_dataset | npy_file | checkpoint_file | distributed_moments)
     malloc_limit_mb=64 ;;
 esac
-binary="$build/${name}_fuzzer"
 support="$build/obj/libfuzz_support.a"
 
 # An object is current when it is newer than its unit, each source the unit includes, and the
@@ -112,13 +122,11 @@ object_is_current() {  # object_is_current OBJECT UNIT
   done <"$unit"
 }
 
-compile_all() {  # compile_all OBJECT_DIR UNIT... : each unit not current into OBJECT_DIR, 2 at a time
-  local object_dir=$1 running=0 failed=0 source object
+each_in_parallel() {  # each_in_parallel FUNCTION ARG... : FUNCTION ARG for each ARG, $jobs at a time
+  local function=$1 running=0 failed=0 argument
   shift
-  for source in "$@"; do
-    object="$object_dir/$(object_stem "$source").o"
-    object_is_current "$object" "$source" && continue
-    "$cxx" "${flags[@]}" -c "$source" -o "$object" &
+  for argument in "$@"; do
+    "$function" "$argument" &
     if (( ++running >= jobs )); then
       wait -n || failed=1
       running=$((running - 1))
@@ -129,6 +137,12 @@ compile_all() {  # compile_all OBJECT_DIR UNIT... : each unit not current into O
     running=$((running - 1))
   done
   return $failed
+}
+
+compile_unit() {  # compile_unit UNIT: into obj/support, unless current
+  local object
+  object="$build/obj/support/$(object_stem "$1").o"
+  object_is_current "$object" "$1" || "$cxx" "${flags[@]}" -c "$1" -o "$object"
 }
 
 # One builder at a time (CTest may run fuzz tests side by side with -j).
@@ -172,17 +186,37 @@ for object in "$build/obj/support"/*.o; do
   stem=${object##*/}
   [[ -n ${expected_objects[${stem%.o}]:-} ]] || rm -f "$object" "$support"
 done
-echo "fuzz/$name: compiling the support archive (${#support_sources[@]} sources in ${#units[@]} units, $jobs at a time, only what changed)"
-compile_all "$build/obj/support" "${units[@]}" || { echo "fuzz/$name: compiling failed" >&2; exit 1; }
+echo "fuzz/${names[*]}: compiling the support archive (${#support_sources[@]} sources in ${#units[@]} units, $jobs at a time, only what changed)"
+each_in_parallel compile_unit "${units[@]}" || { echo "fuzz/$name: compiling failed" >&2; exit 1; }
 if [[ ! -f $support ]] || [[ -n $(find "$build/obj/support" -name '*.o' -newer "$support" | head -1) ]]; then
   rm -f "$support"
   ar rcs "$support" "$build/obj/support"/*.o
 fi
-target_object="$build/obj/${name}_fuzzer.o"
-"$cxx" "${flags[@]}" "${target_flags[@]}" -c "$target_source" -o "$target_object"
-"$cxx" "${flags[@]}" "$target_object" "$support" "${libraries[@]}" -o "$binary"
+# Each target: its object and binary, rebuilt where older than what they are made from, two at
+# a time (a --build of every target uses both cores; a run after it finds them current).
+build_target() {  # build_target NAME
+  local object="$build/obj/$1_fuzzer.o" binary="$build/$1_fuzzer" source="$here/$1_fuzzer.cpp"
+  local own_flags=()
+  case $1 in
+    tokenizer | sentencepiece_tokenizer | hf_tokenizer | zero_shot_tasks) own_flags+=(-DFUZZ_SOURCE_DIR="\"$root\"") ;;
+  esac
+  # (The targets' own headers, tests/fuzz/*.hpp, count too.)
+  if [[ ! -f $object || $source -nt $object || $build/obj/headers.stamp -nt $object ||
+        -n $(find "$here" -maxdepth 1 -name '*.hpp' -newer "$object" | head -1) ]]; then
+    "$cxx" "${flags[@]}" "${own_flags[@]}" -c "$source" -o "$object" || return 1
+  fi
+  if [[ ! -f $binary || $object -nt $binary || $support -nt $binary ]]; then
+    "$cxx" "${flags[@]}" "$object" "$support" "${libraries[@]}" -o "$binary" || return 1
+  fi
+}
+each_in_parallel build_target "${names[@]}" || { echo "fuzz/${names[*]}: building failed" >&2; exit 1; }
 flock -u 9
+if [[ -z $seconds ]]; then
+  echo "fuzz: built ${names[*]}"
+  exit 0
+fi
 
+binary="$build/${name}_fuzzer"
 seeds="$here/corpus/$name"
 dictionary=()
 [[ -f $here/$name.dict ]] && dictionary=(-dict="$here/$name.dict")

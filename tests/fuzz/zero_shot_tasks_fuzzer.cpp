@@ -1,4 +1,4 @@
-// libFuzzer target: evaluate_gpt's task files (backend/train/zero_shot_tasks.hpp) as a user
+// libFuzzer target: evaluate_gpt's task files (backend/eval/zero_shot_tasks.hpp) as a user
 // hands them over, a WikiText text or a LAMBADA .jsonl, read with the GPT-2 BPE tokenizer, cut
 // into windows and scored. The first four bytes choose the task and the flags (the task and
 // the file's name, which picks the detokenizer; --strict-lambada; --seq-length 1..64;
@@ -30,7 +30,7 @@
 #include "backend/common/error.hpp"
 #include "backend/data/gpt2_bpe_tokenizer.hpp"
 #include "backend/data/unicode_text.hpp"
-#include "backend/train/zero_shot_tasks.hpp"
+#include "backend/eval/zero_shot_tasks.hpp"
 #include "tests/fuzz/scratch_file.hpp"
 
 namespace fs = std::filesystem;

@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A job log as pretrain_gpt writes it (backend/train/training_log.cpp, Megatron's format).
+// A job log as pretrain_gpt writes it (backend/train/log/training_log.cpp, Megatron's format).
 std::string iteration_line(int64_t iteration, int64_t total, double milliseconds, double loss) {
   return fmt::format(
       " [2026-11-27 13:00:{:02d}] iteration {:8d}/{:8d} | consumed samples: {:12d} | elapsed time "

@@ -1,5 +1,5 @@
 // TensorBoard event files (TFRecord-framed tensorflow.Event messages); see tensorboard_writer.hpp.
-#include "backend/train/tensorboard_writer.hpp"
+#include "backend/train/log/tensorboard_writer.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -11,7 +11,7 @@
 
 #include "backend/common/crc32c.hpp"
 #include "backend/common/error.hpp"
-#include "backend/train/protobuf_writer.hpp"
+#include "backend/train/log/protobuf_writer.hpp"
 
 namespace backend {
 

@@ -16,7 +16,7 @@
 
 #include "backend/common/error.hpp"
 #include "backend/common/modular_arithmetic.hpp"
-#include "backend/train/tensorboard_writer.hpp"
+#include "backend/train/log/tensorboard_writer.hpp"
 
 using namespace backend;
 namespace fs = std::filesystem;

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "backend/train/benchmark_report.hpp"
+#include "backend/train/log/benchmark_report.hpp"
 
 using namespace backend;
 

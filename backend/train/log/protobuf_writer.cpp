@@ -1,5 +1,5 @@
 // Protocol Buffers wire format, the encoding side only; see protobuf_writer.hpp.
-#include "backend/train/protobuf_writer.hpp"
+#include "backend/train/log/protobuf_writer.hpp"
 
 #include <bit>
 

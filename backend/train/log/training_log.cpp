@@ -1,9 +1,9 @@
 // Megatron-LM's training and validation log lines and training_log; see training_log.hpp.
-#include "backend/train/training_log.hpp"
+#include "backend/train/log/training_log.hpp"
 
 #include "backend/common/local_time.hpp"
 #include "backend/common/python_format.hpp"
-#include "backend/train/benchmark_report.hpp"
+#include "backend/train/log/benchmark_report.hpp"
 
 #include <fmt/format.h>
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/train/training_log.hpp"
+#include "backend/train/log/training_log.hpp"
 
 using namespace backend;
 

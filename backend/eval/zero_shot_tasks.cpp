@@ -1,7 +1,7 @@
 // Megatron-LM's zero-shot GPT tasks, WIKITEXT103 and LAMBADA; see zero_shot_tasks.hpp.
 // Reference (read for the semantics, not copied): Megatron-LM tasks/zeroshot_gpt/datasets.py,
 // detokenizer.py and evaluate.py.
-#include "backend/train/zero_shot_tasks.hpp"
+#include "backend/eval/zero_shot_tasks.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

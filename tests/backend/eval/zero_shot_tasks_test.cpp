@@ -3,7 +3,7 @@
 // the word count, the overlapping windows and their masks (every target scored once), the
 // LAMBADA targets (strict and not) and windows, the batched scoring with a fake model, the
 // metrics and Megatron's printed lines, and the refusals of bad input.
-#include "backend/train/zero_shot_tasks.hpp"
+#include "backend/eval/zero_shot_tasks.hpp"
 
 #include <doctest/doctest.h>
 #include <sys/stat.h>

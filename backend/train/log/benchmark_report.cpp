@@ -1,5 +1,5 @@
 // Benchmark summary and its JSON file; see benchmark_report.hpp.
-#include "backend/train/benchmark_report.hpp"
+#include "backend/train/log/benchmark_report.hpp"
 
 #include <cblas.h>
 #include <nlohmann/json.hpp>

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/train/protobuf_writer.hpp"
+#include "backend/train/log/protobuf_writer.hpp"
 
 using backend::ProtobufWriter;
 

@@ -28,7 +28,7 @@
 
 #include "backend/device/device_memory.hpp"
 #include "backend/train/arguments.hpp"
-#include "backend/train/tensorboard_writer.hpp"
+#include "backend/train/log/tensorboard_writer.hpp"
 
 namespace backend {
 
