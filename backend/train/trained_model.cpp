@@ -58,7 +58,7 @@ GptModel<float> load_trained_model(const TrainingArguments& arguments,
   // Weights only, as --no-load-optim --no-load-rng (not --finetune, so that the load message
   // names the checkpoint's iteration as Megatron's does); the optimizer and scheduler are
   // placeholders that load_checkpoint then leaves alone.
-  TrainingArguments weights_only = arguments;
+  CheckpointLoadOptions weights_only = checkpoint_load_options(arguments);
   weights_only.no_load_optim = true;
   weights_only.no_load_rng = true;
   AdamW optimizer(AdamWConfig{}, {}, 0);

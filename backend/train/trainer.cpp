@@ -52,6 +52,11 @@ using Clock = std::chrono::steady_clock;
 // --spike-threshold a run would use, and finite), which only restoring the weights undoes.
 constexpr double kInjectedWeightFactor = 100.0;
 
+// What a refusal for memory suggests.
+constexpr const char* kWaysOut =
+    "Lower --micro-batch-size or --seq-length, recompute activations (--recompute-granularity "
+    "full --recompute-method uniform --recompute-num-layers 1), or train a smaller model.";
+
 // model_config with the tokenizer's vocabulary size already known: pretrain reads the tokenizer
 // once, for its size and its end-of-document id.
 GptConfig model_config_with_vocabulary(const TrainingArguments& a, int64_t vocab_size) {
@@ -243,546 +248,539 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
   return pretrain(a, out, std::move(source), one_process);
 }
 
-TrainingResult pretrain(const TrainingArguments& a, std::ostream& printed, BatchSource source,
-                        ProcessGroups& process_groups) {
-  const auto setup_start = Clock::now();
-  // Megatron's print_rank_0 and print_rank_last: the setup, checkpoint and exit lines come from
-  // rank 0, the iteration and evaluation lines from the last rank; other ranks print nothing.
-  std::ostream discarded(nullptr);
-  std::ostream& out = process_groups.is_first_rank() ? printed : discarded;
-  std::ostream& out_last = process_groups.is_last_rank() ? printed : discarded;
-  Communicator& world = *process_groups.world;
-  Communicator& data_parallel = *process_groups.data_parallel;
+TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSource source,
+                        ProcessGroups& groups) {
+  Trainer trainer(a, out, std::move(source), groups);
+  return trainer.run();
+}
+
+// ---- setup: Megatron's initialize_megatron and setup_model_and_optimizer, less the load
+
+Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, BatchSource source,
+                 ProcessGroups& groups)
+    : a_(arguments),
+      setup_start_(Clock::now()),
+      printed_(printed),
+      // Megatron's print_rank_0 and print_rank_last: the setup, checkpoint and exit lines come
+      // from rank 0, the iteration and evaluation lines from the last rank.
+      out_(groups.is_first_rank() ? printed : discarded_),
+      out_last_(groups.is_last_rank() ? printed : discarded_),
+      groups_(groups),
+      world_(*groups.world),
+      data_parallel_(*groups.data_parallel),
+      coordinates_(groups.coordinates()),
+      source_(std::move(source)),
+      spike_rollback_(arguments) {
   // The model's shape is checked, and its memory estimated once the device is known (bf16 on a
-  // GPU), before anything of the model is written or allocated: a model this machine cannot
-  // hold is refused with the estimate.
-  const TokenizerFacts tokenizer = tokenizer_facts(a);
-  GptConfig config = model_config_with_vocabulary(a, tokenizer.vocab_size);
+  // GPU), before anything of the model is written or allocated.
+  tokenizer_ = tokenizer_facts(a_);
+  config_ = model_config_with_vocabulary(a_, tokenizer_.vocab_size);
+  check_launch();
+  selected_ = select_device(a_);
+  config_.mixed_precision = mixed_precision_of(a_, *selected_.device);
+  check_memory_fits();
+  if (!a_.log_dir.empty() && groups_.is_first_rank()) write_exp_manager_files(a_.log_dir, a_);
+  note_precision(a_, *selected_.device, config_.mixed_precision);
+  carve_model_and_optimizer();
+  // --fp16's dynamic loss scaling (or --loss-scale): the optimizer holds the scaler, as
+  // Megatron's mixed-precision optimizer does, so checkpoints carry its state.
+  optimizer_->set_loss_scaler(make_loss_scaler(a_));
+  result_.parameter_count = whole_count_of(*model_);
+  scheduler_.emplace(learning_rate_schedule(a_));
+  batch_sizes_.emplace(batch_size_schedule(a_, groups_.layout.data_parallel));
+  if (!source_ && a_.mock_data) {
+    source_ = [dataset = MockDataset(a_.seed, config_.vocab_size, a_.seq_length)](
+                  Split split, int64_t first, int64_t batch, std::span<int32_t> tokens,
+                  std::span<int32_t> labels) { dataset.fill_batch(split, first, batch, tokens, labels); };
+  }
+  print_startup_lines();
+  // --log-throughput's MFU (our extension) is against this machine's measured GEMM peak: the
+  // CPU's sgemm, or the GPU's GEMM in the model's precision, measured once here (a fraction of
+  // a second); benchmark mode reuses it.
+  const bool on_gpu = selected_.device->memory_kind() == MemoryKind::cuda;
+  peak_name_ = on_gpu ? fmt::format("{} GEMM peak",
+                                    element_name(working_type(config_.mixed_precision, ElementType::f32)))
+                      : "sgemm peak";
+  if (a_.log_throughput) {
+    peak_flops_ = measure_peak();
+    spdlog::info("measured {}: {:.3f} TFLOP/s (the MFU reference)", peak_name_, *peak_flops_ / 1e12);
+  }
+  // TensorBoard and the iteration lines are the last rank's (Megatron's get_tensorboard_writer).
+  log_.emplace(a_, config_.padded_vocab_size, peak_flops_, out_last_, peak_name_,
+               groups_.is_last_rank());
+  // Data-parallel rank 0 writes the model's files, one per (tensor-parallel rank, stage), and
+  // with the distributed optimizer every rank its moments' file; rank 0 makes the directories
+  // and moves the tracker, so it holds the lock (checkpoint.hpp) until training ends.
+  if (!a_.save.empty() && groups_.is_first_rank()) save_lock_.emplace(lock_save_directory(a_.save));
+}
+
+// What is wrong with the launch, before anything is built.
+void Trainer::check_launch() {
   // The report is written after training; a --benchmark-output that can never take it (a
   // device, a FIFO, a directory) is refused now, not after the run.
-  if (!a.benchmark_output.empty() && process_groups.is_last_rank()) {
-    common::output_target(a.benchmark_output, "--benchmark-output");
+  if (!a_.benchmark_output.empty() && groups_.is_last_rank()) {
+    common::output_target(a_.benchmark_output, "--benchmark-output");
   }
-  const char* const kWaysOut =
-      "Lower --micro-batch-size or --seq-length, recompute activations (--recompute-granularity "
-      "full --recompute-method uniform --recompute-num-layers 1), or train a smaller model.";
   const ProcessEnvironment process = read_process_environment();
-  if (process.world_size != world.size()) {
+  if (process.world_size != world_.size()) {
     common::fail("{}", not_started_through_mpi(process, process.world_size));
   }
-  if (a.world_size != world.size()) {
-    common::fail("the arguments were validated for {} processes, but {} run", a.world_size,
-                 world.size());
+  if (a_.world_size != world_.size()) {
+    common::fail("the arguments were validated for {} processes, but {} run", a_.world_size,
+                 world_.size());
   }
   // Megatron's --exit-on-missing-checkpoint, checked before anything is built: a mistyped
   // --load stops the job at once instead of training from scratch (Megatron exits there with
   // status 0; an error here, since the job did nothing it was asked to).
-  if (a.exit_on_missing_checkpoint && !a.load.empty()) {
-    require_checkpoint(a.load, "--load",
+  if (a_.exit_on_missing_checkpoint && !a_.load.empty()) {
+    require_checkpoint(a_.load, "--load",
                        "--exit-on-missing-checkpoint is given: correct the path, or leave the flag "
                        "out to start from scratch when there is nothing to load");
   }
   // Megatron installs its signal handler at initialisation: a notice during the setup stops
   // the run after its first iteration.
-  std::optional<ExitSignalHandler> exit_signal;
-  if (a.exit_signal_handler) {
-    const std::optional<int> number = exit_signal_number(a.exit_signal);
-    if (!number) common::fail("--exit-signal {}: not a signal the handler takes", a.exit_signal);
-    exit_signal.emplace(*number);
+  if (a_.exit_signal_handler) {
+    const std::optional<int> number = exit_signal_number(a_.exit_signal);
+    if (!number) common::fail("--exit-signal {}: not a signal the handler takes", a_.exit_signal);
+    exit_signal_.emplace(*number);
   }
-  const SelectedDevice selected = select_device(a);
-  Device& device = *selected.device;
-  config.mixed_precision = mixed_precision_of(a, device);
-  // One rank's share of the model under this layout (the launcher's preflight computes the same).
-  const common::MemoryEstimate estimate = training_memory_estimate(
-      config, a.micro_batch_size, a.seq_length,
-      {.tensor_parallel = process_groups.layout.tensor_parallel,
-       .data_parallel = process_groups.layout.data_parallel,
-       .pipeline_parallel = process_groups.layout.pipeline_parallel,
-       .sequence_parallel = a.sequence_parallel,
-       .distributed_optimizer = a.use_distributed_optimizer,
-       .zero_stage = a.zero_stage,
-       .offload_optimizer = a.offload_optimizer,
-       .offload_parameters = a.offload_parameters,
-       .virtual_pipeline_chunks = a.virtual_pipeline_chunks()});
-  if (selected.gpu && world.size() > 1) {
+}
+
+// One rank's share of the model under this layout (the launcher's preflight computes the same),
+// against the GPU's memory or, for CPU ranks, the memory this node's ranks share: a model this
+// machine cannot hold is refused with the estimate.
+void Trainer::check_memory_fits() {
+  const ParallelLayout& layout = groups_.layout;
+  estimate_ = training_memory_estimate(
+      config_, a_.micro_batch_size, a_.seq_length,
+      {.tensor_parallel = layout.tensor_parallel,
+       .data_parallel = layout.data_parallel,
+       .pipeline_parallel = layout.pipeline_parallel,
+       .sequence_parallel = a_.sequence_parallel,
+       .distributed_optimizer = a_.use_distributed_optimizer,
+       .zero_stage = a_.zero_stage,
+       .offload_optimizer = a_.offload_optimizer,
+       .offload_parameters = a_.offload_parameters,
+       .virtual_pipeline_chunks = a_.virtual_pipeline_chunks()});
+  const std::optional<CudaDeviceProperties>& gpu = selected_.gpu;
+  if (gpu && world_.size() > 1) {
     common::fail("--device {}: {} ranks on GPUs need the NCCL communicator, which is not built "
                  "yet; data parallelism runs on CPU ranks (--device cpu)",
-                 a.device, world.size());
+                 a_.device, world_.size());
   }
-  if (selected.gpu) {
+  if (gpu) {
     common::require_memory_fits(
-        estimate,
-        {static_cast<double>(selected.gpu->total_memory_bytes),
-         fmt::format("the memory of GPU {} ({})", selected.gpu->index, selected.gpu->name)},
+        estimate_,
+        {static_cast<double>(gpu->total_memory_bytes),
+         fmt::format("the memory of GPU {} ({})", gpu->index, gpu->name)},
         "pretrain_gpt: the model", kWaysOut);
-  } else {
-    // CPU ranks on one machine share its memory: the check is for all of this node's ranks
-    // (the world split by host name; every rank takes part).
-    const int64_t node_ranks =
-        world.size() == 1
-            ? 1
-            : world.split(static_cast<int64_t>(std::hash<std::string>{}(common::local_host_name()) & 0x3fffffff),
-                          world.rank(), "node")
-                  ->size();
-    common::MemoryEstimate node_estimate = estimate;
-    // Offloaded state is in host memory, which on CPU ranks is the same memory.
-    node_estimate.optimizer_bytes += node_estimate.host_bytes;
-    node_estimate.host_bytes = 0;
-    const auto ranks = static_cast<double>(node_ranks);
-    node_estimate.weights_bytes *= ranks;
-    node_estimate.gradients_bytes *= ranks;
-    node_estimate.optimizer_bytes *= ranks;
-    node_estimate.activations_bytes *= ranks;
-    common::require_memory_fits(
-        node_estimate, common::available_memory(),
-        node_ranks == 1 ? std::string("pretrain_gpt: the model")
-                        : fmt::format("pretrain_gpt: the model's {} ranks on this machine",
-                                      node_ranks),
-        kWaysOut);
+    return;
   }
-  if (!a.log_dir.empty() && process_groups.is_first_rank()) write_exp_manager_files(a.log_dir, a);
-  note_precision(a, device, config.mixed_precision);
+  // The world split by host name (every rank takes part) gives this node's ranks.
+  const int64_t node_ranks =
+      world_.size() == 1
+          ? 1
+          : world_.split(static_cast<int64_t>(std::hash<std::string>{}(common::local_host_name()) & 0x3fffffff),
+                         world_.rank(), "node")
+                ->size();
+  common::MemoryEstimate node_estimate = estimate_;
+  // Offloaded state is in host memory, which on CPU ranks is the same memory.
+  node_estimate.optimizer_bytes += node_estimate.host_bytes;
+  node_estimate.host_bytes = 0;
+  const auto ranks = static_cast<double>(node_ranks);
+  node_estimate.weights_bytes *= ranks;
+  node_estimate.gradients_bytes *= ranks;
+  node_estimate.optimizer_bytes *= ranks;
+  node_estimate.activations_bytes *= ranks;
+  common::require_memory_fits(
+      node_estimate, common::available_memory(),
+      node_ranks == 1 ? std::string("pretrain_gpt: the model")
+                      : fmt::format("pretrain_gpt: the model's {} ranks on this machine", node_ranks),
+      kWaysOut);
+}
 
-  // Everything the run keeps on the device is carved here, once: parameters and gradients,
-  // the activations of the one micro-batch shape every step and evaluation uses, and the
-  // optimizer's moments. No step allocates. Running out names the region being carved and
-  // this layout's estimate (the launcher's preflight computes the same table).
-  TrainingResult result;
-  std::vector<ParameterGroup> groups;
-  std::optional<GptModel<float>> carved_model;
-  std::optional<AdamW> carved_optimizer;
-  // --use-distributed-optimizer: this rank's range of the flat buffers, the optimizer's
-  // moments for it alone, and the buffer its reduce-scattered gradients land in.
-  std::optional<GradientShard> shard;
-  Arena shard_arena;
+// Everything the run keeps on the device is carved here, once: parameters and gradients, the
+// activations of the one micro-batch shape every step and evaluation uses, and the optimizer's
+// moments. Running out of GPU memory names the region being carved and this layout's estimate.
+void Trainer::carve_model_and_optimizer() {
+  Device& device = *selected_.device;
   try {
-    const PipelineStage stage{.pipeline_parallel = process_groups.layout.pipeline_parallel,
-                              .rank = process_groups.coordinates().pipeline,
-                              .virtual_chunks = a.virtual_pipeline_chunks()};
-    carved_model.emplace(config, device,
-                         ModelParallelism{.tensor_parallel = process_groups.tensor_parallel.get(),
-                                          .sequence_parallel = a.sequence_parallel,
-                                          .pipeline = stage,
-                                          .pipeline_parallel = process_groups.pipeline_parallel.get(),
-                                          .embedding = process_groups.embedding.get(),
-                                          .sharded_data_parallel =
-                                              a.zero_stage == 3 ? &data_parallel : nullptr});
+    const PipelineStage stage{.pipeline_parallel = groups_.layout.pipeline_parallel,
+                              .rank = coordinates_.pipeline,
+                              .virtual_chunks = a_.virtual_pipeline_chunks()};
+    GptModel<float>& model = model_.emplace(
+        config_, device,
+        ModelParallelism{.tensor_parallel = groups_.tensor_parallel.get(),
+                         .sequence_parallel = a_.sequence_parallel,
+                         .pipeline = stage,
+                         .pipeline_parallel = groups_.pipeline_parallel.get(),
+                         .embedding = groups_.embedding.get(),
+                         .sharded_data_parallel = a_.zero_stage == 3 ? &data_parallel_ : nullptr});
     // The dropout masks come from --seed too; dropout_key() mixes the seed into a stream of
     // its own, unrelated to the initialisation's. Step 0 is the first micro batch's forward.
-    carved_model->init_parameters(a.seed);
-    carved_model->set_dropout_seed(a.seed);
+    model.init_parameters(a_.seed);
+    model.set_dropout_seed(a_.seed);
     // A pipeline stage holds the micro batches its schedule keeps in flight, for the largest
     // global batch (the last of a ramp-up).
     int64_t slots = 1;
     if (!stage.whole_model()) {
-      const int64_t micro_batches = a.global_batch_size / (a.micro_batch_size *
-                                                           process_groups.layout.data_parallel);
+      const int64_t micro_batches =
+          a_.global_batch_size / (a_.micro_batch_size * groups_.layout.data_parallel);
       slots = pipeline_slots(pipeline_schedule(stage.pipeline_parallel, stage.rank,
                                                stage.virtual_chunks, micro_batches));
     }
-    carved_model->reserve(a.micro_batch_size, a.seq_length, slots);
-    for (const auto& tensor : carved_model->tensors()) {
+    model.reserve(a_.micro_batch_size, a_.seq_length, slots);
+    std::vector<ParameterGroup> groups;
+    for (const auto& tensor : model.tensors()) {
       groups.push_back({tensor.offset, tensor.numel, tensor.weight_decay});
     }
-    const AdamWConfig adam{a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay};
-    const int64_t parameter_count = carved_model->parameter_buffer().numel;
-    if (carved_model->sharded_over_data_parallel()) {
+    const AdamWConfig adam{a_.adam_beta1, a_.adam_beta2, a_.adam_eps, a_.weight_decay};
+    const int64_t parameter_count = model.parameter_buffer().numel;
+    if (model.sharded_over_data_parallel()) {
       // ZeRO-3: the moments of the model's own range, as the distributed optimizer's.
-      const ShardRange range = carved_model->parameter_shard_range();
-      carved_optimizer.emplace(adam, groups_in_range(groups, range), range.numel, device);
-    } else if (a.use_distributed_optimizer) {
+      const ShardRange range = model.parameter_shard_range();
+      optimizer_.emplace(adam, groups_in_range(groups, range), range.numel, device);
+    } else if (a_.use_distributed_optimizer) {
+      // The moments of this rank's range alone, and the buffer its gradients land in.
       const ShardRange range =
-          shard_range(parameter_count, data_parallel.size(), data_parallel.rank());
+          shard_range(parameter_count, data_parallel_.size(), data_parallel_.rank());
       ArenaLayout layout;
       const int64_t region = layout.add("the distributed optimizer's gradient shard",
                                         ElementType::f32, range.numel);
-      shard_arena = Arena(device, std::move(layout), "gradient shard");
-      shard = GradientShard{range, shard_arena.view(region)};
-      carved_optimizer.emplace(adam, groups_in_range(groups, range), range.numel, device);
+      shard_arena_ = Arena(device, std::move(layout), "gradient shard");
+      shard_ = GradientShard{range, shard_arena_.view(region)};
+      optimizer_.emplace(adam, groups_in_range(groups, range), range.numel, device);
     } else {
-      carved_optimizer.emplace(adam, groups, parameter_count, device);
+      optimizer_.emplace(adam, groups, parameter_count, device);
     }
   } catch (const common::Error& error) {
     // CudaDevice::allocate_zeroed's words; other errors (and the CPU's own out-of-memory
-    // message, after the host check above) pass through as they are.
-    if (!selected.gpu || std::string_view(error.what()).find("out of GPU memory") ==
-                             std::string_view::npos) {
+    // message, after the host check) pass through as they are.
+    if (!selected_.gpu ||
+        std::string_view(error.what()).find("out of GPU memory") == std::string_view::npos) {
       throw;
     }
     std::string table;
-    for (const auto& line : common::format_memory_estimate(estimate)) table += "\n" + line;
+    for (const auto& line : common::format_memory_estimate(estimate_)) table += "\n" + line;
     common::fail("{}\nThe estimate for this layout (the launcher's preflight table):{}\n{}",
                  error.what(), table, kWaysOut);
   }
-  GptModel<float>& model = *carved_model;
-  AdamW& optimizer = *carved_optimizer;
-  // --fp16's dynamic loss scaling (or --loss-scale): the optimizer holds the scaler, as
-  // Megatron's mixed-precision optimizer does, so checkpoints carry its state.
-  optimizer.set_loss_scaler(make_loss_scaler(a));
-  result.parameter_count = whole_count_of(model);
-  LearningRateScheduler scheduler(learning_rate_schedule(a));
-  const GlobalBatchSizeSchedule batch_sizes =
-      batch_size_schedule(a, process_groups.layout.data_parallel);
+}
 
-  // Megatron's start-up lines (build_num_microbatches_calculator, _initialize_distributed,
-  // initialize_model_parallel), in its order.
-  if (a.rampup_batch_size.empty()) {
-    out << fmt::format("setting number of micro-batches to constant {}\n",
-                       batch_sizes.num_micro_batches(0));
+// Megatron's start-up lines (build_num_microbatches_calculator, _initialize_distributed,
+// initialize_model_parallel, the vocabulary's padding, the parameter count), in its order.
+void Trainer::print_startup_lines() {
+  if (a_.rampup_batch_size.empty()) {
+    out_ << fmt::format("setting number of micro-batches to constant {}\n",
+                        batch_sizes_->num_micro_batches(0));
   }
-  out << "> initializing torch distributed ...\n";
-  out << fmt::format("> initialized tensor model parallel with size {}\n",
-                     process_groups.layout.tensor_parallel);
-  out << fmt::format("> initialized pipeline model parallel with size {}\n",
-                     process_groups.layout.pipeline_parallel);
-
-  if (!source && a.mock_data) {
-    source = [dataset = MockDataset(a.seed, config.vocab_size, a.seq_length)](
-                 Split split, int64_t first, int64_t batch, std::span<int32_t> tokens,
-                 std::span<int32_t> labels) { dataset.fill_batch(split, first, batch, tokens, labels); };
-  }
-
-  out << fmt::format(" > padded vocab (size: {}) with {} dummy tokens (new size: {})\n",
-                     config.vocab_size, config.padded_vocab_size - config.vocab_size,
-                     config.padded_vocab_size);
+  out_ << "> initializing torch distributed ...\n";
+  out_ << fmt::format("> initialized tensor model parallel with size {}\n",
+                      groups_.layout.tensor_parallel);
+  out_ << fmt::format("> initialized pipeline model parallel with size {}\n",
+                      groups_.layout.pipeline_parallel);
+  out_ << fmt::format(" > padded vocab (size: {}) with {} dummy tokens (new size: {})\n",
+                      config_.vocab_size, config_.padded_vocab_size - config_.vocab_size,
+                      config_.padded_vocab_size);
   // Megatron prints this line from every model-parallel rank of data-parallel rank 0, each with
   // its own shard's count (one write per line, so ranks' lines do not interleave).
-  const RankCoordinates coordinates = process_groups.coordinates();
-  if (coordinates.data == 0) {
-    printed << fmt::format(
+  if (coordinates_.data == 0) {
+    printed_ << fmt::format(
         " > number of parameters on (tensor, pipeline) model parallel rank ({}, {}): {}\n",
-        coordinates.tensor, coordinates.pipeline, result.parameter_count);
-    printed.flush();
+        coordinates_.tensor, coordinates_.pipeline, result_.parameter_count);
+    printed_.flush();
   }
-  if (a.train_samples > 0) out << fmt::format("setting training iterations to {}\n", a.train_iters);
-  out << fmt::format("time to initialize megatron (seconds): {:.3f}\n",
-                     std::chrono::duration<double>(Clock::now() - setup_start).count());
-  // --log-throughput's MFU (our extension) is against this machine's measured GEMM peak:
-  // the CPU's sgemm, or the GPU's GEMM in the model's precision, measured once here (a
-  // fraction of a second); benchmark mode reuses it.
-  const bool on_gpu = device.memory_kind() == MemoryKind::cuda;
-  const ElementType gemm_type = working_type(config.mixed_precision, ElementType::f32);
-  const std::string peak_name =
-      on_gpu ? fmt::format("{} GEMM peak", element_name(gemm_type)) : "sgemm peak";
-  auto measure_peak = [&] {
-    return on_gpu ? measure_device_gemm_peak(device, gemm_type) : measure_cpu_sgemm_peak();
-  };
-  std::optional<double> peak_flops;
-  if (a.log_throughput) {
-    peak_flops = measure_peak();
-    spdlog::info("measured {}: {:.3f} TFLOP/s (the MFU reference)", peak_name,
-                 *peak_flops / 1e12);
-  }
-  // TensorBoard and the iteration lines are the last rank's (Megatron's get_tensorboard_writer).
-  TrainingArguments log_arguments = a;
-  if (!process_groups.is_last_rank()) log_arguments.tensorboard_dir.clear();
-  TrainingLog log(log_arguments, config.padded_vocab_size, peak_flops, out_last, peak_name);
+  if (a_.train_samples > 0) out_ << fmt::format("setting training iterations to {}\n", a_.train_iters);
+  out_ << fmt::format("time to initialize megatron (seconds): {:.3f}\n",
+                      std::chrono::duration<double>(Clock::now() - setup_start_).count());
+}
 
-  // ---- checkpointing (backend/ckpt): where training resumes, and saving (Megatron's
-  // load_checkpoint in setup_model_and_optimizer; checkpoint_and_decide_exit in train).
-  // One live run per --save directory (checkpoint.hpp), held until training ends.
-  std::optional<common::ExclusiveFileLock> save_lock;
-  // Data-parallel rank 0 writes the model's files (every data-parallel rank holds the same
-  // weights), one per (tensor-parallel rank, stage), and with the distributed optimizer every
-  // rank its moments' file; rank 0 makes the directories and moves the tracker, so it holds
-  // the lock.
-  if (!a.save.empty() && process_groups.is_first_rank()) {
-    save_lock.emplace(lock_save_directory(a.save));
-  }
-  TrainingProgress resumed;
-  int64_t last_saved_iteration = -1;  // a checkpoint of this iteration exists in --save
-  // The whole model's parameter count (a ZeRO-3 model's buffers hold its range only).
-  const int64_t whole_count = whole_count_of(model);
-  const bool sharded = model.sharded_over_data_parallel();
-  // The checkpoint `from` names (its --load and switches) into the model, optimizer and
-  // scheduler; nothing when it holds none.
-  auto load_from = [&](const TrainingArguments& from) -> std::optional<TrainingProgress> {
-    // The distributed optimizer and ZeRO-3 read the moments of their range alone; ZeRO-3 loads
-    // the whole model's weights into one process's model and keeps its range of them.
-    std::optional<GptModel<float>> whole_model;
-    if (sharded) {
-      whole_model.emplace(config, device);
-      whole_model->set_dropout_seed(model.dropout_seed());
-    }
-    std::optional<ShardRange> optimizer_range;
-    if (shard) optimizer_range = shard->range;
-    if (sharded) optimizer_range = model.parameter_shard_range();
-    const auto loaded = load_checkpoint(from, whole_model ? *whole_model : model, optimizer,
-                                        scheduler, out,
-                                        optimizer_range ? &*optimizer_range : nullptr);
-    if (whole_model && loaded) {
-      const ShardRange range = model.parameter_shard_range();
-      model.copy_parameters_from_host(whole_model->parameters().subspan(
-          static_cast<size_t>(range.offset), static_cast<size_t>(range.numel)));
-      model.set_dropout_seed(whole_model->dropout_seed());
-      model.set_dropout_step(whole_model->dropout_step());
-    }
-    return loaded;
-  };
+double Trainer::measure_peak() const {
+  Device& device = *selected_.device;
+  return device.memory_kind() == MemoryKind::cuda
+             ? measure_device_gemm_peak(device, working_type(config_.mixed_precision, ElementType::f32))
+             : measure_cpu_sgemm_peak();
+}
+
+// ---- the run
+
+TrainingResult Trainer::run() {
+  load();
+  build_datasets();
+  out_ << fmt::format("[before the start of training step] datetime: {}\n",
+                      format_timestamp(std::time(nullptr)));
+  out_.flush();
+  if (train()) finish();
+  return std::move(result_);
+}
+
+// Where training resumes (Megatron's load_checkpoint in setup_model_and_optimizer): --load, or
+// with nothing to resume there, --pretrained-checkpoint's weights with a fresh optimizer,
+// scheduler and RNG (Megatron's tasks/finetune_utils.py).
+void Trainer::load() {
   std::optional<TrainingProgress> loaded;
-  if (!a.load.empty()) {
-    loaded = load_from(a);
-    if (loaded) {
-      std::error_code ignored;
-      if (!a.save.empty() && !a.finetune && std::filesystem::equivalent(a.load, a.save, ignored)) {
-        last_saved_iteration = loaded->iteration;
-      }
+  if (!a_.load.empty()) {
+    loaded = load_from(checkpoint_load_options(a_));
+    std::error_code ignored;
+    if (loaded && !a_.save.empty() && !a_.finetune &&
+        std::filesystem::equivalent(a_.load, a_.save, ignored)) {
+      last_saved_iteration_ = loaded->iteration;
     }
   }
-  // Megatron's finetuning start (tasks/finetune_utils.py): nothing to resume from --load, so
-  // the weights of the pretrained checkpoint, with a fresh optimizer, scheduler and RNG.
-  if (!loaded && !a.pretrained_checkpoint.empty()) {
-    TrainingArguments pretrained = a;
-    pretrained.load = a.pretrained_checkpoint;
+  if (!loaded && !a_.pretrained_checkpoint.empty()) {
+    CheckpointLoadOptions pretrained = checkpoint_load_options(a_);
+    pretrained.directory = a_.pretrained_checkpoint;
     pretrained.finetune = true;
     pretrained.no_load_optim = true;
     pretrained.no_load_rng = true;
-    require_checkpoint(a.pretrained_checkpoint, "--pretrained-checkpoint",
+    require_checkpoint(a_.pretrained_checkpoint, "--pretrained-checkpoint",
                        "point it at the --save directory of pretrain_gpt or checkpoint_util "
                        "(--import-hf --save)");
     loaded = load_from(pretrained);
     if (!loaded) {  // its tracker went away between the check and the load
       common::fail("--pretrained-checkpoint {}: {} disappeared while the checkpoint was loaded",
-                   a.pretrained_checkpoint,
-                   checkpoint_tracker_path(a.pretrained_checkpoint).string());
+                   a_.pretrained_checkpoint,
+                   checkpoint_tracker_path(a_.pretrained_checkpoint).string());
     }
   }
-  if (loaded) resumed = *loaded;
-  // Megatron builds the datasets after the model, the optimizer and the checkpoint.
-  // An empty test split (--split 98,2,0) has no test pass, as in Megatron (do_test false).
-  bool test_split_skipped = false;
-  if (!source) {
-    // Rank 0 first, as Megatron builds the index caches on rank 0 and the others read them.
-    if (process_groups.is_first_rank()) {
-      source = build_dataset_batch_source(a, config.vocab_size, out, &test_split_skipped);
+  if (loaded) resumed_ = *loaded;
+  consumed_train_ = resumed_.consumed_train_samples;
+  consumed_valid_ = resumed_.consumed_valid_samples;
+}
+
+// The checkpoint `options` name into the model, optimizer and scheduler; nothing when it holds
+// none. The distributed optimizer and ZeRO-3 read the moments of their range alone; ZeRO-3
+// loads the whole model's weights into one process's model and keeps its range of them.
+std::optional<TrainingProgress> Trainer::load_from(const CheckpointLoadOptions& options) {
+  GptModel<float>& model = *model_;
+  const bool sharded = model.sharded_over_data_parallel();
+  std::optional<GptModel<float>> whole_model;
+  if (sharded) {
+    whole_model.emplace(config_, *selected_.device);
+    whole_model->set_dropout_seed(model.dropout_seed());
+  }
+  std::optional<ShardRange> optimizer_range;
+  if (shard_) optimizer_range = shard_->range;
+  if (sharded) optimizer_range = model.parameter_shard_range();
+  const auto loaded = load_checkpoint(options, whole_model ? *whole_model : model, *optimizer_,
+                                      *scheduler_, out_,
+                                      optimizer_range ? &*optimizer_range : nullptr);
+  if (whole_model && loaded) {
+    const ShardRange range = model.parameter_shard_range();
+    model.copy_parameters_from_host(whole_model->parameters().subspan(
+        static_cast<size_t>(range.offset), static_cast<size_t>(range.numel)));
+    model.set_dropout_seed(whole_model->dropout_seed());
+    model.set_dropout_step(whole_model->dropout_step());
+  }
+  return loaded;
+}
+
+// Megatron builds the datasets after the model, the optimizer and the checkpoint: rank 0 first,
+// as Megatron builds the index caches on rank 0 and the others read them.
+void Trainer::build_datasets() {
+  if (!source_) {
+    if (groups_.is_first_rank()) {
+      source_ = build_dataset_batch_source(a_, config_.vocab_size, out_, &test_split_skipped_);
     }
-    world.barrier();
-    if (!process_groups.is_first_rank()) {
-      source = build_dataset_batch_source(a, config.vocab_size, out, &test_split_skipped);
+    world_.barrier();
+    if (!groups_.is_first_rank()) {
+      source_ = build_dataset_batch_source(a_, config_.vocab_size, out_, &test_split_skipped_);
     }
-    out << fmt::format("[after dataloaders are built] datetime: {}\n",
-                       format_timestamp(std::time(nullptr)));
+    out_ << fmt::format("[after dataloaders are built] datetime: {}\n",
+                        format_timestamp(std::time(nullptr)));
   }
   // Training and validation both leave the EOD positions out, as Megatron's loss mask does.
-  if (a.eod_mask_loss) {
-    source = mask_end_of_document_losses(std::move(source), tokenizer.end_of_document);
+  if (a_.eod_mask_loss) {
+    source_ = mask_end_of_document_losses(std::move(source_), tokenizer_.end_of_document);
   }
-  int64_t consumed_train = resumed.consumed_train_samples;
-  int64_t consumed_valid = resumed.consumed_valid_samples;
-  auto save = [&](int64_t iteration) {
-    // The distributed optimizer and ZeRO-3: each data-parallel rank writes its range of the
-    // moments to its own file (checkpoint.hpp's OptimizerShard); nothing is gathered.
-    std::optional<OptimizerShard> optimizer_shard;
-    if (shard || sharded) {
-      optimizer_shard = OptimizerShard{
-          .data_parallel = &data_parallel,
-          .parameter_count = whole_count,
-          .range = sharded ? model.parameter_shard_range() : shard->range};
-    }
-    // ZeRO-3: the parameters gathered into one process's model, which data-parallel rank 0
-    // saves (DeepSpeed's consolidated weights), so any layout loads the checkpoint.
-    std::optional<GptModel<float>> whole_model;
-    if (sharded) {
-      std::vector<float> values(static_cast<size_t>(whole_count));
-      const ShardRange range = model.parameter_shard_range();
-      const auto own = std::span(values).subspan(static_cast<size_t>(range.offset),
-                                                 static_cast<size_t>(range.numel));
-      model.copy_parameters_to_host(own);
-      data_parallel.all_gather(host_view(std::span(values)), host_view(own));
-      if (coordinates.data == 0) {
-        whole_model.emplace(config, device);
-        whole_model->copy_parameters_from_host(values);
-        whole_model->set_dropout_seed(model.dropout_seed());
-        whole_model->set_dropout_step(model.dropout_step());
-      }
-    }
-    if (coordinates.data == 0 || optimizer_shard) {
-      save_checkpoint(a, {iteration, consumed_train, consumed_valid},
-                      whole_model ? *whole_model : model, optimizer, scheduler, out,
-                      optimizer_shard ? &*optimizer_shard : nullptr);
-    }
-    world.barrier();  // the checkpoint is whole before any rank goes on (or exits)
-    last_saved_iteration = iteration;
-  };
+}
 
-  out << fmt::format("[before the start of training step] datetime: {}\n",
-                     format_timestamp(std::time(nullptr)));
-  out.flush();
-
-  // Megatron's evaluate_and_print_results; returns the loss.
-  auto evaluate_and_log = [&](Split split, int64_t& consumed_samples, const std::string& prefix,
-                              int64_t iteration) {
-    const EvaluationResult evaluation =
-        evaluate(model, source, split, consumed_samples, a, data_parallel);
-    consumed_samples += evaluation.samples;
-    log.add_evaluation(prefix, iteration, consumed_train, evaluation.lm_loss);
-    return evaluation.lm_loss;
-  };
-
-  // --rollback-on-spike (docs/checkpoints.md "Loss spikes"). Every rank sees the same loss
-  // (averaged over data parallelism, broadcast from the last stage), so all decide alike.
-  SpikeDetector spike_detector({.threshold = a.spike_threshold,
-                                .window = a.spike_window,
-                                .nan_iterations = a.spike_nan_iterations});
-  int64_t rollbacks = 0;
-  double learning_rate_factor = 1.0;  // --spike-lr-factor to the power of the rollbacks
-  bool spike_injected = false;        // --inject-loss-spike-at-iteration fires once
-  // Reloads the last checkpoint this run saved in --save (weights, optimizer, scheduler,
-  // dropout RNG) but keeps the data position: the samples since that checkpoint are skipped.
-  // Returns the checkpoint's iteration, where the iteration numbering continues from.
-  auto roll_back = [&](int64_t iteration, const Spike& spike) -> int64_t {
-    const std::string flags = fmt::format(
-        "--spike-threshold {} --spike-window {} --spike-nan-iterations {} --spike-lr-factor {} "
-        "--spike-max-rollbacks {}",
-        a.spike_threshold, a.spike_window, a.spike_nan_iterations, a.spike_lr_factor,
-        a.spike_max_rollbacks);
-    if (rollbacks >= a.spike_max_rollbacks) {
-      common::fail("--rollback-on-spike: spike at iteration {} ({}) after {} rollback(s), the most "
-                   "--spike-max-rollbacks allows; stopping ({}). The run does not recover by "
-                   "rolling back: lower --lr, raise --spike-max-rollbacks or --spike-threshold, "
-                   "or look at the data around consumed sample {}",
-                   iteration, spike.reason(), rollbacks, flags, consumed_train);
-    }
-    if (last_saved_iteration < 0) {
-      common::fail("--rollback-on-spike: spike at iteration {} ({}), but this run has saved no "
-                   "checkpoint in --save {} yet to roll back to ({}); save sooner with a smaller "
-                   "--save-interval",
-                   iteration, spike.reason(), a.save, flags);
-    }
-    TrainingArguments from = a;
-    from.load = a.save;
-    from.finetune = false;
-    from.pretrained_checkpoint.clear();
-    from.no_load_optim = false;
-    from.no_load_rng = a.no_save_rng;
-    const std::optional<TrainingProgress> reloaded = load_from(from);
-    if (!reloaded) {
-      common::fail("--rollback-on-spike: spike at iteration {} ({}), but --save {} no longer holds "
-                   "the checkpoint of iteration {} this run saved ({} is missing)",
-                   iteration, spike.reason(), a.save, last_saved_iteration,
-                   checkpoint_tracker_path(a.save).string());
-    }
-    ++rollbacks;
-    learning_rate_factor *= a.spike_lr_factor;
-    spike_detector.reset();
-    std::string line = fmt::format(
-        " rollback on spike at iteration {}: {}; reloaded iteration {} from {}, skipping samples "
-        "{}..{} (rollback {} of {})",
-        iteration, spike.reason(), reloaded->iteration, a.save,
-        reloaded->consumed_train_samples, consumed_train - 1, rollbacks, a.spike_max_rollbacks);
-    if (a.spike_lr_factor != 1.0) {
-      line += fmt::format("; learning rate now × {}", learning_rate_factor);
-    }
-    log.add_rollback(line, iteration, rollbacks);
-    return reloaded->iteration;
-  };
-
-  bool memory_reported = false;
-  for (int64_t iteration = resumed.iteration + 1; iteration <= a.train_iters; ++iteration) {
-    const auto step_start = Clock::now();
-    const GlobalBatch batch{.first_sample = consumed_train,
-                            .global_batch_size = batch_sizes.global_batch_size(consumed_train),
-                            .num_micro_batches = batch_sizes.num_micro_batches(consumed_train)};
-    if (iteration == a.inject_loss_spike_at_iteration && !spike_injected) {
-      // The testing aid: the weights are damaged before this step, so its forward spikes and
-      // the run goes on from damaged weights unless a rollback restores them.
-      spike_injected = true;
-      model.device().scale(model.parameter_buffer(), kInjectedWeightFactor);
-      model.parameters_updated();
-    }
-    const TrainStepResult step = train_step(model, optimizer, scheduler, source, batch, a,
-                                            data_parallel, shard ? &*shard : nullptr,
-                                            learning_rate_factor);
-    consumed_train += batch.global_batch_size;
-    const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
-    result.iterations.push_back({.iteration = iteration,
-                                 .lm_loss = step.lm_loss,
-                                 .grad_norm = step.grad_norm,
-                                 .learning_rate = step.learning_rate,
-                                 .skipped = step.skipped,
-                                 .elapsed_ms = 1000.0 * step_seconds,
-                                 .global_batch_size = batch.global_batch_size,
-                                 .consumed_samples = consumed_train,
-                                 .loss_scale = step.loss_scale,
-                                 .nan = step.nan,
-                                 .memory = device.memory_usage(),
-                                 .params_norm = step.params_norm,
-                                 .num_zeros_in_grad = step.num_zeros_in_grad});
-    log.add_iteration(result.iterations.back(), scheduler.learning_rate() * learning_rate_factor);
-    // Megatron's report_memory, once, after the first logged interval with a learning rate
-    // (the optimizer's state exists by then), from every rank of data-parallel rank 0.
-    if (!memory_reported && iteration % a.log_interval == 0 && step.learning_rate > 0) {
-      memory_reported = true;
-      if (coordinates.data == 0) {
-        printed << format_memory_line(world.rank(), iteration, device.memory_usage()) << '\n';
-        printed.flush();
-      }
-    }
-
+// Megatron's train(): the iterations from where the run resumed.
+bool Trainer::train() {
+  for (int64_t iteration = resumed_.iteration + 1; iteration <= a_.train_iters; ++iteration) {
+    const TrainStepResult step = train_iteration(iteration);
     // A spike is judged before this iteration's evaluation and save: its weights are not kept.
-    if (a.rollback_on_spike) {
-      if (const std::optional<Spike> spike = spike_detector.observe(step.lm_loss, step.nan)) {
-        iteration = roll_back(iteration, *spike);  // the loop goes on at the checkpoint's + 1
-        continue;
-      }
+    // Every rank sees the same loss (averaged over data parallelism, broadcast from the last
+    // stage), so all decide alike.
+    if (const std::optional<Spike> spike = spike_rollback_.observe(step.lm_loss, step.nan)) {
+      iteration = roll_back(iteration, *spike);  // the loop goes on at the checkpoint's + 1
+      continue;
     }
-
-    // Megatron's --exit-duration-in-mins and --exit-signal-handler, decided by every rank
-    // together in one max all-reduce: the longest elapsed time, and whether any rank got the
-    // signal (Megatron all-gathers each rank's flag), so that all of them save and exit after
-    // the same iteration.
-    ExitConditions exit_conditions;
-    if (a.exit_duration_in_mins > 0 || exit_signal) {
-      std::array<float, 2> exits = {
-          static_cast<float>(std::chrono::duration<double>(Clock::now() - setup_start).count() / 60.0),
-          exit_signal && exit_signal->received() ? 1.0F : 0.0F};
-      world.all_reduce(host_view(std::span<float>(exits)), ReduceOperation::max);
-      exit_conditions.duration_exceeded =
-          a.exit_duration_in_mins > 0 && exits[0] > a.exit_duration_in_mins;
-      exit_conditions.exit_signal_received = exits[1] > 0;
-    }
-    const IterationActions actions = actions_after_iteration(a, iteration, exit_conditions);
+    const ExitConditions conditions = exit_conditions();
+    const IterationActions actions = actions_after_iteration(a_, iteration, conditions);
     if (actions.evaluate) {
-      evaluate_and_log(Split::validation, consumed_valid, fmt::format("iteration {}", iteration),
+      evaluate_and_log(Split::validation, consumed_valid_, fmt::format("iteration {}", iteration),
                        iteration);
     }
     if (actions.save) save(iteration);
     if (actions.exit) {
-      // Megatron's print_datetime lines of its three exits.
-      const std::string why =
-          exit_conditions.exit_signal_received
-              ? fmt::format("exiting program after receiving {}.", a.exit_signal)
-          : exit_conditions.duration_exceeded
-              ? fmt::format(
-                    "exiting program after {} minutes",
-                    std::chrono::duration<double>(Clock::now() - setup_start).count() / 60.0)
-              : fmt::format("exiting program at iteration {}", iteration);
-      out << fmt::format("[{}] datetime: {}\n", why, format_timestamp(std::time(nullptr)));
-      out.flush();
-      return result;
+      print_exit_line(iteration, conditions);
+      return false;
     }
   }
-  if (const auto iteration = iteration_to_save_at_end(a, resumed.iteration, last_saved_iteration)) {
+  return true;
+}
+
+// One iteration's step, its record and its lines.
+TrainStepResult Trainer::train_iteration(int64_t iteration) {
+  GptModel<float>& model = *model_;
+  const auto step_start = Clock::now();
+  const GlobalBatch batch{.first_sample = consumed_train_,
+                          .global_batch_size = batch_sizes_->global_batch_size(consumed_train_),
+                          .num_micro_batches = batch_sizes_->num_micro_batches(consumed_train_)};
+  if (iteration == a_.inject_loss_spike_at_iteration && !spike_injected_) {
+    // The testing aid: the weights are damaged before this step, so its forward spikes and the
+    // run goes on from damaged weights unless a rollback restores them.
+    spike_injected_ = true;
+    model.device().scale(model.parameter_buffer(), kInjectedWeightFactor);
+    model.parameters_updated();
+  }
+  const TrainStepResult step =
+      train_step(model, *optimizer_, *scheduler_, source_, batch, a_, data_parallel_,
+                 shard_ ? &*shard_ : nullptr, spike_rollback_.learning_rate_factor());
+  consumed_train_ += batch.global_batch_size;
+  const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+  Device& device = *selected_.device;
+  result_.iterations.push_back({.iteration = iteration,
+                                .lm_loss = step.lm_loss,
+                                .grad_norm = step.grad_norm,
+                                .learning_rate = step.learning_rate,
+                                .skipped = step.skipped,
+                                .elapsed_ms = 1000.0 * step_seconds,
+                                .global_batch_size = batch.global_batch_size,
+                                .consumed_samples = consumed_train_,
+                                .loss_scale = step.loss_scale,
+                                .nan = step.nan,
+                                .memory = device.memory_usage(),
+                                .params_norm = step.params_norm,
+                                .num_zeros_in_grad = step.num_zeros_in_grad});
+  log_->add_iteration(result_.iterations.back(),
+                      scheduler_->learning_rate() * spike_rollback_.learning_rate_factor());
+  // Megatron's report_memory, once, after the first logged interval with a learning rate (the
+  // optimizer's state exists by then), from every rank of data-parallel rank 0.
+  if (!memory_reported_ && iteration % a_.log_interval == 0 && step.learning_rate > 0) {
+    memory_reported_ = true;
+    if (coordinates_.data == 0) {
+      printed_ << format_memory_line(world_.rank(), iteration, device.memory_usage()) << '\n';
+      printed_.flush();
+    }
+  }
+  return step;
+}
+
+// --rollback-on-spike (docs/checkpoints.md "Loss spikes"): reloads the last checkpoint this run
+// saved in --save (weights, optimizer, scheduler, dropout RNG) but keeps the data position: the
+// samples since that checkpoint are skipped. Returns the checkpoint's iteration, where the
+// iteration numbering continues from.
+int64_t Trainer::roll_back(int64_t iteration, const Spike& spike) {
+  const std::optional<TrainingProgress> reloaded = load_from(
+      spike_rollback_.reload(iteration, spike, consumed_train_, last_saved_iteration_));
+  if (!reloaded) spike_rollback_.fail_checkpoint_missing(iteration, spike, last_saved_iteration_);
+  const std::string line = spike_rollback_.rolled_back(iteration, spike, *reloaded, consumed_train_);
+  log_->add_rollback(line, iteration, spike_rollback_.rollbacks());
+  return reloaded->iteration;
+}
+
+// Megatron's --exit-duration-in-mins and --exit-signal-handler, decided by every rank together
+// in one max all-reduce: the longest elapsed time, and whether any rank got the signal
+// (Megatron all-gathers each rank's flag), so that all of them save and exit after the same
+// iteration.
+ExitConditions Trainer::exit_conditions() {
+  ExitConditions conditions;
+  if (a_.exit_duration_in_mins <= 0 && !exit_signal_) return conditions;
+  std::array<float, 2> exits = {
+      static_cast<float>(std::chrono::duration<double>(Clock::now() - setup_start_).count() / 60.0),
+      exit_signal_ && exit_signal_->received() ? 1.0F : 0.0F};
+  world_.all_reduce(host_view(std::span<float>(exits)), ReduceOperation::max);
+  conditions.duration_exceeded = a_.exit_duration_in_mins > 0 && exits[0] > a_.exit_duration_in_mins;
+  conditions.exit_signal_received = exits[1] > 0;
+  return conditions;
+}
+
+// Megatron's print_datetime lines of its three exits.
+void Trainer::print_exit_line(int64_t iteration, const ExitConditions& conditions) {
+  const std::string why =
+      conditions.exit_signal_received
+          ? fmt::format("exiting program after receiving {}.", a_.exit_signal)
+      : conditions.duration_exceeded
+          ? fmt::format("exiting program after {} minutes",
+                        std::chrono::duration<double>(Clock::now() - setup_start_).count() / 60.0)
+          : fmt::format("exiting program at iteration {}", iteration);
+  out_ << fmt::format("[{}] datetime: {}\n", why, format_timestamp(std::time(nullptr)));
+  out_.flush();
+}
+
+// Megatron's save_checkpoint. The distributed optimizer and ZeRO-3: each data-parallel rank
+// writes its range of the moments to its own file (checkpoint.hpp's OptimizerShard); nothing is
+// gathered. ZeRO-3's parameters are gathered into one process's model, which data-parallel
+// rank 0 saves (DeepSpeed's consolidated weights), so that any layout loads the checkpoint.
+void Trainer::save(int64_t iteration) {
+  GptModel<float>& model = *model_;
+  const bool sharded = model.sharded_over_data_parallel();
+  const int64_t whole_count = whole_count_of(model);
+  std::optional<OptimizerShard> optimizer_shard;
+  if (shard_ || sharded) {
+    optimizer_shard = OptimizerShard{
+        .data_parallel = &data_parallel_,
+        .parameter_count = whole_count,
+        .range = sharded ? model.parameter_shard_range() : shard_->range};
+  }
+  std::optional<GptModel<float>> whole_model;
+  if (sharded) {
+    std::vector<float> values(static_cast<size_t>(whole_count));
+    const ShardRange range = model.parameter_shard_range();
+    const auto own = std::span(values).subspan(static_cast<size_t>(range.offset),
+                                               static_cast<size_t>(range.numel));
+    model.copy_parameters_to_host(own);
+    data_parallel_.all_gather(host_view(std::span(values)), host_view(own));
+    if (coordinates_.data == 0) {
+      whole_model.emplace(config_, *selected_.device);
+      whole_model->copy_parameters_from_host(values);
+      whole_model->set_dropout_seed(model.dropout_seed());
+      whole_model->set_dropout_step(model.dropout_step());
+    }
+  }
+  if (coordinates_.data == 0 || optimizer_shard) {
+    save_checkpoint(a_, {iteration, consumed_train_, consumed_valid_},
+                    whole_model ? *whole_model : model, *optimizer_, *scheduler_, out_,
+                    optimizer_shard ? &*optimizer_shard : nullptr);
+  }
+  world_.barrier();  // the checkpoint is whole before any rank goes on (or exits)
+  last_saved_iteration_ = iteration;
+}
+
+// Megatron's evaluate_and_print_results; returns the loss.
+double Trainer::evaluate_and_log(Split split, int64_t& consumed_samples, const std::string& prefix,
+                                 int64_t iteration) {
+  const EvaluationResult evaluation =
+      evaluate(*model_, source_, split, consumed_samples, a_, data_parallel_);
+  consumed_samples += evaluation.samples;
+  log_->add_evaluation(prefix, iteration, consumed_train_, evaluation.lm_loss);
+  return evaluation.lm_loss;
+}
+
+// After the last iteration: the save at the end, the benchmark report, and the last validation
+// and test passes.
+void Trainer::finish() {
+  if (const auto iteration = iteration_to_save_at_end(a_, resumed_.iteration, last_saved_iteration_)) {
     save(*iteration);
   }
-  if (!a.benchmark_output.empty() && process_groups.is_last_rank()) {
-    report_benchmark(a, config.padded_vocab_size, result.parameter_count, result.iterations,
-                     peak_flops ? *peak_flops : measure_peak(), peak_name, out_last);
+  if (!a_.benchmark_output.empty() && groups_.is_last_rank()) {
+    report_benchmark(a_, config_.padded_vocab_size, result_.parameter_count, result_.iterations,
+                     peak_flops_ ? *peak_flops_ : measure_peak(), peak_name_, out_last_);
   }
-  if (a.eval_iters > 0) {
-    result.validation_loss = evaluate_and_log(
-        Split::validation, consumed_valid,
-        fmt::format("iteration {} on validation set", a.train_iters), a.train_iters);
-    if (!test_split_skipped) {
+  if (a_.eval_iters > 0) {
+    result_.validation_loss = evaluate_and_log(
+        Split::validation, consumed_valid_,
+        fmt::format("iteration {} on validation set", a_.train_iters), a_.train_iters);
+    if (!test_split_skipped_) {
       int64_t consumed_test = 0;
-      result.test_loss = evaluate_and_log(Split::test, consumed_test,
-                                          fmt::format("iteration {} on test set", a.train_iters),
-                                          a.train_iters);
+      result_.test_loss = evaluate_and_log(Split::test, consumed_test,
+                                           fmt::format("iteration {} on test set", a_.train_iters),
+                                           a_.train_iters);
     }
   }
-  log.close();
-  return result;
+  log_->close();
 }
 
 }  // namespace backend

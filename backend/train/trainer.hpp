@@ -1,11 +1,17 @@
-// The pretraining loop of Megatron-LM's pretrain() and train() (megatron/training/training.py),
-// on one process or one data-parallel rank: build the model, the optimizer and the schedule from the arguments, load a
-// checkpoint if asked, then for each iteration
-//   train_step (train_step.hpp)              the global batch's update
-//   TrainingLog (training_log.hpp)           TensorBoard scalars, the iteration line
-//   actions_after_iteration (training_cadence.hpp)
-//                                            evaluate (evaluation.hpp), save, exit
-// and at the end save, and validate and test once more when --eval-iters > 0, as Megatron does.
+// The pretraining of Megatron-LM's pretrain() and train() (megatron/training/training.py), on
+// one process or one rank of a parallel layout, as a Trainer: its constructor is Megatron's
+// initialisation and setup_model_and_optimizer (the launch, memory and device checks, the model,
+// the optimizer and the schedule carved once, the start-up lines), and run() is the rest:
+//   load                 --load, or --pretrained-checkpoint's weights (ckpt/)
+//   build_datasets       the batch source the data flags name (dataset_provider.hpp)
+//   train                for each iteration
+//     train_step (train_step.hpp)             the global batch's update
+//     TrainingLog (log/training_log.hpp)      TensorBoard scalars, the iteration line
+//     SpikeRollback (spike_rollback.hpp)      --rollback-on-spike
+//     actions_after_iteration (training_cadence.hpp)
+//                                             evaluate (evaluation.hpp), save, exit
+//   finish               save, the benchmark report, and validate and test once more when
+//                        --eval-iters > 0, as Megatron does.
 // Output lines go to `out` in Megatron's formats.
 #pragma once
 
@@ -15,13 +21,29 @@
 #include <optional>
 #include <vector>
 
+#include <chrono>
+#include <ostream>
+#include <string>
+
+#include "backend/ckpt/checkpoint.hpp"
+#include "backend/common/file_lock.hpp"
+#include "backend/common/memory_estimate.hpp"
+#include "backend/device/arena.hpp"
 #include "backend/device/cuda_inventory.hpp"
 #include "backend/device/device.hpp"
 #include "backend/dist/process_groups.hpp"
 #include "backend/model/gpt_config.hpp"
+#include "backend/model/gpt_model.hpp"
+#include "backend/optim/adamw.hpp"
+#include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/arguments.hpp"
 #include "backend/train/batch_source.hpp"
+#include "backend/train/exit_signal_handler.hpp"
 #include "backend/train/log/training_log.hpp"
+#include "backend/train/spike_rollback.hpp"
+#include "backend/train/train_step.hpp"
+#include "backend/train/training_cadence.hpp"
+#include "backend/train/training_schedule.hpp"
 
 namespace backend {
 
@@ -57,11 +79,85 @@ struct SelectedDevice {
 };
 SelectedDevice select_device(const TrainingArguments& arguments);
 
-// Runs the whole training. `source` empty: the mock dataset with --mock-data, else the datasets
-// the data flags name (dataset_provider.hpp). One process, or one rank of `groups`
-// (process_groups.hpp; data parallel so far): every rank calls it; rank 0 prints the setup
-// and checkpoint lines and writes the checkpoints, the last rank the iteration and
-// evaluation lines (Megatron's print_rank_0 / print_rank_last); the others print nothing.
+class Trainer {
+ public:
+  // One process, or one rank of `groups` (process_groups.hpp): every rank makes its Trainer.
+  // Rank 0 prints the setup and checkpoint lines and writes the checkpoints, the last rank the
+  // iteration and evaluation lines (Megatron's print_rank_0 / print_rank_last); the others
+  // print nothing. `source` empty: the mock dataset with --mock-data, else the datasets the
+  // data flags name. `arguments`, `out` and `groups` must outlive the Trainer.
+  Trainer(const TrainingArguments& arguments, std::ostream& out, BatchSource source,
+          ProcessGroups& groups);
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Loads, trains to --train-iters (or an exit condition), saves and evaluates; once.
+  TrainingResult run();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  void check_launch();
+  void check_memory_fits();
+  void carve_model_and_optimizer();
+  void print_startup_lines();
+  void load();
+  std::optional<TrainingProgress> load_from(const CheckpointLoadOptions& options);
+  void build_datasets();
+  bool train();  // false: an exit condition ended it (its line printed)
+  TrainStepResult train_iteration(int64_t iteration);
+  int64_t roll_back(int64_t iteration, const Spike& spike);
+  ExitConditions exit_conditions();
+  void print_exit_line(int64_t iteration, const ExitConditions& conditions);
+  void save(int64_t iteration);
+  double evaluate_and_log(Split split, int64_t& consumed_samples, const std::string& prefix,
+                          int64_t iteration);
+  double measure_peak() const;
+  void finish();
+
+  const TrainingArguments& a_;
+  const Clock::time_point setup_start_;
+  std::ostream& printed_;
+  std::ostream discarded_{nullptr};
+  std::ostream& out_;       // rank 0's lines
+  std::ostream& out_last_;  // the last rank's lines
+  ProcessGroups& groups_;
+  Communicator& world_;
+  Communicator& data_parallel_;
+  const RankCoordinates coordinates_;
+  BatchSource source_;
+
+  TokenizerFacts tokenizer_;
+  GptConfig config_;
+  std::optional<ExitSignalHandler> exit_signal_;
+  SelectedDevice selected_;
+  common::MemoryEstimate estimate_;
+  // Everything the run keeps on the device, carved once; no step allocates.
+  std::optional<GptModel<float>> model_;
+  std::optional<AdamW> optimizer_;
+  // --use-distributed-optimizer: this rank's range of the flat buffers and the buffer its
+  // reduce-scattered gradients land in.
+  std::optional<GradientShard> shard_;
+  Arena shard_arena_;
+  std::optional<LearningRateScheduler> scheduler_;
+  std::optional<GlobalBatchSizeSchedule> batch_sizes_;
+  std::string peak_name_;
+  std::optional<double> peak_flops_;  // --log-throughput's measured GEMM peak
+  std::optional<TrainingLog> log_;
+  std::optional<common::ExclusiveFileLock> save_lock_;  // one live run per --save directory
+
+  TrainingProgress resumed_;
+  int64_t last_saved_iteration_ = -1;  // a checkpoint of this iteration exists in --save
+  int64_t consumed_train_ = 0;
+  int64_t consumed_valid_ = 0;
+  bool test_split_skipped_ = false;  // an empty test split: no test pass, as in Megatron
+  SpikeRollback spike_rollback_;
+  bool spike_injected_ = false;      // --inject-loss-spike-at-iteration fires once
+  bool memory_reported_ = false;     // Megatron's report_memory line, once
+  TrainingResult result_;
+};
+
+// The whole training in one call: Trainer(arguments, out, source, groups).run().
 TrainingResult pretrain(const TrainingArguments& arguments, std::ostream& out,
                         BatchSource source = {});
 TrainingResult pretrain(const TrainingArguments& arguments, std::ostream& out, BatchSource source,

@@ -87,13 +87,13 @@ double IntervalTotals::elapsed_ms_per_iteration() const {
 
 TrainingLog::TrainingLog(TrainingArguments arguments, int64_t padded_vocab_size,
                          std::optional<double> peak_flops, std::ostream& out,
-                         std::string peak_name)
+                         std::string peak_name, bool tensorboard)
     : arguments_(std::move(arguments)),
       padded_vocab_size_(padded_vocab_size),
       peak_flops_(peak_flops),
       peak_name_(std::move(peak_name)),
       out_(out) {
-  if (!arguments_.tensorboard_dir.empty()) {
+  if (tensorboard && !arguments_.tensorboard_dir.empty()) {
     tensorboard_.emplace(arguments_.tensorboard_dir, arguments_.tensorboard_queue_size);
   }
 }

@@ -118,11 +118,12 @@ std::string format_memory_line(int64_t rank, int64_t iteration, const MemoryUsag
 
 class TrainingLog {
  public:
-  // Opens the event file when --tensorboard-dir is given. `peak_flops`: the measured peak
-  // that --log-throughput's extension line reports MFU against, `peak_name` what it is.
+  // Opens the event file when --tensorboard-dir is given and `tensorboard` is true (a parallel
+  // run's last rank only, as Megatron's get_tensorboard_writer). `peak_flops`: the measured
+  // peak that --log-throughput's extension line reports MFU against, `peak_name` what it is.
   TrainingLog(TrainingArguments arguments, int64_t padded_vocab_size,
               std::optional<double> peak_flops, std::ostream& out,
-              std::string peak_name = "sgemm peak");
+              std::string peak_name = "sgemm peak", bool tensorboard = true);
 
   // After every iteration, with the learning rate the next one will use.
   void add_iteration(const IterationRecord& record, double next_learning_rate);
