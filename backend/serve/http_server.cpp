@@ -76,7 +76,7 @@ bool equals_ignoring_case(std::string_view a, std::string_view b) {
 }
 
 // Without RFC 9110's optional whitespace (spaces and tabs) at either end.
-std::string_view trim(std::string_view text) {
+std::string_view trim_optional_whitespace(std::string_view text) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
   while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
   return text;
@@ -86,7 +86,7 @@ std::vector<std::string_view> comma_list(std::string_view text) {
   std::vector<std::string_view> items;
   for (;;) {
     const size_t comma = text.find(',');
-    const std::string_view item = trim(text.substr(0, comma));
+    const std::string_view item = trim_optional_whitespace(text.substr(0, comma));
     if (!item.empty()) items.push_back(item);
     if (comma == std::string_view::npos) return items;
     text.remove_prefix(comma + 1);
@@ -907,7 +907,7 @@ HttpServer::Loop::Step HttpServer::Loop::parse_fields(Connection& c, bool traile
     if (colon == std::string_view::npos || !is_token(line.substr(0, colon))) {
       return refusal(400, "a header field line is not NAME: VALUE");
     }
-    const std::string_view value = trim(line.substr(colon + 1));
+    const std::string_view value = trim_optional_whitespace(line.substr(colon + 1));
     if (std::any_of(value.begin(), value.end(), [](char ch) {
           const auto byte = static_cast<unsigned char>(ch);
           return (byte < 0x20 && byte != '\t') || byte == 0x7f;
@@ -1034,7 +1034,7 @@ HttpServer::Loop::Step HttpServer::Loop::interpret_head(Connection& c) {
     request.body.reserve(static_cast<size_t>(std::min<int64_t>(length, 1 << 20)));
   }
   if (expect != nullptr && request.minor_version == 1) {
-    if (!equals_ignoring_case(trim(*expect), "100-continue")) {
+    if (!equals_ignoring_case(trim_optional_whitespace(*expect), "100-continue")) {
       return refusal(417,
                      fmt::format("Expect: '{}' is not supported; only 100-continue is", *expect));
     }
@@ -1100,7 +1100,7 @@ HttpServer::Loop::Step HttpServer::Loop::parse_body(Connection& c) {
             size = size * 16 + digit;
           }
         }
-        const std::string_view rest = trim(line.substr(digits));
+        const std::string_view rest = trim_optional_whitespace(line.substr(digits));
         if (digits == 0 || (!rest.empty() && rest.front() != ';')) {
           return refusal(400, "a chunk-size line is not a hexadecimal size");
         }
