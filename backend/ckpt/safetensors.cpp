@@ -20,7 +20,7 @@
 #include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/user_file.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/element_type.hpp"
 
 namespace backend {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "backend/device/device_memory.hpp"
-#include "backend/device/view.hpp"
+#include "backend/core/view.hpp"
 
 namespace backend {
 

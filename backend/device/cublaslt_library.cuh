@@ -10,6 +10,8 @@
 
 #include <cublasLt.h>
 
+#include "backend/common/error.hpp"
+
 namespace backend::cuda_detail {
 
 struct CublasLtLibrary {
@@ -33,4 +35,21 @@ struct CublasLtLibrary {
 // loaded, or lacks one of the functions, is a common::Error naming what was tried.
 const CublasLtLibrary& cublaslt();
 
+// cuBLASLt's own status names: the project loads libcublasLt, not libcublas.
+[[noreturn]] inline void fail_cublas(cublasStatus_t status, const char* statement,
+                                     const char* file, int line) {
+  const CublasLtLibrary& library = cublaslt();
+  common::fail("cuBLAS error {} ({}) in `{}` at {}:{}", library.get_status_name(status),
+               library.get_status_string(status), statement, file, line);
+}
+
 }  // namespace backend::cuda_detail
+
+// CUBLAS_CHECK: as CUDA_CHECK (core/cuda_check.cuh), for every cuBLASLt call.
+#define CUBLAS_CHECK(statement)                                                              \
+  do {                                                                                       \
+    const cublasStatus_t cublas_check_status = (statement);                                  \
+    if (cublas_check_status != CUBLAS_STATUS_SUCCESS) {                                      \
+      ::backend::cuda_detail::fail_cublas(cublas_check_status, #statement, __FILE__, __LINE__); \
+    }                                                                                        \
+  } while (false)

@@ -7,14 +7,15 @@
 #include <cstdint>
 #include <memory>
 
-#include "backend/device/cuda_stream.hpp"
+#include "backend/core/cuda_stream.hpp"
 #include "backend/device/device.hpp"
 
 namespace backend {
 
-// Device scratch the ops that need one (layernorm/rmsnorm backward) share, allocated
-// once when the device is made (never inside an op). An op needing more fails with the sizes;
-// the caller passes what its largest shape needs (the ops' *_scratch_floats helpers · 4).
+// Device scratch the ops that need one (layernorm/rmsnorm backward, the reductions' partial
+// sums) share (Device::scratch), allocated once when the device is made (never inside an op). An op
+// needing more fails with the sizes; the caller passes what its largest shape needs (the ops'
+// *_scratch_floats helpers · 4).
 inline constexpr int64_t kDefaultCudaScratchBytes = int64_t{64} << 20;
 
 // How a CUDA device is made: values, chosen by the caller (pretrain_gpt's flags).

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "backend/device/view.hpp"
+#include "backend/core/view.hpp"
 
 namespace backend {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "backend/common/error.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/element_type.hpp"
 
 namespace backend {
 

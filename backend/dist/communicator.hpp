@@ -17,7 +17,7 @@
 #include <span>
 #include <string>
 
-#include "backend/device/view.hpp"
+#include "backend/core/view.hpp"
 
 namespace backend {
 

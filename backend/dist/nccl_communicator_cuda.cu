@@ -47,7 +47,7 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
-#include "backend/device/cuda_check.cuh"
+#include "backend/core/cuda_check.cuh"
 #include "backend/device/cuda_device.hpp"
 #include "backend/dist/collective_watchdog.hpp"
 #include "backend/dist/nccl_communicator.hpp"

@@ -15,7 +15,7 @@
 #include <cstdint>
 
 #include "backend/common/memory_estimate.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/element_type.hpp"
 #include "backend/ops/rope.hpp"
 
 namespace backend {

@@ -1,5 +1,5 @@
 // GptDecoder: incremental decoding of a whole GptModel<float> with a key/value cache
-// (gpt_decoder.hpp), composed from the Device's ops as GptModel's forward is (gpt_model.cpp's
+// (gpt_decoder.hpp), composed from the ops (backend/ops/) as GptModel's forward is (gpt_model.cpp's
 // layer_forward in evaluation mode), with three ops for rows at positions of their own:
 //   x = embedding_at_positions(tokens, positions)           word row (+ position row at p_r)
 //   per layer l:
@@ -29,6 +29,15 @@
 // is stale). This refuses attention over positions nobody stored, which would otherwise read
 // zeros or another sequence's keys without any error.
 #include "backend/model/gpt_decoder.hpp"
+#include "backend/ops/attention.hpp"
+#include "backend/ops/embedding.hpp"
+#include "backend/ops/gelu.hpp"
+#include "backend/ops/layernorm.hpp"
+#include "backend/ops/linear.hpp"
+#include "backend/ops/residual.hpp"
+#include "backend/ops/rmsnorm.hpp"
+#include "backend/ops/rope.hpp"
+#include "backend/ops/swiglu.hpp"
 
 #include <algorithm>
 #include <utility>
@@ -77,30 +86,29 @@ struct GptDecoder::State {
   std::vector<int64_t> step_last;      // per slot: this step's last position so far, or −1
   std::vector<int64_t> logits_rows;    // indices of this step's rows with logits
 
-  Device& ops() { return *device; }
   View empty() const { return View{nullptr, 0, kType, x.on}; }
 
   void norm(View output, View input, View weight, View bias, int64_t rows) {
     if (config.normalization == Normalization::rms_norm) {
-      ops().rmsnorm_forward(output.slice(0, rows * hidden), rstd.slice(0, rows), input, weight,
-                            config.layernorm_epsilon, rows, hidden);
+      ops::rmsnorm_forward(*device, output.slice(0, rows * hidden), rstd.slice(0, rows), input,
+                           weight, config.layernorm_epsilon, rows, hidden);
     } else {
-      ops().layernorm_forward(output.slice(0, rows * hidden), mean.slice(0, rows),
-                              rstd.slice(0, rows), input, weight, bias,
-                              config.apply_layernorm_1p ? 1.0 : 0.0, config.layernorm_epsilon,
-                              rows, hidden);
+      ops::layernorm_forward(*device, output.slice(0, rows * hidden), mean.slice(0, rows),
+                             rstd.slice(0, rows), input, weight, bias,
+                             config.apply_layernorm_1p ? 1.0 : 0.0, config.layernorm_epsilon, rows,
+                             hidden);
     }
   }
 
   void layer_step(int64_t l, int64_t n) {
     const LayerWeights& w = layers[static_cast<size_t>(l)];
-    Device& d = ops();
+    Device& d = *device;
     const View stream = x.slice(0, n * hidden);
     const View rows_qkv = qkv.slice(0, n * qkv_features);
     const View rows_branch = branch.slice(0, n * hidden);
     norm(normed, stream, w.input_norm_weight, w.input_norm_bias, n);
-    d.linear_forward(rows_qkv, normed.slice(0, n * hidden), w.qkv_weight, w.qkv_bias, n, hidden,
-                     qkv_features);
+    ops::linear_forward(d, rows_qkv, normed.slice(0, n * hidden), w.qkv_weight, w.qkv_bias, n,
+                        hidden, qkv_features);
     if (config.position_embedding_type == PositionEmbeddingType::rope) {
       // Per query group [NH/NG query heads | key | value]: the first NH/NG + 1 heads rotate
       // (gpt_model.cpp's rotate_queries_and_keys).
@@ -108,32 +116,31 @@ struct GptDecoder::State {
       const int64_t group_width = (rotated + 1) * head_dim;
       for (int64_t g = 0; g < groups; ++g) {
         const View group = rows_qkv.tail(g * group_width);
-        d.rope_at_positions_forward(group, group, rope_cos, rope_sin, positions.slice(0, n), n,
-                                    rotated, head_dim, config.rotary_dim(), qkv_features);
+        ops::rope_at_positions_forward(d, group, group, rope_cos, rope_sin, positions.slice(0, n),
+                                       n, rotated, head_dim, config.rotary_dim(), qkv_features);
       }
     }
     const int64_t layer_cache = slots * max_length * groups * head_dim;
-    d.kv_cache_attention_forward(context.slice(0, n * hidden),
-                                 key_cache.slice(l * layer_cache, layer_cache),
-                                 value_cache.slice(l * layer_cache, layer_cache), rows_qkv,
-                                 slot_ids.slice(0, n), positions.slice(0, n), n, heads, groups,
-                                 head_dim, max_length);
-    d.linear_forward(rows_branch, context.slice(0, n * hidden), w.proj_weight, w.proj_bias, n,
-                     hidden, hidden);
-    d.residual_forward(stream, stream, rows_branch);
+    ops::kv_cache_attention_forward(
+        d, context.slice(0, n * hidden), key_cache.slice(l * layer_cache, layer_cache),
+        value_cache.slice(l * layer_cache, layer_cache), rows_qkv, slot_ids.slice(0, n),
+        positions.slice(0, n), n, heads, groups, head_dim, max_length);
+    ops::linear_forward(d, rows_branch, context.slice(0, n * hidden), w.proj_weight, w.proj_bias, n,
+                        hidden, hidden);
+    ops::residual_forward(d, stream, stream, rows_branch);
 
     norm(normed, stream, w.mlp_norm_weight, w.mlp_norm_bias, n);
     const View rows_fc1 = fc1.slice(0, n * fc1_features);
     const View rows_activation = activation.slice(0, n * ffn);
-    d.linear_forward(rows_fc1, normed.slice(0, n * hidden), w.fc1_weight, w.fc1_bias, n, hidden,
-                     fc1_features);
+    ops::linear_forward(d, rows_fc1, normed.slice(0, n * hidden), w.fc1_weight, w.fc1_bias, n,
+                        hidden, fc1_features);
     if (config.swiglu) {
-      d.swiglu_forward(rows_activation, rows_fc1, n, ffn);
+      ops::swiglu_forward(d, rows_activation, rows_fc1, n, ffn);
     } else {
-      d.gelu_forward(rows_activation, rows_fc1);
+      ops::gelu_forward(d, rows_activation, rows_fc1);
     }
-    d.linear_forward(rows_branch, rows_activation, w.fc2_weight, w.fc2_bias, n, ffn, hidden);
-    d.residual_forward(stream, stream, rows_branch);
+    ops::linear_forward(d, rows_branch, rows_activation, w.fc2_weight, w.fc2_bias, n, ffn, hidden);
+    ops::residual_forward(d, stream, stream, rows_branch);
   }
 };
 
@@ -267,8 +274,8 @@ GptDecoder::GptDecoder(const GptModel<float>& model, int64_t slots, int64_t max_
   s.rope_cos = s.arena.view(rope_cos);
   s.rope_sin = s.arena.view(rope_sin);
   if (rope) {
-    s.device->rope_tables(s.rope_cos, s.rope_sin, max_length, config.rotary_dim(),
-                          static_cast<double>(config.rotary_base), config.rope_scaling);
+    ops::rope_tables(*s.device, s.rope_cos, s.rope_sin, max_length, config.rotary_dim(),
+                     static_cast<double>(config.rotary_base), config.rope_scaling);
   }
   s.host_tokens.resize(static_cast<size_t>(max_rows));
   s.host_positions.resize(static_cast<size_t>(max_rows));
@@ -355,14 +362,14 @@ void GptDecoder::step(std::span<const DecodeRow> rows, std::span<float> logits) 
     s.host_positions[static_cast<size_t>(r)] = row.position;
     s.host_slots[static_cast<size_t>(r)] = row.slot;
   }
-  Device& d = s.ops();
+  Device& d = *s.device;
   d.copy_from_host(s.tokens.slice(0, n), s.host_tokens.data());
   d.copy_from_host(s.positions.slice(0, n), s.host_positions.data());
   d.copy_from_host(s.slot_ids.slice(0, n), s.host_slots.data());
 
-  d.embedding_at_positions_forward(s.x.slice(0, n * s.hidden), s.tokens.slice(0, n),
-                                   s.positions.slice(0, n), s.word_embeddings,
-                                   s.position_embeddings, n, s.hidden);
+  ops::embedding_at_positions_forward(d, s.x.slice(0, n * s.hidden), s.tokens.slice(0, n),
+                                      s.positions.slice(0, n), s.word_embeddings,
+                                      s.position_embeddings, n, s.hidden);
   for (int64_t l = 0; l < s.config.num_layers; ++l) s.layer_step(l, n);
 
   const auto m = static_cast<int64_t>(s.logits_rows.size());
@@ -386,8 +393,8 @@ void GptDecoder::step(std::span<const DecodeRow> rows, std::span<float> logits) 
   }
   s.norm(s.packed_norm, final_input, s.final_norm_weight, s.final_norm_bias, m);
   const View rows_logits = s.logits.slice(0, m * s.vocab);
-  d.linear_forward(rows_logits, s.packed_norm.slice(0, m * s.hidden), s.output_weight, s.empty(),
-                   m, s.hidden, s.vocab);
+  ops::linear_forward(d, rows_logits, s.packed_norm.slice(0, m * s.hidden), s.output_weight,
+                      s.empty(), m, s.hidden, s.vocab);
   d.copy_to_host(logits.data(), rows_logits);
 }
 

@@ -1,5 +1,5 @@
 // GptModel: the forward and backward of the decoder that gpt_model.hpp describes, composed
-// once from the Device's ops (device/device.hpp; llm.c's gpt2_forward / gpt2_backward, with
+// once from the ops over a Device (backend/ops/; llm.c's gpt2_forward / gpt2_backward, with
 // Megatron core's parameter names, layouts and initialisation). The parameter layout and its
 // initialisation are parameter_layout.cpp's, the activation buffers and the recompute schedule
 // activation_plan.cpp's; this file is the order of the ops.
@@ -58,11 +58,23 @@
 // so a stage draws the masks those layers draw in one process.
 //
 // Mixed precision (GptConfig::mixed_precision, Megatron's --bf16 or --fp16): the ops read a
-// bf16 or fp16 working copy of the fp32 parameters (`weights`, made by Device::convert before the
+// bf16 or fp16 working copy of the fp32 parameters (`weights`, made by ops::convert before the
 // first forward after any write of the parameters) and keep activations of that type with fp32
 // statistics (activation_plan.hpp); the parameter gradients stay fp32, so the optimizer,
 // clipping and checkpoints see the fp32 path's buffers.
 #include "backend/model/gpt_model.hpp"
+#include "backend/ops/attention.hpp"
+#include "backend/ops/convert.hpp"
+#include "backend/ops/cross_entropy.hpp"
+#include "backend/ops/dropout.hpp"
+#include "backend/ops/gelu.hpp"
+#include "backend/ops/layernorm.hpp"
+#include "backend/ops/linear.hpp"
+#include "backend/ops/reduction.hpp"
+#include "backend/ops/residual.hpp"
+#include "backend/ops/rmsnorm.hpp"
+#include "backend/ops/rope.hpp"
+#include "backend/ops/swiglu.hpp"
 
 #include <algorithm>
 #include <array>
@@ -261,7 +273,7 @@ struct GptModel<Scalar>::State {
   bool weights_stale = true;
   void refresh_weights() {
     if (!mixed_precision() || !weights_stale) return;
-    ops().convert(weights, parameters);
+    ops::convert(*device, weights, parameters);
     weights_stale = false;
   }
 
@@ -306,17 +318,16 @@ struct GptModel<Scalar>::State {
   std::vector<View> chunk_inputs;
   View dlogits, dresidual, dbranch, dnorm, dqkv, dhidden, dfc1;
 
-  Device& ops() { return *device; }
 
   // The host's index of the tokens being uploaded (token_index_elements(rows), made at
   // reserve()): built here and copied with them, so the embedding backward never reads the
   // tokens back from the device.
   std::vector<int32_t> host_token_index;
   void upload_tokens(const MicroBatchBuffers& buffers, std::span<const int32_t> host_tokens) {
-    ops().copy_from_host(buffers.tokens, host_tokens.data());
+    device->copy_from_host(buffers.tokens, host_tokens.data());
     if (buffers.token_index.empty()) return;
     index_tokens(host_tokens.data(), std::ssize(host_tokens), host_token_index.data());
-    ops().copy_from_host(buffers.token_index, host_token_index.data());
+    device->copy_from_host(buffers.token_index, host_token_index.data());
   }
 
   // A parameter tensor (or its gradient) by offset: an empty view for an absent one.
@@ -365,10 +376,10 @@ struct GptModel<Scalar>::State {
     WorkingSlot& slot = working[static_cast<size_t>(unit.kind)];
     if (slot.parameter_unit == u) return;
     const View whole = slot.parameters.slice(0, unit.end - unit.begin);
-    ops().fill_zero(whole);
+    device->fill_zero(whole);
     const auto [begin, end] = held_part(unit);
     if (begin < end) {
-      ops().copy(whole.slice(begin - unit.begin, end - begin),
+      device->copy(whole.slice(begin - unit.begin, end - begin),
                  parameters.slice(begin - held.offset, end - begin));
     }
     sharded_group->all_reduce(whole, ReduceOperation::sum);
@@ -378,7 +389,7 @@ struct GptModel<Scalar>::State {
     if (sharded_group == nullptr || u < 0) return;
     const Unit& unit = units[static_cast<size_t>(u)];
     WorkingSlot& slot = working[static_cast<size_t>(unit.kind)];
-    ops().fill_zero(slot.gradients.slice(0, unit.end - unit.begin));
+    device->fill_zero(slot.gradients.slice(0, unit.end - unit.begin));
     slot.gradient_unit = u;
   }
   // The unit's gradients summed over the group, this rank's part added to its held gradients.
@@ -391,7 +402,7 @@ struct GptModel<Scalar>::State {
     const auto [begin, end] = held_part(unit);
     if (begin < end) {
       const View mine = gradients.slice(begin - held.offset, end - begin);
-      ops().residual_forward(mine, mine, whole.slice(begin - unit.begin, end - begin));
+      ops::residual_forward(*device, mine, mine, whole.slice(begin - unit.begin, end - begin));
     }
     slot.gradient_unit = -1;
   }
@@ -458,12 +469,12 @@ struct GptModel<Scalar>::State {
   void norm_forward(View output, View mean, View rstd, View input, int64_t weight, int64_t bias) {
     const View own = own_rows(output, config.hidden_size);
     if (rms_norm()) {
-      ops().rmsnorm_forward(own, rstd, input, parameter(weight), config.layernorm_epsilon,
-                            stream_rows(), config.hidden_size);
+      ops::rmsnorm_forward(*device, own, rstd, input, parameter(weight), config.layernorm_epsilon,
+                           stream_rows(), config.hidden_size);
     } else {
-      ops().layernorm_forward(own, mean, rstd, input, parameter(weight), parameter(bias),
-                              norm_weight_offset(), config.layernorm_epsilon, stream_rows(),
-                              config.hidden_size);
+      ops::layernorm_forward(*device, own, mean, rstd, input, parameter(weight), parameter(bias),
+                             norm_weight_offset(), config.layernorm_epsilon, stream_rows(),
+                             config.hidden_size);
     }
     if (sequence_parallel) tensor_parallel->all_gather(output, own);
   }
@@ -471,12 +482,12 @@ struct GptModel<Scalar>::State {
   void norm_backward(View dinput, int64_t weight, int64_t bias, View doutput, View input,
                      View mean, View rstd) {
     if (rms_norm()) {
-      ops().rmsnorm_backward(dinput, gradient(weight), doutput, input, parameter(weight), rstd,
-                             stream_rows(), config.hidden_size);
+      ops::rmsnorm_backward(*device, dinput, gradient(weight), doutput, input, parameter(weight),
+                            rstd, stream_rows(), config.hidden_size);
     } else {
-      ops().layernorm_backward(dinput, gradient(weight), gradient(bias), doutput, input,
-                               parameter(weight), norm_weight_offset(), mean, rstd, stream_rows(),
-                               config.hidden_size);
+      ops::layernorm_backward(*device, dinput, gradient(weight), gradient(bias), doutput, input,
+                              parameter(weight), norm_weight_offset(), mean, rstd, stream_rows(),
+                              config.hidden_size);
     }
   }
 
@@ -491,11 +502,11 @@ struct GptModel<Scalar>::State {
     for (int64_t g = 0; g < shard.query_groups(); ++g) {
       const View group = qkv.tail(g * group_width);
       if (backward) {
-        ops().rope_backward(group, group, rope_cos, rope_sin, batch_size, seq_length, rotated, HD,
-                            shard.rotary_dim(), shard.qkv_features());
+        ops::rope_backward(*device, group, group, rope_cos, rope_sin, batch_size, seq_length,
+                           rotated, HD, shard.rotary_dim(), shard.qkv_features());
       } else {
-        ops().rope_forward(group, group, rope_cos, rope_sin, batch_size, seq_length, rotated, HD,
-                           shard.rotary_dim(), shard.qkv_features());
+        ops::rope_forward(*device, group, group, rope_cos, rope_sin, batch_size, seq_length,
+                          rotated, HD, shard.rotary_dim(), shard.qkv_features());
       }
     }
   }
@@ -593,10 +604,10 @@ void GptModel<Scalar>::State::reserve(int64_t new_batch_size, int64_t new_seq_le
   batch_size = seq_length = 0;
   micro_batches.clear();
   shared_arena = Arena();
-  shared_arena = Arena(ops(), shared_plan.layout, "activations shared by the micro batches");
+  shared_arena = Arena(*device, shared_plan.layout, "activations shared by the micro batches");
   for (int64_t k = 0; k < slots; ++k) {
     MicroBatchBuffers buffers;
-    buffers.arena = Arena(ops(), kept_plan.layout,
+    buffers.arena = Arena(*device, kept_plan.layout,
                           slots == 1 ? std::string("activations")
                                      : "activations of micro-batch slot " + std::to_string(k));
     const Arena& a = buffers.arena;
@@ -642,8 +653,8 @@ void GptModel<Scalar>::State::reserve(int64_t new_batch_size, int64_t new_seq_le
   dhidden = a.view(plan.dhidden);
   dfc1 = a.view(plan.dfc1);
   if (rope()) {
-    ops().rope_tables(rope_cos, rope_sin, seq_length, shard.rotary_dim(),
-                      static_cast<double>(config.rotary_base), config.rope_scaling);
+    ops::rope_tables(*device, rope_cos, rope_sin, seq_length, shard.rotary_dim(),
+                     static_cast<double>(config.rotary_base), config.rope_scaling);
   }
   select(0);
 }
@@ -762,39 +773,39 @@ void GptModel<Scalar>::State::layer_forward(int64_t l) {
   const int64_t A = shard.attention_features();
   const int64_t F = shard.ffn_hidden_size;
   const int64_t NH = shard.num_attention_heads;
-  Device& d = ops();
+  Device& d = *device;
 
   norm_forward(a.input_norm, a.input_norm_mean, a.input_norm_rstd, input, p.input_norm_weight,
                p.input_norm_bias);
-  d.linear_forward(a.qkv, a.input_norm, parameter(p.qkv_weight), parameter(p.qkv_bias), rows(), C,
-                   shard.qkv_features());
+  ops::linear_forward(d, a.qkv, a.input_norm, parameter(p.qkv_weight), parameter(p.qkv_bias),
+                      rows(), C, shard.qkv_features());
   if (rope()) rotate_queries_and_keys(a.qkv, false);
-  d.attention_forward(a.context, attention_logsumexp(a), a.qkv, batch_size, seq_length, A, NH,
-                      shard.query_groups(), dropout(DropoutSite::attention, l));
-  d.linear_forward(branch, a.context, parameter(p.proj_weight), added_once(p.proj_bias), rows(), A,
-                   C);
+  ops::attention_forward(d, a.context, attention_logsumexp(a), a.qkv, batch_size, seq_length, A, NH,
+                         shard.query_groups(), dropout(DropoutSite::attention, l));
+  ops::linear_forward(d, branch, a.context, parameter(p.proj_weight), added_once(p.proj_bias),
+                      rows(), A, C);
   const View attention_output = sum_over_tensor_parallel(branch, branch_shard);
   if (const Dropout mask = dropout(DropoutSite::attention_output, l); mask.active()) {
-    d.dropout_forward(attention_output, attention_output, mask);
+    ops::dropout_forward(d, attention_output, attention_output, mask);
   }
-  d.residual_forward(a.attention_residual, input, attention_output);
+  ops::residual_forward(d, a.attention_residual, input, attention_output);
 
   norm_forward(a.mlp_norm, a.mlp_norm_mean, a.mlp_norm_rstd, a.attention_residual,
                p.mlp_norm_weight, p.mlp_norm_bias);
-  d.linear_forward(a.fc1, a.mlp_norm, parameter(p.fc1_weight), parameter(p.fc1_bias), rows(), C,
-                   shard.fc1_features());
+  ops::linear_forward(d, a.fc1, a.mlp_norm, parameter(p.fc1_weight), parameter(p.fc1_bias), rows(),
+                      C, shard.fc1_features());
   if (config.swiglu) {
-    d.swiglu_forward(a.activation, a.fc1, rows(), F);
+    ops::swiglu_forward(d, a.activation, a.fc1, rows(), F);
   } else {
-    d.gelu_forward(a.activation, a.fc1);
+    ops::gelu_forward(d, a.activation, a.fc1);
   }
-  d.linear_forward(branch, a.activation, parameter(p.fc2_weight), added_once(p.fc2_bias), rows(), F,
-                   C);
+  ops::linear_forward(d, branch, a.activation, parameter(p.fc2_weight), added_once(p.fc2_bias),
+                      rows(), F, C);
   const View mlp_output = sum_over_tensor_parallel(branch, branch_shard);
   if (const Dropout mask = dropout(DropoutSite::mlp_output, l); mask.active()) {
-    d.dropout_forward(mlp_output, mlp_output, mask);
+    ops::dropout_forward(d, mlp_output, mlp_output, mask);
   }
-  d.residual_forward(output, a.attention_residual, mlp_output);
+  ops::residual_forward(d, output, a.attention_residual, mlp_output);
 }
 
 // The backward of layer_forward(l): on entry dresidual holds the gradient of the layer's
@@ -811,59 +822,59 @@ void GptModel<Scalar>::State::layer_backward(int64_t l) {
   const int64_t A = shard.attention_features();
   const int64_t F = shard.ffn_hidden_size;
   const int64_t NH = shard.num_attention_heads;
-  Device& d = ops();
+  Device& d = *device;
 
   // MLP block; dresidual is the gradient of both the block output and the dropped fc2
   // output, whose mask turns it into fc2's output gradient (in dbranch, free until the
   // norm backward below).
   View dmlp_output = dresidual;
   if (const Dropout mask = dropout(DropoutSite::mlp_output, l); mask.active()) {
-    d.dropout_backward(dbranch, dresidual, mask);
+    ops::dropout_backward(d, dbranch, dresidual, mask);
     dmlp_output = dbranch;
   }
   // (`branch` is free in the backward: the whole output gradient under sequence parallelism.)
-  d.linear_backward(dhidden, gradient(p.fc2_weight), gradient(p.fc2_bias),
-                    whole_rows(dmlp_output, branch), a.activation, parameter(p.fc2_weight), rows(),
-                    F, C);
+  ops::linear_backward(d, dhidden, gradient(p.fc2_weight), gradient(p.fc2_bias),
+                       whole_rows(dmlp_output, branch), a.activation, parameter(p.fc2_weight),
+                       rows(), F, C);
   if (config.swiglu) {
-    d.swiglu_backward(dfc1, dhidden, a.fc1, rows(), F);
+    ops::swiglu_backward(d, dfc1, dhidden, a.fc1, rows(), F);
   } else {
-    d.gelu_backward(dfc1, dhidden, a.fc1);
+    ops::gelu_backward(d, dfc1, dhidden, a.fc1);
   }
-  d.linear_backward(dnorm, gradient(p.fc1_weight), gradient(p.fc1_bias), dfc1, a.mlp_norm,
-                    parameter(p.fc1_weight), rows(), C, shard.fc1_features());
+  ops::linear_backward(d, dnorm, gradient(p.fc1_weight), gradient(p.fc1_bias), dfc1, a.mlp_norm,
+                       parameter(p.fc1_weight), rows(), C, shard.fc1_features());
   norm_backward(dbranch, p.mlp_norm_weight, p.mlp_norm_bias,
                 sum_over_tensor_parallel(dnorm, dnorm_shard), a.attention_residual,
                 a.mlp_norm_mean, a.mlp_norm_rstd);
-  d.residual_forward(dresidual, dresidual, dbranch);
+  ops::residual_forward(d, dresidual, dresidual, dbranch);
 
   // Attention block, the same way.
   View dattention_output = dresidual;
   if (const Dropout mask = dropout(DropoutSite::attention_output, l); mask.active()) {
-    d.dropout_backward(dbranch, dresidual, mask);
+    ops::dropout_backward(d, dbranch, dresidual, mask);
     dattention_output = dbranch;
   }
   // The row-parallel bias's gradient comes from the whole output gradient, the same on every
   // rank, so every rank's copy stays the same.
-  d.linear_backward(dnorm, gradient(p.proj_weight), gradient(p.proj_bias),
-                    whole_rows(dattention_output, branch), a.context, parameter(p.proj_weight),
-                    rows(), A, C);
+  ops::linear_backward(d, dnorm, gradient(p.proj_weight), gradient(p.proj_bias),
+                       whole_rows(dattention_output, branch), a.context, parameter(p.proj_weight),
+                       rows(), A, C);
   if (schedule.selective()) {
     // The attention core again, from the stored qkv and with the forward's mask key: the
     // same log-sum-exp, and the same context bits (linear_proj's backward is done with it).
-    d.attention_forward(a.context, attention_logsumexp(a), a.qkv, batch_size, seq_length, A, NH,
-                        shard.query_groups(), dropout(DropoutSite::attention, l));
+    ops::attention_forward(d, a.context, attention_logsumexp(a), a.qkv, batch_size, seq_length, A,
+                           NH, shard.query_groups(), dropout(DropoutSite::attention, l));
   }
-  d.attention_backward(dqkv, dnorm, a.qkv, a.context, attention_logsumexp(a), batch_size,
-                       seq_length, A, NH, shard.query_groups(),
-                       dropout(DropoutSite::attention, l));
+  ops::attention_backward(d, dqkv, dnorm, a.qkv, a.context, attention_logsumexp(a), batch_size,
+                          seq_length, A, NH, shard.query_groups(),
+                          dropout(DropoutSite::attention, l));
   if (rope()) rotate_queries_and_keys(dqkv, true);
-  d.linear_backward(dnorm, gradient(p.qkv_weight), gradient(p.qkv_bias), dqkv, a.input_norm,
-                    parameter(p.qkv_weight), rows(), C, shard.qkv_features());
+  ops::linear_backward(d, dnorm, gradient(p.qkv_weight), gradient(p.qkv_bias), dqkv, a.input_norm,
+                       parameter(p.qkv_weight), rows(), C, shard.qkv_features());
   norm_backward(dbranch, p.input_norm_weight, p.input_norm_bias,
                 sum_over_tensor_parallel(dnorm, dnorm_shard), input, a.input_norm_mean,
                 a.input_norm_rstd);
-  d.residual_forward(dresidual, dresidual, dbranch);
+  ops::residual_forward(d, dresidual, dresidual, dbranch);
   flush_gradients(unit);
   unit_done(layer_units[static_cast<size_t>(l)]);
 }
@@ -1101,7 +1112,7 @@ Scalar GptModel<Scalar>::State::forward_chunk(int64_t slot, int64_t chunk) {
   buffers.forward_dropout_step = dropout_step;
   select(slot);
   refresh_weights();
-  Device& d = ops();
+  Device& d = *device;
   const int64_t C = config.hidden_size;
   const int64_t V = shard.padded_vocab_size;  // this rank's vocabulary rows
   const int64_t R = rows();
@@ -1111,12 +1122,12 @@ Scalar GptModel<Scalar>::State::forward_chunk(int64_t slot, int64_t chunk) {
     // Each rank's vocabulary rows (and rank 0's positions), summed over the group: in place, or
     // through `branch` into this rank's rows.
     const View embedding_partial = sequence_parallel ? branch : embedded;
-    d.embedding_forward(embedding_partial, tokens, parameter(layout.word_embeddings()),
-                        added_once(layout.position_embeddings()), batch_size, seq_length, C,
-                        vocab_start);
+    ops::embedding_forward(d, embedding_partial, tokens, parameter(layout.word_embeddings()),
+                           added_once(layout.position_embeddings()), batch_size, seq_length, C,
+                           vocab_start);
     sum_over_tensor_parallel(embedding_partial, embedded);
     if (const Dropout mask = dropout(DropoutSite::embedding, 0); mask.active()) {
-      d.dropout_forward(embedded, embedded, mask);
+      ops::dropout_forward(d, embedded, embedded, mask);
     }
   }
   const LayerRange& layers_of_chunk = chunks[static_cast<size_t>(chunk)];
@@ -1130,28 +1141,28 @@ Scalar GptModel<Scalar>::State::forward_chunk(int64_t slot, int64_t chunk) {
   norm_forward(final_norm, final_norm_mean, final_norm_rstd, layer_output(layers_of_chunk.end - 1),
                layout.final_norm_weight(), layout.final_norm_bias());
   // logits = final_norm · W^T with W the word embedding (tied) or output_layer.weight.
-  d.linear_forward(logits, final_norm, parameter(layout.output_weight()),
-                   View{nullptr, 0, logits.type, logits.on}, R, C, V);
+  ops::linear_forward(d, logits, final_norm, parameter(layout.output_weight()),
+                      View{nullptr, 0, logits.type, logits.on}, R, C, V);
   if (tensor_parallel_active()) {
     // Megatron's vocab_parallel_cross_entropy: the shards' log-sum-exps side by side (the
     // all-gather fills the other ranks' rows around this rank's), the label's logit from the
     // rank that holds it.
     const View own_part = logsumexp_parts.slice(tensor_parallel_rank * R, R);
-    d.vocab_parallel_cross_entropy_partial(own_part, target_logit, logits, labels, R, V,
-                                           vocab_start);
+    ops::vocab_parallel_cross_entropy_partial(d, own_part, target_logit, logits, labels, R, V,
+                                              vocab_start);
     tensor_parallel->all_gather(logsumexp_parts, own_part);
     tensor_parallel->all_reduce(target_logit, ReduceOperation::sum);
-    d.vocab_parallel_cross_entropy_combine(losses, logsumexp, logsumexp_parts, target_logit,
-                                           labels, R, tensor_parallel_size);
+    ops::vocab_parallel_cross_entropy_combine(d, losses, logsumexp, logsumexp_parts, target_logit,
+                                              labels, R, tensor_parallel_size);
   } else {
-    d.cross_entropy_forward(losses, logsumexp, logits, labels, R, V);
+    ops::cross_entropy_forward(d, losses, logsumexp, logits, labels, R, V);
   }
   buffers.forward_done[static_cast<size_t>(chunk)] = true;
 
   // Summed on the device in a fixed order (and in double), so the loss does not depend on the
   // thread count; the one value read back per micro batch. Ignored positions add 0 and are not
   // counted; a micro batch without a scored position has loss 0 (Megatron divides 0 by 0).
-  d.sum(loss_total, losses);
+  ops::sum(d, loss_total, losses);
   double total = 0;
   d.copy_to_host(&total, loss_total);
   if (buffers.scored_positions == 0) return 0;
@@ -1178,7 +1189,7 @@ void GptModel<Scalar>::State::backward_chunk(int64_t slot, int64_t chunk, Scalar
   const int64_t R = rows();
   const int64_t C = config.hidden_size;
   const int64_t V = shard.padded_vocab_size;
-  Device& d = ops();
+  Device& d = *device;
   const LayerRange& layers_of_chunk = chunks[static_cast<size_t>(chunk)];
 
   if (sharded_group != nullptr) {
@@ -1196,11 +1207,11 @@ void GptModel<Scalar>::State::backward_chunk(int64_t slot, int64_t chunk, Scalar
     const Scalar scale = buffers.scored_positions == 0
                              ? Scalar{0}
                              : grad_scale / static_cast<Scalar>(buffers.scored_positions);
-    d.cross_entropy_backward(dlogits, logits, logsumexp, labels, static_cast<double>(scale), R,
-                             V, vocab_start);
-    d.linear_backward(dnorm, gradient(layout.output_weight()),
-                      View{nullptr, 0, kElementType, dnorm.on}, dlogits, final_norm,
-                      parameter(layout.output_weight()), R, C, V);
+    ops::cross_entropy_backward(d, dlogits, logits, logsumexp, labels, static_cast<double>(scale),
+                                R, V, vocab_start);
+    ops::linear_backward(d, dnorm, gradient(layout.output_weight()),
+                         View{nullptr, 0, kElementType, dnorm.on}, dlogits, final_norm,
+                         parameter(layout.output_weight()), R, C, V);
     norm_backward(dresidual, layout.final_norm_weight(), layout.final_norm_bias(),
                   sum_over_tensor_parallel(dnorm, dnorm_shard),
                   layer_output(layers_of_chunk.end - 1), final_norm_mean, final_norm_rstd);
@@ -1228,13 +1239,13 @@ void GptModel<Scalar>::State::backward_chunk(int64_t slot, int64_t chunk, Scalar
     return;
   }
   if (const Dropout mask = dropout(DropoutSite::embedding, 0); mask.active()) {
-    d.dropout_backward(dresidual, dresidual, mask);
+    ops::dropout_backward(d, dresidual, dresidual, mask);
   }
   // Every rank holds the whole embedding gradient: its vocabulary rows take their tokens', and
   // the position table (whole on every rank) the same gradient everywhere.
-  d.embedding_backward(gradient(layout.word_embeddings()), gradient(layout.position_embeddings()),
-                       whole_rows(dresidual, branch), token_index, batch_size, seq_length, C,
-                       vocab_start);
+  ops::embedding_backward(d, gradient(layout.word_embeddings()),
+                          gradient(layout.position_embeddings()), whole_rows(dresidual, branch),
+                          token_index, batch_size, seq_length, C, vocab_start);
   flush_gradients(embedding_unit);
   unit_done(embedding_unit);
 }
@@ -1255,7 +1266,7 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
   check_token_ids(s.config, tokens, batch_size, seq_length);
   const int64_t scored_positions = check_labels(s.config, labels, batch_size, seq_length);
   s.reserve(batch_size, seq_length, std::max<int64_t>(1, std::ssize(s.micro_batches)));
-  Device& d = s.ops();
+  Device& d = *s.device;
   auto& buffers = s.micro_batches.front();
   s.upload_tokens(buffers, tokens);
   d.copy_from_host(buffers.labels, labels.data());
@@ -1308,7 +1319,7 @@ std::vector<Scalar> GptModel<Scalar>::last_position_losses() const {
   check_last_forward(s, "last_position_losses");
   const View losses = s.micro_batches.front().losses.slice(0, s.rows());
   std::vector<Scalar> host(static_cast<size_t>(s.rows()));
-  s.ops().copy_to_host(host.data(), losses);
+  s.device->copy_to_host(host.data(), losses);
   return host;
 }
 
@@ -1325,7 +1336,7 @@ std::vector<int32_t> GptModel<Scalar>::last_position_argmax() const {
   std::vector<int32_t> argmax(static_cast<size_t>(rows));
   for (int64_t first = 0; first < rows; first += block) {
     const int64_t count = std::min(block, rows - first);
-    copy_activations_to_host(s.ops(), values.data(),
+    copy_activations_to_host(*s.device, values.data(),
                              logits.slice(first * vocabulary, count * vocabulary));
     for (int64_t r = 0; r < count; ++r) {
       const Scalar* row = values.data() + r * vocabulary;
@@ -1349,7 +1360,7 @@ std::vector<Scalar> GptModel<Scalar>::last_position_logits(int64_t row, int64_t 
   const int64_t vocabulary = s.shard.padded_vocab_size;
   const View logits = s.micro_batches.front().logits;
   std::vector<Scalar> host(static_cast<size_t>(vocabulary));
-  copy_activations_to_host(s.ops(), host.data(),
+  copy_activations_to_host(*s.device, host.data(),
                            logits.slice((row * s.seq_length + position) * vocabulary, vocabulary));
   return host;
 }
@@ -1373,7 +1384,7 @@ Scalar GptModel<Scalar>::forward_chunk(int64_t slot, int64_t chunk,
   s.check_slot(slot, chunk, "forward_chunk");
   auto& buffers = s.micro_batches[static_cast<size_t>(slot)];
   buffers.forward_done[static_cast<size_t>(chunk)] = false;
-  Device& d = s.ops();
+  Device& d = *s.device;
   if (s.first_virtual_stage(chunk)) {
     check_token_ids(s.config, tokens, s.batch_size, s.seq_length);
     s.upload_tokens(buffers, tokens);
@@ -1464,7 +1475,7 @@ int64_t GptModel<Scalar>::activation_bytes() const {
 
 template <typename Scalar>
 void GptModel<Scalar>::zero_gradients() {
-  state_->ops().fill_zero(state_->gradients);
+  state_->device->fill_zero(state_->gradients);
 }
 
 template <typename Scalar>

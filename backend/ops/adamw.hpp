@@ -16,8 +16,9 @@
 
 #include <cstdint>
 
-#include "backend/device/cuda_stream.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/cuda_stream.hpp"
+#include "backend/core/element_type.hpp"
+#include "backend/device/device.hpp"
 
 namespace backend {
 
@@ -53,3 +54,12 @@ void adamw_update(float* master, Weight* weights, const float* gradients, float*
                   CudaStream stream);
 
 }  // namespace backend::cuda
+
+// The op on `device`'s memory: master, gradients and moments fp32; weights absent (fp32: the
+// master is the weights) or, on a GPU, the bf16 or fp16 working copy, written in the same pass.
+namespace backend::ops {
+
+void adamw_update(Device& device, View master, View weights, View gradients, View exp_avg,
+                  View exp_avg_sq, const AdamWCoefficients& coefficients);
+
+}  // namespace backend::ops

@@ -39,8 +39,9 @@
 #include <cstdint>
 
 #include "backend/common/error.hpp"
-#include "backend/device/cuda_stream.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/cuda_stream.hpp"
+#include "backend/core/element_type.hpp"
+#include "backend/device/device.hpp"
 #include "backend/ops/dropout.hpp"
 
 namespace backend {
@@ -202,3 +203,26 @@ void kv_cache_attention_forward(Scalar* output, Scalar* key_cache, Scalar* value
                                 CudaStream stream);
 
 }  // namespace backend::cuda
+
+// The ops on `device`'s memory. On the CPU: fp32 or fp64, the blocks' per-thread memory from
+// the device's scratch. On a GPU: fp32, bf16 or fp16 (logsumexp fp32); bf16 and fp16 run on
+// tensor cores (flash_attention_forward/backward) when the device was made with
+// CudaDeviceOptions::flash_attention and the head dimension fits, on the CUDA-core kernels
+// otherwise. The device's observer is told causal attention's floating-point operations:
+// 2·B·T²·C forward (Q·Kᵀ and P·V over the lower triangle), 2.5 times that backward.
+// kv_cache_attention_forward is incremental decoding's (above).
+namespace backend::ops {
+
+void attention_forward(Device& device, View output, View logsumexp, View qkv,
+                       int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                       int64_t num_heads, int64_t num_query_groups, const Dropout& dropout);
+void attention_backward(Device& device, View dqkv, View doutput, View qkv, View output,
+                        View logsumexp, int64_t batch_size, int64_t seq_length,
+                        int64_t hidden_size, int64_t num_heads, int64_t num_query_groups,
+                        const Dropout& dropout);
+void kv_cache_attention_forward(Device& device, View output, View key_cache, View value_cache,
+                                View qkv, View slots, View positions, int64_t rows,
+                                int64_t num_heads, int64_t num_query_groups, int64_t head_dim,
+                                int64_t max_length);
+
+}  // namespace backend::ops

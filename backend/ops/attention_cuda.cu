@@ -25,7 +25,7 @@
 #include <type_traits>
 
 #include "backend/common/error.hpp"
-#include "backend/device/cuda_check.cuh"
+#include "backend/core/cuda_check.cuh"
 #include "backend/ops/attention.hpp"
 #include "backend/ops/cuda_common.cuh"
 

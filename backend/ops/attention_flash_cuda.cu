@@ -35,7 +35,7 @@
 #include <type_traits>
 
 #include "backend/common/error.hpp"
-#include "backend/device/cuda_check.cuh"
+#include "backend/core/cuda_check.cuh"
 #include "backend/ops/attention.hpp"
 
 namespace backend::cuda {

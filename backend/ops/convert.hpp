@@ -13,8 +13,9 @@
 
 #include <cstdint>
 
-#include "backend/device/cuda_stream.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/cuda_stream.hpp"
+#include "backend/core/element_type.hpp"
+#include "backend/device/device.hpp"
 
 namespace backend::cpu {
 
@@ -38,3 +39,12 @@ void convert(float16* output,      // (N)
              int64_t count, CudaStream stream);
 
 }  // namespace backend::cuda
+
+// The op on `device`'s memory: destination (bf16 or fp16) = source (f32) rounded to nearest
+// even, of one element count (else common::Error naming both): the working copy of the fp32
+// master weights. The CPU device makes working copies too (its other ops refuse to read them).
+namespace backend::ops {
+
+void convert(Device& device, View destination, View source);
+
+}  // namespace backend::ops

@@ -36,8 +36,9 @@
 #include <cstdint>
 
 #include "backend/common/error.hpp"
-#include "backend/device/cuda_stream.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/cuda_stream.hpp"
+#include "backend/core/element_type.hpp"
+#include "backend/device/device.hpp"
 
 namespace backend {
 
@@ -126,3 +127,26 @@ void vocab_parallel_cross_entropy_combine(float* losses,                 // (N)
                                           int64_t rows, int64_t parts, CudaStream stream);
 
 }  // namespace backend::cuda
+
+// The ops on `device`'s memory: fp32 or fp64 on the CPU (losses and log-sum-exps of the logits'
+// type); logits fp32, bf16 or fp16 on a GPU, losses, log-sum-exps and target logits fp32. The
+// backward's logits are the vocabulary columns [vocab_start, vocab_start + vocab_size) and
+// logsumexp the whole vocabulary's (vocab_start 0: the unsharded op). The vocabulary-parallel
+// forward: each shard's partial, an all-gather of the partials and a sum of the target logits
+// by the caller, then the combine.
+namespace backend::ops {
+
+void cross_entropy_forward(Device& device, View losses, View logsumexp, View logits,
+                           View labels, int64_t rows, int64_t vocab_size);
+void cross_entropy_backward(Device& device, View dlogits, View logits, View logsumexp,
+                            View labels, double scale, int64_t rows, int64_t vocab_size,
+                            int64_t vocab_start);
+void vocab_parallel_cross_entropy_partial(Device& device, View logsumexp_part,
+                                          View target_logit, View logits, View labels,
+                                          int64_t rows, int64_t vocab_size,
+                                          int64_t vocab_start);
+void vocab_parallel_cross_entropy_combine(Device& device, View losses, View logsumexp,
+                                          View logsumexp_parts, View target_logit, View labels,
+                                          int64_t rows, int64_t parts);
+
+}  // namespace backend::ops

@@ -15,9 +15,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
-#include "backend/device/cuda_check.cuh"
-#include "backend/device/element_type.hpp"
+#include "backend/core/cuda_check.cuh"
+#include "backend/core/element_type.hpp"
 
 namespace backend::cuda::detail {
 
@@ -184,9 +185,100 @@ inline int64_t rows_per_group(int64_t rows) {
   return (rows + groups - 1) / groups;
 }
 
-// Blocks of a one-block-per-row kernel (rows loop by gridDim.x beyond this).
+// The column sums themselves, for any number of sums over the same rows (the layer norm's
+// weight and bias gradients: two; the RMS norm's weight gradient: one). Terms has
+//   static constexpr int kSums;
+//   __device__ void add(int64_t row, int64_t column, float (&sums)[kSums]) const;
+// adding one row's terms of one column. scratch holds (kSums, row_groups, C) floats:
+// column_sums_scratch_floats.
+template <int Sums>
+struct ColumnTargets {
+  float* columns[Sums];  // (C) each, +=
+};
+
+inline int64_t column_sums_scratch_floats(int sums, int64_t rows, int64_t channels) {
+  return sums * row_groups(rows) * channels;
+}
+
+// One row group (blockIdx.y) of every column, rows in order; a thread per column (coalesced
+// along the row).
+template <typename Terms>
+__global__ void column_partials_kernel(float* scratch, Terms terms, int64_t rows,
+                                       int64_t channels, int64_t group_rows) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  const int64_t group = blockIdx.y;
+  const int64_t groups = gridDim.y;
+  const int64_t begin = group * group_rows;
+  const int64_t end = begin + group_rows < rows ? begin + group_rows : rows;
+  float sums[Terms::kSums] = {};
+  for (int64_t row = begin; row < end; ++row) terms.add(row, c, sums);
+#pragma unroll
+  for (int k = 0; k < Terms::kSums; ++k) scratch[(k * groups + group) * channels + c] = sums[k];
+}
+
+// targets[k][c] += Σ_g partial[k, g, c] in group order.
+template <int Sums>
+__global__ void column_finish_kernel(ColumnTargets<Sums> targets, const float* scratch,
+                                     int64_t channels, int64_t groups) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < channels;
+       c += stride) {
+    float sums[Sums] = {};
+    for (int64_t group = 0; group < groups; ++group) {
+#pragma unroll
+      for (int k = 0; k < Sums; ++k) sums[k] += scratch[(k * groups + group) * channels + c];
+    }
+#pragma unroll
+    for (int k = 0; k < Sums; ++k) targets.columns[k][c] += sums[k];
+  }
+}
+
+template <typename Terms>
+void launch_column_sums(const ColumnTargets<Terms::kSums>& targets, const Terms& terms,
+                        float* scratch, int64_t rows, int64_t channels, cudaStream_t stream) {
+  const int64_t groups = row_groups(rows);
+  const dim3 partial_grid(static_cast<unsigned>((channels + kBlockSize - 1) / kBlockSize),
+                          static_cast<unsigned>(groups));
+  column_partials_kernel<<<partial_grid, kBlockSize, 0, stream>>>(scratch, terms, rows, channels,
+                                                                   rows_per_group(rows));
+  CUDA_CHECK(cudaGetLastError());
+  column_finish_kernel<Terms::kSums><<<grid_for(channels), kBlockSize, 0, stream>>>(
+      targets, scratch, channels, groups);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- one block per row
+// The norms' kernels: a block walks its rows (row = blockIdx.x, stepping by the grid), and each
+// thread the row's channels, Width consecutive ones at a time (one 16-byte pack when Width > 1,
+// which launch_row_kernel picks only when rows_vectorise allows, so each row starts aligned),
+// stepping by the block.
 inline unsigned row_grid(int64_t rows) {
   return static_cast<unsigned>(std::clamp<int64_t>(rows, 1, int64_t{1} << 20));
+}
+
+template <typename Visit>
+__device__ __forceinline__ void for_each_row(int64_t rows, Visit&& visit) {
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) visit(row);
+}
+
+template <int Width, typename Visit>
+__device__ __forceinline__ void for_each_pack_of_row(int64_t channels, Visit&& visit) {
+  const int64_t step = static_cast<int64_t>(blockDim.x) * Width;
+  for (int64_t c = static_cast<int64_t>(threadIdx.x) * Width; c < channels; c += step) visit(c);
+}
+
+// launch(std::integral_constant<int, Width>{}) launches the kernel of that Width over
+// row_grid(rows) blocks of kBlockSize: the 16-byte pack where C and every pointer allow, else 1.
+template <typename T, typename Launch>
+void launch_row_kernel(int64_t channels, std::initializer_list<const void*> pointers,
+                       Launch&& launch) {
+  if (rows_vectorise<T>(channels, pointers)) {
+    launch(std::integral_constant<int, kPackWidth<T>>{});
+  } else {
+    launch(std::integral_constant<int, 1>{});
+  }
+  CUDA_CHECK(cudaGetLastError());
 }
 
 // ---- elementwise maps

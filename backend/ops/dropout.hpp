@@ -29,8 +29,9 @@
 #include <cstdint>
 
 #include "backend/common/splitmix64.hpp"
-#include "backend/device/cuda_stream.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/cuda_stream.hpp"
+#include "backend/core/element_type.hpp"
+#include "backend/device/device.hpp"
 
 namespace backend {
 
@@ -113,3 +114,12 @@ void dropout_backward(Scalar* dinput,         // (N) =
                       int64_t count, const Dropout& dropout, CudaStream stream);
 
 }  // namespace backend::cuda
+
+// The op on `device`'s memory, over all of input's elements (element i is mask index
+// dropout.first_index + i).
+namespace backend::ops {
+
+void dropout_forward(Device& device, View output, View input, const Dropout& dropout);
+void dropout_backward(Device& device, View dinput, View doutput, const Dropout& dropout);
+
+}  // namespace backend::ops

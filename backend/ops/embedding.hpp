@@ -24,8 +24,9 @@
 #include <cstdint>
 
 #include "backend/common/error.hpp"
-#include "backend/device/cuda_stream.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/cuda_stream.hpp"
+#include "backend/core/element_type.hpp"
+#include "backend/device/device.hpp"
 
 namespace backend::cpu {
 
@@ -149,3 +150,23 @@ void embedding_at_positions_forward(Scalar* output, const int32_t* tokens,
                                     int64_t hidden_size, CudaStream stream);
 
 }  // namespace backend::cuda
+
+// The ops on `device`'s memory. The word table (and its gradient) holds the rows of tokens
+// [vocab_start, vocab_start + numel / hidden_size): a vocabulary shard, or all of it at 0. The
+// backward takes the tokens' index (index_tokens above, made on the host when the tokens are
+// uploaded) in place of the tokens; its table gradients are fp32 on a GPU.
+// embedding_at_positions_forward is incremental decoding's: N rows at positions of their own,
+// the whole vocabulary.
+namespace backend::ops {
+
+void embedding_forward(Device& device, View output, View tokens, View word_embeddings,
+                       View position_embeddings, int64_t batch_size, int64_t seq_length,
+                       int64_t hidden_size, int64_t vocab_start);
+void embedding_backward(Device& device, View dword_embeddings, View dposition_embeddings,
+                        View doutput, View token_index, int64_t batch_size, int64_t seq_length,
+                        int64_t hidden_size, int64_t vocab_start);
+void embedding_at_positions_forward(Device& device, View output, View tokens, View positions,
+                                    View word_embeddings, View position_embeddings, int64_t rows,
+                                    int64_t hidden_size);
+
+}  // namespace backend::ops

@@ -10,8 +10,9 @@
 
 #include <cstdint>
 
-#include "backend/device/cuda_stream.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/cuda_stream.hpp"
+#include "backend/core/element_type.hpp"
+#include "backend/device/device.hpp"
 
 namespace backend::cpu {
 
@@ -44,3 +45,12 @@ void gelu_backward(Scalar* dinput,         // (N) =
                    int64_t count, CudaStream stream);
 
 }  // namespace backend::cuda
+
+// The op on `device`'s memory, over all of input's elements: fp32 or fp64 on the CPU, fp32,
+// bf16 or fp16 on a GPU.
+namespace backend::ops {
+
+void gelu_forward(Device& device, View output, View input);
+void gelu_backward(Device& device, View dinput, View doutput, View input);
+
+}  // namespace backend::ops

@@ -17,8 +17,9 @@
 
 #include <cstdint>
 
-#include "backend/device/cuda_stream.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/cuda_stream.hpp"
+#include "backend/core/element_type.hpp"
+#include "backend/device/device.hpp"
 
 namespace backend::cpu {
 
@@ -80,3 +81,17 @@ void layernorm_backward(Scalar* dinput,         // (N, C) =
                         CudaStream stream);
 
 }  // namespace backend::cuda
+
+// The ops on `device`'s memory: fp32 or fp64 on the CPU (statistics of the input's type);
+// fp32, bf16 or fp16 on a GPU (statistics and parameter gradients fp32; the backward's column
+// partial sums in the device's scratch).
+namespace backend::ops {
+
+void layernorm_forward(Device& device, View output, View mean, View rstd, View input,
+                       View weight, View bias, double weight_offset, double epsilon,
+                       int64_t rows, int64_t channels);
+void layernorm_backward(Device& device, View dinput, View dweight, View dbias, View doutput,
+                        View input, View weight, double weight_offset, View mean, View rstd,
+                        int64_t rows, int64_t channels);
+
+}  // namespace backend::ops

@@ -6,10 +6,11 @@
 //   dw += Σ_rows dy · x̂,   db += Σ_rows dy
 // Everything in float; Scalar (float or bf16) is only read and written.
 // Deterministic without atomics: one block per row (16-byte packs along it where C and the
-// pointers allow) with detail::block_sum's fixed tree for the row sums (two passes, mean then
-// squared deviations, as the CPU: E[x²] − E[x]² cancels in float); the column sums of dw and
-// db are per-row-group partials in row order into `scratch`, then a second kernel adds the
-// groups in order (detail::row_groups, cuda_common.cuh).
+// pointers allow; cuda_common.cuh's row walk, shared with rmsnorm_cuda.cu) with
+// detail::block_sum's fixed tree for the row sums (two passes, mean then squared deviations, as
+// the CPU: E[x²] − E[x]² cancels in float); the column sums of dw and db are per-row-group
+// partials in row order into `scratch`, then a second kernel adds the groups in order
+// (detail::launch_column_sums).
 #include "backend/ops/cuda_common.cuh"
 #include "backend/ops/layernorm.hpp"
 
@@ -17,33 +18,30 @@ namespace backend::cuda {
 namespace {
 
 using detail::block_sum;
+using detail::for_each_pack_of_row;
+using detail::for_each_row;
 using detail::load_floats;
 using detail::store_floats;
 using detail::to_float;
 
-// Each thread takes Width consecutive channels at a time (one 16-byte pack when Width > 1,
-// which the launcher picks only when C is a multiple of it and every pointer is 16-byte
-// aligned, so each row starts aligned), walking the row with a stride of the block.
 template <typename T, int Width>
 __global__ void layernorm_forward_kernel(T* output, float* mean, float* rstd, const T* input,
                                          const T* weight, const T* bias, float weight_offset,
                                          float epsilon, int64_t rows, int64_t channels) {
   __shared__ float shared[32];
-  const int64_t first = static_cast<int64_t>(threadIdx.x) * Width;
-  const int64_t step = static_cast<int64_t>(blockDim.x) * Width;
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+  for_each_row(rows, [&](int64_t row) {
     const T* x = input + row * channels;
     T* y = output + row * channels;
     float sum = 0.0f;
-    for (int64_t c = first; c < channels; c += step) {
+    for_each_pack_of_row<Width>(channels, [&](int64_t c) {
       float xs[Width];
       load_floats(xs, x + c);
 #pragma unroll
       for (int j = 0; j < Width; ++j) sum += xs[j];
-    }
+    });
     const float row_mean = block_sum(sum, shared) / static_cast<float>(channels);
     float squares = 0.0f;
-    for (int64_t c = first; c < channels; c += step) {
+    for_each_pack_of_row<Width>(channels, [&](int64_t c) {
       float xs[Width];
       load_floats(xs, x + c);
 #pragma unroll
@@ -51,11 +49,11 @@ __global__ void layernorm_forward_kernel(T* output, float* mean, float* rstd, co
         const float deviation = xs[j] - row_mean;
         squares += deviation * deviation;
       }
-    }
+    });
     // 1 / sqrtf, not rsqrtf (an approximation): the CPU's correctly rounded quotient.
     const float row_rstd =
         1.0f / sqrtf(block_sum(squares, shared) / static_cast<float>(channels) + epsilon);
-    for (int64_t c = first; c < channels; c += step) {
+    for_each_pack_of_row<Width>(channels, [&](int64_t c) {
       float xs[Width];
       float ws[Width];
       float bs[Width];
@@ -68,12 +66,12 @@ __global__ void layernorm_forward_kernel(T* output, float* mean, float* rstd, co
         ys[j] = (xs[j] - row_mean) * row_rstd * (ws[j] + weight_offset) + bs[j];
       }
       store_floats(y + c, ys);
-    }
+    });
     if (threadIdx.x == 0) {
       mean[row] = row_mean;
       rstd[row] = row_rstd;
     }
-  }
+  });
 }
 
 // dinput, one block per row, Width as the forward. Each thread reads dy and x at its channels
@@ -85,9 +83,7 @@ __global__ void layernorm_dinput_kernel(T* dinput, const T* doutput, const T* in
                                         const float* rstd, int64_t rows, int64_t channels) {
   __shared__ float shared[32];
   const float inverse_channels = 1.0f / static_cast<float>(channels);
-  const int64_t first = static_cast<int64_t>(threadIdx.x) * Width;
-  const int64_t step = static_cast<int64_t>(blockDim.x) * Width;
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+  for_each_row(rows, [&](int64_t row) {
     const T* x = input + row * channels;
     const T* dy = doutput + row * channels;
     T* dx = dinput + row * channels;
@@ -95,7 +91,7 @@ __global__ void layernorm_dinput_kernel(T* dinput, const T* doutput, const T* in
     const float row_rstd = rstd[row];
     float sum_g = 0.0f;
     float sum_g_xhat = 0.0f;
-    for (int64_t c = first; c < channels; c += step) {
+    for_each_pack_of_row<Width>(channels, [&](int64_t c) {
       float xs[Width];
       float dys[Width];
       float ws[Width];
@@ -108,10 +104,10 @@ __global__ void layernorm_dinput_kernel(T* dinput, const T* doutput, const T* in
         sum_g += g;
         sum_g_xhat += g * (xs[j] - row_mean) * row_rstd;
       }
-    }
+    });
     const float mean_g = block_sum(sum_g, shared) * inverse_channels;
     const float mean_g_xhat = block_sum(sum_g_xhat, shared) * inverse_channels;
-    for (int64_t c = first; c < channels; c += step) {
+    for_each_pack_of_row<Width>(channels, [&](int64_t c) {
       float xs[Width];
       float dys[Width];
       float ws[Width];
@@ -125,54 +121,30 @@ __global__ void layernorm_dinput_kernel(T* dinput, const T* doutput, const T* in
         dxs[j] = row_rstd * (dys[j] * (ws[j] + weight_offset) - mean_g - xhat * mean_g_xhat);
       }
       store_floats(dx + c, dxs);
-    }
-  }
+    });
+  });
 }
 
-// Partial column sums of dy · x̂ and dy over one row group (blockIdx.y), rows in order; a
-// thread per column (coalesced along the row). scratch: [weight partials (G, C) | bias (G, C)].
+// dweight's and dbias's column terms: dy · x̂ and dy.
 template <typename T>
-__global__ void layernorm_column_partials_kernel(float* scratch, const T* doutput, const T* input,
-                                                 const float* mean, const float* rstd, int64_t rows,
-                                                 int64_t channels, int64_t group_rows) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= channels) return;
-  const int64_t group = blockIdx.y;
-  const int64_t groups = gridDim.y;
-  const int64_t begin = group * group_rows;
-  const int64_t end = begin + group_rows < rows ? begin + group_rows : rows;
-  float weight_sum = 0.0f;
-  float bias_sum = 0.0f;
-  for (int64_t row = begin; row < end; ++row) {
+struct LayernormParameterTerms {
+  static constexpr int kSums = 2;
+  const T* doutput;
+  const T* input;
+  const float* mean;
+  const float* rstd;
+  int64_t channels;
+  __device__ void add(int64_t row, int64_t c, float (&sums)[kSums]) const {
     const float dy = to_float(doutput[row * channels + c]);
-    weight_sum += dy * (to_float(input[row * channels + c]) - mean[row]) * rstd[row];
-    bias_sum += dy;
+    sums[0] += dy * (to_float(input[row * channels + c]) - mean[row]) * rstd[row];
+    sums[1] += dy;
   }
-  scratch[group * channels + c] = weight_sum;
-  scratch[(groups + group) * channels + c] = bias_sum;
-}
-
-// dweight[c] += Σ_g partial[g, c] in group order (and dbias the same).
-__global__ void layernorm_column_finish_kernel(float* dweight, float* dbias, const float* scratch,
-                                               int64_t channels, int64_t groups) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < channels;
-       c += stride) {
-    float weight_sum = 0.0f;
-    float bias_sum = 0.0f;
-    for (int64_t group = 0; group < groups; ++group) {
-      weight_sum += scratch[group * channels + c];
-      bias_sum += scratch[(groups + group) * channels + c];
-    }
-    dweight[c] += weight_sum;
-    dbias[c] += bias_sum;
-  }
-}
+};
 
 }  // namespace
 
 int64_t layernorm_backward_scratch_floats(int64_t rows, int64_t channels) {
-  return 2 * detail::row_groups(rows) * channels;
+  return detail::column_sums_scratch_floats(2, rows, channels);
 }
 
 template <typename Scalar>
@@ -185,16 +157,11 @@ void layernorm_forward(Scalar* output, float* mean, float* rstd, const Scalar* i
   const T* x = detail::device_pointer(input);
   const T* w = detail::device_pointer(weight);
   const T* b = detail::device_pointer(bias);
-  if (detail::rows_vectorise<T>(channels, {y, x, w, b})) {
-    layernorm_forward_kernel<T, detail::kPackWidth<T>>
-        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(y, mean, rstd, x, w, b,
-                                                                    weight_offset, epsilon, rows,
-                                                                    channels);
-  } else {
-    layernorm_forward_kernel<T, 1><<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
-        y, mean, rstd, x, w, b, weight_offset, epsilon, rows, channels);
-  }
-  CUDA_CHECK(cudaGetLastError());
+  detail::launch_row_kernel<T>(channels, {y, x, w, b}, [&](auto width) {
+    layernorm_forward_kernel<T, decltype(width)::value>
+        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
+            y, mean, rstd, x, w, b, weight_offset, epsilon, rows, channels);
+  });
 }
 
 template <typename Scalar>
@@ -203,31 +170,20 @@ void layernorm_backward(Scalar* dinput, float* dweight, float* dbias, const Scal
                         const float* mean, const float* rstd, int64_t rows, int64_t channels,
                         float* scratch, CudaStream stream) {
   if (rows <= 0 || channels <= 0) return;
-  const auto* dy = detail::device_pointer(doutput);
-  const auto* x = detail::device_pointer(input);
-  // The parameter sums first: they read doutput, which dinput may overwrite.
-  const int64_t groups = detail::row_groups(rows);
-  const dim3 partial_grid(
-      static_cast<unsigned>((channels + detail::kBlockSize - 1) / detail::kBlockSize),
-      static_cast<unsigned>(groups));
-  layernorm_column_partials_kernel<<<partial_grid, detail::kBlockSize, 0, stream>>>(
-      scratch, dy, x, mean, rstd, rows, channels, detail::rows_per_group(rows));
-  CUDA_CHECK(cudaGetLastError());
-  layernorm_column_finish_kernel<<<detail::grid_for(channels), detail::kBlockSize, 0, stream>>>(
-      dweight, dbias, scratch, channels, groups);
-  CUDA_CHECK(cudaGetLastError());
   using T = detail::DeviceElementOf<Scalar>;
+  const T* dy = detail::device_pointer(doutput);
+  const T* x = detail::device_pointer(input);
+  // The parameter sums first: they read doutput, which dinput may overwrite.
+  detail::launch_column_sums(detail::ColumnTargets<2>{{dweight, dbias}},
+                             LayernormParameterTerms<T>{dy, x, mean, rstd, channels}, scratch,
+                             rows, channels, stream);
   T* dx = detail::device_pointer(dinput);
   const T* w = detail::device_pointer(weight);
-  if (detail::rows_vectorise<T>(channels, {dx, dy, x, w})) {
-    layernorm_dinput_kernel<T, detail::kPackWidth<T>>
-        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(dx, dy, x, w, weight_offset,
-                                                                    mean, rstd, rows, channels);
-  } else {
-    layernorm_dinput_kernel<T, 1><<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
-        dx, dy, x, w, weight_offset, mean, rstd, rows, channels);
-  }
-  CUDA_CHECK(cudaGetLastError());
+  detail::launch_row_kernel<T>(channels, {dx, dy, x, w}, [&](auto width) {
+    layernorm_dinput_kernel<T, decltype(width)::value>
+        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
+            dx, dy, x, w, weight_offset, mean, rstd, rows, channels);
+  });
 }
 
 #define BACKEND_INSTANTIATE_LAYERNORM_CUDA(Scalar)                                                \

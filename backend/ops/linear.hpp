@@ -15,11 +15,12 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <type_traits>
 
-#include "backend/device/cuda_stream.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/cuda_stream.hpp"
+#include "backend/core/element_type.hpp"
+#include "backend/device/cuda_context.hpp"
+#include "backend/device/device.hpp"
 
 namespace backend::cpu {
 
@@ -47,20 +48,7 @@ void linear_backward(std::type_identity_t<Scalar>* dinput,  // (N, IN)   =, or n
 // batches); dinput has the operands' type. The bias is added by cuBLASLt's BIAS epilogue,
 // dbias by a fixed-order column sum (no atomics): results are the same bits run after run.
 
-struct cublasLtContext;  // cublasLtHandle_t is cublasLtContext*: named without the CUDA header
-
 namespace backend::cuda {
-
-// The GEMM plans of one device: its cuBLASLt handle and workspace (owned by the device, which
-// outlives the plans) and, per (shape, transposes, types, alignments, epilogue), the matmul
-// descriptor, the three layouts and the algorithm the heuristic chose, made the first time a
-// shape is used (the first micro batch of a shape; later calls only look it up). Opaque here.
-class GemmPlans;
-struct GemmPlansDeleter {
-  void operator()(GemmPlans* plans) const noexcept;
-};
-using GemmPlansPtr = std::unique_ptr<GemmPlans, GemmPlansDeleter>;
-GemmPlansPtr make_gemm_plans(cublasLtContext* handle, void* workspace, int64_t workspace_bytes);
 
 template <typename Scalar>  // float, bfloat16 or float16
 void linear_forward(Scalar* output,        // (N, OUT)
@@ -81,3 +69,17 @@ void linear_backward(Scalar* dinput,         // (N, IN) =, or nullptr to skip
                      CudaStream stream);
 
 }  // namespace backend::cuda
+
+// The ops on `device`'s memory: fp32 or fp64 on the CPU; fp32, bf16 or fp16 operands on a GPU
+// (dweight and dbias fp32), through the device's cuBLASLt plans. The device's observer is told
+// the products' floating-point operations: 2·N·IN·OUT forward, twice that backward (once
+// without dinput).
+namespace backend::ops {
+
+void linear_forward(Device& device, View output, View input, View weight, View bias,
+                    int64_t rows, int64_t in_features, int64_t out_features);
+void linear_backward(Device& device, View dinput, View dweight, View dbias, View doutput,
+                     View input, View weight, int64_t rows, int64_t in_features,
+                     int64_t out_features);
+
+}  // namespace backend::ops

@@ -20,8 +20,9 @@
 
 #include <cstdint>
 
-#include "backend/device/cuda_stream.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/cuda_stream.hpp"
+#include "backend/core/element_type.hpp"
+#include "backend/device/device.hpp"
 
 namespace backend::cpu {
 
@@ -55,3 +56,15 @@ template <typename Scalar>
 void scale(Scalar* values, double factor, int64_t count, CudaStream stream);
 
 }  // namespace backend::cuda
+
+// The ops on `device`'s memory: total is one f64 element of it (else common::Error naming the
+// op); values fp32 or fp64 on the CPU, fp32, bf16, fp16 or fp64 on a GPU (scale: not fp64
+// there).
+namespace backend::ops {
+
+void sum(Device& device, View total, View values);
+void sum_of_squares(Device& device, View total, View values);
+void count_zeros(Device& device, View total, View values);
+void scale(Device& device, View values, double factor);
+
+}  // namespace backend::ops

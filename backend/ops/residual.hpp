@@ -10,8 +10,9 @@
 
 #include <cstdint>
 
-#include "backend/device/cuda_stream.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/cuda_stream.hpp"
+#include "backend/core/element_type.hpp"
+#include "backend/device/device.hpp"
 
 namespace backend::cpu {
 
@@ -34,3 +35,10 @@ void residual_forward(Scalar* output,        // (N)
                       int64_t count, CudaStream stream);
 
 }  // namespace backend::cuda
+
+// The op on `device`'s memory, over all of input's elements.
+namespace backend::ops {
+
+void residual_forward(Device& device, View output, View input, View branch);
+
+}  // namespace backend::ops

@@ -14,8 +14,9 @@
 
 #include <cstdint>
 
-#include "backend/device/cuda_stream.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/cuda_stream.hpp"
+#include "backend/core/element_type.hpp"
+#include "backend/device/device.hpp"
 
 namespace backend::cpu {
 
@@ -65,3 +66,15 @@ void rmsnorm_backward(Scalar* dinput,         // (N, C) =
                       CudaStream stream);
 
 }  // namespace backend::cuda
+
+// The ops on `device`'s memory: fp32 or fp64 on the CPU (rstd of the input's type); fp32, bf16
+// or fp16 on a GPU (rstd and dweight fp32; the backward's column partial sums in the device's
+// scratch).
+namespace backend::ops {
+
+void rmsnorm_forward(Device& device, View output, View rstd, View input, View weight,
+                     double epsilon, int64_t rows, int64_t channels);
+void rmsnorm_backward(Device& device, View dinput, View dweight, View doutput, View input,
+                      View weight, View rstd, int64_t rows, int64_t channels);
+
+}  // namespace backend::ops

@@ -32,8 +32,9 @@
 
 #include <cstdint>
 
-#include "backend/device/cuda_stream.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/cuda_stream.hpp"
+#include "backend/core/element_type.hpp"
+#include "backend/device/device.hpp"
 
 namespace backend {
 
@@ -133,3 +134,23 @@ void rope_at_positions_forward(Scalar* output, const Scalar* input, const float*
                                int64_t row_stride, CudaStream stream);
 
 }  // namespace backend::cuda
+
+// The ops on `device`'s memory; the views start at the first rotated head of a row. The tables
+// have the input's type on the CPU (fp32 or fp64) and are fp32 on a GPU.
+// rope_at_positions_forward is incremental decoding's: row r at position positions[r] of the
+// tables.
+namespace backend::ops {
+
+void rope_tables(Device& device, View cos, View sin, int64_t seq_length, int64_t rotary_dim,
+                 double base, RopeScaling scaling);
+void rope_forward(Device& device, View output, View input, View cos, View sin,
+                  int64_t batch_size, int64_t seq_length, int64_t num_heads, int64_t head_dim,
+                  int64_t rotary_dim, int64_t row_stride);
+void rope_backward(Device& device, View dinput, View doutput, View cos, View sin,
+                   int64_t batch_size, int64_t seq_length, int64_t num_heads, int64_t head_dim,
+                   int64_t rotary_dim, int64_t row_stride);
+void rope_at_positions_forward(Device& device, View output, View input, View cos, View sin,
+                               View positions, int64_t rows, int64_t num_heads,
+                               int64_t head_dim, int64_t rotary_dim, int64_t row_stride);
+
+}  // namespace backend::ops

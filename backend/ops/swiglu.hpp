@@ -16,8 +16,9 @@
 
 #include <cstdint>
 
-#include "backend/device/cuda_stream.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/cuda_stream.hpp"
+#include "backend/core/element_type.hpp"
+#include "backend/device/device.hpp"
 
 namespace backend::cpu {
 
@@ -49,3 +50,12 @@ void swiglu_backward(Scalar* dinput,         // (N, 2F) =
                      int64_t rows, int64_t features, CudaStream stream);
 
 }  // namespace backend::cuda
+
+// The op on `device`'s memory.
+namespace backend::ops {
+
+void swiglu_forward(Device& device, View output, View input, int64_t rows, int64_t features);
+void swiglu_backward(Device& device, View dinput, View doutput, View input, int64_t rows,
+                     int64_t features);
+
+}  // namespace backend::ops

@@ -1,4 +1,5 @@
 // AdamW and global-norm clipping over flat buffers on a Device; see adamw.hpp.
+#include "backend/ops/adamw.hpp"
 #include "backend/optim/adamw.hpp"
 
 #include <cmath>
@@ -84,10 +85,10 @@ void AdamW::step(View master, View weights, View gradients, double lr, double we
     coefficients.decay = group.weight_decay ? decay : 0.0f;
     const View group_weights =
         weights.empty() ? View{} : weights.slice(group.offset, group.numel);
-    device_->adamw_update(master.slice(group.offset, group.numel), group_weights,
-                          gradients.slice(group.offset, group.numel),
-                          exp_avg_.slice(group.offset, group.numel),
-                          exp_avg_sq_.slice(group.offset, group.numel), coefficients);
+    ops::adamw_update(*device_, master.slice(group.offset, group.numel), group_weights,
+                      gradients.slice(group.offset, group.numel),
+                      exp_avg_.slice(group.offset, group.numel),
+                      exp_avg_sq_.slice(group.offset, group.numel), coefficients);
   }
 }
 
@@ -103,14 +104,14 @@ void AdamW::step(std::span<float> parameters, std::span<const float> gradients, 
 double AdamW::gradient_norm(View gradients) { return std::sqrt(sum_of_squares(gradients)); }
 
 double AdamW::sum_of_squares(View values) {
-  device_->sum_of_squares(norm_total_, values);
+  ops::sum_of_squares(*device_, norm_total_, values);
   double total = 0;
   device_->copy_to_host(&total, norm_total_);
   return total;
 }
 
 double AdamW::count_zeros(View values) {
-  device_->count_zeros(norm_total_, values);
+  ops::count_zeros(*device_, norm_total_, values);
   double total = 0;
   device_->copy_to_host(&total, norm_total_);
   return total;
@@ -118,7 +119,7 @@ double AdamW::count_zeros(View values) {
 
 void AdamW::clip_gradients(View gradients, double norm, double max_norm) {
   if (const auto coefficient = clip_coefficient(norm, max_norm)) {
-    device_->scale(gradients, *coefficient);
+    ops::scale(*device_, gradients, *coefficient);
   }
 }
 

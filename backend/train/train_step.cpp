@@ -1,4 +1,5 @@
 // Megatron's train_step on one process; see train_step.hpp.
+#include "backend/ops/reduction.hpp"
 #include "backend/train/train_step.hpp"
 
 #include <algorithm>
@@ -224,7 +225,7 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   }
   result.learning_rate = scheduler.learning_rate() * learning_rate_factor;
   // With a loss scaler the gradients are unscaled first (a factor of 1 changes nothing).
-  if (gradient_factor != 1.0) optimizer.device().scale(gradients, gradient_factor);
+  if (gradient_factor != 1.0) ops::scale(optimizer.device(), gradients, gradient_factor);
   // The global norm, reduced on the device (the host reads one double, and decides as every
   // rank will): of the whole buffer, or the shards' sums of squares added over the group.
   const ShardRange held_gradients =

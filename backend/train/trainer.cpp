@@ -1,4 +1,5 @@
 // Megatron's pretrain() loop on one process; see trainer.hpp.
+#include "backend/ops/reduction.hpp"
 #include "backend/train/trainer.hpp"
 
 #include <spdlog/spdlog.h>
@@ -632,7 +633,7 @@ TrainStepResult Trainer::train_iteration(int64_t iteration) {
     // The testing aid: the weights are damaged before this step, so its forward spikes and the
     // run goes on from damaged weights unless a rollback restores them.
     spike_injected_ = true;
-    model.device().scale(model.parameter_buffer(), kInjectedWeightFactor);
+    ops::scale(model.device(), model.parameter_buffer(), kInjectedWeightFactor);
     model.parameters_updated();
   }
   const TrainStepResult step =

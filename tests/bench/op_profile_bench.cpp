@@ -1,11 +1,13 @@
 // Where a training step's time goes, op by op, on the CPU or a GPU: the gpt3/126m shape (12
 // layers, hidden 768, 12 heads, padded vocabulary 50304; GPT-2 124M) runs forward + backward on
-// a Device that wraps the real one and times every call (the seam makes this a decorator, not
-// instrumentation in the model). On a GPU each op is followed by a wait for the device, so its
+// a Device that wraps the real one and observes every op (Device's OpObserver: each op of
+// backend/ops/ reports its start and its queueing, with its FLOPs), not instrumentation in the
+// model. On a GPU each op is followed by a wait for the device, so its
 // time is its own plus one launch and wait (some microseconds); the last line is the same
 // steps run again without the waits, as training runs them.
-// Linear ops and attention are reported with their rate (2·rows·in·out per product, three
-// products per backward; causal attention 2·B·T²·hidden forward, 2.5× that backward) beside
+// Linear ops and attention are reported with their rate (the FLOPs the ops report: 2·rows·in·out
+// per product, two products per backward; causal attention 2·B·T²·hidden forward, 2.5× that
+// backward) beside
 // the GEMM peak measured in the same run: OpenBLAS's 2048³ sgemm on the CPU, or the device's
 // 8192³ GEMM in the run's precision, the peaks pretrain_gpt's MFU is quoted against. AdamW and
 // the gradient norm are outside the model and not timed here (see docs/benchmarks.md).
@@ -31,9 +33,7 @@
 
 namespace {
 
-using backend::AdamWCoefficients;
 using backend::DeviceMemory;
-using backend::Dropout;
 using backend::MemoryKind;
 using backend::View;
 using Clock = std::chrono::steady_clock;
@@ -44,38 +44,37 @@ struct OpTotals {
   double flops = 0;
 };
 
-double causal_attention_flops(int64_t batch_size, int64_t seq_length, int64_t hidden_size) {
-  // Q·Kᵀ and P·V over the lower triangle: 2 products × 2 FLOPs × B·T²·hidden / 2.
-  return 2.0 * static_cast<double>(batch_size) * static_cast<double>(seq_length) *
-         static_cast<double>(seq_length) * static_cast<double>(hidden_size);
-}
-
-class TimingDevice final : public backend::Device {
+class TimingDevice final : public backend::Device, public backend::OpObserver {
  public:
   explicit TimingDevice(backend::Device& inner)
-      : inner_(inner), wait_arena_(inner, wait_layout(), "the profiler's wait") {}
+      : inner_(inner), wait_arena_(inner, wait_layout(), "the profiler's wait") {
+    set_observer(this);
+  }
 
   std::map<std::string, OpTotals> totals;
   bool timing = true;  // false: the ops run as they would, queued without waits
 
   template <typename Function>
-  void timed(const char* op, double flops, Function&& function) {
-    if (!timing) {
-      function();
-      return;
-    }
-    const auto start = Clock::now();
+  void timed(const char* op, Function&& function) {
+    op_started(op);
     function();
-    wait();
-    OpTotals& entry = totals[op];
-    entry.calls += 1;
-    entry.seconds += std::chrono::duration<double>(Clock::now() - start).count();
-    entry.flops += flops;
+    op_queued(op, 0);
   }
   // copy_to_host waits for the device's queued work.
   void wait() {
     int32_t value = 0;
     inner_.copy_to_host(&value, wait_arena_.view(0));
+  }
+
+  // The ops (backend/ops/) tell their observer, this device, when each starts and is queued.
+  void op_started(std::string_view /*op*/) override { start_ = Clock::now(); }
+  void op_queued(std::string_view op, double flops) override {
+    if (!timing) return;
+    wait();
+    OpTotals& entry = totals[std::string(op)];
+    entry.calls += 1;
+    entry.seconds += std::chrono::duration<double>(Clock::now() - start_).count();
+    entry.flops += flops;
   }
 
   std::string name() const override { return inner_.name(); }
@@ -91,204 +90,13 @@ class TimingDevice final : public backend::Device {
     return inner_.copy_to_host(destination, source);
   }
   void fill_zero(View values) override {
-    timed("fill_zero", 0, [&] { inner_.fill_zero(values); });
+    timed("fill_zero", [&] { inner_.fill_zero(values); });
   }
   void copy(View destination, View source) override {
-    timed("copy", 0, [&] { inner_.copy(destination, source); });
+    timed("copy", [&] { inner_.copy(destination, source); });
   }
-  void convert(View destination, View source) override {
-    timed("convert", 0, [&] { inner_.convert(destination, source); });
-  }
-  void sum(View total, View values) override {
-    timed("sum", 0, [&] { inner_.sum(total, values); });
-  }
-  void sum_of_squares(View total, View values) override {
-    timed("sum_of_squares", 0, [&] { inner_.sum_of_squares(total, values); });
-  }
-  void count_zeros(View total, View values) override {
-    timed("count_zeros", 0, [&] { inner_.count_zeros(total, values); });
-  }
-  void scale(View values, double factor) override {
-    timed("scale", 0, [&] { inner_.scale(values, factor); });
-  }
-  void adamw_update(View master, View weights, View gradients, View exp_avg, View exp_avg_sq,
-                    const AdamWCoefficients& coefficients) override {
-    timed("adamw_update", 0, [&] {
-      inner_.adamw_update(master, weights, gradients, exp_avg, exp_avg_sq, coefficients);
-    });
-  }
-  void embedding_forward(View output, View tokens, View word_embeddings, View position_embeddings,
-                         int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                         int64_t vocab_start) override {
-    timed("embedding_forward", 0, [&] {
-      inner_.embedding_forward(output, tokens, word_embeddings, position_embeddings, batch_size,
-                               seq_length, hidden_size, vocab_start);
-    });
-  }
-  void embedding_backward(View dword_embeddings, View dposition_embeddings, View doutput,
-                          View token_index, int64_t batch_size, int64_t seq_length,
-                          int64_t hidden_size, int64_t vocab_start) override {
-    timed("embedding_backward", 0, [&] {
-      inner_.embedding_backward(dword_embeddings, dposition_embeddings, doutput, token_index,
-                                batch_size, seq_length, hidden_size, vocab_start);
-    });
-  }
-  void embedding_at_positions_forward(View output, View tokens, View positions,
-                                      View word_embeddings, View position_embeddings, int64_t rows,
-                                      int64_t hidden_size) override {
-    timed("embedding_at_positions_forward", 0, [&] {
-      inner_.embedding_at_positions_forward(output, tokens, positions, word_embeddings,
-                                            position_embeddings, rows, hidden_size);
-    });
-  }
-  void dropout_forward(View output, View input, const Dropout& dropout) override {
-    timed("dropout_forward", 0, [&] { inner_.dropout_forward(output, input, dropout); });
-  }
-  void dropout_backward(View dinput, View doutput, const Dropout& dropout) override {
-    timed("dropout_backward", 0, [&] { inner_.dropout_backward(dinput, doutput, dropout); });
-  }
-  void layernorm_forward(View output, View mean, View rstd, View input, View weight, View bias,
-                         double weight_offset, double epsilon, int64_t rows,
-                         int64_t channels) override {
-    timed("layernorm_forward", 0, [&] {
-      inner_.layernorm_forward(output, mean, rstd, input, weight, bias, weight_offset, epsilon,
-                               rows, channels);
-    });
-  }
-  void layernorm_backward(View dinput, View dweight, View dbias, View doutput, View input,
-                          View weight, double weight_offset, View mean, View rstd, int64_t rows,
-                          int64_t channels) override {
-    timed("layernorm_backward", 0, [&] {
-      inner_.layernorm_backward(dinput, dweight, dbias, doutput, input, weight, weight_offset, mean,
-                                rstd, rows, channels);
-    });
-  }
-  void rmsnorm_forward(View output, View rstd, View input, View weight, double epsilon,
-                       int64_t rows, int64_t channels) override {
-    timed("rmsnorm_forward", 0,
-          [&] { inner_.rmsnorm_forward(output, rstd, input, weight, epsilon, rows, channels); });
-  }
-  void rmsnorm_backward(View dinput, View dweight, View doutput, View input, View weight, View rstd,
-                        int64_t rows, int64_t channels) override {
-    timed("rmsnorm_backward", 0, [&] {
-      inner_.rmsnorm_backward(dinput, dweight, doutput, input, weight, rstd, rows, channels);
-    });
-  }
-  void linear_forward(View output, View input, View weight, View bias, int64_t rows,
-                      int64_t in_features, int64_t out_features) override {
-    timed("linear_forward", 2.0 * rows * in_features * out_features, [&] {
-      inner_.linear_forward(output, input, weight, bias, rows, in_features, out_features);
-    });
-  }
-  void linear_backward(View dinput, View dweight, View dbias, View doutput, View input, View weight,
-                       int64_t rows, int64_t in_features, int64_t out_features) override {
-    timed("linear_backward", (dinput.empty() ? 2.0 : 4.0) * rows * in_features * out_features, [&] {
-      inner_.linear_backward(dinput, dweight, dbias, doutput, input, weight, rows, in_features,
-                             out_features);
-    });
-  }
-  void rope_tables(View cos, View sin, int64_t seq_length, int64_t rotary_dim, double base,
-                   backend::RopeScaling scaling) override {
-    timed("rope_tables", 0,
-          [&] { inner_.rope_tables(cos, sin, seq_length, rotary_dim, base, scaling); });
-  }
-  void rope_forward(View output, View input, View cos, View sin, int64_t batch_size,
-                    int64_t seq_length, int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
-                    int64_t row_stride) override {
-    timed("rope_forward", 0, [&] {
-      inner_.rope_forward(output, input, cos, sin, batch_size, seq_length, num_heads, head_dim,
-                          rotary_dim, row_stride);
-    });
-  }
-  void rope_backward(View dinput, View doutput, View cos, View sin, int64_t batch_size,
-                     int64_t seq_length, int64_t num_heads, int64_t head_dim, int64_t rotary_dim,
-                     int64_t row_stride) override {
-    timed("rope_backward", 0, [&] {
-      inner_.rope_backward(dinput, doutput, cos, sin, batch_size, seq_length, num_heads, head_dim,
-                           rotary_dim, row_stride);
-    });
-  }
-  void rope_at_positions_forward(View output, View input, View cos, View sin, View positions,
-                                 int64_t rows, int64_t num_heads, int64_t head_dim,
-                                 int64_t rotary_dim, int64_t row_stride) override {
-    timed("rope_at_positions_forward", 0, [&] {
-      inner_.rope_at_positions_forward(output, input, cos, sin, positions, rows, num_heads,
-                                       head_dim, rotary_dim, row_stride);
-    });
-  }
-  void attention_forward(View output, View logsumexp, View qkv, int64_t batch_size,
-                         int64_t seq_length, int64_t hidden_size, int64_t num_heads,
-                         int64_t num_query_groups, const Dropout& dropout) override {
-    timed("attention_forward", causal_attention_flops(batch_size, seq_length, hidden_size), [&] {
-      inner_.attention_forward(output, logsumexp, qkv, batch_size, seq_length, hidden_size,
-                               num_heads, num_query_groups, dropout);
-    });
-  }
-  void attention_backward(View dqkv, View doutput, View qkv, View output, View logsumexp,
-                          int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                          int64_t num_heads, int64_t num_query_groups,
-                          const Dropout& dropout) override {
-    timed("attention_backward", 2.5 * causal_attention_flops(batch_size, seq_length, hidden_size),
-          [&] {
-            inner_.attention_backward(dqkv, doutput, qkv, output, logsumexp, batch_size, seq_length,
-                                      hidden_size, num_heads, num_query_groups, dropout);
-          });
-  }
-  void kv_cache_attention_forward(View output, View key_cache, View value_cache, View qkv,
-                                  View slots, View positions, int64_t rows, int64_t num_heads,
-                                  int64_t num_query_groups, int64_t head_dim,
-                                  int64_t max_length) override {
-    timed("kv_cache_attention_forward", 0, [&] {
-      inner_.kv_cache_attention_forward(output, key_cache, value_cache, qkv, slots, positions, rows,
-                                        num_heads, num_query_groups, head_dim, max_length);
-    });
-  }
-  void residual_forward(View output, View input, View branch) override {
-    timed("residual_forward", 0, [&] { inner_.residual_forward(output, input, branch); });
-  }
-  void gelu_forward(View output, View input) override {
-    timed("gelu_forward", 0, [&] { inner_.gelu_forward(output, input); });
-  }
-  void gelu_backward(View dinput, View doutput, View input) override {
-    timed("gelu_backward", 0, [&] { inner_.gelu_backward(dinput, doutput, input); });
-  }
-  void swiglu_forward(View output, View input, int64_t rows, int64_t features) override {
-    timed("swiglu_forward", 0, [&] { inner_.swiglu_forward(output, input, rows, features); });
-  }
-  void swiglu_backward(View dinput, View doutput, View input, int64_t rows,
-                       int64_t features) override {
-    timed("swiglu_backward", 0,
-          [&] { inner_.swiglu_backward(dinput, doutput, input, rows, features); });
-  }
-  void cross_entropy_forward(View losses, View logsumexp, View logits, View labels, int64_t rows,
-                             int64_t vocab_size) override {
-    timed("cross_entropy_forward", 0, [&] {
-      inner_.cross_entropy_forward(losses, logsumexp, logits, labels, rows, vocab_size);
-    });
-  }
-  void cross_entropy_backward(View dlogits, View logits, View logsumexp, View labels, double scale,
-                              int64_t rows, int64_t vocab_size, int64_t vocab_start) override {
-    timed("cross_entropy_backward", 0, [&] {
-      inner_.cross_entropy_backward(dlogits, logits, logsumexp, labels, scale, rows, vocab_size,
-                                    vocab_start);
-    });
-  }
-  void vocab_parallel_cross_entropy_partial(View logsumexp_part, View target_logit, View logits,
-                                            View labels, int64_t rows, int64_t vocab_size,
-                                            int64_t vocab_start) override {
-    timed("vocab_parallel_cross_entropy_partial", 0, [&] {
-      inner_.vocab_parallel_cross_entropy_partial(logsumexp_part, target_logit, logits, labels,
-                                                  rows, vocab_size, vocab_start);
-    });
-  }
-  void vocab_parallel_cross_entropy_combine(View losses, View logsumexp, View logsumexp_parts,
-                                            View target_logit, View labels, int64_t rows,
-                                            int64_t parts) override {
-    timed("vocab_parallel_cross_entropy_combine", 0, [&] {
-      inner_.vocab_parallel_cross_entropy_combine(losses, logsumexp, logsumexp_parts, target_logit,
-                                                  labels, rows, parts);
-    });
-  }
+  void* scratch(int64_t bytes, std::string_view op) override { return inner_.scratch(bytes, op); }
+  const backend::CudaContext& cuda_context() override { return inner_.cuda_context(); }
 
  private:
   static backend::ArenaLayout wait_layout() {
@@ -298,6 +106,7 @@ class TimingDevice final : public backend::Device {
   }
   backend::Device& inner_;
   backend::Arena wait_arena_;
+  Clock::time_point start_;
 };
 
 }  // namespace

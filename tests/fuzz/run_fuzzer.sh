@@ -92,7 +92,7 @@ libraries+=($(pkg-config --libs libutf8proc libzstd liblzma zlib libcurl sentenc
 # (docs/architecture.md, Building): the headers are parsed once per unit, not once per file,
 # which takes the archive's build from about three minutes of CI to about one.
 support_dirs=("$root/launcher/config")
-for dir in common device model ops optim data dist ckpt train train/log eval fetch serve; do
+for dir in common core device model ops optim data dist ckpt train train/log eval fetch serve; do
   support_dirs+=("$root/backend/$dir")
 done
 support_sources=()

@@ -12,11 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "backend/ops/attention.hpp"
 #include "backend/ops/dropout.hpp"
 #include "gpu/gpu_test_support.hpp"
 
 using backend::ElementType;
 using backend::View;
+namespace ops = backend::ops;
 using namespace gpu_test;
 
 TEST_CASE("attention on the CUDA device matches the CPU device (fp32, bf16, fp16, dropout)") {
@@ -46,11 +48,11 @@ TEST_CASE("attention on the CUDA device matches the CPU device (fp32, bf16, fp16
               View o = t.poisoned(s.batch * s.seq * hidden, dtype);
               // The log-sum-exp is fp32 on the GPU whatever the qkv type; the CPU keeps qkv's.
               View lse = t.poisoned(s.batch * s.heads * s.seq, ElementType::f32);
-              device.attention_forward(o, lse, x, s.batch, s.seq, hidden, s.heads, s.groups,
-                                       dropout);
+              ops::attention_forward(device, o, lse, x, s.batch, s.seq, hidden, s.heads, s.groups,
+                                     dropout);
               View dx = t.poisoned(s.batch * s.seq * width, dtype);
-              device.attention_backward(dx, t.input(dout, dtype), x, o, lse, s.batch, s.seq,
-                                        hidden, s.heads, s.groups, dropout);
+              ops::attention_backward(device, dx, t.input(dout, dtype), x, o, lse, s.batch, s.seq,
+                                      hidden, s.heads, s.groups, dropout);
               return Outputs{{"output", t.read(o)}, {"logsumexp", t.read(lse)},
                              {"dqkv", t.read(dx)}};
             });
@@ -91,11 +93,11 @@ void check_flash_attention(Device& gpu, const std::vector<FlashShape>& shapes) {
           View x = t.input(qkv, dtype);
           View o = t.poisoned(s.batch * s.seq * hidden, dtype);
           View lse = t.poisoned(s.batch * s.heads * s.seq, ElementType::f32);
-          device.attention_forward(o, lse, x, s.batch, s.seq, hidden, s.heads, s.groups,
-                                   dropout);
+          ops::attention_forward(device, o, lse, x, s.batch, s.seq, hidden, s.heads, s.groups,
+                                 dropout);
           View dx = t.poisoned(s.batch * s.seq * width, dtype);
-          device.attention_backward(dx, t.input(dout, dtype), x, o, lse, s.batch, s.seq, hidden,
-                                    s.heads, s.groups, dropout);
+          ops::attention_backward(device, dx, t.input(dout, dtype), x, o, lse, s.batch, s.seq,
+                                  hidden, s.heads, s.groups, dropout);
           return Outputs{
               {"output", t.read(o)}, {"logsumexp", t.read(lse)}, {"dqkv", t.read(dx)}};
         });
@@ -147,10 +149,10 @@ TEST_CASE("key/value-cache attention on the CUDA device matches the CPU device")
                           View key_cache = t.input(keys, dtype);
                           View value_cache = t.input(values, dtype);
                           View out = t.poisoned(rows * s.heads * s.head_dim, dtype);
-                          t.device().kv_cache_attention_forward(
-                              out, key_cache, value_cache, t.input(qkv, dtype), t.ids(row_slots),
-                              t.ids(row_positions), rows, s.heads, s.groups, s.head_dim,
-                              max_length);
+                          ops::kv_cache_attention_forward(t.device(), out, key_cache, value_cache,
+                                                          t.input(qkv, dtype), t.ids(row_slots),
+                                                          t.ids(row_positions), rows, s.heads,
+                                                          s.groups, s.head_dim, max_length);
                           return Outputs{{"output", t.read(out)},
                                          {"key cache", t.read(key_cache)},
                                          {"value cache", t.read(value_cache)}};

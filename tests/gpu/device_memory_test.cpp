@@ -10,10 +10,14 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
+#include "backend/ops/gelu.hpp"
+#include "backend/ops/linear.hpp"
+#include "backend/ops/reduction.hpp"
 #include "gpu/gpu_test_support.hpp"
 
 using backend::ElementType;
 using backend::View;
+namespace ops = backend::ops;
 using namespace gpu_test;
 
 TEST_CASE("the CUDA device copies bytes both ways, zeroes and allocates zeroed memory") {
@@ -105,13 +109,13 @@ TEST_CASE("the CUDA device's sum matches the CPU device's and is the same bits r
       // The CPU reference sums the same values as fp32 (exact for bf16 and fp16 inputs), or fp64.
       const ElementType reference_type = type == ElementType::f64 ? type : ElementType::f32;
       View cpu_total = cpu_tensors.poisoned(1, ElementType::f64);
-      cpu.sum(cpu_total, cpu_tensors.input(values, reference_type));
+      ops::sum(cpu, cpu_total, cpu_tensors.input(values, reference_type));
       View gpu_values = gpu_tensors.input(values, type);
       View gpu_total = gpu_tensors.poisoned(1, ElementType::f64);
-      gpu->sum(gpu_total, gpu_values);
+      ops::sum(*gpu, gpu_total, gpu_values);
       const double expected = cpu_tensors.read_f64(cpu_total);
       const double first = gpu_tensors.read_f64(gpu_total);
-      gpu->sum(gpu_total, gpu_values);
+      ops::sum(*gpu, gpu_total, gpu_values);
       const double second = gpu_tensors.read_f64(gpu_total);
       INFO("sum of " << count << " " << type_name(type) << ": got " << first << ", expected "
                      << expected);
@@ -129,9 +133,10 @@ TEST_CASE("the CUDA device refuses fp64 and fp16 ops and host memory, naming the
   View x = tensors.input(values, ElementType::f64);
   View w = tensors.input(random_values(5 * 13, 14), ElementType::f64);
   View y = tensors.poisoned(7 * 5, ElementType::f64);
-  CHECK_THROWS_WITH_AS(gpu->linear_forward(y, x, w, tensors.empty(ElementType::f64), 7, 13, 5),
-                       doctest::Contains("linear_forward"), common::Error);
-  CHECK_THROWS_WITH_AS(gpu->gelu_forward(View{y.data, y.numel, ElementType::f16, y.on},
+  CHECK_THROWS_WITH_AS(
+      ops::linear_forward(*gpu, y, x, w, tensors.empty(ElementType::f64), 7, 13, 5),
+      doctest::Contains("linear_forward"), common::Error);
+  CHECK_THROWS_WITH_AS(ops::gelu_forward(*gpu, View{y.data, y.numel, ElementType::f16, y.on},
                                          View{x.data, x.numel, ElementType::f16, x.on}),
                        doctest::Contains("fp16"), common::Error);
   std::vector<float> host(7 * 13);
@@ -139,9 +144,9 @@ TEST_CASE("the CUDA device refuses fp64 and fp16 ops and host memory, naming the
                        backend::MemoryKind::host};
   CHECK_THROWS_WITH_AS(gpu->fill_zero(host_view), doctest::Contains("host memory"),
                        common::Error);
-  CHECK_THROWS_WITH_AS(gpu->linear_forward(tensors.poisoned(7 * 5, ElementType::f32), host_view,
-                                           tensors.input(random_values(5 * 13, 14),
-                                                         ElementType::f32),
-                                           tensors.empty(ElementType::f32), 7, 13, 5),
-                       doctest::Contains("host memory"), common::Error);
+  CHECK_THROWS_WITH_AS(
+      ops::linear_forward(*gpu, tensors.poisoned(7 * 5, ElementType::f32), host_view,
+                          tensors.input(random_values(5 * 13, 14), ElementType::f32),
+                          tensors.empty(ElementType::f32), 7, 13, 5),
+      doctest::Contains("host memory"), common::Error);
 }

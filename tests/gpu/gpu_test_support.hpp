@@ -20,11 +20,25 @@
 #include <string>
 #include <vector>
 
+#include "backend/core/element_type.hpp"
 #include "backend/device/cpu_device.hpp"
 #include "backend/device/cuda_device.hpp"
 #include "backend/device/cuda_inventory.hpp"
 #include "backend/device/device.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/ops/adamw.hpp"
+#include "backend/ops/attention.hpp"
+#include "backend/ops/convert.hpp"
+#include "backend/ops/cross_entropy.hpp"
+#include "backend/ops/dropout.hpp"
+#include "backend/ops/embedding.hpp"
+#include "backend/ops/gelu.hpp"
+#include "backend/ops/layernorm.hpp"
+#include "backend/ops/linear.hpp"
+#include "backend/ops/reduction.hpp"
+#include "backend/ops/residual.hpp"
+#include "backend/ops/rmsnorm.hpp"
+#include "backend/ops/rope.hpp"
+#include "backend/ops/swiglu.hpp"
 
 namespace gpu_test {
 

@@ -11,6 +11,7 @@
 
 using backend::ElementType;
 using backend::View;
+namespace ops = backend::ops;
 using namespace gpu_test;
 
 TEST_CASE("linear on the CUDA device matches the CPU device (fp32, bf16, fp16)") {
@@ -37,16 +38,16 @@ TEST_CASE("linear on the CUDA device matches the CPU device (fp32, bf16, fp16)")
                         [&](Tensors& t, ElementType dtype) {
                           Device& device = t.device();
                           View y = t.poisoned(s.rows * s.out, dtype);
-                          device.linear_forward(y, t.input(x, dtype), t.input(w, dtype),
-                                                s.bias ? t.input(b, dtype) : t.empty(dtype),
-                                                s.rows, s.in, s.out);
+                          ops::linear_forward(device, y, t.input(x, dtype), t.input(w, dtype),
+                                              s.bias ? t.input(b, dtype) : t.empty(dtype), s.rows,
+                                              s.in, s.out);
                           View dx = s.dinput ? t.poisoned(s.rows * s.in, dtype) : t.empty(dtype);
                           View dw = t.input(dw0, ElementType::f32);
                           View db = s.bias ? t.input(db0, ElementType::f32)
                                            : t.empty(ElementType::f32);
-                          device.linear_backward(dx, dw, db, t.input(dy, dtype),
-                                                 t.input(x, dtype), t.input(w, dtype), s.rows,
-                                                 s.in, s.out);
+                          ops::linear_backward(device, dx, dw, db, t.input(dy, dtype),
+                                               t.input(x, dtype), t.input(w, dtype), s.rows, s.in,
+                                               s.out);
                           Outputs outputs{{"output", t.read(y)}, {"dweight (+=)", t.read(dw)}};
                           if (s.dinput) outputs.push_back({"dinput", t.read(dx)});
                           if (s.bias) outputs.push_back({"dbias (+=)", t.read(db)});

@@ -23,6 +23,7 @@
 
 using backend::ElementType;
 using backend::View;
+namespace ops = backend::ops;
 using namespace gpu_test;
 
 namespace {
@@ -78,15 +79,15 @@ TEST_CASE("embedding on the CUDA device matches the CPU device") {
                           [&](Tensors& t, ElementType dtype) {
                             View out = t.poisoned(batch * seq * hidden, dtype);
                             View ids = t.ids(tokens);
-                            t.device().embedding_forward(
-                                out, ids, t.input(word, dtype),
+                            ops::embedding_forward(
+                                t.device(), out, ids, t.input(word, dtype),
                                 positions ? t.input(position, dtype) : t.empty(dtype), batch, seq,
                                 hidden, 0);
                             View dword = t.input(dword0, ElementType::f32);
                             View dposition = positions ? t.input(dposition0, ElementType::f32) : t.empty(ElementType::f32);
-                            t.device().embedding_backward(dword, dposition, t.input(dout, dtype),
-                                                          t.ids(index_of(tokens)), batch, seq,
-                                                          hidden, 0);
+                            ops::embedding_backward(t.device(), dword, dposition,
+                                                    t.input(dout, dtype), t.ids(index_of(tokens)),
+                                                    batch, seq, hidden, 0);
                             Outputs outputs{{"output", t.read(out)},
                                             {"dword_embeddings (+=)", t.read(dword)}};
                             if (positions) {
@@ -125,14 +126,13 @@ TEST_CASE("embedding over a vocabulary shard on the CUDA device matches the CPU 
               *gpu, what.str(), type, tolerance(type, 1e-5), [&](Tensors& t, ElementType dtype) {
                 View out = t.poisoned(batch * seq * hidden, dtype);
                 View ids = t.ids(tokens);
-                t.device().embedding_forward(out, ids, t.input(word, dtype),
-                                             positions ? t.input(position, dtype) : t.empty(dtype),
-                                             batch, seq, hidden, shard.start);
+                ops::embedding_forward(t.device(), out, ids, t.input(word, dtype),
+                                       positions ? t.input(position, dtype) : t.empty(dtype), batch,
+                                       seq, hidden, shard.start);
                 View dword = t.input(dword0, ElementType::f32);
                 View dposition = positions ? t.input(dposition0, ElementType::f32) : t.empty(ElementType::f32);
-                t.device().embedding_backward(dword, dposition, t.input(dout, dtype),
-                                              t.ids(index_of(tokens)), batch, seq, hidden,
-                                              shard.start);
+                ops::embedding_backward(t.device(), dword, dposition, t.input(dout, dtype),
+                                        t.ids(index_of(tokens)), batch, seq, hidden, shard.start);
                 Outputs outputs{{"output", t.read(out)}, {"dword_embeddings (+=)", t.read(dword)}};
                 if (positions) {
                   outputs.push_back({"dposition_embeddings (+=)", t.read(dposition)});
@@ -162,8 +162,9 @@ TEST_CASE("embedding at positions of their own on the CUDA device matches the CP
         check_against_cpu(*gpu, what.str(), type, tolerance(type, 1e-6),
                           [&](Tensors& t, ElementType dtype) {
                             View out = t.poisoned(rows * hidden, dtype);
-                            t.device().embedding_at_positions_forward(
-                                out, t.ids(tokens), t.ids(positions), t.input(word, dtype),
+                            ops::embedding_at_positions_forward(
+                                t.device(), out, t.ids(tokens), t.ids(positions),
+                                t.input(word, dtype),
                                 with_table ? t.input(position, dtype) : t.empty(dtype), rows,
                                 hidden);
                             return Outputs{{"output", t.read(out)}};
@@ -191,9 +192,9 @@ TEST_CASE("dropout on the CUDA device draws the CPU device's mask") {
         check_against_cpu(*gpu, what.str(), type, tolerance(type, 1e-6, 1e-2),
                           [&](Tensors& t, ElementType dtype) {
                             View out = t.poisoned(count, dtype);
-                            t.device().dropout_forward(out, t.input(input, dtype), dropout);
+                            ops::dropout_forward(t.device(), out, t.input(input, dtype), dropout);
                             View din = t.poisoned(count, dtype);
-                            t.device().dropout_backward(din, t.input(dout, dtype), dropout);
+                            ops::dropout_backward(t.device(), din, t.input(dout, dtype), dropout);
                             return Outputs{{"output", t.read(out)}, {"dinput", t.read(din)}};
                           });
       }
@@ -221,12 +222,12 @@ TEST_CASE("layernorm on the CUDA device matches the CPU device") {
               View out = t.poisoned(s.rows * s.channels, dtype);
               View mean = t.poisoned(s.rows, ElementType::f32), rstd = t.poisoned(s.rows, ElementType::f32);
               View x = t.input(input, dtype), w = t.input(weight, dtype);
-              t.device().layernorm_forward(out, mean, rstd, x, w, t.input(bias, dtype),
-                                           weight_offset, 1e-5, s.rows, s.channels);
+              ops::layernorm_forward(t.device(), out, mean, rstd, x, w, t.input(bias, dtype),
+                                     weight_offset, 1e-5, s.rows, s.channels);
               View din = t.poisoned(s.rows * s.channels, dtype);
               View dw = t.input(dweight0, ElementType::f32), db = t.input(dbias0, ElementType::f32);
-              t.device().layernorm_backward(din, dw, db, t.input(dout, dtype), x, w, weight_offset,
-                                            mean, rstd, s.rows, s.channels);
+              ops::layernorm_backward(t.device(), din, dw, db, t.input(dout, dtype), x, w,
+                                      weight_offset, mean, rstd, s.rows, s.channels);
               return Outputs{{"output", t.read(out)},      {"mean", t.read(mean)},
                              {"rstd", t.read(rstd)},       {"dinput", t.read(din)},
                              {"dweight (+=)", t.read(dw)}, {"dbias (+=)", t.read(db)}};
@@ -252,11 +253,11 @@ TEST_CASE("rmsnorm on the CUDA device matches the CPU device") {
             View out = t.poisoned(s.rows * s.channels, dtype);
             View rstd = t.poisoned(s.rows, ElementType::f32);
             View x = t.input(input, dtype), w = t.input(weight, dtype);
-            t.device().rmsnorm_forward(out, rstd, x, w, 1e-5, s.rows, s.channels);
+            ops::rmsnorm_forward(t.device(), out, rstd, x, w, 1e-5, s.rows, s.channels);
             View din = t.poisoned(s.rows * s.channels, dtype);
             View dw = t.input(dweight0, ElementType::f32);
-            t.device().rmsnorm_backward(din, dw, t.input(dout, dtype), x, w, rstd, s.rows,
-                                        s.channels);
+            ops::rmsnorm_backward(t.device(), din, dw, t.input(dout, dtype), x, w, rstd, s.rows,
+                                  s.channels);
             return Outputs{{"output", t.read(out)},
                            {"rstd", t.read(rstd)},
                            {"dinput", t.read(din)},
@@ -297,13 +298,13 @@ TEST_CASE("rope on the CUDA device matches the CPU device") {
                         [&](Tensors& t, ElementType dtype) {
                           const int64_t table = seq * rotary_dim / 2;
                           View cos = t.poisoned(table, ElementType::f32), sin = t.poisoned(table, ElementType::f32);
-                          t.device().rope_tables(cos, sin, seq, rotary_dim, 10000.0, scaling);
+                          ops::rope_tables(t.device(), cos, sin, seq, rotary_dim, 10000.0, scaling);
                           View out = t.input(before, dtype);
-                          t.device().rope_forward(out, t.input(input, dtype), cos, sin, batch, seq,
-                                                  heads, head_dim, rotary_dim, row_stride);
+                          ops::rope_forward(t.device(), out, t.input(input, dtype), cos, sin, batch,
+                                            seq, heads, head_dim, rotary_dim, row_stride);
                           View din = t.input(before, dtype);
-                          t.device().rope_backward(din, t.input(dout, dtype), cos, sin, batch,
-                                                   seq, heads, head_dim, rotary_dim, row_stride);
+                          ops::rope_backward(t.device(), din, t.input(dout, dtype), cos, sin, batch,
+                                             seq, heads, head_dim, rotary_dim, row_stride);
                           return Outputs{{"cos", t.read(cos)},
                                          {"sin", t.read(sin)},
                                          {"output", t.read(out)},
@@ -331,15 +332,16 @@ TEST_CASE("rope at positions of their own on the CUDA device matches the CPU dev
                         [&](Tensors& t, ElementType dtype) {
                           const int64_t table = table_rows * rotary_dim / 2;
                           View cos = t.poisoned(table, ElementType::f32), sin = t.poisoned(table, ElementType::f32);
-                          t.device().rope_tables(cos, sin, table_rows, rotary_dim, 10000.0, {});
+                          ops::rope_tables(t.device(), cos, sin, table_rows, rotary_dim, 10000.0,
+                                           {});
                           View out = t.input(before, dtype);
-                          t.device().rope_at_positions_forward(out, t.input(input, dtype), cos,
-                                                               sin, t.ids(positions), rows, heads,
-                                                               head_dim, rotary_dim, row_stride);
+                          ops::rope_at_positions_forward(t.device(), out, t.input(input, dtype),
+                                                         cos, sin, t.ids(positions), rows, heads,
+                                                         head_dim, rotary_dim, row_stride);
                           View in_place = t.input(input, dtype);
-                          t.device().rope_at_positions_forward(in_place, in_place, cos, sin,
-                                                               t.ids(positions), rows, heads,
-                                                               head_dim, rotary_dim, row_stride);
+                          ops::rope_at_positions_forward(t.device(), in_place, in_place, cos, sin,
+                                                         t.ids(positions), rows, heads, head_dim,
+                                                         rotary_dim, row_stride);
                           return Outputs{{"output", t.read(out)},
                                          {"in place", t.read(in_place)}};
                         });
@@ -357,11 +359,12 @@ TEST_CASE("residual, gelu and swiglu on the CUDA device match the CPU device") {
     check_against_cpu(*gpu, "residual and gelu of " + std::to_string(count) + " elements", type,
                       tolerance(type, 1e-5), [&](Tensors& t, ElementType dtype) {
                         View sum = t.poisoned(count, dtype);
-                        t.device().residual_forward(sum, t.input(a, dtype), t.input(b, dtype));
+                        ops::residual_forward(t.device(), sum, t.input(a, dtype),
+                                              t.input(b, dtype));
                         View gelu = t.poisoned(count, dtype);
-                        t.device().gelu_forward(gelu, t.input(a, dtype));
+                        ops::gelu_forward(t.device(), gelu, t.input(a, dtype));
                         View dgelu = t.poisoned(count, dtype);
-                        t.device().gelu_backward(dgelu, t.input(b, dtype), t.input(a, dtype));
+                        ops::gelu_backward(t.device(), dgelu, t.input(b, dtype), t.input(a, dtype));
                         return Outputs{{"residual output", t.read(sum)},
                                        {"gelu output", t.read(gelu)},
                                        {"gelu dinput", t.read(dgelu)}};
@@ -375,10 +378,10 @@ TEST_CASE("residual, gelu and swiglu on the CUDA device match the CPU device") {
                         [&](Tensors& t, ElementType dtype) {
                           View out = t.poisoned(s.rows * s.channels, dtype);
                           View x = t.input(input, dtype);
-                          t.device().swiglu_forward(out, x, s.rows, s.channels);
+                          ops::swiglu_forward(t.device(), out, x, s.rows, s.channels);
                           View din = t.poisoned(s.rows * 2 * s.channels, dtype);
-                          t.device().swiglu_backward(din, t.input(dout, dtype), x, s.rows,
-                                                     s.channels);
+                          ops::swiglu_backward(t.device(), din, t.input(dout, dtype), x, s.rows,
+                                               s.channels);
                           return Outputs{{"output", t.read(out)}, {"dinput", t.read(din)}};
                         });
     }
@@ -400,10 +403,11 @@ TEST_CASE("cross-entropy on the CUDA device matches the CPU device") {
                         [&](Tensors& t, ElementType dtype) {
                           View losses = t.poisoned(s.rows, ElementType::f32), lse = t.poisoned(s.rows, ElementType::f32);
                           View x = t.input(logits, dtype), ids = t.ids(labels);
-                          t.device().cross_entropy_forward(losses, lse, x, ids, s.rows, vocab);
+                          ops::cross_entropy_forward(t.device(), losses, lse, x, ids, s.rows,
+                                                     vocab);
                           View dx = t.poisoned(s.rows * vocab, dtype);
-                          t.device().cross_entropy_backward(dx, x, lse, ids, scale, s.rows,
-                                                            vocab, 0);
+                          ops::cross_entropy_backward(t.device(), dx, x, lse, ids, scale, s.rows,
+                                                      vocab, 0);
                           return Outputs{{"losses", t.read(losses)},
                                          {"logsumexp", t.read(lse)},
                                          {"dlogits", t.read(dx)}};
@@ -441,8 +445,8 @@ TEST_CASE("vocabulary-parallel cross-entropy on the CUDA device matches the CPU 
               View ids = t.ids(labels);
               // The whole vocabulary's logsumexp, which every shard's backward takes.
               View losses = t.poisoned(s.rows, ElementType::f32), lse = t.poisoned(s.rows, ElementType::f32);
-              t.device().cross_entropy_forward(losses, lse, t.input(logits, dtype), ids, s.rows,
-                                               vocab);
+              ops::cross_entropy_forward(t.device(), losses, lse, t.input(logits, dtype), ids,
+                                         s.rows, vocab);
               Outputs outputs;
               std::vector<float> gathered, target_sum(static_cast<size_t>(s.rows), 0.0f);
               for (int64_t k = 0; k < parts; ++k) {
@@ -450,13 +454,14 @@ TEST_CASE("vocabulary-parallel cross-entropy on the CUDA device matches the CPU 
                 const int64_t width = (k + 1) * vocab / parts - begin;
                 View x = t.input(shard_logits(k), dtype);
                 View part = t.poisoned(s.rows, ElementType::f32), target = t.poisoned(s.rows, ElementType::f32);
-                t.device().vocab_parallel_cross_entropy_partial(part, target, x, ids, s.rows, width,
-                                                                begin);
+                ops::vocab_parallel_cross_entropy_partial(t.device(), part, target, x, ids, s.rows,
+                                                          width, begin);
                 const auto part_values = t.read(part), target_values = t.read(target);
                 gathered.insert(gathered.end(), part_values.begin(), part_values.end());
                 for (int64_t r = 0; r < s.rows; ++r) target_sum[r] += target_values[r];
                 View dx = t.poisoned(s.rows * width, dtype);
-                t.device().cross_entropy_backward(dx, x, lse, ids, scale, s.rows, width, begin);
+                ops::cross_entropy_backward(t.device(), dx, x, lse, ids, scale, s.rows, width,
+                                            begin);
                 const std::string name = "shard " + std::to_string(k) + " ";
                 outputs.push_back({name + "logsumexp_part", part_values});
                 outputs.push_back({name + "target_logit", target_values});
@@ -464,9 +469,9 @@ TEST_CASE("vocabulary-parallel cross-entropy on the CUDA device matches the CPU 
               }
               View combined_losses = t.poisoned(s.rows, ElementType::f32);
               View combined_lse = t.poisoned(s.rows, ElementType::f32);
-              t.device().vocab_parallel_cross_entropy_combine(
-                  combined_losses, combined_lse, t.input(gathered, ElementType::f32), t.input(target_sum, ElementType::f32),
-                  ids, s.rows, parts);
+              ops::vocab_parallel_cross_entropy_combine(
+                  t.device(), combined_losses, combined_lse, t.input(gathered, ElementType::f32),
+                  t.input(target_sum, ElementType::f32), ids, s.rows, parts);
               outputs.push_back({"combined losses", t.read(combined_losses)});
               outputs.push_back({"combined logsumexp", t.read(combined_lse)});
               return outputs;
@@ -489,12 +494,12 @@ TEST_CASE("one vocabulary-parallel part reproduces the CUDA device's forward bit
       Tensors t(*gpu);
       View x = t.input(logits, type), ids = t.ids(labels);
       View losses = t.poisoned(s.rows, ElementType::f32), lse = t.poisoned(s.rows, ElementType::f32);
-      gpu->cross_entropy_forward(losses, lse, x, ids, s.rows, s.channels);
+      ops::cross_entropy_forward(*gpu, losses, lse, x, ids, s.rows, s.channels);
       View part = t.poisoned(s.rows, ElementType::f32), target = t.poisoned(s.rows, ElementType::f32);
-      gpu->vocab_parallel_cross_entropy_partial(part, target, x, ids, s.rows, s.channels, 0);
+      ops::vocab_parallel_cross_entropy_partial(*gpu, part, target, x, ids, s.rows, s.channels, 0);
       View combined_losses = t.poisoned(s.rows, ElementType::f32), combined_lse = t.poisoned(s.rows, ElementType::f32);
-      gpu->vocab_parallel_cross_entropy_combine(combined_losses, combined_lse, part, target, ids,
-                                                s.rows, 1);
+      ops::vocab_parallel_cross_entropy_combine(*gpu, combined_losses, combined_lse, part, target,
+                                                ids, s.rows, 1);
       expect_identical("logsumexp_part against the forward's logsumexp", t.read(part), t.read(lse));
       expect_identical("combined logsumexp", t.read(combined_lse), t.read(lse));
       expect_identical("combined losses", t.read(combined_losses), t.read(losses));
@@ -513,11 +518,12 @@ TEST_CASE("attention on the CUDA device refuses a dropout mask offset") {
   View dqkv = t.poisoned(batch * seq * qkv_width, ElementType::f32);
   backend::Dropout dropout{0.1, backend::dropout_key(1, 2, 3, 4)};
   dropout.first_index = 5;
-  CHECK_THROWS_AS(gpu->attention_forward(out, lse, qkv, batch, seq, hidden, heads, heads, dropout),
-                  common::Error);
   CHECK_THROWS_AS(
-      gpu->attention_backward(dqkv, out, qkv, out, lse, batch, seq, hidden, heads, heads, dropout),
+      ops::attention_forward(*gpu, out, lse, qkv, batch, seq, hidden, heads, heads, dropout),
       common::Error);
+  CHECK_THROWS_AS(ops::attention_backward(*gpu, dqkv, out, qkv, out, lse, batch, seq, hidden, heads,
+                                          heads, dropout),
+                  common::Error);
 }
 
 TEST_CASE("convert on the CUDA device rounds fp32 to the CPU device's bf16 and fp16 bits") {
@@ -552,7 +558,7 @@ TEST_CASE("convert on the CUDA device rounds fp32 to the CPU device's bf16 and f
         Tensors t(device);
         const View source = t.input(values, ElementType::f32).slice(first, count);
         const View destination = t.poisoned(total, type).slice(first, count);
-        device.convert(destination, source);
+        ops::convert(device, destination, source);
         std::vector<uint16_t> bits(static_cast<size_t>(count));
         device.copy_to_host(bits.data(), destination);
         return bits;
@@ -582,8 +588,7 @@ TEST_CASE("convert on the CUDA device rounds fp32 to the CPU device's bf16 and f
     }
   }
   Tensors t(*gpu);
-  CHECK_THROWS_WITH_AS(gpu->convert(t.poisoned(3, ElementType::bf16),
-                                    t.input({1, 2}, ElementType::f32)),
-                       doctest::Contains("a conversion makes bf16 or fp16 from fp32"),
-                       common::Error);
+  CHECK_THROWS_WITH_AS(
+      ops::convert(*gpu, t.poisoned(3, ElementType::bf16), t.input({1, 2}, ElementType::f32)),
+      doctest::Contains("a conversion makes bf16 or fp16 from fp32"), common::Error);
 }

@@ -17,6 +17,7 @@
 using backend::AdamWCoefficients;
 using backend::ElementType;
 using backend::View;
+namespace ops = backend::ops;
 using namespace gpu_test;
 
 namespace {
@@ -48,8 +49,10 @@ TEST_CASE("the AdamW update on the CUDA device matches the CPU device") {
     check_against_cpu(*gpu, what, ElementType::f32, 1e-6, [&](Tensors& t, ElementType) {
       View p = t.input(master, ElementType::f32), m = t.input(exp_avg, ElementType::f32), v = t.input(exp_avg_sq, ElementType::f32);
       const View g = t.input(gradients, ElementType::f32);
-      t.device().adamw_update(p, t.empty(ElementType::bf16), g, m, v, coefficients(3, 1e-3, 0.1));
-      t.device().adamw_update(p, t.empty(ElementType::bf16), g, m, v, coefficients(4, 1e-3, 0.0));
+      ops::adamw_update(t.device(), p, t.empty(ElementType::bf16), g, m, v,
+                        coefficients(3, 1e-3, 0.1));
+      ops::adamw_update(t.device(), p, t.empty(ElementType::bf16), g, m, v,
+                        coefficients(4, 1e-3, 0.0));
       return Outputs{{"master", t.read(p)}, {"exp_avg", t.read(m)}, {"exp_avg_sq", t.read(v)}};
     });
     if (gpu->memory_kind() == backend::MemoryKind::host) continue;  // 16-bit: the GPU's alone
@@ -59,7 +62,8 @@ TEST_CASE("the AdamW update on the CUDA device matches the CPU device") {
       Tensors t(*gpu);
       View p = t.input(master, ElementType::f32), m = t.input(exp_avg, ElementType::f32), v = t.input(exp_avg_sq, ElementType::f32);
       View weights = t.poisoned(count, type);
-      gpu->adamw_update(p, weights, t.input(gradients, ElementType::f32), m, v, coefficients(3, 1e-3, 0.1));
+      ops::adamw_update(*gpu, p, weights, t.input(gradients, ElementType::f32), m, v,
+                        coefficients(3, 1e-3, 0.1));
       expect_identical(what + " " + type_name(type) + " working copy = rounded master",
                        t.read(weights), representable(t.read(p), type));
     }
@@ -79,27 +83,27 @@ TEST_CASE("sum, sum of squares, count of zeros and scale on the CUDA device matc
         View input = t.input(values, dtype);
         View total = t.poisoned(1, ElementType::f64);
         View squares = t.poisoned(1, ElementType::f64);
-        t.device().sum(total, input);
-        t.device().sum_of_squares(squares, input);
+        ops::sum(t.device(), total, input);
+        ops::sum_of_squares(t.device(), squares, input);
         return Outputs{{"sum", {static_cast<float>(t.read_f64(total))}},
                        {"sum of squares", {static_cast<float>(t.read_f64(squares))}}};
       });
       // A count: the same number on both devices, exactly.
       check_against_cpu(*gpu, what, type, 0.0, [&](Tensors& t, ElementType dtype) {
         View zeros = t.poisoned(1, ElementType::f64);
-        t.device().count_zeros(zeros, t.input(values, dtype));
+        ops::count_zeros(t.device(), zeros, t.input(values, dtype));
         return Outputs{{"count of zeros", {static_cast<float>(t.read_f64(zeros))}}};
       });
       // Scaling by a power of two is exact in every type: the CUDA result must be the same bits.
       check_against_cpu(*gpu, what, type, 0.0, [&](Tensors& t, ElementType dtype) {
         View input = t.input(values, dtype);
-        t.device().scale(input, 0.125);
+        ops::scale(t.device(), input, 0.125);
         return Outputs{{"scaled by 1/8", t.read(input)}};
       });
       check_against_cpu(*gpu, what, type, tolerance(type, 1e-7, 4e-3),
                         [&](Tensors& t, ElementType dtype) {
                           View input = t.input(values, dtype);
-                          t.device().scale(input, 0.3);
+                          ops::scale(t.device(), input, 0.3);
                           return Outputs{{"scaled by 0.3", t.read(input)}};
                         });
     }

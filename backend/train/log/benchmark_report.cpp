@@ -1,4 +1,5 @@
 // Benchmark summary and its JSON file; see benchmark_report.hpp.
+#include "backend/ops/linear.hpp"
 #include "backend/train/log/benchmark_report.hpp"
 
 #include <cblas.h>
@@ -90,14 +91,14 @@ double measure_device_gemm_peak(Device& device, ElementType type) {
   // copy_to_host waits for the device's work: the clock reads finished products.
   std::vector<std::byte> first(static_cast<size_t>(element_size(type)));
   auto finish = [&] { device.copy_to_host(first.data(), output.slice(0, 1)); };
-  device.linear_forward(output, arena.view(a), arena.view(b), no_bias, n, n, n);
+  ops::linear_forward(device, output, arena.view(a), arena.view(b), no_bias, n, n, n);
   finish();
   constexpr int kProducts = 4;
   double best = 0;
   for (int round = 0; round < 3; ++round) {
     const auto start = std::chrono::steady_clock::now();
     for (int k = 0; k < kProducts; ++k) {
-      device.linear_forward(output, arena.view(a), arena.view(b), no_bias, n, n, n);
+      ops::linear_forward(device, output, arena.view(a), arena.view(b), no_bias, n, n, n);
     }
     finish();
     const double seconds =

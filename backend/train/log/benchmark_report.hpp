@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "backend/device/device.hpp"
-#include "backend/device/element_type.hpp"
+#include "backend/core/element_type.hpp"
 #include "backend/train/arguments.hpp"
 
 namespace backend {

@@ -2,6 +2,11 @@
 // cover the composition); the device refuses element types it has no kernels for and memory
 // that is not its own, naming the op; sums are in a fixed order; copies keep type and count.
 #include "backend/device/cpu_device.hpp"
+#include "backend/ops/convert.hpp"
+#include "backend/ops/embedding.hpp"
+#include "backend/ops/gelu.hpp"
+#include "backend/ops/reduction.hpp"
+#include "backend/ops/residual.hpp"
 
 #include <doctest/doctest.h>
 
@@ -18,6 +23,7 @@ using backend::CpuDevice;
 using backend::ElementType;
 using backend::MemoryKind;
 using backend::View;
+namespace ops = backend::ops;
 
 namespace {
 
@@ -49,8 +55,8 @@ TEST_CASE_TEMPLATE("the CPU device's linear and layernorm are the twins, bit for
   std::vector<Scalar> expected(rows * out), actual(rows * out);
   backend::cpu::linear_forward(expected.data(), input.data(), weight.data(), bias.data(), rows, in,
                                out);
-  device.linear_forward(view_of(actual), view_of(input), view_of(weight), view_of(bias), rows, in,
-                        out);
+  ops::linear_forward(device, view_of(actual), view_of(input), view_of(weight), view_of(bias), rows,
+                      in, out);
   CHECK(actual == expected);
 
   // The parameter gradients accumulate: start both from the same non-zero values.
@@ -58,9 +64,9 @@ TEST_CASE_TEMPLATE("the CPU device's linear and layernorm are the twins, bit for
   std::vector<Scalar> dinput_expected(rows * in), dinput_actual(rows * in);
   backend::cpu::linear_backward(dinput_expected.data(), dweight_expected.data(), nullptr,
                                 doutput.data(), input.data(), weight.data(), rows, in, out);
-  device.linear_backward(view_of(dinput_actual), view_of(dweight_actual),
-                         View{nullptr, 0, backend::element_type_of<Scalar>()}, view_of(doutput),
-                         view_of(input), view_of(weight), rows, in, out);
+  ops::linear_backward(device, view_of(dinput_actual), view_of(dweight_actual),
+                       View{nullptr, 0, backend::element_type_of<Scalar>()}, view_of(doutput),
+                       view_of(input), view_of(weight), rows, in, out);
   CHECK(dweight_actual == dweight_expected);
   CHECK(dinput_actual == dinput_expected);
 
@@ -71,9 +77,9 @@ TEST_CASE_TEMPLATE("the CPU device's linear and layernorm are the twins, bit for
                                   rstd_expected.data(), input.data(), norm_weight.data(),
                                   norm_bias.data(), Scalar{0}, static_cast<Scalar>(1e-5), rows,
                                   in);
-  device.layernorm_forward(view_of(normed_actual), view_of(mean_actual), view_of(rstd_actual),
-                           view_of(input), view_of(norm_weight), view_of(norm_bias), 0.0, 1e-5,
-                           rows, in);
+  ops::layernorm_forward(device, view_of(normed_actual), view_of(mean_actual), view_of(rstd_actual),
+                         view_of(input), view_of(norm_weight), view_of(norm_bias), 0.0, 1e-5, rows,
+                         in);
   CHECK(normed_actual == normed_expected);
   CHECK(rstd_actual == rstd_expected);
 }
@@ -84,7 +90,7 @@ TEST_CASE("the CPU device sums in a fixed order, in double") {
   for (const float value : values) expected += static_cast<double>(value);
   double total = -1;
   CpuDevice device;
-  device.sum(View{&total, 1, ElementType::f64}, view_of(values));
+  ops::sum(device, View{&total, 1, ElementType::f64}, view_of(values));
   CHECK(total == expected);
 }
 
@@ -92,17 +98,18 @@ TEST_CASE("the CPU device refuses bf16, mixed types and GPU memory, naming the o
   CpuDevice device;
   std::vector<uint16_t> half(16);
   const View bf16{half.data(), 16, ElementType::bf16};
-  CHECK_THROWS_WITH_AS(device.gelu_forward(bf16, bf16),
+  CHECK_THROWS_WITH_AS(ops::gelu_forward(device, bf16, bf16),
                        "the CPU device computes in fp32 or fp64; gelu_forward has no bf16 kernel "
                        "on it (bf16 and fp16 run on --device cuda)",
                        common::Error);
   std::vector<float> single(16);
   std::vector<double> twice(16);
-  CHECK_THROWS_WITH_AS(device.residual_forward(view_of(single), view_of(twice), view_of(single)),
-                       "a fp32 view was used as fp64 memory", common::Error);
+  CHECK_THROWS_WITH_AS(
+      ops::residual_forward(device, view_of(single), view_of(twice), view_of(single)),
+      "a fp32 view was used as fp64 memory", common::Error);
   View on_gpu = view_of(single);
   on_gpu.on = MemoryKind::cuda;
-  CHECK_THROWS_WITH_AS(device.gelu_forward(view_of(single), on_gpu),
+  CHECK_THROWS_WITH_AS(ops::gelu_forward(device, view_of(single), on_gpu),
                        "the CPU device was given GPU memory (16 elements of fp32)", common::Error);
 }
 
@@ -131,7 +138,7 @@ TEST_CASE("the CPU device rounds fp32 to bf16 and fp16 to nearest even, and refu
                                std::numeric_limits<float>::quiet_NaN(),
                                std::numeric_limits<float>::max()};
   std::vector<uint16_t> bits(values.size(), 0xFFFF);
-  device.convert(View{bits.data(), std::ssize(bits), ElementType::bf16}, view_of(values));
+  ops::convert(device, View{bits.data(), std::ssize(bits), ElementType::bf16}, view_of(values));
   CHECK(bits[0] == 0x3F80);
   CHECK(bits[1] == 0x3F82);
   CHECK(bits[2] == 0x8000);
@@ -144,18 +151,18 @@ TEST_CASE("the CPU device rounds fp32 to bf16 and fp16 to nearest even, and refu
                                  std::numeric_limits<float>::quiet_NaN(), 65520.0f,
                                  0x1p-20f, 0x1p-25f};
   std::vector<uint16_t> fp16_bits(for_fp16.size(), 0xFFFF);
-  device.convert(View{fp16_bits.data(), std::ssize(fp16_bits), ElementType::f16},
-                 view_of(for_fp16));
+  ops::convert(device, View{fp16_bits.data(), std::ssize(fp16_bits), ElementType::f16},
+               view_of(for_fp16));
   CHECK(fp16_bits ==
         std::vector<uint16_t>{0x3C00, 0x3C02, 0x8000, 0x4200, fp16_bits[4], 0x7C00, 0x0010, 0});
   CHECK((fp16_bits[4] & 0x7E00) == 0x7E00);
   std::vector<double> wide(6);
-  CHECK_THROWS_WITH_AS(device.convert(view_of(wide), view_of(values)),
+  CHECK_THROWS_WITH_AS(ops::convert(device, view_of(wide), view_of(values)),
                        "convert: 6 elements of fp32 into 6 elements of fp64: a conversion makes "
                        "bf16 or fp16 from fp32, of one element count",
                        common::Error);
   CHECK_THROWS_WITH_AS(
-      device.convert(View{bits.data(), 5, ElementType::bf16}, view_of(values)),
+      ops::convert(device, View{bits.data(), 5, ElementType::bf16}, view_of(values)),
       doctest::Contains("6 elements of fp32 into 5 elements of bf16"), common::Error);
 }
 
@@ -197,8 +204,8 @@ TEST_CASE("the CPU device's embedding backward refuses a token index of the wron
   std::vector<int32_t> tokens(batch * seq, 1);
   CpuDevice device;
   CHECK_THROWS_WITH_AS(
-      device.embedding_backward(view_of(dword), View{nullptr, 0, ElementType::f32},
-                                view_of(doutput), view_of(tokens), batch, seq, hidden, 0),
+      ops::embedding_backward(device, view_of(dword), View{nullptr, 0, ElementType::f32},
+                              view_of(doutput), view_of(tokens), batch, seq, hidden, 0),
       "embedding_backward: a token index of 6 elements for 6 positions, which take 20 "
       "(index_tokens in backend/ops/embedding.hpp)",
       common::Error);

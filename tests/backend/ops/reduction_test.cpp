@@ -60,10 +60,12 @@ TEST_CASE("count_zeros counts +0 and −0 exactly, not NaN, infinities or subnor
   int64_t expected = 0;
   auto values = values_with_zeros<float>(4099, &expected);
   double total = 0;
-  device.count_zeros(backend::host_view(std::span(&total, 1)), backend::host_view(std::span(values)));
+  backend::ops::count_zeros(device, backend::host_view(std::span(&total, 1)),
+                            backend::host_view(std::span(values)));
   CHECK(total == static_cast<double>(expected));
   double two_totals[2] = {};
-  CHECK_THROWS_WITH_AS(device.count_zeros(backend::host_view(std::span<double>(two_totals)),
-                                          backend::host_view(std::span(values))),
-                       doctest::Contains("count_zeros: the total must be one f64"), common::Error);
+  CHECK_THROWS_WITH_AS(
+      backend::ops::count_zeros(device, backend::host_view(std::span<double>(two_totals)),
+                                backend::host_view(std::span(values))),
+      doctest::Contains("count_zeros: the total must be one f64"), common::Error);
 }

@@ -9,6 +9,7 @@
 
 #include "backend/common/error.hpp"
 #include "backend/device/cpu_device.hpp"
+#include "backend/ops/adamw.hpp"
 #include "backend/optim/adamw.hpp"
 #include "tests/backend/ops/gradient_check.hpp"
 
@@ -145,8 +146,8 @@ TEST_CASE("the CPU device's AdamW update has no separate working copy") {
   std::vector<float> master(4), gradients(4), m(4), v(4);
   std::vector<uint16_t> bf16_bits(4);
   const View weights{bf16_bits.data(), 4, ElementType::bf16, MemoryKind::host};
-  CHECK_THROWS_WITH_AS(device.adamw_update(host_view(master), weights, host_view(gradients),
-                                           host_view(m), host_view(v), AdamWCoefficients{}),
+  CHECK_THROWS_WITH_AS(ops::adamw_update(device, host_view(master), weights, host_view(gradients),
+                                         host_view(m), host_view(v), AdamWCoefficients{}),
                        doctest::Contains("a separate bf16 working copy is the CUDA device's"),
                        common::Error);
 }

@@ -1,5 +1,5 @@
 // View: a typed, non-owning window on device memory (host or a GPU's): pointer, element count,
-// element type and where it lives. The model and the Device's ops speak in views, so one
+// element type and where it lives. The model and the ops speak in views, so one
 // composition serves every device and precision (docs/device.md). A view owns
 // nothing: memory comes from an Arena carved at setup, which outlives its views.
 //
@@ -12,7 +12,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "backend/device/element_type.hpp"
+#include "backend/core/element_type.hpp"
 
 namespace backend {
 
@@ -44,10 +44,20 @@ struct View {
   void check_type(ElementType expected) const;
 };
 
+// The view's data, whatever its type, which must be host memory (or empty: nullptr); else
+// common::Error: "the CPU device was given GPU memory" with the view's extent. The CPU device's
+// copies and the ops' CPU twins read views through it.
+void* host_bytes(View view);
+
+// common::Error unless the view is GPU memory (or empty): "the CUDA device was given host
+// memory in <op>" with the view's extent. The CUDA device's copies and the ops' CUDA twins
+// check their views with it.
+void check_on_gpu(View view, std::string_view op);
+
 // A copy's views (Device::copy): the same element type and element count, else common::Error
 // naming the op and both views' counts and types.
 void check_same_extent(View destination, View source, std::string_view op);
-// A conversion's views (Device::convert): bf16 or fp16 from f32, one element count, else
+// A conversion's views (ops::convert): bf16 or fp16 from f32, one element count, else
 // common::Error naming the op and both views.
 void check_convertible(View destination, View source, std::string_view op);
 

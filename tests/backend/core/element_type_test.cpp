@@ -10,7 +10,7 @@
 #include <limits>
 #include <vector>
 
-#include "backend/device/element_type.hpp"
+#include "backend/core/element_type.hpp"
 
 using backend::float16;
 using backend::to_float;

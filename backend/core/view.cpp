@@ -1,6 +1,6 @@
 // View's checks: a wrong slice or element type is a programming error in the composition,
 // reported with the extents so it is found at the first run rather than as corrupt memory.
-#include "backend/device/view.hpp"
+#include "backend/core/view.hpp"
 
 #include "backend/common/error.hpp"
 
@@ -21,6 +21,22 @@ View View::slice(int64_t offset, int64_t count) const {
 void View::check_type(ElementType expected) const {
   if (expected != type) {
     common::fail("a {} view was used as {} memory", element_name(type), element_name(expected));
+  }
+}
+
+void* host_bytes(View view) {
+  if (!view.empty() && view.on != MemoryKind::host) {
+    common::fail("the CPU device was given GPU memory ({} elements of {})", view.numel,
+                 element_name(view.type));
+  }
+  return view.data;
+}
+
+void check_on_gpu(View view, std::string_view op) {
+  if (!view.empty() && view.on != MemoryKind::cuda) {
+    common::fail("the CUDA device was given host memory in {} ({} elements of {}); copy it to "
+                 "the device with copy_from_host first",
+                 op, view.numel, element_name(view.type));
   }
 }
 

@@ -1,0 +1,125 @@
+// GemmPlans (gemm_plans.cuh): plans made on first use, looked up after.
+#include "backend/device/gemm_plans.cuh"
+
+#include "backend/common/error.hpp"
+#include "backend/device/cublaslt_library.cuh"
+
+namespace backend::cuda {
+
+void GemmPlan::release() noexcept {
+  if (a != nullptr) (void)cuda_detail::cublaslt().matrix_layout_destroy(a);
+  if (b != nullptr) (void)cuda_detail::cublaslt().matrix_layout_destroy(b);
+  if (c != nullptr) (void)cuda_detail::cublaslt().matrix_layout_destroy(c);
+  if (operation != nullptr) (void)cuda_detail::cublaslt().matmul_desc_destroy(operation);
+}
+
+GemmPlans::~GemmPlans() {
+  for (auto& [key, plan] : plans_) plan.release();
+}
+
+void GemmPlans::matmul(const GemmKey& key, const void* a, const void* b, void* d,
+                       const void* bias, float beta, cudaStream_t stream) {
+  GemmPlan& plan = find(key);
+  if (key.bias) {
+    CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(plan.operation,
+                                                CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                sizeof(bias)));
+  }
+  const float alpha = 1.0f;
+  CUBLAS_CHECK(cuda_detail::cublaslt().matmul(
+      handle_, plan.operation, &alpha, a, plan.a, b, plan.b, &beta, d, plan.c, d, plan.c,
+      &plan.algorithm, workspace_, static_cast<size_t>(workspace_bytes_), stream));
+}
+
+GemmPlan& GemmPlans::find(const GemmKey& key) {
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return found->second;
+  GemmPlan plan;
+  try {
+    build(key, plan);
+  } catch (...) {
+    plan.release();
+    throw;
+  }
+  return plans_.emplace(key, plan).first->second;
+}
+
+void GemmPlans::build(const GemmKey& key, GemmPlan& plan) {
+  CUBLAS_CHECK(
+      cuda_detail::cublaslt().matmul_desc_create(&plan.operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t op_a = key.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = key.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
+      plan.operation, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
+      plan.operation, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  if (key.bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
+        plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    // The bias has D's type (the default for fp32, bf16 and fp16 outputs), stated for
+    // clarity.
+    const cudaDataType_t bias_type = key.c_type;
+    CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
+        plan.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+  }
+  const auto rows_a = static_cast<uint64_t>(key.transpose_a ? key.k : key.m);
+  const auto cols_a = static_cast<uint64_t>(key.transpose_a ? key.m : key.k);
+  const auto rows_b = static_cast<uint64_t>(key.transpose_b ? key.n : key.k);
+  const auto cols_b = static_cast<uint64_t>(key.transpose_b ? key.k : key.n);
+  CUBLAS_CHECK(cuda_detail::cublaslt().matrix_layout_create(&plan.a, key.a_type, rows_a, cols_a,
+                                          static_cast<int64_t>(rows_a)));
+  CUBLAS_CHECK(cuda_detail::cublaslt().matrix_layout_create(&plan.b, key.a_type, rows_b, cols_b,
+                                          static_cast<int64_t>(rows_b)));
+  CUBLAS_CHECK(cuda_detail::cublaslt().matrix_layout_create(
+      &plan.c, key.c_type, static_cast<uint64_t>(key.m), static_cast<uint64_t>(key.n), key.m));
+
+  // The preference is only needed for the heuristic: released however this scope ends.
+  struct Preference {
+    cublasLtMatmulPreference_t handle = nullptr;
+    ~Preference() {
+      if (handle != nullptr) (void)cuda_detail::cublaslt().matmul_preference_destroy(handle);
+    }
+  } preference;
+  CUBLAS_CHECK(cuda_detail::cublaslt().matmul_preference_create(&preference.handle));
+  const auto workspace = static_cast<uint64_t>(workspace_bytes_);
+  CUBLAS_CHECK(cuda_detail::cublaslt().matmul_preference_set_attribute(
+      preference.handle, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+      sizeof(workspace)));
+  // No in-place split-K reduction (see the top of the file).
+  const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE |
+                           CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                           CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+  CUBLAS_CHECK(cuda_detail::cublaslt().matmul_preference_set_attribute(
+      preference.handle, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+      sizeof(schemes)));
+  // The operands' real alignments (cuBLASLt would otherwise assume 256 bytes).
+  CUBLAS_CHECK(cuda_detail::cublaslt().matmul_preference_set_attribute(
+      preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a,
+      sizeof(key.align_a)));
+  CUBLAS_CHECK(cuda_detail::cublaslt().matmul_preference_set_attribute(
+      preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b,
+      sizeof(key.align_b)));
+  CUBLAS_CHECK(cuda_detail::cublaslt().matmul_preference_set_attribute(
+      preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c,
+      sizeof(key.align_c)));
+  CUBLAS_CHECK(cuda_detail::cublaslt().matmul_preference_set_attribute(
+      preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c,
+      sizeof(key.align_c)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  CUBLAS_CHECK(cuda_detail::cublaslt().matmul_algo_get_heuristic(
+      handle_, plan.operation, plan.a, plan.b, plan.c, plan.c, preference.handle, 1, &result,
+      &found));
+  if (found == 0) {
+    common::fail("cuBLASLt has no algorithm for a {}x{}x{} product ({}{}, A/B type {}, C type "
+                 "{}, bias {}, alignments {}/{}/{} bytes)",
+                 key.m, key.n, key.k, key.transpose_a ? "A^T" : "A",
+                 key.transpose_b ? "·B^T" : "·B", static_cast<int>(key.a_type),
+                 static_cast<int>(key.c_type), key.bias, key.align_a, key.align_b,
+                 key.align_c);
+  }
+  plan.algorithm = result.algo;
+}
+
+}  // namespace backend::cuda

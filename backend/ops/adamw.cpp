@@ -1,0 +1,53 @@
+// adamw.hpp's op over Views: the views checked once, then the CPU or the CUDA twin
+// (ops/dispatch.hpp).
+#include "backend/ops/adamw.hpp"
+
+#include "backend/ops/dispatch.hpp"
+
+namespace backend::ops {
+
+using namespace detail;
+
+void adamw_update(Device& device, View master, View weights, View gradients, View exp_avg,
+                  View exp_avg_sq, const AdamWCoefficients& coefficients) {
+  constexpr const char* op = "adamw_update";
+  if (!weights.empty() && device.memory_kind() == MemoryKind::host) {
+    common::fail("adamw_update: the CPU device keeps fp32 weights, which are the master weights; "
+                 "a separate {} working copy is the CUDA device's mixed precision",
+                 element_name(weights.type));
+  }
+  const int64_t count = master.numel;
+  for (const View* view : {&gradients, &exp_avg, &exp_avg_sq}) {
+    if (view->numel != count) {
+      common::fail("adamw_update: {} master weights but a view of {} elements", count,
+                   view->numel);
+    }
+  }
+  if (!weights.empty() && weights.numel != count) {
+    common::fail("adamw_update: {} master weights but {} working weights", count, weights.numel);
+  }
+  run(
+      device, op, 0,
+      [&] {
+        cpu::adamw_update(host<float>(master), host<float>(gradients), host<float>(exp_avg),
+                          host<float>(exp_avg_sq), count, coefficients);
+      },
+      [&](const auto& context) {
+        float* master_data = gpu<float>(master, op);
+        const float* gradient_data = gpu<float>(gradients, op);
+        float* m = gpu<float>(exp_avg, op);
+        float* v = gpu<float>(exp_avg_sq, op);
+        if (weights.empty()) {
+          cuda::adamw_update<float>(master_data, nullptr, gradient_data, m, v, count,
+                                    coefficients, context.stream);
+        } else if (weights.type == ElementType::f16) {
+          cuda::adamw_update(master_data, gpu<float16>(weights, op), gradient_data, m, v, count,
+                             coefficients, context.stream);
+        } else {
+          cuda::adamw_update(master_data, gpu<bfloat16>(weights, op), gradient_data, m, v, count,
+                             coefficients, context.stream);
+        }
+      });
+}
+
+}  // namespace backend::ops
