@@ -81,6 +81,9 @@ printf '%s\n' '#include <cstdint>' '#include <cstddef>' \
 # libraries, compiled once per FUZZ_BUILD_DIR with the same flags (so a CTest run builds them
 # for the first target and the others only compile their own source and link).
 flags+=(-fopenmp -isystem "/usr/include/$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)/openblas-openmp")
+# The one build constant the backend's sources see (backend/CMakeLists.txt): no CUDA here, so
+# the ops' GPU branches are discarded as in CMake's build without CUDA.
+flags+=(-DBACKEND_BUILT_WITH_CUDA=0)
 multiarch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 libraries+=($(pkg-config --libs libutf8proc libzstd liblzma zlib libcurl sentencepiece 2>/dev/null ||
               echo -lutf8proc -lzstd -llzma -lz -lcurl -lsentencepiece)

@@ -1,5 +1,5 @@
 // Support for the GPU tests (tests/gpu/): open the CUDA device or skip, tensors on any Device
-// through the Device interface only (no CUDA header here), and the comparison every op test
+// through the Device interface and the ops only (no CUDA header here), and the comparison every op test
 // uses: the normalised error max|a − b| / max(1e-6, max|b|) of the CUDA result a against the
 // CPU device's fp32 result b on the same inputs, reported with the op, the shape and the index
 // of the worst element. Outputs are poisoned (all bytes 0xFF: NaN in every float type) before an
