@@ -110,6 +110,7 @@ class ParameterLayout {
   int64_t numel() const { return tensors_.back().offset + tensors_.back().numel; }
   int64_t tensor_parallel() const { return tensor_parallel_; }
   int64_t tensor_parallel_rank() const { return tensor_parallel_rank_; }
+  int64_t num_layers() const { return num_layers_; }  // of the whole model
 
   const PipelineStage& stage() const { return stage_; }
   // The stage's chunks' layers (one range covering every layer without pipeline parallelism).

@@ -1,0 +1,133 @@
+// The activations of one micro-batch shape as views (activation_plan.hpp carves them): what each
+// micro batch in flight keeps for its backward (a slot: one arena), and the scratch all of them
+// share (a second arena), reserved before the first step so no forward or backward allocates.
+// A pipeline schedule keeps up to pp micro batches in flight, hence several slots; one slot
+// serves a model without a pipeline. Also the checks a micro batch's ids pass before they are
+// uploaded, the upload of the tokens with their index for the embedding backward, and the copies
+// of results to the host that evaluation and generation read.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backend/core/view.hpp"
+#include "backend/device/arena.hpp"
+#include "backend/device/device.hpp"
+#include "backend/model/activation_plan.hpp"
+#include "backend/model/gpt_config.hpp"
+#include "backend/model/pipeline_stage.hpp"
+
+namespace backend {
+
+// One layer's buffers (activation_plan.hpp's LayerActivationRegions, as views).
+struct LayerActivations {
+  View input_norm, input_norm_mean, input_norm_rstd;
+  View qkv;
+  View attention_logsumexp;
+  View context;
+  View attention_residual;
+  View mlp_norm, mlp_norm_mean, mlp_norm_rstd;
+  View fc1;
+  View activation;
+  View output;
+};
+
+// The dropout key a forward used (the backward regenerates its masks from it) and its mode.
+struct ForwardDropout {
+  bool training = false;
+  uint64_t seed = 0;
+  uint64_t step = 0;
+};
+
+// One micro batch's kept buffers, whether each model chunk's forward completed, and its
+// dropout key.
+struct MicroBatchBuffers {
+  Arena arena;
+  std::vector<LayerActivations> layers;
+  View tokens, token_index, labels, embedded, final_norm, final_norm_mean, final_norm_rstd,
+      logits, losses, logsumexp;
+  std::vector<View> chunk_inputs, output_gradients;
+  std::vector<bool> forward_done;
+  ForwardDropout dropout;
+  // The labels' positions that are not kIgnoredLabel: the loss is their mean (counted on the
+  // host at upload, so no count is read back from the device).
+  int64_t scored_positions = 0;
+};
+
+// The buffers every micro batch uses in turn: the recompute slots, the vocab-parallel and
+// sequence-parallel buffers, the layers' branch output, the RoPE tables and the backward's
+// scratch (activation_plan.hpp names each).
+struct SharedActivations {
+  Arena arena;
+  std::vector<LayerActivations> recompute_slots;
+  View recomputed_logsumexp, loss_total, logsumexp_parts, target_logit, branch_shard, dnorm_shard,
+      branch, rope_cos, rope_sin;
+  View dlogits, dresidual, dbranch, dnorm, dqkv, dhidden, dfc1;
+};
+
+class MicroBatchActivations {
+ public:
+  // `shard`: the rank's part of the configuration; `schedule`, `stage` and `device` must outlive
+  // this. `type`: the activations' element type.
+  MicroBatchActivations(const GptConfig& shard, const RecomputeSchedule& schedule,
+                        const PipelineStage& stage, int64_t num_chunks, ElementType type,
+                        int64_t tensor_parallel_size, bool sequence_parallel, Device& device);
+
+  // Carves `slots` micro batches of (batch_size, seq_length) and the shared scratch; returns
+  // false, doing nothing, when that is already the reserved shape. The old arenas are freed
+  // first: after a failure nothing is reserved.
+  bool reserve(int64_t batch_size, int64_t seq_length, int64_t slots);
+  bool reserved() const { return !slots_.empty(); }
+  int64_t batch_size() const { return batch_size_; }
+  int64_t seq_length() const { return seq_length_; }
+  int64_t rows() const { return batch_size_ * seq_length_; }
+  // Bytes each micro batch keeps (ActivationPlan::kept_bytes), 0 before a reserve.
+  int64_t kept_bytes() const { return batch_size_ == 0 ? 0 : plan_.kept_bytes; }
+
+  int64_t slots() const { return std::ssize(slots_); }
+  MicroBatchBuffers& slot(int64_t k) { return slots_[static_cast<size_t>(k)]; }
+  const MicroBatchBuffers& slot(int64_t k) const { return slots_[static_cast<size_t>(k)]; }
+  const SharedActivations& shared() const { return shared_; }
+
+  // The tokens into `buffers`, with their index for the embedding backward when it keeps one
+  // (built on the host and copied with them, so the backward never reads the tokens back).
+  void upload_tokens(MicroBatchBuffers& buffers, std::span<const int32_t> tokens);
+
+ private:
+  const GptConfig* shard_;
+  const RecomputeSchedule* schedule_;
+  const PipelineStage* stage_;
+  int64_t num_chunks_;
+  ElementType type_;
+  int64_t tensor_parallel_size_;
+  bool sequence_parallel_;
+  Device* device_;
+  ActivationPlan plan_;
+  std::vector<MicroBatchBuffers> slots_;
+  SharedActivations shared_;
+  int64_t batch_size_ = 0;
+  int64_t seq_length_ = 0;
+  std::vector<int32_t> host_token_index_;
+};
+
+// Activations copied to the host as Scalar (float or double): bf16 and fp16 ones
+// (GptConfig::mixed_precision) widened, exactly.
+template <typename Scalar>
+void copy_activations_to_host(Device& device, Scalar* host, View source);
+// The index of each row's largest value in a (rows, width) activation, read to the host in
+// blocks of rows (at most ~16 MiB), as Scalar: the lowest index among equal maxima, as
+// torch.argmax.
+template <typename Scalar>
+std::vector<int32_t> row_argmax(Device& device, View values, int64_t rows, int64_t width);
+
+// A micro batch's shape as reserve() and forward() accept it.
+void check_micro_batch_shape(const GptConfig& config, int64_t batch_size, int64_t seq_length);
+// A micro batch's token ids: B·T of them, each in the vocabulary.
+void check_token_ids(const GptConfig& config, std::span<const int32_t> tokens,
+                     int64_t batch_size, int64_t seq_length);
+// Its labels, which may also be kIgnoredLabel; returns how many are not.
+int64_t check_labels(const GptConfig& config, std::span<const int32_t> labels,
+                     int64_t batch_size, int64_t seq_length);
+
+}  // namespace backend

@@ -1,0 +1,122 @@
+// The parameters and gradients of one model rank as the ops use them (Megatron core's
+// distributed/param_and_grad_buffer.py; DeepSpeed's stage-3 partition, Rajbhandari et al. 2020):
+//   - one flat buffer of the parameters and a second of the gradients, in ParameterLayout's
+//     order, so the optimizer, gradient clipping, checkpoints and the data-parallel reduction
+//     see one contiguous array each (the gradients are absent for an inference-only model);
+//   - under mixed precision (--bf16, --fp16) a third, the working copy of the parameters the ops
+//     read, converted from the fp32 parameters before the first forward after any write;
+//   - the units of the layout (the embedding, each transformer layer, the head: the final norm
+//     and an untied output layer), each a contiguous run of tensors: the buckets whose
+//     gradients are announced ready as a unit's backward ends (--overlap-grad-reduce) and, under
+//     ZeRO-3, what is gathered whole for use;
+//   - ZeRO-3: the rank holds a contiguous range of the flat layout (shard_range, as the
+//     distributed optimizer's); a unit is gathered into the working slot of its kind when it is
+//     used and its gradients are summed over the group into the held range when its backward is
+//     done.
+// Tensors are found by their offset in the layout (the word embedding serves two roles when
+// tied, so offsets, not names, identify them); kAbsentTensor gives an empty view.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "backend/core/view.hpp"
+#include "backend/device/arena.hpp"
+#include "backend/device/device.hpp"
+#include "backend/dist/communicator.hpp"
+#include "backend/model/parameter_layout.hpp"
+
+namespace backend {
+
+enum class ParameterUnitKind { embedding = 0, layer = 1, head = 2 };
+
+struct ParameterUnit {
+  int64_t begin = 0, end = 0;  // flat offsets
+  ParameterUnitKind kind = ParameterUnitKind::head;
+};
+
+template <typename Scalar>
+class ParameterStore {
+ public:
+  static constexpr ElementType kElementType = element_type_of<Scalar>();
+
+  // `layout` and `device` (and `sharded_group`, when not nullptr) must outlive the store.
+  // `working_type`: the ops' type (kElementType, or bf16/fp16 for a working copy);
+  // `with_gradients` false: an inference-only model, no gradient buffer. `sharded_group`: ZeRO-3
+  // over that data-parallel group; nullptr: the whole layout held.
+  ParameterStore(const ParameterLayout& layout, Device& device, ElementType working_type,
+                 bool with_gradients, Communicator* sharded_group);
+
+  // The held range of the flat buffers (the whole layout unless sharded).
+  View parameters() const { return parameters_; }
+  View gradients() const { return gradients_; }
+  ShardRange held() const { return held_; }
+  bool sharded() const { return sharded_group_ != nullptr; }
+
+  // A tensor as the ops read it (the working copy, or the gathered unit), and its gradient (of a
+  // unit whose backward is running, when sharded); an empty view for kAbsentTensor.
+  View parameter(int64_t offset) const;
+  View gradient(int64_t offset) const;
+  View absent() const { return View{nullptr, 0, kElementType, parameters_.on}; }
+
+  // The units (ParameterUnit) by role: -1 for one this stage does not hold.
+  int64_t embedding_unit() const { return embedding_unit_; }
+  int64_t head_unit() const { return head_unit_; }
+  int64_t layer_unit(int64_t layer) const { return layer_units_[static_cast<size_t>(layer)]; }
+  // ZeRO-3's gather of a unit before use, its gradients' start (zeroed) and end (summed over the
+  // group into the held range); nothing to do when not sharded or for unit -1.
+  void gather(int64_t unit);
+  void begin_gradients(int64_t unit);
+  void flush_gradients(int64_t unit);
+  // --overlap-grad-reduce: `callback` is told a unit's range of the flat gradient buffer when
+  // gradients_done(unit) reports its backward of the micro batch finished.
+  void set_gradients_ready(std::function<void(BufferRange)> callback) {
+    gradients_ready_ = std::move(callback);
+  }
+  void gradients_done(int64_t unit) const;
+
+  // Before a forward: the working copy made from the parameters if they changed since.
+  void refresh_weights();
+  // After the parameters were written: gathered units and the working copy are stale.
+  void parameters_changed();
+  // Megatron's initialisation (ParameterLayout::init_parameters) of the held range.
+  void init_parameters(uint64_t seed);
+
+ private:
+  int64_t unit_of(int64_t offset) const;
+  int64_t numel_at(int64_t offset) const;
+  View tensor_view(View buffer, int64_t offset) const;
+  View working_view(int64_t offset, bool gradient_of) const;
+  void build_units();
+  void shard_over(Communicator& group);
+  // What a working slot holds: a unit's gathered parameters and its gradients being summed.
+  struct WorkingSlot {
+    View parameters, gradients;
+    int64_t parameter_unit = -1, gradient_unit = -1;
+  };
+  WorkingSlot& slot_of(const ParameterUnit& unit) {
+    return working_[static_cast<size_t>(unit.kind)];
+  }
+
+  const ParameterLayout* layout_;
+  Device* device_;
+  ElementType working_type_;
+  Arena arena_;
+  View parameters_, gradients_, weights_;
+  bool weights_stale_ = true;
+  ShardRange held_;
+  std::vector<ParameterUnit> units_;
+  std::vector<int64_t> layer_units_;  // by global layer index
+  int64_t embedding_unit_ = -1, head_unit_ = -1;
+  std::function<void(BufferRange)> gradients_ready_;
+  Communicator* sharded_group_ = nullptr;
+  Arena working_arena_;
+  std::array<WorkingSlot, 3> working_;  // by ParameterUnitKind
+};
+
+extern template class ParameterStore<float>;
+extern template class ParameterStore<double>;
+
+}  // namespace backend
