@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <set>
 #include <span>
 #include <tuple>
 
@@ -210,11 +211,25 @@ const std::vector<std::string> kBuiltTokenizers = {
     "GPT2BPETokenizer", "NullTokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer",
     "Llama2Tokenizer", "HuggingFaceTokenizer"};
 
-}  // namespace
-
-std::optional<TrainingArguments> parse_arguments(int argc, const char* const* argv,
-                                                ArgumentsProgram program) {
+// What the command line alone says, before the environment, a DeepSpeed configuration or a
+// checkpoint add to it: the flags' values (old spellings resolved), which flags were given
+// (every name of each), and what the steps after need of the flags that set no field.
+struct CommandLine {
   TrainingArguments arguments;
+  DeepSpeedFlags deepspeed;
+  std::set<std::string, std::less<>> given;
+  bool no_position_embedding = false;
+  std::optional<int64_t> kv_channels;
+  bool was_given(std::string_view flag) const { return given.contains(flag); }
+};
+
+// Step 1, the flags: CLI11 over the words (abbreviations written out), the shared value rules,
+// the refusals of what is not built, and the old spellings resolved. Reads nothing but argv;
+// std::nullopt after --help.
+std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
+                                              ArgumentsProgram program) {
+  CommandLine line;
+  TrainingArguments& arguments = line.arguments;
   arguments.program = program;
   // evaluate_gpt and the server train nothing: no schedule or training data is asked for.
   const bool evaluation = program != ArgumentsProgram::pretrain_gpt;
@@ -344,7 +359,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   app.add_option("--DDP-impl", arguments.ddp_impl,
                  "local or torch: recorded; gradients are summed after the backward either way")
       ->group(legacy);
-  DeepSpeedFlags deepspeed;
+  DeepSpeedFlags& deepspeed = line.deepspeed;
   app.add_flag("--deepspeed", deepspeed.deepspeed,
                "Megatron-DeepSpeed: read --deepspeed_config (ZeRO 1/2 → the distributed optimizer)")
       ->group(legacy);
@@ -678,11 +693,11 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
     app.add_option(entry.flag, values_without_effect[entry.flag], entry.reason)
         ->group(compatibility);
   }
-  bool use_rotary_position_embeddings = false, no_position_embedding = false;
+  bool use_rotary_position_embeddings = false;
   app.add_flag("--use-rotary-position-embeddings", use_rotary_position_embeddings,
                "Megatron's old spelling of --position-embedding-type rope")
       ->group(compatibility);
-  app.add_flag("--no-position-embedding", no_position_embedding,
+  app.add_flag("--no-position-embedding", line.no_position_embedding,
                "No learned position table: what --position-embedding-type rope has; refused "
                "otherwise, as Megatron refuses it")
       ->group(compatibility);
@@ -691,8 +706,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
     default_only_values[entry.flag] = entry.built;
     app.add_option(entry.flag, default_only_values[entry.flag], entry.help)->group(compatibility);
   }
-  std::optional<int64_t> kv_channels;
-  app.add_option("--kv-channels", kv_channels,
+  app.add_option("--kv-channels", line.kv_channels,
                  "Head dimension: --hidden-size / --num-attention-heads, the only one built")
       ->group(compatibility);
   std::optional<int64_t> num_key_value_heads;
@@ -813,51 +827,77 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
     arguments.recompute_method = old_method;
     arguments.recompute_num_layers = old_num_layers.value_or(1);
   }
-  // The ranks that will train together: MPI's world when this task joins MPI. A task of several
-  // that cannot (srun without PMIx, torchrun variables alone) validates as one process, so that
-  // pretrain's refusal names the launch instead of a batch size that does not divide.
-  const ProcessEnvironment process = read_process_environment();
-  arguments.world_size = started_through_mpi(process) ? process.world_size : 1;
-  deepspeed.clip_grad_given = app.count("--clip-grad") > 0;
-  deepspeed.global_batch_size_given = app.count("--global-batch-size") > 0;
-  deepspeed.micro_batch_size_given = app.count("--micro-batch-size") > 0;
-  apply_deepspeed_config(deepspeed, arguments);
-  if (arguments.use_checkpoint_args) {
-    const auto given_flag = [&](std::string_view flag) { return app.count(std::string(flag)) > 0; };
-    if (program == ArgumentsProgram::pretrain_gpt && !arguments.load.empty() &&
-        !read_checkpoint_tracker(arguments.load)) {
-      // Megatron's load_args_from_checkpoint: a first run of a job that resumes from its own
-      // --save finds nothing yet, and trains the model its flags describe.
-      std::cout << "Checkpoint not found to provide arguments, using provided arguments."
-                << std::endl;
-      std::vector<std::string> missing;
-      for (const char* flag : {"--num-layers", "--hidden-size", "--num-attention-heads",
-                               "--seq-length"}) {
-        if (!given_flag(flag)) missing.emplace_back(flag);
-      }
-      if (!missing.empty()) {
-        common::fail("--use-checkpoint-args: --load {} holds no checkpoint yet ({} is missing), "
-                     "so the model flags must describe the model: {} not given",
-                     arguments.load, checkpoint_tracker_path(arguments.load).string(),
-                     fmt::join(missing, ", "));
-      }
-    } else {
-      take_checkpoint_model_arguments(arguments, given_flag, std::cout);
-    }
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->count() == 0) continue;
+    for (const std::string& name : option->get_lnames()) line.given.insert("--" + name);
   }
-  // After the checkpoint's arguments, which may give the type.
-  if (no_position_embedding && arguments.position_embedding_type != "rope") {
+  deepspeed.clip_grad_given = line.was_given("--clip-grad");
+  deepspeed.global_batch_size_given = line.was_given("--global-batch-size");
+  deepspeed.micro_batch_size_given = line.was_given("--micro-batch-size");
+  return line;
+}
+
+// Step 2, the environment: the ranks that will train together, MPI's world when this task
+// joins MPI. A task of several that cannot (srun without PMIx, torchrun variables alone)
+// validates as one process, so that pretrain's refusal names the launch instead of a batch
+// size that does not divide.
+int64_t world_size_from_environment() {
+  const ProcessEnvironment process = read_process_environment();
+  return started_through_mpi(process) ? process.world_size : 1;
+}
+
+// Step 4, --use-checkpoint-args: the model's shape and tokenizer from the --load checkpoint,
+// where the flags do not give them (Megatron's load_args_from_checkpoint).
+void take_checkpoint_arguments(CommandLine& line, std::ostream& out) {
+  TrainingArguments& arguments = line.arguments;
+  const auto given_flag = [&](std::string_view flag) { return line.was_given(flag); };
+  if (arguments.program == ArgumentsProgram::pretrain_gpt && !arguments.load.empty() &&
+      !read_checkpoint_tracker(arguments.load)) {
+    // A first run of a job that resumes from its own --save finds nothing yet, and trains the
+    // model its flags describe.
+    out << "Checkpoint not found to provide arguments, using provided arguments." << std::endl;
+    std::vector<std::string> missing;
+    for (const char* flag : {"--num-layers", "--hidden-size", "--num-attention-heads",
+                             "--seq-length"}) {
+      if (!given_flag(flag)) missing.emplace_back(flag);
+    }
+    if (!missing.empty()) {
+      common::fail("--use-checkpoint-args: --load {} holds no checkpoint yet ({} is missing), "
+                   "so the model flags must describe the model: {} not given",
+                   arguments.load, checkpoint_tracker_path(arguments.load).string(),
+                   fmt::join(missing, ", "));
+    }
+  } else {
+    take_checkpoint_model_arguments(arguments, given_flag, out);
+  }
+}
+
+}  // namespace
+
+std::optional<TrainingArguments> parse_arguments(int argc, const char* const* argv,
+                                                ArgumentsProgram program) {
+  std::optional<CommandLine> line = parse_command_line(argc, argv, program);
+  if (!line) return std::nullopt;
+  TrainingArguments& arguments = line->arguments;
+  arguments.world_size = world_size_from_environment();
+  // Step 3, a DeepSpeed configuration file (--deepspeed_config), read and mapped.
+  apply_deepspeed_config(line->deepspeed, arguments);
+  if (arguments.use_checkpoint_args) take_checkpoint_arguments(*line, std::cout);
+  // Step 5, the rules between flags: those that need the checkpoint's arguments (which may give
+  // the type) last.
+  if (line->no_position_embedding && arguments.position_embedding_type != "rope") {
     common::fail(
         "--no-position-embedding without --position-embedding-type rope: a model "
         "without position embeddings is not built (Megatron refuses it too: "
         "'--no-position-embedding is deprecated, use --position-embedding-type')");
   }
   validate_arguments(arguments);
-  if (kv_channels && *kv_channels * arguments.num_attention_heads != arguments.hidden_size) {
+  if (line->kv_channels &&
+      *line->kv_channels * arguments.num_attention_heads != arguments.hidden_size) {
     common::fail(
         "--kv-channels {}: a head dimension other than --hidden-size / "
         "--num-attention-heads ({} / {}) is not built",
-        *kv_channels, arguments.hidden_size, arguments.num_attention_heads);
+        *line->kv_channels, arguments.hidden_size, arguments.num_attention_heads);
   }
   return arguments;
 }
