@@ -32,13 +32,13 @@ using backend::TrainingArguments;
 // (trained_model.hpp); and the task flags' combinations.
 void check_single_process(const TrainingArguments& arguments) {
   backend::check_whole_model_launch(arguments, "evaluate_gpt");
-  if (arguments.task == "LAMBADA" && arguments.overlapping_eval != 32) {
+  if (arguments.tasks.task == "LAMBADA" && arguments.tasks.overlapping_eval != 32) {
     spdlog::warn("--overlapping-eval {} applies to WIKITEXT103 only; LAMBADA ignores it",
-                 arguments.overlapping_eval);
+                 arguments.tasks.overlapping_eval);
   }
-  if (arguments.task == "WIKITEXT103") {
-    backend::check_overlapping_eval(arguments.overlapping_eval, arguments.seq_length);
-    if (arguments.strict_lambada) spdlog::warn("--strict-lambada applies to LAMBADA only");
+  if (arguments.tasks.task == "WIKITEXT103") {
+    backend::check_overlapping_eval(arguments.tasks.overlapping_eval, arguments.seq_length);
+    if (arguments.tasks.strict_lambada) spdlog::warn("--strict-lambada applies to LAMBADA only");
   }
 }
 
@@ -61,8 +61,8 @@ backend::WindowScorer make_scorer(backend::GptModel<float>& model, int64_t seq_l
 int run(const TrainingArguments& arguments) {
   check_single_process(arguments);
   // Written at the end; a path that can never take it is refused before the evaluation runs.
-  if (!arguments.results_json.empty()) {
-    common::output_target(arguments.results_json, "--results-json");
+  if (!arguments.tasks.results_json.empty()) {
+    common::output_target(arguments.tasks.results_json, "--results-json");
   }
   auto tokenizer = backend::build_tokenizer(backend::tokenizer_options(arguments));
   const backend::SelectedDevice selected = backend::select_device(arguments);
@@ -76,20 +76,20 @@ int run(const TrainingArguments& arguments) {
   };
 
   nlohmann::json results = nlohmann::json::array();
-  for (const std::string& file : arguments.valid_data) {
+  for (const std::string& file : arguments.tasks.valid_data) {
     nlohmann::json result = {{"valid_data", file}};
     std::vector<std::string> lines;
-    if (arguments.task == "WIKITEXT103") {
+    if (arguments.tasks.task == "WIKITEXT103") {
       const backend::WikitextText text = backend::read_wikitext(file, *tokenizer);
       std::cout << fmt::format(" > number of original tokens: {}, number of detokenized tokens: "
                                "{}", text.num_original_tokens, text.num_tokenized_tokens)
                 << std::endl;
       const double total_loss = backend::wikitext_total_loss(
-          text.tokens, arguments.seq_length, arguments.overlapping_eval, pad,
+          text.tokens, arguments.seq_length, arguments.tasks.overlapping_eval, pad,
           arguments.micro_batch_size, scorer, progress);
       const backend::PerplexityResult r = backend::perplexity_result(
           total_loss, text.num_tokenized_tokens, text.num_original_tokens);
-      lines = backend::format_results(arguments.task, r);
+      lines = backend::format_results(arguments.tasks.task, r);
       result.update({{"avg_loss", r.avg_loss},
                      {"ppl", r.ppl},
                      {"adjusted_ppl", r.adjusted_ppl},
@@ -99,18 +99,18 @@ int run(const TrainingArguments& arguments) {
                      {"num_tokenized_tokens", r.num_tokenized_tokens},
                      {"windows", backend::wikitext_window_count(text.num_tokenized_tokens,
                                                                 arguments.seq_length,
-                                                                arguments.overlapping_eval)}});
+                                                                arguments.tasks.overlapping_eval)}});
     } else {
       std::cout << fmt::format("> building lambada dataset from {} ...", file) << std::endl;
       const std::vector<backend::LambadaExample> examples = backend::read_lambada(
-          file, *tokenizer, arguments.strict_lambada, arguments.seq_length);
+          file, *tokenizer, arguments.tasks.strict_lambada, arguments.seq_length);
       std::cout << fmt::format(" > found {} samples.", examples.size()) << std::endl;
       const int64_t correct = backend::lambada_correct(examples, arguments.seq_length, pad,
                                                        arguments.micro_batch_size, scorer,
                                                        progress);
       const backend::AccuracyResult r =
           backend::accuracy_result(correct, std::ssize(examples));
-      lines = backend::format_results(arguments.task, r);
+      lines = backend::format_results(arguments.tasks.task, r);
       result.update({{"number_correct", r.number_correct},
                      {"total_examples", r.total_examples},
                      {"avg_accuracy", r.avg_accuracy}});
@@ -119,17 +119,17 @@ int run(const TrainingArguments& arguments) {
     std::cout.flush();
     results.push_back(std::move(result));
   }
-  if (!arguments.results_json.empty()) {
+  if (!arguments.tasks.results_json.empty()) {
     const nlohmann::json document = {
-        {"task", arguments.task},
+        {"task", arguments.tasks.task},
         {"load", arguments.load},
         {"seq_length", arguments.seq_length},
         {"overlapping_eval",
-         arguments.task == "WIKITEXT103" ? nlohmann::json(arguments.overlapping_eval) : nullptr},
+         arguments.tasks.task == "WIKITEXT103" ? nlohmann::json(arguments.tasks.overlapping_eval) : nullptr},
         {"strict_lambada",
-         arguments.task == "LAMBADA" ? nlohmann::json(arguments.strict_lambada) : nullptr},
+         arguments.tasks.task == "LAMBADA" ? nlohmann::json(arguments.tasks.strict_lambada) : nullptr},
         {"results", results}};
-    common::write_text_file_atomically(arguments.results_json, document.dump(2) + "\n",
+    common::write_text_file_atomically(arguments.tasks.results_json, document.dump(2) + "\n",
                                        common::FileMode::regular, "--results-json");
   }
   std::cout << "done :-)" << std::endl;

@@ -181,7 +181,7 @@ int run(const TrainingArguments& arguments, SignalWaiter& signals) {
     common::fail("the tokenizer's {} ids do not fit the model's vocabulary of {} (vocab_size)",
                  tokenizer->vocab_size(), config.vocab_size);
   }
-  const int64_t slots = arguments.max_batch_size;
+  const int64_t slots = arguments.serving.max_batch_size;
   const int64_t max_length = config.max_position_embeddings;
   const int64_t max_rows = slots + std::min(kPrefillRowsPerStep, max_length);
   backend::GptDecoder decoder(model, slots, max_length, max_rows);
@@ -196,11 +196,11 @@ int run(const TrainingArguments& arguments, SignalWaiter& signals) {
         decoder.step(rows, logits);
       },
       *tokenizer,
-      {.max_concurrent_requests = arguments.max_concurrent_requests,
+      {.max_concurrent_requests = arguments.serving.max_concurrent_requests,
        .server_seed = static_cast<uint64_t>(arguments.seed)});
   const backend::GenerateLimits limits{.max_prompts = 128,
-                                       .max_tokens_to_generate = arguments.max_tokens_to_generate,
-                                       .max_prompt_bytes = arguments.max_prompt_bytes};
+                                       .max_tokens_to_generate = arguments.serving.max_tokens_to_generate,
+                                       .max_prompt_bytes = arguments.serving.max_prompt_bytes};
 
   // PUT /api on a handler thread: parse, submit (which tokenizes), and answer when the scheduler
   // does, from a handler thread again; nothing waits meanwhile.
@@ -254,18 +254,18 @@ int run(const TrainingArguments& arguments, SignalWaiter& signals) {
     });
   };
 
-  const auto timeout = std::chrono::seconds(arguments.socket_timeout);
-  const int64_t max_connections = connection_limit(arguments.max_concurrent_requests);
+  const auto timeout = std::chrono::seconds(arguments.serving.socket_timeout);
+  const int64_t max_connections = connection_limit(arguments.serving.max_concurrent_requests);
   std::unique_ptr<backend::HttpServer> server;
   try {
     server = std::make_unique<backend::HttpServer>(
         backend::HttpServerOptions{
-            .host = arguments.host,
-            .port = static_cast<int>(arguments.port),
-            .max_body_bytes = arguments.max_request_bytes,
+            .host = arguments.serving.host,
+            .port = static_cast<int>(arguments.serving.port),
+            .max_body_bytes = arguments.serving.max_request_bytes,
             .body_too_large_message =
                 fmt::format("the request body is larger than --max-request-bytes {}",
-                            arguments.max_request_bytes),
+                            arguments.serving.max_request_bytes),
             .request_timeout = timeout,
             .write_timeout = timeout,
             .idle_timeout = std::chrono::seconds(2),
@@ -275,7 +275,7 @@ int run(const TrainingArguments& arguments, SignalWaiter& signals) {
         handle);
   } catch (const common::Error& error) {
     if (!std::string_view(error.what()).starts_with("cannot listen")) throw;
-    common::fail("--host {} --port {}: {}", arguments.host, arguments.port, error.what());
+    common::fail("--host {} --port {}: {}", arguments.serving.host, arguments.serving.port, error.what());
   }
   // The signal thread only records; this one acts on it: first the scheduler stops, answering
   // the requests in flight with 503, then the server, which writes those answers and returns.
@@ -296,10 +296,10 @@ int run(const TrainingArguments& arguments, SignalWaiter& signals) {
     common::fail("text_generation_server cannot start its stopping thread: {}", error.what());
   }
   // The line the CLI's users and the tests look for.
-  std::cout << fmt::format("serving on http://{}:{}/api", arguments.host, server->port())
+  std::cout << fmt::format("serving on http://{}:{}/api", arguments.serving.host, server->port())
             << std::endl;
   spdlog::info("at most {} open connections; each request must arrive whole within {} s",
-               max_connections, arguments.socket_timeout);
+               max_connections, arguments.serving.socket_timeout);
   signals.serving();
 
   try {

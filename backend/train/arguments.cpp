@@ -27,6 +27,7 @@
 #include "backend/model/pipeline_stage.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/deepspeed_config.hpp"
+#include "backend/train/flag_table.hpp"
 #include "backend/train/loss_scaling.hpp"
 #include "backend/train/training_schedule.hpp"
 
@@ -210,6 +211,63 @@ constexpr DefaultOnlyFlag kDefaultOnlyFlags[] = {
 const std::vector<std::string> kBuiltTokenizers = {
     "GPT2BPETokenizer", "NullTokenizer", "SentencePieceTokenizer", "GPTSentencePieceTokenizer",
     "Llama2Tokenizer", "HuggingFaceTokenizer"};
+
+// The concerns whose flags are tables (flag_table.hpp). Ours (docs/checkpoints.md "Loss
+// spikes"); not in Megatron's dump.
+const FlagRow<SpikeHandlingArguments> kSpikeHandlingFlags[] = {
+    {"--rollback-on-spike", &SpikeHandlingArguments::rollback_on_spike,
+     "On a loss spike (or persistent NaN/Inf loss), reload the last checkpoint of --save and "
+     "continue past the batches that caused it (not a Megatron flag)"},
+    {"--spike-threshold", &SpikeHandlingArguments::threshold,
+     "A spike: lm loss > X × the median of the last --spike-window losses"},
+    {"--spike-window", &SpikeHandlingArguments::window,
+     "Iterations whose median loss is the spike reference"},
+    {"--spike-nan-iterations", &SpikeHandlingArguments::nan_iterations,
+     "This many consecutive NaN/Inf iterations count as a spike"},
+    {"--spike-lr-factor", &SpikeHandlingArguments::lr_factor,
+     "Multiply the learning rate by F after each rollback, in (0, 1]"},
+    {"--spike-max-rollbacks", &SpikeHandlingArguments::max_rollbacks,
+     "A spike after this many rollbacks stops the run"},
+    {"--inject-loss-spike-at-iteration", &SpikeHandlingArguments::inject_loss_spike_at_iteration,
+     "Testing aid: multiply every parameter by 100 before iteration I's step, once"},
+};
+
+// Megatron's tasks/main.py (the zero-shot GPT tasks; zero_shot_tasks.hpp says what each does).
+const FlagRow<TaskArguments> kTaskFlags[] = {
+    {"--task", &TaskArguments::task, "WIKITEXT103 or LAMBADA", "task", FlagDump::value, true},
+    {"--valid-data", &TaskArguments::valid_data,
+     "The task's file(s): WikiText's wiki.test.tokens, LAMBADA's .jsonl", "valid_data",
+     FlagDump::value, true},
+    {"--overlapping-eval", &TaskArguments::overlapping_eval,
+     "WIKITEXT103: windows start this many tokens apart (default 32)", "overlapping_eval"},
+    {"--strict-lambada", &TaskArguments::strict_lambada,
+     "LAMBADA: predict the whole last word, not its last token", "strict_lambada"},
+    {"--results-json", &TaskArguments::results_json,
+     "Also write the results to this JSON file (not a Megatron flag)", "results_json",
+     FlagDump::none_if_empty},
+};
+
+// Megatron's tools/run_text_generation_server.py has --port; the rest are ours
+// (docs/serving.md).
+const FlagRow<ServingArguments> kServingFlags[] = {
+    {"--host", &ServingArguments::host, "Address to listen on (default 127.0.0.1)", "host"},
+    {"--port", &ServingArguments::port, "Port to listen on (default 5000; 0: any free port)",
+     "port"},
+    {"--max-batch-size", &ServingArguments::max_batch_size,
+     "Sequences (prompts) decoded together: the KV cache's slots", "max_batch_size"},
+    {"--max-concurrent-requests", &ServingArguments::max_concurrent_requests,
+     "Requests queued or running at once, at most 4096; beyond it: 503", "max_concurrent_requests"},
+    {"--max-request-bytes", &ServingArguments::max_request_bytes,
+     "Largest request body; beyond it: 400", "max_request_bytes"},
+    {"--max-prompt-bytes", &ServingArguments::max_prompt_bytes, "Largest prompt; beyond it: 400",
+     "max_prompt_bytes"},
+    {"--max-tokens-to-generate", &ServingArguments::max_tokens_to_generate,
+     "Largest tokens_to_generate of a request; beyond it: 400", "max_tokens_to_generate"},
+    {"--socket-timeout", &ServingArguments::socket_timeout,
+     "Seconds a request may take to arrive whole (from its first byte), and a response to be "
+     "written, before the connection is closed",
+     "socket_timeout"},
+};
 
 // What the command line alone says, before the environment, a DeepSpeed configuration or a
 // checkpoint add to it: the flags' values (old spellings resolved), which flags were given
@@ -616,71 +674,16 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
                  "Megatron flag)")
         ->group(logging);
     // Ours: automatic recovery from loss spikes (docs/checkpoints.md "Loss spikes").
-    app.add_flag("--rollback-on-spike", arguments.rollback_on_spike,
-                 "On a loss spike (or persistent NaN/Inf loss), reload the last checkpoint of "
-                 "--save and continue past the batches that caused it (not a Megatron flag)")
-        ->group(logging);
-    app.add_option("--spike-threshold", arguments.spike_threshold,
-                   "A spike: lm loss > X × the median of the last --spike-window losses")
-        ->group(logging);
-    app.add_option("--spike-window", arguments.spike_window,
-                   "Iterations whose median loss is the spike reference")
-        ->group(logging);
-    app.add_option("--spike-nan-iterations", arguments.spike_nan_iterations,
-                   "This many consecutive NaN/Inf iterations count as a spike")
-        ->group(logging);
-    app.add_option("--spike-lr-factor", arguments.spike_lr_factor,
-                   "Multiply the learning rate by F after each rollback, in (0, 1]")
-        ->group(logging);
-    app.add_option("--spike-max-rollbacks", arguments.spike_max_rollbacks,
-                   "A spike after this many rollbacks stops the run")->group(logging);
-    app.add_option("--inject-loss-spike-at-iteration", arguments.inject_loss_spike_at_iteration,
-                   "Testing aid: multiply every parameter by 100 before iteration I's step, once")
-        ->group(logging);
+    add_flag_rows<SpikeHandlingArguments>(app, arguments.spike, kSpikeHandlingFlags, logging);
   }
 
   if (evaluation && !server) {
-    // Megatron's tasks/main.py (the zero-shot GPT tasks; zero_shot_tasks.hpp says what each does).
-    auto* tasks = "Tasks";
-    app.add_option("--task", arguments.task, "WIKITEXT103 or LAMBADA")->group(tasks)->required();
-    app.add_option("--valid-data", arguments.valid_data,
-                   "The task's file(s): WikiText's wiki.test.tokens, LAMBADA's .jsonl")
-        ->group(tasks)->required()->expected(1, -1)
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-    app.add_option("--overlapping-eval", arguments.overlapping_eval,
-                   "WIKITEXT103: windows start this many tokens apart (default 32)")->group(tasks);
-    app.add_flag("--strict-lambada", arguments.strict_lambada,
-                 "LAMBADA: predict the whole last word, not its last token")->group(tasks);
-    app.add_option("--results-json", arguments.results_json,
-                   "Also write the results to this JSON file (not a Megatron flag)")->group(tasks);
+    add_flag_rows<TaskArguments>(app, arguments.tasks, kTaskFlags, "Tasks");
   }
   app.add_flag("--use-checkpoint-args", arguments.use_checkpoint_args,
                "The model's shape and tokenizer type from the --load checkpoint")
       ->group(logging);
-  if (server) {
-    // Megatron's tools/run_text_generation_server.py has --port; the rest are ours
-    // (docs/serving.md).
-    auto* serving = "Server";
-    app.add_option("--host", arguments.host, "Address to listen on (default 127.0.0.1)")
-        ->group(serving);
-    app.add_option("--port", arguments.port, "Port to listen on (default 5000; 0: any free port)")
-        ->group(serving);
-    app.add_option("--max-batch-size", arguments.max_batch_size,
-                   "Sequences (prompts) decoded together: the KV cache's slots")->group(serving);
-    app.add_option("--max-concurrent-requests", arguments.max_concurrent_requests,
-                   "Requests queued or running at once, at most 4096; beyond it: 503")
-        ->group(serving);
-    app.add_option("--max-request-bytes", arguments.max_request_bytes,
-                   "Largest request body; beyond it: 400")->group(serving);
-    app.add_option("--max-prompt-bytes", arguments.max_prompt_bytes,
-                   "Largest prompt; beyond it: 400")->group(serving);
-    app.add_option("--max-tokens-to-generate", arguments.max_tokens_to_generate,
-                   "Largest tokens_to_generate of a request; beyond it: 400")->group(serving);
-    app.add_option("--socket-timeout", arguments.socket_timeout,
-                   "Seconds a request may take to arrive whole (from its first byte), and a "
-                   "response to be written, before the connection is closed")
-        ->group(serving);
-  }
+  if (server) add_flag_rows<ServingArguments>(app, arguments.serving, kServingFlags, "Server");
 
   // Megatron's (and Megatron-DeepSpeed's) flags that change nothing here, other spellings of
   // flags above, and flags accepted with their default value only (checked after parsing).
@@ -1138,11 +1141,11 @@ void validate_arguments(TrainingArguments& arguments) {
   if (arguments.finetune && arguments.load.empty()) {
     common::fail("--finetune needs --load DIR (the checkpoint whose weights to start from)");
   }
-  if (arguments.rollback_on_spike && arguments.save.empty()) {
+  if (arguments.spike.rollback_on_spike && arguments.save.empty()) {
     common::fail("--rollback-on-spike needs --save DIR (and a --save-interval): a spike rolls "
                  "back to the last checkpoint this run saved there");
   }
-  if (arguments.rollback_on_spike && arguments.no_save_optim) {
+  if (arguments.spike.rollback_on_spike && arguments.no_save_optim) {
     common::fail("--rollback-on-spike and --no-save-optim: a rollback restores the optimizer's "
                  "moments from the checkpoint, which --no-save-optim leaves out (a spike's "
                  "moments would stay); drop --no-save-optim");
@@ -1308,21 +1311,10 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
   };
   if (a.program == ArgumentsProgram::evaluate_gpt) {
     // Megatron's tasks/main.py arguments, in its dump too.
-    values["task"] = a.task;
-    values["valid_data"] = word_list(a.valid_data);
-    values["overlapping_eval"] = fmt::format("{}", a.overlapping_eval);
-    values["strict_lambada"] = python(a.strict_lambada);
-    values["results_json"] = path(a.results_json);
+    dump_flag_rows<TaskArguments>(a.tasks, kTaskFlags, values);
   }
   if (a.program == ArgumentsProgram::text_generation_server) {
-    values["host"] = a.host;
-    values["port"] = fmt::format("{}", a.port);
-    values["max_batch_size"] = fmt::format("{}", a.max_batch_size);
-    values["max_concurrent_requests"] = fmt::format("{}", a.max_concurrent_requests);
-    values["max_request_bytes"] = fmt::format("{}", a.max_request_bytes);
-    values["max_prompt_bytes"] = fmt::format("{}", a.max_prompt_bytes);
-    values["max_tokens_to_generate"] = fmt::format("{}", a.max_tokens_to_generate);
-    values["socket_timeout"] = fmt::format("{}", a.socket_timeout);
+    dump_flag_rows<ServingArguments>(a.serving, kServingFlags, values);
   }
   return values;
 }

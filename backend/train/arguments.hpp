@@ -1,5 +1,7 @@
 // Megatron-LM's command-line flags for pretrain_gpt (megatron/training/arguments.py), parsed
-// with CLI11 into one value type. Names, defaults and validation rules follow Megatron, so a
+// with CLI11 into one value type, TrainingArguments, with a struct per concern where the
+// concern's flags have become a table (flag_table.hpp: spike handling, evaluate_gpt's tasks,
+// the server's; the rest follow). Names, defaults and validation rules follow Megatron, so a
 // user's pretrain_gpt.py command line works here unchanged, within the features built so
 // far. A Megatron flag that this backend knows but does not implement yet is rejected with
 // a message saying so (see kUnsupportedFlags in arguments.cpp), never silently ignored.
@@ -20,6 +22,45 @@ struct TokenizerOptions;  // data/tokenizer.hpp
 // below; no training schedule or training data is asked for), or text_generation_server's (the
 // same, plus the server's flags below: Megatron's tools/run_text_generation_server.py).
 enum class ArgumentsProgram { pretrain_gpt, evaluate_gpt, text_generation_server };
+
+// The concerns below are built from one table each (arguments.cpp, flag_table.hpp): flag,
+// field, help and dump name written once.
+
+// --rollback-on-spike and its settings (ours, pretrain_gpt only; docs/checkpoints.md "Loss
+// spikes"): on a loss spike, reload the last checkpoint of --save and go on past the batches
+// that caused it.
+struct SpikeHandlingArguments {
+  bool rollback_on_spike = false;
+  double threshold = 2.0;      // --spike-threshold: lm loss > threshold × the window's median
+  int64_t window = 20;         // --spike-window: iterations whose median is the reference
+  int64_t nan_iterations = 3;  // --spike-nan-iterations: consecutive NaN/Inf that count
+  double lr_factor = 1.0;      // --spike-lr-factor: the learning rate × this after a rollback
+  int64_t max_rollbacks = 3;   // --spike-max-rollbacks: a spike after this many stops the run
+  // A testing aid: this iteration's reported lm loss is multiplied by 1000 (the first time it
+  // runs), so the detection sees a spike through its normal path. 0: none.
+  int64_t inject_loss_spike_at_iteration = 0;
+};
+
+// Megatron's tasks/main.py flags (backend/eval/zero_shot_tasks.hpp), evaluate_gpt's only.
+struct TaskArguments {
+  std::string task;                     // --task WIKITEXT103 | LAMBADA
+  std::vector<std::string> valid_data;  // --valid-data FILE ...
+  int64_t overlapping_eval = 32;        // --overlapping-eval (Megatron's default)
+  bool strict_lambada = false;          // --strict-lambada
+  std::string results_json;             // --results-json FILE (ours)
+};
+
+// text_generation_server's only (docs/serving.md).
+struct ServingArguments {
+  std::string host = "127.0.0.1";        // --host
+  int64_t port = 5000;                   // --port (Megatron's default; 0: any free port)
+  int64_t max_batch_size = 8;            // --max-batch-size: sequences decoded together
+  int64_t max_concurrent_requests = 64;  // --max-concurrent-requests: queued + running
+  int64_t max_request_bytes = 16 << 20;  // --max-request-bytes: a request body
+  int64_t max_prompt_bytes = 1 << 20;    // --max-prompt-bytes: one prompt
+  int64_t max_tokens_to_generate = 4096; // --max-tokens-to-generate: one request's
+  int64_t socket_timeout = 10;           // --socket-timeout: seconds a request may take to arrive
+};
 
 struct TrainingArguments {
   ArgumentsProgram program = ArgumentsProgram::pretrain_gpt;
@@ -201,35 +242,10 @@ struct TrainingArguments {
   // NeMo config, so a message that asks for shape flags names the config keys that set them.
   bool name_config_keys = false;
 
-  // --rollback-on-spike (ours, pretrain_gpt only; docs/checkpoints.md "Loss spikes"): on a loss
-  // spike, reload the last checkpoint of --save and go on past the batches that caused it.
-  bool rollback_on_spike = false;
-  double spike_threshold = 2.0;       // a spike: lm loss > threshold × the window's median
-  int64_t spike_window = 20;          // iterations whose median is the reference
-  int64_t spike_nan_iterations = 3;   // consecutive NaN/Inf iterations that count as a spike
-  double spike_lr_factor = 1.0;       // the learning rate × this after each rollback
-  int64_t spike_max_rollbacks = 3;    // a spike after this many rollbacks stops the run
-  // A testing aid: this iteration's reported lm loss is multiplied by 1000 (the first time it
-  // runs), so the detection sees a spike through its normal path. 0: none.
-  int64_t inject_loss_spike_at_iteration = 0;
-
-  // Megatron's tasks/main.py flags (backend/eval/zero_shot_tasks.hpp), evaluate_gpt's only.
-  std::string task;                     // --task WIKITEXT103 | LAMBADA
-  std::vector<std::string> valid_data;  // --valid-data FILE ...
-  int64_t overlapping_eval = 32;        // --overlapping-eval (Megatron's default)
-  bool strict_lambada = false;          // --strict-lambada
-  std::string results_json;             // --results-json FILE (ours)
-  bool use_checkpoint_args = false;     // --use-checkpoint-args (evaluate_gpt, the server)
-
-  // text_generation_server's only (docs/serving.md).
-  std::string host = "127.0.0.1";        // --host
-  int64_t port = 5000;                   // --port (Megatron's default; 0: any free port)
-  int64_t max_batch_size = 8;            // --max-batch-size: sequences decoded together
-  int64_t max_concurrent_requests = 64;  // --max-concurrent-requests: queued + running
-  int64_t max_request_bytes = 16 << 20;  // --max-request-bytes: a request body
-  int64_t max_prompt_bytes = 1 << 20;    // --max-prompt-bytes: one prompt
-  int64_t max_tokens_to_generate = 4096; // --max-tokens-to-generate: one request's
-  int64_t socket_timeout = 10;           // --socket-timeout: seconds a request may take to arrive
+  SpikeHandlingArguments spike;
+  TaskArguments tasks;
+  bool use_checkpoint_args = false;  // --use-checkpoint-args (evaluate_gpt, the server)
+  ServingArguments serving;
 
   // The command line as given, for logs and the arguments dump.
   std::vector<std::string> command_line;

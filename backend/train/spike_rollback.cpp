@@ -10,12 +10,12 @@ namespace backend {
 
 SpikeRollback::SpikeRollback(const TrainingArguments& arguments)
     : arguments_(arguments),
-      detector_({.threshold = arguments.spike_threshold,
-                 .window = arguments.spike_window,
-                 .nan_iterations = arguments.spike_nan_iterations}) {}
+      detector_({.threshold = arguments.spike.threshold,
+                 .window = arguments.spike.window,
+                 .nan_iterations = arguments.spike.nan_iterations}) {}
 
 std::optional<Spike> SpikeRollback::observe(double lm_loss, bool nan) {
-  if (!arguments_.rollback_on_spike) return std::nullopt;
+  if (!arguments_.spike.rollback_on_spike) return std::nullopt;
   return detector_.observe(lm_loss, nan);
 }
 
@@ -24,15 +24,15 @@ std::string SpikeRollback::flags() const {
   return fmt::format(
       "--spike-threshold {} --spike-window {} --spike-nan-iterations {} --spike-lr-factor {} "
       "--spike-max-rollbacks {}",
-      a.spike_threshold, a.spike_window, a.spike_nan_iterations, a.spike_lr_factor,
-      a.spike_max_rollbacks);
+      a.spike.threshold, a.spike.window, a.spike.nan_iterations, a.spike.lr_factor,
+      a.spike.max_rollbacks);
 }
 
 CheckpointLoadOptions SpikeRollback::reload(int64_t iteration, const Spike& spike,
                                             int64_t consumed_train,
                                             int64_t last_saved_iteration) const {
   const TrainingArguments& a = arguments_;
-  if (rollbacks_ >= a.spike_max_rollbacks) {
+  if (rollbacks_ >= a.spike.max_rollbacks) {
     common::fail("--rollback-on-spike: spike at iteration {} ({}) after {} rollback(s), the most "
                  "--spike-max-rollbacks allows; stopping ({}). The run does not recover by "
                  "rolling back: lower --lr, raise --spike-max-rollbacks or --spike-threshold, "
@@ -67,14 +67,14 @@ std::string SpikeRollback::rolled_back(int64_t iteration, const Spike& spike,
                                        const TrainingProgress& reloaded, int64_t consumed_train) {
   const TrainingArguments& a = arguments_;
   ++rollbacks_;
-  learning_rate_factor_ *= a.spike_lr_factor;
+  learning_rate_factor_ *= a.spike.lr_factor;
   detector_.reset();
   std::string line = fmt::format(
       " rollback on spike at iteration {}: {}; reloaded iteration {} from {}, skipping samples "
       "{}..{} (rollback {} of {})",
       iteration, spike.reason(), reloaded.iteration, a.save, reloaded.consumed_train_samples,
-      consumed_train - 1, rollbacks_, a.spike_max_rollbacks);
-  if (a.spike_lr_factor != 1.0) {
+      consumed_train - 1, rollbacks_, a.spike.max_rollbacks);
+  if (a.spike.lr_factor != 1.0) {
     line += fmt::format("; learning rate now × {}", learning_rate_factor_);
   }
   return line;

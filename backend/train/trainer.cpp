@@ -629,7 +629,7 @@ TrainStepResult Trainer::train_iteration(int64_t iteration) {
   const GlobalBatch batch{.first_sample = consumed_train_,
                           .global_batch_size = batch_sizes_->global_batch_size(consumed_train_),
                           .num_micro_batches = batch_sizes_->num_micro_batches(consumed_train_)};
-  if (iteration == a_.inject_loss_spike_at_iteration && !spike_injected_) {
+  if (iteration == a_.spike.inject_loss_spike_at_iteration && !spike_injected_) {
     // The testing aid: the weights are damaged before this step, so its forward spikes and the
     // run goes on from damaged weights unless a rollback restores them.
     spike_injected_ = true;

@@ -734,21 +734,25 @@ TEST_CASE("evaluate_gpt's command line: the task flags, and no training schedule
   const auto arguments = evaluate({"--task", "WIKITEXT103", "--valid-data", "a.tokens", "b.tokens"});
   REQUIRE(arguments);
   CHECK(arguments->program == backend::ArgumentsProgram::evaluate_gpt);
-  CHECK(arguments->task == "WIKITEXT103");
-  CHECK(arguments->valid_data == std::vector<std::string>{"a.tokens", "b.tokens"});
-  CHECK(arguments->overlapping_eval == 32);  // Megatron's default
-  CHECK_FALSE(arguments->strict_lambada);
+  CHECK(arguments->tasks.task == "WIKITEXT103");
+  CHECK(arguments->tasks.valid_data == std::vector<std::string>{"a.tokens", "b.tokens"});
+  CHECK(arguments->tasks.overlapping_eval == 32);  // Megatron's default
+  CHECK_FALSE(arguments->tasks.strict_lambada);
   const auto values = backend::argument_values(*arguments);
   CHECK(values.at("task") == "WIKITEXT103");
   CHECK(values.at("valid_data") == "['a.tokens', 'b.tokens']");
   CHECK(values.at("overlapping_eval") == "32");
+  CHECK(values.at("strict_lambada") == "False");
+  CHECK(values.at("results_json") == "None");
 
   const auto lambada = evaluate({"--task", "LAMBADA", "--valid-data", "l.jsonl", "--strict-lambada",
                                  "--overlapping-eval", "8", "--results-json", "r.json"});
   REQUIRE(lambada);
-  CHECK(lambada->strict_lambada);
-  CHECK(lambada->overlapping_eval == 8);
-  CHECK(lambada->results_json == "r.json");
+  CHECK(lambada->tasks.strict_lambada);
+  CHECK(lambada->tasks.overlapping_eval == 8);
+  CHECK(lambada->tasks.results_json == "r.json");
+  CHECK(backend::argument_values(*lambada).at("results_json") == "r.json");
+  CHECK(backend::argument_values(*lambada).at("strict_lambada") == "True");
 
   CHECK_THROWS_WITH_AS(evaluate({"--task", "RACE", "--valid-data", "x"}),
                        doctest::Contains("--task takes one of WIKITEXT103, LAMBADA"), common::Error);
@@ -777,29 +781,31 @@ TEST_CASE("text_generation_server's command line: the server flags, no batch or 
   const auto defaults = serve({});
   REQUIRE(defaults);
   CHECK(defaults->program == backend::ArgumentsProgram::text_generation_server);
-  CHECK(defaults->host == "127.0.0.1");
-  CHECK(defaults->port == 5000);  // Megatron's
-  CHECK(defaults->max_batch_size == 8);
+  CHECK(defaults->serving.host == "127.0.0.1");
+  CHECK(defaults->serving.port == 5000);  // Megatron's
+  CHECK(defaults->serving.max_batch_size == 8);
   CHECK(defaults->micro_batch_size == 1);
   const auto arguments =
       serve({"--host", "0.0.0.0", "--port", "0", "--max-batch-size", "3",
              "--max-concurrent-requests", "5", "--max-request-bytes", "100",
              "--max-prompt-bytes", "50", "--max-tokens-to-generate", "7", "--socket-timeout", "60"});
   REQUIRE(arguments);
-  CHECK(arguments->host == "0.0.0.0");
-  CHECK(arguments->port == 0);
-  CHECK(arguments->max_batch_size == 3);
-  CHECK(arguments->max_concurrent_requests == 5);
-  CHECK(arguments->max_request_bytes == 100);
-  CHECK(arguments->max_prompt_bytes == 50);
-  CHECK(arguments->max_tokens_to_generate == 7);
-  CHECK(arguments->socket_timeout == 60);
-  CHECK(defaults->socket_timeout == 10);
+  CHECK(arguments->serving.host == "0.0.0.0");
+  CHECK(arguments->serving.port == 0);
+  CHECK(arguments->serving.max_batch_size == 3);
+  CHECK(arguments->serving.max_concurrent_requests == 5);
+  CHECK(arguments->serving.max_request_bytes == 100);
+  CHECK(arguments->serving.max_prompt_bytes == 50);
+  CHECK(arguments->serving.max_tokens_to_generate == 7);
+  CHECK(arguments->serving.socket_timeout == 60);
+  CHECK(defaults->serving.socket_timeout == 10);
   CHECK_THROWS_WITH_AS(serve({"--socket-timeout", "0"}), doctest::Contains("--socket-timeout"),
                        common::Error);
   const auto values = backend::argument_values(*arguments);
   CHECK(values.at("port") == "0");
   CHECK(values.at("max_batch_size") == "3");
+  CHECK(values.at("host") == "0.0.0.0");
+  CHECK(values.at("socket_timeout") == "60");
   CHECK_THROWS_WITH_AS(serve({"--port", "65536"}), doctest::Contains("--port"), common::Error);
   CHECK_THROWS_WITH_AS(serve({"--max-batch-size", "0"}), doctest::Contains("--max-batch-size"),
                        common::Error);
@@ -809,7 +815,7 @@ TEST_CASE("text_generation_server's command line: the server flags, no batch or 
   CHECK_THROWS_WITH_AS(serve({"--max-concurrent-requests", "100000000"}),
                        doctest::Contains("--max-concurrent-requests takes an integer in [1, 4096]"),
                        common::Error);
-  CHECK(serve({"--max-concurrent-requests", "4096"})->max_concurrent_requests == 4096);
+  CHECK(serve({"--max-concurrent-requests", "4096"})->serving.max_concurrent_requests == 4096);
   // The task flags are evaluate_gpt's, the server flags the server's.
   CHECK_THROWS_WITH_AS(serve({"--task", "LAMBADA"}), doctest::Contains("--task"), common::Error);
   CHECK_THROWS_WITH_AS(parse_words(with({"--port", "5000"})), doctest::Contains("--port"),
@@ -887,7 +893,7 @@ TEST_CASE("flags may be abbreviated as argparse allows, in every program of the 
   const auto serving = parse_arguments(static_cast<int>(server.size()), server.data(),
                                        backend::ArgumentsProgram::text_generation_server);
   REQUIRE(serving);
-  CHECK(serving->max_batch_size == 3);
+  CHECK(serving->serving.max_batch_size == 3);
 }
 
 TEST_CASE("older Megatron's activation checkpointing flags are the full recompute") {

@@ -33,9 +33,9 @@ TrainingArguments spike_arguments(const std::string& save) {
   TrainingArguments a = test_support::resumable_gpt_arguments(12);
   a.save = save;
   a.save_interval = 2;
-  a.rollback_on_spike = true;
-  a.spike_window = 3;
-  a.inject_loss_spike_at_iteration = 7;
+  a.spike.rollback_on_spike = true;
+  a.spike.window = 3;
+  a.spike.inject_loss_spike_at_iteration = 7;
   validate_arguments(a);
   return a;
 }
@@ -145,7 +145,7 @@ TEST_CASE("--rollback-on-spike: an injected spike rolls back to the last checkpo
 TEST_CASE("without --rollback-on-spike the injected spike passes") {
   test_support::TemporaryDirectory directory;
   TrainingArguments a = spike_arguments(directory.path.string());
-  a.rollback_on_spike = false;
+  a.spike.rollback_on_spike = false;
   std::ostringstream log;
   const TrainingResult result = pretrain(a, log);
   REQUIRE(result.iterations.size() == 12);
@@ -159,7 +159,7 @@ TEST_CASE("--spike-lr-factor scales the learning rate after a rollback, TensorBo
   test_support::TemporaryDirectory directory;
   test_support::TemporaryDirectory tensorboard;
   TrainingArguments a = spike_arguments(directory.path.string());
-  a.spike_lr_factor = 0.5;
+  a.spike.lr_factor = 0.5;
   a.tensorboard_dir = tensorboard.path.string();
   std::ostringstream log;
   const TrainingResult result = pretrain(a, log);
@@ -180,7 +180,7 @@ TEST_CASE("--spike-lr-factor scales the learning rate after a rollback, TensorBo
 TEST_CASE("--spike-max-rollbacks exceeded stops the run naming the spike and the flags") {
   test_support::TemporaryDirectory directory;
   TrainingArguments a = spike_arguments(directory.path.string());
-  a.spike_max_rollbacks = 0;
+  a.spike.max_rollbacks = 0;
   std::ostringstream log;
   const std::string message = error_of([&] { pretrain(a, log); });
   CHECK(message.find("spike at iteration 7 (lm loss ") != std::string::npos);
@@ -195,9 +195,9 @@ TEST_CASE("persistent NaN/Inf losses roll back too, and stop the run after the l
   a.lr = 1e10;
   a.lr_warmup_iters = 0;
   a.clip_grad = 0;
-  a.inject_loss_spike_at_iteration = 0;
-  a.spike_threshold = 1e300;  // the NaN kind alone
-  a.spike_max_rollbacks = 1;
+  a.spike.inject_loss_spike_at_iteration = 0;
+  a.spike.threshold = 1e300;  // the NaN kind alone
+  a.spike.max_rollbacks = 1;
   validate_arguments(a);
   std::ostringstream log;
   const std::string message = error_of([&] { pretrain(a, log); });
@@ -237,14 +237,14 @@ TEST_CASE("--rollback-on-spike flags: --save needed, values checked") {
                              "--spike-window", "5", "--spike-nan-iterations", "2",
                              "--spike-lr-factor", "0.5", "--spike-max-rollbacks", "4"});
   REQUIRE(parsed.has_value());
-  CHECK(parsed->rollback_on_spike);
-  CHECK(parsed->spike_threshold == 3.0);
-  CHECK(parsed->spike_window == 5);
-  CHECK(parsed->spike_nan_iterations == 2);
-  CHECK(parsed->spike_lr_factor == 0.5);
-  CHECK(parsed->spike_max_rollbacks == 4);
+  CHECK(parsed->spike.rollback_on_spike);
+  CHECK(parsed->spike.threshold == 3.0);
+  CHECK(parsed->spike.window == 5);
+  CHECK(parsed->spike.nan_iterations == 2);
+  CHECK(parsed->spike.lr_factor == 0.5);
+  CHECK(parsed->spike.max_rollbacks == 4);
   // Off by default.
   const auto plain = parse_spike_run({});
   REQUIRE(plain.has_value());
-  CHECK_FALSE(plain->rollback_on_spike);
+  CHECK_FALSE(plain->spike.rollback_on_spike);
 }

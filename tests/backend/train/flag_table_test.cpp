@@ -1,0 +1,92 @@
+// A concern's flag table (flag_table.hpp): the CLI11 options its rows make (a switch for a bool,
+// one or more words for a list, a required flag refused when missing), and the arguments-dump
+// lines they print, as Megatron's dump prints those values.
+#include "backend/train/flag_table.hpp"
+
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct ExampleConcern {
+  bool enabled = false;
+  int64_t count = 3;
+  int64_t limit = 0;
+  double ratio = 0.5;
+  std::string name;
+  std::string label = "plain";
+  std::vector<std::string> files;
+};
+
+const backend::FlagRow<ExampleConcern> kExampleFlags[] = {
+    {"--enabled", &ExampleConcern::enabled, "a switch", "enabled"},
+    {"--count,--old-count", &ExampleConcern::count, "a number", "count"},
+    {"--limit", &ExampleConcern::limit, "a number or none", "limit",
+     backend::FlagDump::none_if_not_positive},
+    {"--ratio", &ExampleConcern::ratio, "a fraction", "ratio"},
+    {"--name", &ExampleConcern::name, "a path or none", "name", backend::FlagDump::none_if_empty},
+    {"--label", &ExampleConcern::label, "a string", "label"},
+    {"--files", &ExampleConcern::files, "one or more words", "files", backend::FlagDump::value,
+     true},
+    {"--undumped", &ExampleConcern::limit, "set, never dumped"},
+};
+
+ExampleConcern parse_example(std::vector<std::string> words) {
+  ExampleConcern concern;
+  CLI::App app{"example"};
+  backend::add_flag_rows<ExampleConcern>(app, concern, kExampleFlags, "Example");
+  std::vector<const char*> argv{"example"};
+  for (const std::string& word : words) argv.push_back(word.c_str());
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  return concern;
+}
+
+std::map<std::string, std::string> dump_example(const ExampleConcern& concern) {
+  std::map<std::string, std::string> values;
+  backend::dump_flag_rows<ExampleConcern>(concern, kExampleFlags, values);
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("a flag table's rows become the options, every spelling setting its field") {
+  const ExampleConcern parsed =
+      parse_example({"--enabled", "--old-count", "7", "--ratio", "0.25", "--name", "n",
+                     "--files", "a", "b", "--label", "x"});
+  CHECK(parsed.enabled);
+  CHECK(parsed.count == 7);
+  CHECK(parsed.ratio == 0.25);
+  CHECK(parsed.name == "n");
+  CHECK(parsed.label == "x");
+  CHECK(parsed.files == std::vector<std::string>{"a", "b"});
+  CHECK_THROWS_AS(parse_example({"--enabled"}), CLI::RequiredError);  // --files is required
+  CHECK(parse_example({"--files", "f"}).files == std::vector<std::string>{"f"});
+  CHECK(parse_example({"--files", "f", "--undumped", "9"}).limit == 9);
+}
+
+TEST_CASE("a flag table's dump prints Python's str() of Megatron's values") {
+  ExampleConcern concern;
+  auto values = dump_example(concern);
+  CHECK(values == std::map<std::string, std::string>{{"enabled", "False"},
+                                                     {"count", "3"},
+                                                     {"limit", "None"},
+                                                     {"ratio", "0.5"},
+                                                     {"name", "None"},
+                                                     {"label", "plain"},
+                                                     {"files", "None"}});
+  concern.enabled = true;
+  concern.limit = 12;
+  concern.name = "n";
+  concern.label = "";
+  concern.files = {"a", "b c"};
+  values = dump_example(concern);
+  CHECK(values.at("enabled") == "True");
+  CHECK(values.at("limit") == "12");
+  CHECK(values.at("name") == "n");
+  CHECK(values.at("label").empty());
+  CHECK(values.at("files") == "['a', 'b c']");
+  CHECK_FALSE(values.contains("undumped"));
+}
