@@ -234,10 +234,11 @@ const FlagRow<SpikeHandlingArguments> kSpikeHandlingFlags[] = {
 
 // Megatron's tasks/main.py (the zero-shot GPT tasks; zero_shot_tasks.hpp says what each does).
 const FlagRow<TaskArguments> kTaskFlags[] = {
-    {"--task", &TaskArguments::task, "WIKITEXT103 or LAMBADA", "task", FlagDump::value, true},
+    {"--task", &TaskArguments::task, "WIKITEXT103 or LAMBADA", "task", FlagDump::value,
+     FlagRequirement::required},
     {"--valid-data", &TaskArguments::valid_data,
      "The task's file(s): WikiText's wiki.test.tokens, LAMBADA's .jsonl", "valid_data",
-     FlagDump::value, true},
+     FlagDump::value, FlagRequirement::required},
     {"--overlapping-eval", &TaskArguments::overlapping_eval,
      "WIKITEXT103: windows start this many tokens apart (default 32)", "overlapping_eval"},
     {"--strict-lambada", &TaskArguments::strict_lambada,
@@ -269,6 +270,352 @@ const FlagRow<ServingArguments> kServingFlags[] = {
      "socket_timeout"},
 };
 
+// The flags that are fields of TrainingArguments itself, a table per concern in --help's order
+// (the flags between the tables are registered by hand: they set no field, or their rules
+// depend on the program).
+const FlagRow<TrainingArguments> kModelFlags[] = {
+    {"--num-layers", &TrainingArguments::num_layers, "Number of transformer layers", "num_layers",
+     FlagDump::value, FlagRequirement::shape},
+    {"--hidden-size", &TrainingArguments::hidden_size, "Transformer hidden size", "hidden_size",
+     FlagDump::value, FlagRequirement::shape},
+    {"--ffn-hidden-size", &TrainingArguments::ffn_hidden_size,
+     "MLP hidden size (default 4 × hidden)", "ffn_hidden_size"},
+    {"--num-attention-heads", &TrainingArguments::num_attention_heads, "Attention heads",
+     "num_attention_heads", FlagDump::value, FlagRequirement::shape},
+    {"--seq-length,--encoder-seq-length", &TrainingArguments::seq_length,
+     "Sequence length (--encoder-seq-length: Megatron's other name for it in a GPT model)",
+     "seq_length", FlagDump::value, FlagRequirement::shape},
+    {"--max-position-embeddings", &TrainingArguments::max_position_embeddings,
+     "Rows of the position table (default: --seq-length)", "max_position_embeddings"},
+    {"--make-vocab-size-divisible-by", &TrainingArguments::make_vocab_size_divisible_by,
+     "Pad the vocabulary to a multiple of this", "make_vocab_size_divisible_by"},
+    {"--init-method-std", &TrainingArguments::init_method_std, "Std of the normal init",
+     "init_method_std"},
+    {"--norm-epsilon,--layernorm-epsilon", &TrainingArguments::norm_epsilon,
+     "Epsilon of LayerNorm and RMSNorm (--layernorm-epsilon: the old name)", "norm_epsilon"},
+    {"--hidden-dropout", &TrainingArguments::hidden_dropout, "Dropout after attention/MLP",
+     "hidden_dropout"},
+    {"--attention-dropout", &TrainingArguments::attention_dropout, "Dropout on attention probs",
+     "attention_dropout"},
+    {"--position-embedding-type", &TrainingArguments::position_embedding_type,
+     "learned_absolute or rope", "position_embedding_type"},
+    {"--rotary-base,--rotary-position-embeddings-theta", &TrainingArguments::rotary_base,
+     "RoPE base period (--rotary-position-embeddings-theta: Megatron-DeepSpeed's name)",
+     "rotary_base"},
+    {"--rotary-percent", &TrainingArguments::rotary_percent,
+     "Share of each head's features that RoPE rotates", "rotary_percent"},
+    {"--use-rope-scaling", &TrainingArguments::use_rope_scaling,
+     "Llama 3.x's RoPE frequency scaling (low frequencies divided by the factor)",
+     "use_rope_scaling"},
+    {"--rope-scaling-factor", &TrainingArguments::rope_scaling_factor,
+     "Llama 3.x's RoPE scaling factor (with --use-rope-scaling)", "rope_scaling_factor",
+     FlagDump::python_float, FlagRequirement::optional, "8.0"},
+    {"--normalization", &TrainingArguments::normalization, "LayerNorm or RMSNorm",
+     "normalization"},
+    {"--apply-layernorm-1p", &TrainingArguments::apply_layernorm_1p,
+     "LayerNorm weights stored as gamma - 1, initialised to 0 (NeMo's layernorm1p)",
+     "apply_layernorm_1p"},
+    {"--swiglu", &TrainingArguments::swiglu, "SwiGLU MLP (linear_fc1 gives 2 × ffn features)",
+     "swiglu"},
+    // Attention is fused on every device (blockwise on the CPU, FlashAttention-2-style kernels
+    // on the GPU), never s × s scores. On the GPU the flag picks the tensor-core kernel for bf16
+    // (ops/attention.hpp's flash_attention_*) over the CUDA-core one.
+    {"--use-flash-attn,--use-flash-attn-v2", &TrainingArguments::use_flash_attn,
+     "fused attention on tensor cores on the GPU with --bf16 (head dims 64, 128); attention is "
+     "fused, no s×s scores, on every device either way",
+     "use_flash_attn"},
+    {"--disable-bias-linear{false}", &TrainingArguments::add_bias_linear,
+     "No biases on linear_qkv, linear_proj, linear_fc1, linear_fc2", "add_bias_linear"},
+    {"--untie-embeddings-and-output-weights",
+     &TrainingArguments::untie_embeddings_and_output_weights,
+     "A separate output_layer.weight instead of the word embedding",
+     "untie_embeddings_and_output_weights"},
+    {"--group-query-attention", &TrainingArguments::group_query_attention,
+     "Grouped-query attention with --num-query-groups key/value heads", "group_query_attention"},
+    {"--num-query-groups", &TrainingArguments::num_query_groups,
+     "Key/value heads with --group-query-attention", "num_query_groups"},
+};
+
+// After --recompute-activations.
+const FlagRow<TrainingArguments> kRecomputeFlags[] = {
+    {"--recompute-granularity", &TrainingArguments::recompute_granularity,
+     "selective (attention core) or full (whole layers)", "recompute_granularity",
+     FlagDump::none_if_empty},
+    {"--recompute-method", &TrainingArguments::recompute_method,
+     "Full recompute: uniform (chunks of N layers) or block (the first N layers)",
+     "recompute_method", FlagDump::none_if_empty},
+    {"--recompute-num-layers", &TrainingArguments::recompute_num_layers,
+     "Full recompute: N of --recompute-method", "recompute_num_layers"},
+};
+
+// Megatron-DeepSpeed's and older Megatron's, after their recompute spellings.
+const FlagRow<TrainingArguments> kLegacyFlags[] = {
+    {"--data-impl", &TrainingArguments::data_impl,
+     "mmap or infer: the .bin/.idx reader (lazy and cached are not built)", "data_impl"},
+    {"--distributed-backend", &TrainingArguments::distributed_backend,
+     "nccl or gloo: recorded; CPU ranks talk over Open MPI", "distributed_backend"},
+    {"--DDP-impl", &TrainingArguments::ddp_impl,
+     "local or torch: recorded; gradients are summed after the backward either way", "DDP_impl"},
+};
+
+// Megatron-DeepSpeed's configuration file, mapped by deepspeed_config.hpp; what it sets is
+// dumped from TrainingArguments after the mapping.
+const FlagRow<DeepSpeedFlags> kDeepSpeedFlags[] = {
+    {"--deepspeed", &DeepSpeedFlags::deepspeed,
+     "Megatron-DeepSpeed: read --deepspeed_config (ZeRO 1/2 → the distributed optimizer)"},
+    {"--deepspeed_config", &DeepSpeedFlags::config_file,
+     "DeepSpeed's JSON configuration, mapped (docs/parallelism.md)"},
+    {"--zero-stage", &DeepSpeedFlags::zero_stage, "ZeRO stage (0, 1, 2, 3)"},
+};
+
+const FlagRow<TrainingArguments> kDataFlags[] = {
+    {"--tokenizer-type", &TrainingArguments::tokenizer_type,
+     "GPT2BPETokenizer, NullTokenizer, Llama2Tokenizer, GPTSentencePieceTokenizer, "
+     "SentencePieceTokenizer or HuggingFaceTokenizer",
+     "tokenizer_type"},
+    {"--vocab-size", &TrainingArguments::vocab_size, "Vocabulary size (NullTokenizer)",
+     "vocab_size", FlagDump::none_if_not_positive},
+    {"--vocab-file", &TrainingArguments::vocab_file, "GPT-2 vocab.json"},
+    {"--merge-file", &TrainingArguments::merge_file, "GPT-2 merges.txt"},
+    {"--tokenizer-model", &TrainingArguments::tokenizer_model,
+     "SentencePiece model (Llama 2's tokenizer.model), or HuggingFaceTokenizer's tokenizer.json "
+     "directory",
+     "tokenizer_model", FlagDump::none_if_empty},
+    {"--mock-data", &TrainingArguments::mock_data, "Synthetic tokens, for benchmarks and tests",
+     "mock_data"},
+    {"--data-path", &TrainingArguments::data_path,
+     "Dataset prefix, or weighted blend: weight prefix weight prefix ...", "data_path"},
+    {"--data-args-path", &TrainingArguments::data_args_path,
+     "A file holding what --data-path would (for long blends)", "data_args_path",
+     FlagDump::none_if_empty},
+    {"--data-file-list,--data-path-file", &TrainingArguments::data_file_list,
+     "A file with one \"weight prefix\" or \"weight prefix corpus\" per line, # comments "
+     "(Megatron-DeepSpeed's ALCF fork)",
+     "data_file_list", FlagDump::none_if_empty},
+    {"--split", &TrainingArguments::split,
+     "Train,validation,test shares of each dataset's sequences (default 969, 30, 1)", "split",
+     FlagDump::none_if_empty},
+    {"--train-data-path", &TrainingArguments::train_data_path,
+     "The training split's own prefix or blend", "train_data_path"},
+    {"--valid-data-path", &TrainingArguments::valid_data_path,
+     "The validation split's own prefix or blend", "valid_data_path"},
+    {"--test-data-path", &TrainingArguments::test_data_path,
+     "The test split's own prefix or blend", "test_data_path"},
+    {"--per-split-data-args-path", &TrainingArguments::per_split_data_args_path,
+     "A JSON file {\"train\": [...], \"valid\": [...], \"test\": [...]} of per-split blends",
+     "per_split_data_args_path", FlagDump::none_if_empty},
+    {"--data-cache-path", &TrainingArguments::data_cache_path,
+     "Directory for the cached index arrays (default: next to each dataset)", "data_cache_path",
+     FlagDump::none_if_empty},
+    {"--num-dataset-builder-threads", &TrainingArguments::num_dataset_builder_threads,
+     "Datasets of a blend indexed at once (default 0: one per core)",
+     "num_dataset_builder_threads"},
+    {"--eod-mask-loss", &TrainingArguments::eod_mask_loss,
+     "Leave out of the loss the positions whose input token is the end of document",
+     "eod_mask_loss"},
+    {"--calculate-per-token-loss", &TrainingArguments::calculate_per_token_loss,
+     "Average the loss over the global batch's scored tokens, not per micro batch",
+     "calculate_per_token_loss"},
+};
+
+// --micro-batch-size is required but by the server, which batches its requests' prompts
+// itself (parse_command_line).
+const FlagRow<TrainingArguments> kTrainingFlags[] = {
+    {"--micro-batch-size", &TrainingArguments::micro_batch_size, "Samples per micro batch",
+     "micro_batch_size"},
+    {"--global-batch-size", &TrainingArguments::global_batch_size,
+     "Samples per iteration (gradient accumulation)", "global_batch_size"},
+    {"--train-iters", &TrainingArguments::train_iters, "Iterations to train", "train_iters"},
+    {"--train-samples", &TrainingArguments::train_samples,
+     "Samples to train (sample-based training, instead of --train-iters)", "train_samples",
+     FlagDump::none_if_not_positive},
+    {.names = "--rampup-batch-size",
+     .field = &TrainingArguments::rampup_batch_size,
+     .help = "START INCREMENT SAMPLES: grow the global batch from START by INCREMENT over "
+             "SAMPLES samples (with --train-samples)",
+     .dump_name = "rampup_batch_size",
+     .words = 3},
+    {"--seed", &TrainingArguments::seed, "Random seed", "seed"},
+    {"--tensor-model-parallel-size", &TrainingArguments::tensor_model_parallel_size, "TP size",
+     "tensor_model_parallel_size"},
+    {"--pipeline-model-parallel-size", &TrainingArguments::pipeline_model_parallel_size,
+     "PP size", "pipeline_model_parallel_size"},
+    {"--num-layers-per-virtual-pipeline-stage",
+     &TrainingArguments::num_layers_per_virtual_pipeline_stage,
+     "Layers per model chunk: the interleaved pipeline schedule"},
+    {"--distributed-timeout-minutes", &TrainingArguments::distributed_timeout_minutes,
+     "End the job when a collective waits longer than this for the other ranks (fractions "
+     "allowed)",
+     "distributed_timeout_minutes"},
+    {"--overlap-grad-reduce", &TrainingArguments::overlap_grad_reduce,
+     "Start each bucket's data-parallel gradient all-reduce during the backward",
+     "overlap_grad_reduce"},
+    {"--overlap-param-gather", &TrainingArguments::overlap_param_gather,
+     "Overlap the distributed optimizer's parameter all-gather (accepted; not yet overlapped)",
+     "overlap_param_gather"},
+    {"--sequence-parallel", &TrainingArguments::sequence_parallel,
+     "Shard the residual stream (norms, dropout) over the tensor-parallel ranks",
+     "sequence_parallel"},
+    {"--use-distributed-optimizer", &TrainingArguments::use_distributed_optimizer,
+     "Shard the optimizer state and update over the data-parallel ranks (ZeRO-1)",
+     "use_distributed_optimizer"},
+    {"--bf16", &TrainingArguments::bf16, "bf16 mixed precision (CUDA path)", "bf16"},
+    {"--fp16", &TrainingArguments::fp16, "fp16 mixed precision (CUDA path)", "fp16"},
+    {"--loss-scale", &TrainingArguments::loss_scale,
+     "Constant loss scale with --fp16/--bf16 (default: dynamic with --fp16)", "loss_scale"},
+    // 2^32, not CLI11's 4.29497e+09.
+    {"--initial-loss-scale", &TrainingArguments::initial_loss_scale,
+     "Dynamic loss scaling's first scale", "initial_loss_scale", FlagDump::value,
+     FlagRequirement::optional, "4294967296"},
+    {"--min-loss-scale", &TrainingArguments::min_loss_scale, "Dynamic loss scaling's floor",
+     "min_loss_scale"},
+    {"--loss-scale-window", &TrainingArguments::loss_scale_window,
+     "Clean iterations before the dynamic scale doubles", "loss_scale_window"},
+    {"--hysteresis", &TrainingArguments::hysteresis,
+     "Overflows (since the last growth) before the dynamic scale halves", "hysteresis"},
+    {"--device", &TrainingArguments::device, "auto, cpu or cuda (not a Megatron flag)",
+     "device"},
+};
+
+// --lr is required but by evaluate_gpt and the server (parse_command_line). --lr-decay-iters is
+// dumped by hand: None under sample-based training.
+const FlagRow<TrainingArguments> kOptimizerFlags[] = {
+    {"--lr", &TrainingArguments::lr, "Peak learning rate", "lr"},
+    {"--min-lr", &TrainingArguments::min_lr, "Minimum learning rate", "min_lr"},
+    {"--lr-decay-style", &TrainingArguments::lr_decay_style,
+     "constant, linear, cosine, inverse-square-root or WSD", "lr_decay_style"},
+    {"--lr-warmup-iters", &TrainingArguments::lr_warmup_iters, "Linear warmup iterations",
+     "lr_warmup_iters"},
+    {"--lr-warmup-samples", &TrainingArguments::lr_warmup_samples,
+     "Linear warmup samples (sample-based training)", "lr_warmup_samples"},
+    {"--lr-warmup-fraction", &TrainingArguments::lr_warmup_fraction,
+     "Warmup as a fraction of the decay steps", "lr_warmup_fraction"},
+    {"--lr-decay-iters", &TrainingArguments::lr_decay_iters, "Decay iterations (default: train)"},
+    {"--lr-decay-samples", &TrainingArguments::lr_decay_samples,
+     "Decay samples (sample-based training; default: --train-samples)", "lr_decay_samples",
+     FlagDump::none_if_not_positive},
+    {"--lr-wsd-decay-style", &TrainingArguments::lr_wsd_decay_style,
+     "WSD's final decay: exponential, linear, cosine or minus_sqrt", "lr_wsd_decay_style"},
+    {"--lr-wsd-decay-iters", &TrainingArguments::lr_wsd_decay_iters,
+     "Iterations of WSD's final decay", "lr_wsd_decay_iters"},
+    {"--lr-wsd-decay-samples", &TrainingArguments::lr_wsd_decay_samples,
+     "Samples of WSD's final decay (sample-based training)", "lr_wsd_decay_samples"},
+    {"--lr-warmup-init", &TrainingArguments::lr_warmup_init, "Learning rate at warmup start",
+     "lr_warmup_init"},
+    {"--weight-decay", &TrainingArguments::weight_decay, "AdamW decoupled weight decay",
+     "weight_decay"},
+    {"--start-weight-decay", &TrainingArguments::start_weight_decay,
+     "Weight decay at the start (with --weight-decay-incr-style linear/cosine)",
+     "start_weight_decay"},
+    {"--end-weight-decay", &TrainingArguments::end_weight_decay,
+     "Weight decay at the end of training", "end_weight_decay"},
+    {"--weight-decay-incr-style", &TrainingArguments::weight_decay_incr_style,
+     "constant, linear or cosine"},
+    {"--clip-grad", &TrainingArguments::clip_grad, "Clip gradients to this global norm",
+     "clip_grad"},
+    {"--adam-beta1", &TrainingArguments::adam_beta1, "Adam beta1", "adam_beta1"},
+    {"--adam-beta2", &TrainingArguments::adam_beta2, "Adam beta2", "adam_beta2"},
+    {"--adam-eps", &TrainingArguments::adam_eps, "Adam epsilon", "adam_eps"},
+};
+
+// Before --no-log-loss-scale-to-tensorboard (a switch that clears its field).
+const FlagRow<TrainingArguments> kLoggingFlags[] = {
+    {"--eval-interval", &TrainingArguments::eval_interval, "Validate every N iterations",
+     "eval_interval"},
+    {"--eval-iters", &TrainingArguments::eval_iters, "Iterations per validation/test pass",
+     "eval_iters"},
+    {"--log-interval", &TrainingArguments::log_interval, "Print every N iterations",
+     "log_interval"},
+    {"--save", &TrainingArguments::save, "Checkpoint directory to write", "save",
+     FlagDump::none_if_empty},
+    {"--load", &TrainingArguments::load, "Checkpoint directory to read", "load",
+     FlagDump::none_if_empty},
+    {"--pretrained-checkpoint", &TrainingArguments::pretrained_checkpoint,
+     "When --load holds no checkpoint: start from this checkpoint's weights, as --finetune "
+     "(Megatron's finetuning flag)",
+     "pretrained_checkpoint", FlagDump::none_if_empty},
+    {"--benchmark-output", &TrainingArguments::benchmark_output,
+     "Write step time, tokens/s, TFLOP/s, MFU and memory as JSON (not a Megatron flag)"},
+    {"--log-throughput", &TrainingArguments::log_throughput,
+     "Print TFLOP/s per GPU in the iteration line (and tokens/s, MFU on a line of its own)",
+     "log_throughput"},
+    {"--tensorboard-dir", &TrainingArguments::tensorboard_dir,
+     "Write TensorBoard event files into this directory", "tensorboard_dir",
+     FlagDump::none_if_empty},
+    {"--tensorboard-log-interval", &TrainingArguments::tensorboard_log_interval,
+     "Write training scalars to TensorBoard every N iterations", "tensorboard_log_interval"},
+    {"--tensorboard-queue-size", &TrainingArguments::tensorboard_queue_size,
+     "Events kept in memory before they are written out", "tensorboard_queue_size"},
+    {"--log-params-norm", &TrainingArguments::log_params_norm,
+     "Also log the parameters' L2 norm after each update", "log_params_norm"},
+    {"--log-num-zeros-in-grad", &TrainingArguments::log_num_zeros_in_grad,
+     "Also log how many gradient elements are zero", "log_num_zeros_in_grad"},
+    {"--log-timers-to-tensorboard", &TrainingArguments::log_timers_to_tensorboard,
+     "Also write iteration-time (and throughput with --log-throughput)",
+     "log_timers_to_tensorboard"},
+};
+
+// After --no-log-loss-scale-to-tensorboard; then the checkpointing flags (Megatron's
+// _add_checkpointing_args, --save and --load above). --exit-signal is dumped by hand, as
+// Python prints a signal: Signals.SIGTERM.
+const FlagRow<TrainingArguments> kCheckpointAndExitFlags[] = {
+    {"--log-validation-ppl-to-tensorboard", &TrainingArguments::log_validation_ppl_to_tensorboard,
+     "Also write the validation perplexity", "log_validation_ppl_to_tensorboard"},
+    {"--log-world-size-to-tensorboard", &TrainingArguments::log_world_size_to_tensorboard,
+     "Also write world-size", "log_world_size_to_tensorboard"},
+    {"--log-memory-to-tensorboard", &TrainingArguments::log_memory_to_tensorboard,
+     "Also write the device's memory: mem-reserved-bytes, mem-allocated-bytes, "
+     "mem-max-allocated-bytes, mem-allocated-count",
+     "log_memory_to_tensorboard"},
+    {"--log-dir", &TrainingArguments::log_dir,
+     "Write cmd-args.log and hparams.yaml here, as NeMo's exp_manager (not a Megatron flag)",
+     "log_dir", FlagDump::none_if_empty},
+    {"--save-interval", &TrainingArguments::save_interval,
+     "Save a checkpoint every N iterations (with --save)", "save_interval",
+     FlagDump::none_if_not_positive},
+    {"--exit-interval", &TrainingArguments::exit_interval,
+     "Exit after the iteration divisible by N, saving first (with --save)", "exit_interval",
+     FlagDump::none_if_not_positive},
+    {"--exit-duration-in-mins", &TrainingArguments::exit_duration_in_mins,
+     "Exit, saving first (with --save), after the iteration that ends more than N minutes "
+     "after the start",
+     "exit_duration_in_mins", FlagDump::none_if_not_positive},
+    {"--exit-signal-handler", &TrainingArguments::exit_signal_handler,
+     "On SIGTERM (or --exit-signal), save a checkpoint (with --save) after the iteration and "
+     "exit",
+     "exit_signal_handler"},
+    {"--exit-signal", &TrainingArguments::exit_signal,
+     "The signal --exit-signal-handler takes: SIGTERM, SIGINT, SIGHUP, SIGUSR1 or SIGUSR2 "
+     "(sbatch --signal=USR1@300 gives notice before the time limit's SIGTERM)"},
+    {"--exit-on-missing-checkpoint", &TrainingArguments::exit_on_missing_checkpoint,
+     "With --load: stop with an error when it holds no checkpoint, instead of training from "
+     "scratch",
+     "exit_on_missing_checkpoint"},
+    {"--finetune", &TrainingArguments::finetune,
+     "Load the weights only: iteration 0, no optimizer or RNG state", "finetune"},
+    {"--no-load-optim", &TrainingArguments::no_load_optim,
+     "Do not load the optimizer and scheduler state", "no_load_optim"},
+    {"--no-load-rng", &TrainingArguments::no_load_rng, "Do not load the RNG (dropout) state",
+     "no_load_rng"},
+    {"--no-save-optim", &TrainingArguments::no_save_optim,
+     "Do not save the optimizer and scheduler state", "no_save_optim"},
+    {"--no-save-rng", &TrainingArguments::no_save_rng, "Do not save the RNG (dropout) state",
+     "no_save_rng"},
+    {"--override-opt_param-scheduler", &TrainingArguments::override_opt_param_scheduler,
+     "On load, keep the schedule the flags give (only the step count is loaded)",
+     "override_opt_param_scheduler"},
+    {"--use-checkpoint-opt_param-scheduler",
+     &TrainingArguments::use_checkpoint_opt_param_scheduler,
+     "On load, take the schedule from the checkpoint, whatever the flags say",
+     "use_checkpoint_opt_param_scheduler"},
+};
+
+// Registered last, for every program.
+const FlagRow<TrainingArguments> kCheckpointArgumentsFlags[] = {
+    {"--use-checkpoint-args", &TrainingArguments::use_checkpoint_args,
+     "The model's shape and tokenizer type from the --load checkpoint", "use_checkpoint_args"},
+};
+
 // What the command line alone says, before the environment, a DeepSpeed configuration or a
 // checkpoint add to it: the flags' values (old spellings resolved), which flags were given
 // (every name of each), and what the steps after need of the flags that set no field.
@@ -278,8 +625,99 @@ struct CommandLine {
   std::set<std::string, std::less<>> given;
   bool no_position_embedding = false;
   std::optional<int64_t> kv_channels;
+  // Other spellings of settings above, resolved into `arguments` by resolve_other_spellings and
+  // resolve_recompute_spellings.
+  struct Spellings {
+    bool recompute_activations = false;
+    bool checkpoint_activations = false;
+    std::optional<int64_t> checkpoint_num_layers;
+    std::string activations_checkpoint_method;
+    std::optional<int64_t> activations_checkpoint_num_layers;
+    bool use_rotary_position_embeddings = false;
+    std::optional<int64_t> num_key_value_heads;
+    bool no_pipeline_parallel = false;
+  } spellings;
   bool was_given(std::string_view flag) const { return given.contains(flag); }
 };
+
+// Megatron-DeepSpeed's spellings (its validate_args and model code): lower-case norm names;
+// key/value heads counted as heads; no pipeline engine, which only pipeline size 1 allows; and
+// Megatron's old RoPE switch.
+void resolve_other_spellings(CommandLine& line) {
+  TrainingArguments& arguments = line.arguments;
+  const CommandLine::Spellings& spellings = line.spellings;
+  if (arguments.normalization == "layernorm") arguments.normalization = "LayerNorm";
+  if (arguments.normalization == "rmsnorm") arguments.normalization = "RMSNorm";
+  if (spellings.num_key_value_heads) {
+    if (line.was_given("--num-query-groups") &&
+        arguments.num_query_groups != *spellings.num_key_value_heads) {
+      common::fail("--num-key-value-heads {} and --num-query-groups {} disagree: they are the "
+                   "same setting (Megatron-DeepSpeed's name and Megatron-LM's); give one",
+                   *spellings.num_key_value_heads, arguments.num_query_groups);
+    }
+    if (*spellings.num_key_value_heads != arguments.num_attention_heads) {
+      arguments.group_query_attention = true;
+      arguments.num_query_groups = *spellings.num_key_value_heads;
+    }
+  }
+  if (spellings.no_pipeline_parallel && arguments.pipeline_model_parallel_size != 1) {
+    common::fail("--no-pipeline-parallel with --pipeline-model-parallel-size {}: Megatron-DeepSpeed "
+                 "requires size 1 then", arguments.pipeline_model_parallel_size);
+  }
+  // Megatron's validate_args: the old RoPE switch sets the type, whatever else was given.
+  if (spellings.use_rotary_position_embeddings) arguments.position_embedding_type = "rope";
+}
+
+// --recompute-activations, and the full recompute's old spellings.
+void resolve_recompute_spellings(CommandLine& line) {
+  TrainingArguments& arguments = line.arguments;
+  const CommandLine::Spellings& spellings = line.spellings;
+  if (spellings.recompute_activations) arguments.recompute_granularity = "selective";
+  // The full recompute's old spellings: older Megatron's --activations-checkpoint-method M
+  // with --activations-checkpoint-num-layers N (August 2021 to May 2022, before the
+  // --recompute-* names), where --checkpoint-activations set the method uniform; and
+  // Megatron-DeepSpeed's --checkpoint-activations with --checkpoint-num-layers N. Each is
+  // --recompute-granularity full --recompute-method M --recompute-num-layers N, N 1 by default.
+  std::string old_method_flag = "--activations-checkpoint-method";
+  std::string old_method = spellings.activations_checkpoint_method;
+  if (spellings.checkpoint_activations) {
+    if (!old_method.empty() && old_method != "uniform") {
+      common::fail("--checkpoint-activations is --activations-checkpoint-method uniform, but "
+                   "--activations-checkpoint-method {} is given too: give one of them",
+                   old_method);
+    }
+    if (old_method.empty()) old_method_flag = "--checkpoint-activations";
+    old_method = "uniform";
+  }
+  std::optional<int64_t> old_num_layers = spellings.checkpoint_num_layers;
+  const char* old_num_layers_flag = "--checkpoint-num-layers";
+  if (spellings.activations_checkpoint_num_layers) {
+    if (spellings.checkpoint_num_layers &&
+        *spellings.checkpoint_num_layers != *spellings.activations_checkpoint_num_layers) {
+      common::fail("--checkpoint-num-layers {} and --activations-checkpoint-num-layers {} "
+                   "disagree: they are the same setting (Megatron-DeepSpeed's name and older "
+                   "Megatron's); give one",
+                   *spellings.checkpoint_num_layers, *spellings.activations_checkpoint_num_layers);
+    }
+    old_num_layers = spellings.activations_checkpoint_num_layers;
+    old_num_layers_flag = "--activations-checkpoint-num-layers";
+  }
+  if (old_num_layers && old_method.empty()) {
+    common::fail("{} {} needs --checkpoint-activations or --activations-checkpoint-method uniform|"
+                 "block (or use --recompute-granularity full --recompute-method uniform "
+                 "--recompute-num-layers N)", old_num_layers_flag, *old_num_layers);
+  }
+  if (!old_method.empty()) {
+    if (!arguments.recompute_granularity.empty() || !arguments.recompute_method.empty() ||
+        arguments.recompute_num_layers) {
+      common::fail("{} is the old spelling of --recompute-granularity full --recompute-method {}: "
+                   "give one or the other, not both", old_method_flag, old_method);
+    }
+    arguments.recompute_granularity = "full";
+    arguments.recompute_method = old_method;
+    arguments.recompute_num_layers = old_num_layers.value_or(1);
+  }
+}
 
 // Step 1, the flags: CLI11 over the words (abbreviations written out), the shared value rules,
 // the refusals of what is not built, and the old spellings resolved. Reads nothing but argv;
@@ -313,358 +751,50 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
   // option registered) and before CLI11 parses, which checks required options: the shape's
   // options are collected here and made required then.
   std::vector<CLI::Option*> shape_options;
-  auto required_flag = [&](CLI::Option* option) { shape_options.push_back(option); };
   auto* model = "Model";
-  required_flag(app.add_option("--num-layers", arguments.num_layers, "Number of transformer layers")
-                    ->group(model));
-  required_flag(app.add_option("--hidden-size", arguments.hidden_size, "Transformer hidden size")
-                    ->group(model));
-  app.add_option("--ffn-hidden-size", arguments.ffn_hidden_size, "MLP hidden size (default 4 × hidden)")
-      ->group(model);
-  required_flag(app.add_option("--num-attention-heads", arguments.num_attention_heads, "Attention heads")
-                    ->group(model));
-  required_flag(app.add_option("--seq-length,--encoder-seq-length", arguments.seq_length,
-                               "Sequence length (--encoder-seq-length: Megatron's other name "
-                               "for it in a GPT model)")
-                    ->group(model));
-  app.add_option("--max-position-embeddings", arguments.max_position_embeddings,
-                 "Rows of the position table (default: --seq-length)")->group(model);
-  app.add_option("--make-vocab-size-divisible-by", arguments.make_vocab_size_divisible_by,
-                 "Pad the vocabulary to a multiple of this")->group(model);
-  app.add_option("--init-method-std", arguments.init_method_std, "Std of the normal init")
-      ->group(model);
-  app.add_option("--norm-epsilon,--layernorm-epsilon", arguments.norm_epsilon,
-                 "Epsilon of LayerNorm and RMSNorm (--layernorm-epsilon: the old name)")
-      ->group(model);
-  app.add_option("--hidden-dropout", arguments.hidden_dropout, "Dropout after attention/MLP")
-      ->group(model);
-  app.add_option("--attention-dropout", arguments.attention_dropout, "Dropout on attention probs")
-      ->group(model);
-  app.add_option("--position-embedding-type", arguments.position_embedding_type,
-                 "learned_absolute or rope")
-      ->group(model);
-  app.add_option("--rotary-base,--rotary-position-embeddings-theta", arguments.rotary_base,
-                 "RoPE base period (--rotary-position-embeddings-theta: Megatron-DeepSpeed's name)")
-      ->group(model);
-  app.add_option("--rotary-percent", arguments.rotary_percent,
-                 "Share of each head's features that RoPE rotates")->group(model);
-  app.add_flag("--use-rope-scaling", arguments.use_rope_scaling,
-               "Llama 3.x's RoPE frequency scaling (low frequencies divided by the factor)")
-      ->group(model);
-  app.add_option("--rope-scaling-factor", arguments.rope_scaling_factor,
-                 "Llama 3.x's RoPE scaling factor (with --use-rope-scaling)")
-      ->group(model)->default_str("8.0");
-  app.add_option("--normalization", arguments.normalization, "LayerNorm or RMSNorm")
-      ->group(model);
-  app.add_flag("--apply-layernorm-1p", arguments.apply_layernorm_1p,
-               "LayerNorm weights stored as gamma - 1, initialised to 0 (NeMo's layernorm1p)")
-      ->group(model);
-  app.add_flag("--swiglu", arguments.swiglu, "SwiGLU MLP (linear_fc1 gives 2 × ffn features)")
-      ->group(model);
-  // Attention is fused on every device (blockwise on the CPU, FlashAttention-2-style kernels
-  // on the GPU), never s × s scores. On the GPU the flag picks the tensor-core kernel for bf16
-  // (ops/attention.hpp's flash_attention_*) over the CUDA-core one.
-  app.add_flag("--use-flash-attn,--use-flash-attn-v2", arguments.use_flash_attn,
-               "fused attention on tensor cores on the GPU with --bf16 (head dims 64, 128); "
-               "attention is fused, no s×s scores, on every device either way")
-      ->group(model);
-  app.add_flag("--disable-bias-linear{false}", arguments.add_bias_linear,
-               "No biases on linear_qkv, linear_proj, linear_fc1, linear_fc2")->group(model);
-  app.add_flag("--untie-embeddings-and-output-weights",
-               arguments.untie_embeddings_and_output_weights,
-               "A separate output_layer.weight instead of the word embedding")->group(model);
-  app.add_flag("--group-query-attention", arguments.group_query_attention,
-               "Grouped-query attention with --num-query-groups key/value heads")->group(model);
-  app.add_option("--num-query-groups", arguments.num_query_groups,
-                 "Key/value heads with --group-query-attention")->group(model);
-  bool recompute_activations = false;
-  app.add_flag("--recompute-activations", recompute_activations,
+  add_flag_rows<TrainingArguments>(app, arguments, kModelFlags, model, &shape_options);
+  CommandLine::Spellings& spellings = line.spellings;
+  app.add_flag("--recompute-activations", spellings.recompute_activations,
                "Selective recompute (same as --recompute-granularity selective)")->group(model);
-  app.add_option("--recompute-granularity", arguments.recompute_granularity,
-                 "selective (attention core) or full (whole layers)")
-      ->group(model);
-  app.add_option("--recompute-method", arguments.recompute_method,
-                 "Full recompute: uniform (chunks of N layers) or block (the first N layers)")
-      ->group(model);
-  app.add_option("--recompute-num-layers", arguments.recompute_num_layers,
-                 "Full recompute: N of --recompute-method")->group(model);
+  add_flag_rows<TrainingArguments>(app, arguments, kRecomputeFlags, model);
 
   // Megatron-DeepSpeed's and older Megatron's spellings, as the published scripts use them.
   auto* legacy = "Megatron-DeepSpeed and older Megatron";
-  bool checkpoint_activations = false;
-  app.add_flag("--checkpoint-activations", checkpoint_activations,
+  app.add_flag("--checkpoint-activations", spellings.checkpoint_activations,
                "Full recompute, as --recompute-granularity full --recompute-method uniform")
       ->group(legacy);
-  std::optional<int64_t> checkpoint_num_layers;
-  app.add_option("--checkpoint-num-layers", checkpoint_num_layers,
+  app.add_option("--checkpoint-num-layers", spellings.checkpoint_num_layers,
                  "Layers per recompute chunk with --checkpoint-activations (default 1)")
       ->group(legacy);
-  std::string activations_checkpoint_method;
-  app.add_option("--activations-checkpoint-method", activations_checkpoint_method,
+  app.add_option("--activations-checkpoint-method", spellings.activations_checkpoint_method,
                  "Older Megatron's full recompute: uniform or block, as --recompute-granularity "
                  "full --recompute-method")
       ->group(legacy);
-  std::optional<int64_t> activations_checkpoint_num_layers;
-  app.add_option("--activations-checkpoint-num-layers", activations_checkpoint_num_layers,
+  app.add_option("--activations-checkpoint-num-layers",
+                 spellings.activations_checkpoint_num_layers,
                  "N of --activations-checkpoint-method (default 1): --recompute-num-layers")
       ->group(legacy);
-  app.add_option("--data-impl", arguments.data_impl,
-                 "mmap or infer: the .bin/.idx reader (lazy and cached are not built)")
-      ->group(legacy);
-  app.add_option("--distributed-backend", arguments.distributed_backend,
-                 "nccl or gloo: recorded; CPU ranks talk over Open MPI")
-      ->group(legacy);
-  app.add_option("--DDP-impl", arguments.ddp_impl,
-                 "local or torch: recorded; gradients are summed after the backward either way")
-      ->group(legacy);
-  DeepSpeedFlags& deepspeed = line.deepspeed;
-  app.add_flag("--deepspeed", deepspeed.deepspeed,
-               "Megatron-DeepSpeed: read --deepspeed_config (ZeRO 1/2 → the distributed optimizer)")
-      ->group(legacy);
-  app.add_option("--deepspeed_config", deepspeed.config_file,
-                 "DeepSpeed's JSON configuration, mapped (docs/parallelism.md)")
-      ->group(legacy);
-  app.add_option("--zero-stage", deepspeed.zero_stage, "ZeRO stage (0, 1, 2, 3)")
-      ->group(legacy);
+  add_flag_rows<TrainingArguments>(app, arguments, kLegacyFlags, legacy);
+  add_flag_rows<DeepSpeedFlags>(app, line.deepspeed, kDeepSpeedFlags, legacy);
 
-  auto* data = "Data and tokenizer";
-  app.add_option("--tokenizer-type", arguments.tokenizer_type,
-                 "GPT2BPETokenizer, NullTokenizer, Llama2Tokenizer, GPTSentencePieceTokenizer, "
-                 "SentencePieceTokenizer or HuggingFaceTokenizer")
-      ->group(data);
-  app.add_option("--vocab-size", arguments.vocab_size, "Vocabulary size (NullTokenizer)")
-      ->group(data);
-  app.add_option("--vocab-file", arguments.vocab_file, "GPT-2 vocab.json")->group(data);
-  app.add_option("--merge-file", arguments.merge_file, "GPT-2 merges.txt")->group(data);
-  app.add_option("--tokenizer-model", arguments.tokenizer_model,
-                 "SentencePiece model (Llama 2's tokenizer.model), or HuggingFaceTokenizer's "
-                 "tokenizer.json directory")->group(data);
-  app.add_flag("--mock-data", arguments.mock_data, "Synthetic tokens, for benchmarks and tests")
-      ->group(data);
-  app.add_option("--data-path", arguments.data_path,
-                 "Dataset prefix, or weighted blend: weight prefix weight prefix ...")
-      ->group(data)->expected(1, -1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--data-args-path", arguments.data_args_path,
-                 "A file holding what --data-path would (for long blends)")->group(data);
-  app.add_option("--data-file-list,--data-path-file", arguments.data_file_list,
-                 "A file with one \"weight prefix\" or \"weight prefix corpus\" per line, # "
-                 "comments (Megatron-DeepSpeed's ALCF fork)")
-      ->group(data);
-  app.add_option("--split", arguments.split,
-                 "Train,validation,test shares of each dataset's sequences (default 969, 30, 1)")
-      ->group(data);
-  for (auto [flag, target, what] :
-       {std::tuple{"--train-data-path", &arguments.train_data_path, "training"},
-        std::tuple{"--valid-data-path", &arguments.valid_data_path, "validation"},
-        std::tuple{"--test-data-path", &arguments.test_data_path, "test"}}) {
-    app.add_option(flag, *target, fmt::format("The {} split's own prefix or blend", what))
-        ->group(data)->expected(1, -1)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  }
-  app.add_option("--per-split-data-args-path", arguments.per_split_data_args_path,
-                 "A JSON file {\"train\": [...], \"valid\": [...], \"test\": [...]} of per-split blends")
-      ->group(data);
-  app.add_option("--data-cache-path", arguments.data_cache_path,
-                 "Directory for the cached index arrays (default: next to each dataset)")->group(data);
-  app.add_option("--num-dataset-builder-threads", arguments.num_dataset_builder_threads,
-                 "Datasets of a blend indexed at once (default 0: one per core)")->group(data);
-  app.add_flag("--eod-mask-loss", arguments.eod_mask_loss,
-               "Leave out of the loss the positions whose input token is the end of document")
-      ->group(data);
-  app.add_flag("--calculate-per-token-loss", arguments.calculate_per_token_loss,
-               "Average the loss over the global batch's scored tokens, not per micro batch")
-      ->group(data);
-
-  auto* training = "Training";
-  auto* micro_batch_size =
-      app.add_option("--micro-batch-size", arguments.micro_batch_size, "Samples per micro batch")
-          ->group(training);
+  add_flag_rows<TrainingArguments>(app, arguments, kDataFlags, "Data and tokenizer");
+  add_flag_rows<TrainingArguments>(app, arguments, kTrainingFlags, "Training");
   // The server batches its requests' prompts itself (--max-batch-size).
   if (server) {
     arguments.micro_batch_size = 1;
   } else {
-    micro_batch_size->required();
+    app.get_option("--micro-batch-size")->required();
   }
-  app.add_option("--global-batch-size", arguments.global_batch_size,
-                 "Samples per iteration (gradient accumulation)")->group(training);
-  app.add_option("--train-iters", arguments.train_iters, "Iterations to train")->group(training);
-  app.add_option("--train-samples", arguments.train_samples,
-                 "Samples to train (sample-based training, instead of --train-iters)")
-      ->group(training);
-  app.add_option("--rampup-batch-size", arguments.rampup_batch_size,
-                 "START INCREMENT SAMPLES: grow the global batch from START by INCREMENT over "
-                 "SAMPLES samples (with --train-samples)")
-      ->group(training)->expected(3)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--seed", arguments.seed, "Random seed")->group(training);
-  app.add_option("--tensor-model-parallel-size", arguments.tensor_model_parallel_size, "TP size")
-      ->group(training);
-  app.add_option("--pipeline-model-parallel-size", arguments.pipeline_model_parallel_size,
-                 "PP size")->group(training);
-  app.add_option("--num-layers-per-virtual-pipeline-stage",
-                 arguments.num_layers_per_virtual_pipeline_stage,
-                 "Layers per model chunk: the interleaved pipeline schedule")
-      ->group(training);
-  app.add_option("--distributed-timeout-minutes", arguments.distributed_timeout_minutes,
-                 "End the job when a collective waits longer than this for the other ranks "
-                 "(fractions allowed)")
-      ->group(training);
-  app.add_flag("--overlap-grad-reduce", arguments.overlap_grad_reduce,
-               "Start each bucket's data-parallel gradient all-reduce during the backward")
-      ->group(training);
-  app.add_flag("--overlap-param-gather", arguments.overlap_param_gather,
-               "Overlap the distributed optimizer's parameter all-gather (accepted; not yet "
-               "overlapped)")
-      ->group(training);
-  app.add_flag("--sequence-parallel", arguments.sequence_parallel,
-               "Shard the residual stream (norms, dropout) over the tensor-parallel ranks")
-      ->group(training);
-  app.add_flag("--use-distributed-optimizer", arguments.use_distributed_optimizer,
-               "Shard the optimizer state and update over the data-parallel ranks (ZeRO-1)")
-      ->group(training);
-  app.add_flag("--bf16", arguments.bf16, "bf16 mixed precision (CUDA path)")->group(training);
-  app.add_flag("--fp16", arguments.fp16, "fp16 mixed precision (CUDA path)")->group(training);
-  app.add_option("--loss-scale", arguments.loss_scale,
-                 "Constant loss scale with --fp16/--bf16 (default: dynamic with --fp16)")
-      ->group(training);
-  app.add_option("--initial-loss-scale", arguments.initial_loss_scale,
-                 "Dynamic loss scaling's first scale")
-      ->group(training)->default_str("4294967296");  // 2^32, not CLI11's 4.29497e+09
-  app.add_option("--min-loss-scale", arguments.min_loss_scale,
-                 "Dynamic loss scaling's floor")->group(training);
-  app.add_option("--loss-scale-window", arguments.loss_scale_window,
-                 "Clean iterations before the dynamic scale doubles")->group(training);
-  app.add_option("--hysteresis", arguments.hysteresis,
-                 "Overflows (since the last growth) before the dynamic scale halves")
-      ->group(training);
-  app.add_option("--device", arguments.device, "auto, cpu or cuda (not a Megatron flag)")
-      ->group(training);
-
-  auto* optimizer = "Optimizer and learning rate";
-  auto* learning_rate = app.add_option("--lr", arguments.lr, "Peak learning rate")->group(optimizer);
-  if (!evaluation) learning_rate->required();
-  app.add_option("--min-lr", arguments.min_lr, "Minimum learning rate")->group(optimizer);
-  app.add_option("--lr-decay-style", arguments.lr_decay_style,
-                 "constant, linear, cosine, inverse-square-root or WSD")
-      ->group(optimizer);
-  app.add_option("--lr-warmup-iters", arguments.lr_warmup_iters, "Linear warmup iterations")
-      ->group(optimizer);
-  app.add_option("--lr-warmup-samples", arguments.lr_warmup_samples,
-                 "Linear warmup samples (sample-based training)")->group(optimizer);
-  app.add_option("--lr-warmup-fraction", arguments.lr_warmup_fraction,
-                 "Warmup as a fraction of the decay steps")->group(optimizer);
-  app.add_option("--lr-decay-iters", arguments.lr_decay_iters, "Decay iterations (default: train)")
-      ->group(optimizer);
-  app.add_option("--lr-decay-samples", arguments.lr_decay_samples,
-                 "Decay samples (sample-based training; default: --train-samples)")->group(optimizer);
-  app.add_option("--lr-wsd-decay-style", arguments.lr_wsd_decay_style,
-                 "WSD's final decay: exponential, linear, cosine or minus_sqrt")
-      ->group(optimizer);
-  app.add_option("--lr-wsd-decay-iters", arguments.lr_wsd_decay_iters,
-                 "Iterations of WSD's final decay")->group(optimizer);
-  app.add_option("--lr-wsd-decay-samples", arguments.lr_wsd_decay_samples,
-                 "Samples of WSD's final decay (sample-based training)")->group(optimizer);
-  app.add_option("--lr-warmup-init", arguments.lr_warmup_init, "Learning rate at warmup start")
-      ->group(optimizer);
-  app.add_option("--weight-decay", arguments.weight_decay, "AdamW decoupled weight decay")
-      ->group(optimizer);
-  app.add_option("--start-weight-decay", arguments.start_weight_decay,
-                 "Weight decay at the start (with --weight-decay-incr-style linear/cosine)")
-      ->group(optimizer);
-  app.add_option("--end-weight-decay", arguments.end_weight_decay,
-                 "Weight decay at the end of training")->group(optimizer);
-  app.add_option("--weight-decay-incr-style", arguments.weight_decay_incr_style,
-                 "constant, linear or cosine")
-      ->group(optimizer);
-  app.add_option("--clip-grad", arguments.clip_grad, "Clip gradients to this global norm")
-      ->group(optimizer);
-  app.add_option("--adam-beta1", arguments.adam_beta1, "Adam beta1")->group(optimizer);
-  app.add_option("--adam-beta2", arguments.adam_beta2, "Adam beta2")->group(optimizer);
-  app.add_option("--adam-eps", arguments.adam_eps, "Adam epsilon")->group(optimizer);
+  add_flag_rows<TrainingArguments>(app, arguments, kOptimizerFlags,
+                                   "Optimizer and learning rate");
+  if (!evaluation) app.get_option("--lr")->required();
 
   auto* logging = "Evaluation, logging, checkpoints";
-  app.add_option("--eval-interval", arguments.eval_interval, "Validate every N iterations")
-      ->group(logging);
-  app.add_option("--eval-iters", arguments.eval_iters, "Iterations per validation/test pass")
-      ->group(logging);
-  app.add_option("--log-interval", arguments.log_interval, "Print every N iterations")
-      ->group(logging);
-  app.add_option("--save", arguments.save, "Checkpoint directory to write")->group(logging);
-  app.add_option("--load", arguments.load, "Checkpoint directory to read")->group(logging);
-  app.add_option("--pretrained-checkpoint", arguments.pretrained_checkpoint,
-                 "When --load holds no checkpoint: start from this checkpoint's weights, as "
-                 "--finetune (Megatron's finetuning flag)")
-      ->group(logging);
-  app.add_option("--benchmark-output", arguments.benchmark_output,
-                 "Write step time, tokens/s, TFLOP/s, MFU and memory as JSON (not a Megatron flag)")
-      ->group(logging);
-  app.add_flag("--log-throughput", arguments.log_throughput,
-               "Print TFLOP/s per GPU in the iteration line (and tokens/s, MFU on a line of its own)")
-      ->group(logging);
-  app.add_option("--tensorboard-dir", arguments.tensorboard_dir,
-                 "Write TensorBoard event files into this directory")->group(logging);
-  app.add_option("--tensorboard-log-interval", arguments.tensorboard_log_interval,
-                 "Write training scalars to TensorBoard every N iterations")->group(logging);
-  app.add_option("--tensorboard-queue-size", arguments.tensorboard_queue_size,
-                 "Events kept in memory before they are written out")->group(logging);
-  app.add_flag("--log-params-norm", arguments.log_params_norm,
-               "Also log the parameters' L2 norm after each update")
-      ->group(logging);
-  app.add_flag("--log-num-zeros-in-grad", arguments.log_num_zeros_in_grad,
-               "Also log how many gradient elements are zero")
-      ->group(logging);
-  app.add_flag("--log-timers-to-tensorboard", arguments.log_timers_to_tensorboard,
-               "Also write iteration-time (and throughput with --log-throughput)")->group(logging);
+  add_flag_rows<TrainingArguments>(app, arguments, kLoggingFlags, logging);
   app.add_flag_callback("--no-log-loss-scale-to-tensorboard",
                         [&arguments] { arguments.log_loss_scale_to_tensorboard = false; },
                         "Do not write loss-scale")->group(logging);
-  app.add_flag("--log-validation-ppl-to-tensorboard", arguments.log_validation_ppl_to_tensorboard,
-               "Also write the validation perplexity")->group(logging);
-  app.add_flag("--log-world-size-to-tensorboard", arguments.log_world_size_to_tensorboard,
-               "Also write world-size")->group(logging);
-  app.add_flag("--log-memory-to-tensorboard", arguments.log_memory_to_tensorboard,
-               "Also write the device's memory: mem-reserved-bytes, mem-allocated-bytes, "
-               "mem-max-allocated-bytes, mem-allocated-count")->group(logging);
-  app.add_option("--log-dir", arguments.log_dir,
-                 "Write cmd-args.log and hparams.yaml here, as NeMo's exp_manager (not a Megatron "
-                 "flag)")->group(logging);
-
-  // Checkpointing (backend/ckpt): Megatron's _add_checkpointing_args, with --save/--load above.
-  app.add_option("--save-interval", arguments.save_interval,
-                 "Save a checkpoint every N iterations (with --save)")->group(logging);
-  app.add_option("--exit-interval", arguments.exit_interval,
-                 "Exit after the iteration divisible by N, saving first (with --save)")
-      ->group(logging);
-  app.add_option("--exit-duration-in-mins", arguments.exit_duration_in_mins,
-                 "Exit, saving first (with --save), after the iteration that ends more than N "
-                 "minutes after the start")
-      ->group(logging);
-  app.add_flag("--exit-signal-handler", arguments.exit_signal_handler,
-               "On SIGTERM (or --exit-signal), save a checkpoint (with --save) after the "
-               "iteration and exit")
-      ->group(logging);
-  app.add_option("--exit-signal", arguments.exit_signal,
-                 "The signal --exit-signal-handler takes: SIGTERM, SIGINT, SIGHUP, SIGUSR1 or "
-                 "SIGUSR2 (sbatch --signal=USR1@300 gives notice before the time limit's SIGTERM)")
-      ->group(logging);
-  app.add_flag("--exit-on-missing-checkpoint", arguments.exit_on_missing_checkpoint,
-               "With --load: stop with an error when it holds no checkpoint, instead of "
-               "training from scratch")
-      ->group(logging);
-  app.add_flag("--finetune", arguments.finetune,
-               "Load the weights only: iteration 0, no optimizer or RNG state")->group(logging);
-  app.add_flag("--no-load-optim", arguments.no_load_optim,
-               "Do not load the optimizer and scheduler state")->group(logging);
-  app.add_flag("--no-load-rng", arguments.no_load_rng, "Do not load the RNG (dropout) state")
-      ->group(logging);
-  app.add_flag("--no-save-optim", arguments.no_save_optim,
-               "Do not save the optimizer and scheduler state")->group(logging);
-  app.add_flag("--no-save-rng", arguments.no_save_rng, "Do not save the RNG (dropout) state")
-      ->group(logging);
-  app.add_flag("--override-opt_param-scheduler", arguments.override_opt_param_scheduler,
-               "On load, keep the schedule the flags give (only the step count is loaded)")
-      ->group(logging);
-  app.add_flag("--use-checkpoint-opt_param-scheduler", arguments.use_checkpoint_opt_param_scheduler,
-               "On load, take the schedule from the checkpoint, whatever the flags say")
-      ->group(logging);
+  add_flag_rows<TrainingArguments>(app, arguments, kCheckpointAndExitFlags, logging);
 
   if (!evaluation) {
     // Ours: the launcher's training jobs pass it (launcher/stages/training_stage.cpp).
@@ -680,9 +810,7 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
   if (evaluation && !server) {
     add_flag_rows<TaskArguments>(app, arguments.tasks, kTaskFlags, "Tasks");
   }
-  app.add_flag("--use-checkpoint-args", arguments.use_checkpoint_args,
-               "The model's shape and tokenizer type from the --load checkpoint")
-      ->group(logging);
+  add_flag_rows<TrainingArguments>(app, arguments, kCheckpointArgumentsFlags, logging);
   if (server) add_flag_rows<ServingArguments>(app, arguments.serving, kServingFlags, "Server");
 
   // Megatron's (and Megatron-DeepSpeed's) flags that change nothing here, other spellings of
@@ -696,8 +824,7 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
     app.add_option(entry.flag, values_without_effect[entry.flag], entry.reason)
         ->group(compatibility);
   }
-  bool use_rotary_position_embeddings = false;
-  app.add_flag("--use-rotary-position-embeddings", use_rotary_position_embeddings,
+  app.add_flag("--use-rotary-position-embeddings", spellings.use_rotary_position_embeddings,
                "Megatron's old spelling of --position-embedding-type rope")
       ->group(compatibility);
   app.add_flag("--no-position-embedding", line.no_position_embedding,
@@ -712,13 +839,11 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
   app.add_option("--kv-channels", line.kv_channels,
                  "Head dimension: --hidden-size / --num-attention-heads, the only one built")
       ->group(compatibility);
-  std::optional<int64_t> num_key_value_heads;
-  app.add_option("--num-key-value-heads", num_key_value_heads,
+  app.add_option("--num-key-value-heads", spellings.num_key_value_heads,
                  "Megatron-DeepSpeed's grouped-query attention: --group-query-attention "
                  "--num-query-groups N (N = --num-attention-heads: plain multi-head)")
       ->group(compatibility);
-  bool no_pipeline_parallel = false;
-  app.add_flag("--no-pipeline-parallel", no_pipeline_parallel,
+  app.add_flag("--no-pipeline-parallel", spellings.no_pipeline_parallel,
                "Megatron-DeepSpeed's switch off its pipeline engine: what "
                "--pipeline-model-parallel-size 1 is here")
       ->group(compatibility);
@@ -761,82 +886,19 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
         "--seq-length and --encoder-seq-length are the same setting in a GPT model: "
         "give one of them");
   }
-  // Megatron-DeepSpeed's spellings (its validate_args and model code): lower-case norm names;
-  // key/value heads counted as heads; no pipeline engine, which only pipeline size 1 allows.
-  if (arguments.normalization == "layernorm") arguments.normalization = "LayerNorm";
-  if (arguments.normalization == "rmsnorm") arguments.normalization = "RMSNorm";
-  if (num_key_value_heads) {
-    if (app.count("--num-query-groups") > 0 && arguments.num_query_groups != *num_key_value_heads) {
-      common::fail("--num-key-value-heads {} and --num-query-groups {} disagree: they are the "
-                   "same setting (Megatron-DeepSpeed's name and Megatron-LM's); give one",
-                   *num_key_value_heads, arguments.num_query_groups);
-    }
-    if (*num_key_value_heads != arguments.num_attention_heads) {
-      arguments.group_query_attention = true;
-      arguments.num_query_groups = *num_key_value_heads;
-    }
-  }
-  if (no_pipeline_parallel && arguments.pipeline_model_parallel_size != 1) {
-    common::fail("--no-pipeline-parallel with --pipeline-model-parallel-size {}: Megatron-DeepSpeed "
-                 "requires size 1 then", arguments.pipeline_model_parallel_size);
-  }
-  // Megatron's validate_args: the old RoPE switch sets the type, whatever else was given.
-  if (use_rotary_position_embeddings) arguments.position_embedding_type = "rope";
-  for (const DefaultOnlyFlag& entry : kDefaultOnlyFlags) {
-    const std::string& value = default_only_values[entry.flag];
-    if (value != entry.built) common::fail("{} {}: {}", entry.flag, value, entry.refusal);
-  }
-  if (recompute_activations) arguments.recompute_granularity = "selective";
-  // The full recompute's old spellings: older Megatron's --activations-checkpoint-method M
-  // with --activations-checkpoint-num-layers N (August 2021 to May 2022, before the
-  // --recompute-* names), where --checkpoint-activations set the method uniform; and
-  // Megatron-DeepSpeed's --checkpoint-activations with --checkpoint-num-layers N. Each is
-  // --recompute-granularity full --recompute-method M --recompute-num-layers N, N 1 by default.
-  std::string old_method_flag = "--activations-checkpoint-method";
-  std::string old_method = activations_checkpoint_method;
-  if (checkpoint_activations) {
-    if (!old_method.empty() && old_method != "uniform") {
-      common::fail("--checkpoint-activations is --activations-checkpoint-method uniform, but "
-                   "--activations-checkpoint-method {} is given too: give one of them",
-                   old_method);
-    }
-    if (old_method.empty()) old_method_flag = "--checkpoint-activations";
-    old_method = "uniform";
-  }
-  std::optional<int64_t> old_num_layers = checkpoint_num_layers;
-  const char* old_num_layers_flag = "--checkpoint-num-layers";
-  if (activations_checkpoint_num_layers) {
-    if (checkpoint_num_layers && *checkpoint_num_layers != *activations_checkpoint_num_layers) {
-      common::fail("--checkpoint-num-layers {} and --activations-checkpoint-num-layers {} "
-                   "disagree: they are the same setting (Megatron-DeepSpeed's name and older "
-                   "Megatron's); give one",
-                   *checkpoint_num_layers, *activations_checkpoint_num_layers);
-    }
-    old_num_layers = activations_checkpoint_num_layers;
-    old_num_layers_flag = "--activations-checkpoint-num-layers";
-  }
-  if (old_num_layers && old_method.empty()) {
-    common::fail("{} {} needs --checkpoint-activations or --activations-checkpoint-method uniform|"
-                 "block (or use --recompute-granularity full --recompute-method uniform "
-                 "--recompute-num-layers N)", old_num_layers_flag, *old_num_layers);
-  }
-  if (!old_method.empty()) {
-    if (!arguments.recompute_granularity.empty() || !arguments.recompute_method.empty() ||
-        arguments.recompute_num_layers) {
-      common::fail("{} is the old spelling of --recompute-granularity full --recompute-method {}: "
-                   "give one or the other, not both", old_method_flag, old_method);
-    }
-    arguments.recompute_granularity = "full";
-    arguments.recompute_method = old_method;
-    arguments.recompute_num_layers = old_num_layers.value_or(1);
-  }
   for (const CLI::Option* option : app.get_options()) {
     if (option->count() == 0) continue;
     for (const std::string& name : option->get_lnames()) line.given.insert("--" + name);
   }
-  deepspeed.clip_grad_given = line.was_given("--clip-grad");
-  deepspeed.global_batch_size_given = line.was_given("--global-batch-size");
-  deepspeed.micro_batch_size_given = line.was_given("--micro-batch-size");
+  line.deepspeed.clip_grad_given = line.was_given("--clip-grad");
+  line.deepspeed.global_batch_size_given = line.was_given("--global-batch-size");
+  line.deepspeed.micro_batch_size_given = line.was_given("--micro-batch-size");
+  resolve_other_spellings(line);
+  for (const DefaultOnlyFlag& entry : kDefaultOnlyFlags) {
+    const std::string& value = default_only_values[entry.flag];
+    if (value != entry.built) common::fail("{} {}: {}", entry.flag, value, entry.refusal);
+  }
+  resolve_recompute_spellings(line);
   return line;
 }
 
@@ -1157,158 +1219,25 @@ void validate_arguments(TrainingArguments& arguments) {
 }
 
 std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
+  std::map<std::string, std::string> values;
+  const std::span<const FlagRow<TrainingArguments>> tables[] = {
+      kModelFlags,     kRecomputeFlags, kLegacyFlags,           kDataFlags,
+      kTrainingFlags,  kOptimizerFlags, kLoggingFlags,          kCheckpointAndExitFlags,
+      kCheckpointArgumentsFlags};
+  for (const auto table : tables) dump_flag_rows<TrainingArguments>(a, table, values);
+  // What no flag sets by itself: the DeepSpeed configuration's mapping, the launch, and the
+  // values Megatron prints its own way.
   auto python = [](bool value) -> std::string { return value ? "True" : "False"; };
-  auto optional = [](const auto& value) -> std::string {
-    return value ? fmt::format("{}", *value) : "None";
-  };
-  auto path = [](const std::string& value) -> std::string { return value.empty() ? "None" : value; };
-  auto positive_or_none = [](int64_t value) -> std::string {
-    return value > 0 ? fmt::format("{}", value) : "None";
-  };
-  // Megatron keeps --rampup-batch-size as the strings given: ['16', '16', '1000'].
-  std::string rampup = "None";
-  if (!a.rampup_batch_size.empty()) {
-    std::vector<std::string> quoted;
-    for (int64_t value : a.rampup_batch_size) quoted.push_back(fmt::format("'{}'", value));
-    rampup = fmt::format("[{}]", fmt::join(quoted, ", "));
-  }
-  const bool sample_based = a.train_samples > 0;
-  // Megatron keeps nargs='*' flags as lists of strings: ['0.3', 'a', '0.7', 'b'].
-  auto word_list = [](const std::vector<std::string>& words) -> std::string {
-    if (words.empty()) return "None";
-    std::vector<std::string> quoted;
-    for (const auto& word : words) quoted.push_back(fmt::format("'{}'", word));
-    return fmt::format("[{}]", fmt::join(quoted, ", "));
-  };
-  std::map<std::string, std::string> values{
-      {"data_path", word_list(a.data_path)},
-      {"data_args_path", path(a.data_args_path)},
-      {"data_file_list", path(a.data_file_list)},
-      {"split", path(a.split)},
-      {"train_data_path", word_list(a.train_data_path)},
-      {"valid_data_path", word_list(a.valid_data_path)},
-      {"test_data_path", word_list(a.test_data_path)},
-      {"per_split_data_args_path", path(a.per_split_data_args_path)},
-      {"data_cache_path", path(a.data_cache_path)},
-      {"num_dataset_builder_threads", fmt::format("{}", a.num_dataset_builder_threads)},
-      {"adam_beta1", fmt::format("{}", a.adam_beta1)},
-      {"adam_beta2", fmt::format("{}", a.adam_beta2)},
-      {"adam_eps", fmt::format("{}", a.adam_eps)},
-      {"attention_dropout", fmt::format("{}", a.attention_dropout)},
-      {"bf16", a.bf16 ? "True" : "False"},
-      {"clip_grad", fmt::format("{}", a.clip_grad)},
-      {"device", a.device},
-      {"eod_mask_loss", python(a.eod_mask_loss)},
-      {"calculate_per_token_loss", python(a.calculate_per_token_loss)},
-      {"eval_interval", fmt::format("{}", a.eval_interval)},
-      {"eval_iters", fmt::format("{}", a.eval_iters)},
-      {"exit_interval", positive_or_none(a.exit_interval)},
-      {"exit_duration_in_mins",
-       a.exit_duration_in_mins > 0 ? fmt::format("{}", a.exit_duration_in_mins) : "None"},
-      {"exit_signal_handler", python(a.exit_signal_handler)},
-      {"exit_signal", "Signals." + a.exit_signal},
-      {"exit_on_missing_checkpoint", python(a.exit_on_missing_checkpoint)},
-      {"ffn_hidden_size", fmt::format("{}", a.ffn_hidden_size)},
-      {"finetune", python(a.finetune)},
-      {"fp16", a.fp16 ? "True" : "False"},
-      {"global_batch_size", fmt::format("{}", a.global_batch_size)},
-      {"group_query_attention", a.group_query_attention ? "True" : "False"},
-      {"hidden_dropout", fmt::format("{}", a.hidden_dropout)},
-      {"hidden_size", fmt::format("{}", a.hidden_size)},
-      {"hysteresis", fmt::format("{}", a.hysteresis)},
-      {"initial_loss_scale", fmt::format("{}", a.initial_loss_scale)},
-      {"init_method_std", fmt::format("{}", a.init_method_std)},
-      {"add_bias_linear", a.add_bias_linear ? "True" : "False"},
-      {"load", path(a.load)},
-      {"loss_scale", optional(a.loss_scale)},
-      {"loss_scale_window", fmt::format("{}", a.loss_scale_window)},
-      {"norm_epsilon", fmt::format("{}", a.norm_epsilon)},
-      {"normalization", a.normalization},
-      {"apply_layernorm_1p", python(a.apply_layernorm_1p)},
-      {"position_embedding_type", a.position_embedding_type},
-      {"pretrained_checkpoint", path(a.pretrained_checkpoint)},
-      {"recompute_granularity", a.recompute_granularity.empty() ? "None" : a.recompute_granularity},
-      {"recompute_method", a.recompute_method.empty() ? "None" : a.recompute_method},
-      {"recompute_num_layers",
-       a.recompute_num_layers ? fmt::format("{}", *a.recompute_num_layers) : "None"},
-      {"rotary_base", fmt::format("{}", a.rotary_base)},
-      {"rotary_percent", fmt::format("{}", a.rotary_percent)},
-      {"use_rope_scaling", python(a.use_rope_scaling)},
-      {"rope_scaling_factor", common::format_python_float(a.rope_scaling_factor)},
-      {"swiglu", python(a.swiglu)},
-      {"use_flash_attn", python(a.use_flash_attn)},
-      {"use_distributed_optimizer", python(a.use_distributed_optimizer)},
-      {"sequence_parallel", python(a.sequence_parallel)},
-      {"overlap_grad_reduce", python(a.overlap_grad_reduce)},
-      {"overlap_param_gather", python(a.overlap_param_gather)},
-      {"deepspeed", python(a.deepspeed)},
-      {"deepspeed_config", a.deepspeed_config.empty() ? "None" : a.deepspeed_config},
-      {"zero_stage", fmt::format("{}", a.zero_stage)},
-      {"data_impl", a.data_impl},
-      {"distributed_backend", a.distributed_backend},
-      {"DDP_impl", a.ddp_impl},
-      {"distributed_timeout_minutes", fmt::format("{}", a.distributed_timeout_minutes)},
-      {"untie_embeddings_and_output_weights", python(a.untie_embeddings_and_output_weights)},
-      {"log_interval", fmt::format("{}", a.log_interval)},
-      {"lr", fmt::format("{}", a.lr)},
-      {"lr_decay_iters", sample_based ? "None" : fmt::format("{}", a.lr_decay_iters)},
-      {"lr_decay_style", a.lr_decay_style},
-      {"lr_warmup_init", fmt::format("{}", a.lr_warmup_init)},
-      {"lr_warmup_iters", fmt::format("{}", a.lr_warmup_iters)},
-      {"make_vocab_size_divisible_by", fmt::format("{}", a.make_vocab_size_divisible_by)},
-      {"max_position_embeddings", fmt::format("{}", a.max_position_embeddings)},
-      {"micro_batch_size", fmt::format("{}", a.micro_batch_size)},
-      {"min_lr", fmt::format("{}", a.min_lr)},
-      {"min_loss_scale", fmt::format("{}", a.min_loss_scale)},
-      {"mock_data", a.mock_data ? "True" : "False"},
-      {"no_load_optim", python(a.no_load_optim)},
-      {"no_load_rng", python(a.no_load_rng)},
-      {"no_save_optim", python(a.no_save_optim)},
-      {"no_save_rng", python(a.no_save_rng)},
-      {"num_attention_heads", fmt::format("{}", a.num_attention_heads)},
-      {"num_layers", fmt::format("{}", a.num_layers)},
-      {"num_query_groups", fmt::format("{}", a.num_query_groups)},
-      {"override_opt_param_scheduler", python(a.override_opt_param_scheduler)},
-      {"pipeline_model_parallel_size", fmt::format("{}", a.pipeline_model_parallel_size)},
-      {"save", path(a.save)},
-      {"save_interval", positive_or_none(a.save_interval)},
-      {"seed", fmt::format("{}", a.seed)},
-      {"seq_length", fmt::format("{}", a.seq_length)},
-      {"tensor_model_parallel_size", fmt::format("{}", a.tensor_model_parallel_size)},
-      {"world_size", fmt::format("{}", a.world_size)},
-      {"data_parallel_size",
-       fmt::format("{}", a.world_size / std::max<int64_t>(1, a.tensor_model_parallel_size *
-                                                                 a.pipeline_model_parallel_size))},
-      {"tokenizer_type", a.tokenizer_type},
-      {"tokenizer_model", path(a.tokenizer_model)},
-      {"train_iters", fmt::format("{}", a.train_iters)},
-      {"use_checkpoint_opt_param_scheduler", python(a.use_checkpoint_opt_param_scheduler)},
-      {"vocab_size", a.vocab_size > 0 ? fmt::format("{}", a.vocab_size) : "None"},
-      {"weight_decay", fmt::format("{}", a.weight_decay)},
-      {"end_weight_decay", optional(a.end_weight_decay)},
-      {"log_dir", path(a.log_dir)},
-      {"log_loss_scale_to_tensorboard", python(a.log_loss_scale_to_tensorboard)},
-      {"log_memory_to_tensorboard", python(a.log_memory_to_tensorboard)},
-      {"log_throughput", python(a.log_throughput)},
-      {"log_timers_to_tensorboard", python(a.log_timers_to_tensorboard)},
-      {"log_validation_ppl_to_tensorboard", python(a.log_validation_ppl_to_tensorboard)},
-      {"log_world_size_to_tensorboard", python(a.log_world_size_to_tensorboard)},
-      {"lr_decay_samples", positive_or_none(a.lr_decay_samples)},
-      {"lr_warmup_fraction", optional(a.lr_warmup_fraction)},
-      {"lr_warmup_samples", fmt::format("{}", a.lr_warmup_samples)},
-      {"lr_wsd_decay_iters", optional(a.lr_wsd_decay_iters)},
-      {"lr_wsd_decay_samples", optional(a.lr_wsd_decay_samples)},
-      {"lr_wsd_decay_style", a.lr_wsd_decay_style},
-      {"rampup_batch_size", rampup},
-      {"start_weight_decay", optional(a.start_weight_decay)},
-      {"tensorboard_dir", path(a.tensorboard_dir)},
-      {"tensorboard_log_interval", fmt::format("{}", a.tensorboard_log_interval)},
-      {"tensorboard_queue_size", fmt::format("{}", a.tensorboard_queue_size)},
-      {"train_samples", positive_or_none(a.train_samples)},
-      {"use_checkpoint_args", python(a.use_checkpoint_args)},
-      {"log_params_norm", python(a.log_params_norm)},
-      {"log_num_zeros_in_grad", python(a.log_num_zeros_in_grad)},
-  };
+  values["deepspeed"] = python(a.deepspeed);
+  values["deepspeed_config"] = a.deepspeed_config.empty() ? "None" : a.deepspeed_config;
+  values["zero_stage"] = fmt::format("{}", a.zero_stage);
+  values["lr_decay_iters"] = a.train_samples > 0 ? "None" : fmt::format("{}", a.lr_decay_iters);
+  values["exit_signal"] = "Signals." + a.exit_signal;
+  values["log_loss_scale_to_tensorboard"] = python(a.log_loss_scale_to_tensorboard);
+  values["world_size"] = fmt::format("{}", a.world_size);
+  values["data_parallel_size"] =
+      fmt::format("{}", a.world_size / std::max<int64_t>(1, a.tensor_model_parallel_size *
+                                                                a.pipeline_model_parallel_size));
   if (a.program == ArgumentsProgram::evaluate_gpt) {
     // Megatron's tasks/main.py arguments, in its dump too.
     dump_flag_rows<TaskArguments>(a.tasks, kTaskFlags, values);

@@ -1,10 +1,11 @@
 // Megatron-LM's command-line flags for pretrain_gpt (megatron/training/arguments.py), parsed
-// with CLI11 into one value type, TrainingArguments, with a struct per concern where the
-// concern's flags have become a table (flag_table.hpp: spike handling, evaluate_gpt's tasks,
-// the server's; the rest follow). Names, defaults and validation rules follow Megatron, so a
-// user's pretrain_gpt.py command line works here unchanged, within the features built so
-// far. A Megatron flag that this backend knows but does not implement yet is rejected with
-// a message saying so (see kUnsupportedFlags in arguments.cpp), never silently ignored.
+// with CLI11 into one value type, TrainingArguments. Each concern's flags are a table
+// (arguments.cpp, flag_table.hpp) from which the CLI11 options and the arguments dump are made;
+// spike handling, evaluate_gpt's tasks and the server's flags are structs of their own, the
+// other concerns still fields of TrainingArguments. Names, defaults and validation rules follow
+// Megatron, so a user's pretrain_gpt.py command line works here unchanged, within the features
+// built so far. A Megatron flag that this backend knows but does not implement yet is rejected
+// with a message saying so (see kUnsupportedFlags in arguments.cpp), never silently ignored.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +24,7 @@ struct TokenizerOptions;  // data/tokenizer.hpp
 // same, plus the server's flags below: Megatron's tools/run_text_generation_server.py).
 enum class ArgumentsProgram { pretrain_gpt, evaluate_gpt, text_generation_server };
 
-// The concerns below are built from one table each (arguments.cpp, flag_table.hpp): flag,
-// field, help and dump name written once.
+// Concerns of their own (their tables in arguments.cpp).
 
 // --rollback-on-spike and its settings (ours, pretrain_gpt only; docs/checkpoints.md "Loss
 // spikes"): on a loss spike, reload the last checkpoint of --save and go on past the batches

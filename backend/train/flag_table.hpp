@@ -6,8 +6,9 @@
 // shared table's, common/flag_rules.cpp, which parse_arguments applies to every option by name.
 //
 // The dump prints a value as Python's str() of Megatron's: True/False, numbers as fmt prints
-// them, strings as they are; an empty list, and where the row says so an empty string or a
-// number ≤ 0, as None; a list as ['a', 'b'] (argparse keeps nargs flags as strings).
+// them (or, where the row says so, as Python prints a float), strings as they are; an empty
+// list or optional, and where the row says so an empty string or a number ≤ 0, as None; a list
+// as ['a', 'b'] (argparse keeps nargs flags as strings, numbers included).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -16,19 +17,30 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
+
+#include "backend/common/python_format.hpp"
 
 namespace backend {
 
 // How the dump prints a row's value beyond its type's way (above).
-enum class FlagDump { value, none_if_empty, none_if_not_positive };
+enum class FlagDump { value, none_if_empty, none_if_not_positive, python_float };
+
+// Whether the flag must be given: `shape` flags are required unless the checkpoint gives the
+// model's shape (--use-checkpoint-args), which the caller decides: add_flag_rows hands them over.
+enum class FlagRequirement { optional, required, shape };
 
 template <typename Config>
-using FlagField = std::variant<bool Config::*, int64_t Config::*, double Config::*,
-                               std::string Config::*, std::vector<std::string> Config::*>;
+using FlagField =
+    std::variant<bool Config::*, int64_t Config::*, uint64_t Config::*, double Config::*,
+                 std::string Config::*, std::optional<int64_t> Config::*,
+                 std::optional<double> Config::*, std::vector<std::string> Config::*,
+                 std::vector<int64_t> Config::*>;
 
 template <typename Config>
 struct FlagRow {
@@ -37,14 +49,17 @@ struct FlagRow {
   const char* help;
   const char* dump_name = nullptr;  // Megatron's dest; nullptr: not in the dump
   FlagDump dump = FlagDump::value;
-  bool required = false;
+  FlagRequirement requirement = FlagRequirement::optional;
+  const char* default_text = nullptr;  // --help's default where CLI11's would mislead
+  int words = 0;  // a list of numbers: exactly this many words (the last given is kept)
 };
 
-// Registers each row on `app` in `group`: a bool field is a switch, a list takes one or more
-// words (all of them kept), anything else one value.
+// Registers each row on `app` in `group`: a bool field is a switch, a list of strings takes one
+// or more words (all of them kept), a list of numbers `words` words, anything else one value.
+// The options of `shape` rows are appended to `shape_options`.
 template <typename Config>
 void add_flag_rows(CLI::App& app, Config& config, std::span<const FlagRow<Config>> rows,
-                   const std::string& group) {
+                   const std::string& group, std::vector<CLI::Option*>* shape_options = nullptr) {
   for (const FlagRow<Config>& row : rows) {
     CLI::Option* option = std::visit(
         [&](auto member) -> CLI::Option* {
@@ -56,13 +71,21 @@ void add_flag_rows(CLI::App& app, Config& config, std::span<const FlagRow<Config
             return app.add_option(row.names, target, row.help)
                 ->expected(1, -1)
                 ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+          } else if constexpr (std::is_same_v<Field, std::vector<int64_t>>) {
+            return app.add_option(row.names, target, row.help)
+                ->expected(row.words)
+                ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
           } else {
             return app.add_option(row.names, target, row.help);
           }
         },
         row.field);
     option->group(group);
-    if (row.required) option->required();
+    if (row.default_text != nullptr) option->default_str(row.default_text);
+    if (row.requirement == FlagRequirement::required) option->required();
+    if (row.requirement == FlagRequirement::shape && shape_options != nullptr) {
+      shape_options->push_back(option);
+    }
   }
 }
 
@@ -78,17 +101,23 @@ void dump_flag_rows(const Config& config, std::span<const FlagRow<Config>> rows,
           using Field = std::remove_cvref_t<decltype(value)>;
           if constexpr (std::is_same_v<Field, bool>) {
             return value ? "True" : "False";
-          } else if constexpr (std::is_same_v<Field, std::vector<std::string>>) {
+          } else if constexpr (std::is_same_v<Field, std::vector<std::string>> ||
+                               std::is_same_v<Field, std::vector<int64_t>>) {
             if (value.empty()) return "None";
             std::vector<std::string> quoted;
-            for (const std::string& word : value) quoted.push_back(fmt::format("'{}'", word));
+            for (const auto& word : value) quoted.push_back(fmt::format("'{}'", word));
             return fmt::format("[{}]", fmt::join(quoted, ", "));
           } else if constexpr (std::is_same_v<Field, std::string>) {
             return row.dump == FlagDump::none_if_empty && value.empty() ? "None" : value;
+          } else if constexpr (std::is_same_v<Field, std::optional<int64_t>> ||
+                               std::is_same_v<Field, std::optional<double>>) {
+            return value ? fmt::format("{}", *value) : "None";
           } else {
-            return row.dump == FlagDump::none_if_not_positive && value <= 0
-                       ? "None"
-                       : fmt::format("{}", value);
+            if (row.dump == FlagDump::none_if_not_positive && value <= 0) return "None";
+            if constexpr (std::is_same_v<Field, double>) {
+              if (row.dump == FlagDump::python_float) return common::format_python_float(value);
+            }
+            return fmt::format("{}", value);
           }
         },
         row.field);

@@ -1,11 +1,14 @@
 // A concern's flag table (flag_table.hpp): the CLI11 options its rows make (a switch for a bool,
-// one or more words for a list, a required flag refused when missing), and the arguments-dump
-// lines they print, as Megatron's dump prints those values.
+// one or more words for a list, a required flag refused when missing, the shape flags handed
+// back, --help's default text), and the arguments-dump lines they print, as Megatron's dump
+// prints those values.
 #include "backend/train/flag_table.hpp"
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,7 +33,7 @@ const backend::FlagRow<ExampleConcern> kExampleFlags[] = {
     {"--name", &ExampleConcern::name, "a path or none", "name", backend::FlagDump::none_if_empty},
     {"--label", &ExampleConcern::label, "a string", "label"},
     {"--files", &ExampleConcern::files, "one or more words", "files", backend::FlagDump::value,
-     true},
+     backend::FlagRequirement::required},
     {"--undumped", &ExampleConcern::limit, "set, never dumped"},
 };
 
@@ -89,4 +92,63 @@ TEST_CASE("a flag table's dump prints Python's str() of Megatron's values") {
   CHECK(values.at("label").empty());
   CHECK(values.at("files") == "['a', 'b c']");
   CHECK_FALSE(values.contains("undumped"));
+}
+
+namespace {
+
+struct NumbersConcern {
+  std::optional<int64_t> layers;
+  std::optional<double> scale;
+  std::vector<int64_t> rampup;
+  uint64_t seed = 1234;
+  double factor = 8.0;
+  int64_t width = 0;
+};
+
+const backend::FlagRow<NumbersConcern> kNumbersFlags[] = {
+    {"--layers", &NumbersConcern::layers, "optional", "layers"},
+    {"--scale", &NumbersConcern::scale, "optional", "scale"},
+    {.names = "--rampup",
+     .field = &NumbersConcern::rampup,
+     .help = "three numbers",
+     .dump_name = "rampup",
+     .words = 3},
+    {"--seed", &NumbersConcern::seed, "unsigned", "seed"},
+    {"--factor", &NumbersConcern::factor, "as Python prints it", "factor",
+     backend::FlagDump::python_float, backend::FlagRequirement::optional, "8.0"},
+    {"--width", &NumbersConcern::width, "a shape flag", "width", backend::FlagDump::value,
+     backend::FlagRequirement::shape},
+};
+
+}  // namespace
+
+TEST_CASE("a flag table's optional, list-of-numbers, unsigned and shape rows") {
+  NumbersConcern concern;
+  CLI::App app{"numbers"};
+  std::vector<CLI::Option*> shape_options;
+  backend::add_flag_rows<NumbersConcern>(app, concern, kNumbersFlags, "Numbers", &shape_options);
+  REQUIRE(shape_options.size() == 1);
+  CHECK(shape_options.front()->get_name() == "--width");
+  CHECK(app.get_option("--factor")->get_default_str() == "8.0");  // not CLI11's "8"
+  std::map<std::string, std::string> values;
+  backend::dump_flag_rows<NumbersConcern>(concern, kNumbersFlags, values);
+  CHECK(values.at("layers") == "None");
+  CHECK(values.at("scale") == "None");
+  CHECK(values.at("rampup") == "None");
+  CHECK(values.at("seed") == "1234");
+  CHECK(values.at("factor") == "8.0");
+  CHECK(values.at("width") == "0");
+
+  const std::vector<const char*> argv{"numbers", "--layers", "4", "--scale", "0.5",
+                                      "--rampup", "16", "16", "1000", "--seed", "7",
+                                      "--factor", "32", "--width", "64"};
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  values.clear();
+  backend::dump_flag_rows<NumbersConcern>(concern, kNumbersFlags, values);
+  CHECK(values.at("layers") == "4");
+  CHECK(values.at("scale") == "0.5");
+  CHECK(values.at("rampup") == "['16', '16', '1000']");  // argparse keeps the words
+  CHECK(values.at("seed") == "7");
+  CHECK(values.at("factor") == "32.0");
+  CHECK(values.at("width") == "64");
 }
