@@ -299,9 +299,7 @@ Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, Batc
   // CPU's sgemm, or the GPU's GEMM in the model's precision, measured once here (a fraction of
   // a second); benchmark mode reuses it.
   const bool on_gpu = selected_.device->memory_kind() == MemoryKind::cuda;
-  peak_name_ = on_gpu ? fmt::format("{} GEMM peak",
-                                    element_name(working_type(config_.mixed_precision, ElementType::f32)))
-                      : "sgemm peak";
+  peak_name_ = on_gpu ? fmt::format("{} GEMM peak", element_name(gemm_type())) : "sgemm peak";
   if (a_.log_throughput) {
     peak_flops_ = measure_peak();
     spdlog::info("measured {}: {:.3f} TFLOP/s (the MFU reference)", peak_name_, *peak_flops_ / 1e12);
@@ -499,7 +497,7 @@ void Trainer::print_startup_lines() {
 double Trainer::measure_peak() const {
   Device& device = *selected_.device;
   return device.memory_kind() == MemoryKind::cuda
-             ? measure_device_gemm_peak(device, working_type(config_.mixed_precision, ElementType::f32))
+             ? measure_device_gemm_peak(device, gemm_type())
              : measure_cpu_sgemm_peak();
 }
 

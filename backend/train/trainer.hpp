@@ -113,6 +113,8 @@ class Trainer {
   double evaluate_and_log(Split split, int64_t& consumed_samples, const std::string& prefix,
                           int64_t iteration);
   double measure_peak() const;
+  // The GEMMs' element type on a GPU, the MFU reference's: the model's working type.
+  ElementType gemm_type() const { return working_type(config_.mixed_precision, ElementType::f32); }
   void finish();
 
   const TrainingArguments& a_;

@@ -1,6 +1,8 @@
 // Choosing a cluster back end by its cluster_type, and the pieces the back ends share: the
-// job-array refusal of the clusters without arrays and the reading of scheduler query output.
+// job-array refusal of the clusters without arrays, the reading of scheduler query output and
+// the log lines of a queued job.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <cctype>
 
@@ -56,6 +58,12 @@ std::string first_output_line(const std::string& text) {
 std::optional<CapturedRun> run_if_on_path(const std::vector<std::string>& argv) {
   if (!find_on_path(argv.front())) return std::nullopt;
   return run_and_capture(argv);
+}
+
+Submission announce_queued(Submission submission, const SubmitContext& context) {
+  spdlog::info("Submitted batch job {}", submission.job_id);
+  spdlog::info("{}: job output in {}", context.label, submission.log_file.string());
+  return submission;
 }
 
 }  // namespace launcher

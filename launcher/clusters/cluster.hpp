@@ -119,6 +119,9 @@ std::string scheduler_field(const std::string& text, const std::string& key);
 std::string first_output_line(const std::string& text);
 // Runs a scheduler's query tool; nullopt when it is not on PATH.
 std::optional<CapturedRun> run_if_on_path(const std::vector<std::string>& argv);
+// A batch scheduler's submission in the log: the scheduler's own words ("Submitted batch job
+// N", as sbatch prints them) and where the job's output goes. Returns `submission`.
+Submission announce_queued(Submission submission, const SubmitContext& context);
 
 // The data every template shares: version, stage, run name, results dir, environment, command.
 TemplateData common_template_data(const JobSpec& job, const std::filesystem::path& script_path);

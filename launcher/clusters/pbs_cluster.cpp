@@ -6,7 +6,6 @@
 // References: PBS Pro Reference Guide (qsub, qstat), ALCF Polaris job-scheduling documentation.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cctype>
@@ -177,10 +176,7 @@ class PbsCluster final : public Cluster {
 
   Submission submit(const JobSpec& job, const std::filesystem::path& script_path,
                     const SubmitContext& context) const override {
-    Submission submission = submit_qsub(job, script_path);
-    spdlog::info("Submitted batch job {}", submission.job_id);
-    spdlog::info("{}: job output in {}", context.label, submission.log_file.string());
-    return submission;
+    return announce_queued(submit_qsub(job, script_path), context);
   }
 
   bool chains_jobs() const override { return true; }

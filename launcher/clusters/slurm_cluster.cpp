@@ -297,10 +297,7 @@ class SlurmCluster final : public Cluster {
 
   Submission submit(const JobSpec& job, const std::filesystem::path& script_path,
                     const SubmitContext& context) const override {
-    Submission submission = submit_sbatch(job, script_path);
-    spdlog::info("Submitted batch job {}", submission.job_id);
-    spdlog::info("{}: job output in {}", context.label, submission.log_file.string());
-    return submission;
+    return announce_queued(submit_sbatch(job, script_path), context);
   }
 
   bool chains_jobs() const override { return true; }
