@@ -13,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
+#include "backend/common/enum_names.hpp"
 #include "backend/common/memory_estimate.hpp"
 #include "backend/core/element_type.hpp"
 #include "backend/ops/rope.hpp"
@@ -27,6 +29,37 @@ enum class Normalization { layer_norm, rms_norm };
 // result bit.
 enum class RecomputeGranularity { none, selective, full };
 enum class RecomputeMethod { uniform, block };
+
+// Megatron's spellings of the settings above (common/enum_names.hpp): on the command line, in
+// checkpoints' records and in the arguments dump.
+constexpr common::EnumName<PositionEmbeddingType> kPositionEmbeddingTypeNames[] = {
+    {PositionEmbeddingType::learned_absolute, "learned_absolute"},
+    {PositionEmbeddingType::rope, "rope"}};
+// Megatron-LM's names, then Megatron-DeepSpeed's.
+constexpr common::EnumName<Normalization> kNormalizationNames[] = {
+    {Normalization::layer_norm, "LayerNorm"},
+    {Normalization::rms_norm, "RMSNorm"},
+    {Normalization::layer_norm, "layernorm"},
+    {Normalization::rms_norm, "rmsnorm"}};
+constexpr common::EnumName<RecomputeGranularity> kRecomputeGranularityNames[] = {
+    {RecomputeGranularity::none, ""},
+    {RecomputeGranularity::selective, "selective"},
+    {RecomputeGranularity::full, "full"}};
+constexpr common::EnumName<RecomputeMethod> kRecomputeMethodNames[] = {
+    {RecomputeMethod::uniform, "uniform"}, {RecomputeMethod::block, "block"}};
+constexpr std::span<const common::EnumName<PositionEmbeddingType>> enum_names(
+    PositionEmbeddingType) {
+  return kPositionEmbeddingTypeNames;
+}
+constexpr std::span<const common::EnumName<Normalization>> enum_names(Normalization) {
+  return kNormalizationNames;
+}
+constexpr std::span<const common::EnumName<RecomputeGranularity>> enum_names(RecomputeGranularity) {
+  return kRecomputeGranularityNames;
+}
+constexpr std::span<const common::EnumName<RecomputeMethod>> enum_names(RecomputeMethod) {
+  return kRecomputeMethodNames;
+}
 // Megatron's --bf16 / --fp16 (GptConfig::mixed_precision); none: the parameters' type throughout.
 enum class MixedPrecision { none, bf16, fp16 };
 

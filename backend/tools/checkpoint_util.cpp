@@ -33,32 +33,42 @@ namespace {
 
 // The pretrain_gpt flags that rebuild a model saved from `arguments` (arguments_for_model).
 std::vector<std::string> model_flags(const backend::TrainingArguments& a) {
-  std::vector<std::string> flags = {
-      "--num-layers", std::to_string(a.num_layers),
-      "--hidden-size", std::to_string(a.hidden_size),
-      "--ffn-hidden-size", std::to_string(a.ffn_hidden_size),
-      "--num-attention-heads", std::to_string(a.num_attention_heads),
-      "--max-position-embeddings", std::to_string(a.max_position_embeddings),
-      "--norm-epsilon", fmt::format("{}", a.norm_epsilon),
-      "--tokenizer-type", a.tokenizer_type};
-  if (a.position_embedding_type == "rope") {
+  std::vector<std::string> flags = {"--num-layers",
+                                    std::to_string(a.model.num_layers),
+                                    "--hidden-size",
+                                    std::to_string(a.model.hidden_size),
+                                    "--ffn-hidden-size",
+                                    std::to_string(a.model.ffn_hidden_size),
+                                    "--num-attention-heads",
+                                    std::to_string(a.model.num_attention_heads),
+                                    "--max-position-embeddings",
+                                    std::to_string(a.model.max_position_embeddings),
+                                    "--norm-epsilon",
+                                    fmt::format("{}", a.model.norm_epsilon),
+                                    "--tokenizer-type",
+                                    a.tokenizer_type};
+  if (a.model.position_embedding_type == backend::PositionEmbeddingType::rope) {
     flags.insert(flags.end(), {"--position-embedding-type", "rope", "--rotary-base",
-                               std::to_string(a.rotary_base)});
-    if (a.rotary_percent != 1.0) {
-      flags.insert(flags.end(), {"--rotary-percent", fmt::format("{}", a.rotary_percent)});
+                               std::to_string(a.model.rotary_base)});
+    if (a.model.rotary_percent != 1.0) {
+      flags.insert(flags.end(), {"--rotary-percent", fmt::format("{}", a.model.rotary_percent)});
     }
-    if (a.use_rope_scaling) {
+    if (a.model.use_rope_scaling) {
       flags.insert(flags.end(), {"--use-rope-scaling", "--rope-scaling-factor",
-                                 fmt::format("{}", a.rope_scaling_factor)});
+                                 fmt::format("{}", a.model.rope_scaling_factor)});
     }
   }
-  if (a.normalization == "RMSNorm") flags.insert(flags.end(), {"--normalization", "RMSNorm"});
-  if (a.swiglu) flags.push_back("--swiglu");
-  if (!a.add_bias_linear) flags.push_back("--disable-bias-linear");
-  if (a.untie_embeddings_and_output_weights) flags.push_back("--untie-embeddings-and-output-weights");
-  if (a.group_query_attention) {
+  if (a.model.normalization == backend::Normalization::rms_norm) {
+    flags.insert(flags.end(), {"--normalization", "RMSNorm"});
+  }
+  if (a.model.swiglu) flags.push_back("--swiglu");
+  if (!a.model.add_bias_linear) flags.push_back("--disable-bias-linear");
+  if (a.model.untie_embeddings_and_output_weights) {
+    flags.push_back("--untie-embeddings-and-output-weights");
+  }
+  if (a.model.group_query_attention) {
     flags.insert(flags.end(), {"--group-query-attention", "--num-query-groups",
-                               std::to_string(a.num_query_groups)});
+                               std::to_string(a.model.num_query_groups)});
   }
   if (a.tokenizer_type == "NullTokenizer") {
     flags.insert(flags.end(), {"--vocab-size", std::to_string(a.vocab_size)});
@@ -66,8 +76,8 @@ std::vector<std::string> model_flags(const backend::TrainingArguments& a) {
   if (!a.tokenizer_model.empty()) {  // a SentencePiece type's vocabulary is the model's
     flags.insert(flags.end(), {"--tokenizer-model", a.tokenizer_model});
   }
-  flags.insert(flags.end(),
-               {"--make-vocab-size-divisible-by", std::to_string(a.make_vocab_size_divisible_by)});
+  flags.insert(flags.end(), {"--make-vocab-size-divisible-by",
+                             std::to_string(a.model.make_vocab_size_divisible_by)});
   return flags;
 }
 
@@ -113,7 +123,7 @@ int reshard(const backend::CheckpointUtilOptions& options,
       "   pretrain_gpt <the run's flags> --tensor-model-parallel-size {}{} "
       "--make-vocab-size-divisible-by {} --load {}\n",
       what, options.load, sizes, options.save, target.tensor_model_parallel_size, pipeline_flags,
-      target.make_vocab_size_divisible_by, options.save);
+      target.model.make_vocab_size_divisible_by, options.save);
   if (pipelined) {
     std::cout << fmt::format(
         "   on a multiple of {} processes (tensor × pipeline; the rest is data parallel){}\n",

@@ -37,7 +37,7 @@ void check_single_process(const TrainingArguments& arguments) {
                  arguments.tasks.overlapping_eval);
   }
   if (arguments.tasks.task == "WIKITEXT103") {
-    backend::check_overlapping_eval(arguments.tasks.overlapping_eval, arguments.seq_length);
+    backend::check_overlapping_eval(arguments.tasks.overlapping_eval, arguments.model.seq_length);
     if (arguments.tasks.strict_lambada) spdlog::warn("--strict-lambada applies to LAMBADA only");
   }
 }
@@ -67,7 +67,7 @@ int run(const TrainingArguments& arguments) {
   auto tokenizer = backend::build_tokenizer(backend::tokenizer_options(arguments));
   const backend::SelectedDevice selected = backend::select_device(arguments);
   backend::GptModel<float> model = backend::load_trained_model(arguments, selected, "evaluate_gpt");
-  const backend::WindowScorer scorer = make_scorer(model, arguments.seq_length);
+  const backend::WindowScorer scorer = make_scorer(model, arguments.model.seq_length);
   const int32_t pad = tokenizer->eod();
   auto progress = [&](int64_t iteration) {
     if (iteration % arguments.log_interval == 0) {
@@ -85,7 +85,7 @@ int run(const TrainingArguments& arguments) {
                                "{}", text.num_original_tokens, text.num_tokenized_tokens)
                 << std::endl;
       const double total_loss = backend::wikitext_total_loss(
-          text.tokens, arguments.seq_length, arguments.tasks.overlapping_eval, pad,
+          text.tokens, arguments.model.seq_length, arguments.tasks.overlapping_eval, pad,
           arguments.micro_batch_size, scorer, progress);
       const backend::PerplexityResult r = backend::perplexity_result(
           total_loss, text.num_tokenized_tokens, text.num_original_tokens);
@@ -97,17 +97,16 @@ int run(const TrainingArguments& arguments) {
                      {"total_loss", r.total_loss},
                      {"num_original_tokens", r.num_original_tokens},
                      {"num_tokenized_tokens", r.num_tokenized_tokens},
-                     {"windows", backend::wikitext_window_count(text.num_tokenized_tokens,
-                                                                arguments.seq_length,
-                                                                arguments.tasks.overlapping_eval)}});
+                     {"windows", backend::wikitext_window_count(
+                                     text.num_tokenized_tokens, arguments.model.seq_length,
+                                     arguments.tasks.overlapping_eval)}});
     } else {
       std::cout << fmt::format("> building lambada dataset from {} ...", file) << std::endl;
       const std::vector<backend::LambadaExample> examples = backend::read_lambada(
-          file, *tokenizer, arguments.tasks.strict_lambada, arguments.seq_length);
+          file, *tokenizer, arguments.tasks.strict_lambada, arguments.model.seq_length);
       std::cout << fmt::format(" > found {} samples.", examples.size()) << std::endl;
-      const int64_t correct = backend::lambada_correct(examples, arguments.seq_length, pad,
-                                                       arguments.micro_batch_size, scorer,
-                                                       progress);
+      const int64_t correct = backend::lambada_correct(
+          examples, arguments.model.seq_length, pad, arguments.micro_batch_size, scorer, progress);
       const backend::AccuracyResult r =
           backend::accuracy_result(correct, std::ssize(examples));
       lines = backend::format_results(arguments.tasks.task, r);
@@ -123,11 +122,13 @@ int run(const TrainingArguments& arguments) {
     const nlohmann::json document = {
         {"task", arguments.tasks.task},
         {"load", arguments.load},
-        {"seq_length", arguments.seq_length},
-        {"overlapping_eval",
-         arguments.tasks.task == "WIKITEXT103" ? nlohmann::json(arguments.tasks.overlapping_eval) : nullptr},
-        {"strict_lambada",
-         arguments.tasks.task == "LAMBADA" ? nlohmann::json(arguments.tasks.strict_lambada) : nullptr},
+        {"seq_length", arguments.model.seq_length},
+        {"overlapping_eval", arguments.tasks.task == "WIKITEXT103"
+                                 ? nlohmann::json(arguments.tasks.overlapping_eval)
+                                 : nullptr},
+        {"strict_lambada", arguments.tasks.task == "LAMBADA"
+                               ? nlohmann::json(arguments.tasks.strict_lambada)
+                               : nullptr},
         {"results", results}};
     common::write_text_file_atomically(arguments.tasks.results_json, document.dump(2) + "\n",
                                        common::FileMode::regular, "--results-json");

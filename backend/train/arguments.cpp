@@ -273,78 +273,77 @@ const FlagRow<ServingArguments> kServingFlags[] = {
 // The flags that are fields of TrainingArguments itself, a table per concern in --help's order
 // (the flags between the tables are registered by hand: they set no field, or their rules
 // depend on the program).
-const FlagRow<TrainingArguments> kModelFlags[] = {
-    {"--num-layers", &TrainingArguments::num_layers, "Number of transformer layers", "num_layers",
+const FlagRow<ModelArguments> kModelFlags[] = {
+    {"--num-layers", &ModelArguments::num_layers, "Number of transformer layers", "num_layers",
      FlagDump::value, FlagRequirement::shape},
-    {"--hidden-size", &TrainingArguments::hidden_size, "Transformer hidden size", "hidden_size",
+    {"--hidden-size", &ModelArguments::hidden_size, "Transformer hidden size", "hidden_size",
      FlagDump::value, FlagRequirement::shape},
-    {"--ffn-hidden-size", &TrainingArguments::ffn_hidden_size,
-     "MLP hidden size (default 4 × hidden)", "ffn_hidden_size"},
-    {"--num-attention-heads", &TrainingArguments::num_attention_heads, "Attention heads",
+    {"--ffn-hidden-size", &ModelArguments::ffn_hidden_size, "MLP hidden size (default 4 × hidden)",
+     "ffn_hidden_size"},
+    {"--num-attention-heads", &ModelArguments::num_attention_heads, "Attention heads",
      "num_attention_heads", FlagDump::value, FlagRequirement::shape},
-    {"--seq-length,--encoder-seq-length", &TrainingArguments::seq_length,
+    {"--seq-length,--encoder-seq-length", &ModelArguments::seq_length,
      "Sequence length (--encoder-seq-length: Megatron's other name for it in a GPT model)",
      "seq_length", FlagDump::value, FlagRequirement::shape},
-    {"--max-position-embeddings", &TrainingArguments::max_position_embeddings,
+    {"--max-position-embeddings", &ModelArguments::max_position_embeddings,
      "Rows of the position table (default: --seq-length)", "max_position_embeddings"},
-    {"--make-vocab-size-divisible-by", &TrainingArguments::make_vocab_size_divisible_by,
+    {"--make-vocab-size-divisible-by", &ModelArguments::make_vocab_size_divisible_by,
      "Pad the vocabulary to a multiple of this", "make_vocab_size_divisible_by"},
-    {"--init-method-std", &TrainingArguments::init_method_std, "Std of the normal init",
+    {"--init-method-std", &ModelArguments::init_method_std, "Std of the normal init",
      "init_method_std"},
-    {"--norm-epsilon,--layernorm-epsilon", &TrainingArguments::norm_epsilon,
+    {"--norm-epsilon,--layernorm-epsilon", &ModelArguments::norm_epsilon,
      "Epsilon of LayerNorm and RMSNorm (--layernorm-epsilon: the old name)", "norm_epsilon"},
-    {"--hidden-dropout", &TrainingArguments::hidden_dropout, "Dropout after attention/MLP",
+    {"--hidden-dropout", &ModelArguments::hidden_dropout, "Dropout after attention/MLP",
      "hidden_dropout"},
-    {"--attention-dropout", &TrainingArguments::attention_dropout, "Dropout on attention probs",
+    {"--attention-dropout", &ModelArguments::attention_dropout, "Dropout on attention probs",
      "attention_dropout"},
-    {"--position-embedding-type", &TrainingArguments::position_embedding_type,
+    {"--position-embedding-type", enum_flag_field<&ModelArguments::position_embedding_type>(),
      "learned_absolute or rope", "position_embedding_type"},
-    {"--rotary-base,--rotary-position-embeddings-theta", &TrainingArguments::rotary_base,
+    {"--rotary-base,--rotary-position-embeddings-theta", &ModelArguments::rotary_base,
      "RoPE base period (--rotary-position-embeddings-theta: Megatron-DeepSpeed's name)",
      "rotary_base"},
-    {"--rotary-percent", &TrainingArguments::rotary_percent,
+    {"--rotary-percent", &ModelArguments::rotary_percent,
      "Share of each head's features that RoPE rotates", "rotary_percent"},
-    {"--use-rope-scaling", &TrainingArguments::use_rope_scaling,
+    {"--use-rope-scaling", &ModelArguments::use_rope_scaling,
      "Llama 3.x's RoPE frequency scaling (low frequencies divided by the factor)",
      "use_rope_scaling"},
-    {"--rope-scaling-factor", &TrainingArguments::rope_scaling_factor,
+    {"--rope-scaling-factor", &ModelArguments::rope_scaling_factor,
      "Llama 3.x's RoPE scaling factor (with --use-rope-scaling)", "rope_scaling_factor",
      FlagDump::python_float, FlagRequirement::optional, "8.0"},
-    {"--normalization", &TrainingArguments::normalization, "LayerNorm or RMSNorm",
+    {"--normalization", enum_flag_field<&ModelArguments::normalization>(), "LayerNorm or RMSNorm",
      "normalization"},
-    {"--apply-layernorm-1p", &TrainingArguments::apply_layernorm_1p,
+    {"--apply-layernorm-1p", &ModelArguments::apply_layernorm_1p,
      "LayerNorm weights stored as gamma - 1, initialised to 0 (NeMo's layernorm1p)",
      "apply_layernorm_1p"},
-    {"--swiglu", &TrainingArguments::swiglu, "SwiGLU MLP (linear_fc1 gives 2 × ffn features)",
+    {"--swiglu", &ModelArguments::swiglu, "SwiGLU MLP (linear_fc1 gives 2 × ffn features)",
      "swiglu"},
     // Attention is fused on every device (blockwise on the CPU, FlashAttention-2-style kernels
     // on the GPU), never s × s scores. On the GPU the flag picks the tensor-core kernel for bf16
     // (ops/attention.hpp's flash_attention_*) over the CUDA-core one.
-    {"--use-flash-attn,--use-flash-attn-v2", &TrainingArguments::use_flash_attn,
+    {"--use-flash-attn,--use-flash-attn-v2", &ModelArguments::use_flash_attn,
      "fused attention on tensor cores on the GPU with --bf16 (head dims 64, 128); attention is "
      "fused, no s×s scores, on every device either way",
      "use_flash_attn"},
-    {"--disable-bias-linear{false}", &TrainingArguments::add_bias_linear,
+    {"--disable-bias-linear{false}", &ModelArguments::add_bias_linear,
      "No biases on linear_qkv, linear_proj, linear_fc1, linear_fc2", "add_bias_linear"},
-    {"--untie-embeddings-and-output-weights",
-     &TrainingArguments::untie_embeddings_and_output_weights,
+    {"--untie-embeddings-and-output-weights", &ModelArguments::untie_embeddings_and_output_weights,
      "A separate output_layer.weight instead of the word embedding",
      "untie_embeddings_and_output_weights"},
-    {"--group-query-attention", &TrainingArguments::group_query_attention,
+    {"--group-query-attention", &ModelArguments::group_query_attention,
      "Grouped-query attention with --num-query-groups key/value heads", "group_query_attention"},
-    {"--num-query-groups", &TrainingArguments::num_query_groups,
+    {"--num-query-groups", &ModelArguments::num_query_groups,
      "Key/value heads with --group-query-attention", "num_query_groups"},
 };
 
 // After --recompute-activations.
-const FlagRow<TrainingArguments> kRecomputeFlags[] = {
-    {"--recompute-granularity", &TrainingArguments::recompute_granularity,
+const FlagRow<ModelArguments> kRecomputeFlags[] = {
+    {"--recompute-granularity", enum_flag_field<&ModelArguments::recompute_granularity>(),
      "selective (attention core) or full (whole layers)", "recompute_granularity",
      FlagDump::none_if_empty},
-    {"--recompute-method", &TrainingArguments::recompute_method,
+    {"--recompute-method", enum_flag_field<&ModelArguments::recompute_method>(),
      "Full recompute: uniform (chunks of N layers) or block (the first N layers)",
      "recompute_method", FlagDump::none_if_empty},
-    {"--recompute-num-layers", &TrainingArguments::recompute_num_layers,
+    {"--recompute-num-layers", &ModelArguments::recompute_num_layers,
      "Full recompute: N of --recompute-method", "recompute_num_layers"},
 };
 
@@ -645,19 +644,19 @@ struct CommandLine {
 // Megatron's old RoPE switch.
 void resolve_other_spellings(CommandLine& line) {
   TrainingArguments& arguments = line.arguments;
+  ModelArguments& model = arguments.model;
   const CommandLine::Spellings& spellings = line.spellings;
-  if (arguments.normalization == "layernorm") arguments.normalization = "LayerNorm";
-  if (arguments.normalization == "rmsnorm") arguments.normalization = "RMSNorm";
   if (spellings.num_key_value_heads) {
     if (line.was_given("--num-query-groups") &&
-        arguments.num_query_groups != *spellings.num_key_value_heads) {
-      common::fail("--num-key-value-heads {} and --num-query-groups {} disagree: they are the "
-                   "same setting (Megatron-DeepSpeed's name and Megatron-LM's); give one",
-                   *spellings.num_key_value_heads, arguments.num_query_groups);
+        model.num_query_groups != *spellings.num_key_value_heads) {
+      common::fail(
+          "--num-key-value-heads {} and --num-query-groups {} disagree: they are the "
+          "same setting (Megatron-DeepSpeed's name and Megatron-LM's); give one",
+          *spellings.num_key_value_heads, model.num_query_groups);
     }
-    if (*spellings.num_key_value_heads != arguments.num_attention_heads) {
-      arguments.group_query_attention = true;
-      arguments.num_query_groups = *spellings.num_key_value_heads;
+    if (*spellings.num_key_value_heads != model.num_attention_heads) {
+      model.group_query_attention = true;
+      model.num_query_groups = *spellings.num_key_value_heads;
     }
   }
   if (spellings.no_pipeline_parallel && arguments.pipeline_model_parallel_size != 1) {
@@ -665,14 +664,17 @@ void resolve_other_spellings(CommandLine& line) {
                  "requires size 1 then", arguments.pipeline_model_parallel_size);
   }
   // Megatron's validate_args: the old RoPE switch sets the type, whatever else was given.
-  if (spellings.use_rotary_position_embeddings) arguments.position_embedding_type = "rope";
+  if (spellings.use_rotary_position_embeddings) {
+    model.position_embedding_type = PositionEmbeddingType::rope;
+  }
 }
 
 // --recompute-activations, and the full recompute's old spellings.
 void resolve_recompute_spellings(CommandLine& line) {
-  TrainingArguments& arguments = line.arguments;
+  ModelArguments& model = line.arguments.model;
   const CommandLine::Spellings& spellings = line.spellings;
-  if (spellings.recompute_activations) arguments.recompute_granularity = "selective";
+  if (spellings.recompute_activations)
+    model.recompute_granularity = RecomputeGranularity::selective;
   // The full recompute's old spellings: older Megatron's --activations-checkpoint-method M
   // with --activations-checkpoint-num-layers N (August 2021 to May 2022, before the
   // --recompute-* names), where --checkpoint-activations set the method uniform; and
@@ -708,14 +710,14 @@ void resolve_recompute_spellings(CommandLine& line) {
                  "--recompute-num-layers N)", old_num_layers_flag, *old_num_layers);
   }
   if (!old_method.empty()) {
-    if (!arguments.recompute_granularity.empty() || !arguments.recompute_method.empty() ||
-        arguments.recompute_num_layers) {
+    if (model.recompute_granularity != RecomputeGranularity::none || model.recompute_method ||
+        model.recompute_num_layers) {
       common::fail("{} is the old spelling of --recompute-granularity full --recompute-method {}: "
                    "give one or the other, not both", old_method_flag, old_method);
     }
-    arguments.recompute_granularity = "full";
-    arguments.recompute_method = old_method;
-    arguments.recompute_num_layers = old_num_layers.value_or(1);
+    model.recompute_granularity = RecomputeGranularity::full;
+    model.recompute_method = common::enum_from_name<RecomputeMethod>(old_method);
+    model.recompute_num_layers = old_num_layers.value_or(1);
   }
 }
 
@@ -752,11 +754,11 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
   // options are collected here and made required then.
   std::vector<CLI::Option*> shape_options;
   auto* model = "Model";
-  add_flag_rows<TrainingArguments>(app, arguments, kModelFlags, model, &shape_options);
+  add_flag_rows<ModelArguments>(app, arguments.model, kModelFlags, model, &shape_options);
   CommandLine::Spellings& spellings = line.spellings;
   app.add_flag("--recompute-activations", spellings.recompute_activations,
                "Selective recompute (same as --recompute-granularity selective)")->group(model);
-  add_flag_rows<TrainingArguments>(app, arguments, kRecomputeFlags, model);
+  add_flag_rows<ModelArguments>(app, arguments.model, kRecomputeFlags, model);
 
   // Megatron-DeepSpeed's and older Megatron's spellings, as the published scripts use them.
   auto* legacy = "Megatron-DeepSpeed and older Megatron";
@@ -922,9 +924,11 @@ void take_checkpoint_arguments(CommandLine& line, std::ostream& out) {
     // model its flags describe.
     out << "Checkpoint not found to provide arguments, using provided arguments." << std::endl;
     std::vector<std::string> missing;
-    for (const char* flag : {"--num-layers", "--hidden-size", "--num-attention-heads",
-                             "--seq-length"}) {
-      if (!given_flag(flag)) missing.emplace_back(flag);
+    for (const FlagRow<ModelArguments>& row : kModelFlags) {
+      if (row.requirement != FlagRequirement::shape) continue;
+      const std::string_view names = row.names;
+      const std::string flag(names.substr(0, names.find(',')));
+      if (!given_flag(flag)) missing.push_back(flag);
     }
     if (!missing.empty()) {
       common::fail("--use-checkpoint-args: --load {} holds no checkpoint yet ({} is missing), "
@@ -950,7 +954,8 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   if (arguments.use_checkpoint_args) take_checkpoint_arguments(*line, std::cout);
   // Step 5, the rules between flags: those that need the checkpoint's arguments (which may give
   // the type) last.
-  if (line->no_position_embedding && arguments.position_embedding_type != "rope") {
+  if (line->no_position_embedding &&
+      arguments.model.position_embedding_type != PositionEmbeddingType::rope) {
     common::fail(
         "--no-position-embedding without --position-embedding-type rope: a model "
         "without position embeddings is not built (Megatron refuses it too: "
@@ -958,11 +963,11 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   }
   validate_arguments(arguments);
   if (line->kv_channels &&
-      *line->kv_channels * arguments.num_attention_heads != arguments.hidden_size) {
+      *line->kv_channels * arguments.model.num_attention_heads != arguments.model.hidden_size) {
     common::fail(
         "--kv-channels {}: a head dimension other than --hidden-size / "
         "--num-attention-heads ({} / {}) is not built",
-        *line->kv_channels, arguments.hidden_size, arguments.num_attention_heads);
+        *line->kv_channels, arguments.model.hidden_size, arguments.model.num_attention_heads);
   }
   return arguments;
 }
@@ -1018,35 +1023,38 @@ void validate_data_arguments(TrainingArguments& arguments) {
 }  // namespace
 
 void validate_arguments(TrainingArguments& arguments) {
+  ModelArguments& model = arguments.model;
   // Each value's own range was checked when it was parsed (common/flag_rules); these are the
   // rules between flags, the defaults derived from other flags, and what is not built yet.
-  if (arguments.ffn_hidden_size == 0) {
+  if (model.ffn_hidden_size == 0) {
     // Megatron's default keeps SwiGLU's three matrices near the parameters of GELU's two
     // 4h ones: 2/3 of 4h, rounded down to a multiple of 64.
     const int64_t four_h = common::checked_multiply(
-        4, arguments.hidden_size, "--ffn-hidden-size (default 4 × --hidden-size)");
-    arguments.ffn_hidden_size =
-        arguments.swiglu ? common::checked_multiply(four_h, 2, "--ffn-hidden-size (default for "
-                                                               "--swiglu: 4 × --hidden-size × 2/3)") /
-                               3 / 64 * 64
-                         : four_h;
+        4, model.hidden_size, "--ffn-hidden-size (default 4 × --hidden-size)");
+    model.ffn_hidden_size = model.swiglu
+                                ? common::checked_multiply(four_h, 2,
+                                                           "--ffn-hidden-size (default for "
+                                                           "--swiglu: 4 × --hidden-size × 2/3)") /
+                                      3 / 64 * 64
+                                : four_h;
   }
-  if (arguments.max_position_embeddings == 0) {
-    arguments.max_position_embeddings = arguments.seq_length;
+  if (model.max_position_embeddings == 0) {
+    model.max_position_embeddings = model.seq_length;
   }
-  if (arguments.seq_length > arguments.max_position_embeddings) {
-    common::fail("--seq-length {} exceeds --max-position-embeddings {}: raise "
-                 "--max-position-embeddings or shorten --seq-length",
-                 arguments.seq_length, arguments.max_position_embeddings);
+  if (model.seq_length > model.max_position_embeddings) {
+    common::fail(
+        "--seq-length {} exceeds --max-position-embeddings {}: raise "
+        "--max-position-embeddings or shorten --seq-length",
+        model.seq_length, model.max_position_embeddings);
   }
 
   // Megatron: sequence parallelism is switched off without tensor parallelism.
   if (arguments.tensor_model_parallel_size == 1) arguments.sequence_parallel = false;
-  if (arguments.sequence_parallel &&
-      arguments.seq_length % arguments.tensor_model_parallel_size != 0) {
-    common::fail("--seq-length {} must be divisible by --tensor-model-parallel-size {} with "
-                 "--sequence-parallel", arguments.seq_length,
-                 arguments.tensor_model_parallel_size);
+  if (arguments.sequence_parallel && model.seq_length % arguments.tensor_model_parallel_size != 0) {
+    common::fail(
+        "--seq-length {} must be divisible by --tensor-model-parallel-size {} with "
+        "--sequence-parallel",
+        model.seq_length, arguments.tensor_model_parallel_size);
   }
   // Megatron's rule; and what is accepted but not overlapped yet, said once.
   if (arguments.overlap_param_gather && !arguments.use_distributed_optimizer) {
@@ -1066,8 +1074,7 @@ void validate_arguments(TrainingArguments& arguments) {
   }
   // Megatron's pipeline rules (validate_args and the schedules).
   const int64_t pp = arguments.pipeline_model_parallel_size;
-  check_pipeline_stage(arguments.num_layers,
-                       {.pipeline_parallel = pp, .rank = 0, .virtual_chunks = 1});
+  check_pipeline_stage(model.num_layers, {.pipeline_parallel = pp, .rank = 0, .virtual_chunks = 1});
   if (arguments.num_layers_per_virtual_pipeline_stage != 0) {
     if (pp <= 2) {
       common::fail("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size "
@@ -1075,12 +1082,12 @@ void validate_arguments(TrainingArguments& arguments) {
                    "communication), got {}",
                    pp);
     }
-    const int64_t per_stage = arguments.num_layers / pp;
+    const int64_t per_stage = model.num_layers / pp;
     if (per_stage % arguments.num_layers_per_virtual_pipeline_stage != 0) {
-      common::fail("--num-layers-per-virtual-pipeline-stage {} must divide the {} layers of each "
-                   "pipeline stage (--num-layers {} / --pipeline-model-parallel-size {})",
-                   arguments.num_layers_per_virtual_pipeline_stage, per_stage,
-                   arguments.num_layers, pp);
+      common::fail(
+          "--num-layers-per-virtual-pipeline-stage {} must divide the {} layers of each "
+          "pipeline stage (--num-layers {} / --pipeline-model-parallel-size {})",
+          arguments.num_layers_per_virtual_pipeline_stage, per_stage, model.num_layers, pp);
     }
   }
   // A process that no MPI launcher started is one rank: a model split over more is a launch
@@ -1128,27 +1135,27 @@ void validate_arguments(TrainingArguments& arguments) {
   if (arguments.program == ArgumentsProgram::pretrain_gpt) {
     resolve_training_schedule(arguments, data_parallel_size);
   }
-  if (arguments.group_query_attention &&
-      arguments.num_attention_heads % arguments.num_query_groups != 0) {
+  if (model.group_query_attention && model.num_attention_heads % model.num_query_groups != 0) {
     common::fail("--num-query-groups {} must divide --num-attention-heads {}",
-                 arguments.num_query_groups, arguments.num_attention_heads);
+                 model.num_query_groups, model.num_attention_heads);
   }
   // Megatron's TransformerConfig rules for recompute.
-  if (arguments.recompute_granularity == "selective") {
-    if (!arguments.recompute_method.empty()) {
-      common::fail("--recompute-method {}: a recompute method is not supported with selective "
-                   "recompute (--recompute-activations / --recompute-granularity selective)",
-                   arguments.recompute_method);
+  if (model.recompute_granularity == RecomputeGranularity::selective) {
+    if (model.recompute_method) {
+      common::fail(
+          "--recompute-method {}: a recompute method is not supported with selective "
+          "recompute (--recompute-activations / --recompute-granularity selective)",
+          common::enum_name(*model.recompute_method));
     }
-    if (arguments.recompute_num_layers) {
+    if (model.recompute_num_layers) {
       common::fail("--recompute-num-layers {}: with selective recompute it must not be given",
-                   *arguments.recompute_num_layers);
+                   *model.recompute_num_layers);
     }
-  } else if (arguments.recompute_granularity == "full") {
-    if (arguments.recompute_method.empty()) {
+  } else if (model.recompute_granularity == RecomputeGranularity::full) {
+    if (!model.recompute_method) {
       common::fail("--recompute-granularity full needs --recompute-method uniform or block");
     }
-    if (!arguments.recompute_num_layers) {
+    if (!model.recompute_num_layers) {
       common::fail("--recompute-granularity full needs --recompute-num-layers N");
     }
   }
@@ -1220,10 +1227,15 @@ void validate_arguments(TrainingArguments& arguments) {
 
 std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
   std::map<std::string, std::string> values;
-  const std::span<const FlagRow<TrainingArguments>> tables[] = {
-      kModelFlags,     kRecomputeFlags, kLegacyFlags,           kDataFlags,
-      kTrainingFlags,  kOptimizerFlags, kLoggingFlags,          kCheckpointAndExitFlags,
-      kCheckpointArgumentsFlags};
+  dump_flag_rows<ModelArguments>(a.model, kModelFlags, values);
+  dump_flag_rows<ModelArguments>(a.model, kRecomputeFlags, values);
+  const std::span<const FlagRow<TrainingArguments>> tables[] = {kLegacyFlags,
+                                                                kDataFlags,
+                                                                kTrainingFlags,
+                                                                kOptimizerFlags,
+                                                                kLoggingFlags,
+                                                                kCheckpointAndExitFlags,
+                                                                kCheckpointArgumentsFlags};
   for (const auto table : tables) dump_flag_rows<TrainingArguments>(a, table, values);
   // What no flag sets by itself: the DeepSpeed configuration's mapping, the launch, and the
   // values Megatron prints its own way.

@@ -1,11 +1,12 @@
 // Megatron-LM's command-line flags for pretrain_gpt (megatron/training/arguments.py), parsed
 // with CLI11 into one value type, TrainingArguments. Each concern's flags are a table
 // (arguments.cpp, flag_table.hpp) from which the CLI11 options and the arguments dump are made;
-// spike handling, evaluate_gpt's tasks and the server's flags are structs of their own, the
-// other concerns still fields of TrainingArguments. Names, defaults and validation rules follow
-// Megatron, so a user's pretrain_gpt.py command line works here unchanged, within the features
-// built so far. A Megatron flag that this backend knows but does not implement yet is rejected
-// with a message saying so (see kUnsupportedFlags in arguments.cpp), never silently ignored.
+// the model (backend/model/model_arguments.hpp), spike handling, evaluate_gpt's tasks and the
+// server's flags are structs of their own, the other concerns still fields of TrainingArguments.
+// Names, defaults and validation rules follow Megatron, so a user's pretrain_gpt.py command line
+// works here unchanged, within the features built so far. A Megatron flag that this backend knows
+// but does not implement yet is rejected with a message saying so (see kUnsupportedFlags in
+// arguments.cpp), never silently ignored.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "backend/model/model_arguments.hpp"
 
 namespace backend {
 
@@ -65,35 +68,8 @@ struct ServingArguments {
 struct TrainingArguments {
   ArgumentsProgram program = ArgumentsProgram::pretrain_gpt;
 
-  // model
-  int64_t num_layers = 0;
-  int64_t hidden_size = 0;
-  int64_t ffn_hidden_size = 0;  // 0 → 4 × hidden_size (SwiGLU: 2/3 of it, a multiple of 64)
-  int64_t num_attention_heads = 0;
-  int64_t seq_length = 0;
-  int64_t max_position_embeddings = 0;  // 0 → seq_length
-  int64_t make_vocab_size_divisible_by = 128;
-  double init_method_std = 0.02;
-  double norm_epsilon = 1e-5;  // --norm-epsilon (old name --layernorm-epsilon)
-  double hidden_dropout = 0.1;
-  double attention_dropout = 0.1;
-  // Llama-family switches (Megatron's dest names).
-  std::string position_embedding_type = "learned_absolute";  // or rope
-  int64_t rotary_base = 10000;
-  double rotary_percent = 1.0;
-  bool use_rope_scaling = false;     // --use-rope-scaling: Llama 3's RoPE frequency scaling
-  double rope_scaling_factor = 8.0;  // --rope-scaling-factor (Megatron's default, Llama 3.1's)
-  std::string normalization = "LayerNorm";  // or RMSNorm
-  bool apply_layernorm_1p = false;          // LayerNorm weights as γ − 1 (NeMo's layernorm1p)
-  bool swiglu = false;
-  bool add_bias_linear = true;  // --disable-bias-linear clears it
-  bool untie_embeddings_and_output_weights = false;
-  bool group_query_attention = false;
-  int64_t num_query_groups = 1;  // read only with --group-query-attention (Megatron's default)
-  // Activation recompute: "" is Megatron's None. --recompute-activations sets "selective".
-  std::string recompute_granularity;            // selective or full
-  std::string recompute_method;                 // uniform or block (full only)
-  std::optional<int64_t> recompute_num_layers;  // full only
+  // the model's shape, its Llama switches and recompute (backend/model/model_arguments.hpp)
+  ModelArguments model;
 
   // tokenizer and data
   std::string tokenizer_type;  // GPT2BPETokenizer, NullTokenizer or a SentencePiece type
@@ -156,14 +132,14 @@ struct TrainingArguments {
   int64_t virtual_pipeline_chunks() const {
     return num_layers_per_virtual_pipeline_stage == 0
                ? 1
-               : num_layers / pipeline_model_parallel_size / num_layers_per_virtual_pipeline_stage;
+               : model.num_layers / pipeline_model_parallel_size /
+                     num_layers_per_virtual_pipeline_stage;
   }
   // How long one collective may wait for the other ranks before this rank ends the job
   // (backend/dist/collective_watchdog.hpp). Megatron's is an int; fractions are our extension.
   double distributed_timeout_minutes = 10;
 
   // precision: the CPU path computes in fp32 whatever is asked
-  bool use_flash_attn = false;
   bool use_distributed_optimizer = false;  // ZeRO-1 over the data-parallel group
   bool sequence_parallel = false;          // the residual stream sharded over the TP group
   // Megatron's --overlap-grad-reduce: each unit's data-parallel all-reduce starts as soon as

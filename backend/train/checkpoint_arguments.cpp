@@ -4,12 +4,14 @@
 #include <fmt/format.h>
 
 #include <ostream>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <variant>
 
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/common/error.hpp"
+#include "backend/train/flag_table.hpp"
 
 using nlohmann::json;
 
@@ -18,29 +20,45 @@ namespace backend {
 namespace {
 
 // The arguments a checkpoint records (its metadata's "arguments"), by Megatron's names: one table
-// that both the record and its reading walk, so a field cannot be written and not read back.
-// Two records are not a field as it is, and follow the table in both directions:
-// disable_bias_linear (!add_bias_linear) and num_query_groups (0 for multi-head attention).
-// A key that decides a tensor shape also needs its row in kShapeFlags
-// (backend/ckpt/checkpoint.cpp), which names the flag when a checkpoint does not fit.
-using RecordedField =
-    std::variant<int64_t TrainingArguments::*, uint64_t TrainingArguments::*,
-                 double TrainingArguments::*, bool TrainingArguments::*,
-                 std::string TrainingArguments::*>;
+// per concern that both the record and its reading walk, so a field cannot be written and not
+// read back. An enum is recorded as its name (gpt_config.hpp's spellings). Two records are not
+// a field as it is, and follow the tables in both directions: disable_bias_linear
+// (!add_bias_linear) and num_query_groups (0 for multi-head attention). A key that decides a
+// tensor shape also needs its row in kShapeFlags (backend/ckpt/checkpoint.cpp), which names the
+// flag when a checkpoint does not fit.
+template <typename Config>
+using RecordedField = std::variant<int64_t Config::*, uint64_t Config::*, double Config::*,
+                                   bool Config::*, std::string Config::*, EnumFlagField<Config>>;
+template <typename Config>
 struct RecordedArgument {
   const char* key;
-  RecordedField field;
+  RecordedField<Config> field;
   bool optional = false;  // absent from checkpoints made before the flag existed
 };
 constexpr bool kOptional = true;
-const RecordedArgument kRecordedArguments[] = {
-    {"num_layers", &TrainingArguments::num_layers},
-    {"hidden_size", &TrainingArguments::hidden_size},
-    {"ffn_hidden_size", &TrainingArguments::ffn_hidden_size},
-    {"num_attention_heads", &TrainingArguments::num_attention_heads},
-    {"seq_length", &TrainingArguments::seq_length},
-    {"max_position_embeddings", &TrainingArguments::max_position_embeddings},
-    {"make_vocab_size_divisible_by", &TrainingArguments::make_vocab_size_divisible_by},
+const RecordedArgument<ModelArguments> kRecordedModelArguments[] = {
+    {"num_layers", &ModelArguments::num_layers},
+    {"hidden_size", &ModelArguments::hidden_size},
+    {"ffn_hidden_size", &ModelArguments::ffn_hidden_size},
+    {"num_attention_heads", &ModelArguments::num_attention_heads},
+    {"seq_length", &ModelArguments::seq_length},
+    {"max_position_embeddings", &ModelArguments::max_position_embeddings},
+    {"make_vocab_size_divisible_by", &ModelArguments::make_vocab_size_divisible_by},
+    {"init_method_std", &ModelArguments::init_method_std},
+    {"norm_epsilon", &ModelArguments::norm_epsilon},
+    {"position_embedding_type", enum_flag_field<&ModelArguments::position_embedding_type>()},
+    {"rotary_base", &ModelArguments::rotary_base},
+    {"rotary_percent", &ModelArguments::rotary_percent},
+    {"use_rope_scaling", &ModelArguments::use_rope_scaling, kOptional},
+    {"rope_scaling_factor", &ModelArguments::rope_scaling_factor, kOptional},
+    {"normalization", enum_flag_field<&ModelArguments::normalization>()},
+    {"apply_layernorm_1p", &ModelArguments::apply_layernorm_1p, kOptional},
+    {"swiglu", &ModelArguments::swiglu},
+    {"untie_embeddings_and_output_weights", &ModelArguments::untie_embeddings_and_output_weights},
+    {"hidden_dropout", &ModelArguments::hidden_dropout},
+    {"attention_dropout", &ModelArguments::attention_dropout},
+};
+const RecordedArgument<TrainingArguments> kRecordedArguments[] = {
     {"tokenizer_type", &TrainingArguments::tokenizer_type},
     {"tokenizer_model", &TrainingArguments::tokenizer_model, kOptional},
     {"vocab_size", &TrainingArguments::vocab_size},
@@ -48,20 +66,6 @@ const RecordedArgument kRecordedArguments[] = {
     {"pipeline_model_parallel_size", &TrainingArguments::pipeline_model_parallel_size},
     {"num_layers_per_virtual_pipeline_stage",
      &TrainingArguments::num_layers_per_virtual_pipeline_stage, kOptional},
-    {"init_method_std", &TrainingArguments::init_method_std},
-    {"norm_epsilon", &TrainingArguments::norm_epsilon},
-    {"position_embedding_type", &TrainingArguments::position_embedding_type},
-    {"rotary_base", &TrainingArguments::rotary_base},
-    {"rotary_percent", &TrainingArguments::rotary_percent},
-    {"use_rope_scaling", &TrainingArguments::use_rope_scaling, kOptional},
-    {"rope_scaling_factor", &TrainingArguments::rope_scaling_factor, kOptional},
-    {"normalization", &TrainingArguments::normalization},
-    {"apply_layernorm_1p", &TrainingArguments::apply_layernorm_1p, kOptional},
-    {"swiglu", &TrainingArguments::swiglu},
-    {"untie_embeddings_and_output_weights",
-     &TrainingArguments::untie_embeddings_and_output_weights},
-    {"hidden_dropout", &TrainingArguments::hidden_dropout},
-    {"attention_dropout", &TrainingArguments::attention_dropout},
     {"micro_batch_size", &TrainingArguments::micro_batch_size},
     {"global_batch_size", &TrainingArguments::global_batch_size},
     {"train_iters", &TrainingArguments::train_iters},
@@ -79,15 +83,55 @@ const RecordedArgument kRecordedArguments[] = {
     {"adam_eps", &TrainingArguments::adam_eps},
 };
 
+template <typename Config>
+void record_arguments(const Config& config, std::span<const RecordedArgument<Config>> table,
+                      json& record) {
+  for (const RecordedArgument<Config>& argument : table) {
+    std::visit(
+        [&](auto member) {
+          if constexpr (std::is_same_v<decltype(member), EnumFlagField<Config>>) {
+            record[argument.key] = std::string(member.name(config));
+          } else {
+            record[argument.key] = config.*member;
+          }
+        },
+        argument.field);
+  }
+}
+
+template <typename Config>
+void read_recorded_arguments(const CheckpointMetadata& root, const json& saved,
+                             const std::filesystem::path& file,
+                             std::span<const RecordedArgument<Config>> table, Config& config) {
+  for (const RecordedArgument<Config>& argument : table) {
+    if (argument.optional && !saved.contains(argument.key)) continue;
+    std::visit(
+        [&](auto member) {
+          if constexpr (std::is_same_v<decltype(member), EnumFlagField<Config>>) {
+            const auto name = root.get<std::string>(saved, argument.key);
+            if (!member.set(config, name)) {
+              common::fail(
+                  "checkpoint {}: metadata field '{}' names no setting this backend "
+                  "knows ({})",
+                  file.string(), argument.key, saved[argument.key].dump());
+            }
+          } else {
+            using Value = std::remove_reference_t<decltype(config.*member)>;
+            config.*member = root.get<Value>(saved, argument.key);
+          }
+        },
+        argument.field);
+  }
+}
+
 }  // namespace
 
 json checkpoint_arguments(const TrainingArguments& a) {
   json record = json::object();
-  for (const RecordedArgument& argument : kRecordedArguments) {
-    std::visit([&](auto member) { record[argument.key] = a.*member; }, argument.field);
-  }
-  record["disable_bias_linear"] = !a.add_bias_linear;
-  record["num_query_groups"] = a.group_query_attention ? a.num_query_groups : 0;
+  record_arguments<ModelArguments>(a.model, kRecordedModelArguments, record);
+  record_arguments<TrainingArguments>(a, kRecordedArguments, record);
+  record["disable_bias_linear"] = !a.model.add_bias_linear;
+  record["num_query_groups"] = a.model.group_query_attention ? a.model.num_query_groups : 0;
   return record;
 }
 
@@ -95,19 +139,12 @@ TrainingArguments arguments_from_checkpoint(const json& metadata, const std::fil
   const CheckpointMetadata root(metadata, file);
   const json& saved = root.section("arguments");
   TrainingArguments a;
-  for (const RecordedArgument& argument : kRecordedArguments) {
-    if (argument.optional && !saved.contains(argument.key)) continue;
-    std::visit(
-        [&](auto member) {
-          using Value = std::remove_reference_t<decltype(a.*member)>;
-          a.*member = root.get<Value>(saved, argument.key);
-        },
-        argument.field);
-  }
-  a.add_bias_linear = !root.get<bool>(saved, "disable_bias_linear");
+  read_recorded_arguments<ModelArguments>(root, saved, file, kRecordedModelArguments, a.model);
+  read_recorded_arguments<TrainingArguments>(root, saved, file, kRecordedArguments, a);
+  a.model.add_bias_linear = !root.get<bool>(saved, "disable_bias_linear");
   const auto num_query_groups = root.get<int64_t>(saved, "num_query_groups");
-  a.group_query_attention = num_query_groups > 0;
-  if (a.group_query_attention) a.num_query_groups = num_query_groups;
+  a.model.group_query_attention = num_query_groups > 0;
+  if (a.model.group_query_attention) a.model.num_query_groups = num_query_groups;
   return a;
 }
 
@@ -136,6 +173,8 @@ void take_checkpoint_model_arguments(TrainingArguments& arguments,
     std::string shown;
     if constexpr (std::is_same_v<Value, bool>) {
       shown = value ? "True" : "False";
+    } else if constexpr (std::is_enum_v<Value>) {
+      shown = common::enum_name(value);
     } else {
       shown = fmt::format("{}", value);
     }
@@ -144,37 +183,40 @@ void take_checkpoint_model_arguments(TrainingArguments& arguments,
   auto unless_given = [&](std::string_view flag, std::string_view name, auto& target, const auto& value) {
     if (!given(flag)) take(name, target, value);
   };
-  unless_given("--num-layers", "num_layers", arguments.num_layers, saved.num_layers);
-  unless_given("--hidden-size", "hidden_size", arguments.hidden_size, saved.hidden_size);
-  unless_given("--ffn-hidden-size", "ffn_hidden_size", arguments.ffn_hidden_size, saved.ffn_hidden_size);
-  unless_given("--seq-length", "seq_length", arguments.seq_length, saved.seq_length);
-  unless_given("--num-attention-heads", "num_attention_heads", arguments.num_attention_heads,
-               saved.num_attention_heads);
-  unless_given("--max-position-embeddings", "max_position_embeddings", arguments.max_position_embeddings,
-               saved.max_position_embeddings);
+  ModelArguments& model = arguments.model;
+  const ModelArguments& recorded = saved.model;
+  unless_given("--num-layers", "num_layers", model.num_layers, recorded.num_layers);
+  unless_given("--hidden-size", "hidden_size", model.hidden_size, recorded.hidden_size);
+  unless_given("--ffn-hidden-size", "ffn_hidden_size", model.ffn_hidden_size,
+               recorded.ffn_hidden_size);
+  unless_given("--seq-length", "seq_length", model.seq_length, recorded.seq_length);
+  unless_given("--num-attention-heads", "num_attention_heads", model.num_attention_heads,
+               recorded.num_attention_heads);
+  unless_given("--max-position-embeddings", "max_position_embeddings",
+               model.max_position_embeddings, recorded.max_position_embeddings);
   unless_given("--make-vocab-size-divisible-by", "make_vocab_size_divisible_by",
-               arguments.make_vocab_size_divisible_by, saved.make_vocab_size_divisible_by);
+               model.make_vocab_size_divisible_by, recorded.make_vocab_size_divisible_by);
   unless_given("--vocab-size", "vocab_size", arguments.vocab_size, saved.vocab_size);
-  unless_given("--norm-epsilon", "norm_epsilon", arguments.norm_epsilon, saved.norm_epsilon);
-  take("group_query_attention", arguments.group_query_attention, saved.group_query_attention);
-  take("num_query_groups", arguments.num_query_groups, saved.num_query_groups);
-  take("position_embedding_type", arguments.position_embedding_type, saved.position_embedding_type);
-  take("rotary_base", arguments.rotary_base, saved.rotary_base);
-  take("rotary_percent", arguments.rotary_percent, saved.rotary_percent);
+  unless_given("--norm-epsilon", "norm_epsilon", model.norm_epsilon, recorded.norm_epsilon);
+  take("group_query_attention", model.group_query_attention, recorded.group_query_attention);
+  take("num_query_groups", model.num_query_groups, recorded.num_query_groups);
+  take("position_embedding_type", model.position_embedding_type, recorded.position_embedding_type);
+  take("rotary_base", model.rotary_base, recorded.rotary_base);
+  take("rotary_percent", model.rotary_percent, recorded.rotary_percent);
   // Not in Megatron's list, which would serve a Llama 3.x checkpoint with plain RoPE's angles.
-  take("use_rope_scaling", arguments.use_rope_scaling, saved.use_rope_scaling);
-  take("rope_scaling_factor", arguments.rope_scaling_factor, saved.rope_scaling_factor);
-  take("add_bias_linear", arguments.add_bias_linear, saved.add_bias_linear);
-  take("swiglu", arguments.swiglu, saved.swiglu);
-  take("untie_embeddings_and_output_weights", arguments.untie_embeddings_and_output_weights,
-       saved.untie_embeddings_and_output_weights);
-  take("apply_layernorm_1p", arguments.apply_layernorm_1p, saved.apply_layernorm_1p);
-  take("normalization", arguments.normalization, saved.normalization);
+  take("use_rope_scaling", model.use_rope_scaling, recorded.use_rope_scaling);
+  take("rope_scaling_factor", model.rope_scaling_factor, recorded.rope_scaling_factor);
+  take("add_bias_linear", model.add_bias_linear, recorded.add_bias_linear);
+  take("swiglu", model.swiglu, recorded.swiglu);
+  take("untie_embeddings_and_output_weights", model.untie_embeddings_and_output_weights,
+       recorded.untie_embeddings_and_output_weights);
+  take("apply_layernorm_1p", model.apply_layernorm_1p, recorded.apply_layernorm_1p);
+  take("normalization", model.normalization, recorded.normalization);
   // Evaluation and serving run without dropout, and take the record's for the dump; training
   // follows its flags, as Megatron's list has no dropout.
   if (arguments.program != ArgumentsProgram::pretrain_gpt) {
-    take("hidden_dropout", arguments.hidden_dropout, saved.hidden_dropout);
-    take("attention_dropout", arguments.attention_dropout, saved.attention_dropout);
+    take("hidden_dropout", model.hidden_dropout, recorded.hidden_dropout);
+    take("attention_dropout", model.attention_dropout, recorded.attention_dropout);
   }
   take("tokenizer_type", arguments.tokenizer_type, saved.tokenizer_type);
   // Megatron forces the checkpoint's path too; a path given here wins (the run that saved it may

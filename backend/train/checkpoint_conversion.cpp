@@ -42,40 +42,7 @@ GptModel<float> load_checkpoint_weights(const std::filesystem::path& directory, 
 
 TrainingArguments arguments_for_model(const GptConfig& config) {
   TrainingArguments a;
-  a.num_layers = config.num_layers;
-  a.hidden_size = config.hidden_size;
-  a.ffn_hidden_size = config.ffn_hidden_size;
-  a.num_attention_heads = config.num_attention_heads;
-  a.max_position_embeddings = config.max_position_embeddings;
-  a.seq_length = config.max_position_embeddings;
-  a.init_method_std = config.init_method_std;
-  a.norm_epsilon = config.layernorm_epsilon;
-  a.position_embedding_type =
-      config.position_embedding_type == PositionEmbeddingType::rope ? "rope" : "learned_absolute";
-  a.rotary_base = config.rotary_base;
-  a.rotary_percent = config.rotary_percent;
-  if (const RopeScaling& scaling = config.rope_scaling; scaling.active()) {
-    // Megatron's flags carry the factor; the other three are Llama 3.x's, fixed.
-    if (scaling != RopeScaling{.factor = scaling.factor}) {
-      common::fail("RoPE scaling with low_freq_factor {}, high_freq_factor {} and "
-                   "original_max_position_embeddings {} has no pretrain_gpt flags: "
-                   "--use-rope-scaling keeps Llama 3.x's 1, 4 and 8192 (only "
-                   "--rope-scaling-factor is set)",
-                   scaling.low_frequency_factor, scaling.high_frequency_factor,
-                   scaling.original_max_position_embeddings);
-    }
-    a.use_rope_scaling = true;
-    a.rope_scaling_factor = scaling.factor;
-  }
-  a.normalization = config.normalization == Normalization::rms_norm ? "RMSNorm" : "LayerNorm";
-  a.apply_layernorm_1p = config.apply_layernorm_1p;
-  a.swiglu = config.swiglu;
-  a.add_bias_linear = config.add_bias_linear;
-  a.untie_embeddings_and_output_weights = !config.share_embeddings_and_output_weights;
-  a.group_query_attention = config.num_query_groups > 0;
-  if (a.group_query_attention) a.num_query_groups = config.num_query_groups;
-  a.hidden_dropout = config.hidden_dropout;
-  a.attention_dropout = config.attention_dropout;
+  a.model = model_arguments(config);
   if (config.vocab_size == kGpt2VocabSize) {
     a.tokenizer_type = "GPT2BPETokenizer";
   } else {
@@ -85,13 +52,6 @@ TrainingArguments arguments_for_model(const GptConfig& config) {
     }
     a.tokenizer_type = "NullTokenizer";
     a.vocab_size = config.vocab_size - 1;
-  }
-  a.make_vocab_size_divisible_by = config.padded_vocab_size;
-  for (int64_t divisor = 128; divisor >= 1; divisor /= 2) {
-    if (padded_vocab_size(config.vocab_size, divisor, 1) == config.padded_vocab_size) {
-      a.make_vocab_size_divisible_by = divisor;
-      break;
-    }
   }
   return a;
 }

@@ -179,7 +179,7 @@ Source open_source(const fs::path& directory) {
   }
   // Which stage holds which layers: the trainer's layout (pipeline_stage.hpp), which the saved
   // sizes must allow.
-  const int64_t num_layers = source.arguments.num_layers;
+  const int64_t num_layers = source.arguments.model.num_layers;
   const int64_t per_virtual_stage = source.arguments.num_layers_per_virtual_pipeline_stage;
   if (num_layers % source.pipeline_parallel != 0 || per_virtual_stage < 0 ||
       (per_virtual_stage > 0 && (num_layers / source.pipeline_parallel) % per_virtual_stage != 0)) {
@@ -474,7 +474,7 @@ json target_metadata(const json& source_metadata, const Source& source,
   arguments["tensor_model_parallel_size"] = t.tensor_model_parallel_size;
   arguments["pipeline_model_parallel_size"] = t.pipeline_model_parallel_size;
   arguments["num_layers_per_virtual_pipeline_stage"] = t.num_layers_per_virtual_pipeline_stage;
-  arguments["make_vocab_size_divisible_by"] = t.make_vocab_size_divisible_by;
+  arguments["make_vocab_size_divisible_by"] = t.model.make_vocab_size_divisible_by;
   // The arguments dump (text, as pretrain_gpt prints it) of a run at the target's sizes.
   if (metadata.contains("args") && metadata["args"].is_object()) {
     json& args = metadata["args"];
@@ -492,7 +492,7 @@ json target_metadata(const json& source_metadata, const Source& source,
           t.num_layers_per_virtual_pipeline_stage > 0 ? std::to_string(t.virtual_pipeline_chunks())
                                                       : std::string("None");
     }
-    args["make_vocab_size_divisible_by"] = std::to_string(t.make_vocab_size_divisible_by);
+    args["make_vocab_size_divisible_by"] = std::to_string(t.model.make_vocab_size_divisible_by);
     if (t.tensor_model_parallel_size == 1 && args.contains("sequence_parallel")) {
       args["sequence_parallel"] = "False";  // Megatron switches it off at tp 1
     }
@@ -588,7 +588,7 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
     out << fmt::format(" loading checkpoint from {} at iteration {}\n", options.load.string(),
                        source.tracked.iteration);
   }
-  const int64_t num_layers = source.arguments.num_layers;
+  const int64_t num_layers = source.arguments.model.num_layers;
   if (num_layers % target_pp != 0) {
     common::fail("--target-pipeline-parallel-size {} does not divide the {} layers of the model "
                  "of {} (--num-layers {}): every pipeline stage holds the same number of layers; "
@@ -604,7 +604,7 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
       interleaving_problem(num_layers, target_pp, source_per_virtual_stage);
   if (!interleaving.empty()) target_arguments.num_layers_per_virtual_pipeline_stage = 0;
   if (options.make_vocab_size_divisible_by > 0) {
-    target_arguments.make_vocab_size_divisible_by = options.make_vocab_size_divisible_by;
+    target_arguments.model.make_vocab_size_divisible_by = options.make_vocab_size_divisible_by;
   }
   const GptConfig target_config = model_config(target_arguments);
   try {
@@ -655,21 +655,22 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
   const int64_t source_rows = source.config.padded_vocab_size;
   const int64_t target_rows = target_config.padded_vocab_size;
   const int64_t keeping = divisor_keeping_padding(
-      source.config.vocab_size, source_rows, source.arguments.make_vocab_size_divisible_by,
+      source.config.vocab_size, source_rows, source.arguments.model.make_vocab_size_divisible_by,
       source.tensor_parallel, target_tp);
   if (target_rows != source_rows) {
     out << fmt::format(
         " > padded vocabulary: {} rows at tensor-parallel size {} (--make-vocab-size-divisible-by "
         "{}), {} at {} (--make-vocab-size-divisible-by {}): {}{}\n",
-        source_rows, source.tensor_parallel, source.arguments.make_vocab_size_divisible_by,
-        target_rows, target_tp, target_arguments.make_vocab_size_divisible_by,
+        source_rows, source.tensor_parallel, source.arguments.model.make_vocab_size_divisible_by,
+        target_rows, target_tp, target_arguments.model.make_vocab_size_divisible_by,
         target_rows < source_rows
             ? fmt::format("padding rows {}..{} dropped", target_rows, source_rows - 1)
             : fmt::format("rows {}..{} added as copies of row {} (weights and moments, as "
-                          "Megatron's saver pads)", source_rows, target_rows - 1, source_rows - 1),
-        keeping > 0 ? fmt::format("; --make-vocab-size-divisible-by {} keeps {} rows", keeping,
-                                  source_rows)
-                    : std::string());
+                          "Megatron's saver pads)",
+                          source_rows, target_rows - 1, source_rows - 1),
+        keeping > 0
+            ? fmt::format("; --make-vocab-size-divisible-by {} keeps {} rows", keeping, source_rows)
+            : std::string());
   }
   out.flush();
 

@@ -92,7 +92,7 @@ BatchSource build_dataset_batch_source(const TrainingArguments& a, int64_t vocab
   GptDataBuildOptions options;
   options.sources = data_sources(a);
   options.dataset.random_seed = static_cast<uint32_t>(a.seed);
-  options.dataset.sequence_length = a.seq_length;
+  options.dataset.sequence_length = a.model.seq_length;
   // Megatron's tokenizer entry, so the cache names are Megatron's (megatron_description.hpp).
   options.dataset.tokenizer = megatron_tokenizer_identifiers(
       {.tokenizer_type = a.tokenizer_type, .vocab_file = a.vocab_file, .merge_file = a.merge_file,
@@ -155,7 +155,7 @@ BatchSource build_dataset_batch_source(const TrainingArguments& a, int64_t vocab
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   out.flush();
 
-  return [datasets, sequence_length = a.seq_length, vocab_size](
+  return [datasets, sequence_length = a.model.seq_length, vocab_size](
              Split split, int64_t first_sample, int64_t batch_size, std::span<int32_t> tokens,
              std::span<int32_t> labels) {
     const auto& dataset = datasets[static_cast<size_t>(split)];

@@ -21,7 +21,7 @@ EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Spl
   const int64_t dp_size = data_parallel.size();
   const int64_t dp_rank = data_parallel.rank();
   const int64_t num_micro_batches = a.global_batch_size / (a.micro_batch_size * dp_size);
-  const int64_t micro_tokens = common::checked_multiply(a.micro_batch_size, a.seq_length,
+  const int64_t micro_tokens = common::checked_multiply(a.micro_batch_size, a.model.seq_length,
                                                         "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
   const bool per_token = a.calculate_per_token_loss;
@@ -52,7 +52,8 @@ EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Spl
           return static_cast<double>(scored[static_cast<size_t>(m)]);
         };
       }
-      totals[0] += run_pipeline_steps(model, steps, inputs, 1.0f, a.micro_batch_size, a.seq_length);
+      totals[0] +=
+          run_pipeline_steps(model, steps, inputs, 1.0f, a.micro_batch_size, a.model.seq_length);
       if (model.pipeline_stage().last()) {
         for (const int64_t count : scored) totals[1] += static_cast<double>(count);
       }
@@ -67,7 +68,7 @@ EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Spl
         source(split, first_sample + result.samples + dp_rank * a.micro_batch_size,
                a.micro_batch_size, tokens, labels);
         result.samples += a.micro_batch_size * dp_size;
-        const double loss = model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+        const double loss = model.forward(tokens, labels, a.micro_batch_size, a.model.seq_length);
         if (per_token) {
           const int64_t count = scored_label_count(labels);
           totals[0] += loss * static_cast<double>(count);

@@ -8,7 +8,8 @@
 // The dump prints a value as Python's str() of Megatron's: True/False, numbers as fmt prints
 // them (or, where the row says so, as Python prints a float), strings as they are; an empty
 // list or optional, and where the row says so an empty string or a number ≤ 0, as None; a list
-// as ['a', 'b'] (argparse keeps nargs flags as strings, numbers included).
+// as ['a', 'b'] (argparse keeps nargs flags as strings, numbers included); an enum as its name
+// (common/enum_names.hpp).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -20,10 +21,12 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <variant>
 #include <vector>
 
+#include "backend/common/enum_names.hpp"
 #include "backend/common/python_format.hpp"
 
 namespace backend {
@@ -35,12 +38,56 @@ enum class FlagDump { value, none_if_empty, none_if_not_positive, python_float }
 // model's shape (--use-checkpoint-args), which the caller decides: add_flag_rows hands them over.
 enum class FlagRequirement { optional, required, shape };
 
+// A field holding an enum (or an optional one) whose names (common/enum_names.hpp) are its
+// values on the command line and in the dump; made by enum_flag_field<&Config::field>().
+template <typename Config>
+struct EnumFlagField {
+  bool (*set)(Config& config, std::string_view name);  // false: not one of the enum's names
+  std::string_view (*name)(const Config& config);      // "" for Megatron's None
+};
+
+template <typename Member>
+struct MemberPointerTraits;
+template <typename Owner, typename Field>
+struct MemberPointerTraits<Field Owner::*> {
+  using Config = Owner;
+  using Value = Field;
+};
+template <typename Value>
+struct OptionalValue {
+  using Type = Value;
+};
+template <typename Value>
+struct OptionalValue<std::optional<Value>> {
+  using Type = Value;
+};
+
+template <auto member>
+constexpr auto enum_flag_field() {
+  using Config = typename MemberPointerTraits<decltype(member)>::Config;
+  using Value = typename MemberPointerTraits<decltype(member)>::Value;
+  using Enum = typename OptionalValue<Value>::Type;
+  return EnumFlagField<Config>{
+      [](Config& config, std::string_view name) {
+        const std::optional<Enum> value = common::enum_from_name<Enum>(name);
+        if (value) config.*member = *value;
+        return value.has_value();
+      },
+      [](const Config& config) -> std::string_view {
+        if constexpr (std::is_same_v<Value, Enum>) {
+          return common::enum_name(config.*member);
+        } else {
+          return config.*member ? common::enum_name(*(config.*member)) : std::string_view();
+        }
+      }};
+}
+
 template <typename Config>
 using FlagField =
     std::variant<bool Config::*, int64_t Config::*, uint64_t Config::*, double Config::*,
                  std::string Config::*, std::optional<int64_t> Config::*,
                  std::optional<double> Config::*, std::vector<std::string> Config::*,
-                 std::vector<int64_t> Config::*>;
+                 std::vector<int64_t> Config::*, EnumFlagField<Config>>;
 
 template <typename Config>
 struct FlagRow {
@@ -54,6 +101,24 @@ struct FlagRow {
   int words = 0;  // a list of numbers: exactly this many words (the last given is kept)
 };
 
+// An enum row's option: one word, as a string option takes it (its value rule has checked
+// it before the callback sees it).
+template <typename Config>
+CLI::Option* add_enum_option(CLI::App& app, Config& config, const FlagRow<Config>& row,
+                             EnumFlagField<Config> field) {
+  CLI::Option* option = app.add_option(
+      row.names,
+      [&config, field](const CLI::results_t& results) {
+        return results.size() == 1 && field.set(config, results.front());
+      },
+      row.help, false, [&config, field] { return std::string(field.name(config)); });
+  option->type_name(CLI::detail::type_name<std::string>());
+  option->type_size(1, 1);
+  option->expected(1);
+  option->run_callback_for_default();
+  return option;
+}
+
 // Registers each row on `app` in `group`: a bool field is a switch, a list of strings takes one
 // or more words (all of them kept), a list of numbers `words` words, anything else one value.
 // The options of `shape` rows are appended to `shape_options`.
@@ -63,20 +128,24 @@ void add_flag_rows(CLI::App& app, Config& config, std::span<const FlagRow<Config
   for (const FlagRow<Config>& row : rows) {
     CLI::Option* option = std::visit(
         [&](auto member) -> CLI::Option* {
-          auto& target = config.*member;
-          using Field = std::remove_reference_t<decltype(target)>;
-          if constexpr (std::is_same_v<Field, bool>) {
-            return app.add_flag(row.names, target, row.help);
-          } else if constexpr (std::is_same_v<Field, std::vector<std::string>>) {
-            return app.add_option(row.names, target, row.help)
-                ->expected(1, -1)
-                ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-          } else if constexpr (std::is_same_v<Field, std::vector<int64_t>>) {
-            return app.add_option(row.names, target, row.help)
-                ->expected(row.words)
-                ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+          if constexpr (std::is_same_v<decltype(member), EnumFlagField<Config>>) {
+            return add_enum_option(app, config, row, member);
           } else {
-            return app.add_option(row.names, target, row.help);
+            auto& target = config.*member;
+            using Field = std::remove_reference_t<decltype(target)>;
+            if constexpr (std::is_same_v<Field, bool>) {
+              return app.add_flag(row.names, target, row.help);
+            } else if constexpr (std::is_same_v<Field, std::vector<std::string>>) {
+              return app.add_option(row.names, target, row.help)
+                  ->expected(1, -1)
+                  ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+            } else if constexpr (std::is_same_v<Field, std::vector<int64_t>>) {
+              return app.add_option(row.names, target, row.help)
+                  ->expected(row.words)
+                  ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+            } else {
+              return app.add_option(row.names, target, row.help);
+            }
           }
         },
         row.field);
@@ -97,27 +166,32 @@ void dump_flag_rows(const Config& config, std::span<const FlagRow<Config>> rows,
     if (row.dump_name == nullptr) continue;
     values[row.dump_name] = std::visit(
         [&](auto member) -> std::string {
-          const auto& value = config.*member;
-          using Field = std::remove_cvref_t<decltype(value)>;
-          if constexpr (std::is_same_v<Field, bool>) {
-            return value ? "True" : "False";
-          } else if constexpr (std::is_same_v<Field, std::vector<std::string>> ||
-                               std::is_same_v<Field, std::vector<int64_t>>) {
-            if (value.empty()) return "None";
-            std::vector<std::string> quoted;
-            for (const auto& word : value) quoted.push_back(fmt::format("'{}'", word));
-            return fmt::format("[{}]", fmt::join(quoted, ", "));
-          } else if constexpr (std::is_same_v<Field, std::string>) {
-            return row.dump == FlagDump::none_if_empty && value.empty() ? "None" : value;
-          } else if constexpr (std::is_same_v<Field, std::optional<int64_t>> ||
-                               std::is_same_v<Field, std::optional<double>>) {
-            return value ? fmt::format("{}", *value) : "None";
+          if constexpr (std::is_same_v<decltype(member), EnumFlagField<Config>>) {
+            const std::string_view name = member.name(config);
+            return row.dump == FlagDump::none_if_empty && name.empty() ? "None" : std::string(name);
           } else {
-            if (row.dump == FlagDump::none_if_not_positive && value <= 0) return "None";
-            if constexpr (std::is_same_v<Field, double>) {
-              if (row.dump == FlagDump::python_float) return common::format_python_float(value);
+            const auto& value = config.*member;
+            using Field = std::remove_cvref_t<decltype(value)>;
+            if constexpr (std::is_same_v<Field, bool>) {
+              return value ? "True" : "False";
+            } else if constexpr (std::is_same_v<Field, std::vector<std::string>> ||
+                                 std::is_same_v<Field, std::vector<int64_t>>) {
+              if (value.empty()) return "None";
+              std::vector<std::string> quoted;
+              for (const auto& word : value) quoted.push_back(fmt::format("'{}'", word));
+              return fmt::format("[{}]", fmt::join(quoted, ", "));
+            } else if constexpr (std::is_same_v<Field, std::string>) {
+              return row.dump == FlagDump::none_if_empty && value.empty() ? "None" : value;
+            } else if constexpr (std::is_same_v<Field, std::optional<int64_t>> ||
+                                 std::is_same_v<Field, std::optional<double>>) {
+              return value ? fmt::format("{}", *value) : "None";
+            } else {
+              if (row.dump == FlagDump::none_if_not_positive && value <= 0) return "None";
+              if constexpr (std::is_same_v<Field, double>) {
+                if (row.dump == FlagDump::python_float) return common::format_python_float(value);
+              }
+              return fmt::format("{}", value);
             }
-            return fmt::format("{}", value);
           }
         },
         row.field);

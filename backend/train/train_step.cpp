@@ -68,7 +68,7 @@ LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
                              const TrainingArguments& a, int64_t dp_rank, int64_t dp_size,
                              Communicator* overlapped_group,
                              std::vector<std::unique_ptr<Communicator::PendingReduction>>& pending) {
-  const int64_t micro_tokens = common::checked_multiply(a.micro_batch_size, a.seq_length,
+  const int64_t micro_tokens = common::checked_multiply(a.micro_batch_size, a.model.seq_length,
                                                         "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
   const bool per_token = a.calculate_per_token_loss;
@@ -107,12 +107,11 @@ LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
         return static_cast<double>(scored[static_cast<size_t>(m)]);
       };
     }
-    local.sum = run_pipeline_steps(
-        model,
-        pipeline_schedule(stage.pipeline_parallel, stage.rank, stage.virtual_chunks,
-                          batch.num_micro_batches),
-        inputs, per_token ? static_cast<float>(loss_scale) : mean_scale, a.micro_batch_size,
-        a.seq_length);
+    local.sum = run_pipeline_steps(model,
+                                   pipeline_schedule(stage.pipeline_parallel, stage.rank,
+                                                     stage.virtual_chunks, batch.num_micro_batches),
+                                   inputs, per_token ? static_cast<float>(loss_scale) : mean_scale,
+                                   a.micro_batch_size, a.model.seq_length);
     model.set_dropout_step(first_step + micro_batches * ranks);
     if (stage.last()) {
       for (const int64_t count : scored) local.scored_positions += count;
@@ -124,7 +123,7 @@ LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
                            static_cast<uint64_t>(dp_rank));
     source(Split::train, batch.first_sample + (m * dp_size + dp_rank) * a.micro_batch_size,
            a.micro_batch_size, tokens, labels);
-    const double loss = model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+    const double loss = model.forward(tokens, labels, a.micro_batch_size, a.model.seq_length);
     const int64_t scored = per_token ? scored_label_count(labels) : 0;
     local.sum += per_token ? loss * static_cast<double>(scored) : loss;
     local.scored_positions += scored;

@@ -61,42 +61,7 @@ constexpr const char* kWaysOut =
 // model_config with the tokenizer's vocabulary size already known: pretrain reads the tokenizer
 // once, for its size and its end-of-document id.
 GptConfig model_config_with_vocabulary(const TrainingArguments& a, int64_t vocab_size) {
-  GptConfig config;
-  config.num_layers = a.num_layers;
-  config.hidden_size = a.hidden_size;
-  config.num_attention_heads = a.num_attention_heads;
-  config.ffn_hidden_size = a.ffn_hidden_size;
-  config.max_position_embeddings = a.max_position_embeddings;
-  config.vocab_size = vocab_size;
-  config.padded_vocab_size = padded_vocab_size(config.vocab_size, a.make_vocab_size_divisible_by,
-                                               a.tensor_model_parallel_size);
-  config.layernorm_epsilon = a.norm_epsilon;
-  config.init_method_std = a.init_method_std;
-  config.hidden_dropout = a.hidden_dropout;
-  config.attention_dropout = a.attention_dropout;
-  config.position_embedding_type = a.position_embedding_type == "rope"
-                                       ? PositionEmbeddingType::rope
-                                       : PositionEmbeddingType::learned_absolute;
-  config.rotary_base = a.rotary_base;
-  if (a.use_rope_scaling) config.rope_scaling = RopeScaling{.factor = a.rope_scaling_factor};
-  config.rotary_percent = a.rotary_percent;
-  config.normalization =
-      a.normalization == "RMSNorm" ? Normalization::rms_norm : Normalization::layer_norm;
-  config.apply_layernorm_1p = a.apply_layernorm_1p;
-  config.swiglu = a.swiglu;
-  config.add_bias_linear = a.add_bias_linear;
-  config.share_embeddings_and_output_weights = !a.untie_embeddings_and_output_weights;
-  config.num_query_groups = a.group_query_attention ? a.num_query_groups : 0;
-  if (a.recompute_granularity == "selective") {
-    config.recompute_granularity = RecomputeGranularity::selective;
-  } else if (a.recompute_granularity == "full") {
-    config.recompute_granularity = RecomputeGranularity::full;
-    config.recompute_method =
-        a.recompute_method == "block" ? RecomputeMethod::block : RecomputeMethod::uniform;
-    config.recompute_num_layers = a.recompute_num_layers.value_or(1);
-  }
-  validate(config);
-  return config;
+  return gpt_config(a.model, vocab_size, a.tensor_model_parallel_size);
 }
 
 }  // namespace
@@ -119,9 +84,9 @@ SelectedDevice select_device(const TrainingArguments& arguments) {
   }
   const CudaDeviceProperties& gpu = inventory.devices.front();
   SelectedDevice selected{
-      make_cuda_device(gpu.index, {.flash_attention = arguments.use_flash_attn}), gpu};
+      make_cuda_device(gpu.index, {.flash_attention = arguments.model.use_flash_attn}), gpu};
   spdlog::info("device: {}", selected.device->name());
-  if (arguments.use_flash_attn) {
+  if (arguments.model.use_flash_attn) {
     spdlog::info("--use-flash-attn: bf16 and fp16 attention with head dimension 64 or 128 runs "
                  "on tensor cores (flash_attention_forward/backward); other shapes and fp32 keep "
                  "the CUDA-core kernel");
@@ -290,9 +255,11 @@ Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, Batc
   scheduler_.emplace(learning_rate_schedule(a_));
   batch_sizes_.emplace(batch_size_schedule(a_, groups_.layout.data_parallel));
   if (!source_ && a_.mock_data) {
-    source_ = [dataset = MockDataset(a_.seed, config_.vocab_size, a_.seq_length)](
+    source_ = [dataset = MockDataset(a_.seed, config_.vocab_size, a_.model.seq_length)](
                   Split split, int64_t first, int64_t batch, std::span<int32_t> tokens,
-                  std::span<int32_t> labels) { dataset.fill_batch(split, first, batch, tokens, labels); };
+                  std::span<int32_t> labels) {
+      dataset.fill_batch(split, first, batch, tokens, labels);
+    };
   }
   print_startup_lines();
   // --log-throughput's MFU (our extension) is against this machine's measured GEMM peak: the
@@ -350,17 +317,16 @@ void Trainer::check_launch() {
 // machine cannot hold is refused with the estimate.
 void Trainer::check_memory_fits() {
   const ParallelLayout& layout = groups_.layout;
-  estimate_ = training_memory_estimate(
-      config_, a_.micro_batch_size, a_.seq_length,
-      {.tensor_parallel = layout.tensor_parallel,
-       .data_parallel = layout.data_parallel,
-       .pipeline_parallel = layout.pipeline_parallel,
-       .sequence_parallel = a_.sequence_parallel,
-       .distributed_optimizer = a_.use_distributed_optimizer,
-       .zero_stage = a_.zero_stage,
-       .offload_optimizer = a_.offload_optimizer,
-       .offload_parameters = a_.offload_parameters,
-       .virtual_pipeline_chunks = a_.virtual_pipeline_chunks()});
+  estimate_ = training_memory_estimate(config_, a_.micro_batch_size, a_.model.seq_length,
+                                       {.tensor_parallel = layout.tensor_parallel,
+                                        .data_parallel = layout.data_parallel,
+                                        .pipeline_parallel = layout.pipeline_parallel,
+                                        .sequence_parallel = a_.sequence_parallel,
+                                        .distributed_optimizer = a_.use_distributed_optimizer,
+                                        .zero_stage = a_.zero_stage,
+                                        .offload_optimizer = a_.offload_optimizer,
+                                        .offload_parameters = a_.offload_parameters,
+                                        .virtual_pipeline_chunks = a_.virtual_pipeline_chunks()});
   const std::optional<CudaDeviceProperties>& gpu = selected_.gpu;
   if (gpu && world_.size() > 1) {
     common::fail("--device {}: {} ranks on GPUs need the NCCL communicator, which is not built "
@@ -428,7 +394,7 @@ void Trainer::carve_model_and_optimizer() {
       slots = pipeline_slots(pipeline_schedule(stage.pipeline_parallel, stage.rank,
                                                stage.virtual_chunks, micro_batches));
     }
-    model.reserve(a_.micro_batch_size, a_.seq_length, slots);
+    model.reserve(a_.micro_batch_size, a_.model.seq_length, slots);
     std::vector<ParameterGroup> groups;
     for (const auto& tensor : model.tensors()) {
       groups.push_back({tensor.offset, tensor.numel, tensor.weight_decay});

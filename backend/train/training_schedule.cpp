@@ -204,12 +204,12 @@ void check_run_fits_counters(const TrainingArguments& a) {
                           : common::checked_multiply(a.train_iters, a.global_batch_size,
                                                      "--train-iters × --global-batch-size (the "
                                                      "samples the run trains on)");
-  common::checked_multiply(train_samples, a.seq_length,
+  common::checked_multiply(train_samples, a.model.seq_length,
                            "the samples the run trains on × --seq-length (its tokens)");
   if (a.eval_iters > 0) {
     // Every --eval-interval iterations, and the final validation and test passes.
     const int64_t evaluations = a.train_iters / std::max<int64_t>(1, a.eval_interval) + 2;
-    common::checked_multiply({evaluations, a.eval_iters, a.global_batch_size, a.seq_length},
+    common::checked_multiply({evaluations, a.eval_iters, a.global_batch_size, a.model.seq_length},
                              "evaluations × --eval-iters × --global-batch-size × --seq-length "
                              "(the tokens the validation and test passes read)");
   }

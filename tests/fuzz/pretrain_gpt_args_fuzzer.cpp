@@ -20,8 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     backend::format_arguments(*arguments);
     if (arguments->tokenizer_type != "NullTokenizer") return;
     const backend::GptConfig config = backend::model_config(*arguments);
-    const common::MemoryEstimate estimate =
-        backend::training_memory_estimate(config, arguments->micro_batch_size, arguments->seq_length);
+    const common::MemoryEstimate estimate = backend::training_memory_estimate(
+        config, arguments->micro_batch_size, arguments->model.seq_length);
     common::format_memory_estimate(estimate, "fuzz");
   });
 }

@@ -47,11 +47,11 @@ std::optional<std::string> gpu_device_or_skip() {
 
 TrainingArguments gpt2_style() {
   TrainingArguments a;
-  a.num_layers = 2;
-  a.hidden_size = 64;
-  a.num_attention_heads = 4;
-  a.seq_length = 32;
-  a.max_position_embeddings = 32;
+  a.model.num_layers = 2;
+  a.model.hidden_size = 64;
+  a.model.num_attention_heads = 4;
+  a.model.seq_length = 32;
+  a.model.max_position_embeddings = 32;
   a.micro_batch_size = 2;
   a.global_batch_size = 4;
   a.train_iters = 50;
@@ -62,8 +62,8 @@ TrainingArguments gpt2_style() {
   a.vocab_size = 299;  // NullTokenizer adds EOD: 300, padded to 384: padding is exercised
   a.tokenizer_type = "NullTokenizer";
   a.mock_data = true;
-  a.hidden_dropout = 0.1;
-  a.attention_dropout = 0.1;
+  a.model.hidden_dropout = 0.1;
+  a.model.attention_dropout = 0.1;
   a.log_interval = 10;
   a.eval_iters = 0;
   return a;
@@ -71,16 +71,16 @@ TrainingArguments gpt2_style() {
 
 TrainingArguments llama_style() {
   TrainingArguments a = gpt2_style();
-  a.num_attention_heads = 8;
-  a.group_query_attention = true;
-  a.num_query_groups = 2;
-  a.position_embedding_type = "rope";
-  a.normalization = "RMSNorm";
-  a.swiglu = true;
-  a.ffn_hidden_size = 96;
-  a.add_bias_linear = false;
-  a.untie_embeddings_and_output_weights = true;
-  a.hidden_dropout = a.attention_dropout = 0;
+  a.model.num_attention_heads = 8;
+  a.model.group_query_attention = true;
+  a.model.num_query_groups = 2;
+  a.model.position_embedding_type = backend::PositionEmbeddingType::rope;
+  a.model.normalization = backend::Normalization::rms_norm;
+  a.model.swiglu = true;
+  a.model.ffn_hidden_size = 96;
+  a.model.add_bias_linear = false;
+  a.model.untie_embeddings_and_output_weights = true;
+  a.model.hidden_dropout = a.model.attention_dropout = 0;
   return a;
 }
 
@@ -179,14 +179,14 @@ TEST_CASE("50 bf16 and fp16 steps with --use-flash-attn (tensor-core attention) 
   // Head dimensions the tensor-core kernel takes (64: GPT-2 style with attention dropout; 128:
   // Llama style, multi-query) and sequences longer than its 64-row tile.
   TrainingArguments gpt2 = gpt2_style();
-  gpt2.hidden_size = 128;
-  gpt2.num_attention_heads = 2;
-  gpt2.seq_length = gpt2.max_position_embeddings = 80;
+  gpt2.model.hidden_size = 128;
+  gpt2.model.num_attention_heads = 2;
+  gpt2.model.seq_length = gpt2.model.max_position_embeddings = 80;
   TrainingArguments llama = llama_style();
-  llama.hidden_size = 256;
-  llama.num_attention_heads = 2;
-  llama.num_query_groups = 1;
-  llama.seq_length = llama.max_position_embeddings = 80;
+  llama.model.hidden_size = 256;
+  llama.model.num_attention_heads = 2;
+  llama.model.num_query_groups = 1;
+  llama.model.seq_length = llama.model.max_position_embeddings = 80;
   for (const auto& style : {std::pair{"GPT-2 style, head dim 64", gpt2},
                             std::pair{"Llama style, head dim 128", llama}}) {
     const std::string name = style.first;
@@ -195,7 +195,7 @@ TEST_CASE("50 bf16 and fp16 steps with --use-flash-attn (tensor-core attention) 
     for (const std::string precision : {"bf16", "fp16"}) {
       CAPTURE(precision);
       TrainingArguments flash = with_precision(style.second, precision);
-      flash.use_flash_attn = true;
+      flash.model.use_flash_attn = true;
       const TrainingResult gpu = train(flash, *device);
       expect_losses_close(gpu, cpu, 2e-2);
       expect_identical_losses(train(flash, *device).iterations, gpu.iterations);

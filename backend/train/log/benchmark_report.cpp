@@ -15,19 +15,20 @@
 
 namespace backend {
 
-double megatron_flops_per_iteration(const TrainingArguments& a, int64_t padded_vocab_size) {
-  const double B = static_cast<double>(a.global_batch_size);
-  const double s = static_cast<double>(a.seq_length);
-  const double L = static_cast<double>(a.num_layers);
-  const double h = static_cast<double>(a.hidden_size);
-  const double ffn = static_cast<double>(a.ffn_hidden_size);
+double megatron_flops_per_iteration(const ModelArguments& model, int64_t global_batch_size,
+                                    int64_t padded_vocab_size) {
+  const double B = static_cast<double>(global_batch_size);
+  const double s = static_cast<double>(model.seq_length);
+  const double L = static_cast<double>(model.num_layers);
+  const double h = static_cast<double>(model.hidden_size);
+  const double ffn = static_cast<double>(model.ffn_hidden_size);
   // g/a: query groups over heads (1 without --group-query-attention); kv·a/h = 1.
-  const double groups_over_heads =
-      a.group_query_attention
-          ? static_cast<double>(a.num_query_groups) / static_cast<double>(a.num_attention_heads)
-          : 1.0;
+  const double groups_over_heads = model.group_query_attention
+                                       ? static_cast<double>(model.num_query_groups) /
+                                             static_cast<double>(model.num_attention_heads)
+                                       : 1.0;
   const double attention = 1.0 + groups_over_heads + s / (2.0 * h);
-  const double mlp = ffn / h * (a.swiglu ? 1.5 : 1.0);  // SwiGLU: fc1 twice as wide
+  const double mlp = ffn / h * (model.swiglu ? 1.5 : 1.0);  // SwiGLU: fc1 twice as wide
   return 12.0 * B * s * L * h * h * (attention + mlp) +
          6.0 * B * s * h * static_cast<double>(padded_vocab_size);
 }
@@ -35,8 +36,9 @@ double megatron_flops_per_iteration(const TrainingArguments& a, int64_t padded_v
 double megatron_throughput_tflops_per_gpu(const TrainingArguments& a, int64_t padded_vocab_size,
                                           int64_t batch_size, double seconds_per_iteration,
                                           int64_t world_size) {
-  const double flops = megatron_flops_per_iteration(a, padded_vocab_size) *
-                       static_cast<double>(batch_size) / static_cast<double>(a.global_batch_size);
+  const double flops =
+      megatron_flops_per_iteration(a.model, a.global_batch_size, padded_vocab_size) *
+      static_cast<double>(batch_size) / static_cast<double>(a.global_batch_size);
   return flops / (seconds_per_iteration * 1e12 * static_cast<double>(world_size));
 }
 
@@ -120,9 +122,10 @@ BenchmarkSummary summarize_benchmark(const TrainingArguments& a, int64_t padded_
   summary.iterations_measured = static_cast<int64_t>(n);
   const double seconds = summary.median_step_ms / 1000.0;
   summary.tokens_per_second =
-      static_cast<double>(a.global_batch_size * a.seq_length) / seconds;
-  summary.tflops_per_device = megatron_flops_per_iteration(a, padded_vocab_size) / seconds / 1e12 /
-                              static_cast<double>(std::max<int64_t>(a.world_size, 1));
+      static_cast<double>(a.global_batch_size * a.model.seq_length) / seconds;
+  summary.tflops_per_device =
+      megatron_flops_per_iteration(a.model, a.global_batch_size, padded_vocab_size) / seconds /
+      1e12 / static_cast<double>(std::max<int64_t>(a.world_size, 1));
   summary.peak_flops = peak_flops;
   summary.mfu = peak_flops > 0 ? summary.tflops_per_device * 1e12 / peak_flops : 0;
   rusage usage{};
@@ -135,17 +138,23 @@ void write_benchmark_json(const std::filesystem::path& file, const TrainingArgum
                           int64_t padded_vocab_size, int64_t parameter_count,
                           const BenchmarkSummary& summary) {
   const nlohmann::json report = {
-      {"model", {{"num_layers", a.num_layers}, {"hidden_size", a.hidden_size},
-                 {"num_attention_heads", a.num_attention_heads}, {"ffn_hidden_size", a.ffn_hidden_size},
-                 {"seq_length", a.seq_length}, {"padded_vocab_size", padded_vocab_size},
-                 {"parameters", parameter_count}}},
-      {"batch", {{"micro_batch_size", a.micro_batch_size}, {"global_batch_size", a.global_batch_size}}},
-      {"parallel", {{"world_size", a.world_size},
-                    {"tensor_model_parallel_size", a.tensor_model_parallel_size},
-                    {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
-                    {"data_parallel_size",
-                     a.world_size / std::max<int64_t>(1, a.tensor_model_parallel_size *
-                                                             a.pipeline_model_parallel_size)}}},
+      {"model",
+       {{"num_layers", a.model.num_layers},
+        {"hidden_size", a.model.hidden_size},
+        {"num_attention_heads", a.model.num_attention_heads},
+        {"ffn_hidden_size", a.model.ffn_hidden_size},
+        {"seq_length", a.model.seq_length},
+        {"padded_vocab_size", padded_vocab_size},
+        {"parameters", parameter_count}}},
+      {"batch",
+       {{"micro_batch_size", a.micro_batch_size}, {"global_batch_size", a.global_batch_size}}},
+      {"parallel",
+       {{"world_size", a.world_size},
+        {"tensor_model_parallel_size", a.tensor_model_parallel_size},
+        {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
+        {"data_parallel_size",
+         a.world_size /
+             std::max<int64_t>(1, a.tensor_model_parallel_size * a.pipeline_model_parallel_size)}}},
       {"device", "cpu"},
       {"precision", "fp32"},
       {"iterations_measured", summary.iterations_measured},

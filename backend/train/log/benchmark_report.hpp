@@ -22,7 +22,8 @@
 namespace backend {
 
 // Model FLOPs of one iteration (global batch) by Megatron's formula.
-double megatron_flops_per_iteration(const TrainingArguments& arguments, int64_t padded_vocab_size);
+double megatron_flops_per_iteration(const ModelArguments& model, int64_t global_batch_size,
+                                    int64_t padded_vocab_size);
 
 // Megatron's "throughput per GPU (TFLOP/s/GPU)" (--log-throughput): the FLOPs of one
 // iteration of `batch_size` samples (the formula is linear in the batch, so a ramp-up batch

@@ -162,7 +162,7 @@ void TrainingLog::print_iteration_line(const IterationRecord& record, double nex
   out_ << format_iteration_line(fields) << '\n';
   if (peak_flops_) {
     const double tokens_per_second =
-        static_cast<double>(record.global_batch_size * a.seq_length) / seconds_per_iteration;
+        static_cast<double>(record.global_batch_size * a.model.seq_length) / seconds_per_iteration;
     out_ << format_throughput_extension_line(tokens_per_second, throughput_tflops * 1e12,
                                              *peak_flops_, peak_name_)
          << '\n';

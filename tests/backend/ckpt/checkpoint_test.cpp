@@ -47,10 +47,10 @@ TrainingArguments resumable_arguments() {
 // The same run with Llama's layer: RoPE, RMSNorm, SwiGLU, no biases.
 TrainingArguments resumable_llama_arguments() {
   TrainingArguments a = resumable_arguments();
-  a.position_embedding_type = "rope";
-  a.normalization = "RMSNorm";
-  a.swiglu = true;
-  a.add_bias_linear = false;
+  a.model.position_embedding_type = backend::PositionEmbeddingType::rope;
+  a.model.normalization = backend::Normalization::rms_norm;
+  a.model.swiglu = true;
+  a.model.add_bias_linear = false;
   return a;
 }
 
@@ -76,12 +76,12 @@ struct LiveState {
 
   // A few real training steps, so every piece of state is non-trivial.
   void train(const TrainingArguments& a, int steps) {
-    const MockDataset data(a.seed, a.vocab_size + 1, a.seq_length);
-    std::vector<int32_t> tokens(a.micro_batch_size * a.seq_length), labels(tokens.size());
+    const MockDataset data(a.seed, a.vocab_size + 1, a.model.seq_length);
+    std::vector<int32_t> tokens(a.micro_batch_size * a.model.seq_length), labels(tokens.size());
     for (int step = 0; step < steps; ++step) {
       model.zero_gradients();
       data.fill_batch(Split::train, step * a.micro_batch_size, a.micro_batch_size, tokens, labels);
-      model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+      model.forward(tokens, labels, a.micro_batch_size, a.model.seq_length);
       model.backward(1.0f);
       optimizer.step(model.parameters(), model.gradients(), scheduler.learning_rate());
       scheduler.step(a.global_batch_size);
@@ -264,7 +264,7 @@ TEST_CASE("the plain options: the records are stored as given, the current one n
 
   // A model that does not fit: the flags named come from the saved record and the given one.
   auto deeper = a;
-  deeper.num_layers = 3;
+  deeper.model.num_layers = 3;
   LiveState other(deeper);
   load.arguments = {{"num_layers", 3}, {"hidden_size", 32}};
   CHECK_THROWS_WITH_AS(load_checkpoint(load, other.model, other.optimizer, other.scheduler, log),
@@ -358,9 +358,9 @@ TEST_CASE("a checkpoint that does not fit the flags is one error: the table and 
   a.load = a.save;
 
   auto wider = a;
-  wider.hidden_size = 64;
-  wider.num_attention_heads = 8;
-  wider.ffn_hidden_size = 256;
+  wider.model.hidden_size = 64;
+  wider.model.num_attention_heads = 8;
+  wider.model.ffn_hidden_size = 256;
   wider.command_line = {"pretrain_gpt", "--hidden-size", "64", "--num-attention-heads", "8"};
   const std::string message = load_error(wider);
   INFO(message);
@@ -378,7 +378,7 @@ TEST_CASE("a checkpoint that does not fit the flags is one error: the table and 
                      "it.") != std::string::npos);
 
   auto deeper = a;
-  deeper.num_layers = 3;
+  deeper.model.num_layers = 3;
   const std::string missing = load_error(deeper);
   INFO(missing);
   CHECK(std::regex_search(missing, std::regex(
@@ -387,7 +387,7 @@ TEST_CASE("a checkpoint that does not fit the flags is one error: the table and 
   CHECK(missing.find("saved with --num-layers 2;") != std::string::npos);
 
   auto shallower = a;
-  shallower.num_layers = 1;
+  shallower.model.num_layers = 1;
   const std::string extra = load_error(shallower);
   CHECK(std::regex_search(extra, std::regex(R"(\n  decoder\.layers\.1\.input_layernorm\.bias +\(32,\) +not in the model\n)")));
 }
@@ -401,7 +401,7 @@ TEST_CASE("the vocabulary flags are named only when the embedding does not fit")
   // NullTokenizer, continued with its SentencePiece model): only the layers are named.
   auto same_rows = a;
   same_rows.vocab_size = 250;
-  same_rows.num_layers = 3;
+  same_rows.model.num_layers = 3;
   const std::string layers_only = load_error(same_rows);
   INFO(layers_only);
   CHECK(layers_only.find("The checkpoint was saved with --num-layers 2; pass this flag (instead "
@@ -421,9 +421,9 @@ TEST_CASE("the vocabulary flags are named only when the embedding does not fit")
 TEST_CASE("a Llama checkpoint round-trips, and a GPT model is told the Llama flags it needs") {
   test_support::TemporaryDirectory directory;
   auto llama = resumable_llama_arguments();
-  llama.untie_embeddings_and_output_weights = true;
-  llama.group_query_attention = true;
-  llama.num_query_groups = 2;
+  llama.model.untie_embeddings_and_output_weights = true;
+  llama.model.group_query_attention = true;
+  llama.model.num_query_groups = 2;
   llama.save = directory.path.string();
   LiveState saved(llama);
   saved.train(llama, 3);
@@ -455,7 +455,7 @@ TEST_CASE("with --name-config-keys (a launcher job) the mismatch names the confi
   // NullTokenizer --vocab-size 257: 258 ids, 260 rows here and 384 with the default 128, so
   // the embedding does not fit and the divisor is named.
   llama.vocab_size = 257;
-  llama.make_vocab_size_divisible_by = 4;
+  llama.model.make_vocab_size_divisible_by = 4;
   llama.save = directory.path.string();
   LiveState saved(llama);
   std::ostringstream log;
@@ -465,7 +465,7 @@ TEST_CASE("with --name-config-keys (a launcher job) the mismatch names the confi
   auto gpt = resumable_arguments();
   gpt.vocab_size = 257;
   gpt.load = llama.save;
-  gpt.num_layers = 3;
+  gpt.model.num_layers = 3;
   gpt.name_config_keys = true;
   const std::string message = load_error(gpt);
   INFO(message);

@@ -127,10 +127,10 @@ TEST_CASE("the local rank, MASTER_ADDR and MASTER_PORT (the rendezvous's) are re
 TEST_CASE("the trainer refuses to be one of several processes, naming its task and node") {
   ScopedEnvironment environment({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}});
   TrainingArguments a;
-  a.num_layers = 1;
-  a.hidden_size = 16;
-  a.num_attention_heads = 2;
-  a.seq_length = 8;
+  a.model.num_layers = 1;
+  a.model.hidden_size = 16;
+  a.model.num_attention_heads = 2;
+  a.model.seq_length = 8;
   a.micro_batch_size = 1;
   a.train_iters = 1;
   a.lr = 1e-3;

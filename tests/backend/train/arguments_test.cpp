@@ -35,13 +35,13 @@ std::vector<std::string> with(std::vector<std::string> extra) {
 TEST_CASE("Megatron's defaults and derived values") {
   auto arguments = parse_words(base_flags());
   REQUIRE(arguments);
-  CHECK(arguments->ffn_hidden_size == 256);
-  CHECK(arguments->max_position_embeddings == 32);
+  CHECK(arguments->model.ffn_hidden_size == 256);
+  CHECK(arguments->model.max_position_embeddings == 32);
   CHECK(arguments->lr_decay_iters == 10);
   CHECK(arguments->lr_decay_style == "linear");
   CHECK(arguments->weight_decay == doctest::Approx(0.01));
   CHECK(arguments->clip_grad == doctest::Approx(1.0));
-  CHECK(arguments->make_vocab_size_divisible_by == 128);
+  CHECK(arguments->model.make_vocab_size_divisible_by == 128);
   CHECK(arguments->seed == 1234);
   CHECK(arguments->tokenizer_type == "NullTokenizer");
   CHECK(arguments->command_line.front() == "pretrain_gpt");
@@ -121,14 +121,15 @@ TEST_CASE("bad and unsupported flags are refused with the flag named") {
 TEST_CASE("the Llama switches: Megatron's defaults, then each flag") {
   const auto defaults = parse_words(base_flags());
   REQUIRE(defaults);
-  CHECK(defaults->position_embedding_type == "learned_absolute");
-  CHECK(defaults->rotary_base == 10000);
-  CHECK(defaults->rotary_percent == 1.0);
-  CHECK(defaults->normalization == "LayerNorm");
-  CHECK(defaults->norm_epsilon == 1e-5);
-  CHECK_FALSE(defaults->swiglu);
-  CHECK(defaults->add_bias_linear);
-  CHECK_FALSE(defaults->untie_embeddings_and_output_weights);
+  CHECK(defaults->model.position_embedding_type ==
+        backend::PositionEmbeddingType::learned_absolute);
+  CHECK(defaults->model.rotary_base == 10000);
+  CHECK(defaults->model.rotary_percent == 1.0);
+  CHECK(defaults->model.normalization == backend::Normalization::layer_norm);
+  CHECK(defaults->model.norm_epsilon == 1e-5);
+  CHECK_FALSE(defaults->model.swiglu);
+  CHECK(defaults->model.add_bias_linear);
+  CHECK_FALSE(defaults->model.untie_embeddings_and_output_weights);
 
   const auto llama = parse_words(with({"--position-embedding-type", "rope", "--rotary-base", "500000",
                                  "--rotary-percent", "0.5", "--normalization", "RMSNorm",
@@ -136,35 +137,35 @@ TEST_CASE("the Llama switches: Megatron's defaults, then each flag") {
                                  "--untie-embeddings-and-output-weights", "--ffn-hidden-size",
                                  "172"}));
   REQUIRE(llama);
-  CHECK(llama->position_embedding_type == "rope");
-  CHECK(llama->rotary_base == 500000);
-  CHECK(llama->rotary_percent == 0.5);
-  CHECK(llama->normalization == "RMSNorm");
-  CHECK(llama->norm_epsilon == 1e-6);
-  CHECK(llama->swiglu);
-  CHECK_FALSE(llama->add_bias_linear);
-  CHECK(llama->untie_embeddings_and_output_weights);
-  CHECK(llama->ffn_hidden_size == 172);
-  CHECK_FALSE(llama->group_query_attention);
-  CHECK(llama->num_query_groups == 1);  // Megatron's default, read only with the switch
+  CHECK(llama->model.position_embedding_type == backend::PositionEmbeddingType::rope);
+  CHECK(llama->model.rotary_base == 500000);
+  CHECK(llama->model.rotary_percent == 0.5);
+  CHECK(llama->model.normalization == backend::Normalization::rms_norm);
+  CHECK(llama->model.norm_epsilon == 1e-6);
+  CHECK(llama->model.swiglu);
+  CHECK_FALSE(llama->model.add_bias_linear);
+  CHECK(llama->model.untie_embeddings_and_output_weights);
+  CHECK(llama->model.ffn_hidden_size == 172);
+  CHECK_FALSE(llama->model.group_query_attention);
+  CHECK(llama->model.num_query_groups == 1);  // Megatron's default, read only with the switch
   const auto grouped = parse_words(with({"--group-query-attention", "--num-query-groups", "2"}));
   REQUIRE(grouped);
-  CHECK(grouped->group_query_attention);
-  CHECK(grouped->num_query_groups == 2);
+  CHECK(grouped->model.group_query_attention);
+  CHECK(grouped->model.num_query_groups == 2);
   // Without --group-query-attention the count is not checked (nor used), as in Megatron.
   CHECK(parse_words(with({"--num-query-groups", "3"})));
 
   // Without --ffn-hidden-size, SwiGLU's default is Megatron's int(4h · 2/3 / 64) · 64.
-  CHECK(parse_words(with({"--swiglu"}))->ffn_hidden_size == 128);  // h = 64: 170.7 → 128
+  CHECK(parse_words(with({"--swiglu"}))->model.ffn_hidden_size == 128);  // h = 64: 170.7 → 128
   auto wide = base_flags();
   wide[4] = "4096";  // --hidden-size
   wide.insert(wide.end(), {"--num-attention-heads", "32", "--swiglu"});
-  CHECK(parse_words(wide)->ffn_hidden_size == 10880);  // 10922.7 → 170 · 64
+  CHECK(parse_words(wide)->model.ffn_hidden_size == 10880);  // 10922.7 → 170 · 64
 
   // --layernorm-epsilon is the old name of --norm-epsilon; the last one given wins.
-  CHECK(parse_words(with({"--layernorm-epsilon", "1e-3"}))->norm_epsilon == 1e-3);
-  CHECK(parse_words(with({"--layernorm-epsilon", "1e-3", "--norm-epsilon", "1e-4"}))->norm_epsilon ==
-        1e-4);
+  CHECK(parse_words(with({"--layernorm-epsilon", "1e-3"}))->model.norm_epsilon == 1e-3);
+  CHECK(parse_words(with({"--layernorm-epsilon", "1e-3", "--norm-epsilon", "1e-4"}))
+            ->model.norm_epsilon == 1e-4);
 
   // The arguments dump names them as Megatron does.
   const auto lines = backend::format_arguments(*llama);
@@ -184,15 +185,16 @@ TEST_CASE("the Llama switches: Megatron's defaults, then each flag") {
 
 TEST_CASE("activation recompute flags, as Megatron reads them") {
   const auto none = parse_words(base_flags());
-  CHECK(none->recompute_granularity.empty());
-  CHECK_FALSE(none->recompute_num_layers.has_value());
-  CHECK(parse_words(with({"--recompute-activations"}))->recompute_granularity == "selective");
+  CHECK(none->model.recompute_granularity == backend::RecomputeGranularity::none);
+  CHECK_FALSE(none->model.recompute_num_layers.has_value());
+  CHECK(parse_words(with({"--recompute-activations"}))->model.recompute_granularity ==
+        backend::RecomputeGranularity::selective);
   const auto full = parse_words(with({"--recompute-granularity", "full", "--recompute-method", "uniform",
                                 "--recompute-num-layers", "2"}));
   REQUIRE(full);
-  CHECK(full->recompute_granularity == "full");
-  CHECK(full->recompute_method == "uniform");
-  CHECK(full->recompute_num_layers == 2);
+  CHECK(full->model.recompute_granularity == backend::RecomputeGranularity::full);
+  CHECK(full->model.recompute_method == backend::RecomputeMethod::uniform);
+  CHECK(full->model.recompute_num_layers == 2);
   const auto lines = backend::format_arguments(*full);
   CHECK(std::find(lines.begin(), lines.end(),
                   "  recompute_num_layers ............................ 2") != lines.end());
@@ -467,7 +469,7 @@ TEST_CASE("every value is checked with the shared flag rules before it is used")
     CHECK_THROWS_WITH_AS(parse_words(with(c.extra)), doctest::Contains(c.message.c_str()), common::Error);
   }
   // Values are read as Megatron's argparse reads them: "010" is ten.
-  CHECK(parse_words(with({"--num-layers", "010"}))->num_layers == 10);
+  CHECK(parse_words(with({"--num-layers", "010"}))->model.num_layers == 10);
 }
 
 TEST_CASE("a default is a flag not given, never a 0 given") {
@@ -478,9 +480,9 @@ TEST_CASE("a default is a flag not given, never a 0 given") {
                          common::Error);
   }
   const auto defaults = parse_words(base_flags());
-  CHECK(defaults->max_position_embeddings == 32);
+  CHECK(defaults->model.max_position_embeddings == 32);
   CHECK(defaults->global_batch_size == 8);
-  CHECK(defaults->ffn_hidden_size == 256);
+  CHECK(defaults->model.ffn_hidden_size == 256);
 }
 
 TEST_CASE("derived sizes and lengths that overflow are refused naming the flags") {
@@ -610,12 +612,12 @@ TEST_CASE("loss-scaling flags: each refused value names the flag and what is val
 }
 
 TEST_CASE("--use-flash-attn is accepted: attention is fused on every device") {
-  CHECK_FALSE(parse_words(base_flags())->use_flash_attn);
+  CHECK_FALSE(parse_words(base_flags())->model.use_flash_attn);
   auto words = base_flags();
   words.push_back("--use-flash-attn");
   const auto arguments = parse_words(words);
   REQUIRE(arguments.has_value());
-  CHECK(arguments->use_flash_attn);
+  CHECK(arguments->model.use_flash_attn);
   CHECK(backend::argument_values(*arguments).at("use_flash_attn") == "True");
 }
 
@@ -626,9 +628,9 @@ TEST_CASE("Megatron-DeepSpeed's flags are accepted with their meaning") {
                              "torch"});
   const auto arguments = parse_words(words);
   REQUIRE(arguments.has_value());
-  CHECK(arguments->recompute_granularity == "full");
-  CHECK(arguments->recompute_method == "uniform");
-  CHECK(arguments->recompute_num_layers == 2);
+  CHECK(arguments->model.recompute_granularity == backend::RecomputeGranularity::full);
+  CHECK(arguments->model.recompute_method == backend::RecomputeMethod::uniform);
+  CHECK(arguments->model.recompute_num_layers == 2);
   const auto values = backend::argument_values(*arguments);
   CHECK(values.at("data_impl") == "mmap");
   CHECK(values.at("distributed_backend") == "gloo");
@@ -636,7 +638,7 @@ TEST_CASE("Megatron-DeepSpeed's flags are accepted with their meaning") {
   // --checkpoint-activations alone: chunks of one layer.
   auto plain = base_flags();
   plain.push_back("--checkpoint-activations");
-  CHECK(parse_words(plain)->recompute_num_layers == 1);
+  CHECK(parse_words(plain)->model.recompute_num_layers == 1);
 }
 
 TEST_CASE("a GPT-2 vocabulary and merges give GPT2BPETokenizer when no type is named") {
@@ -856,8 +858,8 @@ TEST_CASE("flags may be abbreviated as argparse allows, in every program of the 
                                       "--micro", "2", "--global-b", "8", "--train-it", "10",
                                       "--lr", "1e-3", "--mock", "--vocab-s", "100"});
   REQUIRE(arguments);
-  CHECK(arguments->hidden_size == 64);
-  CHECK(arguments->num_attention_heads == 4);
+  CHECK(arguments->model.hidden_size == 64);
+  CHECK(arguments->model.num_attention_heads == 4);
   CHECK(arguments->micro_batch_size == 2);
   CHECK(arguments->global_batch_size == 8);
   CHECK(arguments->train_iters == 10);
@@ -900,21 +902,21 @@ TEST_CASE("older Megatron's activation checkpointing flags are the full recomput
   const auto uniform = parse_words(with({"--activations-checkpoint-method", "uniform",
                                          "--activations-checkpoint-num-layers", "2"}));
   REQUIRE(uniform);
-  CHECK(uniform->recompute_granularity == "full");
-  CHECK(uniform->recompute_method == "uniform");
-  CHECK(uniform->recompute_num_layers == 2);
+  CHECK(uniform->model.recompute_granularity == backend::RecomputeGranularity::full);
+  CHECK(uniform->model.recompute_method == backend::RecomputeMethod::uniform);
+  CHECK(uniform->model.recompute_num_layers == 2);
   const auto block = parse_words(with({"--activations-checkpoint-method", "block"}));
   REQUIRE(block);
-  CHECK(block->recompute_granularity == "full");
-  CHECK(block->recompute_method == "block");
-  CHECK(block->recompute_num_layers == 1);  // Megatron's default then
+  CHECK(block->model.recompute_granularity == backend::RecomputeGranularity::full);
+  CHECK(block->model.recompute_method == backend::RecomputeMethod::block);
+  CHECK(block->model.recompute_num_layers == 1);  // Megatron's default then
   // --checkpoint-activations set the method uniform, with either name of the layer count.
   const auto old = parse_words(with({"--checkpoint-activations", "--activations-checkpoint-num-layers", "2"}));
   REQUIRE(old);
-  CHECK(old->recompute_method == "uniform");
-  CHECK(old->recompute_num_layers == 2);
+  CHECK(old->model.recompute_method == backend::RecomputeMethod::uniform);
+  CHECK(old->model.recompute_num_layers == 2);
   CHECK(parse_words(with({"--checkpoint-activations", "--activations-checkpoint-method", "uniform"}))
-            ->recompute_method == "uniform");
+            ->model.recompute_method == backend::RecomputeMethod::uniform);
 
   struct Case {
     std::vector<std::string> extra;
@@ -954,7 +956,7 @@ TEST_CASE("older Megatron's activation checkpointing flags are the full recomput
   const auto evaluating = parse_arguments(static_cast<int>(evaluate.size()), evaluate.data(),
                                           backend::ArgumentsProgram::evaluate_gpt);
   REQUIRE(evaluating);
-  CHECK(evaluating->recompute_granularity == "full");
+  CHECK(evaluating->model.recompute_granularity == backend::RecomputeGranularity::full);
 }
 
 TEST_CASE("Megatron's switches without effect here are accepted, and change nothing") {
@@ -1033,10 +1035,10 @@ TEST_CASE("Megatron's old RoPE switches and --encoder-seq-length") {
   words.insert(words.end(), {"--use-rotary-position-embeddings", "--no-position-embedding"});
   const auto arguments = parse_words(words);
   REQUIRE(arguments);
-  CHECK(arguments->position_embedding_type == "rope");
-  CHECK(arguments->seq_length == 32);
+  CHECK(arguments->model.position_embedding_type == backend::PositionEmbeddingType::rope);
+  CHECK(arguments->model.seq_length == 32);
   CHECK(parse_words(with({"--position-embedding-type", "rope", "--no-position-embedding"}))
-            ->position_embedding_type == "rope");
+            ->model.position_embedding_type == backend::PositionEmbeddingType::rope);
 }
 
 TEST_CASE("Megatron flags built for one value, or not at all, are refused with the reason") {
@@ -1127,15 +1129,16 @@ TEST_CASE("Megatron-DeepSpeed's Llama 2 example flags: its spellings of the same
        "--swiglu", "--normalization", "rmsnorm", "--disable-bias-linear", "--num-key-value-heads",
        "2", "--use-flash-attn-v2", "--no-pipeline-parallel"}));
   REQUIRE(arguments);
-  CHECK(arguments->normalization == "RMSNorm");
-  CHECK(arguments->group_query_attention);
-  CHECK(arguments->num_query_groups == 2);
-  CHECK(arguments->use_flash_attn);
-  CHECK(arguments->rotary_base == 500000);
-  CHECK(arguments->position_embedding_type == "rope");
-  CHECK(parse_words(with({"--normalization", "layernorm"}))->normalization == "LayerNorm");
+  CHECK(arguments->model.normalization == backend::Normalization::rms_norm);
+  CHECK(arguments->model.group_query_attention);
+  CHECK(arguments->model.num_query_groups == 2);
+  CHECK(arguments->model.use_flash_attn);
+  CHECK(arguments->model.rotary_base == 500000);
+  CHECK(arguments->model.position_embedding_type == backend::PositionEmbeddingType::rope);
+  CHECK(parse_words(with({"--normalization", "layernorm"}))->model.normalization ==
+        backend::Normalization::layer_norm);
   // As many key/value heads as heads: plain multi-head attention.
-  CHECK_FALSE(parse_words(with({"--num-key-value-heads", "4"}))->group_query_attention);
+  CHECK_FALSE(parse_words(with({"--num-key-value-heads", "4"}))->model.group_query_attention);
   CHECK_THROWS_WITH_AS(parse_words(with({"--num-key-value-heads", "3"})),
                        doctest::Contains("--num-attention-heads"), common::Error);
   CHECK_THROWS_WITH_AS(
@@ -1152,13 +1155,13 @@ TEST_CASE("Megatron-DeepSpeed's Llama 2 example flags: its spellings of the same
 TEST_CASE("--use-rope-scaling and --rope-scaling-factor: Megatron's default 8, the dump, the model") {
   const auto plain = parse_words(base_flags());
   REQUIRE(plain);
-  CHECK_FALSE(plain->use_rope_scaling);
-  CHECK(plain->rope_scaling_factor == 8.0);
+  CHECK_FALSE(plain->model.use_rope_scaling);
+  CHECK(plain->model.rope_scaling_factor == 8.0);
   CHECK_FALSE(backend::model_config(*plain).rope_scaling.active());
   const auto llama3 = parse_words(with({"--position-embedding-type", "rope", "--use-rope-scaling",
                                         "--rope-scaling-factor", "32"}));
   REQUIRE(llama3);
-  CHECK(llama3->use_rope_scaling);
+  CHECK(llama3->model.use_rope_scaling);
   const auto values = backend::argument_values(*llama3);
   CHECK(values.at("use_rope_scaling") == "True");
   CHECK(values.at("rope_scaling_factor") == "32.0");

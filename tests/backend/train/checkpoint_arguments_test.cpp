@@ -21,17 +21,17 @@ using backend::TrainingArguments;
 
 TrainingArguments saved_arguments(const std::filesystem::path& save) {
   TrainingArguments a;
-  a.num_layers = 2;
-  a.hidden_size = 16;
-  a.ffn_hidden_size = 48;
-  a.num_attention_heads = 2;
-  a.seq_length = 8;
-  a.max_position_embeddings = 12;
+  a.model.num_layers = 2;
+  a.model.hidden_size = 16;
+  a.model.ffn_hidden_size = 48;
+  a.model.num_attention_heads = 2;
+  a.model.seq_length = 8;
+  a.model.max_position_embeddings = 12;
   a.tokenizer_type = "NullTokenizer";
   a.vocab_size = 40;
-  a.make_vocab_size_divisible_by = 32;
-  a.norm_epsilon = 1e-6;
-  a.init_method_std = 0.03;
+  a.model.make_vocab_size_divisible_by = 32;
+  a.model.norm_epsilon = 1e-6;
+  a.model.init_method_std = 0.03;
   a.micro_batch_size = 1;
   a.global_batch_size = 1;
   a.train_iters = 5;
@@ -56,14 +56,14 @@ TEST_CASE("checkpoint arguments: the saved arguments come back as they were save
   REQUIRE(tracked);
   const backend::CheckpointFileReader reader(tracked->file);
   const TrainingArguments back = backend::arguments_from_checkpoint(reader.metadata(), reader.path());
-  CHECK(back.num_layers == arguments.num_layers);
-  CHECK(back.ffn_hidden_size == arguments.ffn_hidden_size);
-  CHECK(back.seq_length == arguments.seq_length);
+  CHECK(back.model.num_layers == arguments.model.num_layers);
+  CHECK(back.model.ffn_hidden_size == arguments.model.ffn_hidden_size);
+  CHECK(back.model.seq_length == arguments.model.seq_length);
   CHECK(back.tokenizer_type == arguments.tokenizer_type);
   CHECK(back.vocab_size == arguments.vocab_size);
-  CHECK(back.make_vocab_size_divisible_by == arguments.make_vocab_size_divisible_by);
-  CHECK(back.norm_epsilon == arguments.norm_epsilon);
-  CHECK(back.init_method_std == arguments.init_method_std);
+  CHECK(back.model.make_vocab_size_divisible_by == arguments.model.make_vocab_size_divisible_by);
+  CHECK(back.model.norm_epsilon == arguments.model.norm_epsilon);
+  CHECK(back.model.init_method_std == arguments.model.init_method_std);
   CHECK(back.lr == arguments.lr);
   CHECK(back.train_iters == arguments.train_iters);
   CHECK(backend::checkpoint_arguments(back) == reader.metadata()["arguments"]);
@@ -95,6 +95,24 @@ TEST_CASE("checkpoint arguments: the saved arguments come back as they were save
   metadata["arguments"]["lr"] = "fast";
   CHECK_THROWS_WITH_AS(backend::arguments_from_checkpoint(metadata, "model_optim_rng.bin"),
                        doctest::Contains("metadata field 'lr' has the wrong type (\"fast\")"),
+                       common::Error);
+  // An enum-like setting is one of its names; another name is an error, not the default (a
+  // record saying "BatchNorm" once gave a LayerNorm model).
+  metadata["arguments"]["lr"] = 1e-3;
+  metadata["arguments"]["normalization"] = "RMSNorm";
+  CHECK(backend::arguments_from_checkpoint(metadata, "model_optim_rng.bin").model.normalization ==
+        backend::Normalization::rms_norm);
+  metadata["arguments"]["normalization"] = "BatchNorm";
+  CHECK_THROWS_WITH_AS(backend::arguments_from_checkpoint(metadata, "model_optim_rng.bin"),
+                       doctest::Contains("checkpoint model_optim_rng.bin: metadata field "
+                                         "'normalization' names no setting this backend knows "
+                                         "(\"BatchNorm\")"),
+                       common::Error);
+  metadata["arguments"]["normalization"] = "LayerNorm";
+  metadata["arguments"]["position_embedding_type"] = 1;
+  CHECK_THROWS_WITH_AS(backend::arguments_from_checkpoint(metadata, "model_optim_rng.bin"),
+                       doctest::Contains("metadata field 'position_embedding_type' has the wrong "
+                                         "type (1)"),
                        common::Error);
 }
 
@@ -175,16 +193,16 @@ TEST_CASE("pretrain_gpt --use-checkpoint-args: the shape from --load, the dropou
   // Megatron's Llama guide finetunes with --use-checkpoint-args and only the training flags.
   test_support::TemporaryDirectory directory;
   auto saved = saved_arguments(directory.path / "llama");
-  saved.position_embedding_type = "rope";
-  saved.normalization = "RMSNorm";
-  saved.swiglu = true;
-  saved.add_bias_linear = false;
-  saved.untie_embeddings_and_output_weights = true;
-  saved.group_query_attention = true;
-  saved.num_query_groups = 1;
-  saved.use_rope_scaling = true;  // Llama 3.x: the scaling comes with the checkpoint too
-  saved.rope_scaling_factor = 32;
-  saved.hidden_dropout = saved.attention_dropout = 0;
+  saved.model.position_embedding_type = backend::PositionEmbeddingType::rope;
+  saved.model.normalization = backend::Normalization::rms_norm;
+  saved.model.swiglu = true;
+  saved.model.add_bias_linear = false;
+  saved.model.untie_embeddings_and_output_weights = true;
+  saved.model.group_query_attention = true;
+  saved.model.num_query_groups = 1;
+  saved.model.use_rope_scaling = true;  // Llama 3.x: the scaling comes with the checkpoint too
+  saved.model.rope_scaling_factor = 32;
+  saved.model.hidden_dropout = saved.model.attention_dropout = 0;
   saved.mock_data = true;
   saved.log_interval = 1;
   saved.eval_iters = 0;
@@ -203,23 +221,23 @@ TEST_CASE("pretrain_gpt --use-checkpoint-args: the shape from --load, the dropou
   };
   const auto a = parse({"--use-checkpoint-args", "--load", saved.save, "--hidden-dropout", "0.2"});
   REQUIRE(a);
-  CHECK(a->num_layers == 2);
-  CHECK(a->hidden_size == 16);
-  CHECK(a->ffn_hidden_size == 48);
-  CHECK(a->seq_length == 8);
-  CHECK(a->max_position_embeddings == 12);
-  CHECK(a->position_embedding_type == "rope");
-  CHECK(a->normalization == "RMSNorm");
-  CHECK(a->swiglu);
-  CHECK_FALSE(a->add_bias_linear);
-  CHECK(a->untie_embeddings_and_output_weights);
-  CHECK(a->num_query_groups == 1);
-  CHECK(a->use_rope_scaling);
-  CHECK(a->rope_scaling_factor == 32);
+  CHECK(a->model.num_layers == 2);
+  CHECK(a->model.hidden_size == 16);
+  CHECK(a->model.ffn_hidden_size == 48);
+  CHECK(a->model.seq_length == 8);
+  CHECK(a->model.max_position_embeddings == 12);
+  CHECK(a->model.position_embedding_type == backend::PositionEmbeddingType::rope);
+  CHECK(a->model.normalization == backend::Normalization::rms_norm);
+  CHECK(a->model.swiglu);
+  CHECK_FALSE(a->model.add_bias_linear);
+  CHECK(a->model.untie_embeddings_and_output_weights);
+  CHECK(a->model.num_query_groups == 1);
+  CHECK(a->model.use_rope_scaling);
+  CHECK(a->model.rope_scaling_factor == 32);
   CHECK(a->vocab_size == 40);
   // Training follows its own dropout flags (Megatron's defaults where not given).
-  CHECK(a->hidden_dropout == doctest::Approx(0.2));
-  CHECK(a->attention_dropout == doctest::Approx(0.1));
+  CHECK(a->model.hidden_dropout == doctest::Approx(0.2));
+  CHECK(a->model.attention_dropout == doctest::Approx(0.1));
   // And it trains from those weights.
   std::ostringstream finetuned;
   const auto result = backend::pretrain(*a, finetuned);
@@ -233,7 +251,7 @@ TEST_CASE("pretrain_gpt --use-checkpoint-args: the shape from --load, the dropou
                             "--hidden-size", "16", "--num-attention-heads", "2", "--seq-length",
                             "8", "--vocab-size", "40"});
   REQUIRE(fresh);
-  CHECK(fresh->num_layers == 2);
+  CHECK(fresh->model.num_layers == 2);
   const std::string missing_flags =
       "--use-checkpoint-args: --load " + empty + " holds no checkpoint yet (" + empty +
       "/latest_checkpointed_iteration.txt is missing), so the model flags must describe the "

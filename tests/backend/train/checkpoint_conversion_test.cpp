@@ -32,19 +32,19 @@ using test_support::TemporaryDirectory;
 
 TrainingArguments conversion_arguments(const std::filesystem::path& save) {
   TrainingArguments a;
-  a.num_layers = 2;
-  a.hidden_size = 16;
-  a.ffn_hidden_size = 48;
-  a.num_attention_heads = 2;
-  a.seq_length = 8;
-  a.max_position_embeddings = 12;
+  a.model.num_layers = 2;
+  a.model.hidden_size = 16;
+  a.model.ffn_hidden_size = 48;
+  a.model.num_attention_heads = 2;
+  a.model.seq_length = 8;
+  a.model.max_position_embeddings = 12;
   a.tokenizer_type = "NullTokenizer";
   a.vocab_size = 40;
-  a.make_vocab_size_divisible_by = 32;  // 41 tokens → 64 rows
-  a.norm_epsilon = 1e-6;
-  a.init_method_std = 0.03;
-  a.hidden_dropout = 0.0;
-  a.attention_dropout = 0.0;
+  a.model.make_vocab_size_divisible_by = 32;  // 41 tokens → 64 rows
+  a.model.norm_epsilon = 1e-6;
+  a.model.init_method_std = 0.03;
+  a.model.hidden_dropout = 0.0;
+  a.model.attention_dropout = 0.0;
   a.micro_batch_size = 1;
   a.global_batch_size = 1;
   a.train_iters = 5;
@@ -93,14 +93,14 @@ void check_same_config(const GptConfig& a, const GptConfig& b) {
 
 // The Llama switches on top of conversion_arguments (multi-query attention: one key/value head).
 void make_llama(TrainingArguments& a) {
-  a.position_embedding_type = "rope";
-  a.rotary_base = 20000;
-  a.normalization = "RMSNorm";
-  a.swiglu = true;
-  a.add_bias_linear = false;
-  a.untie_embeddings_and_output_weights = true;
-  a.group_query_attention = true;
-  a.num_query_groups = 1;
+  a.model.position_embedding_type = backend::PositionEmbeddingType::rope;
+  a.model.rotary_base = 20000;
+  a.model.normalization = backend::Normalization::rms_norm;
+  a.model.swiglu = true;
+  a.model.add_bias_linear = false;
+  a.model.untie_embeddings_and_output_weights = true;
+  a.model.group_query_attention = true;
+  a.model.num_query_groups = 1;
 }
 
 bool same_parameters(const GptModel<float>& a, const GptModel<float>& b) {
@@ -157,7 +157,7 @@ TEST_CASE("checkpoint conversion: arguments_for_model rebuilds the model it was 
     config.hidden_dropout = 0.1;
     const TrainingArguments arguments = backend::arguments_for_model(config);
     CHECK(arguments.tokenizer_type == v.tokenizer);
-    CHECK(arguments.make_vocab_size_divisible_by == v.divisible_by);
+    CHECK(arguments.model.make_vocab_size_divisible_by == v.divisible_by);
     check_same_config(backend::model_config(arguments), config);
   }
   // The Llama switches, grouped-query attention and a partial rotation come back too.
@@ -213,7 +213,7 @@ TEST_CASE("checkpoint conversion: checkpoint → Hugging Face → release checkp
   // run's settings: weights only, from iteration 0, no optimizer state asked for.
   TrainingArguments training = release_arguments;
   training.load = release_arguments.save;
-  training.seq_length = 8;
+  training.model.seq_length = 8;
   training.micro_batch_size = 1;
   training.global_batch_size = 1;
   training.train_iters = 2;

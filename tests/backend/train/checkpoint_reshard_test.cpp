@@ -50,22 +50,22 @@ using test_support::TemporaryDirectory;
 
 TrainingArguments llama_arguments(const fs::path& save) {
   TrainingArguments a;
-  a.num_layers = 2;
-  a.hidden_size = 32;
-  a.ffn_hidden_size = 48;
-  a.num_attention_heads = 8;
-  a.group_query_attention = true;
-  a.num_query_groups = 4;
-  a.swiglu = true;
-  a.position_embedding_type = "rope";
-  a.normalization = "RMSNorm";
-  a.add_bias_linear = false;
-  a.untie_embeddings_and_output_weights = true;
-  a.seq_length = 8;
-  a.max_position_embeddings = 8;
+  a.model.num_layers = 2;
+  a.model.hidden_size = 32;
+  a.model.ffn_hidden_size = 48;
+  a.model.num_attention_heads = 8;
+  a.model.group_query_attention = true;
+  a.model.num_query_groups = 4;
+  a.model.swiglu = true;
+  a.model.position_embedding_type = backend::PositionEmbeddingType::rope;
+  a.model.normalization = backend::Normalization::rms_norm;
+  a.model.add_bias_linear = false;
+  a.model.untie_embeddings_and_output_weights = true;
+  a.model.seq_length = 8;
+  a.model.max_position_embeddings = 8;
   a.tokenizer_type = "NullTokenizer";
   a.vocab_size = 40;
-  a.make_vocab_size_divisible_by = 32;  // 41 tokens → 64 rows at TP=1
+  a.model.make_vocab_size_divisible_by = 32;  // 41 tokens → 64 rows at TP=1
   a.micro_batch_size = 1;
   a.global_batch_size = 1;
   a.train_iters = 5;
@@ -149,15 +149,15 @@ std::string reshard_error(const fs::path& load, const fs::path& save, int64_t si
 // layers: with pipeline stages, the last one holds a tied copy of the word embedding.
 TrainingArguments gpt2_arguments(const fs::path& save, int64_t layers) {
   TrainingArguments a;
-  a.num_layers = layers;
-  a.hidden_size = 32;
-  a.ffn_hidden_size = 64;
-  a.num_attention_heads = 4;
-  a.seq_length = 8;
-  a.max_position_embeddings = 8;
+  a.model.num_layers = layers;
+  a.model.hidden_size = 32;
+  a.model.ffn_hidden_size = 64;
+  a.model.num_attention_heads = 4;
+  a.model.seq_length = 8;
+  a.model.max_position_embeddings = 8;
   a.tokenizer_type = "NullTokenizer";
   a.vocab_size = 40;
-  a.make_vocab_size_divisible_by = 32;  // 41 tokens → 64 rows at TP=1 (and with 16 at TP=2)
+  a.model.make_vocab_size_divisible_by = 32;  // 41 tokens → 64 rows at TP=1 (and with 16 at TP=2)
   a.micro_batch_size = 1;
   a.global_batch_size = 1;
   a.train_iters = 5;
@@ -172,7 +172,7 @@ TrainingArguments at_layout(TrainingArguments a, const fs::path& save, int64_t t
   a.tensor_model_parallel_size = tensor_parallel;
   a.pipeline_model_parallel_size = pipeline_parallel;
   a.num_layers_per_virtual_pipeline_stage = layers_per_virtual_stage;
-  a.make_vocab_size_divisible_by = 32 / tensor_parallel;
+  a.model.make_vocab_size_divisible_by = 32 / tensor_parallel;
   a.save = save.string();
   return a;
 }
@@ -234,7 +234,7 @@ void save_layout_checkpoint(const TrainingArguments& arguments, const fs::path& 
   metadata["args"]["pipeline_model_parallel_size"] = std::to_string(pp);
   metadata["args"]["world_size"] = std::to_string(tp * pp);
   metadata["args"]["make_vocab_size_divisible_by"] =
-      std::to_string(arguments.make_vocab_size_divisible_by);
+      std::to_string(arguments.model.make_vocab_size_divisible_by);
   metadata["padded_vocab_size"] = config.padded_vocab_size;
   LayoutState state;
   const auto lock = backend::lock_save_directory(arguments.save);
@@ -312,7 +312,7 @@ TEST_CASE("resharding cuts every tensor and both moments by the layout, and come
     CHECK(result.target_padded_vocab_size == 64);
     CHECK(result.optimizer_state);
     CHECK(result.target_arguments.tensor_model_parallel_size == size);
-    CHECK(result.target_arguments.make_vocab_size_divisible_by == 32 / size);
+    CHECK(result.target_arguments.model.make_vocab_size_divisible_by == 32 / size);
     CHECK(fs::is_regular_file(backend::checkpoint_tracker_path(sharded)));
     CHECK_FALSE(fs::exists(backend::checkpoint_file_path(sharded, 5, size)));
 
@@ -624,7 +624,7 @@ TEST_CASE("resharding one process → (tp 2, pp 2) → one process: every file a
         CHECK(metadata["args"]["world_size"] == "4");
       }
       // Layers [0, L/2) on the first stage, [L/2, L) on the last.
-      const std::string half = std::to_string(arguments.num_layers / 2);
+      const std::string half = std::to_string(arguments.model.num_layers / 2);
       CHECK(first.find("decoder.layers.0.mlp.linear_fc1.weight") != nullptr);
       CHECK(first.find("decoder.layers." + half + ".mlp.linear_fc1.weight") == nullptr);
       CHECK(last.find("decoder.layers." + half + ".mlp.linear_fc1.weight") != nullptr);

@@ -32,10 +32,10 @@ int count(const std::string& text, const std::string& needle) {
 
 TrainingArguments data_arguments(const std::string& prefix) {
   TrainingArguments a;
-  a.num_layers = 2;
-  a.hidden_size = 32;
-  a.num_attention_heads = 4;
-  a.seq_length = 16;
+  a.model.num_layers = 2;
+  a.model.hidden_size = 32;
+  a.model.num_attention_heads = 4;
+  a.model.seq_length = 16;
   a.micro_batch_size = 2;
   a.global_batch_size = 4;
   a.train_iters = 20;
@@ -46,7 +46,7 @@ TrainingArguments data_arguments(const std::string& prefix) {
   a.split = "80,10,10";
   a.eval_interval = 10;
   a.eval_iters = 2;
-  a.hidden_dropout = a.attention_dropout = 0;
+  a.model.hidden_dropout = a.model.attention_dropout = 0;
   validate_arguments(a);
   return a;
 }

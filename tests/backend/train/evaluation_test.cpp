@@ -14,7 +14,7 @@ namespace {
 
 TrainingArguments evaluation_arguments() {
   TrainingArguments a = test_support::tiny_gpt_arguments(4);
-  a.hidden_dropout = a.attention_dropout = 0.1;  // what evaluation must switch off
+  a.model.hidden_dropout = a.model.attention_dropout = 0.1;  // what evaluation must switch off
   a.eval_iters = 2;
   validate_arguments(a);
   return a;
@@ -37,7 +37,7 @@ struct EvaluationRead {
 TEST_CASE("evaluation reads --eval-iters global batches of its split from the given sample") {
   const auto a = evaluation_arguments();
   auto model = initialised_model(a);
-  const MockDataset dataset(a.seed, model.config().vocab_size, a.seq_length);
+  const MockDataset dataset(a.seed, model.config().vocab_size, a.model.seq_length);
   std::vector<EvaluationRead> reads;
   const BatchSource recording = [&](Split split, int64_t first, int64_t batch,
                                     std::span<int32_t> tokens, std::span<int32_t> labels) {
@@ -52,10 +52,10 @@ TEST_CASE("evaluation reads --eval-iters global batches of its split from the gi
 
 TEST_CASE("evaluation: the mean dropout-free loss — dropout step and training mode as before") {
   auto a = evaluation_arguments();
-  a.hidden_dropout = a.attention_dropout = 0.3;
+  a.model.hidden_dropout = a.model.attention_dropout = 0.3;
   auto model = initialised_model(a);
   auto reference = initialised_model(a);
-  const MockDataset dataset(a.seed, model.config().vocab_size, a.seq_length);
+  const MockDataset dataset(a.seed, model.config().vocab_size, a.model.seq_length);
   const BatchSource source = [&](Split split, int64_t first, int64_t batch,
                                  std::span<int32_t> tokens, std::span<int32_t> labels) {
     dataset.fill_batch(split, first, batch, tokens, labels);
@@ -77,7 +77,7 @@ TEST_CASE("evaluation: the mean dropout-free loss — dropout step and training 
 TEST_CASE("evaluation with --calculate-per-token-loss: the token losses' sum over their count") {
   auto a = evaluation_arguments();
   auto model = initialised_model(a);
-  const MockDataset dataset(a.seed, model.config().vocab_size, a.seq_length);
+  const MockDataset dataset(a.seed, model.config().vocab_size, a.model.seq_length);
   // Ignored labels at a rate that differs between samples: micro batches of unequal counts.
   const BatchSource masked = [&](Split split, int64_t first, int64_t batch,
                                  std::span<int32_t> tokens, std::span<int32_t> labels) {
@@ -92,11 +92,11 @@ TEST_CASE("evaluation with --calculate-per-token-loss: the token losses' sum ove
   // The reference: every position's loss, from the same batches, summed over the scored ones.
   double sum = 0;
   int64_t count = 0;
-  std::vector<int32_t> tokens(a.micro_batch_size * a.seq_length), labels(tokens.size());
+  std::vector<int32_t> tokens(a.micro_batch_size * a.model.seq_length), labels(tokens.size());
   model.set_training(false);
   for (int64_t first = 0; first < a.eval_iters * a.global_batch_size; first += a.micro_batch_size) {
     masked(Split::validation, first, a.micro_batch_size, tokens, labels);
-    model.forward(tokens, labels, a.micro_batch_size, a.seq_length);
+    model.forward(tokens, labels, a.micro_batch_size, a.model.seq_length);
     const auto losses = model.last_position_losses();
     for (size_t i = 0; i < labels.size(); ++i) {
       if (labels[i] == kIgnoredLabel) continue;

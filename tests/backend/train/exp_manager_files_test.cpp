@@ -33,7 +33,7 @@ TEST_CASE("--log-dir gets NeMo's cmd-args.log and a sorted hparams.yaml") {
   test_support::TemporaryDirectory temporary;
   TrainingArguments a;
   a.command_line = {"/opt/bin/pretrain_gpt", "--num-layers", "2", "--lr", "1e-4"};
-  a.num_layers = 2;
+  a.model.num_layers = 2;
   a.lr = 1e-4;
   a.lr_decay_style = "cosine";
   write_exp_manager_files(temporary.path / "results", a);

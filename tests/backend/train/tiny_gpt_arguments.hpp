@@ -13,10 +13,10 @@ namespace test_support {
 
 inline backend::TrainingArguments tiny_gpt_arguments(int64_t train_iters) {
   backend::TrainingArguments a;
-  a.num_layers = 2;
-  a.hidden_size = 32;
-  a.num_attention_heads = 4;
-  a.seq_length = 16;
+  a.model.num_layers = 2;
+  a.model.hidden_size = 32;
+  a.model.num_attention_heads = 4;
+  a.model.seq_length = 16;
   a.micro_batch_size = 2;
   a.global_batch_size = 4;
   a.train_iters = train_iters;
@@ -24,7 +24,7 @@ inline backend::TrainingArguments tiny_gpt_arguments(int64_t train_iters) {
   a.vocab_size = 255;
   a.tokenizer_type = "NullTokenizer";
   a.mock_data = true;
-  a.hidden_dropout = a.attention_dropout = 0;
+  a.model.hidden_dropout = a.model.attention_dropout = 0;
   a.log_interval = 1;
   a.eval_iters = 0;
   return a;
@@ -36,7 +36,7 @@ inline backend::TrainingArguments resumable_gpt_arguments(int64_t train_iters) {
   backend::TrainingArguments a = tiny_gpt_arguments(train_iters);
   a.lr_warmup_iters = 2;
   a.lr_decay_style = "cosine";
-  a.hidden_dropout = a.attention_dropout = 0.1;
+  a.model.hidden_dropout = a.model.attention_dropout = 0.1;
   a.command_line = {"pretrain_gpt"};
   return a;
 }

@@ -30,7 +30,7 @@ struct TinyTraining {
         model(model_config(arguments)),
         optimizer(optimizer_for(model, arguments)),
         scheduler(learning_rate_schedule(arguments)),
-        dataset(arguments.seed, model.config().vocab_size, arguments.seq_length) {
+        dataset(arguments.seed, model.config().vocab_size, arguments.model.seq_length) {
     model.init_parameters(arguments.seed);
   }
   static TrainingArguments validated(TrainingArguments a) {
@@ -232,7 +232,7 @@ TEST_CASE("--log-num-zeros-in-grad: the gradient's zeros, the unseen vocabulary 
 
   auto a = step_arguments();
   a.log_num_zeros_in_grad = true;
-  a.untie_embeddings_and_output_weights = true;  // unseen tokens' embedding rows get nothing
+  a.model.untie_embeddings_and_output_weights = true;  // unseen tokens' embedding rows get nothing
   TinyTraining training(a);
   const TrainStepResult result = training.step(kFirstBatch);
   REQUIRE(result.num_zeros_in_grad.has_value());
@@ -245,7 +245,7 @@ TEST_CASE("--log-num-zeros-in-grad: the gradient's zeros, the unseen vocabulary 
   std::sort(tokens.begin(), tokens.end());
   const auto seen = std::unique(tokens.begin(), tokens.end()) - tokens.begin();
   const int64_t unseen_rows = training.model.config().padded_vocab_size - seen;
-  CHECK(zeros >= unseen_rows * a.hidden_size);
+  CHECK(zeros >= unseen_rows * a.model.hidden_size);
   CHECK(zeros < static_cast<int64_t>(training.model.gradients().size()));
 }
 

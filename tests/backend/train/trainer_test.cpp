@@ -38,7 +38,7 @@ TrainingResult train(TrainingArguments a, std::ostream& log, BatchSource source 
 TrainingArguments pattern_learning_arguments() {
   auto a = trainer_arguments();
   a.train_iters = 25;
-  a.hidden_size = 64;
+  a.model.hidden_size = 64;
   a.micro_batch_size = a.global_batch_size = 8;
   a.lr = 5e-3;
   a.lr_decay_style = "constant";
@@ -127,14 +127,14 @@ TEST_CASE("--eod-mask-loss leaves out the unpredictable first token of each docu
 TEST_CASE("a Llama model (RoPE, RMSNorm, SwiGLU, no biases, untied output, GQA) learns the pattern") {
   auto a = pattern_learning_arguments();
   a.train_iters = 20;
-  a.ffn_hidden_size = 96;
-  a.position_embedding_type = "rope";
-  a.normalization = "RMSNorm";
-  a.swiglu = true;
-  a.add_bias_linear = false;
-  a.untie_embeddings_and_output_weights = true;
-  a.group_query_attention = true;
-  a.num_query_groups = 2;  // two of the four heads per key/value head
+  a.model.ffn_hidden_size = 96;
+  a.model.position_embedding_type = backend::PositionEmbeddingType::rope;
+  a.model.normalization = backend::Normalization::rms_norm;
+  a.model.swiglu = true;
+  a.model.add_bias_linear = false;
+  a.model.untie_embeddings_and_output_weights = true;
+  a.model.group_query_attention = true;
+  a.model.num_query_groups = 2;  // two of the four heads per key/value head
   // The period-8 pattern of the test above: each next token is determined by the current one.
   BatchSource pattern = [](Split, int64_t first_sample, int64_t batch, std::span<int32_t> tokens,
                            std::span<int32_t> labels) {
@@ -164,24 +164,27 @@ TEST_CASE("a Llama model (RoPE, RMSNorm, SwiGLU, no biases, untied output, GQA) 
 
 TEST_CASE("training with activation recompute logs the same iterations, bit for bit") {
   auto reference = trainer_arguments();
-  reference.num_layers = 3;
+  reference.model.num_layers = 3;
   reference.train_iters = 4;
-  reference.hidden_dropout = reference.attention_dropout = 0.1;  // the masks are recomputed too
+  // The masks are recomputed too.
+  reference.model.hidden_dropout = reference.model.attention_dropout = 0.1;
   std::ostringstream log;
   const auto expected = train(reference, log);
   auto selective = reference;
-  selective.recompute_granularity = "selective";
+  selective.model.recompute_granularity = backend::RecomputeGranularity::selective;
   auto uniform = reference;
-  uniform.recompute_granularity = "full";
-  uniform.recompute_method = "uniform";
-  uniform.recompute_num_layers = 2;
+  uniform.model.recompute_granularity = backend::RecomputeGranularity::full;
+  uniform.model.recompute_method = backend::RecomputeMethod::uniform;
+  uniform.model.recompute_num_layers = 2;
   auto block = reference;
-  block.recompute_granularity = "full";
-  block.recompute_method = "block";
-  block.recompute_num_layers = 1;
+  block.model.recompute_granularity = backend::RecomputeGranularity::full;
+  block.model.recompute_method = backend::RecomputeMethod::block;
+  block.model.recompute_num_layers = 1;
   for (const auto& arguments : {selective, uniform, block}) {
-    CAPTURE(arguments.recompute_granularity);
-    CAPTURE(arguments.recompute_method);
+    const std::string_view granularity = common::enum_name(arguments.model.recompute_granularity);
+    const std::string_view method = common::enum_name(*arguments.model.recompute_method);
+    CAPTURE(granularity);
+    CAPTURE(method);
     const auto result = train(arguments, log);
     REQUIRE(result.iterations.size() == expected.iterations.size());
     for (size_t i = 0; i < expected.iterations.size(); ++i) {
@@ -286,7 +289,7 @@ TEST_CASE("training with dropout is finite, reproducible from --seed, and evalua
   a.eval_interval = 2;
   a.eval_iters = 2;
   auto dropout = a;
-  dropout.hidden_dropout = dropout.attention_dropout = 0.1;
+  dropout.model.hidden_dropout = dropout.model.attention_dropout = 0.1;
   std::ostringstream log;
   const auto first = train(dropout, log);
   const auto second = train(dropout, log);
@@ -527,8 +530,8 @@ TEST_CASE("pretrain_gpt --tokenizer-type Llama2Tokenizer trains on data preproce
 TEST_CASE("a model that cannot fit this machine's memory is refused, with the estimate, before it is built") {
   auto a = trainer_arguments();
   // 2^40 parameters per layer: terabytes of weights, and far more with the optimizer.
-  a.hidden_size = int64_t{1} << 20;
-  a.num_attention_heads = 1024;
+  a.model.hidden_size = int64_t{1} << 20;
+  a.model.num_attention_heads = 1024;
   test_support::TemporaryDirectory temporary;
   a.log_dir = (temporary.path / "logs").string();
   std::ostringstream log;

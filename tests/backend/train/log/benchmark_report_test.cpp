@@ -12,54 +12,56 @@ using namespace backend;
 
 TEST_CASE("FLOPs per iteration follow Megatron's num_floating_point_operations") {
   TrainingArguments a;
-  a.num_layers = 12;
-  a.hidden_size = 768;
-  a.ffn_hidden_size = 3072;
-  a.seq_length = 256;
+  a.model.num_layers = 12;
+  a.model.hidden_size = 768;
+  a.model.ffn_hidden_size = 3072;
+  a.model.seq_length = 256;
   a.global_batch_size = 8;
   // The reduced form for MHA with ffn = 4h: 72·B·s·L·h²·(1 + s/(12h)) + 6·B·s·h·V.
   const double B = 8, s = 256, L = 12, h = 768, V = 50304;
   const double expected = 72 * B * s * L * h * h * (1 + s / (12 * h)) + 6 * B * s * h * V;
-  CHECK(megatron_flops_per_iteration(a, 50304) == doctest::Approx(expected).epsilon(1e-12));
+  CHECK(megatron_flops_per_iteration(a.model, a.global_batch_size, 50304) ==
+        doctest::Approx(expected).epsilon(1e-12));
 }
 
 TEST_CASE("SwiGLU adds a third h × ffn matrix to the MLP's FLOPs") {
   TrainingArguments a;
-  a.num_layers = 4;
-  a.hidden_size = 256;
-  a.ffn_hidden_size = 688;
-  a.seq_length = 128;
+  a.model.num_layers = 4;
+  a.model.hidden_size = 256;
+  a.model.ffn_hidden_size = 688;
+  a.model.seq_length = 128;
   a.global_batch_size = 2;
-  const double gelu = megatron_flops_per_iteration(a, 32000);
-  a.swiglu = true;
+  const double gelu = megatron_flops_per_iteration(a.model, a.global_batch_size, 32000);
+  a.model.swiglu = true;
   // Forward 2 FLOPs per multiply-add, backward twice the forward: 6 per weight per token.
   const double extra_matrix = 6.0 * 2 * 128 * 4 * 256 * 688;
-  CHECK(megatron_flops_per_iteration(a, 32000) - gelu == doctest::Approx(extra_matrix).epsilon(1e-12));
+  CHECK(megatron_flops_per_iteration(a.model, a.global_batch_size, 32000) - gelu ==
+        doctest::Approx(extra_matrix).epsilon(1e-12));
 }
 
 TEST_CASE("grouped-query attention removes the key and value weights of the missing groups") {
   TrainingArguments a;
-  a.num_layers = 4;
-  a.hidden_size = 512;
-  a.num_attention_heads = 32;
-  a.ffn_hidden_size = 1376;
-  a.seq_length = 128;
+  a.model.num_layers = 4;
+  a.model.hidden_size = 512;
+  a.model.num_attention_heads = 32;
+  a.model.ffn_hidden_size = 1376;
+  a.model.seq_length = 128;
   a.global_batch_size = 2;
-  const double multi_head = megatron_flops_per_iteration(a, 32000);
-  a.group_query_attention = true;
-  a.num_query_groups = 8;
+  const double multi_head = megatron_flops_per_iteration(a.model, a.global_batch_size, 32000);
+  a.model.group_query_attention = true;
+  a.model.num_query_groups = 8;
   // linear_qkv's key and value rows shrink from 2h to 2h · 8/32: 6 FLOPs per weight per token.
   const double removed_weights = 2.0 * 512 * 512 * (1 - 8.0 / 32);
-  CHECK(multi_head - megatron_flops_per_iteration(a, 32000) ==
+  CHECK(multi_head - megatron_flops_per_iteration(a.model, a.global_batch_size, 32000) ==
         doctest::Approx(6.0 * 2 * 128 * 4 * removed_weights).epsilon(1e-12));
 }
 
 TEST_CASE("the median leaves the warm-up iteration out and the JSON holds every field") {
   TrainingArguments a;
-  a.num_layers = 2;
-  a.hidden_size = 64;
-  a.ffn_hidden_size = 256;
-  a.seq_length = 32;
+  a.model.num_layers = 2;
+  a.model.hidden_size = 64;
+  a.model.ffn_hidden_size = 256;
+  a.model.seq_length = 32;
   a.micro_batch_size = 2;
   a.global_batch_size = 4;
   const auto summary = summarize_benchmark(a, 128, {5000.0, 10.0, 30.0, 20.0}, 1e11);
@@ -99,10 +101,10 @@ TEST_CASE("the median leaves the warm-up iteration out and the JSON holds every 
 
 TEST_CASE("--log-throughput's TFLOP/s/GPU: Megatron's FLOPs of the current batch over the time") {
   TrainingArguments a;
-  a.num_layers = 12;
-  a.hidden_size = 768;
-  a.ffn_hidden_size = 3072;
-  a.seq_length = 256;
+  a.model.num_layers = 12;
+  a.model.hidden_size = 768;
+  a.model.ffn_hidden_size = 3072;
+  a.model.seq_length = 256;
   a.global_batch_size = 8;
   // A ramp-up iteration of 2 samples taking 0.5 s, on 1 and on 4 GPUs.
   const double B = 2, s = 256, L = 12, h = 768, V = 50304;

@@ -102,11 +102,11 @@ namespace {
 
 TrainingArguments log_arguments() {
   TrainingArguments a;
-  a.num_layers = 2;
-  a.hidden_size = 32;
-  a.ffn_hidden_size = 128;
-  a.num_attention_heads = 4;
-  a.seq_length = 16;
+  a.model.num_layers = 2;
+  a.model.hidden_size = 32;
+  a.model.ffn_hidden_size = 128;
+  a.model.num_attention_heads = 4;
+  a.model.seq_length = 16;
   a.micro_batch_size = 2;
   a.global_batch_size = 4;
   a.train_iters = 10;
