@@ -88,13 +88,18 @@ std::string timestamp_now() {
 
 json schedule_json(const LearningRateScheduler& scheduler) {
   const LearningRateSchedule& s = scheduler.schedule();
-  return {{"max_lr", s.max_lr},           {"min_lr", s.min_lr},
-          {"init_lr", s.init_lr},         {"warmup_steps", s.warmup_steps},
-          {"decay_steps", s.decay_steps}, {"decay_style", s.decay_style},
-          {"wsd_decay_steps", s.wsd_decay_steps}, {"wsd_decay_style", s.wsd_decay_style},
-          {"start_weight_decay", s.start_weight_decay}, {"end_weight_decay", s.end_weight_decay},
+  return {{"max_lr", s.max_lr},
+          {"min_lr", s.min_lr},
+          {"init_lr", s.init_lr},
+          {"warmup_steps", s.warmup_steps},
+          {"decay_steps", s.decay_steps},
+          {"decay_style", common::enum_name(s.decay_style)},
+          {"wsd_decay_steps", s.wsd_decay_steps},
+          {"wsd_decay_style", common::enum_name(s.wsd_decay_style)},
+          {"start_weight_decay", s.start_weight_decay},
+          {"end_weight_decay", s.end_weight_decay},
           {"weight_decay_increment_steps", s.weight_decay_increment_steps},
-          {"weight_decay_increment_style", s.weight_decay_increment_style},
+          {"weight_decay_increment_style", common::enum_name(s.weight_decay_increment_style)},
           {"num_steps", scheduler.num_steps()}};
 }
 
@@ -370,24 +375,37 @@ void restore_scheduler(const CheckpointMetadata& metadata, const CheckpointLoadO
   from_checkpoint.init_lr = metadata.get<double>(saved, "init_lr");
   from_checkpoint.warmup_steps = metadata.get<double>(saved, "warmup_steps");
   from_checkpoint.decay_steps = metadata.get<int64_t>(saved, "decay_steps");
-  from_checkpoint.decay_style = metadata.get<std::string>(saved, "decay_style");
+  // A style is one of its names (lr_scheduler.hpp); another is an error naming the file.
+  auto style = [&]<typename Style>(Style& target, const char* key, const char* flag) {
+    target = common::enum_from_name_or_fail<Style>(
+        metadata.get<std::string>(saved, key),
+        fmt::format("checkpoint {}: opt_param_scheduler's {} ({})", file.string(), key, flag));
+  };
+  style(from_checkpoint.decay_style, "decay_style", "--lr-decay-style");
   from_checkpoint.wsd_decay_steps = metadata.get<int64_t>(saved, "wsd_decay_steps");
-  from_checkpoint.wsd_decay_style = metadata.get<std::string>(saved, "wsd_decay_style");
+  style(from_checkpoint.wsd_decay_style, "wsd_decay_style", "--lr-wsd-decay-style");
   from_checkpoint.start_weight_decay = metadata.get<double>(saved, "start_weight_decay");
   from_checkpoint.end_weight_decay = metadata.get<double>(saved, "end_weight_decay");
   from_checkpoint.weight_decay_increment_steps =
       metadata.get<int64_t>(saved, "weight_decay_increment_steps");
-  from_checkpoint.weight_decay_increment_style =
-      metadata.get<std::string>(saved, "weight_decay_increment_style");
+  style(from_checkpoint.weight_decay_increment_style, "weight_decay_increment_style",
+        "--weight-decay-incr-style");
   const int64_t num_steps = metadata.get<int64_t>(saved, "num_steps");
 
   struct Difference {
     std::string what, checkpoint, flags;
   };
   std::vector<Difference> differences;
+  auto shown = [](const auto& value) -> std::string {
+    if constexpr (std::is_enum_v<std::decay_t<decltype(value)>>) {
+      return std::string(common::enum_name(value));
+    } else {
+      return fmt::format("{}", value);
+    }
+  };
   auto compare = [&](const char* what, const auto& checkpoint_value, const auto& flag_value) {
     if (checkpoint_value != flag_value) {
-      differences.push_back({what, fmt::format("{}", checkpoint_value), fmt::format("{}", flag_value)});
+      differences.push_back({what, shown(checkpoint_value), shown(flag_value)});
     }
   };
   compare("learning rate (--lr)", from_checkpoint.max_lr, current.max_lr);

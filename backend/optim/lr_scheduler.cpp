@@ -3,36 +3,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <initializer_list>
 #include <numbers>
 
 #include "backend/common/error.hpp"
 
 namespace backend {
 
-namespace {
-
-bool one_of(const std::string& value, std::initializer_list<const char*> choices) {
-  return std::any_of(choices.begin(), choices.end(), [&](const char* c) { return value == c; });
-}
-
-}  // namespace
-
 LearningRateScheduler::LearningRateScheduler(const LearningRateSchedule& schedule)
     : schedule_(schedule) {
   const auto& s = schedule;
-  if (!one_of(s.decay_style, {"constant", "linear", "cosine", "inverse-square-root", "WSD"})) {
-    common::fail("--lr-decay-style '{}' is not valid (valid: constant, linear, cosine, "
-                 "inverse-square-root, WSD)", s.decay_style);
-  }
-  if (!one_of(s.wsd_decay_style, {"exponential", "linear", "cosine", "minus_sqrt"})) {
-    common::fail("--lr-wsd-decay-style '{}' is not valid (valid: exponential, linear, cosine, "
-                 "minus_sqrt)", s.wsd_decay_style);
-  }
-  if (!one_of(s.weight_decay_increment_style, {"constant", "linear", "cosine"})) {
-    common::fail("--weight-decay-incr-style '{}' is not valid (valid: constant, linear, cosine)",
-                 s.weight_decay_increment_style);
-  }
   // Megatron's asserts in OptimizerParamScheduler.__init__, as errors that say what is wrong.
   if (!(s.min_lr >= 0 && s.max_lr >= s.min_lr)) {
     common::fail("learning-rate schedule: need 0 ≤ --min-lr ({}) ≤ --lr ({})", s.min_lr, s.max_lr);
@@ -48,7 +27,7 @@ LearningRateScheduler::LearningRateScheduler(const LearningRateSchedule& schedul
     common::fail("learning-rate schedule: the warmup ({} samples) must be shorter than the decay "
                  "({} samples)", s.warmup_steps, s.decay_steps);
   }
-  if (s.decay_style == "WSD" && s.wsd_decay_steps < 0) {
+  if (s.decay_style == LearningRateDecayStyle::wsd && s.wsd_decay_steps < 0) {
     common::fail("--lr-decay-style WSD needs the length of its final decay: --lr-wsd-decay-iters "
                  "(or --lr-wsd-decay-samples with --train-samples)");
   }
@@ -56,7 +35,8 @@ LearningRateScheduler::LearningRateScheduler(const LearningRateSchedule& schedul
     common::fail("weight-decay schedule: need 0 ≤ --start-weight-decay ({}) ≤ --end-weight-decay ({})",
                  s.start_weight_decay, s.end_weight_decay);
   }
-  if (s.weight_decay_increment_style == "constant" && s.start_weight_decay != s.end_weight_decay) {
+  if (s.weight_decay_increment_style == WeightDecayIncrementStyle::constant &&
+      s.start_weight_decay != s.end_weight_decay) {
     common::fail("--weight-decay-incr-style constant needs --start-weight-decay ({}) equal to "
                  "--end-weight-decay ({})", s.start_weight_decay, s.end_weight_decay);
   }
@@ -72,9 +52,9 @@ double LearningRateScheduler::learning_rate() const {
   if (s.warmup_steps > 0 && steps <= s.warmup_steps) {
     return s.init_lr + (s.max_lr - s.init_lr) * steps / s.warmup_steps;
   }
-  if (s.decay_style == "constant") return s.max_lr;
+  if (s.decay_style == LearningRateDecayStyle::constant) return s.max_lr;
   if (num_steps_ > s.decay_steps) return s.min_lr;
-  if (s.decay_style == "inverse-square-root") {
+  if (s.decay_style == LearningRateDecayStyle::inverse_square_root) {
     const double warmup = std::max(s.warmup_steps, 1.0);
     const double current = std::max(steps, 1.0);
     return std::max(s.min_lr, s.max_lr * std::sqrt(warmup) / std::sqrt(current));
@@ -82,9 +62,9 @@ double LearningRateScheduler::learning_rate() const {
   const double decay_ratio =
       (steps - s.warmup_steps) / (static_cast<double>(s.decay_steps) - s.warmup_steps);
   double coefficient = 0;
-  if (s.decay_style == "linear") {
+  if (s.decay_style == LearningRateDecayStyle::linear) {
     coefficient = 1.0 - decay_ratio;
-  } else if (s.decay_style == "cosine") {
+  } else if (s.decay_style == LearningRateDecayStyle::cosine) {
     coefficient = 0.5 * (std::cos(std::numbers::pi * decay_ratio) + 1.0);
   } else {  // WSD: stable until the anneal starts; wsd_decay_steps 0 never anneals
     const int64_t anneal_start = s.decay_steps - s.wsd_decay_steps;
@@ -93,14 +73,19 @@ double LearningRateScheduler::learning_rate() const {
     } else {
       const double w = static_cast<double>(num_steps_ - anneal_start) /
                        static_cast<double>(s.wsd_decay_steps);
-      if (s.wsd_decay_style == "linear") {
-        coefficient = 1.0 - w;
-      } else if (s.wsd_decay_style == "cosine") {
-        coefficient = 0.5 * (std::cos(std::numbers::pi * w) + 1.0);
-      } else if (s.wsd_decay_style == "exponential") {
-        coefficient = 2.0 * std::pow(0.5, w) - 1.0;
-      } else {  // minus_sqrt
-        coefficient = 1.0 - std::sqrt(w);
+      switch (s.wsd_decay_style) {
+        case WsdDecayStyle::linear:
+          coefficient = 1.0 - w;
+          break;
+        case WsdDecayStyle::cosine:
+          coefficient = 0.5 * (std::cos(std::numbers::pi * w) + 1.0);
+          break;
+        case WsdDecayStyle::exponential:
+          coefficient = 2.0 * std::pow(0.5, w) - 1.0;
+          break;
+        case WsdDecayStyle::minus_sqrt:
+          coefficient = 1.0 - std::sqrt(w);
+          break;
       }
     }
   }
@@ -109,12 +94,13 @@ double LearningRateScheduler::learning_rate() const {
 
 double LearningRateScheduler::weight_decay() const {
   const auto& s = schedule_;
-  if (num_steps_ > s.weight_decay_increment_steps || s.weight_decay_increment_style == "constant") {
+  if (num_steps_ > s.weight_decay_increment_steps ||
+      s.weight_decay_increment_style == WeightDecayIncrementStyle::constant) {
     return s.end_weight_decay;
   }
   const double ratio = static_cast<double>(num_steps_) /
                        static_cast<double>(s.weight_decay_increment_steps);
-  const double coefficient = s.weight_decay_increment_style == "linear"
+  const double coefficient = s.weight_decay_increment_style == WeightDecayIncrementStyle::linear
                                  ? ratio
                                  : 0.5 * (std::cos(std::numbers::pi * (1.0 - ratio)) + 1.0);
   return s.start_weight_decay + coefficient * (s.end_weight_decay - s.start_weight_decay);

@@ -24,9 +24,43 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
+#include <span>
+
+#include "backend/common/enum_names.hpp"
 
 namespace backend {
+
+// --lr-decay-style, --lr-wsd-decay-style and --weight-decay-incr-style, under Megatron's names
+// (common/enum_names.hpp).
+enum class LearningRateDecayStyle { constant, linear, cosine, inverse_square_root, wsd };
+enum class WsdDecayStyle { exponential, linear, cosine, minus_sqrt };
+enum class WeightDecayIncrementStyle { constant, linear, cosine };
+constexpr common::EnumName<LearningRateDecayStyle> kLearningRateDecayStyleNames[] = {
+    {LearningRateDecayStyle::constant, "constant"},
+    {LearningRateDecayStyle::linear, "linear"},
+    {LearningRateDecayStyle::cosine, "cosine"},
+    {LearningRateDecayStyle::inverse_square_root, "inverse-square-root"},
+    {LearningRateDecayStyle::wsd, "WSD"}};
+constexpr common::EnumName<WsdDecayStyle> kWsdDecayStyleNames[] = {
+    {WsdDecayStyle::exponential, "exponential"},
+    {WsdDecayStyle::linear, "linear"},
+    {WsdDecayStyle::cosine, "cosine"},
+    {WsdDecayStyle::minus_sqrt, "minus_sqrt"}};
+constexpr common::EnumName<WeightDecayIncrementStyle> kWeightDecayIncrementStyleNames[] = {
+    {WeightDecayIncrementStyle::constant, "constant"},
+    {WeightDecayIncrementStyle::linear, "linear"},
+    {WeightDecayIncrementStyle::cosine, "cosine"}};
+constexpr std::span<const common::EnumName<LearningRateDecayStyle>> enum_names(
+    LearningRateDecayStyle) {
+  return kLearningRateDecayStyleNames;
+}
+constexpr std::span<const common::EnumName<WsdDecayStyle>> enum_names(WsdDecayStyle) {
+  return kWsdDecayStyleNames;
+}
+constexpr std::span<const common::EnumName<WeightDecayIncrementStyle>> enum_names(
+    WeightDecayIncrementStyle) {
+  return kWeightDecayIncrementStyleNames;
+}
 
 struct LearningRateSchedule {
   double max_lr = 0;
@@ -34,13 +68,13 @@ struct LearningRateSchedule {
   double init_lr = 0;        // --lr-warmup-init
   double warmup_steps = 0;   // samples; fractional with --lr-warmup-fraction, as in Megatron
   int64_t decay_steps = 0;   // samples
-  std::string decay_style = "linear";  // constant | linear | cosine | inverse-square-root | WSD
-  int64_t wsd_decay_steps = -1;        // WSD only: samples of the final anneal (−1: not given)
-  std::string wsd_decay_style = "exponential";  // exponential | linear | cosine | minus_sqrt
+  LearningRateDecayStyle decay_style = LearningRateDecayStyle::linear;
+  int64_t wsd_decay_steps = -1;  // WSD only: samples of the final anneal (−1: not given)
+  WsdDecayStyle wsd_decay_style = WsdDecayStyle::exponential;
   double start_weight_decay = 0;
   double end_weight_decay = 0;
   int64_t weight_decay_increment_steps = 1;  // samples (train iters × gbs, or train samples)
-  std::string weight_decay_increment_style = "constant";  // constant | linear | cosine
+  WeightDecayIncrementStyle weight_decay_increment_style = WeightDecayIncrementStyle::constant;
 };
 
 class LearningRateScheduler {

@@ -478,43 +478,43 @@ const FlagRow<TrainingArguments> kTrainingFlags[] = {
 
 // --lr is required but by evaluate_gpt and the server (parse_command_line). --lr-decay-iters is
 // dumped by hand: None under sample-based training.
-const FlagRow<TrainingArguments> kOptimizerFlags[] = {
-    {"--lr", &TrainingArguments::lr, "Peak learning rate", "lr"},
-    {"--min-lr", &TrainingArguments::min_lr, "Minimum learning rate", "min_lr"},
-    {"--lr-decay-style", &TrainingArguments::lr_decay_style,
+const FlagRow<OptimizerArguments> kOptimizerFlags[] = {
+    {"--lr", &OptimizerArguments::lr, "Peak learning rate", "lr"},
+    {"--min-lr", &OptimizerArguments::min_lr, "Minimum learning rate", "min_lr"},
+    {"--lr-decay-style", enum_flag_field<&OptimizerArguments::lr_decay_style>(),
      "constant, linear, cosine, inverse-square-root or WSD", "lr_decay_style"},
-    {"--lr-warmup-iters", &TrainingArguments::lr_warmup_iters, "Linear warmup iterations",
+    {"--lr-warmup-iters", &OptimizerArguments::lr_warmup_iters, "Linear warmup iterations",
      "lr_warmup_iters"},
-    {"--lr-warmup-samples", &TrainingArguments::lr_warmup_samples,
+    {"--lr-warmup-samples", &OptimizerArguments::lr_warmup_samples,
      "Linear warmup samples (sample-based training)", "lr_warmup_samples"},
-    {"--lr-warmup-fraction", &TrainingArguments::lr_warmup_fraction,
+    {"--lr-warmup-fraction", &OptimizerArguments::lr_warmup_fraction,
      "Warmup as a fraction of the decay steps", "lr_warmup_fraction"},
-    {"--lr-decay-iters", &TrainingArguments::lr_decay_iters, "Decay iterations (default: train)"},
-    {"--lr-decay-samples", &TrainingArguments::lr_decay_samples,
+    {"--lr-decay-iters", &OptimizerArguments::lr_decay_iters, "Decay iterations (default: train)"},
+    {"--lr-decay-samples", &OptimizerArguments::lr_decay_samples,
      "Decay samples (sample-based training; default: --train-samples)", "lr_decay_samples",
      FlagDump::none_if_not_positive},
-    {"--lr-wsd-decay-style", &TrainingArguments::lr_wsd_decay_style,
+    {"--lr-wsd-decay-style", enum_flag_field<&OptimizerArguments::lr_wsd_decay_style>(),
      "WSD's final decay: exponential, linear, cosine or minus_sqrt", "lr_wsd_decay_style"},
-    {"--lr-wsd-decay-iters", &TrainingArguments::lr_wsd_decay_iters,
+    {"--lr-wsd-decay-iters", &OptimizerArguments::lr_wsd_decay_iters,
      "Iterations of WSD's final decay", "lr_wsd_decay_iters"},
-    {"--lr-wsd-decay-samples", &TrainingArguments::lr_wsd_decay_samples,
+    {"--lr-wsd-decay-samples", &OptimizerArguments::lr_wsd_decay_samples,
      "Samples of WSD's final decay (sample-based training)", "lr_wsd_decay_samples"},
-    {"--lr-warmup-init", &TrainingArguments::lr_warmup_init, "Learning rate at warmup start",
+    {"--lr-warmup-init", &OptimizerArguments::lr_warmup_init, "Learning rate at warmup start",
      "lr_warmup_init"},
-    {"--weight-decay", &TrainingArguments::weight_decay, "AdamW decoupled weight decay",
+    {"--weight-decay", &OptimizerArguments::weight_decay, "AdamW decoupled weight decay",
      "weight_decay"},
-    {"--start-weight-decay", &TrainingArguments::start_weight_decay,
+    {"--start-weight-decay", &OptimizerArguments::start_weight_decay,
      "Weight decay at the start (with --weight-decay-incr-style linear/cosine)",
      "start_weight_decay"},
-    {"--end-weight-decay", &TrainingArguments::end_weight_decay,
+    {"--end-weight-decay", &OptimizerArguments::end_weight_decay,
      "Weight decay at the end of training", "end_weight_decay"},
-    {"--weight-decay-incr-style", &TrainingArguments::weight_decay_incr_style,
+    {"--weight-decay-incr-style", enum_flag_field<&OptimizerArguments::weight_decay_incr_style>(),
      "constant, linear or cosine"},
-    {"--clip-grad", &TrainingArguments::clip_grad, "Clip gradients to this global norm",
+    {"--clip-grad", &OptimizerArguments::clip_grad, "Clip gradients to this global norm",
      "clip_grad"},
-    {"--adam-beta1", &TrainingArguments::adam_beta1, "Adam beta1", "adam_beta1"},
-    {"--adam-beta2", &TrainingArguments::adam_beta2, "Adam beta2", "adam_beta2"},
-    {"--adam-eps", &TrainingArguments::adam_eps, "Adam epsilon", "adam_eps"},
+    {"--adam-beta1", &OptimizerArguments::adam_beta1, "Adam beta1", "adam_beta1"},
+    {"--adam-beta2", &OptimizerArguments::adam_beta2, "Adam beta2", "adam_beta2"},
+    {"--adam-eps", &OptimizerArguments::adam_eps, "Adam epsilon", "adam_eps"},
 };
 
 // Before --no-log-loss-scale-to-tensorboard (a switch that clears its field).
@@ -787,8 +787,8 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
   } else {
     app.get_option("--micro-batch-size")->required();
   }
-  add_flag_rows<TrainingArguments>(app, arguments, kOptimizerFlags,
-                                   "Optimizer and learning rate");
+  add_flag_rows<OptimizerArguments>(app, arguments.optimizer, kOptimizerFlags,
+                                    "Optimizer and learning rate");
   if (!evaluation) app.get_option("--lr")->required();
 
   auto* logging = "Evaluation, logging, checkpoints";
@@ -1126,8 +1126,9 @@ void validate_arguments(TrainingArguments& arguments) {
                  arguments.global_batch_size / micro_batches_at_once, pp);
   }
 
-  if (arguments.min_lr > arguments.lr) {
-    common::fail("--min-lr {} must lie in [0, --lr {}]", arguments.min_lr, arguments.lr);
+  if (arguments.optimizer.min_lr > arguments.optimizer.lr) {
+    common::fail("--min-lr {} must lie in [0, --lr {}]", arguments.optimizer.min_lr,
+                 arguments.optimizer.lr);
   }
   // Training length (iterations or samples), batch-size ramp-up, learning-rate and weight-decay
   // schedule: Megatron's rules in backend/train/training_schedule.cpp.
@@ -1229,10 +1230,10 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
   std::map<std::string, std::string> values;
   dump_flag_rows<ModelArguments>(a.model, kModelFlags, values);
   dump_flag_rows<ModelArguments>(a.model, kRecomputeFlags, values);
+  dump_flag_rows<OptimizerArguments>(a.optimizer, kOptimizerFlags, values);
   const std::span<const FlagRow<TrainingArguments>> tables[] = {kLegacyFlags,
                                                                 kDataFlags,
                                                                 kTrainingFlags,
-                                                                kOptimizerFlags,
                                                                 kLoggingFlags,
                                                                 kCheckpointAndExitFlags,
                                                                 kCheckpointArgumentsFlags};
@@ -1243,7 +1244,8 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
   values["deepspeed"] = python(a.deepspeed);
   values["deepspeed_config"] = a.deepspeed_config.empty() ? "None" : a.deepspeed_config;
   values["zero_stage"] = fmt::format("{}", a.zero_stage);
-  values["lr_decay_iters"] = a.train_samples > 0 ? "None" : fmt::format("{}", a.lr_decay_iters);
+  values["lr_decay_iters"] =
+      a.train_samples > 0 ? "None" : fmt::format("{}", a.optimizer.lr_decay_iters);
   values["exit_signal"] = "Signals." + a.exit_signal;
   values["log_loss_scale_to_tensorboard"] = python(a.log_loss_scale_to_tensorboard);
   values["world_size"] = fmt::format("{}", a.world_size);

@@ -1,8 +1,9 @@
 // Megatron-LM's command-line flags for pretrain_gpt (megatron/training/arguments.py), parsed
 // with CLI11 into one value type, TrainingArguments. Each concern's flags are a table
 // (arguments.cpp, flag_table.hpp) from which the CLI11 options and the arguments dump are made;
-// the model (backend/model/model_arguments.hpp), spike handling, evaluate_gpt's tasks and the
-// server's flags are structs of their own, the other concerns still fields of TrainingArguments.
+// the model (backend/model/model_arguments.hpp), the optimizer and its schedule
+// (backend/optim/optimizer_arguments.hpp), spike handling, evaluate_gpt's tasks and the server's
+// flags are structs of their own, the other concerns still fields of TrainingArguments.
 // Names, defaults and validation rules follow Megatron, so a user's pretrain_gpt.py command line
 // works here unchanged, within the features built so far. A Megatron flag that this backend knows
 // but does not implement yet is rejected with a message saying so (see kUnsupportedFlags in
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "backend/model/model_arguments.hpp"
+#include "backend/optim/optimizer_arguments.hpp"
 
 namespace backend {
 
@@ -99,26 +101,8 @@ struct TrainingArguments {
   std::vector<int64_t> rampup_batch_size;  // --rampup-batch-size START INCREMENT SAMPLES
   uint64_t seed = 1234;
 
-  // optimizer and schedule
-  double lr = 0.0;
-  double min_lr = 0.0;
-  std::string lr_decay_style = "linear";
-  int64_t lr_warmup_iters = 0;
-  int64_t lr_decay_iters = 0;  // 0 → train_iters
-  std::optional<double> lr_warmup_fraction;  // of the decay steps, instead of iters/samples
-  int64_t lr_warmup_samples = 0;
-  int64_t lr_decay_samples = 0;  // sample-based: 0 → train_samples
-  std::string lr_wsd_decay_style = "exponential";
-  std::optional<int64_t> lr_wsd_decay_iters, lr_wsd_decay_samples;
-  double lr_warmup_init = 0.0;
-  double weight_decay = 0.01;
-  // Filled from --weight-decay when the increment style is constant, as Megatron does.
-  std::optional<double> start_weight_decay, end_weight_decay;
-  std::string weight_decay_incr_style = "constant";
-  double clip_grad = 1.0;
-  double adam_beta1 = 0.9;
-  double adam_beta2 = 0.999;
-  double adam_eps = 1e-8;
+  // the optimizer and its schedule (backend/optim/optimizer_arguments.hpp)
+  OptimizerArguments optimizer;
 
   // parallelism (the layout and its groups live in backend/dist)
   // Not a flag: the processes the launcher started (Megatron reads WORLD_SIZE in validate_args;

@@ -70,17 +70,19 @@ const RecordedArgument<TrainingArguments> kRecordedArguments[] = {
     {"global_batch_size", &TrainingArguments::global_batch_size},
     {"train_iters", &TrainingArguments::train_iters},
     {"seed", &TrainingArguments::seed},
-    {"lr", &TrainingArguments::lr},
-    {"min_lr", &TrainingArguments::min_lr},
-    {"lr_decay_style", &TrainingArguments::lr_decay_style},
-    {"lr_warmup_iters", &TrainingArguments::lr_warmup_iters},
-    {"lr_decay_iters", &TrainingArguments::lr_decay_iters},
-    {"lr_warmup_init", &TrainingArguments::lr_warmup_init},
-    {"weight_decay", &TrainingArguments::weight_decay},
-    {"clip_grad", &TrainingArguments::clip_grad},
-    {"adam_beta1", &TrainingArguments::adam_beta1},
-    {"adam_beta2", &TrainingArguments::adam_beta2},
-    {"adam_eps", &TrainingArguments::adam_eps},
+};
+const RecordedArgument<OptimizerArguments> kRecordedOptimizerArguments[] = {
+    {"lr", &OptimizerArguments::lr},
+    {"min_lr", &OptimizerArguments::min_lr},
+    {"lr_decay_style", enum_flag_field<&OptimizerArguments::lr_decay_style>()},
+    {"lr_warmup_iters", &OptimizerArguments::lr_warmup_iters},
+    {"lr_decay_iters", &OptimizerArguments::lr_decay_iters},
+    {"lr_warmup_init", &OptimizerArguments::lr_warmup_init},
+    {"weight_decay", &OptimizerArguments::weight_decay},
+    {"clip_grad", &OptimizerArguments::clip_grad},
+    {"adam_beta1", &OptimizerArguments::adam_beta1},
+    {"adam_beta2", &OptimizerArguments::adam_beta2},
+    {"adam_eps", &OptimizerArguments::adam_eps},
 };
 
 template <typename Config>
@@ -129,6 +131,7 @@ void read_recorded_arguments(const CheckpointMetadata& root, const json& saved,
 json checkpoint_arguments(const TrainingArguments& a) {
   json record = json::object();
   record_arguments<ModelArguments>(a.model, kRecordedModelArguments, record);
+  record_arguments<OptimizerArguments>(a.optimizer, kRecordedOptimizerArguments, record);
   record_arguments<TrainingArguments>(a, kRecordedArguments, record);
   record["disable_bias_linear"] = !a.model.add_bias_linear;
   record["num_query_groups"] = a.model.group_query_attention ? a.model.num_query_groups : 0;
@@ -140,6 +143,8 @@ TrainingArguments arguments_from_checkpoint(const json& metadata, const std::fil
   const json& saved = root.section("arguments");
   TrainingArguments a;
   read_recorded_arguments<ModelArguments>(root, saved, file, kRecordedModelArguments, a.model);
+  read_recorded_arguments<OptimizerArguments>(root, saved, file, kRecordedOptimizerArguments,
+                                              a.optimizer);
   read_recorded_arguments<TrainingArguments>(root, saved, file, kRecordedArguments, a);
   a.model.add_bias_linear = !root.get<bool>(saved, "disable_bias_linear");
   const auto num_query_groups = root.get<int64_t>(saved, "num_query_groups");

@@ -310,11 +310,11 @@ void apply_deepspeed_config(const DeepSpeedFlags& flags, TrainingArguments& argu
   apply_batch(root, flags, arguments);
   if (root.has("gradient_clipping")) {
     const double clip = root.number("gradient_clipping");
-    if (flags.clip_grad_given && clip != arguments.clip_grad) {
+    if (flags.clip_grad_given && clip != arguments.optimizer.clip_grad) {
       common::fail("--deepspeed_config {}: gradient_clipping {} disagrees with --clip-grad {}",
-                   flags.config_file, clip, arguments.clip_grad);
+                   flags.config_file, clip, arguments.optimizer.clip_grad);
     }
-    arguments.clip_grad = clip;
+    arguments.optimizer.clip_grad = clip;
   }
   arguments.deepspeed = true;
   arguments.deepspeed_config = flags.config_file;

@@ -247,7 +247,7 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   result.nan = !std::isfinite(result.lm_loss) || (!scaler.enabled() && result.skipped);
   result.loss_scale = scaler.scale();
   if (!result.skipped) {
-    optimizer.clip_gradients(gradients, result.grad_norm, a.clip_grad);
+    optimizer.clip_gradients(gradients, result.grad_norm, a.optimizer.clip_grad);
     if (a.log_num_zeros_in_grad) {
       // Megatron's count_zeros_fp32, after clipping (which keeps zeros zero), before the step.
       result.num_zeros_in_grad =

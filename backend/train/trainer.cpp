@@ -399,7 +399,7 @@ void Trainer::carve_model_and_optimizer() {
     for (const auto& tensor : model.tensors()) {
       groups.push_back({tensor.offset, tensor.numel, tensor.weight_decay});
     }
-    const AdamWConfig adam{a_.adam_beta1, a_.adam_beta2, a_.adam_eps, a_.weight_decay};
+    const AdamWConfig adam = adamw_config(a_.optimizer);
     const int64_t parameter_count = model.parameter_buffer().numel;
     if (model.sharded_over_data_parallel()) {
       // ZeRO-3: the moments of the model's own range, as the distributed optimizer's.

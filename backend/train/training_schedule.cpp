@@ -225,6 +225,7 @@ void refuse_for_mode(bool given, const char* flag, const char* mode_flag, const 
 }  // namespace
 
 void resolve_training_schedule(TrainingArguments& a, int64_t data_parallel_size) {
+  OptimizerArguments& optimizer = a.optimizer;
   // Each length's own range (≥ 0, or ≥ 1 where 0 would mean "not given") and the warmup
   // fraction's [0, 1) were checked when the flags were parsed (common/flag_rules).
 
@@ -241,23 +242,26 @@ void resolve_training_schedule(TrainingArguments& a, int64_t data_parallel_size)
   const bool sample_based = a.train_samples > 0;
   if (!sample_based) {
     const char* mode = "--train-iters";
-    refuse_for_mode(a.lr_decay_samples != 0, "--lr-decay-samples", mode, "--lr-decay-iters");
-    refuse_for_mode(a.lr_warmup_samples != 0, "--lr-warmup-samples", mode, "--lr-warmup-iters");
-    refuse_for_mode(a.lr_wsd_decay_samples.has_value(), "--lr-wsd-decay-samples", mode,
+    refuse_for_mode(optimizer.lr_decay_samples != 0, "--lr-decay-samples", mode,
+                    "--lr-decay-iters");
+    refuse_for_mode(optimizer.lr_warmup_samples != 0, "--lr-warmup-samples", mode,
+                    "--lr-warmup-iters");
+    refuse_for_mode(optimizer.lr_wsd_decay_samples.has_value(), "--lr-wsd-decay-samples", mode,
                     "--lr-wsd-decay-iters");
     refuse_for_mode(!a.rampup_batch_size.empty(), "--rampup-batch-size", mode,
                     "--train-samples: Megatron ramps the batch size up only in sample-based training");
-    if (a.lr_warmup_fraction && a.lr_warmup_iters != 0) {
+    if (optimizer.lr_warmup_fraction && optimizer.lr_warmup_iters != 0) {
       common::fail("--lr-warmup-fraction and --lr-warmup-iters are mutually exclusive: give the "
                    "warmup one way");
     }
   } else {
     const char* mode = "--train-samples";
-    refuse_for_mode(a.lr_decay_iters != 0, "--lr-decay-iters", mode, "--lr-decay-samples");
-    refuse_for_mode(a.lr_warmup_iters != 0, "--lr-warmup-iters", mode, "--lr-warmup-samples");
-    refuse_for_mode(a.lr_wsd_decay_iters.has_value(), "--lr-wsd-decay-iters", mode,
+    refuse_for_mode(optimizer.lr_decay_iters != 0, "--lr-decay-iters", mode, "--lr-decay-samples");
+    refuse_for_mode(optimizer.lr_warmup_iters != 0, "--lr-warmup-iters", mode,
+                    "--lr-warmup-samples");
+    refuse_for_mode(optimizer.lr_wsd_decay_iters.has_value(), "--lr-wsd-decay-iters", mode,
                     "--lr-wsd-decay-samples");
-    if (a.lr_warmup_fraction && a.lr_warmup_samples != 0) {
+    if (optimizer.lr_warmup_fraction && optimizer.lr_warmup_samples != 0) {
       common::fail("--lr-warmup-fraction and --lr-warmup-samples are mutually exclusive: give the "
                    "warmup one way");
     }
@@ -272,38 +276,48 @@ void resolve_training_schedule(TrainingArguments& a, int64_t data_parallel_size)
                    a.train_samples, batches.global_batch_size(0));
     }
     if (batches.rampup()) check_rampup_batch_sizes(a, batches, data_parallel_size);
-    if (a.lr_decay_samples == 0) a.lr_decay_samples = a.train_samples;
-    if (!a.lr_warmup_fraction && a.lr_warmup_samples >= a.lr_decay_samples) {
-      common::fail("--lr-warmup-samples {} must be smaller than --lr-decay-samples {} (which "
-                   "defaults to --train-samples)", a.lr_warmup_samples, a.lr_decay_samples);
+    if (optimizer.lr_decay_samples == 0) optimizer.lr_decay_samples = a.train_samples;
+    if (!optimizer.lr_warmup_fraction &&
+        optimizer.lr_warmup_samples >= optimizer.lr_decay_samples) {
+      common::fail(
+          "--lr-warmup-samples {} must be smaller than --lr-decay-samples {} (which "
+          "defaults to --train-samples)",
+          optimizer.lr_warmup_samples, optimizer.lr_decay_samples);
     }
   } else {
-    if (a.lr_decay_iters == 0) a.lr_decay_iters = a.train_iters;
-    if (!a.lr_warmup_fraction && a.lr_warmup_iters >= a.lr_decay_iters) {
-      common::fail("--lr-warmup-iters {} must be smaller than --lr-decay-iters {} (which defaults "
-                   "to --train-iters)", a.lr_warmup_iters, a.lr_decay_iters);
+    if (optimizer.lr_decay_iters == 0) optimizer.lr_decay_iters = a.train_iters;
+    if (!optimizer.lr_warmup_fraction && optimizer.lr_warmup_iters >= optimizer.lr_decay_iters) {
+      common::fail(
+          "--lr-warmup-iters {} must be smaller than --lr-decay-iters {} (which defaults "
+          "to --train-iters)",
+          optimizer.lr_warmup_iters, optimizer.lr_decay_iters);
     }
   }
-  if (a.lr_decay_style == "WSD" && !(sample_based ? a.lr_wsd_decay_samples : a.lr_wsd_decay_iters)) {
+  if (optimizer.lr_decay_style == LearningRateDecayStyle::wsd &&
+      !(sample_based ? optimizer.lr_wsd_decay_samples : optimizer.lr_wsd_decay_iters)) {
     common::fail("--lr-decay-style WSD needs the length of its final decay: {} N",
                  sample_based ? "--lr-wsd-decay-samples" : "--lr-wsd-decay-iters");
   }
   check_run_fits_counters(a);
-  if (a.lr_warmup_init > a.lr) {
-    common::fail("--lr-warmup-init {} must not exceed --lr {}", a.lr_warmup_init, a.lr);
+  if (optimizer.lr_warmup_init > optimizer.lr) {
+    common::fail("--lr-warmup-init {} must not exceed --lr {}", optimizer.lr_warmup_init,
+                 optimizer.lr);
   }
 
   // Weight decay: constant takes --weight-decay; linear and cosine need both ends.
-  if (a.weight_decay_incr_style == "constant") {
-    const bool filled_before = a.start_weight_decay == a.weight_decay && a.end_weight_decay == a.weight_decay;
-    if ((a.start_weight_decay || a.end_weight_decay) && !filled_before) {
+  if (optimizer.weight_decay_incr_style == WeightDecayIncrementStyle::constant) {
+    const bool filled_before = optimizer.start_weight_decay == optimizer.weight_decay &&
+                               optimizer.end_weight_decay == optimizer.weight_decay;
+    if ((optimizer.start_weight_decay || optimizer.end_weight_decay) && !filled_before) {
       common::fail("--start-weight-decay/--end-weight-decay need --weight-decay-incr-style linear "
                    "or cosine (constant uses --weight-decay)");
     }
-    a.start_weight_decay = a.end_weight_decay = a.weight_decay;
-  } else if (!a.start_weight_decay || !a.end_weight_decay) {
-    common::fail("--weight-decay-incr-style {} needs both --start-weight-decay and "
-                 "--end-weight-decay", a.weight_decay_incr_style);
+    optimizer.start_weight_decay = optimizer.end_weight_decay = optimizer.weight_decay;
+  } else if (!optimizer.start_weight_decay || !optimizer.end_weight_decay) {
+    common::fail(
+        "--weight-decay-incr-style {} needs both --start-weight-decay and "
+        "--end-weight-decay",
+        common::enum_name(optimizer.weight_decay_incr_style));
   }
   // The remaining asserts of Megatron's OptimizerParamScheduler (in samples).
   const LearningRateScheduler checked(learning_rate_schedule(a));
@@ -311,20 +325,21 @@ void resolve_training_schedule(TrainingArguments& a, int64_t data_parallel_size)
 }
 
 LearningRateSchedule learning_rate_schedule(const TrainingArguments& a) {
+  const OptimizerArguments& optimizer = a.optimizer;
   LearningRateSchedule s;
-  s.max_lr = a.lr;
-  s.min_lr = a.min_lr;
-  s.init_lr = a.lr_warmup_init;
-  s.decay_style = a.lr_decay_style;
-  s.wsd_decay_style = a.lr_wsd_decay_style;
-  s.start_weight_decay = a.start_weight_decay.value_or(a.weight_decay);
-  s.end_weight_decay = a.end_weight_decay.value_or(a.weight_decay);
-  s.weight_decay_increment_style = a.weight_decay_incr_style;
+  s.max_lr = optimizer.lr;
+  s.min_lr = optimizer.min_lr;
+  s.init_lr = optimizer.lr_warmup_init;
+  s.decay_style = optimizer.lr_decay_style;
+  s.wsd_decay_style = optimizer.lr_wsd_decay_style;
+  s.start_weight_decay = optimizer.start_weight_decay.value_or(optimizer.weight_decay);
+  s.end_weight_decay = optimizer.end_weight_decay.value_or(optimizer.weight_decay);
+  s.weight_decay_increment_style = optimizer.weight_decay_incr_style;
   if (a.train_samples > 0) {
-    s.decay_steps = a.lr_decay_samples;
+    s.decay_steps = optimizer.lr_decay_samples;
     s.weight_decay_increment_steps = a.train_samples;
-    s.wsd_decay_steps = a.lr_wsd_decay_samples.value_or(-1);
-    s.warmup_steps = static_cast<double>(a.lr_warmup_samples);
+    s.wsd_decay_steps = optimizer.lr_wsd_decay_samples.value_or(-1);
+    s.warmup_steps = static_cast<double>(optimizer.lr_warmup_samples);
   } else {
     // Iterations in samples: × the global batch size, checked (check_run_fits_counters).
     const int64_t batch = a.global_batch_size;
@@ -332,12 +347,16 @@ LearningRateSchedule learning_rate_schedule(const TrainingArguments& a) {
       return common::checked_multiply(iterations, batch,
                                       fmt::format("{} × --global-batch-size (in samples)", flag));
     };
-    s.decay_steps = in_samples(a.lr_decay_iters, "--lr-decay-iters");
+    s.decay_steps = in_samples(optimizer.lr_decay_iters, "--lr-decay-iters");
     s.weight_decay_increment_steps = in_samples(a.train_iters, "--train-iters");
-    s.wsd_decay_steps = a.lr_wsd_decay_iters ? in_samples(*a.lr_wsd_decay_iters, "--lr-wsd-decay-iters") : -1;
-    s.warmup_steps = static_cast<double>(in_samples(a.lr_warmup_iters, "--lr-warmup-iters"));
+    s.wsd_decay_steps = optimizer.lr_wsd_decay_iters
+                            ? in_samples(*optimizer.lr_wsd_decay_iters, "--lr-wsd-decay-iters")
+                            : -1;
+    s.warmup_steps =
+        static_cast<double>(in_samples(optimizer.lr_warmup_iters, "--lr-warmup-iters"));
   }
-  if (a.lr_warmup_fraction) s.warmup_steps = *a.lr_warmup_fraction * static_cast<double>(s.decay_steps);
+  if (optimizer.lr_warmup_fraction)
+    s.warmup_steps = *optimizer.lr_warmup_fraction * static_cast<double>(s.decay_steps);
   return s;
 }
 

@@ -55,10 +55,10 @@ TrainingArguments gpt2_style() {
   a.micro_batch_size = 2;
   a.global_batch_size = 4;
   a.train_iters = 50;
-  a.lr = 1e-3;
-  a.min_lr = 1e-4;
-  a.lr_warmup_iters = 5;
-  a.clip_grad = 1.0;
+  a.optimizer.lr = 1e-3;
+  a.optimizer.min_lr = 1e-4;
+  a.optimizer.lr_warmup_iters = 5;
+  a.optimizer.clip_grad = 1.0;
   a.vocab_size = 299;  // NullTokenizer adds EOD: 300, padded to 384: padding is exercised
   a.tokenizer_type = "NullTokenizer";
   a.mock_data = true;

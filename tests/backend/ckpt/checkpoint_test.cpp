@@ -67,8 +67,9 @@ struct LiveState {
   }
   explicit LiveState(const TrainingArguments& a, uint64_t init_seed = 1234)
       : model(model_config(a)),
-        optimizer({a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay}, groups_for(model),
-                  static_cast<int64_t>(model.parameters().size())),
+        optimizer({a.optimizer.adam_beta1, a.optimizer.adam_beta2, a.optimizer.adam_eps,
+                   a.optimizer.weight_decay},
+                  groups_for(model), static_cast<int64_t>(model.parameters().size())),
         scheduler(learning_rate_schedule(a)) {
     model.init_parameters(init_seed);
     model.set_dropout_seed(a.seed);
@@ -596,8 +597,8 @@ TEST_CASE("a changed learning-rate schedule is refused unless told which schedul
   auto a = save_trained(directory.path);
   a.load = a.save;
   auto changed = a;
-  changed.lr = 2e-3;
-  changed.lr_decay_iters = 16;
+  changed.optimizer.lr = 2e-3;
+  changed.optimizer.lr_decay_iters = 16;
   const std::string message = load_error(changed);
   INFO(message);
   CHECK(message.find("the learning-rate schedule of the flags differs from the checkpoint's") !=
@@ -749,17 +750,17 @@ TEST_CASE("resume is exact under sample-based WSD, a weight-decay ramp and a bat
   test_support::TemporaryDirectory directory;
   auto base = resumable_arguments();
   base.train_iters = 0;
-  base.lr_warmup_iters = 0;
-  base.lr_decay_iters = 0;  // resumable_arguments() derived it from --train-iters
+  base.optimizer.lr_warmup_iters = 0;
+  base.optimizer.lr_decay_iters = 0;  // resumable_arguments() derived it from --train-iters
   base.train_samples = 40;
   base.rampup_batch_size = {2, 2, 8};  // 2 until 8 samples are consumed, then 4
-  base.lr_warmup_samples = 4;
-  base.lr_decay_style = "WSD";
-  base.lr_wsd_decay_samples = 16;
-  base.lr_wsd_decay_style = "cosine";
-  base.start_weight_decay = 0.0;
-  base.end_weight_decay = 0.1;
-  base.weight_decay_incr_style = "linear";
+  base.optimizer.lr_warmup_samples = 4;
+  base.optimizer.lr_decay_style = backend::LearningRateDecayStyle::wsd;
+  base.optimizer.lr_wsd_decay_samples = 16;
+  base.optimizer.lr_wsd_decay_style = backend::WsdDecayStyle::cosine;
+  base.optimizer.start_weight_decay = 0.0;
+  base.optimizer.end_weight_decay = 0.1;
+  base.optimizer.weight_decay_incr_style = backend::WeightDecayIncrementStyle::linear;
   validate_arguments(base);
   REQUIRE(base.train_iters == 12);  // 4 batches of 2, then (40 − 8) / 4 = 8 batches of 4
 

@@ -86,12 +86,13 @@ CommandResult train_and_compare(const GptConfig& config, const std::filesystem::
 
   const backend::AdamWConfig adam{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
   const int64_t global_batch_size = kBatchSize;
-  const backend::LearningRateSchedule schedule{.max_lr = 3e-3,
-                                               .min_lr = 3e-4,
-                                               .init_lr = 1e-4,
-                                               .warmup_steps = 2 * global_batch_size,
-                                               .decay_steps = 8 * global_batch_size,
-                                               .decay_style = "cosine"};
+  const backend::LearningRateSchedule schedule{
+      .max_lr = 3e-3,
+      .min_lr = 3e-4,
+      .init_lr = 1e-4,
+      .warmup_steps = 2 * global_batch_size,
+      .decay_steps = 8 * global_batch_size,
+      .decay_style = backend::LearningRateDecayStyle::cosine};
   std::vector<backend::ParameterGroup> groups;
   for (const auto& tensor : model.tensors()) {
     groups.push_back({tensor.offset, tensor.numel, tensor.weight_decay});
@@ -142,9 +143,12 @@ CommandResult train_and_compare(const GptConfig& config, const std::filesystem::
   run["clip_grad"] = clip_grad;
   run["optimizer"] = {{"beta1", adam.beta1}, {"beta2", adam.beta2}, {"eps", adam.eps},
                       {"weight_decay", adam.weight_decay}};
-  run["schedule"] = {{"max_lr", schedule.max_lr},           {"min_lr", schedule.min_lr},
-                     {"init_lr", schedule.init_lr},         {"warmup_steps", schedule.warmup_steps},
-                     {"decay_steps", schedule.decay_steps}, {"decay_style", schedule.decay_style}};
+  run["schedule"] = {{"max_lr", schedule.max_lr},
+                     {"min_lr", schedule.min_lr},
+                     {"init_lr", schedule.init_lr},
+                     {"warmup_steps", schedule.warmup_steps},
+                     {"decay_steps", schedule.decay_steps},
+                     {"decay_style", common::enum_name(schedule.decay_style)}};
   int clipped_steps = 0;
   for (int step = 1; step <= kSteps; ++step) {
     const std::vector<int32_t>& tokens = step_tokens[step - 1];

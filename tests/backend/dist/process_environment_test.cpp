@@ -133,7 +133,7 @@ TEST_CASE("the trainer refuses to be one of several processes, naming its task a
   a.model.seq_length = 8;
   a.micro_batch_size = 1;
   a.train_iters = 1;
-  a.lr = 1e-3;
+  a.optimizer.lr = 1e-3;
   a.vocab_size = 63;
   a.tokenizer_type = "NullTokenizer";
   a.mock_data = true;

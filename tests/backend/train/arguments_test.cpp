@@ -37,10 +37,10 @@ TEST_CASE("Megatron's defaults and derived values") {
   REQUIRE(arguments);
   CHECK(arguments->model.ffn_hidden_size == 256);
   CHECK(arguments->model.max_position_embeddings == 32);
-  CHECK(arguments->lr_decay_iters == 10);
-  CHECK(arguments->lr_decay_style == "linear");
-  CHECK(arguments->weight_decay == doctest::Approx(0.01));
-  CHECK(arguments->clip_grad == doctest::Approx(1.0));
+  CHECK(arguments->optimizer.lr_decay_iters == 10);
+  CHECK(arguments->optimizer.lr_decay_style == backend::LearningRateDecayStyle::linear);
+  CHECK(arguments->optimizer.weight_decay == doctest::Approx(0.01));
+  CHECK(arguments->optimizer.clip_grad == doctest::Approx(1.0));
   CHECK(arguments->model.make_vocab_size_divisible_by == 128);
   CHECK(arguments->seed == 1234);
   CHECK(arguments->tokenizer_type == "NullTokenizer");
@@ -346,8 +346,8 @@ TEST_CASE("sample-based training with ramp-up parses into Megatron's derived val
   // Ramp 4 → 8 by 2 over 16 samples (every 8): batches 4, 4 (to 8), 6, 6 (to 20 > 16), then
   // (80 − 20) // 8 = 7 full batches: 11 iterations.
   CHECK(arguments->train_iters == 11);
-  CHECK(arguments->lr_decay_samples == 80);
-  CHECK(arguments->lr_decay_iters == 0);
+  CHECK(arguments->optimizer.lr_decay_samples == 80);
+  CHECK(arguments->optimizer.lr_decay_iters == 0);
   CHECK(arguments->rampup_batch_size == std::vector<int64_t>{4, 2, 16});
   CHECK(arguments->log_throughput);
   CHECK(arguments->tensorboard_dir == "/tmp/tb");
@@ -376,10 +376,11 @@ TEST_CASE("the new logging flags default as Megatron's") {
   CHECK(arguments->log_loss_scale_to_tensorboard);
   CHECK_FALSE(arguments->log_validation_ppl_to_tensorboard);
   CHECK_FALSE(arguments->log_timers_to_tensorboard);
-  CHECK(arguments->lr_wsd_decay_style == "exponential");
-  CHECK(arguments->weight_decay_incr_style == "constant");
-  CHECK(arguments->start_weight_decay == doctest::Approx(0.01));
-  CHECK(arguments->end_weight_decay == doctest::Approx(0.01));
+  CHECK(arguments->optimizer.lr_wsd_decay_style == backend::WsdDecayStyle::exponential);
+  CHECK(arguments->optimizer.weight_decay_incr_style ==
+        backend::WeightDecayIncrementStyle::constant);
+  CHECK(arguments->optimizer.start_weight_decay == doctest::Approx(0.01));
+  CHECK(arguments->optimizer.end_weight_decay == doctest::Approx(0.01));
   CHECK_FALSE(arguments->log_num_zeros_in_grad);
   CHECK(backend::argument_values(*arguments).at("log_num_zeros_in_grad") == "False");
   const auto zeros = parse_words(with({"--log-num-zeros-in-grad"}));

@@ -35,7 +35,7 @@ TrainingArguments saved_arguments(const std::filesystem::path& save) {
   a.micro_batch_size = 1;
   a.global_batch_size = 1;
   a.train_iters = 5;
-  a.lr = 1e-3;
+  a.optimizer.lr = 1e-3;
   a.save = save.string();
   return a;
 }
@@ -64,7 +64,7 @@ TEST_CASE("checkpoint arguments: the saved arguments come back as they were save
   CHECK(back.model.make_vocab_size_divisible_by == arguments.model.make_vocab_size_divisible_by);
   CHECK(back.model.norm_epsilon == arguments.model.norm_epsilon);
   CHECK(back.model.init_method_std == arguments.model.init_method_std);
-  CHECK(back.lr == arguments.lr);
+  CHECK(back.optimizer.lr == arguments.optimizer.lr);
   CHECK(back.train_iters == arguments.train_iters);
   CHECK(backend::checkpoint_arguments(back) == reader.metadata()["arguments"]);
   CHECK(reader.metadata()["arguments"]["use_rope_scaling"] == false);

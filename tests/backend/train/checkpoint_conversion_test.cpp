@@ -48,7 +48,7 @@ TrainingArguments conversion_arguments(const std::filesystem::path& save) {
   a.micro_batch_size = 1;
   a.global_batch_size = 1;
   a.train_iters = 5;
-  a.lr = 1e-3;
+  a.optimizer.lr = 1e-3;
   a.save = save.string();
   return a;
 }
@@ -217,7 +217,7 @@ TEST_CASE("checkpoint conversion: checkpoint → Hugging Face → release checkp
   training.micro_batch_size = 1;
   training.global_batch_size = 1;
   training.train_iters = 2;
-  training.lr = 1e-3;
+  training.optimizer.lr = 1e-3;
   GptModel<float> model(backend::model_config(training));
   backend::AdamW optimizer(backend::AdamWConfig{}, {}, static_cast<int64_t>(model.parameters().size()));
   backend::LearningRateScheduler scheduler({.max_lr = 1e-3, .decay_steps = 2});

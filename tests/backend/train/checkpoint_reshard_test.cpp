@@ -69,7 +69,7 @@ TrainingArguments llama_arguments(const fs::path& save) {
   a.micro_batch_size = 1;
   a.global_batch_size = 1;
   a.train_iters = 5;
-  a.lr = 1e-3;
+  a.optimizer.lr = 1e-3;
   a.save = save.string();
   return a;
 }
@@ -161,7 +161,7 @@ TrainingArguments gpt2_arguments(const fs::path& save, int64_t layers) {
   a.micro_batch_size = 1;
   a.global_batch_size = 1;
   a.train_iters = 5;
-  a.lr = 1e-3;
+  a.optimizer.lr = 1e-3;
   a.save = save.string();
   return a;
 }

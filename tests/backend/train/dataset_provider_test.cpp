@@ -39,7 +39,7 @@ TrainingArguments data_arguments(const std::string& prefix) {
   a.micro_batch_size = 2;
   a.global_batch_size = 4;
   a.train_iters = 20;
-  a.lr = 1e-3;
+  a.optimizer.lr = 1e-3;
   a.tokenizer_type = "NullTokenizer";
   a.vocab_size = 65000;
   a.data_path = {prefix};

@@ -57,7 +57,7 @@ TEST_CASE("a ZeRO-2 + fp16 configuration of Megatron-DeepSpeed's examples maps o
   CHECK(arguments->min_loss_scale == 1.0);
   CHECK(arguments->micro_batch_size == 2);   // train_micro_batch_size_per_gpu
   CHECK(arguments->global_batch_size == 8);  // train_batch_size
-  CHECK(arguments->clip_grad == 1.0);
+  CHECK(arguments->optimizer.clip_grad == 1.0);
   const auto values = backend::argument_values(*arguments);
   CHECK(values.at("deepspeed") == "True");
   CHECK(values.at("zero_stage") == "2");
@@ -75,7 +75,7 @@ TEST_CASE("stage 0 and stage 1 and the flags' agreement with the file") {
   CHECK(arguments->use_distributed_optimizer);
   CHECK(arguments->bf16);
   CHECK(arguments->global_batch_size == 8);
-  CHECK(arguments->clip_grad == 0.5);
+  CHECK(arguments->optimizer.clip_grad == 0.5);
   const auto stage0 = write(directory, "stage0.json", R"({"zero_optimization": {"stage": 0}})");
   arguments = parse(flags_with({"--deepspeed", "--deepspeed_config", stage0,
                                 "--micro-batch-size", "2", "--global-batch-size", "4"}));

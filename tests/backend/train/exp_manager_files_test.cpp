@@ -34,8 +34,8 @@ TEST_CASE("--log-dir gets NeMo's cmd-args.log and a sorted hparams.yaml") {
   TrainingArguments a;
   a.command_line = {"/opt/bin/pretrain_gpt", "--num-layers", "2", "--lr", "1e-4"};
   a.model.num_layers = 2;
-  a.lr = 1e-4;
-  a.lr_decay_style = "cosine";
+  a.optimizer.lr = 1e-4;
+  a.optimizer.lr_decay_style = backend::LearningRateDecayStyle::cosine;
   write_exp_manager_files(temporary.path / "results", a);
   // NeMo: " ".join(sys.argv), no newline
   CHECK(test_support::read_file(temporary.path / "results" / "cmd-args.log") ==

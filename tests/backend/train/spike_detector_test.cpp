@@ -192,9 +192,9 @@ TEST_CASE("persistent NaN/Inf losses roll back too, and stop the run after the l
   test_support::TemporaryDirectory directory;
   TrainingArguments a = spike_arguments(directory.path.string());
   // A learning rate no model survives: from iteration 2 on every loss is NaN/Inf.
-  a.lr = 1e10;
-  a.lr_warmup_iters = 0;
-  a.clip_grad = 0;
+  a.optimizer.lr = 1e10;
+  a.optimizer.lr_warmup_iters = 0;
+  a.optimizer.clip_grad = 0;
   a.spike.inject_loss_spike_at_iteration = 0;
   a.spike.threshold = 1e300;  // the NaN kind alone
   a.spike.max_rollbacks = 1;

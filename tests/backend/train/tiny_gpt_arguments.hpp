@@ -20,7 +20,7 @@ inline backend::TrainingArguments tiny_gpt_arguments(int64_t train_iters) {
   a.micro_batch_size = 2;
   a.global_batch_size = 4;
   a.train_iters = train_iters;
-  a.lr = 1e-3;
+  a.optimizer.lr = 1e-3;
   a.vocab_size = 255;
   a.tokenizer_type = "NullTokenizer";
   a.mock_data = true;
@@ -34,8 +34,8 @@ inline backend::TrainingArguments tiny_gpt_arguments(int64_t train_iters) {
 // and a cosine schedule with two iterations of warm-up. Not validated, as above.
 inline backend::TrainingArguments resumable_gpt_arguments(int64_t train_iters) {
   backend::TrainingArguments a = tiny_gpt_arguments(train_iters);
-  a.lr_warmup_iters = 2;
-  a.lr_decay_style = "cosine";
+  a.optimizer.lr_warmup_iters = 2;
+  a.optimizer.lr_decay_style = backend::LearningRateDecayStyle::cosine;
   a.model.hidden_dropout = a.model.attention_dropout = 0.1;
   a.command_line = {"pretrain_gpt"};
   return a;

@@ -19,7 +19,7 @@ namespace {
 
 TrainingArguments step_arguments() {
   TrainingArguments a = test_support::tiny_gpt_arguments(4);
-  a.lr_decay_style = "constant";
+  a.optimizer.lr_decay_style = backend::LearningRateDecayStyle::constant;
   return a;
 }
 
@@ -42,8 +42,9 @@ struct TinyTraining {
     for (const auto& tensor : model.tensors()) {
       groups.push_back({tensor.offset, tensor.numel, tensor.weight_decay});
     }
-    return AdamW({a.adam_beta1, a.adam_beta2, a.adam_eps, a.weight_decay}, std::move(groups),
-                 static_cast<int64_t>(model.parameters().size()));
+    return AdamW({a.optimizer.adam_beta1, a.optimizer.adam_beta2, a.optimizer.adam_eps,
+                  a.optimizer.weight_decay},
+                 std::move(groups), static_cast<int64_t>(model.parameters().size()));
   }
   BatchSource source() const {
     return [this](Split split, int64_t first, int64_t batch, std::span<int32_t> tokens,
@@ -109,8 +110,8 @@ TEST_CASE("the step's loss is the mean of its micro batches' losses before the u
 
 TEST_CASE("the step reports the rate its update used — the scheduler moves on by the global batch") {
   auto a = step_arguments();
-  a.lr_decay_style = "linear";
-  a.lr_warmup_iters = 2;  // 0, 5e-4, then 1e-3
+  a.optimizer.lr_decay_style = backend::LearningRateDecayStyle::linear;
+  a.optimizer.lr_warmup_iters = 2;  // 0, 5e-4, then 1e-3
   TinyTraining training(a);
   CHECK(training.step(kFirstBatch).learning_rate == doctest::Approx(0.0));
   CHECK(training.step({.first_sample = 4, .global_batch_size = 4, .num_micro_batches = 2})
@@ -121,7 +122,7 @@ TEST_CASE("the step reports the rate its update used — the scheduler moves on 
 
 TEST_CASE("every step starts from zero gradients") {
   auto a = step_arguments();
-  a.lr = 0;  // the parameters stay, so the same batch has the same gradients
+  a.optimizer.lr = 0;  // the parameters stay, so the same batch has the same gradients
   TinyTraining training(a);
   const double first = training.step(kFirstBatch).grad_norm;
   const double second = training.step(kFirstBatch).grad_norm;
@@ -131,10 +132,10 @@ TEST_CASE("every step starts from zero gradients") {
 
 TEST_CASE("the reported norm is the one before clipping — the update sees the clipped gradients") {
   auto a = step_arguments();
-  a.clip_grad = 1e-3;
+  a.optimizer.clip_grad = 1e-3;
   TinyTraining training(a);
   const TrainStepResult result = training.step(kFirstBatch);
-  CHECK(result.grad_norm > 10 * a.clip_grad);
+  CHECK(result.grad_norm > 10 * a.optimizer.clip_grad);
   CHECK(global_gradient_norm(training.model.gradients()) == doctest::Approx(1e-3).epsilon(1e-3));
 }
 
@@ -280,7 +281,7 @@ TEST_CASE("--calculate-per-token-loss: micro batches weigh by their scored token
     auto a = step_arguments();
     a.calculate_per_token_loss = per_token;
     a.micro_batch_size = micro_batch_size;
-    a.clip_grad = 0;  // the gradients as they come
+    a.optimizer.clip_grad = 0;  // the gradients as they come
     TinyTraining training(a);
     const GlobalBatch batch{.first_sample = 0, .global_batch_size = 4,
                             .num_micro_batches = 4 / micro_batch_size};

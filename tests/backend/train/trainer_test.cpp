@@ -40,9 +40,9 @@ TrainingArguments pattern_learning_arguments() {
   a.train_iters = 25;
   a.model.hidden_size = 64;
   a.micro_batch_size = a.global_batch_size = 8;
-  a.lr = 5e-3;
-  a.lr_decay_style = "constant";
-  a.weight_decay = 0;
+  a.optimizer.lr = 5e-3;
+  a.optimizer.lr_decay_style = backend::LearningRateDecayStyle::constant;
+  a.optimizer.weight_decay = 0;
   return a;
 }
 
@@ -251,8 +251,8 @@ TEST_CASE("--split 98,2,0: validation runs, the empty test split has no test pas
 TEST_CASE("the learning rate follows the schedule and the logged rate is the next one") {
   auto a = trainer_arguments();
   a.train_iters = 4;
-  a.lr_warmup_iters = 2;
-  a.lr_decay_style = "linear";
+  a.optimizer.lr_warmup_iters = 2;
+  a.optimizer.lr_decay_style = backend::LearningRateDecayStyle::linear;
   std::ostringstream log;
   const auto result = train(a, log);
   CHECK(result.iterations[0].learning_rate == doctest::Approx(0.0));
@@ -285,7 +285,7 @@ TEST_CASE("training with dropout is finite, reproducible from --seed, and evalua
   // bit exactly when evaluation runs in evaluation mode (no dropout).
   auto a = trainer_arguments();
   a.train_iters = 4;
-  a.lr = 0;
+  a.optimizer.lr = 0;
   a.eval_interval = 2;
   a.eval_iters = 2;
   auto dropout = a;
@@ -385,15 +385,15 @@ TEST_CASE("Megatron's memory line follows the first iteration line, once, with t
 
 TEST_CASE("--weight-decay-incr-style reaches the optimizer step by step") {
   auto constant = trainer_arguments();
-  constant.weight_decay = 0.1;
+  constant.optimizer.weight_decay = 0.1;
   auto flat = trainer_arguments();
-  flat.weight_decay_incr_style = "linear";
-  flat.start_weight_decay = flat.end_weight_decay = 0.1;
+  flat.optimizer.weight_decay_incr_style = backend::WeightDecayIncrementStyle::linear;
+  flat.optimizer.start_weight_decay = flat.optimizer.end_weight_decay = 0.1;
   auto rising = flat;
-  rising.start_weight_decay = 0.0;
-  rising.lr = 1e-1;  // large enough for the decay to show in the loss
+  rising.optimizer.start_weight_decay = 0.0;
+  rising.optimizer.lr = 1e-1;  // large enough for the decay to show in the loss
   auto constant_large = constant;
-  constant_large.lr = 1e-1;
+  constant_large.optimizer.lr = 1e-1;
   std::ostringstream log;
   // linear from 0.1 to 0.1 is the constant 0.1, bit for bit ...
   CHECK(train(flat, log).iterations.back().lm_loss == train(constant, log).iterations.back().lm_loss);

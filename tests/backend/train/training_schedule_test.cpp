@@ -19,7 +19,7 @@ TrainingArguments base_arguments() {
   TrainingArguments a;
   a.micro_batch_size = 2;
   a.global_batch_size = 8;
-  a.lr = 1e-3;
+  a.optimizer.lr = 1e-3;
   return a;
 }
 
@@ -74,7 +74,7 @@ void check_against_step_by_step(int64_t global, BatchSizeRampup rampup, int64_t 
   CHECK(sample_based_train_iters(train_samples, schedule) == expected_iterations);
 
   TrainingArguments a;
-  a.lr = 1e-3;
+  a.optimizer.lr = 1e-3;
   a.micro_batch_size = micro_batch_size;
   a.global_batch_size = global;
   a.train_samples = train_samples;
@@ -225,10 +225,10 @@ TEST_CASE("a ramp-up batch the micro batches cannot divide is found before train
 TEST_CASE("iteration-based schedules count iterations × global batch, warmup fraction of decay") {
   auto a = base_arguments();
   a.train_iters = 100;
-  a.lr_decay_iters = 80;
-  a.lr_warmup_iters = 10;
-  a.lr_decay_style = "WSD";
-  a.lr_wsd_decay_iters = 20;
+  a.optimizer.lr_decay_iters = 80;
+  a.optimizer.lr_warmup_iters = 10;
+  a.optimizer.lr_decay_style = backend::LearningRateDecayStyle::wsd;
+  a.optimizer.lr_wsd_decay_iters = 20;
   resolve_training_schedule(a, 1);
   auto s = learning_rate_schedule(a);
   CHECK(s.warmup_steps == doctest::Approx(80));
@@ -236,8 +236,8 @@ TEST_CASE("iteration-based schedules count iterations × global batch, warmup fr
   CHECK(s.wsd_decay_steps == 160);
   CHECK(s.weight_decay_increment_steps == 800);
   CHECK(s.start_weight_decay == doctest::Approx(0.01));  // constant style: --weight-decay
-  a.lr_warmup_iters = 0;
-  a.lr_warmup_fraction = 0.1;
+  a.optimizer.lr_warmup_iters = 0;
+  a.optimizer.lr_warmup_fraction = 0.1;
   s = learning_rate_schedule(a);
   CHECK(s.warmup_steps == doctest::Approx(64));
 }
@@ -245,15 +245,15 @@ TEST_CASE("iteration-based schedules count iterations × global batch, warmup fr
 TEST_CASE("sample-based schedules take samples as given and derive train_iters") {
   auto a = base_arguments();
   a.train_samples = 1000;
-  a.lr_warmup_samples = 50;
-  a.lr_decay_style = "WSD";
-  a.lr_wsd_decay_samples = 100;
-  a.weight_decay_incr_style = "linear";
-  a.start_weight_decay = 0.0;
-  a.end_weight_decay = 0.1;
+  a.optimizer.lr_warmup_samples = 50;
+  a.optimizer.lr_decay_style = backend::LearningRateDecayStyle::wsd;
+  a.optimizer.lr_wsd_decay_samples = 100;
+  a.optimizer.weight_decay_incr_style = backend::WeightDecayIncrementStyle::linear;
+  a.optimizer.start_weight_decay = 0.0;
+  a.optimizer.end_weight_decay = 0.1;
   resolve_training_schedule(a, 1);
   CHECK(a.train_iters == 125);          // 1000 // 8
-  CHECK(a.lr_decay_samples == 1000);    // defaults to --train-samples
+  CHECK(a.optimizer.lr_decay_samples == 1000);  // defaults to --train-samples
   const auto s = learning_rate_schedule(a);
   CHECK(s.warmup_steps == doctest::Approx(50));
   CHECK(s.decay_steps == 1000);
@@ -270,6 +270,6 @@ TEST_CASE("resolving twice gives the same arguments (derived values are recognis
   const auto once = a;
   resolve_training_schedule(a, 1);
   CHECK(a.train_iters == once.train_iters);
-  CHECK(a.lr_decay_samples == once.lr_decay_samples);
-  CHECK(a.start_weight_decay == once.start_weight_decay);
+  CHECK(a.optimizer.lr_decay_samples == once.optimizer.lr_decay_samples);
+  CHECK(a.optimizer.start_weight_decay == once.optimizer.start_weight_decay);
 }
