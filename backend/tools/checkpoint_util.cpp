@@ -46,7 +46,7 @@ std::vector<std::string> model_flags(const backend::TrainingArguments& a) {
                                     "--norm-epsilon",
                                     fmt::format("{}", a.model.norm_epsilon),
                                     "--tokenizer-type",
-                                    a.tokenizer_type};
+                                    a.tokenizer.tokenizer_type};
   if (a.model.position_embedding_type == backend::PositionEmbeddingType::rope) {
     flags.insert(flags.end(), {"--position-embedding-type", "rope", "--rotary-base",
                                std::to_string(a.model.rotary_base)});
@@ -70,11 +70,11 @@ std::vector<std::string> model_flags(const backend::TrainingArguments& a) {
     flags.insert(flags.end(), {"--group-query-attention", "--num-query-groups",
                                std::to_string(a.model.num_query_groups)});
   }
-  if (a.tokenizer_type == "NullTokenizer") {
-    flags.insert(flags.end(), {"--vocab-size", std::to_string(a.vocab_size)});
+  if (a.tokenizer.tokenizer_type == "NullTokenizer") {
+    flags.insert(flags.end(), {"--vocab-size", std::to_string(a.tokenizer.vocab_size)});
   }
-  if (!a.tokenizer_model.empty()) {  // a SentencePiece type's vocabulary is the model's
-    flags.insert(flags.end(), {"--tokenizer-model", a.tokenizer_model});
+  if (!a.tokenizer.tokenizer_model.empty()) {  // a SentencePiece type's vocabulary is the model's
+    flags.insert(flags.end(), {"--tokenizer-model", a.tokenizer.tokenizer_model});
   }
   flags.insert(flags.end(), {"--make-vocab-size-divisible-by",
                              std::to_string(a.model.make_vocab_size_divisible_by)});

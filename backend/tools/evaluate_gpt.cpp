@@ -64,7 +64,7 @@ int run(const TrainingArguments& arguments) {
   if (!arguments.tasks.results_json.empty()) {
     common::output_target(arguments.tasks.results_json, "--results-json");
   }
-  auto tokenizer = backend::build_tokenizer(backend::tokenizer_options(arguments));
+  auto tokenizer = backend::build_tokenizer(arguments.tokenizer);
   const backend::SelectedDevice selected = backend::select_device(arguments);
   backend::GptModel<float> model = backend::load_trained_model(arguments, selected, "evaluate_gpt");
   const backend::WindowScorer scorer = make_scorer(model, arguments.model.seq_length);

@@ -172,7 +172,7 @@ int64_t connection_limit(int64_t max_concurrent_requests) {
 
 int run(const TrainingArguments& arguments, SignalWaiter& signals) {
   backend::check_whole_model_launch(arguments, "text_generation_server");
-  auto tokenizer = backend::build_tokenizer(backend::tokenizer_options(arguments));
+  auto tokenizer = backend::build_tokenizer(arguments.tokenizer);
   const backend::SelectedDevice selected = backend::select_device(arguments);
   backend::GptModel<float> model =
       backend::load_trained_model(arguments, selected, "text_generation_server");

@@ -367,52 +367,55 @@ const FlagRow<DeepSpeedFlags> kDeepSpeedFlags[] = {
     {"--zero-stage", &DeepSpeedFlags::zero_stage, "ZeRO stage (0, 1, 2, 3)"},
 };
 
-const FlagRow<TrainingArguments> kDataFlags[] = {
-    {"--tokenizer-type", &TrainingArguments::tokenizer_type,
+const FlagRow<TokenizerOptions> kTokenizerFlags[] = {
+    {"--tokenizer-type", &TokenizerOptions::tokenizer_type,
      "GPT2BPETokenizer, NullTokenizer, Llama2Tokenizer, GPTSentencePieceTokenizer, "
      "SentencePieceTokenizer or HuggingFaceTokenizer",
      "tokenizer_type"},
-    {"--vocab-size", &TrainingArguments::vocab_size, "Vocabulary size (NullTokenizer)",
-     "vocab_size", FlagDump::none_if_not_positive},
-    {"--vocab-file", &TrainingArguments::vocab_file, "GPT-2 vocab.json"},
-    {"--merge-file", &TrainingArguments::merge_file, "GPT-2 merges.txt"},
-    {"--tokenizer-model", &TrainingArguments::tokenizer_model,
+    {"--vocab-size", &TokenizerOptions::vocab_size, "Vocabulary size (NullTokenizer)", "vocab_size",
+     FlagDump::none_if_not_positive},
+    {"--vocab-file", &TokenizerOptions::vocab_file, "GPT-2 vocab.json"},
+    {"--merge-file", &TokenizerOptions::merge_file, "GPT-2 merges.txt"},
+    {"--tokenizer-model", &TokenizerOptions::tokenizer_model,
      "SentencePiece model (Llama 2's tokenizer.model), or HuggingFaceTokenizer's tokenizer.json "
      "directory",
      "tokenizer_model", FlagDump::none_if_empty},
-    {"--mock-data", &TrainingArguments::mock_data, "Synthetic tokens, for benchmarks and tests",
+};
+
+const FlagRow<DataArguments> kDataFlags[] = {
+    {"--mock-data", &DataArguments::mock_data, "Synthetic tokens, for benchmarks and tests",
      "mock_data"},
-    {"--data-path", &TrainingArguments::data_path,
+    {"--data-path", &DataArguments::data_path,
      "Dataset prefix, or weighted blend: weight prefix weight prefix ...", "data_path"},
-    {"--data-args-path", &TrainingArguments::data_args_path,
+    {"--data-args-path", &DataArguments::data_args_path,
      "A file holding what --data-path would (for long blends)", "data_args_path",
      FlagDump::none_if_empty},
-    {"--data-file-list,--data-path-file", &TrainingArguments::data_file_list,
+    {"--data-file-list,--data-path-file", &DataArguments::data_file_list,
      "A file with one \"weight prefix\" or \"weight prefix corpus\" per line, # comments "
      "(Megatron-DeepSpeed's ALCF fork)",
      "data_file_list", FlagDump::none_if_empty},
-    {"--split", &TrainingArguments::split,
+    {"--split", &DataArguments::split,
      "Train,validation,test shares of each dataset's sequences (default 969, 30, 1)", "split",
      FlagDump::none_if_empty},
-    {"--train-data-path", &TrainingArguments::train_data_path,
+    {"--train-data-path", &DataArguments::train_data_path,
      "The training split's own prefix or blend", "train_data_path"},
-    {"--valid-data-path", &TrainingArguments::valid_data_path,
+    {"--valid-data-path", &DataArguments::valid_data_path,
      "The validation split's own prefix or blend", "valid_data_path"},
-    {"--test-data-path", &TrainingArguments::test_data_path,
-     "The test split's own prefix or blend", "test_data_path"},
-    {"--per-split-data-args-path", &TrainingArguments::per_split_data_args_path,
+    {"--test-data-path", &DataArguments::test_data_path, "The test split's own prefix or blend",
+     "test_data_path"},
+    {"--per-split-data-args-path", &DataArguments::per_split_data_args_path,
      "A JSON file {\"train\": [...], \"valid\": [...], \"test\": [...]} of per-split blends",
      "per_split_data_args_path", FlagDump::none_if_empty},
-    {"--data-cache-path", &TrainingArguments::data_cache_path,
+    {"--data-cache-path", &DataArguments::data_cache_path,
      "Directory for the cached index arrays (default: next to each dataset)", "data_cache_path",
      FlagDump::none_if_empty},
-    {"--num-dataset-builder-threads", &TrainingArguments::num_dataset_builder_threads,
+    {"--num-dataset-builder-threads", &DataArguments::num_dataset_builder_threads,
      "Datasets of a blend indexed at once (default 0: one per core)",
      "num_dataset_builder_threads"},
-    {"--eod-mask-loss", &TrainingArguments::eod_mask_loss,
+    {"--eod-mask-loss", &DataArguments::eod_mask_loss,
      "Leave out of the loss the positions whose input token is the end of document",
      "eod_mask_loss"},
-    {"--calculate-per-token-loss", &TrainingArguments::calculate_per_token_loss,
+    {"--calculate-per-token-loss", &DataArguments::calculate_per_token_loss,
      "Average the loss over the global batch's scored tokens, not per micro batch",
      "calculate_per_token_loss"},
 };
@@ -779,7 +782,8 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
   add_flag_rows<TrainingArguments>(app, arguments, kLegacyFlags, legacy);
   add_flag_rows<DeepSpeedFlags>(app, line.deepspeed, kDeepSpeedFlags, legacy);
 
-  add_flag_rows<TrainingArguments>(app, arguments, kDataFlags, "Data and tokenizer");
+  add_flag_rows<TokenizerOptions>(app, arguments.tokenizer, kTokenizerFlags, "Data and tokenizer");
+  add_flag_rows<DataArguments>(app, arguments.data, kDataFlags, "Data and tokenizer");
   add_flag_rows<TrainingArguments>(app, arguments, kTrainingFlags, "Training");
   // The server batches its requests' prompts itself (--max-batch-size).
   if (server) {
@@ -978,13 +982,14 @@ namespace {
 // messages where Megatron asserts.
 void validate_data_arguments(TrainingArguments& arguments) {
   std::vector<std::string> blend_flags, per_split_flags;
-  if (!arguments.data_path.empty()) blend_flags.push_back("--data-path");
-  if (!arguments.data_args_path.empty()) blend_flags.push_back("--data-args-path");
-  if (!arguments.data_file_list.empty()) blend_flags.push_back("--data-file-list");
-  if (!arguments.train_data_path.empty()) per_split_flags.push_back("--train-data-path");
-  if (!arguments.valid_data_path.empty()) per_split_flags.push_back("--valid-data-path");
-  if (!arguments.test_data_path.empty()) per_split_flags.push_back("--test-data-path");
-  if (!arguments.per_split_data_args_path.empty()) per_split_flags.push_back("--per-split-data-args-path");
+  if (!arguments.data.data_path.empty()) blend_flags.push_back("--data-path");
+  if (!arguments.data.data_args_path.empty()) blend_flags.push_back("--data-args-path");
+  if (!arguments.data.data_file_list.empty()) blend_flags.push_back("--data-file-list");
+  if (!arguments.data.train_data_path.empty()) per_split_flags.push_back("--train-data-path");
+  if (!arguments.data.valid_data_path.empty()) per_split_flags.push_back("--valid-data-path");
+  if (!arguments.data.test_data_path.empty()) per_split_flags.push_back("--test-data-path");
+  if (!arguments.data.per_split_data_args_path.empty())
+    per_split_flags.push_back("--per-split-data-args-path");
   if (blend_flags.size() > 1) {
     common::fail("{} are exclusive: name the data one way", fmt::join(blend_flags, " and "));
   }
@@ -992,31 +997,33 @@ void validate_data_arguments(TrainingArguments& arguments) {
     common::fail("{} and {} are exclusive: one blend split by --split, or each split's own data",
                  blend_flags.front(), per_split_flags.front());
   }
-  if (!arguments.per_split_data_args_path.empty() && per_split_flags.size() > 1) {
+  if (!arguments.data.per_split_data_args_path.empty() && per_split_flags.size() > 1) {
     common::fail("--per-split-data-args-path and {} are exclusive", per_split_flags.front());
   }
   const bool real_data = !blend_flags.empty() || !per_split_flags.empty();
-  if (arguments.mock_data && real_data) {
+  if (arguments.data.mock_data && real_data) {
     common::fail("--mock-data and {} are exclusive: train on synthetic tokens or on the datasets",
                  real_data && !blend_flags.empty() ? blend_flags.front() : per_split_flags.front());
   }
-  if (!arguments.mock_data && !real_data) {
+  if (!arguments.data.mock_data && !real_data) {
     common::fail("no training data: pass --data-path PREFIX (a Megatron .bin/.idx pair, e.g. from "
                  "preprocess_data) or a blend (--data-path 0.3 A 0.7 B, --data-args-path FILE, "
                  "--data-file-list FILE), or --train-data-path/--valid-data-path/--test-data-path, "
                  "or --mock-data for synthetic tokens");
   }
-  if (!per_split_flags.empty() && !arguments.split.empty()) {
-    common::fail("--split {} applies to one blend (--data-path); with {} each split has its own "
-                 "data: leave --split out", arguments.split, per_split_flags.front());
+  if (!per_split_flags.empty() && !arguments.data.split.empty()) {
+    common::fail(
+        "--split {} applies to one blend (--data-path); with {} each split has its own "
+        "data: leave --split out",
+        arguments.data.split, per_split_flags.front());
   }
   if (!blend_flags.empty()) {
-    if (arguments.split.empty()) {
-      arguments.split = "969, 30, 1";
+    if (arguments.data.split.empty()) {
+      arguments.data.split = "969, 30, 1";
       spdlog::warn("Please specify --split when using {}. Using legacy default value of \"{}\"",
-                   blend_flags.front(), arguments.split);
+                   blend_flags.front(), arguments.data.split);
     }
-    parse_split(arguments.split);  // reports a bad --split now, not after the model is built
+    parse_split(arguments.data.split);  // reports a bad --split now, not after the model is built
   }
 }
 
@@ -1178,28 +1185,31 @@ void validate_arguments(TrainingArguments& arguments) {
   }
 
   // Tokenizer: the vocabulary size is what the model needs; GPT-2's is a fixed fact.
+  TokenizerOptions& tokenizer = arguments.tokenizer;
   // Megatron-DeepSpeed's pretrain_gpt.py: a GPT-2 vocabulary and merges mean GPT-2's BPE.
-  if (arguments.tokenizer_type.empty() && !arguments.vocab_file.empty() &&
-      !arguments.merge_file.empty()) {
-    arguments.tokenizer_type = "GPT2BPETokenizer";
+  if (tokenizer.tokenizer_type.empty() && !tokenizer.vocab_file.empty() &&
+      !tokenizer.merge_file.empty()) {
+    tokenizer.tokenizer_type = "GPT2BPETokenizer";
   }
-  if (arguments.tokenizer_type.empty()) {
-    if (arguments.vocab_size <= 0) {
+  if (tokenizer.tokenizer_type.empty()) {
+    if (tokenizer.vocab_size <= 0) {
       common::fail("no tokenizer: pass --tokenizer-type GPT2BPETokenizer (with --vocab-file and "
                    "--merge-file) or --tokenizer-type NullTokenizer --vocab-size N");
     }
-    arguments.tokenizer_type = "NullTokenizer";
+    tokenizer.tokenizer_type = "NullTokenizer";
   }
-  if (std::find(kBuiltTokenizers.begin(), kBuiltTokenizers.end(), arguments.tokenizer_type) ==
+  if (std::find(kBuiltTokenizers.begin(), kBuiltTokenizers.end(), tokenizer.tokenizer_type) ==
       kBuiltTokenizers.end()) {
-    common::fail("--tokenizer-type {} is not built yet: this backend has GPT2BPETokenizer, "
-                 "NullTokenizer, Llama2Tokenizer, GPTSentencePieceTokenizer, "
-                 "SentencePieceTokenizer and HuggingFaceTokenizer", arguments.tokenizer_type);
+    common::fail(
+        "--tokenizer-type {} is not built yet: this backend has GPT2BPETokenizer, "
+        "NullTokenizer, Llama2Tokenizer, GPTSentencePieceTokenizer, "
+        "SentencePieceTokenizer and HuggingFaceTokenizer",
+        tokenizer.tokenizer_type);
   }
   // --tokenizer-model with a type that does not read it, or a SentencePiece type without it.
   // The model file itself is read where the vocabulary size is needed (tokenizer_vocab_size).
-  check_tokenizer_flags(tokenizer_options(arguments));
-  if (arguments.tokenizer_type == "NullTokenizer" && arguments.vocab_size <= 0) {
+  check_tokenizer_flags(tokenizer);
+  if (tokenizer.tokenizer_type == "NullTokenizer" && tokenizer.vocab_size <= 0) {
     common::fail("--tokenizer-type NullTokenizer needs --vocab-size N (N > 0)");
   }
 
@@ -1230,13 +1240,12 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
   std::map<std::string, std::string> values;
   dump_flag_rows<ModelArguments>(a.model, kModelFlags, values);
   dump_flag_rows<ModelArguments>(a.model, kRecomputeFlags, values);
+  dump_flag_rows<TokenizerOptions>(a.tokenizer, kTokenizerFlags, values);
+  dump_flag_rows<DataArguments>(a.data, kDataFlags, values);
   dump_flag_rows<OptimizerArguments>(a.optimizer, kOptimizerFlags, values);
-  const std::span<const FlagRow<TrainingArguments>> tables[] = {kLegacyFlags,
-                                                                kDataFlags,
-                                                                kTrainingFlags,
-                                                                kLoggingFlags,
-                                                                kCheckpointAndExitFlags,
-                                                                kCheckpointArgumentsFlags};
+  const std::span<const FlagRow<TrainingArguments>> tables[] = {
+      kLegacyFlags, kTrainingFlags, kLoggingFlags, kCheckpointAndExitFlags,
+      kCheckpointArgumentsFlags};
   for (const auto table : tables) dump_flag_rows<TrainingArguments>(a, table, values);
   // What no flag sets by itself: the DeepSpeed configuration's mapping, the launch, and the
   // values Megatron prints its own way.
@@ -1273,15 +1282,6 @@ std::vector<std::string> format_arguments(const TrainingArguments& a) {
   }
   lines.push_back("-------------------- end of arguments ---------------------");
   return lines;
-}
-
-TokenizerOptions tokenizer_options(const TrainingArguments& arguments) {
-  return {.tokenizer_type = arguments.tokenizer_type,
-          .vocab_file = arguments.vocab_file,
-          .merge_file = arguments.merge_file,
-          .vocab_size = arguments.vocab_size,
-          .tokenizer_model = arguments.tokenizer_model,
-          .vocab_extra_ids = 0};
 }
 
 }  // namespace backend

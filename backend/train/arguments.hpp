@@ -1,7 +1,8 @@
 // Megatron-LM's command-line flags for pretrain_gpt (megatron/training/arguments.py), parsed
 // with CLI11 into one value type, TrainingArguments. Each concern's flags are a table
 // (arguments.cpp, flag_table.hpp) from which the CLI11 options and the arguments dump are made;
-// the model (backend/model/model_arguments.hpp), the optimizer and its schedule
+// the model (backend/model/model_arguments.hpp), the tokenizer (data/tokenizer.hpp's
+// TokenizerOptions), the training data (data/data_arguments.hpp), the optimizer and its schedule
 // (backend/optim/optimizer_arguments.hpp), spike handling, evaluate_gpt's tasks and the server's
 // flags are structs of their own, the other concerns still fields of TrainingArguments.
 // Names, defaults and validation rules follow Megatron, so a user's pretrain_gpt.py command line
@@ -16,12 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/data/data_arguments.hpp"
+#include "backend/data/tokenizer.hpp"
 #include "backend/model/model_arguments.hpp"
 #include "backend/optim/optimizer_arguments.hpp"
 
 namespace backend {
-
-struct TokenizerOptions;  // data/tokenizer.hpp
 
 // The program whose command line parse_arguments reads: pretrain_gpt's flags, or evaluate_gpt's
 // (the same model, tokenizer, device and --load flags, plus Megatron's tasks/main.py flags
@@ -73,24 +74,10 @@ struct TrainingArguments {
   // the model's shape, its Llama switches and recompute (backend/model/model_arguments.hpp)
   ModelArguments model;
 
-  // tokenizer and data
-  std::string tokenizer_type;  // GPT2BPETokenizer, NullTokenizer or a SentencePiece type
-  int64_t vocab_size = 0;      // --vocab-size (NullTokenizer)
-  std::string vocab_file, merge_file;
-  std::string tokenizer_model;  // --tokenizer-model (SentencePiece types)
-  bool mock_data = false;
-  // Real data (docs/data.md): one blend split by --split, or a blend per split.
-  std::vector<std::string> data_path;  // --data-path: prefix, or weight prefix ...
-  std::string data_args_path;          // --data-args-path: a file holding --data-path's words
-  std::string data_file_list;          // --data-file-list (ALCF): "weight prefix [corpus]" lines
-  std::string split;                   // --split; "" → Megatron's legacy "969, 30, 1"
-  std::vector<std::string> train_data_path, valid_data_path, test_data_path;
-  std::string per_split_data_args_path;  // JSON {"train": [...], "valid": [...], "test": [...]}
-  std::string data_cache_path;           // where the index arrays are cached
-  int64_t num_dataset_builder_threads = 0;  // 0: one per core
-  bool eod_mask_loss = false;  // --eod-mask-loss: no loss on positions whose input token is EOD
-  // --calculate-per-token-loss: the loss and gradient over the global batch's scored tokens
-  bool calculate_per_token_loss = false;
+  // the tokenizer (backend/data/tokenizer.hpp) and the training data
+  // (backend/data/data_arguments.hpp)
+  TokenizerOptions tokenizer;
+  DataArguments data;
 
   // batches and iterations
   int64_t micro_batch_size = 0;
@@ -230,9 +217,5 @@ std::vector<std::string> format_arguments(const TrainingArguments& arguments);
 // dump prints it (Python's str(): True/False/None, numbers, plain strings), sorted by name:
 // the dump's lines, and what checkpoints store as their record of the arguments.
 std::map<std::string, std::string> argument_values(const TrainingArguments& arguments);
-
-// The tokenizer the flags name (--tokenizer-type, --vocab-file, --merge-file, --vocab-size,
-// --tokenizer-model): the one place they become the options build_tokenizer takes.
-TokenizerOptions tokenizer_options(const TrainingArguments& arguments);
 
 }  // namespace backend

@@ -58,10 +58,12 @@ const RecordedArgument<ModelArguments> kRecordedModelArguments[] = {
     {"hidden_dropout", &ModelArguments::hidden_dropout},
     {"attention_dropout", &ModelArguments::attention_dropout},
 };
+const RecordedArgument<TokenizerOptions> kRecordedTokenizerArguments[] = {
+    {"tokenizer_type", &TokenizerOptions::tokenizer_type},
+    {"tokenizer_model", &TokenizerOptions::tokenizer_model, kOptional},
+    {"vocab_size", &TokenizerOptions::vocab_size},
+};
 const RecordedArgument<TrainingArguments> kRecordedArguments[] = {
-    {"tokenizer_type", &TrainingArguments::tokenizer_type},
-    {"tokenizer_model", &TrainingArguments::tokenizer_model, kOptional},
-    {"vocab_size", &TrainingArguments::vocab_size},
     {"tensor_model_parallel_size", &TrainingArguments::tensor_model_parallel_size},
     {"pipeline_model_parallel_size", &TrainingArguments::pipeline_model_parallel_size},
     {"num_layers_per_virtual_pipeline_stage",
@@ -131,6 +133,7 @@ void read_recorded_arguments(const CheckpointMetadata& root, const json& saved,
 json checkpoint_arguments(const TrainingArguments& a) {
   json record = json::object();
   record_arguments<ModelArguments>(a.model, kRecordedModelArguments, record);
+  record_arguments<TokenizerOptions>(a.tokenizer, kRecordedTokenizerArguments, record);
   record_arguments<OptimizerArguments>(a.optimizer, kRecordedOptimizerArguments, record);
   record_arguments<TrainingArguments>(a, kRecordedArguments, record);
   record["disable_bias_linear"] = !a.model.add_bias_linear;
@@ -143,6 +146,8 @@ TrainingArguments arguments_from_checkpoint(const json& metadata, const std::fil
   const json& saved = root.section("arguments");
   TrainingArguments a;
   read_recorded_arguments<ModelArguments>(root, saved, file, kRecordedModelArguments, a.model);
+  read_recorded_arguments<TokenizerOptions>(root, saved, file, kRecordedTokenizerArguments,
+                                            a.tokenizer);
   read_recorded_arguments<OptimizerArguments>(root, saved, file, kRecordedOptimizerArguments,
                                               a.optimizer);
   read_recorded_arguments<TrainingArguments>(root, saved, file, kRecordedArguments, a);
@@ -201,7 +206,8 @@ void take_checkpoint_model_arguments(TrainingArguments& arguments,
                model.max_position_embeddings, recorded.max_position_embeddings);
   unless_given("--make-vocab-size-divisible-by", "make_vocab_size_divisible_by",
                model.make_vocab_size_divisible_by, recorded.make_vocab_size_divisible_by);
-  unless_given("--vocab-size", "vocab_size", arguments.vocab_size, saved.vocab_size);
+  unless_given("--vocab-size", "vocab_size", arguments.tokenizer.vocab_size,
+               saved.tokenizer.vocab_size);
   unless_given("--norm-epsilon", "norm_epsilon", model.norm_epsilon, recorded.norm_epsilon);
   take("group_query_attention", model.group_query_attention, recorded.group_query_attention);
   take("num_query_groups", model.num_query_groups, recorded.num_query_groups);
@@ -223,11 +229,12 @@ void take_checkpoint_model_arguments(TrainingArguments& arguments,
     take("hidden_dropout", model.hidden_dropout, recorded.hidden_dropout);
     take("attention_dropout", model.attention_dropout, recorded.attention_dropout);
   }
-  take("tokenizer_type", arguments.tokenizer_type, saved.tokenizer_type);
+  take("tokenizer_type", arguments.tokenizer.tokenizer_type, saved.tokenizer.tokenizer_type);
   // Megatron forces the checkpoint's path too; a path given here wins (the run that saved it may
   // have read the file elsewhere). None recorded: nothing to take.
-  if (!saved.tokenizer_model.empty()) {
-    unless_given("--tokenizer-model", "tokenizer_model", arguments.tokenizer_model, saved.tokenizer_model);
+  if (!saved.tokenizer.tokenizer_model.empty()) {
+    unless_given("--tokenizer-model", "tokenizer_model", arguments.tokenizer.tokenizer_model,
+                 saved.tokenizer.tokenizer_model);
   }
 }
 

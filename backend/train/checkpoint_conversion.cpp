@@ -44,14 +44,14 @@ TrainingArguments arguments_for_model(const GptConfig& config) {
   TrainingArguments a;
   a.model = model_arguments(config);
   if (config.vocab_size == kGpt2VocabSize) {
-    a.tokenizer_type = "GPT2BPETokenizer";
+    a.tokenizer.tokenizer_type = "GPT2BPETokenizer";
   } else {
     if (config.vocab_size < 2) {
       common::fail("a vocabulary of {} token(s) has no pretrain_gpt tokenizer (NullTokenizer "
                    "needs --vocab-size ≥ 1 plus its EOD)", config.vocab_size);
     }
-    a.tokenizer_type = "NullTokenizer";
-    a.vocab_size = config.vocab_size - 1;
+    a.tokenizer.tokenizer_type = "NullTokenizer";
+    a.tokenizer.vocab_size = config.vocab_size - 1;
   }
   return a;
 }
@@ -60,8 +60,9 @@ std::string record_hf_tokenizer(TrainingArguments& arguments,
                                 const std::filesystem::path& hf_directory,
                                 int64_t model_vocab_size) {
   namespace fs = std::filesystem;
-  if (arguments.tokenizer_type != "NullTokenizer") {
-    return fmt::format("tokenizer: {} (GPT-2's vocabulary size)", arguments.tokenizer_type);
+  if (arguments.tokenizer.tokenizer_type != "NullTokenizer") {
+    return fmt::format("tokenizer: {} (GPT-2's vocabulary size)",
+                       arguments.tokenizer.tokenizer_type);
   }
   std::error_code error;
   TokenizerOptions options;
@@ -88,9 +89,9 @@ std::string record_hf_tokenizer(TrainingArguments& arguments,
                        "checkpoint records NullTokenizer; give the tokenizer's flags when training",
                        options.tokenizer_model, tokenizer_vocab_size, model_vocab_size);
   }
-  arguments.tokenizer_type = options.tokenizer_type;
-  arguments.tokenizer_model = options.tokenizer_model;
-  arguments.vocab_size = 0;
+  arguments.tokenizer.tokenizer_type = options.tokenizer_type;
+  arguments.tokenizer.tokenizer_model = options.tokenizer_model;
+  arguments.tokenizer.vocab_size = 0;
   return fmt::format("tokenizer: --tokenizer-type {} --tokenizer-model {} (the directory's, {} ids)",
                      options.tokenizer_type, options.tokenizer_model, tokenizer_vocab_size);
 }

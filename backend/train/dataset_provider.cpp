@@ -50,29 +50,37 @@ std::array<int64_t, 3> train_valid_test_num_samples(const TrainingArguments& a) 
 
 DataSources data_sources(const TrainingArguments& a) {
   DataSources sources;
-  if (!a.data_path.empty()) sources.blend = blend_from_words(a.data_path, "--data-path");
-  if (!a.data_args_path.empty()) sources.blend = read_data_args_file(a.data_args_path);
-  if (!a.data_file_list.empty()) sources.blend = read_data_file_list(a.data_file_list);
-  if (sources.blend) sources.split = a.split.empty() ? "969, 30, 1" : a.split;
-  if (!a.train_data_path.empty()) sources.blend_per_split[0] = blend_from_words(a.train_data_path, "--train-data-path");
-  if (!a.valid_data_path.empty()) sources.blend_per_split[1] = blend_from_words(a.valid_data_path, "--valid-data-path");
-  if (!a.test_data_path.empty()) sources.blend_per_split[2] = blend_from_words(a.test_data_path, "--test-data-path");
-  if (!a.per_split_data_args_path.empty()) {
+  if (!a.data.data_path.empty()) sources.blend = blend_from_words(a.data.data_path, "--data-path");
+  if (!a.data.data_args_path.empty()) sources.blend = read_data_args_file(a.data.data_args_path);
+  if (!a.data.data_file_list.empty()) sources.blend = read_data_file_list(a.data.data_file_list);
+  if (sources.blend) sources.split = a.data.split.empty() ? "969, 30, 1" : a.data.split;
+  if (!a.data.train_data_path.empty())
+    sources.blend_per_split[0] = blend_from_words(a.data.train_data_path, "--train-data-path");
+  if (!a.data.valid_data_path.empty())
+    sources.blend_per_split[1] = blend_from_words(a.data.valid_data_path, "--valid-data-path");
+  if (!a.data.test_data_path.empty())
+    sources.blend_per_split[2] = blend_from_words(a.data.test_data_path, "--test-data-path");
+  if (!a.data.per_split_data_args_path.empty()) {
     const std::string text =
-        common::read_small_file(a.per_split_data_args_path, "--per-split-data-args-path");
+        common::read_small_file(a.data.per_split_data_args_path, "--per-split-data-args-path");
     nlohmann::json document;
     try {
       document = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& error) {
-      common::fail("--per-split-data-args-path {}: not JSON: {}", a.per_split_data_args_path, error.what());
+      common::fail("--per-split-data-args-path {}: not JSON: {}", a.data.per_split_data_args_path,
+                   error.what());
     }
     if (!document.is_object()) {
-      common::fail("--per-split-data-args-path {}: expected an object with \"train\", \"valid\" and "
-                   "\"test\" lists", a.per_split_data_args_path);
+      common::fail(
+          "--per-split-data-args-path {}: expected an object with \"train\", \"valid\" and "
+          "\"test\" lists",
+          a.data.per_split_data_args_path);
     }
-    sources.blend_per_split[0] = per_split_blend(document, "train", a.per_split_data_args_path);
-    sources.blend_per_split[1] = per_split_blend(document, "valid", a.per_split_data_args_path);
-    sources.blend_per_split[2] = per_split_blend(document, "test", a.per_split_data_args_path);
+    sources.blend_per_split[0] =
+        per_split_blend(document, "train", a.data.per_split_data_args_path);
+    sources.blend_per_split[1] =
+        per_split_blend(document, "valid", a.data.per_split_data_args_path);
+    sources.blend_per_split[2] = per_split_blend(document, "test", a.data.per_split_data_args_path);
   }
   return sources;
 }
@@ -94,12 +102,10 @@ BatchSource build_dataset_batch_source(const TrainingArguments& a, int64_t vocab
   options.dataset.random_seed = static_cast<uint32_t>(a.seed);
   options.dataset.sequence_length = a.model.seq_length;
   // Megatron's tokenizer entry, so the cache names are Megatron's (megatron_description.hpp).
-  options.dataset.tokenizer = megatron_tokenizer_identifiers(
-      {.tokenizer_type = a.tokenizer_type, .vocab_file = a.vocab_file, .merge_file = a.merge_file,
-       .vocab_size = a.vocab_size, .tokenizer_model = a.tokenizer_model});
-  options.dataset.cache_path = a.data_cache_path;
-  options.num_threads = a.num_dataset_builder_threads > 0
-                            ? static_cast<int>(a.num_dataset_builder_threads)
+  options.dataset.tokenizer = megatron_tokenizer_identifiers(a.tokenizer);
+  options.dataset.cache_path = a.data.data_cache_path;
+  options.num_threads = a.data.num_dataset_builder_threads > 0
+                            ? static_cast<int>(a.data.num_dataset_builder_threads)
                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const std::string train_reason =
       a.train_samples > 0 ? fmt::format("--train-samples {}", a.train_samples)

@@ -24,7 +24,7 @@ EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Spl
   const int64_t micro_tokens = common::checked_multiply(a.micro_batch_size, a.model.seq_length,
                                                         "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
-  const bool per_token = a.calculate_per_token_loss;
+  const bool per_token = a.data.calculate_per_token_loss;
   model.set_training(false);
   EvaluationResult result;
   // One running sum over every micro batch, divided once: a mean of per-batch means would

@@ -71,7 +71,7 @@ LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
   const int64_t micro_tokens = common::checked_multiply(a.micro_batch_size, a.model.seq_length,
                                                         "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
-  const bool per_token = a.calculate_per_token_loss;
+  const bool per_token = a.data.calculate_per_token_loss;
   // Without a scaler (scale 1) the mean's factor is 1/num_micro_batches exactly as before; a
   // power-of-two scale multiplies it exactly.
   const float mean_scale =
@@ -201,7 +201,7 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   }
   Communicator& pipeline = model.pipeline_parallel_group();
   double gradient_factor = scaler.inverse_scale();
-  if (a.calculate_per_token_loss) {
+  if (a.data.calculate_per_token_loss) {
     // Megatron's finalize_model_grads with num_tokens: the global batch's scored positions
     // (the last stage's count to every stage, summed over the data-parallel group) divide the
     // summed gradients; the logged loss is the token losses' sum over the same count.

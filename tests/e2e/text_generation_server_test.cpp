@@ -106,7 +106,7 @@ struct Reference {
         static_cast<int>(argv.size()), argv.data(),
         backend::ArgumentsProgram::text_generation_server);
     REQUIRE(arguments);
-    tokenizer = backend::build_tokenizer(backend::tokenizer_options(*arguments));
+    tokenizer = backend::build_tokenizer(arguments->tokenizer);
     selected = backend::select_device(*arguments);
     model.emplace(backend::load_trained_model(*arguments, selected, "test"));
   }

@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto arguments = backend::parse_arguments(argc, argv);
     if (!arguments) return;
     backend::format_arguments(*arguments);
-    if (arguments->tokenizer_type != "NullTokenizer") return;
+    if (arguments->tokenizer.tokenizer_type != "NullTokenizer") return;
     const backend::GptConfig config = backend::model_config(*arguments);
     const common::MemoryEstimate estimate = backend::training_memory_estimate(
         config, arguments->micro_batch_size, arguments->model.seq_length);

@@ -59,9 +59,9 @@ TrainingArguments gpt2_style() {
   a.optimizer.min_lr = 1e-4;
   a.optimizer.lr_warmup_iters = 5;
   a.optimizer.clip_grad = 1.0;
-  a.vocab_size = 299;  // NullTokenizer adds EOD: 300, padded to 384: padding is exercised
-  a.tokenizer_type = "NullTokenizer";
-  a.mock_data = true;
+  a.tokenizer.vocab_size = 299;  // NullTokenizer adds EOD: 300, padded to 384: padding is exercised
+  a.tokenizer.tokenizer_type = "NullTokenizer";
+  a.data.mock_data = true;
   a.model.hidden_dropout = 0.1;
   a.model.attention_dropout = 0.1;
   a.log_interval = 10;

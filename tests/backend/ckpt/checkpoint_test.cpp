@@ -77,7 +77,7 @@ struct LiveState {
 
   // A few real training steps, so every piece of state is non-trivial.
   void train(const TrainingArguments& a, int steps) {
-    const MockDataset data(a.seed, a.vocab_size + 1, a.model.seq_length);
+    const MockDataset data(a.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
     std::vector<int32_t> tokens(a.micro_batch_size * a.model.seq_length), labels(tokens.size());
     for (int step = 0; step < steps; ++step) {
       model.zero_gradients();
@@ -401,7 +401,7 @@ TEST_CASE("the vocabulary flags are named only when the embedding does not fit")
   // Another vocabulary that pads to the same 256 rows (as a Hugging Face import, saved with
   // NullTokenizer, continued with its SentencePiece model): only the layers are named.
   auto same_rows = a;
-  same_rows.vocab_size = 250;
+  same_rows.tokenizer.vocab_size = 250;
   same_rows.model.num_layers = 3;
   const std::string layers_only = load_error(same_rows);
   INFO(layers_only);
@@ -411,7 +411,7 @@ TEST_CASE("the vocabulary flags are named only when the embedding does not fit")
 
   // One that pads to 384 rows: the embedding is a row, and --vocab-size is named.
   auto more_rows = a;
-  more_rows.vocab_size = 300;
+  more_rows.tokenizer.vocab_size = 300;
   const std::string vocabulary = load_error(more_rows);
   INFO(vocabulary);
   CHECK(std::regex_search(vocabulary, std::regex(R"(\n  embedding\.word_embeddings\.weight +\(256, 32\) +\(384, 32\)\n)")));
@@ -455,7 +455,7 @@ TEST_CASE("with --name-config-keys (a launcher job) the mismatch names the confi
   auto llama = resumable_llama_arguments();
   // NullTokenizer --vocab-size 257: 258 ids, 260 rows here and 384 with the default 128, so
   // the embedding does not fit and the divisor is named.
-  llama.vocab_size = 257;
+  llama.tokenizer.vocab_size = 257;
   llama.model.make_vocab_size_divisible_by = 4;
   llama.save = directory.path.string();
   LiveState saved(llama);
@@ -464,7 +464,7 @@ TEST_CASE("with --name-config-keys (a launcher job) the mismatch names the confi
 
   // The launcher's job: GPT's defaults and one layer more.
   auto gpt = resumable_arguments();
-  gpt.vocab_size = 257;
+  gpt.tokenizer.vocab_size = 257;
   gpt.load = llama.save;
   gpt.model.num_layers = 3;
   gpt.name_config_keys = true;

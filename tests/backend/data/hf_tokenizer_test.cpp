@@ -388,7 +388,7 @@ TEST_CASE("pretrain_gpt accepts HuggingFaceTokenizer and sizes the vocabulary fr
       "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", model.c_str()};
   const auto arguments = parse_arguments(static_cast<int>(argv.size()), argv.data());
   REQUIRE(arguments);
-  CHECK(arguments->tokenizer_type == "HuggingFaceTokenizer");
+  CHECK(arguments->tokenizer.tokenizer_type == "HuggingFaceTokenizer");
   CHECK(tokenizer_vocab_size(*arguments) == 128256);  // read even for mock data, as Megatron
 }
 

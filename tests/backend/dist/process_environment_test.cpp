@@ -134,9 +134,9 @@ TEST_CASE("the trainer refuses to be one of several processes, naming its task a
   a.micro_batch_size = 1;
   a.train_iters = 1;
   a.optimizer.lr = 1e-3;
-  a.vocab_size = 63;
-  a.tokenizer_type = "NullTokenizer";
-  a.mock_data = true;
+  a.tokenizer.vocab_size = 63;
+  a.tokenizer.tokenizer_type = "NullTokenizer";
+  a.data.mock_data = true;
   a.eval_iters = 0;
   validate_arguments(a);
   std::ostringstream log;

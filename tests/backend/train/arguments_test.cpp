@@ -43,7 +43,7 @@ TEST_CASE("Megatron's defaults and derived values") {
   CHECK(arguments->optimizer.clip_grad == doctest::Approx(1.0));
   CHECK(arguments->model.make_vocab_size_divisible_by == 128);
   CHECK(arguments->seed == 1234);
-  CHECK(arguments->tokenizer_type == "NullTokenizer");
+  CHECK(arguments->tokenizer.tokenizer_type == "NullTokenizer");
   CHECK(arguments->command_line.front() == "pretrain_gpt");
 }
 
@@ -223,8 +223,8 @@ TEST_CASE("data flags: Megatron's default split, exclusive sources, the dump") {
   // Megatron's legacy default split, with its warning.
   const auto defaulted = with_data({"--data-path", "0.3", "a", "0.7", "b"});
   REQUIRE(defaulted);
-  CHECK(defaulted->split == "969, 30, 1");
-  CHECK(defaulted->data_path == std::vector<std::string>{"0.3", "a", "0.7", "b"});
+  CHECK(defaulted->data.split == "969, 30, 1");
+  CHECK(defaulted->data.data_path == std::vector<std::string>{"0.3", "a", "0.7", "b"});
   const auto values = backend::argument_values(*defaulted);
   CHECK(values.at("data_path") == "['0.3', 'a', '0.7', 'b']");
   CHECK(values.at("split") == "969, 30, 1");
@@ -233,14 +233,14 @@ TEST_CASE("data flags: Megatron's default split, exclusive sources, the dump") {
   CHECK(values.at("eod_mask_loss") == "False");
   const auto masked = with_data({"--data-path", "a", "--eod-mask-loss"});
   REQUIRE(masked);
-  CHECK(masked->eod_mask_loss);
+  CHECK(masked->data.eod_mask_loss);
   CHECK(backend::argument_values(*masked).at("eod_mask_loss") == "True");
 
   const auto per_split = with_data({"--train-data-path", "t", "--valid-data-path", "0.5", "v", "0.5", "w",
                                     "--data-cache-path", "/tmp/cache"});
   REQUIRE(per_split);
-  CHECK(per_split->split.empty());
-  CHECK(per_split->valid_data_path.size() == 4);
+  CHECK(per_split->data.split.empty());
+  CHECK(per_split->data.valid_data_path.size() == 4);
   CHECK(backend::argument_values(*per_split).at("data_cache_path") == "/tmp/cache");
 
   struct Case {
@@ -432,7 +432,7 @@ TEST_CASE("--data-path-file is the issue's name for --data-file-list") {
   words.insert(words.end(), {"--data-path-file", "/data/list.txt", "--eval-iters", "0"});
   const auto arguments = parse_words(words);
   REQUIRE(arguments);
-  CHECK(arguments->data_file_list == "/data/list.txt");
+  CHECK(arguments->data.data_file_list == "/data/list.txt");
 }
 
 TEST_CASE("every value is checked with the shared flag rules before it is used") {
@@ -515,7 +515,7 @@ TEST_CASE("Megatron tokenizers that are valid but not built are refused as not b
   const auto hf = parse_words(with({"--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
                               "/models/llama3"}));
   REQUIRE(hf);
-  CHECK(hf->tokenizer_model == "/models/llama3");
+  CHECK(hf->tokenizer.tokenizer_model == "/models/llama3");
   CHECK_THROWS_WITH_AS(parse_words(with({"--tokenizer-type", "Llama3"})),
                        doctest::Contains("'Llama3' is not a valid choice; --tokenizer-type takes"),
                        common::Error);
@@ -525,8 +525,8 @@ TEST_CASE("the SentencePiece tokenizers: --tokenizer-model is needed by them and
   const auto llama = parse_words(with({"--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model",
                                  "tokenizer.model"}));
   REQUIRE(llama);
-  CHECK(llama->tokenizer_type == "Llama2Tokenizer");
-  CHECK(llama->tokenizer_model == "tokenizer.model");
+  CHECK(llama->tokenizer.tokenizer_type == "Llama2Tokenizer");
+  CHECK(llama->tokenizer.tokenizer_model == "tokenizer.model");
   CHECK(backend::argument_values(*llama).at("tokenizer_model") == "tokenizer.model");
   CHECK(backend::argument_values(*parse_words(base_flags())).at("tokenizer_model") == "None");
   for (const char* type : {"SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer"}) {
@@ -654,7 +654,7 @@ TEST_CASE("a GPT-2 vocabulary and merges give GPT2BPETokenizer when no type is n
   words.insert(words.end(), {"--vocab-file", vocab, "--merge-file", merges});
   const auto arguments = parse_words(words);
   REQUIRE(arguments.has_value());
-  CHECK(arguments->tokenizer_type == "GPT2BPETokenizer");
+  CHECK(arguments->tokenizer.tokenizer_type == "GPT2BPETokenizer");
 }
 
 TEST_CASE("legacy and DeepSpeed flags that are not built are refused, naming the flag") {
@@ -864,8 +864,8 @@ TEST_CASE("flags may be abbreviated as argparse allows, in every program of the 
   CHECK(arguments->micro_batch_size == 2);
   CHECK(arguments->global_batch_size == 8);
   CHECK(arguments->train_iters == 10);
-  CHECK(arguments->vocab_size == 100);
-  CHECK(arguments->mock_data);
+  CHECK(arguments->tokenizer.vocab_size == 100);
+  CHECK(arguments->data.mock_data);
   // A prefix of a flag without effect is that flag; of a default-only flag, judged as it.
   CHECK(parse_words(with({"--no-masked-soft", "--ckpt-form", "torch"})).has_value());
   CHECK_THROWS_WITH_AS(parse_words(with({"--ckpt-form", "torch_dist"})),

@@ -27,8 +27,8 @@ TrainingArguments saved_arguments(const std::filesystem::path& save) {
   a.model.num_attention_heads = 2;
   a.model.seq_length = 8;
   a.model.max_position_embeddings = 12;
-  a.tokenizer_type = "NullTokenizer";
-  a.vocab_size = 40;
+  a.tokenizer.tokenizer_type = "NullTokenizer";
+  a.tokenizer.vocab_size = 40;
   a.model.make_vocab_size_divisible_by = 32;
   a.model.norm_epsilon = 1e-6;
   a.model.init_method_std = 0.03;
@@ -59,8 +59,8 @@ TEST_CASE("checkpoint arguments: the saved arguments come back as they were save
   CHECK(back.model.num_layers == arguments.model.num_layers);
   CHECK(back.model.ffn_hidden_size == arguments.model.ffn_hidden_size);
   CHECK(back.model.seq_length == arguments.model.seq_length);
-  CHECK(back.tokenizer_type == arguments.tokenizer_type);
-  CHECK(back.vocab_size == arguments.vocab_size);
+  CHECK(back.tokenizer.tokenizer_type == arguments.tokenizer.tokenizer_type);
+  CHECK(back.tokenizer.vocab_size == arguments.tokenizer.vocab_size);
   CHECK(back.model.make_vocab_size_divisible_by == arguments.model.make_vocab_size_divisible_by);
   CHECK(back.model.norm_epsilon == arguments.model.norm_epsilon);
   CHECK(back.model.init_method_std == arguments.model.init_method_std);
@@ -163,9 +163,10 @@ TEST_CASE("checkpoint arguments: the save and load options carry every checkpoin
 TEST_CASE("checkpoint arguments: a SentencePiece run records its --tokenizer-model") {
   test_support::TemporaryDirectory directory;
   auto arguments = saved_arguments(directory.path / "ckpt");
-  arguments.tokenizer_type = "Llama2Tokenizer";
-  arguments.vocab_size = 0;
-  arguments.tokenizer_model = std::string(TEST_SOURCE_DIR) + "/tests/data/sentencepiece_bpe.model";
+  arguments.tokenizer.tokenizer_type = "Llama2Tokenizer";
+  arguments.tokenizer.vocab_size = 0;
+  arguments.tokenizer.tokenizer_model =
+      std::string(TEST_SOURCE_DIR) + "/tests/data/sentencepiece_bpe.model";
   const backend::GptConfig config = backend::model_config(arguments);
   CHECK(config.vocab_size == 500);  // the model's pieces
   CHECK(config.padded_vocab_size == 512);
@@ -180,13 +181,14 @@ TEST_CASE("checkpoint arguments: a SentencePiece run records its --tokenizer-mod
   REQUIRE(tracked);
   const backend::CheckpointFileReader reader(tracked->file);
   TrainingArguments back = backend::arguments_from_checkpoint(reader.metadata(), reader.path());
-  CHECK(back.tokenizer_type == "Llama2Tokenizer");
-  CHECK(back.tokenizer_model == arguments.tokenizer_model);
+  CHECK(back.tokenizer.tokenizer_type == "Llama2Tokenizer");
+  CHECK(back.tokenizer.tokenizer_model == arguments.tokenizer.tokenizer_model);
   CHECK(backend::model_config(back).padded_vocab_size == 512);
   // Checkpoints of before the SentencePiece tokenizers have no such key: no model.
   auto metadata = reader.metadata();
   metadata["arguments"].erase("tokenizer_model");
-  CHECK(backend::arguments_from_checkpoint(metadata, reader.path()).tokenizer_model.empty());
+  CHECK(backend::arguments_from_checkpoint(metadata, reader.path())
+            .tokenizer.tokenizer_model.empty());
 }
 
 TEST_CASE("pretrain_gpt --use-checkpoint-args: the shape from --load, the dropouts from the flags") {
@@ -203,7 +205,7 @@ TEST_CASE("pretrain_gpt --use-checkpoint-args: the shape from --load, the dropou
   saved.model.use_rope_scaling = true;  // Llama 3.x: the scaling comes with the checkpoint too
   saved.model.rope_scaling_factor = 32;
   saved.model.hidden_dropout = saved.model.attention_dropout = 0;
-  saved.mock_data = true;
+  saved.data.mock_data = true;
   saved.log_interval = 1;
   saved.eval_iters = 0;
   saved.command_line = {"pretrain_gpt"};
@@ -234,7 +236,7 @@ TEST_CASE("pretrain_gpt --use-checkpoint-args: the shape from --load, the dropou
   CHECK(a->model.num_query_groups == 1);
   CHECK(a->model.use_rope_scaling);
   CHECK(a->model.rope_scaling_factor == 32);
-  CHECK(a->vocab_size == 40);
+  CHECK(a->tokenizer.vocab_size == 40);
   // Training follows its own dropout flags (Megatron's defaults where not given).
   CHECK(a->model.hidden_dropout == doctest::Approx(0.2));
   CHECK(a->model.attention_dropout == doctest::Approx(0.1));

@@ -38,8 +38,8 @@ TrainingArguments conversion_arguments(const std::filesystem::path& save) {
   a.model.num_attention_heads = 2;
   a.model.seq_length = 8;
   a.model.max_position_embeddings = 12;
-  a.tokenizer_type = "NullTokenizer";
-  a.vocab_size = 40;
+  a.tokenizer.tokenizer_type = "NullTokenizer";
+  a.tokenizer.vocab_size = 40;
   a.model.make_vocab_size_divisible_by = 32;  // 41 tokens → 64 rows
   a.model.norm_epsilon = 1e-6;
   a.model.init_method_std = 0.03;
@@ -156,7 +156,7 @@ TEST_CASE("checkpoint conversion: arguments_for_model rebuilds the model it was 
     config.init_method_std = 0.01;
     config.hidden_dropout = 0.1;
     const TrainingArguments arguments = backend::arguments_for_model(config);
-    CHECK(arguments.tokenizer_type == v.tokenizer);
+    CHECK(arguments.tokenizer.tokenizer_type == v.tokenizer);
     CHECK(arguments.model.make_vocab_size_divisible_by == v.divisible_by);
     check_same_config(backend::model_config(arguments), config);
   }
@@ -238,21 +238,21 @@ TEST_CASE("checkpoint conversion: an imported directory's tokenizer is recorded 
   config.vocab_size = 500;  // the SentencePiece model's ids
   config.padded_vocab_size = 512;
   const TrainingArguments imported = backend::arguments_for_model(config);
-  REQUIRE(imported.tokenizer_type == "NullTokenizer");
+  REQUIRE(imported.tokenizer.tokenizer_type == "NullTokenizer");
 
   // Nothing to record: the note says so and the NullTokenizer stays.
   auto nothing = imported;
   CHECK(backend::record_hf_tokenizer(nothing, hf, 500).find("neither tokenizer.model nor "
                                                             "tokenizer.json") != std::string::npos);
-  CHECK(nothing.tokenizer_type == "NullTokenizer");
+  CHECK(nothing.tokenizer.tokenizer_type == "NullTokenizer");
 
   // Llama 2's layout: tokenizer.model, SentencePiece, as Llama2Tokenizer.
   fs::copy_file(test_support::kTestData + "/sentencepiece_bpe.model", hf / "tokenizer.model");
   auto llama2 = imported;
   const std::string recorded = backend::record_hf_tokenizer(llama2, hf, 500);
   CHECK(recorded.find("--tokenizer-type Llama2Tokenizer") != std::string::npos);
-  CHECK(llama2.tokenizer_type == "Llama2Tokenizer");
-  CHECK(llama2.tokenizer_model == fs::absolute(hf / "tokenizer.model").string());
+  CHECK(llama2.tokenizer.tokenizer_type == "Llama2Tokenizer");
+  CHECK(llama2.tokenizer.tokenizer_model == fs::absolute(hf / "tokenizer.model").string());
   // The model it describes is the imported one.
   CHECK(backend::model_config(llama2).padded_vocab_size == 512);
 
@@ -261,14 +261,14 @@ TEST_CASE("checkpoint conversion: an imported directory's tokenizer is recorded 
   CHECK(backend::record_hf_tokenizer(other, hf, 501).find("has 500 ids and the model's "
                                                           "vocabulary 501 rows") !=
         std::string::npos);
-  CHECK(other.tokenizer_type == "NullTokenizer");
+  CHECK(other.tokenizer.tokenizer_type == "NullTokenizer");
 
   // A file the tokenizer cannot read: a note, not a failed import.
   std::ofstream(hf / "tokenizer.model", std::ios::trunc) << "not a model";
   auto unreadable = imported;
   CHECK(backend::record_hf_tokenizer(unreadable, hf, 500).find("not recorded") !=
         std::string::npos);
-  CHECK(unreadable.tokenizer_type == "NullTokenizer");
+  CHECK(unreadable.tokenizer.tokenizer_type == "NullTokenizer");
 
   // Llama 3's layout: tokenizer.json alone, as HuggingFaceTokenizer of the directory.
   const fs::path llama3 = directory.path / "llama3";
@@ -289,8 +289,8 @@ TEST_CASE("checkpoint conversion: an imported directory's tokenizer is recorded 
   auto llama3_arguments = backend::arguments_for_model(llama3_config);
   CHECK(backend::record_hf_tokenizer(llama3_arguments, llama3, 128256)
             .find("--tokenizer-type HuggingFaceTokenizer") != std::string::npos);
-  CHECK(llama3_arguments.tokenizer_type == "HuggingFaceTokenizer");
-  CHECK(llama3_arguments.tokenizer_model == fs::absolute(llama3).string());
+  CHECK(llama3_arguments.tokenizer.tokenizer_type == "HuggingFaceTokenizer");
+  CHECK(llama3_arguments.tokenizer.tokenizer_model == fs::absolute(llama3).string());
   CHECK(backend::model_config(llama3_arguments).padded_vocab_size == 128256);
 
   // GPT-2's size keeps GPT2BPETokenizer.
@@ -299,5 +299,5 @@ TEST_CASE("checkpoint conversion: an imported directory's tokenizer is recorded 
   gpt2.padded_vocab_size = 50304;
   auto gpt2_arguments = backend::arguments_for_model(gpt2);
   backend::record_hf_tokenizer(gpt2_arguments, hf, 50257);
-  CHECK(gpt2_arguments.tokenizer_type == "GPT2BPETokenizer");
+  CHECK(gpt2_arguments.tokenizer.tokenizer_type == "GPT2BPETokenizer");
 }

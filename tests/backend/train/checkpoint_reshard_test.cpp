@@ -63,8 +63,8 @@ TrainingArguments llama_arguments(const fs::path& save) {
   a.model.untie_embeddings_and_output_weights = true;
   a.model.seq_length = 8;
   a.model.max_position_embeddings = 8;
-  a.tokenizer_type = "NullTokenizer";
-  a.vocab_size = 40;
+  a.tokenizer.tokenizer_type = "NullTokenizer";
+  a.tokenizer.vocab_size = 40;
   a.model.make_vocab_size_divisible_by = 32;  // 41 tokens → 64 rows at TP=1
   a.micro_batch_size = 1;
   a.global_batch_size = 1;
@@ -155,8 +155,8 @@ TrainingArguments gpt2_arguments(const fs::path& save, int64_t layers) {
   a.model.num_attention_heads = 4;
   a.model.seq_length = 8;
   a.model.max_position_embeddings = 8;
-  a.tokenizer_type = "NullTokenizer";
-  a.vocab_size = 40;
+  a.tokenizer.tokenizer_type = "NullTokenizer";
+  a.tokenizer.vocab_size = 40;
   a.model.make_vocab_size_divisible_by = 32;  // 41 tokens → 64 rows at TP=1 (and with 16 at TP=2)
   a.micro_batch_size = 1;
   a.global_batch_size = 1;

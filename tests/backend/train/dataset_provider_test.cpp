@@ -40,10 +40,10 @@ TrainingArguments data_arguments(const std::string& prefix) {
   a.global_batch_size = 4;
   a.train_iters = 20;
   a.optimizer.lr = 1e-3;
-  a.tokenizer_type = "NullTokenizer";
-  a.vocab_size = 65000;
-  a.data_path = {prefix};
-  a.split = "80,10,10";
+  a.tokenizer.tokenizer_type = "NullTokenizer";
+  a.tokenizer.vocab_size = 65000;
+  a.data.data_path = {prefix};
+  a.data.split = "80,10,10";
   a.eval_interval = 10;
   a.eval_iters = 2;
   a.model.hidden_dropout = a.model.attention_dropout = 0;
@@ -69,16 +69,17 @@ TEST_CASE("samples per split: Megatron's get_train_valid_test_num_samples") {
 TEST_CASE("the data flags' files: data file list, data args, per-split JSON") {
   test_support::TemporaryDirectory directory;
   TrainingArguments a;
-  a.data_file_list = (directory.path / "list.txt").string();
-  std::ofstream(a.data_file_list) << "# weight prefix\n0.5 x\n1.5 y\n";
+  a.data.data_file_list = (directory.path / "list.txt").string();
+  std::ofstream(a.data.data_file_list) << "# weight prefix\n0.5 x\n1.5 y\n";
   auto sources = data_sources(a);
   REQUIRE(sources.blend);
   CHECK(sources.blend->prefixes == std::vector<std::string>{"x", "y"});
   CHECK(*sources.split == "969, 30, 1");
 
   TrainingArguments per_split;
-  per_split.per_split_data_args_path = (directory.path / "splits.json").string();
-  std::ofstream(per_split.per_split_data_args_path) << R"({"train": ["0.3", "a", "0.7", "b"], "valid": ["v"]})";
+  per_split.data.per_split_data_args_path = (directory.path / "splits.json").string();
+  std::ofstream(per_split.data.per_split_data_args_path)
+      << R"({"train": ["0.3", "a", "0.7", "b"], "valid": ["v"]})";
   sources = data_sources(per_split);
   CHECK_FALSE(sources.blend);
   REQUIRE(sources.blend_per_split[0]);
@@ -86,10 +87,10 @@ TEST_CASE("the data flags' files: data file list, data args, per-split JSON") {
   CHECK(sources.blend_per_split[1]->prefixes == std::vector<std::string>{"v"});
   CHECK_FALSE(sources.blend_per_split[2]);
 
-  std::ofstream(per_split.per_split_data_args_path) << R"({"train": "a"})";
+  std::ofstream(per_split.data.per_split_data_args_path) << R"({"train": "a"})";
   CHECK_THROWS_WITH_AS(data_sources(per_split), doctest::Contains("\"train\" must be a non-empty list"),
                        common::Error);
-  std::ofstream(per_split.per_split_data_args_path) << "train: [a]";
+  std::ofstream(per_split.data.per_split_data_args_path) << "train: [a]";
   CHECK_THROWS_WITH_AS(data_sources(per_split), doctest::Contains("not JSON"), common::Error);
 }
 
@@ -132,7 +133,7 @@ TEST_CASE("an empty validation split names --split and --eval-iters") {
   const std::string prefix = (directory.path / "small").string();
   test_support::write_fixture_dataset(prefix, test_support::random_lengths(50, 1, 50, 9));
   auto a = data_arguments(prefix);
-  a.split = "100,0,0";
+  a.data.split = "100,0,0";
   std::ostringstream log;
   CHECK_THROWS_WITH_AS(build_dataset_batch_source(a, 65001, log),
                        doctest::Contains("--split 100,0,0 gives the validation split a share of 0, so "
@@ -149,7 +150,7 @@ TEST_CASE("an empty test split is skipped with one log line, as Megatron skips i
   const std::string prefix = (directory.path / "small").string();
   test_support::write_fixture_dataset(prefix, test_support::random_lengths(200, 1, 50, 9));
   auto a = data_arguments(prefix);
-  a.split = "98,2,0";  // with --eval-iters 2: the test pass would read 8 samples
+  a.data.split = "98,2,0";  // with --eval-iters 2: the test pass would read 8 samples
   CapturedLog captured;
   std::ostringstream log;
   bool skipped = false;
@@ -163,16 +164,16 @@ TEST_CASE("an empty test split is skipped with one log line, as Megatron skips i
   CHECK_NOTHROW(source(Split::validation, 0, 2, tokens, labels));
 
   // Per-split data without a test blend: the same.
-  a.data_path.clear();
-  a.split.clear();
-  a.train_data_path = {prefix};
-  a.valid_data_path = {prefix};
+  a.data.data_path.clear();
+  a.data.split.clear();
+  a.data.train_data_path = {prefix};
+  a.data.valid_data_path = {prefix};
   skipped = false;
   (void)build_dataset_batch_source(a, 65001, log, &skipped);
   CHECK(skipped);
   CHECK(captured.text.str().find("test split: none (no test data is given: --test-data-path") !=
         std::string::npos);
-  a.test_data_path = {prefix};
+  a.data.test_data_path = {prefix};
   (void)build_dataset_batch_source(a, 65001, log, &skipped);
   CHECK_FALSE(skipped);
 }
@@ -186,13 +187,14 @@ TEST_CASE("the ALCF data file list's corpus column changes no sample, and is log
   test_support::write_fixture_dataset(web, test_support::random_lengths(150, 1, 50, 2));
   test_support::write_fixture_dataset(code, test_support::random_lengths(80, 1, 50, 3));
   auto a = data_arguments(books);
-  a.data_path.clear();
-  a.data_file_list = (directory.path / "plain.txt").string();
-  std::ofstream(a.data_file_list) << "0.2 " << books << "\n0.5 " << web << "\n0.3 " << code << "\n";
+  a.data.data_path.clear();
+  a.data.data_file_list = (directory.path / "plain.txt").string();
+  std::ofstream(a.data.data_file_list)
+      << "0.2 " << books << "\n0.5 " << web << "\n0.3 " << code << "\n";
   auto alcf = a;
-  alcf.data_file_list = (directory.path / "alcf.txt").string();
-  std::ofstream(alcf.data_file_list) << "0.2 " << books << ".bin prose\n0.5 " << web
-                                     << " web\n0.3 " << code << " prose\n";
+  alcf.data.data_file_list = (directory.path / "alcf.txt").string();
+  std::ofstream(alcf.data.data_file_list)
+      << "0.2 " << books << ".bin prose\n0.5 " << web << " web\n0.3 " << code << " prose\n";
   std::ostringstream log;
   const BatchSource plain_source = build_dataset_batch_source(a, 65001, log);
   CapturedLog captured;

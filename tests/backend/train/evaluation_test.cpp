@@ -105,10 +105,10 @@ TEST_CASE("evaluation with --calculate-per-token-loss: the token losses' sum ove
     }
   }
   model.set_training(true);
-  a.calculate_per_token_loss = true;
+  a.data.calculate_per_token_loss = true;
   const EvaluationResult per_token = evaluate(model, masked, Split::validation, 0, a);
   CHECK(per_token.lm_loss == doctest::Approx(sum / static_cast<double>(count)).epsilon(1e-6));
-  a.calculate_per_token_loss = false;
+  a.data.calculate_per_token_loss = false;
   const EvaluationResult mean_of_means = evaluate(model, masked, Split::validation, 0, a);
   CHECK(std::abs(mean_of_means.lm_loss - per_token.lm_loss) > 1e-5);
 }

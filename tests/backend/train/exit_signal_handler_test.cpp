@@ -58,7 +58,7 @@ TrainingArguments signalled_arguments() {
 // The mock data pretrain() reads, raising SIGTERM while it reads the first micro batch of
 // iteration `signal_at` (0: never).
 BatchSource signalling_source(const TrainingArguments& a, int64_t signal_at) {
-  auto data = std::make_shared<MockDataset>(a.seed, a.vocab_size + 1, a.model.seq_length);
+  auto data = std::make_shared<MockDataset>(a.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
   const int64_t trigger = (signal_at - 1) * a.global_batch_size;
   return [data, trigger, signal_at](Split split, int64_t first_sample, int64_t batch_size,
                                     std::span<int32_t> tokens, std::span<int32_t> labels) {
@@ -133,7 +133,7 @@ TEST_CASE("--exit-signal: another notice signal (sbatch --signal=USR1@300) stops
   auto a = signalled_arguments();
   a.exit_signal = "SIGUSR1";
   // The run's handler takes SIGUSR1; the data source raises it at iteration 2.
-  auto data = std::make_shared<MockDataset>(a.seed, a.vocab_size + 1, a.model.seq_length);
+  auto data = std::make_shared<MockDataset>(a.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
   const BatchSource source = [data, &a](Split split, int64_t first_sample, int64_t batch_size,
                                         std::span<int32_t> tokens, std::span<int32_t> labels) {
     if (split == Split::train && first_sample == a.global_batch_size) raise(SIGUSR1);

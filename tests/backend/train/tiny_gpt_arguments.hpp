@@ -21,9 +21,9 @@ inline backend::TrainingArguments tiny_gpt_arguments(int64_t train_iters) {
   a.global_batch_size = 4;
   a.train_iters = train_iters;
   a.optimizer.lr = 1e-3;
-  a.vocab_size = 255;
-  a.tokenizer_type = "NullTokenizer";
-  a.mock_data = true;
+  a.tokenizer.vocab_size = 255;
+  a.tokenizer.tokenizer_type = "NullTokenizer";
+  a.data.mock_data = true;
   a.model.hidden_dropout = a.model.attention_dropout = 0;
   a.log_interval = 1;
   a.eval_iters = 0;

@@ -279,7 +279,7 @@ TEST_CASE("--calculate-per-token-loss: micro batches weigh by their scored token
   };
   auto run = [](bool per_token, int64_t micro_batch_size) {
     auto a = step_arguments();
-    a.calculate_per_token_loss = per_token;
+    a.data.calculate_per_token_loss = per_token;
     a.micro_batch_size = micro_batch_size;
     a.optimizer.clip_grad = 0;  // the gradients as they come
     TinyTraining training(a);

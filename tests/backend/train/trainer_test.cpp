@@ -92,7 +92,7 @@ TEST_CASE("--eod-mask-loss leaves out the unpredictable first token of each docu
   // a, at best ln 100 = 4.6 each, so the loss cannot fall below about 1.15; with it, those
   // positions (input EOD) are left out and the rest is learnable.
   auto a = pattern_learning_arguments();
-  const auto eod = static_cast<int32_t>(a.vocab_size);  // NullTokenizer's EOD
+  const auto eod = static_cast<int32_t>(a.tokenizer.vocab_size);  // NullTokenizer's EOD
   auto token_at = [eod](int64_t position) {
     switch (position % 4) {
       case 0:
@@ -115,7 +115,7 @@ TEST_CASE("--eod-mask-loss leaves out the unpredictable first token of each docu
   };
   std::ostringstream unmasked_log;
   const auto unmasked = train(a, unmasked_log, documents);
-  a.eod_mask_loss = true;
+  a.data.eod_mask_loss = true;
   std::ostringstream masked_log;
   const auto masked = train(a, masked_log, documents);
   REQUIRE(unmasked.iterations.size() == 25);
@@ -233,10 +233,10 @@ TEST_CASE("--split 98,2,0: validation runs, the empty test split has no test pas
   const std::string prefix = (work.path / "corpus_text_document").string();
   test_support::write_fixture_dataset(prefix, test_support::random_lengths(200, 1, 50, 8));
   auto a = trainer_arguments();
-  a.mock_data = false;
-  a.data_path = {prefix};
-  a.split = "98,2,0";
-  a.vocab_size = 65000;  // the fixture's token ids
+  a.data.mock_data = false;
+  a.data.data_path = {prefix};
+  a.data.split = "98,2,0";
+  a.tokenizer.vocab_size = 65000;  // the fixture's token ids
   a.eval_iters = 1;
   a.eval_interval = 2;
   std::ostringstream log;
@@ -437,17 +437,17 @@ TEST_CASE("--tensorboard-dir gets Megatron's scalars and --log-dir NeMo's files"
 
 TEST_CASE("the GPT-2 vocabulary size comes from --vocab-file with real data, not with mock data") {
   TrainingArguments a;
-  a.tokenizer_type = "GPT2BPETokenizer";
+  a.tokenizer.tokenizer_type = "GPT2BPETokenizer";
   CHECK(tokenizer_vocab_size(a) == 50257);  // no files: GPT-2's size
-  a.vocab_file = "/no/such/vocab.json";
-  a.merge_file = "/no/such/merges.txt";
-  a.mock_data = true;
+  a.tokenizer.vocab_file = "/no/such/vocab.json";
+  a.tokenizer.merge_file = "/no/such/merges.txt";
+  a.data.mock_data = true;
   CHECK(tokenizer_vocab_size(a) == 50257);  // mock data reads no files
-  a.mock_data = false;
-  a.data_path = {"/data/corpus_text_document"};
+  a.data.mock_data = false;
+  a.data.data_path = {"/data/corpus_text_document"};
   CHECK_THROWS_WITH_AS(tokenizer_vocab_size(a), doctest::Contains("/no/such/vocab.json"), common::Error);
-  a.vocab_file = std::string(TEST_SOURCE_DIR) + "/tests/data/gpt2-vocab.json";
-  a.merge_file = std::string(TEST_SOURCE_DIR) + "/tests/data/gpt2-merges.txt";
+  a.tokenizer.vocab_file = std::string(TEST_SOURCE_DIR) + "/tests/data/gpt2-vocab.json";
+  a.tokenizer.merge_file = std::string(TEST_SOURCE_DIR) + "/tests/data/gpt2-merges.txt";
   CHECK(tokenizer_vocab_size(a) == 50257);  // read from the file
 }
 
