@@ -99,37 +99,39 @@ int reshard(const backend::CheckpointUtilOptions& options,
   // The pipeline flags are spelled out once either side is pipelined: the run's own flags may
   // name another size (or an interleaved schedule the target no longer has).
   const bool pipelined =
-      result.source_pipeline_parallel > 1 || target.pipeline_model_parallel_size > 1;
+      result.source_pipeline_parallel > 1 || target.parallelism.pipeline_model_parallel_size > 1;
   std::string pipeline_flags;
   if (pipelined) {
     pipeline_flags = fmt::format(" --pipeline-model-parallel-size {}",
-                                 target.pipeline_model_parallel_size);
-    if (target.num_layers_per_virtual_pipeline_stage > 0) {
+                                 target.parallelism.pipeline_model_parallel_size);
+    if (target.parallelism.num_layers_per_virtual_pipeline_stage > 0) {
       pipeline_flags += fmt::format(" --num-layers-per-virtual-pipeline-stage {}",
-                                    target.num_layers_per_virtual_pipeline_stage);
+                                    target.parallelism.num_layers_per_virtual_pipeline_stage);
     }
   }
   // "--tensor-model-parallel-size 2 to 1", or both sizes in full on either side when pipelined.
   const std::string sizes =
       pipelined
-          ? fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {} to "
-                        "--tensor-model-parallel-size {} --pipeline-model-parallel-size {}",
-                        result.source_tensor_parallel, result.source_pipeline_parallel,
-                        target.tensor_model_parallel_size, target.pipeline_model_parallel_size)
+          ? fmt::format(
+                "--tensor-model-parallel-size {} --pipeline-model-parallel-size {} to "
+                "--tensor-model-parallel-size {} --pipeline-model-parallel-size {}",
+                result.source_tensor_parallel, result.source_pipeline_parallel,
+                target.parallelism.tensor_model_parallel_size,
+                target.parallelism.pipeline_model_parallel_size)
           : fmt::format("--tensor-model-parallel-size {} to {}", result.source_tensor_parallel,
-                        target.tensor_model_parallel_size);
+                        target.parallelism.tensor_model_parallel_size);
   std::cout << fmt::format(
       " resharded {} of {} from {} into {}; continue with\n"
       "   pretrain_gpt <the run's flags> --tensor-model-parallel-size {}{} "
       "--make-vocab-size-divisible-by {} --load {}\n",
-      what, options.load, sizes, options.save, target.tensor_model_parallel_size, pipeline_flags,
-      target.model.make_vocab_size_divisible_by, options.save);
+      what, options.load, sizes, options.save, target.parallelism.tensor_model_parallel_size,
+      pipeline_flags, target.model.make_vocab_size_divisible_by, options.save);
   if (pipelined) {
     std::cout << fmt::format(
         "   on a multiple of {} processes (tensor × pipeline; the rest is data parallel){}\n",
-        target.tensor_model_parallel_size * target.pipeline_model_parallel_size,
-        result.interleaving_dropped ? ", without --num-layers-per-virtual-pipeline-stage"
-                                    : "");
+        target.parallelism.tensor_model_parallel_size *
+            target.parallelism.pipeline_model_parallel_size,
+        result.interleaving_dropped ? ", without --num-layers-per-virtual-pipeline-stage" : "");
   }
   if (result.target_padded_vocab_size != result.source_padded_vocab_size) {
     std::cout << fmt::format(

@@ -35,13 +35,10 @@ int main(int argc, char** argv) {
     auto arguments = backend::parse_arguments(argc, argv);
     if (!arguments) return 0;  // --help or --version
     // Until here a collective may wait Megatron's default 10 minutes; from here the flag's.
-    if (mpi) mpi->set_timeout_minutes(arguments->distributed_timeout_minutes);
+    if (mpi) mpi->set_timeout_minutes(arguments->parallelism.distributed_timeout_minutes);
     backend::ProcessGroups groups =
-        mpi ? backend::make_process_groups(
-                  mpi->world(),
-                  backend::make_parallel_layout(arguments->world_size,
-                                                arguments->tensor_model_parallel_size,
-                                                arguments->pipeline_model_parallel_size))
+        mpi ? backend::make_process_groups(mpi->world(),
+                                           backend::parallel_layout(arguments->parallelism))
             : backend::single_process_groups();
     // One write: a log line on stderr cannot cut into it (common::print_lines).
     if (groups.is_first_rank()) common::print_lines(backend::format_arguments(*arguments));

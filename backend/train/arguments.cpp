@@ -438,29 +438,36 @@ const FlagRow<TrainingArguments> kTrainingFlags[] = {
      .dump_name = "rampup_batch_size",
      .words = 3},
     {"--seed", &TrainingArguments::seed, "Random seed", "seed"},
-    {"--tensor-model-parallel-size", &TrainingArguments::tensor_model_parallel_size, "TP size",
+};
+
+// The parallel layout's, between the run's length and the precision's (--help's order).
+const FlagRow<ParallelismArguments> kParallelismFlags[] = {
+    {"--tensor-model-parallel-size", &ParallelismArguments::tensor_model_parallel_size, "TP size",
      "tensor_model_parallel_size"},
-    {"--pipeline-model-parallel-size", &TrainingArguments::pipeline_model_parallel_size,
+    {"--pipeline-model-parallel-size", &ParallelismArguments::pipeline_model_parallel_size,
      "PP size", "pipeline_model_parallel_size"},
     {"--num-layers-per-virtual-pipeline-stage",
-     &TrainingArguments::num_layers_per_virtual_pipeline_stage,
+     &ParallelismArguments::num_layers_per_virtual_pipeline_stage,
      "Layers per model chunk: the interleaved pipeline schedule"},
-    {"--distributed-timeout-minutes", &TrainingArguments::distributed_timeout_minutes,
+    {"--distributed-timeout-minutes", &ParallelismArguments::distributed_timeout_minutes,
      "End the job when a collective waits longer than this for the other ranks (fractions "
      "allowed)",
      "distributed_timeout_minutes"},
-    {"--overlap-grad-reduce", &TrainingArguments::overlap_grad_reduce,
+    {"--overlap-grad-reduce", &ParallelismArguments::overlap_grad_reduce,
      "Start each bucket's data-parallel gradient all-reduce during the backward",
      "overlap_grad_reduce"},
-    {"--overlap-param-gather", &TrainingArguments::overlap_param_gather,
+    {"--overlap-param-gather", &ParallelismArguments::overlap_param_gather,
      "Overlap the distributed optimizer's parameter all-gather (accepted; not yet overlapped)",
      "overlap_param_gather"},
-    {"--sequence-parallel", &TrainingArguments::sequence_parallel,
+    {"--sequence-parallel", &ParallelismArguments::sequence_parallel,
      "Shard the residual stream (norms, dropout) over the tensor-parallel ranks",
      "sequence_parallel"},
-    {"--use-distributed-optimizer", &TrainingArguments::use_distributed_optimizer,
+    {"--use-distributed-optimizer", &ParallelismArguments::use_distributed_optimizer,
      "Shard the optimizer state and update over the data-parallel ranks (ZeRO-1)",
      "use_distributed_optimizer"},
+};
+
+const FlagRow<TrainingArguments> kPrecisionFlags[] = {
     {"--bf16", &TrainingArguments::bf16, "bf16 mixed precision (CUDA path)", "bf16"},
     {"--fp16", &TrainingArguments::fp16, "fp16 mixed precision (CUDA path)", "fp16"},
     {"--loss-scale", &TrainingArguments::loss_scale,
@@ -475,8 +482,7 @@ const FlagRow<TrainingArguments> kTrainingFlags[] = {
      "Clean iterations before the dynamic scale doubles", "loss_scale_window"},
     {"--hysteresis", &TrainingArguments::hysteresis,
      "Overflows (since the last growth) before the dynamic scale halves", "hysteresis"},
-    {"--device", &TrainingArguments::device, "auto, cpu or cuda (not a Megatron flag)",
-     "device"},
+    {"--device", &TrainingArguments::device, "auto, cpu or cuda (not a Megatron flag)", "device"},
 };
 
 // --lr is required but by evaluate_gpt and the server (parse_command_line). --lr-decay-iters is
@@ -662,9 +668,11 @@ void resolve_other_spellings(CommandLine& line) {
       model.num_query_groups = *spellings.num_key_value_heads;
     }
   }
-  if (spellings.no_pipeline_parallel && arguments.pipeline_model_parallel_size != 1) {
-    common::fail("--no-pipeline-parallel with --pipeline-model-parallel-size {}: Megatron-DeepSpeed "
-                 "requires size 1 then", arguments.pipeline_model_parallel_size);
+  if (spellings.no_pipeline_parallel && arguments.parallelism.pipeline_model_parallel_size != 1) {
+    common::fail(
+        "--no-pipeline-parallel with --pipeline-model-parallel-size {}: Megatron-DeepSpeed "
+        "requires size 1 then",
+        arguments.parallelism.pipeline_model_parallel_size);
   }
   // Megatron's validate_args: the old RoPE switch sets the type, whatever else was given.
   if (spellings.use_rotary_position_embeddings) {
@@ -785,6 +793,8 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
   add_flag_rows<TokenizerOptions>(app, arguments.tokenizer, kTokenizerFlags, "Data and tokenizer");
   add_flag_rows<DataArguments>(app, arguments.data, kDataFlags, "Data and tokenizer");
   add_flag_rows<TrainingArguments>(app, arguments, kTrainingFlags, "Training");
+  add_flag_rows<ParallelismArguments>(app, arguments.parallelism, kParallelismFlags, "Training");
+  add_flag_rows<TrainingArguments>(app, arguments, kPrecisionFlags, "Training");
   // The server batches its requests' prompts itself (--max-batch-size).
   if (server) {
     arguments.micro_batch_size = 1;
@@ -952,7 +962,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   std::optional<CommandLine> line = parse_command_line(argc, argv, program);
   if (!line) return std::nullopt;
   TrainingArguments& arguments = line->arguments;
-  arguments.world_size = world_size_from_environment();
+  arguments.parallelism.world_size = world_size_from_environment();
   // Step 3, a DeepSpeed configuration file (--deepspeed_config), read and mapped.
   apply_deepspeed_config(line->deepspeed, arguments);
   if (arguments.use_checkpoint_args) take_checkpoint_arguments(*line, std::cout);
@@ -1056,33 +1066,38 @@ void validate_arguments(TrainingArguments& arguments) {
   }
 
   // Megatron: sequence parallelism is switched off without tensor parallelism.
-  if (arguments.tensor_model_parallel_size == 1) arguments.sequence_parallel = false;
-  if (arguments.sequence_parallel && model.seq_length % arguments.tensor_model_parallel_size != 0) {
+  if (arguments.parallelism.tensor_model_parallel_size == 1)
+    arguments.parallelism.sequence_parallel = false;
+  if (arguments.parallelism.sequence_parallel &&
+      model.seq_length % arguments.parallelism.tensor_model_parallel_size != 0) {
     common::fail(
         "--seq-length {} must be divisible by --tensor-model-parallel-size {} with "
         "--sequence-parallel",
-        model.seq_length, arguments.tensor_model_parallel_size);
+        model.seq_length, arguments.parallelism.tensor_model_parallel_size);
   }
   // Megatron's rule; and what is accepted but not overlapped yet, said once.
-  if (arguments.overlap_param_gather && !arguments.use_distributed_optimizer) {
+  if (arguments.parallelism.overlap_param_gather &&
+      !arguments.parallelism.use_distributed_optimizer) {
     common::fail("--overlap-param-gather is only supported with --use-distributed-optimizer "
                  "(Megatron's rule)");
   }
-  if (arguments.use_distributed_optimizer &&
-      (arguments.overlap_grad_reduce || arguments.overlap_param_gather)) {
+  if (arguments.parallelism.use_distributed_optimizer &&
+      (arguments.parallelism.overlap_grad_reduce || arguments.parallelism.overlap_param_gather)) {
     spdlog::warn("--overlap-grad-reduce / --overlap-param-gather with the distributed optimizer: "
                  "its reduce-scatter and all-gather run after the backward and after the step, "
                  "not overlapped yet (the results are the same)");
-  } else if (arguments.overlap_grad_reduce && (arguments.pipeline_model_parallel_size > 1 ||
-                                               arguments.zero_stage == 3)) {
-    spdlog::warn("--overlap-grad-reduce with {}: the gradients are reduced after the backward, "
-                 "not overlapped yet (the results are the same)",
-                 arguments.zero_stage == 3 ? "ZeRO stage 3" : "pipeline parallelism");
+  } else if (arguments.parallelism.overlap_grad_reduce &&
+             (arguments.parallelism.pipeline_model_parallel_size > 1 ||
+              arguments.parallelism.zero_stage == 3)) {
+    spdlog::warn(
+        "--overlap-grad-reduce with {}: the gradients are reduced after the backward, "
+        "not overlapped yet (the results are the same)",
+        arguments.parallelism.zero_stage == 3 ? "ZeRO stage 3" : "pipeline parallelism");
   }
   // Megatron's pipeline rules (validate_args and the schedules).
-  const int64_t pp = arguments.pipeline_model_parallel_size;
+  const int64_t pp = arguments.parallelism.pipeline_model_parallel_size;
   check_pipeline_stage(model.num_layers, {.pipeline_parallel = pp, .rank = 0, .virtual_chunks = 1});
-  if (arguments.num_layers_per_virtual_pipeline_stage != 0) {
+  if (arguments.parallelism.num_layers_per_virtual_pipeline_stage != 0) {
     if (pp <= 2) {
       common::fail("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size "
                    "greater than 2 (Megatron's interleaved schedule without overlapped p2p "
@@ -1090,32 +1105,32 @@ void validate_arguments(TrainingArguments& arguments) {
                    pp);
     }
     const int64_t per_stage = model.num_layers / pp;
-    if (per_stage % arguments.num_layers_per_virtual_pipeline_stage != 0) {
+    if (per_stage % arguments.parallelism.num_layers_per_virtual_pipeline_stage != 0) {
       common::fail(
           "--num-layers-per-virtual-pipeline-stage {} must divide the {} layers of each "
           "pipeline stage (--num-layers {} / --pipeline-model-parallel-size {})",
-          arguments.num_layers_per_virtual_pipeline_stage, per_stage, model.num_layers, pp);
+          arguments.parallelism.num_layers_per_virtual_pipeline_stage, per_stage, model.num_layers,
+          pp);
     }
   }
   // A process that no MPI launcher started is one rank: a model split over more is a launch
   // to correct (say how), not sizes.
-  const int64_t model_parallel = common::checked_multiply(
-      arguments.tensor_model_parallel_size, pp,
-      "--tensor-model-parallel-size × --pipeline-model-parallel-size");
+  const int64_t model_parallel =
+      common::checked_multiply(arguments.parallelism.tensor_model_parallel_size, pp,
+                               "--tensor-model-parallel-size × --pipeline-model-parallel-size");
   if (arguments.program == ArgumentsProgram::pretrain_gpt &&
-      arguments.world_size % model_parallel != 0 &&
+      arguments.parallelism.world_size % model_parallel != 0 &&
       !started_through_mpi(read_process_environment())) {
     const ProcessEnvironment process = read_process_environment();
     const int64_t ranks = process.world_size % model_parallel == 0 ? process.world_size : model_parallel;
-    common::fail("--tensor-model-parallel-size {} × --pipeline-model-parallel-size {} needs {} "
-                 "ranks or a multiple, and {}",
-                 arguments.tensor_model_parallel_size, pp, model_parallel,
-                 not_started_through_mpi(process, ranks));
+    common::fail(
+        "--tensor-model-parallel-size {} × --pipeline-model-parallel-size {} needs {} "
+        "ranks or a multiple, and {}",
+        arguments.parallelism.tensor_model_parallel_size, pp, model_parallel,
+        not_started_through_mpi(process, ranks));
   }
   // Data parallelism takes the processes model parallelism leaves (world = tp × pp × dp).
-  const int64_t data_parallel_size =
-      make_parallel_layout(arguments.world_size, arguments.tensor_model_parallel_size,
-                           arguments.pipeline_model_parallel_size).data_parallel;
+  const int64_t data_parallel_size = parallel_layout(arguments.parallelism).data_parallel;
   const int64_t micro_batches_at_once = common::checked_multiply(
       arguments.micro_batch_size, data_parallel_size, "--micro-batch-size × data-parallel size");
   if (arguments.global_batch_size == 0) arguments.global_batch_size = micro_batches_at_once;
@@ -1242,25 +1257,27 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
   dump_flag_rows<ModelArguments>(a.model, kRecomputeFlags, values);
   dump_flag_rows<TokenizerOptions>(a.tokenizer, kTokenizerFlags, values);
   dump_flag_rows<DataArguments>(a.data, kDataFlags, values);
+  dump_flag_rows<ParallelismArguments>(a.parallelism, kParallelismFlags, values);
   dump_flag_rows<OptimizerArguments>(a.optimizer, kOptimizerFlags, values);
   const std::span<const FlagRow<TrainingArguments>> tables[] = {
-      kLegacyFlags, kTrainingFlags, kLoggingFlags, kCheckpointAndExitFlags,
-      kCheckpointArgumentsFlags};
+      kLegacyFlags,  kTrainingFlags,          kPrecisionFlags,
+      kLoggingFlags, kCheckpointAndExitFlags, kCheckpointArgumentsFlags};
   for (const auto table : tables) dump_flag_rows<TrainingArguments>(a, table, values);
   // What no flag sets by itself: the DeepSpeed configuration's mapping, the launch, and the
   // values Megatron prints its own way.
   auto python = [](bool value) -> std::string { return value ? "True" : "False"; };
   values["deepspeed"] = python(a.deepspeed);
   values["deepspeed_config"] = a.deepspeed_config.empty() ? "None" : a.deepspeed_config;
-  values["zero_stage"] = fmt::format("{}", a.zero_stage);
+  values["zero_stage"] = fmt::format("{}", a.parallelism.zero_stage);
   values["lr_decay_iters"] =
       a.train_samples > 0 ? "None" : fmt::format("{}", a.optimizer.lr_decay_iters);
   values["exit_signal"] = "Signals." + a.exit_signal;
   values["log_loss_scale_to_tensorboard"] = python(a.log_loss_scale_to_tensorboard);
-  values["world_size"] = fmt::format("{}", a.world_size);
+  values["world_size"] = fmt::format("{}", a.parallelism.world_size);
   values["data_parallel_size"] =
-      fmt::format("{}", a.world_size / std::max<int64_t>(1, a.tensor_model_parallel_size *
-                                                                a.pipeline_model_parallel_size));
+      fmt::format("{}", a.parallelism.world_size /
+                            std::max<int64_t>(1, a.parallelism.tensor_model_parallel_size *
+                                                     a.parallelism.pipeline_model_parallel_size));
   if (a.program == ArgumentsProgram::evaluate_gpt) {
     // Megatron's tasks/main.py arguments, in its dump too.
     dump_flag_rows<TaskArguments>(a.tasks, kTaskFlags, values);

@@ -2,7 +2,8 @@
 // with CLI11 into one value type, TrainingArguments. Each concern's flags are a table
 // (arguments.cpp, flag_table.hpp) from which the CLI11 options and the arguments dump are made;
 // the model (backend/model/model_arguments.hpp), the tokenizer (data/tokenizer.hpp's
-// TokenizerOptions), the training data (data/data_arguments.hpp), the optimizer and its schedule
+// TokenizerOptions), the training data (data/data_arguments.hpp), the parallel layout
+// (dist/parallelism_arguments.hpp), the optimizer and its schedule
 // (backend/optim/optimizer_arguments.hpp), spike handling, evaluate_gpt's tasks and the server's
 // flags are structs of their own, the other concerns still fields of TrainingArguments.
 // Names, defaults and validation rules follow Megatron, so a user's pretrain_gpt.py command line
@@ -19,6 +20,7 @@
 
 #include "backend/data/data_arguments.hpp"
 #include "backend/data/tokenizer.hpp"
+#include "backend/dist/parallelism_arguments.hpp"
 #include "backend/model/model_arguments.hpp"
 #include "backend/optim/optimizer_arguments.hpp"
 
@@ -91,50 +93,28 @@ struct TrainingArguments {
   // the optimizer and its schedule (backend/optim/optimizer_arguments.hpp)
   OptimizerArguments optimizer;
 
-  // parallelism (the layout and its groups live in backend/dist)
-  // Not a flag: the processes the launcher started (Megatron reads WORLD_SIZE in validate_args;
-  // parse_arguments reads the launcher's environment, process_environment.hpp).
-  int64_t world_size = 1;
-  int64_t tensor_model_parallel_size = 1;
-  int64_t pipeline_model_parallel_size = 1;
-  // --num-layers-per-virtual-pipeline-stage (0: not given): the interleaved schedule's model
-  // chunks per stage are num_layers / pp / this (virtual_pipeline_chunks()).
-  int64_t num_layers_per_virtual_pipeline_stage = 0;
+  // the parallel layout (backend/dist/parallelism_arguments.hpp)
+  ParallelismArguments parallelism;
+  // The interleaved schedule's model chunks per pipeline stage: num_layers / pp /
+  // --num-layers-per-virtual-pipeline-stage, 1 without it.
   int64_t virtual_pipeline_chunks() const {
-    return num_layers_per_virtual_pipeline_stage == 0
+    return parallelism.num_layers_per_virtual_pipeline_stage == 0
                ? 1
-               : model.num_layers / pipeline_model_parallel_size /
-                     num_layers_per_virtual_pipeline_stage;
+               : model.num_layers / parallelism.pipeline_model_parallel_size /
+                     parallelism.num_layers_per_virtual_pipeline_stage;
   }
-  // How long one collective may wait for the other ranks before this rank ends the job
-  // (backend/dist/collective_watchdog.hpp). Megatron's is an int; fractions are our extension.
-  double distributed_timeout_minutes = 10;
-
-  // precision: the CPU path computes in fp32 whatever is asked
-  bool use_distributed_optimizer = false;  // ZeRO-1 over the data-parallel group
-  bool sequence_parallel = false;          // the residual stream sharded over the TP group
-  // Megatron's --overlap-grad-reduce: each unit's data-parallel all-reduce starts as soon as
-  // the last micro batch's backward has finished the unit. --overlap-param-gather is accepted
-  // and recorded; the distributed optimizer's reduce-scatter and all-gather are not overlapped
-  // yet (a warning says so).
-  bool overlap_grad_reduce = false;
-  bool overlap_param_gather = false;
-  // Megatron-DeepSpeed's --deepspeed --deepspeed_config FILE --zero-stage N, as mapped by
-  // deepspeed_config.hpp (recorded for the arguments dump).
+  // Megatron-DeepSpeed's --deepspeed --deepspeed_config FILE, as mapped by deepspeed_config.hpp
+  // (recorded for the arguments dump; what the file sets is in `parallelism` and elsewhere).
   bool deepspeed = false;
   std::string deepspeed_config;
-  // 3: parameters and gradients sharded over the data-parallel group too (GptModel's
-  // sharded_over_data_parallel). The offloads (DeepSpeed's offload_optimizer / cpu_offload and
-  // offload_param to "cpu"): the optimizer's state and the parameter shard in host memory, which
-  // on CPU ranks is where they are already.
-  int64_t zero_stage = 0;
-  bool offload_optimizer = false;
-  bool offload_parameters = false;
+
   // Megatron-DeepSpeed's and older Megatron's, accepted and recorded (arguments.cpp says what
   // each means here).
   std::string data_impl = "mmap";
   std::string distributed_backend = "nccl";
   std::string ddp_impl = "local";  // accepted: attention is always fused (no s × s scores)
+
+  // precision: the CPU path computes in fp32 whatever is asked
   bool bf16 = false;
   bool fp16 = false;
   // Loss scaling (backend/train/loss_scaling.hpp says which scaler these give): a constant

@@ -63,11 +63,13 @@ const RecordedArgument<TokenizerOptions> kRecordedTokenizerArguments[] = {
     {"tokenizer_model", &TokenizerOptions::tokenizer_model, kOptional},
     {"vocab_size", &TokenizerOptions::vocab_size},
 };
-const RecordedArgument<TrainingArguments> kRecordedArguments[] = {
-    {"tensor_model_parallel_size", &TrainingArguments::tensor_model_parallel_size},
-    {"pipeline_model_parallel_size", &TrainingArguments::pipeline_model_parallel_size},
+const RecordedArgument<ParallelismArguments> kRecordedParallelismArguments[] = {
+    {"tensor_model_parallel_size", &ParallelismArguments::tensor_model_parallel_size},
+    {"pipeline_model_parallel_size", &ParallelismArguments::pipeline_model_parallel_size},
     {"num_layers_per_virtual_pipeline_stage",
-     &TrainingArguments::num_layers_per_virtual_pipeline_stage, kOptional},
+     &ParallelismArguments::num_layers_per_virtual_pipeline_stage, kOptional},
+};
+const RecordedArgument<TrainingArguments> kRecordedArguments[] = {
     {"micro_batch_size", &TrainingArguments::micro_batch_size},
     {"global_batch_size", &TrainingArguments::global_batch_size},
     {"train_iters", &TrainingArguments::train_iters},
@@ -134,6 +136,7 @@ json checkpoint_arguments(const TrainingArguments& a) {
   json record = json::object();
   record_arguments<ModelArguments>(a.model, kRecordedModelArguments, record);
   record_arguments<TokenizerOptions>(a.tokenizer, kRecordedTokenizerArguments, record);
+  record_arguments<ParallelismArguments>(a.parallelism, kRecordedParallelismArguments, record);
   record_arguments<OptimizerArguments>(a.optimizer, kRecordedOptimizerArguments, record);
   record_arguments<TrainingArguments>(a, kRecordedArguments, record);
   record["disable_bias_linear"] = !a.model.add_bias_linear;
@@ -148,6 +151,8 @@ TrainingArguments arguments_from_checkpoint(const json& metadata, const std::fil
   read_recorded_arguments<ModelArguments>(root, saved, file, kRecordedModelArguments, a.model);
   read_recorded_arguments<TokenizerOptions>(root, saved, file, kRecordedTokenizerArguments,
                                             a.tokenizer);
+  read_recorded_arguments<ParallelismArguments>(root, saved, file, kRecordedParallelismArguments,
+                                                a.parallelism);
   read_recorded_arguments<OptimizerArguments>(root, saved, file, kRecordedOptimizerArguments,
                                               a.optimizer);
   read_recorded_arguments<TrainingArguments>(root, saved, file, kRecordedArguments, a);

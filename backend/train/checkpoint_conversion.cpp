@@ -21,7 +21,8 @@ GptModel<float> load_checkpoint_weights(const std::filesystem::path& directory, 
   TrainingArguments arguments = read_saved_arguments(directory, "--load");
   // A tensor- or pipeline-parallel checkpoint: its files assembled into the one-process model
   // (load_checkpoint reads one rank's file, which holds a part of it).
-  if (arguments.tensor_model_parallel_size > 1 || arguments.pipeline_model_parallel_size > 1) {
+  if (arguments.parallelism.tensor_model_parallel_size > 1 ||
+      arguments.parallelism.pipeline_model_parallel_size > 1) {
     return load_whole_checkpoint_weights(directory, out);
   }
   // Weights only: load_checkpoint reads no optimizer state with --finetune.

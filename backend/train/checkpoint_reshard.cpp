@@ -159,17 +159,21 @@ Source open_source(const fs::path& directory) {
   source.tensor_parallel = saved_place(metadata, "tensor_parallel").size;
   source.pipeline_parallel = saved_place(metadata, "pipeline_parallel").size;
   source.arguments = arguments_from_checkpoint(first.metadata(), first.path());
-  if (source.arguments.tensor_model_parallel_size != source.tensor_parallel) {
-    common::fail("checkpoint {}: its metadata says tensor-parallel size {} but its arguments "
-                 "--tensor-model-parallel-size {} (the file was not written by this backend's "
-                 "save_checkpoint)", first.path().string(), source.tensor_parallel,
-                 source.arguments.tensor_model_parallel_size);
+  if (source.arguments.parallelism.tensor_model_parallel_size != source.tensor_parallel) {
+    common::fail(
+        "checkpoint {}: its metadata says tensor-parallel size {} but its arguments "
+        "--tensor-model-parallel-size {} (the file was not written by this backend's "
+        "save_checkpoint)",
+        first.path().string(), source.tensor_parallel,
+        source.arguments.parallelism.tensor_model_parallel_size);
   }
-  if (source.arguments.pipeline_model_parallel_size != source.pipeline_parallel) {
-    common::fail("checkpoint {}: its metadata says pipeline-parallel size {} but its arguments "
-                 "--pipeline-model-parallel-size {} (the file was not written by this backend's "
-                 "save_checkpoint)", first.path().string(), source.pipeline_parallel,
-                 source.arguments.pipeline_model_parallel_size);
+  if (source.arguments.parallelism.pipeline_model_parallel_size != source.pipeline_parallel) {
+    common::fail(
+        "checkpoint {}: its metadata says pipeline-parallel size {} but its arguments "
+        "--pipeline-model-parallel-size {} (the file was not written by this backend's "
+        "save_checkpoint)",
+        first.path().string(), source.pipeline_parallel,
+        source.arguments.parallelism.pipeline_model_parallel_size);
   }
   if (source.tensor_parallel < 1 || source.pipeline_parallel < 1) {
     common::fail("checkpoint {}: its metadata says tensor-parallel size {} and pipeline-parallel "
@@ -180,7 +184,8 @@ Source open_source(const fs::path& directory) {
   // Which stage holds which layers: the trainer's layout (pipeline_stage.hpp), which the saved
   // sizes must allow.
   const int64_t num_layers = source.arguments.model.num_layers;
-  const int64_t per_virtual_stage = source.arguments.num_layers_per_virtual_pipeline_stage;
+  const int64_t per_virtual_stage =
+      source.arguments.parallelism.num_layers_per_virtual_pipeline_stage;
   if (num_layers % source.pipeline_parallel != 0 || per_virtual_stage < 0 ||
       (per_virtual_stage > 0 && (num_layers / source.pipeline_parallel) % per_virtual_stage != 0)) {
     common::fail("checkpoint {}: its arguments --num-layers {} --pipeline-model-parallel-size {} "
@@ -471,29 +476,32 @@ json target_metadata(const json& source_metadata, const Source& source,
     metadata["optimizer"].erase("distributed");
   }
   json& arguments = metadata["arguments"];
-  arguments["tensor_model_parallel_size"] = t.tensor_model_parallel_size;
-  arguments["pipeline_model_parallel_size"] = t.pipeline_model_parallel_size;
-  arguments["num_layers_per_virtual_pipeline_stage"] = t.num_layers_per_virtual_pipeline_stage;
+  arguments["tensor_model_parallel_size"] = t.parallelism.tensor_model_parallel_size;
+  arguments["pipeline_model_parallel_size"] = t.parallelism.pipeline_model_parallel_size;
+  arguments["num_layers_per_virtual_pipeline_stage"] =
+      t.parallelism.num_layers_per_virtual_pipeline_stage;
   arguments["make_vocab_size_divisible_by"] = t.model.make_vocab_size_divisible_by;
   // The arguments dump (text, as pretrain_gpt prints it) of a run at the target's sizes.
   if (metadata.contains("args") && metadata["args"].is_object()) {
     json& args = metadata["args"];
-    args["tensor_model_parallel_size"] = std::to_string(t.tensor_model_parallel_size);
-    args["pipeline_model_parallel_size"] = std::to_string(t.pipeline_model_parallel_size);
+    args["tensor_model_parallel_size"] = std::to_string(t.parallelism.tensor_model_parallel_size);
+    args["pipeline_model_parallel_size"] =
+        std::to_string(t.parallelism.pipeline_model_parallel_size);
     // Megatron's dump has these two (None without interleaving); ours, when it has them.
     if (args.contains("num_layers_per_virtual_pipeline_stage")) {
       args["num_layers_per_virtual_pipeline_stage"] =
-          t.num_layers_per_virtual_pipeline_stage > 0
-              ? std::to_string(t.num_layers_per_virtual_pipeline_stage)
+          t.parallelism.num_layers_per_virtual_pipeline_stage > 0
+              ? std::to_string(t.parallelism.num_layers_per_virtual_pipeline_stage)
               : std::string("None");
     }
     if (args.contains("virtual_pipeline_model_parallel_size")) {
       args["virtual_pipeline_model_parallel_size"] =
-          t.num_layers_per_virtual_pipeline_stage > 0 ? std::to_string(t.virtual_pipeline_chunks())
-                                                      : std::string("None");
+          t.parallelism.num_layers_per_virtual_pipeline_stage > 0
+              ? std::to_string(t.virtual_pipeline_chunks())
+              : std::string("None");
     }
     args["make_vocab_size_divisible_by"] = std::to_string(t.model.make_vocab_size_divisible_by);
-    if (t.tensor_model_parallel_size == 1 && args.contains("sequence_parallel")) {
+    if (t.parallelism.tensor_model_parallel_size == 1 && args.contains("sequence_parallel")) {
       args["sequence_parallel"] = "False";  // Megatron switches it off at tp 1
     }
     // The same data-parallel size on tp × pp × dp processes.
@@ -502,18 +510,18 @@ json target_metadata(const json& source_metadata, const Source& source,
       int64_t data_parallel = 0;
       const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), data_parallel);
       if (error == std::errc() && end == text.data() + text.size() && data_parallel > 0) {
-        args["world_size"] = std::to_string(data_parallel * t.tensor_model_parallel_size *
-                                            t.pipeline_model_parallel_size);
+        args["world_size"] =
+            std::to_string(data_parallel * t.parallelism.tensor_model_parallel_size *
+                           t.parallelism.pipeline_model_parallel_size);
       }
     }
   }
-  metadata["resharded"] = {
-      {"from_tensor_parallel_size", source.tensor_parallel},
-      {"from_pipeline_parallel_size", source.pipeline_parallel},
-      {"from_num_layers_per_virtual_pipeline_stage",
-       source.arguments.num_layers_per_virtual_pipeline_stage},
-      {"from_padded_vocab_size", source.config.padded_vocab_size},
-      {"command_line", options.command_line}};
+  metadata["resharded"] = {{"from_tensor_parallel_size", source.tensor_parallel},
+                           {"from_pipeline_parallel_size", source.pipeline_parallel},
+                           {"from_num_layers_per_virtual_pipeline_stage",
+                            source.arguments.parallelism.num_layers_per_virtual_pipeline_stage},
+                           {"from_padded_vocab_size", source.config.padded_vocab_size},
+                           {"command_line", options.command_line}};
   return metadata;
 }
 
@@ -596,13 +604,14 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
                  divisors_text(num_layers));
   }
   TrainingArguments target_arguments = source.arguments;
-  target_arguments.tensor_model_parallel_size = target_tp;
-  target_arguments.pipeline_model_parallel_size = target_pp;
+  target_arguments.parallelism.tensor_model_parallel_size = target_tp;
+  target_arguments.parallelism.pipeline_model_parallel_size = target_pp;
   // The interleaved schedule's chunk size is kept where the trainer takes it at the target size.
-  const int64_t source_per_virtual_stage = source.arguments.num_layers_per_virtual_pipeline_stage;
+  const int64_t source_per_virtual_stage =
+      source.arguments.parallelism.num_layers_per_virtual_pipeline_stage;
   const std::string interleaving =
       interleaving_problem(num_layers, target_pp, source_per_virtual_stage);
-  if (!interleaving.empty()) target_arguments.num_layers_per_virtual_pipeline_stage = 0;
+  if (!interleaving.empty()) target_arguments.parallelism.num_layers_per_virtual_pipeline_stage = 0;
   if (options.make_vocab_size_divisible_by > 0) {
     target_arguments.model.make_vocab_size_divisible_by = options.make_vocab_size_divisible_by;
   }

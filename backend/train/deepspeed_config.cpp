@@ -202,9 +202,7 @@ void apply_precision(const Section& root, const DeepSpeedFlags& flags, TrainingA
 
 // DeepSpeed's batch rule: train_batch_size = micro × accumulation steps × data-parallel size.
 void apply_batch(const Section& root, const DeepSpeedFlags& flags, TrainingArguments& a) {
-  const int64_t data_parallel =
-      make_parallel_layout(a.world_size, a.tensor_model_parallel_size,
-                           a.pipeline_model_parallel_size).data_parallel;
+  const int64_t data_parallel = parallel_layout(a.parallelism).data_parallel;
   auto agree = [&](const char* key, int64_t value, int64_t& field, bool given, const char* flag) {
     if (given && field != value) {
       common::fail("--deepspeed_config {}: {} {} disagrees with {} {}", flags.config_file, key,
@@ -283,8 +281,8 @@ void apply_deepspeed_config(const DeepSpeedFlags& flags, TrainingArguments& argu
 
   const ZeroSettings zero = zero_settings(root, flags);
   // Stages 1 and 2 are Megatron's distributed optimizer; stage 3 shards the model itself.
-  if (zero.stage == 1 || zero.stage == 2) arguments.use_distributed_optimizer = true;
-  if (zero.stage == 3 && arguments.use_distributed_optimizer) {
+  if (zero.stage == 1 || zero.stage == 2) arguments.parallelism.use_distributed_optimizer = true;
+  if (zero.stage == 3 && arguments.parallelism.use_distributed_optimizer) {
     common::fail("--deepspeed_config {}: ZeRO stage 3 shards the optimizer itself; drop "
                  "--use-distributed-optimizer", flags.config_file);
   }
@@ -295,17 +293,18 @@ void apply_deepspeed_config(const DeepSpeedFlags& flags, TrainingArguments& argu
                    flags.config_file, arguments.device);
     }
   }
-  if (zero.stage == 3 && (arguments.tensor_model_parallel_size > 1 ||
-                          arguments.pipeline_model_parallel_size > 1)) {
-    common::fail("--deepspeed_config {}: ZeRO stage 3 with tensor or pipeline parallelism is not "
-                 "built yet (--tensor-model-parallel-size {}, --pipeline-model-parallel-size {}); "
-                 "use both 1, or ZeRO stage 1 or 2",
-                 flags.config_file, arguments.tensor_model_parallel_size,
-                 arguments.pipeline_model_parallel_size);
+  if (zero.stage == 3 && (arguments.parallelism.tensor_model_parallel_size > 1 ||
+                          arguments.parallelism.pipeline_model_parallel_size > 1)) {
+    common::fail(
+        "--deepspeed_config {}: ZeRO stage 3 with tensor or pipeline parallelism is not "
+        "built yet (--tensor-model-parallel-size {}, --pipeline-model-parallel-size {}); "
+        "use both 1, or ZeRO stage 1 or 2",
+        flags.config_file, arguments.parallelism.tensor_model_parallel_size,
+        arguments.parallelism.pipeline_model_parallel_size);
   }
-  arguments.zero_stage = zero.stage;
-  arguments.offload_optimizer = zero.offload_optimizer;
-  arguments.offload_parameters = zero.offload_parameters;
+  arguments.parallelism.zero_stage = zero.stage;
+  arguments.parallelism.offload_optimizer = zero.offload_optimizer;
+  arguments.parallelism.offload_parameters = zero.offload_parameters;
   apply_precision(root, flags, arguments);
   apply_batch(root, flags, arguments);
   if (root.has("gradient_clipping")) {

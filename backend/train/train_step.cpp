@@ -173,8 +173,8 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   TrainStepResult result;
   // --overlap-grad-reduce applies to Megatron's plain DDP all-reduce without a pipeline; the
   // other layouts reduce after the backward.
-  const bool overlap = a.overlap_grad_reduce && data_parallel.size() > 1 && shard == nullptr &&
-                       !model.sharded_over_data_parallel() &&
+  const bool overlap = a.parallelism.overlap_grad_reduce && data_parallel.size() > 1 &&
+                       shard == nullptr && !model.sharded_over_data_parallel() &&
                        model.pipeline_stage().whole_model();
   std::vector<std::unique_ptr<Communicator::PendingReduction>> pending;
   const LocalLosses local = forward_backward(model, source, batch, scaler.scale(), a,

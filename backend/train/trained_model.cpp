@@ -20,13 +20,15 @@ void check_whole_model_launch(const TrainingArguments& arguments, std::string_vi
     common::fail("{} runs as one process; it was started as {} (rank {} of {}): run it without "
                  "mpirun/srun", tool, process.launcher, process.rank, process.world_size);
   }
-  if (arguments.tensor_model_parallel_size > 1 || arguments.pipeline_model_parallel_size > 1) {
-    common::fail("{} runs the whole model in one process: --tensor-model-parallel-size {} and "
-                 "--pipeline-model-parallel-size {} must be 1 (reshard a model-parallel "
-                 "checkpoint first: checkpoint_util --load DIR --save NEWDIR "
-                 "--target-tensor-parallel-size 1 --target-pipeline-parallel-size 1)",
-                 tool, arguments.tensor_model_parallel_size,
-                 arguments.pipeline_model_parallel_size);
+  if (arguments.parallelism.tensor_model_parallel_size > 1 ||
+      arguments.parallelism.pipeline_model_parallel_size > 1) {
+    common::fail(
+        "{} runs the whole model in one process: --tensor-model-parallel-size {} and "
+        "--pipeline-model-parallel-size {} must be 1 (reshard a model-parallel "
+        "checkpoint first: checkpoint_util --load DIR --save NEWDIR "
+        "--target-tensor-parallel-size 1 --target-pipeline-parallel-size 1)",
+        tool, arguments.parallelism.tensor_model_parallel_size,
+        arguments.parallelism.pipeline_model_parallel_size);
   }
   if (arguments.load.empty()) {
     common::fail("{} needs --load DIR: the checkpoint (pretrain_gpt's --save directory) whose "

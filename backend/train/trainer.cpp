@@ -61,7 +61,7 @@ constexpr const char* kWaysOut =
 // model_config with the tokenizer's vocabulary size already known: pretrain reads the tokenizer
 // once, for its size and its end-of-document id.
 GptConfig model_config_with_vocabulary(const TrainingArguments& a, int64_t vocab_size) {
-  return gpt_config(a.model, vocab_size, a.tensor_model_parallel_size);
+  return gpt_config(a.model, vocab_size, a.parallelism.tensor_model_parallel_size);
 }
 
 }  // namespace
@@ -99,7 +99,8 @@ namespace {
 // The model's mixed precision (GptConfig::mixed_precision): --bf16 or --fp16 on the CUDA
 // device, except under ZeRO-3, whose sharded working copies are not built in 16 bits yet.
 MixedPrecision mixed_precision_of(const TrainingArguments& a, const Device& device) {
-  if (device.memory_kind() != MemoryKind::cuda || a.zero_stage == 3) return MixedPrecision::none;
+  if (device.memory_kind() != MemoryKind::cuda || a.parallelism.zero_stage == 3)
+    return MixedPrecision::none;
   if (a.bf16) return MixedPrecision::bf16;
   if (a.fp16) return MixedPrecision::fp16;
   return MixedPrecision::none;
@@ -293,9 +294,9 @@ void Trainer::check_launch() {
   if (process.world_size != world_.size()) {
     common::fail("{}", not_started_through_mpi(process, process.world_size));
   }
-  if (a_.world_size != world_.size()) {
-    common::fail("the arguments were validated for {} processes, but {} run", a_.world_size,
-                 world_.size());
+  if (a_.parallelism.world_size != world_.size()) {
+    common::fail("the arguments were validated for {} processes, but {} run",
+                 a_.parallelism.world_size, world_.size());
   }
   // Megatron's --exit-on-missing-checkpoint, checked before anything is built: a mistyped
   // --load stops the job at once instead of training from scratch (Megatron exits there with
@@ -319,16 +320,17 @@ void Trainer::check_launch() {
 // machine cannot hold is refused with the estimate.
 void Trainer::check_memory_fits() {
   const ParallelLayout& layout = groups_.layout;
-  estimate_ = training_memory_estimate(config_, a_.micro_batch_size, a_.model.seq_length,
-                                       {.tensor_parallel = layout.tensor_parallel,
-                                        .data_parallel = layout.data_parallel,
-                                        .pipeline_parallel = layout.pipeline_parallel,
-                                        .sequence_parallel = a_.sequence_parallel,
-                                        .distributed_optimizer = a_.use_distributed_optimizer,
-                                        .zero_stage = a_.zero_stage,
-                                        .offload_optimizer = a_.offload_optimizer,
-                                        .offload_parameters = a_.offload_parameters,
-                                        .virtual_pipeline_chunks = a_.virtual_pipeline_chunks()});
+  estimate_ =
+      training_memory_estimate(config_, a_.micro_batch_size, a_.model.seq_length,
+                               {.tensor_parallel = layout.tensor_parallel,
+                                .data_parallel = layout.data_parallel,
+                                .pipeline_parallel = layout.pipeline_parallel,
+                                .sequence_parallel = a_.parallelism.sequence_parallel,
+                                .distributed_optimizer = a_.parallelism.use_distributed_optimizer,
+                                .zero_stage = a_.parallelism.zero_stage,
+                                .offload_optimizer = a_.parallelism.offload_optimizer,
+                                .offload_parameters = a_.parallelism.offload_parameters,
+                                .virtual_pipeline_chunks = a_.virtual_pipeline_chunks()});
   const std::optional<CudaDeviceProperties>& gpu = selected_.gpu;
   if (gpu && world_.size() > 1) {
     common::fail("--device {}: {} ranks on GPUs need the NCCL communicator, which is not built "
@@ -377,12 +379,13 @@ void Trainer::carve_model_and_optimizer() {
                               .virtual_chunks = a_.virtual_pipeline_chunks()};
     GptModel<float>& model = model_.emplace(
         config_, device,
-        ModelParallelism{.tensor_parallel = groups_.tensor_parallel.get(),
-                         .sequence_parallel = a_.sequence_parallel,
-                         .pipeline = stage,
-                         .pipeline_parallel = groups_.pipeline_parallel.get(),
-                         .embedding = groups_.embedding.get(),
-                         .sharded_data_parallel = a_.zero_stage == 3 ? &data_parallel_ : nullptr});
+        ModelParallelism{
+            .tensor_parallel = groups_.tensor_parallel.get(),
+            .sequence_parallel = a_.parallelism.sequence_parallel,
+            .pipeline = stage,
+            .pipeline_parallel = groups_.pipeline_parallel.get(),
+            .embedding = groups_.embedding.get(),
+            .sharded_data_parallel = a_.parallelism.zero_stage == 3 ? &data_parallel_ : nullptr});
     // The dropout masks come from --seed too; dropout_key() mixes the seed into a stream of
     // its own, unrelated to the initialisation's. Step 0 is the first micro batch's forward.
     model.init_parameters(a_.seed);
@@ -407,7 +410,7 @@ void Trainer::carve_model_and_optimizer() {
       // ZeRO-3: the moments of the model's own range, as the distributed optimizer's.
       const ShardRange range = model.parameter_shard_range();
       optimizer_.emplace(adam, groups_in_range(groups, range), range.numel, device);
-    } else if (a_.use_distributed_optimizer) {
+    } else if (a_.parallelism.use_distributed_optimizer) {
       // The moments of this rank's range alone, and the buffer its gradients land in.
       const ShardRange range =
           shard_range(parameter_count, data_parallel_.size(), data_parallel_.rank());

@@ -95,8 +95,8 @@ inline std::map<std::string, std::vector<float>> whole_parameters(
   const backend::TrainingArguments arguments =
       backend::arguments_from_checkpoint(first.metadata(), first.path());
   const backend::GptConfig config = backend::model_config(arguments);
-  const int64_t tp = arguments.tensor_model_parallel_size;
-  const int64_t pp = arguments.pipeline_model_parallel_size;
+  const int64_t tp = arguments.parallelism.tensor_model_parallel_size;
+  const int64_t pp = arguments.parallelism.pipeline_model_parallel_size;
   std::map<std::string, std::vector<float>> whole;
   for (int64_t stage = 0; stage < pp; ++stage)
   for (int64_t rank = 0; rank < tp; ++rank) {

@@ -125,7 +125,7 @@ BenchmarkSummary summarize_benchmark(const TrainingArguments& a, int64_t padded_
       static_cast<double>(a.global_batch_size * a.model.seq_length) / seconds;
   summary.tflops_per_device =
       megatron_flops_per_iteration(a.model, a.global_batch_size, padded_vocab_size) / seconds /
-      1e12 / static_cast<double>(std::max<int64_t>(a.world_size, 1));
+      1e12 / static_cast<double>(std::max<int64_t>(a.parallelism.world_size, 1));
   summary.peak_flops = peak_flops;
   summary.mfu = peak_flops > 0 ? summary.tflops_per_device * 1e12 / peak_flops : 0;
   rusage usage{};
@@ -149,12 +149,13 @@ void write_benchmark_json(const std::filesystem::path& file, const TrainingArgum
       {"batch",
        {{"micro_batch_size", a.micro_batch_size}, {"global_batch_size", a.global_batch_size}}},
       {"parallel",
-       {{"world_size", a.world_size},
-        {"tensor_model_parallel_size", a.tensor_model_parallel_size},
-        {"pipeline_model_parallel_size", a.pipeline_model_parallel_size},
+       {{"world_size", a.parallelism.world_size},
+        {"tensor_model_parallel_size", a.parallelism.tensor_model_parallel_size},
+        {"pipeline_model_parallel_size", a.parallelism.pipeline_model_parallel_size},
         {"data_parallel_size",
-         a.world_size /
-             std::max<int64_t>(1, a.tensor_model_parallel_size * a.pipeline_model_parallel_size)}}},
+         a.parallelism.world_size /
+             std::max<int64_t>(1, a.parallelism.tensor_model_parallel_size *
+                                      a.parallelism.pipeline_model_parallel_size)}}},
       {"device", "cpu"},
       {"precision", "fp32"},
       {"iterations_measured", summary.iterations_measured},

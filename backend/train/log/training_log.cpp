@@ -109,7 +109,8 @@ void TrainingLog::add_iteration(const IterationRecord& record, double next_learn
     write("batch-size", static_cast<double>(record.global_batch_size));
     write("lm loss", record.lm_loss);
     if (a.log_loss_scale_to_tensorboard) write("loss-scale", record.loss_scale);
-    if (a.log_world_size_to_tensorboard) write("world-size", static_cast<double>(a.world_size));
+    if (a.log_world_size_to_tensorboard)
+      write("world-size", static_cast<double>(a.parallelism.world_size));
     write("grad-norm", record.grad_norm);
     if (record.num_zeros_in_grad) write("num-zeros", *record.num_zeros_in_grad);
     if (record.params_norm) write("params-norm", *record.params_norm);
@@ -145,8 +146,9 @@ void TrainingLog::print_iteration_line(const IterationRecord& record, double nex
   const double seconds_per_iteration = fields.elapsed_ms_per_iteration / 1000.0;
   // Megatron's num_floating_point_operations(args, batch_size) for this iteration's batch.
   // Per device: the iteration's FLOPs shared by every rank (Megatron divides by world size).
-  const double throughput_tflops = megatron_throughput_tflops_per_gpu(
-      a, padded_vocab_size_, record.global_batch_size, seconds_per_iteration, a.world_size);
+  const double throughput_tflops =
+      megatron_throughput_tflops_per_gpu(a, padded_vocab_size_, record.global_batch_size,
+                                         seconds_per_iteration, a.parallelism.world_size);
   if (a.log_throughput) fields.throughput_tflops_per_gpu = throughput_tflops;
   fields.learning_rate = next_learning_rate;
   fields.global_batch_size = record.global_batch_size;

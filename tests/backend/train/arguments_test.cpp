@@ -686,15 +686,15 @@ TEST_CASE("legacy and DeepSpeed flags that are not built are refused, naming the
 TEST_CASE("--distributed-timeout-minutes: Megatron's default 10, fractions, and refusals naming it") {
   const auto defaults = parse_words(base_flags());
   REQUIRE(defaults);
-  CHECK(defaults->distributed_timeout_minutes == 10);
+  CHECK(defaults->parallelism.distributed_timeout_minutes == 10);
   CHECK(backend::argument_values(*defaults).at("distributed_timeout_minutes") == "10");
   const auto given = parse_words(with({"--distributed-timeout-minutes", "30"}));
   REQUIRE(given);
-  CHECK(given->distributed_timeout_minutes == 30);
+  CHECK(given->parallelism.distributed_timeout_minutes == 30);
   // Fractions are our extension (Megatron's is an int), so a test need not wait minutes.
   const auto fraction = parse_words(with({"--distributed-timeout-minutes", "0.05"}));
   REQUIRE(fraction);
-  CHECK(fraction->distributed_timeout_minutes == 0.05);
+  CHECK(fraction->parallelism.distributed_timeout_minutes == 0.05);
   const auto lines = backend::format_arguments(*fraction);
   CHECK(std::find(lines.begin(), lines.end(),
                   "  distributed_timeout_minutes " + std::string(48 - 27, '.') + " 0.05") !=

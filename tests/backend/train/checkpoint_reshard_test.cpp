@@ -169,9 +169,9 @@ TrainingArguments gpt2_arguments(const fs::path& save, int64_t layers) {
 // `arguments` at another layout (and the --make-vocab-size-divisible-by keeping 64 rows).
 TrainingArguments at_layout(TrainingArguments a, const fs::path& save, int64_t tensor_parallel,
                             int64_t pipeline_parallel, int64_t layers_per_virtual_stage = 0) {
-  a.tensor_model_parallel_size = tensor_parallel;
-  a.pipeline_model_parallel_size = pipeline_parallel;
-  a.num_layers_per_virtual_pipeline_stage = layers_per_virtual_stage;
+  a.parallelism.tensor_model_parallel_size = tensor_parallel;
+  a.parallelism.pipeline_model_parallel_size = pipeline_parallel;
+  a.parallelism.num_layers_per_virtual_pipeline_stage = layers_per_virtual_stage;
   a.model.make_vocab_size_divisible_by = 32 / tensor_parallel;
   a.save = save.string();
   return a;
@@ -226,8 +226,8 @@ fs::path save_whole_checkpoint(const TrainingArguments& arguments) {
 // the file's place.
 void save_layout_checkpoint(const TrainingArguments& arguments, const fs::path& whole) {
   const backend::GptConfig config = backend::model_config(arguments);
-  const int64_t tp = arguments.tensor_model_parallel_size;
-  const int64_t pp = arguments.pipeline_model_parallel_size;
+  const int64_t tp = arguments.parallelism.tensor_model_parallel_size;
+  const int64_t pp = arguments.parallelism.pipeline_model_parallel_size;
   nlohmann::json metadata = CheckpointFileReader(whole).metadata();
   metadata["arguments"] = backend::checkpoint_arguments(arguments);
   metadata["args"]["tensor_model_parallel_size"] = std::to_string(tp);
@@ -311,7 +311,7 @@ TEST_CASE("resharding cuts every tensor and both moments by the layout, and come
     CHECK(result.source_padded_vocab_size == 64);
     CHECK(result.target_padded_vocab_size == 64);
     CHECK(result.optimizer_state);
-    CHECK(result.target_arguments.tensor_model_parallel_size == size);
+    CHECK(result.target_arguments.parallelism.tensor_model_parallel_size == size);
     CHECK(result.target_arguments.model.make_vocab_size_divisible_by == 32 / size);
     CHECK(fs::is_regular_file(backend::checkpoint_tracker_path(sharded)));
     CHECK_FALSE(fs::exists(backend::checkpoint_file_path(sharded, 5, size)));
@@ -549,7 +549,7 @@ TEST_CASE("a (tp 2, pp 2) checkpoint reshards to one process as the one-process 
     const auto result = reshard(d / "tp2_pp2", d / "one", 1, 32, 1, &output);
     CHECK(result.source_tensor_parallel == 2);
     CHECK(result.source_pipeline_parallel == 2);
-    CHECK(result.target_arguments.pipeline_model_parallel_size == 1);
+    CHECK(result.target_arguments.parallelism.pipeline_model_parallel_size == 1);
     CHECK_FALSE(result.interleaving_dropped);
     CHECK(output.find("resharding from tensor-parallel size 2, pipeline-parallel size 2 to "
                       "tensor-parallel size 1, pipeline-parallel size 1 (parameters and "
@@ -600,8 +600,8 @@ TEST_CASE("resharding one process → (tp 2, pp 2) → one process: every file a
 
     std::string output;
     const auto result = reshard(d / "whole", d / "tp2_pp2", 2, 16, 2, &output);
-    CHECK(result.target_arguments.tensor_model_parallel_size == 2);
-    CHECK(result.target_arguments.pipeline_model_parallel_size == 2);
+    CHECK(result.target_arguments.parallelism.tensor_model_parallel_size == 2);
+    CHECK(result.target_arguments.parallelism.pipeline_model_parallel_size == 2);
     CHECK(output.find("[ t 1/2, p 1/2 ]") != std::string::npos);
     CHECK_FALSE(fs::exists(backend::checkpoint_file_path(d / "tp2_pp2", kIteration, 0)));
     // Each (rank, stage)'s file is the one its ranks would have saved: the stage's tensors, the
@@ -663,7 +663,7 @@ TEST_CASE("resharding keeps interleaved chunks where the target's pipeline size 
   auto result = reshard(d / "pp4", d / "tp2_pp4", 2, 16, 4, &output);
   CHECK(result.source_layers_per_virtual_stage == 1);
   CHECK_FALSE(result.interleaving_dropped);
-  CHECK(result.target_arguments.num_layers_per_virtual_pipeline_stage == 1);
+  CHECK(result.target_arguments.parallelism.num_layers_per_virtual_pipeline_stage == 1);
   CHECK(output.find("interleaved") == std::string::npos);
   check_same_checkpoint(d / "tp2_pp4", d / "built_tp2_pp4", 2, 4);
 
@@ -671,7 +671,7 @@ TEST_CASE("resharding keeps interleaved chunks where the target's pipeline size 
   save_layout_checkpoint(at_layout(arguments, d / "built_pp2", 1, 2), whole);
   result = reshard(d / "pp4", d / "pp2", 1, 32, 2, &output);
   CHECK(result.interleaving_dropped);
-  CHECK(result.target_arguments.num_layers_per_virtual_pipeline_stage == 0);
+  CHECK(result.target_arguments.parallelism.num_layers_per_virtual_pipeline_stage == 0);
   CHECK(output.find("--num-layers-per-virtual-pipeline-stage 1 of the checkpoint does not fit "
                     "--target-pipeline-parallel-size 2 (the interleaved schedule needs a "
                     "pipeline-parallel size greater than 2): the resharded checkpoint has no "

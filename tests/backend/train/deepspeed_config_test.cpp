@@ -46,8 +46,8 @@ TEST_CASE("a ZeRO-2 + fp16 configuration of Megatron-DeepSpeed's examples maps o
                         "--zero-stage", "2"}));
   REQUIRE(arguments);
   CHECK(arguments->deepspeed);
-  CHECK(arguments->zero_stage == 2);
-  CHECK(arguments->use_distributed_optimizer);
+  CHECK(arguments->parallelism.zero_stage == 2);
+  CHECK(arguments->parallelism.use_distributed_optimizer);
   CHECK(arguments->fp16);
   CHECK_FALSE(arguments->bf16);
   CHECK_FALSE(arguments->loss_scale.has_value());  // 0: dynamic
@@ -72,7 +72,7 @@ TEST_CASE("stage 0 and stage 1 and the flags' agreement with the file") {
                                 "bf16": {"enabled": true}})");
   auto arguments = parse(flags_with({"--deepspeed", "--deepspeed_config", stage1}));
   REQUIRE(arguments);
-  CHECK(arguments->use_distributed_optimizer);
+  CHECK(arguments->parallelism.use_distributed_optimizer);
   CHECK(arguments->bf16);
   CHECK(arguments->global_batch_size == 8);
   CHECK(arguments->optimizer.clip_grad == 0.5);
@@ -80,7 +80,7 @@ TEST_CASE("stage 0 and stage 1 and the flags' agreement with the file") {
   arguments = parse(flags_with({"--deepspeed", "--deepspeed_config", stage0,
                                 "--micro-batch-size", "2", "--global-batch-size", "4"}));
   REQUIRE(arguments);
-  CHECK_FALSE(arguments->use_distributed_optimizer);
+  CHECK_FALSE(arguments->parallelism.use_distributed_optimizer);
   // The flags and the file must agree where both speak.
   CHECK_THROWS_WITH_AS(parse(flags_with({"--deepspeed", "--deepspeed_config", stage1,
                                          "--global-batch-size", "32"})),
@@ -152,10 +152,10 @@ TEST_CASE("Megatron-DeepSpeed's ZeRO-3 + CPU offload configuration maps to ZeRO-
       {"--deepspeed", "--deepspeed_config", kData + "ds_config_gpt_zero3_offload.json",
        "--zero-stage", "3"}));
   REQUIRE(a.has_value());
-  CHECK(a->zero_stage == 3);
-  CHECK_FALSE(a->use_distributed_optimizer);
-  CHECK(a->offload_optimizer);
-  CHECK_FALSE(a->offload_parameters);
+  CHECK(a->parallelism.zero_stage == 3);
+  CHECK_FALSE(a->parallelism.use_distributed_optimizer);
+  CHECK(a->parallelism.offload_optimizer);
+  CHECK_FALSE(a->parallelism.offload_parameters);
   CHECK(a->global_batch_size == 8);
   CHECK(a->micro_batch_size == 2);
 }

@@ -82,8 +82,8 @@ TEST_CASE("the median leaves the warm-up iteration out and the JSON holds every 
   // Four ranks (TP=2 × DP=2): the same step shares its FLOPs over four devices, and the JSON
   // says so (it reported world size 1 and the whole step's FLOPs per device before).
   TrainingArguments four = a;
-  four.world_size = 4;
-  four.tensor_model_parallel_size = 2;
+  four.parallelism.world_size = 4;
+  four.parallelism.tensor_model_parallel_size = 2;
   const auto shared = summarize_benchmark(four, 128, {5000.0, 10.0, 30.0, 20.0}, 1e11);
   CHECK(shared.tflops_per_device == doctest::Approx(summary.tflops_per_device / 4));
   write_benchmark_json(file, four, 128, 12345, shared);

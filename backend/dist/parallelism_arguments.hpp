@@ -1,0 +1,51 @@
+// The parallel layout's flags as one value: Megatron-LM's distributed arguments
+// (megatron/training/arguments.py: _add_distributed_args) under its dest names, with the world
+// size the launcher started and Megatron-DeepSpeed's ZeRO settings (backend/train/
+// deepspeed_config.hpp maps its configuration file onto them). pretrain_gpt's parser fills it
+// from kParallelismFlags (backend/train/arguments.cpp); parallel_layout() derives the layout
+// the process groups are built from (parallel_layout.hpp).
+#pragma once
+
+#include <cstdint>
+
+#include "backend/dist/parallel_layout.hpp"
+
+namespace backend {
+
+struct ParallelismArguments {
+  // Not a flag: the processes the launcher started (Megatron reads WORLD_SIZE in validate_args;
+  // parse_arguments reads the launcher's environment, process_environment.hpp).
+  int64_t world_size = 1;
+  int64_t tensor_model_parallel_size = 1;
+  int64_t pipeline_model_parallel_size = 1;
+  // --num-layers-per-virtual-pipeline-stage (0: not given): the interleaved schedule's model
+  // chunks per stage are num_layers / pp / this (TrainingArguments::virtual_pipeline_chunks()).
+  int64_t num_layers_per_virtual_pipeline_stage = 0;
+  // How long one collective may wait for the other ranks before this rank ends the job
+  // (backend/dist/collective_watchdog.hpp). Megatron's is an int; fractions are our extension.
+  double distributed_timeout_minutes = 10;
+  bool use_distributed_optimizer = false;  // ZeRO-1 over the data-parallel group
+  bool sequence_parallel = false;          // the residual stream sharded over the TP group
+  // Megatron's --overlap-grad-reduce: each unit's data-parallel all-reduce starts as soon as
+  // the last micro batch's backward has finished the unit. --overlap-param-gather is accepted
+  // and recorded; the distributed optimizer's reduce-scatter and all-gather are not overlapped
+  // yet (a warning says so).
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  // Megatron-DeepSpeed's --zero-stage (or its configuration file's). 3: parameters and
+  // gradients sharded over the data-parallel group too (GptModel's sharded_over_data_parallel).
+  // The offloads (DeepSpeed's offload_optimizer / cpu_offload and offload_param to "cpu"): the
+  // optimizer's state and the parameter shard in host memory, which on CPU ranks is where they
+  // are already.
+  int64_t zero_stage = 0;
+  bool offload_optimizer = false;
+  bool offload_parameters = false;
+};
+
+// The layout the flags give (make_parallel_layout: tp × pp must divide the world size).
+inline ParallelLayout parallel_layout(const ParallelismArguments& parallelism) {
+  return make_parallel_layout(parallelism.world_size, parallelism.tensor_model_parallel_size,
+                              parallelism.pipeline_model_parallel_size);
+}
+
+}  // namespace backend
