@@ -21,7 +21,7 @@
 // float32 keeps the scale (Megatron's would become inf and never come back), and the growth
 // check is growth_tracker ≥ growth_interval, not ==, so a state restored into a run with a
 // shorter --loss-scale-window still grows (with ==, Megatron's would never grow again).
-// Which scaler a run gets from its flags: backend/train/loss_scaling.hpp.
+// Which scaler a run gets from its flags: mixed_precision_arguments.hpp.
 #pragma once
 
 #include <cstdint>

@@ -28,7 +28,6 @@
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/deepspeed_config.hpp"
 #include "backend/train/flag_table.hpp"
-#include "backend/train/loss_scaling.hpp"
 #include "backend/train/training_schedule.hpp"
 
 namespace backend {
@@ -467,21 +466,25 @@ const FlagRow<ParallelismArguments> kParallelismFlags[] = {
      "use_distributed_optimizer"},
 };
 
-const FlagRow<TrainingArguments> kPrecisionFlags[] = {
-    {"--bf16", &TrainingArguments::bf16, "bf16 mixed precision (CUDA path)", "bf16"},
-    {"--fp16", &TrainingArguments::fp16, "fp16 mixed precision (CUDA path)", "fp16"},
-    {"--loss-scale", &TrainingArguments::loss_scale,
+const FlagRow<MixedPrecisionArguments> kPrecisionFlags[] = {
+    {"--bf16", &MixedPrecisionArguments::bf16, "bf16 mixed precision (CUDA path)", "bf16"},
+    {"--fp16", &MixedPrecisionArguments::fp16, "fp16 mixed precision (CUDA path)", "fp16"},
+    {"--loss-scale", &MixedPrecisionArguments::loss_scale,
      "Constant loss scale with --fp16/--bf16 (default: dynamic with --fp16)", "loss_scale"},
     // 2^32, not CLI11's 4.29497e+09.
-    {"--initial-loss-scale", &TrainingArguments::initial_loss_scale,
+    {"--initial-loss-scale", &MixedPrecisionArguments::initial_loss_scale,
      "Dynamic loss scaling's first scale", "initial_loss_scale", FlagDump::value,
      FlagRequirement::optional, "4294967296"},
-    {"--min-loss-scale", &TrainingArguments::min_loss_scale, "Dynamic loss scaling's floor",
+    {"--min-loss-scale", &MixedPrecisionArguments::min_loss_scale, "Dynamic loss scaling's floor",
      "min_loss_scale"},
-    {"--loss-scale-window", &TrainingArguments::loss_scale_window,
+    {"--loss-scale-window", &MixedPrecisionArguments::loss_scale_window,
      "Clean iterations before the dynamic scale doubles", "loss_scale_window"},
-    {"--hysteresis", &TrainingArguments::hysteresis,
+    {"--hysteresis", &MixedPrecisionArguments::hysteresis,
      "Overflows (since the last growth) before the dynamic scale halves", "hysteresis"},
+};
+
+// Ours, last of the training group.
+const FlagRow<TrainingArguments> kDeviceFlags[] = {
     {"--device", &TrainingArguments::device, "auto, cpu or cuda (not a Megatron flag)", "device"},
 };
 
@@ -794,7 +797,8 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
   add_flag_rows<DataArguments>(app, arguments.data, kDataFlags, "Data and tokenizer");
   add_flag_rows<TrainingArguments>(app, arguments, kTrainingFlags, "Training");
   add_flag_rows<ParallelismArguments>(app, arguments.parallelism, kParallelismFlags, "Training");
-  add_flag_rows<TrainingArguments>(app, arguments, kPrecisionFlags, "Training");
+  add_flag_rows<MixedPrecisionArguments>(app, arguments.precision, kPrecisionFlags, "Training");
+  add_flag_rows<TrainingArguments>(app, arguments, kDeviceFlags, "Training");
   // The server batches its requests' prompts itself (--max-batch-size).
   if (server) {
     arguments.micro_batch_size = 1;
@@ -1182,21 +1186,24 @@ void validate_arguments(TrainingArguments& arguments) {
       common::fail("--recompute-granularity full needs --recompute-num-layers N");
     }
   }
-  if (arguments.bf16 && arguments.fp16) common::fail("--bf16 and --fp16 are mutually exclusive");
+  if (arguments.precision.bf16 && arguments.precision.fp16)
+    common::fail("--bf16 and --fp16 are mutually exclusive");
   if (arguments.data_impl == "lazy" || arguments.data_impl == "cached") {
     common::fail("--data-impl {}: only the memory-mapped reader is built (--data-impl mmap, or "
                  "infer, which finds mmap in every .idx this backend reads)", arguments.data_impl);
   }
-  // Loss scaling: build the scaler the flags give (backend/train/loss_scaling.hpp), so that
-  // Megatron's grad-scaler asserts are refused now, naming the flags: --min-loss-scale ≤
+  // Loss scaling: build the scaler the flags give (backend/optim/mixed_precision_arguments.hpp), so
+  // that Megatron's grad-scaler asserts are refused now, naming the flags: --min-loss-scale ≤
   // --initial-loss-scale where the dynamic scaler is built (--fp16 without --loss-scale; Megatron
   // checks it nowhere else), scales that float32 holds. Each value's own range (positive
   // scales, window and hysteresis ≥ 1) is a flag rule.
-  make_loss_scaler(arguments);
-  if (arguments.loss_scale && !arguments.fp16 && !arguments.bf16) {
+  make_loss_scaler(arguments.precision);
+  if (arguments.precision.loss_scale && !arguments.precision.fp16 && !arguments.precision.bf16) {
     // Megatron's fp32 optimizer has no scaler and ignores the flag; say so rather than stay silent.
-    spdlog::warn("--loss-scale {} has no effect without --fp16 or --bf16: fp32 training does not "
-                 "scale the loss", *arguments.loss_scale);
+    spdlog::warn(
+        "--loss-scale {} has no effect without --fp16 or --bf16: fp32 training does not "
+        "scale the loss",
+        *arguments.precision.loss_scale);
   }
 
   // Tokenizer: the vocabulary size is what the model needs; GPT-2's is a fixed fact.
@@ -1258,9 +1265,10 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
   dump_flag_rows<TokenizerOptions>(a.tokenizer, kTokenizerFlags, values);
   dump_flag_rows<DataArguments>(a.data, kDataFlags, values);
   dump_flag_rows<ParallelismArguments>(a.parallelism, kParallelismFlags, values);
+  dump_flag_rows<MixedPrecisionArguments>(a.precision, kPrecisionFlags, values);
   dump_flag_rows<OptimizerArguments>(a.optimizer, kOptimizerFlags, values);
   const std::span<const FlagRow<TrainingArguments>> tables[] = {
-      kLegacyFlags,  kTrainingFlags,          kPrecisionFlags,
+      kLegacyFlags,  kTrainingFlags,          kDeviceFlags,
       kLoggingFlags, kCheckpointAndExitFlags, kCheckpointArgumentsFlags};
   for (const auto table : tables) dump_flag_rows<TrainingArguments>(a, table, values);
   // What no flag sets by itself: the DeepSpeed configuration's mapping, the launch, and the

@@ -3,13 +3,13 @@
 // (arguments.cpp, flag_table.hpp) from which the CLI11 options and the arguments dump are made;
 // the model (backend/model/model_arguments.hpp), the tokenizer (data/tokenizer.hpp's
 // TokenizerOptions), the training data (data/data_arguments.hpp), the parallel layout
-// (dist/parallelism_arguments.hpp), the optimizer and its schedule
-// (backend/optim/optimizer_arguments.hpp), spike handling, evaluate_gpt's tasks and the server's
-// flags are structs of their own, the other concerns still fields of TrainingArguments.
-// Names, defaults and validation rules follow Megatron, so a user's pretrain_gpt.py command line
-// works here unchanged, within the features built so far. A Megatron flag that this backend knows
-// but does not implement yet is rejected with a message saying so (see kUnsupportedFlags in
-// arguments.cpp), never silently ignored.
+// (dist/parallelism_arguments.hpp), mixed precision (optim/mixed_precision_arguments.hpp), the
+// optimizer and its schedule (optim/optimizer_arguments.hpp), spike handling, evaluate_gpt's tasks
+// and the server's flags are structs of their own, the other concerns still fields of
+// TrainingArguments. Names, defaults and validation rules follow Megatron, so a user's
+// pretrain_gpt.py command line works here unchanged, within the features built so far. A Megatron
+// flag that this backend knows but does not implement yet is rejected with a message saying so (see
+// kUnsupportedFlags in arguments.cpp), never silently ignored.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,7 @@
 #include "backend/data/tokenizer.hpp"
 #include "backend/dist/parallelism_arguments.hpp"
 #include "backend/model/model_arguments.hpp"
+#include "backend/optim/mixed_precision_arguments.hpp"
 #include "backend/optim/optimizer_arguments.hpp"
 
 namespace backend {
@@ -114,16 +115,8 @@ struct TrainingArguments {
   std::string distributed_backend = "nccl";
   std::string ddp_impl = "local";  // accepted: attention is always fused (no s × s scores)
 
-  // precision: the CPU path computes in fp32 whatever is asked
-  bool bf16 = false;
-  bool fp16 = false;
-  // Loss scaling (backend/train/loss_scaling.hpp says which scaler these give): a constant
-  // --loss-scale with --fp16 or --bf16, else with --fp16 Megatron's dynamic scaler.
-  std::optional<double> loss_scale;         // --loss-scale (None: dynamic with --fp16)
-  double initial_loss_scale = 4294967296.0;  // 2^32
-  double min_loss_scale = 1.0;
-  int64_t loss_scale_window = 1000;  // clean steps before the scale doubles
-  int64_t hysteresis = 2;            // overflows before the scale halves
+  // --bf16, --fp16 and loss scaling (backend/optim/mixed_precision_arguments.hpp)
+  MixedPrecisionArguments precision;
 
   // evaluation and logging
   int64_t eval_interval = 1000;

@@ -164,24 +164,25 @@ void apply_precision(const Section& root, const DeepSpeedFlags& flags, TrainingA
                    fp16.key("consecutive_hysteresis"));
     }
     if (fp16.boolean("enabled", false)) {
-      a.fp16 = true;
+      a.precision.fp16 = true;
       if (fp16.has("loss_scale")) {
         const double scale = fp16.number("loss_scale");
         if (scale < 0) {
           common::fail("--deepspeed_config {}: {} is {}; 0 means dynamic, else a positive "
                        "constant", flags.config_file, fp16.key("loss_scale"), scale);
         }
-        if (scale > 0) a.loss_scale = scale;
+        if (scale > 0) a.precision.loss_scale = scale;
       }
       if (fp16.has("initial_scale_power")) {
-        a.initial_loss_scale = std::ldexp(1.0, static_cast<int>(std::min<int64_t>(
-                                                   fp16.integer("initial_scale_power", 0), 1000)));
+        a.precision.initial_loss_scale = std::ldexp(
+            1.0, static_cast<int>(std::min<int64_t>(fp16.integer("initial_scale_power", 0), 1000)));
       }
-      if (fp16.has("loss_scale_window")) a.loss_scale_window = fp16.integer("loss_scale_window", 1);
-      if (fp16.has("hysteresis")) a.hysteresis = fp16.integer("hysteresis", 1);
+      if (fp16.has("loss_scale_window"))
+        a.precision.loss_scale_window = fp16.integer("loss_scale_window", 1);
+      if (fp16.has("hysteresis")) a.precision.hysteresis = fp16.integer("hysteresis", 1);
       if (fp16.has("min_loss_scale")) {
-        a.min_loss_scale = fp16.number("min_loss_scale");
-        if (!(a.min_loss_scale > 0)) {
+        a.precision.min_loss_scale = fp16.number("min_loss_scale");
+        if (!(a.precision.min_loss_scale > 0)) {
           common::fail("--deepspeed_config {}: {} must be positive", flags.config_file,
                        fp16.key("min_loss_scale"));
         }
@@ -192,9 +193,9 @@ void apply_precision(const Section& root, const DeepSpeedFlags& flags, TrainingA
     if (!root.has(name)) continue;
     const Section bf16 = root.section(name);
     bf16.only({"enabled", "immediate_grad_update"}, "other bf16 settings are not built");
-    if (bf16.boolean("enabled", false)) a.bf16 = true;
+    if (bf16.boolean("enabled", false)) a.precision.bf16 = true;
   }
-  if (a.fp16 && a.bf16) {
+  if (a.precision.fp16 && a.precision.bf16) {
     common::fail("--deepspeed_config {} (with the flags) enables both fp16 and bf16; choose one",
                  flags.config_file);
   }

@@ -34,7 +34,6 @@
 #include "backend/train/evaluation.hpp"
 #include "backend/train/exit_signal_handler.hpp"
 #include "backend/train/exp_manager_files.hpp"
-#include "backend/train/loss_scaling.hpp"
 #include "backend/train/pipeline_schedule.hpp"
 #include "backend/train/spike_detector.hpp"
 #include "backend/train/train_step.hpp"
@@ -101,8 +100,8 @@ namespace {
 MixedPrecision mixed_precision_of(const TrainingArguments& a, const Device& device) {
   if (device.memory_kind() != MemoryKind::cuda || a.parallelism.zero_stage == 3)
     return MixedPrecision::none;
-  if (a.bf16) return MixedPrecision::bf16;
-  if (a.fp16) return MixedPrecision::fp16;
+  if (a.precision.bf16) return MixedPrecision::bf16;
+  if (a.precision.fp16) return MixedPrecision::fp16;
   return MixedPrecision::none;
 }
 
@@ -110,14 +109,15 @@ MixedPrecision mixed_precision_of(const TrainingArguments& a, const Device& devi
 // GptConfig::mixed_precision, from mixed_precision_of): --bf16 or --fp16 on the CUDA device is
 // mixed precision; the CPU path computes in fp32 (--fp16's loss scaling applies on every device).
 void note_precision(const TrainingArguments& a, const Device& device, MixedPrecision precision) {
-  if (!a.bf16 && !a.fp16) return;
-  const char* flag = a.bf16 ? "--bf16" : "--fp16";
-  const char* scaling = a.fp16 ? " (its dynamic loss scaling runs, as Megatron's)" : "";
+  if (!a.precision.bf16 && !a.precision.fp16) return;
+  const char* flag = a.precision.bf16 ? "--bf16" : "--fp16";
+  const char* scaling = a.precision.fp16 ? " (its dynamic loss scaling runs, as Megatron's)" : "";
   if (precision != MixedPrecision::none) {
-    const char* type = a.bf16 ? "bf16" : "fp16";
-    spdlog::info("{}: {} weights and activations; fp32 master weights, gradients and AdamW "
-                 "moments{}",
-                 flag, type, a.fp16 ? "; loss scaling guards fp16's range" : "");
+    const char* type = a.precision.bf16 ? "bf16" : "fp16";
+    spdlog::info(
+        "{}: {} weights and activations; fp32 master weights, gradients and AdamW "
+        "moments{}",
+        flag, type, a.precision.fp16 ? "; loss scaling guards fp16's range" : "");
     return;
   }
   if (device.memory_kind() == MemoryKind::host) {
@@ -253,7 +253,7 @@ Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, Batc
   carve_model_and_optimizer();
   // --fp16's dynamic loss scaling (or --loss-scale): the optimizer holds the scaler, as
   // Megatron's mixed-precision optimizer does, so checkpoints carry its state.
-  optimizer_->set_loss_scaler(make_loss_scaler(a_));
+  optimizer_->set_loss_scaler(make_loss_scaler(a_.precision));
   result_.parameter_count = whole_count_of(*model_);
   scheduler_.emplace(learning_rate_schedule(a_));
   batch_sizes_.emplace(batch_size_schedule(a_, groups_.layout.data_parallel));

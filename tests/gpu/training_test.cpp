@@ -87,9 +87,9 @@ TrainingArguments llama_style() {
 // `a` in "fp32", "bf16" or "fp16"; fp16 with a dynamic loss scale starting at 4096, which the
 // tiny models' gradients fit (Megatron's 2^32 start has a test of its own).
 TrainingArguments with_precision(TrainingArguments a, const std::string& precision) {
-  a.bf16 = precision == "bf16";
-  a.fp16 = precision == "fp16";
-  if (a.fp16) a.initial_loss_scale = 4096;
+  a.precision.bf16 = precision == "bf16";
+  a.precision.fp16 = precision == "fp16";
+  if (a.precision.fp16) a.precision.initial_loss_scale = 4096;
   return a;
 }
 
@@ -208,7 +208,7 @@ TEST_CASE("fp16 from Megatron's initial loss scale 2^32 skips the overflowing it
   const auto device = gpu_device_or_skip();
   if (!device) return;
   TrainingArguments fp16 = gpt2_style();
-  fp16.fp16 = true;  // Megatron's defaults: --initial-loss-scale 2^32, --hysteresis 2
+  fp16.precision.fp16 = true;  // Megatron's defaults: --initial-loss-scale 2^32, --hysteresis 2
   fp16.train_iters = 40;
   const TrainingResult run = train(fp16, *device);
   int64_t skipped = 0;

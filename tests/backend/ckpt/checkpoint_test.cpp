@@ -931,9 +931,9 @@ TEST_CASE("--fp16: the loss scaler's state is saved and a resumed run scales as 
   test_support::TemporaryDirectory directory;
   auto base = resumable_arguments();
   base.train_iters = 8;
-  base.fp16 = true;
-  base.initial_loss_scale = 1024;
-  base.loss_scale_window = 3;  // grows at iterations 3 and 6: across the save at 4
+  base.precision.fp16 = true;
+  base.precision.initial_loss_scale = 1024;
+  base.precision.loss_scale_window = 3;  // grows at iterations 3 and 6: across the save at 4
   auto uninterrupted = base;
   std::ostringstream log_whole;
   const TrainingResult whole = train(uninterrupted, log_whole);
@@ -962,8 +962,8 @@ TEST_CASE("--fp16: the loss scaler's state is saved and a resumed run scales as 
 
   // A run without a scaler ignores the saved state, with Megatron's warning.
   auto bf16 = base;
-  bf16.fp16 = false;
-  bf16.bf16 = true;
+  bf16.precision.fp16 = false;
+  bf16.precision.bf16 = true;
   bf16.load = first_half.save;
   bf16.save.clear();
   std::ostringstream log_bf16;

@@ -547,11 +547,11 @@ TEST_CASE("the SentencePiece tokenizers: --tokenizer-model is needed by them and
 TEST_CASE("loss-scaling flags: Megatron's defaults, each flag, and the arguments dump") {
   const auto defaults = parse_words(base_flags());
   REQUIRE(defaults);
-  CHECK_FALSE(defaults->loss_scale.has_value());
-  CHECK(defaults->initial_loss_scale == 4294967296.0);
-  CHECK(defaults->min_loss_scale == 1.0);
-  CHECK(defaults->loss_scale_window == 1000);
-  CHECK(defaults->hysteresis == 2);
+  CHECK_FALSE(defaults->precision.loss_scale.has_value());
+  CHECK(defaults->precision.initial_loss_scale == 4294967296.0);
+  CHECK(defaults->precision.min_loss_scale == 1.0);
+  CHECK(defaults->precision.loss_scale_window == 1000);
+  CHECK(defaults->precision.hysteresis == 2);
   const auto default_values = backend::argument_values(*defaults);
   CHECK(default_values.at("loss_scale") == "None");
   CHECK(default_values.at("initial_loss_scale") == "4294967296");
@@ -563,11 +563,11 @@ TEST_CASE("loss-scaling flags: Megatron's defaults, each flag, and the arguments
                                  "--min-loss-scale", "0.5", "--loss-scale-window", "200",
                                  "--hysteresis", "3"}));
   REQUIRE(given);
-  CHECK(given->loss_scale == 1024.0);
-  CHECK(given->initial_loss_scale == 65536.0);
-  CHECK(given->min_loss_scale == 0.5);
-  CHECK(given->loss_scale_window == 200);
-  CHECK(given->hysteresis == 3);
+  CHECK(given->precision.loss_scale == 1024.0);
+  CHECK(given->precision.initial_loss_scale == 65536.0);
+  CHECK(given->precision.min_loss_scale == 0.5);
+  CHECK(given->precision.loss_scale_window == 200);
+  CHECK(given->precision.hysteresis == 3);
   const auto values = backend::argument_values(*given);
   CHECK(values.at("loss_scale") == "1024");
   CHECK(values.at("initial_loss_scale") == "65536");

@@ -48,13 +48,13 @@ TEST_CASE("a ZeRO-2 + fp16 configuration of Megatron-DeepSpeed's examples maps o
   CHECK(arguments->deepspeed);
   CHECK(arguments->parallelism.zero_stage == 2);
   CHECK(arguments->parallelism.use_distributed_optimizer);
-  CHECK(arguments->fp16);
-  CHECK_FALSE(arguments->bf16);
-  CHECK_FALSE(arguments->loss_scale.has_value());  // 0: dynamic
-  CHECK(arguments->initial_loss_scale == 2048.0);  // 2^11
-  CHECK(arguments->loss_scale_window == 500);
-  CHECK(arguments->hysteresis == 2);
-  CHECK(arguments->min_loss_scale == 1.0);
+  CHECK(arguments->precision.fp16);
+  CHECK_FALSE(arguments->precision.bf16);
+  CHECK_FALSE(arguments->precision.loss_scale.has_value());  // 0: dynamic
+  CHECK(arguments->precision.initial_loss_scale == 2048.0);  // 2^11
+  CHECK(arguments->precision.loss_scale_window == 500);
+  CHECK(arguments->precision.hysteresis == 2);
+  CHECK(arguments->precision.min_loss_scale == 1.0);
   CHECK(arguments->micro_batch_size == 2);   // train_micro_batch_size_per_gpu
   CHECK(arguments->global_batch_size == 8);  // train_batch_size
   CHECK(arguments->optimizer.clip_grad == 1.0);
@@ -73,7 +73,7 @@ TEST_CASE("stage 0 and stage 1 and the flags' agreement with the file") {
   auto arguments = parse(flags_with({"--deepspeed", "--deepspeed_config", stage1}));
   REQUIRE(arguments);
   CHECK(arguments->parallelism.use_distributed_optimizer);
-  CHECK(arguments->bf16);
+  CHECK(arguments->precision.bf16);
   CHECK(arguments->global_batch_size == 8);
   CHECK(arguments->optimizer.clip_grad == 0.5);
   const auto stage0 = write(directory, "stage0.json", R"({"zero_optimization": {"stage": 0}})");

@@ -219,7 +219,7 @@ TEST_CASE("skipped and nan are counted apart: an fp16 overflow is skipped, not n
 TEST_CASE("fp16: the line prints the last iteration's scale after its update, skips apart from nans") {
   std::ostringstream out;
   auto a = log_arguments();
-  a.fp16 = true;
+  a.precision.fp16 = true;
   a.log_interval = 4;
   TrainingLog log(a, 256, std::nullopt, out);
   // Dynamic scaling from 2^32 with hysteresis 2: the first overflow keeps the scale, the

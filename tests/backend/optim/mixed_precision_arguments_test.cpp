@@ -1,19 +1,20 @@
-// Which loss scaler the flags give, as Megatron's get_megatron_optimizer builds its grad scaler.
-#include "backend/train/loss_scaling.hpp"
+// Which loss scaler the mixed-precision flags give, as Megatron's get_megatron_optimizer builds
+// its grad scaler.
+#include "backend/optim/mixed_precision_arguments.hpp"
 
 #include <doctest/doctest.h>
 
 using backend::LossScaler;
 using backend::make_loss_scaler;
-using backend::TrainingArguments;
+using backend::MixedPrecisionArguments;
 
 TEST_CASE("fp32 and bf16 without --loss-scale: no scaler, scale 1.0") {
-  TrainingArguments fp32;
+  MixedPrecisionArguments fp32;
   CHECK(make_loss_scaler(fp32).kind() == LossScaler::Kind::none);
   CHECK(make_loss_scaler(fp32).scale() == 1.0);
   fp32.loss_scale = 1024;  // Megatron's fp32 optimizer has no scaler: ignored
   CHECK(make_loss_scaler(fp32).kind() == LossScaler::Kind::none);
-  TrainingArguments bf16;
+  MixedPrecisionArguments bf16;
   bf16.bf16 = true;
   CHECK(make_loss_scaler(bf16).kind() == LossScaler::Kind::none);
 }
@@ -21,7 +22,7 @@ TEST_CASE("fp32 and bf16 without --loss-scale: no scaler, scale 1.0") {
 TEST_CASE("--loss-scale with --fp16 or --bf16: a constant scaler") {
   for (bool fp16 : {true, false}) {
     CAPTURE(fp16);
-    TrainingArguments a;
+    MixedPrecisionArguments a;
     a.fp16 = fp16;
     a.bf16 = !fp16;
     a.loss_scale = 4096;
@@ -34,7 +35,7 @@ TEST_CASE("--loss-scale with --fp16 or --bf16: a constant scaler") {
 }
 
 TEST_CASE("--fp16 alone: Megatron's dynamic scaler from the flags, growth 2, backoff 0.5") {
-  TrainingArguments a;
+  MixedPrecisionArguments a;
   a.fp16 = true;
   LossScaler defaults = make_loss_scaler(a);
   CHECK(defaults.dynamic());
