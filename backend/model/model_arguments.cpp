@@ -23,8 +23,9 @@ GptConfig gpt_config(const ModelArguments& model, int64_t vocab_size,
   config.attention_dropout = model.attention_dropout;
   config.position_embedding_type = model.position_embedding_type;
   config.rotary_base = model.rotary_base;
-  if (model.use_rope_scaling)
+  if (model.use_rope_scaling) {
     config.rope_scaling = RopeScaling{.factor = model.rope_scaling_factor};
+  }
   config.rotary_percent = model.rotary_percent;
   config.normalization = model.normalization;
   config.apply_layernorm_1p = model.apply_layernorm_1p;

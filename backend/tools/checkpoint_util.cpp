@@ -33,42 +33,37 @@ namespace {
 
 // The pretrain_gpt flags that rebuild a model saved from `arguments` (arguments_for_model).
 std::vector<std::string> model_flags(const backend::TrainingArguments& a) {
-  std::vector<std::string> flags = {"--num-layers",
-                                    std::to_string(a.model.num_layers),
-                                    "--hidden-size",
-                                    std::to_string(a.model.hidden_size),
-                                    "--ffn-hidden-size",
-                                    std::to_string(a.model.ffn_hidden_size),
-                                    "--num-attention-heads",
-                                    std::to_string(a.model.num_attention_heads),
-                                    "--max-position-embeddings",
-                                    std::to_string(a.model.max_position_embeddings),
-                                    "--norm-epsilon",
-                                    fmt::format("{}", a.model.norm_epsilon),
-                                    "--tokenizer-type",
-                                    a.tokenizer.tokenizer_type};
-  if (a.model.position_embedding_type == backend::PositionEmbeddingType::rope) {
+  const backend::ModelArguments& model = a.model;
+  std::vector<std::string> flags = {
+      "--num-layers", std::to_string(model.num_layers),
+      "--hidden-size", std::to_string(model.hidden_size),
+      "--ffn-hidden-size", std::to_string(model.ffn_hidden_size),
+      "--num-attention-heads", std::to_string(model.num_attention_heads),
+      "--max-position-embeddings", std::to_string(model.max_position_embeddings),
+      "--norm-epsilon", fmt::format("{}", model.norm_epsilon),
+      "--tokenizer-type", a.tokenizer.tokenizer_type};
+  if (model.position_embedding_type == backend::PositionEmbeddingType::rope) {
     flags.insert(flags.end(), {"--position-embedding-type", "rope", "--rotary-base",
-                               std::to_string(a.model.rotary_base)});
-    if (a.model.rotary_percent != 1.0) {
-      flags.insert(flags.end(), {"--rotary-percent", fmt::format("{}", a.model.rotary_percent)});
+                               std::to_string(model.rotary_base)});
+    if (model.rotary_percent != 1.0) {
+      flags.insert(flags.end(), {"--rotary-percent", fmt::format("{}", model.rotary_percent)});
     }
-    if (a.model.use_rope_scaling) {
+    if (model.use_rope_scaling) {
       flags.insert(flags.end(), {"--use-rope-scaling", "--rope-scaling-factor",
-                                 fmt::format("{}", a.model.rope_scaling_factor)});
+                                 fmt::format("{}", model.rope_scaling_factor)});
     }
   }
-  if (a.model.normalization == backend::Normalization::rms_norm) {
+  if (model.normalization == backend::Normalization::rms_norm) {
     flags.insert(flags.end(), {"--normalization", "RMSNorm"});
   }
-  if (a.model.swiglu) flags.push_back("--swiglu");
-  if (!a.model.add_bias_linear) flags.push_back("--disable-bias-linear");
-  if (a.model.untie_embeddings_and_output_weights) {
+  if (model.swiglu) flags.push_back("--swiglu");
+  if (!model.add_bias_linear) flags.push_back("--disable-bias-linear");
+  if (model.untie_embeddings_and_output_weights) {
     flags.push_back("--untie-embeddings-and-output-weights");
   }
-  if (a.model.group_query_attention) {
+  if (model.group_query_attention) {
     flags.insert(flags.end(), {"--group-query-attention", "--num-query-groups",
-                               std::to_string(a.model.num_query_groups)});
+                               std::to_string(model.num_query_groups)});
   }
   if (a.tokenizer.tokenizer_type == "NullTokenizer") {
     flags.insert(flags.end(), {"--vocab-size", std::to_string(a.tokenizer.vocab_size)});
@@ -77,7 +72,7 @@ std::vector<std::string> model_flags(const backend::TrainingArguments& a) {
     flags.insert(flags.end(), {"--tokenizer-model", a.tokenizer.tokenizer_model});
   }
   flags.insert(flags.end(), {"--make-vocab-size-divisible-by",
-                             std::to_string(a.model.make_vocab_size_divisible_by)});
+                             std::to_string(model.make_vocab_size_divisible_by)});
   return flags;
 }
 

@@ -687,8 +687,9 @@ void resolve_other_spellings(CommandLine& line) {
 void resolve_recompute_spellings(CommandLine& line) {
   ModelArguments& model = line.arguments.model;
   const CommandLine::Spellings& spellings = line.spellings;
-  if (spellings.recompute_activations)
+  if (spellings.recompute_activations) {
     model.recompute_granularity = RecomputeGranularity::selective;
+  }
   // The full recompute's old spellings: older Megatron's --activations-checkpoint-method M
   // with --activations-checkpoint-num-layers N (August 2021 to May 2022, before the
   // --recompute-* names), where --checkpoint-activations set the method uniform; and
@@ -890,8 +891,9 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
        {std::span<const FlagWithoutEffect>(kSwitchesWithoutEffect),
         std::span<const FlagWithoutEffect>(kValuesWithoutEffect)}) {
     for (const FlagWithoutEffect& entry : table) {
-      if (app.count(entry.flag) > 0)
+      if (app.count(entry.flag) > 0) {
         spdlog::info("{} has no effect here: {}", entry.flag, entry.reason);
+      }
     }
   }
   // Megatron's validate_args asserts that at most one of the two names is given.
@@ -1002,8 +1004,9 @@ void validate_data_arguments(TrainingArguments& arguments) {
   if (!arguments.data.train_data_path.empty()) per_split_flags.push_back("--train-data-path");
   if (!arguments.data.valid_data_path.empty()) per_split_flags.push_back("--valid-data-path");
   if (!arguments.data.test_data_path.empty()) per_split_flags.push_back("--test-data-path");
-  if (!arguments.data.per_split_data_args_path.empty())
+  if (!arguments.data.per_split_data_args_path.empty()) {
     per_split_flags.push_back("--per-split-data-args-path");
+  }
   if (blend_flags.size() > 1) {
     common::fail("{} are exclusive: name the data one way", fmt::join(blend_flags, " and "));
   }
@@ -1045,6 +1048,7 @@ void validate_data_arguments(TrainingArguments& arguments) {
 
 void validate_arguments(TrainingArguments& arguments) {
   ModelArguments& model = arguments.model;
+  ParallelismArguments& parallelism = arguments.parallelism;
   // Each value's own range was checked when it was parsed (common/flag_rules); these are the
   // rules between flags, the defaults derived from other flags, and what is not built yet.
   if (model.ffn_hidden_size == 0) {
@@ -1070,38 +1074,39 @@ void validate_arguments(TrainingArguments& arguments) {
   }
 
   // Megatron: sequence parallelism is switched off without tensor parallelism.
-  if (arguments.parallelism.tensor_model_parallel_size == 1)
-    arguments.parallelism.sequence_parallel = false;
-  if (arguments.parallelism.sequence_parallel &&
-      model.seq_length % arguments.parallelism.tensor_model_parallel_size != 0) {
+  if (parallelism.tensor_model_parallel_size == 1) {
+    parallelism.sequence_parallel = false;
+  }
+  if (parallelism.sequence_parallel &&
+      model.seq_length % parallelism.tensor_model_parallel_size != 0) {
     common::fail(
         "--seq-length {} must be divisible by --tensor-model-parallel-size {} with "
         "--sequence-parallel",
-        model.seq_length, arguments.parallelism.tensor_model_parallel_size);
+        model.seq_length, parallelism.tensor_model_parallel_size);
   }
   // Megatron's rule; and what is accepted but not overlapped yet, said once.
-  if (arguments.parallelism.overlap_param_gather &&
-      !arguments.parallelism.use_distributed_optimizer) {
+  if (parallelism.overlap_param_gather &&
+      !parallelism.use_distributed_optimizer) {
     common::fail("--overlap-param-gather is only supported with --use-distributed-optimizer "
                  "(Megatron's rule)");
   }
-  if (arguments.parallelism.use_distributed_optimizer &&
-      (arguments.parallelism.overlap_grad_reduce || arguments.parallelism.overlap_param_gather)) {
+  if (parallelism.use_distributed_optimizer &&
+      (parallelism.overlap_grad_reduce || parallelism.overlap_param_gather)) {
     spdlog::warn("--overlap-grad-reduce / --overlap-param-gather with the distributed optimizer: "
                  "its reduce-scatter and all-gather run after the backward and after the step, "
                  "not overlapped yet (the results are the same)");
-  } else if (arguments.parallelism.overlap_grad_reduce &&
-             (arguments.parallelism.pipeline_model_parallel_size > 1 ||
-              arguments.parallelism.zero_stage == 3)) {
+  } else if (parallelism.overlap_grad_reduce &&
+             (parallelism.pipeline_model_parallel_size > 1 ||
+              parallelism.zero_stage == 3)) {
     spdlog::warn(
         "--overlap-grad-reduce with {}: the gradients are reduced after the backward, "
         "not overlapped yet (the results are the same)",
-        arguments.parallelism.zero_stage == 3 ? "ZeRO stage 3" : "pipeline parallelism");
+        parallelism.zero_stage == 3 ? "ZeRO stage 3" : "pipeline parallelism");
   }
   // Megatron's pipeline rules (validate_args and the schedules).
-  const int64_t pp = arguments.parallelism.pipeline_model_parallel_size;
+  const int64_t pp = parallelism.pipeline_model_parallel_size;
   check_pipeline_stage(model.num_layers, {.pipeline_parallel = pp, .rank = 0, .virtual_chunks = 1});
-  if (arguments.parallelism.num_layers_per_virtual_pipeline_stage != 0) {
+  if (parallelism.num_layers_per_virtual_pipeline_stage != 0) {
     if (pp <= 2) {
       common::fail("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size "
                    "greater than 2 (Megatron's interleaved schedule without overlapped p2p "
@@ -1109,32 +1114,32 @@ void validate_arguments(TrainingArguments& arguments) {
                    pp);
     }
     const int64_t per_stage = model.num_layers / pp;
-    if (per_stage % arguments.parallelism.num_layers_per_virtual_pipeline_stage != 0) {
+    if (per_stage % parallelism.num_layers_per_virtual_pipeline_stage != 0) {
       common::fail(
           "--num-layers-per-virtual-pipeline-stage {} must divide the {} layers of each "
           "pipeline stage (--num-layers {} / --pipeline-model-parallel-size {})",
-          arguments.parallelism.num_layers_per_virtual_pipeline_stage, per_stage, model.num_layers,
+          parallelism.num_layers_per_virtual_pipeline_stage, per_stage, model.num_layers,
           pp);
     }
   }
   // A process that no MPI launcher started is one rank: a model split over more is a launch
   // to correct (say how), not sizes.
   const int64_t model_parallel =
-      common::checked_multiply(arguments.parallelism.tensor_model_parallel_size, pp,
+      common::checked_multiply(parallelism.tensor_model_parallel_size, pp,
                                "--tensor-model-parallel-size × --pipeline-model-parallel-size");
   if (arguments.program == ArgumentsProgram::pretrain_gpt &&
-      arguments.parallelism.world_size % model_parallel != 0 &&
+      parallelism.world_size % model_parallel != 0 &&
       !started_through_mpi(read_process_environment())) {
     const ProcessEnvironment process = read_process_environment();
     const int64_t ranks = process.world_size % model_parallel == 0 ? process.world_size : model_parallel;
     common::fail(
         "--tensor-model-parallel-size {} × --pipeline-model-parallel-size {} needs {} "
         "ranks or a multiple, and {}",
-        arguments.parallelism.tensor_model_parallel_size, pp, model_parallel,
+        parallelism.tensor_model_parallel_size, pp, model_parallel,
         not_started_through_mpi(process, ranks));
   }
   // Data parallelism takes the processes model parallelism leaves (world = tp × pp × dp).
-  const int64_t data_parallel_size = parallel_layout(arguments.parallelism).data_parallel;
+  const int64_t data_parallel_size = parallel_layout(parallelism).data_parallel;
   const int64_t micro_batches_at_once = common::checked_multiply(
       arguments.micro_batch_size, data_parallel_size, "--micro-batch-size × data-parallel size");
   if (arguments.global_batch_size == 0) arguments.global_batch_size = micro_batches_at_once;
@@ -1186,8 +1191,9 @@ void validate_arguments(TrainingArguments& arguments) {
       common::fail("--recompute-granularity full needs --recompute-num-layers N");
     }
   }
-  if (arguments.precision.bf16 && arguments.precision.fp16)
+  if (arguments.precision.bf16 && arguments.precision.fp16) {
     common::fail("--bf16 and --fp16 are mutually exclusive");
+  }
   if (arguments.data_impl == "lazy" || arguments.data_impl == "cached") {
     common::fail("--data-impl {}: only the memory-mapped reader is built (--data-impl mmap, or "
                  "infer, which finds mmap in every .idx this backend reads)", arguments.data_impl);

@@ -54,12 +54,15 @@ DataSources data_sources(const TrainingArguments& a) {
   if (!a.data.data_args_path.empty()) sources.blend = read_data_args_file(a.data.data_args_path);
   if (!a.data.data_file_list.empty()) sources.blend = read_data_file_list(a.data.data_file_list);
   if (sources.blend) sources.split = a.data.split.empty() ? "969, 30, 1" : a.data.split;
-  if (!a.data.train_data_path.empty())
+  if (!a.data.train_data_path.empty()) {
     sources.blend_per_split[0] = blend_from_words(a.data.train_data_path, "--train-data-path");
-  if (!a.data.valid_data_path.empty())
+  }
+  if (!a.data.valid_data_path.empty()) {
     sources.blend_per_split[1] = blend_from_words(a.data.valid_data_path, "--valid-data-path");
-  if (!a.data.test_data_path.empty())
+  }
+  if (!a.data.test_data_path.empty()) {
     sources.blend_per_split[2] = blend_from_words(a.data.test_data_path, "--test-data-path");
+  }
   if (!a.data.per_split_data_args_path.empty()) {
     const std::string text =
         common::read_small_file(a.data.per_split_data_args_path, "--per-split-data-args-path");

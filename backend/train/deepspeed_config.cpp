@@ -177,8 +177,9 @@ void apply_precision(const Section& root, const DeepSpeedFlags& flags, TrainingA
         a.precision.initial_loss_scale = std::ldexp(
             1.0, static_cast<int>(std::min<int64_t>(fp16.integer("initial_scale_power", 0), 1000)));
       }
-      if (fp16.has("loss_scale_window"))
+      if (fp16.has("loss_scale_window")) {
         a.precision.loss_scale_window = fp16.integer("loss_scale_window", 1);
+      }
       if (fp16.has("hysteresis")) a.precision.hysteresis = fp16.integer("hysteresis", 1);
       if (fp16.has("min_loss_scale")) {
         a.precision.min_loss_scale = fp16.number("min_loss_scale");

@@ -57,16 +57,10 @@ constexpr const char* kWaysOut =
     "Lower --micro-batch-size or --seq-length, recompute activations (--recompute-granularity "
     "full --recompute-method uniform --recompute-num-layers 1), or train a smaller model.";
 
-// model_config with the tokenizer's vocabulary size already known: pretrain reads the tokenizer
-// once, for its size and its end-of-document id.
-GptConfig model_config_with_vocabulary(const TrainingArguments& a, int64_t vocab_size) {
-  return gpt_config(a.model, vocab_size, a.parallelism.tensor_model_parallel_size);
-}
-
 }  // namespace
 
 GptConfig model_config(const TrainingArguments& a) {
-  return model_config_with_vocabulary(a, tokenizer_vocab_size(a));
+  return gpt_config(a.model, tokenizer_vocab_size(a), a.parallelism.tensor_model_parallel_size);
 }
 
 SelectedDevice select_device(const TrainingArguments& arguments) {
@@ -98,8 +92,9 @@ namespace {
 // The model's mixed precision (GptConfig::mixed_precision): --bf16 or --fp16 on the CUDA
 // device, except under ZeRO-3, whose sharded working copies are not built in 16 bits yet.
 MixedPrecision mixed_precision_of(const TrainingArguments& a, const Device& device) {
-  if (device.memory_kind() != MemoryKind::cuda || a.parallelism.zero_stage == 3)
+  if (device.memory_kind() != MemoryKind::cuda || a.parallelism.zero_stage == 3) {
     return MixedPrecision::none;
+  }
   if (a.precision.bf16) return MixedPrecision::bf16;
   if (a.precision.fp16) return MixedPrecision::fp16;
   return MixedPrecision::none;
@@ -242,8 +237,9 @@ Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, Batc
       spike_rollback_(arguments) {
   // The model's shape is checked, and its memory estimated once the device is known (bf16 on a
   // GPU), before anything of the model is written or allocated.
+  // The tokenizer is read once, for its size and its end-of-document id.
   tokenizer_ = tokenizer_facts(a_);
-  config_ = model_config_with_vocabulary(a_, tokenizer_.vocab_size);
+  config_ = gpt_config(a_.model, tokenizer_.vocab_size, a_.parallelism.tensor_model_parallel_size);
   check_launch();
   selected_ = select_device(a_);
   config_.mixed_precision = mixed_precision_of(a_, *selected_.device);

@@ -355,8 +355,9 @@ LearningRateSchedule learning_rate_schedule(const TrainingArguments& a) {
     s.warmup_steps =
         static_cast<double>(in_samples(optimizer.lr_warmup_iters, "--lr-warmup-iters"));
   }
-  if (optimizer.lr_warmup_fraction)
+  if (optimizer.lr_warmup_fraction) {
     s.warmup_steps = *optimizer.lr_warmup_fraction * static_cast<double>(s.decay_steps);
+  }
   return s;
 }
 

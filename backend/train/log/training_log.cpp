@@ -109,8 +109,9 @@ void TrainingLog::add_iteration(const IterationRecord& record, double next_learn
     write("batch-size", static_cast<double>(record.global_batch_size));
     write("lm loss", record.lm_loss);
     if (a.log_loss_scale_to_tensorboard) write("loss-scale", record.loss_scale);
-    if (a.log_world_size_to_tensorboard)
+    if (a.log_world_size_to_tensorboard) {
       write("world-size", static_cast<double>(a.parallelism.world_size));
+    }
     write("grad-norm", record.grad_norm);
     if (record.num_zeros_in_grad) write("num-zeros", *record.num_zeros_in_grad);
     if (record.params_norm) write("params-norm", *record.params_norm);

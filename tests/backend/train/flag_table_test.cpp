@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -38,20 +39,33 @@ const backend::FlagRow<ExampleConcern> kExampleFlags[] = {
     {"--undumped", &ExampleConcern::limit, "set, never dumped"},
 };
 
-ExampleConcern parse_example(std::vector<std::string> words) {
-  ExampleConcern concern;
+// A concern parsed from `words` by its table's options, and its table's dump lines.
+template <typename Concern>
+Concern parse_rows(std::span<const backend::FlagRow<Concern>> rows,
+                   std::vector<std::string> words) {
+  Concern concern;
   CLI::App app{"example"};
-  backend::add_flag_rows<ExampleConcern>(app, concern, kExampleFlags, "Example");
+  backend::add_flag_rows<Concern>(app, concern, rows, "Example");
   std::vector<const char*> argv{"example"};
   for (const std::string& word : words) argv.push_back(word.c_str());
   app.parse(static_cast<int>(argv.size()), argv.data());
   return concern;
 }
 
-std::map<std::string, std::string> dump_example(const ExampleConcern& concern) {
+template <typename Concern>
+std::map<std::string, std::string> dump_rows(std::span<const backend::FlagRow<Concern>> rows,
+                                             const Concern& concern) {
   std::map<std::string, std::string> values;
-  backend::dump_flag_rows<ExampleConcern>(concern, kExampleFlags, values);
+  backend::dump_flag_rows<Concern>(concern, rows, values);
   return values;
+}
+
+ExampleConcern parse_example(std::vector<std::string> words) {
+  return parse_rows<ExampleConcern>(kExampleFlags, std::move(words));
+}
+
+std::map<std::string, std::string> dump_example(const ExampleConcern& concern) {
+  return dump_rows<ExampleConcern>(kExampleFlags, concern);
 }
 
 }  // namespace
@@ -174,19 +188,11 @@ const backend::FlagRow<ModeConcern> kModeFlags[] = {
 };
 
 ModeConcern parse_modes(std::vector<std::string> words) {
-  ModeConcern concern;
-  CLI::App app{"modes"};
-  backend::add_flag_rows<ModeConcern>(app, concern, kModeFlags, "Modes");
-  std::vector<const char*> argv{"modes"};
-  for (const std::string& word : words) argv.push_back(word.c_str());
-  app.parse(static_cast<int>(argv.size()), argv.data());
-  return concern;
+  return parse_rows<ModeConcern>(kModeFlags, std::move(words));
 }
 
 std::map<std::string, std::string> dump_modes(const ModeConcern& concern) {
-  std::map<std::string, std::string> values;
-  backend::dump_flag_rows<ModeConcern>(concern, kModeFlags, values);
-  return values;
+  return dump_rows<ModeConcern>(kModeFlags, concern);
 }
 
 }  // namespace
