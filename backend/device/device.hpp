@@ -17,11 +17,21 @@
 #include <string>
 #include <string_view>
 
+#include "backend/common/enum_names.hpp"
 #include "backend/core/view.hpp"
 #include "backend/device/cuda_context.hpp"
 #include "backend/device/device_memory.hpp"
 
 namespace backend {
+
+// What --device asks for (our flag): the CPU; a GPU, an error where none is visible; or
+// automatic, a GPU where one is visible, else the CPU (train/trainer.hpp's select_device).
+enum class DeviceChoice { automatic, cpu, cuda };
+constexpr common::EnumName<DeviceChoice> kDeviceChoiceNames[] = {
+    {DeviceChoice::automatic, "auto"}, {DeviceChoice::cpu, "cpu"}, {DeviceChoice::cuda, "cuda"}};
+constexpr std::span<const common::EnumName<DeviceChoice>> enum_names(DeviceChoice) {
+  return kDeviceChoiceNames;
+}
 
 // Watches a device's ops: op_started before an op's twin runs, op_queued once it has been
 // queued (on the CPU: has run), with the op's floating-point operations where the op counts

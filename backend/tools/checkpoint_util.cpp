@@ -158,9 +158,9 @@ int run(const backend::CheckpointUtilOptions& options, const std::vector<std::st
   backend::TrainingArguments arguments = backend::arguments_for_model(model.config());
   const std::string tokenizer =
       backend::record_hf_tokenizer(arguments, options.import_hf, model.config().vocab_size);
-  arguments.save = options.save;
-  arguments.no_save_optim = true;
-  arguments.no_save_rng = true;
+  arguments.checkpointing.save = options.save;
+  arguments.checkpointing.no_save_optim = true;
+  arguments.checkpointing.no_save_rng = true;
   arguments.command_line = command_line;
   backend::save_release_checkpoint(arguments, model, std::cout);
   std::cout << " " << tokenizer << '\n';

@@ -70,7 +70,7 @@ int run(const TrainingArguments& arguments) {
   const backend::WindowScorer scorer = make_scorer(model, arguments.model.seq_length);
   const int32_t pad = tokenizer->eod();
   auto progress = [&](int64_t iteration) {
-    if (iteration % arguments.log_interval == 0) {
+    if (iteration % arguments.logging.log_interval == 0) {
       std::cout << fmt::format("> working on iteration: {}", iteration) << std::endl;
     }
   };
@@ -86,7 +86,7 @@ int run(const TrainingArguments& arguments) {
                 << std::endl;
       const double total_loss = backend::wikitext_total_loss(
           text.tokens, arguments.model.seq_length, arguments.tasks.overlapping_eval, pad,
-          arguments.micro_batch_size, scorer, progress);
+          arguments.run.micro_batch_size, scorer, progress);
       const backend::PerplexityResult r = backend::perplexity_result(
           total_loss, text.num_tokenized_tokens, text.num_original_tokens);
       lines = backend::format_results(arguments.tasks.task, r);
@@ -105,8 +105,9 @@ int run(const TrainingArguments& arguments) {
       const std::vector<backend::LambadaExample> examples = backend::read_lambada(
           file, *tokenizer, arguments.tasks.strict_lambada, arguments.model.seq_length);
       std::cout << fmt::format(" > found {} samples.", examples.size()) << std::endl;
-      const int64_t correct = backend::lambada_correct(
-          examples, arguments.model.seq_length, pad, arguments.micro_batch_size, scorer, progress);
+      const int64_t correct =
+          backend::lambada_correct(examples, arguments.model.seq_length, pad,
+                                   arguments.run.micro_batch_size, scorer, progress);
       const backend::AccuracyResult r =
           backend::accuracy_result(correct, std::ssize(examples));
       lines = backend::format_results(arguments.tasks.task, r);
@@ -121,7 +122,7 @@ int run(const TrainingArguments& arguments) {
   if (!arguments.tasks.results_json.empty()) {
     const nlohmann::json document = {
         {"task", arguments.tasks.task},
-        {"load", arguments.load},
+        {"load", arguments.checkpointing.load},
         {"seq_length", arguments.model.seq_length},
         {"overlapping_eval", arguments.tasks.task == "WIKITEXT103"
                                  ? nlohmann::json(arguments.tasks.overlapping_eval)

@@ -197,7 +197,7 @@ int run(const TrainingArguments& arguments, SignalWaiter& signals) {
       },
       *tokenizer,
       {.max_concurrent_requests = arguments.serving.max_concurrent_requests,
-       .server_seed = static_cast<uint64_t>(arguments.seed)});
+       .server_seed = static_cast<uint64_t>(arguments.run.seed)});
   const backend::GenerateLimits limits{.max_prompts = 128,
                                        .max_tokens_to_generate = arguments.serving.max_tokens_to_generate,
                                        .max_prompt_bytes = arguments.serving.max_prompt_bytes};

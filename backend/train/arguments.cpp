@@ -421,22 +421,22 @@ const FlagRow<DataArguments> kDataFlags[] = {
 
 // --micro-batch-size is required but by the server, which batches its requests' prompts
 // itself (parse_command_line).
-const FlagRow<TrainingArguments> kTrainingFlags[] = {
-    {"--micro-batch-size", &TrainingArguments::micro_batch_size, "Samples per micro batch",
+const FlagRow<RunArguments> kRunFlags[] = {
+    {"--micro-batch-size", &RunArguments::micro_batch_size, "Samples per micro batch",
      "micro_batch_size"},
-    {"--global-batch-size", &TrainingArguments::global_batch_size,
+    {"--global-batch-size", &RunArguments::global_batch_size,
      "Samples per iteration (gradient accumulation)", "global_batch_size"},
-    {"--train-iters", &TrainingArguments::train_iters, "Iterations to train", "train_iters"},
-    {"--train-samples", &TrainingArguments::train_samples,
+    {"--train-iters", &RunArguments::train_iters, "Iterations to train", "train_iters"},
+    {"--train-samples", &RunArguments::train_samples,
      "Samples to train (sample-based training, instead of --train-iters)", "train_samples",
      FlagDump::none_if_not_positive},
     {.names = "--rampup-batch-size",
-     .field = &TrainingArguments::rampup_batch_size,
+     .field = &RunArguments::rampup_batch_size,
      .help = "START INCREMENT SAMPLES: grow the global batch from START by INCREMENT over "
              "SAMPLES samples (with --train-samples)",
      .dump_name = "rampup_batch_size",
      .words = 3},
-    {"--seed", &TrainingArguments::seed, "Random seed", "seed"},
+    {"--seed", &RunArguments::seed, "Random seed", "seed"},
 };
 
 // The parallel layout's, between the run's length and the precision's (--help's order).
@@ -485,7 +485,8 @@ const FlagRow<MixedPrecisionArguments> kPrecisionFlags[] = {
 
 // Ours, last of the training group.
 const FlagRow<TrainingArguments> kDeviceFlags[] = {
-    {"--device", &TrainingArguments::device, "auto, cpu or cuda (not a Megatron flag)", "device"},
+    {"--device", enum_flag_field<&TrainingArguments::device>(),
+     "auto, cpu or cuda (not a Megatron flag)", "device"},
 };
 
 // --lr is required but by evaluate_gpt and the server (parse_command_line). --lr-decay-iters is
@@ -529,101 +530,121 @@ const FlagRow<OptimizerArguments> kOptimizerFlags[] = {
     {"--adam-eps", &OptimizerArguments::adam_eps, "Adam epsilon", "adam_eps"},
 };
 
-// Before --no-log-loss-scale-to-tensorboard (a switch that clears its field).
-const FlagRow<TrainingArguments> kLoggingFlags[] = {
-    {"--eval-interval", &TrainingArguments::eval_interval, "Validate every N iterations",
+// The "Evaluation, logging, checkpoints" group holds four concerns' flags, interleaved in the
+// order --help has always listed them: so each concern's table comes in pieces, registered in
+// turn (parse_command_line) and all dumped (argument_values).
+const FlagRow<EvaluationArguments> kEvaluationFlags[] = {
+    {"--eval-interval", &EvaluationArguments::eval_interval, "Validate every N iterations",
      "eval_interval"},
-    {"--eval-iters", &TrainingArguments::eval_iters, "Iterations per validation/test pass",
+    {"--eval-iters", &EvaluationArguments::eval_iters, "Iterations per validation/test pass",
      "eval_iters"},
-    {"--log-interval", &TrainingArguments::log_interval, "Print every N iterations",
-     "log_interval"},
-    {"--save", &TrainingArguments::save, "Checkpoint directory to write", "save",
+};
+
+const FlagRow<LoggingArguments> kLogIntervalFlags[] = {
+    {"--log-interval", &LoggingArguments::log_interval, "Print every N iterations", "log_interval"},
+};
+
+const FlagRow<CheckpointingArguments> kCheckpointDirectoryFlags[] = {
+    {"--save", &CheckpointingArguments::save, "Checkpoint directory to write", "save",
      FlagDump::none_if_empty},
-    {"--load", &TrainingArguments::load, "Checkpoint directory to read", "load",
+    {"--load", &CheckpointingArguments::load, "Checkpoint directory to read", "load",
      FlagDump::none_if_empty},
-    {"--pretrained-checkpoint", &TrainingArguments::pretrained_checkpoint,
+    {"--pretrained-checkpoint", &CheckpointingArguments::pretrained_checkpoint,
      "When --load holds no checkpoint: start from this checkpoint's weights, as --finetune "
      "(Megatron's finetuning flag)",
      "pretrained_checkpoint", FlagDump::none_if_empty},
-    {"--benchmark-output", &TrainingArguments::benchmark_output,
+};
+
+// Before --no-log-loss-scale-to-tensorboard (a switch that clears its field); then
+// kLoggingToTensorBoardFlags.
+const FlagRow<LoggingArguments> kLoggingFlags[] = {
+    {"--benchmark-output", &LoggingArguments::benchmark_output,
      "Write step time, tokens/s, TFLOP/s, MFU and memory as JSON (not a Megatron flag)"},
-    {"--log-throughput", &TrainingArguments::log_throughput,
+    {"--log-throughput", &LoggingArguments::log_throughput,
      "Print TFLOP/s per GPU in the iteration line (and tokens/s, MFU on a line of its own)",
      "log_throughput"},
-    {"--tensorboard-dir", &TrainingArguments::tensorboard_dir,
+    {"--tensorboard-dir", &LoggingArguments::tensorboard_dir,
      "Write TensorBoard event files into this directory", "tensorboard_dir",
      FlagDump::none_if_empty},
-    {"--tensorboard-log-interval", &TrainingArguments::tensorboard_log_interval,
+    {"--tensorboard-log-interval", &LoggingArguments::tensorboard_log_interval,
      "Write training scalars to TensorBoard every N iterations", "tensorboard_log_interval"},
-    {"--tensorboard-queue-size", &TrainingArguments::tensorboard_queue_size,
+    {"--tensorboard-queue-size", &LoggingArguments::tensorboard_queue_size,
      "Events kept in memory before they are written out", "tensorboard_queue_size"},
-    {"--log-params-norm", &TrainingArguments::log_params_norm,
+    {"--log-params-norm", &LoggingArguments::log_params_norm,
      "Also log the parameters' L2 norm after each update", "log_params_norm"},
-    {"--log-num-zeros-in-grad", &TrainingArguments::log_num_zeros_in_grad,
+    {"--log-num-zeros-in-grad", &LoggingArguments::log_num_zeros_in_grad,
      "Also log how many gradient elements are zero", "log_num_zeros_in_grad"},
-    {"--log-timers-to-tensorboard", &TrainingArguments::log_timers_to_tensorboard,
+    {"--log-timers-to-tensorboard", &LoggingArguments::log_timers_to_tensorboard,
      "Also write iteration-time (and throughput with --log-throughput)",
      "log_timers_to_tensorboard"},
 };
 
-// After --no-log-loss-scale-to-tensorboard; then the checkpointing flags (Megatron's
-// _add_checkpointing_args, --save and --load above). --exit-signal is dumped by hand, as
-// Python prints a signal: Signals.SIGTERM.
-const FlagRow<TrainingArguments> kCheckpointAndExitFlags[] = {
-    {"--log-validation-ppl-to-tensorboard", &TrainingArguments::log_validation_ppl_to_tensorboard,
+const FlagRow<LoggingArguments> kLoggingToTensorBoardFlags[] = {
+    {"--log-validation-ppl-to-tensorboard", &LoggingArguments::log_validation_ppl_to_tensorboard,
      "Also write the validation perplexity", "log_validation_ppl_to_tensorboard"},
-    {"--log-world-size-to-tensorboard", &TrainingArguments::log_world_size_to_tensorboard,
+    {"--log-world-size-to-tensorboard", &LoggingArguments::log_world_size_to_tensorboard,
      "Also write world-size", "log_world_size_to_tensorboard"},
-    {"--log-memory-to-tensorboard", &TrainingArguments::log_memory_to_tensorboard,
+    {"--log-memory-to-tensorboard", &LoggingArguments::log_memory_to_tensorboard,
      "Also write the device's memory: mem-reserved-bytes, mem-allocated-bytes, "
      "mem-max-allocated-bytes, mem-allocated-count",
      "log_memory_to_tensorboard"},
-    {"--log-dir", &TrainingArguments::log_dir,
+    {"--log-dir", &LoggingArguments::log_dir,
      "Write cmd-args.log and hparams.yaml here, as NeMo's exp_manager (not a Megatron flag)",
      "log_dir", FlagDump::none_if_empty},
-    {"--save-interval", &TrainingArguments::save_interval,
+};
+
+const FlagRow<CheckpointingArguments> kSaveIntervalFlags[] = {
+    {"--save-interval", &CheckpointingArguments::save_interval,
      "Save a checkpoint every N iterations (with --save)", "save_interval",
      FlagDump::none_if_not_positive},
-    {"--exit-interval", &TrainingArguments::exit_interval,
+};
+
+// --exit-signal is dumped by hand, as Python prints a signal: Signals.SIGTERM.
+const FlagRow<RunArguments> kExitFlags[] = {
+    {"--exit-interval", &RunArguments::exit_interval,
      "Exit after the iteration divisible by N, saving first (with --save)", "exit_interval",
      FlagDump::none_if_not_positive},
-    {"--exit-duration-in-mins", &TrainingArguments::exit_duration_in_mins,
+    {"--exit-duration-in-mins", &RunArguments::exit_duration_in_mins,
      "Exit, saving first (with --save), after the iteration that ends more than N minutes "
      "after the start",
      "exit_duration_in_mins", FlagDump::none_if_not_positive},
-    {"--exit-signal-handler", &TrainingArguments::exit_signal_handler,
+    {"--exit-signal-handler", &RunArguments::exit_signal_handler,
      "On SIGTERM (or --exit-signal), save a checkpoint (with --save) after the iteration and "
      "exit",
      "exit_signal_handler"},
-    {"--exit-signal", &TrainingArguments::exit_signal,
+    {"--exit-signal", &RunArguments::exit_signal,
      "The signal --exit-signal-handler takes: SIGTERM, SIGINT, SIGHUP, SIGUSR1 or SIGUSR2 "
      "(sbatch --signal=USR1@300 gives notice before the time limit's SIGTERM)"},
-    {"--exit-on-missing-checkpoint", &TrainingArguments::exit_on_missing_checkpoint,
+};
+
+// Megatron's _add_checkpointing_args (--save and --load above).
+const FlagRow<CheckpointingArguments> kCheckpointingFlags[] = {
+    {"--exit-on-missing-checkpoint", &CheckpointingArguments::exit_on_missing_checkpoint,
      "With --load: stop with an error when it holds no checkpoint, instead of training from "
      "scratch",
      "exit_on_missing_checkpoint"},
-    {"--finetune", &TrainingArguments::finetune,
+    {"--finetune", &CheckpointingArguments::finetune,
      "Load the weights only: iteration 0, no optimizer or RNG state", "finetune"},
-    {"--no-load-optim", &TrainingArguments::no_load_optim,
+    {"--no-load-optim", &CheckpointingArguments::no_load_optim,
      "Do not load the optimizer and scheduler state", "no_load_optim"},
-    {"--no-load-rng", &TrainingArguments::no_load_rng, "Do not load the RNG (dropout) state",
+    {"--no-load-rng", &CheckpointingArguments::no_load_rng, "Do not load the RNG (dropout) state",
      "no_load_rng"},
-    {"--no-save-optim", &TrainingArguments::no_save_optim,
+    {"--no-save-optim", &CheckpointingArguments::no_save_optim,
      "Do not save the optimizer and scheduler state", "no_save_optim"},
-    {"--no-save-rng", &TrainingArguments::no_save_rng, "Do not save the RNG (dropout) state",
+    {"--no-save-rng", &CheckpointingArguments::no_save_rng, "Do not save the RNG (dropout) state",
      "no_save_rng"},
-    {"--override-opt_param-scheduler", &TrainingArguments::override_opt_param_scheduler,
+    {"--override-opt_param-scheduler", &CheckpointingArguments::override_opt_param_scheduler,
      "On load, keep the schedule the flags give (only the step count is loaded)",
      "override_opt_param_scheduler"},
     {"--use-checkpoint-opt_param-scheduler",
-     &TrainingArguments::use_checkpoint_opt_param_scheduler,
+     &CheckpointingArguments::use_checkpoint_opt_param_scheduler,
      "On load, take the schedule from the checkpoint, whatever the flags say",
      "use_checkpoint_opt_param_scheduler"},
 };
 
 // Registered last, for every program.
-const FlagRow<TrainingArguments> kCheckpointArgumentsFlags[] = {
-    {"--use-checkpoint-args", &TrainingArguments::use_checkpoint_args,
+const FlagRow<CheckpointingArguments> kCheckpointArgumentsFlags[] = {
+    {"--use-checkpoint-args", &CheckpointingArguments::use_checkpoint_args,
      "The model's shape and tokenizer type from the --load checkpoint", "use_checkpoint_args"},
 };
 
@@ -796,13 +817,13 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
 
   add_flag_rows<TokenizerOptions>(app, arguments.tokenizer, kTokenizerFlags, "Data and tokenizer");
   add_flag_rows<DataArguments>(app, arguments.data, kDataFlags, "Data and tokenizer");
-  add_flag_rows<TrainingArguments>(app, arguments, kTrainingFlags, "Training");
+  add_flag_rows<RunArguments>(app, arguments.run, kRunFlags, "Training");
   add_flag_rows<ParallelismArguments>(app, arguments.parallelism, kParallelismFlags, "Training");
   add_flag_rows<MixedPrecisionArguments>(app, arguments.precision, kPrecisionFlags, "Training");
   add_flag_rows<TrainingArguments>(app, arguments, kDeviceFlags, "Training");
   // The server batches its requests' prompts itself (--max-batch-size).
   if (server) {
-    arguments.micro_batch_size = 1;
+    arguments.run.micro_batch_size = 1;
   } else {
     app.get_option("--micro-batch-size")->required();
   }
@@ -811,11 +832,20 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
   if (!evaluation) app.get_option("--lr")->required();
 
   auto* logging = "Evaluation, logging, checkpoints";
-  add_flag_rows<TrainingArguments>(app, arguments, kLoggingFlags, logging);
-  app.add_flag_callback("--no-log-loss-scale-to-tensorboard",
-                        [&arguments] { arguments.log_loss_scale_to_tensorboard = false; },
-                        "Do not write loss-scale")->group(logging);
-  add_flag_rows<TrainingArguments>(app, arguments, kCheckpointAndExitFlags, logging);
+  add_flag_rows<EvaluationArguments>(app, arguments.evaluation, kEvaluationFlags, logging);
+  add_flag_rows<LoggingArguments>(app, arguments.logging, kLogIntervalFlags, logging);
+  add_flag_rows<CheckpointingArguments>(app, arguments.checkpointing, kCheckpointDirectoryFlags,
+                                        logging);
+  add_flag_rows<LoggingArguments>(app, arguments.logging, kLoggingFlags, logging);
+  app.add_flag_callback(
+         "--no-log-loss-scale-to-tensorboard",
+         [&arguments] { arguments.logging.log_loss_scale_to_tensorboard = false; },
+         "Do not write loss-scale")
+      ->group(logging);
+  add_flag_rows<LoggingArguments>(app, arguments.logging, kLoggingToTensorBoardFlags, logging);
+  add_flag_rows<CheckpointingArguments>(app, arguments.checkpointing, kSaveIntervalFlags, logging);
+  add_flag_rows<RunArguments>(app, arguments.run, kExitFlags, logging);
+  add_flag_rows<CheckpointingArguments>(app, arguments.checkpointing, kCheckpointingFlags, logging);
 
   if (!evaluation) {
     // Ours: the launcher's training jobs pass it (launcher/stages/training_stage.cpp).
@@ -831,7 +861,8 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
   if (evaluation && !server) {
     add_flag_rows<TaskArguments>(app, arguments.tasks, kTaskFlags, "Tasks");
   }
-  add_flag_rows<TrainingArguments>(app, arguments, kCheckpointArgumentsFlags, logging);
+  add_flag_rows<CheckpointingArguments>(app, arguments.checkpointing, kCheckpointArgumentsFlags,
+                                        logging);
   if (server) add_flag_rows<ServingArguments>(app, arguments.serving, kServingFlags, "Server");
 
   // Megatron's (and Megatron-DeepSpeed's) flags that change nothing here, other spellings of
@@ -938,8 +969,9 @@ int64_t world_size_from_environment() {
 void take_checkpoint_arguments(CommandLine& line, std::ostream& out) {
   TrainingArguments& arguments = line.arguments;
   const auto given_flag = [&](std::string_view flag) { return line.was_given(flag); };
-  if (arguments.program == ArgumentsProgram::pretrain_gpt && !arguments.load.empty() &&
-      !read_checkpoint_tracker(arguments.load)) {
+  if (arguments.program == ArgumentsProgram::pretrain_gpt &&
+      !arguments.checkpointing.load.empty() &&
+      !read_checkpoint_tracker(arguments.checkpointing.load)) {
     // A first run of a job that resumes from its own --save finds nothing yet, and trains the
     // model its flags describe.
     out << "Checkpoint not found to provide arguments, using provided arguments." << std::endl;
@@ -951,10 +983,11 @@ void take_checkpoint_arguments(CommandLine& line, std::ostream& out) {
       if (!given_flag(flag)) missing.push_back(flag);
     }
     if (!missing.empty()) {
-      common::fail("--use-checkpoint-args: --load {} holds no checkpoint yet ({} is missing), "
-                   "so the model flags must describe the model: {} not given",
-                   arguments.load, checkpoint_tracker_path(arguments.load).string(),
-                   fmt::join(missing, ", "));
+      common::fail(
+          "--use-checkpoint-args: --load {} holds no checkpoint yet ({} is missing), "
+          "so the model flags must describe the model: {} not given",
+          arguments.checkpointing.load,
+          checkpoint_tracker_path(arguments.checkpointing.load).string(), fmt::join(missing, ", "));
     }
   } else {
     take_checkpoint_model_arguments(arguments, given_flag, out);
@@ -971,7 +1004,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   arguments.parallelism.world_size = world_size_from_environment();
   // Step 3, a DeepSpeed configuration file (--deepspeed_config), read and mapped.
   apply_deepspeed_config(line->deepspeed, arguments);
-  if (arguments.use_checkpoint_args) take_checkpoint_arguments(*line, std::cout);
+  if (arguments.checkpointing.use_checkpoint_args) take_checkpoint_arguments(*line, std::cout);
   // Step 5, the rules between flags: those that need the checkpoint's arguments (which may give
   // the type) last.
   if (line->no_position_embedding &&
@@ -1140,21 +1173,24 @@ void validate_arguments(TrainingArguments& arguments) {
   }
   // Data parallelism takes the processes model parallelism leaves (world = tp × pp × dp).
   const int64_t data_parallel_size = parallel_layout(parallelism).data_parallel;
-  const int64_t micro_batches_at_once = common::checked_multiply(
-      arguments.micro_batch_size, data_parallel_size, "--micro-batch-size × data-parallel size");
-  if (arguments.global_batch_size == 0) arguments.global_batch_size = micro_batches_at_once;
-  if (arguments.global_batch_size % micro_batches_at_once != 0) {
-    common::fail("--global-batch-size {} is not divisible by --micro-batch-size {} × "
-                 "data-parallel size {}",
-                 arguments.global_batch_size, arguments.micro_batch_size, data_parallel_size);
+  const int64_t micro_batches_at_once =
+      common::checked_multiply(arguments.run.micro_batch_size, data_parallel_size,
+                               "--micro-batch-size × data-parallel size");
+  if (arguments.run.global_batch_size == 0) arguments.run.global_batch_size = micro_batches_at_once;
+  if (arguments.run.global_batch_size % micro_batches_at_once != 0) {
+    common::fail(
+        "--global-batch-size {} is not divisible by --micro-batch-size {} × "
+        "data-parallel size {}",
+        arguments.run.global_batch_size, arguments.run.micro_batch_size, data_parallel_size);
   }
   if (arguments.virtual_pipeline_chunks() > 1 &&
-      (arguments.global_batch_size / micro_batches_at_once) % pp != 0) {
-    common::fail("the interleaved pipeline schedule needs the number of micro batches "
-                 "(--global-batch-size {} / (--micro-batch-size {} × data-parallel size {}) = "
-                 "{}) divisible by --pipeline-model-parallel-size {}",
-                 arguments.global_batch_size, arguments.micro_batch_size, data_parallel_size,
-                 arguments.global_batch_size / micro_batches_at_once, pp);
+      (arguments.run.global_batch_size / micro_batches_at_once) % pp != 0) {
+    common::fail(
+        "the interleaved pipeline schedule needs the number of micro batches "
+        "(--global-batch-size {} / (--micro-batch-size {} × data-parallel size {}) = "
+        "{}) divisible by --pipeline-model-parallel-size {}",
+        arguments.run.global_batch_size, arguments.run.micro_batch_size, data_parallel_size,
+        arguments.run.global_batch_size / micro_batches_at_once, pp);
   }
 
   if (arguments.optimizer.min_lr > arguments.optimizer.lr) {
@@ -1246,19 +1282,20 @@ void validate_arguments(TrainingArguments& arguments) {
 
   // Checkpointing. --save-interval without --save is accepted, as Megatron accepts it: scripts
   // often pass the interval always and --save only sometimes.
-  if (arguments.finetune && arguments.load.empty()) {
+  if (arguments.checkpointing.finetune && arguments.checkpointing.load.empty()) {
     common::fail("--finetune needs --load DIR (the checkpoint whose weights to start from)");
   }
-  if (arguments.spike.rollback_on_spike && arguments.save.empty()) {
+  if (arguments.spike.rollback_on_spike && arguments.checkpointing.save.empty()) {
     common::fail("--rollback-on-spike needs --save DIR (and a --save-interval): a spike rolls "
                  "back to the last checkpoint this run saved there");
   }
-  if (arguments.spike.rollback_on_spike && arguments.no_save_optim) {
+  if (arguments.spike.rollback_on_spike && arguments.checkpointing.no_save_optim) {
     common::fail("--rollback-on-spike and --no-save-optim: a rollback restores the optimizer's "
                  "moments from the checkpoint, which --no-save-optim leaves out (a spike's "
                  "moments would stay); drop --no-save-optim");
   }
-  if (arguments.override_opt_param_scheduler && arguments.use_checkpoint_opt_param_scheduler) {
+  if (arguments.checkpointing.override_opt_param_scheduler &&
+      arguments.checkpointing.use_checkpoint_opt_param_scheduler) {
     common::fail("--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler are "
                  "mutually exclusive: the schedule comes from the flags or from the checkpoint");
   }
@@ -1273,10 +1310,18 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
   dump_flag_rows<ParallelismArguments>(a.parallelism, kParallelismFlags, values);
   dump_flag_rows<MixedPrecisionArguments>(a.precision, kPrecisionFlags, values);
   dump_flag_rows<OptimizerArguments>(a.optimizer, kOptimizerFlags, values);
-  const std::span<const FlagRow<TrainingArguments>> tables[] = {
-      kLegacyFlags,  kTrainingFlags,          kDeviceFlags,
-      kLoggingFlags, kCheckpointAndExitFlags, kCheckpointArgumentsFlags};
-  for (const auto table : tables) dump_flag_rows<TrainingArguments>(a, table, values);
+  dump_flag_rows<RunArguments>(a.run, kRunFlags, values);
+  dump_flag_rows<RunArguments>(a.run, kExitFlags, values);
+  dump_flag_rows<EvaluationArguments>(a.evaluation, kEvaluationFlags, values);
+  dump_flag_rows<LoggingArguments>(a.logging, kLogIntervalFlags, values);
+  dump_flag_rows<LoggingArguments>(a.logging, kLoggingFlags, values);
+  dump_flag_rows<LoggingArguments>(a.logging, kLoggingToTensorBoardFlags, values);
+  dump_flag_rows<CheckpointingArguments>(a.checkpointing, kCheckpointDirectoryFlags, values);
+  dump_flag_rows<CheckpointingArguments>(a.checkpointing, kSaveIntervalFlags, values);
+  dump_flag_rows<CheckpointingArguments>(a.checkpointing, kCheckpointingFlags, values);
+  dump_flag_rows<CheckpointingArguments>(a.checkpointing, kCheckpointArgumentsFlags, values);
+  dump_flag_rows<TrainingArguments>(a, kLegacyFlags, values);
+  dump_flag_rows<TrainingArguments>(a, kDeviceFlags, values);
   // What no flag sets by itself: the DeepSpeed configuration's mapping, the launch, and the
   // values Megatron prints its own way.
   auto python = [](bool value) -> std::string { return value ? "True" : "False"; };
@@ -1284,9 +1329,9 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
   values["deepspeed_config"] = a.deepspeed_config.empty() ? "None" : a.deepspeed_config;
   values["zero_stage"] = fmt::format("{}", a.parallelism.zero_stage);
   values["lr_decay_iters"] =
-      a.train_samples > 0 ? "None" : fmt::format("{}", a.optimizer.lr_decay_iters);
-  values["exit_signal"] = "Signals." + a.exit_signal;
-  values["log_loss_scale_to_tensorboard"] = python(a.log_loss_scale_to_tensorboard);
+      a.run.train_samples > 0 ? "None" : fmt::format("{}", a.optimizer.lr_decay_iters);
+  values["exit_signal"] = "Signals." + a.run.exit_signal;
+  values["log_loss_scale_to_tensorboard"] = python(a.logging.log_loss_scale_to_tensorboard);
   values["world_size"] = fmt::format("{}", a.parallelism.world_size);
   values["data_parallel_size"] =
       fmt::format("{}", a.parallelism.world_size /

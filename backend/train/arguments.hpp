@@ -2,14 +2,17 @@
 // with CLI11 into one value type, TrainingArguments. Each concern's flags are a table
 // (arguments.cpp, flag_table.hpp) from which the CLI11 options and the arguments dump are made;
 // the model (backend/model/model_arguments.hpp), the tokenizer (data/tokenizer.hpp's
-// TokenizerOptions), the training data (data/data_arguments.hpp), the parallel layout
+// TokenizerOptions), the training data (data/data_arguments.hpp), the run's batches, length and
+// evaluation cadence (train/run_arguments.hpp), the parallel layout
 // (dist/parallelism_arguments.hpp), mixed precision (optim/mixed_precision_arguments.hpp), the
-// optimizer and its schedule (optim/optimizer_arguments.hpp), spike handling, evaluate_gpt's tasks
-// and the server's flags are structs of their own, the other concerns still fields of
-// TrainingArguments. Names, defaults and validation rules follow Megatron, so a user's
-// pretrain_gpt.py command line works here unchanged, within the features built so far. A Megatron
-// flag that this backend knows but does not implement yet is rejected with a message saying so (see
-// kUnsupportedFlags in arguments.cpp), never silently ignored.
+// optimizer and its schedule (optim/optimizer_arguments.hpp), logging
+// (train/log/logging_arguments.hpp), checkpointing (ckpt/checkpointing_arguments.hpp), spike
+// handling, evaluate_gpt's tasks and the server's flags are structs of their own; what is left
+// here is the device, the spellings of Megatron-DeepSpeed and the command line. Names, defaults
+// and validation rules follow Megatron, so a user's pretrain_gpt.py command line works here
+// unchanged, within the features built so far. A Megatron flag that this backend knows but does
+// not implement yet is rejected with a message saying so (see kUnsupportedFlags in
+// arguments.cpp), never silently ignored.
 #pragma once
 
 #include <cstdint>
@@ -18,12 +21,16 @@
 #include <string>
 #include <vector>
 
+#include "backend/ckpt/checkpointing_arguments.hpp"
 #include "backend/data/data_arguments.hpp"
 #include "backend/data/tokenizer.hpp"
+#include "backend/device/device.hpp"
 #include "backend/dist/parallelism_arguments.hpp"
 #include "backend/model/model_arguments.hpp"
 #include "backend/optim/mixed_precision_arguments.hpp"
 #include "backend/optim/optimizer_arguments.hpp"
+#include "backend/train/log/logging_arguments.hpp"
+#include "backend/train/run_arguments.hpp"
 
 namespace backend {
 
@@ -82,14 +89,9 @@ struct TrainingArguments {
   TokenizerOptions tokenizer;
   DataArguments data;
 
-  // batches and iterations
-  int64_t micro_batch_size = 0;
-  int64_t global_batch_size = 0;  // 0 → micro_batch_size × data-parallel size
-  int64_t train_iters = 0;        // with --train-samples: derived as Megatron's update_train_iters
-  int64_t train_samples = 0;      // --train-samples: sample-based training (0: iteration-based)
-  bool train_iters_derived = false;  // set by validation when train_iters came from train_samples
-  std::vector<int64_t> rampup_batch_size;  // --rampup-batch-size START INCREMENT SAMPLES
-  uint64_t seed = 1234;
+  // the run's batches, length, seed and early exit; when it validates (run_arguments.hpp)
+  RunArguments run;
+  EvaluationArguments evaluation;
 
   // the optimizer and its schedule (backend/optim/optimizer_arguments.hpp)
   OptimizerArguments optimizer;
@@ -118,45 +120,12 @@ struct TrainingArguments {
   // --bf16, --fp16 and loss scaling (backend/optim/mixed_precision_arguments.hpp)
   MixedPrecisionArguments precision;
 
-  // evaluation and logging
-  int64_t eval_interval = 1000;
-  int64_t eval_iters = 100;
-  int64_t log_interval = 100;
-  std::string device = "auto";  // our extension: auto | cpu | cuda
-  std::string save, load;
-  std::string benchmark_output;  // our extension: write benchmark.json here at the end
-  bool log_throughput = false;
-  std::string tensorboard_dir;
-  int64_t tensorboard_log_interval = 1;
-  int64_t tensorboard_queue_size = 1000;
-  bool log_timers_to_tensorboard = false;
-  bool log_params_norm = false;  // " params norm: X |" in the iteration line, params-norm scalar
-  bool log_num_zeros_in_grad = false;  // " num zeros: X |" in the iteration line, num-zeros scalar
-  bool log_loss_scale_to_tensorboard = true;  // --no-log-loss-scale-to-tensorboard
-  bool log_validation_ppl_to_tensorboard = false;
-  bool log_world_size_to_tensorboard = false;
-  bool log_memory_to_tensorboard = false;  // the device's memory (Megatron's mem-* tags)
-  std::string log_dir;  // our extension (NeMo's log dir): cmd-args.log and hparams.yaml
+  DeviceChoice device = DeviceChoice::automatic;  // our extension: --device auto | cpu | cuda
 
-  // checkpointing (backend/ckpt, docs/checkpoints.md); --save and --load are above
-  int64_t save_interval = 0;  // 0: save only at --exit-interval and at the end
-  int64_t exit_interval = 0;  // 0: train to --train-iters
-  double exit_duration_in_mins = 0;  // 0: no time limit
-  // On SIGTERM: finish the iteration, save (with --save) and exit 0 (exit_signal_handler.hpp).
-  bool exit_signal_handler = false;
-  std::string exit_signal = "SIGTERM";  // --exit-signal: the one the handler takes
-  // --load naming a directory without a checkpoint is an error, not a start from scratch.
-  bool exit_on_missing_checkpoint = false;
-  bool finetune = false;      // load the weights only; iteration and samples start at 0
-  // Megatron's --pretrained-checkpoint (tasks/finetune_utils.py): when --load holds no
-  // checkpoint, start from this one's weights as --finetune would.
-  std::string pretrained_checkpoint;
-  bool no_load_optim = false;
-  bool no_load_rng = false;
-  bool no_save_optim = false;
-  bool no_save_rng = false;
-  bool override_opt_param_scheduler = false;        // schedule from the flags, not the checkpoint
-  bool use_checkpoint_opt_param_scheduler = false;  // schedule from the checkpoint, not the flags
+  // the logging flags (backend/train/log/logging_arguments.hpp) and the checkpointing flags
+  // (backend/ckpt/checkpointing_arguments.hpp)
+  LoggingArguments logging;
+  CheckpointingArguments checkpointing;
 
   // --name-config-keys (ours, pretrain_gpt only): the launcher rendered this command from a
   // NeMo config, so a message that asks for shape flags names the config keys that set them.
@@ -164,7 +133,6 @@ struct TrainingArguments {
 
   SpikeHandlingArguments spike;
   TaskArguments tasks;
-  bool use_checkpoint_args = false;  // --use-checkpoint-args (evaluate_gpt, the server)
   ServingArguments serving;
 
   // The command line as given, for logs and the arguments dump.

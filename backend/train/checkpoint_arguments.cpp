@@ -69,11 +69,11 @@ const RecordedArgument<ParallelismArguments> kRecordedParallelismArguments[] = {
     {"num_layers_per_virtual_pipeline_stage",
      &ParallelismArguments::num_layers_per_virtual_pipeline_stage, kOptional},
 };
-const RecordedArgument<TrainingArguments> kRecordedArguments[] = {
-    {"micro_batch_size", &TrainingArguments::micro_batch_size},
-    {"global_batch_size", &TrainingArguments::global_batch_size},
-    {"train_iters", &TrainingArguments::train_iters},
-    {"seed", &TrainingArguments::seed},
+const RecordedArgument<RunArguments> kRecordedRunArguments[] = {
+    {"micro_batch_size", &RunArguments::micro_batch_size},
+    {"global_batch_size", &RunArguments::global_batch_size},
+    {"train_iters", &RunArguments::train_iters},
+    {"seed", &RunArguments::seed},
 };
 const RecordedArgument<OptimizerArguments> kRecordedOptimizerArguments[] = {
     {"lr", &OptimizerArguments::lr},
@@ -138,7 +138,7 @@ json checkpoint_arguments(const TrainingArguments& a) {
   record_arguments<TokenizerOptions>(a.tokenizer, kRecordedTokenizerArguments, record);
   record_arguments<ParallelismArguments>(a.parallelism, kRecordedParallelismArguments, record);
   record_arguments<OptimizerArguments>(a.optimizer, kRecordedOptimizerArguments, record);
-  record_arguments<TrainingArguments>(a, kRecordedArguments, record);
+  record_arguments<RunArguments>(a.run, kRecordedRunArguments, record);
   record["disable_bias_linear"] = !a.model.add_bias_linear;
   record["num_query_groups"] = a.model.group_query_attention ? a.model.num_query_groups : 0;
   return record;
@@ -155,7 +155,7 @@ TrainingArguments arguments_from_checkpoint(const json& metadata, const std::fil
                                                 a.parallelism);
   read_recorded_arguments<OptimizerArguments>(root, saved, file, kRecordedOptimizerArguments,
                                               a.optimizer);
-  read_recorded_arguments<TrainingArguments>(root, saved, file, kRecordedArguments, a);
+  read_recorded_arguments<RunArguments>(root, saved, file, kRecordedRunArguments, a.run);
   a.model.add_bias_linear = !root.get<bool>(saved, "disable_bias_linear");
   const auto num_query_groups = root.get<int64_t>(saved, "num_query_groups");
   a.model.group_query_attention = num_query_groups > 0;
@@ -173,12 +173,12 @@ TrainingArguments read_saved_arguments(const std::filesystem::path& directory,
 void take_checkpoint_model_arguments(TrainingArguments& arguments,
                                      const std::function<bool(std::string_view flag)>& given,
                                      std::ostream& out) {
-  if (arguments.load.empty()) {
+  if (arguments.checkpointing.load.empty()) {
     common::fail("--use-checkpoint-args needs --load DIR: the checkpoint whose arguments give the "
                  "model's shape");
   }
   const TrainingArguments saved = read_saved_arguments(
-      arguments.load, "--use-checkpoint-args: --load",
+      arguments.checkpointing.load, "--use-checkpoint-args: --load",
       "point --load at pretrain_gpt's --save directory, or give the model flags (--num-layers, "
       "--hidden-size, ...) instead");
   // Megatron prints each argument it takes: "Setting <name> to <value> from checkpoint".
@@ -244,21 +244,21 @@ void take_checkpoint_model_arguments(TrainingArguments& arguments,
 }
 
 CheckpointSaveOptions checkpoint_save_options(const TrainingArguments& a) {
-  return {.directory = a.save,
-          .no_save_optim = a.no_save_optim,
-          .no_save_rng = a.no_save_rng,
+  return {.directory = a.checkpointing.save,
+          .no_save_optim = a.checkpointing.no_save_optim,
+          .no_save_rng = a.checkpointing.no_save_rng,
           .arguments = checkpoint_arguments(a),
           .args = argument_values(a),
           .command_line = a.command_line};
 }
 
 CheckpointLoadOptions checkpoint_load_options(const TrainingArguments& a) {
-  return {.directory = a.load,
-          .finetune = a.finetune,
-          .no_load_optim = a.no_load_optim,
-          .no_load_rng = a.no_load_rng,
-          .use_checkpoint_opt_param_scheduler = a.use_checkpoint_opt_param_scheduler,
-          .override_opt_param_scheduler = a.override_opt_param_scheduler,
+  return {.directory = a.checkpointing.load,
+          .finetune = a.checkpointing.finetune,
+          .no_load_optim = a.checkpointing.no_load_optim,
+          .no_load_rng = a.checkpointing.no_load_rng,
+          .use_checkpoint_opt_param_scheduler = a.checkpointing.use_checkpoint_opt_param_scheduler,
+          .override_opt_param_scheduler = a.checkpointing.override_opt_param_scheduler,
           .arguments = checkpoint_arguments(a),
           .command_line = a.command_line,
           .name_config_keys = a.name_config_keys};

@@ -26,8 +26,8 @@ GptModel<float> load_checkpoint_weights(const std::filesystem::path& directory, 
     return load_whole_checkpoint_weights(directory, out);
   }
   // Weights only: load_checkpoint reads no optimizer state with --finetune.
-  arguments.load = directory.string();
-  arguments.finetune = true;
+  arguments.checkpointing.load = directory.string();
+  arguments.checkpointing.finetune = true;
   // The saved arguments decide the model's size: checked before it is built.
   const GptConfig config = model_config(arguments);
   common::require_memory_fits(

@@ -43,9 +43,11 @@ std::optional<DataBlend> per_split_blend(const nlohmann::json& document, const c
 }  // namespace
 
 std::array<int64_t, 3> train_valid_test_num_samples(const TrainingArguments& a) {
-  const int64_t train = a.train_samples > 0 ? a.train_samples : a.train_iters * a.global_batch_size;
-  const int64_t evaluations = a.train_iters / a.eval_interval + 1;
-  return {train, evaluations * a.eval_iters * a.global_batch_size, a.eval_iters * a.global_batch_size};
+  const int64_t train =
+      a.run.train_samples > 0 ? a.run.train_samples : a.run.train_iters * a.run.global_batch_size;
+  const int64_t evaluations = a.run.train_iters / a.evaluation.eval_interval + 1;
+  return {train, evaluations * a.evaluation.eval_iters * a.run.global_batch_size,
+          a.evaluation.eval_iters * a.run.global_batch_size};
 }
 
 DataSources data_sources(const TrainingArguments& a) {
@@ -102,7 +104,7 @@ BatchSource build_dataset_batch_source(const TrainingArguments& a, int64_t vocab
 
   GptDataBuildOptions options;
   options.sources = data_sources(a);
-  options.dataset.random_seed = static_cast<uint32_t>(a.seed);
+  options.dataset.random_seed = static_cast<uint32_t>(a.run.seed);
   options.dataset.sequence_length = a.model.seq_length;
   // Megatron's tokenizer entry, so the cache names are Megatron's (megatron_description.hpp).
   options.dataset.tokenizer = megatron_tokenizer_identifiers(a.tokenizer);
@@ -110,18 +112,19 @@ BatchSource build_dataset_batch_source(const TrainingArguments& a, int64_t vocab
   options.num_threads = a.data.num_dataset_builder_threads > 0
                             ? static_cast<int>(a.data.num_dataset_builder_threads)
                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const std::string train_reason =
-      a.train_samples > 0 ? fmt::format("--train-samples {}", a.train_samples)
-                          : fmt::format("--train-iters {} × --global-batch-size {}", a.train_iters,
-                                        a.global_batch_size);
+  const std::string train_reason = a.run.train_samples > 0
+                                       ? fmt::format("--train-samples {}", a.run.train_samples)
+                                       : fmt::format("--train-iters {} × --global-batch-size {}",
+                                                     a.run.train_iters, a.run.global_batch_size);
   options.why_needed = {
       fmt::format("training reads {} samples ({})", sizes[0], train_reason),
       fmt::format("validation reads {} samples (--eval-iters {} global batches of {} at each of "
                   "{} evaluations); pass --eval-iters 0 to train without validation and test",
-                  sizes[1], a.eval_iters, a.global_batch_size, a.train_iters / a.eval_interval + 1),
+                  sizes[1], a.evaluation.eval_iters, a.run.global_batch_size,
+                  a.run.train_iters / a.evaluation.eval_interval + 1),
       fmt::format("the final test reads {} samples (--eval-iters {} global batches of {}); pass "
                   "--eval-iters 0 to train without validation and test",
-                  sizes[2], a.eval_iters, a.global_batch_size)};
+                  sizes[2], a.evaluation.eval_iters, a.run.global_batch_size)};
   const auto datasets = build_gpt_datasets(options, sizes);
   if (options.sources.blend && !options.sources.blend->corpora.empty()) {
     // The ALCF fork's per-corpus lines ("expected" weight); its samples are those of the one

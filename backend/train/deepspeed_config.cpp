@@ -214,21 +214,22 @@ void apply_batch(const Section& root, const DeepSpeedFlags& flags, TrainingArgum
   };
   if (root.has("train_micro_batch_size_per_gpu")) {
     agree("train_micro_batch_size_per_gpu", root.integer("train_micro_batch_size_per_gpu", 1),
-          a.micro_batch_size, flags.micro_batch_size_given, "--micro-batch-size");
+          a.run.micro_batch_size, flags.micro_batch_size_given, "--micro-batch-size");
   }
   if (root.has("train_batch_size")) {
-    agree("train_batch_size", root.integer("train_batch_size", 1), a.global_batch_size,
+    agree("train_batch_size", root.integer("train_batch_size", 1), a.run.global_batch_size,
           flags.global_batch_size_given, "--global-batch-size");
   }
   if (root.has("gradient_accumulation_steps")) {
     const int64_t steps = root.integer("gradient_accumulation_steps", 1);
-    const int64_t expected = a.micro_batch_size * steps * data_parallel;
-    if (a.global_batch_size == 0) a.global_batch_size = expected;
-    if (a.global_batch_size != expected) {
-      common::fail("--deepspeed_config {}: gradient_accumulation_steps {} × micro batch {} × "
-                   "data-parallel size {} = {} is not the global batch size {}",
-                   flags.config_file, steps, a.micro_batch_size, data_parallel, expected,
-                   a.global_batch_size);
+    const int64_t expected = a.run.micro_batch_size * steps * data_parallel;
+    if (a.run.global_batch_size == 0) a.run.global_batch_size = expected;
+    if (a.run.global_batch_size != expected) {
+      common::fail(
+          "--deepspeed_config {}: gradient_accumulation_steps {} × micro batch {} × "
+          "data-parallel size {} = {} is not the global batch size {}",
+          flags.config_file, steps, a.run.micro_batch_size, data_parallel, expected,
+          a.run.global_batch_size);
     }
   }
 }
@@ -289,10 +290,11 @@ void apply_deepspeed_config(const DeepSpeedFlags& flags, TrainingArguments& argu
                  "--use-distributed-optimizer", flags.config_file);
   }
   if (zero.stage == 3 || zero.offload_optimizer) {
-    if (arguments.device == "cuda") {
-      common::fail("--deepspeed_config {}: ZeRO stage 3 and offload run on CPU ranks (--device "
-                   "cpu); on GPUs they are not built yet, got --device {}",
-                   flags.config_file, arguments.device);
+    if (arguments.device == DeviceChoice::cuda) {
+      common::fail(
+          "--deepspeed_config {}: ZeRO stage 3 and offload run on CPU ranks (--device "
+          "cpu); on GPUs they are not built yet, got --device {}",
+          flags.config_file, common::enum_name(arguments.device));
     }
   }
   if (zero.stage == 3 && (arguments.parallelism.tensor_model_parallel_size > 1 ||

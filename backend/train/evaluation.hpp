@@ -8,10 +8,19 @@
 
 #include "backend/dist/communicator.hpp"
 #include "backend/model/gpt_model.hpp"
-#include "backend/train/arguments.hpp"
 #include "backend/train/batch_source.hpp"
 
 namespace backend {
+
+// What an evaluation reads of the flags (trainer.hpp's evaluation_options makes it from the
+// arguments).
+struct EvaluationOptions {
+  int64_t micro_batch_size = 0;           // --micro-batch-size
+  int64_t global_batch_size = 0;          // the final --global-batch-size
+  int64_t seq_length = 0;                 // --seq-length
+  int64_t eval_iters = 0;                 // --eval-iters: global batches per pass
+  bool calculate_per_token_loss = false;  // --calculate-per-token-loss
+};
 
 struct EvaluationResult {
   // mean over all micro batches of all --eval-iters batches; --calculate-per-token-loss: the
@@ -22,11 +31,11 @@ struct EvaluationResult {
 
 // Reads samples first_sample .. first_sample + samples − 1 of `split`.
 EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Split split,
-                          int64_t first_sample, const TrainingArguments& arguments);
+                          int64_t first_sample, const EvaluationOptions& options);
 // Over a data-parallel group: each rank forwards its slice of every global batch (as
 // train_step reads them), the loss is averaged over all of them; `samples` counts the group's.
 EvaluationResult evaluate(GptModel<float>& model, const BatchSource& source, Split split,
-                          int64_t first_sample, const TrainingArguments& arguments,
+                          int64_t first_sample, const EvaluationOptions& options,
                           Communicator& data_parallel);
 
 }  // namespace backend

@@ -40,27 +40,29 @@ CheckpointLoadOptions SpikeRollback::reload(int64_t iteration, const Spike& spik
                  iteration, spike.reason(), rollbacks_, flags(), consumed_train);
   }
   if (last_saved_iteration < 0) {
-    common::fail("--rollback-on-spike: spike at iteration {} ({}), but this run has saved no "
-                 "checkpoint in --save {} yet to roll back to ({}); save sooner with a smaller "
-                 "--save-interval",
-                 iteration, spike.reason(), a.save, flags());
+    common::fail(
+        "--rollback-on-spike: spike at iteration {} ({}), but this run has saved no "
+        "checkpoint in --save {} yet to roll back to ({}); save sooner with a smaller "
+        "--save-interval",
+        iteration, spike.reason(), a.checkpointing.save, flags());
   }
   // The run's own checkpoint, whole: weights, optimizer and scheduler, and the dropout RNG
   // where the save kept it.
   CheckpointLoadOptions options = checkpoint_load_options(a);
-  options.directory = a.save;
+  options.directory = a.checkpointing.save;
   options.finetune = false;
   options.no_load_optim = false;
-  options.no_load_rng = a.no_save_rng;
+  options.no_load_rng = a.checkpointing.no_save_rng;
   return options;
 }
 
 void SpikeRollback::fail_checkpoint_missing(int64_t iteration, const Spike& spike,
                                             int64_t last_saved_iteration) const {
-  common::fail("--rollback-on-spike: spike at iteration {} ({}), but --save {} no longer holds "
-               "the checkpoint of iteration {} this run saved ({} is missing)",
-               iteration, spike.reason(), arguments_.save, last_saved_iteration,
-               checkpoint_tracker_path(arguments_.save).string());
+  common::fail(
+      "--rollback-on-spike: spike at iteration {} ({}), but --save {} no longer holds "
+      "the checkpoint of iteration {} this run saved ({} is missing)",
+      iteration, spike.reason(), arguments_.checkpointing.save, last_saved_iteration,
+      checkpoint_tracker_path(arguments_.checkpointing.save).string());
 }
 
 std::string SpikeRollback::rolled_back(int64_t iteration, const Spike& spike,
@@ -72,8 +74,8 @@ std::string SpikeRollback::rolled_back(int64_t iteration, const Spike& spike,
   std::string line = fmt::format(
       " rollback on spike at iteration {}: {}; reloaded iteration {} from {}, skipping samples "
       "{}..{} (rollback {} of {})",
-      iteration, spike.reason(), reloaded.iteration, a.save, reloaded.consumed_train_samples,
-      consumed_train - 1, rollbacks_, a.spike.max_rollbacks);
+      iteration, spike.reason(), reloaded.iteration, a.checkpointing.save,
+      reloaded.consumed_train_samples, consumed_train - 1, rollbacks_, a.spike.max_rollbacks);
   if (a.spike.lr_factor != 1.0) {
     line += fmt::format("; learning rate now × {}", learning_rate_factor_);
   }

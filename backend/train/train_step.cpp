@@ -63,15 +63,15 @@ struct LocalLosses {
 // loss_scale × its scored positions (the gradient of the sum of its token losses, which
 // train_step divides by the global batch's scored positions once summed, as Megatron's
 // finalize_model_grads).
-LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
-                             const GlobalBatch& batch, double loss_scale,
-                             const TrainingArguments& a, int64_t dp_rank, int64_t dp_size,
-                             Communicator* overlapped_group,
-                             std::vector<std::unique_ptr<Communicator::PendingReduction>>& pending) {
-  const int64_t micro_tokens = common::checked_multiply(a.micro_batch_size, a.model.seq_length,
-                                                        "--micro-batch-size × --seq-length");
+LocalLosses forward_backward(
+    GptModel<float>& model, const BatchSource& source, const GlobalBatch& batch, double loss_scale,
+    const TrainStepOptions& options, int64_t dp_rank, int64_t dp_size,
+    Communicator* overlapped_group,
+    std::vector<std::unique_ptr<Communicator::PendingReduction>>& pending) {
+  const int64_t micro_tokens = common::checked_multiply(
+      options.micro_batch_size, options.seq_length, "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
-  const bool per_token = a.data.calculate_per_token_loss;
+  const bool per_token = options.calculate_per_token_loss;
   // Without a scaler (scale 1) the mean's factor is 1/num_micro_batches exactly as before; a
   // power-of-two scale multiplies it exactly.
   const float mean_scale =
@@ -93,8 +93,9 @@ LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
         .count = batch.num_micro_batches,
         .read =
             [&](int64_t m, std::span<int32_t> micro_tokens, std::span<int32_t> micro_labels) {
-              source(Split::train, batch.first_sample + (m * dp_size + dp_rank) * a.micro_batch_size,
-                     a.micro_batch_size, micro_tokens, micro_labels);
+              source(Split::train,
+                     batch.first_sample + (m * dp_size + dp_rank) * options.micro_batch_size,
+                     options.micro_batch_size, micro_tokens, micro_labels);
               if (per_token) scored[static_cast<size_t>(m)] = scored_label_count(micro_labels);
             },
         .dropout_step =
@@ -111,7 +112,7 @@ LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
                                    pipeline_schedule(stage.pipeline_parallel, stage.rank,
                                                      stage.virtual_chunks, batch.num_micro_batches),
                                    inputs, per_token ? static_cast<float>(loss_scale) : mean_scale,
-                                   a.micro_batch_size, a.model.seq_length);
+                                   options.micro_batch_size, options.seq_length);
     model.set_dropout_step(first_step + micro_batches * ranks);
     if (stage.last()) {
       for (const int64_t count : scored) local.scored_positions += count;
@@ -121,9 +122,9 @@ LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
   for (int64_t m = 0; m < batch.num_micro_batches; ++m) {
     model.set_dropout_step(first_step + static_cast<uint64_t>(m) * ranks +
                            static_cast<uint64_t>(dp_rank));
-    source(Split::train, batch.first_sample + (m * dp_size + dp_rank) * a.micro_batch_size,
-           a.micro_batch_size, tokens, labels);
-    const double loss = model.forward(tokens, labels, a.micro_batch_size, a.model.seq_length);
+    source(Split::train, batch.first_sample + (m * dp_size + dp_rank) * options.micro_batch_size,
+           options.micro_batch_size, tokens, labels);
+    const double loss = model.forward(tokens, labels, options.micro_batch_size, options.seq_length);
     const int64_t scored = per_token ? scored_label_count(labels) : 0;
     local.sum += per_token ? loss * static_cast<double>(scored) : loss;
     local.scored_positions += scored;
@@ -152,14 +153,14 @@ LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
 
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                            LearningRateScheduler& scheduler, const BatchSource& source,
-                           const GlobalBatch& batch, const TrainingArguments& a) {
+                           const GlobalBatch& batch, const TrainStepOptions& options) {
   const auto one_process = make_single_process_communicator("data parallel");
-  return train_step(model, optimizer, scheduler, source, batch, a, *one_process);
+  return train_step(model, optimizer, scheduler, source, batch, options, *one_process);
 }
 
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                            LearningRateScheduler& scheduler, const BatchSource& source,
-                           const GlobalBatch& batch, const TrainingArguments& a,
+                           const GlobalBatch& batch, const TrainStepOptions& options,
                            Communicator& data_parallel, const GradientShard* shard,
                            double learning_rate_factor) {
   // Two CPU devices share the host's memory; a GPU's memory is that GPU's alone.
@@ -173,13 +174,13 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   TrainStepResult result;
   // --overlap-grad-reduce applies to Megatron's plain DDP all-reduce without a pipeline; the
   // other layouts reduce after the backward.
-  const bool overlap = a.parallelism.overlap_grad_reduce && data_parallel.size() > 1 &&
+  const bool overlap = options.overlap_grad_reduce && data_parallel.size() > 1 &&
                        shard == nullptr && !model.sharded_over_data_parallel() &&
                        model.pipeline_stage().whole_model();
   std::vector<std::unique_ptr<Communicator::PendingReduction>> pending;
-  const LocalLosses local = forward_backward(model, source, batch, scaler.scale(), a,
-                                             data_parallel.rank(), data_parallel.size(),
-                                             overlap ? &data_parallel : nullptr, pending);
+  const LocalLosses local =
+      forward_backward(model, source, batch, scaler.scale(), options, data_parallel.rank(),
+                       data_parallel.size(), overlap ? &data_parallel : nullptr, pending);
   // Every reduction finished before anything reads or adds to the gradients.
   for (const auto& reduction : pending) reduction->wait();
   model.finalize_gradients();
@@ -201,7 +202,7 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   }
   Communicator& pipeline = model.pipeline_parallel_group();
   double gradient_factor = scaler.inverse_scale();
-  if (a.data.calculate_per_token_loss) {
+  if (options.calculate_per_token_loss) {
     // Megatron's finalize_model_grads with num_tokens: the global batch's scored positions
     // (the last stage's count to every stage, summed over the data-parallel group) divide the
     // summed gradients; the logged loss is the token losses' sum over the same count.
@@ -247,8 +248,8 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   result.nan = !std::isfinite(result.lm_loss) || (!scaler.enabled() && result.skipped);
   result.loss_scale = scaler.scale();
   if (!result.skipped) {
-    optimizer.clip_gradients(gradients, result.grad_norm, a.optimizer.clip_grad);
-    if (a.log_num_zeros_in_grad) {
+    optimizer.clip_gradients(gradients, result.grad_norm, options.clip_grad);
+    if (options.log_num_zeros_in_grad) {
       // Megatron's count_zeros_fp32, after clipping (which keeps zeros zero), before the step.
       result.num_zeros_in_grad =
           model_total(model, gradients, held_gradients, shard != nullptr || sharded,
@@ -266,7 +267,7 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
     model.parameters_updated();
     scheduler.step(batch.global_batch_size);
   }
-  if (a.log_params_norm) {
+  if (options.log_params_norm) {
     // Megatron's calc_params_l2_norm after the step: the fp32 master weights here (the model's
     // parameters), every rank's whole copy, or a ZeRO-3 rank's range summed over the group.
     const View parameters = model.parameter_buffer();

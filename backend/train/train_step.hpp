@@ -26,7 +26,6 @@
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
-#include "backend/train/arguments.hpp"
 #include "backend/train/batch_source.hpp"
 
 namespace backend {
@@ -38,6 +37,17 @@ struct GlobalBatch {
   int64_t first_sample = 0;
   int64_t global_batch_size = 0;
   int64_t num_micro_batches = 0;
+};
+
+// What a step reads of the flags (trainer.hpp's train_step_options makes it from the arguments).
+struct TrainStepOptions {
+  int64_t micro_batch_size = 0;           // --micro-batch-size
+  int64_t seq_length = 0;                 // --seq-length
+  bool calculate_per_token_loss = false;  // --calculate-per-token-loss
+  double clip_grad = 1.0;                 // --clip-grad
+  bool overlap_grad_reduce = false;       // --overlap-grad-reduce
+  bool log_params_norm = false;           // --log-params-norm
+  bool log_num_zeros_in_grad = false;     // --log-num-zeros-in-grad
 };
 
 struct TrainStepResult {
@@ -60,7 +70,7 @@ struct GradientShard {
   View gradients;
 };
 
-// Takes --micro-batch-size, --seq-length and --clip-grad from `arguments`. With a data-parallel
+// With a data-parallel
 // group of D ranks, `batch.num_micro_batches` is this rank's (global / (micro × D)), micro batch
 // m of rank r reads samples first + (m·D + r)·micro .. + micro (Megatron's
 // MegatronPretrainingSampler: each step of D micro batches is cut into the ranks' slices), the
@@ -68,12 +78,12 @@ struct GradientShard {
 // the loss is averaged over it: every rank then holds the same gradients, norm and decision.
 // A ZeRO-3 model (GptModel::sharded_over_data_parallel) brings its range's gradients already
 // summed over the group: each rank unscales, clips and updates that range, and the model gathers
-// the new parameters where it uses them. With a `shard`, the gradients are reduce-scattered instead: each rank unscales, clips and
-// updates its range (the norm's sum of squares added over the group), and the parameters are
-// all-gathered back.
+// the new parameters where it uses them. With a `shard`, the gradients are reduce-scattered
+// instead: each rank unscales, clips and updates its range (the norm's sum of squares added over
+// the group), and the parameters are all-gathered back.
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                            LearningRateScheduler& scheduler, const BatchSource& source,
-                           const GlobalBatch& batch, const TrainingArguments& arguments,
+                           const GlobalBatch& batch, const TrainStepOptions& options,
                            Communicator& data_parallel, const GradientShard* shard = nullptr,
                            double learning_rate_factor = 1.0);
 // `learning_rate_factor` multiplies the scheduler's rate for the update (--spike-lr-factor after
@@ -81,6 +91,6 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
 // One process: a data-parallel group of one.
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                            LearningRateScheduler& scheduler, const BatchSource& source,
-                           const GlobalBatch& batch, const TrainingArguments& arguments);
+                           const GlobalBatch& batch, const TrainStepOptions& options);
 
 }  // namespace backend

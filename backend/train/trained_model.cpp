@@ -30,7 +30,7 @@ void check_whole_model_launch(const TrainingArguments& arguments, std::string_vi
         tool, arguments.parallelism.tensor_model_parallel_size,
         arguments.parallelism.pipeline_model_parallel_size);
   }
-  if (arguments.load.empty()) {
+  if (arguments.checkpointing.load.empty()) {
     common::fail("{} needs --load DIR: the checkpoint (pretrain_gpt's --save directory) whose "
                  "model to run", tool);
   }
@@ -39,7 +39,7 @@ void check_whole_model_launch(const TrainingArguments& arguments, std::string_vi
 GptModel<float> load_trained_model(const TrainingArguments& arguments,
                                    const SelectedDevice& selected, std::string_view tool) {
   // Before the model is built.
-  require_checkpoint(arguments.load, "--load",
+  require_checkpoint(arguments.checkpointing.load, "--load",
                      "running untrained weights means nothing; point --load at pretrain_gpt's "
                      "--save directory");
   GptConfig config = model_config(arguments);
@@ -66,8 +66,9 @@ GptModel<float> load_trained_model(const TrainingArguments& arguments,
   AdamW optimizer(AdamWConfig{}, {}, 0);
   LearningRateScheduler scheduler(LearningRateSchedule{.max_lr = 0, .decay_steps = 1});
   if (!load_checkpoint(weights_only, model, optimizer, scheduler, std::cout)) {
-    common::fail("--load {}: {} disappeared while the checkpoint was loaded", arguments.load,
-                 checkpoint_tracker_path(arguments.load).string());
+    common::fail("--load {}: {} disappeared while the checkpoint was loaded",
+                 arguments.checkpointing.load,
+                 checkpoint_tracker_path(arguments.checkpointing.load).string());
   }
   model.set_training(false);
   return model;

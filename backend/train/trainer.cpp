@@ -63,11 +63,38 @@ GptConfig model_config(const TrainingArguments& a) {
   return gpt_config(a.model, tokenizer_vocab_size(a), a.parallelism.tensor_model_parallel_size);
 }
 
+TrainStepOptions train_step_options(const TrainingArguments& a) {
+  return {.micro_batch_size = a.run.micro_batch_size,
+          .seq_length = a.model.seq_length,
+          .calculate_per_token_loss = a.data.calculate_per_token_loss,
+          .clip_grad = a.optimizer.clip_grad,
+          .overlap_grad_reduce = a.parallelism.overlap_grad_reduce,
+          .log_params_norm = a.logging.log_params_norm,
+          .log_num_zeros_in_grad = a.logging.log_num_zeros_in_grad};
+}
+
+EvaluationOptions evaluation_options(const TrainingArguments& a) {
+  return {.micro_batch_size = a.run.micro_batch_size,
+          .global_batch_size = a.run.global_batch_size,
+          .seq_length = a.model.seq_length,
+          .eval_iters = a.evaluation.eval_iters,
+          .calculate_per_token_loss = a.data.calculate_per_token_loss};
+}
+
+LoggedRun logged_run(const TrainingArguments& a, int64_t padded_vocab_size) {
+  return {.model = a.model,
+          .padded_vocab_size = padded_vocab_size,
+          .micro_batch_size = a.run.micro_batch_size,
+          .global_batch_size = a.run.global_batch_size,
+          .train_iters = a.run.train_iters,
+          .parallelism = a.parallelism};
+}
+
 SelectedDevice select_device(const TrainingArguments& arguments) {
-  if (arguments.device == "cpu") return {std::make_unique<CpuDevice>(), std::nullopt};
+  if (arguments.device == DeviceChoice::cpu) return {std::make_unique<CpuDevice>(), std::nullopt};
   const auto inventory = discover_cuda_devices();
   if (inventory.devices.empty()) {
-    if (arguments.device == "cuda") {
+    if (arguments.device == DeviceChoice::cuda) {
       common::fail("--device cuda: no GPU is visible to this process ({}); use --device cpu, "
                    "or --device auto to train on a GPU where there is one",
                    inventory.unavailable_reason);
@@ -150,13 +177,14 @@ void report_benchmark(const TrainingArguments& a, int64_t padded_vocab_size,
                       double peak_flops, std::string_view peak_name, std::ostream& out) {
   std::vector<double> step_ms;
   for (const auto& record : iterations) step_ms.push_back(record.elapsed_ms);
-  const BenchmarkSummary summary = summarize_benchmark(a, padded_vocab_size, step_ms, peak_flops);
-  write_benchmark_json(a.benchmark_output, a, padded_vocab_size, parameter_count, summary);
-  out << fmt::format(" benchmark: median {:.1f} ms/iteration | {:.1f} tokens/s | {:.3f} TFLOP/s | "
-                     "MFU {:.1f}% of the measured {:.3f} TFLOP/s {} | written to {}\n",
-                     summary.median_step_ms, summary.tokens_per_second, summary.tflops_per_device,
-                     100.0 * summary.mfu, summary.peak_flops / 1e12, peak_name,
-                     a.benchmark_output);
+  const LoggedRun run = logged_run(a, padded_vocab_size);
+  const BenchmarkSummary summary = summarize_benchmark(run, step_ms, peak_flops);
+  write_benchmark_json(a.logging.benchmark_output, run, parameter_count, summary);
+  out << fmt::format(
+      " benchmark: median {:.1f} ms/iteration | {:.1f} tokens/s | {:.3f} TFLOP/s | "
+      "MFU {:.1f}% of the measured {:.3f} TFLOP/s {} | written to {}\n",
+      summary.median_step_ms, summary.tokens_per_second, summary.tflops_per_device,
+      100.0 * summary.mfu, summary.peak_flops / 1e12, peak_name, a.logging.benchmark_output);
   out.flush();
 }
 
@@ -244,7 +272,9 @@ Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, Batc
   selected_ = select_device(a_);
   config_.mixed_precision = mixed_precision_of(a_, *selected_.device);
   check_memory_fits();
-  if (!a_.log_dir.empty() && groups_.is_first_rank()) write_exp_manager_files(a_.log_dir, a_);
+  if (!a_.logging.log_dir.empty() && groups_.is_first_rank()) {
+    write_exp_manager_files(a_.logging.log_dir, a_);
+  }
   note_precision(a_, *selected_.device, config_.mixed_precision);
   carve_model_and_optimizer();
   // --fp16's dynamic loss scaling (or --loss-scale): the optimizer holds the scaler, as
@@ -254,7 +284,7 @@ Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, Batc
   scheduler_.emplace(learning_rate_schedule(a_));
   batch_sizes_.emplace(batch_size_schedule(a_, groups_.layout.data_parallel));
   if (!source_ && a_.data.mock_data) {
-    source_ = [dataset = MockDataset(a_.seed, config_.vocab_size, a_.model.seq_length)](
+    source_ = [dataset = MockDataset(a_.run.seed, config_.vocab_size, a_.model.seq_length)](
                   Split split, int64_t first, int64_t batch, std::span<int32_t> tokens,
                   std::span<int32_t> labels) {
       dataset.fill_batch(split, first, batch, tokens, labels);
@@ -266,25 +296,27 @@ Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, Batc
   // a second); benchmark mode reuses it.
   const bool on_gpu = selected_.device->memory_kind() == MemoryKind::cuda;
   peak_name_ = on_gpu ? fmt::format("{} GEMM peak", element_name(gemm_type())) : "sgemm peak";
-  if (a_.log_throughput) {
+  if (a_.logging.log_throughput) {
     peak_flops_ = measure_peak();
     spdlog::info("measured {}: {:.3f} TFLOP/s (the MFU reference)", peak_name_, *peak_flops_ / 1e12);
   }
   // TensorBoard and the iteration lines are the last rank's (Megatron's get_tensorboard_writer).
-  log_.emplace(a_, config_.padded_vocab_size, peak_flops_, out_last_, peak_name_,
-               groups_.is_last_rank());
+  log_.emplace(a_.logging, logged_run(a_, config_.padded_vocab_size), peak_flops_, out_last_,
+               peak_name_, groups_.is_last_rank());
   // Data-parallel rank 0 writes the model's files, one per (tensor-parallel rank, stage), and
   // with the distributed optimizer every rank its moments' file; rank 0 makes the directories
   // and moves the tracker, so it holds the lock (checkpoint.hpp) until training ends.
-  if (!a_.save.empty() && groups_.is_first_rank()) save_lock_.emplace(lock_save_directory(a_.save));
+  if (!a_.checkpointing.save.empty() && groups_.is_first_rank()) {
+    save_lock_.emplace(lock_save_directory(a_.checkpointing.save));
+  }
 }
 
 // What is wrong with the launch, before anything is built.
 void Trainer::check_launch() {
   // The report is written after training; a --benchmark-output that can never take it (a
   // device, a FIFO, a directory) is refused now, not after the run.
-  if (!a_.benchmark_output.empty() && groups_.is_last_rank()) {
-    common::output_target(a_.benchmark_output, "--benchmark-output");
+  if (!a_.logging.benchmark_output.empty() && groups_.is_last_rank()) {
+    common::output_target(a_.logging.benchmark_output, "--benchmark-output");
   }
   const ProcessEnvironment process = read_process_environment();
   if (process.world_size != world_.size()) {
@@ -297,16 +329,18 @@ void Trainer::check_launch() {
   // Megatron's --exit-on-missing-checkpoint, checked before anything is built: a mistyped
   // --load stops the job at once instead of training from scratch (Megatron exits there with
   // status 0; an error here, since the job did nothing it was asked to).
-  if (a_.exit_on_missing_checkpoint && !a_.load.empty()) {
-    require_checkpoint(a_.load, "--load",
+  if (a_.checkpointing.exit_on_missing_checkpoint && !a_.checkpointing.load.empty()) {
+    require_checkpoint(a_.checkpointing.load, "--load",
                        "--exit-on-missing-checkpoint is given: correct the path, or leave the flag "
                        "out to start from scratch when there is nothing to load");
   }
   // Megatron installs its signal handler at initialisation: a notice during the setup stops
   // the run after its first iteration.
-  if (a_.exit_signal_handler) {
-    const std::optional<int> number = exit_signal_number(a_.exit_signal);
-    if (!number) common::fail("--exit-signal {}: not a signal the handler takes", a_.exit_signal);
+  if (a_.run.exit_signal_handler) {
+    const std::optional<int> number = exit_signal_number(a_.run.exit_signal);
+    if (!number) {
+      common::fail("--exit-signal {}: not a signal the handler takes", a_.run.exit_signal);
+    }
     exit_signal_.emplace(*number);
   }
 }
@@ -317,7 +351,7 @@ void Trainer::check_launch() {
 void Trainer::check_memory_fits() {
   const ParallelLayout& layout = groups_.layout;
   estimate_ =
-      training_memory_estimate(config_, a_.micro_batch_size, a_.model.seq_length,
+      training_memory_estimate(config_, a_.run.micro_batch_size, a_.model.seq_length,
                                {.tensor_parallel = layout.tensor_parallel,
                                 .data_parallel = layout.data_parallel,
                                 .pipeline_parallel = layout.pipeline_parallel,
@@ -329,9 +363,10 @@ void Trainer::check_memory_fits() {
                                 .virtual_pipeline_chunks = a_.virtual_pipeline_chunks()});
   const std::optional<CudaDeviceProperties>& gpu = selected_.gpu;
   if (gpu && world_.size() > 1) {
-    common::fail("--device {}: {} ranks on GPUs need the NCCL communicator, which is not built "
-                 "yet; data parallelism runs on CPU ranks (--device cpu)",
-                 a_.device, world_.size());
+    common::fail(
+        "--device {}: {} ranks on GPUs need the NCCL communicator, which is not built "
+        "yet; data parallelism runs on CPU ranks (--device cpu)",
+        common::enum_name(a_.device), world_.size());
   }
   if (gpu) {
     common::require_memory_fits(
@@ -384,18 +419,18 @@ void Trainer::carve_model_and_optimizer() {
             .sharded_data_parallel = a_.parallelism.zero_stage == 3 ? &data_parallel_ : nullptr});
     // The dropout masks come from --seed too; dropout_key() mixes the seed into a stream of
     // its own, unrelated to the initialisation's. Step 0 is the first micro batch's forward.
-    model.init_parameters(a_.seed);
-    model.set_dropout_seed(a_.seed);
+    model.init_parameters(a_.run.seed);
+    model.set_dropout_seed(a_.run.seed);
     // A pipeline stage holds the micro batches its schedule keeps in flight, for the largest
     // global batch (the last of a ramp-up).
     int64_t slots = 1;
     if (!stage.whole_model()) {
       const int64_t micro_batches =
-          a_.global_batch_size / (a_.micro_batch_size * groups_.layout.data_parallel);
+          a_.run.global_batch_size / (a_.run.micro_batch_size * groups_.layout.data_parallel);
       slots = pipeline_slots(pipeline_schedule(stage.pipeline_parallel, stage.rank,
                                                stage.virtual_chunks, micro_batches));
     }
-    model.reserve(a_.micro_batch_size, a_.model.seq_length, slots);
+    model.reserve(a_.run.micro_batch_size, a_.model.seq_length, slots);
     std::vector<ParameterGroup> groups;
     for (const auto& tensor : model.tensors()) {
       groups.push_back({tensor.offset, tensor.numel, tensor.weight_decay});
@@ -436,7 +471,7 @@ void Trainer::carve_model_and_optimizer() {
 // Megatron's start-up lines (build_num_microbatches_calculator, _initialize_distributed,
 // initialize_model_parallel, the vocabulary's padding, the parameter count), in its order.
 void Trainer::print_startup_lines() {
-  if (a_.rampup_batch_size.empty()) {
+  if (a_.run.rampup_batch_size.empty()) {
     out_ << fmt::format("setting number of micro-batches to constant {}\n",
                         batch_sizes_->num_micro_batches(0));
   }
@@ -456,7 +491,9 @@ void Trainer::print_startup_lines() {
         coordinates_.tensor, coordinates_.pipeline, result_.parameter_count);
     printed_.flush();
   }
-  if (a_.train_samples > 0) out_ << fmt::format("setting training iterations to {}\n", a_.train_iters);
+  if (a_.run.train_samples > 0) {
+    out_ << fmt::format("setting training iterations to {}\n", a_.run.train_iters);
+  }
   out_ << fmt::format("time to initialize megatron (seconds): {:.3f}\n",
                       std::chrono::duration<double>(Clock::now() - setup_start_).count());
 }
@@ -485,28 +522,28 @@ TrainingResult Trainer::run() {
 // scheduler and RNG (Megatron's tasks/finetune_utils.py).
 void Trainer::load() {
   std::optional<TrainingProgress> loaded;
-  if (!a_.load.empty()) {
+  if (!a_.checkpointing.load.empty()) {
     loaded = load_from(checkpoint_load_options(a_));
     std::error_code ignored;
-    if (loaded && !a_.save.empty() && !a_.finetune &&
-        std::filesystem::equivalent(a_.load, a_.save, ignored)) {
+    if (loaded && !a_.checkpointing.save.empty() && !a_.checkpointing.finetune &&
+        std::filesystem::equivalent(a_.checkpointing.load, a_.checkpointing.save, ignored)) {
       last_saved_iteration_ = loaded->iteration;
     }
   }
-  if (!loaded && !a_.pretrained_checkpoint.empty()) {
+  if (!loaded && !a_.checkpointing.pretrained_checkpoint.empty()) {
     CheckpointLoadOptions pretrained = checkpoint_load_options(a_);
-    pretrained.directory = a_.pretrained_checkpoint;
+    pretrained.directory = a_.checkpointing.pretrained_checkpoint;
     pretrained.finetune = true;
     pretrained.no_load_optim = true;
     pretrained.no_load_rng = true;
-    require_checkpoint(a_.pretrained_checkpoint, "--pretrained-checkpoint",
+    require_checkpoint(a_.checkpointing.pretrained_checkpoint, "--pretrained-checkpoint",
                        "point it at the --save directory of pretrain_gpt or checkpoint_util "
                        "(--import-hf --save)");
     loaded = load_from(pretrained);
     if (!loaded) {  // its tracker went away between the check and the load
       common::fail("--pretrained-checkpoint {}: {} disappeared while the checkpoint was loaded",
-                   a_.pretrained_checkpoint,
-                   checkpoint_tracker_path(a_.pretrained_checkpoint).string());
+                   a_.checkpointing.pretrained_checkpoint,
+                   checkpoint_tracker_path(a_.checkpointing.pretrained_checkpoint).string());
     }
   }
   if (loaded) resumed_ = *loaded;
@@ -563,7 +600,7 @@ void Trainer::build_datasets() {
 
 // Megatron's train(): the iterations from where the run resumed.
 bool Trainer::train() {
-  for (int64_t iteration = resumed_.iteration + 1; iteration <= a_.train_iters; ++iteration) {
+  for (int64_t iteration = resumed_.iteration + 1; iteration <= a_.run.train_iters; ++iteration) {
     const TrainStepResult step = train_iteration(iteration);
     // A spike is judged before this iteration's evaluation and save: its weights are not kept.
     // Every rank sees the same loss (averaged over data parallelism, broadcast from the last
@@ -601,9 +638,9 @@ TrainStepResult Trainer::train_iteration(int64_t iteration) {
     ops::scale(model.device(), model.parameter_buffer(), kInjectedWeightFactor);
     model.parameters_updated();
   }
-  const TrainStepResult step =
-      train_step(model, *optimizer_, *scheduler_, source_, batch, a_, data_parallel_,
-                 shard_ ? &*shard_ : nullptr, spike_rollback_.learning_rate_factor());
+  const TrainStepResult step = train_step(
+      model, *optimizer_, *scheduler_, source_, batch, train_step_options(a_), data_parallel_,
+      shard_ ? &*shard_ : nullptr, spike_rollback_.learning_rate_factor());
   consumed_train_ += batch.global_batch_size;
   const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
   Device& device = *selected_.device;
@@ -624,7 +661,7 @@ TrainStepResult Trainer::train_iteration(int64_t iteration) {
                       scheduler_->learning_rate() * spike_rollback_.learning_rate_factor());
   // Megatron's report_memory, once, after the first logged interval with a learning rate (the
   // optimizer's state exists by then), from every rank of data-parallel rank 0.
-  if (!memory_reported_ && iteration % a_.log_interval == 0 && step.learning_rate > 0) {
+  if (!memory_reported_ && iteration % a_.logging.log_interval == 0 && step.learning_rate > 0) {
     memory_reported_ = true;
     if (coordinates_.data == 0) {
       printed_ << format_memory_line(world_.rank(), iteration, device.memory_usage()) << '\n';
@@ -653,12 +690,13 @@ int64_t Trainer::roll_back(int64_t iteration, const Spike& spike) {
 // iteration.
 ExitConditions Trainer::exit_conditions() {
   ExitConditions conditions;
-  if (a_.exit_duration_in_mins <= 0 && !exit_signal_) return conditions;
+  if (a_.run.exit_duration_in_mins <= 0 && !exit_signal_) return conditions;
   std::array<float, 2> exits = {
       static_cast<float>(std::chrono::duration<double>(Clock::now() - setup_start_).count() / 60.0),
       exit_signal_ && exit_signal_->received() ? 1.0F : 0.0F};
   world_.all_reduce(host_view(std::span<float>(exits)), ReduceOperation::max);
-  conditions.duration_exceeded = a_.exit_duration_in_mins > 0 && exits[0] > a_.exit_duration_in_mins;
+  conditions.duration_exceeded =
+      a_.run.exit_duration_in_mins > 0 && exits[0] > a_.run.exit_duration_in_mins;
   conditions.exit_signal_received = exits[1] > 0;
   return conditions;
 }
@@ -667,7 +705,7 @@ ExitConditions Trainer::exit_conditions() {
 void Trainer::print_exit_line(int64_t iteration, const ExitConditions& conditions) {
   const std::string why =
       conditions.exit_signal_received
-          ? fmt::format("exiting program after receiving {}.", a_.exit_signal)
+          ? fmt::format("exiting program after receiving {}.", a_.run.exit_signal)
       : conditions.duration_exceeded
           ? fmt::format("exiting program after {} minutes",
                         std::chrono::duration<double>(Clock::now() - setup_start_).count() / 60.0)
@@ -719,7 +757,7 @@ void Trainer::save(int64_t iteration) {
 double Trainer::evaluate_and_log(Split split, int64_t& consumed_samples, const std::string& prefix,
                                  int64_t iteration) {
   const EvaluationResult evaluation =
-      evaluate(*model_, source_, split, consumed_samples, a_, data_parallel_);
+      evaluate(*model_, source_, split, consumed_samples, evaluation_options(a_), data_parallel_);
   consumed_samples += evaluation.samples;
   log_->add_evaluation(prefix, iteration, consumed_train_, evaluation.lm_loss);
   return evaluation.lm_loss;
@@ -731,19 +769,19 @@ void Trainer::finish() {
   if (const auto iteration = iteration_to_save_at_end(a_, resumed_.iteration, last_saved_iteration_)) {
     save(*iteration);
   }
-  if (!a_.benchmark_output.empty() && groups_.is_last_rank()) {
+  if (!a_.logging.benchmark_output.empty() && groups_.is_last_rank()) {
     report_benchmark(a_, config_.padded_vocab_size, result_.parameter_count, result_.iterations,
                      peak_flops_ ? *peak_flops_ : measure_peak(), peak_name_, out_last_);
   }
-  if (a_.eval_iters > 0) {
+  if (a_.evaluation.eval_iters > 0) {
     result_.validation_loss = evaluate_and_log(
         Split::validation, consumed_valid_,
-        fmt::format("iteration {} on validation set", a_.train_iters), a_.train_iters);
+        fmt::format("iteration {} on validation set", a_.run.train_iters), a_.run.train_iters);
     if (!test_split_skipped_) {
       int64_t consumed_test = 0;
-      result_.test_loss = evaluate_and_log(Split::test, consumed_test,
-                                           fmt::format("iteration {} on test set", a_.train_iters),
-                                           a_.train_iters);
+      result_.test_loss = evaluate_and_log(
+          Split::test, consumed_test, fmt::format("iteration {} on test set", a_.run.train_iters),
+          a_.run.train_iters);
     }
   }
   log_->close();

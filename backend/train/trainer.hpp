@@ -38,6 +38,7 @@
 #include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/arguments.hpp"
 #include "backend/train/batch_source.hpp"
+#include "backend/train/evaluation.hpp"
 #include "backend/train/exit_signal_handler.hpp"
 #include "backend/train/log/training_log.hpp"
 #include "backend/train/spike_rollback.hpp"
@@ -68,6 +69,11 @@ int64_t tokenizer_vocab_size(const TrainingArguments& arguments);
 // The model the arguments describe (validated): what pretrain builds, and what
 // checkpoint_util rebuilds from a checkpoint's saved arguments.
 GptConfig model_config(const TrainingArguments& arguments);
+
+// What a training step, an evaluation pass and the log read of the (validated) arguments.
+TrainStepOptions train_step_options(const TrainingArguments& arguments);
+EvaluationOptions evaluation_options(const TrainingArguments& arguments);
+LoggedRun logged_run(const TrainingArguments& arguments, int64_t padded_vocab_size);
 
 // The device the arguments ask for (--device): cpu; cuda, the first GPU the runtime sees
 // (after CUDA_VISIBLE_DEVICES: one process per GPU, as Megatron's launchers start them); auto,

@@ -79,15 +79,16 @@ int64_t GlobalBatchSizeSchedule::num_micro_batches(int64_t consumed_samples) con
 
 GlobalBatchSizeSchedule batch_size_schedule(const TrainingArguments& a, int64_t data_parallel_size) {
   std::optional<BatchSizeRampup> rampup;
-  if (!a.rampup_batch_size.empty()) {
-    if (a.rampup_batch_size.size() != 3) {
+  if (!a.run.rampup_batch_size.empty()) {
+    if (a.run.rampup_batch_size.size() != 3) {
       common::fail("--rampup-batch-size takes three numbers: START INCREMENT SAMPLES");
     }
-    rampup = BatchSizeRampup{.start_global_batch_size = a.rampup_batch_size[0],
-                             .batch_size_increment = a.rampup_batch_size[1],
-                             .rampup_samples = a.rampup_batch_size[2]};
+    rampup = BatchSizeRampup{.start_global_batch_size = a.run.rampup_batch_size[0],
+                             .batch_size_increment = a.run.rampup_batch_size[1],
+                             .rampup_samples = a.run.rampup_batch_size[2]};
   }
-  return GlobalBatchSizeSchedule(a.global_batch_size, a.micro_batch_size, data_parallel_size, rampup);
+  return GlobalBatchSizeSchedule(a.run.global_batch_size, a.run.micro_batch_size,
+                                 data_parallel_size, rampup);
 }
 
 namespace {
@@ -180,15 +181,16 @@ void check_rampup_batch_sizes(const TrainingArguments& a, const GlobalBatchSizeS
                               int64_t data_parallel_size) {
   // The iterations that run at a ramp-up size are those of the ramp-up phase walk (any after
   // it run at --global-batch-size, which validate_arguments checked).
-  const int64_t divisor = a.micro_batch_size * data_parallel_size;
-  walk_rampup(schedule, a.train_samples, [&](const RampupSegment& run) {
+  const int64_t divisor = a.run.micro_batch_size * data_parallel_size;
+  walk_rampup(schedule, a.run.train_samples, [&](const RampupSegment& run) {
     if (run.global_batch_size % divisor != 0) {
-      common::fail("--rampup-batch-size {} {} {}: iteration {} (after {} samples) has a global "
-                   "batch of {}, which --micro-batch-size {} × data-parallel size {} does not "
-                   "divide; choose a start and increment that are multiples of {}",
-                   a.rampup_batch_size[0], a.rampup_batch_size[1], a.rampup_batch_size[2],
-                   run.first_iteration, run.consumed_before, run.global_batch_size,
-                   a.micro_batch_size, data_parallel_size, divisor);
+      common::fail(
+          "--rampup-batch-size {} {} {}: iteration {} (after {} samples) has a global "
+          "batch of {}, which --micro-batch-size {} × data-parallel size {} does not "
+          "divide; choose a start and increment that are multiples of {}",
+          a.run.rampup_batch_size[0], a.run.rampup_batch_size[1], a.run.rampup_batch_size[2],
+          run.first_iteration, run.consumed_before, run.global_batch_size, a.run.micro_batch_size,
+          data_parallel_size, divisor);
     }
   });
 }
@@ -200,18 +202,20 @@ void check_rampup_batch_sizes(const TrainingArguments& a, const GlobalBatchSizeS
 // but no run that large can finish either.
 void check_run_fits_counters(const TrainingArguments& a) {
   const int64_t train_samples =
-      a.train_samples > 0 ? a.train_samples
-                          : common::checked_multiply(a.train_iters, a.global_batch_size,
-                                                     "--train-iters × --global-batch-size (the "
-                                                     "samples the run trains on)");
+      a.run.train_samples > 0 ? a.run.train_samples
+                              : common::checked_multiply(a.run.train_iters, a.run.global_batch_size,
+                                                         "--train-iters × --global-batch-size (the "
+                                                         "samples the run trains on)");
   common::checked_multiply(train_samples, a.model.seq_length,
                            "the samples the run trains on × --seq-length (its tokens)");
-  if (a.eval_iters > 0) {
+  if (a.evaluation.eval_iters > 0) {
     // Every --eval-interval iterations, and the final validation and test passes.
-    const int64_t evaluations = a.train_iters / std::max<int64_t>(1, a.eval_interval) + 2;
-    common::checked_multiply({evaluations, a.eval_iters, a.global_batch_size, a.model.seq_length},
-                             "evaluations × --eval-iters × --global-batch-size × --seq-length "
-                             "(the tokens the validation and test passes read)");
+    const int64_t evaluations =
+        a.run.train_iters / std::max<int64_t>(1, a.evaluation.eval_interval) + 2;
+    common::checked_multiply(
+        {evaluations, a.evaluation.eval_iters, a.run.global_batch_size, a.model.seq_length},
+        "evaluations × --eval-iters × --global-batch-size × --seq-length "
+        "(the tokens the validation and test passes read)");
   }
 }
 
@@ -231,15 +235,17 @@ void resolve_training_schedule(TrainingArguments& a, int64_t data_parallel_size)
 
   // Iteration-based or sample-based, never both (Megatron's validate_args). Validating again
   // is harmless: iterations an earlier call derived from --train-samples are derived anew.
-  if (a.train_iters_derived) a.train_iters = 0;
-  if (a.train_iters > 0 && a.train_samples > 0) {
-    common::fail("--train-iters {} and --train-samples {} are mutually exclusive: train for a "
-                 "number of iterations or for a number of samples", a.train_iters, a.train_samples);
+  if (a.run.train_iters_derived) a.run.train_iters = 0;
+  if (a.run.train_iters > 0 && a.run.train_samples > 0) {
+    common::fail(
+        "--train-iters {} and --train-samples {} are mutually exclusive: train for a "
+        "number of iterations or for a number of samples",
+        a.run.train_iters, a.run.train_samples);
   }
-  if (a.train_iters == 0 && a.train_samples == 0) {
+  if (a.run.train_iters == 0 && a.run.train_samples == 0) {
     common::fail("pass --train-iters N (iterations) or --train-samples N (samples)");
   }
-  const bool sample_based = a.train_samples > 0;
+  const bool sample_based = a.run.train_samples > 0;
   if (!sample_based) {
     const char* mode = "--train-iters";
     refuse_for_mode(optimizer.lr_decay_samples != 0, "--lr-decay-samples", mode,
@@ -248,8 +254,9 @@ void resolve_training_schedule(TrainingArguments& a, int64_t data_parallel_size)
                     "--lr-warmup-iters");
     refuse_for_mode(optimizer.lr_wsd_decay_samples.has_value(), "--lr-wsd-decay-samples", mode,
                     "--lr-wsd-decay-iters");
-    refuse_for_mode(!a.rampup_batch_size.empty(), "--rampup-batch-size", mode,
-                    "--train-samples: Megatron ramps the batch size up only in sample-based training");
+    refuse_for_mode(
+        !a.run.rampup_batch_size.empty(), "--rampup-batch-size", mode,
+        "--train-samples: Megatron ramps the batch size up only in sample-based training");
     if (optimizer.lr_warmup_fraction && optimizer.lr_warmup_iters != 0) {
       common::fail("--lr-warmup-fraction and --lr-warmup-iters are mutually exclusive: give the "
                    "warmup one way");
@@ -269,14 +276,14 @@ void resolve_training_schedule(TrainingArguments& a, int64_t data_parallel_size)
 
   const GlobalBatchSizeSchedule batches = batch_size_schedule(a, data_parallel_size);
   if (sample_based) {
-    a.train_iters = sample_based_train_iters(a.train_samples, batches);
-    a.train_iters_derived = true;
-    if (a.train_iters == 0) {
+    a.run.train_iters = sample_based_train_iters(a.run.train_samples, batches);
+    a.run.train_iters_derived = true;
+    if (a.run.train_iters == 0) {
       common::fail("--train-samples {} is less than one global batch ({}): nothing to train",
-                   a.train_samples, batches.global_batch_size(0));
+                   a.run.train_samples, batches.global_batch_size(0));
     }
     if (batches.rampup()) check_rampup_batch_sizes(a, batches, data_parallel_size);
-    if (optimizer.lr_decay_samples == 0) optimizer.lr_decay_samples = a.train_samples;
+    if (optimizer.lr_decay_samples == 0) optimizer.lr_decay_samples = a.run.train_samples;
     if (!optimizer.lr_warmup_fraction &&
         optimizer.lr_warmup_samples >= optimizer.lr_decay_samples) {
       common::fail(
@@ -285,7 +292,7 @@ void resolve_training_schedule(TrainingArguments& a, int64_t data_parallel_size)
           optimizer.lr_warmup_samples, optimizer.lr_decay_samples);
     }
   } else {
-    if (optimizer.lr_decay_iters == 0) optimizer.lr_decay_iters = a.train_iters;
+    if (optimizer.lr_decay_iters == 0) optimizer.lr_decay_iters = a.run.train_iters;
     if (!optimizer.lr_warmup_fraction && optimizer.lr_warmup_iters >= optimizer.lr_decay_iters) {
       common::fail(
           "--lr-warmup-iters {} must be smaller than --lr-decay-iters {} (which defaults "
@@ -335,20 +342,20 @@ LearningRateSchedule learning_rate_schedule(const TrainingArguments& a) {
   s.start_weight_decay = optimizer.start_weight_decay.value_or(optimizer.weight_decay);
   s.end_weight_decay = optimizer.end_weight_decay.value_or(optimizer.weight_decay);
   s.weight_decay_increment_style = optimizer.weight_decay_incr_style;
-  if (a.train_samples > 0) {
+  if (a.run.train_samples > 0) {
     s.decay_steps = optimizer.lr_decay_samples;
-    s.weight_decay_increment_steps = a.train_samples;
+    s.weight_decay_increment_steps = a.run.train_samples;
     s.wsd_decay_steps = optimizer.lr_wsd_decay_samples.value_or(-1);
     s.warmup_steps = static_cast<double>(optimizer.lr_warmup_samples);
   } else {
     // Iterations in samples: × the global batch size, checked (check_run_fits_counters).
-    const int64_t batch = a.global_batch_size;
+    const int64_t batch = a.run.global_batch_size;
     auto in_samples = [batch](int64_t iterations, const char* flag) {
       return common::checked_multiply(iterations, batch,
                                       fmt::format("{} × --global-batch-size (in samples)", flag));
     };
     s.decay_steps = in_samples(optimizer.lr_decay_iters, "--lr-decay-iters");
-    s.weight_decay_increment_steps = in_samples(a.train_iters, "--train-iters");
+    s.weight_decay_increment_steps = in_samples(a.run.train_iters, "--train-iters");
     s.wsd_decay_steps = optimizer.lr_wsd_decay_iters
                             ? in_samples(*optimizer.lr_wsd_decay_iters, "--lr-wsd-decay-iters")
                             : -1;

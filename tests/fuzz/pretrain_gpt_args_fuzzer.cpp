@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (arguments->tokenizer.tokenizer_type != "NullTokenizer") return;
     const backend::GptConfig config = backend::model_config(*arguments);
     const common::MemoryEstimate estimate = backend::training_memory_estimate(
-        config, arguments->micro_batch_size, arguments->model.seq_length);
+        config, arguments->run.micro_batch_size, arguments->model.seq_length);
     common::format_memory_estimate(estimate, "fuzz");
   });
 }

@@ -52,9 +52,9 @@ TrainingArguments gpt2_style() {
   a.model.num_attention_heads = 4;
   a.model.seq_length = 32;
   a.model.max_position_embeddings = 32;
-  a.micro_batch_size = 2;
-  a.global_batch_size = 4;
-  a.train_iters = 50;
+  a.run.micro_batch_size = 2;
+  a.run.global_batch_size = 4;
+  a.run.train_iters = 50;
   a.optimizer.lr = 1e-3;
   a.optimizer.min_lr = 1e-4;
   a.optimizer.lr_warmup_iters = 5;
@@ -64,8 +64,8 @@ TrainingArguments gpt2_style() {
   a.data.mock_data = true;
   a.model.hidden_dropout = 0.1;
   a.model.attention_dropout = 0.1;
-  a.log_interval = 10;
-  a.eval_iters = 0;
+  a.logging.log_interval = 10;
+  a.evaluation.eval_iters = 0;
   return a;
 }
 
@@ -94,7 +94,7 @@ TrainingArguments with_precision(TrainingArguments a, const std::string& precisi
 }
 
 TrainingResult train(TrainingArguments a, const std::string& device) {
-  a.device = device;
+  a.device = common::enum_from_name_or_fail<backend::DeviceChoice>(device, "--device");
   backend::validate_arguments(a);
   std::ostringstream log;
   return backend::pretrain(a, log, {});
@@ -209,7 +209,7 @@ TEST_CASE("fp16 from Megatron's initial loss scale 2^32 skips the overflowing it
   if (!device) return;
   TrainingArguments fp16 = gpt2_style();
   fp16.precision.fp16 = true;  // Megatron's defaults: --initial-loss-scale 2^32, --hysteresis 2
-  fp16.train_iters = 40;
+  fp16.run.train_iters = 40;
   const TrainingResult run = train(fp16, *device);
   int64_t skipped = 0;
   for (const backend::IterationRecord& record : run.iterations) {
@@ -237,18 +237,18 @@ TEST_CASE("a GPU run resumed from its checkpoint equals an uninterrupted one, bi
     CAPTURE(precision);
     test_support::TemporaryDirectory directory;
     TrainingArguments base = with_precision(gpt2_style(), precision);
-    base.train_iters = 12;
+    base.run.train_iters = 12;
 
     TrainingArguments whole_run = base;
-    whole_run.save = (directory.path / "whole").string();
+    whole_run.checkpointing.save = (directory.path / "whole").string();
     const TrainingResult whole = train(whole_run, *device);
 
     TrainingArguments first_half = base;
-    first_half.save = (directory.path / "resumed").string();
-    first_half.exit_interval = 6;
+    first_half.checkpointing.save = (directory.path / "resumed").string();
+    first_half.run.exit_interval = 6;
     const TrainingResult first = train(first_half, *device);
     TrainingArguments second_half = base;
-    second_half.save = second_half.load = first_half.save;
+    second_half.checkpointing.save = second_half.checkpointing.load = first_half.checkpointing.save;
     const TrainingResult second = train(second_half, *device);
 
     std::vector<backend::IterationRecord> joined = first.iterations;
@@ -262,7 +262,7 @@ TEST_CASE("a checkpoint written on the GPU continues on the CPU, and the other w
   if (!device) return;
   test_support::TemporaryDirectory directory;
   TrainingArguments base = llama_style();
-  base.train_iters = 10;
+  base.run.train_iters = 10;
   for (const auto& devices : {std::pair{*device, std::string("cpu")},
                               std::pair{std::string("cpu"), *device}}) {
     const std::string from = devices.first, to = devices.second;
@@ -272,11 +272,11 @@ TEST_CASE("a checkpoint written on the GPU continues on the CPU, and the other w
     TrainingArguments reference = base;
     const TrainingResult uninterrupted = train(reference, to);
     TrainingArguments first_half = base;
-    first_half.save = save.string();
-    first_half.exit_interval = 5;
+    first_half.checkpointing.save = save.string();
+    first_half.run.exit_interval = 5;
     train(first_half, from);
     TrainingArguments second_half = base;
-    second_half.load = second_half.save = save.string();
+    second_half.checkpointing.load = second_half.checkpointing.save = save.string();
     const TrainingResult continued = train(second_half, to);
     REQUIRE(continued.iterations.size() == 5);
     // The first half ran on the other device, so the bits differ by its rounding only.

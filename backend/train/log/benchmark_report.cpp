@@ -33,13 +33,12 @@ double megatron_flops_per_iteration(const ModelArguments& model, int64_t global_
          6.0 * B * s * h * static_cast<double>(padded_vocab_size);
 }
 
-double megatron_throughput_tflops_per_gpu(const TrainingArguments& a, int64_t padded_vocab_size,
-                                          int64_t batch_size, double seconds_per_iteration,
-                                          int64_t world_size) {
+double megatron_throughput_tflops_per_gpu(const LoggedRun& run, int64_t batch_size,
+                                          double seconds_per_iteration) {
   const double flops =
-      megatron_flops_per_iteration(a.model, a.global_batch_size, padded_vocab_size) *
-      static_cast<double>(batch_size) / static_cast<double>(a.global_batch_size);
-  return flops / (seconds_per_iteration * 1e12 * static_cast<double>(world_size));
+      megatron_flops_per_iteration(run.model, run.global_batch_size, run.padded_vocab_size) *
+      static_cast<double>(batch_size) / static_cast<double>(run.global_batch_size);
+  return flops / (seconds_per_iteration * 1e12 * static_cast<double>(run.parallelism.world_size));
 }
 
 double measure_cpu_sgemm_peak() {
@@ -110,8 +109,8 @@ double measure_device_gemm_peak(Device& device, ElementType type) {
   return best;
 }
 
-BenchmarkSummary summarize_benchmark(const TrainingArguments& a, int64_t padded_vocab_size,
-                                     const std::vector<double>& step_ms, double peak_flops) {
+BenchmarkSummary summarize_benchmark(const LoggedRun& run, const std::vector<double>& step_ms,
+                                     double peak_flops) {
   BenchmarkSummary summary;
   // The first iteration pays for allocation and page faults: warm-up, not measured.
   std::vector<double> measured(step_ms.begin() + (step_ms.size() > 1 ? 1 : 0), step_ms.end());
@@ -122,10 +121,10 @@ BenchmarkSummary summarize_benchmark(const TrainingArguments& a, int64_t padded_
   summary.iterations_measured = static_cast<int64_t>(n);
   const double seconds = summary.median_step_ms / 1000.0;
   summary.tokens_per_second =
-      static_cast<double>(a.global_batch_size * a.model.seq_length) / seconds;
+      static_cast<double>(run.global_batch_size * run.model.seq_length) / seconds;
   summary.tflops_per_device =
-      megatron_flops_per_iteration(a.model, a.global_batch_size, padded_vocab_size) / seconds /
-      1e12 / static_cast<double>(std::max<int64_t>(a.parallelism.world_size, 1));
+      megatron_flops_per_iteration(run.model, run.global_batch_size, run.padded_vocab_size) /
+      seconds / 1e12 / static_cast<double>(std::max<int64_t>(run.parallelism.world_size, 1));
   summary.peak_flops = peak_flops;
   summary.mfu = peak_flops > 0 ? summary.tflops_per_device * 1e12 / peak_flops : 0;
   rusage usage{};
@@ -134,28 +133,25 @@ BenchmarkSummary summarize_benchmark(const TrainingArguments& a, int64_t padded_
   return summary;
 }
 
-void write_benchmark_json(const std::filesystem::path& file, const TrainingArguments& a,
-                          int64_t padded_vocab_size, int64_t parameter_count,
-                          const BenchmarkSummary& summary) {
+void write_benchmark_json(const std::filesystem::path& file, const LoggedRun& run,
+                          int64_t parameter_count, const BenchmarkSummary& summary) {
+  const ParallelismArguments& parallelism = run.parallelism;
   const nlohmann::json report = {
       {"model",
-       {{"num_layers", a.model.num_layers},
-        {"hidden_size", a.model.hidden_size},
-        {"num_attention_heads", a.model.num_attention_heads},
-        {"ffn_hidden_size", a.model.ffn_hidden_size},
-        {"seq_length", a.model.seq_length},
-        {"padded_vocab_size", padded_vocab_size},
+       {{"num_layers", run.model.num_layers},
+        {"hidden_size", run.model.hidden_size},
+        {"num_attention_heads", run.model.num_attention_heads},
+        {"ffn_hidden_size", run.model.ffn_hidden_size},
+        {"seq_length", run.model.seq_length},
+        {"padded_vocab_size", run.padded_vocab_size},
         {"parameters", parameter_count}}},
       {"batch",
-       {{"micro_batch_size", a.micro_batch_size}, {"global_batch_size", a.global_batch_size}}},
+       {{"micro_batch_size", run.micro_batch_size}, {"global_batch_size", run.global_batch_size}}},
       {"parallel",
-       {{"world_size", a.parallelism.world_size},
-        {"tensor_model_parallel_size", a.parallelism.tensor_model_parallel_size},
-        {"pipeline_model_parallel_size", a.parallelism.pipeline_model_parallel_size},
-        {"data_parallel_size",
-         a.parallelism.world_size /
-             std::max<int64_t>(1, a.parallelism.tensor_model_parallel_size *
-                                      a.parallelism.pipeline_model_parallel_size)}}},
+       {{"world_size", parallelism.world_size},
+        {"tensor_model_parallel_size", parallelism.tensor_model_parallel_size},
+        {"pipeline_model_parallel_size", parallelism.pipeline_model_parallel_size},
+        {"data_parallel_size", parallel_layout(parallelism).data_parallel}}},
       {"device", "cpu"},
       {"precision", "fp32"},
       {"iterations_measured", summary.iterations_measured},

@@ -15,9 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "backend/device/device.hpp"
 #include "backend/core/element_type.hpp"
-#include "backend/train/arguments.hpp"
+#include "backend/device/device.hpp"
+#include "backend/model/model_arguments.hpp"
+#include "backend/train/log/logging_arguments.hpp"
 
 namespace backend {
 
@@ -27,10 +28,9 @@ double megatron_flops_per_iteration(const ModelArguments& model, int64_t global_
 
 // Megatron's "throughput per GPU (TFLOP/s/GPU)" (--log-throughput): the FLOPs of one
 // iteration of `batch_size` samples (the formula is linear in the batch, so a ramp-up batch
-// scales it) over the seconds per iteration, 10^12 and the world size.
-double megatron_throughput_tflops_per_gpu(const TrainingArguments& arguments,
-                                          int64_t padded_vocab_size, int64_t batch_size,
-                                          double seconds_per_iteration, int64_t world_size = 1);
+// scales it) over the seconds per iteration, 10^12 and the run's world size.
+double megatron_throughput_tflops_per_gpu(const LoggedRun& run, int64_t batch_size,
+                                          double seconds_per_iteration);
 
 // Single-precision GEMM throughput of this CPU through the same OpenBLAS path the model uses
 // (a 2048³ sgemm, best of three), in FLOP/s: the peak MFU is measured against.
@@ -52,12 +52,11 @@ struct BenchmarkSummary {
   int64_t iterations_measured = 0;
 };
 
-BenchmarkSummary summarize_benchmark(const TrainingArguments& arguments, int64_t padded_vocab_size,
-                                     const std::vector<double>& step_ms, double peak_flops);
+BenchmarkSummary summarize_benchmark(const LoggedRun& run, const std::vector<double>& step_ms,
+                                     double peak_flops);
 
 // Writes the JSON file (through a temporary file and a rename).
-void write_benchmark_json(const std::filesystem::path& file, const TrainingArguments& arguments,
-                          int64_t padded_vocab_size, int64_t parameter_count,
-                          const BenchmarkSummary& summary);
+void write_benchmark_json(const std::filesystem::path& file, const LoggedRun& run,
+                          int64_t parameter_count, const BenchmarkSummary& summary);
 
 }  // namespace backend

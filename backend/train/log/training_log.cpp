@@ -85,21 +85,20 @@ double IntervalTotals::elapsed_ms_per_iteration() const {
   return elapsed_ms_sum / static_cast<double>(iterations());
 }
 
-TrainingLog::TrainingLog(TrainingArguments arguments, int64_t padded_vocab_size,
-                         std::optional<double> peak_flops, std::ostream& out,
-                         std::string peak_name, bool tensorboard)
-    : arguments_(std::move(arguments)),
-      padded_vocab_size_(padded_vocab_size),
+TrainingLog::TrainingLog(LoggingArguments logging, LoggedRun run, std::optional<double> peak_flops,
+                         std::ostream& out, std::string peak_name, bool tensorboard)
+    : logging_(std::move(logging)),
+      run_(std::move(run)),
       peak_flops_(peak_flops),
       peak_name_(std::move(peak_name)),
       out_(out) {
-  if (tensorboard && !arguments_.tensorboard_dir.empty()) {
-    tensorboard_.emplace(arguments_.tensorboard_dir, arguments_.tensorboard_queue_size);
+  if (tensorboard && !logging_.tensorboard_dir.empty()) {
+    tensorboard_.emplace(logging_.tensorboard_dir, logging_.tensorboard_queue_size);
   }
 }
 
 void TrainingLog::add_iteration(const IterationRecord& record, double next_learning_rate) {
-  const auto& a = arguments_;
+  const LoggingArguments& a = logging_;
   if (tensorboard_ && record.iteration % a.tensorboard_log_interval == 0) {
     auto write = [&](const std::string& tag, double value) {
       tensorboard_->add_scalar(tag, value, record.iteration);
@@ -110,7 +109,7 @@ void TrainingLog::add_iteration(const IterationRecord& record, double next_learn
     write("lm loss", record.lm_loss);
     if (a.log_loss_scale_to_tensorboard) write("loss-scale", record.loss_scale);
     if (a.log_world_size_to_tensorboard) {
-      write("world-size", static_cast<double>(a.parallelism.world_size));
+      write("world-size", static_cast<double>(run_.parallelism.world_size));
     }
     write("grad-norm", record.grad_norm);
     if (record.num_zeros_in_grad) write("num-zeros", *record.num_zeros_in_grad);
@@ -137,19 +136,18 @@ void TrainingLog::add_iteration(const IterationRecord& record, double next_learn
 }
 
 void TrainingLog::print_iteration_line(const IterationRecord& record, double next_learning_rate) {
-  const auto& a = arguments_;
+  const LoggingArguments& a = logging_;
   IterationLogFields fields;
   fields.timestamp = std::time(nullptr);
   fields.iteration = record.iteration;
-  fields.train_iters = a.train_iters;
+  fields.train_iters = run_.train_iters;
   fields.consumed_samples = record.consumed_samples;
   fields.elapsed_ms_per_iteration = interval_.elapsed_ms_per_iteration();
   const double seconds_per_iteration = fields.elapsed_ms_per_iteration / 1000.0;
   // Megatron's num_floating_point_operations(args, batch_size) for this iteration's batch.
   // Per device: the iteration's FLOPs shared by every rank (Megatron divides by world size).
   const double throughput_tflops =
-      megatron_throughput_tflops_per_gpu(a, padded_vocab_size_, record.global_batch_size,
-                                         seconds_per_iteration, a.parallelism.world_size);
+      megatron_throughput_tflops_per_gpu(run_, record.global_batch_size, seconds_per_iteration);
   if (a.log_throughput) fields.throughput_tflops_per_gpu = throughput_tflops;
   fields.learning_rate = next_learning_rate;
   fields.global_batch_size = record.global_batch_size;
@@ -165,7 +163,8 @@ void TrainingLog::print_iteration_line(const IterationRecord& record, double nex
   out_ << format_iteration_line(fields) << '\n';
   if (peak_flops_) {
     const double tokens_per_second =
-        static_cast<double>(record.global_batch_size * a.model.seq_length) / seconds_per_iteration;
+        static_cast<double>(record.global_batch_size * run_.model.seq_length) /
+        seconds_per_iteration;
     out_ << format_throughput_extension_line(tokens_per_second, throughput_tflops * 1e12,
                                              *peak_flops_, peak_name_)
          << '\n';
@@ -189,7 +188,7 @@ void TrainingLog::add_evaluation(const std::string& prefix, int64_t iteration,
   if (!tensorboard_) return;
   tensorboard_->add_scalar("lm loss validation", lm_loss, iteration);
   tensorboard_->add_scalar("lm loss validation vs samples", lm_loss, consumed_train_samples);
-  if (arguments_.log_validation_ppl_to_tensorboard) {
+  if (logging_.log_validation_ppl_to_tensorboard) {
     const double perplexity = std::exp(std::min(20.0, lm_loss));
     tensorboard_->add_scalar("lm loss validation ppl", perplexity, iteration);
     tensorboard_->add_scalar("lm loss validation ppl vs samples", perplexity,

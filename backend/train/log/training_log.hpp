@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "backend/device/device_memory.hpp"
-#include "backend/train/arguments.hpp"
+#include "backend/train/log/logging_arguments.hpp"
 #include "backend/train/log/tensorboard_writer.hpp"
 
 namespace backend {
@@ -121,9 +121,8 @@ class TrainingLog {
   // Opens the event file when --tensorboard-dir is given and `tensorboard` is true (a parallel
   // run's last rank only, as Megatron's get_tensorboard_writer). `peak_flops`: the measured
   // peak that --log-throughput's extension line reports MFU against, `peak_name` what it is.
-  TrainingLog(TrainingArguments arguments, int64_t padded_vocab_size,
-              std::optional<double> peak_flops, std::ostream& out,
-              std::string peak_name = "sgemm peak", bool tensorboard = true);
+  TrainingLog(LoggingArguments logging, LoggedRun run, std::optional<double> peak_flops,
+              std::ostream& out, std::string peak_name = "sgemm peak", bool tensorboard = true);
 
   // After every iteration, with the learning rate the next one will use.
   void add_iteration(const IterationRecord& record, double next_learning_rate);
@@ -140,8 +139,8 @@ class TrainingLog {
  private:
   void print_iteration_line(const IterationRecord& record, double next_learning_rate);
 
-  TrainingArguments arguments_;
-  int64_t padded_vocab_size_;
+  LoggingArguments logging_;
+  LoggedRun run_;
   std::optional<double> peak_flops_;
   std::string peak_name_;
   std::ostream& out_;

@@ -72,20 +72,21 @@ struct LiveState {
                   groups_for(model), static_cast<int64_t>(model.parameters().size())),
         scheduler(learning_rate_schedule(a)) {
     model.init_parameters(init_seed);
-    model.set_dropout_seed(a.seed);
+    model.set_dropout_seed(a.run.seed);
   }
 
   // A few real training steps, so every piece of state is non-trivial.
   void train(const TrainingArguments& a, int steps) {
-    const MockDataset data(a.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
-    std::vector<int32_t> tokens(a.micro_batch_size * a.model.seq_length), labels(tokens.size());
+    const MockDataset data(a.run.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
+    std::vector<int32_t> tokens(a.run.micro_batch_size * a.model.seq_length), labels(tokens.size());
     for (int step = 0; step < steps; ++step) {
       model.zero_gradients();
-      data.fill_batch(Split::train, step * a.micro_batch_size, a.micro_batch_size, tokens, labels);
-      model.forward(tokens, labels, a.micro_batch_size, a.model.seq_length);
+      data.fill_batch(Split::train, step * a.run.micro_batch_size, a.run.micro_batch_size, tokens,
+                      labels);
+      model.forward(tokens, labels, a.run.micro_batch_size, a.model.seq_length);
       model.backward(1.0f);
       optimizer.step(model.parameters(), model.gradients(), scheduler.learning_rate());
-      scheduler.step(a.global_batch_size);
+      scheduler.step(a.run.global_batch_size);
     }
   }
 };
@@ -115,7 +116,7 @@ std::string load_error(const TrainingArguments& a) {
 // Saves a trained tiny model to `directory` at `iteration`; returns its arguments.
 TrainingArguments save_trained(const fs::path& directory, int64_t iteration = 3,
                                TrainingArguments a = resumable_arguments()) {
-  a.save = directory.string();
+  a.checkpointing.save = directory.string();
   LiveState state(a);
   state.train(a, 3);
   std::ostringstream log;
@@ -138,7 +139,7 @@ TrainingResult train(TrainingArguments a, std::ostream& log) { return pretrain(a
 TEST_CASE("save then load restores parameters, optimizer, scheduler and RNG state exactly") {
   test_support::TemporaryDirectory directory;
   auto a = resumable_arguments();
-  a.save = a.load = directory.path.string();
+  a.checkpointing.save = a.checkpointing.load = directory.path.string();
   LiveState saved(a);
   saved.train(a, 3);
   saved.model.set_dropout_seed(987654321987654321ull);  // a seed beyond 2^53 survives JSON
@@ -167,7 +168,7 @@ TEST_CASE("Megatron's layout, tracker and messages") {
   test_support::TemporaryDirectory directory;
   const fs::path dir = directory.path / "checkpoints";  // created by the save
   auto a = resumable_arguments();
-  a.save = a.load = dir.string();
+  a.checkpointing.save = a.checkpointing.load = dir.string();
   LiveState state(a);
   std::ostringstream save_log;
   save_checkpoint(a, {500, 2000, 0}, state.model, state.optimizer, state.scheduler, save_log);
@@ -277,7 +278,7 @@ TEST_CASE("the plain options: the records are stored as given, the current one n
 TEST_CASE("--load without a tracker warns as Megatron and starts from scratch") {
   test_support::TemporaryDirectory directory;
   auto a = resumable_arguments();
-  a.load = directory.path.string();
+  a.checkpointing.load = directory.path.string();
   LiveState state(a);
   const std::vector<float> before(state.model.parameters().begin(), state.model.parameters().end());
   std::ostringstream log;
@@ -288,8 +289,8 @@ TEST_CASE("--load without a tracker warns as Megatron and starts from scratch") 
   CHECK(same_bytes(state.model.parameters(), before));
 
   // pretrain() then trains from iteration 1 and saves into the same directory.
-  a.save = a.load;
-  a.train_iters = 2;
+  a.checkpointing.save = a.checkpointing.load;
+  a.run.train_iters = 2;
   std::ostringstream run_log;
   const auto result = train(a, run_log);
   REQUIRE(result.iterations.size() == 2);
@@ -316,7 +317,7 @@ TEST_CASE("the tracker: an integer, 'release', or an error naming the file") {
   // A tracker naming an iteration that is not there.
   std::ofstream(tracker) << "7";
   auto a = resumable_arguments();
-  a.load = directory.path.string();
+  a.checkpointing.load = directory.path.string();
   CHECK(load_error(a).find("names iteration 7, but " +
                            checkpoint_file_path(directory.path, 7).string() + " does not exist") !=
         std::string::npos);
@@ -356,7 +357,7 @@ TEST_CASE("require_checkpoint: the tracked file, or an error naming option, trac
 TEST_CASE("a checkpoint that does not fit the flags is one error: the table and the flags that fit") {
   test_support::TemporaryDirectory directory;
   auto a = save_trained(directory.path);
-  a.load = a.save;
+  a.checkpointing.load = a.checkpointing.save;
 
   auto wider = a;
   wider.model.hidden_size = 64;
@@ -396,7 +397,7 @@ TEST_CASE("a checkpoint that does not fit the flags is one error: the table and 
 TEST_CASE("the vocabulary flags are named only when the embedding does not fit") {
   test_support::TemporaryDirectory directory;
   auto a = save_trained(directory.path);  // NullTokenizer --vocab-size 255: 256 rows
-  a.load = a.save;
+  a.checkpointing.load = a.checkpointing.save;
 
   // Another vocabulary that pads to the same 256 rows (as a Hugging Face import, saved with
   // NullTokenizer, continued with its SentencePiece model): only the layers are named.
@@ -425,20 +426,20 @@ TEST_CASE("a Llama checkpoint round-trips, and a GPT model is told the Llama fla
   llama.model.untie_embeddings_and_output_weights = true;
   llama.model.group_query_attention = true;
   llama.model.num_query_groups = 2;
-  llama.save = directory.path.string();
+  llama.checkpointing.save = directory.path.string();
   LiveState saved(llama);
   saved.train(llama, 3);
   std::ostringstream log;
   save_checkpoint(llama, {3, 12, 8}, saved.model, saved.optimizer, saved.scheduler, log);
 
-  llama.load = llama.save;
+  llama.checkpointing.load = llama.checkpointing.save;
   LiveState loaded(llama, 99);
   load_checkpoint(llama, loaded.model, loaded.optimizer, loaded.scheduler, log);
   CHECK(same_bytes(loaded.model.parameters(), saved.model.parameters()));
   CHECK_NOTHROW(loaded.model.tensor("output_layer.weight"));
 
   auto gpt = resumable_arguments();
-  gpt.load = llama.save;
+  gpt.checkpointing.load = llama.checkpointing.save;
   const std::string message = load_error(gpt);
   INFO(message);
   CHECK(message.find("The checkpoint was saved with --position-embedding-type rope "
@@ -457,7 +458,7 @@ TEST_CASE("with --name-config-keys (a launcher job) the mismatch names the confi
   // the embedding does not fit and the divisor is named.
   llama.tokenizer.vocab_size = 257;
   llama.model.make_vocab_size_divisible_by = 4;
-  llama.save = directory.path.string();
+  llama.checkpointing.save = directory.path.string();
   LiveState saved(llama);
   std::ostringstream log;
   save_checkpoint(llama, {3, 12, 8}, saved.model, saved.optimizer, saved.scheduler, log);
@@ -465,7 +466,7 @@ TEST_CASE("with --name-config-keys (a launcher job) the mismatch names the confi
   // The launcher's job: GPT's defaults and one layer more.
   auto gpt = resumable_arguments();
   gpt.tokenizer.vocab_size = 257;
-  gpt.load = llama.save;
+  gpt.checkpointing.load = llama.checkpointing.save;
   gpt.model.num_layers = 3;
   gpt.name_config_keys = true;
   const std::string message = load_error(gpt);
@@ -499,7 +500,7 @@ TEST_CASE("the config settings for a shape flag: the keys the launcher renders i
 TEST_CASE("a corrupt tensor in a saved checkpoint stops the load, naming the file and the tensor") {
   test_support::TemporaryDirectory directory;
   auto a = save_trained(directory.path);
-  a.load = a.save;
+  a.checkpointing.load = a.checkpointing.save;
   const fs::path file = checkpoint_file_path(directory.path, 3);
   uint64_t data_offset = 0, tensor_offset = 0;
   {
@@ -522,7 +523,7 @@ TEST_CASE("a corrupt tensor in a saved checkpoint stops the load, naming the fil
 TEST_CASE("--finetune loads the weights only, --no-load-optim and --no-load-rng skip their part") {
   test_support::TemporaryDirectory directory;
   auto a = resumable_arguments();
-  a.save = a.load = directory.path.string();
+  a.checkpointing.save = a.checkpointing.load = directory.path.string();
   LiveState saved(a);
   saved.train(a, 3);
   std::ostringstream log;
@@ -530,7 +531,7 @@ TEST_CASE("--finetune loads the weights only, --no-load-optim and --no-load-rng 
 
   SUBCASE("--finetune") {
     auto finetune = a;
-    finetune.finetune = true;
+    finetune.checkpointing.finetune = true;
     LiveState state(finetune, 99);
     std::ostringstream load_log;
     const auto progress = load_checkpoint(finetune, state.model, state.optimizer, state.scheduler, load_log);
@@ -549,7 +550,7 @@ TEST_CASE("--finetune loads the weights only, --no-load-optim and --no-load-rng 
   }
   SUBCASE("--no-load-optim: no optimizer and no scheduler state (Megatron loads both together)") {
     auto no_optim = a;
-    no_optim.no_load_optim = true;
+    no_optim.checkpointing.no_load_optim = true;
     LiveState state(no_optim, 99);
     const auto progress = load_checkpoint(no_optim, state.model, state.optimizer, state.scheduler, log);
     CHECK(progress->iteration == 3);
@@ -561,7 +562,7 @@ TEST_CASE("--finetune loads the weights only, --no-load-optim and --no-load-rng 
   }
   SUBCASE("--no-load-rng") {
     auto no_rng = a;
-    no_rng.no_load_rng = true;
+    no_rng.checkpointing.no_load_rng = true;
     LiveState state(no_rng, 99);
     const auto progress = load_checkpoint(no_rng, state.model, state.optimizer, state.scheduler, log);
     CHECK(progress->iteration == 3);
@@ -574,11 +575,11 @@ TEST_CASE("--finetune loads the weights only, --no-load-optim and --no-load-rng 
 TEST_CASE("--no-save-optim / --no-save-rng checkpoints load only with --no-load-optim / --no-load-rng") {
   test_support::TemporaryDirectory directory;
   auto a = resumable_arguments();
-  a.no_save_optim = true;
-  a.no_save_rng = true;
+  a.checkpointing.no_save_optim = true;
+  a.checkpointing.no_save_rng = true;
   a = save_trained(directory.path, 3, a);
-  a.load = a.save;
-  a.no_save_optim = a.no_save_rng = false;
+  a.checkpointing.load = a.checkpointing.save;
+  a.checkpointing.no_save_optim = a.checkpointing.no_save_rng = false;
   {
     const CheckpointFileReader reader(checkpoint_file_path(directory.path, 3));
     CHECK(reader.find("optimizer.exp_avg.embedding.word_embeddings.weight") == nullptr);
@@ -586,16 +587,16 @@ TEST_CASE("--no-save-optim / --no-save-rng checkpoints load only with --no-load-
   }
   CHECK(load_error(a).find("Unable to load optimizer from checkpoint") != std::string::npos);
   CHECK(load_error(a).find("Specify --no-load-optim or --finetune") != std::string::npos);
-  a.no_load_optim = true;
+  a.checkpointing.no_load_optim = true;
   CHECK(load_error(a).find("Unable to load rng state from checkpoint") != std::string::npos);
-  a.no_load_rng = true;
+  a.checkpointing.no_load_rng = true;
   CHECK(load_error(a).empty());
 }
 
 TEST_CASE("a changed learning-rate schedule is refused unless told which schedule to follow") {
   test_support::TemporaryDirectory directory;
   auto a = save_trained(directory.path);
-  a.load = a.save;
+  a.checkpointing.load = a.checkpointing.save;
   auto changed = a;
   changed.optimizer.lr = 2e-3;
   changed.optimizer.lr_decay_iters = 16;
@@ -610,14 +611,14 @@ TEST_CASE("a changed learning-rate schedule is refused unless told which schedul
 
   std::ostringstream log;
   auto override_flags = changed;
-  override_flags.override_opt_param_scheduler = true;
+  override_flags.checkpointing.override_opt_param_scheduler = true;
   LiveState kept(override_flags);
   load_checkpoint(override_flags, kept.model, kept.optimizer, kept.scheduler, log);
   CHECK(kept.scheduler.schedule().max_lr == 2e-3);
   CHECK(kept.scheduler.num_steps() == 12);  // 3 steps of 4 samples
 
   auto from_checkpoint = changed;
-  from_checkpoint.use_checkpoint_opt_param_scheduler = true;
+  from_checkpoint.checkpointing.use_checkpoint_opt_param_scheduler = true;
   LiveState taken(from_checkpoint);
   std::ostringstream taken_log;
   load_checkpoint(from_checkpoint, taken.model, taken.optimizer, taken.scheduler, taken_log);
@@ -651,7 +652,7 @@ TEST_CASE("a save removes what interrupted saves left, keeps a live process's, r
 
   // Saving iteration 3 again (another state) replaces the directory whole.
   const auto first = read_text(checkpoint_file_path(directory.path, 3));
-  a.seed = 4321;  // other weights
+  a.run.seed = 4321;  // other weights
   a = save_trained(directory.path, 3, a);
   const auto second = read_text(checkpoint_file_path(directory.path, 3));
   CHECK(first != second);
@@ -661,38 +662,39 @@ TEST_CASE("a save removes what interrupted saves left, keeps a live process's, r
     CHECK((name == "iter_0000003" || name == "latest_checkpointed_iteration.txt" ||
            entry.path() == live_directory));
   }
-  a.load = a.save;
+  a.checkpointing.load = a.checkpointing.save;
   CHECK(load_error(a).empty());
 }
 
 TEST_CASE("a run stopped by --exit-interval and resumed equals an uninterrupted one, bit for bit") {
   test_support::TemporaryDirectory directory;
   auto base = resumable_arguments();
-  base.train_iters = 8;
-  base.eval_interval = 3;  // validation passes in both halves: consumed_valid must carry over
-  base.eval_iters = 1;
-  base.log_interval = 3;
+  base.run.train_iters = 8;
+  base.evaluation.eval_interval =
+      3;  // validation passes in both halves: consumed_valid must carry over
+  base.evaluation.eval_iters = 1;
+  base.logging.log_interval = 3;
 
   auto uninterrupted = base;
-  uninterrupted.save = (directory.path / "uninterrupted").string();
+  uninterrupted.checkpointing.save = (directory.path / "uninterrupted").string();
   std::ostringstream log_whole;
   const TrainingResult whole = train(uninterrupted, log_whole);
 
   auto first_half = base;
-  first_half.save = (directory.path / "resumed").string();
-  first_half.exit_interval = 4;
+  first_half.checkpointing.save = (directory.path / "resumed").string();
+  first_half.run.exit_interval = 4;
   std::ostringstream log_first;
   const TrainingResult first = train(first_half, log_first);
   CHECK(log_first.str().find("[exiting program at iteration 4] datetime: ") != std::string::npos);
   CHECK(log_first.str().find(" on validation set") == std::string::npos);  // exited before it
-  CHECK(read_checkpoint_tracker(first_half.save)->iteration == 4);
+  CHECK(read_checkpoint_tracker(first_half.checkpointing.save)->iteration == 4);
 
   auto second_half = base;
-  second_half.save = second_half.load = first_half.save;
+  second_half.checkpointing.save = second_half.checkpointing.load = first_half.checkpointing.save;
   std::ostringstream log_second;
   const TrainingResult second = train(second_half, log_second);
-  CHECK(log_second.str().find(" loading checkpoint from " + second_half.load + " at iteration 4\n") !=
-        std::string::npos);
+  CHECK(log_second.str().find(" loading checkpoint from " + second_half.checkpointing.load +
+                              " at iteration 4\n") != std::string::npos);
 
   REQUIRE(whole.iterations.size() == 8);
   REQUIRE(first.iterations.size() == 4);
@@ -711,8 +713,8 @@ TEST_CASE("a run stopped by --exit-interval and resumed equals an uninterrupted 
   CHECK(second.test_loss == whole.test_loss);
 
   // The final checkpoints hold the same bytes in every tensor, and the same state.
-  const CheckpointFileReader a(checkpoint_file_path(uninterrupted.save, 8));
-  const CheckpointFileReader b(checkpoint_file_path(second_half.save, 8));
+  const CheckpointFileReader a(checkpoint_file_path(uninterrupted.checkpointing.save, 8));
+  const CheckpointFileReader b(checkpoint_file_path(second_half.checkpointing.save, 8));
   REQUIRE(a.tensors().size() == b.tensors().size());
   for (const auto& entry : a.tensors()) {
     CAPTURE(entry.name);
@@ -732,12 +734,14 @@ TEST_CASE("a run stopped by --exit-interval and resumed equals an uninterrupted 
 
   // The dropout state is what makes it exact: resuming without it draws other masks.
   auto without_rng = second_half;
-  without_rng.save = (directory.path / "without_rng").string();
-  fs::create_directories(without_rng.save);
-  fs::copy(first_half.save, without_rng.save, fs::copy_options::recursive);
-  std::ofstream(checkpoint_tracker_path(without_rng.save)) << "4";  // the second half moved it on
-  without_rng.load = without_rng.save;
-  without_rng.no_load_rng = true;
+  without_rng.checkpointing.save = (directory.path / "without_rng").string();
+  fs::create_directories(without_rng.checkpointing.save);
+  fs::copy(first_half.checkpointing.save, without_rng.checkpointing.save,
+           fs::copy_options::recursive);
+  std::ofstream(checkpoint_tracker_path(without_rng.checkpointing.save))
+      << "4";  // the second half moved it on
+  without_rng.checkpointing.load = without_rng.checkpointing.save;
+  without_rng.checkpointing.no_load_rng = true;
   std::ostringstream log_without;
   const TrainingResult different = train(without_rng, log_without);
   REQUIRE(different.iterations.size() == 4);
@@ -749,11 +753,11 @@ TEST_CASE("resume is exact under sample-based WSD, a weight-decay ramp and a bat
   // consumed samples) must continue where it stopped.
   test_support::TemporaryDirectory directory;
   auto base = resumable_arguments();
-  base.train_iters = 0;
+  base.run.train_iters = 0;
   base.optimizer.lr_warmup_iters = 0;
   base.optimizer.lr_decay_iters = 0;  // resumable_arguments() derived it from --train-iters
-  base.train_samples = 40;
-  base.rampup_batch_size = {2, 2, 8};  // 2 until 8 samples are consumed, then 4
+  base.run.train_samples = 40;
+  base.run.rampup_batch_size = {2, 2, 8};  // 2 until 8 samples are consumed, then 4
   base.optimizer.lr_warmup_samples = 4;
   base.optimizer.lr_decay_style = backend::LearningRateDecayStyle::wsd;
   base.optimizer.lr_wsd_decay_samples = 16;
@@ -762,20 +766,20 @@ TEST_CASE("resume is exact under sample-based WSD, a weight-decay ramp and a bat
   base.optimizer.end_weight_decay = 0.1;
   base.optimizer.weight_decay_incr_style = backend::WeightDecayIncrementStyle::linear;
   validate_arguments(base);
-  REQUIRE(base.train_iters == 12);  // 4 batches of 2, then (40 − 8) / 4 = 8 batches of 4
+  REQUIRE(base.run.train_iters == 12);  // 4 batches of 2, then (40 − 8) / 4 = 8 batches of 4
 
   auto uninterrupted = base;
-  uninterrupted.save = (directory.path / "uninterrupted").string();
+  uninterrupted.checkpointing.save = (directory.path / "uninterrupted").string();
   std::ostringstream log_whole;
   const TrainingResult whole = train(uninterrupted, log_whole);
 
   auto first_half = base;
-  first_half.save = (directory.path / "resumed").string();
-  first_half.exit_interval = 5;
+  first_half.checkpointing.save = (directory.path / "resumed").string();
+  first_half.run.exit_interval = 5;
   std::ostringstream log_first;
   const TrainingResult first = train(first_half, log_first);
   auto second_half = base;
-  second_half.save = second_half.load = first_half.save;
+  second_half.checkpointing.save = second_half.checkpointing.load = first_half.checkpointing.save;
   std::ostringstream log_second;
   const TrainingResult second = train(second_half, log_second);
 
@@ -789,8 +793,8 @@ TEST_CASE("resume is exact under sample-based WSD, a weight-decay ramp and a bat
     CHECK(joined[i].lm_loss == whole.iterations[i].lm_loss);
     CHECK(joined[i].learning_rate == whole.iterations[i].learning_rate);
   }
-  const CheckpointFileReader a(checkpoint_file_path(uninterrupted.save, 12));
-  const CheckpointFileReader b(checkpoint_file_path(second_half.save, 12));
+  const CheckpointFileReader a(checkpoint_file_path(uninterrupted.checkpointing.save, 12));
+  const CheckpointFileReader b(checkpoint_file_path(second_half.checkpointing.save, 12));
   for (const auto& entry : a.tensors()) {
     CAPTURE(entry.name);
     REQUIRE(b.find(entry.name) != nullptr);
@@ -803,30 +807,32 @@ TEST_CASE("resume is exact under sample-based WSD, a weight-decay ramp and a bat
 TEST_CASE("--pretrained-checkpoint starts from its weights when --load holds nothing, and a restart resumes from --load") {
   test_support::TemporaryDirectory directory;
   auto base = resumable_arguments();
-  base.train_iters = 4;
+  base.run.train_iters = 4;
   auto pretraining = base;
-  pretraining.save = (directory.path / "pretrained").string();
+  pretraining.checkpointing.save = (directory.path / "pretrained").string();
   std::ostringstream log_pretraining;
   train(pretraining, log_pretraining);
 
   // The same as --load pretrained --finetune, as Megatron's finetune_utils loads it.
   auto finetune = base;
-  finetune.load = pretraining.save;
-  finetune.finetune = true;
-  finetune.no_load_optim = true;
-  finetune.no_load_rng = true;
+  finetune.checkpointing.load = pretraining.checkpointing.save;
+  finetune.checkpointing.finetune = true;
+  finetune.checkpointing.no_load_optim = true;
+  finetune.checkpointing.no_load_rng = true;
   std::ostringstream log_finetune;
   const TrainingResult expected = train(finetune, log_finetune);
 
   auto continued = base;
-  continued.pretrained_checkpoint = pretraining.save;
-  continued.save = continued.load = (directory.path / "continued").string();
-  continued.exit_interval = 2;
+  continued.checkpointing.pretrained_checkpoint = pretraining.checkpointing.save;
+  continued.checkpointing.save = continued.checkpointing.load =
+      (directory.path / "continued").string();
+  continued.run.exit_interval = 2;
   std::ostringstream log_first;
   const TrainingResult first = train(continued, log_first);
   CHECK(log_first.str().find("will not load any checkpoints and will start from random") !=
         std::string::npos);  // --load's warning, then the pretrained weights
-  CHECK(log_first.str().find(" loading checkpoint from " + pretraining.save) != std::string::npos);
+  CHECK(log_first.str().find(" loading checkpoint from " + pretraining.checkpointing.save) !=
+        std::string::npos);
   REQUIRE(first.iterations.size() == 2);
   REQUIRE(expected.iterations.size() == 4);
   CHECK(first.iterations[0].iteration == 1);
@@ -834,17 +840,17 @@ TEST_CASE("--pretrained-checkpoint starts from its weights when --load holds not
   CHECK(first.iterations[1].lm_loss == expected.iterations[1].lm_loss);
 
   // A restart (same flags, the job requeued) resumes this run's checkpoint, not the pretrained.
-  continued.exit_interval = 0;
+  continued.run.exit_interval = 0;
   std::ostringstream log_second;
   const TrainingResult second = train(continued, log_second);
-  CHECK(log_second.str().find(" loading checkpoint from " + continued.load + " at iteration 2") !=
-        std::string::npos);
+  CHECK(log_second.str().find(" loading checkpoint from " + continued.checkpointing.load +
+                              " at iteration 2") != std::string::npos);
   REQUIRE(second.iterations.size() == 2);
   CHECK(second.iterations[0].iteration == 3);
 
   // Without --load at all it is the finetuning start too.
   auto without_load = base;
-  without_load.pretrained_checkpoint = pretraining.save;
+  without_load.checkpointing.pretrained_checkpoint = pretraining.checkpointing.save;
   std::ostringstream log_without;
   const TrainingResult third = train(without_load, log_without);
   REQUIRE(third.iterations.size() == 4);
@@ -852,7 +858,7 @@ TEST_CASE("--pretrained-checkpoint starts from its weights when --load holds not
 
   // A directory with no checkpoint is refused, naming the flag and the tracker it looked for.
   auto missing = base;
-  missing.pretrained_checkpoint = (directory.path / "nothing_here").string();
+  missing.checkpointing.pretrained_checkpoint = (directory.path / "nothing_here").string();
   std::ostringstream log_missing;
   try {
     train(missing, log_missing);
@@ -867,7 +873,7 @@ TEST_CASE("--pretrained-checkpoint starts from its weights when --load holds not
 TEST_CASE("--exit-interval without --save stops there and saves nothing") {
   test_support::TemporaryDirectory directory;
   auto a = resumable_arguments();
-  a.exit_interval = 2;
+  a.run.exit_interval = 2;
   std::ostringstream log;
   const auto result = train(a, log);
   CHECK(result.iterations.size() == 2);
@@ -878,9 +884,9 @@ TEST_CASE("--exit-interval without --save stops there and saves nothing") {
 TEST_CASE("--save-interval saves every N iterations and the last one once") {
   test_support::TemporaryDirectory directory;
   auto a = resumable_arguments();
-  a.train_iters = 5;
-  a.save = directory.path.string();
-  a.save_interval = 2;
+  a.run.train_iters = 5;
+  a.checkpointing.save = directory.path.string();
+  a.checkpointing.save_interval = 2;
   std::ostringstream log;
   train(a, log);
   CHECK(fs::exists(checkpoint_iteration_directory(directory.path, 2)));
@@ -889,7 +895,7 @@ TEST_CASE("--save-interval saves every N iterations and the last one once") {
   CHECK_FALSE(fs::exists(checkpoint_iteration_directory(directory.path, 3)));
   CHECK(read_checkpoint_tracker(directory.path)->iteration == 5);
   // Resuming at the end runs nothing and does not save iteration 5 again.
-  a.load = a.save;
+  a.checkpointing.load = a.checkpointing.save;
   std::ostringstream again;
   const auto result = train(a, again);
   CHECK(result.iterations.empty());
@@ -908,7 +914,7 @@ TEST_CASE("one holder of a save directory at a time — a release import needs l
     CHECK_THROWS_WITH_AS(lock_save_directory(save), doctest::Contains(expected.c_str()), common::Error);
     // pretrain saving there is refused the same way.
     TrainingArguments a = save_trained(directory.path / "other", 1);
-    a.save = save.string();
+    a.checkpointing.save = save.string();
     std::ostringstream out;
     CHECK_THROWS_WITH_AS(pretrain(a, out), doctest::Contains(expected.c_str()), common::Error);
   }
@@ -930,7 +936,7 @@ TEST_CASE("one holder of a save directory at a time — a release import needs l
 TEST_CASE("--fp16: the loss scaler's state is saved and a resumed run scales as an uninterrupted one") {
   test_support::TemporaryDirectory directory;
   auto base = resumable_arguments();
-  base.train_iters = 8;
+  base.run.train_iters = 8;
   base.precision.fp16 = true;
   base.precision.initial_loss_scale = 1024;
   base.precision.loss_scale_window = 3;  // grows at iterations 3 and 6: across the save at 4
@@ -940,16 +946,16 @@ TEST_CASE("--fp16: the loss scaler's state is saved and a resumed run scales as 
   CHECK(log_whole.str().find("loss scale: 2048.0 |") != std::string::npos);
 
   auto first_half = base;
-  first_half.save = (directory.path / "fp16").string();
-  first_half.exit_interval = 4;
+  first_half.checkpointing.save = (directory.path / "fp16").string();
+  first_half.run.exit_interval = 4;
   std::ostringstream log_first;
   train(first_half, log_first);
-  const CheckpointFileReader saved(checkpoint_file_path(first_half.save, 4));
+  const CheckpointFileReader saved(checkpoint_file_path(first_half.checkpointing.save, 4));
   CHECK(saved.metadata()["optimizer"]["grad_scaler"] ==
         nlohmann::json{{"scale", 2048.0}, {"growth_tracker", 1}, {"hysteresis_tracker", 2}});
 
   auto second_half = base;
-  second_half.load = second_half.save = first_half.save;
+  second_half.checkpointing.load = second_half.checkpointing.save = first_half.checkpointing.save;
   std::ostringstream log_second;
   const TrainingResult second = train(second_half, log_second);
   REQUIRE(second.iterations.size() == 4);
@@ -964,8 +970,8 @@ TEST_CASE("--fp16: the loss scaler's state is saved and a resumed run scales as 
   auto bf16 = base;
   bf16.precision.fp16 = false;
   bf16.precision.bf16 = true;
-  bf16.load = first_half.save;
-  bf16.save.clear();
+  bf16.checkpointing.load = first_half.checkpointing.save;
+  bf16.checkpointing.save.clear();
   std::ostringstream log_bf16;
   train(bf16, log_bf16);
   CHECK(log_bf16.str().find("***WARNING*** fould the grad scaler in the checkpoint but it is None "

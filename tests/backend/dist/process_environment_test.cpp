@@ -131,13 +131,13 @@ TEST_CASE("the trainer refuses to be one of several processes, naming its task a
   a.model.hidden_size = 16;
   a.model.num_attention_heads = 2;
   a.model.seq_length = 8;
-  a.micro_batch_size = 1;
-  a.train_iters = 1;
+  a.run.micro_batch_size = 1;
+  a.run.train_iters = 1;
   a.optimizer.lr = 1e-3;
   a.tokenizer.vocab_size = 63;
   a.tokenizer.tokenizer_type = "NullTokenizer";
   a.data.mock_data = true;
-  a.eval_iters = 0;
+  a.evaluation.eval_iters = 0;
   validate_arguments(a);
   std::ostringstream log;
   CHECK_THROWS_WITH_AS(pretrain(a, log),

@@ -42,7 +42,7 @@ TEST_CASE("Megatron's defaults and derived values") {
   CHECK(arguments->optimizer.weight_decay == doctest::Approx(0.01));
   CHECK(arguments->optimizer.clip_grad == doctest::Approx(1.0));
   CHECK(arguments->model.make_vocab_size_divisible_by == 128);
-  CHECK(arguments->seed == 1234);
+  CHECK(arguments->run.seed == 1234);
   CHECK(arguments->tokenizer.tokenizer_type == "NullTokenizer");
   CHECK(arguments->command_line.front() == "pretrain_gpt");
 }
@@ -345,13 +345,13 @@ TEST_CASE("sample-based training with ramp-up parses into Megatron's derived val
   REQUIRE(arguments);
   // Ramp 4 → 8 by 2 over 16 samples (every 8): batches 4, 4 (to 8), 6, 6 (to 20 > 16), then
   // (80 − 20) // 8 = 7 full batches: 11 iterations.
-  CHECK(arguments->train_iters == 11);
+  CHECK(arguments->run.train_iters == 11);
   CHECK(arguments->optimizer.lr_decay_samples == 80);
   CHECK(arguments->optimizer.lr_decay_iters == 0);
-  CHECK(arguments->rampup_batch_size == std::vector<int64_t>{4, 2, 16});
-  CHECK(arguments->log_throughput);
-  CHECK(arguments->tensorboard_dir == "/tmp/tb");
-  CHECK_FALSE(arguments->log_loss_scale_to_tensorboard);
+  CHECK(arguments->run.rampup_batch_size == std::vector<int64_t>{4, 2, 16});
+  CHECK(arguments->logging.log_throughput);
+  CHECK(arguments->logging.tensorboard_dir == "/tmp/tb");
+  CHECK_FALSE(arguments->logging.log_loss_scale_to_tensorboard);
   const auto dump = format_arguments(*arguments);
   auto line_for = [&](const std::string& name) {
     for (const auto& line : dump) {
@@ -369,23 +369,23 @@ TEST_CASE("sample-based training with ramp-up parses into Megatron's derived val
 TEST_CASE("the new logging flags default as Megatron's") {
   auto arguments = parse_words(base_flags());
   REQUIRE(arguments);
-  CHECK_FALSE(arguments->log_throughput);
-  CHECK(arguments->tensorboard_dir.empty());
-  CHECK(arguments->tensorboard_log_interval == 1);
-  CHECK(arguments->tensorboard_queue_size == 1000);
-  CHECK(arguments->log_loss_scale_to_tensorboard);
-  CHECK_FALSE(arguments->log_validation_ppl_to_tensorboard);
-  CHECK_FALSE(arguments->log_timers_to_tensorboard);
+  CHECK_FALSE(arguments->logging.log_throughput);
+  CHECK(arguments->logging.tensorboard_dir.empty());
+  CHECK(arguments->logging.tensorboard_log_interval == 1);
+  CHECK(arguments->logging.tensorboard_queue_size == 1000);
+  CHECK(arguments->logging.log_loss_scale_to_tensorboard);
+  CHECK_FALSE(arguments->logging.log_validation_ppl_to_tensorboard);
+  CHECK_FALSE(arguments->logging.log_timers_to_tensorboard);
   CHECK(arguments->optimizer.lr_wsd_decay_style == backend::WsdDecayStyle::exponential);
   CHECK(arguments->optimizer.weight_decay_incr_style ==
         backend::WeightDecayIncrementStyle::constant);
   CHECK(arguments->optimizer.start_weight_decay == doctest::Approx(0.01));
   CHECK(arguments->optimizer.end_weight_decay == doctest::Approx(0.01));
-  CHECK_FALSE(arguments->log_num_zeros_in_grad);
+  CHECK_FALSE(arguments->logging.log_num_zeros_in_grad);
   CHECK(backend::argument_values(*arguments).at("log_num_zeros_in_grad") == "False");
   const auto zeros = parse_words(with({"--log-num-zeros-in-grad"}));
   REQUIRE(zeros);
-  CHECK(zeros->log_num_zeros_in_grad);
+  CHECK(zeros->logging.log_num_zeros_in_grad);
   CHECK(backend::argument_values(*zeros).at("log_num_zeros_in_grad") == "True");
 }
 
@@ -395,17 +395,17 @@ TEST_CASE("the checkpointing flags parse as Megatron's and show in the arguments
                                "--no-save-optim", "--no-save-rng", "--finetune",
                                "--override-opt_param-scheduler"}));
   REQUIRE(arguments);
-  CHECK(arguments->save == "/tmp/ckpt");
-  CHECK(arguments->load == "/tmp/ckpt");
-  CHECK(arguments->save_interval == 50);
-  CHECK(arguments->exit_interval == 200);
-  CHECK(arguments->no_load_optim);
-  CHECK(arguments->no_load_rng);
-  CHECK(arguments->no_save_optim);
-  CHECK(arguments->no_save_rng);
-  CHECK(arguments->finetune);
-  CHECK(arguments->override_opt_param_scheduler);
-  CHECK_FALSE(arguments->use_checkpoint_opt_param_scheduler);
+  CHECK(arguments->checkpointing.save == "/tmp/ckpt");
+  CHECK(arguments->checkpointing.load == "/tmp/ckpt");
+  CHECK(arguments->checkpointing.save_interval == 50);
+  CHECK(arguments->run.exit_interval == 200);
+  CHECK(arguments->checkpointing.no_load_optim);
+  CHECK(arguments->checkpointing.no_load_rng);
+  CHECK(arguments->checkpointing.no_save_optim);
+  CHECK(arguments->checkpointing.no_save_rng);
+  CHECK(arguments->checkpointing.finetune);
+  CHECK(arguments->checkpointing.override_opt_param_scheduler);
+  CHECK_FALSE(arguments->checkpointing.use_checkpoint_opt_param_scheduler);
   const auto values = backend::argument_values(*arguments);
   CHECK(values.at("save_interval") == "50");
   CHECK(values.at("no_load_optim") == "True");
@@ -482,7 +482,7 @@ TEST_CASE("a default is a flag not given, never a 0 given") {
   }
   const auto defaults = parse_words(base_flags());
   CHECK(defaults->model.max_position_embeddings == 32);
-  CHECK(defaults->global_batch_size == 8);
+  CHECK(defaults->run.global_batch_size == 8);
   CHECK(defaults->model.ffn_hidden_size == 256);
 }
 
@@ -787,7 +787,7 @@ TEST_CASE("text_generation_server's command line: the server flags, no batch or 
   CHECK(defaults->serving.host == "127.0.0.1");
   CHECK(defaults->serving.port == 5000);  // Megatron's
   CHECK(defaults->serving.max_batch_size == 8);
-  CHECK(defaults->micro_batch_size == 1);
+  CHECK(defaults->run.micro_batch_size == 1);
   const auto arguments =
       serve({"--host", "0.0.0.0", "--port", "0", "--max-batch-size", "3",
              "--max-concurrent-requests", "5", "--max-request-bytes", "100",
@@ -861,9 +861,9 @@ TEST_CASE("flags may be abbreviated as argparse allows, in every program of the 
   REQUIRE(arguments);
   CHECK(arguments->model.hidden_size == 64);
   CHECK(arguments->model.num_attention_heads == 4);
-  CHECK(arguments->micro_batch_size == 2);
-  CHECK(arguments->global_batch_size == 8);
-  CHECK(arguments->train_iters == 10);
+  CHECK(arguments->run.micro_batch_size == 2);
+  CHECK(arguments->run.global_batch_size == 8);
+  CHECK(arguments->run.train_iters == 10);
   CHECK(arguments->tokenizer.vocab_size == 100);
   CHECK(arguments->data.mock_data);
   // A prefix of a flag without effect is that flag; of a default-only flag, judged as it.
@@ -1096,13 +1096,13 @@ TEST_CASE("Megatron flags built for one value, or not at all, are refused with t
 TEST_CASE("--exit-signal-handler and --exit-on-missing-checkpoint are parsed and dumped") {
   const auto plain = parse_words(base_flags());
   REQUIRE(plain);
-  CHECK_FALSE(plain->exit_signal_handler);
-  CHECK_FALSE(plain->exit_on_missing_checkpoint);
+  CHECK_FALSE(plain->run.exit_signal_handler);
+  CHECK_FALSE(plain->checkpointing.exit_on_missing_checkpoint);
   const auto arguments =
       parse_words(with({"--exit-signal-handler", "--exit-on-missing-checkpoint"}));
   REQUIRE(arguments);
-  CHECK(arguments->exit_signal_handler);
-  CHECK(arguments->exit_on_missing_checkpoint);
+  CHECK(arguments->run.exit_signal_handler);
+  CHECK(arguments->checkpointing.exit_on_missing_checkpoint);
   const auto lines = backend::format_arguments(*arguments);
   auto has = [&](const std::string& key) {
     return std::any_of(lines.begin(), lines.end(), [&](const std::string& line) {
@@ -1111,8 +1111,8 @@ TEST_CASE("--exit-signal-handler and --exit-on-missing-checkpoint are parsed and
   };
   CHECK(has("exit_signal_handler"));
   CHECK(has("exit_on_missing_checkpoint"));
-  CHECK(arguments->exit_signal == "SIGTERM");
-  CHECK(parse_words(with({"--exit-signal-handler", "--exit-signal", "SIGUSR1"}))->exit_signal ==
+  CHECK(arguments->run.exit_signal == "SIGTERM");
+  CHECK(parse_words(with({"--exit-signal-handler", "--exit-signal", "SIGUSR1"}))->run.exit_signal ==
         "SIGUSR1");
   CHECK_THROWS_WITH_AS(parse_words(with({"--exit-signal", "SIGKILL"})),
                        doctest::Contains("--exit-signal: 'SIGKILL' is not a valid choice"),

@@ -32,11 +32,11 @@ TrainingArguments saved_arguments(const std::filesystem::path& save) {
   a.model.make_vocab_size_divisible_by = 32;
   a.model.norm_epsilon = 1e-6;
   a.model.init_method_std = 0.03;
-  a.micro_batch_size = 1;
-  a.global_batch_size = 1;
-  a.train_iters = 5;
+  a.run.micro_batch_size = 1;
+  a.run.global_batch_size = 1;
+  a.run.train_iters = 5;
   a.optimizer.lr = 1e-3;
-  a.save = save.string();
+  a.checkpointing.save = save.string();
   return a;
 }
 
@@ -65,7 +65,7 @@ TEST_CASE("checkpoint arguments: the saved arguments come back as they were save
   CHECK(back.model.norm_epsilon == arguments.model.norm_epsilon);
   CHECK(back.model.init_method_std == arguments.model.init_method_std);
   CHECK(back.optimizer.lr == arguments.optimizer.lr);
-  CHECK(back.train_iters == arguments.train_iters);
+  CHECK(back.run.train_iters == arguments.run.train_iters);
   CHECK(backend::checkpoint_arguments(back) == reader.metadata()["arguments"]);
   CHECK(reader.metadata()["arguments"]["use_rope_scaling"] == false);
   CHECK(reader.metadata()["arguments"]["rope_scaling_factor"] == 8.0);
@@ -118,12 +118,12 @@ TEST_CASE("checkpoint arguments: the saved arguments come back as they were save
 
 TEST_CASE("checkpoint arguments: the save and load options carry every checkpoint flag") {
   TrainingArguments a = saved_arguments("/runs/save");
-  a.load = "/runs/load";
+  a.checkpointing.load = "/runs/load";
   a.command_line = {"pretrain_gpt", "--hidden-size", "16"};
-  a.no_save_optim = true;
-  a.finetune = true;
-  a.no_load_rng = true;
-  a.use_checkpoint_opt_param_scheduler = true;
+  a.checkpointing.no_save_optim = true;
+  a.checkpointing.finetune = true;
+  a.checkpointing.no_load_rng = true;
+  a.checkpointing.use_checkpoint_opt_param_scheduler = true;
   const backend::CheckpointSaveOptions save = backend::checkpoint_save_options(a);
   CHECK(save.directory == "/runs/save");
   CHECK(save.no_save_optim);
@@ -143,13 +143,13 @@ TEST_CASE("checkpoint arguments: the save and load options carry every checkpoin
   CHECK(load.arguments == backend::checkpoint_arguments(a));
   CHECK(load.command_line == a.command_line);
 
-  a.no_save_optim = false;
-  a.no_save_rng = true;
-  a.finetune = false;
-  a.no_load_optim = true;
-  a.no_load_rng = false;
-  a.use_checkpoint_opt_param_scheduler = false;
-  a.override_opt_param_scheduler = true;
+  a.checkpointing.no_save_optim = false;
+  a.checkpointing.no_save_rng = true;
+  a.checkpointing.finetune = false;
+  a.checkpointing.no_load_optim = true;
+  a.checkpointing.no_load_rng = false;
+  a.checkpointing.use_checkpoint_opt_param_scheduler = false;
+  a.checkpointing.override_opt_param_scheduler = true;
   CHECK_FALSE(backend::checkpoint_save_options(a).no_save_optim);
   CHECK(backend::checkpoint_save_options(a).no_save_rng);
   const backend::CheckpointLoadOptions other = backend::checkpoint_load_options(a);
@@ -206,8 +206,8 @@ TEST_CASE("pretrain_gpt --use-checkpoint-args: the shape from --load, the dropou
   saved.model.rope_scaling_factor = 32;
   saved.model.hidden_dropout = saved.model.attention_dropout = 0;
   saved.data.mock_data = true;
-  saved.log_interval = 1;
-  saved.eval_iters = 0;
+  saved.logging.log_interval = 1;
+  saved.evaluation.eval_iters = 0;
   saved.command_line = {"pretrain_gpt"};
   backend::validate_arguments(saved);
   std::ostringstream log;
@@ -221,7 +221,8 @@ TEST_CASE("pretrain_gpt --use-checkpoint-args: the shape from --load, the dropou
     for (const auto& word : words) argv.push_back(word.c_str());
     return backend::parse_arguments(static_cast<int>(argv.size()), argv.data());
   };
-  const auto a = parse({"--use-checkpoint-args", "--load", saved.save, "--hidden-dropout", "0.2"});
+  const auto a = parse(
+      {"--use-checkpoint-args", "--load", saved.checkpointing.save, "--hidden-dropout", "0.2"});
   REQUIRE(a);
   CHECK(a->model.num_layers == 2);
   CHECK(a->model.hidden_size == 16);
@@ -244,7 +245,8 @@ TEST_CASE("pretrain_gpt --use-checkpoint-args: the shape from --load, the dropou
   std::ostringstream finetuned;
   const auto result = backend::pretrain(*a, finetuned);
   CHECK(result.iterations.size() == 3);
-  CHECK(finetuned.str().find(" loading checkpoint from " + saved.save) != std::string::npos);
+  CHECK(finetuned.str().find(" loading checkpoint from " + saved.checkpointing.save) !=
+        std::string::npos);
 
   // A --load with nothing in it yet (the first run of a job that resumes from its own --save):
   // Megatron's line, and the flags describe the model, which must then be given.

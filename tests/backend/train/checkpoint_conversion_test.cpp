@@ -45,11 +45,11 @@ TrainingArguments conversion_arguments(const std::filesystem::path& save) {
   a.model.init_method_std = 0.03;
   a.model.hidden_dropout = 0.0;
   a.model.attention_dropout = 0.0;
-  a.micro_batch_size = 1;
-  a.global_batch_size = 1;
-  a.train_iters = 5;
+  a.run.micro_batch_size = 1;
+  a.run.global_batch_size = 1;
+  a.run.train_iters = 5;
   a.optimizer.lr = 1e-3;
-  a.save = save.string();
+  a.checkpointing.save = save.string();
   return a;
 }
 
@@ -198,9 +198,9 @@ TEST_CASE("checkpoint conversion: checkpoint → Hugging Face → release checkp
 
   const auto imported = backend::import_hf(directory.path / "hf");
   TrainingArguments release_arguments = backend::arguments_for_model(imported.config());
-  release_arguments.save = (directory.path / "release_ckpt").string();
-  release_arguments.no_save_optim = true;
-  release_arguments.no_save_rng = true;
+  release_arguments.checkpointing.save = (directory.path / "release_ckpt").string();
+  release_arguments.checkpointing.no_save_optim = true;
+  release_arguments.checkpointing.no_save_rng = true;
   backend::save_release_checkpoint(release_arguments, imported, log);
   std::ifstream tracker(directory.path / "release_ckpt" / "latest_checkpointed_iteration.txt");
   std::string tracker_text;
@@ -212,11 +212,11 @@ TEST_CASE("checkpoint conversion: checkpoint → Hugging Face → release checkp
   // pretrain_gpt's own load path, with the flags arguments_for_model gives and a training
   // run's settings: weights only, from iteration 0, no optimizer state asked for.
   TrainingArguments training = release_arguments;
-  training.load = release_arguments.save;
+  training.checkpointing.load = release_arguments.checkpointing.save;
   training.model.seq_length = 8;
-  training.micro_batch_size = 1;
-  training.global_batch_size = 1;
-  training.train_iters = 2;
+  training.run.micro_batch_size = 1;
+  training.run.global_batch_size = 1;
+  training.run.train_iters = 2;
   training.optimizer.lr = 1e-3;
   GptModel<float> model(backend::model_config(training));
   backend::AdamW optimizer(backend::AdamWConfig{}, {}, static_cast<int64_t>(model.parameters().size()));

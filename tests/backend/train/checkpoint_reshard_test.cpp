@@ -66,11 +66,11 @@ TrainingArguments llama_arguments(const fs::path& save) {
   a.tokenizer.tokenizer_type = "NullTokenizer";
   a.tokenizer.vocab_size = 40;
   a.model.make_vocab_size_divisible_by = 32;  // 41 tokens → 64 rows at TP=1
-  a.micro_batch_size = 1;
-  a.global_batch_size = 1;
-  a.train_iters = 5;
+  a.run.micro_batch_size = 1;
+  a.run.global_batch_size = 1;
+  a.run.train_iters = 5;
   a.optimizer.lr = 1e-3;
-  a.save = save.string();
+  a.checkpointing.save = save.string();
   return a;
 }
 
@@ -158,11 +158,11 @@ TrainingArguments gpt2_arguments(const fs::path& save, int64_t layers) {
   a.tokenizer.tokenizer_type = "NullTokenizer";
   a.tokenizer.vocab_size = 40;
   a.model.make_vocab_size_divisible_by = 32;  // 41 tokens → 64 rows at TP=1 (and with 16 at TP=2)
-  a.micro_batch_size = 1;
-  a.global_batch_size = 1;
-  a.train_iters = 5;
+  a.run.micro_batch_size = 1;
+  a.run.global_batch_size = 1;
+  a.run.train_iters = 5;
   a.optimizer.lr = 1e-3;
-  a.save = save.string();
+  a.checkpointing.save = save.string();
   return a;
 }
 
@@ -173,7 +173,7 @@ TrainingArguments at_layout(TrainingArguments a, const fs::path& save, int64_t t
   a.parallelism.pipeline_model_parallel_size = pipeline_parallel;
   a.parallelism.num_layers_per_virtual_pipeline_stage = layers_per_virtual_stage;
   a.model.make_vocab_size_divisible_by = 32 / tensor_parallel;
-  a.save = save.string();
+  a.checkpointing.save = save.string();
   return a;
 }
 
@@ -216,7 +216,7 @@ fs::path save_whole_checkpoint(const TrainingArguments& arguments) {
                                        .consumed_train_samples = kIteration,
                                        .consumed_valid_samples = 2},
                            model, optimizer, scheduler, log);
-  return backend::checkpoint_file_path(arguments.save, kIteration, 0);
+  return backend::checkpoint_file_path(arguments.checkpointing.save, kIteration, 0);
 }
 
 // The checkpoint of `arguments`' layout (its tensor- and pipeline-parallel sizes and chunks)
@@ -237,10 +237,10 @@ void save_layout_checkpoint(const TrainingArguments& arguments, const fs::path& 
       std::to_string(arguments.model.make_vocab_size_divisible_by);
   metadata["padded_vocab_size"] = config.padded_vocab_size;
   LayoutState state;
-  const auto lock = backend::lock_save_directory(arguments.save);
+  const auto lock = backend::lock_save_directory(arguments.checkpointing.save);
   std::ostringstream log;
   backend::write_checkpoint_files(
-      arguments.save, kIteration, false, tp, pp,
+      arguments.checkpointing.save, kIteration, false, tp, pp,
       [&](int64_t rank, int64_t stage) {
         const backend::ParameterLayout layout(
             config, tp, rank,
@@ -374,8 +374,8 @@ TEST_CASE("resharding cuts every tensor and both moments by the layout, and come
     metadata.erase("resharded");
     CHECK(metadata == whole.metadata());
     TrainingArguments resumed = arguments;
-    resumed.load = back.string();
-    resumed.save.clear();
+    resumed.checkpointing.load = back.string();
+    resumed.checkpointing.save.clear();
     backend::GptModel<float> model(config);
     backend::AdamW optimizer(backend::AdamWConfig{}, {},
                              static_cast<int64_t>(model.parameters().size()));
@@ -453,8 +453,8 @@ TEST_CASE("checkpoint_util's export reads a tensor-parallel checkpoint's weights
 TEST_CASE("a release checkpoint reshards as a release, weights only") {
   TemporaryDirectory directory;
   TrainingArguments arguments = llama_arguments(directory.path / "release");
-  arguments.no_save_optim = true;
-  arguments.no_save_rng = true;
+  arguments.checkpointing.no_save_optim = true;
+  arguments.checkpointing.no_save_rng = true;
   backend::GptModel<float> model(backend::model_config(arguments));
   model.init_parameters(3);
   std::ostringstream log;
@@ -567,8 +567,8 @@ TEST_CASE("a (tp 2, pp 2) checkpoint reshards to one process as the one-process 
 
     // The trainer loads it, and the export reads the pipelined files whole.
     TrainingArguments resumed = arguments;
-    resumed.load = (d / "one").string();
-    resumed.save.clear();
+    resumed.checkpointing.load = (d / "one").string();
+    resumed.checkpointing.save.clear();
     backend::GptModel<float> model(backend::model_config(arguments));
     backend::AdamW optimizer(backend::AdamWConfig{}, {},
                              static_cast<int64_t>(model.parameters().size()));

@@ -36,16 +36,16 @@ TrainingArguments data_arguments(const std::string& prefix) {
   a.model.hidden_size = 32;
   a.model.num_attention_heads = 4;
   a.model.seq_length = 16;
-  a.micro_batch_size = 2;
-  a.global_batch_size = 4;
-  a.train_iters = 20;
+  a.run.micro_batch_size = 2;
+  a.run.global_batch_size = 4;
+  a.run.train_iters = 20;
   a.optimizer.lr = 1e-3;
   a.tokenizer.tokenizer_type = "NullTokenizer";
   a.tokenizer.vocab_size = 65000;
   a.data.data_path = {prefix};
   a.data.split = "80,10,10";
-  a.eval_interval = 10;
-  a.eval_iters = 2;
+  a.evaluation.eval_interval = 10;
+  a.evaluation.eval_iters = 2;
   a.model.hidden_dropout = a.model.attention_dropout = 0;
   validate_arguments(a);
   return a;
@@ -54,15 +54,15 @@ TrainingArguments data_arguments(const std::string& prefix) {
 
 TEST_CASE("samples per split: Megatron's get_train_valid_test_num_samples") {
   TrainingArguments a;
-  a.train_iters = 100;
-  a.global_batch_size = 8;
-  a.eval_interval = 30;
-  a.eval_iters = 2;
+  a.run.train_iters = 100;
+  a.run.global_batch_size = 8;
+  a.evaluation.eval_interval = 30;
+  a.evaluation.eval_iters = 2;
   // (100 // 30 + 1) evaluations of 2 batches of 8; the test pass once.
   CHECK(train_valid_test_num_samples(a) == std::array<int64_t, 3>{800, 64, 16});
-  a.train_samples = 1000;
+  a.run.train_samples = 1000;
   CHECK(train_valid_test_num_samples(a)[0] == 1000);
-  a.eval_iters = 0;
+  a.evaluation.eval_iters = 0;
   CHECK(train_valid_test_num_samples(a) == std::array<int64_t, 3>{1000, 0, 0});
 }
 
@@ -141,7 +141,7 @@ TEST_CASE("an empty validation split names --split and --eval-iters") {
                                          "samples (--eval-iters 2 global batches of 4 at each of 3 "
                                          "evaluations); pass --eval-iters 0"),
                        common::Error);
-  a.eval_iters = 0;
+  a.evaluation.eval_iters = 0;
   CHECK_NOTHROW(build_dataset_batch_source(a, 65001, log));
 }
 

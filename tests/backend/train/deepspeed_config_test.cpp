@@ -55,8 +55,8 @@ TEST_CASE("a ZeRO-2 + fp16 configuration of Megatron-DeepSpeed's examples maps o
   CHECK(arguments->precision.loss_scale_window == 500);
   CHECK(arguments->precision.hysteresis == 2);
   CHECK(arguments->precision.min_loss_scale == 1.0);
-  CHECK(arguments->micro_batch_size == 2);   // train_micro_batch_size_per_gpu
-  CHECK(arguments->global_batch_size == 8);  // train_batch_size
+  CHECK(arguments->run.micro_batch_size == 2);   // train_micro_batch_size_per_gpu
+  CHECK(arguments->run.global_batch_size == 8);  // train_batch_size
   CHECK(arguments->optimizer.clip_grad == 1.0);
   const auto values = backend::argument_values(*arguments);
   CHECK(values.at("deepspeed") == "True");
@@ -74,7 +74,7 @@ TEST_CASE("stage 0 and stage 1 and the flags' agreement with the file") {
   REQUIRE(arguments);
   CHECK(arguments->parallelism.use_distributed_optimizer);
   CHECK(arguments->precision.bf16);
-  CHECK(arguments->global_batch_size == 8);
+  CHECK(arguments->run.global_batch_size == 8);
   CHECK(arguments->optimizer.clip_grad == 0.5);
   const auto stage0 = write(directory, "stage0.json", R"({"zero_optimization": {"stage": 0}})");
   arguments = parse(flags_with({"--deepspeed", "--deepspeed_config", stage0,
@@ -156,6 +156,6 @@ TEST_CASE("Megatron-DeepSpeed's ZeRO-3 + CPU offload configuration maps to ZeRO-
   CHECK_FALSE(a->parallelism.use_distributed_optimizer);
   CHECK(a->parallelism.offload_optimizer);
   CHECK_FALSE(a->parallelism.offload_parameters);
-  CHECK(a->global_batch_size == 8);
-  CHECK(a->micro_batch_size == 2);
+  CHECK(a->run.global_batch_size == 8);
+  CHECK(a->run.micro_batch_size == 2);
 }

@@ -50,7 +50,7 @@ struct IgnoredTermination {
 
 TrainingArguments signalled_arguments() {
   TrainingArguments a = test_support::resumable_gpt_arguments(8);
-  a.exit_signal_handler = true;
+  a.run.exit_signal_handler = true;
   validate_arguments(a);
   return a;
 }
@@ -58,8 +58,9 @@ TrainingArguments signalled_arguments() {
 // The mock data pretrain() reads, raising SIGTERM while it reads the first micro batch of
 // iteration `signal_at` (0: never).
 BatchSource signalling_source(const TrainingArguments& a, int64_t signal_at) {
-  auto data = std::make_shared<MockDataset>(a.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
-  const int64_t trigger = (signal_at - 1) * a.global_batch_size;
+  auto data =
+      std::make_shared<MockDataset>(a.run.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
+  const int64_t trigger = (signal_at - 1) * a.run.global_batch_size;
   return [data, trigger, signal_at](Split split, int64_t first_sample, int64_t batch_size,
                                     std::span<int32_t> tokens, std::span<int32_t> labels) {
     if (signal_at > 0 && split == Split::train && first_sample == trigger) raise(SIGTERM);
@@ -92,23 +93,23 @@ TEST_CASE("a run that gets SIGTERM saves after that iteration, exits, and resume
   const TrainingArguments base = signalled_arguments();
 
   auto uninterrupted = base;
-  uninterrupted.save = (directory.path / "uninterrupted").string();
+  uninterrupted.checkpointing.save = (directory.path / "uninterrupted").string();
   std::ostringstream log_whole;
   const TrainingResult whole = pretrain(uninterrupted, log_whole, signalling_source(base, 0));
   REQUIRE(whole.iterations.size() == 8);
 
   auto first_half = base;
-  first_half.save = (directory.path / "resumed").string();
+  first_half.checkpointing.save = (directory.path / "resumed").string();
   std::ostringstream log_first;
   const TrainingResult first = pretrain(first_half, log_first, signalling_source(base, 3));
   CHECK(first.iterations.size() == 3);
   CHECK(log_first.str().find("[exiting program after receiving SIGTERM.] datetime: ") !=
         std::string::npos);
-  CHECK(read_checkpoint_tracker(first_half.save)->iteration == 3);
+  CHECK(read_checkpoint_tracker(first_half.checkpointing.save)->iteration == 3);
   CHECK(termination_ignored());  // the run's handler is gone with the run
 
   auto second_half = base;
-  second_half.save = second_half.load = first_half.save;
+  second_half.checkpointing.save = second_half.checkpointing.load = first_half.checkpointing.save;
   std::ostringstream log_second;
   const TrainingResult second = pretrain(second_half, log_second, signalling_source(base, 0));
   REQUIRE(second.iterations.size() == 5);
@@ -131,12 +132,13 @@ TEST_CASE("--exit-signal: another notice signal (sbatch --signal=USR1@300) stops
   CHECK_FALSE(exit_signal_number("SIGKILL").has_value());  // cannot be caught
   CHECK_FALSE(exit_signal_number("USR1").has_value());     // Python's names only
   auto a = signalled_arguments();
-  a.exit_signal = "SIGUSR1";
+  a.run.exit_signal = "SIGUSR1";
   // The run's handler takes SIGUSR1; the data source raises it at iteration 2.
-  auto data = std::make_shared<MockDataset>(a.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
+  auto data =
+      std::make_shared<MockDataset>(a.run.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
   const BatchSource source = [data, &a](Split split, int64_t first_sample, int64_t batch_size,
                                         std::span<int32_t> tokens, std::span<int32_t> labels) {
-    if (split == Split::train && first_sample == a.global_batch_size) raise(SIGUSR1);
+    if (split == Split::train && first_sample == a.run.global_batch_size) raise(SIGUSR1);
     data->fill_batch(split, first_sample, batch_size, tokens, labels);
   };
   std::ostringstream log;
@@ -158,16 +160,16 @@ TEST_CASE("without --save a SIGTERM stops the run after the iteration and saves 
 TEST_CASE("--exit-on-missing-checkpoint: a --load without a checkpoint stops the run") {
   test_support::TemporaryDirectory directory;
   auto a = signalled_arguments();
-  a.exit_signal_handler = false;
-  a.load = (directory.path / "typo").string();
-  a.exit_on_missing_checkpoint = true;
+  a.run.exit_signal_handler = false;
+  a.checkpointing.load = (directory.path / "typo").string();
+  a.checkpointing.exit_on_missing_checkpoint = true;
   std::ostringstream log;
-  const std::string refusal = "--load " + a.load + " holds no checkpoint";
+  const std::string refusal = "--load " + a.checkpointing.load + " holds no checkpoint";
   CHECK_THROWS_WITH_AS(pretrain(a, log), doctest::Contains(refusal.c_str()), common::Error);
   CHECK(log.str().find("iteration") == std::string::npos);  // nothing trained
   // Without the flag: Megatron's warning and a start from scratch.
-  a.exit_on_missing_checkpoint = false;
-  a.train_iters = 1;
+  a.checkpointing.exit_on_missing_checkpoint = false;
+  a.run.train_iters = 1;
   std::ostringstream started;
   CHECK(pretrain(a, started).iterations.size() == 1);
   CHECK(started.str().find("will not load any checkpoints and will start from random") !=

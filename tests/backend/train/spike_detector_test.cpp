@@ -31,8 +31,8 @@ constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 // judged over a window of 3.
 TrainingArguments spike_arguments(const std::string& save) {
   TrainingArguments a = test_support::resumable_gpt_arguments(12);
-  a.save = save;
-  a.save_interval = 2;
+  a.checkpointing.save = save;
+  a.checkpointing.save_interval = 2;
   a.spike.rollback_on_spike = true;
   a.spike.window = 3;
   a.spike.inject_loss_spike_at_iteration = 7;
@@ -119,7 +119,8 @@ TEST_CASE("--rollback-on-spike: an injected spike rolls back to the last checkpo
   CHECK(result.iterations[7].iteration == 7);
   CHECK(result.iterations.back().iteration == 12);
   CHECK(text.find(" rollback on spike at iteration 7: lm loss ") != std::string::npos);
-  CHECK(text.find("; reloaded iteration 6 from " + a.save + ", skipping samples 24..27 "
+  CHECK(text.find("; reloaded iteration 6 from " + a.checkpointing.save +
+                  ", skipping samples 24..27 "
                   "(rollback 1 of 3)") != std::string::npos);
   // The data is not rewound: the re-run iteration 7 reads the samples after the spike's.
   CHECK(result.iterations[6].consumed_samples == 28);
@@ -136,7 +137,7 @@ TEST_CASE("--rollback-on-spike: an injected spike rolls back to the last checkpo
   SUBCASE("the same seed and flags recover the same way") {
     test_support::TemporaryDirectory again_directory;
     TrainingArguments again = a;
-    again.save = again_directory.path.string();
+    again.checkpointing.save = again_directory.path.string();
     std::ostringstream again_log;
     CHECK(losses_of(pretrain(again, again_log)) == losses_of(result));
   }
@@ -160,7 +161,7 @@ TEST_CASE("--spike-lr-factor scales the learning rate after a rollback, TensorBo
   test_support::TemporaryDirectory tensorboard;
   TrainingArguments a = spike_arguments(directory.path.string());
   a.spike.lr_factor = 0.5;
-  a.tensorboard_dir = tensorboard.path.string();
+  a.logging.tensorboard_dir = tensorboard.path.string();
   std::ostringstream log;
   const TrainingResult result = pretrain(a, log);
   REQUIRE(result.iterations.size() == 13);
@@ -211,7 +212,7 @@ TEST_CASE("persistent NaN/Inf losses roll back too, and stop the run after the l
 TEST_CASE("a spike before this run saved any checkpoint is refused") {
   test_support::TemporaryDirectory directory;
   TrainingArguments a = spike_arguments(directory.path.string());
-  a.save_interval = 10;
+  a.checkpointing.save_interval = 10;
   std::ostringstream log;
   const std::string message = error_of([&] { pretrain(a, log); });
   CHECK(message.find("has saved no checkpoint in --save") != std::string::npos);

@@ -17,16 +17,16 @@ inline backend::TrainingArguments tiny_gpt_arguments(int64_t train_iters) {
   a.model.hidden_size = 32;
   a.model.num_attention_heads = 4;
   a.model.seq_length = 16;
-  a.micro_batch_size = 2;
-  a.global_batch_size = 4;
-  a.train_iters = train_iters;
+  a.run.micro_batch_size = 2;
+  a.run.global_batch_size = 4;
+  a.run.train_iters = train_iters;
   a.optimizer.lr = 1e-3;
   a.tokenizer.vocab_size = 255;
   a.tokenizer.tokenizer_type = "NullTokenizer";
   a.data.mock_data = true;
   a.model.hidden_dropout = a.model.attention_dropout = 0;
-  a.log_interval = 1;
-  a.eval_iters = 0;
+  a.logging.log_interval = 1;
+  a.evaluation.eval_iters = 0;
   return a;
 }
 

@@ -30,8 +30,8 @@ struct TinyTraining {
         model(model_config(arguments)),
         optimizer(optimizer_for(model, arguments)),
         scheduler(learning_rate_schedule(arguments)),
-        dataset(arguments.seed, model.config().vocab_size, arguments.model.seq_length) {
-    model.init_parameters(arguments.seed);
+        dataset(arguments.run.seed, model.config().vocab_size, arguments.model.seq_length) {
+    model.init_parameters(arguments.run.seed);
   }
   static TrainingArguments validated(TrainingArguments a) {
     validate_arguments(a);
@@ -53,7 +53,7 @@ struct TinyTraining {
     };
   }
   TrainStepResult step(const GlobalBatch& batch) {
-    return train_step(model, optimizer, scheduler, source(), batch, arguments);
+    return train_step(model, optimizer, scheduler, source(), batch, train_step_options(arguments));
   }
 
   TrainingArguments arguments;
@@ -84,7 +84,7 @@ TEST_CASE("a step reads its global batch's training samples as micro batches, in
   };
   const GlobalBatch batch{.first_sample = 8, .global_batch_size = 6, .num_micro_batches = 3};
   train_step(training.model, training.optimizer, training.scheduler, recording, batch,
-             training.arguments);
+             train_step_options(training.arguments));
   CHECK(reads ==
         std::vector<StepRead>{{Split::train, 8, 2}, {Split::train, 10, 2}, {Split::train, 12, 2}});
   CHECK(training.scheduler.num_steps() == 6);  // the scheduler counts samples
@@ -214,7 +214,7 @@ TEST_CASE("--log-params-norm: the parameters' L2 norm after the update, and noth
   CHECK_FALSE(plain.step(kFirstBatch).params_norm.has_value());
 
   auto a = step_arguments();
-  a.log_params_norm = true;
+  a.logging.log_params_norm = true;
   TinyTraining training(a);
   const std::vector<float> before(training.model.parameters().begin(),
                                   training.model.parameters().end());
@@ -232,7 +232,7 @@ TEST_CASE("--log-num-zeros-in-grad: the gradient's zeros, the unseen vocabulary 
   CHECK_FALSE(plain.step(kFirstBatch).num_zeros_in_grad.has_value());
 
   auto a = step_arguments();
-  a.log_num_zeros_in_grad = true;
+  a.logging.log_num_zeros_in_grad = true;
   a.model.untie_embeddings_and_output_weights = true;  // unseen tokens' embedding rows get nothing
   TinyTraining training(a);
   const TrainStepResult result = training.step(kFirstBatch);
@@ -280,14 +280,14 @@ TEST_CASE("--calculate-per-token-loss: micro batches weigh by their scored token
   auto run = [](bool per_token, int64_t micro_batch_size) {
     auto a = step_arguments();
     a.data.calculate_per_token_loss = per_token;
-    a.micro_batch_size = micro_batch_size;
+    a.run.micro_batch_size = micro_batch_size;
     a.optimizer.clip_grad = 0;  // the gradients as they come
     TinyTraining training(a);
     const GlobalBatch batch{.first_sample = 0, .global_batch_size = 4,
                             .num_micro_batches = 4 / micro_batch_size};
     const TrainStepResult result =
         train_step(training.model, training.optimizer, training.scheduler,
-                   unevenly_masked(training), batch, training.arguments);
+                   unevenly_masked(training), batch, train_step_options(training.arguments));
     return Run{result, std::vector<float>(training.model.gradients().begin(),
                                           training.model.gradients().end())};
   };

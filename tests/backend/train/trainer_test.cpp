@@ -37,9 +37,9 @@ TrainingResult train(TrainingArguments a, std::ostream& log, BatchSource source 
 // the tests that learn a token pattern train.
 TrainingArguments pattern_learning_arguments() {
   auto a = trainer_arguments();
-  a.train_iters = 25;
+  a.run.train_iters = 25;
   a.model.hidden_size = 64;
-  a.micro_batch_size = a.global_batch_size = 8;
+  a.run.micro_batch_size = a.run.global_batch_size = 8;
   a.optimizer.lr = 5e-3;
   a.optimizer.lr_decay_style = backend::LearningRateDecayStyle::constant;
   a.optimizer.weight_decay = 0;
@@ -55,7 +55,7 @@ int count_lines_containing(const std::string& text, const std::string& needle) {
 
 TEST_CASE("on mock data the first loss is within 0.1 of ln(vocab)") {
   auto a = trainer_arguments();
-  a.train_iters = 1;
+  a.run.train_iters = 1;
   std::ostringstream log;
   const auto result = train(a, log);
   REQUIRE(result.iterations.size() == 1);
@@ -126,7 +126,7 @@ TEST_CASE("--eod-mask-loss leaves out the unpredictable first token of each docu
 
 TEST_CASE("a Llama model (RoPE, RMSNorm, SwiGLU, no biases, untied output, GQA) learns the pattern") {
   auto a = pattern_learning_arguments();
-  a.train_iters = 20;
+  a.run.train_iters = 20;
   a.model.ffn_hidden_size = 96;
   a.model.position_embedding_type = backend::PositionEmbeddingType::rope;
   a.model.normalization = backend::Normalization::rms_norm;
@@ -165,7 +165,7 @@ TEST_CASE("a Llama model (RoPE, RMSNorm, SwiGLU, no biases, untied output, GQA) 
 TEST_CASE("training with activation recompute logs the same iterations, bit for bit") {
   auto reference = trainer_arguments();
   reference.model.num_layers = 3;
-  reference.train_iters = 4;
+  reference.run.train_iters = 4;
   // The masks are recomputed too.
   reference.model.hidden_dropout = reference.model.attention_dropout = 0.1;
   std::ostringstream log;
@@ -197,7 +197,7 @@ TEST_CASE("training with activation recompute logs the same iterations, bit for 
 TEST_CASE("micro batches accumulate to the same step as one big batch") {
   auto accumulated = trainer_arguments();
   auto single = trainer_arguments();
-  single.micro_batch_size = 4;
+  single.run.micro_batch_size = 4;
   std::ostringstream log;
   const auto a = train(accumulated, log);
   const auto b = train(single, log);
@@ -209,10 +209,10 @@ TEST_CASE("micro batches accumulate to the same step as one big batch") {
 
 TEST_CASE("the log has one Megatron iteration line per log interval and the evaluation blocks") {
   auto a = trainer_arguments();
-  a.train_iters = 4;
-  a.log_interval = 2;
-  a.eval_interval = 2;
-  a.eval_iters = 1;
+  a.run.train_iters = 4;
+  a.logging.log_interval = 2;
+  a.evaluation.eval_interval = 2;
+  a.evaluation.eval_iters = 1;
   std::ostringstream log;
   const auto result = train(a, log);
   const std::string text = log.str();
@@ -237,8 +237,8 @@ TEST_CASE("--split 98,2,0: validation runs, the empty test split has no test pas
   a.data.data_path = {prefix};
   a.data.split = "98,2,0";
   a.tokenizer.vocab_size = 65000;  // the fixture's token ids
-  a.eval_iters = 1;
-  a.eval_interval = 2;
+  a.evaluation.eval_iters = 1;
+  a.evaluation.eval_interval = 2;
   std::ostringstream log;
   const TrainingResult result = train(a, log);
   INFO(log.str());
@@ -250,7 +250,7 @@ TEST_CASE("--split 98,2,0: validation runs, the empty test split has no test pas
 
 TEST_CASE("the learning rate follows the schedule and the logged rate is the next one") {
   auto a = trainer_arguments();
-  a.train_iters = 4;
+  a.run.train_iters = 4;
   a.optimizer.lr_warmup_iters = 2;
   a.optimizer.lr_decay_style = backend::LearningRateDecayStyle::linear;
   std::ostringstream log;
@@ -272,7 +272,7 @@ TEST_CASE("--device cuda without a visible GPU is refused, naming the flag and t
     return;
   }
   auto b = trainer_arguments();
-  b.device = "cuda";
+  b.device = DeviceChoice::cuda;
   std::ostringstream log;
   CHECK_THROWS_WITH_AS(train(b, log), doctest::Contains("--device cuda: no GPU is visible"),
                        common::Error);
@@ -284,10 +284,10 @@ TEST_CASE("training with dropout is finite, reproducible from --seed, and evalua
   // have the same model at every evaluation: their validation and test losses agree bit for
   // bit exactly when evaluation runs in evaluation mode (no dropout).
   auto a = trainer_arguments();
-  a.train_iters = 4;
+  a.run.train_iters = 4;
   a.optimizer.lr = 0;
-  a.eval_interval = 2;
-  a.eval_iters = 2;
+  a.evaluation.eval_interval = 2;
+  a.evaluation.eval_iters = 2;
   auto dropout = a;
   dropout.model.hidden_dropout = dropout.model.attention_dropout = 0.1;
   std::ostringstream log;
@@ -314,7 +314,7 @@ TEST_CASE("training with dropout is finite, reproducible from --seed, and evalua
 
   // Another seed, other masks (and another initialisation).
   auto reseeded = dropout;
-  reseeded.seed = dropout.seed + 1;
+  reseeded.run.seed = dropout.run.seed + 1;
   CHECK(train(reseeded, log).iterations[0].lm_loss != first.iterations[0].lm_loss);
 }
 
@@ -322,10 +322,10 @@ TEST_CASE("--train-samples with --rampup-batch-size: iterations, batch sizes and
   // 2 → 6 by 2 over 8 samples (an increment every 4): batches 2, 2, 4 (from 4 samples), 6 (from
   // 8), then (24 − 14) // 6 = 1 more: 5 iterations, as Megatron's update_train_iters counts.
   auto a = trainer_arguments();
-  a.train_iters = 0;
-  a.train_samples = 24;
-  a.global_batch_size = 6;
-  a.rampup_batch_size = {2, 2, 8};
+  a.run.train_iters = 0;
+  a.run.train_samples = 24;
+  a.run.global_batch_size = 6;
+  a.run.rampup_batch_size = {2, 2, 8};
   std::ostringstream log;
   const auto result = train(a, log);
   REQUIRE(result.iterations.size() == 5);
@@ -345,7 +345,7 @@ TEST_CASE("--train-samples with --rampup-batch-size: iterations, batch sizes and
 
 TEST_CASE("--log-throughput: Megatron's field in the line, tokens/s and MFU on the next line") {
   auto a = trainer_arguments();
-  a.log_throughput = true;
+  a.logging.log_throughput = true;
   std::ostringstream log;
   train(a, log);
   const std::string text = log.str();
@@ -358,8 +358,8 @@ TEST_CASE("--log-throughput: Megatron's field in the line, tokens/s and MFU on t
 
 TEST_CASE("Megatron's memory line follows the first iteration line, once, with the device's bytes") {
   auto a = trainer_arguments();
-  a.train_iters = 4;
-  a.log_interval = 2;
+  a.run.train_iters = 4;
+  a.logging.log_interval = 2;
   std::ostringstream log;
   const TrainingResult result = train(a, log);
   const std::string text = log.str();
@@ -405,8 +405,8 @@ TEST_CASE("--weight-decay-incr-style reaches the optimizer step by step") {
 TEST_CASE("--tensorboard-dir gets Megatron's scalars and --log-dir NeMo's files") {
   test_support::TemporaryDirectory temporary;
   auto a = trainer_arguments();
-  a.tensorboard_dir = (temporary.path / "tb").string();
-  a.log_dir = (temporary.path / "results").string();
+  a.logging.tensorboard_dir = (temporary.path / "tb").string();
+  a.logging.log_dir = (temporary.path / "results").string();
   a.command_line = {"pretrain_gpt", "--num-layers", "2"};
   std::ostringstream log;
   train(a, log);
@@ -533,7 +533,7 @@ TEST_CASE("a model that cannot fit this machine's memory is refused, with the es
   a.model.hidden_size = int64_t{1} << 20;
   a.model.num_attention_heads = 1024;
   test_support::TemporaryDirectory temporary;
-  a.log_dir = (temporary.path / "logs").string();
+  a.logging.log_dir = (temporary.path / "logs").string();
   std::ostringstream log;
   try {
     train(a, log);
@@ -553,9 +553,9 @@ TEST_CASE("a model that cannot fit this machine's memory is refused, with the es
 TEST_CASE("--exit-duration-in-mins saves and exits after the first iteration past the limit") {
   test_support::TemporaryDirectory directory;
   auto a = trainer_arguments();
-  a.train_iters = 5;
-  a.save = (directory.path / "checkpoints").string();
-  a.exit_duration_in_mins = 1e-9;  // already passed when the first iteration ends
+  a.run.train_iters = 5;
+  a.checkpointing.save = (directory.path / "checkpoints").string();
+  a.run.exit_duration_in_mins = 1e-9;  // already passed when the first iteration ends
   std::ostringstream log;
   const auto result = train(a, log);
   CHECK(result.iterations.size() == 1);
@@ -567,7 +567,7 @@ TEST_CASE("--exit-duration-in-mins saves and exits after the first iteration pas
 
   // A limit the run does not reach changes nothing.
   auto unlimited = trainer_arguments();
-  unlimited.exit_duration_in_mins = 600;
+  unlimited.run.exit_duration_in_mins = 600;
   std::ostringstream whole;
   CHECK(train(unlimited, whole).iterations.size() == 3);
   CHECK(count_lines_containing(whole.str(), "exiting program") == 0);

@@ -17,8 +17,8 @@ using namespace backend;
 namespace {
 TrainingArguments base_arguments() {
   TrainingArguments a;
-  a.micro_batch_size = 2;
-  a.global_batch_size = 8;
+  a.run.micro_batch_size = 2;
+  a.run.global_batch_size = 8;
   a.optimizer.lr = 1e-3;
   return a;
 }
@@ -75,11 +75,11 @@ void check_against_step_by_step(int64_t global, BatchSizeRampup rampup, int64_t 
 
   TrainingArguments a;
   a.optimizer.lr = 1e-3;
-  a.micro_batch_size = micro_batch_size;
-  a.global_batch_size = global;
-  a.train_samples = train_samples;
-  a.rampup_batch_size = {rampup.start_global_batch_size, rampup.batch_size_increment,
-                         rampup.rampup_samples};
+  a.run.micro_batch_size = micro_batch_size;
+  a.run.global_batch_size = global;
+  a.run.train_samples = train_samples;
+  a.run.rampup_batch_size = {rampup.start_global_batch_size, rampup.batch_size_increment,
+                             rampup.rampup_samples};
   size_t bad = 0;
   while (bad < expected.batches.size() && expected.batches[bad] % micro_batch_size == 0) ++bad;
   if (expected_iterations == 0) {
@@ -87,7 +87,7 @@ void check_against_step_by_step(int64_t global, BatchSizeRampup rampup, int64_t 
                          common::Error);
   } else if (bad == expected.batches.size()) {
     CHECK_NOTHROW(resolve_training_schedule(a, 1));
-    CHECK(a.train_iters == expected_iterations);
+    CHECK(a.run.train_iters == expected_iterations);
   } else {
     int64_t consumed_before = 0;
     for (size_t i = 0; i < bad; ++i) consumed_before += expected.batches[i];
@@ -211,20 +211,20 @@ TEST_CASE("the ramp-up is refused where Megatron would stop, naming the flag") {
 TEST_CASE("a ramp-up batch the micro batches cannot divide is found before training") {
   // 2 → 4 by 1 over 4 samples: a batch of 3 after 2 samples; micro batch 2 cannot split it.
   auto a = base_arguments();
-  a.global_batch_size = 4;
-  a.train_samples = 100;
-  a.rampup_batch_size = {2, 1, 4};
+  a.run.global_batch_size = 4;
+  a.run.train_samples = 100;
+  a.run.rampup_batch_size = {2, 1, 4};
   CHECK_THROWS_WITH_AS(resolve_training_schedule(a, 1),
                        doctest::Contains("iteration 2 (after 2 samples) has a global batch of 3"),
                        common::Error);
   // Over 2 samples the 3 is stepped over (2, then 4 at once): Megatron runs it, and so do we.
-  a.rampup_batch_size = {2, 1, 2};
+  a.run.rampup_batch_size = {2, 1, 2};
   CHECK_NOTHROW(resolve_training_schedule(a, 1));
 }
 
 TEST_CASE("iteration-based schedules count iterations × global batch, warmup fraction of decay") {
   auto a = base_arguments();
-  a.train_iters = 100;
+  a.run.train_iters = 100;
   a.optimizer.lr_decay_iters = 80;
   a.optimizer.lr_warmup_iters = 10;
   a.optimizer.lr_decay_style = backend::LearningRateDecayStyle::wsd;
@@ -244,7 +244,7 @@ TEST_CASE("iteration-based schedules count iterations × global batch, warmup fr
 
 TEST_CASE("sample-based schedules take samples as given and derive train_iters") {
   auto a = base_arguments();
-  a.train_samples = 1000;
+  a.run.train_samples = 1000;
   a.optimizer.lr_warmup_samples = 50;
   a.optimizer.lr_decay_style = backend::LearningRateDecayStyle::wsd;
   a.optimizer.lr_wsd_decay_samples = 100;
@@ -252,7 +252,7 @@ TEST_CASE("sample-based schedules take samples as given and derive train_iters")
   a.optimizer.start_weight_decay = 0.0;
   a.optimizer.end_weight_decay = 0.1;
   resolve_training_schedule(a, 1);
-  CHECK(a.train_iters == 125);          // 1000 // 8
+  CHECK(a.run.train_iters == 125);              // 1000 // 8
   CHECK(a.optimizer.lr_decay_samples == 1000);  // defaults to --train-samples
   const auto s = learning_rate_schedule(a);
   CHECK(s.warmup_steps == doctest::Approx(50));
@@ -264,12 +264,12 @@ TEST_CASE("sample-based schedules take samples as given and derive train_iters")
 
 TEST_CASE("resolving twice gives the same arguments (derived values are recognised)") {
   auto a = base_arguments();
-  a.train_samples = 100;
-  a.rampup_batch_size = {4, 2, 16};
+  a.run.train_samples = 100;
+  a.run.rampup_batch_size = {4, 2, 16};
   resolve_training_schedule(a, 1);
   const auto once = a;
   resolve_training_schedule(a, 1);
-  CHECK(a.train_iters == once.train_iters);
+  CHECK(a.run.train_iters == once.run.train_iters);
   CHECK(a.optimizer.lr_decay_samples == once.optimizer.lr_decay_samples);
   CHECK(a.optimizer.start_weight_decay == once.optimizer.start_weight_decay);
 }

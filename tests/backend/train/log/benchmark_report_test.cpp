@@ -11,7 +11,7 @@
 using namespace backend;
 
 TEST_CASE("FLOPs per iteration follow Megatron's num_floating_point_operations") {
-  TrainingArguments a;
+  LoggedRun a;
   a.model.num_layers = 12;
   a.model.hidden_size = 768;
   a.model.ffn_hidden_size = 3072;
@@ -25,7 +25,7 @@ TEST_CASE("FLOPs per iteration follow Megatron's num_floating_point_operations")
 }
 
 TEST_CASE("SwiGLU adds a third h × ffn matrix to the MLP's FLOPs") {
-  TrainingArguments a;
+  LoggedRun a;
   a.model.num_layers = 4;
   a.model.hidden_size = 256;
   a.model.ffn_hidden_size = 688;
@@ -40,7 +40,7 @@ TEST_CASE("SwiGLU adds a third h × ffn matrix to the MLP's FLOPs") {
 }
 
 TEST_CASE("grouped-query attention removes the key and value weights of the missing groups") {
-  TrainingArguments a;
+  LoggedRun a;
   a.model.num_layers = 4;
   a.model.hidden_size = 512;
   a.model.num_attention_heads = 32;
@@ -57,14 +57,15 @@ TEST_CASE("grouped-query attention removes the key and value weights of the miss
 }
 
 TEST_CASE("the median leaves the warm-up iteration out and the JSON holds every field") {
-  TrainingArguments a;
+  LoggedRun a;
   a.model.num_layers = 2;
   a.model.hidden_size = 64;
   a.model.ffn_hidden_size = 256;
   a.model.seq_length = 32;
   a.micro_batch_size = 2;
   a.global_batch_size = 4;
-  const auto summary = summarize_benchmark(a, 128, {5000.0, 10.0, 30.0, 20.0}, 1e11);
+  a.padded_vocab_size = 128;
+  const auto summary = summarize_benchmark(a, {5000.0, 10.0, 30.0, 20.0}, 1e11);
   CHECK(summary.median_step_ms == doctest::Approx(20.0));
   CHECK(summary.iterations_measured == 3);
   CHECK(summary.tokens_per_second == doctest::Approx(4 * 32 / 0.020));
@@ -72,7 +73,7 @@ TEST_CASE("the median leaves the warm-up iteration out and the JSON holds every 
   CHECK(summary.peak_memory_bytes > 0);
 
   const auto file = std::filesystem::temp_directory_path() / "benchmark_report_test" / "b.json";
-  write_benchmark_json(file, a, 128, 12345, summary);
+  write_benchmark_json(file, a, 12345, summary);
   std::ifstream in(file);
   const auto report = nlohmann::json::parse(in);
   CHECK(report.at("median_step_ms").get<double>() == doctest::Approx(20.0));
@@ -81,12 +82,12 @@ TEST_CASE("the median leaves the warm-up iteration out and the JSON holds every 
 
   // Four ranks (TP=2 × DP=2): the same step shares its FLOPs over four devices, and the JSON
   // says so (it reported world size 1 and the whole step's FLOPs per device before).
-  TrainingArguments four = a;
+  LoggedRun four = a;
   four.parallelism.world_size = 4;
   four.parallelism.tensor_model_parallel_size = 2;
-  const auto shared = summarize_benchmark(four, 128, {5000.0, 10.0, 30.0, 20.0}, 1e11);
+  const auto shared = summarize_benchmark(four, {5000.0, 10.0, 30.0, 20.0}, 1e11);
   CHECK(shared.tflops_per_device == doctest::Approx(summary.tflops_per_device / 4));
-  write_benchmark_json(file, four, 128, 12345, shared);
+  write_benchmark_json(file, four, 12345, shared);
   std::ifstream four_in(file);
   const auto four_report = nlohmann::json::parse(four_in);
   CHECK(four_report.at("parallel").at("world_size").get<int64_t>() == 4);
@@ -100,7 +101,7 @@ TEST_CASE("the median leaves the warm-up iteration out and the JSON holds every 
 }
 
 TEST_CASE("--log-throughput's TFLOP/s/GPU: Megatron's FLOPs of the current batch over the time") {
-  TrainingArguments a;
+  LoggedRun a;
   a.model.num_layers = 12;
   a.model.hidden_size = 768;
   a.model.ffn_hidden_size = 3072;
@@ -109,8 +110,10 @@ TEST_CASE("--log-throughput's TFLOP/s/GPU: Megatron's FLOPs of the current batch
   // A ramp-up iteration of 2 samples taking 0.5 s, on 1 and on 4 GPUs.
   const double B = 2, s = 256, L = 12, h = 768, V = 50304;
   const double flops = 72 * B * s * L * h * h * (1 + s / (12 * h)) + 6 * B * s * h * V;
-  CHECK(megatron_throughput_tflops_per_gpu(a, 50304, 2, 0.5) ==
+  a.padded_vocab_size = 50304;
+  CHECK(megatron_throughput_tflops_per_gpu(a, 2, 0.5) ==
         doctest::Approx(flops / 0.5 / 1e12).epsilon(1e-12));
-  CHECK(megatron_throughput_tflops_per_gpu(a, 50304, 2, 0.5, 4) ==
+  a.parallelism.world_size = 4;
+  CHECK(megatron_throughput_tflops_per_gpu(a, 2, 0.5) ==
         doctest::Approx(flops / 0.5 / 1e12 / 4).epsilon(1e-12));
 }

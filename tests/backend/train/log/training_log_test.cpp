@@ -100,17 +100,24 @@ TEST_CASE("Megatron's memory line: megabytes as Python prints floats, reserved a
 
 namespace {
 
-TrainingArguments log_arguments() {
-  TrainingArguments a;
-  a.model.num_layers = 2;
-  a.model.hidden_size = 32;
-  a.model.ffn_hidden_size = 128;
-  a.model.num_attention_heads = 4;
-  a.model.seq_length = 16;
-  a.micro_batch_size = 2;
-  a.global_batch_size = 4;
-  a.train_iters = 10;
-  a.log_interval = 2;
+// What TrainingLog is made from: the logging flags and the run they log.
+struct LogSetup {
+  LoggingArguments logging;
+  LoggedRun run;
+};
+
+LogSetup log_arguments() {
+  LogSetup a;
+  a.run.model.num_layers = 2;
+  a.run.model.hidden_size = 32;
+  a.run.model.ffn_hidden_size = 128;
+  a.run.model.num_attention_heads = 4;
+  a.run.model.seq_length = 16;
+  a.run.padded_vocab_size = 256;
+  a.run.micro_batch_size = 2;
+  a.run.global_batch_size = 4;
+  a.run.train_iters = 10;
+  a.logging.log_interval = 2;
   return a;
 }
 
@@ -219,9 +226,8 @@ TEST_CASE("skipped and nan are counted apart: an fp16 overflow is skipped, not n
 TEST_CASE("fp16: the line prints the last iteration's scale after its update, skips apart from nans") {
   std::ostringstream out;
   auto a = log_arguments();
-  a.precision.fp16 = true;
-  a.log_interval = 4;
-  TrainingLog log(a, 256, std::nullopt, out);
+  a.logging.log_interval = 4;
+  TrainingLog log(a.logging, a.run, std::nullopt, out);
   // Dynamic scaling from 2^32 with hysteresis 2: the first overflow keeps the scale, the
   // second halves it; the line comes after that second one.
   log.add_iteration(fp16_record(1, 2.0, /*overflow=*/true, 4294967296.0), 1e-3);
@@ -239,7 +245,8 @@ TEST_CASE("fp16: the line prints the last iteration's scale after its update, sk
 
 TEST_CASE("the iteration line comes every --log-interval, from that interval's iterations alone") {
   std::ostringstream out;
-  TrainingLog log(log_arguments(), 256, std::nullopt, out);
+  const LogSetup a = log_arguments();
+  TrainingLog log(a.logging, a.run, std::nullopt, out);
   log.add_iteration(record(1, 2.0, 100), 7e-4);
   CHECK(out.str().empty());
   log.add_iteration(record(2, 4.0, 200), 6e-4);
@@ -262,9 +269,9 @@ TEST_CASE("the iteration line comes every --log-interval, from that interval's i
 
 TEST_CASE("--log-throughput: the TFLOP/s field, and the extension line when the peak is known") {
   auto a = log_arguments();
-  a.log_throughput = true;
+  a.logging.log_throughput = true;
   std::ostringstream out;
-  TrainingLog log(a, 256, 1e12, out);
+  TrainingLog log(a.logging, a.run, 1e12, out);
   log.add_iteration(record(1, 2.0, 100), 1e-3);
   log.add_iteration(record(2, 2.0, 100), 1e-3);
   const auto lines = lines_of(out.str());
@@ -276,7 +283,8 @@ TEST_CASE("--log-throughput: the TFLOP/s field, and the extension line when the 
 
 TEST_CASE("an evaluation prints Megatron's block") {
   std::ostringstream out;
-  TrainingLog log(log_arguments(), 256, std::nullopt, out);
+  const LogSetup a = log_arguments();
+  TrainingLog log(a.logging, a.run, std::nullopt, out);
   log.add_evaluation("iteration 4 on test set", 4, 16, 2.0);
   const auto block = format_evaluation_block("iteration 4 on test set", 2.0);
   CHECK(lines_of(out.str()) == block);
@@ -285,9 +293,9 @@ TEST_CASE("an evaluation prints Megatron's block") {
 TEST_CASE("TensorBoard: loss-scale is each written iteration's scale") {
   test_support::TemporaryDirectory temporary;
   auto a = log_arguments();
-  a.tensorboard_dir = (temporary.path / "tb").string();
+  a.logging.tensorboard_dir = (temporary.path / "tb").string();
   std::ostringstream out;
-  TrainingLog log(a, 256, std::nullopt, out);
+  TrainingLog log(a.logging, a.run, std::nullopt, out);
   log.add_iteration(fp16_record(1, 2.0, /*overflow=*/false, 65536.0), 1e-3);
   log.add_iteration(fp16_record(2, 2.0, /*overflow=*/true, 32768.0), 1e-3);
   log.close();
@@ -302,10 +310,10 @@ TEST_CASE("TensorBoard: loss-scale is each written iteration's scale") {
 TEST_CASE("TensorBoard: --log-memory-to-tensorboard writes Megatron's mem-* tags of the record") {
   test_support::TemporaryDirectory temporary;
   auto a = log_arguments();
-  a.tensorboard_dir = (temporary.path / "tb").string();
+  a.logging.tensorboard_dir = (temporary.path / "tb").string();
   std::ostringstream out;
   {
-    TrainingLog log(a, 256, std::nullopt, out);
+    TrainingLog log(a.logging, a.run, std::nullopt, out);
     log.add_iteration(record(1, 2.0, 100), 1e-3);
     log.close();
   }
@@ -315,9 +323,9 @@ TEST_CASE("TensorBoard: --log-memory-to-tensorboard writes Megatron's mem-* tags
   };
   CHECK(events().find("mem-allocated-bytes") == std::string::npos);  // off by default
   std::filesystem::remove_all(temporary.path / "tb");
-  a.log_memory_to_tensorboard = true;
+  a.logging.log_memory_to_tensorboard = true;
   {
-    TrainingLog log(a, 256, std::nullopt, out);
+    TrainingLog log(a.logging, a.run, std::nullopt, out);
     IterationRecord first = record(1, 2.0, 100);
     first.memory = {.allocated_bytes = 3 << 20, .peak_bytes = 5 << 20, .allocations = 7};
     log.add_iteration(first, 1e-3);
@@ -336,13 +344,13 @@ TEST_CASE("TensorBoard: --log-memory-to-tensorboard writes Megatron's mem-* tags
 TEST_CASE("TensorBoard: scalars every --tensorboard-log-interval, timers per line, validation") {
   test_support::TemporaryDirectory temporary;
   auto a = log_arguments();
-  a.tensorboard_dir = (temporary.path / "tb").string();
-  a.tensorboard_log_interval = 2;
-  a.log_interval = 4;
-  a.log_timers_to_tensorboard = true;
-  a.log_validation_ppl_to_tensorboard = true;
+  a.logging.tensorboard_dir = (temporary.path / "tb").string();
+  a.logging.tensorboard_log_interval = 2;
+  a.logging.log_interval = 4;
+  a.logging.log_timers_to_tensorboard = true;
+  a.logging.log_validation_ppl_to_tensorboard = true;
   std::ostringstream out;
-  TrainingLog log(a, 256, std::nullopt, out);
+  TrainingLog log(a.logging, a.run, std::nullopt, out);
   for (int64_t i = 1; i <= 4; ++i) log.add_iteration(record(i, 2.0, 100), 1e-3);
   log.add_evaluation("iteration 4", 4, 16, 2.0);
   log.close();
