@@ -7,10 +7,26 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "backend/common/enum_names.hpp"
+
 namespace backend {
+
+// Megatron-DeepSpeed's and older Megatron's --data-impl: how the .bin/.idx pair is read. Only
+// the memory-mapped reader is built; infer finds mmap in every .idx this backend reads, and
+// lazy and cached are refused (validate_arguments).
+enum class DataImplementation { mmap, infer, lazy, cached };
+constexpr common::EnumName<DataImplementation> kDataImplementationNames[] = {
+    {DataImplementation::mmap, "mmap"},
+    {DataImplementation::infer, "infer"},
+    {DataImplementation::lazy, "lazy"},
+    {DataImplementation::cached, "cached"}};
+constexpr std::span<const common::EnumName<DataImplementation>> enum_names(DataImplementation) {
+  return kDataImplementationNames;
+}
 
 struct DataArguments {
   bool mock_data = false;
@@ -26,6 +42,7 @@ struct DataArguments {
   bool eod_mask_loss = false;  // --eod-mask-loss: no loss on positions whose input token is EOD
   // --calculate-per-token-loss: the loss and gradient over the global batch's scored tokens
   bool calculate_per_token_loss = false;
+  DataImplementation data_impl = DataImplementation::mmap;  // --data-impl (recorded)
 };
 
 }  // namespace backend

@@ -7,10 +7,30 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
+#include "backend/common/enum_names.hpp"
 #include "backend/dist/parallel_layout.hpp"
 
 namespace backend {
+
+// Megatron's --distributed-backend: the collectives' library. Recorded: CPU ranks talk over Open
+// MPI whichever is named.
+enum class DistributedBackend { nccl, gloo };
+constexpr common::EnumName<DistributedBackend> kDistributedBackendNames[] = {
+    {DistributedBackend::nccl, "nccl"}, {DistributedBackend::gloo, "gloo"}};
+constexpr std::span<const common::EnumName<DistributedBackend>> enum_names(DistributedBackend) {
+  return kDistributedBackendNames;
+}
+
+// Older Megatron's --DDP-impl: its own data-parallel wrapper or PyTorch's. Recorded: gradients are
+// summed after the backward either way.
+enum class DdpImplementation { local, torch };
+constexpr common::EnumName<DdpImplementation> kDdpImplementationNames[] = {
+    {DdpImplementation::local, "local"}, {DdpImplementation::torch, "torch"}};
+constexpr std::span<const common::EnumName<DdpImplementation>> enum_names(DdpImplementation) {
+  return kDdpImplementationNames;
+}
 
 struct ParallelismArguments {
   // Not a flag: the processes the launcher started (Megatron reads WORLD_SIZE in validate_args;
@@ -40,6 +60,8 @@ struct ParallelismArguments {
   int64_t zero_stage = 0;
   bool offload_optimizer = false;
   bool offload_parameters = false;
+  DistributedBackend distributed_backend = DistributedBackend::nccl;  // (recorded)
+  DdpImplementation ddp_impl = DdpImplementation::local;              // --DDP-impl (recorded)
 };
 
 // The layout the flags give (make_parallel_layout: tp × pp must divide the world size).

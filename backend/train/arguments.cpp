@@ -347,12 +347,14 @@ const FlagRow<ModelArguments> kRecomputeFlags[] = {
 };
 
 // Megatron-DeepSpeed's and older Megatron's, after their recompute spellings.
-const FlagRow<TrainingArguments> kLegacyFlags[] = {
-    {"--data-impl", &TrainingArguments::data_impl,
+const FlagRow<DataArguments> kLegacyDataFlags[] = {
+    {"--data-impl", enum_flag_field<&DataArguments::data_impl>(),
      "mmap or infer: the .bin/.idx reader (lazy and cached are not built)", "data_impl"},
-    {"--distributed-backend", &TrainingArguments::distributed_backend,
+};
+const FlagRow<ParallelismArguments> kLegacyParallelismFlags[] = {
+    {"--distributed-backend", enum_flag_field<&ParallelismArguments::distributed_backend>(),
      "nccl or gloo: recorded; CPU ranks talk over Open MPI", "distributed_backend"},
-    {"--DDP-impl", &TrainingArguments::ddp_impl,
+    {"--DDP-impl", enum_flag_field<&ParallelismArguments::ddp_impl>(),
      "local or torch: recorded; gradients are summed after the backward either way", "DDP_impl"},
 };
 
@@ -812,7 +814,8 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
                  spellings.activations_checkpoint_num_layers,
                  "N of --activations-checkpoint-method (default 1): --recompute-num-layers")
       ->group(legacy);
-  add_flag_rows<TrainingArguments>(app, arguments, kLegacyFlags, legacy);
+  add_flag_rows<DataArguments>(app, arguments.data, kLegacyDataFlags, legacy);
+  add_flag_rows<ParallelismArguments>(app, arguments.parallelism, kLegacyParallelismFlags, legacy);
   add_flag_rows<DeepSpeedFlags>(app, line.deepspeed, kDeepSpeedFlags, legacy);
 
   add_flag_rows<TokenizerOptions>(app, arguments.tokenizer, kTokenizerFlags, "Data and tokenizer");
@@ -1230,9 +1233,12 @@ void validate_arguments(TrainingArguments& arguments) {
   if (arguments.precision.bf16 && arguments.precision.fp16) {
     common::fail("--bf16 and --fp16 are mutually exclusive");
   }
-  if (arguments.data_impl == "lazy" || arguments.data_impl == "cached") {
-    common::fail("--data-impl {}: only the memory-mapped reader is built (--data-impl mmap, or "
-                 "infer, which finds mmap in every .idx this backend reads)", arguments.data_impl);
+  if (arguments.data.data_impl == DataImplementation::lazy ||
+      arguments.data.data_impl == DataImplementation::cached) {
+    common::fail(
+        "--data-impl {}: only the memory-mapped reader is built (--data-impl mmap, or "
+        "infer, which finds mmap in every .idx this backend reads)",
+        common::enum_name(arguments.data.data_impl));
   }
   // Loss scaling: build the scaler the flags give (backend/optim/mixed_precision_arguments.hpp), so
   // that Megatron's grad-scaler asserts are refused now, naming the flags: --min-loss-scale ≤
@@ -1320,7 +1326,8 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
   dump_flag_rows<CheckpointingArguments>(a.checkpointing, kSaveIntervalFlags, values);
   dump_flag_rows<CheckpointingArguments>(a.checkpointing, kCheckpointingFlags, values);
   dump_flag_rows<CheckpointingArguments>(a.checkpointing, kCheckpointArgumentsFlags, values);
-  dump_flag_rows<TrainingArguments>(a, kLegacyFlags, values);
+  dump_flag_rows<DataArguments>(a.data, kLegacyDataFlags, values);
+  dump_flag_rows<ParallelismArguments>(a.parallelism, kLegacyParallelismFlags, values);
   dump_flag_rows<TrainingArguments>(a, kDeviceFlags, values);
   // What no flag sets by itself: the DeepSpeed configuration's mapping, the launch, and the
   // values Megatron prints its own way.

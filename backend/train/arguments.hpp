@@ -111,12 +111,6 @@ struct TrainingArguments {
   bool deepspeed = false;
   std::string deepspeed_config;
 
-  // Megatron-DeepSpeed's and older Megatron's, accepted and recorded (arguments.cpp says what
-  // each means here).
-  std::string data_impl = "mmap";
-  std::string distributed_backend = "nccl";
-  std::string ddp_impl = "local";  // accepted: attention is always fused (no s × s scores)
-
   // --bf16, --fp16 and loss scaling (backend/optim/mixed_precision_arguments.hpp)
   MixedPrecisionArguments precision;
 
