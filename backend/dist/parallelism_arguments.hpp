@@ -6,6 +6,7 @@
 // the process groups are built from (parallel_layout.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 
@@ -62,6 +63,13 @@ struct ParallelismArguments {
   bool offload_parameters = false;
   DistributedBackend distributed_backend = DistributedBackend::nccl;  // (recorded)
   DdpImplementation ddp_impl = DdpImplementation::local;              // --DDP-impl (recorded)
+
+  // The data-parallel size the arguments dump records: world size / (tp × pp), rounded down
+  // (the dump does not check that tp × pp divides the world; parallel_layout() does).
+  int64_t data_parallel_size() const {
+    return world_size /
+           std::max<int64_t>(1, tensor_model_parallel_size * pipeline_model_parallel_size);
+  }
 };
 
 // The layout the flags give (make_parallel_layout: tp × pp must divide the world size).

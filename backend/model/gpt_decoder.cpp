@@ -29,15 +29,6 @@
 // is stale). This refuses attention over positions nobody stored, which would otherwise read
 // zeros or another sequence's keys without any error.
 #include "backend/model/gpt_decoder.hpp"
-#include "backend/ops/attention.hpp"
-#include "backend/ops/embedding.hpp"
-#include "backend/ops/gelu.hpp"
-#include "backend/ops/layernorm.hpp"
-#include "backend/ops/linear.hpp"
-#include "backend/ops/residual.hpp"
-#include "backend/ops/rmsnorm.hpp"
-#include "backend/ops/rope.hpp"
-#include "backend/ops/swiglu.hpp"
 
 #include <algorithm>
 #include <utility>
@@ -46,7 +37,15 @@
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 #include "backend/device/arena.hpp"
+#include "backend/model/layer_ops.hpp"
 #include "backend/model/parameter_layout.hpp"
+#include "backend/ops/attention.hpp"
+#include "backend/ops/embedding.hpp"
+#include "backend/ops/gelu.hpp"
+#include "backend/ops/linear.hpp"
+#include "backend/ops/residual.hpp"
+#include "backend/ops/rope.hpp"
+#include "backend/ops/swiglu.hpp"
 
 namespace backend {
 namespace {
@@ -89,15 +88,8 @@ struct GptDecoder::State {
   View empty() const { return View{nullptr, 0, kType, x.on}; }
 
   void norm(View output, View input, View weight, View bias, int64_t rows) {
-    if (config.normalization == Normalization::rms_norm) {
-      ops::rmsnorm_forward(*device, output.slice(0, rows * hidden), rstd.slice(0, rows), input,
-                           weight, config.layernorm_epsilon, rows, hidden);
-    } else {
-      ops::layernorm_forward(*device, output.slice(0, rows * hidden), mean.slice(0, rows),
-                             rstd.slice(0, rows), input, weight, bias,
-                             config.apply_layernorm_1p ? 1.0 : 0.0, config.layernorm_epsilon, rows,
-                             hidden);
-    }
+    norm_forward(*device, config, output.slice(0, rows * hidden),
+                 {mean.slice(0, rows), rstd.slice(0, rows)}, input, weight, bias, rows);
   }
 
   void layer_step(int64_t l, int64_t n) {
@@ -110,15 +102,7 @@ struct GptDecoder::State {
     ops::linear_forward(d, rows_qkv, normed.slice(0, n * hidden), w.qkv_weight, w.qkv_bias, n,
                         hidden, qkv_features);
     if (config.position_embedding_type == PositionEmbeddingType::rope) {
-      // Per query group [NH/NG query heads | key | value]: the first NH/NG + 1 heads rotate
-      // (gpt_model.cpp's rotate_queries_and_keys).
-      const int64_t rotated = heads / groups + 1;
-      const int64_t group_width = (rotated + 1) * head_dim;
-      for (int64_t g = 0; g < groups; ++g) {
-        const View group = rows_qkv.tail(g * group_width);
-        ops::rope_at_positions_forward(d, group, group, rope_cos, rope_sin, positions.slice(0, n),
-                                       n, rotated, head_dim, config.rotary_dim(), qkv_features);
-      }
+      rotate_queries_and_keys_at(d, config, rows_qkv, rope_cos, rope_sin, positions.slice(0, n), n);
     }
     const int64_t layer_cache = slots * max_length * groups * head_dim;
     ops::kv_cache_attention_forward(

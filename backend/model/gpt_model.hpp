@@ -82,32 +82,15 @@
 #include "backend/device/device.hpp"
 #include "backend/dist/communicator.hpp"
 #include "backend/model/gpt_config.hpp"
+#include "backend/model/model_parallelism.hpp"
 #include "backend/model/parameter_layout.hpp"
 #include "backend/model/pipeline_stage.hpp"
 #include "backend/ops/cross_entropy.hpp"
 
 namespace backend {
 
-// The model-parallel part of a rank's layout: its tensor-parallel group (nullptr: a group of
-// one), --sequence-parallel, its pipeline stage and pipeline group (nullptr: a group of one; the
-// schedule's transfers go through it), and the embedding group (the first and last stages'
-// ranks of its pipeline, which keep a tied word embedding equal; needed on those stages when
-// pipelined with tied embeddings). The groups must outlive the model.
-//
-// ZeRO-3 (DeepSpeed's stage 3; Rajbhandari et al. 2020): `sharded_data_parallel`, the
-// data-parallel group over which the parameters and gradients are sharded: each rank holds a
-// contiguous range of the flat buffers (shard_range, as the distributed optimizer's), gathers a
-// unit (the embedding, a layer, the head) whole into a working slot when it is used, and sums a
-// unit's gradients over the group into its range when the unit's backward is done. Without
-// tensor or pipeline parallelism (refused otherwise).
-struct ModelParallelism {
-  Communicator* tensor_parallel = nullptr;
-  bool sequence_parallel = false;
-  PipelineStage pipeline;
-  Communicator* pipeline_parallel = nullptr;
-  Communicator* embedding = nullptr;
-  Communicator* sharded_data_parallel = nullptr;
-};
+template <typename Scalar>
+struct GptModelState;  // gpt_model_state.hpp
 
 template <typename Scalar>
 class GptModel {
@@ -267,7 +250,7 @@ class GptModel {
   void set_dropout_step(uint64_t step);
 
  private:
-  struct State;
+  using State = GptModelState<Scalar>;
   std::unique_ptr<State> state_;
 };
 

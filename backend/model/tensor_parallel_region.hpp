@@ -5,6 +5,34 @@
 // one makes every collective a no-op and every rank's rows the whole stream, so the model's
 // composition (gpt_model.cpp) reads the same with and without tensor parallelism.
 //
+// Tensor parallelism (Megatron's tensor_parallel layers; Shoeybi et al. 2019): each of the tp
+// ranks of the group holds the shards parameter_layout.hpp describes and computes
+//   embedding    its vocabulary rows' word vectors (0 for other tokens; rank 0 adds the
+//                position rows), all-reduced: VocabParallelEmbedding
+//   linear_qkv, linear_fc1, output_layer   its output features (column-parallel: the input is
+//                whole, the input gradient is all-reduced in the backward)
+//   attention    its NH/tp heads, whole query groups
+//   linear_proj, linear_fc2   its input features, the partial outputs all-reduced
+//                (row-parallel; the bias is added once, by rank 0, so the sum holds it once)
+//   loss         vocab-parallel cross-entropy: each rank's log-sum-exp over its vocabulary
+//                shard is all-gathered and combined, the label's logit all-reduced
+// The norms, residuals and hidden dropout work on the whole (identical) activations on every
+// rank, so replicated parameters get identical gradients without communication. Hidden
+// dropout masks are those of one rank; attention-probability masks are keyed by the rank too
+// (each rank drops its own heads), as Megatron's model-parallel RNG tracker does.
+//
+// Sequence parallelism (--sequence-parallel; Korthikanti et al. 2022) shards the residual
+// stream instead of repeating it: each rank holds rows [r·R/tp, (r+1)·R/tp) of the (R = B·T, C)
+// embedding output, residuals and layer outputs, runs the norms and hidden dropout on them
+// (mask indices offset by the first row, so the masks are one rank's), all-gathers a norm's
+// output before a column-parallel layer and reduce-scatters a row-parallel layer's partial
+// outputs (an all-reduce is exactly that pair). The backward mirrors it: the output gradient of
+// a row-parallel layer is all-gathered, a column-parallel input gradient reduce-scattered. The
+// norms' weight gradients then cover this rank's rows only and are summed over the group by
+// GptModel::finalize_gradients() (Megatron's allreduce of the sequence-parallel layernorm grads).
+// The gathered norm outputs are kept for the backward (Megatron gathers them again there): this
+// saves the residual stream's memory, not theirs.
+//
 // Rows are the flat (B·T) rows of a micro batch (batch-major); under sequence parallelism rank r
 // holds rows [r·R/tp, (r+1)·R/tp). Megatron's rows are sequence positions of its [s, b, h]
 // layout: the same arithmetic, on another cut.

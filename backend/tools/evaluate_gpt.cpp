@@ -32,11 +32,12 @@ using backend::TrainingArguments;
 // (trained_model.hpp); and the task flags' combinations.
 void check_single_process(const TrainingArguments& arguments) {
   backend::check_whole_model_launch(arguments, "evaluate_gpt");
-  if (arguments.tasks.task == "LAMBADA" && arguments.tasks.overlapping_eval != 32) {
+  if (arguments.tasks.task == backend::ZeroShotTask::lambada &&
+      arguments.tasks.overlapping_eval != 32) {
     spdlog::warn("--overlapping-eval {} applies to WIKITEXT103 only; LAMBADA ignores it",
                  arguments.tasks.overlapping_eval);
   }
-  if (arguments.tasks.task == "WIKITEXT103") {
+  if (arguments.tasks.task == backend::ZeroShotTask::wikitext103) {
     backend::check_overlapping_eval(arguments.tasks.overlapping_eval, arguments.model.seq_length);
     if (arguments.tasks.strict_lambada) spdlog::warn("--strict-lambada applies to LAMBADA only");
   }
@@ -79,7 +80,7 @@ int run(const TrainingArguments& arguments) {
   for (const std::string& file : arguments.tasks.valid_data) {
     nlohmann::json result = {{"valid_data", file}};
     std::vector<std::string> lines;
-    if (arguments.tasks.task == "WIKITEXT103") {
+    if (arguments.tasks.task == backend::ZeroShotTask::wikitext103) {
       const backend::WikitextText text = backend::read_wikitext(file, *tokenizer);
       std::cout << fmt::format(" > number of original tokens: {}, number of detokenized tokens: "
                                "{}", text.num_original_tokens, text.num_tokenized_tokens)
@@ -89,7 +90,7 @@ int run(const TrainingArguments& arguments) {
           arguments.run.micro_batch_size, scorer, progress);
       const backend::PerplexityResult r = backend::perplexity_result(
           total_loss, text.num_tokenized_tokens, text.num_original_tokens);
-      lines = backend::format_results(arguments.tasks.task, r);
+      lines = backend::format_results(std::string(common::enum_name(arguments.tasks.task)), r);
       result.update({{"avg_loss", r.avg_loss},
                      {"ppl", r.ppl},
                      {"adjusted_ppl", r.adjusted_ppl},
@@ -110,7 +111,7 @@ int run(const TrainingArguments& arguments) {
                                    arguments.run.micro_batch_size, scorer, progress);
       const backend::AccuracyResult r =
           backend::accuracy_result(correct, std::ssize(examples));
-      lines = backend::format_results(arguments.tasks.task, r);
+      lines = backend::format_results(std::string(common::enum_name(arguments.tasks.task)), r);
       result.update({{"number_correct", r.number_correct},
                      {"total_examples", r.total_examples},
                      {"avg_accuracy", r.avg_accuracy}});
@@ -121,13 +122,13 @@ int run(const TrainingArguments& arguments) {
   }
   if (!arguments.tasks.results_json.empty()) {
     const nlohmann::json document = {
-        {"task", arguments.tasks.task},
+        {"task", common::enum_name(arguments.tasks.task)},
         {"load", arguments.checkpointing.load},
         {"seq_length", arguments.model.seq_length},
-        {"overlapping_eval", arguments.tasks.task == "WIKITEXT103"
+        {"overlapping_eval", arguments.tasks.task == backend::ZeroShotTask::wikitext103
                                  ? nlohmann::json(arguments.tasks.overlapping_eval)
                                  : nullptr},
-        {"strict_lambada", arguments.tasks.task == "LAMBADA"
+        {"strict_lambada", arguments.tasks.task == backend::ZeroShotTask::lambada
                                ? nlohmann::json(arguments.tasks.strict_lambada)
                                : nullptr},
         {"results", results}};

@@ -233,8 +233,8 @@ const FlagRow<SpikeHandlingArguments> kSpikeHandlingFlags[] = {
 
 // Megatron's tasks/main.py (the zero-shot GPT tasks; zero_shot_tasks.hpp says what each does).
 const FlagRow<TaskArguments> kTaskFlags[] = {
-    {"--task", &TaskArguments::task, "WIKITEXT103 or LAMBADA", "task", FlagDump::value,
-     FlagRequirement::required},
+    {"--task", enum_flag_field<&TaskArguments::task>(), "WIKITEXT103 or LAMBADA", "task",
+     FlagDump::value, FlagRequirement::required},
     {"--valid-data", &TaskArguments::valid_data,
      "The task's file(s): WikiText's wiki.test.tokens, LAMBADA's .jsonl", "valid_data",
      FlagDump::value, FlagRequirement::required},
@@ -1340,10 +1340,7 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
   values["exit_signal"] = "Signals." + a.run.exit_signal;
   values["log_loss_scale_to_tensorboard"] = python(a.logging.log_loss_scale_to_tensorboard);
   values["world_size"] = fmt::format("{}", a.parallelism.world_size);
-  values["data_parallel_size"] =
-      fmt::format("{}", a.parallelism.world_size /
-                            std::max<int64_t>(1, a.parallelism.tensor_model_parallel_size *
-                                                     a.parallelism.pipeline_model_parallel_size));
+  values["data_parallel_size"] = fmt::format("{}", a.parallelism.data_parallel_size());
   if (a.program == ArgumentsProgram::evaluate_gpt) {
     // Megatron's tasks/main.py arguments, in its dump too.
     dump_flag_rows<TaskArguments>(a.tasks, kTaskFlags, values);

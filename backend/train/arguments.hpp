@@ -26,11 +26,13 @@
 #include "backend/data/tokenizer.hpp"
 #include "backend/device/device.hpp"
 #include "backend/dist/parallelism_arguments.hpp"
+#include "backend/eval/task_arguments.hpp"
 #include "backend/model/model_arguments.hpp"
 #include "backend/optim/mixed_precision_arguments.hpp"
 #include "backend/optim/optimizer_arguments.hpp"
 #include "backend/train/log/logging_arguments.hpp"
 #include "backend/train/run_arguments.hpp"
+#include "backend/train/spike_detector.hpp"
 
 namespace backend {
 
@@ -41,30 +43,6 @@ namespace backend {
 enum class ArgumentsProgram { pretrain_gpt, evaluate_gpt, text_generation_server };
 
 // Concerns of their own (their tables in arguments.cpp).
-
-// --rollback-on-spike and its settings (ours, pretrain_gpt only; docs/checkpoints.md "Loss
-// spikes"): on a loss spike, reload the last checkpoint of --save and go on past the batches
-// that caused it.
-struct SpikeHandlingArguments {
-  bool rollback_on_spike = false;
-  double threshold = 2.0;      // --spike-threshold: lm loss > threshold × the window's median
-  int64_t window = 20;         // --spike-window: iterations whose median is the reference
-  int64_t nan_iterations = 3;  // --spike-nan-iterations: consecutive NaN/Inf that count
-  double lr_factor = 1.0;      // --spike-lr-factor: the learning rate × this after a rollback
-  int64_t max_rollbacks = 3;   // --spike-max-rollbacks: a spike after this many stops the run
-  // A testing aid: this iteration's reported lm loss is multiplied by 1000 (the first time it
-  // runs), so the detection sees a spike through its normal path. 0: none.
-  int64_t inject_loss_spike_at_iteration = 0;
-};
-
-// Megatron's tasks/main.py flags (backend/eval/zero_shot_tasks.hpp), evaluate_gpt's only.
-struct TaskArguments {
-  std::string task;                     // --task WIKITEXT103 | LAMBADA
-  std::vector<std::string> valid_data;  // --valid-data FILE ...
-  int64_t overlapping_eval = 32;        // --overlapping-eval (Megatron's default)
-  bool strict_lambada = false;          // --strict-lambada
-  std::string results_json;             // --results-json FILE (ours)
-};
 
 // text_generation_server's only (docs/serving.md).
 struct ServingArguments {

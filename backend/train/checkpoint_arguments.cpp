@@ -264,6 +264,15 @@ CheckpointLoadOptions checkpoint_load_options(const TrainingArguments& a) {
           .name_config_keys = a.name_config_keys};
 }
 
+CheckpointLoadOptions rollback_load_options(const TrainingArguments& arguments) {
+  CheckpointLoadOptions options = checkpoint_load_options(arguments);
+  options.directory = arguments.checkpointing.save;
+  options.finetune = false;
+  options.no_load_optim = false;
+  options.no_load_rng = arguments.checkpointing.no_save_rng;
+  return options;
+}
+
 void save_checkpoint(const TrainingArguments& arguments, const TrainingProgress& progress,
                      const GptModel<float>& model, const AdamW& optimizer,
                      const LearningRateScheduler& scheduler, std::ostream& out,

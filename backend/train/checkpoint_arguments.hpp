@@ -61,6 +61,9 @@ void take_checkpoint_model_arguments(TrainingArguments& arguments,
 CheckpointSaveOptions checkpoint_save_options(const TrainingArguments& arguments);
 // --load and its flags, the typed record of the current arguments and the command line.
 CheckpointLoadOptions checkpoint_load_options(const TrainingArguments& arguments);
+// What --rollback-on-spike reloads: the run's own checkpoint in --save, whole (weights,
+// optimizer and scheduler, and the dropout RNG where --no-save-rng did not leave it out).
+CheckpointLoadOptions rollback_load_options(const TrainingArguments& arguments);
 
 // backend/ckpt's save_checkpoint, save_release_checkpoint and load_checkpoint with the
 // options the arguments give (checkpoint.hpp says what each does).

@@ -116,6 +116,8 @@ CLI::Option* add_enum_option(CLI::App& app, Config& config, const FlagRow<Config
   option->type_size(1, 1);
   option->expected(1);
   option->run_callback_for_default();
+  // A required flag has no default to show: its field's initial value is a placeholder.
+  if (row.requirement == FlagRequirement::required) option->default_str("");
   return option;
 }
 

@@ -16,6 +16,21 @@
 
 namespace backend {
 
+// --rollback-on-spike and its settings (ours, pretrain_gpt only; docs/checkpoints.md "Loss
+// spikes"): on a loss spike, reload the last checkpoint of --save and go on past the batches
+// that caused it.
+struct SpikeHandlingArguments {
+  bool rollback_on_spike = false;
+  double threshold = 2.0;      // --spike-threshold: lm loss > threshold × the window's median
+  int64_t window = 20;         // --spike-window: iterations whose median is the reference
+  int64_t nan_iterations = 3;  // --spike-nan-iterations: consecutive NaN/Inf that count
+  double lr_factor = 1.0;      // --spike-lr-factor: the learning rate × this after a rollback
+  int64_t max_rollbacks = 3;   // --spike-max-rollbacks: a spike after this many stops the run
+  // A testing aid: this iteration's reported lm loss is multiplied by 1000 (the first time it
+  // runs), so the detection sees a spike through its normal path. 0: none.
+  int64_t inject_loss_spike_at_iteration = 0;
+};
+
 struct SpikeDetectorSettings {
   double threshold = 2.0;
   int64_t window = 20;

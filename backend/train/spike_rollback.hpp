@@ -11,14 +11,15 @@
 #include <string>
 
 #include "backend/ckpt/checkpoint.hpp"
-#include "backend/train/arguments.hpp"
 #include "backend/train/spike_detector.hpp"
 
 namespace backend {
 
 class SpikeRollback {
  public:
-  explicit SpikeRollback(const TrainingArguments& arguments);
+  // `own_checkpoint`: the load options of this run's --save directory, which a rollback
+  // reloads (checkpoint_arguments.hpp's rollback_load_options).
+  SpikeRollback(const SpikeHandlingArguments& spike, CheckpointLoadOptions own_checkpoint);
 
   // This iteration's loss judged: a spike, or nothing (always nothing without --rollback-on-spike).
   std::optional<Spike> observe(double lm_loss, bool nan);
@@ -43,7 +44,8 @@ class SpikeRollback {
  private:
   std::string flags() const;
 
-  const TrainingArguments& arguments_;
+  SpikeHandlingArguments spike_;
+  CheckpointLoadOptions own_checkpoint_;
   SpikeDetector detector_;
   int64_t rollbacks_ = 0;
   double learning_rate_factor_ = 1.0;

@@ -262,7 +262,7 @@ Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, Batc
       data_parallel_(*groups.data_parallel),
       coordinates_(groups.coordinates()),
       source_(std::move(source)),
-      spike_rollback_(arguments) {
+      spike_rollback_(arguments.spike, rollback_load_options(arguments)) {
   // The model's shape is checked, and its memory estimated once the device is known (bf16 on a
   // GPU), before anything of the model is written or allocated.
   // The tokenizer is read once, for its size and its end-of-document id.

@@ -737,7 +737,7 @@ TEST_CASE("evaluate_gpt's command line: the task flags, and no training schedule
   const auto arguments = evaluate({"--task", "WIKITEXT103", "--valid-data", "a.tokens", "b.tokens"});
   REQUIRE(arguments);
   CHECK(arguments->program == backend::ArgumentsProgram::evaluate_gpt);
-  CHECK(arguments->tasks.task == "WIKITEXT103");
+  CHECK(arguments->tasks.task == backend::ZeroShotTask::wikitext103);
   CHECK(arguments->tasks.valid_data == std::vector<std::string>{"a.tokens", "b.tokens"});
   CHECK(arguments->tasks.overlapping_eval == 32);  // Megatron's default
   CHECK_FALSE(arguments->tasks.strict_lambada);

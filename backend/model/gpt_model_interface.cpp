@@ -1,0 +1,404 @@
+// GptModel's public members (gpt_model.hpp) over what the model holds (gpt_model_state.hpp):
+// construction, the checks of what a caller passes before the layer order (gpt_model.cpp) runs,
+// the parameter store's buffers and host copies, the pipeline schedule's chunk API, the
+// gradients' finalisation over the model-parallel groups, and the readouts that evaluation and
+// generation take from the last forward.
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/common/error.hpp"
+#include "backend/model/gpt_model.hpp"
+#include "backend/model/gpt_model_state.hpp"
+
+namespace backend {
+
+template <typename Scalar>
+GptModel<Scalar>::GptModel(const GptConfig& config)
+    : state_((validate(config), std::make_unique<State>(config, nullptr, ModelParallelism()))) {}
+
+template <typename Scalar>
+GptModel<Scalar>::GptModel(const GptConfig& config, Device& device)
+    : state_((validate(config), std::make_unique<State>(config, &device, ModelParallelism()))) {}
+
+template <typename Scalar>
+GptModel<Scalar>::GptModel(const GptConfig& config, Device& device, Communicator& tensor_parallel,
+                           bool sequence_parallel)
+    : state_((validate(config),
+              std::make_unique<State>(config, &device,
+                                      tensor_parallelism(tensor_parallel, sequence_parallel)))) {}
+
+template <typename Scalar>
+GptModel<Scalar>::GptModel(const GptConfig& config, Device& device,
+                           const ModelParallelism& parallelism)
+    : state_((validate(config), std::make_unique<State>(config, &device, parallelism))) {}
+
+template <typename Scalar>
+GptModel<Scalar>::~GptModel() = default;
+template <typename Scalar>
+GptModel<Scalar>::GptModel(GptModel&&) noexcept = default;
+template <typename Scalar>
+GptModel<Scalar>& GptModel<Scalar>::operator=(GptModel&&) noexcept = default;
+
+template <typename Scalar>
+const GptConfig& GptModel<Scalar>::config() const {
+  return state_->config;
+}
+
+template <typename Scalar>
+const std::vector<ParameterTensor>& GptModel<Scalar>::tensors() const {
+  return state_->layout.tensors();
+}
+
+template <typename Scalar>
+const ParameterTensor& GptModel<Scalar>::tensor(const std::string& name) const {
+  return state_->layout.tensor(name);
+}
+
+namespace {
+
+// A host span over a buffer of the model, refused for device memory the host cannot touch.
+template <typename Scalar>
+std::span<Scalar> host_span(View buffer, const Device& device, const char* what) {
+  if (buffer.on != MemoryKind::host) {
+    common::fail(
+        "GptModel::{}(): the model's buffers live on {}, not in host memory; copy them "
+        "with copy_{}_to_host",
+        what, device.name(), what);
+  }
+  return {buffer.template as<Scalar>(), static_cast<size_t>(buffer.numel)};
+}
+
+void check_host_size(size_t size, int64_t numel, const char* what) {
+  if (static_cast<int64_t>(size) != numel) {
+    common::fail("GptModel::{}: the host buffer has {} elements, the model {}", what, size, numel);
+  }
+}
+
+}  // namespace
+
+template <typename Scalar>
+std::span<Scalar> GptModel<Scalar>::parameters() {
+  return host_span<Scalar>(state_->store.parameters(), *state_->device, "parameters");
+}
+template <typename Scalar>
+std::span<const Scalar> GptModel<Scalar>::parameters() const {
+  return host_span<Scalar>(state_->store.parameters(), *state_->device, "parameters");
+}
+template <typename Scalar>
+std::span<Scalar> GptModel<Scalar>::gradients() {
+  return host_span<Scalar>(state_->store.gradients(), *state_->device, "gradients");
+}
+template <typename Scalar>
+std::span<const Scalar> GptModel<Scalar>::gradients() const {
+  return host_span<Scalar>(state_->store.gradients(), *state_->device, "gradients");
+}
+
+template <typename Scalar>
+Communicator& GptModel<Scalar>::tensor_parallel_group() const {
+  return state_->tensor_parallel.group();
+}
+
+template <typename Scalar>
+bool GptModel<Scalar>::sharded_over_data_parallel() const {
+  return state_->store.sharded();
+}
+
+template <typename Scalar>
+ShardRange GptModel<Scalar>::parameter_shard_range() const {
+  return state_->store.held();
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::set_gradients_ready(std::function<void(BufferRange)> callback) {
+  state_->store.set_gradients_ready(std::move(callback));
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::parameters_updated() {
+  state_->store.parameters_changed();
+}
+
+template <typename Scalar>
+Communicator& GptModel<Scalar>::pipeline_parallel_group() const {
+  return *state_->pipeline_group;
+}
+
+template <typename Scalar>
+const std::vector<BufferRange>& GptModel<Scalar>::gradient_norm_ranges() const {
+  return state_->norm_ranges;
+}
+
+template <typename Scalar>
+View GptModel<Scalar>::parameter_buffer() const {
+  return state_->store.parameters();
+}
+template <typename Scalar>
+View GptModel<Scalar>::gradient_buffer() const {
+  return state_->store.gradients();
+}
+template <typename Scalar>
+Device& GptModel<Scalar>::device() const {
+  return *state_->device;
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::copy_parameters_from_host(std::span<const Scalar> host) {
+  const View parameters = state_->store.parameters();
+  check_host_size(host.size(), parameters.numel, "copy_parameters_from_host");
+  state_->device->copy_from_host(parameters, host.data());
+  state_->store.parameters_changed();
+}
+template <typename Scalar>
+void GptModel<Scalar>::copy_parameters_to_host(std::span<Scalar> host) const {
+  const View parameters = state_->store.parameters();
+  check_host_size(host.size(), parameters.numel, "copy_parameters_to_host");
+  state_->device->copy_to_host(host.data(), parameters);
+}
+template <typename Scalar>
+void GptModel<Scalar>::copy_gradients_to_host(std::span<Scalar> host) const {
+  const View gradients = state_->store.gradients();
+  check_host_size(host.size(), gradients.numel, "copy_gradients_to_host");
+  state_->device->copy_to_host(host.data(), gradients);
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::init_parameters(uint64_t seed) {
+  state_->store.init_parameters(seed);
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::reserve(int64_t batch_size, int64_t seq_length, int64_t micro_batch_slots) {
+  State& s = *state_;
+  check_micro_batch_shape(s.config, batch_size, seq_length);
+  s.reserve(batch_size, seq_length, micro_batch_slots);
+}
+
+template <typename Scalar>
+Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<const int32_t> labels,
+                                 int64_t batch_size, int64_t seq_length) {
+  State& s = *state_;
+  if (!s.stage.whole_model()) {
+    common::fail(
+        "GptModel::forward() runs the whole model; stage {} of a {}-stage pipeline runs "
+        "forward_chunk() in a pipeline schedule",
+        s.stage.rank, s.stage.pipeline_parallel);
+  }
+  // A forward that fails leaves nothing to differentiate: a backward() after it must not
+  // silently reuse the micro batch before.
+  for (int64_t k = 0; k < s.micro_batches.slots(); ++k) {
+    s.micro_batches.slot(k).forward_done.assign(s.chunks.size(), false);
+  }
+  check_micro_batch_shape(s.config, batch_size, seq_length);
+  check_token_ids(s.config, tokens, batch_size, seq_length);
+  const int64_t scored_positions = check_labels(s.config, labels, batch_size, seq_length);
+  s.reserve(batch_size, seq_length, std::max<int64_t>(1, s.micro_batches.slots()));
+  MicroBatchBuffers& buffers = s.micro_batches.slot(0);
+  s.micro_batches.upload_tokens(buffers, tokens);
+  s.device->copy_from_host(buffers.labels, labels.data());
+  buffers.scored_positions = scored_positions;
+  const Scalar loss = s.forward_chunk(0, 0);
+  if (s.training) ++s.dropout_step;
+  return loss;
+}
+
+namespace {
+
+// The per-position accessors' precondition: a whole, unsharded model whose last forward()
+// finished (a failed forward clears forward_done, so stale buffers are never read).
+template <typename State>
+void check_last_forward(const State& s, const char* what) {
+  if (!s.stage.whole_model() || s.tensor_parallel.active()) {
+    common::fail(
+        "GptModel::{}: needs the whole model on one rank (this one holds stage {} of {} "
+        "and tensor-parallel shard of {})",
+        what, s.stage.rank, s.stage.pipeline_parallel, s.tensor_parallel.size());
+  }
+  if (!s.micro_batches.reserved() || s.micro_batches.slot(0).forward_done.empty() ||
+      !s.micro_batches.slot(0).forward_done.front()) {
+    common::fail("GptModel::{}: no finished forward() to read", what);
+  }
+}
+
+}  // namespace
+
+template <typename Scalar>
+std::vector<Scalar> GptModel<Scalar>::last_position_losses() const {
+  State& s = *state_;
+  check_last_forward(s, "last_position_losses");
+  const View losses = s.micro_batches.slot(0).losses.slice(0, s.rows());
+  std::vector<Scalar> host(static_cast<size_t>(s.rows()));
+  s.device->copy_to_host(host.data(), losses);
+  return host;
+}
+
+template <typename Scalar>
+std::vector<int32_t> GptModel<Scalar>::last_position_argmax() const {
+  State& s = *state_;
+  check_last_forward(s, "last_position_argmax");
+  return row_argmax<Scalar>(*s.device, s.micro_batches.slot(0).logits, s.rows(),
+                            s.shard.padded_vocab_size);
+}
+
+template <typename Scalar>
+std::vector<Scalar> GptModel<Scalar>::last_position_logits(int64_t row, int64_t position) const {
+  State& s = *state_;
+  check_last_forward(s, "last_position_logits");
+  if (row < 0 || row >= s.batch_size() || position < 0 || position >= s.seq_length()) {
+    common::fail(
+        "GptModel::last_position_logits: (row {}, position {}) is outside the last "
+        "forward's batch of {} rows of {} positions",
+        row, position, s.batch_size(), s.seq_length());
+  }
+  const int64_t vocabulary = s.shard.padded_vocab_size;
+  const View logits = s.micro_batches.slot(0).logits;
+  std::vector<Scalar> host(static_cast<size_t>(vocabulary));
+  copy_activations_to_host(
+      *s.device, host.data(),
+      logits.slice((row * s.seq_length() + position) * vocabulary, vocabulary));
+  return host;
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::backward(Scalar grad_scale) {
+  State& s = *state_;
+  if (!s.micro_batches.reserved() || !s.stage.whole_model()) {
+    common::fail(
+        "GptModel::backward() called without a completed forward(); run forward() on "
+        "the micro batch first");
+  }
+  s.backward_chunk(0, 0, grad_scale);
+}
+
+template <typename Scalar>
+Scalar GptModel<Scalar>::forward_chunk(int64_t slot, int64_t chunk, std::span<const int32_t> tokens,
+                                       std::span<const int32_t> labels) {
+  State& s = *state_;
+  s.check_slot(slot, chunk, "forward_chunk");
+  MicroBatchBuffers& buffers = s.micro_batches.slot(slot);
+  buffers.forward_done[static_cast<size_t>(chunk)] = false;
+  if (s.first_virtual_stage(chunk)) {
+    check_token_ids(s.config, tokens, s.batch_size(), s.seq_length());
+    s.micro_batches.upload_tokens(buffers, tokens);
+  }
+  if (s.last_virtual_stage(chunk)) {
+    buffers.scored_positions = check_labels(s.config, labels, s.batch_size(), s.seq_length());
+    s.device->copy_from_host(buffers.labels, labels.data());
+  }
+  return s.forward_chunk(slot, chunk);
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::backward_chunk(int64_t slot, int64_t chunk, Scalar grad_scale) {
+  State& s = *state_;
+  s.check_slot(slot, chunk, "backward_chunk");
+  s.backward_chunk(slot, chunk, grad_scale);
+}
+
+template <typename Scalar>
+View GptModel<Scalar>::chunk_input(int64_t slot, int64_t chunk) const {
+  const State& s = *state_;
+  s.check_slot(slot, chunk, "chunk_input");
+  const MicroBatchBuffers& buffers = s.micro_batches.slot(slot);
+  return chunk == 0 ? buffers.embedded : buffers.chunk_inputs[static_cast<size_t>(chunk)];
+}
+
+template <typename Scalar>
+View GptModel<Scalar>::chunk_output(int64_t slot, int64_t chunk) const {
+  const State& s = *state_;
+  s.check_slot(slot, chunk, "chunk_output");
+  const int64_t last = s.chunks[static_cast<size_t>(chunk)].end - 1;
+  return s.micro_batches.slot(slot).layers[static_cast<size_t>(last)].output;
+}
+
+template <typename Scalar>
+View GptModel<Scalar>::chunk_output_gradient(int64_t slot, int64_t chunk) const {
+  const State& s = *state_;
+  s.check_slot(slot, chunk, "chunk_output_gradient");
+  return s.micro_batches.slot(slot).output_gradients[static_cast<size_t>(chunk)];
+}
+
+template <typename Scalar>
+const PipelineStage& GptModel<Scalar>::pipeline_stage() const {
+  return state_->stage;
+}
+
+template <typename Scalar>
+int64_t GptModel<Scalar>::num_chunks() const {
+  return std::ssize(state_->chunks);
+}
+
+template <typename Scalar>
+int64_t GptModel<Scalar>::micro_batch_slots() const {
+  return state_->micro_batches.slots();
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::finalize_gradients() {
+  State& s = *state_;
+  if (s.tied_copies()) {
+    // The word embedding's two uses, on the first and the last stage, get one gradient.
+    const int64_t tied = s.stage.first() ? s.layout.word_embeddings() : s.layout.output_weight();
+    s.embedding_group->all_reduce(s.gradient(tied), ReduceOperation::sum);
+  }
+  if (!s.tensor_parallel.sequence_parallel()) return;
+  // The norms ran on this rank's rows: their gradients are partial sums over the group.
+  auto sum = [&](int64_t offset) {
+    if (offset != kAbsentTensor) {
+      s.tensor_parallel.group().all_reduce(s.gradient(offset), ReduceOperation::sum);
+    }
+  };
+  for (int64_t l = 0; l < s.config.num_layers; ++l) {
+    if (!holds_layer(s.chunks, l)) continue;
+    const LayerParameters& p = s.layout.layer(l);
+    for (const int64_t offset :
+         {p.input_norm_weight, p.input_norm_bias, p.mlp_norm_weight, p.mlp_norm_bias}) {
+      sum(offset);
+    }
+  }
+  sum(s.layout.final_norm_weight());
+  sum(s.layout.final_norm_bias());
+}
+
+template <typename Scalar>
+int64_t GptModel<Scalar>::activation_bytes() const {
+  const State& s = *state_;
+  return s.micro_batches.kept_bytes() * s.micro_batches.slots();
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::zero_gradients() {
+  state_->device->fill_zero(state_->store.gradients());
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::set_training(bool training) {
+  state_->training = training;
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::set_dropout_seed(uint64_t seed) {
+  state_->dropout_seed = seed;
+}
+
+template <typename Scalar>
+uint64_t GptModel<Scalar>::dropout_seed() const {
+  return state_->dropout_seed;
+}
+
+template <typename Scalar>
+uint64_t GptModel<Scalar>::dropout_step() const {
+  return state_->dropout_step;
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::set_dropout_step(uint64_t step) {
+  state_->dropout_step = step;
+}
+
+template class GptModel<float>;
+template class GptModel<double>;
+
+}  // namespace backend
