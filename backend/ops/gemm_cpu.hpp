@@ -16,6 +16,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 
 namespace backend::cpu::detail {
@@ -111,6 +112,24 @@ struct ColumnRange {
 };
 inline ColumnRange column_range(int64_t chunk, int64_t columns) {
   return {chunk * kColumnChunk, std::min(columns, (chunk + 1) * kColumnChunk)};
+}
+
+// targets[k][c] += the sum over rows of what add_row adds, in row order, one thread per column
+// chunk: add_row(row, begin, end, sums) adds the row's terms of columns [begin, end) into
+// sums[k][c − begin]. The norms' weight and bias gradients and linear's bias gradient.
+template <size_t kSums, typename Scalar, typename AddRow>
+void add_column_sums(const std::array<Scalar*, kSums>& targets, int64_t rows, int64_t columns,
+                     bool parallel, AddRow add_row) {
+  const int64_t chunks = column_chunks(columns);
+#pragma omp parallel for if (parallel)
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const auto [begin, end] = column_range(chunk, columns);
+    Scalar sums[kSums][kColumnChunk] = {};
+    for (int64_t row = 0; row < rows; ++row) add_row(row, begin, end, sums);
+    for (size_t k = 0; k < kSums; ++k) {
+      for (int64_t c = begin; c < end; ++c) targets[k][c] += sums[k][c - begin];
+    }
+  }
 }
 
 }  // namespace backend::cpu::detail

@@ -40,17 +40,12 @@ void linear_backward(std::type_identity_t<Scalar>* dinput, Scalar* dweight,
   detail::gemm(Transpose::yes, Transpose::no, out_features, in_features, rows, Scalar{1}, doutput,
                out_features, input, in_features, Scalar{1}, dweight, in_features);
   if (dbias == nullptr) return;
-  const int64_t chunks = detail::column_chunks(out_features);
-#pragma omp parallel for if (rows * out_features > detail::kParallelWork)
-  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-    const auto [begin, end] = detail::column_range(chunk, out_features);
-    Scalar sums[detail::kColumnChunk] = {};
-    for (int64_t row = 0; row < rows; ++row) {
-      const Scalar* dy = doutput + row * out_features;
-      for (int64_t o = begin; o < end; ++o) sums[o - begin] += dy[o];
-    }
-    for (int64_t o = begin; o < end; ++o) dbias[o] += sums[o - begin];
-  }
+  detail::add_column_sums<1>(std::array{dbias}, rows, out_features,
+                             rows * out_features > detail::kParallelWork,
+                             [&](int64_t row, int64_t begin, int64_t end, auto& sums) {
+                               const Scalar* dy = doutput + row * out_features;
+                               for (int64_t o = begin; o < end; ++o) sums[0][o - begin] += dy[o];
+                             });
 }
 
 #define BACKEND_INSTANTIATE_LINEAR(Scalar)                                                       \
