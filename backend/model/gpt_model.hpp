@@ -103,11 +103,12 @@ class GptModel {
   // gradients staying fp32.
   explicit GptModel(const GptConfig& config);
   GptModel(const GptConfig& config, Device& device);
-  // One rank of a tensor-parallel group (gpt_model.cpp): the model holds this rank's shards
-  // (parameter_layout.hpp) and computes with the group's collectives; the group, like the
-  // device, must outlive the model. A group of one is the whole model. sequence_parallel
-  // (Megatron's --sequence-parallel; no effect with a group of one) shards the residual stream
-  // over the group too; the sequence length must then be divisible by the group's size.
+  // One rank of a tensor-parallel group (tensor_parallel_region.hpp): the model holds this
+  // rank's shards (parameter_layout.hpp) and computes with the group's collectives; the group,
+  // like the device, must outlive the model. A group of one is the whole model.
+  // sequence_parallel (Megatron's --sequence-parallel; no effect with a group of one) shards the
+  // residual stream over the group too; the sequence length must then be divisible by the
+  // group's size.
   GptModel(const GptConfig& config, Device& device, Communicator& tensor_parallel,
            bool sequence_parallel = false);
   // Any model-parallel layout: the stage's tensors (pipeline_stage.hpp) of the rank's shards.
