@@ -225,29 +225,11 @@ class NcclCommunicator final : public Communicator {
   }
 
   void send(View values, int64_t peer) override {
-    const char* call = "ncclSend";
-    check_member(peer, call);
-    not_itself(peer, call);
-    const size_t count = count_of(values, call);
-    const ncclComm_t comm = live(call);
-    if (count == 0) return;
-    check(
-        ncclSend(values.data, count, nccl_type(values.type), static_cast<int>(peer), comm, stream_),
-        call, name_, comm);
-    wait(call);
+    transfer_alone({.direction = PointToPoint::Direction::send, .values = values, .peer = peer});
   }
 
   void receive(View values, int64_t peer) override {
-    const char* call = "ncclRecv";
-    check_member(peer, call);
-    not_itself(peer, call);
-    const size_t count = count_of(values, call);
-    const ncclComm_t comm = live(call);
-    if (count == 0) return;
-    check(
-        ncclRecv(values.data, count, nccl_type(values.type), static_cast<int>(peer), comm, stream_),
-        call, name_, comm);
-    wait(call);
+    transfer_alone({.direction = PointToPoint::Direction::receive, .values = values, .peer = peer});
   }
 
   void exchange(std::span<const PointToPoint> transfers) override {
@@ -275,13 +257,7 @@ class NcclCommunicator final : public Communicator {
       for (const size_t i : order) {
         const PointToPoint& transfer = transfers[i];
         if (transfer.values.numel == 0) continue;
-        const auto count = static_cast<size_t>(transfer.values.numel);
-        const ncclDataType_t type = nccl_type(transfer.values.type);
-        const int peer = static_cast<int>(transfer.peer);
-        const ncclResult_t status =
-            transfer.direction == PointToPoint::Direction::send
-                ? ncclSend(transfer.values.data, count, type, peer, comm, stream_)
-                : ncclRecv(transfer.values.data, count, type, peer, comm, stream_);
+        const ncclResult_t status = post(transfer, comm);
         if (status != ncclSuccess) return status;
       }
       return ncclSuccess;
@@ -344,6 +320,26 @@ class NcclCommunicator final : public Communicator {
   }
   static const char* posting_call(const PointToPoint& transfer) {
     return transfer.direction == PointToPoint::Direction::send ? "ncclSend" : "ncclRecv";
+  }
+  // ncclSend or ncclRecv of the transfer's values, posted on the stream.
+  ncclResult_t post(const PointToPoint& transfer, ncclComm_t comm) const {
+    const auto count = static_cast<size_t>(transfer.values.numel);
+    const ncclDataType_t type = nccl_type(transfer.values.type);
+    const int peer = static_cast<int>(transfer.peer);
+    return transfer.direction == PointToPoint::Direction::send
+               ? ncclSend(transfer.values.data, count, type, peer, comm, stream_)
+               : ncclRecv(transfer.values.data, count, type, peer, comm, stream_);
+  }
+  // send or receive: one transfer, waited for.
+  void transfer_alone(const PointToPoint& transfer) {
+    const char* call = posting_call(transfer);
+    check_member(transfer.peer, call);
+    not_itself(transfer.peer, call);
+    const size_t count = count_of(transfer.values, call);
+    const ncclComm_t comm = live(call);
+    if (count == 0) return;
+    check(post(transfer, comm), call, name_, comm);
+    wait(call);
   }
   // The communicator, unless an earlier failure aborted it.
   ncclComm_t live(const char* call) const {

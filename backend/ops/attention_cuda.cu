@@ -86,6 +86,38 @@ __device__ void load_tile(float* tile, const T* source, int64_t stride, int64_t 
   }
 }
 
+// destination[(row0 + r)·stride + d] = value(r, tile[r·(HD+1) + d]) for rows < T: load_tile's
+// way back, each element written by the thread that loaded its place.
+template <typename T, typename Value>
+__device__ void store_tile(T* destination, int64_t stride, int64_t row0, const float* tile,
+                           const Shape& shape, Value value) {
+  const int64_t pitch = shape.HD + 1;
+  for (int64_t e = threadIdx.x; e < kTile * shape.HD; e += kThreads) {
+    const int64_t r = e / shape.HD, d = e % shape.HD;
+    const int64_t row = row0 + r;
+    if (row < shape.T) destination[row * stride + d] = store<T>(value(r, tile[r * pitch + d]));
+  }
+}
+__device__ inline float as_is(int64_t, float value) {
+  return value;
+}
+
+// The key and value tile of keys k0.. of the group whose key column is `key_column`.
+template <typename T>
+__device__ void load_keys_and_values(float* k, float* v, const T* batch, int64_t key_column,
+                                     int64_t k0, const Shape& shape) {
+  load_tile(k, batch + key_column, shape.row_width, k0, shape);
+  load_tile(v, batch + key_column + shape.HD, shape.row_width, k0, shape);
+}
+
+// The query tile of rows q0.. of head h and its output gradient's.
+template <typename T>
+__device__ void load_queries_and_gradients(float* q, float* dout, const T* batch, const T* doutput,
+                                           int64_t b, int64_t h, int64_t q0, const Shape& shape) {
+  load_tile(q, batch + shape.query_column(h), shape.row_width, q0, shape);
+  load_tile(dout, doutput + b * shape.T * shape.hidden + h * shape.HD, shape.hidden, q0, shape);
+}
+
 __device__ float dot(const float* a, const float* b, int64_t n) {
   float sum = 0;
   for (int64_t d = 0; d < n; ++d) sum += a[d] * b[d];
@@ -127,8 +159,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t key_tile = 0; key_tile <= query_tile; ++key_tile) {
     const int64_t k0 = key_tile * kTile;
     __syncthreads();  // the previous tile's k, v, s are read
-    load_tile(k, batch + key_col, shape.row_width, k0, shape);
-    load_tile(v, batch + key_col + shape.HD, shape.row_width, k0, shape);
+    load_keys_and_values(k, v, batch, key_col, k0, shape);
     __syncthreads();
     for (int e = threadIdx.x; e < kTile * kTile; e += kThreads) {
       const int r = e / kTile, c = e % kTile;
@@ -167,14 +198,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
-  for (int64_t e = threadIdx.x; e < kTile * shape.HD; e += kThreads) {
-    const int64_t r = e / shape.HD, d = e % shape.HD;
-    const int64_t i = q0 + r;
-    if (i < shape.T) {
-      output[(b * shape.T + i) * shape.hidden + h * shape.HD + d] =
-          store<T>(o[r * pitch + d] / row_sum[r]);
-    }
-  }
+  store_tile(output + b * shape.T * shape.hidden + h * shape.HD, shape.hidden, q0, o, shape,
+             [&](int64_t r, float value) { return value / row_sum[r]; });
   if (threadIdx.x < kTile && q0 + threadIdx.x < shape.T) {
     logsumexp[pair * shape.T + q0 + threadIdx.x] =
         row_max[threadIdx.x] + logf(row_sum[threadIdx.x]);
@@ -183,12 +208,33 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- backward -----------------------------------------------------------------------------
 
-// For one (query tile, key tile) of head pair `pair`, with q, dout, k, v tiles and the rows'
+// The backward kernels' shared memory: the query rows' q and dO tiles, the keys' k and v tiles,
+// `sum_tiles` tiles the kernel accumulates into (dK and dV, or dQ), the score tiles D and dS,
+// and the rows' L and Δ (prepare_shared_memory's count).
+struct BackwardTiles {
+  float *q, *dout, *k, *v, *sums, *weights, *dscores, *row_logsumexp, *row_delta;
+};
+__device__ BackwardTiles carve_backward_tiles(float* shared, int64_t pitch, int sum_tiles) {
+  BackwardTiles tiles;
+  tiles.q = shared;
+  tiles.dout = tiles.q + kTile * pitch;
+  tiles.k = tiles.dout + kTile * pitch;
+  tiles.v = tiles.k + kTile * pitch;
+  tiles.sums = tiles.v + kTile * pitch;
+  tiles.weights = tiles.sums + sum_tiles * kTile * pitch;
+  tiles.dscores = tiles.weights + kTile * kScoreStride;
+  tiles.row_logsumexp = tiles.dscores + kTile * kScoreStride;
+  tiles.row_delta = tiles.row_logsumexp + kTile;
+  return tiles;
+}
+
+// For one (query tile, key tile) of head pair `pair`, with the q, dout, k, v tiles and the rows'
 // L and Δ in shared memory: weights = P·mask (D), dscores = P ∘ (mask·(dO·V^T) − Δ) (dS).
-__device__ void backward_scores(float* weights, float* dscores, const float* q,
-                                const float* dout, const float* k, const float* v,
-                                const float* row_logsumexp, const float* row_delta, int64_t pair,
-                                int64_t q0, int64_t k0, const Shape& shape) {
+__device__ void backward_scores(const BackwardTiles& tiles, int64_t pair, int64_t q0, int64_t k0,
+                                const Shape& shape) {
+  const float *q = tiles.q, *dout = tiles.dout, *k = tiles.k, *v = tiles.v;
+  const float *row_logsumexp = tiles.row_logsumexp, *row_delta = tiles.row_delta;
+  float *weights = tiles.weights, *dscores = tiles.dscores;
   const int64_t pitch = shape.HD + 1;
   for (int e = threadIdx.x; e < kTile * kTile; e += kThreads) {
     const int r = e / kTile, c = e % kTile;
@@ -208,9 +254,11 @@ __device__ void backward_scores(float* weights, float* dscores, const float* q,
 
 // L and Δ = Σ_d dO·O of the query tile's rows (dO in shared memory, O from global memory).
 template <typename T>
-__device__ void load_row_statistics(float* row_logsumexp, float* row_delta, const float* dout,
-                                    const T* output, const float* logsumexp, int64_t b,
-                                    int64_t h, int64_t q0, const Shape& shape) {
+__device__ void load_row_statistics(const BackwardTiles& tiles, const T* output,
+                                    const float* logsumexp, int64_t b, int64_t h, int64_t q0,
+                                    const Shape& shape) {
+  const float* dout = tiles.dout;
+  float *row_logsumexp = tiles.row_logsumexp, *row_delta = tiles.row_delta;
   const int64_t pitch = shape.HD + 1;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int r = warp; r < kTile; r += kWarps) {
@@ -234,26 +282,20 @@ __global__ void __launch_bounds__(kThreads)
                 const float* logsumexp, int64_t num_groups, Shape shape) {
   extern __shared__ float shared[];
   const int64_t pitch = shape.HD + 1;
-  float* k = shared;
-  float* v = k + kTile * pitch;
-  float* dk = v + kTile * pitch;
+  const BackwardTiles tiles = carve_backward_tiles(shared, pitch, 2);
+  const float *q = tiles.q, *dout = tiles.dout, *weights = tiles.weights;
+  const float* dscores = tiles.dscores;
+  float* dk = tiles.sums;
   float* dv = dk + kTile * pitch;
-  float* q = dv + kTile * pitch;
-  float* dout = q + kTile * pitch;
-  float* weights = dout + kTile * pitch;
-  float* dscores = weights + kTile * kScoreStride;
-  float* row_logsumexp = dscores + kTile * kScoreStride;
-  float* row_delta = row_logsumexp + kTile;
 
   const int64_t b = blockIdx.y / num_groups, group = blockIdx.y % num_groups;
-  const int64_t tiles = (shape.T + kTile - 1) / kTile;
+  const int64_t query_tiles = (shape.T + kTile - 1) / kTile;
   const int64_t key_tile = blockIdx.x;
   const int64_t k0 = key_tile * kTile;
   const T* batch = qkv + b * shape.T * shape.row_width;
   const int64_t key_col = shape.key_column(group);
 
-  load_tile(k, batch + key_col, shape.row_width, k0, shape);
-  load_tile(v, batch + key_col + shape.HD, shape.row_width, k0, shape);
+  load_keys_and_values(tiles.k, tiles.v, batch, key_col, k0, shape);
   for (int64_t e = threadIdx.x; e < kTile * pitch; e += kThreads) {
     dk[e] = 0.0f;
     dv[e] = 0.0f;
@@ -261,17 +303,14 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t head = 0; head < shape.heads_per_group; ++head) {
     const int64_t h = group * shape.heads_per_group + head;
     const int64_t pair = b * shape.NH + h;
-    for (int64_t query_tile = key_tile; query_tile < tiles; ++query_tile) {
+    for (int64_t query_tile = key_tile; query_tile < query_tiles; ++query_tile) {
       const int64_t q0 = query_tile * kTile;
       __syncthreads();  // the previous step's q, dout, weights, dscores are read
-      load_tile(q, batch + shape.query_column(h), shape.row_width, q0, shape);
-      load_tile(dout, doutput + b * shape.T * shape.hidden + h * shape.HD, shape.hidden, q0,
-                shape);
+      load_queries_and_gradients(tiles.q, tiles.dout, batch, doutput, b, h, q0, shape);
       __syncthreads();
-      load_row_statistics(row_logsumexp, row_delta, dout, output, logsumexp, b, h, q0, shape);
+      load_row_statistics(tiles, output, logsumexp, b, h, q0, shape);
       __syncthreads();
-      backward_scores(weights, dscores, q, dout, k, v, row_logsumexp, row_delta, pair, q0, k0,
-                      shape);
+      backward_scores(tiles, pair, q0, k0, shape);
       __syncthreads();
       for (int64_t e = threadIdx.x; e < kTile * shape.HD; e += kThreads) {
         const int64_t c = e / shape.HD, d = e % shape.HD;
@@ -287,14 +326,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   T* batch_dqkv = dqkv + b * shape.T * shape.row_width;
-  for (int64_t e = threadIdx.x; e < kTile * shape.HD; e += kThreads) {
-    const int64_t c = e / shape.HD, d = e % shape.HD;
-    const int64_t j = k0 + c;
-    if (j < shape.T) {
-      batch_dqkv[j * shape.row_width + key_col + d] = store<T>(dk[c * pitch + d]);
-      batch_dqkv[j * shape.row_width + key_col + shape.HD + d] = store<T>(dv[c * pitch + d]);
-    }
-  }
+  store_tile(batch_dqkv + key_col, shape.row_width, k0, dk, shape, as_is);
+  store_tile(batch_dqkv + key_col + shape.HD, shape.row_width, k0, dv, shape, as_is);
 }
 
 template <typename T>
@@ -303,37 +336,28 @@ __global__ void __launch_bounds__(kThreads)
               Shape shape) {
   extern __shared__ float shared[];
   const int64_t pitch = shape.HD + 1;
-  float* q = shared;
-  float* dout = q + kTile * pitch;
-  float* dq = dout + kTile * pitch;
-  float* k = dq + kTile * pitch;
-  float* v = k + kTile * pitch;
-  float* weights = v + kTile * pitch;
-  float* dscores = weights + kTile * kScoreStride;
-  float* row_logsumexp = dscores + kTile * kScoreStride;
-  float* row_delta = row_logsumexp + kTile;
+  const BackwardTiles tiles = carve_backward_tiles(shared, pitch, 1);
+  const float *k = tiles.k, *dscores = tiles.dscores;
+  float* dq = tiles.sums;
 
   const int64_t pair = blockIdx.y;
   const int64_t b = pair / shape.NH, h = pair % shape.NH;
-  const int64_t tiles = (shape.T + kTile - 1) / kTile;
-  const int64_t query_tile = tiles - 1 - blockIdx.x;  // longest first
+  const int64_t query_tiles = (shape.T + kTile - 1) / kTile;
+  const int64_t query_tile = query_tiles - 1 - blockIdx.x;  // longest first
   const int64_t q0 = query_tile * kTile;
   const T* batch = qkv + b * shape.T * shape.row_width;
   const int64_t key_col = shape.key_column(h / shape.heads_per_group);
 
-  load_tile(q, batch + shape.query_column(h), shape.row_width, q0, shape);
-  load_tile(dout, doutput + b * shape.T * shape.hidden + h * shape.HD, shape.hidden, q0, shape);
+  load_queries_and_gradients(tiles.q, tiles.dout, batch, doutput, b, h, q0, shape);
   for (int64_t e = threadIdx.x; e < kTile * pitch; e += kThreads) dq[e] = 0.0f;
   __syncthreads();
-  load_row_statistics(row_logsumexp, row_delta, dout, output, logsumexp, b, h, q0, shape);
+  load_row_statistics(tiles, output, logsumexp, b, h, q0, shape);
   for (int64_t key_tile = 0; key_tile <= query_tile; ++key_tile) {
     const int64_t k0 = key_tile * kTile;
     __syncthreads();  // the previous tile's k, dscores are read
-    load_tile(k, batch + key_col, shape.row_width, k0, shape);
-    load_tile(v, batch + key_col + shape.HD, shape.row_width, k0, shape);
+    load_keys_and_values(tiles.k, tiles.v, batch, key_col, k0, shape);
     __syncthreads();
-    backward_scores(weights, dscores, q, dout, k, v, row_logsumexp, row_delta, pair, q0, k0,
-                    shape);
+    backward_scores(tiles, pair, q0, k0, shape);
     __syncthreads();
     for (int64_t e = threadIdx.x; e < kTile * shape.HD; e += kThreads) {
       const int64_t r = e / shape.HD, d = e % shape.HD;
@@ -343,13 +367,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
-  T* batch_dqkv = dqkv + b * shape.T * shape.row_width;
-  const int64_t query_col = shape.query_column(h);
-  for (int64_t e = threadIdx.x; e < kTile * shape.HD; e += kThreads) {
-    const int64_t r = e / shape.HD, d = e % shape.HD;
-    const int64_t i = q0 + r;
-    if (i < shape.T) batch_dqkv[i * shape.row_width + query_col + d] = store<T>(dq[r * pitch + d]);
-  }
+  store_tile(dqkv + b * shape.T * shape.row_width + shape.query_column(h), shape.row_width, q0, dq,
+             shape, as_is);
 }
 
 // ---- host side ----------------------------------------------------------------------------
