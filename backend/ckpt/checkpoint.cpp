@@ -50,8 +50,8 @@ constexpr const char* kMomentExpAvg = "exp_avg";
 constexpr const char* kMomentExpAvgSq = "exp_avg_sq";
 constexpr size_t kMismatchRowsShown = 20;
 
-// The keys of the arguments record (CheckpointSaveOptions::arguments, made by
-// train/checkpoint_arguments.cpp) that decide the tensor shapes, with their flags: a
+// The keys of the arguments record (CheckpointSaveOptions::arguments, the model's part made by
+// checkpoint_record.cpp) that decide the tensor shapes, with their flags: a
 // checkpoint that does not fit the model is explained by the ones that differ. Add a row (and
 // the key to the record) for every new flag that changes a shape or adds a tensor.
 struct ShapeFlag {

@@ -22,9 +22,9 @@
 // Messages are Megatron's (" loading checkpoint from DIR at iteration 500", "  successfully
 // saved checkpoint from iteration     500 to DIR [ t 1/1, p 1/1 ]", ...), on `out`.
 //
-// This folder knows nothing of pretrain_gpt's flags as a type: saves and loads take plain
-// values (CheckpointSaveOptions, CheckpointLoadOptions), and the record of the arguments a
-// checkpoint keeps is JSON its caller made. train/checkpoint_arguments.hpp maps
+// Saves and loads take plain values (CheckpointSaveOptions, CheckpointLoadOptions), and the
+// record of the arguments a checkpoint keeps is JSON its caller made: the model's part from
+// checkpoint_record.hpp, the rest from train/checkpoint_arguments.hpp, which maps pretrain_gpt's
 // TrainingArguments to these and back.
 #pragma once
 

@@ -2,6 +2,7 @@
 // flag checks Megatron leaves to bare asserts.
 #include "backend/data/tokenizer.hpp"
 
+#include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 #include "backend/data/gpt2_bpe_tokenizer.hpp"
 #include "backend/data/hf_tokenizer.hpp"
@@ -72,6 +73,45 @@ std::unique_ptr<Tokenizer> build_tokenizer(const TokenizerOptions& options) {
                "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, "
                "HuggingFaceTokenizer; BERT and tiktoken tokenizers are not built)",
                options.tokenizer_type.empty() ? "''" : options.tokenizer_type);
+}
+
+TokenizerFacts tokenizer_facts(const TokenizerOptions& tokenizer, bool mock_data) {
+  // The tokenizer read from its files, with only the files its type takes.
+  auto read = [&](std::string vocab_file, std::string merge_file, std::string tokenizer_model) {
+    TokenizerOptions options = tokenizer;
+    options.vocab_file = std::move(vocab_file);
+    options.merge_file = std::move(merge_file);
+    options.vocab_size = 0;
+    options.tokenizer_model = std::move(tokenizer_model);
+    const auto built = build_tokenizer(options);
+    return TokenizerFacts{.vocab_size = built->vocab_size(), .end_of_document = built->eod()};
+  };
+  if (tokenizer.tokenizer_type == "GPT2BPETokenizer") {
+    // With real data the vocabulary file decides. Mock data does not read the files (the
+    // launcher's configs name NeMo's default paths, which need not exist), nor do the
+    // checkpoint tools: GPT-2's size is a known fact.
+    if (mock_data || (tokenizer.vocab_file.empty() && tokenizer.merge_file.empty())) {
+      return {.vocab_size = kGpt2VocabSize, .end_of_document = kGpt2EndOfDocument};
+    }
+    return read(tokenizer.vocab_file, tokenizer.merge_file, "");
+  }
+  if (tokenizer.tokenizer_type == "NullTokenizer") {
+    // Megatron's _NullTokenizer: ids 0 .. --vocab-size − 1, then the EOD (--vocab-size's rule
+    // keeps it below 2^31 − 1).
+    return {.vocab_size =
+                common::checked_add(tokenizer.vocab_size, 1, "--vocab-size + NullTokenizer's EOD"),
+            .end_of_document = static_cast<int32_t>(tokenizer.vocab_size)};
+  }
+  if (reads_tokenizer_model(tokenizer.tokenizer_type)) {
+    // No size is known without the model (Llama 2's 32000 is one model's), so the file is
+    // read even for mock data, as Megatron's build_tokenizer reads it.
+    return read("", "", tokenizer.tokenizer_model);
+  }
+  common::fail(
+      "--tokenizer-type '{}' is not valid (valid: GPT2BPETokenizer, NullTokenizer, "
+      "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, "
+      "HuggingFaceTokenizer)",
+      tokenizer.tokenizer_type);
 }
 
 }  // namespace backend

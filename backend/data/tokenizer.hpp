@@ -82,4 +82,16 @@ void check_tokenizer_flags(const TokenizerOptions& options);
 // the flag or file.
 std::unique_ptr<Tokenizer> build_tokenizer(const TokenizerOptions& options);
 
+// What a model needs of the tokenizer the options name: its vocabulary size (GPT-2: 50257;
+// NullTokenizer: --vocab-size + 1 for its EOD token, as Megatron's _NullTokenizer) and its
+// end-of-document id (Megatron's tokenizer.eod: GPT-2's <|endoftext|>, NullTokenizer's
+// --vocab-size, a SentencePiece or Hugging Face tokenizer's end of sequence). GPT-2's files are
+// read only when named and the data is not `mock_data` (a known size otherwise); a type that
+// reads --tokenizer-model reads it. A missing or bad file is a common::Error naming it.
+struct TokenizerFacts {
+  int64_t vocab_size = 0;
+  int32_t end_of_document = 0;
+};
+TokenizerFacts tokenizer_facts(const TokenizerOptions& options, bool mock_data = false);
+
 }  // namespace backend

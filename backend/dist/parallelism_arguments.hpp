@@ -40,7 +40,7 @@ struct ParallelismArguments {
   int64_t tensor_model_parallel_size = 1;
   int64_t pipeline_model_parallel_size = 1;
   // --num-layers-per-virtual-pipeline-stage (0: not given): the interleaved schedule's model
-  // chunks per stage are num_layers / pp / this (TrainingArguments::virtual_pipeline_chunks()).
+  // chunks per stage are num_layers / pp / this (virtual_pipeline_chunks below).
   int64_t num_layers_per_virtual_pipeline_stage = 0;
   // How long one collective may wait for the other ranks before this rank ends the job
   // (backend/dist/collective_watchdog.hpp). Megatron's is an int; fractions are our extension.
@@ -69,6 +69,13 @@ struct ParallelismArguments {
   int64_t data_parallel_size() const {
     return world_size /
            std::max<int64_t>(1, tensor_model_parallel_size * pipeline_model_parallel_size);
+  }
+  // The interleaved schedule's model chunks per pipeline stage for a model of `num_layers`:
+  // num_layers / pp / --num-layers-per-virtual-pipeline-stage, 1 without it.
+  int64_t virtual_pipeline_chunks(int64_t num_layers) const {
+    return num_layers_per_virtual_pipeline_stage == 0
+               ? 1
+               : num_layers / pipeline_model_parallel_size / num_layers_per_virtual_pipeline_stage;
   }
 };
 

@@ -2,7 +2,7 @@
 // the Llama-family switches and activation recompute, under Megatron's dest names, with its
 // enum-like settings as enums (their spellings in gpt_config.hpp). pretrain_gpt's parser fills
 // it from kModelFlags (backend/train/arguments.cpp), a checkpoint's record of its arguments
-// gives it back (backend/train/checkpoint_arguments.cpp), and gpt_config() turns it into the
+// gives it back (backend/ckpt/checkpoint_record.hpp), and gpt_config() turns it into the
 // model the layers are built from, as Megatron's core_transformer_config_from_args turns args
 // into a TransformerConfig.
 #pragma once

@@ -11,28 +11,29 @@
 //   checkpoint_util --load <checkpoint dir> --save <new dir> --target-tensor-parallel-size N
 //       [--target-pipeline-parallel-size P] [--make-vocab-size-divisible-by D]
 //       the checkpoint the tracker names, resharded to N tensor-parallel ranks and P pipeline
-//       stages with its whole state (train/checkpoint_reshard.hpp), for pretrain_gpt
+//       stages with its whole state (ckpt/checkpoint_reshard.hpp), for pretrain_gpt
 //       --tensor-model-parallel-size N --pipeline-model-parallel-size P --load <new dir>;
 //       prints how to continue.
 // The command line is parsed by backend/ckpt/checkpoint_util_options.hpp.
 // Exit status as pretrain_gpt: 0 done, 2 a user error (one line naming the flag or file),
 // 3 an internal error.
 #include <fmt/ranges.h>
+
 #include <iostream>
 
 #include "backend/ckpt/checkpoint.hpp"
+#include "backend/ckpt/checkpoint_conversion.hpp"
+#include "backend/ckpt/checkpoint_reshard.hpp"
 #include "backend/ckpt/checkpoint_util_options.hpp"
 #include "backend/ckpt/hf_format.hpp"
 #include "backend/common/logging.hpp"
 #include "backend/common/tool_main.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
-#include "backend/train/checkpoint_conversion.hpp"
-#include "backend/train/checkpoint_reshard.hpp"
 
 namespace {
 
-// The pretrain_gpt flags that rebuild a model saved from `arguments` (arguments_for_model).
-std::vector<std::string> model_flags(const backend::TrainingArguments& a) {
+// The pretrain_gpt flags that rebuild a model saved from `a` (arguments_for_model).
+std::vector<std::string> model_flags(const backend::CheckpointModelRecord& a) {
   const backend::ModelArguments& model = a.model;
   std::vector<std::string> flags = {
       "--num-layers", std::to_string(model.num_layers),
@@ -87,7 +88,7 @@ int reshard(const backend::CheckpointUtilOptions& options,
        .make_vocab_size_divisible_by = options.make_vocab_size_divisible_by,
        .command_line = command_line},
       std::cout);
-  const backend::TrainingArguments& target = result.target_arguments;
+  const backend::CheckpointModelRecord& target = result.target_arguments;
   const std::string what =
       result.release ? std::string("the release checkpoint")
                      : fmt::format("iteration {}", result.iteration);
@@ -155,19 +156,22 @@ int run(const backend::CheckpointUtilOptions& options, const std::vector<std::st
   const common::ExclusiveFileLock save_lock = backend::lock_save_directory(options.save);
   backend::check_release_destination(options.save, options.replace_training_tracker);
   const auto model = backend::import_hf(options.import_hf);
-  backend::TrainingArguments arguments = backend::arguments_for_model(model.config());
+  backend::CheckpointModelRecord record = backend::arguments_for_model(model.config());
   const std::string tokenizer =
-      backend::record_hf_tokenizer(arguments, options.import_hf, model.config().vocab_size);
+      backend::record_hf_tokenizer(record, options.import_hf, model.config().vocab_size);
+  // Saved as pretrain_gpt saves: the record and the arguments dump of a run with these flags.
+  backend::TrainingArguments arguments = backend::arguments_with_model(record);
   arguments.checkpointing.save = options.save;
   arguments.checkpointing.no_save_optim = true;
   arguments.checkpointing.no_save_rng = true;
   arguments.command_line = command_line;
   backend::save_release_checkpoint(arguments, model, std::cout);
   std::cout << " " << tokenizer << '\n';
-  std::cout << fmt::format(" imported {} parameters from {}; continue training with\n"
-                           "   pretrain_gpt {} --load {} ...\n",
-                           model.parameters().size(), options.import_hf,
-                           fmt::join(model_flags(arguments), " "), options.save);
+  std::cout << fmt::format(
+      " imported {} parameters from {}; continue training with\n"
+      "   pretrain_gpt {} --load {} ...\n",
+      model.parameters().size(), options.import_hf, fmt::join(model_flags(record), " "),
+      options.save);
   return 0;
 }
 

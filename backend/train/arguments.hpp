@@ -76,13 +76,9 @@ struct TrainingArguments {
 
   // the parallel layout (backend/dist/parallelism_arguments.hpp)
   ParallelismArguments parallelism;
-  // The interleaved schedule's model chunks per pipeline stage: num_layers / pp /
-  // --num-layers-per-virtual-pipeline-stage, 1 without it.
+  // The interleaved schedule's model chunks per pipeline stage (1 without it).
   int64_t virtual_pipeline_chunks() const {
-    return parallelism.num_layers_per_virtual_pipeline_stage == 0
-               ? 1
-               : model.num_layers / parallelism.pipeline_model_parallel_size /
-                     parallelism.num_layers_per_virtual_pipeline_stage;
+    return parallelism.virtual_pipeline_chunks(model.num_layers);
   }
   // Megatron-DeepSpeed's --deepspeed --deepspeed_config FILE, as mapped by deepspeed_config.hpp
   // (recorded for the arguments dump; what the file sets is in `parallelism` and elsewhere).

@@ -4,14 +4,11 @@
 #include <fmt/format.h>
 
 #include <ostream>
-#include <span>
 #include <string>
 #include <type_traits>
-#include <variant>
 
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/common/error.hpp"
-#include "backend/train/flag_table.hpp"
 
 using nlohmann::json;
 
@@ -19,56 +16,8 @@ namespace backend {
 
 namespace {
 
-// The arguments a checkpoint records (its metadata's "arguments"), by Megatron's names: one table
-// per concern that both the record and its reading walk, so a field cannot be written and not
-// read back. An enum is recorded as its name (gpt_config.hpp's spellings). Two records are not
-// a field as it is, and follow the tables in both directions: disable_bias_linear
-// (!add_bias_linear) and num_query_groups (0 for multi-head attention). A key that decides a
-// tensor shape also needs its row in kShapeFlags (backend/ckpt/checkpoint.cpp), which names the
-// flag when a checkpoint does not fit.
-template <typename Config>
-using RecordedField = std::variant<int64_t Config::*, uint64_t Config::*, double Config::*,
-                                   bool Config::*, std::string Config::*, EnumFlagField<Config>>;
-template <typename Config>
-struct RecordedArgument {
-  const char* key;
-  RecordedField<Config> field;
-  bool optional = false;  // absent from checkpoints made before the flag existed
-};
-constexpr bool kOptional = true;
-const RecordedArgument<ModelArguments> kRecordedModelArguments[] = {
-    {"num_layers", &ModelArguments::num_layers},
-    {"hidden_size", &ModelArguments::hidden_size},
-    {"ffn_hidden_size", &ModelArguments::ffn_hidden_size},
-    {"num_attention_heads", &ModelArguments::num_attention_heads},
-    {"seq_length", &ModelArguments::seq_length},
-    {"max_position_embeddings", &ModelArguments::max_position_embeddings},
-    {"make_vocab_size_divisible_by", &ModelArguments::make_vocab_size_divisible_by},
-    {"init_method_std", &ModelArguments::init_method_std},
-    {"norm_epsilon", &ModelArguments::norm_epsilon},
-    {"position_embedding_type", enum_flag_field<&ModelArguments::position_embedding_type>()},
-    {"rotary_base", &ModelArguments::rotary_base},
-    {"rotary_percent", &ModelArguments::rotary_percent},
-    {"use_rope_scaling", &ModelArguments::use_rope_scaling, kOptional},
-    {"rope_scaling_factor", &ModelArguments::rope_scaling_factor, kOptional},
-    {"normalization", enum_flag_field<&ModelArguments::normalization>()},
-    {"apply_layernorm_1p", &ModelArguments::apply_layernorm_1p, kOptional},
-    {"swiglu", &ModelArguments::swiglu},
-    {"untie_embeddings_and_output_weights", &ModelArguments::untie_embeddings_and_output_weights},
-    {"hidden_dropout", &ModelArguments::hidden_dropout},
-    {"attention_dropout", &ModelArguments::attention_dropout},
-};
-const RecordedArgument<TokenizerOptions> kRecordedTokenizerArguments[] = {
-    {"tokenizer_type", &TokenizerOptions::tokenizer_type},
-    {"tokenizer_model", &TokenizerOptions::tokenizer_model, kOptional},
-    {"vocab_size", &TokenizerOptions::vocab_size},
-};
-const RecordedArgument<ParallelismArguments> kRecordedParallelismArguments[] = {
-    {"tensor_model_parallel_size", &ParallelismArguments::tensor_model_parallel_size},
-    {"pipeline_model_parallel_size", &ParallelismArguments::pipeline_model_parallel_size},
-    {"num_layers_per_virtual_pipeline_stage",
-     &ParallelismArguments::num_layers_per_virtual_pipeline_stage, kOptional},
-};
+// The trainer's own concerns in a checkpoint's record, in tables of the kind of the model's
+// (ckpt/checkpoint_record.hpp).
 const RecordedArgument<RunArguments> kRecordedRunArguments[] = {
     {"micro_batch_size", &RunArguments::micro_batch_size},
     {"global_batch_size", &RunArguments::global_batch_size},
@@ -78,7 +27,7 @@ const RecordedArgument<RunArguments> kRecordedRunArguments[] = {
 const RecordedArgument<OptimizerArguments> kRecordedOptimizerArguments[] = {
     {"lr", &OptimizerArguments::lr},
     {"min_lr", &OptimizerArguments::min_lr},
-    {"lr_decay_style", enum_flag_field<&OptimizerArguments::lr_decay_style>()},
+    {"lr_decay_style", common::enum_flag_field<&OptimizerArguments::lr_decay_style>()},
     {"lr_warmup_iters", &OptimizerArguments::lr_warmup_iters},
     {"lr_decay_iters", &OptimizerArguments::lr_decay_iters},
     {"lr_warmup_init", &OptimizerArguments::lr_warmup_init},
@@ -89,77 +38,37 @@ const RecordedArgument<OptimizerArguments> kRecordedOptimizerArguments[] = {
     {"adam_eps", &OptimizerArguments::adam_eps},
 };
 
-template <typename Config>
-void record_arguments(const Config& config, std::span<const RecordedArgument<Config>> table,
-                      json& record) {
-  for (const RecordedArgument<Config>& argument : table) {
-    std::visit(
-        [&](auto member) {
-          if constexpr (std::is_same_v<decltype(member), EnumFlagField<Config>>) {
-            record[argument.key] = std::string(member.name(config));
-          } else {
-            record[argument.key] = config.*member;
-          }
-        },
-        argument.field);
-  }
-}
-
-template <typename Config>
-void read_recorded_arguments(const CheckpointMetadata& root, const json& saved,
-                             const std::filesystem::path& file,
-                             std::span<const RecordedArgument<Config>> table, Config& config) {
-  for (const RecordedArgument<Config>& argument : table) {
-    if (argument.optional && !saved.contains(argument.key)) continue;
-    std::visit(
-        [&](auto member) {
-          if constexpr (std::is_same_v<decltype(member), EnumFlagField<Config>>) {
-            const auto name = root.get<std::string>(saved, argument.key);
-            if (!member.set(config, name)) {
-              common::fail(
-                  "checkpoint {}: metadata field '{}' names no setting this backend "
-                  "knows ({})",
-                  file.string(), argument.key, saved[argument.key].dump());
-            }
-          } else {
-            using Value = std::remove_reference_t<decltype(config.*member)>;
-            config.*member = root.get<Value>(saved, argument.key);
-          }
-        },
-        argument.field);
-  }
-}
-
 }  // namespace
+
+CheckpointModelRecord model_record(const TrainingArguments& arguments) {
+  return {.model = arguments.model,
+          .tokenizer = arguments.tokenizer,
+          .parallelism = arguments.parallelism};
+}
+
+TrainingArguments arguments_with_model(const CheckpointModelRecord& record) {
+  TrainingArguments arguments;
+  arguments.model = record.model;
+  arguments.tokenizer = record.tokenizer;
+  arguments.parallelism = record.parallelism;
+  return arguments;
+}
 
 json checkpoint_arguments(const TrainingArguments& a) {
   json record = json::object();
-  record_arguments<ModelArguments>(a.model, kRecordedModelArguments, record);
-  record_arguments<TokenizerOptions>(a.tokenizer, kRecordedTokenizerArguments, record);
-  record_arguments<ParallelismArguments>(a.parallelism, kRecordedParallelismArguments, record);
+  record_model(model_record(a), record);
   record_arguments<OptimizerArguments>(a.optimizer, kRecordedOptimizerArguments, record);
   record_arguments<RunArguments>(a.run, kRecordedRunArguments, record);
-  record["disable_bias_linear"] = !a.model.add_bias_linear;
-  record["num_query_groups"] = a.model.group_query_attention ? a.model.num_query_groups : 0;
   return record;
 }
 
 TrainingArguments arguments_from_checkpoint(const json& metadata, const std::filesystem::path& file) {
   const CheckpointMetadata root(metadata, file);
+  TrainingArguments a = arguments_with_model(read_model_record(root, file));
   const json& saved = root.section("arguments");
-  TrainingArguments a;
-  read_recorded_arguments<ModelArguments>(root, saved, file, kRecordedModelArguments, a.model);
-  read_recorded_arguments<TokenizerOptions>(root, saved, file, kRecordedTokenizerArguments,
-                                            a.tokenizer);
-  read_recorded_arguments<ParallelismArguments>(root, saved, file, kRecordedParallelismArguments,
-                                                a.parallelism);
   read_recorded_arguments<OptimizerArguments>(root, saved, file, kRecordedOptimizerArguments,
                                               a.optimizer);
   read_recorded_arguments<RunArguments>(root, saved, file, kRecordedRunArguments, a.run);
-  a.model.add_bias_linear = !root.get<bool>(saved, "disable_bias_linear");
-  const auto num_query_groups = root.get<int64_t>(saved, "num_query_groups");
-  a.model.group_query_attention = num_query_groups > 0;
-  if (a.model.group_query_attention) a.model.num_query_groups = num_query_groups;
   return a;
 }
 

@@ -1,21 +1,22 @@
 // pretrain_gpt's arguments as checkpoints record them, and the arguments given to backend/ckpt:
-// the typed record in a checkpoint's metadata ("arguments": the values that define the shapes,
-// the optimizer, the schedule and the data stream) and its inverse; the save and load options
-// the flags give (--save, --no-save-optim, --finetune, --use-checkpoint-opt_param-scheduler,
-// ...); and save_checkpoint / load_checkpoint over TrainingArguments, as the trainer calls them.
-// Reference: megatron/training/checkpointing.py (the args saved into model_optim_rng.pt, and
-// check_checkpoint_args); tools/checkpoint/loader_megatron.py (a model rebuilt from them).
+// the typed record in a checkpoint's metadata ("arguments": the model's part from
+// ckpt/checkpoint_record.hpp, with the run's batches and the optimizer) and its inverse; the
+// save and load options the flags give (--save, --no-save-optim, --finetune,
+// --use-checkpoint-opt_param-scheduler, ...); --use-checkpoint-args; and save_checkpoint /
+// load_checkpoint over TrainingArguments, as the trainer calls them.
+// Reference: megatron/training/checkpointing.py (the args saved into model_optim_rng.pt,
+// check_checkpoint_args and load_args_from_checkpoint).
 #pragma once
 
 #include <filesystem>
 #include <functional>
 #include <iosfwd>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
-
 #include "backend/ckpt/checkpoint.hpp"
+#include "backend/ckpt/checkpoint_record.hpp"
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
@@ -23,15 +24,18 @@
 
 namespace backend {
 
+// The model's flags of the arguments, as a checkpoint records them, and arguments (defaults
+// elsewhere) with a record's model flags.
+CheckpointModelRecord model_record(const TrainingArguments& arguments);
+TrainingArguments arguments_with_model(const CheckpointModelRecord& record);
+
 // The typed record: num_layers, hidden_size, ..., by Megatron's names (disable_bias_linear
 // for --disable-bias-linear; num_query_groups 0 without --group-query-attention).
 nlohmann::json checkpoint_arguments(const TrainingArguments& arguments);
 
 // The arguments a checkpoint was saved with, from its metadata's typed record ("arguments"),
-// the inverse of checkpoint_arguments: tools that rebuild the model without its command line
-// (checkpoint_util, as Megatron's loader_megatron.py reads the checkpoint's args) start from
-// these. Fields the record does not hold keep their defaults; a missing or mistyped field is
-// a common::Error naming `file`.
+// the inverse of checkpoint_arguments. Fields the record does not hold keep their defaults; a
+// missing or mistyped field is a common::Error naming `file`.
 TrainingArguments arguments_from_checkpoint(const nlohmann::json& metadata,
                                             const std::filesystem::path& file);
 // The arguments the checkpoint DIR's tracker names was saved with (require_checkpoint, whose

@@ -12,10 +12,10 @@
 // (common/enum_names.hpp).
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -26,6 +26,7 @@
 #include <variant>
 #include <vector>
 
+#include "backend/common/enum_flag_field.hpp"
 #include "backend/common/enum_names.hpp"
 #include "backend/common/python_format.hpp"
 
@@ -38,49 +39,9 @@ enum class FlagDump { value, none_if_empty, none_if_not_positive, python_float }
 // model's shape (--use-checkpoint-args), which the caller decides: add_flag_rows hands them over.
 enum class FlagRequirement { optional, required, shape };
 
-// A field holding an enum (or an optional one) whose names (common/enum_names.hpp) are its
-// values on the command line and in the dump; made by enum_flag_field<&Config::field>().
-template <typename Config>
-struct EnumFlagField {
-  bool (*set)(Config& config, std::string_view name);  // false: not one of the enum's names
-  std::string_view (*name)(const Config& config);      // "" for Megatron's None
-};
-
-template <typename Member>
-struct MemberPointerTraits;
-template <typename Owner, typename Field>
-struct MemberPointerTraits<Field Owner::*> {
-  using Config = Owner;
-  using Value = Field;
-};
-template <typename Value>
-struct OptionalValue {
-  using Type = Value;
-};
-template <typename Value>
-struct OptionalValue<std::optional<Value>> {
-  using Type = Value;
-};
-
-template <auto member>
-constexpr auto enum_flag_field() {
-  using Config = typename MemberPointerTraits<decltype(member)>::Config;
-  using Value = typename MemberPointerTraits<decltype(member)>::Value;
-  using Enum = typename OptionalValue<Value>::Type;
-  return EnumFlagField<Config>{
-      [](Config& config, std::string_view name) {
-        const std::optional<Enum> value = common::enum_from_name<Enum>(name);
-        if (value) config.*member = *value;
-        return value.has_value();
-      },
-      [](const Config& config) -> std::string_view {
-        if constexpr (std::is_same_v<Value, Enum>) {
-          return common::enum_name(config.*member);
-        } else {
-          return config.*member ? common::enum_name(*(config.*member)) : std::string_view();
-        }
-      }};
-}
+// An enum row's field (common/enum_flag_field.hpp), named here as the tables name it.
+using common::enum_flag_field;
+using common::EnumFlagField;
 
 template <typename Config>
 using FlagField =
@@ -101,11 +62,19 @@ struct FlagRow {
   int words = 0;  // a list of numbers: exactly this many words (the last given is kept)
 };
 
+// An enum flag's choices in the shared rule table (common/flag_rules.cpp, which the launcher
+// reads without the enums) are its enum's names: a rule that lists others is a bug in this
+// program, refused when the option is made, so that no test that parses flags passes with it.
+// A std::logic_error (an internal error) names the flag and both lists. A flag without a rule
+// (a test's) is not checked.
+void check_enum_choices(std::string_view names, std::vector<std::string_view> enum_names);
+
 // An enum row's option: one word, as a string option takes it (its value rule has checked
 // it before the callback sees it).
 template <typename Config>
 CLI::Option* add_enum_option(CLI::App& app, Config& config, const FlagRow<Config>& row,
                              EnumFlagField<Config> field) {
+  check_enum_choices(row.names, field.names());
   CLI::Option* option = app.add_option(
       row.names,
       [&config, field](const CLI::results_t& results) {

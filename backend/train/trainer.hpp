@@ -55,14 +55,8 @@ struct TrainingResult {
   int64_t parameter_count = 0;
 };
 
-// What the trainer needs of the tokenizer the flags name: its vocabulary size (GPT-2: 50257;
-// NullTokenizer: --vocab-size + 1 for its EOD token, as Megatron's _NullTokenizer) and its
-// end-of-document id (Megatron's tokenizer.eod: GPT-2's <|endoftext|>, NullTokenizer's
-// --vocab-size, a SentencePiece or Hugging Face tokenizer's end of sequence).
-struct TokenizerFacts {
-  int64_t vocab_size = 0;
-  int32_t end_of_document = 0;
-};
+// What the trainer needs of the tokenizer the flags name (data/tokenizer.hpp's tokenizer_facts
+// of --mock-data's and the tokenizer's flags).
 TokenizerFacts tokenizer_facts(const TrainingArguments& arguments);
 int64_t tokenizer_vocab_size(const TrainingArguments& arguments);
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -212,4 +213,21 @@ TEST_CASE("an enum row takes the enum's names and dumps the value's first name")
   // first, naming the choices).
   CHECK_THROWS_AS(parse_modes({"--mode", "slow"}), CLI::ConversionError);
   CHECK_THROWS_AS(parse_modes({"--mode"}), CLI::ArgumentMismatch);
+}
+
+TEST_CASE("an enum flag's shared rule lists exactly its enum's names, or the option is not made") {
+  // The rule's order need not be the enum's.
+  CHECK_NOTHROW(backend::check_enum_choices("--normalization",
+                                            {"rmsnorm", "LayerNorm", "RMSNorm", "layernorm"}));
+  // A name the rule lacks, or one it has beyond the enum's, is this program's bug.
+  CHECK_THROWS_WITH_AS(backend::check_enum_choices("--normalization,--norm", {"LayerNorm"}),
+                       "--normalization: its rule in common/flag_rules.cpp takes LayerNorm, "
+                       "RMSNorm, layernorm, rmsnorm but its enum's names are LayerNorm",
+                       std::logic_error);
+  CHECK_THROWS_WITH_AS(backend::check_enum_choices("--data-path", {"a"}),
+                       doctest::Contains("takes no list of choices"), std::logic_error);
+  // A flag without a rule (this file's --mode) is not checked.
+  CHECK_NOTHROW(backend::check_enum_choices("--mode", {"Fast"}));
+  // pretrain_gpt's, evaluate_gpt's and the server's enum flags pass whenever arguments_test.cpp
+  // parses a command line of theirs.
 }

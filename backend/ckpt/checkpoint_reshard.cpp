@@ -3,15 +3,15 @@
 // shards concatenated whole, the stages' layers collected in order, the tied copy skipped),
 // saver_megatron.py / saver_base.py (pad_weight, torch.chunk into the target's shards, the
 // layers dealt out to the target's stages, the last stage's output_layer from the embedding).
-#include "backend/train/checkpoint_reshard.hpp"
+#include "backend/ckpt/checkpoint_reshard.hpp"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <span>
 #include <stdexcept>
@@ -21,14 +21,13 @@
 
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/ckpt/checkpoint_file.hpp"
+#include "backend/ckpt/checkpoint_record.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/memory_estimate.hpp"
 #include "backend/common/python_format.hpp"
 #include "backend/model/gpt_config.hpp"
 #include "backend/model/parameter_layout.hpp"
 #include "backend/model/pipeline_stage.hpp"
-#include "backend/train/checkpoint_arguments.hpp"
-#include "backend/train/trainer.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -59,7 +58,7 @@ struct Source {
   TrackedCheckpoint tracked;
   // Stage by stage, a stage's tensor-parallel ranks in order (file()).
   std::vector<std::unique_ptr<CheckpointFileReader>> readers;
-  TrainingArguments arguments;
+  CheckpointModelRecord arguments;  // the model its record describes
   GptConfig config;
   int64_t tensor_parallel = 1;
   int64_t pipeline_parallel = 1;
@@ -141,10 +140,11 @@ void check_same_metadata(const CheckpointFileReader& first, const CheckpointFile
       }
     }
   }
-  common::fail("checkpoint {}: its metadata differs from {}'s in '{}': the shards of one "
-               "checkpoint are saved together, so these are not (was a file copied in from "
-               "another run or iteration?)",
-               other.path().string(), first.path().string(), key);
+  common::fail(
+      "checkpoint {}: its metadata differs from {}'s in '{}': the shards of one "
+      "checkpoint are saved together, so these are not (was a file copied in from "
+      "another run or iteration?)",
+      other.path().string(), first.path().string(), key);
 }
 
 Source open_source(const fs::path& directory) {
@@ -158,7 +158,8 @@ Source open_source(const fs::path& directory) {
   const CheckpointMetadata metadata(first.metadata(), first.path());
   source.tensor_parallel = saved_place(metadata, "tensor_parallel").size;
   source.pipeline_parallel = saved_place(metadata, "pipeline_parallel").size;
-  source.arguments = arguments_from_checkpoint(first.metadata(), first.path());
+  source.arguments =
+      read_model_record(CheckpointMetadata(first.metadata(), first.path()), first.path());
   if (source.arguments.parallelism.tensor_model_parallel_size != source.tensor_parallel) {
     common::fail(
         "checkpoint {}: its metadata says tensor-parallel size {} but its arguments "
@@ -176,10 +177,11 @@ Source open_source(const fs::path& directory) {
         source.arguments.parallelism.pipeline_model_parallel_size);
   }
   if (source.tensor_parallel < 1 || source.pipeline_parallel < 1) {
-    common::fail("checkpoint {}: its metadata says tensor-parallel size {} and pipeline-parallel "
-                 "size {}; both are at least 1 (the file was not written by this backend's "
-                 "save_checkpoint)", first.path().string(), source.tensor_parallel,
-                 source.pipeline_parallel);
+    common::fail(
+        "checkpoint {}: its metadata says tensor-parallel size {} and pipeline-parallel "
+        "size {}; both are at least 1 (the file was not written by this backend's "
+        "save_checkpoint)",
+        first.path().string(), source.tensor_parallel, source.pipeline_parallel);
   }
   // Which stage holds which layers: the trainer's layout (pipeline_stage.hpp), which the saved
   // sizes must allow.
@@ -188,12 +190,13 @@ Source open_source(const fs::path& directory) {
       source.arguments.parallelism.num_layers_per_virtual_pipeline_stage;
   if (num_layers % source.pipeline_parallel != 0 || per_virtual_stage < 0 ||
       (per_virtual_stage > 0 && (num_layers / source.pipeline_parallel) % per_virtual_stage != 0)) {
-    common::fail("checkpoint {}: its arguments --num-layers {} --pipeline-model-parallel-size {} "
-                 "--num-layers-per-virtual-pipeline-stage {} do not cut the layers into stages "
-                 "(the file was not written by this backend's save_checkpoint)",
-                 first.path().string(), num_layers, source.pipeline_parallel, per_virtual_stage);
+    common::fail(
+        "checkpoint {}: its arguments --num-layers {} --pipeline-model-parallel-size {} "
+        "--num-layers-per-virtual-pipeline-stage {} do not cut the layers into stages "
+        "(the file was not written by this backend's save_checkpoint)",
+        first.path().string(), num_layers, source.pipeline_parallel, per_virtual_stage);
   }
-  source.virtual_chunks = source.arguments.virtual_pipeline_chunks();
+  source.virtual_chunks = source.arguments.parallelism.virtual_pipeline_chunks(num_layers);
   // The tracker finds mp_rank_00 before mp_rank_00_000: the first file's name must be the one
   // its pipeline size gives.
   if (checkpoint_rank_file(tracked, 0, 0, source.pipeline_parallel) != tracked.file) {
@@ -233,17 +236,17 @@ Source open_source(const fs::path& directory) {
       const CheckpointMetadata file_metadata(reader.metadata(), reader.path());
       const GroupPlace tensor = saved_place(file_metadata, "tensor_parallel");
       if (tensor.size != source.tensor_parallel || tensor.rank != rank) {
-        common::fail("checkpoint {} is the file of tensor-parallel rank {} of {}, but it records "
-                     "rank {} of {}: the shard files were moved or mixed up",
-                     reader.path().string(), rank, source.tensor_parallel, tensor.rank,
-                     tensor.size);
+        common::fail(
+            "checkpoint {} is the file of tensor-parallel rank {} of {}, but it records "
+            "rank {} of {}: the shard files were moved or mixed up",
+            reader.path().string(), rank, source.tensor_parallel, tensor.rank, tensor.size);
       }
       const GroupPlace pipeline = saved_place(file_metadata, "pipeline_parallel");
       if (pipeline.size != source.pipeline_parallel || pipeline.rank != stage) {
-        common::fail("checkpoint {} is the file of pipeline stage {} of {}, but it records stage "
-                     "{} of {}: the stage files were moved or mixed up",
-                     reader.path().string(), stage, source.pipeline_parallel, pipeline.rank,
-                     pipeline.size);
+        common::fail(
+            "checkpoint {} is the file of pipeline stage {} of {}, but it records stage "
+            "{} of {}: the stage files were moved or mixed up",
+            reader.path().string(), stage, source.pipeline_parallel, pipeline.rank, pipeline.size);
       }
       if (stage > 0 || rank > 0) check_same_metadata(first, reader);
     }
@@ -251,9 +254,10 @@ Source open_source(const fs::path& directory) {
   source.config = model_config(source.arguments);
   const auto padded = metadata.get<int64_t>("padded_vocab_size");
   if (padded != source.config.padded_vocab_size) {
-    common::fail("checkpoint {}: its padded vocabulary is {} rows, but its arguments give {} "
-                 "(the file was not written by this backend's save_checkpoint)",
-                 first.path().string(), padded, source.config.padded_vocab_size);
+    common::fail(
+        "checkpoint {}: its padded vocabulary is {} rows, but its arguments give {} "
+        "(the file was not written by this backend's save_checkpoint)",
+        first.path().string(), padded, source.config.padded_vocab_size);
   }
   source.optimizer_state = metadata.has("optimizer");
   return source;
@@ -269,10 +273,11 @@ void read_shard(const CheckpointFileReader& reader, const std::string& name,
                  reader.path().string(), name);
   }
   if (entry->shape != shape) {
-    common::fail("checkpoint {}: tensor '{}' has the shape {}, where the model its arguments "
-                 "describe has {} at --tensor-model-parallel-size {}",
-                 reader.path().string(), name, format_python_shape(entry->shape),
-                 format_python_shape(shape), tensor_parallel);
+    common::fail(
+        "checkpoint {}: tensor '{}' has the shape {}, where the model its arguments "
+        "describe has {} at --tensor-model-parallel-size {}",
+        reader.path().string(), name, format_python_shape(entry->shape), format_python_shape(shape),
+        tensor_parallel);
   }
   reader.read(*entry, destination);
 }
@@ -291,8 +296,10 @@ void check_no_other_tensors(const CheckpointFileReader& reader, const ParameterL
       }
     }
     if (names.count(name) == 0) {
-      common::fail("checkpoint {} holds the tensor '{}', which the model its arguments describe "
-                   "does not have", reader.path().string(), entry.name);
+      common::fail(
+          "checkpoint {} holds the tensor '{}', which the model its arguments describe "
+          "does not have",
+          reader.path().string(), entry.name);
     }
   }
 }
@@ -325,7 +332,8 @@ std::vector<StatePart> state_parts(bool optimizer_state) {
 WholeState assemble(const Source& source, const ParameterLayout& whole, bool moments) {
   WholeState state;
   const auto parts = state_parts(moments && source.optimizer_state);
-  for (const StatePart& part : parts) (state.*part.buffer).resize(static_cast<size_t>(whole.numel()));
+  for (const StatePart& part : parts)
+    (state.*part.buffer).resize(static_cast<size_t>(whole.numel()));
   std::vector<float> shard;
   for (int64_t stage = 0; stage < source.pipeline_parallel; ++stage) {
     for (int64_t rank = 0; rank < source.tensor_parallel; ++rank) {
@@ -433,8 +441,9 @@ CheckpointRankFile target_rank_file(const WholeState& state, const ParameterLayo
 
 // Only the vocabulary tables may differ between the whole source and target models, and only
 // in their rows; a cut may drop padding rows only.
-void check_vocabulary_change(const ParameterLayout& source_whole, const ParameterLayout& target_whole,
-                             const GptConfig& target_config, const fs::path& file) {
+void check_vocabulary_change(const ParameterLayout& source_whole,
+                             const ParameterLayout& target_whole, const GptConfig& target_config,
+                             const fs::path& file) {
   for (const ParameterTensor& tensor : target_whole.tensors()) {
     const ParameterTensor& source = source_whole.tensor(tensor.name);
     if (source.shape == tensor.shape) continue;
@@ -445,10 +454,11 @@ void check_vocabulary_change(const ParameterLayout& source_whole, const Paramete
                                          format_python_shape(tensor.shape)));
     }
     if (tensor.shape[0] < target_config.vocab_size) {
-      common::fail("checkpoint {}: cutting '{}' to {} rows would drop rows of the tokenizer's {} "
-                   "tokens; pass a --make-vocab-size-divisible-by that pads to at least {}",
-                   file.string(), tensor.name, tensor.shape[0], target_config.vocab_size,
-                   target_config.vocab_size);
+      common::fail(
+          "checkpoint {}: cutting '{}' to {} rows would drop rows of the tokenizer's {} "
+          "tokens; pass a --make-vocab-size-divisible-by that pads to at least {}",
+          file.string(), tensor.name, tensor.shape[0], target_config.vocab_size,
+          target_config.vocab_size);
     }
   }
 }
@@ -465,9 +475,9 @@ bool same_directory(const fs::path& a, const fs::path& b) {
 // The metadata of the target's files, their place in the groups aside: the source's, with the
 // target's sizes and vocabulary in it, and where it came from.
 json target_metadata(const json& source_metadata, const Source& source,
-                     const GptConfig& target_config, const TrainingArguments& target_arguments,
+                     const GptConfig& target_config, const CheckpointModelRecord& target_arguments,
                      const ReshardOptions& options) {
-  const TrainingArguments& t = target_arguments;
+  const CheckpointModelRecord& t = target_arguments;
   json metadata = source_metadata;
   metadata["padded_vocab_size"] = target_config.padded_vocab_size;
   // The moments go into the target's own files, whole (the distributed optimizer's files are
@@ -497,7 +507,7 @@ json target_metadata(const json& source_metadata, const Source& source,
     if (args.contains("virtual_pipeline_model_parallel_size")) {
       args["virtual_pipeline_model_parallel_size"] =
           t.parallelism.num_layers_per_virtual_pipeline_stage > 0
-              ? std::to_string(t.virtual_pipeline_chunks())
+              ? std::to_string(t.parallelism.virtual_pipeline_chunks(t.model.num_layers))
               : std::string("None");
     }
     args["make_vocab_size_divisible_by"] = std::to_string(t.model.make_vocab_size_divisible_by);
@@ -508,7 +518,8 @@ json target_metadata(const json& source_metadata, const Source& source,
     if (args.contains("data_parallel_size") && args["data_parallel_size"].is_string()) {
       const std::string text = args["data_parallel_size"].get<std::string>();
       int64_t data_parallel = 0;
-      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), data_parallel);
+      const auto [end, error] =
+          std::from_chars(text.data(), text.data() + text.size(), data_parallel);
       if (error == std::errc() && end == text.data() + text.size() && data_parallel > 0) {
         args["world_size"] =
             std::to_string(data_parallel * t.parallelism.tensor_model_parallel_size *
@@ -536,22 +547,25 @@ GptModel<float> load_whole_checkpoint_weights(const fs::path& directory, std::os
     out << fmt::format(" loading checkpoint from {} at iteration {}\n", directory.string(),
                        source.tracked.iteration);
   }
-  common::require_memory_fits(common::estimate_conversion_memory(model_shape(source.config)),
-                              common::available_memory(),
-                              fmt::format("{}: the model its arguments describe", first.path().string()),
-                              "Convert it on a machine with more memory.");
+  common::require_memory_fits(
+      common::estimate_conversion_memory(model_shape(source.config)), common::available_memory(),
+      fmt::format("{}: the model its arguments describe", first.path().string()),
+      "Convert it on a machine with more memory.");
   const ParameterLayout whole(source.config);
   const WholeState state = assemble(source, whole, false);
   GptModel<float> model(source.config);
   model.copy_parameters_from_host(state.parameters);
   if (source.pipeline_parallel == 1) {
-    out << fmt::format("  successfully loaded the weights of {} from its {} tensor-parallel shard "
-                       "file(s), assembled whole\n", directory.string(), source.tensor_parallel);
+    out << fmt::format(
+        "  successfully loaded the weights of {} from its {} tensor-parallel shard "
+        "file(s), assembled whole\n",
+        directory.string(), source.tensor_parallel);
   } else {
-    out << fmt::format("  successfully loaded the weights of {} from its {} files ({} "
-                       "tensor-parallel rank(s) × {} pipeline stages), assembled whole\n",
-                       directory.string(), source.tensor_parallel * source.pipeline_parallel,
-                       source.tensor_parallel, source.pipeline_parallel);
+    out << fmt::format(
+        "  successfully loaded the weights of {} from its {} files ({} "
+        "tensor-parallel rank(s) × {} pipeline stages), assembled whole\n",
+        directory.string(), source.tensor_parallel * source.pipeline_parallel,
+        source.tensor_parallel, source.pipeline_parallel);
   }
   out.flush();
   return model;
@@ -583,8 +597,10 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
     common::fail("--target-pipeline-parallel-size must be at least 1, got {}", target_pp);
   }
   if (same_directory(options.load, options.save)) {
-    common::fail("--save {} is the --load directory: resharding writes a new checkpoint beside "
-                 "the original; pass another --save", options.save.string());
+    common::fail(
+        "--save {} is the --load directory: resharding writes a new checkpoint beside "
+        "the original; pass another --save",
+        options.save.string());
   }
 
   // Read and check everything the source says before anything is written.
@@ -598,12 +614,13 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
   }
   const int64_t num_layers = source.arguments.model.num_layers;
   if (num_layers % target_pp != 0) {
-    common::fail("--target-pipeline-parallel-size {} does not divide the {} layers of the model "
-                 "of {} (--num-layers {}): every pipeline stage holds the same number of layers; "
-                 "valid sizes: {}", target_pp, num_layers, first.path().string(), num_layers,
-                 divisors_text(num_layers));
+    common::fail(
+        "--target-pipeline-parallel-size {} does not divide the {} layers of the model "
+        "of {} (--num-layers {}): every pipeline stage holds the same number of layers; "
+        "valid sizes: {}",
+        target_pp, num_layers, first.path().string(), num_layers, divisors_text(num_layers));
   }
-  TrainingArguments target_arguments = source.arguments;
+  CheckpointModelRecord target_arguments = source.arguments;
   target_arguments.parallelism.tensor_model_parallel_size = target_tp;
   target_arguments.parallelism.pipeline_model_parallel_size = target_pp;
   // The interleaved schedule's chunk size is kept where the trainer takes it at the target size.
@@ -619,15 +636,18 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
   try {
     check_tensor_parallel(target_config, target_tp);
   } catch (const common::Error& error) {
-    common::fail("--target-tensor-parallel-size {}: the model of {} cannot be split over {} "
-                 "ranks: {}", target_tp, first.path().string(), target_tp, error.what());
+    common::fail(
+        "--target-tensor-parallel-size {}: the model of {} cannot be split over {} "
+        "ranks: {}",
+        target_tp, first.path().string(), target_tp, error.what());
   }
   const ParameterLayout source_whole(source.config);
   const ParameterLayout target_whole(target_config);
   check_vocabulary_change(source_whole, target_whole, target_config, first.path());
 
   GptConfig largest = source.config;
-  largest.padded_vocab_size = std::max(source.config.padded_vocab_size, target_config.padded_vocab_size);
+  largest.padded_vocab_size =
+      std::max(source.config.padded_vocab_size, target_config.padded_vocab_size);
   common::require_memory_fits(
       common::estimate_reshard_memory(model_shape(largest), source.optimizer_state, target_tp),
       common::available_memory(),
@@ -637,29 +657,32 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
   // One writer in OUT from here on, and no checkpoint there to replace.
   const common::ExclusiveFileLock save_lock = lock_save_directory(options.save);
   if (const auto existing = read_checkpoint_tracker(options.save)) {
-    common::fail("--save {} holds a checkpoint already (its tracker {} names {}): resharding "
-                 "writes a new checkpoint directory; pass an empty or new --save",
-                 options.save.string(), checkpoint_tracker_path(options.save).string(),
-                 existing->release ? std::string("release")
-                                   : fmt::format("iteration {}", existing->iteration));
+    common::fail(
+        "--save {} holds a checkpoint already (its tracker {} names {}): resharding "
+        "writes a new checkpoint directory; pass an empty or new --save",
+        options.save.string(), checkpoint_tracker_path(options.save).string(),
+        existing->release ? std::string("release")
+                          : fmt::format("iteration {}", existing->iteration));
   }
 
   if (source.pipeline_parallel == 1 && target_pp == 1) {
     out << fmt::format(" > resharding from tensor-parallel size {} to {}", source.tensor_parallel,
                        target_tp);
   } else {
-    out << fmt::format(" > resharding from tensor-parallel size {}, pipeline-parallel size {} to "
-                       "tensor-parallel size {}, pipeline-parallel size {}",
-                       source.tensor_parallel, source.pipeline_parallel, target_tp, target_pp);
+    out << fmt::format(
+        " > resharding from tensor-parallel size {}, pipeline-parallel size {} to "
+        "tensor-parallel size {}, pipeline-parallel size {}",
+        source.tensor_parallel, source.pipeline_parallel, target_tp, target_pp);
   }
   out << (source.optimizer_state ? " (parameters and optimizer state)\n"
                                  : " (parameters; the checkpoint has no optimizer state)\n");
   if (!interleaving.empty()) {
-    out << fmt::format(" > --num-layers-per-virtual-pipeline-stage {} of the checkpoint does not "
-                       "fit --target-pipeline-parallel-size {} ({}): the resharded checkpoint has "
-                       "no interleaved schedule (num_layers_per_virtual_pipeline_stage 0); resume "
-                       "without --num-layers-per-virtual-pipeline-stage\n",
-                       source_per_virtual_stage, target_pp, interleaving);
+    out << fmt::format(
+        " > --num-layers-per-virtual-pipeline-stage {} of the checkpoint does not "
+        "fit --target-pipeline-parallel-size {} ({}): the resharded checkpoint has "
+        "no interleaved schedule (num_layers_per_virtual_pipeline_stage 0); resume "
+        "without --num-layers-per-virtual-pipeline-stage\n",
+        source_per_virtual_stage, target_pp, interleaving);
   }
   const int64_t source_rows = source.config.padded_vocab_size;
   const int64_t target_rows = target_config.padded_vocab_size;
@@ -687,7 +710,7 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
   const json metadata =
       target_metadata(first.metadata(), source, target_config, target_arguments, options);
   std::vector<float> storage;
-  const int64_t target_chunks = target_arguments.virtual_pipeline_chunks();
+  const int64_t target_chunks = target_arguments.parallelism.virtual_pipeline_chunks(num_layers);
   write_checkpoint_files(
       options.save, source.tracked.iteration, source.tracked.release, target_tp, target_pp,
       [&](int64_t rank, int64_t stage) {

@@ -30,9 +30,8 @@
 // the added rows are copies too, so each added row is a clone of that row in every state. A
 // cut that would drop a row below the tokenizer's size is refused.
 //
-// Here, not in backend/ckpt, because the layout comes from pretrain_gpt's arguments
-// (checkpoint_arguments.hpp, model_config in trainer.hpp); writing the files is backend/ckpt's
-// write_checkpoint_files (crash-safe, as the trainer saves).
+// The layout comes from the checkpoint's record of its arguments (checkpoint_record.hpp); the
+// files are written by write_checkpoint_files (checkpoint.hpp: crash-safe, as the trainer saves).
 #pragma once
 
 #include <cstdint>
@@ -41,8 +40,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/ckpt/checkpoint_record.hpp"
 #include "backend/model/gpt_model.hpp"
-#include "backend/train/arguments.hpp"
 
 namespace backend {
 
@@ -69,8 +68,9 @@ struct ReshardResult {
   // The target --make-vocab-size-divisible-by that would have kept the source's padded
   // vocabulary (divisor_keeping_padding), 0 when none does.
   int64_t divisor_keeping_padding = 0;
-  bool optimizer_state = false;       // the moments were carried (the source had them)
-  TrainingArguments target_arguments;  // the checkpoint's arguments, as the target records them
+  bool optimizer_state = false;  // the moments were carried (the source had them)
+  // The model's arguments as the target records them: its tp, pp, interleaving and divisor.
+  CheckpointModelRecord target_arguments;
 };
 
 // Reshards the checkpoint options.load's tracker names into options.save (holding its save

@@ -17,7 +17,7 @@
 // one-process checkpoint bit for bit, and one process's resharded to (2, 2) is the built (2, 2)
 // checkpoint bit for bit, tied copy and its moments included; interleaved chunks are kept or
 // dropped as the target's pipeline size allows; and the pipeline refusals name the flag or file.
-#include "backend/train/checkpoint_reshard.hpp"
+#include "backend/ckpt/checkpoint_reshard.hpp"
 
 #include <doctest/doctest.h>
 
@@ -30,13 +30,13 @@
 #include <vector>
 
 #include "backend/ckpt/checkpoint.hpp"
+#include "backend/ckpt/checkpoint_conversion.hpp"
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/model/parameter_layout.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
-#include "backend/train/checkpoint_conversion.hpp"
 #include "backend/train/trainer.hpp"
 #include "tests/temporary_directory.hpp"
 
@@ -92,10 +92,10 @@ void save_checkpoint(const TrainingArguments& arguments, int64_t iteration) {
   optimizer.set_steps_taken(iteration);
   backend::LearningRateScheduler scheduler({.max_lr = 1e-3, .decay_steps = 5});
   std::ostringstream log;
-  backend::save_checkpoint(arguments, {.iteration = iteration,
-                                       .consumed_train_samples = iteration,
-                                       .consumed_valid_samples = 2},
-                           model, optimizer, scheduler, log);
+  backend::save_checkpoint(
+      arguments,
+      {.iteration = iteration, .consumed_train_samples = iteration, .consumed_valid_samples = 2},
+      model, optimizer, scheduler, log);
 }
 
 backend::ReshardResult reshard(const fs::path& load, const fs::path& save, int64_t size,
@@ -212,10 +212,10 @@ fs::path save_whole_checkpoint(const TrainingArguments& arguments) {
   optimizer.set_steps_taken(kIteration);
   backend::LearningRateScheduler scheduler({.max_lr = 1e-3, .decay_steps = 5});
   std::ostringstream log;
-  backend::save_checkpoint(arguments, {.iteration = kIteration,
-                                       .consumed_train_samples = kIteration,
-                                       .consumed_valid_samples = 2},
-                           model, optimizer, scheduler, log);
+  backend::save_checkpoint(
+      arguments,
+      {.iteration = kIteration, .consumed_train_samples = kIteration, .consumed_valid_samples = 2},
+      model, optimizer, scheduler, log);
   return backend::checkpoint_file_path(arguments.checkpointing.save, kIteration, 0);
 }
 
@@ -244,7 +244,8 @@ void save_layout_checkpoint(const TrainingArguments& arguments, const fs::path& 
       [&](int64_t rank, int64_t stage) {
         const backend::ParameterLayout layout(
             config, tp, rank,
-            {.pipeline_parallel = pp, .rank = stage,
+            {.pipeline_parallel = pp,
+             .rank = stage,
              .virtual_chunks = arguments.virtual_pipeline_chunks()});
         state = layout_state(layout);
         backend::CheckpointRankFile file;
@@ -253,7 +254,7 @@ void save_layout_checkpoint(const TrainingArguments& arguments, const fs::path& 
         file.metadata["pipeline_parallel"] = {{"size", pp}, {"rank", stage}};
         auto span_of = [&](const std::vector<float>& values, const backend::ParameterTensor& t) {
           return std::span<const float>(values).subspan(static_cast<size_t>(t.offset),
-                                                         static_cast<size_t>(t.numel));
+                                                        static_cast<size_t>(t.numel));
         };
         for (const auto& t : layout.tensors()) {
           file.tensors.push_back({t.name, t.shape, span_of(state.parameters, t)});
@@ -292,7 +293,8 @@ void check_same_checkpoint(const fs::path& actual, const fs::path& expected, int
 
 }  // namespace
 
-TEST_CASE("resharding cuts every tensor and both moments by the layout, and comes back bit for bit") {
+TEST_CASE(
+    "resharding cuts every tensor and both moments by the layout, and comes back bit for bit") {
   TemporaryDirectory directory;
   const TrainingArguments arguments = llama_arguments(directory.path / "tp1");
   save_checkpoint(arguments, 5);
@@ -343,8 +345,9 @@ TEST_CASE("resharding cuts every tensor and both moments by the layout, and come
               } else if (tensor.partition == backend::TensorPartition::columns) {
                 whole_column = rank * columns + c;
               }
-              same = same && shard[static_cast<size_t>(r * columns + c)] ==
-                                 full[static_cast<size_t>(whole_row * whole_columns + whole_column)];
+              same =
+                  same && shard[static_cast<size_t>(r * columns + c)] ==
+                              full[static_cast<size_t>(whole_row * whole_columns + whole_column)];
             }
           }
           CHECK(same);
@@ -389,7 +392,8 @@ TEST_CASE("resharding cuts every tensor and both moments by the layout, and come
   }
 }
 
-TEST_CASE("resharding pads the vocabulary as the target's size pads it: cut, or the last row repeated") {
+TEST_CASE(
+    "resharding pads the vocabulary as the target's size pads it: cut, or the last row repeated") {
   TemporaryDirectory directory;
   const TrainingArguments arguments = llama_arguments(directory.path / "tp1");
   save_checkpoint(arguments, 5);
@@ -414,7 +418,8 @@ TEST_CASE("resharding pads the vocabulary as the target's size pads it: cut, or 
       // Grown: rank r of 4 holds rows [32r, 32r + 32) of 128, rows ≥ 64 copies of row 63.
       std::vector<float> rows128;
       for (int64_t rank = 0; rank < 4; ++rank) {
-        const CheckpointFileReader reader(backend::checkpoint_file_path(directory.path / "tp4", 5, rank));
+        const CheckpointFileReader reader(
+            backend::checkpoint_file_path(directory.path / "tp4", 5, rank));
         const auto shard = read_values(reader, name);
         REQUIRE(shard.size() == 32 * hidden);
         rows128.insert(rows128.end(), shard.begin(), shard.end());
@@ -422,8 +427,9 @@ TEST_CASE("resharding pads the vocabulary as the target's size pads it: cut, or 
       CHECK(std::equal(original.begin(), original.end(), rows128.begin()));
       bool copies = true;
       for (int64_t row = 64; row < 128; ++row) {
-        copies = copies && std::equal(rows128.begin() + row * hidden, rows128.begin() + (row + 1) * hidden,
-                                      original.begin() + 63 * hidden);
+        copies = copies &&
+                 std::equal(rows128.begin() + row * hidden, rows128.begin() + (row + 1) * hidden,
+                            original.begin() + 63 * hidden);
       }
       CHECK(copies);
       // Cut to 48: the first 48 rows (the tokenizer's 41 and 7 of the padding).
@@ -467,7 +473,8 @@ TEST_CASE("a release checkpoint reshards as a release, weights only") {
     const CheckpointFileReader reader(directory.path / "tp2" / "release" /
                                       backend::checkpoint_rank_directory_name(rank) /
                                       "model_optim_rng.bin");
-    CHECK(reader.tensors().size() == backend::ParameterLayout(backend::model_config(arguments), 2, rank).tensors().size());
+    CHECK(reader.tensors().size() ==
+          backend::ParameterLayout(backend::model_config(arguments), 2, rank).tensors().size());
     CHECK_FALSE(reader.metadata().contains("optimizer"));
   }
 }
@@ -483,12 +490,16 @@ TEST_CASE("resharding refuses bad input before writing, naming the flag or file"
   // 8 heads, 4 query groups, 48 MLP features: not 3 ranks, nor 8 (the groups).
   std::string message = reshard_error(tp1, out, 3);
   CHECK(message.find("--target-tensor-parallel-size 3: the model of") != std::string::npos);
-  CHECK(message.find("--num-attention-heads (8) must be divisible by --tensor-model-parallel-size (3)") !=
+  CHECK(message.find(
+            "--num-attention-heads (8) must be divisible by --tensor-model-parallel-size (3)") !=
         std::string::npos);
-  CHECK(reshard_error(tp1, out, 8).find("--num-query-groups (4) must be divisible") != std::string::npos);
+  CHECK(reshard_error(tp1, out, 8).find("--num-query-groups (4) must be divisible") !=
+        std::string::npos);
   CHECK(reshard_error(tp1, tp1, 2).find("is the --load directory") != std::string::npos);
-  CHECK(reshard_error(tp1, tp1 / ".." / "tp1", 2).find("is the --load directory") != std::string::npos);
-  CHECK(reshard_error(directory.path / "none", out, 2).find("holds no checkpoint") != std::string::npos);
+  CHECK(reshard_error(tp1, tp1 / ".." / "tp1", 2).find("is the --load directory") !=
+        std::string::npos);
+  CHECK(reshard_error(directory.path / "none", out, 2).find("holds no checkpoint") !=
+        std::string::npos);
   CHECK(reshard_error(tp1, out, 0).find("--target-tensor-parallel-size must be at least 1") !=
         std::string::npos);
   CHECK_FALSE(fs::exists(backend::checkpoint_tracker_path(out)));
@@ -519,8 +530,9 @@ TEST_CASE("resharding refuses bad input before writing, naming the flag or file"
     reshard(five, other, 2, 16);
   }
   fs::copy_file(backend::checkpoint_file_path(other, 5, 1), rank1);
-  CHECK(reshard_error(tp2, out, 1).find("its metadata differs from " + rank0.string() + "'s in 'consumed_train_samples'") !=
-        std::string::npos);
+  CHECK(reshard_error(tp2, out, 1)
+            .find("its metadata differs from " + rank0.string() +
+                  "'s in 'consumed_train_samples'") != std::string::npos);
   CHECK_FALSE(fs::exists(backend::checkpoint_tracker_path(out)));
 }
 
@@ -533,7 +545,9 @@ TEST_CASE("divisor_keeping_padding: the --make-vocab-size-divisible-by that keep
   CHECK(divisor_keeping_padding(41, 64, 32, 1, 4) == 8);
 }
 
-TEST_CASE("a (tp 2, pp 2) checkpoint reshards to one process as the one-process checkpoint, bit for bit") {
+TEST_CASE(
+    "a (tp 2, pp 2) checkpoint reshards to one process as the one-process checkpoint, bit for "
+    "bit") {
   for (const std::string style : {"gpt2", "llama"}) {
     CAPTURE(style);
     TemporaryDirectory directory;
@@ -588,7 +602,9 @@ TEST_CASE("a (tp 2, pp 2) checkpoint reshards to one process as the one-process 
   }
 }
 
-TEST_CASE("resharding one process → (tp 2, pp 2) → one process: every file as the layout's, and back bit for bit") {
+TEST_CASE(
+    "resharding one process → (tp 2, pp 2) → one process: every file as the layout's, and back bit "
+    "for bit") {
   for (const std::string style : {"gpt2", "llama"}) {
     CAPTURE(style);
     TemporaryDirectory directory;
@@ -610,7 +626,8 @@ TEST_CASE("resharding one process → (tp 2, pp 2) → one process: every file a
     for (int64_t rank = 0; rank < 2; ++rank) {
       CAPTURE(rank);
       const fs::path split = d / "tp2_pp2";
-      const CheckpointFileReader first(backend::checkpoint_file_path(split, kIteration, rank, 0, 2));
+      const CheckpointFileReader first(
+          backend::checkpoint_file_path(split, kIteration, rank, 0, 2));
       const CheckpointFileReader last(backend::checkpoint_file_path(split, kIteration, rank, 1, 2));
       for (const CheckpointFileReader* reader : {&first, &last}) {
         const auto& metadata = reader->metadata();
@@ -645,7 +662,9 @@ TEST_CASE("resharding one process → (tp 2, pp 2) → one process: every file a
   }
 }
 
-TEST_CASE("resharding keeps interleaved chunks where the target's pipeline size takes them, else drops them, saying so") {
+TEST_CASE(
+    "resharding keeps interleaved chunks where the target's pipeline size takes them, else drops "
+    "them, saying so") {
   TemporaryDirectory directory;
   const fs::path& d = directory.path;
   // 8 layers over 4 stages of two chunks of one layer: stage s holds layers s and 4 + s.
@@ -693,10 +712,13 @@ TEST_CASE("pipeline resharding refuses bad input before writing, naming the flag
 
   std::string message = reshard_error(d / "whole", out, 1, 32, 3);
   CHECK(message.find("--target-pipeline-parallel-size 3 does not divide the 4 layers of the model "
-                     "of " + whole.string() + " (--num-layers 4): every pipeline stage holds the "
+                     "of " +
+                     whole.string() +
+                     " (--num-layers 4): every pipeline stage holds the "
                      "same number of layers; valid sizes: 1, 2, 4") != std::string::npos);
-  CHECK(reshard_error(source, out, 1, 32, 0).find(
-            "--target-pipeline-parallel-size must be at least 1, got 0") != std::string::npos);
+  CHECK(reshard_error(source, out, 1, 32, 0)
+            .find("--target-pipeline-parallel-size must be at least 1, got 0") !=
+        std::string::npos);
 
   // A stage's file missing, then another stage's in its place.
   const fs::path last = backend::checkpoint_file_path(source, kIteration, 1, 1, 2);

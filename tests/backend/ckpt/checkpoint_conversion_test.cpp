@@ -2,7 +2,7 @@
 // in the model its saved arguments describe; arguments_for_model is the inverse of
 // model_config; release checkpoints load as weights only; and the whole chain checkpoint →
 // Hugging Face → release checkpoint → pretrain_gpt's load keeps every bit.
-#include "backend/train/checkpoint_conversion.hpp"
+#include "backend/ckpt/checkpoint_conversion.hpp"
 
 #include <doctest/doctest.h>
 
@@ -63,9 +63,9 @@ GptModel<float> save_trained_checkpoint(const TrainingArguments& arguments) {
   backend::AdamW optimizer(backend::AdamWConfig{}, {}, static_cast<int64_t>(parameters.size()));
   backend::LearningRateScheduler scheduler({.max_lr = 1e-3, .decay_steps = 5});
   std::ostringstream log;
-  backend::save_checkpoint(arguments, {.iteration = 5, .consumed_train_samples = 5,
-                                       .consumed_valid_samples = 0},
-                           model, optimizer, scheduler, log);
+  backend::save_checkpoint(
+      arguments, {.iteration = 5, .consumed_train_samples = 5, .consumed_valid_samples = 0}, model,
+      optimizer, scheduler, log);
   return model;
 }
 
@@ -110,11 +110,14 @@ bool same_parameters(const GptModel<float>& a, const GptModel<float>& b) {
 
 }  // namespace
 
-TEST_CASE("checkpoint conversion: a checkpoint's weights load into the model its arguments describe") {
+TEST_CASE(
+    "checkpoint conversion: a checkpoint's weights load into the model its arguments describe") {
   TemporaryDirectory directory;
   auto arguments = conversion_arguments(directory.path / "ckpt");
   SUBCASE("GPT") {}
-  SUBCASE("Llama") { make_llama(arguments); }
+  SUBCASE("Llama") {
+    make_llama(arguments);
+  }
   const auto saved = save_trained_checkpoint(arguments);
   std::ostringstream log;
   const auto loaded = backend::load_checkpoint_weights(directory.path / "ckpt", log);
@@ -136,12 +139,11 @@ TEST_CASE("checkpoint conversion: arguments_for_model rebuilds the model it was 
     const char* tokenizer;
     int64_t divisible_by;
   };
-  for (const Vocabulary v : {Vocabulary{50257, 50304, "GPT2BPETokenizer", 128},
-                             Vocabulary{50257, 50257, "GPT2BPETokenizer", 1},  // a Hub GPT-2
-                             Vocabulary{100, 128, "NullTokenizer", 128},
-                             Vocabulary{32000, 32000, "NullTokenizer", 128},
-                             Vocabulary{100, 112, "NullTokenizer", 16},
-                             Vocabulary{100, 300, "NullTokenizer", 300}}) {
+  for (const Vocabulary v :
+       {Vocabulary{50257, 50304, "GPT2BPETokenizer", 128},
+        Vocabulary{50257, 50257, "GPT2BPETokenizer", 1},  // a Hub GPT-2
+        Vocabulary{100, 128, "NullTokenizer", 128}, Vocabulary{32000, 32000, "NullTokenizer", 128},
+        Vocabulary{100, 112, "NullTokenizer", 16}, Vocabulary{100, 300, "NullTokenizer", 300}}) {
     CAPTURE(v.tokens);
     CAPTURE(v.padded);
     GptConfig config;
@@ -155,7 +157,7 @@ TEST_CASE("checkpoint conversion: arguments_for_model rebuilds the model it was 
     config.layernorm_epsilon = 1e-6;
     config.init_method_std = 0.01;
     config.hidden_dropout = 0.1;
-    const TrainingArguments arguments = backend::arguments_for_model(config);
+    const backend::CheckpointModelRecord arguments = backend::arguments_for_model(config);
     CHECK(arguments.tokenizer.tokenizer_type == v.tokenizer);
     CHECK(arguments.model.make_vocab_size_divisible_by == v.divisible_by);
     check_same_config(backend::model_config(arguments), config);
@@ -182,22 +184,26 @@ TEST_CASE("checkpoint conversion: arguments_for_model rebuilds the model it was 
   GptConfig single;
   single.vocab_size = 1;
   single.padded_vocab_size = 8;
-  CHECK_THROWS_WITH_AS(backend::arguments_for_model(single),
-                       doctest::Contains("a vocabulary of 1 token(s) has no pretrain_gpt tokenizer"),
-                       common::Error);
+  CHECK_THROWS_WITH_AS(
+      backend::arguments_for_model(single),
+      doctest::Contains("a vocabulary of 1 token(s) has no pretrain_gpt tokenizer"), common::Error);
 }
 
 TEST_CASE("checkpoint conversion: checkpoint → Hugging Face → release checkpoint keeps every bit") {
   TemporaryDirectory directory;
   auto arguments = conversion_arguments(directory.path / "ckpt");
   SUBCASE("GPT") {}
-  SUBCASE("Llama") { make_llama(arguments); }
+  SUBCASE("Llama") {
+    make_llama(arguments);
+  }
   const auto trained = save_trained_checkpoint(arguments);
   std::ostringstream log;
-  backend::export_hf(directory.path / "hf", backend::load_checkpoint_weights(directory.path / "ckpt", log));
+  backend::export_hf(directory.path / "hf",
+                     backend::load_checkpoint_weights(directory.path / "ckpt", log));
 
   const auto imported = backend::import_hf(directory.path / "hf");
-  TrainingArguments release_arguments = backend::arguments_for_model(imported.config());
+  TrainingArguments release_arguments =
+      backend::arguments_with_model(backend::arguments_for_model(imported.config()));
   release_arguments.checkpointing.save = (directory.path / "release_ckpt").string();
   release_arguments.checkpointing.no_save_optim = true;
   release_arguments.checkpointing.no_save_rng = true;
@@ -206,8 +212,8 @@ TEST_CASE("checkpoint conversion: checkpoint → Hugging Face → release checkp
   std::string tracker_text;
   tracker >> tracker_text;
   CHECK(tracker_text == "release");
-  CHECK(std::filesystem::is_regular_file(directory.path / "release_ckpt" / "release" / "mp_rank_00" /
-                                         "model_optim_rng.bin"));
+  CHECK(std::filesystem::is_regular_file(directory.path / "release_ckpt" / "release" /
+                                         "mp_rank_00" / "model_optim_rng.bin"));
 
   // pretrain_gpt's own load path, with the flags arguments_for_model gives and a training
   // run's settings: weights only, from iteration 0, no optimizer state asked for.
@@ -219,7 +225,8 @@ TEST_CASE("checkpoint conversion: checkpoint → Hugging Face → release checkp
   training.run.train_iters = 2;
   training.optimizer.lr = 1e-3;
   GptModel<float> model(backend::model_config(training));
-  backend::AdamW optimizer(backend::AdamWConfig{}, {}, static_cast<int64_t>(model.parameters().size()));
+  backend::AdamW optimizer(backend::AdamWConfig{}, {},
+                           static_cast<int64_t>(model.parameters().size()));
   backend::LearningRateScheduler scheduler({.max_lr = 1e-3, .decay_steps = 2});
   const auto progress = backend::load_checkpoint(training, model, optimizer, scheduler, log);
   REQUIRE(progress);
@@ -237,13 +244,14 @@ TEST_CASE("checkpoint conversion: an imported directory's tokenizer is recorded 
   GptConfig config;
   config.vocab_size = 500;  // the SentencePiece model's ids
   config.padded_vocab_size = 512;
-  const TrainingArguments imported = backend::arguments_for_model(config);
+  const backend::CheckpointModelRecord imported = backend::arguments_for_model(config);
   REQUIRE(imported.tokenizer.tokenizer_type == "NullTokenizer");
 
   // Nothing to record: the note says so and the NullTokenizer stays.
   auto nothing = imported;
-  CHECK(backend::record_hf_tokenizer(nothing, hf, 500).find("neither tokenizer.model nor "
-                                                            "tokenizer.json") != std::string::npos);
+  CHECK(backend::record_hf_tokenizer(nothing, hf, 500)
+            .find("neither tokenizer.model nor "
+                  "tokenizer.json") != std::string::npos);
   CHECK(nothing.tokenizer.tokenizer_type == "NullTokenizer");
 
   // Llama 2's layout: tokenizer.model, SentencePiece, as Llama2Tokenizer.
@@ -258,9 +266,9 @@ TEST_CASE("checkpoint conversion: an imported directory's tokenizer is recorded 
 
   // Another vocabulary size: not this model's tokenizer.
   auto other = imported;
-  CHECK(backend::record_hf_tokenizer(other, hf, 501).find("has 500 ids and the model's "
-                                                          "vocabulary 501 rows") !=
-        std::string::npos);
+  CHECK(backend::record_hf_tokenizer(other, hf, 501)
+            .find("has 500 ids and the model's "
+                  "vocabulary 501 rows") != std::string::npos);
   CHECK(other.tokenizer.tokenizer_type == "NullTokenizer");
 
   // A file the tokenizer cannot read: a note, not a failed import.
