@@ -110,7 +110,8 @@ done
 # being checked against the input's size.
 malloc_limit_mb=2048
 case $name in
-  safetensors | hf_config | indexed_dataset | npy_file | checkpoint_file | distributed_moments)
+  safetensors | hf_config | indexed_dataset | npy_file | checkpoint_file | distributed_moments |\
+    restricted_pickle)
     malloc_limit_mb=64 ;;
 esac
 support="$build/obj/libfuzz_support.a"
