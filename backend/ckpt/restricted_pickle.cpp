@@ -92,6 +92,24 @@ class Unpickler {
       : bytes_(bytes), source_(source), limits_(limits) {}
 
   PicklePointer run() {
+    try {
+      return run_unguarded();
+    } catch (...) {
+      // A cycle (refused, or made before another refusal) would keep itself alive through its
+      // shared pointers: cut every value open, so that they all go with the unpickler.
+      for (const std::weak_ptr<PickleValue>& made : made_) {
+        if (const PicklePointer value = made.lock()) {
+          value->items.clear();
+          value->entries.clear();
+          value->state.reset();
+        }
+      }
+      throw;
+    }
+  }
+
+ private:
+  PicklePointer run_unguarded() {
     if (bytes_.empty() || read_byte() != 0x80) {
       fail_at(0, "not a pickle of protocol 2 or later (it does not begin with PROTO)");
     }
@@ -112,7 +130,6 @@ class Unpickler {
     return stack_.front();
   }
 
- private:
   [[noreturn]] void fail_at(size_t at, std::string_view what) const {
     common::fail("{}: {} at byte {}", source_, what, at);
   }
@@ -152,6 +169,7 @@ class Unpickler {
     count_value();
     auto value = std::make_shared<PickleValue>();
     value->kind = kind;
+    made_.push_back(value);
     return value;
   }
   void count_value() {
@@ -306,9 +324,11 @@ class Unpickler {
     if (count > 8) fail_at(at, fmt::format("an integer of {} bytes (at most 8 are read)", count));
     const auto span = read_span(count);
     uint64_t value = 0;
-    for (size_t i = span.size(); i-- > 0;) value = (value << 8) | static_cast<uint8_t>(span[i]);
+    for (size_t i = span.size(); i > 0; --i) {
+      value = (value << 8) | static_cast<uint8_t>(span[i - 1]);
+    }
     if (count > 0 && count < 8 && (static_cast<uint8_t>(span.back()) & 0x80) != 0) {
-      value |= ~uint64_t{0} << (8 * count);  // sign-extend
+      value |= ~((uint64_t{1} << (8 * count)) - 1);  // sign-extend
     }
     push_integer(static_cast<int64_t>(value));
   }
@@ -401,7 +421,7 @@ class Unpickler {
       case 0x87: {  // TUPLE3
         const size_t count = op - 0x84u;
         std::vector<PicklePointer> values(count);
-        for (size_t i = count; i-- > 0;) values[i] = pop(at);
+        for (size_t i = count; i > 0; --i) values[i - 1] = pop(at);
         push(tuple_of(std::move(values)));
         return;
       }
@@ -580,6 +600,7 @@ class Unpickler {
   std::vector<PicklePointer> stack_;
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, PicklePointer> memo_;
+  std::vector<std::weak_ptr<PickleValue>> made_;  // every value, to cut cycles on refusal
 };
 
 }  // namespace

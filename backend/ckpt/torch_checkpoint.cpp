@@ -393,9 +393,9 @@ std::vector<double> TorchCheckpointFile::tensor_values(const TorchTensor& tensor
     int64_t element = tensor.storage_offset;
     for (size_t d = 0; d < index.size(); ++d) element += index[d] * tensor.stride[d];
     values.push_back(element_value(tensor.dtype, data.data() + element * element_size));
-    for (size_t d = index.size(); d-- > 0;) {  // row-major: the last dimension fastest
-      if (++index[d] < tensor.shape[d]) break;
-      index[d] = 0;
+    for (size_t d = index.size(); d > 0; --d) {  // row-major: the last dimension fastest
+      if (++index[d - 1] < tensor.shape[d - 1]) break;
+      index[d - 1] = 0;
     }
   }
   return values;

@@ -105,7 +105,10 @@ TEST_CASE("restricted pickle: what is not data is refused, naming the source and
   refused(pickle("ctorch\nFloatStorage\n)R"s), "torch.FloatStorage is named by checkpoints");
   refused("K\x05.", "not a pickle of protocol 2 or later");
   refused(std::string("\x80\x01K\x05.", 5), "pickle protocol 1 at byte 1");
-  refused(std::string("\x80\x02X\xff\x00\x00\x00ab", 9), "runs past the end");
+  refused(std::string("\x80\x02X\xff\x00\x00\x00"
+                      "ab",
+                      9),
+          "runs past the end");
   refused(std::string("\x80\x02K\x05", 4), "the pickle ends without STOP");
   refused(pickle("h\x05"s), "memo entry 5 is read before it is set");
   refused(pickle(std::string("\x8a\x09", 2) + std::string(9, '\x01')), "an integer of 9 bytes");
