@@ -158,18 +158,13 @@ class NcclCommunicator final : public Communicator {
       // One ncclReduce per shard, to its owner. recvbuff is used on the root only (nccl.h);
       // the others pass their own shard of the input, a buffer of the right length that
       // NCCL reads from and never writes.
-      grouped("ncclReduce (reduce_scatter's uneven shards)", comm, [&] {
-        for (int64_t root = 0; root < size_; ++root) {
-          const ShardRange shard = shard_range(input.numel, size_, root);
-          if (shard.numel == 0) continue;
-          void* send = element(input, shard.offset);
-          const ncclResult_t status =
-              ncclReduce(send, root == rank_ ? output.data : send, static_cast<size_t>(shard.numel),
-                         type, ncclSum, static_cast<int>(root), comm, stream_);
-          if (status != ncclSuccess) return status;
-        }
-        return ncclSuccess;
-      });
+      each_shard("ncclReduce (reduce_scatter's uneven shards)", comm, input.numel,
+                 [&](int root, ShardRange shard) {
+                   void* send = element(input, shard.offset);
+                   return ncclReduce(send, root == rank_ ? output.data : send,
+                                     static_cast<size_t>(shard.numel), type, ncclSum, root, comm,
+                                     stream_);
+                 });
     }
     wait(call);
   }
@@ -196,18 +191,13 @@ class NcclCommunicator final : public Communicator {
     } else {
       // One ncclBroadcast per shard, from its owner. sendbuff is read on the root only; the
       // others pass the shard's place in the output (NCCL's in-place form).
-      grouped("ncclBroadcast (all_gather's uneven shards)", comm, [&] {
-        for (int64_t root = 0; root < size_; ++root) {
-          const ShardRange shard = shard_range(output.numel, size_, root);
-          if (shard.numel == 0) continue;
-          void* place = element(output, shard.offset);
-          const ncclResult_t status = ncclBroadcast(root == rank_ ? input.data : place, place,
-                                                    static_cast<size_t>(shard.numel), type,
-                                                    static_cast<int>(root), comm, stream_);
-          if (status != ncclSuccess) return status;
-        }
-        return ncclSuccess;
-      });
+      each_shard("ncclBroadcast (all_gather's uneven shards)", comm, output.numel,
+                 [&](int root, ShardRange shard) {
+                   void* place = element(output, shard.offset);
+                   return ncclBroadcast(root == rank_ ? input.data : place, place,
+                                        static_cast<size_t>(shard.numel), type, root, comm,
+                                        stream_);
+                 });
     }
     wait(call);
   }
@@ -360,6 +350,21 @@ class NcclCommunicator final : public Communicator {
     const ncclResult_t posted = post();
     const ncclResult_t ended = ncclGroupEnd();
     check(posted != ncclSuccess ? posted : ended, call, name_, comm);
+  }
+
+  // post(root, shard) for each member's non-empty shard of `numel` elements, in member order,
+  // in one group; the first failing post ends the loop.
+  template <typename Post>
+  void each_shard(const char* call, ncclComm_t comm, int64_t numel, Post post) {
+    grouped(call, comm, [&] {
+      for (int64_t root = 0; root < size_; ++root) {
+        const ShardRange shard = shard_range(numel, size_, root);
+        if (shard.numel == 0) continue;
+        const ncclResult_t status = post(static_cast<int>(root), shard);
+        if (status != ncclSuccess) return status;
+      }
+      return ncclSuccess;
+    });
   }
 
   // Until the stream has done everything enqueued so far, NCCL's call included: polled, so that

@@ -14,9 +14,7 @@ template <typename Weight>
 __global__ void adamw_kernel(float* master, Weight* weights, const float* gradients,
                              float* exp_avg, float* exp_avg_sq, int64_t count,
                              AdamWCoefficients c) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += stride) {
+  for (const int64_t i : detail::grid_stride(count)) {
     const float g = gradients[i];
     const float m = c.beta1 * exp_avg[i] + (1.0f - c.beta1) * g;
     const float v = c.beta2 * exp_avg_sq[i] + (1.0f - c.beta2) * g * g;

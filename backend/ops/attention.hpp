@@ -164,32 +164,23 @@ constexpr bool flash_attention_supports(int64_t head_dim) {
   return head_dim == 64 || head_dim == 128;
 }
 
-void flash_attention_forward(bfloat16* output,     // (B, T, C)
-                             float* logsumexp,     // (B, NH, T)
-                             const bfloat16* qkv,  // (B, T, (NH + 2·NG)·HD)
+template <typename Scalar>                       // bfloat16 or float16
+void flash_attention_forward(Scalar* output,     // (B, T, C)
+                             float* logsumexp,   // (B, NH, T)
+                             const Scalar* qkv,  // (B, T, (NH + 2·NG)·HD)
                              int64_t batch_size, int64_t seq_length, int64_t hidden_size,
                              int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
                              CudaStream stream);
 
-void flash_attention_backward(bfloat16* dqkv,            // (B, T, (NH + 2·NG)·HD) =
-                              const bfloat16* doutput,   // (B, T, C)
-                              const bfloat16* qkv,       // (B, T, (NH + 2·NG)·HD)
-                              const bfloat16* output,    // (B, T, C) from the forward
-                              const float* logsumexp,    // (B, NH, T) from the forward
+template <typename Scalar>                             // bfloat16 or float16
+void flash_attention_backward(Scalar* dqkv,            // (B, T, (NH + 2·NG)·HD) =
+                              const Scalar* doutput,   // (B, T, C)
+                              const Scalar* qkv,       // (B, T, (NH + 2·NG)·HD)
+                              const Scalar* output,    // (B, T, C) from the forward
+                              const float* logsumexp,  // (B, NH, T) from the forward
                               int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                              int64_t num_heads, int64_t num_query_groups,
-                              const Dropout& dropout, CudaStream stream);
-
-// The same in fp16.
-void flash_attention_forward(float16* output, float* logsumexp, const float16* qkv,
-                             int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                             int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
-                             CudaStream stream);
-void flash_attention_backward(float16* dqkv, const float16* doutput, const float16* qkv,
-                              const float16* output, const float* logsumexp,
-                              int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                              int64_t num_heads, int64_t num_query_groups,
-                              const Dropout& dropout, CudaStream stream);
+                              int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
+                              CudaStream stream);
 
 // The CPU twin's contract; head dimensions up to kAttentionMaxHeadDim. One kernel stores the
 // rows' keys and values (a thread per element), a second attends: one warp per (row, head),

@@ -432,9 +432,7 @@ __global__ void kv_cache_store_kernel(T* key_cache, T* value_cache, const T* qkv
                                       int64_t max_length) {
   const int64_t count = rows * num_query_groups * head_dim;
   const int64_t group_width = (heads_per_group + 2) * head_dim;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += stride) {
+  for (const int64_t i : detail::grid_stride(count)) {
     const int64_t d = i % head_dim;
     const int64_t g = (i / head_dim) % num_query_groups;
     const int64_t r = i / (head_dim * num_query_groups);

@@ -49,6 +49,10 @@ constexpr int kTransposedPitch = kRows + kPad;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// The kernels' element type for the host's (same layout).
+template <typename Scalar>
+using DeviceElement = std::conditional_t<std::is_same_v<Scalar, bfloat16>, __nv_bfloat16, __half>;
+
 struct FlashShape {
   int64_t T, NH, heads_per_group, row_width, hidden;
   float scale;       // 1/sqrt(HD)
@@ -302,8 +306,14 @@ __device__ inline QueryTileUnit<E> query_tile_unit(const E* qkv, const FlashShap
 
 // ---- shared memory ------------------------------------------------------------------------
 
+template <int HD>
+constexpr size_t rows_tile_elements = size_t{kRows} * (HD + kPad);  // [row][HD + kPad]
+template <int HD>
+constexpr size_t transposed_tile_elements = size_t{HD} * kTransposedPitch;  // [HD][kRows + kPad]
+
 // A kernel's dynamic shared memory, carved in one order by the kernel and sized for its launch
-// by the same function: with a null base the carve only counts bytes (the host side).
+// by the same function: with a null base the carve only counts bytes (the host side). Each
+// call below takes its tiles in the order of its arguments.
 struct SharedCarve {
   unsigned char* base = nullptr;
   size_t used = 0;
@@ -313,12 +323,20 @@ struct SharedCarve {
     used += count * sizeof(T);
     return at;
   }
+  template <int HD, typename... E>
+  __host__ __device__ void row_tiles(E*&... tiles) {
+    ((tiles = take<E>(rows_tile_elements<HD>)), ...);
+  }
+  template <int HD, typename... E>
+  __host__ __device__ void transposed_tiles(E*&... tiles) {
+    ((tiles = take<E>(transposed_tile_elements<HD>)), ...);
+  }
+  // One float per row of the tile: the softmax statistics.
+  __host__ __device__ void row_statistics(float*& logsumexp_log2, float*& delta) {
+    logsumexp_log2 = take<float>(kRows);
+    delta = take<float>(kRows);
+  }
 };
-
-template <int HD>
-constexpr size_t rows_tile_elements = size_t{kRows} * (HD + kPad);  // [row][HD + kPad]
-template <int HD>
-constexpr size_t transposed_tile_elements = size_t{HD} * kTransposedPitch;  // [HD][kRows + kPad]
 
 template <typename E>
 struct ForwardTiles {
@@ -327,9 +345,8 @@ struct ForwardTiles {
 template <int HD, typename E>
 __host__ __device__ inline ForwardTiles<E> carve_forward(SharedCarve& carve) {
   ForwardTiles<E> tiles{};
-  tiles.q = carve.take<E>(rows_tile_elements<HD>);
-  tiles.k = carve.take<E>(rows_tile_elements<HD>);
-  tiles.v_transposed = carve.take<E>(transposed_tile_elements<HD>);
+  carve.row_tiles<HD>(tiles.q, tiles.k);
+  carve.transposed_tiles<HD>(tiles.v_transposed);
   return tiles;
 }
 
@@ -341,13 +358,9 @@ struct DqTiles {
 template <int HD, typename E>
 __host__ __device__ inline DqTiles<E> carve_dq(SharedCarve& carve) {
   DqTiles<E> tiles{};
-  tiles.q = carve.take<E>(rows_tile_elements<HD>);
-  tiles.dout = carve.take<E>(rows_tile_elements<HD>);
-  tiles.k = carve.take<E>(rows_tile_elements<HD>);
-  tiles.v = carve.take<E>(rows_tile_elements<HD>);
-  tiles.k_transposed = carve.take<E>(transposed_tile_elements<HD>);
-  tiles.row_logsumexp_log2 = carve.take<float>(kRows);
-  tiles.row_delta = carve.take<float>(kRows);
+  carve.row_tiles<HD>(tiles.q, tiles.dout, tiles.k, tiles.v);
+  carve.transposed_tiles<HD>(tiles.k_transposed);
+  carve.row_statistics(tiles.row_logsumexp_log2, tiles.row_delta);
   return tiles;
 }
 
@@ -359,14 +372,9 @@ struct DkDvTiles {
 template <int HD, typename E>
 __host__ __device__ inline DkDvTiles<E> carve_dkdv(SharedCarve& carve) {
   DkDvTiles<E> tiles{};
-  tiles.k = carve.take<E>(rows_tile_elements<HD>);
-  tiles.v = carve.take<E>(rows_tile_elements<HD>);
-  tiles.q = carve.take<E>(rows_tile_elements<HD>);
-  tiles.dout = carve.take<E>(rows_tile_elements<HD>);
-  tiles.q_transposed = carve.take<E>(transposed_tile_elements<HD>);
-  tiles.dout_transposed = carve.take<E>(transposed_tile_elements<HD>);
-  tiles.row_logsumexp_log2 = carve.take<float>(kRows);
-  tiles.row_delta = carve.take<float>(kRows);
+  carve.row_tiles<HD>(tiles.k, tiles.v, tiles.q, tiles.dout);
+  carve.transposed_tiles<HD>(tiles.q_transposed, tiles.dout_transposed);
+  carve.row_statistics(tiles.row_logsumexp_log2, tiles.row_delta);
   return tiles;
 }
 
@@ -675,12 +683,16 @@ void launch_backward(E* dqkv, const E* doutput, const E* qkv, const E* output,
   CUDA_CHECK(cudaGetLastError());
 }
 
-// The public entry points for one host element type Scalar (bfloat16, float16) and its device
+}  // namespace
+
+// The public entry points, for the host element type Scalar (bfloat16, float16) and its device
 // type E.
-template <typename Scalar, typename E>
-void forward(Scalar* output, float* logsumexp, const Scalar* qkv, int64_t batch_size,
-             int64_t seq_length, int64_t hidden_size, int64_t num_heads,
-             int64_t num_query_groups, const Dropout& dropout, CudaStream stream) {
+template <typename Scalar>
+void flash_attention_forward(Scalar* output, float* logsumexp, const Scalar* qkv,
+                             int64_t batch_size, int64_t seq_length, int64_t hidden_size,
+                             int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
+                             CudaStream stream) {
+  using E = DeviceElement<Scalar>;
   constexpr const char* op = "flash_attention_forward";
   const FlashShape shape =
       make_flash_shape(op, seq_length, hidden_size, num_heads, num_query_groups, dropout);
@@ -696,11 +708,12 @@ void forward(Scalar* output, float* logsumexp, const Scalar* qkv, int64_t batch_
   }
 }
 
-template <typename Scalar, typename E>
-void backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv, const Scalar* output,
-              const float* logsumexp, int64_t batch_size, int64_t seq_length,
-              int64_t hidden_size, int64_t num_heads, int64_t num_query_groups,
-              const Dropout& dropout, CudaStream stream) {
+template <typename Scalar>
+void flash_attention_backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv,
+                              const Scalar* output, const float* logsumexp, int64_t batch_size,
+                              int64_t seq_length, int64_t hidden_size, int64_t num_heads,
+                              int64_t num_query_groups, const Dropout& dropout, CudaStream stream) {
+  using E = DeviceElement<Scalar>;
   constexpr const char* op = "flash_attention_backward";
   const FlashShape shape =
       make_flash_shape(op, seq_length, hidden_size, num_heads, num_query_groups, dropout);
@@ -719,39 +732,15 @@ void backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv, const Scal
   }
 }
 
-}  // namespace
-
-void flash_attention_forward(bfloat16* output, float* logsumexp, const bfloat16* qkv,
-                             int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                             int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
-                             CudaStream stream) {
-  forward<bfloat16, __nv_bfloat16>(output, logsumexp, qkv, batch_size, seq_length, hidden_size,
-                                   num_heads, num_query_groups, dropout, stream);
-}
-void flash_attention_forward(float16* output, float* logsumexp, const float16* qkv,
-                             int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                             int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
-                             CudaStream stream) {
-  forward<float16, __half>(output, logsumexp, qkv, batch_size, seq_length, hidden_size,
-                           num_heads, num_query_groups, dropout, stream);
-}
-
-void flash_attention_backward(bfloat16* dqkv, const bfloat16* doutput, const bfloat16* qkv,
-                              const bfloat16* output, const float* logsumexp,
-                              int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                              int64_t num_heads, int64_t num_query_groups,
-                              const Dropout& dropout, CudaStream stream) {
-  backward<bfloat16, __nv_bfloat16>(dqkv, doutput, qkv, output, logsumexp, batch_size,
-                                    seq_length, hidden_size, num_heads, num_query_groups,
-                                    dropout, stream);
-}
-void flash_attention_backward(float16* dqkv, const float16* doutput, const float16* qkv,
-                              const float16* output, const float* logsumexp,
-                              int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                              int64_t num_heads, int64_t num_query_groups,
-                              const Dropout& dropout, CudaStream stream) {
-  backward<float16, __half>(dqkv, doutput, qkv, output, logsumexp, batch_size, seq_length,
-                            hidden_size, num_heads, num_query_groups, dropout, stream);
-}
+#define BACKEND_INSTANTIATE_FLASH_ATTENTION_CUDA(Scalar)                                          \
+  template void flash_attention_forward<Scalar>(Scalar*, float*, const Scalar*, int64_t, int64_t, \
+                                                int64_t, int64_t, int64_t, const Dropout&,        \
+                                                CudaStream);                                      \
+  template void flash_attention_backward<Scalar>(                                                 \
+      Scalar*, const Scalar*, const Scalar*, const Scalar*, const float*, int64_t, int64_t,       \
+      int64_t, int64_t, int64_t, const Dropout&, CudaStream);
+BACKEND_INSTANTIATE_FLASH_ATTENTION_CUDA(bfloat16)
+BACKEND_INSTANTIATE_FLASH_ATTENTION_CUDA(float16)
+#undef BACKEND_INSTANTIATE_FLASH_ATTENTION_CUDA
 
 }  // namespace backend::cuda

@@ -11,9 +11,7 @@ namespace {
 template <int Width, typename T>
 __global__ void convert_kernel(T* output, const float* input, int64_t count) {
   const int64_t packs = (count + Width - 1) / Width;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs;
-       p += stride) {
+  for (const int64_t p : detail::grid_stride(packs)) {
     const int64_t first = p * Width;
     if (first + Width <= count) {
       float values[Width];

@@ -20,6 +20,7 @@ namespace backend::cuda {
 namespace {
 
 using detail::from_float;
+using detail::grid_stride;
 using detail::Pack;
 using detail::to_float;
 
@@ -54,34 +55,41 @@ __device__ __forceinline__ float block_row_logsumexp(const T* z, int64_t vocab_s
   return row_max + logf(detail::block_sum(thread_sum, shared));
 }
 
-template <typename T, int Width>
-__global__ void cross_entropy_forward_kernel(float* losses, float* logsumexp, const T* logits,
-                                             const int32_t* labels, int64_t rows,
-                                             int64_t vocab_size) {
-  __shared__ float shared[32];
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T* z = logits + row * vocab_size;
-    const float row_logsumexp = block_row_logsumexp<T, Width>(z, vocab_size, shared);
-    if (threadIdx.x == 0) {
-      logsumexp[row] = row_logsumexp;
-      losses[row] = labels[row] < 0 ? 0.0f : row_logsumexp - to_float(z[labels[row]]);
-    }
+// What a row's logsumexp becomes, written by the row's thread 0: the forward's loss, or a
+// vocabulary-parallel shard's partial (its logsumexp and the label's logit when the label is
+// in the shard, else 0).
+struct LossOfRow {
+  float* losses;
+  float* logsumexp;
+  const int32_t* labels;
+  template <typename T>
+  __device__ void operator()(int64_t row, float row_logsumexp, const T* z, int64_t) const {
+    logsumexp[row] = row_logsumexp;
+    losses[row] = labels[row] < 0 ? 0.0f : row_logsumexp - to_float(z[labels[row]]);
   }
-}
+};
+struct PartialOfRow {
+  float* logsumexp_part;
+  float* target_logit;
+  const int32_t* labels;
+  int64_t vocab_start;
+  template <typename T>
+  __device__ void operator()(int64_t row, float row_logsumexp, const T* z,
+                             int64_t vocab_size) const {
+    logsumexp_part[row] = row_logsumexp;
+    const int64_t label = int64_t{labels[row]} - vocab_start;
+    target_logit[row] = label >= 0 && label < vocab_size ? to_float(z[label]) : 0.0f;
+  }
+};
 
-template <typename T, int Width>
-__global__ void vocab_parallel_partial_kernel(float* logsumexp_part, float* target_logit,
-                                              const T* logits, const int32_t* labels, int64_t rows,
-                                              int64_t vocab_size, int64_t vocab_start) {
+template <typename T, int Width, typename Finish>
+__global__ void row_logsumexp_kernel(const T* logits, int64_t rows, int64_t vocab_size,
+                                     Finish finish) {
   __shared__ float shared[32];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* z = logits + row * vocab_size;
     const float row_logsumexp = block_row_logsumexp<T, Width>(z, vocab_size, shared);
-    if (threadIdx.x == 0) {
-      logsumexp_part[row] = row_logsumexp;
-      const int64_t label = int64_t{labels[row]} - vocab_start;
-      target_logit[row] = label >= 0 && label < vocab_size ? to_float(z[label]) : 0.0f;
-    }
+    if (threadIdx.x == 0) finish(row, row_logsumexp, z, vocab_size);
   }
 }
 
@@ -92,9 +100,7 @@ __global__ void vocab_parallel_combine_kernel(float* losses, float* logsumexp,
                                               const float* target_logit,
                                               const int32_t* labels, int64_t rows,
                                               int64_t parts) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; row < rows;
-       row += stride) {
+  for (const int64_t row : grid_stride(rows)) {
     const float* part = logsumexp_parts + row;  // part[k * rows]: part k's value
     float part_max = part[0];
     for (int64_t k = 1; k < parts; ++k) part_max = fmaxf(part_max, part[k * rows]);
@@ -148,17 +154,11 @@ void cross_entropy_forward(float* losses, float* logsumexp, const Scalar* logits
                            CudaStream stream) {
   if (rows <= 0 || vocab_size <= 0) return;
   using T = detail::DeviceElementOf<Scalar>;
-  constexpr int kWidth = detail::kPackWidth<T>;
   const T* z = detail::device_pointer(logits);
-  if (vocab_size % kWidth == 0 && detail::aligned_16(z)) {
-    cross_entropy_forward_kernel<T, kWidth>
-        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(losses, logsumexp, z, labels,
-                                                                    rows, vocab_size);
-  } else {
-    cross_entropy_forward_kernel<T, 1><<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
-        losses, logsumexp, z, labels, rows, vocab_size);
-  }
-  CUDA_CHECK(cudaGetLastError());
+  detail::launch_with_pack_width<T>(vocab_size, {z}, [&](auto width) {
+    row_logsumexp_kernel<T, width><<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
+        z, rows, vocab_size, LossOfRow{losses, logsumexp, labels});
+  });
 }
 
 template <typename Scalar>
@@ -167,18 +167,13 @@ void cross_entropy_backward(Scalar* dlogits, const Scalar* logits, const float* 
                             int64_t vocab_start, CudaStream stream) {
   if (rows <= 0 || vocab_size <= 0) return;
   using T = detail::DeviceElementOf<Scalar>;
-  constexpr int kWidth = detail::kPackWidth<T>;
   T* dz = detail::device_pointer(dlogits);
   const T* z = detail::device_pointer(logits);
-  if (vocab_size % kWidth == 0 && detail::aligned_16(z) && detail::aligned_16(dz)) {
-    cross_entropy_backward_kernel<T, kWidth>
+  detail::launch_with_pack_width<T>(vocab_size, {z, dz}, [&](auto width) {
+    cross_entropy_backward_kernel<T, width>
         <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(dz, z, logsumexp, labels, scale,
                                                                     rows, vocab_size, vocab_start);
-  } else {
-    cross_entropy_backward_kernel<T, 1><<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
-        dz, z, logsumexp, labels, scale, rows, vocab_size, vocab_start);
-  }
-  CUDA_CHECK(cudaGetLastError());
+  });
 }
 
 template <typename Scalar>
@@ -189,17 +184,11 @@ void vocab_parallel_cross_entropy_partial(float* logsumexp_part, float* target_l
   // An empty shard (V = 0) still writes its rows: −∞ and 0.
   if (rows <= 0 || vocab_size < 0) return;
   using T = detail::DeviceElementOf<Scalar>;
-  constexpr int kWidth = detail::kPackWidth<T>;
   const T* z = detail::device_pointer(logits);
-  if (vocab_size % kWidth == 0 && detail::aligned_16(z)) {
-    vocab_parallel_partial_kernel<T, kWidth>
-        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
-            logsumexp_part, target_logit, z, labels, rows, vocab_size, vocab_start);
-  } else {
-    vocab_parallel_partial_kernel<T, 1><<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
-        logsumexp_part, target_logit, z, labels, rows, vocab_size, vocab_start);
-  }
-  CUDA_CHECK(cudaGetLastError());
+  detail::launch_with_pack_width<T>(vocab_size, {z}, [&](auto width) {
+    row_logsumexp_kernel<T, width><<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
+        z, rows, vocab_size, PartialOfRow{logsumexp_part, target_logit, labels, vocab_start});
+  });
 }
 
 void vocab_parallel_cross_entropy_combine(float* losses, float* logsumexp,

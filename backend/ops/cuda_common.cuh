@@ -125,6 +125,84 @@ inline unsigned grid_for(int64_t work_items) {
   return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, kMaxBlocks));
 }
 
+// ---- grid-stride loops
+// `for (const int64_t i : grid_stride(count))` visits this thread's share of [0, count): its
+// index in the grid, then steps of the whole grid. A range rather than a function taking the
+// body, so the body stays in the kernel and nvcc unrolls its inner loops as it did before.
+class GridStride {
+ public:
+  struct End {};
+  class Iterator {
+   public:
+    __device__ Iterator(int64_t index, int64_t stride, int64_t count)
+        : index_(index), stride_(stride), count_(count) {}
+    __device__ int64_t operator*() const { return index_; }
+    __device__ Iterator& operator++() {
+      index_ += stride_;
+      return *this;
+    }
+    __device__ bool operator!=(End) const { return index_ < count_; }
+
+   private:
+    int64_t index_;
+    int64_t stride_;
+    int64_t count_;
+  };
+  __device__ explicit GridStride(int64_t count) : count_(count) {}
+  __device__ Iterator begin() const {
+    return {static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x,
+            static_cast<int64_t>(gridDim.x) * blockDim.x, count_};
+  }
+  __device__ End end() const { return {}; }
+
+ private:
+  int64_t count_;
+};
+__device__ __forceinline__ GridStride grid_stride(int64_t count) {
+  return GridStride(count);
+}
+
+// Rows of `columns` elements walked Width at a time (columns a multiple of Width): a position
+// is a row and the first of its Width columns. `for (const RowPack at : grid_stride_packs<W>(
+// rows, columns))` gives each thread its share of the rows × columns / W packs.
+struct RowPack {
+  int64_t row;
+  int64_t column;
+};
+template <int Width>
+class GridStridePacks {
+ public:
+  class Iterator {
+   public:
+    __device__ Iterator(GridStride::Iterator pack, int64_t packs_per_row)
+        : pack_(pack), packs_per_row_(packs_per_row) {}
+    __device__ RowPack operator*() const {
+      return {*pack_ / packs_per_row_, (*pack_ % packs_per_row_) * Width};
+    }
+    __device__ Iterator& operator++() {
+      ++pack_;
+      return *this;
+    }
+    __device__ bool operator!=(GridStride::End end) const { return pack_ != end; }
+
+   private:
+    GridStride::Iterator pack_;
+    int64_t packs_per_row_;
+  };
+  __device__ GridStridePacks(int64_t rows, int64_t columns)
+      : packs_per_row_(columns / Width), packs_(rows * packs_per_row_) {}
+  __device__ Iterator begin() const { return {packs_.begin(), packs_per_row_}; }
+  __device__ GridStride::End end() const { return {}; }
+
+ private:
+  int64_t packs_per_row_;
+  GridStride packs_;
+};
+template <int Width>
+__device__ __forceinline__ GridStridePacks<Width> grid_stride_packs(int64_t rows, int64_t columns) {
+  return GridStridePacks<Width>(rows, columns);
+}
+
 // Sum over a warp by an xor butterfly: every lane ends with the same bits (each step adds the
 // same two values, in either order, and float addition is commutative).
 __device__ __forceinline__ float warp_sum(float value) {
@@ -221,9 +299,7 @@ __global__ void column_partials_kernel(float* scratch, Terms terms, int64_t rows
 template <int Sums>
 __global__ void column_finish_kernel(ColumnTargets<Sums> targets, const float* scratch,
                                      int64_t channels, int64_t groups) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < channels;
-       c += stride) {
+  for (const int64_t c : grid_stride(channels)) {
     float sums[Sums] = {};
     for (int64_t group = 0; group < groups; ++group) {
 #pragma unroll
@@ -251,7 +327,7 @@ void launch_column_sums(const ColumnTargets<Terms::kSums>& targets, const Terms&
 // ---- one block per row
 // The norms' kernels: a block walks its rows (row = blockIdx.x, stepping by the grid), and each
 // thread the row's channels, Width consecutive ones at a time (one 16-byte pack when Width > 1,
-// which launch_row_kernel picks only when rows_vectorise allows, so each row starts aligned),
+// which launch_with_pack_width picks only when rows_vectorise allows, so each row starts aligned),
 // stepping by the block.
 inline unsigned row_grid(int64_t rows) {
   return static_cast<unsigned>(std::clamp<int64_t>(rows, 1, int64_t{1} << 20));
@@ -268,11 +344,12 @@ __device__ __forceinline__ void for_each_pack_of_row(int64_t channels, Visit&& v
   for (int64_t c = static_cast<int64_t>(threadIdx.x) * Width; c < channels; c += step) visit(c);
 }
 
-// launch(std::integral_constant<int, Width>{}) launches the kernel of that Width over
-// row_grid(rows) blocks of kBlockSize: the 16-byte pack where C and every pointer allow, else 1.
+// launch(std::integral_constant<int, Width>{}) launches the kernel of that Width (over the grid
+// the launch picks; the norms' is row_grid(rows) blocks of kBlockSize): the 16-byte pack where
+// rows of C elements and every pointer allow it (rows_vectorise), else 1.
 template <typename T, typename Launch>
-void launch_row_kernel(int64_t channels, std::initializer_list<const void*> pointers,
-                       Launch&& launch) {
+void launch_with_pack_width(int64_t channels, std::initializer_list<const void*> pointers,
+                            Launch&& launch) {
   if (rows_vectorise<T>(channels, pointers)) {
     launch(std::integral_constant<int, kPackWidth<T>>{});
   } else {
@@ -290,9 +367,7 @@ template <typename T, int Width, typename Op>
 __global__ void map_kernel(T* output, const T* a, const T* b, int64_t count, Op op) {
   using P = Pack<T, Width>;
   const int64_t packs = (count + Width - 1) / Width;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs;
-       p += stride) {
+  for (const int64_t p : grid_stride(packs)) {
     const int64_t first = p * Width;
     if (first + Width <= count) {
       const P a_pack = *reinterpret_cast<const P*>(a + first);

@@ -18,6 +18,8 @@ namespace backend::cuda {
 namespace {
 
 using detail::from_float;
+using detail::grid_stride;
+using detail::grid_stride_packs;
 using detail::Pack;
 using detail::to_float;
 
@@ -27,13 +29,7 @@ __global__ void embedding_forward_kernel(T* output, const int32_t* tokens, const
                                          int64_t hidden_size, int64_t vocab_start,
                                          int64_t vocab_size) {
   using P = Pack<T, Width>;
-  const int64_t packs_per_row = hidden_size / Width;
-  const int64_t packs = rows * packs_per_row;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs;
-       p += stride) {
-    const int64_t row = p / packs_per_row;
-    const int64_t c = (p % packs_per_row) * Width;
+  for (const auto [row, c] : grid_stride_packs<Width>(rows, hidden_size)) {
     const int64_t token = int64_t{tokens[row]} - vocab_start;
     P out;
     if (token < 0 || token >= vocab_size) {  // another shard's token: the position row or 0
@@ -92,9 +88,7 @@ __global__ void embedding_position_backward_kernel(float* dposition, const T* do
                                                    int64_t batch_size, int64_t seq_length,
                                                    int64_t hidden_size) {
   const int64_t count = seq_length * hidden_size;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += stride) {
+  for (const int64_t i : grid_stride(count)) {
     float sum = 0.0f;
     for (int64_t b = 0; b < batch_size; ++b) sum += to_float(doutput[b * count + i]);
     dposition[i] += sum;
@@ -108,9 +102,7 @@ __global__ void embedding_at_positions_kernel(T* output, const int32_t* tokens,
                                               const T* position, int64_t rows,
                                               int64_t hidden_size) {
   const int64_t count = rows * hidden_size;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += stride) {
+  for (const int64_t i : grid_stride(count)) {
     const int64_t row = i / hidden_size;
     const int64_t c = i % hidden_size;
     const T w = word[int64_t{tokens[row]} * hidden_size + c];
@@ -146,22 +138,15 @@ void embedding_forward(Scalar* output, const int32_t* tokens, const Scalar* word
   const int64_t rows = batch_size * seq_length;
   if (rows <= 0 || hidden_size <= 0) return;
   using T = detail::DeviceElementOf<Scalar>;
-  constexpr int kWidth = detail::kPackWidth<T>;
   T* out = detail::device_pointer(output);
   const T* word = detail::device_pointer(word_embeddings);
   const T* position = detail::device_pointer(position_embeddings);
   // aligned_16(nullptr) holds, so an absent position table does not block the packs.
-  if (hidden_size % kWidth == 0 && detail::aligned_16(out) && detail::aligned_16(word) &&
-      detail::aligned_16(position)) {
-    embedding_forward_kernel<T, kWidth>
-        <<<detail::grid_for(rows * hidden_size / kWidth), detail::kBlockSize, 0, stream>>>(
+  detail::launch_with_pack_width<T>(hidden_size, {out, word, position}, [&](auto width) {
+    embedding_forward_kernel<T, width>
+        <<<detail::grid_for(rows * hidden_size / width), detail::kBlockSize, 0, stream>>>(
             out, tokens, word, position, rows, seq_length, hidden_size, vocab_start, vocab_size);
-  } else {
-    embedding_forward_kernel<T, 1>
-        <<<detail::grid_for(rows * hidden_size), detail::kBlockSize, 0, stream>>>(
-            out, tokens, word, position, rows, seq_length, hidden_size, vocab_start, vocab_size);
-  }
-  CUDA_CHECK(cudaGetLastError());
+  });
 }
 
 template <typename Scalar>

@@ -173,7 +173,7 @@ void launch_norm_forward(T* output, float* mean, float* rstd, const T* input, co
                          const T* bias, float weight_offset, float epsilon, int64_t rows,
                          int64_t channels, cudaStream_t stream) {
   if (rows <= 0 || channels <= 0) return;
-  launch_row_kernel<T>(channels, {output, input, weight, bias}, [&](auto width) {
+  launch_with_pack_width<T>(channels, {output, input, weight, bias}, [&](auto width) {
     norm_forward_kernel<kKind, T, decltype(width)::value>
         <<<row_grid(rows), kBlockSize, 0, stream>>>(output, mean, rstd, input, weight, bias,
                                                     weight_offset, epsilon, rows, channels);
@@ -192,7 +192,7 @@ void launch_norm_backward(T* dinput, float* dweight, float* dbias, const T* dout
   if constexpr (Terms::kSums == 2) targets.columns[1] = dbias;
   launch_column_sums(targets, Terms{doutput, input, mean, rstd, channels}, scratch, rows, channels,
                      stream);
-  launch_row_kernel<T>(channels, {dinput, doutput, input, weight}, [&](auto width) {
+  launch_with_pack_width<T>(channels, {dinput, doutput, input, weight}, [&](auto width) {
     norm_dinput_kernel<kKind, T, decltype(width)::value><<<row_grid(rows), kBlockSize, 0, stream>>>(
         dinput, doutput, input, weight, weight_offset, mean, rstd, rows, channels);
   });

@@ -18,15 +18,14 @@ namespace backend::cuda {
 namespace {
 
 using detail::from_float;
+using detail::grid_stride;
 using detail::to_float;
 
 __global__ void rope_tables_kernel(float* cos_table, float* sin_table, int64_t seq_length,
                                    int64_t rotary_dim, double base, RopeScaling scaling) {
   const int64_t half = rotary_dim / 2;
   const int64_t count = seq_length * half;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < count;
-       k += stride) {
+  for (const int64_t k : grid_stride(count)) {
     const int64_t t = k / half;
     const int64_t i = k % half;
     const double inverse_frequency = scaled_inverse_frequency(
@@ -49,9 +48,7 @@ __global__ void rope_rotate_kernel(T* output, const T* input, const float* cos_t
   const int64_t half = rotary_dim / 2;
   const int64_t per_head = half + passthrough;
   const int64_t count = rows * num_heads * per_head;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < count;
-       k += stride) {
+  for (const int64_t k : grid_stride(count)) {
     const int64_t item = k % per_head;
     const int64_t head = (k / per_head) % num_heads;
     const int64_t row = k / (per_head * num_heads);

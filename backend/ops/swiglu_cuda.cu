@@ -13,6 +13,7 @@ namespace backend::cuda {
 namespace {
 
 using detail::from_float;
+using detail::grid_stride_packs;
 using detail::Pack;
 using detail::to_float;
 
@@ -24,13 +25,7 @@ __device__ __forceinline__ float sigmoid(float a) {
 template <typename T, int Width>
 __global__ void swiglu_forward_kernel(T* output, const T* input, int64_t rows, int64_t features) {
   using P = Pack<T, Width>;
-  const int64_t packs_per_row = features / Width;
-  const int64_t packs = rows * packs_per_row;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs;
-       p += stride) {
-    const int64_t row = p / packs_per_row;
-    const int64_t f = (p % packs_per_row) * Width;
+  for (const auto [row, f] : grid_stride_packs<Width>(rows, features)) {
     const T* gate = input + row * 2 * features + f;
     const P a = *reinterpret_cast<const P*>(gate);
     const P b = *reinterpret_cast<const P*>(gate + features);
@@ -48,13 +43,7 @@ template <typename T, int Width>
 __global__ void swiglu_backward_kernel(T* dinput, const T* doutput, const T* input, int64_t rows,
                                        int64_t features) {
   using P = Pack<T, Width>;
-  const int64_t packs_per_row = features / Width;
-  const int64_t packs = rows * packs_per_row;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < packs;
-       p += stride) {
-    const int64_t row = p / packs_per_row;
-    const int64_t f = (p % packs_per_row) * Width;
+  for (const auto [row, f] : grid_stride_packs<Width>(rows, features)) {
     const int64_t gate_offset = row * 2 * features + f;
     const P a = *reinterpret_cast<const P*>(input + gate_offset);
     const P b = *reinterpret_cast<const P*>(input + gate_offset + features);
@@ -74,14 +63,6 @@ __global__ void swiglu_backward_kernel(T* dinput, const T* doutput, const T* inp
   }
 }
 
-// The pack width all operands allow: 16 bytes when F divides into packs and every pointer is
-// 16-byte aligned (so every row, and the b half of it, starts aligned), else 1.
-template <typename T>
-bool can_vectorise(int64_t features, const void* p0, const void* p1, const void* p2) {
-  return features % detail::kPackWidth<T> == 0 && detail::aligned_16(p0) &&
-         detail::aligned_16(p1) && detail::aligned_16(p2);
-}
-
 }  // namespace
 
 template <typename Scalar>
@@ -89,19 +70,13 @@ void swiglu_forward(Scalar* output, const Scalar* input, int64_t rows, int64_t f
                     CudaStream stream) {
   if (rows <= 0 || features <= 0) return;
   using T = detail::DeviceElementOf<Scalar>;
-  constexpr int kWidth = detail::kPackWidth<T>;
   T* out = detail::device_pointer(output);
   const T* in = detail::device_pointer(input);
-  if (can_vectorise<T>(features, out, in, in)) {
-    swiglu_forward_kernel<T, kWidth>
-        <<<detail::grid_for(rows * features / kWidth), detail::kBlockSize, 0, stream>>>(
+  detail::launch_with_pack_width<T>(features, {out, in}, [&](auto width) {
+    swiglu_forward_kernel<T, width>
+        <<<detail::grid_for(rows * features / width), detail::kBlockSize, 0, stream>>>(
             out, in, rows, features);
-  } else {
-    swiglu_forward_kernel<T, 1>
-        <<<detail::grid_for(rows * features), detail::kBlockSize, 0, stream>>>(out, in, rows,
-                                                                               features);
-  }
-  CUDA_CHECK(cudaGetLastError());
+  });
 }
 
 template <typename Scalar>
@@ -109,20 +84,14 @@ void swiglu_backward(Scalar* dinput, const Scalar* doutput, const Scalar* input,
                      int64_t features, CudaStream stream) {
   if (rows <= 0 || features <= 0) return;
   using T = detail::DeviceElementOf<Scalar>;
-  constexpr int kWidth = detail::kPackWidth<T>;
   T* din = detail::device_pointer(dinput);
   const T* dout = detail::device_pointer(doutput);
   const T* in = detail::device_pointer(input);
-  if (can_vectorise<T>(features, din, dout, in)) {
-    swiglu_backward_kernel<T, kWidth>
-        <<<detail::grid_for(rows * features / kWidth), detail::kBlockSize, 0, stream>>>(
+  detail::launch_with_pack_width<T>(features, {din, dout, in}, [&](auto width) {
+    swiglu_backward_kernel<T, width>
+        <<<detail::grid_for(rows * features / width), detail::kBlockSize, 0, stream>>>(
             din, dout, in, rows, features);
-  } else {
-    swiglu_backward_kernel<T, 1>
-        <<<detail::grid_for(rows * features), detail::kBlockSize, 0, stream>>>(din, dout, in, rows,
-                                                                               features);
-  }
-  CUDA_CHECK(cudaGetLastError());
+  });
 }
 
 template void swiglu_forward<float>(float*, const float*, int64_t, int64_t, CudaStream);
