@@ -12,18 +12,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "launcher/process.hpp"
 #include "sanitized_build.hpp"
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
+#include "tests/reference_tools.hpp"
 #include "tiny_lambada_checkpoint.hpp"
-#include "torch_available.hpp"
 
 namespace fs = std::filesystem;
 

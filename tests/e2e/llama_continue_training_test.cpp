@@ -26,12 +26,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "backend/train/arguments.hpp"
 #include "backend/train/dataset_provider.hpp"
@@ -39,7 +38,7 @@
 #include "launcher/process.hpp"
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
-#include "torch_available.hpp"
+#include "tests/reference_tools.hpp"
 
 namespace fs = std::filesystem;
 
@@ -79,7 +78,7 @@ double iteration_loss(const std::string& output, int iteration) {
   return std::stod(match[1].str());
 }
 
-bool torch_available() { return test_support::torch_available("the PyTorch checks"); }
+using test_support::torch_available;
 
 // Samples [first, first + kGlobalBatch) of the training split the flags describe, read as the
 // trainer reads them, written as llama_loss_reference.py's batch.json.

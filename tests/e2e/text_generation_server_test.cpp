@@ -28,13 +28,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "backend/data/tokenizer.hpp"
 #include "backend/serve/generation.hpp"
@@ -47,6 +46,7 @@
 #include "spawned_process.hpp"
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
+#include "tests/reference_tools.hpp"
 #include "tiny_lambada_checkpoint.hpp"
 
 namespace fs = std::filesystem;
@@ -460,14 +460,11 @@ TEST_CASE("text_generation_cli drives the server from standard input, and SIGTER
 }
 
 TEST_CASE("a load test: hey's 160 requests over 16 connections are all answered 200") {
-  const auto probe = launcher::run_and_capture({"/bin/sh", "-c", "command -v hey"});
-  if (probe.exit_code != 0) {
-    const std::string why = "hey is not installed (Debian: apt-get install hey, or "
-                            "container/install-deps.sh --tests)";
-    if (std::getenv("CI") != nullptr) FAIL("CI is set, so the load test may not be skipped: " << why);
-    MESSAGE("skipped the load test: " << why);
-    return;
-  }
+  const bool hey = test_support::reference_available(
+      "command -v hey", "the load tester hey",
+      "Debian: apt-get install hey, or container/install-deps.sh --tests",
+      [](const test_support::CommandResult& result) { return result.exit_status == 0; });
+  if (!hey) return;
   Server server({"--max-batch-size", "8"});
   const auto run = launcher::run_and_capture(
       {"hey", "-n", "160", "-c", "16", "-m", "PUT", "-T", "application/json", "-d",

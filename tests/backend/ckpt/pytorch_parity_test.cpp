@@ -12,13 +12,9 @@
 // --tests); python3 on PATH may be another interpreter. Without it the test is skipped with a
 // message, except when the environment variable CI is set, where that is a failure.
 #include <doctest/doctest.h>
-#include <nlohmann/json.hpp>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
-#include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <string>
@@ -28,12 +24,16 @@
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
-#include "test_files.hpp"
+#include "tests/reference_tools.hpp"
 #include "tests/temporary_directory.hpp"
+#include "tests/test_files.hpp"
 
 namespace {
 
+using test_support::CommandResult;
 using test_support::kPython;
+using test_support::run_command;
+using test_support::torch_available;
 
 using backend::GptConfig;
 using backend::GptModel;
@@ -41,36 +41,6 @@ using backend::GptModel;
 constexpr int64_t kBatchSize = 2;
 constexpr int64_t kSeqLength = 16;
 constexpr int kSteps = 10;
-
-struct CommandResult {
-  int exit_status = -1;
-  std::string output;
-};
-
-CommandResult run_command(const std::string& command) {
-  CommandResult result;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  REQUIRE_MESSAGE(pipe != nullptr, "cannot run: " << command);
-  std::array<char, 4096> buffer{};
-  size_t count;
-  while ((count = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), count);
-  const int status = pclose(pipe);
-  result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
-// True when the reference can run; otherwise skips (MESSAGE) or, under CI, fails.
-bool torch_available() {
-  const auto probe = run_command(std::string(kPython) + " -c 'import torch'");
-  if (probe.exit_status == 0) return true;
-  const std::string why = std::string(kPython) + " cannot import torch (Debian: apt-get install " +
-                          "python3-torch, or container/install-deps.sh --tests): " + probe.output;
-  if (std::getenv("CI") != nullptr) {
-    FAIL("CI is set, so the PyTorch parity test may not be skipped: " << why);
-  }
-  MESSAGE("skipped: " << why);
-  return false;
-}
 
 // Trains `config` for kSteps on random batches as trainer.cpp does, leaving in `directory`
 // what pytorch_reference.py reads, then runs it. Returns its exit status and output. With

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "backend/common/error.hpp"
-#include "tests/backend/data/numpy_reference.hpp"
+#include "tests/reference_tools.hpp"
 #include "tests/temporary_directory.hpp"
 #include "tests/test_files.hpp"
 
@@ -26,17 +26,7 @@ namespace fs = std::filesystem;
 
 // Runs write_torch_checkpoints.py into `directory`; false (skipped) without torch, outside CI.
 bool write_torch_checkpoints(const fs::path& directory) {
-  const auto probe =
-      test_support::run_command(std::string(test_support::kPython) + " -c 'import torch, numpy'");
-  if (probe.exit_status != 0) {
-    const std::string why = std::string(test_support::kPython) +
-                            " cannot import torch (Debian: apt-get install python3-torch, or "
-                            "container/install-deps.sh --tests): " +
-                            probe.output;
-    if (test_support::running_under_ci()) FAIL("CI is set, so this may not be skipped: " << why);
-    MESSAGE("skipped: " << why);
-    return false;
-  }
+  if (!test_support::python_imports("torch, numpy", "python3-torch python3-numpy")) return false;
   const auto written = test_support::run_command(
       std::string(test_support::kPython) + " " + test_support::kTestSource +
       "/tests/backend/ckpt/write_torch_checkpoints.py " + directory.string());

@@ -6,13 +6,14 @@
 // preprocess_data end to end (the .bin/.idx ids are spm_encode's with bos:eos), and the errors
 // for a missing or corrupt model and the wrong flags. Without spm_encode/spm_train the
 // comparisons are skipped with a message, or fail under CI (install-deps.sh --tests has them).
-#include <doctest/doctest.h>
+#include "backend/data/sentencepiece_tokenizer.hpp"
 
-#include <nlohmann/json.hpp>
+#include <doctest/doctest.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,11 +21,10 @@
 #include "backend/common/error.hpp"
 #include "backend/data/indexed_dataset.hpp"
 #include "backend/data/preprocess_data.hpp"
-#include "backend/data/sentencepiece_tokenizer.hpp"
 #include "backend/data/tokenizer.hpp"
-#include "numpy_reference.hpp"
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
+#include "tests/reference_tools.hpp"
 
 using namespace backend;
 namespace fs = std::filesystem;
@@ -60,13 +60,12 @@ const std::vector<std::string> kMessyTexts = {
 
 // True when the spm_* command works; otherwise skips (MESSAGE) or, under CI, fails.
 bool spm_available(const std::string& command) {
-  const auto probe = test_support::run_command(command + " --help");
-  if (probe.output.find("Usage") != std::string::npos || probe.exit_status == 0) return true;
-  const std::string why = command + " is missing (Debian: apt-get install sentencepiece, or "
-                          "container/install-deps.sh --tests): " + probe.output;
-  if (std::getenv("CI") != nullptr) FAIL("CI is set, so the spm comparison may not be skipped: " << why);
-  MESSAGE("skipped: " << why);
-  return false;
+  return test_support::reference_available(
+      command + " --help", command,
+      "Debian: apt-get install sentencepiece, or container/install-deps.sh --tests",
+      [](const test_support::CommandResult& result) {
+        return result.output.find("Usage") != std::string::npos || result.exit_status == 0;
+      });
 }
 
 // spm_encode's ids for each line of `texts`; `extra` is its --extra_options (bos, eos, bos:eos).
