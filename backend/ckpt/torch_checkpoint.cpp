@@ -24,17 +24,52 @@ constexpr uint32_t kZip64EndOfCentralDirectory = 0x06064b50;
 constexpr uint32_t kZip64Locator = 0x07064b50;
 constexpr uint16_t kZip64ExtraField = 0x0001;
 
-struct StorageType {
-  std::string_view name;
+// An element's bytes as a double.
+template <typename T>
+double element_as_double(const std::byte* element) {
+  T value;
+  std::memcpy(&value, element, sizeof(T));
+  return static_cast<double>(value);
+}
+// A bool's byte is read as a byte: a file's 2 is true, not undefined behaviour.
+double bool_as_double(const std::byte* element) {
+  return element_as_double<uint8_t>(element) != 0 ? 1.0 : 0.0;
+}
+template <typename Half>
+double half_as_double(const std::byte* element) {
+  uint16_t bits;
+  std::memcpy(&bits, element, sizeof(bits));
+  return to_float(Half{bits});
+}
+
+// Everything the reader knows of a dtype, one row each: its storage class (torch.<storage> in
+// a storage's persistent id), its name as PyTorch prints it, its size and how to read it.
+struct DtypeFacts {
   TorchDtype dtype;
+  std::string_view storage;
+  std::string_view name;
+  int64_t size;
+  double (*value)(const std::byte*);
 };
-constexpr StorageType kStorageTypes[] = {
-    {"FloatStorage", TorchDtype::float32}, {"DoubleStorage", TorchDtype::float64},
-    {"HalfStorage", TorchDtype::float16},  {"BFloat16Storage", TorchDtype::bfloat16},
-    {"LongStorage", TorchDtype::int64},    {"IntStorage", TorchDtype::int32},
-    {"ShortStorage", TorchDtype::int16},   {"CharStorage", TorchDtype::int8},
-    {"ByteStorage", TorchDtype::uint8},    {"BoolStorage", TorchDtype::boolean},
+constexpr DtypeFacts kDtypes[] = {
+    {TorchDtype::float32, "FloatStorage", "torch.float32", 4, element_as_double<float>},
+    {TorchDtype::float64, "DoubleStorage", "torch.float64", 8, element_as_double<double>},
+    {TorchDtype::float16, "HalfStorage", "torch.float16", 2, half_as_double<float16>},
+    {TorchDtype::bfloat16, "BFloat16Storage", "torch.bfloat16", 2, half_as_double<bfloat16>},
+    {TorchDtype::int64, "LongStorage", "torch.int64", 8, element_as_double<int64_t>},
+    {TorchDtype::int32, "IntStorage", "torch.int32", 4, element_as_double<int32_t>},
+    {TorchDtype::int16, "ShortStorage", "torch.int16", 2, element_as_double<int16_t>},
+    {TorchDtype::int8, "CharStorage", "torch.int8", 1, element_as_double<int8_t>},
+    {TorchDtype::uint8, "ByteStorage", "torch.uint8", 1, element_as_double<uint8_t>},
+    {TorchDtype::boolean, "BoolStorage", "torch.bool", 1, bool_as_double},
 };
+
+const DtypeFacts& facts_of(TorchDtype dtype) {
+  for (const DtypeFacts& facts : kDtypes) {
+    if (facts.dtype == dtype) return facts;
+  }
+  return kDtypes[0];  // unreachable: every enumerator has its row
+}
 
 // Little-endian fields of a byte range, each read checked against its end.
 class FieldReader {
@@ -131,91 +166,22 @@ void read_zip64_extra(const FieldReader& zip, uint64_t extra, uint64_t extra_siz
   }
 }
 
-const StorageType* storage_type(const PickleValue& value) {
+const DtypeFacts* storage_type(const PickleValue& value) {
   if (value.kind != PickleKind::global || value.text != "torch") return nullptr;
-  for (const StorageType& type : kStorageTypes) {
-    if (type.name == value.name) return &type;
+  for (const DtypeFacts& facts : kDtypes) {
+    if (facts.storage == value.name) return &facts;
   }
   return nullptr;
-}
-
-double element_value(TorchDtype dtype, const std::byte* element) {
-  auto load = [element]<typename T>(T) {
-    T value;
-    std::memcpy(&value, element, sizeof(T));
-    return value;
-  };
-  switch (dtype) {
-    case TorchDtype::float32:
-      return load(float{});
-    case TorchDtype::float64:
-      return load(double{});
-    case TorchDtype::float16:
-      return to_float(float16{load(uint16_t{})});
-    case TorchDtype::bfloat16:
-      return to_float(bfloat16{load(uint16_t{})});
-    case TorchDtype::int64:
-      return static_cast<double>(load(int64_t{}));
-    case TorchDtype::int32:
-      return load(int32_t{});
-    case TorchDtype::int16:
-      return load(int16_t{});
-    case TorchDtype::int8:
-      return load(int8_t{});
-    case TorchDtype::uint8:
-      return load(uint8_t{});
-    case TorchDtype::boolean:
-      return load(uint8_t{}) != 0 ? 1.0 : 0.0;
-  }
-  return 0;
 }
 
 }  // namespace
 
 int64_t torch_dtype_size(TorchDtype dtype) {
-  switch (dtype) {
-    case TorchDtype::float64:
-    case TorchDtype::int64:
-      return 8;
-    case TorchDtype::float32:
-    case TorchDtype::int32:
-      return 4;
-    case TorchDtype::float16:
-    case TorchDtype::bfloat16:
-    case TorchDtype::int16:
-      return 2;
-    case TorchDtype::int8:
-    case TorchDtype::uint8:
-    case TorchDtype::boolean:
-      return 1;
-  }
-  return 1;
+  return facts_of(dtype).size;
 }
 
 std::string_view torch_dtype_name(TorchDtype dtype) {
-  switch (dtype) {
-    case TorchDtype::float32:
-      return "torch.float32";
-    case TorchDtype::float64:
-      return "torch.float64";
-    case TorchDtype::float16:
-      return "torch.float16";
-    case TorchDtype::bfloat16:
-      return "torch.bfloat16";
-    case TorchDtype::int64:
-      return "torch.int64";
-    case TorchDtype::int32:
-      return "torch.int32";
-    case TorchDtype::int16:
-      return "torch.int16";
-    case TorchDtype::int8:
-      return "torch.int8";
-    case TorchDtype::uint8:
-      return "torch.uint8";
-    case TorchDtype::boolean:
-      return "torch.bool";
-  }
-  return "?";
+  return facts_of(dtype).name;
 }
 
 int64_t TorchTensor::numel() const {
@@ -321,7 +287,7 @@ TorchTensor TorchCheckpointFile::tensor(const PickleValue& value, std::string_vi
     refuse("its storage is not ('storage', type, key, location, numel)");
   }
   const auto& id = storage.items[0]->items;
-  const StorageType* type = storage_type(*id[1]);
+  const DtypeFacts* type = storage_type(*id[1]);
   if (type == nullptr) refuse("its storage type is not one of torch's typed storages");
   if (id[2]->kind != PickleKind::text || id[4]->kind != PickleKind::integer) {
     refuse("its storage key or size is not a text and an integer");
@@ -384,7 +350,8 @@ TorchTensor TorchCheckpointFile::tensor(const PickleValue& value, std::string_vi
 
 std::vector<double> TorchCheckpointFile::tensor_values(const TorchTensor& tensor) const {
   const auto data = entry(tensor.storage_key);
-  const int64_t element_size = torch_dtype_size(tensor.dtype);
+  const DtypeFacts& facts = facts_of(tensor.dtype);
+  const int64_t element_size = facts.size;
   const int64_t count = tensor.numel();
   std::vector<double> values;
   values.reserve(static_cast<size_t>(count));
@@ -392,7 +359,7 @@ std::vector<double> TorchCheckpointFile::tensor_values(const TorchTensor& tensor
   for (int64_t n = 0; n < count; ++n) {
     int64_t element = tensor.storage_offset;
     for (size_t d = 0; d < index.size(); ++d) element += index[d] * tensor.stride[d];
-    values.push_back(element_value(tensor.dtype, data.data() + element * element_size));
+    values.push_back(facts.value(data.data() + element * element_size));
     for (size_t d = index.size(); d > 0; --d) {  // row-major: the last dimension fastest
       if (++index[d - 1] < tensor.shape[d - 1]) break;
       index[d - 1] = 0;

@@ -20,6 +20,7 @@
 #include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/trainer.hpp"
+#include "tests/backend/ckpt/tiny_gpt_arguments.hpp"
 #include "tests/temporary_directory.hpp"
 #include "tests/test_files.hpp"
 
@@ -31,25 +32,9 @@ using backend::TrainingArguments;
 using test_support::TemporaryDirectory;
 
 TrainingArguments conversion_arguments(const std::filesystem::path& save) {
-  TrainingArguments a;
-  a.model.num_layers = 2;
-  a.model.hidden_size = 16;
-  a.model.ffn_hidden_size = 48;
-  a.model.num_attention_heads = 2;
-  a.model.seq_length = 8;
-  a.model.max_position_embeddings = 12;
-  a.tokenizer.tokenizer_type = "NullTokenizer";
-  a.tokenizer.vocab_size = 40;
-  a.model.make_vocab_size_divisible_by = 32;  // 41 tokens → 64 rows
-  a.model.norm_epsilon = 1e-6;
-  a.model.init_method_std = 0.03;
+  TrainingArguments a = test_support::tiny_gpt_arguments(save);
   a.model.hidden_dropout = 0.0;
   a.model.attention_dropout = 0.0;
-  a.run.micro_batch_size = 1;
-  a.run.global_batch_size = 1;
-  a.run.train_iters = 5;
-  a.optimizer.lr = 1e-3;
-  a.checkpointing.save = save.string();
   return a;
 }
 

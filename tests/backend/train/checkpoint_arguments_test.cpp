@@ -13,6 +13,7 @@
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/train/trainer.hpp"
+#include "tests/backend/ckpt/tiny_gpt_arguments.hpp"
 #include "tests/temporary_directory.hpp"
 
 namespace {
@@ -20,24 +21,7 @@ namespace {
 using backend::TrainingArguments;
 
 TrainingArguments saved_arguments(const std::filesystem::path& save) {
-  TrainingArguments a;
-  a.model.num_layers = 2;
-  a.model.hidden_size = 16;
-  a.model.ffn_hidden_size = 48;
-  a.model.num_attention_heads = 2;
-  a.model.seq_length = 8;
-  a.model.max_position_embeddings = 12;
-  a.tokenizer.tokenizer_type = "NullTokenizer";
-  a.tokenizer.vocab_size = 40;
-  a.model.make_vocab_size_divisible_by = 32;
-  a.model.norm_epsilon = 1e-6;
-  a.model.init_method_std = 0.03;
-  a.run.micro_batch_size = 1;
-  a.run.global_batch_size = 1;
-  a.run.train_iters = 5;
-  a.optimizer.lr = 1e-3;
-  a.checkpointing.save = save.string();
-  return a;
+  return test_support::tiny_gpt_arguments(save);
 }
 
 }  // namespace
