@@ -4,20 +4,19 @@
 // megatron/core/optimizer_param_scheduler.py (load_state_dict, _check_and_set).
 #include "backend/ckpt/checkpoint.hpp"
 
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
 
-#include <fcntl.h>
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <charconv>
+#include <chrono>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <regex>
 #include <span>
@@ -25,6 +24,7 @@
 #include <vector>
 
 #include "backend/ckpt/checkpoint_file.hpp"
+#include "backend/ckpt/megatron_checkpoint.hpp"
 #include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/local_time.hpp"
@@ -1079,6 +1079,16 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
     out << "    will not load any checkpoints and will start from random\n";
     out.flush();
     return std::nullopt;
+  }
+  if (is_megatron_checkpoint(directory)) {
+    common::fail(
+        "--load {} is a Megatron-LM checkpoint (--ckpt-format torch: model_optim_rng.pt); "
+        "loading one directly is not built yet. Convert it first: checkpoint_util --load {} "
+        "--save DIR --target-tensor-parallel-size {} --target-pipeline-parallel-size {} "
+        "(weights, iteration and consumed samples; not yet its optimizer state), then --load "
+        "DIR --no-load-optim --no-load-rng",
+        directory.string(), directory.string(), model.tensor_parallel_group().size(),
+        model.pipeline_parallel_group().size());
   }
   if (tracked->release) {
     out << fmt::format(" loading release checkpoint from {}\n", directory.string());

@@ -22,6 +22,8 @@
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/ckpt/checkpoint_record.hpp"
+#include "backend/ckpt/megatron_checkpoint.hpp"
+#include "backend/ckpt/shard_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/memory_estimate.hpp"
 #include "backend/common/python_format.hpp"
@@ -57,7 +59,7 @@ GroupPlace saved_place(const CheckpointMetadata& metadata, const char* group) {
 struct Source {
   TrackedCheckpoint tracked;
   // Stage by stage, a stage's tensor-parallel ranks in order (file()).
-  std::vector<std::unique_ptr<CheckpointFileReader>> readers;
+  std::vector<std::unique_ptr<ShardFile>> readers;
   CheckpointModelRecord arguments;  // the model its record describes
   GptConfig config;
   int64_t tensor_parallel = 1;
@@ -65,7 +67,7 @@ struct Source {
   int64_t virtual_chunks = 1;  // model chunks per stage (the interleaved schedule's)
   bool optimizer_state = false;
 
-  const CheckpointFileReader& file(int64_t rank, int64_t stage) const {
+  const ShardFile& file(int64_t rank, int64_t stage) const {
     return *readers[static_cast<size_t>(stage * tensor_parallel + rank)];
   }
   PipelineStage stage(int64_t rank) const {
@@ -117,7 +119,7 @@ std::string divisors_text(int64_t n) {
 // Everything of the first file's metadata but its place in the groups ("tensor_parallel",
 // "pipeline_parallel") must be every other file's too: the files of one save share the
 // iteration, the samples, the optimizer and scheduler state, the RNG, the arguments.
-void check_same_metadata(const CheckpointFileReader& first, const CheckpointFileReader& other) {
+void check_same_metadata(const ShardFile& first, const ShardFile& other) {
   json a = first.metadata();
   json b = other.metadata();
   for (const char* place : {"tensor_parallel", "pipeline_parallel"}) {
@@ -147,14 +149,41 @@ void check_same_metadata(const CheckpointFileReader& first, const CheckpointFile
       other.path().string(), first.path().string(), key);
 }
 
+// A Megatron-LM checkpoint (megatron_checkpoint.hpp): its files as this backend's, checked
+// there; the padded vocabulary its args record must be the one its model's record gives.
+Source open_megatron_source(const fs::path& directory) {
+  MegatronShards shards = open_megatron_shards(directory);
+  Source source;
+  source.tracked = {.iteration = shards.layout.iteration,
+                    .release = shards.layout.release,
+                    .file = shards.layout.rank_file(0, 0)};
+  source.readers = std::move(shards.files);
+  source.arguments = shards.record;
+  source.tensor_parallel = shards.layout.tensor_parallel;
+  source.pipeline_parallel = shards.layout.pipeline_parallel;
+  source.virtual_chunks =
+      source.arguments.parallelism.virtual_pipeline_chunks(source.arguments.model.num_layers);
+  source.config = model_config(source.arguments);
+  if (shards.padded_vocab_size != source.config.padded_vocab_size) {
+    common::fail(
+        "{}: its args.padded_vocab_size is {}, but its tokenizer ({} tokens) padded to "
+        "--make-vocab-size-divisible-by {} × --tensor-model-parallel-size {} gives {}",
+        source.tracked.file.string(), shards.padded_vocab_size, source.config.vocab_size,
+        source.arguments.model.make_vocab_size_divisible_by, source.tensor_parallel,
+        source.config.padded_vocab_size);
+  }
+  return source;
+}
+
 Source open_source(const fs::path& directory) {
+  if (is_megatron_checkpoint(directory)) return open_megatron_source(directory);
   Source source;
   source.tracked = require_checkpoint(directory, "--load");
   const TrackedCheckpoint& tracked = source.tracked;
   // The first file (mp_rank_00, or mp_rank_00_000 of a pipelined checkpoint) says how many
   // files there are, and what model they hold.
-  auto first_reader = std::make_unique<CheckpointFileReader>(tracked.file);
-  const CheckpointFileReader& first = *first_reader;
+  std::unique_ptr<ShardFile> first_reader = open_native_shard_file(tracked.file);
+  const ShardFile& first = *first_reader;
   const CheckpointMetadata metadata(first.metadata(), first.path());
   source.tensor_parallel = saved_place(metadata, "tensor_parallel").size;
   source.pipeline_parallel = saved_place(metadata, "pipeline_parallel").size;
@@ -227,12 +256,12 @@ Source open_source(const fs::path& directory) {
             saved_sizes_text(source.tensor_parallel, source.pipeline_parallel),
             file_range_text(source.tensor_parallel, source.pipeline_parallel));
       }
-      source.readers.push_back(std::make_unique<CheckpointFileReader>(file));
+      source.readers.push_back(open_native_shard_file(file));
     }
   }
   for (int64_t stage = 0; stage < source.pipeline_parallel; ++stage) {
     for (int64_t rank = 0; rank < source.tensor_parallel; ++rank) {
-      const CheckpointFileReader& reader = source.file(rank, stage);
+      const ShardFile& reader = source.file(rank, stage);
       const CheckpointMetadata file_metadata(reader.metadata(), reader.path());
       const GroupPlace tensor = saved_place(file_metadata, "tensor_parallel");
       if (tensor.size != source.tensor_parallel || tensor.rank != rank) {
@@ -264,31 +293,30 @@ Source open_source(const fs::path& directory) {
 }
 
 // Reads `name` from `reader` into `destination`, whose shape the layout says it has.
-void read_shard(const CheckpointFileReader& reader, const std::string& name,
-                const std::vector<int64_t>& shape, int64_t tensor_parallel,
-                std::span<float> destination) {
-  const TensorEntry* entry = reader.find(name);
-  if (entry == nullptr) {
+void read_shard(const ShardFile& reader, const std::string& name, const std::vector<int64_t>& shape,
+                int64_t tensor_parallel, std::span<float> destination) {
+  const std::vector<int64_t>* saved_shape = reader.shape(name);
+  if (saved_shape == nullptr) {
     common::fail("checkpoint {} has no tensor '{}', which the model its arguments describe has",
                  reader.path().string(), name);
   }
-  if (entry->shape != shape) {
+  if (*saved_shape != shape) {
     common::fail(
         "checkpoint {}: tensor '{}' has the shape {}, where the model its arguments "
         "describe has {} at --tensor-model-parallel-size {}",
-        reader.path().string(), name, format_python_shape(entry->shape), format_python_shape(shape),
+        reader.path().string(), name, format_python_shape(*saved_shape), format_python_shape(shape),
         tensor_parallel);
   }
-  reader.read(*entry, destination);
+  reader.read(name, destination);
 }
 
 // A file holding a tensor the model does not have is not what its arguments describe.
-void check_no_other_tensors(const CheckpointFileReader& reader, const ParameterLayout& layout,
+void check_no_other_tensors(const ShardFile& reader, const ParameterLayout& layout,
                             bool optimizer_state) {
   std::unordered_set<std::string> names;
   for (const auto& tensor : layout.tensors()) names.insert(tensor.name);
-  for (const TensorEntry& entry : reader.tensors()) {
-    std::string name = entry.name;
+  for (const std::string& saved : reader.tensor_names()) {
+    std::string name = saved;
     for (const char* prefix : {kCheckpointExpAvgPrefix, kCheckpointExpAvgSqPrefix}) {
       if (optimizer_state && name.starts_with(prefix)) {
         name = name.substr(std::string(prefix).size());
@@ -299,7 +327,7 @@ void check_no_other_tensors(const CheckpointFileReader& reader, const ParameterL
       common::fail(
           "checkpoint {} holds the tensor '{}', which the model its arguments describe "
           "does not have",
-          reader.path().string(), entry.name);
+          reader.path().string(), saved);
     }
   }
 }
@@ -337,7 +365,7 @@ WholeState assemble(const Source& source, const ParameterLayout& whole, bool mom
   std::vector<float> shard;
   for (int64_t stage = 0; stage < source.pipeline_parallel; ++stage) {
     for (int64_t rank = 0; rank < source.tensor_parallel; ++rank) {
-      const CheckpointFileReader& reader = source.file(rank, stage);
+      const ShardFile& reader = source.file(rank, stage);
       const ParameterLayout layout(source.config, source.tensor_parallel, rank,
                                    source.stage(stage));
       check_no_other_tensors(reader, layout, source.optimizer_state);
@@ -540,7 +568,7 @@ json target_metadata(const json& source_metadata, const Source& source,
 
 GptModel<float> load_whole_checkpoint_weights(const fs::path& directory, std::ostream& out) {
   const Source source = open_source(directory);
-  const CheckpointFileReader& first = *source.readers.front();
+  const ShardFile& first = *source.readers.front();
   if (source.tracked.release) {
     out << fmt::format(" loading release checkpoint from {}\n", directory.string());
   } else {
@@ -605,7 +633,7 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
 
   // Read and check everything the source says before anything is written.
   Source source = open_source(options.load);
-  const CheckpointFileReader& first = *source.readers.front();
+  const ShardFile& first = *source.readers.front();
   if (source.tracked.release) {
     out << fmt::format(" loading release checkpoint from {}\n", options.load.string());
   } else {
@@ -735,6 +763,7 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
   result.target_padded_vocab_size = target_rows;
   result.divisor_keeping_padding = keeping;
   result.optimizer_state = source.optimizer_state;
+  result.rng_state = first.metadata().contains("rng_state");
   result.target_arguments = target_arguments;
   return result;
 }

@@ -17,6 +17,11 @@
 // resumes the run. Megatron's converter saves weights only (--no-save-optim, --no-save-rng);
 // this one keeps the whole state.
 //
+// The source may also be a Megatron-LM checkpoint (--ckpt-format torch, megatron_checkpoint.hpp:
+// its mp_rank_*/model_optim_rng.pt files, told apart by the files its tracker's iteration
+// holds), read through the same ShardFile interface (shard_file.hpp): its weights, iteration
+// and consumed samples are converted, its optimizer and RNG state not yet.
+//
 // The interleaved schedule's --num-layers-per-virtual-pipeline-stage is kept when the trainer
 // accepts it at P (P > 2 and dividing the layers per stage); otherwise the target has none (0),
 // and the progress output says so, since the resumed run must then not pass it.
@@ -69,6 +74,7 @@ struct ReshardResult {
   // vocabulary (divisor_keeping_padding), 0 when none does.
   int64_t divisor_keeping_padding = 0;
   bool optimizer_state = false;  // the moments were carried (the source had them)
+  bool rng_state = false;        // the source had the dropout RNG's state
   // The model's arguments as the target records them: its tp, pp, interleaving and divisor.
   CheckpointModelRecord target_arguments;
 };

@@ -29,8 +29,9 @@ std::optional<CheckpointUtilOptions> parse_checkpoint_util_arguments(int argc, c
   CLI::App app{"Convert checkpoints: to and from Hugging Face models, and to another "
                "tensor- and pipeline-parallel size", "checkpoint_util"};
   auto* load = app.add_option("--load", options.load,
-                              "Checkpoint directory to read (the --save of a run): the "
-                              "checkpoint its tracker names");
+                              "Checkpoint directory to read (the --save of a run, ours or "
+                              "Megatron-LM's --ckpt-format torch): the checkpoint its tracker "
+                              "names");
   auto* export_hf = app.add_option("--export-hf", options.export_hf,
                                    "Write the checkpoint's model here as a Hugging Face directory");
   auto* import_hf = app.add_option("--import-hf", options.import_hf,

@@ -13,7 +13,8 @@
 //       the checkpoint the tracker names, resharded to N tensor-parallel ranks and P pipeline
 //       stages with its whole state (ckpt/checkpoint_reshard.hpp), for pretrain_gpt
 //       --tensor-model-parallel-size N --pipeline-model-parallel-size P --load <new dir>;
-//       prints how to continue.
+//       prints how to continue. <checkpoint dir> may be a Megatron-LM run's (--ckpt-format
+//       torch): converted into this backend's format, its weights and progress only.
 // The command line is parsed by backend/ckpt/checkpoint_util_options.hpp.
 // Exit status as pretrain_gpt: 0 done, 2 a user error (one line naming the flag or file),
 // 3 an internal error.
@@ -122,6 +123,16 @@ int reshard(const backend::CheckpointUtilOptions& options,
       "--make-vocab-size-divisible-by {} --load {}\n",
       what, options.load, sizes, options.save, target.parallelism.tensor_model_parallel_size,
       pipeline_flags, target.model.make_vocab_size_divisible_by, options.save);
+  // A checkpoint saved without them (or Megatron's, whose are not converted yet) loads with
+  // the switches that do without them.
+  if (!result.optimizer_state || !result.rng_state) {
+    std::cout << fmt::format("   adding{}{} (the checkpoint has no {})\n",
+                             result.optimizer_state ? "" : " --no-load-optim",
+                             result.rng_state ? "" : " --no-load-rng",
+                             !result.optimizer_state && !result.rng_state
+                                 ? "optimizer or RNG state"
+                                 : (result.optimizer_state ? "RNG state" : "optimizer state"));
+  }
   if (pipelined) {
     std::cout << fmt::format(
         "   on a multiple of {} processes (tensor × pipeline; the rest is data parallel){}\n",

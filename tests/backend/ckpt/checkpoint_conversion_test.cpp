@@ -20,7 +20,7 @@
 #include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/trainer.hpp"
-#include "tests/backend/ckpt/tiny_gpt_arguments.hpp"
+#include "tests/backend/ckpt/checkpoint_test_arguments.hpp"
 #include "tests/temporary_directory.hpp"
 #include "tests/test_files.hpp"
 
@@ -32,7 +32,7 @@ using backend::TrainingArguments;
 using test_support::TemporaryDirectory;
 
 TrainingArguments conversion_arguments(const std::filesystem::path& save) {
-  TrainingArguments a = test_support::tiny_gpt_arguments(save);
+  TrainingArguments a = test_support::checkpoint_test_arguments(save);
   a.model.hidden_dropout = 0.0;
   a.model.attention_dropout = 0.0;
   return a;

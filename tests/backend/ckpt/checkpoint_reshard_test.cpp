@@ -38,7 +38,7 @@
 #include "backend/optim/lr_scheduler.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/trainer.hpp"
-#include "tests/backend/ckpt/tiny_gpt_arguments.hpp"
+#include "tests/backend/ckpt/checkpoint_test_arguments.hpp"
 #include "tests/temporary_directory.hpp"
 
 namespace fs = std::filesystem;
@@ -50,10 +50,8 @@ using backend::TrainingArguments;
 using test_support::TemporaryDirectory;
 
 TrainingArguments llama_arguments(const fs::path& save) {
-  TrainingArguments a;
-  a.model.num_layers = 2;
+  TrainingArguments a = test_support::checkpoint_test_arguments(save);
   a.model.hidden_size = 32;
-  a.model.ffn_hidden_size = 48;
   a.model.num_attention_heads = 8;
   a.model.group_query_attention = true;
   a.model.num_query_groups = 4;
@@ -62,16 +60,11 @@ TrainingArguments llama_arguments(const fs::path& save) {
   a.model.normalization = backend::Normalization::rms_norm;
   a.model.add_bias_linear = false;
   a.model.untie_embeddings_and_output_weights = true;
-  a.model.seq_length = 8;
   a.model.max_position_embeddings = 8;
-  a.tokenizer.tokenizer_type = "NullTokenizer";
-  a.tokenizer.vocab_size = 40;
-  a.model.make_vocab_size_divisible_by = 32;  // 41 tokens → 64 rows at TP=1
-  a.run.micro_batch_size = 1;
-  a.run.global_batch_size = 1;
-  a.run.train_iters = 5;
-  a.optimizer.lr = 1e-3;
-  a.checkpointing.save = save.string();
+  // 41 tokens → 64 rows at TP=1; the norm and the initialisation are the defaults.
+  const TrainingArguments defaults;
+  a.model.norm_epsilon = defaults.model.norm_epsilon;
+  a.model.init_method_std = defaults.model.init_method_std;
   return a;
 }
 
@@ -149,7 +142,7 @@ std::string reshard_error(const fs::path& load, const fs::path& save, int64_t si
 // A GPT-2-style model (tied embeddings, LayerNorm, biases, learned positions) of `layers`
 // layers: with pipeline stages, the last one holds a tied copy of the word embedding.
 TrainingArguments gpt2_arguments(const fs::path& save, int64_t layers) {
-  TrainingArguments a = test_support::tiny_gpt_arguments(save);
+  TrainingArguments a = test_support::checkpoint_test_arguments(save);
   a.model.num_layers = layers;
   a.model.hidden_size = 32;
   a.model.ffn_hidden_size = 64;

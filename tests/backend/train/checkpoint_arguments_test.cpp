@@ -13,7 +13,7 @@
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/train/trainer.hpp"
-#include "tests/backend/ckpt/tiny_gpt_arguments.hpp"
+#include "tests/backend/ckpt/checkpoint_test_arguments.hpp"
 #include "tests/temporary_directory.hpp"
 
 namespace {
@@ -21,7 +21,7 @@ namespace {
 using backend::TrainingArguments;
 
 TrainingArguments saved_arguments(const std::filesystem::path& save) {
-  return test_support::tiny_gpt_arguments(save);
+  return test_support::checkpoint_test_arguments(save);
 }
 
 }  // namespace

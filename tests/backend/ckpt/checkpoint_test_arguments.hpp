@@ -1,4 +1,4 @@
-// The arguments of the tiny GPT that the checkpoint tests save, load, reshard and convert: two
+// The arguments of the small GPT that the checkpoint tests save, load, reshard and convert: two
 // layers, hidden size 16, FFN 48, two heads, sequences of 8 (12 positions), the NullTokenizer's
 // 40 tokens padded to 64 rows, one sample a step, 5 iterations at lr 1e-3, saving into `save`.
 // A test changes what it needs on the copy it gets.
@@ -10,7 +10,7 @@
 
 namespace test_support {
 
-inline backend::TrainingArguments tiny_gpt_arguments(const std::filesystem::path& save) {
+inline backend::TrainingArguments checkpoint_test_arguments(const std::filesystem::path& save) {
   backend::TrainingArguments a;
   a.model.num_layers = 2;
   a.model.hidden_size = 16;

@@ -1,0 +1,263 @@
+// Megatron-LM's legacy checkpoints read here: write_megatron_checkpoints.py saves, with PyTorch
+// itself, Megatron's structures for known whole weights (a GPT in core's names at TP=2 x PP=2,
+// a Llama-like model in the legacy model's nested dicts at TP=2 x PP=2 and in Transformer
+// Engine's names at TP=1) and says what the whole model holds (expected.json). Read whole here,
+// and resharded into this backend's format at TP=1 x PP=1 and TP=2 x PP=1, every tensor must be
+// the expected one exactly; the iteration and the consumed samples come along. Files Megatron
+// would not write, or that hold a model this backend does not build, are refused by name.
+//
+// It needs torch in Debian's /usr/bin/python3 (python3-torch, container/install-deps.sh
+// --tests). Without it the test is skipped with a message, except under CI, where that fails.
+#include "backend/ckpt/megatron_checkpoint.hpp"
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/ckpt/checkpoint.hpp"
+#include "backend/ckpt/checkpoint_file.hpp"
+#include "backend/ckpt/checkpoint_reshard.hpp"
+#include "backend/common/error.hpp"
+#include "backend/optim/adamw.hpp"
+#include "backend/optim/lr_scheduler.hpp"
+#include "tests/reference_tools.hpp"
+#include "tests/temporary_directory.hpp"
+#include "tests/test_files.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The checkpoints write_megatron_checkpoints.py writes, made once for every test case here.
+const fs::path* megatron_checkpoints() {
+  static test_support::TemporaryDirectory directory;
+  static const bool written = [] {
+    if (!test_support::python_imports("torch, numpy", "python3-torch python3-numpy")) {
+      return false;
+    }
+    const auto result = test_support::run_command(
+        std::string(test_support::kPython) + " " + test_support::kTestSource +
+        "/tests/backend/ckpt/write_megatron_checkpoints.py " + directory.path.string());
+    REQUIRE_MESSAGE(result.exit_status == 0, result.output);
+    return true;
+  }();
+  return written ? &directory.path : nullptr;
+}
+
+std::string error_of(const std::function<void()>& run) {
+  try {
+    run();
+  } catch (const common::Error& error) {
+    return error.what();
+  }
+  FAIL("expected a refusal");
+  return "";
+}
+
+// Every tensor of `model` is expected.json's, value for value.
+void check_whole_model(const backend::GptModel<float>& model, const fs::path& expected_file) {
+  const nlohmann::json expected = nlohmann::json::parse(std::ifstream(expected_file));
+  std::vector<float> host(static_cast<size_t>(model.parameter_buffer().numel));
+  model.copy_parameters_to_host(std::span<float>(host));
+  size_t checked = 0;
+  for (const auto& tensor : model.tensors()) {
+    CAPTURE(tensor.name);
+    REQUIRE(expected.contains(tensor.name));
+    const nlohmann::json& want = expected[tensor.name];
+    CHECK(tensor.shape == want["shape"].get<std::vector<int64_t>>());
+    const std::vector<float> values(host.begin() + tensor.offset,
+                                    host.begin() + tensor.offset + tensor.numel);
+    CHECK(values == want["values"].get<std::vector<float>>());
+    ++checked;
+  }
+  CHECK(checked == expected.size());
+}
+
+backend::GptModel<float> load_whole(const fs::path& directory) {
+  std::ostringstream out;
+  return backend::load_whole_checkpoint_weights(directory, out);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "megatron checkpoint: names of core, Transformer Engine and the legacy model map to ours") {
+  using backend::megatron_tensor_name;
+  CHECK(megatron_tensor_name("embedding.word_embeddings.weight", 2, "f") ==
+        "embedding.word_embeddings.weight");
+  CHECK(megatron_tensor_name("decoder.layers.1.mlp.linear_fc1.weight", 2, "f") ==
+        "decoder.layers.3.mlp.linear_fc1.weight");
+  CHECK(megatron_tensor_name("decoder.layers.0.self_attention.linear_qkv.layer_norm_weight", 4,
+                             "f") == "decoder.layers.4.input_layernorm.weight");
+  CHECK(megatron_tensor_name("decoder.layers.0.mlp.linear_fc1.layer_norm_bias", 0, "f") ==
+        "decoder.layers.0.pre_mlp_layernorm.bias");
+  CHECK(megatron_tensor_name("decoder.layers.0.self_attention.linear_qkv._extra_state", 0, "f") ==
+        std::nullopt);
+  CHECK(megatron_tensor_name("language_model.encoder.layers.1.post_attention_norm.bias", 2, "f") ==
+        "decoder.layers.3.pre_mlp_layernorm.bias");
+  CHECK(megatron_tensor_name("language_model.encoder.layers.0.post_attention_layernorm.weight", 0,
+                             "f") == "decoder.layers.0.pre_mlp_layernorm.weight");
+  CHECK(megatron_tensor_name("language_model.transformer.layers.0.attention.query_key_value.bias",
+                             0, "f") == "decoder.layers.0.self_attention.linear_qkv.bias");
+  CHECK(megatron_tensor_name("language_model.encoder.final_norm.weight", 0, "f") ==
+        "decoder.final_layernorm.weight");
+  CHECK(megatron_tensor_name("language_model.embedding.position_embeddings.weight", 0, "f") ==
+        "embedding.position_embeddings.weight");
+  CHECK(megatron_tensor_name("word_embeddings_for_head.weight", 0, "f") == "output_layer.weight");
+  const std::string unknown = error_of(
+      [] { megatron_tensor_name("language_model.encoder.layers.0.mlp.router.weight", 0, "f.pt"); });
+  CHECK(unknown.find("f.pt") != std::string::npos);
+  CHECK(unknown.find("'language_model.encoder.layers.0.mlp.router.weight'") != std::string::npos);
+  CHECK_FALSE(error_of([] { megatron_tensor_name("pooler.dense.weight", 0, "f"); }).empty());
+  CHECK_FALSE(error_of([] { megatron_tensor_name("decoder.layers.x.foo", 0, "f"); }).empty());
+}
+
+TEST_CASE("megatron checkpoint: the layout, the args and the model they describe") {
+  const fs::path* root = megatron_checkpoints();
+  if (root == nullptr) return;
+  const backend::MegatronCheckpointLayout layout =
+      backend::read_megatron_layout(*root / "gpt_core");
+  CHECK(layout.tensor_parallel == 2);
+  CHECK(layout.pipeline_parallel == 2);
+  CHECK(layout.iteration == 20);
+  CHECK_FALSE(layout.release);
+  CHECK(layout.rank_file(1, 1) ==
+        *root / "gpt_core" / "iter_0000020" / "mp_rank_01_001" / "model_optim_rng.pt");
+  CHECK(backend::is_megatron_checkpoint(*root / "gpt_core"));
+
+  const backend::MegatronShards llama = backend::open_megatron_shards(*root / "llama_legacy");
+  const backend::CheckpointModelRecord& record = llama.record;
+  CHECK(record.model.num_layers == 4);
+  CHECK(record.model.hidden_size == 16);
+  CHECK(record.model.ffn_hidden_size == 24);
+  CHECK(record.model.normalization == backend::Normalization::rms_norm);
+  CHECK(record.model.position_embedding_type == backend::PositionEmbeddingType::rope);
+  CHECK(record.model.swiglu);
+  CHECK_FALSE(record.model.add_bias_linear);
+  CHECK(record.model.untie_embeddings_and_output_weights);
+  CHECK(record.model.group_query_attention);
+  CHECK(record.model.num_query_groups == 2);
+  CHECK(record.tokenizer.tokenizer_type == "NullTokenizer");
+  CHECK(record.tokenizer.vocab_size == 40);
+  CHECK(record.parallelism.tensor_model_parallel_size == 2);
+  CHECK(record.parallelism.pipeline_model_parallel_size == 2);
+  CHECK(llama.padded_vocab_size == 64);
+  REQUIRE(llama.files.size() == 4);
+  // Stage 1, rank 1: the second half of the layers, numbered globally; the untied head.
+  const backend::ShardFile& last = *llama.files[3];
+  CHECK(last.metadata()["iteration"] == 20);
+  CHECK(last.metadata()["consumed_train_samples"] == 160);
+  CHECK(last.metadata()["tensor_parallel"]["rank"] == 1);
+  CHECK(last.metadata()["pipeline_parallel"]["rank"] == 1);
+  const std::vector<int64_t>* qkv = last.shape("decoder.layers.2.self_attention.linear_qkv.weight");
+  REQUIRE(qkv != nullptr);
+  CHECK(*qkv == std::vector<int64_t>{16, 16});  // (4 + 2·2) heads of 4 rows, halved
+  CHECK(last.shape("output_layer.weight") != nullptr);
+  CHECK(last.shape("decoder.layers.0.input_layernorm.weight") == nullptr);
+}
+
+TEST_CASE("megatron checkpoint: the weights, read whole, are the ones PyTorch saved") {
+  const fs::path* root = megatron_checkpoints();
+  if (root == nullptr) return;
+  for (const char* name : {"gpt_core", "llama_legacy", "llama_te"}) {
+    CAPTURE(name);
+    check_whole_model(load_whole(*root / name), *root / name / "expected.json");
+  }
+}
+
+TEST_CASE("megatron checkpoint: resharded into this backend's format at TP=1 and at TP=2 x PP=1") {
+  const fs::path* root = megatron_checkpoints();
+  if (root == nullptr) return;
+  test_support::TemporaryDirectory out;
+  for (const char* name : {"gpt_core", "llama_legacy"}) {
+    for (const int64_t tensor_parallel : {1, 2}) {
+      CAPTURE(name);
+      CAPTURE(tensor_parallel);
+      const fs::path save = out.path / (std::string(name) + std::to_string(tensor_parallel));
+      std::ostringstream progress;
+      const backend::ReshardResult result =
+          backend::reshard_checkpoint({.load = *root / name,
+                                       .save = save,
+                                       .target_tensor_parallel = tensor_parallel,
+                                       .target_pipeline_parallel = 1,
+                                       .command_line = {"checkpoint_util", "test"}},
+                                      progress);
+      CHECK(result.iteration == 20);
+      CHECK(result.source_tensor_parallel == 2);
+      CHECK(result.source_pipeline_parallel == 2);
+      CHECK_FALSE(result.optimizer_state);
+      check_whole_model(load_whole(save), *root / name / "expected.json");
+      const backend::CheckpointFileReader file(backend::checkpoint_file_path(save, 20));
+      CHECK(file.metadata()["iteration"] == 20);
+      CHECK(file.metadata()["consumed_train_samples"] == 160);
+      CHECK(file.metadata()["consumed_valid_samples"] == 32);
+      CHECK(file.metadata()["arguments"]["tensor_model_parallel_size"] == tensor_parallel);
+    }
+  }
+}
+
+TEST_CASE(
+    "megatron checkpoint: what Megatron would not write, or this backend cannot build, is "
+    "refused") {
+  const fs::path* root = megatron_checkpoints();
+  if (root == nullptr) return;
+  auto refusal = [](const fs::path& directory) { return error_of([&] { load_whole(directory); }); };
+  const std::string version = refusal(*root / "bad_version");
+  CHECK(version.find("checkpoint_version 1") != std::string::npos);
+  CHECK(version.find("bad_version") != std::string::npos);
+  CHECK(refusal(*root / "bad_moe").find("num_experts") != std::string::npos);
+  const std::string name = refusal(*root / "bad_name");
+  CHECK(name.find("'language_model.encoder.layers.0.self_attention.rotary.inv_freq'") !=
+        std::string::npos);
+
+  test_support::TemporaryDirectory scratch;
+  const fs::path copy = scratch.path / "gpt_core";
+  fs::copy(*root / "gpt_core", copy, fs::copy_options::recursive);
+  const fs::path iteration = copy / "iter_0000020";
+  // A rank's file gone.
+  fs::rename(iteration / "mp_rank_01_001" / "model_optim_rng.pt", scratch.path / "moved.pt");
+  const std::string missing = refusal(copy);
+  CHECK(missing.find("mp_rank_01_001/model_optim_rng.pt is missing") != std::string::npos);
+  CHECK(missing.find("2 tensor-parallel rank(s) × 2 pipeline stage(s)") != std::string::npos);
+  fs::rename(scratch.path / "moved.pt", iteration / "mp_rank_01_001" / "model_optim_rng.pt");
+  // Both namings in one iteration.
+  fs::create_directory(iteration / "mp_rank_00");
+  CHECK(refusal(copy).find("both of Megatron's namings") != std::string::npos);
+  fs::remove(iteration / "mp_rank_00");
+  // An expert-parallel rank's directory.
+  fs::create_directory(iteration / "mp_rank_00_000_001");
+  CHECK(refusal(copy).find("expert-parallel") != std::string::npos);
+  fs::remove(iteration / "mp_rank_00_000_001");
+  // A tracker naming another iteration.
+  std::ofstream(copy / "latest_checkpointed_iteration.txt") << "30";
+  CHECK(refusal(copy).find("iter_0000030") != std::string::npos);
+  // A tracker that is not one.
+  std::ofstream(copy / "latest_checkpointed_iteration.txt") << "twenty";
+  CHECK(refusal(copy).find("'twenty'") != std::string::npos);
+}
+
+TEST_CASE("megatron checkpoint: --load of one says it is Megatron's and how to convert it") {
+  const fs::path* root = megatron_checkpoints();
+  if (root == nullptr) return;
+  const backend::MegatronShards shards = backend::open_megatron_shards(*root / "gpt_core");
+  backend::GptModel<float> model(backend::model_config(shards.record));
+  backend::AdamW optimizer(backend::AdamWConfig{}, {},
+                           static_cast<int64_t>(model.parameters().size()));
+  backend::LearningRateSchedule schedule;
+  schedule.decay_steps = 100;
+  backend::LearningRateScheduler scheduler(schedule);
+  std::ostringstream out;
+  const std::string refusal = error_of([&] {
+    backend::load_checkpoint({.directory = *root / "gpt_core"}, model, optimizer, scheduler, out);
+  });
+  CHECK(refusal.find("is a Megatron-LM checkpoint") != std::string::npos);
+  CHECK(refusal.find("checkpoint_util --load " + (*root / "gpt_core").string() +
+                     " --save DIR --target-tensor-parallel-size 1 "
+                     "--target-pipeline-parallel-size 1") != std::string::npos);
+}

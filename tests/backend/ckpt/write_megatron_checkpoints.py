@@ -1,0 +1,301 @@
+"""Megatron-LM legacy checkpoints (--ckpt-format torch), for megatron_checkpoint_test.cpp.
+
+usage: write_megatron_checkpoints.py DIR
+
+Writes with PyTorch itself (Debian's python3-torch), in the structures Megatron-LM's
+megatron/training/checkpointing.py saves (generate_state_dict: 'args', 'checkpoint_version',
+'iteration', 'model', 'optimizer', 'opt_param_scheduler', 'rng_state',
+'num_floating_point_operations_so_far'; get_checkpoint_name: iter_XXXXXXX/mp_rank_TT[_PPP]/
+model_optim_rng.pt; the tracker latest_checkpointed_iteration.txt), each into DIR/<name>:
+
+  gpt_core      GPT-2-like (LayerNorm, biases, learned positions, tied embeddings), fp32,
+                Megatron core's names with the local spec, TP=2 x PP=2 (the last stage holds
+                output_layer.weight, its copy of the word embedding; linears carry
+                _extra_state None as core's do)
+  llama_legacy  Llama-like (RMSNorm, SwiGLU, RoPE, no biases, untied output, grouped-query
+                attention with 2 groups of 2 heads), bf16, the legacy model's nested dicts
+                (language_model.embedding / encoder / output_layer; input_norm, ...), TP=2 x PP=2
+  llama_te      the same model at TP=1 x PP=1 in core's Transformer Engine names (the norms
+                fused into linear_qkv and linear_fc1, _extra_state as TE 2.x keeps it: a uint8
+                tensor, or None)
+  bad_version   gpt_core at TP=1 x PP=1 with checkpoint_version 1.0
+  bad_moe       gpt_core at TP=1 x PP=1 whose args have num_experts 8
+  bad_name      gpt_core at TP=1 x PP=1 with a legacy layer tensor no Megatron model has
+
+Each directory also gets expected.json: every tensor of the whole (unsharded) model by this
+backend's names (Megatron core's, global layer indices), its shape and values as floats.
+The sharding follows Megatron's tensor parallelism: word embedding, output layer, QKV and fc1
+split by rows (fc1 under SwiGLU as each rank's gate rows, then its up rows), linear_proj and
+linear_fc2 by columns, norms and the other biases replicated; QKV rows grouped per query group
+(the group's query heads, then its key head, then its value head).
+"""
+import argparse
+import collections
+import json
+import os
+import random
+import sys
+
+import numpy
+import torch
+
+VOCAB = 40          # NullTokenizer's --vocab-size: 41 tokens with the eod
+DIVISOR = 32        # --make-vocab-size-divisible-by; padded to 64 rows at TP 1 and 2
+PADDED = 64
+ITERATION = 20
+CONSUMED = 160      # consumed_train_samples: 20 iterations of 8
+
+
+def gpt_config():
+    return dict(layers=4, hidden=16, heads=4, groups=4, ffn=32, seq=8, positions=8,
+                norm="LayerNorm", swiglu=False, bias=True, rope=False, untied=False)
+
+
+def llama_config():
+    return dict(layers=4, hidden=16, heads=4, groups=2, ffn=24, seq=8, positions=8,
+                norm="RMSNorm", swiglu=True, bias=False, rope=True, untied=True)
+
+
+def whole_model(config, dtype, seed):
+    """The whole model's tensors by this backend's names, values drawn from `seed`."""
+    generator = torch.Generator().manual_seed(seed)
+    c = config["hidden"]
+    head = c // config["heads"]
+    qkv_rows = (config["heads"] + 2 * config["groups"]) * head
+    fc1_rows = 2 * config["ffn"] if config["swiglu"] else config["ffn"]
+    tensors = collections.OrderedDict()
+
+    def add(name, *shape):
+        tensors[name] = (torch.randn(*shape, generator=generator) * 0.5).to(dtype)
+
+    add("embedding.word_embeddings.weight", PADDED, c)
+    if not config["rope"]:
+        add("embedding.position_embeddings.weight", config["positions"], c)
+    for layer in range(config["layers"]):
+        p = f"decoder.layers.{layer}."
+        add(p + "input_layernorm.weight", c)
+        if config["norm"] == "LayerNorm":
+            add(p + "input_layernorm.bias", c)
+        add(p + "self_attention.linear_qkv.weight", qkv_rows, c)
+        if config["bias"]:
+            add(p + "self_attention.linear_qkv.bias", qkv_rows)
+        add(p + "self_attention.linear_proj.weight", c, config["heads"] * head)
+        if config["bias"]:
+            add(p + "self_attention.linear_proj.bias", c)
+        add(p + "pre_mlp_layernorm.weight", c)
+        if config["norm"] == "LayerNorm":
+            add(p + "pre_mlp_layernorm.bias", c)
+        add(p + "mlp.linear_fc1.weight", fc1_rows, c)
+        if config["bias"]:
+            add(p + "mlp.linear_fc1.bias", fc1_rows)
+        add(p + "mlp.linear_fc2.weight", c, config["ffn"])
+        if config["bias"]:
+            add(p + "mlp.linear_fc2.bias", c)
+    add("decoder.final_layernorm.weight", c)
+    if config["norm"] == "LayerNorm":
+        add("decoder.final_layernorm.bias", c)
+    if config["untied"]:
+        add("output_layer.weight", PADDED, c)
+    return tensors
+
+
+def shard(name, tensor, config, tp, rank):
+    """Tensor-parallel rank `rank`'s shard of `tensor`, as Megatron's layers hold it."""
+    if tp == 1:
+        return tensor.clone()
+    rows = ("word_embeddings.weight", "output_layer.weight", "linear_qkv.weight",
+            "linear_qkv.bias", "linear_fc1.weight", "linear_fc1.bias")
+    columns = ("linear_proj.weight", "linear_fc2.weight")
+    if name.endswith(("linear_fc1.weight", "linear_fc1.bias")) and config["swiglu"]:
+        gate, up = torch.chunk(tensor, 2, dim=0)
+        return torch.cat([torch.chunk(gate, tp, dim=0)[rank], torch.chunk(up, tp, dim=0)[rank]])
+    if name.endswith(rows):
+        return torch.chunk(tensor, tp, dim=0)[rank].clone()
+    if name.endswith(columns):
+        return torch.chunk(tensor, tp, dim=1)[rank].clone()
+    return tensor.clone()
+
+
+def stage_tensors(whole, config, tp, rank, pp, stage):
+    """The (rank, stage)'s tensors by core's names, with the stage's local layer indices."""
+    per_stage = config["layers"] // pp
+    first, last = stage * per_stage, (stage + 1) * per_stage
+    out = collections.OrderedDict()
+    for name, tensor in whole.items():
+        if name.startswith("decoder.layers."):
+            layer = int(name.split(".")[2])
+            if not first <= layer < last:
+                continue
+            local = ".".join(["decoder", "layers", str(layer - first)] + name.split(".")[3:])
+            out[local] = shard(name, tensor, config, tp, rank)
+        elif name.startswith("embedding."):
+            if stage == 0:
+                out[name] = shard(name, tensor, config, tp, rank)
+        elif stage == pp - 1:
+            out[name] = shard(name, tensor, config, tp, rank)
+    # Tied embeddings: the last stage keeps its own copy of the word embedding.
+    if not config["untied"] and pp > 1 and stage == pp - 1:
+        out["output_layer.weight"] = shard("output_layer.weight",
+                                           whole["embedding.word_embeddings.weight"],
+                                           config, tp, rank)
+    return out
+
+
+def core_local(tensors):
+    """Core's local spec: the names as they are, with linears' _extra_state None."""
+    out = collections.OrderedDict()
+    for name, tensor in tensors.items():
+        out[name] = tensor
+        if name.endswith(".weight") and ("linear_" in name or name == "output_layer.weight"):
+            out[name[:-len("weight")] + "_extra_state"] = None
+    return out
+
+
+def core_transformer_engine(tensors):
+    """Core's TE spec: the norms fused into the next linear, TE 2.x's _extra_state."""
+    renames = {"input_layernorm.weight": "self_attention.linear_qkv.layer_norm_weight",
+               "input_layernorm.bias": "self_attention.linear_qkv.layer_norm_bias",
+               "pre_mlp_layernorm.weight": "mlp.linear_fc1.layer_norm_weight",
+               "pre_mlp_layernorm.bias": "mlp.linear_fc1.layer_norm_bias"}
+    out = collections.OrderedDict()
+    for name, tensor in tensors.items():
+        for old, new in renames.items():
+            if name.endswith("." + old):
+                name = name[:-len(old)] + new
+        out[name] = tensor
+        if name.endswith("linear_qkv.weight"):
+            out[name[:-len("weight")] + "_extra_state"] = torch.tensor([128, 3, 1],
+                                                                        dtype=torch.uint8)
+            out[name.replace("linear_qkv.weight", "core_attention._extra_state")] = None
+    return out
+
+
+def legacy(tensors):
+    """The legacy model's nested dicts, with its post-September-2023 norm names."""
+    layer_names = {"input_layernorm.": "input_norm.",
+                   "self_attention.linear_qkv.": "self_attention.query_key_value.",
+                   "self_attention.linear_proj.": "self_attention.dense.",
+                   "pre_mlp_layernorm.": "post_attention_norm.",
+                   "mlp.linear_fc1.": "mlp.dense_h_to_4h.",
+                   "mlp.linear_fc2.": "mlp.dense_4h_to_h."}
+    embedding = collections.OrderedDict()
+    encoder = collections.OrderedDict()
+    language_model = collections.OrderedDict()
+    model = collections.OrderedDict()
+    for name, tensor in tensors.items():
+        if name.startswith("embedding."):
+            table = name.split(".")[1]
+            embedding[table] = collections.OrderedDict(weight=tensor)
+        elif name.startswith("decoder.layers."):
+            parts = name.split(".")
+            rest = ".".join(parts[3:])
+            for old, new in layer_names.items():
+                if rest.startswith(old):
+                    rest = new + rest[len(old):]
+            encoder[f"layers.{parts[2]}.{rest}"] = tensor
+        elif name.startswith("decoder.final_layernorm."):
+            encoder["final_norm." + name.split(".")[-1]] = tensor
+        elif name == "output_layer.weight":
+            language_model["output_layer"] = collections.OrderedDict(weight=tensor)
+        else:
+            raise ValueError(name)
+    if embedding:
+        language_model["embedding"] = embedding
+    language_model["encoder"] = encoder
+    model["language_model"] = language_model
+    return model
+
+
+def megatron_args(config, tp, pp, bf16):
+    """The argparse.Namespace Megatron saves, with the attributes a GPT run has."""
+    return argparse.Namespace(
+        num_layers=config["layers"], hidden_size=config["hidden"],
+        ffn_hidden_size=config["ffn"], num_attention_heads=config["heads"],
+        kv_channels=config["hidden"] // config["heads"],
+        group_query_attention=config["groups"] != config["heads"],
+        num_query_groups=config["groups"], seq_length=config["seq"],
+        max_position_embeddings=config["positions"],
+        position_embedding_type="rope" if config["rope"] else "learned_absolute",
+        rotary_percent=1.0, rotary_base=10000, normalization=config["norm"], norm_epsilon=1e-5,
+        apply_layernorm_1p=False, swiglu=config["swiglu"], add_bias_linear=config["bias"],
+        add_qkv_bias=config["bias"],
+        untie_embeddings_and_output_weights=config["untied"], hidden_dropout=0.0,
+        attention_dropout=0.0, init_method_std=0.02, tokenizer_type="NullTokenizer",
+        vocab_size=VOCAB, make_vocab_size_divisible_by=DIVISOR, padded_vocab_size=PADDED,
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=None, num_layers_per_virtual_pipeline_stage=None,
+        decoder_first_pipeline_num_layers=None, decoder_last_pipeline_num_layers=None,
+        num_experts=None, micro_batch_size=2, global_batch_size=8, train_iters=100,
+        lr=3e-4, min_lr=3e-5, lr_decay_style="cosine", lr_warmup_iters=5, weight_decay=0.1,
+        adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8, clip_grad=1.0, seed=1234,
+        bf16=bf16, fp16=False, params_dtype=torch.bfloat16 if bf16 else torch.float32,
+        consumed_train_samples=CONSUMED, consumed_valid_samples=32, data_parallel_size=1,
+        world_size=tp * pp, rank=0, ckpt_format="torch", use_distributed_optimizer=False)
+
+
+def save(directory, config, tp, pp, dtype, seed, naming, version=3.0, args_edit=None,
+         model_edit=None):
+    whole = whole_model(config, dtype, seed)
+    iteration_dir = os.path.join(directory, f"iter_{ITERATION:07d}")
+    for stage in range(pp):
+        for rank in range(tp):
+            tensors = stage_tensors(whole, config, tp, rank, pp, stage)
+            model = naming(tensors)
+            if model_edit is not None:
+                model_edit(model)
+            args = megatron_args(config, tp, pp, dtype == torch.bfloat16)
+            args.rank = stage * tp + rank
+            if args_edit is not None:
+                args_edit(args)
+            state = {
+                "args": args,
+                "checkpoint_version": version,
+                "iteration": ITERATION,
+                "model": model,
+                "optimizer": {"optimizer": {"state": {}, "param_groups": [
+                    {"lr": 2.9e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1,
+                     "step": ITERATION, "params": []}]}},
+                "opt_param_scheduler": {"max_lr": 3e-4, "lr_warmup_steps": 40,
+                                        "num_steps": CONSUMED, "lr_decay_style": "cosine",
+                                        "lr_decay_steps": 800, "min_lr": 3e-5, "start_wd": 0.1,
+                                        "end_wd": 0.1, "wd_incr_style": "constant",
+                                        "wd_incr_steps": 800},
+                "rng_state": [{"random_rng_state": random.getstate(),
+                               "np_rng_state": numpy.random.get_state(),
+                               "torch_rng_state": torch.get_rng_state(),
+                               "rng_tracker_states": {}}],
+                "num_floating_point_operations_so_far": 12345,
+            }
+            name = f"mp_rank_{rank:02d}" if pp == 1 else f"mp_rank_{rank:02d}_{stage:03d}"
+            os.makedirs(os.path.join(iteration_dir, name), exist_ok=True)
+            torch.save(state, os.path.join(iteration_dir, name, "model_optim_rng.pt"))
+    with open(os.path.join(directory, "latest_checkpointed_iteration.txt"), "w") as tracker:
+        tracker.write(str(ITERATION))
+    expected = {name: {"shape": list(t.shape), "values": t.float().flatten().tolist()}
+                for name, t in whole.items()}
+    with open(os.path.join(directory, "expected.json"), "w") as out:
+        json.dump(expected, out)
+
+
+def main():
+    out = sys.argv[1]
+    random.seed(0)
+    numpy.random.seed(0)
+    torch.manual_seed(0)
+    gpt, llama = gpt_config(), llama_config()
+    save(os.path.join(out, "gpt_core"), gpt, 2, 2, torch.float32, 1, core_local)
+    save(os.path.join(out, "llama_legacy"), llama, 2, 2, torch.bfloat16, 2, legacy)
+    save(os.path.join(out, "llama_te"), llama, 1, 1, torch.bfloat16, 2, core_transformer_engine)
+    save(os.path.join(out, "bad_version"), gpt, 1, 1, torch.float32, 1, core_local, version=1.0)
+    save(os.path.join(out, "bad_moe"), gpt, 1, 1, torch.float32, 1, core_local,
+         args_edit=lambda args: setattr(args, "num_experts", 8))
+
+    def add_unknown(model):
+        model["language_model"]["encoder"]["layers.0.self_attention.rotary.inv_freq"] = \
+            torch.ones(2)
+    save(os.path.join(out, "bad_name"), gpt, 1, 1, torch.float32, 1, legacy,
+         model_edit=add_unknown)
+
+
+if __name__ == "__main__":
+    main()

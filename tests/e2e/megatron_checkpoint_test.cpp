@@ -1,0 +1,107 @@
+// A Megatron-LM checkpoint continued here, end to end: write_megatron_checkpoints.py saves, with
+// PyTorch, a GPT in Megatron core's structures at TP=2 × PP=2, iteration 20; pretrain_gpt
+// --load of it is refused with the checkpoint_util command that converts it; that command
+// converts it to TP=1 and prints how to continue; pretrain_gpt continues from iteration 20 with
+// the consumed samples carried over, and trains (finite losses, iterations 21 and 22, saved).
+// Needs torch in Debian's /usr/bin/python3, as the unit tests of the reader
+// (tests/backend/ckpt/megatron_checkpoint_test.cpp); skipped without it except under CI.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "launcher/process.hpp"
+#include "temporary_directory.hpp"
+#include "test_files.hpp"
+#include "tests/reference_tools.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using test_support::kCheckpointUtil;
+using test_support::kPretrainGpt;
+
+}  // namespace
+
+TEST_CASE("a Megatron-LM checkpoint is converted by checkpoint_util and continues training") {
+  if (!test_support::python_imports("torch, numpy", "python3-torch python3-numpy")) return;
+  test_support::TemporaryDirectory temporary;
+  const auto written = test_support::run_command(
+      std::string(test_support::kPython) + " " + test_support::kTestSource +
+      "/tests/backend/ckpt/write_megatron_checkpoints.py " + temporary.path.string());
+  REQUIRE_MESSAGE(written.exit_status == 0, written.output);
+  const fs::path megatron = temporary.path / "gpt_core";
+  const fs::path converted = temporary.path / "converted";
+  // The model write_megatron_checkpoints.py saved, and a run continuing it.
+  const std::vector<std::string> run = {kPretrainGpt,
+                                        "--num-layers",
+                                        "4",
+                                        "--hidden-size",
+                                        "16",
+                                        "--num-attention-heads",
+                                        "4",
+                                        "--ffn-hidden-size",
+                                        "32",
+                                        "--seq-length",
+                                        "8",
+                                        "--max-position-embeddings",
+                                        "8",
+                                        "--tokenizer-type",
+                                        "NullTokenizer",
+                                        "--vocab-size",
+                                        "40",
+                                        "--make-vocab-size-divisible-by",
+                                        "32",
+                                        "--mock-data",
+                                        "--micro-batch-size",
+                                        "2",
+                                        "--global-batch-size",
+                                        "8",
+                                        "--lr",
+                                        "1e-4",
+                                        "--train-iters",
+                                        "22",
+                                        "--eval-iters",
+                                        "0",
+                                        "--log-interval",
+                                        "1",
+                                        "--hidden-dropout",
+                                        "0",
+                                        "--attention-dropout",
+                                        "0"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> argv = run;
+    argv.insert(argv.end(), more.begin(), more.end());
+    return argv;
+  };
+
+  const auto refused = launcher::run_and_capture(with({"--load", megatron.string()}));
+  INFO(refused.output);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.output.find("is a Megatron-LM checkpoint") != std::string::npos);
+  CHECK(refused.output.find("checkpoint_util --load " + megatron.string()) != std::string::npos);
+
+  const auto conversion =
+      launcher::run_and_capture({kCheckpointUtil, "--load", megatron.string(), "--save",
+                                 converted.string(), "--target-tensor-parallel-size", "1"});
+  INFO(conversion.output);
+  REQUIRE(conversion.exit_code == 0);
+  CHECK(conversion.output.find("loading checkpoint from " + megatron.string() +
+                               " at iteration 20") != std::string::npos);
+  CHECK(conversion.output.find("adding --no-load-optim --no-load-rng") != std::string::npos);
+
+  const auto continued =
+      launcher::run_and_capture(with({"--load", converted.string(), "--no-load-optim",
+                                      "--no-load-rng", "--save", converted.string()}));
+  INFO(continued.output);
+  REQUIRE(continued.exit_code == 0);
+  CHECK(continued.output.find("successfully loaded checkpoint from " + converted.string()) !=
+        std::string::npos);
+  CHECK(continued.output.find("iteration       21/      22") != std::string::npos);
+  CHECK(continued.output.find("consumed samples:          168") != std::string::npos);
+  CHECK(continued.output.find("iteration       22/      22") != std::string::npos);
+  CHECK(continued.output.find("number of nan iterations:   0") != std::string::npos);
+  CHECK(continued.output.find("lm loss: nan") == std::string::npos);
+  CHECK(fs::is_regular_file(converted / "iter_0000022" / "mp_rank_00" / "model_optim_rng.bin"));
+}
