@@ -208,6 +208,28 @@ TorchCheckpointFile::~TorchCheckpointFile() = default;
 TorchCheckpointFile::TorchCheckpointFile(TorchCheckpointFile&&) noexcept = default;
 TorchCheckpointFile& TorchCheckpointFile::operator=(TorchCheckpointFile&&) noexcept = default;
 
+// Nothing is ever extracted, but an entry torch.save would not write is a sign of a crafted
+// archive: a name climbing out of the archive (a ".." part, an absolute path, a backslash) or
+// a symbolic link (Unix mode S_IFLNK in the high half of the external attributes).
+void TorchCheckpointFile::check_entry_name(const std::string& name, uint64_t attributes) const {
+  const uint64_t mode = attributes >> 16;
+  if ((mode & 0170000) == 0120000) {
+    common::fail("{}: entry {} is a symbolic link, which torch.save never writes", source_, name);
+  }
+  bool climbs = name.empty() || name.front() == '/' || name.find('\\') != std::string::npos;
+  for (size_t begin = 0; !climbs && begin <= name.size();) {
+    const size_t end = std::min(name.find('/', begin), name.size());
+    climbs = name.compare(begin, end - begin, "..") == 0;
+    begin = end + 1;
+  }
+  if (climbs) {
+    common::fail(
+        "{}: entry name '{}' leaves the archive's directory, which torch.save never "
+        "writes",
+        source_, name);
+  }
+}
+
 void TorchCheckpointFile::open(const PickleLimits& limits) {
   const FieldReader zip(bytes_, source_);
   const CentralDirectory directory = find_central_directory(zip, bytes_.size(), source_);
@@ -221,12 +243,14 @@ void TorchCheckpointFile::open(const PickleLimits& limits) {
     uint64_t compressed = zip.at(at + 20, 4, "compressed size");
     uint64_t uncompressed = zip.at(at + 24, 4, "size");
     const uint64_t name_size = zip.at(at + 28, 2, "name length");
+    const uint64_t attributes = zip.at(at + 38, 4, "external attributes");
     const uint64_t extra_size = zip.at(at + 30, 2, "extra length");
     const uint64_t comment_size = zip.at(at + 32, 2, "comment length");
     uint64_t local = zip.at(at + 42, 4, "local header offset");
     const auto name_bytes = zip.span(at + 46, name_size, "entry name");
     const std::string name(reinterpret_cast<const char*>(name_bytes.data()), name_bytes.size());
     read_zip64_extra(zip, at + 46 + name_size, extra_size, uncompressed, compressed, local);
+    check_entry_name(name, attributes);
     if (method != 0 || compressed != uncompressed) {
       common::fail(
           "{}: entry {} is compressed (method {}); torch.save stores its entries "
@@ -239,7 +263,10 @@ void TorchCheckpointFile::open(const PickleLimits& limits) {
     }
     const uint64_t data = local + 30 + zip.at(local + 26, 2, "local name length") +
                           zip.at(local + 28, 2, "local extra length");
-    entries_[name] = zip.span(data, uncompressed, fmt::format("entry {}", name));
+    if (!entries_.emplace(name, zip.span(data, uncompressed, fmt::format("entry {}", name)))
+             .second) {
+      common::fail("{}: the archive holds two entries named {}", source_, name);
+    }
     at += 46 + name_size + extra_size + comment_size;
   }
   for (const auto& [name, bytes] : entries_) {

@@ -11,7 +11,8 @@
 // and tensor_values gathers its elements. The zip's own structure (end of central directory,
 // zip64 included, central directory, local headers) is read from the file as it is; every
 // offset and size is checked against the file before it is used, and every refusal is a
-// common::Error naming the file and what is wrong. The entries' CRCs are not checked.
+// common::Error naming the file and what is wrong. The entries' CRCs are not checked; an entry
+// named outside the archive's directory ("..", an absolute path) or a symbolic link is refused.
 // The legacy (pre-1.6, tar or raw pickle sequence) format is not read yet: refused as such.
 #pragma once
 
@@ -84,6 +85,7 @@ class TorchCheckpointFile {
 
  private:
   void open(const PickleLimits& limits);
+  void check_entry_name(const std::string& name, uint64_t attributes) const;
   std::span<const std::byte> entry(std::string_view name) const;  // empty span: absent
 
   std::unique_ptr<common::MappedFile> mapped_;

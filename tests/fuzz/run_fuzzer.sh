@@ -111,7 +111,7 @@ done
 malloc_limit_mb=2048
 case $name in
   safetensors | hf_config | indexed_dataset | npy_file | checkpoint_file | distributed_moments |\
-    restricted_pickle)
+    restricted_pickle | torch_checkpoint)
     malloc_limit_mb=64 ;;
 esac
 support="$build/obj/libfuzz_support.a"

@@ -131,6 +131,12 @@ TEST_CASE("torch.save's files: a damaged archive is refused naming the file") {
   moved[end + 18] = '\xff';
   moved[end + 19] = '\x7f';
   refused(moved, "lies past its end");
+  // Entries torch.save never writes: a name out of the archive's directory, a symbolic link.
+  CHECK_THROWS_WITH_AS(backend::TorchCheckpointFile(directory.path / "climbing.pt"),
+                       doctest::Contains("entry name 'plain/../../outside' leaves the archive's"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(backend::TorchCheckpointFile(directory.path / "symlink.pt"),
+                       doctest::Contains("entry plain/link is a symbolic link"), common::Error);
   CHECK_THROWS_WITH_AS(backend::TorchCheckpointFile(directory.path / "absent.pt"),
                        doctest::Contains("cannot read checkpoint"), common::Error);
 }

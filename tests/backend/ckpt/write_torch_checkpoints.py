@@ -10,6 +10,8 @@ Writes into DIR, with PyTorch itself (Debian's python3-torch):
                 offset slice) and plain values
   protocol4.pt  the same object with pickle_protocol=4 (FRAME, MEMOIZE, STACK_GLOBAL, ...)
   evil.pt       a dict holding an object whose unpickling would call os.system
+  climbing.pt   plain.pt's entries plus one named plain/../../outside (zipfile writes it)
+  symlink.pt    plain.pt's entries plus one that is a symbolic link
   expected.json what the reader must find: each tensor's dtype, shape and values (row-major),
                 the args, and the plain values
 """
@@ -19,6 +21,7 @@ import json
 import os
 import random
 import sys
+import zipfile
 
 import numpy
 import torch
@@ -68,6 +71,15 @@ def main():
     torch.save(checkpoint, os.path.join(out, "plain.pt"))
     torch.save(checkpoint, os.path.join(out, "protocol4.pt"), pickle_protocol=4)
     torch.save({"model": model, "payload": RunsCode()}, os.path.join(out, "evil.pt"))
+    for name, extra in (("climbing", zipfile.ZipInfo("plain/../../outside")),
+                        ("symlink", zipfile.ZipInfo("plain/link"))):
+        if name == "symlink":
+            extra.external_attr = (0o120777 << 16)
+        with zipfile.ZipFile(os.path.join(out, "plain.pt")) as source, \
+                zipfile.ZipFile(os.path.join(out, name + ".pt"), "w") as archive:
+            for item in source.infolist():
+                archive.writestr(item, source.read(item))
+            archive.writestr(extra, b"/etc/passwd")
     expected = {
         "tensors": {
             name: {"dtype": str(t.dtype), "shape": list(t.shape),
