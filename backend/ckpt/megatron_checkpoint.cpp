@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
-#include <set>
 #include <utility>
 
 #include "backend/common/enum_names.hpp"
@@ -54,12 +53,6 @@ std::optional<RankDirectoryName> parse_rank_directory(std::string_view name) {
   return parsed;
 }
 
-std::string rank_directory(int64_t tensor_rank, int64_t pipeline_rank, int64_t pipeline_parallel) {
-  return pipeline_parallel == 1 ? fmt::format("mp_rank_{:02d}", tensor_rank)
-                                : fmt::format("mp_rank_{:02d}_{:03d}", tensor_rank, pipeline_rank);
-}
-
-// The legacy model's per-layer names → core's local spec.
 // The legacy model's per-layer names → core's local spec. Its norms were *_layernorm until
 // September 2023 and *_norm after; its attention was "attention" in the oldest files.
 constexpr std::pair<std::string_view, std::string_view> kLegacyLayerNames[] = {
@@ -74,6 +67,17 @@ constexpr std::pair<std::string_view, std::string_view> kLegacyLayerNames[] = {
     {"mlp.dense_h_to_4h.", "mlp.linear_fc1."},
     {"mlp.dense_4h_to_h.", "mlp.linear_fc2."},
 };
+// The legacy model's names outside its layers → core's ('transformer' was the encoder's key in
+// the oldest files).
+constexpr std::pair<std::string_view, std::string_view> kLegacyNames[] = {
+    {"language_model.embedding.", "embedding."},
+    {"language_model.encoder.final_norm.", "decoder.final_layernorm."},
+    {"language_model.encoder.final_layernorm.", "decoder.final_layernorm."},
+    {"language_model.transformer.final_norm.", "decoder.final_layernorm."},
+    {"language_model.transformer.final_layernorm.", "decoder.final_layernorm."},
+    {"language_model.output_layer.", "output_layer."},
+    {"word_embeddings_for_head.", "output_layer."},
+};
 // Transformer Engine's fused norms (core's TE spec) → the local spec's norms.
 constexpr std::pair<std::string_view, std::string_view> kTransformerEngineNames[] = {
     {"self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight"},
@@ -81,6 +85,16 @@ constexpr std::pair<std::string_view, std::string_view> kTransformerEngineNames[
     {"mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"},
     {"mlp.linear_fc1.layer_norm_bias", "pre_mlp_layernorm.bias"},
 };
+
+// `name` with the first of `table`'s prefixes it starts with replaced; nullopt when none.
+template <size_t Rows>
+std::optional<std::string> with_prefix_renamed(
+    std::string_view name, const std::pair<std::string_view, std::string_view> (&table)[Rows]) {
+  for (const auto& [from, to] : table) {
+    if (name.starts_with(from)) return std::string(to) + std::string(name.substr(from.size()));
+  }
+  return std::nullopt;
+}
 
 // "N.rest" of a layer's name as N and rest; nullopt when it does not start with a number.
 std::optional<std::pair<int64_t, std::string_view>> split_layer(std::string_view name) {
@@ -118,7 +132,7 @@ void flatten_into(const PickleValue& dict, const std::string& prefix,
 fs::path MegatronCheckpointLayout::rank_file(int64_t tensor_parallel_rank,
                                              int64_t pipeline_rank) const {
   return iteration_directory /
-         rank_directory(tensor_parallel_rank, pipeline_rank, pipeline_parallel) /
+         checkpoint_rank_directory_name(tensor_parallel_rank, pipeline_rank, pipeline_parallel) /
          kMegatronCheckpointFile;
 }
 
@@ -126,8 +140,10 @@ bool is_megatron_checkpoint(const fs::path& directory) {
   const std::optional<TrackedCheckpoint> tracked = read_checkpoint_tracker(directory);
   if (!tracked) return false;
   const fs::path iteration = tracked->file.parent_path().parent_path();
-  return fs::is_regular_file(iteration / "mp_rank_00" / kMegatronCheckpointFile) ||
-         fs::is_regular_file(iteration / "mp_rank_00_000" / kMegatronCheckpointFile);
+  return fs::is_regular_file(iteration / checkpoint_rank_directory_name(0) /
+                             kMegatronCheckpointFile) ||
+         fs::is_regular_file(iteration / checkpoint_rank_directory_name(0, 0, 2) /
+                             kMegatronCheckpointFile);
 }
 
 MegatronCheckpointLayout read_megatron_layout(const fs::path& directory) {
@@ -149,7 +165,6 @@ MegatronCheckpointLayout read_megatron_layout(const fs::path& directory) {
     common::fail("--load {}: its tracker {} names {}, which is not a directory", directory.string(),
                  checkpoint_tracker_path(directory).string(), layout.iteration_directory.string());
   }
-  std::set<std::pair<int64_t, int64_t>> found;
   bool pipelined = false, unpipelined = false;
   int64_t tensor_ranks = 0, stages = 1;
   for (const fs::directory_entry& entry : fs::directory_iterator(layout.iteration_directory)) {
@@ -164,11 +179,10 @@ MegatronCheckpointLayout read_megatron_layout(const fs::path& directory) {
     }
     (rank->pipeline_rank ? pipelined : unpipelined) = true;
     const int64_t stage = rank->pipeline_rank.value_or(0);
-    found.insert({rank->tensor_rank, stage});
     tensor_ranks = std::max(tensor_ranks, rank->tensor_rank + 1);
     stages = std::max(stages, stage + 1);
   }
-  if (found.empty()) {
+  if (tensor_ranks == 0) {
     common::fail("--load {}: {} holds no mp_rank_* directory of a Megatron checkpoint",
                  directory.string(), layout.iteration_directory.string());
   }
@@ -262,8 +276,8 @@ std::string MegatronArguments::text_or(std::string_view name, std::string fallba
 
 CheckpointModelRecord megatron_model_record(const MegatronArguments& args) {
   // What the model cannot be here: refused before anything is read.
-  auto refuse_when = [](bool condition, std::string_view what) {
-    if (condition) common::fail("the Megatron checkpoint's {}", what);
+  auto refuse_when = [&](bool condition, std::string_view what) {
+    if (condition) common::fail("{}: the Megatron checkpoint's {}", args.source(), what);
   };
   refuse_when(args.integer_or("num_experts", 0) > 1,
               "args.num_experts: mixture-of-experts models are not built by this backend");
@@ -289,19 +303,21 @@ CheckpointModelRecord megatron_model_record(const MegatronArguments& args) {
   m.max_position_embeddings = args.integer_or("max_position_embeddings", m.seq_length);
   m.make_vocab_size_divisible_by = args.integer_or("make_vocab_size_divisible_by", 128);
   m.init_method_std = args.real_or("init_method_std", m.init_method_std);
-  // --norm-epsilon was --layernorm-epsilon before Megatron core.
+  // --norm-epsilon is args.norm_epsilon until 2026, args.layernorm_epsilon (TransformerConfig's
+  // name) since.
   m.norm_epsilon = args.real_or("norm_epsilon", args.real_or("layernorm_epsilon", m.norm_epsilon));
   m.hidden_dropout = args.real_or("hidden_dropout", m.hidden_dropout);
   m.attention_dropout = args.real_or("attention_dropout", m.attention_dropout);
   m.position_embedding_type = common::enum_from_name_or_fail<PositionEmbeddingType>(
       args.text_or("position_embedding_type", "learned_absolute"),
-      "the Megatron checkpoint's args.position_embedding_type");
+      args.source() + ": the Megatron checkpoint's args.position_embedding_type");
   m.rotary_base = args.integer_or("rotary_base", m.rotary_base);
   m.rotary_percent = args.real_or("rotary_percent", m.rotary_percent);
   m.use_rope_scaling = args.boolean_or("use_rope_scaling", false);
   m.rope_scaling_factor = args.real_or("rope_scaling_factor", m.rope_scaling_factor);
   m.normalization = common::enum_from_name_or_fail<Normalization>(
-      args.text_or("normalization", "LayerNorm"), "the Megatron checkpoint's args.normalization");
+      args.text_or("normalization", "LayerNorm"),
+      args.source() + ": the Megatron checkpoint's args.normalization");
   // Megatron of 2026 keeps these two under TransformerConfig's names.
   m.apply_layernorm_1p = args.boolean_or("apply_layernorm_1p",
                                          args.boolean_or("layernorm_zero_centered_gamma", false));
@@ -314,9 +330,9 @@ CheckpointModelRecord megatron_model_record(const MegatronArguments& args) {
   if (args.has("kv_channels") && m.num_attention_heads > 0 &&
       args.integer("kv_channels") * m.num_attention_heads != m.hidden_size) {
     common::fail(
-        "the Megatron checkpoint's args.kv_channels {} is not --hidden-size {} / "
+        "{}: the Megatron checkpoint's args.kv_channels {} is not --hidden-size {} / "
         "--num-attention-heads {}: heads of another width are not built by this backend",
-        args.integer("kv_channels"), m.hidden_size, m.num_attention_heads);
+        args.source(), args.integer("kv_channels"), m.hidden_size, m.num_attention_heads);
   }
 
   TokenizerOptions& t = record.tokenizer;
@@ -421,11 +437,9 @@ std::optional<std::string> megatron_tensor_name(std::string_view name, int64_t l
       if (rest == from) renamed = to;
     }
     if (legacy) {
-      const auto* row =
-          std::find_if(std::begin(kLegacyLayerNames), std::end(kLegacyLayerNames),
-                       [&](const auto& entry) { return rest.starts_with(entry.first); });
-      if (row == std::end(kLegacyLayerNames)) unknown_tensor(name, source);
-      renamed = std::string(row->second) + std::string(rest.substr(row->first.size()));
+      const std::optional<std::string> core = with_prefix_renamed(rest, kLegacyLayerNames);
+      if (!core) unknown_tensor(name, source);
+      renamed = *core;
     }
     return fmt::format("decoder.layers.{}.{}", layer + layer_offset, renamed);
   };
@@ -436,26 +450,12 @@ std::optional<std::string> megatron_tensor_name(std::string_view name, int64_t l
     return std::string(name);
   }
   if (name.starts_with("decoder.layers.")) return layer_name(after("decoder.layers."), false);
-  // The legacy model's ('transformer' is the encoder's key in the oldest files).
-  if (name.starts_with("language_model.embedding.")) {
-    return "embedding." + std::string(after("language_model.embedding."));
+  // The legacy model's.
+  for (std::string_view layers :
+       {"language_model.encoder.layers.", "language_model.transformer.layers."}) {
+    if (name.starts_with(layers)) return layer_name(after(layers), true);
   }
-  for (std::string_view encoder : {"language_model.encoder.", "language_model.transformer."}) {
-    if (!name.starts_with(encoder)) continue;
-    const std::string_view rest = after(encoder);
-    if (rest.starts_with("layers.")) return layer_name(rest.substr(7), true);
-    if (rest.starts_with("final_layernorm.")) return "decoder." + std::string(rest);
-    if (rest.starts_with("final_norm.")) {
-      return "decoder.final_layernorm." + std::string(rest.substr(11));
-    }
-    unknown_tensor(name, source);
-  }
-  if (name.starts_with("language_model.output_layer.")) {
-    return std::string(after("language_model."));
-  }
-  if (name.starts_with("word_embeddings_for_head.")) {
-    return "output_layer." + std::string(after("word_embeddings_for_head."));
-  }
+  if (std::optional<std::string> core = with_prefix_renamed(name, kLegacyNames)) return core;
   unknown_tensor(name, source);
 }
 

@@ -83,6 +83,7 @@ class MegatronArguments {
  public:
   MegatronArguments(const PickleValue& args, std::string source);
 
+  const std::string& source() const { return source_; }
   bool has(std::string_view name) const;  // present and not None
   // The value of `name`; absent, None or of another type is a common::Error naming the file
   // and the argument. An integer reads as a real; a bool is not an integer.
@@ -108,7 +109,7 @@ class MegatronArguments {
 // activation, positions, biases, tying and grouped-query attention, the tokenizer and the
 // tensor- and pipeline-parallel sizes (and the interleaved schedule's chunk size). What this
 // backend cannot build (an MoE, multi-token prediction, uneven pipeline stages, a norm or
-// position embedding it does not have) is a common::Error naming the argument.
+// position embedding it does not have) is a common::Error naming the file and the argument.
 CheckpointModelRecord megatron_model_record(const MegatronArguments& args);
 
 // One rank's file of a Megatron checkpoint, open.

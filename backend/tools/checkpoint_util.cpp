@@ -125,13 +125,18 @@ int reshard(const backend::CheckpointUtilOptions& options,
       pipeline_flags, target.model.make_vocab_size_divisible_by, options.save);
   // A checkpoint saved without them (or Megatron's, whose are not converted yet) loads with
   // the switches that do without them.
-  if (!result.optimizer_state || !result.rng_state) {
-    std::cout << fmt::format("   adding{}{} (the checkpoint has no {})\n",
-                             result.optimizer_state ? "" : " --no-load-optim",
-                             result.rng_state ? "" : " --no-load-rng",
-                             !result.optimizer_state && !result.rng_state
-                                 ? "optimizer or RNG state"
-                                 : (result.optimizer_state ? "RNG state" : "optimizer state"));
+  std::vector<std::string> switches, missing;
+  if (!result.optimizer_state) {
+    switches.push_back("--no-load-optim");
+    missing.push_back("optimizer");
+  }
+  if (!result.rng_state) {
+    switches.push_back("--no-load-rng");
+    missing.push_back("RNG");
+  }
+  if (!switches.empty()) {
+    std::cout << fmt::format("   adding {} (the checkpoint has no {} state)\n",
+                             fmt::join(switches, " "), fmt::join(missing, " or "));
   }
   if (pipelined) {
     std::cout << fmt::format(

@@ -68,32 +68,28 @@ def whole_model(config, dtype, seed):
     def add(name, *shape):
         tensors[name] = (torch.randn(*shape, generator=generator) * 0.5).to(dtype)
 
+    def add_norm(name):
+        add(name + ".weight", c)
+        if config["norm"] == "LayerNorm":
+            add(name + ".bias", c)
+
+    def add_linear(name, rows, columns):
+        add(name + ".weight", rows, columns)
+        if config["bias"]:
+            add(name + ".bias", rows)
+
     add("embedding.word_embeddings.weight", PADDED, c)
     if not config["rope"]:
         add("embedding.position_embeddings.weight", config["positions"], c)
     for layer in range(config["layers"]):
         p = f"decoder.layers.{layer}."
-        add(p + "input_layernorm.weight", c)
-        if config["norm"] == "LayerNorm":
-            add(p + "input_layernorm.bias", c)
-        add(p + "self_attention.linear_qkv.weight", qkv_rows, c)
-        if config["bias"]:
-            add(p + "self_attention.linear_qkv.bias", qkv_rows)
-        add(p + "self_attention.linear_proj.weight", c, config["heads"] * head)
-        if config["bias"]:
-            add(p + "self_attention.linear_proj.bias", c)
-        add(p + "pre_mlp_layernorm.weight", c)
-        if config["norm"] == "LayerNorm":
-            add(p + "pre_mlp_layernorm.bias", c)
-        add(p + "mlp.linear_fc1.weight", fc1_rows, c)
-        if config["bias"]:
-            add(p + "mlp.linear_fc1.bias", fc1_rows)
-        add(p + "mlp.linear_fc2.weight", c, config["ffn"])
-        if config["bias"]:
-            add(p + "mlp.linear_fc2.bias", c)
-    add("decoder.final_layernorm.weight", c)
-    if config["norm"] == "LayerNorm":
-        add("decoder.final_layernorm.bias", c)
+        add_norm(p + "input_layernorm")
+        add_linear(p + "self_attention.linear_qkv", qkv_rows, c)
+        add_linear(p + "self_attention.linear_proj", c, config["heads"] * head)
+        add_norm(p + "pre_mlp_layernorm")
+        add_linear(p + "mlp.linear_fc1", fc1_rows, c)
+        add_linear(p + "mlp.linear_fc2", c, config["ffn"])
+    add_norm("decoder.final_layernorm")
     if config["untied"]:
         add("output_layer.weight", PADDED, c)
     return tensors
