@@ -52,7 +52,6 @@ void GptModelState<Scalar>::layer_forward(int64_t l) {
   // This rank's heads and MLP features (all of them without tensor parallelism).
   const int64_t A = shard.attention_features();
   const int64_t F = shard.ffn_hidden_size;
-  const int64_t NH = shard.num_attention_heads;
   const int64_t R = rows();
   Device& d = *device;
 
@@ -61,8 +60,8 @@ void GptModelState<Scalar>::layer_forward(int64_t l) {
   ops::linear_forward(d, a.qkv, a.input_norm, parameter(p.qkv_weight), parameter(p.qkv_bias), R,
                       C, shard.qkv_features());
   if (rope()) rotate_queries_and_keys(a.qkv, false);
-  ops::attention_forward(d, a.context, attention_logsumexp(a), a.qkv, batch_size(), seq_length(),
-                         A, NH, shard.query_groups(), dropout(DropoutSite::attention, l));
+  ops::attention_forward(d, a.context, attention_logsumexp(a), a.qkv, attention_shape(),
+                         dropout(DropoutSite::attention, l));
   ops::linear_forward(d, w.branch, a.context, parameter(p.proj_weight), added_once(p.proj_bias),
                       R, A, C);
   const View attention_output = tensor_parallel.reduce(w.branch, w.branch_shard);
@@ -103,7 +102,6 @@ void GptModelState<Scalar>::layer_backward(int64_t l) {
   const int64_t C = config.hidden_size;
   const int64_t A = shard.attention_features();
   const int64_t F = shard.ffn_hidden_size;
-  const int64_t NH = shard.num_attention_heads;
   const int64_t R = rows();
   Device& d = *device;
 
@@ -145,13 +143,11 @@ void GptModelState<Scalar>::layer_backward(int64_t l) {
   if (schedule.selective()) {
     // The attention core again, from the stored qkv and with the forward's mask key: the
     // same log-sum-exp, and the same context bits (linear_proj's backward is done with it).
-    ops::attention_forward(d, a.context, attention_logsumexp(a), a.qkv, batch_size(),
-                           seq_length(), A, NH, shard.query_groups(),
+    ops::attention_forward(d, a.context, attention_logsumexp(a), a.qkv, attention_shape(),
                            dropout(DropoutSite::attention, l));
   }
   ops::attention_backward(d, w.dqkv, w.dnorm, a.qkv, a.context, attention_logsumexp(a),
-                          batch_size(), seq_length(), A, NH, shard.query_groups(),
-                          dropout(DropoutSite::attention, l));
+                          attention_shape(), dropout(DropoutSite::attention, l));
   if (rope()) rotate_queries_and_keys(w.dqkv, true);
   ops::linear_backward(d, w.dnorm, gradient(p.qkv_weight), gradient(p.qkv_bias), w.dqkv,
                        a.input_norm, parameter(p.qkv_weight), R, C, shard.qkv_features());

@@ -19,6 +19,7 @@
 #include "backend/model/model_parallelism.hpp"
 #include "backend/model/parameter_store.hpp"
 #include "backend/model/tensor_parallel_region.hpp"
+#include "backend/ops/attention.hpp"
 #include "backend/ops/rope.hpp"
 
 namespace backend {
@@ -116,6 +117,15 @@ struct GptModelState {
   void rotate_queries_and_keys(View qkv, bool backward) {
     backend::rotate_queries_and_keys(*device, shard, qkv, work().rope_cos, work().rope_sin,
                                      batch_size(), seq_length(), backward);
+  }
+  // The attention core's dimensions on this rank: its heads and query groups (all of them
+  // without tensor parallelism) over the micro batch.
+  AttentionShape attention_shape() const {
+    return {.batch_size = batch_size(),
+            .seq_length = seq_length(),
+            .hidden_size = shard.attention_features(),
+            .num_heads = shard.num_attention_heads,
+            .num_query_groups = shard.query_groups()};
   }
   // The selected micro batch's mask at a site.
   Dropout dropout(DropoutSite site, int64_t layer) const {

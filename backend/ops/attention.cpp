@@ -14,10 +14,10 @@ using namespace detail;
 
 namespace {
 
-double causal_attention_flops(int64_t batch_size, int64_t seq_length, int64_t hidden_size) {
+double causal_attention_flops(const AttentionShape& shape) {
   // Q·Kᵀ and P·V over the lower triangle: 2 products × 2 FLOPs × B·T²·hidden / 2.
-  return 2.0 * static_cast<double>(batch_size) * static_cast<double>(seq_length) *
-         static_cast<double>(seq_length) * static_cast<double>(hidden_size);
+  return 2.0 * static_cast<double>(shape.batch_size) * static_cast<double>(shape.seq_length) *
+         static_cast<double>(shape.seq_length) * static_cast<double>(shape.hidden_size);
 }
 
 // The CPU twins' per-thread blocks (attention_scratch_per_thread × the OpenMP threads) from
@@ -25,14 +25,14 @@ double causal_attention_flops(int64_t batch_size, int64_t seq_length, int64_t hi
 // step's, so later steps allocate nothing. nullptr where the twin refuses the shape or has
 // nothing to do.
 template <typename Scalar>
-Scalar* attention_scratch(Device& device, int64_t seq_length, int64_t num_heads,
-                          int64_t num_query_groups, const char* op) {
-  if (seq_length <= 0 || num_query_groups <= 0 || num_heads % num_query_groups != 0) {
+Scalar* attention_scratch(Device& device, const AttentionShape& shape, const char* op) {
+  if (shape.seq_length <= 0 || shape.num_query_groups <= 0 ||
+      shape.num_heads % shape.num_query_groups != 0) {
     return nullptr;
   }
-  const int64_t scalars = static_cast<int64_t>(omp_get_max_threads()) *
-                          cpu::attention_scratch_per_thread(seq_length,
-                                                            num_heads / num_query_groups);
+  const int64_t scalars =
+      static_cast<int64_t>(omp_get_max_threads()) *
+      cpu::attention_scratch_per_thread(shape.seq_length, shape.heads_per_group());
   return static_cast<Scalar*>(device.scratch(scalars * int64_t{sizeof(Scalar)}, op));
 }
 
@@ -40,85 +40,73 @@ Scalar* attention_scratch(Device& device, int64_t seq_length, int64_t num_heads,
 // bf16 or fp16 with a head dimension the kernel has; every other case takes the CUDA-core
 // kernel. (Unused in a build without CUDA, whose GPU branches are discarded.)
 [[maybe_unused]] bool runs_flash_attention(const CudaContext& context, const View& qkv,
-                                           int64_t hidden_size, int64_t num_heads) {
+                                           const AttentionShape& shape) {
   const bool sixteen_bit = qkv.type == ElementType::bf16 || qkv.type == ElementType::f16;
-  return context.flash_attention && sixteen_bit && num_heads > 0 &&
-         hidden_size % num_heads == 0 && cuda::flash_attention_supports(hidden_size / num_heads);
+  return context.flash_attention && sixteen_bit && shape.num_heads > 0 &&
+         shape.hidden_size % shape.num_heads == 0 &&
+         cuda::flash_attention_supports(shape.head_dim());
 }
 
 }  // namespace
 
 void attention_forward(Device& device, View output, View logsumexp, View qkv,
-                       int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                       int64_t num_heads, int64_t num_query_groups, const Dropout& dropout) {
+                       const AttentionShape& shape, const Dropout& dropout) {
   constexpr const char* op = "attention_forward";
   run(
-      device, op, causal_attention_flops(batch_size, seq_length, hidden_size),
+      device, op, causal_attention_flops(shape),
       [&] {
         host_scalar(qkv.type, op, [&](auto s) {
           using S = decltype(s);
-          cpu::attention_forward(
-              host<S>(output), host<S>(logsumexp), host<S>(qkv), batch_size, seq_length,
-              hidden_size, num_heads, num_query_groups, dropout, {},
-              attention_scratch<S>(device, seq_length, num_heads, num_query_groups, op));
+          cpu::attention_forward(host<S>(output), host<S>(logsumexp), host<S>(qkv), shape, dropout,
+                                 {}, attention_scratch<S>(device, shape, op));
         });
       },
       [&](const auto& context) {
         check_attention_dropout(dropout, op);
-        const bool flash = runs_flash_attention(context, qkv, hidden_size, num_heads);
+        const bool flash = runs_flash_attention(context, qkv, shape);
         gpu_scalar(qkv.type, op, [&](auto s) {
           using S = decltype(s);
           if constexpr (!std::is_same_v<S, float>) {
             if (flash) {
               cuda::flash_attention_forward(gpu<S>(output, op), gpu<float>(logsumexp, op),
-                                            gpu<S>(qkv, op), batch_size, seq_length,
-                                            hidden_size, num_heads, num_query_groups, dropout,
-                                            context.stream);
+                                            gpu<S>(qkv, op), shape, dropout, context.stream);
               return;
             }
           }
           cuda::attention_forward(gpu<S>(output, op), gpu<float>(logsumexp, op), gpu<S>(qkv, op),
-                                  batch_size, seq_length, hidden_size, num_heads,
-                                  num_query_groups, dropout, context.stream);
+                                  shape, dropout, context.stream);
         });
       });
 }
 
 void attention_backward(Device& device, View dqkv, View doutput, View qkv, View output,
-                        View logsumexp, int64_t batch_size, int64_t seq_length,
-                        int64_t hidden_size, int64_t num_heads, int64_t num_query_groups,
-                        const Dropout& dropout) {
+                        View logsumexp, const AttentionShape& shape, const Dropout& dropout) {
   constexpr const char* op = "attention_backward";
   run(
-      device, op, 2.5 * causal_attention_flops(batch_size, seq_length, hidden_size),
+      device, op, 2.5 * causal_attention_flops(shape),
       [&] {
         host_scalar(qkv.type, op, [&](auto s) {
           using S = decltype(s);
-          cpu::attention_backward(
-              host<S>(dqkv), host<S>(doutput), host<S>(qkv), host<S>(output),
-              host<S>(logsumexp), batch_size, seq_length, hidden_size, num_heads,
-              num_query_groups, dropout, {},
-              attention_scratch<S>(device, seq_length, num_heads, num_query_groups, op));
+          cpu::attention_backward(host<S>(dqkv), host<S>(doutput), host<S>(qkv), host<S>(output),
+                                  host<S>(logsumexp), shape, dropout, {},
+                                  attention_scratch<S>(device, shape, op));
         });
       },
       [&](const auto& context) {
         check_attention_dropout(dropout, op);
-        const bool flash = runs_flash_attention(context, qkv, hidden_size, num_heads);
+        const bool flash = runs_flash_attention(context, qkv, shape);
         gpu_scalar(qkv.type, op, [&](auto s) {
           using S = decltype(s);
           if constexpr (!std::is_same_v<S, float>) {
             if (flash) {
-              cuda::flash_attention_backward(gpu<S>(dqkv, op), gpu<S>(doutput, op),
-                                             gpu<S>(qkv, op), gpu<S>(output, op),
-                                             gpu<float>(logsumexp, op), batch_size, seq_length,
-                                             hidden_size, num_heads, num_query_groups, dropout,
-                                             context.stream);
+              cuda::flash_attention_backward(gpu<S>(dqkv, op), gpu<S>(doutput, op), gpu<S>(qkv, op),
+                                             gpu<S>(output, op), gpu<float>(logsumexp, op), shape,
+                                             dropout, context.stream);
               return;
             }
           }
           cuda::attention_backward(gpu<S>(dqkv, op), gpu<S>(doutput, op), gpu<S>(qkv, op),
-                                   gpu<S>(output, op), gpu<float>(logsumexp, op), batch_size,
-                                   seq_length, hidden_size, num_heads, num_query_groups, dropout,
+                                   gpu<S>(output, op), gpu<float>(logsumexp, op), shape, dropout,
                                    context.stream);
         });
       });

@@ -46,6 +46,35 @@
 
 namespace backend {
 
+// One call's dimensions (B, T, C, NH, NG above), the same for every twin and both directions.
+struct AttentionShape {
+  int64_t batch_size = 0;
+  int64_t seq_length = 0;
+  int64_t hidden_size = 0;
+  int64_t num_heads = 0;
+  int64_t num_query_groups = 0;
+
+  // Meaningful once check_attention_shape has passed.
+  int64_t head_dim() const { return hidden_size / num_heads; }
+  int64_t heads_per_group() const { return num_heads / num_query_groups; }
+  int64_t qkv_row_width() const { return (num_heads + 2 * num_query_groups) * head_dim(); }
+  // Nothing to compute (the twins return after their checks).
+  bool empty() const { return batch_size <= 0 || seq_length <= 0; }
+};
+
+// Every twin's first check: common::Error naming `op` unless the heads divide the hidden size
+// and the query groups divide the heads.
+inline void check_attention_shape(const AttentionShape& shape, const char* op) {
+  if (shape.num_heads <= 0 || shape.hidden_size % shape.num_heads != 0) {
+    common::fail("{}: {} heads must divide the hidden size {}", op, shape.num_heads,
+                 shape.hidden_size);
+  }
+  if (shape.num_query_groups <= 0 || shape.num_heads % shape.num_query_groups != 0) {
+    common::fail("{}: {} query groups must divide the {} heads", op, shape.num_query_groups,
+                 shape.num_heads);
+  }
+}
+
 // Both twins' check (the CUDA one in CudaDevice, before the launch): common::Error for a
 // dropout with a mask offset, which attention's own mask index has no place for.
 inline void check_attention_dropout(const Dropout& dropout, const char* op) {
@@ -80,8 +109,7 @@ template <typename Scalar>
 void attention_forward(Scalar* output,     // (B, T, C)
                        Scalar* logsumexp,  // (B, NH, T)
                        const Scalar* qkv,  // (B, T, (NH + 2·NG)·HD) per group [q… | k | v]
-                       int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                       int64_t num_heads, int64_t num_query_groups, const Dropout& dropout = {},
+                       const AttentionShape& shape, const Dropout& dropout = {},
                        const AttentionBlocks& blocks = {}, Scalar* scratch = nullptr);
 
 template <typename Scalar>
@@ -90,9 +118,7 @@ void attention_backward(Scalar* dqkv,             // (B, T, (NH + 2·NG)·HD) =
                         const Scalar* qkv,        // (B, T, (NH + 2·NG)·HD)
                         const Scalar* output,     // (B, T, C) from the forward
                         const Scalar* logsumexp,  // (B, NH, T) from the forward
-                        int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                        int64_t num_heads, int64_t num_query_groups,
-                        const Dropout& dropout = {},  // the forward's
+                        const AttentionShape& shape, const Dropout& dropout = {},  // the forward's
                         const AttentionBlocks& blocks = {}, Scalar* scratch = nullptr);
 
 // ---- Attention over a key/value cache (incremental decoding, model/gpt_decoder.hpp)
@@ -134,23 +160,19 @@ namespace backend::cuda {
 
 inline constexpr int64_t kAttentionMaxHeadDim = 128;
 
-template <typename Scalar>  // float, bfloat16 or float16
+template <typename Scalar>                 // float, bfloat16 or float16
 void attention_forward(Scalar* output,     // (B, T, C)
                        float* logsumexp,   // (B, NH, T)
                        const Scalar* qkv,  // (B, T, (NH + 2·NG)·HD) per group [q… | k | v]
-                       int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                       int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
-                       CudaStream stream);
+                       const AttentionShape& shape, const Dropout& dropout, CudaStream stream);
 
-template <typename Scalar>  // float, bfloat16 or float16
+template <typename Scalar>                       // float, bfloat16 or float16
 void attention_backward(Scalar* dqkv,            // (B, T, (NH + 2·NG)·HD) =
                         const Scalar* doutput,   // (B, T, C)
                         const Scalar* qkv,       // (B, T, (NH + 2·NG)·HD)
                         const Scalar* output,    // (B, T, C) from the forward
                         const float* logsumexp,  // (B, NH, T) from the forward
-                        int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                        int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
-                        CudaStream stream);
+                        const AttentionShape& shape, const Dropout& dropout, CudaStream stream);
 
 // The same forward and backward on tensor cores (attention_flash_cuda.cu): bf16 or fp16, head
 // dimensions 64 and 128 (flash_attention_supports), 16-byte aligned rows. mma.sync products of
@@ -168,8 +190,7 @@ template <typename Scalar>                       // bfloat16 or float16
 void flash_attention_forward(Scalar* output,     // (B, T, C)
                              float* logsumexp,   // (B, NH, T)
                              const Scalar* qkv,  // (B, T, (NH + 2·NG)·HD)
-                             int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                             int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
+                             const AttentionShape& shape, const Dropout& dropout,
                              CudaStream stream);
 
 template <typename Scalar>                             // bfloat16 or float16
@@ -178,8 +199,7 @@ void flash_attention_backward(Scalar* dqkv,            // (B, T, (NH + 2·NG)·H
                               const Scalar* qkv,       // (B, T, (NH + 2·NG)·HD)
                               const Scalar* output,    // (B, T, C) from the forward
                               const float* logsumexp,  // (B, NH, T) from the forward
-                              int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                              int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
+                              const AttentionShape& shape, const Dropout& dropout,
                               CudaStream stream);
 
 // The CPU twin's contract; head dimensions up to kAttentionMaxHeadDim. One kernel stores the
@@ -205,12 +225,9 @@ void kv_cache_attention_forward(Scalar* output, Scalar* key_cache, Scalar* value
 namespace backend::ops {
 
 void attention_forward(Device& device, View output, View logsumexp, View qkv,
-                       int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                       int64_t num_heads, int64_t num_query_groups, const Dropout& dropout);
+                       const AttentionShape& shape, const Dropout& dropout);
 void attention_backward(Device& device, View dqkv, View doutput, View qkv, View output,
-                        View logsumexp, int64_t batch_size, int64_t seq_length,
-                        int64_t hidden_size, int64_t num_heads, int64_t num_query_groups,
-                        const Dropout& dropout);
+                        View logsumexp, const AttentionShape& shape, const Dropout& dropout);
 void kv_cache_attention_forward(Device& device, View output, View key_cache, View value_cache,
                                 View qkv, View slots, View positions, int64_t rows,
                                 int64_t num_heads, int64_t num_query_groups, int64_t head_dim,

@@ -54,23 +54,15 @@ struct QkvLayout {
   int64_t value_column(int64_t group) const { return key_column(group) + head_dim; }
 };
 
-QkvLayout check_shape(int64_t hidden_size, int64_t num_heads, int64_t num_query_groups,
-                      const AttentionBlocks& blocks) {
-  if (num_heads <= 0 || hidden_size % num_heads != 0) {
-    common::fail("attention: {} heads must divide the hidden size {}", num_heads, hidden_size);
-  }
-  if (num_query_groups <= 0 || num_heads % num_query_groups != 0) {
-    common::fail("attention: {} query groups must divide the {} heads", num_query_groups,
-                 num_heads);
-  }
+QkvLayout check_shape(const AttentionShape& shape, const AttentionBlocks& blocks, const char* op) {
+  check_attention_shape(shape, op);
   if (blocks.query_rows <= 0 || blocks.key_rows <= 0) {
-    common::fail("attention: block sizes must be positive, got {} query and {} key rows",
+    common::fail("{}: block sizes must be positive, got {} query and {} key rows", op,
                  blocks.query_rows, blocks.key_rows);
   }
-  const int64_t head_dim = hidden_size / num_heads;
-  return {.head_dim = head_dim,
-          .heads_per_group = num_heads / num_query_groups,
-          .row_width = (num_heads + 2 * num_query_groups) * head_dim};
+  return {.head_dim = shape.head_dim(),
+          .heads_per_group = shape.heads_per_group(),
+          .row_width = shape.qkv_row_width()};
 }
 
 // Number of keys of block [key_begin, key_begin + columns) that query row i may see (j ≤ i).
@@ -135,13 +127,16 @@ int64_t attention_scratch_per_thread(int64_t seq_length, int64_t heads_per_group
 }
 
 template <typename Scalar>
-void attention_forward(Scalar* output, Scalar* logsumexp, const Scalar* qkv, int64_t batch_size,
-                       int64_t seq_length, int64_t hidden_size, int64_t num_heads,
-                       int64_t num_query_groups, const Dropout& dropout,
+void attention_forward(Scalar* output, Scalar* logsumexp, const Scalar* qkv,
+                       const AttentionShape& shape, const Dropout& dropout,
                        const AttentionBlocks& blocks, Scalar* scratch) {
-  check_attention_dropout(dropout, "attention_forward");
-  const QkvLayout layout = check_shape(hidden_size, num_heads, num_query_groups, blocks);
-  const int64_t T = seq_length;
+  constexpr const char* op = "attention_forward";
+  check_attention_dropout(dropout, op);
+  const QkvLayout layout = check_shape(shape, blocks, op);
+  const int64_t batch_size = shape.batch_size;
+  const int64_t hidden_size = shape.hidden_size;
+  const int64_t num_heads = shape.num_heads;
+  const int64_t T = shape.seq_length;
   const int64_t HD = layout.head_dim;
   const int64_t stride = layout.row_width;
   const int64_t query_rows = blocks.query_rows;
@@ -248,13 +243,16 @@ void attention_forward(Scalar* output, Scalar* logsumexp, const Scalar* qkv, int
 
 template <typename Scalar>
 void attention_backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv,
-                        const Scalar* output, const Scalar* logsumexp, int64_t batch_size,
-                        int64_t seq_length, int64_t hidden_size, int64_t num_heads,
-                        int64_t num_query_groups, const Dropout& dropout,
-                        const AttentionBlocks& blocks, Scalar* scratch) {
-  check_attention_dropout(dropout, "attention_backward");
-  const QkvLayout layout = check_shape(hidden_size, num_heads, num_query_groups, blocks);
-  const int64_t T = seq_length;
+                        const Scalar* output, const Scalar* logsumexp, const AttentionShape& shape,
+                        const Dropout& dropout, const AttentionBlocks& blocks, Scalar* scratch) {
+  constexpr const char* op = "attention_backward";
+  check_attention_dropout(dropout, op);
+  const QkvLayout layout = check_shape(shape, blocks, op);
+  const int64_t batch_size = shape.batch_size;
+  const int64_t hidden_size = shape.hidden_size;
+  const int64_t num_heads = shape.num_heads;
+  const int64_t num_query_groups = shape.num_query_groups;
+  const int64_t T = shape.seq_length;
   const int64_t HD = layout.head_dim;
   const int64_t stride = layout.row_width;
   const int64_t heads_per_group = layout.heads_per_group;
@@ -476,16 +474,14 @@ void kv_cache_attention_forward(Scalar* output, Scalar* key_cache, Scalar* value
   }
 }
 
-#define BACKEND_INSTANTIATE_ATTENTION(Scalar)                                                    \
-  template void attention_forward<Scalar>(Scalar*, Scalar*, const Scalar*, int64_t, int64_t,     \
-                                          int64_t, int64_t, int64_t, const Dropout&,             \
-                                          const AttentionBlocks&, Scalar*);                      \
-  template void attention_backward<Scalar>(Scalar*, const Scalar*, const Scalar*, const Scalar*, \
-                                           const Scalar*, int64_t, int64_t, int64_t, int64_t,    \
-                                           int64_t, const Dropout&, const AttentionBlocks&,      \
-                                           Scalar*);                                             \
-  template void kv_cache_attention_forward<Scalar>(Scalar*, Scalar*, Scalar*, const Scalar*,     \
-                                                   const int32_t*, const int32_t*, int64_t,      \
+#define BACKEND_INSTANTIATE_ATTENTION(Scalar)                                                     \
+  template void attention_forward<Scalar>(Scalar*, Scalar*, const Scalar*, const AttentionShape&, \
+                                          const Dropout&, const AttentionBlocks&, Scalar*);       \
+  template void attention_backward<Scalar>(Scalar*, const Scalar*, const Scalar*, const Scalar*,  \
+                                           const Scalar*, const AttentionShape&, const Dropout&,  \
+                                           const AttentionBlocks&, Scalar*);                      \
+  template void kv_cache_attention_forward<Scalar>(Scalar*, Scalar*, Scalar*, const Scalar*,      \
+                                                   const int32_t*, const int32_t*, int64_t,       \
                                                    int64_t, int64_t, int64_t, int64_t);
 BACKEND_INSTANTIATE_ATTENTION(float)
 BACKEND_INSTANTIATE_ATTENTION(double)

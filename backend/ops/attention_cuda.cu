@@ -376,26 +376,19 @@ __global__ void __launch_bounds__(kThreads)
 template <typename Scalar>
 using DeviceType = detail::DeviceElementOf<Scalar>;
 
-Shape make_shape(const char* op, int64_t seq_length, int64_t hidden_size, int64_t num_heads,
-                 int64_t num_query_groups, const Dropout& dropout) {
-  if (num_heads <= 0 || hidden_size % num_heads != 0) {
-    common::fail("{}: {} heads must divide the hidden size {}", op, num_heads, hidden_size);
-  }
-  if (num_query_groups <= 0 || num_heads % num_query_groups != 0) {
-    common::fail("{}: {} query groups must divide the {} heads", op, num_query_groups,
-                 num_heads);
-  }
-  const int64_t head_dim = hidden_size / num_heads;
+Shape make_shape(const char* op, const AttentionShape& shape, const Dropout& dropout) {
+  check_attention_shape(shape, op);
+  const int64_t head_dim = shape.head_dim();
   if (head_dim > kAttentionMaxHeadDim) {
     common::fail("{}: head dimension {} is above the CUDA kernel's {}", op, head_dim,
                  kAttentionMaxHeadDim);
   }
-  return {.T = seq_length,
+  return {.T = shape.seq_length,
           .HD = head_dim,
-          .NH = num_heads,
-          .heads_per_group = num_heads / num_query_groups,
-          .row_width = (num_heads + 2 * num_query_groups) * head_dim,
-          .hidden = hidden_size,
+          .NH = shape.num_heads,
+          .heads_per_group = shape.heads_per_group(),
+          .row_width = shape.qkv_row_width(),
+          .hidden = shape.hidden_size,
           .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))),
           .drop = dropout.active(),
           .key = dropout.key,
@@ -510,31 +503,28 @@ __global__ void kv_cache_attend_kernel(T* output, const T* key_cache, const T* v
 }  // namespace
 
 template <typename Scalar>
-void attention_forward(Scalar* output, float* logsumexp, const Scalar* qkv, int64_t batch_size,
-                       int64_t seq_length, int64_t hidden_size, int64_t num_heads,
-                       int64_t num_query_groups, const Dropout& dropout, CudaStream stream) {
+void attention_forward(Scalar* output, float* logsumexp, const Scalar* qkv,
+                       const AttentionShape& geometry, const Dropout& dropout, CudaStream stream) {
   using T = DeviceType<Scalar>;
-  const Shape shape = make_shape("attention_forward", seq_length, hidden_size, num_heads,
-                                 num_query_groups, dropout);
-  if (batch_size <= 0 || seq_length <= 0) return;
-  const int64_t tiles = (seq_length + kTile - 1) / kTile;
+  const Shape shape = make_shape("attention_forward", geometry, dropout);
+  if (geometry.empty()) return;
+  const int64_t tiles = (shape.T + kTile - 1) / kTile;
   const size_t bytes = prepare_shared_memory(forward_kernel<T>, shape, 4, 1);
-  forward_kernel<T><<<grid_of("attention_forward", tiles, batch_size * num_heads), kThreads,
-                      bytes, stream>>>(reinterpret_cast<T*>(output), logsumexp,
-                                       reinterpret_cast<const T*>(qkv), shape);
+  forward_kernel<T>
+      <<<grid_of("attention_forward", tiles, geometry.batch_size * shape.NH), kThreads, bytes,
+         stream>>>(reinterpret_cast<T*>(output), logsumexp, reinterpret_cast<const T*>(qkv), shape);
   CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename Scalar>
 void attention_backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv,
-                        const Scalar* output, const float* logsumexp, int64_t batch_size,
-                        int64_t seq_length, int64_t hidden_size, int64_t num_heads,
-                        int64_t num_query_groups, const Dropout& dropout, CudaStream stream) {
+                        const Scalar* output, const float* logsumexp,
+                        const AttentionShape& geometry, const Dropout& dropout, CudaStream stream) {
   using T = DeviceType<Scalar>;
-  const Shape shape = make_shape("attention_backward", seq_length, hidden_size, num_heads,
-                                 num_query_groups, dropout);
-  if (batch_size <= 0 || seq_length <= 0) return;
-  const int64_t tiles = (seq_length + kTile - 1) / kTile;
+  const Shape shape = make_shape("attention_backward", geometry, dropout);
+  if (geometry.empty()) return;
+  const int64_t tiles = (shape.T + kTile - 1) / kTile;
+  const int64_t groups = geometry.num_query_groups;
   auto* d = reinterpret_cast<T*>(dqkv);
   const auto* dout = reinterpret_cast<const T*>(doutput);
   const auto* x = reinterpret_cast<const T*>(qkv);
@@ -542,32 +532,25 @@ void attention_backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv,
   // The two kernels write disjoint columns of dqkv (keys and values; queries), which together
   // are all of it: dqkv is overwritten.
   const size_t dkdv_bytes = prepare_shared_memory(dkdv_kernel<T>, shape, 6, 2);
-  dkdv_kernel<T><<<grid_of("attention_backward", tiles, batch_size * num_query_groups),
-                   kThreads, dkdv_bytes, stream>>>(d, dout, x, o, logsumexp, num_query_groups,
-                                                   shape);
+  dkdv_kernel<T><<<grid_of("attention_backward", tiles, geometry.batch_size * groups), kThreads,
+                   dkdv_bytes, stream>>>(d, dout, x, o, logsumexp, groups, shape);
   CUDA_CHECK(cudaGetLastError());
   const size_t dq_bytes = prepare_shared_memory(dq_kernel<T>, shape, 5, 2);
-  dq_kernel<T><<<grid_of("attention_backward", tiles, batch_size * num_heads), kThreads,
+  dq_kernel<T><<<grid_of("attention_backward", tiles, geometry.batch_size * shape.NH), kThreads,
                  dq_bytes, stream>>>(d, dout, x, o, logsumexp, shape);
   CUDA_CHECK(cudaGetLastError());
 }
 
-template void attention_forward<float>(float*, float*, const float*, int64_t, int64_t, int64_t,
-                                       int64_t, int64_t, const Dropout&, CudaStream);
-template void attention_forward<bfloat16>(bfloat16*, float*, const bfloat16*, int64_t, int64_t,
-                                          int64_t, int64_t, int64_t, const Dropout&, CudaStream);
-template void attention_backward<float>(float*, const float*, const float*, const float*,
-                                        const float*, int64_t, int64_t, int64_t, int64_t,
-                                        int64_t, const Dropout&, CudaStream);
-template void attention_backward<bfloat16>(bfloat16*, const bfloat16*, const bfloat16*,
-                                           const bfloat16*, const float*, int64_t, int64_t,
-                                           int64_t, int64_t, int64_t, const Dropout&,
+#define BACKEND_INSTANTIATE_ATTENTION_CUDA(Scalar)                                               \
+  template void attention_forward<Scalar>(Scalar*, float*, const Scalar*, const AttentionShape&, \
+                                          const Dropout&, CudaStream);                           \
+  template void attention_backward<Scalar>(Scalar*, const Scalar*, const Scalar*, const Scalar*, \
+                                           const float*, const AttentionShape&, const Dropout&,  \
                                            CudaStream);
-template void attention_forward<float16>(float16*, float*, const float16*, int64_t, int64_t,
-                                         int64_t, int64_t, int64_t, const Dropout&, CudaStream);
-template void attention_backward<float16>(float16*, const float16*, const float16*,
-                                          const float16*, const float*, int64_t, int64_t,
-                                          int64_t, int64_t, int64_t, const Dropout&, CudaStream);
+BACKEND_INSTANTIATE_ATTENTION_CUDA(float)
+BACKEND_INSTANTIATE_ATTENTION_CUDA(bfloat16)
+BACKEND_INSTANTIATE_ATTENTION_CUDA(float16)
+#undef BACKEND_INSTANTIATE_ATTENTION_CUDA
 
 template <typename Scalar>
 void kv_cache_attention_forward(Scalar* output, Scalar* key_cache, Scalar* value_cache,

@@ -603,24 +603,20 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- host side ----------------------------------------------------------------------------
 
-FlashShape make_flash_shape(const char* op, int64_t seq_length, int64_t hidden_size,
-                            int64_t num_heads, int64_t num_query_groups,
-                            const Dropout& dropout) {
-  if (num_heads <= 0 || hidden_size % num_heads != 0 || num_query_groups <= 0 ||
-      num_heads % num_query_groups != 0 ||
-      !flash_attention_supports(hidden_size / num_heads)) {
-    common::fail("{}: the tensor-core kernel takes head dimensions 64 and 128 with heads a "
-                 "multiple of the query groups (got hidden {}, {} heads, {} groups); "
-                 "attention_forward/attention_backward take the others",
-                 op, hidden_size, num_heads, num_query_groups);
+FlashShape make_flash_shape(const char* op, const AttentionShape& shape, const Dropout& dropout) {
+  check_attention_shape(shape, op);
+  if (!flash_attention_supports(shape.head_dim())) {
+    common::fail(
+        "{}: the tensor-core kernel takes head dimensions 64 and 128 (got {}); "
+        "attention_forward/attention_backward take the others",
+        op, shape.head_dim());
   }
-  const int64_t head_dim = hidden_size / num_heads;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  return {.T = seq_length,
-          .NH = num_heads,
-          .heads_per_group = num_heads / num_query_groups,
-          .row_width = (num_heads + 2 * num_query_groups) * head_dim,
-          .hidden = hidden_size,
+  const double scale = 1.0 / std::sqrt(static_cast<double>(shape.head_dim()));
+  return {.T = shape.seq_length,
+          .NH = shape.num_heads,
+          .heads_per_group = shape.heads_per_group(),
+          .row_width = shape.qkv_row_width(),
+          .hidden = shape.hidden_size,
           .scale = static_cast<float>(scale),
           .scale_log2 = static_cast<float>(scale * 1.4426950408889634),
           .drop = dropout.active(),
@@ -689,56 +685,53 @@ void launch_backward(E* dqkv, const E* doutput, const E* qkv, const E* output,
 // type E.
 template <typename Scalar>
 void flash_attention_forward(Scalar* output, float* logsumexp, const Scalar* qkv,
-                             int64_t batch_size, int64_t seq_length, int64_t hidden_size,
-                             int64_t num_heads, int64_t num_query_groups, const Dropout& dropout,
+                             const AttentionShape& geometry, const Dropout& dropout,
                              CudaStream stream) {
   using E = DeviceElement<Scalar>;
   constexpr const char* op = "flash_attention_forward";
-  const FlashShape shape =
-      make_flash_shape(op, seq_length, hidden_size, num_heads, num_query_groups, dropout);
+  const FlashShape shape = make_flash_shape(op, geometry, dropout);
   check_aligned(op, qkv, "qkv");
   check_aligned(op, output, "output");
-  if (batch_size <= 0 || seq_length <= 0) return;
+  if (geometry.empty()) return;
   auto* o = reinterpret_cast<E*>(output);
   const auto* x = reinterpret_cast<const E*>(qkv);
-  if (hidden_size / num_heads == 64) {
-    launch_forward<64>(o, logsumexp, x, batch_size, shape, stream);
+  if (geometry.head_dim() == 64) {
+    launch_forward<64>(o, logsumexp, x, geometry.batch_size, shape, stream);
   } else {
-    launch_forward<128>(o, logsumexp, x, batch_size, shape, stream);
+    launch_forward<128>(o, logsumexp, x, geometry.batch_size, shape, stream);
   }
 }
 
 template <typename Scalar>
 void flash_attention_backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv,
-                              const Scalar* output, const float* logsumexp, int64_t batch_size,
-                              int64_t seq_length, int64_t hidden_size, int64_t num_heads,
-                              int64_t num_query_groups, const Dropout& dropout, CudaStream stream) {
+                              const Scalar* output, const float* logsumexp,
+                              const AttentionShape& geometry, const Dropout& dropout,
+                              CudaStream stream) {
   using E = DeviceElement<Scalar>;
   constexpr const char* op = "flash_attention_backward";
-  const FlashShape shape =
-      make_flash_shape(op, seq_length, hidden_size, num_heads, num_query_groups, dropout);
+  const FlashShape shape = make_flash_shape(op, geometry, dropout);
   check_aligned(op, dqkv, "dqkv");
   check_aligned(op, doutput, "doutput");
   check_aligned(op, qkv, "qkv");
-  if (batch_size <= 0 || seq_length <= 0) return;
+  if (geometry.empty()) return;
   auto* d = reinterpret_cast<E*>(dqkv);
   const auto* dout = reinterpret_cast<const E*>(doutput);
   const auto* x = reinterpret_cast<const E*>(qkv);
   const auto* o = reinterpret_cast<const E*>(output);
-  if (hidden_size / num_heads == 64) {
-    launch_backward<64>(d, dout, x, o, logsumexp, batch_size, num_query_groups, shape, stream);
+  const int64_t batch_size = geometry.batch_size, groups = geometry.num_query_groups;
+  if (geometry.head_dim() == 64) {
+    launch_backward<64>(d, dout, x, o, logsumexp, batch_size, groups, shape, stream);
   } else {
-    launch_backward<128>(d, dout, x, o, logsumexp, batch_size, num_query_groups, shape, stream);
+    launch_backward<128>(d, dout, x, o, logsumexp, batch_size, groups, shape, stream);
   }
 }
 
-#define BACKEND_INSTANTIATE_FLASH_ATTENTION_CUDA(Scalar)                                          \
-  template void flash_attention_forward<Scalar>(Scalar*, float*, const Scalar*, int64_t, int64_t, \
-                                                int64_t, int64_t, int64_t, const Dropout&,        \
-                                                CudaStream);                                      \
-  template void flash_attention_backward<Scalar>(                                                 \
-      Scalar*, const Scalar*, const Scalar*, const Scalar*, const float*, int64_t, int64_t,       \
-      int64_t, int64_t, int64_t, const Dropout&, CudaStream);
+#define BACKEND_INSTANTIATE_FLASH_ATTENTION_CUDA(Scalar)                                         \
+  template void flash_attention_forward<Scalar>(                                                 \
+      Scalar*, float*, const Scalar*, const AttentionShape&, const Dropout&, CudaStream);        \
+  template void flash_attention_backward<Scalar>(                                                \
+      Scalar*, const Scalar*, const Scalar*, const Scalar*, const float*, const AttentionShape&, \
+      const Dropout&, CudaStream);
 BACKEND_INSTANTIATE_FLASH_ATTENTION_CUDA(bfloat16)
 BACKEND_INSTANTIATE_FLASH_ATTENTION_CUDA(float16)
 #undef BACKEND_INSTANTIATE_FLASH_ATTENTION_CUDA

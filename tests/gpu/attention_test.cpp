@@ -21,12 +21,25 @@ using backend::View;
 namespace ops = backend::ops;
 using namespace gpu_test;
 
+namespace {
+
+struct Shape {
+  int64_t batch, seq, heads, groups, head_dim;
+
+  backend::AttentionShape geometry() const {
+    return {.batch_size = batch,
+            .seq_length = seq,
+            .hidden_size = heads * head_dim,
+            .num_heads = heads,
+            .num_query_groups = groups};
+  }
+};
+
+}  // namespace
+
 TEST_CASE("attention on the CUDA device matches the CPU device (fp32, bf16, fp16, dropout)") {
   auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
   if (!gpu) return;
-  struct Shape {
-    int64_t batch, seq, heads, groups, head_dim;
-  };
   for (const Shape s : {Shape{1, 1, 2, 2, 8}, Shape{2, 7, 4, 2, 24}, Shape{2, 129, 4, 1, 64},
                         Shape{1, 70, 2, 2, 128}, Shape{1, 33, 3, 3, 8}}) {
     for (double probability : {0.0, 0.1}) {
@@ -48,11 +61,10 @@ TEST_CASE("attention on the CUDA device matches the CPU device (fp32, bf16, fp16
               View o = t.poisoned(s.batch * s.seq * hidden, dtype);
               // The log-sum-exp is fp32 on the GPU whatever the qkv type; the CPU keeps qkv's.
               View lse = t.poisoned(s.batch * s.heads * s.seq, ElementType::f32);
-              ops::attention_forward(device, o, lse, x, s.batch, s.seq, hidden, s.heads, s.groups,
-                                     dropout);
+              ops::attention_forward(device, o, lse, x, s.geometry(), dropout);
               View dx = t.poisoned(s.batch * s.seq * width, dtype);
-              ops::attention_backward(device, dx, t.input(dout, dtype), x, o, lse, s.batch, s.seq,
-                                      hidden, s.heads, s.groups, dropout);
+              ops::attention_backward(device, dx, t.input(dout, dtype), x, o, lse, s.geometry(),
+                                      dropout);
               return Outputs{{"output", t.read(o)}, {"logsumexp", t.read(lse)},
                              {"dqkv", t.read(dx)}};
             });
@@ -68,12 +80,8 @@ TEST_CASE("attention on the CUDA device matches the CPU device (fp32, bf16, fp16
 // slows these kernels down by orders of magnitude.
 namespace {
 
-struct FlashShape {
-  int64_t batch, seq, heads, groups, head_dim;
-};
-
-void check_flash_attention(Device& gpu, const std::vector<FlashShape>& shapes) {
-  for (const FlashShape& s : shapes) {
+void check_flash_attention(Device& gpu, const std::vector<Shape>& shapes) {
+  for (const Shape& s : shapes) {
     for (double probability : {0.0, 0.1}) {
       std::ostringstream what;
       what << "flash attention B " << s.batch << " T " << s.seq << " NH " << s.heads << " NG "
@@ -93,11 +101,10 @@ void check_flash_attention(Device& gpu, const std::vector<FlashShape>& shapes) {
           View x = t.input(qkv, dtype);
           View o = t.poisoned(s.batch * s.seq * hidden, dtype);
           View lse = t.poisoned(s.batch * s.heads * s.seq, ElementType::f32);
-          ops::attention_forward(device, o, lse, x, s.batch, s.seq, hidden, s.heads, s.groups,
-                                 dropout);
+          ops::attention_forward(device, o, lse, x, s.geometry(), dropout);
           View dx = t.poisoned(s.batch * s.seq * width, dtype);
-          ops::attention_backward(device, dx, t.input(dout, dtype), x, o, lse, s.batch, s.seq,
-                                  hidden, s.heads, s.groups, dropout);
+          ops::attention_backward(device, dx, t.input(dout, dtype), x, o, lse, s.geometry(),
+                                  dropout);
           return Outputs{
               {"output", t.read(o)}, {"logsumexp", t.read(lse)}, {"dqkv", t.read(dx)}};
         });
@@ -124,7 +131,7 @@ TEST_CASE("attention on tensor cores (--use-flash-attn) matches the CPU device (
 TEST_CASE("key/value-cache attention on the CUDA device matches the CPU device") {
   auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
   if (!gpu) return;
-  struct Shape {
+  struct CacheShape {
     int64_t heads, groups, head_dim;
   };
   const int64_t slots = 3, max_length = 80;
@@ -133,8 +140,8 @@ TEST_CASE("key/value-cache attention on the CUDA device matches the CPU device")
   const std::vector<int32_t> row_slots{0, 1, 1, 1, 1, 2};
   const std::vector<int32_t> row_positions{70, 0, 1, 2, 3, 79};
   const auto rows = static_cast<int64_t>(row_slots.size());
-  for (const Shape s : {Shape{2, 2, 8}, Shape{4, 2, 24}, Shape{4, 1, 64}, Shape{2, 2, 128},
-                        Shape{3, 3, 40}}) {
+  for (const CacheShape s : {CacheShape{2, 2, 8}, CacheShape{4, 2, 24}, CacheShape{4, 1, 64},
+                             CacheShape{2, 2, 128}, CacheShape{3, 3, 40}}) {
     for (ElementType type : {ElementType::f32, ElementType::bf16, ElementType::f16}) {
       std::ostringstream what;
       what << "kv_cache_attention N " << rows << " NH " << s.heads << " NG " << s.groups

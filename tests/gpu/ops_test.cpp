@@ -518,11 +518,13 @@ TEST_CASE("attention on the CUDA device refuses a dropout mask offset") {
   View dqkv = t.poisoned(batch * seq * qkv_width, ElementType::f32);
   backend::Dropout dropout{0.1, backend::dropout_key(1, 2, 3, 4)};
   dropout.first_index = 5;
-  CHECK_THROWS_AS(
-      ops::attention_forward(*gpu, out, lse, qkv, batch, seq, hidden, heads, heads, dropout),
-      common::Error);
-  CHECK_THROWS_AS(ops::attention_backward(*gpu, dqkv, out, qkv, out, lse, batch, seq, hidden, heads,
-                                          heads, dropout),
+  const backend::AttentionShape shape{.batch_size = batch,
+                                      .seq_length = seq,
+                                      .hidden_size = hidden,
+                                      .num_heads = heads,
+                                      .num_query_groups = heads};
+  CHECK_THROWS_AS(ops::attention_forward(*gpu, out, lse, qkv, shape, dropout), common::Error);
+  CHECK_THROWS_AS(ops::attention_backward(*gpu, dqkv, out, qkv, out, lse, shape, dropout),
                   common::Error);
 }
 

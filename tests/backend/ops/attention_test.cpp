@@ -36,6 +36,13 @@ struct Shape {
   int64_t qkv_width() const { return (heads + 2 * groups) * head_dim; }
   int64_t qkv_size() const { return batch * seq * qkv_width(); }
   int64_t output_size() const { return batch * seq * hidden(); }
+  backend::AttentionShape geometry() const {
+    return {.batch_size = batch,
+            .seq_length = seq,
+            .hidden_size = hidden(),
+            .num_heads = heads,
+            .num_query_groups = groups};
+  }
   // Column of element d of head h's query (part 0) or of its group's key (1) or value (2):
   // Megatron core's per-group [q of the group's heads | k | v].
   int64_t column(int64_t h, int64_t part, int64_t d) const {
@@ -61,12 +68,10 @@ AttentionResult run_attention(const Shape& shape, const std::vector<double>& qkv
   std::vector<Scalar> logsumexp(static_cast<size_t>(shape.batch * shape.heads * shape.seq),
                                 Scalar{1000});
   std::vector<Scalar> dqkv(qkv.size(), Scalar{1000});  // must be overwritten
-  backend::cpu::attention_forward(output.data(), logsumexp.data(), qkv.data(), shape.batch,
-                                  shape.seq, shape.hidden(), shape.heads, shape.groups, dropout,
-                                  blocks);
+  backend::cpu::attention_forward(output.data(), logsumexp.data(), qkv.data(), shape.geometry(),
+                                  dropout, blocks);
   backend::cpu::attention_backward(dqkv.data(), doutput.data(), qkv.data(), output.data(),
-                                   logsumexp.data(), shape.batch, shape.seq, shape.hidden(),
-                                   shape.heads, shape.groups, dropout, blocks);
+                                   logsumexp.data(), shape.geometry(), dropout, blocks);
   return {convert<double>(output), convert<double>(logsumexp), convert<double>(dqkv)};
 }
 
@@ -317,9 +322,8 @@ void check_attention_gradient(int64_t groups) {
       std::vector<double> output(static_cast<size_t>(shape.output_size()));
       std::vector<double> logsumexp(static_cast<size_t>(shape.batch * shape.heads * shape.seq));
       auto loss = [&] {
-        backend::cpu::attention_forward(output.data(), logsumexp.data(), qkv.data(), shape.batch,
-                                        shape.seq, shape.hidden(), shape.heads, shape.groups,
-                                        dropout, blocks);
+        backend::cpu::attention_forward(output.data(), logsumexp.data(), qkv.data(),
+                                        shape.geometry(), dropout, blocks);
         return dot(output, doutput);
       };
       GradientCheckOptions options;
@@ -390,19 +394,29 @@ TEST_CASE("attention is the same on every thread count") {
 TEST_CASE("attention refuses shapes it cannot lay out, naming the numbers") {
   std::vector<double> buffer(1024);
   auto forward = [&](int64_t hidden, int64_t heads, int64_t groups, AttentionBlocks blocks) {
-    backend::cpu::attention_forward(buffer.data(), buffer.data(), buffer.data(), 1, 2, hidden,
-                                    heads, groups, {}, blocks);
+    backend::cpu::attention_forward(buffer.data(), buffer.data(), buffer.data(),
+                                    {.batch_size = 1,
+                                     .seq_length = 2,
+                                     .hidden_size = hidden,
+                                     .num_heads = heads,
+                                     .num_query_groups = groups},
+                                    {}, blocks);
   };
-  CHECK_THROWS_WITH_AS(forward(12, 4, 3, {}), "attention: 3 query groups must divide the 4 heads",
-                       common::Error);
-  CHECK_THROWS_WITH_AS(forward(12, 4, 0, {}), "attention: 0 query groups must divide the 4 heads",
-                       common::Error);
-  CHECK_THROWS_WITH_AS(forward(10, 4, 4, {}), "attention: 4 heads must divide the hidden size 10",
-                       common::Error);
+  CHECK_THROWS_WITH_AS(forward(12, 4, 3, {}),
+                       "attention_forward: 3 query groups must divide the 4 heads", common::Error);
+  CHECK_THROWS_WITH_AS(forward(12, 4, 0, {}),
+                       "attention_forward: 0 query groups must divide the 4 heads", common::Error);
+  CHECK_THROWS_WITH_AS(forward(10, 4, 4, {}),
+                       "attention_forward: 4 heads must divide the hidden size 10", common::Error);
   CHECK_THROWS_AS(forward(12, 4, 4, {.query_rows = 0, .key_rows = 4}), common::Error);
   std::vector<double> gradient(1024);
   CHECK_THROWS_AS(backend::cpu::attention_backward(gradient.data(), buffer.data(), buffer.data(),
-                                                   buffer.data(), buffer.data(), 1, 2, 12, 4, 3),
+                                                   buffer.data(), buffer.data(),
+                                                   {.batch_size = 1,
+                                                    .seq_length = 2,
+                                                    .hidden_size = 12,
+                                                    .num_heads = 4,
+                                                    .num_query_groups = 3}),
                   common::Error);
 }
 
@@ -418,20 +432,19 @@ TEST_CASE("attention refuses a dropout with a mask offset (first_index)") {
     Dropout dropout{p, backend::dropout_key(1, 2, 3, 4)};
     dropout.first_index = 12;
     CHECK_THROWS_AS(backend::cpu::attention_forward(output.data(), logsumexp.data(), qkv.data(),
-                                                    shape.batch, shape.seq, shape.hidden(),
-                                                    shape.heads, shape.groups, dropout),
+                                                    shape.geometry(), dropout),
                     common::Error);
-    CHECK_THROWS_AS(backend::cpu::attention_backward(
-                        dqkv.data(), output.data(), qkv.data(), output.data(), logsumexp.data(),
-                        shape.batch, shape.seq, shape.hidden(), shape.heads, shape.groups, dropout),
-                    common::Error);
+    CHECK_THROWS_AS(
+        backend::cpu::attention_backward(dqkv.data(), output.data(), qkv.data(), output.data(),
+                                         logsumexp.data(), shape.geometry(), dropout),
+        common::Error);
   }
   // The message names the op and the field.
   Dropout dropout;
   dropout.first_index = 7;
   try {
-    backend::cpu::attention_forward(output.data(), logsumexp.data(), qkv.data(), shape.batch,
-                                    shape.seq, shape.hidden(), shape.heads, shape.groups, dropout);
+    backend::cpu::attention_forward(output.data(), logsumexp.data(), qkv.data(), shape.geometry(),
+                                    dropout);
     FAIL("attention_forward accepted first_index 7");
   } catch (const common::Error& error) {
     const std::string message = error.what();
@@ -450,8 +463,8 @@ TEST_CASE("attention over a key/value cache equals attention_forward, prefill an
     const auto qkv = random_values(static_cast<size_t>(shape.qkv_size()), 95);
     std::vector<double> expected(static_cast<size_t>(shape.output_size()));
     std::vector<double> logsumexp(static_cast<size_t>(shape.batch * shape.heads * shape.seq));
-    backend::cpu::attention_forward(expected.data(), logsumexp.data(), qkv.data(), shape.batch,
-                                    shape.seq, hidden, shape.heads, groups);
+    backend::cpu::attention_forward(expected.data(), logsumexp.data(), qkv.data(),
+                                    shape.geometry());
     const int32_t slot_of[2] = {2, 0};
     const size_t cache = static_cast<size_t>(slots * max_length * groups * shape.head_dim);
     std::vector<double> keys(cache, NAN), values(cache, NAN);  // unfilled places never read

@@ -183,8 +183,13 @@ void check_kernels(const Shape& s, double tolerance) {
   std::vector<E> dqkv(x.size(), nan);
   std::vector<float> logsumexp(static_cast<size_t>(s.batch * s.heads * T),
                                std::numeric_limits<float>::quiet_NaN());
-  const FlashShape shape =
-      make_flash_shape("flash attention (emulated)", T, hidden, s.heads, s.groups, dropout);
+  const FlashShape shape = make_flash_shape("flash attention (emulated)",
+                                            {.batch_size = s.batch,
+                                             .seq_length = T,
+                                             .hidden_size = hidden,
+                                             .num_heads = s.heads,
+                                             .num_query_groups = s.groups},
+                                            dropout);
   const auto tiles = static_cast<unsigned>((T + kRows - 1) / kRows);
   const auto pairs = static_cast<unsigned>(s.batch * s.heads);
   const auto group_units = static_cast<unsigned>(s.batch * s.groups);
