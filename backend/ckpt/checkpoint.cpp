@@ -1085,8 +1085,8 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
         "--load {} is a Megatron-LM checkpoint (--ckpt-format torch: model_optim_rng.pt); "
         "loading one directly is not built yet. Convert it first: checkpoint_util --load {} "
         "--save DIR --target-tensor-parallel-size {} --target-pipeline-parallel-size {} "
-        "(weights, iteration and consumed samples; not yet its optimizer state), then --load "
-        "DIR --no-load-optim --no-load-rng",
+        "(weights, optimizer state, schedule, iteration and consumed samples; not its RNG "
+        "state), then --load DIR with the switches it prints (--no-load-rng)",
         directory.string(), directory.string(), model.tensor_parallel_group().size(),
         model.pipeline_parallel_group().size());
   }

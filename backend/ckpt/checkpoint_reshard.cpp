@@ -66,6 +66,9 @@ struct Source {
   int64_t pipeline_parallel = 1;
   int64_t virtual_chunks = 1;  // model chunks per stage (the interleaved schedule's)
   bool optimizer_state = false;
+  // Why the optimizer state is not carried, when the checkpoint is one that has it otherwise (a
+  // Megatron checkpoint's state this backend does not read); empty otherwise.
+  std::string optimizer_not_read;
 
   const ShardFile& file(int64_t rank, int64_t stage) const {
     return *readers[static_cast<size_t>(stage * tensor_parallel + rank)];
@@ -158,6 +161,8 @@ Source open_megatron_source(const fs::path& directory) {
                     .release = shards.layout.release,
                     .file = shards.layout.rank_file(0, 0)};
   source.readers = std::move(shards.files);
+  source.optimizer_state = shards.optimizer_not_read.empty();
+  source.optimizer_not_read = shards.optimizer_not_read;
   source.arguments = shards.record;
   source.tensor_parallel = shards.layout.tensor_parallel;
   source.pipeline_parallel = shards.layout.pipeline_parallel;
@@ -702,8 +707,13 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
         "tensor-parallel size {}, pipeline-parallel size {}",
         source.tensor_parallel, source.pipeline_parallel, target_tp, target_pp);
   }
-  out << (source.optimizer_state ? " (parameters and optimizer state)\n"
-                                 : " (parameters; the checkpoint has no optimizer state)\n");
+  if (source.optimizer_state) {
+    out << " (parameters and optimizer state)\n";
+  } else if (source.optimizer_not_read.empty()) {
+    out << " (parameters; the checkpoint has no optimizer state)\n";
+  } else {
+    out << fmt::format(" (parameters; no optimizer state: {})\n", source.optimizer_not_read);
+  }
   if (!interleaving.empty()) {
     out << fmt::format(
         " > --num-layers-per-virtual-pipeline-stage {} of the checkpoint does not "
@@ -763,6 +773,7 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
   result.target_padded_vocab_size = target_rows;
   result.divisor_keeping_padding = keeping;
   result.optimizer_state = source.optimizer_state;
+  result.optimizer_not_read = source.optimizer_not_read;
   result.rng_state = first.metadata().contains("rng_state");
   result.target_arguments = target_arguments;
   return result;

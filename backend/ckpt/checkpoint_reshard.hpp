@@ -19,8 +19,9 @@
 //
 // The source may also be a Megatron-LM checkpoint (--ckpt-format torch, megatron_checkpoint.hpp:
 // its mp_rank_*/model_optim_rng.pt files, told apart by the files its tracker's iteration
-// holds), read through the same ShardFile interface (shard_file.hpp): its weights, iteration
-// and consumed samples are converted, its optimizer and RNG state not yet.
+// holds), read through the same ShardFile interface (shard_file.hpp): its weights, iteration,
+// consumed samples, AdamW moments and scheduler are converted (megatron_optimizer.hpp), its
+// RNG state is not (Megatron's generators have no counterpart here).
 //
 // The interleaved schedule's --num-layers-per-virtual-pipeline-stage is kept when the trainer
 // accepts it at P (P > 2 and dividing the layers per stage); otherwise the target has none (0),
@@ -74,6 +75,7 @@ struct ReshardResult {
   // vocabulary (divisor_keeping_padding), 0 when none does.
   int64_t divisor_keeping_padding = 0;
   bool optimizer_state = false;  // the moments were carried (the source had them)
+  std::string optimizer_not_read;  // else why, when the source is one not read (Megatron's)
   bool rng_state = false;        // the source had the dropout RNG's state
   // The model's arguments as the target records them: its tp, pp, interleaving and divisor.
   CheckpointModelRecord target_arguments;

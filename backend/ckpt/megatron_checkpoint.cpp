@@ -9,6 +9,7 @@
 #include <map>
 #include <utility>
 
+#include "backend/ckpt/megatron_optimizer.hpp"
 #include "backend/common/enum_names.hpp"
 #include "backend/common/error.hpp"
 #include "backend/model/pipeline_stage.hpp"
@@ -465,6 +466,8 @@ namespace {
 
 class MegatronShardFile final : public ShardFile {
  public:
+  // `metadata`: what every file of the checkpoint has; the file's optimizer and scheduler state
+  // is added when it holds them (optimizer_not_read() says why not otherwise).
   MegatronShardFile(std::unique_ptr<MegatronRankFile> file, std::span<const LayerRange> chunks,
                     nlohmann::json metadata)
       : file_(std::move(file)), metadata_(std::move(metadata)) {
@@ -473,6 +476,7 @@ class MegatronShardFile final : public ShardFile {
       common::fail("{}: it holds {} model chunk(s), but its args give each stage {}",
                    file_->path().string(), models.size(), chunks.size());
     }
+    std::vector<MegatronParameter> parameters;
     for (size_t chunk = 0; chunk < models.size(); ++chunk) {
       for (const auto& [megatron_name, value] : flatten_state_dict(*models[chunk])) {
         const std::optional<std::string> name =
@@ -482,11 +486,14 @@ class MegatronShardFile final : public ShardFile {
           common::fail("{}: '{}' and another tensor are both this backend's '{}'",
                        file_->path().string(), megatron_name, *name);
         }
-        index_.emplace(*name, entries_.size());
-        entries_.push_back({*name, file_->file().tensor(*value, megatron_name)});
+        add(*name, file_->file().tensor(*value, megatron_name));
+        parameters.push_back({megatron_name, entries_.back().tensor});
       }
     }
+    read_optimizer(parameters);
   }
+
+  const std::string& optimizer_not_read() const { return optimizer_not_read_; }
 
   const std::filesystem::path& path() const override { return file_->path(); }
   const nlohmann::json& metadata() const override { return metadata_; }
@@ -507,14 +514,46 @@ class MegatronShardFile final : public ShardFile {
   }
 
  private:
+  void add(std::string name, TorchTensor tensor) {
+    index_.emplace(name, entries_.size());
+    entries_.push_back({std::move(name), std::move(tensor)});
+  }
+
+  // The moments under checkpoint.hpp's names, the fp32 main weights in place of the model's
+  // 16-bit ones, and the metadata's "optimizer" and "opt_param_scheduler".
+  void read_optimizer(std::span<const MegatronParameter> parameters) {
+    const MegatronArguments args = file_->arguments();
+    MegatronOptimizerRead optimizer = read_megatron_optimizer(*file_, parameters, args);
+    const std::optional<nlohmann::json> scheduler = read_megatron_scheduler(*file_, args);
+    if (optimizer.state && !scheduler) {
+      optimizer = {.state = std::nullopt, .not_read = "it has no 'opt_param_scheduler'"};
+    }
+    if (!optimizer.state) {
+      optimizer_not_read_ = std::move(optimizer.not_read);
+      return;
+    }
+    const MegatronOptimizerState& state = *optimizer.state;
+    const size_t count = parameters.size();
+    for (size_t p = 0; p < count; ++p) {
+      const std::string name = entries_[p].name;
+      if (!state.main_weights.empty()) entries_[p].tensor = state.main_weights[p];
+      add(kCheckpointExpAvgPrefix + name, state.exp_avg[p]);
+      add(kCheckpointExpAvgSqPrefix + name, state.exp_avg_sq[p]);
+    }
+    metadata_["no_save_optim"] = false;
+    metadata_["optimizer"] = state.metadata;
+    metadata_["opt_param_scheduler"] = *scheduler;
+  }
+
   struct Entry {
     std::string name;
     TorchTensor tensor;
   };
   std::unique_ptr<MegatronRankFile> file_;
   nlohmann::json metadata_;
-  std::vector<Entry> entries_;
+  std::vector<Entry> entries_;  // the parameters first, in the state dict's order
   std::map<std::string, size_t, std::less<>> index_;
+  std::string optimizer_not_read_;
 };
 
 }  // namespace
@@ -573,8 +612,18 @@ MegatronShards open_megatron_shards(const fs::path& directory) {
       nlohmann::json metadata = common_metadata;
       metadata["tensor_parallel"] = {{"size", layout.tensor_parallel}, {"rank", rank}};
       metadata["pipeline_parallel"] = {{"size", layout.pipeline_parallel}, {"rank", stage}};
-      shards.files.push_back(
-          std::make_unique<MegatronShardFile>(std::move(file), layers, std::move(metadata)));
+      auto shard =
+          std::make_unique<MegatronShardFile>(std::move(file), layers, std::move(metadata));
+      // Every file has the optimizer's state, or none does (then the first's reason is said).
+      if (stage == 0 && rank == 0) {
+        shards.optimizer_not_read = shard->optimizer_not_read();
+      } else if (shard->optimizer_not_read().empty() != shards.optimizer_not_read.empty()) {
+        common::fail("{} {} optimizer state, but {} {}", shard->path().string(),
+                     shard->optimizer_not_read().empty() ? "holds" : "holds no",
+                     layout.rank_file(0, 0).string(),
+                     shards.optimizer_not_read.empty() ? "does" : "does not");
+      }
+      shards.files.push_back(std::move(shard));
     }
   }
   return shards;

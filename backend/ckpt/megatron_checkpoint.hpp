@@ -146,17 +146,23 @@ std::optional<std::string> megatron_tensor_name(std::string_view name, int64_t l
 // layout, the model its args describe, and one ShardFile per (rank, stage), stage by stage,
 // whose tensors carry this backend's names (the layers' global indices) and whose metadata is
 // what this backend's save writes for the state the file holds: the iteration, the consumed
-// samples, the model's record and the padded vocabulary, with neither optimizer nor RNG state
-// (not read yet). The weights are the model's as Megatron saved them (bf16 or fp16 when it
-// trained so; the fp32 main copy in the optimizer's state is not read yet). Refused, naming
-// the file: what read_megatron_layout and megatron_model_record refuse, args whose parallel
-// sizes are not the directories', a file of another iteration, a checkpoint_version below 2
-// (the older QKV ordering), a tensor neither naming has, one named twice.
+// samples, the model's record and the padded vocabulary, and the optimizer's state where the
+// files hold it (megatron_optimizer.hpp): AdamW's moments as optimizer.exp_avg.NAME and
+// optimizer.exp_avg_sq.NAME, the fp32 main weights of a bf16 or fp16 run in place of the
+// model's 16-bit ones, the "optimizer" (step, betas, loss scaler) and "opt_param_scheduler"
+// sections. No RNG state: Megatron's generators' states do not map to this backend's dropout
+// key (seed and step). Refused, naming the file: what read_megatron_layout,
+// megatron_model_record and read_megatron_optimizer refuse, args whose parallel sizes are not
+// the directories', a file of another iteration, a checkpoint_version below 2 (the older QKV
+// ordering), a tensor neither naming has, one named twice, files of which some hold optimizer
+// state and others not.
 struct MegatronShards {
   MegatronCheckpointLayout layout;
   CheckpointModelRecord record;
   int64_t padded_vocab_size = 0;  // args.padded_vocab_size
   std::vector<std::unique_ptr<ShardFile>> files;
+  // Empty when the optimizer's state was read; else why not (a sentence about the checkpoint).
+  std::string optimizer_not_read;
 };
 MegatronShards open_megatron_shards(const std::filesystem::path& directory);
 

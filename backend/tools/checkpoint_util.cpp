@@ -123,8 +123,8 @@ int reshard(const backend::CheckpointUtilOptions& options,
       "--make-vocab-size-divisible-by {} --load {}\n",
       what, options.load, sizes, options.save, target.parallelism.tensor_model_parallel_size,
       pipeline_flags, target.model.make_vocab_size_divisible_by, options.save);
-  // A checkpoint saved without them (or Megatron's, whose are not converted yet) loads with
-  // the switches that do without them.
+  // A checkpoint saved without them (or Megatron's, whose RNG state does not map, and whose
+  // distributed optimizer's state is not read yet) loads with the switches that do without them.
   std::vector<std::string> switches, missing;
   if (!result.optimizer_state) {
     switches.push_back("--no-load-optim");
@@ -137,6 +137,10 @@ int reshard(const backend::CheckpointUtilOptions& options,
   if (!switches.empty()) {
     std::cout << fmt::format("   adding {} (the checkpoint has no {} state)\n",
                              fmt::join(switches, " "), fmt::join(missing, " or "));
+  }
+  if (!result.optimizer_not_read.empty()) {
+    std::cout << fmt::format("   (its optimizer state is not carried: {})\n",
+                             result.optimizer_not_read);
   }
   if (pipelined) {
     std::cout << fmt::format(

@@ -1,8 +1,10 @@
 // A Megatron-LM checkpoint continued here, end to end: write_megatron_checkpoints.py saves, with
-// PyTorch, a GPT in Megatron core's structures at TP=2 × PP=2, iteration 20; pretrain_gpt
-// --load of it is refused with the checkpoint_util command that converts it; that command
-// converts it to TP=1 and prints how to continue; pretrain_gpt continues from iteration 20 with
-// the consumed samples carried over, and trains (finite losses, iterations 21 and 22, saved).
+// PyTorch, a GPT in Megatron core's structures at TP=2 × PP=2, iteration 20, with its AdamW
+// state and learning-rate schedule; pretrain_gpt --load of it is refused with the checkpoint_util
+// command that converts it; that command converts it to TP=1 with the optimizer state and prints
+// how to continue; pretrain_gpt continues from iteration 20 with the consumed samples, the
+// moments and the schedule carried over (the learning rate Megatron's schedule gives), and
+// trains (finite losses, iterations 21 and 22, saved at --exit-interval).
 // Needs torch in Debian's /usr/bin/python3, as the unit tests of the reader
 // (tests/backend/ckpt/megatron_checkpoint_test.cpp); skipped without it except under CI.
 #include <doctest/doctest.h>
@@ -59,8 +61,20 @@ TEST_CASE("a Megatron-LM checkpoint is converted by checkpoint_util and continue
                                         "--global-batch-size",
                                         "8",
                                         "--lr",
-                                        "1e-4",
+                                        "3e-4",
+                                        "--min-lr",
+                                        "3e-5",
+                                        "--lr-decay-style",
+                                        "cosine",
+                                        "--lr-warmup-iters",
+                                        "5",
+                                        "--weight-decay",
+                                        "0.1",
+                                        "--adam-beta2",
+                                        "0.95",
                                         "--train-iters",
+                                        "100",
+                                        "--exit-interval",
                                         "22",
                                         "--eval-iters",
                                         "0",
@@ -89,18 +103,22 @@ TEST_CASE("a Megatron-LM checkpoint is converted by checkpoint_util and continue
   REQUIRE(conversion.exit_code == 0);
   CHECK(conversion.output.find("loading checkpoint from " + megatron.string() +
                                " at iteration 20") != std::string::npos);
-  CHECK(conversion.output.find("adding --no-load-optim --no-load-rng") != std::string::npos);
+  CHECK(conversion.output.find("(parameters and optimizer state)") != std::string::npos);
+  CHECK(conversion.output.find("adding --no-load-rng (the checkpoint has no RNG state)") !=
+        std::string::npos);
 
-  const auto continued =
-      launcher::run_and_capture(with({"--load", converted.string(), "--no-load-optim",
-                                      "--no-load-rng", "--save", converted.string()}));
+  const auto continued = launcher::run_and_capture(
+      with({"--load", converted.string(), "--no-load-rng", "--save", converted.string()}));
   INFO(continued.output);
   REQUIRE(continued.exit_code == 0);
   CHECK(continued.output.find("successfully loaded checkpoint from " + converted.string()) !=
         std::string::npos);
-  CHECK(continued.output.find("iteration       21/      22") != std::string::npos);
+  CHECK(continued.output.find("iteration       21/     100") != std::string::npos);
   CHECK(continued.output.find("consumed samples:          168") != std::string::npos);
-  CHECK(continued.output.find("iteration       22/      22") != std::string::npos);
+  // Megatron's cosine schedule continued from the checkpoint's 160 samples: after iteration
+  // 21's step, 168 of 800 (warmup 40) give 3e-5 + (3e-4 − 3e-5) · (1 + cos(π · 128/760)) / 2.
+  CHECK(continued.output.find("learning rate: 2.815396E-04") != std::string::npos);
+  CHECK(continued.output.find("iteration       22/     100") != std::string::npos);
   CHECK(continued.output.find("number of nan iterations:   0") != std::string::npos);
   CHECK(continued.output.find("lm loss: nan") == std::string::npos);
   CHECK(fs::is_regular_file(converted / "iter_0000022" / "mp_rank_00" / "model_optim_rng.bin"));

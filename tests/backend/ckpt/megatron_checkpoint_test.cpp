@@ -1,10 +1,13 @@
 // Megatron-LM's legacy checkpoints read here: write_megatron_checkpoints.py saves, with PyTorch
 // itself, Megatron's structures for known whole weights (a GPT in core's names at TP=2 x PP=2,
 // a Llama-like model in the legacy model's nested dicts at TP=2 x PP=2 and in Transformer
-// Engine's names at TP=1) and says what the whole model holds (expected.json). Read whole here,
-// and resharded into this backend's format at TP=1 x PP=1 and TP=2 x PP=1, every tensor must be
-// the expected one exactly; the iteration and the consumed samples come along. Files Megatron
-// would not write, or that hold a model this backend does not build, are refused by name.
+// Engine's names at TP=1), with the optimizer state each of Megatron's optimizers keeps, and
+// says what the whole model holds (expected.json, expected_moments.json). Read whole here, and
+// resharded into this backend's format at TP=1 x PP=1 and TP=2 x PP=1, every tensor must be
+// the expected one exactly (the fp32 main weights where the optimizer has them, and AdamW's
+// moments); the iteration, the consumed samples, the step and the schedule come along. Files
+// Megatron would not write, or that hold a model this backend does not build, are refused by
+// name.
 //
 // It needs torch in Debian's /usr/bin/python3 (python3-torch, container/install-deps.sh
 // --tests). Without it the test is skipped with a message, except under CI, where that fails.
@@ -191,7 +194,8 @@ TEST_CASE("megatron checkpoint: resharded into this backend's format at TP=1 and
       CHECK(result.iteration == 20);
       CHECK(result.source_tensor_parallel == 2);
       CHECK(result.source_pipeline_parallel == 2);
-      CHECK_FALSE(result.optimizer_state);
+      CHECK(result.optimizer_state);
+      CHECK_FALSE(result.rng_state);
       check_whole_model(load_whole(save), *root / name / "expected.json");
       const backend::CheckpointFileReader file(backend::checkpoint_file_path(save, 20));
       CHECK(file.metadata()["iteration"] == 20);
@@ -200,6 +204,68 @@ TEST_CASE("megatron checkpoint: resharded into this backend's format at TP=1 and
       CHECK(file.metadata()["arguments"]["tensor_model_parallel_size"] == tensor_parallel);
     }
   }
+}
+
+TEST_CASE(
+    "megatron checkpoint: Adam's moments, the step and the schedule come along from each of "
+    "Megatron's optimizers") {
+  const fs::path* root = megatron_checkpoints();
+  if (root == nullptr) return;
+  test_support::TemporaryDirectory out;
+  // FP32Optimizer's, Float16OptimizerWithFloat16Params' (fp32 main weights), and the same with
+  // apex's group step and groups told apart by weight_decay (no wd_mult).
+  for (const char* name : {"gpt_core", "llama_legacy", "llama_te"}) {
+    CAPTURE(name);
+    const fs::path save = out.path / name;
+    std::ostringstream progress;
+    const backend::ReshardResult result =
+        backend::reshard_checkpoint({.load = *root / name, .save = save}, progress);
+    CHECK(result.optimizer_state);
+    CHECK(result.optimizer_not_read.empty());
+    CHECK(progress.str().find("(parameters and optimizer state)") != std::string::npos);
+    check_whole_model(load_whole(save), *root / name / "expected.json");
+    const backend::CheckpointFileReader file(backend::checkpoint_file_path(save, 20));
+    const nlohmann::json& optimizer = file.metadata()["optimizer"];
+    CHECK(optimizer["step"] == 20);
+    CHECK(optimizer["adam_beta1"] == 0.9);
+    CHECK(optimizer["adam_beta2"] == 0.95);
+    CHECK(optimizer["weight_decay"] == 0.1);
+    CHECK_FALSE(optimizer.contains("grad_scaler"));  // bf16 and fp32 runs have none
+    const nlohmann::json& schedule = file.metadata()["opt_param_scheduler"];
+    CHECK(schedule["num_steps"] == 160);
+    CHECK(schedule["max_lr"] == 3e-4);
+    CHECK(schedule["min_lr"] == 3e-5);
+    CHECK(schedule["warmup_steps"] == 40.0);
+    CHECK(schedule["decay_steps"] == 800);
+    CHECK(schedule["decay_style"] == "cosine");
+    CHECK(schedule["start_weight_decay"] == 0.1);
+    CHECK(schedule["weight_decay_increment_steps"] == 800);
+    CHECK(schedule["wsd_decay_steps"] == -1);
+    CHECK(file.metadata()["no_save_optim"] == false);
+    // Every moment of the whole model, value for value.
+    const nlohmann::json expected =
+        nlohmann::json::parse(std::ifstream(*root / name / "expected_moments.json"));
+    size_t checked = 0;
+    for (const auto& [moment, want] : expected.items()) {
+      CAPTURE(moment);
+      const backend::TensorEntry* entry = file.find(moment);
+      REQUIRE(entry != nullptr);
+      CHECK(entry->shape == want["shape"].get<std::vector<int64_t>>());
+      std::vector<float> values(static_cast<size_t>(entry->numel()));
+      file.read(*entry, values);
+      CHECK(values == want["values"].get<std::vector<float>>());
+      ++checked;
+    }
+    CHECK(checked > 0);
+  }
+  // Saved with --no-save-optim: the 16-bit weights, and the reason said.
+  std::ostringstream progress;
+  const backend::ReshardResult weights = backend::reshard_checkpoint(
+      {.load = *root / "llama_weights", .save = out.path / "weights"}, progress);
+  CHECK_FALSE(weights.optimizer_state);
+  CHECK(weights.optimizer_not_read.find("--no-save-optim") != std::string::npos);
+  CHECK(progress.str().find("no optimizer state: it was saved without") != std::string::npos);
+  check_whole_model(load_whole(out.path / "weights"), *root / "llama_weights" / "expected.json");
 }
 
 TEST_CASE(
@@ -215,6 +281,14 @@ TEST_CASE(
   const std::string name = refusal(*root / "bad_name");
   CHECK(name.find("'language_model.encoder.layers.0.self_attention.rotary.inv_freq'") !=
         std::string::npos);
+  // Param groups split otherwise than by weight decay (the embedding in a group of its own).
+  const std::string groups = refusal(*root / "bad_groups");
+  CHECK(groups.find("bad_groups") != std::string::npos);
+  CHECK(groups.find("param group 0 with weight decay holding 1 parameters") != std::string::npos);
+  // An exp_avg of another shape than its parameter's.
+  const std::string moment = refusal(*root / "bad_moment");
+  CHECK(moment.find("exp_avg of parameter 'decoder.layers.0.self_attention.linear_qkv.weight' "
+                    "with 768 elements in the shape [768]") != std::string::npos);
 
   test_support::TemporaryDirectory scratch;
   const fs::path copy = scratch.path / "gpt_core";

@@ -21,9 +21,22 @@ model_optim_rng.pt; the tracker latest_checkpointed_iteration.txt), each into DI
   bad_version   gpt_core at TP=1 x PP=1 with checkpoint_version 1.0
   bad_moe       gpt_core at TP=1 x PP=1 whose args have num_experts 8
   bad_name      gpt_core at TP=1 x PP=1 with a legacy layer tensor no Megatron model has
+  bad_groups    gpt_core at TP=1 x PP=1 whose optimizer has the word embedding in a group of
+                its own (as --decoupled-lr makes it)
+  bad_moment    gpt_core at TP=1 x PP=1 with a flattened exp_avg of the first layer's QKV
+
+  llama_weights llama_legacy at TP=2 x PP=1 saved without optimizer state (--no-save-optim)
+
+The first three carry optimizer and scheduler state as Megatron's optimizers save it
+(megatron_optimizer below): gpt_core FP32Optimizer's, llama_legacy
+Float16OptimizerWithFloat16Params' with the fp32 main weights, llama_te the same as apex's
+FusedAdam and Megatron before wd_mult keep it.
 
 Each directory also gets expected.json: every tensor of the whole (unsharded) model by this
-backend's names (Megatron core's, global layer indices), its shape and values as floats.
+backend's names (Megatron core's, global layer indices), its shape and values as floats: the
+fp32 main weights where the optimizer keeps them, else the model's. With optimizer state,
+expected_moments.json holds the whole moments as optimizer.exp_avg.NAME and
+optimizer.exp_avg_sq.NAME.
 The sharding follows Megatron's tensor parallelism: word embedding, output layer, QKV and fc1
 split by rows (fc1 under SwiGLU as each rank's gate rows, then its up rows), linear_proj and
 linear_fc2 by columns, norms and the other biases replicated; QKV rows grouped per query group
@@ -229,13 +242,84 @@ def megatron_args(config, tp, pp, bf16):
         world_size=tp * pp, rank=0, ckpt_format="torch", use_distributed_optimizer=False)
 
 
-def save(directory, config, tp, pp, dtype, seed, naming, version=3.0, args_edit=None,
-         model_edit=None):
-    whole = whole_model(config, dtype, seed)
+def flatten(model, prefix=""):
+    """The model state dict's tensors by dotted name, in order (as Megatron's named_parameters()
+    walks the same modules), without the _extra_state entries, which are not parameters."""
+    out = []
+    for key, value in model.items():
+        name = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict):
+            out.extend(flatten(value, name))
+        elif isinstance(value, torch.Tensor) and not name.endswith("_extra_state"):
+            out.append((name, value))
+    return out
+
+
+def megatron_optimizer(parameters, main, exp_avg, exp_avg_sq, kind):
+    """The 'optimizer' entry of one rank's file for the parameters (Megatron name, model tensor)
+    in the model's order; main/exp_avg/exp_avg_sq give each one's fp32 main weight and moments.
+
+    kind "fp32": FP32Optimizer.state_dict(), torch's AdamW state dict itself; "mixed":
+    Float16OptimizerWithFloat16Params.state_dict() ({'optimizer', 'fp32_from_fp16_params'});
+    "apex": the same as apex's FusedAdam keeps it (the step in the groups, not per parameter)
+    with groups as Megatron made them before wd_mult (weight_decay 0.0 for the no-decay group).
+    The groups are _get_param_groups's at Megatron-LM's HEAD: the decayed parameters first, then
+    the biases and 1-D ones with wd_mult 0.
+    """
+    decayed = [i for i, (name, t) in enumerate(parameters)
+               if not (name.endswith(".bias") or t.dim() == 1)]
+    undecayed = [i for i in range(len(parameters)) if i not in decayed]
+    weights = [torch.nn.Parameter(main[i].clone()) for i in range(len(parameters))]
+    extra = dict(is_expert_parallel=False, default_config=True, lr_mult=1.0,
+                 is_decoupled_lr=False, max_lr=3e-4, min_lr=3e-5)
+    if kind == "split":  # the word embedding in a group of its own (as --decoupled-lr does)
+        groups = [dict(params=[weights[decayed[0]]], wd_mult=1.0, **extra),
+                  dict(params=[weights[i] for i in decayed[1:]], wd_mult=1.0, **extra),
+                  dict(params=[weights[i] for i in undecayed], wd_mult=0.0, **extra)]
+    elif kind == "apex":
+        groups = [dict(params=[weights[i] for i in decayed]),
+                  dict(params=[weights[i] for i in undecayed], weight_decay=0.0)]
+    else:
+        groups = [dict(params=[weights[i] for i in decayed], wd_mult=1.0, **extra),
+                  dict(params=[weights[i] for i in undecayed], wd_mult=0.0, **extra)]
+    adam = torch.optim.AdamW(groups, lr=2.9e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    for i, weight in enumerate(weights):
+        adam.state[weight] = {"step": torch.tensor(float(ITERATION)),
+                              "exp_avg": exp_avg[i].clone(),
+                              "exp_avg_sq": exp_avg_sq[i].clone()}
+    state = adam.state_dict()
+    if kind in ("fp32", "split"):
+        return state
+    if kind == "apex":
+        for per_parameter in state["state"].values():
+            del per_parameter["step"]
+        for group in state["param_groups"]:
+            group["step"] = ITERATION
+    return {"optimizer": state,
+            "fp32_from_fp16_params": [[weights[i] for i in decayed],
+                                      [weights[i] for i in undecayed]]}
+
+
+def whole_moments(whole, seed):
+    """Adam's first and second moments of every whole tensor (the second positive)."""
+    generator = torch.Generator().manual_seed(seed)
+    exp_avg = collections.OrderedDict(
+        (name, torch.randn(*t.shape, generator=generator) * 1e-3) for name, t in whole.items())
+    exp_avg_sq = collections.OrderedDict(
+        (name, torch.rand(*t.shape, generator=generator) * 1e-5) for name, t in whole.items())
+    return exp_avg, exp_avg_sq
+
+
+def save(directory, config, tp, pp, dtype, seed, naming, optimizer=None, version=3.0,
+         args_edit=None, model_edit=None, state_edit=None):
+    # The fp32 main weights; the model holds them in `dtype` (bf16: rounded), as Megatron's.
+    whole = whole_model(config, torch.float32, seed)
+    exp_avg, exp_avg_sq = whole_moments(whole, seed + 100)
     iteration_dir = os.path.join(directory, f"iter_{ITERATION:07d}")
     for stage in range(pp):
         for rank in range(tp):
-            tensors = stage_tensors(whole, config, tp, rank, pp, stage)
+            main = stage_tensors(whole, config, tp, rank, pp, stage)
+            tensors = collections.OrderedDict((n, t.to(dtype)) for n, t in main.items())
             model = naming(tensors)
             if model_edit is not None:
                 model_edit(model)
@@ -248,29 +332,49 @@ def save(directory, config, tp, pp, dtype, seed, naming, version=3.0, args_edit=
                 "checkpoint_version": version,
                 "iteration": ITERATION,
                 "model": model,
-                "optimizer": {"optimizer": {"state": {}, "param_groups": [
-                    {"lr": 2.9e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1,
-                     "step": ITERATION, "params": []}]}},
-                "opt_param_scheduler": {"max_lr": 3e-4, "lr_warmup_steps": 40,
-                                        "num_steps": CONSUMED, "lr_decay_style": "cosine",
-                                        "lr_decay_steps": 800, "min_lr": 3e-5, "start_wd": 0.1,
-                                        "end_wd": 0.1, "wd_incr_style": "constant",
-                                        "wd_incr_steps": 800},
                 "rng_state": [{"random_rng_state": random.getstate(),
                                "np_rng_state": numpy.random.get_state(),
                                "torch_rng_state": torch.get_rng_state(),
                                "rng_tracker_states": {}}],
                 "num_floating_point_operations_so_far": 12345,
             }
+            if optimizer is not None:
+                # Each model tensor's name in `tensors` (the naming keeps the objects).
+                local_name = {id(t): n for n, t in tensors.items()}
+                parameters = flatten(model)
+                names = [local_name[id(t)] for _, t in parameters]
+                averages = stage_tensors(exp_avg, config, tp, rank, pp, stage)
+                squares = stage_tensors(exp_avg_sq, config, tp, rank, pp, stage)
+                state["optimizer"] = megatron_optimizer(
+                    parameters, [main[n] for n in names], [averages[n] for n in names],
+                    [squares[n] for n in names], optimizer)
+                state["opt_param_scheduler"] = {
+                    "max_lr": 3e-4, "lr_warmup_steps": 40, "num_steps": CONSUMED,
+                    "lr_decay_style": "cosine", "lr_decay_steps": 800, "min_lr": 3e-5,
+                    "start_wd": 0.1, "end_wd": 0.1, "wd_incr_style": "constant",
+                    "wd_incr_steps": 800}
+            if state_edit is not None:
+                state_edit(state)
             name = f"mp_rank_{rank:02d}" if pp == 1 else f"mp_rank_{rank:02d}_{stage:03d}"
             os.makedirs(os.path.join(iteration_dir, name), exist_ok=True)
             torch.save(state, os.path.join(iteration_dir, name, "model_optim_rng.pt"))
     with open(os.path.join(directory, "latest_checkpointed_iteration.txt"), "w") as tracker:
         tracker.write(str(ITERATION))
+    # The weights read: the fp32 main weights where the optimizer keeps them, else the model's.
+    read = whole if optimizer is not None else {n: t.to(dtype) for n, t in whole.items()}
     expected = {name: {"shape": list(t.shape), "values": t.float().flatten().tolist()}
-                for name, t in whole.items()}
+                for name, t in read.items()}
     with open(os.path.join(directory, "expected.json"), "w") as out:
         json.dump(expected, out)
+    if optimizer is not None:
+        moments = {}
+        for prefix, values in (("optimizer.exp_avg.", exp_avg), ("optimizer.exp_avg_sq.",
+                                                                  exp_avg_sq)):
+            for name, t in values.items():
+                moments[prefix + name] = {"shape": list(t.shape),
+                                          "values": t.flatten().tolist()}
+        with open(os.path.join(directory, "expected_moments.json"), "w") as out:
+            json.dump(moments, out)
 
 
 def main():
@@ -279,12 +383,22 @@ def main():
     numpy.random.seed(0)
     torch.manual_seed(0)
     gpt, llama = gpt_config(), llama_config()
-    save(os.path.join(out, "gpt_core"), gpt, 2, 2, torch.float32, 1, core_local)
-    save(os.path.join(out, "llama_legacy"), llama, 2, 2, torch.bfloat16, 2, legacy)
-    save(os.path.join(out, "llama_te"), llama, 1, 1, torch.bfloat16, 2, core_transformer_engine)
+    save(os.path.join(out, "gpt_core"), gpt, 2, 2, torch.float32, 1, core_local, "fp32")
+    save(os.path.join(out, "llama_legacy"), llama, 2, 2, torch.bfloat16, 2, legacy, "mixed")
+    save(os.path.join(out, "llama_te"), llama, 1, 1, torch.bfloat16, 2, core_transformer_engine,
+         "apex")
+    save(os.path.join(out, "llama_weights"), llama, 2, 1, torch.bfloat16, 2, legacy)
     save(os.path.join(out, "bad_version"), gpt, 1, 1, torch.float32, 1, core_local, version=1.0)
     save(os.path.join(out, "bad_moe"), gpt, 1, 1, torch.float32, 1, core_local,
          args_edit=lambda args: setattr(args, "num_experts", 8))
+
+    save(os.path.join(out, "bad_groups"), gpt, 1, 1, torch.float32, 1, core_local, "split")
+
+    def reshape_moment(state):
+        state["optimizer"]["state"][2]["exp_avg"] = \
+            state["optimizer"]["state"][2]["exp_avg"].flatten()
+    save(os.path.join(out, "bad_moment"), gpt, 1, 1, torch.float32, 1, core_local, "fp32",
+         state_edit=reshape_moment)
 
     def add_unknown(model):
         model["language_model"]["encoder"]["layers.0.self_attention.rotary.inv_freq"] = \
