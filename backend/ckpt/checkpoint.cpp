@@ -17,6 +17,7 @@
 #include <chrono>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <ostream>
 #include <regex>
 #include <span>
@@ -25,6 +26,7 @@
 
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/ckpt/megatron_checkpoint.hpp"
+#include "backend/ckpt/shard_file.hpp"
 #include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/local_time.hpp"
@@ -231,7 +233,7 @@ void check_pipeline_parallel_size(const CheckpointMetadata& metadata, int64_t te
 
 // One error listing every parameter whose shape differs (or that only one side has), and the
 // flags from the checkpoint's arguments that would make the model fit.
-void check_parameter_shapes(const CheckpointFileReader& reader, const CheckpointMetadata& metadata,
+void check_parameter_shapes(const ShardFile& reader, const CheckpointMetadata& metadata,
                             const GptModel<float>& model, const CheckpointLoadOptions& options) {
   struct Row {
     std::string name, checkpoint, current;
@@ -239,22 +241,20 @@ void check_parameter_shapes(const CheckpointFileReader& reader, const Checkpoint
   std::vector<Row> rows;
   size_t parameters_in_checkpoint = 0;
   for (const auto& tensor : model.tensors()) {
-    const TensorEntry* entry = reader.find(tensor.name);
-    if (entry == nullptr) {
+    const std::vector<int64_t>* shape = reader.shape(tensor.name);
+    if (shape == nullptr) {
       rows.push_back({tensor.name, "not in the checkpoint", format_python_shape(tensor.shape)});
-    } else if (entry->shape != tensor.shape) {
-      rows.push_back(
-          {tensor.name, format_python_shape(entry->shape), format_python_shape(tensor.shape)});
+    } else if (*shape != tensor.shape) {
+      rows.push_back({tensor.name, format_python_shape(*shape), format_python_shape(tensor.shape)});
     }
   }
-  for (const auto& entry : reader.tensors()) {
-    if (is_optimizer_tensor(entry.name)) continue;
+  for (const std::string& name : reader.tensor_names()) {
+    if (is_optimizer_tensor(name)) continue;
     ++parameters_in_checkpoint;
     bool in_model = false;
-    for (const auto& tensor : model.tensors()) in_model = in_model || tensor.name == entry.name;
-    if (!in_model) {
-      rows.push_back({entry.name, format_python_shape(entry.shape), "not in the model"});
-    }
+    for (const auto& tensor : model.tensors()) in_model = in_model || tensor.name == name;
+    if (!in_model)
+      rows.push_back({name, format_python_shape(*reader.shape(name)), "not in the model"});
   }
   if (rows.empty()) return;
 
@@ -304,30 +304,31 @@ void check_parameter_shapes(const CheckpointFileReader& reader, const Checkpoint
   throw common::Error(message);
 }
 
-const TensorEntry& find_tensor(const CheckpointFileReader& reader, const std::string& name,
-                               const char* missing_hint) {
-  const TensorEntry* entry = reader.find(name);
-  if (entry == nullptr) {
+// The tensor `name`'s element count; a common::Error when the file has none.
+int64_t require_tensor(const ShardFile& reader, const std::string& name, const char* missing_hint) {
+  const std::vector<int64_t>* shape = reader.shape(name);
+  if (shape == nullptr) {
     common::fail("checkpoint {} has no tensor '{}'{}", reader.path().string(), name, missing_hint);
   }
-  return *entry;
+  return std::accumulate(shape->begin(), shape->end(), int64_t{1}, std::multiplies<>());
 }
 
-void read_tensor(const CheckpointFileReader& reader, const std::string& name,
-                 std::span<float> destination, const char* missing_hint) {
-  reader.read(find_tensor(reader, name, missing_hint), destination);
+void read_tensor(const ShardFile& reader, const std::string& name, std::span<float> destination,
+                 const char* missing_hint) {
+  require_tensor(reader, name, missing_hint);
+  reader.read(name, destination);
 }
 
 bool overlaps(const ShardRange& a, const ShardRange& b) {
   return std::max(a.offset, b.offset) < std::min(a.offset + a.numel, b.offset + b.numel);
 }
 
-// The part of `wanted` (elements of a flat buffer) that `entry` holds, a tensor of elements
-// [held.offset, held.offset + held.numel) of that buffer, into its place in `destination`
-// (wanted.numel values): read in place when the whole tensor is wanted, else through `staged`.
-// Nothing when the two do not overlap.
-void read_overlap(const CheckpointFileReader& reader, const TensorEntry& entry,
-                  const ShardRange& held, const ShardRange& wanted, std::span<float> destination,
+// The part of `wanted` (elements of a flat buffer) that tensor `name` holds, a tensor of
+// elements [held.offset, held.offset + held.numel) of that buffer, into its place in
+// `destination` (wanted.numel values): read in place when the whole tensor is wanted, else
+// through `staged`. Nothing when the two do not overlap.
+void read_overlap(const ShardFile& reader, const std::string& name, const ShardRange& held,
+                  const ShardRange& wanted, std::span<float> destination,
                   std::vector<float>& staged) {
   if (!overlaps(held, wanted)) return;
   const int64_t begin = std::max(held.offset, wanted.offset);
@@ -335,17 +336,17 @@ void read_overlap(const CheckpointFileReader& reader, const TensorEntry& entry,
   const auto into = destination.subspan(static_cast<size_t>(begin - wanted.offset),
                                         static_cast<size_t>(end - begin));
   if (begin == held.offset && end == held.offset + held.numel) {
-    reader.read(entry, into);
+    reader.read(name, into);
     return;
   }
   staged.resize(static_cast<size_t>(held.numel));
-  reader.read(entry, staged);
+  reader.read(name, staged);
   std::copy_n(staged.begin() + (begin - held.offset), end - begin, into.begin());
 }
 
 // The moments of elements `range` of the flat buffer from a file that holds them by tensor
 // (optimizer.exp_avg.<name>, ...): each tensor overlapping the range read, and its overlap kept.
-void read_named_moments(const CheckpointFileReader& reader, const GptModel<float>& model,
+void read_named_moments(const ShardFile& reader, const GptModel<float>& model,
                         const ShardRange& range, std::span<float> exp_avg,
                         std::span<float> exp_avg_sq) {
   const char* hint = " (saved with --no-save-optim? specify --no-load-optim)";
@@ -355,8 +356,12 @@ void read_named_moments(const CheckpointFileReader& reader, const GptModel<float
     if (!overlaps(held, range)) continue;  // not a tensor of the range: not looked up
     for (const auto& [prefix, destination] :
          {std::pair{kExpAvgPrefix, exp_avg}, std::pair{kExpAvgSqPrefix, exp_avg_sq}}) {
-      read_overlap(reader, find_tensor(reader, prefix + tensor.name, hint), held, range,
-                   destination, staged);
+      const std::string name = prefix + tensor.name;
+      if (require_tensor(reader, name, hint) != tensor.numel) {
+        common::fail("checkpoint {}: '{}' does not have {} elements, as its parameter",
+                     reader.path().string(), name, tensor.numel);
+      }
+      read_overlap(reader, name, held, range, destination, staged);
     }
   }
 }
@@ -987,7 +992,8 @@ void read_distributed_moments(const fs::path& file, const CheckpointMetadata& me
                    "is incomplete; --no-load-optim loads its weights alone",
                    file.string(), members, path.string(), member);
     }
-    const CheckpointFileReader reader(path);
+    const std::unique_ptr<ShardFile> opened = open_native_shard_file(path);
+    const ShardFile& reader = *opened;
     const CheckpointMetadata shard(reader.metadata(), reader.path());
     const json& saved_range = shard.section("range");
     if (shard.get<int64_t>("parameter_count") != count ||
@@ -1000,11 +1006,11 @@ void read_distributed_moments(const fs::path& file, const CheckpointMetadata& me
     }
     for (const auto& [name, destination] :
          {std::pair{kMomentExpAvg, exp_avg}, std::pair{kMomentExpAvgSq, exp_avg_sq}}) {
-      const TensorEntry* entry = reader.find(name);
-      if (entry == nullptr || entry->shape != std::vector<int64_t>{range.numel}) {
+      const std::vector<int64_t>* shape = reader.shape(name);
+      if (shape == nullptr || *shape != std::vector<int64_t>{range.numel}) {
         common::fail("{} has no tensor '{}' of shape ({},)", path.string(), name, range.numel);
       }
-      read_overlap(reader, *entry, range, wanted, destination, staged);
+      read_overlap(reader, name, range, wanted, destination, staged);
     }
   }
 }
@@ -1067,6 +1073,44 @@ void CheckpointMetadata::not_an_integer(const json& object, const char* key,
                file_.string(), key, lowest, highest, object[key].dump());
 }
 
+namespace {
+
+// This rank's file of the tracked checkpoint, mp_rank_<tensor-parallel rank>[_<stage>]: ours, or
+// a Megatron-LM checkpoint's model_optim_rng.pt, read at the layout it was saved with (another
+// layout is refused with the command that reshards it, as one of ours is).
+std::unique_ptr<ShardFile> open_rank_shard(const fs::path& directory,
+                                           const TrackedCheckpoint& tracked,
+                                           const Communicator& group, const Communicator& stages,
+                                           const CheckpointLoadOptions& options) {
+  if (is_megatron_checkpoint(directory)) {
+    const MegatronCheckpointLayout layout = read_megatron_layout(directory);
+    if (layout.tensor_parallel != group.size() || layout.pipeline_parallel != stages.size()) {
+      const std::unique_ptr<ShardFile> first = open_megatron_shard_file(layout, 0, 0);
+      const CheckpointMetadata metadata(first->metadata(), first->path());
+      check_tensor_parallel_size(metadata, group.size(), stages.size(), first->path(), options);
+      check_pipeline_parallel_size(metadata, group.size(), stages.size(), first->path(), options);
+    }
+    return open_megatron_shard_file(layout, group.rank(), stages.rank());
+  }
+  const fs::path file = checkpoint_rank_file(tracked, group.rank(), stages.rank(), stages.size());
+  if (!fs::is_regular_file(file)) {
+    if (fs::is_regular_file(tracked.file)) {
+      // Another layout's checkpoint: say so, with the command that reshards it.
+      const CheckpointFileReader reader(tracked.file);
+      const CheckpointMetadata first(reader.metadata(), reader.path());
+      check_tensor_parallel_size(first, group.size(), stages.size(), reader.path(), options);
+      check_pipeline_parallel_size(first, group.size(), stages.size(), reader.path(), options);
+    }
+    common::fail(
+        "{} names iteration {}, but {} does not exist: the checkpoint directory was "
+        "changed by hand; point the tracker at a complete checkpoint",
+        checkpoint_tracker_path(directory).string(), tracked.iteration, file.string());
+  }
+  return open_native_shard_file(file);
+}
+
+}  // namespace
+
 std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& options,
                                                 GptModel<float>& model, AdamW& optimizer,
                                                 LearningRateScheduler& scheduler,
@@ -1080,16 +1124,6 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
     out.flush();
     return std::nullopt;
   }
-  if (is_megatron_checkpoint(directory)) {
-    common::fail(
-        "--load {} is a Megatron-LM checkpoint (--ckpt-format torch: model_optim_rng.pt); "
-        "loading one directly is not built yet. Convert it first: checkpoint_util --load {} "
-        "--save DIR --target-tensor-parallel-size {} --target-pipeline-parallel-size {} "
-        "(weights, optimizer state, schedule, iteration and consumed samples; not its RNG "
-        "state), then --load DIR with the switches it prints (--no-load-rng)",
-        directory.string(), directory.string(), model.tensor_parallel_group().size(),
-        model.pipeline_parallel_group().size());
-  }
   if (tracked->release) {
     out << fmt::format(" loading release checkpoint from {}\n", directory.string());
   } else {
@@ -1097,25 +1131,11 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
                        tracked->iteration);
   }
   out.flush();
-  // This rank's shard: mp_rank_<tensor-parallel rank>[_<stage>].
   const Communicator& group = model.tensor_parallel_group();
   const Communicator& stages = model.pipeline_parallel_group();
-  const fs::path file =
-      checkpoint_rank_file(*tracked, group.rank(), stages.rank(), stages.size());
-  if (!fs::is_regular_file(file)) {
-    if (fs::is_regular_file(tracked->file)) {
-      // Another layout's checkpoint: say so, with the command that reshards it.
-      const CheckpointFileReader reader(tracked->file);
-      const CheckpointMetadata first(reader.metadata(), reader.path());
-      check_tensor_parallel_size(first, group.size(), stages.size(), reader.path(), options);
-      check_pipeline_parallel_size(first, group.size(), stages.size(), reader.path(), options);
-    }
-    common::fail("{} names iteration {}, but {} does not exist: the checkpoint directory was "
-                 "changed by hand; point the tracker at a complete checkpoint",
-                 checkpoint_tracker_path(directory).string(), tracked->iteration, file.string());
-  }
-
-  const CheckpointFileReader reader(file);
+  const std::unique_ptr<ShardFile> shard =
+      open_rank_shard(directory, *tracked, group, stages, options);
+  const ShardFile& reader = *shard;
   const CheckpointMetadata metadata(reader.metadata(), reader.path());
   check_tensor_parallel_size(metadata, group.size(), stages.size(), reader.path(), options);
   check_pipeline_parallel_size(metadata, group.size(), stages.size(), reader.path(), options);
@@ -1145,9 +1165,14 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
 
   if (!weights_only && !options.no_load_optim) {
     if (!metadata.has("optimizer") || !metadata.has("opt_param_scheduler")) {
-      common::fail("Unable to load optimizer from checkpoint {}: it was saved with "
-                   "--no-save-optim. Specify --no-load-optim or --finetune to prevent attempting "
-                   "to load the optimizer state", reader.path().string());
+      const json& root = reader.metadata();
+      common::fail(
+          "Unable to load optimizer from checkpoint {}: {}. Specify --no-load-optim or "
+          "--finetune to prevent attempting to load the optimizer state",
+          reader.path().string(),
+          root.contains("optimizer_not_read") && root["optimizer_not_read"].is_string()
+              ? root["optimizer_not_read"].get<std::string>()
+              : std::string("it was saved with --no-save-optim"));
     }
     // The optimizer's moments: the whole buffer's, or the range it holds.
     const ShardRange range =

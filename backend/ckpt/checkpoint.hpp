@@ -283,6 +283,9 @@ void read_distributed_moments(const std::filesystem::path& file, const Checkpoin
 // with a table of the tensors that differ and the flags that would fit. With
 // `optimizer_range` the optimizer holds the moments of that range of the model's flat buffer
 // (the distributed optimizer's, ZeRO-3's), and only those are read, from either form of file.
+// A Megatron-LM checkpoint (megatron_checkpoint.hpp) is read the same way at the tensor- and
+// pipeline-parallel sizes it was saved with, each rank its own model_optim_rng.pt; at other
+// sizes it is refused with the checkpoint_util command that converts it.
 std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& options,
                                                 GptModel<float>& model, AdamW& optimizer,
                                                 LearningRateScheduler& scheduler, std::ostream& out,

@@ -509,6 +509,10 @@ class MegatronShardFile final : public ShardFile {
   void read(const std::string& name, std::span<float> destination) const override {
     const TorchTensor& tensor = entries_[index_.at(name)].tensor;
     const std::vector<double> values = file_->file().tensor_values(tensor);
+    if (values.size() != destination.size()) {
+      common::fail("{}: '{}' has {} elements, where {} are read", file_->path().string(), name,
+                   values.size(), destination.size());
+    }
     std::transform(values.begin(), values.end(), destination.begin(),
                    [](double value) { return static_cast<float>(value); });
   }
@@ -530,6 +534,7 @@ class MegatronShardFile final : public ShardFile {
     }
     if (!optimizer.state) {
       optimizer_not_read_ = std::move(optimizer.not_read);
+      metadata_["optimizer_not_read"] = optimizer_not_read_;
       return;
     }
     const MegatronOptimizerState& state = *optimizer.state;
@@ -558,62 +563,99 @@ class MegatronShardFile final : public ShardFile {
 
 }  // namespace
 
-MegatronShards open_megatron_shards(const fs::path& directory) {
-  MegatronShards shards;
-  shards.layout = read_megatron_layout(directory);
-  const MegatronCheckpointLayout& layout = shards.layout;
-  auto first = std::make_unique<MegatronRankFile>(layout.rank_file(0, 0));
-  const MegatronArguments args = first->arguments();
-  shards.record = megatron_model_record(args);
-  shards.padded_vocab_size = args.integer("padded_vocab_size");
-  const ParallelismArguments& parallelism = shards.record.parallelism;
+namespace {
+
+// What the file's args say of the whole checkpoint, checked against the layout: the model's
+// record, the padded vocabulary, and the metadata every file's ShardFile starts from.
+struct MegatronCommon {
+  CheckpointModelRecord record;
+  int64_t padded_vocab_size = 0;
+  nlohmann::json metadata;
+};
+
+MegatronCommon read_common(const MegatronCheckpointLayout& layout, const MegatronRankFile& file) {
+  const MegatronArguments args = file.arguments();
+  MegatronCommon shared;
+  shared.record = megatron_model_record(args);
+  shared.padded_vocab_size = args.integer("padded_vocab_size");
+  const ParallelismArguments& parallelism = shared.record.parallelism;
   if (parallelism.tensor_model_parallel_size != layout.tensor_parallel ||
       parallelism.pipeline_model_parallel_size != layout.pipeline_parallel) {
     common::fail(
         "{}: its args say tensor-parallel size {} and pipeline-parallel size {}, but the "
         "checkpoint's rank directories span {} × {}: files are missing or mixed up",
-        first->path().string(), parallelism.tensor_model_parallel_size,
+        file.path().string(), parallelism.tensor_model_parallel_size,
         parallelism.pipeline_model_parallel_size, layout.tensor_parallel, layout.pipeline_parallel);
   }
-  const int64_t num_layers = shards.record.model.num_layers;
-  const int64_t chunks = parallelism.virtual_pipeline_chunks(num_layers);
   nlohmann::json record;
-  record_model(shards.record, record);
-  const nlohmann::json common_metadata = {
+  record_model(shared.record, record);
+  shared.metadata = {
       {"format", "megatron-lm torch checkpoint"},
       {"iteration", layout.iteration},
       {"consumed_train_samples", args.integer_or("consumed_train_samples", 0)},
       {"consumed_valid_samples", args.integer_or("consumed_valid_samples", 0)},
-      {"padded_vocab_size", shards.padded_vocab_size},
+      {"padded_vocab_size", shared.padded_vocab_size},
       {"no_save_optim", true},
       {"no_save_rng", true},
       {"arguments", record},
   };
+  return shared;
+}
+
+// The ShardFile of (rank, stage), whose file is open in `file`.
+std::unique_ptr<MegatronShardFile> open_rank_shard(const MegatronCheckpointLayout& layout,
+                                                   const MegatronCommon& shared,
+                                                   std::unique_ptr<MegatronRankFile> file,
+                                                   int64_t rank, int64_t stage) {
+  const int64_t num_layers = shared.record.model.num_layers;
+  const PipelineStage place{
+      .pipeline_parallel = layout.pipeline_parallel,
+      .rank = stage,
+      .virtual_chunks = shared.record.parallelism.virtual_pipeline_chunks(num_layers)};
+  check_pipeline_stage(num_layers, place);
+  if (file->checkpoint_version() < 2.0) {
+    common::fail(
+        "{}: checkpoint_version {} is older than 2.0, whose query/key/value rows are "
+        "ordered otherwise; convert it with a Megatron-LM of that time first",
+        file->path().string(), file->checkpoint_version());
+  }
+  if (!layout.release && file->iteration() != layout.iteration) {
+    common::fail("{} holds iteration {}, but the tracker {} says {}", file->path().string(),
+                 file->iteration(), checkpoint_tracker_path(layout.directory).string(),
+                 layout.iteration);
+  }
+  nlohmann::json metadata = shared.metadata;
+  metadata["tensor_parallel"] = {{"size", layout.tensor_parallel}, {"rank", rank}};
+  metadata["pipeline_parallel"] = {{"size", layout.pipeline_parallel}, {"rank", stage}};
+  return std::make_unique<MegatronShardFile>(std::move(file), stage_layer_chunks(num_layers, place),
+                                             std::move(metadata));
+}
+
+}  // namespace
+
+std::unique_ptr<ShardFile> open_megatron_shard_file(const MegatronCheckpointLayout& layout,
+                                                    int64_t tensor_parallel_rank,
+                                                    int64_t pipeline_rank) {
+  auto file =
+      std::make_unique<MegatronRankFile>(layout.rank_file(tensor_parallel_rank, pipeline_rank));
+  const MegatronCommon shared = read_common(layout, *file);
+  return open_rank_shard(layout, shared, std::move(file), tensor_parallel_rank, pipeline_rank);
+}
+
+MegatronShards open_megatron_shards(const fs::path& directory) {
+  MegatronShards shards;
+  shards.layout = read_megatron_layout(directory);
+  const MegatronCheckpointLayout& layout = shards.layout;
+  auto first = std::make_unique<MegatronRankFile>(layout.rank_file(0, 0));
+  const MegatronCommon shared = read_common(layout, *first);
+  shards.record = shared.record;
+  shards.padded_vocab_size = shared.padded_vocab_size;
   for (int64_t stage = 0; stage < layout.pipeline_parallel; ++stage) {
-    const PipelineStage place{
-        .pipeline_parallel = layout.pipeline_parallel, .rank = stage, .virtual_chunks = chunks};
-    check_pipeline_stage(num_layers, place);
-    const std::vector<LayerRange> layers = stage_layer_chunks(num_layers, place);
     for (int64_t rank = 0; rank < layout.tensor_parallel; ++rank) {
       auto file = stage == 0 && rank == 0
                       ? std::move(first)
                       : std::make_unique<MegatronRankFile>(layout.rank_file(rank, stage));
-      if (file->checkpoint_version() < 2.0) {
-        common::fail(
-            "{}: checkpoint_version {} is older than 2.0, whose query/key/value rows are "
-            "ordered otherwise; convert it with a Megatron-LM of that time first",
-            file->path().string(), file->checkpoint_version());
-      }
-      if (!layout.release && file->iteration() != layout.iteration) {
-        common::fail("{} holds iteration {}, but the tracker {} says {}", file->path().string(),
-                     file->iteration(), checkpoint_tracker_path(directory).string(),
-                     layout.iteration);
-      }
-      nlohmann::json metadata = common_metadata;
-      metadata["tensor_parallel"] = {{"size", layout.tensor_parallel}, {"rank", rank}};
-      metadata["pipeline_parallel"] = {{"size", layout.pipeline_parallel}, {"rank", stage}};
-      auto shard =
-          std::make_unique<MegatronShardFile>(std::move(file), layers, std::move(metadata));
+      auto shard = open_rank_shard(layout, shared, std::move(file), rank, stage);
       // Every file has the optimizer's state, or none does (then the first's reason is said).
       if (stage == 0 && rank == 0) {
         shards.optimizer_not_read = shard->optimizer_not_read();

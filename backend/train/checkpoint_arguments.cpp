@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "backend/ckpt/checkpoint_file.hpp"
+#include "backend/ckpt/megatron_checkpoint.hpp"
 #include "backend/common/error.hpp"
 
 using nlohmann::json;
@@ -74,6 +75,13 @@ TrainingArguments arguments_from_checkpoint(const json& metadata, const std::fil
 
 TrainingArguments read_saved_arguments(const std::filesystem::path& directory,
                                        std::string_view option, std::string_view remedy) {
+  if (is_megatron_checkpoint(directory)) {
+    // Megatron's args give the model, its tokenizer and its layout (megatron_model_record); the
+    // optimizer's and the run's arguments stay this run's.
+    const MegatronCheckpointLayout layout = read_megatron_layout(directory);
+    return arguments_with_model(
+        megatron_model_record(MegatronRankFile(layout.rank_file(0, 0)).arguments()));
+  }
   const TrackedCheckpoint tracked = require_checkpoint(directory, option, remedy);
   const CheckpointFileReader reader(tracked.file);
   return arguments_from_checkpoint(reader.metadata(), reader.path());

@@ -40,7 +40,7 @@ TrainingArguments arguments_from_checkpoint(const nlohmann::json& metadata,
                                             const std::filesystem::path& file);
 // The arguments the checkpoint DIR's tracker names was saved with (require_checkpoint, whose
 // errors begin with `option` and end with `remedy`, then arguments_from_checkpoint of that
-// file).
+// file); of a Megatron-LM checkpoint, the model, tokenizer and layout its args give.
 TrainingArguments read_saved_arguments(
     const std::filesystem::path& directory, std::string_view option,
     std::string_view remedy = "is it the --save directory of a training run?");

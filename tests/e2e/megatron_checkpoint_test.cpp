@@ -4,7 +4,8 @@
 // command that converts it; that command converts it to TP=1 with the optimizer state and prints
 // how to continue; pretrain_gpt continues from iteration 20 with the consumed samples, the
 // moments and the schedule carried over (the learning rate Megatron's schedule gives), and
-// trains (finite losses, iterations 21 and 22, saved at --exit-interval).
+// trains (finite losses, iterations 21 and 22, saved at --exit-interval). Four Open MPI ranks at
+// the checkpoint's own layout load it directly (no conversion) and train the same losses.
 // Needs torch in Debian's /usr/bin/python3, as the unit tests of the reader
 // (tests/backend/ckpt/megatron_checkpoint_test.cpp); skipped without it except under CI.
 #include <doctest/doctest.h>
@@ -13,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "e2e/mpi_runs.hpp"
 #include "launcher/process.hpp"
+#include "logged_losses.hpp"
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
 #include "tests/reference_tools.hpp"
@@ -90,11 +93,15 @@ TEST_CASE("a Megatron-LM checkpoint is converted by checkpoint_util and continue
     return argv;
   };
 
-  const auto refused = launcher::run_and_capture(with({"--load", megatron.string()}));
+  // One process: the checkpoint's TP=2 × PP=2 is not this run's; the refusal names the command.
+  const auto refused =
+      launcher::run_and_capture(with({"--load", megatron.string(), "--no-load-rng"}));
   INFO(refused.output);
   CHECK(refused.exit_code == 2);
-  CHECK(refused.output.find("is a Megatron-LM checkpoint") != std::string::npos);
-  CHECK(refused.output.find("checkpoint_util --load " + megatron.string()) != std::string::npos);
+  CHECK(refused.output.find("was saved with --tensor-model-parallel-size 2") != std::string::npos);
+  CHECK(refused.output.find("checkpoint_util --load " + megatron.string() +
+                            " --save NEWDIR --target-tensor-parallel-size 1 "
+                            "--target-pipeline-parallel-size 1") != std::string::npos);
 
   const auto conversion =
       launcher::run_and_capture({kCheckpointUtil, "--load", megatron.string(), "--save",
@@ -122,4 +129,67 @@ TEST_CASE("a Megatron-LM checkpoint is converted by checkpoint_util and continue
   CHECK(continued.output.find("number of nan iterations:   0") != std::string::npos);
   CHECK(continued.output.find("lm loss: nan") == std::string::npos);
   CHECK(fs::is_regular_file(converted / "iter_0000022" / "mp_rank_00" / "model_optim_rng.bin"));
+
+  // Four Open MPI ranks at the checkpoint's own TP=2 × PP=2 load it directly, and continue with
+  // the losses and learning rate of the converted run.
+  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun");
+  const fs::path direct = temporary.path / "direct";
+  std::vector<std::string> flags(run.begin() + 1, run.end());
+  flags.insert(flags.end(),
+               {"--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                "--load", megatron.string(), "--no-load-rng", "--save", direct.string()});
+  const fs::path log = temporary.path / "direct.log";
+  const int status = test_support::run_pretrain(4, flags, log);
+  const std::string output = test_support::read_file(log);
+  INFO(test_support::output_tail(output));
+  REQUIRE(status == 0);
+  CHECK(output.find("successfully loaded checkpoint from " + megatron.string() +
+                    " [ t 1/2, p 1/2 ] at iteration 20") != std::string::npos);
+  CHECK(output.find("learning rate: 2.815396E-04") != std::string::npos);
+  const auto losses = test_support::logged_losses(output);
+  CHECK(losses.size() == 2);
+  test_support::check_same_losses(losses, test_support::logged_losses(continued.output));
+  CHECK(fs::is_regular_file(direct / "iter_0000022" / "mp_rank_01_001" / "model_optim_rng.bin"));
+
+  // --use-checkpoint-args takes the model from a Megatron checkpoint's args (a Llama-like model
+  // saved by Megatron's bf16 optimizer at TP=1 × PP=1), and the run continues it directly.
+  const fs::path llama = temporary.path / "llama_te";
+  const auto from_args = launcher::run_and_capture({kPretrainGpt,
+                                                    "--use-checkpoint-args",
+                                                    "--load",
+                                                    llama.string(),
+                                                    "--no-load-rng",
+                                                    "--mock-data",
+                                                    "--micro-batch-size",
+                                                    "2",
+                                                    "--global-batch-size",
+                                                    "8",
+                                                    "--lr",
+                                                    "3e-4",
+                                                    "--min-lr",
+                                                    "3e-5",
+                                                    "--lr-decay-style",
+                                                    "cosine",
+                                                    "--lr-warmup-iters",
+                                                    "5",
+                                                    "--weight-decay",
+                                                    "0.1",
+                                                    "--adam-beta2",
+                                                    "0.95",
+                                                    "--train-iters",
+                                                    "100",
+                                                    "--exit-interval",
+                                                    "21",
+                                                    "--eval-iters",
+                                                    "0",
+                                                    "--log-interval",
+                                                    "1"});
+  INFO(from_args.output);
+  REQUIRE(from_args.exit_code == 0);
+  CHECK(from_args.output.find("Setting num_layers to 4 from checkpoint") != std::string::npos);
+  CHECK(from_args.output.find("Setting num_query_groups to 2 from checkpoint") !=
+        std::string::npos);
+  CHECK(from_args.output.find("successfully loaded checkpoint from " + llama.string()) !=
+        std::string::npos);
+  CHECK(test_support::logged_losses(from_args.output).count(21) == 1);
 }

@@ -246,7 +246,9 @@ TEST_CASE(
     const nlohmann::json expected =
         nlohmann::json::parse(std::ifstream(*root / name / "expected_moments.json"));
     size_t checked = 0;
-    for (const auto& [moment, want] : expected.items()) {
+    for (const auto& item : expected.items()) {
+      const std::string moment = item.key();
+      const nlohmann::json& want = item.value();
       CAPTURE(moment);
       const backend::TensorEntry* entry = file.find(moment);
       REQUIRE(entry != nullptr);
@@ -316,22 +318,94 @@ TEST_CASE(
   CHECK(refusal(copy).find("'twenty'") != std::string::npos);
 }
 
-TEST_CASE("megatron checkpoint: --load of one says it is Megatron's and how to convert it") {
+namespace {
+
+// A one-process model, AdamW and scheduler for the checkpoint `directory` holds.
+struct LoadTarget {
+  explicit LoadTarget(const backend::MegatronShards& shards)
+      : model(backend::model_config(shards.record)),
+        optimizer(backend::AdamWConfig{}, {}, static_cast<int64_t>(model.parameters().size())),
+        scheduler(backend::LearningRateSchedule{.decay_steps = 100}) {}
+
+  backend::GptModel<float> model;
+  backend::AdamW optimizer;
+  backend::LearningRateScheduler scheduler;
+};
+
+}  // namespace
+
+TEST_CASE("megatron checkpoint: pretrain_gpt's load reads one at its own layout directly") {
   const fs::path* root = megatron_checkpoints();
   if (root == nullptr) return;
-  const backend::MegatronShards shards = backend::open_megatron_shards(*root / "gpt_core");
-  backend::GptModel<float> model(backend::model_config(shards.record));
-  backend::AdamW optimizer(backend::AdamWConfig{}, {},
-                           static_cast<int64_t>(model.parameters().size()));
-  backend::LearningRateSchedule schedule;
-  schedule.decay_steps = 100;
-  backend::LearningRateScheduler scheduler(schedule);
+  const fs::path directory = *root / "llama_te";  // TP=1 x PP=1, bf16 with fp32 main weights
+  LoadTarget target(backend::open_megatron_shards(directory));
+  std::ostringstream out;
+  const backend::CheckpointLoadOptions options{
+      .directory = directory, .no_load_rng = true, .use_checkpoint_opt_param_scheduler = true};
+  const auto progress =
+      backend::load_checkpoint(options, target.model, target.optimizer, target.scheduler, out);
+  INFO(out.str());
+  REQUIRE(progress.has_value());
+  CHECK(progress->iteration == 20);
+  CHECK(progress->consumed_train_samples == 160);
+  CHECK(progress->consumed_valid_samples == 32);
+  CHECK(out.str().find("successfully loaded checkpoint from " + directory.string()) !=
+        std::string::npos);
+  check_whole_model(target.model, directory / "expected.json");
+  CHECK(target.optimizer.steps_taken() == 20);
+  CHECK(target.scheduler.num_steps() == 160);
+  CHECK(target.scheduler.schedule().max_lr == 3e-4);
+  CHECK(target.scheduler.schedule().warmup_steps == 40);
+  // The moments, by parameter.
+  const auto numel = static_cast<size_t>(target.model.parameter_buffer().numel);
+  std::vector<float> exp_avg(numel), exp_avg_sq(numel);
+  target.optimizer.copy_moments_to_host(exp_avg, exp_avg_sq);
+  const nlohmann::json expected =
+      nlohmann::json::parse(std::ifstream(directory / "expected_moments.json"));
+  for (const auto& tensor : target.model.tensors()) {
+    CAPTURE(tensor.name);
+    const auto first = exp_avg.begin() + tensor.offset;
+    CHECK(std::vector<float>(first, first + tensor.numel) ==
+          expected["optimizer.exp_avg." + tensor.name]["values"].get<std::vector<float>>());
+    const auto first_sq = exp_avg_sq.begin() + tensor.offset;
+    CHECK(std::vector<float>(first_sq, first_sq + tensor.numel) ==
+          expected["optimizer.exp_avg_sq." + tensor.name]["values"].get<std::vector<float>>());
+  }
+
+  // Megatron's RNG state does not map: without --no-load-rng the load says so.
+  LoadTarget again(backend::open_megatron_shards(directory));
+  const std::string rng = error_of([&] {
+    backend::load_checkpoint({.directory = directory, .use_checkpoint_opt_param_scheduler = true},
+                             again.model, again.optimizer, again.scheduler, out);
+  });
+  CHECK(rng.find("Specify --no-load-rng") != std::string::npos);
+  // Saved without optimizer state: the load says why, and what to pass; with --no-load-optim,
+  // the model's bf16 weights.
+  const fs::path saved_without = *root / "llama_weights";
+  LoadTarget weights(backend::open_megatron_shards(saved_without));
+  const std::string optimizer = error_of([&] {
+    backend::load_checkpoint({.directory = saved_without, .no_load_rng = true}, weights.model,
+                             weights.optimizer, weights.scheduler, out);
+  });
+  CHECK(optimizer.find("Unable to load optimizer from checkpoint") != std::string::npos);
+  CHECK(optimizer.find("it was saved without optimizer state (--no-save-optim). Specify "
+                       "--no-load-optim") != std::string::npos);
+  backend::load_checkpoint({.directory = saved_without, .no_load_optim = true, .no_load_rng = true},
+                           weights.model, weights.optimizer, weights.scheduler, out);
+  check_whole_model(weights.model, saved_without / "expected.json");
+}
+
+TEST_CASE("megatron checkpoint: --load at another layout says how to reshard it") {
+  const fs::path* root = megatron_checkpoints();
+  if (root == nullptr) return;
+  LoadTarget target(backend::open_megatron_shards(*root / "gpt_core"));  // TP=2 x PP=2
   std::ostringstream out;
   const std::string refusal = error_of([&] {
-    backend::load_checkpoint({.directory = *root / "gpt_core"}, model, optimizer, scheduler, out);
+    backend::load_checkpoint({.directory = *root / "gpt_core"}, target.model, target.optimizer,
+                             target.scheduler, out);
   });
-  CHECK(refusal.find("is a Megatron-LM checkpoint") != std::string::npos);
+  CHECK(refusal.find("was saved with --tensor-model-parallel-size 2") != std::string::npos);
   CHECK(refusal.find("checkpoint_util --load " + (*root / "gpt_core").string() +
-                     " --save DIR --target-tensor-parallel-size 1 "
+                     " --save NEWDIR --target-tensor-parallel-size 1 "
                      "--target-pipeline-parallel-size 1") != std::string::npos);
 }

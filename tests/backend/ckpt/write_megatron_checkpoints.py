@@ -25,7 +25,7 @@ model_optim_rng.pt; the tracker latest_checkpointed_iteration.txt), each into DI
                 its own (as --decoupled-lr makes it)
   bad_moment    gpt_core at TP=1 x PP=1 with a flattened exp_avg of the first layer's QKV
 
-  llama_weights llama_legacy at TP=2 x PP=1 saved without optimizer state (--no-save-optim)
+  llama_weights llama_legacy at TP=1 x PP=1 saved without optimizer state (--no-save-optim)
 
 The first three carry optimizer and scheduler state as Megatron's optimizers save it
 (megatron_optimizer below): gpt_core FP32Optimizer's, llama_legacy
@@ -387,7 +387,7 @@ def main():
     save(os.path.join(out, "llama_legacy"), llama, 2, 2, torch.bfloat16, 2, legacy, "mixed")
     save(os.path.join(out, "llama_te"), llama, 1, 1, torch.bfloat16, 2, core_transformer_engine,
          "apex")
-    save(os.path.join(out, "llama_weights"), llama, 2, 1, torch.bfloat16, 2, legacy)
+    save(os.path.join(out, "llama_weights"), llama, 1, 1, torch.bfloat16, 2, legacy)
     save(os.path.join(out, "bad_version"), gpt, 1, 1, torch.float32, 1, core_local, version=1.0)
     save(os.path.join(out, "bad_moe"), gpt, 1, 1, torch.float32, 1, core_local,
          args_edit=lambda args: setattr(args, "num_experts", 8))
