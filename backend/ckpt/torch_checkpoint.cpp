@@ -180,6 +180,10 @@ int64_t torch_dtype_size(TorchDtype dtype) {
   return facts_of(dtype).size;
 }
 
+std::string_view torch_storage_class(TorchDtype dtype) {
+  return facts_of(dtype).storage;
+}
+
 std::string_view torch_dtype_name(TorchDtype dtype) {
   return facts_of(dtype).name;
 }

@@ -51,6 +51,8 @@ enum class TorchDtype {
 int64_t torch_dtype_size(TorchDtype dtype);
 // "torch.float32", ... as PyTorch prints them.
 std::string_view torch_dtype_name(TorchDtype dtype);
+// "FloatStorage", ...: the storage class of a storage's persistent id (torch.<class>).
+std::string_view torch_storage_class(TorchDtype dtype);
 
 struct TorchTensor {
   TorchDtype dtype = TorchDtype::float32;
