@@ -27,6 +27,37 @@ namespace fs = std::filesystem;
 using test_support::kCheckpointUtil;
 using test_support::kPretrainGpt;
 
+// The data and schedule of write_megatron_checkpoints.py's runs (its args and
+// opt_param_scheduler: cosine from 3e-4 to 3e-5 after 5 warmup iterations, 100 iterations of 8
+// samples), on mock data, stopping after iteration `exit_interval`.
+std::vector<std::string> schedule_flags(const std::string& exit_interval) {
+  return {"--mock-data",
+          "--micro-batch-size",
+          "2",
+          "--global-batch-size",
+          "8",
+          "--lr",
+          "3e-4",
+          "--min-lr",
+          "3e-5",
+          "--lr-decay-style",
+          "cosine",
+          "--lr-warmup-iters",
+          "5",
+          "--weight-decay",
+          "0.1",
+          "--adam-beta2",
+          "0.95",
+          "--train-iters",
+          "100",
+          "--exit-interval",
+          exit_interval,
+          "--eval-iters",
+          "0",
+          "--log-interval",
+          "1"};
+}
+
 }  // namespace
 
 TEST_CASE("a Megatron-LM checkpoint is converted by checkpoint_util and continues training") {
@@ -39,54 +70,31 @@ TEST_CASE("a Megatron-LM checkpoint is converted by checkpoint_util and continue
   const fs::path megatron = temporary.path / "gpt_core";
   const fs::path converted = temporary.path / "converted";
   // The model write_megatron_checkpoints.py saved, and a run continuing it.
-  const std::vector<std::string> run = {kPretrainGpt,
-                                        "--num-layers",
-                                        "4",
-                                        "--hidden-size",
-                                        "16",
-                                        "--num-attention-heads",
-                                        "4",
-                                        "--ffn-hidden-size",
-                                        "32",
-                                        "--seq-length",
-                                        "8",
-                                        "--max-position-embeddings",
-                                        "8",
-                                        "--tokenizer-type",
-                                        "NullTokenizer",
-                                        "--vocab-size",
-                                        "40",
-                                        "--make-vocab-size-divisible-by",
-                                        "32",
-                                        "--mock-data",
-                                        "--micro-batch-size",
-                                        "2",
-                                        "--global-batch-size",
-                                        "8",
-                                        "--lr",
-                                        "3e-4",
-                                        "--min-lr",
-                                        "3e-5",
-                                        "--lr-decay-style",
-                                        "cosine",
-                                        "--lr-warmup-iters",
-                                        "5",
-                                        "--weight-decay",
-                                        "0.1",
-                                        "--adam-beta2",
-                                        "0.95",
-                                        "--train-iters",
-                                        "100",
-                                        "--exit-interval",
-                                        "22",
-                                        "--eval-iters",
-                                        "0",
-                                        "--log-interval",
-                                        "1",
-                                        "--hidden-dropout",
-                                        "0",
-                                        "--attention-dropout",
-                                        "0"};
+  std::vector<std::string> run = {kPretrainGpt,
+                                  "--num-layers",
+                                  "4",
+                                  "--hidden-size",
+                                  "16",
+                                  "--num-attention-heads",
+                                  "4",
+                                  "--ffn-hidden-size",
+                                  "32",
+                                  "--seq-length",
+                                  "8",
+                                  "--max-position-embeddings",
+                                  "8",
+                                  "--tokenizer-type",
+                                  "NullTokenizer",
+                                  "--vocab-size",
+                                  "40",
+                                  "--make-vocab-size-divisible-by",
+                                  "32",
+                                  "--hidden-dropout",
+                                  "0",
+                                  "--attention-dropout",
+                                  "0"};
+  const std::vector<std::string> schedule = schedule_flags("22");
+  run.insert(run.end(), schedule.begin(), schedule.end());
   auto with = [&](std::vector<std::string> more) {
     std::vector<std::string> argv = run;
     argv.insert(argv.end(), more.begin(), more.end());
@@ -154,36 +162,11 @@ TEST_CASE("a Megatron-LM checkpoint is converted by checkpoint_util and continue
   // --use-checkpoint-args takes the model from a Megatron checkpoint's args (a Llama-like model
   // saved by Megatron's bf16 optimizer at TP=1 × PP=1), and the run continues it directly.
   const fs::path llama = temporary.path / "llama_te";
-  const auto from_args = launcher::run_and_capture({kPretrainGpt,
-                                                    "--use-checkpoint-args",
-                                                    "--load",
-                                                    llama.string(),
-                                                    "--no-load-rng",
-                                                    "--mock-data",
-                                                    "--micro-batch-size",
-                                                    "2",
-                                                    "--global-batch-size",
-                                                    "8",
-                                                    "--lr",
-                                                    "3e-4",
-                                                    "--min-lr",
-                                                    "3e-5",
-                                                    "--lr-decay-style",
-                                                    "cosine",
-                                                    "--lr-warmup-iters",
-                                                    "5",
-                                                    "--weight-decay",
-                                                    "0.1",
-                                                    "--adam-beta2",
-                                                    "0.95",
-                                                    "--train-iters",
-                                                    "100",
-                                                    "--exit-interval",
-                                                    "21",
-                                                    "--eval-iters",
-                                                    "0",
-                                                    "--log-interval",
-                                                    "1"});
+  std::vector<std::string> from_checkpoint = {kPretrainGpt, "--use-checkpoint-args", "--load",
+                                              llama.string(), "--no-load-rng"};
+  const std::vector<std::string> until_21 = schedule_flags("21");
+  from_checkpoint.insert(from_checkpoint.end(), until_21.begin(), until_21.end());
+  const auto from_args = launcher::run_and_capture(from_checkpoint);
   INFO(from_args.output);
   REQUIRE(from_args.exit_code == 0);
   CHECK(from_args.output.find("Setting num_layers to 4 from checkpoint") != std::string::npos);
