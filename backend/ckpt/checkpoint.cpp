@@ -1075,6 +1075,13 @@ void CheckpointMetadata::not_an_integer(const json& object, const char* key,
 
 namespace {
 
+// Why a file lacks a part of the state: what its metadata says under `key` (a Megatron file's
+// reason, megatron_checkpoint.hpp), else `otherwise`.
+std::string why_not_read(const json& metadata, const char* key, const char* otherwise) {
+  return metadata.contains(key) && metadata[key].is_string() ? metadata[key].get<std::string>()
+                                                             : std::string(otherwise);
+}
+
 // This rank's file of the tracked checkpoint, mp_rank_<tensor-parallel rank>[_<stage>]: ours, or
 // a Megatron-LM checkpoint's model_optim_rng.pt, read at the layout it was saved with (another
 // layout is refused with the command that reshards it, as one of ours is).
@@ -1165,14 +1172,12 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
 
   if (!weights_only && !options.no_load_optim) {
     if (!metadata.has("optimizer") || !metadata.has("opt_param_scheduler")) {
-      const json& root = reader.metadata();
       common::fail(
           "Unable to load optimizer from checkpoint {}: {}. Specify --no-load-optim or "
           "--finetune to prevent attempting to load the optimizer state",
           reader.path().string(),
-          root.contains("optimizer_not_read") && root["optimizer_not_read"].is_string()
-              ? root["optimizer_not_read"].get<std::string>()
-              : std::string("it was saved with --no-save-optim"));
+          why_not_read(reader.metadata(), "optimizer_not_read",
+                       "it was saved with --no-save-optim"));
     }
     // The optimizer's moments: the whole buffer's, or the range it holds.
     const ShardRange range =
@@ -1201,9 +1206,11 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
 
   if (!weights_only && !options.no_load_rng) {
     if (!metadata.has("rng_state")) {
-      common::fail("Unable to load rng state from checkpoint {}: it was saved with --no-save-rng. "
-                   "Specify --no-load-rng or --finetune to prevent attempting to load the rng "
-                   "state", reader.path().string());
+      common::fail(
+          "Unable to load rng state from checkpoint {}: {}. Specify --no-load-rng or "
+          "--finetune to prevent attempting to load the rng state",
+          reader.path().string(),
+          why_not_read(reader.metadata(), "rng_not_read", "it was saved with --no-save-rng"));
     }
     const json& rng = metadata.section("rng_state");
     model.set_dropout_seed(metadata.get<uint64_t>(rng, "dropout_seed"));

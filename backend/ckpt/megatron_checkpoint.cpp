@@ -627,6 +627,11 @@ std::unique_ptr<MegatronShardFile> open_rank_shard(const MegatronCheckpointLayou
   nlohmann::json metadata = shared.metadata;
   metadata["tensor_parallel"] = {{"size", layout.tensor_parallel}, {"rank", rank}};
   metadata["pipeline_parallel"] = {{"size", layout.pipeline_parallel}, {"rank", stage}};
+  metadata["rng_not_read"] =
+      file->file().root().find("rng_state") == nullptr
+          ? "it was saved without RNG state (--no-save-rng)"
+          : "Megatron's RNG states (Python's, NumPy's, torch's and the CUDA tracker's generators) "
+            "do not map to this backend's dropout masks, which come from --seed and the step";
   return std::make_unique<MegatronShardFile>(std::move(file), stage_layer_chunks(num_layers, place),
                                              std::move(metadata));
 }

@@ -169,7 +169,8 @@ MegatronShards open_megatron_shards(const std::filesystem::path& directory);
 // The ShardFile of one (tensor-parallel rank, pipeline stage) of the checkpoint `layout`
 // describes, as open_megatron_shards makes it, opening that file alone: for a run that loads
 // its own shard (checkpoint.hpp's load_checkpoint at the checkpoint's own layout). Its metadata
-// says why the optimizer's state is not there, when it is not ("optimizer_not_read").
+// says why the optimizer's state is not there, when it is not ("optimizer_not_read"), and why
+// the RNG state never is ("rng_not_read").
 std::unique_ptr<ShardFile> open_megatron_shard_file(const MegatronCheckpointLayout& layout,
                                                     int64_t tensor_parallel_rank,
                                                     int64_t pipeline_rank);

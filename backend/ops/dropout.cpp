@@ -8,8 +8,12 @@ namespace backend::ops {
 
 using namespace detail;
 
-void dropout_forward(Device& device, View output, View input, const Dropout& dropout) {
-  constexpr const char* op = "dropout_forward";
+namespace {
+
+// Both directions multiply by the same mask and scale (dropout.hpp): the backward's
+// dinput = doutput ∘ mask / (1 − p) is the forward applied to doutput, so one dispatch serves
+// both, under each direction's op name.
+void apply_mask(Device& device, const char* op, View output, View input, const Dropout& dropout) {
   run_typed(
       device, op, 0, input.type,
       [&](auto s) {
@@ -23,19 +27,14 @@ void dropout_forward(Device& device, View output, View input, const Dropout& dro
       });
 }
 
+}  // namespace
+
+void dropout_forward(Device& device, View output, View input, const Dropout& dropout) {
+  apply_mask(device, "dropout_forward", output, input, dropout);
+}
+
 void dropout_backward(Device& device, View dinput, View doutput, const Dropout& dropout) {
-  constexpr const char* op = "dropout_backward";
-  run_typed(
-      device, op, 0, doutput.type,
-      [&](auto s) {
-        using S = decltype(s);
-        cpu::dropout_backward(host<S>(dinput), host<S>(doutput), doutput.numel, dropout);
-      },
-      [&](auto s, const auto& context) {
-        using S = decltype(s);
-        cuda::dropout_backward(gpu<S>(dinput, op), gpu<S>(doutput, op), doutput.numel, dropout,
-                               context.stream);
-      });
+  apply_mask(device, "dropout_backward", dinput, doutput, dropout);
 }
 
 }  // namespace backend::ops

@@ -378,6 +378,8 @@ TEST_CASE("megatron checkpoint: pretrain_gpt's load reads one at its own layout 
     backend::load_checkpoint({.directory = directory, .use_checkpoint_opt_param_scheduler = true},
                              again.model, again.optimizer, again.scheduler, out);
   });
+  CHECK(rng.find("Megatron's RNG states (Python's, NumPy's, torch's and the CUDA tracker's "
+                 "generators) do not map") != std::string::npos);
   CHECK(rng.find("Specify --no-load-rng") != std::string::npos);
   // Saved without optimizer state: the load says why, and what to pass; with --no-load-optim,
   // the model's bf16 weights.
