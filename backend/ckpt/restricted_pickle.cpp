@@ -46,6 +46,9 @@ constexpr AllowedGlobal kAllowedGlobals[] = {
     {"numpy._core.multiarray", "scalar", GlobalRole::object},
     {"numpy", "dtype", GlobalRole::object},
     {"numpy", "ndarray", GlobalRole::referenced},
+    // Transformer Engine 1.x's _extra_state: its FP8 metadata torch.save'd into a buffer, whose
+    // bytes no reader here opens.
+    {"_io", "BytesIO", GlobalRole::object},
     // The enums Megatron keeps in its args (args.model_type, args.attention_backend).
     {"megatron.core.enums", "ModelType", GlobalRole::object},
     {"megatron.model.enums", "ModelType", GlobalRole::object},

@@ -17,7 +17,7 @@ model_optim_rng.pt; the tracker latest_checkpointed_iteration.txt), each into DI
                 (language_model.embedding / encoder / output_layer; input_norm, ...), TP=2 x PP=2
   llama_te      the same model at TP=1 x PP=1 in core's Transformer Engine names (the norms
                 fused into linear_qkv and linear_fc1, _extra_state as TE 2.x keeps it: a uint8
-                tensor, or None)
+                tensor, or None; and linear_fc2's as TE 1.x kept it: an io.BytesIO)
   bad_version   gpt_core at TP=1 x PP=1 with checkpoint_version 1.0
   bad_moe       gpt_core at TP=1 x PP=1 whose args have num_experts 8
   bad_name      gpt_core at TP=1 x PP=1 with a legacy layer tensor no Megatron model has
@@ -44,6 +44,7 @@ linear_fc2 by columns, norms and the other biases replicated; QKV rows grouped p
 """
 import argparse
 import collections
+import io
 import json
 import os
 import random
@@ -176,6 +177,10 @@ def core_transformer_engine(tensors):
             out[name[:-len("weight")] + "_extra_state"] = torch.tensor([128, 3, 1],
                                                                         dtype=torch.uint8)
             out[name.replace("linear_qkv.weight", "core_attention._extra_state")] = None
+        if name.endswith("linear_fc2.weight"):  # as Transformer Engine 1.x kept it
+            buffer = io.BytesIO()
+            torch.save({"scale_fwd": torch.ones(2)}, buffer)
+            out[name[:-len("weight")] + "_extra_state"] = buffer
     return out
 
 
