@@ -212,9 +212,9 @@ class PickleWriter {
     const int64_t numel = static_cast<int64_t>(value.data_.size()) / torch_dtype_size(value.dtype_);
     std::vector<int64_t> strides(value.shape_.size());
     int64_t stride = 1;
-    for (size_t d = value.shape_.size(); d-- > 0;) {
-      strides[d] = stride;
-      stride *= value.shape_[d];
+    for (auto d = static_cast<int64_t>(value.shape_.size()) - 1; d >= 0; --d) {
+      strides[static_cast<size_t>(d)] = stride;
+      stride *= value.shape_[static_cast<size_t>(d)];
     }
     global("torch._utils", "_rebuild_tensor_v2");
     byte(opcode::kMark);

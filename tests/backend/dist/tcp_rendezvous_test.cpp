@@ -149,7 +149,10 @@ TEST_CASE("rendezvous: rank 0 ignores a connection that is not a rank's") {
 }
 
 TEST_CASE("rendezvous: a peer with no listener fails within its timeout, naming host:port") {
-  const int port = free_port();
+  // Bound without listening for the whole test: connections are refused, and no test running
+  // beside this one can take the port and answer (free_port's port could be handed out again).
+  const BoundSocket held;
+  const int port = held.port;
   const auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH_AS(
       rendezvous_broadcast({"127.0.0.1", port}, 3, 4, {}, 300ms),
