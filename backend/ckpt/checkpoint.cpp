@@ -17,7 +17,6 @@
 #include <chrono>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <ostream>
 #include <regex>
 #include <span>
@@ -231,6 +230,14 @@ void check_pipeline_parallel_size(const CheckpointMetadata& metadata, int64_t te
                resharding_command(metadata, tensor_parallel, size, options));
 }
 
+// Both: the checkpoint's layout must be this run's (its tensor-parallel `group`, its `stages`).
+void check_saved_layout(const CheckpointMetadata& metadata, const Communicator& group,
+                        const Communicator& stages, const fs::path& file,
+                        const CheckpointLoadOptions& options) {
+  check_tensor_parallel_size(metadata, group.size(), stages.size(), file, options);
+  check_pipeline_parallel_size(metadata, group.size(), stages.size(), file, options);
+}
+
 // One error listing every parameter whose shape differs (or that only one side has), and the
 // flags from the checkpoint's arguments that would make the model fit.
 void check_parameter_shapes(const ShardFile& reader, const CheckpointMetadata& metadata,
@@ -304,13 +311,11 @@ void check_parameter_shapes(const ShardFile& reader, const CheckpointMetadata& m
   throw common::Error(message);
 }
 
-// The tensor `name`'s element count; a common::Error when the file has none.
-int64_t require_tensor(const ShardFile& reader, const std::string& name, const char* missing_hint) {
-  const std::vector<int64_t>* shape = reader.shape(name);
-  if (shape == nullptr) {
+// A common::Error when the file has no tensor `name`.
+void require_tensor(const ShardFile& reader, const std::string& name, const char* missing_hint) {
+  if (reader.shape(name) == nullptr) {
     common::fail("checkpoint {} has no tensor '{}'{}", reader.path().string(), name, missing_hint);
   }
-  return std::accumulate(shape->begin(), shape->end(), int64_t{1}, std::multiplies<>());
 }
 
 void read_tensor(const ShardFile& reader, const std::string& name, std::span<float> destination,
@@ -356,11 +361,9 @@ void read_named_moments(const ShardFile& reader, const GptModel<float>& model,
     if (!overlaps(held, range)) continue;  // not a tensor of the range: not looked up
     for (const auto& [prefix, destination] :
          {std::pair{kExpAvgPrefix, exp_avg}, std::pair{kExpAvgSqPrefix, exp_avg_sq}}) {
+      // (ShardFile::read refuses a tensor of another element count than its parameter's.)
       const std::string name = prefix + tensor.name;
-      if (require_tensor(reader, name, hint) != tensor.numel) {
-        common::fail("checkpoint {}: '{}' does not have {} elements, as its parameter",
-                     reader.path().string(), name, tensor.numel);
-      }
+      require_tensor(reader, name, hint);
       read_overlap(reader, name, held, range, destination, staged);
     }
   }
@@ -1093,9 +1096,8 @@ std::unique_ptr<ShardFile> open_rank_shard(const fs::path& directory,
     const MegatronCheckpointLayout layout = read_megatron_layout(directory);
     if (layout.tensor_parallel != group.size() || layout.pipeline_parallel != stages.size()) {
       const std::unique_ptr<ShardFile> first = open_megatron_shard_file(layout, 0, 0);
-      const CheckpointMetadata metadata(first->metadata(), first->path());
-      check_tensor_parallel_size(metadata, group.size(), stages.size(), first->path(), options);
-      check_pipeline_parallel_size(metadata, group.size(), stages.size(), first->path(), options);
+      check_saved_layout(CheckpointMetadata(first->metadata(), first->path()), group, stages,
+                         first->path(), options);
     }
     return open_megatron_shard_file(layout, group.rank(), stages.rank());
   }
@@ -1104,9 +1106,8 @@ std::unique_ptr<ShardFile> open_rank_shard(const fs::path& directory,
     if (fs::is_regular_file(tracked.file)) {
       // Another layout's checkpoint: say so, with the command that reshards it.
       const CheckpointFileReader reader(tracked.file);
-      const CheckpointMetadata first(reader.metadata(), reader.path());
-      check_tensor_parallel_size(first, group.size(), stages.size(), reader.path(), options);
-      check_pipeline_parallel_size(first, group.size(), stages.size(), reader.path(), options);
+      check_saved_layout(CheckpointMetadata(reader.metadata(), reader.path()), group, stages,
+                         reader.path(), options);
     }
     common::fail(
         "{} names iteration {}, but {} does not exist: the checkpoint directory was "
@@ -1144,8 +1145,7 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
       open_rank_shard(directory, *tracked, group, stages, options);
   const ShardFile& reader = *shard;
   const CheckpointMetadata metadata(reader.metadata(), reader.path());
-  check_tensor_parallel_size(metadata, group.size(), stages.size(), reader.path(), options);
-  check_pipeline_parallel_size(metadata, group.size(), stages.size(), reader.path(), options);
+  check_saved_layout(metadata, group, stages, reader.path(), options);
   check_parameter_shapes(reader, metadata, model, options);
 
   HostState host = host_state(model, nullptr, false);

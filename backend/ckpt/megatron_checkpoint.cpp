@@ -493,7 +493,9 @@ class MegatronShardFile final : public ShardFile {
     read_optimizer(parameters);
   }
 
-  const std::string& optimizer_not_read() const { return optimizer_not_read_; }
+  // Why the file's optimizer state is not read (its metadata's "optimizer_not_read"); empty
+  // when it is.
+  std::string optimizer_not_read() const { return metadata_.value("optimizer_not_read", ""); }
 
   const std::filesystem::path& path() const override { return file_->path(); }
   const nlohmann::json& metadata() const override { return metadata_; }
@@ -533,8 +535,7 @@ class MegatronShardFile final : public ShardFile {
       optimizer = {.state = std::nullopt, .not_read = "it has no 'opt_param_scheduler'"};
     }
     if (!optimizer.state) {
-      optimizer_not_read_ = std::move(optimizer.not_read);
-      metadata_["optimizer_not_read"] = optimizer_not_read_;
+      metadata_["optimizer_not_read"] = std::move(optimizer.not_read);
       return;
     }
     const MegatronOptimizerState& state = *optimizer.state;
@@ -558,7 +559,6 @@ class MegatronShardFile final : public ShardFile {
   nlohmann::json metadata_;
   std::vector<Entry> entries_;  // the parameters first, in the state dict's order
   std::map<std::string, size_t, std::less<>> index_;
-  std::string optimizer_not_read_;
 };
 
 }  // namespace

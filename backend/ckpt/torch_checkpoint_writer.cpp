@@ -83,24 +83,22 @@ TorchValue TorchValue::tensor(TorchDtype dtype, std::vector<int64_t> shape,
 
 TorchValue TorchValue::tensor_from_floats(TorchDtype dtype, std::vector<int64_t> shape,
                                           std::span<const float> values) {
+  if (dtype != TorchDtype::float32 && dtype != TorchDtype::bfloat16 &&
+      dtype != TorchDtype::float16) {
+    common::fail("floats are written as float32, bfloat16 or float16 tensors, not {}",
+                 torch_dtype_name(dtype));
+  }
   std::vector<std::byte> bytes(values.size() * static_cast<size_t>(torch_dtype_size(dtype)));
   auto put = [&](size_t i, auto element) {
     std::memcpy(bytes.data() + i * sizeof(element), &element, sizeof(element));
   };
   for (size_t i = 0; i < values.size(); ++i) {
-    switch (dtype) {
-      case TorchDtype::float32:
-        put(i, values[i]);
-        break;
-      case TorchDtype::bfloat16:
-        put(i, to_bfloat16(values[i]).bits);
-        break;
-      case TorchDtype::float16:
-        put(i, to_float16(values[i]).bits);
-        break;
-      default:
-        common::fail("floats are written as float32, bfloat16 or float16 tensors, not {}",
-                     torch_dtype_name(dtype));
+    if (dtype == TorchDtype::float32) {
+      put(i, values[i]);
+    } else if (dtype == TorchDtype::bfloat16) {
+      put(i, to_bfloat16(values[i]).bits);
+    } else {
+      put(i, to_float16(values[i]).bits);
     }
   }
   return tensor(dtype, std::move(shape), std::move(bytes));
