@@ -14,7 +14,8 @@
 //       stages with its whole state (ckpt/checkpoint_reshard.hpp), for pretrain_gpt
 //       --tensor-model-parallel-size N --pipeline-model-parallel-size P --load <new dir>;
 //       prints how to continue. <checkpoint dir> may be a Megatron-LM run's (--ckpt-format
-//       torch): converted into this backend's format, its weights and progress only.
+//       torch): converted into this backend's format with its weights, progress, Adam state and
+//       schedule (not its RNG state, nor a distributed optimizer's state).
 // The command line is parsed by backend/ckpt/checkpoint_util_options.hpp.
 // Exit status as pretrain_gpt: 0 done, 2 a user error (one line naming the flag or file),
 // 3 an internal error.
