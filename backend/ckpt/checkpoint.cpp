@@ -25,6 +25,7 @@
 
 #include "backend/ckpt/checkpoint_file.hpp"
 #include "backend/ckpt/megatron_checkpoint.hpp"
+#include "backend/ckpt/megatron_checkpoint_writer.hpp"
 #include "backend/ckpt/shard_file.hpp"
 #include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
@@ -717,11 +718,13 @@ HostState host_state(const GptModel<float>& model, const AdamW* optimizer, bool 
 // lead, takes: begin_save prints Megatron's line, cleans up after interrupted saves and makes
 // the temporary directory; write_rank_file writes one (tensor-parallel rank, stage)'s file into
 // it; finish_save publishes the directory and, last, moves the tracker.
-std::string saving_message(const fs::path& directory, int64_t iteration, bool release) {
-  return release ? fmt::format("[{}] saving release checkpoint to {} in native format\n",
-                               timestamp_now(), directory.string())
-                 : fmt::format("[{}] saving checkpoint at iteration {:7d} to {} in native format\n",
-                               timestamp_now(), iteration, directory.string());
+std::string saving_message(const fs::path& directory, int64_t iteration, bool release,
+                           CheckpointFormat format) {
+  return release ? fmt::format("[{}] saving release checkpoint to {} in {} format\n",
+                               timestamp_now(), directory.string(), common::enum_name(format))
+                 : fmt::format("[{}] saving checkpoint at iteration {:7d} to {} in {} format\n",
+                               timestamp_now(), iteration, directory.string(),
+                               common::enum_name(format));
 }
 
 fs::path final_save_directory(const fs::path& directory, int64_t iteration, bool release) {
@@ -730,8 +733,9 @@ fs::path final_save_directory(const fs::path& directory, int64_t iteration, bool
 
 // Prints the saving line, makes DIR, removes leftovers of interrupted saves, and makes (empty)
 // the temporary directory, named after this process's pid, that the rank files go into.
-fs::path begin_save(const fs::path& directory, int64_t iteration, bool release, std::ostream& out) {
-  out << saving_message(directory, iteration, release);
+fs::path begin_save(const fs::path& directory, int64_t iteration, bool release, std::ostream& out,
+                    CheckpointFormat format = CheckpointFormat::native) {
+  out << saving_message(directory, iteration, release, format);
   out.flush();
   fs::create_directories(directory);
   remove_unfinished_saves(directory, out);
@@ -742,13 +746,21 @@ fs::path begin_save(const fs::path& directory, int64_t iteration, bool release, 
   return temporary;
 }
 
+// Makes the rank's directory, has `write` write its file there, and syncs the directory.
+void write_rank_directory(const fs::path& temporary, const std::string& rank_directory_name,
+                          const std::function<void(const fs::path& rank_directory)>& write) {
+  const fs::path rank_directory = temporary / rank_directory_name;
+  fs::create_directories(rank_directory);
+  write(rank_directory);
+  common::fsync_directory(rank_directory);
+}
+
 void write_rank_file(const fs::path& temporary, const std::string& rank_directory_name,
                      const char* file_name, const json& metadata,
                      std::span<const CheckpointTensor> tensors) {
-  const fs::path rank_directory = temporary / rank_directory_name;
-  fs::create_directories(rank_directory);
-  write_checkpoint_file(rank_directory / file_name, metadata, tensors);
-  common::fsync_directory(rank_directory);
+  write_rank_directory(temporary, rank_directory_name, [&](const fs::path& rank_directory) {
+    write_checkpoint_file(rank_directory / file_name, metadata, tensors);
+  });
 }
 
 // One data-parallel rank's distrib_optim file: its range of the moments, flat, with the range
@@ -806,6 +818,13 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
              const LearningRateScheduler* scheduler, bool release, std::ostream& out,
              const OptimizerShard* shard = nullptr) {
   const fs::path& directory = options.directory;
+  if (options.format != CheckpointFormat::native &&
+      (options.format != CheckpointFormat::torch || release || shard != nullptr)) {
+    common::fail("internal error: a --ckpt-format {} save{}", common::enum_name(options.format),
+                 release            ? " of a release"
+                 : shard != nullptr ? " with distributed moments"
+                                    : "");
+  }
   const bool save_optim = !options.no_save_optim && optimizer != nullptr && scheduler != nullptr;
   // With the moments in ranges, every data-parallel rank writes its range's file; rank 0 of
   // the group also the model's. Without the optimizer state the other ranks have nothing to do.
@@ -898,7 +917,7 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
   // then publish it and, last, the tracker: only after every writer has written and synced.
   double lead_pid = ::getpid();  // a double: what a broadcast carries (exact below 2^53)
   fs::path temporary;
-  if (lead) temporary = begin_save(directory, progress.iteration, release, out);
+  if (lead) temporary = begin_save(directory, progress.iteration, release, out, options.format);
   // After the lead made the directory: to its stage, then down every pipeline, then to every
   // data-parallel group.
   if (writes_model) {
@@ -912,7 +931,25 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
   }
   const std::string rank_directory =
       checkpoint_rank_directory_name(writer, stages.rank(), stages.size());
-  if (writes_model) write_rank_file(temporary, rank_directory, kFileName, metadata, tensors);
+  if (writes_model && options.format == CheckpointFormat::torch) {
+    const PipelineStage& place = model.pipeline_stage();
+    const MegatronRankFileContents contents{
+        .metadata = &metadata,
+        .tensors = tensors,
+        .args = &options.megatron_args,
+        .chunks = stage_layer_chunks(model.config().num_layers, place),
+        .first_stage = place.first(),
+        .last_stage = place.last(),
+        .precision = options.megatron_precision,
+        .spec = options.megatron_spec,
+        .learning_rate = scheduler != nullptr ? scheduler->learning_rate() : 0.0,
+        .weight_decay = scheduler != nullptr ? scheduler->weight_decay() : 0.0};
+    write_rank_directory(temporary, rank_directory, [&](const fs::path& rank_directory) {
+      write_megatron_rank_file(rank_directory / kMegatronCheckpointFile, contents);
+    });
+  } else if (writes_model) {
+    write_rank_file(temporary, rank_directory, kFileName, metadata, tensors);
+  }
   if (shard != nullptr) {
     write_moments_file(temporary, rank_directory, progress, *optimizer, *data_parallel,
                        shard->range, shard->parameter_count);

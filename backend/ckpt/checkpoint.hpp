@@ -33,6 +33,7 @@
 #include <functional>
 #include <iosfwd>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -40,9 +41,8 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "backend/ckpt/checkpoint_file.hpp"
+#include "backend/ckpt/checkpointing_arguments.hpp"
 #include "backend/common/file_lock.hpp"
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
@@ -127,6 +127,16 @@ struct CheckpointSaveOptions {
   nlohmann::json arguments = nlohmann::json::object();
   nlohmann::json args = nlohmann::json::object();
   std::vector<std::string> command_line{};  // stored as the metadata's "command_line"
+  // --ckpt-format torch: Megatron-LM's model_optim_rng.pt in place of this backend's files
+  // (megatron_checkpoint_writer.hpp), its tensors named for `megatron_spec` (--transformer-impl)
+  // and its args `megatron_args` (every argument by Megatron's name with Python's types).
+  // Only the native and torch formats are written. `megatron_precision` is --bf16's or
+  // --fp16's (the Megatron run that loads the file has that optimizer), whatever precision this
+  // device computes in.
+  CheckpointFormat format = CheckpointFormat::native;
+  MegatronModuleSpec megatron_spec = MegatronModuleSpec::transformer_engine;
+  nlohmann::json megatron_args = nlohmann::json::object();
+  MixedPrecision megatron_precision = MixedPrecision::none;
 };
 
 // What a load needs besides the state it fills: where, which parts to skip, which schedule

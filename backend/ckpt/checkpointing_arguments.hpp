@@ -6,9 +6,36 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
+#include "backend/common/enum_names.hpp"
+
 namespace backend {
+
+// --ckpt-format: this backend's own files (model_optim_rng.bin, checkpoint_file.hpp), the
+// default, or Megatron-LM's legacy ones (model_optim_rng.pt, megatron_checkpoint_writer.hpp).
+// Megatron core's distributed formats are named so that they are refused as not built.
+enum class CheckpointFormat { native, torch, torch_dist, zarr, torch_dcp };
+constexpr common::EnumName<CheckpointFormat> kCheckpointFormatNames[] = {
+    {CheckpointFormat::native, "native"},
+    {CheckpointFormat::torch, "torch"},
+    {CheckpointFormat::torch_dist, "torch_dist"},
+    {CheckpointFormat::zarr, "zarr"},
+    {CheckpointFormat::torch_dcp, "torch_dcp"}};
+constexpr std::span<const common::EnumName<CheckpointFormat>> enum_names(CheckpointFormat) {
+  return kCheckpointFormatNames;
+}
+
+// --transformer-impl: Megatron core's module spec, which computes the same model either way;
+// here it names the tensors of a --ckpt-format torch save (megatron_checkpoint_writer.hpp).
+enum class MegatronModuleSpec { transformer_engine, local };
+constexpr common::EnumName<MegatronModuleSpec> kMegatronModuleSpecNames[] = {
+    {MegatronModuleSpec::transformer_engine, "transformer_engine"},
+    {MegatronModuleSpec::local, "local"}};
+constexpr std::span<const common::EnumName<MegatronModuleSpec>> enum_names(MegatronModuleSpec) {
+  return kMegatronModuleSpecNames;
+}
 
 struct CheckpointingArguments {
   std::string save;  // --save: the directory checkpoints are written to
@@ -29,6 +56,8 @@ struct CheckpointingArguments {
   // --use-checkpoint-args: the model's shape and tokenizer from the --load checkpoint
   // (take_checkpoint_model_arguments in backend/train/checkpoint_arguments.hpp).
   bool use_checkpoint_args = false;
+  CheckpointFormat ckpt_format = CheckpointFormat::native;
+  MegatronModuleSpec transformer_impl = MegatronModuleSpec::transformer_engine;
 };
 
 }  // namespace backend

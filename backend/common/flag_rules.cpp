@@ -52,7 +52,8 @@ constexpr std::string_view kTransformerImplementations[] = {"local", "transforme
 constexpr std::string_view kAttentionBackends[] = {"flash", "fused", "unfused", "local", "auto"};
 constexpr std::string_view kOptimizers[] = {"adam", "sgd"};
 constexpr std::string_view kDataloaderTypes[] = {"single", "cyclic", "external"};
-constexpr std::string_view kCheckpointFormats[] = {"torch", "torch_dist", "zarr", "torch_dcp"};
+constexpr std::string_view kCheckpointFormats[] = {"native", "torch", "torch_dist", "zarr",
+                                                   "torch_dcp"};
 constexpr std::string_view kTimingLogOptions[] = {"max", "minmax", "all"};
 // Python's names of the signals a process can catch that schedulers send as notice
 // (backend/train/exit_signal_handler.hpp).

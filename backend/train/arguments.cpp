@@ -150,9 +150,6 @@ constexpr FlagWithoutEffect kSwitchesWithoutEffect[] = {
 };
 // The same for flags that take a value (their values are checked by the flag rules).
 constexpr FlagWithoutEffect kValuesWithoutEffect[] = {
-    {"--transformer-impl",
-     "both of Megatron's transformer implementations compute the same function; the kernels here "
-     "are this backend's own"},
     {"--attention-backend",
      "every backend of Megatron's computes the same attention; here it is always fused, with no s "
      "× s scores"},
@@ -185,11 +182,6 @@ constexpr DefaultOnlyFlag kDefaultOnlyFlags[] = {
      "single: Megatron's single-pass order; cyclic and external are not built",
      "not built; samples are read in Megatron's single-pass order (--dataloader-type single, "
      "Megatron's default)"},
-    {"--ckpt-format", "torch",
-     "torch: Megatron's per-rank layout, which checkpoints have here; the distributed formats "
-     "are not built",
-     "not built; checkpoints have Megatron's per-rank layout (--ckpt-format torch, "
-     "docs/checkpoints.md)"},
     {"--vocab-extra-ids", "0",
      "0: training on SentencePiece's extra ids is not built (preprocess_data adds them)",
      "training with SentencePieceTokenizer's <extra_id_N> tokens is not built (0, Megatron's "
@@ -642,6 +634,16 @@ const FlagRow<CheckpointingArguments> kCheckpointingFlags[] = {
      &CheckpointingArguments::use_checkpoint_opt_param_scheduler,
      "On load, take the schedule from the checkpoint, whatever the flags say",
      "use_checkpoint_opt_param_scheduler"},
+    {"--ckpt-format", enum_flag_field<&CheckpointingArguments::ckpt_format>(),
+     "What --save writes: native (this backend's model_optim_rng.bin files) or torch "
+     "(Megatron-LM's model_optim_rng.pt, which Megatron loads with --no-load-rng); torch_dist, "
+     "zarr and torch_dcp are not built. --load reads native and torch checkpoints alike",
+     "ckpt_format"},
+    {"--transformer-impl", enum_flag_field<&CheckpointingArguments::transformer_impl>(),
+     "Megatron core's module spec, whose tensor names a --ckpt-format torch save writes: "
+     "transformer_engine (the norms fused into linear_qkv and linear_fc1) or local; the model "
+     "computed is the same",
+     "transformer_impl"},
 };
 
 // Registered last, for every program.
@@ -1139,6 +1141,23 @@ void validate_arguments(TrainingArguments& arguments) {
         "not overlapped yet (the results are the same)",
         parallelism.zero_stage == 3 ? "ZeRO stage 3" : "pipeline parallelism");
   }
+  // Megatron core's distributed checkpoint formats, and Megatron's distrib_optim.pt.
+  const CheckpointFormat format = arguments.checkpointing.ckpt_format;
+  if (format != CheckpointFormat::native && format != CheckpointFormat::torch) {
+    common::fail(
+        "--ckpt-format {}: not built; --save writes this backend's files "
+        "(--ckpt-format native, the default) or Megatron-LM's legacy ones (--ckpt-format "
+        "torch; docs/checkpoints.md)",
+        common::enum_name(format));
+  }
+  if (format == CheckpointFormat::torch &&
+      (parallelism.use_distributed_optimizer || parallelism.zero_stage == 3)) {
+    common::fail(
+        "--ckpt-format torch with {}: writing Megatron's distrib_optim.pt is not built; "
+        "save with --ckpt-format native (the default) and convert the weights, or train "
+        "without it",
+        parallelism.zero_stage == 3 ? "ZeRO stage 3" : "--use-distributed-optimizer");
+  }
   // Megatron's pipeline rules (validate_args and the schedules).
   const int64_t pp = parallelism.pipeline_model_parallel_size;
   check_pipeline_stage(model.num_layers, {.pipeline_parallel = pp, .rank = 0, .virtual_chunks = 1});
@@ -1307,8 +1326,13 @@ void validate_arguments(TrainingArguments& arguments) {
   }
 }
 
-std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
-  std::map<std::string, std::string> values;
+namespace {
+
+// Every row's value by its dump name, into `values` (as text or as JSON: dump_flag_rows), then
+// what no flag sets by itself: the DeepSpeed configuration's mapping, the launch, and the
+// values Megatron prints its own way, as Megatron's args hold them.
+template <typename Values>
+void dump_arguments(const TrainingArguments& a, Values& values) {
   dump_flag_rows<ModelArguments>(a.model, kModelFlags, values);
   dump_flag_rows<ModelArguments>(a.model, kRecomputeFlags, values);
   dump_flag_rows<TokenizerOptions>(a.tokenizer, kTokenizerFlags, values);
@@ -1329,18 +1353,6 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
   dump_flag_rows<DataArguments>(a.data, kLegacyDataFlags, values);
   dump_flag_rows<ParallelismArguments>(a.parallelism, kLegacyParallelismFlags, values);
   dump_flag_rows<TrainingArguments>(a, kDeviceFlags, values);
-  // What no flag sets by itself: the DeepSpeed configuration's mapping, the launch, and the
-  // values Megatron prints its own way.
-  auto python = [](bool value) -> std::string { return value ? "True" : "False"; };
-  values["deepspeed"] = python(a.deepspeed);
-  values["deepspeed_config"] = a.deepspeed_config.empty() ? "None" : a.deepspeed_config;
-  values["zero_stage"] = fmt::format("{}", a.parallelism.zero_stage);
-  values["lr_decay_iters"] =
-      a.run.train_samples > 0 ? "None" : fmt::format("{}", a.optimizer.lr_decay_iters);
-  values["exit_signal"] = "Signals." + a.run.exit_signal;
-  values["log_loss_scale_to_tensorboard"] = python(a.logging.log_loss_scale_to_tensorboard);
-  values["world_size"] = fmt::format("{}", a.parallelism.world_size);
-  values["data_parallel_size"] = fmt::format("{}", a.parallelism.data_parallel_size());
   if (a.program == ArgumentsProgram::evaluate_gpt) {
     // Megatron's tasks/main.py arguments, in its dump too.
     dump_flag_rows<TaskArguments>(a.tasks, kTaskFlags, values);
@@ -1348,6 +1360,41 @@ std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
   if (a.program == ArgumentsProgram::text_generation_server) {
     dump_flag_rows<ServingArguments>(a.serving, kServingFlags, values);
   }
+}
+
+// What no flag sets by itself (dump_arguments).
+nlohmann::json derived_arguments(const TrainingArguments& a) {
+  return {
+      {"deepspeed", a.deepspeed},
+      {"deepspeed_config",
+       a.deepspeed_config.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.deepspeed_config)},
+      {"zero_stage", a.parallelism.zero_stage},
+      {"lr_decay_iters", a.run.train_samples > 0 ? nlohmann::json(nullptr)
+                                                 : nlohmann::json(a.optimizer.lr_decay_iters)},
+      {"log_loss_scale_to_tensorboard", a.logging.log_loss_scale_to_tensorboard},
+      {"world_size", a.parallelism.world_size},
+      {"data_parallel_size", a.parallelism.data_parallel_size()},
+  };
+}
+
+}  // namespace
+
+std::map<std::string, std::string> argument_values(const TrainingArguments& a) {
+  std::map<std::string, std::string> values;
+  dump_arguments(a, values);
+  const nlohmann::json derived = derived_arguments(a);
+  for (const auto& [name, value] : derived.items()) values[name] = python_text(value);
+  // Megatron's args hold the signal itself (signal.Signals), which prints with its class.
+  values["exit_signal"] = "Signals." + a.run.exit_signal;
+  return values;
+}
+
+nlohmann::json megatron_arguments(const TrainingArguments& a) {
+  nlohmann::json values = nlohmann::json::object();
+  dump_arguments(a, values);
+  values.update(derived_arguments(a));
+  // By the signal's name: a checkpoint's args hold plain values only.
+  values["exit_signal"] = a.run.exit_signal;
   return values;
 }
 

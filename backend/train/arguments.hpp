@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -126,5 +127,8 @@ std::vector<std::string> format_arguments(const TrainingArguments& arguments);
 // dump prints it (Python's str(): True/False/None, numbers, plain strings), sorted by name:
 // the dump's lines, and what checkpoints store as their record of the arguments.
 std::map<std::string, std::string> argument_values(const TrainingArguments& arguments);
+// The same values as Megatron's args hold them (flag_table.hpp's flag_row_value: None as null,
+// bools, numbers, strings, lists of strings): the args of a --ckpt-format torch save.
+nlohmann::json megatron_arguments(const TrainingArguments& arguments);
 
 }  // namespace backend

@@ -166,7 +166,15 @@ CheckpointSaveOptions checkpoint_save_options(const TrainingArguments& a) {
           .no_save_rng = a.checkpointing.no_save_rng,
           .arguments = checkpoint_arguments(a),
           .args = argument_values(a),
-          .command_line = a.command_line};
+          .command_line = a.command_line,
+          .format = a.checkpointing.ckpt_format,
+          .megatron_spec = a.checkpointing.transformer_impl,
+          .megatron_args = a.checkpointing.ckpt_format == CheckpointFormat::torch
+                               ? megatron_arguments(a)
+                               : nlohmann::json::object(),
+          .megatron_precision = a.precision.bf16   ? MixedPrecision::bf16
+                                : a.precision.fp16 ? MixedPrecision::fp16
+                                                   : MixedPrecision::none};
 }
 
 CheckpointLoadOptions checkpoint_load_options(const TrainingArguments& a) {

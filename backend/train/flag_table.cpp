@@ -1,5 +1,9 @@
-// The agreement of an enum flag's rule with its enum; see flag_table.hpp.
+// The agreement of an enum flag's rule with its enum, and the dump's Python text of a value;
+// see flag_table.hpp.
 #include "backend/train/flag_table.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -22,6 +26,31 @@ void check_enum_choices(std::string_view names, std::vector<std::string_view> en
       rule->kind == common::FlagKind::choice ? fmt::format("{}", fmt::join(rule->choices, ", "))
                                              : std::string("no list of choices"),
       fmt::join(enum_names, ", ")));
+}
+
+std::string python_text(const nlohmann::json& value, FlagDump dump) {
+  switch (value.type()) {
+    case nlohmann::json::value_t::null:
+      return "None";
+    case nlohmann::json::value_t::boolean:
+      return value.get<bool>() ? "True" : "False";
+    case nlohmann::json::value_t::string:
+      return value.get<std::string>();
+    case nlohmann::json::value_t::array: {
+      std::vector<std::string> quoted;
+      for (const auto& word : value) quoted.push_back(fmt::format("'{}'", python_text(word)));
+      return fmt::format("[{}]", fmt::join(quoted, ", "));
+    }
+    case nlohmann::json::value_t::number_integer:
+      return fmt::format("{}", value.get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned:
+      return fmt::format("{}", value.get<uint64_t>());
+    case nlohmann::json::value_t::number_float:
+      return dump == FlagDump::python_float ? common::format_python_float(value.get<double>())
+                                            : fmt::format("{}", value.get<double>());
+    default:
+      return value.dump();
+  }
 }
 
 }  // namespace backend

@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -129,43 +130,63 @@ void add_flag_rows(CLI::App& app, Config& config, std::span<const FlagRow<Config
   }
 }
 
-// The dumped rows' values by their dump names, into `values`.
+// A row's value as Megatron's args hold it: null for None, a bool, a number, a string (an
+// enum's name), or a list of strings (argparse keeps nargs flags as strings, numbers included).
+template <typename Config>
+nlohmann::json flag_row_value(const Config& config, const FlagRow<Config>& row) {
+  return std::visit(
+      [&](auto member) -> nlohmann::json {
+        if constexpr (std::is_same_v<decltype(member), EnumFlagField<Config>>) {
+          const std::string_view name = member.name(config);
+          if (row.dump == FlagDump::none_if_empty && name.empty()) return nullptr;
+          return std::string(name);
+        } else {
+          const auto& value = config.*member;
+          using Field = std::remove_cvref_t<decltype(value)>;
+          if constexpr (std::is_same_v<Field, bool>) {
+            return value;
+          } else if constexpr (std::is_same_v<Field, std::vector<std::string>> ||
+                               std::is_same_v<Field, std::vector<int64_t>>) {
+            if (value.empty()) return nullptr;
+            nlohmann::json words = nlohmann::json::array();
+            for (const auto& word : value) words.push_back(fmt::format("{}", word));
+            return words;
+          } else if constexpr (std::is_same_v<Field, std::string>) {
+            if (row.dump == FlagDump::none_if_empty && value.empty()) return nullptr;
+            return value;
+          } else if constexpr (std::is_same_v<Field, std::optional<int64_t>> ||
+                               std::is_same_v<Field, std::optional<double>>) {
+            if (!value) return nullptr;
+            return *value;
+          } else {
+            if (row.dump == FlagDump::none_if_not_positive && value <= 0) return nullptr;
+            return value;
+          }
+        }
+      },
+      row.field);
+}
+
+// Python's str() of a value as flag_row_value gives it, as Megatron's dump prints it: a float
+// as fmt prints it, or as Python does where `dump` says so.
+std::string python_text(const nlohmann::json& value, FlagDump dump = FlagDump::value);
+
+// The dumped rows' values by their dump names, into `values`: as the dump prints them, or
+// (a JSON object) as Megatron's args hold them.
 template <typename Config>
 void dump_flag_rows(const Config& config, std::span<const FlagRow<Config>> rows,
                     std::map<std::string, std::string>& values) {
   for (const FlagRow<Config>& row : rows) {
-    if (row.dump_name == nullptr) continue;
-    values[row.dump_name] = std::visit(
-        [&](auto member) -> std::string {
-          if constexpr (std::is_same_v<decltype(member), EnumFlagField<Config>>) {
-            const std::string_view name = member.name(config);
-            return row.dump == FlagDump::none_if_empty && name.empty() ? "None" : std::string(name);
-          } else {
-            const auto& value = config.*member;
-            using Field = std::remove_cvref_t<decltype(value)>;
-            if constexpr (std::is_same_v<Field, bool>) {
-              return value ? "True" : "False";
-            } else if constexpr (std::is_same_v<Field, std::vector<std::string>> ||
-                                 std::is_same_v<Field, std::vector<int64_t>>) {
-              if (value.empty()) return "None";
-              std::vector<std::string> quoted;
-              for (const auto& word : value) quoted.push_back(fmt::format("'{}'", word));
-              return fmt::format("[{}]", fmt::join(quoted, ", "));
-            } else if constexpr (std::is_same_v<Field, std::string>) {
-              return row.dump == FlagDump::none_if_empty && value.empty() ? "None" : value;
-            } else if constexpr (std::is_same_v<Field, std::optional<int64_t>> ||
-                                 std::is_same_v<Field, std::optional<double>>) {
-              return value ? fmt::format("{}", *value) : "None";
-            } else {
-              if (row.dump == FlagDump::none_if_not_positive && value <= 0) return "None";
-              if constexpr (std::is_same_v<Field, double>) {
-                if (row.dump == FlagDump::python_float) return common::format_python_float(value);
-              }
-              return fmt::format("{}", value);
-            }
-          }
-        },
-        row.field);
+    if (row.dump_name != nullptr) {
+      values[row.dump_name] = python_text(flag_row_value(config, row), row.dump);
+    }
+  }
+}
+template <typename Config>
+void dump_flag_rows(const Config& config, std::span<const FlagRow<Config>> rows,
+                    nlohmann::json& values) {
+  for (const FlagRow<Config>& row : rows) {
+    if (row.dump_name != nullptr) values[row.dump_name] = flag_row_value(config, row);
   }
 }
 

@@ -6,11 +6,16 @@
 // moments and the schedule carried over (the learning rate Megatron's schedule gives), and
 // trains (finite losses, iterations 21 and 22, saved at --exit-interval). Four Open MPI ranks at
 // the checkpoint's own layout load it directly (no conversion) and train the same losses.
+// The other way: four ranks at TP=2 × PP=2 save with --ckpt-format torch; PyTorch loads every
+// rank's model_optim_rng.pt (each stage's Megatron keys, the shards' shapes, the args' layout),
+// the ranks resume from it bit for bit, and checkpoint_util converts it to one process, which
+// continues with the same losses.
 // Needs torch in Debian's /usr/bin/python3, as the unit tests of the reader
 // (tests/backend/ckpt/megatron_checkpoint_test.cpp); skipped without it except under CI.
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -175,4 +180,127 @@ TEST_CASE("a Megatron-LM checkpoint is converted by checkpoint_util and continue
   CHECK(from_args.output.find("successfully loaded checkpoint from " + llama.string()) !=
         std::string::npos);
   CHECK(test_support::logged_losses(from_args.output).count(21) == 1);
+}
+
+TEST_CASE("a run at TP=2 x PP=2 saved in Megatron's format: PyTorch reads it, runs continue it") {
+  if (!test_support::python_imports("torch", "python3-torch")) return;
+  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun");
+  test_support::TemporaryDirectory temporary;
+  const fs::path saved = temporary.path / "megatron_format";
+  std::vector<std::string> model = {"--num-layers",
+                                    "4",
+                                    "--hidden-size",
+                                    "16",
+                                    "--num-attention-heads",
+                                    "4",
+                                    "--ffn-hidden-size",
+                                    "32",
+                                    "--seq-length",
+                                    "8",
+                                    "--max-position-embeddings",
+                                    "8",
+                                    "--tokenizer-type",
+                                    "NullTokenizer",
+                                    "--vocab-size",
+                                    "40",
+                                    "--make-vocab-size-divisible-by",
+                                    "32",
+                                    "--hidden-dropout",
+                                    "0",
+                                    "--attention-dropout",
+                                    "0"};
+  const std::vector<std::string> layout = {"--tensor-model-parallel-size", "2",
+                                           "--pipeline-model-parallel-size", "2"};
+  auto flags = [&](const std::string& exit_interval, std::vector<std::string> more) {
+    std::vector<std::string> all = model;
+    const std::vector<std::string> schedule = schedule_flags(exit_interval);
+    all.insert(all.end(), schedule.begin(), schedule.end());
+    all.insert(all.end(), more.begin(), more.end());
+    return all;
+  };
+  std::vector<std::string> first = flags("4", {"--save", saved.string(), "--ckpt-format", "torch"});
+  first.insert(first.end(), layout.begin(), layout.end());
+  const fs::path first_log = temporary.path / "first.log";
+  const int first_status = test_support::run_pretrain(4, first, first_log);
+  const std::string first_output = test_support::read_file(first_log);
+  INFO(test_support::output_tail(first_output));
+  REQUIRE(first_status == 0);
+  CHECK(first_output.find("saving checkpoint at iteration       4 to " + saved.string() +
+                          " in torch format") != std::string::npos);
+
+  // Every rank's file as PyTorch loads it: stage 0 has the embedding and layers 0-1 of its
+  // chunk, stage 1 its layers 0-1, the final norm and the tied head's copy; the vocabulary's
+  // rows are split over the tensor-parallel ranks (64 padded rows: 32 each).
+  for (const std::string stage : {"000", "001"}) {
+    for (const std::string rank : {"00", "01"}) {
+      CAPTURE(stage);
+      CAPTURE(rank);
+      const fs::path file =
+          saved / "iter_0000004" / ("mp_rank_" + rank + "_" + stage) / "model_optim_rng.pt";
+      const auto loaded = test_support::run_command(
+          std::string(test_support::kPython) + " " + test_support::kTestSource +
+          "/tests/backend/ckpt/load_torch_checkpoint.py " + file.string());
+      REQUIRE_MESSAGE(loaded.exit_status == 0, loaded.output);
+      const nlohmann::json root = nlohmann::json::parse(loaded.output)["value"]["dict"];
+      std::map<std::string, nlohmann::json> top;
+      for (const auto& entry : root) top[entry[0]] = entry[1];
+      const nlohmann::json& args = top["args"]["namespace"];
+      CHECK(args["tensor_model_parallel_size"] == 2);
+      CHECK(args["pipeline_model_parallel_size"] == 2);
+      CHECK(top["iteration"] == 4);
+      std::map<std::string, std::vector<int64_t>> shapes;
+      for (const auto& entry : top["model"]["ordered_dict"]) {
+        if (!entry[1].is_null()) shapes[entry[0]] = entry[1]["shape"].get<std::vector<int64_t>>();
+      }
+      CHECK(shapes.count("decoder.layers.1.self_attention.linear_qkv.weight") == 1);
+      CHECK(shapes.count("decoder.layers.2.self_attention.linear_qkv.weight") == 0);
+      CHECK(shapes["decoder.layers.0.self_attention.linear_qkv.weight"] ==
+            std::vector<int64_t>{24, 16});  // 3 × 16 rows, half of them
+      if (stage == "000") {
+        CHECK(shapes["embedding.word_embeddings.weight"] == std::vector<int64_t>{32, 16});
+        CHECK(shapes.count("decoder.final_layernorm.weight") == 0);
+      } else {
+        CHECK(shapes.count("embedding.word_embeddings.weight") == 0);
+        CHECK(shapes["output_layer.weight"] == std::vector<int64_t>{32, 16});
+        CHECK(shapes["decoder.final_layernorm.weight"] == std::vector<int64_t>{16});
+      }
+      CHECK(top.count("optimizer") == 1);
+      CHECK(top.count("opt_param_scheduler") == 1);
+    }
+  }
+
+  // The ranks resume from it (the dropout position too) as from this backend's own format.
+  const fs::path whole_log = temporary.path / "whole.log";
+  std::vector<std::string> whole = flags("8", {"--save", (temporary.path / "whole").string()});
+  whole.insert(whole.end(), layout.begin(), layout.end());
+  REQUIRE(test_support::run_pretrain(4, whole, whole_log) == 0);
+  const auto expected = test_support::logged_losses(test_support::read_file(whole_log));
+  std::vector<std::string> resume =
+      flags("6", {"--load", saved.string(), "--save", saved.string(), "--ckpt-format", "torch"});
+  resume.insert(resume.end(), layout.begin(), layout.end());
+  const fs::path resumed_log = temporary.path / "resumed.log";
+  const int resumed_status = test_support::run_pretrain(4, resume, resumed_log);
+  const std::string resumed = test_support::read_file(resumed_log);
+  INFO(test_support::output_tail(resumed));
+  REQUIRE(resumed_status == 0);
+  test_support::check_resumed_bit_for_bit(resumed, expected, 2);
+
+  // checkpoint_util takes it (now at iteration 6) to one process, which continues with the
+  // losses of the four ranks' uninterrupted run.
+  const fs::path converted = temporary.path / "converted";
+  const auto conversion = launcher::run_and_capture(
+      {kCheckpointUtil, "--load", saved.string(), "--save", converted.string(),
+       "--target-tensor-parallel-size", "1", "--target-pipeline-parallel-size", "1"});
+  INFO(conversion.output);
+  REQUIRE(conversion.exit_code == 0);
+  std::vector<std::string> one = {kPretrainGpt};
+  const std::vector<std::string> continued_flags =
+      flags("8", {"--load", converted.string(), "--save", converted.string()});
+  one.insert(one.end(), continued_flags.begin(), continued_flags.end());
+  const auto continued = launcher::run_and_capture(one);
+  INFO(continued.output);
+  REQUIRE(continued.exit_code == 0);
+  const auto continued_losses = test_support::logged_losses(continued.output);
+  CHECK(continued_losses.size() == 2);
+  test_support::check_same_losses(continued_losses, expected, false);
 }

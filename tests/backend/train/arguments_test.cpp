@@ -866,8 +866,11 @@ TEST_CASE("flags may be abbreviated as argparse allows, in every program of the 
   CHECK(arguments->run.train_iters == 10);
   CHECK(arguments->tokenizer.vocab_size == 100);
   CHECK(arguments->data.mock_data);
-  // A prefix of a flag without effect is that flag; of a default-only flag, judged as it.
+  // A prefix of a flag without effect is that flag; of a default-only flag or one whose value
+  // may be refused, judged as it.
   CHECK(parse_words(with({"--no-masked-soft", "--ckpt-form", "torch"})).has_value());
+  CHECK_THROWS_WITH_AS(parse_words(with({"--dataloader-t", "cyclic"})),
+                       doctest::Contains("--dataloader-type cyclic: not built"), common::Error);
   CHECK_THROWS_WITH_AS(parse_words(with({"--ckpt-form", "torch_dist"})),
                        doctest::Contains("--ckpt-format torch_dist: not built"), common::Error);
   // A prefix of a refused flag is refused as the flag, with its reason.
@@ -1001,7 +1004,7 @@ TEST_CASE("Megatron's switches without effect here are accepted, and change noth
                                                "--dataloader-type",
                                                "single",
                                                "--ckpt-format",
-                                               "torch",
+                                               "native",
                                                "--kv-channels",
                                                "16",
                                                "--vocab-extra-ids",

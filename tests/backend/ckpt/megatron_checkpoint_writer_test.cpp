@@ -1,0 +1,450 @@
+// --ckpt-format torch saves (megatron_checkpoint_writer.hpp): the file PyTorch loads
+// (load_torch_checkpoint.py: torch.load with its weights_only loader's globals) holds Megatron's
+// keys in nn.Module.state_dict's order for both module specs, the model's tensors and AdamW's
+// moments value for value, Megatron's param groups and scheduler state, and the args Megatron's
+// load reads; a PyTorch forward of the file (megatron_loss_reference.py) gives the model's loss;
+// under --fp16 and --bf16 the model's tensors are 16-bit, with the fp32 main weights and the
+// loss scaler where Float16OptimizerWithFloat16Params keeps them; a run stopped at a
+// --ckpt-format torch save and resumed from it equals one that never stopped, bit for bit; what
+// is not built is refused before training.
+#include "backend/ckpt/megatron_checkpoint_writer.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/ckpt/checkpoint.hpp"
+#include "backend/ckpt/megatron_checkpoint.hpp"
+#include "backend/common/error.hpp"
+#include "backend/core/element_type.hpp"
+#include "backend/data/mock_dataset.hpp"
+#include "backend/train/checkpoint_arguments.hpp"
+#include "backend/train/trainer.hpp"
+#include "backend/train/training_schedule.hpp"
+#include "tests/backend/train/tiny_gpt_arguments.hpp"
+#include "tests/reference_tools.hpp"
+#include "tests/temporary_directory.hpp"
+
+using namespace backend;
+namespace fs = std::filesystem;
+
+namespace {
+
+TrainingArguments torch_format_arguments(const fs::path& save) {
+  TrainingArguments a = test_support::resumable_gpt_arguments(8);
+  a.checkpointing.save = save.string();
+  a.checkpointing.ckpt_format = CheckpointFormat::torch;
+  validate_arguments(a);
+  return a;
+}
+
+// The model, optimizer and scheduler of the arguments after three real steps.
+struct TrainedState {
+  GptModel<float> model;
+  AdamW optimizer;
+  LearningRateScheduler scheduler;
+
+  static std::vector<ParameterGroup> groups_for(const GptModel<float>& model) {
+    std::vector<ParameterGroup> groups;
+    for (const auto& t : model.tensors()) groups.push_back({t.offset, t.numel, t.weight_decay});
+    return groups;
+  }
+  explicit TrainedState(const TrainingArguments& a)
+      : model(model_config(a)),
+        optimizer({a.optimizer.adam_beta1, a.optimizer.adam_beta2, a.optimizer.adam_eps,
+                   a.optimizer.weight_decay},
+                  groups_for(model), static_cast<int64_t>(model.parameters().size())),
+        scheduler(learning_rate_schedule(a)) {
+    model.init_parameters(1234);
+    model.set_dropout_seed(a.run.seed);
+    const MockDataset data(a.run.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
+    std::vector<int32_t> tokens(a.run.micro_batch_size * a.model.seq_length), labels(tokens.size());
+    for (int step = 0; step < 3; ++step) {
+      model.zero_gradients();
+      data.fill_batch(Split::train, step * a.run.micro_batch_size, a.run.micro_batch_size, tokens,
+                      labels);
+      model.forward(tokens, labels, a.run.micro_batch_size, a.model.seq_length);
+      model.backward(1.0f);
+      optimizer.step(model.parameters(), model.gradients(), scheduler.learning_rate());
+      scheduler.step(a.run.global_batch_size);
+    }
+  }
+
+  std::vector<float> values(std::span<const float> buffer, const std::string& name) const {
+    for (const auto& tensor : model.tensors()) {
+      if (tensor.name == name) {
+        const auto part =
+            buffer.subspan(static_cast<size_t>(tensor.offset), static_cast<size_t>(tensor.numel));
+        return {part.begin(), part.end()};
+      }
+    }
+    FAIL("no tensor " << name);
+    return {};
+  }
+};
+
+// nn.Module.state_dict's keys of one layer of each spec, for the tiny GPT (LayerNorm, biases).
+const std::vector<std::string> kLocalLayerKeys = {"input_layernorm.weight",
+                                                  "input_layernorm.bias",
+                                                  "self_attention.linear_proj.weight",
+                                                  "self_attention.linear_proj.bias",
+                                                  "self_attention.linear_proj._extra_state",
+                                                  "self_attention.linear_qkv.weight",
+                                                  "self_attention.linear_qkv.bias",
+                                                  "self_attention.linear_qkv._extra_state",
+                                                  "pre_mlp_layernorm.weight",
+                                                  "pre_mlp_layernorm.bias",
+                                                  "mlp.linear_fc1.weight",
+                                                  "mlp.linear_fc1.bias",
+                                                  "mlp.linear_fc1._extra_state",
+                                                  "mlp.linear_fc2.weight",
+                                                  "mlp.linear_fc2.bias",
+                                                  "mlp.linear_fc2._extra_state"};
+const std::vector<std::string> kTransformerEngineLayerKeys = {
+    "self_attention.core_attention._extra_state",
+    "self_attention.linear_proj.weight",
+    "self_attention.linear_proj.bias",
+    "self_attention.linear_proj._extra_state",
+    "self_attention.linear_qkv.layer_norm_weight",
+    "self_attention.linear_qkv.layer_norm_bias",
+    "self_attention.linear_qkv.weight",
+    "self_attention.linear_qkv.bias",
+    "self_attention.linear_qkv._extra_state",
+    "mlp.linear_fc1.layer_norm_weight",
+    "mlp.linear_fc1.layer_norm_bias",
+    "mlp.linear_fc1.weight",
+    "mlp.linear_fc1.bias",
+    "mlp.linear_fc1._extra_state",
+    "mlp.linear_fc2.weight",
+    "mlp.linear_fc2.bias",
+    "mlp.linear_fc2._extra_state"};
+
+// This backend's name of a Megatron key of the tiny GPT's file (TE's fused norms are the
+// local spec's norms).
+std::string native_name(std::string key) {
+  const std::pair<std::string, std::string> renames[] = {
+      {"self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight"},
+      {"self_attention.linear_qkv.layer_norm_bias", "input_layernorm.bias"},
+      {"mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"},
+      {"mlp.linear_fc1.layer_norm_bias", "pre_mlp_layernorm.bias"}};
+  for (const auto& [from, to] : renames) {
+    if (const size_t at = key.find(from); at != std::string::npos) key.replace(at, from.size(), to);
+  }
+  return key;
+}
+
+// The entries of a load_torch_checkpoint.py dict ({"dict": [[key, value], ...]}) by key.
+std::map<std::string, nlohmann::json> entries(const nlohmann::json& dict, const char* kind) {
+  std::map<std::string, nlohmann::json> by_key;
+  for (const auto& entry : dict.at(kind)) by_key[entry[0].dump()] = entry[1];
+  return by_key;
+}
+
+}  // namespace
+
+TEST_CASE("a --ckpt-format torch save as PyTorch loads it: Megatron's keys and values") {
+  if (!test_support::python_imports("torch", "python3-torch")) return;
+  for (const MegatronModuleSpec spec :
+       {MegatronModuleSpec::local, MegatronModuleSpec::transformer_engine}) {
+    CAPTURE(common::enum_name(spec));
+    test_support::TemporaryDirectory directory;
+    TrainingArguments a = torch_format_arguments(directory.path);
+    a.checkpointing.transformer_impl = spec;
+    TrainedState state(a);
+    std::ostringstream log;
+    save_checkpoint(a, {3, 12, 8}, state.model, state.optimizer, state.scheduler, log);
+    CHECK(log.str().find("saving checkpoint at iteration       3 to " + directory.path.string() +
+                         " in torch format") != std::string::npos);
+    const fs::path file = directory.path / "iter_0000003" / "mp_rank_00" / "model_optim_rng.pt";
+    REQUIRE(fs::exists(file));
+    CHECK(read_checkpoint_tracker(directory.path)->iteration == 3);
+
+    const auto loaded = test_support::run_command(
+        std::string(test_support::kPython) + " " + test_support::kTestSource +
+        "/tests/backend/ckpt/load_torch_checkpoint.py " + file.string());
+    REQUIRE_MESSAGE(loaded.exit_status == 0, loaded.output);
+    const nlohmann::json json = nlohmann::json::parse(loaded.output);
+    CHECK(json["bad_entry"].is_null());
+    const nlohmann::json& top = json["value"]["dict"];
+    std::vector<std::string> keys;
+    for (const auto& entry : top) keys.push_back(entry[0]);
+    CHECK(keys == std::vector<std::string>{"args", "checkpoint_version", "iteration", "model",
+                                           "optimizer", "opt_param_scheduler",
+                                           "native_dropout_state"});
+    auto root = entries(json["value"], "dict");
+
+    // The args Megatron's load_checkpoint and check_checkpoint_args read, with Python's types.
+    const nlohmann::json& args = root["\"args\""]["namespace"];
+    CHECK(args["num_layers"] == a.model.num_layers);
+    CHECK(args["hidden_size"] == a.model.hidden_size);
+    CHECK(args["num_attention_heads"] == a.model.num_attention_heads);
+    CHECK(args["max_position_embeddings"] == a.model.max_position_embeddings);
+    CHECK(args["tensor_model_parallel_size"] == 1);
+    CHECK(args["pipeline_model_parallel_size"] == 1);
+    CHECK(args["padded_vocab_size"] == state.model.config().padded_vocab_size);
+    CHECK(args["consumed_train_samples"] == 12);
+    CHECK(args["consumed_valid_samples"] == 8);
+    CHECK(args["tokenizer_type"] == a.tokenizer.tokenizer_type);
+    CHECK(args["bf16"] == false);
+    CHECK(args["lr"] == a.optimizer.lr);
+    CHECK(args["ckpt_format"] == "torch");
+    CHECK(args["transformer_impl"] == std::string(common::enum_name(spec)));
+    CHECK(args["tokenizer_model"].is_null());
+    CHECK(root["\"checkpoint_version\""] == 3.0);
+    CHECK(root["\"iteration\""] == 3);
+
+    // The model: keys in state_dict's order, every parameter's values exactly (fp32 run).
+    std::vector<std::string> expected = {"embedding.word_embeddings.weight",
+                                         "embedding.position_embeddings.weight"};
+    for (int layer = 0; layer < a.model.num_layers; ++layer) {
+      for (const std::string& key :
+           spec == MegatronModuleSpec::local ? kLocalLayerKeys : kTransformerEngineLayerKeys) {
+        expected.push_back(fmt::format("decoder.layers.{}.{}", layer, key));
+      }
+    }
+    for (const char* key : {"decoder.final_layernorm.weight", "decoder.final_layernorm.bias",
+                            "output_layer._extra_state"}) {
+      expected.push_back(key);
+    }
+    const nlohmann::json& model = root["\"model\""]["ordered_dict"];
+    std::vector<std::string> model_keys;
+    std::vector<std::string> parameters;  // the optimizer's order
+    for (const nlohmann::json& entry : model) {
+      const std::string key = entry[0];
+      const nlohmann::json& value = entry[1];
+      model_keys.push_back(key);
+      if (key.ends_with("._extra_state")) {
+        CHECK(value.is_null());
+        continue;
+      }
+      CAPTURE(key);
+      CHECK(value["tensor"] == "torch.float32");
+      CHECK(value["values"].get<std::vector<float>>() ==
+            state.values(state.model.parameters(), native_name(key)));
+      parameters.push_back(key);
+    }
+    CHECK(model_keys == expected);
+
+    // The optimizer: FP32Optimizer's torch state dict, the weight-decay group first, the
+    // moments numbered across the groups.
+    const nlohmann::json& optimizer = root["\"optimizer\""];
+    auto torch_state = entries(optimizer, "dict");
+    const nlohmann::json& groups = torch_state["\"param_groups\""];
+    REQUIRE(groups.size() == 2);
+    auto moments = entries(torch_state["\"state\""], "dict");
+    int64_t index = 0;
+    for (int g = 0; g < 2; ++g) {
+      CAPTURE(g);
+      auto group = entries(groups[g], "dict");
+      CHECK(group["\"wd_mult\""] == (g == 0 ? 1.0 : 0.0));
+      CHECK(group["\"lr_mult\""] == 1.0);
+      CHECK(group["\"step\""] == 3);
+      CHECK(group["\"lr\""] == state.scheduler.learning_rate());
+      CHECK(group["\"weight_decay\""] == (g == 0 ? state.scheduler.weight_decay() : 0.0));
+      CHECK(group["\"betas\""]["tuple"] ==
+            nlohmann::json::array({a.optimizer.adam_beta1, a.optimizer.adam_beta2}));
+      for (const std::string& key : parameters) {
+        const bool no_decay = key.ends_with("bias") || key.find("norm") != std::string::npos;
+        if (no_decay != (g == 1)) continue;
+        CAPTURE(key);
+        REQUIRE(group["\"params\""].size() > 0);
+        CHECK(std::find(group["\"params\""].begin(), group["\"params\""].end(), index) !=
+              group["\"params\""].end());
+        auto moment = entries(moments[std::to_string(index)], "dict");
+        CHECK(moment["\"exp_avg\""]["values"].get<std::vector<float>>() ==
+              state.values(state.optimizer.exp_avg(), native_name(key)));
+        CHECK(moment["\"exp_avg_sq\""]["values"].get<std::vector<float>>() ==
+              state.values(state.optimizer.exp_avg_sq(), native_name(key)));
+        ++index;
+      }
+    }
+    CHECK(index == static_cast<int64_t>(parameters.size()));
+    auto scheduler = entries(root["\"opt_param_scheduler\""], "dict");
+    CHECK(scheduler["\"num_steps\""] == state.scheduler.num_steps());
+    CHECK(scheduler["\"max_lr\""] == a.optimizer.lr);
+    CHECK(scheduler["\"lr_decay_style\""] == "cosine");
+    CHECK(scheduler["\"lr_warmup_steps\""].is_number_integer());  // Megatron's int
+    CHECK(scheduler["\"max_lr\""].is_number_float());
+
+    // This backend's reader takes the file back: the same record, weights and moments.
+    const MegatronShards shards = open_megatron_shards(directory.path);
+    CHECK(shards.optimizer_not_read.empty());
+    CHECK(shards.record.model.num_layers == a.model.num_layers);
+    REQUIRE(shards.files.size() == 1);
+    const ShardFile& shard = *shards.files[0];
+    for (const auto& tensor : state.model.tensors()) {
+      CAPTURE(tensor.name);
+      std::vector<float> read(static_cast<size_t>(tensor.numel));
+      shard.read(tensor.name, read);
+      CHECK(read == state.values(state.model.parameters(), tensor.name));
+      shard.read(kCheckpointExpAvgSqPrefix + tensor.name, read);
+      CHECK(read == state.values(state.optimizer.exp_avg_sq(), tensor.name));
+    }
+    CHECK(shard.metadata()["rng_state"]["dropout_step"] == state.model.dropout_step());
+
+    // A PyTorch forward of the saved file (Megatron core's GPTModel in plain torch, float64)
+    // gives this model's loss on the next two samples.
+    const MockDataset data(a.run.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
+    std::vector<int32_t> tokens(static_cast<size_t>(2 * a.model.seq_length)), labels(tokens.size());
+    data.fill_batch(Split::train, 3, 2, tokens, labels);
+    state.model.set_training(false);
+    const double ours = state.model.forward(tokens, labels, 2, a.model.seq_length);
+    nlohmann::json batch = {{"tokens", nlohmann::json::array()},
+                            {"labels", nlohmann::json::array()}};
+    for (size_t row = 0; row < 2; ++row) {
+      const auto begin = static_cast<std::ptrdiff_t>(row * a.model.seq_length);
+      const auto end = begin + a.model.seq_length;
+      batch["tokens"].push_back(std::vector<int32_t>(tokens.begin() + begin, tokens.begin() + end));
+      batch["labels"].push_back(std::vector<int32_t>(labels.begin() + begin, labels.begin() + end));
+    }
+    const fs::path batch_file = directory.path / "batch.json";
+    std::ofstream(batch_file) << batch.dump();
+    const auto reference = test_support::run_command(
+        std::string(test_support::kPython) + " " + test_support::kTestSource +
+        "/tests/backend/ckpt/megatron_loss_reference.py " + file.string() + " " +
+        batch_file.string());
+    REQUIRE_MESSAGE(reference.exit_status == 0, reference.output);
+    REQUIRE(reference.output.starts_with("loss "));
+    const double theirs = std::stod(reference.output.substr(5));
+    CAPTURE(ours);
+    CAPTURE(theirs);
+    CHECK(std::abs(ours - theirs) <= 1e-5 * std::abs(theirs));
+  }
+}
+
+TEST_CASE("a run stopped at a --ckpt-format torch save and resumed equals an uninterrupted one") {
+  test_support::TemporaryDirectory directory;
+  TrainingArguments base = torch_format_arguments(directory.path / "unused");
+  base.run.train_iters = 8;
+  base.checkpointing.transformer_impl = MegatronModuleSpec::local;
+
+  auto uninterrupted = base;
+  uninterrupted.checkpointing.save = (directory.path / "uninterrupted").string();
+  std::ostringstream log_whole;
+  const TrainingResult whole = pretrain(uninterrupted, log_whole);
+
+  auto first_half = base;
+  first_half.checkpointing.save = (directory.path / "resumed").string();
+  first_half.run.exit_interval = 4;
+  std::ostringstream log_first;
+  const TrainingResult first = pretrain(first_half, log_first);
+  CHECK(fs::exists(fs::path(first_half.checkpointing.save) / "iter_0000004" / "mp_rank_00" /
+                   "model_optim_rng.pt"));
+  auto second_half = base;
+  second_half.checkpointing.save = second_half.checkpointing.load = first_half.checkpointing.save;
+  std::ostringstream log_second;
+  const TrainingResult second = pretrain(second_half, log_second);
+  INFO(log_second.str());
+  REQUIRE(whole.iterations.size() == 8);
+  REQUIRE(first.iterations.size() == 4);
+  REQUIRE(second.iterations.size() == 4);
+  for (size_t i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    CHECK(second.iterations[i].iteration == whole.iterations[4 + i].iteration);
+    CHECK(second.iterations[i].lm_loss == whole.iterations[4 + i].lm_loss);  // exact
+    CHECK(second.iterations[i].grad_norm == whole.iterations[4 + i].grad_norm);
+    CHECK(second.iterations[i].learning_rate == whole.iterations[4 + i].learning_rate);
+  }
+}
+
+TEST_CASE("--ckpt-format: the distributed formats and Megatron's distrib_optim.pt are refused") {
+  test_support::TemporaryDirectory directory;
+  TrainingArguments a = test_support::resumable_gpt_arguments(8);
+  a.checkpointing.ckpt_format = CheckpointFormat::torch_dist;
+  CHECK_THROWS_WITH_AS(validate_arguments(a),
+                       doctest::Contains("--ckpt-format torch_dist: not built; --save writes"),
+                       common::Error);
+  a = test_support::resumable_gpt_arguments(8);
+  a.checkpointing.ckpt_format = CheckpointFormat::torch;
+  a.parallelism.use_distributed_optimizer = true;
+  CHECK_THROWS_WITH_AS(validate_arguments(a),
+                       doctest::Contains("--ckpt-format torch with --use-distributed-optimizer: "
+                                         "writing Megatron's distrib_optim.pt is not built"),
+                       common::Error);
+}
+
+TEST_CASE("--fp16 and --bf16 torch saves: 16-bit model, fp32 main weights, the loss scaler") {
+  test_support::TemporaryDirectory directory;
+  TrainingArguments base = torch_format_arguments(directory.path / "unused");
+  base.run.train_iters = 8;
+  base.precision.fp16 = true;
+  base.precision.initial_loss_scale = 1024;
+  base.precision.loss_scale_window = 3;  // grows at iterations 3 and 6: across the save at 4
+  auto uninterrupted = base;
+  uninterrupted.checkpointing.save = (directory.path / "uninterrupted").string();
+  std::ostringstream log_whole;
+  const TrainingResult whole = pretrain(uninterrupted, log_whole);
+
+  auto first_half = base;
+  first_half.checkpointing.save = (directory.path / "fp16").string();
+  first_half.run.exit_interval = 4;
+  std::ostringstream log_first;
+  pretrain(first_half, log_first);
+  auto second_half = base;
+  second_half.checkpointing.load = second_half.checkpointing.save = first_half.checkpointing.save;
+  std::ostringstream log_second;
+  const TrainingResult second = pretrain(second_half, log_second);
+  REQUIRE(second.iterations.size() == 4);
+  for (size_t i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    CHECK(second.iterations[i].loss_scale == whole.iterations[i + 4].loss_scale);
+    CHECK(second.iterations[i].lm_loss == whole.iterations[i + 4].lm_loss);
+  }
+
+  if (!test_support::python_imports("torch", "python3-torch")) return;
+  for (const bool bf16 : {false, true}) {
+    CAPTURE(bf16);
+    fs::path file = fs::path(first_half.checkpointing.save) / "iter_0000004" / "mp_rank_00" /
+                    "model_optim_rng.pt";
+    if (bf16) {
+      auto run = base;
+      run.precision.fp16 = false;
+      run.precision.bf16 = true;
+      run.run.train_iters = 2;
+      run.checkpointing.save = (directory.path / "bf16").string();
+      std::ostringstream log;
+      pretrain(run, log);
+      file =
+          fs::path(run.checkpointing.save) / "iter_0000002" / "mp_rank_00" / "model_optim_rng.pt";
+    }
+    const auto loaded = test_support::run_command(
+        std::string(test_support::kPython) + " " + test_support::kTestSource +
+        "/tests/backend/ckpt/load_torch_checkpoint.py " + file.string());
+    REQUIRE_MESSAGE(loaded.exit_status == 0, loaded.output);
+    const nlohmann::json json = nlohmann::json::parse(loaded.output);
+    auto root = entries(json["value"], "dict");
+    const nlohmann::json& model = root["\"model\""]["ordered_dict"];
+    const nlohmann::json& word_embeddings = model[0][1];
+    CHECK(word_embeddings["tensor"] == (bf16 ? "torch.bfloat16" : "torch.float16"));
+    auto optimizer = entries(root["\"optimizer\""], "dict");
+    REQUIRE(optimizer.count("\"fp32_from_fp16_params\"") == 1);
+    CHECK(optimizer.count("\"grad_scaler\"") == (bf16 ? 0u : 1u));
+    if (!bf16) {
+      auto scaler = entries(optimizer["\"grad_scaler\""], "dict");
+      CHECK(scaler["\"scale\""]["values"] == nlohmann::json::array({2048.0}));
+      CHECK(scaler["\"growth_tracker\""] == 1);
+      CHECK(scaler["\"hysteresis_tracker\""] == 2);
+    }
+    // The main weights are fp32, and the model's 16-bit tensors are them rounded.
+    const nlohmann::json& main_weight = optimizer["\"fp32_from_fp16_params\""][0][0];
+    CHECK(main_weight["tensor"] == "torch.float32");
+    const auto main_values = main_weight["values"].get<std::vector<float>>();
+    const auto model_values = word_embeddings["values"].get<std::vector<float>>();
+    REQUIRE(main_values.size() == model_values.size());
+    size_t rounded_differently = 0;
+    for (size_t i = 0; i < main_values.size(); ++i) {
+      const float rounded =
+          bf16 ? to_float(to_bfloat16(main_values[i])) : to_float(to_float16(main_values[i]));
+      rounded_differently += rounded != model_values[i] ? 1 : 0;
+    }
+    CHECK(rounded_differently == 0);
+    CHECK(main_values != model_values);
+  }
+}
