@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backend/ckpt/checkpoint_file.hpp"
+#include "backend/ckpt/checkpoint_record.hpp"
 #include "backend/ckpt/megatron_checkpoint.hpp"
 #include "backend/ckpt/megatron_checkpoint_writer.hpp"
 #include "backend/ckpt/shard_file.hpp"
@@ -373,12 +374,11 @@ void read_named_moments(const ShardFile& reader, const GptModel<float>& model,
 // Megatron's OptimizerParamScheduler.load_state_dict: each schedule value must match the
 // checkpoint's unless --override-opt_param-scheduler (keep the flags') or
 // --use-checkpoint-opt_param-scheduler (take the checkpoint's); num_steps is loaded always.
-void restore_scheduler(const CheckpointMetadata& metadata, const CheckpointLoadOptions& options,
-                       LearningRateScheduler& scheduler, std::ostream& out,
-                       const fs::path& file) {
-  const json& saved = metadata.section("opt_param_scheduler");
-  LearningRateSchedule current = scheduler.schedule();
-  LearningRateSchedule from_checkpoint = current;
+// The schedule a checkpoint's "opt_param_scheduler" section holds (the fields `base` has that it
+// does not keep stay base's).
+LearningRateSchedule saved_schedule(const CheckpointMetadata& metadata, const json& saved,
+                                    const fs::path& file, LearningRateSchedule base = {}) {
+  LearningRateSchedule from_checkpoint = base;
   from_checkpoint.max_lr = metadata.get<double>(saved, "max_lr");
   from_checkpoint.min_lr = metadata.get<double>(saved, "min_lr");
   from_checkpoint.init_lr = metadata.get<double>(saved, "init_lr");
@@ -399,6 +399,14 @@ void restore_scheduler(const CheckpointMetadata& metadata, const CheckpointLoadO
       metadata.get<int64_t>(saved, "weight_decay_increment_steps");
   style(from_checkpoint.weight_decay_increment_style, "weight_decay_increment_style",
         "--weight-decay-incr-style");
+  return from_checkpoint;
+}
+
+void restore_scheduler(const CheckpointMetadata& metadata, const CheckpointLoadOptions& options,
+                       LearningRateScheduler& scheduler, std::ostream& out, const fs::path& file) {
+  const json& saved = metadata.section("opt_param_scheduler");
+  LearningRateSchedule current = scheduler.schedule();
+  const LearningRateSchedule from_checkpoint = saved_schedule(metadata, saved, file, current);
   const int64_t num_steps = metadata.get<int64_t>(saved, "num_steps");
 
   struct Difference {
@@ -1060,24 +1068,84 @@ void save_release_checkpoint(const CheckpointSaveOptions& options, const GptMode
   save_to(options, TrainingProgress{}, model, nullptr, nullptr, true, out);
 }
 
+namespace {
+
+// What write_megatron_rank_file needs of a rank file that write_checkpoint_files writes in
+// Megatron's format (MegatronFileFormat says where each part comes from). The caller points
+// contents.args at args, and keeps `file` until the file is written.
+struct MegatronRankFileParts {
+  json args;
+  MegatronRankFileContents contents;
+};
+MegatronRankFileParts megatron_contents(const CheckpointRankFile& file,
+                                        const MegatronFileFormat& megatron, int64_t stage,
+                                        int64_t pipeline_parallel) {
+  const fs::path source("the checkpoint being written");
+  const CheckpointMetadata metadata(file.metadata, source);
+  const CheckpointModelRecord record = read_model_record(metadata, source);
+  const int64_t num_layers = record.model.num_layers;
+  const PipelineStage place{
+      .pipeline_parallel = pipeline_parallel,
+      .rank = stage,
+      .virtual_chunks = record.parallelism.virtual_pipeline_chunks(num_layers)};
+  auto said = [&](const char* flag) {
+    return file.metadata.contains("args") && file.metadata["args"].value(flag, "") == "True";
+  };
+  MegatronRankFileParts parts{.args = megatron.args(file.metadata), .contents = {}};
+  double learning_rate = 0, weight_decay = 0;
+  if (metadata.has("opt_param_scheduler")) {
+    const json& saved = metadata.section("opt_param_scheduler");
+    LearningRateScheduler scheduler(saved_schedule(metadata, saved, source));
+    scheduler.set_num_steps(metadata.get<int64_t>(saved, "num_steps"));
+    learning_rate = scheduler.learning_rate();
+    weight_decay = scheduler.weight_decay();
+  }
+  parts.contents = {.metadata = &file.metadata,
+                    .tensors = file.tensors,
+                    .args = nullptr,
+                    .chunks = stage_layer_chunks(num_layers, place),
+                    .first_stage = place.first(),
+                    .last_stage = place.last(),
+                    .precision = said("bf16")   ? MixedPrecision::bf16
+                                 : said("fp16") ? MixedPrecision::fp16
+                                                : MixedPrecision::none,
+                    .spec = megatron.spec,
+                    .learning_rate = learning_rate,
+                    .weight_decay = weight_decay};
+  return parts;
+}
+
+}  // namespace
+
 void write_checkpoint_files(
     const fs::path& directory, int64_t iteration, bool release, int64_t tensor_parallel,
     int64_t pipeline_parallel,
     const std::function<CheckpointRankFile(int64_t tensor_parallel_rank, int64_t pipeline_rank)>&
         make_rank_file,
-    std::ostream& out) {
+    std::ostream& out, const MegatronFileFormat* megatron) {
   if (tensor_parallel < 1) {
     common::fail("a checkpoint has at least one tensor-parallel rank, got {}", tensor_parallel);
   }
   if (pipeline_parallel < 1) {
     common::fail("a checkpoint has at least one pipeline stage, got {}", pipeline_parallel);
   }
-  const fs::path temporary = begin_save(directory, iteration, release, out);
+  const fs::path temporary =
+      begin_save(directory, iteration, release, out,
+                 megatron != nullptr ? CheckpointFormat::torch : CheckpointFormat::native);
   for (int64_t stage = 0; stage < pipeline_parallel; ++stage) {
     for (int64_t rank = 0; rank < tensor_parallel; ++rank) {
       const CheckpointRankFile file = make_rank_file(rank, stage);
-      write_rank_file(temporary, checkpoint_rank_directory_name(rank, stage, pipeline_parallel),
-                      kFileName, file.metadata, file.tensors);
+      const std::string rank_directory =
+          checkpoint_rank_directory_name(rank, stage, pipeline_parallel);
+      if (megatron == nullptr) {
+        write_rank_file(temporary, rank_directory, kFileName, file.metadata, file.tensors);
+        continue;
+      }
+      MegatronRankFileParts parts = megatron_contents(file, *megatron, stage, pipeline_parallel);
+      parts.contents.args = &parts.args;
+      write_rank_directory(temporary, rank_directory, [&](const fs::path& rank_path) {
+        write_megatron_rank_file(rank_path / kMegatronCheckpointFile, parts.contents);
+      });
     }
   }
   finish_save(directory, temporary, iteration, release, tensor_parallel, out, pipeline_parallel);

@@ -213,12 +213,21 @@ struct CheckpointRankFile {
 // names it; with `release`, to DIR/release and the tracker says "release". For tools that write
 // every file of a checkpoint themselves (checkpoint_util's resharding); the caller holds DIR's
 // save lock (lock_save_directory).
+// With `megatron`, the files are Megatron-LM's model_optim_rng.pt (megatron_checkpoint_writer.hpp)
+// made from the same metadata and tensors: each file's args are megatron->args(its metadata), its
+// layer chunks come from the metadata's record of the arguments, its optimizer's form (fp32 or
+// Float16Optimizer's) from the "bf16"/"fp16" of the metadata's "args", and its tensors are named
+// for megatron->spec.
+struct MegatronFileFormat {
+  std::function<nlohmann::json(const nlohmann::json& metadata)> args;
+  MegatronModuleSpec spec = MegatronModuleSpec::transformer_engine;
+};
 void write_checkpoint_files(
     const std::filesystem::path& directory, int64_t iteration, bool release,
     int64_t tensor_parallel, int64_t pipeline_parallel,
     const std::function<CheckpointRankFile(int64_t tensor_parallel_rank, int64_t pipeline_rank)>&
         make_rank_file,
-    std::ostream& out);
+    std::ostream& out, const MegatronFileFormat* megatron = nullptr);
 
 // Typed access to a checkpoint's metadata (CheckpointFileReader::metadata()): a missing or
 // mistyped field is a common::Error naming `file`, as a corrupt (or foreign) file. Holds a

@@ -760,7 +760,7 @@ ReshardResult reshard_checkpoint(const ReshardOptions& options, std::ostream& ou
             {.pipeline_parallel = target_pp, .rank = stage, .virtual_chunks = target_chunks},
             source.optimizer_state, file_metadata, storage);
       },
-      out);
+      out, options.megatron);
 
   ReshardResult result;
   result.iteration = source.tracked.iteration;

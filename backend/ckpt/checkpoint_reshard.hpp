@@ -37,7 +37,9 @@
 // cut that would drop a row below the tokenizer's size is refused.
 //
 // The layout comes from the checkpoint's record of its arguments (checkpoint_record.hpp); the
-// files are written by write_checkpoint_files (checkpoint.hpp: crash-safe, as the trainer saves).
+// files are written by write_checkpoint_files (checkpoint.hpp: crash-safe, as the trainer saves),
+// in this backend's format or, with ReshardOptions::megatron (checkpoint_util's convert.py
+// spelling, --saver), in Megatron-LM's (megatron_checkpoint_writer.hpp).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +48,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/ckpt/checkpoint.hpp"
 #include "backend/ckpt/checkpoint_record.hpp"
 #include "backend/model/gpt_model.hpp"
 
@@ -58,6 +61,8 @@ struct ReshardOptions {
   int64_t target_pipeline_parallel = 1;
   int64_t make_vocab_size_divisible_by = 0;  // the target's; 0: the checkpoint's
   std::vector<std::string> command_line{};   // recorded in the metadata ("resharded")
+  // Write the target in Megatron-LM's format (checkpoint.hpp's MegatronFileFormat), not ours.
+  const MegatronFileFormat* megatron = nullptr;
 };
 
 struct ReshardResult {

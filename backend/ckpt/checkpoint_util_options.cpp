@@ -2,6 +2,9 @@
 #include "backend/ckpt/checkpoint_util_options.hpp"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <span>
+#include <string_view>
 
 #include "backend/common/command_line.hpp"
 #include "backend/common/error.hpp"
@@ -10,6 +13,8 @@
 namespace backend {
 
 namespace {
+
+constexpr std::string_view kTransformerImplementations[] = {"transformer_engine", "local"};
 
 // The value rules of the flags (common/flag_rules.hpp): sizes are positive integers.
 constexpr common::FlagRule kCheckpointUtilFlagRules[] = {
@@ -20,7 +25,78 @@ constexpr common::FlagRule kCheckpointUtilFlagRules[] = {
     common::integer_flag("--target-tensor-parallel-size", 1),
     common::integer_flag("--target-pipeline-parallel-size", 1),
     common::integer_flag("--make-vocab-size-divisible-by", 1),
+    common::text_flag("--model-type"),
+    common::text_flag("--loader"),
+    common::text_flag("--saver"),
+    common::text_flag("--load-dir"),
+    common::text_flag("--save-dir"),
+    common::choice_flag("--saver-transformer-impl", kTransformerImplementations),
+    common::text_flag("--loader-transformer-impl"),
+    common::text_flag("--megatron-path"),
+    common::integer_flag("--max-queue-size", 1),
 };
+
+// Megatron's loader and saver plugins (tools/checkpoint/loader_*.py, saver_*.py) that read and
+// write what this tool does: a Megatron checkpoint (or ours) in, Megatron core's format out.
+constexpr std::string_view kLoaders[] = {"megatron", "mcore", "core", "legacy"};
+constexpr std::string_view kSavers[] = {"megatron", "mcore", "core"};
+
+bool one_of(std::span<const std::string_view> names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// Megatron's spelling (tools/checkpoint/convert.py) into this tool's options: --load-dir is
+// --load; --save-dir is --save in Megatron's format.
+void take_converter_spelling(CheckpointUtilOptions& options, const CLI::App& app,
+                             const std::string& model_type, std::string loader, std::string saver,
+                             const std::string& load_dir, const std::string& save_dir) {
+  for (const char* ours : {"--load", "--save", "--export-hf", "--import-hf"}) {
+    if (app.count(ours) > 0) {
+      common::fail(
+          "checkpoint_util: {} is this tool's spelling, and --model-type, --loader, "
+          "--saver, --load-dir and --save-dir Megatron's convert.py's: give one or the "
+          "other",
+          ours);
+    }
+  }
+  if (model_type.empty()) {
+    common::fail(
+        "checkpoint_util: --model-type is required with Megatron's spelling (GPT), as "
+        "convert.py requires it");
+  }
+  if (model_type != "GPT") {
+    common::fail(
+        "checkpoint_util: --model-type {}: not built; the models here are GPT's "
+        "(--model-type GPT)",
+        model_type);
+  }
+  if (loader.empty()) loader = "megatron";  // convert.py's defaults
+  if (saver.empty()) saver = "megatron";
+  if (!one_of(kLoaders, loader)) {
+    common::fail(
+        "checkpoint_util: --loader {}: not built; megatron, mcore, core and legacy read "
+        "a Megatron-LM checkpoint or one of this backend's (a Hugging Face model is "
+        "imported with --import-hf DIR --save DIR)",
+        loader);
+  }
+  if (!one_of(kSavers, saver)) {
+    common::fail(
+        "checkpoint_util: --saver {}: not built; megatron, mcore and core write "
+        "Megatron-LM's format in Megatron core's names (this backend's format is "
+        "--load DIR --save DIR; Hugging Face's --export-hf DIR)",
+        saver);
+  }
+  if (load_dir.empty() || save_dir.empty()) {
+    common::fail(
+        "checkpoint_util: --load-dir (the checkpoint to convert) and --save-dir (the "
+        "directory to write it to) are both required, as in convert.py");
+  }
+  options.load = load_dir;
+  options.save = save_dir;
+  options.megatron_converter = true;
+  // convert.py's savers keep the checkpoint's sizes where no target is given.
+  if (app.count("--target-pipeline-parallel-size") == 0) options.target_pipeline_parallel_size = 0;
+}
 
 }  // namespace
 
@@ -54,6 +130,38 @@ std::optional<CheckpointUtilOptions> parse_checkpoint_util_arguments(int argc, c
       "--make-vocab-size-divisible-by", options.make_vocab_size_divisible_by,
       "Resharding: pad the vocabulary to a multiple of this × the target size (default: the "
       "checkpoint's value, as Megatron's saver); the rows are cut or padded to it");
+  // Megatron's converter spelling (tools/checkpoint/convert.py and its core saver).
+  std::string model_type, loader, saver, load_dir, save_dir, megatron_path;
+  int64_t max_queue_size = 50;
+  bool no_checking = false;
+  std::string loader_transformer_impl;
+  const std::string converter = "Megatron's convert.py spelling";
+  app.add_option("--model-type", model_type, "GPT (convert.py's --model-type)")->group(converter);
+  app.add_option("--loader", loader,
+                 "megatron (default), mcore, core or legacy: read --load-dir, a Megatron-LM "
+                 "checkpoint or one of this backend's")
+      ->group(converter);
+  app.add_option("--saver", saver,
+                 "megatron (default), mcore or core: write --save-dir in Megatron-LM's format "
+                 "(--ckpt-format torch, Megatron core's names)")
+      ->group(converter);
+  app.add_option("--load-dir", load_dir, "The checkpoint to convert (as --load)")->group(converter);
+  app.add_option("--save-dir", save_dir, "Where to write it, in Megatron-LM's format")
+      ->group(converter);
+  app.add_option("--saver-transformer-impl", options.saver_transformer_impl,
+                 "The module spec whose tensor names are written: transformer_engine (default) or "
+                 "local")
+      ->group(converter);
+  app.add_option("--loader-transformer-impl", loader_transformer_impl,
+                 "No effect: both specs' names are read")
+      ->group(converter);
+  app.add_option("--megatron-path", megatron_path, "No effect: no Megatron-LM code is run")
+      ->group(converter);
+  app.add_option("--max-queue-size", max_queue_size,
+                 "No effect: convert.py's queue between its loader and saver processes")
+      ->group(converter);
+  app.add_flag("--no-checking", no_checking, "No effect: the names are always checked")
+      ->group(converter);
   export_hf->needs(load);
   import_hf->needs(save);
   replace->needs(import_hf);
@@ -61,12 +169,24 @@ std::optional<CheckpointUtilOptions> parse_checkpoint_util_arguments(int argc, c
   export_hf->excludes(save);
   target_tp->excludes(export_hf);
   target_tp->excludes(import_hf);
-  target_pp->needs(target_tp);
-  divisible->needs(target_tp);
   common::apply_flag_rules(app, kCheckpointUtilFlagRules);
   const common::RefusedFlags no_refused_flags(app, {});
   if (!common::parse_command_line(app, argc, argv, "checkpoint_util", no_refused_flags, "")) {
     return std::nullopt;
+  }
+  for (const char* flag : {"--model-type", "--loader", "--saver", "--load-dir", "--save-dir",
+                           "--saver-transformer-impl", "--loader-transformer-impl",
+                           "--megatron-path", "--max-queue-size", "--no-checking"}) {
+    if (app.count(flag) > 0) {
+      take_converter_spelling(options, app, model_type, loader, saver, load_dir, save_dir);
+      return options;
+    }
+  }
+  for (const CLI::Option* option : {target_pp, divisible}) {
+    if (option->count() > 0 && target_tp->count() == 0) {
+      common::fail("checkpoint_util: {} requires --target-tensor-parallel-size",
+                   option->get_name());
+    }
   }
   if (options.load.empty() && options.import_hf.empty()) {
     common::fail("checkpoint_util: nothing to do: give --load DIR --export-hf DIR, --import-hf "

@@ -8,6 +8,13 @@
 //                                     a checkpoint → the same checkpoint at another
 //                                     tensor- and pipeline-parallel size (Megatron's
 //                                     convert.py flags)
+//   --model-type GPT --loader L --saver S --load-dir DIR --save-dir DIR
+//       [--target-tensor-parallel-size N] [--target-pipeline-parallel-size P]
+//       [--saver-transformer-impl transformer_engine|local] [--make-vocab-size-divisible-by D]
+//                                     Megatron's own spelling of the same: the checkpoint (ours
+//                                     or Megatron's; L is megatron, mcore, core or legacy) →
+//                                     Megatron-LM's format (S is megatron, mcore or core), at
+//                                     the checkpoint's sizes where no target is given
 // Misuse is a common::Error naming the flag ("--load requires --export-hf ...", "nothing to
 // do"); sizes below 1 are refused here, a pipeline size that does not divide the checkpoint's
 // --num-layers when the checkpoint is read (checkpoint_reshard.hpp).
@@ -25,10 +32,14 @@ struct CheckpointUtilOptions {
   // Resharding: the target tensor-parallel size (0: not resharding), the target pipeline size,
   // and the target's --make-vocab-size-divisible-by (0: the checkpoint's).
   int64_t target_tensor_parallel_size = 0;
-  int64_t target_pipeline_parallel_size = 1;
+  int64_t target_pipeline_parallel_size = 1;  // 0 with the converter's spelling: the checkpoint's
   int64_t make_vocab_size_divisible_by = 0;
+  // Megatron's converter spelling: the target is written in Megatron-LM's format, its tensors
+  // named for --saver-transformer-impl; a target size of 0 is the checkpoint's own.
+  bool megatron_converter = false;
+  std::string saver_transformer_impl = "transformer_engine";
 
-  bool resharding() const { return target_tensor_parallel_size > 0; }
+  bool resharding() const { return target_tensor_parallel_size > 0 || megatron_converter; }
 };
 
 // nullopt after --help (printed to stdout).

@@ -598,6 +598,11 @@ MegatronCommon read_common(const MegatronCheckpointLayout& layout, const Megatro
       {"no_save_optim", true},
       {"no_save_rng", true},
       {"arguments", record},
+      // The part of Megatron's args this backend's "args" (the dump, as text) is read for: the
+      // optimizer's form when the checkpoint is written again in Megatron's format.
+      {"args",
+       {{"bf16", args.boolean_or("bf16", false) ? "True" : "False"},
+        {"fp16", args.boolean_or("fp16", false) ? "True" : "False"}}},
   };
   return shared;
 }

@@ -16,12 +16,20 @@
 //       prints how to continue. <checkpoint dir> may be a Megatron-LM run's (--ckpt-format
 //       torch): converted into this backend's format with its weights, progress, Adam state and
 //       schedule (not its RNG state, nor a distributed optimizer's state).
+//   checkpoint_util --model-type GPT --loader megatron --saver megatron --load-dir <dir>
+//       --save-dir <new dir> [--target-tensor-parallel-size N] [--target-pipeline-parallel-size P]
+//       [--saver-transformer-impl transformer_engine|local]
+//       Megatron's convert.py spelling: the same resharding, written in Megatron-LM's format
+//       (--ckpt-format torch), at the checkpoint's own sizes where no target is given.
 // The command line is parsed by backend/ckpt/checkpoint_util_options.hpp.
 // Exit status as pretrain_gpt: 0 done, 2 a user error (one line naming the flag or file),
 // 3 an internal error.
 #include <fmt/ranges.h>
 
+#include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/ckpt/checkpoint_conversion.hpp"
@@ -79,16 +87,61 @@ std::vector<std::string> model_flags(const backend::CheckpointModelRecord& a) {
   return flags;
 }
 
-// --target-tensor-parallel-size: reshard, then say how to resume and what changed.
+// The args of a Megatron-format file of the converted checkpoint, from the file's metadata: the
+// run's recorded arguments where the checkpoint is ours (the model's alone where it is
+// Megatron's, whose record has no others) at the target's sizes, with its --bf16 / --fp16.
+nlohmann::json converted_megatron_args(const nlohmann::json& metadata,
+                                       backend::MegatronModuleSpec spec) {
+  const std::filesystem::path file("the converted checkpoint");
+  const backend::CheckpointMetadata root(metadata, file);
+  const bool whole_record = root.section("arguments").contains("lr");
+  backend::TrainingArguments a =
+      whole_record ? backend::arguments_from_checkpoint(metadata, file)
+                   : backend::arguments_with_model(backend::read_model_record(root, file));
+  if (metadata.contains("args") && metadata["args"].is_object()) {
+    a.precision.bf16 = metadata["args"].value("bf16", "") == "True";
+    a.precision.fp16 = metadata["args"].value("fp16", "") == "True";
+  }
+  a.parallelism.world_size =
+      a.parallelism.tensor_model_parallel_size * a.parallelism.pipeline_model_parallel_size;
+  a.checkpointing.ckpt_format = backend::CheckpointFormat::torch;
+  a.checkpointing.transformer_impl = spec;
+  return backend::megatron_arguments(a);
+}
+
+// --target-tensor-parallel-size (or Megatron's --saver): reshard, then say how to resume and
+// what changed.
 int reshard(const backend::CheckpointUtilOptions& options,
             const std::vector<std::string>& command_line) {
+  int64_t target_tensor_parallel = options.target_tensor_parallel_size;
+  int64_t target_pipeline_parallel = options.target_pipeline_parallel_size;
+  std::optional<backend::MegatronFileFormat> megatron;
+  if (options.megatron_converter) {
+    // Megatron's savers keep the checkpoint's sizes where no target is given.
+    const backend::TrainingArguments source =
+        backend::read_saved_arguments(options.load, "--load-dir");
+    if (target_tensor_parallel == 0) {
+      target_tensor_parallel = source.parallelism.tensor_model_parallel_size;
+    }
+    if (target_pipeline_parallel == 0) {
+      target_pipeline_parallel = source.parallelism.pipeline_model_parallel_size;
+    }
+    const auto spec = common::enum_from_name_or_fail<backend::MegatronModuleSpec>(
+        options.saver_transformer_impl, "--saver-transformer-impl");
+    megatron = backend::MegatronFileFormat{.args =
+                                               [spec](const nlohmann::json& metadata) {
+                                                 return converted_megatron_args(metadata, spec);
+                                               },
+                                           .spec = spec};
+  }
   const auto result = backend::reshard_checkpoint(
       {.load = options.load,
        .save = options.save,
-       .target_tensor_parallel = options.target_tensor_parallel_size,
-       .target_pipeline_parallel = options.target_pipeline_parallel_size,
+       .target_tensor_parallel = target_tensor_parallel,
+       .target_pipeline_parallel = target_pipeline_parallel,
        .make_vocab_size_divisible_by = options.make_vocab_size_divisible_by,
-       .command_line = command_line},
+       .command_line = command_line,
+       .megatron = megatron ? &*megatron : nullptr},
       std::cout);
   const backend::CheckpointModelRecord& target = result.target_arguments;
   const std::string what =
@@ -118,6 +171,12 @@ int reshard(const backend::CheckpointUtilOptions& options,
                 target.parallelism.pipeline_model_parallel_size)
           : fmt::format("--tensor-model-parallel-size {} to {}", result.source_tensor_parallel,
                         target.parallelism.tensor_model_parallel_size);
+  if (megatron) {
+    std::cout << fmt::format(
+        " written in Megatron-LM's format (--ckpt-format torch, the names of "
+        "--transformer-impl {}); Megatron-LM loads it with --no-load-rng\n",
+        options.saver_transformer_impl);
+  }
   std::cout << fmt::format(
       " resharded {} of {} from {} into {}; continue with\n"
       "   pretrain_gpt <the run's flags> --tensor-model-parallel-size {}{} "

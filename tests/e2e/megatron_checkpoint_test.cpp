@@ -15,7 +15,9 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -285,14 +287,35 @@ TEST_CASE("a run at TP=2 x PP=2 saved in Megatron's format: PyTorch reads it, ru
   REQUIRE(resumed_status == 0);
   test_support::check_resumed_bit_for_bit(resumed, expected, 2);
 
-  // checkpoint_util takes it (now at iteration 6) to one process, which continues with the
-  // losses of the four ranks' uninterrupted run.
+  // checkpoint_util, in Megatron's convert.py spelling, takes it (now at iteration 6) to one
+  // process in Megatron's format (Transformer Engine's names, the saver's default); PyTorch
+  // reads it, and one process continues it with the losses of the four ranks' uninterrupted run.
   const fs::path converted = temporary.path / "converted";
   const auto conversion = launcher::run_and_capture(
-      {kCheckpointUtil, "--load", saved.string(), "--save", converted.string(),
+      {kCheckpointUtil, "--model-type", "GPT", "--loader", "mcore", "--saver", "mcore",
+       "--load-dir", saved.string(), "--save-dir", converted.string(),
        "--target-tensor-parallel-size", "1", "--target-pipeline-parallel-size", "1"});
   INFO(conversion.output);
   REQUIRE(conversion.exit_code == 0);
+  CHECK(conversion.output.find("written in Megatron-LM's format") != std::string::npos);
+  const fs::path converted_file = converted / "iter_0000006" / "mp_rank_00" / "model_optim_rng.pt";
+  const auto converted_loaded = test_support::run_command(
+      std::string(test_support::kPython) + " " + test_support::kTestSource +
+      "/tests/backend/ckpt/load_torch_checkpoint.py " + converted_file.string());
+  REQUIRE_MESSAGE(converted_loaded.exit_status == 0, converted_loaded.output);
+  const nlohmann::json converted_root =
+      nlohmann::json::parse(converted_loaded.output)["value"]["dict"];
+  std::map<std::string, nlohmann::json> converted_top;
+  for (const auto& entry : converted_root) converted_top[entry[0]] = entry[1];
+  CHECK(converted_top["args"]["namespace"]["tensor_model_parallel_size"] == 1);
+  CHECK(converted_top["args"]["namespace"]["num_layers"] == 4);
+  CHECK(converted_top["iteration"] == 6);
+  std::set<std::string> converted_keys;
+  for (const auto& entry : converted_top["model"]["ordered_dict"]) converted_keys.insert(entry[0]);
+  CHECK(converted_keys.count("decoder.layers.3.self_attention.linear_qkv.layer_norm_weight") == 1);
+  CHECK(converted_keys.count("decoder.layers.3.input_layernorm.weight") == 0);
+  CHECK(converted_keys.count("output_layer.weight") == 0);  // tied, at one stage
+  CHECK(converted_top.count("optimizer") == 1);
   std::vector<std::string> one = {kPretrainGpt};
   const std::vector<std::string> continued_flags =
       flags("8", {"--load", converted.string(), "--save", converted.string()});

@@ -1,5 +1,6 @@
 // checkpoint_util's command line: both Hugging Face directions, --replace-training-tracker,
-// resharding (--target-tensor-parallel-size, --target-pipeline-parallel-size), and every
+// resharding (--target-tensor-parallel-size, --target-pipeline-parallel-size), Megatron's
+// convert.py spelling (--model-type GPT --loader --saver --load-dir --save-dir), and every
 // misuse a clear common::Error, with nothing read or written (parse_checkpoint_util_arguments).
 #include "backend/ckpt/checkpoint_util_options.hpp"
 
@@ -85,8 +86,67 @@ TEST_CASE("checkpoint_util's command line") {
   }
 }
 
+TEST_CASE(
+    "Megatron's convert.py spelling: --saver writes Megatron's format, at the checkpoint's sizes "
+    "by default") {
+  const auto converter = parse_checkpoint_util(
+      {"--model-type", "GPT", "--loader", "mcore", "--saver", "mcore", "--load-dir", "ckpt",
+       "--save-dir", "out", "--target-tensor-parallel-size", "2"});
+  REQUIRE(converter);
+  CHECK(converter->resharding());
+  CHECK(converter->megatron_converter);
+  CHECK(converter->load == "ckpt");
+  CHECK(converter->save == "out");
+  CHECK(converter->target_tensor_parallel_size == 2);
+  CHECK(converter->target_pipeline_parallel_size == 0);  // the checkpoint's
+  CHECK(converter->saver_transformer_impl == "transformer_engine");
+  // convert.py's defaults (--loader megatron --saver megatron), the local spec's names, and its
+  // flags that change nothing here.
+  const auto defaults = parse_checkpoint_util(
+      {"--model-type", "GPT", "--load-dir", "ckpt", "--save-dir", "out", "--saver-transformer-impl",
+       "local", "--megatron-path", "/opt/megatron", "--max-queue-size", "10", "--no-checking",
+       "--target-pipeline-parallel-size", "2"});
+  REQUIRE(defaults);
+  CHECK(defaults->megatron_converter);
+  CHECK(defaults->target_tensor_parallel_size == 0);
+  CHECK(defaults->target_pipeline_parallel_size == 2);
+  CHECK(defaults->saver_transformer_impl == "local");
+
+  const std::vector<std::pair<std::vector<const char*>, const char*>> misuses = {
+      {{"--loader", "mcore", "--load-dir", "a", "--save-dir", "b"},
+       "--model-type is required with Megatron's spelling (GPT)"},
+      {{"--model-type", "BERT", "--load-dir", "a", "--save-dir", "b"},
+       "--model-type BERT: not built"},
+      {{"--model-type", "GPT", "--loader", "llama_mistral", "--load-dir", "a", "--save-dir", "b"},
+       "--loader llama_mistral: not built"},
+      {{"--model-type", "GPT", "--saver", "llava", "--load-dir", "a", "--save-dir", "b"},
+       "--saver llava: not built"},
+      {{"--model-type", "GPT", "--load-dir", "a"},
+       "--load-dir (the checkpoint to convert) and "
+       "--save-dir (the directory to write it to) are "
+       "both required"},
+      {{"--model-type", "GPT", "--load", "a", "--save-dir", "b"},
+       "--load is this tool's spelling, and --model-type, --loader, --saver, --load-dir and "
+       "--save-dir Megatron's convert.py's: give one or the other"},
+      {{"--model-type", "GPT", "--load-dir", "a", "--save-dir", "b", "--saver-transformer-impl",
+        "te"},
+       "--saver-transformer-impl: 'te' is not a valid choice"},
+  };
+  for (const auto& misuse : misuses) {
+    CAPTURE(misuse.second);
+    CHECK_THROWS_WITH_AS(parse_checkpoint_util(misuse.first), doctest::Contains(misuse.second),
+                         common::Error);
+  }
+}
+
 TEST_CASE("checkpoint_util's flags may be abbreviated as argparse allows") {
-  const auto resharding = parse_checkpoint_util({"--lo", "ckpt", "--sa=out", "--target-t", "2"});
+  // argparse's rule: a prefix of one flag only; --lo and --sa also begin Megatron's
+  // --load-dir/--loader and --save-dir/--saver.
+  CHECK_THROWS_WITH_AS(parse_checkpoint_util({"--lo", "ckpt", "--save", "out", "--target-t", "2"}),
+                       doctest::Contains("ambiguous option: --lo could match --load, "),
+                       common::Error);
+  const auto resharding =
+      parse_checkpoint_util({"--load", "ckpt", "--save=out", "--target-t", "2"});
   REQUIRE(resharding);
   CHECK(resharding->load == "ckpt");
   CHECK(resharding->save == "out");
