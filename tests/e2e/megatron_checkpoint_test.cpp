@@ -65,6 +65,33 @@ std::vector<std::string> schedule_flags(const std::string& exit_interval) {
           "1"};
 }
 
+// The model write_megatron_checkpoints.py saves as gpt_core: four layers of width 16, four
+// heads, FFN 32, sequences of 8, NullTokenizer's 41 tokens padded to 64 rows; no dropout.
+std::vector<std::string> model_flags() {
+  return {"--num-layers",
+          "4",
+          "--hidden-size",
+          "16",
+          "--num-attention-heads",
+          "4",
+          "--ffn-hidden-size",
+          "32",
+          "--seq-length",
+          "8",
+          "--max-position-embeddings",
+          "8",
+          "--tokenizer-type",
+          "NullTokenizer",
+          "--vocab-size",
+          "40",
+          "--make-vocab-size-divisible-by",
+          "32",
+          "--hidden-dropout",
+          "0",
+          "--attention-dropout",
+          "0"};
+}
+
 }  // namespace
 
 TEST_CASE("a Megatron-LM checkpoint is converted by checkpoint_util and continues training") {
@@ -77,29 +104,9 @@ TEST_CASE("a Megatron-LM checkpoint is converted by checkpoint_util and continue
   const fs::path megatron = temporary.path / "gpt_core";
   const fs::path converted = temporary.path / "converted";
   // The model write_megatron_checkpoints.py saved, and a run continuing it.
-  std::vector<std::string> run = {kPretrainGpt,
-                                  "--num-layers",
-                                  "4",
-                                  "--hidden-size",
-                                  "16",
-                                  "--num-attention-heads",
-                                  "4",
-                                  "--ffn-hidden-size",
-                                  "32",
-                                  "--seq-length",
-                                  "8",
-                                  "--max-position-embeddings",
-                                  "8",
-                                  "--tokenizer-type",
-                                  "NullTokenizer",
-                                  "--vocab-size",
-                                  "40",
-                                  "--make-vocab-size-divisible-by",
-                                  "32",
-                                  "--hidden-dropout",
-                                  "0",
-                                  "--attention-dropout",
-                                  "0"};
+  std::vector<std::string> run = {kPretrainGpt};
+  const std::vector<std::string> model = model_flags();
+  run.insert(run.end(), model.begin(), model.end());
   const std::vector<std::string> schedule = schedule_flags("22");
   run.insert(run.end(), schedule.begin(), schedule.end());
   auto with = [&](std::vector<std::string> more) {
@@ -189,28 +196,7 @@ TEST_CASE("a run at TP=2 x PP=2 saved in Megatron's format: PyTorch reads it, ru
   REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun");
   test_support::TemporaryDirectory temporary;
   const fs::path saved = temporary.path / "megatron_format";
-  std::vector<std::string> model = {"--num-layers",
-                                    "4",
-                                    "--hidden-size",
-                                    "16",
-                                    "--num-attention-heads",
-                                    "4",
-                                    "--ffn-hidden-size",
-                                    "32",
-                                    "--seq-length",
-                                    "8",
-                                    "--max-position-embeddings",
-                                    "8",
-                                    "--tokenizer-type",
-                                    "NullTokenizer",
-                                    "--vocab-size",
-                                    "40",
-                                    "--make-vocab-size-divisible-by",
-                                    "32",
-                                    "--hidden-dropout",
-                                    "0",
-                                    "--attention-dropout",
-                                    "0"};
+  const std::vector<std::string> model = model_flags();
   const std::vector<std::string> layout = {"--tensor-model-parallel-size", "2",
                                            "--pipeline-model-parallel-size", "2"};
   auto flags = [&](const std::string& exit_interval, std::vector<std::string> more) {

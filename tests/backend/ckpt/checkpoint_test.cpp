@@ -30,6 +30,7 @@
 #include "backend/train/trainer.hpp"
 #include "backend/train/training_schedule.hpp"
 #include "temporary_directory.hpp"
+#include "tests/backend/ckpt/live_training_state.hpp"
 #include "tests/backend/train/tiny_gpt_arguments.hpp"
 
 using namespace backend;
@@ -54,42 +55,7 @@ TrainingArguments resumable_llama_arguments() {
   return a;
 }
 
-// The model, optimizer and scheduler pretrain() builds from the arguments.
-struct LiveState {
-  GptModel<float> model;
-  AdamW optimizer;
-  LearningRateScheduler scheduler;
-
-  static std::vector<ParameterGroup> groups_for(const GptModel<float>& model) {
-    std::vector<ParameterGroup> groups;
-    for (const auto& t : model.tensors()) groups.push_back({t.offset, t.numel, t.weight_decay});
-    return groups;
-  }
-  explicit LiveState(const TrainingArguments& a, uint64_t init_seed = 1234)
-      : model(model_config(a)),
-        optimizer({a.optimizer.adam_beta1, a.optimizer.adam_beta2, a.optimizer.adam_eps,
-                   a.optimizer.weight_decay},
-                  groups_for(model), static_cast<int64_t>(model.parameters().size())),
-        scheduler(learning_rate_schedule(a)) {
-    model.init_parameters(init_seed);
-    model.set_dropout_seed(a.run.seed);
-  }
-
-  // A few real training steps, so every piece of state is non-trivial.
-  void train(const TrainingArguments& a, int steps) {
-    const MockDataset data(a.run.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
-    std::vector<int32_t> tokens(a.run.micro_batch_size * a.model.seq_length), labels(tokens.size());
-    for (int step = 0; step < steps; ++step) {
-      model.zero_gradients();
-      data.fill_batch(Split::train, step * a.run.micro_batch_size, a.run.micro_batch_size, tokens,
-                      labels);
-      model.forward(tokens, labels, a.run.micro_batch_size, a.model.seq_length);
-      model.backward(1.0f);
-      optimizer.step(model.parameters(), model.gradients(), scheduler.learning_rate());
-      scheduler.step(a.run.global_batch_size);
-    }
-  }
-};
+using test_support::LiveState;
 
 bool same_bytes(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/ckpt/checkpoint.hpp"
@@ -28,6 +29,7 @@
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/trainer.hpp"
 #include "backend/train/training_schedule.hpp"
+#include "tests/backend/ckpt/live_training_state.hpp"
 #include "tests/backend/train/tiny_gpt_arguments.hpp"
 #include "tests/reference_tools.hpp"
 #include "tests/temporary_directory.hpp"
@@ -45,37 +47,10 @@ TrainingArguments torch_format_arguments(const fs::path& save) {
   return a;
 }
 
-// The model, optimizer and scheduler of the arguments after three real steps.
-struct TrainedState {
-  GptModel<float> model;
-  AdamW optimizer;
-  LearningRateScheduler scheduler;
-
-  static std::vector<ParameterGroup> groups_for(const GptModel<float>& model) {
-    std::vector<ParameterGroup> groups;
-    for (const auto& t : model.tensors()) groups.push_back({t.offset, t.numel, t.weight_decay});
-    return groups;
-  }
-  explicit TrainedState(const TrainingArguments& a)
-      : model(model_config(a)),
-        optimizer({a.optimizer.adam_beta1, a.optimizer.adam_beta2, a.optimizer.adam_eps,
-                   a.optimizer.weight_decay},
-                  groups_for(model), static_cast<int64_t>(model.parameters().size())),
-        scheduler(learning_rate_schedule(a)) {
-    model.init_parameters(1234);
-    model.set_dropout_seed(a.run.seed);
-    const MockDataset data(a.run.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
-    std::vector<int32_t> tokens(a.run.micro_batch_size * a.model.seq_length), labels(tokens.size());
-    for (int step = 0; step < 3; ++step) {
-      model.zero_gradients();
-      data.fill_batch(Split::train, step * a.run.micro_batch_size, a.run.micro_batch_size, tokens,
-                      labels);
-      model.forward(tokens, labels, a.run.micro_batch_size, a.model.seq_length);
-      model.backward(1.0f);
-      optimizer.step(model.parameters(), model.gradients(), scheduler.learning_rate());
-      scheduler.step(a.run.global_batch_size);
-    }
-  }
+// The model, optimizer and scheduler of the arguments after three real steps, and one
+// tensor's values of a buffer of the model's layout.
+struct TrainedState : test_support::LiveState {
+  explicit TrainedState(const TrainingArguments& a) : LiveState(a) { train(a, 3); }
 
   std::vector<float> values(std::span<const float> buffer, const std::string& name) const {
     for (const auto& tensor : model.tensors()) {
@@ -145,6 +120,31 @@ std::map<std::string, nlohmann::json> entries(const nlohmann::json& dict, const 
   std::map<std::string, nlohmann::json> by_key;
   for (const auto& entry : dict.at(kind)) by_key[entry[0].dump()] = entry[1];
   return by_key;
+}
+
+// `base` trained whole, and stopped at iteration 4 (--exit-interval) then resumed from its save
+// in `directory`/resumed: the whole run's result, and the resumed half's, checked to be 8 and 4
+// iterations long.
+std::pair<TrainingResult, TrainingResult> whole_and_resumed(const TrainingArguments& base,
+                                                            const fs::path& directory) {
+  auto uninterrupted = base;
+  uninterrupted.checkpointing.save = (directory / "uninterrupted").string();
+  std::ostringstream log_whole;
+  TrainingResult whole = pretrain(uninterrupted, log_whole);
+  auto first_half = base;
+  first_half.checkpointing.save = (directory / "resumed").string();
+  first_half.run.exit_interval = 4;
+  std::ostringstream log_first;
+  const TrainingResult first = pretrain(first_half, log_first);
+  auto second_half = base;
+  second_half.checkpointing.save = second_half.checkpointing.load = first_half.checkpointing.save;
+  std::ostringstream log_second;
+  TrainingResult second = pretrain(second_half, log_second);
+  INFO(log_second.str());
+  REQUIRE(whole.iterations.size() == 8);
+  REQUIRE(first.iterations.size() == 4);
+  REQUIRE(second.iterations.size() == 4);
+  return {std::move(whole), std::move(second)};
 }
 
 }  // namespace
@@ -325,26 +325,9 @@ TEST_CASE("a run stopped at a --ckpt-format torch save and resumed equals an uni
   base.run.train_iters = 8;
   base.checkpointing.transformer_impl = MegatronModuleSpec::local;
 
-  auto uninterrupted = base;
-  uninterrupted.checkpointing.save = (directory.path / "uninterrupted").string();
-  std::ostringstream log_whole;
-  const TrainingResult whole = pretrain(uninterrupted, log_whole);
-
-  auto first_half = base;
-  first_half.checkpointing.save = (directory.path / "resumed").string();
-  first_half.run.exit_interval = 4;
-  std::ostringstream log_first;
-  const TrainingResult first = pretrain(first_half, log_first);
-  CHECK(fs::exists(fs::path(first_half.checkpointing.save) / "iter_0000004" / "mp_rank_00" /
+  const auto [whole, second] = whole_and_resumed(base, directory.path);
+  CHECK(fs::exists(directory.path / "resumed" / "iter_0000004" / "mp_rank_00" /
                    "model_optim_rng.pt"));
-  auto second_half = base;
-  second_half.checkpointing.save = second_half.checkpointing.load = first_half.checkpointing.save;
-  std::ostringstream log_second;
-  const TrainingResult second = pretrain(second_half, log_second);
-  INFO(log_second.str());
-  REQUIRE(whole.iterations.size() == 8);
-  REQUIRE(first.iterations.size() == 4);
-  REQUIRE(second.iterations.size() == 4);
   for (size_t i = 0; i < 4; ++i) {
     CAPTURE(i);
     CHECK(second.iterations[i].iteration == whole.iterations[4 + i].iteration);
@@ -377,21 +360,7 @@ TEST_CASE("--fp16 and --bf16 torch saves: 16-bit model, fp32 main weights, the l
   base.precision.fp16 = true;
   base.precision.initial_loss_scale = 1024;
   base.precision.loss_scale_window = 3;  // grows at iterations 3 and 6: across the save at 4
-  auto uninterrupted = base;
-  uninterrupted.checkpointing.save = (directory.path / "uninterrupted").string();
-  std::ostringstream log_whole;
-  const TrainingResult whole = pretrain(uninterrupted, log_whole);
-
-  auto first_half = base;
-  first_half.checkpointing.save = (directory.path / "fp16").string();
-  first_half.run.exit_interval = 4;
-  std::ostringstream log_first;
-  pretrain(first_half, log_first);
-  auto second_half = base;
-  second_half.checkpointing.load = second_half.checkpointing.save = first_half.checkpointing.save;
-  std::ostringstream log_second;
-  const TrainingResult second = pretrain(second_half, log_second);
-  REQUIRE(second.iterations.size() == 4);
+  const auto [whole, second] = whole_and_resumed(base, directory.path);
   for (size_t i = 0; i < 4; ++i) {
     CAPTURE(i);
     CHECK(second.iterations[i].loss_scale == whole.iterations[i + 4].loss_scale);
@@ -401,8 +370,8 @@ TEST_CASE("--fp16 and --bf16 torch saves: 16-bit model, fp32 main weights, the l
   if (!test_support::python_imports("torch", "python3-torch")) return;
   for (const bool bf16 : {false, true}) {
     CAPTURE(bf16);
-    fs::path file = fs::path(first_half.checkpointing.save) / "iter_0000004" / "mp_rank_00" /
-                    "model_optim_rng.pt";
+    fs::path file =
+        directory.path / "resumed" / "iter_0000004" / "mp_rank_00" / "model_optim_rng.pt";
     if (bf16) {
       auto run = base;
       run.precision.fp16 = false;
