@@ -944,11 +944,11 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
     const MegatronRankFileContents contents{
         .metadata = &metadata,
         .tensors = tensors,
-        .args = &options.megatron_args,
+        .args = options.megatron_args,
         .chunks = stage_layer_chunks(model.config().num_layers, place),
         .first_stage = place.first(),
         .last_stage = place.last(),
-        .precision = options.megatron_precision,
+        .precision = recorded_mixed_precision(metadata),
         .spec = options.megatron_spec,
         .learning_rate = scheduler != nullptr ? scheduler->learning_rate() : 0.0,
         .weight_decay = scheduler != nullptr ? scheduler->weight_decay() : 0.0};
@@ -971,6 +971,14 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
 }
 
 }  // namespace
+
+MixedPrecision recorded_mixed_precision(const json& metadata) {
+  if (!metadata.contains("args") || !metadata["args"].is_object()) return MixedPrecision::none;
+  const json& args = metadata["args"];
+  if (args.value("bf16", "") == "True") return MixedPrecision::bf16;
+  if (args.value("fp16", "") == "True") return MixedPrecision::fp16;
+  return MixedPrecision::none;
+}
 
 std::string distributed_optimizer_file_name(int64_t data_parallel_rank) {
   return fmt::format("distrib_optim_{:03d}.bin", data_parallel_rank);
@@ -1071,15 +1079,11 @@ void save_release_checkpoint(const CheckpointSaveOptions& options, const GptMode
 namespace {
 
 // What write_megatron_rank_file needs of a rank file that write_checkpoint_files writes in
-// Megatron's format (MegatronFileFormat says where each part comes from). The caller points
-// contents.args at args, and keeps `file` until the file is written.
-struct MegatronRankFileParts {
-  json args;
-  MegatronRankFileContents contents;
-};
-MegatronRankFileParts megatron_contents(const CheckpointRankFile& file,
-                                        const MegatronFileFormat& megatron, int64_t stage,
-                                        int64_t pipeline_parallel) {
+// Megatron's format (MegatronFileFormat says where each part comes from). The caller keeps
+// `file` until the file is written.
+MegatronRankFileContents megatron_contents(const CheckpointRankFile& file,
+                                           const MegatronFileFormat& megatron, int64_t stage,
+                                           int64_t pipeline_parallel) {
   const fs::path source("the checkpoint being written");
   const CheckpointMetadata metadata(file.metadata, source);
   const CheckpointModelRecord record = read_model_record(metadata, source);
@@ -1088,10 +1092,6 @@ MegatronRankFileParts megatron_contents(const CheckpointRankFile& file,
       .pipeline_parallel = pipeline_parallel,
       .rank = stage,
       .virtual_chunks = record.parallelism.virtual_pipeline_chunks(num_layers)};
-  auto said = [&](const char* flag) {
-    return file.metadata.contains("args") && file.metadata["args"].value(flag, "") == "True";
-  };
-  MegatronRankFileParts parts{.args = megatron.args(file.metadata), .contents = {}};
   double learning_rate = 0, weight_decay = 0;
   if (metadata.has("opt_param_scheduler")) {
     const json& saved = metadata.section("opt_param_scheduler");
@@ -1100,19 +1100,16 @@ MegatronRankFileParts megatron_contents(const CheckpointRankFile& file,
     learning_rate = scheduler.learning_rate();
     weight_decay = scheduler.weight_decay();
   }
-  parts.contents = {.metadata = &file.metadata,
-                    .tensors = file.tensors,
-                    .args = nullptr,
-                    .chunks = stage_layer_chunks(num_layers, place),
-                    .first_stage = place.first(),
-                    .last_stage = place.last(),
-                    .precision = said("bf16")   ? MixedPrecision::bf16
-                                 : said("fp16") ? MixedPrecision::fp16
-                                                : MixedPrecision::none,
-                    .spec = megatron.spec,
-                    .learning_rate = learning_rate,
-                    .weight_decay = weight_decay};
-  return parts;
+  return {.metadata = &file.metadata,
+          .tensors = file.tensors,
+          .args = megatron.args(file.metadata),
+          .chunks = stage_layer_chunks(num_layers, place),
+          .first_stage = place.first(),
+          .last_stage = place.last(),
+          .precision = recorded_mixed_precision(file.metadata),
+          .spec = megatron.spec,
+          .learning_rate = learning_rate,
+          .weight_decay = weight_decay};
 }
 
 }  // namespace
@@ -1141,10 +1138,10 @@ void write_checkpoint_files(
         write_rank_file(temporary, rank_directory, kFileName, file.metadata, file.tensors);
         continue;
       }
-      MegatronRankFileParts parts = megatron_contents(file, *megatron, stage, pipeline_parallel);
-      parts.contents.args = &parts.args;
+      const MegatronRankFileContents contents =
+          megatron_contents(file, *megatron, stage, pipeline_parallel);
       write_rank_directory(temporary, rank_directory, [&](const fs::path& rank_path) {
-        write_megatron_rank_file(rank_path / kMegatronCheckpointFile, parts.contents);
+        write_megatron_rank_file(rank_path / kMegatronCheckpointFile, contents);
       });
     }
   }

@@ -130,14 +130,18 @@ struct CheckpointSaveOptions {
   // --ckpt-format torch: Megatron-LM's model_optim_rng.pt in place of this backend's files
   // (megatron_checkpoint_writer.hpp), its tensors named for `megatron_spec` (--transformer-impl)
   // and its args `megatron_args` (every argument by Megatron's name with Python's types).
-  // Only the native and torch formats are written. `megatron_precision` is --bf16's or
-  // --fp16's (the Megatron run that loads the file has that optimizer), whatever precision this
-  // device computes in.
+  // Only the native and torch formats are written. The file's optimizer form (fp32 or
+  // Float16Optimizer's) is that of the --bf16 / --fp16 `args` records
+  // (recorded_mixed_precision): the Megatron run that loads it has that optimizer, whatever
+  // precision this device computed in.
   CheckpointFormat format = CheckpointFormat::native;
   MegatronModuleSpec megatron_spec = MegatronModuleSpec::transformer_engine;
   nlohmann::json megatron_args = nlohmann::json::object();
-  MixedPrecision megatron_precision = MixedPrecision::none;
 };
+
+// --bf16 or --fp16 as a checkpoint's metadata records them in its "args" (the arguments dump,
+// as text: "True"); none when neither is, or the metadata has no "args".
+MixedPrecision recorded_mixed_precision(const nlohmann::json& metadata);
 
 // What a load needs besides the state it fills: where, which parts to skip, which schedule
 // wins, and the current run's arguments for the message when the checkpoint does not fit.
@@ -216,8 +220,8 @@ struct CheckpointRankFile {
 // With `megatron`, the files are Megatron-LM's model_optim_rng.pt (megatron_checkpoint_writer.hpp)
 // made from the same metadata and tensors: each file's args are megatron->args(its metadata), its
 // layer chunks come from the metadata's record of the arguments, its optimizer's form (fp32 or
-// Float16Optimizer's) from the "bf16"/"fp16" of the metadata's "args", and its tensors are named
-// for megatron->spec.
+// Float16Optimizer's) from recorded_mixed_precision, and its tensors are named for
+// megatron->spec.
 struct MegatronFileFormat {
   std::function<nlohmann::json(const nlohmann::json& metadata)> args;
   MegatronModuleSpec spec = MegatronModuleSpec::transformer_engine;

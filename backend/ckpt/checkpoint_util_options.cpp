@@ -49,7 +49,8 @@ bool one_of(std::span<const std::string_view> names, const std::string& name) {
 // --load; --save-dir is --save in Megatron's format.
 void take_converter_spelling(CheckpointUtilOptions& options, const CLI::App& app,
                              const std::string& model_type, std::string loader, std::string saver,
-                             const std::string& load_dir, const std::string& save_dir) {
+                             const std::string& load_dir, const std::string& save_dir,
+                             const std::string& saver_transformer_impl) {
   for (const char* ours : {"--load", "--save", "--export-hf", "--import-hf"}) {
     if (app.count(ours) > 0) {
       common::fail(
@@ -94,6 +95,9 @@ void take_converter_spelling(CheckpointUtilOptions& options, const CLI::App& app
   options.load = load_dir;
   options.save = save_dir;
   options.megatron_converter = true;
+  // Its flag rule has taken only the enum's names.
+  options.saver_transformer_impl = common::enum_from_name_or_fail<MegatronModuleSpec>(
+      saver_transformer_impl, "--saver-transformer-impl");
   // convert.py's savers keep the checkpoint's sizes where no target is given.
   if (app.count("--target-pipeline-parallel-size") == 0) options.target_pipeline_parallel_size = 0;
 }
@@ -134,7 +138,7 @@ std::optional<CheckpointUtilOptions> parse_checkpoint_util_arguments(int argc, c
   std::string model_type, loader, saver, load_dir, save_dir, megatron_path;
   int64_t max_queue_size = 50;
   bool no_checking = false;
-  std::string loader_transformer_impl;
+  std::string saver_transformer_impl = "transformer_engine", loader_transformer_impl;
   const std::string converter = "Megatron's convert.py spelling";
   app.add_option("--model-type", model_type, "GPT (convert.py's --model-type)")->group(converter);
   app.add_option("--loader", loader,
@@ -148,7 +152,7 @@ std::optional<CheckpointUtilOptions> parse_checkpoint_util_arguments(int argc, c
   app.add_option("--load-dir", load_dir, "The checkpoint to convert (as --load)")->group(converter);
   app.add_option("--save-dir", save_dir, "Where to write it, in Megatron-LM's format")
       ->group(converter);
-  app.add_option("--saver-transformer-impl", options.saver_transformer_impl,
+  app.add_option("--saver-transformer-impl", saver_transformer_impl,
                  "The module spec whose tensor names are written: transformer_engine (default) or "
                  "local")
       ->group(converter);
@@ -178,7 +182,8 @@ std::optional<CheckpointUtilOptions> parse_checkpoint_util_arguments(int argc, c
                            "--saver-transformer-impl", "--loader-transformer-impl",
                            "--megatron-path", "--max-queue-size", "--no-checking"}) {
     if (app.count(flag) > 0) {
-      take_converter_spelling(options, app, model_type, loader, saver, load_dir, save_dir);
+      take_converter_spelling(options, app, model_type, loader, saver, load_dir, save_dir,
+                              saver_transformer_impl);
       return options;
     }
   }

@@ -24,6 +24,8 @@
 #include <optional>
 #include <string>
 
+#include "backend/ckpt/checkpointing_arguments.hpp"
+
 namespace backend {
 
 struct CheckpointUtilOptions {
@@ -37,7 +39,7 @@ struct CheckpointUtilOptions {
   // Megatron's converter spelling: the target is written in Megatron-LM's format, its tensors
   // named for --saver-transformer-impl; a target size of 0 is the checkpoint's own.
   bool megatron_converter = false;
-  std::string saver_transformer_impl = "transformer_engine";
+  MegatronModuleSpec saver_transformer_impl = MegatronModuleSpec::transformer_engine;
 
   bool resharding() const { return target_tensor_parallel_size > 0 || megatron_converter; }
 };

@@ -153,7 +153,7 @@ class RankFileWriter {
   }
 
   TorchValue arguments() const {
-    nlohmann::json args = *contents_.args;
+    nlohmann::json args = contents_.args;
     const nlohmann::json& metadata = *contents_.metadata;
     for (const char* key :
          {"consumed_train_samples", "consumed_valid_samples", "padded_vocab_size"}) {
@@ -330,8 +330,8 @@ class RankFileWriter {
 
 void write_megatron_rank_file(const std::filesystem::path& file,
                               const MegatronRankFileContents& contents) {
-  if (contents.metadata == nullptr || contents.args == nullptr) {
-    common::fail("internal error: a Megatron save without its metadata or arguments");
+  if (contents.metadata == nullptr) {
+    common::fail("internal error: a Megatron save without its metadata");
   }
   RankFileWriter writer(contents);
   // The tensors' spans (and the owned 16-bit copies) live until the file is written.

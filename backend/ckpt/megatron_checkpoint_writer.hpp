@@ -57,7 +57,7 @@ struct MegatronRankFileContents {
   // The arguments by Megatron's names with Python's types (null for None, lists of strings),
   // in the order the Namespace gets them; consumed_train_samples, consumed_valid_samples and
   // padded_vocab_size are taken from the metadata.
-  const nlohmann::json* args = nullptr;
+  nlohmann::json args = nlohmann::json::object();
   std::vector<LayerRange> chunks;  // the stage's model chunks
   bool first_stage = true;
   bool last_stage = true;

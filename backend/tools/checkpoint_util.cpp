@@ -98,10 +98,9 @@ nlohmann::json converted_megatron_args(const nlohmann::json& metadata,
   backend::TrainingArguments a =
       whole_record ? backend::arguments_from_checkpoint(metadata, file)
                    : backend::arguments_with_model(backend::read_model_record(root, file));
-  if (metadata.contains("args") && metadata["args"].is_object()) {
-    a.precision.bf16 = metadata["args"].value("bf16", "") == "True";
-    a.precision.fp16 = metadata["args"].value("fp16", "") == "True";
-  }
+  const backend::MixedPrecision precision = backend::recorded_mixed_precision(metadata);
+  a.precision.bf16 = precision == backend::MixedPrecision::bf16;
+  a.precision.fp16 = precision == backend::MixedPrecision::fp16;
   a.parallelism.world_size =
       a.parallelism.tensor_model_parallel_size * a.parallelism.pipeline_model_parallel_size;
   a.checkpointing.ckpt_format = backend::CheckpointFormat::torch;
@@ -126,8 +125,7 @@ int reshard(const backend::CheckpointUtilOptions& options,
     if (target_pipeline_parallel == 0) {
       target_pipeline_parallel = source.parallelism.pipeline_model_parallel_size;
     }
-    const auto spec = common::enum_from_name_or_fail<backend::MegatronModuleSpec>(
-        options.saver_transformer_impl, "--saver-transformer-impl");
+    const backend::MegatronModuleSpec spec = options.saver_transformer_impl;
     megatron = backend::MegatronFileFormat{.args =
                                                [spec](const nlohmann::json& metadata) {
                                                  return converted_megatron_args(metadata, spec);
@@ -175,7 +173,7 @@ int reshard(const backend::CheckpointUtilOptions& options,
     std::cout << fmt::format(
         " written in Megatron-LM's format (--ckpt-format torch, the names of "
         "--transformer-impl {}); Megatron-LM loads it with --no-load-rng\n",
-        options.saver_transformer_impl);
+        common::enum_name(options.saver_transformer_impl));
   }
   std::cout << fmt::format(
       " resharded {} of {} from {} into {}; continue with\n"

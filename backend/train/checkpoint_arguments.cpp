@@ -171,10 +171,7 @@ CheckpointSaveOptions checkpoint_save_options(const TrainingArguments& a) {
           .megatron_spec = a.checkpointing.transformer_impl,
           .megatron_args = a.checkpointing.ckpt_format == CheckpointFormat::torch
                                ? megatron_arguments(a)
-                               : nlohmann::json::object(),
-          .megatron_precision = a.precision.bf16   ? MixedPrecision::bf16
-                                : a.precision.fp16 ? MixedPrecision::fp16
-                                                   : MixedPrecision::none};
+                               : nlohmann::json::object()};
 }
 
 CheckpointLoadOptions checkpoint_load_options(const TrainingArguments& a) {

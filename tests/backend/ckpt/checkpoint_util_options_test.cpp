@@ -99,7 +99,7 @@ TEST_CASE(
   CHECK(converter->save == "out");
   CHECK(converter->target_tensor_parallel_size == 2);
   CHECK(converter->target_pipeline_parallel_size == 0);  // the checkpoint's
-  CHECK(converter->saver_transformer_impl == "transformer_engine");
+  CHECK(converter->saver_transformer_impl == MegatronModuleSpec::transformer_engine);
   // convert.py's defaults (--loader megatron --saver megatron), the local spec's names, and its
   // flags that change nothing here.
   const auto defaults = parse_checkpoint_util(
@@ -110,7 +110,7 @@ TEST_CASE(
   CHECK(defaults->megatron_converter);
   CHECK(defaults->target_tensor_parallel_size == 0);
   CHECK(defaults->target_pipeline_parallel_size == 2);
-  CHECK(defaults->saver_transformer_impl == "local");
+  CHECK(defaults->saver_transformer_impl == MegatronModuleSpec::local);
 
   const std::vector<std::pair<std::vector<const char*>, const char*>> misuses = {
       {{"--loader", "mcore", "--load-dir", "a", "--save-dir", "b"},
