@@ -771,6 +771,44 @@ void write_rank_file(const fs::path& temporary, const std::string& rank_director
   });
 }
 
+// The distributed optimizer's moments of the whole buffer on data-parallel rank 0, each member's
+// range sent there (Megatron's get_parameter_state_dp_zero gathers them alike); the other
+// members get nothing back.
+HostMoments gather_moments(const AdamW& optimizer, Communicator& data_parallel,
+                           int64_t parameter_count) {
+  HostMoments own = host_moments(optimizer, true);
+  if (data_parallel.rank() != 0) {
+    data_parallel.send(host_view(own.exp_avg), 0);
+    data_parallel.send(host_view(own.exp_avg_sq), 0);
+    return {};
+  }
+  HostMoments whole;
+  whole.staged = true;
+  whole.staged_exp_avg.resize(static_cast<size_t>(parameter_count));
+  whole.staged_exp_avg_sq.resize(static_cast<size_t>(parameter_count));
+  for (int64_t member = 0; member < data_parallel.size(); ++member) {
+    const ShardRange range = shard_range(parameter_count, data_parallel.size(), member);
+    const auto offset = static_cast<size_t>(range.offset);
+    const auto numel = static_cast<size_t>(range.numel);
+    const std::span<float> exp_avg = std::span(whole.staged_exp_avg).subspan(offset, numel);
+    const std::span<float> exp_avg_sq = std::span(whole.staged_exp_avg_sq).subspan(offset, numel);
+    if (member == 0) {
+      if (own.exp_avg.size() != numel) {
+        common::fail("internal error: the distributed optimizer holds {} moments for a range of {}",
+                     own.exp_avg.size(), numel);
+      }
+      std::copy(own.exp_avg.begin(), own.exp_avg.end(), exp_avg.begin());
+      std::copy(own.exp_avg_sq.begin(), own.exp_avg_sq.end(), exp_avg_sq.begin());
+    } else {
+      data_parallel.receive(host_view(exp_avg), member);
+      data_parallel.receive(host_view(exp_avg_sq), member);
+    }
+  }
+  whole.exp_avg = whole.staged_exp_avg;
+  whole.exp_avg_sq = whole.staged_exp_avg_sq;
+  return whole;
+}
+
 // One data-parallel rank's distrib_optim file: its range of the moments, flat, with the range
 // in the metadata so that a load checks it is the file it expects.
 void write_moments_file(const fs::path& temporary, const std::string& rank_directory_name,
@@ -827,11 +865,9 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
              const OptimizerShard* shard = nullptr) {
   const fs::path& directory = options.directory;
   if (options.format != CheckpointFormat::native &&
-      (options.format != CheckpointFormat::torch || release || shard != nullptr)) {
+      (options.format != CheckpointFormat::torch || release)) {
     common::fail("internal error: a --ckpt-format {} save{}", common::enum_name(options.format),
-                 release            ? " of a release"
-                 : shard != nullptr ? " with distributed moments"
-                                    : "");
+                 release ? " of a release" : "");
   }
   const bool save_optim = !options.no_save_optim && optimizer != nullptr && scheduler != nullptr;
   // With the moments in ranges, every data-parallel rank writes its range's file; rank 0 of
@@ -843,6 +879,13 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
     shard = nullptr;
   }
   const bool writes_model = data_parallel == nullptr || data_parallel->rank() == 0;
+  // Megatron's format keeps the distributed optimizer's state in one file per model-parallel
+  // rank, data-parallel rank 0's (distrib_optim.pt): the ranges are gathered there.
+  const bool gathers_moments = shard != nullptr && options.format == CheckpointFormat::torch;
+  HostMoments gathered;
+  if (gathers_moments) {
+    gathered = gather_moments(*optimizer, *data_parallel, shard->parameter_count);
+  }
   // The writers: one per (tensor-parallel rank, pipeline stage) (the model's groups), the
   // first of which makes the directory, publishes it and moves the tracker; the others write
   // their file only.
@@ -880,6 +923,7 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
         {"command_line", options.command_line},
     };
     host = host_state(model, save_optim && shard == nullptr ? optimizer : nullptr, true);
+    if (gathers_moments) host.moments = std::move(gathered);
     const std::span<const float> parameters = host.parameters;
     for (const auto& tensor : model.tensors()) {
       tensors.push_back({tensor.name, tensor.shape,
@@ -899,12 +943,12 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
                                                 {"hysteresis_tracker", state.hysteresis_tracker}};
       }
       metadata["opt_param_scheduler"] = schedule_json(*scheduler);
-      if (shard != nullptr) {
+      if (shard != nullptr && !gathers_moments) {
         metadata["optimizer"]["distributed"] = {{"data_parallel", data_parallel->size()},
                                                 {"parameter_count", shard->parameter_count}};
       }
       // With ranges, the moments are in the distrib_optim files.
-      if (shard == nullptr) {
+      if (shard == nullptr || gathers_moments) {
         for (const auto& tensor : model.tensors()) {
           const auto offset = static_cast<size_t>(tensor.offset);
           const auto numel = static_cast<size_t>(tensor.numel);
@@ -951,14 +995,15 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
         .precision = recorded_mixed_precision(metadata),
         .spec = options.megatron_spec,
         .learning_rate = scheduler != nullptr ? scheduler->learning_rate() : 0.0,
-        .weight_decay = scheduler != nullptr ? scheduler->weight_decay() : 0.0};
+        .weight_decay = scheduler != nullptr ? scheduler->weight_decay() : 0.0,
+        .distributed_optimizer = shard != nullptr};
     write_rank_directory(temporary, rank_directory, [&](const fs::path& rank_directory) {
       write_megatron_rank_file(rank_directory / kMegatronCheckpointFile, contents);
     });
   } else if (writes_model) {
     write_rank_file(temporary, rank_directory, kFileName, metadata, tensors);
   }
-  if (shard != nullptr) {
+  if (shard != nullptr && !gathers_moments) {
     write_moments_file(temporary, rank_directory, progress, *optimizer, *data_parallel,
                        shard->range, shard->parameter_count);
   }

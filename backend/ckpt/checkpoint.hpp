@@ -168,7 +168,9 @@ struct CheckpointLoadOptions {
 // Megatron's distributed optimizer writes each rank's state, though Megatron's file is one per
 // model-parallel rank since 23.05): nothing is gathered, so a save costs no memory beyond the
 // rank's own state. The model's file (data-parallel rank 0's) then holds no moments; its
-// "optimizer" section says how many ranges there are ("distributed").
+// "optimizer" section says how many ranges there are ("distributed"). In Megatron's format
+// (--ckpt-format torch) the ranges are gathered on data-parallel rank 0 instead, which writes
+// Megatron's one distrib_optim.pt (megatron_checkpoint_writer.hpp).
 struct OptimizerShard {
   Communicator* data_parallel = nullptr;
   int64_t parameter_count = 0;  // of the flat buffer the ranges cut (the whole model's)

@@ -487,7 +487,10 @@ class MegatronShardFile final : public ShardFile {
                        file_->path().string(), megatron_name, *name);
         }
         add(*name, file_->file().tensor(*value, megatron_name));
-        parameters.push_back({megatron_name, entries_.back().tensor});
+        parameters.push_back({.megatron_name = megatron_name,
+                              .name = *name,
+                              .tensor = entries_.back().tensor,
+                              .chunk = chunk});
       }
     }
     read_optimizer(parameters);
@@ -509,8 +512,9 @@ class MegatronShardFile final : public ShardFile {
     return found == index_.end() ? nullptr : &entries_[found->second].tensor.shape;
   }
   void read(const std::string& name, std::span<float> destination) const override {
-    const TorchTensor& tensor = entries_[index_.at(name)].tensor;
-    const std::vector<double> values = file_->file().tensor_values(tensor);
+    const Entry& entry = entries_[index_.at(name)];
+    const std::vector<double> values =
+        (entry.in_parameter_state ? *parameter_state_ : file_->file()).tensor_values(entry.tensor);
     if (values.size() != destination.size()) {
       common::fail("{}: '{}' has {} elements, where {} are read", file_->path().string(), name,
                    values.size(), destination.size());
@@ -520,9 +524,9 @@ class MegatronShardFile final : public ShardFile {
   }
 
  private:
-  void add(std::string name, TorchTensor tensor) {
+  void add(std::string name, TorchTensor tensor, bool in_parameter_state = false) {
     index_.emplace(name, entries_.size());
-    entries_.push_back({std::move(name), std::move(tensor)});
+    entries_.push_back({std::move(name), std::move(tensor), in_parameter_state});
   }
 
   // The moments under checkpoint.hpp's names, the fp32 main weights in place of the model's
@@ -539,12 +543,17 @@ class MegatronShardFile final : public ShardFile {
       return;
     }
     const MegatronOptimizerState& state = *optimizer.state;
+    parameter_state_ = state.parameter_state;
+    const bool elsewhere = parameter_state_ != nullptr;
     const size_t count = parameters.size();
     for (size_t p = 0; p < count; ++p) {
       const std::string name = entries_[p].name;
-      if (!state.main_weights.empty()) entries_[p].tensor = state.main_weights[p];
-      add(kCheckpointExpAvgPrefix + name, state.exp_avg[p]);
-      add(kCheckpointExpAvgSqPrefix + name, state.exp_avg_sq[p]);
+      if (!state.main_weights.empty()) {
+        entries_[p].tensor = state.main_weights[p];
+        entries_[p].in_parameter_state = elsewhere;
+      }
+      add(kCheckpointExpAvgPrefix + name, state.exp_avg[p], elsewhere);
+      add(kCheckpointExpAvgSqPrefix + name, state.exp_avg_sq[p], elsewhere);
     }
     metadata_["no_save_optim"] = false;
     metadata_["optimizer"] = state.metadata;
@@ -554,8 +563,10 @@ class MegatronShardFile final : public ShardFile {
   struct Entry {
     std::string name;
     TorchTensor tensor;
+    bool in_parameter_state = false;  // distrib_optim.pt's, not the rank file's
   };
   std::unique_ptr<MegatronRankFile> file_;
+  std::shared_ptr<const TorchCheckpointFile> parameter_state_;  // the distributed optimizer's
   nlohmann::json metadata_;
   std::vector<Entry> entries_;  // the parameters first, in the state dict's order
   std::map<std::string, size_t, std::less<>> index_;

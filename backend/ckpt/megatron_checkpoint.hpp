@@ -51,6 +51,8 @@
 namespace backend {
 
 inline constexpr const char* kMegatronCheckpointFile = "model_optim_rng.pt";
+// Beside it, the distributed optimizer's parameters and moments (megatron_optimizer.hpp).
+inline constexpr const char* kMegatronDistributedOptimizerFile = "distrib_optim.pt";
 
 // Where a Megatron checkpoint's files are: the iteration its tracker names, and the sizes its
 // rank directories show.

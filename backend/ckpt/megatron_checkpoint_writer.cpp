@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -12,6 +13,8 @@
 #include <utility>
 
 #include "backend/ckpt/checkpoint.hpp"
+#include "backend/ckpt/megatron_checkpoint.hpp"
+#include "backend/ckpt/megatron_optimizer.hpp"
 #include "backend/ckpt/torch_checkpoint_writer.hpp"
 #include "backend/common/error.hpp"
 
@@ -71,10 +74,12 @@ constexpr LayerEntry kTransformerEngineSpecLayer[] = {
     {"mlp.linear_fc2._extra_state", nullptr},
 };
 
-// A parameter as the optimizer's state numbers it: its Megatron name and its tensor.
+// A parameter as the optimizer's state numbers it: its Megatron name, its tensor (this
+// backend's name) and its model chunk.
 struct WrittenParameter {
   std::string megatron_name;
   const CheckpointTensor* tensor = nullptr;
+  size_t chunk = 0;
 };
 
 TorchValue from_json(const nlohmann::json& value) {
@@ -187,10 +192,11 @@ class RankFileWriter {
              contents_.precision == MixedPrecision::none
                  ? fp32(tensor)
                  : TorchValue::tensor_from_floats(model_dtype(), tensor.shape, tensor.data));
-    parameters_.push_back({std::move(megatron), &tensor});
+    parameters_.push_back({std::move(megatron), &tensor, chunk_});
   }
 
   TorchValue model_chunk(size_t chunk) {
+    chunk_ = chunk;
     TorchValue dict = TorchValue::ordered_dict();
     if (contents_.first_stage && chunk == 0) {
       add_parameter(dict, "embedding.word_embeddings.weight", "embedding.word_embeddings.weight");
@@ -239,6 +245,7 @@ class RankFileWriter {
     const double max_lr = contents_.metadata->at("opt_param_scheduler").at("max_lr");
     const double min_lr = contents_.metadata->at("opt_param_scheduler").at("min_lr");
     const bool mixed_precision = contents_.precision != MixedPrecision::none;
+    const bool distributed = contents_.distributed_optimizer;
     TorchValue state = TorchValue::dict();
     std::vector<TorchValue> groups, main_weight_groups;
     int64_t index = 0;
@@ -246,6 +253,7 @@ class RankFileWriter {
       std::vector<TorchValue> indices, main_weights;
       for (const WrittenParameter& parameter : parameters_) {
         if (without_weight_decay(parameter) != no_decay) continue;
+        if (distributed) continue;
         const CheckpointTensor& tensor = *parameter.tensor;
         TorchValue moments = TorchValue::dict();
         moments.set("exp_avg", fp32(require(kCheckpointExpAvgPrefix + tensor.name)));
@@ -270,14 +278,14 @@ class RankFileWriter {
       group.set("eps", TorchValue::real(saved.at("adam_eps")));
       group.set("weight_decay", TorchValue::real(contents_.weight_decay * wd_mult));
       group.set("step", TorchValue::integer(step));
-      group.set("params", TorchValue::list(std::move(indices)));
+      if (!distributed) group.set("params", TorchValue::list(std::move(indices)));
       groups.push_back(std::move(group));
       main_weight_groups.push_back(TorchValue::list(std::move(main_weights)));
     }
     TorchValue torch_state = TorchValue::dict();
-    torch_state.set("state", std::move(state));
+    if (!distributed) torch_state.set("state", std::move(state));
     torch_state.set("param_groups", TorchValue::list(std::move(groups)));
-    if (!mixed_precision) return torch_state;
+    if (!mixed_precision && !distributed) return torch_state;
     TorchValue wrapped = TorchValue::dict();
     wrapped.set("optimizer", std::move(torch_state));
     if (saved.contains("grad_scaler")) {
@@ -290,8 +298,74 @@ class RankFileWriter {
       grad_scaler.set("hysteresis_tracker", from_json(scaler.at("hysteresis_tracker")));
       wrapped.set("grad_scaler", std::move(grad_scaler));
     }
-    wrapped.set("fp32_from_fp16_params", TorchValue::list(std::move(main_weight_groups)));
+    if (!distributed) {
+      wrapped.set("fp32_from_fp16_params", TorchValue::list(std::move(main_weight_groups)));
+    }
     return wrapped;
+  }
+
+ public:
+  // distrib_optim.pt's dict (get_parameter_state_dp_zero's) of the parameters root() wrote.
+  TorchValue parameter_state() const {
+    const nlohmann::json& args = contents_.args;
+    const bool tied = !args.value("untie_embeddings_and_output_weights", false);
+    const MegatronBucketing bucketing{
+        .overlap_grad_reduce = args.value("overlap_grad_reduce", false),
+        .overlap_param_gather_with_optimizer_step =
+            args.value("overlap_param_gather_with_optimizer_step", false),
+        .ddp_bucket_size = json_integer(args, "ddp_bucket_size"),
+        .ddp_num_buckets = json_integer(args, "ddp_num_buckets"),
+        .data_parallel_size = std::max<int64_t>(json_integer(args, "data_parallel_size"), 1) *
+                              std::max<int64_t>(json_integer(args, "context_parallel_size"), 1),
+        .tied_across_stages = tied && !(contents_.first_stage && contents_.last_stage)};
+    std::vector<MegatronBufferParameter> in_buffers;
+    for (const WrittenParameter& parameter : parameters_) {
+      in_buffers.push_back({parameter.tensor->name,
+                            static_cast<int64_t>(parameter.tensor->data.size()), parameter.chunk});
+    }
+    const MegatronGradBuffers buffers = megatron_grad_buffers(in_buffers, bucketing);
+    // Megatron accumulates and reduces a bf16 run's gradients in fp32 (arguments.py), an fp16
+    // run's in fp16 unless --accumulate-allreduce-grads-in-fp32.
+    const TorchDtype grad_dtype = contents_.precision == MixedPrecision::fp16 &&
+                                          !args.value("accumulate_allreduce_grads_in_fp32", false)
+                                      ? TorchDtype::float16
+                                      : TorchDtype::float32;
+    TorchValue root = TorchValue::dict();
+    root.set("buckets_coalesced", TorchValue::boolean(true));
+    for (size_t chunk = 0; chunk < buffers.numel.size(); ++chunk) {
+      TorchValue world = TorchValue::dict();
+      const auto numel = static_cast<size_t>(buffers.numel[chunk]);
+      for (const char* key : {"param", "exp_avg", "exp_avg_sq"}) {
+        const std::string_view which = key;
+        std::vector<float> values(numel, 0.0f);
+        for (size_t p = 0; p < parameters_.size(); ++p) {
+          if (parameters_[p].chunk != chunk) continue;
+          const CheckpointTensor& tensor = *parameters_[p].tensor;
+          const CheckpointTensor& source = which == "param" ? tensor
+                                           : which == "exp_avg"
+                                               ? require(kCheckpointExpAvgPrefix + tensor.name)
+                                               : require(kCheckpointExpAvgSqPrefix + tensor.name);
+          std::copy(source.data.begin(), source.data.end(), values.begin() + buffers.offsets[p]);
+        }
+        world.set(std::string(key),
+                  TorchValue::tensor_from_floats(TorchDtype::float32, {static_cast<int64_t>(numel)},
+                                                 values));
+      }
+      world.set("numel_unpadded", TorchValue::integer(buffers.numel[chunk]));
+      TorchValue dtypes =
+          TorchValue::tuple({TorchValue::dtype(model_dtype()), TorchValue::dtype(grad_dtype)});
+      TorchValue buffer = TorchValue::dict();
+      buffer.set(std::move(dtypes), std::move(world));
+      root.set(static_cast<int64_t>(chunk), std::move(buffer));
+    }
+    return root;
+  }
+
+ private:
+  // An integer argument, 0 when absent or None.
+  static int64_t json_integer(const nlohmann::json& args, const char* key) {
+    const auto found = args.find(key);
+    return found != args.end() && found->is_number_integer() ? found->get<int64_t>() : 0;
   }
 
   // OptimizerParamScheduler.state_dict() of this backend's schedule (checkpoint.cpp's).
@@ -324,6 +398,7 @@ class RankFileWriter {
   const MegatronRankFileContents& contents_;
   std::map<std::string, const CheckpointTensor*, std::less<>> by_name_;
   std::vector<WrittenParameter> parameters_;  // in the state dict's order, chunk by chunk
+  size_t chunk_ = 0;                          // the chunk model_chunk is writing
 };
 
 }  // namespace
@@ -337,6 +412,10 @@ void write_megatron_rank_file(const std::filesystem::path& file,
   // The tensors' spans (and the owned 16-bit copies) live until the file is written.
   const TorchValue root = writer.root();
   write_torch_checkpoint(file, root);
+  if (contents.distributed_optimizer && contents.metadata->contains("optimizer")) {
+    write_torch_checkpoint(file.parent_path() / kMegatronDistributedOptimizerFile,
+                           writer.parameter_state());
+  }
 }
 
 }  // namespace backend

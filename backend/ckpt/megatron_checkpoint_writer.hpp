@@ -26,6 +26,13 @@
 //                         biases and 1-D ones (wd_mult 0), each group with its step, lr and
 //                         weight decay; exp_avg and exp_avg_sq per parameter, numbered across
 //                         the groups in order
+//                         With the distributed optimizer, DistributedOptimizer.state_dict():
+//                         {'optimizer': {'param_groups': the same groups without 'params'}}
+//                         (and 'grad_scaler'), the parameters' state going to
+//                         distrib_optim.pt beside the file, as save_parameter_state writes it
+//                         on data-parallel rank 0 (megatron_optimizer.hpp says its layout): per
+//                         model chunk, the fp32 parameters and both moments in the grad
+//                         buffer's order under the key (param dtype, grad dtype)
 //   'opt_param_scheduler' OptimizerParamScheduler.state_dict(), in samples
 // and no 'rng_state': Megatron's generators (Python's, NumPy's, torch's, the CUDA tracker's)
 // are not this backend's, whose dropout masks come from --seed and a step; Megatron loads these
@@ -67,9 +74,13 @@ struct MegatronRankFileContents {
   // weight_decay (times the group's wd_mult), as Megatron's scheduler sets them each step.
   double learning_rate = 0;
   double weight_decay = 0;
+  // --use-distributed-optimizer (or ZeRO-3): the moments (whole, in `tensors`) go to
+  // distrib_optim.pt, laid out as the args' bucketing makes Megatron's grad buffers.
+  bool distributed_optimizer = false;
 };
 
-// Writes `file` (a new file, fsynced). A tensor of the metadata's model missing from
+// Writes `file` (a new file, fsynced), and with the distributed optimizer's state,
+// distrib_optim.pt beside it. A tensor of the metadata's model missing from
 // `tensors`, or a name neither spec has, is an internal error: both come from the same model.
 void write_megatron_rank_file(const std::filesystem::path& file,
                               const MegatronRankFileContents& contents);

@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <deque>
+#include <filesystem>
 #include <map>
 
 #include "backend/common/error.hpp"
@@ -92,6 +94,171 @@ std::map<int64_t, const PickleValue*> states_by_index(const PickleValue& state) 
   return states;
 }
 
+// This backend's "optimizer" section: the step, Adam's constants from the args, and
+// DynamicGradScaler's state (fp16; a constant scaler's is empty, bf16 runs have none).
+nlohmann::json optimizer_metadata(const OptimizerReader& reader, const PickleValue& saved,
+                                  std::optional<double> step, bool has_parameters,
+                                  const MegatronArguments& args) {
+  if (!step && has_parameters) reader.fail("has no step count (no group's or parameter's)");
+  nlohmann::json metadata = {{"step", static_cast<int64_t>(step.value_or(0))},
+                             {"adam_beta1", args.real_or("adam_beta1", 0.9)},
+                             {"adam_beta2", args.real_or("adam_beta2", 0.999)},
+                             {"adam_eps", args.real_or("adam_eps", 1e-8)},
+                             {"weight_decay", args.real_or("weight_decay", 0.01)}};
+  if (const PickleValue* scaler = saved.find("grad_scaler");
+      scaler != nullptr && scaler->kind == PickleKind::dict && scaler->find("scale") != nullptr) {
+    auto integer = [&](const char* key) {
+      const PickleValue* value = scaler->find(key);
+      return value == nullptr ? int64_t{0} : static_cast<int64_t>(reader.number(*value, key));
+    };
+    metadata["grad_scaler"] = {
+        {"scale", reader.number(*scaler->find("scale"), "the grad scaler's scale")},
+        {"growth_tracker", integer("growth_tracker")},
+        {"hysteresis_tracker", integer("hysteresis_tracker")}};
+  }
+  return metadata;
+}
+
+// The grad buffer of model chunk `chunk` in distrib_optim.pt: {'param', 'exp_avg',
+// 'exp_avg_sq', 'numel_unpadded'} under its one dtype key.
+const PickleValue& chunk_buffer(const TorchCheckpointFile& state, size_t chunk) {
+  const PickleValue* buffer = nullptr;
+  for (const auto& [key, value] : state.root().entries) {
+    if (key->kind == PickleKind::integer && key->integer == static_cast<int64_t>(chunk)) {
+      buffer = value.get();
+    }
+  }
+  if (buffer == nullptr || buffer->kind != PickleKind::dict) {
+    common::fail("{}: it has no grad buffer of model chunk {} (a dict under the key {})",
+                 state.source(), chunk, chunk);
+  }
+  if (buffer->entries.size() != 1 || buffer->entries.front().second->kind != PickleKind::dict) {
+    common::fail(
+        "{}: model chunk {}'s grad buffers are {} dtype groups, where a GPT's parameters make "
+        "one",
+        state.source(), chunk, buffer->entries.size());
+  }
+  return *buffer->entries.front().second;
+}
+
+// The distributed optimizer's state: the param groups of model_optim_rng.pt, the parameters and
+// moments of distrib_optim.pt beside it.
+MegatronOptimizerRead read_distributed_optimizer(const OptimizerReader& reader,
+                                                 const MegatronRankFile& file,
+                                                 const PickleValue& saved,
+                                                 const PickleValue& torch_state,
+                                                 std::span<const MegatronParameter> parameters,
+                                                 const MegatronArguments& args) {
+  const PickleValue& groups =
+      reader.entry(torch_state, "param_groups", PickleKind::list, "'optimizer'");
+  std::optional<double> step;
+  bool class_seen[2] = {false, false};
+  for (size_t g = 0; g < groups.items.size(); ++g) {
+    const PickleValue& group = *groups.items[g];
+    if (group.kind != PickleKind::dict) reader.fail(fmt::format("param group {} is not a dict", g));
+    const int no_decay = group_without_weight_decay(reader, group, g) ? 1 : 0;
+    if (class_seen[no_decay]) {
+      reader.fail(fmt::format(
+          "has a second param group {} weight decay (group {}): groups split otherwise than "
+          "by weight decay (--decoupled-lr, per-parameter overrides) are not read",
+          no_decay ? "without" : "with", g));
+    }
+    class_seen[no_decay] = true;
+    if (const PickleValue* group_step = group.find("step")) {
+      step = reader.number(*group_step, fmt::format("param group {}'s step", g));
+    }
+  }
+
+  const std::filesystem::path path = file.path().parent_path() / kMegatronDistributedOptimizerFile;
+  if (!std::filesystem::exists(path)) {
+    reader.fail(fmt::format(
+        "is the distributed optimizer's, whose parameters and moments are in {}, which is "
+        "missing",
+        path.string()));
+  }
+  auto state = std::make_shared<const TorchCheckpointFile>(path);
+  if (state->root().kind != PickleKind::dict) common::fail("{}: it is not a dict", path.string());
+  if (const PickleValue* coalesced = state->root().find("buckets_coalesced");
+      coalesced == nullptr || coalesced->kind != PickleKind::boolean || !coalesced->boolean) {
+    common::fail(
+        "{}: it is in the distributed optimizer's format of before February 2024 (a tensor per "
+        "bucket, no 'buckets_coalesced'), which is not read; Megatron-LM updates it with "
+        "--ckpt-convert-update-legacy-dist-opt-format",
+        path.string());
+  }
+
+  const bool mixed_precision = args.boolean_or("bf16", false) || args.boolean_or("fp16", false);
+  std::vector<MegatronBufferParameter> in_buffers;
+  for (const MegatronParameter& parameter : parameters) {
+    in_buffers.push_back({parameter.name, parameter.tensor.numel(), parameter.chunk});
+  }
+  const MegatronBucketing bucketing = megatron_bucketing(args);
+  // The layout of today's Megatron (starts aligned to 64 elements), else of before mid-2024.
+  const MegatronGradBuffers aligned = megatron_grad_buffers(in_buffers, bucketing, 64);
+  const MegatronGradBuffers packed = megatron_grad_buffers(in_buffers, bucketing, 1);
+
+  MegatronOptimizerState result;
+  result.exp_avg.resize(parameters.size());
+  result.exp_avg_sq.resize(parameters.size());
+  if (mixed_precision) result.main_weights.resize(parameters.size());
+  size_t chunks = 0;
+  for (const MegatronParameter& parameter : parameters) {
+    chunks = std::max(chunks, parameter.chunk + 1);
+  }
+  for (size_t chunk = 0; chunk < chunks; ++chunk) {
+    const PickleValue& buffer = chunk_buffer(*state, chunk);
+    const PickleValue* numel_unpadded = buffer.find("numel_unpadded");
+    if (numel_unpadded == nullptr || numel_unpadded->kind != PickleKind::integer) {
+      common::fail("{}: model chunk {}'s grad buffer has no integer 'numel_unpadded'",
+                   path.string(), chunk);
+    }
+    const MegatronGradBuffers* layout = aligned.numel[chunk] == numel_unpadded->integer  ? &aligned
+                                        : packed.numel[chunk] == numel_unpadded->integer ? &packed
+                                                                                         : nullptr;
+    if (layout == nullptr) {
+      common::fail(
+          "{}: model chunk {}'s grad buffer holds {} elements, where this checkpoint's model "
+          "makes a buffer of {} (of {} without Megatron's 64-element alignment): it is of "
+          "another model or another bucketing (--ddp-bucket-size, --overlap-grad-reduce)",
+          path.string(), chunk, numel_unpadded->integer, aligned.numel[chunk], packed.numel[chunk]);
+    }
+    for (const char* key : {"param", "exp_avg", "exp_avg_sq"}) {
+      const PickleValue* value = buffer.find(key);
+      const std::string what = fmt::format("model chunk {}'s '{}'", chunk, key);
+      if (value == nullptr || !TorchCheckpointFile::is_tensor(*value)) {
+        common::fail("{}: it has no tensor {}", path.string(), what);
+      }
+      const TorchTensor world = state->tensor(*value, what);
+      if (world.dtype != TorchDtype::float32 || world.shape.size() != 1 ||
+          world.stride != std::vector<int64_t>{1} || world.numel() != numel_unpadded->integer) {
+        common::fail("{}: {} is not a flat fp32 tensor of its {} elements", path.string(), what,
+                     numel_unpadded->integer);
+      }
+      for (size_t p = 0; p < parameters.size(); ++p) {
+        if (parameters[p].chunk != chunk) continue;
+        TorchTensor slice = world;
+        slice.shape = parameters[p].tensor.shape;
+        slice.stride.assign(slice.shape.size(), 1);
+        for (size_t d = slice.shape.size(); d-- > 1;) {
+          slice.stride[d - 1] = slice.stride[d] * slice.shape[d];
+        }
+        slice.storage_offset += layout->offsets[p];
+        std::string_view which = key;
+        if (which == "exp_avg") {
+          result.exp_avg[p] = std::move(slice);
+        } else if (which == "exp_avg_sq") {
+          result.exp_avg_sq[p] = std::move(slice);
+        } else if (mixed_precision) {
+          result.main_weights[p] = std::move(slice);
+        }
+      }
+    }
+  }
+  result.metadata = optimizer_metadata(reader, saved, step, !parameters.empty(), args);
+  result.parameter_state = std::move(state);
+  return {.state = std::move(result), .not_read = ""};
+}
+
 }  // namespace
 
 MegatronOptimizerRead read_megatron_optimizer(const MegatronRankFile& file,
@@ -116,10 +283,7 @@ MegatronOptimizerRead read_megatron_optimizer(const MegatronRankFile& file,
   if (!mixed_precision) torch_state = saved;
   if (torch_state->kind != PickleKind::dict) reader.fail("'optimizer' is not a dict");
   if (torch_state->find("state") == nullptr) {
-    return {.state = std::nullopt,
-            .not_read =
-                "it was saved by the distributed optimizer, whose moments "
-                "(distrib_optim.pt) are not read yet"};
+    return read_distributed_optimizer(reader, file, *saved, *torch_state, parameters, args);
   }
   const PickleValue& state = reader.entry(*torch_state, "state", PickleKind::dict, "'optimizer'");
   const PickleValue& groups =
@@ -207,25 +371,80 @@ MegatronOptimizerRead read_megatron_optimizer(const MegatronRankFile& file,
           fmt::format("has no param group holding parameter '{}'", parameters[p].megatron_name));
     }
   }
-  if (!step && !parameters.empty()) reader.fail("has no step count (no group's or parameter's)");
-  result.metadata = {{"step", static_cast<int64_t>(step.value_or(0))},
-                     {"adam_beta1", args.real_or("adam_beta1", 0.9)},
-                     {"adam_beta2", args.real_or("adam_beta2", 0.999)},
-                     {"adam_eps", args.real_or("adam_eps", 1e-8)},
-                     {"weight_decay", args.real_or("weight_decay", 0.01)}};
-  // DynamicGradScaler's state (fp16); a constant scaler's is empty, bf16 runs have none.
-  if (const PickleValue* scaler = saved->find("grad_scaler");
-      scaler != nullptr && scaler->kind == PickleKind::dict && scaler->find("scale") != nullptr) {
-    auto integer = [&](const char* key) {
-      const PickleValue* value = scaler->find(key);
-      return value == nullptr ? int64_t{0} : static_cast<int64_t>(reader.number(*value, key));
-    };
-    result.metadata["grad_scaler"] = {
-        {"scale", reader.number(*scaler->find("scale"), "the grad scaler's scale")},
-        {"growth_tracker", integer("growth_tracker")},
-        {"hysteresis_tracker", integer("hysteresis_tracker")}};
-  }
+  result.metadata = optimizer_metadata(reader, *saved, step, !parameters.empty(), args);
   return {.state = std::move(result), .not_read = ""};
+}
+
+MegatronBucketing megatron_bucketing(const MegatronArguments& args) {
+  return {.overlap_grad_reduce = args.boolean_or("overlap_grad_reduce", false),
+          .overlap_param_gather_with_optimizer_step =
+              args.boolean_or("overlap_param_gather_with_optimizer_step", false),
+          .ddp_bucket_size = args.integer_or("ddp_bucket_size", 0),
+          .ddp_num_buckets = args.integer_or("ddp_num_buckets", 0),
+          .data_parallel_size = args.integer_or("data_parallel_size", 1) *
+                                args.integer_or("context_parallel_size", 1),
+          .tied_across_stages = !args.boolean_or("untie_embeddings_and_output_weights", false) &&
+                                args.integer_or("pipeline_model_parallel_size", 1) > 1};
+}
+
+// Megatron's DistributedOptimizer._compute_per_buffer_param_layout, with the buckets' end
+// padding left out as get_parameter_state_dp_zero leaves it out. Positions are kept relative to
+// the open bucket's start: buckets start at multiples of lcm(dp, 128), so a start aligned within
+// its bucket is aligned in the buffer.
+MegatronGradBuffers megatron_grad_buffers(std::span<const MegatronBufferParameter> parameters,
+                                          const MegatronBucketing& bucketing, int64_t alignment) {
+  size_t chunks = 0;
+  int64_t stage_numel = 0;
+  for (const MegatronBufferParameter& parameter : parameters) {
+    chunks = std::max(chunks, parameter.chunk + 1);
+    stage_numel += parameter.numel;
+  }
+  // training.py's resolve_ddp_bucket_size; the first stage's first chunk alone has buckets.
+  int64_t bucket_size = 0;  // 0: one bucket
+  if (bucketing.overlap_grad_reduce && !bucketing.overlap_param_gather_with_optimizer_step) {
+    bucket_size = bucketing.ddp_num_buckets > 0 ? stage_numel / bucketing.ddp_num_buckets
+                  : bucketing.ddp_bucket_size > 0
+                      ? bucketing.ddp_bucket_size
+                      : std::max<int64_t>(40'000'000, 1'000'000 * bucketing.data_parallel_size);
+  }
+  MegatronGradBuffers buffers;
+  buffers.offsets.assign(parameters.size(), 0);
+  buffers.numel.assign(chunks, 0);
+  for (size_t chunk = 0; chunk < chunks; ++chunk) {
+    bool first_chunk_of_pipeline = false;
+    for (const MegatronBufferParameter& parameter : parameters) {
+      first_chunk_of_pipeline |=
+          parameter.chunk == chunk && parameter.name == "embedding.word_embeddings.weight";
+    }
+    const int64_t chunk_bucket_size = first_chunk_of_pipeline ? bucket_size : 0;
+    int64_t& numel = buffers.numel[chunk];  // of the buckets closed
+    int64_t position = 0;                   // in the open bucket
+    bool bucket_open = false;
+    auto close_bucket = [&](int64_t end) {
+      numel += end;
+      position = 0;
+      bucket_open = false;
+    };
+    for (size_t i = parameters.size(); i-- > 0;) {  // backprop order
+      const MegatronBufferParameter& parameter = parameters[i];
+      if (parameter.chunk != chunk) continue;
+      const bool shared =
+          bucketing.tied_across_stages && (parameter.name == "embedding.word_embeddings.weight" ||
+                                           parameter.name == "output_layer.weight");
+      position = (position + alignment - 1) / alignment * alignment;
+      if (shared && bucket_open) close_bucket(position);
+      buffers.offsets[i] = numel + position;
+      const int64_t end = position + parameter.numel;
+      bucket_open = true;
+      if ((chunk_bucket_size > 0 && end >= chunk_bucket_size) || shared) {
+        close_bucket(end);
+      } else {
+        position = end;
+      }
+    }
+    if (bucket_open) numel += position;
+  }
+  return buffers;
 }
 
 std::optional<nlohmann::json> read_megatron_scheduler(const MegatronRankFile& file,

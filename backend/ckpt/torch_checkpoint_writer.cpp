@@ -114,6 +114,17 @@ TorchValue& TorchValue::set(int64_t key, TorchValue value) {
   return entries_.back().second;
 }
 
+TorchValue& TorchValue::set(TorchValue key, TorchValue value) {
+  entries_.emplace_back(std::move(key), std::move(value));
+  return entries_.back().second;
+}
+
+TorchValue TorchValue::dtype(TorchDtype dtype) {
+  TorchValue value(Kind::dtype);
+  value.dtype_ = dtype;
+  return value;
+}
+
 // ---- pickling (protocol 2)
 
 namespace {
@@ -289,6 +300,11 @@ class PickleWriter {
       case Kind::tensor:
         tensor(value);
         break;
+      case Kind::dtype: {  // torch.dtype.__reduce__ gives its name in module torch
+        const std::string_view name = torch_dtype_name(value.dtype_);
+        global("torch", name.substr(name.find('.') + 1));
+        break;
+      }
     }
   }
 

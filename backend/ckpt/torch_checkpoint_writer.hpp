@@ -8,9 +8,10 @@
 //   archive/data/<key>  each tensor's storage, its elements little-endian
 //   archive/version     "3\n"
 // The object is a TorchValue tree built of what a checkpoint holds: None, booleans, integers,
-// floats, strings, tuples, lists, dicts, OrderedDicts, argparse.Namespaces and tensors. Only
-// the globals PyTorch's weights_only loader accepts are written (collections.OrderedDict,
-// torch._utils._rebuild_tensor_v2, the storage classes), plus argparse.Namespace for Megatron's
+// floats, strings, tuples, lists, dicts, OrderedDicts, argparse.Namespaces, tensors and
+// dtypes. Only the globals PyTorch's weights_only loader accepts are written
+// (collections.OrderedDict, torch._utils._rebuild_tensor_v2, the storage classes, the dtypes),
+// plus argparse.Namespace for Megatron's
 // args (which Megatron itself adds to that loader's safe globals), so the file loads with
 // torch.load(weights_only=True) and with restricted_pickle.hpp.
 #pragma once
@@ -41,7 +42,8 @@ class TorchValue {
     dict,
     ordered_dict,
     name_space,
-    tensor
+    tensor,
+    dtype
   };
 
   static TorchValue none() { return TorchValue(Kind::none); }
@@ -65,12 +67,16 @@ class TorchValue {
   // float32 values as a tensor of `dtype` (float32, bfloat16 rounded to nearest even, float16).
   static TorchValue tensor_from_floats(TorchDtype dtype, std::vector<int64_t> shape,
                                        std::span<const float> values);
+  // torch.float32, ...: the dtype itself (pickled as its global, as torch pickles a dtype).
+  static TorchValue dtype(TorchDtype dtype);
 
   Kind kind() const { return kind_; }
   // A dict's, an OrderedDict's or a Namespace's entry under a string key, added at the end.
   TorchValue& set(std::string key, TorchValue value);
   // A dict's entry under an integer key (torch's optimizer state: {0: {...}, 1: ...}).
   TorchValue& set(int64_t key, TorchValue value);
+  // A dict's entry under any key (a tuple of dtypes: the distributed optimizer's buffers).
+  TorchValue& set(TorchValue key, TorchValue value);
 
  private:
   explicit TorchValue(Kind kind) : kind_(kind) {}

@@ -1141,7 +1141,7 @@ void validate_arguments(TrainingArguments& arguments) {
         "not overlapped yet (the results are the same)",
         parallelism.zero_stage == 3 ? "ZeRO stage 3" : "pipeline parallelism");
   }
-  // Megatron core's distributed checkpoint formats, and Megatron's distrib_optim.pt.
+  // Megatron core's distributed checkpoint formats.
   const CheckpointFormat format = arguments.checkpointing.ckpt_format;
   if (format != CheckpointFormat::native && format != CheckpointFormat::torch) {
     common::fail(
@@ -1149,14 +1149,6 @@ void validate_arguments(TrainingArguments& arguments) {
         "(--ckpt-format native, the default) or Megatron-LM's legacy ones (--ckpt-format "
         "torch; docs/checkpoints.md)",
         common::enum_name(format));
-  }
-  if (format == CheckpointFormat::torch &&
-      (parallelism.use_distributed_optimizer || parallelism.zero_stage == 3)) {
-    common::fail(
-        "--ckpt-format torch with {}: writing Megatron's distrib_optim.pt is not built; "
-        "save with --ckpt-format native (the default) and convert the weights, or train "
-        "without it",
-        parallelism.zero_stage == 3 ? "ZeRO stage 3" : "--use-distributed-optimizer");
   }
   // Megatron's pipeline rules (validate_args and the schedules).
   const int64_t pp = parallelism.pipeline_model_parallel_size;

@@ -9,11 +9,14 @@
 // The other way: four ranks at TP=2 × PP=2 save with --ckpt-format torch; PyTorch loads every
 // rank's model_optim_rng.pt (each stage's Megatron keys, the shards' shapes, the args' layout),
 // the ranks resume from it bit for bit, and checkpoint_util converts it to one process, which
-// continues with the same losses.
+// continues with the same losses. With the distributed optimizer (four ranks at PP=2 × DP=2),
+// each stage's distrib_optim.pt holds every parameter's state where Megatron's grad buffer puts
+// it, and the ranks resume from it bit for bit.
 // Needs torch in Debian's /usr/bin/python3, as the unit tests of the reader
 // (tests/backend/ckpt/megatron_checkpoint_test.cpp); skipped without it except under CI.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -312,4 +315,69 @@ TEST_CASE("a run at TP=2 x PP=2 saved in Megatron's format: PyTorch reads it, ru
   const auto continued_losses = test_support::logged_losses(continued.output);
   CHECK(continued_losses.size() == 2);
   test_support::check_same_losses(continued_losses, expected, false);
+}
+
+TEST_CASE(
+    "a run at PP=2 x DP=2 with the distributed optimizer saved in Megatron's format: "
+    "distrib_optim.pt at Megatron's layout, and a bit-for-bit resume") {
+  if (!test_support::python_imports("torch", "python3-torch")) return;
+  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun");
+  test_support::TemporaryDirectory temporary;
+  const fs::path saved = temporary.path / "megatron_format";
+  auto flags = [&](const std::string& exit_interval, std::vector<std::string> more) {
+    std::vector<std::string> all = model_flags();
+    const std::vector<std::string> schedule = schedule_flags(exit_interval);
+    all.insert(all.end(), schedule.begin(), schedule.end());
+    all.insert(all.end(), {"--pipeline-model-parallel-size", "2", "--use-distributed-optimizer"});
+    all.insert(all.end(), more.begin(), more.end());
+    return all;
+  };
+  const fs::path first_log = temporary.path / "first.log";
+  const int first_status = test_support::run_pretrain(
+      4, flags("4", {"--save", saved.string(), "--ckpt-format", "torch"}), first_log);
+  const std::string first_output = test_support::read_file(first_log);
+  INFO(test_support::output_tail(first_output));
+  REQUIRE(first_status == 0);
+
+  // One distrib_optim.pt per stage, data-parallel rank 0's, holding both ranks' ranges: each
+  // parameter's fp32 value where Megatron's grad buffer puts it (the stages' tied embedding
+  // copies in buckets of their own) is the model's tensor, and its moments are there.
+  for (const std::string stage : {"000", "001"}) {
+    CAPTURE(stage);
+    const fs::path rank = saved / "iter_0000004" / ("mp_rank_00_" + stage);
+    CHECK(fs::is_regular_file(rank / "distrib_optim.pt"));
+    CHECK_FALSE(fs::exists(rank / "distrib_optim_000.bin"));
+    const auto dumped = test_support::run_command(
+        std::string(test_support::kPython) + " " + test_support::kTestSource +
+        "/tests/backend/ckpt/megatron_parameter_state.py " + rank.string());
+    REQUIRE_MESSAGE(dumped.exit_status == 0, dumped.output);
+    const nlohmann::json state = nlohmann::json::parse(dumped.output);
+    CHECK(state["distributed"] == true);
+    CHECK(state["parameters"].contains(stage == "000" ? "0:embedding.word_embeddings.weight"
+                                                      : "0:output_layer.weight"));
+    for (const auto& item : state["parameters"].items()) {
+      CAPTURE(item.key());
+      const nlohmann::json& parameter = item.value();
+      CHECK(parameter["param"] == parameter["weight"]);
+      const auto second_moments = parameter["exp_avg_sq"].get<std::vector<double>>();
+      CHECK(std::any_of(second_moments.begin(), second_moments.end(),
+                        [](double value) { return value > 0; }));
+      CHECK(std::none_of(second_moments.begin(), second_moments.end(),
+                         [](double value) { return value < 0; }));
+    }
+  }
+
+  // The ranks resume from it as from an uninterrupted run.
+  const fs::path whole_log = temporary.path / "whole.log";
+  REQUIRE(test_support::run_pretrain(4, flags("8", {"--save", (temporary.path / "whole").string()}),
+                                     whole_log) == 0);
+  const auto expected = test_support::logged_losses(test_support::read_file(whole_log));
+  const fs::path resumed_log = temporary.path / "resumed.log";
+  const int resumed_status = test_support::run_pretrain(
+      4, flags("6", {"--load", saved.string(), "--save", saved.string(), "--ckpt-format", "torch"}),
+      resumed_log);
+  const std::string resumed = test_support::read_file(resumed_log);
+  INFO(test_support::output_tail(resumed));
+  REQUIRE(resumed_status == 0);
+  test_support::check_resumed_bit_for_bit(resumed, expected, 2);
 }

@@ -8,13 +8,13 @@ argparse.Namespace to the safe globals, as Megatron-LM does for its own checkpoi
 (Debian bookworm's 1.13) have a weights_only loader that reads no floats at all, so there the
 file is loaded by torch.load with a pickle module whose Unpickler resolves only the globals the
 weights_only loader allows (collections.OrderedDict, torch._utils._rebuild_tensor_v2, the
-storage classes) and argparse.Namespace: any other global fails the load.
+storage classes, the dtypes) and argparse.Namespace: any other global fails the load.
 
 The JSON: "bad_entry", the first entry whose CRC-32 is wrong (null: none), "loader", and
 "value", with a tensor as {"tensor": dtype, "shape": [...], "values": [...]}, a Namespace as
 {"namespace": {...}}, an OrderedDict as {"ordered_dict": [[key, value], ...]}, a dict as
-{"dict": [[key, value], ...]} (keys may be integers), a tuple as {"tuple": [...]}, a list as a
-list, and the scalars as themselves.
+{"dict": [[key, value], ...]} (keys may be integers), a tuple as {"tuple": [...]}, a dtype as
+{"dtype": "torch.float32"}, a list as a list, and the scalars as themselves.
 """
 import argparse
 import collections
@@ -32,6 +32,9 @@ def allowed_globals():
                ("torch._utils", "_rebuild_tensor_v2"): torch._utils._rebuild_tensor_v2}
     for storage in torch._storage_classes:
         allowed[(storage.__module__, storage.__name__)] = storage
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+                  torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool):
+        allowed[("torch", str(dtype).split(".")[1])] = dtype
     return allowed
 
 
@@ -61,6 +64,8 @@ def as_json(value):
         return {"tensor": str(value.dtype), "shape": list(value.shape),
                 "values": value.float().flatten().tolist() if value.is_floating_point()
                 else value.flatten().tolist()}
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value)}
     if isinstance(value, argparse.Namespace):
         return {"namespace": {k: as_json(v) for k, v in vars(value).items()}}
     if isinstance(value, collections.OrderedDict):

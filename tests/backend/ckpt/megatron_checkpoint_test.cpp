@@ -168,7 +168,8 @@ TEST_CASE("megatron checkpoint: the layout, the args and the model they describe
 TEST_CASE("megatron checkpoint: the weights, read whole, are the ones PyTorch saved") {
   const fs::path* root = megatron_checkpoints();
   if (root == nullptr) return;
-  for (const char* name : {"gpt_core", "llama_legacy", "llama_te"}) {
+  for (const char* name :
+       {"gpt_core", "llama_legacy", "llama_te", "gpt_distributed", "llama_distributed"}) {
     CAPTURE(name);
     check_whole_model(load_whole(*root / name), *root / name / "expected.json");
   }
@@ -212,9 +213,12 @@ TEST_CASE(
   const fs::path* root = megatron_checkpoints();
   if (root == nullptr) return;
   test_support::TemporaryDirectory out;
-  // FP32Optimizer's, Float16OptimizerWithFloat16Params' (fp32 main weights), and the same with
-  // apex's group step and groups told apart by weight_decay (no wd_mult).
-  for (const char* name : {"gpt_core", "llama_legacy", "llama_te"}) {
+  // FP32Optimizer's, Float16OptimizerWithFloat16Params' (fp32 main weights), the same with
+  // apex's group step and groups told apart by weight_decay (no wd_mult), and the distributed
+  // optimizer's distrib_optim.pt (at TP=2 x PP=2 with several buckets on the first stage and
+  // the tied embedding's copies in buckets of their own; bf16 at TP=1).
+  for (const char* name :
+       {"gpt_core", "llama_legacy", "llama_te", "gpt_distributed", "llama_distributed"}) {
     CAPTURE(name);
     const fs::path save = out.path / name;
     std::ostringstream progress;
@@ -291,6 +295,11 @@ TEST_CASE(
   const std::string moment = refusal(*root / "bad_moment");
   CHECK(moment.find("exp_avg of parameter 'decoder.layers.0.self_attention.linear_qkv.weight' "
                     "with 768 elements in the shape [768]") != std::string::npos);
+  // A distrib_optim.pt of a buffer one element short.
+  const std::string buffer = refusal(*root / "bad_distributed");
+  CHECK(buffer.find("bad_distributed/iter_0000020/mp_rank_00/distrib_optim.pt: model chunk 0's "
+                    "grad buffer holds") != std::string::npos);
+  CHECK(buffer.find("--ddp-bucket-size") != std::string::npos);
 
   test_support::TemporaryDirectory scratch;
   const fs::path copy = scratch.path / "gpt_core";
@@ -316,6 +325,22 @@ TEST_CASE(
   // A tracker that is not one.
   std::ofstream(copy / "latest_checkpointed_iteration.txt") << "twenty";
   CHECK(refusal(copy).find("'twenty'") != std::string::npos);
+
+  // The distributed optimizer's file: missing, and in the per-bucket format of before 2024.
+  const fs::path distributed = scratch.path / "gpt_distributed";
+  fs::copy(*root / "gpt_distributed", distributed, fs::copy_options::recursive);
+  const fs::path state = distributed / "iter_0000020" / "mp_rank_01_001" / "distrib_optim.pt";
+  fs::rename(state, scratch.path / "moved.pt");
+  const std::string no_state = refusal(distributed);
+  CHECK(no_state.find("mp_rank_01_001/model_optim_rng.pt: its optimizer state is the "
+                      "distributed optimizer's, whose parameters and moments are in") !=
+        std::string::npos);
+  CHECK(no_state.find("mp_rank_01_001/distrib_optim.pt, which is missing") != std::string::npos);
+  fs::copy_file(*root / "gpt_core" / "iter_0000020" / "mp_rank_01_001" / "model_optim_rng.pt",
+                state);
+  CHECK(refusal(distributed)
+            .find("distrib_optim.pt: it is in the distributed optimizer's format "
+                  "of before February 2024") != std::string::npos);
 }
 
 namespace {
@@ -337,41 +362,47 @@ struct LoadTarget {
 TEST_CASE("megatron checkpoint: pretrain_gpt's load reads one at its own layout directly") {
   const fs::path* root = megatron_checkpoints();
   if (root == nullptr) return;
-  const fs::path directory = *root / "llama_te";  // TP=1 x PP=1, bf16 with fp32 main weights
-  LoadTarget target(backend::open_megatron_shards(directory));
-  std::ostringstream out;
-  const backend::CheckpointLoadOptions options{
-      .directory = directory, .no_load_rng = true, .use_checkpoint_opt_param_scheduler = true};
-  const auto progress =
-      backend::load_checkpoint(options, target.model, target.optimizer, target.scheduler, out);
-  INFO(out.str());
-  REQUIRE(progress.has_value());
-  CHECK(progress->iteration == 20);
-  CHECK(progress->consumed_train_samples == 160);
-  CHECK(progress->consumed_valid_samples == 32);
-  CHECK(out.str().find("successfully loaded checkpoint from " + directory.string()) !=
-        std::string::npos);
-  check_whole_model(target.model, directory / "expected.json");
-  CHECK(target.optimizer.steps_taken() == 20);
-  CHECK(target.scheduler.num_steps() == 160);
-  CHECK(target.scheduler.schedule().max_lr == 3e-4);
-  CHECK(target.scheduler.schedule().warmup_steps == 40);
-  // The moments, by parameter.
-  const auto numel = static_cast<size_t>(target.model.parameter_buffer().numel);
-  std::vector<float> exp_avg(numel), exp_avg_sq(numel);
-  target.optimizer.copy_moments_to_host(exp_avg, exp_avg_sq);
-  const nlohmann::json expected =
-      nlohmann::json::parse(std::ifstream(directory / "expected_moments.json"));
-  for (const auto& tensor : target.model.tensors()) {
-    CAPTURE(tensor.name);
-    const auto first = exp_avg.begin() + tensor.offset;
-    CHECK(std::vector<float>(first, first + tensor.numel) ==
-          expected["optimizer.exp_avg." + tensor.name]["values"].get<std::vector<float>>());
-    const auto first_sq = exp_avg_sq.begin() + tensor.offset;
-    CHECK(std::vector<float>(first_sq, first_sq + tensor.numel) ==
-          expected["optimizer.exp_avg_sq." + tensor.name]["values"].get<std::vector<float>>());
+  // TP=1 x PP=1, bf16 with fp32 main weights: Float16Optimizer's and the distributed one's.
+  for (const char* name : {"llama_te", "llama_distributed"}) {
+    CAPTURE(name);
+    const fs::path directory = *root / name;
+    LoadTarget target(backend::open_megatron_shards(directory));
+    std::ostringstream out;
+    const backend::CheckpointLoadOptions options{
+        .directory = directory, .no_load_rng = true, .use_checkpoint_opt_param_scheduler = true};
+    const auto progress =
+        backend::load_checkpoint(options, target.model, target.optimizer, target.scheduler, out);
+    INFO(out.str());
+    REQUIRE(progress.has_value());
+    CHECK(progress->iteration == 20);
+    CHECK(progress->consumed_train_samples == 160);
+    CHECK(progress->consumed_valid_samples == 32);
+    CHECK(out.str().find("successfully loaded checkpoint from " + directory.string()) !=
+          std::string::npos);
+    check_whole_model(target.model, directory / "expected.json");
+    CHECK(target.optimizer.steps_taken() == 20);
+    CHECK(target.scheduler.num_steps() == 160);
+    CHECK(target.scheduler.schedule().max_lr == 3e-4);
+    CHECK(target.scheduler.schedule().warmup_steps == 40);
+    // The moments, by parameter.
+    const auto numel = static_cast<size_t>(target.model.parameter_buffer().numel);
+    std::vector<float> exp_avg(numel), exp_avg_sq(numel);
+    target.optimizer.copy_moments_to_host(exp_avg, exp_avg_sq);
+    const nlohmann::json expected =
+        nlohmann::json::parse(std::ifstream(directory / "expected_moments.json"));
+    for (const auto& tensor : target.model.tensors()) {
+      CAPTURE(tensor.name);
+      const auto first = exp_avg.begin() + tensor.offset;
+      CHECK(std::vector<float>(first, first + tensor.numel) ==
+            expected["optimizer.exp_avg." + tensor.name]["values"].get<std::vector<float>>());
+      const auto first_sq = exp_avg_sq.begin() + tensor.offset;
+      CHECK(std::vector<float>(first_sq, first_sq + tensor.numel) ==
+            expected["optimizer.exp_avg_sq." + tensor.name]["values"].get<std::vector<float>>());
+    }
   }
 
+  const fs::path directory = *root / "llama_te";
+  std::ostringstream out;
   // Megatron's RNG state does not map: without --no-load-rng the load says so.
   LoadTarget again(backend::open_megatron_shards(directory));
   const std::string rng = error_of([&] {

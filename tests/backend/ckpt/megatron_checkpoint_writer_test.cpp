@@ -5,8 +5,10 @@
 // load reads; a PyTorch forward of the file (megatron_loss_reference.py) gives the model's loss;
 // under --fp16 and --bf16 the model's tensors are 16-bit, with the fp32 main weights and the
 // loss scaler where Float16OptimizerWithFloat16Params keeps them; a run stopped at a
-// --ckpt-format torch save and resumed from it equals one that never stopped, bit for bit; what
-// is not built is refused before training.
+// --ckpt-format torch save and resumed from it equals one that never stopped, bit for bit; with
+// the distributed optimizer, distrib_optim.pt holds each parameter's state where Megatron's
+// grad-buffer layout puts it (megatron_parameter_state.py finds it there), and resumes as
+// exactly; what is not built is refused before training.
 #include "backend/ckpt/megatron_checkpoint_writer.hpp"
 
 #include <doctest/doctest.h>
@@ -337,20 +339,88 @@ TEST_CASE("a run stopped at a --ckpt-format torch save and resumed equals an uni
   }
 }
 
-TEST_CASE("--ckpt-format: the distributed formats and Megatron's distrib_optim.pt are refused") {
-  test_support::TemporaryDirectory directory;
+TEST_CASE("--ckpt-format: Megatron core's distributed formats are refused") {
   TrainingArguments a = test_support::resumable_gpt_arguments(8);
-  a.checkpointing.ckpt_format = CheckpointFormat::torch_dist;
-  CHECK_THROWS_WITH_AS(validate_arguments(a),
-                       doctest::Contains("--ckpt-format torch_dist: not built; --save writes"),
-                       common::Error);
-  a = test_support::resumable_gpt_arguments(8);
-  a.checkpointing.ckpt_format = CheckpointFormat::torch;
-  a.parallelism.use_distributed_optimizer = true;
-  CHECK_THROWS_WITH_AS(validate_arguments(a),
-                       doctest::Contains("--ckpt-format torch with --use-distributed-optimizer: "
-                                         "writing Megatron's distrib_optim.pt is not built"),
-                       common::Error);
+  for (const CheckpointFormat format :
+       {CheckpointFormat::torch_dist, CheckpointFormat::zarr, CheckpointFormat::torch_dcp}) {
+    a.checkpointing.ckpt_format = format;
+    const std::string refusal =
+        fmt::format("--ckpt-format {}: not built; --save writes", common::enum_name(format));
+    CHECK_THROWS_WITH_AS(validate_arguments(a), doctest::Contains(refusal.c_str()), common::Error);
+  }
+}
+
+namespace {
+
+// megatron_parameter_state.py's JSON of one rank directory: each parameter's fp32 weight and
+// moments as Megatron's code finds them (the distributed optimizer's in distrib_optim.pt at
+// Megatron's grad-buffer layout).
+nlohmann::json parameter_state(const fs::path& rank_directory) {
+  const auto dumped = test_support::run_command(
+      std::string(test_support::kPython) + " " + test_support::kTestSource +
+      "/tests/backend/ckpt/megatron_parameter_state.py " + rank_directory.string());
+  REQUIRE_MESSAGE(dumped.exit_status == 0, dumped.output);
+  return nlohmann::json::parse(dumped.output);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "--ckpt-format torch with the distributed optimizer: distrib_optim.pt at Megatron's "
+    "layout, and an exact resume") {
+  if (!test_support::python_imports("torch", "python3-torch")) return;
+  for (const bool bf16 : {false, true}) {
+    CAPTURE(bf16);
+    test_support::TemporaryDirectory directory;
+    // The same three steps with torch's optimizer state and with the distributed optimizer's.
+    nlohmann::json states[2];
+    for (const bool distributed : {false, true}) {
+      TrainingArguments a = torch_format_arguments(directory.path / "unused");
+      a.run.train_iters = 3;
+      a.precision.bf16 = bf16;
+      a.parallelism.use_distributed_optimizer = distributed;
+      a.checkpointing.save = (directory.path / (distributed ? "distributed" : "torch")).string();
+      validate_arguments(a);
+      std::ostringstream log;
+      pretrain(a, log);
+      const fs::path rank = fs::path(a.checkpointing.save) / "iter_0000003" / "mp_rank_00";
+      CHECK(fs::exists(rank / "distrib_optim.pt") == distributed);
+      CHECK_FALSE(fs::exists(rank / "distrib_optim_000.bin"));
+      states[distributed ? 1 : 0] = parameter_state(rank);
+    }
+    CHECK(states[0]["distributed"] == false);
+    CHECK(states[1]["distributed"] == true);
+    // Megatron's buffer key: (param dtype, grad dtype); a bf16 run's grads are fp32.
+    CHECK(states[1]["dtypes"] ==
+          nlohmann::json::array({bf16 ? "torch.bfloat16" : "torch.float32", "torch.float32"}));
+    const nlohmann::json& want = states[0]["parameters"];
+    const nlohmann::json& got = states[1]["parameters"];
+    CHECK(got.size() == want.size());
+    for (const auto& item : want.items()) {
+      CAPTURE(item.key());
+      REQUIRE(got.contains(item.key()));
+      for (const char* key : {"param", "exp_avg", "exp_avg_sq"}) {
+        CAPTURE(key);
+        CHECK(got[item.key()][key] == item.value()[key]);
+      }
+    }
+  }
+
+  // Stopped at a save with the distributed optimizer in Megatron's format, and resumed.
+  test_support::TemporaryDirectory directory;
+  TrainingArguments base = torch_format_arguments(directory.path / "unused");
+  base.run.train_iters = 8;
+  base.parallelism.use_distributed_optimizer = true;
+  validate_arguments(base);
+  const auto [whole, second] = whole_and_resumed(base, directory.path);
+  CHECK(
+      fs::exists(directory.path / "resumed" / "iter_0000004" / "mp_rank_00" / "distrib_optim.pt"));
+  for (size_t i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    CHECK(second.iterations[i].lm_loss == whole.iterations[4 + i].lm_loss);  // exact
+    CHECK(second.iterations[i].grad_norm == whole.iterations[4 + i].grad_norm);
+    CHECK(second.iterations[i].learning_rate == whole.iterations[4 + i].learning_rate);
+  }
 }
 
 TEST_CASE("--fp16 and --bf16 torch saves: 16-bit model, fp32 main weights, the loss scaler") {

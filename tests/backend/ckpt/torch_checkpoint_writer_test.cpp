@@ -61,6 +61,12 @@ TorchValue sample_tree(const std::vector<float>& weights, const std::vector<int6
       TorchValue::list({TorchValue::tuple({TorchValue::real(0.9), TorchValue::real(0.95)}),
                         TorchValue::list({})}));
   root.set("optimizer", std::move(optimizer));
+  // A dict under a tuple of dtypes (the distributed optimizer's grad buffers).
+  TorchValue buffers = TorchValue::dict();
+  buffers.set(TorchValue::tuple({TorchValue::dtype(TorchDtype::bfloat16),
+                                 TorchValue::dtype(TorchDtype::float32)}),
+              TorchValue::integer(1));
+  root.set("buffers", std::move(buffers));
   return root;
 }
 
@@ -97,6 +103,15 @@ TEST_CASE("torch checkpoint writer: every kind, read back here and by PyTorch") 
   CHECK(read.tensor_values(read.tensor(*model.find("ids"), "ids")) ==
         std::vector<double>{1, -2, static_cast<double>(int64_t{1} << 40)});
   CHECK(read.tensor(*model.find("scalar"), "scalar").shape.empty());
+  const backend::PickleValue& buffers = *root.find("buffers");
+  REQUIRE(buffers.entries.size() == 1);
+  const backend::PickleValue& dtypes = *buffers.entries[0].first;
+  REQUIRE(dtypes.kind == backend::PickleKind::tuple);
+  REQUIRE(dtypes.items.size() == 2);
+  CHECK(dtypes.items[0]->kind == backend::PickleKind::global);
+  CHECK(dtypes.items[0]->text == "torch");
+  CHECK(dtypes.items[0]->name == "bfloat16");
+  CHECK(dtypes.items[1]->name == "float32");
 
   // The storages' data starts on 64-byte boundaries (the local header's extra field pads).
   const std::string bytes = test_support::read_file(file);
@@ -121,7 +136,12 @@ TEST_CASE("torch checkpoint writer: every kind, read back here and by PyTorch") 
   INFO(json.dump());
   CHECK(json["bad_entry"].is_null());
   const nlohmann::json& top = json["value"]["dict"];
-  REQUIRE(top.size() == 6);
+  REQUIRE(top.size() == 7);
+  CHECK(top[6][0] == "buffers");
+  CHECK(top[6][1]["dict"][0][0] ==
+        nlohmann::json::parse(
+            R"({"tuple": [{"dtype": "torch.bfloat16"}, {"dtype": "torch.float32"}]})"));
+  CHECK(top[6][1]["dict"][0][1] == 1);
   CHECK(top[0][0] == "args");
   const nlohmann::json& args = top[0][1]["namespace"];
   CHECK(args["num_layers"] == 4);

@@ -24,6 +24,14 @@ model_optim_rng.pt; the tracker latest_checkpointed_iteration.txt), each into DI
   bad_groups    gpt_core at TP=1 x PP=1 whose optimizer has the word embedding in a group of
                 its own (as --decoupled-lr makes it)
   bad_moment    gpt_core at TP=1 x PP=1 with a flattened exp_avg of the first layer's QKV
+  gpt_distributed  gpt_core saved by the distributed optimizer (--use-distributed-optimizer,
+                --overlap-grad-reduce, --ddp-bucket-size 700): each rank directory's
+                distrib_optim.pt holds the fp32 parameters and moments in the grad buffer's
+                layout (distributed_optimizer_state below); the first stage's buffer is cut
+                into several buckets, and the tied embedding's copies are buckets of their own
+  llama_distributed  llama_te (bf16) saved by the distributed optimizer, one bucket
+  bad_distributed    gpt_distributed at TP=1 x PP=1 whose distrib_optim.pt is for a model with
+                one element fewer
 
   llama_weights llama_legacy at TP=1 x PP=1 saved without optimizer state (--no-save-optim)
 
@@ -46,6 +54,7 @@ import argparse
 import collections
 import io
 import json
+import math
 import os
 import random
 import sys
@@ -244,7 +253,9 @@ def megatron_args(config, tp, pp, bf16):
         adam_beta1=0.9, adam_beta2=0.95, adam_eps=1e-8, clip_grad=1.0, seed=1234,
         bf16=bf16, fp16=False, params_dtype=torch.bfloat16 if bf16 else torch.float32,
         consumed_train_samples=CONSUMED, consumed_valid_samples=32, data_parallel_size=1,
-        world_size=tp * pp, rank=0, ckpt_format="torch", use_distributed_optimizer=False)
+        world_size=tp * pp, rank=0, ckpt_format="torch", use_distributed_optimizer=False,
+        overlap_grad_reduce=False, ddp_bucket_size=None, ddp_num_buckets=None,
+        overlap_param_gather_with_optimizer_step=False)
 
 
 def flatten(model, prefix=""):
@@ -300,9 +311,70 @@ def megatron_optimizer(parameters, main, exp_avg, exp_avg_sq, kind):
             del per_parameter["step"]
         for group in state["param_groups"]:
             group["step"] = ITERATION
+    if kind == "distributed":
+        # DistributedOptimizer.state_dict(): the groups without their parameters, the step in
+        # each (TE's FusedAdam); the moments go to distrib_optim.pt.
+        for group in state["param_groups"]:
+            del group["params"]
+            group["step"] = ITERATION
+        return {"optimizer": {"param_groups": state["param_groups"]}}
     return {"optimizer": state,
             "fp32_from_fp16_params": [[weights[i] for i in decayed],
                                       [weights[i] for i in undecayed]]}
+
+
+def buffer_layout(numels, shared, bucket_size, data_parallel_size=1):
+    """Megatron core's DistributedOptimizer._compute_per_buffer_param_layout for one buffer's
+    parameters (their numels in named_parameters() order; `shared`: whether each is a tied
+    embedding's copy on a pipeline stage, shared_embedding): the parameters in reverse order,
+    each one's start aligned to 64 elements, a bucket closed once it holds bucket_size elements
+    (None: never) and around a shared embedding, each bucket's end padded to lcm(dp, 128).
+    Returns each parameter's (start, bucket) and the buckets' (start, numel_unpadded)."""
+    divisor = math.lcm(data_parallel_size, 128)
+    starts = [None] * len(numels)
+    buckets = []
+    start = bucket_start = 0
+    in_bucket = 0
+
+    def close(end):
+        buckets.append((bucket_start, end - bucket_start))
+        return -(-end // divisor) * divisor
+
+    for i in reversed(range(len(numels))):
+        start = -(-start // 64) * 64
+        if shared[i] and in_bucket:
+            bucket_start = start = close(start)
+            in_bucket = 0
+        end = start + numels[i]
+        starts[i] = (start, len(buckets))
+        in_bucket += 1
+        if (bucket_size is not None and end - bucket_start >= bucket_size) or shared[i]:
+            bucket_start = start = close(end)
+            in_bucket = 0
+        else:
+            start = end
+    if in_bucket:
+        close(end)
+    return starts, buckets
+
+
+def distributed_optimizer_state(parameters, main, exp_avg, exp_avg_sq, shared, bucket_size,
+                                dtypes):
+    """distrib_optim.pt of one model chunk's buffer, as get_parameter_state_dp_zero gathers it
+    on data-parallel rank 0: per state key one fp32 tensor of the buffer's buckets one after the
+    other, each bucket's end padding left out ('numel_unpadded' elements)."""
+    starts, buckets = buffer_layout([t.numel() for _, t in parameters], shared, bucket_size)
+    total = sum(numel for _, numel in buckets)
+    world_start = [sum(numel for _, numel in buckets[:b]) for b in range(len(buckets))]
+    world = {}
+    for key, values in (("param", main), ("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)):
+        tensor = torch.zeros(total, dtype=torch.float32)
+        for i, (start, bucket) in enumerate(starts):
+            at = world_start[bucket] + start - buckets[bucket][0]
+            tensor[at:at + values[i].numel()] = values[i].flatten()
+        world[key] = tensor
+    world["numel_unpadded"] = total
+    return {"buckets_coalesced": True, 0: {dtypes: world}}
 
 
 def whole_moments(whole, seed):
@@ -353,6 +425,20 @@ def save(directory, config, tp, pp, dtype, seed, naming, optimizer=None, version
                 state["optimizer"] = megatron_optimizer(
                     parameters, [main[n] for n in names], [averages[n] for n in names],
                     [squares[n] for n in names], optimizer)
+                if optimizer == "distributed":
+                    # The tied embedding's copies (PP > 1): the first stage's word embedding,
+                    # the last stage's output layer.
+                    tied = not config["untied"] and pp > 1
+                    shared = [tied and ((stage == 0 and n == "embedding.word_embeddings.weight")
+                                        or (stage == pp - 1 and n == "output_layer.weight"))
+                              for n in names]
+                    # Bucketing is off but on the first stage (training.py: get_model).
+                    bucket_size = args.ddp_bucket_size if args.overlap_grad_reduce and \
+                        stage == 0 else None
+                    dtypes = (dtype, torch.float32)
+                    distributed = distributed_optimizer_state(
+                        parameters, [main[n] for n in names], [averages[n] for n in names],
+                        [squares[n] for n in names], shared, bucket_size, dtypes)
                 state["opt_param_scheduler"] = {
                     "max_lr": 3e-4, "lr_warmup_steps": 40, "num_steps": CONSUMED,
                     "lr_decay_style": "cosine", "lr_decay_steps": 800, "min_lr": 3e-5,
@@ -363,6 +449,10 @@ def save(directory, config, tp, pp, dtype, seed, naming, optimizer=None, version
             name = f"mp_rank_{rank:02d}" if pp == 1 else f"mp_rank_{rank:02d}_{stage:03d}"
             os.makedirs(os.path.join(iteration_dir, name), exist_ok=True)
             torch.save(state, os.path.join(iteration_dir, name, "model_optim_rng.pt"))
+            if optimizer == "distributed":
+                if state_edit is not None:
+                    state_edit(distributed)
+                torch.save(distributed, os.path.join(iteration_dir, name, "distrib_optim.pt"))
     with open(os.path.join(directory, "latest_checkpointed_iteration.txt"), "w") as tracker:
         tracker.write(str(ITERATION))
     # The weights read: the fp32 main weights where the optimizer keeps them, else the model's.
@@ -404,6 +494,25 @@ def main():
             state["optimizer"]["state"][2]["exp_avg"].flatten()
     save(os.path.join(out, "bad_moment"), gpt, 1, 1, torch.float32, 1, core_local, "fp32",
          state_edit=reshape_moment)
+
+    def distributed_args(args):
+        args.use_distributed_optimizer = True
+        args.overlap_grad_reduce = True
+        args.ddp_bucket_size = 700
+    save(os.path.join(out, "gpt_distributed"), gpt, 2, 2, torch.float32, 1, core_local,
+         "distributed", args_edit=distributed_args)
+    save(os.path.join(out, "llama_distributed"), llama, 1, 1, torch.bfloat16, 2,
+         core_transformer_engine, "distributed",
+         args_edit=lambda args: setattr(args, "use_distributed_optimizer", True))
+
+    def one_element_fewer(state):
+        if "buckets_coalesced" in state:
+            world = state[0][(torch.float32, torch.float32)]
+            for key in ("param", "exp_avg", "exp_avg_sq"):
+                world[key] = world[key][:-1].clone()
+            world["numel_unpadded"] -= 1
+    save(os.path.join(out, "bad_distributed"), gpt, 1, 1, torch.float32, 1, core_local,
+         "distributed", args_edit=distributed_args, state_edit=one_element_fewer)
 
     def add_unknown(model):
         model["language_model"]["encoder"]["layers.0.self_attention.rotary.inv_freq"] = \
