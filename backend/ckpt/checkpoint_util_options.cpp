@@ -21,6 +21,10 @@ constexpr common::FlagRule kCheckpointUtilFlagRules[] = {
     common::text_flag("--load"),
     common::text_flag("--export-hf"),
     common::text_flag("--import-hf"),
+    common::text_flag("--export-nemo"),
+    common::text_flag("--import-nemo"),
+    common::text_flag("--vocab-file"),
+    common::text_flag("--merge-file"),
     common::text_flag("--save"),
     common::integer_flag("--target-tensor-parallel-size", 1),
     common::integer_flag("--target-pipeline-parallel-size", 1),
@@ -51,7 +55,8 @@ void take_converter_spelling(CheckpointUtilOptions& options, const CLI::App& app
                              const std::string& model_type, std::string loader, std::string saver,
                              const std::string& load_dir, const std::string& save_dir,
                              const std::string& saver_transformer_impl) {
-  for (const char* ours : {"--load", "--save", "--export-hf", "--import-hf"}) {
+  for (const char* ours :
+       {"--load", "--save", "--export-hf", "--import-hf", "--export-nemo", "--import-nemo"}) {
     if (app.count(ours) > 0) {
       common::fail(
           "checkpoint_util: {} is this tool's spelling, and --model-type, --loader, "
@@ -106,7 +111,8 @@ void take_converter_spelling(CheckpointUtilOptions& options, const CLI::App& app
 
 std::optional<CheckpointUtilOptions> parse_checkpoint_util_arguments(int argc, const char* const* argv) {
   CheckpointUtilOptions options;
-  CLI::App app{"Convert checkpoints: to and from Hugging Face models, and to another "
+  CLI::App app{"Convert checkpoints: to and from Hugging Face models and NeMo archives, and to "
+               "another "
                "tensor- and pipeline-parallel size", "checkpoint_util"};
   auto* load = app.add_option("--load", options.load,
                               "Checkpoint directory to read (the --save of a run, ours or "
@@ -116,6 +122,17 @@ std::optional<CheckpointUtilOptions> parse_checkpoint_util_arguments(int argc, c
                                    "Write the checkpoint's model here as a Hugging Face directory");
   auto* import_hf = app.add_option("--import-hf", options.import_hf,
                                    "Hugging Face directory (config.json, model.safetensors) to import");
+  auto* export_nemo = app.add_option("--export-nemo", options.export_nemo,
+                                     "Write the checkpoint's model here as a NeMo .nemo archive "
+                                     "(model_config.yaml, model_weights.ckpt)");
+  auto* import_nemo = app.add_option("--import-nemo", options.import_nemo,
+                                     "NeMo .nemo archive to import (NeMo 1.x's GPT, mcore_gpt "
+                                     "false)");
+  auto* vocab_file = app.add_option("--vocab-file", options.vocab_file,
+                                    "--export-nemo: GPT-2 BPE's vocab.json, packed into the "
+                                    "archive (NeMo's conversion.model.vocab_file)");
+  auto* merge_file = app.add_option("--merge-file", options.merge_file,
+                                    "--export-nemo: GPT-2 BPE's merges.txt, packed in likewise");
   auto* save = app.add_option("--save", options.save,
                               "Checkpoint directory to write: the import, or the resharded "
                               "checkpoint (a directory other than --load)");
@@ -168,11 +185,19 @@ std::optional<CheckpointUtilOptions> parse_checkpoint_util_arguments(int argc, c
       ->group(converter);
   export_hf->needs(load);
   import_hf->needs(save);
-  replace->needs(import_hf);
+  export_nemo->needs(load);
+  vocab_file->needs(export_nemo);
+  merge_file->needs(export_nemo);
+  import_nemo->needs(save);
   load->excludes(import_hf);
+  load->excludes(import_nemo);
+  import_hf->excludes(import_nemo);
   export_hf->excludes(save);
+  export_nemo->excludes(save);
   target_tp->excludes(export_hf);
   target_tp->excludes(import_hf);
+  target_tp->excludes(export_nemo);
+  target_tp->excludes(import_nemo);
   common::apply_flag_rules(app, kCheckpointUtilFlagRules);
   const common::RefusedFlags no_refused_flags(app, {});
   if (!common::parse_command_line(app, argc, argv, "checkpoint_util", no_refused_flags, "")) {
@@ -193,9 +218,14 @@ std::optional<CheckpointUtilOptions> parse_checkpoint_util_arguments(int argc, c
                    option->get_name());
     }
   }
-  if (options.load.empty() && options.import_hf.empty()) {
-    common::fail("checkpoint_util: nothing to do: give --load DIR --export-hf DIR, --import-hf "
-                 "DIR --save DIR, or --load DIR --save DIR --target-tensor-parallel-size N "
+  if (replace->count() > 0 && !options.importing()) {
+    common::fail("checkpoint_util: --replace-training-tracker requires --import-hf DIR or "
+                 "--import-nemo FILE");
+  }
+  if (options.load.empty() && !options.importing()) {
+    common::fail("checkpoint_util: nothing to do: give --load DIR --export-hf DIR, --load DIR "
+                 "--export-nemo FILE, --import-hf DIR --save DIR, --import-nemo FILE --save DIR, "
+                 "or --load DIR --save DIR --target-tensor-parallel-size N "
                  "[--target-pipeline-parallel-size P]");
   }
   if (options.resharding()) {
@@ -203,9 +233,10 @@ std::optional<CheckpointUtilOptions> parse_checkpoint_util_arguments(int argc, c
       common::fail("checkpoint_util: --target-tensor-parallel-size requires --load (the "
                    "checkpoint to reshard) and --save (the directory to write it to)");
     }
-  } else if (!options.load.empty() && options.export_hf.empty()) {
-    common::fail("checkpoint_util: --load requires --export-hf DIR (export to Hugging Face), or "
-                 "--save DIR with --target-tensor-parallel-size N (reshard)");
+  } else if (!options.load.empty() && options.export_hf.empty() && options.export_nemo.empty()) {
+    common::fail("checkpoint_util: --load requires --export-hf DIR (export to Hugging Face), "
+                 "--export-nemo FILE (export to NeMo), or --save DIR with "
+                 "--target-tensor-parallel-size N (reshard)");
   }
   return options;
 }

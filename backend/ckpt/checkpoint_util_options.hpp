@@ -3,6 +3,10 @@
 //   --load DIR --export-hf DIR        a checkpoint → a Hugging Face directory
 //   --import-hf DIR --save DIR        a Hugging Face directory → a release checkpoint
 //       [--replace-training-tracker]  even when DIR's tracker names a training iteration
+//   --load DIR --export-nemo FILE     a checkpoint → a NeMo .nemo archive
+//       [--vocab-file F --merge-file F]  GPT-2 BPE's files, packed in
+//   --import-nemo FILE --save DIR     a .nemo → a release checkpoint
+//       [--replace-training-tracker]
 //   --load DIR --save DIR --target-tensor-parallel-size N
 //       [--target-pipeline-parallel-size P] [--make-vocab-size-divisible-by D]
 //                                     a checkpoint → the same checkpoint at another
@@ -29,7 +33,8 @@
 namespace backend {
 
 struct CheckpointUtilOptions {
-  std::string load, export_hf, import_hf, save;
+  std::string load, export_hf, import_hf, export_nemo, import_nemo, save;
+  std::string vocab_file, merge_file;  // --export-nemo: GPT-2 BPE's files to pack
   bool replace_training_tracker = false;
   // Resharding: the target tensor-parallel size (0: not resharding), the target pipeline size,
   // and the target's --make-vocab-size-divisible-by (0: the checkpoint's).
@@ -42,6 +47,7 @@ struct CheckpointUtilOptions {
   MegatronModuleSpec saver_transformer_impl = MegatronModuleSpec::transformer_engine;
 
   bool resharding() const { return target_tensor_parallel_size > 0 || megatron_converter; }
+  bool importing() const { return !import_hf.empty() || !import_nemo.empty(); }
 };
 
 // nullopt after --help (printed to stdout).

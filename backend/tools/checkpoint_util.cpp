@@ -8,6 +8,11 @@
 //       pretrain_gpt --load starts from; the flags that build its model are printed. Refused
 //       while a live run holds the directory's save.lock, and, without the flag, when its
 //       tracker names a training iteration.
+//   checkpoint_util --load <checkpoint dir> --export-nemo <file.nemo>
+//       the same weights as NeMo's .nemo archive (model_config.yaml + model_weights.ckpt,
+//       ckpt/nemo_archive.hpp), the launcher's conversion stage's megatron_gpt.nemo
+//   checkpoint_util --import-nemo <file.nemo> --save <checkpoint dir> [--replace-training-tracker]
+//       a NeMo GPT's .nemo → a release checkpoint, its tokenizer files beside it
 //   checkpoint_util --load <checkpoint dir> --save <new dir> --target-tensor-parallel-size N
 //       [--target-pipeline-parallel-size P] [--make-vocab-size-divisible-by D]
 //       the checkpoint the tracker names, resharded to N tensor-parallel ranks and P pipeline
@@ -36,6 +41,7 @@
 #include "backend/ckpt/checkpoint_reshard.hpp"
 #include "backend/ckpt/checkpoint_util_options.hpp"
 #include "backend/ckpt/hf_format.hpp"
+#include "backend/ckpt/nemo_archive.hpp"
 #include "backend/common/logging.hpp"
 #include "backend/common/tool_main.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
@@ -224,32 +230,59 @@ int run(const backend::CheckpointUtilOptions& options, const std::vector<std::st
   if (options.resharding()) return reshard(options, command_line);
   if (!options.load.empty()) {
     const auto model = backend::load_checkpoint_weights(options.load, std::cout);
-    backend::export_hf(options.export_hf, model);
-    const auto json = backend::hf_config_json(model.config());
-    std::cout << fmt::format(" exported {} parameters as {} to {}\n", model.parameters().size(),
-                             json["architectures"][0].get<std::string>(), options.export_hf);
+    if (!options.export_hf.empty()) {
+      backend::export_hf(options.export_hf, model);
+      const auto json = backend::hf_config_json(model.config());
+      std::cout << fmt::format(" exported {} parameters as {} to {}\n", model.parameters().size(),
+                               json["architectures"][0].get<std::string>(), options.export_hf);
+    }
+    if (!options.export_nemo.empty()) {
+      backend::CheckpointModelRecord record =
+          backend::read_saved_model_record(options.load, "--load");
+      backend::export_nemo(options.export_nemo, model, record,
+                           {.vocab_file = options.vocab_file, .merge_file = options.merge_file});
+      std::cout << fmt::format(" exported {} parameters as a NeMo archive to {}\n",
+                               model.parameters().size(), options.export_nemo);
+    }
     return 0;
   }
   // Held from the check to the save: no run can start saving there in between.
   const common::ExclusiveFileLock save_lock = backend::lock_save_directory(options.save);
   backend::check_release_destination(options.save, options.replace_training_tracker);
-  const auto model = backend::import_hf(options.import_hf);
-  backend::CheckpointModelRecord record = backend::arguments_for_model(model.config());
-  const std::string tokenizer =
-      backend::record_hf_tokenizer(record, options.import_hf, model.config().vocab_size);
+  std::optional<backend::GptModel<float>> model;
+  backend::CheckpointModelRecord record;
+  std::string tokenizer, source;
+  std::vector<std::string> tokenizer_flags;
+  if (!options.import_hf.empty()) {
+    source = options.import_hf;
+    model.emplace(backend::import_hf(options.import_hf));
+    record = backend::arguments_for_model(model->config());
+    tokenizer =
+        backend::record_hf_tokenizer(record, options.import_hf, model->config().vocab_size);
+  } else {
+    source = options.import_nemo;
+    // The tokenizer's files go beside the checkpoint, where the printed flags name them.
+    backend::NemoImport imported = backend::import_nemo(
+        options.import_nemo, std::filesystem::path(options.save) / "nemo_tokenizer");
+    record = imported.record;
+    tokenizer_flags = imported.tokenizer_flags;
+    model.emplace(std::move(imported.model));
+    tokenizer = fmt::format("tokenizer: {} (the archive's)", record.tokenizer.tokenizer_type);
+  }
   // Saved as pretrain_gpt saves: the record and the arguments dump of a run with these flags.
   backend::TrainingArguments arguments = backend::arguments_with_model(record);
   arguments.checkpointing.save = options.save;
   arguments.checkpointing.no_save_optim = true;
   arguments.checkpointing.no_save_rng = true;
   arguments.command_line = command_line;
-  backend::save_release_checkpoint(arguments, model, std::cout);
+  backend::save_release_checkpoint(arguments, *model, std::cout);
+  std::vector<std::string> flags = model_flags(record);
+  flags.insert(flags.end(), tokenizer_flags.begin(), tokenizer_flags.end());
   std::cout << " " << tokenizer << '\n';
   std::cout << fmt::format(
       " imported {} parameters from {}; continue training with\n"
       "   pretrain_gpt {} --load {} ...\n",
-      model.parameters().size(), options.import_hf, fmt::join(model_flags(record), " "),
-      options.save);
+      model->parameters().size(), source, fmt::join(flags, " "), options.save);
   return 0;
 }
 

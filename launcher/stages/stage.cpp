@@ -27,7 +27,7 @@ const std::vector<NemoStage>& nemo_stages() {
        "download, decompress, preprocess_data", true},
       {"training", "pretrains a model (megatron_gpt_pretraining.py)", "pretrain_gpt", true},
       {"conversion", "converts a training checkpoint into a .nemo file",
-       "checkpoint_util --export-hf (Hugging Face safetensors, not .nemo)", true},
+       "checkpoint_util --export-nemo (NeMo 1.x's legacy GPT) and --export-hf", true},
       {"evaluation", "evaluates a checkpoint on benchmark tasks (lm-evaluation-harness, or NeMo's own)",
        "evaluate_gpt (Megatron's zero-shot LAMBADA and WikiText perplexity)", true},
       {"export", "exports a .nemo model for Triton Inference Server (FasterTransformer / TensorRT-LLM)",

@@ -798,10 +798,10 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
       restore != nullptr && !restore->is_null()) {
     const std::string path = restore->as_string("training.model.restore_from_path");
     if (path.empty() || path.ends_with(".nemo")) {
-      common::fail("training.model.restore_from_path: '{}' is not a checkpoint directory; NeMo's "
-                   ".nemo files are not read here: convert the model with `checkpoint_util "
-                   "--import-hf <Hugging Face dir> --save <dir>` (or give pretrain_gpt's --save "
-                   "directory) and set restore_from_path to that directory",
+      common::fail("training.model.restore_from_path: '{}' is not a checkpoint directory; a "
+                   ".nemo file is imported first: `checkpoint_util --import-nemo <file.nemo> "
+                   "--save <dir>` (or --import-hf <Hugging Face dir>, or give pretrain_gpt's "
+                   "--save directory) and set restore_from_path to that directory",
                    path);
     }
     arguments.insert(arguments.end(), {"--pretrained-checkpoint", path});

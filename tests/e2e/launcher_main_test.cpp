@@ -309,12 +309,16 @@ TEST_CASE("stages run in order: an empty stage is skipped, conversion exports th
   // training ran to completion and saved its checkpoint.
   CHECK(run.output.find("training: local job") != std::string::npos);
   CHECK(count_matches(run.output, std::regex(R"( iteration +1/ +1 \|)")) == 1);
-  // conversion exported it with checkpoint_util to <conversion results>/hf.
+  // conversion exported it with checkpoint_util to <conversion results>/hf,
   const fs::path conversion = temporary.path / "gpt3_126m" / "convert_hf";
   CHECK(fs::is_regular_file(conversion / "convert_gpt3_126m_submission.sh"));
   CHECK(run.output.find("as GPT2LMHeadModel to " + (conversion / "hf").string()) != std::string::npos);
   CHECK(fs::is_regular_file(conversion / "hf" / "config.json"));
   CHECK(fs::is_regular_file(conversion / "hf" / "model.safetensors"));
+  // and to NeMo's <conversion results>/megatron_gpt.nemo.
+  CHECK(run.output.find("as a NeMo archive to " + (conversion / "megatron_gpt.nemo").string()) !=
+        std::string::npos);
+  CHECK(fs::is_regular_file(conversion / "megatron_gpt.nemo"));
   // evaluation: evaluate_gpt read the model's shape from the checkpoint (the stage passes no
   // model flag) and scored the three passages, as Megatron prints it.
   CHECK(run.output.find("Setting num_layers to 2 from checkpoint") != std::string::npos);

@@ -34,6 +34,16 @@ TEST_CASE("checkpoint_util's command line") {
   CHECK(importing->replace_training_tracker);
   CHECK_FALSE(parse_checkpoint_util({"--import-hf", "hf", "--save", "ckpt"})->replace_training_tracker);
   CHECK_FALSE(exporting->resharding());
+  const auto to_nemo = parse_checkpoint_util({"--load", "ckpt", "--export-nemo", "out.nemo"});
+  REQUIRE(to_nemo);
+  CHECK(to_nemo->export_nemo == "out.nemo");
+  CHECK_FALSE(to_nemo->importing());
+  const auto from_nemo = parse_checkpoint_util(
+      {"--import-nemo", "in.nemo", "--save", "ckpt", "--replace-training-tracker"});
+  REQUIRE(from_nemo);
+  CHECK(from_nemo->import_nemo == "in.nemo");
+  CHECK(from_nemo->importing());
+  CHECK(from_nemo->replace_training_tracker);
   const auto resharding = parse_checkpoint_util({"--load", "ckpt", "--save", "out", "--target-tensor-parallel-size",
                                  "4", "--target-pipeline-parallel-size", "1",
                                  "--make-vocab-size-divisible-by", "32"});
@@ -58,11 +68,19 @@ TEST_CASE("checkpoint_util's command line") {
       {{}, "nothing to do"},
       {{"--load", "x"}, "--load requires --export-hf"},
       {{"--import-hf", "x"}, "--import-hf requires --save"},
-      {{"--load", "x", "--export-hf", "y", "--replace-training-tracker"}, "--replace-training-tracker requires --import-hf"},
+      {{"--load", "x", "--export-hf", "y", "--replace-training-tracker"}, "--replace-training-tracker requires --import-hf DIR or --import-nemo FILE"},
+      {{"--import-nemo", "x"}, "--import-nemo requires --save"},
+      {{"--export-nemo", "x"}, "--export-nemo requires --load"},
+      {{"--load", "x", "--export-nemo", "y", "--save", "z"}, "excludes"},
+      {{"--import-nemo", "x", "--import-hf", "y", "--save", "z"}, "excludes"},
+      {{"--load", "x", "--import-nemo", "y", "--save", "z"}, "excludes"},
+      {{"--import-nemo", "x", "--save", "y", "--target-tensor-parallel-size", "2"}, "excludes"},
+      {{"--model-type", "GPT", "--load-dir", "x", "--save-dir", "y", "--export-nemo", "z"},
+       "--export-nemo requires --load"},
       {{"--load", "x", "--export-hf", "y", "--import-hf", "z", "--save", "w"}, "excludes"},
       {{"--frobnicate"}, "unknown argument --frobnicate"},
       {{"--load"}, "--load"},
-      {{"--load", "x", "--save", "y"}, "--load requires --export-hf DIR (export to Hugging Face), or --save DIR with --target-tensor-parallel-size N"},
+      {{"--load", "x", "--save", "y"}, "--load requires --export-hf DIR (export to Hugging Face), --export-nemo FILE (export to NeMo), or --save DIR with --target-tensor-parallel-size N"},
       {{"--load", "x", "--target-tensor-parallel-size", "2"}, "--target-tensor-parallel-size requires --load (the checkpoint to reshard) and --save"},
       {{"--load", "x", "--save", "y", "--target-tensor-parallel-size", "0"}, "--target-tensor-parallel-size"},
       {{"--load", "x", "--save", "y", "--target-tensor-parallel-size", "two"}, "--target-tensor-parallel-size"},

@@ -449,7 +449,7 @@ TEST_CASE("model.restore_from_path becomes --pretrained-checkpoint, a .nemo file
   }
   CHECK_THROWS_WITH_AS(megatron_training_arguments(composed_126m(
                            {"++training.model.restore_from_path=/m/model.nemo"})),
-                       doctest::Contains("checkpoint_util --import-hf"), common::Error);
+                       doctest::Contains("checkpoint_util --import-nemo <file.nemo> --save <dir>"), common::Error);
 }
 
 TEST_CASE("NeMo's preemption callback (on unless set false) becomes --exit-signal-handler") {
