@@ -239,8 +239,8 @@ MegatronOptimizerRead read_distributed_optimizer(const OptimizerReader& reader,
         TorchTensor slice = world;
         slice.shape = parameters[p].tensor.shape;
         slice.stride.assign(slice.shape.size(), 1);
-        for (size_t d = slice.shape.size(); d-- > 1;) {
-          slice.stride[d - 1] = slice.stride[d] * slice.shape[d];
+        for (size_t d = slice.shape.size(); d > 1; --d) {
+          slice.stride[d - 2] = slice.stride[d - 1] * slice.shape[d - 1];
         }
         slice.storage_offset += layout->offsets[p];
         std::string_view which = key;
@@ -425,7 +425,8 @@ MegatronGradBuffers megatron_grad_buffers(std::span<const MegatronBufferParamete
       position = 0;
       bucket_open = false;
     };
-    for (size_t i = parameters.size(); i-- > 0;) {  // backprop order
+    for (size_t remaining = parameters.size(); remaining > 0; --remaining) {  // backprop order
+      const size_t i = remaining - 1;
       const MegatronBufferParameter& parameter = parameters[i];
       if (parameter.chunk != chunk) continue;
       const bool shared =

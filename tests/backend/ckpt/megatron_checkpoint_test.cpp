@@ -29,6 +29,7 @@
 #include "backend/common/error.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
+#include "tests/backend/ckpt/expected_weights.hpp"
 #include "tests/reference_tools.hpp"
 #include "tests/temporary_directory.hpp"
 #include "tests/test_files.hpp"
@@ -61,25 +62,6 @@ std::string error_of(const std::function<void()>& run) {
   }
   FAIL("expected a refusal");
   return "";
-}
-
-// Every tensor of `model` is expected.json's, value for value.
-void check_whole_model(const backend::GptModel<float>& model, const fs::path& expected_file) {
-  const nlohmann::json expected = nlohmann::json::parse(std::ifstream(expected_file));
-  std::vector<float> host(static_cast<size_t>(model.parameter_buffer().numel));
-  model.copy_parameters_to_host(std::span<float>(host));
-  size_t checked = 0;
-  for (const auto& tensor : model.tensors()) {
-    CAPTURE(tensor.name);
-    REQUIRE(expected.contains(tensor.name));
-    const nlohmann::json& want = expected[tensor.name];
-    CHECK(tensor.shape == want["shape"].get<std::vector<int64_t>>());
-    const std::vector<float> values(host.begin() + tensor.offset,
-                                    host.begin() + tensor.offset + tensor.numel);
-    CHECK(values == want["values"].get<std::vector<float>>());
-    ++checked;
-  }
-  CHECK(checked == expected.size());
 }
 
 backend::GptModel<float> load_whole(const fs::path& directory) {
@@ -171,7 +153,7 @@ TEST_CASE("megatron checkpoint: the weights, read whole, are the ones PyTorch sa
   for (const char* name :
        {"gpt_core", "llama_legacy", "llama_te", "gpt_distributed", "llama_distributed"}) {
     CAPTURE(name);
-    check_whole_model(load_whole(*root / name), *root / name / "expected.json");
+    test_support::check_expected_weights(load_whole(*root / name), *root / name / "expected.json");
   }
 }
 
@@ -197,7 +179,7 @@ TEST_CASE("megatron checkpoint: resharded into this backend's format at TP=1 and
       CHECK(result.source_pipeline_parallel == 2);
       CHECK(result.optimizer_state);
       CHECK_FALSE(result.rng_state);
-      check_whole_model(load_whole(save), *root / name / "expected.json");
+      test_support::check_expected_weights(load_whole(save), *root / name / "expected.json");
       const backend::CheckpointFileReader file(backend::checkpoint_file_path(save, 20));
       CHECK(file.metadata()["iteration"] == 20);
       CHECK(file.metadata()["consumed_train_samples"] == 160);
@@ -227,7 +209,7 @@ TEST_CASE(
     CHECK(result.optimizer_state);
     CHECK(result.optimizer_not_read.empty());
     CHECK(progress.str().find("(parameters and optimizer state)") != std::string::npos);
-    check_whole_model(load_whole(save), *root / name / "expected.json");
+    test_support::check_expected_weights(load_whole(save), *root / name / "expected.json");
     const backend::CheckpointFileReader file(backend::checkpoint_file_path(save, 20));
     const nlohmann::json& optimizer = file.metadata()["optimizer"];
     CHECK(optimizer["step"] == 20);
@@ -271,7 +253,7 @@ TEST_CASE(
   CHECK_FALSE(weights.optimizer_state);
   CHECK(weights.optimizer_not_read.find("--no-save-optim") != std::string::npos);
   CHECK(progress.str().find("no optimizer state: it was saved without") != std::string::npos);
-  check_whole_model(load_whole(out.path / "weights"), *root / "llama_weights" / "expected.json");
+  test_support::check_expected_weights(load_whole(out.path / "weights"), *root / "llama_weights" / "expected.json");
 }
 
 TEST_CASE(
@@ -379,7 +361,7 @@ TEST_CASE("megatron checkpoint: pretrain_gpt's load reads one at its own layout 
     CHECK(progress->consumed_valid_samples == 32);
     CHECK(out.str().find("successfully loaded checkpoint from " + directory.string()) !=
           std::string::npos);
-    check_whole_model(target.model, directory / "expected.json");
+    test_support::check_expected_weights(target.model, directory / "expected.json");
     CHECK(target.optimizer.steps_taken() == 20);
     CHECK(target.scheduler.num_steps() == 160);
     CHECK(target.scheduler.schedule().max_lr == 3e-4);
@@ -425,7 +407,7 @@ TEST_CASE("megatron checkpoint: pretrain_gpt's load reads one at its own layout 
                        "--no-load-optim") != std::string::npos);
   backend::load_checkpoint({.directory = saved_without, .no_load_optim = true, .no_load_rng = true},
                            weights.model, weights.optimizer, weights.scheduler, out);
-  check_whole_model(weights.model, saved_without / "expected.json");
+  test_support::check_expected_weights(weights.model, saved_without / "expected.json");
 }
 
 TEST_CASE("megatron checkpoint: --load at another layout says how to reshard it") {

@@ -26,6 +26,7 @@
 
 #include "backend/ckpt/tar_archive.hpp"
 #include "backend/common/error.hpp"
+#include "tests/backend/ckpt/expected_weights.hpp"
 #include "tests/reference_tools.hpp"
 #include "tests/temporary_directory.hpp"
 #include "tests/test_files.hpp"
@@ -60,24 +61,6 @@ std::string error_of(const std::function<void()>& run) {
   return "";
 }
 
-// Every tensor of `model` is the expected file's, value for value.
-void check_model(const backend::GptModel<float>& model, const fs::path& expected_file) {
-  const nlohmann::json expected = nlohmann::json::parse(std::ifstream(expected_file));
-  std::vector<float> host(static_cast<size_t>(model.parameter_buffer().numel));
-  model.copy_parameters_to_host(std::span<float>(host));
-  size_t checked = 0;
-  for (const auto& tensor : model.tensors()) {
-    CAPTURE(tensor.name);
-    REQUIRE(expected.contains(tensor.name));
-    CHECK(tensor.shape == expected[tensor.name]["shape"].get<std::vector<int64_t>>());
-    CHECK(std::vector<float>(host.begin() + tensor.offset,
-                             host.begin() + tensor.offset + tensor.numel) ==
-          expected[tensor.name]["values"].get<std::vector<float>>());
-    ++checked;
-  }
-  CHECK(checked == expected.size());
-}
-
 // read_nemo_archive.py's JSON of `archive`, merged against the launcher's 23.08 Llama 2 config.
 nlohmann::json read_with_nemo_tools(const fs::path& archive) {
   const auto read = test_support::run_command(
@@ -95,7 +78,7 @@ TEST_CASE("nemo archive: NeMo 23.x GPT and Llama-like archives import with weigh
   if (root == nullptr) return;
   test_support::TemporaryDirectory artifacts;
   const backend::NemoImport gpt = backend::import_nemo(*root / "gpt.nemo", artifacts.path / "gpt");
-  check_model(gpt.model, *root / "expected_gpt.json");
+  test_support::check_expected_weights(gpt.model, *root / "expected_gpt.json");
   CHECK(gpt.record.model.num_layers == 2);
   CHECK(gpt.record.model.seq_length == 8);
   CHECK(gpt.record.model.ffn_hidden_size == 64);
@@ -112,7 +95,7 @@ TEST_CASE("nemo archive: NeMo 23.x GPT and Llama-like archives import with weigh
   // gzip-compressed, SentencePiece, RMSNorm, RoPE, SwiGLU's two halves, no biases, untied.
   const backend::NemoImport llama =
       backend::import_nemo(*root / "llama.nemo", artifacts.path / "llama");
-  check_model(llama.model, *root / "expected_llama.json");
+  test_support::check_expected_weights(llama.model, *root / "expected_llama.json");
   const backend::ModelArguments& model = llama.record.model;
   CHECK(model.swiglu);
   CHECK(model.normalization == backend::Normalization::rms_norm);
@@ -186,7 +169,7 @@ TEST_CASE("nemo archive: an export reads as NeMo reads it, and imports back unch
     }
     // Imported back: the same model.
     const backend::NemoImport again = backend::import_nemo(exported, directory.path / "again");
-    check_model(again.model, *root / ("expected_" + std::string(name) + ".json"));
+    test_support::check_expected_weights(again.model, *root / ("expected_" + std::string(name) + ".json"));
   }
 }
 
