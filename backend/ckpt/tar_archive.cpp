@@ -245,7 +245,7 @@ namespace {
 std::array<std::byte, kBlock> ustar_header(const std::string& name, uint64_t size, char type) {
   std::array<std::byte, kBlock> header{};
   auto put = [&](size_t offset, std::string_view text) {
-    std::memcpy(header.data() + offset, text.data(), text.size());
+    if (!text.empty()) std::memcpy(header.data() + offset, text.data(), text.size());
   };
   std::string_view stem = name, prefix;
   if (name.size() > 100) {
