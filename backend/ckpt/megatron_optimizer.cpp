@@ -201,11 +201,7 @@ MegatronOptimizerRead read_distributed_optimizer(const OptimizerReader& reader,
   result.exp_avg.resize(parameters.size());
   result.exp_avg_sq.resize(parameters.size());
   if (mixed_precision) result.main_weights.resize(parameters.size());
-  size_t chunks = 0;
-  for (const MegatronParameter& parameter : parameters) {
-    chunks = std::max(chunks, parameter.chunk + 1);
-  }
-  for (size_t chunk = 0; chunk < chunks; ++chunk) {
+  for (size_t chunk = 0; chunk < aligned.numel.size(); ++chunk) {  // one buffer per chunk
     const PickleValue& buffer = chunk_buffer(*state, chunk);
     const PickleValue* numel_unpadded = buffer.find("numel_unpadded");
     if (numel_unpadded == nullptr || numel_unpadded->kind != PickleKind::integer) {

@@ -52,14 +52,18 @@ class NemoConfig {
 
   // The node under `key`, nullopt when absent or null.
   std::optional<YAML::Node> find(std::string_view key) const {
-    YAML::Node node = YAML::Clone(root_);
+    // Read-only walk: a const node's operator[] adds no key, and reset() rebinds the handle
+    // without assigning into the config (yaml-cpp's operator= would), so nothing is copied.
+    YAML::Node node;
+    node.reset(root_);
     size_t start = 0;
     while (true) {
       const size_t dot = key.find('.', start);
       const std::string part(key.substr(start, dot - start));
       if (!node.IsMap()) return std::nullopt;
-      node = node[part];
-      if (!node.IsDefined() || node.IsNull()) return std::nullopt;
+      const YAML::Node child = std::as_const(node)[part];
+      if (!child.IsDefined() || child.IsNull()) return std::nullopt;
+      node.reset(child);
       if (dot == std::string_view::npos) return node;
       start = dot + 1;
     }
