@@ -27,6 +27,7 @@
 #include "backend/ckpt/checkpoint_record.hpp"
 #include "backend/ckpt/megatron_checkpoint.hpp"
 #include "backend/ckpt/megatron_checkpoint_writer.hpp"
+#include "backend/ckpt/megatron_dist_checkpoint.hpp"
 #include "backend/ckpt/shard_file.hpp"
 #include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
@@ -1238,9 +1239,15 @@ std::string why_not_read(const json& metadata, const char* key, const char* othe
 std::unique_ptr<ShardFile> open_rank_shard(const fs::path& directory,
                                            const TrackedCheckpoint& tracked,
                                            const Communicator& group, const Communicator& stages,
+                                           const PipelineStage& stage,
                                            const CheckpointLoadOptions& options) {
   if (is_megatron_checkpoint(directory)) {
     const MegatronCheckpointLayout layout = read_megatron_layout(directory);
+    // A torch_dist checkpoint stores every tensor whole: it is read at this run's layout, as
+    // Megatron's dist-checkpoint load reshards.
+    if (layout.distributed) {
+      return open_megatron_dist_shard_file(layout, group.size(), group.rank(), stage);
+    }
     if (layout.tensor_parallel != group.size() || layout.pipeline_parallel != stages.size()) {
       const std::unique_ptr<ShardFile> first = open_megatron_shard_file(layout, 0, 0);
       check_saved_layout(CheckpointMetadata(first->metadata(), first->path()), group, stages,
@@ -1289,7 +1296,7 @@ std::optional<TrainingProgress> load_checkpoint(const CheckpointLoadOptions& opt
   const Communicator& group = model.tensor_parallel_group();
   const Communicator& stages = model.pipeline_parallel_group();
   const std::unique_ptr<ShardFile> shard =
-      open_rank_shard(directory, *tracked, group, stages, options);
+      open_rank_shard(directory, *tracked, group, stages, model.pipeline_stage(), options);
   const ShardFile& reader = *shard;
   const CheckpointMetadata metadata(reader.metadata(), reader.path());
   check_saved_layout(metadata, group, stages, reader.path(), options);

@@ -9,6 +9,7 @@
 #include <map>
 #include <utility>
 
+#include "backend/ckpt/megatron_dist_checkpoint.hpp"
 #include "backend/ckpt/megatron_optimizer.hpp"
 #include "backend/common/enum_names.hpp"
 #include "backend/common/error.hpp"
@@ -132,6 +133,7 @@ void flatten_into(const PickleValue& dict, const std::string& prefix,
 
 fs::path MegatronCheckpointLayout::rank_file(int64_t tensor_parallel_rank,
                                              int64_t pipeline_rank) const {
+  if (distributed) return iteration_directory / kMegatronCommonFile;
   return iteration_directory /
          checkpoint_rank_directory_name(tensor_parallel_rank, pipeline_rank, pipeline_parallel) /
          kMegatronCheckpointFile;
@@ -141,6 +143,7 @@ bool is_megatron_checkpoint(const fs::path& directory) {
   const std::optional<TrackedCheckpoint> tracked = read_checkpoint_tracker(directory);
   if (!tracked) return false;
   const fs::path iteration = tracked->file.parent_path().parent_path();
+  if (is_megatron_dist_directory(iteration)) return true;
   return fs::is_regular_file(iteration / checkpoint_rank_directory_name(0) /
                              kMegatronCheckpointFile) ||
          fs::is_regular_file(iteration / checkpoint_rank_directory_name(0, 0, 2) /
@@ -165,6 +168,10 @@ MegatronCheckpointLayout read_megatron_layout(const fs::path& directory) {
   if (!fs::is_directory(layout.iteration_directory, error)) {
     common::fail("--load {}: its tracker {} names {}, which is not a directory", directory.string(),
                  checkpoint_tracker_path(directory).string(), layout.iteration_directory.string());
+  }
+  if (is_megatron_dist_directory(layout.iteration_directory)) {
+    read_megatron_dist_layout(layout);
+    return layout;
   }
   bool pipelined = false, unpipelined = false;
   int64_t tensor_ranks = 0, stages = 1;
@@ -574,17 +581,8 @@ class MegatronShardFile final : public ShardFile {
 
 }  // namespace
 
-namespace {
-
-// What the file's args say of the whole checkpoint, checked against the layout: the model's
-// record, the padded vocabulary, and the metadata every file's ShardFile starts from.
-struct MegatronCommon {
-  CheckpointModelRecord record;
-  int64_t padded_vocab_size = 0;
-  nlohmann::json metadata;
-};
-
-MegatronCommon read_common(const MegatronCheckpointLayout& layout, const MegatronRankFile& file) {
+MegatronCommon read_megatron_common(const MegatronCheckpointLayout& layout,
+                                    const MegatronRankFile& file) {
   const MegatronArguments args = file.arguments();
   MegatronCommon shared;
   shared.record = megatron_model_record(args);
@@ -617,6 +615,8 @@ MegatronCommon read_common(const MegatronCheckpointLayout& layout, const Megatro
   };
   return shared;
 }
+
+namespace {
 
 // The ShardFile of (rank, stage), whose file is open in `file`.
 std::unique_ptr<MegatronShardFile> open_rank_shard(const MegatronCheckpointLayout& layout,
@@ -671,9 +671,20 @@ std::unique_ptr<MegatronShardFile> open_rank_shard(const MegatronCheckpointLayou
 std::unique_ptr<ShardFile> open_megatron_shard_file(const MegatronCheckpointLayout& layout,
                                                     int64_t tensor_parallel_rank,
                                                     int64_t pipeline_rank) {
+  if (layout.distributed) {
+    const CheckpointModelRecord record =
+        megatron_model_record(MegatronRankFile(layout.rank_file(0, 0)).arguments());
+    const int64_t num_layers = record.model.num_layers;
+    const PipelineStage stage{
+        .pipeline_parallel = layout.pipeline_parallel,
+        .rank = pipeline_rank,
+        .virtual_chunks = record.parallelism.virtual_pipeline_chunks(num_layers)};
+    return open_megatron_dist_shard_file(layout, layout.tensor_parallel, tensor_parallel_rank,
+                                         stage);
+  }
   auto file =
       std::make_unique<MegatronRankFile>(layout.rank_file(tensor_parallel_rank, pipeline_rank));
-  const MegatronCommon shared = read_common(layout, *file);
+  const MegatronCommon shared = read_megatron_common(layout, *file);
   return open_rank_shard(layout, shared, std::move(file), tensor_parallel_rank, pipeline_rank);
 }
 
@@ -681,8 +692,9 @@ MegatronShards open_megatron_shards(const fs::path& directory) {
   MegatronShards shards;
   shards.layout = read_megatron_layout(directory);
   const MegatronCheckpointLayout& layout = shards.layout;
+  if (layout.distributed) return open_megatron_dist_shards(layout);
   auto first = std::make_unique<MegatronRankFile>(layout.rank_file(0, 0));
-  const MegatronCommon shared = read_common(layout, *first);
+  const MegatronCommon shared = read_megatron_common(layout, *first);
   shards.record = shared.record;
   shards.padded_vocab_size = shared.padded_vocab_size;
   for (int64_t stage = 0; stage < layout.pipeline_parallel; ++stage) {

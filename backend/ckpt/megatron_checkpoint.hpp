@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -63,17 +64,23 @@ struct MegatronCheckpointLayout {
   bool release = false;
   int64_t tensor_parallel = 1;
   int64_t pipeline_parallel = 1;
+  // A torch_dist checkpoint (megatron_dist_checkpoint.hpp): the iteration directory is one
+  // distributed checkpoint, the sizes those it was saved with.
+  bool distributed = false;
 
-  // DIR/iter_XXXXXXX/mp_rank_TT[_PPP]/model_optim_rng.pt
+  // DIR/iter_XXXXXXX/mp_rank_TT[_PPP]/model_optim_rng.pt; a torch_dist checkpoint's common.pt
+  // (which holds the args) for every rank.
   std::filesystem::path rank_file(int64_t tensor_parallel_rank, int64_t pipeline_rank) const;
 };
 
-// Whether DIR's tracker names a Megatron-LM torch checkpoint: an iteration directory holding
-// mp_rank_00/model_optim_rng.pt or mp_rank_00_000/model_optim_rng.pt. False without a tracker;
-// a tracker this backend cannot read is a common::Error (read_checkpoint_tracker's).
+// Whether DIR's tracker names a Megatron-LM checkpoint: an iteration directory holding
+// mp_rank_00/model_optim_rng.pt or mp_rank_00_000/model_optim_rng.pt, or a torch_dist
+// checkpoint's metadata.json. False without a tracker; a tracker this backend cannot read is a
+// common::Error (read_checkpoint_tracker's).
 bool is_megatron_checkpoint(const std::filesystem::path& directory);
 
-// The layout of the Megatron checkpoint DIR's tracker names. Refused, naming the file or
+// The layout of the Megatron checkpoint DIR's tracker names (a torch_dist checkpoint's:
+// read_megatron_dist_layout). Refused, naming the file or
 // directory: no tracker, an iteration directory that does not exist, rank directories of both
 // naming schemes or of expert parallelism, a (rank, stage) directory or file missing from the
 // grid the others span.
@@ -131,6 +138,17 @@ class MegatronRankFile {
   std::filesystem::path path_;
   TorchCheckpointFile file_;
 };
+
+// What the args of a checkpoint's file say of the whole checkpoint, checked against the
+// layout: the model's record, the padded vocabulary, and the metadata every rank's ShardFile
+// starts from (iteration, consumed samples, the record, the precision).
+struct MegatronCommon {
+  CheckpointModelRecord record;
+  int64_t padded_vocab_size = 0;
+  nlohmann::json metadata;
+};
+MegatronCommon read_megatron_common(const MegatronCheckpointLayout& layout,
+                                    const MegatronRankFile& file);
 
 // A model state dict's tensors by their dotted names: nested dicts (the legacy model's)
 // flattened, in the file's order. A value that is neither a dict nor a tensor (None, an

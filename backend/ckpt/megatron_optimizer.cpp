@@ -371,6 +371,42 @@ MegatronOptimizerRead read_megatron_optimizer(const MegatronRankFile& file,
   return {.state = std::move(result), .not_read = ""};
 }
 
+nlohmann::json megatron_common_optimizer_metadata(const MegatronRankFile& common,
+                                                  const MegatronArguments& args,
+                                                  int64_t fallback_step) {
+  const OptimizerReader reader(common);
+  const PickleValue* saved = common.file().root().find("optimizer");
+  if (saved == nullptr || saved->kind != PickleKind::dict) reader.fail("'optimizer' is not a dict");
+  // Float16OptimizerWithFloat16Params nests torch's state dict; FP32Optimizer's is it.
+  const PickleValue* torch_state = saved->find("optimizer");
+  if (torch_state == nullptr) torch_state = saved;
+  if (torch_state->kind != PickleKind::dict) reader.fail("'optimizer' is not a dict");
+  std::optional<double> step;
+  if (const PickleValue* state = torch_state->find("state");
+      state != nullptr && state->kind == PickleKind::dict) {
+    if (const PickleValue* common_step = state->find("common_step")) {
+      step = reader.number(*common_step, "the common step");
+    }
+    for (const auto& [index, value] : state->entries) {
+      if (step) break;
+      if (value == nullptr || value->kind != PickleKind::dict) continue;
+      if (const PickleValue* own = value->find("step")) step = reader.number(*own, "a step");
+    }
+  }
+  if (const PickleValue* groups = torch_state->find("param_groups");
+      !step && groups != nullptr && groups->kind == PickleKind::list) {
+    for (const PicklePointer& group : groups->items) {
+      if (group->kind != PickleKind::dict) continue;
+      if (const PickleValue* own = group->find("step")) {
+        step = reader.number(*own, "a param group's step");
+        break;
+      }
+    }
+  }
+  return optimizer_metadata(reader, *saved, step.value_or(static_cast<double>(fallback_step)), true,
+                            args);
+}
+
 MegatronBucketing megatron_bucketing(const MegatronArguments& args) {
   return {.overlap_grad_reduce = args.boolean_or("overlap_grad_reduce", false),
           .overlap_param_gather_with_optimizer_step =

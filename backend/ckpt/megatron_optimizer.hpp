@@ -119,6 +119,15 @@ MegatronGradBuffers megatron_grad_buffers(std::span<const MegatronBufferParamete
                                           const MegatronBucketing& bucketing,
                                           int64_t alignment = 64);
 
+// This backend's "optimizer" metadata section (step, Adam's constants from the args, the fp16
+// loss scaler) of a torch_dist checkpoint's common.pt, whose 'optimizer' keeps what is not
+// sharded: torch's param groups and a 'state' holding the step as 'common_step' (Megatron core
+// since 2025) or per parameter, or the groups' step (TE's and apex's FusedAdam). Older files
+// dropped the step with the sharded moments; `fallback_step` is taken then (the iteration).
+nlohmann::json megatron_common_optimizer_metadata(const MegatronRankFile& common,
+                                                  const MegatronArguments& args,
+                                                  int64_t fallback_step);
+
 // This backend's "opt_param_scheduler" metadata section (checkpoint.cpp's schedule_json) of the
 // file's 'opt_param_scheduler'; nullopt when it has none. A missing key or a value of another
 // type is a common::Error naming the file.

@@ -22,6 +22,8 @@ enum class GlobalRole {
   parameter,      // torch._utils._rebuild_parameter(tensor, ...): the tensor
   latin1_encode,  // _codecs.encode(text, "latin1"): bytes
   object,         // an object for the format's reader
+  enumeration,    // an enum class: applied to its value, or its member by getattr's name
+  enum_member,    // builtins.getattr(an enumeration, member name), as Python 3.11+ pickles one
   referenced,     // named only (storage types, dtypes, numpy.ndarray): never applied
 };
 
@@ -50,11 +52,35 @@ constexpr AllowedGlobal kAllowedGlobals[] = {
     // bytes no reader here opens.
     {"_io", "BytesIO", GlobalRole::object},
     // The enums Megatron keeps in its args (args.model_type, args.attention_backend).
-    {"megatron.core.enums", "ModelType", GlobalRole::object},
-    {"megatron.model.enums", "ModelType", GlobalRole::object},
-    {"megatron.core.transformer.enums", "AttnBackend", GlobalRole::object},
-    {"megatron.core.transformer.enums", "AttnMaskType", GlobalRole::object},
-    {"megatron.model.enums", "AttnMaskType", GlobalRole::object},
+    {"megatron.core.enums", "ModelType", GlobalRole::enumeration},
+    {"megatron.model.enums", "ModelType", GlobalRole::enumeration},
+    {"megatron.core.transformer.enums", "AttnBackend", GlobalRole::enumeration},
+    {"megatron.core.transformer.enums", "AttnMaskType", GlobalRole::enumeration},
+    {"megatron.model.enums", "AttnMaskType", GlobalRole::enumeration},
+    {"builtins", "getattr", GlobalRole::enum_member},
+    // PyTorch Distributed Checkpoint's .metadata (torch_distributed_checkpoint.hpp): its
+    // dataclasses under PyTorch 2.x's module names and 1.13's, the tensor layout, and the path
+    // a 2.x writer records.
+    {"torch.distributed.checkpoint.metadata", "Metadata", GlobalRole::object},
+    {"torch.distributed.checkpoint.metadata", "TensorStorageMetadata", GlobalRole::object},
+    {"torch.distributed.checkpoint.metadata", "ChunkStorageMetadata", GlobalRole::object},
+    {"torch.distributed.checkpoint.metadata", "BytesStorageMetadata", GlobalRole::object},
+    {"torch.distributed.checkpoint.metadata", "MetadataIndex", GlobalRole::object},
+    {"torch.distributed.checkpoint.metadata", "TensorProperties", GlobalRole::object},
+    {"torch.distributed.checkpoint.metadata", "StorageMeta", GlobalRole::object},
+    {"torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING", GlobalRole::enumeration},
+    {"torch.distributed.checkpoint.filesystem", "_StorageInfo", GlobalRole::object},
+    {"torch.distributed._shard.checkpoint.metadata", "Metadata", GlobalRole::object},
+    {"torch.distributed._shard.checkpoint.metadata", "TensorStorageMetadata", GlobalRole::object},
+    {"torch.distributed._shard.checkpoint.metadata", "ChunkStorageMetadata", GlobalRole::object},
+    {"torch.distributed._shard.checkpoint.metadata", "BytesStorageMetadata", GlobalRole::object},
+    {"torch.distributed._shard.checkpoint.metadata", "MetadataIndex", GlobalRole::object},
+    {"torch.distributed._shard.checkpoint.filesystem", "_StorageInfo", GlobalRole::object},
+    {"torch.distributed._shard.sharded_tensor.metadata", "TensorProperties", GlobalRole::object},
+    {"torch.distributed._shard.sharded_tensor.metadata", "MEM_FORMAT_ENCODING",
+     GlobalRole::enumeration},
+    {"torch.serialization", "_get_layout", GlobalRole::object},
+    {"pathlib", "PosixPath", GlobalRole::object},
     // Storage types (the second element of a storage's persistent id) and dtypes.
     {"torch", "FloatStorage", GlobalRole::referenced},
     {"torch", "DoubleStorage", GlobalRole::referenced},
@@ -239,7 +265,8 @@ class Unpickler {
     if (find_allowed(module, name) == nullptr) {
       fail_at(at, fmt::format("the pickle names {}.{}, which a checkpoint has no use for and is "
                               "not loaded (only tensors, their storages, plain containers, "
-                              "argparse.Namespace, numpy's arrays and Megatron's enums are)",
+                              "argparse.Namespace, numpy's arrays, Megatron's enums and PyTorch's "
+                              "distributed-checkpoint metadata are)",
                               module, name));
     }
     PicklePointer value = make(PickleKind::global);
@@ -279,11 +306,27 @@ class Unpickler {
         bytes->text = latin1_bytes(args[0]->text, at);
         return bytes;
       }
-      case GlobalRole::object: {
+      case GlobalRole::object:
+      case GlobalRole::enumeration: {
         PicklePointer object = make(PickleKind::object);
         object->name = qualified;
         object->items = args;
         return object;
+      }
+      case GlobalRole::enum_member: {
+        // getattr(Class, "MEMBER"): only an allowed enum's member, as an object of that enum
+        // holding the member's name.
+        const AllowedGlobal* target = args.size() == 2 && args[0]->kind == PickleKind::global
+                                          ? find_allowed(*args[0])
+                                          : nullptr;
+        if (target == nullptr || target->role != GlobalRole::enumeration ||
+            args[1]->kind != PickleKind::text) {
+          fail_at(at, "builtins.getattr is called with other than (an allowed enum, a name)");
+        }
+        PicklePointer member = make(PickleKind::object);
+        member->name = fmt::format("{}.{}", target->module, target->name);
+        member->items = {args[1]};
+        return member;
       }
       case GlobalRole::referenced:
         break;

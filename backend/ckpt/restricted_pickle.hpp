@@ -9,8 +9,12 @@
 //   torch.Size                       the tuple it wraps
 //   torch._utils._rebuild_parameter  its tensor (the first argument)
 //   _codecs.encode                   bytes: protocol 2 pickles bytes as encode(text, "latin1")
+//   builtins.getattr                 only as getattr(an allowed enum class, "MEMBER"), Python
+//                                    3.11's pickle of an enum member: an object of that enum
+//                                    whose one argument is the member's name
 //   the rest (tensor rebuilds, storage types, dtypes, argparse.Namespace, numpy's arrays and
-//   scalars, the enums Megatron stores)
+//   scalars, the enums Megatron stores, the dataclasses of PyTorch Distributed Checkpoint's
+//   .metadata)
 //                                    an object: the global, the arguments of its REDUCE or
 //                                    NEWOBJ, and the state of its BUILD, for the reader that
 //                                    knows the format (torch_checkpoint.hpp) to interpret

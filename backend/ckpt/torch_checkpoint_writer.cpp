@@ -8,7 +8,9 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <stdexcept>
 
 #include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
@@ -117,6 +119,23 @@ TorchValue& TorchValue::set(int64_t key, TorchValue value) {
 TorchValue& TorchValue::set(TorchValue key, TorchValue value) {
   entries_.emplace_back(std::move(key), std::move(value));
   return entries_.back().second;
+}
+
+TorchValue TorchValue::object(std::string module, std::string name, TorchValue state) {
+  TorchValue value(Kind::object);
+  value.text_ = std::move(module);
+  value.name_ = std::move(name);
+  value.items_.push_back(std::move(state));
+  return value;
+}
+
+TorchValue TorchValue::call(std::string module, std::string name,
+                            std::vector<TorchValue> arguments) {
+  TorchValue value(Kind::call);
+  value.text_ = std::move(module);
+  value.name_ = std::move(name);
+  value.items_ = std::move(arguments);
+  return value;
 }
 
 TorchValue TorchValue::dtype(TorchDtype dtype) {
@@ -305,6 +324,20 @@ class PickleWriter {
         global("torch", name.substr(name.find('.') + 1));
         break;
       }
+      case Kind::object:
+        global(value.text_, value.name_);
+        byte(opcode::kEmptyTuple);
+        byte(opcode::kNewObj);
+        this->value(value.items_.front());
+        byte(opcode::kBuild);
+        break;
+      case Kind::call:
+        global(value.text_, value.name_);
+        byte(opcode::kMark);
+        for (const TorchValue& item : value.items_) this->value(item);
+        byte(opcode::kTuple);
+        byte(opcode::kReduce);
+        break;
     }
   }
 
@@ -340,10 +373,12 @@ constexpr uint64_t kAlignment = 64;  // PyTorch's writer aligns every entry's da
 
 class ZipWriter {
  public:
-  explicit ZipWriter(const std::filesystem::path& path) : file_(path) {}
+  // `write` takes the archive's bytes in order; offsets count from the first.
+  explicit ZipWriter(std::function<void(std::span<const std::byte>)> write)
+      : write_(std::move(write)) {}
 
   void add(const std::string& name, std::span<const std::byte> data) {
-    Entry entry{name, zip_crc32(data), data.size(), file_.bytes_written()};
+    Entry entry{name, zip_crc32(data), data.size(), written_};
     const bool zip64 = data.size() >= kZip32Limit;
     // Local header: 30 bytes, the name, then the extra fields: zip64 sizes where needed, and
     // "FB" padding that puts the data on a 64-byte boundary.
@@ -371,13 +406,13 @@ class ZipWriter {
     put(header, 0x4246, 2);  // "FB"
     put(header, padding, 2);
     header.resize(header.size() + padding, std::byte{'Z'});
-    file_.write(header);
-    file_.write(data);
+    emit(header);
+    emit(data);
     entries_.push_back(std::move(entry));
   }
 
   void finish() {
-    const uint64_t directory_offset = file_.bytes_written();
+    const uint64_t directory_offset = written_;
     std::vector<std::byte> directory;
     for (const Entry& entry : entries_) {
       const bool size64 = entry.size >= kZip32Limit;
@@ -437,8 +472,7 @@ class ZipWriter {
     put(directory, zip64 ? kZip32Limit : directory_size, 4);
     put(directory, zip64 ? kZip32Limit : directory_offset, 4);
     put(directory, 0, 2);
-    file_.write(directory);
-    file_.finish();
+    emit(directory);
   }
 
  private:
@@ -455,7 +489,13 @@ class ZipWriter {
     for (const char c : text) out.push_back(static_cast<std::byte>(c));
   }
 
-  common::DurableFileWriter file_;
+  void emit(std::span<const std::byte> bytes) {
+    write_(bytes);
+    written_ += bytes.size();
+  }
+
+  std::function<void(std::span<const std::byte>)> write_;
+  uint64_t written_ = 0;
   std::vector<Entry> entries_;
 };
 
@@ -465,11 +505,14 @@ std::span<const std::byte> as_bytes(std::string_view text) {
 
 }  // namespace
 
-void write_torch_checkpoint(const std::filesystem::path& path, const TorchValue& root) {
+namespace {
+
+// torch.save's archive of `root` under the directory `archive`, its bytes given to `write`.
+void write_archive(const TorchValue& root, const std::string& archive,
+                   std::function<void(std::span<const std::byte>)> write) {
   PickleWriter pickler;
   const std::vector<std::byte> pickled = pickler.pickle(root);
-  const std::string archive = path.stem().string();
-  ZipWriter zip(path);
+  ZipWriter zip(std::move(write));
   zip.add(archive + "/data.pkl", pickled);
   zip.add(archive + "/byteorder", as_bytes("little"));
   for (const PickleWriter::Storage& storage : pickler.storages()) {
@@ -477,6 +520,32 @@ void write_torch_checkpoint(const std::filesystem::path& path, const TorchValue&
   }
   zip.add(archive + "/version", as_bytes("3\n"));
   zip.finish();
+}
+
+}  // namespace
+
+void write_torch_checkpoint(const std::filesystem::path& path, const TorchValue& root) {
+  common::DurableFileWriter file(path);
+  write_archive(root, path.stem().string(),
+                [&](std::span<const std::byte> bytes) { file.write(bytes); });
+  file.finish();
+}
+
+std::vector<std::byte> torch_checkpoint_bytes(const TorchValue& root) {
+  std::vector<std::byte> out;
+  write_archive(root, "archive", [&](std::span<const std::byte> bytes) {
+    out.insert(out.end(), bytes.begin(), bytes.end());
+  });
+  return out;
+}
+
+std::vector<std::byte> pickle_bytes(const TorchValue& root) {
+  PickleWriter pickler;
+  std::vector<std::byte> pickled = pickler.pickle(root);
+  if (!pickler.storages().empty()) {
+    throw std::logic_error("pickle_bytes of a value holding tensors");
+  }
+  return pickled;
 }
 
 }  // namespace backend

@@ -43,7 +43,9 @@ class TorchValue {
     ordered_dict,
     name_space,
     tensor,
-    dtype
+    dtype,
+    object,  // module.name.__new__(module.name), then BUILD with its state
+    call     // module.name(*arguments): REDUCE
   };
 
   static TorchValue none() { return TorchValue(Kind::none); }
@@ -69,6 +71,12 @@ class TorchValue {
                                        std::span<const float> values);
   // torch.float32, ...: the dtype itself (pickled as its global, as torch pickles a dtype).
   static TorchValue dtype(TorchDtype dtype);
+  // An instance of the class module.name as Python pickles a plain one (a dataclass): the
+  // class's __new__, then BUILD with `state` (its __dict__, or what its __getstate__ gives).
+  // For the few record classes a format needs (PyTorch Distributed Checkpoint's metadata).
+  static TorchValue object(std::string module, std::string name, TorchValue state);
+  // module.name(*arguments), as pickled by an object's __reduce__ (torch.Size, an enum).
+  static TorchValue call(std::string module, std::string name, std::vector<TorchValue> arguments);
 
   Kind kind() const { return kind_; }
   // A dict's, an OrderedDict's or a Namespace's entry under a string key, added at the end.
@@ -86,8 +94,9 @@ class TorchValue {
   bool boolean_ = false;
   int64_t integer_ = 0;
   double real_ = 0;
-  std::string text_;
-  std::vector<TorchValue> items_;
+  std::string text_;               // a text; an object's or a call's module
+  std::string name_;               // an object's or a call's class or function
+  std::vector<TorchValue> items_;  // a tuple's or list's items; an object's state; arguments
   std::vector<std::pair<TorchValue, TorchValue>> entries_;
   TorchDtype dtype_ = TorchDtype::float32;
   std::vector<int64_t> shape_;
@@ -98,5 +107,12 @@ class TorchValue {
 // Writes `root` to `path` (a new file: an existing one is an error) and fsyncs it; the archive's
 // directory name is the file's stem, as torch.save names it. Errors name the file.
 void write_torch_checkpoint(const std::filesystem::path& path, const TorchValue& root);
+
+// The same archive in memory, its directory "archive" as torch.save names it when writing to a
+// stream (what PyTorch Distributed Checkpoint stores for each tensor chunk).
+std::vector<std::byte> torch_checkpoint_bytes(const TorchValue& root);
+
+// `root` pickled alone (protocol 2), without tensors: what pickle.dump writes.
+std::vector<std::byte> pickle_bytes(const TorchValue& root);
 
 }  // namespace backend

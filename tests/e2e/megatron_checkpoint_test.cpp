@@ -12,6 +12,9 @@
 // continues with the same losses. With the distributed optimizer (four ranks at PP=2 × DP=2),
 // each stage's distrib_optim.pt holds every parameter's state where Megatron's grad buffer puts
 // it, and the ranks resume from it bit for bit.
+// A Megatron core torch_dist checkpoint of the same model (PyTorch's distributed-checkpoint
+// writer at TP=2 × PP=2) is loaded directly, resharded on load, by one process and by two ranks
+// at TP=2, which continue with the converted legacy checkpoint's losses.
 // Needs torch in Debian's /usr/bin/python3, as the unit tests of the reader
 // (tests/backend/ckpt/megatron_checkpoint_test.cpp); skipped without it except under CI.
 #include <doctest/doctest.h>
@@ -192,6 +195,68 @@ TEST_CASE("a Megatron-LM checkpoint is converted by checkpoint_util and continue
   CHECK(from_args.output.find("successfully loaded checkpoint from " + llama.string()) !=
         std::string::npos);
   CHECK(test_support::logged_losses(from_args.output).count(21) == 1);
+}
+
+TEST_CASE("a Megatron core torch_dist checkpoint continues here at layouts other than its own") {
+  if (!test_support::python_imports("torch, numpy", "python3-torch python3-numpy")) return;
+  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun");
+  test_support::TemporaryDirectory temporary;
+  // The same GPT, moments and schedule at TP=2 × PP=2, saved by PyTorch in both of Megatron's
+  // formats: legacy (gpt_core) and torch_dist (gpt_dist, by PyTorch's distributed-checkpoint
+  // writer over four gloo ranks).
+  for (const char* script : {"write_megatron_checkpoints.py", "write_torch_dist_checkpoints.py"}) {
+    const auto written = test_support::run_command(
+        std::string(test_support::kPython) + " " + test_support::kTestSource +
+        "/tests/backend/ckpt/" + script + " " + temporary.path.string());
+    REQUIRE_MESSAGE(written.exit_status == 0, written.output);
+  }
+  const fs::path dist = temporary.path / "gpt_dist";
+  std::vector<std::string> run = model_flags();
+  const std::vector<std::string> schedule = schedule_flags("22");
+  run.insert(run.end(), schedule.begin(), schedule.end());
+  run.insert(run.end(), {"--no-load-rng"});
+
+  // The reference: the legacy checkpoint converted to TP=1 and continued.
+  const fs::path converted = temporary.path / "converted";
+  REQUIRE(launcher::run_and_capture({kCheckpointUtil, "--load",
+                                     (temporary.path / "gpt_core").string(), "--save",
+                                     converted.string(), "--target-tensor-parallel-size", "1"})
+              .exit_code == 0);
+  std::vector<std::string> reference = {kPretrainGpt};
+  reference.insert(reference.end(), run.begin(), run.end());
+  reference.insert(reference.end(), {"--load", converted.string()});
+  const auto expected = launcher::run_and_capture(reference);
+  INFO(expected.output);
+  REQUIRE(expected.exit_code == 0);
+  const auto expected_losses = test_support::logged_losses(expected.output);
+  REQUIRE(expected_losses.size() == 2);
+
+  // One process loads the torch_dist checkpoint directly: resharded on load from TP=2 × PP=2.
+  std::vector<std::string> one = {kPretrainGpt};
+  one.insert(one.end(), run.begin(), run.end());
+  one.insert(one.end(), {"--load", dist.string(), "--save", (temporary.path / "one").string()});
+  const auto direct = launcher::run_and_capture(one);
+  INFO(direct.output);
+  REQUIRE(direct.exit_code == 0);
+  CHECK(direct.output.find("successfully loaded checkpoint from " + dist.string()) !=
+        std::string::npos);
+  CHECK(direct.output.find("iteration       21/     100") != std::string::npos);
+  CHECK(direct.output.find("consumed samples:          168") != std::string::npos);
+  CHECK(direct.output.find("learning rate: 2.815396E-04") != std::string::npos);
+  test_support::check_same_losses(test_support::logged_losses(direct.output), expected_losses);
+
+  // Two Open MPI ranks at TP=2 × PP=1, another layout again.
+  std::vector<std::string> flags = run;
+  flags.insert(flags.end(), {"--tensor-model-parallel-size", "2", "--load", dist.string(), "--save",
+                             (temporary.path / "two").string()});
+  const fs::path log = temporary.path / "two.log";
+  const int status = test_support::run_pretrain(2, flags, log);
+  const std::string output = test_support::read_file(log);
+  INFO(test_support::output_tail(output));
+  REQUIRE(status == 0);
+  CHECK(output.find("successfully loaded checkpoint from " + dist.string() +
+                    " [ t 1/2, p 1/1 ] at iteration 20") != std::string::npos);
+  test_support::check_same_losses(test_support::logged_losses(output), expected_losses);
 }
 
 TEST_CASE("a run at TP=2 x PP=2 saved in Megatron's format: PyTorch reads it, runs continue it") {

@@ -12,7 +12,13 @@ Transformer Engine's fused into linear_qkv and linear_fc1 (layer_norm_weight/_bi
 Megatron's lm loss with every position counted: the mean over the batch of cross_entropy over
 the padded vocabulary.
 
-Usage: /usr/bin/python3 megatron_loss_reference.py FILE batch.json
+FILE may also be a torch_dist checkpoint's iteration directory (metadata.json, common.pt, the
+DCP files): its common.pt is loaded as above, and the model's tensors whole, by PyTorch's own
+distributed-checkpoint reader (torch_distributed_checkpoint.py: load_state_dict without a
+process group) at their global shapes; the layers stacked under decoder.layers.<name> are split
+into decoder.layers.<N>.<name>. Any saved tensor- and pipeline-parallel size is read.
+
+Usage: /usr/bin/python3 megatron_loss_reference.py FILE|DIR batch.json
   batch.json: {"tokens": [[...], ...], "labels": [[...], ...]}, (batch, sequence) ids each.
 Prints "loss <value>" (17 significant digits) and exits 0; exits 2 on what it does not build.
 """
@@ -45,6 +51,29 @@ def local_spec_names(model):
             name = name.replace(fused, norm)
         tensors[name] = value.to(torch.float64)
     return tensors
+
+
+def load_torch_dist(directory):
+    """common.pt, and the model's tensors of the distributed checkpoint by core's names."""
+    from torch_distributed_checkpoint import FileSystemReader, load_state_dict
+    common, _ = load(os.path.join(directory, "common.pt"))
+    metadata = FileSystemReader(directory).read_metadata()
+    state = {}
+    for key, item in metadata.state_dict_metadata.items():
+        if key.startswith("optimizer.") or not hasattr(item, "size"):
+            continue
+        state[key] = torch.empty(tuple(item.size), dtype=item.properties.dtype)
+    load_state_dict(state, FileSystemReader(directory), no_dist=True)
+    model = {}
+    layers = "decoder.layers."
+    for key, tensor in state.items():
+        if key.startswith(layers) and not key[len(layers)].isdigit():
+            for layer in range(tensor.shape[0]):
+                model[f"{layers}{layer}.{key[len(layers):]}"] = tensor[layer]
+        else:
+            model[key] = tensor
+    common["model"] = model
+    return common
 
 
 def megatron_gpt_loss(p, args, tokens, labels):
@@ -94,10 +123,16 @@ def main():
     if len(sys.argv) != 3:
         print(__doc__)
         return 2
-    checkpoint, _ = load(sys.argv[1])
+    distributed = os.path.isfile(os.path.join(sys.argv[1], "metadata.json"))
+    if distributed:
+        checkpoint = load_torch_dist(sys.argv[1])
+    else:
+        checkpoint, _ = load(sys.argv[1])
     args = checkpoint["args"]
-    for name, built in (("position_embedding_type", "learned_absolute"), ("swiglu", False),
-                        ("tensor_model_parallel_size", 1), ("pipeline_model_parallel_size", 1)):
+    unsupported = [("position_embedding_type", "learned_absolute"), ("swiglu", False)]
+    if not distributed:  # a rank file holds one shard
+        unsupported += [("tensor_model_parallel_size", 1), ("pipeline_model_parallel_size", 1)]
+    for name, built in unsupported:
         if getattr(args, name, built) != built:
             print(f"{sys.argv[1]}: {name} {getattr(args, name)!r} is not built here ({built!r} is)")
             return 2

@@ -85,9 +85,19 @@ TEST_CASE("restricted pickle: allowed globals build what a checkpoint needs") {
                   "\x00latin1\x86R"s));
   CHECK(encoded->kind == PickleKind::bytes);
   CHECK(encoded->text == std::string("\xff\x01", 2));
+  // Python 3.11's pickle of an enum member: getattr(its class, "NAME").
+  const auto member =
+      read(pickle("cbuiltins\ngetattr\ncmegatron.core.enums\nModelType\nX\x12\x00\x00\x00"
+                  "encoder_or_decoder\x86R"s));
+  REQUIRE(member->kind == PickleKind::object);
+  CHECK(member->name == "megatron.core.enums.ModelType");
+  REQUIRE(member->items.size() == 1);
+  CHECK(member->items[0]->is_text("encoder_or_decoder"));
   const auto globals = backend::allowed_pickle_globals();
   CHECK(std::find(globals.begin(), globals.end(), "torch._utils._rebuild_tensor_v2") !=
         globals.end());
+  CHECK(std::find(globals.begin(), globals.end(),
+                  "torch.distributed.checkpoint.metadata.TensorStorageMetadata") != globals.end());
 }
 
 TEST_CASE("restricted pickle: what is not data is refused, naming the source and the byte") {
@@ -101,6 +111,12 @@ TEST_CASE("restricted pickle: what is not data is refused, naming the source and
           "loaded");
   refused(pickle("\x8c\x05posix\x8c\x06system\x93"s), "names posix.system");
   refused(pickle("cbuiltins\neval\n"s), "names builtins.eval");
+  // getattr on anything but an allowed enum class: torch.Size.mro, a DCP dataclass's attribute.
+  refused(pickle("cbuiltins\ngetattr\nctorch\nSize\nX\x03\x00\x00\x00mro\x86R"s),
+          "builtins.getattr is called with other than (an allowed enum, a name)");
+  refused(pickle("cbuiltins\ngetattr\nctorch.distributed.checkpoint.metadata\nMetadata\n"
+                 "X\x08\x00\x00\x00__init__\x86R"s),
+          "builtins.getattr is called with other than (an allowed enum, a name)");
   // A storage type is named, never called.
   refused(pickle("ctorch\nFloatStorage\n)R"s), "torch.FloatStorage is named by checkpoints");
   refused("K\x05.", "not a pickle of protocol 2 or later");
