@@ -28,6 +28,7 @@
 #include "backend/ckpt/megatron_checkpoint.hpp"
 #include "backend/ckpt/megatron_checkpoint_writer.hpp"
 #include "backend/ckpt/megatron_dist_checkpoint.hpp"
+#include "backend/ckpt/megatron_dist_checkpoint_writer.hpp"
 #include "backend/ckpt/shard_file.hpp"
 #include "backend/common/durable_file.hpp"
 #include "backend/common/error.hpp"
@@ -865,8 +866,9 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
              const LearningRateScheduler* scheduler, bool release, std::ostream& out,
              const OptimizerShard* shard = nullptr) {
   const fs::path& directory = options.directory;
-  if (options.format != CheckpointFormat::native &&
-      (options.format != CheckpointFormat::torch || release)) {
+  const bool megatron_format =
+      options.format == CheckpointFormat::torch || options.format == CheckpointFormat::torch_dist;
+  if (options.format != CheckpointFormat::native && (!megatron_format || release)) {
     common::fail("internal error: a --ckpt-format {} save{}", common::enum_name(options.format),
                  release ? " of a release" : "");
   }
@@ -882,7 +884,7 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
   const bool writes_model = data_parallel == nullptr || data_parallel->rank() == 0;
   // Megatron's format keeps the distributed optimizer's state in one file per model-parallel
   // rank, data-parallel rank 0's (distrib_optim.pt): the ranges are gathered there.
-  const bool gathers_moments = shard != nullptr && options.format == CheckpointFormat::torch;
+  const bool gathers_moments = shard != nullptr && megatron_format;
   HostMoments gathered;
   if (gathers_moments) {
     gathered = gather_moments(*optimizer, *data_parallel, shard->parameter_count);
@@ -984,23 +986,35 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
   }
   const std::string rank_directory =
       checkpoint_rank_directory_name(writer, stages.rank(), stages.size());
+  // What Megatron's file of this rank holds (--ckpt-format torch), or torch_dist's common.pt.
+  const PipelineStage& place = model.pipeline_stage();
+  const MegatronRankFileContents contents{
+      .metadata = &metadata,
+      .tensors = tensors,
+      .args = options.megatron_args,
+      .chunks = stage_layer_chunks(model.config().num_layers, place),
+      .first_stage = place.first(),
+      .last_stage = place.last(),
+      .precision = recorded_mixed_precision(metadata),
+      .spec = options.megatron_spec,
+      .learning_rate = scheduler != nullptr ? scheduler->learning_rate() : 0.0,
+      .weight_decay = scheduler != nullptr ? scheduler->weight_decay() : 0.0,
+      .distributed_optimizer = shard != nullptr};
   if (writes_model && options.format == CheckpointFormat::torch) {
-    const PipelineStage& place = model.pipeline_stage();
-    const MegatronRankFileContents contents{
-        .metadata = &metadata,
-        .tensors = tensors,
-        .args = options.megatron_args,
-        .chunks = stage_layer_chunks(model.config().num_layers, place),
-        .first_stage = place.first(),
-        .last_stage = place.last(),
-        .precision = recorded_mixed_precision(metadata),
-        .spec = options.megatron_spec,
-        .learning_rate = scheduler != nullptr ? scheduler->learning_rate() : 0.0,
-        .weight_decay = scheduler != nullptr ? scheduler->weight_decay() : 0.0,
-        .distributed_optimizer = shard != nullptr};
     write_rank_directory(temporary, rank_directory, [&](const fs::path& rank_directory) {
       write_megatron_rank_file(rank_directory / kMegatronCheckpointFile, contents);
     });
+  } else if (writes_model && options.format == CheckpointFormat::torch_dist) {
+    // One file per (stage, tensor-parallel rank) of the model-parallel group, numbered as
+    // Megatron's global ranks of data-parallel rank 0 would be.
+    write_megatron_dist_part(temporary, stages.rank() * writers.size() + writer,
+                             {.metadata = &metadata,
+                              .tensors = tensors,
+                              .layout = model.tensors(),
+                              .num_layers = model.config().num_layers,
+                              .tensor_parallel_rank = writer,
+                              .precision = contents.precision,
+                              .spec = options.megatron_spec});
   } else if (writes_model) {
     write_rank_file(temporary, rank_directory, kFileName, metadata, tensors);
   }
@@ -1010,6 +1024,9 @@ void save_to(const CheckpointSaveOptions& options, const TrainingProgress& progr
   }
   all_ranks_here();
   if (lead) {
+    if (options.format == CheckpointFormat::torch_dist) {
+      finish_megatron_dist_checkpoint(temporary, writers.size() * stages.size(), contents);
+    }
     finish_save(directory, temporary, progress.iteration, release, writers.size(), out,
                 stages.size());
   }

@@ -616,6 +616,20 @@ MegatronCommon read_megatron_common(const MegatronCheckpointLayout& layout,
   return shared;
 }
 
+void read_native_dropout_state(const MegatronRankFile& file, nlohmann::json& metadata) {
+  const PickleValue* dropout = file.file().root().find("native_dropout_state");
+  if (dropout == nullptr || dropout->kind != PickleKind::dict) return;
+  const PickleValue* seed = dropout->find("seed");
+  const PickleValue* step = dropout->find("step");
+  if (seed == nullptr || step == nullptr || seed->kind != PickleKind::integer ||
+      step->kind != PickleKind::integer || seed->integer < 0 || step->integer < 0) {
+    common::fail("{}: 'native_dropout_state' has no integer 'seed' and 'step'",
+                 file.path().string());
+  }
+  metadata["no_save_rng"] = false;
+  metadata["rng_state"] = {{"dropout_seed", seed->integer}, {"dropout_step", step->integer}};
+}
+
 namespace {
 
 // The ShardFile of (rank, stage), whose file is open in `file`.
@@ -643,20 +657,7 @@ std::unique_ptr<MegatronShardFile> open_rank_shard(const MegatronCheckpointLayou
   nlohmann::json metadata = shared.metadata;
   metadata["tensor_parallel"] = {{"size", layout.tensor_parallel}, {"rank", rank}};
   metadata["pipeline_parallel"] = {{"size", layout.pipeline_parallel}, {"rank", stage}};
-  // This backend's own --ckpt-format torch saves keep its dropout position beside Megatron's
-  // keys (megatron_checkpoint_writer.hpp).
-  if (const PickleValue* dropout = file->file().root().find("native_dropout_state");
-      dropout != nullptr && dropout->kind == PickleKind::dict) {
-    const PickleValue* seed = dropout->find("seed");
-    const PickleValue* step = dropout->find("step");
-    if (seed == nullptr || step == nullptr || seed->kind != PickleKind::integer ||
-        step->kind != PickleKind::integer || seed->integer < 0 || step->integer < 0) {
-      common::fail("{}: 'native_dropout_state' has no integer 'seed' and 'step'",
-                   file->path().string());
-    }
-    metadata["no_save_rng"] = false;
-    metadata["rng_state"] = {{"dropout_seed", seed->integer}, {"dropout_step", step->integer}};
-  }
+  read_native_dropout_state(*file, metadata);
   metadata["rng_not_read"] =
       file->file().root().find("rng_state") == nullptr
           ? "it was saved without RNG state (--no-save-rng)"

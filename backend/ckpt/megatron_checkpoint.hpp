@@ -150,6 +150,11 @@ struct MegatronCommon {
 MegatronCommon read_megatron_common(const MegatronCheckpointLayout& layout,
                                     const MegatronRankFile& file);
 
+// This backend's own --ckpt-format torch and torch_dist saves keep its dropout position beside
+// Megatron's keys ('native_dropout_state': {'seed', 'step'}, megatron_checkpoint_writer.hpp):
+// when `file` has it, `metadata` gets it as "rng_state" (and "no_save_rng" false).
+void read_native_dropout_state(const MegatronRankFile& file, nlohmann::json& metadata);
+
 // A model state dict's tensors by their dotted names: nested dicts (the legacy model's)
 // flattened, in the file's order. A value that is neither a dict nor a tensor (None, an
 // _extra_state's bytes) is left out.

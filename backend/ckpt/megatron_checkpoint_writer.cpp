@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -116,7 +117,9 @@ TorchValue from_json(const nlohmann::json& value) {
 
 class RankFileWriter {
  public:
-  explicit RankFileWriter(const MegatronRankFileContents& contents) : contents_(contents) {
+  // `common`: torch_dist's common.pt, without the model and the parameters' optimizer state.
+  explicit RankFileWriter(const MegatronRankFileContents& contents, bool common = false)
+      : contents_(contents), common_(common) {
     for (const CheckpointTensor& tensor : contents.tensors) by_name_.emplace(tensor.name, &tensor);
   }
 
@@ -126,7 +129,7 @@ class RankFileWriter {
     root.set("args", arguments());
     root.set("checkpoint_version", TorchValue::real(3.0));
     root.set("iteration", TorchValue::integer(metadata.at("iteration").get<int64_t>()));
-    const size_t chunks = contents_.chunks.size();
+    const size_t chunks = common_ ? 0 : contents_.chunks.size();
     for (size_t chunk = 0; chunk < chunks; ++chunk) {
       root.set(chunks == 1 ? std::string("model") : fmt::format("model{}", chunk),
                model_chunk(chunk));
@@ -245,8 +248,11 @@ class RankFileWriter {
     const double max_lr = contents_.metadata->at("opt_param_scheduler").at("max_lr");
     const double min_lr = contents_.metadata->at("opt_param_scheduler").at("min_lr");
     const bool mixed_precision = contents_.precision != MixedPrecision::none;
-    const bool distributed = contents_.distributed_optimizer;
+    // torch_dist's common state has what is not sharded: the groups without their
+    // parameters, the step as Megatron core's common_step (optim_state_to_sharding_state).
+    const bool distributed = contents_.distributed_optimizer || common_;
     TorchValue state = TorchValue::dict();
+    if (common_) state.set("common_step", TorchValue::integer(step));
     std::vector<TorchValue> groups, main_weight_groups;
     int64_t index = 0;
     for (const bool no_decay : {false, true}) {
@@ -283,9 +289,9 @@ class RankFileWriter {
       main_weight_groups.push_back(TorchValue::list(std::move(main_weights)));
     }
     TorchValue torch_state = TorchValue::dict();
-    if (!distributed) torch_state.set("state", std::move(state));
+    if (!distributed || common_) torch_state.set("state", std::move(state));
     torch_state.set("param_groups", TorchValue::list(std::move(groups)));
-    if (!mixed_precision && !distributed) return torch_state;
+    if (!mixed_precision && (!distributed || common_)) return torch_state;
     TorchValue wrapped = TorchValue::dict();
     wrapped.set("optimizer", std::move(torch_state));
     if (saved.contains("grad_scaler")) {
@@ -396,12 +402,32 @@ class RankFileWriter {
   }
 
   const MegatronRankFileContents& contents_;
+  bool common_ = false;
   std::map<std::string, const CheckpointTensor*, std::less<>> by_name_;
   std::vector<WrittenParameter> parameters_;  // in the state dict's order, chunk by chunk
   size_t chunk_ = 0;                          // the chunk model_chunk is writing
 };
 
 }  // namespace
+
+std::string megatron_layer_tensor_name(std::string_view native, MegatronModuleSpec spec) {
+  const std::span<const LayerEntry> entries = spec == MegatronModuleSpec::local
+                                                  ? std::span<const LayerEntry>(kLocalSpecLayer)
+                                                  : kTransformerEngineSpecLayer;
+  for (const LayerEntry& entry : entries) {
+    if (entry.native != nullptr && native == entry.native) return std::string(entry.megatron);
+  }
+  common::fail("internal error: no Megatron name for the layer tensor '{}'", native);
+}
+
+void write_megatron_common_file(const std::filesystem::path& file,
+                                const MegatronRankFileContents& contents) {
+  if (contents.metadata == nullptr) {
+    common::fail("internal error: a Megatron save without its metadata");
+  }
+  RankFileWriter writer(contents, true);
+  write_torch_checkpoint(file, writer.root());
+}
 
 void write_megatron_rank_file(const std::filesystem::path& file,
                               const MegatronRankFileContents& contents) {

@@ -44,6 +44,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/ckpt/checkpoint_file.hpp"
@@ -78,6 +80,16 @@ struct MegatronRankFileContents {
   // distrib_optim.pt, laid out as the args' bucketing makes Megatron's grad buffers.
   bool distributed_optimizer = false;
 };
+
+// Megatron's name, after "decoder.layers.N.", of this backend's layer tensor `native` (after
+// "decoder.layers.N.": "input_layernorm.weight", ...) in `spec`'s TransformerLayer.
+std::string megatron_layer_tensor_name(std::string_view native, MegatronModuleSpec spec);
+
+// torch_dist's common.pt (megatron_dist_checkpoint.hpp) of `contents` (a new file, fsynced):
+// the rank file's dict without the model, its optimizer's param groups without 'params' and
+// its 'state' holding only Megatron core's 'common_step' (the parameters' state is sharded).
+void write_megatron_common_file(const std::filesystem::path& file,
+                                const MegatronRankFileContents& contents);
 
 // Writes `file` (a new file, fsynced), and with the distributed optimizer's state,
 // distrib_optim.pt beside it. A tensor of the metadata's model missing from

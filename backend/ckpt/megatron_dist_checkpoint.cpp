@@ -232,6 +232,7 @@ class MegatronDistShardFile final : public ShardFile {
     json arguments = metadata_["arguments"];
     record_model(record, arguments);
     metadata_["arguments"] = arguments;
+    read_native_dropout_state(*s.common, metadata_);
     metadata_["rng_not_read"] =
         "Megatron's RNG states (Python's, NumPy's, torch's and the CUDA tracker's generators) "
         "do not map to this backend's dropout masks, which come from --seed and the step";

@@ -142,11 +142,21 @@ DistributedCheckpoint::DistributedCheckpoint(fs::path directory, const PickleLim
     : directory_(std::move(directory)), limits_(limits) {
   const fs::path path = directory_ / kDistributedCheckpointMetadataFile;
   const common::MappedFile file(path, "distributed checkpoint metadata");
-  const std::string source = path.string();
-  const PicklePointer root = read_restricted_pickle(file.bytes(), source, limits);
+  DistributedCheckpointIndex index = read_distributed_checkpoint_index(
+      *read_restricted_pickle(file.bytes(), path.string(), limits), path.string());
+  tensors_ = std::move(index.tensors);
+  objects_ = std::move(index.objects);
+}
+
+DistributedCheckpointIndex read_distributed_checkpoint_index(const PickleValue& root,
+                                                             std::string_view source_name) {
+  const std::string source(source_name);
+  DistributedCheckpointIndex index_of_items;
+  auto& tensors_ = index_of_items.tensors;
+  auto& objects_ = index_of_items.objects;
   const MetadataReader reader(source);
-  if (!MetadataReader::is(*root, "Metadata")) reader.fail("the pickle is not a Metadata");
-  const PickleValue& metadata = reader.fields(*root, "Metadata");
+  if (!MetadataReader::is(root, "Metadata")) reader.fail("the pickle is not a Metadata");
+  const PickleValue& metadata = reader.fields(root, "Metadata");
 
   // Where each item is: (key, the chunk's offsets) → its storage. Objects have no offsets.
   std::map<std::pair<std::string, std::vector<int64_t>>, DistributedCheckpointStorage> stored;
@@ -228,6 +238,7 @@ DistributedCheckpoint::DistributedCheckpoint(fs::path directory, const PickleLim
     }
     tensors_.emplace(key, std::move(tensor));
   }
+  return index_of_items;
 }
 
 DistributedCheckpoint::~DistributedCheckpoint() = default;

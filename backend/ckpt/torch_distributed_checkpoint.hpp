@@ -57,6 +57,15 @@ struct DistributedCheckpointTensor {
   std::vector<DistributedCheckpointChunk> chunks;
 };
 
+// What a .metadata's Metadata lists: every tensor with its chunks and every object, each
+// checked as the header says (the fuzz target's way in; DistributedCheckpoint reads it).
+struct DistributedCheckpointIndex {
+  std::map<std::string, DistributedCheckpointTensor, std::less<>> tensors;
+  std::map<std::string, DistributedCheckpointStorage, std::less<>> objects;
+};
+DistributedCheckpointIndex read_distributed_checkpoint_index(const PickleValue& metadata,
+                                                             std::string_view source);
+
 class DistributedCheckpoint {
  public:
   explicit DistributedCheckpoint(std::filesystem::path directory, const PickleLimits& limits = {});

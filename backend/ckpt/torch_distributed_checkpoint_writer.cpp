@@ -80,9 +80,11 @@ void DistributedCheckpointFileWriter::add_object(std::string key,
                                                  std::span<const std::byte> bytes) {
   const auto offset = static_cast<int64_t>(file_->bytes_written());
   file_->write(bytes);
-  items_.push_back({.key = std::move(key),
-                    .object = true,
-                    .storage = {name_, offset, static_cast<int64_t>(bytes.size())}});
+  DistributedCheckpointItem item;
+  item.key = std::move(key);
+  item.object = true;
+  item.storage = {name_, offset, static_cast<int64_t>(bytes.size())};
+  items_.push_back(std::move(item));
 }
 
 std::vector<DistributedCheckpointItem> DistributedCheckpointFileWriter::finish() {

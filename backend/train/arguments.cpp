@@ -635,9 +635,10 @@ const FlagRow<CheckpointingArguments> kCheckpointingFlags[] = {
      "On load, take the schedule from the checkpoint, whatever the flags say",
      "use_checkpoint_opt_param_scheduler"},
     {"--ckpt-format", enum_flag_field<&CheckpointingArguments::ckpt_format>(),
-     "What --save writes: native (this backend's model_optim_rng.bin files) or torch "
-     "(Megatron-LM's model_optim_rng.pt, which Megatron loads with --no-load-rng); torch_dist, "
-     "zarr and torch_dcp are not built. --load reads native and torch checkpoints alike",
+     "What --save writes: native (this backend's model_optim_rng.bin files), torch "
+     "(Megatron-LM's model_optim_rng.pt, which Megatron loads with --no-load-rng) or torch_dist "
+     "(Megatron core's distributed checkpoint: metadata.json, common.pt and PyTorch's DCP "
+     "files); zarr and torch_dcp are not built. --load reads all three alike",
      "ckpt_format"},
     {"--transformer-impl", enum_flag_field<&CheckpointingArguments::transformer_impl>(),
      "Megatron core's module spec, whose tensor names a --ckpt-format torch save writes: "
@@ -1143,11 +1144,12 @@ void validate_arguments(TrainingArguments& arguments) {
   }
   // Megatron core's distributed checkpoint formats.
   const CheckpointFormat format = arguments.checkpointing.ckpt_format;
-  if (format != CheckpointFormat::native && format != CheckpointFormat::torch) {
+  if (format == CheckpointFormat::zarr || format == CheckpointFormat::torch_dcp) {
     common::fail(
         "--ckpt-format {}: not built; --save writes this backend's files "
-        "(--ckpt-format native, the default) or Megatron-LM's legacy ones (--ckpt-format "
-        "torch; docs/checkpoints.md)",
+        "(--ckpt-format native, the default), Megatron-LM's legacy ones (--ckpt-format torch) "
+        "or Megatron core's distributed checkpoint (--ckpt-format torch_dist; "
+        "docs/checkpoints.md)",
         common::enum_name(format));
   }
   // Megatron's pipeline rules (validate_args and the schedules).

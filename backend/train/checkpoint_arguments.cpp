@@ -169,7 +169,8 @@ CheckpointSaveOptions checkpoint_save_options(const TrainingArguments& a) {
           .command_line = a.command_line,
           .format = a.checkpointing.ckpt_format,
           .megatron_spec = a.checkpointing.transformer_impl,
-          .megatron_args = a.checkpointing.ckpt_format == CheckpointFormat::torch
+          .megatron_args = a.checkpointing.ckpt_format == CheckpointFormat::torch ||
+                                   a.checkpointing.ckpt_format == CheckpointFormat::torch_dist
                                ? megatron_arguments(a)
                                : nlohmann::json::object()};
 }

@@ -12,6 +12,9 @@
 // continues with the same losses. With the distributed optimizer (four ranks at PP=2 × DP=2),
 // each stage's distrib_optim.pt holds every parameter's state where Megatron's grad buffer puts
 // it, and the ranks resume from it bit for bit.
+// Four ranks at TP=2 × PP=2 save with --ckpt-format torch_dist: PyTorch's distributed-checkpoint
+// reader reads every tensor whole from the four writers' files, the ranks resume from it bit for
+// bit, and one process loads it directly and continues with the same losses.
 // A Megatron core torch_dist checkpoint of the same model (PyTorch's distributed-checkpoint
 // writer at TP=2 × PP=2) is loaded directly, resharded on load, by one process and by two ranks
 // at TP=2, which continue with the converted legacy checkpoint's losses.
@@ -377,6 +380,88 @@ TEST_CASE("a run at TP=2 x PP=2 saved in Megatron's format: PyTorch reads it, ru
   const auto continued = launcher::run_and_capture(one);
   INFO(continued.output);
   REQUIRE(continued.exit_code == 0);
+  const auto continued_losses = test_support::logged_losses(continued.output);
+  CHECK(continued_losses.size() == 2);
+  test_support::check_same_losses(continued_losses, expected, false);
+}
+
+TEST_CASE(
+    "a run at TP=2 x PP=2 saved in torch_dist: PyTorch reads it, runs at any layout continue it") {
+  if (!test_support::python_imports("torch", "python3-torch")) return;
+  REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun");
+  test_support::TemporaryDirectory temporary;
+  const fs::path saved = temporary.path / "torch_dist";
+  const std::vector<std::string> layout = {"--tensor-model-parallel-size", "2",
+                                           "--pipeline-model-parallel-size", "2"};
+  auto flags = [&](const std::string& exit_interval, std::vector<std::string> more) {
+    std::vector<std::string> all = model_flags();
+    const std::vector<std::string> schedule = schedule_flags(exit_interval);
+    all.insert(all.end(), schedule.begin(), schedule.end());
+    all.insert(all.end(), more.begin(), more.end());
+    return all;
+  };
+  std::vector<std::string> first =
+      flags("4", {"--save", saved.string(), "--ckpt-format", "torch_dist"});
+  first.insert(first.end(), layout.begin(), layout.end());
+  const fs::path first_log = temporary.path / "first.log";
+  const int first_status = test_support::run_pretrain(4, first, first_log);
+  const std::string first_output = test_support::read_file(first_log);
+  INFO(test_support::output_tail(first_output));
+  REQUIRE(first_status == 0);
+  const fs::path iteration = saved / "iter_0000004";
+  for (const char* file : {"metadata.json", "common.pt", ".metadata", "__0_0.distcp",
+                           "__1_0.distcp", "__2_0.distcp", "__3_0.distcp"}) {
+    CAPTURE(file);
+    CHECK(fs::is_regular_file(iteration / file));
+  }
+
+  // PyTorch's own reader: every tensor at its global shape, from every writer's chunks.
+  const auto read = test_support::run_command(
+      std::string(test_support::kPython) + " " + test_support::kTestSource +
+      "/tests/backend/ckpt/read_torch_dist_checkpoint.py " + iteration.string());
+  REQUIRE_MESSAGE(read.exit_status == 0, read.output);
+  const nlohmann::json tensors = nlohmann::json::parse(read.output)["tensors"];
+  const nlohmann::json& qkv = tensors["decoder.layers.self_attention.linear_qkv.weight"];
+  CHECK(qkv["shape"] == nlohmann::json::array({4, 48, 16}));
+  CHECK(qkv["chunks"].size() == 8);  // 4 layers × 2 tensor-parallel shards
+  CHECK(tensors["embedding.word_embeddings.weight"]["shape"] == nlohmann::json::array({64, 16}));
+  CHECK(tensors["embedding.word_embeddings.weight"]["chunks"].size() == 2);
+  // The row-parallel linear's second shard: layer 0's columns 8..15.
+  const nlohmann::json& proj_chunks =
+      tensors["decoder.layers.self_attention.linear_proj.weight"]["chunks"];
+  CHECK(std::count(proj_chunks.begin(), proj_chunks.end(),
+                   nlohmann::json::array({nlohmann::json::array({0, 0, 8}),
+                                          nlohmann::json::array({1, 16, 8})})) == 1);
+  CHECK(tensors.contains("optimizer.state.exp_avg_sq.decoder.final_layernorm.bias"));
+  CHECK_FALSE(tensors.contains("output_layer.weight"));  // the tied copy is a replica
+
+  // The ranks resume from it bit for bit.
+  const fs::path whole_log = temporary.path / "whole.log";
+  std::vector<std::string> whole = flags("8", {"--save", (temporary.path / "whole").string()});
+  whole.insert(whole.end(), layout.begin(), layout.end());
+  REQUIRE(test_support::run_pretrain(4, whole, whole_log) == 0);
+  const auto expected = test_support::logged_losses(test_support::read_file(whole_log));
+  std::vector<std::string> resume = flags(
+      "6", {"--load", saved.string(), "--save", saved.string(), "--ckpt-format", "torch_dist"});
+  resume.insert(resume.end(), layout.begin(), layout.end());
+  const fs::path resumed_log = temporary.path / "resumed.log";
+  const int resumed_status = test_support::run_pretrain(4, resume, resumed_log);
+  const std::string resumed = test_support::read_file(resumed_log);
+  INFO(test_support::output_tail(resumed));
+  REQUIRE(resumed_status == 0);
+  test_support::check_resumed_bit_for_bit(resumed, expected, 2);
+
+  // One process loads it (now at iteration 6) directly, resharded on load, and continues with
+  // the four ranks' losses.
+  std::vector<std::string> one = {kPretrainGpt};
+  const std::vector<std::string> continued_flags =
+      flags("8", {"--load", saved.string(), "--save", (temporary.path / "one").string()});
+  one.insert(one.end(), continued_flags.begin(), continued_flags.end());
+  const auto continued = launcher::run_and_capture(one);
+  INFO(continued.output);
+  REQUIRE(continued.exit_code == 0);
+  CHECK(continued.output.find("successfully loaded checkpoint from " + saved.string()) !=
+        std::string::npos);
   const auto continued_losses = test_support::logged_losses(continued.output);
   CHECK(continued_losses.size() == 2);
   test_support::check_same_losses(continued_losses, expected, false);

@@ -1,7 +1,10 @@
 // libFuzzer target: the restricted unpickler (backend/ckpt/restricted_pickle.cpp) on arbitrary
 // bytes as a pickle. It must return a tree within the limits given, or fail with common::Error;
 // any other exception, a crash, a sanitizer report, a value nested deeper than the limit, a
-// cycle, or an allocation beyond run_fuzzer.sh's -malloc_limit_mb is a finding.
+// cycle, or an allocation beyond run_fuzzer.sh's -malloc_limit_mb is a finding. A tree that
+// comes back is also read as PyTorch Distributed Checkpoint's .metadata
+// (torch_distributed_checkpoint.cpp's read_distributed_checkpoint_index), which must succeed or
+// fail with common::Error alike.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -9,6 +12,7 @@
 #include <unordered_set>
 
 #include "backend/ckpt/restricted_pickle.hpp"
+#include "backend/ckpt/torch_distributed_checkpoint.hpp"
 #include "backend/common/error.hpp"
 
 namespace {
@@ -50,5 +54,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(root != nullptr, "no value and no error");
   std::unordered_set<const backend::PickleValue*> open;
   walk(*root, 1, open);
+  try {
+    backend::read_distributed_checkpoint_index(*root, "fuzz.pkl");
+  } catch (const common::Error&) {
+  }
   return 0;
 }

@@ -4,9 +4,11 @@
 #   PREBUILT=1 tests/gpu/run_gpu_checks.sh   (the carried .gpu-bundle.tar.xz, no CMake build)
 #   BENCH=1 ...                               (then the op profile, tests/bench/
 #                                              gpu_vs_pytorch_bench.sh and serving_bench.sh)
-# Configures the release preset if needed, builds test_gpu only (-j16), prints nvidia-smi,
-# runs `ctest -L gpu`, then compute-sanitizer memcheck and racecheck (when installed) on a
-# small subset of test_gpu. With $OUT set, the logs and a summary (gpu_summary.txt) go there.
+# Configures the release preset if needed, builds test_gpu, pretrain_gpt and checkpoint_util
+# (-j16), prints nvidia-smi, runs `ctest -L gpu`, then tests/gpu/torch_dist_with_pytorch.sh
+# (Megatron core's torch_dist format both ways under the machine's PyTorch 2.x), then
+# compute-sanitizer memcheck and racecheck (when installed) on a small subset of test_gpu.
+# With $OUT set, the logs and a summary (gpu_summary.txt) go there.
 # PREBUILT=1 runs the executables tests/gpu/bundle_prebuilt.sh packed on the build machine
 # (a CUDA image has CUDA but not spdlog, fmt or OpenBLAS; building there would need them):
 # carry .gpu-bundle.tar.xz with the call. BENCH_ITERATIONS (default 20) and BENCH_SHAPES
@@ -83,13 +85,17 @@ else
   if [ ! -f build/build.ninja ]; then
     step configure cmake --preset release || { tail -30 "$out/configure.log"; exit 1; }
   fi
-  targets=(test_gpu)
-  [ "${BENCH:-0}" = 1 ] && targets+=(pretrain_gpt op_profile_bench text_generation_server checkpoint_util)
+  targets=(test_gpu pretrain_gpt checkpoint_util)
+  [ "${BENCH:-0}" = 1 ] && targets+=(op_profile_bench text_generation_server)
   step build cmake --build build -j16 --target "${targets[@]}" || { tail -60 "$out/build.log"; exit 1; }
   probe
   step ctest ctest --test-dir build -L gpu --output-on-failure --timeout "${TEST_TIMEOUT:-600}"
   grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | tee -a "$summary"
 fi
+
+# Megatron core's torch_dist both ways under this machine's PyTorch 2.x (issue 41; CI's is 1.13).
+PYTHON="${PYTHON:-python3}" step torch_dist tests/gpu/torch_dist_with_pytorch.sh build/bin
+grep -E "^PyTorch|passed$" "$out/torch_dist.log" | tee -a "$summary"
 
 sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
 if [ -n "$sanitizer" ]; then

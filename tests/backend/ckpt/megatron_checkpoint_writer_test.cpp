@@ -13,6 +13,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -339,10 +340,9 @@ TEST_CASE("a run stopped at a --ckpt-format torch save and resumed equals an uni
   }
 }
 
-TEST_CASE("--ckpt-format: Megatron core's distributed formats are refused") {
+TEST_CASE("--ckpt-format: Megatron core's zarr and torch_dcp formats are refused") {
   TrainingArguments a = test_support::resumable_gpt_arguments(8);
-  for (const CheckpointFormat format :
-       {CheckpointFormat::torch_dist, CheckpointFormat::zarr, CheckpointFormat::torch_dcp}) {
+  for (const CheckpointFormat format : {CheckpointFormat::zarr, CheckpointFormat::torch_dcp}) {
     a.checkpointing.ckpt_format = format;
     const std::string refusal =
         fmt::format("--ckpt-format {}: not built; --save writes", common::enum_name(format));
@@ -485,5 +485,184 @@ TEST_CASE("--fp16 and --bf16 torch saves: 16-bit model, fp32 main weights, the l
     }
     CHECK(rounded_differently == 0);
     CHECK(main_values != model_values);
+  }
+}
+
+namespace {
+
+// read_torch_dist_checkpoint.py's JSON of a torch_dist iteration directory, as PyTorch's
+// FileSystemReader and load_state_dict read it.
+nlohmann::json read_with_pytorch(const fs::path& iteration_directory) {
+  const auto read = test_support::run_command(
+      std::string(test_support::kPython) + " " + test_support::kTestSource +
+      "/tests/backend/ckpt/read_torch_dist_checkpoint.py " + iteration_directory.string());
+  REQUIRE_MESSAGE(read.exit_status == 0, read.output);
+  return nlohmann::json::parse(read.output);
+}
+
+// The layer `layer`'s slice of a stacked tensor's values ([layers, ...]).
+std::vector<float> layer_slice(const nlohmann::json& tensor, int64_t layer) {
+  const auto values = tensor["values"].get<std::vector<float>>();
+  const size_t per_layer = values.size() / tensor["shape"][0].get<size_t>();
+  const auto first = values.begin() + static_cast<std::ptrdiff_t>(per_layer * layer);
+  return {first, first + static_cast<std::ptrdiff_t>(per_layer)};
+}
+
+}  // namespace
+
+TEST_CASE("a --ckpt-format torch_dist save as PyTorch's distributed-checkpoint reader reads it") {
+  if (!test_support::python_imports("torch", "python3-torch")) return;
+  for (const bool bf16 : {false, true}) {
+    CAPTURE(bf16);
+    test_support::TemporaryDirectory directory;
+    TrainingArguments a = torch_format_arguments(directory.path);
+    a.checkpointing.ckpt_format = CheckpointFormat::torch_dist;
+    // Core's local spec in fp32; Transformer Engine's names under --bf16.
+    a.checkpointing.transformer_impl =
+        bf16 ? MegatronModuleSpec::transformer_engine : MegatronModuleSpec::local;
+    a.precision.bf16 = bf16;
+    validate_arguments(a);
+    TrainedState state(a);
+    std::ostringstream log;
+    save_checkpoint(a, {3, 12, 8}, state.model, state.optimizer, state.scheduler, log);
+    CHECK(log.str().find("in torch_dist format") != std::string::npos);
+    const fs::path iteration = directory.path / "iter_0000003";
+    std::vector<std::string> files;
+    for (const auto& entry : fs::directory_iterator(iteration)) {
+      files.push_back(entry.path().filename().string());
+    }
+    std::sort(files.begin(), files.end());
+    CHECK(files ==
+          std::vector<std::string>{".metadata", "__0_0.distcp", "common.pt", "metadata.json"});
+
+    const nlohmann::json read = read_with_pytorch(iteration);
+    CHECK(read["config"]["sharded_backend"] == "torch_dist");
+    auto common = entries(read["common"], "dict");
+    CHECK(common["\"iteration\""] == 3);
+    CHECK(common["\"checkpoint_version\""] == 3.0);
+    const nlohmann::json& args = common["\"args\""]["namespace"];
+    CHECK(args["ckpt_format"] == "torch_dist");
+    CHECK(args["consumed_train_samples"] == 12);
+    CHECK(args["padded_vocab_size"] == state.model.config().padded_vocab_size);
+    CHECK(entries(common["\"opt_param_scheduler\""], "dict")["\"num_steps\""] ==
+          state.scheduler.num_steps());
+    auto optimizer = entries(common["\"optimizer\""], "dict");
+    auto torch_state = bf16 ? entries(optimizer["\"optimizer\""], "dict") : optimizer;
+    CHECK(entries(torch_state["\"state\""], "dict")["\"common_step\""] == 3);
+    CHECK(torch_state["\"param_groups\""].size() == 2);
+
+    // Every tensor at its global shape, the layers stacked; every value PyTorch reads is the
+    // model's, its moments', and the fp32 main weights' under --bf16.
+    const nlohmann::json& tensors = read["tensors"];
+    const int64_t layers = a.model.num_layers;
+    const std::string norm_key = bf16 ? "decoder.layers.self_attention.linear_qkv.layer_norm_weight"
+                                      : "decoder.layers.input_layernorm.weight";
+    REQUIRE(tensors.contains(norm_key));
+    CHECK(tensors[norm_key]["shape"] == nlohmann::json::array({layers, a.model.hidden_size}));
+    CHECK(tensors[norm_key]["chunks"].size() == static_cast<size_t>(layers));
+    CHECK(tensors["embedding.word_embeddings.weight"]["dtype"] ==
+          (bf16 ? "torch.bfloat16" : "torch.float32"));
+    CHECK(tensors.contains("output_layer.weight") == false);  // tied
+    CHECK(tensors.contains("optimizer.state.fp32_param.decoder.final_layernorm.weight") == bf16);
+    size_t checked = 0;
+    for (const auto& tensor : state.model.tensors()) {
+      CAPTURE(tensor.name);
+      std::string key = tensor.name;
+      int64_t layer = -1;
+      if (key.starts_with("decoder.layers.")) {
+        const size_t dot = key.find('.', 15);
+        layer = std::stoll(key.substr(15, dot - 15));
+        key = "decoder.layers." +
+              megatron_layer_tensor_name(key.substr(dot + 1), a.checkpointing.transformer_impl);
+      }
+      auto values = [&](const std::string& stored) {
+        REQUIRE(tensors.contains(stored));
+        return layer >= 0 ? layer_slice(tensors[stored], layer)
+                          : tensors[stored]["values"].get<std::vector<float>>();
+      };
+      const std::string parameter = bf16 ? "optimizer.state.fp32_param." + key : key;
+      CHECK(values(parameter) == state.values(state.model.parameters(), tensor.name));
+      CHECK(values("optimizer.state.exp_avg." + key) ==
+            state.values(state.optimizer.exp_avg(), tensor.name));
+      CHECK(values("optimizer.state.exp_avg_sq." + key) ==
+            state.values(state.optimizer.exp_avg_sq(), tensor.name));
+      if (bf16) {
+        const std::vector<float> main = values(parameter), model = values(key);
+        REQUIRE(main.size() == model.size());
+        for (size_t i = 0; i < main.size(); ++i) CHECK(to_float(to_bfloat16(main[i])) == model[i]);
+      }
+      ++checked;
+    }
+    CHECK(checked == state.model.tensors().size());
+
+    // This backend reads it back: the same weights and moments, step and dropout position.
+    const MegatronShards shards = open_megatron_shards(directory.path);
+    CHECK(shards.layout.distributed);
+    CHECK(shards.optimizer_not_read.empty());
+    REQUIRE(shards.files.size() == 1);
+    const ShardFile& shard = *shards.files[0];
+    CHECK(shard.metadata()["optimizer"]["step"] == 3);
+    CHECK(shard.metadata()["rng_state"]["dropout_step"] == state.model.dropout_step());
+    for (const auto& tensor : state.model.tensors()) {
+      CAPTURE(tensor.name);
+      std::vector<float> values(static_cast<size_t>(tensor.numel));
+      shard.read(tensor.name, values);
+      CHECK(values == state.values(state.model.parameters(), tensor.name));
+      shard.read(kCheckpointExpAvgPrefix + tensor.name, values);
+      CHECK(values == state.values(state.optimizer.exp_avg(), tensor.name));
+    }
+    if (bf16) continue;
+
+    // A PyTorch forward of the checkpoint as PyTorch's reader gives it is this model's loss.
+    const MockDataset data(a.run.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
+    std::vector<int32_t> tokens(static_cast<size_t>(2 * a.model.seq_length)), labels(tokens.size());
+    data.fill_batch(Split::train, 3, 2, tokens, labels);
+    state.model.set_training(false);
+    const double ours = state.model.forward(tokens, labels, 2, a.model.seq_length);
+    nlohmann::json batch = {{"tokens", nlohmann::json::array()},
+                            {"labels", nlohmann::json::array()}};
+    for (size_t row = 0; row < 2; ++row) {
+      const auto begin = static_cast<std::ptrdiff_t>(row * a.model.seq_length);
+      const auto end = begin + a.model.seq_length;
+      batch["tokens"].push_back(std::vector<int32_t>(tokens.begin() + begin, tokens.begin() + end));
+      batch["labels"].push_back(std::vector<int32_t>(labels.begin() + begin, labels.begin() + end));
+    }
+    const fs::path batch_file = directory.path / "batch.json";
+    std::ofstream(batch_file) << batch.dump();
+    const auto reference = test_support::run_command(
+        std::string(test_support::kPython) + " " + test_support::kTestSource +
+        "/tests/backend/ckpt/megatron_loss_reference.py " + iteration.string() + " " +
+        batch_file.string());
+    REQUIRE_MESSAGE(reference.exit_status == 0, reference.output);
+    REQUIRE(reference.output.starts_with("loss "));
+    const double theirs = std::stod(reference.output.substr(5));
+    CAPTURE(ours);
+    CAPTURE(theirs);
+    CHECK(std::abs(ours - theirs) <= 1e-5 * std::abs(theirs));
+  }
+}
+
+TEST_CASE(
+    "a run stopped at a --ckpt-format torch_dist save and resumed equals an uninterrupted "
+    "one") {
+  // fp32, bf16 (16-bit model, fp32 main weights), and the distributed optimizer.
+  for (const int variant : {0, 1, 2}) {
+    CAPTURE(variant);
+    test_support::TemporaryDirectory directory;
+    TrainingArguments base = torch_format_arguments(directory.path / "unused");
+    base.checkpointing.ckpt_format = CheckpointFormat::torch_dist;
+    base.run.train_iters = 8;
+    base.precision.bf16 = variant == 1;
+    base.parallelism.use_distributed_optimizer = variant == 2;
+    validate_arguments(base);
+    const auto [whole, second] = whole_and_resumed(base, directory.path);
+    CHECK(fs::exists(directory.path / "resumed" / "iter_0000004" / "metadata.json"));
+    for (size_t i = 0; i < 4; ++i) {
+      CAPTURE(i);
+      CHECK(second.iterations[i].iteration == whole.iterations[4 + i].iteration);
+      CHECK(second.iterations[i].lm_loss == whole.iterations[4 + i].lm_loss);  // exact
+      CHECK(second.iterations[i].grad_norm == whole.iterations[4 + i].grad_norm);
+      CHECK(second.iterations[i].learning_rate == whole.iterations[4 + i].learning_rate);
+    }
   }
 }

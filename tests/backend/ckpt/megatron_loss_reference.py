@@ -55,15 +55,15 @@ def local_spec_names(model):
 
 def load_torch_dist(directory):
     """common.pt, and the model's tensors of the distributed checkpoint by core's names."""
-    from torch_distributed_checkpoint import FileSystemReader, load_state_dict
+    from torch_distributed_checkpoint import CheckpointReader, load_state_dict
     common, _ = load(os.path.join(directory, "common.pt"))
-    metadata = FileSystemReader(directory).read_metadata()
+    metadata = CheckpointReader(directory).read_metadata()
     state = {}
     for key, item in metadata.state_dict_metadata.items():
         if key.startswith("optimizer.") or not hasattr(item, "size"):
             continue
         state[key] = torch.empty(tuple(item.size), dtype=item.properties.dtype)
-    load_state_dict(state, FileSystemReader(directory), no_dist=True)
+    load_state_dict(state, CheckpointReader(directory), no_dist=True)
     model = {}
     layers = "decoder.layers."
     for key, tensor in state.items():

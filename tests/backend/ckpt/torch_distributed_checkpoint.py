@@ -1,6 +1,9 @@
 """PyTorch's distributed checkpoint (DCP) API, as the test scripts import it: from
 torch.distributed.checkpoint (PyTorch 2.x) or torch.distributed._shard.checkpoint (1.13,
 Debian bookworm's), with the ShardedTensor construction both have."""
+import os
+import pickle
+
 import torch  # noqa: F401
 
 
@@ -55,3 +58,37 @@ class MCoreSavePlanner(DefaultSavePlanner):
         if write_item.type == WriteItemType.BYTE_IO:
             return object
         return super().transform_object(write_item, object)
+
+
+# PyTorch 2.x's module names → 1.13's, for the classes of a DCP .metadata.
+RENAMED = {
+    ("torch.distributed.checkpoint.metadata", "TensorProperties"):
+        ("torch.distributed._shard.sharded_tensor.metadata", "TensorProperties"),
+    ("torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING"):
+        ("torch.distributed._shard.sharded_tensor.metadata", "MEM_FORMAT_ENCODING"),
+}
+
+
+class MetadataUnpickler(pickle.Unpickler):
+    """pickle's Unpickler, which under PyTorch 1.13 finds PyTorch 2.x's DCP classes where 1.13
+    keeps them (torch.distributed._shard); nothing else is renamed."""
+
+    def find_class(self, module, name):
+        try:
+            return super().find_class(module, name)
+        except ModuleNotFoundError:
+            if not module.startswith("torch.distributed.checkpoint."):
+                raise
+            module, name = RENAMED.get(
+                (module, name),
+                (module.replace("torch.distributed.checkpoint.",
+                                "torch.distributed._shard.checkpoint."), name))
+            return super().find_class(module, name)
+
+
+class CheckpointReader(FileSystemReader):
+    """FileSystemReader whose metadata loads under either PyTorch, whichever wrote it."""
+
+    def read_metadata(self):
+        with open(os.path.join(self.path, ".metadata"), "rb") as file:
+            return MetadataUnpickler(file).load()
