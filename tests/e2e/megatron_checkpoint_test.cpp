@@ -101,6 +101,21 @@ std::vector<std::string> model_flags() {
           "0"};
 }
 
+// The output of a run that continued the fixtures' iteration 20 (160 samples) from `directory`
+// until iteration 22: loaded, the samples and Megatron's cosine schedule carried on, finite.
+void check_continued_from_iteration_20(const std::string& output, const fs::path& directory) {
+  CHECK(output.find("successfully loaded checkpoint from " + directory.string()) !=
+        std::string::npos);
+  CHECK(output.find("iteration       21/     100") != std::string::npos);
+  CHECK(output.find("consumed samples:          168") != std::string::npos);
+  // Megatron's cosine schedule continued from the checkpoint's 160 samples: after iteration
+  // 21's step, 168 of 800 (warmup 40) give 3e-5 + (3e-4 − 3e-5) · (1 + cos(π · 128/760)) / 2.
+  CHECK(output.find("learning rate: 2.815396E-04") != std::string::npos);
+  CHECK(output.find("iteration       22/     100") != std::string::npos);
+  CHECK(output.find("number of nan iterations:   0") != std::string::npos);
+  CHECK(output.find("lm loss: nan") == std::string::npos);
+}
+
 }  // namespace
 
 TEST_CASE("a Megatron-LM checkpoint is converted by checkpoint_util and continues training") {
@@ -149,16 +164,7 @@ TEST_CASE("a Megatron-LM checkpoint is converted by checkpoint_util and continue
       with({"--load", converted.string(), "--no-load-rng", "--save", converted.string()}));
   INFO(continued.output);
   REQUIRE(continued.exit_code == 0);
-  CHECK(continued.output.find("successfully loaded checkpoint from " + converted.string()) !=
-        std::string::npos);
-  CHECK(continued.output.find("iteration       21/     100") != std::string::npos);
-  CHECK(continued.output.find("consumed samples:          168") != std::string::npos);
-  // Megatron's cosine schedule continued from the checkpoint's 160 samples: after iteration
-  // 21's step, 168 of 800 (warmup 40) give 3e-5 + (3e-4 − 3e-5) · (1 + cos(π · 128/760)) / 2.
-  CHECK(continued.output.find("learning rate: 2.815396E-04") != std::string::npos);
-  CHECK(continued.output.find("iteration       22/     100") != std::string::npos);
-  CHECK(continued.output.find("number of nan iterations:   0") != std::string::npos);
-  CHECK(continued.output.find("lm loss: nan") == std::string::npos);
+  check_continued_from_iteration_20(continued.output, converted);
   CHECK(fs::is_regular_file(converted / "iter_0000022" / "mp_rank_00" / "model_optim_rng.bin"));
 
   // Four Open MPI ranks at the checkpoint's own TP=2 × PP=2 load it directly, and continue with
@@ -241,11 +247,7 @@ TEST_CASE("a Megatron core torch_dist checkpoint continues here at layouts other
   const auto direct = launcher::run_and_capture(one);
   INFO(direct.output);
   REQUIRE(direct.exit_code == 0);
-  CHECK(direct.output.find("successfully loaded checkpoint from " + dist.string()) !=
-        std::string::npos);
-  CHECK(direct.output.find("iteration       21/     100") != std::string::npos);
-  CHECK(direct.output.find("consumed samples:          168") != std::string::npos);
-  CHECK(direct.output.find("learning rate: 2.815396E-04") != std::string::npos);
+  check_continued_from_iteration_20(direct.output, dist);
   test_support::check_same_losses(test_support::logged_losses(direct.output), expected_losses);
 
   // Two Open MPI ranks at TP=2 × PP=1, another layout again.

@@ -30,6 +30,7 @@
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
 #include "tests/backend/ckpt/expected_weights.hpp"
+#include "tests/backend/ckpt/python_fixtures.hpp"
 #include "tests/reference_tools.hpp"
 #include "tests/temporary_directory.hpp"
 #include "tests/test_files.hpp"
@@ -40,28 +41,8 @@ namespace fs = std::filesystem;
 
 // The checkpoints write_megatron_checkpoints.py writes, made once for every test case here.
 const fs::path* megatron_checkpoints() {
-  static test_support::TemporaryDirectory directory;
-  static const bool written = [] {
-    if (!test_support::python_imports("torch, numpy", "python3-torch python3-numpy")) {
-      return false;
-    }
-    const auto result = test_support::run_command(
-        std::string(test_support::kPython) + " " + test_support::kTestSource +
-        "/tests/backend/ckpt/write_megatron_checkpoints.py " + directory.path.string());
-    REQUIRE_MESSAGE(result.exit_status == 0, result.output);
-    return true;
-  }();
-  return written ? &directory.path : nullptr;
-}
-
-std::string error_of(const std::function<void()>& run) {
-  try {
-    run();
-  } catch (const common::Error& error) {
-    return error.what();
-  }
-  FAIL("expected a refusal");
-  return "";
+  return test_support::python_fixtures("write_megatron_checkpoints.py", "torch, numpy",
+                                       "python3-torch python3-numpy");
 }
 
 backend::GptModel<float> load_whole(const fs::path& directory) {
@@ -95,12 +76,16 @@ TEST_CASE(
   CHECK(megatron_tensor_name("language_model.embedding.position_embeddings.weight", 0, "f") ==
         "embedding.position_embeddings.weight");
   CHECK(megatron_tensor_name("word_embeddings_for_head.weight", 0, "f") == "output_layer.weight");
-  const std::string unknown = error_of(
+  const std::string unknown = test_support::refusal_of(
       [] { megatron_tensor_name("language_model.encoder.layers.0.mlp.router.weight", 0, "f.pt"); });
   CHECK(unknown.find("f.pt") != std::string::npos);
   CHECK(unknown.find("'language_model.encoder.layers.0.mlp.router.weight'") != std::string::npos);
-  CHECK_FALSE(error_of([] { megatron_tensor_name("pooler.dense.weight", 0, "f"); }).empty());
-  CHECK_FALSE(error_of([] { megatron_tensor_name("decoder.layers.x.foo", 0, "f"); }).empty());
+  CHECK_FALSE(test_support::refusal_of([] {
+                megatron_tensor_name("pooler.dense.weight", 0, "f");
+              }).empty());
+  CHECK_FALSE(test_support::refusal_of([] {
+                megatron_tensor_name("decoder.layers.x.foo", 0, "f");
+              }).empty());
 }
 
 TEST_CASE("megatron checkpoint: the layout, the args and the model they describe") {
@@ -261,7 +246,9 @@ TEST_CASE(
     "refused") {
   const fs::path* root = megatron_checkpoints();
   if (root == nullptr) return;
-  auto refusal = [](const fs::path& directory) { return error_of([&] { load_whole(directory); }); };
+  auto refusal = [](const fs::path& directory) {
+    return test_support::refusal_of([&] { load_whole(directory); });
+  };
   const std::string version = refusal(*root / "bad_version");
   CHECK(version.find("checkpoint_version 1") != std::string::npos);
   CHECK(version.find("bad_version") != std::string::npos);
@@ -387,7 +374,7 @@ TEST_CASE("megatron checkpoint: pretrain_gpt's load reads one at its own layout 
   std::ostringstream out;
   // Megatron's RNG state does not map: without --no-load-rng the load says so.
   LoadTarget again(backend::open_megatron_shards(directory));
-  const std::string rng = error_of([&] {
+  const std::string rng = test_support::refusal_of([&] {
     backend::load_checkpoint({.directory = directory, .use_checkpoint_opt_param_scheduler = true},
                              again.model, again.optimizer, again.scheduler, out);
   });
@@ -398,7 +385,7 @@ TEST_CASE("megatron checkpoint: pretrain_gpt's load reads one at its own layout 
   // the model's bf16 weights.
   const fs::path saved_without = *root / "llama_weights";
   LoadTarget weights(backend::open_megatron_shards(saved_without));
-  const std::string optimizer = error_of([&] {
+  const std::string optimizer = test_support::refusal_of([&] {
     backend::load_checkpoint({.directory = saved_without, .no_load_rng = true}, weights.model,
                              weights.optimizer, weights.scheduler, out);
   });
@@ -415,7 +402,7 @@ TEST_CASE("megatron checkpoint: --load at another layout says how to reshard it"
   if (root == nullptr) return;
   LoadTarget target(backend::open_megatron_shards(*root / "gpt_core"));  // TP=2 x PP=2
   std::ostringstream out;
-  const std::string refusal = error_of([&] {
+  const std::string refusal = test_support::refusal_of([&] {
     backend::load_checkpoint({.directory = *root / "gpt_core"}, target.model, target.optimizer,
                              target.scheduler, out);
   });

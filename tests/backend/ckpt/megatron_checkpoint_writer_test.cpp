@@ -33,6 +33,7 @@
 #include "backend/train/trainer.hpp"
 #include "backend/train/training_schedule.hpp"
 #include "tests/backend/ckpt/live_training_state.hpp"
+#include "tests/backend/ckpt/python_fixtures.hpp"
 #include "tests/backend/train/tiny_gpt_arguments.hpp"
 #include "tests/reference_tools.hpp"
 #include "tests/temporary_directory.hpp"
@@ -67,6 +68,37 @@ struct TrainedState : test_support::LiveState {
     return {};
   }
 };
+
+// The loss megatron_loss_reference.py computes in PyTorch, in float64, from `checkpoint` (a
+// rank's model_optim_rng.pt, or a torch_dist iteration directory) on the two mock samples after
+// the first three, equal to the model's own on them (`scratch` takes the batch's JSON).
+void check_pytorch_loss(TrainedState& state, const TrainingArguments& a, const fs::path& checkpoint,
+                        const fs::path& scratch) {
+  const MockDataset data(a.run.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
+  std::vector<int32_t> tokens(static_cast<size_t>(2 * a.model.seq_length)), labels(tokens.size());
+  data.fill_batch(Split::train, 3, 2, tokens, labels);
+  state.model.set_training(false);
+  const double ours = state.model.forward(tokens, labels, 2, a.model.seq_length);
+  nlohmann::json batch = {{"tokens", nlohmann::json::array()}, {"labels", nlohmann::json::array()}};
+  for (size_t row = 0; row < 2; ++row) {
+    const auto begin = static_cast<std::ptrdiff_t>(row * a.model.seq_length);
+    const auto end = begin + a.model.seq_length;
+    batch["tokens"].push_back(std::vector<int32_t>(tokens.begin() + begin, tokens.begin() + end));
+    batch["labels"].push_back(std::vector<int32_t>(labels.begin() + begin, labels.begin() + end));
+  }
+  const fs::path batch_file = scratch / "batch.json";
+  std::ofstream(batch_file) << batch.dump();
+  const auto reference = test_support::run_command(
+      std::string(test_support::kPython) + " " + test_support::kTestSource +
+      "/tests/backend/ckpt/megatron_loss_reference.py " + checkpoint.string() + " " +
+      batch_file.string());
+  REQUIRE_MESSAGE(reference.exit_status == 0, reference.output);
+  REQUIRE(reference.output.starts_with("loss "));
+  const double theirs = std::stod(reference.output.substr(5));
+  CAPTURE(ours);
+  CAPTURE(theirs);
+  CHECK(std::abs(ours - theirs) <= 1e-5 * std::abs(theirs));
+}
 
 // nn.Module.state_dict's keys of one layer of each spec, for the tiny GPT (LayerNorm, biases).
 const std::vector<std::string> kLocalLayerKeys = {"input_layernorm.weight",
@@ -169,11 +201,8 @@ TEST_CASE("a --ckpt-format torch save as PyTorch loads it: Megatron's keys and v
     REQUIRE(fs::exists(file));
     CHECK(read_checkpoint_tracker(directory.path)->iteration == 3);
 
-    const auto loaded = test_support::run_command(
-        std::string(test_support::kPython) + " " + test_support::kTestSource +
-        "/tests/backend/ckpt/load_torch_checkpoint.py " + file.string());
-    REQUIRE_MESSAGE(loaded.exit_status == 0, loaded.output);
-    const nlohmann::json json = nlohmann::json::parse(loaded.output);
+    const nlohmann::json json =
+        test_support::python_json("load_torch_checkpoint.py", file.string());
     CHECK(json["bad_entry"].is_null());
     const nlohmann::json& top = json["value"]["dict"];
     std::vector<std::string> keys;
@@ -294,31 +323,7 @@ TEST_CASE("a --ckpt-format torch save as PyTorch loads it: Megatron's keys and v
 
     // A PyTorch forward of the saved file (Megatron core's GPTModel in plain torch, float64)
     // gives this model's loss on the next two samples.
-    const MockDataset data(a.run.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
-    std::vector<int32_t> tokens(static_cast<size_t>(2 * a.model.seq_length)), labels(tokens.size());
-    data.fill_batch(Split::train, 3, 2, tokens, labels);
-    state.model.set_training(false);
-    const double ours = state.model.forward(tokens, labels, 2, a.model.seq_length);
-    nlohmann::json batch = {{"tokens", nlohmann::json::array()},
-                            {"labels", nlohmann::json::array()}};
-    for (size_t row = 0; row < 2; ++row) {
-      const auto begin = static_cast<std::ptrdiff_t>(row * a.model.seq_length);
-      const auto end = begin + a.model.seq_length;
-      batch["tokens"].push_back(std::vector<int32_t>(tokens.begin() + begin, tokens.begin() + end));
-      batch["labels"].push_back(std::vector<int32_t>(labels.begin() + begin, labels.begin() + end));
-    }
-    const fs::path batch_file = directory.path / "batch.json";
-    std::ofstream(batch_file) << batch.dump();
-    const auto reference = test_support::run_command(
-        std::string(test_support::kPython) + " " + test_support::kTestSource +
-        "/tests/backend/ckpt/megatron_loss_reference.py " + file.string() + " " +
-        batch_file.string());
-    REQUIRE_MESSAGE(reference.exit_status == 0, reference.output);
-    REQUIRE(reference.output.starts_with("loss "));
-    const double theirs = std::stod(reference.output.substr(5));
-    CAPTURE(ours);
-    CAPTURE(theirs);
-    CHECK(std::abs(ours - theirs) <= 1e-5 * std::abs(theirs));
+    check_pytorch_loss(state, a, file, directory.path);
   }
 }
 
@@ -356,11 +361,7 @@ namespace {
 // moments as Megatron's code finds them (the distributed optimizer's in distrib_optim.pt at
 // Megatron's grad-buffer layout).
 nlohmann::json parameter_state(const fs::path& rank_directory) {
-  const auto dumped = test_support::run_command(
-      std::string(test_support::kPython) + " " + test_support::kTestSource +
-      "/tests/backend/ckpt/megatron_parameter_state.py " + rank_directory.string());
-  REQUIRE_MESSAGE(dumped.exit_status == 0, dumped.output);
-  return nlohmann::json::parse(dumped.output);
+  return test_support::python_json("megatron_parameter_state.py", rank_directory.string());
 }
 
 }  // namespace
@@ -453,11 +454,8 @@ TEST_CASE("--fp16 and --bf16 torch saves: 16-bit model, fp32 main weights, the l
       file =
           fs::path(run.checkpointing.save) / "iter_0000002" / "mp_rank_00" / "model_optim_rng.pt";
     }
-    const auto loaded = test_support::run_command(
-        std::string(test_support::kPython) + " " + test_support::kTestSource +
-        "/tests/backend/ckpt/load_torch_checkpoint.py " + file.string());
-    REQUIRE_MESSAGE(loaded.exit_status == 0, loaded.output);
-    const nlohmann::json json = nlohmann::json::parse(loaded.output);
+    const nlohmann::json json =
+        test_support::python_json("load_torch_checkpoint.py", file.string());
     auto root = entries(json["value"], "dict");
     const nlohmann::json& model = root["\"model\""]["ordered_dict"];
     const nlohmann::json& word_embeddings = model[0][1];
@@ -493,11 +491,7 @@ namespace {
 // read_torch_dist_checkpoint.py's JSON of a torch_dist iteration directory, as PyTorch's
 // FileSystemReader and load_state_dict read it.
 nlohmann::json read_with_pytorch(const fs::path& iteration_directory) {
-  const auto read = test_support::run_command(
-      std::string(test_support::kPython) + " " + test_support::kTestSource +
-      "/tests/backend/ckpt/read_torch_dist_checkpoint.py " + iteration_directory.string());
-  REQUIRE_MESSAGE(read.exit_status == 0, read.output);
-  return nlohmann::json::parse(read.output);
+  return test_support::python_json("read_torch_dist_checkpoint.py", iteration_directory.string());
 }
 
 // The layer `layer`'s slice of a stacked tensor's values ([layers, ...]).
@@ -614,31 +608,7 @@ TEST_CASE("a --ckpt-format torch_dist save as PyTorch's distributed-checkpoint r
     if (bf16) continue;
 
     // A PyTorch forward of the checkpoint as PyTorch's reader gives it is this model's loss.
-    const MockDataset data(a.run.seed, a.tokenizer.vocab_size + 1, a.model.seq_length);
-    std::vector<int32_t> tokens(static_cast<size_t>(2 * a.model.seq_length)), labels(tokens.size());
-    data.fill_batch(Split::train, 3, 2, tokens, labels);
-    state.model.set_training(false);
-    const double ours = state.model.forward(tokens, labels, 2, a.model.seq_length);
-    nlohmann::json batch = {{"tokens", nlohmann::json::array()},
-                            {"labels", nlohmann::json::array()}};
-    for (size_t row = 0; row < 2; ++row) {
-      const auto begin = static_cast<std::ptrdiff_t>(row * a.model.seq_length);
-      const auto end = begin + a.model.seq_length;
-      batch["tokens"].push_back(std::vector<int32_t>(tokens.begin() + begin, tokens.begin() + end));
-      batch["labels"].push_back(std::vector<int32_t>(labels.begin() + begin, labels.begin() + end));
-    }
-    const fs::path batch_file = directory.path / "batch.json";
-    std::ofstream(batch_file) << batch.dump();
-    const auto reference = test_support::run_command(
-        std::string(test_support::kPython) + " " + test_support::kTestSource +
-        "/tests/backend/ckpt/megatron_loss_reference.py " + iteration.string() + " " +
-        batch_file.string());
-    REQUIRE_MESSAGE(reference.exit_status == 0, reference.output);
-    REQUIRE(reference.output.starts_with("loss "));
-    const double theirs = std::stod(reference.output.substr(5));
-    CAPTURE(ours);
-    CAPTURE(theirs);
-    CHECK(std::abs(ours - theirs) <= 1e-5 * std::abs(theirs));
+    check_pytorch_loss(state, a, iteration, directory.path);
   }
 }
 

@@ -32,6 +32,7 @@
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
 #include "tests/backend/ckpt/expected_weights.hpp"
+#include "tests/backend/ckpt/python_fixtures.hpp"
 #include "tests/reference_tools.hpp"
 #include "tests/temporary_directory.hpp"
 #include "tests/test_files.hpp"
@@ -42,28 +43,8 @@ namespace fs = std::filesystem;
 
 // The checkpoints write_torch_dist_checkpoints.py writes, made once for every test case here.
 const fs::path* dist_checkpoints() {
-  static test_support::TemporaryDirectory directory;
-  static const bool written = [] {
-    if (!test_support::python_imports("torch, numpy", "python3-torch python3-numpy")) {
-      return false;
-    }
-    const auto result = test_support::run_command(
-        std::string(test_support::kPython) + " " + test_support::kTestSource +
-        "/tests/backend/ckpt/write_torch_dist_checkpoints.py " + directory.path.string());
-    REQUIRE_MESSAGE(result.exit_status == 0, result.output);
-    return true;
-  }();
-  return written ? &directory.path : nullptr;
-}
-
-std::string dist_error_of(const std::function<void()>& run) {
-  try {
-    run();
-  } catch (const common::Error& error) {
-    return error.what();
-  }
-  FAIL("expected a refusal");
-  return "";
+  return test_support::python_fixtures("write_torch_dist_checkpoints.py", "torch, numpy",
+                                       "python3-torch python3-numpy");
 }
 
 backend::GptModel<float> load_whole_dist(const fs::path& directory) {
@@ -234,7 +215,7 @@ TEST_CASE("torch_dist checkpoint: a damaged or foreign directory is refused by n
   const fs::path copy = scratch.path / "gpt_dist";
   fs::copy(*root / "gpt_dist", copy, fs::copy_options::recursive);
   const fs::path iteration = copy / "iter_0000020";
-  auto refusal = [&] { return dist_error_of([&] { load_whole_dist(copy); }); };
+  auto refusal = [&] { return test_support::refusal_of([&] { load_whole_dist(copy); }); };
 
   // A writer's file gone.
   fs::rename(iteration / "__3_0.distcp", scratch.path / "moved");

@@ -27,6 +27,7 @@
 #include "backend/ckpt/tar_archive.hpp"
 #include "backend/common/error.hpp"
 #include "tests/backend/ckpt/expected_weights.hpp"
+#include "tests/backend/ckpt/python_fixtures.hpp"
 #include "tests/reference_tools.hpp"
 #include "tests/temporary_directory.hpp"
 #include "tests/test_files.hpp"
@@ -36,29 +37,8 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path* nemo_archives() {
-  static test_support::TemporaryDirectory directory;
-  static const bool written = [] {
-    if (!test_support::python_imports("torch, yaml, omegaconf",
-                                      "python3-torch python3-yaml python3-omegaconf")) {
-      return false;
-    }
-    const auto result = test_support::run_command(
-        std::string(test_support::kPython) + " " + test_support::kTestSource +
-        "/tests/backend/ckpt/write_nemo_archives.py " + directory.path.string());
-    REQUIRE_MESSAGE(result.exit_status == 0, result.output);
-    return true;
-  }();
-  return written ? &directory.path : nullptr;
-}
-
-std::string error_of(const std::function<void()>& run) {
-  try {
-    run();
-  } catch (const common::Error& error) {
-    return error.what();
-  }
-  FAIL("expected a refusal");
-  return "";
+  return test_support::python_fixtures("write_nemo_archives.py", "torch, yaml, omegaconf",
+                                       "python3-torch python3-yaml python3-omegaconf");
 }
 
 // read_nemo_archive.py's JSON of `archive`, merged against the launcher's 23.08 Llama 2 config.
@@ -178,7 +158,8 @@ TEST_CASE("nemo archive: what is not built, and hostile archives, are refused by
   if (root == nullptr) return;
   test_support::TemporaryDirectory directory;
   auto refusal = [&](const fs::path& archive) {
-    return error_of([&] { backend::import_nemo(archive, directory.path / "artifacts"); });
+    return test_support::refusal_of(
+        [&] { backend::import_nemo(archive, directory.path / "artifacts"); });
   };
   CHECK(refusal(*root / "mcore.nemo").find("mcore_gpt: true") != std::string::npos);
   const std::string ranks = refusal(*root / "tp2.nemo");
