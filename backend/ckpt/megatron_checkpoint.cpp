@@ -673,15 +673,7 @@ std::unique_ptr<ShardFile> open_megatron_shard_file(const MegatronCheckpointLayo
                                                     int64_t tensor_parallel_rank,
                                                     int64_t pipeline_rank) {
   if (layout.distributed) {
-    const CheckpointModelRecord record =
-        megatron_model_record(MegatronRankFile(layout.rank_file(0, 0)).arguments());
-    const int64_t num_layers = record.model.num_layers;
-    const PipelineStage stage{
-        .pipeline_parallel = layout.pipeline_parallel,
-        .rank = pipeline_rank,
-        .virtual_chunks = record.parallelism.virtual_pipeline_chunks(num_layers)};
-    return open_megatron_dist_shard_file(layout, layout.tensor_parallel, tensor_parallel_rank,
-                                         stage);
+    return open_megatron_dist_saved_shard_file(layout, tensor_parallel_rank, pipeline_rank);
   }
   auto file =
       std::make_unique<MegatronRankFile>(layout.rank_file(tensor_parallel_rank, pipeline_rank));

@@ -9,9 +9,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
-#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -244,26 +244,20 @@ class MegatronDistShardFile final : public ShardFile {
     } else {
       metadata_["optimizer_not_read"] = s.optimizer_not_read;
     }
+    // The parameters the checkpoint stores, in the layout's order, then each one's two moments.
+    std::vector<std::pair<std::string, Entry>> moments;
     for (size_t t = 0; t < layout_.tensors().size(); ++t) {
-      const ParameterTensor& tensor = layout_.tensors()[t];
-      if (stored(tensor, model_part) == nullptr) continue;
-      index_.emplace(tensor.name, Entry{t, model_part});
+      const std::string& name = layout_.tensors()[t].name;
+      if (stored(layout_.tensors()[t], model_part) == nullptr) continue;
+      index_.emplace(name, Entry{t, model_part});
+      names_.push_back(name);
+      if (!optimizer) continue;
+      moments.emplace_back(kCheckpointExpAvgPrefix + name, Entry{t, exp_avg_part});
+      moments.emplace_back(kCheckpointExpAvgSqPrefix + name, Entry{t, exp_avg_sq_part});
     }
-    if (optimizer) {
-      for (size_t t = 0; t < layout_.tensors().size(); ++t) {
-        const std::string& name = layout_.tensors()[t].name;
-        if (index_.count(name) == 0) continue;
-        index_.emplace(kCheckpointExpAvgPrefix + name, Entry{t, exp_avg_part});
-        index_.emplace(kCheckpointExpAvgSqPrefix + name, Entry{t, exp_avg_sq_part});
-      }
-    }
-    // The parameters in the layout's order, then each one's two moments.
-    for (const ParameterTensor& tensor : layout_.tensors()) {
-      if (index_.count(tensor.name) != 0) names_.push_back(tensor.name);
-    }
-    for (size_t i = 0, parameters = names_.size(); optimizer && i < parameters; ++i) {
-      names_.push_back(kCheckpointExpAvgPrefix + names_[i]);
-      names_.push_back(kCheckpointExpAvgSqPrefix + names_[i]);
+    for (auto& [name, entry] : moments) {
+      index_.emplace(name, entry);
+      names_.push_back(std::move(name));
     }
   }
 
@@ -275,8 +269,8 @@ class MegatronDistShardFile final : public ShardFile {
     return found == index_.end() ? nullptr : &layout_.tensors()[found->second.tensor].shape;
   }
 
-  // The whole tensor read from the checkpoint (a layer's slice of a stacked one), and this
-  // rank's pieces of it copied out.
+  // This rank's boxes of the tensor (shard_boxes; within a layer's slice of a stacked one),
+  // each read from the chunks it meets into its place in the shard.
   void read(const std::string& name, std::span<float> destination) const override {
     const Entry& entry = index_.at(name);
     const ParameterTensor& tensor = layout_.tensors()[entry.tensor];
@@ -286,17 +280,14 @@ class MegatronDistShardFile final : public ShardFile {
     if (stored_tensor == nullptr || destination.size() != static_cast<size_t>(tensor.numel)) {
       throw std::logic_error(fmt::format("reading '{}' of the torch_dist checkpoint", name));
     }
-    std::vector<int64_t> start(tensor.full_shape.size(), 0);
-    std::vector<int64_t> count = tensor.full_shape;
-    if (stored_tensor->layer >= 0) {
-      start.insert(start.begin(), stored_tensor->layer);
-      count.insert(count.begin(), 1);
-    }
-    const std::vector<float> whole = state_->checkpoint->read(stored_tensor->key, start, count);
-    for (const ShardPiece& piece :
-         shard_pieces(tensor, layout_.tensor_parallel(), layout_.tensor_parallel_rank())) {
-      std::memcpy(destination.data() + piece.shard_offset, whole.data() + piece.full_offset,
-                  static_cast<size_t>(piece.numel) * sizeof(float));
+    for (ShardBox box : shard_boxes(tensor, layout_.tensor_parallel_rank())) {
+      if (stored_tensor->layer >= 0) {
+        box.offsets.insert(box.offsets.begin(), stored_tensor->layer);
+        box.sizes.insert(box.sizes.begin(), 1);
+      }
+      const std::vector<float> values =
+          state_->checkpoint->read(stored_tensor->key, box.offsets, box.sizes);
+      std::copy(values.begin(), values.end(), destination.begin() + box.shard_offset);
     }
   }
 
@@ -378,6 +369,25 @@ std::unique_ptr<ShardFile> open_megatron_dist_shard_file(const MegatronCheckpoin
                                                  rank, stage);
 }
 
+namespace {
+
+// Stage `stage` of the layout the checkpoint was saved with (its args' interleaving).
+PipelineStage saved_stage(const DistributedState& state, int64_t stage) {
+  const CheckpointModelRecord& record = state.shared.record;
+  return {.pipeline_parallel = state.layout.pipeline_parallel,
+          .rank = stage,
+          .virtual_chunks = record.parallelism.virtual_pipeline_chunks(record.model.num_layers)};
+}
+
+}  // namespace
+
+std::unique_ptr<ShardFile> open_megatron_dist_saved_shard_file(
+    const MegatronCheckpointLayout& layout, int64_t tensor_parallel_rank, int64_t pipeline_rank) {
+  const std::shared_ptr<const DistributedState> state = open_distributed_state(layout);
+  return std::make_unique<MegatronDistShardFile>(
+      state, layout.tensor_parallel, tensor_parallel_rank, saved_stage(*state, pipeline_rank));
+}
+
 MegatronShards open_megatron_dist_shards(const MegatronCheckpointLayout& layout) {
   const std::shared_ptr<const DistributedState> state = open_distributed_state(layout);
   MegatronShards shards;
@@ -385,15 +395,10 @@ MegatronShards open_megatron_dist_shards(const MegatronCheckpointLayout& layout)
   shards.record = state->shared.record;
   shards.padded_vocab_size = state->shared.padded_vocab_size;
   shards.optimizer_not_read = state->optimizer_not_read;
-  const int64_t num_layers = shards.record.model.num_layers;
   for (int64_t stage = 0; stage < layout.pipeline_parallel; ++stage) {
-    const PipelineStage place{
-        .pipeline_parallel = layout.pipeline_parallel,
-        .rank = stage,
-        .virtual_chunks = shards.record.parallelism.virtual_pipeline_chunks(num_layers)};
     for (int64_t rank = 0; rank < layout.tensor_parallel; ++rank) {
-      shards.files.push_back(
-          std::make_unique<MegatronDistShardFile>(state, layout.tensor_parallel, rank, place));
+      shards.files.push_back(std::make_unique<MegatronDistShardFile>(
+          state, layout.tensor_parallel, rank, saved_stage(*state, stage)));
     }
   }
   return shards;

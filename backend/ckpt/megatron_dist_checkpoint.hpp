@@ -24,7 +24,7 @@
 //
 // Since every tensor is stored whole, a torch_dist checkpoint is read at any tensor- and
 // pipeline-parallel layout, as Megatron's dist-checkpoint load reshards (ShardFile views of one
-// rank each, cut with the layout's shard_pieces); the padded vocabulary stays the saved one, so a
+// rank each, reading the layout's shard_boxes); the padded vocabulary stays the saved one, so a
 // layout must divide it. The RNG state (the rng_state objects) does not map to this backend's.
 // Megatron core 0.15's common_state object in place of common.pt, and the zarr backend, are
 // refused by name.
@@ -59,6 +59,11 @@ void read_megatron_dist_layout(MegatronCheckpointLayout& layout);
 std::unique_ptr<ShardFile> open_megatron_dist_shard_file(const MegatronCheckpointLayout& layout,
                                                          int64_t tensor_parallel, int64_t rank,
                                                          const PipelineStage& stage);
+
+// The same at the layout the checkpoint was saved with, as open_megatron_shard_file gives a
+// legacy checkpoint's file.
+std::unique_ptr<ShardFile> open_megatron_dist_saved_shard_file(
+    const MegatronCheckpointLayout& layout, int64_t tensor_parallel_rank, int64_t pipeline_rank);
 
 // Every (rank, stage) at the layout the checkpoint was saved with, as open_megatron_shards
 // gives a legacy checkpoint's.

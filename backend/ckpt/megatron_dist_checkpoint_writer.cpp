@@ -76,41 +76,10 @@ void write_megatron_dist_part(const fs::path& directory, int64_t writer,
     const auto [key, layer] = megatron_dist_key(tensor.name, part.spec);
     std::vector<int64_t> size = tensor.full_shape;
     if (layer >= 0) size.insert(size.begin(), part.num_layers);
-    // The shard's boxes in the whole tensor: (offsets, sizes, first element in the shard).
-    struct Box {
-      std::vector<int64_t> offsets, sizes;
-      int64_t first = 0;
-    };
-    std::vector<Box> boxes;
-    const std::vector<int64_t>& shape = tensor.shape;
-    int64_t row = 1;
-    for (size_t axis = 1; axis < shape.size(); ++axis) row *= shape[axis];
-    std::vector<int64_t> zeros(shape.size(), 0);
-    switch (tensor.partition) {
-      case TensorPartition::replicated:
-        boxes.push_back({zeros, shape, 0});
-        break;
-      case TensorPartition::rows: {
-        const int64_t blocks = tensor.partition_blocks;
-        const int64_t rows = shape[0] / blocks;
-        for (int64_t block = 0; block < blocks; ++block) {
-          std::vector<int64_t> offsets = zeros, sizes = shape;
-          offsets[0] = block * (tensor.full_shape[0] / blocks) + part.tensor_parallel_rank * rows;
-          sizes[0] = rows;
-          boxes.push_back({offsets, sizes, block * rows * row});
-        }
-        break;
-      }
-      case TensorPartition::columns: {
-        std::vector<int64_t> offsets = zeros;
-        offsets[1] = part.tensor_parallel_rank * shape[1];
-        boxes.push_back({offsets, shape, 0});
-        break;
-      }
-    }
+    const std::vector<ShardBox> boxes = shard_boxes(tensor, part.tensor_parallel_rank);
     for (const auto& [prefix, dtype, values_prefix] : parts) {
       const CheckpointTensor& values = require(values_prefix + tensor.name);
-      for (const Box& box : boxes) {
+      for (const ShardBox& box : boxes) {
         std::vector<int64_t> offsets = box.offsets, sizes = box.sizes;
         if (layer >= 0) {
           offsets.insert(offsets.begin(), layer);
@@ -120,7 +89,7 @@ void write_megatron_dist_part(const fs::path& directory, int64_t writer,
         for (const int64_t s : box.sizes) numel *= s;
         file.add_chunk(
             prefix + key, dtype, size, std::move(offsets), std::move(sizes),
-            values.data.subspan(static_cast<size_t>(box.first), static_cast<size_t>(numel)));
+            values.data.subspan(static_cast<size_t>(box.shard_offset), static_cast<size_t>(numel)));
       }
     }
   }

@@ -306,7 +306,9 @@ std::vector<float> DistributedCheckpoint::read(std::string_view key, std::span<c
   std::vector<bool> covered(static_cast<size_t>(total), false);
   // Row-major strides of the box.
   std::vector<int64_t> box_stride(rank, 1);
-  for (size_t axis = rank; axis-- > 1;) box_stride[axis - 1] = box_stride[axis] * count[axis];
+  for (size_t axis = rank; axis > 1; --axis) {
+    box_stride[axis - 2] = box_stride[axis - 1] * count[axis - 1];
+  }
 
   for (const DistributedCheckpointChunk& chunk : tensor->chunks) {
     std::vector<int64_t> low(rank), high(rank);
@@ -333,8 +335,8 @@ std::vector<float> DistributedCheckpoint::read(std::string_view key, std::span<c
     }
     const std::vector<double> chunk_values = blob.tensor_values(stored_tensor);
     std::vector<int64_t> chunk_stride(rank, 1);
-    for (size_t axis = rank; axis-- > 1;) {
-      chunk_stride[axis - 1] = chunk_stride[axis] * chunk.sizes[axis];
+    for (size_t axis = rank; axis > 1; --axis) {
+      chunk_stride[axis - 2] = chunk_stride[axis - 1] * chunk.sizes[axis - 1];
     }
     // Runs along the last axis, over every index of the others.
     std::vector<int64_t> index = low;

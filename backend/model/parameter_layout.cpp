@@ -71,6 +71,35 @@ std::vector<ShardPiece> shard_pieces(const ParameterTensor& tensor, int64_t tens
   return pieces;
 }
 
+std::vector<ShardBox> shard_boxes(const ParameterTensor& tensor, int64_t rank) {
+  const std::vector<int64_t>& shape = tensor.shape;
+  const std::vector<int64_t> zeros(shape.size(), 0);
+  switch (tensor.partition) {
+    case TensorPartition::replicated:
+      break;
+    case TensorPartition::rows: {
+      int64_t row = 1;
+      for (size_t axis = 1; axis < shape.size(); ++axis) row *= shape[axis];
+      const int64_t blocks = tensor.partition_blocks;
+      const int64_t rows = shape[0] / blocks;
+      std::vector<ShardBox> boxes;
+      for (int64_t block = 0; block < blocks; ++block) {
+        ShardBox box{zeros, shape, block * rows * row};
+        box.offsets[0] = block * (tensor.full_shape[0] / blocks) + rank * rows;
+        box.sizes[0] = rows;
+        boxes.push_back(std::move(box));
+      }
+      return boxes;
+    }
+    case TensorPartition::columns: {
+      ShardBox box{zeros, shape, 0};
+      box.offsets[1] = rank * shape[1];
+      return {box};
+    }
+  }
+  return {{zeros, shape, 0}};
+}
+
 std::vector<BufferRange> gradient_norm_ranges(const std::vector<ParameterTensor>& tensors,
                                               int64_t tensor_parallel_rank) {
   std::vector<BufferRange> ranges;

@@ -81,6 +81,16 @@ std::vector<BufferRange> gradient_norm_ranges(const std::vector<ParameterTensor>
 std::vector<ShardPiece> shard_pieces(const ParameterTensor& tensor, int64_t tensor_parallel,
                                      int64_t rank);
 
+// The same shard as boxes of the whole tensor, for stores that keep a tensor by boxes (PyTorch
+// Distributed Checkpoint's chunks): each box's offsets and sizes along every axis, and where
+// its elements (row-major) start in the shard. One box when replicated or split by columns, one
+// per block when split by rows (SwiGLU's fc1: its gate part, then its up part).
+struct ShardBox {
+  std::vector<int64_t> offsets, sizes;
+  int64_t shard_offset = 0;
+};
+std::vector<ShardBox> shard_boxes(const ParameterTensor& tensor, int64_t rank);
+
 // The offset of a tensor the configuration leaves out (a norm bias with RMSNorm, a linear bias
 // with --disable-bias-linear, the position table with RoPE).
 constexpr int64_t kAbsentTensor = -1;

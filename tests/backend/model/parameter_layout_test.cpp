@@ -117,6 +117,45 @@ TEST_CASE("the shards of every rank tile each tensor once, and carry the whole t
   }
 }
 
+TEST_CASE("a shard's boxes hold the elements its pieces place, each where the pieces put it") {
+  for (const int64_t tp : {1, 2, 4}) {
+    CAPTURE(tp);
+    const GptConfig config = llama_style(tp);
+    for (int64_t rank = 0; rank < tp; ++rank) {
+      const ParameterLayout shard(config, tp, rank);
+      for (const auto& part : shard.tensors()) {
+        CAPTURE(part.name);
+        // The whole-tensor offset of each shard element, by the pieces and by the boxes.
+        std::vector<int64_t> by_pieces(static_cast<size_t>(part.numel), -1);
+        for (const auto& piece : backend::shard_pieces(part, tp, rank)) {
+          for (int64_t i = 0; i < piece.numel; ++i) {
+            by_pieces[static_cast<size_t>(piece.shard_offset + i)] = piece.full_offset + i;
+          }
+        }
+        std::vector<int64_t> by_boxes(static_cast<size_t>(part.numel), -1);
+        const std::vector<int64_t>& full = part.full_shape;
+        for (const auto& box : backend::shard_boxes(part, rank)) {
+          REQUIRE(box.offsets.size() == full.size());
+          int64_t count = 1;
+          for (const int64_t size : box.sizes) count *= size;
+          for (int64_t i = 0; i < count; ++i) {
+            // Box element i (row-major in the box) at its place in the whole tensor.
+            int64_t rest = i, full_offset = 0, stride = 1;
+            for (auto axis = static_cast<int64_t>(full.size()) - 1; axis >= 0; --axis) {
+              const auto a = static_cast<size_t>(axis);
+              full_offset += (box.offsets[a] + rest % box.sizes[a]) * stride;
+              rest /= box.sizes[a];
+              stride *= full[a];
+            }
+            by_boxes[static_cast<size_t>(box.shard_offset + i)] = full_offset;
+          }
+        }
+        CHECK(by_boxes == by_pieces);
+      }
+    }
+  }
+}
+
 TEST_CASE("the gradient norm counts divided tensors on every rank, whole ones on rank 0") {
   const GptConfig config = llama_style(2);
   const ParameterLayout rank0(config, 2, 0), rank1(config, 2, 1);
