@@ -216,6 +216,69 @@ Scalar GptModelState<Scalar>::forward_chunk(int64_t slot, int64_t chunk) {
   return static_cast<Scalar>(total / static_cast<double>(b.scored_positions));
 }
 
+// The head's backward on the last virtual stage: from the loss to the gradient of the last
+// layer's output, in dresidual.
+template <typename Scalar>
+void GptModelState<Scalar>::head_backward(int64_t last_layer, Scalar grad_scale) {
+  const MicroBatchBuffers& b = *batch;
+  const SharedActivations& w = work();
+  const int64_t R = rows();
+  const int64_t C = config.hidden_size;
+  const int64_t V = shard.padded_vocab_size;
+  Device& d = *device;
+  // d(mean loss)/dlogits · grad_scale: every later gradient is linear in dlogits, so the
+  // scale is applied once here (computed in Scalar, as the CPU twin takes it). The mean is
+  // over the scored positions; ignored ones get a zero row whatever the scale.
+  const Scalar scale =
+      b.scored_positions == 0 ? Scalar{0} : grad_scale / static_cast<Scalar>(b.scored_positions);
+  ops::cross_entropy_backward(d, w.dlogits, b.logits, b.logsumexp, b.labels,
+                              static_cast<double>(scale), R, V, vocab_start);
+  ops::linear_backward(d, w.dnorm, gradient(layout.output_weight()),
+                       View{nullptr, 0, kElementType, w.dnorm.on}, w.dlogits, b.final_norm,
+                       parameter(layout.output_weight()), R, C, V);
+  norm_backward(w.dresidual, layout.final_norm_weight(), layout.final_norm_bias(),
+                tensor_parallel.reduce(w.dnorm, w.dnorm_shard), layer_output(last_layer),
+                b.final_norm_mean, b.final_norm_rstd);
+  store.flush_gradients(store.head_unit());
+  store.gradients_done(store.head_unit());
+}
+
+// The layers' backward, last to first, dresidual carried through them; a recomputed chunk
+// ending at l runs its forward again from the chunk's stored input (the dropout masks are
+// keyed by the last forward's step, so they are the forward's), then its backward.
+template <typename Scalar>
+void GptModelState<Scalar>::layers_backward(const LayerRange& layers) {
+  for (int64_t l = layers.end - 1; l >= layers.begin;) {
+    if (!schedule.recomputed(l)) {
+      layer_backward(l--);
+      continue;
+    }
+    const int64_t begin = schedule.chunk_begin(l);
+    for (int64_t k = begin; k <= l; ++k) layer_forward(k);
+    for (int64_t k = l; k >= begin; --k) layer_backward(k);
+    l = begin - 1;
+  }
+}
+
+// The embedding's backward on the first virtual stage, from the gradient in dresidual. Every
+// rank holds the whole embedding gradient: its vocabulary rows take their tokens', and the
+// position table (whole on every rank) the same gradient everywhere.
+template <typename Scalar>
+void GptModelState<Scalar>::embedding_backward() {
+  const MicroBatchBuffers& b = *batch;
+  const SharedActivations& w = work();
+  Device& d = *device;
+  if (const Dropout mask = dropout(DropoutSite::embedding, 0); mask.active()) {
+    ops::dropout_backward(d, w.dresidual, w.dresidual, mask);
+  }
+  ops::embedding_backward(d, gradient(layout.word_embeddings()),
+                          gradient(layout.position_embeddings()),
+                          tensor_parallel.gather(w.dresidual, w.branch), b.token_index,
+                          batch_size(), seq_length(), config.hidden_size, vocab_start);
+  store.flush_gradients(store.embedding_unit());
+  store.gradients_done(store.embedding_unit());
+}
+
 // The backward of forward_chunk(slot, chunk): from the loss on the last virtual stage, else
 // from the output gradient received into the slot; leaves the input's gradient in the chunk's
 // input buffer (off the first virtual stage), and adds to the parameter gradients.
@@ -234,12 +297,7 @@ void GptModelState<Scalar>::backward_chunk(int64_t slot, int64_t chunk, Scalar g
   select(slot);
   const MicroBatchBuffers& b = *batch;
   const SharedActivations& w = work();
-  const int64_t R = rows();
-  const int64_t C = config.hidden_size;
-  const int64_t V = shard.padded_vocab_size;
-  Device& d = *device;
   const LayerRange& layers_of_chunk = chunks[static_cast<size_t>(chunk)];
-
   if (store.sharded()) {
     // The whole model (ZeRO-3 runs without a pipeline): the embedding's gradients collect
     // from the head (tied) and the embedding backward, the head's from the head.
@@ -249,54 +307,17 @@ void GptModelState<Scalar>::backward_chunk(int64_t slot, int64_t chunk, Scalar g
     store.gather(store.embedding_unit());
   }
   if (last_virtual_stage(chunk)) {
-    // d(mean loss)/dlogits · grad_scale: every later gradient is linear in dlogits, so the
-    // scale is applied once here (computed in Scalar, as the CPU twin takes it). The mean is
-    // over the scored positions; ignored ones get a zero row whatever the scale.
-    const Scalar scale = b.scored_positions == 0
-                             ? Scalar{0}
-                             : grad_scale / static_cast<Scalar>(b.scored_positions);
-    ops::cross_entropy_backward(d, w.dlogits, b.logits, b.logsumexp, b.labels,
-                                static_cast<double>(scale), R, V, vocab_start);
-    ops::linear_backward(d, w.dnorm, gradient(layout.output_weight()),
-                         View{nullptr, 0, kElementType, w.dnorm.on}, w.dlogits, b.final_norm,
-                         parameter(layout.output_weight()), R, C, V);
-    norm_backward(w.dresidual, layout.final_norm_weight(), layout.final_norm_bias(),
-                  tensor_parallel.reduce(w.dnorm, w.dnorm_shard),
-                  layer_output(layers_of_chunk.end - 1), b.final_norm_mean, b.final_norm_rstd);
-    store.flush_gradients(store.head_unit());
-    store.gradients_done(store.head_unit());
+    head_backward(layers_of_chunk.end - 1, grad_scale);
   } else {
-    d.copy(w.dresidual, b.output_gradients[static_cast<size_t>(chunk)]);
+    device->copy(w.dresidual, b.output_gradients[static_cast<size_t>(chunk)]);
   }
-  for (int64_t l = layers_of_chunk.end - 1; l >= layers_of_chunk.begin;) {
-    if (!schedule.recomputed(l)) {
-      layer_backward(l--);
-      continue;
-    }
-    // A recomputed chunk ending at l: its forward again from the chunk's stored input (the
-    // dropout masks are keyed by the last forward's step, so they are the forward's), then
-    // its backward.
-    const int64_t begin = schedule.chunk_begin(l);
-    for (int64_t k = begin; k <= l; ++k) layer_forward(k);
-    for (int64_t k = l; k >= begin; --k) layer_backward(k);
-    l = begin - 1;
-  }
-  if (!first_virtual_stage(chunk)) {
+  layers_backward(layers_of_chunk);
+  if (first_virtual_stage(chunk)) {
+    embedding_backward();
+  } else {
     // The input's gradient, for the previous virtual stage; the input itself is spent.
-    d.copy(chunk == 0 ? b.embedded : b.chunk_inputs[static_cast<size_t>(chunk)], w.dresidual);
-    return;
+    device->copy(chunk == 0 ? b.embedded : b.chunk_inputs[static_cast<size_t>(chunk)], w.dresidual);
   }
-  if (const Dropout mask = dropout(DropoutSite::embedding, 0); mask.active()) {
-    ops::dropout_backward(d, w.dresidual, w.dresidual, mask);
-  }
-  // Every rank holds the whole embedding gradient: its vocabulary rows take their tokens', and
-  // the position table (whole on every rank) the same gradient everywhere.
-  ops::embedding_backward(d, gradient(layout.word_embeddings()),
-                          gradient(layout.position_embeddings()),
-                          tensor_parallel.gather(w.dresidual, w.branch), b.token_index,
-                          batch_size(), seq_length(), C, vocab_start);
-  store.flush_gradients(store.embedding_unit());
-  store.gradients_done(store.embedding_unit());
 }
 
 template struct GptModelState<float>;

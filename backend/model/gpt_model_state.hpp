@@ -166,6 +166,11 @@ struct GptModelState {
   void layer_backward(int64_t l);
   Scalar forward_chunk(int64_t slot, int64_t chunk);
   void backward_chunk(int64_t slot, int64_t chunk, Scalar grad_scale);
+  // backward_chunk's three parts: the head (last virtual stage), the chunk's layers, the
+  // embedding (first virtual stage).
+  void head_backward(int64_t last_layer, Scalar grad_scale);
+  void layers_backward(const LayerRange& layers);
+  void embedding_backward();
 };
 
 template <typename Scalar>

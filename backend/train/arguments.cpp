@@ -762,41 +762,36 @@ void resolve_recompute_spellings(CommandLine& line) {
   }
 }
 
-// Step 1, the flags: CLI11 over the words (abbreviations written out), the shared value rules,
-// the refusals of what is not built, and the old spellings resolved. Reads nothing but argv;
-// std::nullopt after --help.
-std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
-                                              ArgumentsProgram program) {
-  CommandLine line;
-  TrainingArguments& arguments = line.arguments;
-  arguments.program = program;
-  // evaluate_gpt and the server train nothing: no schedule or training data is asked for.
+// Which program reads the flags decides what is asked for: evaluate_gpt and the server train
+// nothing (no schedule or training data), the server batches its requests' prompts itself.
+struct ProgramFlags {
+  bool evaluation;
+  bool server;
+  const char* name;
+};
+ProgramFlags program_flags(ArgumentsProgram program) {
   const bool evaluation = program != ArgumentsProgram::pretrain_gpt;
   const bool server = program == ArgumentsProgram::text_generation_server;
-  const char* const program_name = server       ? "text_generation_server"
-                                   : evaluation ? "evaluate_gpt"
-                                                : "pretrain_gpt";
-  for (int i = 0; i < argc; ++i) arguments.command_line.emplace_back(argv[i]);
+  return {.evaluation = evaluation,
+          .server = server,
+          .name = server       ? "text_generation_server"
+                  : evaluation ? "evaluate_gpt"
+                               : "pretrain_gpt"};
+}
 
-  CLI::App app{server ? "Serve text generation from a GPT checkpoint over HTTP (Megatron-LM's "
-                        "PUT /api; Megatron-LM compatible flags)"
-               : evaluation ? "Evaluate a GPT model on Megatron-LM's zero-shot tasks (Megatron-LM "
-                              "compatible flags)"
-                            : "Pretrain a GPT model (Megatron-LM compatible flags)",
-               program_name};
-  // argparse semantics: a flag given twice takes its last value.
-  app.option_defaults()->always_capture_default()->multi_option_policy(
-      CLI::MultiOptionPolicy::TakeLast);
-  app.get_formatter()->column_width(44);
+// The compatibility flags' values as given, checked once parsing is done.
+struct CompatibilityValues {
+  std::map<std::string, std::string> without_effect;
+  std::map<std::string, std::string> default_only;
+};
 
-  // --use-checkpoint-args: the checkpoint gives the shape, so no model flag is required. That
-  // is read from the words as CLI11 will see them (abbreviations written out, which needs every
-  // option registered) and before CLI11 parses, which checks required options: the shape's
-  // options are collected here and made required then.
-  std::vector<CLI::Option*> shape_options;
+// The model's flags, the recompute switches and the older spellings of both. The shape's
+// options are collected: --use-checkpoint-args decides whether they are required.
+void add_model_flags(CLI::App& app, CommandLine& line, std::vector<CLI::Option*>& shape_options) {
+  TrainingArguments& arguments = line.arguments;
+  CommandLine::Spellings& spellings = line.spellings;
   auto* model = "Model";
   add_flag_rows<ModelArguments>(app, arguments.model, kModelFlags, model, &shape_options);
-  CommandLine::Spellings& spellings = line.spellings;
   app.add_flag("--recompute-activations", spellings.recompute_activations,
                "Selective recompute (same as --recompute-granularity selective)")->group(model);
   add_flag_rows<ModelArguments>(app, arguments.model, kRecomputeFlags, model);
@@ -820,23 +815,29 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
   add_flag_rows<DataArguments>(app, arguments.data, kLegacyDataFlags, legacy);
   add_flag_rows<ParallelismArguments>(app, arguments.parallelism, kLegacyParallelismFlags, legacy);
   add_flag_rows<DeepSpeedFlags>(app, line.deepspeed, kDeepSpeedFlags, legacy);
+}
 
+// The data, the run, the layout, the precision and the optimizer.
+void add_training_flags(CLI::App& app, TrainingArguments& arguments, ProgramFlags program) {
   add_flag_rows<TokenizerOptions>(app, arguments.tokenizer, kTokenizerFlags, "Data and tokenizer");
   add_flag_rows<DataArguments>(app, arguments.data, kDataFlags, "Data and tokenizer");
   add_flag_rows<RunArguments>(app, arguments.run, kRunFlags, "Training");
   add_flag_rows<ParallelismArguments>(app, arguments.parallelism, kParallelismFlags, "Training");
   add_flag_rows<MixedPrecisionArguments>(app, arguments.precision, kPrecisionFlags, "Training");
   add_flag_rows<TrainingArguments>(app, arguments, kDeviceFlags, "Training");
-  // The server batches its requests' prompts itself (--max-batch-size).
-  if (server) {
+  if (program.server) {
     arguments.run.micro_batch_size = 1;
   } else {
     app.get_option("--micro-batch-size")->required();
   }
   add_flag_rows<OptimizerArguments>(app, arguments.optimizer, kOptimizerFlags,
                                     "Optimizer and learning rate");
-  if (!evaluation) app.get_option("--lr")->required();
+  if (!program.evaluation) app.get_option("--lr")->required();
+}
 
+// Evaluation, logging and checkpoints; then each program's own: spike handling and the
+// launcher's switch (pretrain_gpt), the tasks (evaluate_gpt), the server's.
+void add_run_output_flags(CLI::App& app, TrainingArguments& arguments, ProgramFlags program) {
   auto* logging = "Evaluation, logging, checkpoints";
   add_flag_rows<EvaluationArguments>(app, arguments.evaluation, kEvaluationFlags, logging);
   add_flag_rows<LoggingArguments>(app, arguments.logging, kLogIntervalFlags, logging);
@@ -853,7 +854,7 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
   add_flag_rows<RunArguments>(app, arguments.run, kExitFlags, logging);
   add_flag_rows<CheckpointingArguments>(app, arguments.checkpointing, kCheckpointingFlags, logging);
 
-  if (!evaluation) {
+  if (!program.evaluation) {
     // Ours: the launcher's training jobs pass it (launcher/stages/training_stage.cpp).
     app.add_flag("--name-config-keys", arguments.name_config_keys,
                  "Name the launcher's config keys (training.model.*) instead of flags where a "
@@ -864,22 +865,26 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
     add_flag_rows<SpikeHandlingArguments>(app, arguments.spike, kSpikeHandlingFlags, logging);
   }
 
-  if (evaluation && !server) {
+  if (program.evaluation && !program.server) {
     add_flag_rows<TaskArguments>(app, arguments.tasks, kTaskFlags, "Tasks");
   }
   add_flag_rows<CheckpointingArguments>(app, arguments.checkpointing, kCheckpointArgumentsFlags,
                                         logging);
-  if (server) add_flag_rows<ServingArguments>(app, arguments.serving, kServingFlags, "Server");
+  if (program.server) {
+    add_flag_rows<ServingArguments>(app, arguments.serving, kServingFlags, "Server");
+  }
+}
 
-  // Megatron's (and Megatron-DeepSpeed's) flags that change nothing here, other spellings of
-  // flags above, and flags accepted with their default value only (checked after parsing).
+// Megatron's (and Megatron-DeepSpeed's) flags that change nothing here, other spellings of
+// flags above, and flags accepted with their default value only (checked after parsing).
+void add_compatibility_flags(CLI::App& app, CommandLine& line, CompatibilityValues& values) {
+  CommandLine::Spellings& spellings = line.spellings;
   auto* compatibility = "Megatron compatibility (no effect, other spellings, defaults only)";
   for (const FlagWithoutEffect& entry : kSwitchesWithoutEffect) {
     app.add_flag(entry.flag, entry.reason)->group(compatibility);
   }
-  std::map<std::string, std::string> values_without_effect;
   for (const FlagWithoutEffect& entry : kValuesWithoutEffect) {
-    app.add_option(entry.flag, values_without_effect[entry.flag], entry.reason)
+    app.add_option(entry.flag, values.without_effect[entry.flag], entry.reason)
         ->group(compatibility);
   }
   app.add_flag("--use-rotary-position-embeddings", spellings.use_rotary_position_embeddings,
@@ -889,10 +894,9 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
                "No learned position table: what --position-embedding-type rope has; refused "
                "otherwise, as Megatron refuses it")
       ->group(compatibility);
-  std::map<std::string, std::string> default_only_values;
   for (const DefaultOnlyFlag& entry : kDefaultOnlyFlags) {
-    default_only_values[entry.flag] = entry.built;
-    app.add_option(entry.flag, default_only_values[entry.flag], entry.help)->group(compatibility);
+    values.default_only[entry.flag] = entry.built;
+    app.add_option(entry.flag, values.default_only[entry.flag], entry.help)->group(compatibility);
   }
   app.add_option("--kv-channels", line.kv_channels,
                  "Head dimension: --hidden-size / --num-attention-heads, the only one built")
@@ -905,25 +909,12 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
                "Megatron-DeepSpeed's switch off its pipeline engine: what "
                "--pipeline-model-parallel-size 1 is here")
       ->group(compatibility);
+}
 
-  // Every value is checked by the shared table (backend/common/flag_rules.cpp) before CLI11
-  // converts it: kind, range, finiteness, choices. What remains for validate_arguments is the
-  // rules between flags and what is not built yet.
-  common::apply_flag_rules(app, common::flag_rules());
-  const common::RefusedFlags unsupported(app, kUnsupportedFlags);
-  const std::vector<std::string> words =
-      common::expand_abbreviations(app, argc, argv, program_name);
-  const auto first_flag = words.begin() + std::min<std::ptrdiff_t>(1, std::ssize(words));
-  if (std::find(first_flag, words.end(), "--use-checkpoint-args") == words.end()) {
-    for (CLI::Option* option : shape_options) option->required();
-  }
-  std::vector<const char*> expanded_argv;
-  for (const std::string& word : words) expanded_argv.push_back(word.c_str());
-  if (!common::parse_command_line(app, static_cast<int>(expanded_argv.size()), expanded_argv.data(),
-                                  program_name, unsupported,
-                                  "is a Megatron-LM flag this backend does not support yet")) {
-    return std::nullopt;
-  }
+// After CLI11 has parsed `words` (abbreviations written out): the flags without effect said,
+// which flags were given, the old spellings resolved and the default-only values checked.
+void finish_command_line(const CLI::App& app, std::span<const std::string> words,
+                         const CompatibilityValues& values, CommandLine& line) {
   for (const std::span<const FlagWithoutEffect> table :
        {std::span<const FlagWithoutEffect>(kSwitchesWithoutEffect),
         std::span<const FlagWithoutEffect>(kValuesWithoutEffect)}) {
@@ -935,7 +926,7 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
   }
   // Megatron's validate_args asserts that at most one of the two names is given.
   const auto given = [&](std::string_view flag) {
-    return std::any_of(first_flag, words.end(), [flag](const std::string& word) {
+    return std::any_of(words.begin(), words.end(), [flag](const std::string& word) {
       return word == flag ||
              (word.starts_with(flag) && word.size() > flag.size() && word[flag.size()] == '=');
     });
@@ -954,10 +945,63 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
   line.deepspeed.micro_batch_size_given = line.was_given("--micro-batch-size");
   resolve_other_spellings(line);
   for (const DefaultOnlyFlag& entry : kDefaultOnlyFlags) {
-    const std::string& value = default_only_values[entry.flag];
+    const std::string& value = values.default_only.at(entry.flag);
     if (value != entry.built) common::fail("{} {}: {}", entry.flag, value, entry.refusal);
   }
   resolve_recompute_spellings(line);
+}
+
+// Step 1, the flags: CLI11 over the words (abbreviations written out), the shared value rules,
+// the refusals of what is not built, and the old spellings resolved. Reads nothing but argv;
+// std::nullopt after --help.
+std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
+                                              ArgumentsProgram program) {
+  CommandLine line;
+  line.arguments.program = program;
+  for (int i = 0; i < argc; ++i) line.arguments.command_line.emplace_back(argv[i]);
+  const ProgramFlags flags = program_flags(program);
+  CLI::App app{flags.server
+                   ? "Serve text generation from a GPT checkpoint over HTTP (Megatron-LM's "
+                     "PUT /api; Megatron-LM compatible flags)"
+               : flags.evaluation ? "Evaluate a GPT model on Megatron-LM's zero-shot tasks "
+                                    "(Megatron-LM compatible flags)"
+                                  : "Pretrain a GPT model (Megatron-LM compatible flags)",
+               flags.name};
+  // argparse semantics: a flag given twice takes its last value.
+  app.option_defaults()->always_capture_default()->multi_option_policy(
+      CLI::MultiOptionPolicy::TakeLast);
+  app.get_formatter()->column_width(44);
+
+  std::vector<CLI::Option*> shape_options;
+  CompatibilityValues compatibility_values;
+  add_model_flags(app, line, shape_options);
+  add_training_flags(app, line.arguments, flags);
+  add_run_output_flags(app, line.arguments, flags);
+  add_compatibility_flags(app, line, compatibility_values);
+
+  // Every value is checked by the shared table (backend/common/flag_rules.cpp) before CLI11
+  // converts it: kind, range, finiteness, choices. What remains for validate_arguments is the
+  // rules between flags and what is not built yet.
+  common::apply_flag_rules(app, common::flag_rules());
+  const common::RefusedFlags unsupported(app, kUnsupportedFlags);
+  const std::vector<std::string> words = common::expand_abbreviations(app, argc, argv, flags.name);
+  const std::span<const std::string> flag_words =
+      std::span(words).subspan(std::min<std::size_t>(1, words.size()));
+  // --use-checkpoint-args: the checkpoint gives the shape, so no model flag is required. That
+  // is read from the words as CLI11 will see them (abbreviations written out, which needs every
+  // option registered) and before CLI11 parses, which checks required options.
+  if (std::find(flag_words.begin(), flag_words.end(), "--use-checkpoint-args") ==
+      flag_words.end()) {
+    for (CLI::Option* option : shape_options) option->required();
+  }
+  std::vector<const char*> expanded_argv;
+  for (const std::string& word : words) expanded_argv.push_back(word.c_str());
+  if (!common::parse_command_line(app, static_cast<int>(expanded_argv.size()), expanded_argv.data(),
+                                  flags.name, unsupported,
+                                  "is a Megatron-LM flag this backend does not support yet")) {
+    return std::nullopt;
+  }
+  finish_command_line(app, flag_words, compatibility_values, line);
   return line;
 }
 
@@ -1083,13 +1127,8 @@ void validate_data_arguments(TrainingArguments& arguments) {
   }
 }
 
-}  // namespace
-
-void validate_arguments(TrainingArguments& arguments) {
-  ModelArguments& model = arguments.model;
-  ParallelismArguments& parallelism = arguments.parallelism;
-  // Each value's own range was checked when it was parsed (common/flag_rules); these are the
-  // rules between flags, the defaults derived from other flags, and what is not built yet.
+// Megatron's defaults derived from other model flags, and the sequence that must fit them.
+void resolve_model_defaults(ModelArguments& model) {
   if (model.ffn_hidden_size == 0) {
     // Megatron's default keeps SwiGLU's three matrices near the parameters of GELU's two
     // 4h ones: 2/3 of 4h, rounded down to a multiple of 64.
@@ -1111,7 +1150,12 @@ void validate_arguments(TrainingArguments& arguments) {
         "--max-position-embeddings or shorten --seq-length",
         model.seq_length, model.max_position_embeddings);
   }
+}
 
+// Sequence parallelism and the overlap switches: Megatron's rules, and what is accepted but
+// not overlapped yet, said once.
+void validate_sequence_parallel_and_overlap(ParallelismArguments& parallelism,
+                                            const ModelArguments& model) {
   // Megatron: sequence parallelism is switched off without tensor parallelism.
   if (parallelism.tensor_model_parallel_size == 1) {
     parallelism.sequence_parallel = false;
@@ -1123,7 +1167,6 @@ void validate_arguments(TrainingArguments& arguments) {
         "--sequence-parallel",
         model.seq_length, parallelism.tensor_model_parallel_size);
   }
-  // Megatron's rule; and what is accepted but not overlapped yet, said once.
   if (parallelism.overlap_param_gather &&
       !parallelism.use_distributed_optimizer) {
     common::fail("--overlap-param-gather is only supported with --use-distributed-optimizer "
@@ -1142,8 +1185,11 @@ void validate_arguments(TrainingArguments& arguments) {
         "not overlapped yet (the results are the same)",
         parallelism.zero_stage == 3 ? "ZeRO stage 3" : "pipeline parallelism");
   }
-  // Megatron core's distributed checkpoint formats.
-  const CheckpointFormat format = arguments.checkpointing.ckpt_format;
+}
+
+// Megatron core's distributed checkpoint formats that are not built.
+void refuse_unbuilt_checkpoint_format(const CheckpointingArguments& checkpointing) {
+  const CheckpointFormat format = checkpointing.ckpt_format;
   if (format == CheckpointFormat::zarr || format == CheckpointFormat::torch_dcp) {
     common::fail(
         "--ckpt-format {}: not built; --save writes this backend's files "
@@ -1152,27 +1198,34 @@ void validate_arguments(TrainingArguments& arguments) {
         "docs/checkpoints.md)",
         common::enum_name(format));
   }
-  // Megatron's pipeline rules (validate_args and the schedules).
+}
+
+// Megatron's pipeline rules (validate_args and the schedules).
+void validate_pipeline(const ModelArguments& model, const ParallelismArguments& parallelism) {
   const int64_t pp = parallelism.pipeline_model_parallel_size;
   check_pipeline_stage(model.num_layers, {.pipeline_parallel = pp, .rank = 0, .virtual_chunks = 1});
-  if (parallelism.num_layers_per_virtual_pipeline_stage != 0) {
-    if (pp <= 2) {
-      common::fail("--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size "
-                   "greater than 2 (Megatron's interleaved schedule without overlapped p2p "
-                   "communication), got {}",
-                   pp);
-    }
-    const int64_t per_stage = model.num_layers / pp;
-    if (per_stage % parallelism.num_layers_per_virtual_pipeline_stage != 0) {
-      common::fail(
-          "--num-layers-per-virtual-pipeline-stage {} must divide the {} layers of each "
-          "pipeline stage (--num-layers {} / --pipeline-model-parallel-size {})",
-          parallelism.num_layers_per_virtual_pipeline_stage, per_stage, model.num_layers,
-          pp);
-    }
+  if (parallelism.num_layers_per_virtual_pipeline_stage == 0) return;
+  if (pp <= 2) {
+    common::fail(
+        "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size "
+        "greater than 2 (Megatron's interleaved schedule without overlapped p2p "
+        "communication), got {}",
+        pp);
   }
-  // A process that no MPI launcher started is one rank: a model split over more is a launch
-  // to correct (say how), not sizes.
+  const int64_t per_stage = model.num_layers / pp;
+  if (per_stage % parallelism.num_layers_per_virtual_pipeline_stage != 0) {
+    common::fail(
+        "--num-layers-per-virtual-pipeline-stage {} must divide the {} layers of each "
+        "pipeline stage (--num-layers {} / --pipeline-model-parallel-size {})",
+        parallelism.num_layers_per_virtual_pipeline_stage, per_stage, model.num_layers, pp);
+  }
+}
+
+// A process that no MPI launcher started is one rank: a model split over more is a launch to
+// correct (say how), not sizes.
+void check_launch_holds_model(const TrainingArguments& arguments) {
+  const ParallelismArguments& parallelism = arguments.parallelism;
+  const int64_t pp = parallelism.pipeline_model_parallel_size;
   const int64_t model_parallel =
       common::checked_multiply(parallelism.tensor_model_parallel_size, pp,
                                "--tensor-model-parallel-size × --pipeline-model-parallel-size");
@@ -1187,43 +1240,42 @@ void validate_arguments(TrainingArguments& arguments) {
         parallelism.tensor_model_parallel_size, pp, model_parallel,
         not_started_through_mpi(process, ranks));
   }
-  // Data parallelism takes the processes model parallelism leaves (world = tp × pp × dp).
-  const int64_t data_parallel_size = parallel_layout(parallelism).data_parallel;
-  const int64_t micro_batches_at_once =
-      common::checked_multiply(arguments.run.micro_batch_size, data_parallel_size,
-                               "--micro-batch-size × data-parallel size");
-  if (arguments.run.global_batch_size == 0) arguments.run.global_batch_size = micro_batches_at_once;
-  if (arguments.run.global_batch_size % micro_batches_at_once != 0) {
+}
+
+// Data parallelism takes the processes model parallelism leaves (world = tp × pp × dp); the
+// global batch is whole micro batches of every data-parallel rank. Returns the data-parallel
+// size.
+int64_t resolve_global_batch_size(TrainingArguments& arguments) {
+  const int64_t pp = arguments.parallelism.pipeline_model_parallel_size;
+  RunArguments& run = arguments.run;
+  const int64_t data_parallel_size = parallel_layout(arguments.parallelism).data_parallel;
+  const int64_t micro_batches_at_once = common::checked_multiply(
+      run.micro_batch_size, data_parallel_size, "--micro-batch-size × data-parallel size");
+  if (run.global_batch_size == 0) run.global_batch_size = micro_batches_at_once;
+  if (run.global_batch_size % micro_batches_at_once != 0) {
     common::fail(
         "--global-batch-size {} is not divisible by --micro-batch-size {} × "
         "data-parallel size {}",
-        arguments.run.global_batch_size, arguments.run.micro_batch_size, data_parallel_size);
+        run.global_batch_size, run.micro_batch_size, data_parallel_size);
   }
   if (arguments.virtual_pipeline_chunks() > 1 &&
-      (arguments.run.global_batch_size / micro_batches_at_once) % pp != 0) {
+      (run.global_batch_size / micro_batches_at_once) % pp != 0) {
     common::fail(
         "the interleaved pipeline schedule needs the number of micro batches "
         "(--global-batch-size {} / (--micro-batch-size {} × data-parallel size {}) = "
         "{}) divisible by --pipeline-model-parallel-size {}",
-        arguments.run.global_batch_size, arguments.run.micro_batch_size, data_parallel_size,
-        arguments.run.global_batch_size / micro_batches_at_once, pp);
+        run.global_batch_size, run.micro_batch_size, data_parallel_size,
+        run.global_batch_size / micro_batches_at_once, pp);
   }
+  return data_parallel_size;
+}
 
-  if (arguments.optimizer.min_lr > arguments.optimizer.lr) {
-    common::fail("--min-lr {} must lie in [0, --lr {}]", arguments.optimizer.min_lr,
-                 arguments.optimizer.lr);
-  }
-  // Training length (iterations or samples), batch-size ramp-up, learning-rate and weight-decay
-  // schedule: Megatron's rules in backend/train/training_schedule.cpp.
-  // evaluate_gpt trains nothing: no length or schedule to resolve.
-  if (arguments.program == ArgumentsProgram::pretrain_gpt) {
-    resolve_training_schedule(arguments, data_parallel_size);
-  }
+// Grouped-query attention, and Megatron's TransformerConfig rules for recompute.
+void validate_attention_and_recompute(const ModelArguments& model) {
   if (model.group_query_attention && model.num_attention_heads % model.num_query_groups != 0) {
     common::fail("--num-query-groups {} must divide --num-attention-heads {}",
                  model.num_query_groups, model.num_attention_heads);
   }
-  // Megatron's TransformerConfig rules for recompute.
   if (model.recompute_granularity == RecomputeGranularity::selective) {
     if (model.recompute_method) {
       common::fail(
@@ -1243,6 +1295,10 @@ void validate_arguments(TrainingArguments& arguments) {
       common::fail("--recompute-granularity full needs --recompute-num-layers N");
     }
   }
+}
+
+// The precision flags and the dataset reader that is built.
+void validate_precision_and_data_impl(const TrainingArguments& arguments) {
   if (arguments.precision.bf16 && arguments.precision.fp16) {
     common::fail("--bf16 and --fp16 are mutually exclusive");
   }
@@ -1253,11 +1309,11 @@ void validate_arguments(TrainingArguments& arguments) {
         "infer, which finds mmap in every .idx this backend reads)",
         common::enum_name(arguments.data.data_impl));
   }
-  // Loss scaling: build the scaler the flags give (backend/optim/mixed_precision_arguments.hpp), so
-  // that Megatron's grad-scaler asserts are refused now, naming the flags: --min-loss-scale ≤
-  // --initial-loss-scale where the dynamic scaler is built (--fp16 without --loss-scale; Megatron
-  // checks it nowhere else), scales that float32 holds. Each value's own range (positive
-  // scales, window and hysteresis ≥ 1) is a flag rule.
+  // Loss scaling: build the scaler the flags give (backend/optim/mixed_precision_arguments.hpp),
+  // so that Megatron's grad-scaler asserts are refused now, naming the flags: --min-loss-scale ≤
+  // --initial-loss-scale where the dynamic scaler is built (--fp16 without --loss-scale;
+  // Megatron checks it nowhere else), scales that float32 holds. Each value's own range
+  // (positive scales, window and hysteresis ≥ 1) is a flag rule.
   make_loss_scaler(arguments.precision);
   if (arguments.precision.loss_scale && !arguments.precision.fp16 && !arguments.precision.bf16) {
     // Megatron's fp32 optimizer has no scaler and ignores the flag; say so rather than stay silent.
@@ -1266,9 +1322,11 @@ void validate_arguments(TrainingArguments& arguments) {
         "scale the loss",
         *arguments.precision.loss_scale);
   }
+}
 
-  // Tokenizer: the vocabulary size is what the model needs; GPT-2's is a fixed fact.
-  TokenizerOptions& tokenizer = arguments.tokenizer;
+// The tokenizer the flags name, its type filled in where the flags imply it: the vocabulary
+// size is what the model needs; GPT-2's is a fixed fact.
+void resolve_tokenizer_type(TokenizerOptions& tokenizer) {
   // Megatron-DeepSpeed's pretrain_gpt.py: a GPT-2 vocabulary and merges mean GPT-2's BPE.
   if (tokenizer.tokenizer_type.empty() && !tokenizer.vocab_file.empty() &&
       !tokenizer.merge_file.empty()) {
@@ -1295,29 +1353,58 @@ void validate_arguments(TrainingArguments& arguments) {
   if (tokenizer.tokenizer_type == "NullTokenizer" && tokenizer.vocab_size <= 0) {
     common::fail("--tokenizer-type NullTokenizer needs --vocab-size N (N > 0)");
   }
+}
 
-  // evaluate_gpt reads its task's files (--valid-data), not Megatron's indexed datasets.
-  if (arguments.program == ArgumentsProgram::pretrain_gpt) validate_data_arguments(arguments);
-
-  // Checkpointing. --save-interval without --save is accepted, as Megatron accepts it: scripts
-  // often pass the interval always and --save only sometimes.
-  if (arguments.checkpointing.finetune && arguments.checkpointing.load.empty()) {
+// Checkpointing. --save-interval without --save is accepted, as Megatron accepts it: scripts
+// often pass the interval always and --save only sometimes.
+void validate_checkpointing(const TrainingArguments& arguments) {
+  const CheckpointingArguments& checkpointing = arguments.checkpointing;
+  if (checkpointing.finetune && checkpointing.load.empty()) {
     common::fail("--finetune needs --load DIR (the checkpoint whose weights to start from)");
   }
-  if (arguments.spike.rollback_on_spike && arguments.checkpointing.save.empty()) {
+  if (arguments.spike.rollback_on_spike && checkpointing.save.empty()) {
     common::fail("--rollback-on-spike needs --save DIR (and a --save-interval): a spike rolls "
                  "back to the last checkpoint this run saved there");
   }
-  if (arguments.spike.rollback_on_spike && arguments.checkpointing.no_save_optim) {
+  if (arguments.spike.rollback_on_spike && checkpointing.no_save_optim) {
     common::fail("--rollback-on-spike and --no-save-optim: a rollback restores the optimizer's "
                  "moments from the checkpoint, which --no-save-optim leaves out (a spike's "
                  "moments would stay); drop --no-save-optim");
   }
-  if (arguments.checkpointing.override_opt_param_scheduler &&
-      arguments.checkpointing.use_checkpoint_opt_param_scheduler) {
+  if (checkpointing.override_opt_param_scheduler &&
+      checkpointing.use_checkpoint_opt_param_scheduler) {
     common::fail("--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler are "
                  "mutually exclusive: the schedule comes from the flags or from the checkpoint");
   }
+}
+
+}  // namespace
+
+// Each value's own range was checked when it was parsed (common/flag_rules); these are the
+// rules between flags, the defaults derived from other flags, and what is not built yet, in
+// the order a command line with several mistakes reports them.
+void validate_arguments(TrainingArguments& arguments) {
+  resolve_model_defaults(arguments.model);
+  validate_sequence_parallel_and_overlap(arguments.parallelism, arguments.model);
+  refuse_unbuilt_checkpoint_format(arguments.checkpointing);
+  validate_pipeline(arguments.model, arguments.parallelism);
+  check_launch_holds_model(arguments);
+  const int64_t data_parallel_size = resolve_global_batch_size(arguments);
+  if (arguments.optimizer.min_lr > arguments.optimizer.lr) {
+    common::fail("--min-lr {} must lie in [0, --lr {}]", arguments.optimizer.min_lr,
+                 arguments.optimizer.lr);
+  }
+  // Training length (iterations or samples), batch-size ramp-up, learning-rate and weight-decay
+  // schedule: Megatron's rules in backend/train/training_schedule.cpp. evaluate_gpt trains
+  // nothing: no length or schedule to resolve, and it reads its task's files (--valid-data),
+  // not Megatron's indexed datasets.
+  const bool trains = arguments.program == ArgumentsProgram::pretrain_gpt;
+  if (trains) resolve_training_schedule(arguments, data_parallel_size);
+  validate_attention_and_recompute(arguments.model);
+  validate_precision_and_data_impl(arguments);
+  resolve_tokenizer_type(arguments.tokenizer);
+  if (trains) validate_data_arguments(arguments);
+  validate_checkpointing(arguments);
 }
 
 namespace {

@@ -58,72 +58,79 @@ struct LocalLosses {
   int64_t scored_positions = 0;
 };
 
-// This rank's share of the global batch: its micro batches' gradients accumulate, each backward
-// scaled by loss_scale / (num_micro_batches · D), or with --calculate-per-token-loss by
-// loss_scale × its scored positions (the gradient of the sum of its token losses, which
-// train_step divides by the global batch's scored positions once summed, as Megatron's
-// finalize_model_grads).
-LocalLosses forward_backward(
-    GptModel<float>& model, const BatchSource& source, const GlobalBatch& batch, double loss_scale,
-    const TrainStepOptions& options, int64_t dp_rank, int64_t dp_size,
+// Where micro batch m of this rank reads its samples and which dropout masks it meets: keyed by
+// its place in the global batch (m·D + r), not by this rank's count, so that each sample meets
+// the mask it would meet on one process and data parallelism changes the order of sums only,
+// dropout or not.
+struct MicroBatchPlace {
+  const GlobalBatch& batch;
+  int64_t micro_batch_size;
+  int64_t dp_rank;
+  int64_t dp_size;
+  uint64_t first_dropout_step;
+
+  int64_t first_sample(int64_t m) const {
+    return batch.first_sample + (m * dp_size + dp_rank) * micro_batch_size;
+  }
+  uint64_t dropout_step(int64_t m) const {
+    return first_dropout_step + static_cast<uint64_t>(m) * static_cast<uint64_t>(dp_size) +
+           static_cast<uint64_t>(dp_rank);
+  }
+  uint64_t after_last_dropout_step() const {
+    return first_dropout_step +
+           static_cast<uint64_t>(batch.num_micro_batches) * static_cast<uint64_t>(dp_size);
+  }
+};
+
+// A pipeline stage's share: the schedule runs the same micro batches with the same masks and
+// scale; the loss sum is the last stage's, and so are the scored positions (the stages that
+// read labels count them; the others keep 0).
+LocalLosses pipeline_forward_backward(GptModel<float>& model, const BatchSource& source,
+                                      const MicroBatchPlace& place, const TrainStepOptions& options,
+                                      float backward_scale) {
+  const PipelineStage& stage = model.pipeline_stage();
+  const bool per_token = options.calculate_per_token_loss;
+  const int64_t count = place.batch.num_micro_batches;
+  std::vector<int64_t> scored(static_cast<size_t>(count), 0);
+  PipelineMicroBatches inputs{
+      .count = count,
+      .read =
+          [&](int64_t m, std::span<int32_t> micro_tokens, std::span<int32_t> micro_labels) {
+            source(Split::train, place.first_sample(m), options.micro_batch_size, micro_tokens,
+                   micro_labels);
+            if (per_token) scored[static_cast<size_t>(m)] = scored_label_count(micro_labels);
+          },
+      .dropout_step = [&](int64_t m) { return place.dropout_step(m); },
+      .loss_weight = {}};
+  if (per_token) {
+    inputs.loss_weight = [&](int64_t m) {
+      return static_cast<double>(scored[static_cast<size_t>(m)]);
+    };
+  }
+  LocalLosses local;
+  local.sum = run_pipeline_steps(
+      model, pipeline_schedule(stage.pipeline_parallel, stage.rank, stage.virtual_chunks, count),
+      inputs, backward_scale, options.micro_batch_size, options.seq_length);
+  if (stage.last()) {
+    for (const int64_t positions : scored) local.scored_positions += positions;
+  }
+  return local;
+}
+
+// The whole model on this rank: each micro batch's forward and backward in turn.
+LocalLosses sequential_forward_backward(
+    GptModel<float>& model, const BatchSource& source, const MicroBatchPlace& place,
+    const TrainStepOptions& options, double loss_scale, float mean_scale,
     Communicator* overlapped_group,
     std::vector<std::unique_ptr<Communicator::PendingReduction>>& pending) {
   const int64_t micro_tokens = common::checked_multiply(
       options.micro_batch_size, options.seq_length, "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
   const bool per_token = options.calculate_per_token_loss;
-  // Without a scaler (scale 1) the mean's factor is 1/num_micro_batches exactly as before; a
-  // power-of-two scale multiplies it exactly.
-  const float mean_scale =
-      static_cast<float>(loss_scale) / static_cast<float>(batch.num_micro_batches * dp_size);
   LocalLosses local;
-  // Dropout masks are keyed by the micro batch's place in the global batch (m·D + r), not by
-  // this rank's count: each sample meets the mask it would meet on one process, so data
-  // parallelism changes the order of sums only, dropout or not.
-  const uint64_t first_step = model.dropout_step();
-  const auto micro_batches = static_cast<uint64_t>(batch.num_micro_batches);
-  const auto ranks = static_cast<uint64_t>(dp_size);
-  if (!model.pipeline_stage().whole_model()) {
-    // The pipeline schedule runs the same micro batches with the same masks and scale; the
-    // loss sum is the last stage's, and so are the scored positions (the stages that read
-    // labels count them; the others keep 0).
-    const PipelineStage& stage = model.pipeline_stage();
-    std::vector<int64_t> scored(static_cast<size_t>(batch.num_micro_batches), 0);
-    PipelineMicroBatches inputs{
-        .count = batch.num_micro_batches,
-        .read =
-            [&](int64_t m, std::span<int32_t> micro_tokens, std::span<int32_t> micro_labels) {
-              source(Split::train,
-                     batch.first_sample + (m * dp_size + dp_rank) * options.micro_batch_size,
-                     options.micro_batch_size, micro_tokens, micro_labels);
-              if (per_token) scored[static_cast<size_t>(m)] = scored_label_count(micro_labels);
-            },
-        .dropout_step =
-            [&](int64_t m) {
-              return first_step + static_cast<uint64_t>(m) * ranks + static_cast<uint64_t>(dp_rank);
-            },
-        .loss_weight = {}};
-    if (per_token) {
-      inputs.loss_weight = [&](int64_t m) {
-        return static_cast<double>(scored[static_cast<size_t>(m)]);
-      };
-    }
-    local.sum = run_pipeline_steps(model,
-                                   pipeline_schedule(stage.pipeline_parallel, stage.rank,
-                                                     stage.virtual_chunks, batch.num_micro_batches),
-                                   inputs, per_token ? static_cast<float>(loss_scale) : mean_scale,
-                                   options.micro_batch_size, options.seq_length);
-    model.set_dropout_step(first_step + micro_batches * ranks);
-    if (stage.last()) {
-      for (const int64_t count : scored) local.scored_positions += count;
-    }
-    return local;
-  }
-  for (int64_t m = 0; m < batch.num_micro_batches; ++m) {
-    model.set_dropout_step(first_step + static_cast<uint64_t>(m) * ranks +
-                           static_cast<uint64_t>(dp_rank));
-    source(Split::train, batch.first_sample + (m * dp_size + dp_rank) * options.micro_batch_size,
-           options.micro_batch_size, tokens, labels);
+  for (int64_t m = 0; m < place.batch.num_micro_batches; ++m) {
+    model.set_dropout_step(place.dropout_step(m));
+    source(Split::train, place.first_sample(m), options.micro_batch_size, tokens, labels);
     const double loss = model.forward(tokens, labels, options.micro_batch_size, options.seq_length);
     const int64_t scored = per_token ? scored_label_count(labels) : 0;
     local.sum += per_token ? loss * static_cast<double>(scored) : loss;
@@ -131,7 +138,7 @@ LocalLosses forward_backward(
     // --overlap-grad-reduce: in the last micro batch each unit's all-reduce starts as soon as
     // its gradients are complete (Megatron's DDP buckets; the earlier micro batches only
     // accumulate, as under its no_sync).
-    const bool last = m + 1 == batch.num_micro_batches;
+    const bool last = m + 1 == place.batch.num_micro_batches;
     if (last && overlapped_group != nullptr) {
       const View all_gradients = model.gradient_buffer();
       model.set_gradients_ready([&, all_gradients](BufferRange range) {
@@ -145,8 +152,150 @@ LocalLosses forward_backward(
                              : mean_scale);
     if (last && overlapped_group != nullptr) model.set_gradients_ready({});
   }
-  model.set_dropout_step(first_step + micro_batches * ranks);
   return local;
+}
+
+// This rank's share of the global batch: its micro batches' gradients accumulate, each backward
+// scaled by loss_scale / (num_micro_batches · D), or with --calculate-per-token-loss by
+// loss_scale × its scored positions (the gradient of the sum of its token losses, which
+// train_step divides by the global batch's scored positions once summed, as Megatron's
+// finalize_model_grads).
+LocalLosses forward_backward(
+    GptModel<float>& model, const BatchSource& source, const GlobalBatch& batch, double loss_scale,
+    const TrainStepOptions& options, int64_t dp_rank, int64_t dp_size,
+    Communicator* overlapped_group,
+    std::vector<std::unique_ptr<Communicator::PendingReduction>>& pending) {
+  // Without a scaler (scale 1) the mean's factor is 1/num_micro_batches exactly as before; a
+  // power-of-two scale multiplies it exactly.
+  const float mean_scale =
+      static_cast<float>(loss_scale) / static_cast<float>(batch.num_micro_batches * dp_size);
+  const MicroBatchPlace place{.batch = batch,
+                              .micro_batch_size = options.micro_batch_size,
+                              .dp_rank = dp_rank,
+                              .dp_size = dp_size,
+                              .first_dropout_step = model.dropout_step()};
+  const LocalLosses local =
+      model.pipeline_stage().whole_model()
+          ? sequential_forward_backward(model, source, place, options, loss_scale, mean_scale,
+                                        overlapped_group, pending)
+          : pipeline_forward_backward(
+                model, source, place, options,
+                options.calculate_per_token_loss ? static_cast<float>(loss_scale) : mean_scale);
+  model.set_dropout_step(place.after_last_dropout_step());
+  return local;
+}
+
+// The gradients this rank updates from, reduced over the data-parallel group the way the layout
+// keeps them: all of them, or its shard (distributed optimizer); ZeRO-3's already summed.
+struct StepGradients {
+  View all;                  // the model's flat gradient buffer
+  View held;                 // all, or this rank's shard of it
+  ShardRange range;          // held's place in the flat buffer
+  bool data_parallel_share;  // held is this rank's share of the group's (ZeRO-1 or ZeRO-3)
+};
+
+StepGradients reduce_gradients(GptModel<float>& model, Communicator& data_parallel,
+                               const GradientShard* shard, bool overlapped) {
+  const View all = model.gradient_buffer();
+  const bool sharded = model.sharded_over_data_parallel();
+  if (sharded && shard != nullptr) {
+    common::fail("train_step: a ZeRO-3 model holds its own shard; no distributed-optimizer "
+                 "shard goes with it");
+  }
+  const StepGradients gradients{.all = all,
+                                .held = shard != nullptr ? shard->gradients : all,
+                                .range = shard != nullptr ? shard->range : ShardRange{0, all.numel},
+                                .data_parallel_share = shard != nullptr || sharded};
+  if (sharded) {
+    // ZeRO-3: the backward summed each unit's gradients over the group into this rank's range.
+  } else if (shard != nullptr) {
+    // Megatron's DistributedOptimizer: the sums of this rank's range only.
+    data_parallel.reduce_scatter(gradients.held, all);
+  } else if (data_parallel.size() > 1 && !overlapped) {
+    // Megatron's DDP: the gradients summed over the group (each already carries 1/D).
+    data_parallel.all_reduce(gradients.held, ReduceOperation::sum);
+  }
+  return gradients;
+}
+
+// The loss the log shows, and the factor the summed gradients are multiplied by: the loss
+// scale's inverse, and with --calculate-per-token-loss one over the global batch's scored
+// positions.
+struct StepLoss {
+  double lm_loss = 0;
+  double gradient_factor = 1;
+};
+
+StepLoss reduce_loss(const LocalLosses& local, const GlobalBatch& batch,
+                     const TrainStepOptions& options, double inverse_loss_scale,
+                     Communicator& data_parallel, Communicator& pipeline) {
+  StepLoss loss{.lm_loss = 0, .gradient_factor = inverse_loss_scale};
+  if (options.calculate_per_token_loss) {
+    // Megatron's finalize_model_grads with num_tokens: the global batch's scored positions
+    // (the last stage's count to every stage, summed over the data-parallel group) divide the
+    // summed gradients; the logged loss is the token losses' sum over the same count.
+    double sums[2] = {local.sum, static_cast<double>(local.scored_positions)};
+    const View both = host_view(std::span<double>(sums));
+    if (pipeline.size() > 1) pipeline.broadcast(both, pipeline.size() - 1);
+    data_parallel.all_reduce(both, ReduceOperation::sum);
+    const double scored_positions = sums[1];
+    loss.lm_loss = scored_positions > 0 ? sums[0] / scored_positions : 0.0;
+    if (scored_positions > 0) loss.gradient_factor /= scored_positions;
+  } else {
+    // The loss averaged for the log (average_losses_across_data_parallel_group).
+    loss.lm_loss = local.sum / static_cast<double>(batch.num_micro_batches);
+    loss.lm_loss =
+        all_reduce_sum(data_parallel, loss.lm_loss) / static_cast<double>(data_parallel.size());
+    // Only the last pipeline stage computed it; every stage decides on it alike.
+    if (pipeline.size() > 1) {
+      pipeline.broadcast(host_view(std::span(&loss.lm_loss, 1)), pipeline.size() - 1);
+    }
+  }
+  return loss;
+}
+
+// Whether the update is skipped, from the loss and the norm every rank holds alike.
+void decide_skip(TrainStepResult& result, LossScaler& scaler) {
+  if (scaler.enabled()) {
+    // Megatron's mixed-precision step: look for inf/nan in the unscaled gradients (here: a
+    // norm that is not finite, which any non-finite gradient makes it), tell the scaler, and
+    // skip the update when one was found. The loss itself does not decide: a non-finite loss
+    // with finite gradients is a nan iteration that still updates, as in Megatron.
+    const bool found_inf = !std::isfinite(result.grad_norm);
+    scaler.update(found_inf);
+    result.skipped = found_inf;
+  } else {
+    // In fp32 there is no loss scale to back off: a non-finite loss or norm is the only reason
+    // to skip, and the update it would have made is dropped whole.
+    result.skipped = !std::isfinite(result.lm_loss) || !std::isfinite(result.grad_norm);
+  }
+  result.nan = !std::isfinite(result.lm_loss) || (!scaler.enabled() && result.skipped);
+  result.loss_scale = scaler.scale();
+}
+
+// Clip, count the zeros (--log-num-zeros-in-grad), AdamW over the held range, the parameters
+// back to every rank, the schedule's step.
+void apply_update(GptModel<float>& model, AdamW& optimizer, LearningRateScheduler& scheduler,
+                  const StepGradients& gradients, const GlobalBatch& batch,
+                  const TrainStepOptions& options, Communicator& data_parallel,
+                  const GradientShard* shard, TrainStepResult& result) {
+  optimizer.clip_gradients(gradients.held, result.grad_norm, options.clip_grad);
+  if (options.log_num_zeros_in_grad) {
+    // Megatron's count_zeros_fp32, after clipping (which keeps zeros zero), before the step.
+    result.num_zeros_in_grad =
+        model_total(model, gradients.held, gradients.range, gradients.data_parallel_share,
+                    data_parallel, [&](View part) { return optimizer.count_zeros(part); });
+  }
+  // fp32: the model's parameters are the master weights, no working copy to rewrite.
+  const View parameters = model.parameter_buffer();
+  const View updated =
+      shard != nullptr ? parameters.slice(shard->range.offset, shard->range.numel) : parameters;
+  optimizer.step(updated, View{}, gradients.held, result.learning_rate, scheduler.weight_decay());
+  // Every rank's range back to every rank (Megatron's parameter all-gather); a ZeRO-3 model
+  // gathers each unit when it next uses it.
+  if (shard != nullptr) data_parallel.all_gather(parameters, updated);
+  model.parameters_updated();
+  scheduler.step(batch.global_batch_size);
 }
 
 }  // namespace
@@ -168,10 +317,8 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
     common::fail("train_step: the model is on {} but the optimizer's state on {}",
                  model.device().name(), optimizer.device().name());
   }
-  const View all_gradients = model.gradient_buffer();
   LossScaler& scaler = optimizer.loss_scaler();
   model.zero_gradients();
-  TrainStepResult result;
   // --overlap-grad-reduce applies to Megatron's plain DDP all-reduce without a pipeline; the
   // other layouts reduce after the backward.
   const bool overlap = options.overlap_grad_reduce && data_parallel.size() > 1 &&
@@ -184,95 +331,33 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   // Every reduction finished before anything reads or adds to the gradients.
   for (const auto& reduction : pending) reduction->wait();
   model.finalize_gradients();
-  // The gradients this rank updates from: all of them, or its shard (distributed optimizer).
-  const View gradients = shard != nullptr ? shard->gradients : all_gradients;
-  const bool sharded = model.sharded_over_data_parallel();
-  if (sharded && shard != nullptr) {
-    common::fail("train_step: a ZeRO-3 model holds its own shard; no distributed-optimizer "
-                 "shard goes with it");
-  }
-  if (sharded) {
-    // ZeRO-3: the backward summed each unit's gradients over the group into this rank's range.
-  } else if (shard != nullptr) {
-    // Megatron's DistributedOptimizer: the sums of this rank's range only.
-    data_parallel.reduce_scatter(gradients, all_gradients);
-  } else if (data_parallel.size() > 1 && !overlap) {
-    // Megatron's DDP: the gradients summed over the group (each already carries 1/D).
-    data_parallel.all_reduce(gradients, ReduceOperation::sum);
-  }
-  Communicator& pipeline = model.pipeline_parallel_group();
-  double gradient_factor = scaler.inverse_scale();
-  if (options.calculate_per_token_loss) {
-    // Megatron's finalize_model_grads with num_tokens: the global batch's scored positions
-    // (the last stage's count to every stage, summed over the data-parallel group) divide the
-    // summed gradients; the logged loss is the token losses' sum over the same count.
-    double sums[2] = {local.sum, static_cast<double>(local.scored_positions)};
-    const View both = host_view(std::span<double>(sums));
-    if (pipeline.size() > 1) pipeline.broadcast(both, pipeline.size() - 1);
-    data_parallel.all_reduce(both, ReduceOperation::sum);
-    const double scored_positions = sums[1];
-    result.lm_loss = scored_positions > 0 ? sums[0] / scored_positions : 0.0;
-    if (scored_positions > 0) gradient_factor /= scored_positions;
-  } else {
-    // The loss averaged for the log (average_losses_across_data_parallel_group).
-    result.lm_loss = local.sum / static_cast<double>(batch.num_micro_batches);
-    result.lm_loss = all_reduce_sum(data_parallel, result.lm_loss) /
-                     static_cast<double>(data_parallel.size());
-    // Only the last pipeline stage computed it; every stage decides on it alike.
-    if (pipeline.size() > 1) {
-      pipeline.broadcast(host_view(std::span(&result.lm_loss, 1)), pipeline.size() - 1);
-    }
-  }
+  const StepGradients gradients = reduce_gradients(model, data_parallel, shard, overlap);
+  const StepLoss loss = reduce_loss(local, batch, options, scaler.inverse_scale(), data_parallel,
+                                    model.pipeline_parallel_group());
+  TrainStepResult result;
+  result.lm_loss = loss.lm_loss;
   result.learning_rate = scheduler.learning_rate() * learning_rate_factor;
   // With a loss scaler the gradients are unscaled first (a factor of 1 changes nothing).
-  if (gradient_factor != 1.0) ops::scale(optimizer.device(), gradients, gradient_factor);
+  if (loss.gradient_factor != 1.0) {
+    ops::scale(optimizer.device(), gradients.held, loss.gradient_factor);
+  }
   // The global norm, reduced on the device (the host reads one double, and decides as every
   // rank will): of the whole buffer, or the shards' sums of squares added over the group.
-  const ShardRange held_gradients =
-      shard != nullptr ? shard->range : ShardRange{0, all_gradients.numel};
-  result.grad_norm = std::sqrt(model_sum_of_squares(model, optimizer, gradients, held_gradients,
-                                                    shard != nullptr || sharded, data_parallel));
-  if (scaler.enabled()) {
-    // Megatron's mixed-precision step: look for inf/nan in the unscaled gradients (here: a
-    // norm that is not finite, which any non-finite gradient makes it), tell the scaler, and
-    // skip the update when one was found. The loss itself does not decide: a non-finite loss
-    // with finite gradients is a nan iteration that still updates, as in Megatron.
-    const bool found_inf = !std::isfinite(result.grad_norm);
-    scaler.update(found_inf);
-    result.skipped = found_inf;
-  } else {
-    // In fp32 there is no loss scale to back off: a non-finite loss or norm is the only reason
-    // to skip, and the update it would have made is dropped whole.
-    result.skipped = !std::isfinite(result.lm_loss) || !std::isfinite(result.grad_norm);
-  }
-  result.nan = !std::isfinite(result.lm_loss) || (!scaler.enabled() && result.skipped);
-  result.loss_scale = scaler.scale();
+  result.grad_norm =
+      std::sqrt(model_sum_of_squares(model, optimizer, gradients.held, gradients.range,
+                                     gradients.data_parallel_share, data_parallel));
+  decide_skip(result, scaler);
   if (!result.skipped) {
-    optimizer.clip_gradients(gradients, result.grad_norm, options.clip_grad);
-    if (options.log_num_zeros_in_grad) {
-      // Megatron's count_zeros_fp32, after clipping (which keeps zeros zero), before the step.
-      result.num_zeros_in_grad =
-          model_total(model, gradients, held_gradients, shard != nullptr || sharded,
-                      data_parallel, [&](View part) { return optimizer.count_zeros(part); });
-    }
-    // fp32: the model's parameters are the master weights, no working copy to rewrite.
-    const View parameters = model.parameter_buffer();
-    const View updated = shard != nullptr
-                             ? parameters.slice(shard->range.offset, shard->range.numel)
-                             : parameters;
-    optimizer.step(updated, View{}, gradients, result.learning_rate, scheduler.weight_decay());
-    // Every rank's range back to every rank (Megatron's parameter all-gather); a ZeRO-3 model
-    // gathers each unit when it next uses it.
-    if (shard != nullptr) data_parallel.all_gather(parameters, updated);
-    model.parameters_updated();
-    scheduler.step(batch.global_batch_size);
+    apply_update(model, optimizer, scheduler, gradients, batch, options, data_parallel, shard,
+                 result);
   }
   if (options.log_params_norm) {
     // Megatron's calc_params_l2_norm after the step: the fp32 master weights here (the model's
     // parameters), every rank's whole copy, or a ZeRO-3 rank's range summed over the group.
     const View parameters = model.parameter_buffer();
-    result.params_norm = std::sqrt(model_sum_of_squares(
-        model, optimizer, parameters, ShardRange{0, parameters.numel}, sharded, data_parallel));
+    result.params_norm = std::sqrt(
+        model_sum_of_squares(model, optimizer, parameters, ShardRange{0, parameters.numel},
+                             model.sharded_over_data_parallel(), data_parallel));
   }
   return result;
 }
