@@ -1,9 +1,12 @@
 // A CPU emulation of the few CUDA features the tensor-core attention kernels use
 // (backend/ops/attention_flash_cuda.cu), so that their tile logic (fragment indexing, masks,
 // online softmax, shared-memory tiles and barriers) is checked where there is no GPU, in CI.
-// A thread block is 128 std::threads; __syncthreads is a std::barrier of all of them, and a
-// warp's collectives (__shfl_xor_sync, mma) exchange values through per-warp slots between two
-// barriers of its 32 threads. `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32`
+// A thread block is 128 fibers (ucontext) taking turns on the calling thread; __syncthreads is
+// a barrier of all of them, and a warp's collectives (__shfl_xor_sync, mma) exchange values
+// through per-warp slots between two barriers of its 32 fibers. A fiber runs until it waits at
+// a barrier, so a block costs switches, not threads: 128 std::threads and std::barrier spent
+// two minutes of CI in the kernel's and scheduler's hand-offs for 14 s of work. A barrier no
+// fiber can open (one reached in divergent code) is an error naming it, not a hang. `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32`
 // is computed from the fragment layout the PTX ISA documents ("Matrix fragments for
 // mma.m16n8k16 with floating point type": the same for both element types), written here
 // independently of the kernel's own loads: lane l holds
@@ -21,10 +24,12 @@
 #include <cuda_fp16.h>
 #include <vector_types.h>
 
-#include <barrier>
+#include <ucontext.h>
+
 #include <cstdint>
 #include <cstring>
-#include <thread>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace warp_emulator {
@@ -43,11 +48,31 @@ struct WarpSlots {
 inline constexpr int kBlockThreads = 128;
 inline constexpr int kWarps = kBlockThreads / 32;
 
+// `expected` fibers meet: the last to arrive opens the next phase and runs on; the others
+// wait for it.
+struct Barrier {
+  int expected = 0;
+  int arrived = 0;
+  uint64_t phase = 0;
+};
+
+struct Fiber {
+  ucontext_t context{};
+  std::vector<unsigned char> stack;
+  const Barrier* waiting = nullptr;  // the barrier it waits at, for phase `waiting_phase` to end
+  uint64_t waiting_phase = 0;
+  bool done = false;
+};
+
 struct Block {
-  std::barrier<>* all;
-  std::barrier<>* warp[kWarps];
+  Barrier all{kBlockThreads};
+  Barrier warp[kWarps]{{32}, {32}, {32}, {32}};
   WarpSlots slots[kWarps];
-  unsigned char* shared;
+  unsigned char* shared = nullptr;
+  ucontext_t scheduler{};
+  Fiber* running = nullptr;
+  const void* kernel = nullptr;
+  void (*run_kernel)(const void*) = nullptr;
 };
 
 inline thread_local Block* block = nullptr;
@@ -65,15 +90,32 @@ inline thread_local warp_emulator::Index threadIdx, blockIdx;
 #define __host__
 #define __launch_bounds__(threads)
 
-inline void __syncthreads() { warp_emulator::block->all->arrive_and_wait(); }
+namespace warp_emulator {
+
+inline void arrive_and_wait(Barrier& barrier) {
+  Block& self = *block;
+  const uint64_t phase = barrier.phase;
+  if (++barrier.arrived == barrier.expected) {
+    barrier.arrived = 0;
+    ++barrier.phase;
+    return;
+  }
+  self.running->waiting = &barrier;
+  self.running->waiting_phase = phase;
+  swapcontext(&self.running->context, &self.scheduler);
+}
+
+}  // namespace warp_emulator
+
+inline void __syncthreads() { warp_emulator::arrive_and_wait(warp_emulator::block->all); }
 
 inline float __shfl_xor_sync(unsigned /*mask*/, float value, int lane_mask) {
   auto& block = *warp_emulator::block;
   const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   block.slots[warp].value[lane] = value;
-  block.warp[warp]->arrive_and_wait();
+  warp_emulator::arrive_and_wait(block.warp[warp]);
   const float other = block.slots[warp].value[lane ^ static_cast<unsigned>(lane_mask)];
-  block.warp[warp]->arrive_and_wait();
+  warp_emulator::arrive_and_wait(block.warp[warp]);
   return other;
 }
 
@@ -104,7 +146,7 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
   }
   slots.b[lane][0] = b0;
   slots.b[lane][1] = b1;
-  self.warp[warp]->arrive_and_wait();
+  arrive_and_wait(self.warp[warp]);
   float A[16][16], B[16][8];
   for (int l = 0; l < 32; ++l) {
     const int g = l / 4, t = l % 4;
@@ -126,32 +168,71 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
     for (int k = 0; k < 16; ++k) sum += A[row][k] * B[k][col];
     result[e] = sum;
   }
-  self.warp[warp]->arrive_and_wait();  // every lane has read the slots
+  arrive_and_wait(self.warp[warp]);  // every lane has read the slots
   for (int e = 0; e < 4; ++e) d[e] = result[e];
 }
 
+// A fiber's life: the block's kernel, then back to the scheduler (uc_link).
+inline void run_fiber() {
+  Block& self = *block;
+  self.run_kernel(self.kernel);
+  self.running->done = true;
+}
+
+// A fiber set to start run_fiber on its own stack and to return to `scheduler`. (A function of
+// its own: getcontext returns twice, which would make the launch's loop counters suspect.)
+[[gnu::noinline]] inline void prepare_fiber(Fiber& fiber, ucontext_t* scheduler) {
+  fiber.waiting = nullptr;
+  fiber.done = false;
+  getcontext(&fiber.context);
+  fiber.context.uc_stack.ss_sp = fiber.stack.data();
+  fiber.context.uc_stack.ss_size = fiber.stack.size();
+  fiber.context.uc_link = scheduler;
+  makecontext(&fiber.context, run_fiber, 0);
+}
+
 // Runs `kernel()` for every block of a (grid_x, grid_y) grid, one block after another, each as
-// kBlockThreads threads with `shared_bytes` of NaN-filled shared memory.
+// kBlockThreads fibers with `shared_bytes` of NaN-filled shared memory: the scheduler resumes,
+// in turn, every fiber that is not waiting at a barrier whose phase is still open.
 template <typename Kernel>
 void launch(unsigned grid_x, unsigned grid_y, size_t shared_bytes, const Kernel& kernel) {
+  constexpr size_t kStackBytes = size_t{1} << 18;  // the kernels' fragments and tiles' indices
+  std::vector<Fiber> fibers(kBlockThreads);
+  for (Fiber& fiber : fibers) fiber.stack.resize(kStackBytes);
   for (unsigned y = 0; y < grid_y; ++y) {
     for (unsigned x = 0; x < grid_x; ++x) {
       std::vector<unsigned char> shared(shared_bytes, 0xFF);
-      std::barrier<> all(kBlockThreads);
-      std::barrier<> w0(32), w1(32), w2(32), w3(32);
-      Block context{&all, {&w0, &w1, &w2, &w3}, {}, shared.data()};
-      std::vector<std::thread> threads;
-      threads.reserve(kBlockThreads);
-      for (unsigned t = 0; t < kBlockThreads; ++t) {
-        threads.emplace_back([&, t] {
-          block = &context;
+      Block context;
+      context.shared = shared.data();
+      context.kernel = &kernel;
+      context.run_kernel = [](const void* k) { (*static_cast<const Kernel*>(k))(); };
+      block = &context;
+      blockIdx.x = x;
+      blockIdx.y = y;
+      for (Fiber& fiber : fibers) prepare_fiber(fiber, &context.scheduler);
+      for (int remaining = kBlockThreads; remaining > 0;) {
+        bool progressed = false;
+        for (unsigned t = 0; t < kBlockThreads; ++t) {
+          Fiber& fiber = fibers[t];
+          if (fiber.done || (fiber.waiting != nullptr &&
+                             fiber.waiting->phase == fiber.waiting_phase)) {
+            continue;
+          }
+          fiber.waiting = nullptr;
           threadIdx.x = t;
-          blockIdx.x = x;
-          blockIdx.y = y;
-          kernel();
-        });
+          context.running = &fiber;
+          swapcontext(&context.scheduler, &fiber.context);
+          progressed = true;
+          if (fiber.done) --remaining;
+        }
+        if (!progressed) {
+          block = nullptr;
+          throw std::runtime_error("block (" + std::to_string(x) + ", " + std::to_string(y) +
+                                   "): every thread left waits at a barrier that the others "
+                                   "never reach");
+        }
       }
-      for (auto& thread : threads) thread.join();
+      block = nullptr;
     }
   }
 }
