@@ -1229,17 +1229,19 @@ void check_launch_holds_model(const TrainingArguments& arguments) {
   const int64_t model_parallel =
       common::checked_multiply(parallelism.tensor_model_parallel_size, pp,
                                "--tensor-model-parallel-size × --pipeline-model-parallel-size");
-  if (arguments.program == ArgumentsProgram::pretrain_gpt &&
-      parallelism.world_size % model_parallel != 0 &&
-      !started_through_mpi(read_process_environment())) {
-    const ProcessEnvironment process = read_process_environment();
-    const int64_t ranks = process.world_size % model_parallel == 0 ? process.world_size : model_parallel;
-    common::fail(
-        "--tensor-model-parallel-size {} × --pipeline-model-parallel-size {} needs {} "
-        "ranks or a multiple, and {}",
-        parallelism.tensor_model_parallel_size, pp, model_parallel,
-        not_started_through_mpi(process, ranks));
+  if (arguments.program != ArgumentsProgram::pretrain_gpt ||
+      parallelism.world_size % model_parallel == 0) {
+    return;
   }
+  const ProcessEnvironment process = read_process_environment();
+  if (started_through_mpi(process)) return;
+  const int64_t ranks =
+      process.world_size % model_parallel == 0 ? process.world_size : model_parallel;
+  common::fail(
+      "--tensor-model-parallel-size {} × --pipeline-model-parallel-size {} needs {} "
+      "ranks or a multiple, and {}",
+      parallelism.tensor_model_parallel_size, pp, model_parallel,
+      not_started_through_mpi(process, ranks));
 }
 
 // Data parallelism takes the processes model parallelism leaves (world = tp × pp × dp); the

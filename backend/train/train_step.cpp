@@ -188,7 +188,6 @@ LocalLosses forward_backward(
 // The gradients this rank updates from, reduced over the data-parallel group the way the layout
 // keeps them: all of them, or its shard (distributed optimizer); ZeRO-3's already summed.
 struct StepGradients {
-  View all;                  // the model's flat gradient buffer
   View held;                 // all, or this rank's shard of it
   ShardRange range;          // held's place in the flat buffer
   bool data_parallel_share;  // held is this rank's share of the group's (ZeRO-1 or ZeRO-3)
@@ -202,8 +201,7 @@ StepGradients reduce_gradients(GptModel<float>& model, Communicator& data_parall
     common::fail("train_step: a ZeRO-3 model holds its own shard; no distributed-optimizer "
                  "shard goes with it");
   }
-  const StepGradients gradients{.all = all,
-                                .held = shard != nullptr ? shard->gradients : all,
+  const StepGradients gradients{.held = shard != nullptr ? shard->gradients : all,
                                 .range = shard != nullptr ? shard->range : ShardRange{0, all.numel},
                                 .data_parallel_share = shard != nullptr || sharded};
   if (sharded) {

@@ -75,7 +75,7 @@ esac
 # and the target itself, each compiled where it is not current.
 build_from_sources() {
   command -v "$cxx" >/dev/null || unavailable "$cxx not found"
-  mkdir -p "$build/obj" "$build/corpus/$name" "$build/artifacts"
+  mkdir -p "$build/obj"
   flags=(-std=c++20 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all "$optimization" -gline-tables-only
          -DPROJECT_VERSION_STRING="\"fuzz\""
          -D_GLIBCXX_ASSERTIONS -I"$root")
