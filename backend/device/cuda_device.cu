@@ -1,8 +1,9 @@
 // CudaDevice: the Device of one NVIDIA GPU. It owns the device index, one non-blocking stream,
-// a cuBLASLt handle with its workspace and GEMM plans (gemm_plans.cuh) and a scratch buffer
-// for the ops that need one, all made at construction and released in the destructor: no
-// global stream or handle, no cudaMalloc inside an op. The ops reach the stream and handles
-// through cuda_context (each op's CUDA twin is called by its family, backend/ops/).
+// a cuBLASLt handle with its workspace and GEMM plans (gemm_plans.cuh), under
+// --attention-backend fused or auto a cuDNN handle with its plans (cudnn_graph.cuh), and a
+// scratch buffer for the ops that need one, all made at construction and released in the
+// destructor: no global stream or handle, no cudaMalloc inside an op. The ops reach the stream and
+// handles through cuda_context (each op's CUDA twin is called by its family, backend/ops/).
 //
 // The host waits on the stream in one place only: copy_to_host (and allocate_zeroed, at setup).
 // cuda_placement hands the stream to the NCCL communicator, which enqueues its collectives on it
@@ -16,6 +17,13 @@
 #include "backend/core/cuda_check.cuh"
 #include "backend/device/cublaslt_library.cuh"
 #include "backend/device/cuda_device.hpp"
+#if BACKEND_BUILT_WITH_CUDNN
+#include "backend/device/cudnn_graph.cuh"
+#else
+namespace backend::cuda {
+class CudnnPlans {};  // a build without cuDNN makes none
+}  // namespace backend::cuda
+#endif
 #include "backend/device/gemm_plans.cuh"
 
 namespace backend {
@@ -30,6 +38,28 @@ void release_gpu(void* data, int64_t /*bytes*/) noexcept {
 }
 
 // ---- the device ---------------------------------------------------------------------------
+
+// The device's cuDNN plans: for fused, as for auto, a cuDNN that cannot be loaded or started is
+// an error here (the trainer loads cuDNN first and picks flash where auto would fail).
+std::unique_ptr<cuda::CudnnPlans> make_cudnn_plans([[maybe_unused]] Device& device,
+                                                   [[maybe_unused]] int index,
+                                                   [[maybe_unused]] cudaStream_t stream,
+                                                   AttentionBackend backend) {
+#if BACKEND_BUILT_WITH_CUDNN
+  (void)backend;
+  return std::make_unique<cuda::CudnnPlans>(index, stream,
+                                            [&device](int64_t bytes, std::string_view what) {
+                                              return device.allocate_zeroed(bytes, what);
+                                            });
+#else
+  if (backend == AttentionBackend::fused) {
+    common::fail(
+        "--attention-backend fused needs cuDNN, and this build has none (configure "
+        "with cuDNN 9's headers and library); --attention-backend flash runs without");
+  }
+  return nullptr;
+#endif
+}
 
 class CudaDevice final : public Device {
  public:
@@ -52,10 +82,15 @@ class CudaDevice final : public Device {
       workspace_ = allocate_zeroed(kCublasWorkspaceBytes, "the cuBLASLt workspace");
       scratch_ = allocate_zeroed(options.scratch_bytes, "the ops' scratch");
       plans_ = std::make_unique<cuda::GemmPlans>(lt_handle_, workspace_.data(), workspace_.bytes());
+      if (options.attention_backend == AttentionBackend::fused ||
+          options.attention_backend == AttentionBackend::automatic) {
+        cudnn_plans_ = make_cudnn_plans(*this, index_, stream_, options.attention_backend);
+      }
       context_ = {.index = index_,
                   .stream = stream_,
                   .gemm_plans = plans_.get(),
-                  .flash_attention = options.flash_attention};
+                  .cudnn_plans = cudnn_plans_.get(),
+                  .attention_backend = options.attention_backend};
     } catch (...) {
       destroy();
       throw;
@@ -155,6 +190,7 @@ class CudaDevice final : public Device {
     (void)cudaSetDevice(index_);
     if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
     plans_.reset();
+    cudnn_plans_.reset();
     scratch_ = {};
     workspace_ = {};
     if (lt_handle_ != nullptr) (void)cuda_detail::cublaslt().destroy(lt_handle_);
@@ -171,6 +207,7 @@ class CudaDevice final : public Device {
   DeviceMemory workspace_;
   DeviceMemory scratch_;
   std::unique_ptr<cuda::GemmPlans> plans_;
+  std::unique_ptr<cuda::CudnnPlans> cudnn_plans_;
   CudaContext context_;
 };
 

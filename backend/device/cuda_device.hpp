@@ -21,9 +21,10 @@ inline constexpr int64_t kDefaultCudaScratchBytes = int64_t{64} << 20;
 // How a CUDA device is made: values, chosen by the caller (pretrain_gpt's flags).
 struct CudaDeviceOptions {
   int64_t scratch_bytes = kDefaultCudaScratchBytes;
-  // bf16 attention on tensor cores (ops/attention.hpp's flash_attention_forward/backward) where
-  // the head dimension fits; off: the CUDA-core kernel, attention_cuda.cu, for every shape.
-  bool flash_attention = false;
+  // Which kernels compute attention (cuda_context.hpp). With fused or auto the device loads
+  // cuDNN when it is made: fused fails there when cuDNN cannot be loaded, auto logs why and
+  // runs as flash.
+  AttentionBackend attention_backend = AttentionBackend::local;
 };
 
 // GPU `index` as the CUDA runtime numbers them (after CUDA_VISIBLE_DEVICES). common::Error if

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "backend/device/cuda_context.hpp"
 #include "backend/model/gpt_config.hpp"
 
 namespace backend {
@@ -44,8 +45,9 @@ struct ModelArguments {
   RecomputeGranularity recompute_granularity = RecomputeGranularity::none;
   std::optional<RecomputeMethod> recompute_method;  // full only
   std::optional<int64_t> recompute_num_layers;      // full only
-  // --use-flash-attn: the tensor-core attention kernels on the GPU (attention is fused on every
-  // device either way).
+  // The GPU's attention kernels (--attention-backend; attention is fused on every device either
+  // way). --use-flash-attn, Megatron's older spelling of flash, is kept as given.
+  AttentionBackend attention_backend = AttentionBackend::automatic;
   bool use_flash_attn = false;
 };
 

@@ -3,6 +3,7 @@
 #include "backend/ops/attention.hpp"
 
 #include <omp.h>
+#include <spdlog/spdlog.h>
 
 #include <type_traits>
 
@@ -36,15 +37,62 @@ Scalar* attention_scratch(Device& device, const AttentionShape& shape, const cha
   return static_cast<Scalar*>(device.scratch(scalars * int64_t{sizeof(Scalar)}, op));
 }
 
-// Whether attention of this qkv runs on tensor cores (CudaDeviceOptions::flash_attention):
-// bf16 or fp16 with a head dimension the kernel has; every other case takes the CUDA-core
-// kernel. (Unused in a build without CUDA, whose GPU branches are discarded.)
-[[maybe_unused]] bool runs_flash_attention(const CudaContext& context, const View& qkv,
+// Whether the device's attention backend asks cuDNN first (ops/attention.hpp).
+[[maybe_unused]] bool tries_cudnn(const CudaContext& context) {
+  return context.attention_backend == AttentionBackend::fused ||
+         context.attention_backend == AttentionBackend::automatic;
+}
+
+// Whether 16-bit attention of this shape runs on our tensor-core kernels: under flash, or under
+// auto where cuDNN did not run it, with a head dimension the kernel has; every other case takes
+// the CUDA-core kernel. (Unused in a build without CUDA, whose GPU branches are discarded.)
+[[maybe_unused]] bool runs_flash_attention(const CudaContext& context,
                                            const AttentionShape& shape) {
-  const bool sixteen_bit = qkv.type == ElementType::bf16 || qkv.type == ElementType::f16;
-  return context.flash_attention && sixteen_bit && shape.num_heads > 0 &&
-         shape.hidden_size % shape.num_heads == 0 &&
-         cuda::flash_attention_supports(shape.head_dim());
+  const bool backend = context.attention_backend == AttentionBackend::flash ||
+                       context.attention_backend == AttentionBackend::automatic;
+  return backend && cuda::flash_attention_supports(shape.head_dim());
+}
+
+// Whether cuDNN ran the call, with one log line when it first built a shape's plan. A call it
+// did not run leaves: under fused an error naming the reason; under auto one log line the
+// first time this device refused the shape, then our kernels run.
+[[maybe_unused]] bool report_cudnn_outcome(const CudaContext& context,
+                                           const cuda::CudnnAttentionOutcome& outcome,
+                                           const AttentionShape& shape, const char* op) {
+  const auto describe = [&] {
+    return fmt::format("B={} T={} hidden={} heads={} groups={}", shape.batch_size, shape.seq_length,
+                       shape.hidden_size, shape.num_heads, shape.num_query_groups);
+  };
+  if (outcome.ran) {
+    if (outcome.built_plan) {
+      spdlog::info("{}: cuDNN's fused attention runs {} (workspace {} bytes)", op, describe(),
+                   outcome.workspace_bytes);
+    }
+    return true;
+  }
+  if (context.attention_backend == AttentionBackend::fused) {
+    common::fail(
+        "{} with --attention-backend fused: cuDNN does not run this call ({}): {}; "
+        "--attention-backend auto falls back to our kernels",
+        op, describe(), outcome.refusal);
+  }
+  if (outcome.first_refusal) {
+    spdlog::warn("{}: cuDNN's fused attention does not run {} ({}); our {} kernel runs it", op,
+                 describe(), outcome.refusal,
+                 cuda::flash_attention_supports(shape.head_dim()) ? "tensor-core" : "CUDA-core");
+  }
+  return false;
+}
+
+// A 32-bit call under fused: cuDNN's fused attention is 16-bit only.
+[[maybe_unused]] void refuse_fp32_under_fused(const CudaContext& context, const char* op) {
+  if (context.attention_backend == AttentionBackend::fused) {
+    common::fail(
+        "{} with --attention-backend fused: cuDNN's fused attention computes bf16 or "
+        "fp16 (--bf16, --fp16), not fp32; --attention-backend auto or local runs fp32 "
+        "on the CUDA-core kernel",
+        op);
+  }
 }
 
 }  // namespace
@@ -63,15 +111,23 @@ void attention_forward(Device& device, View output, View logsumexp, View qkv,
       },
       [&](const auto& context) {
         check_attention_dropout(dropout, op);
-        const bool flash = runs_flash_attention(context, qkv, shape);
+        check_attention_shape(shape, op);
         gpu_scalar(qkv.type, op, [&](auto s) {
           using S = decltype(s);
           if constexpr (!std::is_same_v<S, float>) {
-            if (flash) {
+            if (tries_cudnn(context)) {
+              const auto outcome = cuda::cudnn_attention_forward(context, gpu<S>(output, op),
+                                                                 gpu<float>(logsumexp, op),
+                                                                 gpu<S>(qkv, op), shape, dropout);
+              if (report_cudnn_outcome(context, outcome, shape, op)) return;
+            }
+            if (runs_flash_attention(context, shape)) {
               cuda::flash_attention_forward(gpu<S>(output, op), gpu<float>(logsumexp, op),
                                             gpu<S>(qkv, op), shape, dropout, context.stream);
               return;
             }
+          } else {
+            refuse_fp32_under_fused(context, op);
           }
           cuda::attention_forward(gpu<S>(output, op), gpu<float>(logsumexp, op), gpu<S>(qkv, op),
                                   shape, dropout, context.stream);
@@ -94,16 +150,24 @@ void attention_backward(Device& device, View dqkv, View doutput, View qkv, View 
       },
       [&](const auto& context) {
         check_attention_dropout(dropout, op);
-        const bool flash = runs_flash_attention(context, qkv, shape);
+        check_attention_shape(shape, op);
         gpu_scalar(qkv.type, op, [&](auto s) {
           using S = decltype(s);
           if constexpr (!std::is_same_v<S, float>) {
-            if (flash) {
+            if (tries_cudnn(context)) {
+              const auto outcome = cuda::cudnn_attention_backward(
+                  context, gpu<S>(dqkv, op), gpu<S>(doutput, op), gpu<S>(qkv, op),
+                  gpu<S>(output, op), gpu<float>(logsumexp, op), shape, dropout);
+              if (report_cudnn_outcome(context, outcome, shape, op)) return;
+            }
+            if (runs_flash_attention(context, shape)) {
               cuda::flash_attention_backward(gpu<S>(dqkv, op), gpu<S>(doutput, op), gpu<S>(qkv, op),
                                              gpu<S>(output, op), gpu<float>(logsumexp, op), shape,
                                              dropout, context.stream);
               return;
             }
+          } else {
+            refuse_fp32_under_fused(context, op);
           }
           cuda::attention_backward(gpu<S>(dqkv, op), gpu<S>(doutput, op), gpu<S>(qkv, op),
                                    gpu<S>(output, op), gpu<float>(logsumexp, op), shape, dropout,

@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "backend/common/error.hpp"
 #include "backend/core/cuda_stream.hpp"
@@ -178,10 +179,10 @@ void attention_backward(Scalar* dqkv,            // (B, T, (NH + 2·NG)·HD) =
 // dimensions 64 and 128 (flash_attention_supports), 16-byte aligned rows. mma.sync products of
 // the qkv's 16-bit type with fp32 accumulators, so the results differ from
 // attention_forward/attention_backward by rounding (P and dS enter their products in that
-// type); the same determinism (no atomics). The CUDA device runs it for bf16 and fp16 when made
-// with CudaDeviceOptions::flash_attention (pretrain_gpt's --use-flash-attn) and the head
-// dimension fits, attention_forward otherwise. common::Error for another head dimension or a
-// misaligned pointer.
+// type); the same determinism (no atomics). The CUDA device runs it for bf16 and fp16 under
+// --attention-backend flash (or --use-flash-attn), and under auto where cuDNN does not run the
+// call, when the head dimension fits; attention_forward otherwise. common::Error for another head
+// dimension or a misaligned pointer.
 constexpr bool flash_attention_supports(int64_t head_dim) {
   return head_dim == 64 || head_dim == 128;
 }
@@ -202,6 +203,55 @@ void flash_attention_backward(Scalar* dqkv,            // (B, T, (NH + 2·NG)·H
                               const AttentionShape& shape, const Dropout& dropout,
                               CudaStream stream);
 
+// The same forward and backward through cuDNN's fused flash attention
+// (attention_cudnn_cuda.cu; docs/cudnn_attention.md), where the device has cuDNN plans
+// (CudaContext::cudnn_plans) and cuDNN runs the call: bf16 or fp16, no active attention
+// dropout (cuDNN's mask would not be the CPU twin's), compute capability 8.0+, head dimensions
+// that are multiples of 8 up to 128 (256 on sm90), cuDNN 9 but not 9.10.0-9.10.1, and for the
+// backward before cuDNN 9.15.1 a sequence length that is a multiple of 128. One plan per shape,
+// built the first time. The backward is cuDNN's deterministic form (no fp32 dQ accumulator
+// summed in any order), so a run repeats its bits. Megatron's grouped qkv row is read in
+// place for multi-head and multi-query attention; grouped-query attention gathers the queries
+// into blocked order first. cuDNN's workspace, softmax_sum (backward) and the blocked queries
+// live in the device's cuDNN workspace (device/cudnn_graph.cuh), grown when a shape's plan is
+// built. Not ran: `refusal` says why (first_refusal: the first call of this shape refused on
+// this device) and nothing was done. A failure while executing a plan is a common::Error.
+struct CudnnAttentionOutcome {
+  bool ran = false;
+  std::string refusal;
+  bool first_refusal = false;
+  bool built_plan = false;      // ran, on a plan this call built
+  int64_t workspace_bytes = 0;  // ran: the workspace the call used
+};
+
+template <typename Scalar>  // bfloat16 or float16
+CudnnAttentionOutcome cudnn_attention_forward(const CudaContext& context,
+                                              Scalar* output,     // (B, T, C)
+                                              float* logsumexp,   // (B, NH, T)
+                                              const Scalar* qkv,  // (B, T, (NH + 2·NG)·HD)
+                                              const AttentionShape& shape, const Dropout& dropout);
+
+template <typename Scalar>  // bfloat16 or float16
+CudnnAttentionOutcome cudnn_attention_backward(const CudaContext& context,
+                                               Scalar* dqkv,            // (B, T, W) =
+                                               const Scalar* doutput,   // (B, T, C)
+                                               const Scalar* qkv,       // (B, T, W)
+                                               const Scalar* output,    // (B, T, C)
+                                               const float* logsumexp,  // (B, NH, T)
+                                               const AttentionShape& shape, const Dropout& dropout);
+
+// CI's check of the graphs without a GPU: the forward and backward graphs of `shape` described
+// and finalized by the cuDNN this process loads (cuDNN 9.8+ finalizes an operation graph without
+// a handle; the engines' acceptance needs a GPU). common::Error with cuDNN's reason when it
+// refuses one, or when the build has no cuDNN.
+struct CudnnAttentionGraphs {
+  int64_t cudnn_version = 0;
+  int64_t forward_operations = 0;
+  int64_t backward_operations = 0;
+  int64_t external_tensors = 0;  // both graphs'
+};
+CudnnAttentionGraphs cudnn_attention_graph_check(const AttentionShape& shape, ElementType io_type);
+
 // The CPU twin's contract; head dimensions up to kAttentionMaxHeadDim. One kernel stores the
 // rows' keys and values (a thread per element), a second attends: one warp per (row, head),
 // lanes over the head's features, an online softmax over the slot's positions in order (the
@@ -216,12 +266,14 @@ void kv_cache_attention_forward(Scalar* output, Scalar* key_cache, Scalar* value
 }  // namespace backend::cuda
 
 // The ops on `device`'s memory. On the CPU: fp32 or fp64, the blocks' per-thread memory from
-// the device's scratch. On a GPU: fp32, bf16 or fp16 (logsumexp fp32); bf16 and fp16 run on
-// tensor cores (flash_attention_forward/backward) when the device was made with
-// CudaDeviceOptions::flash_attention and the head dimension fits, on the CUDA-core kernels
-// otherwise. The device's observer is told causal attention's floating-point operations:
-// 2·B·T²·C forward (Q·Kᵀ and P·V over the lower triangle), 2.5 times that backward.
-// kv_cache_attention_forward is incremental decoding's (above).
+// the device's scratch. On a GPU: fp32, bf16 or fp16 (logsumexp fp32), on the kernels the
+// device's attention backend picks (CudaContext::attention_backend, cuda_context.hpp): cuDNN
+// (fused; auto where cuDNN runs the call), the tensor-core kernels (flash; auto's fallback) for
+// bf16 and fp16 where the head dimension fits, the CUDA-core kernels otherwise. auto's
+// fallback is logged once per reason; fused's refusal is a common::Error naming it. The device's
+// observer is told causal attention's floating-point operations: 2·B·T²·C forward (Q·Kᵀ and P·V
+// over the lower triangle), 2.5 times that backward. kv_cache_attention_forward is incremental
+// decoding's (above).
 namespace backend::ops {
 
 void attention_forward(Device& device, View output, View logsumexp, View qkv,

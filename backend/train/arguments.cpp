@@ -150,9 +150,6 @@ constexpr FlagWithoutEffect kSwitchesWithoutEffect[] = {
 };
 // The same for flags that take a value (their values are checked by the flag rules).
 constexpr FlagWithoutEffect kValuesWithoutEffect[] = {
-    {"--attention-backend",
-     "every backend of Megatron's computes the same attention; here it is always fused, with no s "
-     "× s scores"},
     {"--num-workers",
      "PyTorch's data-loader processes; samples are read from the memory-mapped files in the "
      "training process"},
@@ -308,13 +305,16 @@ const FlagRow<ModelArguments> kModelFlags[] = {
      "apply_layernorm_1p"},
     {"--swiglu", &ModelArguments::swiglu, "SwiGLU MLP (linear_fc1 gives 2 × ffn features)",
      "swiglu"},
-    // Attention is fused on every device (blockwise on the CPU, FlashAttention-2-style kernels
-    // on the GPU), never s × s scores. On the GPU the flag picks the tensor-core kernel for bf16
-    // (ops/attention.hpp's flash_attention_*) over the CUDA-core one.
+    // Attention is fused on every device (blockwise on the CPU, cuDNN's or our FlashAttention-2-
+    // style kernels on the GPU), never s × s scores. On the GPU the flags pick the kernels
+    // (device/cuda_context.hpp's AttentionBackend); the CPU has one.
+    {"--attention-backend", enum_flag_field<&ModelArguments::attention_backend>(),
+     "GPU attention kernels: auto (cuDNN's fused attention where it runs the call, else flash), "
+     "fused (cuDNN), flash (ours, on tensor cores: bf16/fp16, head dims 64, 128), unfused or "
+     "local (ours, on CUDA cores)",
+     "attention_backend"},
     {"--use-flash-attn,--use-flash-attn-v2", &ModelArguments::use_flash_attn,
-     "fused attention on tensor cores on the GPU with --bf16 (head dims 64, 128); attention is "
-     "fused, no s×s scores, on every device either way",
-     "use_flash_attn"},
+     "--attention-backend flash (Megatron's older spelling)", "use_flash_attn"},
     {"--disable-bias-linear{false}", &ModelArguments::add_bias_linear,
      "No biases on linear_qkv, linear_proj, linear_fc1, linear_fc2", "add_bias_linear"},
     {"--untie-embeddings-and-output-weights", &ModelArguments::untie_embeddings_and_output_weights,
@@ -1274,6 +1274,13 @@ int64_t resolve_global_batch_size(TrainingArguments& arguments) {
 
 // Grouped-query attention, and Megatron's TransformerConfig rules for recompute.
 void validate_attention_and_recompute(const ModelArguments& model) {
+  if (model.use_flash_attn && model.attention_backend != AttentionBackend::automatic &&
+      model.attention_backend != AttentionBackend::flash) {
+    common::fail(
+        "--use-flash-attn asks for --attention-backend flash, and --attention-backend "
+        "{} asks for another: give one of them",
+        common::enum_name(model.attention_backend));
+  }
   if (model.group_query_attention && model.num_attention_heads % model.num_query_groups != 0) {
     common::fail("--num-query-groups {} must divide --num-attention-heads {}",
                  model.num_query_groups, model.num_attention_heads);

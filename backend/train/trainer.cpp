@@ -1,5 +1,4 @@
 // Megatron's pretrain() loop on one process; see trainer.hpp.
-#include "backend/ops/reduction.hpp"
 #include "backend/train/trainer.hpp"
 
 #include <spdlog/spdlog.h>
@@ -24,21 +23,23 @@
 #include "backend/device/cpu_device.hpp"
 #include "backend/device/cuda_device.hpp"
 #include "backend/device/cuda_inventory.hpp"
+#include "backend/device/cudnn_library.hpp"
 #include "backend/dist/process_environment.hpp"
 #include "backend/model/gpt_model.hpp"
+#include "backend/ops/reduction.hpp"
 #include "backend/optim/adamw.hpp"
 #include "backend/optim/lr_scheduler.hpp"
-#include "backend/train/log/benchmark_report.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/dataset_provider.hpp"
 #include "backend/train/evaluation.hpp"
 #include "backend/train/exit_signal_handler.hpp"
 #include "backend/train/exp_manager_files.hpp"
+#include "backend/train/log/benchmark_report.hpp"
+#include "backend/train/log/training_log.hpp"
 #include "backend/train/pipeline_schedule.hpp"
 #include "backend/train/spike_detector.hpp"
 #include "backend/train/train_step.hpp"
 #include "backend/train/training_cadence.hpp"
-#include "backend/train/log/training_log.hpp"
 #include "backend/train/training_schedule.hpp"
 
 namespace backend {
@@ -90,6 +91,45 @@ LoggedRun logged_run(const TrainingArguments& a, int64_t padded_vocab_size) {
           .parallelism = a.parallelism};
 }
 
+AttentionBackend gpu_attention_backend(const ModelArguments& model) {
+  AttentionBackend backend = model.attention_backend;
+  if (model.use_flash_attn && backend == AttentionBackend::automatic) {
+    backend = AttentionBackend::flash;
+  }
+  const std::string_view name = common::enum_name(backend);
+  switch (backend) {
+    case AttentionBackend::automatic:
+    case AttentionBackend::fused:
+      try {
+        const LoadedCudnn cudnn = load_cudnn();
+        spdlog::info("attention: cuDNN {}.{}.{} ({}) where it runs the call{}",
+                     cudnn.version / 10000, cudnn.version / 100 % 100, cudnn.version % 100,
+                     cudnn.file, backend == AttentionBackend::fused ? "" : ", else our kernels");
+      } catch (const common::Error& error) {
+        if (backend == AttentionBackend::fused) throw;
+        const std::string reason = error.what();
+        spdlog::warn(
+            "--attention-backend auto: cuDNN is not available ({}); attention runs on "
+            "our kernels (as --attention-backend flash)",
+            reason.substr(0, reason.find('\n')));
+        return AttentionBackend::flash;
+      }
+      return backend;
+    case AttentionBackend::flash:
+      spdlog::info(
+          "--attention-backend {}: bf16 and fp16 attention with head dimension 64 or "
+          "128 runs on our tensor-core kernels (flash_attention_forward/backward); other "
+          "shapes and fp32 on the CUDA-core kernels",
+          model.use_flash_attn ? "flash (--use-flash-attn)" : name);
+      return backend;
+    case AttentionBackend::unfused:
+    case AttentionBackend::local:
+      spdlog::info("--attention-backend {}: attention runs on our CUDA-core kernels", name);
+      return backend;
+  }
+  return backend;
+}
+
 SelectedDevice select_device(const TrainingArguments& arguments) {
   if (arguments.device == DeviceChoice::cpu) return {std::make_unique<CpuDevice>(), std::nullopt};
   const auto inventory = discover_cuda_devices();
@@ -104,13 +144,9 @@ SelectedDevice select_device(const TrainingArguments& arguments) {
   }
   const CudaDeviceProperties& gpu = inventory.devices.front();
   SelectedDevice selected{
-      make_cuda_device(gpu.index, {.flash_attention = arguments.model.use_flash_attn}), gpu};
+      make_cuda_device(gpu.index, {.attention_backend = gpu_attention_backend(arguments.model)}),
+      gpu};
   spdlog::info("device: {}", selected.device->name());
-  if (arguments.model.use_flash_attn) {
-    spdlog::info("--use-flash-attn: bf16 and fp16 attention with head dimension 64 or 128 runs "
-                 "on tensor cores (flash_attention_forward/backward); other shapes and fp32 keep "
-                 "the CUDA-core kernel");
-  }
   return selected;
 }
 

@@ -77,6 +77,12 @@ struct SelectedDevice {
   std::unique_ptr<Device> device;
   std::optional<CudaDeviceProperties> gpu;
 };
+// The attention backend a GPU device is made with (--attention-backend, --use-flash-attn, as
+// device/cuda_context.hpp describes them), logged: --use-flash-attn makes auto flash; auto and
+// fused load cuDNN first, and auto becomes flash, with a warning naming why, where cuDNN cannot
+// be loaded (fused fails there with the loader's error).
+AttentionBackend gpu_attention_backend(const ModelArguments& model);
+
 SelectedDevice select_device(const TrainingArguments& arguments);
 
 class Trainer {

@@ -13,8 +13,9 @@
 # the bf16 GEMM peak measured on this card in this run (8192³, PyTorch), and peak GPU memory
 # (nvidia-smi's memory.used, sampled every 0.2 s while each run lasts: the same measure for
 # both, allocator caches included).
-# pretrain_gpt runs with $ATTENTION_FLAGS (default --use-flash-attn: attention on tensor cores;
-# set it empty for the CUDA-core kernel).
+# pretrain_gpt runs with $ATTENTION_FLAGS (default --attention-backend auto: cuDNN's fused
+# attention where it runs the call, else our tensor-core kernel; --attention-backend flash for
+# ours alone, local for the CUDA-core kernel).
 # Usage: tests/bench/gpu_vs_pytorch_bench.sh [build-dir] [iterations] [shape ...]
 #   $OUT, when set, receives the logs and the table (bench_table.md); BENCH_RUN_TIMEOUT (seconds,
 #   default 1800) bounds each run.
@@ -29,7 +30,7 @@ python=${PYTHON:-python3}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 warmup=5
-attention_flags=${ATTENTION_FLAGS---use-flash-attn}
+attention_flags=${ATTENTION_FLAGS---attention-backend auto}
 
 # Peak memory.used (MiB) of GPU 0 while "$@" runs.
 with_memory_peak() {
@@ -99,7 +100,9 @@ ours = load(f"{out}/{shape}.ours.json")
 torch = load(f"{out}/{shape}.torch.log", last_line=True)
 log = open(f"{out}/{shape}.ours.log", errors="replace").read() if os.path.exists(f"{out}/{shape}.ours.log") else ""
 computes = "bf16 (fp32 master weights)" if "--bf16: bf16 weights and activations" in log else "fp32"
-if "--use-flash-attn: bf16 attention" in log:
+if "cuDNN's fused attention runs" in log:
+    computes += ", cuDNN attention"
+elif "runs on our tensor-core kernels" in log or "our tensor-core kernel runs it" in log:
     computes += ", tensor-core attention"
 with open(rows, "a") as f:
     f.write(json.dumps({"shape": shape, "ours": ours, "torch": torch, "ours_computes": computes,

@@ -11,9 +11,9 @@
 // the GEMM peak measured in the same run: OpenBLAS's 2048³ sgemm on the CPU, or the device's
 // 8192³ GEMM in the run's precision, the peaks pretrain_gpt's MFU is quoted against. AdamW and
 // the gradient norm are outside the model and not timed here (see docs/benchmarks.md).
-// Usage: op_profile_bench [seq] [micro-batch] [steps] [cpu|cuda] [fp32|bf16|fp16] [flash]
-// (`flash`: the CUDA device made as pretrain_gpt --use-flash-attn makes it, so bf16 attention
-// runs on tensor cores.)
+// Usage: op_profile_bench [seq] [micro-batch] [steps] [cpu|cuda] [fp32|bf16|fp16] [backend]
+// (backend: the CUDA device's --attention-backend, auto|fused|flash|unfused|local; local, the
+// CUDA-core kernel, by default. auto without cuDNN is an error here, not flash.)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -121,10 +121,12 @@ int main(int argc, char** argv) {
   if ((device_name != "cpu" && device_name != "cuda") ||
       (precision != "fp32" && precision != "bf16" && precision != "fp16") ||
       (precision != "fp32" && device_name == "cpu") ||
-      (!attention.empty() && (attention != "flash" || device_name != "cuda"))) {
+      (!attention.empty() &&
+       (!common::enum_from_name<backend::AttentionBackend>(attention) || device_name != "cuda"))) {
     std::fprintf(stderr,
                  "usage: op_profile_bench [seq] [micro-batch] [steps] [cpu|cuda] "
-                 "[fp32|bf16|fp16] [flash] (bf16, fp16 and flash on cuda only)\n");
+                 "[fp32|bf16|fp16] [auto|fused|flash|unfused|local] (bf16, fp16 and the "
+                 "attention backend on cuda only; default local)\n");
     return 2;
   }
   backend::GptConfig config;
@@ -142,7 +144,11 @@ int main(int argc, char** argv) {
                                                  : backend::MixedPrecision::none;
   const std::unique_ptr<backend::Device> inner =
       device_name == "cuda"
-          ? backend::make_cuda_device(0, {.flash_attention = attention == "flash"})
+          ? backend::make_cuda_device(
+                0, {.attention_backend =
+                        attention.empty()
+                            ? backend::AttentionBackend::local
+                            : *common::enum_from_name<backend::AttentionBackend>(attention)})
           : std::unique_ptr<backend::Device>(std::make_unique<backend::CpuDevice>());
   TimingDevice device(*inner);
   backend::GptModel<float> model(config, device);

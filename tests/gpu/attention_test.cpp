@@ -4,7 +4,9 @@
 // multiples of the tile (1, 7, 129), with and without attention dropout (the same mask
 // elements as the CPU twin), run to run identical. The key/value-cache attention of decoding
 // too: the stored caches and the output, rows of several slots at several positions. And the
-// tensor-core kernel of --use-flash-attn, bf16 and fp16 at head dimensions 64 and 128.
+// tensor-core kernel of --attention-backend flash, bf16 and fp16 at head dimensions 64 and 128,
+// and cuDNN's fused attention (--attention-backend fused): multi-head, multi-query and grouped
+// layouts, head dimensions 64 and 128, its backward the same bits run to run, its refusals.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -80,11 +82,13 @@ TEST_CASE("attention on the CUDA device matches the CPU device (fp32, bf16, fp16
 // slows these kernels down by orders of magnitude.
 namespace {
 
-void check_flash_attention(Device& gpu, const std::vector<Shape>& shapes) {
+// The tensor-core kernels (ours, or cuDNN's with `probabilities` {0}) against the CPU twin.
+void check_16_bit_attention(Device& gpu, const std::vector<Shape>& shapes,
+                            std::vector<double> probabilities = {0.0, 0.1}) {
   for (const Shape& s : shapes) {
-    for (double probability : {0.0, 0.1}) {
+    for (double probability : probabilities) {
       std::ostringstream what;
-      what << "flash attention B " << s.batch << " T " << s.seq << " NH " << s.heads << " NG "
+      what << "16-bit attention B " << s.batch << " T " << s.seq << " NH " << s.heads << " NG "
            << s.groups << " HD " << s.head_dim << " dropout " << probability;
       const int64_t hidden = s.heads * s.head_dim;
       const int64_t width = (s.heads + 2 * s.groups) * s.head_dim;
@@ -116,16 +120,87 @@ void check_flash_attention(Device& gpu, const std::vector<Shape>& shapes) {
 }  // namespace
 
 TEST_CASE("attention on tensor cores (--use-flash-attn) matches the CPU device (16-bit, small)") {
-  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/false, {.flash_attention = true});
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/false,
+                              {.attention_backend = backend::AttentionBackend::flash});
   if (!gpu) return;
-  check_flash_attention(*gpu, {{1, 1, 2, 2, 64}, {1, 65, 2, 1, 64}, {1, 70, 1, 1, 128}});
+  check_16_bit_attention(*gpu, {{1, 1, 2, 2, 64}, {1, 65, 2, 1, 64}, {1, 70, 1, 1, 128}});
 }
 
 TEST_CASE("attention on tensor cores (--use-flash-attn) matches the CPU device (16-bit, larger)") {
-  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/false, {.flash_attention = true});
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/false,
+                              {.attention_backend = backend::AttentionBackend::flash});
   if (!gpu) return;
-  check_flash_attention(*gpu, {{2, 63, 4, 2, 64}, {1, 65, 2, 2, 128}, {2, 130, 4, 1, 64},
-                               {1, 200, 4, 2, 128}});
+  check_16_bit_attention(
+      *gpu, {{2, 63, 4, 2, 64}, {1, 65, 2, 2, 128}, {2, 130, 4, 1, 64}, {1, 200, 4, 2, 128}});
+}
+
+// cuDNN's fused attention (attention_cudnn_cuda.cu): sequences that are multiples of 128 (every
+// cuDNN 9 runs their backward), multi-head (GPT), multi-query and grouped-query (Llama: 4
+// query heads per group, blocked queries) layouts, head dimensions 64 and 128. Under fused a
+// refusal is an error, so a shape that passes here ran on cuDNN.
+TEST_CASE("attention through cuDNN (--attention-backend fused) matches the CPU device (16-bit)") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/false,
+                              {.attention_backend = backend::AttentionBackend::fused});
+  if (!gpu) return;
+  check_16_bit_attention(*gpu,
+                         {{1, 128, 2, 2, 64},
+                          {2, 256, 4, 1, 64},
+                          {1, 256, 8, 2, 128},
+                          {2, 128, 4, 4, 128},
+                          {1, 1024, 8, 2, 64}},
+                         {0.0});
+}
+
+TEST_CASE("cuDNN's attention backward is its deterministic form: the same bits run to run") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/false,
+                              {.attention_backend = backend::AttentionBackend::fused});
+  if (!gpu) return;
+  const Shape s{4, 1024, 8, 2, 128};
+  const int64_t hidden = s.heads * s.head_dim;
+  const int64_t width = (s.heads + 2 * s.groups) * s.head_dim;
+  const ElementType type = ElementType::bf16;
+  Tensors t(*gpu);
+  View x = t.input(representable(random_values(s.batch * s.seq * width, 41), type), type);
+  View dout = t.input(representable(random_values(s.batch * s.seq * hidden, 42), type), type);
+  View o = t.poisoned(s.batch * s.seq * hidden, type);
+  View lse = t.poisoned(s.batch * s.heads * s.seq, ElementType::f32);
+  View dx = t.poisoned(s.batch * s.seq * width, type);
+  std::vector<std::vector<float>> runs;
+  for (int run = 0; run < 3; ++run) {
+    ops::attention_forward(*gpu, o, lse, x, s.geometry(), {});
+    ops::attention_backward(*gpu, dx, dout, x, o, lse, s.geometry(), {});
+    runs.push_back(t.read(dx));
+  }
+  CHECK(runs[0] == runs[1]);
+  CHECK(runs[0] == runs[2]);
+}
+
+TEST_CASE(
+    "--attention-backend fused refuses what cuDNN does not run, naming why, and auto runs it "
+    "on our kernels") {
+  const Shape s{1, 128, 2, 2, 64};
+  const backend::Dropout dropout{0.1, backend::dropout_key(1, 2, 3, 4)};
+  for (const auto backend_choice :
+       {backend::AttentionBackend::fused, backend::AttentionBackend::automatic}) {
+    auto gpu =
+        open_gpu_or_skip(/*cpu_stand_in_allowed=*/false, {.attention_backend = backend_choice});
+    if (!gpu) return;
+    Tensors t(*gpu);
+    const int64_t width = (s.heads + 2 * s.groups) * s.head_dim;
+    View x = t.input(random_values(s.batch * s.seq * width, 51), ElementType::bf16);
+    View o = t.poisoned(s.batch * s.seq * s.heads * s.head_dim, ElementType::bf16);
+    View lse = t.poisoned(s.batch * s.heads * s.seq, ElementType::f32);
+    if (backend_choice == backend::AttentionBackend::fused) {
+      CHECK_THROWS_WITH_AS(ops::attention_forward(*gpu, o, lse, x, s.geometry(), dropout),
+                           doctest::Contains("attention dropout through cuDNN"), common::Error);
+      View x32 = t.input(random_values(s.batch * s.seq * width, 51), ElementType::f32);
+      View o32 = t.poisoned(s.batch * s.seq * s.heads * s.head_dim, ElementType::f32);
+      CHECK_THROWS_WITH_AS(ops::attention_forward(*gpu, o32, lse, x32, s.geometry(), {}),
+                           doctest::Contains("not fp32"), common::Error);
+    } else {
+      CHECK_NOTHROW(ops::attention_forward(*gpu, o, lse, x, s.geometry(), dropout));
+    }
+  }
 }
 
 TEST_CASE("key/value-cache attention on the CUDA device matches the CPU device") {

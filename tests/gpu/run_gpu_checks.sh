@@ -67,8 +67,11 @@ if [ "${PREBUILT:-0}" = 1 ]; then
     # NCCL is not in the bundle either (bundle_prebuilt.sh): the toolkit's, or PyTorch's wheel's.
     nccl_lib=$(dirname "$( (ls /usr/local/cuda/lib64/libnccl.so.2 /usr/local/cuda/lib/libnccl.so.2 2>/dev/null;
                            find / -name 'libnccl.so.2' -not -path '/proc/*' 2>/dev/null) | head -1)")
-    export LD_LIBRARY_PATH="$PWD/.gpu-bundle/lib:$cuda_lib:$nccl_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    note "build: the bundle of commit $(cat .gpu-bundle/commit) (cuBLASLt from $cuda_lib, NCCL from $nccl_lib)"
+    # cuDNN neither (loaded at run time, --attention-backend fused/auto): PyTorch's wheel ships it.
+    cudnn_lib=$(dirname "$( (ls /usr/local/cuda/lib64/libcudnn.so.9 /usr/local/cuda/lib/libcudnn.so.9 2>/dev/null;
+                            find / -name 'libcudnn.so.9' -not -path '/proc/*' 2>/dev/null) | head -1)")
+    export LD_LIBRARY_PATH="$PWD/.gpu-bundle/lib:$cuda_lib:$nccl_lib:$cudnn_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    note "build: the bundle of commit $(cat .gpu-bundle/commit) (cuBLASLt from $cuda_lib, NCCL from $nccl_lib, cuDNN from $cudnn_lib)"
     if ldd "$bin/test_gpu" | grep -q "not found"; then
       note "MISSING LIBRARIES: $(ldd "$bin/test_gpu" "$bin/pretrain_gpt" | grep "not found" | sort -u | tr '\n' ' ')"
     fi
@@ -115,8 +118,8 @@ fi
 
 if [ "${BENCH:-0}" = 1 ]; then
   # Where a bf16 step of GPT-2 124M (the benchmark's first shape) spends its time, op by op,
-  # with the tensor-core attention (--use-flash-attn) that the benchmark runs.
-  step op_profile timeout "${BENCH_RUN_TIMEOUT:-600}" build/bin/op_profile_bench 1024 16 3 cuda bf16 flash
+  # with the attention the benchmark runs (--attention-backend auto: cuDNN's where it runs).
+  step op_profile timeout "${BENCH_RUN_TIMEOUT:-600}" build/bin/op_profile_bench 1024 16 3 cuda bf16 auto
   tail -n 40 "$out/op_profile.log" >>"$summary"
   # shellcheck disable=SC2086  # BENCH_SHAPES is a list of names
   OUT="$out/bench" step bench tests/bench/gpu_vs_pytorch_bench.sh build "${BENCH_ITERATIONS:-20}" \

@@ -6,7 +6,8 @@
 // for bit; a checkpoint written on the GPU continues on the CPU and the other way round. --bf16
 // (bf16 weights and activations, fp32 master weights and gradients): 50 steps within 2e-2 of
 // the CPU's fp32 losses, the same bits run after run, and resumed bit for bit; the same with
-// --use-flash-attn's tensor-core attention at head dimensions 64 and 128 (and in fp16). --fp16
+// --use-flash-attn's tensor-core attention at head dimensions 64 and 128 (and in fp16), and
+// cuDNN's fused attention (--attention-backend fused). --fp16
 // likewise (with a loss scale of 4096, under which nothing overflows), resumed bit for bit with
 // its scaler's state; from Megatron's initial loss scale 2^32 the fp16 gradients overflow, and
 // the dynamic scaler skips those iterations and halves the scale until they fit, as Megatron's
@@ -151,7 +152,9 @@ TEST_CASE("50 bf16 and fp16 steps on the CUDA device follow the CPU's fp32 losse
     const TrainingResult cpu = train(style.second, "cpu");
     for (const std::string precision : {"bf16", "fp16"}) {
       CAPTURE(precision);
-      const TrainingArguments mixed = with_precision(style.second, precision);
+      // The CUDA-core attention kernel (the other backends have their own cases below).
+      TrainingArguments mixed = with_precision(style.second, precision);
+      mixed.model.attention_backend = backend::AttentionBackend::local;
       const TrainingResult gpu = train(mixed, *device);
       for (const backend::IterationRecord& record : gpu.iterations) {
         INFO("iteration " << record.iteration << ", loss scale " << record.loss_scale);
@@ -199,6 +202,40 @@ TEST_CASE("50 bf16 and fp16 steps with --use-flash-attn (tensor-core attention) 
       const TrainingResult gpu = train(flash, *device);
       expect_losses_close(gpu, cpu, 2e-2);
       expect_identical_losses(train(flash, *device).iterations, gpu.iterations);
+    }
+  }
+}
+
+TEST_CASE(
+    "50 bf16 and fp16 steps with --attention-backend fused (cuDNN) follow the CPU's fp32 "
+    "losses within 2e-2 relative, the same bits run to run") {
+  const auto device = gpu_device_or_skip();
+  if (!device || *device != "cuda") return;  // cuDNN has no CPU stand-in
+  // No attention dropout (cuDNN's mask would not be the CPU's), sequences of 128 positions
+  // (every cuDNN 9 runs their backward); GPT-2 style multi-head at head dimension 64, Llama
+  // style grouped-query (blocked queries) at 128.
+  TrainingArguments gpt2 = gpt2_style();
+  gpt2.model.hidden_size = 128;
+  gpt2.model.num_attention_heads = 2;
+  gpt2.model.attention_dropout = 0;
+  gpt2.model.seq_length = gpt2.model.max_position_embeddings = 128;
+  TrainingArguments llama = llama_style();
+  llama.model.hidden_size = 512;
+  llama.model.num_attention_heads = 4;
+  llama.model.num_query_groups = 2;
+  llama.model.seq_length = llama.model.max_position_embeddings = 128;
+  for (const auto& style : {std::pair{"GPT-2 style, head dim 64", gpt2},
+                            std::pair{"Llama style, grouped, head dim 128", llama}}) {
+    const std::string name = style.first;
+    CAPTURE(name);
+    const TrainingResult cpu = train(style.second, "cpu");
+    for (const std::string precision : {"bf16", "fp16"}) {
+      CAPTURE(precision);
+      TrainingArguments fused = with_precision(style.second, precision);
+      fused.model.attention_backend = backend::AttentionBackend::fused;
+      const TrainingResult gpu = train(fused, *device);
+      expect_losses_close(gpu, cpu, 2e-2);
+      expect_identical_losses(train(fused, *device).iterations, gpu.iterations);
     }
   }
 }

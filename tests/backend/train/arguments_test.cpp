@@ -622,6 +622,46 @@ TEST_CASE("--use-flash-attn is accepted: attention is fused on every device") {
   CHECK(backend::argument_values(*arguments).at("use_flash_attn") == "True");
 }
 
+TEST_CASE("--attention-backend picks the GPU's attention kernels, and --use-flash-attn is flash") {
+  const auto defaults = parse_words(base_flags());
+  REQUIRE(defaults.has_value());
+  CHECK(defaults->model.attention_backend == backend::AttentionBackend::automatic);
+  CHECK(backend::argument_values(*defaults).at("attention_backend") == "auto");
+  for (const auto& [word, backend_choice] :
+       {std::pair{"fused", backend::AttentionBackend::fused},
+        std::pair{"flash", backend::AttentionBackend::flash},
+        std::pair{"unfused", backend::AttentionBackend::unfused},
+        std::pair{"local", backend::AttentionBackend::local},
+        std::pair{"auto", backend::AttentionBackend::automatic}}) {
+    CAPTURE(word);
+    auto words = base_flags();
+    words.insert(words.end(), {"--attention-backend", word});
+    const auto arguments = parse_words(words);
+    REQUIRE(arguments.has_value());
+    CHECK(arguments->model.attention_backend == backend_choice);
+    CHECK(backend::argument_values(*arguments).at("attention_backend") == word);
+  }
+  auto words = base_flags();
+  words.insert(words.end(), {"--attention-backend", "cudnn"});
+  CHECK_THROWS_WITH_AS(parse_words(words), doctest::Contains("--attention-backend"), common::Error);
+  // --use-flash-attn asks for flash: with another explicit backend it is a contradiction.
+  words = base_flags();
+  words.insert(words.end(), {"--use-flash-attn", "--attention-backend", "fused"});
+  CHECK_THROWS_WITH_AS(parse_words(words),
+                       doctest::Contains("--use-flash-attn asks for --attention-backend flash"),
+                       common::Error);
+  words = base_flags();
+  words.insert(words.end(), {"--use-flash-attn", "--attention-backend", "flash"});
+  CHECK(parse_words(words).has_value());
+  // What the GPU device is made with: --use-flash-attn makes auto flash; local stays local.
+  backend::ModelArguments model;
+  model.use_flash_attn = true;
+  CHECK(backend::gpu_attention_backend(model) == backend::AttentionBackend::flash);
+  model.use_flash_attn = false;
+  model.attention_backend = backend::AttentionBackend::local;
+  CHECK(backend::gpu_attention_backend(model) == backend::AttentionBackend::local);
+}
+
 TEST_CASE("Megatron-DeepSpeed's flags are accepted with their meaning") {
   auto words = base_flags();
   words.insert(words.end(), {"--checkpoint-activations", "--checkpoint-num-layers", "2",
