@@ -2,13 +2,15 @@
 # The GPU checks in one command, for a session on a GPU machine (from the repository root):
 #   tests/gpu/run_gpu_checks.sh
 #   PREBUILT=1 tests/gpu/run_gpu_checks.sh   (the carried .gpu-bundle.tar.xz, no CMake build)
-#   BENCH=1 ...                               (then the op profile, tests/bench/
-#                                              gpu_vs_pytorch_bench.sh and serving_bench.sh)
+#   BENCH=1 ...                               (then the op profile, under nsys where it is
+#                                              installed, tests/bench/gpu_vs_pytorch_bench.sh,
+#                                              attention_vs_sdpa_bench.sh and serving_bench.sh)
 # Configures the release preset if needed, builds test_gpu, pretrain_gpt and checkpoint_util
 # (-j16), prints nvidia-smi, runs `ctest -L gpu`, then tests/gpu/torch_dist_with_pytorch.sh
 # (Megatron core's torch_dist format both ways under the machine's PyTorch 2.x), then
 # compute-sanitizer memcheck and racecheck (when installed) on a small subset of test_gpu.
-# With $OUT set, the logs and a summary (gpu_summary.txt) go there.
+# With $OUT set, the logs, a summary (gpu_summary.txt) and an archive of both
+# (gpu_checks.tar.gz) go there.
 # PREBUILT=1 runs the executables tests/gpu/bundle_prebuilt.sh packed on the build machine
 # (a CUDA image has CUDA but not spdlog, fmt or OpenBLAS; building there would need them):
 # carry .gpu-bundle.tar.xz with the call. BENCH_ITERATIONS (default 20) and BENCH_SHAPES
@@ -89,7 +91,7 @@ else
     step configure cmake --preset release || { tail -30 "$out/configure.log"; exit 1; }
   fi
   targets=(test_gpu pretrain_gpt checkpoint_util)
-  [ "${BENCH:-0}" = 1 ] && targets+=(op_profile_bench text_generation_server)
+  [ "${BENCH:-0}" = 1 ] && targets+=(op_profile_bench attention_bench text_generation_server)
   step build cmake --build build -j16 --target "${targets[@]}" || { tail -60 "$out/build.log"; exit 1; }
   probe
   step ctest ctest --test-dir build -L gpu --output-on-failure --timeout "${TEST_TIMEOUT:-600}"
@@ -117,14 +119,28 @@ else
 fi
 
 if [ "${BENCH:-0}" = 1 ]; then
-  # Where a bf16 step of GPT-2 124M (the benchmark's first shape) spends its time, op by op,
-  # with the attention the benchmark runs (--attention-backend auto: cuDNN's where it runs).
-  step op_profile timeout "${BENCH_RUN_TIMEOUT:-600}" build/bin/op_profile_bench 1024 16 3 cuda bf16 auto
+  # Where a bf16 step of GPT-2 124M (the benchmark's first shape) spends its time, op by op
+  # (CUDA events per op, the op profile's own), with the attention the benchmark runs
+  # (--attention-backend auto: cuDNN's where it runs); under nsys where it is installed, whose
+  # per-kernel summary (cuda_gpu_kern_sum) is the timeline's.
+  profile=(build/bin/op_profile_bench 1024 16 3 cuda bf16 auto)
+  nsys="$(command -v nsys || ls /usr/local/cuda/bin/nsys 2>/dev/null || true)"
+  if [ -n "$nsys" ]; then
+    profile=("$nsys" profile --stats=true --force-overwrite true -o "$out/op_profile_timeline" "${profile[@]}")
+  else
+    note "nsys: not found; the op profile's CUDA events per op stand for the timeline"
+  fi
+  step op_profile timeout "${BENCH_RUN_TIMEOUT:-600}" "${profile[@]}"
+  grep -A 25 "cuda_gpu_kern_sum" "$out/op_profile.log" | head -30 >>"$summary" || true
   tail -n 40 "$out/op_profile.log" >>"$summary"
   # shellcheck disable=SC2086  # BENCH_SHAPES is a list of names
   OUT="$out/bench" step bench tests/bench/gpu_vs_pytorch_bench.sh build "${BENCH_ITERATIONS:-20}" \
     ${BENCH_SHAPES:-}
   tee -a "$summary" <"$out/bench/bench_table.md" 2>/dev/null
+  # Attention alone (issue 39: within 10 % of PyTorch's SDPA): ours under auto and flash.
+  OUT="$out/bench" step attention tests/bench/attention_vs_sdpa_bench.sh build \
+    "${ATTENTION_REPETITIONS:-20}"
+  tee -a "$summary" <"$out/bench/attention_table.md" 2>/dev/null
   # Serving (issue 13): text_generation_server against the PyTorch KV-cache server on the GPU.
   DEVICE=cuda PYTHON=python3 OUT="$out/bench" step serving timeout "${BENCH_RUN_TIMEOUT:-1800}" \
     tests/bench/serving_bench.sh build "${SERVING_TOKENS:-16}" "${SERVING_REQUESTS:-100}"
@@ -132,4 +148,6 @@ if [ "${BENCH:-0}" = 1 ]; then
 fi
 
 note "overall: $([ $status -eq 0 ] && echo passed || echo FAILED) (logs in $out)"
+# Everything in one archive beside the summary, for a session that can fetch one file.
+tar --exclude=gpu_checks.tar.gz -czf "$out/gpu_checks.tar.gz" -C "$out" . 2>/dev/null || true
 exit $status
