@@ -68,10 +68,9 @@ void GptModelState<Scalar>::layer_forward(int64_t l) {
   if (const Dropout mask = dropout(DropoutSite::attention_output, l); mask.active()) {
     ops::dropout_forward(d, attention_output, attention_output, mask);
   }
-  ops::residual_forward(d, a.attention_residual, input, attention_output);
-
+  // attention_residual = input + attention_output, and its norm, in one kernel.
   norm_forward(a.mlp_norm, a.mlp_norm_mean, a.mlp_norm_rstd, a.attention_residual,
-               p.mlp_norm_weight, p.mlp_norm_bias);
+               p.mlp_norm_weight, p.mlp_norm_bias, {input, attention_output});
   ops::linear_forward(d, a.fc1, a.mlp_norm, parameter(p.fc1_weight), parameter(p.fc1_bias), R, C,
                       shard.fc1_features());
   if (config.swiglu) {
@@ -124,10 +123,10 @@ void GptModelState<Scalar>::layer_backward(int64_t l) {
   }
   ops::linear_backward(d, w.dnorm, gradient(p.fc1_weight), gradient(p.fc1_bias), w.dfc1,
                        a.mlp_norm, parameter(p.fc1_weight), R, C, shard.fc1_features());
-  norm_backward(w.dbranch, p.mlp_norm_weight, p.mlp_norm_bias,
+  // The residual stream's gradient gains the norm's: added in the norm's kernel.
+  norm_backward(w.dresidual, p.mlp_norm_weight, p.mlp_norm_bias,
                 tensor_parallel.reduce(w.dnorm, w.dnorm_shard), a.attention_residual,
-                a.mlp_norm_mean, a.mlp_norm_rstd);
-  ops::residual_forward(d, w.dresidual, w.dresidual, w.dbranch);
+                a.mlp_norm_mean, a.mlp_norm_rstd, InputGradient::accumulate);
 
   // Attention block, the same way.
   View dattention_output = w.dresidual;
@@ -151,10 +150,9 @@ void GptModelState<Scalar>::layer_backward(int64_t l) {
   if (rope()) rotate_queries_and_keys(w.dqkv, true);
   ops::linear_backward(d, w.dnorm, gradient(p.qkv_weight), gradient(p.qkv_bias), w.dqkv,
                        a.input_norm, parameter(p.qkv_weight), R, C, shard.qkv_features());
-  norm_backward(w.dbranch, p.input_norm_weight, p.input_norm_bias,
+  norm_backward(w.dresidual, p.input_norm_weight, p.input_norm_bias,
                 tensor_parallel.reduce(w.dnorm, w.dnorm_shard), input, a.input_norm_mean,
-                a.input_norm_rstd);
-  ops::residual_forward(d, w.dresidual, w.dresidual, w.dbranch);
+                a.input_norm_rstd, InputGradient::accumulate);
   store.flush_gradients(unit);
   store.gradients_done(unit);
 }

@@ -102,17 +102,22 @@ struct GptModelState {
   // (rows, C): under sequence parallelism this rank normalises its rows into its part of it and
   // the parts are all-gathered (Megatron's gather_from_sequence_parallel_region before a
   // column-parallel layer).
-  void norm_forward(View output, View mean, View rstd, View input, int64_t weight, int64_t bias) {
+  // With `residual`, input = residual + branch is computed in the same kernel first (the
+  // residual stream's rows, as input).
+  void norm_forward(View output, View mean, View rstd, View input, int64_t weight, int64_t bias,
+                    ResidualViews residual = {}) {
     const View own = tensor_parallel.own_rows(output, config.hidden_size);
     backend::norm_forward(*device, config, own, {mean, rstd}, input, parameter(weight),
-                          parameter(bias), tensor_parallel.stream_rows());
+                          parameter(bias), tensor_parallel.stream_rows(), residual);
     tensor_parallel.gather(own, output);
   }
-  // doutput, input and dinput are the residual stream's rows.
+  // doutput, input and dinput are the residual stream's rows; `mode` accumulate adds the norm's
+  // input gradient to dinput (the fused residual connection's backward).
   void norm_backward(View dinput, int64_t weight, int64_t bias, View doutput, View input, View mean,
-                     View rstd) {
+                     View rstd, InputGradient mode = InputGradient::overwrite) {
     backend::norm_backward(*device, config, dinput, gradient(weight), gradient(bias), doutput,
-                           input, parameter(weight), {mean, rstd}, tensor_parallel.stream_rows());
+                           input, parameter(weight), {mean, rstd}, tensor_parallel.stream_rows(),
+                           mode);
   }
   void rotate_queries_and_keys(View qkv, bool backward) {
     backend::rotate_queries_and_keys(*device, shard, qkv, work().rope_cos, work().rope_sin,

@@ -20,27 +20,27 @@ double norm_weight_offset(const GptConfig& config) {
 
 void norm_forward(Device& device, const GptConfig& config, View output,
                   const NormStatistics& statistics, View input, View weight, View bias,
-                  int64_t rows) {
+                  int64_t rows, ResidualViews residual) {
   if (rms_norm(config)) {
     ops::rmsnorm_forward(device, output, statistics.rstd, input, weight, config.layernorm_epsilon,
-                         rows, config.hidden_size);
+                         rows, config.hidden_size, residual);
   } else {
     ops::layernorm_forward(device, output, statistics.mean, statistics.rstd, input, weight, bias,
                            norm_weight_offset(config), config.layernorm_epsilon, rows,
-                           config.hidden_size);
+                           config.hidden_size, residual);
   }
 }
 
 void norm_backward(Device& device, const GptConfig& config, View dinput, View dweight, View dbias,
                    View doutput, View input, View weight, const NormStatistics& statistics,
-                   int64_t rows) {
+                   int64_t rows, InputGradient mode) {
   if (rms_norm(config)) {
     ops::rmsnorm_backward(device, dinput, dweight, doutput, input, weight, statistics.rstd, rows,
-                          config.hidden_size);
+                          config.hidden_size, mode);
   } else {
     ops::layernorm_backward(device, dinput, dweight, dbias, doutput, input, weight,
                             norm_weight_offset(config), statistics.mean, statistics.rstd, rows,
-                            config.hidden_size);
+                            config.hidden_size, mode);
   }
 }
 

@@ -10,6 +10,7 @@
 #include "backend/core/view.hpp"
 #include "backend/device/device.hpp"
 #include "backend/model/gpt_config.hpp"
+#include "backend/ops/norm_kind.hpp"
 
 namespace backend {
 
@@ -20,14 +21,16 @@ struct NormStatistics {
 };
 
 // The norm's forward over `rows` rows of config.hidden_size: output = norm(input) with
-// `weight` and `bias` (empty with RMSNorm).
+// `weight` and `bias` (empty with RMSNorm); with `residual`, input = residual + branch first,
+// in the same kernel (ops/norm_kind.hpp).
 void norm_forward(Device& device, const GptConfig& config, View output,
                   const NormStatistics& statistics, View input, View weight, View bias,
-                  int64_t rows);
-// Its backward: dinput from doutput, the weight and bias gradients accumulated.
+                  int64_t rows, ResidualViews residual = {});
+// Its backward: dinput from doutput (overwritten, or added to: `mode`), the weight and bias
+// gradients accumulated.
 void norm_backward(Device& device, const GptConfig& config, View dinput, View dweight, View dbias,
                    View doutput, View input, View weight, const NormStatistics& statistics,
-                   int64_t rows);
+                   int64_t rows, InputGradient mode = InputGradient::overwrite);
 
 // RoPE's place in a fused qkv activation of `shard` (a tensor-parallel rank's heads): per query
 // group the layout is [NH/NG query heads | key | value], so the first NH/NG + 1 heads of every

@@ -16,6 +16,7 @@
 #include "backend/common/error.hpp"
 #include "backend/core/view.hpp"
 #include "backend/device/device.hpp"
+#include "backend/ops/norm_kind.hpp"
 
 namespace backend::ops::detail {
 
@@ -74,6 +75,31 @@ S* gpu(View view, std::string_view op) {
 }
 
 inline const int32_t* gpu_ids(View view, std::string_view op) { return gpu<int32_t>(view, op); }
+
+// ---- the norms' residual connection (norm_kind.hpp) ------------------------------------
+
+// The residual and branch views have the sum's (the op's input's) extent and are other memory.
+inline void check_residual_views(const View& sum, const ResidualViews& residual,
+                                 std::string_view op) {
+  if (!residual.active()) return;
+  check_same_extent(sum, residual.residual, op);
+  check_same_extent(sum, residual.branch, op);
+  if (sum.data == residual.residual.data || sum.data == residual.branch.data) {
+    common::fail("{}: the residual connection's sum must be other memory than its operands", op);
+  }
+}
+
+template <typename S>
+ResidualAdd<S> host_residual(View sum, const ResidualViews& residual) {
+  if (!residual.active()) return {};
+  return {host<S>(sum), host<S>(residual.residual), host<S>(residual.branch)};
+}
+
+template <typename S>
+ResidualAdd<S> gpu_residual(View sum, const ResidualViews& residual, std::string_view op) {
+  if (!residual.active()) return {};
+  return {gpu<S>(sum, op), gpu<S>(residual.residual, op), gpu<S>(residual.branch, op)};
+}
 
 // ---- one op's frame -----------------------------------------------------------------------
 

@@ -10,7 +10,10 @@
 //   dx[i, c]     = rstd_i · (g[i, c] − mean_c(g[i, :]) − x̂[i, c] · mean_c(g[i, :] · x̂[i, :]))
 //   dweight[c]  += Σ_i dy[i, c] · x̂[i, c]
 //   dbias[c]    += Σ_i dy[i, c]
-// Contract: parameter gradients accumulate (+=), activation gradients overwrite (=).
+// Contract: parameter gradients accumulate (+=), activation gradients overwrite (=), unless the
+// backward is asked to add dinput (InputGradient::accumulate: the fused residual connection's
+// backward). The forward may start with the residual connection, input = residual + branch
+// (norm_kind.hpp's ResidualAdd), one kernel where a pre-norm block had two.
 // Column sums run in row order per column, so results do not depend on the thread count.
 // Dimensions: N rows (B·T), C channels.
 #pragma once
@@ -20,6 +23,7 @@
 #include "backend/core/cuda_stream.hpp"
 #include "backend/core/element_type.hpp"
 #include "backend/device/device.hpp"
+#include "backend/ops/norm_kind.hpp"
 
 namespace backend::cpu {
 
@@ -30,19 +34,21 @@ void layernorm_forward(Scalar* output,        // (N, C)
                        const Scalar* input,   // (N, C)
                        const Scalar* weight,  // (C)
                        const Scalar* bias,    // (C)
-                       Scalar weight_offset, Scalar epsilon, int64_t rows, int64_t channels);
+                       Scalar weight_offset, Scalar epsilon, int64_t rows, int64_t channels,
+                       ResidualAdd<Scalar> residual = {});  // input = residual + branch first
 
 template <typename Scalar>
-void layernorm_backward(Scalar* dinput,         // (N, C) =
+void layernorm_backward(Scalar* dinput,         // (N, C) = or += (mode)
                         Scalar* dweight,        // (C)    +=
                         Scalar* dbias,          // (C)    +=
                         const Scalar* doutput,  // (N, C)
                         const Scalar* input,    // (N, C)
                         const Scalar* weight,   // (C)
                         Scalar weight_offset,
-                        const Scalar* mean,     // (N) from the forward
-                        const Scalar* rstd,     // (N) from the forward
-                        int64_t rows, int64_t channels);
+                        const Scalar* mean,  // (N) from the forward
+                        const Scalar* rstd,  // (N) from the forward
+                        int64_t rows, int64_t channels,
+                        InputGradient mode = InputGradient::overwrite);
 
 }  // namespace backend::cpu
 
@@ -62,7 +68,7 @@ void layernorm_forward(Scalar* output,        // (N, C)
                        const Scalar* weight,  // (C)
                        const Scalar* bias,    // (C)
                        float weight_offset, float epsilon, int64_t rows, int64_t channels,
-                       CudaStream stream);
+                       CudaStream stream, ResidualAdd<Scalar> residual = {});
 
 int64_t layernorm_backward_scratch_floats(int64_t rows, int64_t channels);
 
@@ -74,11 +80,11 @@ void layernorm_backward(Scalar* dinput,         // (N, C) =
                         const Scalar* input,    // (N, C)
                         const Scalar* weight,   // (C)
                         float weight_offset,
-                        const float* mean,      // (N) from the forward
-                        const float* rstd,      // (N) from the forward
+                        const float* mean,  // (N) from the forward
+                        const float* rstd,  // (N) from the forward
                         int64_t rows, int64_t channels,
                         float* scratch,  // layernorm_backward_scratch_floats(rows, channels)
-                        CudaStream stream);
+                        CudaStream stream, InputGradient mode = InputGradient::overwrite);
 
 }  // namespace backend::cuda
 
@@ -87,11 +93,12 @@ void layernorm_backward(Scalar* dinput,         // (N, C) =
 // partial sums in the device's scratch).
 namespace backend::ops {
 
-void layernorm_forward(Device& device, View output, View mean, View rstd, View input,
-                       View weight, View bias, double weight_offset, double epsilon,
-                       int64_t rows, int64_t channels);
+void layernorm_forward(Device& device, View output, View mean, View rstd, View input, View weight,
+                       View bias, double weight_offset, double epsilon, int64_t rows,
+                       int64_t channels, ResidualViews residual = {});
 void layernorm_backward(Device& device, View dinput, View dweight, View dbias, View doutput,
                         View input, View weight, double weight_offset, View mean, View rstd,
-                        int64_t rows, int64_t channels);
+                        int64_t rows, int64_t channels,
+                        InputGradient mode = InputGradient::overwrite);
 
 }  // namespace backend::ops

@@ -19,32 +19,33 @@ int64_t layernorm_backward_scratch_floats(int64_t rows, int64_t channels) {
 
 template <typename Scalar>
 void layernorm_forward(Scalar* output, float* mean, float* rstd, const Scalar* input,
-                       const Scalar* weight, const Scalar* bias, float weight_offset,
-                       float epsilon, int64_t rows, int64_t channels, CudaStream stream) {
+                       const Scalar* weight, const Scalar* bias, float weight_offset, float epsilon,
+                       int64_t rows, int64_t channels, CudaStream stream,
+                       ResidualAdd<Scalar> residual) {
   detail::launch_norm_forward<NormKind::layer_norm>(
       detail::device_pointer(output), mean, rstd, detail::device_pointer(input),
       detail::device_pointer(weight), detail::device_pointer(bias), weight_offset, epsilon, rows,
-      channels, stream);
+      channels, stream, detail::device_residual(residual));
 }
 
 template <typename Scalar>
 void layernorm_backward(Scalar* dinput, float* dweight, float* dbias, const Scalar* doutput,
                         const Scalar* input, const Scalar* weight, float weight_offset,
                         const float* mean, const float* rstd, int64_t rows, int64_t channels,
-                        float* scratch, CudaStream stream) {
+                        float* scratch, CudaStream stream, InputGradient mode) {
   detail::launch_norm_backward<NormKind::layer_norm>(
       detail::device_pointer(dinput), dweight, dbias, detail::device_pointer(doutput),
       detail::device_pointer(input), detail::device_pointer(weight), weight_offset, mean, rstd,
-      rows, channels, scratch, stream);
+      rows, channels, scratch, stream, mode);
 }
 
 #define BACKEND_INSTANTIATE_LAYERNORM_CUDA(Scalar)                                                \
   template void layernorm_forward<Scalar>(Scalar*, float*, float*, const Scalar*, const Scalar*,  \
                                           const Scalar*, float, float, int64_t, int64_t,          \
-                                          CudaStream);                                            \
+                                          CudaStream, ResidualAdd<Scalar>);                       \
   template void layernorm_backward<Scalar>(Scalar*, float*, float*, const Scalar*, const Scalar*, \
                                            const Scalar*, float, const float*, const float*,      \
-                                           int64_t, int64_t, float*, CudaStream);
+                                           int64_t, int64_t, float*, CudaStream, InputGradient);
 BACKEND_INSTANTIATE_LAYERNORM_CUDA(float)
 BACKEND_INSTANTIATE_LAYERNORM_CUDA(bfloat16)
 BACKEND_INSTANTIATE_LAYERNORM_CUDA(float16)

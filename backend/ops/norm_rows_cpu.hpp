@@ -3,13 +3,17 @@
 //   LayerNorm  mean = Σ x / C, rstd = 1 / sqrt(Σ (x − mean)² / C + ε), y = x̂ · (w + offset) + b,
 //              dx = rstd · (g − mean(g) − x̂ · mean(g · x̂)), g = dy · (w + offset)
 //   RMSNorm    rstd = 1 / sqrt(Σ x² / C + ε), y = x̂ · w, dx = rstd · (g − x̂ · mean(g · x̂))
-// with x̂ = (x − mean) · rstd (x · rstd for RMSNorm). One row per iteration for the forward and
+// with x̂ = (x − mean) · rstd (x · rstd for RMSNorm), x optionally the residual connection's
+// sum written first, and dx optionally added to dinput (norm_kind.hpp's ResidualAdd and
+// InputGradient; each row reads and writes only its own elements, so a row's sum is in the
+// same thread's cache when normalised). One row per iteration for the forward and
 // dinput; the sums along a row are detail::lane_sum's (16 partial sums in a fixed order,
 // vector_math_cpu.hpp: one running sum was a chain of dependent additions, and the forward
 // took 1.1 ms per 126M norm call for 0.8M elements); the weight and bias sums are column chunks
 // (detail::add_column_sums), so no result depends on the thread count.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -21,13 +25,20 @@
 namespace backend::cpu::detail {
 
 // mean is written for LayerNorm only (nullptr for RMSNorm), bias read for LayerNorm only.
+// With `residual` active, each row's sum = residual + branch is written first and normalised.
 template <NormKind kKind, typename Scalar>
 void norm_forward(Scalar* output, Scalar* mean, Scalar* rstd, const Scalar* input,
                   const Scalar* weight, const Scalar* bias, Scalar weight_offset, Scalar epsilon,
-                  int64_t rows, int64_t channels) {
+                  int64_t rows, int64_t channels, ResidualAdd<Scalar> residual = {}) {
   constexpr bool kCentered = kKind == NormKind::layer_norm;
 #pragma omp parallel for if (rows * channels > kParallelWork)
   for (int64_t row = 0; row < rows; ++row) {
+    if (residual.active()) {
+      const int64_t first = row * channels;
+      for (int64_t c = 0; c < channels; ++c) {
+        residual.sum[first + c] = residual.residual[first + c] + residual.branch[first + c];
+      }
+    }
     const Scalar* x = input + row * channels;
     Scalar* y = output + row * channels;
     // Two passes for LayerNorm (mean, then squared deviations) rather than E[x²] − E[x]²,
@@ -60,12 +71,15 @@ void norm_forward(Scalar* output, Scalar* mean, Scalar* rstd, const Scalar* inpu
   }
 }
 
-// dinput, and dweight (and LayerNorm's dbias, nullptr for RMSNorm) accumulated.
+// dinput (overwritten or added to, `mode`), and dweight (and LayerNorm's dbias, nullptr for
+// RMSNorm) accumulated.
 template <NormKind kKind, typename Scalar>
 void norm_backward(Scalar* dinput, Scalar* dweight, Scalar* dbias, const Scalar* doutput,
                    const Scalar* input, const Scalar* weight, Scalar weight_offset,
-                   const Scalar* mean, const Scalar* rstd, int64_t rows, int64_t channels) {
+                   const Scalar* mean, const Scalar* rstd, int64_t rows, int64_t channels,
+                   InputGradient mode = InputGradient::overwrite) {
   constexpr bool kCentered = kKind == NormKind::layer_norm;
+  const bool accumulate = mode == InputGradient::accumulate;
   const bool parallel = rows * channels > kParallelWork;
   const Scalar inverse_channels = Scalar{1} / static_cast<Scalar>(channels);
 
@@ -75,33 +89,53 @@ void norm_backward(Scalar* dinput, Scalar* dweight, Scalar* dbias, const Scalar*
     const Scalar* dy = doutput + row * channels;
     Scalar* dx = dinput + row * channels;
     const Scalar row_rstd = rstd[row];
+    Scalar row_mean = 0, mean_g = 0, mean_g_xhat = 0;
     if constexpr (kCentered) {
-      const Scalar row_mean = mean[row];
-      const Scalar mean_g = lane_sum<Scalar>(channels,
-                                             [dy, weight, weight_offset](int64_t c) {
-                                               return dy[c] * (weight[c] + weight_offset);
-                                             }) *
-                            inverse_channels;
-      const Scalar mean_g_xhat =
-          lane_sum<Scalar>(channels,
-                           [dy, weight, weight_offset, x, row_mean, row_rstd](int64_t c) {
-                             return dy[c] * (weight[c] + weight_offset) * (x[c] - row_mean) *
-                                    row_rstd;
-                           }) *
-          inverse_channels;
-      for (int64_t c = 0; c < channels; ++c) {
-        const Scalar xhat = (x[c] - row_mean) * row_rstd;
-        dx[c] = row_rstd * (dy[c] * (weight[c] + weight_offset) - mean_g - xhat * mean_g_xhat);
-      }
+      row_mean = mean[row];
+      mean_g = lane_sum<Scalar>(channels,
+                                [dy, weight, weight_offset](int64_t c) {
+                                  return dy[c] * (weight[c] + weight_offset);
+                                }) *
+               inverse_channels;
+      mean_g_xhat = lane_sum<Scalar>(channels,
+                                     [dy, weight, weight_offset, x, row_mean, row_rstd](int64_t c) {
+                                       return dy[c] * (weight[c] + weight_offset) *
+                                              (x[c] - row_mean) * row_rstd;
+                                     }) *
+                    inverse_channels;
     } else {
-      const Scalar mean_g_xhat = lane_sum<Scalar>(channels,
-                                                  [dy, weight, x, row_rstd](int64_t c) {
-                                                    return dy[c] * weight[c] * x[c] * row_rstd;
-                                                  }) *
-                                 inverse_channels;
-      for (int64_t c = 0; c < channels; ++c) {
-        dx[c] = row_rstd * (dy[c] * weight[c] - x[c] * row_rstd * mean_g_xhat);
+      mean_g_xhat = lane_sum<Scalar>(channels,
+                                     [dy, weight, x, row_rstd](int64_t c) {
+                                       return dy[c] * weight[c] * x[c] * row_rstd;
+                                     }) *
+                    inverse_channels;
+    }
+    // Channels [begin, end) of the row's gradient into out[0, end − begin).
+    const auto gradient = [&](int64_t begin, int64_t end, Scalar* out) {
+      for (int64_t c = begin; c < end; ++c) {
+        if constexpr (kCentered) {
+          const Scalar xhat = (x[c] - row_mean) * row_rstd;
+          out[c - begin] =
+              row_rstd * (dy[c] * (weight[c] + weight_offset) - mean_g - xhat * mean_g_xhat);
+        } else {
+          out[c - begin] = row_rstd * (dy[c] * weight[c] - x[c] * row_rstd * mean_g_xhat);
+        }
       }
+    };
+    if (!accumulate) {
+      gradient(0, channels, dx);
+      continue;
+    }
+    // Added to dinput, the gradient is written to a block of its own first and then added:
+    // rounded as the separate ops (norm, then residual) round it, since the compiler may not
+    // fuse the last product with the addition into one multiply-add through memory; so the
+    // fused backward has their bits, and allocates nothing.
+    constexpr int64_t kBlock = 64;
+    std::array<Scalar, kBlock> block;
+    for (int64_t begin = 0; begin < channels; begin += kBlock) {
+      const int64_t end = std::min(channels, begin + kBlock);
+      gradient(begin, end, block.data());
+      for (int64_t c = begin; c < end; ++c) dx[c] += block[static_cast<size_t>(c - begin)];
     }
   }
 

@@ -13,16 +13,39 @@
 
 namespace backend::cuda::detail {
 
+// A twin's ResidualAdd with the kernels' element type.
+template <typename Scalar>
+ResidualAdd<DeviceElementOf<Scalar>> device_residual(ResidualAdd<Scalar> residual) {
+  return {device_pointer(residual.sum), device_pointer(residual.residual),
+          device_pointer(residual.branch)};
+}
+
 // output = norm(input) per row, and the row's statistics: mean (LayerNorm only; nullptr for
 // RMSNorm) and rstd = 1 / sqrt(Σ (x − mean)² / C + ε), with mean 0 for RMSNorm. Two passes for
 // LayerNorm (mean, then squared deviations, as the CPU: E[x²] − E[x]² cancels in float).
+// With residual.sum set, the row's sum = residual + branch (added in float, rounded once to T,
+// as residual_cuda.cu) is written first, by the thread that reads it back in every pass (the
+// same channels each pass), and normalised: input is sum.
 template <NormKind kKind, typename T, int Width>
 __global__ void norm_forward_kernel(T* output, float* mean, float* rstd, const T* input,
                                     const T* weight, const T* bias, float weight_offset,
-                                    float epsilon, int64_t rows, int64_t channels) {
+                                    float epsilon, int64_t rows, int64_t channels,
+                                    ResidualAdd<T> residual) {
   constexpr bool kCentered = kKind == NormKind::layer_norm;
   __shared__ float shared[32];
   for_each_row(rows, [&](int64_t row) {
+    if (residual.sum != nullptr) {
+      const int64_t first = row * channels;
+      for_each_pack_of_row<Width>(channels, [&](int64_t c) {
+        float rs[Width];
+        float bs[Width];
+        load_floats(rs, residual.residual + first + c);
+        load_floats(bs, residual.branch + first + c);
+#pragma unroll
+        for (int j = 0; j < Width; ++j) rs[j] += bs[j];
+        store_floats(residual.sum + first + c, rs);
+      });
+    }
     const T* x = input + row * channels;
     T* y = output + row * channels;
     float row_mean = 0.0f;
@@ -80,13 +103,14 @@ __global__ void norm_forward_kernel(T* output, float* mean, float* rstd, const T
 }
 
 // dinput = rstd · (g − mean(g) − x̂ · mean(g · x̂)) with g = dy · w (LayerNorm), or
-// rstd · (g − x̂ · mean(g · x̂)) (RMSNorm), one block per row, Width as the forward. Each thread
-// reads dy and x at its channels before writing dx there, and the sums complete (block_sum's
-// barriers) before any write, so dinput may alias doutput.
+// rstd · (g − x̂ · mean(g · x̂)) (RMSNorm), one block per row, Width as the forward; with
+// `accumulate`, added to dinput in float and rounded once. Each thread reads dy and x at its
+// channels before writing dx there, and the sums complete (block_sum's barriers) before any
+// write, so dinput may alias doutput when it is overwritten.
 template <NormKind kKind, typename T, int Width>
 __global__ void norm_dinput_kernel(T* dinput, const T* doutput, const T* input, const T* weight,
                                    float weight_offset, const float* mean, const float* rstd,
-                                   int64_t rows, int64_t channels) {
+                                   int64_t rows, int64_t channels, bool accumulate) {
   constexpr bool kCentered = kKind == NormKind::layer_norm;
   __shared__ float shared[32];
   const float inverse_channels = 1.0f / static_cast<float>(channels);
@@ -131,6 +155,8 @@ __global__ void norm_dinput_kernel(T* dinput, const T* doutput, const T* input, 
     for_each_pack_of_row<Width>(channels, [&](int64_t c) {
       const Packs p = load(c);
       float dxs[Width];
+      float previous[Width] = {};
+      if (accumulate) load_floats(previous, dx + c);
 #pragma unroll
       for (int j = 0; j < Width; ++j) {
         if constexpr (kCentered) {
@@ -139,6 +165,7 @@ __global__ void norm_dinput_kernel(T* dinput, const T* doutput, const T* input, 
         } else {
           dxs[j] = row_rstd * (p.dy[j] * p.w[j] - p.x[j] * row_rstd * mean_g_xhat);
         }
+        if (accumulate) dxs[j] += previous[j];
       }
       store_floats(dx + c, dxs);
     });
@@ -171,20 +198,23 @@ struct NormParameterTerms {
 template <NormKind kKind, typename T>
 void launch_norm_forward(T* output, float* mean, float* rstd, const T* input, const T* weight,
                          const T* bias, float weight_offset, float epsilon, int64_t rows,
-                         int64_t channels, cudaStream_t stream) {
+                         int64_t channels, cudaStream_t stream, ResidualAdd<T> residual = {}) {
   if (rows <= 0 || channels <= 0) return;
-  launch_with_pack_width<T>(channels, {output, input, weight, bias}, [&](auto width) {
-    norm_forward_kernel<kKind, T, decltype(width)::value>
-        <<<row_grid(rows), kBlockSize, 0, stream>>>(output, mean, rstd, input, weight, bias,
-                                                    weight_offset, epsilon, rows, channels);
-  });
+  launch_with_pack_width<T>(
+      channels, {output, input, weight, bias, residual.sum, residual.residual, residual.branch},
+      [&](auto width) {
+        norm_forward_kernel<kKind, T, decltype(width)::value>
+            <<<row_grid(rows), kBlockSize, 0, stream>>>(output, mean, rstd, input, weight, bias,
+                                                        weight_offset, epsilon, rows, channels,
+                                                        residual);
+      });
 }
 
 template <NormKind kKind, typename T>
 void launch_norm_backward(T* dinput, float* dweight, float* dbias, const T* doutput, const T* input,
                           const T* weight, float weight_offset, const float* mean,
                           const float* rstd, int64_t rows, int64_t channels, float* scratch,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, InputGradient mode = InputGradient::overwrite) {
   if (rows <= 0 || channels <= 0) return;
   using Terms = NormParameterTerms<kKind, T>;
   ColumnTargets<Terms::kSums> targets{};
@@ -194,7 +224,8 @@ void launch_norm_backward(T* dinput, float* dweight, float* dbias, const T* dout
                      stream);
   launch_with_pack_width<T>(channels, {dinput, doutput, input, weight}, [&](auto width) {
     norm_dinput_kernel<kKind, T, decltype(width)::value><<<row_grid(rows), kBlockSize, 0, stream>>>(
-        dinput, doutput, input, weight, weight_offset, mean, rstd, rows, channels);
+        dinput, doutput, input, weight, weight_offset, mean, rstd, rows, channels,
+        mode == InputGradient::accumulate);
   });
 }
 

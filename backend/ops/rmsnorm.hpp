@@ -7,7 +7,9 @@
 // backward without its mean terms, since nothing was subtracted):
 //   dx[i, c]    = rstd_i · (g[i, c] − x̂[i, c] · mean_c(g[i, :] · x̂[i, :]))
 //   dweight[c] += Σ_i dy[i, c] · x̂[i, c]
-// Contract: parameter gradients accumulate (+=), activation gradients overwrite (=).
+// Contract: parameter gradients accumulate (+=), activation gradients overwrite (=), unless the
+// backward is asked to add dinput; the forward may start with the residual connection, as
+// layernorm.hpp's (norm_kind.hpp's ResidualAdd and InputGradient).
 // Column sums run in row order per column, so results do not depend on the thread count.
 // Dimensions: N rows (B·T), C channels.
 #pragma once
@@ -17,6 +19,7 @@
 #include "backend/core/cuda_stream.hpp"
 #include "backend/core/element_type.hpp"
 #include "backend/device/device.hpp"
+#include "backend/ops/norm_kind.hpp"
 
 namespace backend::cpu {
 
@@ -25,16 +28,18 @@ void rmsnorm_forward(Scalar* output,        // (N, C)
                      Scalar* rstd,          // (N)
                      const Scalar* input,   // (N, C)
                      const Scalar* weight,  // (C)
-                     Scalar epsilon, int64_t rows, int64_t channels);
+                     Scalar epsilon, int64_t rows, int64_t channels,
+                     ResidualAdd<Scalar> residual = {});  // input = residual + branch first
 
 template <typename Scalar>
-void rmsnorm_backward(Scalar* dinput,         // (N, C) =
+void rmsnorm_backward(Scalar* dinput,         // (N, C) = or += (mode)
                       Scalar* dweight,        // (C)    +=
                       const Scalar* doutput,  // (N, C)
                       const Scalar* input,    // (N, C)
                       const Scalar* weight,   // (C)
                       const Scalar* rstd,     // (N) from the forward
-                      int64_t rows, int64_t channels);
+                      int64_t rows, int64_t channels,
+                      InputGradient mode = InputGradient::overwrite);
 
 }  // namespace backend::cpu
 
@@ -50,7 +55,8 @@ void rmsnorm_forward(Scalar* output,        // (N, C)
                      float* rstd,           // (N)
                      const Scalar* input,   // (N, C)
                      const Scalar* weight,  // (C)
-                     float epsilon, int64_t rows, int64_t channels, CudaStream stream);
+                     float epsilon, int64_t rows, int64_t channels, CudaStream stream,
+                     ResidualAdd<Scalar> residual = {});
 
 int64_t rmsnorm_backward_scratch_floats(int64_t rows, int64_t channels);
 
@@ -63,7 +69,7 @@ void rmsnorm_backward(Scalar* dinput,         // (N, C) =
                       const float* rstd,      // (N) from the forward
                       int64_t rows, int64_t channels,
                       float* scratch,  // rmsnorm_backward_scratch_floats(rows, channels)
-                      CudaStream stream);
+                      CudaStream stream, InputGradient mode = InputGradient::overwrite);
 
 }  // namespace backend::cuda
 
@@ -73,8 +79,9 @@ void rmsnorm_backward(Scalar* dinput,         // (N, C) =
 namespace backend::ops {
 
 void rmsnorm_forward(Device& device, View output, View rstd, View input, View weight,
-                     double epsilon, int64_t rows, int64_t channels);
+                     double epsilon, int64_t rows, int64_t channels, ResidualViews residual = {});
 void rmsnorm_backward(Device& device, View dinput, View dweight, View doutput, View input,
-                      View weight, View rstd, int64_t rows, int64_t channels);
+                      View weight, View rstd, int64_t rows, int64_t channels,
+                      InputGradient mode = InputGradient::overwrite);
 
 }  // namespace backend::ops

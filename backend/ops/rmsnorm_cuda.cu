@@ -17,30 +17,31 @@ int64_t rmsnorm_backward_scratch_floats(int64_t rows, int64_t channels) {
 
 template <typename Scalar>
 void rmsnorm_forward(Scalar* output, float* rstd, const Scalar* input, const Scalar* weight,
-                     float epsilon, int64_t rows, int64_t channels, CudaStream stream) {
+                     float epsilon, int64_t rows, int64_t channels, CudaStream stream,
+                     ResidualAdd<Scalar> residual) {
   using T = detail::DeviceElementOf<Scalar>;
   detail::launch_norm_forward<NormKind::rms_norm>(
       detail::device_pointer(output), nullptr, rstd, detail::device_pointer(input),
       detail::device_pointer(weight), static_cast<const T*>(nullptr), 0.0f, epsilon, rows, channels,
-      stream);
+      stream, detail::device_residual(residual));
 }
 
 template <typename Scalar>
 void rmsnorm_backward(Scalar* dinput, float* dweight, const Scalar* doutput, const Scalar* input,
                       const Scalar* weight, const float* rstd, int64_t rows, int64_t channels,
-                      float* scratch, CudaStream stream) {
+                      float* scratch, CudaStream stream, InputGradient mode) {
   detail::launch_norm_backward<NormKind::rms_norm>(
       detail::device_pointer(dinput), dweight, nullptr, detail::device_pointer(doutput),
       detail::device_pointer(input), detail::device_pointer(weight), 0.0f, nullptr, rstd, rows,
-      channels, scratch, stream);
+      channels, scratch, stream, mode);
 }
 
 #define BACKEND_INSTANTIATE_RMSNORM_CUDA(Scalar)                                                \
   template void rmsnorm_forward<Scalar>(Scalar*, float*, const Scalar*, const Scalar*, float,   \
-                                        int64_t, int64_t, CudaStream);                          \
+                                        int64_t, int64_t, CudaStream, ResidualAdd<Scalar>);     \
   template void rmsnorm_backward<Scalar>(Scalar*, float*, const Scalar*, const Scalar*,         \
                                          const Scalar*, const float*, int64_t, int64_t, float*, \
-                                         CudaStream);
+                                         CudaStream, InputGradient);
 BACKEND_INSTANTIATE_RMSNORM_CUDA(float)
 BACKEND_INSTANTIATE_RMSNORM_CUDA(bfloat16)
 BACKEND_INSTANTIATE_RMSNORM_CUDA(float16)

@@ -267,6 +267,62 @@ TEST_CASE("rmsnorm on the CUDA device matches the CPU device") {
   }
 }
 
+// The residual connection fused into the norms (norm_kind.hpp): sum = residual + branch and
+// its norm in one kernel, and the backward adding the norm's input gradient to the residual
+// stream's (the GPU adds in float and rounds once; the CPU twin rounds the norm's gradient
+// first, as the separate ops did).
+TEST_CASE("norms fused with the residual connection on the CUDA device match the CPU device") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  for (const bool layer_norm : {true, false}) {
+    for (const RowsChannels s : kNormShapes) {
+      for (ElementType type : kTypes) {
+        std::ostringstream what;
+        what << (layer_norm ? "layernorm" : "rmsnorm") << " with the residual connection, rows "
+             << s.rows << " channels " << s.channels;
+        const int64_t n = s.rows * s.channels;
+        const auto residual = representable(random_values(n, 81, 2.0f), type);
+        const auto branch = representable(random_values(n, 82, 2.0f), type);
+        const auto weight = representable(random_values(s.channels, 83), type);
+        const auto bias = representable(random_values(s.channels, 84), type);
+        const auto dout = representable(random_values(n, 85), type);
+        const auto dstream0 = representable(random_values(n, 86), type);
+        const auto dweight0 = random_values(s.channels, 87);
+        check_against_cpu(
+            *gpu, what.str(), type, tolerance(type, 5e-5), [&](Tensors& t, ElementType dtype) {
+              Device& device = t.device();
+              View sum = t.poisoned(n, dtype), out = t.poisoned(n, dtype);
+              View mean = t.poisoned(s.rows, ElementType::f32);
+              View rstd = t.poisoned(s.rows, ElementType::f32);
+              View w = t.input(weight, dtype), b = t.input(bias, dtype);
+              const backend::ResidualViews add{t.input(residual, dtype), t.input(branch, dtype)};
+              View dstream = t.input(dstream0, dtype);
+              View dw = t.input(dweight0, ElementType::f32);
+              View db = t.input(dweight0, ElementType::f32);
+              const auto accumulate = backend::InputGradient::accumulate;
+              if (layer_norm) {
+                ops::layernorm_forward(device, out, mean, rstd, sum, w, b, 0.0, 1e-5, s.rows,
+                                       s.channels, add);
+                ops::layernorm_backward(device, dstream, dw, db, t.input(dout, dtype), sum, w, 0.0,
+                                        mean, rstd, s.rows, s.channels, accumulate);
+              } else {
+                ops::rmsnorm_forward(device, out, rstd, sum, w, 1e-5, s.rows, s.channels, add);
+                ops::rmsnorm_backward(device, dstream, dw, t.input(dout, dtype), sum, w, rstd,
+                                      s.rows, s.channels, accumulate);
+              }
+              Outputs outputs{{"sum", t.read(sum)},
+                              {"output", t.read(out)},
+                              {"rstd", t.read(rstd)},
+                              {"dstream (+=)", t.read(dstream)},
+                              {"dweight (+=)", t.read(dw)}};
+              if (layer_norm) outputs.push_back({"dbias (+=)", t.read(db)});
+              return outputs;
+            });
+      }
+    }
+  }
+}
+
 TEST_CASE("rope on the CUDA device matches the CPU device") {
   auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
   if (!gpu) return;
