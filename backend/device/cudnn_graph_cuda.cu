@@ -277,7 +277,10 @@ CudnnPlan CudnnPlans::build(CudnnGraph graph) {
     }
     for (int64_t i = 0; i < std::min(count, returned); ++i) {
       auto plan = std::make_unique<CudnnDescriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      plan->set(kExecutionPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle_, "the execution plan");
+      // Deprecated in 9.19 and required before: a version that has dropped it says so when the
+      // plan is finalized without it, which the refusal then names.
+      (void)library.set_attribute(plan->get(), kExecutionPlanHandle, CUDNN_TYPE_HANDLE, 1,
+                                  &handle_);
       plan->set_descriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, raw[i], "the execution plan");
       const cudnnStatus_t status = library.finalize(plan->get());
       if (status != CUDNN_STATUS_SUCCESS) {

@@ -267,9 +267,13 @@ std::string gate(const AttentionShape& shape, const Dropout& dropout, bool backw
   return {};
 }
 
-std::vector<int64_t> plan_key(bool backward, cudnnDataType_t io, const AttentionShape& shape) {
-  return {backward ? 1 : 0,  static_cast<int64_t>(io), shape.batch_size,      shape.seq_length,
-          shape.hidden_size, shape.num_heads,          shape.num_query_groups};
+// A plan (or refusal) per direction, type, shape and whether dropout is active (a training
+// call with attention dropout is refused, an evaluation call of the same shape is not).
+std::vector<int64_t> plan_key(bool backward, cudnnDataType_t io, const AttentionShape& shape,
+                              const Dropout& dropout) {
+  return {backward ? 1 : 0,       static_cast<int64_t>(io), shape.batch_size,
+          shape.seq_length,       shape.hidden_size,        shape.num_heads,
+          shape.num_query_groups, dropout.active() ? 1 : 0};
 }
 
 // Gathers each row's NH queries into blocked (B·T, NH, HD) order, or (scatter) back: one thread
@@ -330,7 +334,7 @@ Planned find_plan(const CudaContext& context, const AttentionShape& shape, const
   const std::string reason =
       gate(shape, dropout, backward, plans.version(), plans.compute_capability());
   const auto lookup = plans.plan(
-      plan_key(backward, io, shape),
+      plan_key(backward, io, shape, dropout),
       [&] {
         if (!reason.empty()) common::fail("{}", reason);
         CudnnGraph graph = backward ? describe_backward(layout, io) : describe_forward(layout, io);
