@@ -6,8 +6,6 @@
 // major version, so the soname is libcublasLt.so.<CUDA major>.
 #include <fmt/format.h>
 
-#include <mutex>
-#include <optional>
 #include <string>
 
 #include "backend/common/error.hpp"
@@ -58,14 +56,8 @@ LoadedLibrary load() {
   return loaded;
 }
 
-// Loaded once; a failure is not cached, so each attempt reports it (and a later one may succeed
-// after the environment changed, which only tests do).
 const LoadedLibrary& loaded() {
-  static std::mutex mutex;
-  static std::optional<LoadedLibrary> library;  // the handle stays open until the process ends
-  std::lock_guard lock(mutex);
-  if (!library) library = load();
-  return *library;
+  return load_once(&load);
 }
 
 }  // namespace

@@ -3,8 +3,6 @@
 // the dynamic loader's search. cuDNN's soname follows its own major version: libcudnn.so.9.
 #include <fmt/format.h>
 
-#include <mutex>
-#include <optional>
 #include <string>
 
 #include "backend/common/error.hpp"
@@ -60,13 +58,8 @@ LoadedLibrary load() {
   return loaded;
 }
 
-// Loaded once; a failure is not cached, so each attempt reports it.
 const LoadedLibrary& loaded() {
-  static std::mutex mutex;
-  static std::optional<LoadedLibrary> library;  // the handle stays open until the process ends
-  std::lock_guard lock(mutex);
-  if (!library) library = load();
-  return *library;
+  return load_once(&load);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <initializer_list>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -30,6 +32,18 @@ template <typename Function>
 void resolve_function(const SharedLibrary& library, Function& function, const char* name,
                       std::string_view what) {
   function = reinterpret_cast<Function>(shared_library_symbol(library, name, what));
+}
+
+// What `load` returns, loaded on the first call (thread-safe) and kept until the process ends.
+// A failure is not kept, so each attempt reports it (and a later one may succeed after the
+// environment changed, which only tests do). One instance per Loaded type.
+template <typename Loaded>
+const Loaded& load_once(Loaded (*load)()) {
+  static std::mutex mutex;
+  static std::optional<Loaded> loaded;
+  std::lock_guard lock(mutex);
+  if (!loaded) loaded = load();
+  return *loaded;
 }
 
 }  // namespace backend::cuda_detail

@@ -44,10 +44,16 @@ void linear_backward(Device& device, View dinput, View dweight, View dbias, View
       },
       [&](auto s, const auto& context) {
         using S = decltype(s);
-        cuda::linear_backward(gpu<S>(dinput, op), gpu<float>(dweight, op),
-                              gpu<float>(dbias, op), gpu<S>(doutput, op), gpu<S>(input, op),
-                              gpu<S>(weight, op), rows, in_features, out_features,
-                              *context.gemm_plans, context.stream);
+        float* scratch = dbias.empty()
+                             ? nullptr
+                             : static_cast<float*>(device.scratch(
+                                   cuda::linear_backward_scratch_floats(rows, out_features) *
+                                       int64_t{sizeof(float)},
+                                   op));
+        cuda::linear_backward(gpu<S>(dinput, op), gpu<float>(dweight, op), gpu<float>(dbias, op),
+                              gpu<S>(doutput, op), gpu<S>(input, op), gpu<S>(weight, op), rows,
+                              in_features, out_features, *context.gemm_plans, scratch,
+                              context.stream);
       });
 }
 

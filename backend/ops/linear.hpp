@@ -46,7 +46,10 @@ void linear_backward(std::type_identity_t<Scalar>* dinput,  // (N, IN)   =, or n
 // result matches the CPU's to rounding) or bf16 operands with fp32 accumulation. The weight
 // gradient and the bias gradient are fp32 whatever the operands (they accumulate over micro
 // batches); dinput has the operands' type. The bias is added by cuBLASLt's BIAS epilogue,
-// dbias by a fixed-order column sum (no atomics): results are the same bits run after run.
+// dbias by the norms' fixed-order column sums (cuda_common.cuh's launch_column_sums: per
+// row-group partials in `scratch`, linear_backward_scratch_floats(rows, out_features) floats,
+// added in group order; no atomics, the whole GPU busy): results are the same bits run after
+// run.
 
 namespace backend::cuda {
 
@@ -58,7 +61,9 @@ void linear_forward(Scalar* output,        // (N, OUT)
                     int64_t rows, int64_t in_features, int64_t out_features, GemmPlans& plans,
                     CudaStream stream);
 
-template <typename Scalar>  // float, bfloat16 or float16
+int64_t linear_backward_scratch_floats(int64_t rows, int64_t out_features);
+
+template <typename Scalar>                   // float, bfloat16 or float16
 void linear_backward(Scalar* dinput,         // (N, IN) =, or nullptr to skip
                      float* dweight,         // (OUT, IN) +=
                      float* dbias,           // (OUT) +=, or nullptr if no bias
@@ -66,6 +71,7 @@ void linear_backward(Scalar* dinput,         // (N, IN) =, or nullptr to skip
                      const Scalar* input,    // (N, IN)
                      const Scalar* weight,   // (OUT, IN)
                      int64_t rows, int64_t in_features, int64_t out_features, GemmPlans& plans,
+                     float* scratch,  // linear_backward_scratch_floats(rows, out_features), dbias
                      CudaStream stream);
 
 }  // namespace backend::cuda

@@ -51,30 +51,16 @@ constexpr cudaDataType_t data_type() {
   }
 }
 
-constexpr int kBiasColumns = 32;  // threads along the columns (coalesced rows)
-constexpr int kBiasSlices = 8;    // interleaved row partials per column, joined in order
-
-// dbias[c] += Σ_r doutput[r, c]: slice s sums rows s, s + 8, …; then slice 0 adds the 8
-// partials in order. The grid covers the columns only, so the order is fixed by the shape.
+// The bias gradient's terms for launch_column_sums: dbias[c] += Σ_r doutput[r, c].
 template <typename T>
-__global__ void bias_gradient_kernel(float* dbias, const T* doutput, int64_t rows,
-                                     int64_t columns) {
-  __shared__ float partial[kBiasSlices][kBiasColumns];
-  const int64_t column = int64_t{blockIdx.x} * kBiasColumns + threadIdx.x;
-  float accumulated = 0;
-  if (column < columns) {
-    for (int64_t row = threadIdx.y; row < rows; row += kBiasSlices) {
-      accumulated += detail::to_float(doutput[row * columns + column]);
-    }
+struct BiasGradientTerms {
+  static constexpr int kSums = 1;
+  const T* doutput;
+  int64_t columns;
+  __device__ void add(int64_t row, int64_t c, float (&sums)[1]) const {
+    sums[0] += detail::to_float(doutput[row * columns + c]);
   }
-  partial[threadIdx.y][threadIdx.x] = accumulated;
-  __syncthreads();
-  if (threadIdx.y == 0 && column < columns) {
-    float total = 0;
-    for (int slice = 0; slice < kBiasSlices; ++slice) total += partial[slice][threadIdx.x];
-    dbias[column] += total;
-  }
-}
+};
 
 }  // namespace
 
@@ -110,11 +96,14 @@ void linear_forward(Scalar* output, const Scalar* input, const Scalar* weight,
   plans.matmul(key, weight, input, output, bias, 0.0f, stream);
 }
 
+int64_t linear_backward_scratch_floats(int64_t rows, int64_t out_features) {
+  return detail::column_sums_scratch_floats(1, rows, out_features);
+}
+
 template <typename Scalar>
 void linear_backward(Scalar* dinput, float* dweight, float* dbias, const Scalar* doutput,
-                     const Scalar* input, const Scalar* weight, int64_t rows,
-                     int64_t in_features, int64_t out_features, GemmPlans& plans,
-                     CudaStream stream) {
+                     const Scalar* input, const Scalar* weight, int64_t rows, int64_t in_features,
+                     int64_t out_features, GemmPlans& plans, float* scratch, CudaStream stream) {
   check_shape("linear_backward", rows, in_features, out_features);
   if (rows == 0) return;
   if (dinput != nullptr) {
@@ -144,11 +133,12 @@ void linear_backward(Scalar* dinput, float* dweight, float* dbias, const Scalar*
                     .align_c = alignment_of(dweight)};
   plans.matmul(key, input, doutput, dweight, nullptr, 1.0f, stream);
   if (dbias != nullptr) {
-    const dim3 block(kBiasColumns, kBiasSlices);
-    const auto blocks = static_cast<unsigned>((out_features + kBiasColumns - 1) / kBiasColumns);
-    bias_gradient_kernel<<<blocks, block, 0, stream>>>(
-        dbias, detail::device_pointer(doutput), rows, out_features);
-    CUDA_CHECK(cudaGetLastError());
+    using T = detail::DeviceElementOf<Scalar>;
+    detail::ColumnTargets<1> targets{};
+    targets.columns[0] = dbias;
+    detail::launch_column_sums(targets,
+                               BiasGradientTerms<T>{detail::device_pointer(doutput), out_features},
+                               scratch, rows, out_features, stream);
   }
 }
 
@@ -158,15 +148,15 @@ template void linear_forward<bfloat16>(bfloat16*, const bfloat16*, const bfloat1
                                        const bfloat16*, int64_t, int64_t, int64_t, GemmPlans&,
                                        CudaStream);
 template void linear_backward<float>(float*, float*, float*, const float*, const float*,
-                                     const float*, int64_t, int64_t, int64_t, GemmPlans&,
+                                     const float*, int64_t, int64_t, int64_t, GemmPlans&, float*,
                                      CudaStream);
-template void linear_backward<bfloat16>(bfloat16*, float*, float*, const bfloat16*,
-                                        const bfloat16*, const bfloat16*, int64_t, int64_t,
-                                        int64_t, GemmPlans&, CudaStream);
+template void linear_backward<bfloat16>(bfloat16*, float*, float*, const bfloat16*, const bfloat16*,
+                                        const bfloat16*, int64_t, int64_t, int64_t, GemmPlans&,
+                                        float*, CudaStream);
 template void linear_forward<float16>(float16*, const float16*, const float16*, const float16*,
                                       int64_t, int64_t, int64_t, GemmPlans&, CudaStream);
 template void linear_backward<float16>(float16*, float*, float*, const float16*, const float16*,
                                        const float16*, int64_t, int64_t, int64_t, GemmPlans&,
-                                       CudaStream);
+                                       float*, CudaStream);
 
 }  // namespace backend::cuda
