@@ -627,12 +627,13 @@ TEST_CASE("--attention-backend picks the GPU's attention kernels, and --use-flas
   REQUIRE(defaults.has_value());
   CHECK(defaults->model.attention_backend == backend::AttentionBackend::automatic);
   CHECK(backend::argument_values(*defaults).at("attention_backend") == "auto");
-  for (const auto& [word, backend_choice] :
-       {std::pair{"fused", backend::AttentionBackend::fused},
-        std::pair{"flash", backend::AttentionBackend::flash},
-        std::pair{"unfused", backend::AttentionBackend::unfused},
-        std::pair{"local", backend::AttentionBackend::local},
-        std::pair{"auto", backend::AttentionBackend::automatic}}) {
+  for (const auto& choice : {std::pair{"fused", backend::AttentionBackend::fused},
+                             std::pair{"flash", backend::AttentionBackend::flash},
+                             std::pair{"unfused", backend::AttentionBackend::unfused},
+                             std::pair{"local", backend::AttentionBackend::local},
+                             std::pair{"auto", backend::AttentionBackend::automatic}}) {
+    const std::string word = choice.first;  // (clang 14: no CAPTURE of a structured binding)
+    const backend::AttentionBackend backend_choice = choice.second;
     CAPTURE(word);
     auto words = base_flags();
     words.insert(words.end(), {"--attention-backend", word});
