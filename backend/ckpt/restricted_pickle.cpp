@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <unordered_map>
@@ -594,15 +595,18 @@ class Unpickler {
     }
   }
 
-  // The result must be finite to walk: no value inside itself, nesting within the limit. One
-  // depth-first pass; a value met again once finished is not walked again.
+  // The result must be finite to walk: no value inside itself, nesting within the limit along
+  // every path. One depth-first pass; a value met again once finished is not walked again, but
+  // its height (the levels from it down to its deepest leaf, itself included) is kept, so a
+  // value shared by a shallow and a deep path is measured on the deep one too.
   void check_tree(const PicklePointer& root) const {
-    enum class Mark { open, done };
-    std::unordered_map<const PickleValue*, Mark> marks;
+    constexpr int64_t kOpen = 0;  // a finished value's height is at least 1
+    std::unordered_map<const PickleValue*, int64_t> heights;
     struct Frame {
       const PickleValue* value;
       std::vector<const PickleValue*> children;
       size_t next = 0;
+      int64_t height = 1;
     };
     auto children_of = [](const PickleValue& value) {
       std::vector<const PickleValue*> children;
@@ -614,26 +618,34 @@ class Unpickler {
       if (value.state != nullptr) children.push_back(value.state.get());
       return children;
     };
+    const auto refuse_depth = [&] {
+      fail_at(offset_, fmt::format("values nested deeper than {}", limits_.max_depth));
+    };
     std::vector<Frame> frames;
     frames.push_back({root.get(), children_of(*root)});
-    marks[root.get()] = Mark::open;
+    heights[root.get()] = kOpen;
     while (!frames.empty()) {
       Frame& frame = frames.back();
       if (frame.next == frame.children.size()) {
-        marks[frame.value] = Mark::done;
+        const Frame finished = std::move(frame);
         frames.pop_back();
+        heights[finished.value] = finished.height;
+        if (!frames.empty()) {
+          frames.back().height = std::max(frames.back().height, finished.height + 1);
+        }
         continue;
       }
       const PickleValue* child = frame.children[frame.next++];
-      const auto found = marks.find(child);
-      if (found != marks.end()) {
-        if (found->second == Mark::open) fail_at(offset_, "a value contains itself");
+      const int64_t depth = static_cast<int64_t>(frames.size());  // the parent's; root is 1
+      const auto found = heights.find(child);
+      if (found != heights.end()) {
+        if (found->second == kOpen) fail_at(offset_, "a value contains itself");
+        if (depth + found->second > limits_.max_depth) refuse_depth();
+        frame.height = std::max(frame.height, found->second + 1);
         continue;
       }
-      if (static_cast<int64_t>(frames.size()) >= limits_.max_depth) {
-        fail_at(offset_, fmt::format("values nested deeper than {}", limits_.max_depth));
-      }
-      marks[child] = Mark::open;
+      if (depth >= limits_.max_depth) refuse_depth();
+      heights[child] = kOpen;
       frames.push_back({child, children_of(*child)});
     }
   }

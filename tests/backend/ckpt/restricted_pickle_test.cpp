@@ -143,6 +143,15 @@ TEST_CASE("restricted pickle: what is not data is refused, naming the source and
   for (int i = 0; i < 70; ++i) deep += "]";
   for (int i = 0; i < 69; ++i) deep += "a";
   refused(pickle(deep), "values nested deeper than 64");
+  // A value shared by a shallow path and a deep one, met first on the shallow one: outer holds
+  // x = [[]] and [[x]], so x's inner list is 5 deep on the second path (found by the fuzzer,
+  // which walks every path, when only the first was measured).
+  const std::string shared = pickle(
+      "]]]aq\x00"
+      "a]]h\x00"
+      "aaa"s);
+  refused(shared, "values nested deeper than 4", {.max_depth = 4});
+  CHECK(read(shared, {.max_depth = 5})->items.size() == 2);
   refused(pickle("](K\x01K\x02K\x03"
                  "e"s),
           "more than 6 values", {.max_values = 6});
