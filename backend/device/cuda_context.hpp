@@ -38,6 +38,10 @@ constexpr common::EnumName<AttentionBackend> kAttentionBackendNames[] = {
 constexpr std::span<const common::EnumName<AttentionBackend>> enum_names(AttentionBackend) {
   return kAttentionBackendNames;
 }
+// Whether `backend` asks cuDNN first (fused, auto): the device then makes cuDNN plans.
+constexpr bool uses_cudnn(AttentionBackend backend) {
+  return backend == AttentionBackend::fused || backend == AttentionBackend::automatic;
+}
 
 struct CudaContext {
   int index = 0;

@@ -82,8 +82,7 @@ class CudaDevice final : public Device {
       workspace_ = allocate_zeroed(kCublasWorkspaceBytes, "the cuBLASLt workspace");
       scratch_ = allocate_zeroed(options.scratch_bytes, "the ops' scratch");
       plans_ = std::make_unique<cuda::GemmPlans>(lt_handle_, workspace_.data(), workspace_.bytes());
-      if (options.attention_backend == AttentionBackend::fused ||
-          options.attention_backend == AttentionBackend::automatic) {
+      if (uses_cudnn(options.attention_backend)) {
         cudnn_plans_ = make_cudnn_plans(*this, index_, stream_, options.attention_backend);
       }
       context_ = {.index = index_,

@@ -37,12 +37,6 @@ Scalar* attention_scratch(Device& device, const AttentionShape& shape, const cha
   return static_cast<Scalar*>(device.scratch(scalars * int64_t{sizeof(Scalar)}, op));
 }
 
-// Whether the device's attention backend asks cuDNN first (ops/attention.hpp).
-[[maybe_unused]] bool tries_cudnn(const CudaContext& context) {
-  return context.attention_backend == AttentionBackend::fused ||
-         context.attention_backend == AttentionBackend::automatic;
-}
-
 // Whether 16-bit attention of this shape runs on our tensor-core kernels: under flash, or under
 // auto where cuDNN did not run it, with a head dimension the kernel has; every other case takes
 // the CUDA-core kernel. (Unused in a build without CUDA, whose GPU branches are discarded.)
@@ -115,7 +109,7 @@ void attention_forward(Device& device, View output, View logsumexp, View qkv,
         gpu_scalar(qkv.type, op, [&](auto s) {
           using S = decltype(s);
           if constexpr (!std::is_same_v<S, float>) {
-            if (tries_cudnn(context)) {
+            if (uses_cudnn(context.attention_backend)) {
               const auto outcome = cuda::cudnn_attention_forward(context, gpu<S>(output, op),
                                                                  gpu<float>(logsumexp, op),
                                                                  gpu<S>(qkv, op), shape, dropout);
@@ -154,7 +148,7 @@ void attention_backward(Device& device, View dqkv, View doutput, View qkv, View 
         gpu_scalar(qkv.type, op, [&](auto s) {
           using S = decltype(s);
           if constexpr (!std::is_same_v<S, float>) {
-            if (tries_cudnn(context)) {
+            if (uses_cudnn(context.attention_backend)) {
               const auto outcome = cuda::cudnn_attention_backward(
                   context, gpu<S>(dqkv, op), gpu<S>(doutput, op), gpu<S>(qkv, op),
                   gpu<S>(output, op), gpu<float>(logsumexp, op), shape, dropout);

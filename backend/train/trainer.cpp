@@ -97,35 +97,29 @@ AttentionBackend gpu_attention_backend(const ModelArguments& model) {
     backend = AttentionBackend::flash;
   }
   const std::string_view name = common::enum_name(backend);
-  switch (backend) {
-    case AttentionBackend::automatic:
-    case AttentionBackend::fused:
-      try {
-        const LoadedCudnn cudnn = load_cudnn();
-        spdlog::info("attention: cuDNN {}.{}.{} ({}) where it runs the call{}",
-                     cudnn.version / 10000, cudnn.version / 100 % 100, cudnn.version % 100,
-                     cudnn.file, backend == AttentionBackend::fused ? "" : ", else our kernels");
-      } catch (const common::Error& error) {
-        if (backend == AttentionBackend::fused) throw;
-        const std::string reason = error.what();
-        spdlog::warn(
-            "--attention-backend auto: cuDNN is not available ({}); attention runs on "
-            "our kernels (as --attention-backend flash)",
-            reason.substr(0, reason.find('\n')));
-        return AttentionBackend::flash;
-      }
-      return backend;
-    case AttentionBackend::flash:
-      spdlog::info(
-          "--attention-backend {}: bf16 and fp16 attention with head dimension 64 or "
-          "128 runs on our tensor-core kernels (flash_attention_forward/backward); other "
-          "shapes and fp32 on the CUDA-core kernels",
-          model.use_flash_attn ? "flash (--use-flash-attn)" : name);
-      return backend;
-    case AttentionBackend::unfused:
-    case AttentionBackend::local:
-      spdlog::info("--attention-backend {}: attention runs on our CUDA-core kernels", name);
-      return backend;
+  if (uses_cudnn(backend)) {
+    try {
+      const LoadedCudnn cudnn = load_cudnn();
+      spdlog::info("attention: cuDNN {}.{}.{} ({}) where it runs the call{}", cudnn.version / 10000,
+                   cudnn.version / 100 % 100, cudnn.version % 100, cudnn.file,
+                   backend == AttentionBackend::fused ? "" : ", else our kernels");
+    } catch (const common::Error& error) {
+      if (backend == AttentionBackend::fused) throw;
+      const std::string reason = error.what();
+      spdlog::warn(
+          "--attention-backend auto: cuDNN is not available ({}); attention runs on "
+          "our kernels (as --attention-backend flash)",
+          reason.substr(0, reason.find('\n')));
+      return AttentionBackend::flash;
+    }
+  } else if (backend == AttentionBackend::flash) {
+    spdlog::info(
+        "--attention-backend {}: bf16 and fp16 attention with head dimension 64 or "
+        "128 runs on our tensor-core kernels (flash_attention_forward/backward); other "
+        "shapes and fp32 on the CUDA-core kernels",
+        model.use_flash_attn ? "flash (--use-flash-attn)" : name);
+  } else {
+    spdlog::info("--attention-backend {}: attention runs on our CUDA-core kernels", name);
   }
   return backend;
 }

@@ -17,6 +17,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <initializer_list>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -175,6 +177,31 @@ TEST_CASE("50 bf16 and fp16 steps on the CUDA device follow the CPU's fp32 losse
   }
 }
 
+namespace {
+
+// 50 bf16 and 50 fp16 steps of each style with `choose_attention` applied, against the CPU's fp32
+// losses within 2e-2 relative, and a second run the same bits.
+void expect_16_bit_runs_follow_the_cpu(
+    const std::string& device,
+    std::initializer_list<std::pair<const char*, TrainingArguments>> styles,
+    const std::function<void(TrainingArguments&)>& choose_attention) {
+  for (const auto& style : styles) {
+    const std::string name = style.first;
+    CAPTURE(name);
+    const TrainingResult cpu = train(style.second, "cpu");
+    for (const std::string precision : {"bf16", "fp16"}) {
+      CAPTURE(precision);
+      TrainingArguments mixed = with_precision(style.second, precision);
+      choose_attention(mixed);
+      const TrainingResult gpu = train(mixed, device);
+      expect_losses_close(gpu, cpu, 2e-2);
+      expect_identical_losses(train(mixed, device).iterations, gpu.iterations);
+    }
+  }
+}
+
+}  // namespace
+
 TEST_CASE("50 bf16 and fp16 steps with --use-flash-attn (tensor-core attention) follow the "
           "CPU's fp32 losses within 2e-2 relative") {
   const auto device = gpu_device_or_skip();
@@ -190,20 +217,9 @@ TEST_CASE("50 bf16 and fp16 steps with --use-flash-attn (tensor-core attention) 
   llama.model.num_attention_heads = 2;
   llama.model.num_query_groups = 1;
   llama.model.seq_length = llama.model.max_position_embeddings = 80;
-  for (const auto& style : {std::pair{"GPT-2 style, head dim 64", gpt2},
-                            std::pair{"Llama style, head dim 128", llama}}) {
-    const std::string name = style.first;
-    CAPTURE(name);
-    const TrainingResult cpu = train(style.second, "cpu");
-    for (const std::string precision : {"bf16", "fp16"}) {
-      CAPTURE(precision);
-      TrainingArguments flash = with_precision(style.second, precision);
-      flash.model.use_flash_attn = true;
-      const TrainingResult gpu = train(flash, *device);
-      expect_losses_close(gpu, cpu, 2e-2);
-      expect_identical_losses(train(flash, *device).iterations, gpu.iterations);
-    }
-  }
+  expect_16_bit_runs_follow_the_cpu(
+      *device, {{"GPT-2 style, head dim 64", gpt2}, {"Llama style, head dim 128", llama}},
+      [](TrainingArguments& a) { a.model.use_flash_attn = true; });
 }
 
 TEST_CASE(
@@ -224,20 +240,9 @@ TEST_CASE(
   llama.model.num_attention_heads = 4;
   llama.model.num_query_groups = 2;
   llama.model.seq_length = llama.model.max_position_embeddings = 128;
-  for (const auto& style : {std::pair{"GPT-2 style, head dim 64", gpt2},
-                            std::pair{"Llama style, grouped, head dim 128", llama}}) {
-    const std::string name = style.first;
-    CAPTURE(name);
-    const TrainingResult cpu = train(style.second, "cpu");
-    for (const std::string precision : {"bf16", "fp16"}) {
-      CAPTURE(precision);
-      TrainingArguments fused = with_precision(style.second, precision);
-      fused.model.attention_backend = backend::AttentionBackend::fused;
-      const TrainingResult gpu = train(fused, *device);
-      expect_losses_close(gpu, cpu, 2e-2);
-      expect_identical_losses(train(fused, *device).iterations, gpu.iterations);
-    }
-  }
+  expect_16_bit_runs_follow_the_cpu(
+      *device, {{"GPT-2 style, head dim 64", gpt2}, {"Llama style, grouped, head dim 128", llama}},
+      [](TrainingArguments& a) { a.model.attention_backend = backend::AttentionBackend::fused; });
 }
 
 TEST_CASE("fp16 from Megatron's initial loss scale 2^32 skips the overflowing iterations and "
