@@ -190,7 +190,8 @@ ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule
   const int64_t rope_table = rope ? seq_length * (config.rotary_dim() / 2) : 0;
   plan.rope_cos = scratch("rope cos", rope_table, statistics);
   plan.rope_sin = scratch("rope sin", rope_table, statistics);
-  plan.dlogits = gradient_scratch("dlogits", head_rows * V, dtype);
+  plan.dlogits =
+      gradient_scratch("dlogits", config.classifier_gradient_in_forward ? 0 : head_rows * V, dtype);
   plan.dresidual = gradient_scratch("dresidual", stream_rows * C, dtype);
   plan.dbranch = gradient_scratch("dbranch", stream_rows * C, dtype);
   plan.branch_shard =

@@ -129,6 +129,12 @@ struct GptConfig {
   // buffer is carved, which halves the fp32 model's memory, and backward() is refused.
   bool inference_only = false;
 
+  // A model whose every backward follows a forward given the backward's scale (the trainer's:
+  // GptModel::forward's fused classifier writes the logits' gradient over the logits): the
+  // backward's (rows, vocabulary) dlogits scratch is not carved, and a backward after a forward
+  // without the scale is refused.
+  bool classifier_gradient_in_forward = false;
+
   // Features per attention head (Megatron's kv_channels); 0: hidden_size / num_attention_heads,
   // the only value the flags give. A tensor-parallel shard (tensor_parallel_shard()) sets it,
   // since its heads keep the full model's head size while it holds fewer of them.

@@ -159,9 +159,11 @@ void GptModelState<Scalar>::layer_backward(int64_t l) {
 
 // One chunk's forward on slot `slot`'s buffers (tokens and labels already there): the
 // embedding on the first virtual stage, the chunk's layers, the head on the last. Returns the
-// mean loss on the last virtual stage, else 0.
+// mean loss on the last virtual stage, else 0. Given the backward's scale, the head also writes
+// the logits' gradient over the logits (the fused classifier).
 template <typename Scalar>
-Scalar GptModelState<Scalar>::forward_chunk(int64_t slot, int64_t chunk) {
+Scalar GptModelState<Scalar>::forward_chunk(int64_t slot, int64_t chunk,
+                                            std::optional<Scalar> backward_scale) {
   select(slot);
   MicroBatchBuffers& b = *batch;
   b.forward_done[static_cast<size_t>(chunk)] = false;
@@ -200,8 +202,12 @@ Scalar GptModelState<Scalar>::forward_chunk(int64_t slot, int64_t chunk) {
   // logits = final_norm · W^T with W the word embedding (tied) or output_layer.weight.
   ops::linear_forward(d, b.logits, b.final_norm, parameter(layout.output_weight()),
                       View{nullptr, 0, b.logits.type, b.logits.on}, R, C, V);
+  b.logits_hold_gradient_of_scale.reset();
+  std::optional<double> gradient_scale;
+  if (backward_scale) gradient_scale = classifier_gradient_scale(*backward_scale);
   tensor_parallel.cross_entropy(d, b.losses, b.logsumexp, w.logsumexp_parts, w.target_logit,
-                                b.logits, b.labels, R, V, vocab_start);
+                                b.logits, b.labels, R, V, vocab_start, gradient_scale);
+  if (backward_scale) b.logits_hold_gradient_of_scale = static_cast<double>(*backward_scale);
   b.forward_done[static_cast<size_t>(chunk)] = true;
 
   // Summed on the device in a fixed order (and in double), so the loss does not depend on the
@@ -214,8 +220,18 @@ Scalar GptModelState<Scalar>::forward_chunk(int64_t slot, int64_t chunk) {
   return static_cast<Scalar>(total / static_cast<double>(b.scored_positions));
 }
 
+// d(mean loss)/dlogits · grad_scale: every later gradient is linear in dlogits, so the scale is
+// applied once, to dlogits (computed in Scalar, as the CPU twin takes it). The mean is over the
+// scored positions; ignored ones get a zero row whatever the scale.
+template <typename Scalar>
+Scalar GptModelState<Scalar>::classifier_gradient_scale(Scalar grad_scale) const {
+  return batch->scored_positions == 0 ? Scalar{0}
+                                      : grad_scale / static_cast<Scalar>(batch->scored_positions);
+}
+
 // The head's backward on the last virtual stage: from the loss to the gradient of the last
-// layer's output, in dresidual.
+// layer's output, in dresidual. dlogits are the forward's when it was given this scale (the
+// fused classifier), else computed here from the intact logits.
 template <typename Scalar>
 void GptModelState<Scalar>::head_backward(int64_t last_layer, Scalar grad_scale) {
   const MicroBatchBuffers& b = *batch;
@@ -224,15 +240,27 @@ void GptModelState<Scalar>::head_backward(int64_t last_layer, Scalar grad_scale)
   const int64_t C = config.hidden_size;
   const int64_t V = shard.padded_vocab_size;
   Device& d = *device;
-  // d(mean loss)/dlogits · grad_scale: every later gradient is linear in dlogits, so the
-  // scale is applied once here (computed in Scalar, as the CPU twin takes it). The mean is
-  // over the scored positions; ignored ones get a zero row whatever the scale.
-  const Scalar scale =
-      b.scored_positions == 0 ? Scalar{0} : grad_scale / static_cast<Scalar>(b.scored_positions);
-  ops::cross_entropy_backward(d, w.dlogits, b.logits, b.logsumexp, b.labels,
-                              static_cast<double>(scale), R, V, vocab_start);
+  View dlogits = w.dlogits;
+  if (b.logits_hold_gradient_of_scale) {
+    if (*b.logits_hold_gradient_of_scale != static_cast<double>(grad_scale)) {
+      common::fail(
+          "GptModel::backward({}): the forward computed the logits' gradient for a backward "
+          "scale of {} (the fused classifier); the backward must be given that scale",
+          grad_scale, *b.logits_hold_gradient_of_scale);
+    }
+    dlogits = b.logits;
+  } else if (config.classifier_gradient_in_forward) {
+    common::fail(
+        "GptModel::backward(): this model computes the logits' gradient in the forward "
+        "(GptConfig::classifier_gradient_in_forward, the trainer's), but the last forward was "
+        "not given the backward's scale");
+  } else {
+    ops::cross_entropy_backward(d, dlogits, b.logits, b.logsumexp, b.labels,
+                                static_cast<double>(classifier_gradient_scale(grad_scale)), R, V,
+                                vocab_start);
+  }
   ops::linear_backward(d, w.dnorm, gradient(layout.output_weight()),
-                       View{nullptr, 0, kElementType, w.dnorm.on}, w.dlogits, b.final_norm,
+                       View{nullptr, 0, kElementType, w.dnorm.on}, dlogits, b.final_norm,
                        parameter(layout.output_weight()), R, C, V);
   norm_backward(w.dresidual, layout.final_norm_weight(), layout.final_norm_bias(),
                 tensor_parallel.reduce(w.dnorm, w.dnorm_shard), layer_output(last_layer),

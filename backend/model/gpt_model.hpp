@@ -75,6 +75,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -176,8 +177,15 @@ class GptModel {
   // (B, T) row-major with values in [0, vocab_size), labels also kIgnoredLabel;
   // 1 ≤ T ≤ max_position_embeddings. Returns the mean cross-entropy over the positions whose
   // label is not ignored (0 when every one is).
+  // Given the scale of the backward that will follow (training: the trainer knows it before the
+  // forward), the head computes the loss and the logits' gradient in one pass (the fused
+  // classifier), writing it over the logits: the backward must then be given the same scale
+  // (common::Error otherwise; it may be repeated), and the logits can no longer be read
+  // (last_position_argmax and last_position_logits refuse). The gradients are the same bits as
+  // without it on the CPU.
   Scalar forward(std::span<const int32_t> tokens, std::span<const int32_t> labels,
-                 int64_t batch_size, int64_t seq_length);
+                 int64_t batch_size, int64_t seq_length,
+                 std::optional<Scalar> backward_scale = std::nullopt);
 
   // The last forward()'s per-position results, copied to the host on any device, for evaluation
   // tools (eval/zero_shot_tasks.hpp, whose metrics need each position, not the mean): the
@@ -215,8 +223,10 @@ class GptModel {
   // chunk), for the previous virtual stage. Parameter gradients accumulate (+=).
   const PipelineStage& pipeline_stage() const;
   int64_t num_chunks() const;
+  // backward_scale on the last virtual stage: the fused classifier, as forward()'s.
   Scalar forward_chunk(int64_t slot, int64_t chunk, std::span<const int32_t> tokens,
-                       std::span<const int32_t> labels);
+                       std::span<const int32_t> labels,
+                       std::optional<Scalar> backward_scale = std::nullopt);
   void backward_chunk(int64_t slot, int64_t chunk, Scalar grad_scale);
   View chunk_input(int64_t slot, int64_t chunk) const;
   View chunk_output(int64_t slot, int64_t chunk) const;

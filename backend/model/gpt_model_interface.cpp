@@ -178,7 +178,8 @@ void GptModel<Scalar>::reserve(int64_t batch_size, int64_t seq_length, int64_t m
 
 template <typename Scalar>
 Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<const int32_t> labels,
-                                 int64_t batch_size, int64_t seq_length) {
+                                 int64_t batch_size, int64_t seq_length,
+                                 std::optional<Scalar> backward_scale) {
   State& s = *state_;
   if (!s.stage.whole_model()) {
     common::fail(
@@ -199,7 +200,7 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
   s.micro_batches.upload_tokens(buffers, tokens);
   s.device->copy_from_host(buffers.labels, labels.data());
   buffers.scored_positions = scored_positions;
-  const Scalar loss = s.forward_chunk(0, 0);
+  const Scalar loss = s.forward_chunk(0, 0, backward_scale);
   if (s.training) ++s.dropout_step;
   return loss;
 }
@@ -222,6 +223,20 @@ void check_last_forward(const State& s, const char* what) {
   }
 }
 
+// The logits' accessors' precondition besides: a forward given the backward's scale (the fused
+// classifier) overwrote them with their gradient.
+template <typename State>
+void check_logits_intact(const State& s, const char* what) {
+  check_last_forward(s, what);
+  if (s.micro_batches.slot(0).logits_hold_gradient_of_scale) {
+    common::fail(
+        "GptModel::{}: the last forward() was given the backward's scale, so its logits were "
+        "overwritten by their gradient (the fused classifier); run forward() without it to read "
+        "them",
+        what);
+  }
+}
+
 }  // namespace
 
 template <typename Scalar>
@@ -237,7 +252,7 @@ std::vector<Scalar> GptModel<Scalar>::last_position_losses() const {
 template <typename Scalar>
 std::vector<int32_t> GptModel<Scalar>::last_position_argmax() const {
   State& s = *state_;
-  check_last_forward(s, "last_position_argmax");
+  check_logits_intact(s, "last_position_argmax");
   return row_argmax<Scalar>(*s.device, s.micro_batches.slot(0).logits, s.rows(),
                             s.shard.padded_vocab_size);
 }
@@ -245,7 +260,7 @@ std::vector<int32_t> GptModel<Scalar>::last_position_argmax() const {
 template <typename Scalar>
 std::vector<Scalar> GptModel<Scalar>::last_position_logits(int64_t row, int64_t position) const {
   State& s = *state_;
-  check_last_forward(s, "last_position_logits");
+  check_logits_intact(s, "last_position_logits");
   if (row < 0 || row >= s.batch_size() || position < 0 || position >= s.seq_length()) {
     common::fail(
         "GptModel::last_position_logits: (row {}, position {}) is outside the last "
@@ -274,7 +289,8 @@ void GptModel<Scalar>::backward(Scalar grad_scale) {
 
 template <typename Scalar>
 Scalar GptModel<Scalar>::forward_chunk(int64_t slot, int64_t chunk, std::span<const int32_t> tokens,
-                                       std::span<const int32_t> labels) {
+                                       std::span<const int32_t> labels,
+                                       std::optional<Scalar> backward_scale) {
   State& s = *state_;
   s.check_slot(slot, chunk, "forward_chunk");
   MicroBatchBuffers& buffers = s.micro_batches.slot(slot);
@@ -287,7 +303,7 @@ Scalar GptModel<Scalar>::forward_chunk(int64_t slot, int64_t chunk, std::span<co
     buffers.scored_positions = check_labels(s.config, labels, s.batch_size(), s.seq_length());
     s.device->copy_from_host(buffers.labels, labels.data());
   }
-  return s.forward_chunk(slot, chunk);
+  return s.forward_chunk(slot, chunk, backward_scale);
 }
 
 template <typename Scalar>

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/common/error.hpp"
@@ -169,7 +170,10 @@ struct GptModelState {
   void reserve(int64_t batch_size, int64_t seq_length, int64_t slots);
   void layer_forward(int64_t l);
   void layer_backward(int64_t l);
-  Scalar forward_chunk(int64_t slot, int64_t chunk);
+  Scalar forward_chunk(int64_t slot, int64_t chunk, std::optional<Scalar> backward_scale);
+  // The scale of the head's dlogits for a backward of grad_scale: d(mean loss)/dlogits ·
+  // grad_scale, the mean over the micro batch's scored positions (0 when there are none).
+  Scalar classifier_gradient_scale(Scalar grad_scale) const;
   void backward_chunk(int64_t slot, int64_t chunk, Scalar grad_scale);
   // backward_chunk's three parts: the head (last virtual stage), the chunk's layers, the
   // embedding (first virtual stage).

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -53,6 +54,10 @@ struct MicroBatchBuffers {
   // The labels' positions that are not kIgnoredLabel: the loss is their mean (counted on the
   // host at upload, so no count is read back from the device).
   int64_t scored_positions = 0;
+  // Set by a forward given the backward's scale (the fused classifier, GptModel::forward): the
+  // logits were overwritten by d(mean loss)/dlogits times that scale, where the head's backward
+  // starts. Empty while the logits are intact.
+  std::optional<double> logits_hold_gradient_of_scale;
 };
 
 // The buffers every micro batch uses in turn: the recompute slots, the vocab-parallel and

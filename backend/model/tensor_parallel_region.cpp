@@ -36,9 +36,15 @@ View TensorParallelRegion::gather(View stream, View whole) {
 void TensorParallelRegion::cross_entropy(Device& device, View losses, View logsumexp,
                                          View logsumexp_parts, View target_logit, View logits,
                                          View labels, int64_t rows, int64_t vocab,
-                                         int64_t vocab_start) {
+                                         int64_t vocab_start,
+                                         std::optional<double> gradient_scale) {
   if (!active()) {
-    ops::cross_entropy_forward(device, losses, logsumexp, logits, labels, rows, vocab);
+    if (gradient_scale) {
+      ops::cross_entropy_forward_backward(device, losses, logsumexp, logits, labels,
+                                          *gradient_scale, rows, vocab);
+    } else {
+      ops::cross_entropy_forward(device, losses, logsumexp, logits, labels, rows, vocab);
+    }
     return;
   }
   // The shards' log-sum-exps side by side (the all-gather fills the other ranks' rows around
@@ -50,6 +56,10 @@ void TensorParallelRegion::cross_entropy(Device& device, View losses, View logsu
   group_->all_reduce(target_logit, ReduceOperation::sum);
   ops::vocab_parallel_cross_entropy_combine(device, losses, logsumexp, logsumexp_parts,
                                             target_logit, labels, rows, size_);
+  if (gradient_scale) {
+    ops::cross_entropy_backward(device, logits, logits, logsumexp, labels, *gradient_scale, rows,
+                                vocab, vocab_start);
+  }
 }
 
 }  // namespace backend

@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "backend/core/view.hpp"
 #include "backend/device/device.hpp"
@@ -87,10 +88,12 @@ class TensorParallelRegion {
   // The per-position losses (and log-sum-exps) of `logits`, this rank's `vocab` columns from
   // `vocab_start` on: cross_entropy_forward alone, or Megatron's vocab_parallel_cross_entropy:
   // each shard's log-sum-exp all-gathered into `logsumexp_parts` (tp, rows) and combined, the
-  // label's logit (`target_logit`, rows) all-reduced from the rank that holds it.
+  // label's logit (`target_logit`, rows) all-reduced from the rank that holds it. Given
+  // `gradient_scale`, the logits are then overwritten by their gradient times it (the fused
+  // classifier: one op unsharded; the shard's backward in place after the combine otherwise).
   void cross_entropy(Device& device, View losses, View logsumexp, View logsumexp_parts,
                      View target_logit, View logits, View labels, int64_t rows, int64_t vocab,
-                     int64_t vocab_start);
+                     int64_t vocab_start, std::optional<double> gradient_scale = std::nullopt);
 
  private:
   std::unique_ptr<Communicator> owned_group_;  // a group of one, when none was given

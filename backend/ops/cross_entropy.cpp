@@ -47,6 +47,25 @@ void cross_entropy_backward(Device& device, View dlogits, View logits, View logs
       });
 }
 
+void cross_entropy_forward_backward(Device& device, View losses, View logsumexp, View logits,
+                                    View labels, double scale, int64_t rows, int64_t vocab_size) {
+  constexpr const char* op = "cross_entropy_forward_backward";
+  run_typed(
+      device, op, 0, logits.type,
+      [&](auto s) {
+        using S = decltype(s);
+        cpu::cross_entropy_forward_backward(host<S>(losses), host<S>(logsumexp), host<S>(logits),
+                                            host_ids(labels), static_cast<S>(scale), rows,
+                                            vocab_size);
+      },
+      [&](auto s, const auto& context) {
+        using S = decltype(s);
+        cuda::cross_entropy_forward_backward(
+            gpu<float>(losses, op), gpu<float>(logsumexp, op), gpu<S>(logits, op),
+            gpu_ids(labels, op), static_cast<float>(scale), rows, vocab_size, context.stream);
+      });
+}
+
 void vocab_parallel_cross_entropy_partial(Device& device, View logsumexp_part,
                                           View target_logit, View logits, View labels,
                                           int64_t rows, int64_t vocab_size,

@@ -27,6 +27,13 @@
 // negative label (GptModel passes kIgnoredLabel only) gives loss_i = 0 and a zero row of dlogits,
 // in every twin and every shard; the caller divides by the count of the other labels instead
 // of N. logsumexp_i is computed for such rows as for any other.
+// The fused classifier (llm.c's fused_classifier; training, where the backward's scale is known
+// when the forward runs): cross_entropy_forward_backward computes the loss and logsumexp and
+// then overwrites the logits with dlogits, in one pass over each row, unsharded only. Its bits
+// are the separate forward's and backward's on the CPU; the CUDA twin reads each row once for
+// an online softmax (a running maximum and a sum rescaled when the maximum grows, per thread,
+// then combined over the block) and once more to write the gradient, where the separate ops
+// read it three times in two launches.
 // Contract: no parameters; dlogits is overwritten (=) and may alias logits (in place).
 // Labels are ids of the whole vocabulary or negative; the unsharded forward trusts the others
 // to lie in [0, V) (GptModel validates them before calling).
@@ -74,6 +81,13 @@ void cross_entropy_backward(Scalar* dlogits,          // (N, V) =, may alias log
                             Scalar scale, int64_t rows, int64_t vocab_size, int64_t vocab_start);
 
 template <typename Scalar>
+void cross_entropy_forward_backward(Scalar* losses,         // (N)
+                                    Scalar* logsumexp,      // (N)
+                                    Scalar* logits,         // (N, V) in, dlogits out
+                                    const int32_t* labels,  // (N)
+                                    Scalar scale, int64_t rows, int64_t vocab_size);
+
+template <typename Scalar>
 void vocab_parallel_cross_entropy_partial(Scalar* logsumexp_part,  // (N) over the shard
                                           Scalar* target_logit,    // (N), 0 off the shard
                                           const Scalar* logits,    // (N, V) the shard's columns
@@ -112,6 +126,14 @@ void cross_entropy_backward(Scalar* dlogits,         // (N, V) =, may alias logi
                             CudaStream stream);
 
 template <typename Scalar>
+void cross_entropy_forward_backward(float* losses,          // (N)
+                                    float* logsumexp,       // (N)
+                                    Scalar* logits,         // (N, V) in, dlogits out
+                                    const int32_t* labels,  // (N)
+                                    float scale, int64_t rows, int64_t vocab_size,
+                                    CudaStream stream);
+
+template <typename Scalar>
 void vocab_parallel_cross_entropy_partial(float* logsumexp_part,  // (N) over the shard
                                           float* target_logit,    // (N), 0 off the shard
                                           const Scalar* logits,   // (N, V) the shard's columns
@@ -141,6 +163,10 @@ void cross_entropy_forward(Device& device, View losses, View logsumexp, View log
 void cross_entropy_backward(Device& device, View dlogits, View logits, View logsumexp,
                             View labels, double scale, int64_t rows, int64_t vocab_size,
                             int64_t vocab_start);
+// The fused classifier: the forward's losses and logsumexp, and `logits` overwritten by the
+// backward's dlogits (the whole vocabulary, vocab_start 0).
+void cross_entropy_forward_backward(Device& device, View losses, View logsumexp, View logits,
+                                    View labels, double scale, int64_t rows, int64_t vocab_size);
 void vocab_parallel_cross_entropy_partial(Device& device, View logsumexp_part,
                                           View target_logit, View logits, View labels,
                                           int64_t rows, int64_t vocab_size,

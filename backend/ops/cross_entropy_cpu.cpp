@@ -1,6 +1,7 @@
 // CPU twin of cross_entropy.hpp: one row of the vocabulary per OpenMP iteration; the
 // vocabulary-parallel partial takes the forward's row log-sum-exp (row_logsumexp), so one
-// shard is the forward's bits.
+// shard is the forward's bits, and the fused forward-backward is the forward's row then the
+// backward's row: the separate ops' bits.
 //
 // The float path (training) takes the exponentials from vector_math_cpu.hpp's fast_exp, so
 // the two passes over the (B·T, V) logits vectorise: at the 126M shape (1024 × 50304) glibc's
@@ -51,6 +52,36 @@ int64_t shard_column(int32_t label, int64_t vocab_start, int64_t vocab_size) {
   return column >= 0 && column < vocab_size ? column : -1;
 }
 
+// One row's forward: its log-sum-exp and loss.
+template <typename Scalar>
+void forward_row(Scalar& loss, Scalar& logsumexp, const Scalar* z, int32_t label,
+                 int64_t vocab_size) {
+  logsumexp = row_logsumexp(z, vocab_size);
+  loss = label < 0 ? Scalar{0} : logsumexp - z[label];
+}
+
+// One row's gradient from its logits z (columns vocab_start + [0, V)) and the whole
+// vocabulary's log-sum-exp; dz may be z (each entry is read before it is written).
+template <typename Scalar>
+void backward_row(Scalar* dz, const Scalar* z, Scalar row_logsumexp, int32_t label, Scalar scale,
+                  int64_t vocab_size, int64_t vocab_start) {
+  if (label < 0) {
+    std::fill(dz, dz + vocab_size, Scalar{0});
+    return;
+  }
+  if constexpr (std::is_same_v<Scalar, float>) {
+#pragma omp simd
+    for (int64_t v = 0; v < vocab_size; ++v) {
+      dz[v] = detail::fast_exp(z[v] - row_logsumexp) * scale;
+    }
+  } else {
+    for (int64_t v = 0; v < vocab_size; ++v) dz[v] = std::exp(z[v] - row_logsumexp) * scale;
+  }
+  // Only the shard that holds the label subtracts scale (others leave it to that one).
+  const int64_t column = shard_column(label, vocab_start, vocab_size);
+  if (column >= 0) dz[column] -= scale;
+}
+
 }  // namespace
 
 template <typename Scalar>
@@ -58,10 +89,7 @@ void cross_entropy_forward(Scalar* losses, Scalar* logsumexp, const Scalar* logi
                            const int32_t* labels, int64_t rows, int64_t vocab_size) {
 #pragma omp parallel for if (rows * vocab_size > detail::kParallelWork)
   for (int64_t row = 0; row < rows; ++row) {
-    const Scalar* z = logits + row * vocab_size;
-    const Scalar row_lse = row_logsumexp(z, vocab_size);
-    logsumexp[row] = row_lse;
-    losses[row] = labels[row] < 0 ? Scalar{0} : row_lse - z[labels[row]];
+    forward_row(losses[row], logsumexp[row], logits + row * vocab_size, labels[row], vocab_size);
   }
 }
 
@@ -71,24 +99,22 @@ void cross_entropy_backward(Scalar* dlogits, const Scalar* logits, const Scalar*
                             int64_t vocab_start) {
 #pragma omp parallel for if (rows * vocab_size > detail::kParallelWork)
   for (int64_t row = 0; row < rows; ++row) {
-    const Scalar* z = logits + row * vocab_size;
-    Scalar* dz = dlogits + row * vocab_size;
-    if (labels[row] < 0) {
-      std::fill(dz, dz + vocab_size, Scalar{0});
-      continue;
-    }
-    const Scalar row_logsumexp = logsumexp[row];
-    if constexpr (std::is_same_v<Scalar, float>) {
-#pragma omp simd
-      for (int64_t v = 0; v < vocab_size; ++v) {
-        dz[v] = detail::fast_exp(z[v] - row_logsumexp) * scale;
-      }
-    } else {
-      for (int64_t v = 0; v < vocab_size; ++v) dz[v] = std::exp(z[v] - row_logsumexp) * scale;
-    }
-    // Only the shard that holds the label subtracts scale (others leave it to that one).
-    const int64_t label = shard_column(labels[row], vocab_start, vocab_size);
-    if (label >= 0) dz[label] -= scale;
+    backward_row(dlogits + row * vocab_size, logits + row * vocab_size, logsumexp[row], labels[row],
+                 scale, vocab_size, vocab_start);
+  }
+}
+
+// Row by row, the forward's then the backward's code: the separate ops' bits, with the row
+// still in cache for its second pass.
+template <typename Scalar>
+void cross_entropy_forward_backward(Scalar* losses, Scalar* logsumexp, Scalar* logits,
+                                    const int32_t* labels, Scalar scale, int64_t rows,
+                                    int64_t vocab_size) {
+#pragma omp parallel for if (rows * vocab_size > detail::kParallelWork)
+  for (int64_t row = 0; row < rows; ++row) {
+    Scalar* z = logits + row * vocab_size;
+    forward_row(losses[row], logsumexp[row], z, labels[row], vocab_size);
+    backward_row(z, z, logsumexp[row], labels[row], scale, vocab_size, int64_t{0});
   }
 }
 
@@ -131,6 +157,8 @@ void vocab_parallel_cross_entropy_combine(Scalar* losses, Scalar* logsumexp,
                                               int64_t, int64_t);                                   \
   template void cross_entropy_backward<Scalar>(Scalar*, const Scalar*, const Scalar*,              \
                                                const int32_t*, Scalar, int64_t, int64_t, int64_t); \
+  template void cross_entropy_forward_backward<Scalar>(Scalar*, Scalar*, Scalar*, const int32_t*,  \
+                                                       Scalar, int64_t, int64_t);                  \
   template void vocab_parallel_cross_entropy_partial<Scalar>(                                      \
       Scalar*, Scalar*, const Scalar*, const int32_t*, int64_t, int64_t, int64_t);                 \
   template void vocab_parallel_cross_entropy_combine<Scalar>(                                      \

@@ -8,6 +8,9 @@
 // device function, so one shard is the forward's bits) and the label's logit or 0; the
 // combine is m + log Σ_k exp(part_k − m) over the parts in order, one thread per row.
 // A negative label (an ignored position) gives loss 0 and a zero row of dz, as on the CPU.
+// The fused classifier (forward and backward in one launch, training) takes logsumexp from an
+// online softmax in one read of the row (Milakov and Gimelshein, "Online normalizer calculation
+// for softmax", 2018; llm.c's fused_classifier), then writes the gradient over the logits.
 // In float (expf, logf: CUDA's accurate ones), logits float or bf16.
 // Deterministic: one block per row; each thread walks its fixed strided share of the row
 // (16-byte packs when the row allows), and detail::block_max/block_sum combine the threads in
@@ -112,37 +115,94 @@ __global__ void vocab_parallel_combine_kernel(float* losses, float* logsumexp,
   }
 }
 
+// One row's gradient, by the whole block: dz = exp(z − logsumexp) · scale, minus scale at the
+// label's column (of this shard: off the shard it is negative or ≥ V and matches none), as the
+// CPU; an ignored position's row is zero. dz may be z: each thread reads a pack before it
+// writes the same pack.
+template <typename T, int Width>
+__device__ __forceinline__ void write_row_gradient(T* dz, const T* z, float row_logsumexp,
+                                                   bool ignored, int64_t label, float scale,
+                                                   int64_t vocab_size) {
+  using P = Pack<T, Width>;
+  const int64_t packs = vocab_size / Width;
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    const P pack = *reinterpret_cast<const P*>(z + p * Width);
+    P out;
+#pragma unroll
+    for (int j = 0; j < Width; ++j) {
+      float d = ignored ? 0.0f : expf(to_float(pack.values[j]) - row_logsumexp) * scale;
+      if (p * Width + j == label) d -= scale;
+      out.values[j] = from_float<T>(d);
+    }
+    *reinterpret_cast<P*>(dz + p * Width) = out;
+  }
+  for (int64_t v = packs * Width + threadIdx.x; v < vocab_size; v += blockDim.x) {
+    float d = ignored ? 0.0f : expf(to_float(z[v]) - row_logsumexp) * scale;
+    if (v == label) d -= scale;
+    dz[v] = from_float<T>(d);
+  }
+}
+
 template <typename T, int Width>
 __global__ void cross_entropy_backward_kernel(T* dlogits, const T* logits, const float* logsumexp,
                                               const int32_t* labels, float scale, int64_t rows,
                                               int64_t vocab_size, int64_t vocab_start) {
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const bool ignored = labels[row] < 0;
+    write_row_gradient<T, Width>(
+        dlogits + row * vocab_size, logits + row * vocab_size, logsumexp[row], ignored,
+        ignored ? -1 : int64_t{labels[row]} - vocab_start, scale, vocab_size);
+  }
+}
+
+// The online softmax's step (Milakov and Gimelshein 2018): the running maximum m and
+// s = Σ exp(x − m) of the values seen, rescaled when x raises the maximum.
+__device__ __forceinline__ void online_softmax_add(float x, float& m, float& s) {
+  if (x > m) {
+    s = s * expf(m - x) + 1.0f;
+    m = x;
+  } else {
+    s += expf(x - m);
+  }
+}
+
+// The fused classifier, one block per row: each thread's online (m, s) over its strided share,
+// combined over the block (the maximum, then Σ s · exp(m − maximum) in block_sum's fixed tree),
+// the loss from the label's logit (read by thread 0 before the first barrier, so before any
+// thread overwrites it), then the row's gradient in place. A thread that saw nothing keeps
+// (−∞, 0) and adds 0 · exp(−∞) = 0.
+template <typename T, int Width>
+__global__ void cross_entropy_forward_backward_kernel(float* losses, float* logsumexp, T* logits,
+                                                      const int32_t* labels, float scale,
+                                                      int64_t rows, int64_t vocab_size) {
   using P = Pack<T, Width>;
+  __shared__ float shared[32];
   const int64_t packs = vocab_size / Width;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const T* z = logits + row * vocab_size;
-    T* dz = dlogits + row * vocab_size;
-    // An ignored position's row is zero (whatever its logits; the condition is the block's).
-    const bool ignored = labels[row] < 0;
-    const float row_logsumexp = logsumexp[row];
-    // The label's column in this shard: off the shard it is negative or ≥ V and matches none.
-    const int64_t label = ignored ? -1 : int64_t{labels[row]} - vocab_start;
-    // As the CPU: exp · scale, then scale subtracted from the label's entry.
+    T* z = logits + row * vocab_size;
+    const int64_t label = labels[row];
+    const bool ignored = label < 0;
+    const float target_logit = threadIdx.x == 0 && !ignored ? to_float(z[label]) : 0.0f;
+    float thread_max = -INFINITY;
+    float thread_sum = 0.0f;
     for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
       const P pack = *reinterpret_cast<const P*>(z + p * Width);
-      P out;
 #pragma unroll
       for (int j = 0; j < Width; ++j) {
-        float d = ignored ? 0.0f : expf(to_float(pack.values[j]) - row_logsumexp) * scale;
-        if (p * Width + j == label) d -= scale;
-        out.values[j] = from_float<T>(d);
+        online_softmax_add(to_float(pack.values[j]), thread_max, thread_sum);
       }
-      *reinterpret_cast<P*>(dz + p * Width) = out;
     }
     for (int64_t v = packs * Width + threadIdx.x; v < vocab_size; v += blockDim.x) {
-      float d = ignored ? 0.0f : expf(to_float(z[v]) - row_logsumexp) * scale;
-      if (v == label) d -= scale;
-      dz[v] = from_float<T>(d);
+      online_softmax_add(to_float(z[v]), thread_max, thread_sum);
     }
+    const float row_max = detail::block_max(thread_max, shared);
+    const float rescaled = thread_sum == 0.0f ? 0.0f : thread_sum * expf(thread_max - row_max);
+    const float row_logsumexp = row_max + logf(detail::block_sum(rescaled, shared));
+    if (threadIdx.x == 0) {
+      logsumexp[row] = row_logsumexp;
+      losses[row] = ignored ? 0.0f : row_logsumexp - target_logit;
+    }
+    write_row_gradient<T, Width>(z, z, row_logsumexp, ignored, label, scale, vocab_size);
   }
 }
 
@@ -177,6 +237,20 @@ void cross_entropy_backward(Scalar* dlogits, const Scalar* logits, const float* 
 }
 
 template <typename Scalar>
+void cross_entropy_forward_backward(float* losses, float* logsumexp, Scalar* logits,
+                                    const int32_t* labels, float scale, int64_t rows,
+                                    int64_t vocab_size, CudaStream stream) {
+  if (rows <= 0 || vocab_size <= 0) return;
+  using T = detail::DeviceElementOf<Scalar>;
+  T* z = detail::device_pointer(logits);
+  detail::launch_with_pack_width<T>(vocab_size, {z}, [&](auto width) {
+    cross_entropy_forward_backward_kernel<T, width>
+        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(losses, logsumexp, z, labels,
+                                                                    scale, rows, vocab_size);
+  });
+}
+
+template <typename Scalar>
 void vocab_parallel_cross_entropy_partial(float* logsumexp_part, float* target_logit,
                                           const Scalar* logits, const int32_t* labels, int64_t rows,
                                           int64_t vocab_size, int64_t vocab_start,
@@ -207,6 +281,8 @@ void vocab_parallel_cross_entropy_combine(float* losses, float* logsumexp,
   template void cross_entropy_backward<Scalar>(Scalar*, const Scalar*, const float*,             \
                                                const int32_t*, float, int64_t, int64_t, int64_t, \
                                                CudaStream);                                      \
+  template void cross_entropy_forward_backward<Scalar>(float*, float*, Scalar*, const int32_t*,  \
+                                                       float, int64_t, int64_t, CudaStream);     \
   template void vocab_parallel_cross_entropy_partial<Scalar>(                                    \
       float*, float*, const Scalar*, const int32_t*, int64_t, int64_t, int64_t, CudaStream);
 BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(float)

@@ -16,8 +16,8 @@
 // (x + 0 = x). vocab_start = 0 with the whole table is the unsharded op, bit for bit.
 // Contract: parameter gradients accumulate (+=), activation gradients overwrite (=).
 // Tokens are ids of the whole vocabulary (GptModel validates them before calling), and the
-// position table has at least T rows. Repeated tokens are summed in (b, t) order, so the
-// result does not depend on the thread count or the device.
+// position table has at least T rows. Repeated tokens are summed in a fixed order (below), so
+// the result does not depend on the thread count or the device.
 // Dimensions: B batch, T sequence, C hidden, V rows of the word table (of this shard).
 #pragma once
 
@@ -39,8 +39,8 @@ void embedding_forward(Scalar* output,                     // (B, T, C)
                        int64_t vocab_start, int64_t vocab_size);
 
 // The backward takes the tokens' index (token_index below) in place of the tokens: each
-// distinct token's positions are added onto its row of dword in position order, so the result
-// does not depend on the thread count (threads own rows and column ranges, never share one).
+// distinct token's gradient is summed in kEmbeddingGradientGroups' fixed order and added onto
+// its row of dword once (threads own rows and column ranges, never share one).
 template <typename Scalar>
 void embedding_backward(Scalar* dword_embeddings,      // (V, C)   +=
                         Scalar* dposition_embeddings,  // (≥ T, C) +=, or nullptr
@@ -82,6 +82,15 @@ void embedding_at_positions_forward(Scalar* output,                     // (N, C
 // It covers the whole tokens; a vocabulary shard's backward skips the tokens it does not hold.
 namespace backend {
 
+// The order in which both twins sum a token's gradient rows, so that a frequent token's many
+// positions are summed in parallel on the GPU (a token's k-th position, k = 0..n−1 in position
+// order, goes to group k mod G; the groups run side by side) and the sum still has one order:
+//   partial_g = 0 + d_g + d_(g+G) + d_(g+2G) + …      (ascending k)
+//   total     = 0 + partial_0 + partial_1 + … + partial_(G−1)
+//   dword[token, :] += total
+// in the gradient's type (fp32 on a GPU). A token seen once adds its row unchanged.
+inline constexpr int kEmbeddingGradientGroups = 8;
+
 inline int64_t token_index_elements(int64_t count) { return 3 * count + 2; }
 
 // Offsets of the index's parts from its start, for `count` positions.
@@ -121,8 +130,8 @@ inline int64_t embedding_table_rows(int64_t numel, int64_t hidden_size, const ch
 // The CUDA twin (embedding_cuda.cu), tables and output float, bfloat16 or float16; the gradients of
 // the tables (fp32 main grads) are float whatever Scalar is. The backward reads the index (device
 // memory, its distinct-token count included, so the host need not know it): one block per
-// distinct token adds its positions' gradient rows in position order onto dword's row (the CPU's
-// order of additions: the same bits in fp32), and one thread per (t, c) sums the batch in order
+// distinct token, a warp per group of kEmbeddingGradientGroups' order (the CPU's order of
+// additions: the same bits in fp32), and one thread per (t, c) sums the batch in order
 // b = 0..B−1 for dposition. No atomics: a run repeats its bits.
 namespace backend::cuda {
 

@@ -50,8 +50,8 @@ void embedding_backward(Scalar* dword_embeddings, Scalar* dposition_embeddings,
   const int64_t rows = batch_size * seq_length;
   const bool parallel = rows * hidden_size > detail::kParallelWork;
 
-  // Each distinct token's row has one owner per column range, which walks the token's
-  // positions in order (embedding.hpp's index).
+  // Each distinct token's row has one owner per column range, which sums the token's positions
+  // in kEmbeddingGradientGroups' order (embedding.hpp's index).
   const TokenIndexLayout layout = token_index_layout(rows);
   const int64_t unique = token_index[0];
   const int32_t* order = token_index + layout.order;
@@ -65,9 +65,18 @@ void embedding_backward(Scalar* dword_embeddings, Scalar* dposition_embeddings,
     if (word_row < 0) continue;  // another shard's row gets this gradient
     const auto [begin, end] = detail::column_range(work % chunks, hidden_size);
     Scalar* dword = dword_embeddings + word_row * hidden_size;
-    for (int32_t k = segment_starts[u]; k < segment_starts[u + 1]; ++k) {
+    constexpr int kGroups = kEmbeddingGradientGroups;
+    Scalar partial[kGroups][detail::kColumnChunk] = {};
+    const int32_t first = segment_starts[u];
+    for (int32_t k = first; k < segment_starts[u + 1]; ++k) {
       const Scalar* dout = doutput + int64_t{order[k]} * hidden_size;
-      for (int64_t c = begin; c < end; ++c) dword[c] += dout[c];
+      Scalar* sum = partial[(k - first) % kGroups];
+      for (int64_t c = begin; c < end; ++c) sum[c - begin] += dout[c];
+    }
+    for (int64_t c = begin; c < end; ++c) {
+      Scalar total = 0;
+      for (int g = 0; g < kGroups; ++g) total += partial[g][c - begin];
+      dword[c] += total;
     }
   }
 

@@ -6,11 +6,16 @@
 // where a token outside [vocab_start, vocab_start + V) has no word row (the position row alone,
 // or 0; nothing added to dword).
 // Forward: one thread per element, or per 16-byte pack when C allows. Backward without
-// atomics, deterministic: the caller's sort_positions_by_token index (embedding.hpp) gives each
-// distinct token its positions in ascending order; one block per distinct token owns that row
-// of dword (no other block touches it) and, per column, adds the positions' gradients onto it
-// one by one in position order: the CPU twin's exact order of additions. dposition: one thread
-// per (t, c) sums b = 0..B−1 into a running sum added once, as the CPU twin.
+// atomics, deterministic: the caller's index (embedding.hpp's index_tokens) gives each distinct
+// token its positions in ascending order; one block per distinct token owns that row of dword
+// (no other block touches it). Its warps are kEmbeddingGradientGroups' groups: warp g sums the
+// token's positions g, g + G, … over a tile of 32 packs of columns (coalesced 16-byte loads),
+// the partials meet in shared memory and are added in group order, once, onto the row: the CPU
+// twin's exact order of additions, with a frequent token's positions spread over 8 warps
+// instead of one thread's loop. dposition: one thread per (t, c) sums b = 0..B−1 into a running
+// sum added once, as the CPU twin.
+#include <type_traits>
+
 #include "backend/ops/cuda_common.cuh"
 #include "backend/ops/embedding.hpp"
 
@@ -56,15 +61,25 @@ __global__ void embedding_forward_kernel(T* output, const int32_t* tokens, const
   }
 }
 
+// The word table's backward block: one warp per group of the summation order.
+constexpr int kGradientGroups = kEmbeddingGradientGroups;
+constexpr int kWordBackwardThreads = 32 * kGradientGroups;
+
 // One block per distinct token (blockIdx.x strides over them; the grid is sized for the most
-// there can be, B·T), threads over the columns. The index covers the whole tokens: a token
-// outside this shard's rows is skipped (no barrier in the loop, so a block may skip on its own).
-template <typename T>
-__global__ void embedding_word_backward_kernel(float* dword, const T* doutput,
-                                               const int32_t* token_index, const int32_t* order,
-                                               const int32_t* segment_starts,
-                                               const int32_t* unique_tokens, int64_t hidden_size,
-                                               int64_t vocab_start, int64_t vocab_size) {
+// there can be, B·T). The index covers the whole tokens: a token outside this shard's rows is
+// skipped by the whole block (the condition is the block's, so the barriers stay uniform).
+// Width: elements per load, > 1 only when C is a multiple of it and doutput 16-byte aligned.
+template <typename T, int Width>
+__global__ void __launch_bounds__(kWordBackwardThreads)
+    embedding_word_backward_kernel(float* dword, const T* doutput, const int32_t* token_index,
+                                   const int32_t* order, const int32_t* segment_starts,
+                                   const int32_t* unique_tokens, int64_t hidden_size,
+                                   int64_t vocab_start, int64_t vocab_size) {
+  using P = Pack<T, Width>;
+  constexpr int kTile = 32 * Width;  // columns per pass: one pack per lane
+  __shared__ float partial[kGradientGroups][kTile];
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int group = static_cast<int>(threadIdx.x / 32);
   const int64_t unique_count = token_index[0];
   for (int64_t u = blockIdx.x; u < unique_count; u += gridDim.x) {
     const int64_t token = int64_t{unique_tokens[u]} - vocab_start;
@@ -72,12 +87,29 @@ __global__ void embedding_word_backward_kernel(float* dword, const T* doutput,
     float* row = dword + token * hidden_size;
     const int64_t begin = segment_starts[u];
     const int64_t end = segment_starts[u + 1];
-    for (int64_t c = threadIdx.x; c < hidden_size; c += blockDim.x) {
-      float sum = row[c];
-      for (int64_t k = begin; k < end; ++k) {
-        sum += to_float(doutput[int64_t{order[k]} * hidden_size + c]);
+    for (int64_t tile = 0; tile < hidden_size; tile += kTile) {
+      const int64_t c = tile + int64_t{lane} * Width;
+      float sum[Width];
+#pragma unroll
+      for (int j = 0; j < Width; ++j) sum[j] = 0.0f;
+      if (c < hidden_size) {  // a whole pack: C is a multiple of Width
+        for (int64_t k = begin + group; k < end; k += kGradientGroups) {
+          const P pack = *reinterpret_cast<const P*>(doutput + int64_t{order[k]} * hidden_size + c);
+#pragma unroll
+          for (int j = 0; j < Width; ++j) sum[j] += to_float(pack.values[j]);
+        }
       }
-      row[c] = sum;
+#pragma unroll
+      for (int j = 0; j < Width; ++j) partial[group][lane * Width + j] = sum[j];
+      __syncthreads();
+      for (int i = static_cast<int>(threadIdx.x); i < kTile; i += kWordBackwardThreads) {
+        if (tile + i >= hidden_size) continue;
+        float total = 0.0f;
+#pragma unroll
+        for (int g = 0; g < kGradientGroups; ++g) total += partial[g][i];
+        row[tile + i] += total;
+      }
+      __syncthreads();
     }
   }
 }
@@ -159,11 +191,14 @@ void embedding_backward(float* dword_embeddings, float* dposition_embeddings, co
   const auto* dy = detail::device_pointer(doutput);
   if (vocab_size > 0) {
     const TokenIndexLayout layout = token_index_layout(count);
-    embedding_word_backward_kernel<<<detail::row_grid(count), detail::kBlockSize, 0, stream>>>(
-        dword_embeddings, dy, token_index, token_index + layout.order,
-        token_index + layout.segment_starts, token_index + layout.unique_tokens, hidden_size,
-        vocab_start, vocab_size);
-    CUDA_CHECK(cudaGetLastError());
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(dy)>>;
+    detail::launch_with_pack_width<T>(hidden_size, {dy}, [&](auto width) {
+      embedding_word_backward_kernel<T, width>
+          <<<detail::row_grid(count), kWordBackwardThreads, 0, stream>>>(
+              dword_embeddings, dy, token_index, token_index + layout.order,
+              token_index + layout.segment_starts, token_index + layout.unique_tokens, hidden_size,
+              vocab_start, vocab_size);
+    });
   }
   if (dposition_embeddings == nullptr) return;
   embedding_position_backward_kernel<<<detail::grid_for(seq_length * hidden_size),

@@ -2,6 +2,7 @@
 #include "backend/train/pipeline_execution.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
@@ -65,6 +66,11 @@ double run_pipeline_steps(GptModel<Scalar>& model, const std::vector<PipelineSte
   const int64_t last_chunk = model.num_chunks() - 1;
   std::vector<PointToPoint> transfers;
   double loss_sum = 0;
+  // A schedule with backwards (training) has the scoring forwards compute the head's gradient
+  // with the loss (the fused classifier); a forward-only one (evaluation) does not.
+  const bool trains = std::ranges::any_of(steps, [](const PipelineStep& step) {
+    return step.kind == PipelineStep::Kind::compute && step.work == PipelineWork::backward;
+  });
   for (const PipelineStep& step : steps) {
     if (step.kind == PipelineStep::Kind::transfer) {
       transfers.clear();
@@ -85,12 +91,14 @@ double run_pipeline_steps(GptModel<Scalar>& model, const std::vector<PipelineSte
       continue;
     }
     const int64_t slot = step.micro_batch % slots;
+    // The micro batch's backward scale; its loss weight is known once its labels are read.
+    const auto backward_scale = [&] {
+      return micro_batches.loss_weight
+                 ? grad_scale * static_cast<Scalar>(micro_batches.loss_weight(step.micro_batch))
+                 : grad_scale;
+    };
     if (step.work == PipelineWork::backward) {
-      const Scalar scale =
-          micro_batches.loss_weight
-              ? grad_scale * static_cast<Scalar>(micro_batches.loss_weight(step.micro_batch))
-              : grad_scale;
-      model.backward_chunk(slot, step.chunk, scale);
+      model.backward_chunk(slot, step.chunk, backward_scale());
       continue;
     }
     const bool embeds = stage.first() && step.chunk == 0;
@@ -99,7 +107,10 @@ double run_pipeline_steps(GptModel<Scalar>& model, const std::vector<PipelineSte
     if (micro_batches.dropout_step) {
       model.set_dropout_step(micro_batches.dropout_step(step.micro_batch));
     }
-    const double loss = model.forward_chunk(slot, step.chunk, tokens, labels);
+    // The scoring chunk computes the head's gradient with its loss (the fused classifier).
+    const double loss = model.forward_chunk(
+        slot, step.chunk, tokens, labels,
+        scores && trains ? std::optional<Scalar>(backward_scale()) : std::nullopt);
     // The weight is read after the forward: the read above is what gives it (the labels).
     loss_sum += micro_batches.loss_weight ? loss * micro_batches.loss_weight(step.micro_batch) : loss;
   }

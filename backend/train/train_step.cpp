@@ -131,8 +131,14 @@ LocalLosses sequential_forward_backward(
   for (int64_t m = 0; m < place.batch.num_micro_batches; ++m) {
     model.set_dropout_step(place.dropout_step(m));
     source(Split::train, place.first_sample(m), options.micro_batch_size, tokens, labels);
-    const double loss = model.forward(tokens, labels, options.micro_batch_size, options.seq_length);
     const int64_t scored = per_token ? scored_label_count(labels) : 0;
+    // Per token: the model's backward is of its mean, so scale × count makes it the sum's
+    // (exactly: a power of two times an integer below 2^24, divided by that integer). Known
+    // before the forward, which therefore computes the head's gradient too (fused classifier).
+    const float backward_scale =
+        per_token ? static_cast<float>(loss_scale) * static_cast<float>(scored) : mean_scale;
+    const double loss =
+        model.forward(tokens, labels, options.micro_batch_size, options.seq_length, backward_scale);
     local.sum += per_token ? loss * static_cast<double>(scored) : loss;
     local.scored_positions += scored;
     // --overlap-grad-reduce: in the last micro batch each unit's all-reduce starts as soon as
@@ -146,10 +152,7 @@ LocalLosses sequential_forward_backward(
             all_gradients.slice(range.offset, range.numel), ReduceOperation::sum));
       });
     }
-    // Per token: the model's backward is of its mean, so scale × count makes it the sum's
-    // (exactly: a power of two times an integer below 2^24, divided by that integer).
-    model.backward(per_token ? static_cast<float>(loss_scale) * static_cast<float>(scored)
-                             : mean_scale);
+    model.backward(backward_scale);
     if (last && overlapped_group != nullptr) model.set_gradients_ready({});
   }
   return local;

@@ -261,6 +261,8 @@ Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, Batc
   // The tokenizer is read once, for its size and its end-of-document id.
   tokenizer_ = tokenizer_facts(a_);
   config_ = gpt_config(a_.model, tokenizer_.vocab_size, a_.parallelism.tensor_model_parallel_size);
+  // Every training forward is given its backward's scale (train_step.cpp): no dlogits scratch.
+  config_.classifier_gradient_in_forward = true;
   check_launch();
   selected_ = select_device(a_);
   config_.mixed_precision = mixed_precision_of(a_, *selected_.device);

@@ -59,6 +59,32 @@ constexpr RowsChannels kNormShapes[] = {{1, 13}, {7, 100}, {129, 770}, {3, 1}};
 
 }  // namespace
 
+TEST_CASE("the embedding backward of frequent tokens on the CUDA device matches the CPU device") {
+  // Three ids over 4 × 300 positions: some 400 positions per token, so every warp of a token's
+  // block sums dozens of rows; hidden 768 takes three bf16 tiles of 16-byte packs, 13 the scalar
+  // loads.
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  const int64_t batch = 4, seq = 300, vocab = 3;
+  for (int64_t hidden : {int64_t{768}, int64_t{13}}) {
+    for (ElementType type : kTypes) {
+      std::ostringstream what;
+      what << "frequent-token embedding backward C " << hidden;
+      const auto tokens = random_ids(batch * seq, static_cast<int32_t>(vocab), 37);
+      const auto dout = representable(random_values(batch * seq * hidden, 38), type);
+      const auto dword0 = random_values(vocab * hidden, 39);
+      check_against_cpu(*gpu, what.str(), type, tolerance(type, 1e-5),
+                        [&](Tensors& t, ElementType dtype) {
+                          View dword = t.input(dword0, ElementType::f32);
+                          ops::embedding_backward(t.device(), dword, t.empty(ElementType::f32),
+                                                  t.input(dout, dtype), t.ids(index_of(tokens)),
+                                                  batch, seq, hidden, 0);
+                          return Outputs{{"dword_embeddings (+=)", t.read(dword)}};
+                        });
+    }
+  }
+}
+
 TEST_CASE("embedding on the CUDA device matches the CPU device") {
   auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
   if (!gpu) return;
@@ -468,6 +494,34 @@ TEST_CASE("cross-entropy on the CUDA device matches the CPU device") {
                                          {"logsumexp", t.read(lse)},
                                          {"dlogits", t.read(dx)}};
                         });
+    }
+  }
+}
+
+TEST_CASE("the fused classifier on the CUDA device matches the CPU device") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  // The wide row takes the 16-byte packs, the odd ones the scalar loop; large logits make the
+  // online maximum move often.
+  for (const RowsChannels s :
+       {RowsChannels{3, 50304}, RowsChannels{129, 100}, RowsChannels{2, 13}}) {
+    for (ElementType type : kTypes) {
+      std::ostringstream what;
+      what << "fused classifier rows " << s.rows << " vocabulary " << s.channels;
+      const int64_t vocab = s.channels;
+      const auto logits = representable(random_values(s.rows * vocab, 93, 8.0f), type);
+      const auto labels = with_ignored_rows(random_ids(s.rows, static_cast<int32_t>(vocab), 94));
+      const double scale = 3.0 / static_cast<double>(s.rows);
+      check_against_cpu(
+          *gpu, what.str(), type, tolerance(type, 2e-5), [&](Tensors& t, ElementType dtype) {
+            View losses = t.poisoned(s.rows, ElementType::f32);
+            View lse = t.poisoned(s.rows, ElementType::f32);
+            View x = t.input(logits, dtype);
+            ops::cross_entropy_forward_backward(t.device(), losses, lse, x, t.ids(labels), scale,
+                                                s.rows, vocab);
+            return Outputs{
+                {"losses", t.read(losses)}, {"logsumexp", t.read(lse)}, {"dlogits", t.read(x)}};
+          });
     }
   }
 }

@@ -108,10 +108,10 @@ if [ -n "$sanitizer" ]; then
   # 154 s over the attention op test on an H100, 7 s over the tiny GPT-2 model, which runs the
   # same attention kernels); the tensor-core attention's small case has two tiles.
   step memcheck timeout "${SANITIZER_TIMEOUT:-300}" "$sanitizer" --tool memcheck --error-exitcode 9 \
-    build/bin/test_gpu -tc="*copies bytes*,*sum*,*linear*,*attention on the CUDA device*,*key/value-cache attention*,*tensor cores*small*,*AdamW update*,*convert*,*GPT-2 model on the GPU*" \
+    build/bin/test_gpu -tc="*copies bytes*,*sum*,*linear*,*attention on the CUDA device*,*key/value-cache attention*,*tensor cores*small*,*AdamW update*,*convert*,*fused classifier*,*frequent tokens*,*GPT-2 model on the GPU*" \
     -tce="*resumed*"
   step racecheck timeout "${SANITIZER_TIMEOUT:-300}" "$sanitizer" --tool racecheck --error-exitcode 9 \
-    build/bin/test_gpu -tc="*sum*,*key/value-cache attention*,*tensor cores*small*,*convert*,*GPT-2 model on the GPU*" \
+    build/bin/test_gpu -tc="*sum*,*key/value-cache attention*,*tensor cores*small*,*convert*,*fused classifier*,*frequent tokens*,*GPT-2 model on the GPU*" \
     -tce="*resumed*"
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$out/memcheck.log" "$out/racecheck.log" | tee -a "$summary"
 else

@@ -706,6 +706,78 @@ TEST_CASE("an inference-only model carves no gradients, forwards alike and refus
                        common::Error);
 }
 
+TEST_CASE(
+    "a forward given the backward's scale gives the separate backward's gradients, bit for bit") {
+  // The fused classifier: the head's gradient written over the logits by the forward. Float (the
+  // training path's vector loops) and an ignored label; GPT-2 and Llama style.
+  for (const bool llama_style : {false, true}) {
+    CAPTURE(llama_style);
+    const GptConfig config = llama_style ? llama(tiny_config()) : tiny_config();
+    Batch batch = random_batch(config, kTinyBatch, kTinySeq, 21);
+    batch.labels[3] = backend::kIgnoredLabel;
+    GptModel<float> separate(config), fused(config);
+    separate.init_parameters(9);
+    fused.init_parameters(9);
+    const float scale = 0.375f;
+    const float separate_loss = forward(separate, batch);
+    separate.backward(scale);
+    const float fused_loss =
+        fused.forward(batch.tokens, batch.labels, batch.batch_size, batch.seq_length, scale);
+    CHECK(fused_loss == separate_loss);
+    // The position losses survive; the logits are the gradient now, and say so.
+    CHECK(fused.last_position_losses() == separate.last_position_losses());
+    CHECK_THROWS_WITH_AS(fused.last_position_argmax(),
+                         doctest::Contains("overwritten by their gradient"), common::Error);
+    CHECK_THROWS_WITH_AS(fused.last_position_logits(0, 0),
+                         doctest::Contains("overwritten by their gradient"), common::Error);
+    // Another scale than the forward's is refused, and nothing is added.
+    CHECK_THROWS_WITH_AS(fused.backward(1.0f), doctest::Contains("backward scale of 0.375"),
+                         common::Error);
+    CHECK(std::ranges::all_of(fused.gradients(), [](float g) { return g == 0.0f; }));
+    fused.backward(scale);
+    const std::vector<float> expected(separate.gradients().begin(), separate.gradients().end());
+    const std::vector<float> actual(fused.gradients().begin(), fused.gradients().end());
+    CHECK(actual == expected);
+    // Repeated, as the separate backward can be: the same gradient added again.
+    separate.backward(scale);
+    fused.backward(scale);
+    CHECK(std::vector<float>(fused.gradients().begin(), fused.gradients().end()) ==
+          std::vector<float>(separate.gradients().begin(), separate.gradients().end()));
+    // A forward without the scale reads the logits again.
+    forward(fused, batch);
+    CHECK(fused.last_position_argmax() == separate.last_position_argmax());
+  }
+}
+
+TEST_CASE("a model that computes the classifier's gradient in the forward carves no dlogits") {
+  GptConfig config = tiny_config();
+  config.classifier_gradient_in_forward = true;
+  backend::CpuDevice fused_device, separate_device;
+  GptModel<float> fused(config, fused_device);
+  config.classifier_gradient_in_forward = false;
+  GptModel<float> separate(config, separate_device);
+  fused.init_parameters(4);
+  separate.init_parameters(4);
+  const Batch batch = random_batch(config, kTinyBatch, kTinySeq, 13);
+  fused.reserve(kTinyBatch, kTinySeq);
+  separate.reserve(kTinyBatch, kTinySeq);
+  const int64_t dlogits_bytes = 4 * kTinyBatch * kTinySeq * config.padded_vocab_size;
+  CHECK(separate_device.memory_usage().allocated_bytes -
+            fused_device.memory_usage().allocated_bytes >=
+        dlogits_bytes);
+  // Its backward needs the forward's gradient: a forward without the scale cannot be followed
+  // by one, and says why.
+  forward(fused, batch);
+  CHECK_THROWS_WITH_AS(fused.backward(1.0f), doctest::Contains("not given the backward's scale"),
+                       common::Error);
+  fused.forward(batch.tokens, batch.labels, batch.batch_size, batch.seq_length, 1.0f);
+  fused.backward(1.0f);
+  forward(separate, batch);
+  separate.backward(1.0f);
+  CHECK(std::vector<float>(fused.gradients().begin(), fused.gradients().end()) ==
+        std::vector<float>(separate.gradients().begin(), separate.gradients().end()));
+}
+
 TEST_CASE("backward scales by grad_scale and accumulates into the gradients") {
   const GptConfig config = tiny_config();
   GptModel<double> model(config);

@@ -1,7 +1,8 @@
 // cross_entropy_forward / cross_entropy_backward: forward against the direct formula (and
 // stability on large logits), backward against central finite differences of the mean loss
 // in double, in place, float against double; the vocabulary-parallel partial, combine and
-// shard backward against the whole vocabulary's op; ignored labels (kIgnoredLabel) in each.
+// shard backward against the whole vocabulary's op; ignored labels (kIgnoredLabel) in each; the
+// fused forward-backward against the separate ops, bit for bit.
 #include "backend/ops/cross_entropy.hpp"
 
 #include <doctest/doctest.h>
@@ -302,5 +303,37 @@ TEST_CASE("an ignored label gives loss 0 and a zero gradient row, whole and shar
                                              parts, whole.logsumexp, c.scale);
     for (const int64_t r : ignored_rows) CHECK(sharded.losses[r] == 0.0);
     CHECK(sharded.dlogits == whole.dlogits);
+  }
+}
+
+TEST_CASE("the fused classifier gives the separate forward's and backward's bits in place") {
+  // Narrow and wide rows (the float path's vector loops and lane sums), ignored rows included.
+  for (const int64_t vocab : {kLossVocab, int64_t{1000}}) {
+    CAPTURE(vocab);
+    const int64_t rows = 4;
+    const auto logits = random_values(rows * vocab, 53, 4.0);
+    auto labels = random_ids(rows, static_cast<int32_t>(vocab), 54);
+    labels[2] = backend::kIgnoredLabel;
+    auto check = [&](auto zero) {
+      using Scalar = decltype(zero);
+      const auto z = convert<Scalar>(logits);
+      const auto scale = static_cast<Scalar>(0.375);
+      std::vector<Scalar> losses(rows), logsumexp(rows), dlogits(z.size(), Scalar{1000});
+      backend::cpu::cross_entropy_forward(losses.data(), logsumexp.data(), z.data(), labels.data(),
+                                          rows, vocab);
+      backend::cpu::cross_entropy_backward(dlogits.data(), z.data(), logsumexp.data(),
+                                           labels.data(), scale, rows, vocab, 0);
+      std::vector<Scalar> fused_losses(rows, Scalar{-1}), fused_logsumexp(rows, Scalar{-1});
+      auto in_place = z;
+      backend::cpu::cross_entropy_forward_backward(fused_losses.data(), fused_logsumexp.data(),
+                                                   in_place.data(), labels.data(), scale, rows,
+                                                   vocab);
+      CHECK(fused_losses == losses);
+      CHECK(fused_logsumexp == logsumexp);
+      CHECK(in_place == dlogits);
+      CHECK(fused_losses[2] == Scalar{0});
+    };
+    check(0.0f);
+    check(0.0);
   }
 }

@@ -166,10 +166,12 @@ TEST_CASE("index_tokens refuses more positions than its int32 positions can name
 }
 
 TEST_CASE(
-    "the embedding backward adds repeated tokens in position order, on one thread and on three, "
+    "the embedding backward sums repeated tokens in the groups' order, on one thread and on three, "
     "bit for bit") {
-  // The order of additions the GPU twin repeats (one owner per token row, its positions in
-  // ascending order): the plain scatter-add in (b, t) order, with enough work to run threaded.
+  // The order of additions the GPU twin repeats (one owner per token row; a token's k-th
+  // position into group k mod G, the groups added in order, then onto the row: embedding.hpp's
+  // formula, written out here), with enough work to run threaded and some 240 positions per
+  // token, so every group holds many.
   constexpr int64_t batch = 3;
   constexpr int64_t seq = 400;
   constexpr int64_t hidden = 70;  // two column chunks, the second partial
@@ -180,9 +182,17 @@ TEST_CASE(
   const auto doutput = convert<float>(random_values(count * hidden, 70));
   const auto start = convert<float>(random_values(vocab * hidden, 71));
   auto expected = start;
-  for (int64_t row = 0; row < count; ++row) {
+  constexpr int kGroups = backend::kEmbeddingGradientGroups;
+  for (int32_t token = 0; token < vocab; ++token) {
     for (int64_t c = 0; c < hidden; ++c) {
-      expected[tokens[row] * hidden + c] += doutput[row * hidden + c];
+      float partial[kGroups] = {};
+      int64_t k = 0;
+      for (int64_t row = 0; row < count; ++row) {
+        if (tokens[row] == token) partial[k++ % kGroups] += doutput[row * hidden + c];
+      }
+      float total = 0;
+      for (const float value : partial) total += value;
+      expected[token * hidden + c] += total;
     }
   }
   const auto index = index_of(tokens);
