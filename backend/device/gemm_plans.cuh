@@ -9,6 +9,14 @@
 // workspace every call, so a shape gives the same bits run after run (cuBLAS's reproducibility
 // rule: same toolkit, architecture and SM count). In-place split-K reduction is left out as a
 // precaution: with beta = 1 the output buffer doubles as an accumulator (a weight gradient).
+//
+// Epilogues (docs/gemm_epilogues.md): the bias, and the MLP's GELU (tanh approximation, as
+// ops/gelu.hpp) with its pre-activation kept in an auxiliary matrix (forward) or read from it
+// (the backward's dGELU). The aux and bias pointers' alignments are part of the key, because
+// the heuristic reads alignment from the pointers it is given; a plan is built with the first
+// call's pointers. An epilogue the heuristic finds no algorithm for is remembered as refused:
+// try_matmul returns false (every time, without asking again) and the caller runs the separate
+// kernels.
 #pragma once
 
 #include <cublasLt.h>
@@ -16,24 +24,73 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <tuple>
+#include <type_traits>
 
+#include "backend/core/element_type.hpp"
 #include "backend/device/cuda_context.hpp"
 
 namespace backend::cuda {
+
+// The alignment in bytes (up to 16) of a pointer, for the key: cuBLASLt assumes 256 unless
+// told, and views into an arena may start anywhere the element size allows.
+inline uint32_t gemm_alignment(const void* pointer) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  uint32_t alignment = 16;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+// cuBLASLt's name of an operand type.
+template <typename S>
+constexpr cudaDataType_t gemm_data_type() {
+  if constexpr (std::is_same_v<S, float>) {
+    return CUDA_R_32F;
+  } else if constexpr (std::is_same_v<S, bfloat16>) {
+    return CUDA_R_16BF;
+  } else {
+    static_assert(std::is_same_v<S, float16>, "products run in fp32, bf16 or fp16");
+    return CUDA_R_16F;
+  }
+}
+
+// What the product's epilogue adds: nothing; the bias (length m, along D's rows); GELU of the
+// sum, optionally after the bias, with the pre-activation written to the aux matrix (m, n, ld
+// aux_ld, D's type); or, in a backward, D ∘ GELU′(aux) with aux the forward's pre-activation.
+enum class GemmEpilogue { none, bias, gelu_aux, gelu_aux_bias, dgelu };
+
+// Whether the epilogue reads the bias pointer, and whether it reads or writes the aux matrix.
+inline bool epilogue_has_bias(GemmEpilogue epilogue) {
+  return epilogue == GemmEpilogue::bias || epilogue == GemmEpilogue::gelu_aux_bias;
+}
+inline bool epilogue_has_aux(GemmEpilogue epilogue) {
+  return epilogue == GemmEpilogue::gelu_aux || epilogue == GemmEpilogue::gelu_aux_bias ||
+         epilogue == GemmEpilogue::dgelu;
+}
+const char* epilogue_name(GemmEpilogue epilogue);
 
 // One product's shape and kind: D (m, n) = op(A) (m, k) · op(B) (k, n), column-major.
 struct GemmKey {
   int64_t m, n, k;
   bool transpose_a, transpose_b;
   cudaDataType_t a_type, c_type;  // B has A's type
-  bool bias;
+  GemmEpilogue epilogue = GemmEpilogue::none;
   uint32_t align_a, align_b, align_c;
+  uint32_t align_bias = 0, align_aux = 0;  // of the epilogue's pointers, 0 where unused
+  int64_t aux_ld = 0;                      // the aux matrix's leading dimension, ≥ m
   auto tie() const {
-    return std::tie(m, n, k, transpose_a, transpose_b, a_type, c_type, bias, align_a, align_b,
-                    align_c);
+    return std::tie(m, n, k, transpose_a, transpose_b, a_type, c_type, epilogue, align_a, align_b,
+                    align_c, align_bias, align_aux, aux_ld);
   }
   bool operator<(const GemmKey& other) const { return tie() < other.tie(); }
+};
+
+// The epilogue's operands: the bias vector and the aux matrix, each nullptr where the
+// epilogue does not use it.
+struct GemmEpilogueOperands {
+  const void* bias = nullptr;
+  const void* aux = nullptr;  // written by the forward's GELU epilogues (cuBLASLt takes it so)
 };
 
 // A plan: what cuBLASLt needs to run one GemmKey.
@@ -53,19 +110,29 @@ class GemmPlans {
   GemmPlans(const GemmPlans&) = delete;
   GemmPlans& operator=(const GemmPlans&) = delete;
 
-  // D (m, n, ld m) = alpha · op(A) · op(B) + beta · C, C = D; A is (m, k) after op, stored
-  // (k, m) when transposed; likewise B (k, n), stored (n, k) when transposed. bias: length m.
-  void matmul(const GemmKey& key, const void* a, const void* b, void* d, const void* bias,
-              float beta, cudaStream_t stream);
+  // D (m, n, ld m) = epilogue(alpha · op(A) · op(B) + beta · C), C = D; A is (m, k) after op,
+  // stored (k, m) when transposed; likewise B (k, n), stored (n, k) when transposed.
+  // common::Error when cuBLASLt has no algorithm for the key.
+  void matmul(const GemmKey& key, const void* a, const void* b, void* d,
+              GemmEpilogueOperands operands, float beta, cudaStream_t stream);
+  // The same for a key cuBLASLt may refuse (a fused epilogue): false, with nothing run, when it
+  // has no algorithm for it (asked once per key, logged once).
+  bool try_matmul(const GemmKey& key, const void* a, const void* b, void* d,
+                  GemmEpilogueOperands operands, float beta, cudaStream_t stream);
 
  private:
-  GemmPlan& find(const GemmKey& key);
-  void build(const GemmKey& key, GemmPlan& plan);
+  // The key's plan, built on first use with these operands; nullptr when refused.
+  GemmPlan* find(const GemmKey& key, GemmEpilogueOperands operands);
+  // false when the heuristic finds no algorithm.
+  bool build(const GemmKey& key, GemmEpilogueOperands operands, GemmPlan& plan);
+  void run(const GemmKey& key, GemmPlan& plan, const void* a, const void* b, void* d,
+           GemmEpilogueOperands operands, float beta, cudaStream_t stream);
 
   cublasLtHandle_t handle_;
   void* workspace_;
   int64_t workspace_bytes_;
   std::map<GemmKey, GemmPlan> plans_;
+  std::set<GemmKey> refused_;
 };
 
 }  // namespace backend::cuda

@@ -1,8 +1,11 @@
-// GemmPlans (gemm_plans.cuh): plans made on first use, looked up after.
-#include "backend/device/gemm_plans.cuh"
+// GemmPlans (gemm_plans.cuh): plans made on first use, looked up after; refusals remembered.
+#include <spdlog/spdlog.h>
+
+#include <string>
 
 #include "backend/common/error.hpp"
 #include "backend/device/cublaslt_library.cuh"
+#include "backend/device/gemm_plans.cuh"
 
 namespace backend::cuda {
 
@@ -17,13 +20,61 @@ GemmPlans::~GemmPlans() {
   for (auto& [key, plan] : plans_) plan.release();
 }
 
+const char* epilogue_name(GemmEpilogue epilogue) {
+  switch (epilogue) {
+    case GemmEpilogue::none:
+      return "no";
+    case GemmEpilogue::bias:
+      return "BIAS";
+    case GemmEpilogue::gelu_aux:
+      return "GELU_AUX";
+    case GemmEpilogue::gelu_aux_bias:
+      return "GELU_AUX_BIAS";
+    case GemmEpilogue::dgelu:
+      return "DGELU";
+  }
+  return "unknown";
+}
+
+namespace {
+
+std::string describe(const GemmKey& key) {
+  return fmt::format(
+      "a {}x{}x{} product ({}{}, A/B type {}, C type {}, {} epilogue, alignments {}/{}/{} "
+      "bytes{})",
+      key.m, key.n, key.k, key.transpose_a ? "A^T" : "A", key.transpose_b ? "·B^T" : "·B",
+      static_cast<int>(key.a_type), static_cast<int>(key.c_type), epilogue_name(key.epilogue),
+      key.align_a, key.align_b, key.align_c,
+      epilogue_has_aux(key.epilogue) ? fmt::format(", aux ld {}", key.aux_ld) : "");
+}
+
+}  // namespace
+
 void GemmPlans::matmul(const GemmKey& key, const void* a, const void* b, void* d,
-                       const void* bias, float beta, cudaStream_t stream) {
-  GemmPlan& plan = find(key);
-  if (key.bias) {
-    CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(plan.operation,
-                                                CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                sizeof(bias)));
+                       GemmEpilogueOperands operands, float beta, cudaStream_t stream) {
+  GemmPlan* plan = find(key, operands);
+  if (plan == nullptr) common::fail("cuBLASLt has no algorithm for {}", describe(key));
+  run(key, *plan, a, b, d, operands, beta, stream);
+}
+
+bool GemmPlans::try_matmul(const GemmKey& key, const void* a, const void* b, void* d,
+                           GemmEpilogueOperands operands, float beta, cudaStream_t stream) {
+  GemmPlan* plan = find(key, operands);
+  if (plan == nullptr) return false;
+  run(key, *plan, a, b, d, operands, beta, stream);
+  return true;
+}
+
+void GemmPlans::run(const GemmKey& key, GemmPlan& plan, const void* a, const void* b, void* d,
+                    GemmEpilogueOperands operands, float beta, cudaStream_t stream) {
+  if (epilogue_has_bias(key.epilogue)) {
+    CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
+        plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &operands.bias, sizeof(operands.bias)));
+  }
+  if (epilogue_has_aux(key.epilogue)) {
+    CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
+        plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &operands.aux,
+        sizeof(operands.aux)));
   }
   const float alpha = 1.0f;
   CUBLAS_CHECK(cuda_detail::cublaslt().matmul(
@@ -31,20 +82,31 @@ void GemmPlans::matmul(const GemmKey& key, const void* a, const void* b, void* d
       &plan.algorithm, workspace_, static_cast<size_t>(workspace_bytes_), stream));
 }
 
-GemmPlan& GemmPlans::find(const GemmKey& key) {
+GemmPlan* GemmPlans::find(const GemmKey& key, GemmEpilogueOperands operands) {
   auto found = plans_.find(key);
-  if (found != plans_.end()) return found->second;
+  if (found != plans_.end()) return &found->second;
+  if (refused_.contains(key)) return nullptr;
   GemmPlan plan;
+  bool built = false;
   try {
-    build(key, plan);
+    built = build(key, operands, plan);
   } catch (...) {
     plan.release();
     throw;
   }
-  return plans_.emplace(key, plan).first->second;
+  if (!built) {
+    plan.release();
+    refused_.insert(key);
+    if (key.epilogue != GemmEpilogue::none && key.epilogue != GemmEpilogue::bias) {
+      spdlog::info("cuBLASLt has no algorithm for {}; the separate kernels run instead",
+                   describe(key));
+    }
+    return nullptr;
+  }
+  return &plans_.emplace(key, plan).first->second;
 }
 
-void GemmPlans::build(const GemmKey& key, GemmPlan& plan) {
+bool GemmPlans::build(const GemmKey& key, GemmEpilogueOperands operands, GemmPlan& plan) {
   CUBLAS_CHECK(
       cuda_detail::cublaslt().matmul_desc_create(&plan.operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_a = key.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -53,15 +115,47 @@ void GemmPlans::build(const GemmKey& key, GemmPlan& plan) {
       plan.operation, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
       plan.operation, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-  if (key.bias) {
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  if (key.epilogue != GemmEpilogue::none) {
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    switch (key.epilogue) {
+      case GemmEpilogue::none:
+      case GemmEpilogue::bias:
+        epilogue = CUBLASLT_EPILOGUE_BIAS;
+        break;
+      case GemmEpilogue::gelu_aux:
+        epilogue = CUBLASLT_EPILOGUE_GELU_AUX;
+        break;
+      case GemmEpilogue::gelu_aux_bias:
+        epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+        break;
+      case GemmEpilogue::dgelu:
+        epilogue = CUBLASLT_EPILOGUE_DGELU;
+        break;
+    }
     CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
         plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  }
+  // The heuristic reads the epilogue pointers' alignment (cublasLt.h), so they are set here
+  // as well as before every call.
+  if (epilogue_has_bias(key.epilogue)) {
     // The bias has D's type (the default for fp32, bf16 and fp16 outputs), stated for
     // clarity.
     const cudaDataType_t bias_type = key.c_type;
     CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
         plan.operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
+        plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &operands.bias, sizeof(operands.bias)));
+  }
+  if (epilogue_has_aux(key.epilogue)) {
+    // The pre-activation in D's type (the default, stated), leading dimension aux_ld.
+    const cudaDataType_t aux_type = key.c_type;
+    CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
+        plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof(aux_type)));
+    CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
+        plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &key.aux_ld, sizeof(key.aux_ld)));
+    CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
+        plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &operands.aux,
+        sizeof(operands.aux)));
   }
   const auto rows_a = static_cast<uint64_t>(key.transpose_a ? key.k : key.m);
   const auto cols_a = static_cast<uint64_t>(key.transpose_a ? key.m : key.k);
@@ -108,18 +202,16 @@ void GemmPlans::build(const GemmKey& key, GemmPlan& plan) {
       sizeof(key.align_c)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  CUBLAS_CHECK(cuda_detail::cublaslt().matmul_algo_get_heuristic(
+  // An epilogue the library does not offer for these types is NOT_SUPPORTED rather than zero
+  // results: a refusal either way.
+  const cublasStatus_t status = cuda_detail::cublaslt().matmul_algo_get_heuristic(
       handle_, plan.operation, plan.a, plan.b, plan.c, plan.c, preference.handle, 1, &result,
-      &found));
-  if (found == 0) {
-    common::fail("cuBLASLt has no algorithm for a {}x{}x{} product ({}{}, A/B type {}, C type "
-                 "{}, bias {}, alignments {}/{}/{} bytes)",
-                 key.m, key.n, key.k, key.transpose_a ? "A^T" : "A",
-                 key.transpose_b ? "·B^T" : "·B", static_cast<int>(key.a_type),
-                 static_cast<int>(key.c_type), key.bias, key.align_a, key.align_b,
-                 key.align_c);
-  }
+      &found);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  CUBLAS_CHECK(status);
+  if (found == 0) return false;
   plan.algorithm = result.algo;
+  return true;
 }
 
 }  // namespace backend::cuda

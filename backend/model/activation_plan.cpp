@@ -200,7 +200,8 @@ ActivationPlan plan_activations(const GptConfig& config, const RecomputeSchedule
       gradient_scratch("dnorm, this rank's rows", sharded_stream ? stream_rows * C : 0, dtype);
   plan.dnorm = gradient_scratch("dnorm", rows * C, dtype);
   plan.dqkv = gradient_scratch("dqkv", rows * QKV, dtype);
-  plan.dhidden = gradient_scratch("dhidden", rows * F, dtype);
+  // The gradient of SwiGLU's output; GELU's is fused into fc2's backward (linear_gelu.hpp).
+  plan.dhidden = gradient_scratch("dhidden", config.swiglu ? rows * F : 0, dtype);
   plan.dfc1 = gradient_scratch("dfc1", rows * F1, dtype);
   plan.kept_bytes = kept_bytes;
   return plan;

@@ -30,8 +30,8 @@
 #include "backend/ops/cross_entropy.hpp"
 #include "backend/ops/dropout.hpp"
 #include "backend/ops/embedding.hpp"
-#include "backend/ops/gelu.hpp"
 #include "backend/ops/linear.hpp"
+#include "backend/ops/linear_gelu.hpp"
 #include "backend/ops/reduction.hpp"
 #include "backend/ops/residual.hpp"
 #include "backend/ops/swiglu.hpp"
@@ -71,12 +71,14 @@ void GptModelState<Scalar>::layer_forward(int64_t l) {
   // attention_residual = input + attention_output, and its norm, in one kernel.
   norm_forward(a.mlp_norm, a.mlp_norm_mean, a.mlp_norm_rstd, a.attention_residual,
                p.mlp_norm_weight, p.mlp_norm_bias, {input, attention_output});
-  ops::linear_forward(d, a.fc1, a.mlp_norm, parameter(p.fc1_weight), parameter(p.fc1_bias), R, C,
-                      shard.fc1_features());
   if (config.swiglu) {
+    ops::linear_forward(d, a.fc1, a.mlp_norm, parameter(p.fc1_weight), parameter(p.fc1_bias), R, C,
+                        shard.fc1_features());
     ops::swiglu_forward(d, a.activation, a.fc1, R, F);
   } else {
-    ops::gelu_forward(d, a.activation, a.fc1);
+    // fc1 and its GELU in one op (the GEMM's epilogue on a GPU), fc1's output kept.
+    ops::linear_gelu_forward(d, a.activation, a.fc1, a.mlp_norm, parameter(p.fc1_weight),
+                             parameter(p.fc1_bias), R, C, shard.fc1_features());
   }
   ops::linear_forward(d, w.branch, a.activation, parameter(p.fc2_weight), added_once(p.fc2_bias),
                       R, F, C);
@@ -113,13 +115,15 @@ void GptModelState<Scalar>::layer_backward(int64_t l) {
     dmlp_output = w.dbranch;
   }
   // (`branch` is free in the backward: the whole output gradient under sequence parallelism.)
-  ops::linear_backward(d, w.dhidden, gradient(p.fc2_weight), gradient(p.fc2_bias),
-                       tensor_parallel.gather(dmlp_output, w.branch), a.activation,
-                       parameter(p.fc2_weight), R, F, C);
+  const View dfc2_output = tensor_parallel.gather(dmlp_output, w.branch);
   if (config.swiglu) {
+    ops::linear_backward(d, w.dhidden, gradient(p.fc2_weight), gradient(p.fc2_bias), dfc2_output,
+                         a.activation, parameter(p.fc2_weight), R, F, C);
     ops::swiglu_backward(d, w.dfc1, w.dhidden, a.fc1, R, F);
   } else {
-    ops::gelu_backward(d, w.dfc1, w.dhidden, a.fc1);
+    // fc2's backward and GELU's in one op (the dGELU epilogue on a GPU): dfc1 directly.
+    ops::linear_dgelu_backward(d, w.dfc1, gradient(p.fc2_weight), gradient(p.fc2_bias), dfc2_output,
+                               a.activation, parameter(p.fc2_weight), a.fc1, R, F, C);
   }
   ops::linear_backward(d, w.dnorm, gradient(p.fc1_weight), gradient(p.fc1_bias), w.dfc1,
                        a.mlp_norm, parameter(p.fc1_weight), R, C, shard.fc1_features());

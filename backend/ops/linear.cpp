@@ -44,17 +44,23 @@ void linear_backward(Device& device, View dinput, View dweight, View dbias, View
       },
       [&](auto s, const auto& context) {
         using S = decltype(s);
-        float* scratch = dbias.empty()
-                             ? nullptr
-                             : static_cast<float*>(device.scratch(
-                                   cuda::linear_backward_scratch_floats(rows, out_features) *
-                                       int64_t{sizeof(float)},
-                                   op));
         cuda::linear_backward(gpu<S>(dinput, op), gpu<float>(dweight, op), gpu<float>(dbias, op),
                               gpu<S>(doutput, op), gpu<S>(input, op), gpu<S>(weight, op), rows,
-                              in_features, out_features, *context.gemm_plans, scratch,
+                              in_features, out_features, *context.gemm_plans,
+                              linear_backward_scratch(device, dbias, rows, out_features, op),
                               context.stream);
       });
+}
+
+float* linear_backward_scratch(Device& device, View dbias, int64_t rows, int64_t out_features,
+                               const char* op) {
+  if constexpr (kBuiltWithCuda) {
+    if (dbias.empty()) return nullptr;
+    return static_cast<float*>(device.scratch(
+        cuda::linear_backward_scratch_floats(rows, out_features) * int64_t{sizeof(float)}, op));
+  } else {
+    return nullptr;
+  }
 }
 
 }  // namespace backend::ops

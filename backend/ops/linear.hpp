@@ -88,4 +88,10 @@ void linear_backward(Device& device, View dinput, View dweight, View dbias, View
                      View input, View weight, int64_t rows, int64_t in_features,
                      int64_t out_features);
 
+// A GPU backward's scratch for the bias gradient of (rows, out_features) output gradients, from
+// the device's scratch; nullptr without a bias (dbias empty). For the ops that end in
+// cuda::linear_backward.
+float* linear_backward_scratch(Device& device, View dbias, int64_t rows, int64_t out_features,
+                               const char* op);
+
 }  // namespace backend::ops

@@ -30,27 +30,6 @@
 namespace backend::cuda {
 namespace {
 
-// The alignment in bytes (up to 16) of a pointer: cuBLASLt assumes 256 unless told, and views
-// into an arena may start anywhere the element size allows.
-uint32_t alignment_of(const void* pointer) {
-  const auto address = reinterpret_cast<uintptr_t>(pointer);
-  uint32_t alignment = 16;
-  while (alignment > 1 && address % alignment != 0) alignment /= 2;
-  return alignment;
-}
-
-template <typename S>
-constexpr cudaDataType_t data_type() {
-  if constexpr (std::is_same_v<S, float>) {
-    return CUDA_R_32F;
-  } else if constexpr (std::is_same_v<S, bfloat16>) {
-    return CUDA_R_16BF;
-  } else {
-    static_assert(std::is_same_v<S, float16>, "linear runs in fp32, bf16 or fp16");
-    return CUDA_R_16F;
-  }
-}
-
 // The bias gradient's terms for launch_column_sums: dbias[c] += Σ_r doutput[r, c].
 template <typename T>
 struct BiasGradientTerms {
@@ -87,13 +66,14 @@ void linear_forward(Scalar* output, const Scalar* input, const Scalar* weight,
                     .k = in_features,
                     .transpose_a = true,
                     .transpose_b = false,
-                    .a_type = data_type<Scalar>(),
-                    .c_type = data_type<Scalar>(),
-                    .bias = bias != nullptr,
-                    .align_a = alignment_of(weight),
-                    .align_b = alignment_of(input),
-                    .align_c = alignment_of(output)};
-  plans.matmul(key, weight, input, output, bias, 0.0f, stream);
+                    .a_type = gemm_data_type<Scalar>(),
+                    .c_type = gemm_data_type<Scalar>(),
+                    .epilogue = bias != nullptr ? GemmEpilogue::bias : GemmEpilogue::none,
+                    .align_a = gemm_alignment(weight),
+                    .align_b = gemm_alignment(input),
+                    .align_c = gemm_alignment(output),
+                    .align_bias = bias != nullptr ? gemm_alignment(bias) : 0};
+  plans.matmul(key, weight, input, output, {.bias = bias}, 0.0f, stream);
 }
 
 int64_t linear_backward_scratch_floats(int64_t rows, int64_t out_features) {
@@ -112,26 +92,24 @@ void linear_backward(Scalar* dinput, float* dweight, float* dbias, const Scalar*
                       .k = out_features,
                       .transpose_a = false,
                       .transpose_b = false,
-                      .a_type = data_type<Scalar>(),
-                      .c_type = data_type<Scalar>(),
-                      .bias = false,
-                      .align_a = alignment_of(weight),
-                      .align_b = alignment_of(doutput),
-                      .align_c = alignment_of(dinput)};
-    plans.matmul(key, weight, doutput, dinput, nullptr, 0.0f, stream);
+                      .a_type = gemm_data_type<Scalar>(),
+                      .c_type = gemm_data_type<Scalar>(),
+                      .align_a = gemm_alignment(weight),
+                      .align_b = gemm_alignment(doutput),
+                      .align_c = gemm_alignment(dinput)};
+    plans.matmul(key, weight, doutput, dinput, {}, 0.0f, stream);
   }
   const GemmKey key{.m = in_features,
                     .n = out_features,
                     .k = rows,
                     .transpose_a = false,
                     .transpose_b = true,
-                    .a_type = data_type<Scalar>(),
+                    .a_type = gemm_data_type<Scalar>(),
                     .c_type = CUDA_R_32F,
-                    .bias = false,
-                    .align_a = alignment_of(input),
-                    .align_b = alignment_of(doutput),
-                    .align_c = alignment_of(dweight)};
-  plans.matmul(key, input, doutput, dweight, nullptr, 1.0f, stream);
+                    .align_a = gemm_alignment(input),
+                    .align_b = gemm_alignment(doutput),
+                    .align_c = gemm_alignment(dweight)};
+  plans.matmul(key, input, doutput, dweight, {}, 1.0f, stream);
   if (dbias != nullptr) {
     using T = detail::DeviceElementOf<Scalar>;
     detail::ColumnTargets<1> targets{};

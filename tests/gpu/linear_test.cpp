@@ -1,12 +1,15 @@
 // linear_forward / linear_backward on the CUDA device (cuBLASLt) against the CPU device, fp32,
 // bf16 and fp16, with and without bias, awkward shapes (1 row, widths that are not multiples of
-// 8), parameter gradients accumulating (+=, started from non-zero values), run to run identical.
+// 8), parameter gradients accumulating (+=, started from non-zero values), run to run identical;
+// linear_gelu's fused epilogues (GELU_AUX_BIAS, DGELU) and their fallback (F not a multiple of 8,
+// fp32) against the CPU twin.
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <sstream>
 #include <string>
 
+#include "backend/ops/linear_gelu.hpp"
 #include "gpu/gpu_test_support.hpp"
 
 using backend::ElementType;
@@ -53,6 +56,53 @@ TEST_CASE("linear on the CUDA device matches the CPU device (fp32, bf16, fp16)")
                           if (s.bias) outputs.push_back({"dbias (+=)", t.read(db)});
                           return outputs;
                         });
+    }
+  }
+}
+
+TEST_CASE("linear with GELU in the epilogue on the CUDA device matches the CPU device") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  struct Shape {
+    int64_t rows, hidden, features;
+    bool bias;
+  };
+  // 3072 and 96: the epilogue's aux ld is a multiple of 8; 100 and 13 are not (separate kernels).
+  for (const Shape s :
+       {Shape{64, 768, 3072, true}, Shape{129, 64, 96, true}, Shape{33, 40, 96, false},
+        Shape{7, 24, 100, true}, Shape{5, 16, 13, true}}) {
+    for (ElementType type : {ElementType::f32, ElementType::bf16, ElementType::f16}) {
+      std::ostringstream what;
+      what << "linear_gelu rows " << s.rows << " C " << s.hidden << " F " << s.features
+           << (s.bias ? " with bias" : " without bias");
+      const int64_t rows = s.rows, C = s.hidden, F = s.features;
+      const auto x = representable(random_values(rows * C, 11), type);
+      const auto w1 = representable(random_values(F * C, 12, 0.1f), type);
+      const auto b1 = representable(random_values(F, 13), type);
+      const auto w2 = representable(random_values(C * F, 14, 0.1f), type);
+      const auto dy = representable(random_values(rows * C, 15), type);
+      const auto dw0 = random_values(C * F, 16);
+      const auto db0 = random_values(C, 17);
+      // GELU inside the epilogue starts from the fp32 accumulator, the CPU from h rounded to
+      // the element type: one rounding of its input more than the other 16-bit ops.
+      check_against_cpu(
+          *gpu, what.str(), type, tolerance(type, 5e-5), [&](Tensors& t, ElementType dtype) {
+            Device& device = t.device();
+            View h = t.poisoned(rows * F, dtype);
+            View a = t.poisoned(rows * F, dtype);
+            ops::linear_gelu_forward(device, a, h, t.input(x, dtype), t.input(w1, dtype),
+                                     s.bias ? t.input(b1, dtype) : t.empty(dtype), rows, C, F);
+            View dh = t.poisoned(rows * F, dtype);
+            View dw = t.input(dw0, ElementType::f32);
+            View db = t.input(db0, ElementType::f32);
+            ops::linear_dgelu_backward(device, dh, dw, db, t.input(dy, dtype), a,
+                                       t.input(w2, dtype), h, rows, F, C);
+            return Outputs{{"activation", t.read(a)},
+                           {"preactivation", t.read(h)},
+                           {"dpreactivation", t.read(dh)},
+                           {"dweight (+=)", t.read(dw)},
+                           {"dbias (+=)", t.read(db)}};
+          });
     }
   }
 }
