@@ -130,8 +130,13 @@ class GptModel {
   bool sharded_over_data_parallel() const;
   ShardRange parameter_shard_range() const;  // the whole buffer when not sharded
   // After parameter_buffer() was written in place (an optimizer step): a sharded model gathers
-  // the new values when it next uses them. Nothing to do otherwise.
-  void parameters_updated();
+  // the new values when it next uses them, and a mixed-precision model rewrites its working copy
+  // before the next forward, unless `working_copy_written` says the optimizer wrote
+  // working_copy_buffer() from the same values (in its pass: AdamW::step's `weights`).
+  void parameters_updated(bool working_copy_written = false);
+  // The bf16 or fp16 working copy of parameter_buffer(), element for element, which the forward
+  // reads under mixed precision (GptConfig::mixed_precision); empty in fp32 and under ZeRO-3.
+  View working_copy_buffer() const;
   // Megatron's --overlap-grad-reduce: during backward() / backward_chunk(), `callback` is told
   // each unit's range of the flat gradient buffer (the embedding, a transformer layer, the head)
   // as soon as the unit's gradients of that micro batch are complete, in the order the backward

@@ -117,8 +117,22 @@ void GptModel<Scalar>::set_gradients_ready(std::function<void(BufferRange)> call
 }
 
 template <typename Scalar>
-void GptModel<Scalar>::parameters_updated() {
-  state_->store.parameters_changed();
+void GptModel<Scalar>::parameters_updated(bool working_copy_written) {
+  if (working_copy_written) {
+    if (state_->store.working_copy().empty()) {
+      common::fail(
+          "GptModel::parameters_updated: a working copy was said to be written, but "
+          "this model has none (fp32, or ZeRO-3)");
+    }
+    state_->store.parameters_and_working_copy_changed();
+  } else {
+    state_->store.parameters_changed();
+  }
+}
+
+template <typename Scalar>
+View GptModel<Scalar>::working_copy_buffer() const {
+  return state_->store.working_copy();
 }
 
 template <typename Scalar>

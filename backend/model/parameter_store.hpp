@@ -81,6 +81,17 @@ class ParameterStore {
   void refresh_weights();
   // After the parameters were written: gathered units and the working copy are stale.
   void parameters_changed();
+  // The whole working copy (bf16 or fp16, element for element of parameters()), for an
+  // optimizer that rewrites it in its pass over the parameters; empty when the ops read the
+  // parameters themselves (fp32) or the store is sharded (ZeRO-3 gathers units).
+  View working_copy() const {
+    return working_type_ == kElementType || sharded() ? View{} : weights_;
+  }
+  // After the parameters and the whole working copy were both written: the copy is current.
+  void parameters_and_working_copy_changed() {
+    parameters_changed();
+    weights_stale_ = false;
+  }
   // Megatron's initialisation (ParameterLayout::init_parameters) of the held range.
   void init_parameters(uint64_t seed);
 

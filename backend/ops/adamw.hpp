@@ -5,6 +5,8 @@
 // with step_size = lr / (1 − β1^t), inverse_sqrt_correction2 = 1 / sqrt(1 − β2^t) and
 // decay = lr · weight_decay (0 where the range is not decayed): optim/adamw.hpp computes these
 // once per step, in double, and rounds them to float once.
+// Clipping (optim/adamw.hpp) is folded in: g is the gradient times coefficients.gradient_scale,
+// the bits a separate scale pass over the gradients gives, without that pass.
 // Mixed precision (Megatron's Float16OptimizerWithFloat16Params): master, gradients and the
 // moments are fp32 under every precision; `weights`, when given, is the bf16 working copy the
 // forward reads, written in the same pass as round_to_nearest_even(master). With fp32 weights
@@ -30,6 +32,10 @@ struct AdamWCoefficients {
   float step_size = 0;                 // lr / (1 − β1^t)
   float inverse_sqrt_correction2 = 1;  // 1 / sqrt(1 − β2^t)
   float decay = 0;                     // lr · weight_decay, or 0 for an undecayed group
+  // The gradients' factor, applied as they are read: g = gradient · gradient_scale (rounded to
+  // float, the product a separate ops::scale pass would have stored). Clipping's coefficient
+  // folded into the update, so the step reads the gradients once; 1 leaves them as they are.
+  float gradient_scale = 1;
 };
 
 }  // namespace backend

@@ -15,7 +15,7 @@ __global__ void adamw_kernel(float* master, Weight* weights, const float* gradie
                              float* exp_avg, float* exp_avg_sq, int64_t count,
                              AdamWCoefficients c) {
   for (const int64_t i : detail::grid_stride(count)) {
-    const float g = gradients[i];
+    const float g = gradients[i] * c.gradient_scale;
     const float m = c.beta1 * exp_avg[i] + (1.0f - c.beta1) * g;
     const float v = c.beta2 * exp_avg_sq[i] + (1.0f - c.beta2) * g * g;
     exp_avg[i] = m;

@@ -65,7 +65,8 @@ AdamW::~AdamW() = default;
 AdamW::AdamW(AdamW&&) noexcept = default;
 AdamW& AdamW::operator=(AdamW&&) noexcept = default;
 
-void AdamW::step(View master, View weights, View gradients, double lr, double weight_decay) {
+void AdamW::step(View master, View weights, View gradients, double lr, double weight_decay,
+                 double gradient_scale) {
   if (master.numel != numel_ || gradients.numel != numel_) {
     common::fail("AdamW: {} parameters, but {} master weights and {} gradients were given",
                  numel_, master.numel, gradients.numel);
@@ -79,7 +80,9 @@ void AdamW::step(View master, View weights, View gradients, double lr, double we
       .eps = static_cast<float>(config_.eps),
       .step_size = static_cast<float>(lr / bias_correction1),
       .inverse_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(bias_correction2)),
-      .decay = 0.0f};
+      .decay = 0.0f,
+      // As ops::scale rounds its factor (reduction.hpp), so the products are its bits.
+      .gradient_scale = static_cast<float>(gradient_scale)};
   const float decay = static_cast<float>(lr * weight_decay);
   for (const auto& group : groups_) {
     coefficients.decay = group.weight_decay ? decay : 0.0f;

@@ -54,8 +54,12 @@ class AdamW {
   // One update with learning rate `lr` and this step's weight decay (Megatron's scheduler sets
   // it: --start-weight-decay → --end-weight-decay) of the fp32 `master` weights from the fp32
   // `gradients` (not modified), views of `numel` elements on the device. `weights`: absent
-  // when the master is the weights (fp32), or the bf16 working copy, rewritten from the master.
-  void step(View master, View weights, View gradients, double lr, double weight_decay);
+  // when the master is the weights (fp32), or the bf16 working copy, rewritten from the master
+  // in the same pass. `gradient_scale`: a factor the gradients are read with (clipping's
+  // coefficient, clip_coefficient; the bits of clip_gradients before the step, without its
+  // pass over them).
+  void step(View master, View weights, View gradients, double lr, double weight_decay,
+            double gradient_scale = 1.0);
   // The same over host memory (the optimizer's device is the CPU), with the config's decay or
   // this step's.
   void step(std::span<float> parameters, std::span<const float> gradients, double lr);

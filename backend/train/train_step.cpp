@@ -280,22 +280,31 @@ void apply_update(GptModel<float>& model, AdamW& optimizer, LearningRateSchedule
                   const StepGradients& gradients, const GlobalBatch& batch,
                   const TrainStepOptions& options, Communicator& data_parallel,
                   const GradientShard* shard, TrainStepResult& result) {
-  optimizer.clip_gradients(gradients.held, result.grad_norm, options.clip_grad);
+  // Clipping's coefficient is folded into the step (AdamW reads the gradients scaled, the bits
+  // of scaling them first), except where the zeros are counted after clipping, as Megatron's
+  // count_zeros_fp32 does (a gradient the coefficient underflows to 0 counts).
+  double gradient_scale = 1.0;
   if (options.log_num_zeros_in_grad) {
-    // Megatron's count_zeros_fp32, after clipping (which keeps zeros zero), before the step.
+    optimizer.clip_gradients(gradients.held, result.grad_norm, options.clip_grad);
     result.num_zeros_in_grad =
         model_total(model, gradients.held, gradients.range, gradients.data_parallel_share,
                     data_parallel, [&](View part) { return optimizer.count_zeros(part); });
+  } else if (const auto coefficient = clip_coefficient(result.grad_norm, options.clip_grad)) {
+    gradient_scale = *coefficient;
   }
-  // fp32: the model's parameters are the master weights, no working copy to rewrite.
+  // The model's parameters are the fp32 master weights. A whole model's bf16 or fp16 working
+  // copy is written in the same pass; a distributed optimizer's rank updates its range only,
+  // and the copy is remade from the gathered parameters before the next forward.
   const View parameters = model.parameter_buffer();
   const View updated =
       shard != nullptr ? parameters.slice(shard->range.offset, shard->range.numel) : parameters;
-  optimizer.step(updated, View{}, gradients.held, result.learning_rate, scheduler.weight_decay());
+  const View working_copy = shard != nullptr ? View{} : model.working_copy_buffer();
+  optimizer.step(updated, working_copy, gradients.held, result.learning_rate,
+                 scheduler.weight_decay(), gradient_scale);
   // Every rank's range back to every rank (Megatron's parameter all-gather); a ZeRO-3 model
   // gathers each unit when it next uses it.
   if (shard != nullptr) data_parallel.all_gather(parameters, updated);
-  model.parameters_updated();
+  model.parameters_updated(/*working_copy_written=*/!working_copy.empty());
   scheduler.step(batch.global_batch_size);
 }
 

@@ -749,6 +749,14 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("an fp32 model has no working copy for an optimizer to write, and says so") {
+  GptModel<float> model(tiny_config());
+  CHECK(model.working_copy_buffer().empty());
+  CHECK_THROWS_WITH_AS(model.parameters_updated(true),
+                       doctest::Contains("this model has none (fp32, or ZeRO-3)"), common::Error);
+  model.parameters_updated();
+}
+
 TEST_CASE("a model that computes the classifier's gradient in the forward carves no dlogits") {
   GptConfig config = tiny_config();
   config.classifier_gradient_in_forward = true;

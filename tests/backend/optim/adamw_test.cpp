@@ -126,6 +126,33 @@ TEST_CASE("AdamW on a Device: the device form, the host form and merged groups a
   CHECK(std::equal(exp_avg.begin(), exp_avg.end(), restored.exp_avg().begin()));
 }
 
+TEST_CASE("clipping folded into the step gives the bits of clipping the gradients first") {
+  const AdamWConfig config{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  const size_t count = 777;
+  const std::vector<ParameterGroup> groups = {{0, 700, true}, {700, 77, false}};
+  CpuDevice device;
+  AdamW clipped_first(config, groups, static_cast<int64_t>(count), device);
+  AdamW folded(config, groups, static_cast<int64_t>(count), device);
+  std::vector<float> a = wave(count, 0.0f), b = a;
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> gradients = wave(count, 2.0f + static_cast<float>(step));
+    const double norm = clipped_first.gradient_norm(host_view(gradients));
+    const auto coefficient = clip_coefficient(norm, 0.05);
+    REQUIRE(coefficient.has_value());
+    std::vector<float> scaled = gradients;
+    clipped_first.clip_gradients(host_view(scaled), norm, 0.05);
+    clipped_first.step(host_view(a), View{}, host_view(scaled), 1e-3, 0.1);
+    const std::vector<float> unchanged = gradients;
+    folded.step(host_view(b), View{}, host_view(gradients), 1e-3, 0.1, *coefficient);
+    CHECK(gradients == unchanged);  // read scaled, not written
+  }
+  CHECK(a == b);
+  CHECK(std::equal(clipped_first.exp_avg().begin(), clipped_first.exp_avg().end(),
+                   folded.exp_avg().begin()));
+  CHECK(std::equal(clipped_first.exp_avg_sq().begin(), clipped_first.exp_avg_sq().end(),
+                   folded.exp_avg_sq().begin()));
+}
+
 TEST_CASE("AdamW refuses sizes that are not its parameters', naming them") {
   AdamW optimizer(AdamWConfig{}, {{0, 8, true}}, 8);
   std::vector<float> parameters(8), gradients(7);
