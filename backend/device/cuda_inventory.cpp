@@ -1,10 +1,21 @@
-// The words for a GPU the CUDA runtime cannot list; see cuda_inventory.hpp. Versions are the
+// The words for a GPU the CUDA runtime cannot list, and the GPU a local rank takes; see
+// cuda_inventory.hpp. Versions are the
 // runtime's encoding, 1000 × major + 10 × minor (12040: CUDA 12.4).
-#include <fmt/format.h>
-
 #include "backend/device/cuda_inventory.hpp"
 
+#include <fmt/format.h>
+
+#include "backend/common/error.hpp"
+
 namespace backend {
+
+int64_t gpu_for_local_rank(int64_t local_rank, int64_t visible_gpus) {
+  if (visible_gpus <= 0) common::fail("no GPU is visible to place local rank {} on", local_rank);
+  if (local_rank < 0) {
+    common::fail("local rank {} (from the launcher's environment) is negative", local_rank);
+  }
+  return local_rank % visible_gpus;
+}
 
 namespace {
 

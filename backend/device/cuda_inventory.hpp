@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,13 @@ CudaInventory discover_cuda_devices();
 // version 0), a driver older than the runtime, no device (cudaErrorNoDevice: none, or
 // CUDA_VISIBLE_DEVICES hides them), or another runtime error, quoted.
 enum class CudaUnavailable { no_driver, old_driver, no_device, other };
+
+// The visible GPU a rank takes (issue 40): its rank on the node (the launcher's local rank:
+// SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, LOCAL_RANK) modulo the visible
+// GPUs, so that a node's ranks spread over its GPUs one each, and several ranks share a GPU
+// where fewer are visible (testing many ranks on one GPU). common::Error for a negative local
+// rank or no visible GPU.
+int64_t gpu_for_local_rank(int64_t local_rank, int64_t visible_gpus);
 std::string cuda_unavailable_reason(CudaUnavailable kind, int driver_version, int runtime_version,
                                     const char* visible_devices, const std::string& runtime_error);
 

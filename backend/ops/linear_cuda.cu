@@ -26,6 +26,7 @@
 #include "backend/device/gemm_plans.cuh"
 #include "backend/ops/cuda_common.cuh"
 #include "backend/ops/linear.hpp"
+#include "backend/ops/linear_products.cuh"
 
 namespace backend::cuda {
 namespace {
@@ -61,18 +62,9 @@ void linear_forward(Scalar* output, const Scalar* input, const Scalar* weight,
                     GemmPlans& plans, CudaStream stream) {
   check_shape("linear_forward", rows, in_features, out_features);
   if (rows == 0) return;
-  const GemmKey key{.m = out_features,
-                    .n = rows,
-                    .k = in_features,
-                    .transpose_a = true,
-                    .transpose_b = false,
-                    .a_type = gemm_data_type<Scalar>(),
-                    .c_type = gemm_data_type<Scalar>(),
-                    .epilogue = bias != nullptr ? GemmEpilogue::bias : GemmEpilogue::none,
-                    .align_a = gemm_alignment(weight),
-                    .align_b = gemm_alignment(input),
-                    .align_c = gemm_alignment(output),
-                    .align_bias = bias != nullptr ? gemm_alignment(bias) : 0};
+  const GemmKey key =
+      forward_product_key(output, input, weight, rows, in_features, out_features,
+                          bias != nullptr ? GemmEpilogue::bias : GemmEpilogue::none, bias);
   plans.matmul(key, weight, input, output, {.bias = bias}, 0.0f, stream);
 }
 
@@ -87,16 +79,8 @@ void linear_backward(Scalar* dinput, float* dweight, float* dbias, const Scalar*
   check_shape("linear_backward", rows, in_features, out_features);
   if (rows == 0) return;
   if (dinput != nullptr) {
-    const GemmKey key{.m = in_features,
-                      .n = rows,
-                      .k = out_features,
-                      .transpose_a = false,
-                      .transpose_b = false,
-                      .a_type = gemm_data_type<Scalar>(),
-                      .c_type = gemm_data_type<Scalar>(),
-                      .align_a = gemm_alignment(weight),
-                      .align_b = gemm_alignment(doutput),
-                      .align_c = gemm_alignment(dinput)};
+    const GemmKey key = input_gradient_product_key(dinput, doutput, weight, rows, in_features,
+                                                   out_features, GemmEpilogue::none);
     plans.matmul(key, weight, doutput, dinput, {}, 0.0f, stream);
   }
   const GemmKey key{.m = in_features,

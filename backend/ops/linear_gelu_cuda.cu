@@ -17,6 +17,7 @@
 #include "backend/ops/gelu.hpp"
 #include "backend/ops/linear.hpp"
 #include "backend/ops/linear_gelu.hpp"
+#include "backend/ops/linear_products.cuh"
 
 namespace backend::cuda {
 namespace {
@@ -37,21 +38,10 @@ void linear_gelu_forward(Scalar* activation, Scalar* preactivation, const Scalar
                          int64_t in_features, int64_t out_features, GemmPlans& plans,
                          CudaStream stream) {
   if (epilogue_fits<Scalar>(rows, in_features, out_features, out_features)) {
-    const GemmKey key{
-        .m = out_features,
-        .n = rows,
-        .k = in_features,
-        .transpose_a = true,
-        .transpose_b = false,
-        .a_type = gemm_data_type<Scalar>(),
-        .c_type = gemm_data_type<Scalar>(),
-        .epilogue = bias != nullptr ? GemmEpilogue::gelu_aux_bias : GemmEpilogue::gelu_aux,
-        .align_a = gemm_alignment(weight),
-        .align_b = gemm_alignment(input),
-        .align_c = gemm_alignment(activation),
-        .align_bias = bias != nullptr ? gemm_alignment(bias) : 0,
-        .align_aux = gemm_alignment(preactivation),
-        .aux_ld = out_features};
+    const GemmKey key =
+        forward_product_key(activation, input, weight, rows, in_features, out_features,
+                            bias != nullptr ? GemmEpilogue::gelu_aux_bias : GemmEpilogue::gelu_aux,
+                            bias, preactivation);
     if (plans.try_matmul(key, weight, input, activation, {.bias = bias, .aux = preactivation}, 0.0f,
                          stream)) {
       return;
@@ -69,19 +59,9 @@ void linear_dgelu_backward(Scalar* dpreactivation, float* dweight, float* dbias,
                            int64_t out_features, GemmPlans& plans, float* scratch,
                            CudaStream stream) {
   if (epilogue_fits<Scalar>(rows, in_features, out_features, in_features)) {
-    const GemmKey key{.m = in_features,
-                      .n = rows,
-                      .k = out_features,
-                      .transpose_a = false,
-                      .transpose_b = false,
-                      .a_type = gemm_data_type<Scalar>(),
-                      .c_type = gemm_data_type<Scalar>(),
-                      .epilogue = GemmEpilogue::dgelu,
-                      .align_a = gemm_alignment(weight),
-                      .align_b = gemm_alignment(doutput),
-                      .align_c = gemm_alignment(dpreactivation),
-                      .align_aux = gemm_alignment(preactivation),
-                      .aux_ld = in_features};
+    const GemmKey key =
+        input_gradient_product_key(dpreactivation, doutput, weight, rows, in_features, out_features,
+                                   GemmEpilogue::dgelu, preactivation);
     if (plans.try_matmul(key, weight, doutput, dpreactivation, {.aux = preactivation}, 0.0f,
                          stream)) {
       linear_backward<Scalar>(nullptr, dweight, dbias, doutput, activation, weight, rows,

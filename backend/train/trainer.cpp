@@ -124,7 +124,8 @@ AttentionBackend gpu_attention_backend(const ModelArguments& model) {
   return backend;
 }
 
-SelectedDevice select_device(const TrainingArguments& arguments) {
+SelectedDevice select_device(const TrainingArguments& arguments,
+                             const ProcessEnvironment& process) {
   if (arguments.device == DeviceChoice::cpu) return {std::make_unique<CpuDevice>(), std::nullopt};
   const auto inventory = discover_cuda_devices();
   if (inventory.devices.empty()) {
@@ -136,11 +137,20 @@ SelectedDevice select_device(const TrainingArguments& arguments) {
     spdlog::info("device: CPU (no GPU: {})", inventory.unavailable_reason);
     return {std::make_unique<CpuDevice>(), std::nullopt};
   }
-  const CudaDeviceProperties& gpu = inventory.devices.front();
+  const int64_t visible = std::ssize(inventory.devices);
+  const CudaDeviceProperties& gpu =
+      inventory.devices[static_cast<size_t>(gpu_for_local_rank(process.local_rank, visible))];
   SelectedDevice selected{
       make_cuda_device(gpu.index, {.attention_backend = gpu_attention_backend(arguments.model)}),
       gpu};
-  spdlog::info("device: {}", selected.device->name());
+  if (process.world_size > 1) {
+    // Every rank's line (the only per-rank setup line), so a wrong placement shows in the log.
+    spdlog::info("device: {} for rank {} of {} (local rank {} on {}, {} visible GPU{})",
+                 selected.device->name(), process.rank, process.world_size, process.local_rank,
+                 process.node, visible, visible == 1 ? "" : "s");
+  } else {
+    spdlog::info("device: {}", selected.device->name());
+  }
   return selected;
 }
 
@@ -264,7 +274,7 @@ Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, Batc
   // Every training forward is given its backward's scale (train_step.cpp): no dlogits scratch.
   config_.classifier_gradient_in_forward = true;
   check_launch();
-  selected_ = select_device(a_);
+  selected_ = select_device(a_, read_process_environment());
   config_.mixed_precision = mixed_precision_of(a_, *selected_.device);
   check_memory_fits();
   if (!a_.logging.log_dir.empty() && groups_.is_first_rank()) {

@@ -15,15 +15,14 @@
 // Output lines go to `out` in Megatron's formats.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
 #include <optional>
-#include <vector>
-
-#include <chrono>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "backend/ckpt/checkpoint.hpp"
 #include "backend/common/file_lock.hpp"
@@ -31,6 +30,7 @@
 #include "backend/device/arena.hpp"
 #include "backend/device/cuda_inventory.hpp"
 #include "backend/device/device.hpp"
+#include "backend/dist/process_environment.hpp"
 #include "backend/dist/process_groups.hpp"
 #include "backend/model/gpt_config.hpp"
 #include "backend/model/gpt_model.hpp"
@@ -83,7 +83,9 @@ struct SelectedDevice {
 // be loaded (fused fails there with the loader's error).
 AttentionBackend gpu_attention_backend(const ModelArguments& model);
 
-SelectedDevice select_device(const TrainingArguments& arguments);
+// On a GPU, the one this process's local rank takes (gpu_for_local_rank), logged with the rank.
+SelectedDevice select_device(const TrainingArguments& arguments,
+                             const ProcessEnvironment& process = ProcessEnvironment{});
 
 class Trainer {
  public:
