@@ -49,6 +49,14 @@ constexpr common::RefusedFlag kUnsupportedFlags[] = {
     {"--fp8-format", true, "fp8 training is not built; --bf16 and --fp16 are"},
     {"--tp-comm-overlap", false,
      "overlapping the tensor-parallel communication with GEMMs is not built"},
+    {"--cuda-graph-impl", true,
+     "CUDA graphs are not built yet: every step launches its kernels one by one"},
+    {"--enable-cuda-graph", false,
+     "CUDA graphs are not built yet: every step launches its kernels one by one (Megatron's older "
+     "name of --cuda-graph-impl local)"},
+    {"--external-cuda-graph", false,
+     "CUDA graphs are not built yet: every step launches its kernels one by one"},
+    {"--cuda-graph-warmup-steps", true, "CUDA graphs are not built yet"},
     {"--use-dist-ckpt", false,
      "Megatron's distributed checkpoint format is not built; checkpoints are Megatron's per-rank "
      "layout (docs/checkpoints.md)"},

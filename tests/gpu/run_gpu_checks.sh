@@ -77,8 +77,17 @@ if [ "${PREBUILT:-0}" = 1 ]; then
     if ldd "$bin/test_gpu" | grep -q "not found"; then
       note "MISSING LIBRARIES: $(ldd "$bin/test_gpu" "$bin/pretrain_gpt" | grep "not found" | sort -u | tr '\n' ' ')"
     fi
+    # The tests and scripts look in build/bin: the bundle's programs are linked there. A
+    # checkout with its own build (this script run on the build machine) keeps it: refused.
     mkdir -p build/bin
-    for program in "$bin"/*; do ln -sf "$PWD/$program" "build/bin/$(basename "$program")"; done
+    for program in "$bin"/*; do
+      target="build/bin/$(basename "$program")"
+      if [ -e "$target" ] && [ ! -L "$target" ]; then
+        note "PREBUILT=1 would replace $target, a program this checkout built; run it where build/ is not (the GPU machine), or move build/ away"
+        exit 1
+      fi
+      ln -sf "$PWD/$program" "$target"
+    done
     export PATH="$PWD/$bin:$PATH"  # the bundle's hey
   else
     note "build: skipped (PREBUILT=1, build/bin/test_gpu)"

@@ -1130,6 +1130,12 @@ TEST_CASE("Megatron flags built for one value, or not at all, are refused with t
       {{"--use-dist-ckpt"},
        "--use-dist-ckpt is a Megatron-LM flag this backend does not support yet"},
       {{"--profile"}, "--profile is a Megatron-LM flag this backend does not support yet"},
+      {{"--cuda-graph-impl", "local"},
+       "--cuda-graph-impl is a Megatron-LM flag this backend does not support yet: CUDA graphs "
+       "are not built yet"},
+      {{"--enable-cuda-graph"},
+       "--enable-cuda-graph is a Megatron-LM flag this backend does not support yet: CUDA graphs "
+       "are not built yet"},
       {{"--train-tokens", "1000"},
        "--train-tokens is a Megatron-LM flag this backend does not support yet: "
        "Megatron-DeepSpeed's token-based schedule is not built"},
