@@ -147,10 +147,9 @@ bool GemmPlans::build(const GemmKey& key, GemmEpilogueOperands operands, GemmPla
         plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &operands.bias, sizeof(operands.bias)));
   }
   if (epilogue_has_aux(key.epilogue)) {
-    // The pre-activation in D's type (the default, stated), leading dimension aux_ld.
-    const cudaDataType_t aux_type = key.c_type;
-    CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
-        plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof(aux_type)));
+    // The pre-activation in D's type: the default, left unset (cublasLt.h: a type set for a
+    // combination it does not take fails the matmul call itself, not the heuristic), with
+    // leading dimension aux_ld.
     CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
         plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &key.aux_ld, sizeof(key.aux_ld)));
     CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
