@@ -41,8 +41,8 @@
 #include "backend/model/parameter_layout.hpp"
 #include "backend/ops/attention.hpp"
 #include "backend/ops/embedding.hpp"
-#include "backend/ops/gelu.hpp"
 #include "backend/ops/linear.hpp"
+#include "backend/ops/linear_gelu.hpp"
 #include "backend/ops/residual.hpp"
 #include "backend/ops/rope.hpp"
 #include "backend/ops/swiglu.hpp"
@@ -116,12 +116,15 @@ struct GptDecoder::State {
     norm(normed, stream, w.mlp_norm_weight, w.mlp_norm_bias, n);
     const View rows_fc1 = fc1.slice(0, n * fc1_features);
     const View rows_activation = activation.slice(0, n * ffn);
-    ops::linear_forward(d, rows_fc1, normed.slice(0, n * hidden), w.fc1_weight, w.fc1_bias, n,
-                        hidden, fc1_features);
     if (config.swiglu) {
+      ops::linear_forward(d, rows_fc1, normed.slice(0, n * hidden), w.fc1_weight, w.fc1_bias, n,
+                          hidden, fc1_features);
       ops::swiglu_forward(d, rows_activation, rows_fc1, n, ffn);
     } else {
-      ops::gelu_forward(d, rows_activation, rows_fc1);
+      // The training forward's op (GELU in the GEMM's epilogue on a GPU), so decoding computes
+      // the function the model was trained with.
+      ops::linear_gelu_forward(d, rows_activation, rows_fc1, normed.slice(0, n * hidden),
+                               w.fc1_weight, w.fc1_bias, n, hidden, fc1_features);
     }
     ops::linear_forward(d, rows_branch, rows_activation, w.fc2_weight, w.fc2_bias, n, ffn, hidden);
     ops::residual_forward(d, stream, stream, rows_branch);
