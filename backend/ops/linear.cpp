@@ -11,8 +11,7 @@ using namespace detail;
 void linear_forward(Device& device, View output, View input, View weight, View bias,
                     int64_t rows, int64_t in_features, int64_t out_features) {
   constexpr const char* op = "linear_forward";
-  const double flops = 2.0 * static_cast<double>(rows) * static_cast<double>(in_features) *
-                       static_cast<double>(out_features);
+  const double flops = linear_product_flops(rows, in_features, out_features);
   run_typed(
       device, op, flops, input.type,
       [&](auto s) {
@@ -32,8 +31,8 @@ void linear_backward(Device& device, View dinput, View dweight, View dbias, View
                      View input, View weight, int64_t rows, int64_t in_features,
                      int64_t out_features) {
   constexpr const char* op = "linear_backward";
-  const double flops = (dinput.empty() ? 2.0 : 4.0) * static_cast<double>(rows) *
-                       static_cast<double>(in_features) * static_cast<double>(out_features);
+  const double flops =
+      (dinput.empty() ? 1.0 : 2.0) * linear_product_flops(rows, in_features, out_features);
   run_typed(
       device, op, flops, input.type,
       [&](auto s) {

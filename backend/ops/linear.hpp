@@ -88,6 +88,14 @@ void linear_backward(Device& device, View dinput, View dweight, View dbias, View
                      View input, View weight, int64_t rows, int64_t in_features,
                      int64_t out_features);
 
+// The floating-point operations of one product of a (rows, in_features, out_features) layer,
+// 2·N·IN·OUT, as the device's observer is told them: once forward, twice backward (once without
+// dinput).
+inline double linear_product_flops(int64_t rows, int64_t in_features, int64_t out_features) {
+  return 2.0 * static_cast<double>(rows) * static_cast<double>(in_features) *
+         static_cast<double>(out_features);
+}
+
 // A GPU backward's scratch for the bias gradient of (rows, out_features) output gradients, from
 // the device's scratch; nullptr without a bias (dbias empty). For the ops that end in
 // cuda::linear_backward.

@@ -11,15 +11,13 @@
 //                                  m = IN, n = OUT, k = N; beta = 1, C = D (accumulates)
 // Types: fp32 operands with CUBLAS_COMPUTE_32F (not _FAST_TF32: fp32 results match the CPU to
 // rounding), or bf16 or fp16 operands with fp32 compute; dW is fp32 in all (C/D fp32).
-// dbias += Σ_rows dy: one thread per column sums its rows in a fixed order (8 interleaved
-// partial sums joined in order); no atomics.
+// dbias += Σ_rows dy: the norms' fixed-order column sums (launch_column_sums, per row-group
+// partials in the scratch added in group order); no atomics.
 //
 // Determinism: the device's GEMM plans (device/gemm_plans.cuh) run one algorithm per shape,
 // chosen once, with the same workspace every call, so a shape gives the same bits run after run.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
-
-#include <type_traits>
 
 #include "backend/common/error.hpp"
 #include "backend/core/cuda_check.cuh"

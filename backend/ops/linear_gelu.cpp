@@ -13,8 +13,7 @@ void linear_gelu_forward(Device& device, View activation, View preactivation, Vi
                          View weight, View bias, int64_t rows, int64_t in_features,
                          int64_t out_features) {
   constexpr const char* op = "linear_gelu_forward";
-  const double flops = 2.0 * static_cast<double>(rows) * static_cast<double>(in_features) *
-                       static_cast<double>(out_features);
+  const double flops = linear_product_flops(rows, in_features, out_features);
   run_typed(
       device, op, flops, input.type,
       [&](auto s) {
@@ -34,8 +33,7 @@ void linear_dgelu_backward(Device& device, View dpreactivation, View dweight, Vi
                            View doutput, View activation, View weight, View preactivation,
                            int64_t rows, int64_t in_features, int64_t out_features) {
   constexpr const char* op = "linear_dgelu_backward";
-  const double flops = 4.0 * static_cast<double>(rows) * static_cast<double>(in_features) *
-                       static_cast<double>(out_features);
+  const double flops = 2.0 * linear_product_flops(rows, in_features, out_features);
   run_typed(
       device, op, flops, activation.type,
       [&](auto s) {
