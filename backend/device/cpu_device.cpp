@@ -14,6 +14,16 @@ namespace {
 
 void release_host(void* data, int64_t bytes) noexcept { munmap(data, static_cast<size_t>(bytes)); }
 
+void* map_anonymous(int64_t bytes, std::string_view what) {
+  void* data = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (data == MAP_FAILED) {
+    common::fail("out of host memory allocating {} bytes for {}: {}", bytes, what,
+                 std::strerror(errno));
+  }
+  return data;
+}
+
 }  // namespace
 
 // Anonymous pages: aligned to the page (more than an arena's 256 bytes), and zeroed by the
@@ -21,13 +31,12 @@ void release_host(void* data, int64_t bytes) noexcept { munmap(data, static_cast
 // no pass over it and the first writer's NUMA node gets the page.
 DeviceMemory CpuDevice::allocate_zeroed(int64_t bytes, std::string_view what) {
   if (bytes == 0) return {};
-  void* data = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (data == MAP_FAILED) {
-    common::fail("out of host memory allocating {} bytes for {}: {}", bytes, what,
-                 std::strerror(errno));
-  }
-  return DeviceMemory(data, bytes, MemoryKind::host, release_host, &ledger_);
+  return DeviceMemory(map_anonymous(bytes, what), bytes, MemoryKind::host, release_host, &ledger_);
+}
+
+DeviceMemory CpuDevice::allocate_pinned_host(int64_t bytes, std::string_view what) {
+  if (bytes == 0) return {};
+  return DeviceMemory(map_anonymous(bytes, what), bytes, MemoryKind::host, release_host);
 }
 
 void CpuDevice::copy_from_host(View destination, const void* source) {

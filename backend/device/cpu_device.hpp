@@ -18,8 +18,11 @@ class CpuDevice : public Device {
 
   DeviceMemory allocate_zeroed(int64_t bytes, std::string_view what) override;
   MemoryUsage memory_usage() const override { return ledger_.usage(); }
+  // Ordinary memory: the CPU reads its own memory at full speed.
+  DeviceMemory allocate_pinned_host(int64_t bytes, std::string_view what) override;
   void copy_from_host(View destination, const void* source) override;
   void copy_to_host(void* destination, View source) override;
+  void synchronize() override {}  // every op has completed when it returns
   void fill_zero(View values) override;
   void copy(View destination, View source) override;
   // Grown when a larger request first comes and kept: a training step's shapes are the first

@@ -5,7 +5,8 @@
 // destructor: no global stream or handle, no cudaMalloc inside an op. The ops reach the stream and
 // handles through cuda_context (each op's CUDA twin is called by its family, backend/ops/).
 //
-// The host waits on the stream in one place only: copy_to_host (and allocate_zeroed, at setup).
+// The host waits on the stream in two places only: copy_to_host and synchronize (and
+// allocate_zeroed, at setup).
 // cuda_placement hands the stream to the NCCL communicator, which enqueues its collectives on it
 // and waits for each (backend/dist/nccl_communicator_cuda.cu).
 #include <cuda_runtime.h>
@@ -35,6 +36,10 @@ void release_gpu(void* data, int64_t /*bytes*/) noexcept {
   // Called from destructors: an error here cannot be thrown, and a failing cudaFree means the
   // context is already gone (process exit), where there is nothing left to release.
   (void)cudaFree(data);
+}
+
+void release_pinned_host(void* data, int64_t /*bytes*/) noexcept {
+  (void)cudaFreeHost(data);
 }
 
 // ---- the device ---------------------------------------------------------------------------
@@ -124,12 +129,35 @@ class CudaDevice final : public Device {
     return memory;
   }
 
+  // Page-locked (cudaHostAlloc): the copy engines read and write it directly, so a copy from
+  // it is queued without the runtime's own staging.
+  DeviceMemory allocate_pinned_host(int64_t bytes, std::string_view what) override {
+    if (bytes == 0) return {};
+    use();
+    void* data = nullptr;
+    const cudaError_t status =
+        cudaHostAlloc(&data, static_cast<size_t>(bytes), cudaHostAllocDefault);
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      common::fail("out of page-locked host memory on {} allocating {} bytes for {}", name_, bytes,
+                   what);
+    }
+    CUDA_CHECK(status);
+    return DeviceMemory(data, bytes, MemoryKind::host, release_pinned_host);
+  }
+
+  void synchronize() override {
+    use();
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
   void copy_from_host(View destination, const void* source) override {
     if (destination.bytes() == 0) return;
     check_on_gpu(destination, "copy_from_host");
     use();
     // From pageable memory: the runtime stages the bytes before returning, so the caller may
-    // reuse `source` at once; CUDA may do that in step with the stream (docs/device.md).
+    // reuse `source` at once; CUDA may do that in step with the stream (docs/device.md). From
+    // page-locked memory the copy is only queued (device.hpp: synchronize before rewriting it).
     CUDA_CHECK(cudaMemcpyAsync(destination.data, source, static_cast<size_t>(destination.bytes()),
                                cudaMemcpyHostToDevice, stream_));
   }

@@ -56,8 +56,19 @@ class Device {
   // The bytes of this device's live allocations, now and at most so far (Megatron's memory
   // line; there is no caching allocator, so what is reserved is what is allocated).
   virtual MemoryUsage memory_usage() const = 0;
+  // Host memory this device copies to and from without an intermediate copy (a GPU's
+  // page-locked memory; ordinary memory on the CPU): the staging of collectives whose library
+  // reads another memory than the device's (backend/dist/staged_communicator.hpp). Host memory,
+  // so not in memory_usage(). May be called after setup (a staging buffer grows).
+  virtual DeviceMemory allocate_pinned_host(int64_t bytes, std::string_view what) = 0;
+  // From host memory; the call returns once `source` may be reused, except from
+  // allocate_pinned_host's memory, which the device may still be reading until synchronize().
   virtual void copy_from_host(View destination, const void* source) = 0;  // destination.bytes()
-  virtual void copy_to_host(void* destination, View source) = 0;          // source.bytes()
+  // Waits for the device's queued work, then copies: `destination` holds the bytes on return.
+  virtual void copy_to_host(void* destination, View source) = 0;  // source.bytes()
+  // The host waits until the work queued so far on this device has completed (nothing to wait
+  // for on the CPU): before host memory a queued copy reads is written again.
+  virtual void synchronize() = 0;
   virtual void fill_zero(View values) = 0;
   // destination = source, both this device's memory, of one element type and element count
   // (else common::Error naming both); they may be the same view, not otherwise overlap. In the

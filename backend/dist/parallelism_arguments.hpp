@@ -15,8 +15,9 @@
 
 namespace backend {
 
-// Megatron's --distributed-backend: the collectives' library. Recorded: CPU ranks talk over Open
-// MPI whichever is named.
+// Megatron's --distributed-backend: the collectives' library (device_collectives.hpp): gloo
+// stages them through host memory over Open MPI; nccl is Open MPI on CPU ranks (and, on GPU
+// ranks, NCCL once built).
 enum class DistributedBackend { nccl, gloo };
 constexpr common::EnumName<DistributedBackend> kDistributedBackendNames[] = {
     {DistributedBackend::nccl, "nccl"}, {DistributedBackend::gloo, "gloo"}};
@@ -61,7 +62,7 @@ struct ParallelismArguments {
   int64_t zero_stage = 0;
   bool offload_optimizer = false;
   bool offload_parameters = false;
-  DistributedBackend distributed_backend = DistributedBackend::nccl;  // (recorded)
+  DistributedBackend distributed_backend = DistributedBackend::nccl;
   DdpImplementation ddp_impl = DdpImplementation::local;              // --DDP-impl (recorded)
 
   // The data-parallel size the arguments dump records: world size / (tp × pp), rounded down

@@ -353,7 +353,9 @@ const FlagRow<DataArguments> kLegacyDataFlags[] = {
 };
 const FlagRow<ParallelismArguments> kLegacyParallelismFlags[] = {
     {"--distributed-backend", enum_flag_field<&ParallelismArguments::distributed_backend>(),
-     "nccl or gloo: recorded; CPU ranks talk over Open MPI", "distributed_backend"},
+     "nccl or gloo: gloo stages the collectives through host memory over Open MPI (ranks may "
+     "share a GPU); nccl, the default, is Open MPI on CPU ranks (docs/parallelism.md)",
+     "distributed_backend"},
     {"--DDP-impl", enum_flag_field<&ParallelismArguments::ddp_impl>(),
      "local or torch: recorded; gradients are summed after the backward either way", "DDP_impl"},
 };

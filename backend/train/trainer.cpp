@@ -24,6 +24,7 @@
 #include "backend/device/cuda_device.hpp"
 #include "backend/device/cuda_inventory.hpp"
 #include "backend/device/cudnn_library.hpp"
+#include "backend/dist/device_collectives.hpp"
 #include "backend/dist/process_environment.hpp"
 #include "backend/model/gpt_model.hpp"
 #include "backend/ops/reduction.hpp"
@@ -261,8 +262,6 @@ Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, Batc
       out_(groups.is_first_rank() ? printed : discarded_),
       out_last_(groups.is_last_rank() ? printed : discarded_),
       groups_(groups),
-      world_(*groups.world),
-      data_parallel_(*groups.data_parallel),
       coordinates_(groups.coordinates()),
       source_(std::move(source)),
       spike_rollback_(arguments.spike, rollback_load_options(arguments)) {
@@ -275,6 +274,7 @@ Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, Batc
   config_.classifier_gradient_in_forward = true;
   check_launch();
   selected_ = select_device(a_, read_process_environment());
+  route_collectives(groups_, *selected_.device, a_.parallelism);
   config_.mixed_precision = mixed_precision_of(a_, *selected_.device);
   check_memory_fits();
   if (!a_.logging.log_dir.empty() && groups_.is_first_rank()) {
@@ -324,12 +324,12 @@ void Trainer::check_launch() {
     common::output_target(a_.logging.benchmark_output, "--benchmark-output");
   }
   const ProcessEnvironment process = read_process_environment();
-  if (process.world_size != world_.size()) {
+  if (process.world_size != world().size()) {
     common::fail("{}", not_started_through_mpi(process, process.world_size));
   }
-  if (a_.parallelism.world_size != world_.size()) {
+  if (a_.parallelism.world_size != world().size()) {
     common::fail("the arguments were validated for {} processes, but {} run",
-                 a_.parallelism.world_size, world_.size());
+                 a_.parallelism.world_size, world().size());
   }
   // Megatron's --exit-on-missing-checkpoint, checked before anything is built: a mistyped
   // --load stops the job at once instead of training from scratch (Megatron exits there with
@@ -367,12 +367,6 @@ void Trainer::check_memory_fits() {
                                 .offload_parameters = a_.parallelism.offload_parameters,
                                 .virtual_pipeline_chunks = a_.virtual_pipeline_chunks()});
   const std::optional<CudaDeviceProperties>& gpu = selected_.gpu;
-  if (gpu && world_.size() > 1) {
-    common::fail(
-        "--device {}: {} ranks on GPUs need the NCCL communicator, which is not built "
-        "yet; data parallelism runs on CPU ranks (--device cpu)",
-        common::enum_name(a_.device), world_.size());
-  }
   if (gpu) {
     common::require_memory_fits(
         estimate_,
@@ -383,10 +377,12 @@ void Trainer::check_memory_fits() {
   }
   // The world split by host name (every rank takes part) gives this node's ranks.
   const int64_t node_ranks =
-      world_.size() == 1
+      world().size() == 1
           ? 1
-          : world_.split(static_cast<int64_t>(std::hash<std::string>{}(common::local_host_name()) & 0x3fffffff),
-                         world_.rank(), "node")
+          : world()
+                .split(static_cast<int64_t>(std::hash<std::string>{}(common::local_host_name()) &
+                                            0x3fffffff),
+                       world().rank(), "node")
                 ->size();
   common::MemoryEstimate node_estimate = estimate_;
   // Offloaded state is in host memory, which on CPU ranks is the same memory.
@@ -421,7 +417,7 @@ void Trainer::carve_model_and_optimizer() {
             .pipeline = stage,
             .pipeline_parallel = groups_.pipeline_parallel.get(),
             .embedding = groups_.embedding.get(),
-            .sharded_data_parallel = a_.parallelism.zero_stage == 3 ? &data_parallel_ : nullptr});
+            .sharded_data_parallel = a_.parallelism.zero_stage == 3 ? &data_parallel() : nullptr});
     // The dropout masks come from --seed too; dropout_key() mixes the seed into a stream of
     // its own, unrelated to the initialisation's. Step 0 is the first micro batch's forward.
     model.init_parameters(a_.run.seed);
@@ -449,7 +445,7 @@ void Trainer::carve_model_and_optimizer() {
     } else if (a_.parallelism.use_distributed_optimizer) {
       // The moments of this rank's range alone, and the buffer its gradients land in.
       const ShardRange range =
-          shard_range(parameter_count, data_parallel_.size(), data_parallel_.rank());
+          shard_range(parameter_count, data_parallel().size(), data_parallel().rank());
       ArenaLayout layout;
       const int64_t region = layout.add("the distributed optimizer's gradient shard",
                                         ElementType::f32, range.numel);
@@ -590,7 +586,7 @@ void Trainer::build_datasets() {
     if (groups_.is_first_rank()) {
       source_ = build_dataset_batch_source(a_, config_.vocab_size, out_, &test_split_skipped_);
     }
-    world_.barrier();
+    world().barrier();
     if (!groups_.is_first_rank()) {
       source_ = build_dataset_batch_source(a_, config_.vocab_size, out_, &test_split_skipped_);
     }
@@ -644,7 +640,7 @@ TrainStepResult Trainer::train_iteration(int64_t iteration) {
     model.parameters_updated();
   }
   const TrainStepResult step = train_step(
-      model, *optimizer_, *scheduler_, source_, batch, train_step_options(a_), data_parallel_,
+      model, *optimizer_, *scheduler_, source_, batch, train_step_options(a_), data_parallel(),
       shard_ ? &*shard_ : nullptr, spike_rollback_.learning_rate_factor());
   consumed_train_ += batch.global_batch_size;
   const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
@@ -669,7 +665,7 @@ TrainStepResult Trainer::train_iteration(int64_t iteration) {
   if (!memory_reported_ && iteration % a_.logging.log_interval == 0 && step.learning_rate > 0) {
     memory_reported_ = true;
     if (coordinates_.data == 0) {
-      printed_ << format_memory_line(world_.rank(), iteration, device.memory_usage()) << '\n';
+      printed_ << format_memory_line(world().rank(), iteration, device.memory_usage()) << '\n';
       printed_.flush();
     }
   }
@@ -699,7 +695,7 @@ ExitConditions Trainer::exit_conditions() {
   std::array<float, 2> exits = {
       static_cast<float>(std::chrono::duration<double>(Clock::now() - setup_start_).count() / 60.0),
       exit_signal_ && exit_signal_->received() ? 1.0F : 0.0F};
-  world_.all_reduce(host_view(std::span<float>(exits)), ReduceOperation::max);
+  world().all_reduce(host_view(std::span<float>(exits)), ReduceOperation::max);
   conditions.duration_exceeded =
       a_.run.exit_duration_in_mins > 0 && exits[0] > a_.run.exit_duration_in_mins;
   conditions.exit_signal_received = exits[1] > 0;
@@ -729,10 +725,10 @@ void Trainer::save(int64_t iteration) {
   const int64_t whole_count = whole_count_of(model);
   std::optional<OptimizerShard> optimizer_shard;
   if (shard_ || sharded) {
-    optimizer_shard = OptimizerShard{
-        .data_parallel = &data_parallel_,
-        .parameter_count = whole_count,
-        .range = sharded ? model.parameter_shard_range() : shard_->range};
+    optimizer_shard =
+        OptimizerShard{.data_parallel = &data_parallel(),
+                       .parameter_count = whole_count,
+                       .range = sharded ? model.parameter_shard_range() : shard_->range};
   }
   std::optional<GptModel<float>> whole_model;
   if (sharded) {
@@ -741,7 +737,7 @@ void Trainer::save(int64_t iteration) {
     const auto own = std::span(values).subspan(static_cast<size_t>(range.offset),
                                                static_cast<size_t>(range.numel));
     model.copy_parameters_to_host(own);
-    data_parallel_.all_gather(host_view(std::span(values)), host_view(own));
+    data_parallel().all_gather(host_view(std::span(values)), host_view(own));
     if (coordinates_.data == 0) {
       whole_model.emplace(config_, *selected_.device);
       whole_model->copy_parameters_from_host(values);
@@ -754,7 +750,7 @@ void Trainer::save(int64_t iteration) {
                     whole_model ? *whole_model : model, *optimizer_, *scheduler_, out_,
                     optimizer_shard ? &*optimizer_shard : nullptr);
   }
-  world_.barrier();  // the checkpoint is whole before any rank goes on (or exits)
+  world().barrier();  // the checkpoint is whole before any rank goes on (or exits)
   last_saved_iteration_ = iteration;
 }
 
@@ -762,7 +758,7 @@ void Trainer::save(int64_t iteration) {
 double Trainer::evaluate_and_log(Split split, int64_t& consumed_samples, const std::string& prefix,
                                  int64_t iteration) {
   const EvaluationResult evaluation =
-      evaluate(*model_, source_, split, consumed_samples, evaluation_options(a_), data_parallel_);
+      evaluate(*model_, source_, split, consumed_samples, evaluation_options(a_), data_parallel());
   consumed_samples += evaluation.samples;
   log_->add_evaluation(prefix, iteration, consumed_train_, evaluation.lm_loss);
   return evaluation.lm_loss;

@@ -131,9 +131,11 @@ class Trainer {
   std::ostream discarded_{nullptr};
   std::ostream& out_;       // rank 0's lines
   std::ostream& out_last_;  // the last rank's lines
+  // The groups' communicators are replaced once the device is known (route_collectives):
+  // they are reached through groups_, never held.
   ProcessGroups& groups_;
-  Communicator& world_;
-  Communicator& data_parallel_;
+  Communicator& world() const { return *groups_.world; }
+  Communicator& data_parallel() const { return *groups_.data_parallel; }
   const RankCoordinates coordinates_;
   BatchSource source_;
 

@@ -83,9 +83,13 @@ class TimingDevice final : public backend::Device, public backend::OpObserver {
   DeviceMemory allocate_zeroed(int64_t bytes, std::string_view what) override {
     return inner_.allocate_zeroed(bytes, what);
   }
+  DeviceMemory allocate_pinned_host(int64_t bytes, std::string_view what) override {
+    return inner_.allocate_pinned_host(bytes, what);
+  }
   void copy_from_host(View destination, const void* source) override {
     return inner_.copy_from_host(destination, source);
   }
+  void synchronize() override { inner_.synchronize(); }
   void copy_to_host(void* destination, View source) override {
     return inner_.copy_to_host(destination, source);
   }

@@ -37,14 +37,16 @@
 #include "test_files.hpp"
 
 using test_support::check_same_losses;
+using test_support::check_staged_for;
 using test_support::logged_losses;
 using test_support::mpi_test_environment;
-using test_support::pretrain_command;
 using test_support::output_tail;
+using test_support::pretrain_command;
 using test_support::read_file;
 using test_support::release_only;
 using test_support::run_pretrain;
 using test_support::spawn_process;
+using test_support::stage_collectives_for;
 using test_support::TemporaryDirectory;
 using test_support::tensor_parallel_training_flags;
 using test_support::wait_for_exit;
@@ -153,10 +155,12 @@ TEST_CASE(
       const fs::path log = directory.path / (name + ".log");
       auto flags = training_flags(style, save);
       if (distributed) flags.push_back("--use-distributed-optimizer");
+      stage_collectives_for(style, flags);
       const int status = run(ranks, flags, log);
       const std::string output = read_file(log);
       INFO(output_tail(output));
       REQUIRE(status == 0);
+      check_staged_for(style, output);
       int lines = 0;
       const auto losses = logged_losses(output, &lines);
       CHECK(lines == 20);  // printed once, by the last rank
@@ -200,11 +204,13 @@ TEST_CASE("--overlap-grad-reduce over DP=2 and TP=2 x DP=2 with sequence paralle
       auto flags = tensor_parallel_training_flags(style, tensor_parallel, save);
       flags.push_back("--overlap-grad-reduce");
       if (tensor_parallel == 2) flags.push_back("--sequence-parallel");
+      stage_collectives_for(style, flags);
       const fs::path log = directory.path / (style + "_overlap.log");
       const int status = run(2 * tensor_parallel, flags, log);
       const std::string output = read_file(log);
       INFO(output_tail(output));
       REQUIRE(status == 0);
+      check_staged_for(style, output);
       CHECK(std::regex_search(output, std::regex(R"(\n  overlap_grad_reduce \.+ True\n)")));
       check_same_losses(logged_losses(output), expected);
       CHECK(weight_difference(save, single_save, 20) <= 1e-5);

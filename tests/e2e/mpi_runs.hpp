@@ -158,6 +158,18 @@ inline std::vector<std::string> tensor_parallel_training_flags(const std::string
   return flags;
 }
 
+// The layout tests run their Llama-style model with --distributed-backend gloo: every
+// collective staged through a host buffer over Open MPI (backend/dist/device_collectives.hpp),
+// the route a GPU rank's tensors take. Staging copies bytes, so the same expected losses hold;
+// GPT-2's runs keep Open MPI reading the model's memory directly.
+inline void stage_collectives_for(const std::string& style, std::vector<std::string>& flags) {
+  if (style == "llama") flags.insert(flags.end(), {"--distributed-backend", "gloo"});
+}
+inline void check_staged_for(const std::string& style, const std::string& output) {
+  CHECK((output.find("--distributed-backend gloo: every collective over Open MPI") !=
+         std::string::npos) == (style == "llama"));
+}
+
 // Every iteration of `losses` has the loss `expected` has for it, within 1e-6 relative; with
 // `all`, the two have the same iterations.
 inline void check_same_losses(const std::map<int, double>& losses,

@@ -27,12 +27,14 @@ namespace fs = std::filesystem;
 
 using test_support::check_resumed_bit_for_bit;
 using test_support::check_same_losses;
+using test_support::check_staged_for;
 using test_support::logged_losses;
 using test_support::mpirun_path;
 using test_support::output_tail;
 using test_support::read_file;
 using test_support::release_only;
 using test_support::run_pretrain;
+using test_support::stage_collectives_for;
 using test_support::TemporaryDirectory;
 using test_support::tensor_parallel_training_flags;
 using test_support::weight_difference;
@@ -85,10 +87,12 @@ TEST_CASE("PP=2, PP=4 interleaved and TP=2 x PP=2 x DP=2 over Open MPI train as 
       if (layout.ranks == 8) {
         flags.insert(flags.end(), {"--use-distributed-optimizer", "--sequence-parallel"});
       }
+      stage_collectives_for(style, flags);
       const int status = run_pretrain(layout.ranks, flags, log);
       const std::string output = read_file(log);
       INFO(output_tail(output));
       REQUIRE(status == 0);
+      check_staged_for(style, output);
       int lines = 0;
       check_same_losses(logged_losses(output, &lines), expected);
       CHECK(lines == 20);  // printed once, by the last rank

@@ -29,6 +29,7 @@ namespace fs = std::filesystem;
 
 using test_support::check_resumed_bit_for_bit;
 using test_support::check_same_losses;
+using test_support::check_staged_for;
 using test_support::logged_field;
 using test_support::logged_losses;
 using test_support::mpirun_path;
@@ -36,6 +37,7 @@ using test_support::output_tail;
 using test_support::read_file;
 using test_support::release_only;
 using test_support::run_pretrain;
+using test_support::stage_collectives_for;
 using test_support::TemporaryDirectory;
 using test_support::tensor_parallel_training_flags;
 using test_support::weight_difference;
@@ -81,10 +83,12 @@ TEST_CASE(
       if (layout.distributed) flags.push_back("--use-distributed-optimizer");
       if (layout.sequence_parallel) flags.push_back("--sequence-parallel");
       flags.insert(flags.end(), {"--log-params-norm", "--log-num-zeros-in-grad"});
+      stage_collectives_for(style, flags);
       const int status = run_pretrain(layout.ranks, flags, log);
       const std::string output = read_file(log);
       INFO(output_tail(output));
       REQUIRE(status == 0);
+      check_staged_for(style, output);
       int lines = 0;
       check_same_losses(logged_losses(output, &lines), expected);
       CHECK(lines == 20);  // printed once, by the last rank

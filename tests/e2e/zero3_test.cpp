@@ -23,11 +23,13 @@ namespace fs = std::filesystem;
 
 using test_support::check_resumed_bit_for_bit;
 using test_support::check_same_losses;
+using test_support::check_staged_for;
 using test_support::logged_losses;
 using test_support::mpirun_path;
 using test_support::output_tail;
 using test_support::read_file;
 using test_support::run_pretrain;
+using test_support::stage_collectives_for;
 using test_support::TemporaryDirectory;
 using test_support::tensor_parallel_training_flags;
 using test_support::weight_difference;
@@ -68,11 +70,13 @@ TEST_CASE("ZeRO-3 with and without CPU offload over Open MPI trains as one proce
       // DP=2 without offload.
       const fs::path save = directory.path / (style + "_zero3_dp2");
       const fs::path log = directory.path / (style + "_zero3_dp2.log");
-      const int status =
-          run_pretrain(2, with_config(tensor_parallel_training_flags(style, 1, save), zero3), log);
+      auto flags = with_config(tensor_parallel_training_flags(style, 1, save), zero3);
+      stage_collectives_for(style, flags);
+      const int status = run_pretrain(2, flags, log);
       const std::string output = read_file(log);
       INFO(output_tail(output));
       REQUIRE(status == 0);
+      check_staged_for(style, output);
       check_same_losses(logged_losses(output), expected);
       std::string worst_tensor;
       const double difference = weight_difference(save, single_save, 20, &worst_tensor);
@@ -90,10 +94,12 @@ TEST_CASE("ZeRO-3 with and without CPU offload over Open MPI trains as one proce
     auto flags = tensor_parallel_training_flags(style, 1, save);
     flags.insert(flags.end(), twelve.begin(), twelve.end());
     const fs::path log = directory.path / (style + "_zero3_dp3_offload.log");
+    stage_collectives_for(style, flags);
     const int status = run_pretrain(3, with_config(flags, offload), log);
     const std::string output = read_file(log);
     INFO(output_tail(output));
     REQUIRE(status == 0);
+    check_staged_for(style, output);
     check_same_losses(logged_losses(output), expected12);
     CHECK(weight_difference(save, single_save / "12", 20) <= 1e-5);
   }

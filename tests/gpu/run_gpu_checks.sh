@@ -7,15 +7,18 @@
 #                                              attention_vs_sdpa_bench.sh and serving_bench.sh)
 # Configures the release preset if needed, builds test_gpu, pretrain_gpt and checkpoint_util
 # (-j16), prints nvidia-smi, runs `ctest -L gpu`, then tests/gpu/torch_dist_with_pytorch.sh
-# (Megatron core's torch_dist format both ways under the machine's PyTorch 2.x), then
+# (Megatron core's torch_dist format both ways under the machine's PyTorch 2.x),
+# tests/gpu/multi_rank_checks.sh (several ranks sharing the GPU, under mpirun), then
 # compute-sanitizer memcheck and racecheck (when installed) on a small subset of test_gpu.
 # With $OUT set, the logs, a summary (gpu_summary.txt) and an archive of both
 # (gpu_checks.tar.gz) go there.
 # PREBUILT=1 runs the executables tests/gpu/bundle_prebuilt.sh packed on the build machine
 # (a CUDA image has CUDA but not spdlog, fmt or OpenBLAS; building there would need them):
-# carry .gpu-bundle.tar.xz with the call. BENCH_ITERATIONS (default 20) and BENCH_SHAPES
-# (default all three) size the training benchmark, SERVING_TOKENS (16) and SERVING_REQUESTS
-# (100) the serving one (serving_bench.sh with DEVICE=cuda). TEST_TIMEOUT (test_gpu, default
+# carry .gpu-bundle.tar.xz with the call. Where the machine has no mpirun, the bundle's Open MPI
+# runtime (openmpi/) is set up for multi-rank runs on this one machine; $MPIRUN holds the mpirun
+# used (empty when none), and the summary says which. BENCH_ITERATIONS (default 20) and
+# BENCH_SHAPES (default all three) size the training benchmark, SERVING_TOKENS (16) and
+# SERVING_REQUESTS (100) the serving one (serving_bench.sh with DEVICE=cuda). TEST_TIMEOUT (test_gpu, default
 # 900 s), SANITIZER_TIMEOUT (each compute-sanitizer step, default 300 s) and BENCH_RUN_TIMEOUT
 # (each benchmark run) bound the steps, so a hang still leaves the other steps' results.
 # Exit status: 0 when every step passed. Steps keep going after a failure so one run reports
@@ -58,6 +61,10 @@ probe() {
   fi
 }
 
+# mpirun for multi-rank runs: the machine's; with PREBUILT=1 and none here, the bundle's (below).
+# The session runs as root, which Open MPI's mpirun refuses without these two.
+MPIRUN=$(command -v mpirun || true)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 bin=build/bin
 if [ "${PREBUILT:-0}" = 1 ]; then
   # PREBUILT=1: the bundle's executables, with its libraries and this machine's CUDA 13.
@@ -89,6 +96,24 @@ if [ "${PREBUILT:-0}" = 1 ]; then
       ln -sf "$PWD/$program" "$target"
     done
     export PATH="$PWD/$bin:$PATH"  # the bundle's hey
+    # The GPU image has no Open MPI: the bundle's runtime (openmpi/, Debian's 4.1, whose libmpi
+    # the programs link), moved by OPAL_PREFIX; Debian's libdir and sysconfdir are not under its
+    # prefix (bundle_prebuilt.sh), so OPAL_LIBDIR and OPAL_SYSCONFDIR too, and PMIx has a prefix
+    # of its own.
+    if [ -z "$MPIRUN" ] && [ -x .gpu-bundle/openmpi/bin/mpirun ]; then
+      export OPAL_PREFIX="$PWD/.gpu-bundle/openmpi"
+      export OPAL_LIBDIR="$OPAL_PREFIX/lib" OPAL_SYSCONFDIR="$OPAL_PREFIX/etc"
+      export PMIX_MCA_mca_base_component_path="$OPAL_PREFIX/lib/pmix" \
+        PMIX_PKGDATADIR="$OPAL_PREFIX/share/pmix"
+      export PATH="$OPAL_PREFIX/bin:$PATH" LD_LIBRARY_PATH="$OPAL_PREFIX/lib:$LD_LIBRARY_PATH"
+      # One machine, in a container: ranks started here without ssh (which a CUDA image need not
+      # have, and the rsh launcher fails without), over shared memory and ob1 (the bundle has no
+      # UCX, libfabric or verbs plugins), copying through a buffer rather than CMA's
+      # process_vm_readv, which a container's seccomp or Yama may forbid between ranks.
+      export OMPI_MCA_plm=isolated OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp \
+        OMPI_MCA_btl_vader_single_copy_mechanism=none
+      MPIRUN="$OPAL_PREFIX/bin/mpirun"
+    fi
   else
     note "build: skipped (PREBUILT=1, build/bin/test_gpu)"
   fi
@@ -107,9 +132,21 @@ else
   grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | tee -a "$summary"
 fi
 
+note "mpirun: ${MPIRUN:-none}$([ "$MPIRUN" = "$PWD/.gpu-bundle/openmpi/bin/mpirun" ] && echo " (the bundle's Open MPI)")"
+
 # Megatron core's torch_dist both ways under this machine's PyTorch 2.x (issue 41; CI's is 1.13).
 PYTHON="${PYTHON:-python3}" step torch_dist tests/gpu/torch_dist_with_pytorch.sh build/bin
 grep -E "^PyTorch|passed$" "$out/torch_dist.log" | tee -a "$summary"
+
+# Several ranks sharing this GPU (issue 40): --distributed-backend gloo for DP, the distributed
+# optimizer, TP + SP and PP against one rank's losses; DP=2 over NCCL (refused where NCCL
+# refuses two ranks on one GPU, which is recorded).
+if [ -n "$MPIRUN" ]; then
+  step multi_rank tests/gpu/multi_rank_checks.sh build/bin "$MPIRUN" "$out/multi_rank"
+  grep -E "^[a-z0-9_]+: |multi-rank checks" "$out/multi_rank.log" | tee -a "$summary"
+else
+  note "multi-rank checks: skipped (no mpirun here and none in the bundle)"
+fi
 
 sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
 if [ -n "$sanitizer" ]; then

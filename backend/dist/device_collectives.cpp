@@ -1,0 +1,88 @@
+// --distributed-backend applied to a rank's groups; see device_collectives.hpp.
+#include "backend/dist/device_collectives.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <memory>
+#include <utility>
+
+#include "backend/common/error.hpp"
+#include "backend/dist/nccl_communicator.hpp"
+#include "backend/dist/staged_communicator.hpp"
+
+namespace backend {
+namespace {
+
+// Every group of `groups` (Open MPI's) paired with the same group of an NCCL world: the NCCL
+// id travels in Open MPI's broadcast, and make_process_groups splits the NCCL world in the
+// order it split MPI's, so each pair is the same members in the same rank order.
+void route_over_nccl(ProcessGroups& groups, Device& device, double timeout_minutes) {
+  const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double, std::ratio<60>>(timeout_minutes));
+  std::unique_ptr<Communicator> nccl_world;
+  try {
+    nccl_world = make_nccl_world(device, {.rank = groups.rank,
+                                          .world_size = groups.world->size(),
+                                          .mpi_world = groups.world.get(),
+                                          .rendezvous = {},
+                                          .timeout = timeout});
+  } catch (const common::Error& error) {
+    common::fail(
+        "--distributed-backend nccl: {}; --distributed-backend gloo runs these ranks' "
+        "collectives over Open MPI through host memory instead",
+        error.what());
+  }
+  ProcessGroups nccl = make_process_groups(std::move(nccl_world), groups.layout);
+  const std::pair<std::unique_ptr<Communicator>*, std::unique_ptr<Communicator>*> pairs[] = {
+      {&groups.world, &nccl.world},
+      {&groups.tensor_parallel, &nccl.tensor_parallel},
+      {&groups.data_parallel, &nccl.data_parallel},
+      {&groups.pipeline_parallel, &nccl.pipeline_parallel},
+      {&groups.embedding, &nccl.embedding}};
+  for (const auto& [open_mpi, over_nccl] : pairs) {
+    *open_mpi = make_routed_communicator(std::move(*over_nccl), std::move(*open_mpi));
+  }
+  if (groups.is_first_rank()) {
+    spdlog::info(
+        "--distributed-backend nccl: the GPU tensors' collectives over NCCL, host "
+        "values over Open MPI");
+  }
+}
+
+}  // namespace
+
+void route_collectives(ProcessGroups& groups, Device& device,
+                       const ParallelismArguments& parallelism) {
+  const int64_t ranks = groups.world->size();
+  if (ranks == 1) return;
+  const bool on_gpu = device.memory_kind() == MemoryKind::cuda;
+  if (parallelism.distributed_backend == DistributedBackend::nccl) {
+    if (on_gpu) route_over_nccl(groups, device, parallelism.distributed_timeout_minutes);
+    return;  // on the CPU Open MPI carries the collectives, whichever is named
+  }
+  for (std::unique_ptr<Communicator>* group :
+       {&groups.world, &groups.tensor_parallel, &groups.data_parallel, &groups.pipeline_parallel,
+        &groups.embedding}) {
+    if (!on_gpu) {
+      *group = make_staged_communicator(std::move(*group), device, StagingMemory::host);
+      continue;
+    }
+    // Two communicators of the same members: a duplicate (MPI_Comm_split of one color) for the
+    // staged device tensors, the group itself for host scalars.
+    std::unique_ptr<Communicator> duplicate =
+        (*group)->split(0, (*group)->rank(), (*group)->name());
+    *group = make_routed_communicator(
+        make_staged_communicator(std::move(duplicate), device, StagingMemory::host),
+        std::move(*group));
+  }
+  if (groups.is_first_rank()) {
+    spdlog::info("--distributed-backend gloo: {}",
+                 on_gpu ? "the GPU tensors' collectives over Open MPI through page-locked host "
+                          "memory, host values over Open MPI directly"
+                        : "every collective over Open MPI through a host staging buffer (a copy "
+                          "on the CPU, as a GPU rank's tensors take)");
+  }
+}
+
+}  // namespace backend
