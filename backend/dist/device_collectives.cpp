@@ -14,12 +14,16 @@
 namespace backend {
 namespace {
 
+std::chrono::milliseconds timeout_of(double minutes) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double, std::ratio<60>>(minutes));
+}
+
 // Every group of `groups` (Open MPI's) paired with the same group of an NCCL world: the NCCL
 // id travels in Open MPI's broadcast, and make_process_groups splits the NCCL world in the
 // order it split MPI's, so each pair is the same members in the same rank order.
 void route_over_nccl(ProcessGroups& groups, Device& device, double timeout_minutes) {
-  const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::duration<double, std::ratio<60>>(timeout_minutes));
+  const std::chrono::milliseconds timeout = timeout_of(timeout_minutes);
   std::unique_ptr<Communicator> nccl_world;
   try {
     nccl_world = make_nccl_world(device, {.rank = groups.rank,
@@ -55,7 +59,8 @@ void route_over_nccl(ProcessGroups& groups, Device& device, double timeout_minut
 void route_collectives(ProcessGroups& groups, Device& device,
                        const ParallelismArguments& parallelism) {
   const int64_t ranks = groups.world->size();
-  if (ranks == 1) return;
+  if (ranks == 1 || groups.routed) return;
+  groups.routed = true;
   const bool on_gpu = device.memory_kind() == MemoryKind::cuda;
   if (parallelism.distributed_backend == DistributedBackend::nccl) {
     if (on_gpu) route_over_nccl(groups, device, parallelism.distributed_timeout_minutes);
@@ -83,6 +88,47 @@ void route_collectives(ProcessGroups& groups, Device& device,
                         : "every collective over Open MPI through a host staging buffer (a copy "
                           "on the CPU, as a GPU rank's tensors take)");
   }
+}
+
+ProcessGroups make_groups_without_mpi(Device& device, const ProcessEnvironment& process,
+                                      const ParallelLayout& layout,
+                                      const ParallelismArguments& parallelism) {
+  if (parallelism.distributed_backend == DistributedBackend::gloo) {
+    common::fail(
+        "--distributed-backend gloo runs the collectives over Open MPI, and this task "
+        "({} launch) was not started through MPI: {}",
+        process.launcher, not_started_through_mpi(process, process.world_size));
+  }
+  std::unique_ptr<Communicator> nccl_world;
+  try {
+    nccl_world = make_nccl_world(
+        device, {.rank = process.rank,
+                 .world_size = process.world_size,
+                 .mpi_world = nullptr,
+                 .rendezvous = {.host = process.master_addr, .port = process.master_port},
+                 .timeout = timeout_of(parallelism.distributed_timeout_minutes)});
+  } catch (const common::Error& error) {
+    common::fail("GPU rank {} of {} ({} launch, without MPI): {}", process.rank, process.world_size,
+                 process.launcher, error.what());
+  }
+  ProcessGroups groups = make_process_groups(std::move(nccl_world), layout);
+  for (std::unique_ptr<Communicator>* group :
+       {&groups.world, &groups.tensor_parallel, &groups.data_parallel, &groups.pipeline_parallel,
+        &groups.embedding}) {
+    std::unique_ptr<Communicator> duplicate =
+        (*group)->split(0, (*group)->rank(), (*group)->name());
+    *group = make_routed_communicator(
+        std::move(*group),
+        make_staged_communicator(std::move(duplicate), device, StagingMemory::device));
+  }
+  groups.routed = true;
+  if (groups.is_first_rank()) {
+    spdlog::info(
+        "{} GPU ranks met at {}:{} without MPI: collectives over NCCL, host values "
+        "through a device buffer over NCCL",
+        process.world_size, process.master_addr, process.master_port);
+  }
+  return groups;
 }
 
 }  // namespace backend

@@ -13,6 +13,7 @@
 
 #include "backend/device/device.hpp"
 #include "backend/dist/parallelism_arguments.hpp"
+#include "backend/dist/process_environment.hpp"
 #include "backend/dist/process_groups.hpp"
 
 namespace backend {
@@ -24,5 +25,16 @@ namespace backend {
 // none, a rank's GPU is refused), naming what runs instead.
 void route_collectives(ProcessGroups& groups, Device& device,
                        const ParallelismArguments& parallelism);
+
+// The groups of a GPU rank started without MPI (torchrun's variables, or srun without PMIx,
+// with MASTER_ADDR and MASTER_PORT set; ProcessEnvironment): an NCCL world whose id travels
+// through the TCP rendezvous (tcp_rendezvous.hpp), split by `layout` (of
+// parallelism.world_size == process.world_size ranks), each group's host values staged through
+// a device buffer over a duplicate of it (no Open MPI to carry them). Called by every rank.
+// common::Error with --distributed-backend gloo (Open MPI's) or when NCCL or the rendezvous
+// fails, naming the launch that works.
+ProcessGroups make_groups_without_mpi(Device& device, const ProcessEnvironment& process,
+                                      const ParallelLayout& layout,
+                                      const ParallelismArguments& parallelism);
 
 }  // namespace backend

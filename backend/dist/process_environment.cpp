@@ -51,7 +51,13 @@ ProcessEnvironment read_process_environment() {
     if (!read_integer(source.size, size)) continue;
     environment.world_size = size;
     read_integer(source.rank, environment.rank);
-    read_integer(source.local_rank, environment.local_rank);
+    // PMI launchers name the local rank differently: MPICH's Hydra MPI_LOCALRANKID, Cray's PALS
+    // (mpiexec on PBS systems such as ALCF's) PALS_LOCAL_RANKID, Cray PMI PMI_LOCAL_RANK.
+    if (!read_integer(source.local_rank, environment.local_rank) &&
+        std::string(source.launcher) == "pmi" &&
+        !read_integer("PALS_LOCAL_RANKID", environment.local_rank)) {
+      read_integer("PMI_LOCAL_RANK", environment.local_rank);
+    }
     environment.launcher = source.launcher;
     break;
   }
@@ -82,16 +88,20 @@ std::string not_started_through_mpi(const ProcessEnvironment& environment, int64
     }
     who = torchrun.empty()
               ? std::string("this is one process, started without an MPI launcher")
-              : fmt::format("this is one process: {} {} set, as torchrun sets them, but no MPI "
-                            "launcher started it, and pretrain_gpt's ranks do not meet through "
-                            "torchrun's variables",
-                            fmt::join(torchrun, ", "), torchrun.size() == 1 ? "is" : "are");
+              : fmt::format(
+                    "this is one process: {} {} set, as torchrun sets them, but no MPI "
+                    "launcher started it, and CPU ranks do not meet through torchrun's "
+                    "variables",
+                    fmt::join(torchrun, ", "), torchrun.size() == 1 ? "is" : "are");
   }
-  return fmt::format("{}: pretrain_gpt's ranks are started by an MPI launcher; launch with "
-                     "mpirun/mpiexec (Open MPI: `mpirun -np {} pretrain_gpt <flags>`), or srun "
-                     "--mpi=pmix where Slurm has PMIx (`srun --mpi=pmix -n {} pretrain_gpt "
-                     "<flags>`), which pretrain_gpt joins (docs/parallelism.md)",
-                     who, ranks, ranks);
+  return fmt::format(
+      "{}: pretrain_gpt's CPU ranks are started by an MPI launcher; launch with "
+      "mpirun/mpiexec (Open MPI: `mpirun -np {} pretrain_gpt <flags>`), or srun "
+      "--mpi=pmix where Slurm has PMIx (`srun --mpi=pmix -n {} pretrain_gpt "
+      "<flags>`), which pretrain_gpt joins; GPU ranks (--device cuda) also meet "
+      "without MPI, over NCCL, through torchrun's RANK, WORLD_SIZE, LOCAL_RANK, "
+      "MASTER_ADDR and MASTER_PORT (docs/parallelism.md)",
+      who, ranks, ranks);
 }
 
 bool started_through_mpi(const ProcessEnvironment& environment) {

@@ -18,8 +18,9 @@ struct ProcessEnvironment {
   int64_t world_size = 1;
   std::string node;      // host or Slurm node name, for messages
   std::string launcher;  // "slurm", "openmpi", "pmi", "torchrun" or "" for a single process
-  // SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID (MPICH's PMI) or LOCAL_RANK,
-  // by launcher as above; 0 when the launcher did not say.
+  // SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID (MPICH's PMI; Cray PALS's
+  // PALS_LOCAL_RANKID or PMI_LOCAL_RANK where it is unset) or LOCAL_RANK, by launcher as above;
+  // 0 when the launcher did not say.
   int64_t local_rank = 0;
   std::string master_addr;  // MASTER_ADDR, "" when unset
   int master_port = 0;      // MASTER_PORT (1 to 65535), 0 when unset
@@ -38,9 +39,11 @@ bool started_through_mpi(const ProcessEnvironment& environment);
 
 // Why a process that was not started through MPI cannot be one of `ranks` ranks of pretrain_gpt,
 // and how to start them: "this process is task 0 of 2 (torchrun launch, node n1), but it was not
-// started through MPI, so it cannot reach the other tasks: launch with mpirun/mpiexec (Open MPI:
-// `mpirun -np 2 pretrain_gpt <flags>`) or ..."; for a lone process, which torchrun-style
-// variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR) it has, since those start no MPI.
+// started through MPI, so it cannot reach the other tasks: ... launch with mpirun/mpiexec (Open
+// MPI: `mpirun -np 2 pretrain_gpt <flags>`) or ..., GPU ranks also meet without MPI ..."; for a
+// lone process, which torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR) it
+// has, since those start no MPI. Said to CPU ranks: GPU ranks may meet without MPI
+// (device_collectives.hpp, make_groups_without_mpi).
 std::string not_started_through_mpi(const ProcessEnvironment& environment, int64_t ranks);
 
 }  // namespace backend

@@ -46,6 +46,9 @@ struct ProcessGroups {
   // The first and last stage's ranks of this rank's pipeline (tied word embeddings); on a
   // middle stage a group of its own, unused.
   std::unique_ptr<Communicator> embedding;
+  // Set once each communicator has its routes for device and host memory
+  // (device_collectives.hpp), so they are not routed twice.
+  bool routed = false;
 
   RankCoordinates coordinates() const { return rank_coordinates(layout, rank); }
   // Megatron prints the iteration lines on the last rank, the rest on rank 0.

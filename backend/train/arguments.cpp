@@ -3,11 +3,11 @@
 // _add_learning_rate_args, _add_regularization_args, validate_args).
 #include "backend/train/arguments.hpp"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <iostream>
 #include <map>
@@ -22,6 +22,7 @@
 #include "backend/common/python_format.hpp"
 #include "backend/data/data_blend.hpp"
 #include "backend/data/tokenizer.hpp"
+#include "backend/device/cuda_inventory.hpp"
 #include "backend/dist/parallel_layout.hpp"
 #include "backend/dist/process_environment.hpp"
 #include "backend/model/pipeline_stage.hpp"
@@ -1016,12 +1017,20 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
 }
 
 // Step 2, the environment: the ranks that will train together, MPI's world when this task
-// joins MPI. A task of several that cannot (srun without PMIx, torchrun variables alone)
+// joins MPI, or the launcher's, for GPU ranks that meet without it (torchrun's variables, srun
+// without PMIx: NCCL through the rendezvous, device_collectives.hpp): --device cuda, or auto
+// where a GPU is visible. A task of several that can do neither (a CPU rank without MPI)
 // validates as one process, so that pretrain's refusal names the launch instead of a batch
 // size that does not divide.
-int64_t world_size_from_environment() {
+int64_t world_size_from_environment(DeviceChoice device) {
   const ProcessEnvironment process = read_process_environment();
-  return started_through_mpi(process) ? process.world_size : 1;
+  if (started_through_mpi(process)) return process.world_size;
+  if (process.world_size > 1 &&
+      (device == DeviceChoice::cuda ||
+       (device == DeviceChoice::automatic && !discover_cuda_devices().devices.empty()))) {
+    return process.world_size;
+  }
+  return 1;
 }
 
 // Step 4, --use-checkpoint-args: the model's shape and tokenizer from the --load checkpoint,
@@ -1061,7 +1070,7 @@ std::optional<TrainingArguments> parse_arguments(int argc, const char* const* ar
   std::optional<CommandLine> line = parse_command_line(argc, argv, program);
   if (!line) return std::nullopt;
   TrainingArguments& arguments = line->arguments;
-  arguments.parallelism.world_size = world_size_from_environment();
+  arguments.parallelism.world_size = world_size_from_environment(arguments.device);
   // Step 3, a DeepSpeed configuration file (--deepspeed_config), read and mapped.
   apply_deepspeed_config(line->deepspeed, arguments);
   if (arguments.checkpointing.use_checkpoint_args) take_checkpoint_arguments(*line, std::cout);

@@ -246,6 +246,21 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
 
 TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSource source,
                         ProcessGroups& groups) {
+  // GPU ranks started without MPI (parse_arguments validated them for the launcher's world):
+  // the device first, then the NCCL world through the rendezvous, then the groups.
+  const ProcessEnvironment process = read_process_environment();
+  if (groups.world->size() == 1 && process.world_size > 1 && !started_through_mpi(process) &&
+      a.parallelism.world_size == process.world_size) {
+    SelectedDevice selected = select_device(a, process);
+    if (!selected.gpu) {
+      common::fail("{} (on the CPU, Open MPI carries the collectives)",
+                   not_started_through_mpi(process, process.world_size));
+    }
+    groups = make_groups_without_mpi(*selected.device, process, parallel_layout(a.parallelism),
+                                     a.parallelism);
+    Trainer trainer(a, out, std::move(source), groups, std::move(selected));
+    return trainer.run();
+  }
   Trainer trainer(a, out, std::move(source), groups);
   return trainer.run();
 }
@@ -253,7 +268,7 @@ TrainingResult pretrain(const TrainingArguments& a, std::ostream& out, BatchSour
 // ---- setup: Megatron's initialize_megatron and setup_model_and_optimizer, less the load
 
 Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, BatchSource source,
-                 ProcessGroups& groups)
+                 ProcessGroups& groups, std::optional<SelectedDevice> selected)
     : a_(arguments),
       setup_start_(Clock::now()),
       printed_(printed),
@@ -273,7 +288,7 @@ Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, Batc
   // Every training forward is given its backward's scale (train_step.cpp): no dlogits scratch.
   config_.classifier_gradient_in_forward = true;
   check_launch();
-  selected_ = select_device(a_, read_process_environment());
+  selected_ = selected ? std::move(*selected) : select_device(a_, read_process_environment());
   route_collectives(groups_, *selected_.device, a_.parallelism);
   config_.mixed_precision = mixed_precision_of(a_, *selected_.device);
   check_memory_fits();

@@ -94,8 +94,10 @@ class Trainer {
   // iteration and evaluation lines (Megatron's print_rank_0 / print_rank_last); the others
   // print nothing. `source` empty: the mock dataset with --mock-data, else the datasets the
   // data flags name. `arguments`, `out` and `groups` must outlive the Trainer.
+  // `selected`: the device, where pretrain() had to choose it before the groups could be made
+  // (GPU ranks meeting without MPI); else the Trainer chooses it (select_device).
   Trainer(const TrainingArguments& arguments, std::ostream& out, BatchSource source,
-          ProcessGroups& groups);
+          ProcessGroups& groups, std::optional<SelectedDevice> selected = std::nullopt);
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 

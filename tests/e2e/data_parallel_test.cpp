@@ -436,13 +436,13 @@ TEST_CASE("a stopped rank ends the whole job within --distributed-timeout-minute
   }
 }
 
-TEST_CASE("several tasks started without MPI are refused, saying how to launch") {
+TEST_CASE("several CPU tasks started without MPI are refused, saying how to launch") {
   TemporaryDirectory directory;
   const fs::path log = directory.path / "torchrun.log";
   auto flags = training_flags("gpt2", directory.path / "save");
   // A global batch of one micro batch: two data-parallel ranks could not share it, but the
   // message must be about the launch, which is what is wrong.
-  flags.insert(flags.end(), {"--global-batch-size", "2"});
+  flags.insert(flags.end(), {"--global-batch-size", "2", "--device", "cpu"});
   const pid_t pid = spawn_process(command(1, flags), log,
                                   {"OMP_NUM_THREADS=1", "RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0"});
   CHECK(wait_for_exit(pid) == 2);

@@ -60,10 +60,13 @@ size_t occurrences(const std::string& text, const std::string& part) {
 
 }  // namespace
 
-TEST_CASE("a torchrun-style start with tensor parallelism is told to launch with mpirun") {
+TEST_CASE(
+    "a torchrun-style start on the CPU device with tensor parallelism is told to launch with "
+    "mpirun") {
   test_support::TemporaryDirectory directory;
   const fs::path log = directory.path / "torchrun.log";
-  const std::vector<std::string> flags = tiny_flags({"--tensor-model-parallel-size", "2"});
+  const std::vector<std::string> flags =
+      tiny_flags({"--tensor-model-parallel-size", "2", "--device", "cpu"});
   // torchrun --nproc-per-node 2 sets these for its first process.
   CHECK(run_alone(flags, log, {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1",
                                "MASTER_PORT=29500"}) == 2);
@@ -71,8 +74,11 @@ TEST_CASE("a torchrun-style start with tensor parallelism is told to launch with
   INFO(output);
   CHECK(output.find("world size 1 is not divisible") == std::string::npos);
   CHECK(output.find("this process is task 0 of 2 (torchrun launch") != std::string::npos);
-  CHECK(output.find("pretrain_gpt's ranks are started by an MPI launcher; launch with "
+  CHECK(output.find("pretrain_gpt's CPU ranks are started by an MPI launcher; launch with "
                     "mpirun/mpiexec (Open MPI: `mpirun -np 2 pretrain_gpt <flags>`)") !=
+        std::string::npos);
+  CHECK(output.find("GPU ranks (--device cuda) also meet without MPI, over NCCL, through "
+                    "torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT") !=
         std::string::npos);
 
   // One process that has torchrun's variables but is alone (WORLD_SIZE=1): the same advice,
@@ -99,6 +105,16 @@ TEST_CASE("--device cuda where no GPU can be used says so plainly") {
   CHECK(output.find("CUDA-capable") == std::string::npos);
   // One of the plain reasons: no driver, no device shown, or a build without CUDA.
   CHECK(std::regex_search(output, std::regex(R"(\((no NVIDIA driver is installed on this machine|the NVIDIA driver shows no device with CUDA_VISIBLE_DEVICES=''|this build has no CUDA support))")));
+  // A torchrun-style start with --device cuda is GPU ranks meeting without MPI: validated for
+  // its two ranks (no "needs 2 ranks" refusal), it stops where the GPU is missing.
+  CHECK(run_alone(tiny_flags({"--device", "cuda", "--tensor-model-parallel-size", "2"}), log,
+                  {"CUDA_VISIBLE_DEVICES=", "RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1",
+                   "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500"}) == 2);
+  const std::string torchrun = read_file(log);
+  INFO(torchrun);
+  CHECK(torchrun.find("--device cuda: no GPU is visible to this process (") != std::string::npos);
+  CHECK(torchrun.find("needs 2 ranks") == std::string::npos);
+  CHECK(torchrun.find("MPI launcher") == std::string::npos);
 }
 
 TEST_CASE("the arguments dump is one block although stderr shares its file") {

@@ -20,11 +20,11 @@ namespace {
 struct ScopedEnvironment {
   std::vector<std::pair<std::string, std::optional<std::string>>> saved;
   explicit ScopedEnvironment(std::vector<std::pair<std::string, std::string>> values) {
-    for (const char* name : {"SLURM_STEP_ID", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS",
-                             "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
-                             "PMI_SIZE", "RANK", "WORLD_SIZE", "SLURMD_NODENAME", "SLURM_LOCALID",
-                             "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK",
-                             "MASTER_ADDR", "MASTER_PORT"}) {
+    for (const char* name :
+         {"SLURM_STEP_ID", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_RANK",
+          "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "RANK", "WORLD_SIZE", "SLURMD_NODENAME",
+          "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "LOCAL_RANK",
+          "MASTER_ADDR", "MASTER_PORT", "PALS_LOCAL_RANKID", "PMI_LOCAL_RANK"}) {
       const char* old = std::getenv(name);
       saved.emplace_back(name, old ? std::optional<std::string>(old) : std::nullopt);
       unsetenv(name);
@@ -103,6 +103,26 @@ TEST_CASE("the local rank, MASTER_ADDR and MASTER_PORT (the rendezvous's) are re
     CHECK(process.local_rank == 3);  // the launcher's own variable
     CHECK(process.master_addr.empty());
     CHECK(process.master_port == 0);
+  }
+  {
+    // Cray's PALS mpiexec (PBS systems such as ALCF's) names the local rank its own way; MPICH's
+    // Hydra variable wins where both are set.
+    ScopedEnvironment environment({{"PMI_RANK", "6"},
+                                   {"PMI_SIZE", "8"},
+                                   {"PALS_LOCAL_RANKID", "2"},
+                                   {"PMI_LOCAL_RANK", "5"}});
+    CHECK(read_process_environment().local_rank == 2);
+  }
+  {
+    ScopedEnvironment environment({{"PMI_RANK", "6"}, {"PMI_SIZE", "8"}, {"PMI_LOCAL_RANK", "3"}});
+    CHECK(read_process_environment().local_rank == 3);
+  }
+  {
+    ScopedEnvironment environment({{"PMI_RANK", "6"},
+                                   {"PMI_SIZE", "8"},
+                                   {"MPI_LOCALRANKID", "1"},
+                                   {"PALS_LOCAL_RANKID", "2"}});
+    CHECK(read_process_environment().local_rank == 1);
   }
   {
     ScopedEnvironment environment({});
