@@ -417,7 +417,8 @@ int launch_main(const MainOptions& options, std::ostream& terminal) {
       const auto training_choice = composed.choices.find("training");
       check_training_family(training_choice == composed.choices.end() ? std::nullopt
                                                                        : training_choice->second);
-      enforce_training_preflight(config);  // before anything is written or queued
+      // Before anything is written or queued.
+      enforce_training_preflight(config, backend.name(), options.dry_run);
     }
   }
   const StageContext stage_context{config, backend_bin_dir, job_name_prefix};

@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "backend/common/error.hpp"
+#include "backend/common/gpu_capabilities.hpp"
 
 namespace backend {
 
@@ -38,7 +39,7 @@ void check_mixed_precision_layout(const GptConfig& config, const ModelParallelis
         "computes in fp32 or fp64",
         half, half, device.name());
   }
-  if (sizes.tensor_parallel > 1 || !stage.whole_model() ||
+  if (!common::gpu_mixed_precision_runs(sizes.tensor_parallel, stage.pipeline_parallel) ||
       parallelism.sharded_data_parallel != nullptr) {
     common::fail(
         "GptModel: {} mixed precision is built for one rank's whole model (data "

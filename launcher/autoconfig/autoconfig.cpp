@@ -68,7 +68,10 @@ struct Checked {
 Checked compose_and_check(const MainOptions& options) {
   LaunchComposition launch = compose_for_launch(options);
   const Node config = resolve(launch.composed.config, ResolveContext{launch.composed.choices});
-  return {std::move(launch.composed), training_preflight(config)};
+  PreflightReport report = training_preflight(config, launch.backend->name());
+  // A layout the cluster's GPUs cannot run yet is no candidate.
+  for (auto& unsupported : report.unsupported) report.problems.push_back(std::move(unsupported));
+  return {std::move(launch.composed), std::move(report)};
 }
 
 // The memory problem is the preflight's last and names cluster.gpu_memory_gb.

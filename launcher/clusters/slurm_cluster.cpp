@@ -205,10 +205,27 @@ std::string render_sbatch(const JobSpec& job, const std::filesystem::path& scrip
   }
 
   TemplateData data = common_template_data(job, script_path);
+  // Ranks of one training job meet: through MPI where srun has PMIx and cluster.srun_args does
+  // not choose an --mpi plugin itself, else (GPU ranks) at MASTER_ADDR:MASTER_PORT, unless
+  // env_vars set them.
+  const bool several_ranks =
+      job.ranks_meet && job.nodes * job.tasks_per_node > 1 && !job.is_array();
+  const bool chooses_mpi =
+      std::any_of(srun_arguments.begin(), srun_arguments.end(), [](const std::string& argument) {
+        return argument == "--mpi" || argument.starts_with("--mpi=");
+      });
+  const bool sets_rendezvous =
+      std::any_of(job.environment.begin(), job.environment.end(), [](const auto& variable) {
+        return variable.first == "MASTER_ADDR" || variable.first == "MASTER_PORT";
+      });
+  data.set("pmix_probe", several_ranks && !chooses_mpi);
+  data.set("rendezvous", several_ranks && !sets_rendezvous);
   TemplateData directive_list{TemplateData::type::list};
   for (const auto& line : directives) directive_list.push_back(TemplateData(line));
   data.set("directives", directive_list);
-  data.set("srun_arguments", srun_arguments.empty() ? std::string() : shell_join(srun_arguments));
+  // With its space after it: an srun without extra arguments is `srun <command>`.
+  data.set("srun_arguments",
+           srun_arguments.empty() ? std::string() : shell_join(srun_arguments) + " ");
   // With a container the backend is in the image (container/README.md: backend_bin_dir is the
   // image's path), so the script's check for it on the batch node would stop every job.
   data.set("in_container", !context.container_image.empty());

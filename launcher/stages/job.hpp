@@ -32,6 +32,10 @@ struct JobSpec {
   // A CPU job that takes whole nodes as NeMo's Pile preprocessing does (its tasks use every
   // core): it gets the cluster's `exclusive` and `mem` requests, not the GPU ones.
   bool whole_node = false;
+  // The tasks are ranks of one training job that meet one another (pretrain_gpt): Slurm's script
+  // starts them under PMIx where srun has it, so they join MPI, and exports where GPU ranks meet
+  // without it (MASTER_ADDR, MASTER_PORT: docs/parallelism.md).
+  bool ranks_meet = false;
   std::string time_limit;              // Slurm's D-HH:MM:SS, may be empty
   std::string tool;                    // the backend executable's name, for "not built" messages
   // Scheduler dependencies: the id of the job this one runs after, set by the launcher from the

@@ -17,6 +17,7 @@
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/flag_rules.hpp"
+#include "backend/common/gpu_capabilities.hpp"
 #include "backend/data/tokenizer.hpp"
 #include "launcher/config/scalar_text.hpp"
 #include "launcher/stages/training_keys.hpp"
@@ -100,6 +101,8 @@ void check_layout_and_memory(const Node& config, const Node& training, Preflight
   const int64_t nodes = integer(training, "trainer.num_nodes", 1);
   const int64_t devices = integer(training, "trainer.devices", 1);
   report.gpus = checked_multiply(nodes, devices, "training.trainer.num_nodes × devices");
+  report.nodes = nodes;
+  report.gpus_per_node = devices;
   const int64_t tp = report.tensor_parallel = integer(training, "model.tensor_model_parallel_size", 1);
   const int64_t pp = report.pipeline_parallel =
       integer(training, "model.pipeline_model_parallel_size", 1);
@@ -305,9 +308,61 @@ void check_layout_and_memory(const Node& config, const Node& training, Preflight
   }
 }
 
+// Whether the stage's jobs get GPUs: Slurm with a GPU request (NeMo's bcm.yaml asks with
+// gpus_per_node; gpus_per_task or gres too), PBS and Kubernetes (GPU nodes, as NeMo's configs
+// describe them). The local cluster runs on this machine's GPU where one is visible, else on
+// the CPU: the launcher cannot tell, so it warns instead of refusing.
+bool cluster_gives_gpus(const Node& config, std::string_view cluster_type) {
+  if (cluster_type == "pbs" || cluster_type == "k8s") return true;
+  if (cluster_type != "bcm") return false;
+  for (const char* key : {"cluster.gpus_per_node", "cluster.gpus_per_task", "cluster.gres"}) {
+    if (find_set(config, key) != nullptr) return true;
+  }
+  return false;
+}
+
+// What pretrain_gpt cannot run on this cluster's GPUs yet (the header's list).
+void check_gpu_layout(const Node& config, std::string_view cluster_type, PreflightReport& report) {
+  const bool gpus = cluster_gives_gpus(config, cluster_type);
+  const bool mixed_precision =
+      report.precision.starts_with("bf16") || report.precision.starts_with("16");
+  if (mixed_precision &&
+      !common::gpu_mixed_precision_runs(report.tensor_parallel, report.pipeline_parallel)) {
+    const std::string what = fmt::format(
+        "training.trainer.precision {} with training.model.tensor_model_parallel_size {} and "
+        "pipeline_model_parallel_size {}: pretrain_gpt's GPUs train 16-bit mixed precision on "
+        "one rank's whole model so far (data parallelism and the distributed optimizer; tensor "
+        "and pipeline parallelism in bf16 or fp16 are not built yet)",
+        report.precision, report.tensor_parallel, report.pipeline_parallel);
+    if (gpus) {
+      report.unsupported.push_back(what +
+                                   ": set training.trainer.precision=32, or both sizes to 1");
+    } else if (cluster_type == "local") {
+      report.warnings.push_back(what +
+                                "; on this machine's GPU pretrain_gpt would refuse it, on "
+                                "the CPU it trains in fp32");
+    }
+  }
+  if (cluster_type != "bcm" || !gpus) return;
+  const Node* per_node = find_set(config, "cluster.gpus_per_node");
+  if (per_node == nullptr) return;
+  const int64_t node_gpus = per_node->as_int("cluster.gpus_per_node");
+  if (report.gpus_per_node > node_gpus) {
+    report.unsupported.push_back(fmt::format(
+        "training.trainer.devices {} tasks per node, but cluster.gpus_per_node {}: ranks would "
+        "share GPUs, which NCCL refuses; set training.trainer.devices={} (one task per GPU)",
+        report.gpus_per_node, node_gpus, node_gpus));
+  } else if (report.gpus_per_node < node_gpus) {
+    report.warnings.push_back(fmt::format(
+        "training.trainer.devices {} tasks per node with cluster.gpus_per_node {}: {} GPU(s) of "
+        "each node stay idle (one task per GPU uses them all: training.trainer.devices={})",
+        report.gpus_per_node, node_gpus, node_gpus - report.gpus_per_node, node_gpus));
+  }
+}
+
 }  // namespace
 
-PreflightReport training_preflight(const Node& config) {
+PreflightReport training_preflight(const Node& config, std::string_view cluster_type) {
   PreflightReport report;
   const Node& training = at_path(config, "training");
   auto& problems = report.problems;
@@ -322,6 +377,7 @@ PreflightReport training_preflight(const Node& config) {
   if (!value_problems.empty()) return report;
   try {
     check_layout_and_memory(config, training, report);
+    check_gpu_layout(config, cluster_type, report);
   } catch (const common::Error& error) {
     problems.push_back(error.what());  // a product of sizes that does not fit int64
   }
@@ -332,26 +388,35 @@ std::vector<std::string> format_preflight(const PreflightReport& report) {
   const std::string capacity =
       report.gpu_memory_bytes > 0 ? " of " + common::format_gigabytes(report.gpu_memory_bytes) : "";
   std::vector<std::string> lines = {
-      fmt::format("preflight: {} GPU(s) = tp {} × pp {}{} × dp {}; {:.1f}M parameters; precision "
-                  "{}; distributed optimizer {}; recompute {}; attention fused (no s² scores "
-                  "kept); vocabulary {} ({}), padded to {}",
-                  report.gpus, report.tensor_parallel, report.pipeline_parallel,
-                  report.virtual_pipeline > 1
-                      ? fmt::format(" (interleaved, {} model chunks per stage)",
-                                    report.virtual_pipeline)
-                      : "",
-                  report.data_parallel, report.parameters / 1e6, report.precision,
-                  report.distributed_optimizer ? "yes" : "no", report.recompute,
-                  report.vocabulary, report.vocabulary_source, report.padded_vocabulary),
+      fmt::format(
+          "preflight: {} GPU(s) ({} node(s) × {}) = tp {} × pp {}{} × dp {}; {:.1f}M "
+          "parameters; precision {}; distributed optimizer {}; recompute {}; attention "
+          "fused (no s² scores kept); vocabulary {} ({}), padded to {}",
+          report.gpus, report.nodes, report.gpus_per_node, report.tensor_parallel,
+          report.pipeline_parallel,
+          report.virtual_pipeline > 1
+              ? fmt::format(" (interleaved, {} model chunks per stage)", report.virtual_pipeline)
+              : "",
+          report.data_parallel, report.parameters / 1e6, report.precision,
+          report.distributed_optimizer ? "yes" : "no", report.recompute, report.vocabulary,
+          report.vocabulary_source, report.padded_vocabulary),
       "preflight: memory per GPU (estimate, most loaded pipeline stage)",
   };
   for (auto& line : common::format_memory_estimate(report.memory, capacity)) lines.push_back(std::move(line));
   return lines;
 }
 
-void enforce_training_preflight(const Node& config) {
-  const PreflightReport report = training_preflight(config);
+void enforce_training_preflight(const Node& config, std::string_view cluster_type, bool dry_run) {
+  PreflightReport report = training_preflight(config, cluster_type);
   for (const auto& warning : report.warnings) spdlog::warn("{}", warning);
+  for (auto& unsupported : report.unsupported) {
+    if (dry_run) {
+      spdlog::warn("{} (--dry-run renders the scripts; without it the launch is refused)",
+                   unsupported);
+    } else {
+      report.problems.push_back(std::move(unsupported));
+    }
+  }
   if (report.parameters > 0) {
     for (const auto& line : format_preflight(report)) spdlog::info("{}", line);
   }

@@ -11,6 +11,13 @@
 //   - a split with a non-empty validation share when validation runs (limit_val_batches > 0)
 //     — Megatron's bare `assert num_samples > 0` otherwise; the test share may be 0, as
 //     pretrain_gpt then skips the test pass as Megatron does
+//   - on a cluster whose jobs get GPUs (Slurm with a GPU request, PBS, Kubernetes), what
+//     pretrain_gpt's CUDA path does not run yet (backend/common/gpu_capabilities.hpp: 16-bit
+//     mixed precision with tensor or pipeline parallelism), and on Slurm more tasks per node
+//     (trainer.devices) than cluster.gpus_per_node, whose ranks would share GPUs, which NCCL
+//     refuses; these are `unsupported`: refused, or warned about on a dry run, which renders
+//     the scripts to be read. On the local cluster (the CPU where no GPU is visible) the first
+//     is a warning; fewer tasks than GPUs per node is a warning (GPUs idle)
 //   - per-GPU memory estimate (weights, gradients, optimizer states, activations) against
 //     cluster.gpu_memory_gb when the cluster config gives it, with the vocabulary of the
 //     tokenizer's files when the launcher can read them (model.tokenizer.model, or a Hugging
@@ -22,6 +29,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/common/memory_estimate.hpp"
@@ -33,6 +41,7 @@ using MemoryEstimate = common::MemoryEstimate;
 
 struct PreflightReport {
   int64_t gpus = 1;
+  int64_t nodes = 1, gpus_per_node = 1;  // trainer.num_nodes and trainer.devices
   int64_t tensor_parallel = 1, pipeline_parallel = 1, data_parallel = 1;
   int64_t virtual_pipeline = 1;  // model chunks per pipeline stage (> 1: interleaved schedule)
   double parameters = 0;  // whole model
@@ -48,15 +57,20 @@ struct PreflightReport {
   double gpu_memory_bytes = 0;  // 0: not given by the cluster config
   std::vector<std::string> warnings;  // keys with an effect in NeMo and none here (not strict)
   std::vector<std::string> problems;
+  // What the backend cannot run on this cluster's GPUs yet (above): refused like problems,
+  // except on a dry run.
+  std::vector<std::string> unsupported;
 };
 
-// Reads `training` (and `cluster` for gpu_memory_gb) from a resolved config.
-PreflightReport training_preflight(const Node& config);
+// Reads `training` (and `cluster` for gpu_memory_gb and the GPU request) from a resolved config,
+// for the cluster `cluster_type` names (bcm, pbs, k8s or local: the launch's resolved type).
+PreflightReport training_preflight(const Node& config, std::string_view cluster_type);
 
 // The memory table and the layout line, for the log.
 std::vector<std::string> format_preflight(const PreflightReport& report);
 
-// Logs the table and throws common::Error listing every problem, if any.
-void enforce_training_preflight(const Node& config);
+// Logs the table and throws common::Error listing every problem, and every unsupported layout
+// unless `dry_run` (then each is a warning saying the launch would refuse it).
+void enforce_training_preflight(const Node& config, std::string_view cluster_type, bool dry_run);
 
 }  // namespace launcher

@@ -822,6 +822,7 @@ JobSpec build_training_job(const StageContext& context) {
     common::fail("training.trainer.num_nodes ({}) and training.trainer.devices ({}) must be ≥ 1",
                  job.nodes, job.tasks_per_node);
   }
+  job.ranks_meet = true;
   job.command.push_back((context.backend_bin_dir / job.tool).string());
   for (auto& argument : megatron_training_arguments(context.config)) {
     job.command.push_back(std::move(argument));

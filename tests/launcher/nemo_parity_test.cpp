@@ -60,6 +60,12 @@ const std::vector<std::string> kSrunOptionsNotRepeated = {"--output", "--error"}
 //   ours exports it in the script, before srun, which passes it to every task: the same value
 //   reaches the same processes.
 const std::string kExportedNotPrefixed = "CUDA_DEVICE_MAX_CONNECTIONS";
+// - The ranks' meeting (docs/parallelism.md): NeMo's PyTorch Lightning derives MASTER_ADDR and
+//   MASTER_PORT from Slurm's variables in Python, ours exports them in the script from the same
+//   variables; and ours starts srun under PMIx where `srun --mpi=list` has it (the word below),
+//   so that the tasks join MPI.
+const std::vector<std::string> kRendezvousExports = {"export MASTER_ADDR", "export MASTER_PORT="};
+const std::string kSrunMpiWord = R"(${srun_mpi:+"$srun_mpi"})";
 // - The script's comments and its body around srun (header comment, set -euo pipefail,
 //   mkdir/cd, the check that the backend exists) are ours; they are not compared.
 
@@ -193,6 +199,11 @@ TEST_CASE("NeMo's four cases render as NeMo rendered them: <run>_hydra.yaml, #SB
     const auto exported = std::find(our_exports.begin(), our_exports.end(), "export " + prefixed);
     CHECK(nemo_prefixes == (exported != our_exports.end()));
     if (exported != our_exports.end()) our_exports.erase(exported);
+    for (const auto& rendezvous : kRendezvousExports) {
+      CHECK(std::erase_if(our_exports, [&](const std::string& line) {
+              return line.starts_with(rendezvous);
+            }) == 1);
+    }
     CHECK(our_exports == lines_starting_with(nemo_script, "export "));
 
     // srun's options before the command: NeMo's, less --output/--error, which ours leaves to
@@ -209,7 +220,11 @@ TEST_CASE("NeMo's four cases render as NeMo rendered them: <run>_hydra.yaml, #SB
     const auto program = std::find_if(our_command_words.begin(), our_command_words.end(),
                                       [](const std::string& word) { return word.ends_with("/pretrain_gpt"); });
     REQUIRE(program != our_command_words.end());
-    CHECK(srun_options(ours.script, *program) == nemo_srun);
+    std::vector<std::string> our_srun = srun_options(ours.script, *program);
+    REQUIRE(!our_srun.empty());
+    CHECK(our_srun.front() == kSrunMpiWord);
+    our_srun.erase(our_srun.begin());
+    CHECK(our_srun == nemo_srun);
   }
 }
 

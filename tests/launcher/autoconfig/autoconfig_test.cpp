@@ -34,7 +34,8 @@ double estimate(int64_t tp, int64_t mbs) {
       "training.model.optim.name=fused_adam",
       "training.model.activations_checkpoint_granularity=null"};
   const ComposedConfig config = compose({kConfDir, "config", overrides});
-  return training_preflight(resolve(config.config, ResolveContext{config.choices})).memory.total_bytes();
+  return training_preflight(resolve(config.config, ResolveContext{config.choices}), "local")
+      .memory.total_bytes();
 }
 
 }  // namespace

@@ -3,11 +3,12 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include <filesystem>
-#include <iterator>
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -391,4 +392,101 @@ TEST_CASE("an environment name that is not an identifier never reaches an export
   job.environment = {{"X=1; touch pwned; Y", "v"}};
   CHECK_THROWS_WITH_AS(render_local_script(job, "/r/x.sh", {kTemplates, &cluster, "", {}}),
                        doctest::Contains("env_vars."), common::Error);
+}
+
+namespace {
+
+// A GPU training job's sbatch script as NeMo's bcm.yaml renders it, with NCCL's variables in
+// env_vars.
+std::string gpu_training_sbatch(std::vector<std::string> srun_args = {},
+                                std::vector<std::pair<std::string, std::string>> extra = {}) {
+  std::string yaml =
+      "partition: null\naccount: null\nexclusive: true\ngpus_per_task: null\ngpus_per_node: 8\n"
+      "mem: 0\njob_name_prefix: nemo-megatron-\ngres: null\nstderr_to_stdout: true\nsrun_args: [";
+  for (size_t i = 0; i < srun_args.size(); ++i) yaml += (i ? ", " : "") + srun_args[i];
+  const Node cluster = parse_yaml(yaml + "]\n", "bcm.yaml");
+  JobSpec job = sample_job("/lustre/results/gpt3_126m");
+  job.environment = {{"NCCL_DEBUG", "WARN"}, {"NCCL_IB_HCA", "mlx5_0,mlx5_1"}};
+  job.environment.insert(job.environment.end(), extra.begin(), extra.end());
+  job.ranks_meet = true;
+  job.tool = "pretrain_gpt";
+  return render_sbatch(job, "/lustre/x.sh", {kTemplates, &cluster, "", {}});
+}
+
+// The script's lines from its first export to the srun line, run by bash with Slurm's variables
+// and `scontrol` and `srun` on PATH answering as a cluster would; prints what srun would get.
+std::string run_script_setup(const std::string& script, const std::string& mpi_list) {
+  TemporaryDirectory directory;
+  const fs::path bin = directory.path / "bin";
+  fs::create_directories(bin);
+  std::ofstream(bin / "scontrol") << "#!/bin/sh\n[ \"$1 $2 $3\" = 'show hostnames gpu[017-018]' ] "
+                                     "&& printf 'gpu017\\ngpu018\\n'\n";
+  std::ofstream(bin / "srun") << "#!/bin/sh\n[ \"$1\" = --mpi=list ] && printf '%s\\n' " +
+                                     mpi_list + " >&2\n";
+  fs::permissions(bin / "scontrol", fs::perms::owner_all);
+  fs::permissions(bin / "srun", fs::perms::owner_all);
+  const size_t begin = script.find("\nexport ");
+  const size_t end = script.find("\nif ! command -v");
+  REQUIRE(begin != std::string::npos);
+  REQUIRE(end != std::string::npos);
+  std::string setup_lines;
+  std::istringstream lines(script.substr(begin, end - begin));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with("mkdir ") || line.starts_with("cd ")) continue;  // the results directory
+    setup_lines += line + "\n";
+  }
+  const fs::path setup = directory.path / "setup.sh";
+  std::ofstream(setup) << "set -euo pipefail\nPATH=" << bin.string() << ":$PATH\n"
+                       << "SLURM_JOB_NODELIST='gpu[017-018]' SLURM_JOB_ID=7723456\n"
+                       << setup_lines
+                       << "printf '%s %s <%s>\\n' \"$MASTER_ADDR\" \"$MASTER_PORT\" "
+                          "\"${srun_mpi:-}\"\n";
+  const auto run = run_and_capture({"bash", setup.string()});
+  INFO(run.output);
+  CHECK(run.exit_code == 0);
+  return run.output;
+}
+
+}  // namespace
+
+TEST_CASE("a GPU training job's sbatch script: NCCL's env_vars, the rendezvous, srun under PMIx") {
+  const std::string script = gpu_training_sbatch();
+  test_support::check_golden(script, "training_gpu_sbatch.sh");
+  CHECK(bash_accepts(script));
+  CHECK(script.find("#SBATCH --ntasks-per-node=8\n#SBATCH --output=") != std::string::npos);
+  CHECK(script.find("export NCCL_IB_HCA=mlx5_0,mlx5_1\n") != std::string::npos);
+  CHECK(script.find("srun ${srun_mpi:+\"$srun_mpi\"} /opt/bin/pretrain_gpt") != std::string::npos);
+  // The first node of the allocation, a port from the job id (Lightning's 15000 + its last
+  // four digits), and --mpi=pmix exactly where this Slurm lists PMIx.
+  CHECK(run_script_setup(script,
+                         "'MPI plugin types are...' none pmi2 pmix "
+                         "'specific pmix plugin versions available: pmix_v4'") ==
+        "gpu017 18456 <--mpi=pmix>\n");
+  CHECK(run_script_setup(script, "'MPI plugin types are...' none cray_shasta pmi2") ==
+        "gpu017 18456 <>\n");
+}
+
+TEST_CASE(
+    "srun_args choosing an --mpi plugin, env_vars setting MASTER_ADDR, one task: left as given") {
+  const std::string chosen = gpu_training_sbatch({"--mpi=pmi2"});
+  CHECK(chosen.find("srun_mpi") == std::string::npos);
+  CHECK(chosen.find("srun --mpi=pmi2 /opt/bin/pretrain_gpt") != std::string::npos);
+  CHECK(chosen.find("export MASTER_PORT=$((15000") != std::string::npos);
+  const std::string given =
+      gpu_training_sbatch({}, {{"MASTER_ADDR", "head.example"}, {"MASTER_PORT", "29500"}});
+  CHECK(given.find("export MASTER_ADDR=head.example\nexport MASTER_PORT=29500\n") !=
+        std::string::npos);
+  CHECK(given.find("scontrol show hostnames") == std::string::npos);
+  // One task meets nobody; a data-preparation job is not a training job's ranks.
+  const Node cluster = parse_yaml("gpus_per_node: 8\n", "bcm.yaml");
+  JobSpec alone = sample_job("/lustre/results/gpt3_126m");
+  alone.nodes = 1;
+  alone.tasks_per_node = 1;
+  alone.ranks_meet = true;
+  const std::string one = render_sbatch(alone, "/lustre/x.sh", {kTemplates, &cluster, "", {}});
+  CHECK(one.find("MASTER_ADDR") == std::string::npos);
+  CHECK(one.find("srun_mpi") == std::string::npos);
+  const std::string other = render_sbatch(sample_job("/lustre/results/gpt3_126m"), "/lustre/x.sh",
+                                          {kTemplates, &cluster, "", {}});
+  CHECK(other.find("MASTER_ADDR") == std::string::npos);
 }

@@ -112,7 +112,7 @@ TEST_CASE("every key of NeMo's GPT and Llama training configs is mapped or in th
       // NeMo's values: no key that would change the model, and a config pretrain_gpt takes.
       const TrainingKeyReport report = account_training_keys(config.config);
       CHECK(report.errors.empty());
-      const PreflightReport preflight = training_preflight(config.config);
+      const PreflightReport preflight = training_preflight(config.config, "local");
       CHECK(preflight.problems == std::vector<std::string>{});
       CHECK_NOTHROW(megatron_training_arguments(config.config));
       ++checked;
@@ -173,15 +173,16 @@ TEST_CASE("a key with an effect in NeMo and none here: a warning in NeMo's tree,
   REQUIRE(warned.warnings.size() == 1);
   CHECK(warned.warnings[0].find("training.model.transformer_engine is 'true'") != std::string::npos);
   CHECK(warned.warnings[0].find("Transformer Engine") != std::string::npos);
-  CHECK(training_preflight(lenient.config).warnings == warned.warnings);
+  CHECK(training_preflight(lenient.config, "local").warnings == warned.warnings);
 
   // Our conf sets strict_keys: true.
   const TrainingKeyReport strict = account_training_keys(ours({"training.model.transformer_engine=true"}));
   REQUIRE(strict.errors.size() == 1);
   CHECK(strict.errors[0].find("strict_keys") != std::string::npos);
   CHECK(strict.warnings.empty());
-  CHECK(any_contains(training_preflight(ours({"training.model.transformer_engine=true"})).problems,
-                     "training.model.transformer_engine"));
+  CHECK(any_contains(
+      training_preflight(ours({"training.model.transformer_engine=true"}), "local").problems,
+      "training.model.transformer_engine"));
 
   // At NeMo's neutral value nothing is said.
   const TrainingKeyReport neutral = account_training_keys(ours({"training.model.transformer_engine=false"}));

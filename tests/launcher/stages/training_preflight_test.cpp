@@ -22,6 +22,11 @@ Node composed(std::vector<std::string> overrides) {
   return resolve(config.config, ResolveContext{config.choices});
 }
 
+// On the local cluster: the checks of every cluster, none of the GPU cluster's.
+PreflightReport local_preflight(const Node& config) {
+  return training_preflight(config, "local");
+}
+
 bool mentions(const PreflightReport& report, const std::string& text) {
   for (const auto& problem : report.problems) {
     if (problem.find(text) != std::string::npos) return true;
@@ -31,7 +36,7 @@ bool mentions(const PreflightReport& report, const std::string& text) {
 }  // namespace
 
 TEST_CASE("the shipped gpt3/126m passes, with a memory table of the right size") {
-  const auto report = training_preflight(composed({}));
+  const auto report = local_preflight(composed({}));
   CHECK(report.problems.empty());
   CHECK(report.parameters > 120'000'000);
   CHECK(report.parameters < 130'000'000);
@@ -44,10 +49,11 @@ TEST_CASE("the shipped gpt3/126m passes, with a memory table of the right size")
 }
 
 TEST_CASE("every layout problem is reported, naming the keys") {
-  const auto report = training_preflight(composed(
+  const auto report = local_preflight(composed(
       {"training.trainer.num_nodes=2", "training.trainer.devices=8",
-       "training.model.tensor_model_parallel_size=5", "training.model.pipeline_model_parallel_size=5",
-       "training.model.encoder_seq_length=4096", "training.model.max_position_embeddings=2048"}));
+       "training.model.tensor_model_parallel_size=5",
+       "training.model.pipeline_model_parallel_size=5", "training.model.encoder_seq_length=4096",
+       "training.model.max_position_embeddings=2048"}));
   CHECK(mentions(report, "tensor_model_parallel_size 5 × pipeline_model_parallel_size 5 = 25 does "
                          "not divide the 16 GPUs"));
   CHECK(mentions(report, "num_attention_heads 12 is not divisible by tensor_model_parallel_size 5"));
@@ -56,9 +62,9 @@ TEST_CASE("every layout problem is reported, naming the keys") {
 }
 
 TEST_CASE("the global batch must split into micro batches over the data-parallel ranks") {
-  const auto report = training_preflight(composed(
-      {"training.trainer.devices=8", "training.model.global_batch_size=36",
-       "training.model.micro_batch_size=4"}));
+  const auto report =
+      local_preflight(composed({"training.trainer.devices=8", "training.model.global_batch_size=36",
+                                "training.model.micro_batch_size=4"}));
   CHECK(mentions(report, "global_batch_size 36 is not divisible by micro_batch_size 4 × "
                          "data-parallel size 8"));
 }
@@ -70,8 +76,8 @@ TEST_CASE("the interleaved schedule's rules are checked before queueing, naming 
                                        "training.model.pipeline_model_parallel_size=4"});
     return composed(overrides);
   };
-  const auto fits = training_preflight(
-      interleaved({"+training.model.virtual_pipeline_model_parallel_size=3"}));
+  const auto fits =
+      local_preflight(interleaved({"+training.model.virtual_pipeline_model_parallel_size=3"}));
   for (const auto& problem : fits.problems) MESSAGE(problem);
   CHECK(fits.problems.empty());
   CHECK(fits.virtual_pipeline == 3);
@@ -81,7 +87,7 @@ TEST_CASE("the interleaved schedule's rules are checked before queueing, naming 
   // Null and 1 are the plain schedule, whatever pp is.
   for (const std::string chunks : {"null", "1"}) {
     CAPTURE(chunks);
-    const auto plain = training_preflight(
+    const auto plain = local_preflight(
         composed({"+training.model.virtual_pipeline_model_parallel_size=" + chunks}));
     CHECK(plain.problems.empty());
     CHECK(plain.virtual_pipeline == 1);
@@ -91,10 +97,10 @@ TEST_CASE("the interleaved schedule's rules are checked before queueing, naming 
   // pp ≤ 2: Megatron's interleaved schedule (without overlapped p2p) needs more stages.
   for (const std::string pp : {"1", "2"}) {
     CAPTURE(pp);
-    const auto report = training_preflight(composed(
-        {"training.trainer.devices=" + pp, "training.model.num_layers=24",
-         "training.model.pipeline_model_parallel_size=" + pp,
-         "+training.model.virtual_pipeline_model_parallel_size=2"}));
+    const auto report =
+        local_preflight(composed({"training.trainer.devices=" + pp, "training.model.num_layers=24",
+                                  "training.model.pipeline_model_parallel_size=" + pp,
+                                  "+training.model.virtual_pipeline_model_parallel_size=2"}));
     REQUIRE(report.problems.size() == 1);
     CHECK(report.problems.front() ==
           "training.model.virtual_pipeline_model_parallel_size 2 needs "
@@ -103,26 +109,26 @@ TEST_CASE("the interleaved schedule's rules are checked before queueing, naming 
               "to null");
   }
   // 24 layers in 4 stages of 5 chunks.
-  const auto uneven = training_preflight(
-      interleaved({"+training.model.virtual_pipeline_model_parallel_size=5"}));
+  const auto uneven =
+      local_preflight(interleaved({"+training.model.virtual_pipeline_model_parallel_size=5"}));
   REQUIRE(uneven.problems.size() == 1);
   CHECK(uneven.problems.front() ==
         "training.model.num_layers 24 is not divisible by pipeline_model_parallel_size 4 × "
         "virtual_pipeline_model_parallel_size 5 = 20 (every model chunk holds the same number of "
         "layers)");
   // 24 / (4 × 1) = 6 micro batches per step, not a whole number of rounds of pp 4.
-  const auto batches = training_preflight(
-      interleaved({"+training.model.virtual_pipeline_model_parallel_size=3",
-                   "training.model.global_batch_size=24"}));
+  const auto batches =
+      local_preflight(interleaved({"+training.model.virtual_pipeline_model_parallel_size=3",
+                                   "training.model.global_batch_size=24"}));
   REQUIRE(batches.problems.size() == 1);
   CHECK(batches.problems.front() ==
         "training.model.global_batch_size 24 / (micro_batch_size 4 × data-parallel size 1) = 6 "
         "micro batches per step is not divisible by pipeline_model_parallel_size 4, as Megatron's "
         "interleaved schedule (virtual_pipeline_model_parallel_size 3) needs");
   // The same batch is fine without interleaving.
-  CHECK(training_preflight(interleaved({"training.model.global_batch_size=24"})).problems.empty());
+  CHECK(local_preflight(interleaved({"training.model.global_batch_size=24"})).problems.empty());
   // All of them at once.
-  const auto all = training_preflight(composed(
+  const auto all = local_preflight(composed(
       {"training.trainer.devices=2", "training.model.num_layers=25",
        "training.model.pipeline_model_parallel_size=2", "training.model.global_batch_size=12",
        "+training.model.virtual_pipeline_model_parallel_size=2"}));
@@ -133,7 +139,7 @@ TEST_CASE("the interleaved schedule's rules are checked before queueing, naming 
                       "pipeline_model_parallel_size 2"));
   CHECK_THROWS_WITH_AS(
       enforce_training_preflight(
-          interleaved({"+training.model.virtual_pipeline_model_parallel_size=5"})),
+          interleaved({"+training.model.virtual_pipeline_model_parallel_size=5"}), "local", false),
       doctest::Contains("preflight refused the training stage before queueing it:\n  - "
                         "training.model.num_layers 24 is not divisible by"),
       common::Error);
@@ -148,7 +154,7 @@ TEST_CASE("preflight memory: the interleaved schedule's extra activations are in
   auto layout = [](std::vector<std::string> overrides) {
     overrides.insert(overrides.end(), {"training.trainer.devices=4", "training.model.num_layers=24",
                                        "training.model.pipeline_model_parallel_size=4"});
-    return training_preflight(composed(overrides));
+    return local_preflight(composed(overrides));
   };
   const auto plain = layout({});
   const auto interleaved = layout({"+training.model.virtual_pipeline_model_parallel_size=3"});
@@ -163,7 +169,7 @@ TEST_CASE("preflight memory: the interleaved schedule's extra activations are in
 TEST_CASE("preflight memory: the table shows host memory when the estimate offloads some") {
   // NeMo has no ZeRO-3 or offload keys, so the launcher's own estimates never offload; the
   // table is the shared one, which prints the host figure whenever there is one.
-  auto report = training_preflight(composed({}));
+  auto report = local_preflight(composed({}));
   REQUIRE(report.problems.empty());
   for (const auto& line : format_preflight(report)) {
     CHECK(line.find("host memory") == std::string::npos);
@@ -177,8 +183,8 @@ TEST_CASE("preflight memory: the table shows host memory when the estimate offlo
 TEST_CASE("a virtual_pipeline_model_parallel_size below 1 or not an integer is refused first") {
   for (const std::string chunks : {"0", "-1", "two", "2.5"}) {
     CAPTURE(chunks);
-    const auto report = training_preflight(composed(
-        {"+training.model.virtual_pipeline_model_parallel_size=" + chunks}));
+    const auto report = local_preflight(
+        composed({"+training.model.virtual_pipeline_model_parallel_size=" + chunks}));
     REQUIRE(report.problems.size() == 1);
     CHECK(report.problems.front().starts_with(
         "training.model.virtual_pipeline_model_parallel_size: '" + chunks + "' is "));
@@ -196,20 +202,21 @@ TEST_CASE("a split that leaves validation empty is refused while validation runs
                      "training.model.data.splits_string='" + split + "'",
                      "training.trainer.limit_val_batches=" + val_batches});
   };
-  CHECK(mentions(training_preflight(with_data("100,0,0", "50")),
-                 "leaves the validation split empty while training.trainer.limit_val_batches is 50"));
-  CHECK(training_preflight(with_data("100,0,0", "0")).problems.empty());
-  CHECK(training_preflight(with_data("99990/8/2", "50")).problems.empty());
+  CHECK(
+      mentions(local_preflight(with_data("100,0,0", "50")),
+               "leaves the validation split empty while training.trainer.limit_val_batches is 50"));
+  CHECK(local_preflight(with_data("100,0,0", "0")).problems.empty());
+  CHECK(local_preflight(with_data("99990/8/2", "50")).problems.empty());
   // The split string is checked with the backend's --split rule, naming the key.
-  CHECK(mentions(training_preflight(with_data("99,x,1", "50")),
+  CHECK(mentions(local_preflight(with_data("99,x,1", "50")),
                  "training.model.data.splits_string: '99,x,1': 'x' is not a number; "
                  "training.model.data.splits_string (--split) takes"));
-  CHECK(mentions(training_preflight(with_data("1,1,1,1", "50")), "4 shares"));
+  CHECK(mentions(local_preflight(with_data("1,1,1,1", "50")), "4 shares"));
   // An empty test split is no problem: pretrain_gpt skips the test pass, as Megatron does.
-  CHECK(training_preflight(with_data("98,2,0", "50")).problems.empty());
+  CHECK(local_preflight(with_data("98,2,0", "50")).problems.empty());
   // Lightning's float 0.0 is no validation, so no validation share is needed either.
-  CHECK(training_preflight(with_data("100,0,0", "0.0")).problems.empty());
-  CHECK(mentions(training_preflight(with_data("98,2,0", "0.5")),
+  CHECK(local_preflight(with_data("100,0,0", "0.0")).problems.empty());
+  CHECK(mentions(local_preflight(with_data("98,2,0", "0.5")),
                  "training.trainer.limit_val_batches 0.5: a float is Lightning's fraction"));
 }
 
@@ -220,11 +227,11 @@ TEST_CASE("a model that cannot fit the cluster's GPUs is refused with the ways o
                                 "training.model.num_attention_heads=96",
                                 "training.model.micro_batch_size=1",
                                 "training.model.global_batch_size=8"});
-  const auto report = training_preflight(config);
+  const auto report = local_preflight(config);
   CHECK(report.gpu_memory_bytes == doctest::Approx(80e9));
   CHECK(mentions(report, "exceed cluster.gpu_memory_gb 80"));
   CHECK(mentions(report, "distributed_fused_adam"));
-  CHECK_THROWS_WITH_AS(enforce_training_preflight(config),
+  CHECK_THROWS_WITH_AS(enforce_training_preflight(config, "local", false),
                        doctest::Contains("preflight refused the training stage"), common::Error);
 }
 
@@ -238,7 +245,7 @@ TEST_CASE("a GPU memory that is not a finite positive number is refused, not a d
                                   "training.model.micro_batch_size=1",
                                   "training.model.global_batch_size=8",
                                   "cluster.gpu_memory_gb=" + value});
-    const auto report = training_preflight(config);
+    const auto report = local_preflight(config);
     CHECK(mentions(report, "cluster.gpu_memory_gb " + value));
     CHECK(mentions(report, "a finite number > 0"));
   }
@@ -255,7 +262,7 @@ TEST_CASE("NeMo's own llama2_7b layout fits 80 GB: the fused attention keeps no 
         "training.model.global_batch_size=2048",
         "training.model.activations_checkpoint_granularity=null"}});
   const Node config = resolve(composed.config, ResolveContext{composed.choices});
-  const auto report = training_preflight(config);
+  const auto report = local_preflight(config);
   for (const auto& problem : report.problems) MESSAGE(problem);
   CHECK(report.problems.empty());
   CHECK(report.recompute == "none");
@@ -267,11 +274,11 @@ TEST_CASE("NeMo's own llama2_7b layout fits 80 GB: the fused attention keeps no 
 }
 
 TEST_CASE("recompute and the distributed optimizer shrink the estimate") {
-  const auto plain = training_preflight(composed({"training.trainer.devices=8"}));
-  const auto recompute = training_preflight(composed(
+  const auto plain = local_preflight(composed({"training.trainer.devices=8"}));
+  const auto recompute = local_preflight(composed(
       {"training.trainer.devices=8", "training.model.activations_checkpoint_granularity=full"}));
-  const auto adam = training_preflight(composed(
-      {"training.trainer.devices=8", "training.model.optim.name=fused_adam"}));
+  const auto adam = local_preflight(
+      composed({"training.trainer.devices=8", "training.model.optim.name=fused_adam"}));
   // gpt3/126m (bf16, s 2048, b 4, h 768, L 12, V 50304 padded to 50304): per layer
   // s·b·h·34 bytes without recompute, 2·s·b·h with full recompute plus one layer's worth, and
   // the fp32 logits with their gradient (2·s·b·V·4) either way.
@@ -285,9 +292,9 @@ TEST_CASE("recompute and the distributed optimizer shrink the estimate") {
 }
 
 TEST_CASE("tensor and sequence parallelism divide each GPU's activations") {
-  const auto tp2 = training_preflight(
+  const auto tp2 = local_preflight(
       composed({"training.trainer.devices=8", "training.model.tensor_model_parallel_size=2"}));
-  const auto sp = training_preflight(
+  const auto sp = local_preflight(
       composed({"training.trainer.devices=8", "training.model.tensor_model_parallel_size=2",
                 "++training.model.sequence_parallel=true"}));
   REQUIRE(tp2.problems.empty());
@@ -315,7 +322,7 @@ TEST_CASE("every shipped training config composes, translates and fits its clust
                                        {"training=" + option, "cluster_type=bcm", "cluster=bcm",
                                         "launcher_scripts_path=/opt/launcher"}});
     const Node config = resolve(composed.config, ResolveContext{composed.choices});
-    const auto report = training_preflight(config);
+    const auto report = local_preflight(config);
     for (const auto& problem : report.problems) MESSAGE(problem);
     CHECK(report.problems.empty());
     CHECK(report.memory.total_bytes() < 80e9);
@@ -343,39 +350,40 @@ TEST_CASE("the Llama configs carry the Llama switches to Megatron's flags") {
     CAPTURE(flag);
     CHECK(std::find(arguments.begin(), arguments.end(), flag) != arguments.end());
   }
-  const auto report = training_preflight(config);
+  const auto report = local_preflight(config);
   CHECK(report.parameters > 65'000'000'000);
   CHECK(report.parameters < 72'000'000'000);
 }
 
 TEST_CASE("a mapped value the backend would refuse is a preflight problem, before any arithmetic") {
   // make_vocab_size_divisible_by=0 once divided by zero here (SIGFPE) before anything was said.
-  const auto report = training_preflight(composed({"training.model.make_vocab_size_divisible_by=0"}));
+  const auto report = local_preflight(composed({"training.model.make_vocab_size_divisible_by=0"}));
   CHECK(mentions(report, "training.model.make_vocab_size_divisible_by: '0' is out of range; "
                          "training.model.make_vocab_size_divisible_by "
                          "(--make-vocab-size-divisible-by) takes an integer ≥ 1"));
-  const auto several = training_preflight(
+  const auto several = local_preflight(
       composed({"training.model.optim.lr=abc", "training.model.global_batch_size=-4"}));
   CHECK(mentions(several, "training.model.optim.lr: 'abc' is not a number"));
   CHECK(mentions(several, "training.model.global_batch_size: '-4' is out of range"));
-  CHECK_THROWS_WITH_AS(enforce_training_preflight(composed({"training.model.hidden_dropout=2"})),
-                       doctest::Contains("training.model.hidden_dropout: '2' is out of range"),
-                       common::Error);
+  CHECK_THROWS_WITH_AS(
+      enforce_training_preflight(composed({"training.model.hidden_dropout=2"}), "local", false),
+      doctest::Contains("training.model.hidden_dropout: '2' is out of range"), common::Error);
 }
 
 TEST_CASE("an optimizer name pretrain_gpt does not train is refused before the estimate") {
   // Not counted as "distributed optimizer no": the estimate is never made from it.
-  const auto report = training_preflight(composed({"training.model.optim.name=sgd"}));
+  const auto report = local_preflight(composed({"training.model.optim.name=sgd"}));
   CHECK(mentions(report, "training.model.optim.name: 'sgd' is not an optimizer pretrain_gpt "
                          "trains (valid: fused_adam, adam, adamw, distributed_fused_adam)"));
   CHECK(report.parameters == 0);
-  CHECK_THROWS_WITH_AS(enforce_training_preflight(composed({"training.model.optim.name=sgd"})),
-                       doctest::Contains("training.model.optim.name: 'sgd'"), common::Error);
+  CHECK_THROWS_WITH_AS(
+      enforce_training_preflight(composed({"training.model.optim.name=sgd"}), "local", false),
+      doctest::Contains("training.model.optim.name: 'sgd'"), common::Error);
 }
 
 TEST_CASE("layout products that overflow are problems, not wrapped numbers") {
-  const auto report = training_preflight(composed(
-      {"training.trainer.num_nodes=4611686018427387904", "training.trainer.devices=4"}));
+  const auto report = local_preflight(
+      composed({"training.trainer.num_nodes=4611686018427387904", "training.trainer.devices=4"}));
   CHECK(mentions(report, "exceeds 9223372036854775807"));
 }
 
@@ -387,7 +395,7 @@ TEST_CASE("the estimate counts the vocabulary of the tokenizer's file when the l
                                                   "++training.model.tokenizer.vocab_size=32000"};
   auto with_file = sentencepiece;
   with_file.push_back("training.model.tokenizer.model=" + model);
-  const auto report = training_preflight(composed(with_file));
+  const auto report = local_preflight(composed(with_file));
   CHECK(report.problems.empty());
   CHECK(report.vocabulary == 500);
   CHECK(report.padded_vocabulary == 512);  // make_vocab_size_divisible_by 128 × tp 1
@@ -397,19 +405,74 @@ TEST_CASE("the estimate counts the vocabulary of the tokenizer's file when the l
   // The same model as the config's 500 would count it.
   auto as_config = sentencepiece;
   as_config.back() = "++training.model.tokenizer.vocab_size=500";
-  CHECK(report.parameters == training_preflight(composed(as_config)).parameters);
+  CHECK(report.parameters == local_preflight(composed(as_config)).parameters);
 
   // A file only the cluster has: the config's number, named as such.
   auto elsewhere = sentencepiece;
   elsewhere.push_back("training.model.tokenizer.model=/cluster/only/tokenizer.model");
-  const auto fallback = training_preflight(composed(elsewhere));
+  const auto fallback = local_preflight(composed(elsewhere));
   CHECK(fallback.vocabulary == 32000);
   CHECK(fallback.vocabulary_source == "training.model.tokenizer.vocab_size");
 
   // A file that is there but no tokenizer: the job would fail on it, so the preflight says so.
-  const auto broken = training_preflight(composed(
+  const auto broken = local_preflight(composed(
       {"training.model.tokenizer.library=sentencepiece", "training.model.tokenizer.type=null",
        "training.model.tokenizer.model=" + std::string(TEST_SOURCE_DIR) + "/README.md"}));
   CHECK(mentions(broken, "training.model.tokenizer.model " + std::string(TEST_SOURCE_DIR) +
                              "/README.md: the job's GPTSentencePieceTokenizer cannot read it: "));
+}
+
+TEST_CASE("on a GPU cluster, bf16 with tensor or pipeline parallelism is unsupported, by name") {
+  // NeMo's gpt3/126m on two nodes at TP=2 (its benchmark's shape), on Slurm's GPUs.
+  const Node tp2 =
+      composed({"cluster=bcm", "training.trainer.num_nodes=2", "training.trainer.devices=8",
+                "training.model.tensor_model_parallel_size=2"});
+  const auto on_slurm = training_preflight(tp2, "bcm");
+  CHECK(on_slurm.problems.empty());
+  REQUIRE(on_slurm.unsupported.size() == 1);
+  CHECK(on_slurm.unsupported[0] ==
+        "training.trainer.precision bf16 with training.model.tensor_model_parallel_size 2 and "
+        "pipeline_model_parallel_size 1: pretrain_gpt's GPUs train 16-bit mixed precision on one "
+        "rank's whole model so far (data parallelism and the distributed optimizer; tensor and "
+        "pipeline parallelism in bf16 or fp16 are not built yet): set "
+        "training.trainer.precision=32, or both sizes to 1");
+  CHECK(format_preflight(on_slurm).front().find("16 GPU(s) (2 node(s) × 8) = tp 2 × pp 1 × dp 8") !=
+        std::string::npos);
+  // The same on PBS and Kubernetes; locally a warning (the CPU trains it, in fp32).
+  CHECK(training_preflight(tp2, "pbs").unsupported.size() == 1);
+  CHECK(training_preflight(tp2, "k8s").unsupported.size() == 1);
+  const auto local = training_preflight(tp2, "local");
+  CHECK(local.unsupported.empty());
+  CHECK(std::any_of(local.warnings.begin(), local.warnings.end(), [](const std::string& warning) {
+    return warning.find("on the CPU it trains in fp32") != std::string::npos;
+  }));
+  // fp32 at TP=2, and bf16 data parallelism, run on the GPUs.
+  CHECK(training_preflight(composed({"cluster=bcm", "training.trainer.devices=8",
+                                     "training.model.tensor_model_parallel_size=2",
+                                     "training.trainer.precision=32"}),
+                           "bcm")
+            .unsupported.empty());
+  CHECK(training_preflight(composed({"cluster=bcm", "training.trainer.devices=8"}), "bcm")
+            .unsupported.empty());
+  // A Slurm cluster without a GPU request runs on CPUs: nothing to refuse.
+  CHECK(training_preflight(composed({"cluster=bcm", "cluster.gpus_per_node=null",
+                                     "training.model.tensor_model_parallel_size=2"}),
+                           "bcm")
+            .unsupported.empty());
+}
+
+TEST_CASE("on Slurm, more tasks per node than GPUs is unsupported, fewer leaves GPUs idle") {
+  const auto crowded = training_preflight(
+      composed({"cluster=bcm", "cluster.gpus_per_node=4", "training.trainer.devices=8"}), "bcm");
+  REQUIRE(crowded.unsupported.size() == 1);
+  CHECK(crowded.unsupported[0] ==
+        "training.trainer.devices 8 tasks per node, but cluster.gpus_per_node 4: ranks would "
+        "share GPUs, which NCCL refuses; set training.trainer.devices=4 (one task per GPU)");
+  const auto idle =
+      training_preflight(composed({"cluster=bcm", "training.trainer.devices=2"}), "bcm");
+  CHECK(idle.unsupported.empty());
+  CHECK(std::find(idle.warnings.begin(), idle.warnings.end(),
+                  "training.trainer.devices 2 tasks per node with cluster.gpus_per_node 8: 6 "
+                  "GPU(s) of each node stay idle (one task per GPU uses them all: "
+                  "training.trainer.devices=8)") != idle.warnings.end());
 }

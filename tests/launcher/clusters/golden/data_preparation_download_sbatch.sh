@@ -15,6 +15,8 @@ set -euo pipefail
 
 mkdir -p -- /lustre/results/prepare_gpt3
 cd -- /lustre/results/prepare_gpt3
+
+
 if ! command -v -- /opt/bin/download >/dev/null 2>&1; then
   echo 'launcher: the data_preparation stage needs download, which is not at /opt/bin/download: it is not built yet in this version, or backend_bin_dir points elsewhere' >&2
   exit 127
