@@ -3,9 +3,10 @@
 # (the collectives staged through host memory over Open MPI, so ranks may share the GPU;
 # docs/parallelism.md "Collectives and memory") for DP=2, DP=4, the distributed optimizer in
 # bf16, and TP=2 with sequence parallelism and PP=2 in fp32 (bf16 refuses TP and PP so far),
-# each against one rank's losses in the same precision; then DP=2 over NCCL, which NCCL refuses
-# when the ranks share one GPU: that refusal is recorded, not failed, and the losses are checked
-# where this machine's NCCL lets them share it.
+# each against one rank's losses in the same precision; then DP=2 over NCCL, started by mpirun
+# and torchrun-style (no MPI: the TCP rendezvous), which NCCL refuses when the ranks share one
+# GPU: that refusal is recorded, not failed, and the losses are checked where this machine's
+# NCCL lets them share it.
 #   tests/gpu/multi_rank_checks.sh BIN_DIR MPIRUN OUT_DIR [DEVICE]
 # DEVICE (cuda) may be cpu: the same runs on CPU ranks, where the losses must agree to 1e-6 as
 # in CI, which is how this script is checked without a GPU. On the GPU the tolerance is looser
@@ -16,6 +17,8 @@ set -uo pipefail
 bin=$1 mpirun=$2 out=$3 device=${4:-cuda}
 mkdir -p "$out"
 status=0
+# NCCL's own reason for a refusal (a shared GPU: "Duplicate GPU detected") reaches the logs.
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 if [ "$device" = cpu ]; then bf16_tolerance=1e-6 fp32_tolerance=1e-6; else bf16_tolerance=1e-2 fp32_tolerance=1e-4; fi
 
 # The tensor-parallel e2e tests' Llama-style model (tests/e2e/mpi_runs.hpp), 20 iterations.
@@ -92,6 +95,32 @@ elif [ "$device" = cuda ] && grep -qi "duplicate GPU\|--distributed-backend gloo
 else
   echo "dp2_bf16_nccl: FAILED (log: $out/dp2_bf16_nccl.log)"
   tail -n 5 "$out/dp2_bf16_nccl.log"
+  status=1
+fi
+
+# Two GPU ranks started torchrun-style, without MPI: NCCL's id through the TCP rendezvous
+# (make_groups_without_mpi). On one GPU NCCL refuses them as above; on the CPU they are refused
+# with the launch advice, as CPU ranks need MPI.
+port=$((20000 + RANDOM % 20000))
+for rank in 0 1; do
+  RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    timeout 300 "$bin/pretrain_gpt" "${model[@]}" --make-vocab-size-divisible-by 64 --bf16 \
+    >"$out/torchrun_rank$rank.log" 2>&1 &
+  pids[rank]=$!
+done
+torchrun_status=0
+for rank in 0 1; do wait "${pids[rank]}" || torchrun_status=$?; done
+if [ $torchrun_status -eq 0 ]; then
+  cp "$out/torchrun_rank1.log" "$out/torchrun_bf16_nccl.log"  # the last rank prints the losses
+  compare torchrun_bf16_nccl one_rank_bf16 "$bf16_tolerance"
+elif [ "$device" = cuda ] && grep -qi "duplicate GPU" "$out"/torchrun_rank*.log; then
+  echo "torchrun_bf16_nccl: refused by NCCL with the ranks sharing one GPU (recorded, not a failure):"
+  grep -hi -m 1 "duplicate GPU" "$out"/torchrun_rank*.log | head -n 1
+elif [ "$device" = cpu ] && grep -q "CPU ranks are started by an MPI launcher" "$out/torchrun_rank0.log"; then
+  echo "torchrun_cpu: refused with the launch advice, as CPU ranks need MPI"
+else
+  echo "torchrun_bf16_nccl: FAILED (logs: $out/torchrun_rank0.log, torchrun_rank1.log)"
+  tail -n 5 "$out"/torchrun_rank*.log
   status=1
 fi
 echo "multi-rank checks: $([ $status -eq 0 ] && echo passed || echo FAILED)"
