@@ -44,7 +44,7 @@ TEST_CASE("the shipped gpt3/126m passes, with a memory table of the right size")
   CHECK(report.memory.weights_bytes == doctest::Approx(2.0 * report.parameters).epsilon(0.02));
   CHECK(report.memory.optimizer_bytes == doctest::Approx(12.0 * report.parameters).epsilon(0.02));
   const auto lines = format_preflight(report);
-  CHECK(lines.front().find("1 GPU(s) = tp 1 × pp 1 × dp 1") != std::string::npos);
+  CHECK(lines.front().find("1 GPU(s) (1 node(s) × 1) = tp 1 × pp 1 × dp 1") != std::string::npos);
   CHECK(lines.back().find("total") != std::string::npos);
 }
 
@@ -81,8 +81,8 @@ TEST_CASE("the interleaved schedule's rules are checked before queueing, naming 
   for (const auto& problem : fits.problems) MESSAGE(problem);
   CHECK(fits.problems.empty());
   CHECK(fits.virtual_pipeline == 3);
-  CHECK(format_preflight(fits).front().find(
-            "4 GPU(s) = tp 1 × pp 4 (interleaved, 3 model chunks per stage) × dp 1") !=
+  CHECK(format_preflight(fits).front().find("4 GPU(s) (1 node(s) × 4) = tp 1 × pp 4 (interleaved, "
+                                            "3 model chunks per stage) × dp 1") !=
         std::string::npos);
   // Null and 1 are the plain schedule, whatever pp is.
   for (const std::string chunks : {"null", "1"}) {
