@@ -28,10 +28,11 @@ int main(int argc, char** argv) {
     const backend::ProcessEnvironment process = backend::read_process_environment();
     if (backend::started_through_mpi(process)) {
       mpi = backend::start_mpi_session(argc, argv, process);
-      // Setup lines once, from rank 0, as Megatron's print_rank_0 (the iteration lines are the
-      // last rank's, printed by the trainer); every rank's warnings and errors still show.
-      if (process.rank != 0) common::log_warnings_only();
     }
+    // Setup lines once, from rank 0, as Megatron's print_rank_0 (the iteration lines are the
+    // last rank's, printed by the trainer); every rank's warnings and errors still show. Also
+    // for GPU ranks that meet without MPI, whose groups are made later (trainer.cpp).
+    if (process.rank != 0) common::log_warnings_only();
     auto arguments = backend::parse_arguments(argc, argv);
     if (!arguments) return 0;  // --help or --version
     // Until here a collective may wait Megatron's default 10 minutes; from here the flag's.
@@ -41,7 +42,9 @@ int main(int argc, char** argv) {
                                            backend::parallel_layout(arguments->parallelism))
             : backend::single_process_groups();
     // One write: a log line on stderr cannot cut into it (common::print_lines).
-    if (groups.is_first_rank()) common::print_lines(backend::format_arguments(*arguments));
+    if (groups.is_first_rank() && process.rank == 0) {
+      common::print_lines(backend::format_arguments(*arguments));
+    }
     backend::pretrain(*arguments, std::cout, {}, groups);
     return 0;
   }, abort_job);
