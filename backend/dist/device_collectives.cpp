@@ -38,20 +38,28 @@ void route_over_nccl(ProcessGroups& groups, Device& device, double timeout_minut
         error.what());
   }
   ProcessGroups nccl = make_process_groups(std::move(nccl_world), groups.layout);
-  const std::pair<std::unique_ptr<Communicator>*, std::unique_ptr<Communicator>*> pairs[] = {
-      {&groups.world, &nccl.world},
-      {&groups.tensor_parallel, &nccl.tensor_parallel},
-      {&groups.data_parallel, &nccl.data_parallel},
-      {&groups.pipeline_parallel, &nccl.pipeline_parallel},
-      {&groups.embedding, &nccl.embedding}};
-  for (const auto& [open_mpi, over_nccl] : pairs) {
-    *open_mpi = make_routed_communicator(std::move(*over_nccl), std::move(*open_mpi));
+  const auto open_mpi = groups.communicators();
+  const auto over_nccl = nccl.communicators();
+  for (size_t i = 0; i < open_mpi.size(); ++i) {
+    *open_mpi[i] = make_routed_communicator(std::move(*over_nccl[i]), std::move(*open_mpi[i]));
   }
   if (groups.is_first_rank()) {
     spdlog::info(
         "--distributed-backend nccl: the GPU tensors' collectives over NCCL, host "
         "values over Open MPI");
   }
+}
+
+// `group` and a duplicate of it (a split of one color: the same members) as one routed
+// communicator, the duplicate staged through `staging` memory: through host memory it carries
+// the GPU tensors (over Open MPI), through device memory the host values (over NCCL).
+std::unique_ptr<Communicator> route_with_staged_duplicate(std::unique_ptr<Communicator> group,
+                                                          Device& device, StagingMemory staging) {
+  std::unique_ptr<Communicator> staged =
+      make_staged_communicator(group->split(0, group->rank(), group->name()), device, staging);
+  return staging == StagingMemory::host
+             ? make_routed_communicator(std::move(staged), std::move(group))
+             : make_routed_communicator(std::move(group), std::move(staged));
 }
 
 }  // namespace
@@ -66,20 +74,10 @@ void route_collectives(ProcessGroups& groups, Device& device,
     if (on_gpu) route_over_nccl(groups, device, parallelism.distributed_timeout_minutes);
     return;  // on the CPU Open MPI carries the collectives, whichever is named
   }
-  for (std::unique_ptr<Communicator>* group :
-       {&groups.world, &groups.tensor_parallel, &groups.data_parallel, &groups.pipeline_parallel,
-        &groups.embedding}) {
-    if (!on_gpu) {
-      *group = make_staged_communicator(std::move(*group), device, StagingMemory::host);
-      continue;
-    }
-    // Two communicators of the same members: a duplicate (MPI_Comm_split of one color) for the
-    // staged device tensors, the group itself for host scalars.
-    std::unique_ptr<Communicator> duplicate =
-        (*group)->split(0, (*group)->rank(), (*group)->name());
-    *group = make_routed_communicator(
-        make_staged_communicator(std::move(duplicate), device, StagingMemory::host),
-        std::move(*group));
+  for (std::unique_ptr<Communicator>* group : groups.communicators()) {
+    // On the CPU every call is staged; on a GPU the tensors are, host values go directly.
+    *group = on_gpu ? route_with_staged_duplicate(std::move(*group), device, StagingMemory::host)
+                    : make_staged_communicator(std::move(*group), device, StagingMemory::host);
   }
   if (groups.is_first_rank()) {
     spdlog::info("--distributed-backend gloo: {}",
@@ -112,14 +110,8 @@ ProcessGroups make_groups_without_mpi(Device& device, const ProcessEnvironment& 
                  process.launcher, error.what());
   }
   ProcessGroups groups = make_process_groups(std::move(nccl_world), layout);
-  for (std::unique_ptr<Communicator>* group :
-       {&groups.world, &groups.tensor_parallel, &groups.data_parallel, &groups.pipeline_parallel,
-        &groups.embedding}) {
-    std::unique_ptr<Communicator> duplicate =
-        (*group)->split(0, (*group)->rank(), (*group)->name());
-    *group = make_routed_communicator(
-        std::move(*group),
-        make_staged_communicator(std::move(duplicate), device, StagingMemory::device));
+  for (std::unique_ptr<Communicator>* group : groups.communicators()) {
+    *group = route_with_staged_duplicate(std::move(*group), device, StagingMemory::device);
   }
   groups.routed = true;
   if (groups.is_first_rank()) {

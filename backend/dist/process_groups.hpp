@@ -11,6 +11,7 @@
 // needs it, never a global.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -49,6 +50,12 @@ struct ProcessGroups {
   // Set once each communicator has its routes for device and host memory
   // (device_collectives.hpp), so they are not routed twice.
   bool routed = false;
+
+  // The five communicators, in this order, for what treats them alike (device_collectives.cpp
+  // gives each its routes).
+  std::array<std::unique_ptr<Communicator>*, 5> communicators() {
+    return {&world, &tensor_parallel, &data_parallel, &pipeline_parallel, &embedding};
+  }
 
   RankCoordinates coordinates() const { return rank_coordinates(layout, rank); }
   // Megatron prints the iteration lines on the last rank, the rest on rank 0.

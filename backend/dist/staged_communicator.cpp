@@ -145,7 +145,7 @@ class StagedCommunicator final : public Communicator {
     if (total > buffer_.bytes()) {
       // Doubling: a run's calls settle on a few sizes, so the buffer stops growing early.
       const int64_t bytes = std::max(total, 2 * buffer_.bytes());
-      buffer_ = DeviceMemory();
+      buffer_ = DeviceMemory();  // the old buffer goes before the new one is taken
       buffer_ = inner_reads_ == StagingMemory::host
                     ? device_.allocate_pinned_host(bytes, "the collectives' host staging")
                     : device_.allocate_zeroed(bytes, "the host collectives' device staging");

@@ -42,9 +42,9 @@ int main(int argc, char** argv) {
                                            backend::parallel_layout(arguments->parallelism))
             : backend::single_process_groups();
     // One write: a log line on stderr cannot cut into it (common::print_lines).
-    if (groups.is_first_rank() && process.rank == 0) {
-      common::print_lines(backend::format_arguments(*arguments));
-    }
+    // The launcher's rank 0 (MPI's too, where MPI is up): GPU ranks meeting without MPI hold
+    // one-process groups until the trainer makes theirs.
+    if (process.rank == 0) common::print_lines(backend::format_arguments(*arguments));
     backend::pretrain(*arguments, std::cout, {}, groups);
     return 0;
   }, abort_job);

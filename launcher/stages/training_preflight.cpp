@@ -93,6 +93,11 @@ std::optional<FileVocabulary> tokenizer_file_vocabulary(const Node& training,
   return FileVocabulary{known->second, fmt::format("{}'s, {}", type, file)};
 }
 
+// NeMo's trainer.precision in 16 bits (bf16, bf16-mixed, 16, 16-mixed): --bf16 or --fp16.
+bool is_mixed_precision(std::string_view precision) {
+  return precision.starts_with("bf16") || precision.starts_with("16");
+}
+
 // The layout and memory checks of training_preflight, on values that passed their rules.
 void check_layout_and_memory(const Node& config, const Node& training, PreflightReport& report) {
   auto& problems = report.problems;
@@ -268,7 +273,7 @@ void check_layout_and_memory(const Node& config, const Node& training, Preflight
   setup.pipeline_parallel = pp;
   setup.virtual_pipeline_chunks = chunks;  // the interleaved schedule keeps more in flight
   setup.data_parallel = dp;
-  setup.mixed_precision = report.precision.starts_with("bf16") || report.precision.starts_with("16");
+  setup.mixed_precision = is_mixed_precision(report.precision);
   // NeMo's distributed_fused_adam is Megatron's distributed optimizer, ZeRO stage 1; NeMo has no
   // key for stage 3 or offload, so the launcher never estimates them.
   setup.zero_stage = report.distributed_optimizer ? 1 : 0;
@@ -324,9 +329,7 @@ bool cluster_gives_gpus(const Node& config, std::string_view cluster_type) {
 // What pretrain_gpt cannot run on this cluster's GPUs yet (the header's list).
 void check_gpu_layout(const Node& config, std::string_view cluster_type, PreflightReport& report) {
   const bool gpus = cluster_gives_gpus(config, cluster_type);
-  const bool mixed_precision =
-      report.precision.starts_with("bf16") || report.precision.starts_with("16");
-  if (mixed_precision &&
+  if (is_mixed_precision(report.precision) &&
       !common::gpu_mixed_precision_runs(report.tensor_parallel, report.pipeline_parallel)) {
     const std::string what = fmt::format(
         "training.trainer.precision {} with training.model.tensor_model_parallel_size {} and "

@@ -55,7 +55,9 @@ struct PreflightReport {
   int64_t vocabulary = 0, padded_vocabulary = 0;
   std::string vocabulary_source;
   double gpu_memory_bytes = 0;  // 0: not given by the cluster config
-  std::vector<std::string> warnings;  // keys with an effect in NeMo and none here (not strict)
+  // Keys with an effect in NeMo and none here (not strict), and layouts that run but waste
+  // GPUs or may not run on this machine (above).
+  std::vector<std::string> warnings;
   std::vector<std::string> problems;
   // What the backend cannot run on this cluster's GPUs yet (above): refused like problems,
   // except on a dry run.
