@@ -97,7 +97,8 @@ constexpr FlagRule kRules[] = {
     probability_flag("--attention-dropout"),
     // tokenizer and data
     choice_flag("--tokenizer-type", kTokenizerTypes),
-    integer_flag("--vocab-size", 1, 2147483646, "token ids are 32-bit, and NullTokenizer adds its EOD"),
+    integer_flag("--vocab-size", 1, 2147483646,
+                 "token ids are 32-bit, and NullTokenizer adds its EOD"),
     text_flag("--vocab-file"),
     text_flag("--merge-file"),
     text_flag("--tokenizer-model"),
@@ -118,7 +119,7 @@ constexpr FlagRule kRules[] = {
     integer_flag("--train-samples", 1),
     integer_flag("--rampup-batch-size", 1),  // each of START INCREMENT SAMPLES
     integer_flag("--seed", 1, 4294967295,
-            "Megatron requires a positive seed, and numpy's RandomState one below 2^32"),
+                 "Megatron requires a positive seed, and numpy's RandomState one below 2^32"),
     // learning rate and optimizer
     real_flag("--lr", 0, true),
     real_flag("--min-lr", 0, true),
@@ -144,6 +145,7 @@ constexpr FlagRule kRules[] = {
     integer_flag("--tensor-model-parallel-size", 1),
     integer_flag("--pipeline-model-parallel-size", 1),
     integer_flag("--num-layers-per-virtual-pipeline-stage", 1),
+    integer_flag("--ddp-bucket-size", 1),
     // Megatron's is an int ≥ 1 in practice (a timedelta of 0 minutes fails every collective);
     // fractions let a test wait seconds
     real_flag("--distributed-timeout-minutes", 0, false),

@@ -50,12 +50,17 @@ void check_same_extent(View destination, View source, std::string_view op) {
 }
 
 void check_convertible(View destination, View source, std::string_view op) {
-  const bool half = destination.type == ElementType::bf16 || destination.type == ElementType::f16;
-  if (destination.numel != source.numel || !half || source.type != ElementType::f32) {
-    common::fail("{}: {} elements of {} into {} elements of {}: a conversion makes bf16 or fp16 "
-                 "from fp32, of one element count",
-                 op, source.numel, element_name(source.type), destination.numel,
-                 element_name(destination.type));
+  auto half = [](ElementType type) {
+    return type == ElementType::bf16 || type == ElementType::f16;
+  };
+  const bool narrowing = half(destination.type) && source.type == ElementType::f32;
+  const bool widening = destination.type == ElementType::f32 && half(source.type);
+  if (destination.numel != source.numel || !(narrowing || widening)) {
+    common::fail(
+        "{}: {} elements of {} into {} elements of {}: a conversion makes bf16 or fp16 "
+        "from fp32, or fp32 from bf16 or fp16, of one element count",
+        op, source.numel, element_name(source.type), destination.numel,
+        element_name(destination.type));
   }
 }
 

@@ -57,7 +57,7 @@ void check_on_gpu(View view, std::string_view op);
 // A copy's views (Device::copy): the same element type and element count, else common::Error
 // naming the op and both views' counts and types.
 void check_same_extent(View destination, View source, std::string_view op);
-// A conversion's views (ops::convert): bf16 or fp16 from f32, one element count, else
+// A conversion's views (ops::convert): bf16 or fp16 from f32 or back, one element count, else
 // common::Error naming the op and both views.
 void check_convertible(View destination, View source, std::string_view op);
 

@@ -1,5 +1,6 @@
-// CpuDevice: the process's own memory. Its fill_zero computes in fp32 or fp64 only, as the CPU
-// twins: bf16 and fp16 are refused with the reason rather than handled in another precision.
+// CpuDevice: the process's own memory. Its fill_zero writes fp32, fp64, bf16, fp16 and int32
+// zeros (all-zero bits, +0 in each type): a memory operation, no arithmetic, so the 16-bit types
+// the conversions write (ZeRO-3's gathered working copies) are zeroed here too.
 #include "backend/device/cpu_device.hpp"
 
 #include <sys/mman.h>
@@ -61,7 +62,7 @@ void CpuDevice::fill_zero(View values) {
   auto zero = [&](auto scalar) {
     using S = decltype(scalar);
     host_bytes(values);
-    S* data = values.as<S>();
+    S* data = static_cast<S*>(values.data);  // a type of the view's element size
     const int64_t count = values.numel;
     // Half a gigabyte of gradients at the 126M shape: one core alone does not reach the
     // memory bandwidth.
@@ -71,11 +72,15 @@ void CpuDevice::fill_zero(View values) {
   switch (values.type) {
     case ElementType::f32: zero(float{}); return;
     case ElementType::f64: zero(double{}); return;
-    default:
-      common::fail("the CPU device computes in fp32 or fp64; fill_zero has no {} kernel on it "
-                   "(bf16 and fp16 run on --device cuda)",
-                   element_name(values.type));
+    case ElementType::bf16:
+    case ElementType::f16:
+      zero(uint16_t{});
+      return;
+    case ElementType::i32:
+      zero(int32_t{});
+      return;
   }
+  common::fail("fill_zero: no element type {}", static_cast<int>(values.type));
 }
 
 void* CpuDevice::scratch(int64_t bytes, std::string_view /*op*/) {

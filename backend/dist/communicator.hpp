@@ -7,9 +7,11 @@
 //
 // Every collective is called by every member with the same sizes and types (a point-to-point
 // batch by the members it names, each listing its side of the transfers); `values` is
-// overwritten in place where it is both input and output. Sums are in the views' element type;
-// the order in which the members' contributions are added is the library's, fixed for a given
-// library, size and group (so runs repeat), but not the order of a single-process sum.
+// overwritten in place where it is both input and output. Sums are in the views' element type
+// (NCCL's bf16 and fp16 included; Open MPI has no 16-bit floats, so its communicator sums them
+// in fp32 and rounds once); the order in which the members' contributions are added is the
+// library's, fixed for a given library, size and group (so runs repeat), but not the order of a
+// single-process sum.
 #pragma once
 
 #include <cstdint>

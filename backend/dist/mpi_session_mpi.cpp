@@ -1,12 +1,15 @@
 // MpiSession and the Open MPI communicator; see mpi_session.hpp and communicator.hpp.
 // Every MPI call returns its error (MPI_ERRORS_RETURN on every communicator) and is checked:
 // a failure is a common::Error naming the call, the group and MPI's message. Views must be
-// host memory (CPU ranks); the element types map to MPI's (bf16 moves as 16-bit words and is
-// never summed here). Every call that waits for other ranks is marked on the session's
-// collective watchdog (collective_watchdog.hpp), which ends this rank when one waits longer
-// than --distributed-timeout-minutes. A batch of point-to-point transfers (exchange) is an
-// MPI_Isend or MPI_Irecv for each, then an MPI_Wait on each: torch's batch_isend_irecv and the
-// waits Megatron's pipeline makes on its requests.
+// host memory (CPU ranks); the element types map to MPI's (bf16 and fp16 move as 16-bit words;
+// MPI has no such float types, so their sums and maxima are taken in fp32: widened into a host
+// buffer, reduced as MPI_FLOAT, rounded back to nearest even: one rounding of the fp32 result,
+// where NCCL rounds after each addition of its ring, so the two may differ in the last bit). Every
+// call that waits for other ranks is marked on the session's collective watchdog
+// (collective_watchdog.hpp), which ends this rank when one waits longer than
+// --distributed-timeout-minutes. A batch of point-to-point transfers (exchange) is an MPI_Isend or
+// MPI_Irecv for each, then an MPI_Wait on each: torch's batch_isend_irecv and the waits Megatron's
+// pipeline makes on its requests.
 #include <fmt/format.h>
 #include <mpi.h>
 #include <spdlog/spdlog.h>
@@ -58,13 +61,43 @@ int mpi_count(const View& view, const char* call, const std::string& group) {
   return static_cast<int>(view.numel);
 }
 
-// A started MPI_Iallreduce: wait() finishes it under the watchdog; one never waited for is
-// finished by the destructor, so no reduction outlives the caller's buffer.
+bool is_16_bit_float(ElementType type) {
+  return type == ElementType::bf16 || type == ElementType::f16;
+}
+
+// A 16-bit float view's values as fp32 (the sums' working type), and the fp32 results rounded
+// back into such a view (to nearest even, as the ops' conversions).
+std::vector<float> widened(const View& values) {
+  std::vector<float> wide(static_cast<size_t>(values.numel));
+  const auto* words = static_cast<const uint16_t*>(values.data);
+  for (size_t i = 0; i < wide.size(); ++i) {
+    wide[i] = values.type == ElementType::bf16 ? to_float(bfloat16{words[i]})
+                                               : to_float(float16{words[i]});
+  }
+  return wide;
+}
+
+void round_into(const View& values, std::span<const float> wide) {
+  auto* words = static_cast<uint16_t*>(values.data);
+  for (size_t i = 0; i < wide.size(); ++i) {
+    words[i] =
+        values.type == ElementType::bf16 ? to_bfloat16(wide[i]).bits : to_float16(wide[i]).bits;
+  }
+}
+
+// A started MPI_Iallreduce: wait() finishes it under the watchdog (and rounds a 16-bit view's
+// fp32 sums back into it); one never waited for is finished by the destructor, so no reduction
+// outlives the caller's buffer.
 class PendingAllReduce final : public Communicator::PendingReduction {
  public:
+  // `widened`: the fp32 buffer being reduced for the 16-bit view `values` (empty otherwise).
   PendingAllReduce(MPI_Request request, std::shared_ptr<CollectiveWatchdog> watchdog,
-                   std::string group)
-      : request_(request), watchdog_(std::move(watchdog)), group_(std::move(group)) {}
+                   std::string group, View values, std::vector<float> widened)
+      : request_(request),
+        watchdog_(std::move(watchdog)),
+        group_(std::move(group)),
+        values_(values),
+        widened_(std::move(widened)) {}
   ~PendingAllReduce() override {
     if (request_ == MPI_REQUEST_NULL) return;
     const auto watched = watchdog_->watch("MPI_Wait", group_);
@@ -74,14 +107,19 @@ class PendingAllReduce final : public Communicator::PendingReduction {
   PendingAllReduce& operator=(const PendingAllReduce&) = delete;
   void wait() override {
     if (request_ == MPI_REQUEST_NULL) return;
-    const auto watched = watchdog_->watch("MPI_Wait", group_);
-    check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait", group_);
+    {
+      const auto watched = watchdog_->watch("MPI_Wait", group_);
+      check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait", group_);
+    }
+    if (is_16_bit_float(values_.type)) round_into(values_, widened_);
   }
 
  private:
   MPI_Request request_;
   std::shared_ptr<CollectiveWatchdog> watchdog_;
   std::string group_;
+  View values_;
+  std::vector<float> widened_;
 };
 
 class MpiCommunicator final : public Communicator {
@@ -129,12 +167,18 @@ class MpiCommunicator final : public Communicator {
 
   void all_reduce(View values, ReduceOperation operation) override {
     const int count = mpi_count(values, "MPI_Allreduce", name_);
-    check_summable(values, "MPI_Allreduce");
     const MPI_Op op = operation == ReduceOperation::sum ? MPI_SUM : MPI_MAX;
-    const auto watched = watchdog_->watch("MPI_Allreduce", name_);
-    check(MPI_Allreduce(MPI_IN_PLACE, values.data, count,
-                        mpi_type(values.type, "MPI_Allreduce", name_), op, communicator_),
-          "MPI_Allreduce", name_);
+    std::vector<float> wide;
+    if (is_16_bit_float(values.type)) wide = widened(values);
+    {
+      const auto watched = watchdog_->watch("MPI_Allreduce", name_);
+      check(wide.empty()
+                ? MPI_Allreduce(MPI_IN_PLACE, values.data, count,
+                                mpi_type(values.type, "MPI_Allreduce", name_), op, communicator_)
+                : MPI_Allreduce(MPI_IN_PLACE, wide.data(), count, MPI_FLOAT, op, communicator_),
+            "MPI_Allreduce", name_);
+    }
+    if (!wide.empty()) round_into(values, wide);
   }
 
   // MPI_Iallreduce. Open MPI progresses it inside later MPI calls (no progress thread by
@@ -142,35 +186,47 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<PendingReduction> start_all_reduce(View values,
                                                      ReduceOperation operation) override {
     const int count = mpi_count(values, "MPI_Iallreduce", name_);
-    check_summable(values, "MPI_Iallreduce");
     const MPI_Op op = operation == ReduceOperation::sum ? MPI_SUM : MPI_MAX;
+    // A 16-bit view's fp32 copy is what is reduced; the pending reduction keeps it (a moved
+    // vector keeps its storage, which MPI writes into).
+    std::vector<float> wide;
+    if (is_16_bit_float(values.type)) wide = widened(values);
     MPI_Request request = MPI_REQUEST_NULL;
     {
       const auto watched = watchdog_->watch("MPI_Iallreduce", name_);
-      check(MPI_Iallreduce(MPI_IN_PLACE, values.data, count,
-                           mpi_type(values.type, "MPI_Iallreduce", name_), op, communicator_,
-                           &request),
+      check(wide.empty() ? MPI_Iallreduce(MPI_IN_PLACE, values.data, count,
+                                          mpi_type(values.type, "MPI_Iallreduce", name_), op,
+                                          communicator_, &request)
+                         : MPI_Iallreduce(MPI_IN_PLACE, wide.data(), count, MPI_FLOAT, op,
+                                          communicator_, &request),
             "MPI_Iallreduce", name_);
     }
-    return std::make_unique<PendingAllReduce>(request, watchdog_, name_);
+    return std::make_unique<PendingAllReduce>(request, watchdog_, name_, values, std::move(wide));
   }
 
   void reduce_scatter(View output, View input) override {
     mpi_count(input, "MPI_Reduce_scatter", name_);
     const int count = mpi_count(output, "MPI_Reduce_scatter", name_);
     same_type(output, input, "MPI_Reduce_scatter");
-    check_summable(input, "MPI_Reduce_scatter");
     const std::vector<int> counts = shard_counts(input.numel);
     if (count != counts[static_cast<size_t>(rank_)]) {
       common::fail("MPI_Reduce_scatter in the {} group: {} elements out, but rank {}'s shard of "
                    "{} is {}", name_, output.numel, rank_, input.numel,
                    counts[static_cast<size_t>(rank_)]);
     }
-    const auto watched = watchdog_->watch("MPI_Reduce_scatter", name_);
-    check(MPI_Reduce_scatter(input.data, output.data, counts.data(),
-                             mpi_type(input.type, "MPI_Reduce_scatter", name_), MPI_SUM,
-                             communicator_),
-          "MPI_Reduce_scatter", name_);
+    const bool narrow = is_16_bit_float(input.type);
+    const std::vector<float> wide_input = narrow ? widened(input) : std::vector<float>();
+    std::vector<float> wide_output(narrow ? static_cast<size_t>(count) : 0);
+    {
+      const auto watched = watchdog_->watch("MPI_Reduce_scatter", name_);
+      check(narrow ? MPI_Reduce_scatter(wide_input.data(), wide_output.data(), counts.data(),
+                                        MPI_FLOAT, MPI_SUM, communicator_)
+                   : MPI_Reduce_scatter(input.data, output.data, counts.data(),
+                                        mpi_type(input.type, "MPI_Reduce_scatter", name_), MPI_SUM,
+                                        communicator_),
+            "MPI_Reduce_scatter", name_);
+    }
+    if (narrow) round_into(output, wide_output);
   }
 
   void all_gather(View output, View input) override {
@@ -316,13 +372,6 @@ class MpiCommunicator final : public Communicator {
       counts[static_cast<size_t>(r)] = static_cast<int>(shard_range(numel, size_, r).numel);
     }
     return counts;
-  }
-  // 16-bit floats travel as 16-bit words (MPI has no bf16): moved, never summed.
-  void check_summable(const View& values, const char* call) const {
-    if (values.type == ElementType::bf16 || values.type == ElementType::f16) {
-      common::fail("{} in the {} group: {} is not summed on CPU ranks", call, name_,
-                   element_name(values.type));
-    }
   }
   static const char* posting_call(const PointToPoint& transfer) {
     return transfer.direction == PointToPoint::Direction::send ? "MPI_Isend" : "MPI_Irecv";

@@ -3,8 +3,10 @@
 //
 // - Every call checks its views first (GPU memory or empty; one of fp32, fp64, bf16, fp16, int32,
 //   mapped to NCCL's types; sums and maxima in the views' type, bf16 and fp16 included, as
-//   NCCL computes them), enqueues on the CUDA device's stream (cuda_placement), then waits for
-//   the stream: the interface's calls are blocking, and the caller may read the values on the
+//   NCCL computes them), then enqueues on the communicator's own stream (as torch's NCCL
+//   process group has one per device), which first waits, through an event, for everything
+//   enqueued so far on the device's compute stream (cuda_placement); then it waits for that
+//   stream: the interface's calls are blocking, and the caller may read the values on the
 //   host next. The wait polls the stream and ncclCommGetAsyncError, so a failure on another rank
 //   or the network ends the call with NCCL's reason; a call that has waited longer than the
 //   timeout aborts the communicator (ncclCommAbort) and fails, naming the call and the group,
@@ -29,9 +31,13 @@
 //   communicator. split is ncclCommSplit (the child shares the device, stream and timeout).
 // - Destruction: ncclCommDestroy, or ncclCommAbort while an exception unwinds (another rank
 //   may be gone, and ncclCommDestroy would wait for it).
-// - start_all_reduce is the interface's default (the all-reduce runs at once): on the device's
-//   one stream an NCCL kernel would not overlap the backward anyway; overlapping needs a
-//   stream of the communicator's own, ordered with the device's by events.
+// - start_all_reduce (--overlap-grad-reduce's buckets) enqueues the all-reduce the same way and
+//   returns at once: the NCCL kernel runs on the communicator's stream beside the backward's
+//   kernels on the compute stream. wait() makes the compute stream wait for the reduction's
+//   event (cudaStreamWaitEvent: the streams are ordered by events, not by the host), then polls
+//   that event as the blocking calls poll their stream, so a failure or the timeout still ends
+//   the wait with NCCL's reason. One never waited for still orders the compute stream after it
+//   when it is dropped. The split communicators each get their own stream.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -102,9 +108,13 @@ void* element(const View& view, int64_t offset) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, int device, cudaStream_t stream, std::string name,
+  NcclCommunicator(ncclComm_t comm, int device, cudaStream_t compute_stream, std::string name,
                    std::chrono::milliseconds timeout)
-      : comm_(comm), device_(device), stream_(stream), name_(std::move(name)), timeout_(timeout) {
+      : comm_(comm),
+        device_(device),
+        compute_stream_(compute_stream),
+        name_(std::move(name)),
+        timeout_(timeout) {
     try {
       int value = 0;
       check(ncclCommUserRank(comm_, &value), "ncclCommUserRank", name_, comm_);
@@ -112,6 +122,12 @@ class NcclCommunicator final : public Communicator {
       check(ncclCommCount(comm_, &value), "ncclCommCount", name_, comm_);
       size_ = value;
       CUDA_CHECK(cudaSetDevice(device_));
+      // The communication stream at the device's highest priority, so that a reduction's
+      // kernel is scheduled ahead of the backward's queued kernels (as torch's NCCL streams).
+      int lowest_priority = 0, highest_priority = 0;
+      CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest_priority, &highest_priority));
+      CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, highest_priority));
+      CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
       CUDA_CHECK(cudaMalloc(&barrier_, sizeof(int32_t)));
       CUDA_CHECK(cudaMemsetAsync(barrier_, 0, sizeof(int32_t), stream_));
     } catch (...) {
@@ -132,10 +148,28 @@ class NcclCommunicator final : public Communicator {
     const size_t count = count_of(values, call);
     const ncclComm_t comm = live(call);
     if (count == 0) return;
+    enter();
     check(ncclAllReduce(values.data, values.data, count, nccl_type(values.type),
                         operation == ReduceOperation::sum ? ncclSum : ncclMax, comm, stream_),
           call, name_, comm);
     wait(call);
+  }
+
+  std::unique_ptr<PendingReduction> start_all_reduce(View values,
+                                                     ReduceOperation operation) override {
+    const char* call = "ncclAllReduce (started)";
+    const size_t count = count_of(values, call);
+    const ncclComm_t comm = live(call);
+    if (count == 0) return completed_reduction();
+    cudaEvent_t done = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    auto pending = std::make_unique<StartedReduction>(*this, done);
+    enter();
+    check(ncclAllReduce(values.data, values.data, count, nccl_type(values.type),
+                        operation == ReduceOperation::sum ? ncclSum : ncclMax, comm, stream_),
+          call, name_, comm);
+    CUDA_CHECK(cudaEventRecord(done, stream_));
+    return pending;
   }
 
   void reduce_scatter(View output, View input) override {
@@ -150,6 +184,7 @@ class NcclCommunicator final : public Communicator {
     }
     const ncclComm_t comm = live(call);
     if (input.numel == 0) return;
+    enter();
     const ncclDataType_t type = nccl_type(input.type);
     if (input.numel % size_ == 0) {
       check(ncclReduceScatter(input.data, output.data, count, type, ncclSum, comm, stream_), call,
@@ -183,6 +218,7 @@ class NcclCommunicator final : public Communicator {
     }
     const ncclComm_t comm = live(call);
     if (output.numel == 0) return;
+    enter();
     const ncclDataType_t type = nccl_type(output.type);
     if (output.numel % size_ == 0) {
       // In place when the input is this member's own shard of the output (NCCL's in-place
@@ -208,6 +244,7 @@ class NcclCommunicator final : public Communicator {
     const size_t count = count_of(values, call);
     const ncclComm_t comm = live(call);
     if (count == 0) return;
+    enter();
     check(ncclBroadcast(values.data, values.data, count, nccl_type(values.type),
                         static_cast<int>(root), comm, stream_),
           call, name_, comm);
@@ -243,6 +280,7 @@ class NcclCommunicator final : public Communicator {
       return std::tuple(transfers[a].peer, transfers[a].direction, transfers[a].tag) <
              std::tuple(transfers[b].peer, transfers[b].direction, transfers[b].tag);
     });
+    enter();
     grouped("ncclSend/ncclRecv (exchange)", comm, [&] {
       for (const size_t i : order) {
         const PointToPoint& transfer = transfers[i];
@@ -258,6 +296,7 @@ class NcclCommunicator final : public Communicator {
   void barrier() override {
     const char* call = "ncclAllReduce (barrier)";
     const ncclComm_t comm = live(call);
+    enter();
     check(ncclAllReduce(barrier_, barrier_, 1, ncclInt32, ncclSum, comm, stream_), call, name_,
           comm);
     wait(call);
@@ -282,7 +321,8 @@ class NcclCommunicator final : public Communicator {
     if (part == nullptr) {
       common::fail("{} in the {} group gave no communicator for color {}", call, name_, color);
     }
-    return std::make_unique<NcclCommunicator>(part, device_, stream_, std::move(name), timeout_);
+    return std::make_unique<NcclCommunicator>(part, device_, compute_stream_, std::move(name),
+                                              timeout_);
   }
 
  private:
@@ -328,6 +368,7 @@ class NcclCommunicator final : public Communicator {
     const size_t count = count_of(transfer.values, call);
     const ncclComm_t comm = live(call);
     if (count == 0) return;
+    enter();
     check(post(transfer, comm), call, name_, comm);
     wait(call);
   }
@@ -367,16 +408,70 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  // Until the stream has done everything enqueued so far, NCCL's call included: polled, so that
-  // NCCL's asynchronous errors and the timeout end the wait (the file's comment).
+  // A started all-reduce: its event, recorded on the communication stream after the NCCL call.
+  class StartedReduction final : public PendingReduction {
+   public:
+    StartedReduction(NcclCommunicator& group, cudaEvent_t done) : group_(&group), done_(done) {}
+    ~StartedReduction() override {
+      if (done_ == nullptr) return;
+      // Dropped unwaited: the compute stream still waits for it, so nothing later on it
+      // touches the values first. No error is raised from here.
+      (void)cudaStreamWaitEvent(group_->compute_stream_, done_, 0);
+      (void)cudaEventDestroy(done_);
+    }
+    StartedReduction(const StartedReduction&) = delete;
+    StartedReduction& operator=(const StartedReduction&) = delete;
+    void wait() override {
+      if (done_ == nullptr) return;
+      const cudaEvent_t done = done_;
+      done_ = nullptr;
+      CUDA_CHECK(cudaStreamWaitEvent(group_->compute_stream_, done, 0));
+      try {
+        group_->poll("ncclAllReduce (started)", [&] { return cudaEventQuery(done); });
+      } catch (...) {
+        (void)cudaEventDestroy(done);
+        throw;
+      }
+      CUDA_CHECK(cudaEventDestroy(done));
+    }
+
+   private:
+    NcclCommunicator* group_;
+    cudaEvent_t done_;
+  };
+
+  // An empty all-reduce's pending reduction: nothing to wait for.
+  static std::unique_ptr<PendingReduction> completed_reduction() {
+    struct Done final : PendingReduction {
+      void wait() override {}
+    };
+    return std::make_unique<Done>();
+  }
+
+  // The communication stream waits for everything enqueued on the compute stream so far (the
+  // views' producers), by an event: no host wait.
+  void enter() {
+    CUDA_CHECK(cudaEventRecord(compute_ready_, compute_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_ready_, 0));
+  }
+
+  // Until the communication stream has done everything enqueued so far, NCCL's call included.
   void wait(const char* call) {
+    poll(call, [&] { return cudaStreamQuery(stream_); });
+  }
+
+  // Until query() (a stream's or an event's) reports done: polled, so that NCCL's asynchronous
+  // errors and the timeout end the wait (the file's comment).
+  template <typename Query>
+  void poll(const char* call, Query query) {
     const Clock::time_point start = Clock::now(), deadline = start + timeout_;
     for (;;) {
-      const cudaError_t status = cudaStreamQuery(stream_);
+      const cudaError_t status = query();
       if (status == cudaSuccess) return;
       if (status != cudaErrorNotReady) CUDA_CHECK(status);
       ncclResult_t asynchronous = ncclSuccess;
-      check(ncclCommGetAsyncError(comm_, &asynchronous), "ncclCommGetAsyncError", name_, comm_);
+      check(ncclCommGetAsyncError(live(call), &asynchronous), "ncclCommGetAsyncError", name_,
+            comm_);
       if (asynchronous != ncclSuccess) {
         const std::string reason = nccl_text(asynchronous, comm_);
         abort_communicator();
@@ -422,11 +517,17 @@ class NcclCommunicator final : public Communicator {
     }
     if (barrier_ != nullptr) (void)cudaFree(barrier_);
     barrier_ = nullptr;
+    if (compute_ready_ != nullptr) (void)cudaEventDestroy(compute_ready_);
+    compute_ready_ = nullptr;
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+    stream_ = nullptr;
   }
 
   ncclComm_t comm_;
   int device_;
-  cudaStream_t stream_;
+  cudaStream_t compute_stream_;          // the device's, where the ops run
+  cudaStream_t stream_ = nullptr;        // this communicator's own, where its NCCL calls run
+  cudaEvent_t compute_ready_ = nullptr;  // enter()'s mark on the compute stream
   std::string name_;
   std::chrono::milliseconds timeout_;
   int64_t rank_ = 0;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "backend/common/enum_names.hpp"
@@ -54,6 +55,13 @@ struct ParallelismArguments {
   // yet (a warning says so).
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
+  // Megatron's --ddp-bucket-size: elements per --overlap-grad-reduce bucket; not given (None):
+  // max(40M, 1M × data-parallel size) (backend/train/gradient_buckets.hpp).
+  std::optional<int64_t> ddp_bucket_size;
+  // Megatron core's --grad-reduce-in-bf16: with --bf16 on the CUDA device the data-parallel
+  // gradient sums move bf16 (backend/model/bf16_gradient_reduction.hpp); the gradients still
+  // accumulate in fp32.
+  bool grad_reduce_in_bf16 = false;
   // Megatron-DeepSpeed's --zero-stage (or its configuration file's). 3: parameters and
   // gradients sharded over the data-parallel group too (GptModel's sharded_over_data_parallel).
   // The offloads (DeepSpeed's offload_optimizer / cpu_offload and offload_param to "cpu"): the

@@ -4,7 +4,6 @@
 #include <string_view>
 
 #include "backend/common/error.hpp"
-#include "backend/common/gpu_capabilities.hpp"
 
 namespace backend {
 
@@ -22,11 +21,10 @@ bool holds_tied_embedding(const GptConfig& config, const PipelineStage& stage) {
 
 namespace {
 
-void check_mixed_precision_layout(const GptConfig& config, const ModelParallelism& parallelism,
-                                  const ModelLayoutSizes& sizes, ElementType parameters,
-                                  const Device& device) {
+// Mixed precision runs in every layout (tensor, sequence and pipeline parallelism, ZeRO-1 and
+// ZeRO-3): what it needs is fp32 master weights and a device with 16-bit ops.
+void check_mixed_precision(const GptConfig& config, ElementType parameters, const Device& device) {
   const std::string_view half = element_name(working_type(config.mixed_precision, parameters));
-  const PipelineStage& stage = parallelism.pipeline;
   if (parameters != ElementType::f32) {
     common::fail(
         "GptModel: {} mixed precision keeps fp32 master weights; a model of {} "
@@ -38,15 +36,6 @@ void check_mixed_precision_layout(const GptConfig& config, const ModelParallelis
         "GptModel: {} activations need a device with {} ops (--device cuda); {} "
         "computes in fp32 or fp64",
         half, half, device.name());
-  }
-  if (!common::gpu_mixed_precision_runs(sizes.tensor_parallel, stage.pipeline_parallel) ||
-      parallelism.sharded_data_parallel != nullptr) {
-    common::fail(
-        "GptModel: {} mixed precision is built for one rank's whole model (data "
-        "parallelism included); tensor parallelism ({}), pipeline parallelism ({}) "
-        "and ZeRO-3 ({}) with {} are not built yet: train them in fp32",
-        half, sizes.tensor_parallel, stage.pipeline_parallel,
-        parallelism.sharded_data_parallel != nullptr ? "on" : "off", half);
   }
 }
 
@@ -67,7 +56,7 @@ void check_model_parallelism(const GptConfig& config, const ModelParallelism& pa
         stage.rank, stage.pipeline_parallel);
   }
   if (config.mixed_precision != MixedPrecision::none) {
-    check_mixed_precision_layout(config, parallelism, sizes, parameters, device);
+    check_mixed_precision(config, parameters, device);
   }
   if (parallelism.sharded_data_parallel != nullptr &&
       (sizes.tensor_parallel > 1 || !stage.whole_model())) {

@@ -50,8 +50,8 @@ struct ModelLayoutSizes {
 // The layouts GptModel refuses, by name: a pipeline group that is not the stage's pipeline, a
 // tied embedding's stage without an embedding group, ZeRO-3 with tensor or pipeline
 // parallelism, and mixed precision (--bf16, --fp16) anywhere but GptModel<float> on a device
-// with bf16 and fp16 ops holding one rank's whole model (rather than computing in fp32 behind
-// the user's back).
+// with bf16 and fp16 ops (rather than computing in fp32 behind the user's back); in every
+// layout it runs.
 void check_model_parallelism(const GptConfig& config, const ModelParallelism& parallelism,
                              const ModelLayoutSizes& sizes, ElementType parameters,
                              const Device& device);

@@ -23,8 +23,9 @@ ParameterStore<Scalar>::ParameterStore(const ParameterLayout& layout, Device& de
   build_units();
   if (sharded_group != nullptr) shard_over(*sharded_group);
   // Parameters and gradients: one arena of two regions of the same layout (this rank's range
-  // of it when sharded), and under mixed precision a third, the working copy the ops read.
-  const bool working_copy = working_type != kElementType;
+  // of it when sharded), and under mixed precision a third, the working copy the ops read
+  // (ZeRO-3's ops read its gathered units, converted in the gather, instead).
+  const bool working_copy = working_type != kElementType && !sharded();
   ArenaLayout regions;
   const int64_t count = held_.numel;
   const int64_t parameter_region = regions.add("parameters", kElementType, count);
@@ -85,7 +86,7 @@ void ParameterStore<Scalar>::shard_over(Communicator& group) {
   ArenaLayout slots;
   std::array<std::array<int64_t, 2>, 3> regions{};
   for (size_t kind = 0; kind < 3; ++kind) {
-    regions[kind][0] = slots.add("gathered parameters", kElementType, widest[kind]);
+    regions[kind][0] = slots.add("gathered parameters", working_type_, widest[kind]);
     regions[kind][1] = slots.add("gathered gradients", kElementType, widest[kind]);
   }
   working_arena_ = Arena(*device_, std::move(slots), "ZeRO-3 working set");
@@ -157,7 +158,10 @@ std::pair<int64_t, int64_t> held_part(const ParameterUnit& unit, ShardRange held
 }  // namespace
 
 // DeepSpeed's all-gather of a partitioned unit: each rank's part into zeros, summed over the
-// group (every element held by one rank: the sum is that rank's value, exactly).
+// group (every element held by one rank: the sum is that rank's value, exactly, in any type).
+// Under mixed precision each rank converts its part to the working type first, so the gather
+// moves 16-bit values (as PyTorch FSDP's mixed-precision param_dtype does) and the ops read
+// exactly what an unsharded model's working copy would hold.
 template <typename Scalar>
 void ParameterStore<Scalar>::gather(int64_t u) {
   if (!sharded() || u < 0) return;
@@ -168,8 +172,13 @@ void ParameterStore<Scalar>::gather(int64_t u) {
   device_->fill_zero(whole);
   const auto [begin, end] = held_part(unit, held_);
   if (begin < end) {
-    device_->copy(whole.slice(begin - unit.begin, end - begin),
-                  parameters_.slice(begin - held_.offset, end - begin));
+    const View part = whole.slice(begin - unit.begin, end - begin);
+    const View own = parameters_.slice(begin - held_.offset, end - begin);
+    if (working_type_ == kElementType) {
+      device_->copy(part, own);
+    } else {
+      ops::convert(*device_, part, own);
+    }
   }
   sharded_group_->all_reduce(whole, ReduceOperation::sum);
   slot.parameter_unit = u;
@@ -209,7 +218,7 @@ void ParameterStore<Scalar>::gradients_done(int64_t u) const {
 
 template <typename Scalar>
 void ParameterStore<Scalar>::refresh_weights() {
-  if (working_type_ == kElementType || !weights_stale_) return;
+  if (working_type_ == kElementType || sharded() || !weights_stale_) return;
   ops::convert(*device_, weights_, parameters_);
   weights_stale_ = false;
 }

@@ -11,8 +11,9 @@
 //     ZeRO-3, what is gathered whole for use;
 //   - ZeRO-3: the rank holds a contiguous range of the flat layout (shard_range, as the
 //     distributed optimizer's); a unit is gathered into the working slot of its kind when it is
-//     used and its gradients are summed over the group into the held range when its backward is
-//     done.
+//     used (in the working type: under mixed precision the gather converts and moves bf16 or
+//     fp16, and there is no whole working copy) and its gradients (fp32) are summed over the
+//     group into the held range when its backward is done.
 // Tensors are found by their offset in the layout (the word embedding serves two roles when
 // tied, so offsets, not names, identify them); kAbsentTensor gives an empty view.
 #pragma once

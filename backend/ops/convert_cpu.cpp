@@ -15,4 +15,14 @@ void convert(float16* output, const float* input, int64_t count) {
   for (int64_t i = 0; i < count; ++i) output[i] = to_float16(input[i]);
 }
 
+void convert(float* output, const bfloat16* input, int64_t count) {
+#pragma omp parallel for if (count > detail::kParallelWork)
+  for (int64_t i = 0; i < count; ++i) output[i] = to_float(input[i]);
+}
+
+void convert(float* output, const float16* input, int64_t count) {
+#pragma omp parallel for if (count > detail::kParallelWork)
+  for (int64_t i = 0; i < count; ++i) output[i] = to_float(input[i]);
+}
+
 }  // namespace backend::cpu

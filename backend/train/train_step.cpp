@@ -1,5 +1,4 @@
 // Megatron's train_step on one process; see train_step.hpp.
-#include "backend/ops/reduction.hpp"
 #include "backend/train/train_step.hpp"
 
 #include <algorithm>
@@ -9,6 +8,8 @@
 
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
+#include "backend/ops/reduction.hpp"
+#include "backend/train/gradient_buckets.hpp"
 #include "backend/train/pipeline_execution.hpp"
 
 namespace backend {
@@ -141,19 +142,26 @@ LocalLosses sequential_forward_backward(
         model.forward(tokens, labels, options.micro_batch_size, options.seq_length, backward_scale);
     local.sum += per_token ? loss * static_cast<double>(scored) : loss;
     local.scored_positions += scored;
-    // --overlap-grad-reduce: in the last micro batch each unit's all-reduce starts as soon as
-    // its gradients are complete (Megatron's DDP buckets; the earlier micro batches only
-    // accumulate, as under its no_sync).
+    // --overlap-grad-reduce: in the last micro batch each bucket's all-reduce starts as soon as
+    // the backward has finished its units (Megatron's DDP buckets; the earlier micro batches
+    // only accumulate, as under its no_sync).
     const bool last = m + 1 == place.batch.num_micro_batches;
     if (last && overlapped_group != nullptr) {
       const View all_gradients = model.gradient_buffer();
-      model.set_gradients_ready([&, all_gradients](BufferRange range) {
+      const int64_t bucket_size = options.ddp_bucket_size > 0
+                                      ? options.ddp_bucket_size
+                                      : default_ddp_bucket_size(overlapped_group->size());
+      GradientBuckets buckets(bucket_size, [&, all_gradients](BufferRange bucket) {
         pending.push_back(overlapped_group->start_all_reduce(
-            all_gradients.slice(range.offset, range.numel), ReduceOperation::sum));
+            all_gradients.slice(bucket.offset, bucket.numel), ReduceOperation::sum));
       });
+      model.set_gradients_ready([&](BufferRange unit) { buckets.add(unit); });
+      model.backward(backward_scale);
+      model.set_gradients_ready({});
+      buckets.flush();
+    } else {
+      model.backward(backward_scale);
     }
-    model.backward(backward_scale);
-    if (last && overlapped_group != nullptr) model.set_gradients_ready({});
   }
   return local;
 }

@@ -26,6 +26,7 @@
 #include "backend/device/cudnn_library.hpp"
 #include "backend/dist/device_collectives.hpp"
 #include "backend/dist/process_environment.hpp"
+#include "backend/model/bf16_gradient_reduction.hpp"
 #include "backend/model/gpt_model.hpp"
 #include "backend/ops/reduction.hpp"
 #include "backend/optim/adamw.hpp"
@@ -71,6 +72,7 @@ TrainStepOptions train_step_options(const TrainingArguments& a) {
           .calculate_per_token_loss = a.data.calculate_per_token_loss,
           .clip_grad = a.optimizer.clip_grad,
           .overlap_grad_reduce = a.parallelism.overlap_grad_reduce,
+          .ddp_bucket_size = a.parallelism.ddp_bucket_size.value_or(0),
           .log_params_norm = a.logging.log_params_norm,
           .log_num_zeros_in_grad = a.logging.log_num_zeros_in_grad};
 }
@@ -158,11 +160,9 @@ SelectedDevice select_device(const TrainingArguments& arguments,
 namespace {
 
 // The model's mixed precision (GptConfig::mixed_precision): --bf16 or --fp16 on the CUDA
-// device, except under ZeRO-3, whose sharded working copies are not built in 16 bits yet.
+// device, in every layout.
 MixedPrecision mixed_precision_of(const TrainingArguments& a, const Device& device) {
-  if (device.memory_kind() != MemoryKind::cuda || a.parallelism.zero_stage == 3) {
-    return MixedPrecision::none;
-  }
+  if (device.memory_kind() != MemoryKind::cuda) return MixedPrecision::none;
   if (a.precision.bf16) return MixedPrecision::bf16;
   if (a.precision.fp16) return MixedPrecision::fp16;
   return MixedPrecision::none;
@@ -171,10 +171,9 @@ MixedPrecision mixed_precision_of(const TrainingArguments& a, const Device& devi
 // The precision the flags ask for, as far as this device computes it (`precision`: the model's
 // GptConfig::mixed_precision, from mixed_precision_of): --bf16 or --fp16 on the CUDA device is
 // mixed precision; the CPU path computes in fp32 (--fp16's loss scaling applies on every device).
-void note_precision(const TrainingArguments& a, const Device& device, MixedPrecision precision) {
+void note_precision(const TrainingArguments& a, MixedPrecision precision) {
   if (!a.precision.bf16 && !a.precision.fp16) return;
   const char* flag = a.precision.bf16 ? "--bf16" : "--fp16";
-  const char* scaling = a.precision.fp16 ? " (its dynamic loss scaling runs, as Megatron's)" : "";
   if (precision != MixedPrecision::none) {
     const char* type = a.precision.bf16 ? "bf16" : "fp16";
     spdlog::info(
@@ -183,16 +182,9 @@ void note_precision(const TrainingArguments& a, const Device& device, MixedPreci
         flag, type, a.precision.fp16 ? "; loss scaling guards fp16's range" : "");
     return;
   }
-  if (device.memory_kind() == MemoryKind::host) {
-    spdlog::warn("{}: the CPU path computes in fp32{}; mixed precision applies to the CUDA path",
-                 flag, scaling);
-  } else {
-    spdlog::warn("{} with --zero-stage 3: the CUDA path computes in fp32{} (ZeRO-3's sharded "
-                 "16-bit working copies are not built yet; docs/device.md)",
-                 flag, scaling);
-  }
+  spdlog::warn("{}: the CPU path computes in fp32{}; mixed precision applies to the CUDA path",
+               flag, a.precision.fp16 ? " (its dynamic loss scaling runs, as Megatron's)" : "");
 }
-
 
 // The parameters of a model's layout (a ZeRO-3 model's buffers hold its range of them only).
 int64_t whole_count_of(const GptModel<float>& model) {
@@ -295,7 +287,7 @@ Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, Batc
   if (!a_.logging.log_dir.empty() && groups_.is_first_rank()) {
     write_exp_manager_files(a_.logging.log_dir, a_);
   }
-  note_precision(a_, *selected_.device, config_.mixed_precision);
+  note_precision(a_, config_.mixed_precision);
   carve_model_and_optimizer();
   // --fp16's dynamic loss scaling (or --loss-scale): the optimizer holds the scaler, as
   // Megatron's mixed-precision optimizer does, so checkpoints carry its state.
@@ -420,6 +412,16 @@ void Trainer::check_memory_fits() {
 // moments. Running out of GPU memory names the region being carved and this layout's estimate.
 void Trainer::carve_model_and_optimizer() {
   Device& device = *selected_.device;
+  if (a_.parallelism.grad_reduce_in_bf16) {
+    if (config_.mixed_precision != MixedPrecision::bf16) {
+      spdlog::warn(
+          "--grad-reduce-in-bf16 without bf16 mixed precision ({}): the gradients are "
+          "summed in fp32",
+          a_.precision.bf16 ? "the CPU path computes in fp32" : "no --bf16");
+    } else if (data_parallel().size() > 1) {
+      bf16_gradient_reduction_ = make_bf16_gradient_reduction(data_parallel(), device);
+    }
+  }
   try {
     const PipelineStage stage{.pipeline_parallel = groups_.layout.pipeline_parallel,
                               .rank = coordinates_.pipeline,
@@ -432,7 +434,7 @@ void Trainer::carve_model_and_optimizer() {
             .pipeline = stage,
             .pipeline_parallel = groups_.pipeline_parallel.get(),
             .embedding = groups_.embedding.get(),
-            .sharded_data_parallel = a_.parallelism.zero_stage == 3 ? &data_parallel() : nullptr});
+            .sharded_data_parallel = a_.parallelism.zero_stage == 3 ? &gradient_group() : nullptr});
     // The dropout masks come from --seed too; dropout_key() mixes the seed into a stream of
     // its own, unrelated to the initialisation's. Step 0 is the first micro batch's forward.
     model.init_parameters(a_.run.seed);
@@ -655,7 +657,7 @@ TrainStepResult Trainer::train_iteration(int64_t iteration) {
     model.parameters_updated();
   }
   const TrainStepResult step = train_step(
-      model, *optimizer_, *scheduler_, source_, batch, train_step_options(a_), data_parallel(),
+      model, *optimizer_, *scheduler_, source_, batch, train_step_options(a_), gradient_group(),
       shard_ ? &*shard_ : nullptr, spike_rollback_.learning_rate_factor());
   consumed_train_ += batch.global_batch_size;
   const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();

@@ -138,6 +138,11 @@ class Trainer {
   ProcessGroups& groups_;
   Communicator& world() const { return *groups_.world; }
   Communicator& data_parallel() const { return *groups_.data_parallel; }
+  // The data-parallel group as the gradients are summed over it: itself, or through bf16
+  // (--grad-reduce-in-bf16 under bf16 mixed precision, more than one data-parallel rank).
+  Communicator& gradient_group() const {
+    return bf16_gradient_reduction_ ? *bf16_gradient_reduction_ : data_parallel();
+  }
   const RankCoordinates coordinates_;
   BatchSource source_;
 
@@ -146,6 +151,9 @@ class Trainer {
   std::optional<ExitSignalHandler> exit_signal_;
   SelectedDevice selected_;
   common::MemoryEstimate estimate_;
+  // --grad-reduce-in-bf16's view of the data-parallel group (gradient_group()): made with the
+  // device, before the model that may shard over it.
+  std::unique_ptr<Communicator> bf16_gradient_reduction_;
   // Everything the run keeps on the device, carved once; no step allocates.
   std::optional<GptModel<float>> model_;
   std::optional<AdamW> optimizer_;

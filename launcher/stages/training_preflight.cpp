@@ -17,7 +17,6 @@
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 #include "backend/common/flag_rules.hpp"
-#include "backend/common/gpu_capabilities.hpp"
 #include "backend/data/tokenizer.hpp"
 #include "launcher/config/scalar_text.hpp"
 #include "launcher/stages/training_keys.hpp"
@@ -313,40 +312,18 @@ void check_layout_and_memory(const Node& config, const Node& training, Preflight
   }
 }
 
-// Whether the stage's jobs get GPUs: Slurm with a GPU request (NeMo's bcm.yaml asks with
-// gpus_per_node; gpus_per_task or gres too), PBS and Kubernetes (GPU nodes, as NeMo's configs
-// describe them). The local cluster runs on this machine's GPU where one is visible, else on
-// the CPU: the launcher cannot tell, so it warns instead of refusing.
-bool cluster_gives_gpus(const Node& config, std::string_view cluster_type) {
-  if (cluster_type == "pbs" || cluster_type == "k8s") return true;
-  if (cluster_type != "bcm") return false;
+// Whether a Slurm job gets GPUs: NeMo's bcm.yaml asks with gpus_per_node; gpus_per_task or
+// gres ask too.
+bool slurm_gives_gpus(const Node& config) {
   for (const char* key : {"cluster.gpus_per_node", "cluster.gpus_per_task", "cluster.gres"}) {
     if (find_set(config, key) != nullptr) return true;
   }
   return false;
 }
 
-// What pretrain_gpt cannot run on this cluster's GPUs yet (the header's list).
+// What pretrain_gpt cannot run on this cluster's GPUs (the header's list): ranks sharing a GPU.
 void check_gpu_layout(const Node& config, std::string_view cluster_type, PreflightReport& report) {
-  const bool gpus = cluster_gives_gpus(config, cluster_type);
-  if (is_mixed_precision(report.precision) &&
-      !common::gpu_mixed_precision_runs(report.tensor_parallel, report.pipeline_parallel)) {
-    const std::string what = fmt::format(
-        "training.trainer.precision {} with training.model.tensor_model_parallel_size {} and "
-        "pipeline_model_parallel_size {}: pretrain_gpt's GPUs train 16-bit mixed precision on "
-        "one rank's whole model so far (data parallelism and the distributed optimizer; tensor "
-        "and pipeline parallelism in bf16 or fp16 are not built yet)",
-        report.precision, report.tensor_parallel, report.pipeline_parallel);
-    if (gpus) {
-      report.unsupported.push_back(what +
-                                   ": set training.trainer.precision=32, or both sizes to 1");
-    } else if (cluster_type == "local") {
-      report.warnings.push_back(what +
-                                "; on this machine's GPU pretrain_gpt would refuse it, on "
-                                "the CPU it trains in fp32");
-    }
-  }
-  if (cluster_type != "bcm" || !gpus) return;
+  if (cluster_type != "bcm" || !slurm_gives_gpus(config)) return;
   const Node* per_node = find_set(config, "cluster.gpus_per_node");
   if (per_node == nullptr) return;
   const int64_t node_gpus = per_node->as_int("cluster.gpus_per_node");

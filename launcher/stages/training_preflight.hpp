@@ -11,13 +11,11 @@
 //   - a split with a non-empty validation share when validation runs (limit_val_batches > 0)
 //     — Megatron's bare `assert num_samples > 0` otherwise; the test share may be 0, as
 //     pretrain_gpt then skips the test pass as Megatron does
-//   - on a cluster whose jobs get GPUs (Slurm with a GPU request, PBS, Kubernetes), what
-//     pretrain_gpt's CUDA path does not run yet (backend/common/gpu_capabilities.hpp: 16-bit
-//     mixed precision with tensor or pipeline parallelism), and on Slurm more tasks per node
-//     (trainer.devices) than cluster.gpus_per_node, whose ranks would share GPUs, which NCCL
-//     refuses; these are `unsupported`: refused, or warned about on a dry run, which renders
-//     the scripts to be read. On the local cluster (the CPU where no GPU is visible) the first
-//     is a warning; fewer tasks than GPUs per node is a warning (GPUs idle)
+//   - on a Slurm cluster whose jobs get GPUs, more tasks per node (trainer.devices) than
+//     cluster.gpus_per_node, whose ranks would share GPUs, which NCCL refuses: `unsupported`,
+//     refused, or warned about on a dry run, which renders the scripts to be read; fewer tasks
+//     than GPUs per node is a warning (GPUs idle). (16-bit mixed precision runs in every
+//     layout, so no precision is refused here.)
 //   - per-GPU memory estimate (weights, gradients, optimizer states, activations) against
 //     cluster.gpu_memory_gb when the cluster config gives it, with the vocabulary of the
 //     tokenizer's files when the launcher can read them (model.tokenizer.model, or a Hugging

@@ -188,8 +188,10 @@ TEST_CASE(
 }
 
 TEST_CASE("--overlap-grad-reduce over DP=2 and TP=2 x DP=2 with sequence parallelism trains as one process") {
-  // Each unit's all-reduce starts inside the last micro batch's backward (MPI_Iallreduce); the
-  // sums are the same, so the losses and weights are one process's.
+  // Each bucket's all-reduce starts inside the last micro batch's backward (MPI_Iallreduce):
+  // every unit its own bucket (--ddp-bucket-size 1) at TP=1, Megatron's default size (one
+  // bucket for these models) at TP=2; the sums are the same, so the losses and weights are one
+  // process's.
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   TemporaryDirectory directory;
   for (const std::string style : {"gpt2", "llama"}) {
@@ -204,6 +206,7 @@ TEST_CASE("--overlap-grad-reduce over DP=2 and TP=2 x DP=2 with sequence paralle
       auto flags = tensor_parallel_training_flags(style, tensor_parallel, save);
       flags.push_back("--overlap-grad-reduce");
       if (tensor_parallel == 2) flags.push_back("--sequence-parallel");
+      if (tensor_parallel == 1) flags.insert(flags.end(), {"--ddp-bucket-size", "1"});
       stage_collectives_for(style, flags);
       const fs::path log = directory.path / (style + "_overlap.log");
       const int status = run(2 * tensor_parallel, flags, log);
@@ -212,6 +215,9 @@ TEST_CASE("--overlap-grad-reduce over DP=2 and TP=2 x DP=2 with sequence paralle
       REQUIRE(status == 0);
       check_staged_for(style, output);
       CHECK(std::regex_search(output, std::regex(R"(\n  overlap_grad_reduce \.+ True\n)")));
+      CHECK(std::regex_search(
+          output, std::regex(tensor_parallel == 1 ? R"(\n  ddp_bucket_size \.+ 1\n)"
+                                                  : R"(\n  ddp_bucket_size \.+ None\n)")));
       check_same_losses(logged_losses(output), expected);
       CHECK(weight_difference(save, single_save, 20) <= 1e-5);
     }

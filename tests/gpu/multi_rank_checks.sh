@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Several ranks on one GPU (issue 40): pretrain_gpt under mpirun with --distributed-backend gloo
 # (the collectives staged through host memory over Open MPI, so ranks may share the GPU;
-# docs/parallelism.md "Collectives and memory") for DP=2, DP=4, the distributed optimizer in
-# bf16, and TP=2 with sequence parallelism and PP=2 in fp32 (bf16 refuses TP and PP so far),
-# each against one rank's losses in the same precision; then DP=2 over NCCL, started by mpirun
+# docs/parallelism.md "Collectives and memory") for DP=2, DP=4, the distributed optimizer,
+# ZeRO-3, TP=2 with sequence parallelism, PP=2 and TP=2 x PP=2 in bf16, TP=2 in fp16 (its loss
+# scaling), DP=2 and ZeRO-1 with --grad-reduce-in-bf16, and TP=2 and PP=2 in fp32, each
+# against one rank's losses in the same precision
+# (16-bit TP sums its partial outputs in bf16 over the ranks: Open MPI's sums of 16-bit floats
+# are taken in fp32 and rounded once); then DP=2 over NCCL, started by mpirun
 # and torchrun-style (no MPI: the TCP rendezvous), which NCCL refuses when the ranks share one
 # GPU: that refusal is recorded, not failed, and the losses are checked where this machine's
 # NCCL lets them share it.
@@ -74,10 +77,36 @@ check() {  # check NAME RANKS REFERENCE TOLERANCE FLAGS...: run, then compare
 
 run one_rank_bf16 1 --bf16 || { echo "one_rank_bf16: FAILED"; tail -n 5 "$out/one_rank_bf16.log"; exit 1; }
 run one_rank_fp32 1 || { echo "one_rank_fp32: FAILED"; tail -n 5 "$out/one_rank_fp32.log"; exit 1; }
+run one_rank_fp16 1 --fp16 || { echo "one_rank_fp16: FAILED"; tail -n 5 "$out/one_rank_fp16.log"; exit 1; }
 gloo=(--distributed-backend gloo)
 check dp2_bf16_gloo 2 one_rank_bf16 "$bf16_tolerance" --bf16 "${gloo[@]}"
 check dp4_bf16_gloo 4 one_rank_bf16 "$bf16_tolerance" --bf16 "${gloo[@]}"
 check zero1_dp2_bf16_gloo 2 one_rank_bf16 "$bf16_tolerance" --bf16 --use-distributed-optimizer "${gloo[@]}"
+echo '{"zero_optimization": {"stage": 3}}' >"$out/zero3.json"
+check zero3_dp2_bf16_gloo 2 one_rank_bf16 "$bf16_tolerance" --bf16 --deepspeed \
+  --deepspeed_config "$out/zero3.json" "${gloo[@]}"
+check tp2_sp_bf16_gloo 2 one_rank_bf16 "$bf16_tolerance" --bf16 --tensor-model-parallel-size 2 \
+  --sequence-parallel "${gloo[@]}"
+check pp2_bf16_gloo 2 one_rank_bf16 "$bf16_tolerance" --bf16 --pipeline-model-parallel-size 2 \
+  "${gloo[@]}"
+check tp2_pp2_bf16_gloo 4 one_rank_bf16 "$bf16_tolerance" --bf16 --tensor-model-parallel-size 2 \
+  --pipeline-model-parallel-size 2 "${gloo[@]}"
+check tp2_fp16_gloo 2 one_rank_fp16 "$bf16_tolerance" --fp16 --tensor-model-parallel-size 2 \
+  "${gloo[@]}"
+# --overlap-grad-reduce with every layer its own bucket: the same sums, started during the
+# backward (the staged route runs each at once, so this checks the buckets, not overlap).
+check dp2_bf16_overlap_gloo 2 one_rank_bf16 "$bf16_tolerance" --bf16 --overlap-grad-reduce \
+  --ddp-bucket-size 1 "${gloo[@]}"
+# The step times side by side (the mean over iterations 3-20, ms), for the record: one rank's
+# four micro batches against two ranks' two each, without and with the buckets.
+step_ms() { sed -n 's/.* iteration *\([0-9]*\)\/.*elapsed time per iteration (ms): \([0-9.]*\).*/\1 \2/p' "$1" |
+  awk '$1 > 2 { sum += $2; n++ } END { if (n) printf "%.2f", sum / n; else printf "?" }'; }
+echo "step time (ms): one rank $(step_ms "$out/one_rank_bf16.log"), DP=2 $(step_ms "$out/dp2_bf16_gloo.log"), DP=2 with --overlap-grad-reduce $(step_ms "$out/dp2_bf16_overlap_gloo.log")"
+# --grad-reduce-in-bf16: the data-parallel gradient sums in bf16 (plain DP and ZeRO-1).
+check dp2_bf16_reduce_bf16_gloo 2 one_rank_bf16 "$bf16_tolerance" --bf16 --grad-reduce-in-bf16 \
+  "${gloo[@]}"
+check zero1_dp2_bf16_reduce_bf16_gloo 2 one_rank_bf16 "$bf16_tolerance" --bf16 \
+  --grad-reduce-in-bf16 --use-distributed-optimizer "${gloo[@]}"
 check tp2_sp_fp32_gloo 2 one_rank_fp32 "$fp32_tolerance" --tensor-model-parallel-size 2 \
   --sequence-parallel "${gloo[@]}"
 check pp2_fp32_gloo 2 one_rank_fp32 "$fp32_tolerance" --pipeline-model-parallel-size 2 "${gloo[@]}"

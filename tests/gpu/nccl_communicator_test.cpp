@@ -4,7 +4,8 @@
 // too), broadcast and barrier against the one-process communicator's results on the same values
 // in host memory; an exchange with itself whose receives are listed in another tag order than
 // its sends; split; and the refusals (host memory, a send to itself, a rank outside the group,
-// a negative color). Skipped without a GPU (gpu_test_support.hpp) or without NCCL in the build.
+// a negative color); started all-reduces (--overlap-grad-reduce's) ordered with the compute
+// stream. Skipped without a GPU (gpu_test_support.hpp) or without NCCL in the build.
 // One rank's shards are the whole buffer, so the uneven-shard path (grouped ncclReduce and
 // ncclBroadcast) needs two GPUs and does not run here.
 #include "backend/dist/nccl_communicator.hpp"
@@ -18,6 +19,7 @@
 
 #include "backend/common/error.hpp"
 #include "backend/dist/communicator.hpp"
+#include "backend/ops/reduction.hpp"
 #include "gpu/gpu_test_support.hpp"
 
 using backend::Communicator;
@@ -136,6 +138,40 @@ TEST_CASE("NCCL communicator, one rank: exchange with itself pairs equal tags, a
   part->all_reduce(values, ReduceOperation::sum);
   expect_close("all_reduce in the split group", tensors.read(values), first, 0.0);
   part->barrier();
+}
+
+TEST_CASE("NCCL communicator, one rank: started all-reduces finish on the compute stream's order") {
+  // --overlap-grad-reduce's path: each all-reduce runs on the communicator's stream and wait()
+  // orders the compute stream after it; an op on the compute stream after wait() reads the
+  // result. Three in flight, waited out of order; one dropped unwaited; an empty one.
+  auto gpu = open_gpu_or_skip();
+  if (!gpu) return;
+  auto world = open_nccl_or_skip(*gpu);
+  if (!world) return;
+  Tensors tensors(*gpu);
+  const std::vector<float> values = random_values(4099, 23);
+  std::vector<View> buckets;
+  std::vector<std::unique_ptr<Communicator::PendingReduction>> pending;
+  for (int b = 0; b < 3; ++b) {
+    buckets.push_back(tensors.input(values, ElementType::f32));
+    pending.push_back(world->start_all_reduce(buckets.back(), ReduceOperation::sum));
+  }
+  pending[1]->wait();
+  pending[2]->wait();
+  pending[0]->wait();
+  for (const View& bucket : buckets) {
+    // A compute-stream op (the scale by 1) after the wait, then the read.
+    backend::ops::scale(*gpu, bucket, 1.0);
+    expect_close("started all_reduce", tensors.read(bucket), values, 0.0);
+  }
+  const View dropped = tensors.input(values, ElementType::bf16);
+  world->start_all_reduce(dropped, ReduceOperation::sum).reset();
+  expect_close("dropped all_reduce", tensors.read(dropped),
+               representable(values, ElementType::bf16), 0.0);
+  world
+      ->start_all_reduce(View{nullptr, 0, ElementType::f32, backend::MemoryKind::cuda},
+                         ReduceOperation::sum)
+      ->wait();
 }
 
 TEST_CASE("NCCL communicator refuses host memory, a send to itself, bad ranks, tags, colors") {

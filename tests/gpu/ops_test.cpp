@@ -704,3 +704,42 @@ TEST_CASE("convert on the CUDA device rounds fp32 to the CPU device's bf16 and f
       ops::convert(*gpu, t.poisoned(3, ElementType::bf16), t.input({1, 2}, ElementType::f32)),
       doctest::Contains("a conversion makes bf16 or fp16 from fp32"), common::Error);
 }
+
+TEST_CASE("convert on the CUDA device widens every bf16 and fp16 value to the CPU device's fp32") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  backend::CpuDevice cpu;
+  std::vector<uint16_t> every(65536);
+  for (size_t i = 0; i < every.size(); ++i) every[i] = static_cast<uint16_t>(i);
+  for (const ElementType type : {ElementType::bf16, ElementType::f16}) {
+    CAPTURE(type_name(type));
+    // Whole (vectorised), from element 1 (unaligned: element by element), and one element.
+    for (const auto& range : {std::pair<int64_t, int64_t>{0, 65536}, {1, 65535}, {0, 1}}) {
+      const int64_t first = range.first, count = range.second;
+      CAPTURE(first);
+      auto widen_on = [&](Device& device) {
+        backend::DeviceMemory narrow = device.allocate_zeroed(65536 * 2, "bf16 or fp16 patterns");
+        backend::DeviceMemory wide = device.allocate_zeroed(65536 * 4, "their fp32 values");
+        const View source = View{narrow.data(), 65536, type, narrow.on()}.slice(first, count);
+        const View destination =
+            View{wide.data(), 65536, ElementType::f32, wide.on()}.slice(first, count);
+        device.copy_from_host(source, every.data() + first);
+        ops::convert(device, destination, source);
+        std::vector<uint32_t> bits(static_cast<size_t>(count));
+        device.copy_to_host(bits.data(), destination);
+        return bits;
+      };
+      // Widening is exact: the same bits on both, except that a NaN may come out as another
+      // NaN (the GPU's cvt may give its canonical one).
+      const std::vector<uint32_t> on_gpu = widen_on(*gpu), on_cpu = widen_on(cpu);
+      auto is_nan = [](uint32_t bits) {
+        return (bits & 0x7f800000u) == 0x7f800000u && (bits & 0x7fffffu) != 0;
+      };
+      int64_t differing = 0;
+      for (size_t i = 0; i < on_cpu.size(); ++i) {
+        if (on_gpu[i] != on_cpu[i] && !(is_nan(on_gpu[i]) && is_nan(on_cpu[i]))) ++differing;
+      }
+      CHECK(differing == 0);
+    }
+  }
+}

@@ -143,7 +143,7 @@ grep -E "^PyTorch|passed$" "$out/torch_dist.log" | tee -a "$summary"
 # refuses two ranks on one GPU, which is recorded).
 if [ -n "$MPIRUN" ]; then
   step multi_rank tests/gpu/multi_rank_checks.sh build/bin "$MPIRUN" "$out/multi_rank"
-  grep -E "^[a-z0-9_]+: |multi-rank checks" "$out/multi_rank.log" | tee -a "$summary"
+  grep -E "^[a-z0-9_]+: |^step time|multi-rank checks" "$out/multi_rank.log" | tee -a "$summary"
 else
   note "multi-rank checks: skipped (no mpirun here and none in the bundle)"
 fi

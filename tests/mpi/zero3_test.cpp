@@ -4,7 +4,8 @@
 // batch scaled by 1/3 gives, range by range, the gradients one process accumulates over the
 // three micro batches (fp64, to 1e-12), for a GPT-2-style model (tied embeddings, dropout,
 // recompute) and a Llama-style one. After the parameters change in place, the next forward uses
-// the new values.
+// the new values. Under mixed precision the gathered units are the working copy's bf16 or fp16
+// values, moved as such.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include "backend/device/cpu_device.hpp"
 #include "backend/model/gpt_model.hpp"
+#include "backend/model/parameter_store.hpp"
 #include "mpi/mpi_test_world.hpp"
 
 using backend::GptConfig;
@@ -121,5 +123,52 @@ TEST_CASE("ZeRO-3 over three ranks holds each rank's range of one process's grad
       }
       sharded.parameters_updated();
     }
+  }
+}
+
+TEST_CASE("ZeRO-3 under mixed precision gathers each unit in bf16 and fp16, as the working copy") {
+  // The store as a bf16 (fp16) GptModel<float> holds it, on the CPU device (whose conversion
+  // twin makes the same bits as the GPU's): each gathered unit is element for element the
+  // one-process parameters rounded to the working type, although every rank converted only
+  // its range and the 16-bit parts were summed over Open MPI (in fp32, exactly: one nonzero
+  // term per element).
+  auto& world = mpi_test::world();
+  const backend::ParameterLayout layout(zero3_config("gpt"));
+  std::vector<float> whole(static_cast<size_t>(layout.numel()));
+  layout.init_parameters(whole.data(), 11);
+  for (const backend::ElementType type : {backend::ElementType::bf16, backend::ElementType::f16}) {
+    CAPTURE(backend::element_name(type));
+    backend::CpuDevice device;
+    backend::ParameterStore<float> store(layout, device, type, true, &world);
+    store.init_parameters(11);
+    CHECK(store.working_copy().empty());
+    int64_t checked = 0;
+    for (const backend::ParameterTensor& tensor : layout.tensors()) {
+      // One working slot per kind of unit: each tensor's unit gathered as it comes.
+      const std::string layers = "decoder.layers.";
+      if (tensor.name.starts_with("embedding.")) {
+        store.gather(store.embedding_unit());
+      } else if (tensor.name.starts_with(layers)) {
+        store.gather(store.layer_unit(std::stoll(tensor.name.substr(layers.size()))));
+      } else {
+        store.gather(store.head_unit());
+      }
+      const backend::View gathered = store.parameter(tensor.offset);
+      REQUIRE(gathered.type == type);
+      REQUIRE(gathered.numel == tensor.numel);
+      const auto* words = static_cast<const uint16_t*>(gathered.data);
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < tensor.numel; ++i) {
+        const float value = whole[static_cast<size_t>(tensor.offset + i)];
+        const uint16_t expected = type == backend::ElementType::bf16
+                                      ? backend::to_bfloat16(value).bits
+                                      : backend::to_float16(value).bits;
+        wrong += words[i] != expected ? 1 : 0;
+      }
+      CAPTURE(tensor.name);
+      CHECK(wrong == 0);
+      ++checked;
+    }
+    CHECK(checked == static_cast<int64_t>(layout.tensors().size()));
   }
 }

@@ -159,7 +159,7 @@ TEST_CASE("the CPU device rounds fp32 to bf16 and fp16 to nearest even, and refu
   std::vector<double> wide(6);
   CHECK_THROWS_WITH_AS(ops::convert(device, view_of(wide), view_of(values)),
                        "convert: 6 elements of fp32 into 6 elements of fp64: a conversion makes "
-                       "bf16 or fp16 from fp32, of one element count",
+                       "bf16 or fp16 from fp32, or fp32 from bf16 or fp16, of one element count",
                        common::Error);
   CHECK_THROWS_WITH_AS(
       ops::convert(device, View{bits.data(), 5, ElementType::bf16}, view_of(values)),

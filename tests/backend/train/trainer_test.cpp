@@ -1,8 +1,8 @@
 // The training loop end to end on tiny models: the loss starts at ln(vocab), falls on a
 // learnable pattern, gradient accumulation is consistent, and the log has Megatron's lines.
-#include <doctest/doctest.h>
+#include "backend/train/trainer.hpp"
 
-#include "temporary_directory.hpp"
+#include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,7 +18,8 @@
 #include "backend/data/preprocess_data.hpp"
 #include "backend/device/cuda_inventory.hpp"
 #include "backend/train/arguments.hpp"
-#include "backend/train/trainer.hpp"
+#include "captured_log.hpp"
+#include "temporary_directory.hpp"
 #include "tests/backend/data/dataset_fixture.hpp"
 #include "tests/backend/train/tiny_gpt_arguments.hpp"
 
@@ -571,4 +572,23 @@ TEST_CASE("--exit-duration-in-mins saves and exits after the first iteration pas
   std::ostringstream whole;
   CHECK(train(unlimited, whole).iterations.size() == 3);
   CHECK(count_lines_containing(whole.str(), "exiting program") == 0);
+}
+
+TEST_CASE("--grad-reduce-in-bf16 on the CPU path says that the gradients are summed in fp32") {
+  // The CPU computes --bf16 in fp32, so nothing is reduced in bf16 and the losses are those
+  // without the flag; the warning names why.
+  auto a = trainer_arguments();
+  a.run.train_iters = 2;
+  a.precision.bf16 = true;
+  std::ostringstream plain_log;
+  const auto plain = train(a, plain_log);
+  a.parallelism.grad_reduce_in_bf16 = true;
+  test_support::CapturedLog captured;
+  std::ostringstream log;
+  const auto flagged = train(a, log);
+  CHECK(captured.text.str().find("--grad-reduce-in-bf16 without bf16 mixed precision (the CPU "
+                                 "path computes in fp32): the gradients are summed in fp32") !=
+        std::string::npos);
+  REQUIRE(flagged.iterations.size() == 2);
+  CHECK(flagged.iterations[1].lm_loss == plain.iterations[1].lm_loss);
 }

@@ -422,43 +422,30 @@ TEST_CASE("the estimate counts the vocabulary of the tokenizer's file when the l
                              "/README.md: the job's GPTSentencePieceTokenizer cannot read it: "));
 }
 
-TEST_CASE("on a GPU cluster, bf16 with tensor or pipeline parallelism is unsupported, by name") {
-  // NeMo's gpt3/126m on two nodes at TP=2 (its benchmark's shape), on Slurm's GPUs.
+TEST_CASE("bf16 with tensor and pipeline parallelism runs on every cluster, and the line says so") {
+  // NeMo's gpt3/126m on two nodes at TP=2 (its benchmark's shape), on Slurm's GPUs; and at PP=2.
   const Node tp2 =
       composed({"cluster=bcm", "training.trainer.num_nodes=2", "training.trainer.devices=8",
                 "training.model.tensor_model_parallel_size=2"});
-  const auto on_slurm = training_preflight(tp2, "bcm");
-  CHECK(on_slurm.problems.empty());
-  REQUIRE(on_slurm.unsupported.size() == 1);
-  CHECK(on_slurm.unsupported[0] ==
-        "training.trainer.precision bf16 with training.model.tensor_model_parallel_size 2 and "
-        "pipeline_model_parallel_size 1: pretrain_gpt's GPUs train 16-bit mixed precision on one "
-        "rank's whole model so far (data parallelism and the distributed optimizer; tensor and "
-        "pipeline parallelism in bf16 or fp16 are not built yet): set "
-        "training.trainer.precision=32, or both sizes to 1");
-  CHECK(format_preflight(on_slurm).front().find("16 GPU(s) (2 node(s) × 8) = tp 2 × pp 1 × dp 8") !=
-        std::string::npos);
-  // The same on PBS and Kubernetes; locally a warning (the CPU trains it, in fp32).
-  CHECK(training_preflight(tp2, "pbs").unsupported.size() == 1);
-  CHECK(training_preflight(tp2, "k8s").unsupported.size() == 1);
-  const auto local = training_preflight(tp2, "local");
-  CHECK(local.unsupported.empty());
-  CHECK(std::any_of(local.warnings.begin(), local.warnings.end(), [](const std::string& warning) {
-    return warning.find("on the CPU it trains in fp32") != std::string::npos;
-  }));
-  // fp32 at TP=2, and bf16 data parallelism, run on the GPUs.
-  CHECK(training_preflight(composed({"cluster=bcm", "training.trainer.devices=8",
-                                     "training.model.tensor_model_parallel_size=2",
-                                     "training.trainer.precision=32"}),
-                           "bcm")
-            .unsupported.empty());
-  CHECK(training_preflight(composed({"cluster=bcm", "training.trainer.devices=8"}), "bcm")
-            .unsupported.empty());
-  // A Slurm cluster without a GPU request runs on CPUs: nothing to refuse.
-  CHECK(training_preflight(composed({"cluster=bcm", "cluster.gpus_per_node=null",
-                                     "training.model.tensor_model_parallel_size=2"}),
-                           "bcm")
-            .unsupported.empty());
+  const Node pp2 =
+      composed({"cluster=bcm", "training.trainer.num_nodes=2", "training.trainer.devices=8",
+                "training.model.pipeline_model_parallel_size=2"});
+  for (const Node* config : {&tp2, &pp2}) {
+    for (const char* cluster : {"bcm", "pbs", "k8s", "local"}) {
+      CAPTURE(cluster);
+      const auto report = training_preflight(*config, cluster);
+      CHECK(report.precision == "bf16");
+      CHECK(report.problems.empty());
+      CHECK(report.unsupported.empty());
+      CHECK(std::none_of(report.warnings.begin(), report.warnings.end(),
+                         [](const std::string& warning) {
+                           return warning.find("precision") != std::string::npos;
+                         }));
+    }
+  }
+  CHECK(format_preflight(training_preflight(tp2, "bcm"))
+            .front()
+            .find("16 GPU(s) (2 node(s) × 8) = tp 2 × pp 1 × dp 8") != std::string::npos);
 }
 
 TEST_CASE("on Slurm, more tasks per node than GPUs is unsupported, fewer leaves GPUs idle") {

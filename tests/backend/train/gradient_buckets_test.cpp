@@ -1,0 +1,70 @@
+// GradientBuckets: units merged, in the backward's order, into contiguous buckets of at least
+// --ddp-bucket-size elements; the remainder at flush; a unit that does not adjoin closes the
+// open bucket; Megatron's default size.
+#include "backend/train/gradient_buckets.hpp"
+
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "backend/common/error.hpp"
+
+using backend::BufferRange;
+using backend::GradientBuckets;
+
+namespace {
+
+bool same(const std::vector<BufferRange>& got, const std::vector<BufferRange>& expected) {
+  if (got.size() != expected.size()) return false;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i].offset != expected[i].offset || got[i].numel != expected[i].numel) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("units join buckets from the end of the buffer until each holds the bucket size") {
+  // embedding [0, 40), three layers of 30, the head [130, 140): announced head first.
+  const std::vector<BufferRange> units = {{130, 10}, {100, 30}, {70, 30}, {40, 30}, {0, 40}};
+  std::vector<BufferRange> buckets;
+  GradientBuckets collector(50, [&](BufferRange bucket) { buckets.push_back(bucket); });
+  for (const BufferRange& unit : units) collector.add(unit);
+  // head + layer 2 = 40 < 50, + layer 1 = 70: a bucket; layer 0 + embedding = 70: another.
+  CHECK(same(buckets, {{70, 70}, {0, 70}}));
+  collector.flush();
+  CHECK(buckets.size() == 2);
+  CHECK(collector.started() == 2);
+
+  // A bucket size above the whole buffer: one bucket, at flush.
+  buckets.clear();
+  GradientBuckets whole(1000, [&](BufferRange bucket) { buckets.push_back(bucket); });
+  for (const BufferRange& unit : units) whole.add(unit);
+  CHECK(buckets.empty());
+  whole.flush();
+  CHECK(same(buckets, {{0, 140}}));
+
+  // One element: every unit its own bucket, in order.
+  buckets.clear();
+  GradientBuckets each(1, [&](BufferRange bucket) { buckets.push_back(bucket); });
+  for (const BufferRange& unit : units) each.add(unit);
+  CHECK(same(buckets, units));
+}
+
+TEST_CASE("a unit that does not adjoin the open bucket closes it; empty units are skipped") {
+  std::vector<BufferRange> buckets;
+  GradientBuckets collector(100, [&](BufferRange bucket) { buckets.push_back(bucket); });
+  collector.add({50, 10});
+  collector.add({0, 0});
+  collector.add({60, 5});  // adjoining above
+  collector.add({10, 5});  // a gap: [50, 65) closes
+  collector.flush();
+  CHECK(same(buckets, {{50, 15}, {10, 5}}));
+}
+
+TEST_CASE("Megatron's default bucket size, and a size below one element is refused") {
+  CHECK(backend::default_ddp_bucket_size(8) == 40'000'000);
+  CHECK(backend::default_ddp_bucket_size(64) == 64'000'000);
+  CHECK_THROWS_WITH_AS(GradientBuckets(0, [](BufferRange) {}),
+                       "--ddp-bucket-size 0: a bucket holds at least one element", common::Error);
+}
