@@ -43,6 +43,10 @@ class CompletedReduction final : public Communicator::PendingReduction {
 
 }  // namespace
 
+std::unique_ptr<Communicator::PendingReduction> finished_reduction() {
+  return std::make_unique<CompletedReduction>();
+}
+
 void Communicator::check_member(int64_t rank, const char* call) const {
   if (rank < 0 || rank >= size()) {
     common::fail("{} in the {} group: rank {} is not one of its {} members", call, name(), rank,
@@ -57,10 +61,31 @@ void Communicator::same_type(const View& output, const View& input, const char* 
   }
 }
 
+void Communicator::check_counts(const View& output, const View& input,
+                                std::span<const int64_t> counts, const char* call) const {
+  same_type(output, input, call);
+  if (static_cast<int64_t>(counts.size()) != size()) {
+    common::fail("{} in the {} group: {} counts for {} members", call, name(), counts.size(),
+                 size());
+  }
+  int64_t total = 0;
+  for (const int64_t count : counts) {
+    if (count < 0) common::fail("{} in the {} group: a count of {}", call, name(), count);
+    total += count;
+  }
+  if (total != input.numel || counts[static_cast<size_t>(rank())] != output.numel) {
+    common::fail(
+        "{} in the {} group: counts summing to {} over {} elements in, rank {}'s {} "
+        "over {} out",
+        call, name(), total, input.numel, rank(), counts[static_cast<size_t>(rank())],
+        output.numel);
+  }
+}
+
 std::unique_ptr<Communicator::PendingReduction> Communicator::start_all_reduce(
     View values, ReduceOperation operation) {
   all_reduce(values, operation);
-  return std::make_unique<CompletedReduction>();
+  return finished_reduction();
 }
 
 namespace {
@@ -73,6 +98,12 @@ class SingleProcessCommunicator final : public Communicator {
   std::string name() const override { return name_; }
   void all_reduce(View, ReduceOperation) override {}
   void reduce_scatter(View output, View input) override { copy(output, input, "reduce_scatter"); }
+  std::unique_ptr<PendingReduction> start_reduce_scatter(View output, View input,
+                                                         std::span<const int64_t> counts) override {
+    check_counts(output, input, counts, "start_reduce_scatter");
+    copy(output, input, "start_reduce_scatter");
+    return finished_reduction();
+  }
   void all_gather(View output, View input) override { copy(output, input, "all_gather"); }
   void broadcast(View, int64_t root) override { check_peer(root, "broadcast"); }
   void send(View, int64_t peer) override { no_peer(peer, "send to"); }

@@ -84,6 +84,14 @@ class Communicator {
   };
   virtual std::unique_ptr<PendingReduction> start_all_reduce(View values,
                                                              ReduceOperation operation);
+  // A sum of `input` cut into uneven parts, started now and finished by wait(): member r gets
+  // the sum of the members' counts[r] elements (after counts[0..r)) in `output` (counts[r]
+  // elements; zeros allowed), as MPI_Ireduce_scatter. It is how a bucket of the gradient buffer
+  // (--overlap-grad-reduce) lands in the distributed optimizer's shards: a member's count is
+  // the part of the bucket inside its shard. `input` and `output` stay untouched until wait().
+  // Every member starts the same ones in the same order, with the same counts.
+  virtual std::unique_ptr<PendingReduction> start_reduce_scatter(
+      View output, View input, std::span<const int64_t> counts) = 0;
 
   // A new communicator of the members that pass the same `color`, ranked by `key` (MPI's
   // MPI_Comm_split); called by every member.
@@ -94,7 +102,14 @@ class Communicator {
   // or peer `rank` that is one of its members; an output of the input's element type.
   void check_member(int64_t rank, const char* call) const;
   void same_type(const View& output, const View& input, const char* call) const;
+  // start_reduce_scatter's counts: one per member, none negative, summing to input's count,
+  // this member's equal to output's.
+  void check_counts(const View& output, const View& input, std::span<const int64_t> counts,
+                    const char* call) const;
 };
+
+// A pending reduction that has already finished: what a call that ran at once returns.
+std::unique_ptr<Communicator::PendingReduction> finished_reduction();
 
 // Σ value over the members (one double all-reduced): a loss, a sum of squares. Every member
 // gets the same total.

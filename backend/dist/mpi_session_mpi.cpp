@@ -85,41 +85,45 @@ void round_into(const View& values, std::span<const float> wide) {
   }
 }
 
-// A started MPI_Iallreduce: wait() finishes it under the watchdog (and rounds a 16-bit view's
-// fp32 sums back into it); one never waited for is finished by the destructor, so no reduction
-// outlives the caller's buffer.
-class PendingAllReduce final : public Communicator::PendingReduction {
+// A started MPI_Iallreduce or MPI_Ireduce_scatter: wait() finishes it under the watchdog (and
+// rounds a 16-bit result's fp32 sums back into its view); one never waited for is finished by
+// the destructor, so no reduction outlives the caller's buffers. It keeps what MPI reads until
+// completion: the widened buffers and the counts.
+class PendingCollective final : public Communicator::PendingReduction {
  public:
-  // `widened`: the fp32 buffer being reduced for the 16-bit view `values` (empty otherwise).
-  PendingAllReduce(MPI_Request request, std::shared_ptr<CollectiveWatchdog> watchdog,
-                   std::string group, View values, std::vector<float> widened)
+  struct Buffers {
+    View result;                            // the caller's view the sums land in
+    std::vector<float> widened = {};        // a 16-bit result's fp32 sums (empty otherwise)
+    std::vector<float> widened_input = {};  // a 16-bit reduce-scatter's fp32 input
+    std::vector<int> counts = {};           // a reduce-scatter's counts
+  };
+  PendingCollective(MPI_Request request, std::shared_ptr<CollectiveWatchdog> watchdog,
+                    std::string group, Buffers buffers)
       : request_(request),
         watchdog_(std::move(watchdog)),
         group_(std::move(group)),
-        values_(values),
-        widened_(std::move(widened)) {}
-  ~PendingAllReduce() override {
+        buffers_(std::move(buffers)) {}
+  ~PendingCollective() override {
     if (request_ == MPI_REQUEST_NULL) return;
     const auto watched = watchdog_->watch("MPI_Wait", group_);
     MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
-  PendingAllReduce(const PendingAllReduce&) = delete;
-  PendingAllReduce& operator=(const PendingAllReduce&) = delete;
+  PendingCollective(const PendingCollective&) = delete;
+  PendingCollective& operator=(const PendingCollective&) = delete;
   void wait() override {
     if (request_ == MPI_REQUEST_NULL) return;
     {
       const auto watched = watchdog_->watch("MPI_Wait", group_);
       check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait", group_);
     }
-    if (is_16_bit_float(values_.type)) round_into(values_, widened_);
+    if (is_16_bit_float(buffers_.result.type)) round_into(buffers_.result, buffers_.widened);
   }
 
  private:
   MPI_Request request_;
   std::shared_ptr<CollectiveWatchdog> watchdog_;
   std::string group_;
-  View values_;
-  std::vector<float> widened_;
+  Buffers buffers_;
 };
 
 class MpiCommunicator final : public Communicator {
@@ -201,7 +205,37 @@ class MpiCommunicator final : public Communicator {
                                           communicator_, &request),
             "MPI_Iallreduce", name_);
     }
-    return std::make_unique<PendingAllReduce>(request, watchdog_, name_, values, std::move(wide));
+    return std::make_unique<PendingCollective>(
+        request, watchdog_, name_,
+        PendingCollective::Buffers{.result = values, .widened = std::move(wide)});
+  }
+
+  std::unique_ptr<PendingReduction> start_reduce_scatter(View output, View input,
+                                                         std::span<const int64_t> counts) override {
+    const char* call = "MPI_Ireduce_scatter";
+    mpi_count(input, call, name_);
+    mpi_count(output, call, name_);
+    check_counts(output, input, counts, call);
+    PendingCollective::Buffers buffers{.result = output};
+    buffers.counts.assign(counts.begin(), counts.end());
+    const bool narrow = is_16_bit_float(input.type);
+    if (narrow) {
+      buffers.widened_input = widened(input);
+      buffers.widened.resize(static_cast<size_t>(output.numel));
+    }
+    MPI_Request request = MPI_REQUEST_NULL;
+    {
+      const auto watched = watchdog_->watch(call, name_);
+      check(narrow ? MPI_Ireduce_scatter(buffers.widened_input.data(), buffers.widened.data(),
+                                         buffers.counts.data(), MPI_FLOAT, MPI_SUM, communicator_,
+                                         &request)
+                   : MPI_Ireduce_scatter(input.data, output.data, buffers.counts.data(),
+                                         mpi_type(input.type, call, name_), MPI_SUM, communicator_,
+                                         &request),
+            call, name_);
+    }
+    // The vectors move with their storage, which MPI reads and writes until the wait.
+    return std::make_unique<PendingCollective>(request, watchdog_, name_, std::move(buffers));
   }
 
   void reduce_scatter(View output, View input) override {

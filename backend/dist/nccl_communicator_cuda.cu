@@ -160,14 +160,48 @@ class NcclCommunicator final : public Communicator {
     const char* call = "ncclAllReduce (started)";
     const size_t count = count_of(values, call);
     const ncclComm_t comm = live(call);
-    if (count == 0) return completed_reduction();
+    if (count == 0) return finished_reduction();
     cudaEvent_t done = nullptr;
     CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    auto pending = std::make_unique<StartedReduction>(*this, done);
+    auto pending = std::make_unique<StartedReduction>(*this, done, call);
     enter();
     check(ncclAllReduce(values.data, values.data, count, nccl_type(values.type),
                         operation == ReduceOperation::sum ? ncclSum : ncclMax, comm, stream_),
           call, name_, comm);
+    CUDA_CHECK(cudaEventRecord(done, stream_));
+    return pending;
+  }
+
+  // One ncclReduce per member with a part, to that member, in one group (as reduce_scatter's
+  // uneven shards), on the communication stream; returns at once like start_all_reduce.
+  std::unique_ptr<PendingReduction> start_reduce_scatter(View output, View input,
+                                                         std::span<const int64_t> counts) override {
+    const char* call = "ncclReduce (started reduce-scatter)";
+    count_of(input, call);
+    count_of(output, call);
+    check_counts(output, input, counts, call);
+    const ncclComm_t comm = live(call);
+    if (input.numel == 0) return finished_reduction();
+    const ncclDataType_t type = nccl_type(input.type);
+    cudaEvent_t done = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    auto pending = std::make_unique<StartedReduction>(*this, done, call);
+    enter();
+    grouped(call, comm, [&] {
+      int64_t offset = 0;
+      for (int64_t root = 0; root < size_; ++root) {
+        const int64_t count = counts[static_cast<size_t>(root)];
+        if (count == 0) continue;
+        // recvbuff is used on the root only; the others pass their part of the input.
+        void* send = element(input, offset);
+        offset += count;
+        const ncclResult_t status =
+            ncclReduce(send, root == rank_ ? output.data : send, static_cast<size_t>(count), type,
+                       ncclSum, static_cast<int>(root), comm, stream_);
+        if (status != ncclSuccess) return status;
+      }
+      return ncclSuccess;
+    });
     CUDA_CHECK(cudaEventRecord(done, stream_));
     return pending;
   }
@@ -411,7 +445,8 @@ class NcclCommunicator final : public Communicator {
   // A started all-reduce: its event, recorded on the communication stream after the NCCL call.
   class StartedReduction final : public PendingReduction {
    public:
-    StartedReduction(NcclCommunicator& group, cudaEvent_t done) : group_(&group), done_(done) {}
+    StartedReduction(NcclCommunicator& group, cudaEvent_t done, const char* call)
+        : group_(&group), done_(done), call_(call) {}
     ~StartedReduction() override {
       if (done_ == nullptr) return;
       // Dropped unwaited: the compute stream still waits for it, so nothing later on it
@@ -427,7 +462,7 @@ class NcclCommunicator final : public Communicator {
       done_ = nullptr;
       CUDA_CHECK(cudaStreamWaitEvent(group_->compute_stream_, done, 0));
       try {
-        group_->poll("ncclAllReduce (started)", [&] { return cudaEventQuery(done); });
+        group_->poll(call_, [&] { return cudaEventQuery(done); });
       } catch (...) {
         (void)cudaEventDestroy(done);
         throw;
@@ -438,15 +473,8 @@ class NcclCommunicator final : public Communicator {
    private:
     NcclCommunicator* group_;
     cudaEvent_t done_;
+    const char* call_;  // a string literal
   };
-
-  // An empty all-reduce's pending reduction: nothing to wait for.
-  static std::unique_ptr<PendingReduction> completed_reduction() {
-    struct Done final : PendingReduction {
-      void wait() override {}
-    };
-    return std::make_unique<Done>();
-  }
 
   // The communication stream waits for everything enqueued on the compute stream so far (the
   // views' producers), by an event: no host wait.

@@ -47,6 +47,16 @@ class StagedCommunicator final : public Communicator {
     copy_out(output, staged[1]);
   }
 
+  // Run at once through the inner communicator (a staged call is blocking).
+  std::unique_ptr<PendingReduction> start_reduce_scatter(View output, View input,
+                                                         std::span<const int64_t> counts) override {
+    const std::vector<View> staged = stage({input, output}, "start_reduce_scatter");
+    copy_in(staged[0], input);
+    inner_->start_reduce_scatter(staged[1], staged[0], counts)->wait();
+    copy_out(output, staged[1]);
+    return finished_reduction();
+  }
+
   // In place (input inside output, the member's own shard) stays in place in the staging, so
   // the inner communicator sees the call its caller made.
   void all_gather(View output, View input) override {
@@ -210,6 +220,11 @@ class RoutedCommunicator final : public Communicator {
   }
   void reduce_scatter(View output, View input) override {
     route({output, input}, "reduce_scatter").reduce_scatter(output, input);
+  }
+  std::unique_ptr<PendingReduction> start_reduce_scatter(View output, View input,
+                                                         std::span<const int64_t> counts) override {
+    return route({output, input}, "start_reduce_scatter")
+        .start_reduce_scatter(output, input, counts);
   }
   void all_gather(View output, View input) override {
     route({output, input}, "all_gather").all_gather(output, input);

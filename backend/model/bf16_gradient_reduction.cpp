@@ -42,11 +42,14 @@ View bf16_view(const DeviceMemory& buffer, int64_t numel) {
 
 class PendingBf16Reduction final : public Communicator::PendingReduction {
  public:
+  // `narrow`: where in `scratch` the bf16 sums land, widened into `values` at wait().
   PendingBf16Reduction(std::unique_ptr<Communicator::PendingReduction> inner, Device& device,
-                       View values, DeviceMemory scratch, std::shared_ptr<ScratchPool> pool)
+                       View values, View narrow, DeviceMemory scratch,
+                       std::shared_ptr<ScratchPool> pool)
       : inner_(std::move(inner)),
         device_(device),
         values_(values),
+        narrow_(narrow),
         scratch_(std::move(scratch)),
         pool_(std::move(pool)) {}
   ~PendingBf16Reduction() override {
@@ -58,7 +61,7 @@ class PendingBf16Reduction final : public Communicator::PendingReduction {
   void wait() override {
     if (scratch_.data() == nullptr) return;
     inner_->wait();
-    ops::convert(device_, values_, bf16_view(scratch_, values_.numel));
+    if (values_.numel > 0) ops::convert(device_, values_, narrow_);
     pool_->give_back(std::move(scratch_));
     scratch_ = DeviceMemory();
   }
@@ -66,7 +69,7 @@ class PendingBf16Reduction final : public Communicator::PendingReduction {
  private:
   std::unique_ptr<Communicator::PendingReduction> inner_;
   Device& device_;
-  View values_;
+  View values_, narrow_;
   DeviceMemory scratch_;
   std::shared_ptr<ScratchPool> pool_;
 };
@@ -116,7 +119,21 @@ class Bf16GradientReduction final : public Communicator {
     const View narrow = bf16_view(scratch, values.numel);
     ops::convert(device_, narrow, values);
     auto inner = group_.start_all_reduce(narrow, operation);
-    return std::make_unique<PendingBf16Reduction>(std::move(inner), device_, values,
+    return std::make_unique<PendingBf16Reduction>(std::move(inner), device_, values, narrow,
+                                                  std::move(scratch), pool_);
+  }
+
+  std::unique_ptr<PendingReduction> start_reduce_scatter(View output, View input,
+                                                         std::span<const int64_t> counts) override {
+    if (!reduced_in_bf16(input)) return group_.start_reduce_scatter(output, input, counts);
+    same_type(output, input, "start_reduce_scatter");
+    const int64_t total = input.numel + output.numel;
+    DeviceMemory scratch = pool_->take(total * 2);
+    const View narrow_input = bf16_view(scratch, total).slice(0, input.numel);
+    const View narrow_output = bf16_view(scratch, total).slice(input.numel, output.numel);
+    ops::convert(device_, narrow_input, input);
+    auto inner = group_.start_reduce_scatter(narrow_output, narrow_input, counts);
+    return std::make_unique<PendingBf16Reduction>(std::move(inner), device_, output, narrow_output,
                                                   std::move(scratch), pool_);
   }
 

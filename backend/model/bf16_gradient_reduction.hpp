@@ -1,7 +1,7 @@
 // Megatron core's --grad-reduce-in-bf16 for the data-parallel gradient sums: a communicator
 // over a data-parallel group whose sums of fp32 views go through bf16. Each fp32 view summed
-// (all_reduce, reduce_scatter, start_all_reduce) is rounded to bf16 (ops::convert, to nearest
-// even) into a scratch buffer, summed over the group in bf16 (NCCL adds bf16; Open MPI sums
+// (all_reduce, reduce_scatter and their started forms) is rounded to bf16 (ops::convert, to
+// nearest even) into a scratch buffer, summed over the group in bf16 (NCCL adds bf16; Open MPI sums
 // 16-bit floats in fp32 and rounds once: mpi_session_mpi.cpp), and widened back into the fp32
 // view (exact). Half the bytes of the fp32 reduction cross the network. Every other call, and
 // sums of other element types (host scalars in fp64, ZeRO-3's bf16 parameter gathers), pass

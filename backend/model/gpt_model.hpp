@@ -243,6 +243,10 @@ class GptModel {
   // gradients over the embedding group (first and last pipeline stage); Megatron's
   // finalize_model_grads. Nothing to do otherwise. Every rank of the groups calls it.
   void finalize_gradients();
+  // Whether finalize_gradients() sums anything (sequence parallelism, a tied embedding split
+  // over pipeline stages): then it must see the whole gradient buffer before the distributed
+  // optimizer's reduce-scatter takes the shards.
+  bool finalize_gradients_sums() const;
 
   // Bytes of the activations the last forward keeps for the backward: what each layer
   // stores, the recompute working space (one chunk's layers, or one layer's attention

@@ -366,6 +366,11 @@ int64_t GptModel<Scalar>::micro_batch_slots() const {
 }
 
 template <typename Scalar>
+bool GptModel<Scalar>::finalize_gradients_sums() const {
+  return state_->tied_copies() || state_->tensor_parallel.sequence_parallel();
+}
+
+template <typename Scalar>
 void GptModel<Scalar>::finalize_gradients() {
   State& s = *state_;
   if (s.tied_copies()) {

@@ -1197,18 +1197,24 @@ void validate_sequence_parallel_and_overlap(ParallelismArguments& parallelism,
     common::fail("--overlap-param-gather is only supported with --use-distributed-optimizer "
                  "(Megatron's rule)");
   }
-  if (parallelism.use_distributed_optimizer &&
-      (parallelism.overlap_grad_reduce || parallelism.overlap_param_gather)) {
-    spdlog::warn("--overlap-grad-reduce / --overlap-param-gather with the distributed optimizer: "
-                 "its reduce-scatter and all-gather run after the backward and after the step, "
-                 "not overlapped yet (the results are the same)");
-  } else if (parallelism.overlap_grad_reduce &&
-             (parallelism.pipeline_model_parallel_size > 1 ||
-              parallelism.zero_stage == 3)) {
+  if (parallelism.overlap_param_gather) {
+    spdlog::warn(
+        "--overlap-param-gather: the distributed optimizer's parameter all-gather runs "
+        "after the step, not overlapped yet (the results are the same)");
+  }
+  // The layouts train_step's overlapped_gradient_reduction leaves out.
+  const bool distributed_with_sequence_parallel =
+      parallelism.use_distributed_optimizer && parallelism.sequence_parallel;
+  if (parallelism.overlap_grad_reduce &&
+      (parallelism.pipeline_model_parallel_size > 1 || parallelism.zero_stage == 3 ||
+       distributed_with_sequence_parallel)) {
     spdlog::warn(
         "--overlap-grad-reduce with {}: the gradients are reduced after the backward, "
         "not overlapped yet (the results are the same)",
-        parallelism.zero_stage == 3 ? "ZeRO stage 3" : "pipeline parallelism");
+        parallelism.zero_stage == 3                    ? "ZeRO stage 3"
+        : parallelism.pipeline_model_parallel_size > 1 ? "pipeline parallelism"
+                                                       : "the distributed optimizer and "
+                                                         "sequence parallelism");
   }
 }
 

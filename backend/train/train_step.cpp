@@ -57,6 +57,7 @@ double model_sum_of_squares(const GptModel<float>& model, AdamW& optimizer, View
 struct LocalLosses {
   double sum = 0;
   int64_t scored_positions = 0;
+  int64_t gradient_buckets = 0;  // --overlap-grad-reduce's buckets started (0: not overlapped)
 };
 
 // Where micro batch m of this rank reads its samples and which dropout masks it meets: keyed by
@@ -118,11 +119,30 @@ LocalLosses pipeline_forward_backward(GptModel<float>& model, const BatchSource&
   return local;
 }
 
+// The distributed optimizer's share of a bucket: each member's count is the part of the bucket
+// inside its shard_range of the whole buffer (Megatron's buckets are cut to its shards the same
+// way), this rank's part landing at its place in the shard's gradients.
+std::unique_ptr<Communicator::PendingReduction> start_bucket_reduce_scatter(
+    Communicator& group, View all_gradients, BufferRange bucket, const GradientShard& shard) {
+  const int64_t bucket_end = bucket.offset + bucket.numel;
+  std::vector<int64_t> counts(static_cast<size_t>(group.size()));
+  for (int64_t r = 0; r < group.size(); ++r) {
+    const ShardRange range = shard_range(all_gradients.numel, group.size(), r);
+    counts[static_cast<size_t>(r)] =
+        std::max<int64_t>(0, std::min(bucket_end, range.offset + range.numel) -
+                                 std::max(bucket.offset, range.offset));
+  }
+  const int64_t own = counts[static_cast<size_t>(group.rank())];
+  const int64_t at = own > 0 ? std::max(bucket.offset, shard.range.offset) - shard.range.offset : 0;
+  return group.start_reduce_scatter(shard.gradients.slice(at, own),
+                                    all_gradients.slice(bucket.offset, bucket.numel), counts);
+}
+
 // The whole model on this rank: each micro batch's forward and backward in turn.
 LocalLosses sequential_forward_backward(
     GptModel<float>& model, const BatchSource& source, const MicroBatchPlace& place,
     const TrainStepOptions& options, double loss_scale, float mean_scale,
-    Communicator* overlapped_group,
+    Communicator* overlapped_group, const GradientShard* shard,
     std::vector<std::unique_ptr<Communicator::PendingReduction>>& pending) {
   const int64_t micro_tokens = common::checked_multiply(
       options.micro_batch_size, options.seq_length, "--micro-batch-size × --seq-length");
@@ -152,13 +172,17 @@ LocalLosses sequential_forward_backward(
                                       ? options.ddp_bucket_size
                                       : default_ddp_bucket_size(overlapped_group->size());
       GradientBuckets buckets(bucket_size, [&, all_gradients](BufferRange bucket) {
-        pending.push_back(overlapped_group->start_all_reduce(
-            all_gradients.slice(bucket.offset, bucket.numel), ReduceOperation::sum));
+        pending.push_back(
+            shard != nullptr
+                ? start_bucket_reduce_scatter(*overlapped_group, all_gradients, bucket, *shard)
+                : overlapped_group->start_all_reduce(
+                      all_gradients.slice(bucket.offset, bucket.numel), ReduceOperation::sum));
       });
       model.set_gradients_ready([&](BufferRange unit) { buckets.add(unit); });
       model.backward(backward_scale);
       model.set_gradients_ready({});
       buckets.flush();
+      local.gradient_buckets = buckets.started();
     } else {
       model.backward(backward_scale);
     }
@@ -174,7 +198,7 @@ LocalLosses sequential_forward_backward(
 LocalLosses forward_backward(
     GptModel<float>& model, const BatchSource& source, const GlobalBatch& batch, double loss_scale,
     const TrainStepOptions& options, int64_t dp_rank, int64_t dp_size,
-    Communicator* overlapped_group,
+    Communicator* overlapped_group, const GradientShard* shard,
     std::vector<std::unique_ptr<Communicator::PendingReduction>>& pending) {
   // Without a scaler (scale 1) the mean's factor is 1/num_micro_batches exactly as before; a
   // power-of-two scale multiplies it exactly.
@@ -188,7 +212,7 @@ LocalLosses forward_backward(
   const LocalLosses local =
       model.pipeline_stage().whole_model()
           ? sequential_forward_backward(model, source, place, options, loss_scale, mean_scale,
-                                        overlapped_group, pending)
+                                        overlapped_group, shard, pending)
           : pipeline_forward_backward(
                 model, source, place, options,
                 options.calculate_per_token_loss ? static_cast<float>(loss_scale) : mean_scale);
@@ -218,8 +242,9 @@ StepGradients reduce_gradients(GptModel<float>& model, Communicator& data_parall
   if (sharded) {
     // ZeRO-3: the backward summed each unit's gradients over the group into this rank's range.
   } else if (shard != nullptr) {
-    // Megatron's DistributedOptimizer: the sums of this rank's range only.
-    data_parallel.reduce_scatter(gradients.held, all);
+    // Megatron's DistributedOptimizer: the sums of this rank's range only (already there when
+    // the buckets reduce-scattered them during the backward).
+    if (!overlapped) data_parallel.reduce_scatter(gradients.held, all);
   } else if (data_parallel.size() > 1 && !overlapped) {
     // Megatron's DDP: the gradients summed over the group (each already carries 1/D).
     data_parallel.all_reduce(gradients.held, ReduceOperation::sum);
@@ -318,6 +343,13 @@ void apply_update(GptModel<float>& model, AdamW& optimizer, LearningRateSchedule
 
 }  // namespace
 
+bool overlapped_gradient_reduction(const TrainStepOptions& options, const GptModel<float>& model,
+                                   const Communicator& data_parallel, const GradientShard* shard) {
+  return options.overlap_grad_reduce && data_parallel.size() > 1 &&
+         !model.sharded_over_data_parallel() && model.pipeline_stage().whole_model() &&
+         (shard == nullptr || !model.finalize_gradients_sums());
+}
+
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                            LearningRateScheduler& scheduler, const BatchSource& source,
                            const GlobalBatch& batch, const TrainStepOptions& options) {
@@ -337,15 +369,15 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   }
   LossScaler& scaler = optimizer.loss_scaler();
   model.zero_gradients();
-  // --overlap-grad-reduce applies to Megatron's plain DDP all-reduce without a pipeline; the
-  // other layouts reduce after the backward.
-  const bool overlap = options.overlap_grad_reduce && data_parallel.size() > 1 &&
-                       shard == nullptr && !model.sharded_over_data_parallel() &&
-                       model.pipeline_stage().whole_model();
+  // --overlap-grad-reduce: the buckets' all-reduce (DDP) or reduce-scatter into the shards
+  // (distributed optimizer) start during the backward without a pipeline; the other layouts,
+  // and the distributed optimizer where finalize_gradients() must sum first (sequence
+  // parallelism), reduce after the backward (arguments.cpp warns).
+  const bool overlap = overlapped_gradient_reduction(options, model, data_parallel, shard);
   std::vector<std::unique_ptr<Communicator::PendingReduction>> pending;
   const LocalLosses local =
       forward_backward(model, source, batch, scaler.scale(), options, data_parallel.rank(),
-                       data_parallel.size(), overlap ? &data_parallel : nullptr, pending);
+                       data_parallel.size(), overlap ? &data_parallel : nullptr, shard, pending);
   // Every reduction finished before anything reads or adds to the gradients.
   for (const auto& reduction : pending) reduction->wait();
   model.finalize_gradients();
@@ -354,6 +386,7 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                                     model.pipeline_parallel_group());
   TrainStepResult result;
   result.lm_loss = loss.lm_loss;
+  result.gradient_buckets = local.gradient_buckets;
   result.learning_rate = scheduler.learning_rate() * learning_rate_factor;
   // With a loss scaler the gradients are unscaled first (a factor of 1 changes nothing).
   if (loss.gradient_factor != 1.0) {

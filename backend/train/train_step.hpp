@@ -61,6 +61,9 @@ struct TrainStepResult {
   std::optional<double> params_norm{};  // --log-params-norm: after the update
   // --log-num-zeros-in-grad: the zeros of the (unscaled, clipped) gradients; none when skipped
   std::optional<double> num_zeros_in_grad{};
+  // --overlap-grad-reduce: the buckets whose reductions started during the backward (0: the
+  // reduction ran after it)
+  int64_t gradient_buckets = 0;
 };
 
 // --use-distributed-optimizer (Megatron's DistributedOptimizer, ZeRO-1): this rank's range of
@@ -70,6 +73,13 @@ struct GradientShard {
   ShardRange range;
   View gradients;
 };
+
+// Whether --overlap-grad-reduce starts the data-parallel reduction during the backward in this
+// layout: without a pipeline or ZeRO-3, and with the distributed optimizer only where
+// finalize_gradients() sums nothing (no sequence parallelism). Elsewhere the reduction runs
+// after the backward, with the same results.
+bool overlapped_gradient_reduction(const TrainStepOptions& options, const GptModel<float>& model,
+                                   const Communicator& data_parallel, const GradientShard* shard);
 
 // With a data-parallel
 // group of D ranks, `batch.num_micro_batches` is this rank's (global / (micro × D)), micro batch

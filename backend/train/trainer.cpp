@@ -659,6 +659,13 @@ TrainStepResult Trainer::train_iteration(int64_t iteration) {
   const TrainStepResult step = train_step(
       model, *optimizer_, *scheduler_, source_, batch, train_step_options(a_), gradient_group(),
       shard_ ? &*shard_ : nullptr, spike_rollback_.learning_rate_factor());
+  if (!buckets_reported_ && step.gradient_buckets > 0) {
+    // Megatron's DistributedDataParallel says it at setup; the buckets are known here after
+    // the first backward.
+    buckets_reported_ = true;
+    out_ << fmt::format("Number of buckets for gradient all-reduce / reduce-scatter: {}\n",
+                        step.gradient_buckets);
+  }
   consumed_train_ += batch.global_batch_size;
   const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
   Device& device = *selected_.device;

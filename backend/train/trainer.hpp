@@ -176,6 +176,7 @@ class Trainer {
   SpikeRollback spike_rollback_;
   bool spike_injected_ = false;      // --inject-loss-spike-at-iteration fires once
   bool memory_reported_ = false;     // Megatron's report_memory line, once
+  bool buckets_reported_ = false;    // --overlap-grad-reduce's bucket count, once
   TrainingResult result_;
 };
 

@@ -187,37 +187,64 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("--overlap-grad-reduce over DP=2 and TP=2 x DP=2 with sequence parallelism trains as one process") {
-  // Each bucket's all-reduce starts inside the last micro batch's backward (MPI_Iallreduce):
-  // every unit its own bucket (--ddp-bucket-size 1) at TP=1, Megatron's default size (one
-  // bucket for these models) at TP=2; the sums are the same, so the losses and weights are one
-  // process's.
+TEST_CASE(
+    "--overlap-grad-reduce over DP=2, TP=2 x DP=2 with sequence parallelism and the distributed "
+    "optimizer trains as one process") {
+  // Each bucket's reduction starts inside the last micro batch's backward (MPI_Iallreduce, or
+  // for the distributed optimizer MPI_Ireduce_scatter into the shards): every unit its own
+  // bucket (--ddp-bucket-size 1) at TP=1, Megatron's default size (one bucket for these models)
+  // at TP=2, and buckets of about two layers with the distributed optimizer; the sums are the
+  // same, so the losses and weights are one process's.
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   TemporaryDirectory directory;
+  struct Layout {
+    int tensor_parallel;
+    bool distributed;
+    const char* bucket_size;  // nullptr: Megatron's default
+  };
   for (const std::string style : {"gpt2", "llama"}) {
     CAPTURE(style);
     const fs::path single_save = directory.path / (style + "_one");
     const fs::path single_log = directory.path / (style + "_one.log");
     REQUIRE(run(1, tensor_parallel_training_flags(style, 1, single_save), single_log) == 0);
     const auto expected = logged_losses(read_file(single_log));
-    for (const int tensor_parallel : {1, 2}) {
-      CAPTURE(tensor_parallel);
-      const fs::path save = directory.path / (style + "_overlap_tp" + std::to_string(tensor_parallel));
-      auto flags = tensor_parallel_training_flags(style, tensor_parallel, save);
+    for (const Layout layout :
+         {Layout{1, false, "1"}, Layout{2, false, nullptr}, Layout{1, true, "20000"}}) {
+      CAPTURE(layout.tensor_parallel);
+      CAPTURE(layout.distributed);
+      const fs::path save =
+          directory.path /
+          fmt::format("{}_overlap_tp{}_{}", style, layout.tensor_parallel, layout.distributed);
+      auto flags = tensor_parallel_training_flags(style, layout.tensor_parallel, save);
       flags.push_back("--overlap-grad-reduce");
-      if (tensor_parallel == 2) flags.push_back("--sequence-parallel");
-      if (tensor_parallel == 1) flags.insert(flags.end(), {"--ddp-bucket-size", "1"});
+      if (layout.tensor_parallel == 2) flags.push_back("--sequence-parallel");
+      if (layout.distributed) flags.push_back("--use-distributed-optimizer");
+      if (layout.bucket_size != nullptr) {
+        flags.insert(flags.end(), {"--ddp-bucket-size", layout.bucket_size});
+      }
       stage_collectives_for(style, flags);
       const fs::path log = directory.path / (style + "_overlap.log");
-      const int status = run(2 * tensor_parallel, flags, log);
+      const int status = run(2 * layout.tensor_parallel, flags, log);
       const std::string output = read_file(log);
       INFO(output_tail(output));
       REQUIRE(status == 0);
       check_staged_for(style, output);
       CHECK(std::regex_search(output, std::regex(R"(\n  overlap_grad_reduce \.+ True\n)")));
       CHECK(std::regex_search(
-          output, std::regex(tensor_parallel == 1 ? R"(\n  ddp_bucket_size \.+ 1\n)"
-                                                  : R"(\n  ddp_bucket_size \.+ None\n)")));
+          output,
+          std::regex(fmt::format(R"(\n  ddp_bucket_size \.+ {}\n)",
+                                 layout.bucket_size != nullptr ? layout.bucket_size : "None"))));
+      CHECK(output.find("not overlapped yet") == std::string::npos);
+      // The reductions did start during the backward: one bucket per unit (embedding, two
+      // layers, head) at --ddp-bucket-size 1, one at the default size.
+      std::smatch buckets;
+      REQUIRE(std::regex_search(
+          output, buckets,
+          std::regex(R"(\nNumber of buckets for gradient all-reduce / reduce-scatter: (\d+)\n)")));
+      if (layout.bucket_size == nullptr) CHECK(buckets[1] == "1");
+      if (std::string(layout.bucket_size != nullptr ? layout.bucket_size : "") == "1") {
+        CHECK(buckets[1] == "4");
+      }
       check_same_losses(logged_losses(output), expected);
       CHECK(weight_difference(save, single_save, 20) <= 1e-5);
     }

@@ -102,6 +102,55 @@ TEST_CASE("reduce-scatter gives each rank its shard of the sum — all-gather pu
   }
 }
 
+TEST_CASE("a started reduce-scatter of uneven counts gives each rank the sums of its part") {
+  // A bucket of 11 elements cut as the distributed optimizer's shards cut it: rank 0 none of it,
+  // the others the rest (the last rank the remainder), waited after a second one started.
+  auto& world = mpi_test::world();
+  const int64_t rank = world.rank(), size = world.size();
+  std::vector<int64_t> counts(static_cast<size_t>(size), 0);
+  for (int64_t r = 1; r < size; ++r) counts[static_cast<size_t>(r)] = 11 / (size - 1);
+  counts.back() += 11 - (size - 1) * (11 / (size - 1));
+  int64_t first = 0;
+  for (int64_t r = 0; r < rank; ++r) first += counts[static_cast<size_t>(r)];
+  std::vector<float> input(11), output(static_cast<size_t>(counts[static_cast<size_t>(rank)]));
+  for (int64_t i = 0; i < 11; ++i)
+    input[static_cast<size_t>(i)] = static_cast<float>(rank * 100 + i);
+  std::vector<double> second_input(static_cast<size_t>(size), 1.0), second_output(1);
+  const std::vector<int64_t> ones(static_cast<size_t>(size), 1);
+  auto pending = world.start_reduce_scatter(view_of(output), view_of(input), counts);
+  auto second = world.start_reduce_scatter(view_of(second_output), view_of(second_input), ones);
+  second->wait();
+  pending->wait();
+  for (size_t j = 0; j < output.size(); ++j) {
+    const auto i = static_cast<float>(first) + static_cast<float>(j);
+    CHECK(output[j] ==
+          static_cast<float>(100 * size * (size - 1) / 2) + static_cast<float>(size) * i);
+  }
+  CHECK(second_output[0] == static_cast<double>(size));
+
+  // bf16: summed in fp32 and rounded once, as the other sums.
+  std::vector<uint16_t> narrow_input(
+      11, backend::to_bfloat16(1.0f + static_cast<float>(rank) * 0x1p-7f).bits);
+  std::vector<uint16_t> narrow_output(output.size());
+  const View narrow_in{narrow_input.data(), 11, ElementType::bf16, MemoryKind::host};
+  const View narrow_out{narrow_output.data(), static_cast<int64_t>(narrow_output.size()),
+                        ElementType::bf16, MemoryKind::host};
+  world.start_reduce_scatter(narrow_out, narrow_in, counts)->wait();
+  float exact = 0;
+  for (int64_t r = 0; r < size; ++r) exact += 1.0f + static_cast<float>(r) * 0x1p-7f;
+  CHECK(narrow_output ==
+        std::vector<uint16_t>(narrow_output.size(), backend::to_bfloat16(exact).bits));
+
+  // Counts that do not add up, or that disagree with the output, are refused before any call.
+  std::vector<int64_t> wrong = counts;
+  wrong[0] += 1;
+  CHECK_THROWS_WITH_AS(
+      world.start_reduce_scatter(view_of(output), view_of(input), wrong),
+      doctest::Contains(
+          "MPI_Ireduce_scatter in the world group: counts summing to 12 over 11 elements in"),
+      common::Error);
+}
+
 TEST_CASE("bf16 and fp16 are summed in fp32 and rounded once, in every summing collective") {
   auto& world = mpi_test::world();
   const int64_t rank = world.rank(), size = world.size();

@@ -34,6 +34,11 @@ class RecordingCommunicator final : public Communicator {
   std::string name() const override { return "data parallel"; }
   void all_reduce(View, ReduceOperation) override { note("all_reduce"); }
   void reduce_scatter(View, View) override { note("reduce_scatter"); }
+  std::unique_ptr<PendingReduction> start_reduce_scatter(View, View,
+                                                         std::span<const int64_t>) override {
+    note("start_reduce_scatter");
+    return backend::finished_reduction();
+  }
   void all_gather(View, View) override { note("all_gather"); }
   void broadcast(View, int64_t) override { note("broadcast"); }
   void send(View, int64_t) override { note("send"); }
@@ -75,6 +80,8 @@ TEST_CASE("a routed communicator sends GPU memory the device way and host memory
   routed->all_reduce(gpu_view(8), ReduceOperation::sum);
   routed->all_reduce(host, ReduceOperation::max);
   routed->reduce_scatter(gpu_view(2), gpu_view(8));
+  const int64_t counts[] = {2, 3, 0, 3};
+  routed->start_reduce_scatter(gpu_view(3), gpu_view(8), counts)->wait();
   routed->all_gather(gpu_view(8), gpu_view(8).slice(2, 2));
   routed->all_gather(host, host.slice(1, 1));
   routed->broadcast(host, 0);
@@ -90,11 +97,12 @@ TEST_CASE("a routed communicator sends GPU memory the device way and host memory
   const std::unique_ptr<Communicator> half = routed->split(1, 1, "half");
   half->all_reduce(gpu_view(1), ReduceOperation::sum);
   CHECK(half->size() == 2);
-  CHECK(log == std::vector<std::string>{
-                   "device all_reduce", "host all_reduce", "device reduce_scatter",
-                   "device all_gather", "host all_gather", "host broadcast", "device send",
-                   "host receive", "device all_gather", "device exchange", "host barrier",
-                   "device split", "host split", "device all_reduce"});
+  CHECK(log == std::vector<std::string>{"device all_reduce", "host all_reduce",
+                                        "device reduce_scatter", "device start_reduce_scatter",
+                                        "device all_gather", "host all_gather", "host broadcast",
+                                        "device send", "host receive", "device all_gather",
+                                        "device exchange", "host barrier", "device split",
+                                        "host split", "device all_reduce"});
 }
 
 TEST_CASE("a routed call mixing GPU and host memory, or routes of two groups, are refused") {
