@@ -33,6 +33,25 @@ namespace {
 
 using Manifest = nlohmann::ordered_json;
 
+// What the pod's container runs after its checks. The training operator starts one container
+// per pod and tells it the pods' count and its index (WORLD_SIZE, RANK; MASTER_ADDR and
+// MASTER_PORT name the Master pod), as torchrun's variables count processes. One task per pod:
+// the command itself. Several (trainer.devices, one per GPU): the pod starts them itself, as
+// torchrun --nproc_per_node would, each with its global RANK, LOCAL_RANK (its GPU) and the
+// processes' WORLD_SIZE, so that pretrain_gpt's GPU ranks meet through the TCP rendezvous; the
+// first task to fail ends the others and the pod with its status, so a failed rank fails the
+// job at once rather than leaving the rest waiting for it until their timeout.
+std::string pod_processes(const JobSpec& job) {
+  if (job.tasks_per_node <= 1) return "exec -- " + shell_join(job.command);
+  return fmt::format(
+      "pods=${{WORLD_SIZE:-1}}; pod=${{RANK:-0}}; per_pod={0}; export WORLD_SIZE=$((pods * "
+      "per_pod)); pids=(); for local_rank in $(seq 0 $((per_pod - 1))); do RANK=$((pod * per_pod "
+      "+ local_rank)) LOCAL_RANK=$local_rank {1} & pids+=($!); done; for _ in \"${{pids[@]}}\"; do "
+      "wait -n || {{ status=$?; kill -- \"${{pids[@]}}\" 2>/dev/null || true; wait || true; exit "
+      "\"$status\"; }}; done",
+      job.tasks_per_node, shell_join(job.command));
+}
+
 // A value bound for the manifest, checked where its name is known.
 std::string manifest_text(const std::string& value, std::string_view what) {
   if (common::first_invalid_utf8(value)) {
@@ -105,13 +124,15 @@ std::string render_pytorchjob(const JobSpec& job, const std::filesystem::path& /
   const std::string tool = job.tool.empty() ? job.command.front() : job.tool;
   for (const auto& word : job.command) manifest_text(word, fmt::format("the {} command's argument", job.stage));
   const std::string script = fmt::format(
-      "set -euo pipefail; mkdir -p -- {0}; cd -- {0}; if ! command -v -- {1} >/dev/null 2>&1; then echo {2} "
-      ">&2; exit 127; fi; exec -- {3}",
-      shell_quote(manifest_text(job.results_dir.string(), fmt::format("{}.run.results_dir", job.stage))),
+      "set -euo pipefail; mkdir -p -- {0}; cd -- {0}; if ! command -v -- {1} >/dev/null 2>&1; then "
+      "echo {2} "
+      ">&2; exit 127; fi; {3}",
+      shell_quote(
+          manifest_text(job.results_dir.string(), fmt::format("{}.run.results_dir", job.stage))),
       shell_quote(job.command.front()),
       shell_quote(fmt::format("launcher: the {} stage needs {}, which is not at {} in the image",
                               job.stage, tool, job.command.front())),
-      shell_join(job.command));
+      pod_processes(job));
 
   const int64_t gpus_per_node = integer_or(cluster, "cluster", "gpus_per_node", job.tasks_per_node);
   if (gpus_per_node < 0) {

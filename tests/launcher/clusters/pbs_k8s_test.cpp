@@ -2,8 +2,10 @@
 // golden files (regenerate with UPDATE_GOLDEN=1 after an intended change and review the diff),
 // the manifest is parsed back as YAML, and the conversions they rely on are checked.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +18,7 @@
 #include "launcher/clusters/golden_files.hpp"
 #include "launcher/config/yaml_io.hpp"
 #include "launcher/process.hpp"
+#include "temporary_directory.hpp"
 
 using namespace launcher;
 namespace fs = std::filesystem;
@@ -233,4 +236,59 @@ TEST_CASE("every string reaches the manifest exactly, as ASCII, whatever its byt
   CHECK_THROWS_WITH_AS(
       render_pytorchjob(job, "/r/x.yaml", {kTemplates, &cluster, "img", {}}),
       doctest::Contains("UTF-8"), common::Error);
+}
+
+TEST_CASE(
+    "a pod of several tasks starts one process per GPU with torchrun's variables, and fails with "
+    "the first") {
+  // The operator's variables count pods (WORLD_SIZE 2, this pod RANK 1); the pod's four tasks
+  // must be global ranks 4-7 of 8, local ranks 0-3, with the command's words intact.
+  test_support::TemporaryDirectory directory;
+  const fs::path program = directory.path / "fake pretrain_gpt";
+  std::ofstream(program) << "#!/bin/bash\n"
+                            "[ \"$LOCAL_RANK\" = \"$FAIL_AT\" ] && exit 3\n"
+                            "[ -n \"$FAIL_AT\" ] && exec sleep 30\n"
+                            "printf '%s %s %s %s|%s\\n' \"$RANK\" \"$LOCAL_RANK\" \"$WORLD_SIZE\" "
+                            "\"$MASTER_ADDR\" \"$2\" > \"rank_$RANK\"\n";
+  fs::permissions(program, fs::perms::owner_all);
+  const Node cluster = parse_yaml("namespace: llm\n", "k8s.yaml");
+  JobSpec job = two_node_job();
+  job.after_job_id.clear();
+  job.results_dir = directory.path / "results";
+  job.command = {program.string(), "--data-path", "my corpus; rm -rf /"};
+  job.environment.clear();
+  const std::string manifest =
+      render_pytorchjob(job, (directory.path / "x.yaml").string(),
+                        {kTemplates, &cluster, "nvcr.io/example/megatron-native:0.1", {}});
+  const std::string script =
+      at_path(parse_yaml(manifest, "manifest"),
+              "spec.pytorchReplicaSpecs.Worker.template.spec.containers.0.args.0")
+          .as_string();
+  const auto ran = run_and_capture(
+      {"/usr/bin/env", "WORLD_SIZE=2", "RANK=1", "MASTER_ADDR=master-0", "bash", "-c", script});
+  INFO(ran.output);
+  REQUIRE(ran.exit_code == 0);
+  for (int local = 0; local < 4; ++local) {
+    std::ifstream line_file(job.results_dir / ("rank_" + std::to_string(4 + local)));
+    std::string line;
+    std::getline(line_file, line);
+    CHECK(line == fmt::format("{} {} 8 master-0|my corpus; rm -rf /", 4 + local, local));
+  }
+  CHECK_FALSE(fs::exists(job.results_dir / "rank_3"));
+  CHECK_FALSE(fs::exists(job.results_dir / "rank_8"));
+
+  // Task 2 fails while the others would wait 30 s: the pod ends at once with its status.
+  const auto start = std::chrono::steady_clock::now();
+  const auto failed = run_and_capture(
+      {"/usr/bin/env", "WORLD_SIZE=2", "RANK=0", "FAIL_AT=2", "bash", "-c", script});
+  CHECK(failed.exit_code == 3);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+
+  // One task per pod: the command itself, exec'd.
+  job.tasks_per_node = 1;
+  const std::string single =
+      render_pytorchjob(job, (directory.path / "y.yaml").string(),
+                        {kTemplates, &cluster, "nvcr.io/example/megatron-native:0.1", {}});
+  CHECK(single.find("; exec -- ") != std::string::npos);
+  CHECK(single.find("LOCAL_RANK") == std::string::npos);
 }
