@@ -137,8 +137,11 @@ MemoryEstimate estimate_stage_memory(const ModelShape& shape, const Parameters& 
                                  ? in_flight_layers * 2.0 * s * b * h + full_layer
                                  : in_flight_layers * full_layer;
   const double activation_width = setup.mixed_precision ? 1.0 : 2.0;  // the formula counts 16-bit
+  // One (s·b, V/tp) logits buffer on the last stage, of the activations' type: the trainer's
+  // fused classifier writes the logits' gradient over it, so there is no second one (dlogits).
+  const double logits_width = setup.mixed_precision ? 2.0 : 4.0;
   const double logits =
-      last ? 2.0 * s * b * static_cast<double>(shape.padded_vocab_size) / tp * 4.0 : 0.0;
+      last ? s * b * static_cast<double>(shape.padded_vocab_size) / tp * logits_width : 0.0;
   estimate.activations_bytes = activations * activation_width + logits;
   return estimate;
 }

@@ -38,7 +38,8 @@
 // keeps pp − r micro batches of L/pp layers (the first stage: L layers' worth); the interleaved
 // schedule with V chunks keeps 2·(pp − r − 1) + (V − 1)·pp + 1 chunks of L/(pp·V) layers (the
 // first stage: L·(1 + (pp − 1)/(pp·V)), as Korthikanti et al. 2022 give it). The last stage adds
-// the fp32 logits and their gradient, 2·s·b·V/t · 4 B. The estimate is the first or the last
+// the logits, s·b·V/t of the activations' type (4 B, or 2 B under mixed precision), whose
+// gradient the fused classifier writes over them. The estimate is the first or the last
 // stage, whichever needs more device memory (the others hold less than the first).
 // Everything is computed in double, so a shape of any int64 sizes gives a (huge) number, never
 // an overflow.

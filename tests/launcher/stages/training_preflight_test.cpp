@@ -149,8 +149,8 @@ TEST_CASE("preflight memory: the interleaved schedule's extra activations are in
   // gpt3/126m at 24 layers on pp 4 (bf16, s 2048, b 4, h 768, no recompute, distributed
   // optimizer at dp 1). 1F1B: the first stage's 4 micro batches of 6 layers (24 layers' worth)
   // outweigh the last stage's one micro batch and the logits. V = 3: the first stage keeps
-  // 2·3 + 2·4 + 1 = 15 chunks of 2 layers (24 · (1 + 3/12) = 30), the last 2·4 + 1 = 9 chunks
-  // (18 layers) and the fp32 logits, 2·s·b·V·4, which is more.
+  // 2·3 + 2·4 + 1 = 15 chunks of 2 layers (24 · (1 + 3/12) = 30), more than the last's
+  // 2·4 + 1 = 9 chunks (18 layers) with the bf16 logits, s·b·V·2.
   auto layout = [](std::vector<std::string> overrides) {
     overrides.insert(overrides.end(), {"training.trainer.devices=4", "training.model.num_layers=24",
                                        "training.model.pipeline_model_parallel_size=4"});
@@ -161,9 +161,8 @@ TEST_CASE("preflight memory: the interleaved schedule's extra activations are in
   REQUIRE(plain.problems.empty());
   REQUIRE(interleaved.problems.empty());
   const double layer = 2048.0 * 4 * 768 * 34;
-  const double logits = 2.0 * 2048 * 4 * 50304 * 4;
   CHECK(plain.memory.activations_bytes == doctest::Approx(24 * layer));
-  CHECK(interleaved.memory.activations_bytes == doctest::Approx(18 * layer + logits));
+  CHECK(interleaved.memory.activations_bytes == doctest::Approx(30 * layer));
 }
 
 TEST_CASE("preflight memory: the table shows host memory when the estimate offloads some") {
@@ -281,9 +280,9 @@ TEST_CASE("recompute and the distributed optimizer shrink the estimate") {
       composed({"training.trainer.devices=8", "training.model.optim.name=fused_adam"}));
   // gpt3/126m (bf16, s 2048, b 4, h 768, L 12, V 50304 padded to 50304): per layer
   // s·b·h·34 bytes without recompute, 2·s·b·h with full recompute plus one layer's worth, and
-  // the fp32 logits with their gradient (2·s·b·V·4) either way.
+  // the bf16 logits (s·b·V·2; the fused classifier writes their gradient over them) either way.
   const double sbh = 2048.0 * 4 * 768;
-  const double logits = 2.0 * 2048 * 4 * 50304 * 4;
+  const double logits = 2048.0 * 4 * 50304 * 2;
   CHECK(plain.memory.activations_bytes == doctest::Approx(12 * 34 * sbh + logits));
   CHECK(recompute.memory.activations_bytes == doctest::Approx((12 * 2 + 34) * sbh + logits));
   CHECK(plain.distributed_optimizer);
@@ -303,7 +302,7 @@ TEST_CASE("tensor and sequence parallelism divide each GPU's activations") {
   // gathered norm outputs stay whole); the vocab-parallel logits (50257 padded to a multiple of
   // 128 × 2: 50432) are halved either way.
   const double sbh = 2048.0 * 4 * 768;
-  const double logits = 2.0 * 2048 * 4 * 50432 * 4 / 2;
+  const double logits = 2048.0 * 4 * 50432 * 2 / 2;
   CHECK(tp2.memory.activations_bytes == doctest::Approx(12 * 22 * sbh + logits));
   CHECK(sp.memory.activations_bytes == doctest::Approx(12 * 19 * sbh + logits));
 }
