@@ -43,12 +43,17 @@ using Manifest = nlohmann::ordered_json;
 // job at once rather than leaving the rest waiting for it until their timeout.
 std::string pod_processes(const JobSpec& job) {
   if (job.tasks_per_node <= 1) return "exec -- " + shell_join(job.command);
+  // `wait -n` returns the next task's status, or 127 once no task is left unwaited for (bash
+  // may have reaped tasks that ended before it was called); each pid's own status is then
+  // read with `wait PID`, which bash keeps for reaped background tasks.
   return fmt::format(
       "pods=${{WORLD_SIZE:-1}}; pod=${{RANK:-0}}; per_pod={0}; export WORLD_SIZE=$((pods * "
       "per_pod)); pids=(); for local_rank in $(seq 0 $((per_pod - 1))); do RANK=$((pod * per_pod "
-      "+ local_rank)) LOCAL_RANK=$local_rank {1} & pids+=($!); done; for _ in \"${{pids[@]}}\"; do "
-      "wait -n || {{ status=$?; kill -- \"${{pids[@]}}\" 2>/dev/null || true; wait || true; exit "
-      "\"$status\"; }}; done",
+      "+ local_rank)) LOCAL_RANK=$local_rank {1} & pids+=($!); done; end_all() {{ kill -- "
+      "\"${{pids[@]}}\" 2>/dev/null || true; wait || true; exit \"$1\"; }}; while status=0; "
+      "wait -n || status=$?; [ \"$status\" -ne 127 ]; do [ \"$status\" -eq 0 ] || end_all "
+      "\"$status\"; done; for pid in \"${{pids[@]}}\"; do status=0; wait \"$pid\" || "
+      "status=$?; [ \"$status\" -eq 0 ] || end_all \"$status\"; done",
       job.tasks_per_node, shell_join(job.command));
 }
 

@@ -51,7 +51,7 @@ TEST_CASE("units join buckets from the end of the buffer until each holds the bu
   CHECK(same(buckets, units));
 }
 
-TEST_CASE("a unit that does not adjoin the open bucket closes it; empty units are skipped") {
+TEST_CASE("a unit that does not adjoin the open bucket closes it, and empty units are skipped") {
   std::vector<BufferRange> buckets;
   GradientBuckets collector(100, [&](BufferRange bucket) { buckets.push_back(bucket); });
   collector.add({50, 10});
