@@ -85,20 +85,61 @@ void round_into(const View& values, std::span<const float> wide) {
   }
 }
 
+// What an MPI reduction reads and writes: the views' own memory in their MPI type, or, for bf16
+// and fp16 (which MPI cannot add), fp32 copies whose result finish() rounds back into the
+// output view. In place (an all-reduce: `input` is `output`) the send buffer is MPI_IN_PLACE.
+// The vectors keep their storage when the object moves, so a started reduction can hold it, and
+// the counts, until MPI is done with them.
+class ReductionBuffers {
+ public:
+  // In place: `values` in and out (an all-reduce).
+  ReductionBuffers(View values, const char* call, const std::string& group)
+      : ReductionBuffers(values, values, true, call, group) {}
+  // `input` in, `output` out (a reduce-scatter).
+  ReductionBuffers(View output, View input, const char* call, const std::string& group)
+      : ReductionBuffers(output, input, false, call, group) {}
+  const void* send() const {
+    if (in_place_) return MPI_IN_PLACE;
+    return narrow_ ? wide_input_.data() : input_.data;
+  }
+  void* receive() {
+    if (!narrow_) return output_.data;
+    return in_place_ ? wide_input_.data() : wide_output_.data();
+  }
+  MPI_Datatype type() const { return type_; }
+  // After the reduction: a 16-bit output gets its fp32 result, rounded.
+  void finish() {
+    if (narrow_) round_into(output_, in_place_ ? wide_input_ : wide_output_);
+  }
+  std::vector<int> counts;  // a started reduce-scatter's, kept with its buffers
+
+ private:
+  ReductionBuffers(View output, View input, bool in_place, const char* call,
+                   const std::string& group)
+      : output_(output),
+        input_(input),
+        in_place_(in_place),
+        narrow_(is_16_bit_float(input.type)),
+        type_(narrow_ ? MPI_FLOAT : mpi_type(input.type, call, group)) {
+    if (!narrow_) return;
+    wide_input_ = widened(input);
+    if (!in_place_) wide_output_.resize(static_cast<size_t>(output.numel));
+  }
+
+  View output_, input_;
+  bool in_place_;
+  bool narrow_;
+  MPI_Datatype type_;
+  std::vector<float> wide_input_, wide_output_;
+};
+
 // A started MPI_Iallreduce or MPI_Ireduce_scatter: wait() finishes it under the watchdog (and
-// rounds a 16-bit result's fp32 sums back into its view); one never waited for is finished by
-// the destructor, so no reduction outlives the caller's buffers. It keeps what MPI reads until
-// completion: the widened buffers and the counts.
+// its buffers' 16-bit result); one never waited for is finished by the destructor, so no
+// reduction outlives the caller's buffers.
 class PendingCollective final : public Communicator::PendingReduction {
  public:
-  struct Buffers {
-    View result;                            // the caller's view the sums land in
-    std::vector<float> widened = {};        // a 16-bit result's fp32 sums (empty otherwise)
-    std::vector<float> widened_input = {};  // a 16-bit reduce-scatter's fp32 input
-    std::vector<int> counts = {};           // a reduce-scatter's counts
-  };
   PendingCollective(MPI_Request request, std::shared_ptr<CollectiveWatchdog> watchdog,
-                    std::string group, Buffers buffers)
+                    std::string group, ReductionBuffers buffers)
       : request_(request),
         watchdog_(std::move(watchdog)),
         group_(std::move(group)),
@@ -116,14 +157,14 @@ class PendingCollective final : public Communicator::PendingReduction {
       const auto watched = watchdog_->watch("MPI_Wait", group_);
       check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait", group_);
     }
-    if (is_16_bit_float(buffers_.result.type)) round_into(buffers_.result, buffers_.widened);
+    buffers_.finish();
   }
 
  private:
   MPI_Request request_;
   std::shared_ptr<CollectiveWatchdog> watchdog_;
   std::string group_;
-  Buffers buffers_;
+  ReductionBuffers buffers_;
 };
 
 class MpiCommunicator final : public Communicator {
@@ -172,17 +213,14 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(View values, ReduceOperation operation) override {
     const int count = mpi_count(values, "MPI_Allreduce", name_);
     const MPI_Op op = operation == ReduceOperation::sum ? MPI_SUM : MPI_MAX;
-    std::vector<float> wide;
-    if (is_16_bit_float(values.type)) wide = widened(values);
+    ReductionBuffers buffers(values, "MPI_Allreduce", name_);
     {
       const auto watched = watchdog_->watch("MPI_Allreduce", name_);
-      check(wide.empty()
-                ? MPI_Allreduce(MPI_IN_PLACE, values.data, count,
-                                mpi_type(values.type, "MPI_Allreduce", name_), op, communicator_)
-                : MPI_Allreduce(MPI_IN_PLACE, wide.data(), count, MPI_FLOAT, op, communicator_),
+      check(MPI_Allreduce(buffers.send(), buffers.receive(), count, buffers.type(), op,
+                          communicator_),
             "MPI_Allreduce", name_);
     }
-    if (!wide.empty()) round_into(values, wide);
+    buffers.finish();
   }
 
   // MPI_Iallreduce. Open MPI progresses it inside later MPI calls (no progress thread by
@@ -191,23 +229,15 @@ class MpiCommunicator final : public Communicator {
                                                      ReduceOperation operation) override {
     const int count = mpi_count(values, "MPI_Iallreduce", name_);
     const MPI_Op op = operation == ReduceOperation::sum ? MPI_SUM : MPI_MAX;
-    // A 16-bit view's fp32 copy is what is reduced; the pending reduction keeps it (a moved
-    // vector keeps its storage, which MPI writes into).
-    std::vector<float> wide;
-    if (is_16_bit_float(values.type)) wide = widened(values);
+    ReductionBuffers buffers(values, "MPI_Iallreduce", name_);
     MPI_Request request = MPI_REQUEST_NULL;
     {
       const auto watched = watchdog_->watch("MPI_Iallreduce", name_);
-      check(wide.empty() ? MPI_Iallreduce(MPI_IN_PLACE, values.data, count,
-                                          mpi_type(values.type, "MPI_Iallreduce", name_), op,
-                                          communicator_, &request)
-                         : MPI_Iallreduce(MPI_IN_PLACE, wide.data(), count, MPI_FLOAT, op,
-                                          communicator_, &request),
+      check(MPI_Iallreduce(buffers.send(), buffers.receive(), count, buffers.type(), op,
+                           communicator_, &request),
             "MPI_Iallreduce", name_);
     }
-    return std::make_unique<PendingCollective>(
-        request, watchdog_, name_,
-        PendingCollective::Buffers{.result = values, .widened = std::move(wide)});
+    return std::make_unique<PendingCollective>(request, watchdog_, name_, std::move(buffers));
   }
 
   std::unique_ptr<PendingReduction> start_reduce_scatter(View output, View input,
@@ -216,25 +246,15 @@ class MpiCommunicator final : public Communicator {
     mpi_count(input, call, name_);
     mpi_count(output, call, name_);
     check_counts(output, input, counts, call);
-    PendingCollective::Buffers buffers{.result = output};
+    ReductionBuffers buffers(output, input, call, name_);
     buffers.counts.assign(counts.begin(), counts.end());
-    const bool narrow = is_16_bit_float(input.type);
-    if (narrow) {
-      buffers.widened_input = widened(input);
-      buffers.widened.resize(static_cast<size_t>(output.numel));
-    }
     MPI_Request request = MPI_REQUEST_NULL;
     {
       const auto watched = watchdog_->watch(call, name_);
-      check(narrow ? MPI_Ireduce_scatter(buffers.widened_input.data(), buffers.widened.data(),
-                                         buffers.counts.data(), MPI_FLOAT, MPI_SUM, communicator_,
-                                         &request)
-                   : MPI_Ireduce_scatter(input.data, output.data, buffers.counts.data(),
-                                         mpi_type(input.type, call, name_), MPI_SUM, communicator_,
-                                         &request),
+      check(MPI_Ireduce_scatter(buffers.send(), buffers.receive(), buffers.counts.data(),
+                                buffers.type(), MPI_SUM, communicator_, &request),
             call, name_);
     }
-    // The vectors move with their storage, which MPI reads and writes until the wait.
     return std::make_unique<PendingCollective>(request, watchdog_, name_, std::move(buffers));
   }
 
@@ -248,19 +268,14 @@ class MpiCommunicator final : public Communicator {
                    "{} is {}", name_, output.numel, rank_, input.numel,
                    counts[static_cast<size_t>(rank_)]);
     }
-    const bool narrow = is_16_bit_float(input.type);
-    const std::vector<float> wide_input = narrow ? widened(input) : std::vector<float>();
-    std::vector<float> wide_output(narrow ? static_cast<size_t>(count) : 0);
+    ReductionBuffers buffers(output, input, "MPI_Reduce_scatter", name_);
     {
       const auto watched = watchdog_->watch("MPI_Reduce_scatter", name_);
-      check(narrow ? MPI_Reduce_scatter(wide_input.data(), wide_output.data(), counts.data(),
-                                        MPI_FLOAT, MPI_SUM, communicator_)
-                   : MPI_Reduce_scatter(input.data, output.data, counts.data(),
-                                        mpi_type(input.type, "MPI_Reduce_scatter", name_), MPI_SUM,
-                                        communicator_),
+      check(MPI_Reduce_scatter(buffers.send(), buffers.receive(), counts.data(), buffers.type(),
+                               MPI_SUM, communicator_),
             "MPI_Reduce_scatter", name_);
     }
-    if (narrow) round_into(output, wide_output);
+    buffers.finish();
   }
 
   void all_gather(View output, View input) override {

@@ -161,19 +161,14 @@ class NcclCommunicator final : public Communicator {
     const size_t count = count_of(values, call);
     const ncclComm_t comm = live(call);
     if (count == 0) return finished_reduction();
-    cudaEvent_t done = nullptr;
-    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    auto pending = std::make_unique<StartedReduction>(*this, done, call);
-    enter();
-    check(ncclAllReduce(values.data, values.data, count, nccl_type(values.type),
-                        operation == ReduceOperation::sum ? ncclSum : ncclMax, comm, stream_),
-          call, name_, comm);
-    CUDA_CHECK(cudaEventRecord(done, stream_));
-    return pending;
+    return started(call, [&] {
+      check(ncclAllReduce(values.data, values.data, count, nccl_type(values.type),
+                          operation == ReduceOperation::sum ? ncclSum : ncclMax, comm, stream_),
+            call, name_, comm);
+    });
   }
 
-  // One ncclReduce per member with a part, to that member, in one group (as reduce_scatter's
-  // uneven shards), on the communication stream; returns at once like start_all_reduce.
+  // reduce_to_owners, returning at once like start_all_reduce.
   std::unique_ptr<PendingReduction> start_reduce_scatter(View output, View input,
                                                          std::span<const int64_t> counts) override {
     const char* call = "ncclReduce (started reduce-scatter)";
@@ -182,28 +177,7 @@ class NcclCommunicator final : public Communicator {
     check_counts(output, input, counts, call);
     const ncclComm_t comm = live(call);
     if (input.numel == 0) return finished_reduction();
-    const ncclDataType_t type = nccl_type(input.type);
-    cudaEvent_t done = nullptr;
-    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    auto pending = std::make_unique<StartedReduction>(*this, done, call);
-    enter();
-    grouped(call, comm, [&] {
-      int64_t offset = 0;
-      for (int64_t root = 0; root < size_; ++root) {
-        const int64_t count = counts[static_cast<size_t>(root)];
-        if (count == 0) continue;
-        // recvbuff is used on the root only; the others pass their part of the input.
-        void* send = element(input, offset);
-        offset += count;
-        const ncclResult_t status =
-            ncclReduce(send, root == rank_ ? output.data : send, static_cast<size_t>(count), type,
-                       ncclSum, static_cast<int>(root), comm, stream_);
-        if (status != ncclSuccess) return status;
-      }
-      return ncclSuccess;
-    });
-    CUDA_CHECK(cudaEventRecord(done, stream_));
-    return pending;
+    return started(call, [&] { reduce_to_owners(call, comm, output, input, counts); });
   }
 
   void reduce_scatter(View output, View input) override {
@@ -224,16 +198,12 @@ class NcclCommunicator final : public Communicator {
       check(ncclReduceScatter(input.data, output.data, count, type, ncclSum, comm, stream_), call,
             name_, comm);
     } else {
-      // One ncclReduce per shard, to its owner. recvbuff is used on the root only (nccl.h);
-      // the others pass their own shard of the input, a buffer of the right length that
-      // NCCL reads from and never writes.
-      each_shard("ncclReduce (reduce_scatter's uneven shards)", comm, input.numel,
-                 [&](int root, ShardRange shard) {
-                   void* send = element(input, shard.offset);
-                   return ncclReduce(send, root == rank_ ? output.data : send,
-                                     static_cast<size_t>(shard.numel), type, ncclSum, root, comm,
-                                     stream_);
-                 });
+      // One ncclReduce per shard, to its owner.
+      std::vector<int64_t> counts(static_cast<size_t>(size_));
+      for (int64_t r = 0; r < size_; ++r) {
+        counts[static_cast<size_t>(r)] = shard_range(input.numel, size_, r).numel;
+      }
+      reduce_to_owners("ncclReduce (reduce_scatter's uneven shards)", comm, output, input, counts);
     }
     wait(call);
   }
@@ -427,6 +397,42 @@ class NcclCommunicator final : public Communicator {
     check(posted != ncclSuccess ? posted : ended, call, name_, comm);
   }
 
+  // One ncclReduce per member with a part of `input` (counts[r] elements, after the members
+  // before it; none for a count of 0), to that member, whose part lands in `output`; in one
+  // group, on the communication stream. recvbuff is used on the root only (nccl.h): the others
+  // pass their part of the input, a buffer of the right length that NCCL reads and never writes.
+  void reduce_to_owners(const char* call, ncclComm_t comm, View output, View input,
+                        std::span<const int64_t> counts) {
+    const ncclDataType_t type = nccl_type(input.type);
+    grouped(call, comm, [&] {
+      int64_t offset = 0;
+      for (int64_t root = 0; root < size_; ++root) {
+        const int64_t count = counts[static_cast<size_t>(root)];
+        if (count == 0) continue;
+        void* send = element(input, offset);
+        offset += count;
+        const ncclResult_t status =
+            ncclReduce(send, root == rank_ ? output.data : send, static_cast<size_t>(count), type,
+                       ncclSum, static_cast<int>(root), comm, stream_);
+        if (status != ncclSuccess) return status;
+      }
+      return ncclSuccess;
+    });
+  }
+
+  // A started call: what `post` enqueues, on the communication stream after the compute
+  // stream's work so far, and the event that marks its end, which the pending call waits for.
+  template <typename Post>
+  std::unique_ptr<PendingReduction> started(const char* call, Post post) {
+    cudaEvent_t done = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    auto pending = std::make_unique<StartedReduction>(*this, done, call);
+    enter();
+    post();
+    CUDA_CHECK(cudaEventRecord(done, stream_));
+    return pending;
+  }
+
   // post(root, shard) for each member's non-empty shard of `numel` elements, in member order,
   // in one group; the first failing post ends the loop.
   template <typename Post>
@@ -442,7 +448,8 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  // A started all-reduce: its event, recorded on the communication stream after the NCCL call.
+  // A started call (all-reduce or reduce-scatter): its event, recorded on the communication
+  // stream after the NCCL calls.
   class StartedReduction final : public PendingReduction {
    public:
     StartedReduction(NcclCommunicator& group, cudaEvent_t done, const char* call)

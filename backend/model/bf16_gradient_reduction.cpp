@@ -40,38 +40,63 @@ View bf16_view(const DeviceMemory& buffer, int64_t numel) {
   return View{.data = buffer.data(), .numel = numel, .type = ElementType::bf16, .on = buffer.on()};
 }
 
-class PendingBf16Reduction final : public Communicator::PendingReduction {
+// One reduction's bf16 side: the fp32 input rounded into pooled scratch, with room after it for
+// the bf16 result (or the result over it, in place), and finish(), which widens the result into
+// the fp32 output and gives the scratch back (as the destructor does, unwidened, when a started
+// reduction is dropped).
+class Bf16Copy {
  public:
-  // `narrow`: where in `scratch` the bf16 sums land, widened into `values` at wait().
-  PendingBf16Reduction(std::unique_ptr<Communicator::PendingReduction> inner, Device& device,
-                       View values, View narrow, DeviceMemory scratch,
-                       std::shared_ptr<ScratchPool> pool)
-      : inner_(std::move(inner)),
-        device_(device),
-        values_(values),
-        narrow_(narrow),
-        scratch_(std::move(scratch)),
-        pool_(std::move(pool)) {}
-  ~PendingBf16Reduction() override {
-    inner_.reset();  // finishes the reduction before its buffer is reused
+  Bf16Copy(std::shared_ptr<ScratchPool> pool, Device& device, View output, View input,
+           bool in_place)
+      : pool_(std::move(pool)), device_(&device), output_(output) {
+    const int64_t total = input.numel + (in_place ? 0 : output.numel);
+    scratch_ = pool_->take(total * 2);
+    const View all = bf16_view(scratch_, total);
+    narrow_input_ = all.slice(0, input.numel);
+    narrow_output_ = in_place ? narrow_input_ : all.slice(input.numel, output.numel);
+    ops::convert(*device_, narrow_input_, input);
+  }
+  ~Bf16Copy() {
     if (scratch_.data() != nullptr) pool_->give_back(std::move(scratch_));
   }
-  PendingBf16Reduction(const PendingBf16Reduction&) = delete;
-  PendingBf16Reduction& operator=(const PendingBf16Reduction&) = delete;
-  void wait() override {
+  Bf16Copy(Bf16Copy&&) = default;
+  Bf16Copy(const Bf16Copy&) = delete;
+  Bf16Copy& operator=(const Bf16Copy&) = delete;
+
+  View input() const { return narrow_input_; }
+  View output() const { return narrow_output_; }
+  void finish() {
     if (scratch_.data() == nullptr) return;
-    inner_->wait();
-    if (values_.numel > 0) ops::convert(device_, values_, narrow_);
+    if (output_.numel > 0) ops::convert(*device_, output_, narrow_output_);
     pool_->give_back(std::move(scratch_));
     scratch_ = DeviceMemory();
   }
 
  private:
-  std::unique_ptr<Communicator::PendingReduction> inner_;
-  Device& device_;
-  View values_, narrow_;
-  DeviceMemory scratch_;
   std::shared_ptr<ScratchPool> pool_;
+  Device* device_;
+  View output_;
+  DeviceMemory scratch_;
+  View narrow_input_, narrow_output_;
+};
+
+class PendingBf16Reduction final : public Communicator::PendingReduction {
+ public:
+  PendingBf16Reduction(std::unique_ptr<Communicator::PendingReduction> inner, Bf16Copy copy)
+      : inner_(std::move(inner)), copy_(std::move(copy)) {}
+  ~PendingBf16Reduction() override {
+    inner_.reset();  // finishes the reduction before copy_ gives its buffer back for reuse
+  }
+  PendingBf16Reduction(const PendingBf16Reduction&) = delete;
+  PendingBf16Reduction& operator=(const PendingBf16Reduction&) = delete;
+  void wait() override {
+    inner_->wait();
+    copy_.finish();
+  }
+
+ private:
+  std::unique_ptr<Communicator::PendingReduction> inner_;
+  Bf16Copy copy_;
 };
 
 class Bf16GradientReduction final : public Communicator {
@@ -88,12 +113,9 @@ class Bf16GradientReduction final : public Communicator {
       group_.all_reduce(values, operation);
       return;
     }
-    DeviceMemory scratch = pool_->take(values.numel * 2);
-    const View narrow = bf16_view(scratch, values.numel);
-    ops::convert(device_, narrow, values);
-    group_.all_reduce(narrow, operation);
-    ops::convert(device_, values, narrow);
-    pool_->give_back(std::move(scratch));
+    Bf16Copy copy(pool_, device_, values, values, true);
+    group_.all_reduce(copy.output(), operation);
+    copy.finish();
   }
 
   void reduce_scatter(View output, View input) override {
@@ -102,39 +124,26 @@ class Bf16GradientReduction final : public Communicator {
       return;
     }
     same_type(output, input, "reduce_scatter");
-    DeviceMemory scratch = pool_->take((input.numel + output.numel) * 2);
-    const View narrow_input = bf16_view(scratch, input.numel + output.numel).slice(0, input.numel);
-    const View narrow_output =
-        bf16_view(scratch, input.numel + output.numel).slice(input.numel, output.numel);
-    ops::convert(device_, narrow_input, input);
-    group_.reduce_scatter(narrow_output, narrow_input);
-    ops::convert(device_, output, narrow_output);
-    pool_->give_back(std::move(scratch));
+    Bf16Copy copy(pool_, device_, output, input, false);
+    group_.reduce_scatter(copy.output(), copy.input());
+    copy.finish();
   }
 
   std::unique_ptr<PendingReduction> start_all_reduce(View values,
                                                      ReduceOperation operation) override {
     if (!reduced_in_bf16(values)) return group_.start_all_reduce(values, operation);
-    DeviceMemory scratch = pool_->take(values.numel * 2);
-    const View narrow = bf16_view(scratch, values.numel);
-    ops::convert(device_, narrow, values);
-    auto inner = group_.start_all_reduce(narrow, operation);
-    return std::make_unique<PendingBf16Reduction>(std::move(inner), device_, values, narrow,
-                                                  std::move(scratch), pool_);
+    Bf16Copy copy(pool_, device_, values, values, true);
+    auto inner = group_.start_all_reduce(copy.output(), operation);
+    return std::make_unique<PendingBf16Reduction>(std::move(inner), std::move(copy));
   }
 
   std::unique_ptr<PendingReduction> start_reduce_scatter(View output, View input,
                                                          std::span<const int64_t> counts) override {
     if (!reduced_in_bf16(input)) return group_.start_reduce_scatter(output, input, counts);
     same_type(output, input, "start_reduce_scatter");
-    const int64_t total = input.numel + output.numel;
-    DeviceMemory scratch = pool_->take(total * 2);
-    const View narrow_input = bf16_view(scratch, total).slice(0, input.numel);
-    const View narrow_output = bf16_view(scratch, total).slice(input.numel, output.numel);
-    ops::convert(device_, narrow_input, input);
-    auto inner = group_.start_reduce_scatter(narrow_output, narrow_input, counts);
-    return std::make_unique<PendingBf16Reduction>(std::move(inner), device_, output, narrow_output,
-                                                  std::move(scratch), pool_);
+    Bf16Copy copy(pool_, device_, output, input, false);
+    auto inner = group_.start_reduce_scatter(copy.output(), copy.input(), counts);
+    return std::make_unique<PendingBf16Reduction>(std::move(inner), std::move(copy));
   }
 
   void all_gather(View output, View input) override { group_.all_gather(output, input); }

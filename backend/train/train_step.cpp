@@ -120,8 +120,9 @@ LocalLosses pipeline_forward_backward(GptModel<float>& model, const BatchSource&
 }
 
 // The distributed optimizer's share of a bucket: each member's count is the part of the bucket
-// inside its shard_range of the whole buffer (Megatron's buckets are cut to its shards the same
-// way), this rank's part landing at its place in the shard's gradients.
+// inside its shard_range of the whole buffer, this rank's part landing at its place in the
+// shard's gradients. (Megatron shards each bucket evenly over the ranks instead; here the
+// shards are the whole buffer's ranges, so a bucket's parts are uneven, and many are empty.)
 std::unique_ptr<Communicator::PendingReduction> start_bucket_reduce_scatter(
     Communicator& group, View all_gradients, BufferRange bucket, const GradientShard& shard) {
   const int64_t bucket_end = bucket.offset + bucket.numel;
@@ -341,14 +342,18 @@ void apply_update(GptModel<float>& model, AdamW& optimizer, LearningRateSchedule
   scheduler.step(batch.global_batch_size);
 }
 
-}  // namespace
-
+// Whether --overlap-grad-reduce starts the data-parallel reduction during the backward in this
+// layout: without a pipeline or ZeRO-3, and with the distributed optimizer only where
+// finalize_gradients() sums nothing (no sequence parallelism). Elsewhere the reduction runs
+// after the backward, with the same results (arguments.cpp warns about the same layouts).
 bool overlapped_gradient_reduction(const TrainStepOptions& options, const GptModel<float>& model,
                                    const Communicator& data_parallel, const GradientShard* shard) {
   return options.overlap_grad_reduce && data_parallel.size() > 1 &&
          !model.sharded_over_data_parallel() && model.pipeline_stage().whole_model() &&
          (shard == nullptr || !model.finalize_gradients_sums());
 }
+
+}  // namespace
 
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                            LearningRateScheduler& scheduler, const BatchSource& source,

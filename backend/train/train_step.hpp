@@ -74,13 +74,6 @@ struct GradientShard {
   View gradients;
 };
 
-// Whether --overlap-grad-reduce starts the data-parallel reduction during the backward in this
-// layout: without a pipeline or ZeRO-3, and with the distributed optimizer only where
-// finalize_gradients() sums nothing (no sequence parallelism). Elsewhere the reduction runs
-// after the backward, with the same results.
-bool overlapped_gradient_reduction(const TrainStepOptions& options, const GptModel<float>& model,
-                                   const Communicator& data_parallel, const GradientShard* shard);
-
 // With a data-parallel
 // group of D ranks, `batch.num_micro_batches` is this rank's (global / (micro × D)), micro batch
 // m of rank r reads samples first + (m·D + r)·micro .. + micro (Megatron's
