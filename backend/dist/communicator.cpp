@@ -36,15 +36,15 @@ double all_reduce_sum(Communicator& group, double value) {
 
 namespace {
 
-class CompletedReduction final : public Communicator::PendingReduction {
+class CompletedCollective final : public Communicator::PendingCollective {
  public:
   void wait() override {}
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator::PendingReduction> finished_reduction() {
-  return std::make_unique<CompletedReduction>();
+std::unique_ptr<Communicator::PendingCollective> finished_collective() {
+  return std::make_unique<CompletedCollective>();
 }
 
 void Communicator::check_member(int64_t rank, const char* call) const {
@@ -61,9 +61,9 @@ void Communicator::same_type(const View& output, const View& input, const char* 
   }
 }
 
-void Communicator::check_counts(const View& output, const View& input,
+void Communicator::check_counts(const View& part, const View& whole,
                                 std::span<const int64_t> counts, const char* call) const {
-  same_type(output, input, call);
+  same_type(part, whole, call);
   if (static_cast<int64_t>(counts.size()) != size()) {
     common::fail("{} in the {} group: {} counts for {} members", call, name(), counts.size(),
                  size());
@@ -73,19 +73,18 @@ void Communicator::check_counts(const View& output, const View& input,
     if (count < 0) common::fail("{} in the {} group: a count of {}", call, name(), count);
     total += count;
   }
-  if (total != input.numel || counts[static_cast<size_t>(rank())] != output.numel) {
+  if (total != whole.numel || counts[static_cast<size_t>(rank())] != part.numel) {
     common::fail(
-        "{} in the {} group: counts summing to {} over {} elements in, rank {}'s {} "
-        "over {} out",
-        call, name(), total, input.numel, rank(), counts[static_cast<size_t>(rank())],
-        output.numel);
+        "{} in the {} group: counts summing to {} for a whole of {} elements, rank {}'s {} "
+        "for its part of {}",
+        call, name(), total, whole.numel, rank(), counts[static_cast<size_t>(rank())], part.numel);
   }
 }
 
-std::unique_ptr<Communicator::PendingReduction> Communicator::start_all_reduce(
+std::unique_ptr<Communicator::PendingCollective> Communicator::start_all_reduce(
     View values, ReduceOperation operation) {
   all_reduce(values, operation);
-  return finished_reduction();
+  return finished_collective();
 }
 
 namespace {
@@ -98,13 +97,19 @@ class SingleProcessCommunicator final : public Communicator {
   std::string name() const override { return name_; }
   void all_reduce(View, ReduceOperation) override {}
   void reduce_scatter(View output, View input) override { copy(output, input, "reduce_scatter"); }
-  std::unique_ptr<PendingReduction> start_reduce_scatter(View output, View input,
-                                                         std::span<const int64_t> counts) override {
+  std::unique_ptr<PendingCollective> start_reduce_scatter(
+      View output, View input, std::span<const int64_t> counts) override {
     check_counts(output, input, counts, "start_reduce_scatter");
     copy(output, input, "start_reduce_scatter");
-    return finished_reduction();
+    return finished_collective();
   }
   void all_gather(View output, View input) override { copy(output, input, "all_gather"); }
+  std::unique_ptr<PendingCollective> start_all_gather(View output, View input,
+                                                      std::span<const int64_t> counts) override {
+    check_counts(input, output, counts, "start_all_gather");
+    copy(output, input, "start_all_gather");
+    return finished_collective();
+  }
   void broadcast(View, int64_t root) override { check_peer(root, "broadcast"); }
   void send(View, int64_t peer) override { no_peer(peer, "send to"); }
   void receive(View, int64_t peer) override { no_peer(peer, "receive from"); }

@@ -73,25 +73,37 @@ class Communicator {
   virtual void exchange(std::span<const PointToPoint> transfers) = 0;
   virtual void barrier() = 0;
 
+  // A collective started by one of the start_* calls below and finished by wait() (torch's
+  // async_op=True work handle): a second wait() returns at once; one dropped unwaited is
+  // finished (or ordered before later work on the device) by its destructor.
+  class PendingCollective {
+   public:
+    virtual ~PendingCollective() = default;
+    virtual void wait() = 0;
+  };
   // An all-reduce started now and finished by wait() (torch's all_reduce(async_op=True), which
   // Megatron's --overlap-grad-reduce buckets use): `values` must stay untouched until then.
   // Every member starts the same all-reduces in the same order. The default runs it at once
   // (a communicator without non-blocking collectives is still correct, only not overlapped).
-  class PendingReduction {
-   public:
-    virtual ~PendingReduction() = default;
-    virtual void wait() = 0;
-  };
-  virtual std::unique_ptr<PendingReduction> start_all_reduce(View values,
-                                                             ReduceOperation operation);
+  virtual std::unique_ptr<PendingCollective> start_all_reduce(View values,
+                                                              ReduceOperation operation);
   // A sum of `input` cut into uneven parts, started now and finished by wait(): member r gets
   // the sum of the members' counts[r] elements (after counts[0..r)) in `output` (counts[r]
   // elements; zeros allowed), as MPI_Ireduce_scatter. It is how a bucket of the gradient buffer
   // (--overlap-grad-reduce) lands in the distributed optimizer's shards: a member's count is
   // the part of the bucket inside its shard. `input` and `output` stay untouched until wait().
   // Every member starts the same ones in the same order, with the same counts.
-  virtual std::unique_ptr<PendingReduction> start_reduce_scatter(
+  virtual std::unique_ptr<PendingCollective> start_reduce_scatter(
       View output, View input, std::span<const int64_t> counts) = 0;
+  // The reverse, started now and finished by wait(): `output` (the counts' sum of elements) gets
+  // each member's `input` (counts[r] elements for member r) in rank order, as MPI_Iallgatherv.
+  // `input` may be this member's own part of `output` (in place). It is how the distributed
+  // optimizer's updated shards return in buckets (--overlap-param-gather): a member's count is
+  // the part of the bucket inside its shard. Both views stay untouched until wait() (the
+  // members' parts of `output` are written then); the same calls, in the same order, on every
+  // member.
+  virtual std::unique_ptr<PendingCollective> start_all_gather(View output, View input,
+                                                              std::span<const int64_t> counts) = 0;
 
   // A new communicator of the members that pass the same `color`, ranked by `key` (MPI's
   // MPI_Comm_split); called by every member.
@@ -102,14 +114,15 @@ class Communicator {
   // or peer `rank` that is one of its members; an output of the input's element type.
   void check_member(int64_t rank, const char* call) const;
   void same_type(const View& output, const View& input, const char* call) const;
-  // start_reduce_scatter's counts: one per member, none negative, summing to input's count,
-  // this member's equal to output's.
-  void check_counts(const View& output, const View& input, std::span<const int64_t> counts,
+  // The counts of start_reduce_scatter (part: its output, whole: its input) or
+  // start_all_gather (part: its input, whole: its output): one per member, none negative,
+  // summing to whole's count, this member's equal to part's; both views of one type.
+  void check_counts(const View& part, const View& whole, std::span<const int64_t> counts,
                     const char* call) const;
 };
 
-// A pending reduction that has already finished: what a call that ran at once returns.
-std::unique_ptr<Communicator::PendingReduction> finished_reduction();
+// A pending collective that has already finished: what a call that ran at once returns.
+std::unique_ptr<Communicator::PendingCollective> finished_collective();
 
 // Σ value over the members (one double all-reduced): a loss, a sum of squares. Every member
 // gets the same total.

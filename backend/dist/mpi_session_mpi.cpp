@@ -19,6 +19,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -88,8 +89,8 @@ void round_into(const View& values, std::span<const float> wide) {
 // What an MPI reduction reads and writes: the views' own memory in their MPI type, or, for bf16
 // and fp16 (which MPI cannot add), fp32 copies whose result finish() rounds back into the
 // output view. In place (an all-reduce: `input` is `output`) the send buffer is MPI_IN_PLACE.
-// The vectors keep their storage when the object moves, so a started reduction can hold it, and
-// the counts, until MPI is done with them.
+// The vectors keep their storage when the object moves, so a started reduction can hold it
+// until MPI is done with it.
 class ReductionBuffers {
  public:
   // In place: `values` in and out (an all-reduce).
@@ -111,7 +112,6 @@ class ReductionBuffers {
   void finish() {
     if (narrow_) round_into(output_, in_place_ ? wide_input_ : wide_output_);
   }
-  std::vector<int> counts;  // a started reduce-scatter's, kept with its buffers
 
  private:
   ReductionBuffers(View output, View input, bool in_place, const char* call,
@@ -133,38 +133,44 @@ class ReductionBuffers {
   std::vector<float> wide_input_, wide_output_;
 };
 
-// A started MPI_Iallreduce or MPI_Ireduce_scatter: wait() finishes it under the watchdog (and
-// its buffers' 16-bit result); one never waited for is finished by the destructor, so no
-// reduction outlives the caller's buffers.
-class PendingCollective final : public Communicator::PendingReduction {
+// A started MPI_Iallreduce, MPI_Ireduce_scatter or MPI_Iallgatherv: wait() finishes it under
+// the watchdog (and a reduction's 16-bit result); one never waited for is finished by the
+// destructor, so no collective outlives the caller's buffers. It holds what MPI reads until the
+// end: a reduction's buffers, the counts and offsets of the uneven calls (moved in after the
+// call: a vector keeps its storage when it moves).
+class StartedMpiCollective final : public Communicator::PendingCollective {
  public:
-  PendingCollective(MPI_Request request, std::shared_ptr<CollectiveWatchdog> watchdog,
-                    std::string group, ReductionBuffers buffers)
+  StartedMpiCollective(MPI_Request request, std::shared_ptr<CollectiveWatchdog> watchdog,
+                       std::string group, std::optional<ReductionBuffers> buffers,
+                       std::vector<int> counts = {}, std::vector<int> offsets = {})
       : request_(request),
         watchdog_(std::move(watchdog)),
         group_(std::move(group)),
-        buffers_(std::move(buffers)) {}
-  ~PendingCollective() override {
+        buffers_(std::move(buffers)),
+        counts_(std::move(counts)),
+        offsets_(std::move(offsets)) {}
+  ~StartedMpiCollective() override {
     if (request_ == MPI_REQUEST_NULL) return;
     const auto watched = watchdog_->watch("MPI_Wait", group_);
     MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
-  PendingCollective(const PendingCollective&) = delete;
-  PendingCollective& operator=(const PendingCollective&) = delete;
+  StartedMpiCollective(const StartedMpiCollective&) = delete;
+  StartedMpiCollective& operator=(const StartedMpiCollective&) = delete;
   void wait() override {
     if (request_ == MPI_REQUEST_NULL) return;
     {
       const auto watched = watchdog_->watch("MPI_Wait", group_);
       check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait", group_);
     }
-    buffers_.finish();
+    if (buffers_) buffers_->finish();
   }
 
  private:
   MPI_Request request_;
   std::shared_ptr<CollectiveWatchdog> watchdog_;
   std::string group_;
-  ReductionBuffers buffers_;
+  std::optional<ReductionBuffers> buffers_;
+  std::vector<int> counts_, offsets_;
 };
 
 class MpiCommunicator final : public Communicator {
@@ -225,8 +231,8 @@ class MpiCommunicator final : public Communicator {
 
   // MPI_Iallreduce. Open MPI progresses it inside later MPI calls (no progress thread by
   // default), so on CPU ranks the overlap is whatever MPI calls the backward makes meanwhile.
-  std::unique_ptr<PendingReduction> start_all_reduce(View values,
-                                                     ReduceOperation operation) override {
+  std::unique_ptr<PendingCollective> start_all_reduce(View values,
+                                                      ReduceOperation operation) override {
     const int count = mpi_count(values, "MPI_Iallreduce", name_);
     const MPI_Op op = operation == ReduceOperation::sum ? MPI_SUM : MPI_MAX;
     ReductionBuffers buffers(values, "MPI_Iallreduce", name_);
@@ -237,25 +243,56 @@ class MpiCommunicator final : public Communicator {
                            communicator_, &request),
             "MPI_Iallreduce", name_);
     }
-    return std::make_unique<PendingCollective>(request, watchdog_, name_, std::move(buffers));
+    return std::make_unique<StartedMpiCollective>(request, watchdog_, name_, std::move(buffers));
   }
 
-  std::unique_ptr<PendingReduction> start_reduce_scatter(View output, View input,
-                                                         std::span<const int64_t> counts) override {
+  std::unique_ptr<PendingCollective> start_reduce_scatter(
+      View output, View input, std::span<const int64_t> counts) override {
     const char* call = "MPI_Ireduce_scatter";
     mpi_count(input, call, name_);
     mpi_count(output, call, name_);
     check_counts(output, input, counts, call);
     ReductionBuffers buffers(output, input, call, name_);
-    buffers.counts.assign(counts.begin(), counts.end());
+    std::vector<int> mpi_counts(counts.begin(), counts.end());
     MPI_Request request = MPI_REQUEST_NULL;
     {
       const auto watched = watchdog_->watch(call, name_);
-      check(MPI_Ireduce_scatter(buffers.send(), buffers.receive(), buffers.counts.data(),
+      check(MPI_Ireduce_scatter(buffers.send(), buffers.receive(), mpi_counts.data(),
                                 buffers.type(), MPI_SUM, communicator_, &request),
             call, name_);
     }
-    return std::make_unique<PendingCollective>(request, watchdog_, name_, std::move(buffers));
+    return std::make_unique<StartedMpiCollective>(request, watchdog_, name_, std::move(buffers),
+                                                  std::move(mpi_counts));
+  }
+
+  // MPI_Iallgatherv of the members' parts; in place (MPI_IN_PLACE) when `input` is this
+  // member's part of `output`. Nothing is summed, so 16-bit values move as they are.
+  std::unique_ptr<PendingCollective> start_all_gather(View output, View input,
+                                                      std::span<const int64_t> counts) override {
+    const char* call = "MPI_Iallgatherv";
+    mpi_count(output, call, name_);
+    const int count = mpi_count(input, call, name_);
+    check_counts(input, output, counts, call);
+    std::vector<int> mpi_counts(counts.begin(), counts.end()), offsets(counts.size());
+    int64_t offset = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      offsets[r] = static_cast<int>(offset);
+      offset += counts[r];
+    }
+    const MPI_Datatype type = mpi_type(input.type, call, name_);
+    const auto* own_part =
+        static_cast<const char*>(output.data) +
+        static_cast<int64_t>(offsets[static_cast<size_t>(rank_)]) * element_size(output.type);
+    const void* send = input.data == own_part ? MPI_IN_PLACE : input.data;
+    MPI_Request request = MPI_REQUEST_NULL;
+    {
+      const auto watched = watchdog_->watch(call, name_);
+      check(MPI_Iallgatherv(send, count, type, output.data, mpi_counts.data(), offsets.data(), type,
+                            communicator_, &request),
+            call, name_);
+    }
+    return std::make_unique<StartedMpiCollective>(request, watchdog_, name_, std::nullopt,
+                                                  std::move(mpi_counts), std::move(offsets));
   }
 
   void reduce_scatter(View output, View input) override {

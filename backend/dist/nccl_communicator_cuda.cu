@@ -31,13 +31,14 @@
 //   communicator. split is ncclCommSplit (the child shares the device, stream and timeout).
 // - Destruction: ncclCommDestroy, or ncclCommAbort while an exception unwinds (another rank
 //   may be gone, and ncclCommDestroy would wait for it).
-// - start_all_reduce (--overlap-grad-reduce's buckets) enqueues the all-reduce the same way and
-//   returns at once: the NCCL kernel runs on the communicator's stream beside the backward's
-//   kernels on the compute stream. wait() makes the compute stream wait for the reduction's
-//   event (cudaStreamWaitEvent: the streams are ordered by events, not by the host), then polls
-//   that event as the blocking calls poll their stream, so a failure or the timeout still ends
-//   the wait with NCCL's reason. One never waited for still orders the compute stream after it
-//   when it is dropped. The split communicators each get their own stream.
+// - start_all_reduce (--overlap-grad-reduce's buckets), start_reduce_scatter and start_all_gather
+//   (the distributed optimizer's buckets, --overlap-param-gather's) enqueue the same way and
+//   return at once: the NCCL kernels run on the communicator's stream beside the compute
+//   stream's kernels. wait() makes the compute stream wait for the collective's event
+//   (cudaStreamWaitEvent: the streams are ordered by events, not by the host), then polls that
+//   event as the blocking calls poll their stream, so a failure or the timeout still ends the
+//   wait with NCCL's reason. One never waited for still orders the compute stream after it when
+//   it is dropped. The split communicators each get their own stream.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -155,12 +156,12 @@ class NcclCommunicator final : public Communicator {
     wait(call);
   }
 
-  std::unique_ptr<PendingReduction> start_all_reduce(View values,
-                                                     ReduceOperation operation) override {
+  std::unique_ptr<PendingCollective> start_all_reduce(View values,
+                                                      ReduceOperation operation) override {
     const char* call = "ncclAllReduce (started)";
     const size_t count = count_of(values, call);
     const ncclComm_t comm = live(call);
-    if (count == 0) return finished_reduction();
+    if (count == 0) return finished_collective();
     return started(call, [&] {
       check(ncclAllReduce(values.data, values.data, count, nccl_type(values.type),
                           operation == ReduceOperation::sum ? ncclSum : ncclMax, comm, stream_),
@@ -169,15 +170,44 @@ class NcclCommunicator final : public Communicator {
   }
 
   // reduce_to_owners, returning at once like start_all_reduce.
-  std::unique_ptr<PendingReduction> start_reduce_scatter(View output, View input,
-                                                         std::span<const int64_t> counts) override {
+  std::unique_ptr<PendingCollective> start_reduce_scatter(
+      View output, View input, std::span<const int64_t> counts) override {
     const char* call = "ncclReduce (started reduce-scatter)";
     count_of(input, call);
     count_of(output, call);
     check_counts(output, input, counts, call);
     const ncclComm_t comm = live(call);
-    if (input.numel == 0) return finished_reduction();
+    if (input.numel == 0) return finished_collective();
     return started(call, [&] { reduce_to_owners(call, comm, output, input, counts); });
+  }
+
+  // One ncclBroadcast per member with a part (in one group), from that member: its input to
+  // its place in the output; returns at once like start_all_reduce.
+  std::unique_ptr<PendingCollective> start_all_gather(View output, View input,
+                                                      std::span<const int64_t> counts) override {
+    const char* call = "ncclBroadcast (started all-gather)";
+    count_of(input, call);
+    count_of(output, call);
+    check_counts(input, output, counts, call);
+    const ncclComm_t comm = live(call);
+    if (output.numel == 0) return finished_collective();
+    const ncclDataType_t type = nccl_type(output.type);
+    return started(call, [&] {
+      grouped(call, comm, [&] {
+        int64_t offset = 0;
+        for (int64_t root = 0; root < size_; ++root) {
+          const int64_t count = counts[static_cast<size_t>(root)];
+          if (count == 0) continue;
+          void* place = element(output, offset);
+          offset += count;
+          const ncclResult_t status =
+              ncclBroadcast(root == rank_ ? input.data : place, place, static_cast<size_t>(count),
+                            type, static_cast<int>(root), comm, stream_);
+          if (status != ncclSuccess) return status;
+        }
+        return ncclSuccess;
+      });
+    });
   }
 
   void reduce_scatter(View output, View input) override {
@@ -423,10 +453,10 @@ class NcclCommunicator final : public Communicator {
   // A started call: what `post` enqueues, on the communication stream after the compute
   // stream's work so far, and the event that marks its end, which the pending call waits for.
   template <typename Post>
-  std::unique_ptr<PendingReduction> started(const char* call, Post post) {
+  std::unique_ptr<PendingCollective> started(const char* call, Post post) {
     cudaEvent_t done = nullptr;
     CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    auto pending = std::make_unique<StartedReduction>(*this, done, call);
+    auto pending = std::make_unique<StartedCollective>(*this, done, call);
     enter();
     post();
     CUDA_CHECK(cudaEventRecord(done, stream_));
@@ -450,19 +480,19 @@ class NcclCommunicator final : public Communicator {
 
   // A started call (all-reduce or reduce-scatter): its event, recorded on the communication
   // stream after the NCCL calls.
-  class StartedReduction final : public PendingReduction {
+  class StartedCollective final : public PendingCollective {
    public:
-    StartedReduction(NcclCommunicator& group, cudaEvent_t done, const char* call)
+    StartedCollective(NcclCommunicator& group, cudaEvent_t done, const char* call)
         : group_(&group), done_(done), call_(call) {}
-    ~StartedReduction() override {
+    ~StartedCollective() override {
       if (done_ == nullptr) return;
       // Dropped unwaited: the compute stream still waits for it, so nothing later on it
       // touches the values first. No error is raised from here.
       (void)cudaStreamWaitEvent(group_->compute_stream_, done_, 0);
       (void)cudaEventDestroy(done_);
     }
-    StartedReduction(const StartedReduction&) = delete;
-    StartedReduction& operator=(const StartedReduction&) = delete;
+    StartedCollective(const StartedCollective&) = delete;
+    StartedCollective& operator=(const StartedCollective&) = delete;
     void wait() override {
       if (done_ == nullptr) return;
       const cudaEvent_t done = done_;

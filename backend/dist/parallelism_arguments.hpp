@@ -49,14 +49,15 @@ struct ParallelismArguments {
   double distributed_timeout_minutes = 10;
   bool use_distributed_optimizer = false;  // ZeRO-1 over the data-parallel group
   bool sequence_parallel = false;          // the residual stream sharded over the TP group
-  // Megatron's --overlap-grad-reduce: each unit's data-parallel all-reduce starts as soon as
-  // the last micro batch's backward has finished the unit. --overlap-param-gather is accepted
-  // and recorded; the distributed optimizer's reduce-scatter and all-gather are not overlapped
-  // yet (a warning says so).
+  // Megatron's --overlap-grad-reduce: each bucket's data-parallel all-reduce (or, with the
+  // distributed optimizer, reduce-scatter) starts as soon as the last micro batch's backward
+  // has finished its units. --overlap-param-gather (distributed optimizer only): the updated
+  // shards return in buckets the next forward waits for unit by unit (Megatron also requires
+  // --overlap-grad-reduce with it; here the two are independent).
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
-  // Megatron's --ddp-bucket-size: elements per --overlap-grad-reduce bucket; not given (None):
-  // max(40M, 1M × data-parallel size) (backend/train/gradient_buckets.hpp).
+  // Megatron's --ddp-bucket-size: elements per bucket of either overlap; not given (None):
+  // max(40M, 1M × data-parallel size) (backend/train/buffer_buckets.hpp).
   std::optional<int64_t> ddp_bucket_size;
   // Megatron core's --grad-reduce-in-bf16: with --bf16 on the CUDA device the data-parallel
   // gradient sums move bf16 (backend/model/bf16_gradient_reduction.hpp); the gradients still

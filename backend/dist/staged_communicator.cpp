@@ -48,36 +48,28 @@ class StagedCommunicator final : public Communicator {
   }
 
   // Run at once through the inner communicator (a staged call is blocking).
-  std::unique_ptr<PendingReduction> start_reduce_scatter(View output, View input,
-                                                         std::span<const int64_t> counts) override {
+  std::unique_ptr<PendingCollective> start_reduce_scatter(
+      View output, View input, std::span<const int64_t> counts) override {
     const std::vector<View> staged = stage({input, output}, "start_reduce_scatter");
     copy_in(staged[0], input);
     inner_->start_reduce_scatter(staged[1], staged[0], counts)->wait();
     copy_out(output, staged[1]);
-    return finished_reduction();
+    return finished_collective();
   }
 
-  // In place (input inside output, the member's own shard) stays in place in the staging, so
-  // the inner communicator sees the call its caller made.
   void all_gather(View output, View input) override {
-    const auto* output_begin = static_cast<const std::byte*>(output.data);
-    const auto* input_begin = static_cast<const std::byte*>(input.data);
-    const bool in_place = !input.empty() && input.type == output.type &&
-                          input_begin >= output_begin &&
-                          input_begin + input.bytes() <= output_begin + output.bytes();
-    if (in_place) {
-      const std::vector<View> staged = stage({output}, "all_gather");
-      const View shard =
-          staged[0].slice((input_begin - output_begin) / element_size(input.type), input.numel);
-      copy_in(shard, input);
-      inner_->all_gather(staged[0], shard);
-      copy_out(output, staged[0]);
-      return;
-    }
-    const std::vector<View> staged = stage({output, input}, "all_gather");
-    copy_in(staged[1], input);
-    inner_->all_gather(staged[0], staged[1]);
-    copy_out(output, staged[0]);
+    staged_gather(output, input, "all_gather", [&](View output_staged, View input_staged) {
+      inner_->all_gather(output_staged, input_staged);
+    });
+  }
+
+  // Run at once through the inner communicator (a staged call is blocking).
+  std::unique_ptr<PendingCollective> start_all_gather(View output, View input,
+                                                      std::span<const int64_t> counts) override {
+    staged_gather(output, input, "start_all_gather", [&](View output_staged, View input_staged) {
+      inner_->start_all_gather(output_staged, input_staged, counts)->wait();
+    });
+    return finished_collective();
   }
 
   void broadcast(View values, int64_t root) override {
@@ -128,6 +120,30 @@ class StagedCommunicator final : public Communicator {
   }
 
  private:
+  // An all-gather through the staging: run(staged output, staged input). In place (input inside
+  // output, the member's own part) stays in place in the staging, so the inner communicator sees
+  // the call its caller made.
+  template <typename Run>
+  void staged_gather(View output, View input, const char* call, Run run) {
+    const auto* output_begin = static_cast<const std::byte*>(output.data);
+    const auto* input_begin = static_cast<const std::byte*>(input.data);
+    const bool in_place = !input.empty() && input.type == output.type &&
+                          input_begin >= output_begin &&
+                          input_begin + input.bytes() <= output_begin + output.bytes();
+    if (in_place) {
+      const std::vector<View> staged = stage({output}, call);
+      const View part =
+          staged[0].slice((input_begin - output_begin) / element_size(input.type), input.numel);
+      copy_in(part, input);
+      run(staged[0], part);
+      copy_out(output, staged[0]);
+      return;
+    }
+    const std::vector<View> staged = stage({output, input}, call);
+    copy_in(staged[1], input);
+    run(staged[0], staged[1]);
+    copy_out(output, staged[0]);
+  }
   // The memory the callers' views are in: the one the inner communicator does not read.
   MemoryKind caller_memory() const {
     return inner_reads_ == StagingMemory::host ? device_.memory_kind() : MemoryKind::host;
@@ -221,13 +237,17 @@ class RoutedCommunicator final : public Communicator {
   void reduce_scatter(View output, View input) override {
     route({output, input}, "reduce_scatter").reduce_scatter(output, input);
   }
-  std::unique_ptr<PendingReduction> start_reduce_scatter(View output, View input,
-                                                         std::span<const int64_t> counts) override {
+  std::unique_ptr<PendingCollective> start_reduce_scatter(
+      View output, View input, std::span<const int64_t> counts) override {
     return route({output, input}, "start_reduce_scatter")
         .start_reduce_scatter(output, input, counts);
   }
   void all_gather(View output, View input) override {
     route({output, input}, "all_gather").all_gather(output, input);
+  }
+  std::unique_ptr<PendingCollective> start_all_gather(View output, View input,
+                                                      std::span<const int64_t> counts) override {
+    return route({output, input}, "start_all_gather").start_all_gather(output, input, counts);
   }
   void broadcast(View values, int64_t root) override {
     route({values}, "broadcast").broadcast(values, root);

@@ -12,7 +12,7 @@
 // --device cpu runs every collective through it, which is how CI tests the staging.
 //
 // A staged call is blocking: it returns once its results are back in the caller's memory, and
-// start_all_reduce runs at once (correct, not overlapped). Staging buffers grow to the largest
+// the start_* calls run at once (correct, not overlapped). Staging buffers grow to the largest
 // call seen and stay; copies back from page-locked memory are queued on the device's stream, so
 // the next call waits for them (Device::synchronize) before writing the staging again.
 #pragma once

@@ -80,9 +80,9 @@ class Bf16Copy {
   View narrow_input_, narrow_output_;
 };
 
-class PendingBf16Reduction final : public Communicator::PendingReduction {
+class PendingBf16Reduction final : public Communicator::PendingCollective {
  public:
-  PendingBf16Reduction(std::unique_ptr<Communicator::PendingReduction> inner, Bf16Copy copy)
+  PendingBf16Reduction(std::unique_ptr<Communicator::PendingCollective> inner, Bf16Copy copy)
       : inner_(std::move(inner)), copy_(std::move(copy)) {}
   ~PendingBf16Reduction() override {
     inner_.reset();  // finishes the reduction before copy_ gives its buffer back for reuse
@@ -95,7 +95,7 @@ class PendingBf16Reduction final : public Communicator::PendingReduction {
   }
 
  private:
-  std::unique_ptr<Communicator::PendingReduction> inner_;
+  std::unique_ptr<Communicator::PendingCollective> inner_;
   Bf16Copy copy_;
 };
 
@@ -129,16 +129,16 @@ class Bf16GradientReduction final : public Communicator {
     copy.finish();
   }
 
-  std::unique_ptr<PendingReduction> start_all_reduce(View values,
-                                                     ReduceOperation operation) override {
+  std::unique_ptr<PendingCollective> start_all_reduce(View values,
+                                                      ReduceOperation operation) override {
     if (!reduced_in_bf16(values)) return group_.start_all_reduce(values, operation);
     Bf16Copy copy(pool_, device_, values, values, true);
     auto inner = group_.start_all_reduce(copy.output(), operation);
     return std::make_unique<PendingBf16Reduction>(std::move(inner), std::move(copy));
   }
 
-  std::unique_ptr<PendingReduction> start_reduce_scatter(View output, View input,
-                                                         std::span<const int64_t> counts) override {
+  std::unique_ptr<PendingCollective> start_reduce_scatter(
+      View output, View input, std::span<const int64_t> counts) override {
     if (!reduced_in_bf16(input)) return group_.start_reduce_scatter(output, input, counts);
     same_type(output, input, "start_reduce_scatter");
     Bf16Copy copy(pool_, device_, output, input, false);
@@ -147,6 +147,10 @@ class Bf16GradientReduction final : public Communicator {
   }
 
   void all_gather(View output, View input) override { group_.all_gather(output, input); }
+  std::unique_ptr<PendingCollective> start_all_gather(View output, View input,
+                                                      std::span<const int64_t> counts) override {
+    return group_.start_all_gather(output, input, counts);
+  }
   void broadcast(View values, int64_t root) override { group_.broadcast(values, root); }
   void send(View values, int64_t peer) override { group_.send(values, peer); }
   void receive(View values, int64_t peer) override { group_.receive(values, peer); }

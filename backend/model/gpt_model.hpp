@@ -85,6 +85,7 @@
 #include "backend/model/gpt_config.hpp"
 #include "backend/model/model_parallelism.hpp"
 #include "backend/model/parameter_layout.hpp"
+#include "backend/model/parameter_store.hpp"
 #include "backend/model/pipeline_stage.hpp"
 #include "backend/ops/cross_entropy.hpp"
 
@@ -143,6 +144,15 @@ class GptModel {
   // completes them, so their reduction can start while the rest of the backward runs. An empty
   // function (the default) tells nothing. Not with ZeRO-3 (whose units reduce themselves).
   void set_gradients_ready(std::function<void(BufferRange)> callback);
+  // The units' ranges of the flat buffers (the embedding, each transformer layer, the head), in
+  // the order the forward first uses them.
+  std::vector<BufferRange> parameter_units() const;
+  // Megatron's --overlap-param-gather, after parameters_updated(): the ranges of
+  // parameter_buffer() still arriving (started all-gathers of the distributed optimizer's
+  // shards, each a run of whole units). The forward waits for each unit's range before its
+  // first use of it (and then makes that unit's part of the working copy); parameter_buffer(),
+  // parameters() and the host copies wait for all first. Not with ZeRO-3.
+  void parameters_arriving(std::vector<ArrivingParameters> arrivals);
   // The ranges of the flat gradient buffer that count towards the global gradient norm on this
   // rank (parameter_layout.hpp's gradient_norm_ranges), computed once.
   const std::vector<BufferRange>& gradient_norm_ranges() const;
@@ -243,10 +253,14 @@ class GptModel {
   // gradients over the embedding group (first and last pipeline stage); Megatron's
   // finalize_model_grads. Nothing to do otherwise. Every rank of the groups calls it.
   void finalize_gradients();
-  // Whether finalize_gradients() sums anything (sequence parallelism, a tied embedding split
-  // over pipeline stages): then it must see the whole gradient buffer before the distributed
-  // optimizer's reduce-scatter takes the shards.
-  bool finalize_gradients_sums() const;
+  // The same sums where the distributed optimizer's buckets were reduce-scattered during the
+  // backward (--overlap-grad-reduce): on the parts of the tensors inside `range` of the flat
+  // buffer, which `held` holds (this rank's shard of the data-parallel sums). Sums over the
+  // tensor-parallel and data-parallel groups commute, and the tensor-parallel ranks of one
+  // data-parallel rank hold the same range of equally laid-out buffers, so they sum the same
+  // parts. Refused for a tied embedding split over pipeline stages (its two tensors sit at
+  // different offsets on the two stages): that sum needs the whole buffer.
+  void finalize_gradients(View held, ShardRange range);
 
   // Bytes of the activations the last forward keeps for the backward: what each layer
   // stores, the recompute working space (one chunk's layers, or one layer's attention

@@ -117,6 +117,16 @@ void GptModel<Scalar>::set_gradients_ready(std::function<void(BufferRange)> call
 }
 
 template <typename Scalar>
+std::vector<BufferRange> GptModel<Scalar>::parameter_units() const {
+  return state_->store.unit_ranges();
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::parameters_arriving(std::vector<ArrivingParameters> arrivals) {
+  state_->store.parameters_arriving(std::move(arrivals));
+}
+
+template <typename Scalar>
 void GptModel<Scalar>::parameters_updated(bool working_copy_written) {
   if (working_copy_written) {
     if (state_->store.working_copy().empty()) {
@@ -366,23 +376,39 @@ int64_t GptModel<Scalar>::micro_batch_slots() const {
 }
 
 template <typename Scalar>
-bool GptModel<Scalar>::finalize_gradients_sums() const {
-  return state_->tied_copies() || state_->tensor_parallel.sequence_parallel();
+void GptModel<Scalar>::finalize_gradients() {
+  finalize_gradients(state_->store.gradients(), state_->store.held());
 }
 
 template <typename Scalar>
-void GptModel<Scalar>::finalize_gradients() {
+void GptModel<Scalar>::finalize_gradients(View held, ShardRange range) {
   State& s = *state_;
+  const bool whole = range.offset == 0 && range.numel == s.layout.numel();
+  if (held.numel != range.numel) {
+    common::fail("GptModel::finalize_gradients: {} gradients held for a range of {}", held.numel,
+                 range.numel);
+  }
   if (s.tied_copies()) {
+    if (!whole) {
+      common::fail(
+          "GptModel::finalize_gradients: the tied word embedding's two gradients (first and "
+          "last pipeline stage) are summed on the whole buffer, not on a shard of it");
+    }
     // The word embedding's two uses, on the first and the last stage, get one gradient.
     const int64_t tied = s.stage.first() ? s.layout.word_embeddings() : s.layout.output_weight();
     s.embedding_group->all_reduce(s.gradient(tied), ReduceOperation::sum);
   }
   if (!s.tensor_parallel.sequence_parallel()) return;
-  // The norms ran on this rank's rows: their gradients are partial sums over the group.
+  // The norms ran on this rank's rows: their gradients are partial sums over the group. Each
+  // tensor's part inside the range, where it has one.
   auto sum = [&](int64_t offset) {
-    if (offset != kAbsentTensor) {
-      s.tensor_parallel.group().all_reduce(s.gradient(offset), ReduceOperation::sum);
+    if (offset == kAbsentTensor) return;
+    const int64_t numel = s.gradient(offset).numel;
+    const int64_t begin = std::max(offset, range.offset);
+    const int64_t end = std::min(offset + numel, range.offset + range.numel);
+    if (begin < end) {
+      s.tensor_parallel.group().all_reduce(held.slice(begin - range.offset, end - begin),
+                                           ReduceOperation::sum);
     }
   };
   for (int64_t l = 0; l < s.config.num_layers; ++l) {

@@ -164,7 +164,11 @@ std::pair<int64_t, int64_t> held_part(const ParameterUnit& unit, ShardRange held
 // exactly what an unsharded model's working copy would hold.
 template <typename Scalar>
 void ParameterStore<Scalar>::gather(int64_t u) {
-  if (!sharded() || u < 0) return;
+  if (u < 0) return;
+  if (!sharded()) {
+    await_unit(u);
+    return;
+  }
   const ParameterUnit& unit = units_[static_cast<size_t>(u)];
   WorkingSlot& slot = slot_of(unit);
   if (slot.parameter_unit == u) return;
@@ -225,8 +229,89 @@ void ParameterStore<Scalar>::refresh_weights() {
 
 template <typename Scalar>
 void ParameterStore<Scalar>::parameters_changed() {
+  finish_arrivals();
   for (WorkingSlot& slot : working_) slot.parameter_unit = -1;
   weights_stale_ = true;
+}
+
+template <typename Scalar>
+std::vector<BufferRange> ParameterStore<Scalar>::unit_ranges() const {
+  std::vector<BufferRange> ranges;
+  ranges.reserve(units_.size());
+  for (const ParameterUnit& unit : units_) ranges.push_back({unit.begin, unit.end - unit.begin});
+  return ranges;
+}
+
+// Each unit is matched to the range that holds it; with a working copy whose parameters were
+// written, the units in place are converted now and the others as they arrive (await_unit), so
+// the whole-copy refresh has nothing left to do.
+template <typename Scalar>
+void ParameterStore<Scalar>::parameters_arriving(std::vector<ArrivingParameters> arrivals) {
+  if (sharded()) {
+    common::fail("ParameterStore: a ZeRO-3 store gathers its own units; no parameters arrive");
+  }
+  // Matched before anything changes: refused arrivals are finished by their destructors.
+  std::vector<int64_t> assignment(units_.size(), -1);
+  int64_t arriving = 0;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const ParameterUnit& unit = units_[u];
+    for (size_t a = 0; a < arrivals.size(); ++a) {
+      const BufferRange& range = arrivals[a].range;
+      const int64_t range_end = range.offset + range.numel;
+      if (unit.end <= range.offset || unit.begin >= range_end) continue;
+      if (unit.begin < range.offset || unit.end > range_end) {
+        common::fail("ParameterStore: unit [{}, {}) crosses the edge of arriving range [{}, {})",
+                     unit.begin, unit.end, range.offset, range_end);
+      }
+      assignment[u] = static_cast<int64_t>(a);
+      ++arriving;
+      break;
+    }
+  }
+  finish_arrivals();
+  if (working_type_ != kElementType && weights_stale_) {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (assignment[u] >= 0) continue;
+      const int64_t numel = units_[u].end - units_[u].begin;
+      ops::convert(*device_, weights_.slice(units_[u].begin, numel),
+                   parameters_.slice(units_[u].begin, numel));
+    }
+  }
+  weights_stale_ = false;
+  arrivals_ = std::move(arrivals);
+  unit_arrival_ = std::move(assignment);
+  units_arriving_ = arriving;
+  if (units_arriving_ == 0) finish_arrivals();
+}
+
+template <typename Scalar>
+void ParameterStore<Scalar>::await_unit(int64_t u) {
+  if (units_arriving_ == 0) return;
+  int64_t& arrival = unit_arrival_[static_cast<size_t>(u)];
+  if (arrival < 0) return;
+  arrivals_[static_cast<size_t>(arrival)].pending->wait();
+  arrival = -1;
+  if (working_type_ != kElementType) {
+    const ParameterUnit& unit = units_[static_cast<size_t>(u)];
+    const int64_t numel = unit.end - unit.begin;
+    ops::convert(*device_, weights_.slice(unit.begin, numel), parameters_.slice(unit.begin, numel));
+  }
+  if (--units_arriving_ == 0) {
+    arrivals_.clear();
+    unit_arrival_.clear();
+  }
+}
+
+template <typename Scalar>
+void ParameterStore<Scalar>::finish_arrivals() {
+  for (size_t u = 0; u < unit_arrival_.size() && units_arriving_ > 0; ++u) {
+    await_unit(static_cast<int64_t>(u));
+  }
+  // Ranges that held no unit still finish before the buffers are touched.
+  for (ArrivingParameters& arrival : arrivals_) arrival.pending->wait();
+  arrivals_.clear();
+  unit_arrival_.clear();
+  units_arriving_ = 0;
 }
 
 template <typename Scalar>

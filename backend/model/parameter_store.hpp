@@ -13,7 +13,14 @@
 //     distributed optimizer's); a unit is gathered into the working slot of its kind when it is
 //     used (in the working type: under mixed precision the gather converts and moves bf16 or
 //     fp16, and there is no whole working copy) and its gradients (fp32) are summed over the
-//     group into the held range when its backward is done.
+//     group into the held range when its backward is done;
+//   - --overlap-param-gather (Megatron core's DistributedDataParallel with overlap_param_gather):
+//     the distributed optimizer's updated shards come back in started all-gathers, one per
+//     bucket of units; a unit's first use in the next forward (gather(), the same hook ZeRO-3
+//     uses) waits for the bucket that holds it and, under mixed precision, converts that unit's
+//     part of the working copy then, so the first layer does not wait for the last bucket. Any
+//     other access to the parameter buffer (a save, the parameter norm, a spike rollback, a
+//     load) waits for them all first.
 // Tensors are found by their offset in the layout (the word embedding serves two roles when
 // tied, so offsets, not names, identify them); kAbsentTensor gives an empty view.
 #pragma once
@@ -21,6 +28,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "backend/core/view.hpp"
@@ -38,6 +46,13 @@ struct ParameterUnit {
   ParameterUnitKind kind = ParameterUnitKind::head;
 };
 
+// A range of the flat parameter buffer whose values are still arriving, and the started
+// collective that brings them (--overlap-param-gather).
+struct ArrivingParameters {
+  BufferRange range;
+  std::unique_ptr<Communicator::PendingCollective> pending;
+};
+
 template <typename Scalar>
 class ParameterStore {
  public:
@@ -50,8 +65,13 @@ class ParameterStore {
   ParameterStore(const ParameterLayout& layout, Device& device, ElementType working_type,
                  bool with_gradients, Communicator* sharded_group);
 
-  // The held range of the flat buffers (the whole layout unless sharded).
-  View parameters() const { return parameters_; }
+  // The held range of the flat buffers (the whole layout unless sharded). The parameters as
+  // they stand: any arriving parameters are waited for first, so whoever reads or writes the
+  // buffer outside the forward sees the whole model.
+  View parameters() {
+    finish_arrivals();
+    return parameters_;
+  }
   View gradients() const { return gradients_; }
   ShardRange held() const { return held_; }
   bool sharded() const { return sharded_group_ != nullptr; }
@@ -66,9 +86,11 @@ class ParameterStore {
   int64_t embedding_unit() const { return embedding_unit_; }
   int64_t head_unit() const { return head_unit_; }
   int64_t layer_unit(int64_t layer) const { return layer_units_[static_cast<size_t>(layer)]; }
-  // ZeRO-3's gather of a unit before use, its gradients' start (zeroed) and end (summed over the
-  // group into the held range); nothing to do when not sharded or for unit -1.
+  // Before a unit's use: ZeRO-3's gather of it, or the wait for its arriving parameters (and its
+  // part of the working copy made); nothing to do for unit -1 or a unit in place.
   void gather(int64_t unit);
+  // ZeRO-3's start of a unit's gradients (zeroed) and end (summed over the group into the held
+  // range); nothing to do when not sharded or for unit -1.
   void begin_gradients(int64_t unit);
   void flush_gradients(int64_t unit);
   // --overlap-grad-reduce: `callback` is told a unit's range of the flat gradient buffer when
@@ -96,8 +118,19 @@ class ParameterStore {
   // Megatron's initialisation (ParameterLayout::init_parameters) of the held range.
   void init_parameters(uint64_t seed);
 
+  // The units' ranges of the flat buffer, in the layout's order (the forward's: the embedding,
+  // the layers, the head).
+  std::vector<BufferRange> unit_ranges() const;
+  // --overlap-param-gather, after the parameters were written (parameters_changed()): the
+  // ranges still arriving, each a run of whole units (a unit crossing two ranges is refused);
+  // the units outside them are in place. Not for a sharded store (ZeRO-3 gathers its own).
+  void parameters_arriving(std::vector<ArrivingParameters> arrivals);
+  // Every arriving range waited for (and the working copy made of it).
+  void finish_arrivals();
+
  private:
   int64_t unit_of(int64_t offset) const;
+  void await_unit(int64_t unit);
   int64_t numel_at(int64_t offset) const;
   View tensor_view(View buffer, int64_t offset) const;
   View working_view(int64_t offset, bool gradient_of) const;
@@ -126,6 +159,12 @@ class ParameterStore {
   Communicator* sharded_group_ = nullptr;
   Arena working_arena_;
   std::array<WorkingSlot, 3> working_;  // by ParameterUnitKind
+  // --overlap-param-gather: the ranges still arriving (declared after the arenas, so that
+  // collectives dropped unwaited finish before the buffers go) and, by unit, the index of the
+  // range it waits for (-1: in place).
+  std::vector<ArrivingParameters> arrivals_;
+  std::vector<int64_t> unit_arrival_;
+  int64_t units_arriving_ = 0;
 };
 
 extern template class ParameterStore<float>;

@@ -457,17 +457,20 @@ const FlagRow<ParallelismArguments> kParallelismFlags[] = {
      "allowed)",
      "distributed_timeout_minutes"},
     {"--overlap-grad-reduce", &ParallelismArguments::overlap_grad_reduce,
-     "Start each bucket's data-parallel gradient all-reduce during the backward",
+     "Start each bucket's data-parallel gradient reduction (all-reduce, or reduce-scatter with "
+     "the distributed optimizer) during the backward",
      "overlap_grad_reduce"},
     {"--ddp-bucket-size", &ParallelismArguments::ddp_bucket_size,
-     "Elements per --overlap-grad-reduce bucket (default: max(40M, 1M x data-parallel size))",
+     "Elements per bucket of --overlap-grad-reduce and --overlap-param-gather (default: "
+     "max(40M, 1M x data-parallel size))",
      "ddp_bucket_size"},
     {"--grad-reduce-in-bf16", &ParallelismArguments::grad_reduce_in_bf16,
      "With --bf16 on GPUs, sum the data-parallel gradients in bf16 (half the bytes; they "
      "accumulate in fp32)",
      "grad_reduce_in_bf16"},
     {"--overlap-param-gather", &ParallelismArguments::overlap_param_gather,
-     "Overlap the distributed optimizer's parameter all-gather (accepted; not yet overlapped)",
+     "Start the distributed optimizer's parameter all-gather in buckets after the step; the "
+     "next forward waits for each layer's bucket before using it",
      "overlap_param_gather"},
     {"--sequence-parallel", &ParallelismArguments::sequence_parallel,
      "Shard the residual stream (norms, dropout) over the tensor-parallel ranks",
@@ -1197,24 +1200,13 @@ void validate_sequence_parallel_and_overlap(ParallelismArguments& parallelism,
     common::fail("--overlap-param-gather is only supported with --use-distributed-optimizer "
                  "(Megatron's rule)");
   }
-  if (parallelism.overlap_param_gather) {
-    spdlog::warn(
-        "--overlap-param-gather: the distributed optimizer's parameter all-gather runs "
-        "after the step, not overlapped yet (the results are the same)");
-  }
   // The layouts train_step's overlapped_gradient_reduction leaves out.
-  const bool distributed_with_sequence_parallel =
-      parallelism.use_distributed_optimizer && parallelism.sequence_parallel;
   if (parallelism.overlap_grad_reduce &&
-      (parallelism.pipeline_model_parallel_size > 1 || parallelism.zero_stage == 3 ||
-       distributed_with_sequence_parallel)) {
+      (parallelism.pipeline_model_parallel_size > 1 || parallelism.zero_stage == 3)) {
     spdlog::warn(
         "--overlap-grad-reduce with {}: the gradients are reduced after the backward, "
         "not overlapped yet (the results are the same)",
-        parallelism.zero_stage == 3                    ? "ZeRO stage 3"
-        : parallelism.pipeline_model_parallel_size > 1 ? "pipeline parallelism"
-                                                       : "the distributed optimizer and "
-                                                         "sequence parallelism");
+        parallelism.zero_stage == 3 ? "ZeRO stage 3" : "pipeline parallelism");
   }
 }
 

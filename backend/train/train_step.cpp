@@ -9,7 +9,7 @@
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 #include "backend/ops/reduction.hpp"
-#include "backend/train/gradient_buckets.hpp"
+#include "backend/train/buffer_buckets.hpp"
 #include "backend/train/pipeline_execution.hpp"
 
 namespace backend {
@@ -119,24 +119,60 @@ LocalLosses pipeline_forward_backward(GptModel<float>& model, const BatchSource&
   return local;
 }
 
-// The distributed optimizer's share of a bucket: each member's count is the part of the bucket
-// inside its shard_range of the whole buffer, this rank's part landing at its place in the
-// shard's gradients. (Megatron shards each bucket evenly over the ranks instead; here the
-// shards are the whole buffer's ranges, so a bucket's parts are uneven, and many are empty.)
-std::unique_ptr<Communicator::PendingReduction> start_bucket_reduce_scatter(
-    Communicator& group, View all_gradients, BufferRange bucket, const GradientShard& shard) {
+// The distributed optimizer's share of a bucket of the flat buffer: each member's count is the
+// part of the bucket inside its shard_range of the whole buffer (`numel` elements). (Megatron
+// shards each bucket evenly over the ranks instead; here the shards are the whole buffer's
+// ranges, so a bucket's parts are uneven, and many are empty.)
+std::vector<int64_t> bucket_counts(int64_t numel, const Communicator& group, BufferRange bucket) {
   const int64_t bucket_end = bucket.offset + bucket.numel;
   std::vector<int64_t> counts(static_cast<size_t>(group.size()));
   for (int64_t r = 0; r < group.size(); ++r) {
-    const ShardRange range = shard_range(all_gradients.numel, group.size(), r);
+    const ShardRange range = shard_range(numel, group.size(), r);
     counts[static_cast<size_t>(r)] =
         std::max<int64_t>(0, std::min(bucket_end, range.offset + range.numel) -
                                  std::max(bucket.offset, range.offset));
   }
+  return counts;
+}
+
+// Where this rank's part of a bucket starts in its shard (0 when it has none).
+int64_t part_in_shard(BufferRange bucket, ShardRange shard, int64_t own) {
+  return own > 0 ? std::max(bucket.offset, shard.offset) - shard.offset : 0;
+}
+
+// A bucket's gradients summed into the shards, this rank's part landing at its place in the
+// shard's gradients.
+std::unique_ptr<Communicator::PendingCollective> start_bucket_reduce_scatter(
+    Communicator& group, View all_gradients, BufferRange bucket, const GradientShard& shard) {
+  const std::vector<int64_t> counts = bucket_counts(all_gradients.numel, group, bucket);
   const int64_t own = counts[static_cast<size_t>(group.rank())];
-  const int64_t at = own > 0 ? std::max(bucket.offset, shard.range.offset) - shard.range.offset : 0;
-  return group.start_reduce_scatter(shard.gradients.slice(at, own),
-                                    all_gradients.slice(bucket.offset, bucket.numel), counts);
+  return group.start_reduce_scatter(
+      shard.gradients.slice(part_in_shard(bucket, shard.range, own), own),
+      all_gradients.slice(bucket.offset, bucket.numel), counts);
+}
+
+// --overlap-param-gather: the updated shards back to every rank in buckets of whole units, in
+// the forward's order (the embedding's bucket first), each rank's part gathered in place from
+// its own range of the parameters.
+std::vector<ArrivingParameters> start_parameter_gathers(const GptModel<float>& model,
+                                                        Communicator& group, View parameters,
+                                                        ShardRange shard, int64_t bucket_size) {
+  std::vector<ArrivingParameters> arrivals;
+  BufferBuckets buckets(bucket_size, [&](BufferRange bucket) {
+    const std::vector<int64_t> counts = bucket_counts(parameters.numel, group, bucket);
+    const int64_t own = counts[static_cast<size_t>(group.rank())];
+    const View part = parameters.slice(shard.offset + part_in_shard(bucket, shard, own), own);
+    arrivals.push_back({bucket, group.start_all_gather(
+                                    parameters.slice(bucket.offset, bucket.numel), part, counts)});
+  });
+  for (const BufferRange& unit : model.parameter_units()) buckets.add(unit);
+  buckets.flush();
+  return arrivals;
+}
+
+int64_t bucket_size_of(const TrainStepOptions& options, const Communicator& group) {
+  return options.ddp_bucket_size > 0 ? options.ddp_bucket_size
+                                     : default_ddp_bucket_size(group.size());
 }
 
 // The whole model on this rank: each micro batch's forward and backward in turn.
@@ -144,7 +180,7 @@ LocalLosses sequential_forward_backward(
     GptModel<float>& model, const BatchSource& source, const MicroBatchPlace& place,
     const TrainStepOptions& options, double loss_scale, float mean_scale,
     Communicator* overlapped_group, const GradientShard* shard,
-    std::vector<std::unique_ptr<Communicator::PendingReduction>>& pending) {
+    std::vector<std::unique_ptr<Communicator::PendingCollective>>& pending) {
   const int64_t micro_tokens = common::checked_multiply(
       options.micro_batch_size, options.seq_length, "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
@@ -169,10 +205,8 @@ LocalLosses sequential_forward_backward(
     const bool last = m + 1 == place.batch.num_micro_batches;
     if (last && overlapped_group != nullptr) {
       const View all_gradients = model.gradient_buffer();
-      const int64_t bucket_size = options.ddp_bucket_size > 0
-                                      ? options.ddp_bucket_size
-                                      : default_ddp_bucket_size(overlapped_group->size());
-      GradientBuckets buckets(bucket_size, [&, all_gradients](BufferRange bucket) {
+      BufferBuckets buckets(bucket_size_of(options, *overlapped_group), [&, all_gradients](
+                                                                            BufferRange bucket) {
         pending.push_back(
             shard != nullptr
                 ? start_bucket_reduce_scatter(*overlapped_group, all_gradients, bucket, *shard)
@@ -200,7 +234,7 @@ LocalLosses forward_backward(
     GptModel<float>& model, const BatchSource& source, const GlobalBatch& batch, double loss_scale,
     const TrainStepOptions& options, int64_t dp_rank, int64_t dp_size,
     Communicator* overlapped_group, const GradientShard* shard,
-    std::vector<std::unique_ptr<Communicator::PendingReduction>>& pending) {
+    std::vector<std::unique_ptr<Communicator::PendingCollective>>& pending) {
   // Without a scaler (scale 1) the mean's factor is 1/num_micro_batches exactly as before; a
   // power-of-two scale multiplies it exactly.
   const float mean_scale =
@@ -335,22 +369,28 @@ void apply_update(GptModel<float>& model, AdamW& optimizer, LearningRateSchedule
   const View working_copy = shard != nullptr ? View{} : model.working_copy_buffer();
   optimizer.step(updated, working_copy, gradients.held, result.learning_rate,
                  scheduler.weight_decay(), gradient_scale);
-  // Every rank's range back to every rank (Megatron's parameter all-gather); a ZeRO-3 model
-  // gathers each unit when it next uses it.
-  if (shard != nullptr) data_parallel.all_gather(parameters, updated);
+  // Every rank's range back to every rank (Megatron's parameter all-gather): at once, or with
+  // --overlap-param-gather started in buckets that the next forward waits for unit by unit. A
+  // ZeRO-3 model gathers each unit when it next uses it.
+  std::vector<ArrivingParameters> arrivals;
+  if (shard != nullptr && options.overlap_param_gather && data_parallel.size() > 1) {
+    arrivals = start_parameter_gathers(model, data_parallel, parameters, shard->range,
+                                       bucket_size_of(options, data_parallel));
+  } else if (shard != nullptr) {
+    data_parallel.all_gather(parameters, updated);
+  }
   model.parameters_updated(/*working_copy_written=*/!working_copy.empty());
+  if (!arrivals.empty()) model.parameters_arriving(std::move(arrivals));
   scheduler.step(batch.global_batch_size);
 }
 
 // Whether --overlap-grad-reduce starts the data-parallel reduction during the backward in this
-// layout: without a pipeline or ZeRO-3, and with the distributed optimizer only where
-// finalize_gradients() sums nothing (no sequence parallelism). Elsewhere the reduction runs
-// after the backward, with the same results (arguments.cpp warns about the same layouts).
+// layout: without a pipeline or ZeRO-3. Elsewhere the reduction runs after the backward, with
+// the same results (arguments.cpp warns about the same layouts).
 bool overlapped_gradient_reduction(const TrainStepOptions& options, const GptModel<float>& model,
-                                   const Communicator& data_parallel, const GradientShard* shard) {
+                                   const Communicator& data_parallel) {
   return options.overlap_grad_reduce && data_parallel.size() > 1 &&
-         !model.sharded_over_data_parallel() && model.pipeline_stage().whole_model() &&
-         (shard == nullptr || !model.finalize_gradients_sums());
+         !model.sharded_over_data_parallel() && model.pipeline_stage().whole_model();
 }
 
 }  // namespace
@@ -375,17 +415,23 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   LossScaler& scaler = optimizer.loss_scaler();
   model.zero_gradients();
   // --overlap-grad-reduce: the buckets' all-reduce (DDP) or reduce-scatter into the shards
-  // (distributed optimizer) start during the backward without a pipeline; the other layouts,
-  // and the distributed optimizer where finalize_gradients() must sum first (sequence
-  // parallelism), reduce after the backward (arguments.cpp warns).
-  const bool overlap = overlapped_gradient_reduction(options, model, data_parallel, shard);
-  std::vector<std::unique_ptr<Communicator::PendingReduction>> pending;
+  // (distributed optimizer) start during the backward without a pipeline or ZeRO-3; those
+  // layouts reduce after the backward (arguments.cpp warns).
+  const bool overlap = overlapped_gradient_reduction(options, model, data_parallel);
+  std::vector<std::unique_ptr<Communicator::PendingCollective>> pending;
   const LocalLosses local =
       forward_backward(model, source, batch, scaler.scale(), options, data_parallel.rank(),
                        data_parallel.size(), overlap ? &data_parallel : nullptr, shard, pending);
   // Every reduction finished before anything reads or adds to the gradients.
   for (const auto& reduction : pending) reduction->wait();
-  model.finalize_gradients();
+  // The model-parallel sums (sequence parallelism's norms): on the whole buffer before the
+  // data-parallel reduction, or on this rank's shard of it where the buckets already
+  // reduce-scattered it.
+  if (overlap && shard != nullptr) {
+    model.finalize_gradients(shard->gradients, shard->range);
+  } else {
+    model.finalize_gradients();
+  }
   const StepGradients gradients = reduce_gradients(model, data_parallel, shard, overlap);
   const StepLoss loss = reduce_loss(local, batch, options, scaler.inverse_scale(), data_parallel,
                                     model.pipeline_parallel_group());

@@ -46,6 +46,7 @@ struct TrainStepOptions {
   bool calculate_per_token_loss = false;  // --calculate-per-token-loss
   double clip_grad = 1.0;                 // --clip-grad
   bool overlap_grad_reduce = false;       // --overlap-grad-reduce
+  bool overlap_param_gather = false;      // --overlap-param-gather (distributed optimizer)
   int64_t ddp_bucket_size = 0;            // --ddp-bucket-size; 0: Megatron's default
   bool log_params_norm = false;           // --log-params-norm
   bool log_num_zeros_in_grad = false;     // --log-num-zeros-in-grad

@@ -72,6 +72,7 @@ TrainStepOptions train_step_options(const TrainingArguments& a) {
           .calculate_per_token_loss = a.data.calculate_per_token_loss,
           .clip_grad = a.optimizer.clip_grad,
           .overlap_grad_reduce = a.parallelism.overlap_grad_reduce,
+          .overlap_param_gather = a.parallelism.overlap_param_gather,
           .ddp_bucket_size = a.parallelism.ddp_bucket_size.value_or(0),
           .log_params_norm = a.logging.log_params_norm,
           .log_num_zeros_in_grad = a.logging.log_num_zeros_in_grad};

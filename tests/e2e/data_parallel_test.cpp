@@ -188,13 +188,16 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "--overlap-grad-reduce over DP=2, TP=2 x DP=2 with sequence parallelism and the distributed "
-    "optimizer trains as one process") {
+    "--overlap-grad-reduce over DP=2 and TP=2 x DP=2 with sequence parallelism, with and without "
+    "the distributed optimizer and --overlap-param-gather, trains as one process") {
   // Each bucket's reduction starts inside the last micro batch's backward (MPI_Iallreduce, or
   // for the distributed optimizer MPI_Ireduce_scatter into the shards): every unit its own
   // bucket (--ddp-bucket-size 1) at TP=1, Megatron's default size (one bucket for these models)
-  // at TP=2, and buckets of about two layers with the distributed optimizer; the sums are the
-  // same, so the losses and weights are one process's.
+  // at TP=2, and buckets of about two layers with the distributed optimizer (at TP=1, and at
+  // TP=2 with sequence parallelism, whose norm gradients are then summed over the
+  // tensor-parallel group on the shards), whose parameters also come back in buckets
+  // (MPI_Iallgatherv) that the next forward waits for layer by layer; the sums are the same,
+  // so the losses and weights are one process's.
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   TemporaryDirectory directory;
   struct Layout {
@@ -208,8 +211,8 @@ TEST_CASE(
     const fs::path single_log = directory.path / (style + "_one.log");
     REQUIRE(run(1, tensor_parallel_training_flags(style, 1, single_save), single_log) == 0);
     const auto expected = logged_losses(read_file(single_log));
-    for (const Layout layout :
-         {Layout{1, false, "1"}, Layout{2, false, nullptr}, Layout{1, true, "20000"}}) {
+    for (const Layout layout : {Layout{1, false, "1"}, Layout{2, false, nullptr},
+                                Layout{1, true, "20000"}, Layout{2, true, "20000"}}) {
       CAPTURE(layout.tensor_parallel);
       CAPTURE(layout.distributed);
       const fs::path save =
@@ -218,7 +221,9 @@ TEST_CASE(
       auto flags = tensor_parallel_training_flags(style, layout.tensor_parallel, save);
       flags.push_back("--overlap-grad-reduce");
       if (layout.tensor_parallel == 2) flags.push_back("--sequence-parallel");
-      if (layout.distributed) flags.push_back("--use-distributed-optimizer");
+      if (layout.distributed) {
+        flags.insert(flags.end(), {"--use-distributed-optimizer", "--overlap-param-gather"});
+      }
       if (layout.bucket_size != nullptr) {
         flags.insert(flags.end(), {"--ddp-bucket-size", layout.bucket_size});
       }
@@ -230,6 +235,9 @@ TEST_CASE(
       REQUIRE(status == 0);
       check_staged_for(style, output);
       CHECK(std::regex_search(output, std::regex(R"(\n  overlap_grad_reduce \.+ True\n)")));
+      CHECK(std::regex_search(output,
+                              std::regex(fmt::format(R"(\n  overlap_param_gather \.+ {}\n)",
+                                                     layout.distributed ? "True" : "False"))));
       CHECK(std::regex_search(
           output,
           std::regex(fmt::format(R"(\n  ddp_bucket_size \.+ {}\n)",

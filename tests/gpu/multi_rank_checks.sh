@@ -97,6 +97,16 @@ check tp2_fp16_gloo 2 one_rank_fp16 "$bf16_tolerance" --fp16 --tensor-model-para
 # backward (the staged route runs each at once, so this checks the buckets, not overlap).
 check dp2_bf16_overlap_gloo 2 one_rank_bf16 "$bf16_tolerance" --bf16 --overlap-grad-reduce \
   --ddp-bucket-size 1 "${gloo[@]}"
+# The distributed optimizer with both overlaps in small buckets: the shards reduce-scattered
+# during the backward, the parameters gathered in buckets that each layer's first use waits for
+# (its part of the bf16 working copy made then).
+check zero1_dp2_bf16_overlap_gloo 2 one_rank_bf16 "$bf16_tolerance" --bf16 \
+  --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 1 \
+  "${gloo[@]}"
+# The same at TP=2 x DP=2 with sequence parallelism: the norms' tensor-parallel sums on the shards.
+check tp2_sp_zero1_dp2_bf16_overlap_gloo 4 one_rank_bf16 "$bf16_tolerance" --bf16 \
+  --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer \
+  --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 1 "${gloo[@]}"
 # The step times side by side (the mean over iterations 3-20, ms), for the record: one rank's
 # four micro batches against two ranks' two each, without and with the buckets.
 step_ms() { sed -n 's/.* iteration *\([0-9]*\)\/.*elapsed time per iteration (ms): \([0-9.]*\).*/\1 \2/p' "$1" |

@@ -151,7 +151,7 @@ TEST_CASE("NCCL communicator, one rank: started all-reduces finish on the comput
   Tensors tensors(*gpu);
   const std::vector<float> values = random_values(4099, 23);
   std::vector<View> buckets;
-  std::vector<std::unique_ptr<Communicator::PendingReduction>> pending;
+  std::vector<std::unique_ptr<Communicator::PendingCollective>> pending;
   for (int b = 0; b < 3; ++b) {
     buckets.push_back(tensors.input(values, ElementType::f32));
     pending.push_back(world->start_all_reduce(buckets.back(), ReduceOperation::sum));
@@ -172,6 +172,35 @@ TEST_CASE("NCCL communicator, one rank: started all-reduces finish on the comput
       ->start_all_reduce(View{nullptr, 0, ElementType::f32, backend::MemoryKind::cuda},
                          ReduceOperation::sum)
       ->wait();
+}
+
+TEST_CASE(
+    "NCCL communicator, one rank: a started all-gather finishes on the compute stream's order") {
+  // --overlap-param-gather's path: the broadcast of this rank's part runs on the communicator's
+  // stream, in place and from a separate input; an op on the compute stream after wait() reads
+  // the whole.
+  auto gpu = open_gpu_or_skip();
+  if (!gpu) return;
+  auto world = open_nccl_or_skip(*gpu);
+  if (!world) return;
+  Tensors tensors(*gpu);
+  const std::vector<float> values = random_values(3001, 29);
+  const int64_t counts[] = {3001};
+  const View whole = tensors.input(values, ElementType::f32);
+  auto in_place = world->start_all_gather(whole, whole, counts);
+  const View output = tensors.input(std::vector<float>(3001, 0.0f), ElementType::bf16);
+  const View input = tensors.input(values, ElementType::bf16);
+  auto separate = world->start_all_gather(output, input, counts);
+  separate->wait();
+  in_place->wait();
+  backend::ops::scale(*gpu, whole, 1.0);
+  expect_close("started all_gather in place", tensors.read(whole), values, 0.0);
+  expect_close("started all_gather", tensors.read(output), representable(values, ElementType::bf16),
+               0.0);
+  const int64_t wrong[] = {3000};
+  CHECK_THROWS_WITH_AS(world->start_all_gather(output, input, wrong),
+                       doctest::Contains("counts summing to 3000 for a whole of 3001 elements"),
+                       common::Error);
 }
 
 TEST_CASE("NCCL communicator refuses host memory, a send to itself, bad ranks, tags, colors") {

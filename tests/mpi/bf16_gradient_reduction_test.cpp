@@ -70,7 +70,7 @@ TEST_CASE("--grad-reduce-in-bf16 sums fp32 gradients through bf16 and passes the
 
   // Three started at once, finished in another order; one never waited for.
   std::vector<std::vector<float>> buckets(3, gradients);
-  std::vector<std::unique_ptr<backend::Communicator::PendingReduction>> pending;
+  std::vector<std::unique_ptr<backend::Communicator::PendingCollective>> pending;
   for (auto& bucket : buckets) {
     pending.push_back(reduction->start_all_reduce(bf16_reduction_test::host_values(bucket),
                                                   ReduceOperation::sum));

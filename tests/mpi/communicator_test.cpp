@@ -47,7 +47,7 @@ TEST_CASE("started all-reduces finish in wait(), several at once, and the defaul
   const int64_t rank = world.rank(), size = world.size();
   std::vector<std::vector<float>> buckets;
   for (int b = 0; b < 4; ++b) buckets.push_back(std::vector<float>(1000 + 37 * b, static_cast<float>(rank + b)));
-  std::vector<std::unique_ptr<backend::Communicator::PendingReduction>> pending;
+  std::vector<std::unique_ptr<backend::Communicator::PendingCollective>> pending;
   for (auto& bucket : buckets) pending.push_back(world.start_all_reduce(view_of(bucket), ReduceOperation::sum));
   for (const auto& reduction : pending) reduction->wait();
   const float rank_sum = static_cast<float>(size * (size - 1) / 2);
@@ -144,11 +144,71 @@ TEST_CASE("a started reduce-scatter of uneven counts gives each rank the sums of
   // Counts that do not add up, or that disagree with the output, are refused before any call.
   std::vector<int64_t> wrong = counts;
   wrong[0] += 1;
-  CHECK_THROWS_WITH_AS(
-      world.start_reduce_scatter(view_of(output), view_of(input), wrong),
-      doctest::Contains(
-          "MPI_Ireduce_scatter in the world group: counts summing to 12 over 11 elements in"),
-      common::Error);
+  CHECK_THROWS_WITH_AS(world.start_reduce_scatter(view_of(output), view_of(input), wrong),
+                       doctest::Contains("MPI_Ireduce_scatter in the world group: counts summing "
+                                         "to 12 for a whole of 11 elements"),
+                       common::Error);
+}
+
+TEST_CASE("a started all-gather of uneven parts gives every rank every part, in place or not") {
+  // --overlap-param-gather's bucket: rank 0 holds none of it, the others the rest; the first
+  // in place (each rank's part inside the output), the second from a separate input, both in
+  // flight at once and waited in reverse order.
+  auto& world = mpi_test::world();
+  const int64_t rank = world.rank(), size = world.size();
+  std::vector<int64_t> counts(static_cast<size_t>(size), 0);
+  for (int64_t r = 1; r < size; ++r) counts[static_cast<size_t>(r)] = 13 / (size - 1);
+  counts.back() += 13 - (size - 1) * (13 / (size - 1));
+  std::vector<int64_t> firsts(static_cast<size_t>(size), 0);
+  for (int64_t r = 1; r < size; ++r) {
+    firsts[static_cast<size_t>(r)] =
+        firsts[static_cast<size_t>(r - 1)] + counts[static_cast<size_t>(r - 1)];
+  }
+  const auto own = static_cast<size_t>(rank);
+  const auto value = [](int64_t holder, int64_t i) {
+    return static_cast<float>(holder * 1000 + i);
+  };
+  std::vector<float> in_place(13, -1.0f), gathered(13, -1.0f),
+      input(static_cast<size_t>(counts[own]));
+  for (int64_t j = 0; j < counts[own]; ++j) {
+    in_place[static_cast<size_t>(firsts[own] + j)] = value(rank, firsts[own] + j);
+    input[static_cast<size_t>(j)] = value(rank, firsts[own] + j);
+  }
+  const View whole = view_of(in_place);
+  auto first = world.start_all_gather(whole, whole.slice(firsts[own], counts[own]), counts);
+  auto second = world.start_all_gather(view_of(gathered), view_of(input), counts);
+  second->wait();
+  first->wait();
+  first->wait();  // a second wait returns at once
+  std::vector<float> expected(13);
+  for (int64_t r = 0; r < size; ++r) {
+    for (int64_t j = 0; j < counts[static_cast<size_t>(r)]; ++j) {
+      const int64_t i = firsts[static_cast<size_t>(r)] + j;
+      expected[static_cast<size_t>(i)] = value(r, i);
+    }
+  }
+  CHECK(in_place == expected);
+  CHECK(gathered == expected);
+
+  // 16-bit values move as they are (nothing is summed).
+  std::vector<uint16_t> words(13, 0);
+  for (int64_t j = 0; j < counts[own]; ++j)
+    words[static_cast<size_t>(firsts[own] + j)] = static_cast<uint16_t>(0x3f80 + rank);
+  const View narrow{words.data(), 13, ElementType::bf16, MemoryKind::host};
+  world.start_all_gather(narrow, narrow.slice(firsts[own], counts[own]), counts)->wait();
+  for (int64_t r = 0; r < size; ++r) {
+    for (int64_t j = 0; j < counts[static_cast<size_t>(r)]; ++j) {
+      CHECK(words[static_cast<size_t>(firsts[static_cast<size_t>(r)] + j)] == 0x3f80 + r);
+    }
+  }
+
+  // Counts that disagree with the input, or do not add up to the output, are refused first.
+  std::vector<int64_t> wrong = counts;
+  wrong[own] += 1;
+  CHECK_THROWS_WITH_AS(world.start_all_gather(view_of(gathered), view_of(input), wrong),
+                       doctest::Contains("MPI_Iallgatherv in the world group: counts summing to 14 "
+                                         "for a whole of 13 elements"),
+                       common::Error);
 }
 
 TEST_CASE("bf16 and fp16 are summed in fp32 and rounded once, in every summing collective") {

@@ -34,12 +34,17 @@ class RecordingCommunicator final : public Communicator {
   std::string name() const override { return "data parallel"; }
   void all_reduce(View, ReduceOperation) override { note("all_reduce"); }
   void reduce_scatter(View, View) override { note("reduce_scatter"); }
-  std::unique_ptr<PendingReduction> start_reduce_scatter(View, View,
-                                                         std::span<const int64_t>) override {
+  std::unique_ptr<PendingCollective> start_reduce_scatter(View, View,
+                                                          std::span<const int64_t>) override {
     note("start_reduce_scatter");
-    return backend::finished_reduction();
+    return backend::finished_collective();
   }
   void all_gather(View, View) override { note("all_gather"); }
+  std::unique_ptr<PendingCollective> start_all_gather(View, View,
+                                                      std::span<const int64_t>) override {
+    note("start_all_gather");
+    return backend::finished_collective();
+  }
   void broadcast(View, int64_t) override { note("broadcast"); }
   void send(View, int64_t) override { note("send"); }
   void receive(View, int64_t) override { note("receive"); }
@@ -84,6 +89,7 @@ TEST_CASE("a routed communicator sends GPU memory the device way and host memory
   routed->start_reduce_scatter(gpu_view(3), gpu_view(8), counts)->wait();
   routed->all_gather(gpu_view(8), gpu_view(8).slice(2, 2));
   routed->all_gather(host, host.slice(1, 1));
+  routed->start_all_gather(gpu_view(8), gpu_view(8).slice(2, 3), counts)->wait();
   routed->broadcast(host, 0);
   routed->send(gpu_view(4), 2);
   routed->receive(host, 2);
@@ -97,12 +103,12 @@ TEST_CASE("a routed communicator sends GPU memory the device way and host memory
   const std::unique_ptr<Communicator> half = routed->split(1, 1, "half");
   half->all_reduce(gpu_view(1), ReduceOperation::sum);
   CHECK(half->size() == 2);
-  CHECK(log == std::vector<std::string>{"device all_reduce", "host all_reduce",
-                                        "device reduce_scatter", "device start_reduce_scatter",
-                                        "device all_gather", "host all_gather", "host broadcast",
-                                        "device send", "host receive", "device all_gather",
-                                        "device exchange", "host barrier", "device split",
-                                        "host split", "device all_reduce"});
+  CHECK(log == std::vector<std::string>{
+                   "device all_reduce", "host all_reduce", "device reduce_scatter",
+                   "device start_reduce_scatter", "device all_gather", "host all_gather",
+                   "device start_all_gather", "host broadcast", "device send", "host receive",
+                   "device all_gather", "device exchange", "host barrier", "device split",
+                   "host split", "device all_reduce"});
 }
 
 TEST_CASE("a routed call mixing GPU and host memory, or routes of two groups, are refused") {

@@ -1,11 +1,14 @@
 // The parameter store (parameter_store.hpp): the units it finds in a layout, the views it hands
 // the ops (the flat buffer's, or ZeRO-3's gathered working slots), the gradient reduction of a
-// sharded unit, the readiness callback of --overlap-grad-reduce, and the initialisation.
+// sharded unit, the readiness callback of --overlap-grad-reduce, the arriving parameters of
+// --overlap-param-gather, and the initialisation.
 #include "backend/model/parameter_store.hpp"
 
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/common/error.hpp"
@@ -117,4 +120,129 @@ TEST_CASE("a sharded store uses a unit only once gathered, and sums its gradient
   CHECK(sums[static_cast<size_t>(qkv.offset)] == 0.75f);
   CHECK(sums[static_cast<size_t>(qkv.offset + qkv.numel - 1)] == 0.75f);
   CHECK(sums[static_cast<size_t>(qkv.offset + qkv.numel)] == 0.0f);  // the next tensor's
+}
+
+namespace parameter_store_arrivals {
+
+// A started gather whose values land when it is waited for: `range` of `parameters` filled with
+// `value`, and its name logged (so a test sees which buckets a use waited for).
+class LandingGather final : public backend::Communicator::PendingCollective {
+ public:
+  LandingGather(backend::View parameters, BufferRange range, float value, std::string name,
+                std::vector<std::string>& log)
+      : parameters_(parameters), range_(range), value_(value), name_(std::move(name)), log_(log) {}
+  void wait() override {
+    if (landed_) return;
+    landed_ = true;
+    float* values = parameters_.as<float>() + range_.offset;
+    for (int64_t i = 0; i < range_.numel; ++i) values[i] = value_;
+    log_.push_back(name_);
+  }
+
+ private:
+  backend::View parameters_;
+  BufferRange range_;
+  float value_;
+  std::string name_;
+  std::vector<std::string>& log_;
+  bool landed_ = false;
+};
+
+backend::ArrivingParameters landing(backend::View parameters, BufferRange range, float value,
+                                    std::string name, std::vector<std::string>& log) {
+  return {range, std::make_unique<LandingGather>(parameters, range, value, std::move(name), log)};
+}
+
+// The bf16 bits the working copy holds for the tensor at `offset`.
+std::vector<uint16_t> working_bits(ParameterStore<float>& store, int64_t offset) {
+  const backend::View weights = store.parameter(offset);
+  const auto* first = static_cast<const uint16_t*>(weights.data);
+  return {first, first + weights.numel};
+}
+
+std::vector<uint16_t> bits_of(float value, int64_t numel) {
+  return std::vector<uint16_t>(static_cast<size_t>(numel), backend::to_bfloat16(value).bits);
+}
+
+}  // namespace parameter_store_arrivals
+
+TEST_CASE("arriving parameters are waited for unit by unit, each unit's working copy made then") {
+  using namespace parameter_store_arrivals;
+  const ParameterLayout layout(small_gpt_config(false));
+  CpuDevice device;
+  ParameterStore<float> store(layout, device, ElementType::bf16, true, nullptr);
+  store.init_parameters(5);
+  store.refresh_weights();
+  const std::vector<BufferRange> units = store.unit_ranges();
+  REQUIRE(units.size() == 4);  // the embedding, two layers, the head, in the forward's order
+  const auto& embedding = layout.tensor("embedding.word_embeddings.weight");
+  const auto& qkv0 = layout.tensor("decoder.layers.0.self_attention.linear_qkv.weight");
+  const auto& qkv1 = layout.tensor("decoder.layers.1.self_attention.linear_qkv.weight");
+  const std::vector<uint16_t> before = working_bits(store, qkv1.offset);
+
+  // The optimizer wrote the parameters; two buckets arrive: [embedding, layer 0] and
+  // [layer 1, head].
+  const backend::View parameters = store.parameters();
+  store.parameters_changed();
+  std::vector<std::string> log;
+  const BufferRange first{0, units[2].offset};
+  const BufferRange second{units[2].offset, layout.numel() - units[2].offset};
+  std::vector<backend::ArrivingParameters> arrivals;
+  arrivals.push_back(landing(parameters, first, 2.0f, "first", log));
+  arrivals.push_back(landing(parameters, second, 3.0f, "second", log));
+  store.parameters_arriving(std::move(arrivals));
+
+  // The forward's whole-copy refresh leaves the arriving units alone.
+  store.refresh_weights();
+  CHECK(log.empty());
+  CHECK(working_bits(store, qkv1.offset) == before);
+  // Layer 0's first use waits for the first bucket only, and makes layer 0's copy.
+  store.gather(store.layer_unit(0));
+  CHECK(log == std::vector<std::string>{"first"});
+  CHECK(working_bits(store, qkv0.offset) == bits_of(2.0f, qkv0.numel));
+  CHECK(working_bits(store, qkv1.offset) == before);
+  // The embedding shares that bucket: no second wait, its copy made at its own first use.
+  store.gather(store.embedding_unit());
+  CHECK(log == std::vector<std::string>{"first"});
+  CHECK(working_bits(store, embedding.offset) == bits_of(2.0f, embedding.numel));
+  // Any access to the buffer outside the forward waits for the rest.
+  CHECK(store_values(store.parameters())[static_cast<size_t>(layout.numel() - 1)] == 3.0f);
+  CHECK(log == std::vector<std::string>{"first", "second"});
+  CHECK(working_bits(store, qkv1.offset) == bits_of(3.0f, qkv1.numel));
+  store.gather(store.head_unit());  // already in place
+  CHECK(log.size() == 2);
+}
+
+TEST_CASE("units outside the arriving ranges are in place, and bad arrivals are refused") {
+  using namespace parameter_store_arrivals;
+  const ParameterLayout layout(small_gpt_config(false));
+  CpuDevice device;
+  ParameterStore<float> store(layout, device, ElementType::bf16, true, nullptr);
+  store.init_parameters(5);
+  const backend::View parameters = store.parameters();
+  const std::vector<BufferRange> units = store.unit_ranges();
+  const auto& qkv0 = layout.tensor("decoder.layers.0.self_attention.linear_qkv.weight");
+  for (int64_t i = 0; i < qkv0.numel; ++i) parameters.as<float>()[qkv0.offset + i] = 0.5f;
+  store.parameters_changed();
+  std::vector<std::string> log;
+  std::vector<backend::ArrivingParameters> head_only;
+  head_only.push_back(landing(parameters, units[3], 4.0f, "head", log));
+  store.parameters_arriving(std::move(head_only));
+  // Layer 0 is not arriving: its copy was made from the written values at once.
+  store.gather(store.layer_unit(0));
+  CHECK(log.empty());
+  CHECK(working_bits(store, qkv0.offset) == bits_of(0.5f, qkv0.numel));
+  // A write (parameters_changed) waits for what is still arriving first.
+  store.parameters_changed();
+  CHECK(log == std::vector<std::string>{"head"});
+
+  std::vector<backend::ArrivingParameters> crossing;
+  crossing.push_back(landing(parameters, {0, units[0].numel + 1}, 1.0f, "crossing", log));
+  CHECK_THROWS_WITH_AS(store.parameters_arriving(std::move(crossing)),
+                       doctest::Contains("crosses the edge of arriving range"), common::Error);
+
+  auto group = backend::make_single_process_communicator("data parallel");
+  ParameterStore<float> sharded(layout, device, ElementType::f32, true, group.get());
+  CHECK_THROWS_WITH_AS(sharded.parameters_arriving({}),
+                       doctest::Contains("a ZeRO-3 store gathers its own units"), common::Error);
 }

@@ -1,5 +1,5 @@
-// GradientBuckets (gradient_buckets.hpp): --overlap-grad-reduce's buckets of units.
-#include "backend/train/gradient_buckets.hpp"
+// BufferBuckets (buffer_buckets.hpp): the overlapped collectives' buckets of units.
+#include "backend/train/buffer_buckets.hpp"
 
 #include <algorithm>
 #include <utility>
@@ -12,20 +12,20 @@ int64_t default_ddp_bucket_size(int64_t data_parallel_size) {
   return std::max<int64_t>(40'000'000, 1'000'000 * data_parallel_size);
 }
 
-GradientBuckets::GradientBuckets(int64_t bucket_size, std::function<void(BufferRange)> start)
+BufferBuckets::BufferBuckets(int64_t bucket_size, std::function<void(BufferRange)> start)
     : bucket_size_(bucket_size), start_(std::move(start)) {
   if (bucket_size_ < 1) {
     common::fail("--ddp-bucket-size {}: a bucket holds at least one element", bucket_size_);
   }
 }
 
-void GradientBuckets::add(BufferRange unit) {
+void BufferBuckets::add(BufferRange unit) {
   if (unit.numel <= 0) return;
   if (open_.numel > 0) {
     if (unit.offset + unit.numel == open_.offset) {
-      open_ = {unit.offset, open_.numel + unit.numel};  // the next unit down, as the backward goes
+      open_ = {unit.offset, open_.numel + unit.numel};  // the next unit down (the backward's way)
     } else if (open_.offset + open_.numel == unit.offset) {
-      open_.numel += unit.numel;
+      open_.numel += unit.numel;  // the next unit up (the forward's way)
     } else {
       flush();
       open_ = unit;
@@ -36,7 +36,7 @@ void GradientBuckets::add(BufferRange unit) {
   if (open_.numel >= bucket_size_) flush();
 }
 
-void GradientBuckets::flush() {
+void BufferBuckets::flush() {
   if (open_.numel <= 0) return;
   const BufferRange bucket = open_;
   open_ = {};

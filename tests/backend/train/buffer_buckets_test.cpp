@@ -1,7 +1,7 @@
-// GradientBuckets: units merged, in the backward's order, into contiguous buckets of at least
-// --ddp-bucket-size elements; the remainder at flush; a unit that does not adjoin closes the
-// open bucket; Megatron's default size.
-#include "backend/train/gradient_buckets.hpp"
+// BufferBuckets: units merged, in the backward's order (the gradients') or the forward's (the
+// parameters'), into contiguous buckets of at least --ddp-bucket-size elements; the remainder at
+// flush; a unit that does not adjoin closes the open bucket; Megatron's default size.
+#include "backend/train/buffer_buckets.hpp"
 
 #include <doctest/doctest.h>
 
@@ -9,8 +9,8 @@
 
 #include "backend/common/error.hpp"
 
+using backend::BufferBuckets;
 using backend::BufferRange;
-using backend::GradientBuckets;
 
 namespace {
 
@@ -28,7 +28,7 @@ TEST_CASE("units join buckets from the end of the buffer until each holds the bu
   // embedding [0, 40), three layers of 30, the head [130, 140): announced head first.
   const std::vector<BufferRange> units = {{130, 10}, {100, 30}, {70, 30}, {40, 30}, {0, 40}};
   std::vector<BufferRange> buckets;
-  GradientBuckets collector(50, [&](BufferRange bucket) { buckets.push_back(bucket); });
+  BufferBuckets collector(50, [&](BufferRange bucket) { buckets.push_back(bucket); });
   for (const BufferRange& unit : units) collector.add(unit);
   // head + layer 2 = 40 < 50, + layer 1 = 70: a bucket; layer 0 + embedding = 70: another.
   CHECK(same(buckets, {{70, 70}, {0, 70}}));
@@ -38,7 +38,7 @@ TEST_CASE("units join buckets from the end of the buffer until each holds the bu
 
   // A bucket size above the whole buffer: one bucket, at flush.
   buckets.clear();
-  GradientBuckets whole(1000, [&](BufferRange bucket) { buckets.push_back(bucket); });
+  BufferBuckets whole(1000, [&](BufferRange bucket) { buckets.push_back(bucket); });
   for (const BufferRange& unit : units) whole.add(unit);
   CHECK(buckets.empty());
   whole.flush();
@@ -46,14 +46,26 @@ TEST_CASE("units join buckets from the end of the buffer until each holds the bu
 
   // One element: every unit its own bucket, in order.
   buckets.clear();
-  GradientBuckets each(1, [&](BufferRange bucket) { buckets.push_back(bucket); });
+  BufferBuckets each(1, [&](BufferRange bucket) { buckets.push_back(bucket); });
   for (const BufferRange& unit : units) each.add(unit);
   CHECK(same(buckets, units));
 }
 
+TEST_CASE("units in the forward's order join buckets from the start of the buffer") {
+  // --overlap-param-gather: the embedding first, so the first forward waits for the first bucket.
+  const std::vector<BufferRange> units = {{0, 40}, {40, 30}, {70, 30}, {100, 30}, {130, 10}};
+  std::vector<BufferRange> buckets;
+  BufferBuckets collector(50, [&](BufferRange bucket) { buckets.push_back(bucket); });
+  for (const BufferRange& unit : units) collector.add(unit);
+  collector.flush();
+  // embedding + layer 0 = 70: a bucket; layers 1 and 2 = 60: another; the head at flush.
+  CHECK(same(buckets, {{0, 70}, {70, 60}, {130, 10}}));
+  CHECK(collector.started() == 3);
+}
+
 TEST_CASE("a unit that does not adjoin the open bucket closes it, and empty units are skipped") {
   std::vector<BufferRange> buckets;
-  GradientBuckets collector(100, [&](BufferRange bucket) { buckets.push_back(bucket); });
+  BufferBuckets collector(100, [&](BufferRange bucket) { buckets.push_back(bucket); });
   collector.add({50, 10});
   collector.add({0, 0});
   collector.add({60, 5});  // adjoining above
@@ -65,6 +77,6 @@ TEST_CASE("a unit that does not adjoin the open bucket closes it, and empty unit
 TEST_CASE("Megatron's default bucket size, and a size below one element is refused") {
   CHECK(backend::default_ddp_bucket_size(8) == 40'000'000);
   CHECK(backend::default_ddp_bucket_size(64) == 64'000'000);
-  CHECK_THROWS_WITH_AS(GradientBuckets(0, [](BufferRange) {}),
+  CHECK_THROWS_WITH_AS(BufferBuckets(0, [](BufferRange) {}),
                        "--ddp-bucket-size 0: a bucket holds at least one element", common::Error);
 }
