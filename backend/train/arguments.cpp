@@ -26,6 +26,7 @@
 #include "backend/dist/parallel_layout.hpp"
 #include "backend/dist/process_environment.hpp"
 #include "backend/model/pipeline_stage.hpp"
+#include "backend/train/buffer_buckets.hpp"
 #include "backend/train/checkpoint_arguments.hpp"
 #include "backend/train/deepspeed_config.hpp"
 #include "backend/train/flag_table.hpp"
@@ -50,6 +51,9 @@ constexpr common::RefusedFlag kUnsupportedFlags[] = {
     {"--fp8-format", true, "fp8 training is not built; --bf16 and --fp16 are"},
     {"--tp-comm-overlap", false,
      "overlapping the tensor-parallel communication with GEMMs is not built"},
+    {"--overlap-p2p-communication", false,
+     "overlapping the pipeline's sends and receives with computation is not built: each batch "
+     "of transfers completes before the next computation (Megatron's default)"},
     {"--cuda-graph-impl", true,
      "CUDA graphs are not built yet: every step launches its kernels one by one"},
     {"--enable-cuda-graph", false,
@@ -1200,13 +1204,15 @@ void validate_sequence_parallel_and_overlap(ParallelismArguments& parallelism,
     common::fail("--overlap-param-gather is only supported with --use-distributed-optimizer "
                  "(Megatron's rule)");
   }
-  // The layouts train_step's overlapped_gradient_reduction leaves out.
-  if (parallelism.overlap_grad_reduce &&
-      (parallelism.pipeline_model_parallel_size > 1 || parallelism.zero_stage == 3)) {
+  // The layouts whose reduction runs after the backward all the same (train_step's rule).
+  const auto after_backward = reduction_after_backward(
+      parallelism.zero_stage == 3, parallelism.use_distributed_optimizer,
+      parallelism.pipeline_model_parallel_size > 1 && !model.untie_embeddings_and_output_weights);
+  if (parallelism.overlap_grad_reduce && after_backward) {
     spdlog::warn(
         "--overlap-grad-reduce with {}: the gradients are reduced after the backward, "
         "not overlapped yet (the results are the same)",
-        parallelism.zero_stage == 3 ? "ZeRO stage 3" : "pipeline parallelism");
+        *after_backward);
   }
 }
 

@@ -8,6 +8,15 @@
 
 namespace backend {
 
+std::optional<std::string_view> reduction_after_backward(bool zero3, bool distributed_optimizer,
+                                                         bool tied_embedding_across_stages) {
+  if (zero3) return "ZeRO stage 3";
+  if (distributed_optimizer && tied_embedding_across_stages) {
+    return "the distributed optimizer and a word embedding tied across pipeline stages";
+  }
+  return std::nullopt;
+}
+
 int64_t default_ddp_bucket_size(int64_t data_parallel_size) {
   return std::max<int64_t>(40'000'000, 1'000'000 * data_parallel_size);
 }

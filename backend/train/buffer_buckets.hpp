@@ -16,10 +16,21 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string_view>
 
 #include "backend/model/parameter_layout.hpp"
 
 namespace backend {
+
+// Why --overlap-grad-reduce cannot start the data-parallel reduction during the backward in a
+// layout, or nullopt where it can: ZeRO-3 (its units reduce themselves after their backward),
+// and the distributed optimizer with a word embedding tied across the pipeline's first and last
+// stages (its two gradients are summed on the whole buffer before the shards are taken). There
+// the reduction runs after the backward, with the same results. One rule for the step
+// (train_step.cpp) and the warning (arguments.cpp).
+std::optional<std::string_view> reduction_after_backward(bool zero3, bool distributed_optimizer,
+                                                         bool tied_embedding_across_stages);
 
 // Megatron's default when --ddp-bucket-size is not given (training.py's resolve of
 // ddp_bucket_size): max(40,000,000, 1,000,000 × data-parallel size) elements.

@@ -7,11 +7,11 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "backend/common/error.hpp"
 #include "backend/common/small_file.hpp"
@@ -84,12 +84,25 @@ class Section {
   const std::string& file_;
 };
 
-// ZeRO: the stage and the offloads, and refusals for what is not built.
+// ZeRO: the stage and the offloads, the gradient reduction's overlap, and refusals for what is
+// not built.
 struct ZeroSettings {
   int64_t stage = 0;
   bool offload_optimizer = false;
   bool offload_parameters = false;
+  bool overlap_comm = false;                 // zero_optimization.overlap_comm
+  int64_t reduce_bucket_size = 500'000'000;  // DeepSpeed's default, in elements
 };
+
+// A bucket size: DeepSpeed's files write it as an integer or as a float such as 5e8.
+int64_t bucket_size(const Section& zero, const char* name) {
+  const double value = zero.number(name);
+  if (value < 1 || value > 9e15 || value != std::floor(value)) {
+    common::fail("--deepspeed_config {}: {} is {}; expected a whole number of elements ≥ 1",
+                 zero.file(), zero.key(name), value);
+  }
+  return static_cast<int64_t>(value);
+}
 
 ZeroSettings zero_settings(const Section& root, const DeepSpeedFlags& flags) {
   std::optional<int64_t> stage;
@@ -120,6 +133,11 @@ ZeroSettings zero_settings(const Section& root, const DeepSpeedFlags& flags) {
     const Section zero = root.section("zero_optimization");
     // DeepSpeed's older spelling of offload_optimizer {device: cpu}.
     settings.offload_optimizer = zero.boolean("cpu_offload", false);
+    settings.overlap_comm = zero.boolean("overlap_comm", false);
+    if (zero.has("reduce_bucket_size")) {
+      settings.reduce_bucket_size = bucket_size(zero, "reduce_bucket_size");
+    }
+    if (zero.has("allgather_bucket_size")) bucket_size(zero, "allgather_bucket_size");
     for (const char* offload : {"offload_optimizer", "offload_param"}) {
       if (!zero.has(offload)) continue;
       const Section section = zero.section(offload);
@@ -305,6 +323,21 @@ void apply_deepspeed_config(const DeepSpeedFlags& flags, TrainingArguments& argu
         "use both 1, or ZeRO stage 1 or 2",
         flags.config_file, arguments.parallelism.tensor_model_parallel_size,
         arguments.parallelism.pipeline_model_parallel_size);
+  }
+  // Stages 1 and 2 with overlap_comm: DeepSpeed reduces the gradients in buckets of
+  // reduce_bucket_size elements during the backward, which is --overlap-grad-reduce with
+  // --ddp-bucket-size (an explicit --ddp-bucket-size must agree). Stage 3's overlap is not
+  // built (its units reduce after their backward), so there it stays speed only.
+  if ((zero.stage == 1 || zero.stage == 2) && zero.overlap_comm) {
+    std::optional<int64_t>& bucket = arguments.parallelism.ddp_bucket_size;
+    if (bucket && *bucket != zero.reduce_bucket_size) {
+      common::fail(
+          "--deepspeed_config {}: zero_optimization.reduce_bucket_size {} disagrees with "
+          "--ddp-bucket-size {}",
+          flags.config_file, zero.reduce_bucket_size, *bucket);
+    }
+    bucket = zero.reduce_bucket_size;
+    arguments.parallelism.overlap_grad_reduce = true;
   }
   arguments.parallelism.zero_stage = zero.stage;
   arguments.parallelism.offload_optimizer = zero.offload_optimizer;

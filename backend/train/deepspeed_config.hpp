@@ -19,7 +19,10 @@
 //                                      and the data-parallel size (DeepSpeed's own check), or
 //                                      supply them when the flags are absent
 //   gradient_clipping                  --clip-grad (an explicit --clip-grad must agree)
-//   the zero_optimization bucket sizes and overlap switches, steps_per_print,
+//   zero_optimization.overlap_comm true with stage 1 or 2, and reduce_bucket_size (DeepSpeed's
+//   default 5e8 elements)              --overlap-grad-reduce --ddp-bucket-size N (an explicit
+//                                      --ddp-bucket-size must agree)
+//   the other zero_optimization bucket sizes and switches (stage 3's overlap), steps_per_print,
 //   wall_clock_breakdown, zero_allow_untested_optimizer, curriculum_learning {enabled: false}
 //                                      accepted: they change speed or logging, not the result
 // Every other key (an "optimizer" or "scheduler" section, activation_checkpointing, ...) is

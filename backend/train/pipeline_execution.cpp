@@ -98,6 +98,20 @@ double run_pipeline_steps(GptModel<Scalar>& model, const std::vector<PipelineSte
                  : grad_scale;
     };
     if (step.work == PipelineWork::backward) {
+      // A chunk's last backward finishes its units' gradients (each chunk meets its micro
+      // batches in increasing order).
+      const bool last =
+          micro_batches.last_gradients_ready && step.micro_batch + 1 == micro_batches.count;
+      if (!last) {
+        model.backward_chunk(slot, step.chunk, backward_scale());
+        continue;
+      }
+      // Told for this backward only, even when it throws.
+      struct Told {
+        GptModel<Scalar>& model;
+        ~Told() { model.set_gradients_ready({}); }
+      } told{model};
+      model.set_gradients_ready(micro_batches.last_gradients_ready);
       model.backward_chunk(slot, step.chunk, backward_scale());
       continue;
     }

@@ -27,6 +27,10 @@ struct PipelineMicroBatches {
   // The weight of micro batch m's loss (--calculate-per-token-loss: its scored positions, so
   // that its backward is of the sum of its token losses); empty: 1.
   std::function<double(int64_t m)> loss_weight{};
+  // --overlap-grad-reduce: told each unit's range of the flat gradient buffer as the last
+  // micro batch's backward of each chunk completes it (GptModel::set_gradients_ready); empty:
+  // nothing told.
+  std::function<void(BufferRange)> last_gradients_ready{};
 };
 
 // Forward only (evaluation, Megatron's forward_only): every micro batch through the stage's

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/common/checked_math.hpp"
@@ -84,41 +86,6 @@ struct MicroBatchPlace {
   }
 };
 
-// A pipeline stage's share: the schedule runs the same micro batches with the same masks and
-// scale; the loss sum is the last stage's, and so are the scored positions (the stages that
-// read labels count them; the others keep 0).
-LocalLosses pipeline_forward_backward(GptModel<float>& model, const BatchSource& source,
-                                      const MicroBatchPlace& place, const TrainStepOptions& options,
-                                      float backward_scale) {
-  const PipelineStage& stage = model.pipeline_stage();
-  const bool per_token = options.calculate_per_token_loss;
-  const int64_t count = place.batch.num_micro_batches;
-  std::vector<int64_t> scored(static_cast<size_t>(count), 0);
-  PipelineMicroBatches inputs{
-      .count = count,
-      .read =
-          [&](int64_t m, std::span<int32_t> micro_tokens, std::span<int32_t> micro_labels) {
-            source(Split::train, place.first_sample(m), options.micro_batch_size, micro_tokens,
-                   micro_labels);
-            if (per_token) scored[static_cast<size_t>(m)] = scored_label_count(micro_labels);
-          },
-      .dropout_step = [&](int64_t m) { return place.dropout_step(m); },
-      .loss_weight = {}};
-  if (per_token) {
-    inputs.loss_weight = [&](int64_t m) {
-      return static_cast<double>(scored[static_cast<size_t>(m)]);
-    };
-  }
-  LocalLosses local;
-  local.sum = run_pipeline_steps(
-      model, pipeline_schedule(stage.pipeline_parallel, stage.rank, stage.virtual_chunks, count),
-      inputs, backward_scale, options.micro_batch_size, options.seq_length);
-  if (stage.last()) {
-    for (const int64_t positions : scored) local.scored_positions += positions;
-  }
-  return local;
-}
-
 // The distributed optimizer's share of a bucket of the flat buffer: each member's count is the
 // part of the bucket inside its shard_range of the whole buffer (`numel` elements). (Megatron
 // shards each bucket evenly over the ranks instead; here the shards are the whole buffer's
@@ -175,12 +142,98 @@ int64_t bucket_size_of(const TrainStepOptions& options, const Communicator& grou
                                      : default_ddp_bucket_size(group.size());
 }
 
+// --overlap-grad-reduce's reductions of one step (Megatron's DDP buckets): the units the last
+// micro batch's backward finishes (of each chunk, on a pipeline) fill buckets, each started as
+// it closes: an all-reduce, or with the distributed optimizer a reduce-scatter into the shards.
+// finish() starts the rest, with any unit the backward did not announce (none is expected; one
+// left out would never be reduced).
+class OverlappedReduction {
+ public:
+  OverlappedReduction(Communicator& group, View all_gradients, const GradientShard* shard,
+                      int64_t bucket_size,
+                      std::vector<std::unique_ptr<Communicator::PendingCollective>>& pending)
+      : group_(group),
+        all_gradients_(all_gradients),
+        shard_(shard),
+        pending_(pending),
+        buckets_(bucket_size, [this](BufferRange bucket) { start(bucket); }) {}
+  OverlappedReduction(const OverlappedReduction&) = delete;
+  OverlappedReduction& operator=(const OverlappedReduction&) = delete;
+
+  // What the model is told (GptModel::set_gradients_ready); valid while this object lives.
+  std::function<void(BufferRange)> ready() {
+    return [this](BufferRange unit) {
+      announced_.push_back(unit.offset);
+      buckets_.add(unit);
+    };
+  }
+  // The buckets started in all.
+  int64_t finish(const std::vector<BufferRange>& units) {
+    for (const BufferRange& unit : units) {
+      if (std::ranges::find(announced_, unit.offset) == announced_.end()) buckets_.add(unit);
+    }
+    buckets_.flush();
+    return buckets_.started();
+  }
+
+ private:
+  void start(BufferRange bucket) {
+    pending_.push_back(
+        shard_ != nullptr
+            ? start_bucket_reduce_scatter(group_, all_gradients_, bucket, *shard_)
+            : group_.start_all_reduce(all_gradients_.slice(bucket.offset, bucket.numel),
+                                      ReduceOperation::sum));
+  }
+
+  Communicator& group_;
+  View all_gradients_;
+  const GradientShard* shard_;
+  std::vector<std::unique_ptr<Communicator::PendingCollective>>& pending_;
+  BufferBuckets buckets_;
+  std::vector<int64_t> announced_;  // the units' offsets
+};
+
+// A pipeline stage's share: the schedule runs the same micro batches with the same masks and
+// scale; the loss sum is the last stage's, and so are the scored positions (the stages that
+// read labels count them; the others keep 0).
+LocalLosses pipeline_forward_backward(GptModel<float>& model, const BatchSource& source,
+                                      const MicroBatchPlace& place, const TrainStepOptions& options,
+                                      float backward_scale, OverlappedReduction* overlapped) {
+  const PipelineStage& stage = model.pipeline_stage();
+  const bool per_token = options.calculate_per_token_loss;
+  const int64_t count = place.batch.num_micro_batches;
+  std::vector<int64_t> scored(static_cast<size_t>(count), 0);
+  PipelineMicroBatches inputs{
+      .count = count,
+      .read =
+          [&](int64_t m, std::span<int32_t> micro_tokens, std::span<int32_t> micro_labels) {
+            source(Split::train, place.first_sample(m), options.micro_batch_size, micro_tokens,
+                   micro_labels);
+            if (per_token) scored[static_cast<size_t>(m)] = scored_label_count(micro_labels);
+          },
+      .dropout_step = [&](int64_t m) { return place.dropout_step(m); },
+      .loss_weight = {}};
+  if (per_token) {
+    inputs.loss_weight = [&](int64_t m) {
+      return static_cast<double>(scored[static_cast<size_t>(m)]);
+    };
+  }
+  if (overlapped != nullptr) inputs.last_gradients_ready = overlapped->ready();
+  LocalLosses local;
+  local.sum = run_pipeline_steps(
+      model, pipeline_schedule(stage.pipeline_parallel, stage.rank, stage.virtual_chunks, count),
+      inputs, backward_scale, options.micro_batch_size, options.seq_length);
+  if (stage.last()) {
+    for (const int64_t positions : scored) local.scored_positions += positions;
+  }
+  return local;
+}
+
 // The whole model on this rank: each micro batch's forward and backward in turn.
-LocalLosses sequential_forward_backward(
-    GptModel<float>& model, const BatchSource& source, const MicroBatchPlace& place,
-    const TrainStepOptions& options, double loss_scale, float mean_scale,
-    Communicator* overlapped_group, const GradientShard* shard,
-    std::vector<std::unique_ptr<Communicator::PendingCollective>>& pending) {
+LocalLosses sequential_forward_backward(GptModel<float>& model, const BatchSource& source,
+                                        const MicroBatchPlace& place,
+                                        const TrainStepOptions& options, double loss_scale,
+                                        float mean_scale, OverlappedReduction* overlapped) {
   const int64_t micro_tokens = common::checked_multiply(
       options.micro_batch_size, options.seq_length, "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
@@ -199,25 +252,14 @@ LocalLosses sequential_forward_backward(
         model.forward(tokens, labels, options.micro_batch_size, options.seq_length, backward_scale);
     local.sum += per_token ? loss * static_cast<double>(scored) : loss;
     local.scored_positions += scored;
-    // --overlap-grad-reduce: in the last micro batch each bucket's all-reduce starts as soon as
-    // the backward has finished its units (Megatron's DDP buckets; the earlier micro batches
-    // only accumulate, as under its no_sync).
+    // --overlap-grad-reduce: in the last micro batch each bucket's reduction starts as soon as
+    // the backward has finished its units (the earlier micro batches only accumulate, as under
+    // Megatron's no_sync).
     const bool last = m + 1 == place.batch.num_micro_batches;
-    if (last && overlapped_group != nullptr) {
-      const View all_gradients = model.gradient_buffer();
-      BufferBuckets buckets(bucket_size_of(options, *overlapped_group), [&, all_gradients](
-                                                                            BufferRange bucket) {
-        pending.push_back(
-            shard != nullptr
-                ? start_bucket_reduce_scatter(*overlapped_group, all_gradients, bucket, *shard)
-                : overlapped_group->start_all_reduce(
-                      all_gradients.slice(bucket.offset, bucket.numel), ReduceOperation::sum));
-      });
-      model.set_gradients_ready([&](BufferRange unit) { buckets.add(unit); });
+    if (last && overlapped != nullptr) {
+      model.set_gradients_ready(overlapped->ready());
       model.backward(backward_scale);
       model.set_gradients_ready({});
-      buckets.flush();
-      local.gradient_buckets = buckets.started();
     } else {
       model.backward(backward_scale);
     }
@@ -230,11 +272,10 @@ LocalLosses sequential_forward_backward(
 // loss_scale × its scored positions (the gradient of the sum of its token losses, which
 // train_step divides by the global batch's scored positions once summed, as Megatron's
 // finalize_model_grads).
-LocalLosses forward_backward(
-    GptModel<float>& model, const BatchSource& source, const GlobalBatch& batch, double loss_scale,
-    const TrainStepOptions& options, int64_t dp_rank, int64_t dp_size,
-    Communicator* overlapped_group, const GradientShard* shard,
-    std::vector<std::unique_ptr<Communicator::PendingCollective>>& pending) {
+LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
+                             const GlobalBatch& batch, double loss_scale,
+                             const TrainStepOptions& options, int64_t dp_rank, int64_t dp_size,
+                             OverlappedReduction* overlapped) {
   // Without a scaler (scale 1) the mean's factor is 1/num_micro_batches exactly as before; a
   // power-of-two scale multiplies it exactly.
   const float mean_scale =
@@ -244,13 +285,15 @@ LocalLosses forward_backward(
                               .dp_rank = dp_rank,
                               .dp_size = dp_size,
                               .first_dropout_step = model.dropout_step()};
-  const LocalLosses local =
+  LocalLosses local =
       model.pipeline_stage().whole_model()
           ? sequential_forward_backward(model, source, place, options, loss_scale, mean_scale,
-                                        overlapped_group, shard, pending)
+                                        overlapped)
           : pipeline_forward_backward(
                 model, source, place, options,
-                options.calculate_per_token_loss ? static_cast<float>(loss_scale) : mean_scale);
+                options.calculate_per_token_loss ? static_cast<float>(loss_scale) : mean_scale,
+                overlapped);
+  if (overlapped != nullptr) local.gradient_buckets = overlapped->finish(model.parameter_units());
   model.set_dropout_step(place.after_last_dropout_step());
   return local;
 }
@@ -384,13 +427,15 @@ void apply_update(GptModel<float>& model, AdamW& optimizer, LearningRateSchedule
   scheduler.step(batch.global_batch_size);
 }
 
-// Whether --overlap-grad-reduce starts the data-parallel reduction during the backward in this
-// layout: without a pipeline or ZeRO-3. Elsewhere the reduction runs after the backward, with
-// the same results (arguments.cpp warns about the same layouts).
+// Whether --overlap-grad-reduce starts the data-parallel reduction during the backward
+// (reduction_after_backward says where it cannot).
 bool overlapped_gradient_reduction(const TrainStepOptions& options, const GptModel<float>& model,
-                                   const Communicator& data_parallel) {
+                                   const Communicator& data_parallel, const GradientShard* shard) {
+  const bool tied_embedding_across_stages =
+      !model.pipeline_stage().whole_model() && model.config().share_embeddings_and_output_weights;
   return options.overlap_grad_reduce && data_parallel.size() > 1 &&
-         !model.sharded_over_data_parallel() && model.pipeline_stage().whole_model();
+         !reduction_after_backward(model.sharded_over_data_parallel(), shard != nullptr,
+                                   tied_embedding_across_stages);
 }
 
 }  // namespace
@@ -415,13 +460,18 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   LossScaler& scaler = optimizer.loss_scaler();
   model.zero_gradients();
   // --overlap-grad-reduce: the buckets' all-reduce (DDP) or reduce-scatter into the shards
-  // (distributed optimizer) start during the backward without a pipeline or ZeRO-3; those
-  // layouts reduce after the backward (arguments.cpp warns).
-  const bool overlap = overlapped_gradient_reduction(options, model, data_parallel);
+  // (distributed optimizer) start during the backward, except in the layouts
+  // overlapped_gradient_reduction leaves out (arguments.cpp warns).
+  const bool overlap = overlapped_gradient_reduction(options, model, data_parallel, shard);
   std::vector<std::unique_ptr<Communicator::PendingCollective>> pending;
+  std::optional<OverlappedReduction> overlapped;
+  if (overlap) {
+    overlapped.emplace(data_parallel, model.gradient_buffer(), shard,
+                       bucket_size_of(options, data_parallel), pending);
+  }
   const LocalLosses local =
       forward_backward(model, source, batch, scaler.scale(), options, data_parallel.rank(),
-                       data_parallel.size(), overlap ? &data_parallel : nullptr, shard, pending);
+                       data_parallel.size(), overlapped ? &*overlapped : nullptr);
   // Every reduction finished before anything reads or adds to the gradients.
   for (const auto& reduction : pending) reduction->wait();
   // The model-parallel sums (sequence parallelism's norms): on the whole buffer before the

@@ -540,8 +540,9 @@ TEST_CASE(
     "optimizer" *
     release_only()) {
   // Megatron-DeepSpeed's --deepspeed --deepspeed_config ds_config.json --zero-stage 2: ZeRO
-  // stage 2 is Megatron's distributed optimizer here; the file's fp16 section sets the scaler
-  // (initial_scale_power 11: 2048). Its ZeRO-3 + CPU offload configuration trains too.
+  // stage 2 is Megatron's distributed optimizer here, its overlap_comm --overlap-grad-reduce;
+  // the file's fp16 section sets the scaler (initial_scale_power 11: 2048). Its ZeRO-3 + CPU
+  // offload configuration trains too.
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   TemporaryDirectory directory;
   const std::string configs = std::string(TEST_SOURCE_DIR) + "/tests/data/deepspeed/";
@@ -558,6 +559,9 @@ TEST_CASE(
   CHECK(output.find("loss scale: 2048.0 |") != std::string::npos);
   CHECK(std::regex_search(output, std::regex(R"(\n  use_distributed_optimizer \.+ True\n)")));
   CHECK(std::regex_search(output, std::regex(R"(\n  zero_stage \.+ 2\n)")));
+  // overlap_comm with reduce_bucket_size 5e7: one bucket reduce-scattered during the backward.
+  CHECK(output.find("\nNumber of buckets for gradient all-reduce / reduce-scatter: 1\n") !=
+        std::string::npos);
 
   auto zero3 = seed_style_flags(directory.path / "zero3");
   zero3.insert(zero3.end(), {"--deepspeed", "--deepspeed_config",

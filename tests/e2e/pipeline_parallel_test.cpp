@@ -1,7 +1,8 @@
 // Pipeline parallelism end to end with real Open MPI ranks (mpirun --oversubscribe on the CI's
 // two cores): PP=2 (1F1B), PP=4 with the interleaved schedule (two chunks of one layer per
 // stage) and TP=2 × PP=2 × DP=2 on eight ranks with the distributed optimizer and sequence
-// parallelism train the losses one process trains on the same global batch, and the weights
+// parallelism (each also with --overlap-grad-reduce: PP=2 × DP=2 and the eight ranks) train
+// the losses one process trains on the same global batch, and the weights
 // after 20 steps (every stage's and tensor-parallel rank's file of mp_rank_XX_YYY, assembled)
 // agree with one process's within 1e-5, for a GPT-2-style model (tied embeddings, hidden
 // dropout) and a Llama-style one (GQA, SwiGLU, RoPE, untied output layer). A PP=2 checkpoint
@@ -55,8 +56,10 @@ std::vector<std::string> pipeline_training_flags(const std::string& style, int t
 // release-only: 3 minutes under the sanitizers; the sanitized build runs the pipeline schedule
 // over Open MPI in "a PP=2 checkpoint resumes at PP=2" (checkpoint tests) and the schedules'
 // unit tests.
-TEST_CASE("PP=2, PP=4 interleaved and TP=2 x PP=2 x DP=2 over Open MPI train as one process" *
-          release_only()) {
+TEST_CASE(
+    "PP=2, PP=4 interleaved and TP=2 x PP=2 x DP=2 over Open MPI, with and without "
+    "--overlap-grad-reduce, train as one process" *
+    release_only()) {
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   TemporaryDirectory directory;
   for (const std::string style : {"gpt2", "llama"}) {
@@ -71,12 +74,20 @@ TEST_CASE("PP=2, PP=4 interleaved and TP=2 x PP=2 x DP=2 over Open MPI train as 
       int tensor_parallel;
       int pipeline_parallel;
       bool interleaved;
+      bool overlap = false;  // --overlap-grad-reduce, every unit its own bucket
     };
-    for (const Layout layout : {Layout{2, 1, 2, false}, Layout{4, 1, 4, true},
-                                Layout{8, 2, 2, false}}) {
-      const std::string name = fmt::format("{}_tp{}_pp{}_np{}{}", style, layout.tensor_parallel,
-                                           layout.pipeline_parallel, layout.ranks,
-                                           layout.interleaved ? "_interleaved" : "");
+    // With --overlap-grad-reduce: PP=2 x DP=2 all-reducing each unit's bucket as the last micro
+    // batch's backward on its stage finishes it, and TP=2 x PP=2 x DP=2 reduce-scattering them
+    // into the distributed optimizer's shards (then summing the norms over the tensor-parallel
+    // group on the shards); except where the word embedding is tied across the stages (the
+    // GPT-2 style), whose two gradients are summed on the whole buffer: reduced after the
+    // backward there, with a warning.
+    for (const Layout layout :
+         {Layout{2, 1, 2, false}, Layout{4, 1, 4, true}, Layout{8, 2, 2, false},
+          Layout{4, 1, 2, false, true}, Layout{8, 2, 2, false, true}}) {
+      const std::string name = fmt::format(
+          "{}_tp{}_pp{}_np{}{}{}", style, layout.tensor_parallel, layout.pipeline_parallel,
+          layout.ranks, layout.interleaved ? "_interleaved" : "", layout.overlap ? "_overlap" : "");
       CAPTURE(name);
       const fs::path save = directory.path / name;
       const fs::path log = directory.path / (name + ".log");
@@ -87,12 +98,23 @@ TEST_CASE("PP=2, PP=4 interleaved and TP=2 x PP=2 x DP=2 over Open MPI train as 
       if (layout.ranks == 8) {
         flags.insert(flags.end(), {"--use-distributed-optimizer", "--sequence-parallel"});
       }
+      if (layout.overlap) {
+        flags.insert(flags.end(), {"--overlap-grad-reduce", "--ddp-bucket-size", "1"});
+      }
       stage_collectives_for(style, flags);
       const int status = run_pretrain(layout.ranks, flags, log);
       const std::string output = read_file(log);
       INFO(output_tail(output));
       REQUIRE(status == 0);
       check_staged_for(style, output);
+      if (layout.overlap) {
+        const bool after_backward = layout.ranks == 8 && style == "gpt2";
+        CHECK((output.find("the distributed optimizer and a word embedding tied across pipeline "
+                           "stages") != std::string::npos) == after_backward);
+        // Rank 0's stage: the embedding and four layers, each its own bucket.
+        CHECK((output.find("\nNumber of buckets for gradient all-reduce / reduce-scatter: 5\n") !=
+               std::string::npos) == !after_backward);
+      }
       int lines = 0;
       check_same_losses(logged_losses(output, &lines), expected);
       CHECK(lines == 20);  // printed once, by the last rank

@@ -107,6 +107,9 @@ check zero1_dp2_bf16_overlap_gloo 2 one_rank_bf16 "$bf16_tolerance" --bf16 \
 check tp2_sp_zero1_dp2_bf16_overlap_gloo 4 one_rank_bf16 "$bf16_tolerance" --bf16 \
   --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer \
   --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 1 "${gloo[@]}"
+# A pipeline's stages start their buckets as each chunk's last backward finishes them.
+check pp2_dp2_bf16_overlap_gloo 4 one_rank_bf16 "$bf16_tolerance" --bf16 \
+  --pipeline-model-parallel-size 2 --overlap-grad-reduce --ddp-bucket-size 1 "${gloo[@]}"
 # The step times side by side (the mean over iterations 3-20, ms), for the record: one rank's
 # four micro batches against two ranks' two each, without and with the buckets.
 step_ms() { sed -n 's/.* iteration *\([0-9]*\)\/.*elapsed time per iteration (ms): \([0-9.]*\).*/\1 \2/p' "$1" |

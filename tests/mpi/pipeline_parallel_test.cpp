@@ -6,7 +6,8 @@
 // micro batches, and the same gradients tensor by tensor (fp64, to 1e-12), for a GPT-2-style
 // model (tied embeddings, hidden and attention dropout) and a Llama-style one (GQA, SwiGLU,
 // RoPE, RMSNorm, untied output layer). Every rank runs the reference model too and checks its
-// own stage's tensors; the forward-only schedule of evaluation gives the same loss.
+// own stage's tensors; the forward-only schedule of evaluation gives the same loss. Each unit's
+// gradients are announced (--overlap-grad-reduce) once, by its chunk's last backward, complete.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/common/error.hpp"
@@ -133,14 +135,35 @@ void check_against_one_process(const GptConfig& config, int64_t virtual_chunks) 
     expected += whole.forward(tokens, labels, kBatchSize, kSeqLength);
     whole.backward(scale);
   }
+  // --overlap-grad-reduce's announcements: each unit's gradients as the last micro batch's
+  // backward of its chunk reports them done.
+  std::vector<std::pair<backend::BufferRange, std::vector<double>>> announced;
   const backend::PipelineMicroBatches inputs{
       .count = kMicroBatches,
       .read = [&](int64_t m, std::span<int32_t> t,
                   std::span<int32_t> l) { read_micro_batch(config.vocab_size, m, t, l); },
-      .dropout_step = [](int64_t m) { return 100 + static_cast<uint64_t>(m); }};
+      .dropout_step = [](int64_t m) { return 100 + static_cast<uint64_t>(m); },
+      .last_gradients_ready =
+          [&](backend::BufferRange unit) {
+            const auto values = stage.gradients().subspan(static_cast<size_t>(unit.offset),
+                                                          static_cast<size_t>(unit.numel));
+            announced.emplace_back(unit, std::vector<double>(values.begin(), values.end()));
+          }};
   const auto steps = backend::pipeline_schedule(pp, rank, virtual_chunks, kMicroBatches);
   stage.reserve(kBatchSize, kSeqLength, backend::pipeline_slots(steps));
   double loss = backend::run_pipeline_steps(stage, steps, inputs, scale, kBatchSize, kSeqLength);
+  // Every unit of the stage announced once, complete: its gradients then are its final ones.
+  const std::vector<backend::BufferRange> units = stage.parameter_units();
+  CHECK(announced.size() == units.size());
+  for (const backend::BufferRange& unit : units) {
+    const auto found = std::ranges::find_if(
+        announced, [&](const auto& entry) { return entry.first.offset == unit.offset; });
+    REQUIRE(found != announced.end());
+    CHECK(found->first.numel == unit.numel);
+    const auto final_values = stage.gradients().subspan(static_cast<size_t>(unit.offset),
+                                                        static_cast<size_t>(unit.numel));
+    CHECK(std::ranges::equal(found->second, final_values));
+  }
   stage.finalize_gradients();
   world.broadcast(backend::host_view(std::span(&loss, 1)), pp - 1);
   CHECK(std::fabs(loss - expected) <= 1e-12 * std::fabs(expected));

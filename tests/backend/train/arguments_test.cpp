@@ -1141,6 +1141,9 @@ TEST_CASE("Megatron flags built for one value, or not at all, are refused with t
       {{"--use-dist-ckpt"},
        "--use-dist-ckpt is a Megatron-LM flag this backend does not support yet"},
       {{"--profile"}, "--profile is a Megatron-LM flag this backend does not support yet"},
+      {{"--overlap-p2p-communication"},
+       "--overlap-p2p-communication is a Megatron-LM flag this backend does not support yet: "
+       "overlapping the pipeline's sends and receives with computation is not built"},
       {{"--cuda-graph-impl", "local"},
        "--cuda-graph-impl is a Megatron-LM flag this backend does not support yet: CUDA graphs "
        "are not built yet"},

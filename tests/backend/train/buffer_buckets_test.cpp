@@ -1,6 +1,7 @@
 // BufferBuckets: units merged, in the backward's order (the gradients') or the forward's (the
 // parameters'), into contiguous buckets of at least --ddp-bucket-size elements; the remainder at
-// flush; a unit that does not adjoin closes the open bucket; Megatron's default size.
+// flush; a unit that does not adjoin closes the open bucket; Megatron's default size; the layouts
+// whose reduction runs after the backward.
 #include "backend/train/buffer_buckets.hpp"
 
 #include <doctest/doctest.h>
@@ -79,4 +80,14 @@ TEST_CASE("Megatron's default bucket size, and a size below one element is refus
   CHECK(backend::default_ddp_bucket_size(64) == 64'000'000);
   CHECK_THROWS_WITH_AS(BufferBuckets(0, [](BufferRange) {}),
                        "--ddp-bucket-size 0: a bucket holds at least one element", common::Error);
+}
+
+TEST_CASE("the layouts whose gradient reduction runs after the backward, and why") {
+  using backend::reduction_after_backward;
+  CHECK_FALSE(reduction_after_backward(false, false, false));
+  CHECK_FALSE(reduction_after_backward(false, true, false));  // distributed optimizer
+  CHECK_FALSE(reduction_after_backward(false, false, true));  // DDP sums the tied copies after
+  CHECK(reduction_after_backward(true, false, false) == "ZeRO stage 3");
+  CHECK(reduction_after_backward(false, true, true) ==
+        "the distributed optimizer and a word embedding tied across pipeline stages");
 }

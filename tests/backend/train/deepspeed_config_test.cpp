@@ -58,9 +58,51 @@ TEST_CASE("a ZeRO-2 + fp16 configuration of Megatron-DeepSpeed's examples maps o
   CHECK(arguments->run.micro_batch_size == 2);   // train_micro_batch_size_per_gpu
   CHECK(arguments->run.global_batch_size == 8);  // train_batch_size
   CHECK(arguments->optimizer.clip_grad == 1.0);
+  // overlap_comm: the reduction in buckets of reduce_bucket_size during the backward.
+  CHECK(arguments->parallelism.overlap_grad_reduce);
+  CHECK(arguments->parallelism.ddp_bucket_size == 50'000'000);
   const auto values = backend::argument_values(*arguments);
   CHECK(values.at("deepspeed") == "True");
   CHECK(values.at("zero_stage") == "2");
+}
+
+TEST_CASE("overlap_comm and reduce_bucket_size map onto --overlap-grad-reduce at stages 1 and 2") {
+  test_support::TemporaryDirectory directory;
+  // DeepSpeed's default bucket (5e8 elements) when the file gives none; a float that is a whole
+  // number is one.
+  const auto plain = write(directory, "plain.json",
+                           R"({"zero_optimization": {"stage": 1, "overlap_comm": true}})");
+  auto arguments = parse(flags_with({"--deepspeed", "--deepspeed_config", plain}));
+  REQUIRE(arguments);
+  CHECK(arguments->parallelism.overlap_grad_reduce);
+  CHECK(arguments->parallelism.ddp_bucket_size == 500'000'000);
+  const auto written = write(directory, "written.json",
+                             R"({"zero_optimization": {"stage": 2, "overlap_comm": true,
+                                 "reduce_bucket_size": 2e7, "allgather_bucket_size": 5e8}})");
+  arguments = parse(flags_with({"--deepspeed", "--deepspeed_config", written}));
+  REQUIRE(arguments);
+  CHECK(arguments->parallelism.ddp_bucket_size == 20'000'000);
+  arguments = parse(
+      flags_with({"--deepspeed", "--deepspeed_config", written, "--ddp-bucket-size", "20000000"}));
+  REQUIRE(arguments);
+  CHECK_THROWS_WITH_AS(
+      parse(flags_with({"--deepspeed", "--deepspeed_config", written, "--ddp-bucket-size", "5"})),
+      doctest::Contains("zero_optimization.reduce_bucket_size 20000000 disagrees with "
+                        "--ddp-bucket-size 5"),
+      common::Error);
+  // Without overlap_comm nothing changes; stage 3's overlap is not built, so it maps to nothing.
+  const auto off = write(directory, "off.json",
+                         R"({"zero_optimization": {"stage": 2, "reduce_bucket_size": 1000}})");
+  arguments = parse(flags_with({"--deepspeed", "--deepspeed_config", off}));
+  REQUIRE(arguments);
+  CHECK_FALSE(arguments->parallelism.overlap_grad_reduce);
+  CHECK_FALSE(arguments->parallelism.ddp_bucket_size.has_value());
+  const auto fraction = write(directory, "fraction.json",
+                              R"({"zero_optimization": {"stage": 2, "reduce_bucket_size": 2.5}})");
+  CHECK_THROWS_WITH_AS(parse(flags_with({"--deepspeed", "--deepspeed_config", fraction})),
+                       doctest::Contains("zero_optimization.reduce_bucket_size is 2.5; expected a "
+                                         "whole number of elements ≥ 1"),
+                       common::Error);
 }
 
 TEST_CASE("stage 0 and stage 1 and the flags' agreement with the file") {
