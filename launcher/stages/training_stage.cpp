@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -85,7 +86,8 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
      "max_steps − constant_steps (NeMo holds min_lr for the last constant_steps); max_steps when "
      "that would not exceed the warmup; at least warmup_steps + 1, because Megatron requires "
      "warmup < decay (the rate of every iteration that runs is NeMo's either way)"},
-    {"trainer.precision", "--bf16 / --fp16", "bf16 or bf16-mixed → --bf16; 16 or 16-mixed → --fp16; 32 → none"},
+    {"trainer.precision", "--bf16 / --fp16",
+     "bf16 or bf16-mixed → --bf16; 16 or 16-mixed → --fp16; 32 → none"},
     {"model.data.data_impl", "--mock-data / --data-path",
      "mock → --mock-data; mmap → --data-path with model.data.data_prefix (a list), --split with "
      "model.data.splits_string"},
@@ -125,6 +127,12 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
      "--overlap-grad-reduce --overlap-param-gather",
      "true → the flag, with name distributed_fused_adam (the only optimizer NeMo reads them "
      "for); pretrain_gpt says what it overlaps (docs/parallelism.md)"},
+    {"model.optim.grad_sync_dtype, model.optim.bucket_cap_mb",
+     "--grad-reduce-in-bf16 --ddp-bucket-size",
+     "with name distributed_fused_adam (the optimizer NeMo reads them for): grad_sync_dtype bf16 "
+     "→ --grad-reduce-in-bf16; fp32 or null → none; fp16 is refused (a reduction in fp16 is not "
+     "built); bucket_cap_mb M → --ddp-bucket-size M·2^20 / the sync type's bytes (2 for bf16, 4 "
+     "for fp32: Apex's DistributedFusedAdam counts its buckets so)"},
     {"model.activations_checkpoint_granularity, model.activations_checkpoint_method, "
      "model.activations_checkpoint_num_layers",
      "--recompute-granularity --recompute-method --recompute-num-layers",
@@ -135,7 +143,8 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
     {"model.bias", "--disable-bias-linear", "false → --disable-bias-linear"},
     {"model.share_embeddings_and_output_weights", "--untie-embeddings-and-output-weights",
      "false → --untie-embeddings-and-output-weights"},
-    {"model.rampup_batch_size", "--rampup-batch-size --train-samples --lr-warmup-samples --lr-decay-samples",
+    {"model.rampup_batch_size",
+     "--rampup-batch-size --train-samples --lr-warmup-samples --lr-decay-samples",
      "[start, increment, samples] → --rampup-batch-size start increment samples; Megatron ramps "
      "only in sample-based runs, so --train-iters, --lr-warmup-iters and --lr-decay-iters become "
      "the same lengths in samples (× global_batch_size): the run consumes max_steps × "
@@ -161,7 +170,8 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
      "benchmark mode (data_impl mock and trainer.limit_val_batches 0): "
      "<explicit_log_dir>/benchmark.json"},
     {"exp_manager.explicit_log_dir", "--log-dir",
-     "always: the backend writes NeMo's cmd-args.log and hparams.yaml there (run.results_dir/results "
+     "always: the backend writes NeMo's cmd-args.log and hparams.yaml there "
+     "(run.results_dir/results "
      "when explicit_log_dir is unset)"},
     {"exp_manager.explicit_log_dir", "--tensorboard-dir",
      "the same directory, where NeMo's TensorBoard logger writes its event files; none when "
@@ -241,6 +251,43 @@ std::string log_directory(const Node& training) {
 bool is_true(const Node& training, const std::string& key) {
   const Node* value = lookup(training, key);
   return value != nullptr && value->as_bool("training." + key);
+}
+
+// distributed_fused_adam's grad_sync_dtype and bucket_cap_mb (Apex's DistributedFusedAdam: a
+// bucket of bucket_cap_mb MiB of gradients in the sync type).
+void add_gradient_sync_flags(const Node& training, std::vector<std::string>& arguments) {
+  int64_t sync_bytes = 4;
+  if (const Node* dtype = lookup(training, "model.optim.grad_sync_dtype");
+      dtype != nullptr && !dtype->is_null()) {
+    const std::string text = training_text(*dtype, "model.optim.grad_sync_dtype");
+    if (text == "bf16" || text == "bfloat16") {
+      arguments.push_back("--grad-reduce-in-bf16");
+      sync_bytes = 2;
+    } else if (text == "fp16" || text == "float16" || text == "16") {
+      common::fail(
+          "training.model.optim.grad_sync_dtype '{}': reducing the gradients in fp16 is "
+          "not built (valid: bf16, fp32, or null)",
+          text);
+    } else if (text != "fp32" && text != "float32" && text != "32") {
+      common::fail(
+          "training.model.optim.grad_sync_dtype '{}' is not valid (valid: bf16, fp32, "
+          "or null)",
+          text);
+    }
+  }
+  if (const Node* bucket = lookup(training, "model.optim.bucket_cap_mb");
+      bucket != nullptr && !bucket->is_null()) {
+    const double megabytes = bucket->as_double("training.model.optim.bucket_cap_mb");
+    const double elements = std::floor(megabytes * 1048576.0 / static_cast<double>(sync_bytes));
+    if (!(elements >= 1) || elements > 9e15) {
+      common::fail(
+          "training.model.optim.bucket_cap_mb {} is not valid (a size in MiB holding at "
+          "least one gradient)",
+          megabytes);
+    }
+    arguments.insert(arguments.end(),
+                     {"--ddp-bucket-size", std::to_string(static_cast<int64_t>(elements))});
+  }
 }
 
 // NeMo's optimizer names that pretrain_gpt trains, each as Megatron's Adam (AdamW: decoupled
@@ -682,6 +729,7 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
     arguments.push_back("--use-distributed-optimizer");
     if (is_true(training, "model.optim.overlap_grad_sync")) arguments.push_back("--overlap-grad-reduce");
     if (is_true(training, "model.optim.overlap_param_sync")) arguments.push_back("--overlap-param-gather");
+    add_gradient_sync_flags(training, arguments);
   }
 
   if (const Node* precision = lookup(training, "trainer.precision")) {

@@ -271,6 +271,40 @@ TEST_CASE("NeMo's max_time, accelerator, tokenizer library and zero-centred gamm
                                                 "++training.model.optim.overlap_param_sync=true"}));
   CHECK(has(arguments, "--overlap-grad-reduce"));
   CHECK(has(arguments, "--overlap-param-gather"));
+  CHECK_FALSE(has(arguments, "--grad-reduce-in-bf16"));
+  // gpt3/126m's bucket_cap_mb 200 without a sync type: Apex's default, the optimizer's fp32.
+  CHECK(flag_value(arguments, "--ddp-bucket-size") == "52428800");
+  // Apex's buckets: bucket_cap_mb MiB of gradients in the sync type.
+  arguments = megatron_training_arguments(ours({"training.model.optim.name=distributed_fused_adam",
+                                                "++training.model.optim.grad_sync_dtype=bf16",
+                                                "++training.model.optim.bucket_cap_mb=200"}));
+  CHECK(has(arguments, "--grad-reduce-in-bf16"));
+  CHECK(flag_value(arguments, "--ddp-bucket-size") == "104857600");
+  arguments = megatron_training_arguments(ours({"training.model.optim.name=distributed_fused_adam",
+                                                "++training.model.optim.grad_sync_dtype=fp32",
+                                                "++training.model.optim.bucket_cap_mb=12.5"}));
+  CHECK_FALSE(has(arguments, "--grad-reduce-in-bf16"));
+  CHECK(flag_value(arguments, "--ddp-bucket-size") == "3276800");
+  // Only with the distributed optimizer, as NeMo reads them.
+  arguments = megatron_training_arguments(ours(
+      {"training.model.optim.name=fused_adam", "++training.model.optim.grad_sync_dtype=bf16"}));
+  CHECK_FALSE(has(arguments, "--grad-reduce-in-bf16"));
+  CHECK_FALSE(has(arguments, "--ddp-bucket-size"));
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(ours({"training.model.optim.name=distributed_fused_adam",
+                                        "++training.model.optim.grad_sync_dtype=fp16"})),
+      doctest::Contains("training.model.optim.grad_sync_dtype 'fp16': reducing the gradients in "
+                        "fp16 is not built"),
+      common::Error);
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(ours({"training.model.optim.name=distributed_fused_adam",
+                                        "++training.model.optim.grad_sync_dtype=int8"})),
+      doctest::Contains("grad_sync_dtype 'int8' is not valid (valid: bf16, fp32, or null)"),
+      common::Error);
+  CHECK_THROWS_WITH_AS(
+      megatron_training_arguments(ours({"training.model.optim.name=distributed_fused_adam",
+                                        "++training.model.optim.bucket_cap_mb=0"})),
+      doctest::Contains("training.model.optim.bucket_cap_mb 0 is not valid"), common::Error);
 }
 
 TEST_CASE("docs/launcher.md lists every key rule with its reason") {
