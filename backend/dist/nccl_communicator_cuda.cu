@@ -191,23 +191,7 @@ class NcclCommunicator final : public Communicator {
     check_counts(input, output, counts, call);
     const ncclComm_t comm = live(call);
     if (output.numel == 0) return finished_collective();
-    const ncclDataType_t type = nccl_type(output.type);
-    return started(call, [&] {
-      grouped(call, comm, [&] {
-        int64_t offset = 0;
-        for (int64_t root = 0; root < size_; ++root) {
-          const int64_t count = counts[static_cast<size_t>(root)];
-          if (count == 0) continue;
-          void* place = element(output, offset);
-          offset += count;
-          const ncclResult_t status =
-              ncclBroadcast(root == rank_ ? input.data : place, place, static_cast<size_t>(count),
-                            type, static_cast<int>(root), comm, stream_);
-          if (status != ncclSuccess) return status;
-        }
-        return ncclSuccess;
-      });
-    });
+    return started(call, [&] { broadcast_from_owners(call, comm, output, input, counts); });
   }
 
   void reduce_scatter(View output, View input) override {
@@ -229,11 +213,8 @@ class NcclCommunicator final : public Communicator {
             name_, comm);
     } else {
       // One ncclReduce per shard, to its owner.
-      std::vector<int64_t> counts(static_cast<size_t>(size_));
-      for (int64_t r = 0; r < size_; ++r) {
-        counts[static_cast<size_t>(r)] = shard_range(input.numel, size_, r).numel;
-      }
-      reduce_to_owners("ncclReduce (reduce_scatter's uneven shards)", comm, output, input, counts);
+      reduce_to_owners("ncclReduce (reduce_scatter's uneven shards)", comm, output, input,
+                       shard_counts(input.numel));
     }
     wait(call);
   }
@@ -259,15 +240,9 @@ class NcclCommunicator final : public Communicator {
       // condition is that very address).
       check(ncclAllGather(input.data, output.data, count, type, comm, stream_), call, name_, comm);
     } else {
-      // One ncclBroadcast per shard, from its owner. sendbuff is read on the root only; the
-      // others pass the shard's place in the output (NCCL's in-place form).
-      each_shard("ncclBroadcast (all_gather's uneven shards)", comm, output.numel,
-                 [&](int root, ShardRange shard) {
-                   void* place = element(output, shard.offset);
-                   return ncclBroadcast(root == rank_ ? input.data : place, place,
-                                        static_cast<size_t>(shard.numel), type, root, comm,
-                                        stream_);
-                 });
+      // One ncclBroadcast per shard, from its owner.
+      broadcast_from_owners("ncclBroadcast (all_gather's uneven shards)", comm, output, input,
+                            shard_counts(output.numel));
     }
     wait(call);
   }
@@ -427,26 +402,56 @@ class NcclCommunicator final : public Communicator {
     check(posted != ncclSuccess ? posted : ended, call, name_, comm);
   }
 
-  // One ncclReduce per member with a part of `input` (counts[r] elements, after the members
-  // before it; none for a count of 0), to that member, whose part lands in `output`; in one
-  // group, on the communication stream. recvbuff is used on the root only (nccl.h): the others
-  // pass their part of the input, a buffer of the right length that NCCL reads and never writes.
-  void reduce_to_owners(const char* call, ncclComm_t comm, View output, View input,
-                        std::span<const int64_t> counts) {
-    const ncclDataType_t type = nccl_type(input.type);
+  // Each member's shard_range count of a buffer of `numel` elements.
+  std::vector<int64_t> shard_counts(int64_t numel) const {
+    std::vector<int64_t> counts(static_cast<size_t>(size_));
+    for (int64_t r = 0; r < size_; ++r)
+      counts[static_cast<size_t>(r)] = shard_range(numel, size_, r).numel;
+    return counts;
+  }
+
+  // post(root, part) for each member with a part of a buffer cut by `counts` (counts[r]
+  // elements after the members before it; none for a count of 0), in member order, in one
+  // group; the first failing post ends the loop.
+  template <typename Post>
+  void each_part(const char* call, ncclComm_t comm, std::span<const int64_t> counts, Post post) {
     grouped(call, comm, [&] {
       int64_t offset = 0;
       for (int64_t root = 0; root < size_; ++root) {
         const int64_t count = counts[static_cast<size_t>(root)];
         if (count == 0) continue;
-        void* send = element(input, offset);
+        const ncclResult_t status = post(static_cast<int>(root), ShardRange{offset, count});
         offset += count;
-        const ncclResult_t status =
-            ncclReduce(send, root == rank_ ? output.data : send, static_cast<size_t>(count), type,
-                       ncclSum, static_cast<int>(root), comm, stream_);
         if (status != ncclSuccess) return status;
       }
       return ncclSuccess;
+    });
+  }
+
+  // One ncclReduce per member with a part of `input`, to that member, whose part lands in
+  // `output`; on the communication stream. recvbuff is used on the root only (nccl.h): the
+  // others pass their part of the input, a buffer of the right length that NCCL reads and never
+  // writes.
+  void reduce_to_owners(const char* call, ncclComm_t comm, View output, View input,
+                        std::span<const int64_t> counts) {
+    const ncclDataType_t type = nccl_type(input.type);
+    each_part(call, comm, counts, [&](int root, ShardRange part) {
+      void* send = element(input, part.offset);
+      return ncclReduce(send, root == rank_ ? output.data : send, static_cast<size_t>(part.numel),
+                        type, ncclSum, root, comm, stream_);
+    });
+  }
+
+  // One ncclBroadcast per member with a part of `output`, from that member's `input`. sendbuff
+  // is read on the root only; the others pass the part's place in the output (NCCL's in-place
+  // form), as does the root when its input is that place.
+  void broadcast_from_owners(const char* call, ncclComm_t comm, View output, View input,
+                             std::span<const int64_t> counts) {
+    const ncclDataType_t type = nccl_type(output.type);
+    each_part(call, comm, counts, [&](int root, ShardRange part) {
+      void* place = element(output, part.offset);
+      return ncclBroadcast(root == rank_ ? input.data : place, place,
+                           static_cast<size_t>(part.numel), type, root, comm, stream_);
     });
   }
 
@@ -463,23 +468,8 @@ class NcclCommunicator final : public Communicator {
     return pending;
   }
 
-  // post(root, shard) for each member's non-empty shard of `numel` elements, in member order,
-  // in one group; the first failing post ends the loop.
-  template <typename Post>
-  void each_shard(const char* call, ncclComm_t comm, int64_t numel, Post post) {
-    grouped(call, comm, [&] {
-      for (int64_t root = 0; root < size_; ++root) {
-        const ShardRange shard = shard_range(numel, size_, root);
-        if (shard.numel == 0) continue;
-        const ncclResult_t status = post(static_cast<int>(root), shard);
-        if (status != ncclSuccess) return status;
-      }
-      return ncclSuccess;
-    });
-  }
-
-  // A started call (all-reduce or reduce-scatter): its event, recorded on the communication
-  // stream after the NCCL calls.
+  // A started call (all-reduce, reduce-scatter or all-gather): its event, recorded on the
+  // communication stream after the NCCL calls.
   class StartedCollective final : public PendingCollective {
    public:
     StartedCollective(NcclCommunicator& group, cudaEvent_t done, const char* call)
