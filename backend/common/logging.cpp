@@ -43,6 +43,10 @@ void add_log_file(const std::filesystem::path& file) {
 
 void log_warnings_only() { spdlog::default_logger()->set_level(spdlog::level::warn); }
 
+void log_errors_only() {
+  spdlog::default_logger()->set_level(spdlog::level::err);
+}
+
 void print_lines(const std::vector<std::string>& lines) {
   std::string text;
   for (const std::string& line : lines) text.append(line).push_back('\n');

@@ -24,6 +24,9 @@ void add_log_file(const std::filesystem::path& file);
 // and errors still logged. Megatron prints its setup lines on rank 0 alone (print_rank_0), so
 // N ranks do not say the same thing N times; a rank's own trouble still shows.
 void log_warnings_only();
+// While a step whose warnings every rank derives alike runs (the flags' checks), ranks other
+// than the first log errors only: rank 0 says each warning once; log_warnings_only() after.
+void log_errors_only();
 
 // Prints `lines` (each ended by '\n') to stdout in one write(2), after flushing what std::cout
 // and stdio hold. A block such as the arguments dump, printed line by line through a buffered

@@ -32,8 +32,10 @@ int main(int argc, char** argv) {
     // Setup lines once, from rank 0, as Megatron's print_rank_0 (the iteration lines are the
     // last rank's, printed by the trainer); every rank's warnings and errors still show. Also
     // for GPU ranks that meet without MPI, whose groups are made later (trainer.cpp).
-    if (process.rank != 0) common::log_warnings_only();
+    // The flags' warnings are the same on every rank: rank 0 says them once.
+    if (process.rank != 0) common::log_errors_only();
     auto arguments = backend::parse_arguments(argc, argv);
+    if (process.rank != 0) common::log_warnings_only();
     if (!arguments) return 0;  // --help or --version
     // Until here a collective may wait Megatron's default 10 minutes; from here the flag's.
     if (mpi) mpi->set_timeout_minutes(arguments->parallelism.distributed_timeout_minutes);
