@@ -269,12 +269,9 @@ void ParameterStore<Scalar>::parameters_arriving(std::vector<ArrivingParameters>
     }
   }
   finish_arrivals();
-  if (working_type_ != kElementType && weights_stale_) {
+  if (weights_stale_) {
     for (size_t u = 0; u < units_.size(); ++u) {
-      if (assignment[u] >= 0) continue;
-      const int64_t numel = units_[u].end - units_[u].begin;
-      ops::convert(*device_, weights_.slice(units_[u].begin, numel),
-                   parameters_.slice(units_[u].begin, numel));
+      if (assignment[u] < 0) refresh_unit_weights(units_[u]);
     }
   }
   weights_stale_ = false;
@@ -291,15 +288,19 @@ void ParameterStore<Scalar>::await_unit(int64_t u) {
   if (arrival < 0) return;
   arrivals_[static_cast<size_t>(arrival)].pending->wait();
   arrival = -1;
-  if (working_type_ != kElementType) {
-    const ParameterUnit& unit = units_[static_cast<size_t>(u)];
-    const int64_t numel = unit.end - unit.begin;
-    ops::convert(*device_, weights_.slice(unit.begin, numel), parameters_.slice(unit.begin, numel));
-  }
+  refresh_unit_weights(units_[static_cast<size_t>(u)]);
   if (--units_arriving_ == 0) {
     arrivals_.clear();
     unit_arrival_.clear();
   }
+}
+
+// A unit's part of the working copy made from its parameters (nothing without a working copy).
+template <typename Scalar>
+void ParameterStore<Scalar>::refresh_unit_weights(const ParameterUnit& unit) {
+  if (working_type_ == kElementType) return;
+  const int64_t numel = unit.end - unit.begin;
+  ops::convert(*device_, weights_.slice(unit.begin, numel), parameters_.slice(unit.begin, numel));
 }
 
 template <typename Scalar>

@@ -131,6 +131,7 @@ class ParameterStore {
  private:
   int64_t unit_of(int64_t offset) const;
   void await_unit(int64_t unit);
+  void refresh_unit_weights(const ParameterUnit& unit);
   int64_t numel_at(int64_t offset) const;
   View tensor_view(View buffer, int64_t offset) const;
   View working_view(int64_t offset, bool gradient_of) const;
