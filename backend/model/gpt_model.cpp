@@ -25,6 +25,8 @@
 // Mixed precision (--bf16, --fp16): the ops read the store's bf16 or fp16 working copy and keep
 // activations of that type with fp32 statistics (activation_plan.hpp); the parameter gradients
 // stay fp32, so the optimizer, clipping and checkpoints see the fp32 path's buffers.
+#include <type_traits>
+
 #include "backend/model/gpt_model_state.hpp"
 #include "backend/ops/attention.hpp"
 #include "backend/ops/cross_entropy.hpp"
@@ -34,6 +36,7 @@
 #include "backend/ops/linear_gelu.hpp"
 #include "backend/ops/reduction.hpp"
 #include "backend/ops/residual.hpp"
+#include "backend/ops/step_scalars.hpp"
 #include "backend/ops/swiglu.hpp"
 
 namespace backend {
@@ -215,9 +218,16 @@ Scalar GptModelState<Scalar>::forward_chunk(int64_t slot, int64_t chunk,
   b.forward_done[static_cast<size_t>(chunk)] = true;
 
   // Summed on the device in a fixed order (and in double), so the loss does not depend on the
-  // thread count; the one value read back per micro batch. Ignored positions add 0 and are not
-  // counted; a micro batch without a scored position has loss 0 (Megatron divides 0 by 0).
+  // thread count; read back per micro batch, unless training keeps it on the device. Ignored
+  // positions add 0 and are not counted; a micro batch without a scored position has loss 0
+  // (Megatron divides 0 by 0).
   ops::sum(d, w.loss_total, b.losses);
+  if (!loss_accumulation.total.empty()) {
+    ops::accumulate_loss(d, loss_accumulation.total, w.loss_total, b.scored_positions,
+                         loss_accumulation.weighted_by_scored_positions,
+                         std::is_same_v<Scalar, float>);
+    return 0;
+  }
   double total = 0;
   d.copy_to_host(&total, w.loss_total);
   if (b.scored_positions == 0) return 0;

@@ -218,6 +218,18 @@ class GptModel {
   // the two above; a row or position outside the last forward's shape is common::Error.
   std::vector<Scalar> last_position_logits(int64_t row, int64_t position) const;
 
+  // Training's losses kept on the device (issue 39, item 4): while `total` is set (one f64 of
+  // the model's device), each forward that computes the loss (forward(), the last virtual
+  // stage's forward_chunk) adds its micro batch's mean to it, times its scored positions when
+  // `weighted_by_scored_positions` (--calculate-per-token-loss; ops::accumulate_loss: the sums
+  // the host formed from the returned means, the same bits), and returns 0: the host reads
+  // nothing back. An empty total (the default) returns the mean again.
+  struct LossAccumulation {
+    View total;
+    bool weighted_by_scored_positions = false;
+  };
+  void set_loss_accumulation(LossAccumulation accumulation);
+
   // Backward of the last forward: gradients += grad_scale · d(mean loss)/d(parameters) (the
   // mean forward() returned: ignored positions contribute nothing).
   // It uses the last forward's dropout masks, whatever set_training, set_dropout_seed or

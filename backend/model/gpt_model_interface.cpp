@@ -117,6 +117,17 @@ void GptModel<Scalar>::set_gradients_ready(std::function<void(BufferRange)> call
 }
 
 template <typename Scalar>
+void GptModel<Scalar>::set_loss_accumulation(LossAccumulation accumulation) {
+  const View& total = accumulation.total;
+  if (!total.empty() && (total.type != ElementType::f64 || total.numel != 1 ||
+                         total.on != state_->device->memory_kind())) {
+    common::fail("GptModel::set_loss_accumulation: the total must be one f64 of {}, got {} {}",
+                 state_->device->name(), total.numel, element_name(total.type));
+  }
+  state_->loss_accumulation = accumulation;
+}
+
+template <typename Scalar>
 std::vector<BufferRange> GptModel<Scalar>::parameter_units() const {
   return state_->store.unit_ranges();
 }

@@ -83,6 +83,8 @@ struct GptModelState {
   // Dropout: the mode and the generator's state for the next forward (the last forward's are
   // its slot's: the backward regenerates the masks from them).
   bool training = true;
+  // set_loss_accumulation's: where a scoring forward adds its loss (empty: it returns it).
+  typename GptModel<Scalar>::LossAccumulation loss_accumulation{};
   uint64_t dropout_seed = 0;
   uint64_t dropout_step = 0;
 

@@ -9,7 +9,8 @@ namespace backend::ops {
 using namespace detail;
 
 void adamw_update(Device& device, View master, View weights, View gradients, View exp_avg,
-                  View exp_avg_sq, const AdamWCoefficients& coefficients) {
+                  View exp_avg_sq, const AdamWCoefficients& coefficients, View control,
+                  std::span<const AdamWGroup> groups) {
   constexpr const char* op = "adamw_update";
   if (!weights.empty() && device.memory_kind() == MemoryKind::host) {
     common::fail("adamw_update: the CPU device keeps fp32 weights, which are the master weights; "
@@ -26,26 +27,42 @@ void adamw_update(Device& device, View master, View weights, View gradients, Vie
   if (!weights.empty() && weights.numel != count) {
     common::fail("adamw_update: {} master weights but {} working weights", count, weights.numel);
   }
+  if (!control.empty() && (control.type != ElementType::f64 || control.numel != 2)) {
+    common::fail("adamw_update: the control (ops::decide_step's) must be 2 f64, got {} {}",
+                 control.numel, element_name(control.type));
+  }
+  int64_t previous_end = 0;
+  for (const AdamWGroup& group : groups) {
+    if (group.offset < previous_end || group.numel < 0 || group.numel > count - group.offset) {
+      common::fail(
+          "adamw_update: the group [{}, {}) is out of order, overlaps the one before or "
+          "lies outside the {} elements",
+          group.offset, group.offset + group.numel, count);
+    }
+    previous_end = group.offset + group.numel;
+  }
   run(
       device, op, 0,
       [&] {
         cpu::adamw_update(host<float>(master), host<float>(gradients), host<float>(exp_avg),
-                          host<float>(exp_avg_sq), count, coefficients);
+                          host<float>(exp_avg_sq), count, coefficients,
+                          control.empty() ? nullptr : host<double>(control), groups);
       },
       [&](const auto& context) {
         float* master_data = gpu<float>(master, op);
         const float* gradient_data = gpu<float>(gradients, op);
         float* m = gpu<float>(exp_avg, op);
         float* v = gpu<float>(exp_avg_sq, op);
+        const double* decision = gpu<double>(control, op);
         if (weights.empty()) {
-          cuda::adamw_update<float>(master_data, nullptr, gradient_data, m, v, count,
-                                    coefficients, context.stream);
+          cuda::adamw_update<float>(master_data, nullptr, gradient_data, m, v, count, coefficients,
+                                    decision, groups, context.stream);
         } else if (weights.type == ElementType::f16) {
           cuda::adamw_update(master_data, gpu<float16>(weights, op), gradient_data, m, v, count,
-                             coefficients, context.stream);
+                             coefficients, decision, groups, context.stream);
         } else {
           cuda::adamw_update(master_data, gpu<bfloat16>(weights, op), gradient_data, m, v, count,
-                             coefficients, context.stream);
+                             coefficients, decision, groups, context.stream);
         }
       });
 }

@@ -12,9 +12,8 @@ namespace backend {
 
 namespace {
 
-std::vector<ParameterGroup> merge_adjacent(const std::vector<ParameterGroup>& groups,
-                                           int64_t numel) {
-  std::vector<ParameterGroup> merged;
+std::vector<AdamWGroup> merge_adjacent(const std::vector<ParameterGroup>& groups, int64_t numel) {
+  std::vector<AdamWGroup> merged;
   for (const auto& group : groups) {
     if (group.offset < 0 || group.numel < 0 || group.offset > numel ||
         group.numel > numel - group.offset) {
@@ -22,11 +21,11 @@ std::vector<ParameterGroup> merge_adjacent(const std::vector<ParameterGroup>& gr
                    group.offset + group.numel, numel);
     }
     if (group.numel == 0) continue;
-    if (!merged.empty() && merged.back().weight_decay == group.weight_decay &&
+    if (!merged.empty() && merged.back().decayed == group.weight_decay &&
         merged.back().offset + merged.back().numel == group.offset) {
       merged.back().numel += group.numel;
     } else {
-      merged.push_back(group);
+      merged.push_back({group.offset, group.numel, group.weight_decay});
     }
   }
   return merged;
@@ -55,10 +54,18 @@ void AdamW::carve_state() {
   const int64_t exp_avg_region = layout.add("optimizer.exp_avg", ElementType::f32, numel_);
   const int64_t exp_avg_sq_region = layout.add("optimizer.exp_avg_sq", ElementType::f32, numel_);
   const int64_t norm_region = layout.add("the gradient norm's total", ElementType::f64, 1);
+  const int64_t step_region = layout.add("the step's scalars", ElementType::f64, 6);
   state_ = Arena(*device_, std::move(layout), "optimizer state");
   exp_avg_ = state_.view(exp_avg_region);
   exp_avg_sq_ = state_.view(exp_avg_sq_region);
   norm_total_ = state_.view(norm_region);
+  const View step = state_.view(step_region);
+  step_scalars_ = {.loss_total = step.slice(0, 1),
+                   .sum_of_squares = step.slice(1, 1),
+                   .logged_total = step.slice(2, 1),
+                   .partial = step.slice(3, 1),
+                   .control = step.slice(4, 2),
+                   .all = step};
 }
 
 AdamW::~AdamW() = default;
@@ -66,7 +73,13 @@ AdamW::AdamW(AdamW&&) noexcept = default;
 AdamW& AdamW::operator=(AdamW&&) noexcept = default;
 
 void AdamW::step(View master, View weights, View gradients, double lr, double weight_decay,
-                 double gradient_scale) {
+                 double gradient_scale, View control) {
+  if (!control.empty() && gradient_scale != 1.0) {
+    common::fail(
+        "AdamW::step: a device decision (control) gives the gradient scale; {} was "
+        "given as well",
+        gradient_scale);
+  }
   if (master.numel != numel_ || gradients.numel != numel_) {
     common::fail("AdamW: {} parameters, but {} master weights and {} gradients were given",
                  numel_, master.numel, gradients.numel);
@@ -80,19 +93,18 @@ void AdamW::step(View master, View weights, View gradients, double lr, double we
       .eps = static_cast<float>(config_.eps),
       .step_size = static_cast<float>(lr / bias_correction1),
       .inverse_sqrt_correction2 = static_cast<float>(1.0 / std::sqrt(bias_correction2)),
-      .decay = 0.0f,
+      .decay = static_cast<float>(lr * weight_decay),  // where a group is decayed
       // As ops::scale rounds its factor (reduction.hpp), so the products are its bits.
       .gradient_scale = static_cast<float>(gradient_scale)};
-  const float decay = static_cast<float>(lr * weight_decay);
-  for (const auto& group : groups_) {
-    coefficients.decay = group.weight_decay ? decay : 0.0f;
-    const View group_weights =
-        weights.empty() ? View{} : weights.slice(group.offset, group.numel);
-    ops::adamw_update(*device_, master.slice(group.offset, group.numel), group_weights,
-                      gradients.slice(group.offset, group.numel),
-                      exp_avg_.slice(group.offset, group.numel),
-                      exp_avg_sq_.slice(group.offset, group.numel), coefficients);
-  }
+  // One multi-tensor update of every group (no group: nothing to update).
+  if (groups_.empty()) return;
+  ops::adamw_update(*device_, master, weights, gradients, exp_avg_, exp_avg_sq_, coefficients,
+                    control, groups_);
+}
+
+void AdamW::step_skipped() {
+  if (step_ == 0) common::fail("AdamW::step_skipped: no step was taken");
+  --step_;
 }
 
 void AdamW::step(std::span<float> parameters, std::span<const float> gradients, double lr) {

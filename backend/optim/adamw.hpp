@@ -9,7 +9,9 @@
 //
 // The optimizer runs where the model runs: its moments live on a Device (one arena, carved at
 // construction), and the update, the norm's sum of squares and the clipping are that device's
-// ops (ops/adamw.hpp, ops/reduction.hpp); the host reads the one double of the norm. The
+// ops (ops/adamw.hpp, ops/reduction.hpp); the host reads the one double of the norm, or a
+// training step keeps even that on the device and reads it once the step is queued
+// (StepScalars, the step's decision given to step() as its control). The
 // moments and the master weights are fp32 under every precision (Megatron's mixed-precision
 // optimizer), so checkpoints do not depend on the device or the precision.
 #pragma once
@@ -22,6 +24,7 @@
 
 #include "backend/device/arena.hpp"
 #include "backend/device/device.hpp"
+#include "backend/ops/adamw.hpp"
 #include "backend/optim/loss_scaler.hpp"
 
 namespace backend {
@@ -58,8 +61,14 @@ class AdamW {
   // in the same pass. `gradient_scale`: a factor the gradients are read with (clipping's
   // coefficient, clip_coefficient; the bits of clip_gradients before the step, without its
   // pass over them).
+  // `control`: the step's decision on the device (StepScalars::control, ops::decide_step), which
+  // then gives the gradient scale (gradient_scale must be 1) and may skip the update there; the
+  // step counts as taken until the caller, having read the decision, calls step_skipped().
   void step(View master, View weights, View gradients, double lr, double weight_decay,
-            double gradient_scale = 1.0);
+            double gradient_scale = 1.0, View control = {});
+  // The last step() with a control was skipped on the device: not counted (the bias
+  // corrections of the next step are those of the skipped one).
+  void step_skipped();
   // The same over host memory (the optimizer's device is the CPU), with the config's decay or
   // this step's.
   void step(std::span<float> parameters, std::span<const float> gradients, double lr);
@@ -80,6 +89,17 @@ class AdamW {
   double count_zeros(View values);
   // Megatron's clipping of `gradients` on the device, given their norm (max_norm ≤ 0: none).
   void clip_gradients(View gradients, double norm, double max_norm);
+
+  // A training step's scalars on the optimizer's device (ops/step_scalars.hpp; train_step.cpp),
+  // one f64 each and adjacent, so the host reads them in one copy (`all`) once the step is
+  // queued: the loss total the forwards add to, the gradients' sum of squares, a total that is
+  // only logged (--log-params-norm's, --log-num-zeros-in-grad's), a partial sum (scratch for
+  // sums over ranges), and the decision (two: the gradient scale and the skip).
+  struct StepScalars {
+    View loss_total, sum_of_squares, logged_total, partial, control;
+    View all;  // the six, in that order
+  };
+  StepScalars step_scalars() const { return step_scalars_; }
 
   // The state a checkpoint saves and restores (torch's state['exp_avg'], ['exp_avg_sq'] and
   // ['step']): the moment estimates, one value per parameter of the flat buffer, and the
@@ -105,14 +125,15 @@ class AdamW {
   void carve_state();
 
   AdamWConfig config_;
-  // Adjacent groups with the same decay merged: one update per run of them.
-  std::vector<ParameterGroup> groups_;
+  // Adjacent groups with the same decay merged, as the update takes them (one call per step).
+  std::vector<AdamWGroup> groups_;
   int64_t numel_ = 0;
   std::unique_ptr<Device> owned_device_;  // the CpuDevice of the host-memory form
   Device* device_ = nullptr;
   // Zeros without a fill pass on the CPU: the first step faults the pages in.
   Arena state_;
   View exp_avg_, exp_avg_sq_, norm_total_;
+  StepScalars step_scalars_;
   int64_t step_ = 0;
   LossScaler loss_scaler_ = LossScaler::none();
 };

@@ -42,7 +42,8 @@ std::vector<PipelineStep> pipeline_forward_schedule(const PipelineStage& stage,
 // Runs `steps` (whose micro batches number micro_batches.count) with backward scale
 // `grad_scale` × the micro batch's loss weight; the model has at least pipeline_slots(steps)
 // slots reserved (reserve() is called with more otherwise). Returns the sum of the micro
-// batches' mean losses, each times its loss weight, on the last stage, 0 on the others.
+// batches' mean losses, each times its loss weight, on the last stage, 0 on the others (and 0
+// while the model adds its losses up on the device: GptModel::set_loss_accumulation).
 template <typename Scalar>
 double run_pipeline_steps(GptModel<Scalar>& model, const std::vector<PipelineStep>& steps,
                           const PipelineMicroBatches& micro_batches, Scalar grad_scale,

@@ -6,11 +6,13 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
 #include "backend/ops/reduction.hpp"
+#include "backend/ops/step_scalars.hpp"
 #include "backend/train/buffer_buckets.hpp"
 #include "backend/train/pipeline_execution.hpp"
 
@@ -18,46 +20,72 @@ namespace backend {
 
 namespace {
 
-// A sum over every element of the model once of `measure` (a device reduction of a view),
-// from `values` (this rank's `held` range of the flat buffer, on the device): the whole buffer
-// with neither tensor nor pipeline parallelism; otherwise the tensors every tensor-parallel
-// rank holds whole on its rank 0 only (gradient_norm_ranges), the shards everywhere, a tied
-// embedding's copy on the last stage nowhere, added over the tensor- and pipeline-parallel
-// groups, and over the data-parallel group when `held` is a data-parallel shard. Megatron's
-// get_grad_norm_fp32, calc_params_l2_norm and count_zeros_fp32 count the same elements.
+// A sum over every element of the model once of `measure` (an op writing one f64 of the device
+// from a view), into `total` (one f64 of the device), from `values` (this rank's `held` range of
+// the flat buffer, on the device): the whole buffer with neither tensor nor pipeline
+// parallelism; otherwise the tensors every tensor-parallel rank holds whole on its rank 0 only
+// (gradient_norm_ranges), the shards everywhere, a tied embedding's copy on the last stage
+// nowhere, each range's into `partial` and added in order, then added over the tensor- and
+// pipeline-parallel groups, and over the data-parallel group when `held` is a data-parallel
+// shard. Megatron's get_grad_norm_fp32, calc_params_l2_norm and count_zeros_fp32 count the same
+// elements. Nothing is read back: the host's additions of before, made on the device.
 template <typename Measure>
-double model_total(const GptModel<float>& model, View values, ShardRange held,
-                   bool data_parallel_shard, Communicator& data_parallel, Measure measure) {
+void model_total(const GptModel<float>& model, View values, ShardRange held,
+                 bool data_parallel_shard, Communicator& data_parallel, View total, View partial,
+                 Measure measure) {
+  Device& device = model.device();
   Communicator& tensor_parallel = model.tensor_parallel_group();
   Communicator& pipeline = model.pipeline_parallel_group();
-  double total = 0;
   if (tensor_parallel.size() == 1 && pipeline.size() == 1) {
-    total = measure(values);
+    measure(total, values);
   } else {
+    device.fill_zero(total);
     for (const BufferRange& range : model.gradient_norm_ranges()) {
       const int64_t begin = std::max(range.offset, held.offset);
       const int64_t end = std::min(range.offset + range.numel, held.offset + held.numel);
-      if (begin < end) total += measure(values.slice(begin - held.offset, end - begin));
+      if (begin >= end) continue;
+      measure(partial, values.slice(begin - held.offset, end - begin));
+      ops::add(device, total, partial);
     }
   }
-  if (data_parallel_shard) total = all_reduce_sum(data_parallel, total);
-  if (tensor_parallel.size() > 1) total = all_reduce_sum(tensor_parallel, total);
-  if (pipeline.size() > 1) total = all_reduce_sum(pipeline, total);
-  return total;
+  for (Communicator* group :
+       {data_parallel_shard ? &data_parallel : nullptr, &tensor_parallel, &pipeline}) {
+    if (group != nullptr && group->size() > 1) group->all_reduce(total, ReduceOperation::sum);
+  }
 }
 
-double model_sum_of_squares(const GptModel<float>& model, AdamW& optimizer, View values,
-                            ShardRange held, bool data_parallel_shard,
-                            Communicator& data_parallel) {
-  return model_total(model, values, held, data_parallel_shard, data_parallel,
-                     [&](View part) { return optimizer.sum_of_squares(part); });
+// The sum of squares of the model's `values` (gradients or parameters) into `total`.
+void model_sum_of_squares(const GptModel<float>& model, View values, ShardRange held,
+                          bool data_parallel_shard, Communicator& data_parallel,
+                          const AdamW::StepScalars& scalars, View total) {
+  model_total(model, values, held, data_parallel_shard, data_parallel, total, scalars.partial,
+              [&](View out, View part) { ops::sum_of_squares(model.device(), out, part); });
 }
 
-// This rank's losses of a step: the sum of its micro batches' mean losses (Megatron's default),
-// or with --calculate-per-token-loss the sum of its token losses and how many there were
-// (labels not kIgnoredLabel; on a pipeline, the last stage's).
+// The step's scalars as the host reads them, in one copy, once the step is queued.
+struct StepScalarValues {
+  double loss_total = 0;
+  double sum_of_squares = 0;
+  double logged_total = 0;
+  double gradient_scale = 1;
+  bool skip = false;
+};
+
+StepScalarValues read_step_scalars(Device& device, const AdamW::StepScalars& scalars) {
+  double values[6] = {};
+  device.copy_to_host(values, scalars.all);
+  return {.loss_total = values[0],
+          .sum_of_squares = values[1],
+          .logged_total = values[2],
+          .gradient_scale = values[4],
+          .skip = values[5] != 0.0};
+}
+
+// What the host knows of this rank's losses of a step (their sum is on the device: the model adds
+// each micro batch's mean, Megatron's default, or with --calculate-per-token-loss its token
+// losses' sum, to the step's loss total): with --calculate-per-token-loss how many token losses
+// there were (labels not kIgnoredLabel; on a pipeline, the last stage's).
 struct LocalLosses {
-  double sum = 0;
   int64_t scored_positions = 0;
   int64_t gradient_buckets = 0;  // --overlap-grad-reduce's buckets started (0: not overlapped)
 };
@@ -220,7 +248,7 @@ LocalLosses pipeline_forward_backward(GptModel<float>& model, const BatchSource&
   }
   if (overlapped != nullptr) inputs.last_gradients_ready = overlapped->ready();
   LocalLosses local;
-  local.sum = run_pipeline_steps(
+  run_pipeline_steps(
       model, pipeline_schedule(stage.pipeline_parallel, stage.rank, stage.virtual_chunks, count),
       inputs, backward_scale, options.micro_batch_size, options.seq_length);
   if (stage.last()) {
@@ -248,9 +276,7 @@ LocalLosses sequential_forward_backward(GptModel<float>& model, const BatchSourc
     // before the forward, which therefore computes the head's gradient too (fused classifier).
     const float backward_scale =
         per_token ? static_cast<float>(loss_scale) * static_cast<float>(scored) : mean_scale;
-    const double loss =
-        model.forward(tokens, labels, options.micro_batch_size, options.seq_length, backward_scale);
-    local.sum += per_token ? loss * static_cast<double>(scored) : loss;
+    model.forward(tokens, labels, options.micro_batch_size, options.seq_length, backward_scale);
     local.scored_positions += scored;
     // --overlap-grad-reduce: in the last micro batch each bucket's reduction starts as soon as
     // the backward has finished its units (the earlier micro batches only accumulate, as under
@@ -271,11 +297,19 @@ LocalLosses sequential_forward_backward(GptModel<float>& model, const BatchSourc
 // scaled by loss_scale / (num_micro_batches · D), or with --calculate-per-token-loss by
 // loss_scale × its scored positions (the gradient of the sum of its token losses, which
 // train_step divides by the global batch's scored positions once summed, as Megatron's
-// finalize_model_grads).
+// finalize_model_grads). The losses add up in `loss_total` on the device (zeroed here).
 LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
                              const GlobalBatch& batch, double loss_scale,
                              const TrainStepOptions& options, int64_t dp_rank, int64_t dp_size,
-                             OverlappedReduction* overlapped) {
+                             OverlappedReduction* overlapped, View loss_total) {
+  model.device().fill_zero(loss_total);
+  // The model adds to the total during these forwards only, even when one throws.
+  struct Accumulating {
+    GptModel<float>& model;
+    ~Accumulating() { model.set_loss_accumulation({}); }
+  } accumulating{model};
+  model.set_loss_accumulation(
+      {.total = loss_total, .weighted_by_scored_positions = options.calculate_per_token_loss});
   // Without a scaler (scale 1) the mean's factor is 1/num_micro_batches exactly as before; a
   // power-of-two scale multiplies it exactly.
   const float mean_scale =
@@ -330,79 +364,51 @@ StepGradients reduce_gradients(GptModel<float>& model, Communicator& data_parall
   return gradients;
 }
 
-// The loss the log shows, and the factor the summed gradients are multiplied by: the loss
-// scale's inverse, and with --calculate-per-token-loss one over the global batch's scored
-// positions.
+// The step's loss total made every rank's (summed over the data-parallel group, then the last
+// pipeline stage's to every stage: Megatron's average_losses_across_data_parallel_group, where
+// only the last stage computed it), on the device; what the host divides it by for the log; and
+// the factor the summed gradients are multiplied by: the loss scale's inverse, and with
+// --calculate-per-token-loss one over the global batch's scored positions.
 struct StepLoss {
-  double lm_loss = 0;
+  double divisor = 1;
   double gradient_factor = 1;
 };
 
 StepLoss reduce_loss(const LocalLosses& local, const GlobalBatch& batch,
                      const TrainStepOptions& options, double inverse_loss_scale,
-                     Communicator& data_parallel, Communicator& pipeline) {
-  StepLoss loss{.lm_loss = 0, .gradient_factor = inverse_loss_scale};
+                     Communicator& data_parallel, Communicator& pipeline, View loss_total) {
+  if (data_parallel.size() > 1) data_parallel.all_reduce(loss_total, ReduceOperation::sum);
+  if (pipeline.size() > 1) pipeline.broadcast(loss_total, pipeline.size() - 1);
+  StepLoss loss{.divisor = 1, .gradient_factor = inverse_loss_scale};
   if (options.calculate_per_token_loss) {
     // Megatron's finalize_model_grads with num_tokens: the global batch's scored positions
-    // (the last stage's count to every stage, summed over the data-parallel group) divide the
-    // summed gradients; the logged loss is the token losses' sum over the same count.
-    double sums[2] = {local.sum, static_cast<double>(local.scored_positions)};
-    const View both = host_view(std::span<double>(sums));
-    if (pipeline.size() > 1) pipeline.broadcast(both, pipeline.size() - 1);
-    data_parallel.all_reduce(both, ReduceOperation::sum);
-    const double scored_positions = sums[1];
-    loss.lm_loss = scored_positions > 0 ? sums[0] / scored_positions : 0.0;
-    if (scored_positions > 0) loss.gradient_factor /= scored_positions;
-  } else {
-    // The loss averaged for the log (average_losses_across_data_parallel_group).
-    loss.lm_loss = local.sum / static_cast<double>(batch.num_micro_batches);
-    loss.lm_loss =
-        all_reduce_sum(data_parallel, loss.lm_loss) / static_cast<double>(data_parallel.size());
-    // Only the last pipeline stage computed it; every stage decides on it alike.
+    // (the last stage's count to every stage, summed over the data-parallel group; a count the
+    // host holds, over the host channel) divide the summed gradients; the logged loss is the
+    // token losses' sum over the same count.
+    double scored_positions = static_cast<double>(local.scored_positions);
     if (pipeline.size() > 1) {
-      pipeline.broadcast(host_view(std::span(&loss.lm_loss, 1)), pipeline.size() - 1);
+      pipeline.broadcast(host_view(std::span(&scored_positions, 1)), pipeline.size() - 1);
     }
+    scored_positions = all_reduce_sum(data_parallel, scored_positions);
+    if (scored_positions > 0) {
+      loss.divisor = scored_positions;
+      loss.gradient_factor /= scored_positions;
+    }
+  } else {
+    // The mean over the micro batches, averaged over the group.
+    loss.divisor =
+        static_cast<double>(batch.num_micro_batches) * static_cast<double>(data_parallel.size());
   }
   return loss;
 }
 
-// Whether the update is skipped, from the loss and the norm every rank holds alike.
-void decide_skip(TrainStepResult& result, LossScaler& scaler) {
-  if (scaler.enabled()) {
-    // Megatron's mixed-precision step: look for inf/nan in the unscaled gradients (here: a
-    // norm that is not finite, which any non-finite gradient makes it), tell the scaler, and
-    // skip the update when one was found. The loss itself does not decide: a non-finite loss
-    // with finite gradients is a nan iteration that still updates, as in Megatron.
-    const bool found_inf = !std::isfinite(result.grad_norm);
-    scaler.update(found_inf);
-    result.skipped = found_inf;
-  } else {
-    // In fp32 there is no loss scale to back off: a non-finite loss or norm is the only reason
-    // to skip, and the update it would have made is dropped whole.
-    result.skipped = !std::isfinite(result.lm_loss) || !std::isfinite(result.grad_norm);
-  }
-  result.nan = !std::isfinite(result.lm_loss) || (!scaler.enabled() && result.skipped);
-  result.loss_scale = scaler.scale();
-}
-
 // Clip, count the zeros (--log-num-zeros-in-grad), AdamW over the held range, the parameters
-// back to every rank, the schedule's step.
-void apply_update(GptModel<float>& model, AdamW& optimizer, LearningRateScheduler& scheduler,
-                  const StepGradients& gradients, const GlobalBatch& batch,
-                  const TrainStepOptions& options, Communicator& data_parallel,
-                  const GradientShard* shard, TrainStepResult& result) {
-  // Clipping's coefficient is folded into the step (AdamW reads the gradients scaled, the bits
-  // of scaling them first), except where the zeros are counted after clipping, as Megatron's
-  // count_zeros_fp32 does (a gradient the coefficient underflows to 0 counts).
-  double gradient_scale = 1.0;
-  if (options.log_num_zeros_in_grad) {
-    optimizer.clip_gradients(gradients.held, result.grad_norm, options.clip_grad);
-    result.num_zeros_in_grad =
-        model_total(model, gradients.held, gradients.range, gradients.data_parallel_share,
-                    data_parallel, [&](View part) { return optimizer.count_zeros(part); });
-  } else if (const auto coefficient = clip_coefficient(result.grad_norm, options.clip_grad)) {
-    gradient_scale = *coefficient;
-  }
+// back to every rank. `control`: the device's decision (ops::decide_step), which gives the
+// clipping factor and may skip the update there; empty where the caller clipped already.
+void apply_update(GptModel<float>& model, AdamW& optimizer, const LearningRateScheduler& scheduler,
+                  const StepGradients& gradients, const TrainStepOptions& options,
+                  Communicator& data_parallel, const GradientShard* shard, double learning_rate,
+                  View control) {
   // The model's parameters are the fp32 master weights. A whole model's bf16 or fp16 working
   // copy is written in the same pass; a distributed optimizer's rank updates its range only,
   // and the copy is remade from the gathered parameters before the next forward.
@@ -410,11 +416,12 @@ void apply_update(GptModel<float>& model, AdamW& optimizer, LearningRateSchedule
   const View updated =
       shard != nullptr ? parameters.slice(shard->range.offset, shard->range.numel) : parameters;
   const View working_copy = shard != nullptr ? View{} : model.working_copy_buffer();
-  optimizer.step(updated, working_copy, gradients.held, result.learning_rate,
-                 scheduler.weight_decay(), gradient_scale);
+  optimizer.step(updated, working_copy, gradients.held, learning_rate, scheduler.weight_decay(),
+                 1.0, control);
   // Every rank's range back to every rank (Megatron's parameter all-gather): at once, or with
   // --overlap-param-gather started in buckets that the next forward waits for unit by unit. A
-  // ZeRO-3 model gathers each unit when it next uses it.
+  // ZeRO-3 model gathers each unit when it next uses it. (An update the device skipped gathers
+  // the unchanged parameters.)
   std::vector<ArrivingParameters> arrivals;
   if (shard != nullptr && options.overlap_param_gather && data_parallel.size() > 1) {
     arrivals = start_parameter_gathers(model, data_parallel, parameters, shard->range,
@@ -424,7 +431,25 @@ void apply_update(GptModel<float>& model, AdamW& optimizer, LearningRateSchedule
   }
   model.parameters_updated(/*working_copy_written=*/!working_copy.empty());
   if (!arrivals.empty()) model.parameters_arriving(std::move(arrivals));
-  scheduler.step(batch.global_batch_size);
+}
+
+// --log-num-zeros-in-grad: Megatron counts the zeros after clipping (a gradient the coefficient
+// underflows to 0 counts), so the host reads the decision first and clips in a pass of its own
+// (two waits more than a step without the flag). Returns the decision read.
+StepScalarValues clip_and_count_zeros(GptModel<float>& model, const AdamW::StepScalars& scalars,
+                                      const StepGradients& gradients, Communicator& data_parallel,
+                                      TrainStepResult& result) {
+  Device& device = model.device();
+  const StepScalarValues decision = read_step_scalars(device, scalars);
+  if (decision.skip) return decision;
+  if (decision.gradient_scale != 1.0) ops::scale(device, gradients.held, decision.gradient_scale);
+  model_total(model, gradients.held, gradients.range, gradients.data_parallel_share, data_parallel,
+              scalars.logged_total, scalars.partial,
+              [&](View out, View part) { ops::count_zeros(device, out, part); });
+  double zeros = 0;
+  device.copy_to_host(&zeros, scalars.logged_total);
+  result.num_zeros_in_grad = zeros;
+  return decision;
 }
 
 // Whether --overlap-grad-reduce starts the data-parallel reduction during the backward
@@ -458,6 +483,8 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                  model.device().name(), optimizer.device().name());
   }
   LossScaler& scaler = optimizer.loss_scaler();
+  const AdamW::StepScalars scalars = optimizer.step_scalars();
+  Device& device = model.device();
   model.zero_gradients();
   // --overlap-grad-reduce: the buckets' all-reduce (DDP) or reduce-scatter into the shards
   // (distributed optimizer) start during the backward, except in the layouts
@@ -469,9 +496,9 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
     overlapped.emplace(data_parallel, model.gradient_buffer(), shard,
                        bucket_size_of(options, data_parallel), pending);
   }
-  const LocalLosses local =
-      forward_backward(model, source, batch, scaler.scale(), options, data_parallel.rank(),
-                       data_parallel.size(), overlapped ? &*overlapped : nullptr);
+  const LocalLosses local = forward_backward(
+      model, source, batch, scaler.scale(), options, data_parallel.rank(), data_parallel.size(),
+      overlapped ? &*overlapped : nullptr, scalars.loss_total);
   // Every reduction finished before anything reads or adds to the gradients.
   for (const auto& reduction : pending) reduction->wait();
   // The model-parallel sums (sequence parallelism's norms): on the whole buffer before the
@@ -484,33 +511,52 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   }
   const StepGradients gradients = reduce_gradients(model, data_parallel, shard, overlap);
   const StepLoss loss = reduce_loss(local, batch, options, scaler.inverse_scale(), data_parallel,
-                                    model.pipeline_parallel_group());
+                                    model.pipeline_parallel_group(), scalars.loss_total);
   TrainStepResult result;
-  result.lm_loss = loss.lm_loss;
   result.gradient_buckets = local.gradient_buckets;
   result.learning_rate = scheduler.learning_rate() * learning_rate_factor;
   // With a loss scaler the gradients are unscaled first (a factor of 1 changes nothing).
-  if (loss.gradient_factor != 1.0) {
-    ops::scale(optimizer.device(), gradients.held, loss.gradient_factor);
-  }
-  // The global norm, reduced on the device (the host reads one double, and decides as every
-  // rank will): of the whole buffer, or the shards' sums of squares added over the group.
-  result.grad_norm =
-      std::sqrt(model_sum_of_squares(model, optimizer, gradients.held, gradients.range,
-                                     gradients.data_parallel_share, data_parallel));
-  decide_skip(result, scaler);
-  if (!result.skipped) {
-    apply_update(model, optimizer, scheduler, gradients, batch, options, data_parallel, shard,
-                 result);
+  if (loss.gradient_factor != 1.0) ops::scale(device, gradients.held, loss.gradient_factor);
+  // The global norm, reduced on the device: of the whole buffer, or the shards' sums of squares
+  // added over the group; then the decision every rank makes alike from the same totals (with a
+  // loss scaler, Megatron's found_inf: any non-finite gradient makes the norm so; without one a
+  // non-finite loss skips too, the update it would have made dropped whole). The host reads
+  // nothing until the whole step is queued.
+  model_sum_of_squares(model, gradients.held, gradients.range, gradients.data_parallel_share,
+                       data_parallel, scalars, scalars.sum_of_squares);
+  ops::decide_step(device, scalars.control, scaler.enabled() ? View{} : scalars.loss_total,
+                   scalars.sum_of_squares, options.clip_grad);
+  const bool decided_on_host = options.log_num_zeros_in_grad;
+  if (decided_on_host) {
+    if (!clip_and_count_zeros(model, scalars, gradients, data_parallel, result).skip) {
+      apply_update(model, optimizer, scheduler, gradients, options, data_parallel, shard,
+                   result.learning_rate, View{});
+    }
+  } else {
+    apply_update(model, optimizer, scheduler, gradients, options, data_parallel, shard,
+                 result.learning_rate, scalars.control);
   }
   if (options.log_params_norm) {
     // Megatron's calc_params_l2_norm after the step: the fp32 master weights here (the model's
     // parameters), every rank's whole copy, or a ZeRO-3 rank's range summed over the group.
     const View parameters = model.parameter_buffer();
-    result.params_norm = std::sqrt(
-        model_sum_of_squares(model, optimizer, parameters, ShardRange{0, parameters.numel},
-                             model.sharded_over_data_parallel(), data_parallel));
+    model_sum_of_squares(model, parameters, ShardRange{0, parameters.numel},
+                         model.sharded_over_data_parallel(), data_parallel, scalars,
+                         scalars.logged_total);
   }
+  // The one wait of the step.
+  const StepScalarValues values = read_step_scalars(device, scalars);
+  result.lm_loss = values.loss_total / loss.divisor;
+  result.grad_norm = std::sqrt(values.sum_of_squares);
+  result.skipped = values.skip;
+  if (scaler.enabled()) scaler.update(/*found_inf=*/values.skip);
+  // Megatron's nan iterations: a non-finite loss (with a scaler it still updates when the
+  // gradients are finite), or without a scaler a skipped update.
+  result.nan = !std::isfinite(result.lm_loss) || (!scaler.enabled() && result.skipped);
+  result.loss_scale = scaler.scale();
+  if (result.skipped && !decided_on_host) optimizer.step_skipped();
+  if (!result.skipped) scheduler.step(batch.global_batch_size);
+  if (options.log_params_norm) result.params_norm = std::sqrt(values.logged_total);
   return result;
 }
 

@@ -17,6 +17,13 @@
 //                   scheduler step by the global batch size
 // Data parallelism: the gradient all-reduce comes after forward_backward, before the norm.
 // Later parallelism has its place between these: a pipeline schedule replaces forward_backward.
+// Where it runs (issue 39, item 4): the losses, the norm, the clipping factor and the skip
+// decision stay on the model's device (ops/step_scalars.hpp; the forwards add their losses to a
+// total there, the update reads the decision there and skips itself), and the host reads them
+// in one copy once the whole step is queued: the device never waits for the host within a step.
+// The host then applies what only it holds: the loss scaler's update, the scheduler's step and
+// the optimizer's step count (taken back when the device skipped). --log-num-zeros-in-grad
+// reads the decision before the update (the zeros are counted after clipping).
 #pragma once
 
 #include <cstdint>

@@ -3,14 +3,17 @@
 // behind the gradient norm, and scaling (clipping, loss-scale unscaling), on awkward sizes
 // (1, 7 and 1 000 003 elements), outputs poisoned where the op writes them, run to run
 // identical. The AdamW object itself on the CUDA device: three steps with clipping agree with
-// the same on the CPU.
+// the same on the CPU. The step's scalars (ops/step_scalars.hpp) and AdamW reading the decision.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "backend/ops/step_scalars.hpp"
 #include "backend/optim/adamw.hpp"
 #include "gpu/gpu_test_support.hpp"
 
@@ -144,4 +147,95 @@ TEST_CASE("AdamW on the CUDA device takes the CPU device's steps, clipping inclu
                    {"exp_avg", exp_avg},
                    {"exp_avg_sq", exp_avg_sq}};
   });
+}
+
+TEST_CASE("the step's scalars and AdamW's device decision on the CUDA device are the CPU's bits") {
+  // ops/step_scalars.hpp: one thread in double on both, so the bits must agree exactly; then
+  // AdamW reading the decision: a skip leaves every buffer as it was.
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  backend::CpuDevice cpu;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  struct Case {
+    double loss, sum_of_squares, max_norm;
+    bool loss_decides;
+  };
+  for (const Case c :
+       {Case{2.5, 25.0, 1.0, true}, Case{2.5, 0.25, 1.0, true}, Case{nan, 4.0, 1.0, true},
+        Case{nan, 4.0, 1.0, false}, Case{1.0, nan, 1.0, false}, Case{1.0, 123.456, 0.0, true}}) {
+    auto on = [&](backend::Device& device) {
+      Tensors t(device);
+      View total = t.input({0.0f}, ElementType::f64);
+      View micro = t.input({7.0f}, ElementType::f64);
+      ops::accumulate_loss(device, total, micro, 3, false, true);
+      ops::accumulate_loss(device, total, micro, 5, true, true);
+      View loss = t.input({0.0f}, ElementType::f64);
+      View squares = t.input({0.0f}, ElementType::f64);
+      device.copy_from_host(loss, &c.loss);
+      device.copy_from_host(squares, &c.sum_of_squares);
+      ops::add(device, squares, t.input({0.0f}, ElementType::f64));
+      View control = t.poisoned(2, ElementType::f64);
+      ops::decide_step(device, control, c.loss_decides ? loss : t.empty(ElementType::f64), squares,
+                       c.max_norm);
+      std::vector<double> out(3);
+      device.copy_to_host(out.data(), control);
+      out[2] = t.read_f64(total);
+      return out;
+    };
+    const std::vector<double> expected = on(cpu), actual = on(*gpu);
+    CAPTURE(c.sum_of_squares);
+    CHECK(std::memcmp(actual.data(), expected.data(), 3 * sizeof(double)) == 0);
+  }
+  const auto master = random_values(1000003, 31, 0.5f);
+  const auto gradients = random_values(1000003, 32, 1e-2f);
+  for (const double skip : {0.0, 1.0}) {
+    Tensors t(*gpu);
+    View p = t.input(master, ElementType::f32), m = t.input(master, ElementType::f32),
+         v = t.input(master, ElementType::f32);
+    View control = t.input({0.25f, static_cast<float>(skip)}, ElementType::f64);
+    ops::adamw_update(*gpu, p, t.empty(ElementType::bf16), t.input(gradients, ElementType::f32), m,
+                      v, coefficients(2, 1e-3, 0.1), control);
+    if (skip != 0.0) {
+      expect_identical("a skipped AdamW update leaves the master", t.read(p), master);
+    } else {
+      Tensors host(cpu);
+      View hp = host.input(master, ElementType::f32), hm = host.input(master, ElementType::f32),
+           hv = host.input(master, ElementType::f32);
+      AdamWCoefficients scaled = coefficients(2, 1e-3, 0.1);
+      scaled.gradient_scale = 0.25f;
+      ops::adamw_update(cpu, hp, host.empty(ElementType::bf16),
+                        host.input(gradients, ElementType::f32), hm, hv, scaled);
+      expect_close("AdamW with the device's factor against the CPU's host factor", t.read(p),
+                   host.read(hp), 1e-6);
+    }
+  }
+}
+
+TEST_CASE("the multi-tensor AdamW on the CUDA device matches the CPU's, groups over launches") {
+  // More groups than one launch takes (kAdamWGroupsPerLaunch), some longer than a block's chunk
+  // (kAdamWChunk), gaps between some, decay alternating.
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/true);
+  if (!gpu) return;
+  std::vector<backend::AdamWGroup> groups;
+  int64_t offset = 0;
+  for (int i = 0; i < 300; ++i) {
+    const int64_t numel = i % 37 == 0 ? 3 * backend::kAdamWChunk + 5 : 1 + (i * 977) % 4000;
+    groups.push_back({offset, numel, i % 2 == 0});
+    offset += numel + (i % 5 == 0 ? 17 : 0);
+  }
+  const int64_t count = offset;
+  const auto master = random_values(count, 41, 0.5f);
+  const auto gradients = random_values(count, 42, 1e-2f);
+  auto squares = random_values(count, 43, 1e-2f);
+  for (auto& value : squares) value = value * value;  // a second moment is ≥ 0
+  check_against_cpu(
+      *gpu, "multi-tensor adamw_update", ElementType::f32, 1e-6, [&](Tensors& t, ElementType) {
+        View p = t.input(master, ElementType::f32);
+        View m = t.input(gradients, ElementType::f32);
+        View v = t.input(squares, ElementType::f32);
+        ops::adamw_update(t.device(), p, t.empty(ElementType::bf16),
+                          t.input(gradients, ElementType::f32), m, v, coefficients(3, 1e-3, 0.1),
+                          t.empty(ElementType::f64), groups);
+        return Outputs{{"master", t.read(p)}, {"exp_avg", t.read(m)}};
+      });
 }

@@ -1,5 +1,7 @@
 // One training iteration on a tiny model: which samples it reads, the loss it reports, the
 // gradients it starts from, where clipping happens, and that a non-finite step changes nothing.
+#include "backend/train/train_step.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -8,7 +10,7 @@
 #include <limits>
 #include <vector>
 
-#include "backend/train/train_step.hpp"
+#include "backend/device/cpu_device.hpp"
 #include "backend/train/trainer.hpp"
 #include "backend/train/training_schedule.hpp"
 #include "tests/backend/train/tiny_gpt_arguments.hpp"
@@ -106,6 +108,59 @@ TEST_CASE("the step's loss is the mean of its micro batches' losses before the u
   CHECK_FALSE(result.skipped);
   CHECK(std::memcmp(training.model.parameters().data(), reference.model.parameters().data(),
                     training.model.parameters().size_bytes()) != 0);
+}
+
+// A CPU device that counts the host's reads of its memory: where a GPU's host would wait.
+class ReadCountingDevice final : public CpuDevice {
+ public:
+  void copy_to_host(void* destination, View source) override {
+    ++reads;
+    CpuDevice::copy_to_host(destination, source);
+  }
+  int64_t reads = 0;
+};
+
+TEST_CASE("a step waits for the device once, after it is queued, whatever its micro batches") {
+  // The losses, the norm, the clipping factor and the skip stay on the device until the step's
+  // end (issue 39, item 4); --log-params-norm joins that one read; --log-num-zeros-in-grad reads
+  // the decision before its clipping pass and its count after (Megatron counts after clipping).
+  struct Case {
+    int64_t micro_batches;
+    bool params_norm, zeros;
+    int64_t reads;
+  };
+  for (const Case c : {Case{1, false, false, 1}, Case{4, false, false, 1}, Case{4, true, false, 1},
+                       Case{2, false, true, 3}}) {
+    CAPTURE(c.micro_batches);
+    CAPTURE(c.zeros);
+    auto a = step_arguments();
+    a.run.micro_batch_size = 4 / c.micro_batches;
+    a.logging.log_params_norm = c.params_norm;
+    a.logging.log_num_zeros_in_grad = c.zeros;
+    TinyTraining reference(a);
+    ReadCountingDevice device;
+    GptModel<float> model(reference.model.config(), device);
+    model.init_parameters(reference.arguments.run.seed);
+    const AdamW host_optimizer = TinyTraining::optimizer_for(reference.model, a);
+    std::vector<ParameterGroup> groups;
+    for (const auto& tensor : model.tensors()) {
+      groups.push_back({tensor.offset, tensor.numel, tensor.weight_decay});
+    }
+    AdamW optimizer(host_optimizer.config(), groups, host_optimizer.numel(), device);
+    LearningRateScheduler scheduler(learning_rate_schedule(reference.arguments));
+    const GlobalBatch batch{
+        .first_sample = 0, .global_batch_size = 4, .num_micro_batches = c.micro_batches};
+    model.reserve(a.run.micro_batch_size, a.model.seq_length);
+    device.reads = 0;
+    const TrainStepResult result = train_step(model, optimizer, scheduler, reference.source(),
+                                              batch, train_step_options(reference.arguments));
+    CHECK(device.reads == c.reads);
+    // And the step is the one on a device of its own.
+    const TrainStepResult expected = reference.step(batch);
+    CHECK(result.lm_loss == expected.lm_loss);
+    CHECK(result.grad_norm == expected.grad_norm);
+    CHECK(std::ranges::equal(model.parameters(), reference.model.parameters()));
+  }
 }
 
 TEST_CASE("the step reports the rate its update used — the scheduler moves on by the global batch") {

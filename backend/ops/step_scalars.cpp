@@ -1,0 +1,72 @@
+// step_scalars.hpp's ops over Views: the views checked once, then the CPU or the CUDA twin
+// (ops/dispatch.hpp).
+#include "backend/ops/step_scalars.hpp"
+
+#include "backend/ops/dispatch.hpp"
+
+namespace backend::ops {
+
+using namespace detail;
+
+namespace {
+
+void check_scalars(const View& view, int64_t count, const char* name, const char* op) {
+  if (view.type != ElementType::f64 || view.numel != count) {
+    common::fail("{}: {} must be {} f64 of the device, got {} {}", op, name, count, view.numel,
+                 element_name(view.type));
+  }
+}
+
+}  // namespace
+
+void accumulate_loss(Device& device, View total, View micro_batch_total, int64_t scored_positions,
+                     bool weighted, bool mean_in_float) {
+  constexpr const char* op = "accumulate_loss";
+  check_scalars(total, 1, "the total", op);
+  check_scalars(micro_batch_total, 1, "the micro batch's total", op);
+  if (scored_positions < 0) {
+    common::fail("{}: {} scored positions; a count is ≥ 0", op, scored_positions);
+  }
+  run(
+      device, op, 0,
+      [&] {
+        cpu::accumulate_loss(host<double>(total), host<double>(micro_batch_total), scored_positions,
+                             weighted, mean_in_float);
+      },
+      [&](const auto& context) {
+        cuda::accumulate_loss(gpu<double>(total, op), gpu<double>(micro_batch_total, op),
+                              scored_positions, weighted, mean_in_float, context.stream);
+      });
+}
+
+void add(Device& device, View total, View value) {
+  constexpr const char* op = "add";
+  check_scalars(total, 1, "the total", op);
+  check_scalars(value, 1, "the value", op);
+  run(
+      device, op, 0, [&] { cpu::add(host<double>(total), host<double>(value)); },
+      [&](const auto& context) {
+        cuda::add(gpu<double>(total, op), gpu<double>(value, op), context.stream);
+      });
+}
+
+void decide_step(Device& device, View control, View loss_total, View sum_of_squares,
+                 double max_norm) {
+  constexpr const char* op = "decide_step";
+  check_scalars(control, 2, "the control", op);
+  if (!loss_total.empty()) check_scalars(loss_total, 1, "the loss total", op);
+  check_scalars(sum_of_squares, 1, "the sum of squares", op);
+  run(
+      device, op, 0,
+      [&] {
+        cpu::decide_step(host<double>(control),
+                         loss_total.empty() ? nullptr : host<double>(loss_total),
+                         host<double>(sum_of_squares), max_norm);
+      },
+      [&](const auto& context) {
+        cuda::decide_step(gpu<double>(control, op), gpu<double>(loss_total, op),
+                          gpu<double>(sum_of_squares, op), max_norm, context.stream);
+      });
+}
+
+}  // namespace backend::ops
