@@ -43,17 +43,19 @@ using Manifest = nlohmann::ordered_json;
 // job at once rather than leaving the rest waiting for it until their timeout.
 std::string pod_processes(const JobSpec& job) {
   if (job.tasks_per_node <= 1) return "exec -- " + shell_join(job.command);
-  // `wait -n` returns the next task's status, or 127 once no task is left unwaited for (bash
-  // may have reaped tasks that ended before it was called); each pid's own status is then
-  // read with `wait PID`, which bash keeps for reaped background tasks.
+  // The pod looks at its tasks every second (torchrun's agent monitors its workers the same
+  // way): a task that is gone was reaped by bash, and `wait PID` gives its status, which bash
+  // keeps. Not `wait -n`: bash 5.2's returns only a task ending while it waits, so one that
+  // failed before (a bad flag, at once) would go unseen until every other task ended.
   return fmt::format(
       "pods=${{WORLD_SIZE:-1}}; pod=${{RANK:-0}}; per_pod={0}; export WORLD_SIZE=$((pods * "
       "per_pod)); pids=(); for local_rank in $(seq 0 $((per_pod - 1))); do RANK=$((pod * per_pod "
       "+ local_rank)) LOCAL_RANK=$local_rank {1} & pids+=($!); done; end_all() {{ kill -- "
-      "\"${{pids[@]}}\" 2>/dev/null || true; wait || true; exit \"$1\"; }}; while status=0; "
-      "wait -n || status=$?; [ \"$status\" -ne 127 ]; do [ \"$status\" -eq 0 ] || end_all "
-      "\"$status\"; done; for pid in \"${{pids[@]}}\"; do status=0; wait \"$pid\" || "
-      "status=$?; [ \"$status\" -eq 0 ] || end_all \"$status\"; done",
+      "\"${{pids[@]}}\" 2>/dev/null || true; wait || true; exit \"$1\"; }}; while [ "
+      "\"${{#pids[@]}}\" -gt 0 ]; do for i in \"${{!pids[@]}}\"; do if ! kill -0 "
+      "\"${{pids[$i]}}\" 2>/dev/null; then status=0; wait \"${{pids[$i]}}\" || status=$?; "
+      "unset \"pids[$i]\"; [ \"$status\" -eq 0 ] || end_all \"$status\"; fi; done; [ "
+      "\"${{#pids[@]}}\" -eq 0 ] || sleep 1; done",
       job.tasks_per_node, shell_join(job.command));
 }
 

@@ -131,19 +131,22 @@ build_from_sources() {
     done <"$unit"
   }
 
+  # Each job is waited for by its pid, oldest first: bash 5.2's `wait -n` misses a job that
+  # ended before it was called, which lost a failure or counted a success as one.
   each_in_parallel() {  # each_in_parallel FUNCTION ARG... : FUNCTION ARG for each ARG, $jobs at a time
-    local function=$1 running=0 failed=0 argument
+    local function=$1 failed=0 argument pid
+    local -a pids=()
     shift
     for argument in "$@"; do
       "$function" "$argument" &
-      if (( ++running >= jobs )); then
-        wait -n || failed=1
-        running=$((running - 1))
+      pids+=("$!")
+      if (( ${#pids[@]} >= jobs )); then
+        wait "${pids[0]}" || failed=1
+        pids=("${pids[@]:1}")
       fi
     done
-    while (( running > 0 )); do
-      wait -n || failed=1
-      running=$((running - 1))
+    for pid in "${pids[@]}"; do
+      wait "$pid" || failed=1
     done
     return $failed
   }

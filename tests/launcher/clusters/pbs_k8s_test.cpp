@@ -284,6 +284,23 @@ TEST_CASE(
   CHECK(failed.exit_code == 3);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
 
+  // A task that fails before the pod has started the others (here the first of 32, at once):
+  // bash's `wait -n` missed it and the pod waited 30 s for the rest (this test under load, and
+  // always at 32 tasks); the pod watches its tasks by pid instead.
+  job.tasks_per_node = 32;
+  const std::string wide_manifest =
+      render_pytorchjob(job, (directory.path / "w.yaml").string(),
+                        {kTemplates, &cluster, "nvcr.io/example/megatron-native:0.1", {}});
+  const std::string wide =
+      at_path(parse_yaml(wide_manifest, "manifest"),
+              "spec.pytorchReplicaSpecs.Worker.template.spec.containers.0.args.0")
+          .as_string();
+  const auto early_start = std::chrono::steady_clock::now();
+  const auto early =
+      run_and_capture({"/usr/bin/env", "WORLD_SIZE=1", "RANK=0", "FAIL_AT=0", "bash", "-c", wide});
+  CHECK(early.exit_code == 3);
+  CHECK(std::chrono::steady_clock::now() - early_start < std::chrono::seconds(20));
+
   // One task per pod: the command itself, exec'd.
   job.tasks_per_node = 1;
   const std::string single =
