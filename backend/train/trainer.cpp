@@ -172,7 +172,8 @@ MixedPrecision mixed_precision_of(const TrainingArguments& a, const Device& devi
 // The precision the flags ask for, as far as this device computes it (`precision`: the model's
 // GptConfig::mixed_precision, from mixed_precision_of): --bf16 or --fp16 on the CUDA device is
 // mixed precision; the CPU path computes in fp32 (--fp16's loss scaling applies on every device).
-void note_precision(const TrainingArguments& a, MixedPrecision precision) {
+// Every rank derives the same from the same flags, so the first rank alone says it.
+void note_precision(const TrainingArguments& a, MixedPrecision precision, bool first_rank) {
   if (!a.precision.bf16 && !a.precision.fp16) return;
   const char* flag = a.precision.bf16 ? "--bf16" : "--fp16";
   if (precision != MixedPrecision::none) {
@@ -183,6 +184,7 @@ void note_precision(const TrainingArguments& a, MixedPrecision precision) {
         flag, type, a.precision.fp16 ? "; loss scaling guards fp16's range" : "");
     return;
   }
+  if (!first_rank) return;
   spdlog::warn("{}: the CPU path computes in fp32{}; mixed precision applies to the CUDA path",
                flag, a.precision.fp16 ? " (its dynamic loss scaling runs, as Megatron's)" : "");
 }
@@ -288,7 +290,7 @@ Trainer::Trainer(const TrainingArguments& arguments, std::ostream& printed, Batc
   if (!a_.logging.log_dir.empty() && groups_.is_first_rank()) {
     write_exp_manager_files(a_.logging.log_dir, a_);
   }
-  note_precision(a_, config_.mixed_precision);
+  note_precision(a_, config_.mixed_precision, groups_.is_first_rank());
   carve_model_and_optimizer();
   // --fp16's dynamic loss scaling (or --loss-scale): the optimizer holds the scaler, as
   // Megatron's mixed-precision optimizer does, so checkpoints carry its state.
@@ -415,10 +417,12 @@ void Trainer::carve_model_and_optimizer() {
   Device& device = *selected_.device;
   if (a_.parallelism.grad_reduce_in_bf16) {
     if (config_.mixed_precision != MixedPrecision::bf16) {
-      spdlog::warn(
-          "--grad-reduce-in-bf16 without bf16 mixed precision ({}): the gradients are "
-          "summed in fp32",
-          a_.precision.bf16 ? "the CPU path computes in fp32" : "no --bf16");
+      // Alike on every rank: the first says it.
+      if (groups_.is_first_rank())
+        spdlog::warn(
+            "--grad-reduce-in-bf16 without bf16 mixed precision ({}): the gradients are "
+            "summed in fp32",
+            a_.precision.bf16 ? "the CPU path computes in fp32" : "no --bf16");
     } else if (data_parallel().size() > 1) {
       bf16_gradient_reduction_ = make_bf16_gradient_reduction(data_parallel(), device);
     }

@@ -259,6 +259,32 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("a warning every rank derives alike from the flags is said once in a DP=2 job") {
+  // --bf16 on the CPU and --grad-reduce-in-bf16 without bf16 mixed precision: each rank would
+  // say the same line (it did, twice here, N times on N ranks); the first rank says it.
+  REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
+  TemporaryDirectory directory;
+  auto flags = training_flags("llama", directory.path / "save");
+  for (size_t i = 0; i + 1 < flags.size(); ++i) {
+    if (flags[i] == "--train-iters") flags[i + 1] = "3";
+  }
+  flags.insert(flags.end(), {"--bf16", "--grad-reduce-in-bf16"});
+  const fs::path log = directory.path / "dp2.log";
+  const int status = run(2, flags, log);
+  const std::string output = read_file(log);
+  INFO(output_tail(output));
+  REQUIRE(status == 0);
+  const auto count = [&](const std::string& text) {
+    size_t found = 0;
+    for (size_t at = output.find(text); at != std::string::npos; at = output.find(text, at + 1)) {
+      ++found;
+    }
+    return found;
+  };
+  CHECK(count("--bf16: the CPU path computes in fp32") == 1);
+  CHECK(count("--grad-reduce-in-bf16 without bf16 mixed precision") == 1);
+}
+
 TEST_CASE("checkpoints move between DP=2, the distributed optimizer and one process with the uninterrupted losses") {
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   TemporaryDirectory directory;
