@@ -257,13 +257,16 @@ TEST_CASE(
   job.results_dir = directory.path / "results";
   job.command = {program.string(), "--data-path", "my corpus; rm -rf /"};
   job.environment.clear();
-  const std::string manifest =
-      render_pytorchjob(job, (directory.path / "x.yaml").string(),
-                        {kTemplates, &cluster, "nvcr.io/example/megatron-native:0.1", {}});
-  const std::string script =
-      at_path(parse_yaml(manifest, "manifest"),
-              "spec.pytorchReplicaSpecs.Worker.template.spec.containers.0.args.0")
-          .as_string();
+  // The line the worker pods' container runs, as rendered for `job`.
+  const auto pod_script = [&](const std::string& file_name) {
+    const std::string manifest =
+        render_pytorchjob(job, (directory.path / file_name).string(),
+                          {kTemplates, &cluster, "nvcr.io/example/megatron-native:0.1", {}});
+    return at_path(parse_yaml(manifest, "manifest"),
+                   "spec.pytorchReplicaSpecs.Worker.template.spec.containers.0.args.0")
+        .as_string();
+  };
+  const std::string script = pod_script("x.yaml");
   const auto ran = run_and_capture(
       {"/usr/bin/env", "WORLD_SIZE=2", "RANK=1", "MASTER_ADDR=master-0", "bash", "-c", script});
   INFO(ran.output);
@@ -288,13 +291,7 @@ TEST_CASE(
   // bash's `wait -n` missed it and the pod waited 30 s for the rest (this test under load, and
   // always at 32 tasks); the pod watches its tasks by pid instead.
   job.tasks_per_node = 32;
-  const std::string wide_manifest =
-      render_pytorchjob(job, (directory.path / "w.yaml").string(),
-                        {kTemplates, &cluster, "nvcr.io/example/megatron-native:0.1", {}});
-  const std::string wide =
-      at_path(parse_yaml(wide_manifest, "manifest"),
-              "spec.pytorchReplicaSpecs.Worker.template.spec.containers.0.args.0")
-          .as_string();
+  const std::string wide = pod_script("w.yaml");
   const auto early_start = std::chrono::steady_clock::now();
   const auto early =
       run_and_capture({"/usr/bin/env", "WORLD_SIZE=1", "RANK=0", "FAIL_AT=0", "bash", "-c", wide});
