@@ -100,8 +100,10 @@ std::string saved_sizes_text(int64_t tensor_parallel, int64_t pipeline_parallel)
 std::string interleaving_problem(int64_t num_layers, int64_t pipeline_parallel,
                                  int64_t layers_per_virtual_stage) {
   if (layers_per_virtual_stage == 0) return {};
-  if (pipeline_parallel <= 2) {
-    return "the interleaved schedule needs a pipeline-parallel size greater than 2";
+  // Two stages are enough with the schedule's overlapped transfers, its default (a run at P = 2
+  // with --no-overlap-p2p-communication is refused by pretrain_gpt itself, saying why).
+  if (pipeline_parallel == 1) {
+    return "the interleaved schedule needs a pipeline-parallel size greater than 1";
   }
   const int64_t per_stage = num_layers / pipeline_parallel;
   if (per_stage % layers_per_virtual_stage != 0) {

@@ -87,6 +87,13 @@ class Communicator {
   // (a communicator without non-blocking collectives is still correct, only not overlapped).
   virtual std::unique_ptr<PendingCollective> start_all_reduce(View values,
                                                               ReduceOperation operation);
+  // A batch of point-to-point transfers posted now and finished by wait() (torch's
+  // batch_isend_irecv without the wait; Megatron's overlapped pipeline communication): the sent
+  // views stay unwritten and the receiving ones unread until then. Matches as exchange() does;
+  // the transfers of the members' batches pair in posting order across batches too. The
+  // default runs it at once, like start_all_reduce's.
+  virtual std::unique_ptr<PendingCollective> start_exchange(
+      std::span<const PointToPoint> transfers);
   // A sum of `input` cut into uneven parts, started now and finished by wait(): member r gets
   // the sum of the members' counts[r] elements (after counts[0..r)) in `output` (counts[r]
   // elements; zeros allowed), as MPI_Ireduce_scatter. It is how a bucket of the gradient buffer

@@ -9,7 +9,7 @@
 // (collective_watchdog.hpp), which ends this rank when one waits longer than
 // --distributed-timeout-minutes. A batch of point-to-point transfers (exchange) is an MPI_Isend or
 // MPI_Irecv for each, then an MPI_Wait on each: torch's batch_isend_irecv and the waits Megatron's
-// pipeline makes on its requests.
+// pipeline makes on its requests; start_exchange posts them and leaves the waits to its wait().
 #include <fmt/format.h>
 #include <mpi.h>
 #include <spdlog/spdlog.h>
@@ -371,9 +371,46 @@ class MpiCommunicator final : public Communicator {
 
   void exchange(std::span<const PointToPoint> transfers) override {
     if (transfers.empty()) return;
-    // Every transfer is checked before any is posted, so bad input leaves nothing in flight.
+    PostedExchange posted = post_exchange(transfers);
+    finish_exchange(posted);
+  }
+
+  // The same MPI_Isend/MPI_Irecv, waited for by the pending call's wait() (or its destructor,
+  // which waits without reporting: no transfer outlives the caller's buffers).
+  std::unique_ptr<PendingCollective> start_exchange(
+      std::span<const PointToPoint> transfers) override {
+    if (transfers.empty()) return finished_collective();
+    return std::make_unique<StartedExchange>(*this, post_exchange(transfers));
+  }
+
+  void barrier() override {
+    const auto watched = watchdog_->watch("MPI_Barrier", name_);
+    check(MPI_Barrier(communicator_), "MPI_Barrier", name_);
+  }
+
+  std::unique_ptr<Communicator> split(int64_t color, int64_t key, std::string name) override {
+    MPI_Comm part = MPI_COMM_NULL;
+    {
+      const auto watched = watchdog_->watch("MPI_Comm_split", name_);
+      check(MPI_Comm_split(communicator_, static_cast<int>(color), static_cast<int>(key), &part),
+            "MPI_Comm_split", name_);
+    }
+    return std::make_unique<MpiCommunicator>(part, std::move(name), true, watchdog_);
+  }
+
+ private:
+  // A batch's requests, posted; what finish_exchange waits for and checks.
+  struct PostedExchange {
+    std::vector<PointToPoint> transfers;
     std::vector<int> counts;
     std::vector<MPI_Datatype> types;
+    std::vector<MPI_Request> requests;
+  };
+
+  PostedExchange post_exchange(std::span<const PointToPoint> transfers) {
+    // Every transfer is checked before any is posted, so bad input leaves nothing in flight.
+    PostedExchange posted;
+    posted.transfers.assign(transfers.begin(), transfers.end());
     for (const PointToPoint& transfer : transfers) {
       const char* call = posting_call(transfer);
       check_member(transfer.peer, call);
@@ -381,24 +418,29 @@ class MpiCommunicator final : public Communicator {
         common::fail("{} in the {} group: tag {} is not one of 0 to {} (MPI_TAG_UB)", call, name_,
                      transfer.tag, tag_upper_bound_);
       }
-      counts.push_back(mpi_count(transfer.values, call, name_));
-      types.push_back(mpi_type(transfer.values.type, call, name_));
+      posted.counts.push_back(mpi_count(transfer.values, call, name_));
+      posted.types.push_back(mpi_type(transfer.values.type, call, name_));
     }
-    std::vector<MPI_Request> requests(transfers.size(), MPI_REQUEST_NULL);
+    posted.requests.assign(transfers.size(), MPI_REQUEST_NULL);
     for (size_t i = 0; i < transfers.size(); ++i) {
       const PointToPoint& transfer = transfers[i];
       const int peer = static_cast<int>(transfer.peer), tag = static_cast<int>(transfer.tag);
-      const int status =
-          transfer.direction == PointToPoint::Direction::send
-              ? MPI_Isend(transfer.values.data, counts[i], types[i], peer, tag, communicator_,
-                          &requests[i])
-              : MPI_Irecv(transfer.values.data, counts[i], types[i], peer, tag, communicator_,
-                          &requests[i]);
+      const int status = transfer.direction == PointToPoint::Direction::send
+                             ? MPI_Isend(transfer.values.data, posted.counts[i], posted.types[i],
+                                         peer, tag, communicator_, &posted.requests[i])
+                             : MPI_Irecv(transfer.values.data, posted.counts[i], posted.types[i],
+                                         peer, tag, communicator_, &posted.requests[i]);
       if (status != MPI_SUCCESS) {
-        abandon(requests, transfers);
+        abandon(posted.requests, transfers);
         check(status, posting_call(transfer), name_);
       }
     }
+    return posted;
+  }
+
+  void finish_exchange(PostedExchange& posted) {
+    const std::span<const PointToPoint> transfers = posted.transfers;
+    std::vector<MPI_Request>& requests = posted.requests;
     // One MPI_Wait per transfer, in posting order, as Megatron waits on each of
     // batch_isend_irecv's requests: every transfer is already posted, so waiting on one never
     // holds up another, and the watchdog names the peer of the transfer that has not completed.
@@ -422,8 +464,8 @@ class MpiCommunicator final : public Communicator {
       const PointToPoint& transfer = transfers[i];
       if (transfer.direction != PointToPoint::Direction::receive) continue;
       int received = 0;
-      check(MPI_Get_count(&statuses[i], types[i], &received), "MPI_Get_count", name_);
-      if (received != counts[i]) {
+      check(MPI_Get_count(&statuses[i], posted.types[i], &received), "MPI_Get_count", name_);
+      if (received != posted.counts[i]) {
         const std::string type(element_name(transfer.values.type));
         common::fail("MPI_Irecv in the {} group: rank {} sent {} with tag {} where {} elements of "
                      "{} were expected: the two sides' sizes or element types differ",
@@ -436,22 +478,30 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  void barrier() override {
-    const auto watched = watchdog_->watch("MPI_Barrier", name_);
-    check(MPI_Barrier(communicator_), "MPI_Barrier", name_);
-  }
-
-  std::unique_ptr<Communicator> split(int64_t color, int64_t key, std::string name) override {
-    MPI_Comm part = MPI_COMM_NULL;
-    {
-      const auto watched = watchdog_->watch("MPI_Comm_split", name_);
-      check(MPI_Comm_split(communicator_, static_cast<int>(color), static_cast<int>(key), &part),
-            "MPI_Comm_split", name_);
+  // start_exchange's pending batch.
+  class StartedExchange final : public PendingCollective {
+   public:
+    StartedExchange(MpiCommunicator& group, PostedExchange posted)
+        : group_(&group), posted_(std::move(posted)) {}
+    ~StartedExchange() override {
+      if (finished_) return;
+      const auto watched = group_->watchdog_->watch("MPI_Wait", group_->name_);
+      for (MPI_Request& request : posted_.requests) MPI_Wait(&request, MPI_STATUS_IGNORE);
     }
-    return std::make_unique<MpiCommunicator>(part, std::move(name), true, watchdog_);
-  }
+    StartedExchange(const StartedExchange&) = delete;
+    StartedExchange& operator=(const StartedExchange&) = delete;
+    void wait() override {
+      if (finished_) return;
+      finished_ = true;
+      group_->finish_exchange(posted_);
+    }
 
- private:
+   private:
+    MpiCommunicator* group_;
+    PostedExchange posted_;
+    bool finished_ = false;
+  };
+
   std::vector<int> shard_counts(int64_t numel) const {
     std::vector<int> counts(static_cast<size_t>(size_));
     for (int64_t r = 0; r < size_; ++r) {

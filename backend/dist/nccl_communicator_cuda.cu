@@ -32,7 +32,8 @@
 // - Destruction: ncclCommDestroy, or ncclCommAbort while an exception unwinds (another rank
 //   may be gone, and ncclCommDestroy would wait for it).
 // - start_all_reduce (--overlap-grad-reduce's buckets), start_reduce_scatter and start_all_gather
-//   (the distributed optimizer's buckets, --overlap-param-gather's) enqueue the same way and
+//   (the distributed optimizer's buckets, --overlap-param-gather's), start_exchange (the
+//   pipeline's overlapped transfers) enqueue the same way and
 //   return at once: the NCCL kernels run on the communicator's stream beside the compute
 //   stream's kernels. wait() makes the compute stream wait for the collective's event
 //   (cudaStreamWaitEvent: the streams are ordered by events, not by the host), then polls that
@@ -270,36 +271,18 @@ class NcclCommunicator final : public Communicator {
 
   void exchange(std::span<const PointToPoint> transfers) override {
     if (transfers.empty()) return;
-    // Every transfer is checked before any is posted, so bad input leaves nothing in flight.
-    for (const PointToPoint& transfer : transfers) {
-      const char* call = posting_call(transfer);
-      check_member(transfer.peer, call);
-      if (transfer.tag < 0 || transfer.tag > INT_MAX) {
-        common::fail("{} in the {} group: tag {} is not one of 0 to {}", call, name_, transfer.tag,
-                     INT_MAX);
-      }
-      count_of(transfer.values, call);
-    }
-    const ncclComm_t comm = live("exchange");
-    // Tags by posting order (the file's comment): a stable sort keeps the caller's order
-    // among transfers of one peer, direction and tag.
-    std::vector<size_t> order(transfers.size());
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return std::tuple(transfers[a].peer, transfers[a].direction, transfers[a].tag) <
-             std::tuple(transfers[b].peer, transfers[b].direction, transfers[b].tag);
-    });
+    const ncclComm_t comm = check_exchange(transfers);
     enter();
-    grouped("ncclSend/ncclRecv (exchange)", comm, [&] {
-      for (const size_t i : order) {
-        const PointToPoint& transfer = transfers[i];
-        if (transfer.values.numel == 0) continue;
-        const ncclResult_t status = post(transfer, comm);
-        if (status != ncclSuccess) return status;
-      }
-      return ncclSuccess;
-    });
+    post_exchange(transfers, comm);
     wait("exchange (ncclSend/ncclRecv)");
+  }
+
+  // The same group, returning at once like start_all_reduce (overlapped pipeline transfers).
+  std::unique_ptr<PendingCollective> start_exchange(
+      std::span<const PointToPoint> transfers) override {
+    if (transfers.empty()) return finished_collective();
+    const ncclComm_t comm = check_exchange(transfers);
+    return started("ncclSend/ncclRecv (started exchange)", [&] { post_exchange(transfers, comm); });
   }
 
   void barrier() override {
@@ -452,6 +435,42 @@ class NcclCommunicator final : public Communicator {
       void* place = element(output, part.offset);
       return ncclBroadcast(root == rank_ ? input.data : place, place,
                            static_cast<size_t>(part.numel), type, root, comm, stream_);
+    });
+  }
+
+  // Every transfer is checked before any is posted, so bad input leaves nothing in flight;
+  // returns the live communicator.
+  ncclComm_t check_exchange(std::span<const PointToPoint> transfers) {
+    for (const PointToPoint& transfer : transfers) {
+      const char* call = posting_call(transfer);
+      check_member(transfer.peer, call);
+      if (transfer.tag < 0 || transfer.tag > INT_MAX) {
+        common::fail("{} in the {} group: tag {} is not one of 0 to {}", call, name_, transfer.tag,
+                     INT_MAX);
+      }
+      count_of(transfer.values, call);
+    }
+    return live("exchange");
+  }
+
+  // ncclSend/ncclRecv of the batch in one group on the communication stream.
+  void post_exchange(std::span<const PointToPoint> transfers, ncclComm_t comm) {
+    // Tags by posting order (the file's comment): a stable sort keeps the caller's order
+    // among transfers of one peer, direction and tag.
+    std::vector<size_t> order(transfers.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return std::tuple(transfers[a].peer, transfers[a].direction, transfers[a].tag) <
+             std::tuple(transfers[b].peer, transfers[b].direction, transfers[b].tag);
+    });
+    grouped("ncclSend/ncclRecv (exchange)", comm, [&] {
+      for (const size_t i : order) {
+        const PointToPoint& transfer = transfers[i];
+        if (transfer.values.numel == 0) continue;
+        const ncclResult_t status = post(transfer, comm);
+        if (status != ncclSuccess) return status;
+      }
+      return ncclSuccess;
     });
   }
 

@@ -56,6 +56,12 @@ struct ParallelismArguments {
   // --overlap-grad-reduce with it; here the two are independent).
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;
+  // The interleaved schedule's p2p overlap (pipeline_schedule.hpp): on by default, as in
+  // Megatron-LM since 2023-10; --no-overlap-p2p-communication (Megatron's flag now) turns it
+  // off; --overlap-p2p-communication (its flag before, off by default then) is accepted. Megatron
+  // ignores the overlap without interleaving, and so does overlap_p2p_communication().
+  bool overlap_p2p_communication_flag = false;     // --overlap-p2p-communication
+  bool no_overlap_p2p_communication_flag = false;  // --no-overlap-p2p-communication
   // Megatron's --ddp-bucket-size: elements per bucket of either overlap; not given (None):
   // max(40M, 1M × data-parallel size) (backend/train/buffer_buckets.hpp).
   std::optional<int64_t> ddp_bucket_size;
@@ -81,6 +87,11 @@ struct ParallelismArguments {
            std::max<int64_t>(1, tensor_model_parallel_size * pipeline_model_parallel_size);
   }
   // The interleaved schedule's model chunks per pipeline stage for a model of `num_layers`:
+  // Whether the interleaved schedule overlaps its transfers: interleaving and not
+  // --no-overlap-p2p-communication.
+  bool overlap_p2p_communication() const {
+    return num_layers_per_virtual_pipeline_stage != 0 && !no_overlap_p2p_communication_flag;
+  }
   // num_layers / pp / --num-layers-per-virtual-pipeline-stage, 1 without it.
   int64_t virtual_pipeline_chunks(int64_t num_layers) const {
     return num_layers_per_virtual_pipeline_stage == 0

@@ -261,6 +261,12 @@ class RoutedCommunicator final : public Communicator {
     for (const PointToPoint& transfer : transfers) views.push_back(transfer.values);
     route(views, "exchange").exchange(transfers);
   }
+  std::unique_ptr<PendingCollective> start_exchange(
+      std::span<const PointToPoint> transfers) override {
+    std::vector<View> views;
+    for (const PointToPoint& transfer : transfers) views.push_back(transfer.values);
+    return route(views, "start_exchange").start_exchange(transfers);
+  }
   void barrier() override { host_path_->barrier(); }
   std::unique_ptr<Communicator> split(int64_t color, int64_t key, std::string name) override {
     std::unique_ptr<Communicator> device_path = device_path_->split(color, key, name);

@@ -51,9 +51,6 @@ constexpr common::RefusedFlag kUnsupportedFlags[] = {
     {"--fp8-format", true, "fp8 training is not built; --bf16 and --fp16 are"},
     {"--tp-comm-overlap", false,
      "overlapping the tensor-parallel communication with GEMMs is not built"},
-    {"--overlap-p2p-communication", false,
-     "overlapping the pipeline's sends and receives with computation is not built: each batch "
-     "of transfers completes before the next computation (Megatron's default)"},
     {"--cuda-graph-impl", true,
      "CUDA graphs are not built yet: every step launches its kernels one by one"},
     {"--enable-cuda-graph", false,
@@ -472,6 +469,12 @@ const FlagRow<ParallelismArguments> kParallelismFlags[] = {
      "With --bf16 on GPUs, sum the data-parallel gradients in bf16 (half the bytes; they "
      "accumulate in fp32)",
      "grad_reduce_in_bf16"},
+    {"--overlap-p2p-communication", &ParallelismArguments::overlap_p2p_communication_flag,
+     "Overlap the interleaved schedule's pipeline transfers with the computes (the default; "
+     "Megatron-LM's flag before it was)"},
+    {"--no-overlap-p2p-communication", &ParallelismArguments::no_overlap_p2p_communication_flag,
+     "Complete each batch of the interleaved schedule's pipeline transfers before the next "
+     "compute"},
     {"--overlap-param-gather", &ParallelismArguments::overlap_param_gather,
      "Start the distributed optimizer's parameter all-gather in buckets after the step; the "
      "next forward waits for each layer's bucket before using it",
@@ -1233,13 +1236,31 @@ void refuse_unbuilt_checkpoint_format(const CheckpointingArguments& checkpointin
 void validate_pipeline(const ModelArguments& model, const ParallelismArguments& parallelism) {
   const int64_t pp = parallelism.pipeline_model_parallel_size;
   check_pipeline_stage(model.num_layers, {.pipeline_parallel = pp, .rank = 0, .virtual_chunks = 1});
-  if (parallelism.num_layers_per_virtual_pipeline_stage == 0) return;
-  if (pp <= 2) {
+  if (parallelism.overlap_p2p_communication_flag && parallelism.no_overlap_p2p_communication_flag) {
     common::fail(
-        "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size "
-        "greater than 2 (Megatron's interleaved schedule without overlapped p2p "
-        "communication), got {}",
-        pp);
+        "--overlap-p2p-communication and --no-overlap-p2p-communication contradict "
+        "each other: give one (the overlap is the default)");
+  }
+  if (parallelism.num_layers_per_virtual_pipeline_stage == 0) {
+    if (parallelism.overlap_p2p_communication_flag && pp > 1) {
+      spdlog::warn(
+          "--overlap-p2p-communication applies to the interleaved schedule "
+          "(--num-layers-per-virtual-pipeline-stage) only: the 1F1B schedule runs without it, "
+          "as Megatron sets it to False");
+    }
+    return;
+  }
+  // Megatron's validate_args.
+  if (pp == 1) {
+    common::fail(
+        "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size greater "
+        "than 1 (the interleaved schedule), got 1");
+  }
+  if (pp == 2 && !parallelism.overlap_p2p_communication()) {
+    common::fail(
+        "--num-layers-per-virtual-pipeline-stage with --no-overlap-p2p-communication needs "
+        "--pipeline-model-parallel-size greater than 2, to avoid having multiple p2p sends and "
+        "recvs between the same 2 ranks per communication batch; got 2");
   }
   const int64_t per_stage = model.num_layers / pp;
   if (per_stage % parallelism.num_layers_per_virtual_pipeline_stage != 0) {

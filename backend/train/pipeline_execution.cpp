@@ -1,8 +1,14 @@
 // The executor of pipeline_execution.hpp.
 #include "backend/train/pipeline_execution.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <optional>
+#include <span>
+#include <stdexcept>
 
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
@@ -71,23 +77,45 @@ double run_pipeline_steps(GptModel<Scalar>& model, const std::vector<PipelineSte
   const bool trains = std::ranges::any_of(steps, [](const PipelineStep& step) {
     return step.kind == PipelineStep::Kind::compute && step.work == PipelineWork::backward;
   });
+  // The communicator's transfers of a transfer or post step.
+  const auto to_transfers = [&](const PipelineStep& step) {
+    transfers.clear();
+    for (const PipelineTransfer& t : step.transfers) {
+      const int64_t slot = t.micro_batch % slots;
+      const bool activation = t.message == PipelineMessage::activation;
+      // A received gradient lands in the chunk's output-gradient buffer; a sent one leaves
+      // from its input buffer, where backward_chunk put it.
+      const View values = activation ? (t.send ? model.chunk_output(slot, t.chunk)
+                                               : model.chunk_input(slot, t.chunk))
+                                     : (t.send ? model.chunk_input(slot, t.chunk)
+                                               : model.chunk_output_gradient(slot, t.chunk));
+      transfers.push_back(
+          {t.send ? PointToPoint::Direction::send : PointToPoint::Direction::receive, values,
+           t.peer, activation ? kActivationTag : kGradientTag});
+    }
+    return std::span<const PointToPoint>(transfers);
+  };
+  // The posts in flight by handle (overlapped p2p communication). Declared after the model's
+  // buffers are in reach and destroyed before the caller's: one left by an exception is finished
+  // by its destructor.
+  std::map<int64_t, std::unique_ptr<Communicator::PendingCollective>> posted;
   for (const PipelineStep& step : steps) {
     if (step.kind == PipelineStep::Kind::transfer) {
-      transfers.clear();
-      for (const PipelineTransfer& t : step.transfers) {
-        const int64_t slot = t.micro_batch % slots;
-        const bool activation = t.message == PipelineMessage::activation;
-        // A received gradient lands in the chunk's output-gradient buffer; a sent one leaves
-        // from its input buffer, where backward_chunk put it.
-        const View values = activation ? (t.send ? model.chunk_output(slot, t.chunk)
-                                                 : model.chunk_input(slot, t.chunk))
-                                       : (t.send ? model.chunk_input(slot, t.chunk)
-                                                 : model.chunk_output_gradient(slot, t.chunk));
-        transfers.push_back({t.send ? PointToPoint::Direction::send
-                                    : PointToPoint::Direction::receive,
-                             values, t.peer, activation ? kActivationTag : kGradientTag});
+      pipeline.exchange(to_transfers(step));
+      continue;
+    }
+    if (step.kind == PipelineStep::Kind::post) {
+      posted[step.handle] = pipeline.start_exchange(to_transfers(step));
+      continue;
+    }
+    if (step.kind == PipelineStep::Kind::wait) {
+      const auto found = posted.find(step.handle);
+      if (found == posted.end()) {
+        throw std::logic_error(fmt::format(
+            "pipeline schedule: wait for post {}, which is not in flight", step.handle));
       }
-      pipeline.exchange(transfers);
+      found->second->wait();
+      posted.erase(found);
       continue;
     }
     const int64_t slot = step.micro_batch % slots;
@@ -128,6 +156,7 @@ double run_pipeline_steps(GptModel<Scalar>& model, const std::vector<PipelineSte
     // The weight is read after the forward: the read above is what gives it (the labels).
     loss_sum += micro_batches.loss_weight ? loss * micro_batches.loss_weight(step.micro_batch) : loss;
   }
+  for (auto& [handle, pending] : posted) pending->wait();
   return loss_sum;
 }
 

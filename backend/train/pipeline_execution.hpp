@@ -5,7 +5,9 @@
 // the next virtual stage's chunk input, gradients from a chunk's input gradient into the
 // previous virtual stage's output gradient. Activations travel with tag 0, gradients with tag 1,
 // so two transfers between one pair of ranks in one batch (the interleaved schedule's wrap from
-// the last stage to the first) cannot be confused.
+// the last stage to the first) cannot be confused. A post step starts its batch
+// (Communicator::start_exchange) and the wait step of its handle finishes it, so the computes
+// between run while it travels (overlapped p2p communication).
 #pragma once
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 #include "backend/train/pipeline_schedule.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -37,12 +38,61 @@ class ScheduleBuilder {
     steps_.push_back(std::move(step));
   }
 
-  // One of Megatron's _communicate calls, its parts in _batched_p2p_ops's order; nullopt: absent.
-  // A receive names only its chunk: Megatron keeps one FIFO of received inputs and one of
-  // received output gradients per chunk, consumed by that chunk's forwards and backwards in
-  // micro-batch order, so the n-th receive into a chunk is micro batch n.
+  // One of Megatron's _communicate calls, blocking: its parts in _batched_p2p_ops's order;
+  // nullopt: absent. A receive names only its chunk: Megatron keeps one FIFO of received inputs
+  // and one of received output gradients per chunk, consumed by that chunk's forwards and
+  // backwards in micro-batch order, so the n-th receive into a chunk is micro batch n.
   void exchange(std::optional<Buffer> send_prev, std::optional<int64_t> recv_prev,
                 std::optional<Buffer> send_next, std::optional<int64_t> recv_next) {
+    add(PipelineStep::Kind::transfer, send_prev, recv_prev, send_next, recv_next);
+  }
+
+  // The same call with overlap_p2p_comm=True: posted now, waited for by wait(handle). nullopt
+  // when it transfers nothing (then Megatron returns no handles).
+  std::optional<int64_t> post(std::optional<Buffer> send_prev, std::optional<int64_t> recv_prev,
+                              std::optional<Buffer> send_next, std::optional<int64_t> recv_next) {
+    if (!add(PipelineStep::Kind::post, send_prev, recv_prev, send_next, recv_next)) {
+      return std::nullopt;
+    }
+    steps_.back().handle = static_cast<int64_t>(posts_.size());
+    posts_.push_back({steps_.size() - 1, false});
+    return steps_.back().handle;
+  }
+
+  // Megatron waits for a post's send and its receive by separate handles; here a post is
+  // waited for whole, at the first of the two waits (the second is then a no-op).
+  void wait(int64_t handle) {
+    Post& posted = posts_.at(static_cast<size_t>(handle));
+    if (posted.waited) return;
+    posted.waited = true;
+    PipelineStep step;
+    step.kind = PipelineStep::Kind::wait;
+    step.handle = handle;
+    step.transfers = steps_[posted.step].transfers;
+    steps_.push_back(std::move(step));
+  }
+
+  // Every post not yet waited for, in posting order.
+  void wait_all() {
+    for (size_t handle = 0; handle < posts_.size(); ++handle) wait(static_cast<int64_t>(handle));
+  }
+
+  std::vector<PipelineStep> take() {
+    wait_all();
+    return std::move(steps_);
+  }
+
+ private:
+  struct Post {
+    size_t step = 0;  // its place in steps_
+    bool waited = false;
+  };
+
+  // Appends a step of `kind` with the call's transfers; false (nothing appended) when there are
+  // none: Megatron's _communicate posts nothing when every part is None/False.
+  bool add(PipelineStep::Kind kind, const std::optional<Buffer>& send_prev,
+           const std::optional<int64_t>& recv_prev, const std::optional<Buffer>& send_next,
+           const std::optional<int64_t>& recv_next) {
     const int64_t prev = (rank_ - 1 + pipeline_parallel_) % pipeline_parallel_;
     const int64_t next = (rank_ + 1) % pipeline_parallel_;
     std::vector<PipelineTransfer> transfers;
@@ -64,22 +114,20 @@ class ScheduleBuilder {
       transfers.push_back({false, PipelineMessage::gradient,
                            gradients_received_[static_cast<size_t>(chunk)]++, chunk, next});
     }
-    // Megatron's _communicate posts nothing when every part is None/False.
-    if (transfers.empty()) return;
+    if (transfers.empty()) return false;
     PipelineStep step;
-    step.kind = PipelineStep::Kind::transfer;
+    step.kind = kind;
     step.transfers = std::move(transfers);
     steps_.push_back(std::move(step));
+    return true;
   }
 
-  std::vector<PipelineStep> take() { return std::move(steps_); }
-
- private:
   int64_t pipeline_parallel_;
   int64_t rank_;
   std::vector<int64_t> activations_received_;
   std::vector<int64_t> gradients_received_;
   std::vector<PipelineStep> steps_;
+  std::vector<Post> posts_;  // by handle
 };
 
 // forward_backward_pipelining_without_interleaving, training (not forward_only).
@@ -141,9 +189,10 @@ std::vector<PipelineStep> one_f_one_b(int64_t pp, int64_t rank, int64_t num_micr
   return builder.take();
 }
 
-// forward_backward_pipelining_with_interleaving, training, overlap_p2p_comm off,
-// microbatch_group_size_per_vp_stage = pp (its default), which makes get_schedule_table's
-// groups pp micro batches long: all chunks of one group, chunk by chunk, before the next group.
+// forward_backward_pipelining_with_interleaving, training, overlap_p2p_comm on or off (not
+// overlap_p2p_comm_warmup_flush), microbatch_group_size_per_vp_stage = pp (its default), which
+// makes get_schedule_table's groups pp micro batches long: all chunks of one group, chunk by chunk,
+// before the next group.
 class Interleaved {
  public:
   Interleaved(int64_t pp, int64_t rank, int64_t vp, int64_t num_micro_batches)
@@ -205,7 +254,7 @@ class Interleaved {
 };
 
 std::vector<PipelineStep> interleaved_one_f_one_b(int64_t pp, int64_t rank, int64_t vp,
-                                                  int64_t num_micro_batches) {
+                                                  int64_t num_micro_batches, bool overlap) {
   const Interleaved schedule(pp, rank, vp, num_micro_batches);
   ScheduleBuilder builder(pp, rank, vp);
   const int64_t total = schedule.total();
@@ -234,6 +283,24 @@ std::vector<PipelineStep> interleaved_one_f_one_b(int64_t pp, int64_t rank, int6
     return chunk;
   };
 
+  // overlap_p2p_comm's handles: recv_prev_wait_handles and recv_next_wait_handles (the posts
+  // with a receive, oldest first), send_next_wait_handle and send_prev_wait_handle (the last
+  // post with a send).
+  std::deque<int64_t> forward_receives, backward_receives;
+  std::optional<int64_t> forward_send, backward_send;
+  // A post's handles filed as Megatron files them; the previous send is waited for first.
+  const auto file = [&](std::optional<int64_t> handle, bool sends, bool receives,
+                        std::optional<int64_t>& last_send, std::deque<int64_t>& receiving) {
+    if (last_send) builder.wait(*last_send);
+    last_send = handle && sends ? handle : std::nullopt;
+    if (handle && receives) receiving.push_back(*handle);
+  };
+  const auto wait_oldest = [&](std::deque<int64_t>& receiving) {
+    if (receiving.empty()) return;
+    builder.wait(receiving.front());
+    receiving.pop_front();
+  };
+
   // recv_forward for chunk 0 before the loop.
   if (!schedule.first_virtual_stage(0)) {
     builder.exchange(std::nullopt, 0, std::nullopt, std::nullopt);
@@ -244,25 +311,54 @@ std::vector<PipelineStep> interleaved_one_f_one_b(int64_t pp, int64_t rank, int6
     // No receive in the last iteration: there is no iteration k + 1.
     if (k == total - 1) recv_prev = false;
     builder.compute(PipelineWork::forward, schedule.forward_buffer(k));
-    // The last warmup iteration also receives the first backward's output gradient (chunk vp − 1,
-    // send_forward_backward_recv_forward_backward) unless all iterations are warmup; the last
-    // rank's first backward is the last virtual stage's, which receives none.
+    // The last warmup iteration also receives the first backward's output gradient (chunk vp − 1)
+    // unless all iterations are warmup; the last rank's first backward is the last virtual
+    // stage's, which receives none. Without the overlap in the same batch
+    // (send_forward_backward_recv_forward_backward); with it, posted apart after the blocking
+    // forward batch (send_backward_recv_backward with overlap_p2p_comm).
     const bool recv_next = k == warmup - 1 && !all_warmup && rank != pp - 1;
+    if (!overlap) {
+      builder.exchange(std::nullopt, into(recv_prev, next_forward_chunk), output_to_send(k),
+                       into(recv_next, vp - 1));
+      continue;
+    }
     builder.exchange(std::nullopt, into(recv_prev, next_forward_chunk), output_to_send(k),
-                     into(recv_next, vp - 1));
+                     std::nullopt);
+    if (k == warmup - 1 && !all_warmup) {
+      file(builder.post(std::nullopt, std::nullopt, std::nullopt, into(recv_next, vp - 1)), false,
+           recv_next, backward_send, backward_receives);
+    }
   }
 
   for (int64_t k = 0; k < remaining; ++k) {
     const int64_t forward_k = k + warmup;
     const int64_t backward_k = k;
-    builder.compute(PipelineWork::forward, schedule.forward_buffer(forward_k));
-    builder.compute(PipelineWork::backward, schedule.backward_buffer(backward_k));
     auto [recv_prev, next_forward_chunk] = schedule.receive_after(forward_k, true);
     const auto [recv_next, next_backward_chunk] = schedule.receive_after(backward_k, false);
     // The last iteration receives no input: the one before the loop was the extra one.
     if (k == remaining - 1) recv_prev = false;
-    builder.exchange(input_gradient_to_send(backward_k), into(recv_prev, next_forward_chunk),
-                     output_to_send(forward_k), into(recv_next, next_backward_chunk));
+    if (!overlap) {
+      builder.compute(PipelineWork::forward, schedule.forward_buffer(forward_k));
+      builder.compute(PipelineWork::backward, schedule.backward_buffer(backward_k));
+      builder.exchange(input_gradient_to_send(backward_k), into(recv_prev, next_forward_chunk),
+                       output_to_send(forward_k), into(recv_next, next_backward_chunk));
+      continue;
+    }
+    // pp_pre_forward, the forward, pp_post_forward.
+    const Buffer forward = schedule.forward_buffer(forward_k);
+    if (!schedule.first_virtual_stage(forward.chunk)) wait_oldest(forward_receives);
+    builder.compute(PipelineWork::forward, forward);
+    const std::optional<Buffer> output = output_to_send(forward_k);
+    file(builder.post(std::nullopt, into(recv_prev, next_forward_chunk), output, std::nullopt),
+         output.has_value(), recv_prev, forward_send, forward_receives);
+    // pp_pre_backward, the backward, pp_post_backward.
+    const Buffer backward = schedule.backward_buffer(backward_k);
+    if (!schedule.last_virtual_stage(backward.chunk)) wait_oldest(backward_receives);
+    builder.compute(PipelineWork::backward, backward);
+    const std::optional<Buffer> input_gradient = input_gradient_to_send(backward_k);
+    file(builder.post(input_gradient, std::nullopt, std::nullopt,
+                      into(recv_next, next_backward_chunk)),
+         input_gradient.has_value(), recv_next, backward_send, backward_receives);
   }
 
   if (all_warmup && !schedule.last_virtual_stage(vp - 1)) {
@@ -271,17 +367,25 @@ std::vector<PipelineStep> interleaved_one_f_one_b(int64_t pp, int64_t rank, int6
   for (int64_t k = remaining; k < total; ++k) {
     auto [recv_next, next_backward_chunk] = schedule.receive_after(k, false);
     if (k == total - 1) recv_next = false;
+    // With the overlap, the steady state's last posted receive is waited for here.
+    if (overlap && !schedule.last_virtual_stage(schedule.backward_buffer(k).chunk) && k != 0) {
+      wait_oldest(backward_receives);
+    }
     builder.compute(PipelineWork::backward, schedule.backward_buffer(k));
     builder.exchange(input_gradient_to_send(k), std::nullopt, std::nullopt,
                      into(recv_next, next_backward_chunk));
   }
+  // Megatron waits for send_prev_wait_handle here; take() waits for anything else still
+  // posted (the last forward send, which Megatron leaves to torch), so nothing outlives the step.
+  if (backward_send) builder.wait(*backward_send);
   return builder.take();
 }
 
 }  // namespace
 
 std::vector<PipelineStep> pipeline_schedule(int64_t pipeline_parallel, int64_t rank,
-                                            int64_t virtual_chunks, int64_t num_micro_batches) {
+                                            int64_t virtual_chunks, int64_t num_micro_batches,
+                                            bool overlap_p2p_communication) {
   if (pipeline_parallel < 1) {
     common::fail("--pipeline-model-parallel-size must be ≥ 1, got {}", pipeline_parallel);
   }
@@ -306,12 +410,18 @@ std::vector<PipelineStep> pipeline_schedule(int64_t pipeline_parallel, int64_t r
   if (virtual_chunks > 1) {
     // Megatron's validate_args: with p2p overlap off, pp ≤ 2 would put two sends or two receives
     // between the same two ranks into one batch.
-    if (pipeline_parallel <= 2) {
+    if (pipeline_parallel == 1) {
       common::fail(
           "the interleaved schedule (--num-layers-per-virtual-pipeline-stage, {} model "
-          "chunks per rank) needs --pipeline-model-parallel-size greater than 2, got {}, "
-          "to avoid having multiple p2p sends and recvs between the same 2 ranks per "
-          "communication batch",
+          "chunks per rank) needs --pipeline-model-parallel-size greater than 1",
+          virtual_chunks);
+    }
+    if (pipeline_parallel == 2 && !overlap_p2p_communication) {
+      common::fail(
+          "the interleaved schedule (--num-layers-per-virtual-pipeline-stage, {} model "
+          "chunks per rank) with --no-overlap-p2p-communication needs "
+          "--pipeline-model-parallel-size greater than 2, got {}, to avoid having multiple p2p "
+          "sends and recvs between the same 2 ranks per communication batch",
           virtual_chunks, pipeline_parallel);
     }
     // forward_backward_pipelining_with_interleaving: micro batches run in groups of pp per
@@ -341,7 +451,8 @@ std::vector<PipelineStep> pipeline_schedule(int64_t pipeline_parallel, int64_t r
     return steps;
   }
   if (virtual_chunks == 1) return one_f_one_b(pipeline_parallel, rank, num_micro_batches);
-  return interleaved_one_f_one_b(pipeline_parallel, rank, virtual_chunks, num_micro_batches);
+  return interleaved_one_f_one_b(pipeline_parallel, rank, virtual_chunks, num_micro_batches,
+                                 overlap_p2p_communication);
 }
 
 int64_t pipeline_slots(const std::vector<PipelineStep>& steps) {

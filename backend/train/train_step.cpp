@@ -248,9 +248,10 @@ LocalLosses pipeline_forward_backward(GptModel<float>& model, const BatchSource&
   }
   if (overlapped != nullptr) inputs.last_gradients_ready = overlapped->ready();
   LocalLosses local;
-  run_pipeline_steps(
-      model, pipeline_schedule(stage.pipeline_parallel, stage.rank, stage.virtual_chunks, count),
-      inputs, backward_scale, options.micro_batch_size, options.seq_length);
+  run_pipeline_steps(model,
+                     pipeline_schedule(stage.pipeline_parallel, stage.rank, stage.virtual_chunks,
+                                       count, options.overlap_p2p_communication),
+                     inputs, backward_scale, options.micro_batch_size, options.seq_length);
   if (stage.last()) {
     for (const int64_t positions : scored) local.scored_positions += positions;
   }

@@ -54,6 +54,9 @@ struct TrainStepOptions {
   double clip_grad = 1.0;                 // --clip-grad
   bool overlap_grad_reduce = false;       // --overlap-grad-reduce
   bool overlap_param_gather = false;      // --overlap-param-gather (distributed optimizer)
+  // The interleaved pipeline schedule's transfers overlapped with its computes
+  // (ParallelismArguments::overlap_p2p_communication)
+  bool overlap_p2p_communication = false;
   int64_t ddp_bucket_size = 0;            // --ddp-bucket-size; 0: Megatron's default
   bool log_params_norm = false;           // --log-params-norm
   bool log_num_zeros_in_grad = false;     // --log-num-zeros-in-grad

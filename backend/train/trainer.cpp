@@ -73,6 +73,7 @@ TrainStepOptions train_step_options(const TrainingArguments& a) {
           .clip_grad = a.optimizer.clip_grad,
           .overlap_grad_reduce = a.parallelism.overlap_grad_reduce,
           .overlap_param_gather = a.parallelism.overlap_param_gather,
+          .overlap_p2p_communication = a.parallelism.overlap_p2p_communication(),
           .ddp_bucket_size = a.parallelism.ddp_bucket_size.value_or(0),
           .log_params_norm = a.logging.log_params_norm,
           .log_num_zeros_in_grad = a.logging.log_num_zeros_in_grad};
@@ -451,7 +452,8 @@ void Trainer::carve_model_and_optimizer() {
       const int64_t micro_batches =
           a_.run.global_batch_size / (a_.run.micro_batch_size * groups_.layout.data_parallel);
       slots = pipeline_slots(pipeline_schedule(stage.pipeline_parallel, stage.rank,
-                                               stage.virtual_chunks, micro_batches));
+                                               stage.virtual_chunks, micro_batches,
+                                               a_.parallelism.overlap_p2p_communication()));
     }
     model.reserve(a_.run.micro_batch_size, a_.model.seq_length, slots);
     std::vector<ParameterGroup> groups;

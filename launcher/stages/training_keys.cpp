@@ -170,7 +170,11 @@ const std::vector<TrainingKeyRule> kRules = {
      Kind::no_effect,
      {},
      "PyTorch DDP's gradient buffers; same result"},
-    {"model.batch_p2p_comm", Kind::no_effect, {}, "how pipeline sends are grouped; same result"},
+    {"model.batch_p2p_comm",
+     Kind::no_effect,
+     {},
+     "how pipeline sends are grouped; same result (true with overlap_p2p_comm true and "
+     "interleaving is refused by the preflight, as Megatron core refuses it)"},
     {"model.sync_batch_comm",
      Kind::no_effect,
      {},
@@ -239,11 +243,6 @@ const std::vector<TrainingKeyRule> kRules = {
      "Transformer Engine's userbuffer overlap of tensor-parallel communication; not built, the "
      "collectives run after the GEMMs"},
     {"model.ub_tp_comm_overlap_cfg", Kind::no_effect, {}, "read only with ub_tp_comm_overlap"},
-    {"model.overlap_p2p_comm",
-     Kind::effect_in_nemo,
-     {"false"},
-     "overlapping pipeline sends with compute in the interleaved schedule; not built, the sends "
-     "are not overlapped"},
     {"model.optim.contiguous_grad_buffer",
      Kind::no_effect,
      {},

@@ -156,13 +156,28 @@ void check_layout_and_memory(const Node& config, const Node& training, Preflight
   // --num-layers-per-virtual-pipeline-stage): its rules, as pretrain_gpt enforces them.
   const int64_t chunks = report.virtual_pipeline = virtual_pipeline_chunks(config);
   if (chunks > 1) {
-    if (pp <= 2) {
-      // Megatron's interleaved schedule without overlapped p2p communication needs pp > 2.
+    // Megatron's interleaved schedule needs pp > 1, and pp > 2 without overlapped p2p
+    // communication (two sends between the same two ranks in one batch otherwise).
+    const Node* overlap = find_set(training, "model.overlap_p2p_comm");
+    const bool overlapped =
+        overlap != nullptr && overlap->as_bool("training.model.overlap_p2p_comm");
+    // NeMo hands both to Megatron core's interleaved schedule, which refuses the pair
+    // (batch_p2p_comm defaults to true there).
+    const Node* batched = find_set(training, "model.batch_p2p_comm");
+    if (overlapped && (batched == nullptr || batched->as_bool("training.model.batch_p2p_comm"))) {
+      problems.push_back(
+          "training.model.overlap_p2p_comm true needs training.model.batch_p2p_comm false (NeMo's "
+          "default is true): Megatron core's interleaved schedule can not use both "
+          "overlap_p2p_comm "
+          "and batch_p2p_comm");
+    }
+    if (pp == 1 || (pp == 2 && !overlapped)) {
       problems.push_back(fmt::format(
           "training.model.virtual_pipeline_model_parallel_size {} needs "
-          "pipeline_model_parallel_size > 2 for Megatron's interleaved schedule, got {}: raise "
-          "pipeline_model_parallel_size or set virtual_pipeline_model_parallel_size to null",
-          chunks, pp));
+          "pipeline_model_parallel_size > {} for Megatron's interleaved schedule{}, got {}: raise "
+          "pipeline_model_parallel_size{} or set virtual_pipeline_model_parallel_size to null",
+          chunks, overlapped ? 1 : 2, overlapped ? "" : " without overlap_p2p_comm", pp,
+          pp == 2 ? ", set overlap_p2p_comm to true" : ""));
     }
     try {
       layers_per_virtual_pipeline_stage(config);

@@ -5,7 +5,9 @@
 //   - tp × pp divides the GPU count (num_nodes × devices); dp = GPUs / (tp × pp)
 //   - attention heads divisible by tp; layers divisible by pp
 //   - with model.virtual_pipeline_model_parallel_size V ≥ 2 (Megatron's interleaved schedule):
-//     pp > 2, layers divisible by pp × V, micro batches per step divisible by pp
+//     pp > 2 (pp > 1 with model.overlap_p2p_comm true), layers divisible by pp × V, micro
+//     batches per step divisible by pp, and not overlap_p2p_comm with batch_p2p_comm (whose
+//     default is true), which Megatron core's interleaved schedule refuses
 //   - global batch divisible by micro batch × dp
 //   - sequence length ≤ max position embeddings
 //   - a split with a non-empty validation share when validation runs (limit_val_batches > 0)

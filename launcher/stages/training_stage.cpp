@@ -161,8 +161,13 @@ const std::vector<TrainingFlagMapping> kDerivedFlags = {
      "V, the model chunks per pipeline stage (Megatron's interleaved schedule): null or 1 → none "
      "(NeMo treats 1 as no interleaving); V ≥ 2 → num_layers / (pipeline_model_parallel_size × "
      "V), the layers of one chunk; any other value is refused, and so are V ≥ 2 with "
-     "pipeline_model_parallel_size ≤ 2, num_layers not divisible by pp × V, and micro batches per "
-     "step not divisible by pp (preflight)"},
+     "pipeline_model_parallel_size 1, or 2 without overlap_p2p_comm, num_layers not divisible by "
+     "pp × V, and micro batches per step not divisible by pp (preflight)"},
+    {"model.overlap_p2p_comm", "--no-overlap-p2p-communication",
+     "with virtual_pipeline_model_parallel_size ≥ 2: false or null (NeMo's default) → "
+     "--no-overlap-p2p-communication (each batch of pipeline transfers completes before the next "
+     "compute); true → none (they travel during the computes: Megatron-LM's default); without "
+     "interleaving, none (NeMo and Megatron ignore it there)"},
     {"model.optim.name", "--use-distributed-optimizer",
      "distributed_fused_adam → --use-distributed-optimizer (NeMo's distributed optimizer is "
      "Megatron's); fused_adam, adam or adamw → none; any other name is refused"},
@@ -227,6 +232,7 @@ std::string recompute_granularity(const Node& training) {
 // still applied by the backend's check_flag_value, so its text is read with the same integer
 // grammar and refused in the same words as a flag's value.
 const std::string kVirtualPipelineKey = "model.virtual_pipeline_model_parallel_size";
+const std::string kOverlapP2pKey = "model.overlap_p2p_comm";
 const std::string kValidationBatchesKey = "trainer.limit_val_batches";
 constexpr common::FlagRule kVirtualPipelineRule = common::integer_flag(
     "virtual_pipeline_model_parallel_size", 1, std::numeric_limits<int64_t>::max(),
@@ -601,6 +607,9 @@ std::vector<std::string> megatron_training_arguments(const Node& config) {
   if (const auto layers_per_chunk = layers_per_virtual_pipeline_stage(config)) {
     arguments.insert(arguments.end(), {"--num-layers-per-virtual-pipeline-stage",
                                        fmt::format("{}", *layers_per_chunk)});
+    // NeMo overlaps the interleaved schedule's transfers only when asked (its default is
+    // false); Megatron-LM's default is the overlap.
+    if (!is_true(training, kOverlapP2pKey)) arguments.push_back("--no-overlap-p2p-communication");
   }
 
   if (const Node* scheduler = lookup(training, "model.optim.sched.name")) {

@@ -1,18 +1,19 @@
 // Pipeline parallelism end to end with real Open MPI ranks (mpirun --oversubscribe on the CI's
-// two cores): PP=2 (1F1B), PP=4 with the interleaved schedule (two chunks of one layer per
-// stage) and TP=2 × PP=2 × DP=2 on eight ranks with the distributed optimizer and sequence
-// parallelism (each also with --overlap-grad-reduce: PP=2 × DP=2 and the eight ranks) train
-// the losses one process trains on the same global batch, and the weights
-// after 20 steps (every stage's and tensor-parallel rank's file of mp_rank_XX_YYY, assembled)
-// agree with one process's within 1e-5, for a GPT-2-style model (tied embeddings, hidden
-// dropout) and a Llama-style one (GQA, SwiGLU, RoPE, untied output layer). A PP=2 checkpoint
-// resumes with the uninterrupted losses, and loading it with another pipeline size is refused
-// with the resharding command.
+// two cores): PP=2 (1F1B), PP=4 and PP=2 with the interleaved schedule (two chunks per stage; its
+// transfers overlapped, Megatron's default, and at PP=4 also not) and TP=2 × PP=2 × DP=2 on eight
+// ranks with the distributed optimizer and sequence parallelism (each also with
+// --overlap-grad-reduce: PP=2 × DP=2 and the eight ranks) train the losses one process trains on
+// the same global batch, and the weights after 20 steps (every stage's and tensor-parallel rank's
+// file of mp_rank_XX_YYY, assembled) agree with one process's within 1e-5, for a GPT-2-style model
+// (tied embeddings, hidden dropout) and a Llama-style one (GQA, SwiGLU, RoPE, untied output layer).
+// A PP=2 checkpoint resumes with the uninterrupted losses, and loading it with another pipeline
+// size is refused with the resharding command.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,7 @@ TEST_CASE(
       int pipeline_parallel;
       bool interleaved;
       bool overlap = false;  // --overlap-grad-reduce, every unit its own bucket
+      bool blocking_p2p = false;  // --no-overlap-p2p-communication (interleaved)
     };
     // With --overlap-grad-reduce: PP=2 x DP=2 all-reducing each unit's bucket as the last micro
     // batch's backward on its stage finishes it, and TP=2 x PP=2 x DP=2 reduce-scattering them
@@ -82,19 +84,30 @@ TEST_CASE(
     // group on the shards); except where the word embedding is tied across the stages (the
     // GPT-2 style), whose two gradients are summed on the whole buffer: reduced after the
     // backward there, with a warning.
+    // The interleaved schedule overlaps its pipeline transfers by default (PP=4, and PP=2, which
+    // only the overlap allows) and completes each batch before the next compute with
+    // --no-overlap-p2p-communication: the same losses, to the bit.
+    std::map<std::string, std::map<int, double>> interleaved_losses;
     for (const Layout layout :
-         {Layout{2, 1, 2, false}, Layout{4, 1, 4, true}, Layout{8, 2, 2, false},
-          Layout{4, 1, 2, false, true}, Layout{8, 2, 2, false, true}}) {
+         {Layout{2, 1, 2, false}, Layout{4, 1, 4, true}, Layout{4, 1, 4, true, false, true},
+          Layout{2, 1, 2, true}, Layout{8, 2, 2, false}, Layout{4, 1, 2, false, true},
+          Layout{8, 2, 2, false, true}}) {
       const std::string name = fmt::format(
-          "{}_tp{}_pp{}_np{}{}{}", style, layout.tensor_parallel, layout.pipeline_parallel,
-          layout.ranks, layout.interleaved ? "_interleaved" : "", layout.overlap ? "_overlap" : "");
+          "{}_tp{}_pp{}_np{}{}{}{}", style, layout.tensor_parallel, layout.pipeline_parallel,
+          layout.ranks, layout.interleaved ? "_interleaved" : "", layout.overlap ? "_overlap" : "",
+          layout.blocking_p2p ? "_blocking_p2p" : "");
       CAPTURE(name);
       const fs::path save = directory.path / name;
       const fs::path log = directory.path / (name + ".log");
       auto flags = pipeline_training_flags(style, layout.tensor_parallel, save);
       flags.insert(flags.end(),
                    {"--pipeline-model-parallel-size", std::to_string(layout.pipeline_parallel)});
-      if (layout.interleaved) flags.insert(flags.end(), {"--num-layers-per-virtual-pipeline-stage", "1"});
+      // Two chunks per stage: of one layer at PP=4, of two at PP=2.
+      if (layout.interleaved) {
+        flags.insert(flags.end(), {"--num-layers-per-virtual-pipeline-stage",
+                                   std::to_string(8 / layout.pipeline_parallel / 2)});
+      }
+      if (layout.blocking_p2p) flags.push_back("--no-overlap-p2p-communication");
       if (layout.ranks == 8) {
         flags.insert(flags.end(), {"--use-distributed-optimizer", "--sequence-parallel"});
       }
@@ -123,6 +136,9 @@ TEST_CASE(
       }
       int lines = 0;
       check_same_losses(logged_losses(output, &lines), expected);
+      if (layout.interleaved && layout.pipeline_parallel == 4) {
+        interleaved_losses[layout.blocking_p2p ? "blocking" : "overlapped"] = logged_losses(output);
+      }
       CHECK(lines == 20);  // printed once, by the last rank
       CHECK(output.find(fmt::format("> initialized pipeline model parallel with size {}",
                                     layout.pipeline_parallel)) != std::string::npos);
@@ -139,6 +155,8 @@ TEST_CASE(
       CAPTURE(worst_tensor);
       CHECK(difference <= 1e-5);
     }
+    REQUIRE(interleaved_losses.size() == 2);
+    CHECK(interleaved_losses["overlapped"] == interleaved_losses["blocking"]);
   }
 }
 
@@ -187,14 +205,19 @@ TEST_CASE("pipeline layouts Megatron refuses are refused before training, naming
     std::string message;
   };
   const std::vector<Refusal> refusals = {
-      {{"--pipeline-model-parallel-size", "3"}, 3,
+      {{"--pipeline-model-parallel-size", "3"},
+       3,
        "--num-layers 8 must be divisible by --pipeline-model-parallel-size 3"},
-      {{"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "2"}, 2,
+      {{"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "2",
+        "--no-overlap-p2p-communication"},
+       2,
        "needs --pipeline-model-parallel-size greater than 2"},
-      {{"--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "3"}, 4,
+      {{"--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "3"},
+       4,
        "--num-layers-per-virtual-pipeline-stage 3 must divide the 2 layers of each pipeline stage"},
       {{"--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "1",
-        "--global-batch-size", "6"}, 4,
+        "--global-batch-size", "6"},
+       4,
        "divisible by --pipeline-model-parallel-size 4"},
   };
   for (const Refusal& refusal : refusals) {

@@ -406,6 +406,64 @@ TEST_CASE("a wrong exchange is an error naming the group: a peer outside it, a t
   CHECK(incoming[0] == previous);
 }
 
+TEST_CASE("started exchanges pair across batches in posting order, whichever is waited first") {
+  auto& world = mpi_test::world();
+  const int64_t rank = world.rank(), size = world.size();
+  const int64_t next = (rank + 1) % size, previous = (rank + size - 1) % size;
+  // Above Open MPI's eager limit: a send completes only once its receive is posted.
+  const size_t count = size_t{1} << 18;
+  std::vector<float> first = sent_values(rank, 0, count), second = sent_values(rank, 1, count);
+  std::vector<float> got_first(count, -1.0f), got_second(count, -1.0f);
+  auto a = world.start_exchange(std::vector<PointToPoint>{
+      send_to(next, view_of(first)), receive_from(previous, view_of(got_first))});
+  auto b = world.start_exchange(std::vector<PointToPoint>{
+      send_to(next, view_of(second)), receive_from(previous, view_of(got_second))});
+  b->wait();  // the later batch first: both are posted, so neither holds up the other
+  a->wait();
+  a->wait();  // a second wait returns at once
+  CHECK(got_first == sent_values(previous, 0, count));
+  CHECK(got_second == sent_values(previous, 1, count));
+  CHECK(world.start_exchange({}) != nullptr);  // an empty batch: finished at once
+
+  // start_exchange returns before its batch completes: rank 0's receive waits for a send rank 1
+  // makes only after rank 0 has told it, after start_exchange returned (a blocking start would
+  // never return).
+  std::vector<int32_t> signal = {1}, answer = {-1};
+  if (rank == 0) {
+    auto receiving =
+        world.start_exchange(std::vector<PointToPoint>{receive_from(1, view_of(answer), 3)});
+    world.exchange(std::vector<PointToPoint>{send_to(1, view_of(signal), 4)});
+    receiving->wait();
+    CHECK(answer[0] == 42);
+  } else if (rank == 1) {
+    world.exchange(std::vector<PointToPoint>{receive_from(0, view_of(signal), 4)});
+    answer[0] = 42;
+    world.exchange(std::vector<PointToPoint>{send_to(0, view_of(answer), 3)});
+  }
+
+  // One dropped unwaited is finished by its destructor: its values are there after.
+  std::vector<int32_t> outgoing = {static_cast<int32_t>(rank)}, incoming = {-1};
+  world.start_exchange(std::vector<PointToPoint>{send_to(next, view_of(outgoing)),
+                                                 receive_from(previous, view_of(incoming))});
+  CHECK(incoming[0] == previous);
+
+  // A size mismatch shows at wait(), in exchange()'s words.
+  std::vector<double> wide(4);
+  std::vector<float> four(4, 1.0f);
+  if (rank == 1) {
+    world.exchange(std::vector<PointToPoint>{send_to(0, view_of(four), 7)});
+  } else if (rank == 0) {
+    auto started =
+        world.start_exchange(std::vector<PointToPoint>{receive_from(1, view_of(wide), 7)});
+    CHECK_THROWS_WITH_AS(started->wait(),
+                         "MPI_Irecv in the world group: rank 1 sent 2 elements' worth of fp64 "
+                         "with tag 7 where 4 elements of fp64 were expected: the two sides' "
+                         "sizes or element types differ",
+                         common::Error);
+  }
+  world.barrier();
+}
+
 TEST_CASE("split makes Megatron's groups: a sum over the data-parallel group only") {
   auto& world = mpi_test::world();
   const int64_t rank = world.rank();

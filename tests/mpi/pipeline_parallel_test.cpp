@@ -1,6 +1,7 @@
 // Pipeline parallelism on real ranks (mpirun -np 3): three GptModel<double> stages running
 // Megatron's 1F1B schedule, and its interleaved schedule with two model chunks per stage, over
-// Open MPI (train/pipeline_execution.hpp) compute what one process computes with the whole
+// Open MPI (train/pipeline_execution.hpp; the interleaved one also with its transfers overlapped)
+// compute what one process computes with the whole
 // model: the same initial values in every stage's tensors (the last stage's copy of a tied
 // word embedding equal to the first stage's), the same summed loss over a global batch of six
 // micro batches, and the same gradients tensor by tensor (fp64, to 1e-12), for a GPT-2-style
@@ -102,7 +103,8 @@ double stage_difference(const GptModel<double>& stage, const GptModel<double>& w
   return worst / std::max(scale, 1e-300);
 }
 
-void check_against_one_process(const GptConfig& config, int64_t virtual_chunks) {
+void check_against_one_process(const GptConfig& config, int64_t virtual_chunks,
+                               bool overlap_p2p_communication = false) {
   auto& world = mpi_test::world();
   const int64_t pp = world.size();
   const int64_t rank = world.rank();
@@ -149,7 +151,8 @@ void check_against_one_process(const GptConfig& config, int64_t virtual_chunks) 
                                                           static_cast<size_t>(unit.numel));
             announced.emplace_back(unit, std::vector<double>(values.begin(), values.end()));
           }};
-  const auto steps = backend::pipeline_schedule(pp, rank, virtual_chunks, kMicroBatches);
+  const auto steps = backend::pipeline_schedule(pp, rank, virtual_chunks, kMicroBatches,
+                                                overlap_p2p_communication);
   stage.reserve(kBatchSize, kSeqLength, backend::pipeline_slots(steps));
   double loss = backend::run_pipeline_steps(stage, steps, inputs, scale, kBatchSize, kSeqLength);
   // Every unit of the stage announced once, complete: its gradients then are its final ones.
@@ -188,7 +191,9 @@ void check_against_one_process(const GptConfig& config, int64_t virtual_chunks) 
 
 }  // namespace
 
-TEST_CASE("PP=3 with 1F1B and with the interleaved schedule computes one process's loss and gradients") {
+TEST_CASE(
+    "PP=3 with 1F1B and with the interleaved schedule (overlapped or not) computes one process's "
+    "loss and gradients") {
   REQUIRE(mpi_test::world().size() == 3);
   for (const std::string style : {"gpt2", "llama"}) {
     CAPTURE(style);
@@ -203,6 +208,11 @@ TEST_CASE("PP=3 with 1F1B and with the interleaved schedule computes one process
     {
       INFO("interleaved, two chunks of one layer per stage");
       check_against_one_process(style == "gpt2" ? pipeline_gpt2_config(6) : pipeline_llama_config(6), 2);
+    }
+    {
+      INFO("interleaved with overlapped transfers (MPI_Isend/MPI_Irecv waited for later)");
+      check_against_one_process(
+          style == "gpt2" ? pipeline_gpt2_config(6) : pipeline_llama_config(6), 2, true);
     }
   }
 }

@@ -676,18 +676,20 @@ TEST_CASE(
   CHECK(output.find("interleaved") == std::string::npos);
   check_same_checkpoint(d / "tp2_pp4", d / "built_tp2_pp4", 2, 4);
 
-  // Dropped at PP=2 (the interleaved schedule needs more than two stages) and at one process.
-  save_layout_checkpoint(at_layout(arguments, d / "built_pp2", 1, 2), whole);
+  // Kept at PP=2 too (two stages take the interleaved schedule with its overlapped transfers,
+  // the default): four chunks of one layer per stage.
+  save_layout_checkpoint(at_layout(arguments, d / "built_pp2", 1, 2, 1), whole);
   result = reshard(d / "pp4", d / "pp2", 1, 32, 2, &output);
-  CHECK(result.interleaving_dropped);
-  CHECK(result.target_arguments.parallelism.num_layers_per_virtual_pipeline_stage == 0);
-  CHECK(output.find("--num-layers-per-virtual-pipeline-stage 1 of the checkpoint does not fit "
-                    "--target-pipeline-parallel-size 2 (the interleaved schedule needs a "
-                    "pipeline-parallel size greater than 2): the resharded checkpoint has no "
-                    "interleaved schedule") != std::string::npos);
+  CHECK_FALSE(result.interleaving_dropped);
+  CHECK(result.target_arguments.parallelism.num_layers_per_virtual_pipeline_stage == 1);
   check_same_checkpoint(d / "pp2", d / "built_pp2", 1, 2);
+  // Dropped at one process, saying so.
   result = reshard(d / "pp4", d / "one", 1, 32, 1, &output);
   CHECK(result.interleaving_dropped);
+  CHECK(output.find("--num-layers-per-virtual-pipeline-stage 1 of the checkpoint does not fit "
+                    "--target-pipeline-parallel-size 1 (the interleaved schedule needs a "
+                    "pipeline-parallel size greater than 1): the resharded checkpoint has no "
+                    "interleaved schedule") != std::string::npos);
   check_same_checkpoint(d / "one", d / "whole", 1, 1);
 }
 

@@ -1141,9 +1141,15 @@ TEST_CASE("Megatron flags built for one value, or not at all, are refused with t
       {{"--use-dist-ckpt"},
        "--use-dist-ckpt is a Megatron-LM flag this backend does not support yet"},
       {{"--profile"}, "--profile is a Megatron-LM flag this backend does not support yet"},
-      {{"--overlap-p2p-communication"},
-       "--overlap-p2p-communication is a Megatron-LM flag this backend does not support yet: "
-       "overlapping the pipeline's sends and receives with computation is not built"},
+      {{"--overlap-p2p-communication", "--no-overlap-p2p-communication"},
+       "--overlap-p2p-communication and --no-overlap-p2p-communication contradict each other"},
+      {{"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
+        "--no-overlap-p2p-communication"},
+       "--num-layers-per-virtual-pipeline-stage with --no-overlap-p2p-communication needs "
+       "--pipeline-model-parallel-size greater than 2"},
+      {{"--num-layers-per-virtual-pipeline-stage", "1"},
+       "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size greater "
+       "than 1"},
       {{"--cuda-graph-impl", "local"},
        "--cuda-graph-impl is a Megatron-LM flag this backend does not support yet: CUDA graphs "
        "are not built yet"},

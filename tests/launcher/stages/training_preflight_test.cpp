@@ -94,20 +94,58 @@ TEST_CASE("the interleaved schedule's rules are checked before queueing, naming 
     CHECK(format_preflight(plain).front().find("interleaved") == std::string::npos);
   }
 
-  // pp ≤ 2: Megatron's interleaved schedule (without overlapped p2p) needs more stages.
-  for (const std::string pp : {"1", "2"}) {
-    CAPTURE(pp);
-    const auto report =
-        local_preflight(composed({"training.trainer.devices=" + pp, "training.model.num_layers=24",
-                                  "training.model.pipeline_model_parallel_size=" + pp,
-                                  "+training.model.virtual_pipeline_model_parallel_size=2"}));
-    REQUIRE(report.problems.size() == 1);
-    CHECK(report.problems.front() ==
-          "training.model.virtual_pipeline_model_parallel_size 2 needs "
-          "pipeline_model_parallel_size > 2 for Megatron's interleaved schedule, got " + pp +
-              ": raise pipeline_model_parallel_size or set virtual_pipeline_model_parallel_size "
-              "to null");
+  // pp ≤ 2: Megatron's interleaved schedule without overlapped p2p (NeMo's default) needs more
+  // stages; with model.overlap_p2p_comm true, two are enough, one is not.
+  const auto stages = [&](const std::string& pp, const std::string& overlap) {
+    std::vector<std::string> overrides = {"training.trainer.devices=" + pp,
+                                          "training.model.num_layers=24",
+                                          "training.model.pipeline_model_parallel_size=" + pp,
+                                          "+training.model.virtual_pipeline_model_parallel_size=2"};
+    if (!overlap.empty()) overrides.push_back("training.model.overlap_p2p_comm=" + overlap);
+    if (overlap == "true") overrides.push_back("training.model.batch_p2p_comm=false");
+    return local_preflight(composed(overrides));
+  };
+  for (const std::string overlap : {"", "false"}) {
+    CAPTURE(overlap);
+    for (const std::string pp : {"1", "2"}) {
+      CAPTURE(pp);
+      const auto report = stages(pp, overlap);
+      REQUIRE(report.problems.size() == 1);
+      CHECK(report.problems.front() ==
+            "training.model.virtual_pipeline_model_parallel_size 2 needs "
+            "pipeline_model_parallel_size > 2 for Megatron's interleaved schedule without "
+            "overlap_p2p_comm, got " +
+                pp + ": raise pipeline_model_parallel_size" +
+                (pp == "2" ? ", set overlap_p2p_comm to true" : "") +
+                " or set virtual_pipeline_model_parallel_size to null");
+    }
   }
+  CHECK(stages("2", "true").problems.empty());
+  // NeMo passes both keys to Megatron core's interleaved schedule, which refuses the overlap
+  // with batched transfers (batch_p2p_comm's default is true); without interleaving neither is
+  // read.
+  for (const std::string batched : {"true", "null"}) {
+    CAPTURE(batched);
+    const auto both = local_preflight(composed(
+        {"training.trainer.devices=4", "training.model.num_layers=24",
+         "training.model.pipeline_model_parallel_size=4",
+         "+training.model.virtual_pipeline_model_parallel_size=2",
+         "training.model.overlap_p2p_comm=true", "training.model.batch_p2p_comm=" + batched}));
+    REQUIRE(both.problems.size() == 1);
+    CHECK(both.problems.front() ==
+          "training.model.overlap_p2p_comm true needs training.model.batch_p2p_comm false "
+          "(NeMo's default is true): Megatron core's interleaved schedule can not use both "
+          "overlap_p2p_comm and batch_p2p_comm");
+  }
+  CHECK(local_preflight(composed({"training.model.overlap_p2p_comm=true",
+                                  "training.model.batch_p2p_comm=true"}))
+            .problems.empty());
+  const auto one_stage = stages("1", "true");
+  REQUIRE(one_stage.problems.size() == 1);
+  CHECK(one_stage.problems.front() ==
+        "training.model.virtual_pipeline_model_parallel_size 2 needs "
+        "pipeline_model_parallel_size > 1 for Megatron's interleaved schedule, got 1: raise "
+        "pipeline_model_parallel_size or set virtual_pipeline_model_parallel_size to null");
   // 24 layers in 4 stages of 5 chunks.
   const auto uneven =
       local_preflight(interleaved({"+training.model.virtual_pipeline_model_parallel_size=5"}));

@@ -232,6 +232,29 @@ TEST_CASE("virtual_pipeline_model_parallel_size V becomes layers per chunk: L / 
   const auto arguments = megatron_training_arguments(composed_126m(interleaved));
   CHECK(flag_value(arguments, "--num-layers-per-virtual-pipeline-stage") == "2");  // 24 / (4 × 3)
   CHECK(flag_value(arguments, "--pipeline-model-parallel-size") == "4");
+  // NeMo's model.overlap_p2p_comm: absent or false (its default) keeps each batch of pipeline
+  // transfers blocking, true lets them travel during the computes (Megatron-LM's default).
+  CHECK(has(arguments, "--no-overlap-p2p-communication"));
+  for (const std::string overlap : {"false", "null"}) {
+    auto with_key = interleaved;
+    with_key.push_back("training.model.overlap_p2p_comm=" + overlap);
+    CHECK(has(megatron_training_arguments(composed_126m(with_key)),
+              "--no-overlap-p2p-communication"));
+  }
+  auto overlapped = interleaved;
+  overlapped.push_back("training.model.overlap_p2p_comm=true");
+  CHECK_FALSE(has(megatron_training_arguments(composed_126m(overlapped)),
+                  "--no-overlap-p2p-communication"));
+  // Without interleaving the key changes nothing (NeMo and Megatron ignore it there).
+  CHECK_FALSE(
+      has(megatron_training_arguments(composed_126m({"training.model.overlap_p2p_comm=false"})),
+          "--no-overlap-p2p-communication"));
+  CHECK_THROWS_WITH_AS(megatron_training_arguments(composed_126m([&] {
+                         auto bad = interleaved;
+                         bad.push_back("training.model.overlap_p2p_comm=sometimes");
+                         return bad;
+                       }())),
+                       doctest::Contains("training.model.overlap_p2p_comm"), common::Error);
   // A quoted value is read as any flag's value is.
   const auto quoted = megatron_training_arguments(composed_126m(
       {"training.model.num_layers=24", "training.model.pipeline_model_parallel_size=4",
