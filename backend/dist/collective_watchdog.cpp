@@ -2,14 +2,24 @@
 #include "backend/dist/collective_watchdog.hpp"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <utility>
 
 #include "backend/common/error.hpp"
 
 namespace backend {
+
+void end_this_rank(const std::string& message) {
+  spdlog::error("{}", message);
+  spdlog::default_logger()->flush();
+  std::fflush(nullptr);  // the iteration lines printed so far, before the process goes
+  std::_Exit(2);
+}
 
 std::string format_timeout(double minutes) {
   if (minutes >= 1) return fmt::format("{} minute{}", minutes, minutes == 1 ? "" : "s");
@@ -106,31 +116,17 @@ std::string CollectiveWatchdog::message(std::string_view operation, std::string_
 }
 
 void CollectiveWatchdog::start(std::chrono::milliseconds period) {
-  stop();
+  ticker_.stop();
   {
     const std::lock_guard lock(mutex_);
-    stopping_ = false;
     ticked_ = true;
     last_tick_ = now_();
   }
-  thread_ = std::thread([this, period] {
-    std::unique_lock lock(mutex_);
-    while (!wake_.wait_for(lock, period, [this] { return stopping_; })) {
-      lock.unlock();
-      tick(period);
-      lock.lock();
-    }
-  });
+  ticker_.start(period, [this, period] { tick(period); });
 }
 
 void CollectiveWatchdog::stop() {
-  if (!thread_.joinable()) return;
-  {
-    const std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  thread_.join();
+  ticker_.stop();
 }
 
 }  // namespace backend

@@ -23,13 +23,13 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
+
+#include "backend/dist/periodic_thread.hpp"
 
 namespace backend {
 
@@ -38,6 +38,12 @@ inline constexpr double kDefaultDistributedTimeoutMinutes = 10;
 
 // "10 minutes", "1 minute", "1.5 minutes", "3 seconds" (below a minute): for messages.
 std::string format_timeout(double minutes);
+
+// What a watchdog does with a rank that waited too long (or whose collective failed): the
+// message on stderr (spdlog's error line, flushed with everything printed so far), then the end
+// of this process with status 2, from whichever thread found it. Launchers end the job when a
+// rank exits non-zero (mpirun; srun with --kill-on-bad-exit; torchrun's agent).
+[[noreturn]] void end_this_rank(const std::string& message);
 
 class CollectiveWatchdog {
  public:
@@ -115,9 +121,7 @@ class CollectiveWatchdog {
   bool ticked_ = false;  // last_tick_ is set
   Clock::time_point last_tick_{};
 
-  bool stopping_ = false;
-  std::condition_variable wake_;
-  std::thread thread_;
+  PeriodicThread ticker_;  // last: stopped before the members its calls use go
 };
 
 }  // namespace backend

@@ -7,8 +7,11 @@
 //
 // Every collective is called by every member with the same sizes and types (a point-to-point
 // batch by the members it names, each listing its side of the transfers); `values` is
-// overwritten in place where it is both input and output. Sums are in the views' element type
-// (NCCL's bf16 and fp16 included; Open MPI has no 16-bit floats, so its communicator sums them
+// overwritten in place where it is both input and output. A call returns once what the caller
+// does next sees its results: host memory is complete; a device's memory may still be in
+// flight, ordered before everything the caller later queues on that device (the NCCL
+// communicator), so the host reads it through the device's copies. Sums are in the views' element
+// type (NCCL's bf16 and fp16 included; Open MPI has no 16-bit floats, so its communicator sums them
 // in fp32 and rounds once); the order in which the members' contributions are added is the
 // library's, fixed for a given library, size and group (so runs repeat), but not the order of a
 // single-process sum.

@@ -564,13 +564,7 @@ class MpiCommunicator final : public Communicator {
 // Leaving the process is safe from any thread, and is what the launchers act on: mpirun ends
 // the whole job when one rank exits non-zero (killing a stopped rank too), as srun does with
 // --kill-on-bad-exit=1; without it every rank that waits times out on its own
-// (docs/parallelism.md, "Failure behaviour").
-[[noreturn]] void end_waiting_rank(const std::string& message) {
-  spdlog::error("{}", message);
-  spdlog::default_logger()->flush();
-  std::fflush(nullptr);  // the iteration lines printed so far, before the process goes
-  std::_Exit(2);
-}
+// (docs/parallelism.md, "Failure behaviour"). end_this_rank (collective_watchdog.hpp) does that.
 
 class OpenMpiSession final : public MpiSession {
  public:
@@ -578,7 +572,7 @@ class OpenMpiSession final : public MpiSession {
       : watchdog_(std::make_shared<CollectiveWatchdog>(
             fmt::format("rank {} (host {})", process.rank,
                         process.node.empty() ? "unknown" : process.node),
-            CollectiveWatchdog::Clock::now, end_waiting_rank)) {
+            CollectiveWatchdog::Clock::now, end_this_rank)) {
     // The watchdog runs from before MPI_Init_thread (which waits for every rank to start) to
     // after MPI_Finalize (which waits for every rank to finish).
     watchdog_->start();

@@ -1,9 +1,11 @@
 // The NCCL communicator: Communicator (communicator.hpp) for GPU ranks, over NVIDIA's NCCL
 // (ncclAllReduce, ncclReduceScatter, ncclAllGather, ncclBroadcast, ncclSend/ncclRecv,
 // ncclCommSplit), as torch.distributed's NCCL backend serves Megatron's GPU ranks. Views are
-// GPU memory of one CUDA device (make_cuda_device); every call is enqueued on that device's
-// stream, in order with its ops, and returns when it has completed, as the interface's calls
-// do. nccl_communicator_cuda.cu in a build with CUDA and NCCL (≥ 2.18, for ncclCommSplit),
+// GPU memory of one CUDA device (make_cuda_device); every call is enqueued on a stream of its own
+// after the device's ops so far, and the device's later ops are ordered after it by an event:
+// the host does not wait (barrier() excepted), and reads the values through the device's copies.
+// A watchdog thread ends the rank when a queued collective fails or outlives the timeout.
+// nccl_communicator_cuda.cu in a build with CUDA and NCCL (≥ 2.18, for ncclCommSplit),
 // nccl_communicator_nocuda.cpp (refusals) otherwise; this header has no CUDA or NCCL header.
 //
 // Making the world's: rank 0 asks NCCL for a unique id (ncclGetUniqueId, 128 bytes); every rank
@@ -30,9 +32,9 @@ namespace backend {
 inline constexpr size_t kNcclUniqueIdBytes = 128;
 using NcclUniqueId = std::array<std::byte, kNcclUniqueIdBytes>;
 
-// How long one NCCL call may wait for the other ranks before the communicator is aborted
-// (ncclCommAbort) and the call fails: NCCL's collectives otherwise wait forever for a rank that
-// died. Megatron's --distributed-timeout-minutes default.
+// How long one NCCL collective may stay outstanding before the watchdog ends this rank (a
+// barrier: before the communicator is aborted and the call fails): NCCL's collectives otherwise
+// wait forever for a rank that died. Megatron's --distributed-timeout-minutes default.
 inline constexpr std::chrono::minutes kDefaultNcclTimeout{10};
 
 // A new id for a new NCCL communicator (ncclGetUniqueId; called on one rank, which then shares

@@ -5,13 +5,19 @@
 //   mapped to NCCL's types; sums and maxima in the views' type, bf16 and fp16 included, as
 //   NCCL computes them), then enqueues on the communicator's own stream (as torch's NCCL
 //   process group has one per device), which first waits, through an event, for everything
-//   enqueued so far on the device's compute stream (cuda_placement); then it waits for that
-//   stream: the interface's calls are blocking, and the caller may read the values on the
-//   host next. The wait polls the stream and ncclCommGetAsyncError, so a failure on another rank
-//   or the network ends the call with NCCL's reason; a call that has waited longer than the
-//   timeout aborts the communicator (ncclCommAbort) and fails, naming the call and the group,
-//   rather than wait forever for a rank that died. An aborted communicator refuses every later
-//   call. ncclCommInitRank and ncclCommSplit wait for the other ranks without that bound.
+//   enqueued so far on the device's compute stream (cuda_placement). Then the compute stream
+//   waits, through an event, for the collective, and the call returns: events, not the host,
+//   order the two streams, and the host goes on queueing compute (the views are GPU memory, which
+//   the host reads only through the device's copies, on the compute stream, after it). The
+//   world's watchdog thread (queued_collective_watchdog.hpp) asks every queued collective's
+//   event and ncclCommGetAsyncError every 100 ms, and ends this rank with NCCL's reason when one
+//   failed, or naming the call and the group when one has been outstanding longer than the
+//   timeout, rather than let a later copy wait forever for a rank that died (PyTorch's NCCL
+//   watchdog and TORCH_NCCL_ASYNC_ERROR_HANDLING do the same). barrier() alone waits on the
+//   host, polling the stream and ncclCommGetAsyncError, and fails (aborting the communicator
+//   with ncclCommAbort, which then refuses every later call) on an error or the timeout: a
+//   barrier is for the host. ncclCommInitRank and ncclCommSplit wait for the other ranks
+//   without that bound.
 // - reduce_scatter and all_gather over shard_range's shards: ncclReduceScatter and
 //   ncclAllGather need equal shards, so they serve a buffer that size() divides; any other
 //   is one ncclReduce (rooted at the shard's owner) or ncclBroadcast (from it) per shard, all in
@@ -33,21 +39,22 @@
 //   may be gone, and ncclCommDestroy would wait for it).
 // - start_all_reduce (--overlap-grad-reduce's buckets), start_reduce_scatter and start_all_gather
 //   (the distributed optimizer's buckets, --overlap-param-gather's), start_exchange (the
-//   pipeline's overlapped transfers) enqueue the same way and
-//   return at once: the NCCL kernels run on the communicator's stream beside the compute
-//   stream's kernels. wait() makes the compute stream wait for the collective's event
-//   (cudaStreamWaitEvent: the streams are ordered by events, not by the host), then polls that
-//   event as the blocking calls poll their stream, so a failure or the timeout still ends the
-//   wait with NCCL's reason. One never waited for still orders the compute stream after it when
-//   it is dropped. The split communicators each get their own stream.
+//   pipeline's overlapped transfers) enqueue the same way and return at once, watched from the
+//   start, without making the compute stream wait: the NCCL kernels run on the communicator's
+//   stream beside the compute stream's kernels until wait() makes the compute stream wait for
+//   the collective's event. One never waited for still orders the compute stream after it when
+//   it is dropped. The split communicators each get their own stream and share the world's
+//   watchdog.
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -59,6 +66,7 @@
 #include "backend/device/cuda_device.hpp"
 #include "backend/dist/collective_watchdog.hpp"
 #include "backend/dist/nccl_communicator.hpp"
+#include "backend/dist/queued_collective_watchdog.hpp"
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
 #error "the NCCL communicator needs NCCL 2.18 or newer (ncclCommSplit); this nccl.h is older"
@@ -111,12 +119,14 @@ void* element(const View& view, int64_t offset) {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int device, cudaStream_t compute_stream, std::string name,
-                   std::chrono::milliseconds timeout)
+                   std::chrono::milliseconds timeout,
+                   std::shared_ptr<QueuedCollectiveWatchdog> watchdog)
       : comm_(comm),
         device_(device),
         compute_stream_(compute_stream),
         name_(std::move(name)),
-        timeout_(timeout) {
+        timeout_(timeout),
+        watchdog_(std::move(watchdog)) {
     try {
       int value = 0;
       check(ncclCommUserRank(comm_, &value), "ncclCommUserRank", name_, comm_);
@@ -154,7 +164,7 @@ class NcclCommunicator final : public Communicator {
     check(ncclAllReduce(values.data, values.data, count, nccl_type(values.type),
                         operation == ReduceOperation::sum ? ncclSum : ncclMax, comm, stream_),
           call, name_, comm);
-    wait(call);
+    queued(call);
   }
 
   std::unique_ptr<PendingCollective> start_all_reduce(View values,
@@ -217,7 +227,7 @@ class NcclCommunicator final : public Communicator {
       reduce_to_owners("ncclReduce (reduce_scatter's uneven shards)", comm, output, input,
                        shard_counts(input.numel));
     }
-    wait(call);
+    queued(call);
   }
 
   void all_gather(View output, View input) override {
@@ -245,7 +255,7 @@ class NcclCommunicator final : public Communicator {
       broadcast_from_owners("ncclBroadcast (all_gather's uneven shards)", comm, output, input,
                             shard_counts(output.numel));
     }
-    wait(call);
+    queued(call);
   }
 
   void broadcast(View values, int64_t root) override {
@@ -258,7 +268,7 @@ class NcclCommunicator final : public Communicator {
     check(ncclBroadcast(values.data, values.data, count, nccl_type(values.type),
                         static_cast<int>(root), comm, stream_),
           call, name_, comm);
-    wait(call);
+    queued(call);
   }
 
   void send(View values, int64_t peer) override {
@@ -274,7 +284,7 @@ class NcclCommunicator final : public Communicator {
     const ncclComm_t comm = check_exchange(transfers);
     enter();
     post_exchange(transfers, comm);
-    wait("exchange (ncclSend/ncclRecv)");
+    queued("ncclSend/ncclRecv (exchange)");
   }
 
   // The same group, returning at once like start_all_reduce (overlapped pipeline transfers).
@@ -314,7 +324,7 @@ class NcclCommunicator final : public Communicator {
       common::fail("{} in the {} group gave no communicator for color {}", call, name_, color);
     }
     return std::make_unique<NcclCommunicator>(part, device_, compute_stream_, std::move(name),
-                                              timeout_);
+                                              timeout_, watchdog_);
   }
 
  private:
@@ -362,7 +372,7 @@ class NcclCommunicator final : public Communicator {
     if (count == 0) return;
     enter();
     check(post(transfer, comm), call, name_, comm);
-    wait(call);
+    queued(call);
   }
   // The communicator, unless an earlier failure aborted it.
   ncclComm_t live(const char* call) const {
@@ -474,52 +484,93 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  // A started call: what `post` enqueues, on the communication stream after the compute
-  // stream's work so far, and the event that marks its end, which the pending call waits for.
-  template <typename Post>
-  std::unique_ptr<PendingCollective> started(const char* call, Post post) {
-    cudaEvent_t done = nullptr;
-    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    auto pending = std::make_unique<StartedCollective>(*this, done, call);
-    enter();
-    post();
-    CUDA_CHECK(cudaEventRecord(done, stream_));
-    return pending;
+  // An event recorded at the end of what the communication stream holds so far, shared by
+  // whoever still needs it (the watchdog, a started call): destroyed with the last of them.
+  std::shared_ptr<CUevent_st> end_of_stream() {
+    cudaEvent_t event = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    std::shared_ptr<CUevent_st> done(event, [](cudaEvent_t e) { (void)cudaEventDestroy(e); });
+    CUDA_CHECK(cudaEventRecord(event, stream_));
+    return done;
   }
 
-  // A started call (all-reduce, reduce-scatter or all-gather): its event, recorded on the
-  // communication stream after the NCCL calls.
+  // Hands the collective that ends at `done` to the world's watchdog: it asks the event and
+  // NCCL's asynchronous error until the collective has completed, and ends this rank when it
+  // fails or outlives the timeout (queued_collective_watchdog.hpp).
+  void watch(const char* call, std::shared_ptr<CUevent_st> done) {
+    const ncclComm_t comm = comm_;
+    const int device = device_;
+    watchdog_->watch({fmt::format("{} in the {} group", call, name_),
+                      this,
+                      [done, comm, device] {
+                        QueuedCollectiveWatchdog::State state;
+                        (void)cudaSetDevice(device);
+                        const cudaError_t status = cudaEventQuery(done.get());
+                        if (status == cudaSuccess) {
+                          state.done = true;
+                          return state;
+                        }
+                        if (status != cudaErrorNotReady) {
+                          state.failure =
+                              fmt::format("CUDA error {} ({})", cudaGetErrorName(status),
+                                          cudaGetErrorString(status));
+                          return state;
+                        }
+                        ncclResult_t asynchronous = ncclSuccess;
+                        const ncclResult_t asked = ncclCommGetAsyncError(comm, &asynchronous);
+                        if (asked != ncclSuccess) asynchronous = asked;
+                        if (asynchronous != ncclSuccess && asynchronous != ncclInProgress) {
+                          state.failure = nccl_text(asynchronous, comm);
+                        }
+                        return state;
+                      },
+                      // The event goes with the watchdog's entry (its query holds `done`).
+                      {}});
+  }
+
+  // A blocking call's end: the compute stream waits for what was just enqueued (by an event:
+  // no host wait) and the watchdog watches it. The host goes on queueing compute; a copy to the
+  // host later on the compute stream sees the collective's values.
+  void queued(const char* call) {
+    const std::shared_ptr<CUevent_st> done = end_of_stream();
+    CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, done.get(), 0));
+    watch(call, done);
+  }
+
+  // A started call: what `post` enqueues, on the communication stream after the compute
+  // stream's work so far, and the event that marks its end, which the pending call makes the
+  // compute stream wait for; watched from the start.
+  template <typename Post>
+  std::unique_ptr<PendingCollective> started(const char* call, Post post) {
+    enter();
+    post();
+    std::shared_ptr<CUevent_st> done = end_of_stream();
+    watch(call, done);
+    return std::make_unique<StartedCollective>(compute_stream_, std::move(done));
+  }
+
+  // A started call (all-reduce, reduce-scatter, all-gather, exchange): wait() orders the
+  // compute stream after its event; the watchdog, not the host, waits for it.
   class StartedCollective final : public PendingCollective {
    public:
-    StartedCollective(NcclCommunicator& group, cudaEvent_t done, const char* call)
-        : group_(&group), done_(done), call_(call) {}
+    StartedCollective(cudaStream_t compute_stream, std::shared_ptr<CUevent_st> done)
+        : compute_stream_(compute_stream), done_(std::move(done)) {}
     ~StartedCollective() override {
-      if (done_ == nullptr) return;
       // Dropped unwaited: the compute stream still waits for it, so nothing later on it
       // touches the values first. No error is raised from here.
-      (void)cudaStreamWaitEvent(group_->compute_stream_, done_, 0);
-      (void)cudaEventDestroy(done_);
+      if (done_) (void)cudaStreamWaitEvent(compute_stream_, done_.get(), 0);
     }
     StartedCollective(const StartedCollective&) = delete;
     StartedCollective& operator=(const StartedCollective&) = delete;
     void wait() override {
-      if (done_ == nullptr) return;
-      const cudaEvent_t done = done_;
-      done_ = nullptr;
-      CUDA_CHECK(cudaStreamWaitEvent(group_->compute_stream_, done, 0));
-      try {
-        group_->poll(call_, [&] { return cudaEventQuery(done); });
-      } catch (...) {
-        (void)cudaEventDestroy(done);
-        throw;
-      }
-      CUDA_CHECK(cudaEventDestroy(done));
+      if (!done_) return;
+      const std::shared_ptr<CUevent_st> done = std::move(done_);
+      CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, done.get(), 0));
     }
 
    private:
-    NcclCommunicator* group_;
-    cudaEvent_t done_;
-    const char* call_;  // a string literal
+    cudaStream_t compute_stream_;
+    std::shared_ptr<CUevent_st> done_;
   };
 
   // The communication stream waits for everything enqueued on the compute stream so far (the
@@ -574,13 +625,17 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
+  // The watchdog stops asking about this communicator's collectives first: it must not query
+  // a communicator that is gone.
   void abort_communicator() noexcept {
+    if (watchdog_) watchdog_->forget(this);
     if (comm_ != nullptr) (void)ncclCommAbort(comm_);
     comm_ = nullptr;
   }
 
   void release(bool aborting) noexcept {
     (void)cudaSetDevice(device_);
+    if (watchdog_) watchdog_->forget(this);
     if (comm_ != nullptr) {
       if (aborting) {
         (void)ncclCommAbort(comm_);
@@ -604,6 +659,8 @@ class NcclCommunicator final : public Communicator {
   cudaEvent_t compute_ready_ = nullptr;  // enter()'s mark on the compute stream
   std::string name_;
   std::chrono::milliseconds timeout_;
+  // The world's, shared by its splits: watches the collectives queued without a host wait.
+  std::shared_ptr<QueuedCollectiveWatchdog> watchdog_;
   int64_t rank_ = 0;
   int64_t size_ = 1;
   int32_t* barrier_ = nullptr;  // one int32 on the GPU, for barrier()
@@ -645,8 +702,14 @@ std::unique_ptr<Communicator> make_nccl_communicator(Device& device, const NcclU
   ncclComm_t comm = nullptr;
   check(ncclCommInitRank(&comm, static_cast<int>(world_size), unique_id, static_cast<int>(rank)),
         "ncclCommInitRank", name, nullptr);
+  // One watchdog thread for this communicator and every group split from it.
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "unknown");
+  auto watchdog = std::make_shared<QueuedCollectiveWatchdog>(
+      fmt::format("rank {} (host {})", rank, host), timeout, Clock::now, end_this_rank);
+  watchdog->start();
   return std::make_unique<NcclCommunicator>(comm, placement.index, placement.stream,
-                                            std::move(name), timeout);
+                                            std::move(name), timeout, std::move(watchdog));
 }
 
 }  // namespace backend

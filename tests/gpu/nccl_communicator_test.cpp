@@ -4,14 +4,16 @@
 // too), broadcast and barrier against the one-process communicator's results on the same values
 // in host memory; an exchange with itself whose receives are listed in another tag order than
 // its sends; split; and the refusals (host memory, a send to itself, a rank outside the group,
-// a negative color); started all-reduces (--overlap-grad-reduce's) ordered with the compute
-// stream. Skipped without a GPU (gpu_test_support.hpp) or without NCCL in the build.
-// One rank's shards are the whole buffer, so the uneven-shard path (grouped ncclReduce and
-// ncclBroadcast) needs two GPUs and does not run here.
+// a negative color); started all-reduces (--overlap-grad-reduce's) and a started exchange
+// ordered with the compute stream; a chain of blocking all-reduces and compute ops, which the host
+// does not wait between, kept in order. Skipped without a GPU (gpu_test_support.hpp) or without
+// NCCL in the build. One rank's shards are the whole buffer, so the uneven-shard path (grouped
+// ncclReduce and ncclBroadcast) needs two GPUs and does not run here.
 #include "backend/dist/nccl_communicator.hpp"
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -129,6 +131,15 @@ TEST_CASE("NCCL communicator, one rank: exchange with itself pairs equal tags, a
   expect_close("exchange tag 0", tensors.read(got0), first, 0.0);
   expect_close("exchange tag 1", tensors.read(got1), second, 0.0);
   world->exchange({});
+  // The same batch started (the pipeline's overlapped transfers), waited for, then read.
+  View later0 = tensors.poisoned(1000, ElementType::f32),
+       later1 = tensors.poisoned(1000, ElementType::f32);
+  std::vector<PointToPoint> started = batch;
+  started[0].values = later1;
+  started[2].values = later0;
+  world->start_exchange(started)->wait();
+  expect_close("started exchange tag 0", tensors.read(later0), first, 0.0);
+  expect_close("started exchange tag 1", tensors.read(later1), second, 0.0);
 
   auto part = world->split(0, 0, "part");
   CHECK(part->rank() == 0);
@@ -172,6 +183,26 @@ TEST_CASE("NCCL communicator, one rank: started all-reduces finish on the comput
       ->start_all_reduce(View{nullptr, 0, ElementType::f32, backend::MemoryKind::cuda},
                          ReduceOperation::sum)
       ->wait();
+}
+
+TEST_CASE("NCCL communicator, one rank: blocking calls are ordered on the compute stream") {
+  // The host does not wait for a collective: the compute stream waits for it by an event. A
+  // chain of 40 all-reduces, each followed by a compute-stream op that doubles the values,
+  // read once at the end, gives 2^40 × the values only if every link kept its order.
+  auto gpu = open_gpu_or_skip();
+  if (!gpu) return;
+  auto world = open_nccl_or_skip(*gpu);
+  if (!world) return;
+  Tensors tensors(*gpu);
+  const std::vector<float> values = {1.0f, -2.5f, 3.25f, 1e-3f};
+  const View chain = tensors.input(values, ElementType::f32);
+  for (int link = 0; link < 40; ++link) {
+    world->all_reduce(chain, ReduceOperation::sum);
+    backend::ops::scale(*gpu, chain, 2.0);
+  }
+  std::vector<float> expected = values;
+  for (float& value : expected) value = std::ldexp(value, 40);  // exact: powers of two
+  expect_close("ordered chain", tensors.read(chain), expected, 0.0);
 }
 
 TEST_CASE(
