@@ -2,8 +2,8 @@
 # Several ranks on one GPU (issue 40): pretrain_gpt under mpirun with --distributed-backend gloo
 # (the collectives staged through host memory over Open MPI, so ranks may share the GPU;
 # docs/parallelism.md "Collectives and memory") for DP=2, DP=4, the distributed optimizer,
-# ZeRO-3, TP=2 with sequence parallelism, PP=2 and TP=2 x PP=2 in bf16, TP=2 in fp16 (its loss
-# scaling), DP=2 and ZeRO-1 with --grad-reduce-in-bf16, and TP=2 and PP=2 in fp32, each
+# ZeRO-3, TP=2 with sequence parallelism, PP=2, PP=2 interleaved (its transfers overlapped) and
+# TP=2 x PP=2 in bf16, TP=2 in fp16 (its loss scaling), DP=2 and ZeRO-1 with --grad-reduce-in-bf16, and TP=2 and PP=2 in fp32, each
 # against one rank's losses in the same precision
 # (16-bit TP sums its partial outputs in bf16 over the ranks: Open MPI's sums of 16-bit floats
 # are taken in fp32 and rounded once); then DP=2 over NCCL, started by mpirun
@@ -93,6 +93,12 @@ check tp2_pp2_bf16_gloo 4 one_rank_bf16 "$bf16_tolerance" --bf16 --tensor-model-
   --pipeline-model-parallel-size 2 "${gloo[@]}"
 check tp2_fp16_gloo 2 one_rank_fp16 "$bf16_tolerance" --fp16 --tensor-model-parallel-size 2 \
   "${gloo[@]}"
+# The interleaved schedule (two chunks of one layer per stage, so four layers) at PP=2, which
+# only its overlapped transfers (the default) allow, against one rank of four layers.
+run one_rank_bf16_4_layers 1 --bf16 --num-layers 4 ||
+  { echo "one_rank_bf16_4_layers: FAILED"; tail -n 5 "$out/one_rank_bf16_4_layers.log"; exit 1; }
+check pp2_interleaved_bf16_gloo 2 one_rank_bf16_4_layers "$bf16_tolerance" --bf16 --num-layers 4 \
+  --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 "${gloo[@]}"
 # --overlap-grad-reduce with every layer its own bucket: the same sums, started during the
 # backward (the staged route runs each at once, so this checks the buckets, not overlap).
 check dp2_bf16_overlap_gloo 2 one_rank_bf16 "$bf16_tolerance" --bf16 --overlap-grad-reduce \
