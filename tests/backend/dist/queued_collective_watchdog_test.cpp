@@ -39,7 +39,7 @@ struct FakeCollective {
 }  // namespace
 
 TEST_CASE(
-    "finished collectives are released and dropped; one outstanding too long is reported "
+    "finished collectives are released and dropped, and one outstanding too long is reported "
     "once") {
   FakeClock clock;
   std::vector<std::string> messages;
@@ -98,7 +98,7 @@ TEST_CASE("an asynchronous error is reported at once with its reason, ahead of l
   CHECK(messages.size() == 1);
 }
 
-TEST_CASE("forget() releases one communicator's collectives; the destructor releases the rest") {
+TEST_CASE("forget() releases one communicator's collectives, and the destructor the rest") {
   FakeClock clock;
   int fired = 0;
   FakeCollective mine, theirs;
