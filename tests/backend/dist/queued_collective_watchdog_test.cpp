@@ -43,12 +43,13 @@ TEST_CASE(
     "once") {
   FakeClock clock;
   std::vector<std::string> messages;
+  // Declared before the watchdog, whose destructor releases what is still outstanding.
+  FakeCollective first, second;
+  const int owner = 0;
   QueuedCollectiveWatchdog watchdog(
       "rank 3 (host node2)", 10min, clock.function(),
       [&](const std::string& message) { messages.push_back(message); });
   CHECK_FALSE(watchdog.check());  // nothing outstanding
-  FakeCollective first, second;
-  const int owner = 0;
   watchdog.watch(first.watched("ncclAllReduce in the data parallel group", &owner));
   clock.now += 1min;
   watchdog.watch(
@@ -79,11 +80,11 @@ TEST_CASE(
 TEST_CASE("an asynchronous error is reported at once with its reason, ahead of later ones") {
   FakeClock clock;
   std::vector<std::string> messages;
+  FakeCollective running, failing, later;  // before the watchdog (see above)
+  const int owner = 0;
   QueuedCollectiveWatchdog watchdog(
       "rank 0 (host a)", 3s, clock.function(),
       [&](const std::string& message) { messages.push_back(message); });
-  FakeCollective running, failing, later;
-  const int owner = 0;
   watchdog.watch(running.watched("ncclAllReduce in the tensor parallel group", &owner));
   watchdog.watch(failing.watched("ncclReduceScatter in the data parallel group", &owner));
   watchdog.watch(later.watched("ncclAllGather in the data parallel group", &owner));
