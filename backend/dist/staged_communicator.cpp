@@ -257,15 +257,11 @@ class RoutedCommunicator final : public Communicator {
     route({values}, "receive").receive(values, peer);
   }
   void exchange(std::span<const PointToPoint> transfers) override {
-    std::vector<View> views;
-    for (const PointToPoint& transfer : transfers) views.push_back(transfer.values);
-    route(views, "exchange").exchange(transfers);
+    route(views_of(transfers), "exchange").exchange(transfers);
   }
   std::unique_ptr<PendingCollective> start_exchange(
       std::span<const PointToPoint> transfers) override {
-    std::vector<View> views;
-    for (const PointToPoint& transfer : transfers) views.push_back(transfer.values);
-    return route(views, "start_exchange").start_exchange(transfers);
+    return route(views_of(transfers), "start_exchange").start_exchange(transfers);
   }
   void barrier() override { host_path_->barrier(); }
   std::unique_ptr<Communicator> split(int64_t color, int64_t key, std::string name) override {
@@ -275,6 +271,12 @@ class RoutedCommunicator final : public Communicator {
   }
 
  private:
+  static std::vector<View> views_of(std::span<const PointToPoint> transfers) {
+    std::vector<View> views;
+    for (const PointToPoint& transfer : transfers) views.push_back(transfer.values);
+    return views;
+  }
+
   // Empty views (an absent shard) live nowhere and follow the others; a call of empty views
   // only goes the host way (it moves nothing).
   Communicator& route(const std::vector<View>& views, const char* call) {
