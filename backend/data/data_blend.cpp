@@ -113,6 +113,12 @@ DataBlend read_data_file_list(const std::string& path) {
       if (words.size() == 3) {
         // The ALCF fork drops a ".bin" its lists may name the dataset by.
         if (words[1].ends_with(".bin")) words[1].resize(words[1].size() - 4);
+        if (words[1].empty()) {
+          common::fail(
+              "{}:{}: '.bin' names no dataset prefix (the prefix is the path before "
+              ".bin, e.g. \"0.25 /data/oscar_text_document.bin web\")",
+              path, number);
+        }
         blend.corpora.push_back(words[2]);
         if (corpus_lines++ == 0) first_corpus = number;
       } else if (first_without_corpus == 0) {

@@ -193,6 +193,12 @@ TEST_CASE("--data-file-list and --data-args-path files") {
   CHECK(shares[1].name == "books");
   CHECK(shares[1].weight == doctest::Approx(0.5 / 0.5035));
   CHECK(read_data_file_list(list.string()).corpora.empty());
+  // A prefix that is only ".bin" would become empty once the ".bin" is dropped (found by
+  // fuzz/data_sources).
+  std::ofstream(directory.path / "bare_bin.txt") << "0.5 .bin web\n";
+  CHECK_THROWS_WITH_AS(read_data_file_list((directory.path / "bare_bin.txt").string()),
+                       doctest::Contains("bare_bin.txt:1: '.bin' names no dataset prefix"),
+                       common::Error);
   std::ofstream(directory.path / "some_corpora.txt") << "0.5 a web\n0.5 b\n";
   CHECK_THROWS_WITH_AS(read_data_file_list((directory.path / "some_corpora.txt").string()),
                        doctest::Contains("line 1 names a corpus but line 2 does not"), common::Error);
