@@ -8,6 +8,9 @@
 
 #include <doctest/doctest.h>
 
+#include <string>
+#include <vector>
+
 namespace test_support {
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -23,5 +26,14 @@ inline constexpr bool kSanitizedBuild = false;
 #endif
 
 inline doctest::skip release_only() { return doctest::skip(kSanitizedBuild); }
+
+// The model styles a long multi-rank e2e test trains: both in the release build; in the
+// sanitized build only "llama" (the style with more switches on: RMSNorm, SwiGLU, RoPE, grouped
+// attention), since there each run costs several times more and the collectives, the code the
+// sanitizers watch there, are the same for both styles.
+inline std::vector<std::string> model_styles() {
+  if (kSanitizedBuild) return {"llama"};
+  return {"gpt2", "llama"};
+}
 
 }  // namespace test_support

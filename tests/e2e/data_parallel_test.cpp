@@ -205,7 +205,7 @@ TEST_CASE(
     bool distributed;
     const char* bucket_size;  // nullptr: Megatron's default
   };
-  for (const std::string style : {"gpt2", "llama"}) {
+  for (const std::string& style : test_support::model_styles()) {
     CAPTURE(style);
     const fs::path single_save = directory.path / (style + "_one");
     const fs::path single_log = directory.path / (style + "_one.log");

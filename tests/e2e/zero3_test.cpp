@@ -16,6 +16,7 @@
 
 #include "e2e/mpi_runs.hpp"
 #include "logged_losses.hpp"
+#include "sanitized_build.hpp"
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
 
@@ -58,7 +59,7 @@ TEST_CASE("ZeRO-3 with and without CPU offload over Open MPI trains as one proce
       directory.path, "zero3_offload.json",
       R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
                                 "offload_param": {"device": "cpu", "pin_memory": true}}})");
-  for (const std::string style : {"gpt2", "llama"}) {
+  for (const std::string& style : test_support::model_styles()) {
     CAPTURE(style);
     const fs::path single_save = directory.path / (style + "_one");
     const fs::path single_log = directory.path / (style + "_one.log");
