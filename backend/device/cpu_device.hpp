@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "backend/device/device.hpp"
@@ -23,6 +24,8 @@ class CpuDevice : public Device {
   void copy_from_host(View destination, const void* source) override;
   void copy_to_host(void* destination, View source) override;
   void synchronize() override {}  // every op has completed when it returns
+  DeviceMark mark() override { return {++marks_}; }
+  void wait_for(DeviceMark /*mark*/) override {}
   void fill_zero(View values) override;
   void copy(View destination, View source) override;
   // Grown when a larger request first comes and kept: a training step's shapes are the first
@@ -34,6 +37,7 @@ class CpuDevice : public Device {
  private:
   MemoryLedger ledger_;
   std::vector<std::max_align_t> scratch_;
+  uint64_t marks_ = 0;
 };
 
 }  // namespace backend

@@ -5,12 +5,15 @@
 // destructor: no global stream or handle, no cudaMalloc inside an op. The ops reach the stream and
 // handles through cuda_context (each op's CUDA twin is called by its family, backend/ops/).
 //
-// The host waits on the stream in two places only: copy_to_host and synchronize (and
-// allocate_zeroed, at setup).
+// The host waits on the stream in three places only: copy_to_host, synchronize and wait_for (and
+// allocate_zeroed, at setup). Marks are events recorded on the stream from a ring made with the
+// device: a mark's event may since have been recorded again, later in the stream, and waiting
+// for that later point is waiting for more than asked, never less.
 // cuda_placement hands the stream to the NCCL communicator, which enqueues its collectives on it
 // and waits for each (backend/dist/nccl_communicator_cuda.cu).
 #include <cuda_runtime.h>
 
+#include <array>
 #include <memory>
 #include <string>
 
@@ -31,6 +34,8 @@ namespace backend {
 namespace {
 
 constexpr int64_t kCublasWorkspaceBytes = int64_t{32} << 20;
+// Marks in flight before an event is recorded again (a pinned upload ring holds a few).
+constexpr int kMarkEvents = 64;
 
 void release_gpu(void* data, int64_t /*bytes*/) noexcept {
   // Called from destructors: an error here cannot be thrown, and a failing cudaFree means the
@@ -83,6 +88,9 @@ class CudaDevice final : public Device {
     // From here on a failure must release what was made: the members' destructor does it.
     try {
       CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      for (cudaEvent_t& event : mark_events_) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+      }
       CUBLAS_CHECK(cuda_detail::cublaslt().create(&lt_handle_));
       workspace_ = allocate_zeroed(kCublasWorkspaceBytes, "the cuBLASLt workspace");
       scratch_ = allocate_zeroed(options.scratch_bytes, "the ops' scratch");
@@ -151,6 +159,23 @@ class CudaDevice final : public Device {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
+  DeviceMark mark() override {
+    use();
+    const uint64_t sequence = ++marks_;
+    CUDA_CHECK(cudaEventRecord(mark_event(sequence), stream_));
+    return {sequence};
+  }
+
+  void wait_for(DeviceMark mark) override {
+    if (mark.sequence == 0) return;
+    if (mark.sequence > marks_) {
+      common::fail("wait_for: mark {} of {} was never made (it made {})", mark.sequence, name_,
+                   marks_);
+    }
+    use();
+    CUDA_CHECK(cudaEventSynchronize(mark_event(mark.sequence)));
+  }
+
   void copy_from_host(View destination, const void* source) override {
     if (destination.bytes() == 0) return;
     check_on_gpu(destination, "copy_from_host");
@@ -212,6 +237,9 @@ class CudaDevice final : public Device {
  private:
   // Every public call starts here: a process may drive several GPUs from one thread.
   void use() const { CUDA_CHECK(cudaSetDevice(index_)); }
+  cudaEvent_t mark_event(uint64_t sequence) const {
+    return mark_events_[static_cast<size_t>(sequence % kMarkEvents)];
+  }
 
   void destroy() noexcept {
     (void)cudaSetDevice(index_);
@@ -222,6 +250,10 @@ class CudaDevice final : public Device {
     workspace_ = {};
     if (lt_handle_ != nullptr) (void)cuda_detail::cublaslt().destroy(lt_handle_);
     lt_handle_ = nullptr;
+    for (cudaEvent_t& event : mark_events_) {
+      if (event != nullptr) (void)cudaEventDestroy(event);
+      event = nullptr;
+    }
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
     stream_ = nullptr;
   }
@@ -230,6 +262,8 @@ class CudaDevice final : public Device {
   std::string name_;
   MemoryLedger ledger_;  // before the members it counts: they go first
   cudaStream_t stream_ = nullptr;
+  std::array<cudaEvent_t, kMarkEvents> mark_events_{};
+  uint64_t marks_ = 0;
   cublasLtHandle_t lt_handle_ = nullptr;
   DeviceMemory workspace_;
   DeviceMemory scratch_;

@@ -44,6 +44,12 @@ class OpObserver {
   virtual void op_queued(std::string_view op, double flops) = 0;
 };
 
+// A point in one device's order of work (Device::mark). Value-initialised it is no point:
+// waiting for it returns at once.
+struct DeviceMark {
+  uint64_t sequence = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -62,13 +68,22 @@ class Device {
   // so not in memory_usage(). May be called after setup (a staging buffer grows).
   virtual DeviceMemory allocate_pinned_host(int64_t bytes, std::string_view what) = 0;
   // From host memory; the call returns once `source` may be reused, except from
-  // allocate_pinned_host's memory, which the device may still be reading until synchronize().
+  // allocate_pinned_host's memory, which the device may still be reading until synchronize(),
+  // or until wait_for a mark() made after the copy.
   virtual void copy_from_host(View destination, const void* source) = 0;  // destination.bytes()
   // Waits for the device's queued work, then copies: `destination` holds the bytes on return.
   virtual void copy_to_host(void* destination, View source) = 0;  // source.bytes()
   // The host waits until the work queued so far on this device has completed (nothing to wait
   // for on the CPU): before host memory a queued copy reads is written again.
   virtual void synchronize() = 0;
+  // mark() names the point after the work queued so far; wait_for(mark) holds the host until
+  // the work up to that point has completed, not what was queued after it (on a GPU: an event
+  // recorded on the stream). What a page-locked upload slot needs before the host writes it
+  // again (pinned_upload_ring.hpp), without draining the device. A mark of another device is
+  // not checked: it may wait for the wrong point. On the CPU every op has completed when it
+  // returns: marks are counted, waits return at once.
+  virtual DeviceMark mark() = 0;
+  virtual void wait_for(DeviceMark mark) = 0;
   virtual void fill_zero(View values) = 0;
   // destination = source, both this device's memory, of one element type and element count
   // (else common::Error naming both); they may be the same view, not otherwise overlap. In the

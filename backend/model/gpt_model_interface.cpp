@@ -233,7 +233,7 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
   s.reserve(batch_size, seq_length, std::max<int64_t>(1, s.micro_batches.slots()));
   MicroBatchBuffers& buffers = s.micro_batches.slot(0);
   s.micro_batches.upload_tokens(buffers, tokens);
-  s.device->copy_from_host(buffers.labels, labels.data());
+  s.micro_batches.upload_labels(buffers, labels);
   buffers.scored_positions = scored_positions;
   const Scalar loss = s.forward_chunk(0, 0, backward_scale);
   if (s.training) ++s.dropout_step;
@@ -336,7 +336,7 @@ Scalar GptModel<Scalar>::forward_chunk(int64_t slot, int64_t chunk, std::span<co
   }
   if (s.last_virtual_stage(chunk)) {
     buffers.scored_positions = check_labels(s.config, labels, s.batch_size(), s.seq_length());
-    s.device->copy_from_host(buffers.labels, labels.data());
+    s.micro_batches.upload_labels(buffers, labels);
   }
   return s.forward_chunk(slot, chunk, backward_scale);
 }

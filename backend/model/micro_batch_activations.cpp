@@ -14,6 +14,17 @@
 namespace backend {
 namespace {
 
+constexpr int64_t kUploadSlots = 12;
+
+// The callers check the ids' shape first (check_token_ids, check_labels): a mismatch here is
+// this backend's own error.
+void check_upload_size(View destination, int64_t count, const char* what) {
+  if (count != destination.numel) {
+    common::fail("a micro batch's {}: {} values for a buffer of {}", what, count,
+                 destination.numel);
+  }
+}
+
 LayerActivations layer_views(const Arena& arena, const LayerActivationRegions& r) {
   return {arena.view(r.input_norm), arena.view(r.input_norm_mean), arena.view(r.input_norm_rstd),
           arena.view(r.qkv),        arena.view(r.attention_logsumexp), arena.view(r.context),
@@ -87,6 +98,15 @@ bool MicroBatchActivations::reserve(int64_t batch_size, int64_t seq_length, int6
     slots_.push_back(std::move(buffers));
   }
   host_token_index_.assign(static_cast<size_t>(slots_.front().token_index.numel), 0);
+  {
+    // Three uploads a micro batch (tokens, their index, labels): slots for four micro batches
+    // before the host waits for the device to take one.
+    const MicroBatchBuffers& first = slots_.front();
+    const int64_t slot_bytes =
+        std::max({first.tokens.bytes(), first.token_index.bytes(), first.labels.bytes()});
+    uploads_ = PinnedUploadRing(*device_, kUploadSlots, slot_bytes,
+                                "the page-locked slots of the micro batches' uploads");
+  }
   plan_ = std::move(kept);
   batch_size_ = batch_size;
   seq_length_ = seq_length;
@@ -115,10 +135,17 @@ bool MicroBatchActivations::reserve(int64_t batch_size, int64_t seq_length, int6
 
 void MicroBatchActivations::upload_tokens(MicroBatchBuffers& buffers,
                                           std::span<const int32_t> tokens) {
-  device_->copy_from_host(buffers.tokens, tokens.data());
+  check_upload_size(buffers.tokens, std::ssize(tokens), "tokens");
+  uploads_.upload(buffers.tokens, tokens.data());
   if (buffers.token_index.empty()) return;
   index_tokens(tokens.data(), std::ssize(tokens), host_token_index_.data());
-  device_->copy_from_host(buffers.token_index, host_token_index_.data());
+  uploads_.upload(buffers.token_index, host_token_index_.data());
+}
+
+void MicroBatchActivations::upload_labels(MicroBatchBuffers& buffers,
+                                          std::span<const int32_t> labels) {
+  check_upload_size(buffers.labels, std::ssize(labels), "labels");
+  uploads_.upload(buffers.labels, labels.data());
 }
 
 namespace {

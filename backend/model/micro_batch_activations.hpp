@@ -15,6 +15,7 @@
 #include "backend/core/view.hpp"
 #include "backend/device/arena.hpp"
 #include "backend/device/device.hpp"
+#include "backend/device/pinned_upload_ring.hpp"
 #include "backend/model/activation_plan.hpp"
 #include "backend/model/gpt_config.hpp"
 #include "backend/model/pipeline_stage.hpp"
@@ -97,7 +98,10 @@ class MicroBatchActivations {
 
   // The tokens into `buffers`, with their index for the embedding backward when it keeps one
   // (built on the host and copied with them, so the backward never reads the tokens back).
+  // Both uploads, as upload_labels', go through page-locked slots (pinned_upload_ring.hpp): they
+  // return once the copy is queued, without waiting for the device.
   void upload_tokens(MicroBatchBuffers& buffers, std::span<const int32_t> tokens);
+  void upload_labels(MicroBatchBuffers& buffers, std::span<const int32_t> labels);
 
  private:
   const GptConfig* shard_;
@@ -114,6 +118,7 @@ class MicroBatchActivations {
   int64_t batch_size_ = 0;
   int64_t seq_length_ = 0;
   std::vector<int32_t> host_token_index_;
+  PinnedUploadRing uploads_;
 };
 
 // Activations copied to the host as Scalar (float or double): bf16 and fp16 ones

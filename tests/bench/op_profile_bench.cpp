@@ -90,6 +90,8 @@ class TimingDevice final : public backend::Device, public backend::OpObserver {
     return inner_.copy_from_host(destination, source);
   }
   void synchronize() override { inner_.synchronize(); }
+  backend::DeviceMark mark() override { return inner_.mark(); }
+  void wait_for(backend::DeviceMark mark) override { inner_.wait_for(mark); }
   void copy_to_host(void* destination, View source) override {
     return inner_.copy_to_host(destination, source);
   }

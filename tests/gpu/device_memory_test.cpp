@@ -1,5 +1,6 @@
 // The CUDA device's memory and reductions: copies both ways and on the device (against the CPU
-// device's copy), fill_zero, allocate_zeroed, the out-of-memory message, sum against the CPU
+// device's copy), pinned uploads through a ring of two slots behind busy work, marks,
+// fill_zero, allocate_zeroed, the out-of-memory message, sum against the CPU
 // device and run to run, and the refusals (fp64 or fp16 ops, host memory) naming the op.
 // Skipped without a GPU (gpu_test_support.hpp).
 #include <doctest/doctest.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
+#include "backend/device/pinned_upload_ring.hpp"
 #include "backend/ops/gelu.hpp"
 #include "backend/ops/linear.hpp"
 #include "backend/ops/reduction.hpp"
@@ -82,6 +84,43 @@ TEST_CASE("the CUDA device copies on the device as the CPU device does, and refu
   const View host_view{host.data(), 8, ElementType::f32, backend::MemoryKind::host};
   CHECK_THROWS_WITH_AS(gpu->copy(single, host_view), doctest::Contains("host memory in copy"),
                        common::Error);
+}
+
+TEST_CASE("pinned uploads queued behind busy work arrive whole, and a mark waits for its point") {
+  auto gpu = open_gpu_or_skip();
+  if (!gpu) return;
+  Tensors tensors(*gpu);
+  // About 20 ms of copies on the stream, so the uploads queue far behind: a slot rewritten
+  // before its copy ran would land the next upload's values.
+  const int64_t big = int64_t{64} << 20;
+  View from = tensors.poisoned(big, ElementType::f32);
+  View to = tensors.poisoned(big, ElementType::f32);
+  for (int k = 0; k < 40; ++k) gpu->copy(to, from);
+  backend::PinnedUploadRing ring(*gpu, 2, 1024 * sizeof(int32_t), "the test's slots");
+  std::vector<View> destinations;
+  for (int k = 0; k < 64; ++k) {
+    destinations.push_back(tensors.poisoned(1024, ElementType::f32));
+    std::vector<int32_t> values(1024);
+    for (int i = 0; i < 1024; ++i) values[static_cast<size_t>(i)] = k * 4096 + i;
+    View as_ints = destinations.back();
+    as_ints.type = ElementType::i32;
+    ring.upload(as_ints, values.data());
+  }
+  for (int k = 0; k < 64; ++k) {
+    CAPTURE(k);
+    View as_ints = destinations[static_cast<size_t>(k)];
+    as_ints.type = ElementType::i32;
+    std::vector<int32_t> back(1024);
+    gpu->copy_to_host(back.data(), as_ints);
+    CHECK(back.front() == k * 4096);
+    CHECK(back.back() == k * 4096 + 1023);
+  }
+  for (int k = 0; k < 40; ++k) gpu->copy(to, from);
+  const backend::DeviceMark mark = gpu->mark();
+  gpu->wait_for(mark);
+  gpu->wait_for(backend::DeviceMark{});
+  CHECK_THROWS_WITH_AS(gpu->wait_for(backend::DeviceMark{mark.sequence + 1}),
+                       doctest::Contains("was never made"), common::Error);
 }
 
 TEST_CASE("the CUDA device names what it could not allocate, with the free memory") {

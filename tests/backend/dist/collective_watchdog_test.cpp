@@ -2,6 +2,8 @@
 // are checked exactly (a call fires once, and only after it has waited longer than the timeout;
 // time between calls never counts; the message names rank, host, operation, group and flag),
 // then the real thread with a real clock and a short period.
+#include "backend/dist/collective_watchdog.hpp"
+
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -12,21 +14,11 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
-#include "backend/dist/collective_watchdog.hpp"
+#include "fake_clock.hpp"
 
 using backend::CollectiveWatchdog;
 using namespace std::chrono_literals;
-
-namespace {
-
-struct FakeClock {
-  CollectiveWatchdog::Clock::time_point now{};
-  CollectiveWatchdog::Now function() {
-    return [this] { return now; };
-  }
-};
-
-}  // namespace
+using test_support::FakeClock;
 
 TEST_CASE("a call fires once, when it has waited longer than the timeout, with the message") {
   FakeClock clock;

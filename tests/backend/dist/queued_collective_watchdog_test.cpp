@@ -14,18 +14,13 @@
 #include <vector>
 
 #include "backend/common/error.hpp"
+#include "fake_clock.hpp"
 
 using backend::QueuedCollectiveWatchdog;
 using namespace std::chrono_literals;
+using test_support::FakeClock;
 
 namespace {
-
-struct FakeClock {
-  QueuedCollectiveWatchdog::Clock::time_point now{};
-  QueuedCollectiveWatchdog::Now function() {
-    return [this] { return now; };
-  }
-};
 
 // A collective the test finishes or fails, counting its releases.
 struct FakeCollective {
