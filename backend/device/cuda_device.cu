@@ -34,8 +34,9 @@ namespace backend {
 namespace {
 
 constexpr int64_t kCublasWorkspaceBytes = int64_t{32} << 20;
-// Marks in flight before an event is recorded again (a pinned upload ring holds a few).
-constexpr int kMarkEvents = 64;
+// Marks in flight before an event is recorded again: the upload ring's (three a micro batch)
+// between a step's scalar mark and its read one step later.
+constexpr int kMarkEvents = 256;
 
 void release_gpu(void* data, int64_t /*bytes*/) noexcept {
   // Called from destructors: an error here cannot be thrown, and a failing cudaFree means the
@@ -194,6 +195,16 @@ class CudaDevice final : public Device {
     CUDA_CHECK(cudaMemcpyAsync(destination, source.data, static_cast<size_t>(source.bytes()),
                                cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // the one place the host waits for the GPU
+  }
+
+  // Into page-locked memory the copy engine writes directly: only queued. (Into pageable
+  // memory CUDA would copy in step with the host: correct, only slower.)
+  void queue_copy_to_host(void* destination, View source) override {
+    if (source.bytes() == 0) return;
+    check_on_gpu(source, "queue_copy_to_host");
+    use();
+    CUDA_CHECK(cudaMemcpyAsync(destination, source.data, static_cast<size_t>(source.bytes()),
+                               cudaMemcpyDeviceToHost, stream_));
   }
 
   // On the stream, as the ops: no host wait. The same view is nothing to do (cudaMemcpy's

@@ -73,6 +73,10 @@ class Device {
   virtual void copy_from_host(View destination, const void* source) = 0;  // destination.bytes()
   // Waits for the device's queued work, then copies: `destination` holds the bytes on return.
   virtual void copy_to_host(void* destination, View source) = 0;  // source.bytes()
+  // Queues the copy in the device's order of work, without waiting: `destination`, memory of
+  // allocate_pinned_host, holds the bytes once wait_for a mark() made after this call returns
+  // (on the CPU, on return). How the host reads a result while the device goes on.
+  virtual void queue_copy_to_host(void* destination, View source) = 0;  // source.bytes()
   // The host waits until the work queued so far on this device has completed (nothing to wait
   // for on the CPU): before host memory a queued copy reads is written again.
   virtual void synchronize() = 0;

@@ -68,7 +68,9 @@ bool MicroBatchActivations::reserve(int64_t batch_size, int64_t seq_length, int6
       plan_activations(*shard_, *schedule_, batch_size, seq_length, type_, tensor_parallel_size_,
                        sequence_parallel_, *stage_, ActivationPart::shared);
   // The old arenas go first: a smaller shape gives its memory back, a larger one does not
-  // need both at once.
+  // need both at once. The device may still be reading them, and the upload slots, for the
+  // work queued so far (a batch-size ramp-up reserves between queued steps): it finishes first.
+  if (!slots_.empty()) device_->synchronize();
   batch_size_ = seq_length_ = 0;
   slots_.clear();
   shared_ = SharedActivations();

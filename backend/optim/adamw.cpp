@@ -66,6 +66,8 @@ void AdamW::carve_state() {
                    .partial = step.slice(3, 1),
                    .control = step.slice(4, 2),
                    .all = step};
+  step_scalars_host_ = device_->allocate_pinned_host(step.bytes(), "the step's scalars, read back");
+  step_scalars_.host = static_cast<double*>(step_scalars_host_.data());
 }
 
 AdamW::~AdamW() = default;

@@ -95,9 +95,12 @@ class AdamW {
   // queued: the loss total the forwards add to, the gradients' sum of squares, a total that is
   // only logged (--log-params-norm's, --log-num-zeros-in-grad's), a partial sum (scratch for
   // sums over ranges), and the decision (two: the gradient scale and the skip).
+  // `host`: six doubles of page-locked host memory (Device::allocate_pinned_host) that a queued
+  // copy of `all` lands in, so the host reads a step's scalars while the device goes on.
   struct StepScalars {
     View loss_total, sum_of_squares, logged_total, partial, control;
     View all;  // the six, in that order
+    double* host = nullptr;
   };
   StepScalars step_scalars() const { return step_scalars_; }
 
@@ -132,6 +135,7 @@ class AdamW {
   Device* device_ = nullptr;
   // Zeros without a fill pass on the CPU: the first step faults the pages in.
   Arena state_;
+  DeviceMemory step_scalars_host_;
   View exp_avg_, exp_avg_sq_, norm_total_;
   StepScalars step_scalars_;
   int64_t step_ = 0;

@@ -37,6 +37,8 @@ class SpikeRollback {
   std::string rolled_back(int64_t iteration, const Spike& spike, const TrainingProgress& reloaded,
                           int64_t consumed_train);
 
+  // Whether observe() judges the losses at all (--rollback-on-spike).
+  bool watching() const { return spike_.rollback_on_spike; }
   int64_t rollbacks() const { return rollbacks_; }
   // --spike-lr-factor to the power of the rollbacks.
   double learning_rate_factor() const { return learning_rate_factor_; }

@@ -333,14 +333,6 @@ LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
   return local;
 }
 
-// The gradients this rank updates from, reduced over the data-parallel group the way the layout
-// keeps them: all of them, or its shard (distributed optimizer); ZeRO-3's already summed.
-struct StepGradients {
-  View held;                 // all, or this rank's shard of it
-  ShardRange range;          // held's place in the flat buffer
-  bool data_parallel_share;  // held is this rank's share of the group's (ZeRO-1 or ZeRO-3)
-};
-
 StepGradients reduce_gradients(GptModel<float>& model, Communicator& data_parallel,
                                const GradientShard* shard, bool overlapped) {
   const View all = model.gradient_buffer();
@@ -439,7 +431,7 @@ void apply_update(GptModel<float>& model, AdamW& optimizer, const LearningRateSc
 // (two waits more than a step without the flag). Returns the decision read.
 StepScalarValues clip_and_count_zeros(GptModel<float>& model, const AdamW::StepScalars& scalars,
                                       const StepGradients& gradients, Communicator& data_parallel,
-                                      TrainStepResult& result) {
+                                      std::optional<double>& num_zeros_in_grad) {
   Device& device = model.device();
   const StepScalarValues decision = read_step_scalars(device, scalars);
   if (decision.skip) return decision;
@@ -449,7 +441,7 @@ StepScalarValues clip_and_count_zeros(GptModel<float>& model, const AdamW::StepS
               [&](View out, View part) { ops::count_zeros(device, out, part); });
   double zeros = 0;
   device.copy_to_host(&zeros, scalars.logged_total);
-  result.num_zeros_in_grad = zeros;
+  num_zeros_in_grad = zeros;
   return decision;
 }
 
@@ -473,11 +465,9 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   return train_step(model, optimizer, scheduler, source, batch, options, *one_process);
 }
 
-TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
-                           LearningRateScheduler& scheduler, const BatchSource& source,
+QueuedStep queue_gradients(GptModel<float>& model, AdamW& optimizer, const BatchSource& source,
                            const GlobalBatch& batch, const TrainStepOptions& options,
-                           Communicator& data_parallel, const GradientShard* shard,
-                           double learning_rate_factor) {
+                           Communicator& data_parallel, const GradientShard* shard) {
   // Two CPU devices share the host's memory; a GPU's memory is that GPU's alone.
   if (optimizer.device().name() != model.device().name()) {
     common::fail("train_step: the model is on {} but the optimizer's state on {}",
@@ -510,32 +500,46 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
   } else {
     model.finalize_gradients();
   }
-  const StepGradients gradients = reduce_gradients(model, data_parallel, shard, overlap);
+  QueuedStep step;
+  step.batch = batch;
+  step.gradients = reduce_gradients(model, data_parallel, shard, overlap);
+  step.gradient_buckets = local.gradient_buckets;
   const StepLoss loss = reduce_loss(local, batch, options, scaler.inverse_scale(), data_parallel,
                                     model.pipeline_parallel_group(), scalars.loss_total);
-  TrainStepResult result;
-  result.gradient_buckets = local.gradient_buckets;
-  result.learning_rate = scheduler.learning_rate() * learning_rate_factor;
+  step.loss_divisor = loss.divisor;
   // With a loss scaler the gradients are unscaled first (a factor of 1 changes nothing).
-  if (loss.gradient_factor != 1.0) ops::scale(device, gradients.held, loss.gradient_factor);
+  if (loss.gradient_factor != 1.0) ops::scale(device, step.gradients.held, loss.gradient_factor);
   // The global norm, reduced on the device: of the whole buffer, or the shards' sums of squares
   // added over the group; then the decision every rank makes alike from the same totals (with a
   // loss scaler, Megatron's found_inf: any non-finite gradient makes the norm so; without one a
   // non-finite loss skips too, the update it would have made dropped whole). The host reads
   // nothing until the whole step is queued.
-  model_sum_of_squares(model, gradients.held, gradients.range, gradients.data_parallel_share,
-                       data_parallel, scalars, scalars.sum_of_squares);
+  model_sum_of_squares(model, step.gradients.held, step.gradients.range,
+                       step.gradients.data_parallel_share, data_parallel, scalars,
+                       scalars.sum_of_squares);
   ops::decide_step(device, scalars.control, scaler.enabled() ? View{} : scalars.loss_total,
                    scalars.sum_of_squares, options.clip_grad);
-  const bool decided_on_host = options.log_num_zeros_in_grad;
-  if (decided_on_host) {
-    if (!clip_and_count_zeros(model, scalars, gradients, data_parallel, result).skip) {
-      apply_update(model, optimizer, scheduler, gradients, options, data_parallel, shard,
-                   result.learning_rate, View{});
+  return step;
+}
+
+void queue_update(QueuedStep& step, GptModel<float>& model, AdamW& optimizer,
+                  const LearningRateScheduler& scheduler, const TrainStepOptions& options,
+                  Communicator& data_parallel, const GradientShard* shard,
+                  double learning_rate_factor) {
+  if (step.update_queued) common::fail("queue_update: this step's update is queued already");
+  const AdamW::StepScalars scalars = optimizer.step_scalars();
+  Device& device = model.device();
+  step.learning_rate = scheduler.learning_rate() * learning_rate_factor;
+  step.decided_on_host = options.log_num_zeros_in_grad;
+  if (step.decided_on_host) {
+    if (!clip_and_count_zeros(model, scalars, step.gradients, data_parallel, step.num_zeros_in_grad)
+             .skip) {
+      apply_update(model, optimizer, scheduler, step.gradients, options, data_parallel, shard,
+                   step.learning_rate, View{});
     }
   } else {
-    apply_update(model, optimizer, scheduler, gradients, options, data_parallel, shard,
-                 result.learning_rate, scalars.control);
+    apply_update(model, optimizer, scheduler, step.gradients, options, data_parallel, shard,
+                 step.learning_rate, scalars.control);
   }
   if (options.log_params_norm) {
     // Megatron's calc_params_l2_norm after the step: the fp32 master weights here (the model's
@@ -545,20 +549,48 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                          model.sharded_over_data_parallel(), data_parallel, scalars,
                          scalars.logged_total);
   }
-  // The one wait of the step.
-  const StepScalarValues values = read_step_scalars(device, scalars);
-  result.lm_loss = values.loss_total / loss.divisor;
-  result.grad_norm = std::sqrt(values.sum_of_squares);
-  result.skipped = values.skip;
-  if (scaler.enabled()) scaler.update(/*found_inf=*/values.skip);
+  // The step's scalars leave for the host in the device's order of work, before the next
+  // step's queue_gradients writes over them.
+  device.queue_copy_to_host(scalars.host, scalars.all);
+  step.scalars_copied = device.mark();
+  step.params_norm_logged = options.log_params_norm;
+  step.update_queued = true;
+}
+
+TrainStepResult finish_step(QueuedStep& step, GptModel<float>& model, AdamW& optimizer,
+                            LearningRateScheduler& scheduler) {
+  if (!step.update_queued) common::fail("finish_step: the step's update was not queued");
+  LossScaler& scaler = optimizer.loss_scaler();
+  // The one wait of the step, for its own scalars only.
+  model.device().wait_for(step.scalars_copied);
+  const double* values = optimizer.step_scalars().host;
+  TrainStepResult result;
+  result.gradient_buckets = step.gradient_buckets;
+  result.learning_rate = step.learning_rate;
+  result.num_zeros_in_grad = step.num_zeros_in_grad;
+  result.lm_loss = values[0] / step.loss_divisor;
+  result.grad_norm = std::sqrt(values[1]);
+  result.skipped = values[5] != 0.0;
+  if (scaler.enabled()) scaler.update(/*found_inf=*/result.skipped);
   // Megatron's nan iterations: a non-finite loss (with a scaler it still updates when the
   // gradients are finite), or without a scaler a skipped update.
   result.nan = !std::isfinite(result.lm_loss) || (!scaler.enabled() && result.skipped);
   result.loss_scale = scaler.scale();
-  if (result.skipped && !decided_on_host) optimizer.step_skipped();
-  if (!result.skipped) scheduler.step(batch.global_batch_size);
-  if (options.log_params_norm) result.params_norm = std::sqrt(values.logged_total);
+  if (result.skipped && !step.decided_on_host) optimizer.step_skipped();
+  if (!result.skipped) scheduler.step(step.batch.global_batch_size);
+  if (step.params_norm_logged) result.params_norm = std::sqrt(values[2]);
   return result;
+}
+
+TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
+                           LearningRateScheduler& scheduler, const BatchSource& source,
+                           const GlobalBatch& batch, const TrainStepOptions& options,
+                           Communicator& data_parallel, const GradientShard* shard,
+                           double learning_rate_factor) {
+  QueuedStep step = queue_gradients(model, optimizer, source, batch, options, data_parallel, shard);
+  queue_update(step, model, optimizer, scheduler, options, data_parallel, shard,
+               learning_rate_factor);
+  return finish_step(step, model, optimizer, scheduler);
 }
 
 }  // namespace backend

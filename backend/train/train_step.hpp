@@ -20,15 +20,18 @@
 // Where it runs (issue 39, item 4): the losses, the norm, the clipping factor and the skip
 // decision stay on the model's device (ops/step_scalars.hpp; the forwards add their losses to a
 // total there, the update reads the decision there and skips itself), and the host reads them
-// in one copy once the whole step is queued: the device never waits for the host within a step.
-// The host then applies what only it holds: the loss scaler's update, the scheduler's step and
-// the optimizer's step count (taken back when the device skipped). --log-num-zeros-in-grad
-// reads the decision before the update (the zeros are counted after clipping).
+// through a queued copy once the step is queued: the device never waits for the host within a
+// step, and the trainer queues the next step's forward and backward before it waits for that
+// copy (QueuedStep below). The host then applies what only it holds: the loss scaler's update,
+// the scheduler's step and the optimizer's step count (taken back when the device skipped).
+// --log-num-zeros-in-grad reads the decision before the update (the zeros are counted after
+// clipping).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 
+#include "backend/device/device.hpp"
 #include "backend/dist/communicator.hpp"
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
@@ -85,7 +88,53 @@ struct GradientShard {
   View gradients;
 };
 
-// With a data-parallel
+// The gradients a step updates from, reduced over the data-parallel group the way the layout
+// keeps them: all of them, or this rank's shard (distributed optimizer); ZeRO-3's already summed.
+struct StepGradients {
+  View held;                         // all, or this rank's shard of it
+  ShardRange range;                  // held's place in the flat buffer
+  bool data_parallel_share = false;  // held is this rank's share of the group's (ZeRO-1 or ZeRO-3)
+};
+
+// A step in three parts, so that the host can queue the next step's forward and backward before
+// it reads this one's scalars (docs/step_on_device.md, item 3; trainer.cpp decides when):
+//   queue_gradients  zero, forward and backward, the reductions, the loss total, the norm and
+//                    the device's decision: queued, nothing read (but for the host's
+//                    --calculate-per-token-loss count)
+//   queue_update     clip and AdamW at the scheduler's current rate, the parameters back to
+//                    every rank, --log-params-norm's total, then a queued copy of the step's
+//                    scalars into page-locked memory and a mark after it
+//   finish_step      wait for that mark (not for what was queued since), read the scalars and
+//                    apply what only the host holds: the loss scaler, the scheduler's step, the
+//                    optimizer's step count
+// The rate queue_update takes and the loss scale queue_gradients takes are the host's after the
+// steps finished so far, so step k+1's queue_gradients may run before step k's finish_step, but
+// its queue_update only after it; with a loss scaler (--fp16), whose scale the backward takes,
+// or --log-num-zeros-in-grad, which reads the decision inside queue_update, they run in order.
+struct QueuedStep {
+  GlobalBatch batch;
+  StepGradients gradients;
+  double loss_divisor = 1;
+  int64_t gradient_buckets = 0;
+  double learning_rate = 0;      // set by queue_update
+  bool decided_on_host = false;  // --log-num-zeros-in-grad read the decision in queue_update
+  std::optional<double> num_zeros_in_grad;
+  bool params_norm_logged = false;  // --log-params-norm's total is in the scalars
+  bool update_queued = false;
+  DeviceMark scalars_copied;
+};
+
+QueuedStep queue_gradients(GptModel<float>& model, AdamW& optimizer, const BatchSource& source,
+                           const GlobalBatch& batch, const TrainStepOptions& options,
+                           Communicator& data_parallel, const GradientShard* shard = nullptr);
+void queue_update(QueuedStep& step, GptModel<float>& model, AdamW& optimizer,
+                  const LearningRateScheduler& scheduler, const TrainStepOptions& options,
+                  Communicator& data_parallel, const GradientShard* shard = nullptr,
+                  double learning_rate_factor = 1.0);
+TrainStepResult finish_step(QueuedStep& step, GptModel<float>& model, AdamW& optimizer,
+                            LearningRateScheduler& scheduler);
+
+// The three in order. With a data-parallel
 // group of D ranks, `batch.num_micro_batches` is this rank's (global / (micro × D)), micro batch
 // m of rank r reads samples first + (m·D + r)·micro .. + micro (Megatron's
 // MegatronPretrainingSampler: each step of D micro batches is cut into the ranks' slices), the

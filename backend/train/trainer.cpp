@@ -623,19 +623,40 @@ void Trainer::build_datasets() {
   }
 }
 
-// Megatron's train(): the iterations from where the run resumed.
+// Megatron's train(): the iterations from where the run resumed. Each iteration queues its
+// update and, where may_queue_ahead allows, the next iteration's forward and backward before it
+// waits for its own scalars, so a GPU goes on with the next step while the host reads, logs
+// and decides (docs/step_on_device.md, item 3). The order of the device's work, and so every
+// bit, is that of one step after another.
 bool Trainer::train() {
+  std::optional<QueuedIteration> ahead;
   for (int64_t iteration = resumed_.iteration + 1; iteration <= a_.run.train_iters; ++iteration) {
-    const TrainStepResult step = train_iteration(iteration);
+    const auto start = Clock::now();
+    QueuedIteration current =
+        ahead ? std::move(*ahead) : queue_iteration(iteration, consumed_train_, false);
+    ahead.reset();
+    queue_update(current.step, *model_, *optimizer_, *scheduler_, train_step_options(a_),
+                 gradient_group(), shard_ ? &*shard_ : nullptr,
+                 spike_rollback_.learning_rate_factor());
+    // What follows this iteration depends on its number and the host's exit conditions, not on
+    // its results: known before they are read.
+    const ExitConditions conditions = exit_conditions();
+    const IterationActions actions = actions_after_iteration(a_, iteration, conditions);
+    if (may_queue_ahead(iteration, actions)) {
+      ahead = queue_iteration(iteration + 1, consumed_train_ + current.step.batch.global_batch_size,
+                              true);
+    }
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count() -
+                           (ahead ? ahead->queue_seconds : 0.0) +
+                           (current.queued_ahead ? current.queue_seconds : 0.0);
+    const TrainStepResult step = finish_iteration(iteration, current, elapsed);
     // A spike is judged before this iteration's evaluation and save: its weights are not kept.
     // Every rank sees the same loss (averaged over data parallelism, broadcast from the last
-    // stage), so all decide alike.
+    // stage), so all decide alike. (Nothing is queued ahead while the spikes are watched.)
     if (const std::optional<Spike> spike = spike_rollback_.observe(step.lm_loss, step.nan)) {
       iteration = roll_back(iteration, *spike);  // the loop goes on at the checkpoint's + 1
       continue;
     }
-    const ExitConditions conditions = exit_conditions();
-    const IterationActions actions = actions_after_iteration(a_, iteration, conditions);
     if (actions.evaluate) {
       evaluate_and_log(Split::validation, consumed_valid_, fmt::format("iteration {}", iteration),
                        iteration);
@@ -649,13 +670,27 @@ bool Trainer::train() {
   return true;
 }
 
-// One iteration's step, its record and its lines.
-TrainStepResult Trainer::train_iteration(int64_t iteration) {
+// Whether iteration + 1's forward and backward may be queued before this iteration's scalars are
+// read: when nothing between the two needs them or changes what the next one computes. Not
+// before an evaluation, a save or an exit (which see the model after this iteration alone), nor
+// under --rollback-on-spike (whose judgement may reload the model), the fp16 loss scaler (the
+// next backward takes the scale this iteration's result decides) or --log-num-zeros-in-grad
+// (whose update reads the decision on the host).
+bool Trainer::may_queue_ahead(int64_t iteration, const IterationActions& actions) const {
+  return iteration < a_.run.train_iters && !actions.evaluate && !actions.save && !actions.exit &&
+         !spike_rollback_.watching() && !optimizer_->loss_scaler().enabled() &&
+         !train_step_options(a_).log_num_zeros_in_grad;
+}
+
+// An iteration's forward and backward, queued (train_step.hpp's queue_gradients) on the samples
+// from `first_sample`.
+Trainer::QueuedIteration Trainer::queue_iteration(int64_t iteration, int64_t first_sample,
+                                                  bool ahead) {
   GptModel<float>& model = *model_;
-  const auto step_start = Clock::now();
-  const GlobalBatch batch{.first_sample = consumed_train_,
-                          .global_batch_size = batch_sizes_->global_batch_size(consumed_train_),
-                          .num_micro_batches = batch_sizes_->num_micro_batches(consumed_train_)};
+  const auto start = Clock::now();
+  const GlobalBatch batch{.first_sample = first_sample,
+                          .global_batch_size = batch_sizes_->global_batch_size(first_sample),
+                          .num_micro_batches = batch_sizes_->num_micro_batches(first_sample)};
   if (iteration == a_.spike.inject_loss_spike_at_iteration && !spike_injected_) {
     // The testing aid: the weights are damaged before this step, so its forward spikes and the
     // run goes on from damaged weights unless a rollback restores them.
@@ -663,9 +698,20 @@ TrainStepResult Trainer::train_iteration(int64_t iteration) {
     ops::scale(model.device(), model.parameter_buffer(), kInjectedWeightFactor);
     model.parameters_updated();
   }
-  const TrainStepResult step = train_step(
-      model, *optimizer_, *scheduler_, source_, batch, train_step_options(a_), gradient_group(),
-      shard_ ? &*shard_ : nullptr, spike_rollback_.learning_rate_factor());
+  QueuedIteration queued;
+  queued.step = queue_gradients(model, *optimizer_, source_, batch, train_step_options(a_),
+                                gradient_group(), shard_ ? &*shard_ : nullptr);
+  queued.queued_ahead = ahead;
+  queued.queue_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return queued;
+}
+
+// An iteration's scalars read (finish_step), its record and its lines.
+TrainStepResult Trainer::finish_iteration(int64_t iteration, QueuedIteration& queued,
+                                          double elapsed_seconds) {
+  const auto finish_start = Clock::now();
+  const TrainStepResult step = finish_step(queued.step, *model_, *optimizer_, *scheduler_);
+  const GlobalBatch& batch = queued.step.batch;
   if (!buckets_reported_ && step.gradient_buckets > 0) {
     // Megatron's DistributedDataParallel says it at setup; the buckets are known here after
     // the first backward.
@@ -674,7 +720,8 @@ TrainStepResult Trainer::train_iteration(int64_t iteration) {
                         step.gradient_buckets);
   }
   consumed_train_ += batch.global_batch_size;
-  const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+  const double step_seconds =
+      elapsed_seconds + std::chrono::duration<double>(Clock::now() - finish_start).count();
   Device& device = *selected_.device;
   result_.iterations.push_back({.iteration = iteration,
                                 .lm_loss = step.lm_loss,

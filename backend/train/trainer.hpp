@@ -5,7 +5,10 @@
 //   load                 --load, or --pretrained-checkpoint's weights (ckpt/)
 //   build_datasets       the batch source the data flags name (dataset_provider.hpp)
 //   train                for each iteration
-//     train_step (train_step.hpp)             the global batch's update
+//     train_step (train_step.hpp)             the global batch's update, in three parts: the
+//                                             next iteration's forward and backward are queued
+//                                             before this one's scalars are read where nothing
+//                                             in between needs them (may_queue_ahead)
 //     TrainingLog (log/training_log.hpp)      TensorBoard scalars, the iteration line
 //     SpikeRollback (spike_rollback.hpp)      --rollback-on-spike
 //     actions_after_iteration (training_cadence.hpp)
@@ -115,7 +118,18 @@ class Trainer {
   std::optional<TrainingProgress> load_from(const CheckpointLoadOptions& options);
   void build_datasets();
   bool train();  // false: an exit condition ended it (its line printed)
-  TrainStepResult train_iteration(int64_t iteration);
+  // An iteration's step between its queue_gradients and its finish_step (train_step.hpp), and
+  // the host time its queueing took (credited to its own iteration's elapsed time when it was
+  // queued during the iteration before).
+  struct QueuedIteration {
+    QueuedStep step;
+    double queue_seconds = 0;
+    bool queued_ahead = false;
+  };
+  QueuedIteration queue_iteration(int64_t iteration, int64_t first_sample, bool ahead);
+  bool may_queue_ahead(int64_t iteration, const IterationActions& actions) const;
+  TrainStepResult finish_iteration(int64_t iteration, QueuedIteration& queued,
+                                   double elapsed_seconds);
   int64_t roll_back(int64_t iteration, const Spike& spike);
   ExitConditions exit_conditions();
   void print_exit_line(int64_t iteration, const ExitConditions& conditions);

@@ -95,6 +95,9 @@ class TimingDevice final : public backend::Device, public backend::OpObserver {
   void copy_to_host(void* destination, View source) override {
     return inner_.copy_to_host(destination, source);
   }
+  void queue_copy_to_host(void* destination, View source) override {
+    inner_.queue_copy_to_host(destination, source);
+  }
   void fill_zero(View values) override {
     timed("fill_zero", [&] { inner_.fill_zero(values); });
   }

@@ -8,8 +8,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
+#include "backend/common/error.hpp"
 #include "backend/device/cpu_device.hpp"
 #include "backend/train/trainer.hpp"
 #include "backend/train/training_schedule.hpp"
@@ -110,14 +112,35 @@ TEST_CASE("the step's loss is the mean of its micro batches' losses before the u
                     training.model.parameters().size_bytes()) != 0);
 }
 
-// A CPU device that counts the host's reads of its memory: where a GPU's host would wait.
+// A CPU device that counts where a GPU's host would wait for results: its reads of the
+// device's memory (copy_to_host) and its waits for the mark after a copy it queued; and those
+// queued copies. (The upload ring's waits are for slots, not results.)
 class ReadCountingDevice final : public CpuDevice {
  public:
   void copy_to_host(void* destination, View source) override {
     ++reads;
     CpuDevice::copy_to_host(destination, source);
   }
+  void queue_copy_to_host(void* destination, View source) override {
+    ++queued_copies;
+    copy_queued_ = true;
+    std::memcpy(destination, source.data, static_cast<size_t>(source.bytes()));
+  }
+  DeviceMark mark() override {
+    const DeviceMark made = CpuDevice::mark();
+    if (copy_queued_) after_copy_ = made.sequence;
+    copy_queued_ = false;
+    return made;
+  }
+  void wait_for(DeviceMark mark) override {
+    if (mark.sequence != 0 && mark.sequence == after_copy_) ++reads;
+  }
   int64_t reads = 0;
+  int64_t queued_copies = 0;
+
+ private:
+  bool copy_queued_ = false;
+  uint64_t after_copy_ = 0;
 };
 
 TEST_CASE("a step waits for the device once, after it is queued, whatever its micro batches") {
@@ -155,12 +178,54 @@ TEST_CASE("a step waits for the device once, after it is queued, whatever its mi
     const TrainStepResult result = train_step(model, optimizer, scheduler, reference.source(),
                                               batch, train_step_options(reference.arguments));
     CHECK(device.reads == c.reads);
+    CHECK(device.queued_copies == 1);  // the scalars, read by waiting for the mark after them
     // And the step is the one on a device of its own.
     const TrainStepResult expected = reference.step(batch);
     CHECK(result.lm_loss == expected.lm_loss);
     CHECK(result.grad_norm == expected.grad_norm);
     CHECK(std::ranges::equal(model.parameters(), reference.model.parameters()));
   }
+}
+
+TEST_CASE("the next step's gradients queued before this step is read give the same bits") {
+  // train_step.hpp's three parts in the trainer's order when it queues ahead: the gradients of
+  // step k+1 between the update of step k and its read.
+  TinyTraining in_order(step_arguments());
+  TinyTraining ahead(step_arguments());
+  const auto batch = [](int64_t k) {
+    return GlobalBatch{.first_sample = 4 * k, .global_batch_size = 4, .num_micro_batches = 2};
+  };
+  const TrainStepOptions options = train_step_options(ahead.arguments);
+  const auto one_process = make_single_process_communicator("data parallel");
+  std::vector<TrainStepResult> expected, results;
+  for (int64_t k = 0; k < 4; ++k) expected.push_back(in_order.step(batch(k)));
+  QueuedStep current = queue_gradients(ahead.model, ahead.optimizer, ahead.source(), batch(0),
+                                       options, *one_process);
+  for (int64_t k = 0; k < 4; ++k) {
+    queue_update(current, ahead.model, ahead.optimizer, ahead.scheduler, options, *one_process);
+    std::optional<QueuedStep> next;
+    if (k < 3) {
+      next = queue_gradients(ahead.model, ahead.optimizer, ahead.source(), batch(k + 1), options,
+                             *one_process);
+    }
+    results.push_back(finish_step(current, ahead.model, ahead.optimizer, ahead.scheduler));
+    if (next) current = std::move(*next);
+  }
+  for (size_t k = 0; k < 4; ++k) {
+    CAPTURE(k);
+    CHECK(results[k].lm_loss == expected[k].lm_loss);
+    CHECK(results[k].grad_norm == expected[k].grad_norm);
+    CHECK(results[k].learning_rate == expected[k].learning_rate);
+  }
+  CHECK(std::ranges::equal(ahead.model.parameters(), in_order.model.parameters()));
+  // Each part in its place: a second update, or a read before the update, is refused.
+  CHECK_THROWS_WITH_AS(
+      queue_update(current, ahead.model, ahead.optimizer, ahead.scheduler, options, *one_process),
+      "queue_update: this step's update is queued already", common::Error);
+  QueuedStep unqueued = queue_gradients(ahead.model, ahead.optimizer, ahead.source(), batch(4),
+                                        options, *one_process);
+  CHECK_THROWS_WITH_AS(finish_step(unqueued, ahead.model, ahead.optimizer, ahead.scheduler),
+                       "finish_step: the step's update was not queued", common::Error);
 }
 
 TEST_CASE("the step reports the rate its update used — the scheduler moves on by the global batch") {

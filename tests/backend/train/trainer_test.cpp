@@ -8,6 +8,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -16,6 +18,7 @@
 #include "backend/common/error.hpp"
 #include "backend/common/splitmix64.hpp"
 #include "backend/data/preprocess_data.hpp"
+#include "backend/device/cpu_device.hpp"
 #include "backend/device/cuda_inventory.hpp"
 #include "backend/train/arguments.hpp"
 #include "captured_log.hpp"
@@ -591,4 +594,89 @@ TEST_CASE("--grad-reduce-in-bf16 on the CPU path says that the gradients are sum
         std::string::npos);
   REQUIRE(flagged.iterations.size() == 2);
   CHECK(flagged.iterations[1].lm_loss == plain.iterations[1].lm_loss);
+}
+
+namespace {
+
+// The CPU device, writing down for each read of a step's scalars (a wait for the mark made
+// right after a queued copy to the host) how many ops were queued between that mark and the
+// wait: the next iteration's forward and backward when the trainer queued them ahead.
+class QueueingRecordingDevice final : public CpuDevice, public OpObserver {
+ public:
+  QueueingRecordingDevice() { set_observer(this); }
+  std::vector<int64_t> ops_before_reads;
+
+  void op_started(std::string_view /*op*/) override {}
+  void op_queued(std::string_view /*op*/, double /*flops*/) override { ++ops_; }
+  void queue_copy_to_host(void* destination, View source) override {
+    CpuDevice::queue_copy_to_host(destination, source);
+    copy_queued_ = true;
+  }
+  DeviceMark mark() override {
+    const DeviceMark made = CpuDevice::mark();
+    if (copy_queued_) ops_at_scalar_marks_[made.sequence] = ops_;
+    copy_queued_ = false;
+    return made;
+  }
+  void wait_for(DeviceMark mark) override {
+    if (const auto at = ops_at_scalar_marks_.find(mark.sequence);
+        at != ops_at_scalar_marks_.end()) {
+      ops_before_reads.push_back(ops_ - at->second);
+    }
+  }
+
+ private:
+  int64_t ops_ = 0;
+  bool copy_queued_ = false;
+  std::map<uint64_t, int64_t> ops_at_scalar_marks_;
+};
+
+std::vector<int64_t> ops_queued_before_reads(const TrainingArguments& arguments,
+                                             std::vector<double>& losses) {
+  std::ostringstream log;
+  ProcessGroups groups = single_process_groups();
+  auto device = std::make_unique<QueueingRecordingDevice>();
+  QueueingRecordingDevice& recording = *device;
+  Trainer trainer(arguments, log, {}, groups,
+                  SelectedDevice{.device = std::move(device), .gpu = std::nullopt});
+  const TrainingResult result = trainer.run();
+  for (const auto& record : result.iterations) losses.push_back(record.lm_loss);
+  return recording.ops_before_reads;
+}
+
+}  // namespace
+
+TEST_CASE("the next iteration is queued before this one's scalars are read, except before a save") {
+  test_support::TemporaryDirectory directory;
+  auto a = trainer_arguments();
+  a.run.train_iters = 5;
+  validate_arguments(a);
+  std::vector<double> ahead_losses;
+  const std::vector<int64_t> ahead = ops_queued_before_reads(a, ahead_losses);
+  REQUIRE(ahead.size() == 5);
+  for (size_t k = 0; k < 4; ++k) {
+    CAPTURE(k);
+    CHECK(ahead[k] > 0);  // the next forward and backward
+  }
+  CHECK(ahead[4] == 0);  // the last iteration has no next
+
+  // A save after iterations 2 and 4 sees the model of that iteration alone: nothing is queued
+  // ahead of those reads; the losses are the same bits.
+  a.checkpointing.save = (directory.path / "checkpoints").string();
+  a.checkpointing.save_interval = 2;
+  std::vector<double> saving_losses;
+  const std::vector<int64_t> saving = ops_queued_before_reads(a, saving_losses);
+  REQUIRE(saving.size() == 5);
+  CHECK(saving[0] > 0);
+  CHECK(saving[1] == 0);
+  CHECK(saving[2] > 0);
+  CHECK(saving[3] == 0);
+  CHECK(saving[4] == 0);
+  CHECK(saving_losses == ahead_losses);
+
+  // --rollback-on-spike judges each loss before the next step: nothing queued ahead.
+  a.spike.rollback_on_spike = true;
+  std::vector<double> watched_losses;
+  CHECK(ops_queued_before_reads(a, watched_losses) == std::vector<int64_t>(5, 0));
+  CHECK(watched_losses == ahead_losses);
 }
