@@ -190,21 +190,15 @@ class CudaDevice final : public Device {
 
   void copy_to_host(void* destination, View source) override {
     if (source.bytes() == 0) return;
-    check_on_gpu(source, "copy_to_host");
-    use();
-    CUDA_CHECK(cudaMemcpyAsync(destination, source.data, static_cast<size_t>(source.bytes()),
-                               cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));  // the one place the host waits for the GPU
+    queue_device_to_host(destination, source, "copy_to_host");
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
   // Into page-locked memory the copy engine writes directly: only queued. (Into pageable
   // memory CUDA would copy in step with the host: correct, only slower.)
   void queue_copy_to_host(void* destination, View source) override {
     if (source.bytes() == 0) return;
-    check_on_gpu(source, "queue_copy_to_host");
-    use();
-    CUDA_CHECK(cudaMemcpyAsync(destination, source.data, static_cast<size_t>(source.bytes()),
-                               cudaMemcpyDeviceToHost, stream_));
+    queue_device_to_host(destination, source, "queue_copy_to_host");
   }
 
   // On the stream, as the ops: no host wait. The same view is nothing to do (cudaMemcpy's
@@ -248,6 +242,12 @@ class CudaDevice final : public Device {
  private:
   // Every public call starts here: a process may drive several GPUs from one thread.
   void use() const { CUDA_CHECK(cudaSetDevice(index_)); }
+  void queue_device_to_host(void* destination, View source, const char* call) {
+    check_on_gpu(source, call);
+    use();
+    CUDA_CHECK(cudaMemcpyAsync(destination, source.data, static_cast<size_t>(source.bytes()),
+                               cudaMemcpyDeviceToHost, stream_));
+  }
   cudaEvent_t mark_event(uint64_t sequence) const {
     return mark_events_[static_cast<size_t>(sequence % kMarkEvents)];
   }
