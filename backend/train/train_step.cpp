@@ -71,14 +71,19 @@ struct StepScalarValues {
   bool skip = false;
 };
 
-StepScalarValues read_step_scalars(Device& device, const AdamW::StepScalars& scalars) {
-  double values[6] = {};
-  device.copy_to_host(values, scalars.all);
+// The six doubles of AdamW::StepScalars::all as copied to the host.
+StepScalarValues step_scalar_values(const double* values) {
   return {.loss_total = values[0],
           .sum_of_squares = values[1],
           .logged_total = values[2],
           .gradient_scale = values[4],
           .skip = values[5] != 0.0};
+}
+
+StepScalarValues read_step_scalars(Device& device, const AdamW::StepScalars& scalars) {
+  double values[6] = {};
+  device.copy_to_host(values, scalars.all);
+  return step_scalar_values(values);
 }
 
 // What the host knows of this rank's losses of a step (their sum is on the device: the model adds
@@ -563,14 +568,14 @@ TrainStepResult finish_step(QueuedStep& step, GptModel<float>& model, AdamW& opt
   LossScaler& scaler = optimizer.loss_scaler();
   // The one wait of the step, for its own scalars only.
   model.device().wait_for(step.scalars_copied);
-  const double* values = optimizer.step_scalars().host;
+  const StepScalarValues values = step_scalar_values(optimizer.step_scalars().host);
   TrainStepResult result;
   result.gradient_buckets = step.gradient_buckets;
   result.learning_rate = step.learning_rate;
   result.num_zeros_in_grad = step.num_zeros_in_grad;
-  result.lm_loss = values[0] / step.loss_divisor;
-  result.grad_norm = std::sqrt(values[1]);
-  result.skipped = values[5] != 0.0;
+  result.lm_loss = values.loss_total / step.loss_divisor;
+  result.grad_norm = std::sqrt(values.sum_of_squares);
+  result.skipped = values.skip;
   if (scaler.enabled()) scaler.update(/*found_inf=*/result.skipped);
   // Megatron's nan iterations: a non-finite loss (with a scaler it still updates when the
   // gradients are finite), or without a scaler a skipped update.
@@ -578,7 +583,7 @@ TrainStepResult finish_step(QueuedStep& step, GptModel<float>& model, AdamW& opt
   result.loss_scale = scaler.scale();
   if (result.skipped && !step.decided_on_host) optimizer.step_skipped();
   if (!result.skipped) scheduler.step(step.batch.global_batch_size);
-  if (step.params_norm_logged) result.params_norm = std::sqrt(values[2]);
+  if (step.params_norm_logged) result.params_norm = std::sqrt(values.logged_total);
   return result;
 }
 

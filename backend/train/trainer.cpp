@@ -646,10 +646,10 @@ bool Trainer::train() {
       ahead = queue_iteration(iteration + 1, consumed_train_ + current.step.batch.global_batch_size,
                               true);
     }
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count() -
-                           (ahead ? ahead->queue_seconds : 0.0) +
-                           (current.queued_ahead ? current.queue_seconds : 0.0);
-    const TrainStepResult step = finish_iteration(iteration, current, elapsed);
+    // The host time of queueing an iteration counts as that iteration's.
+    const double credited_seconds =
+        (current.queued_ahead ? current.queue_seconds : 0.0) - (ahead ? ahead->queue_seconds : 0.0);
+    const TrainStepResult step = finish_iteration(iteration, current, start, credited_seconds);
     // A spike is judged before this iteration's evaluation and save: its weights are not kept.
     // Every rank sees the same loss (averaged over data parallelism, broadcast from the last
     // stage), so all decide alike. (Nothing is queued ahead while the spikes are watched.)
@@ -708,8 +708,7 @@ Trainer::QueuedIteration Trainer::queue_iteration(int64_t iteration, int64_t fir
 
 // An iteration's scalars read (finish_step), its record and its lines.
 TrainStepResult Trainer::finish_iteration(int64_t iteration, QueuedIteration& queued,
-                                          double elapsed_seconds) {
-  const auto finish_start = Clock::now();
+                                          Clock::time_point start, double credited_seconds) {
   const TrainStepResult step = finish_step(queued.step, *model_, *optimizer_, *scheduler_);
   const GlobalBatch& batch = queued.step.batch;
   if (!buckets_reported_ && step.gradient_buckets > 0) {
@@ -721,7 +720,7 @@ TrainStepResult Trainer::finish_iteration(int64_t iteration, QueuedIteration& qu
   }
   consumed_train_ += batch.global_batch_size;
   const double step_seconds =
-      elapsed_seconds + std::chrono::duration<double>(Clock::now() - finish_start).count();
+      std::chrono::duration<double>(Clock::now() - start).count() + credited_seconds;
   Device& device = *selected_.device;
   result_.iterations.push_back({.iteration = iteration,
                                 .lm_loss = step.lm_loss,

@@ -128,8 +128,10 @@ class Trainer {
   };
   QueuedIteration queue_iteration(int64_t iteration, int64_t first_sample, bool ahead);
   bool may_queue_ahead(int64_t iteration, const IterationActions& actions) const;
+  // `start`: when the iteration's body began; `credited_seconds`: host time of queueing that
+  // belongs to this iteration but was spent in another's body (plus) or the reverse (minus).
   TrainStepResult finish_iteration(int64_t iteration, QueuedIteration& queued,
-                                   double elapsed_seconds);
+                                   Clock::time_point start, double credited_seconds);
   int64_t roll_back(int64_t iteration, const Spike& spike);
   ExitConditions exit_conditions();
   void print_exit_line(int64_t iteration, const ExitConditions& conditions);
