@@ -75,9 +75,15 @@ check() {  # check NAME RANKS REFERENCE TOLERANCE FLAGS...: run, then compare
   compare "$name" "$reference" "$tolerance"
 }
 
-run one_rank_bf16 1 --bf16 || { echo "one_rank_bf16: FAILED"; tail -n 5 "$out/one_rank_bf16.log"; exit 1; }
-run one_rank_fp32 1 || { echo "one_rank_fp32: FAILED"; tail -n 5 "$out/one_rank_fp32.log"; exit 1; }
-run one_rank_fp16 1 --fp16 || { echo "one_rank_fp16: FAILED"; tail -n 5 "$out/one_rank_fp16.log"; exit 1; }
+reference() {  # reference NAME FLAGS...: the one-rank run checks compare with; none, no checks
+  local name=$1
+  shift
+  run "$name" 1 "$@" || { echo "$name: FAILED"; tail -n 5 "$out/$name.log"; exit 1; }
+}
+
+reference one_rank_bf16 --bf16
+reference one_rank_fp32
+reference one_rank_fp16 --fp16
 gloo=(--distributed-backend gloo)
 check dp2_bf16_gloo 2 one_rank_bf16 "$bf16_tolerance" --bf16 "${gloo[@]}"
 check dp4_bf16_gloo 4 one_rank_bf16 "$bf16_tolerance" --bf16 "${gloo[@]}"
@@ -95,8 +101,7 @@ check tp2_fp16_gloo 2 one_rank_fp16 "$bf16_tolerance" --fp16 --tensor-model-para
   "${gloo[@]}"
 # The interleaved schedule (two chunks of one layer per stage, so four layers) at PP=2, which
 # only its overlapped transfers (the default) allow, against one rank of four layers.
-run one_rank_bf16_4_layers 1 --bf16 --num-layers 4 ||
-  { echo "one_rank_bf16_4_layers: FAILED"; tail -n 5 "$out/one_rank_bf16_4_layers.log"; exit 1; }
+reference one_rank_bf16_4_layers --bf16 --num-layers 4
 check pp2_interleaved_bf16_gloo 2 one_rank_bf16_4_layers "$bf16_tolerance" --bf16 --num-layers 4 \
   --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 "${gloo[@]}"
 # --overlap-grad-reduce with every layer its own bucket: the same sums, started during the
