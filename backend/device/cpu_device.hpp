@@ -2,10 +2,15 @@
 // (backend/ops/*_cpu.cpp) in fp32 or fp64: the reference every other device is checked
 // against. Memory is anonymous pages the kernel zeroes on first touch
 // (common/lazy_zero_allocator.hpp explains why that matters for the parameters).
+// Capture (device.hpp) records the ops' twin calls and the device's copies and fills in a
+// HostOpRecording, run again by each replay: the CPU's stand-in for a CUDA graph, with the
+// same refusals a stream capture has.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <string_view>
 #include <vector>
 
 #include "backend/device/device.hpp"
@@ -23,12 +28,14 @@ class CpuDevice : public Device {
   DeviceMemory allocate_pinned_host(int64_t bytes, std::string_view what) override;
   void copy_from_host(View destination, const void* source) override;
   void copy_to_host(void* destination, View source) override;
-  void queue_copy_to_host(void* destination, View source) override {
-    copy_to_host(destination, source);
+  void queue_copy_to_host(void* destination, View source) override;
+  // Every op has completed when it returns: nothing to wait for.
+  void synchronize() override { refuse_in_capture("synchronize"); }
+  DeviceMark mark() override {
+    refuse_in_capture("mark");
+    return {++marks_};
   }
-  void synchronize() override {}  // every op has completed when it returns
-  DeviceMark mark() override { return {++marks_}; }
-  void wait_for(DeviceMark /*mark*/) override {}
+  void wait_for(DeviceMark /*mark*/) override { refuse_in_capture("wait_for"); }
   void fill_zero(View values) override;
   void copy(View destination, View source) override;
   // Grown when a larger request first comes and kept: a training step's shapes are the first
@@ -37,7 +44,14 @@ class CpuDevice : public Device {
   // common::Error: the CPU has no CUDA context.
   const CudaContext& cuda_context() override;
 
+  void begin_capture() override;
+  std::unique_ptr<DeviceGraph> end_capture() override;
+  void abandon_capture() noexcept override { recording_.reset(); }
+  bool capturing() const override { return recording_ != nullptr; }
+  HostOpRecording* host_recording() override { return recording_.get(); }
+
  private:
+  std::unique_ptr<HostOpRecording> recording_;
   MemoryLedger ledger_;
   std::vector<std::max_align_t> scratch_;
   uint64_t marks_ = 0;

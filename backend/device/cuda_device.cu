@@ -9,6 +9,9 @@
 // allocate_zeroed, at setup). Marks are events recorded on the stream from a ring made with the
 // device: a mark's event may since have been recorded again, later in the stream, and waiting
 // for that later point is waiting for more than asked, never less.
+// Capture is CUDA's stream capture (thread-local mode: this thread's calls that a capture cannot
+// hold fail instead of being made), instantiated into a graph that replay() launches on the
+// stream; the device refuses by name what would invalidate a capture (device.hpp).
 // cuda_placement hands the stream to the NCCL communicator, which enqueues its collectives on it
 // and waits for each (backend/dist/nccl_communicator_cuda.cu).
 #include <cuda_runtime.h>
@@ -47,6 +50,49 @@ void release_gpu(void* data, int64_t /*bytes*/) noexcept {
 void release_pinned_host(void* data, int64_t /*bytes*/) noexcept {
   (void)cudaFreeHost(data);
 }
+
+// ---- captured work ---------------------------------------------------------------------------
+
+// A captured stream's graph, instantiated once, launched on the device's stream (which must
+// outlive it: the trainer drops its graphs before its device).
+class CudaGraph final : public DeviceGraph {
+ public:
+  CudaGraph(int index, cudaStream_t stream, cudaGraph_t graph)
+      : index_(index), stream_(stream), graph_(graph) {
+    try {
+      size_t count = 0;
+      CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &count));
+      nodes_ = static_cast<int64_t>(count);
+      CUDA_CHECK(cudaGraphInstantiate(&executable_, graph_, 0));
+    } catch (...) {
+      destroy();
+      throw;
+    }
+  }
+  ~CudaGraph() override { destroy(); }
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  void replay() override {
+    CUDA_CHECK(cudaSetDevice(index_));
+    CUDA_CHECK(cudaGraphLaunch(executable_, stream_));
+  }
+  int64_t nodes() const override { return nodes_; }
+
+ private:
+  void destroy() noexcept {
+    if (executable_ != nullptr) (void)cudaGraphExecDestroy(executable_);
+    executable_ = nullptr;
+    if (graph_ != nullptr) (void)cudaGraphDestroy(graph_);
+    graph_ = nullptr;
+  }
+
+  int index_;
+  cudaStream_t stream_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t executable_ = nullptr;
+  int64_t nodes_ = 0;
+};
 
 // ---- the device ---------------------------------------------------------------------------
 
@@ -120,6 +166,7 @@ class CudaDevice final : public Device {
   cudaStream_t stream() const { return stream_; }
 
   DeviceMemory allocate_zeroed(int64_t bytes, std::string_view what) override {
+    refuse_in_capture("allocate_zeroed");
     if (bytes == 0) return {};
     use();
     void* data = nullptr;
@@ -141,6 +188,7 @@ class CudaDevice final : public Device {
   // Page-locked (cudaHostAlloc): the copy engines read and write it directly, so a copy from
   // it is queued without the runtime's own staging.
   DeviceMemory allocate_pinned_host(int64_t bytes, std::string_view what) override {
+    refuse_in_capture("allocate_pinned_host");
     if (bytes == 0) return {};
     use();
     void* data = nullptr;
@@ -156,11 +204,13 @@ class CudaDevice final : public Device {
   }
 
   void synchronize() override {
+    refuse_in_capture("synchronize");
     use();
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
   DeviceMark mark() override {
+    refuse_in_capture("mark");
     use();
     const uint64_t sequence = ++marks_;
     CUDA_CHECK(cudaEventRecord(mark_event(sequence), stream_));
@@ -168,6 +218,7 @@ class CudaDevice final : public Device {
   }
 
   void wait_for(DeviceMark mark) override {
+    refuse_in_capture("wait_for");
     if (mark.sequence == 0) return;
     if (mark.sequence > marks_) {
       common::fail("wait_for: mark {} of {} was never made (it made {})", mark.sequence, name_,
@@ -178,6 +229,7 @@ class CudaDevice final : public Device {
   }
 
   void copy_from_host(View destination, const void* source) override {
+    refuse_in_capture("copy_from_host");
     if (destination.bytes() == 0) return;
     check_on_gpu(destination, "copy_from_host");
     use();
@@ -189,6 +241,7 @@ class CudaDevice final : public Device {
   }
 
   void copy_to_host(void* destination, View source) override {
+    refuse_in_capture("copy_to_host");
     if (source.bytes() == 0) return;
     queue_device_to_host(destination, source, "copy_to_host");
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -197,6 +250,7 @@ class CudaDevice final : public Device {
   // Into page-locked memory the copy engine writes directly: only queued. (Into pageable
   // memory CUDA would copy in step with the host: correct, only slower.)
   void queue_copy_to_host(void* destination, View source) override {
+    refuse_in_capture("queue_copy_to_host");
     if (source.bytes() == 0) return;
     queue_device_to_host(destination, source, "queue_copy_to_host");
   }
@@ -239,6 +293,42 @@ class CudaDevice final : public Device {
     return context_;
   }
 
+  void begin_capture() override {
+    if (capturing_) common::fail("begin_capture: {} is capturing already", name_);
+    use();
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+  }
+
+  // An invalidated capture (an unsupported call was made on the stream during it) ends with no
+  // graph: common::Error with the runtime's reason, the device no longer capturing.
+  std::unique_ptr<DeviceGraph> end_capture() override {
+    if (!capturing_) common::fail("end_capture: {} is not capturing", name_);
+    use();
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    const cudaError_t status = cudaStreamEndCapture(stream_, &graph);
+    if (status != cudaSuccess || graph == nullptr) {
+      (void)cudaGetLastError();
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      common::fail("end_capture on {}: the stream capture was invalidated: {}", name_,
+                   cudaGetErrorString(status));
+    }
+    return std::make_unique<CudaGraph>(index_, stream_, graph);
+  }
+
+  void abandon_capture() noexcept override {
+    if (!capturing_) return;
+    capturing_ = false;
+    (void)cudaSetDevice(index_);
+    cudaGraph_t graph = nullptr;
+    (void)cudaStreamEndCapture(stream_, &graph);
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+  }
+
+  bool capturing() const override { return capturing_; }
+
  private:
   // Every public call starts here: a process may drive several GPUs from one thread.
   void use() const { CUDA_CHECK(cudaSetDevice(index_)); }
@@ -253,6 +343,7 @@ class CudaDevice final : public Device {
   }
 
   void destroy() noexcept {
+    abandon_capture();
     (void)cudaSetDevice(index_);
     if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
     plans_.reset();
@@ -275,6 +366,7 @@ class CudaDevice final : public Device {
   cudaStream_t stream_ = nullptr;
   std::array<cudaEvent_t, kMarkEvents> mark_events_{};
   uint64_t marks_ = 0;
+  bool capturing_ = false;
   cublasLtHandle_t lt_handle_ = nullptr;
   DeviceMemory workspace_;
   DeviceMemory scratch_;

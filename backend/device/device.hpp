@@ -14,8 +14,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backend/common/enum_names.hpp"
 #include "backend/core/view.hpp"
@@ -48,6 +51,38 @@ class OpObserver {
 // waiting for it returns at once.
 struct DeviceMark {
   uint64_t sequence = 0;
+};
+
+// Work a device captured (Device::begin_capture .. end_capture), queued again by replay() with
+// the arguments and the memory it was captured with: a CUDA graph on a GPU (one launch for the
+// whole), on the CPU the recorded twin calls run in order. What changes from one replay to the
+// next must therefore be in device memory the captured work reads (uploaded before replay),
+// never a kernel argument (docs/step_on_device.md, item 5).
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  virtual void replay() = 0;
+  virtual int64_t nodes() const = 0;  // the work items captured: kernels, copies, fills
+};
+
+// What a host device records while it captures, instead of running it: each op's CPU twin call
+// with its arguments as they stood (ops/dispatch.hpp's run copies the call), and the device's
+// own copies and fills. The CPU's stand-in for a stream capture, so that CI checks what a graph
+// freezes: an argument that should change between replays and does not shows as other bits.
+class HostOpRecording {
+ public:
+  void add(std::string_view op, std::function<void()> call) {
+    ops_.emplace_back(op);
+    calls_.push_back(std::move(call));
+  }
+  const std::vector<std::string>& ops() const { return ops_; }
+  void run() const {
+    for (const std::function<void()>& call : calls_) call();
+  }
+
+ private:
+  std::vector<std::string> ops_;
+  std::vector<std::function<void()>> calls_;
 };
 
 class Device {
@@ -105,10 +140,31 @@ class Device {
   // device for one without CUDA.
   virtual const CudaContext& cuda_context() = 0;
 
+  // Capture (a CUDA stream capture; on the CPU a HostOpRecording): from begin_capture to
+  // end_capture the ops, copy and fill_zero are recorded, not run; end_capture returns them as
+  // a graph that replay() queues. Inside a capture the host may neither read nor write the
+  // device's memory nor wait for it, nor allocate: copy_from_host, copy_to_host,
+  // queue_copy_to_host, synchronize, mark, wait_for, allocate_zeroed and allocate_pinned_host
+  // fail naming the call (a GPU capture would be invalidated, or would freeze a host address).
+  // A failed capture (an op refused, the driver invalidated it) leaves the device not
+  // capturing, its recorded work dropped: the caller runs the work eagerly instead.
+  // The default: this device cannot capture (common::Error naming it).
+  virtual void begin_capture();
+  virtual std::unique_ptr<DeviceGraph> end_capture();
+  // Ends a capture that went wrong, dropping what was recorded; nothing when not capturing.
+  virtual void abandon_capture() noexcept {}
+  virtual bool capturing() const { return false; }
+  // The host device's recording while it captures, else nullptr (ops/dispatch.hpp).
+  virtual HostOpRecording* host_recording() { return nullptr; }
+
   // Whoever watches this device's ops (a profiler), or nullptr: each op of backend/ops/ calls
   // it before and after its twin runs. Not owned.
   OpObserver* observer() const { return observer_; }
   void set_observer(OpObserver* observer) { observer_ = observer; }
+
+ protected:
+  // common::Error naming `call` while capturing(): what a capture cannot hold (begin_capture).
+  void refuse_in_capture(std::string_view call) const;
 
  private:
   OpObserver* observer_ = nullptr;

@@ -9,7 +9,7 @@ namespace backend::ops {
 using namespace detail;
 
 void adamw_update(Device& device, View master, View weights, View gradients, View exp_avg,
-                  View exp_avg_sq, const AdamWCoefficients& coefficients, View control,
+                  View exp_avg_sq, View coefficients, View control,
                   std::span<const AdamWGroup> groups) {
   constexpr const char* op = "adamw_update";
   if (!weights.empty() && device.memory_kind() == MemoryKind::host) {
@@ -27,6 +27,10 @@ void adamw_update(Device& device, View master, View weights, View gradients, Vie
   if (!weights.empty() && weights.numel != count) {
     common::fail("adamw_update: {} master weights but {} working weights", count, weights.numel);
   }
+  if (coefficients.type != ElementType::f32 || coefficients.numel != kAdamWCoefficientFloats) {
+    common::fail("adamw_update: the coefficients must be an AdamWCoefficients ({} fp32), got {} {}",
+                 kAdamWCoefficientFloats, coefficients.numel, element_name(coefficients.type));
+  }
   if (!control.empty() && (control.type != ElementType::f64 || control.numel != 2)) {
     common::fail("adamw_update: the control (ops::decide_step's) must be 2 f64, got {} {}",
                  control.numel, element_name(control.type));
@@ -43,9 +47,10 @@ void adamw_update(Device& device, View master, View weights, View gradients, Vie
   }
   run(
       device, op, 0,
-      [&] {
+      [=] {
         cpu::adamw_update(host<float>(master), host<float>(gradients), host<float>(exp_avg),
-                          host<float>(exp_avg_sq), count, coefficients,
+                          host<float>(exp_avg_sq), count,
+                          reinterpret_cast<const AdamWCoefficients*>(host<float>(coefficients)),
                           control.empty() ? nullptr : host<double>(control), groups);
       },
       [&](const auto& context) {
@@ -54,15 +59,16 @@ void adamw_update(Device& device, View master, View weights, View gradients, Vie
         float* m = gpu<float>(exp_avg, op);
         float* v = gpu<float>(exp_avg_sq, op);
         const double* decision = gpu<double>(control, op);
+        const auto* c = reinterpret_cast<const AdamWCoefficients*>(gpu<float>(coefficients, op));
         if (weights.empty()) {
-          cuda::adamw_update<float>(master_data, nullptr, gradient_data, m, v, count, coefficients,
-                                    decision, groups, context.stream);
+          cuda::adamw_update<float>(master_data, nullptr, gradient_data, m, v, count, c, decision,
+                                    groups, context.stream);
         } else if (weights.type == ElementType::f16) {
-          cuda::adamw_update(master_data, gpu<float16>(weights, op), gradient_data, m, v, count,
-                             coefficients, decision, groups, context.stream);
+          cuda::adamw_update(master_data, gpu<float16>(weights, op), gradient_data, m, v, count, c,
+                             decision, groups, context.stream);
         } else {
-          cuda::adamw_update(master_data, gpu<bfloat16>(weights, op), gradient_data, m, v, count,
-                             coefficients, decision, groups, context.stream);
+          cuda::adamw_update(master_data, gpu<bfloat16>(weights, op), gradient_data, m, v, count, c,
+                             decision, groups, context.stream);
         }
       });
 }

@@ -5,6 +5,10 @@
 // with step_size = lr / (1 − β1^t), inverse_sqrt_correction2 = 1 / sqrt(1 − β2^t) and
 // decay = lr · weight_decay (0 where the range is not decayed): optim/adamw.hpp computes these
 // once per step, in double, and rounds them to float once.
+// The coefficients are read from the device's memory (`coefficients`, an AdamWCoefficients
+// uploaded there), not passed as arguments: they change every step with the learning rate and
+// the bias corrections, and a captured step (a CUDA graph) replays its kernels' arguments as
+// they were captured; what the kernel reads from memory it reads anew at each replay.
 // Clipping (optim/adamw.hpp) is folded in: g is the gradient times coefficients.gradient_scale,
 // the bits a separate scale pass over the gradients gives, without that pass.
 // `control`, when given (ops/step_scalars.hpp's decide_step, on the device): the gradient scale
@@ -35,6 +39,8 @@
 namespace backend {
 
 // One step's coefficients, rounded to float once (the CPU and CUDA twins read the same bits).
+// Laid out as kAdamWCoefficientFloats floats: the op's `coefficients` view is this struct in
+// the device's memory.
 struct AdamWCoefficients {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
@@ -55,6 +61,16 @@ struct AdamWGroup {
   bool decayed = true;
 };
 
+inline constexpr int64_t kAdamWCoefficientFloats = 7;
+static_assert(sizeof(AdamWCoefficients) == kAdamWCoefficientFloats * sizeof(float),
+              "AdamWCoefficients is its floats, so a view of f32 holds it");
+
+// A host view of `coefficients` (the CPU device's form of the op's argument, and the bytes an
+// upload to another device reads).
+inline View coefficients_view(AdamWCoefficients& coefficients) {
+  return View{&coefficients, kAdamWCoefficientFloats, ElementType::f32, MemoryKind::host};
+}
+
 inline constexpr int64_t kAdamWChunk = int64_t{1} << 16;  // elements per GPU block
 inline constexpr int kAdamWGroupsPerLaunch = 128;         // kernel argument under 4 KiB
 
@@ -66,8 +82,9 @@ void adamw_update(float* master,           // (N) fp32 master weights, updated
                   const float* gradients,  // (N)
                   float* exp_avg,          // (N) first moment, updated
                   float* exp_avg_sq,       // (N) second moment, updated
-                  int64_t count, const AdamWCoefficients& coefficients,
-                  const double* control,  // (2) or nullptr
+                  int64_t count,
+                  const AdamWCoefficients* coefficients,  // (1), read when the update runs
+                  const double* control,                  // (2) or nullptr
                   std::span<const AdamWGroup> groups);
 
 }  // namespace backend::cpu
@@ -78,18 +95,19 @@ namespace backend::cuda {
 
 template <typename Weight>
 void adamw_update(float* master, Weight* weights, const float* gradients, float* exp_avg,
-                  float* exp_avg_sq, int64_t count, const AdamWCoefficients& coefficients,
+                  float* exp_avg_sq, int64_t count, const AdamWCoefficients* coefficients,
                   const double* control, std::span<const AdamWGroup> groups, CudaStream stream);
 
 }  // namespace backend::cuda
 
 // The op on `device`'s memory: master, gradients and moments fp32; weights absent (fp32: the
 // master is the weights) or, on a GPU, the bf16 or fp16 working copy, written in the same pass;
-// control empty or two f64.
+// coefficients kAdamWCoefficientFloats f32 holding an AdamWCoefficients; control empty or two
+// f64.
 namespace backend::ops {
 
 void adamw_update(Device& device, View master, View weights, View gradients, View exp_avg,
-                  View exp_avg_sq, const AdamWCoefficients& coefficients, View control = {},
+                  View exp_avg_sq, View coefficients, View control = {},
                   std::span<const AdamWGroup> groups = {});
 
 }  // namespace backend::ops

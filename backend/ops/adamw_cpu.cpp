@@ -22,9 +22,10 @@ void update_range(float* p, const float* g, float* m, float* v, int64_t count,
 }  // namespace
 
 void adamw_update(float* master, const float* gradients, float* exp_avg, float* exp_avg_sq,
-                  int64_t count, const AdamWCoefficients& c, const double* control,
+                  int64_t count, const AdamWCoefficients* coefficients, const double* control,
                   std::span<const AdamWGroup> groups) {
   if (control != nullptr && control[1] != 0.0) return;
+  const AdamWCoefficients c = *coefficients;
   const float gradient_scale =
       control != nullptr ? static_cast<float>(control[0]) : c.gradient_scale;
   if (groups.empty()) {

@@ -22,15 +22,17 @@ struct LaunchGroups {
   bool decayed[kAdamWGroupsPerLaunch];
   int count;
 };
-static_assert(sizeof(LaunchGroups) + sizeof(AdamWCoefficients) + 6 * sizeof(void*) < 4000,
+static_assert(sizeof(LaunchGroups) + 7 * sizeof(void*) < 4000,
               "a kernel's arguments stay under 4 KiB");
 
 template <typename Weight>
 __global__ void adamw_kernel(float* master, Weight* weights, const float* gradients, float* exp_avg,
-                             float* exp_avg_sq, AdamWCoefficients c, const double* control,
-                             const LaunchGroups groups) {
-  // The decision of ops::decide_step, when given: every thread reads the same two values.
+                             float* exp_avg_sq, const AdamWCoefficients* coefficients,
+                             const double* control, const LaunchGroups groups) {
+  // The decision of ops::decide_step, when given, and the step's coefficients: every thread
+  // reads the same bytes (one cached line).
   if (control != nullptr && control[1] != 0.0) return;
+  const AdamWCoefficients c = *coefficients;
   const float gradient_scale =
       control != nullptr ? static_cast<float>(control[0]) : c.gradient_scale;
   const int64_t chunk = blockIdx.x;
@@ -65,7 +67,7 @@ __global__ void adamw_kernel(float* master, Weight* weights, const float* gradie
 
 template <typename Weight>
 void adamw_update(float* master, Weight* weights, const float* gradients, float* exp_avg,
-                  float* exp_avg_sq, int64_t count, const AdamWCoefficients& coefficients,
+                  float* exp_avg_sq, int64_t count, const AdamWCoefficients* coefficients,
                   const double* control, std::span<const AdamWGroup> groups, CudaStream stream) {
   const AdamWGroup whole{.offset = 0, .numel = count, .decayed = true};
   if (groups.empty()) groups = std::span(&whole, 1);
@@ -95,13 +97,13 @@ void adamw_update(float* master, Weight* weights, const float* gradients, float*
 }
 
 template void adamw_update<float>(float*, float*, const float*, float*, float*, int64_t,
-                                  const AdamWCoefficients&, const double*,
+                                  const AdamWCoefficients*, const double*,
                                   std::span<const AdamWGroup>, CudaStream);
 template void adamw_update<bfloat16>(float*, bfloat16*, const float*, float*, float*, int64_t,
-                                     const AdamWCoefficients&, const double*,
+                                     const AdamWCoefficients*, const double*,
                                      std::span<const AdamWGroup>, CudaStream);
 template void adamw_update<float16>(float*, float16*, const float*, float*, float*, int64_t,
-                                    const AdamWCoefficients&, const double*,
+                                    const AdamWCoefficients*, const double*,
                                     std::span<const AdamWGroup>, CudaStream);
 
 }  // namespace backend::cuda

@@ -96,7 +96,7 @@ void attention_forward(Device& device, View output, View logsumexp, View qkv,
   constexpr const char* op = "attention_forward";
   run(
       device, op, causal_attention_flops(shape),
-      [&] {
+      [=, &device] {
         host_scalar(qkv.type, op, [&](auto s) {
           using S = decltype(s);
           cpu::attention_forward(host<S>(output), host<S>(logsumexp), host<S>(qkv), shape, dropout,
@@ -134,7 +134,7 @@ void attention_backward(Device& device, View dqkv, View doutput, View qkv, View 
   constexpr const char* op = "attention_backward";
   run(
       device, op, 2.5 * causal_attention_flops(shape),
-      [&] {
+      [=, &device] {
         host_scalar(qkv.type, op, [&](auto s) {
           using S = decltype(s);
           cpu::attention_backward(host<S>(dqkv), host<S>(doutput), host<S>(qkv), host<S>(output),
@@ -177,7 +177,7 @@ void kv_cache_attention_forward(Device& device, View output, View key_cache, Vie
   constexpr const char* op = "kv_cache_attention_forward";
   run_typed(
       device, op, 0, qkv.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::kv_cache_attention_forward(host<S>(output), host<S>(key_cache),
                                         host<S>(value_cache), host<S>(qkv), host_ids(slots),

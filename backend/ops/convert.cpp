@@ -16,7 +16,7 @@ void convert(Device& device, View destination, View source) {
   const bool fp16 = (narrowing ? destination.type : source.type) == ElementType::f16;
   run(
       device, op, 0,
-      [&] {
+      [=] {
         if (narrowing && fp16) {
           cpu::convert(host<float16>(destination), host<float>(source), source.numel);
         } else if (narrowing) {

@@ -13,7 +13,7 @@ void cross_entropy_forward(Device& device, View losses, View logsumexp, View log
   constexpr const char* op = "cross_entropy_forward";
   run_typed(
       device, op, 0, logits.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::cross_entropy_forward(host<S>(losses), host<S>(logsumexp), host<S>(logits),
                                    host_ids(labels), rows, vocab_size);
@@ -32,7 +32,7 @@ void cross_entropy_backward(Device& device, View dlogits, View logits, View logs
   constexpr const char* op = "cross_entropy_backward";
   run_typed(
       device, op, 0, logits.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::cross_entropy_backward(host<S>(dlogits), host<S>(logits), host<S>(logsumexp),
                                     host_ids(labels), static_cast<S>(scale), rows, vocab_size,
@@ -52,7 +52,7 @@ void cross_entropy_forward_backward(Device& device, View losses, View logsumexp,
   constexpr const char* op = "cross_entropy_forward_backward";
   run_typed(
       device, op, 0, logits.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::cross_entropy_forward_backward(host<S>(losses), host<S>(logsumexp), host<S>(logits),
                                             host_ids(labels), static_cast<S>(scale), rows,
@@ -73,7 +73,7 @@ void vocab_parallel_cross_entropy_partial(Device& device, View logsumexp_part,
   constexpr const char* op = "vocab_parallel_cross_entropy_partial";
   run_typed(
       device, op, 0, logits.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::vocab_parallel_cross_entropy_partial(host<S>(logsumexp_part),
                                                   host<S>(target_logit), host<S>(logits),
@@ -95,7 +95,7 @@ void vocab_parallel_cross_entropy_combine(Device& device, View losses, View logs
   check_logsumexp_parts(logsumexp_parts.numel, rows, parts, op);
   run(
       device, op, 0,
-      [&] {
+      [=] {
         host_scalar(logsumexp_parts.type, op, [&](auto s) {
           using S = decltype(s);
           cpu::vocab_parallel_cross_entropy_combine(host<S>(losses), host<S>(logsumexp),

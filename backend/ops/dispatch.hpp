@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string_view>
 
 #include "backend/common/error.hpp"
@@ -106,12 +107,21 @@ ResidualAdd<S> gpu_residual(View sum, const ResidualViews& residual, std::string
 // Runs on_host() on a host device, on_gpu(cuda_context) on a CUDA one, between the observer's
 // two calls. on_gpu must be a generic lambda (`[&](const auto& cuda)`) so that a build without
 // CUDA never instantiates it.
+// While a host device captures (Device::host_recording) on_host is copied into the recording
+// instead of run, and runs at each replay, after the op has returned: so on_host captures the
+// op's arguments by value (`[=]`, with `&device` where it asks the device for scratch), which
+// is also what a CUDA graph keeps of a kernel's arguments. (A CUDA twin under a stream capture
+// is called as always; the stream records its launches.)
 template <typename OnHost, typename OnGpu>
 void run(Device& device, std::string_view op, double flops, OnHost&& on_host, OnGpu&& on_gpu) {
   OpObserver* observer = device.observer();
   if (observer != nullptr) observer->op_started(op);
   if (device.memory_kind() == MemoryKind::host) {
-    on_host();
+    if (HostOpRecording* recording = device.host_recording()) {
+      recording->add(op, std::function<void()>(on_host));
+    } else {
+      on_host();
+    }
   } else {
     [[maybe_unused]] const CudaContext& cuda = device.cuda_context();
     if constexpr (kBuiltWithCuda) on_gpu(cuda);
@@ -119,14 +129,14 @@ void run(Device& device, std::string_view op, double flops, OnHost&& on_host, On
   if (observer != nullptr) observer->op_queued(op, flops);
 }
 
-// The common case: one element type picks the twin's Scalar. on_host(Scalar{}) with fp32 or
-// fp64 on a host device, on_gpu(Scalar{}, cuda_context) with fp32, bf16 or fp16 on a CUDA one;
-// any other type is refused naming the op (host_scalar, gpu_scalar).
+// The common case: one element type picks the twin's Scalar. on_host(Scalar{}) (capturing by
+// value, as run's) with fp32 or fp64 on a host device, on_gpu(Scalar{}, cuda_context) with fp32,
+// bf16 or fp16 on a CUDA one; any other type is refused naming the op (host_scalar, gpu_scalar).
 template <typename OnHost, typename OnGpu>
 void run_typed(Device& device, std::string_view op, double flops, ElementType dtype,
                OnHost&& on_host, OnGpu&& on_gpu) {
   run(
-      device, op, flops, [&] { host_scalar(dtype, op, on_host); },
+      device, op, flops, [dtype, op, on_host] { host_scalar(dtype, op, on_host); },
       [&](const auto& context) {
         gpu_scalar(dtype, op, [&](auto scalar) { on_gpu(scalar, context); });
       });

@@ -16,7 +16,7 @@ namespace {
 void apply_mask(Device& device, const char* op, View output, View input, const Dropout& dropout) {
   run_typed(
       device, op, 0, input.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::dropout_forward(host<S>(output), host<S>(input), input.numel, dropout);
       },

@@ -15,7 +15,7 @@ void embedding_forward(Device& device, View output, View tokens, View word_embed
   const int64_t vocab_size = embedding_table_rows(word_embeddings.numel, hidden_size, op);
   run_typed(
       device, op, 0, output.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::embedding_forward(host<S>(output), host_ids(tokens), host<S>(word_embeddings),
                                host<S>(position_embeddings), batch_size, seq_length,
@@ -38,7 +38,7 @@ void embedding_backward(Device& device, View dword_embeddings, View dposition_em
   check_token_index(token_index.numel, batch_size * seq_length, op);
   run_typed(
       device, op, 0, doutput.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::embedding_backward(host<S>(dword_embeddings), host<S>(dposition_embeddings),
                                 host<S>(doutput), host_ids(token_index), batch_size,
@@ -59,7 +59,7 @@ void embedding_at_positions_forward(Device& device, View output, View tokens, Vi
   constexpr const char* op = "embedding_at_positions_forward";
   run_typed(
       device, op, 0, output.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::embedding_at_positions_forward(host<S>(output), host_ids(tokens),
                                             host_ids(positions), host<S>(word_embeddings),

@@ -12,7 +12,7 @@ void gelu_forward(Device& device, View output, View input) {
   constexpr const char* op = "gelu_forward";
   run_typed(
       device, op, 0, input.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::gelu_forward(host<S>(output), host<S>(input), input.numel);
       },
@@ -26,7 +26,7 @@ void gelu_backward(Device& device, View dinput, View doutput, View input) {
   constexpr const char* op = "gelu_backward";
   run_typed(
       device, op, 0, input.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::gelu_backward(host<S>(dinput), host<S>(doutput), host<S>(input), input.numel);
       },

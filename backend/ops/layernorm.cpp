@@ -15,7 +15,7 @@ void layernorm_forward(Device& device, View output, View mean, View rstd, View i
   check_residual_views(input, residual, op);
   run_typed(
       device, op, 0, input.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::layernorm_forward(host<S>(output), host<S>(mean), host<S>(rstd), host<S>(input),
                                host<S>(weight), host<S>(bias), static_cast<S>(weight_offset),
@@ -38,7 +38,7 @@ void layernorm_backward(Device& device, View dinput, View dweight, View dbias, V
   constexpr const char* op = "layernorm_backward";
   run_typed(
       device, op, 0, input.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::layernorm_backward(host<S>(dinput), host<S>(dweight), host<S>(dbias), host<S>(doutput),
                                 host<S>(input), host<S>(weight), static_cast<S>(weight_offset),

@@ -14,7 +14,7 @@ void linear_forward(Device& device, View output, View input, View weight, View b
   const double flops = linear_product_flops(rows, in_features, out_features);
   run_typed(
       device, op, flops, input.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::linear_forward(host<S>(output), host<S>(input), host<S>(weight), host<S>(bias),
                             rows, in_features, out_features);
@@ -35,7 +35,7 @@ void linear_backward(Device& device, View dinput, View dweight, View dbias, View
       (dinput.empty() ? 1.0 : 2.0) * linear_product_flops(rows, in_features, out_features);
   run_typed(
       device, op, flops, input.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::linear_backward(host<S>(dinput), host<S>(dweight), host<S>(dbias),
                              host<S>(doutput), host<S>(input), host<S>(weight), rows,

@@ -16,7 +16,7 @@ void linear_gelu_forward(Device& device, View activation, View preactivation, Vi
   const double flops = linear_product_flops(rows, in_features, out_features);
   run_typed(
       device, op, flops, input.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::linear_gelu_forward(host<S>(activation), host<S>(preactivation), host<S>(input),
                                  host<S>(weight), host<S>(bias), rows, in_features, out_features);
@@ -36,7 +36,7 @@ void linear_dgelu_backward(Device& device, View dpreactivation, View dweight, Vi
   const double flops = 2.0 * linear_product_flops(rows, in_features, out_features);
   run_typed(
       device, op, flops, activation.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::linear_dgelu_backward(host<S>(dpreactivation), host<S>(dweight), host<S>(dbias),
                                    host<S>(doutput), host<S>(activation), host<S>(weight),

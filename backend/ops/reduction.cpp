@@ -15,7 +15,7 @@ enum class Reduction { sum, sum_of_squares, count_zeros };
 void reduce(Device& device, View total, View values, Reduction reduction, const char* op) {
   run(
       device, op, 0,
-      [&] {
+      [=] {
         double* result = host<double>(total);
         if (result == nullptr || total.numel != 1) {
           common::fail("{}: the total must be one f64", op);
@@ -53,10 +53,18 @@ void reduce(Device& device, View total, View values, Reduction reduction, const 
           }
         };
         switch (values.type) {
-          case ElementType::f32: reduce_on_gpu(static_cast<const float*>(values.data)); return;
-          case ElementType::bf16: reduce_on_gpu(static_cast<const bfloat16*>(values.data)); return;
-          case ElementType::f16: reduce_on_gpu(static_cast<const float16*>(values.data)); return;
-          case ElementType::f64: reduce_on_gpu(static_cast<const double*>(values.data)); return;
+          case ElementType::f32:
+            reduce_on_gpu(static_cast<const float*>(values.data));
+            return;
+          case ElementType::bf16:
+            reduce_on_gpu(static_cast<const bfloat16*>(values.data));
+            return;
+          case ElementType::f16:
+            reduce_on_gpu(static_cast<const float16*>(values.data));
+            return;
+          case ElementType::f64:
+            reduce_on_gpu(static_cast<const double*>(values.data));
+            return;
           default:
             common::fail("the CUDA device reduces fp32, bf16, fp16 or fp64; {} has no {} kernel "
                          "on it",
@@ -83,7 +91,7 @@ void scale(Device& device, View values, double factor) {
   constexpr const char* op = "scale";
   run_typed(
       device, op, 0, values.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::scale(host<S>(values), factor, values.numel);
       },

@@ -12,7 +12,7 @@ void residual_forward(Device& device, View output, View input, View branch) {
   constexpr const char* op = "residual_forward";
   run_typed(
       device, op, 0, input.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::residual_forward(host<S>(output), host<S>(input), host<S>(branch), input.numel);
       },

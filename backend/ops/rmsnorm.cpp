@@ -14,7 +14,7 @@ void rmsnorm_forward(Device& device, View output, View rstd, View input, View we
   check_residual_views(input, residual, op);
   run_typed(
       device, op, 0, input.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::rmsnorm_forward(host<S>(output), host<S>(rstd), host<S>(input), host<S>(weight),
                              static_cast<S>(epsilon), rows, channels,
@@ -33,7 +33,7 @@ void rmsnorm_backward(Device& device, View dinput, View dweight, View doutput, V
   constexpr const char* op = "rmsnorm_backward";
   run_typed(
       device, op, 0, input.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::rmsnorm_backward(host<S>(dinput), host<S>(dweight), host<S>(doutput), host<S>(input),
                               host<S>(weight), host<S>(rstd), rows, channels, mode);

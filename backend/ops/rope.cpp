@@ -13,7 +13,7 @@ void rope_tables(Device& device, View cos, View sin, int64_t seq_length, int64_t
   constexpr const char* op = "rope_tables";
   run(
       device, op, 0,
-      [&] {
+      [=] {
         host_scalar(cos.type, op, [&](auto s) {
           using S = decltype(s);
           cpu::rope_tables(host<S>(cos), host<S>(sin), seq_length, rotary_dim, base, scaling);
@@ -31,7 +31,7 @@ void rope_forward(Device& device, View output, View input, View cos, View sin,
   constexpr const char* op = "rope_forward";
   run(
       device, op, 0,
-      [&] {
+      [=] {
         host_scalar(input.type, op, [&](auto s) {
           using S = decltype(s);
           cpu::rope_forward(host<S>(output), host<S>(input), host<S>(cos), host<S>(sin),
@@ -54,7 +54,7 @@ void rope_backward(Device& device, View dinput, View doutput, View cos, View sin
   constexpr const char* op = "rope_backward";
   run_typed(
       device, op, 0, doutput.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::rope_backward(host<S>(dinput), host<S>(doutput), host<S>(cos), host<S>(sin),
                            batch_size, seq_length, num_heads, head_dim, rotary_dim,
@@ -74,7 +74,7 @@ void rope_at_positions_forward(Device& device, View output, View input, View cos
   constexpr const char* op = "rope_at_positions_forward";
   run_typed(
       device, op, 0, input.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::rope_at_positions_forward(host<S>(output), host<S>(input), host<S>(cos),
                                        host<S>(sin), host_ids(positions), rows, num_heads,

@@ -29,7 +29,7 @@ void accumulate_loss(Device& device, View total, View micro_batch_total, int64_t
   }
   run(
       device, op, 0,
-      [&] {
+      [=] {
         cpu::accumulate_loss(host<double>(total), host<double>(micro_batch_total), scored_positions,
                              weighted, mean_in_float);
       },
@@ -44,7 +44,7 @@ void add(Device& device, View total, View value) {
   check_scalars(total, 1, "the total", op);
   check_scalars(value, 1, "the value", op);
   run(
-      device, op, 0, [&] { cpu::add(host<double>(total), host<double>(value)); },
+      device, op, 0, [=] { cpu::add(host<double>(total), host<double>(value)); },
       [&](const auto& context) {
         cuda::add(gpu<double>(total, op), gpu<double>(value, op), context.stream);
       });
@@ -58,7 +58,7 @@ void decide_step(Device& device, View control, View loss_total, View sum_of_squa
   check_scalars(sum_of_squares, 1, "the sum of squares", op);
   run(
       device, op, 0,
-      [&] {
+      [=] {
         cpu::decide_step(host<double>(control),
                          loss_total.empty() ? nullptr : host<double>(loss_total),
                          host<double>(sum_of_squares), max_norm);

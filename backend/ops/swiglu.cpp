@@ -12,7 +12,7 @@ void swiglu_forward(Device& device, View output, View input, int64_t rows, int64
   constexpr const char* op = "swiglu_forward";
   run_typed(
       device, op, 0, input.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::swiglu_forward(host<S>(output), host<S>(input), rows, features);
       },
@@ -28,7 +28,7 @@ void swiglu_backward(Device& device, View dinput, View doutput, View input, int6
   constexpr const char* op = "swiglu_backward";
   run_typed(
       device, op, 0, input.type,
-      [&](auto s) {
+      [=](auto s) {
         using S = decltype(s);
         cpu::swiglu_backward(host<S>(dinput), host<S>(doutput), host<S>(input), rows,
                              features);

@@ -55,10 +55,17 @@ void AdamW::carve_state() {
   const int64_t exp_avg_sq_region = layout.add("optimizer.exp_avg_sq", ElementType::f32, numel_);
   const int64_t norm_region = layout.add("the gradient norm's total", ElementType::f64, 1);
   const int64_t step_region = layout.add("the step's scalars", ElementType::f64, 6);
+  const int64_t coefficients_region =
+      layout.add("AdamW's step coefficients", ElementType::f32, kAdamWCoefficientFloats);
   state_ = Arena(*device_, std::move(layout), "optimizer state");
   exp_avg_ = state_.view(exp_avg_region);
   exp_avg_sq_ = state_.view(exp_avg_sq_region);
   norm_total_ = state_.view(norm_region);
+  coefficients_ = state_.view(coefficients_region);
+  // Two slots: a step's coefficients are staged while the device may still be copying the
+  // previous step's.
+  coefficient_uploads_ = PinnedUploadRing(*device_, 2, int64_t{sizeof(AdamWCoefficients)},
+                                          "AdamW's step coefficients");
   const View step = state_.view(step_region);
   step_scalars_ = {.loss_total = step.slice(0, 1),
                    .sum_of_squares = step.slice(1, 1),
@@ -74,8 +81,7 @@ AdamW::~AdamW() = default;
 AdamW::AdamW(AdamW&&) noexcept = default;
 AdamW& AdamW::operator=(AdamW&&) noexcept = default;
 
-void AdamW::step(View master, View weights, View gradients, double lr, double weight_decay,
-                 double gradient_scale, View control) {
+void AdamW::check_step(View master, View gradients, View control, double gradient_scale) const {
   if (!control.empty() && gradient_scale != 1.0) {
     common::fail(
         "AdamW::step: a device decision (control) gives the gradient scale; {} was "
@@ -86,6 +92,9 @@ void AdamW::step(View master, View weights, View gradients, double lr, double we
     common::fail("AdamW: {} parameters, but {} master weights and {} gradients were given",
                  numel_, master.numel, gradients.numel);
   }
+}
+
+void AdamW::stage_step(double lr, double weight_decay, double gradient_scale) {
   ++step_;
   const double bias_correction1 = 1.0 - std::pow(config_.beta1, static_cast<double>(step_));
   const double bias_correction2 = 1.0 - std::pow(config_.beta2, static_cast<double>(step_));
@@ -98,10 +107,29 @@ void AdamW::step(View master, View weights, View gradients, double lr, double we
       .decay = static_cast<float>(lr * weight_decay),  // where a group is decayed
       // As ops::scale rounds its factor (reduction.hpp), so the products are its bits.
       .gradient_scale = static_cast<float>(gradient_scale)};
+  coefficient_uploads_.upload(coefficients_, &coefficients);
+  staged_ = true;
+  staged_gradient_scale_ = gradient_scale;
+}
+
+void AdamW::queue_step(View master, View weights, View gradients, View control) {
+  if (!staged_) {
+    common::fail("AdamW::queue_step: no step's coefficients were staged (stage_step first)");
+  }
+  check_step(master, gradients, control, staged_gradient_scale_);
+  staged_ = false;
   // One multi-tensor update of every group (no group: nothing to update).
   if (groups_.empty()) return;
-  ops::adamw_update(*device_, master, weights, gradients, exp_avg_, exp_avg_sq_, coefficients,
+  ops::adamw_update(*device_, master, weights, gradients, exp_avg_, exp_avg_sq_, coefficients_,
                     control, groups_);
+}
+
+void AdamW::step(View master, View weights, View gradients, double lr, double weight_decay,
+                 double gradient_scale, View control) {
+  // Checked before the step is counted, so a refused call changes nothing.
+  check_step(master, gradients, control, gradient_scale);
+  stage_step(lr, weight_decay, gradient_scale);
+  queue_step(master, weights, gradients, control);
 }
 
 void AdamW::step_skipped() {

@@ -24,6 +24,7 @@
 
 #include "backend/device/arena.hpp"
 #include "backend/device/device.hpp"
+#include "backend/device/pinned_upload_ring.hpp"
 #include "backend/ops/adamw.hpp"
 #include "backend/optim/loss_scaler.hpp"
 
@@ -66,6 +67,13 @@ class AdamW {
   // step counts as taken until the caller, having read the decision, calls step_skipped().
   void step(View master, View weights, View gradients, double lr, double weight_decay,
             double gradient_scale = 1.0, View control = {});
+  // step() in its two parts, for a captured step (docs/step_on_device.md, item 5): stage_step
+  // counts the next step and uploads its coefficients (from the rate, the decay, the bias
+  // corrections of the step count and the gradient scale) to the optimizer's device, where the
+  // update reads them; queue_step queues the update of the staged step. A captured update (a
+  // graph) is queue_step's work replayed: the trainer stages each step before the replay.
+  void stage_step(double lr, double weight_decay, double gradient_scale = 1.0);
+  void queue_step(View master, View weights, View gradients, View control = {});
   // The last step() with a control was skipped on the device: not counted (the bias
   // corrections of the next step are those of the skipped one).
   void step_skipped();
@@ -126,6 +134,7 @@ class AdamW {
 
  private:
   void carve_state();
+  void check_step(View master, View gradients, View control, double gradient_scale) const;
 
   AdamWConfig config_;
   // Adjacent groups with the same decay merged, as the update takes them (one call per step).
@@ -137,6 +146,10 @@ class AdamW {
   Arena state_;
   DeviceMemory step_scalars_host_;
   View exp_avg_, exp_avg_sq_, norm_total_;
+  View coefficients_;  // the staged step's AdamWCoefficients, which the update reads
+  PinnedUploadRing coefficient_uploads_;
+  bool staged_ = false;
+  double staged_gradient_scale_ = 1.0;
   StepScalars step_scalars_;
   int64_t step_ = 0;
   LossScaler loss_scaler_ = LossScaler::none();

@@ -27,14 +27,21 @@ namespace {
 
 constexpr int64_t kSizes[] = {1, 7, 1000003};
 
-AdamWCoefficients coefficients(int step, double lr, double weight_decay) {
+// A step's coefficients in `t`'s device memory, where the update reads them.
+View coefficients(Tensors& t, int step, double lr, double weight_decay,
+                  float gradient_scale = 1.0f) {
   const double beta1 = 0.9, beta2 = 0.95;
-  return {.beta1 = static_cast<float>(beta1),
-          .beta2 = static_cast<float>(beta2),
-          .eps = 1e-8f,
-          .step_size = static_cast<float>(lr / (1 - std::pow(beta1, step))),
-          .inverse_sqrt_correction2 = static_cast<float>(1 / std::sqrt(1 - std::pow(beta2, step))),
-          .decay = static_cast<float>(lr * weight_decay)};
+  const AdamWCoefficients c{
+      .beta1 = static_cast<float>(beta1),
+      .beta2 = static_cast<float>(beta2),
+      .eps = 1e-8f,
+      .step_size = static_cast<float>(lr / (1 - std::pow(beta1, step))),
+      .inverse_sqrt_correction2 = static_cast<float>(1 / std::sqrt(1 - std::pow(beta2, step))),
+      .decay = static_cast<float>(lr * weight_decay),
+      .gradient_scale = gradient_scale};
+  std::vector<float> floats(backend::kAdamWCoefficientFloats);
+  std::memcpy(floats.data(), &c, sizeof c);
+  return t.input(floats, ElementType::f32);
 }
 
 }  // namespace
@@ -53,9 +60,9 @@ TEST_CASE("the AdamW update on the CUDA device matches the CPU device") {
       View p = t.input(master, ElementType::f32), m = t.input(exp_avg, ElementType::f32), v = t.input(exp_avg_sq, ElementType::f32);
       const View g = t.input(gradients, ElementType::f32);
       ops::adamw_update(t.device(), p, t.empty(ElementType::bf16), g, m, v,
-                        coefficients(3, 1e-3, 0.1));
+                        coefficients(t, 3, 1e-3, 0.1));
       ops::adamw_update(t.device(), p, t.empty(ElementType::bf16), g, m, v,
-                        coefficients(4, 1e-3, 0.0));
+                        coefficients(t, 4, 1e-3, 0.0));
       return Outputs{{"master", t.read(p)}, {"exp_avg", t.read(m)}, {"exp_avg_sq", t.read(v)}};
     });
     if (gpu->memory_kind() == backend::MemoryKind::host) continue;  // 16-bit: the GPU's alone
@@ -66,7 +73,7 @@ TEST_CASE("the AdamW update on the CUDA device matches the CPU device") {
       View p = t.input(master, ElementType::f32), m = t.input(exp_avg, ElementType::f32), v = t.input(exp_avg_sq, ElementType::f32);
       View weights = t.poisoned(count, type);
       ops::adamw_update(*gpu, p, weights, t.input(gradients, ElementType::f32), m, v,
-                        coefficients(3, 1e-3, 0.1));
+                        coefficients(t, 3, 1e-3, 0.1));
       expect_identical(what + " " + type_name(type) + " working copy = rounded master",
                        t.read(weights), representable(t.read(p), type));
     }
@@ -194,17 +201,16 @@ TEST_CASE("the step's scalars and AdamW's device decision on the CUDA device are
          v = t.input(master, ElementType::f32);
     View control = t.input({0.25f, static_cast<float>(skip)}, ElementType::f64);
     ops::adamw_update(*gpu, p, t.empty(ElementType::bf16), t.input(gradients, ElementType::f32), m,
-                      v, coefficients(2, 1e-3, 0.1), control);
+                      v, coefficients(t, 2, 1e-3, 0.1), control);
     if (skip != 0.0) {
       expect_identical("a skipped AdamW update leaves the master", t.read(p), master);
     } else {
       Tensors host(cpu);
       View hp = host.input(master, ElementType::f32), hm = host.input(master, ElementType::f32),
            hv = host.input(master, ElementType::f32);
-      AdamWCoefficients scaled = coefficients(2, 1e-3, 0.1);
-      scaled.gradient_scale = 0.25f;
       ops::adamw_update(cpu, hp, host.empty(ElementType::bf16),
-                        host.input(gradients, ElementType::f32), hm, hv, scaled);
+                        host.input(gradients, ElementType::f32), hm, hv,
+                        coefficients(host, 2, 1e-3, 0.1, /*gradient_scale=*/0.25f));
       expect_close("AdamW with the device's factor against the CPU's host factor", t.read(p),
                    host.read(hp), 1e-6);
     }
@@ -234,7 +240,7 @@ TEST_CASE("the multi-tensor AdamW on the CUDA device matches the CPU's, groups o
         View m = t.input(gradients, ElementType::f32);
         View v = t.input(squares, ElementType::f32);
         ops::adamw_update(t.device(), p, t.empty(ElementType::bf16),
-                          t.input(gradients, ElementType::f32), m, v, coefficients(3, 1e-3, 0.1),
+                          t.input(gradients, ElementType::f32), m, v, coefficients(t, 3, 1e-3, 0.1),
                           t.empty(ElementType::f64), groups);
         return Outputs{{"master", t.read(p)}, {"exp_avg", t.read(m)}};
       });

@@ -102,10 +102,10 @@ TEST_CASE("AdamW with the device's decision: skipped writes nothing, the factor 
   const std::vector<float> gradients = {0.1f, -0.3f, 0.7f, 2.0f, -0.01f};
   auto run = [&](std::vector<double> control, float host_scale) {
     std::vector<float> master = master0, m(5, 0.01f), v(5, 0.02f);
-    const AdamWCoefficients c{.step_size = 1e-2f, .decay = 1e-3f, .gradient_scale = host_scale};
+    AdamWCoefficients c{.step_size = 1e-2f, .decay = 1e-3f, .gradient_scale = host_scale};
     ops::adamw_update(device, host_view(std::span(master)), View{},
                       host_view(std::span<const float>(gradients)), host_view(std::span(m)),
-                      host_view(std::span(v)), c,
+                      host_view(std::span(v)), coefficients_view(c),
                       control.empty() ? View{} : host_view(std::span<double>(control)));
     master.insert(master.end(), m.begin(), m.end());
     master.insert(master.end(), v.begin(), v.end());
@@ -134,10 +134,17 @@ TEST_CASE("the step's scalar ops refuse views that are not their f64 scalars, by
   CHECK_THROWS_WITH_AS(ops::decide_step(device, one(total), View{}, one(value), 1.0),
                        doctest::Contains("decide_step: the control must be 2 f64"), common::Error);
   std::vector<float> p(2), g(2), m(2), v(2);
+  AdamWCoefficients c;
   CHECK_THROWS_WITH_AS(ops::adamw_update(device, host_view(std::span(p)), View{},
                                          host_view(std::span(g)), host_view(std::span(m)),
-                                         host_view(std::span(v)), AdamWCoefficients{}, one(total)),
+                                         host_view(std::span(v)), coefficients_view(c), one(total)),
                        doctest::Contains("adamw_update: the control"), common::Error);
+  CHECK_THROWS_WITH_AS(
+      ops::adamw_update(device, host_view(std::span(p)), View{}, host_view(std::span(g)),
+                        host_view(std::span(m)), host_view(std::span(v)), host_view(std::span(g))),
+      doctest::Contains("adamw_update: the coefficients must be an "
+                        "AdamWCoefficients (7 fp32), got 2 fp32"),
+      common::Error);
   ops::add(device, one(total), one(value));
   CHECK(total == 1.0);
   CHECK_THROWS_WITH_AS(ops::decide_step(device, host_view(std::span<double>(control)), View{},

@@ -1,15 +1,19 @@
 // AdamW and global-norm clipping against the formulas written out in double; the norm's
 // fixed summation order (the same bits on any thread count).
+#include "backend/ops/adamw.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "backend/common/error.hpp"
 #include "backend/device/cpu_device.hpp"
-#include "backend/ops/adamw.hpp"
 #include "backend/optim/adamw.hpp"
 #include "tests/backend/ops/gradient_check.hpp"
 
@@ -172,9 +176,10 @@ TEST_CASE("the CPU device's AdamW update has no separate working copy") {
   CpuDevice device;
   std::vector<float> master(4), gradients(4), m(4), v(4);
   std::vector<uint16_t> bf16_bits(4);
+  AdamWCoefficients c;
   const View weights{bf16_bits.data(), 4, ElementType::bf16, MemoryKind::host};
   CHECK_THROWS_WITH_AS(ops::adamw_update(device, host_view(master), weights, host_view(gradients),
-                                         host_view(m), host_view(v), AdamWCoefficients{}),
+                                         host_view(m), host_view(v), coefficients_view(c)),
                        doctest::Contains("a separate bf16 working copy is the CUDA device's"),
                        common::Error);
 }
@@ -191,10 +196,10 @@ TEST_CASE("the multi-tensor update is one update per group, decayed where the gr
   }
   const std::vector<AdamWGroup> groups = {
       {0, 10, true}, {10, 5, false}, {20, 25, true}, {45, 3, false}};
-  const AdamWCoefficients c{.step_size = 1e-2f, .decay = 0.05f};
+  AdamWCoefficients c{.step_size = 1e-2f, .decay = 0.05f};
   std::vector<float> fused = start, fused_m(count, 0.01f), fused_v(count, 0.02f);
   ops::adamw_update(device, host_view(fused), View{}, host_view(gradients), host_view(fused_m),
-                    host_view(fused_v), c, View{}, groups);
+                    host_view(fused_v), coefficients_view(c), View{}, groups);
   std::vector<float> each = start, each_m(count, 0.01f), each_v(count, 0.02f);
   for (const AdamWGroup& group : groups) {
     AdamWCoefficients group_c = c;
@@ -204,7 +209,7 @@ TEST_CASE("the multi-tensor update is one update per group, decayed where the gr
                                                  static_cast<size_t>(group.numel)));
     };
     ops::adamw_update(device, part(each), View{}, part(gradients), part(each_m), part(each_v),
-                      group_c);
+                      coefficients_view(group_c));
   }
   CHECK(each == fused);
   CHECK(each_m == fused_m);
@@ -218,7 +223,58 @@ TEST_CASE("the multi-tensor update is one update per group, decayed where the gr
                                              std::vector<AdamWGroup>{{0, 10, true}, {5, 10, true}},
                                              std::vector<AdamWGroup>{{40, 11, true}}}) {
     CHECK_THROWS_WITH_AS(ops::adamw_update(device, host_view(fused), View{}, host_view(gradients),
-                                           host_view(fused_m), host_view(fused_v), c, View{}, bad),
+                                           host_view(fused_m), host_view(fused_v),
+                                           coefficients_view(c), View{}, bad),
                          doctest::Contains("adamw_update: the group"), common::Error);
   }
+}
+
+TEST_CASE("an update captured once, replayed after each step is staged, gives the eager steps") {
+  // The coefficients (the rate, the decay, the bias corrections) change every step; they reach
+  // the update through the device's memory (stage_step), so a captured update replayed after
+  // each staging is each step's, bit for bit (docs/step_on_device.md, item 5).
+  const AdamWConfig config{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  const int64_t count = 257;
+  std::vector<float> start(count), gradients(count);
+  for (int64_t i = 0; i < count; ++i) {
+    start[static_cast<size_t>(i)] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+    gradients[static_cast<size_t>(i)] = 0.003f * static_cast<float>(i % 11) - 0.012f;
+  }
+  const std::vector<ParameterGroup> groups = {{0, 200, true}, {200, 57, false}};
+  CpuDevice eager_device, captured_device;
+  AdamW eager(config, groups, count, eager_device);
+  AdamW captured(config, groups, count, captured_device);
+  std::vector<float> eager_parameters = start, captured_parameters = start;
+  std::unique_ptr<DeviceGraph> update;
+  for (int step = 0; step < 6; ++step) {
+    const double lr = 1e-2 * (step + 1) / 6.0;
+    const double weight_decay = 0.1 - 0.01 * step;
+    eager.step(host_view(std::span(eager_parameters)), View{},
+               host_view(std::span<const float>(gradients)), lr, weight_decay);
+    captured.stage_step(lr, weight_decay);
+    const auto queue = [&] {
+      captured.queue_step(host_view(std::span(captured_parameters)), View{},
+                          host_view(std::span<const float>(gradients)));
+    };
+    if (step == 0) {
+      queue();  // the first step eager, as the trainer's warm-up
+    } else if (step == 1) {
+      captured_device.begin_capture();
+      queue();
+      update = captured_device.end_capture();
+      CHECK(update->nodes() == 1);
+      update->replay();
+    } else {
+      update->replay();
+    }
+    CAPTURE(step);
+    CHECK(std::memcmp(captured_parameters.data(), eager_parameters.data(),
+                      eager_parameters.size() * sizeof(float)) == 0);
+  }
+  CHECK(captured.steps_taken() == 6);
+  CHECK(eager_parameters != start);
+  AdamW unstaged(config, groups, count, captured_device);
+  CHECK_THROWS_WITH_AS(unstaged.queue_step(host_view(std::span(captured_parameters)), View{},
+                                           host_view(std::span<const float>(gradients))),
+                       doctest::Contains("no step's coefficients were staged"), common::Error);
 }
