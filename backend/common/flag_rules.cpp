@@ -40,6 +40,9 @@ constexpr std::string_view kDecayStyles[] = {"constant", "linear", "cosine", "in
 constexpr std::string_view kWsdDecayStyles[] = {"exponential", "linear", "cosine", "minus_sqrt"};
 constexpr std::string_view kWeightDecayIncrementStyles[] = {"constant", "linear", "cosine"};
 constexpr std::string_view kDevices[] = {"auto", "cpu", "cuda"};
+// Megatron core's cuda_graph_impl (transformer_engine is refused by pretrain_gpt, not here).
+constexpr std::string_view kCudaGraphImplementations[] = {"none", "local", "full_iteration",
+                                                          "transformer_engine"};
 // Megatron-DeepSpeed's and older Megatron's flags that published scripts pass.
 constexpr std::string_view kDataImplementations[] = {"mmap", "infer", "lazy", "cached"};
 constexpr std::string_view kDistributedBackends[] = {"nccl", "gloo"};
@@ -157,6 +160,9 @@ constexpr FlagRule kRules[] = {
     integer_flag("--loss-scale-window", 1),
     integer_flag("--hysteresis", 1),
     choice_flag("--device", kDevices),
+    choice_flag("--cuda-graph-impl", kCudaGraphImplementations),
+    // pretrain_gpt asks for at least 1 and says why (arguments.cpp)
+    integer_flag("--cuda-graph-warmup-steps", 0),
     choice_flag("--data-impl", kDataImplementations),
     choice_flag("--distributed-backend", kDistributedBackends),
     choice_flag("--DDP-impl", kDdpImplementations),

@@ -202,6 +202,19 @@ class GptModel {
                  int64_t batch_size, int64_t seq_length,
                  std::optional<Scalar> backward_scale = std::nullopt);
 
+  // forward() in two parts, for a captured training step (docs/step_on_device.md, item 5):
+  // stage_micro_batch uploads micro batch `index` of the step (its ids checked as forward()
+  // checks them, the shape reserved as forward() reserves it) into memory of its own, outside
+  // the capture; forward_staged(index) copies it into the activations on the device and runs
+  // the forward, which a capture can hold (the same work and bits as forward() after the
+  // copy). A whole model only.
+  void stage_micro_batch(int64_t index, std::span<const int32_t> tokens,
+                         std::span<const int32_t> labels, int64_t batch_size, int64_t seq_length);
+  Scalar forward_staged(int64_t index, std::optional<Scalar> backward_scale = std::nullopt);
+  // Changes whenever the activations (and staged inputs) move to new memory (reserve of another
+  // shape): a captured step is replayed only over the generation it was captured on.
+  int64_t activations_generation() const;
+
   // The last forward()'s per-position results, copied to the host on any device, for evaluation
   // tools (eval/zero_shot_tasks.hpp, whose metrics need each position, not the mean): the
   // cross-entropy loss of each of the B·T positions (row-major, the values whose mean forward()

@@ -211,22 +211,32 @@ void GptModel<Scalar>::reserve(int64_t batch_size, int64_t seq_length, int64_t m
   s.reserve(batch_size, seq_length, micro_batch_slots);
 }
 
+namespace {
+
+// forward()'s preconditions: a whole model, and no finished forward left to differentiate (a
+// forward that fails leaves nothing: a backward() after it must not silently reuse the micro
+// batch before).
+template <typename State>
+void start_whole_model_forward(State& s, const char* what) {
+  if (!s.stage.whole_model()) {
+    common::fail(
+        "GptModel::{}() runs the whole model; stage {} of a {}-stage pipeline runs "
+        "forward_chunk() in a pipeline schedule",
+        what, s.stage.rank, s.stage.pipeline_parallel);
+  }
+  for (int64_t k = 0; k < s.micro_batches.slots(); ++k) {
+    s.micro_batches.slot(k).forward_done.assign(s.chunks.size(), false);
+  }
+}
+
+}  // namespace
+
 template <typename Scalar>
 Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<const int32_t> labels,
                                  int64_t batch_size, int64_t seq_length,
                                  std::optional<Scalar> backward_scale) {
   State& s = *state_;
-  if (!s.stage.whole_model()) {
-    common::fail(
-        "GptModel::forward() runs the whole model; stage {} of a {}-stage pipeline runs "
-        "forward_chunk() in a pipeline schedule",
-        s.stage.rank, s.stage.pipeline_parallel);
-  }
-  // A forward that fails leaves nothing to differentiate: a backward() after it must not
-  // silently reuse the micro batch before.
-  for (int64_t k = 0; k < s.micro_batches.slots(); ++k) {
-    s.micro_batches.slot(k).forward_done.assign(s.chunks.size(), false);
-  }
+  start_whole_model_forward(s, "forward");
   check_micro_batch_shape(s.config, batch_size, seq_length);
   check_token_ids(s.config, tokens, batch_size, seq_length);
   const int64_t scored_positions = check_labels(s.config, labels, batch_size, seq_length);
@@ -235,6 +245,37 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
   s.micro_batches.upload_tokens(buffers, tokens);
   s.micro_batches.upload_labels(buffers, labels);
   buffers.scored_positions = scored_positions;
+  const Scalar loss = s.forward_chunk(0, 0, backward_scale);
+  if (s.training) ++s.dropout_step;
+  return loss;
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::stage_micro_batch(int64_t index, std::span<const int32_t> tokens,
+                                         std::span<const int32_t> labels, int64_t batch_size,
+                                         int64_t seq_length) {
+  State& s = *state_;
+  start_whole_model_forward(s, "stage_micro_batch");
+  check_micro_batch_shape(s.config, batch_size, seq_length);
+  check_token_ids(s.config, tokens, batch_size, seq_length);
+  const int64_t scored_positions = check_labels(s.config, labels, batch_size, seq_length);
+  s.reserve(batch_size, seq_length, std::max<int64_t>(1, s.micro_batches.slots()));
+  s.micro_batches.stage(index, tokens, labels, scored_positions);
+}
+
+template <typename Scalar>
+int64_t GptModel<Scalar>::activations_generation() const {
+  return state_->micro_batches.generation();
+}
+
+template <typename Scalar>
+Scalar GptModel<Scalar>::forward_staged(int64_t index, std::optional<Scalar> backward_scale) {
+  State& s = *state_;
+  start_whole_model_forward(s, "forward_staged");
+  if (!s.micro_batches.reserved()) {
+    common::fail("GptModel::forward_staged({}): no micro batch was staged", index);
+  }
+  s.micro_batches.take_staged(s.micro_batches.slot(0), index);
   const Scalar loss = s.forward_chunk(0, 0, backward_scale);
   if (s.training) ++s.dropout_step;
   return loss;

@@ -73,6 +73,8 @@ bool MicroBatchActivations::reserve(int64_t batch_size, int64_t seq_length, int6
   if (!slots_.empty()) device_->synchronize();
   batch_size_ = seq_length_ = 0;
   slots_.clear();
+  staged_.clear();
+  ++generation_;
   shared_ = SharedActivations();
   shared_.arena = Arena(*device_, shared.layout, "activations shared by the micro batches");
   for (int64_t k = 0; k < slots; ++k) {
@@ -148,6 +150,47 @@ void MicroBatchActivations::upload_labels(MicroBatchBuffers& buffers,
                                           std::span<const int32_t> labels) {
   check_upload_size(buffers.labels, std::ssize(labels), "labels");
   uploads_.upload(buffers.labels, labels.data());
+}
+
+void MicroBatchActivations::stage(int64_t index, std::span<const int32_t> tokens,
+                                  std::span<const int32_t> labels, int64_t scored_positions) {
+  if (!reserved()) common::fail("MicroBatchActivations::stage: no shape is reserved");
+  if (index < 0 || index > staged()) {
+    common::fail("MicroBatchActivations::stage: micro batch {} staged after {}", index, staged());
+  }
+  if (index == staged()) {
+    const MicroBatchBuffers& shape = slots_.front();
+    ArenaLayout layout;
+    const int64_t tokens_region = layout.add("staged tokens", ElementType::i32, shape.tokens.numel);
+    const int64_t index_region =
+        layout.add("staged token index", ElementType::i32, shape.token_index.numel);
+    const int64_t labels_region = layout.add("staged labels", ElementType::i32, shape.labels.numel);
+    StagedInputs inputs;
+    inputs.arena = Arena(*device_, std::move(layout),
+                         "the staged inputs of micro batch " + std::to_string(index));
+    inputs.views.tokens = inputs.arena.view(tokens_region);
+    inputs.views.token_index = inputs.arena.view(index_region);
+    inputs.views.labels = inputs.arena.view(labels_region);
+    staged_.push_back(std::move(inputs));
+  }
+  MicroBatchBuffers& views = staged_[static_cast<size_t>(index)].views;
+  if (!slots_.front().tokens.empty()) upload_tokens(views, tokens);
+  if (!slots_.front().labels.empty()) upload_labels(views, labels);
+  views.scored_positions = scored_positions;
+}
+
+void MicroBatchActivations::take_staged(MicroBatchBuffers& buffers, int64_t index) {
+  if (index < 0 || index >= staged()) {
+    common::fail("MicroBatchActivations::take_staged: micro batch {} was not staged ({} are)",
+                 index, staged());
+  }
+  const MicroBatchBuffers& views = staged_[static_cast<size_t>(index)].views;
+  for (const auto& [to, from] :
+       {std::pair{buffers.tokens, views.tokens}, std::pair{buffers.token_index, views.token_index},
+        std::pair{buffers.labels, views.labels}}) {
+    if (!to.empty()) device_->copy(to, from);
+  }
+  buffers.scored_positions = views.scored_positions;
 }
 
 namespace {

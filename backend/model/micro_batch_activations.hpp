@@ -103,7 +103,25 @@ class MicroBatchActivations {
   void upload_tokens(MicroBatchBuffers& buffers, std::span<const int32_t> tokens);
   void upload_labels(MicroBatchBuffers& buffers, std::span<const int32_t> labels);
 
+  // Inputs staged ahead of a captured step (docs/step_on_device.md, item 5): micro batch
+  // `index`'s tokens, their index and labels uploaded (as upload_tokens does) into memory of
+  // their own, one set per micro batch of the step, made when an index is first staged;
+  // take_staged then copies a set into a slot on the device, which a capture can hold where an
+  // upload cannot. The sets go with the shape (reserve).
+  void stage(int64_t index, std::span<const int32_t> tokens, std::span<const int32_t> labels,
+             int64_t scored_positions);
+  void take_staged(MicroBatchBuffers& buffers, int64_t index);
+  int64_t staged() const { return std::ssize(staged_); }
+  // Counts the reserves that carved new memory: a captured step holds the addresses of one
+  // generation's buffers and must not be replayed over another's.
+  int64_t generation() const { return generation_; }
+
  private:
+  struct StagedInputs {
+    Arena arena;
+    MicroBatchBuffers views;  // tokens, token_index and labels only
+  };
+
   const GptConfig* shard_;
   const RecomputeSchedule* schedule_;
   const PipelineStage* stage_;
@@ -119,6 +137,8 @@ class MicroBatchActivations {
   int64_t seq_length_ = 0;
   std::vector<int32_t> host_token_index_;
   PinnedUploadRing uploads_;
+  std::vector<StagedInputs> staged_;
+  int64_t generation_ = 0;
 };
 
 // Activations copied to the host as Scalar (float or double): bf16 and fp16 ones

@@ -51,14 +51,6 @@ constexpr common::RefusedFlag kUnsupportedFlags[] = {
     {"--fp8-format", true, "fp8 training is not built; --bf16 and --fp16 are"},
     {"--tp-comm-overlap", false,
      "overlapping the tensor-parallel communication with GEMMs is not built"},
-    {"--cuda-graph-impl", true,
-     "CUDA graphs are not built yet: every step launches its kernels one by one"},
-    {"--enable-cuda-graph", false,
-     "CUDA graphs are not built yet: every step launches its kernels one by one (Megatron's older "
-     "name of --cuda-graph-impl local)"},
-    {"--external-cuda-graph", false,
-     "CUDA graphs are not built yet: every step launches its kernels one by one"},
-    {"--cuda-graph-warmup-steps", true, "CUDA graphs are not built yet"},
     {"--use-dist-ckpt", false,
      "Megatron's distributed checkpoint format is not built; checkpoints are Megatron's per-rank "
      "layout (docs/checkpoints.md)"},
@@ -510,6 +502,22 @@ const FlagRow<TrainingArguments> kDeviceFlags[] = {
      "auto, cpu or cuda (not a Megatron flag)", "device"},
 };
 
+// Megatron core's CUDA graphs (docs/step_on_device.md, item 5).
+const FlagRow<TrainingArguments> kCudaGraphFlags[] = {
+    {"--cuda-graph-impl", enum_flag_field<&TrainingArguments::cuda_graph_impl>(),
+     "CUDA graphs: none; local or full_iteration (the step's forward and backward in one graph, "
+     "its update in another, replayed every step); transformer_engine is refused",
+     "cuda_graph_impl"},
+    {"--enable-cuda-graph", &TrainingArguments::enable_cuda_graph,
+     "--cuda-graph-impl local (Megatron's older spelling)", "enable_cuda_graph"},
+    {"--external-cuda-graph", &TrainingArguments::external_cuda_graph,
+     "--cuda-graph-impl transformer_engine (Megatron's older spelling; refused)",
+     "external_cuda_graph"},
+    {"--cuda-graph-warmup-steps", &TrainingArguments::cuda_graph_warmup_steps,
+     "Steps of a shape run eagerly before the step is captured (at least 1)",
+     "cuda_graph_warmup_steps"},
+};
+
 // --lr is required but by evaluate_gpt and the server (parse_command_line). --lr-decay-iters is
 // dumped by hand: None under sample-based training.
 const FlagRow<OptimizerArguments> kOptimizerFlags[] = {
@@ -852,6 +860,7 @@ void add_training_flags(CLI::App& app, TrainingArguments& arguments, ProgramFlag
   add_flag_rows<ParallelismArguments>(app, arguments.parallelism, kParallelismFlags, "Training");
   add_flag_rows<MixedPrecisionArguments>(app, arguments.precision, kPrecisionFlags, "Training");
   add_flag_rows<TrainingArguments>(app, arguments, kDeviceFlags, "Training");
+  add_flag_rows<TrainingArguments>(app, arguments, kCudaGraphFlags, "Training");
   if (program.server) {
     arguments.run.micro_batch_size = 1;
   } else {
@@ -1439,6 +1448,33 @@ void validate_checkpointing(const TrainingArguments& arguments) {
 
 }  // namespace
 
+// Megatron core's rules for the CUDA graph flags (transformer_config.py): the older spellings
+// alone, and mapped; then what this backend builds (docs/step_on_device.md, item 5).
+void resolve_cuda_graphs(TrainingArguments& arguments) {
+  if ((arguments.enable_cuda_graph || arguments.external_cuda_graph) &&
+      arguments.cuda_graph_impl != CudaGraphImpl::none) {
+    common::fail("Do not use --enable-cuda-graph or --external-cuda-graph with --cuda-graph-impl");
+  }
+  if (arguments.enable_cuda_graph && arguments.external_cuda_graph) {
+    common::fail(
+        "--enable-cuda-graph and --external-cuda-graph cannot be enabled at the same time");
+  }
+  if (arguments.enable_cuda_graph) arguments.cuda_graph_impl = CudaGraphImpl::local;
+  if (arguments.external_cuda_graph) arguments.cuda_graph_impl = CudaGraphImpl::transformer_engine;
+  if (arguments.cuda_graph_impl == CudaGraphImpl::transformer_engine) {
+    common::fail(
+        "--cuda-graph-impl transformer_engine (--external-cuda-graph) captures through "
+        "NVIDIA Transformer Engine, which this backend does not use; "
+        "--cuda-graph-impl local captures the whole step");
+  }
+  if (arguments.cuda_graph_warmup_steps < 1) {
+    common::fail(
+        "--cuda-graph-warmup-steps {}: at least 1 (a shape's first step builds the GEMM "
+        "and attention plans, which a capture cannot)",
+        arguments.cuda_graph_warmup_steps);
+  }
+}
+
 // Each value's own range was checked when it was parsed (common/flag_rules); these are the
 // rules between flags, the defaults derived from other flags, and what is not built yet, in
 // the order a command line with several mistakes reports them.
@@ -1464,6 +1500,7 @@ void validate_arguments(TrainingArguments& arguments) {
   resolve_tokenizer_type(arguments.tokenizer);
   if (trains) validate_data_arguments(arguments);
   validate_checkpointing(arguments);
+  resolve_cuda_graphs(arguments);
 }
 
 namespace {
@@ -1493,6 +1530,7 @@ void dump_arguments(const TrainingArguments& a, Values& values) {
   dump_flag_rows<DataArguments>(a.data, kLegacyDataFlags, values);
   dump_flag_rows<ParallelismArguments>(a.parallelism, kLegacyParallelismFlags, values);
   dump_flag_rows<TrainingArguments>(a, kDeviceFlags, values);
+  dump_flag_rows<TrainingArguments>(a, kCudaGraphFlags, values);
   if (a.program == ArgumentsProgram::evaluate_gpt) {
     // Megatron's tasks/main.py arguments, in its dump too.
     dump_flag_rows<TaskArguments>(a.tasks, kTaskFlags, values);

@@ -19,10 +19,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "backend/ckpt/checkpointing_arguments.hpp"
+#include "backend/common/enum_names.hpp"
 #include "backend/data/data_arguments.hpp"
 #include "backend/data/tokenizer.hpp"
 #include "backend/device/device.hpp"
@@ -57,6 +59,17 @@ struct ServingArguments {
   int64_t socket_timeout = 10;           // --socket-timeout: seconds a request may take to arrive
 };
 
+// --cuda-graph-impl's values, Megatron core's.
+enum class CudaGraphImpl { none, local, full_iteration, transformer_engine };
+constexpr common::EnumName<CudaGraphImpl> kCudaGraphImplNames[] = {
+    {CudaGraphImpl::none, "none"},
+    {CudaGraphImpl::local, "local"},
+    {CudaGraphImpl::full_iteration, "full_iteration"},
+    {CudaGraphImpl::transformer_engine, "transformer_engine"}};
+constexpr std::span<const common::EnumName<CudaGraphImpl>> enum_names(CudaGraphImpl) {
+  return kCudaGraphImplNames;
+}
+
 struct TrainingArguments {
   ArgumentsProgram program = ArgumentsProgram::pretrain_gpt;
 
@@ -90,6 +103,14 @@ struct TrainingArguments {
   MixedPrecisionArguments precision;
 
   DeviceChoice device = DeviceChoice::automatic;  // our extension: --device auto | cpu | cuda
+
+  // CUDA graphs (Megatron core's cuda_graph_impl; docs/step_on_device.md, item 5): local and
+  // full_iteration capture the whole step here. --enable-cuda-graph and --external-cuda-graph
+  // are the older spellings of local and transformer_engine, resolved into cuda_graph_impl.
+  CudaGraphImpl cuda_graph_impl = CudaGraphImpl::none;
+  bool enable_cuda_graph = false;
+  bool external_cuda_graph = false;
+  int64_t cuda_graph_warmup_steps = 3;
 
   // the logging flags (backend/train/log/logging_arguments.hpp) and the checkpointing flags
   // (backend/ckpt/checkpointing_arguments.hpp)

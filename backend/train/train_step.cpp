@@ -1,12 +1,15 @@
 // Megatron's train_step on one process; see train_step.hpp.
 #include "backend/train/train_step.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backend/common/checked_math.hpp"
@@ -304,18 +307,27 @@ LocalLosses sequential_forward_backward(GptModel<float>& model, const BatchSourc
 // loss_scale × its scored positions (the gradient of the sum of its token losses, which
 // train_step divides by the global batch's scored positions once summed, as Megatron's
 // finalize_model_grads). The losses add up in `loss_total` on the device (zeroed here).
+// The model adds its losses to `loss_total` (zeroed here) while this lives: during a step's
+// forwards only, even when one throws.
+class LossAccumulationScope {
+ public:
+  LossAccumulationScope(GptModel<float>& model, View loss_total, bool per_token) : model_(model) {
+    model.device().fill_zero(loss_total);
+    model.set_loss_accumulation({.total = loss_total, .weighted_by_scored_positions = per_token});
+  }
+  ~LossAccumulationScope() { model_.set_loss_accumulation({}); }
+  LossAccumulationScope(const LossAccumulationScope&) = delete;
+  LossAccumulationScope& operator=(const LossAccumulationScope&) = delete;
+
+ private:
+  GptModel<float>& model_;
+};
+
 LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
                              const GlobalBatch& batch, double loss_scale,
                              const TrainStepOptions& options, int64_t dp_rank, int64_t dp_size,
                              OverlappedReduction* overlapped, View loss_total) {
-  model.device().fill_zero(loss_total);
-  // The model adds to the total during these forwards only, even when one throws.
-  struct Accumulating {
-    GptModel<float>& model;
-    ~Accumulating() { model.set_loss_accumulation({}); }
-  } accumulating{model};
-  model.set_loss_accumulation(
-      {.total = loss_total, .weighted_by_scored_positions = options.calculate_per_token_loss});
+  const LossAccumulationScope accumulating(model, loss_total, options.calculate_per_token_loss);
   // Without a scaler (scale 1) the mean's factor is 1/num_micro_batches exactly as before; a
   // power-of-two scale multiplies it exactly.
   const float mean_scale =
@@ -461,7 +473,184 @@ bool overlapped_gradient_reduction(const TrainStepOptions& options, const GptMod
                                    tied_embedding_across_stages);
 }
 
+// ---- captured steps (StepGraphs) ----------------------------------------------------------
+
+// Why no step of this layout and these options can be captured yet, or nothing.
+std::optional<std::string> graphs_refusal(const GptModel<float>& model, const AdamW& optimizer,
+                                          const TrainStepOptions& options,
+                                          const Communicator& data_parallel,
+                                          const GradientShard* shard) {
+  if (data_parallel.size() > 1 || model.tensor_parallel_group().size() > 1 ||
+      !model.pipeline_stage().whole_model() || shard != nullptr ||
+      model.sharded_over_data_parallel()) {
+    return "more than one rank: the collectives are not captured yet";
+  }
+  if (optimizer.loss_scaler().enabled()) {
+    return "the fp16 loss scaler: each backward takes the step's scale as an argument";
+  }
+  if (options.calculate_per_token_loss) {
+    return "--calculate-per-token-loss: each backward's scale is its batch's scored count";
+  }
+  if (options.log_num_zeros_in_grad) {
+    return "--log-num-zeros-in-grad reads the step's decision on the host before the update";
+  }
+  if (model.config().hidden_dropout > 0 || model.config().attention_dropout > 0) {
+    return "dropout: the masks' keys are arguments that change every micro batch";
+  }
+  return std::nullopt;
+}
+
+// `work` captured on `device` into a graph, or nullptr with `refusal` saying why the capture
+// failed (nothing of it ran; the device is no longer capturing).
+template <typename Work>
+std::unique_ptr<DeviceGraph> capture(Device& device, Work&& work, std::string& refusal) {
+  try {
+    device.begin_capture();
+    work();
+    return device.end_capture();
+  } catch (const common::Error& error) {
+    device.abandon_capture();
+    refusal = error.what();
+    return nullptr;
+  }
+}
+
+// The device work of a staged step, which the gradients' graph holds: queue_gradients' for one
+// rank without a loss scaler (the same ops in the same order, so the same bits).
+void queue_staged_work(GptModel<float>& model, const AdamW::StepScalars& scalars,
+                       int64_t micro_batches, float mean_scale, const TrainStepOptions& options,
+                       Communicator& data_parallel) {
+  model.zero_gradients();
+  {
+    const LossAccumulationScope accumulating(model, scalars.loss_total, false);
+    for (int64_t m = 0; m < micro_batches; ++m) {
+      model.forward_staged(m, mean_scale);
+      model.backward(mean_scale);
+    }
+  }
+  model.finalize_gradients();
+  const View gradients = model.gradient_buffer();
+  model_sum_of_squares(model, gradients, ShardRange{0, gradients.numel}, false, data_parallel,
+                       scalars, scalars.sum_of_squares);
+  ops::decide_step(model.device(), scalars.control, scalars.loss_total, scalars.sum_of_squares,
+                   options.clip_grad);
+}
+
+// queue_gradients under StepGraphs for a layout they cover: the micro batches read and staged,
+// then the step's device work replayed, captured (and replayed) or queued eagerly.
+QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
+                                  const BatchSource& source, const GlobalBatch& batch,
+                                  const TrainStepOptions& options, Communicator& data_parallel,
+                                  StepGraphs& graphs) {
+  const int64_t micro_batches = batch.num_micro_batches;
+  const MicroBatchPlace place{.batch = batch,
+                              .micro_batch_size = options.micro_batch_size,
+                              .dp_rank = 0,
+                              .dp_size = 1,
+                              .first_dropout_step = model.dropout_step()};
+  const int64_t micro_tokens = common::checked_multiply(
+      options.micro_batch_size, options.seq_length, "--micro-batch-size × --seq-length");
+  std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
+  bool every_label_scored = true;
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    source(Split::train, place.first_sample(m), options.micro_batch_size, tokens, labels);
+    every_label_scored = every_label_scored && scored_label_count(labels) == micro_tokens;
+    model.stage_micro_batch(m, tokens, labels, options.micro_batch_size, options.seq_length);
+  }
+  if (graphs.num_micro_batches != micro_batches ||
+      graphs.micro_batch_size != options.micro_batch_size ||
+      graphs.seq_length != options.seq_length ||
+      graphs.activations_generation != model.activations_generation()) {
+    graphs.reset();
+    graphs.num_micro_batches = micro_batches;
+    graphs.micro_batch_size = options.micro_batch_size;
+    graphs.seq_length = options.seq_length;
+    graphs.activations_generation = model.activations_generation();
+  }
+  // As forward_backward's, without a scaler and with one rank: 1 / M.
+  const float mean_scale = 1.0f / static_cast<float>(micro_batches);
+  const auto work = [&] {
+    queue_staged_work(model, optimizer.step_scalars(), micro_batches, mean_scale, options,
+                      data_parallel);
+  };
+  QueuedStep step;
+  step.staged = true;
+  if (!every_label_scored) {
+    work();
+    step.execution_note =
+        "a micro batch with ignored labels (each micro batch's scored count is an argument)";
+  } else if (graphs.gradients) {
+    graphs.gradients->replay();
+    step.execution = StepExecution::replayed;
+  } else if (graphs.refusal.empty() && graphs.eager_steps >= graphs.warmup_steps) {
+    graphs.gradients = capture(model.device(), work, graphs.refusal);
+    if (graphs.gradients) {
+      graphs.gradients->replay();
+      step.execution = StepExecution::captured;
+      step.execution_note = fmt::format("forward and backward {} nodes", graphs.gradients->nodes());
+    } else {
+      work();
+      step.execution_note = "the capture failed: " + graphs.refusal;
+    }
+  } else {
+    work();
+    ++graphs.eager_steps;
+    step.execution_note =
+        graphs.refusal.empty()
+            ? fmt::format("warm-up step {} of {}", graphs.eager_steps, graphs.warmup_steps)
+            : "the capture failed: " + graphs.refusal;
+  }
+  model.set_dropout_step(place.after_last_dropout_step());
+  const View all = model.gradient_buffer();
+  step.batch = batch;
+  step.gradients = {.held = all, .range = ShardRange{0, all.numel}, .data_parallel_share = false};
+  step.loss_divisor = static_cast<double>(micro_batches);
+  return step;
+}
+
+// queue_update's device work for a staged step: AdamW's coefficients staged, then the update
+// (and --log-params-norm's total) replayed, captured with the gradients' graph, or queued.
+void queue_staged_update(QueuedStep& step, GptModel<float>& model, AdamW& optimizer,
+                         const LearningRateScheduler& scheduler, const TrainStepOptions& options,
+                         Communicator& data_parallel, StepGraphs* graphs) {
+  const AdamW::StepScalars scalars = optimizer.step_scalars();
+  const View parameters = model.parameter_buffer();
+  const View working_copy = model.working_copy_buffer();
+  optimizer.stage_step(step.learning_rate, scheduler.weight_decay());
+  const auto work = [&] {
+    optimizer.queue_step(parameters, working_copy, step.gradients.held, scalars.control);
+    if (options.log_params_norm) {
+      model_sum_of_squares(model, parameters, ShardRange{0, parameters.numel}, false, data_parallel,
+                           scalars, scalars.logged_total);
+    }
+  };
+  if (graphs != nullptr && step.execution == StepExecution::replayed && graphs->update) {
+    graphs->update->replay();
+  } else if (graphs != nullptr && step.execution == StepExecution::captured) {
+    graphs->update = capture(model.device(), work, graphs->refusal);
+    if (graphs->update) {
+      graphs->update->replay();
+      step.execution_note += fmt::format(", update {} nodes", graphs->update->nodes());
+    } else {
+      work();
+      step.execution_note += "; the update's capture failed: " + graphs->refusal;
+    }
+  } else {
+    work();
+  }
+  model.parameters_updated(/*working_copy_written=*/!working_copy.empty());
+}
+
 }  // namespace
+
+void StepGraphs::reset() {
+  gradients.reset();
+  update.reset();
+  num_micro_batches = micro_batch_size = seq_length = 0;
+  activations_generation = -1;
+  eager_steps = 0;
+  refusal.clear();
+}
 
 TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
                            LearningRateScheduler& scheduler, const BatchSource& source,
@@ -472,11 +661,22 @@ TrainStepResult train_step(GptModel<float>& model, AdamW& optimizer,
 
 QueuedStep queue_gradients(GptModel<float>& model, AdamW& optimizer, const BatchSource& source,
                            const GlobalBatch& batch, const TrainStepOptions& options,
-                           Communicator& data_parallel, const GradientShard* shard) {
+                           Communicator& data_parallel, const GradientShard* shard,
+                           StepGraphs* graphs) {
   // Two CPU devices share the host's memory; a GPU's memory is that GPU's alone.
   if (optimizer.device().name() != model.device().name()) {
     common::fail("train_step: the model is on {} but the optimizer's state on {}",
                  model.device().name(), optimizer.device().name());
+  }
+  std::optional<std::string> eager_reason;
+  if (graphs != nullptr) {
+    eager_reason = graphs->unavailable.empty()
+                       ? graphs_refusal(model, optimizer, options, data_parallel, shard)
+                       : graphs->unavailable;
+    if (!eager_reason) {
+      return queue_staged_gradients(model, optimizer, source, batch, options, data_parallel,
+                                    *graphs);
+    }
   }
   LossScaler& scaler = optimizer.loss_scaler();
   const AdamW::StepScalars scalars = optimizer.step_scalars();
@@ -524,19 +724,22 @@ QueuedStep queue_gradients(GptModel<float>& model, AdamW& optimizer, const Batch
                        scalars.sum_of_squares);
   ops::decide_step(device, scalars.control, scaler.enabled() ? View{} : scalars.loss_total,
                    scalars.sum_of_squares, options.clip_grad);
+  if (eager_reason) step.execution_note = *eager_reason;
   return step;
 }
 
 void queue_update(QueuedStep& step, GptModel<float>& model, AdamW& optimizer,
                   const LearningRateScheduler& scheduler, const TrainStepOptions& options,
                   Communicator& data_parallel, const GradientShard* shard,
-                  double learning_rate_factor) {
+                  double learning_rate_factor, StepGraphs* graphs) {
   if (step.update_queued) common::fail("queue_update: this step's update is queued already");
   const AdamW::StepScalars scalars = optimizer.step_scalars();
   Device& device = model.device();
   step.learning_rate = scheduler.learning_rate() * learning_rate_factor;
   step.decided_on_host = options.log_num_zeros_in_grad;
-  if (step.decided_on_host) {
+  if (step.staged) {
+    queue_staged_update(step, model, optimizer, scheduler, options, data_parallel, graphs);
+  } else if (step.decided_on_host) {
     if (!clip_and_count_zeros(model, scalars, step.gradients, data_parallel, step.num_zeros_in_grad)
              .skip) {
       apply_update(model, optimizer, scheduler, step.gradients, options, data_parallel, shard,
@@ -546,7 +749,7 @@ void queue_update(QueuedStep& step, GptModel<float>& model, AdamW& optimizer,
     apply_update(model, optimizer, scheduler, step.gradients, options, data_parallel, shard,
                  step.learning_rate, scalars.control);
   }
-  if (options.log_params_norm) {
+  if (options.log_params_norm && !step.staged) {
     // Megatron's calc_params_l2_norm after the step: the fp32 master weights here (the model's
     // parameters), every rank's whole copy, or a ZeRO-3 rank's range summed over the group.
     const View parameters = model.parameter_buffer();

@@ -29,7 +29,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <string>
 
 #include "backend/device/device.hpp"
 #include "backend/dist/communicator.hpp"
@@ -111,6 +113,39 @@ struct StepGradients {
 // steps finished so far, so step k+1's queue_gradients may run before step k's finish_step, but
 // its queue_update only after it; with a loss scaler (--fp16), whose scale the backward takes,
 // or --log-num-zeros-in-grad, which reads the decision inside queue_update, they run in order.
+// How a queued step ran its device work (--cuda-graph-impl local; StepGraphs below): one by one
+// (eager, with the reason when graphs were asked for), captured into graphs at this step (and
+// then replayed once), or replayed from the graphs of an earlier step.
+enum class StepExecution { eager, captured, replayed };
+
+// --cuda-graph-impl local (docs/step_on_device.md, item 5): a step's forward, backward, norm and
+// decision (queue_gradients' device work) and its update (queue_update's) captured into two
+// graphs once per shape and replayed every step after; the inputs (GptModel::stage_micro_batch)
+// and AdamW's coefficients (AdamW::stage_step) are uploaded before each replay, the scalars read
+// after it as before. Two graphs, so that the rate staged for step k+1's update is the one after
+// step k's finish (a skipped step does not move the schedule) while step k+1's gradients may
+// be queued before it. The first `warmup_steps` steps of a shape run eagerly through the same
+// staged path (they build the GEMM and attention plans and grow the workspaces, which a capture
+// cannot hold). A step a graph cannot hold runs eagerly, its reason in the QueuedStep:
+// `unavailable` (the trainer's, for the whole run), a layout or option graphs do not cover yet,
+// or a batch with ignored labels (each micro batch's scored count is a kernel argument). A
+// capture that fails (the device refused a call, the driver invalidated it) leaves graphs off
+// for that shape, with the error as the reason.
+struct StepGraphs {
+  int64_t warmup_steps = 3;  // --cuda-graph-warmup-steps
+  std::string unavailable;   // nonempty: never capture, this is why
+  // The shape the graphs hold, with the activations' generation they were captured over.
+  int64_t num_micro_batches = 0;
+  int64_t micro_batch_size = 0;
+  int64_t seq_length = 0;
+  int64_t activations_generation = -1;
+  int64_t eager_steps = 0;  // staged steps of this shape run eagerly so far
+  std::unique_ptr<DeviceGraph> gradients, update;
+  std::string refusal;  // a capture of this shape failed: why
+  // Forgets the graphs (the next steps warm up and capture again).
+  void reset();
+};
+
 struct QueuedStep {
   GlobalBatch batch;
   StepGradients gradients;
@@ -122,15 +157,22 @@ struct QueuedStep {
   bool params_norm_logged = false;  // --log-params-norm's total is in the scalars
   bool update_queued = false;
   DeviceMark scalars_copied;
+  // With StepGraphs: whether the inputs were staged (the update then goes through
+  // AdamW::stage_step) and how the device work ran; `execution_note` the eager reason, or
+  // the captured graph's node count.
+  bool staged = false;
+  StepExecution execution = StepExecution::eager;
+  std::string execution_note;
 };
 
 QueuedStep queue_gradients(GptModel<float>& model, AdamW& optimizer, const BatchSource& source,
                            const GlobalBatch& batch, const TrainStepOptions& options,
-                           Communicator& data_parallel, const GradientShard* shard = nullptr);
+                           Communicator& data_parallel, const GradientShard* shard = nullptr,
+                           StepGraphs* graphs = nullptr);
 void queue_update(QueuedStep& step, GptModel<float>& model, AdamW& optimizer,
                   const LearningRateScheduler& scheduler, const TrainStepOptions& options,
                   Communicator& data_parallel, const GradientShard* shard = nullptr,
-                  double learning_rate_factor = 1.0);
+                  double learning_rate_factor = 1.0, StepGraphs* graphs = nullptr);
 TrainStepResult finish_step(QueuedStep& step, GptModel<float>& model, AdamW& optimizer,
                             LearningRateScheduler& scheduler);
 

@@ -479,6 +479,13 @@ void Trainer::carve_model_and_optimizer() {
     } else {
       optimizer_.emplace(adam, groups, parameter_count, device);
     }
+    if (a_.cuda_graph_impl != CudaGraphImpl::none) {
+      StepGraphs& graphs = graphs_.emplace();
+      graphs.warmup_steps = a_.cuda_graph_warmup_steps;
+      if (spike_rollback_.watching()) {
+        graphs.unavailable = "--rollback-on-spike: a rollback reloads what the graphs hold";
+      }
+    }
   } catch (const common::Error& error) {
     // CudaDevice::allocate_zeroed's words; other errors (and the CPU's own out-of-memory
     // message, after the host check) pass through as they are.
@@ -637,7 +644,8 @@ bool Trainer::train() {
     ahead.reset();
     queue_update(current.step, *model_, *optimizer_, *scheduler_, train_step_options(a_),
                  gradient_group(), shard_ ? &*shard_ : nullptr,
-                 spike_rollback_.learning_rate_factor());
+                 spike_rollback_.learning_rate_factor(), graphs_ ? &*graphs_ : nullptr);
+    report_step_execution(iteration, current.step);
     // What follows this iteration depends on its number and the host's exit conditions, not on
     // its results: known before they are read.
     const ExitConditions conditions = exit_conditions();
@@ -699,11 +707,26 @@ Trainer::QueuedIteration Trainer::queue_iteration(int64_t iteration, int64_t fir
     model.parameters_updated();
   }
   QueuedIteration queued;
-  queued.step = queue_gradients(model, *optimizer_, source_, batch, train_step_options(a_),
-                                gradient_group(), shard_ ? &*shard_ : nullptr);
+  queued.step =
+      queue_gradients(model, *optimizer_, source_, batch, train_step_options(a_), gradient_group(),
+                      shard_ ? &*shard_ : nullptr, graphs_ ? &*graphs_ : nullptr);
   queued.queued_ahead = ahead;
   queued.queue_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return queued;
+}
+
+void Trainer::report_step_execution(int64_t iteration, const QueuedStep& step) {
+  if (!graphs_ || step.execution == StepExecution::replayed) return;
+  if (step.execution == StepExecution::captured) {
+    spdlog::info("step: graphs captured at iteration {} on {} ({}), replayed from the next",
+                 iteration, model_->device().name(), step.execution_note);
+    last_eager_reason_.clear();
+    return;
+  }
+  if (step.execution_note != last_eager_reason_) {
+    spdlog::info("step: eager at iteration {} ({})", iteration, step.execution_note);
+    last_eager_reason_ = step.execution_note;
+  }
 }
 
 // An iteration's scalars read (finish_step), its record and its lines.

@@ -128,6 +128,9 @@ class Trainer {
   };
   QueuedIteration queue_iteration(int64_t iteration, int64_t first_sample, bool ahead);
   bool may_queue_ahead(int64_t iteration, const IterationActions& actions) const;
+  // --cuda-graph-impl: one log line when a step is captured and when the reason a step ran
+  // eagerly changes.
+  void report_step_execution(int64_t iteration, const QueuedStep& step);
   // `start`: when the iteration's body began; `credited_seconds`: host time of queueing that
   // belongs to this iteration but was spent in another's body (plus) or the reverse (minus).
   TrainStepResult finish_iteration(int64_t iteration, QueuedIteration& queued,
@@ -177,6 +180,10 @@ class Trainer {
   // reduce-scattered gradients land in.
   std::optional<GradientShard> shard_;
   Arena shard_arena_;
+  // --cuda-graph-impl local: the captured steps (train_step.hpp), dropped before the model, the
+  // optimizer and the device whose memory and stream they hold.
+  std::optional<StepGraphs> graphs_;
+  std::string last_eager_reason_;
   std::optional<LearningRateScheduler> scheduler_;
   std::optional<GlobalBatchSizeSchedule> batch_sizes_;
   std::string peak_name_;

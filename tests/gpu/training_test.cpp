@@ -26,6 +26,7 @@
 
 #include "backend/train/arguments.hpp"
 #include "backend/train/trainer.hpp"
+#include "captured_log.hpp"
 #include "gpu/gpu_test_support.hpp"
 #include "temporary_directory.hpp"
 
@@ -325,5 +326,35 @@ TEST_CASE("a checkpoint written on the GPU continues on the CPU, and the other w
     TrainingResult tail;
     tail.iterations.assign(uninterrupted.iterations.begin() + 5, uninterrupted.iterations.end());
     expect_losses_close(continued, tail, 1e-4);
+  }
+}
+
+TEST_CASE(
+    "bf16 steps replayed from CUDA graphs (--cuda-graph-impl local) are the eager run's bits") {
+  // One graph for the forward and backward (cuBLASLt's GEMMs, the attention of
+  // --attention-backend auto: cuDNN's where it runs, and the fused classifier), one for AdamW
+  // with the bf16 working copy; the coefficients and inputs staged before each replay. No
+  // dropout (its keys are still arguments: such steps run eagerly).
+  const auto device = gpu_device_or_skip();
+  if (!device) return;
+  for (TrainingArguments a : {gpt2_style(), llama_style()}) {
+    a.model.hidden_dropout = a.model.attention_dropout = 0;
+    a.run.train_iters = 12;
+    a.logging.log_interval = 1;
+    a.logging.log_params_norm = true;
+    a = with_precision(a, *device == "cuda" ? "bf16" : "fp32");
+    const TrainingResult eager = train(a, *device);
+    a.cuda_graph_impl = backend::CudaGraphImpl::local;
+    a.cuda_graph_warmup_steps = 2;
+    test_support::CapturedLog log;
+    const TrainingResult replayed = train(a, *device);
+    const std::string text = log.text.str();
+    INFO(text);  // a capture the device refused says why here
+    CHECK(text.find("step: graphs captured at iteration 3") != std::string::npos);
+    CHECK(text.find("failed") == std::string::npos);
+    expect_identical_losses(replayed.iterations, eager.iterations);
+    for (size_t i = 0; i < eager.iterations.size(); ++i) {
+      CHECK(replayed.iterations[i].params_norm == eager.iterations[i].params_norm);
+    }
   }
 }

@@ -1150,12 +1150,17 @@ TEST_CASE("Megatron flags built for one value, or not at all, are refused with t
       {{"--num-layers-per-virtual-pipeline-stage", "1"},
        "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size greater "
        "than 1"},
-      {{"--cuda-graph-impl", "local"},
-       "--cuda-graph-impl is a Megatron-LM flag this backend does not support yet: CUDA graphs "
-       "are not built yet"},
-      {{"--enable-cuda-graph"},
-       "--enable-cuda-graph is a Megatron-LM flag this backend does not support yet: CUDA graphs "
-       "are not built yet"},
+      {{"--cuda-graph-impl", "transformer_engine"},
+       "--cuda-graph-impl transformer_engine (--external-cuda-graph) captures through NVIDIA "
+       "Transformer Engine, which this backend does not use; --cuda-graph-impl local"},
+      {{"--external-cuda-graph"}, "captures through NVIDIA Transformer Engine"},
+      {{"--enable-cuda-graph", "--cuda-graph-impl", "local"},
+       "Do not use --enable-cuda-graph or --external-cuda-graph with --cuda-graph-impl"},
+      {{"--enable-cuda-graph", "--external-cuda-graph"},
+       "--enable-cuda-graph and --external-cuda-graph cannot be enabled at the same time"},
+      {{"--cuda-graph-impl", "local", "--cuda-graph-warmup-steps", "0"},
+       "--cuda-graph-warmup-steps 0: at least 1"},
+      {{"--cuda-graph-impl", "layer"}, "--cuda-graph-impl"},
       {{"--train-tokens", "1000"},
        "--train-tokens is a Megatron-LM flag this backend does not support yet: "
        "Megatron-DeepSpeed's token-based schedule is not built"},
@@ -1253,4 +1258,26 @@ TEST_CASE("--use-rope-scaling and --rope-scaling-factor: Megatron's default 8, t
                        doctest::Contains("--use-rope-scaling scales RoPE's frequencies: it needs "
                                          "--position-embedding-type rope"),
                        common::Error);
+}
+
+TEST_CASE("the CUDA graph flags: Megatron's names and defaults, the older spelling, the dump") {
+  const auto plain = parse_words(base_flags());
+  REQUIRE(plain);
+  CHECK(plain->cuda_graph_impl == backend::CudaGraphImpl::none);
+  CHECK(plain->cuda_graph_warmup_steps == 3);
+  const auto enabled = parse_words(with({"--enable-cuda-graph", "--cuda-graph-warmup-steps", "2"}));
+  REQUIRE(enabled);
+  CHECK(enabled->cuda_graph_impl == backend::CudaGraphImpl::local);
+  CHECK(enabled->cuda_graph_warmup_steps == 2);
+  CHECK(parse_words(with({"--cuda-graph-impl", "full_iteration"}))->cuda_graph_impl ==
+        backend::CudaGraphImpl::full_iteration);
+  const auto lines = backend::format_arguments(*enabled);
+  auto has = [&](const std::string& line_end) {
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& line) {
+      return line.starts_with("  " + line_end.substr(0, line_end.find(' '))) &&
+             line.ends_with(line_end.substr(line_end.find(' ') + 1));
+    });
+  };
+  CHECK(has("cuda_graph_impl local"));
+  CHECK(has("cuda_graph_warmup_steps 2"));
 }
