@@ -229,6 +229,18 @@ void start_whole_model_forward(State& s, const char* what) {
   }
 }
 
+// Then the micro batch's shape and ids checked and its shape reserved: its scored positions.
+template <typename State>
+int64_t start_micro_batch(State& s, const char* what, std::span<const int32_t> tokens,
+                          std::span<const int32_t> labels, int64_t batch_size, int64_t seq_length) {
+  start_whole_model_forward(s, what);
+  check_micro_batch_shape(s.config, batch_size, seq_length);
+  check_token_ids(s.config, tokens, batch_size, seq_length);
+  const int64_t scored_positions = check_labels(s.config, labels, batch_size, seq_length);
+  s.reserve(batch_size, seq_length, std::max<int64_t>(1, s.micro_batches.slots()));
+  return scored_positions;
+}
+
 }  // namespace
 
 template <typename Scalar>
@@ -236,11 +248,8 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
                                  int64_t batch_size, int64_t seq_length,
                                  std::optional<Scalar> backward_scale) {
   State& s = *state_;
-  start_whole_model_forward(s, "forward");
-  check_micro_batch_shape(s.config, batch_size, seq_length);
-  check_token_ids(s.config, tokens, batch_size, seq_length);
-  const int64_t scored_positions = check_labels(s.config, labels, batch_size, seq_length);
-  s.reserve(batch_size, seq_length, std::max<int64_t>(1, s.micro_batches.slots()));
+  const int64_t scored_positions =
+      start_micro_batch(s, "forward", tokens, labels, batch_size, seq_length);
   MicroBatchBuffers& buffers = s.micro_batches.slot(0);
   s.micro_batches.upload_tokens(buffers, tokens);
   s.micro_batches.upload_labels(buffers, labels);
@@ -255,11 +264,8 @@ void GptModel<Scalar>::stage_micro_batch(int64_t index, std::span<const int32_t>
                                          std::span<const int32_t> labels, int64_t batch_size,
                                          int64_t seq_length) {
   State& s = *state_;
-  start_whole_model_forward(s, "stage_micro_batch");
-  check_micro_batch_shape(s.config, batch_size, seq_length);
-  check_token_ids(s.config, tokens, batch_size, seq_length);
-  const int64_t scored_positions = check_labels(s.config, labels, batch_size, seq_length);
-  s.reserve(batch_size, seq_length, std::max<int64_t>(1, s.micro_batches.slots()));
+  const int64_t scored_positions =
+      start_micro_batch(s, "stage_micro_batch", tokens, labels, batch_size, seq_length);
   s.micro_batches.stage(index, tokens, labels, scored_positions);
 }
 

@@ -15,7 +15,9 @@
 # both, allocator caches included).
 # pretrain_gpt runs with $ATTENTION_FLAGS (default --attention-backend auto: cuDNN's fused
 # attention where it runs the call, else our tensor-core kernel; --attention-backend flash for
-# ours alone, local for the CUDA-core kernel).
+# ours alone, local for the CUDA-core kernel) and $GRAPH_FLAGS (default --cuda-graph-impl local:
+# the step captured after three eager steps and replayed, docs/step_on_device.md; empty for
+# eager steps). The precision cell says whether the graphs were captured.
 # Usage: tests/bench/gpu_vs_pytorch_bench.sh [build-dir] [iterations] [shape ...]
 #   $OUT, when set, receives the logs and the table (bench_table.md); BENCH_RUN_TIMEOUT (seconds,
 #   default 1800) bounds each run.
@@ -31,6 +33,7 @@ out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 warmup=5
 attention_flags=${ATTENTION_FLAGS---attention-backend auto}
+graph_flags=${GRAPH_FLAGS---cuda-graph-impl local}
 
 # Peak memory.used (MiB) of GPU 0 while "$@" runs.
 with_memory_peak() {
@@ -73,7 +76,7 @@ rows="$out/rows.jsonl"
 for shape in "${shapes[@]}"; do
   IFS=$'\t' read -r ours_flags torch_flags < <(shape_flags "$shape")
   # shellcheck disable=SC2086  # the flag strings above are split on purpose
-  with_memory_peak "$out/$shape.ours.log" "$build/bin/pretrain_gpt" $ours_flags $attention_flags --device cuda \
+  with_memory_peak "$out/$shape.ours.log" "$build/bin/pretrain_gpt" $ours_flags $attention_flags $graph_flags --device cuda \
     --bf16 --train-iters $((warmup + iterations)) --lr 6e-4 --min-lr 6e-5 --adam-beta2 0.95 \
     --weight-decay 0.1 --clip-grad 1.0 --mock-data --hidden-dropout 0 --attention-dropout 0 \
     --log-interval 10 --eval-iters 0 --benchmark-output "$out/$shape.ours.json" ||
@@ -104,6 +107,8 @@ if "cuDNN's fused attention runs" in log:
     computes += ", cuDNN attention"
 elif "runs on our tensor-core kernels" in log or "our tensor-core kernel runs it" in log:
     computes += ", tensor-core attention"
+if "step: graphs captured" in log:
+    computes += ", CUDA graphs"
 with open(rows, "a") as f:
     f.write(json.dumps({"shape": shape, "ours": ours, "torch": torch, "ours_computes": computes,
                         "ours_peak_gib": peak(f"{out}/{shape}.ours.log.peak_mib"),
