@@ -705,6 +705,9 @@ Trainer::QueuedIteration Trainer::queue_iteration(int64_t iteration, int64_t fir
     spike_injected_ = true;
     ops::scale(model.device(), model.parameter_buffer(), kInjectedWeightFactor);
     model.parameters_updated();
+    // A replayed step does not remake a 16-bit working copy (the update writes it): the next
+    // steps run eagerly until captured again.
+    if (graphs_) graphs_->reset();
   }
   QueuedIteration queued;
   queued.step =
