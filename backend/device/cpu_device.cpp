@@ -64,7 +64,7 @@ class HostGraph final : public DeviceGraph {
   explicit HostGraph(std::unique_ptr<HostOpRecording> recording)
       : recording_(std::move(recording)) {}
   void replay() override { recording_->run(); }
-  int64_t nodes() const override { return static_cast<int64_t>(recording_->ops().size()); }
+  int64_t nodes() const override { return recording_->calls(); }
 
  private:
   std::unique_ptr<HostOpRecording> recording_;
@@ -110,7 +110,7 @@ void CpuDevice::copy(View destination, View source) {
   if (to == from || source.bytes() == 0) return;
   const auto bytes = static_cast<size_t>(source.bytes());
   if (recording_ != nullptr) {
-    recording_->add("copy", [to, from, bytes] { std::memmove(to, from, bytes); });
+    recording_->add([to, from, bytes] { std::memmove(to, from, bytes); });
   } else {
     std::memmove(to, from, bytes);
   }
@@ -123,7 +123,7 @@ void CpuDevice::fill_zero(View values) {
   }
   // Checked now, as a stream capture checks its arguments.
   if (values.bytes() > 0) host_bytes(values);
-  recording_->add("fill_zero", [values] { zero_host(values); });
+  recording_->add([values] { zero_host(values); });
 }
 
 void* CpuDevice::scratch(int64_t bytes, std::string_view /*op*/) {

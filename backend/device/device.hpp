@@ -71,17 +71,13 @@ class DeviceGraph {
 // freezes: an argument that should change between replays and does not shows as other bits.
 class HostOpRecording {
  public:
-  void add(std::string_view op, std::function<void()> call) {
-    ops_.emplace_back(op);
-    calls_.push_back(std::move(call));
-  }
-  const std::vector<std::string>& ops() const { return ops_; }
+  void add(std::function<void()> call) { calls_.push_back(std::move(call)); }
+  int64_t calls() const { return std::ssize(calls_); }
   void run() const {
     for (const std::function<void()>& call : calls_) call();
   }
 
  private:
-  std::vector<std::string> ops_;
   std::vector<std::function<void()>> calls_;
 };
 

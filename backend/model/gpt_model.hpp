@@ -207,9 +207,10 @@ class GptModel {
   // checks them, the shape reserved as forward() reserves it) into memory of its own, outside
   // the capture; forward_staged(index) copies it into the activations on the device and runs
   // the forward, which a capture can hold (the same work and bits as forward() after the
-  // copy). A whole model only.
-  void stage_micro_batch(int64_t index, std::span<const int32_t> tokens,
-                         std::span<const int32_t> labels, int64_t batch_size, int64_t seq_length);
+  // copy). A whole model only. stage_micro_batch returns the labels' scored positions.
+  int64_t stage_micro_batch(int64_t index, std::span<const int32_t> tokens,
+                            std::span<const int32_t> labels, int64_t batch_size,
+                            int64_t seq_length);
   Scalar forward_staged(int64_t index, std::optional<Scalar> backward_scale = std::nullopt);
   // Changes whenever the activations (and staged inputs) move to new memory (reserve of another
   // shape): a captured step is replayed only over the generation it was captured on.

@@ -260,13 +260,14 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
 }
 
 template <typename Scalar>
-void GptModel<Scalar>::stage_micro_batch(int64_t index, std::span<const int32_t> tokens,
-                                         std::span<const int32_t> labels, int64_t batch_size,
-                                         int64_t seq_length) {
+int64_t GptModel<Scalar>::stage_micro_batch(int64_t index, std::span<const int32_t> tokens,
+                                            std::span<const int32_t> labels, int64_t batch_size,
+                                            int64_t seq_length) {
   State& s = *state_;
   const int64_t scored_positions =
       start_micro_batch(s, "stage_micro_batch", tokens, labels, batch_size, seq_length);
   s.micro_batches.stage(index, tokens, labels, scored_positions);
+  return scored_positions;
 }
 
 template <typename Scalar>

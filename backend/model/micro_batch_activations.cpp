@@ -165,18 +165,18 @@ void MicroBatchActivations::stage(int64_t index, std::span<const int32_t> tokens
     const int64_t index_region =
         layout.add("staged token index", ElementType::i32, shape.token_index.numel);
     const int64_t labels_region = layout.add("staged labels", ElementType::i32, shape.labels.numel);
-    StagedInputs inputs;
+    MicroBatchBuffers inputs;
     inputs.arena = Arena(*device_, std::move(layout),
                          "the staged inputs of micro batch " + std::to_string(index));
-    inputs.views.tokens = inputs.arena.view(tokens_region);
-    inputs.views.token_index = inputs.arena.view(index_region);
-    inputs.views.labels = inputs.arena.view(labels_region);
+    inputs.tokens = inputs.arena.view(tokens_region);
+    inputs.token_index = inputs.arena.view(index_region);
+    inputs.labels = inputs.arena.view(labels_region);
     staged_.push_back(std::move(inputs));
   }
-  MicroBatchBuffers& views = staged_[static_cast<size_t>(index)].views;
-  if (!slots_.front().tokens.empty()) upload_tokens(views, tokens);
-  if (!slots_.front().labels.empty()) upload_labels(views, labels);
-  views.scored_positions = scored_positions;
+  MicroBatchBuffers& inputs = staged_[static_cast<size_t>(index)];
+  upload_tokens(inputs, tokens);
+  upload_labels(inputs, labels);
+  inputs.scored_positions = scored_positions;
 }
 
 void MicroBatchActivations::take_staged(MicroBatchBuffers& buffers, int64_t index) {
@@ -184,13 +184,13 @@ void MicroBatchActivations::take_staged(MicroBatchBuffers& buffers, int64_t inde
     common::fail("MicroBatchActivations::take_staged: micro batch {} was not staged ({} are)",
                  index, staged());
   }
-  const MicroBatchBuffers& views = staged_[static_cast<size_t>(index)].views;
-  for (const auto& [to, from] :
-       {std::pair{buffers.tokens, views.tokens}, std::pair{buffers.token_index, views.token_index},
-        std::pair{buffers.labels, views.labels}}) {
+  const MicroBatchBuffers& inputs = staged_[static_cast<size_t>(index)];
+  for (const auto& [to, from] : {std::pair{buffers.tokens, inputs.tokens},
+                                 std::pair{buffers.token_index, inputs.token_index},
+                                 std::pair{buffers.labels, inputs.labels}}) {
     if (!to.empty()) device_->copy(to, from);
   }
-  buffers.scored_positions = views.scored_positions;
+  buffers.scored_positions = inputs.scored_positions;
 }
 
 namespace {

@@ -107,7 +107,8 @@ class MicroBatchActivations {
   // `index`'s tokens, their index and labels uploaded (as upload_tokens does) into memory of
   // their own, one set per micro batch of the step, made when an index is first staged;
   // take_staged then copies a set into a slot on the device, which a capture can hold where an
-  // upload cannot. The sets go with the shape (reserve).
+  // upload cannot. The sets go with the shape (reserve). A whole model's only (its micro batch
+  // has tokens and labels).
   void stage(int64_t index, std::span<const int32_t> tokens, std::span<const int32_t> labels,
              int64_t scored_positions);
   void take_staged(MicroBatchBuffers& buffers, int64_t index);
@@ -117,11 +118,6 @@ class MicroBatchActivations {
   int64_t generation() const { return generation_; }
 
  private:
-  struct StagedInputs {
-    Arena arena;
-    MicroBatchBuffers views;  // tokens, token_index and labels only
-  };
-
   const GptConfig* shard_;
   const RecomputeSchedule* schedule_;
   const PipelineStage* stage_;
@@ -137,7 +133,8 @@ class MicroBatchActivations {
   int64_t seq_length_ = 0;
   std::vector<int32_t> host_token_index_;
   PinnedUploadRing uploads_;
-  std::vector<StagedInputs> staged_;
+  // Each set's arena, tokens, token_index, labels and scored_positions.
+  std::vector<MicroBatchBuffers> staged_;
   int64_t generation_ = 0;
 };
 

@@ -118,7 +118,7 @@ void run(Device& device, std::string_view op, double flops, OnHost&& on_host, On
   if (observer != nullptr) observer->op_started(op);
   if (device.memory_kind() == MemoryKind::host) {
     if (HostOpRecording* recording = device.host_recording()) {
-      recording->add(op, std::function<void()>(on_host));
+      recording->add(std::function<void()>(on_host));
     } else {
       on_host();
     }

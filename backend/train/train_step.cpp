@@ -65,6 +65,17 @@ void model_sum_of_squares(const GptModel<float>& model, View values, ShardRange 
               [&](View out, View part) { ops::sum_of_squares(model.device(), out, part); });
 }
 
+// --log-params-norm: Megatron's calc_params_l2_norm after the step, into the logged total: the
+// fp32 master weights here (the model's parameters), every rank's whole copy, or a ZeRO-3
+// rank's range summed over the group.
+void queue_params_sum_of_squares(const GptModel<float>& model, Communicator& data_parallel,
+                                 const AdamW::StepScalars& scalars) {
+  const View parameters = model.parameter_buffer();
+  model_sum_of_squares(model, parameters, ShardRange{0, parameters.numel},
+                       model.sharded_over_data_parallel(), data_parallel, scalars,
+                       scalars.logged_total);
+}
+
 // The step's scalars as the host reads them, in one copy, once the step is queued.
 struct StepScalarValues {
   double loss_total = 0;
@@ -302,11 +313,6 @@ LocalLosses sequential_forward_backward(GptModel<float>& model, const BatchSourc
   return local;
 }
 
-// This rank's share of the global batch: its micro batches' gradients accumulate, each backward
-// scaled by loss_scale / (num_micro_batches · D), or with --calculate-per-token-loss by
-// loss_scale × its scored positions (the gradient of the sum of its token losses, which
-// train_step divides by the global batch's scored positions once summed, as Megatron's
-// finalize_model_grads). The losses add up in `loss_total` on the device (zeroed here).
 // The model adds its losses to `loss_total` (zeroed here) while this lives: during a step's
 // forwards only, even when one throws.
 class LossAccumulationScope {
@@ -323,6 +329,11 @@ class LossAccumulationScope {
   GptModel<float>& model_;
 };
 
+// This rank's share of the global batch: its micro batches' gradients accumulate, each backward
+// scaled by loss_scale / (num_micro_batches · D), or with --calculate-per-token-loss by
+// loss_scale × its scored positions (the gradient of the sum of its token losses, which
+// train_step divides by the global batch's scored positions once summed, as Megatron's
+// finalize_model_grads). The losses add up in `loss_total` on the device (zeroed here).
 LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
                              const GlobalBatch& batch, double loss_scale,
                              const TrainStepOptions& options, int64_t dp_rank, int64_t dp_size,
@@ -554,8 +565,9 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
   bool every_label_scored = true;
   for (int64_t m = 0; m < micro_batches; ++m) {
     source(Split::train, place.first_sample(m), options.micro_batch_size, tokens, labels);
-    every_label_scored = every_label_scored && scored_label_count(labels) == micro_tokens;
-    model.stage_micro_batch(m, tokens, labels, options.micro_batch_size, options.seq_length);
+    const int64_t scored =
+        model.stage_micro_batch(m, tokens, labels, options.micro_batch_size, options.seq_length);
+    every_label_scored = every_label_scored && scored == micro_tokens;
   }
   if (graphs.num_micro_batches != micro_batches ||
       graphs.micro_batch_size != options.micro_batch_size ||
@@ -619,10 +631,7 @@ void queue_staged_update(QueuedStep& step, GptModel<float>& model, AdamW& optimi
   optimizer.stage_step(step.learning_rate, scheduler.weight_decay());
   const auto work = [&] {
     optimizer.queue_step(parameters, working_copy, step.gradients.held, scalars.control);
-    if (options.log_params_norm) {
-      model_sum_of_squares(model, parameters, ShardRange{0, parameters.numel}, false, data_parallel,
-                           scalars, scalars.logged_total);
-    }
+    if (options.log_params_norm) queue_params_sum_of_squares(model, data_parallel, scalars);
   };
   if (graphs != nullptr && step.execution == StepExecution::replayed && graphs->update) {
     graphs->update->replay();
@@ -750,12 +759,7 @@ void queue_update(QueuedStep& step, GptModel<float>& model, AdamW& optimizer,
                  step.learning_rate, scalars.control);
   }
   if (options.log_params_norm && !step.staged) {
-    // Megatron's calc_params_l2_norm after the step: the fp32 master weights here (the model's
-    // parameters), every rank's whole copy, or a ZeRO-3 rank's range summed over the group.
-    const View parameters = model.parameter_buffer();
-    model_sum_of_squares(model, parameters, ShardRange{0, parameters.numel},
-                         model.sharded_over_data_parallel(), data_parallel, scalars,
-                         scalars.logged_total);
+    queue_params_sum_of_squares(model, data_parallel, scalars);
   }
   // The step's scalars leave for the host in the device's order of work, before the next
   // step's queue_gradients writes over them.

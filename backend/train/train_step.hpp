@@ -98,21 +98,6 @@ struct StepGradients {
   bool data_parallel_share = false;  // held is this rank's share of the group's (ZeRO-1 or ZeRO-3)
 };
 
-// A step in three parts, so that the host can queue the next step's forward and backward before
-// it reads this one's scalars (docs/step_on_device.md, item 3; trainer.cpp decides when):
-//   queue_gradients  zero, forward and backward, the reductions, the loss total, the norm and
-//                    the device's decision: queued, nothing read (but for the host's
-//                    --calculate-per-token-loss count)
-//   queue_update     clip and AdamW at the scheduler's current rate, the parameters back to
-//                    every rank, --log-params-norm's total, then a queued copy of the step's
-//                    scalars into page-locked memory and a mark after it
-//   finish_step      wait for that mark (not for what was queued since), read the scalars and
-//                    apply what only the host holds: the loss scaler, the scheduler's step, the
-//                    optimizer's step count
-// The rate queue_update takes and the loss scale queue_gradients takes are the host's after the
-// steps finished so far, so step k+1's queue_gradients may run before step k's finish_step, but
-// its queue_update only after it; with a loss scaler (--fp16), whose scale the backward takes,
-// or --log-num-zeros-in-grad, which reads the decision inside queue_update, they run in order.
 // How a queued step ran its device work (--cuda-graph-impl local; StepGraphs below): one by one
 // (eager, with the reason when graphs were asked for), captured into graphs at this step (and
 // then replayed once), or replayed from the graphs of an earlier step.
@@ -146,6 +131,21 @@ struct StepGraphs {
   void reset();
 };
 
+// A step in three parts, so that the host can queue the next step's forward and backward before
+// it reads this one's scalars (docs/step_on_device.md, item 3; trainer.cpp decides when):
+//   queue_gradients  zero, forward and backward, the reductions, the loss total, the norm and
+//                    the device's decision: queued, nothing read (but for the host's
+//                    --calculate-per-token-loss count)
+//   queue_update     clip and AdamW at the scheduler's current rate, the parameters back to
+//                    every rank, --log-params-norm's total, then a queued copy of the step's
+//                    scalars into page-locked memory and a mark after it
+//   finish_step      wait for that mark (not for what was queued since), read the scalars and
+//                    apply what only the host holds: the loss scaler, the scheduler's step, the
+//                    optimizer's step count
+// The rate queue_update takes and the loss scale queue_gradients takes are the host's after the
+// steps finished so far, so step k+1's queue_gradients may run before step k's finish_step, but
+// its queue_update only after it; with a loss scaler (--fp16), whose scale the backward takes,
+// or --log-num-zeros-in-grad, which reads the decision inside queue_update, they run in order.
 struct QueuedStep {
   GlobalBatch batch;
   StepGradients gradients;
