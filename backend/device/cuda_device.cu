@@ -141,7 +141,8 @@ class CudaDevice final : public Device {
       CUBLAS_CHECK(cuda_detail::cublaslt().create(&lt_handle_));
       workspace_ = allocate_zeroed(kCublasWorkspaceBytes, "the cuBLASLt workspace");
       scratch_ = allocate_zeroed(options.scratch_bytes, "the ops' scratch");
-      plans_ = std::make_unique<cuda::GemmPlans>(lt_handle_, workspace_.data(), workspace_.bytes());
+      plans_ = std::make_unique<cuda::GemmPlans>(lt_handle_, workspace_.data(), workspace_.bytes(),
+                                                 options.gemm_autotune);
       if (uses_cudnn(options.attention_backend)) {
         cudnn_plans_ = make_cudnn_plans(*this, index_, stream_, options.attention_backend);
       }

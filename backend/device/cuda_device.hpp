@@ -25,6 +25,9 @@ struct CudaDeviceOptions {
   // cuDNN when it is made: fused fails there when cuDNN cannot be loaded, auto logs why and
   // runs as flash.
   AttentionBackend attention_backend = AttentionBackend::local;
+  // --gemm-autotune: each product shape's algorithm timed among the heuristic's candidates
+  // that give its first choice's bits (device/gemm_plans.cuh).
+  bool gemm_autotune = false;
 };
 
 // GPU `index` as the CUDA runtime numbers them (after CUDA_VISIBLE_DEVICES). common::Error if

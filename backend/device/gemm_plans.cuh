@@ -10,6 +10,15 @@
 // rule: same toolkit, architecture and SM count). In-place split-K reduction is left out as a
 // precaution: with beta = 1 the output buffer doubles as an accumulator (a weight gradient).
 //
+// --gemm-autotune (ours; docs/gemm_epilogues.md): the heuristic's first kAutotuneCandidates
+// algorithms are kept, and at a plan's first call outside a stream capture each one is run on
+// that call's operands into scratch; those whose output has the first algorithm's bits are
+// timed (CUDA events, the best of kAutotuneRuns) and the fastest becomes the plan's algorithm.
+// So the choice may change the speed, not the bits: a run with autotuning gives the bits of one
+// without (two algorithms that agree on every element of a real product sum in the same order).
+// A product whose output is above kAutotuneMaxBytes keeps the heuristic's choice (the scratch
+// would cost more memory than the tuning is worth).
+//
 // Epilogues (docs/gemm_epilogues.md): the bias, and the MLP's GELU (tanh approximation, as
 // ops/gelu.hpp) with its pre-activation kept in an auxiliary matrix (forward) or read from it
 // (the backward's dGELU). The aux and bias pointers' alignments are part of the key, because
@@ -22,6 +31,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -98,14 +108,27 @@ struct GemmPlan {
   cublasLtMatmulDesc_t operation = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algorithm{};
+  // --gemm-autotune: the heuristic's candidates (the first is `algorithm`), until the first
+  // call outside a capture has timed them; none after, or without autotuning. (An array: nvcc
+  // 13.0's front end fails an assertion on a std::vector of cuBLASLt's algorithm here.)
+  std::array<cublasLtMatmulAlgo_t, 8> candidates{};  // kAutotuneCandidates
+  int candidate_count = 0;
 
   void release() noexcept;
 };
 
+inline constexpr int kAutotuneCandidates = 8;
+inline constexpr int kAutotuneRuns = 5;
+inline constexpr int64_t kAutotuneMaxBytes = int64_t{256} << 20;
+
 class GemmPlans {
  public:
-  GemmPlans(cublasLtHandle_t handle, void* workspace, int64_t workspace_bytes)
-      : handle_(handle), workspace_(workspace), workspace_bytes_(workspace_bytes) {}
+  GemmPlans(cublasLtHandle_t handle, void* workspace, int64_t workspace_bytes,
+            bool autotune = false)
+      : handle_(handle),
+        workspace_(workspace),
+        workspace_bytes_(workspace_bytes),
+        autotune_(autotune) {}
   ~GemmPlans();
   GemmPlans(const GemmPlans&) = delete;
   GemmPlans& operator=(const GemmPlans&) = delete;
@@ -127,10 +150,18 @@ class GemmPlans {
   bool build(const GemmKey& key, GemmEpilogueOperands operands, GemmPlan& plan);
   void run(const GemmKey& key, GemmPlan& plan, const void* a, const void* b, void* d,
            GemmEpilogueOperands operands, float beta, cudaStream_t stream);
+  // --gemm-autotune: plan.algorithm becomes the fastest candidate with the first's bits on
+  // these operands (d is left as it was).
+  void tune(const GemmKey& key, GemmPlan& plan, const void* a, const void* b, const void* d,
+            float beta, cudaStream_t stream);
+  // One product with `algorithm` into d (C = d); false when cuBLASLt refuses to run it.
+  bool run_algorithm(const GemmPlan& plan, const cublasLtMatmulAlgo_t& algorithm, const void* a,
+                     const void* b, void* d, float beta, cudaStream_t stream);
 
   cublasLtHandle_t handle_;
   void* workspace_;
   int64_t workspace_bytes_;
+  bool autotune_;
   std::map<GemmKey, GemmPlan> plans_;
   std::set<GemmKey> refused_;
 };

@@ -1,9 +1,17 @@
-// GemmPlans (gemm_plans.cuh): plans made on first use, looked up after; refusals remembered.
+// GemmPlans (gemm_plans.cuh): plans made on first use, looked up after; refusals remembered;
+// with --gemm-autotune, the heuristic's candidates that give its first choice's bits timed at a
+// plan's first call outside a capture.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "backend/common/error.hpp"
+#include "backend/core/cuda_check.cuh"
 #include "backend/device/cublaslt_library.cuh"
 #include "backend/device/gemm_plans.cuh"
 
@@ -48,6 +56,40 @@ std::string describe(const GemmKey& key) {
       epilogue_has_aux(key.epilogue) ? fmt::format(", aux ld {}", key.aux_ld) : "");
 }
 
+// The tuning's scratch and events, released however tune() ends.
+struct TuningScratch {
+  void* original = nullptr;
+  void* reference = nullptr;
+  void* trial = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ~TuningScratch() {
+    // cudaFree(nullptr) does nothing.
+    (void)cudaFree(original);
+    (void)cudaFree(reference);
+    (void)cudaFree(trial);
+    if (start != nullptr) (void)cudaEventDestroy(start);
+    if (stop != nullptr) (void)cudaEventDestroy(stop);
+  }
+};
+
+// Whether the `bytes` bytes at x and y (device memory) are the same, compared on the host in
+// chunks once the stream's work is done (a warm-up step's: the time is the tuning's).
+bool same_bytes(const void* x, const void* y, int64_t bytes, cudaStream_t stream) {
+  constexpr int64_t kChunk = int64_t{8} << 20;
+  std::vector<unsigned char> x_chunk(static_cast<size_t>(std::min(bytes, kChunk)));
+  std::vector<unsigned char> y_chunk(x_chunk.size());
+  for (int64_t offset = 0; offset < bytes; offset += kChunk) {
+    const auto length = static_cast<size_t>(std::min(kChunk, bytes - offset));
+    CUDA_CHECK(cudaMemcpyAsync(x_chunk.data(), static_cast<const unsigned char*>(x) + offset,
+                               length, cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaMemcpyAsync(y_chunk.data(), static_cast<const unsigned char*>(y) + offset,
+                               length, cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (std::memcmp(x_chunk.data(), y_chunk.data(), length) != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void GemmPlans::matmul(const GemmKey& key, const void* a, const void* b, void* d,
@@ -75,6 +117,15 @@ void GemmPlans::run(const GemmKey& key, GemmPlan& plan, const void* a, const voi
     CUBLAS_CHECK(cuda_detail::cublaslt().matmul_desc_set_attribute(
         plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &operands.aux,
         sizeof(operands.aux)));
+  }
+  if (plan.candidate_count > 0) {
+    // A capture cannot hold the tuning's waits and allocations: the first eager call tunes.
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+    if (capturing == cudaStreamCaptureStatusNone) {
+      tune(key, plan, a, b, d, beta, stream);
+      plan.candidate_count = 0;
+    }
   }
   const float alpha = 1.0f;
   CUBLAS_CHECK(cuda_detail::cublaslt().matmul(
@@ -199,18 +250,87 @@ bool GemmPlans::build(const GemmKey& key, GemmEpilogueOperands operands, GemmPla
   CUBLAS_CHECK(cuda_detail::cublaslt().matmul_preference_set_attribute(
       preference.handle, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c,
       sizeof(key.align_c)));
-  cublasLtMatmulHeuristicResult_t result{};
+  std::array<cublasLtMatmulHeuristicResult_t, kAutotuneCandidates> results{};
   int found = 0;
   // An epilogue the library does not offer for these types is NOT_SUPPORTED rather than zero
   // results: a refusal either way.
   const cublasStatus_t status = cuda_detail::cublaslt().matmul_algo_get_heuristic(
-      handle_, plan.operation, plan.a, plan.b, plan.c, plan.c, preference.handle, 1, &result,
-      &found);
+      handle_, plan.operation, plan.a, plan.b, plan.c, plan.c, preference.handle,
+      autotune_ ? kAutotuneCandidates : 1, results.data(), &found);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
   CUBLAS_CHECK(status);
   if (found == 0) return false;
-  plan.algorithm = result.algo;
+  plan.algorithm = results[0].algo;
+  if (autotune_ && found > 1) {
+    for (int i = 0; i < found; ++i) {
+      if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS) {
+        plan.candidates[static_cast<size_t>(plan.candidate_count++)] =
+            results[static_cast<size_t>(i)].algo;
+      }
+    }
+  }
   return true;
+}
+
+bool GemmPlans::run_algorithm(const GemmPlan& plan, const cublasLtMatmulAlgo_t& algorithm,
+                              const void* a, const void* b, void* d, float beta,
+                              cudaStream_t stream) {
+  const float alpha = 1.0f;
+  return cuda_detail::cublaslt().matmul(handle_, plan.operation, &alpha, a, plan.a, b, plan.b,
+                                        &beta, d, plan.c, d, plan.c, &algorithm, workspace_,
+                                        static_cast<size_t>(workspace_bytes_),
+                                        stream) == CUBLAS_STATUS_SUCCESS;
+}
+
+void GemmPlans::tune(const GemmKey& key, GemmPlan& plan, const void* a, const void* b,
+                     const void* d, float beta, cudaStream_t stream) {
+  const int64_t bytes = key.m * key.n * (key.c_type == CUDA_R_32F ? 4 : 2);
+  const auto count = static_cast<size_t>(plan.candidate_count);
+  if (count < 2 || bytes > kAutotuneMaxBytes) return;
+  TuningScratch scratch;
+  for (void** memory : {&scratch.original, &scratch.reference, &scratch.trial}) {
+    CUDA_CHECK(cudaMalloc(memory, static_cast<size_t>(bytes)));
+  }
+  CUDA_CHECK(cudaEventCreate(&scratch.start));
+  CUDA_CHECK(cudaEventCreate(&scratch.stop));
+  // C = D: every trial starts from d's contents (with beta ≠ 0 they are accumulated into).
+  CUDA_CHECK(cudaMemcpyAsync(scratch.original, d, static_cast<size_t>(bytes),
+                             cudaMemcpyDeviceToDevice, stream));
+  const auto start_from_original = [&](void* into) {
+    CUDA_CHECK(cudaMemcpyAsync(into, scratch.original, static_cast<size_t>(bytes),
+                               cudaMemcpyDeviceToDevice, stream));
+  };
+  start_from_original(scratch.reference);
+  if (!run_algorithm(plan, plan.candidates[0], a, b, scratch.reference, beta, stream)) return;
+  std::array<float, kAutotuneCandidates> milliseconds;
+  milliseconds.fill(-1.0f);
+  size_t best = 0;
+  int agreeing = 0;
+  for (size_t i = 0; i < count; ++i) {
+    start_from_original(scratch.trial);
+    if (!run_algorithm(plan, plan.candidates[i], a, b, scratch.trial, beta, stream)) continue;
+    if (!same_bytes(scratch.trial, scratch.reference, bytes, stream)) continue;  // other bits
+    ++agreeing;
+    float fastest = std::numeric_limits<float>::infinity();
+    for (int run = 0; run < kAutotuneRuns; ++run) {
+      CUDA_CHECK(cudaEventRecord(scratch.start, stream));
+      const bool ran = run_algorithm(plan, plan.candidates[i], a, b, scratch.trial, beta, stream);
+      CUDA_CHECK(cudaEventRecord(scratch.stop, stream));
+      CUDA_CHECK(cudaEventSynchronize(scratch.stop));
+      if (!ran) break;
+      float elapsed = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&elapsed, scratch.start, scratch.stop));
+      fastest = std::min(fastest, elapsed);
+    }
+    milliseconds[i] = fastest;
+    if (fastest < milliseconds[best] || milliseconds[best] < 0) best = i;
+  }
+  plan.algorithm = plan.candidates[best];
+  spdlog::debug(
+      "--gemm-autotune: {}: candidate {} of {} at {:.1f} us (the heuristic's first: {:.1f} us); "
+      "{} of them give its bits",
+      describe(key), best + 1, count, milliseconds[best] * 1000.0f, milliseconds[0] * 1000.0f,
+      agreeing);
 }
 
 }  // namespace backend::cuda

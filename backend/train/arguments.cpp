@@ -500,6 +500,10 @@ const FlagRow<MixedPrecisionArguments> kPrecisionFlags[] = {
 const FlagRow<TrainingArguments> kDeviceFlags[] = {
     {"--device", enum_flag_field<&TrainingArguments::device>(),
      "auto, cpu or cuda (not a Megatron flag)", "device"},
+    {"--gemm-autotune", &TrainingArguments::gemm_autotune,
+     "On a GPU, time each GEMM shape's candidate algorithms that give the heuristic's bits and "
+     "keep the fastest (not a Megatron flag)",
+     "gemm_autotune"},
 };
 
 // Megatron core's CUDA graphs (docs/step_on_device.md, item 5).

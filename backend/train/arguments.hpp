@@ -103,6 +103,8 @@ struct TrainingArguments {
   MixedPrecisionArguments precision;
 
   DeviceChoice device = DeviceChoice::automatic;  // our extension: --device auto | cpu | cuda
+  // Ours: --gemm-autotune times the GEMM algorithms per shape on a GPU (device/gemm_plans.cuh).
+  bool gemm_autotune = false;
 
   // CUDA graphs (Megatron core's cuda_graph_impl; docs/step_on_device.md, item 5): local and
   // full_iteration capture the whole step here. --enable-cuda-graph and --external-cuda-graph

@@ -146,7 +146,8 @@ SelectedDevice select_device(const TrainingArguments& arguments,
   const CudaDeviceProperties& gpu =
       inventory.devices[static_cast<size_t>(gpu_for_local_rank(process.local_rank, visible))];
   SelectedDevice selected{
-      make_cuda_device(gpu.index, {.attention_backend = gpu_attention_backend(arguments.model)}),
+      make_cuda_device(gpu.index, {.attention_backend = gpu_attention_backend(arguments.model),
+                                   .gemm_autotune = arguments.gemm_autotune}),
       gpu};
   if (process.world_size > 1) {
     // Every rank's line (the only per-rank setup line), so a wrong placement shows in the log.

@@ -106,3 +106,50 @@ TEST_CASE("linear with GELU in the epilogue on the CUDA device matches the CPU d
     }
   }
 }
+
+// --gemm-autotune (device/gemm_plans.cuh): a device that times each shape's candidates keeps
+// only those with the heuristic's bits, so its products (plain, accumulating, with the GELU
+// epilogues) are a plain device's, bit for bit, at the tuning call and after it.
+TEST_CASE("--gemm-autotune gives the heuristic's bits") {
+  auto plain = open_gpu_or_skip();
+  if (!plain) return;
+  auto tuned = open_gpu_or_skip(false, {.gemm_autotune = true});
+  const int64_t rows = 512, C = 768, F = 3072;
+  const ElementType type = ElementType::bf16;
+  const auto x = representable(random_values(rows * C, 21), type);
+  const auto w1 = representable(random_values(F * C, 22, 0.05f), type);
+  const auto b1 = representable(random_values(F, 23), type);
+  const auto w2 = representable(random_values(C * F, 24, 0.05f), type);
+  const auto dy = representable(random_values(rows * C, 25), type);
+  const auto dw0 = random_values(C * F, 26);
+  const auto run = [&](Device& device) {
+    Tensors t(device);
+    Outputs outputs;
+    for (int call = 0; call < 2; ++call) {  // the tuning call, then the tuned algorithm
+      View h = t.poisoned(rows * F, type);
+      View a = t.poisoned(rows * F, type);
+      ops::linear_gelu_forward(device, a, h, t.input(x, type), t.input(w1, type), t.input(b1, type),
+                               rows, C, F);
+      View y = t.poisoned(rows * C, type);
+      ops::linear_forward(device, y, a, t.input(w2, type), t.empty(type), rows, F, C);
+      View dh = t.poisoned(rows * F, type);
+      View dw = t.input(dw0, ElementType::f32);
+      View db = t.input(random_values(C, 27), ElementType::f32);
+      ops::linear_dgelu_backward(device, dh, dw, db, t.input(dy, type), a, t.input(w2, type), h,
+                                 rows, F, C);
+      for (const auto& [name, view] :
+           {std::pair{"activation", a}, std::pair{"preactivation", h}, std::pair{"output", y},
+            std::pair{"dpreactivation", dh}, std::pair{"dweight (+=)", dw}}) {
+        outputs.push_back({std::string(name) + " call " + std::to_string(call), t.read(view)});
+      }
+    }
+    return outputs;
+  };
+  const Outputs expected = run(*plain);
+  const Outputs actual = run(*tuned);
+  REQUIRE(actual.size() == expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    CAPTURE(expected[i].first);
+    expect_identical(expected[i].first, actual[i].second, expected[i].second);
+  }
+}

@@ -1260,6 +1260,19 @@ TEST_CASE("--use-rope-scaling and --rope-scaling-factor: Megatron's default 8, t
                        common::Error);
 }
 
+TEST_CASE("--gemm-autotune: off by default, on by the flag, in the dump") {
+  const auto plain = parse_words(base_flags());
+  REQUIRE(plain);
+  CHECK_FALSE(plain->gemm_autotune);
+  const auto tuned = parse_words(with({"--gemm-autotune"}));
+  REQUIRE(tuned);
+  CHECK(tuned->gemm_autotune);
+  const auto lines = backend::format_arguments(*tuned);
+  CHECK(std::any_of(lines.begin(), lines.end(), [](const std::string& line) {
+    return line.starts_with("  gemm_autotune") && line.ends_with("True");
+  }));
+}
+
 TEST_CASE("the CUDA graph flags: Megatron's names and defaults, the older spelling, the dump") {
   const auto plain = parse_words(base_flags());
   REQUIRE(plain);
