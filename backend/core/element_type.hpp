@@ -1,6 +1,7 @@
 // The element types device memory holds, as a runtime value: the model picks its precision
 // at run time (--bf16, --fp16, fp32 by default), so a buffer's type travels with it in a View
-// rather than in a template parameter. i32 is for token and label ids. (Not `DType`: that is
+// rather than in a template parameter. i32 is for token and label ids, u64 for a captured step's
+// dropout keys (dropout.hpp's Dropout::stored_key). (Not `DType`: that is
 // the .idx files' element code in data/indexed_dataset.hpp, Megatron's name for it.)
 #pragma once
 
@@ -10,11 +11,13 @@
 
 namespace backend {
 
-enum class ElementType : uint8_t { f32, f64, bf16, f16, i32 };
+enum class ElementType : uint8_t { f32, f64, bf16, f16, i32, u64 };
 
 constexpr int64_t element_size(ElementType dtype) {
   switch (dtype) {
-    case ElementType::f64: return 8;
+    case ElementType::f64:
+    case ElementType::u64:
+      return 8;
     case ElementType::f32:
     case ElementType::i32: return 4;
     case ElementType::bf16:
@@ -30,6 +33,8 @@ constexpr std::string_view element_name(ElementType dtype) {
     case ElementType::bf16: return "bf16";
     case ElementType::f16: return "fp16";
     case ElementType::i32: return "int32";
+    case ElementType::u64:
+      return "uint64";
   }
   return "?";
 }
@@ -106,7 +111,13 @@ constexpr ElementType element_type_of<double>() { return ElementType::f64; }
 template <>
 constexpr ElementType element_type_of<int32_t>() { return ElementType::i32; }
 template <>
-constexpr ElementType element_type_of<bfloat16>() { return ElementType::bf16; }
+constexpr ElementType element_type_of<uint64_t>() {
+  return ElementType::u64;
+}
+template <>
+constexpr ElementType element_type_of<bfloat16>() {
+  return ElementType::bf16;
+}
 template <>
 constexpr ElementType element_type_of<float16>() { return ElementType::f16; }
 

@@ -54,6 +54,9 @@ void zero_host(View values) {
     case ElementType::i32:
       zero(int32_t{});
       return;
+    case ElementType::u64:
+      zero(uint64_t{});
+      return;
   }
   common::fail("fill_zero: no element type {}", static_cast<int>(values.type));
 }

@@ -44,6 +44,8 @@ MPI_Datatype mpi_type(ElementType type, const char* call, const std::string& gro
     case ElementType::f32: return MPI_FLOAT;
     case ElementType::f64: return MPI_DOUBLE;
     case ElementType::i32: return MPI_INT32_T;
+    case ElementType::u64:
+      return MPI_UINT64_T;
     case ElementType::bf16:
     case ElementType::f16: return MPI_UINT16_T;
   }

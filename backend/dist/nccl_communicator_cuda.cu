@@ -107,6 +107,8 @@ ncclDataType_t nccl_type(ElementType type) {
       return ncclFloat16;
     case ElementType::i32:
       return ncclInt32;
+    case ElementType::u64:
+      return ncclUint64;
   }
   common::fail("no NCCL type for element type {}", static_cast<int>(type));
 }

@@ -14,9 +14,16 @@
 // keyed by the rank too, each rank dropping its own heads. Under pipeline parallelism the masks
 // are keyed by the global layer index, so a stage draws the masks those layers draw in one
 // process.
+//
+// A captured step (docs/step_on_device.md) stages each micro batch's keys in device memory, a
+// table of uint64 with the embedding's first and each layer's attention, attention-output and
+// MLP-output keys after it (dropout_key_entry), and its masks read them from there
+// (Dropout::stored_key): the same keys, computed on the host as ever, found through an address
+// that stays the same from one replay to the next.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "backend/model/gpt_config.hpp"
 #include "backend/model/micro_batch_activations.hpp"
@@ -34,8 +41,23 @@ enum class DropoutSite : uint64_t {
 };
 
 // The mask at `site` of `layer` for a micro batch whose forward drew `drawn`: inactive (p = 0)
-// in evaluation mode or for a p = 0 site.
+// in evaluation mode or for a p = 0 site. With `stored_keys` (a key table on the device the ops
+// run on, as dropout_key_table made it for `drawn`), an active mask reads its key from there.
 Dropout dropout_at(DropoutSite site, int64_t layer, const GptConfig& config,
-                   const ForwardDropout& drawn, const TensorParallelRegion& tensor_parallel);
+                   const ForwardDropout& drawn, const TensorParallelRegion& tensor_parallel,
+                   const uint64_t* stored_keys = nullptr);
+
+// A key table's length for `num_layers` layers, and where the key of (site, layer) sits in it.
+constexpr int64_t dropout_key_table_size(int64_t num_layers) {
+  return 1 + 3 * num_layers;
+}
+constexpr int64_t dropout_key_entry(DropoutSite site, int64_t layer) {
+  return site == DropoutSite::embedding ? 0 : 1 + 3 * layer + static_cast<int64_t>(site) - 1;
+}
+
+// The key of every site of the config's layers for a forward that draws `drawn` (0 where the
+// mask is inactive).
+std::vector<uint64_t> dropout_key_table(const GptConfig& config, const ForwardDropout& drawn,
+                                        const TensorParallelRegion& tensor_parallel);
 
 }  // namespace backend

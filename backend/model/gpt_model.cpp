@@ -211,9 +211,12 @@ Scalar GptModelState<Scalar>::forward_chunk(int64_t slot, int64_t chunk,
                       View{nullptr, 0, b.logits.type, b.logits.on}, R, C, V);
   b.logits_hold_gradient_of_scale.reset();
   std::optional<double> gradient_scale;
-  if (backward_scale) gradient_scale = classifier_gradient_scale(*backward_scale);
+  if (backward_scale) {
+    gradient_scale = classifier_gradient_scale(*backward_scale, b.scored_positions);
+  }
   tensor_parallel.cross_entropy(d, b.losses, b.logsumexp, w.logsumexp_parts, w.target_logit,
-                                b.logits, b.labels, R, V, vocab_start, gradient_scale);
+                                b.logits, b.labels, R, V, vocab_start, gradient_scale,
+                                backward_scale ? b.stored_classifier_scale : View{});
   if (backward_scale) b.logits_hold_gradient_of_scale = static_cast<double>(*backward_scale);
   b.forward_done[static_cast<size_t>(chunk)] = true;
 
@@ -225,22 +228,13 @@ Scalar GptModelState<Scalar>::forward_chunk(int64_t slot, int64_t chunk,
   if (!loss_accumulation.total.empty()) {
     ops::accumulate_loss(d, loss_accumulation.total, w.loss_total, b.scored_positions,
                          loss_accumulation.weighted_by_scored_positions,
-                         std::is_same_v<Scalar, float>);
+                         std::is_same_v<Scalar, float>, b.stored_scored_positions);
     return 0;
   }
   double total = 0;
   d.copy_to_host(&total, w.loss_total);
   if (b.scored_positions == 0) return 0;
   return static_cast<Scalar>(total / static_cast<double>(b.scored_positions));
-}
-
-// d(mean loss)/dlogits · grad_scale: every later gradient is linear in dlogits, so the scale is
-// applied once, to dlogits (computed in Scalar, as the CPU twin takes it). The mean is over the
-// scored positions; ignored ones get a zero row whatever the scale.
-template <typename Scalar>
-Scalar GptModelState<Scalar>::classifier_gradient_scale(Scalar grad_scale) const {
-  return batch->scored_positions == 0 ? Scalar{0}
-                                      : grad_scale / static_cast<Scalar>(batch->scored_positions);
 }
 
 // The head's backward on the last virtual stage: from the loss to the gradient of the last
@@ -269,9 +263,10 @@ void GptModelState<Scalar>::head_backward(int64_t last_layer, Scalar grad_scale)
         "(GptConfig::classifier_gradient_in_forward, the trainer's), but the last forward was "
         "not given the backward's scale");
   } else {
-    ops::cross_entropy_backward(d, dlogits, b.logits, b.logsumexp, b.labels,
-                                static_cast<double>(classifier_gradient_scale(grad_scale)), R, V,
-                                vocab_start);
+    ops::cross_entropy_backward(
+        d, dlogits, b.logits, b.logsumexp, b.labels,
+        static_cast<double>(classifier_gradient_scale(grad_scale, b.scored_positions)), R, V,
+        vocab_start);
   }
   ops::linear_backward(d, w.dnorm, gradient(layout.output_weight()),
                        View{nullptr, 0, kElementType, w.dnorm.on}, dlogits, b.final_norm,

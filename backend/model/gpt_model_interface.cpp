@@ -262,11 +262,26 @@ Scalar GptModel<Scalar>::forward(std::span<const int32_t> tokens, std::span<cons
 template <typename Scalar>
 int64_t GptModel<Scalar>::stage_micro_batch(int64_t index, std::span<const int32_t> tokens,
                                             std::span<const int32_t> labels, int64_t batch_size,
-                                            int64_t seq_length) {
+                                            int64_t seq_length,
+                                            std::optional<Scalar> backward_scale) {
   State& s = *state_;
   const int64_t scored_positions =
       start_micro_batch(s, "stage_micro_batch", tokens, labels, batch_size, seq_length);
-  s.micro_batches.stage(index, tokens, labels, scored_positions);
+  // The masks of the index-th forward from now: each training forward advances the step.
+  StagedForward staged{
+      .dropout = {.training = s.training,
+                  .seed = s.dropout_seed,
+                  .step = s.dropout_step + (s.training ? static_cast<uint64_t>(index) : 0)},
+      .backward_scale = std::nullopt,
+      .scored_positions = scored_positions,
+      .classifier_scale = 0};
+  if (backward_scale) {
+    staged.backward_scale = static_cast<double>(*backward_scale);
+    staged.classifier_scale =
+        static_cast<double>(classifier_gradient_scale(*backward_scale, scored_positions));
+  }
+  s.micro_batches.stage(index, tokens, labels, staged,
+                        dropout_key_table(s.config, staged.dropout, s.tensor_parallel));
   return scored_positions;
 }
 
@@ -282,7 +297,10 @@ Scalar GptModel<Scalar>::forward_staged(int64_t index, std::optional<Scalar> bac
   if (!s.micro_batches.reserved()) {
     common::fail("GptModel::forward_staged({}): no micro batch was staged", index);
   }
-  s.micro_batches.take_staged(s.micro_batches.slot(0), index);
+  s.micro_batches.take_staged(
+      s.micro_batches.slot(0), index,
+      {.training = s.training, .seed = s.dropout_seed, .step = s.dropout_step},
+      backward_scale ? std::optional<double>(static_cast<double>(*backward_scale)) : std::nullopt);
   const Scalar loss = s.forward_chunk(0, 0, backward_scale);
   if (s.training) ++s.dropout_step;
   return loss;

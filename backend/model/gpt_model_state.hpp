@@ -25,6 +25,15 @@
 
 namespace backend {
 
+// The scale of the head's dlogits for a backward of grad_scale: d(mean loss)/dlogits ·
+// grad_scale. Every later gradient is linear in dlogits, so the scale is applied once, to
+// dlogits (computed in Scalar, as the CPU twin takes it). The mean is over the micro batch's
+// scored positions (0 when there are none); ignored ones get a zero row whatever the scale.
+template <typename Scalar>
+Scalar classifier_gradient_scale(Scalar grad_scale, int64_t scored_positions) {
+  return scored_positions == 0 ? Scalar{0} : grad_scale / static_cast<Scalar>(scored_positions);
+}
+
 template <typename Scalar>
 struct GptModelState {
   static constexpr ElementType kElementType = element_type_of<Scalar>();
@@ -135,9 +144,11 @@ struct GptModelState {
             .num_heads = shard.num_attention_heads,
             .num_query_groups = shard.query_groups()};
   }
-  // The selected micro batch's mask at a site.
+  // The selected micro batch's mask at a site (its key read from the staged table where the
+  // micro batch was staged).
   Dropout dropout(DropoutSite site, int64_t layer) const {
-    return dropout_at(site, layer, config, batch->dropout, tensor_parallel);
+    return dropout_at(site, layer, config, batch->dropout, tensor_parallel,
+                      static_cast<const uint64_t*>(batch->dropout_keys.data));
   }
 
   const LayerActivations& layer_activations(int64_t l) const {
@@ -173,9 +184,6 @@ struct GptModelState {
   void layer_forward(int64_t l);
   void layer_backward(int64_t l);
   Scalar forward_chunk(int64_t slot, int64_t chunk, std::optional<Scalar> backward_scale);
-  // The scale of the head's dlogits for a backward of grad_scale: d(mean loss)/dlogits ·
-  // grad_scale, the mean over the micro batch's scored positions (0 when there are none).
-  Scalar classifier_gradient_scale(Scalar grad_scale) const;
   void backward_chunk(int64_t slot, int64_t chunk, Scalar grad_scale);
   // backward_chunk's three parts: the head (last virtual stage), the chunk's layers, the
   // embedding (first virtual stage).

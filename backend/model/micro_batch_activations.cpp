@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "backend/common/error.hpp"
+#include "backend/model/dropout_sites.hpp"
 #include "backend/ops/cross_entropy.hpp"
 #include "backend/ops/embedding.hpp"
 
@@ -103,11 +104,14 @@ bool MicroBatchActivations::reserve(int64_t batch_size, int64_t seq_length, int6
   }
   host_token_index_.assign(static_cast<size_t>(slots_.front().token_index.numel), 0);
   {
-    // Three uploads a micro batch (tokens, their index, labels): slots for four micro batches
-    // before the host waits for the device to take one.
+    // Three uploads a micro batch (tokens, their index, labels; a staged one's dropout keys
+    // too): slots for four micro batches before the host waits for the device to take one.
     const MicroBatchBuffers& first = slots_.front();
+    const int64_t key_table_bytes =
+        dropout_key_table_size(shard_->num_layers) * element_size(ElementType::u64);
     const int64_t slot_bytes =
-        std::max({first.tokens.bytes(), first.token_index.bytes(), first.labels.bytes()});
+        std::max({first.tokens.bytes(), first.token_index.bytes(), first.labels.bytes(),
+                  key_table_bytes, 2 * element_size(ElementType::f64)});
     uploads_ = PinnedUploadRing(*device_, kUploadSlots, slot_bytes,
                                 "the page-locked slots of the micro batches' uploads");
   }
@@ -137,60 +141,105 @@ bool MicroBatchActivations::reserve(int64_t batch_size, int64_t seq_length, int6
   return true;
 }
 
+void MicroBatchActivations::upload_ids(View tokens, View token_index,
+                                       std::span<const int32_t> ids) {
+  check_upload_size(tokens, std::ssize(ids), "tokens");
+  uploads_.upload(tokens, ids.data());
+  if (token_index.empty()) return;
+  index_tokens(ids.data(), std::ssize(ids), host_token_index_.data());
+  uploads_.upload(token_index, host_token_index_.data());
+}
+
 void MicroBatchActivations::upload_tokens(MicroBatchBuffers& buffers,
                                           std::span<const int32_t> tokens) {
-  check_upload_size(buffers.tokens, std::ssize(tokens), "tokens");
-  uploads_.upload(buffers.tokens, tokens.data());
-  if (buffers.token_index.empty()) return;
-  index_tokens(tokens.data(), std::ssize(tokens), host_token_index_.data());
-  uploads_.upload(buffers.token_index, host_token_index_.data());
+  buffers.dropout_keys = buffers.stored_scored_positions = buffers.stored_classifier_scale = {};
+  upload_ids(buffers.tokens, buffers.token_index, tokens);
 }
 
 void MicroBatchActivations::upload_labels(MicroBatchBuffers& buffers,
                                           std::span<const int32_t> labels) {
   check_upload_size(buffers.labels, std::ssize(labels), "labels");
+  buffers.dropout_keys = buffers.stored_scored_positions = buffers.stored_classifier_scale = {};
   uploads_.upload(buffers.labels, labels.data());
 }
 
 void MicroBatchActivations::stage(int64_t index, std::span<const int32_t> tokens,
-                                  std::span<const int32_t> labels, int64_t scored_positions) {
+                                  std::span<const int32_t> labels, const StagedForward& staged,
+                                  std::span<const uint64_t> dropout_keys) {
   if (!reserved()) common::fail("MicroBatchActivations::stage: no shape is reserved");
-  if (index < 0 || index > staged()) {
-    common::fail("MicroBatchActivations::stage: micro batch {} staged after {}", index, staged());
+  if (index < 0 || index > staged_count()) {
+    common::fail("MicroBatchActivations::stage: micro batch {} staged after {}", index,
+                 staged_count());
   }
-  if (index == staged()) {
+  const int64_t key_count = dropout_key_table_size(shard_->num_layers);
+  if (std::ssize(dropout_keys) != key_count) {
+    common::fail("MicroBatchActivations::stage: {} dropout keys for {} layers; the table has {}",
+                 dropout_keys.size(), shard_->num_layers, key_count);
+  }
+  if (index == staged_count()) {
     const MicroBatchBuffers& shape = slots_.front();
     ArenaLayout layout;
     const int64_t tokens_region = layout.add("staged tokens", ElementType::i32, shape.tokens.numel);
     const int64_t index_region =
         layout.add("staged token index", ElementType::i32, shape.token_index.numel);
     const int64_t labels_region = layout.add("staged labels", ElementType::i32, shape.labels.numel);
-    MicroBatchBuffers inputs;
-    inputs.arena = Arena(*device_, std::move(layout),
-                         "the staged inputs of micro batch " + std::to_string(index));
-    inputs.tokens = inputs.arena.view(tokens_region);
-    inputs.token_index = inputs.arena.view(index_region);
-    inputs.labels = inputs.arena.view(labels_region);
-    staged_.push_back(std::move(inputs));
+    const int64_t keys_region = layout.add("staged dropout keys", ElementType::u64, key_count);
+    const int64_t scalars_region = layout.add("staged scalars", ElementType::f64, 2);
+    StagedSet set;
+    set.arena = Arena(*device_, std::move(layout),
+                      "the staged inputs of micro batch " + std::to_string(index));
+    set.tokens = set.arena.view(tokens_region);
+    set.token_index = set.arena.view(index_region);
+    set.labels = set.arena.view(labels_region);
+    set.dropout_keys = set.arena.view(keys_region);
+    set.scalars = set.arena.view(scalars_region);
+    staged_.push_back(std::move(set));
   }
-  MicroBatchBuffers& inputs = staged_[static_cast<size_t>(index)];
-  upload_tokens(inputs, tokens);
-  upload_labels(inputs, labels);
-  inputs.scored_positions = scored_positions;
+  StagedSet& set = staged_[static_cast<size_t>(index)];
+  upload_ids(set.tokens, set.token_index, tokens);
+  check_upload_size(set.labels, std::ssize(labels), "labels");
+  uploads_.upload(set.labels, labels.data());
+  uploads_.upload(set.dropout_keys, dropout_keys.data());
+  const double scalars[2] = {static_cast<double>(staged.scored_positions), staged.classifier_scale};
+  uploads_.upload(set.scalars, scalars);
+  set.forward = staged;
 }
 
-void MicroBatchActivations::take_staged(MicroBatchBuffers& buffers, int64_t index) {
-  if (index < 0 || index >= staged()) {
+void MicroBatchActivations::take_staged(MicroBatchBuffers& buffers, int64_t index,
+                                        const ForwardDropout& forward,
+                                        std::optional<double> backward_scale) {
+  if (index < 0 || index >= staged_count()) {
     common::fail("MicroBatchActivations::take_staged: micro batch {} was not staged ({} are)",
-                 index, staged());
+                 index, staged_count());
   }
-  const MicroBatchBuffers& inputs = staged_[static_cast<size_t>(index)];
-  for (const auto& [to, from] : {std::pair{buffers.tokens, inputs.tokens},
-                                 std::pair{buffers.token_index, inputs.token_index},
-                                 std::pair{buffers.labels, inputs.labels}}) {
+  const StagedSet& set = staged_[static_cast<size_t>(index)];
+  const auto mode = [](const ForwardDropout& dropout) {
+    return fmt::format("{}, seed {}", dropout.training ? "training" : "evaluation", dropout.seed);
+  };
+  if (set.forward.dropout != forward) {
+    common::fail(
+        "MicroBatchActivations::take_staged: micro batch {} was staged for the forward at "
+        "dropout step {} ({}), not for this one at step {} ({})",
+        index, set.forward.dropout.step, mode(set.forward.dropout), forward.step, mode(forward));
+  }
+  if (set.forward.backward_scale != backward_scale) {
+    const auto text = [](std::optional<double> scale) {
+      return scale ? fmt::format("a backward of scale {}", *scale) : std::string("no backward");
+    };
+    common::fail(
+        "MicroBatchActivations::take_staged: micro batch {} was staged for {}, this "
+        "forward is given {}",
+        index, text(set.forward.backward_scale), text(backward_scale));
+  }
+  for (const auto& [to, from] :
+       {std::pair{buffers.tokens, set.tokens}, std::pair{buffers.token_index, set.token_index},
+        std::pair{buffers.labels, set.labels}}) {
     if (!to.empty()) device_->copy(to, from);
   }
-  buffers.scored_positions = inputs.scored_positions;
+  buffers.scored_positions = set.forward.scored_positions;
+  buffers.dropout_keys = set.dropout_keys;
+  buffers.stored_scored_positions = set.scalars.slice(0, 1);
+  buffers.stored_classifier_scale = set.scalars.slice(1, 1);
 }
 
 namespace {

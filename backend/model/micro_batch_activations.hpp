@@ -40,6 +40,7 @@ struct ForwardDropout {
   bool training = false;
   uint64_t seed = 0;
   uint64_t step = 0;
+  bool operator==(const ForwardDropout&) const = default;
 };
 
 // One micro batch's kept buffers, whether each model chunk's forward completed, and its
@@ -52,6 +53,12 @@ struct MicroBatchBuffers {
   std::vector<View> chunk_inputs, output_gradients;
   std::vector<bool> forward_done;
   ForwardDropout dropout;
+  // A staged micro batch's values in device memory, which its ops read when they run (set by
+  // take_staged; an upload of tokens or labels empties them): the dropout key table
+  // (dropout_sites.hpp), its scored positions (one f64) and the fused classifier's scale (one
+  // f64). Empty: the keys are computed from `dropout`, the count is scored_positions and the
+  // scale the forward's, all passed by value.
+  View dropout_keys, stored_scored_positions, stored_classifier_scale;
   // The labels' positions that are not kIgnoredLabel: the loss is their mean (counted on the
   // host at upload, so no count is read back from the device).
   int64_t scored_positions = 0;
@@ -59,6 +66,18 @@ struct MicroBatchBuffers {
   // logits were overwritten by d(mean loss)/dlogits times that scale, where the head's backward
   // starts. Empty while the logits are intact.
   std::optional<double> logits_hold_gradient_of_scale;
+};
+
+// What a micro batch was staged for (MicroBatchActivations::stage): the forward that takes it
+// (its dropout) and the scale of the backward that forward was told of (the fused classifier's;
+// none: no backward), with the values derived from them and the labels, which the staged set
+// holds in device memory.
+struct StagedForward {
+  ForwardDropout dropout;
+  std::optional<double> backward_scale;
+  int64_t scored_positions = 0;
+  double classifier_scale = 0;  // backward_scale / scored_positions in the model's Scalar; 0
+                                // without a scored position or a backward
 };
 
 // The buffers every micro batch uses in turn: the recompute slots, the vocab-parallel and
@@ -104,15 +123,20 @@ class MicroBatchActivations {
   void upload_labels(MicroBatchBuffers& buffers, std::span<const int32_t> labels);
 
   // Inputs staged ahead of a captured step (docs/step_on_device.md, item 5): micro batch
-  // `index`'s tokens, their index and labels uploaded (as upload_tokens does) into memory of
-  // their own, one set per micro batch of the step, made when an index is first staged;
-  // take_staged then copies a set into a slot on the device, which a capture can hold where an
-  // upload cannot. The sets go with the shape (reserve). A whole model's only (its micro batch
-  // has tokens and labels).
+  // `index`'s tokens, their index, labels, the dropout key table of `staged.dropout`
+  // (dropout_sites.hpp) and its scored count and classifier scale uploaded (as upload_tokens
+  // does) into memory of their own, one set per micro batch of the step, made when an index is
+  // first staged; take_staged then copies a set's ids into a slot on the device, which a
+  // capture can hold where an upload cannot, and points the slot's stored values at the set's.
+  // The sets go with the shape (reserve). A whole model's only (its micro batch has tokens and
+  // labels).
   void stage(int64_t index, std::span<const int32_t> tokens, std::span<const int32_t> labels,
-             int64_t scored_positions);
-  void take_staged(MicroBatchBuffers& buffers, int64_t index);
-  int64_t staged() const { return std::ssize(staged_); }
+             const StagedForward& staged, std::span<const uint64_t> dropout_keys);
+  // common::Error when the set was staged for another forward or backward scale than
+  // `forward`'s (its masks or its gradient would not be that forward's).
+  void take_staged(MicroBatchBuffers& buffers, int64_t index, const ForwardDropout& forward,
+                   std::optional<double> backward_scale);
+  int64_t staged_count() const { return std::ssize(staged_); }
   // Counts the reserves that carved new memory: a captured step holds the addresses of one
   // generation's buffers and must not be replayed over another's.
   int64_t generation() const { return generation_; }
@@ -133,8 +157,13 @@ class MicroBatchActivations {
   int64_t seq_length_ = 0;
   std::vector<int32_t> host_token_index_;
   PinnedUploadRing uploads_;
-  // Each set's arena, tokens, token_index, labels and scored_positions.
-  std::vector<MicroBatchBuffers> staged_;
+  struct StagedSet {
+    Arena arena;
+    View tokens, token_index, labels, dropout_keys, scalars;  // scalars: f64 count, scale
+    StagedForward forward;
+  };
+  std::vector<StagedSet> staged_;
+  void upload_ids(View tokens, View token_index, std::span<const int32_t> ids);
   int64_t generation_ = 0;
 };
 

@@ -36,16 +36,22 @@ View TensorParallelRegion::gather(View stream, View whole) {
 void TensorParallelRegion::cross_entropy(Device& device, View losses, View logsumexp,
                                          View logsumexp_parts, View target_logit, View logits,
                                          View labels, int64_t rows, int64_t vocab,
-                                         int64_t vocab_start,
-                                         std::optional<double> gradient_scale) {
+                                         int64_t vocab_start, std::optional<double> gradient_scale,
+                                         View stored_gradient_scale) {
   if (!active()) {
     if (gradient_scale) {
       ops::cross_entropy_forward_backward(device, losses, logsumexp, logits, labels,
-                                          *gradient_scale, rows, vocab);
+                                          *gradient_scale, rows, vocab, stored_gradient_scale);
     } else {
       ops::cross_entropy_forward(device, losses, logsumexp, logits, labels, rows, vocab);
     }
     return;
+  }
+  if (!stored_gradient_scale.empty()) {
+    common::fail(
+        "TensorParallelRegion::cross_entropy: a scale in device memory is read by the "
+        "unsharded fused classifier only ({} ranks here)",
+        size_);
   }
   // The shards' log-sum-exps side by side (the all-gather fills the other ranks' rows around
   // this rank's), the label's logit from the rank that holds it.

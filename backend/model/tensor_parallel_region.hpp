@@ -91,9 +91,12 @@ class TensorParallelRegion {
   // label's logit (`target_logit`, rows) all-reduced from the rank that holds it. Given
   // `gradient_scale`, the logits are then overwritten by their gradient times it (the fused
   // classifier: one op unsharded; the shard's backward in place after the combine otherwise).
+  // `stored_gradient_scale` (one f64 of the device's memory, read when the fused classifier
+  // runs: a captured step's) replaces gradient_scale's value; unsharded only.
   void cross_entropy(Device& device, View losses, View logsumexp, View logsumexp_parts,
                      View target_logit, View logits, View labels, int64_t rows, int64_t vocab,
-                     int64_t vocab_start, std::optional<double> gradient_scale = std::nullopt);
+                     int64_t vocab_start, std::optional<double> gradient_scale = std::nullopt,
+                     View stored_gradient_scale = {});
 
  private:
   std::unique_ptr<Communicator> owned_group_;  // a group of one, when none was given

@@ -75,15 +75,14 @@ int64_t visible_keys(int64_t i, int64_t key_begin, int64_t columns) {
 template <typename Scalar>
 void draw_dropout_block(Scalar* multipliers, int64_t stride, int64_t rows, int64_t columns,
                         int64_t query_begin, int64_t key_begin, int64_t seq_length, uint64_t first,
-                        const Dropout& dropout, uint64_t threshold, Scalar scale) {
+                        uint64_t key, uint64_t threshold, Scalar scale) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = query_begin + r;
     const uint64_t row_first = first + static_cast<uint64_t>(i * seq_length + key_begin);
     const int64_t visible = visible_keys(i, key_begin, columns);
     for (int64_t c = 0; c < visible; ++c) {
       multipliers[r * stride + c] =
-          dropout_keep(dropout.key, row_first + static_cast<uint64_t>(c), threshold) ? scale
-                                                                                     : Scalar{0};
+          dropout_keep(key, row_first + static_cast<uint64_t>(c), threshold) ? scale : Scalar{0};
     }
   }
 }
@@ -145,6 +144,7 @@ void attention_forward(Scalar* output, Scalar* logsumexp, const Scalar* qkv,
   const int64_t units = batch_size * num_heads * query_blocks;
   const Scalar scale = Scalar{1} / std::sqrt(static_cast<Scalar>(HD));
   const bool drop = dropout.active();
+  const uint64_t mask_key = drop ? dropout.key_in_force() : 0;
   const uint64_t threshold = dropout.threshold();
   const Scalar dropout_scale = dropout.scale<Scalar>();
   constexpr Scalar kMinusInfinity = -std::numeric_limits<Scalar>::infinity();
@@ -186,7 +186,7 @@ void attention_forward(Scalar* output, Scalar* logsumexp, const Scalar* qkv,
                      key + key_begin * stride, stride, Scalar{0}, scores.data(), key_rows);
         if (drop) {
           draw_dropout_block(multipliers.data(), key_rows, rows, columns, query_begin, key_begin, T,
-                             first, dropout, threshold, dropout_scale);
+                             first, mask_key, threshold, dropout_scale);
         }
         for (int64_t r = 0; r < rows; ++r) {
           Scalar* row = scores.data() + r * key_rows;
@@ -261,6 +261,7 @@ void attention_backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv,
   const int64_t units = batch_size * num_query_groups;
   const Scalar scale = Scalar{1} / std::sqrt(static_cast<Scalar>(HD));
   const bool drop = dropout.active();
+  const uint64_t mask_key = drop ? dropout.key_in_force() : 0;
   const uint64_t threshold = dropout.threshold();
   const Scalar dropout_scale = dropout.scale<Scalar>();
 
@@ -344,7 +345,7 @@ void attention_backward(Scalar* dqkv, const Scalar* doutput, const Scalar* qkv,
             const Scalar* weights = probabilities.data();
             if (drop) {
               draw_dropout_block(multipliers.data(), key_rows, rows, columns, query_begin,
-                                 key_begin, T, first, dropout, threshold, dropout_scale);
+                                 key_begin, T, first, mask_key, threshold, dropout_scale);
               for (int64_t r = 0; r < rows; ++r) {
                 const int64_t visible = visible_keys(query_begin + r, key_begin, columns);
                 const int64_t offset = r * key_rows;

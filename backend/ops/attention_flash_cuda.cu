@@ -59,6 +59,7 @@ struct FlashShape {
   float scale_log2;  // scale · log2 e
   bool drop;
   uint64_t key, threshold;
+  const uint64_t* stored_key;  // Dropout::stored_key: the key read from device memory
   float dropout_scale;
 
   __device__ int64_t group_column(int64_t group, int HD) const {
@@ -74,7 +75,8 @@ struct FlashShape {
   __device__ float multiplier(int64_t pair, int64_t i, int64_t j) const {
     if (!drop) return 1.0f;
     const auto index = static_cast<uint64_t>((pair * T + i) * T + j);
-    return dropout_keep(key, index, threshold) ? dropout_scale : 0.0f;
+    const uint64_t mask_key = stored_key != nullptr ? *stored_key : key;
+    return dropout_keep(mask_key, index, threshold) ? dropout_scale : 0.0f;
   }
 };
 
@@ -622,6 +624,7 @@ FlashShape make_flash_shape(const char* op, const AttentionShape& shape, const D
           .drop = dropout.active(),
           .key = dropout.key,
           .threshold = dropout.threshold(),
+          .stored_key = dropout.stored_key,
           .dropout_scale = dropout.scale<float>()};
 }
 

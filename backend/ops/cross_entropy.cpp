@@ -48,21 +48,26 @@ void cross_entropy_backward(Device& device, View dlogits, View logits, View logs
 }
 
 void cross_entropy_forward_backward(Device& device, View losses, View logsumexp, View logits,
-                                    View labels, double scale, int64_t rows, int64_t vocab_size) {
+                                    View labels, double scale, int64_t rows, int64_t vocab_size,
+                                    View stored_scale) {
   constexpr const char* op = "cross_entropy_forward_backward";
+  if (!stored_scale.empty()) check_scalars(stored_scale, 1, "the stored scale", op);
   run_typed(
       device, op, 0, logits.type,
       [=](auto s) {
         using S = decltype(s);
+        const double in_force = stored_scale.empty() ? scale : *host<double>(stored_scale);
         cpu::cross_entropy_forward_backward(host<S>(losses), host<S>(logsumexp), host<S>(logits),
-                                            host_ids(labels), static_cast<S>(scale), rows,
+                                            host_ids(labels), static_cast<S>(in_force), rows,
                                             vocab_size);
       },
       [&](auto s, const auto& context) {
         using S = decltype(s);
         cuda::cross_entropy_forward_backward(
             gpu<float>(losses, op), gpu<float>(logsumexp, op), gpu<S>(logits, op),
-            gpu_ids(labels, op), static_cast<float>(scale), rows, vocab_size, context.stream);
+            gpu_ids(labels, op), static_cast<float>(scale),
+            stored_scale.empty() ? nullptr : gpu<double>(stored_scale, op), rows, vocab_size,
+            context.stream);
       });
 }
 

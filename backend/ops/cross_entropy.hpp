@@ -33,7 +33,9 @@
 // are the separate forward's and backward's on the CPU; the CUDA twin reads each row once for
 // an online softmax (a running maximum and a sum rescaled when the maximum grows, per thread,
 // then combined over the block) and once more to write the gradient, where the separate ops
-// read it three times in two launches.
+// read it three times in two launches. Its scale may be given in device memory instead, read
+// when the op runs: a captured step (docs/step_on_device.md) replays the op with the capture's
+// arguments, while each micro batch's scale depends on its count of scored labels.
 // Contract: no parameters; dlogits is overwritten (=) and may alias logits (in place).
 // Labels are ids of the whole vocabulary or negative; the unsharded forward trusts the others
 // to lie in [0, V) (GptModel validates them before calling).
@@ -130,8 +132,9 @@ void cross_entropy_forward_backward(float* losses,          // (N)
                                     float* logsumexp,       // (N)
                                     Scalar* logits,         // (N, V) in, dlogits out
                                     const int32_t* labels,  // (N)
-                                    float scale, int64_t rows, int64_t vocab_size,
-                                    CudaStream stream);
+                                    float scale,
+                                    const double* stored_scale,  // replaces scale when not null
+                                    int64_t rows, int64_t vocab_size, CudaStream stream);
 
 template <typename Scalar>
 void vocab_parallel_cross_entropy_partial(float* logsumexp_part,  // (N) over the shard
@@ -164,9 +167,11 @@ void cross_entropy_backward(Device& device, View dlogits, View logits, View logs
                             View labels, double scale, int64_t rows, int64_t vocab_size,
                             int64_t vocab_start);
 // The fused classifier: the forward's losses and logsumexp, and `logits` overwritten by the
-// backward's dlogits (the whole vocabulary, vocab_start 0).
+// backward's dlogits (the whole vocabulary, vocab_start 0). With `stored_scale` (one f64 in the
+// device's memory) the scale is read from there when the op runs, rounded as `scale` would be.
 void cross_entropy_forward_backward(Device& device, View losses, View logsumexp, View logits,
-                                    View labels, double scale, int64_t rows, int64_t vocab_size);
+                                    View labels, double scale, int64_t rows, int64_t vocab_size,
+                                    View stored_scale = {});
 void vocab_parallel_cross_entropy_partial(Device& device, View logsumexp_part,
                                           View target_logit, View logits, View labels,
                                           int64_t rows, int64_t vocab_size,

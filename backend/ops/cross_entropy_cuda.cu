@@ -11,7 +11,8 @@
 // The fused classifier (forward and backward in one launch, training) takes logsumexp from an
 // online softmax in one read of the row (Milakov and Gimelshein, "Online normalizer calculation
 // for softmax", 2018; llm.c's fused_classifier), then writes the gradient over the logits.
-// In float (expf, logf: CUDA's accurate ones), logits float or bf16.
+// In float (expf, logf: CUDA's accurate ones), logits float or bf16. The fused classifier's
+// scale may be read from device memory when it runs (a captured step's, cross_entropy.hpp).
 // Deterministic: one block per row; each thread walks its fixed strided share of the row
 // (16-byte packs when the row allows), and detail::block_max/block_sum combine the threads in
 // a fixed tree. The backward is elementwise per row: a thread reads a pack of z before writing
@@ -174,8 +175,10 @@ __device__ __forceinline__ void online_softmax_add(float x, float& m, float& s) 
 template <typename T, int Width>
 __global__ void cross_entropy_forward_backward_kernel(float* losses, float* logsumexp, T* logits,
                                                       const int32_t* labels, float scale,
-                                                      int64_t rows, int64_t vocab_size) {
+                                                      const double* stored_scale, int64_t rows,
+                                                      int64_t vocab_size) {
   using P = Pack<T, Width>;
+  if (stored_scale != nullptr) scale = static_cast<float>(*stored_scale);
   __shared__ float shared[32];
   const int64_t packs = vocab_size / Width;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -238,15 +241,15 @@ void cross_entropy_backward(Scalar* dlogits, const Scalar* logits, const float* 
 
 template <typename Scalar>
 void cross_entropy_forward_backward(float* losses, float* logsumexp, Scalar* logits,
-                                    const int32_t* labels, float scale, int64_t rows,
-                                    int64_t vocab_size, CudaStream stream) {
+                                    const int32_t* labels, float scale, const double* stored_scale,
+                                    int64_t rows, int64_t vocab_size, CudaStream stream) {
   if (rows <= 0 || vocab_size <= 0) return;
   using T = detail::DeviceElementOf<Scalar>;
   T* z = detail::device_pointer(logits);
   detail::launch_with_pack_width<T>(vocab_size, {z}, [&](auto width) {
     cross_entropy_forward_backward_kernel<T, width>
-        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(losses, logsumexp, z, labels,
-                                                                    scale, rows, vocab_size);
+        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
+            losses, logsumexp, z, labels, scale, stored_scale, rows, vocab_size);
   });
 }
 
@@ -282,7 +285,8 @@ void vocab_parallel_cross_entropy_combine(float* losses, float* logsumexp,
                                                const int32_t*, float, int64_t, int64_t, int64_t, \
                                                CudaStream);                                      \
   template void cross_entropy_forward_backward<Scalar>(float*, float*, Scalar*, const int32_t*,  \
-                                                       float, int64_t, int64_t, CudaStream);     \
+                                                       float, const double*, int64_t, int64_t,   \
+                                                       CudaStream);                              \
   template void vocab_parallel_cross_entropy_partial<Scalar>(                                    \
       float*, float*, const Scalar*, const int32_t*, int64_t, int64_t, int64_t, CudaStream);
 BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(float)

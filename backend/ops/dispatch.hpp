@@ -48,6 +48,15 @@ S* host(View view) {
 
 inline const int32_t* host_ids(View view) { return host<int32_t>(view); }
 
+// An op's scalars in the device's memory: `count` f64 elements, else common::Error naming the
+// op and the view.
+inline void check_scalars(const View& view, int64_t count, const char* name, const char* op) {
+  if (view.type != ElementType::f64 || view.numel != count) {
+    common::fail("{}: {} must be {} f64 of the device, got {} {}", op, name, count, view.numel,
+                 element_name(view.type));
+  }
+}
+
 // ---- the CUDA twins' side -----------------------------------------------------------------
 
 // Calls function(Scalar{}) with Scalar the host type of `dtype` (float, bfloat16 or float16):

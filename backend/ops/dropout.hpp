@@ -68,12 +68,19 @@ constexpr bool dropout_keep(uint64_t key, uint64_t index, uint64_t threshold) {
 
 // One mask: probability p ∈ [0, 1), its key, and the mask index of the op's element 0. The
 // default (p = 0) applies nothing.
+// The key is either the value `key` or, with `stored_key`, read from memory on the op's device
+// when the op runs: a captured step (docs/step_on_device.md) replays its ops with the arguments
+// of the capture, so the keys of each micro batch are staged in device memory and only their
+// address is an argument.
 struct Dropout {
   double probability = 0;
   uint64_t key = 0;
   uint64_t first_index = 0;  // a slice of a larger tensor's mask: its first element's index
+  const uint64_t* stored_key = nullptr;  // on the op's device; null: `key`
 
   bool active() const { return probability > 0; }
+  // The key the mask draws from: called by the twin that runs the op, on memory it can read.
+  constexpr uint64_t key_in_force() const { return stored_key != nullptr ? *stored_key : key; }
   uint64_t threshold() const { return dropout_threshold(probability); }
   // 1/(1 − p), computed in double and rounded once to Scalar.
   template <typename Scalar>

@@ -12,7 +12,7 @@ void dropout_forward(Scalar* output, const Scalar* input, int64_t count, const D
     if (output != input) std::copy_n(input, count, output);
     return;
   }
-  const uint64_t key = dropout.key;
+  const uint64_t key = dropout.key_in_force();
   const uint64_t first = dropout.first_index;
   const uint64_t threshold = dropout.threshold();
   const Scalar scale = dropout.scale<Scalar>();

@@ -1,6 +1,7 @@
 // CUDA twin of dropout.hpp (CPU twin: dropout_cpu.cpp): inverted dropout,
 //   output[i] = input[i] · (keep[i] ? 1/(1 − p) : 0),
 //   keep[i]   = dropout_keep(key, first_index + i, threshold)
+// (the key read from device memory when the op runs where the Dropout holds its address)
 // The mask is the CPU's element for element: the kernel calls the same constexpr
 // dropout_keep/splitmix64 code (--expt-relaxed-constexpr, top-level CMakeLists.txt) on the
 // global element index (offset by first_index for a slice of a larger tensor's mask), so which
@@ -16,12 +17,12 @@ namespace backend::cuda {
 namespace {
 
 struct ApplyMask {
-  uint64_t key;
-  uint64_t first_index;
+  Dropout dropout;  // its key: dropout.key_in_force(), which may read device memory
   uint64_t threshold;
   float scale;
   __device__ float operator()(float x, float, int64_t index) const {
-    const bool keep = dropout_keep(key, first_index + static_cast<uint64_t>(index), threshold);
+    const bool keep = dropout_keep(dropout.key_in_force(),
+                                   dropout.first_index + static_cast<uint64_t>(index), threshold);
     return x * (keep ? scale : 0.0f);
   }
 };
@@ -37,8 +38,7 @@ void apply(Scalar* output, const Scalar* input, int64_t count, const Dropout& dr
     }
     return;
   }
-  const ApplyMask mask{dropout.key, dropout.first_index, dropout.threshold(),
-                       dropout.scale<float>()};
+  const ApplyMask mask{dropout, dropout.threshold(), dropout.scale<float>()};
   const auto* x = detail::device_pointer(input);
   detail::launch_map(detail::device_pointer(output), x, x, count, mask, stream);
 }

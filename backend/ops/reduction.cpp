@@ -87,17 +87,20 @@ void count_zeros(Device& device, View total, View values) {
   reduce(device, total, values, Reduction::count_zeros, "count_zeros");
 }
 
-void scale(Device& device, View values, double factor) {
+void scale(Device& device, View values, double factor, View stored_factor) {
   constexpr const char* op = "scale";
+  const bool stored = !stored_factor.empty();
+  if (stored) check_scalars(stored_factor, 1, "the stored factor", op);
   run_typed(
       device, op, 0, values.type,
       [=](auto s) {
         using S = decltype(s);
-        cpu::scale(host<S>(values), factor, values.numel);
+        cpu::scale(host<S>(values), stored ? *host<double>(stored_factor) : factor, values.numel);
       },
       [&](auto s, const auto& context) {
         using S = decltype(s);
-        cuda::scale(gpu<S>(values, op), factor, values.numel, context.stream);
+        cuda::scale(gpu<S>(values, op), factor, stored ? gpu<double>(stored_factor, op) : nullptr,
+                    values.numel, context.stream);
       });
 }
 

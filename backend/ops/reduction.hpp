@@ -9,7 +9,9 @@
 //   scale:          values[i] *= factor      (gradient clipping by max_norm / (norm + 1e-6),
 //                                             and fp16 loss-scale unscaling by 1 / scale)
 // Totals are one double; the products and sums are formed in double. The factor is rounded
-// once to the element type, as the twins take their scalars.
+// once to the element type, as the twins take their scalars; it may be read from the device's
+// memory when the op runs instead (one f64: a captured step's factor, which changes from step
+// to step, docs/step_on_device.md).
 // The order: CPU sums `sum` left to right; `sum_of_squares` in chunks of 2^16 elements, element
 // i of a chunk into lane i mod 16, lanes added in order, chunks added in order (vectorises,
 // and depends on the size alone). CUDA: kReductionPartials blocks of threads, each thread
@@ -53,7 +55,9 @@ template <typename Scalar>
 void count_zeros(double* total, double* partials, const Scalar* values, int64_t count,
                  CudaStream stream);
 template <typename Scalar>
-void scale(Scalar* values, double factor, int64_t count, CudaStream stream);
+void scale(Scalar* values, double factor,
+           const double* stored_factor,  // replaces factor when not null
+           int64_t count, CudaStream stream);
 
 }  // namespace backend::cuda
 
@@ -65,6 +69,6 @@ namespace backend::ops {
 void sum(Device& device, View total, View values);
 void sum_of_squares(Device& device, View total, View values);
 void count_zeros(Device& device, View total, View values);
-void scale(Device& device, View values, double factor);
+void scale(Device& device, View values, double factor, View stored_factor = {});
 
 }  // namespace backend::ops

@@ -75,7 +75,10 @@ void reduce(double* total, double* partials, const Scalar* values, int64_t count
 
 struct Scale {
   float factor;
-  __device__ float operator()(float value, float, int64_t) const { return value * factor; }
+  const double* stored_factor;  // replaces factor when not null
+  __device__ float operator()(float value, float, int64_t) const {
+    return value * (stored_factor != nullptr ? static_cast<float>(*stored_factor) : factor);
+  }
 };
 
 }  // namespace
@@ -98,10 +101,12 @@ void count_zeros(double* total, double* partials, const Scalar* values, int64_t 
 }
 
 template <typename Scalar>
-void scale(Scalar* values, double factor, int64_t count, CudaStream stream) {
+void scale(Scalar* values, double factor, const double* stored_factor, int64_t count,
+           CudaStream stream) {
   // Rounded to float once, as the CPU twin rounds to its element type.
   auto* data = detail::device_pointer(values);
-  detail::launch_map(data, data, data, count, Scale{static_cast<float>(factor)}, stream);
+  detail::launch_map(data, data, data, count, Scale{static_cast<float>(factor), stored_factor},
+                     stream);
 }
 
 template void sum<float>(double*, double*, const float*, int64_t, CudaStream);
@@ -114,10 +119,10 @@ template void count_zeros<float>(double*, double*, const float*, int64_t, CudaSt
 template void count_zeros<bfloat16>(double*, double*, const bfloat16*, int64_t, CudaStream);
 template void count_zeros<float16>(double*, double*, const float16*, int64_t, CudaStream);
 template void count_zeros<double>(double*, double*, const double*, int64_t, CudaStream);
-template void scale<float>(float*, double, int64_t, CudaStream);
-template void scale<bfloat16>(bfloat16*, double, int64_t, CudaStream);
+template void scale<float>(float*, double, const double*, int64_t, CudaStream);
+template void scale<bfloat16>(bfloat16*, double, const double*, int64_t, CudaStream);
 template void sum<float16>(double*, double*, const float16*, int64_t, CudaStream);
 template void sum_of_squares<float16>(double*, double*, const float16*, int64_t, CudaStream);
-template void scale<float16>(float16*, double, int64_t, CudaStream);
+template void scale<float16>(float16*, double, const double*, int64_t, CudaStream);
 
 }  // namespace backend::cuda

@@ -8,34 +8,29 @@ namespace backend::ops {
 
 using namespace detail;
 
-namespace {
-
-void check_scalars(const View& view, int64_t count, const char* name, const char* op) {
-  if (view.type != ElementType::f64 || view.numel != count) {
-    common::fail("{}: {} must be {} f64 of the device, got {} {}", op, name, count, view.numel,
-                 element_name(view.type));
-  }
-}
-
-}  // namespace
-
 void accumulate_loss(Device& device, View total, View micro_batch_total, int64_t scored_positions,
-                     bool weighted, bool mean_in_float) {
+                     bool weighted, bool mean_in_float, View stored_scored_positions) {
   constexpr const char* op = "accumulate_loss";
   check_scalars(total, 1, "the total", op);
   check_scalars(micro_batch_total, 1, "the micro batch's total", op);
+  const bool stored = !stored_scored_positions.empty();
+  if (stored) check_scalars(stored_scored_positions, 1, "the stored count", op);
   if (scored_positions < 0) {
     common::fail("{}: {} scored positions; a count is ≥ 0", op, scored_positions);
   }
   run(
       device, op, 0,
       [=] {
-        cpu::accumulate_loss(host<double>(total), host<double>(micro_batch_total), scored_positions,
-                             weighted, mean_in_float);
+        const int64_t count = stored ? static_cast<int64_t>(*host<double>(stored_scored_positions))
+                                     : scored_positions;
+        cpu::accumulate_loss(host<double>(total), host<double>(micro_batch_total), count, weighted,
+                             mean_in_float);
       },
       [&](const auto& context) {
         cuda::accumulate_loss(gpu<double>(total, op), gpu<double>(micro_batch_total, op),
-                              scored_positions, weighted, mean_in_float, context.stream);
+                              scored_positions,
+                              stored ? gpu<double>(stored_scored_positions, op) : nullptr, weighted,
+                              mean_in_float, context.stream);
       });
 }
 

@@ -5,7 +5,9 @@
 //     rounded to the model's Scalar (`mean_in_float`: float, else double) and weight the scored
 //     positions (--calculate-per-token-loss) or 1; a micro batch without a scored position adds
 //     nothing (its loss is 0, Megatron's 0/0). The sum the host formed from forward()'s
-//     returned losses, the same bits.
+//     returned losses, the same bits. The count is an argument, or read from device memory
+//     when the op runs (a captured step's micro batches each have theirs, a whole number
+//     held as an f64).
 //   add: total += value (a norm's ranges added in order, as the host added them).
 //   decide_step: Megatron's clipping coefficient and the skip decision from the step's loss
 //     total and the gradients' sum of squares (megatron/core/optimizer/clip_grads.py,
@@ -39,6 +41,7 @@ void decide_step(double* control, const double* loss_total, const double* sum_of
 namespace backend::cuda {
 
 void accumulate_loss(double* total, const double* micro_batch_total, int64_t scored_positions,
+                     const double* stored_scored_positions,  // replaces the count when not null
                      bool weighted, bool mean_in_float, CudaStream stream);
 void add(double* total, const double* value, CudaStream stream);
 void decide_step(double* control, const double* loss_total, const double* sum_of_squares,
@@ -51,8 +54,10 @@ void decide_step(double* control, const double* loss_total, const double* sum_of
 // loss_total: the loss does not decide.
 namespace backend::ops {
 
+// `stored_scored_positions`, one f64 of the device's memory, replaces scored_positions when
+// given.
 void accumulate_loss(Device& device, View total, View micro_batch_total, int64_t scored_positions,
-                     bool weighted, bool mean_in_float);
+                     bool weighted, bool mean_in_float, View stored_scored_positions = {});
 void add(Device& device, View total, View value);
 void decide_step(Device& device, View control, View loss_total, View sum_of_squares,
                  double max_norm);

@@ -9,10 +9,13 @@ namespace backend::cuda {
 namespace {
 
 __global__ void accumulate_loss_kernel(double* total, const double* micro_batch_total,
-                                       int64_t scored_positions, bool weighted,
+                                       int64_t scored_positions,
+                                       const double* stored_scored_positions, bool weighted,
                                        bool mean_in_float) {
-  if (scored_positions == 0) return;
-  const double positions = static_cast<double>(scored_positions);
+  const double positions = stored_scored_positions != nullptr
+                               ? *stored_scored_positions
+                               : static_cast<double>(scored_positions);
+  if (positions == 0) return;
   double mean = __ddiv_rn(*micro_batch_total, positions);
   if (mean_in_float) mean = static_cast<double>(__double2float_rn(mean));
   *total = __dadd_rn(*total, weighted ? __dmul_rn(mean, positions) : mean);
@@ -38,9 +41,10 @@ __global__ void decide_step_kernel(double* control, const double* loss_total,
 }  // namespace
 
 void accumulate_loss(double* total, const double* micro_batch_total, int64_t scored_positions,
-                     bool weighted, bool mean_in_float, CudaStream stream) {
-  accumulate_loss_kernel<<<1, 1, 0, stream>>>(total, micro_batch_total, scored_positions, weighted,
-                                              mean_in_float);
+                     const double* stored_scored_positions, bool weighted, bool mean_in_float,
+                     CudaStream stream) {
+  accumulate_loss_kernel<<<1, 1, 0, stream>>>(total, micro_batch_total, scored_positions,
+                                              stored_scored_positions, weighted, mean_in_float);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -499,14 +499,8 @@ std::optional<std::string> graphs_refusal(const GptModel<float>& model, const Ad
   if (optimizer.loss_scaler().enabled()) {
     return "the fp16 loss scaler: each backward takes the step's scale as an argument";
   }
-  if (options.calculate_per_token_loss) {
-    return "--calculate-per-token-loss: each backward's scale is its batch's scored count";
-  }
   if (options.log_num_zeros_in_grad) {
     return "--log-num-zeros-in-grad reads the step's decision on the host before the update";
-  }
-  if (model.config().hidden_dropout > 0 || model.config().attention_dropout > 0) {
-    return "dropout: the masks' keys are arguments that change every micro batch";
   }
   return std::nullopt;
 }
@@ -527,20 +521,26 @@ std::unique_ptr<DeviceGraph> capture(Device& device, Work&& work, std::string& r
 }
 
 // The device work of a staged step, which the gradients' graph holds: queue_gradients' for one
-// rank without a loss scaler (the same ops in the same order, so the same bits).
+// rank without a loss scaler (the same ops in the same order, so the same bits). Micro batch m's
+// backward scale is backward_scales[m] (staged with it); --calculate-per-token-loss's factor is
+// read from `gradient_factor`.
 void queue_staged_work(GptModel<float>& model, const AdamW::StepScalars& scalars,
-                       int64_t micro_batches, float mean_scale, const TrainStepOptions& options,
-                       Communicator& data_parallel) {
+                       std::span<const float> backward_scales, View gradient_factor,
+                       const TrainStepOptions& options, Communicator& data_parallel) {
   model.zero_gradients();
   {
-    const LossAccumulationScope accumulating(model, scalars.loss_total, false);
-    for (int64_t m = 0; m < micro_batches; ++m) {
-      model.forward_staged(m, mean_scale);
-      model.backward(mean_scale);
+    const LossAccumulationScope accumulating(model, scalars.loss_total,
+                                             options.calculate_per_token_loss);
+    for (size_t m = 0; m < backward_scales.size(); ++m) {
+      model.forward_staged(static_cast<int64_t>(m), backward_scales[m]);
+      model.backward(backward_scales[m]);
     }
   }
   model.finalize_gradients();
   const View gradients = model.gradient_buffer();
+  if (options.calculate_per_token_loss) {
+    ops::scale(model.device(), gradients, 1.0, gradient_factor);
+  }
   model_sum_of_squares(model, gradients, ShardRange{0, gradients.numel}, false, data_parallel,
                        scalars, scalars.sum_of_squares);
   ops::decide_step(model.device(), scalars.control, scalars.loss_total, scalars.sum_of_squares,
@@ -562,12 +562,35 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
   const int64_t micro_tokens = common::checked_multiply(
       options.micro_batch_size, options.seq_length, "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
-  bool every_label_scored = true;
+  // As sequential_forward_backward's, without a scaler (a scale of 1) and with one rank: 1 / M,
+  // or per token the micro batch's scored count.
+  const bool per_token = options.calculate_per_token_loss;
+  const float mean_scale = 1.0f / static_cast<float>(micro_batches);
+  std::vector<float> backward_scales(static_cast<size_t>(micro_batches), mean_scale);
+  int64_t scored_positions = 0;
   for (int64_t m = 0; m < micro_batches; ++m) {
     source(Split::train, place.first_sample(m), options.micro_batch_size, tokens, labels);
-    const int64_t scored =
-        model.stage_micro_batch(m, tokens, labels, options.micro_batch_size, options.seq_length);
-    every_label_scored = every_label_scored && scored == micro_tokens;
+    const int64_t scored = scored_label_count(labels);
+    if (per_token) backward_scales[static_cast<size_t>(m)] = static_cast<float>(scored);
+    model.stage_micro_batch(m, tokens, labels, options.micro_batch_size, options.seq_length,
+                            backward_scales[static_cast<size_t>(m)]);
+    scored_positions += scored;
+  }
+  // reduce_loss's per-token factor and divisor for one rank: the step's scored positions.
+  Device& device = model.device();
+  if (graphs.gradient_factor_memory.data() == nullptr) {
+    graphs.gradient_factor_memory =
+        device.allocate_zeroed(sizeof(double), "--calculate-per-token-loss's gradient factor");
+    graphs.gradient_factor_uploads = PinnedUploadRing(
+        device, 2, sizeof(double), "the page-locked slots of the per-token gradient factor");
+  }
+  const View gradient_factor{graphs.gradient_factor_memory.data(), 1, ElementType::f64,
+                             device.memory_kind()};
+  double loss_divisor = static_cast<double>(micro_batches);
+  if (per_token) {
+    const double factor = scored_positions > 0 ? 1.0 / static_cast<double>(scored_positions) : 1.0;
+    graphs.gradient_factor_uploads.upload(gradient_factor, &factor);
+    loss_divisor = scored_positions > 0 ? static_cast<double>(scored_positions) : 1.0;
   }
   if (graphs.num_micro_batches != micro_batches ||
       graphs.micro_batch_size != options.micro_batch_size ||
@@ -579,19 +602,13 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
     graphs.seq_length = options.seq_length;
     graphs.activations_generation = model.activations_generation();
   }
-  // As forward_backward's, without a scaler and with one rank: 1 / M.
-  const float mean_scale = 1.0f / static_cast<float>(micro_batches);
   const auto work = [&] {
-    queue_staged_work(model, optimizer.step_scalars(), micro_batches, mean_scale, options,
+    queue_staged_work(model, optimizer.step_scalars(), backward_scales, gradient_factor, options,
                       data_parallel);
   };
   QueuedStep step;
   step.staged = true;
-  if (!every_label_scored) {
-    work();
-    step.execution_note =
-        "a micro batch with ignored labels (each micro batch's scored count is an argument)";
-  } else if (graphs.gradients) {
+  if (graphs.gradients) {
     graphs.gradients->replay();
     step.execution = StepExecution::replayed;
   } else if (graphs.refusal.empty() && graphs.eager_steps >= graphs.warmup_steps) {
@@ -616,7 +633,7 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
   const View all = model.gradient_buffer();
   step.batch = batch;
   step.gradients = {.held = all, .range = ShardRange{0, all.numel}, .data_parallel_share = false};
-  step.loss_divisor = static_cast<double>(micro_batches);
+  step.loss_divisor = loss_divisor;
   return step;
 }
 

@@ -34,6 +34,7 @@
 #include <string>
 
 #include "backend/device/device.hpp"
+#include "backend/device/pinned_upload_ring.hpp"
 #include "backend/dist/communicator.hpp"
 #include "backend/model/gpt_model.hpp"
 #include "backend/optim/adamw.hpp"
@@ -105,17 +106,17 @@ enum class StepExecution { eager, captured, replayed };
 
 // --cuda-graph-impl local (docs/step_on_device.md, item 5): a step's forward, backward, norm and
 // decision (queue_gradients' device work) and its update (queue_update's) captured into two
-// graphs once per shape and replayed every step after; the inputs (GptModel::stage_micro_batch)
-// and AdamW's coefficients (AdamW::stage_step) are uploaded before each replay, the scalars read
-// after it as before. Two graphs, so that the rate staged for step k+1's update is the one after
-// step k's finish (a skipped step does not move the schedule) while step k+1's gradients may
-// be queued before it. The first `warmup_steps` steps of a shape run eagerly through the same
-// staged path (they build the GEMM and attention plans and grow the workspaces, which a capture
-// cannot hold). A step a graph cannot hold runs eagerly, its reason in the QueuedStep:
-// `unavailable` (the trainer's, for the whole run), a layout or option graphs do not cover yet,
-// or a batch with ignored labels (each micro batch's scored count is a kernel argument). A
-// capture that fails (the device refused a call, the driver invalidated it) leaves graphs off
-// for that shape, with the error as the reason.
+// graphs once per shape and replayed every step after; the inputs (GptModel::stage_micro_batch:
+// the ids, and what the ops read that changes from step to step: dropout keys, scored counts,
+// the classifier's scales) and AdamW's coefficients (AdamW::stage_step) are uploaded before each
+// replay, the scalars read after it as before. Two graphs, so that the rate staged for step k+1's
+// update is the one after step k's finish (a skipped step does not move the schedule) while step
+// k+1's gradients may be queued before it. The first `warmup_steps` steps of a shape run eagerly
+// through the same staged path (they build the GEMM and attention plans and grow the workspaces,
+// which a capture cannot hold). A step a graph cannot hold runs eagerly, its reason in the
+// QueuedStep: `unavailable` (the trainer's, for the whole run) or a layout or option graphs do not
+// cover yet. A capture that fails (the device refused a call, the driver invalidated it) leaves
+// graphs off for that shape, with the error as the reason.
 struct StepGraphs {
   int64_t warmup_steps = 3;  // --cuda-graph-warmup-steps
   std::string unavailable;   // nonempty: never capture, this is why
@@ -127,6 +128,11 @@ struct StepGraphs {
   int64_t eager_steps = 0;  // staged steps of this shape run eagerly so far
   std::unique_ptr<DeviceGraph> gradients, update;
   std::string refusal;  // a capture of this shape failed: why
+  // --calculate-per-token-loss's factor for the summed gradients (1 / the step's scored
+  // positions), staged before each step: one f64 of the device's memory, made at first use and
+  // kept by reset (a graph holds its address).
+  DeviceMemory gradient_factor_memory;
+  PinnedUploadRing gradient_factor_uploads;
   // Forgets the graphs (the next steps warm up and capture again).
   void reset();
 };

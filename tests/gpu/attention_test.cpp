@@ -44,11 +44,15 @@ TEST_CASE("attention on the CUDA device matches the CPU device (fp32, bf16, fp16
   if (!gpu) return;
   for (const Shape s : {Shape{1, 1, 2, 2, 8}, Shape{2, 7, 4, 2, 24}, Shape{2, 129, 4, 1, 64},
                         Shape{1, 70, 2, 2, 128}, Shape{1, 33, 3, 3, 8}}) {
-    for (double probability : {0.0, 0.1}) {
+    // -1: p = 0.1 with its key in device memory (a captured step's).
+    for (double probability : {0.0, 0.1, -1.0}) {
+      const bool stored = probability < 0;
+      if (stored) probability = 0.1;
       for (ElementType type : {ElementType::f32, ElementType::bf16, ElementType::f16}) {
         std::ostringstream what;
         what << "attention B " << s.batch << " T " << s.seq << " NH " << s.heads << " NG "
-             << s.groups << " HD " << s.head_dim << " dropout " << probability;
+             << s.groups << " HD " << s.head_dim << " dropout " << probability
+             << (stored ? " stored key" : "");
         const int64_t hidden = s.heads * s.head_dim;
         const int64_t width = (s.heads + 2 * s.groups) * s.head_dim;
         const backend::Dropout dropout{probability, backend::dropout_key(1, 2, 3, 4)};
@@ -59,14 +63,15 @@ TEST_CASE("attention on the CUDA device matches the CPU device (fp32, bf16, fp16
             *gpu, what.str(), type, tolerance(type, 5e-5, 3e-2),
             [&](Tensors& t, ElementType dtype) {
               Device& device = t.device();
+              const backend::Dropout mask = stored ? t.with_stored_key(dropout) : dropout;
               View x = t.input(qkv, dtype);
               View o = t.poisoned(s.batch * s.seq * hidden, dtype);
               // The log-sum-exp is fp32 on the GPU whatever the qkv type; the CPU keeps qkv's.
               View lse = t.poisoned(s.batch * s.heads * s.seq, ElementType::f32);
-              ops::attention_forward(device, o, lse, x, s.geometry(), dropout);
+              ops::attention_forward(device, o, lse, x, s.geometry(), mask);
               View dx = t.poisoned(s.batch * s.seq * width, dtype);
               ops::attention_backward(device, dx, t.input(dout, dtype), x, o, lse, s.geometry(),
-                                      dropout);
+                                      mask);
               return Outputs{{"output", t.read(o)}, {"logsumexp", t.read(lse)},
                              {"dqkv", t.read(dx)}};
             });
@@ -83,13 +88,17 @@ TEST_CASE("attention on the CUDA device matches the CPU device (fp32, bf16, fp16
 namespace {
 
 // The tensor-core kernels (ours, or cuDNN's with `probabilities` {0}) against the CPU twin.
+// A probability of -1 is p = 0.1 with the key in device memory (a captured step's).
 void check_16_bit_attention(Device& gpu, const std::vector<Shape>& shapes,
-                            std::vector<double> probabilities = {0.0, 0.1}) {
+                            std::vector<double> probabilities = {0.0, 0.1, -1.0}) {
   for (const Shape& s : shapes) {
     for (double probability : probabilities) {
+      const bool stored = probability < 0;
+      if (stored) probability = 0.1;
       std::ostringstream what;
       what << "16-bit attention B " << s.batch << " T " << s.seq << " NH " << s.heads << " NG "
-           << s.groups << " HD " << s.head_dim << " dropout " << probability;
+           << s.groups << " HD " << s.head_dim << " dropout " << probability
+           << (stored ? " stored key" : "");
       const int64_t hidden = s.heads * s.head_dim;
       const int64_t width = (s.heads + 2 * s.groups) * s.head_dim;
       const backend::Dropout dropout{probability, backend::dropout_key(1, 2, 3, 4)};
@@ -102,13 +111,13 @@ void check_16_bit_attention(Device& gpu, const std::vector<Shape>& shapes,
         const double bound = type == ElementType::bf16 ? 3e-2 : 7.5e-3;
         check_against_cpu(gpu, what.str(), type, bound, [&](Tensors& t, ElementType dtype) {
           Device& device = t.device();
+          const backend::Dropout mask = stored ? t.with_stored_key(dropout) : dropout;
           View x = t.input(qkv, dtype);
           View o = t.poisoned(s.batch * s.seq * hidden, dtype);
           View lse = t.poisoned(s.batch * s.heads * s.seq, ElementType::f32);
-          ops::attention_forward(device, o, lse, x, s.geometry(), dropout);
+          ops::attention_forward(device, o, lse, x, s.geometry(), mask);
           View dx = t.poisoned(s.batch * s.seq * width, dtype);
-          ops::attention_backward(device, dx, t.input(dout, dtype), x, o, lse, s.geometry(),
-                                  dropout);
+          ops::attention_backward(device, dx, t.input(dout, dtype), x, o, lse, s.geometry(), mask);
           return Outputs{
               {"output", t.read(o)}, {"logsumexp", t.read(lse)}, {"dqkv", t.read(dx)}};
         });

@@ -143,6 +143,15 @@ class Tensors {
     return view;
   }
   View empty(ElementType type) { return View{nullptr, 0, type, device_.memory_kind()}; }
+  // `dropout` with its key in this device's memory (Dropout::stored_key, as a captured step
+  // passes it) and the complement by value, so that an op reading the value draws another mask.
+  backend::Dropout with_stored_key(backend::Dropout dropout) {
+    View key = allocate(1, ElementType::u64);
+    device_.copy_from_host(key, &dropout.key);
+    dropout.key = ~dropout.key;
+    dropout.stored_key = static_cast<const uint64_t*>(key.data);
+    return dropout;
+  }
 
   std::vector<float> read(View view) {
     std::vector<unsigned char> bytes(static_cast<size_t>(view.bytes()));

@@ -205,24 +205,30 @@ TEST_CASE("dropout on the CUDA device draws the CPU device's mask") {
   if (!gpu) return;
   const int64_t count = 7 * 770 + 3;
   // A slice of a larger tensor's mask (first_index) beside the whole tensor's; an offset past
-  // 2^32 checks that the index arithmetic is 64-bit on both devices.
+  // 2^32 checks that the index arithmetic is 64-bit on both devices. The key by value, and read
+  // from device memory (a captured step's).
   for (const uint64_t first_index : {uint64_t{0}, uint64_t{12345}, (uint64_t{1} << 33) + 7}) {
     for (double probability : {0.0, 0.1, 0.5}) {
-      for (ElementType type : kTypes) {
-        std::ostringstream what;
-        what << "dropout " << count << " elements p " << probability << " first_index "
-             << first_index;
-        const backend::Dropout dropout{probability, backend::dropout_key(7, 1, 2, 3), first_index};
-        const auto input = representable(random_values(count, 41), type);
-        const auto dout = representable(random_values(count, 42), type);
-        check_against_cpu(*gpu, what.str(), type, tolerance(type, 1e-6, 1e-2),
-                          [&](Tensors& t, ElementType dtype) {
-                            View out = t.poisoned(count, dtype);
-                            ops::dropout_forward(t.device(), out, t.input(input, dtype), dropout);
-                            View din = t.poisoned(count, dtype);
-                            ops::dropout_backward(t.device(), din, t.input(dout, dtype), dropout);
-                            return Outputs{{"output", t.read(out)}, {"dinput", t.read(din)}};
-                          });
+      for (const bool stored : {false, true}) {
+        for (ElementType type : kTypes) {
+          std::ostringstream what;
+          what << "dropout " << count << " elements p " << probability << " first_index "
+               << first_index << (stored ? " stored key" : "");
+          const backend::Dropout dropout{probability, backend::dropout_key(7, 1, 2, 3),
+                                         first_index};
+          const auto input = representable(random_values(count, 41), type);
+          const auto dout = representable(random_values(count, 42), type);
+          check_against_cpu(*gpu, what.str(), type, tolerance(type, 1e-6, 1e-2),
+                            [&](Tensors& t, ElementType dtype) {
+                              const backend::Dropout mask =
+                                  stored ? t.with_stored_key(dropout) : dropout;
+                              View out = t.poisoned(count, dtype);
+                              ops::dropout_forward(t.device(), out, t.input(input, dtype), mask);
+                              View din = t.poisoned(count, dtype);
+                              ops::dropout_backward(t.device(), din, t.input(dout, dtype), mask);
+                              return Outputs{{"output", t.read(out)}, {"dinput", t.read(din)}};
+                            });
+        }
       }
     }
   }

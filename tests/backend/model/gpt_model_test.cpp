@@ -1166,6 +1166,59 @@ TEST_CASE("evaluation mode is repeatable, training mode advances the masks, a st
   CHECK(forward(model, batch) != losses[1]);
 }
 
+TEST_CASE("staged micro batches are eager ones: their masks, scored counts and scales") {
+  const GptConfig config = with_dropout(tiny_config(), 0.2, 0.2);
+  const Batch first = random_batch(config, kTinyBatch, kTinySeq, 17);
+  Batch second = random_batch(config, kTinyBatch, kTinySeq, 19);
+  second.labels[3] = second.labels[5] = backend::kIgnoredLabel;  // 2 of the positions left out
+  constexpr float kScale = 0.5f;  // the fused classifier: the backward's scale given forward
+  auto fresh_model = [&] {
+    GptModel<float> model(config);
+    model.init_parameters(4);
+    model.set_dropout_seed(8);
+    model.set_dropout_step(2);
+    return model;
+  };
+  GptModel<float> eager = fresh_model();
+  std::vector<float> expected;
+  for (const Batch* batch : {&first, static_cast<const Batch*>(&second)}) {
+    expected.push_back(eager.forward(batch->tokens, batch->labels, kTinyBatch, kTinySeq, kScale));
+    eager.backward(kScale);
+  }
+  const std::vector<float> expected_gradients = gradients_of(eager);
+
+  // Both staged before either forward, as a captured step stages them: micro batch 1's masks
+  // are those of the forward after micro batch 0's, its count and scale its own.
+  GptModel<float> staged = fresh_model();
+  CHECK(staged.stage_micro_batch(0, first.tokens, first.labels, kTinyBatch, kTinySeq, kScale) ==
+        kTinyBatch * kTinySeq);
+  CHECK(staged.stage_micro_batch(1, second.tokens, second.labels, kTinyBatch, kTinySeq, kScale) ==
+        kTinyBatch * kTinySeq - 2);
+  std::vector<float> actual;
+  for (const int64_t index : {0, 1}) {
+    actual.push_back(staged.forward_staged(index, kScale));
+    staged.backward(kScale);
+  }
+  CHECK(actual == expected);
+  CHECK(gradients_of(staged) == expected_gradients);
+  CHECK(staged.dropout_step() == eager.dropout_step());
+
+  // A set staged for another forward is refused, naming both: its masks or its gradient would
+  // not be this forward's.
+  CHECK_THROWS_WITH_AS(staged.forward_staged(1, kScale),
+                       doctest::Contains("staged for the forward at dropout step 3 (training, "
+                                         "seed 8), not for this one at step 4 (training, seed 8)"),
+                       common::Error);
+  staged.set_dropout_step(3);
+  CHECK_THROWS_WITH_AS(staged.forward_staged(1, 0.25f),
+                       doctest::Contains("staged for a backward of scale 0.5, this forward is "
+                                         "given a backward of scale 0.25"),
+                       common::Error);
+  CHECK_THROWS_WITH_AS(staged.forward_staged(1),
+                       doctest::Contains("this forward is given no backward"), common::Error);
+  CHECK(staged.forward_staged(1, kScale) == expected[1]);
+}
+
 TEST_CASE("with dropout, forward and backward give the same bits on one thread as on several") {
   const GptConfig config = with_dropout(medium_config(), 0.1, 0.1);
   const Batch batch = random_batch(config, 2, 64, 16);

@@ -228,6 +228,23 @@ TEST_CASE("attention dropout drops probabilities and changes the output and ever
   CHECK(unchanged < shape.qkv_size() / 20);
 }
 
+TEST_CASE("attention with a stored key reads it when it runs (a captured step's masks)") {
+  const Shape shape{.batch = 1, .seq = 24, .heads = 2, .groups = 1, .head_dim = 8};
+  const auto qkv = random_values(static_cast<size_t>(shape.qkv_size()), 83, 1.5);
+  const auto doutput = random_values(static_cast<size_t>(shape.output_size()), 84);
+  const AttentionBlocks blocks{.query_rows = 8, .key_rows = 8};
+  uint64_t memory = 0;
+  const Dropout stored{.probability = 0.3, .key = 1, .first_index = 0, .stored_key = &memory};
+  for (const uint64_t key : {backend::dropout_key(5, 0, 1, 0), backend::dropout_key(5, 1, 1, 0)}) {
+    memory = key;  // after the Dropout was made, as a replay finds the staged key
+    const AttentionResult by_value =
+        run_attention<double>(shape, qkv, doutput, Dropout{0.3, key}, blocks);
+    const AttentionResult read = run_attention<double>(shape, qkv, doutput, stored, blocks);
+    CHECK(read.output == by_value.output);
+    CHECK(read.dqkv == by_value.dqkv);
+  }
+}
+
 TEST_CASE(
     "grouped-query attention equals multi-head attention on keys and values repeated per "
     "group") {

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/common/error.hpp"
+#include "backend/device/cpu_device.hpp"
 #include "tests/backend/ops/gradient_check.hpp"
 
 namespace {
@@ -336,4 +338,40 @@ TEST_CASE("the fused classifier gives the separate forward's and backward's bits
     check(0.0f);
     check(0.0);
   }
+}
+
+TEST_CASE("the fused classifier reads a stored scale when it runs, not when it is queued") {
+  // A captured step's micro batches each stage their scale at one address (the model's
+  // classifier_gradient_scale, in the logits' type); the op reads it then.
+  backend::CpuDevice device;
+  const int64_t rows = 3;
+  const auto logits = convert<float>(random_values(rows * kLossVocab, 55, 2.0));
+  const auto labels = random_ids(rows, static_cast<int32_t>(kLossVocab), 56);
+  auto run = [&](double scale, double* stored) {
+    std::vector<float> losses(rows), logsumexp(rows);
+    auto in_place = logits;
+    auto ids = labels;
+    backend::ops::cross_entropy_forward_backward(
+        device, backend::host_view(std::span(losses)), backend::host_view(std::span(logsumexp)),
+        backend::host_view(std::span(in_place)), backend::host_view(std::span(ids)), scale, rows,
+        kLossVocab, stored == nullptr ? backend::View{} : backend::host_view(std::span(stored, 1)));
+    return in_place;
+  };
+  double stored = static_cast<float>(1.0 / 3.0);
+  CHECK(run(7.0, &stored) == run(static_cast<float>(1.0 / 3.0), nullptr));
+  stored = 0.25;
+  CHECK(run(7.0, &stored) == run(0.25, nullptr));
+  CHECK(run(7.0, &stored) != run(7.0, nullptr));
+  float single = 0.25f;
+  auto ids = labels;
+  std::vector<float> losses(rows), logsumexp(rows);
+  auto in_place = logits;
+  CHECK_THROWS_WITH_AS(
+      backend::ops::cross_entropy_forward_backward(
+          device, backend::host_view(std::span(losses)), backend::host_view(std::span(logsumexp)),
+          backend::host_view(std::span(in_place)), backend::host_view(std::span(ids)), 1.0, rows,
+          kLossVocab, backend::host_view(std::span(&single, 1))),
+      doctest::Contains("cross_entropy_forward_backward: the stored scale must "
+                        "be 1 f64"),
+      common::Error);
 }

@@ -168,6 +168,16 @@ TEST_CASE("a mask is a function of its key, and every part of the key changes it
   }
 }
 
+TEST_CASE("a mask with a stored key reads the key when the op runs, not when it is made") {
+  constexpr int64_t count = 4096;
+  uint64_t memory = dropout_key(1, 2, 3, 4);
+  const Dropout stored{.probability = 0.5, .key = 7, .first_index = 0, .stored_key = &memory};
+  CHECK(mask_of(stored, count) == mask_of({0.5, dropout_key(1, 2, 3, 4)}, count));
+  memory = dropout_key(1, 3, 3, 4);  // a later micro batch's key, staged at the same address
+  CHECK(mask_of(stored, count) == mask_of({0.5, dropout_key(1, 3, 3, 4)}, count));
+  CHECK(mask_of(stored, count) != mask_of({0.5, 7}, count));
+}
+
 TEST_CASE("the keep threshold is p · 2^64 rounded up") {
   CHECK(backend::dropout_threshold(0.0) == 0);
   CHECK(backend::dropout_threshold(0.5) == (uint64_t{1} << 63));

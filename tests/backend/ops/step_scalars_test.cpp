@@ -65,6 +65,19 @@ TEST_CASE("accumulate_loss adds each micro batch's mean as the host did: rounded
       CHECK(std::memcmp(&total, &expected, sizeof total) == 0);
     }
   }
+  // The count read from the device's memory when the op runs (a captured step's micro batches
+  // stage theirs at one address): the same bits as the argument.
+  for (const bool weighted : {false, true}) {
+    CAPTURE(weighted);
+    double by_argument = 0, by_memory = 0, stored = 0;
+    for (size_t m = 0; m < 4; ++m) {
+      double micro = micro_totals[m];
+      stored = static_cast<double>(scored[m]);
+      ops::accumulate_loss(device, one(by_argument), one(micro), scored[m], weighted, true);
+      ops::accumulate_loss(device, one(by_memory), one(micro), 1000, weighted, true, one(stored));
+    }
+    CHECK(std::memcmp(&by_memory, &by_argument, sizeof by_memory) == 0);
+  }
   // 1/3 in float is not 1/3 in double: the rounding is there.
   double float_total = 0, double_total = 0, third = 1.0;
   ops::accumulate_loss(device, one(float_total), one(third), 3, false, true);
@@ -131,6 +144,10 @@ TEST_CASE("the step's scalar ops refuse views that are not their f64 scalars, by
                        doctest::Contains("add: the total must be 1 f64"), common::Error);
   CHECK_THROWS_WITH_AS(ops::accumulate_loss(device, one(total), one(value), -1, false, true),
                        doctest::Contains("accumulate_loss: -1 scored positions"), common::Error);
+  CHECK_THROWS_WITH_AS(ops::accumulate_loss(device, one(total), one(value), 1, false, true,
+                                            host_view(std::span(&single, 1))),
+                       doctest::Contains("accumulate_loss: the stored count must be 1 f64"),
+                       common::Error);
   CHECK_THROWS_WITH_AS(ops::decide_step(device, one(total), View{}, one(value), 1.0),
                        doctest::Contains("decide_step: the control must be 2 f64"), common::Error);
   std::vector<float> p(2), g(2), m(2), v(2);

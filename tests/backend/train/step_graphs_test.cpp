@@ -3,8 +3,10 @@
 // backward and its update are captured once and replayed, and every iteration's loss, gradient
 // norm, learning rate and parameter norm are the eager run's bits, over a schedule whose rate
 // and decay change every step (what a graph would freeze if they were arguments). A batch with
-// ignored labels runs eagerly in the middle of the replays; layouts and options graphs do not
-// cover yet run eagerly, saying why, with the eager run's results.
+// ignored labels in the middle of the replays is replayed with its own scored count and
+// classifier scale, and with dropout each replay draws each micro batch's own masks (the
+// counts, scales and keys are staged in device memory, not captured). Layouts and options
+// graphs do not cover yet run eagerly, saying why, with the eager run's results.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -41,10 +43,9 @@ void check_same_iterations(const TrainingResult& actual, const TrainingResult& e
   }
 }
 
-// A token pattern whose labels are all scored, but for the samples of iteration 6 (global
-// batch 4: samples 20 .. 23), where one label is ignored.
-void pattern_with_one_ignored_label(Split, int64_t first_sample, int64_t batch,
-                                    std::span<int32_t> tokens, std::span<int32_t> labels) {
+// A token pattern whose labels are all scored.
+void pattern(Split, int64_t first_sample, int64_t batch, std::span<int32_t> tokens,
+             std::span<int32_t> labels) {
   const int64_t T = static_cast<int64_t>(tokens.size()) / batch;
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t t = 0; t < T; ++t) {
@@ -52,8 +53,38 @@ void pattern_with_one_ignored_label(Split, int64_t first_sample, int64_t batch,
       tokens[static_cast<size_t>(b * T + t)] = static_cast<int32_t>(3 + 11 * (phase % 9));
       labels[static_cast<size_t>(b * T + t)] = static_cast<int32_t>(3 + 11 * ((phase + 1) % 9));
     }
+  }
+}
+
+// The pattern, but for the samples of iteration 6 (global batch 4: samples 20 .. 23), where
+// one label is ignored.
+void pattern_with_one_ignored_label(Split split, int64_t first_sample, int64_t batch,
+                                    std::span<int32_t> tokens, std::span<int32_t> labels) {
+  pattern(split, first_sample, batch, tokens, labels);
+  const int64_t T = static_cast<int64_t>(tokens.size()) / batch;
+  for (int64_t b = 0; b < batch; ++b) {
     if (first_sample + b == 21) labels[static_cast<size_t>(b * T + 2)] = kIgnoredLabel;
   }
+}
+
+// `eager` trained as it is and with --cuda-graph-impl local after `warmup_steps`: the same bits
+// every iteration (checked here). The two results and the graphs run's log.
+struct GraphsRun {
+  TrainingResult eager, graphs;
+  std::string log;
+};
+GraphsRun train_with_and_without_graphs(const TrainingArguments& eager, int64_t warmup_steps,
+                                        const BatchSource& source = {}) {
+  auto graphs = eager;
+  graphs.cuda_graph_impl = CudaGraphImpl::local;
+  graphs.cuda_graph_warmup_steps = warmup_steps;
+  GraphsRun run;
+  run.eager = train_validated(eager, source);
+  test_support::CapturedLog log;
+  run.graphs = train_validated(graphs, source);
+  check_same_iterations(run.graphs, run.eager);
+  run.log = log.text.str();
+  return run;
 }
 
 }  // namespace
@@ -66,38 +97,68 @@ TEST_CASE("--cuda-graph-impl local replays captured steps with the eager run's b
   eager.logging.log_params_norm = true;
   eager.evaluation.eval_interval = 4;  // an evaluation between replays keeps the graphs
   eager.evaluation.eval_iters = 1;
-  auto graphs = eager;
-  graphs.cuda_graph_impl = CudaGraphImpl::local;
-  graphs.cuda_graph_warmup_steps = 2;
-  const TrainingResult expected = train_validated(eager, pattern_with_one_ignored_label);
-  test_support::CapturedLog log;
-  const TrainingResult actual = train_validated(graphs, pattern_with_one_ignored_label);
-  check_same_iterations(actual, expected);
-  CHECK(actual.validation_loss == expected.validation_loss);
-  const std::string text = log.text.str();
+  const GraphsRun run = train_with_and_without_graphs(eager, 2, pattern_with_one_ignored_label);
+  const TrainingResult& expected = run.eager;
+  CHECK(run.graphs.validation_loss == expected.validation_loss);
+  const std::string& text = run.log;
   CAPTURE(text);
   CHECK(text.find("step: eager at iteration 1 (warm-up step 1 of 2)") != std::string::npos);
   CHECK(text.find("step: eager at iteration 2 (warm-up step 2 of 2)") != std::string::npos);
   CHECK(text.find("step: graphs captured at iteration 3 on cpu (") != std::string::npos);
-  CHECK(text.find("step: eager at iteration 6 (a micro batch with ignored labels") !=
-        std::string::npos);
-  // Captured once: the steps after it replay (no second capture, no other eager step).
+  // Captured once: the steps after it replay (no second capture, no other eager step), the one
+  // with an ignored label (iteration 6) too.
   CHECK(text.find("graphs captured", text.find("graphs captured") + 1) == std::string::npos);
-  CHECK(text.find("step: eager at iteration 4") == std::string::npos);
-  CHECK(text.find("step: eager at iteration 7") == std::string::npos);
+  for (const char* iteration : {"4", "5", "6", "7", "8", "9"}) {
+    CHECK(text.find(std::string("step: eager at iteration ") + iteration) == std::string::npos);
+  }
+  // The ignored label matters: without it the run differs from iteration 6 on.
+  const TrainingResult all_scored = train_validated(eager, pattern);
+  CHECK(all_scored.iterations[4].lm_loss == expected.iterations[4].lm_loss);
+  CHECK(all_scored.iterations[5].lm_loss != expected.iterations[5].lm_loss);
+}
+
+TEST_CASE("with dropout, replayed steps draw each micro batch's masks of that step") {
+  // Global batch 6 of micro batch 2: three micro batches a step, each with its own masks at
+  // every site (keys from the dropout step, which advances every micro batch).
+  auto eager = test_support::resumable_gpt_arguments(8);
+  eager.run.global_batch_size = 6;
+  const GraphsRun run = train_with_and_without_graphs(eager, 1);
+  const TrainingResult& expected = run.eager;
+  const std::string& text = run.log;
+  CAPTURE(text);
+  CHECK(text.find("step: graphs captured at iteration 2 on cpu (") != std::string::npos);
+  CHECK(text.find("step: eager at iteration 3") == std::string::npos);
+  // Not the masks of one micro batch or of the captured step: without dropout the losses
+  // differ.
+  auto no_dropout = eager;
+  no_dropout.model.hidden_dropout = no_dropout.model.attention_dropout = 0;
+  CHECK(train_validated(no_dropout).iterations.back().lm_loss !=
+        expected.iterations.back().lm_loss);
+}
+
+TEST_CASE("--calculate-per-token-loss replays each step's counts, scales and gradient factor") {
+  // Each micro batch's backward scale is its scored count, the summed gradients are divided by
+  // the step's: iteration 6 (an ignored label) has other counts than the rest.
+  auto eager = test_support::tiny_gpt_arguments(8);
+  eager.data.calculate_per_token_loss = true;
+  const GraphsRun run = train_with_and_without_graphs(eager, 1, pattern_with_one_ignored_label);
+  const TrainingResult& expected = run.eager;
+  const std::string& text = run.log;
+  CAPTURE(text);
+  CHECK(text.find("step: graphs captured at iteration 2 on cpu (") != std::string::npos);
+  CHECK(text.find("step: eager at iteration 6") == std::string::npos);
+  CHECK(train_validated(eager, pattern).iterations[5].grad_norm !=
+        expected.iterations[5].grad_norm);
 }
 
 TEST_CASE("steps that graphs do not cover yet run eagerly, saying why, with the eager bits") {
-  auto dropout = test_support::tiny_gpt_arguments(4);
-  dropout.model.hidden_dropout = dropout.model.attention_dropout = 0.1;
-  auto per_token = test_support::tiny_gpt_arguments(4);
-  per_token.data.calculate_per_token_loss = true;
+  auto zeros = test_support::tiny_gpt_arguments(4);
+  zeros.logging.log_num_zeros_in_grad = true;
   struct Case {
     TrainingArguments arguments;
     const char* reason;
   };
-  for (const Case& c : {Case{dropout, "(dropout: the masks' keys are arguments"},
-                        Case{per_token, "(--calculate-per-token-loss: each backward's scale"}}) {
+  for (const Case& c : {Case{zeros, "(--log-num-zeros-in-grad reads the step's decision"}}) {
     CAPTURE(c.reason);
     const TrainingResult expected = train_validated(c.arguments);
     auto graphs = c.arguments;

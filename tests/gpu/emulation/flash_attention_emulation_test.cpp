@@ -46,6 +46,7 @@ E to_element(float value) {
 struct Shape {
   int64_t batch, seq, heads, groups, head_dim;
   double dropout;
+  bool stored_key = false;  // the kernels read the dropout key from memory (a captured step's)
 };
 
 struct Reference {
@@ -171,6 +172,14 @@ void check_kernels(const Shape& s, double tolerance) {
   const std::vector<float> dout = representable_values(s.batch * T * hidden);
   const backend::Dropout dropout{s.dropout, backend::dropout_key(1, 2, 3, 4)};
   const Reference expected = reference(s, qkv, dout, dropout);
+  // The kernels' mask: the key by value, or read through a pointer with another value beside
+  // it (the emulated kernels run on the CPU, so host memory stands for the device's).
+  const uint64_t key_memory = dropout.key;
+  backend::Dropout kernel_dropout = dropout;
+  if (s.stored_key) {
+    kernel_dropout.key = ~dropout.key;
+    kernel_dropout.stored_key = &key_memory;
+  }
 
   auto to_elements = [](const std::vector<float>& values) {
     std::vector<E> converted(values.size());
@@ -189,7 +198,7 @@ void check_kernels(const Shape& s, double tolerance) {
                                              .hidden_size = hidden,
                                              .num_heads = s.heads,
                                              .num_query_groups = s.groups},
-                                            dropout);
+                                            kernel_dropout);
   const auto tiles = static_cast<unsigned>((T + kRows - 1) / kRows);
   const auto pairs = static_cast<unsigned>(s.batch * s.heads);
   const auto group_units = static_cast<unsigned>(s.batch * s.groups);
@@ -214,8 +223,9 @@ void check_kernels(const Shape& s, double tolerance) {
     return converted;
   };
   std::ostringstream what;
-  what << (std::is_same_v<E, __half> ? "fp16" : "bf16") << " B " << s.batch << " T " << T
-       << " NH " << s.heads << " NG " << s.groups << " HD " << HD << " dropout " << s.dropout;
+  what << (std::is_same_v<E, __half> ? "fp16" : "bf16") << " B " << s.batch << " T " << T << " NH "
+       << s.heads << " NG " << s.groups << " HD " << HD << " dropout " << s.dropout
+       << (s.stored_key ? " stored key" : "");
   check_close(what.str() + " output", to_float(output), expected.output, tolerance);
   check_close(what.str() + " logsumexp", logsumexp, expected.logsumexp, 1e-5);
   check_close(what.str() + " dqkv", to_float(dqkv), expected.dqkv, tolerance);
@@ -230,7 +240,7 @@ TEST_CASE("the tensor-core attention kernels, emulated on the CPU, match an fp64
   // inside the kernels too.
   for (const Shape s : {Shape{1, 1, 2, 2, 64, 0.0}, Shape{2, 63, 4, 2, 64, 0.0},
                         Shape{1, 65, 2, 2, 128, 0.1}, Shape{1, 130, 2, 1, 64, 0.1},
-                        Shape{1, 130, 2, 1, 128, 0.0}}) {
+                        Shape{1, 130, 2, 1, 128, 0.0}, Shape{1, 65, 2, 1, 64, 0.1, true}}) {
     if (s.head_dim == 64) {
       check_kernels<64, __nv_bfloat16>(s, kBf16Tolerance);
     } else {
