@@ -152,14 +152,14 @@ void MicroBatchActivations::upload_ids(View tokens, View token_index,
 
 void MicroBatchActivations::upload_tokens(MicroBatchBuffers& buffers,
                                           std::span<const int32_t> tokens) {
-  buffers.dropout_keys = buffers.stored_scored_positions = buffers.stored_classifier_scale = {};
+  buffers.forget_staged_values();
   upload_ids(buffers.tokens, buffers.token_index, tokens);
 }
 
 void MicroBatchActivations::upload_labels(MicroBatchBuffers& buffers,
                                           std::span<const int32_t> labels) {
   check_upload_size(buffers.labels, std::ssize(labels), "labels");
-  buffers.dropout_keys = buffers.stored_scored_positions = buffers.stored_classifier_scale = {};
+  buffers.forget_staged_values();
   uploads_.upload(buffers.labels, labels.data());
 }
 

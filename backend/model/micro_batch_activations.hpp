@@ -59,6 +59,9 @@ struct MicroBatchBuffers {
   // f64). Empty: the keys are computed from `dropout`, the count is scored_positions and the
   // scale the forward's, all passed by value.
   View dropout_keys, stored_scored_positions, stored_classifier_scale;
+  void forget_staged_values() {
+    dropout_keys = stored_scored_positions = stored_classifier_scale = View{};
+  }
   // The labels' positions that are not kIgnoredLabel: the loss is their mean (counted on the
   // host at upload, so no count is read back from the device).
   int64_t scored_positions = 0;

@@ -570,24 +570,29 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
   int64_t scored_positions = 0;
   for (int64_t m = 0; m < micro_batches; ++m) {
     source(Split::train, place.first_sample(m), options.micro_batch_size, tokens, labels);
-    const int64_t scored = scored_label_count(labels);
-    if (per_token) backward_scales[static_cast<size_t>(m)] = static_cast<float>(scored);
-    model.stage_micro_batch(m, tokens, labels, options.micro_batch_size, options.seq_length,
-                            backward_scales[static_cast<size_t>(m)]);
-    scored_positions += scored;
+    // Per token the scale is the count, needed before staging (as sequential_forward_backward
+    // counts before its forward); otherwise staging's own count serves.
+    if (per_token) {
+      backward_scales[static_cast<size_t>(m)] = static_cast<float>(scored_label_count(labels));
+    }
+    scored_positions +=
+        model.stage_micro_batch(m, tokens, labels, options.micro_batch_size, options.seq_length,
+                                backward_scales[static_cast<size_t>(m)]);
   }
-  // reduce_loss's per-token factor and divisor for one rank: the step's scored positions.
-  Device& device = model.device();
-  if (graphs.gradient_factor_memory.data() == nullptr) {
-    graphs.gradient_factor_memory =
-        device.allocate_zeroed(sizeof(double), "--calculate-per-token-loss's gradient factor");
-    graphs.gradient_factor_uploads = PinnedUploadRing(
-        device, 2, sizeof(double), "the page-locked slots of the per-token gradient factor");
-  }
-  const View gradient_factor{graphs.gradient_factor_memory.data(), 1, ElementType::f64,
-                             device.memory_kind()};
+  // reduce_loss's per-token factor and divisor for one rank: the step's scored positions, the
+  // factor in device memory made at the first per-token step.
+  View gradient_factor;
   double loss_divisor = static_cast<double>(micro_batches);
   if (per_token) {
+    Device& device = model.device();
+    if (graphs.gradient_factor_memory.data() == nullptr) {
+      graphs.gradient_factor_memory =
+          device.allocate_zeroed(sizeof(double), "--calculate-per-token-loss's gradient factor");
+      graphs.gradient_factor_uploads = PinnedUploadRing(
+          device, 2, sizeof(double), "the page-locked slots of the per-token gradient factor");
+    }
+    gradient_factor = {graphs.gradient_factor_memory.data(), 1, ElementType::f64,
+                       device.memory_kind()};
     const double factor = scored_positions > 0 ? 1.0 / static_cast<double>(scored_positions) : 1.0;
     graphs.gradient_factor_uploads.upload(gradient_factor, &factor);
     loss_divisor = scored_positions > 0 ? static_cast<double>(scored_positions) : 1.0;

@@ -129,8 +129,8 @@ struct StepGraphs {
   std::unique_ptr<DeviceGraph> gradients, update;
   std::string refusal;  // a capture of this shape failed: why
   // --calculate-per-token-loss's factor for the summed gradients (1 / the step's scored
-  // positions), staged before each step: one f64 of the device's memory, made at first use and
-  // kept by reset (a graph holds its address).
+  // positions), staged before each per-token step: one f64 of the device's memory, made at the
+  // first and kept by reset (a graph holds its address).
   DeviceMemory gradient_factor_memory;
   PinnedUploadRing gradient_factor_uploads;
   // Forgets the graphs (the next steps warm up and capture again).
