@@ -13,14 +13,10 @@
 
 namespace test_support {
 
-#if defined(__SANITIZE_ADDRESS__)
+// The tests' own files are compiled without the sanitizers (CMakeLists.txt), so the build
+// says which one this is.
+#if defined(TEST_SANITIZED_BUILD)
 inline constexpr bool kSanitizedBuild = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-inline constexpr bool kSanitizedBuild = true;
-#else
-inline constexpr bool kSanitizedBuild = false;
-#endif
 #else
 inline constexpr bool kSanitizedBuild = false;
 #endif

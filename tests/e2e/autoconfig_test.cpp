@@ -19,6 +19,7 @@
 #include "launcher/process.hpp"
 #include "launcher/shell_quote.hpp"
 #include "mpi_test_environment.hpp"
+#include "sanitized_build.hpp"
 #include "slurm_test_cluster.hpp"
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
@@ -103,7 +104,9 @@ const std::string kFailing = "tp2_pp1_vp1_mbs2_recompute-none_distopt-off";
 
 }  // namespace
 
-TEST_CASE("autoconfig on the local cluster: 4 candidates, one failing, the rest ranked by tokens/s") {
+TEST_CASE(
+    "autoconfig on the local cluster: 4 candidates, one failing, the rest ranked by tokens/s" *
+    test_support::release_only()) {
   test_support::use_mpi_test_environment();
   TemporaryDirectory temporary;
   // A copy of conf/, for --save-as to write into.
@@ -162,7 +165,10 @@ TEST_CASE("autoconfig on the local cluster: 4 candidates, one failing, the rest 
         std::string::npos);
 }
 
-TEST_CASE("autoconfig on the local cluster stops a candidate past max_minutes_per_run and ranks the rest") {
+TEST_CASE(
+    "autoconfig on the local cluster stops a candidate past max_minutes_per_run and ranks the "
+    "rest" *
+    test_support::release_only()) {
   test_support::use_mpi_test_environment();
   TemporaryDirectory temporary;
   const fs::path bin = wrapped_backend(temporary.path / "bin", {"--micro-batch-size 2"},
@@ -245,7 +251,8 @@ TEST_CASE("autoconfig with bad settings says what is wrong and runs nothing") {
   CHECK(fs::is_empty(temporary.path));
 }
 
-TEST_CASE("autoconfig on the test Slurm cluster: one job per candidate, a failed one reported") {
+TEST_CASE("autoconfig on the test Slurm cluster: one job per candidate, a failed one reported" *
+          test_support::release_only()) {
   if (!slurm_test::slurm_cluster_available()) return;  // skipped outside CI, with a message
   slurm_test::SlurmTestCluster cluster;
   TemporaryDirectory temporary;

@@ -541,7 +541,9 @@ std::vector<std::string> seed_style_flags(const fs::path& directory) {
 }
 }  // namespace
 
-TEST_CASE("a Megatron-DeepSpeed seed-style command line runs unchanged under mpirun, shrunk in size") {
+TEST_CASE(
+    "a Megatron-DeepSpeed seed-style command line runs unchanged under mpirun, shrunk in size" *
+    test_support::release_only()) {
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   TemporaryDirectory directory;
   const fs::path log = directory.path / "seed.log";

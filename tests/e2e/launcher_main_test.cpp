@@ -3,24 +3,24 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "logged_losses.hpp"
-#include "mpi_test_environment.hpp"
-#include "temporary_directory.hpp"
-#include "test_files.hpp"
-
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
-#include <chrono>
 #include <thread>
 #include <vector>
 
 #include "iteration_lines.hpp"
 #include "launcher/process.hpp"
 #include "launcher/run_status.hpp"
+#include "logged_losses.hpp"
+#include "mpi_test_environment.hpp"
+#include "sanitized_build.hpp"
+#include "temporary_directory.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 
@@ -472,7 +472,8 @@ TEST_CASE("--cfg shows the config that would be launched, cluster group choice i
   CHECK(run.output.find("gpus_per_node: 8") != std::string::npos);
 }
 
-TEST_CASE("several processes on the local cluster start through mpirun and train data-parallel") {
+TEST_CASE("several processes on the local cluster start through mpirun and train data-parallel" *
+          test_support::release_only()) {
   test_support::use_mpi_test_environment();
   TemporaryDirectory one_device, two_devices;
   const auto single = launcher::run_and_capture(tiny_run(one_device.path));

@@ -33,6 +33,7 @@
 #include "e2e/mpi_runs.hpp"
 #include "launcher/process.hpp"
 #include "logged_losses.hpp"
+#include "sanitized_build.hpp"
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
 #include "tests/reference_tools.hpp"
@@ -206,7 +207,8 @@ TEST_CASE("a Megatron-LM checkpoint is converted by checkpoint_util and continue
   CHECK(test_support::logged_losses(from_args.output).count(21) == 1);
 }
 
-TEST_CASE("a Megatron core torch_dist checkpoint continues here at layouts other than its own") {
+TEST_CASE("a Megatron core torch_dist checkpoint continues here at layouts other than its own" *
+          test_support::release_only()) {
   if (!test_support::python_imports("torch, numpy", "python3-torch python3-numpy")) return;
   REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun");
   test_support::TemporaryDirectory temporary;
@@ -264,7 +266,8 @@ TEST_CASE("a Megatron core torch_dist checkpoint continues here at layouts other
   test_support::check_same_losses(test_support::logged_losses(output), expected_losses);
 }
 
-TEST_CASE("a run at TP=2 x PP=2 saved in Megatron's format: PyTorch reads it, runs continue it") {
+TEST_CASE("a run at TP=2 x PP=2 saved in Megatron's format: PyTorch reads it, runs continue it" *
+          test_support::release_only()) {
   if (!test_support::python_imports("torch", "python3-torch")) return;
   REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun");
   test_support::TemporaryDirectory temporary;
@@ -388,7 +391,8 @@ TEST_CASE("a run at TP=2 x PP=2 saved in Megatron's format: PyTorch reads it, ru
 }
 
 TEST_CASE(
-    "a run at TP=2 x PP=2 saved in torch_dist: PyTorch reads it, runs at any layout continue it") {
+    "a run at TP=2 x PP=2 saved in torch_dist: PyTorch reads it, runs at any layout continue it" *
+    test_support::release_only()) {
   if (!test_support::python_imports("torch", "python3-torch")) return;
   REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun");
   test_support::TemporaryDirectory temporary;
@@ -471,7 +475,8 @@ TEST_CASE(
 
 TEST_CASE(
     "a run at PP=2 x DP=2 with the distributed optimizer saved in Megatron's format: "
-    "distrib_optim.pt at Megatron's layout, and a bit-for-bit resume") {
+    "distrib_optim.pt at Megatron's layout, and a bit-for-bit resume" *
+    test_support::release_only()) {
   if (!test_support::python_imports("torch", "python3-torch")) return;
   REQUIRE_MESSAGE(!test_support::mpirun_path().empty(), "Open MPI's mpirun");
   test_support::TemporaryDirectory temporary;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "launcher/process.hpp"
+#include "sanitized_build.hpp"
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
 #include "tests/reference_tools.hpp"
@@ -36,7 +37,8 @@ std::vector<std::string> split_words(const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("a NeMo .nemo is imported, trained here and exported as NeMo reads it") {
+TEST_CASE("a NeMo .nemo is imported, trained here and exported as NeMo reads it" *
+          test_support::release_only()) {
   if (!test_support::python_imports("torch, yaml, omegaconf",
                                     "python3-torch python3-yaml python3-omegaconf")) {
     return;

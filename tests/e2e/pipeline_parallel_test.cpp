@@ -197,7 +197,8 @@ TEST_CASE("a PP=2 checkpoint resumes at PP=2 with the uninterrupted losses — a
                      "--load NEWDIR") != std::string::npos);
 }
 
-TEST_CASE("pipeline layouts Megatron refuses are refused before training, naming the flags") {
+TEST_CASE("pipeline layouts Megatron refuses are refused before training, naming the flags" *
+          test_support::release_only()) {
   TemporaryDirectory directory;
   struct Refusal {
     std::vector<std::string> flags;

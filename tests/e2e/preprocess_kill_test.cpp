@@ -25,6 +25,7 @@
 #include "backend/common/error.hpp"
 #include "backend/data/indexed_dataset.hpp"
 #include "launcher/process.hpp"
+#include "sanitized_build.hpp"
 #include "spawned_process.hpp"
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
@@ -144,7 +145,8 @@ TEST_CASE("preprocess_data killed while publishing its outputs leaves the old pa
   }
 }
 
-TEST_CASE("preprocess_data SIGKILLed at random moments never leaves a mixed pair") {
+TEST_CASE("preprocess_data SIGKILLed at random moments never leaves a mixed pair" *
+          test_support::release_only()) {
   test_support::TemporaryDirectory work;
   write_corpus(work.path / "old.jsonl", 3000, 0);
   write_corpus(work.path / "new.jsonl", 6000, 1);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "sanitized_build.hpp"
 #include "slurm_test_cluster.hpp"
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
@@ -71,7 +72,8 @@ std::vector<std::string> prepare_on_slurm(const slurm_test::SlurmTestCluster& cl
 
 }  // namespace
 
-TEST_CASE("Slurm runs download, decompress and preprocess as job arrays chained with afterok") {
+TEST_CASE("Slurm runs download, decompress and preprocess as job arrays chained with afterok" *
+          test_support::release_only()) {
   if (!slurm_test::slurm_cluster_available()) return;  // skipped outside CI, with a message
   slurm_test::SlurmTestCluster cluster;
   TemporaryDirectory temporary;

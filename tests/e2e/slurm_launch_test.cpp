@@ -6,21 +6,21 @@
 // concurrently; every wait is bounded.
 #include <doctest/doctest.h>
 #include <fmt/format.h>
-
-#include "temporary_directory.hpp"
-
 #include <signal.h>
-#include <thread>
+
 #include <chrono>
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "iteration_lines.hpp"
 #include "logged_losses.hpp"
 #include "mpi_test_environment.hpp"
+#include "sanitized_build.hpp"
 #include "slurm_test_cluster.hpp"
+#include "temporary_directory.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -180,7 +180,8 @@ TEST_CASE("sbatch refusing the script makes the launcher exit 2 with sbatch's me
   CHECK(queue.output.find_first_not_of(" \n") == std::string::npos);
 }
 
-TEST_CASE("a two-stage launch: Slurm runs the second job only after the first (afterany)") {
+TEST_CASE("a two-stage launch: Slurm runs the second job only after the first (afterany)" *
+          test_support::release_only()) {
   slurm_test::SlurmTestCluster cluster;
   TemporaryDirectory temporary;
   const auto launched = slurm_test::run_command(
@@ -227,7 +228,8 @@ TEST_CASE("a two-stage launch: Slurm runs the second job only after the first (a
   CHECK(fs::is_regular_file(conversion_dir / "hf" / "model.safetensors"));
 }
 
-TEST_CASE("two Slurm nodes train data-parallel through the sbatch script (srun --mpi=pmix)") {
+TEST_CASE("two Slurm nodes train data-parallel through the sbatch script (srun --mpi=pmix)" *
+          test_support::release_only()) {
   // cluster.srun_args carries srun's PMIx switch, as a NeMo bcm.yaml's srun_args does: the
   // tasks then join MPI and train one data-parallel group across node1 and node2, with the
   // losses of the same run on one node.
@@ -268,7 +270,8 @@ TEST_CASE("two Slurm nodes train data-parallel through the sbatch script (srun -
   }
 }
 
-TEST_CASE("kill -9 of one rank of a two-node Slurm job ends the job FAILED within seconds") {
+TEST_CASE("kill -9 of one rank of a two-node Slurm job ends the job FAILED within seconds" *
+          test_support::release_only()) {
   // srun --kill-on-bad-exit=1 (or KillOnBadExit=1 in slurm.conf) ends the step when a task
   // dies; without it the other rank would wait in its collective until
   // --distributed-timeout-minutes ended it (docs/parallelism.md).
@@ -311,7 +314,9 @@ TEST_CASE("kill -9 of one rank of a two-node Slurm job ends the job FAILED withi
   CHECK(seconds < 60);
 }
 
-TEST_CASE("scancel --signal=TERM of a two-node job: both ranks save one iteration and the job completes") {
+TEST_CASE(
+    "scancel --signal=TERM of a two-node job: both ranks save one iteration and the job completes" *
+    test_support::release_only()) {
   // What a preemption or a time limit sends first. NeMo's preemption callback (on by default)
   // is --exit-signal-handler here: every task finishes the iteration, the checkpoint of that
   // iteration is saved, and each exits 0, so the job ends COMPLETED with a checkpoint to resume.
@@ -355,7 +360,8 @@ TEST_CASE("scancel --signal=TERM of a two-node job: both ranks save one iteratio
 
 TEST_CASE(
     "num_nodes=2 without srun_args: the script starts srun under PMIx itself and both nodes "
-    "train") {
+    "train" *
+    test_support::release_only()) {
   // No --mpi in cluster.srun_args: the script asks `srun --mpi=list`, finds this Slurm's PMIx
   // and starts the tasks under it, so they join MPI (before, each refused to train alone).
   slurm_test::SlurmTestCluster cluster;

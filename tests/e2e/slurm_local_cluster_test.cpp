@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "sanitized_build.hpp"
 #include "slurm_test_cluster.hpp"
 
 namespace fs = std::filesystem;
@@ -37,7 +38,8 @@ int processes_naming(const fs::path& directory) {
 
 }  // namespace
 
-TEST_CASE("local-cluster.sh: up again finds it up, status says so, down stops every daemon") {
+TEST_CASE("local-cluster.sh: up again finds it up, status says so, down stops every daemon" *
+          test_support::release_only()) {
   if (!slurm_test::slurm_cluster_available()) return;  // skipped outside CI, with a message
   fs::path directory;
   {

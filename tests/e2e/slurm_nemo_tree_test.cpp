@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "mpi_test_environment.hpp"
+#include "sanitized_build.hpp"
 #include "slurm_test_cluster.hpp"
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
@@ -54,7 +55,9 @@ using slurm_test::submitted_job_ids;
 
 }  // namespace
 
-TEST_CASE("NeMo's container on a cluster without pyxis is refused before anything is written or queued") {
+TEST_CASE(
+    "NeMo's container on a cluster without pyxis is refused before anything is written or queued" *
+    test_support::release_only()) {
   if (!slurm_test::slurm_cluster_available()) return;  // skipped outside CI, with a message
   slurm_test::SlurmTestCluster cluster;
   TemporaryDirectory temporary;
@@ -71,7 +74,10 @@ TEST_CASE("NeMo's container on a cluster without pyxis is refused before anythin
   CHECK(queue.output.find_first_not_of(" \n") == std::string::npos);
 }
 
-TEST_CASE("NeMo 23.07's tree on Slurm: download_gpt3_pile over file:// shards, then gpt3/126m trains on them") {
+TEST_CASE(
+    "NeMo 23.07's tree on Slurm: download_gpt3_pile over file:// shards, then gpt3/126m trains on "
+    "them" *
+    test_support::release_only()) {
   if (!slurm_test::slurm_cluster_available()) return;  // skipped outside CI, with a message
   slurm_test::SlurmTestCluster cluster;
   TemporaryDirectory temporary;
@@ -158,7 +164,10 @@ TEST_CASE("NeMo 23.07's tree on Slurm: download_gpt3_pile over file:// shards, t
   CHECK(script.find("--vocab-file " + data + "/bpe/vocab.json") != std::string::npos);
 }
 
-TEST_CASE("NeMo 23.08.02's llama/llama2_7b trains on Slurm with its SentencePiece tokenizer and size overrides") {
+TEST_CASE(
+    "NeMo 23.08.02's llama/llama2_7b trains on Slurm with its SentencePiece tokenizer and size "
+    "overrides" *
+    test_support::release_only()) {
   if (!slurm_test::slurm_cluster_available()) return;  // skipped outside CI, with a message
   slurm_test::SlurmTestCluster cluster;
   TemporaryDirectory temporary;
