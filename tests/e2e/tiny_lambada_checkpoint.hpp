@@ -4,16 +4,12 @@
 // iterations it has learned those passages' last words and not the others'.
 #pragma once
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "build_cache.hpp"
 #include "launcher/process.hpp"
 #include "temporary_directory.hpp"
 #include "test_files.hpp"
@@ -75,12 +71,9 @@ inline void train_tiny_lambada_checkpoint(TinyLambadaCheckpoint& model, int iter
 }
 
 // The checkpoint of `iterations` iterations trained once per build rather than once per test
-// process (CTest runs each test case as a process of its own, and under the sanitizers each
-// training takes about 25 s): kept in the build tree (test-cache/ beside bin/) with a stamp of
-// what made it (the tools' and input files' sizes and modification times, and the model flags),
-// retrained when the stamp differs, and made under a file lock so that test processes CTest runs
-// side by side train it once. The tests only read it: what they write goes to their own
-// temporary directories.
+// process (under the sanitizers each training takes about 25 s; tests/build_cache.hpp), with a
+// stamp of what made it: the tools' and input files' sizes and modification times, and the
+// model flags.
 struct SharedTinyLambadaCheckpoint {
   std::filesystem::path checkpoints;  // --load
   std::string output;                 // the training's output, or that it was reused
@@ -89,9 +82,6 @@ struct SharedTinyLambadaCheckpoint {
 
 inline SharedTinyLambadaCheckpoint shared_tiny_lambada_checkpoint(int iterations) {
   namespace fs = std::filesystem;
-  const fs::path cache = fs::path(kTestBin).parent_path() / "test-cache";
-  fs::create_directories(cache);
-  const fs::path directory = cache / ("tiny-lambada-" + std::to_string(iterations));
   std::string stamp;
   for (const std::string& file : {kTestBin + "/preprocess_data", kTestBin + "/pretrain_gpt",
                                   kTestData + "/zero_shot/lambada_test.jsonl", kGpt2Vocab, kGpt2Merges}) {
@@ -100,30 +90,14 @@ inline SharedTinyLambadaCheckpoint shared_tiny_lambada_checkpoint(int iterations
              std::to_string(fs::last_write_time(file, error).time_since_epoch().count()) + "\n";
   }
   for (const auto& flag : tiny_lambada_model_flags()) stamp += flag + " ";
-
-  SharedTinyLambadaCheckpoint model;
-  model.checkpoints = directory / "checkpoints";
-  const int lock = ::open((directory.string() + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) {
-    model.output = "cannot lock " + directory.string() + ".lock";
-    if (lock >= 0) ::close(lock);
-    return model;
-  }
-  std::ifstream stamp_file(directory / "stamp");
-  std::stringstream kept;
-  kept << stamp_file.rdbuf();
-  if (stamp_file && kept.str() == stamp) {
-    model.output = "reused the checkpoint trained before in " + directory.string();
-    model.ok = true;
-  } else {
-    fs::remove_all(directory);
-    fs::create_directories(directory);
-    model.ok = train_tiny_lambada_checkpoint_into(directory, iterations, model.output);
-    // The stamp last: a training cut short leaves no stamp, so the next test trains again.
-    if (model.ok) std::ofstream(directory / "stamp") << stamp;
-  }
-  ::close(lock);
-  return model;
+  BuildCacheEntry entry = made_once_per_build("tiny-lambada-" + std::to_string(iterations), stamp,
+                                              [&](const fs::path& directory, std::string& output) {
+                                                return train_tiny_lambada_checkpoint_into(
+                                                    directory, iterations, output);
+                                              });
+  return {.checkpoints = entry.directory / "checkpoints",
+          .output = std::move(entry.output),
+          .ok = entry.ok};
 }
 
 }  // namespace test_support

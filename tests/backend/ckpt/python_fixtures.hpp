@@ -1,10 +1,8 @@
 // The checkpoints a fixture script of tests/backend/ckpt writes with Debian's Python and
 // PyTorch (write_megatron_checkpoints.py, write_torch_dist_checkpoints.py,
-// write_nemo_archives.py), made once per build and script text and shared by the test processes
-// (CTest runs each test case in a process of its own, and each script takes seconds of
-// PyTorch), and the refusal a reader gives, and the JSON a script of theirs prints: for the
-// tests of the readers and writers of other tools' checkpoints. The tests read the fixtures and
-// copy what they damage.
+// write_nemo_archives.py), made once per build and shared by the test processes, and the refusal
+// a reader gives, and the JSON a script of theirs prints: for the tests of the readers and
+// writers of other tools' checkpoints. The tests read the fixtures and copy what they damage.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -21,6 +19,7 @@
 #include <string>
 
 #include "backend/common/error.hpp"
+#include "tests/build_cache.hpp"
 #include "tests/reference_tools.hpp"
 #include "tests/temporary_directory.hpp"
 #include "tests/test_files.hpp"
@@ -28,12 +27,10 @@
 namespace test_support {
 
 // The directory tests/backend/ckpt/`script` wrote its checkpoints into (the script's one
-// argument): <build>/test-fixtures/<script>-<hash of its text and its neighbours'>, written by
-// the first test process that needs it into a directory of its own and renamed into place whole,
-// so a process finds it complete or not at all (two that race both write; one rename wins, the
-// other's copy is removed). nullptr when Python lacks `modules` (the test is skipped,
-// python_imports saying so and naming the Debian `packages`, except under CI). The script
-// failing fails the test.
+// argument), written once per build and text of the Python files there (tests/build_cache.hpp:
+// each script takes seconds of PyTorch, and CTest runs each test case as a process);
+// nullptr when Python lacks `modules` (the test is skipped, python_imports saying so and naming
+// the Debian `packages`, except under CI). The script failing fails the test.
 inline const std::filesystem::path* python_fixtures(const std::string& script, const char* modules,
                                                     const char* packages) {
   namespace fs = std::filesystem;
@@ -44,7 +41,7 @@ inline const std::filesystem::path* python_fixtures(const std::string& script, c
     fixtures.emplace(script, nullptr);
     return nullptr;
   }
-  // The script and the Python files beside it, which it may import.
+  // The stamp: the script and the Python files beside it, which it may import.
   const fs::path scripts = kSourceDir / "tests" / "backend" / "ckpt";
   const fs::path script_path = scripts / script;
   REQUIRE_MESSAGE(fs::is_regular_file(script_path), "no fixture script " << script_path);
@@ -58,20 +55,17 @@ inline const std::filesystem::path* python_fixtures(const std::string& script, c
     text +=
         source.filename().string() + '\n' + std::string{std::istreambuf_iterator<char>(file), {}};
   }
-  const fs::path cache = fs::path(kTestBin).parent_path() / "test-fixtures";
-  fs::create_directories(cache);
-  const fs::path directory =
-      cache / fmt::format("{}-{:016x}", script, std::hash<std::string>{}(text));
-  if (!fs::exists(directory)) {
-    TemporaryDirectory written(script + ".partial", cache);
-    const auto result = run_command(std::string(kPython) + " " + script_path.string() + " " +
-                                    written.path.string());
-    REQUIRE_MESSAGE(result.exit_status == 0, result.output);
-    std::error_code lost_the_race;  // another process renamed its copy first: that one serves
-    fs::rename(written.path, directory, lost_the_race);
-    REQUIRE_MESSAGE(fs::exists(directory), "no fixtures at " << directory);
-  }
-  return fixtures.emplace(script, std::make_unique<fs::path>(directory)).first->second.get();
+  const BuildCacheEntry written = made_once_per_build(
+      script, fmt::format("{:016x}", std::hash<std::string>{}(text)),
+      [&](const fs::path& directory, std::string& output) {
+        const auto result = run_command(std::string(kPython) + " " + script_path.string() + " " +
+                                        directory.string());
+        output = result.output;
+        return result.exit_status == 0;
+      });
+  REQUIRE_MESSAGE(written.ok, written.output);
+  return fixtures.emplace(script, std::make_unique<fs::path>(written.directory))
+      .first->second.get();
 }
 
 // The JSON tests/backend/ckpt/`script` prints given `arguments` (a reader or a check written in
