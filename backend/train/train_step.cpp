@@ -487,7 +487,7 @@ bool overlapped_gradient_reduction(const TrainStepOptions& options, const GptMod
 // ---- captured steps (StepGraphs) ----------------------------------------------------------
 
 // Why no step of this layout and these options can be captured yet, or nothing.
-std::optional<std::string> graphs_refusal(const GptModel<float>& model, const AdamW& optimizer,
+std::optional<std::string> graphs_refusal(const GptModel<float>& model,
                                           const TrainStepOptions& options,
                                           const Communicator& data_parallel,
                                           const GradientShard* shard) {
@@ -495,9 +495,6 @@ std::optional<std::string> graphs_refusal(const GptModel<float>& model, const Ad
       !model.pipeline_stage().whole_model() || shard != nullptr ||
       model.sharded_over_data_parallel()) {
     return "more than one rank: the collectives are not captured yet";
-  }
-  if (optimizer.loss_scaler().enabled()) {
-    return "the fp16 loss scaler: each backward takes the step's scale as an argument";
   }
   if (options.log_num_zeros_in_grad) {
     return "--log-num-zeros-in-grad reads the step's decision on the host before the update";
@@ -521,12 +518,15 @@ std::unique_ptr<DeviceGraph> capture(Device& device, Work&& work, std::string& r
 }
 
 // The device work of a staged step, which the gradients' graph holds: queue_gradients' for one
-// rank without a loss scaler (the same ops in the same order, so the same bits). Micro batch m's
-// backward scale is backward_scales[m] (staged with it); --calculate-per-token-loss's factor is
-// read from `gradient_factor`.
+// rank (the same ops in the same order, so the same bits). Micro batch m's backward scale is
+// backward_scales[m] (staged with it: the fp16 loss scale and --calculate-per-token-loss's
+// count change from step to step); the gradients' factor (the loss scale's inverse, per token
+// over the step's scored positions) is read from `gradient_factor` where there is one. With a
+// loss scaler only non-finite gradients skip the step, as queue_gradients decides.
 void queue_staged_work(GptModel<float>& model, const AdamW::StepScalars& scalars,
                        std::span<const float> backward_scales, View gradient_factor,
-                       const TrainStepOptions& options, Communicator& data_parallel) {
+                       bool loss_scaler, const TrainStepOptions& options,
+                       Communicator& data_parallel) {
   model.zero_gradients();
   {
     const LossAccumulationScope accumulating(model, scalars.loss_total,
@@ -538,13 +538,11 @@ void queue_staged_work(GptModel<float>& model, const AdamW::StepScalars& scalars
   }
   model.finalize_gradients();
   const View gradients = model.gradient_buffer();
-  if (options.calculate_per_token_loss) {
-    ops::scale(model.device(), gradients, 1.0, gradient_factor);
-  }
+  if (!gradient_factor.empty()) ops::scale(model.device(), gradients, 1.0, gradient_factor);
   model_sum_of_squares(model, gradients, ShardRange{0, gradients.numel}, false, data_parallel,
                        scalars, scalars.sum_of_squares);
-  ops::decide_step(model.device(), scalars.control, scalars.loss_total, scalars.sum_of_squares,
-                   options.clip_grad);
+  ops::decide_step(model.device(), scalars.control, loss_scaler ? View{} : scalars.loss_total,
+                   scalars.sum_of_squares, options.clip_grad);
 }
 
 // queue_gradients under StepGraphs for a layout they cover: the micro batches read and staged,
@@ -562,10 +560,12 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
   const int64_t micro_tokens = common::checked_multiply(
       options.micro_batch_size, options.seq_length, "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
-  // As sequential_forward_backward's, without a scaler (a scale of 1) and with one rank: 1 / M,
-  // or per token the micro batch's scored count.
+  // As sequential_forward_backward's with one rank: the loss scale (1 without a scaler) over M,
+  // or per token the scale times the micro batch's scored count.
+  const LossScaler& scaler = optimizer.loss_scaler();
+  const double loss_scale = scaler.scale();
   const bool per_token = options.calculate_per_token_loss;
-  const float mean_scale = 1.0f / static_cast<float>(micro_batches);
+  const float mean_scale = static_cast<float>(loss_scale) / static_cast<float>(micro_batches);
   std::vector<float> backward_scales(static_cast<size_t>(micro_batches), mean_scale);
   int64_t scored_positions = 0;
   for (int64_t m = 0; m < micro_batches; ++m) {
@@ -573,29 +573,36 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
     // Per token the scale is the count, needed before staging (as sequential_forward_backward
     // counts before its forward); otherwise staging's own count serves.
     if (per_token) {
-      backward_scales[static_cast<size_t>(m)] = static_cast<float>(scored_label_count(labels));
+      backward_scales[static_cast<size_t>(m)] =
+          static_cast<float>(loss_scale) * static_cast<float>(scored_label_count(labels));
     }
     scored_positions +=
         model.stage_micro_batch(m, tokens, labels, options.micro_batch_size, options.seq_length,
                                 backward_scales[static_cast<size_t>(m)]);
   }
-  // reduce_loss's per-token factor and divisor for one rank: the step's scored positions, the
-  // factor in device memory made at the first per-token step.
+  // reduce_loss's gradient factor and divisor for one rank: the loss scale's inverse, per token
+  // over the step's scored positions (the divisor then), the factor in device memory made at the
+  // first step that needs one.
   View gradient_factor;
   double loss_divisor = static_cast<double>(micro_batches);
-  if (per_token) {
+  if (per_token || scaler.enabled()) {
     Device& device = model.device();
     if (graphs.gradient_factor_memory.data() == nullptr) {
       graphs.gradient_factor_memory =
-          device.allocate_zeroed(sizeof(double), "--calculate-per-token-loss's gradient factor");
+          device.allocate_zeroed(sizeof(double), "the staged step's gradient factor");
       graphs.gradient_factor_uploads = PinnedUploadRing(
-          device, 2, sizeof(double), "the page-locked slots of the per-token gradient factor");
+          device, 2, sizeof(double), "the page-locked slots of the staged gradient factor");
     }
     gradient_factor = {graphs.gradient_factor_memory.data(), 1, ElementType::f64,
                        device.memory_kind()};
-    const double factor = scored_positions > 0 ? 1.0 / static_cast<double>(scored_positions) : 1.0;
+    double factor = scaler.inverse_scale();
+    if (per_token && scored_positions > 0) {
+      factor /= static_cast<double>(scored_positions);
+      loss_divisor = static_cast<double>(scored_positions);
+    } else if (per_token) {
+      loss_divisor = 1.0;
+    }
     graphs.gradient_factor_uploads.upload(gradient_factor, &factor);
-    loss_divisor = scored_positions > 0 ? static_cast<double>(scored_positions) : 1.0;
   }
   if (graphs.num_micro_batches != micro_batches ||
       graphs.micro_batch_size != options.micro_batch_size ||
@@ -608,8 +615,8 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
     graphs.activations_generation = model.activations_generation();
   }
   const auto work = [&] {
-    queue_staged_work(model, optimizer.step_scalars(), backward_scales, gradient_factor, options,
-                      data_parallel);
+    queue_staged_work(model, optimizer.step_scalars(), backward_scales, gradient_factor,
+                      scaler.enabled(), options, data_parallel);
   };
   QueuedStep step;
   step.staged = true;
@@ -702,7 +709,7 @@ QueuedStep queue_gradients(GptModel<float>& model, AdamW& optimizer, const Batch
   std::optional<std::string> eager_reason;
   if (graphs != nullptr) {
     eager_reason = graphs->unavailable.empty()
-                       ? graphs_refusal(model, optimizer, options, data_parallel, shard)
+                       ? graphs_refusal(model, options, data_parallel, shard)
                        : graphs->unavailable;
     if (!eager_reason) {
       return queue_staged_gradients(model, optimizer, source, batch, options, data_parallel,

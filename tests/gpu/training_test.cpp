@@ -11,15 +11,18 @@
 // likewise (with a loss scale of 4096, under which nothing overflows), resumed bit for bit with
 // its scaler's state; from Megatron's initial loss scale 2^32 the fp16 gradients overflow, and
 // the dynamic scaler skips those iterations and halves the scale until they fit, as Megatron's
-// does.
+// does, in steps replayed from CUDA graphs too (the eager run's bits).
 // With GPU_TESTS_ON_CPU=1 the "GPU" runs are --device cpu (checks the test itself).
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <initializer_list>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -363,4 +366,41 @@ TEST_CASE(
       CHECK(replayed.iterations[i].params_norm == eager.iterations[i].params_norm);
     }
   }
+}
+
+TEST_CASE(
+    "fp16 steps replayed from CUDA graphs take each step's loss scale: the eager run's bits") {
+  // From Megatron's initial scale 2^32 the first fp16 gradients overflow: skipped steps halve
+  // the scale (hysteresis 1), two clean ones double it, inside the replays too. The scale and
+  // its inverse are staged before each replay, not captured.
+  const auto device = gpu_device_or_skip();
+  if (!device) return;
+  TrainingArguments a = gpt2_style();
+  a.run.train_iters = 16;
+  a.logging.log_interval = 1;
+  a = with_precision(a, "fp16");
+  a.precision.initial_loss_scale = 0x1p32;
+  a.precision.hysteresis = 1;
+  a.precision.loss_scale_window = 2;
+  const TrainingResult eager = train(a, *device);
+  a.cuda_graph_impl = backend::CudaGraphImpl::local;
+  a.cuda_graph_warmup_steps = 2;
+  test_support::CapturedLog log;
+  const TrainingResult replayed = train(a, *device);
+  const std::string text = log.text.str();
+  INFO(text);
+  CHECK(text.find("step: graphs captured at iteration 3") != std::string::npos);
+  CHECK(text.find("step: eager at iteration 4") == std::string::npos);
+  REQUIRE(replayed.iterations.size() == eager.iterations.size());
+  std::set<double> scales;
+  for (size_t i = 0; i < eager.iterations.size(); ++i) {
+    INFO("iteration " << eager.iterations[i].iteration);
+    CHECK(replayed.iterations[i].lm_loss == eager.iterations[i].lm_loss);
+    CHECK(std::bit_cast<uint64_t>(replayed.iterations[i].grad_norm) ==
+          std::bit_cast<uint64_t>(eager.iterations[i].grad_norm));
+    CHECK(replayed.iterations[i].skipped == eager.iterations[i].skipped);
+    CHECK(replayed.iterations[i].loss_scale == eager.iterations[i].loss_scale);
+    if (i >= 2) scales.insert(eager.iterations[i].loss_scale);
+  }
+  CHECK(scales.size() > 1);  // the scale moved during the replays
 }

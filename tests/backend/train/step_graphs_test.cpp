@@ -5,10 +5,12 @@
 // and decay change every step (what a graph would freeze if they were arguments). A batch with
 // ignored labels in the middle of the replays is replayed with its own scored count and
 // classifier scale, and with dropout each replay draws each micro batch's own masks (the
-// counts, scales and keys are staged in device memory, not captured). Layouts and options
+// counts, scales and keys are staged in device memory, not captured), as are --fp16's loss
+// scale and its inverse, which change as the scaler skips and grows. Layouts and options
 // graphs do not cover yet run eagerly, saying why, with the eager run's results.
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <sstream>
@@ -30,16 +32,22 @@ TrainingResult train_validated(TrainingArguments a, BatchSource source = {}) {
   return pretrain(a, out, std::move(source));
 }
 
-// Two runs' iterations: the same bits in every logged value.
+uint64_t bits(double value) {
+  return std::bit_cast<uint64_t>(value);
+}
+
+// Two runs' iterations: the same bits in every logged value (a skipped overflow's norm is a
+// NaN, compared by its bits).
 void check_same_iterations(const TrainingResult& actual, const TrainingResult& expected) {
   REQUIRE(actual.iterations.size() == expected.iterations.size());
   for (size_t i = 0; i < expected.iterations.size(); ++i) {
     CAPTURE(i);
     CHECK(actual.iterations[i].lm_loss == expected.iterations[i].lm_loss);
-    CHECK(actual.iterations[i].grad_norm == expected.iterations[i].grad_norm);
+    CHECK(bits(actual.iterations[i].grad_norm) == bits(expected.iterations[i].grad_norm));
     CHECK(actual.iterations[i].learning_rate == expected.iterations[i].learning_rate);
     CHECK(actual.iterations[i].params_norm == expected.iterations[i].params_norm);
     CHECK(actual.iterations[i].skipped == expected.iterations[i].skipped);
+    CHECK(actual.iterations[i].loss_scale == expected.iterations[i].loss_scale);
   }
 }
 
@@ -149,6 +157,39 @@ TEST_CASE("--calculate-per-token-loss replays each step's counts, scales and gra
   CHECK(text.find("step: eager at iteration 6") == std::string::npos);
   CHECK(train_validated(eager, pattern).iterations[5].grad_norm !=
         expected.iterations[5].grad_norm);
+}
+
+TEST_CASE(
+    "with --fp16's dynamic loss scaler, replayed steps take each step's scale and skip "
+    "the overflowing ones") {
+  // Weights of std 100 make the scaled fp32 gradients overflow from 2^110: those steps are
+  // skipped and the scale halves (hysteresis 1) until they fit, then doubles after two clean
+  // steps and overflows again; the replays stage each step's scale, its inverse and the
+  // found_inf decision.
+  auto eager = test_support::tiny_gpt_arguments(12);
+  eager.model.init_method_std = 100;
+  eager.precision.fp16 = true;
+  eager.precision.initial_loss_scale = 0x1p110;
+  eager.precision.hysteresis = 1;
+  eager.precision.loss_scale_window = 2;
+  const GraphsRun run = train_with_and_without_graphs(eager, 1, pattern_with_one_ignored_label);
+  const TrainingResult& expected = run.eager;
+  const std::string& text = run.log;
+  CAPTURE(text);
+  CHECK(text.find("step: graphs captured at iteration 2 on cpu (") != std::string::npos);
+  CHECK(text.find("step: eager at iteration 3") == std::string::npos);
+  int64_t skipped_replays = 0, clean_replays = 0;
+  for (size_t i = 2; i < expected.iterations.size(); ++i) {
+    ++(expected.iterations[i].skipped ? skipped_replays : clean_replays);
+  }
+  CHECK(skipped_replays > 0);
+  CHECK(clean_replays > 0);
+  CHECK(expected.iterations.back().loss_scale != expected.iterations[1].loss_scale);
+  // The scale matters: from another initial scale the same run skips other steps.
+  auto other_scale = eager;
+  other_scale.precision.initial_loss_scale = 0x1p90;
+  CHECK(train_validated(other_scale, pattern_with_one_ignored_label).iterations[2].skipped !=
+        expected.iterations[2].skipped);
 }
 
 TEST_CASE("steps that graphs do not cover yet run eagerly, saying why, with the eager bits") {
