@@ -340,7 +340,11 @@ TEST_CASE("model gradients match central finite differences for every parameter 
   check_every_tensor_gradient(tiny_config());
 }
 
-TEST_CASE("with ignored labels the gradient is that of the mean over the other positions") {
+// release-only, as the dropout case further down: the sanitized build runs the finite
+// differences above, whose code these repeat with ignored labels or dropout masks (each path
+// sanitized by the training tests that use it).
+TEST_CASE("with ignored labels the gradient is that of the mean over the other positions" *
+          test_support::release_only()) {
   // Ignored positions in both rows, the last one of the batch among them.
   check_every_tensor_gradient(tiny_config(), {0, 3, 4, kTinySeq + 1, 2 * kTinySeq - 1});
 }
@@ -1042,7 +1046,8 @@ std::vector<Scalar> gradients_of(const GptModel<Scalar>& model) {
 
 }  // namespace
 
-TEST_CASE("with dropout on, model gradients match central finite differences (masks pinned)") {
+TEST_CASE("with dropout on, model gradients match central finite differences (masks pinned)" *
+          test_support::release_only()) {
   GptConfig config = with_dropout(tiny_config(), 0.3, 0.3);
   config.init_method_std = 0.3;
   GptModel<double> model(config);
