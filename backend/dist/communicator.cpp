@@ -101,6 +101,7 @@ class SingleProcessCommunicator final : public Communicator {
   int64_t rank() const override { return 0; }
   int64_t size() const override { return 1; }
   std::string name() const override { return name_; }
+  bool queued_on_device() const override { return true; }  // no call queues anything
   void all_reduce(View, ReduceOperation) override {}
   void reduce_scatter(View output, View input) override { copy(output, input, "reduce_scatter"); }
   std::unique_ptr<PendingCollective> start_reduce_scatter(

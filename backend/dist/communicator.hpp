@@ -56,6 +56,10 @@ class Communicator {
   virtual int64_t rank() const = 0;  // in this group
   virtual int64_t size() const = 0;
   virtual std::string name() const = 0;  // "data parallel", for messages
+  // Whether its collectives on device memory are queued in the device's order of work without
+  // the host waiting (NCCL's, on the device's streams), so that a GPU's stream capture can
+  // hold them (captured_collectives.hpp); not those the host stages through host memory.
+  virtual bool queued_on_device() const { return false; }
 
   // values = op over the members' values, on every member.
   virtual void all_reduce(View values, ReduceOperation operation) = 0;

@@ -156,6 +156,7 @@ class NcclCommunicator final : public Communicator {
   int64_t rank() const override { return rank_; }
   int64_t size() const override { return size_; }
   std::string name() const override { return name_; }
+  bool queued_on_device() const override { return true; }
 
   void all_reduce(View values, ReduceOperation operation) override {
     const char* call = "ncclAllReduce";
@@ -536,7 +537,19 @@ class NcclCommunicator final : public Communicator {
   void queued(const char* call) {
     const std::shared_ptr<CUevent_st> done = end_of_stream();
     CUDA_CHECK(cudaStreamWaitEvent(compute_stream_, done.get(), 0));
-    watch(call, done);
+    if (!capturing()) watch(call, done);
+  }
+
+  // Whether the compute stream is being captured (a captured training step,
+  // captured_collectives.hpp): the communication stream joins the capture through enter()'s
+  // event and leaves it through the compute stream's wait, so NCCL's call becomes a node of the
+  // graph. An event recorded inside a capture is no point of the stream a thread could ask
+  // about, so the watchdog does not watch it (it watches the calls queued eagerly; a replayed
+  // collective that hangs is the next eager wait's, or the step's read's, to notice).
+  bool capturing() const {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(compute_stream_, &status));
+    return status != cudaStreamCaptureStatusNone;
   }
 
   // A started call: what `post` enqueues, on the communication stream after the compute
@@ -547,7 +560,7 @@ class NcclCommunicator final : public Communicator {
     enter();
     post();
     std::shared_ptr<CUevent_st> done = end_of_stream();
-    watch(call, done);
+    if (!capturing()) watch(call, done);
     return std::make_unique<StartedCollective>(compute_stream_, std::move(done));
   }
 

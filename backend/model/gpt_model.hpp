@@ -206,15 +206,18 @@ class GptModel {
   // stage_micro_batch uploads micro batch `index` of the step (its ids checked as forward()
   // checks them, the shape reserved as forward() reserves it) into memory of its own, outside
   // the capture, with what its forward reads as values that change from step to step: the
-  // dropout keys of the index-th forward from now, the scored count and the fused classifier's
-  // scale for `backward_scale`. forward_staged(index, backward_scale) copies the ids into the
+  // dropout keys of the index-th forward from now (at the dropout step index ×
+  // `dropout_step_stride` after the current one: data-parallel ranks take turns, so each rank's
+  // forwards are D steps apart), the scored count and the fused classifier's scale for
+  // `backward_scale`. forward_staged(index, backward_scale) copies the ids into the
   // activations on the device and runs the forward reading those values from the staged
   // memory, which a capture can hold (the same work and bits as forward() after the copy); it
   // refuses a micro batch staged for another dropout step, mode or backward scale. A whole
   // model only. stage_micro_batch returns the labels' scored positions.
   int64_t stage_micro_batch(int64_t index, std::span<const int32_t> tokens,
                             std::span<const int32_t> labels, int64_t batch_size, int64_t seq_length,
-                            std::optional<Scalar> backward_scale = std::nullopt);
+                            std::optional<Scalar> backward_scale = std::nullopt,
+                            uint64_t dropout_step_stride = 1);
   Scalar forward_staged(int64_t index, std::optional<Scalar> backward_scale = std::nullopt);
   // Changes whenever the activations (and staged inputs) move to new memory (reserve of another
   // shape): a captured step is replayed only over the generation it was captured on.

@@ -263,18 +263,21 @@ template <typename Scalar>
 int64_t GptModel<Scalar>::stage_micro_batch(int64_t index, std::span<const int32_t> tokens,
                                             std::span<const int32_t> labels, int64_t batch_size,
                                             int64_t seq_length,
-                                            std::optional<Scalar> backward_scale) {
+                                            std::optional<Scalar> backward_scale,
+                                            uint64_t dropout_step_stride) {
   State& s = *state_;
   const int64_t scored_positions =
       start_micro_batch(s, "stage_micro_batch", tokens, labels, batch_size, seq_length);
-  // The masks of the index-th forward from now: each training forward advances the step.
-  StagedForward staged{
-      .dropout = {.training = s.training,
-                  .seed = s.dropout_seed,
-                  .step = s.dropout_step + (s.training ? static_cast<uint64_t>(index) : 0)},
-      .backward_scale = std::nullopt,
-      .scored_positions = scored_positions,
-      .classifier_scale = 0};
+  // The masks of the index-th forward from now: each training forward advances the step (by
+  // the stride, where ranks take turns).
+  const uint64_t steps_ahead =
+      s.training ? static_cast<uint64_t>(index) * dropout_step_stride : uint64_t{0};
+  StagedForward staged{.dropout = {.training = s.training,
+                                   .seed = s.dropout_seed,
+                                   .step = s.dropout_step + steps_ahead},
+                       .backward_scale = std::nullopt,
+                       .scored_positions = scored_positions,
+                       .classifier_scale = 0};
   if (backward_scale) {
     staged.backward_scale = static_cast<double>(*backward_scale);
     staged.classifier_scale =

@@ -14,6 +14,7 @@
 
 #include "backend/common/checked_math.hpp"
 #include "backend/common/error.hpp"
+#include "backend/dist/captured_collectives.hpp"
 #include "backend/ops/reduction.hpp"
 #include "backend/ops/step_scalars.hpp"
 #include "backend/train/buffer_buckets.hpp"
@@ -487,14 +488,33 @@ bool overlapped_gradient_reduction(const TrainStepOptions& options, const GptMod
 // ---- captured steps (StepGraphs) ----------------------------------------------------------
 
 // Why no step of this layout and these options can be captured yet, or nothing.
-std::optional<std::string> graphs_refusal(const GptModel<float>& model,
-                                          const TrainStepOptions& options,
+std::optional<std::string> graphs_refusal(GptModel<float>& model, const TrainStepOptions& options,
                                           const Communicator& data_parallel,
                                           const GradientShard* shard) {
-  if (data_parallel.size() > 1 || model.tensor_parallel_group().size() > 1 ||
-      !model.pipeline_stage().whole_model() || shard != nullptr ||
-      model.sharded_over_data_parallel()) {
-    return "more than one rank: the collectives are not captured yet";
+  if (model.tensor_parallel_group().size() > 1) {
+    return "tensor parallelism: the collectives inside its forward and backward are not "
+           "captured yet";
+  }
+  if (!model.pipeline_stage().whole_model()) {
+    return "pipeline parallelism: its transfers between stages are not captured yet";
+  }
+  if (model.sharded_over_data_parallel()) {
+    return "ZeRO-3: its gathers of each unit are not captured yet";
+  }
+  if (data_parallel.size() > 1) {
+    if (options.overlap_grad_reduce) {
+      return "--overlap-grad-reduce: its buckets' reductions during the backward are not "
+             "captured yet";
+    }
+    if (shard != nullptr && options.overlap_param_gather) {
+      return "--overlap-param-gather: its buckets' gathers before the forward are not captured "
+             "yet";
+    }
+    if (options.calculate_per_token_loss) {
+      return "--calculate-per-token-loss over data-parallel ranks: the step's scored count is "
+             "summed on the host";
+    }
+    if (auto refusal = collectives_capture_refusal(data_parallel, model.device())) return refusal;
   }
   if (options.log_num_zeros_in_grad) {
     return "--log-num-zeros-in-grad reads the step's decision on the host before the update";
@@ -517,30 +537,36 @@ std::unique_ptr<DeviceGraph> capture(Device& device, Work&& work, std::string& r
   }
 }
 
-// The device work of a staged step, which the gradients' graph holds: queue_gradients' for one
-// rank (the same ops in the same order, so the same bits). Micro batch m's backward scale is
-// backward_scales[m] (staged with it: the fp16 loss scale and --calculate-per-token-loss's
-// count change from step to step); the gradients' factor (the loss scale's inverse, per token
-// over the step's scored positions) is read from `gradient_factor` where there is one. With a
-// loss scaler only non-finite gradients skip the step, as queue_gradients decides.
+// The device work of a staged step, which the gradients' graph holds: queue_gradients' (the
+// same ops and collectives in the same order, so the same bits) for one rank or data-parallel
+// ranks (Megatron's DDP: the gradients all-reduced; the distributed optimizer: reduce-scattered
+// into this rank's `shard`; the loss summed over the group), through `data_parallel`, whose
+// calls keep the device's order in a capture. Micro
+// batch m, at `place`'s dropout step, has the backward scale backward_scales[m] (staged with
+// it: the fp16 loss scale and --calculate-per-token-loss's count change from step to step); the
+// gradients' factor (the loss scale's inverse, per token over the step's scored positions) is
+// read from `gradient_factor` where there is one. With a loss scaler only non-finite gradients
+// skip the step, as queue_gradients decides.
 void queue_staged_work(GptModel<float>& model, const AdamW::StepScalars& scalars,
-                       std::span<const float> backward_scales, View gradient_factor,
-                       bool loss_scaler, const TrainStepOptions& options,
-                       Communicator& data_parallel) {
+                       const MicroBatchPlace& place, std::span<const float> backward_scales,
+                       View gradient_factor, bool loss_scaler, const TrainStepOptions& options,
+                       Communicator& data_parallel, const GradientShard* shard) {
   model.zero_gradients();
   {
     const LossAccumulationScope accumulating(model, scalars.loss_total,
                                              options.calculate_per_token_loss);
     for (size_t m = 0; m < backward_scales.size(); ++m) {
+      model.set_dropout_step(place.dropout_step(static_cast<int64_t>(m)));
       model.forward_staged(static_cast<int64_t>(m), backward_scales[m]);
       model.backward(backward_scales[m]);
     }
   }
   model.finalize_gradients();
-  const View gradients = model.gradient_buffer();
-  if (!gradient_factor.empty()) ops::scale(model.device(), gradients, 1.0, gradient_factor);
-  model_sum_of_squares(model, gradients, ShardRange{0, gradients.numel}, false, data_parallel,
-                       scalars, scalars.sum_of_squares);
+  const StepGradients gradients = reduce_gradients(model, data_parallel, shard, false);
+  if (data_parallel.size() > 1) data_parallel.all_reduce(scalars.loss_total, ReduceOperation::sum);
+  if (!gradient_factor.empty()) ops::scale(model.device(), gradients.held, 1.0, gradient_factor);
+  model_sum_of_squares(model, gradients.held, gradients.range, gradients.data_parallel_share,
+                       data_parallel, scalars, scalars.sum_of_squares);
   ops::decide_step(model.device(), scalars.control, loss_scaler ? View{} : scalars.loss_total,
                    scalars.sum_of_squares, options.clip_grad);
 }
@@ -550,24 +576,27 @@ void queue_staged_work(GptModel<float>& model, const AdamW::StepScalars& scalars
 QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
                                   const BatchSource& source, const GlobalBatch& batch,
                                   const TrainStepOptions& options, Communicator& data_parallel,
-                                  StepGraphs& graphs) {
+                                  const GradientShard* shard, StepGraphs& graphs) {
   const int64_t micro_batches = batch.num_micro_batches;
   const MicroBatchPlace place{.batch = batch,
                               .micro_batch_size = options.micro_batch_size,
-                              .dp_rank = 0,
-                              .dp_size = 1,
+                              .dp_rank = data_parallel.rank(),
+                              .dp_size = data_parallel.size(),
                               .first_dropout_step = model.dropout_step()};
   const int64_t micro_tokens = common::checked_multiply(
       options.micro_batch_size, options.seq_length, "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
-  // As sequential_forward_backward's with one rank: the loss scale (1 without a scaler) over M,
-  // or per token the scale times the micro batch's scored count.
+  // As forward_backward's: the loss scale (1 without a scaler) over M·D, or per token (one
+  // rank) the scale times the micro batch's scored count.
   const LossScaler& scaler = optimizer.loss_scaler();
   const double loss_scale = scaler.scale();
   const bool per_token = options.calculate_per_token_loss;
-  const float mean_scale = static_cast<float>(loss_scale) / static_cast<float>(micro_batches);
+  const float mean_scale =
+      static_cast<float>(loss_scale) / static_cast<float>(micro_batches * data_parallel.size());
   std::vector<float> backward_scales(static_cast<size_t>(micro_batches), mean_scale);
   int64_t scored_positions = 0;
+  // Each micro batch staged for its forward's dropout step: this rank's m-th, D steps apart.
+  model.set_dropout_step(place.dropout_step(0));
   for (int64_t m = 0; m < micro_batches; ++m) {
     source(Split::train, place.first_sample(m), options.micro_batch_size, tokens, labels);
     // Per token the scale is the count, needed before staging (as sequential_forward_backward
@@ -576,15 +605,15 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
       backward_scales[static_cast<size_t>(m)] =
           static_cast<float>(loss_scale) * static_cast<float>(scored_label_count(labels));
     }
-    scored_positions +=
-        model.stage_micro_batch(m, tokens, labels, options.micro_batch_size, options.seq_length,
-                                backward_scales[static_cast<size_t>(m)]);
+    scored_positions += model.stage_micro_batch(
+        m, tokens, labels, options.micro_batch_size, options.seq_length,
+        backward_scales[static_cast<size_t>(m)], static_cast<uint64_t>(place.dp_size));
   }
   // reduce_loss's gradient factor and divisor for one rank: the loss scale's inverse, per token
   // over the step's scored positions (the divisor then), the factor in device memory made at the
   // first step that needs one.
   View gradient_factor;
-  double loss_divisor = static_cast<double>(micro_batches);
+  double loss_divisor = static_cast<double>(micro_batches * data_parallel.size());
   if (per_token || scaler.enabled()) {
     Device& device = model.device();
     if (graphs.gradient_factor_memory.data() == nullptr) {
@@ -614,9 +643,11 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
     graphs.seq_length = options.seq_length;
     graphs.activations_generation = model.activations_generation();
   }
+  const std::unique_ptr<Communicator> collectives =
+      make_captured_collectives(data_parallel, model.device());
   const auto work = [&] {
-    queue_staged_work(model, optimizer.step_scalars(), backward_scales, gradient_factor,
-                      scaler.enabled(), options, data_parallel);
+    queue_staged_work(model, optimizer.step_scalars(), place, backward_scales, gradient_factor,
+                      scaler.enabled(), options, *collectives, shard);
   };
   QueuedStep step;
   step.staged = true;
@@ -642,25 +673,39 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
             : "the capture failed: " + graphs.refusal;
   }
   model.set_dropout_step(place.after_last_dropout_step());
+  // What reduce_gradients left the update: the whole buffer, or this rank's shard of the sums.
   const View all = model.gradient_buffer();
   step.batch = batch;
-  step.gradients = {.held = all, .range = ShardRange{0, all.numel}, .data_parallel_share = false};
+  step.gradients = shard != nullptr ? StepGradients{.held = shard->gradients,
+                                                    .range = shard->range,
+                                                    .data_parallel_share = true}
+                                    : StepGradients{.held = all,
+                                                    .range = ShardRange{0, all.numel},
+                                                    .data_parallel_share = false};
   step.loss_divisor = loss_divisor;
   return step;
 }
 
 // queue_update's device work for a staged step: AdamW's coefficients staged, then the update
-// (and --log-params-norm's total) replayed, captured with the gradients' graph, or queued.
+// (apply_update's: the distributed optimizer's rank updates its range, which the all-gather
+// returns to every rank, and the 16-bit working copy is remade by the next forward; and
+// --log-params-norm's total) replayed, captured with the gradients' graph, or queued.
 void queue_staged_update(QueuedStep& step, GptModel<float>& model, AdamW& optimizer,
                          const LearningRateScheduler& scheduler, const TrainStepOptions& options,
-                         Communicator& data_parallel, StepGraphs* graphs) {
+                         Communicator& data_parallel, const GradientShard* shard,
+                         StepGraphs* graphs) {
   const AdamW::StepScalars scalars = optimizer.step_scalars();
   const View parameters = model.parameter_buffer();
-  const View working_copy = model.working_copy_buffer();
+  const View updated =
+      shard != nullptr ? parameters.slice(shard->range.offset, shard->range.numel) : parameters;
+  const View working_copy = shard != nullptr ? View{} : model.working_copy_buffer();
   optimizer.stage_step(step.learning_rate, scheduler.weight_decay());
+  const std::unique_ptr<Communicator> collectives =
+      make_captured_collectives(data_parallel, model.device());
   const auto work = [&] {
-    optimizer.queue_step(parameters, working_copy, step.gradients.held, scalars.control);
-    if (options.log_params_norm) queue_params_sum_of_squares(model, data_parallel, scalars);
+    optimizer.queue_step(updated, working_copy, step.gradients.held, scalars.control);
+    if (shard != nullptr) collectives->all_gather(parameters, updated);
+    if (options.log_params_norm) queue_params_sum_of_squares(model, *collectives, scalars);
   };
   if (graphs != nullptr && step.execution == StepExecution::replayed && graphs->update) {
     graphs->update->replay();
@@ -712,7 +757,7 @@ QueuedStep queue_gradients(GptModel<float>& model, AdamW& optimizer, const Batch
                        ? graphs_refusal(model, options, data_parallel, shard)
                        : graphs->unavailable;
     if (!eager_reason) {
-      return queue_staged_gradients(model, optimizer, source, batch, options, data_parallel,
+      return queue_staged_gradients(model, optimizer, source, batch, options, data_parallel, shard,
                                     *graphs);
     }
   }
@@ -776,7 +821,7 @@ void queue_update(QueuedStep& step, GptModel<float>& model, AdamW& optimizer,
   step.learning_rate = scheduler.learning_rate() * learning_rate_factor;
   step.decided_on_host = options.log_num_zeros_in_grad;
   if (step.staged) {
-    queue_staged_update(step, model, optimizer, scheduler, options, data_parallel, graphs);
+    queue_staged_update(step, model, optimizer, scheduler, options, data_parallel, shard, graphs);
   } else if (step.decided_on_host) {
     if (!clip_and_count_zeros(model, scalars, step.gradients, data_parallel, step.num_zeros_in_grad)
              .skip) {

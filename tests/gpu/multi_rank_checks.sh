@@ -134,6 +134,12 @@ check zero1_dp2_bf16_reduce_bf16_gloo 2 one_rank_bf16 "$bf16_tolerance" --bf16 \
 check tp2_sp_fp32_gloo 2 one_rank_fp32 "$fp32_tolerance" --tensor-model-parallel-size 2 \
   --sequence-parallel "${gloo[@]}"
 check pp2_fp32_gloo 2 one_rank_fp32 "$fp32_tolerance" --pipeline-model-parallel-size 2 "${gloo[@]}"
+# Graphs over the staged route run eagerly (the host stages each collective), saying so.
+check dp2_bf16_gloo_graphs 2 dp2_bf16_gloo 0 --bf16 --cuda-graph-impl local "${gloo[@]}"
+if [ "$device" = cuda ]; then
+  grep -q "step: eager at iteration 1 (the data parallel group's collectives are staged" \
+    "$out/dp2_bf16_gloo_graphs.log" || { echo "dp2_bf16_gloo_graphs: no eager line"; status=1; }
+fi
 for name in dp2_bf16_gloo zero1_dp2_bf16_gloo; do
   grep -q -- "--distributed-backend gloo: " "$out/$name.log" || { echo "$name: no gloo line"; status=1; }
 done
@@ -142,6 +148,12 @@ done
 # show unless its NCCL lets them share it.
 if run dp2_bf16_nccl 2 --bf16 --distributed-backend nccl; then
   compare dp2_bf16_nccl one_rank_bf16 "$bf16_tolerance"
+  # Where NCCL runs them: the step captured with its NCCL all-reduces (issue 39), the eager
+  # run's bits.
+  check dp2_bf16_nccl_graphs 2 dp2_bf16_nccl 0 --bf16 --distributed-backend nccl \
+    --cuda-graph-impl local
+  grep -q "step: graphs captured at iteration" "$out/dp2_bf16_nccl_graphs.log" ||
+    { echo "dp2_bf16_nccl_graphs: no capture"; status=1; }
 elif [ "$device" = cuda ] && grep -qi "duplicate GPU\|--distributed-backend gloo runs" "$out/dp2_bf16_nccl.log"; then
   echo "dp2_bf16_nccl: refused by NCCL with the ranks sharing one GPU (recorded, not a failure):"
   grep -i -m 2 "nccl" "$out/dp2_bf16_nccl.log"

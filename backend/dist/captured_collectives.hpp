@@ -1,0 +1,35 @@
+// A communicator whose collectives keep a device's order of work while that device captures
+// (Device::begin_capture): what a captured training step calls its data-parallel group
+// through (docs/step_on_device.md, item 5). On a GPU a stream capture holds what a
+// communicator queues on the device's streams without the host waiting (NCCL's calls:
+// Communicator::queued_on_device), so each call passes through. On the CPU device, whose
+// capture is a recording of the ops' calls (HostOpRecording), a collective that ran at once
+// would read values the recorded ops have not computed yet: each call is recorded with its
+// arguments instead, in its place among the ops, and runs when the recording replays (which is
+// how CI checks a captured multi-rank step: the bits of the eager one). Outside a capture every
+// call passes through.
+//
+// What a capture cannot hold is refused while capturing, naming the call: a barrier (the host
+// waits) and split(). The started calls are recorded as calls that run at once, finished
+// when they return (correct, not overlapped).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "backend/device/device.hpp"
+#include "backend/dist/communicator.hpp"
+
+namespace backend {
+
+// `inner`'s collectives in `device`'s order of work, as above; both must outlive the result.
+std::unique_ptr<Communicator> make_captured_collectives(Communicator& inner, Device& device);
+
+// Why a capture on `device` cannot hold `group`'s collectives on device memory, or nothing:
+// on the CPU device they are recorded (above); on a GPU they must be queued on its streams
+// (NCCL), not staged through host memory by the host (--distributed-backend gloo, MPI).
+std::optional<std::string> collectives_capture_refusal(const Communicator& group,
+                                                       const Device& device);
+
+}  // namespace backend

@@ -1,0 +1,124 @@
+// --cuda-graph-impl local over data-parallel ranks (mpirun -np 3, the CPU device, whose capture
+// records the ops and, through captured_collectives, the data-parallel group's all-reduces of
+// the gradients and the loss in their places): after the warm-up the step is captured once and
+// replayed, and every iteration's loss, gradient norm and parameter norm are the eager DP=3
+// run's bits, with dropout (each rank's micro batches at their own dropout steps) and with the
+// fp16 loss scaler, and with the distributed optimizer (the gradients reduce-scattered into each
+// rank's shard, the updated shards gathered). Layouts whose collectives are not captured yet run
+// eagerly, saying why.
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cstdint>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "backend/dist/process_groups.hpp"
+#include "backend/train/arguments.hpp"
+#include "backend/train/trainer.hpp"
+#include "captured_log.hpp"
+#include "mpi/mpi_test_world.hpp"
+#include "tests/backend/train/tiny_gpt_arguments.hpp"
+
+using namespace backend;
+
+namespace {
+
+// `a` trained over the test's three ranks at DP=3 (or the layout its flags ask for).
+TrainingResult train_on_three_ranks(TrainingArguments a) {
+  Communicator& world = mpi_test::world();
+  a.parallelism.world_size = world.size();  // what parse_arguments reads from the launcher
+  validate_arguments(a);
+  ProcessGroups groups =
+      make_process_groups(world.split(0, world.rank(), "world"), parallel_layout(a.parallelism));
+  std::ostringstream out;
+  return pretrain(a, out, {}, groups);
+}
+
+uint64_t bits(double value) {
+  return std::bit_cast<uint64_t>(value);
+}
+
+// `eager` trained as it is and with graphs after one warm-up step: the same bits every
+// iteration. Returns the graphs run's log.
+std::string check_graphs_keep_the_eager_bits(const TrainingArguments& eager) {
+  const TrainingResult expected = train_on_three_ranks(eager);
+  auto graphs = eager;
+  graphs.cuda_graph_impl = CudaGraphImpl::local;
+  graphs.cuda_graph_warmup_steps = 1;
+  test_support::CapturedLog log;
+  const TrainingResult replayed = train_on_three_ranks(graphs);
+  REQUIRE(replayed.iterations.size() == expected.iterations.size());
+  REQUIRE(!expected.iterations.empty());
+  for (size_t i = 0; i < expected.iterations.size(); ++i) {
+    CAPTURE(i);
+    CHECK(replayed.iterations[i].lm_loss == expected.iterations[i].lm_loss);
+    CHECK(bits(replayed.iterations[i].grad_norm) == bits(expected.iterations[i].grad_norm));
+    CHECK(replayed.iterations[i].params_norm == expected.iterations[i].params_norm);
+    CHECK(replayed.iterations[i].skipped == expected.iterations[i].skipped);
+    CHECK(replayed.iterations[i].loss_scale == expected.iterations[i].loss_scale);
+  }
+  return log.text.str();
+}
+
+// The tiny GPT at DP=3: global batch 12 of micro batch 2, two micro batches a rank.
+TrainingArguments data_parallel_arguments() {
+  auto a = test_support::tiny_gpt_arguments(6);
+  a.run.global_batch_size = 12;
+  a.logging.log_params_norm = true;
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("DP=3 steps replayed from graphs are the eager DP=3 run's bits, with dropout") {
+  auto a = data_parallel_arguments();
+  a.model.hidden_dropout = a.model.attention_dropout = 0.1;
+  const std::string text = check_graphs_keep_the_eager_bits(a);
+  CAPTURE(text);
+  CHECK(text.find("step: graphs captured at iteration 2 on cpu (") != std::string::npos);
+  CHECK(text.find("step: eager at iteration 3") == std::string::npos);
+}
+
+TEST_CASE("DP=3 fp16 steps replayed from graphs take each step's loss scale") {
+  auto a = data_parallel_arguments();
+  a.precision.fp16 = true;
+  a.precision.loss_scale_window = 1;  // the scale doubles every step, replays included
+  const std::string text = check_graphs_keep_the_eager_bits(a);
+  CAPTURE(text);
+  CHECK(text.find("step: graphs captured at iteration 2 on cpu (") != std::string::npos);
+}
+
+TEST_CASE(
+    "with the distributed optimizer, replayed DP=3 steps reduce-scatter and gather the "
+    "eager run's bits") {
+  auto a = data_parallel_arguments();
+  a.parallelism.use_distributed_optimizer = true;
+  const std::string text = check_graphs_keep_the_eager_bits(a);
+  CAPTURE(text);
+  CHECK(text.find("step: graphs captured at iteration 2 on cpu (") != std::string::npos);
+  CHECK(text.find("step: eager at iteration 3") == std::string::npos);
+}
+
+TEST_CASE("over ranks, what graphs do not capture yet runs eagerly, saying why") {
+  auto overlap = data_parallel_arguments();
+  overlap.parallelism.overlap_grad_reduce = true;
+  auto tensor_parallel = data_parallel_arguments();
+  tensor_parallel.parallelism.tensor_model_parallel_size = 3;
+  tensor_parallel.run.global_batch_size = 4;
+  tensor_parallel.model.num_attention_heads = 3;
+  tensor_parallel.model.hidden_size = 24;
+  struct Case {
+    TrainingArguments arguments;
+    const char* reason;
+  };
+  for (const Case& c : {Case{overlap, "(--overlap-grad-reduce: its buckets"},
+                        Case{tensor_parallel, "(tensor parallelism: the collectives"}}) {
+    CAPTURE(c.reason);
+    const std::string text = check_graphs_keep_the_eager_bits(c.arguments);
+    CAPTURE(text);
+    CHECK(text.find(std::string("step: eager at iteration 1 ") + c.reason) != std::string::npos);
+    CHECK(text.find("graphs captured") == std::string::npos);
+  }
+}
