@@ -115,6 +115,10 @@ std::unique_ptr<Communicator> make_captured_collectives(Communicator& inner, Dev
   return std::make_unique<CapturedCollectives>(inner, device);
 }
 
+bool keeps_capture_order(const Communicator& group) {
+  return dynamic_cast<const CapturedCollectives*>(&group) != nullptr;
+}
+
 std::optional<std::string> collectives_capture_refusal(const Communicator& group,
                                                        const Device& device) {
   if (group.size() == 1 || device.memory_kind() == MemoryKind::host) return std::nullopt;

@@ -26,6 +26,9 @@ namespace backend {
 // `inner`'s collectives in `device`'s order of work, as above; both must outlive the result.
 std::unique_ptr<Communicator> make_captured_collectives(Communicator& inner, Device& device);
 
+// Whether `group` is one that make_captured_collectives made (its calls keep a capture's order).
+bool keeps_capture_order(const Communicator& group);
+
 // Why a capture on `device` cannot hold `group`'s collectives on device memory, or nothing:
 // on the CPU device they are recorded (above); on a GPU they must be queued on its streams
 // (NCCL), not staged through host memory by the host (--distributed-backend gloo, MPI).

@@ -47,12 +47,6 @@ void TensorParallelRegion::cross_entropy(Device& device, View losses, View logsu
     }
     return;
   }
-  if (!stored_gradient_scale.empty()) {
-    common::fail(
-        "TensorParallelRegion::cross_entropy: a scale in device memory is read by the "
-        "unsharded fused classifier only ({} ranks here)",
-        size_);
-  }
   // The shards' log-sum-exps side by side (the all-gather fills the other ranks' rows around
   // this rank's), the label's logit from the rank that holds it.
   const View own_part = logsumexp_parts.slice(rank_ * rows, rows);
@@ -64,7 +58,7 @@ void TensorParallelRegion::cross_entropy(Device& device, View losses, View logsu
                                             target_logit, labels, rows, size_);
   if (gradient_scale) {
     ops::cross_entropy_backward(device, logits, logits, logsumexp, labels, *gradient_scale, rows,
-                                vocab, vocab_start);
+                                vocab, vocab_start, stored_gradient_scale);
   }
 }
 

@@ -26,24 +26,27 @@ void cross_entropy_forward(Device& device, View losses, View logsumexp, View log
       });
 }
 
-void cross_entropy_backward(Device& device, View dlogits, View logits, View logsumexp,
-                            View labels, double scale, int64_t rows, int64_t vocab_size,
-                            int64_t vocab_start) {
+void cross_entropy_backward(Device& device, View dlogits, View logits, View logsumexp, View labels,
+                            double scale, int64_t rows, int64_t vocab_size, int64_t vocab_start,
+                            View stored_scale) {
   constexpr const char* op = "cross_entropy_backward";
+  if (!stored_scale.empty()) check_scalars(stored_scale, 1, "the stored scale", op);
   run_typed(
       device, op, 0, logits.type,
       [=](auto s) {
         using S = decltype(s);
+        const double in_force = stored_scale.empty() ? scale : *host<double>(stored_scale);
         cpu::cross_entropy_backward(host<S>(dlogits), host<S>(logits), host<S>(logsumexp),
-                                    host_ids(labels), static_cast<S>(scale), rows, vocab_size,
+                                    host_ids(labels), static_cast<S>(in_force), rows, vocab_size,
                                     vocab_start);
       },
       [&](auto s, const auto& context) {
         using S = decltype(s);
         cuda::cross_entropy_backward(gpu<S>(dlogits, op), gpu<S>(logits, op),
                                      gpu<float>(logsumexp, op), gpu_ids(labels, op),
-                                     static_cast<float>(scale), rows, vocab_size, vocab_start,
-                                     context.stream);
+                                     static_cast<float>(scale),
+                                     stored_scale.empty() ? nullptr : gpu<double>(stored_scale, op),
+                                     rows, vocab_size, vocab_start, context.stream);
       });
 }
 

@@ -124,7 +124,9 @@ void cross_entropy_backward(Scalar* dlogits,         // (N, V) =, may alias logi
                             const Scalar* logits,    // (N, V) columns vocab_start + [0, V)
                             const float* logsumexp,  // (N) of the whole vocabulary
                             const int32_t* labels,   // (N)
-                            float scale, int64_t rows, int64_t vocab_size, int64_t vocab_start,
+                            float scale,
+                            const double* stored_scale,  // replaces scale when not null
+                            int64_t rows, int64_t vocab_size, int64_t vocab_start,
                             CudaStream stream);
 
 template <typename Scalar>
@@ -163,12 +165,13 @@ namespace backend::ops {
 
 void cross_entropy_forward(Device& device, View losses, View logsumexp, View logits,
                            View labels, int64_t rows, int64_t vocab_size);
-void cross_entropy_backward(Device& device, View dlogits, View logits, View logsumexp,
-                            View labels, double scale, int64_t rows, int64_t vocab_size,
-                            int64_t vocab_start);
+// With `stored_scale` (one f64 in the device's memory) the scale is read from there when the op
+// runs, rounded as `scale` would be (a captured step's scale, staged before each replay).
+void cross_entropy_backward(Device& device, View dlogits, View logits, View logsumexp, View labels,
+                            double scale, int64_t rows, int64_t vocab_size, int64_t vocab_start,
+                            View stored_scale = {});
 // The fused classifier: the forward's losses and logsumexp, and `logits` overwritten by the
-// backward's dlogits (the whole vocabulary, vocab_start 0). With `stored_scale` (one f64 in the
-// device's memory) the scale is read from there when the op runs, rounded as `scale` would be.
+// backward's dlogits (the whole vocabulary, vocab_start 0). `stored_scale` as the backward's.
 void cross_entropy_forward_backward(Device& device, View losses, View logsumexp, View logits,
                                     View labels, double scale, int64_t rows, int64_t vocab_size,
                                     View stored_scale = {});

@@ -146,8 +146,10 @@ __device__ __forceinline__ void write_row_gradient(T* dz, const T* z, float row_
 
 template <typename T, int Width>
 __global__ void cross_entropy_backward_kernel(T* dlogits, const T* logits, const float* logsumexp,
-                                              const int32_t* labels, float scale, int64_t rows,
+                                              const int32_t* labels, float scale,
+                                              const double* stored_scale, int64_t rows,
                                               int64_t vocab_size, int64_t vocab_start) {
+  if (stored_scale != nullptr) scale = static_cast<float>(*stored_scale);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const bool ignored = labels[row] < 0;
     write_row_gradient<T, Width>(
@@ -226,16 +228,17 @@ void cross_entropy_forward(float* losses, float* logsumexp, const Scalar* logits
 
 template <typename Scalar>
 void cross_entropy_backward(Scalar* dlogits, const Scalar* logits, const float* logsumexp,
-                            const int32_t* labels, float scale, int64_t rows, int64_t vocab_size,
-                            int64_t vocab_start, CudaStream stream) {
+                            const int32_t* labels, float scale, const double* stored_scale,
+                            int64_t rows, int64_t vocab_size, int64_t vocab_start,
+                            CudaStream stream) {
   if (rows <= 0 || vocab_size <= 0) return;
   using T = detail::DeviceElementOf<Scalar>;
   T* dz = detail::device_pointer(dlogits);
   const T* z = detail::device_pointer(logits);
   detail::launch_with_pack_width<T>(vocab_size, {z, dz}, [&](auto width) {
     cross_entropy_backward_kernel<T, width>
-        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(dz, z, logsumexp, labels, scale,
-                                                                    rows, vocab_size, vocab_start);
+        <<<detail::row_grid(rows), detail::kBlockSize, 0, stream>>>(
+            dz, z, logsumexp, labels, scale, stored_scale, rows, vocab_size, vocab_start);
   });
 }
 
@@ -278,16 +281,16 @@ void vocab_parallel_cross_entropy_combine(float* losses, float* logsumexp,
   CUDA_CHECK(cudaGetLastError());
 }
 
-#define BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(Scalar)                                           \
-  template void cross_entropy_forward<Scalar>(float*, float*, const Scalar*, const int32_t*,     \
-                                              int64_t, int64_t, CudaStream);                     \
-  template void cross_entropy_backward<Scalar>(Scalar*, const Scalar*, const float*,             \
-                                               const int32_t*, float, int64_t, int64_t, int64_t, \
-                                               CudaStream);                                      \
-  template void cross_entropy_forward_backward<Scalar>(float*, float*, Scalar*, const int32_t*,  \
-                                                       float, const double*, int64_t, int64_t,   \
-                                                       CudaStream);                              \
-  template void vocab_parallel_cross_entropy_partial<Scalar>(                                    \
+#define BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(Scalar)                                          \
+  template void cross_entropy_forward<Scalar>(float*, float*, const Scalar*, const int32_t*,    \
+                                              int64_t, int64_t, CudaStream);                    \
+  template void cross_entropy_backward<Scalar>(Scalar*, const Scalar*, const float*,            \
+                                               const int32_t*, float, const double*, int64_t,   \
+                                               int64_t, int64_t, CudaStream);                   \
+  template void cross_entropy_forward_backward<Scalar>(float*, float*, Scalar*, const int32_t*, \
+                                                       float, const double*, int64_t, int64_t,  \
+                                                       CudaStream);                             \
+  template void vocab_parallel_cross_entropy_partial<Scalar>(                                   \
       float*, float*, const Scalar*, const int32_t*, int64_t, int64_t, int64_t, CudaStream);
 BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(float)
 BACKEND_INSTANTIATE_CROSS_ENTROPY_CUDA(bfloat16)

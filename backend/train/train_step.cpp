@@ -491,9 +491,18 @@ bool overlapped_gradient_reduction(const TrainStepOptions& options, const GptMod
 std::optional<std::string> graphs_refusal(GptModel<float>& model, const TrainStepOptions& options,
                                           const Communicator& data_parallel,
                                           const GradientShard* shard) {
-  if (model.tensor_parallel_group().size() > 1) {
-    return "tensor parallelism: the collectives inside its forward and backward are not "
-           "captured yet";
+  // Tensor parallelism's collectives run inside the forward and backward, through the model's
+  // group: the trainer's captured one (made with --cuda-graph-impl), else they would run at
+  // capture time on the CPU device.
+  const Communicator& tensor_parallel = model.tensor_parallel_group();
+  if (tensor_parallel.size() > 1) {
+    if (!keeps_capture_order(tensor_parallel)) {
+      return "tensor parallelism: the model's group does not keep a capture's order (the "
+             "trainer's does)";
+    }
+    if (auto refusal = collectives_capture_refusal(tensor_parallel, model.device())) {
+      return refusal;
+    }
   }
   if (!model.pipeline_stage().whole_model()) {
     return "pipeline parallelism: its transfers between stages are not captured yet";

@@ -24,6 +24,7 @@
 #include "backend/device/cuda_device.hpp"
 #include "backend/device/cuda_inventory.hpp"
 #include "backend/device/cudnn_library.hpp"
+#include "backend/dist/captured_collectives.hpp"
 #include "backend/dist/device_collectives.hpp"
 #include "backend/dist/process_environment.hpp"
 #include "backend/model/bf16_gradient_reduction.hpp"
@@ -429,6 +430,9 @@ void Trainer::carve_model_and_optimizer() {
       bf16_gradient_reduction_ = make_bf16_gradient_reduction(data_parallel(), device);
     }
   }
+  if (a_.cuda_graph_impl != CudaGraphImpl::none && groups_.tensor_parallel->size() > 1) {
+    captured_tensor_parallel_ = make_captured_collectives(*groups_.tensor_parallel, device);
+  }
   try {
     const PipelineStage stage{.pipeline_parallel = groups_.layout.pipeline_parallel,
                               .rank = coordinates_.pipeline,
@@ -436,7 +440,8 @@ void Trainer::carve_model_and_optimizer() {
     GptModel<float>& model = model_.emplace(
         config_, device,
         ModelParallelism{
-            .tensor_parallel = groups_.tensor_parallel.get(),
+            .tensor_parallel = captured_tensor_parallel_ ? captured_tensor_parallel_.get()
+                                                         : groups_.tensor_parallel.get(),
             .sequence_parallel = a_.parallelism.sequence_parallel,
             .pipeline = stage,
             .pipeline_parallel = groups_.pipeline_parallel.get(),

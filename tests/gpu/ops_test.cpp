@@ -496,9 +496,15 @@ TEST_CASE("cross-entropy on the CUDA device matches the CPU device") {
                           View dx = t.poisoned(s.rows * vocab, dtype);
                           ops::cross_entropy_backward(t.device(), dx, x, lse, ids, scale, s.rows,
                                                       vocab, 0);
+                          // A captured step's scale, read from device memory when it runs.
+                          View stored_dx = t.poisoned(s.rows * vocab, dtype);
+                          ops::cross_entropy_backward(
+                              t.device(), stored_dx, x, lse, ids, 7.0, s.rows, vocab, 0,
+                              t.input({static_cast<float>(2 * scale)}, ElementType::f64));
                           return Outputs{{"losses", t.read(losses)},
                                          {"logsumexp", t.read(lse)},
-                                         {"dlogits", t.read(dx)}};
+                                         {"dlogits", t.read(dx)},
+                                         {"dlogits at a stored scale", t.read(stored_dx)}};
                         });
     }
   }

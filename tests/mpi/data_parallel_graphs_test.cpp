@@ -3,9 +3,10 @@
 // the gradients and the loss in their places): after the warm-up the step is captured once and
 // replayed, and every iteration's loss, gradient norm and parameter norm are the eager DP=3
 // run's bits, with dropout (each rank's micro batches at their own dropout steps) and with the
-// fp16 loss scaler, and with the distributed optimizer (the gradients reduce-scattered into each
-// rank's shard, the updated shards gathered). Layouts whose collectives are not captured yet run
-// eagerly, saying why.
+// fp16 loss scaler, with the distributed optimizer (the gradients reduce-scattered into each
+// rank's shard, the updated shards gathered), and at TP=3 (the model's tensor-parallel
+// collectives, through the trainer's captured group). Layouts whose collectives are not
+// captured yet run eagerly, saying why.
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -101,20 +102,40 @@ TEST_CASE(
   CHECK(text.find("step: eager at iteration 3") == std::string::npos);
 }
 
+TEST_CASE(
+    "TP=3 steps replayed from graphs, with and without sequence parallelism, are the "
+    "eager run's bits") {
+  // The tensor-parallel group's collectives inside the forward and backward (the vocabulary
+  // shards' cross-entropy, sequence parallelism's gathers and scatters, the norms' gradient
+  // sums) recorded in their places; the classifier shard's backward reads its staged scale.
+  for (const bool sequence_parallel : {false, true}) {
+    CAPTURE(sequence_parallel);
+    auto a = data_parallel_arguments();
+    a.parallelism.tensor_model_parallel_size = 3;
+    a.parallelism.sequence_parallel = sequence_parallel;
+    a.run.global_batch_size = 4;
+    a.model.num_attention_heads = 3;
+    a.model.hidden_size = 24;
+    a.model.seq_length = 15;  // sequence parallelism shares it over the three ranks
+    a.model.hidden_dropout = a.model.attention_dropout = 0.1;
+    const std::string text = check_graphs_keep_the_eager_bits(a);
+    CAPTURE(text);
+    CHECK(text.find("step: graphs captured at iteration 2 on cpu (") != std::string::npos);
+    CHECK(text.find("step: eager at iteration 3") == std::string::npos);
+  }
+}
+
 TEST_CASE("over ranks, what graphs do not capture yet runs eagerly, saying why") {
   auto overlap = data_parallel_arguments();
   overlap.parallelism.overlap_grad_reduce = true;
-  auto tensor_parallel = data_parallel_arguments();
-  tensor_parallel.parallelism.tensor_model_parallel_size = 3;
-  tensor_parallel.run.global_batch_size = 4;
-  tensor_parallel.model.num_attention_heads = 3;
-  tensor_parallel.model.hidden_size = 24;
+  auto zero3 = data_parallel_arguments();
+  zero3.parallelism.zero_stage = 3;
   struct Case {
     TrainingArguments arguments;
     const char* reason;
   };
   for (const Case& c : {Case{overlap, "(--overlap-grad-reduce: its buckets"},
-                        Case{tensor_parallel, "(tensor parallelism: the collectives"}}) {
+                        Case{zero3, "(ZeRO-3: its gathers"}}) {
     CAPTURE(c.reason);
     const std::string text = check_graphs_keep_the_eager_bits(c.arguments);
     CAPTURE(text);

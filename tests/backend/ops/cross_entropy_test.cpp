@@ -340,6 +340,40 @@ TEST_CASE("the fused classifier gives the separate forward's and backward's bits
   }
 }
 
+TEST_CASE("the vocabulary shard's backward reads a stored scale when it runs") {
+  // Tensor parallelism's classifier backward in a captured step: the scale staged per micro
+  // batch, as the fused classifier's.
+  backend::CpuDevice device;
+  const int64_t rows = 3, width = 40, begin = 40;
+  const auto logits = convert<float>(random_values(rows * width, 57, 2.0));
+  const auto labels = random_ids(rows, static_cast<int32_t>(2 * width), 58);
+  std::vector<float> logsumexp = {1.5f, 2.0f, 2.5f};
+  auto run = [&](double scale, double* stored) {
+    std::vector<float> dlogits(static_cast<size_t>(rows * width));
+    auto in = logits;
+    auto lse = logsumexp;
+    auto ids = labels;
+    backend::ops::cross_entropy_backward(
+        device, backend::host_view(std::span(dlogits)), backend::host_view(std::span(in)),
+        backend::host_view(std::span(lse)), backend::host_view(std::span(ids)), scale, rows, width,
+        begin, stored == nullptr ? backend::View{} : backend::host_view(std::span(stored, 1)));
+    return dlogits;
+  };
+  double stored = 0.25;
+  CHECK(run(7.0, &stored) == run(0.25, nullptr));
+  CHECK(run(7.0, &stored) != run(7.0, nullptr));
+  float single = 0.25f;
+  std::vector<float> dlogits(static_cast<size_t>(rows * width));
+  auto in = logits;
+  auto ids = labels;
+  CHECK_THROWS_WITH_AS(
+      backend::ops::cross_entropy_backward(
+          device, backend::host_view(std::span(dlogits)), backend::host_view(std::span(in)),
+          backend::host_view(std::span(logsumexp)), backend::host_view(std::span(ids)), 1.0, rows,
+          width, begin, backend::host_view(std::span(&single, 1))),
+      doctest::Contains("cross_entropy_backward: the stored scale must be 1 f64"), common::Error);
+}
+
 TEST_CASE("the fused classifier reads a stored scale when it runs, not when it is queued") {
   // A captured step's micro batches each stage their scale at one address (the model's
   // classifier_gradient_scale, in the logits' type); the op reads it then.
