@@ -129,6 +129,8 @@ class GptModel {
   // copies) hold this rank's range of the layout, parameter_shard_range(), whose gradients
   // arrive summed over the group by the end of backward(); tensors() is the whole layout.
   bool sharded_over_data_parallel() const;
+  // The group a ZeRO-3 model is sharded over (its gathers and gradient sums), else nullptr.
+  const Communicator* sharded_data_parallel_group() const;
   ShardRange parameter_shard_range() const;  // the whole buffer when not sharded
   // After parameter_buffer() was written in place (an optimizer step): a sharded model gathers
   // the new values when it next uses them, and a mixed-precision model rewrites its working copy

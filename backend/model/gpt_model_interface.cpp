@@ -107,6 +107,11 @@ bool GptModel<Scalar>::sharded_over_data_parallel() const {
 }
 
 template <typename Scalar>
+const Communicator* GptModel<Scalar>::sharded_data_parallel_group() const {
+  return state_->store.sharded_group();
+}
+
+template <typename Scalar>
 ShardRange GptModel<Scalar>::parameter_shard_range() const {
   return state_->store.held();
 }

@@ -75,6 +75,7 @@ class ParameterStore {
   View gradients() const { return gradients_; }
   ShardRange held() const { return held_; }
   bool sharded() const { return sharded_group_ != nullptr; }
+  const Communicator* sharded_group() const { return sharded_group_; }
 
   // A tensor as the ops read it (the working copy, or the gathered unit), and its gradient (of a
   // unit whose backward is running, when sharded); an empty view for kAbsentTensor.

@@ -362,17 +362,25 @@ LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
   return local;
 }
 
-StepGradients reduce_gradients(GptModel<float>& model, Communicator& data_parallel,
-                               const GradientShard* shard, bool overlapped) {
+// The gradients the update reads once reduce_gradients has run: the whole buffer, this rank's
+// distributed-optimizer shard, or a ZeRO-3 model's own range.
+StepGradients held_gradients(const GptModel<float>& model, const GradientShard* shard) {
   const View all = model.gradient_buffer();
   const bool sharded = model.sharded_over_data_parallel();
   if (sharded && shard != nullptr) {
     common::fail("train_step: a ZeRO-3 model holds its own shard; no distributed-optimizer "
                  "shard goes with it");
   }
-  const StepGradients gradients{.held = shard != nullptr ? shard->gradients : all,
-                                .range = shard != nullptr ? shard->range : ShardRange{0, all.numel},
-                                .data_parallel_share = shard != nullptr || sharded};
+  return {.held = shard != nullptr ? shard->gradients : all,
+          .range = shard != nullptr ? shard->range : ShardRange{0, all.numel},
+          .data_parallel_share = shard != nullptr || sharded};
+}
+
+StepGradients reduce_gradients(GptModel<float>& model, Communicator& data_parallel,
+                               const GradientShard* shard, bool overlapped) {
+  const View all = model.gradient_buffer();
+  const bool sharded = model.sharded_over_data_parallel();
+  const StepGradients gradients = held_gradients(model, shard);
   if (sharded) {
     // ZeRO-3: the backward summed each unit's gradients over the group into this rank's range.
   } else if (shard != nullptr) {
@@ -507,8 +515,13 @@ std::optional<std::string> graphs_refusal(GptModel<float>& model, const TrainSte
   if (!model.pipeline_stage().whole_model()) {
     return "pipeline parallelism: its transfers between stages are not captured yet";
   }
-  if (model.sharded_over_data_parallel()) {
-    return "ZeRO-3: its gathers of each unit are not captured yet";
+  // ZeRO-3's gathers and gradient sums run inside the forward and backward, through the model's
+  // sharded group: the trainer's captured one, as tensor parallelism's.
+  if (const Communicator* sharded = model.sharded_data_parallel_group(); sharded != nullptr) {
+    if (!keeps_capture_order(*sharded)) {
+      return "ZeRO-3: the model's group does not keep a capture's order (the trainer's does)";
+    }
+    if (auto refusal = collectives_capture_refusal(*sharded, model.device())) return refusal;
   }
   if (data_parallel.size() > 1) {
     if (options.overlap_grad_reduce) {
@@ -682,15 +695,8 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
             : "the capture failed: " + graphs.refusal;
   }
   model.set_dropout_step(place.after_last_dropout_step());
-  // What reduce_gradients left the update: the whole buffer, or this rank's shard of the sums.
-  const View all = model.gradient_buffer();
   step.batch = batch;
-  step.gradients = shard != nullptr ? StepGradients{.held = shard->gradients,
-                                                    .range = shard->range,
-                                                    .data_parallel_share = true}
-                                    : StepGradients{.held = all,
-                                                    .range = ShardRange{0, all.numel},
-                                                    .data_parallel_share = false};
+  step.gradients = held_gradients(model, shard);
   step.loss_divisor = loss_divisor;
   return step;
 }

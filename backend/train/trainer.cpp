@@ -430,23 +430,34 @@ void Trainer::carve_model_and_optimizer() {
       bf16_gradient_reduction_ = make_bf16_gradient_reduction(data_parallel(), device);
     }
   }
-  if (a_.cuda_graph_impl != CudaGraphImpl::none && groups_.tensor_parallel->size() > 1) {
-    captured_tensor_parallel_ = make_captured_collectives(*groups_.tensor_parallel, device);
+  const bool zero3 = a_.parallelism.zero_stage == 3;
+  if (a_.cuda_graph_impl != CudaGraphImpl::none) {
+    if (groups_.tensor_parallel->size() > 1) {
+      captured_tensor_parallel_ = make_captured_collectives(*groups_.tensor_parallel, device);
+    }
+    if (zero3) {
+      captured_sharded_data_parallel_ = make_captured_collectives(gradient_group(), device);
+    }
+  }
+  Communicator* sharded_data_parallel = nullptr;
+  if (zero3) {
+    sharded_data_parallel =
+        captured_sharded_data_parallel_ ? captured_sharded_data_parallel_.get() : &gradient_group();
   }
   try {
     const PipelineStage stage{.pipeline_parallel = groups_.layout.pipeline_parallel,
                               .rank = coordinates_.pipeline,
                               .virtual_chunks = a_.virtual_pipeline_chunks()};
-    GptModel<float>& model = model_.emplace(
-        config_, device,
-        ModelParallelism{
-            .tensor_parallel = captured_tensor_parallel_ ? captured_tensor_parallel_.get()
-                                                         : groups_.tensor_parallel.get(),
-            .sequence_parallel = a_.parallelism.sequence_parallel,
-            .pipeline = stage,
-            .pipeline_parallel = groups_.pipeline_parallel.get(),
-            .embedding = groups_.embedding.get(),
-            .sharded_data_parallel = a_.parallelism.zero_stage == 3 ? &gradient_group() : nullptr});
+    GptModel<float>& model =
+        model_.emplace(config_, device,
+                       ModelParallelism{.tensor_parallel = captured_tensor_parallel_
+                                                               ? captured_tensor_parallel_.get()
+                                                               : groups_.tensor_parallel.get(),
+                                        .sequence_parallel = a_.parallelism.sequence_parallel,
+                                        .pipeline = stage,
+                                        .pipeline_parallel = groups_.pipeline_parallel.get(),
+                                        .embedding = groups_.embedding.get(),
+                                        .sharded_data_parallel = sharded_data_parallel});
     // The dropout masks come from --seed too; dropout_key() mixes the seed into a stream of
     // its own, unrelated to the initialisation's. Step 0 is the first micro batch's forward.
     model.init_parameters(a_.run.seed);

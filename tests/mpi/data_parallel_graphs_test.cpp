@@ -5,8 +5,9 @@
 // run's bits, with dropout (each rank's micro batches at their own dropout steps) and with the
 // fp16 loss scaler, with the distributed optimizer (the gradients reduce-scattered into each
 // rank's shard, the updated shards gathered), and at TP=3 (the model's tensor-parallel
-// collectives, through the trainer's captured group). Layouts whose collectives are not
-// captured yet run eagerly, saying why.
+// collectives, through the trainer's captured group), and with ZeRO-3 (each unit's gather and
+// gradient sum inside the forward and backward, likewise). What graphs do not capture yet runs
+// eagerly, saying why.
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -102,6 +103,16 @@ TEST_CASE(
   CHECK(text.find("step: eager at iteration 3") == std::string::npos);
 }
 
+TEST_CASE("ZeRO-3 steps replayed from graphs gather each unit and sum its gradients as eagerly") {
+  auto a = data_parallel_arguments();
+  a.parallelism.zero_stage = 3;
+  a.model.hidden_dropout = a.model.attention_dropout = 0.1;
+  const std::string text = check_graphs_keep_the_eager_bits(a);
+  CAPTURE(text);
+  CHECK(text.find("step: graphs captured at iteration 2 on cpu (") != std::string::npos);
+  CHECK(text.find("step: eager at iteration 3") == std::string::npos);
+}
+
 TEST_CASE(
     "TP=3 steps replayed from graphs, with and without sequence parallelism, are the "
     "eager run's bits") {
@@ -128,14 +139,14 @@ TEST_CASE(
 TEST_CASE("over ranks, what graphs do not capture yet runs eagerly, saying why") {
   auto overlap = data_parallel_arguments();
   overlap.parallelism.overlap_grad_reduce = true;
-  auto zero3 = data_parallel_arguments();
-  zero3.parallelism.zero_stage = 3;
+  auto per_token = data_parallel_arguments();
+  per_token.data.calculate_per_token_loss = true;
   struct Case {
     TrainingArguments arguments;
     const char* reason;
   };
   for (const Case& c : {Case{overlap, "(--overlap-grad-reduce: its buckets"},
-                        Case{zero3, "(ZeRO-3: its gathers"}}) {
+                        Case{per_token, "(--calculate-per-token-loss over data-parallel"}}) {
     CAPTURE(c.reason);
     const std::string text = check_graphs_keep_the_eager_bits(c.arguments);
     CAPTURE(text);
