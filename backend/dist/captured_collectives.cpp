@@ -51,13 +51,18 @@ class CapturedCollectives final : public Communicator {
   std::unique_ptr<PendingCollective> start_all_reduce(View values,
                                                       ReduceOperation operation) override {
     if (recording() == nullptr) return inner_.start_all_reduce(values, operation);
-    all_reduce(values, operation);
+    in_order([&inner = inner_, values, operation] {
+      inner.start_all_reduce(values, operation)->wait();
+    });
     return finished_collective();
   }
   std::unique_ptr<PendingCollective> start_exchange(
       std::span<const PointToPoint> transfers) override {
     if (recording() == nullptr) return inner_.start_exchange(transfers);
-    exchange(transfers);
+    in_order(
+        [&inner = inner_, batch = std::vector<PointToPoint>(transfers.begin(), transfers.end())] {
+          inner.start_exchange(batch)->wait();
+        });
     return finished_collective();
   }
   std::unique_ptr<PendingCollective> start_reduce_scatter(

@@ -10,8 +10,9 @@
 // call passes through.
 //
 // What a capture cannot hold is refused while capturing, naming the call: a barrier (the host
-// waits) and split(). The started calls are recorded as calls that run at once, finished
-// when they return (correct, not overlapped).
+// waits) and split(). A started call is recorded as that started call and its wait, run
+// together on replay (the inner communicator's own non-blocking collective, whose summation
+// order may differ from its blocking one's; not overlapped on the CPU).
 #pragma once
 
 #include <memory>

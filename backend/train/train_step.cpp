@@ -524,10 +524,6 @@ std::optional<std::string> graphs_refusal(GptModel<float>& model, const TrainSte
     if (auto refusal = collectives_capture_refusal(*sharded, model.device())) return refusal;
   }
   if (data_parallel.size() > 1) {
-    if (options.overlap_grad_reduce) {
-      return "--overlap-grad-reduce: its buckets' reductions during the backward are not "
-             "captured yet";
-    }
     if (shard != nullptr && options.overlap_param_gather) {
       return "--overlap-param-gather: its buckets' gathers before the forward are not captured "
              "yet";
@@ -572,19 +568,42 @@ std::unique_ptr<DeviceGraph> capture(Device& device, Work&& work, std::string& r
 void queue_staged_work(GptModel<float>& model, const AdamW::StepScalars& scalars,
                        const MicroBatchPlace& place, std::span<const float> backward_scales,
                        View gradient_factor, bool loss_scaler, const TrainStepOptions& options,
-                       Communicator& data_parallel, const GradientShard* shard) {
+                       Communicator& data_parallel, const GradientShard* shard,
+                       int64_t& gradient_buckets) {
   model.zero_gradients();
+  // --overlap-grad-reduce: the buckets' reductions start during the last micro batch's
+  // backward, as forward_backward starts them (in a GPU capture NCCL's kernels then run beside
+  // the backward's in the graph).
+  const bool overlap = overlapped_gradient_reduction(options, model, data_parallel, shard);
+  std::vector<std::unique_ptr<Communicator::PendingCollective>> pending;
+  std::optional<OverlappedReduction> overlapped;
+  if (overlap) {
+    overlapped.emplace(data_parallel, model.gradient_buffer(), shard,
+                       bucket_size_of(options, data_parallel), pending);
+  }
   {
     const LossAccumulationScope accumulating(model, scalars.loss_total,
                                              options.calculate_per_token_loss);
     for (size_t m = 0; m < backward_scales.size(); ++m) {
       model.set_dropout_step(place.dropout_step(static_cast<int64_t>(m)));
       model.forward_staged(static_cast<int64_t>(m), backward_scales[m]);
-      model.backward(backward_scales[m]);
+      if (overlapped && m + 1 == backward_scales.size()) {
+        model.set_gradients_ready(overlapped->ready());
+        model.backward(backward_scales[m]);
+        model.set_gradients_ready({});
+      } else {
+        model.backward(backward_scales[m]);
+      }
     }
   }
-  model.finalize_gradients();
-  const StepGradients gradients = reduce_gradients(model, data_parallel, shard, false);
+  if (overlapped) gradient_buckets = overlapped->finish(model.parameter_units());
+  for (const auto& reduction : pending) reduction->wait();
+  if (overlap && shard != nullptr) {
+    model.finalize_gradients(shard->gradients, shard->range);
+  } else {
+    model.finalize_gradients();
+  }
+  const StepGradients gradients = reduce_gradients(model, data_parallel, shard, overlap);
   if (data_parallel.size() > 1) data_parallel.all_reduce(scalars.loss_total, ReduceOperation::sum);
   if (!gradient_factor.empty()) ops::scale(model.device(), gradients.held, 1.0, gradient_factor);
   model_sum_of_squares(model, gradients.held, gradients.range, gradients.data_parallel_share,
@@ -667,9 +686,10 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
   }
   const std::unique_ptr<Communicator> collectives =
       make_captured_collectives(data_parallel, model.device());
+  int64_t gradient_buckets = 0;  // known where the work is queued (eagerly or captured)
   const auto work = [&] {
     queue_staged_work(model, optimizer.step_scalars(), place, backward_scales, gradient_factor,
-                      scaler.enabled(), options, *collectives, shard);
+                      scaler.enabled(), options, *collectives, shard, gradient_buckets);
   };
   QueuedStep step;
   step.staged = true;
@@ -697,6 +717,7 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
   model.set_dropout_step(place.after_last_dropout_step());
   step.batch = batch;
   step.gradients = held_gradients(model, shard);
+  step.gradient_buckets = gradient_buckets;
   step.loss_divisor = loss_divisor;
   return step;
 }

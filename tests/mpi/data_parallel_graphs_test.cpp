@@ -6,8 +6,9 @@
 // fp16 loss scaler, with the distributed optimizer (the gradients reduce-scattered into each
 // rank's shard, the updated shards gathered), and at TP=3 (the model's tensor-parallel
 // collectives, through the trainer's captured group), and with ZeRO-3 (each unit's gather and
-// gradient sum inside the forward and backward, likewise). What graphs do not capture yet runs
-// eagerly, saying why.
+// gradient sum inside the forward and backward, likewise), and with --overlap-grad-reduce's
+// buckets started during the backward. What graphs do not capture yet runs eagerly, saying
+// why.
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -103,6 +104,24 @@ TEST_CASE(
   CHECK(text.find("step: eager at iteration 3") == std::string::npos);
 }
 
+TEST_CASE(
+    "with --overlap-grad-reduce, replayed DP=3 steps start the buckets in the backward as "
+    "eagerly") {
+  // Small buckets, so that several start during the last micro batch's backward: all-reduced
+  // (DDP) or reduce-scattered into the shards (the distributed optimizer).
+  for (const bool distributed_optimizer : {false, true}) {
+    CAPTURE(distributed_optimizer);
+    auto a = data_parallel_arguments();
+    a.parallelism.overlap_grad_reduce = true;
+    a.parallelism.ddp_bucket_size = 2000;
+    a.parallelism.use_distributed_optimizer = distributed_optimizer;
+    const std::string text = check_graphs_keep_the_eager_bits(a);
+    CAPTURE(text);
+    CHECK(text.find("step: graphs captured at iteration 2 on cpu (") != std::string::npos);
+    CHECK(text.find("step: eager at iteration 3") == std::string::npos);
+  }
+}
+
 TEST_CASE("ZeRO-3 steps replayed from graphs gather each unit and sum its gradients as eagerly") {
   auto a = data_parallel_arguments();
   a.parallelism.zero_stage = 3;
@@ -137,15 +156,17 @@ TEST_CASE(
 }
 
 TEST_CASE("over ranks, what graphs do not capture yet runs eagerly, saying why") {
-  auto overlap = data_parallel_arguments();
-  overlap.parallelism.overlap_grad_reduce = true;
+  auto param_gather = data_parallel_arguments();
+  param_gather.parallelism.use_distributed_optimizer = true;
+  param_gather.parallelism.overlap_grad_reduce = true;
+  param_gather.parallelism.overlap_param_gather = true;
   auto per_token = data_parallel_arguments();
   per_token.data.calculate_per_token_loss = true;
   struct Case {
     TrainingArguments arguments;
     const char* reason;
   };
-  for (const Case& c : {Case{overlap, "(--overlap-grad-reduce: its buckets"},
+  for (const Case& c : {Case{param_gather, "(--overlap-param-gather: its buckets"},
                         Case{per_token, "(--calculate-per-token-loss over data-parallel"}}) {
     CAPTURE(c.reason);
     const std::string text = check_graphs_keep_the_eager_bits(c.arguments);
