@@ -493,6 +493,51 @@ bool overlapped_gradient_reduction(const TrainStepOptions& options, const GptMod
                                    tied_embedding_across_stages);
 }
 
+// A step's gradient reduction up to its norm, the overlapped part included: with
+// --overlap-grad-reduce (where overlapped_gradient_reduction allows it) the buckets' all-reduces
+// or reduce-scatters start during the last micro batch's backward (`during_backward()` goes to
+// it); finish() waits for them, makes the model-parallel sums (sequence parallelism's norms: on
+// the whole buffer before the data-parallel reduction, or on this rank's shard of it where the
+// buckets already reduce-scattered it) and the data-parallel reduction left to do. The eager
+// and the staged step share it, so they queue the same collectives in the same order.
+class StepGradientReduction {
+ public:
+  StepGradientReduction(GptModel<float>& model, const TrainStepOptions& options,
+                        Communicator& data_parallel, const GradientShard* shard)
+      : model_(model),
+        data_parallel_(data_parallel),
+        shard_(shard),
+        overlap_(overlapped_gradient_reduction(options, model, data_parallel, shard)) {
+    if (overlap_) {
+      overlapped_.emplace(data_parallel, model.gradient_buffer(), shard,
+                          bucket_size_of(options, data_parallel), pending_);
+    }
+  }
+  StepGradientReduction(const StepGradientReduction&) = delete;
+  StepGradientReduction& operator=(const StepGradientReduction&) = delete;
+
+  OverlappedReduction* during_backward() { return overlapped_ ? &*overlapped_ : nullptr; }
+
+  StepGradients finish() {
+    // Every reduction finished before anything reads or adds to the gradients.
+    for (const auto& reduction : pending_) reduction->wait();
+    if (overlap_ && shard_ != nullptr) {
+      model_.finalize_gradients(shard_->gradients, shard_->range);
+    } else {
+      model_.finalize_gradients();
+    }
+    return reduce_gradients(model_, data_parallel_, shard_, overlap_);
+  }
+
+ private:
+  GptModel<float>& model_;
+  Communicator& data_parallel_;
+  const GradientShard* shard_;
+  bool overlap_;
+  std::vector<std::unique_ptr<Communicator::PendingCollective>> pending_;
+  std::optional<OverlappedReduction> overlapped_;
+};
+
 // ---- captured steps (StepGraphs) ----------------------------------------------------------
 
 // Why no step of this layout and these options can be captured yet, or nothing.
@@ -574,13 +619,8 @@ void queue_staged_work(GptModel<float>& model, const AdamW::StepScalars& scalars
   // --overlap-grad-reduce: the buckets' reductions start during the last micro batch's
   // backward, as forward_backward starts them (in a GPU capture NCCL's kernels then run beside
   // the backward's in the graph).
-  const bool overlap = overlapped_gradient_reduction(options, model, data_parallel, shard);
-  std::vector<std::unique_ptr<Communicator::PendingCollective>> pending;
-  std::optional<OverlappedReduction> overlapped;
-  if (overlap) {
-    overlapped.emplace(data_parallel, model.gradient_buffer(), shard,
-                       bucket_size_of(options, data_parallel), pending);
-  }
+  StepGradientReduction reduction(model, options, data_parallel, shard);
+  OverlappedReduction* overlapped = reduction.during_backward();
   {
     const LossAccumulationScope accumulating(model, scalars.loss_total,
                                              options.calculate_per_token_loss);
@@ -597,13 +637,7 @@ void queue_staged_work(GptModel<float>& model, const AdamW::StepScalars& scalars
     }
   }
   if (overlapped) gradient_buckets = overlapped->finish(model.parameter_units());
-  for (const auto& reduction : pending) reduction->wait();
-  if (overlap && shard != nullptr) {
-    model.finalize_gradients(shard->gradients, shard->range);
-  } else {
-    model.finalize_gradients();
-  }
-  const StepGradients gradients = reduce_gradients(model, data_parallel, shard, overlap);
+  const StepGradients gradients = reduction.finish();
   if (data_parallel.size() > 1) data_parallel.all_reduce(scalars.loss_total, ReduceOperation::sum);
   if (!gradient_factor.empty()) ops::scale(model.device(), gradients.held, 1.0, gradient_factor);
   model_sum_of_squares(model, gradients.held, gradients.range, gradients.data_parallel_share,
@@ -804,29 +838,13 @@ QueuedStep queue_gradients(GptModel<float>& model, AdamW& optimizer, const Batch
   // --overlap-grad-reduce: the buckets' all-reduce (DDP) or reduce-scatter into the shards
   // (distributed optimizer) start during the backward, except in the layouts
   // overlapped_gradient_reduction leaves out (arguments.cpp warns).
-  const bool overlap = overlapped_gradient_reduction(options, model, data_parallel, shard);
-  std::vector<std::unique_ptr<Communicator::PendingCollective>> pending;
-  std::optional<OverlappedReduction> overlapped;
-  if (overlap) {
-    overlapped.emplace(data_parallel, model.gradient_buffer(), shard,
-                       bucket_size_of(options, data_parallel), pending);
-  }
-  const LocalLosses local = forward_backward(
-      model, source, batch, scaler.scale(), options, data_parallel.rank(), data_parallel.size(),
-      overlapped ? &*overlapped : nullptr, scalars.loss_total);
-  // Every reduction finished before anything reads or adds to the gradients.
-  for (const auto& reduction : pending) reduction->wait();
-  // The model-parallel sums (sequence parallelism's norms): on the whole buffer before the
-  // data-parallel reduction, or on this rank's shard of it where the buckets already
-  // reduce-scattered it.
-  if (overlap && shard != nullptr) {
-    model.finalize_gradients(shard->gradients, shard->range);
-  } else {
-    model.finalize_gradients();
-  }
+  StepGradientReduction reduction(model, options, data_parallel, shard);
+  const LocalLosses local =
+      forward_backward(model, source, batch, scaler.scale(), options, data_parallel.rank(),
+                       data_parallel.size(), reduction.during_backward(), scalars.loss_total);
   QueuedStep step;
   step.batch = batch;
-  step.gradients = reduce_gradients(model, data_parallel, shard, overlap);
+  step.gradients = reduction.finish();
   step.gradient_buckets = local.gradient_buckets;
   const StepLoss loss = reduce_loss(local, batch, options, scaler.inverse_scale(), data_parallel,
                                     model.pipeline_parallel_group(), scalars.loss_total);
