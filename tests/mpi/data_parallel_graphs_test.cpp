@@ -11,7 +11,6 @@
 // why.
 #include <doctest/doctest.h>
 
-#include <bit>
 #include <cstdint>
 #include <memory>
 #include <sstream>
@@ -22,6 +21,7 @@
 #include "backend/train/trainer.hpp"
 #include "captured_log.hpp"
 #include "mpi/mpi_test_world.hpp"
+#include "tests/backend/train/same_iterations.hpp"
 #include "tests/backend/train/tiny_gpt_arguments.hpp"
 
 using namespace backend;
@@ -39,10 +39,6 @@ TrainingResult train_on_three_ranks(TrainingArguments a) {
   return pretrain(a, out, {}, groups);
 }
 
-uint64_t bits(double value) {
-  return std::bit_cast<uint64_t>(value);
-}
-
 // `eager` trained as it is and with graphs after one warm-up step: the same bits every
 // iteration. Returns the graphs run's log.
 std::string check_graphs_keep_the_eager_bits(const TrainingArguments& eager) {
@@ -52,16 +48,7 @@ std::string check_graphs_keep_the_eager_bits(const TrainingArguments& eager) {
   graphs.cuda_graph_warmup_steps = 1;
   test_support::CapturedLog log;
   const TrainingResult replayed = train_on_three_ranks(graphs);
-  REQUIRE(replayed.iterations.size() == expected.iterations.size());
-  REQUIRE(!expected.iterations.empty());
-  for (size_t i = 0; i < expected.iterations.size(); ++i) {
-    CAPTURE(i);
-    CHECK(replayed.iterations[i].lm_loss == expected.iterations[i].lm_loss);
-    CHECK(bits(replayed.iterations[i].grad_norm) == bits(expected.iterations[i].grad_norm));
-    CHECK(replayed.iterations[i].params_norm == expected.iterations[i].params_norm);
-    CHECK(replayed.iterations[i].skipped == expected.iterations[i].skipped);
-    CHECK(replayed.iterations[i].loss_scale == expected.iterations[i].loss_scale);
-  }
+  test_support::check_same_iterations(replayed, expected);
   return log.text.str();
 }
 

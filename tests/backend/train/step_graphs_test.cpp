@@ -10,7 +10,6 @@
 // graphs do not cover yet run eagerly, saying why, with the eager run's results.
 #include <doctest/doctest.h>
 
-#include <bit>
 #include <cstdint>
 #include <span>
 #include <sstream>
@@ -20,9 +19,11 @@
 #include "backend/train/arguments.hpp"
 #include "backend/train/trainer.hpp"
 #include "captured_log.hpp"
+#include "tests/backend/train/same_iterations.hpp"
 #include "tests/backend/train/tiny_gpt_arguments.hpp"
 
 using namespace backend;
+using test_support::check_same_iterations;
 
 namespace {
 
@@ -30,25 +31,6 @@ TrainingResult train_validated(TrainingArguments a, BatchSource source = {}) {
   validate_arguments(a);
   std::ostringstream out;
   return pretrain(a, out, std::move(source));
-}
-
-uint64_t bits(double value) {
-  return std::bit_cast<uint64_t>(value);
-}
-
-// Two runs' iterations: the same bits in every logged value (a skipped overflow's norm is a
-// NaN, compared by its bits).
-void check_same_iterations(const TrainingResult& actual, const TrainingResult& expected) {
-  REQUIRE(actual.iterations.size() == expected.iterations.size());
-  for (size_t i = 0; i < expected.iterations.size(); ++i) {
-    CAPTURE(i);
-    CHECK(actual.iterations[i].lm_loss == expected.iterations[i].lm_loss);
-    CHECK(bits(actual.iterations[i].grad_norm) == bits(expected.iterations[i].grad_norm));
-    CHECK(actual.iterations[i].learning_rate == expected.iterations[i].learning_rate);
-    CHECK(actual.iterations[i].params_norm == expected.iterations[i].params_norm);
-    CHECK(actual.iterations[i].skipped == expected.iterations[i].skipped);
-    CHECK(actual.iterations[i].loss_scale == expected.iterations[i].loss_scale);
-  }
 }
 
 // A token pattern whose labels are all scored.
