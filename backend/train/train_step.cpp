@@ -573,10 +573,6 @@ std::optional<std::string> graphs_refusal(GptModel<float>& model, const TrainSte
       return "--overlap-param-gather: its buckets' gathers before the forward are not captured "
              "yet";
     }
-    if (options.calculate_per_token_loss) {
-      return "--calculate-per-token-loss over data-parallel ranks: the step's scored count is "
-             "summed on the host";
-    }
     if (auto refusal = collectives_capture_refusal(data_parallel, model.device())) return refusal;
   }
   if (options.log_num_zeros_in_grad) {
@@ -661,8 +657,8 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
   const int64_t micro_tokens = common::checked_multiply(
       options.micro_batch_size, options.seq_length, "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
-  // As forward_backward's: the loss scale (1 without a scaler) over M·D, or per token (one
-  // rank) the scale times the micro batch's scored count.
+  // As forward_backward's: the loss scale (1 without a scaler) over M·D, or per token the scale
+  // times the micro batch's scored count.
   const LossScaler& scaler = optimizer.loss_scaler();
   const double loss_scale = scaler.scale();
   const bool per_token = options.calculate_per_token_loss;
@@ -684,9 +680,12 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
         m, tokens, labels, options.micro_batch_size, options.seq_length,
         backward_scales[static_cast<size_t>(m)], static_cast<uint64_t>(place.dp_size));
   }
-  // reduce_loss's gradient factor and divisor for one rank: the loss scale's inverse, per token
-  // over the step's scored positions (the divisor then), the factor in device memory made at the
-  // first step that needs one.
+  // reduce_loss's gradient factor and divisor: the loss scale's inverse, per token over the
+  // step's scored positions (the divisor then; over data-parallel ranks their sum, a host count
+  // summed over the host channel before the step's device work, as reduce_loss sums it), the
+  // factor in device memory made at the first step that needs one.
+  double step_scored_positions = static_cast<double>(scored_positions);
+  if (per_token) step_scored_positions = all_reduce_sum(data_parallel, step_scored_positions);
   View gradient_factor;
   double loss_divisor = static_cast<double>(micro_batches * data_parallel.size());
   if (per_token || scaler.enabled()) {
@@ -700,9 +699,9 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
     gradient_factor = {graphs.gradient_factor_memory.data(), 1, ElementType::f64,
                        device.memory_kind()};
     double factor = scaler.inverse_scale();
-    if (per_token && scored_positions > 0) {
-      factor /= static_cast<double>(scored_positions);
-      loss_divisor = static_cast<double>(scored_positions);
+    if (per_token && step_scored_positions > 0) {
+      factor /= step_scored_positions;
+      loss_divisor = step_scored_positions;
     } else if (per_token) {
       loss_divisor = 1.0;
     }

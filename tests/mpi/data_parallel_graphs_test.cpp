@@ -71,6 +71,18 @@ TEST_CASE("DP=3 steps replayed from graphs are the eager DP=3 run's bits, with d
   CHECK(text.find("step: eager at iteration 3") == std::string::npos);
 }
 
+TEST_CASE("DP=3 --calculate-per-token-loss steps replayed from graphs divide by the ranks' count") {
+  // Each rank's micro batches scaled by their own counts; the summed gradients divided by the
+  // count summed over the ranks (a host sum before the step's device work). Mock data scores
+  // every label, so the counts are equal; the loss's weighting by them is checked anyway.
+  auto a = data_parallel_arguments();
+  a.data.calculate_per_token_loss = true;
+  const std::string text = check_graphs_keep_the_eager_bits(a);
+  CAPTURE(text);
+  CHECK(text.find("step: graphs captured at iteration 2 on cpu (") != std::string::npos);
+  CHECK(text.find("step: eager at iteration 3") == std::string::npos);
+}
+
 TEST_CASE("DP=3 fp16 steps replayed from graphs take each step's loss scale") {
   auto a = data_parallel_arguments();
   a.precision.fp16 = true;
@@ -147,14 +159,14 @@ TEST_CASE("over ranks, what graphs do not capture yet runs eagerly, saying why")
   param_gather.parallelism.use_distributed_optimizer = true;
   param_gather.parallelism.overlap_grad_reduce = true;
   param_gather.parallelism.overlap_param_gather = true;
-  auto per_token = data_parallel_arguments();
-  per_token.data.calculate_per_token_loss = true;
+  auto zeros = data_parallel_arguments();
+  zeros.logging.log_num_zeros_in_grad = true;
   struct Case {
     TrainingArguments arguments;
     const char* reason;
   };
   for (const Case& c : {Case{param_gather, "(--overlap-param-gather: its buckets"},
-                        Case{per_token, "(--calculate-per-token-loss over data-parallel"}}) {
+                        Case{zeros, "(--log-num-zeros-in-grad reads the step's decision"}}) {
     CAPTURE(c.reason);
     const std::string text = check_graphs_keep_the_eager_bits(c.arguments);
     CAPTURE(text);
