@@ -27,6 +27,10 @@
 #   PREBUILT=1 tests/gpu/run_gpu_checks.sh        (unpacks it and runs the checks)
 # Usage: tests/gpu/bundle_prebuilt.sh [build-dir]
 set -euo pipefail
+case "${1:-}" in
+  -h | --help) sed -n '2,/^# Usage/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -*) echo "bundle_prebuilt.sh: unknown option $1 (usage: tests/gpu/bundle_prebuilt.sh [build-dir])" >&2; exit 2 ;;
+esac
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
 cd "$root"
