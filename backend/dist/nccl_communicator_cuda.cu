@@ -544,8 +544,9 @@ class NcclCommunicator final : public Communicator {
   // captured_collectives.hpp): the communication stream joins the capture through enter()'s
   // event and leaves it through the compute stream's wait, so NCCL's call becomes a node of the
   // graph. An event recorded inside a capture is no point of the stream a thread could ask
-  // about, so the watchdog does not watch it (it watches the calls queued eagerly; a replayed
-  // collective that hangs is the next eager wait's, or the step's read's, to notice).
+  // about, so the watchdog does not watch it: it watches the calls queued eagerly only. A
+  // replayed collective is not watched (a gap: a peer that dies during a replay leaves this rank
+  // in the step's read, cudaEventSynchronize, until the job's time limit; docs/step_on_device.md).
   bool capturing() const {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     CUDA_CHECK(cudaStreamIsCapturing(compute_stream_, &status));
