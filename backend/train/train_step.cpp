@@ -278,6 +278,20 @@ LocalLosses pipeline_forward_backward(GptModel<float>& model, const BatchSource&
   return local;
 }
 
+// A micro batch's backward; given `overlapped` (--overlap-grad-reduce, the step's last micro
+// batch) each bucket's reduction starts as soon as the backward has finished its units (the
+// earlier micro batches only accumulate, as under Megatron's no_sync).
+void backward_of_micro_batch(GptModel<float>& model, float backward_scale,
+                             OverlappedReduction* overlapped) {
+  if (overlapped == nullptr) {
+    model.backward(backward_scale);
+    return;
+  }
+  model.set_gradients_ready(overlapped->ready());
+  model.backward(backward_scale);
+  model.set_gradients_ready({});
+}
+
 // The whole model on this rank: each micro batch's forward and backward in turn.
 LocalLosses sequential_forward_backward(GptModel<float>& model, const BatchSource& source,
                                         const MicroBatchPlace& place,
@@ -299,17 +313,8 @@ LocalLosses sequential_forward_backward(GptModel<float>& model, const BatchSourc
         per_token ? static_cast<float>(loss_scale) * static_cast<float>(scored) : mean_scale;
     model.forward(tokens, labels, options.micro_batch_size, options.seq_length, backward_scale);
     local.scored_positions += scored;
-    // --overlap-grad-reduce: in the last micro batch each bucket's reduction starts as soon as
-    // the backward has finished its units (the earlier micro batches only accumulate, as under
-    // Megatron's no_sync).
-    const bool last = m + 1 == place.batch.num_micro_batches;
-    if (last && overlapped != nullptr) {
-      model.set_gradients_ready(overlapped->ready());
-      model.backward(backward_scale);
-      model.set_gradients_ready({});
-    } else {
-      model.backward(backward_scale);
-    }
+    backward_of_micro_batch(model, backward_scale,
+                            m + 1 == place.batch.num_micro_batches ? overlapped : nullptr);
   }
   return local;
 }
@@ -623,13 +628,8 @@ void queue_staged_work(GptModel<float>& model, const AdamW::StepScalars& scalars
     for (size_t m = 0; m < backward_scales.size(); ++m) {
       model.set_dropout_step(place.dropout_step(static_cast<int64_t>(m)));
       model.forward_staged(static_cast<int64_t>(m), backward_scales[m]);
-      if (overlapped && m + 1 == backward_scales.size()) {
-        model.set_gradients_ready(overlapped->ready());
-        model.backward(backward_scales[m]);
-        model.set_gradients_ready({});
-      } else {
-        model.backward(backward_scales[m]);
-      }
+      backward_of_micro_batch(model, backward_scales[m],
+                              m + 1 == backward_scales.size() ? overlapped : nullptr);
     }
   }
   if (overlapped) gradient_buckets = overlapped->finish(model.parameter_units());
