@@ -20,6 +20,7 @@ class CapturedCollectives final : public Communicator {
   int64_t size() const override { return inner_.size(); }
   std::string name() const override { return inner_.name(); }
   bool queued_on_device() const override { return inner_.queued_on_device(); }
+  void watch_queued_work(const std::string& what) override { inner_.watch_queued_work(what); }
 
   void all_reduce(View values, ReduceOperation operation) override {
     in_order([&inner = inner_, values, operation] { inner.all_reduce(values, operation); });

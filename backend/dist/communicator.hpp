@@ -60,6 +60,14 @@ class Communicator {
   // the host waiting (NCCL's, on the device's streams), so that a GPU's stream capture can
   // hold them (captured_collectives.hpp); not those the host stages through host memory.
   virtual bool queued_on_device() const { return false; }
+  // Hands the work queued on the device's compute stream so far to the watchdog of this group's
+  // queued collectives, as one more of them named `what` ("the collectives of a replayed
+  // step's forward and backward"): how a replayed graph that holds collectives
+  // (captured_collectives.hpp) is watched, since its calls were queued at capture, where no
+  // thread can ask about them. The rank ends when that work fails or outlives the timeout, as
+  // for an eager call. Nothing for a communicator the host waits for (its own watchdog bounds
+  // each call), or whose calls queue nothing (one process).
+  virtual void watch_queued_work(const std::string& what) { (void)what; }
 
   // values = op over the members' values, on every member.
   virtual void all_reduce(View values, ReduceOperation operation) = 0;

@@ -157,6 +157,19 @@ class NcclCommunicator final : public Communicator {
   int64_t size() const override { return size_; }
   std::string name() const override { return name_; }
   bool queued_on_device() const override { return true; }
+  // An event after the compute stream's work so far (a replayed graph and the collectives it
+  // holds), watched as this group's collectives are: NCCL's asynchronous error of this
+  // communicator is asked too, and a peer that died inside the replay ends this rank after the
+  // timeout rather than leaving it in the step's read. Outside a capture only (a replay is).
+  void watch_queued_work(const std::string& what) override {
+    if (watchdog_ == nullptr || capturing()) return;
+    cudaEvent_t event = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    std::shared_ptr<CUevent_st> done(event, [](cudaEvent_t e) { (void)cudaEventDestroy(e); });
+    CUDA_CHECK(cudaEventRecord(event, compute_stream_));
+    watch_until(fmt::format("{} (through the {} group's communicator)", what, name_),
+                std::move(done));
+  }
 
   void all_reduce(View values, ReduceOperation operation) override {
     const char* call = "ncclAllReduce";
@@ -501,9 +514,12 @@ class NcclCommunicator final : public Communicator {
   // NCCL's asynchronous error until the collective has completed, and ends this rank when it
   // fails or outlives the timeout (queued_collective_watchdog.hpp).
   void watch(const char* call, std::shared_ptr<CUevent_st> done) {
+    watch_until(fmt::format("{} in the {} group", call, name_), std::move(done));
+  }
+  void watch_until(std::string description, std::shared_ptr<CUevent_st> done) {
     const ncclComm_t comm = comm_;
     const int device = device_;
-    watchdog_->watch({fmt::format("{} in the {} group", call, name_),
+    watchdog_->watch({std::move(description),
                       this,
                       [done, comm, device] {
                         QueuedCollectiveWatchdog::State state;
@@ -544,9 +560,8 @@ class NcclCommunicator final : public Communicator {
   // captured_collectives.hpp): the communication stream joins the capture through enter()'s
   // event and leaves it through the compute stream's wait, so NCCL's call becomes a node of the
   // graph. An event recorded inside a capture is no point of the stream a thread could ask
-  // about, so the watchdog does not watch it: it watches the calls queued eagerly only. A
-  // replayed collective is not watched (a gap: a peer that dies during a replay leaves this rank
-  // in the step's read, cudaEventSynchronize, until the job's time limit; docs/step_on_device.md).
+  // about, so the watchdog does not watch it: a replayed graph is watched whole instead, by
+  // watch_queued_work after each replay.
   bool capturing() const {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     CUDA_CHECK(cudaStreamIsCapturing(compute_stream_, &status));

@@ -231,6 +231,9 @@ class RoutedCommunicator final : public Communicator {
   int64_t size() const override { return host_path_->size(); }
   std::string name() const override { return host_path_->name(); }
   bool queued_on_device() const override { return device_path_->queued_on_device(); }
+  void watch_queued_work(const std::string& what) override {
+    device_path_->watch_queued_work(what);
+  }
 
   void all_reduce(View values, ReduceOperation operation) override {
     route({values}, "all_reduce").all_reduce(values, operation);

@@ -108,6 +108,7 @@ class Bf16GradientReduction final : public Communicator {
   int64_t size() const override { return group_.size(); }
   std::string name() const override { return group_.name(); }
   bool queued_on_device() const override { return group_.queued_on_device(); }
+  void watch_queued_work(const std::string& what) override { group_.watch_queued_work(what); }
 
   void all_reduce(View values, ReduceOperation operation) override {
     if (!reduced_in_bf16(values)) {

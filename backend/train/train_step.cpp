@@ -642,6 +642,14 @@ void queue_staged_work(GptModel<float>& model, const AdamW::StepScalars& scalars
                    scalars.sum_of_squares, options.clip_grad);
 }
 
+// A graph replayed, then handed to the watchdog of the collectives it holds: they were queued
+// at capture, where nothing watches them (Communicator::watch_queued_work). One event after the
+// replay covers every group's calls in it (the groups share the world's watchdog).
+void replay_watched(DeviceGraph& graph, Communicator& data_parallel, const char* what) {
+  graph.replay();
+  data_parallel.watch_queued_work(what);
+}
+
 // queue_gradients under StepGraphs for a layout they cover: the micro batches read and staged,
 // then the step's device work replayed, captured (and replayed) or queued eagerly.
 QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
@@ -726,13 +734,14 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
   };
   QueuedStep step;
   step.staged = true;
+  constexpr const char* kGradientsGraph = "a replayed step's forward and backward";
   if (graphs.gradients) {
-    graphs.gradients->replay();
+    replay_watched(*graphs.gradients, data_parallel, kGradientsGraph);
     step.execution = StepExecution::replayed;
   } else if (graphs.refusal.empty() && graphs.eager_steps >= graphs.warmup_steps) {
     graphs.gradients = capture(model.device(), work, graphs.refusal);
     if (graphs.gradients) {
-      graphs.gradients->replay();
+      replay_watched(*graphs.gradients, data_parallel, kGradientsGraph);
       step.execution = StepExecution::captured;
       step.execution_note = fmt::format("forward and backward {} nodes", graphs.gradients->nodes());
     } else {
@@ -776,12 +785,13 @@ void queue_staged_update(QueuedStep& step, GptModel<float>& model, AdamW& optimi
     if (shard != nullptr) collectives->all_gather(parameters, updated);
     if (options.log_params_norm) queue_params_sum_of_squares(model, *collectives, scalars);
   };
+  constexpr const char* kUpdateGraph = "a replayed step's update";
   if (graphs != nullptr && step.execution == StepExecution::replayed && graphs->update) {
-    graphs->update->replay();
+    replay_watched(*graphs->update, data_parallel, kUpdateGraph);
   } else if (graphs != nullptr && step.execution == StepExecution::captured) {
     graphs->update = capture(model.device(), work, graphs->refusal);
     if (graphs->update) {
-      graphs->update->replay();
+      replay_watched(*graphs->update, data_parallel, kUpdateGraph);
       step.execution_note += fmt::format(", update {} nodes", graphs->update->nodes());
     } else {
       work();
@@ -825,6 +835,10 @@ QueuedStep queue_gradients(GptModel<float>& model, AdamW& optimizer, const Batch
     eager_reason = graphs->unavailable.empty()
                        ? graphs_refusal(model, options, data_parallel, shard)
                        : graphs->unavailable;
+    // A capture records one device's work: an update on another would run at capture time.
+    if (!eager_reason && &optimizer.device() != &model.device()) {
+      eager_reason = "the optimizer's state is on another device object than the model's";
+    }
     if (!eager_reason) {
       return queue_staged_gradients(model, optimizer, source, batch, options, data_parallel, shard,
                                     *graphs);

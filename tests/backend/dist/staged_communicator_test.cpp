@@ -50,6 +50,7 @@ class RecordingCommunicator final : public Communicator {
   void receive(View, int64_t) override { note("receive"); }
   void exchange(std::span<const PointToPoint>) override { note("exchange"); }
   void barrier() override { note("barrier"); }
+  void watch_queued_work(const std::string&) override { note("watch_queued_work"); }
   std::unique_ptr<Communicator> split(int64_t, int64_t, std::string) override {
     note("split");
     return std::make_unique<RecordingCommunicator>(route_, log_, 0, 2);
@@ -100,6 +101,7 @@ TEST_CASE("a routed communicator sends GPU memory the device way and host memory
       {.direction = PointToPoint::Direction::receive, .values = gpu_view(4), .peer = 0, .tag = 0}};
   routed->exchange(batch);
   routed->barrier();
+  routed->watch_queued_work("a replayed step's update");
   const std::unique_ptr<Communicator> half = routed->split(1, 1, "half");
   half->all_reduce(gpu_view(1), ReduceOperation::sum);
   CHECK(half->size() == 2);
@@ -107,8 +109,8 @@ TEST_CASE("a routed communicator sends GPU memory the device way and host memory
                    "device all_reduce", "host all_reduce", "device reduce_scatter",
                    "device start_reduce_scatter", "device all_gather", "host all_gather",
                    "device start_all_gather", "host broadcast", "device send", "host receive",
-                   "device all_gather", "device exchange", "host barrier", "device split",
-                   "host split", "device all_reduce"});
+                   "device all_gather", "device exchange", "host barrier",
+                   "device watch_queued_work", "device split", "host split", "device all_reduce"});
 }
 
 TEST_CASE("a routed call mixing GPU and host memory, or routes of two groups, are refused") {

@@ -8,7 +8,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "backend/common/error.hpp"
@@ -226,6 +229,103 @@ TEST_CASE("the next step's gradients queued before this step is read give the sa
                                         options, *one_process);
   CHECK_THROWS_WITH_AS(finish_step(unqueued, ahead.model, ahead.optimizer, ahead.scheduler),
                        "finish_step: the step's update was not queued", common::Error);
+}
+
+namespace {
+
+// A data-parallel group of one that notes what it is asked to watch
+// (Communicator::watch_queued_work); its collectives are the single process's.
+class WatchNotingGroup final : public Communicator {
+ public:
+  int64_t rank() const override { return 0; }
+  int64_t size() const override { return 1; }
+  std::string name() const override { return inner_->name(); }
+  bool queued_on_device() const override { return true; }
+  void watch_queued_work(const std::string& what) override { watched.push_back(what); }
+  void all_reduce(View values, ReduceOperation operation) override {
+    inner_->all_reduce(values, operation);
+  }
+  void reduce_scatter(View output, View input) override { inner_->reduce_scatter(output, input); }
+  void all_gather(View output, View input) override { inner_->all_gather(output, input); }
+  void broadcast(View values, int64_t root) override { inner_->broadcast(values, root); }
+  void send(View values, int64_t peer) override { inner_->send(values, peer); }
+  void receive(View values, int64_t peer) override { inner_->receive(values, peer); }
+  void exchange(std::span<const PointToPoint> transfers) override { inner_->exchange(transfers); }
+  void barrier() override { inner_->barrier(); }
+  std::unique_ptr<PendingCollective> start_reduce_scatter(
+      View output, View input, std::span<const int64_t> counts) override {
+    return inner_->start_reduce_scatter(output, input, counts);
+  }
+  std::unique_ptr<PendingCollective> start_all_gather(View output, View input,
+                                                      std::span<const int64_t> counts) override {
+    return inner_->start_all_gather(output, input, counts);
+  }
+  std::unique_ptr<Communicator> split(int64_t color, int64_t key, std::string name) override {
+    return inner_->split(color, key, std::move(name));
+  }
+
+  std::vector<std::string> watched;
+
+ private:
+  std::unique_ptr<Communicator> inner_ = make_single_process_communicator("data parallel");
+};
+
+}  // namespace
+
+TEST_CASE("each replayed graph is handed to the collectives' watchdog; eager steps are not") {
+  // The collectives inside a graph were queued at capture, where no watchdog thread can ask
+  // about them: after each replay the group watches the device's work so far instead (the NCCL
+  // communicator records an event and watches it with --distributed-timeout-minutes).
+  TinyTraining eager(step_arguments());
+  // The model and the optimizer on one device, whose capture records them both (as the
+  // trainer's; TinyTraining's optimizer has a device of its own).
+  CpuDevice device;
+  GptModel<float> model(eager.model.config(), device);
+  model.init_parameters(eager.arguments.run.seed);
+  std::vector<ParameterGroup> groups;
+  for (const auto& tensor : model.tensors()) {
+    groups.push_back({tensor.offset, tensor.numel, tensor.weight_decay});
+  }
+  AdamW optimizer(eager.optimizer.config(), groups, eager.optimizer.numel(), device);
+  LearningRateScheduler scheduler(learning_rate_schedule(eager.arguments));
+  const TrainStepOptions options = train_step_options(eager.arguments);
+  StepGraphs graphs;
+  graphs.warmup_steps = 1;
+  WatchNotingGroup group;
+  std::vector<std::vector<std::string>> watched_per_step;
+  for (int64_t k = 0; k < 4; ++k) {
+    const GlobalBatch batch{.first_sample = 4 * k, .global_batch_size = 4, .num_micro_batches = 2};
+    group.watched.clear();
+    QueuedStep step =
+        queue_gradients(model, optimizer, eager.source(), batch, options, group, nullptr, &graphs);
+    queue_update(step, model, optimizer, scheduler, options, group, nullptr, 1.0, &graphs);
+    const StepExecution execution = step.execution;
+    const TrainStepResult result = finish_step(step, model, optimizer, scheduler);
+    CAPTURE(k);
+    CHECK(execution == (k == 0 ? StepExecution::eager
+                               : (k == 1 ? StepExecution::captured : StepExecution::replayed)));
+    watched_per_step.push_back(group.watched);
+    const TrainStepResult expected = eager.step(batch);
+    CHECK(result.lm_loss == expected.lm_loss);
+  }
+  const std::vector<std::string> replayed = {"a replayed step's forward and backward",
+                                             "a replayed step's update"};
+  CHECK(watched_per_step[0].empty());
+  CHECK(watched_per_step[1] == replayed);  // captured, then replayed once
+  CHECK(watched_per_step[2] == replayed);
+  CHECK(watched_per_step[3] == replayed);
+  CHECK(std::ranges::equal(model.parameters(), eager.model.parameters()));
+  // TinyTraining's optimizer, on a device other than its model's, is not captured: a capture
+  // records one device's work, and the update would run at capture time instead.
+  TinyTraining two_devices(step_arguments());
+  StepGraphs refused;
+  refused.warmup_steps = 0;
+  const GlobalBatch batch{.first_sample = 0, .global_batch_size = 4, .num_micro_batches = 2};
+  QueuedStep step = queue_gradients(two_devices.model, two_devices.optimizer, two_devices.source(),
+                                    batch, options, group, nullptr, &refused);
+  CHECK(step.execution == StepExecution::eager);
+  CHECK(step.execution_note ==
+        "the optimizer's state is on another device object than the model's");
 }
 
 TEST_CASE("the step reports the rate its update used — the scheduler moves on by the global batch") {
