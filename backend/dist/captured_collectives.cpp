@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <functional>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -51,38 +53,29 @@ class CapturedCollectives final : public Communicator {
 
   std::unique_ptr<PendingCollective> start_all_reduce(View values,
                                                       ReduceOperation operation) override {
-    if (recording() == nullptr) return inner_.start_all_reduce(values, operation);
-    in_order([&inner = inner_, values, operation] {
-      inner.start_all_reduce(values, operation)->wait();
-    });
-    return finished_collective();
+    return started(
+        [&inner = inner_, values, operation] { return inner.start_all_reduce(values, operation); });
   }
   std::unique_ptr<PendingCollective> start_exchange(
       std::span<const PointToPoint> transfers) override {
-    if (recording() == nullptr) return inner_.start_exchange(transfers);
-    in_order(
+    return started(
         [&inner = inner_, batch = std::vector<PointToPoint>(transfers.begin(), transfers.end())] {
-          inner.start_exchange(batch)->wait();
+          return inner.start_exchange(batch);
         });
-    return finished_collective();
   }
   std::unique_ptr<PendingCollective> start_reduce_scatter(
       View output, View input, std::span<const int64_t> counts) override {
-    if (recording() == nullptr) return inner_.start_reduce_scatter(output, input, counts);
-    in_order([&inner = inner_, output, input,
-              parts = std::vector<int64_t>(counts.begin(), counts.end())] {
-      inner.start_reduce_scatter(output, input, parts)->wait();
+    return started([&inner = inner_, output, input,
+                    parts = std::vector<int64_t>(counts.begin(), counts.end())] {
+      return inner.start_reduce_scatter(output, input, parts);
     });
-    return finished_collective();
   }
   std::unique_ptr<PendingCollective> start_all_gather(View output, View input,
                                                       std::span<const int64_t> counts) override {
-    if (recording() == nullptr) return inner_.start_all_gather(output, input, counts);
-    in_order([&inner = inner_, output, input,
-              parts = std::vector<int64_t>(counts.begin(), counts.end())] {
-      inner.start_all_gather(output, input, parts)->wait();
+    return started([&inner = inner_, output, input,
+                    parts = std::vector<int64_t>(counts.begin(), counts.end())] {
+      return inner.start_all_gather(output, input, parts);
     });
-    return finished_collective();
   }
 
   std::unique_ptr<Communicator> split(int64_t, int64_t, std::string) override {
@@ -103,6 +96,63 @@ class CapturedCollectives final : public Communicator {
       call();
     }
   }
+
+  // A started call: recorded as two calls of the recording, the start in its place and the
+  // wait where the caller waits (RecordedStart), so that the replay overlaps what the eager
+  // step overlaps and waits where it waits; else started now.
+  using Handle = std::shared_ptr<std::unique_ptr<PendingCollective>>;
+  template <typename Start>
+  std::unique_ptr<PendingCollective> started(Start start) {
+    HostOpRecording* host = recording();
+    if (host == nullptr) return start();
+    auto handle = std::make_shared<std::unique_ptr<PendingCollective>>();
+    host->add([handle, start] { *handle = start(); });
+    return std::make_unique<RecordedStart>(device_, *host, std::move(handle), inner_.name());
+  }
+
+  // The pending half of a recorded start: wait() records the wait of the call the replay
+  // started (and releases it), in the same recording; a wait after that recording ended is
+  // refused (the replay would never wait for it), and one dropped unwaited records its wait
+  // where it was dropped, as a dropped pending call finishes.
+  class RecordedStart final : public PendingCollective {
+   public:
+    RecordedStart(Device& device, HostOpRecording& recording, Handle handle, std::string group)
+        : device_(device),
+          recording_(recording),
+          handle_(std::move(handle)),
+          group_(std::move(group)) {}
+    ~RecordedStart() override {
+      if (!waited_ && device_.host_recording() == &recording_) record_wait();
+    }
+    RecordedStart(const RecordedStart&) = delete;
+    RecordedStart& operator=(const RecordedStart&) = delete;
+    void wait() override {
+      if (waited_) return;
+      if (device_.host_recording() != &recording_) {
+        common::fail(
+            "a collective of the {} group started in a capture was waited for after the "
+            "capture ended; its wait belongs to the captured work",
+            group_);
+      }
+      record_wait();
+    }
+
+   private:
+    void record_wait() {
+      waited_ = true;
+      recording_.add([handle = handle_] {
+        if (*handle) {
+          (*handle)->wait();
+          handle->reset();
+        }
+      });
+    }
+    Device& device_;
+    HostOpRecording& recording_;
+    Handle handle_;
+    std::string group_;
+    bool waited_ = false;
+  };
 
   void refuse_while_capturing(const char* call) const {
     if (device_.capturing()) {

@@ -10,9 +10,11 @@
 // call passes through.
 //
 // What a capture cannot hold is refused while capturing, naming the call: a barrier (the host
-// waits) and split(). A started call is recorded as that started call and its wait, run
-// together on replay (the inner communicator's own non-blocking collective, whose summation
-// order may differ from its blocking one's; not overlapped on the CPU).
+// waits) and split(). On the CPU device a started call is recorded as the inner
+// communicator's own started call in its place and its wait where the caller waits (the
+// non-blocking collective, whose summation order may differ from its blocking one's), so a
+// replay overlaps and waits where the eager step does: a pipeline's overlapped transfers post
+// ahead of the computes between, as the schedule says.
 #pragma once
 
 #include <memory>

@@ -124,6 +124,9 @@ class GptModel {
   const std::vector<ParameterTensor>& tensors() const;
   Communicator& tensor_parallel_group() const;
   Communicator& pipeline_parallel_group() const;
+  // The group a tied word embedding's two gradients are summed over (finalize_gradients) where
+  // its two uses sit on two pipeline stages, else nullptr.
+  const Communicator* embedding_group() const;
   // ZeRO-3: whether the parameters and gradients are sharded over the data-parallel group. Then
   // the flat buffers below (parameter_buffer(), gradient_buffer(), parameters(), the host
   // copies) hold this rank's range of the layout, parameter_shard_range(), whose gradients
@@ -214,8 +217,9 @@ class GptModel {
   // `backward_scale`. forward_staged(index, backward_scale) copies the ids into the
   // activations on the device and runs the forward reading those values from the staged
   // memory, which a capture can hold (the same work and bits as forward() after the copy); it
-  // refuses a micro batch staged for another dropout step, mode or backward scale. A whole
-  // model only. stage_micro_batch returns the labels' scored positions.
+  // refuses a micro batch staged for another dropout step, mode or backward scale. forward_staged
+  // runs a whole model; a pipeline stage's staged micro batches run through
+  // forward_chunk_staged. stage_micro_batch returns the labels' scored positions.
   int64_t stage_micro_batch(int64_t index, std::span<const int32_t> tokens,
                             std::span<const int32_t> labels, int64_t batch_size, int64_t seq_length,
                             std::optional<Scalar> backward_scale = std::nullopt,
@@ -277,6 +281,13 @@ class GptModel {
   Scalar forward_chunk(int64_t slot, int64_t chunk, std::span<const int32_t> tokens,
                        std::span<const int32_t> labels,
                        std::optional<Scalar> backward_scale = std::nullopt);
+  // forward_chunk of micro batch `index` as stage_micro_batch staged it (a pipeline stage may
+  // stage too), for a captured step: its chunk 0 forward copies the staged ids into the slot and
+  // points the slot at the staged dropout keys, count and classifier scale (refused when staged
+  // for another dropout step or backward scale, as forward_staged); its later chunks find them
+  // in the slot. `backward_scale` is the micro batch's (the fused classifier's on the last
+  // virtual stage).
+  Scalar forward_chunk_staged(int64_t slot, int64_t chunk, int64_t index, Scalar backward_scale);
   void backward_chunk(int64_t slot, int64_t chunk, Scalar grad_scale);
   View chunk_input(int64_t slot, int64_t chunk) const;
   View chunk_output(int64_t slot, int64_t chunk) const;

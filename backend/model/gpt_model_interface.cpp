@@ -167,6 +167,11 @@ Communicator& GptModel<Scalar>::pipeline_parallel_group() const {
 }
 
 template <typename Scalar>
+const Communicator* GptModel<Scalar>::embedding_group() const {
+  return state_->tied_copies() ? state_->embedding_group : nullptr;
+}
+
+template <typename Scalar>
 const std::vector<BufferRange>& GptModel<Scalar>::gradient_norm_ranges() const {
   return state_->norm_ranges;
 }
@@ -235,10 +240,13 @@ void start_whole_model_forward(State& s, const char* what) {
 }
 
 // Then the micro batch's shape and ids checked and its shape reserved: its scored positions.
+// A pipeline stage may stage its micro batches (`whole_model_only` false): their forwards are
+// the schedule's forward_chunk_staged.
 template <typename State>
 int64_t start_micro_batch(State& s, const char* what, std::span<const int32_t> tokens,
-                          std::span<const int32_t> labels, int64_t batch_size, int64_t seq_length) {
-  start_whole_model_forward(s, what);
+                          std::span<const int32_t> labels, int64_t batch_size, int64_t seq_length,
+                          bool whole_model_only = true) {
+  if (whole_model_only || s.stage.whole_model()) start_whole_model_forward(s, what);
   check_micro_batch_shape(s.config, batch_size, seq_length);
   check_token_ids(s.config, tokens, batch_size, seq_length);
   const int64_t scored_positions = check_labels(s.config, labels, batch_size, seq_length);
@@ -272,7 +280,7 @@ int64_t GptModel<Scalar>::stage_micro_batch(int64_t index, std::span<const int32
                                             uint64_t dropout_step_stride) {
   State& s = *state_;
   const int64_t scored_positions =
-      start_micro_batch(s, "stage_micro_batch", tokens, labels, batch_size, seq_length);
+      start_micro_batch(s, "stage_micro_batch", tokens, labels, batch_size, seq_length, false);
   // The masks of the index-th forward from now: each training forward advances the step (by
   // the stride, where ranks take turns).
   const uint64_t steps_ahead =
@@ -404,6 +412,9 @@ Scalar GptModel<Scalar>::forward_chunk(int64_t slot, int64_t chunk, std::span<co
   s.check_slot(slot, chunk, "forward_chunk");
   MicroBatchBuffers& buffers = s.micro_batches.slot(slot);
   buffers.forward_done[static_cast<size_t>(chunk)] = false;
+  // A micro batch's first chunk here: the slot's values staged for an earlier step's micro
+  // batch are not this one's (a middle stage uploads nothing that would drop them).
+  if (chunk == 0) buffers.forget_staged_values();
   if (s.first_virtual_stage(chunk)) {
     check_token_ids(s.config, tokens, s.batch_size(), s.seq_length());
     s.micro_batches.upload_tokens(buffers, tokens);
@@ -413,6 +424,30 @@ Scalar GptModel<Scalar>::forward_chunk(int64_t slot, int64_t chunk, std::span<co
     s.micro_batches.upload_labels(buffers, labels);
   }
   return s.forward_chunk(slot, chunk, backward_scale);
+}
+
+template <typename Scalar>
+Scalar GptModel<Scalar>::forward_chunk_staged(int64_t slot, int64_t chunk, int64_t index,
+                                              Scalar backward_scale) {
+  State& s = *state_;
+  s.check_slot(slot, chunk, "forward_chunk_staged");
+  MicroBatchBuffers& buffers = s.micro_batches.slot(slot);
+  buffers.forward_done[static_cast<size_t>(chunk)] = false;
+  // The set's ids and values go into the slot at the micro batch's first chunk here; its later
+  // chunks find them there (a slot holds one micro batch until its backward).
+  if (chunk == 0) {
+    s.micro_batches.take_staged(
+        buffers, index, {.training = s.training, .seed = s.dropout_seed, .step = s.dropout_step},
+        static_cast<double>(backward_scale));
+  } else if (!s.micro_batches.holds_staged(buffers, index)) {
+    common::fail(
+        "GptModel::forward_chunk_staged(slot {}, chunk {}): the slot does not hold staged micro "
+        "batch {}; its chunk 0 forward takes it first",
+        slot, chunk, index);
+  }
+  return s.forward_chunk(
+      slot, chunk,
+      s.last_virtual_stage(chunk) ? std::optional<Scalar>(backward_scale) : std::nullopt);
 }
 
 template <typename Scalar>

@@ -242,6 +242,11 @@ void MicroBatchActivations::take_staged(MicroBatchBuffers& buffers, int64_t inde
   buffers.stored_classifier_scale = set.scalars.slice(1, 1);
 }
 
+bool MicroBatchActivations::holds_staged(const MicroBatchBuffers& buffers, int64_t index) const {
+  return index >= 0 && index < staged_count() && !buffers.dropout_keys.empty() &&
+         buffers.dropout_keys.data == staged_[static_cast<size_t>(index)].dropout_keys.data;
+}
+
 namespace {
 
 template <typename Narrow, typename Scalar>

@@ -131,14 +131,15 @@ class MicroBatchActivations {
   // does) into memory of their own, one set per micro batch of the step, made when an index is
   // first staged; take_staged then copies a set's ids into a slot on the device, which a
   // capture can hold where an upload cannot, and points the slot's stored values at the set's.
-  // The sets go with the shape (reserve). A whole model's only (its micro batch has tokens and
-  // labels).
+  // The sets go with the shape (reserve).
   void stage(int64_t index, std::span<const int32_t> tokens, std::span<const int32_t> labels,
              const StagedForward& staged, std::span<const uint64_t> dropout_keys);
   // common::Error when the set was staged for another forward or backward scale than
   // `forward`'s (its masks or its gradient would not be that forward's).
   void take_staged(MicroBatchBuffers& buffers, int64_t index, const ForwardDropout& forward,
                    std::optional<double> backward_scale);
+  // Whether `buffers` took set `index` last (take_staged) and kept its values since.
+  bool holds_staged(const MicroBatchBuffers& buffers, int64_t index) const;
   int64_t staged_count() const { return std::ssize(staged_); }
   // Counts the reserves that carved new memory: a captured step holds the addresses of one
   // generation's buffers and must not be replayed over another's.

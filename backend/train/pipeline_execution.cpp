@@ -145,14 +145,19 @@ double run_pipeline_steps(GptModel<Scalar>& model, const std::vector<PipelineSte
     }
     const bool embeds = stage.first() && step.chunk == 0;
     const bool scores = stage.last() && step.chunk == last_chunk;
-    if (embeds || scores) micro_batches.read(step.micro_batch, tokens, labels);
     if (micro_batches.dropout_step) {
       model.set_dropout_step(micro_batches.dropout_step(step.micro_batch));
     }
-    // The scoring chunk computes the head's gradient with its loss (the fused classifier).
-    const double loss = model.forward_chunk(
-        slot, step.chunk, tokens, labels,
-        scores && trains ? std::optional<Scalar>(backward_scale()) : std::nullopt);
+    double loss = 0;
+    if (micro_batches.staged) {
+      loss = model.forward_chunk_staged(slot, step.chunk, step.micro_batch, backward_scale());
+    } else {
+      if (embeds || scores) micro_batches.read(step.micro_batch, tokens, labels);
+      // The scoring chunk computes the head's gradient with its loss (the fused classifier).
+      loss = model.forward_chunk(
+          slot, step.chunk, tokens, labels,
+          scores && trains ? std::optional<Scalar>(backward_scale()) : std::nullopt);
+    }
     // The weight is read after the forward: the read above is what gives it (the labels).
     loss_sum += micro_batches.loss_weight ? loss * micro_batches.loss_weight(step.micro_batch) : loss;
   }

@@ -33,6 +33,10 @@ struct PipelineMicroBatches {
   // micro batch's backward of each chunk completes it (GptModel::set_gradients_ready); empty:
   // nothing told.
   std::function<void(BufferRange)> last_gradients_ready{};
+  // The micro batches were staged (GptModel::stage_micro_batch, index m, each for its backward
+  // scale): each forward takes micro batch m's staged inputs (forward_chunk_staged) and nothing
+  // is read (`read` may be empty), for a captured step (train_step.cpp).
+  bool staged = false;
 };
 
 // Forward only (evaluation, Megatron's forward_only): every micro batch through the stage's

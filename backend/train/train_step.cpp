@@ -562,8 +562,25 @@ std::optional<std::string> graphs_refusal(GptModel<float>& model, const TrainSte
       return refusal;
     }
   }
+  // A pipeline's schedule transfers, the loss's broadcast from the last stage and the norm's
+  // sums run through the model's pipeline group, a tied embedding's gradient sum through its
+  // embedding group: the trainer's captured ones, as tensor parallelism's.
   if (!model.pipeline_stage().whole_model()) {
-    return "pipeline parallelism: its transfers between stages are not captured yet";
+    if (!keeps_capture_order(model.pipeline_parallel_group())) {
+      return "pipeline parallelism: the model's group does not keep a capture's order (the "
+             "trainer's does)";
+    }
+    if (auto refusal =
+            collectives_capture_refusal(model.pipeline_parallel_group(), model.device())) {
+      return refusal;
+    }
+    if (const Communicator* embedding = model.embedding_group(); embedding != nullptr) {
+      if (!keeps_capture_order(*embedding)) {
+        return "a word embedding tied over pipeline stages: the model's embedding group does not "
+               "keep a capture's order (the trainer's does)";
+      }
+      if (auto refusal = collectives_capture_refusal(*embedding, model.device())) return refusal;
+    }
   }
   // ZeRO-3's gathers and gradient sums run inside the forward and backward, through the model's
   // sharded group: the trainer's captured one, as tensor parallelism's.
@@ -601,6 +618,31 @@ std::unique_ptr<DeviceGraph> capture(Device& device, Work&& work, std::string& r
   }
 }
 
+// pipeline_forward_backward over staged micro batches: the same schedule, each forward taking
+// micro batch m's staged inputs (forward_chunk_staged), its backward at backward_scales[m]
+// (the mean's scale, or per token the loss scale times its count: the product
+// pipeline_forward_backward forms, staged as it is).
+void staged_pipeline_forward_backward(GptModel<float>& model, const MicroBatchPlace& place,
+                                      const TrainStepOptions& options,
+                                      std::span<const float> backward_scales,
+                                      OverlappedReduction* overlapped) {
+  const PipelineStage& stage = model.pipeline_stage();
+  PipelineMicroBatches inputs{
+      .count = std::ssize(backward_scales),
+      .read = {},
+      .dropout_step = [&](int64_t m) { return place.dropout_step(m); },
+      // Each micro batch's scale as its weight over a scale of 1 (the losses add up on the
+      // device, by their staged counts, not by this weight).
+      .loss_weight =
+          [&](int64_t m) { return static_cast<double>(backward_scales[static_cast<size_t>(m)]); },
+      .staged = true};
+  if (overlapped != nullptr) inputs.last_gradients_ready = overlapped->ready();
+  run_pipeline_steps(model,
+                     pipeline_schedule(stage.pipeline_parallel, stage.rank, stage.virtual_chunks,
+                                       inputs.count, options.overlap_p2p_communication),
+                     inputs, 1.0F, options.micro_batch_size, options.seq_length);
+}
+
 // The device work of a staged step, which the gradients' graph holds: queue_gradients' (the
 // same ops and collectives in the same order, so the same bits) for one rank or data-parallel
 // ranks (Megatron's DDP: the gradients all-reduced; the distributed optimizer: reduce-scattered
@@ -625,16 +667,23 @@ void queue_staged_work(GptModel<float>& model, const AdamW::StepScalars& scalars
   {
     const LossAccumulationScope accumulating(model, scalars.loss_total,
                                              options.calculate_per_token_loss);
-    for (size_t m = 0; m < backward_scales.size(); ++m) {
-      model.set_dropout_step(place.dropout_step(static_cast<int64_t>(m)));
-      model.forward_staged(static_cast<int64_t>(m), backward_scales[m]);
-      backward_of_micro_batch(model, backward_scales[m],
-                              m + 1 == backward_scales.size() ? overlapped : nullptr);
+    if (model.pipeline_stage().whole_model()) {
+      for (size_t m = 0; m < backward_scales.size(); ++m) {
+        model.set_dropout_step(place.dropout_step(static_cast<int64_t>(m)));
+        model.forward_staged(static_cast<int64_t>(m), backward_scales[m]);
+        backward_of_micro_batch(model, backward_scales[m],
+                                m + 1 == backward_scales.size() ? overlapped : nullptr);
+      }
+    } else {
+      staged_pipeline_forward_backward(model, place, options, backward_scales, overlapped);
     }
   }
   if (overlapped) gradient_buckets = overlapped->finish(model.parameter_units());
   const StepGradients gradients = reduction.finish();
+  // reduce_loss's device part: summed over the group, then the last stage's to every stage.
   if (data_parallel.size() > 1) data_parallel.all_reduce(scalars.loss_total, ReduceOperation::sum);
+  Communicator& pipeline = model.pipeline_parallel_group();
+  if (pipeline.size() > 1) pipeline.broadcast(scalars.loss_total, pipeline.size() - 1);
   if (!gradient_factor.empty()) ops::scale(model.device(), gradients.held, 1.0, gradient_factor);
   model_sum_of_squares(model, gradients.held, gradients.range, gradients.data_parallel_share,
                        data_parallel, scalars, scalars.sum_of_squares);

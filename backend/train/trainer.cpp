@@ -435,10 +435,19 @@ void Trainer::carve_model_and_optimizer() {
     if (groups_.tensor_parallel->size() > 1) {
       captured_tensor_parallel_ = make_captured_collectives(*groups_.tensor_parallel, device);
     }
+    if (groups_.pipeline_parallel->size() > 1) {
+      captured_pipeline_parallel_ = make_captured_collectives(*groups_.pipeline_parallel, device);
+      captured_embedding_ = make_captured_collectives(*groups_.embedding, device);
+    }
     if (zero3) {
       captured_sharded_data_parallel_ = make_captured_collectives(gradient_group(), device);
     }
   }
+  // The captured group where there is one, else the group itself.
+  const auto held = [](const std::unique_ptr<Communicator>& captured,
+                       const std::unique_ptr<Communicator>& group) {
+    return captured ? captured.get() : group.get();
+  };
   Communicator* sharded_data_parallel = nullptr;
   if (zero3) {
     sharded_data_parallel =
@@ -448,16 +457,15 @@ void Trainer::carve_model_and_optimizer() {
     const PipelineStage stage{.pipeline_parallel = groups_.layout.pipeline_parallel,
                               .rank = coordinates_.pipeline,
                               .virtual_chunks = a_.virtual_pipeline_chunks()};
-    GptModel<float>& model =
-        model_.emplace(config_, device,
-                       ModelParallelism{.tensor_parallel = captured_tensor_parallel_
-                                                               ? captured_tensor_parallel_.get()
-                                                               : groups_.tensor_parallel.get(),
-                                        .sequence_parallel = a_.parallelism.sequence_parallel,
-                                        .pipeline = stage,
-                                        .pipeline_parallel = groups_.pipeline_parallel.get(),
-                                        .embedding = groups_.embedding.get(),
-                                        .sharded_data_parallel = sharded_data_parallel});
+    GptModel<float>& model = model_.emplace(
+        config_, device,
+        ModelParallelism{
+            .tensor_parallel = held(captured_tensor_parallel_, groups_.tensor_parallel),
+            .sequence_parallel = a_.parallelism.sequence_parallel,
+            .pipeline = stage,
+            .pipeline_parallel = held(captured_pipeline_parallel_, groups_.pipeline_parallel),
+            .embedding = held(captured_embedding_, groups_.embedding),
+            .sharded_data_parallel = sharded_data_parallel});
     // The dropout masks come from --seed too; dropout_key() mixes the seed into a stream of
     // its own, unrelated to the initialisation's. Step 0 is the first micro batch's forward.
     model.init_parameters(a_.run.seed);

@@ -173,10 +173,13 @@ class Trainer {
   // --grad-reduce-in-bf16's view of the data-parallel group (gradient_group()): made with the
   // device, before the model that may shard over it.
   std::unique_ptr<Communicator> bf16_gradient_reduction_;
-  // --cuda-graph-impl with tensor parallelism or ZeRO-3: the model's tensor-parallel and sharded
-  // groups through make_captured_collectives, so that a captured step holds their collectives
-  // in their places (made before the model, which holds them).
+  // --cuda-graph-impl with tensor or pipeline parallelism or ZeRO-3: the model's
+  // tensor-parallel, pipeline, embedding and sharded groups through make_captured_collectives,
+  // so that a captured step holds their collectives in their places (made before the model,
+  // which holds them).
   std::unique_ptr<Communicator> captured_tensor_parallel_;
+  std::unique_ptr<Communicator> captured_pipeline_parallel_;
+  std::unique_ptr<Communicator> captured_embedding_;
   std::unique_ptr<Communicator> captured_sharded_data_parallel_;
   // Everything the run keeps on the device, carved once; no step allocates.
   std::optional<GptModel<float>> model_;

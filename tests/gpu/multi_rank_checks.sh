@@ -4,7 +4,8 @@
 # docs/parallelism.md "Collectives and memory") for DP=2, DP=4, the distributed optimizer,
 # ZeRO-3, TP=2 with sequence parallelism, PP=2, PP=2 interleaved (its transfers overlapped) and
 # TP=2 x PP=2 in bf16, TP=2 in fp16 (its loss scaling), DP=2 and ZeRO-1 with --grad-reduce-in-bf16, and TP=2 and PP=2 in fp32, each
-# against one rank's losses in the same precision
+# against one rank's losses in the same precision; where NCCL runs two ranks, DP=2 and PP=2
+# interleaved over it, each also captured in CUDA graphs (the eager run's bits)
 # (16-bit TP sums its partial outputs in bf16 over the ranks: Open MPI's sums of 16-bit floats
 # are taken in fp32 and rounded once); then DP=2 over NCCL, started by mpirun
 # and torchrun-style (no MPI: the TCP rendezvous), which NCCL refuses when the ranks share one
@@ -154,6 +155,16 @@ if run dp2_bf16_nccl 2 --bf16 --distributed-backend nccl; then
     --cuda-graph-impl local
   grep -q "step: graphs captured at iteration" "$out/dp2_bf16_nccl_graphs.log" ||
     { echo "dp2_bf16_nccl_graphs: no capture"; status=1; }
+  # And a pipeline: PP=2 interleaved (overlapped transfers), eagerly and captured (NCCL's sends
+  # and receives inside the graph).
+  check pp2_interleaved_bf16_nccl 2 one_rank_bf16_4_layers "$bf16_tolerance" --bf16 \
+    --num-layers 4 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 \
+    --distributed-backend nccl
+  check pp2_interleaved_bf16_nccl_graphs 2 pp2_interleaved_bf16_nccl 0 --bf16 --num-layers 4 \
+    --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 \
+    --distributed-backend nccl --cuda-graph-impl local
+  grep -q "step: graphs captured at iteration" "$out/pp2_interleaved_bf16_nccl_graphs.log" ||
+    { echo "pp2_interleaved_bf16_nccl_graphs: no capture"; status=1; }
 elif [ "$device" = cuda ] && grep -qi "duplicate GPU\|--distributed-backend gloo runs" "$out/dp2_bf16_nccl.log"; then
   echo "dp2_bf16_nccl: refused by NCCL with the ranks sharing one GPU (recorded, not a failure):"
   grep -i -m 2 "nccl" "$out/dp2_bf16_nccl.log"

@@ -7,8 +7,9 @@
 // rank's shard, the updated shards gathered), and at TP=3 (the model's tensor-parallel
 // collectives, through the trainer's captured group), and with ZeRO-3 (each unit's gather and
 // gradient sum inside the forward and backward, likewise), and with --overlap-grad-reduce's
-// buckets started during the backward. What graphs do not capture yet runs eagerly, saying
-// why.
+// buckets started during the backward, and at PP=3 (the schedule's transfers, overlapped or
+// not, through the trainer's captured pipeline group). What graphs do not capture yet runs
+// eagerly, saying why.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -147,6 +148,29 @@ TEST_CASE(
     a.model.hidden_size = 24;
     a.model.seq_length = 15;  // sequence parallelism shares it over the three ranks
     a.model.hidden_dropout = a.model.attention_dropout = 0.1;
+    const std::string text = check_graphs_keep_the_eager_bits(a);
+    CAPTURE(text);
+    CHECK(text.find("step: graphs captured at iteration 2 on cpu (") != std::string::npos);
+    CHECK(text.find("step: eager at iteration 3") == std::string::npos);
+  }
+}
+
+TEST_CASE(
+    "PP=3 steps replayed from graphs, 1F1B and interleaved with overlapped transfers, are the "
+    "eager run's bits") {
+  // The schedule's transfers between stages (each overlapped post and its wait recorded in
+  // their places), the tied embedding's gradient sum over the first and last stage, the loss's
+  // broadcast from the last stage and the norm's sums over the stages; each stage's micro
+  // batches staged with their dropout keys and scales.
+  for (const bool interleaved : {false, true}) {
+    CAPTURE(interleaved);
+    auto a = data_parallel_arguments();
+    a.parallelism.pipeline_model_parallel_size = 3;
+    a.model.num_layers = interleaved ? 6 : 3;
+    // Megatron's default with interleaving: the transfers overlapped (post, compute, wait).
+    if (interleaved) a.parallelism.num_layers_per_virtual_pipeline_stage = 1;
+    a.model.hidden_dropout = a.model.attention_dropout = 0.1;
+    a.data.calculate_per_token_loss = interleaved;
     const std::string text = check_graphs_keep_the_eager_bits(a);
     CAPTURE(text);
     CHECK(text.find("step: graphs captured at iteration 2 on cpu (") != std::string::npos);
