@@ -437,6 +437,22 @@ StepLoss reduce_loss(const LocalLosses& local, const GlobalBatch& batch,
   return loss;
 }
 
+// What an update writes. The model's parameters are the fp32 master weights. A whole model's
+// bf16 or fp16 working copy is written in the same pass; a distributed optimizer's rank updates
+// its range only, and the copy is remade from the gathered parameters before the next forward.
+struct UpdateTarget {
+  View parameters;    // the whole flat buffer
+  View updated;       // the range this rank updates
+  View working_copy;  // written with it, or empty
+};
+UpdateTarget update_target(GptModel<float>& model, const GradientShard* shard) {
+  const View parameters = model.parameter_buffer();
+  if (shard != nullptr) {
+    return {parameters, parameters.slice(shard->range.offset, shard->range.numel), View{}};
+  }
+  return {parameters, parameters, model.working_copy_buffer()};
+}
+
 // Clip, count the zeros (--log-num-zeros-in-grad), AdamW over the held range, the parameters
 // back to every rank. `control`: the device's decision (ops::decide_step), which gives the
 // clipping factor and may skip the update there; empty where the caller clipped already.
@@ -444,13 +460,7 @@ void apply_update(GptModel<float>& model, AdamW& optimizer, const LearningRateSc
                   const StepGradients& gradients, const TrainStepOptions& options,
                   Communicator& data_parallel, const GradientShard* shard, double learning_rate,
                   View control) {
-  // The model's parameters are the fp32 master weights. A whole model's bf16 or fp16 working
-  // copy is written in the same pass; a distributed optimizer's rank updates its range only,
-  // and the copy is remade from the gathered parameters before the next forward.
-  const View parameters = model.parameter_buffer();
-  const View updated =
-      shard != nullptr ? parameters.slice(shard->range.offset, shard->range.numel) : parameters;
-  const View working_copy = shard != nullptr ? View{} : model.working_copy_buffer();
+  const auto [parameters, updated, working_copy] = update_target(model, shard);
   optimizer.step(updated, working_copy, gradients.held, learning_rate, scheduler.weight_decay(),
                  1.0, control);
   // Every rank's range back to every rank (Megatron's parameter all-gather): at once, or with
@@ -822,10 +832,7 @@ void queue_staged_update(QueuedStep& step, GptModel<float>& model, AdamW& optimi
                          Communicator& data_parallel, const GradientShard* shard,
                          StepGraphs* graphs) {
   const AdamW::StepScalars scalars = optimizer.step_scalars();
-  const View parameters = model.parameter_buffer();
-  const View updated =
-      shard != nullptr ? parameters.slice(shard->range.offset, shard->range.numel) : parameters;
-  const View working_copy = shard != nullptr ? View{} : model.working_copy_buffer();
+  const auto [parameters, updated, working_copy] = update_target(model, shard);
   optimizer.stage_step(step.learning_rate, scheduler.weight_decay());
   const std::unique_ptr<Communicator> collectives =
       make_captured_collectives(data_parallel, model.device());
