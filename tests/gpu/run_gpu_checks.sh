@@ -20,7 +20,12 @@
 # BENCH_SHAPES (default all three) size the training benchmark, SERVING_TOKENS (16) and
 # SERVING_REQUESTS (100) the serving one (serving_bench.sh with DEVICE=cuda). TEST_TIMEOUT (test_gpu, default
 # 900 s), SANITIZER_TIMEOUT (each compute-sanitizer step, default 300 s) and BENCH_RUN_TIMEOUT
-# (each benchmark run) bound the steps, so a hang still leaves the other steps' results.
+# (each benchmark run) bound the steps, so a hang still leaves the other steps' results;
+# MULTI_RANK_TIMEOUT (default 600 s) the multi-rank checks as a whole.
+# SKIP lists steps to leave out, so that the checks can be split over two calls of a lent
+# machine's budget: any of test_gpu, torch_dist, multi_rank, sanitizer, op_profile, bench,
+# attention, serving (e.g. SKIP="torch_dist multi_rank serving" for issue 39's call, then
+# SKIP="sanitizer" without BENCH for issue 40's). An unknown name is refused.
 # Exit status: 0 when every step passed. Steps keep going after a failure so one run reports
 # everything.
 set -u
@@ -41,6 +46,15 @@ step() {  # step NAME COMMAND...: runs it with its output in $out/NAME.log, note
   [ $rc -eq 0 ] || status=1
   return $rc
 }
+
+known_steps=" test_gpu torch_dist multi_rank sanitizer op_profile bench attention serving "
+for skipped in ${SKIP:-}; do
+  if [[ "$known_steps" != *" $skipped "* ]]; then
+    echo "SKIP names '$skipped', which is no step; the steps are:$known_steps" >&2
+    exit 2
+  fi
+done
+wanted() { [[ " ${SKIP:-} " != *" $1 "* ]] || { note "$1: skipped (SKIP)"; return 1; }; }
 
 note "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 if command -v nvidia-smi >/dev/null; then
@@ -118,8 +132,10 @@ if [ "${PREBUILT:-0}" = 1 ]; then
     note "build: skipped (PREBUILT=1, build/bin/test_gpu)"
   fi
   probe
-  step test_gpu timeout "${TEST_TIMEOUT:-900}" build/bin/test_gpu --duration=true
-  grep -E "test cases:|assertions:|ERROR" "$out/test_gpu.log" | tee -a "$summary"
+  if wanted test_gpu; then
+    step test_gpu timeout "${TEST_TIMEOUT:-900}" build/bin/test_gpu --duration=true
+    grep -E "test cases:|assertions:|ERROR" "$out/test_gpu.log" | tee -a "$summary"
+  fi
 else
   if [ ! -f build/build.ninja ]; then
     step configure cmake --preset release || { tail -30 "$out/configure.log"; exit 1; }
@@ -128,28 +144,37 @@ else
   [ "${BENCH:-0}" = 1 ] && targets+=(op_profile_bench attention_bench text_generation_server)
   step build cmake --build build -j16 --target "${targets[@]}" || { tail -60 "$out/build.log"; exit 1; }
   probe
-  step ctest ctest --test-dir build -L gpu --output-on-failure --timeout "${TEST_TIMEOUT:-600}"
-  grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | tee -a "$summary"
+  if wanted test_gpu; then
+    step ctest ctest --test-dir build -L gpu --output-on-failure --timeout "${TEST_TIMEOUT:-600}"
+    grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/ctest.log" | tee -a "$summary"
+  fi
 fi
 
 note "mpirun: ${MPIRUN:-none}$([ "$MPIRUN" = "$PWD/.gpu-bundle/openmpi/bin/mpirun" ] && echo " (the bundle's Open MPI)")"
 
 # Megatron core's torch_dist both ways under this machine's PyTorch 2.x (issue 41; CI's is 1.13).
-PYTHON="${PYTHON:-python3}" step torch_dist tests/gpu/torch_dist_with_pytorch.sh build/bin
-grep -E "^PyTorch|passed$" "$out/torch_dist.log" | tee -a "$summary"
+if wanted torch_dist; then
+  PYTHON="${PYTHON:-python3}" step torch_dist tests/gpu/torch_dist_with_pytorch.sh build/bin
+  grep -E "^PyTorch|passed$" "$out/torch_dist.log" | tee -a "$summary"
+fi
 
 # Several ranks sharing this GPU (issue 40): --distributed-backend gloo for DP, the distributed
 # optimizer, TP + SP and PP against one rank's losses; DP=2 over NCCL (refused where NCCL
 # refuses two ranks on one GPU, which is recorded).
-if [ -n "$MPIRUN" ]; then
-  step multi_rank tests/gpu/multi_rank_checks.sh build/bin "$MPIRUN" "$out/multi_rank"
+if ! wanted multi_rank; then
+  :
+elif [ -n "$MPIRUN" ]; then
+  step multi_rank timeout "${MULTI_RANK_TIMEOUT:-600}" tests/gpu/multi_rank_checks.sh build/bin \
+    "$MPIRUN" "$out/multi_rank"
   grep -E "^[a-z0-9_]+: |^step time|multi-rank checks" "$out/multi_rank.log" | tee -a "$summary"
 else
   note "multi-rank checks: skipped (no mpirun here and none in the bundle)"
 fi
 
 sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
-if [ -n "$sanitizer" ]; then
+if ! wanted sanitizer; then
+  :
+elif [ -n "$sanitizer" ]; then
   # A few cases each: the sanitizers slow kernels down by orders of magnitude (racecheck took
   # 154 s over the attention op test on an H100, 7 s over the tiny GPT-2 model, which runs the
   # same attention kernels); the tensor-core attention's small case has two tiles.
@@ -176,21 +201,29 @@ if [ "${BENCH:-0}" = 1 ]; then
   else
     note "nsys: not found; the op profile's CUDA events per op stand for the timeline"
   fi
-  step op_profile timeout "${BENCH_RUN_TIMEOUT:-600}" "${profile[@]}"
-  grep -A 25 "cuda_gpu_kern_sum" "$out/op_profile.log" | head -30 >>"$summary" || true
-  tail -n 40 "$out/op_profile.log" >>"$summary"
-  # shellcheck disable=SC2086  # BENCH_SHAPES is a list of names
-  OUT="$out/bench" step bench tests/bench/gpu_vs_pytorch_bench.sh build "${BENCH_ITERATIONS:-20}" \
-    ${BENCH_SHAPES:-}
-  tee -a "$summary" <"$out/bench/bench_table.md" 2>/dev/null
+  if wanted op_profile; then
+    step op_profile timeout "${BENCH_RUN_TIMEOUT:-600}" "${profile[@]}"
+    grep -A 25 "cuda_gpu_kern_sum" "$out/op_profile.log" | head -30 >>"$summary" || true
+    tail -n 40 "$out/op_profile.log" >>"$summary"
+  fi
+  if wanted bench; then
+    # shellcheck disable=SC2086  # BENCH_SHAPES is a list of names
+    OUT="$out/bench" step bench tests/bench/gpu_vs_pytorch_bench.sh build \
+      "${BENCH_ITERATIONS:-20}" ${BENCH_SHAPES:-}
+    tee -a "$summary" <"$out/bench/bench_table.md" 2>/dev/null
+  fi
   # Attention alone (issue 39: within 10 % of PyTorch's SDPA): ours under auto and flash.
-  OUT="$out/bench" step attention tests/bench/attention_vs_sdpa_bench.sh build \
-    "${ATTENTION_REPETITIONS:-20}"
-  tee -a "$summary" <"$out/bench/attention_table.md" 2>/dev/null
+  if wanted attention; then
+    OUT="$out/bench" step attention tests/bench/attention_vs_sdpa_bench.sh build \
+      "${ATTENTION_REPETITIONS:-20}"
+    tee -a "$summary" <"$out/bench/attention_table.md" 2>/dev/null
+  fi
   # Serving (issue 13): text_generation_server against the PyTorch KV-cache server on the GPU.
-  DEVICE=cuda PYTHON=python3 OUT="$out/bench" step serving timeout "${BENCH_RUN_TIMEOUT:-1800}" \
-    tests/bench/serving_bench.sh build "${SERVING_TOKENS:-16}" "${SERVING_REQUESTS:-100}"
-  tee -a "$summary" <"$out/bench/serving_table.md" 2>/dev/null
+  if wanted serving; then
+    DEVICE=cuda PYTHON=python3 OUT="$out/bench" step serving timeout "${BENCH_RUN_TIMEOUT:-1800}" \
+      tests/bench/serving_bench.sh build "${SERVING_TOKENS:-16}" "${SERVING_REQUESTS:-100}"
+    tee -a "$summary" <"$out/bench/serving_table.md" 2>/dev/null
+  fi
 fi
 
 note "overall: $([ $status -eq 0 ] && echo passed || echo FAILED) (logs in $out)"
