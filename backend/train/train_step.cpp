@@ -832,13 +832,14 @@ void queue_staged_update(QueuedStep& step, GptModel<float>& model, AdamW& optimi
                          Communicator& data_parallel, const GradientShard* shard,
                          StepGraphs* graphs) {
   const AdamW::StepScalars scalars = optimizer.step_scalars();
-  const auto [parameters, updated, working_copy] = update_target(model, shard);
+  // Named, not bound: a lambda captures the struct (clang refuses captured bindings).
+  const UpdateTarget target = update_target(model, shard);
   optimizer.stage_step(step.learning_rate, scheduler.weight_decay());
   const std::unique_ptr<Communicator> collectives =
       make_captured_collectives(data_parallel, model.device());
   const auto work = [&] {
-    optimizer.queue_step(updated, working_copy, step.gradients.held, scalars.control);
-    if (shard != nullptr) collectives->all_gather(parameters, updated);
+    optimizer.queue_step(target.updated, target.working_copy, step.gradients.held, scalars.control);
+    if (shard != nullptr) collectives->all_gather(target.parameters, target.updated);
     if (options.log_params_norm) queue_params_sum_of_squares(model, *collectives, scalars);
   };
   constexpr const char* kUpdateGraph = "a replayed step's update";
@@ -856,7 +857,7 @@ void queue_staged_update(QueuedStep& step, GptModel<float>& model, AdamW& optimi
   } else {
     work();
   }
-  model.parameters_updated(/*working_copy_written=*/!working_copy.empty());
+  model.parameters_updated(/*working_copy_written=*/!target.working_copy.empty());
 }
 
 }  // namespace
