@@ -292,11 +292,24 @@ void backward_of_micro_batch(GptModel<float>& model, float backward_scale,
   model.set_gradients_ready({});
 }
 
+// A micro batch's backward scale: the loss scale (1 without a scaler) over the global batch's
+// M·D micro batches (without a scaler exactly 1/(M·D); a power-of-two scale multiplies it
+// exactly), or with --calculate-per-token-loss the loss scale times its scored positions (the
+// model's backward is of its mean, so scale × count makes it the sum's: exactly, a power of two
+// times an integer below 2^24, divided by that integer). The eager and the staged step's one.
+float micro_batch_backward_scale(double loss_scale, const TrainStepOptions& options,
+                                 int64_t scored_positions, int64_t micro_batches, int64_t dp_size) {
+  if (options.calculate_per_token_loss) {
+    return static_cast<float>(loss_scale) * static_cast<float>(scored_positions);
+  }
+  return static_cast<float>(loss_scale) / static_cast<float>(micro_batches * dp_size);
+}
+
 // The whole model on this rank: each micro batch's forward and backward in turn.
 LocalLosses sequential_forward_backward(GptModel<float>& model, const BatchSource& source,
                                         const MicroBatchPlace& place,
                                         const TrainStepOptions& options, double loss_scale,
-                                        float mean_scale, OverlappedReduction* overlapped) {
+                                        OverlappedReduction* overlapped) {
   const int64_t micro_tokens = common::checked_multiply(
       options.micro_batch_size, options.seq_length, "--micro-batch-size × --seq-length");
   std::vector<int32_t> tokens(micro_tokens), labels(micro_tokens);
@@ -306,11 +319,10 @@ LocalLosses sequential_forward_backward(GptModel<float>& model, const BatchSourc
     model.set_dropout_step(place.dropout_step(m));
     source(Split::train, place.first_sample(m), options.micro_batch_size, tokens, labels);
     const int64_t scored = per_token ? scored_label_count(labels) : 0;
-    // Per token: the model's backward is of its mean, so scale × count makes it the sum's
-    // (exactly: a power of two times an integer below 2^24, divided by that integer). Known
-    // before the forward, which therefore computes the head's gradient too (fused classifier).
-    const float backward_scale =
-        per_token ? static_cast<float>(loss_scale) * static_cast<float>(scored) : mean_scale;
+    // Known before the forward, which therefore computes the head's gradient too (fused
+    // classifier).
+    const float backward_scale = micro_batch_backward_scale(
+        loss_scale, options, scored, place.batch.num_micro_batches, place.dp_size);
     model.forward(tokens, labels, options.micro_batch_size, options.seq_length, backward_scale);
     local.scored_positions += scored;
     backward_of_micro_batch(model, backward_scale,
@@ -345,10 +357,6 @@ LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
                              const TrainStepOptions& options, int64_t dp_rank, int64_t dp_size,
                              OverlappedReduction* overlapped, View loss_total) {
   const LossAccumulationScope accumulating(model, loss_total, options.calculate_per_token_loss);
-  // Without a scaler (scale 1) the mean's factor is 1/num_micro_batches exactly as before; a
-  // power-of-two scale multiplies it exactly.
-  const float mean_scale =
-      static_cast<float>(loss_scale) / static_cast<float>(batch.num_micro_batches * dp_size);
   const MicroBatchPlace place{.batch = batch,
                               .micro_batch_size = options.micro_batch_size,
                               .dp_rank = dp_rank,
@@ -356,11 +364,12 @@ LocalLosses forward_backward(GptModel<float>& model, const BatchSource& source,
                               .first_dropout_step = model.dropout_step()};
   LocalLosses local =
       model.pipeline_stage().whole_model()
-          ? sequential_forward_backward(model, source, place, options, loss_scale, mean_scale,
-                                        overlapped)
+          ? sequential_forward_backward(model, source, place, options, loss_scale, overlapped)
           : pipeline_forward_backward(
                 model, source, place, options,
-                options.calculate_per_token_loss ? static_cast<float>(loss_scale) : mean_scale,
+                // Per token the schedule weighs each micro batch by its count.
+                micro_batch_backward_scale(loss_scale, options, 1, batch.num_micro_batches,
+                                           dp_size),
                 overlapped);
   if (overlapped != nullptr) local.gradient_buckets = overlapped->finish(model.parameter_units());
   model.set_dropout_step(place.after_last_dropout_step());
@@ -409,32 +418,40 @@ struct StepLoss {
   double gradient_factor = 1;
 };
 
+// The host's part, from the global batch's scored positions where --calculate-per-token-loss
+// counts them (Megatron's finalize_model_grads with num_tokens: they divide the summed
+// gradients, and the logged loss is the token losses' sum over the same count; none scored
+// divides by nothing), else the mean over the micro batches, averaged over the group. The
+// eager and the staged step's one.
+StepLoss step_loss(const TrainStepOptions& options, int64_t micro_batches, int64_t dp_size,
+                   double inverse_loss_scale, double global_scored_positions) {
+  StepLoss loss{.divisor = 1, .gradient_factor = inverse_loss_scale};
+  if (!options.calculate_per_token_loss) {
+    loss.divisor = static_cast<double>(micro_batches) * static_cast<double>(dp_size);
+  } else if (global_scored_positions > 0) {
+    loss.divisor = global_scored_positions;
+    loss.gradient_factor /= global_scored_positions;
+  }
+  return loss;
+}
+
 StepLoss reduce_loss(const LocalLosses& local, const GlobalBatch& batch,
                      const TrainStepOptions& options, double inverse_loss_scale,
                      Communicator& data_parallel, Communicator& pipeline, View loss_total) {
   if (data_parallel.size() > 1) data_parallel.all_reduce(loss_total, ReduceOperation::sum);
   if (pipeline.size() > 1) pipeline.broadcast(loss_total, pipeline.size() - 1);
-  StepLoss loss{.divisor = 1, .gradient_factor = inverse_loss_scale};
+  double scored_positions = 0;
   if (options.calculate_per_token_loss) {
-    // Megatron's finalize_model_grads with num_tokens: the global batch's scored positions
-    // (the last stage's count to every stage, summed over the data-parallel group; a count the
-    // host holds, over the host channel) divide the summed gradients; the logged loss is the
-    // token losses' sum over the same count.
-    double scored_positions = static_cast<double>(local.scored_positions);
+    // The last stage's count to every stage, summed over the data-parallel group (a count the
+    // host holds, over the host channel).
+    scored_positions = static_cast<double>(local.scored_positions);
     if (pipeline.size() > 1) {
       pipeline.broadcast(host_view(std::span(&scored_positions, 1)), pipeline.size() - 1);
     }
     scored_positions = all_reduce_sum(data_parallel, scored_positions);
-    if (scored_positions > 0) {
-      loss.divisor = scored_positions;
-      loss.gradient_factor /= scored_positions;
-    }
-  } else {
-    // The mean over the micro batches, averaged over the group.
-    loss.divisor =
-        static_cast<double>(batch.num_micro_batches) * static_cast<double>(data_parallel.size());
   }
-  return loss;
+  return step_loss(options, batch.num_micro_batches, data_parallel.size(), inverse_loss_scale,
+                   scored_positions);
 }
 
 // What an update writes. The model's parameters are the fp32 master weights. A whole model's
@@ -729,9 +746,7 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
   const LossScaler& scaler = optimizer.loss_scaler();
   const double loss_scale = scaler.scale();
   const bool per_token = options.calculate_per_token_loss;
-  const float mean_scale =
-      static_cast<float>(loss_scale) / static_cast<float>(micro_batches * data_parallel.size());
-  std::vector<float> backward_scales(static_cast<size_t>(micro_batches), mean_scale);
+  std::vector<float> backward_scales(static_cast<size_t>(micro_batches));
   int64_t scored_positions = 0;
   // Each micro batch staged for its forward's dropout step: this rank's m-th, D steps apart.
   model.set_dropout_step(place.dropout_step(0));
@@ -739,10 +754,9 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
     source(Split::train, place.first_sample(m), options.micro_batch_size, tokens, labels);
     // Per token the scale is the count, needed before staging (as sequential_forward_backward
     // counts before its forward); otherwise staging's own count serves.
-    if (per_token) {
-      backward_scales[static_cast<size_t>(m)] =
-          static_cast<float>(loss_scale) * static_cast<float>(scored_label_count(labels));
-    }
+    backward_scales[static_cast<size_t>(m)] =
+        micro_batch_backward_scale(loss_scale, options, per_token ? scored_label_count(labels) : 0,
+                                   micro_batches, place.dp_size);
     scored_positions += model.stage_micro_batch(
         m, tokens, labels, options.micro_batch_size, options.seq_length,
         backward_scales[static_cast<size_t>(m)], static_cast<uint64_t>(place.dp_size));
@@ -753,8 +767,9 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
   // factor in device memory made at the first step that needs one.
   double step_scored_positions = static_cast<double>(scored_positions);
   if (per_token) step_scored_positions = all_reduce_sum(data_parallel, step_scored_positions);
+  const StepLoss loss = step_loss(options, micro_batches, data_parallel.size(),
+                                  scaler.inverse_scale(), step_scored_positions);
   View gradient_factor;
-  double loss_divisor = static_cast<double>(micro_batches * data_parallel.size());
   if (per_token || scaler.enabled()) {
     Device& device = model.device();
     if (graphs.gradient_factor_memory.data() == nullptr) {
@@ -765,14 +780,7 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
     }
     gradient_factor = {graphs.gradient_factor_memory.data(), 1, ElementType::f64,
                        device.memory_kind()};
-    double factor = scaler.inverse_scale();
-    if (per_token && step_scored_positions > 0) {
-      factor /= step_scored_positions;
-      loss_divisor = step_scored_positions;
-    } else if (per_token) {
-      loss_divisor = 1.0;
-    }
-    graphs.gradient_factor_uploads.upload(gradient_factor, &factor);
+    graphs.gradient_factor_uploads.upload(gradient_factor, &loss.gradient_factor);
   }
   if (graphs.num_micro_batches != micro_batches ||
       graphs.micro_batch_size != options.micro_batch_size ||
@@ -819,7 +827,7 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
   step.batch = batch;
   step.gradients = held_gradients(model, shard);
   step.gradient_buckets = gradient_buckets;
-  step.loss_divisor = loss_divisor;
+  step.loss_divisor = loss.divisor;
   return step;
 }
 
