@@ -507,9 +507,6 @@ void Trainer::carve_model_and_optimizer() {
     if (a_.cuda_graph_impl != CudaGraphImpl::none) {
       StepGraphs& graphs = graphs_.emplace();
       graphs.warmup_steps = a_.cuda_graph_warmup_steps;
-      if (spike_rollback_.watching()) {
-        graphs.unavailable = "--rollback-on-spike: a rollback reloads what the graphs hold";
-      }
     }
   } catch (const common::Error& error) {
     // CudaDevice::allocate_zeroed's words; other errors (and the CPU's own out-of-memory
@@ -808,6 +805,10 @@ int64_t Trainer::roll_back(int64_t iteration, const Spike& spike) {
   const std::optional<TrainingProgress> reloaded = load_from(
       spike_rollback_.reload(iteration, spike, consumed_train_, last_saved_iteration_));
   if (!reloaded) spike_rollback_.fail_checkpoint_missing(iteration, spike, last_saved_iteration_);
+  // The reloaded master weights are not the ones whose 16-bit working copy the last replayed
+  // update wrote, and a replay remakes no working copy: the steps after a rollback run eagerly
+  // until captured again, as after an injected spike.
+  if (graphs_) graphs_->reset();
   const std::string line = spike_rollback_.rolled_back(iteration, spike, *reloaded, consumed_train_);
   log_->add_rollback(line, iteration, spike_rollback_.rollbacks());
   return reloaded->iteration;

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -18,7 +18,9 @@
 #include "backend/common/error.hpp"
 #include "backend/train/arguments.hpp"
 #include "backend/train/trainer.hpp"
+#include "captured_log.hpp"
 #include "temporary_directory.hpp"
+#include "tests/backend/train/same_iterations.hpp"
 #include "tests/backend/train/tiny_gpt_arguments.hpp"
 
 using namespace backend;
@@ -141,6 +143,36 @@ TEST_CASE("--rollback-on-spike: an injected spike rolls back to the last checkpo
     std::ostringstream again_log;
     CHECK(losses_of(pretrain(again, again_log)) == losses_of(result));
   }
+}
+
+TEST_CASE("--rollback-on-spike under --cuda-graph-impl local: replays, a rollback, replays again") {
+  // The reload changes the master weights under the graphs (whose update wrote the 16-bit
+  // copy): the steps after it warm up and capture again, and every iteration is the eager
+  // run's, the spike's and the re-run ones with --spike-lr-factor's rate included.
+  test_support::TemporaryDirectory eager_directory;
+  TrainingArguments eager = spike_arguments(eager_directory.path.string());
+  eager.spike.lr_factor = 0.5;
+  std::ostringstream eager_log;
+  const TrainingResult expected = pretrain(eager, eager_log);
+  REQUIRE(expected.iterations.size() == 13);
+  test_support::TemporaryDirectory graphs_directory;
+  TrainingArguments graphs = eager;
+  graphs.checkpointing.save = graphs_directory.path.string();
+  graphs.cuda_graph_impl = CudaGraphImpl::local;
+  graphs.cuda_graph_warmup_steps = 1;
+  std::ostringstream graphs_log;
+  test_support::CapturedLog log;
+  const TrainingResult replayed = pretrain(graphs, graphs_log);
+  test_support::check_same_iterations(replayed, expected);
+  const std::string text = log.text.str();
+  CAPTURE(text);
+  // Captured at iteration 2 and replayed up to the spike (the injection drops the graphs at
+  // 7, which runs eagerly and spikes); the rollback drops them again, so the re-run 7 warms up
+  // and 8 is captured anew.
+  CHECK(graphs_log.str().find(" rollback on spike at iteration 7: lm loss ") != std::string::npos);
+  CHECK(text.find("step: graphs captured at iteration 2 on cpu (") != std::string::npos);
+  CHECK(text.find("step: eager at iteration 7 (warm-up step 1 of 1)") != std::string::npos);
+  CHECK(text.find("step: graphs captured at iteration 8 on cpu (") != std::string::npos);
 }
 
 TEST_CASE("without --rollback-on-spike the injected spike passes") {
