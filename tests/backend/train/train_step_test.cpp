@@ -272,7 +272,7 @@ class WatchNotingGroup final : public Communicator {
 
 }  // namespace
 
-TEST_CASE("each replayed graph is handed to the collectives' watchdog; eager steps are not") {
+TEST_CASE("each replayed graph is handed to the collectives' watchdog, eager steps are not") {
   // The collectives inside a graph were queued at capture, where no watchdog thread can ask
   // about them: after each replay the group watches the device's work so far instead (the NCCL
   // communicator records an event and watches it with --distributed-timeout-minutes).

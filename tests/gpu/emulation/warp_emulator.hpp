@@ -1,15 +1,19 @@
 // A CPU emulation of the few CUDA features the tensor-core attention kernels use
 // (backend/ops/attention_flash_cuda.cu), so that their tile logic (fragment indexing, masks,
-// online softmax, shared-memory tiles and barriers) is checked where there is no GPU, in CI.
-// A thread block is 128 fibers (ucontext) taking turns on the calling thread; __syncthreads is
+// online softmax, shared-memory tiles and barriers) is checked where there is no GPU, in CI;
+// and of what the memory-bound kernels use besides (blockDim and gridDim of any 1-D launch of
+// up to 1024 threads, static __shared__ arrays, __syncwarp: launch_kernel, which
+// extract_cuda_ops.py puts in place of their <<<...>>> launches).
+// A thread block is blockDim.x fibers (ucontext, 128 for the attention kernels) taking turns on
+// the calling thread; __syncthreads is
 // a barrier of all of them, and a warp's collectives (__shfl_xor_sync, mma) exchange values
 // through per-warp slots between two barriers of its 32 fibers. A fiber runs until it waits at
 // a barrier, so a block costs switches, not threads: 128 std::threads and std::barrier spent
 // two minutes of CI in the kernel's and scheduler's hand-offs for 14 s of work. A barrier no
-// fiber can open (one reached in divergent code) is an error naming it, not a hang. `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32`
-// is computed from the fragment layout the PTX ISA documents ("Matrix fragments for
-// mma.m16n8k16 with floating point type": the same for both element types), written here
-// independently of the kernel's own loads: lane l holds
+// fiber can open (one reached in divergent code) is an error naming it, not a hang.
+// `mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32` is computed from the fragment
+// layout the PTX ISA documents ("Matrix fragments for mma.m16n8k16 with floating point type": the
+// same for both element types), written here independently of the kernel's own loads: lane l holds
 // groupID g = l / 4 and t = l % 4; A's a0..a7 are (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1),
 // then the same at columns + 8; B's b0..b3 are (k 2t, n g), (2t+1, g), (2t+8, g), (2t+9, g);
 // C's c0..c3 are (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1). Each lane's own 16 products are
@@ -45,8 +49,8 @@ struct WarpSlots {
   float c[32][4];
 };
 
-inline constexpr int kBlockThreads = 128;
-inline constexpr int kWarps = kBlockThreads / 32;
+inline constexpr int kBlockThreads = 128;  // the attention kernels' block
+inline constexpr int kMaxBlockThreads = 1024;
 
 // `expected` fibers meet: the last to arrive opens the next phase and runs on; the others
 // wait for it.
@@ -65,9 +69,13 @@ struct Fiber {
 };
 
 struct Block {
-  Barrier all{kBlockThreads};
-  Barrier warp[kWarps]{{32}, {32}, {32}, {32}};
-  WarpSlots slots[kWarps];
+  explicit Block(int threads)
+      : all{threads},
+        warp(static_cast<size_t>(threads / 32), Barrier{32}),
+        slots(static_cast<size_t>(threads / 32)) {}
+  Barrier all;
+  std::vector<Barrier> warp;
+  std::vector<WarpSlots> slots;
   unsigned char* shared = nullptr;
   ucontext_t scheduler{};
   Fiber* running = nullptr;
@@ -80,6 +88,7 @@ inline thread_local Block* block = nullptr;
 }  // namespace warp_emulator
 
 inline thread_local warp_emulator::Index threadIdx, blockIdx;
+inline thread_local dim3 blockDim, gridDim;
 
 // The kernels' qualifiers mean nothing on the host (cuda_bf16.h defined them for nvcc's use).
 #undef __global__
@@ -108,6 +117,9 @@ inline void arrive_and_wait(Barrier& barrier) {
 }  // namespace warp_emulator
 
 inline void __syncthreads() { warp_emulator::arrive_and_wait(warp_emulator::block->all); }
+inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) {
+  warp_emulator::arrive_and_wait(warp_emulator::block->warp[threadIdx.x / 32]);
+}
 
 inline float __shfl_xor_sync(unsigned /*mask*/, float value, int lane_mask) {
   auto& block = *warp_emulator::block;
@@ -192,17 +204,25 @@ inline void run_fiber() {
 }
 
 // Runs `kernel()` for every block of a (grid_x, grid_y) grid, one block after another, each as
-// kBlockThreads fibers with `shared_bytes` of NaN-filled shared memory: the scheduler resumes,
-// in turn, every fiber that is not waiting at a barrier whose phase is still open.
+// `threads` fibers (a multiple of 32, at most 1024) with `shared_bytes` of NaN-filled dynamic
+// shared memory: the scheduler resumes, in turn, every fiber that is not waiting at a barrier
+// whose phase is still open.
 template <typename Kernel>
-void launch(unsigned grid_x, unsigned grid_y, size_t shared_bytes, const Kernel& kernel) {
+void launch_blocks(unsigned grid_x, unsigned grid_y, int threads, size_t shared_bytes,
+                   const Kernel& kernel) {
+  if (threads < 32 || threads > kMaxBlockThreads || threads % 32 != 0) {
+    throw std::runtime_error("a block of " + std::to_string(threads) +
+                             " threads: the emulation takes whole warps, at most 1024 threads");
+  }
   constexpr size_t kStackBytes = size_t{1} << 18;  // the kernels' fragments and tiles' indices
-  std::vector<Fiber> fibers(kBlockThreads);
+  std::vector<Fiber> fibers(static_cast<size_t>(threads));
   for (Fiber& fiber : fibers) fiber.stack.resize(kStackBytes);
+  gridDim = dim3(grid_x, grid_y, 1);
+  blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
   for (unsigned y = 0; y < grid_y; ++y) {
     for (unsigned x = 0; x < grid_x; ++x) {
       std::vector<unsigned char> shared(shared_bytes, 0xFF);
-      Block context;
+      Block context(threads);
       context.shared = shared.data();
       context.kernel = &kernel;
       context.run_kernel = [](const void* k) { (*static_cast<const Kernel*>(k))(); };
@@ -210,9 +230,9 @@ void launch(unsigned grid_x, unsigned grid_y, size_t shared_bytes, const Kernel&
       blockIdx.x = x;
       blockIdx.y = y;
       for (Fiber& fiber : fibers) prepare_fiber(fiber, &context.scheduler);
-      for (int remaining = kBlockThreads; remaining > 0;) {
+      for (int remaining = threads; remaining > 0;) {
         bool progressed = false;
-        for (unsigned t = 0; t < kBlockThreads; ++t) {
+        for (unsigned t = 0; t < static_cast<unsigned>(threads); ++t) {
           Fiber& fiber = fibers[t];
           if (fiber.done || (fiber.waiting != nullptr &&
                              fiber.waiting->phase == fiber.waiting_phase)) {
@@ -235,6 +255,24 @@ void launch(unsigned grid_x, unsigned grid_y, size_t shared_bytes, const Kernel&
       block = nullptr;
     }
   }
+}
+
+// The attention kernels' launches: blocks of kBlockThreads.
+template <typename Kernel>
+void launch(unsigned grid_x, unsigned grid_y, size_t shared_bytes, const Kernel& kernel) {
+  launch_blocks(grid_x, grid_y, kBlockThreads, shared_bytes, kernel);
+}
+
+// `kernel<<<grid, block, shared_bytes, stream>>>(...)` as extract_cuda_ops.py rewrites it: a
+// 1-D block (y and z of 1), a grid of x and y; run at once, whatever the stream.
+template <typename Grid, typename Threads, typename Stream, typename Kernel>
+void launch_kernel(Grid grid, Threads block_threads, size_t shared_bytes, Stream /*stream*/,
+                   const Kernel& kernel) {
+  const dim3 g(grid), b(block_threads);
+  if (b.y != 1 || b.z != 1 || g.z != 1) {
+    throw std::runtime_error("the emulation launches 1-D blocks on 2-D grids");
+  }
+  launch_blocks(g.x, g.y, static_cast<int>(b.x), shared_bytes, kernel);
 }
 
 }  // namespace warp_emulator
