@@ -5,13 +5,17 @@
 // twins on the same inputs. Sizes cover the 16-byte packs and the scalar path (a row length the
 // pack does not divide), ignored labels and labels at the vocabulary's ends, a scale read from
 // device memory (a captured step's), two vocabulary shards combined, and the backward's
-// accumulating mode. Where CI has no GPU this is what checks the kernels' indexing, reductions
-// and barriers; tests/gpu/ops_test.cpp checks them on a GPU.
+// accumulating mode; then the embedding (a frequent token's positions over several warps, a
+// vocabulary shard), AdamW with the step's clipping decision and its bf16 working copy, the
+// step's scalars, the reductions, scale and conversions, and the elementwise GELU, SwiGLU,
+// RoPE, residual and dropout ops. Where CI has no GPU this is what checks the kernels' indexing,
+// reductions and barriers; tests/gpu/ops_test.cpp checks them on a GPU.
 #include <cuda_runtime.h>
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -21,6 +25,9 @@
 // A launch is checked by CUDA_CHECK(cudaGetLastError()); an emulated one ran on the host and
 // left no error behind (the runtime, with no GPU here, would report its absence instead).
 #define cudaGetLastError() (::cudaSuccess)
+// dropout's copy when inactive: the emulated device's memory is the host's.
+#define cudaMemcpyAsync(to, from, bytes, kind, stream) \
+  (std::memcpy((to), (from), (bytes)), (void)(kind), (void)(stream), ::cudaSuccess)
 #include "cuda_ops.inc"
 
 using backend::bfloat16;
@@ -300,5 +307,269 @@ TEST_CASE(
     check_norm<bfloat16, false>(channels);
     check_norm<float, true>(channels);
     check_norm<bfloat16, true>(channels);
+  }
+}
+
+TEST_CASE(
+    "the embedding's CUDA kernels under emulation give their CPU twins' rows and "
+    "gradients, a frequent token's positions included") {
+  const int64_t batch = 2, seq = 6, rows = batch * seq;
+  // Token 7 at seven positions (the backward walks a token's positions over several warps),
+  // token 3 twice, and on the shard [5, 20) two tokens that are not its (zero rows there).
+  const std::vector<int32_t> tokens = {7, 3, 7, 7, 12, 7, 2, 7, 3, 19, 7, 7};
+  for (const int64_t hidden : {int64_t{40}, int64_t{36}}) {  // whole bf16 packs, and not
+    for (const int64_t vocab_start : {int64_t{0}, int64_t{5}}) {
+      CAPTURE(hidden);
+      CAPTURE(vocab_start);
+      const int64_t vocab = 20 - vocab_start;
+      const std::vector<bfloat16> word =
+          as_element<bfloat16>(random_values(static_cast<size_t>(vocab * hidden), 11, 1));
+      const std::vector<bfloat16> position =
+          as_element<bfloat16>(random_values(static_cast<size_t>(seq * hidden), 12, 1));
+      std::vector<bfloat16> output(static_cast<size_t>(rows * hidden));
+      emulated::embedding_forward<bfloat16>(output.data(), tokens.data(), word.data(),
+                                            position.data(), batch, seq, hidden, vocab_start, vocab,
+                                            nullptr);
+      std::vector<float> expected(output.size());
+      const std::vector<float> wide_word = widened(word), wide_position = widened(position);
+      backend::cpu::embedding_forward<float>(expected.data(), tokens.data(), wide_word.data(),
+                                             wide_position.data(), batch, seq, hidden, vocab_start,
+                                             vocab);
+      check_close(widened(output), expected, 1e-7, 1.0 / 128, "embedding output");
+
+      std::vector<int32_t> index(static_cast<size_t>(backend::token_index_elements(rows)));
+      backend::index_tokens(tokens.data(), rows, index.data());
+      const std::vector<bfloat16> doutput =
+          as_element<bfloat16>(random_values(static_cast<size_t>(rows * hidden), 13, 1));
+      std::vector<float> dword(wide_word.size(), 0.5F), dposition(wide_position.size(), -1.0F);
+      emulated::embedding_backward<bfloat16>(dword.data(), dposition.data(), doutput.data(),
+                                             index.data(), batch, seq, hidden, vocab_start, vocab,
+                                             nullptr);
+      std::vector<float> expected_dword(dword.size(), 0.5F);
+      std::vector<float> expected_dposition(dposition.size(), -1.0F);
+      const std::vector<float> wide_doutput = widened(doutput);
+      backend::cpu::embedding_backward<float>(expected_dword.data(), expected_dposition.data(),
+                                              wide_doutput.data(), index.data(), batch, seq, hidden,
+                                              vocab_start, vocab);
+      check_close(dword, expected_dword, 1e-6, 1e-6, "dword");
+      check_close(dposition, expected_dposition, 1e-6, 1e-6, "dposition");
+    }
+  }
+}
+
+TEST_CASE(
+    "AdamW's CUDA kernel under emulation gives its CPU twin's update, clipped by the "
+    "step's decision, with the bf16 working copy written in the same pass") {
+  const int64_t count = 1000;
+  const std::vector<backend::AdamWGroup> groups = {{0, 600, true}, {600, 400, false}};
+  backend::AdamWCoefficients coefficients;
+  coefficients.step_size = 1e-3F / (1 - 0.9F * 0.9F);  // the second step's
+  coefficients.inverse_sqrt_correction2 = 1 / std::sqrt(1 - 0.999F * 0.999F);
+  coefficients.decay = 1e-3F * 0.1F;
+  // The decision from a norm of 4 against --clip-grad 1: the gradients scaled by 1/(4 + 1e-6).
+  const double loss_total = 2.0, sum_of_squares = 16.0;
+  double control[2] = {};
+  backend::cpu::decide_step(control, &loss_total, &sum_of_squares, 1.0);
+  REQUIRE(control[0] < 1.0);
+  const std::vector<float> gradients = random_values(static_cast<size_t>(count), 21, 0.5F);
+  std::vector<float> master = random_values(static_cast<size_t>(count), 22, 1);
+  std::vector<float> exp_avg = random_values(static_cast<size_t>(count), 23, 0.01F);
+  std::vector<float> exp_avg_sq(static_cast<size_t>(count));
+  for (size_t i = 0; i < exp_avg_sq.size(); ++i) exp_avg_sq[i] = 1e-4F * (1 + i % 7);
+  std::vector<float> expected_master = master, expected_exp_avg = exp_avg;
+  std::vector<float> expected_exp_avg_sq = exp_avg_sq;
+  std::vector<bfloat16> weights(static_cast<size_t>(count));
+  emulated::adamw_update<bfloat16>(master.data(), weights.data(), gradients.data(), exp_avg.data(),
+                                   exp_avg_sq.data(), count, &coefficients, control, groups,
+                                   nullptr);
+  backend::cpu::adamw_update(expected_master.data(), gradients.data(), expected_exp_avg.data(),
+                             expected_exp_avg_sq.data(), count, &coefficients, control, groups);
+  check_close(master, expected_master, 1e-7, 1e-6, "master weights");
+  check_close(exp_avg, expected_exp_avg, 1e-9, 1e-6, "exp_avg");
+  check_close(exp_avg_sq, expected_exp_avg_sq, 1e-12, 1e-6, "exp_avg_sq");
+  // The working copy is the new master weights, each rounded once.
+  check_close(widened(weights), widened(as_element<bfloat16>(master)), 0, 0, "bf16 weights");
+  // A skipped step (a non-finite norm) changes nothing.
+  const double infinite = INFINITY;
+  backend::cpu::decide_step(control, &loss_total, &infinite, 1.0);
+  const std::vector<float> before = master;
+  emulated::adamw_update<bfloat16>(master.data(), weights.data(), gradients.data(), exp_avg.data(),
+                                   exp_avg_sq.data(), count, &coefficients, control, groups,
+                                   nullptr);
+  CHECK(master == before);
+}
+
+TEST_CASE("the step's scalars under emulation are their CPU twins' bits") {
+  // decide_step: an unclipped step, a clipped one, a non-finite loss, a non-finite norm.
+  struct Decision {
+    double loss, sum_of_squares, max_norm;
+  };
+  for (const Decision d : {Decision{2.0, 0.25, 1.0}, Decision{2.0, 16.0, 1.0},
+                           Decision{NAN, 0.25, 1.0}, Decision{2.0, INFINITY, 0.0}}) {
+    CAPTURE(d.sum_of_squares);
+    double control[2] = {-1, -1}, expected[2] = {-1, -1};
+    emulated::decide_step(control, &d.loss, &d.sum_of_squares, d.max_norm, nullptr);
+    backend::cpu::decide_step(expected, &d.loss, &d.sum_of_squares, d.max_norm);
+    CHECK(control[0] == expected[0]);
+    CHECK(control[1] == expected[1]);
+  }
+  // accumulate_loss: the mean in float or double, weighted by the count or not, the count
+  // given or read from memory (a captured step's).
+  const double micro_batch_total = 7.3;
+  const double stored_count = 3;
+  for (const bool weighted : {false, true}) {
+    for (const bool mean_in_float : {false, true}) {
+      for (const bool stored : {false, true}) {
+        double total = 1.5, expected = 1.5;
+        emulated::accumulate_loss(&total, &micro_batch_total, stored ? 99 : 3,
+                                  stored ? &stored_count : nullptr, weighted, mean_in_float,
+                                  nullptr);
+        backend::cpu::accumulate_loss(&expected, &micro_batch_total, 3, weighted, mean_in_float);
+        CHECK(total == expected);
+      }
+    }
+  }
+  double total = 0.25;
+  const double value = 0.5;
+  emulated::add(&total, &value, nullptr);
+  CHECK(total == 0.75);
+}
+
+TEST_CASE(
+    "the reductions, the scale and the conversions under emulation give their CPU twins' "
+    "results") {
+  const int64_t count = 5003;  // several partial blocks, and a tail that is not a whole pack
+  std::vector<float> values = random_values(static_cast<size_t>(count), 31, 2);
+  for (size_t i = 0; i < values.size(); i += 17) values[i] = 0;
+  const std::vector<bfloat16> bf16_values = as_element<bfloat16>(values);
+  const std::vector<float> wide = widened(bf16_values);
+  std::vector<double> partials(static_cast<size_t>(backend::cuda::kReductionPartials));
+  const auto check_reduction = [&](auto run_emulated, auto run_cpu, const char* what) {
+    double total = -1, expected = -1;
+    run_emulated(&total);
+    run_cpu(&expected);
+    CAPTURE(what);
+    CHECK(total == doctest::Approx(expected).epsilon(1e-12));
+  };
+  check_reduction(
+      [&](double* t) {
+        emulated::sum<bfloat16>(t, partials.data(), bf16_values.data(), count, nullptr);
+      },
+      [&](double* t) { backend::cpu::sum<float>(t, wide.data(), count); }, "sum");
+  check_reduction(
+      [&](double* t) {
+        emulated::sum_of_squares<float>(t, partials.data(), values.data(), count, nullptr);
+      },
+      [&](double* t) { backend::cpu::sum_of_squares<float>(t, values.data(), count); },
+      "sum of squares");
+  check_reduction(
+      [&](double* t) {
+        emulated::count_zeros<bfloat16>(t, partials.data(), bf16_values.data(), count, nullptr);
+      },
+      [&](double* t) { backend::cpu::count_zeros<float>(t, wide.data(), count); }, "zeros");
+
+  std::vector<float> scaled = values, expected_scaled = values;
+  const double stored_factor = 0.375;
+  emulated::scale<float>(scaled.data(), 5.0, &stored_factor, count, nullptr);
+  backend::cpu::scale<float>(expected_scaled.data(), 0.375, count);
+  CHECK(scaled == expected_scaled);
+
+  // float → bf16 → float: the host's rounding to nearest even, and exact widening.
+  std::vector<bfloat16> narrowed(values.size());
+  emulated::convert(narrowed.data(), values.data(), count, nullptr);
+  std::vector<float> back(values.size());
+  emulated::convert(back.data(), narrowed.data(), count, nullptr);
+  CHECK(back == wide);
+}
+
+TEST_CASE(
+    "GELU, SwiGLU, RoPE, the residual add and dropout under emulation give their CPU "
+    "twins' results") {
+  const int64_t rows = 6, features = 20;  // 20: not a whole bf16 pack per row
+  const size_t count = static_cast<size_t>(rows * 2 * features);
+  const std::vector<bfloat16> input = as_element<bfloat16>(random_values(count, 41, 2));
+  const std::vector<bfloat16> doutput = as_element<bfloat16>(random_values(count, 42, 1));
+  const std::vector<float> wide = widened(input), wide_doutput = widened(doutput);
+  const int64_t n = static_cast<int64_t>(count);
+  {
+    std::vector<bfloat16> output(count), dinput(count);
+    emulated::gelu_forward<bfloat16>(output.data(), input.data(), n, nullptr);
+    emulated::gelu_backward<bfloat16>(dinput.data(), doutput.data(), input.data(), n, nullptr);
+    std::vector<float> expected(count), expected_dinput(count);
+    backend::cpu::gelu_forward<float>(expected.data(), wide.data(), n);
+    backend::cpu::gelu_backward<float>(expected_dinput.data(), wide_doutput.data(), wide.data(), n);
+    check_close(widened(output), expected, 1e-6, 1.0 / 128, "gelu");
+    check_close(widened(dinput), expected_dinput, 1e-6, 1.0 / 128, "gelu backward");
+  }
+  {
+    const size_t half = count / 2;
+    std::vector<bfloat16> output(half), dinput(count);
+    const std::vector<bfloat16> dhalf(doutput.begin(), doutput.begin() + static_cast<long>(half));
+    emulated::swiglu_forward<bfloat16>(output.data(), input.data(), rows, features, nullptr);
+    emulated::swiglu_backward<bfloat16>(dinput.data(), dhalf.data(), input.data(), rows, features,
+                                        nullptr);
+    std::vector<float> expected(half), expected_dinput(count);
+    const std::vector<float> wide_dhalf = widened(dhalf);
+    backend::cpu::swiglu_forward<float>(expected.data(), wide.data(), rows, features);
+    backend::cpu::swiglu_backward<float>(expected_dinput.data(), wide_dhalf.data(), wide.data(),
+                                         rows, features);
+    check_close(widened(output), expected, 1e-6, 1.0 / 128, "swiglu");
+    check_close(widened(dinput), expected_dinput, 1e-6, 1.0 / 128, "swiglu backward");
+  }
+  {
+    // Two sequences of 3 positions, 2 heads of 8 with 6 rotated, rows of 20 (one head's
+    // worth of other columns after them).
+    const int64_t batch = 2, seq = 3, heads = 2, head_dim = 8, rotary = 6, stride = 20;
+    std::vector<float> cos(static_cast<size_t>(seq * rotary / 2)), sin(cos.size());
+    std::vector<float> expected_cos(cos.size()), expected_sin(cos.size());
+    emulated::rope_tables(cos.data(), sin.data(), seq, rotary, 10000.0, {}, nullptr);
+    backend::cpu::rope_tables<float>(expected_cos.data(), expected_sin.data(), seq, rotary, 10000.0,
+                                     {});
+    check_close(cos, expected_cos, 1e-6, 1e-5, "rope cos");
+    check_close(sin, expected_sin, 1e-6, 1e-5, "rope sin");
+    const size_t elements = static_cast<size_t>(batch * seq * stride);
+    const std::vector<bfloat16> x = as_element<bfloat16>(random_values(elements, 43, 1));
+    std::vector<bfloat16> output = x, dinput = x;
+    emulated::rope_forward<bfloat16>(output.data(), x.data(), cos.data(), sin.data(), batch, seq,
+                                     heads, head_dim, rotary, stride, nullptr);
+    emulated::rope_backward<bfloat16>(dinput.data(), x.data(), cos.data(), sin.data(), batch, seq,
+                                      heads, head_dim, rotary, stride, nullptr);
+    std::vector<float> expected = widened(x), expected_dinput = widened(x);
+    const std::vector<float> wide_x = widened(x);
+    backend::cpu::rope_forward<float>(expected.data(), wide_x.data(), cos.data(), sin.data(), batch,
+                                      seq, heads, head_dim, rotary, stride);
+    backend::cpu::rope_backward<float>(expected_dinput.data(), wide_x.data(), cos.data(),
+                                       sin.data(), batch, seq, heads, head_dim, rotary, stride);
+    check_close(widened(output), expected, 1e-6, 1.0 / 128, "rope");
+    check_close(widened(dinput), expected_dinput, 1e-6, 1.0 / 128, "rope backward");
+  }
+  {
+    std::vector<bfloat16> sum(count);
+    emulated::residual_forward<bfloat16>(sum.data(), input.data(), doutput.data(), n, nullptr);
+    std::vector<float> expected(count);
+    backend::cpu::residual_forward<float>(expected.data(), wide.data(), wide_doutput.data(), n);
+    check_close(widened(sum), expected, 1e-7, 1.0 / 256, "residual");
+  }
+  {
+    // The mask is a function of the key and the element's index on both twins: the same
+    // elements dropped, the kept ones scaled by 1/(1 − p); a key read from memory, a slice's
+    // first index, and p = 0's copy.
+    const uint64_t stored_key = 0x5eed;
+    for (const backend::Dropout dropout :
+         {backend::Dropout{.probability = 0.25, .key = 99, .first_index = 0},
+          backend::Dropout{
+              .probability = 0.5, .key = 0, .first_index = 1000, .stored_key = &stored_key},
+          backend::Dropout{}}) {
+      CAPTURE(dropout.probability);
+      std::vector<bfloat16> output(count), dinput(count);
+      emulated::dropout_forward<bfloat16>(output.data(), input.data(), n, dropout, nullptr);
+      emulated::dropout_backward<bfloat16>(dinput.data(), doutput.data(), n, dropout, nullptr);
+      std::vector<float> expected(count), expected_dinput(count);
+      backend::cpu::dropout_forward<float>(expected.data(), wide.data(), n, dropout);
+      backend::cpu::dropout_backward<float>(expected_dinput.data(), wide_doutput.data(), n,
+                                            dropout);
+      check_close(widened(output), expected, 0, 1.0 / 256, "dropout");
+      check_close(widened(dinput), expected_dinput, 0, 1.0 / 256, "dropout backward");
+    }
   }
 }

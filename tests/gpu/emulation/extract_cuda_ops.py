@@ -5,7 +5,8 @@ ops' own CUDA entry points (the launch sizes and pack widths they choose include
 launch runs the kernel's blocks as fibers. The rewriting:
   - the project's .cuh includes (cuda_common.cuh, norm_rows_cuda.cuh) inlined once;
   - namespace backend::cuda renamed backend::cuda_emulated, so that the emulated functions do
-    not collide with the real ones of the backend libraries a test links for the CPU twins;
+    not collide with the real ones of the backend libraries a test links for the CPU twins
+    (a using-directive keeps what the ops' headers declare in backend::cuda in reach);
   - `kernel<<<grid, block, shared, stream>>>(arguments);` becomes
     `::warp_emulator::launch_kernel(grid, block, shared, stream, [&] { kernel(arguments); });`
     (the stream goes unused: the emulation runs each launch at once);
@@ -135,7 +136,12 @@ def rewrite(path, root, inlined):
 def main(output_path, sources):
     root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
     inlined = set()
-    parts = [f"// Generated from {', '.join(sources)} by extract_cuda_ops.py: do not edit.\n"]
+    parts = [f"// Generated from {', '.join(sources)} by extract_cuda_ops.py: do not edit.\n",
+             # What the ops' headers declare in backend::cuda (constants such as
+             # kReductionPartials) is found from the renamed namespace as before; its own
+             # definitions come first.
+             "namespace backend::cuda {}\n"
+             "namespace backend::cuda_emulated {\nusing namespace ::backend::cuda;\n}\n"]
     for path in sources:
         parts.append(f"// ---- {path}\n")
         parts.append(rewrite(path, root, inlined))

@@ -26,10 +26,10 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <ucontext.h>
 #include <vector_types.h>
 
-#include <ucontext.h>
-
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -69,10 +69,12 @@ struct Fiber {
 };
 
 struct Block {
-  explicit Block(int threads)
-      : all{threads},
-        warp(static_cast<size_t>(threads / 32), Barrier{32}),
-        slots(static_cast<size_t>(threads / 32)) {}
+  // The last warp holds what is left of the threads (a block of one thread: one warp of one).
+  explicit Block(int threads) : all{threads}, slots(static_cast<size_t>((threads + 31) / 32)) {
+    for (int first = 0; first < threads; first += 32) {
+      warp.push_back(Barrier{threads - first < 32 ? threads - first : 32});
+    }
+  }
   Barrier all;
   std::vector<Barrier> warp;
   std::vector<WarpSlots> slots;
@@ -115,6 +117,22 @@ inline void arrive_and_wait(Barrier& barrier) {
 }
 
 }  // namespace warp_emulator
+
+// The device's correctly rounded double operations and conversion (the host's IEEE ones) and
+// the math functions device code calls unqualified.
+inline double __dadd_rn(double a, double b) {
+  return a + b;
+}
+inline double __dmul_rn(double a, double b) {
+  return a * b;
+}
+inline double __ddiv_rn(double a, double b) {
+  return a / b;
+}
+inline float __double2float_rn(double value) {
+  return static_cast<float>(value);
+}
+using std::isfinite;
 
 inline void __syncthreads() { warp_emulator::arrive_and_wait(warp_emulator::block->all); }
 inline void __syncwarp(unsigned /*mask*/ = 0xffffffffu) {
@@ -204,15 +222,15 @@ inline void run_fiber() {
 }
 
 // Runs `kernel()` for every block of a (grid_x, grid_y) grid, one block after another, each as
-// `threads` fibers (a multiple of 32, at most 1024) with `shared_bytes` of NaN-filled dynamic
+// `threads` fibers (1 to 1024) with `shared_bytes` of NaN-filled dynamic
 // shared memory: the scheduler resumes, in turn, every fiber that is not waiting at a barrier
 // whose phase is still open.
 template <typename Kernel>
 void launch_blocks(unsigned grid_x, unsigned grid_y, int threads, size_t shared_bytes,
                    const Kernel& kernel) {
-  if (threads < 32 || threads > kMaxBlockThreads || threads % 32 != 0) {
+  if (threads < 1 || threads > kMaxBlockThreads) {
     throw std::runtime_error("a block of " + std::to_string(threads) +
-                             " threads: the emulation takes whole warps, at most 1024 threads");
+                             " threads: the emulation takes 1 to 1024");
   }
   constexpr size_t kStackBytes = size_t{1} << 18;  // the kernels' fragments and tiles' indices
   std::vector<Fiber> fibers(static_cast<size_t>(threads));
