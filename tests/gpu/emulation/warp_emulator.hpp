@@ -32,6 +32,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -233,8 +234,14 @@ void launch_blocks(unsigned grid_x, unsigned grid_y, int threads, size_t shared_
                              " threads: the emulation takes 1 to 1024");
   }
   constexpr size_t kStackBytes = size_t{1} << 18;  // the kernels' fragments and tiles' indices
-  std::vector<Fiber> fibers(static_cast<size_t>(threads));
-  for (Fiber& fiber : fibers) fiber.stack.resize(kStackBytes);
+  // The fibers and their stacks are kept from launch to launch: a test launches hundreds of
+  // blocks, and zeroing fresh stacks for each cost more than the kernels.
+  static thread_local std::vector<Fiber> pool;
+  while (pool.size() < static_cast<size_t>(threads)) {
+    pool.emplace_back();
+    pool.back().stack.resize(kStackBytes);
+  }
+  const std::span<Fiber> fibers(pool.data(), static_cast<size_t>(threads));
   gridDim = dim3(grid_x, grid_y, 1);
   blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
   for (unsigned y = 0; y < grid_y; ++y) {
