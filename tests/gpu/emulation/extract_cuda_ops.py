@@ -4,16 +4,19 @@
 ops' own CUDA entry points (the launch sizes and pack widths they choose included) and each
 launch runs the kernel's blocks as fibers. The rewriting:
   - the project's .cuh includes (cuda_common.cuh, norm_rows_cuda.cuh) inlined once;
-  - namespace backend::cuda renamed backend::cuda_emulated, so that the emulated functions do
-    not collide with the real ones of the backend libraries a test links for the CPU twins
-    (a using-directive keeps what the ops' headers declare in backend::cuda in reach);
+  - namespace backend::cuda renamed: its detail helpers to backend::cuda_emulated::detail, each
+    file's own code to backend::cuda_emulated::<file> (two files' internal names may be the
+    same), so that the emulated functions do not collide with the real ones of the backend
+    libraries a test links for the CPU twins; backend::cuda_emulated::all nominates every
+    file's namespace, and a using-directive keeps what the ops' headers declare in
+    backend::cuda in reach;
   - `kernel<<<grid, block, shared, stream>>>(arguments);` becomes
     `::warp_emulator::launch_kernel(grid, block, shared, stream, [&] { kernel(arguments); });`
     (the stream goes unused: the emulation runs each launch at once);
   - a static `__shared__` array becomes `static` (a block's fibers share one thread, and the
-    emulation runs one block at a time); nvcc's `#pragma unroll` hints are dropped.
-Fails, naming the file and what it did not expect (dynamic shared memory, inline assembly, a
-launch it cannot parse), rather than producing code that tests something else.
+    emulation runs one block at a time), a dynamic one (`extern __shared__ T name[];`) a
+    pointer to the block's launch-sized memory; nvcc's `#pragma unroll` hints are dropped.
+Fails, naming the file and what it did not expect (inline assembly, a launch it cannot parse), rather than producing code that tests something else.
 Usage: extract_cuda_ops.py OUTPUT.inc FILE.cu..."""
 import os
 import re
@@ -121,13 +124,27 @@ def source_of(path, root, inlined):
     return text.replace("#pragma once\n", "", 1)
 
 
+def namespace_of(path):
+    return os.path.basename(path).removesuffix(".cu").removesuffix("_cuda")
+
+
 def rewrite(path, root, inlined):
     text = source_of(path, root, inlined)
+    # Dynamic shared memory: the launch's bytes, which launch_kernel carves for each block.
+    dynamic = re.compile(r"extern __shared__ (?:__align__\(\d+\) )?(\w+) (\w+)\[\];")
+    text = dynamic.sub(lambda m: f"{m.group(1)}* {m.group(2)} = reinterpret_cast<{m.group(1)}*>("
+                       "::warp_emulator::block->shared);", text)
     if re.search(r"\bextern\s+__shared__", text):
-        fail(path, "dynamic shared memory (extern __shared__), which launch_kernel does not carve")
+        fail(path, "a dynamic shared memory declaration of another shape")
     if re.search(r"\basm\b", text):
         fail(path, "inline assembly")
-    text = re.sub(r"\bbackend::cuda\b(?!_)", "backend::cuda_emulated", text)
+    # The shared helpers in one namespace; each file's own code in a namespace of its own, so
+    # that two files' internal names (an anonymous namespace's kThreads) do not meet.
+    stem = namespace_of(path)
+    text = text.replace("backend::cuda::detail", "backend::cuda_emulated::detail")
+    text = re.sub(r"\bbackend::cuda\b(?![_:])", f"backend::cuda_emulated::{stem}", text)
+    if re.search(r"\bbackend::cuda::", text):
+        fail(path, "a qualified name in backend::cuda other than its detail helpers")
     text = re.sub(r"^#pragma unroll[^\n]*\n", "", text, flags=re.M)
     text = re.sub(r"^(\s*)__shared__\s", r"\1static ", text, flags=re.M)
     return rewrite_launches(text, path)
@@ -145,6 +162,11 @@ def main(output_path, sources):
     for path in sources:
         parts.append(f"// ---- {path}\n")
         parts.append(rewrite(path, root, inlined))
+    # Every file's entry points in reach through one namespace (backend::cuda_emulated::all).
+    parts.append("namespace backend::cuda_emulated::all {\n")
+    parts.extend(f"using namespace ::backend::cuda_emulated::{namespace_of(path)};\n"
+                 for path in sources)
+    parts.append("}\n")
     with open(output_path, "w", encoding="utf-8") as output:
         output.write("".join(parts))
 
