@@ -165,6 +165,10 @@ TEST_CASE(
   for (const bool interleaved : {false, true}) {
     CAPTURE(interleaved);
     auto a = data_parallel_arguments();
+    // Three micro batches (the interleaved schedule takes a multiple of the stages), four
+    // iterations: captured at 2, replayed at 3 and 4.
+    a.run.global_batch_size = 6;
+    a.run.train_iters = 4;
     a.parallelism.pipeline_model_parallel_size = 3;
     a.model.num_layers = interleaved ? 6 : 3;
     // Megatron's default with interleaving: the transfers overlapped (post, compute, wait).
