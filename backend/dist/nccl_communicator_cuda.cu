@@ -163,12 +163,8 @@ class NcclCommunicator final : public Communicator {
   // timeout rather than leaving it in the step's read. Outside a capture only (a replay is).
   void watch_queued_work(const std::string& what) override {
     if (watchdog_ == nullptr || capturing()) return;
-    cudaEvent_t event = nullptr;
-    CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-    std::shared_ptr<CUevent_st> done(event, [](cudaEvent_t e) { (void)cudaEventDestroy(e); });
-    CUDA_CHECK(cudaEventRecord(event, compute_stream_));
     watch_until(fmt::format("{} (through the {} group's communicator)", what, name_),
-                std::move(done));
+                end_of(compute_stream_));
   }
 
   void all_reduce(View values, ReduceOperation operation) override {
@@ -500,15 +496,17 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  // An event recorded at the end of what the communication stream holds so far, shared by
-  // whoever still needs it (the watchdog, a started call): destroyed with the last of them.
-  std::shared_ptr<CUevent_st> end_of_stream() {
+  // An event recorded at the end of what `stream` holds so far, shared by whoever still needs
+  // it (the watchdog, a started call): destroyed with the last of them.
+  std::shared_ptr<CUevent_st> end_of(cudaStream_t stream) {
     cudaEvent_t event = nullptr;
     CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
     std::shared_ptr<CUevent_st> done(event, [](cudaEvent_t e) { (void)cudaEventDestroy(e); });
-    CUDA_CHECK(cudaEventRecord(event, stream_));
+    CUDA_CHECK(cudaEventRecord(event, stream));
     return done;
   }
+  // The end of the communication stream's work so far.
+  std::shared_ptr<CUevent_st> end_of_stream() { return end_of(stream_); }
 
   // Hands the collective that ends at `done` to the world's watchdog: it asks the event and
   // NCCL's asynchronous error until the collective has completed, and ends this rank when it

@@ -143,8 +143,6 @@ double run_pipeline_steps(GptModel<Scalar>& model, const std::vector<PipelineSte
       model.backward_chunk(slot, step.chunk, backward_scale());
       continue;
     }
-    const bool embeds = stage.first() && step.chunk == 0;
-    const bool scores = stage.last() && step.chunk == last_chunk;
     if (micro_batches.dropout_step) {
       model.set_dropout_step(micro_batches.dropout_step(step.micro_batch));
     }
@@ -152,6 +150,8 @@ double run_pipeline_steps(GptModel<Scalar>& model, const std::vector<PipelineSte
     if (micro_batches.staged) {
       loss = model.forward_chunk_staged(slot, step.chunk, step.micro_batch, backward_scale());
     } else {
+      const bool embeds = stage.first() && step.chunk == 0;
+      const bool scores = stage.last() && step.chunk == last_chunk;
       if (embeds || scores) micro_batches.read(step.micro_batch, tokens, labels);
       // The scoring chunk computes the head's gradient with its loss (the fused classifier).
       loss = model.forward_chunk(

@@ -572,57 +572,57 @@ class StepGradientReduction {
 
 // ---- captured steps (StepGraphs) ----------------------------------------------------------
 
+// Why a model's `group` (one its forward and backward call collectives through) cannot be
+// captured, or nothing: it must be the trainer's captured one (made with --cuda-graph-impl),
+// whose calls keep a capture's order, else they would run at capture time on the CPU device;
+// and its collectives must be ones a capture on the device holds. `layout` and `noun` name it.
+std::optional<std::string> model_group_refusal(const Communicator& group, const Device& device,
+                                               const char* layout, const char* noun) {
+  if (!keeps_capture_order(group)) {
+    return fmt::format("{}: the model's {} does not keep a capture's order (the trainer's does)",
+                       layout, noun);
+  }
+  return collectives_capture_refusal(group, device);
+}
+
 // Why no step of this layout and these options can be captured yet, or nothing.
 std::optional<std::string> graphs_refusal(GptModel<float>& model, const TrainStepOptions& options,
                                           const Communicator& data_parallel,
                                           const GradientShard* shard) {
-  // Tensor parallelism's collectives run inside the forward and backward, through the model's
-  // group: the trainer's captured one (made with --cuda-graph-impl), else they would run at
-  // capture time on the CPU device.
-  const Communicator& tensor_parallel = model.tensor_parallel_group();
-  if (tensor_parallel.size() > 1) {
-    if (!keeps_capture_order(tensor_parallel)) {
-      return "tensor parallelism: the model's group does not keep a capture's order (the "
-             "trainer's does)";
-    }
-    if (auto refusal = collectives_capture_refusal(tensor_parallel, model.device())) {
+  const Device& device = model.device();
+  // Tensor parallelism's collectives run inside the forward and backward; a pipeline's
+  // schedule transfers, the loss's broadcast from the last stage and the norm's sums through
+  // its group, a tied embedding's gradient sum through its embedding group; ZeRO-3's gathers
+  // and gradient sums inside the forward and backward, through its sharded group.
+  if (const Communicator& tensor_parallel = model.tensor_parallel_group();
+      tensor_parallel.size() > 1) {
+    if (auto refusal =
+            model_group_refusal(tensor_parallel, device, "tensor parallelism", "group")) {
       return refusal;
     }
   }
-  // A pipeline's schedule transfers, the loss's broadcast from the last stage and the norm's
-  // sums run through the model's pipeline group, a tied embedding's gradient sum through its
-  // embedding group: the trainer's captured ones, as tensor parallelism's.
   if (!model.pipeline_stage().whole_model()) {
-    if (!keeps_capture_order(model.pipeline_parallel_group())) {
-      return "pipeline parallelism: the model's group does not keep a capture's order (the "
-             "trainer's does)";
-    }
-    if (auto refusal =
-            collectives_capture_refusal(model.pipeline_parallel_group(), model.device())) {
+    if (auto refusal = model_group_refusal(model.pipeline_parallel_group(), device,
+                                           "pipeline parallelism", "group")) {
       return refusal;
     }
     if (const Communicator* embedding = model.embedding_group(); embedding != nullptr) {
-      if (!keeps_capture_order(*embedding)) {
-        return "a word embedding tied over pipeline stages: the model's embedding group does not "
-               "keep a capture's order (the trainer's does)";
+      if (auto refusal =
+              model_group_refusal(*embedding, device, "a word embedding tied over pipeline stages",
+                                  "embedding group")) {
+        return refusal;
       }
-      if (auto refusal = collectives_capture_refusal(*embedding, model.device())) return refusal;
     }
   }
-  // ZeRO-3's gathers and gradient sums run inside the forward and backward, through the model's
-  // sharded group: the trainer's captured one, as tensor parallelism's.
   if (const Communicator* sharded = model.sharded_data_parallel_group(); sharded != nullptr) {
-    if (!keeps_capture_order(*sharded)) {
-      return "ZeRO-3: the model's group does not keep a capture's order (the trainer's does)";
-    }
-    if (auto refusal = collectives_capture_refusal(*sharded, model.device())) return refusal;
+    if (auto refusal = model_group_refusal(*sharded, device, "ZeRO-3", "group")) return refusal;
   }
   if (data_parallel.size() > 1) {
     if (shard != nullptr && options.overlap_param_gather) {
       return "--overlap-param-gather: its buckets' gathers before the forward are not captured "
              "yet";
     }
-    if (auto refusal = collectives_capture_refusal(data_parallel, model.device())) return refusal;
+    if (auto refusal = collectives_capture_refusal(data_parallel, device)) return refusal;
   }
   if (options.log_num_zeros_in_grad) {
     return "--log-num-zeros-in-grad reads the step's decision on the host before the update";
