@@ -22,6 +22,8 @@ import os
 import re
 import sys
 
+from whole_file import write_whole
+
 INLINED = ("backend/ops/cuda_common.cuh", "backend/ops/norm_rows_cuda.cuh")
 
 
@@ -167,17 +169,7 @@ def main(output_path, sources):
     parts.extend(f"using namespace ::backend::cuda_emulated::{namespace_of(path)};\n"
                  for path in sources)
     parts.append("}\n")
-    # Whole or not at all: a temporary beside it, renamed over it; a target that exists but is
-    # not a regular file (a link, a directory) is refused rather than written through.
-    if os.path.lexists(output_path) and not (os.path.isfile(output_path)
-                                             and not os.path.islink(output_path)):
-        sys.exit(f"{output_path}: exists and is not a regular file; not replacing it")
-    temporary = output_path + ".tmp"
-    with open(temporary, "w", encoding="utf-8") as output:
-        output.write("".join(parts))
-        output.flush()
-        os.fsync(output.fileno())
-    os.replace(temporary, output_path)
+    write_whole(output_path, "".join(parts))
 
 
 if __name__ == "__main__":

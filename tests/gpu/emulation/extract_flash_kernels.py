@@ -9,6 +9,8 @@ Usage: extract_flash_kernels.py attention_flash_cuda.cu output.inc"""
 import re
 import sys
 
+from whole_file import write_whole
+
 
 def main(source_path, output_path):
     source = open(source_path, encoding="utf-8").read()
@@ -41,10 +43,8 @@ def main(source_path, output_path):
     # nvcc's unroll hints: the host compiler's -Wunknown-pragmas would stop the build.
     device_part = re.sub(r"^#pragma unroll[^\n]*\n", "", device_part, flags=re.M)
 
-    with open(output_path, "w", encoding="utf-8") as output:
-        output.write(f"// Generated from {source_path} by extract_flash_kernels.py: do not edit.\n")
-        output.write(device_part)
-        output.write(shape_maker.group(0))
+    write_whole(output_path, f"// Generated from {source_path} by extract_flash_kernels.py: do not edit.\n"
+                + device_part + shape_maker.group(0))
 
 
 if __name__ == "__main__":
