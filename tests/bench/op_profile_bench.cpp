@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/common/error.hpp"
 #include "backend/device/arena.hpp"
 #include "backend/device/cpu_device.hpp"
 #include "backend/device/cuda_device.hpp"
@@ -118,26 +119,9 @@ class TimingDevice final : public backend::Device, public backend::OpObserver {
   Clock::time_point start_;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const int64_t seq = argc > 1 ? std::atoll(argv[1]) : 256;
-  const int64_t mbs = argc > 2 ? std::atoll(argv[2]) : 4;
-  const int steps = argc > 3 ? std::atoi(argv[3]) : 3;
-  const std::string device_name = argc > 4 ? argv[4] : "cpu";
-  const std::string precision = argc > 5 ? argv[5] : "fp32";
-  const std::string attention = argc > 6 ? argv[6] : "";
-  if ((device_name != "cpu" && device_name != "cuda") ||
-      (precision != "fp32" && precision != "bf16" && precision != "fp16") ||
-      (precision != "fp32" && device_name == "cpu") ||
-      (!attention.empty() &&
-       (!common::enum_from_name<backend::AttentionBackend>(attention) || device_name != "cuda"))) {
-    std::fprintf(stderr,
-                 "usage: op_profile_bench [seq] [micro-batch] [steps] [cpu|cuda] "
-                 "[fp32|bf16|fp16] [auto|fused|flash|unfused|local] (bf16, fp16 and the "
-                 "attention backend on cuda only; default local)\n");
-    return 2;
-  }
+// One profile: the model on the device, the timed and queued steps, the table.
+void profile(int64_t seq, int64_t mbs, int steps, const std::string& device_name,
+             const std::string& precision, const std::string& attention) {
   backend::GptConfig config;
   config.num_layers = 12;
   config.hidden_size = 768;
@@ -224,5 +208,34 @@ int main(int argc, char** argv) {
               1000 * step_seconds / steps);
   std::printf("| forward + backward as it runs (no waits between ops) | | %.3f | | | |\n",
               1000 * queued_seconds / steps);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t seq = argc > 1 ? std::atoll(argv[1]) : 256;
+  const int64_t mbs = argc > 2 ? std::atoll(argv[2]) : 4;
+  const int steps = argc > 3 ? std::atoi(argv[3]) : 3;
+  const std::string device_name = argc > 4 ? argv[4] : "cpu";
+  const std::string precision = argc > 5 ? argv[5] : "fp32";
+  const std::string attention = argc > 6 ? argv[6] : "";
+  if ((device_name != "cpu" && device_name != "cuda") ||
+      (precision != "fp32" && precision != "bf16" && precision != "fp16") ||
+      (precision != "fp32" && device_name == "cpu") ||
+      (!attention.empty() &&
+       (!common::enum_from_name<backend::AttentionBackend>(attention) || device_name != "cuda"))) {
+    std::fprintf(stderr,
+                 "usage: op_profile_bench [seq] [micro-batch] [steps] [cpu|cuda] "
+                 "[fp32|bf16|fp16] [auto|fused|flash|unfused|local] (bf16, fp16 and the "
+                 "attention backend on cuda only; default local)\n");
+    return 2;
+  }
+  // A machine without a GPU or driver says so in one line, as the tools do.
+  try {
+    profile(seq, mbs, steps, device_name, precision, attention);
+  } catch (const common::Error& error) {
+    std::fprintf(stderr, "op_profile_bench: %s\n", error.what());
+    return 1;
+  }
   return 0;
 }
