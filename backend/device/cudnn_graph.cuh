@@ -1,13 +1,13 @@
 // CudnnGraph and CudnnPlans: cuDNN's graph (backend) API in the few shapes the project uses
 // (docs/cudnn_attention.md, sections 1-2). A CudnnGraph describes tensors and operations
-// (matmul, pointwise, reduction, reshape), each finalized as it is added, then the operation
-// graph; CudnnPlans, owned by one CUDA device, turns a graph into an execution plan (heuristics
-// mode A, then the fallback mode: the first engine configuration that finalizes) once per key,
-// remembers a refusal as well as a plan, and executes a plan on the device's stream. No engine is
-// filtered by its notes (as cuDNN's frontend does): the attention's determinism comes from the
-// graph's form (ops/attention_cudnn_cuda.cu). Every descriptor lives as long as its plan (whether
-// cuDNN copies them at finalize is not documented). Only .cu files include this header (it names
-// cuDNN's types).
+// (matmul, pointwise, reduction, reshape, random numbers), each finalized as it is added, then the
+// operation graph; CudnnPlans, owned by one CUDA device, turns a graph into an execution plan
+// (heuristics mode A, then the fallback mode: the first engine configuration that finalizes) once
+// per key, remembers a refusal as well as a plan, and executes a plan on the device's stream. No
+// engine is filtered by its notes (as cuDNN's frontend does): the attention's determinism comes
+// from the graph's form (ops/attention_cudnn_cuda.cu). Every descriptor lives as long as its plan
+// (whether cuDNN copies them at finalize is not documented). Only .cu files include this header (it
+// names cuDNN's types).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -100,6 +100,10 @@ class CudnnGraph {
                         const char* what);
   // y: x's values under another description (a transposed view).
   CudnnTensor reshape(CudnnTensor x, const CudnnTensorSpec& y, const char* what);
+  // y: Philox draws, 1 with probability `probability_of_one`, else 0, from the INT64 seed and
+  // offset tensors (the same seed, offset and shape give the same y).
+  CudnnTensor bernoulli(double probability_of_one, CudnnTensor seed, CudnnTensor offset,
+                        const CudnnTensorSpec& y, const char* what);
 
   // The operation graph of every operation added, in order; common::Error when refused.
   // `handle` (cuDNN before 9.8 requires one here) may be nullptr on later versions, which

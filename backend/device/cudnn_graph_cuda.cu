@@ -177,6 +177,23 @@ CudnnTensor CudnnGraph::reshape(CudnnTensor x, const CudnnTensorSpec& y_spec, co
   return add_operation(std::move(operation), y, what);
 }
 
+CudnnTensor CudnnGraph::bernoulli(double probability_of_one, CudnnTensor seed, CudnnTensor offset,
+                                  const CudnnTensorSpec& y_spec, const char* what) {
+  CudnnDescriptor& settings = keep(CudnnDescriptor(CUDNN_BACKEND_RNG_DESCRIPTOR));
+  const cudnnRngDistribution_t distribution = CUDNN_RNG_DISTRIBUTION_BERNOULLI;
+  settings.set(CUDNN_ATTR_RNG_DISTRIBUTION, CUDNN_TYPE_RNG_DISTRIBUTION, 1, &distribution, what);
+  settings.set(CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY, CUDNN_TYPE_DOUBLE, 1, &probability_of_one,
+               what);
+  settings.finalize(what);
+  const CudnnTensor y = tensor(y_spec, what);
+  CudnnDescriptor operation(CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR);
+  operation.set_descriptor(CUDNN_ATTR_OPERATION_RNG_YDESC, y.descriptor, what);
+  operation.set_descriptor(CUDNN_ATTR_OPERATION_RNG_DESC, settings.get(), what);
+  operation.set_descriptor(CUDNN_ATTR_OPERATION_RNG_SEED, seed.descriptor, what);
+  operation.set_descriptor(CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC, offset.descriptor, what);
+  return add_operation(std::move(operation), y, what);
+}
+
 void CudnnGraph::finalize(int64_t cudnn_version, cudnnHandle_t handle) {
   graph_.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
              static_cast<int64_t>(operations_.size()), operations_.data(), "the operation graph");

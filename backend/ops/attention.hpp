@@ -205,17 +205,21 @@ void flash_attention_backward(Scalar* dqkv,            // (B, T, (NH + 2·NG)·H
 
 // The same forward and backward through cuDNN's fused flash attention
 // (attention_cudnn_cuda.cu; docs/cudnn_attention.md), where the device has cuDNN plans
-// (CudaContext::cudnn_plans) and cuDNN runs the call: bf16 or fp16, no active attention
-// dropout (cuDNN's mask would not be the CPU twin's), compute capability 8.0+, head dimensions
-// that are multiples of 8 up to 128 (256 on sm90), cuDNN 9 but not 9.10.0-9.10.1, and for the
-// backward before cuDNN 9.15.1 a sequence length that is a multiple of 128. One plan per shape,
-// built the first time. The backward is cuDNN's deterministic form (no fp32 dQ accumulator
-// summed in any order), so a run repeats its bits. Megatron's grouped qkv row is read in
-// place for multi-head and multi-query attention; grouped-query attention gathers the queries
-// into blocked order first. cuDNN's workspace, softmax_sum (backward) and the blocked queries
-// live in the device's cuDNN workspace (device/cudnn_graph.cuh), grown when a shape's plan is
-// built. Not ran: `refusal` says why (first_refusal: the first call of this shape refused on
-// this device) and nothing was done. A failure while executing a plan is a common::Error.
+// (CudaContext::cudnn_plans) and cuDNN runs the call: bf16 or fp16, compute capability 8.0+,
+// head dimensions that are multiples of 8 up to 128 (256 on sm90), cuDNN 9 but not
+// 9.10.0-9.10.1, and for the backward before cuDNN 9.15.1 a sequence length that is a multiple
+// of 128. Attention dropout draws cuDNN's own mask (Philox, seeded by the Dropout's key, read
+// from its stored_key where there is one), not the CPU twin's: the same key gives the same mask
+// in the forward and the backward, run after run, and a call with dropout runs on cuDNN only
+// where both directions do (not on cuDNN 9.11.1-9.13.x). One plan per shape and dropout
+// probability, built the first time. The backward is cuDNN's deterministic form (no fp32 dQ
+// accumulator summed in any order), so a run repeats its bits. Megatron's grouped qkv row is
+// read in place for multi-head and multi-query attention; grouped-query attention gathers the
+// queries into blocked order first. cuDNN's workspace, the dropout's seed and offset,
+// softmax_sum (backward) and the blocked queries live in the device's cuDNN workspace
+// (device/cudnn_graph.cuh), grown when a shape's plan is built. Not ran: `refusal` says why
+// (first_refusal: the first call of this shape refused on this device) and nothing was done. A
+// failure while executing a plan is a common::Error.
 struct CudnnAttentionOutcome {
   bool ran = false;
   std::string refusal;
@@ -240,17 +244,19 @@ CudnnAttentionOutcome cudnn_attention_backward(const CudaContext& context,
                                                const float* logsumexp,  // (B, NH, T)
                                                const AttentionShape& shape, const Dropout& dropout);
 
-// CI's check of the graphs without a GPU: the forward and backward graphs of `shape` described
-// and finalized by the cuDNN this process loads (cuDNN 9.8+ finalizes an operation graph without
-// a handle; the engines' acceptance needs a GPU). common::Error with cuDNN's reason when it
-// refuses one, or when the build has no cuDNN.
+// CI's check of the graphs without a GPU: the forward and backward graphs of `shape` (with
+// `attention_dropout` p > 0, the dropout operations too) described and finalized by the cuDNN this
+// process loads (cuDNN 9.8+ finalizes an operation graph without a handle; the engines' acceptance
+// needs a GPU). common::Error with cuDNN's reason when it refuses one, or when the build has no
+// cuDNN.
 struct CudnnAttentionGraphs {
   int64_t cudnn_version = 0;
   int64_t forward_operations = 0;
   int64_t backward_operations = 0;
   int64_t external_tensors = 0;  // both graphs'
 };
-CudnnAttentionGraphs cudnn_attention_graph_check(const AttentionShape& shape, ElementType io_type);
+CudnnAttentionGraphs cudnn_attention_graph_check(const AttentionShape& shape, ElementType io_type,
+                                                 double attention_dropout = 0);
 
 // The CPU twin's contract; head dimensions up to kAttentionMaxHeadDim. One kernel stores the
 // rows' keys and values (a thread per element), a second attends: one warp per (row, head),

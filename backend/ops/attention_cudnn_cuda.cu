@@ -4,10 +4,15 @@
 // follow NVIDIA/cudnn-frontend's CompositeSDPANode and CompositeSDPABackwardNode, v1.23.0,
 // read, not copied). Per (batch, head), with S the scaled scores and the causal mask:
 //   forward   Stats = max_j S + log Σ_j exp(S − max_j S)   (our logsumexp: natural log)
-//             O = softmax(S) · V
-//   backward  softmax_sum = rowsum(dO ∘ O),  P = exp(S − Stats)
-//             dV = Pᵀ · dO,  dS = P ∘ (dO · Vᵀ − softmax_sum) · scale
+//             O = (softmax(S) ∘ R / (1 − p)) · V
+//   backward  softmax_sum = rowsum(dO ∘ O) · (1 − p),  P = exp(S − Stats)
+//             dV = (P ∘ R / (1 − p))ᵀ · dO,  dS = P ∘ (dO · Vᵀ ∘ R − softmax_sum) / (1 − p) · scale
 //             dK = dSᵀ · Q,  dQ = dS · K
+// with attention dropout p the keep mask R: cuDNN's Philox draws (Bernoulli 1 − p) from a seed,
+// the mask's key, and offset 0, so the backward regenerates the forward's R (without dropout
+// R = 1, p = 0 and those operations are left out). R is not the CPU twin's mask (dropout.hpp),
+// so with dropout a call runs on cuDNN only where both directions do (a forward on cuDNN with a
+// backward on our kernel would differentiate another mask).
 // The backward is the deterministic form: dQ is one matmul's output, with no fp32 accumulator
 // that cuDNN's engines sum into in any order (the frontend's is_deterministic_algorithm).
 // The qkv row is Megatron core's grouped layout (attention.hpp): Q, K and V are strided views
@@ -16,6 +21,7 @@
 // in the scratch first (and dQ scattered back). K and V are strided views in every case.
 #include <fmt/format.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -44,8 +50,11 @@ enum Uid : int64_t {
   kDV,
   kAttnScale,
   kNegativeInfinity,
-  kOne,
+  kKeepProbability,
   kSoftmaxSum,
+  kSeed,
+  kOffset,
+  kDropScale,
 };
 
 constexpr int64_t kAlignment = 256;  // of each region carved from the scratch
@@ -123,7 +132,31 @@ CudnnTensor causal_mask(CudnnGraph& graph, CudnnTensor scores, CudnnTensor negat
                          "the masked scores", kFloat, negative_infinity, keep);
 }
 
-CudnnGraph describe_forward(const AttentionLayout& layout, cudnnDataType_t io) {
+// The dropout keep mask R over the scores (Bernoulli 1 − p from the seed and offset, INT64
+// tensors in device memory: a captured step reads the key staged for each replay) and the
+// by-value scale 1/(1 − p).
+struct DropoutTensors {
+  CudnnTensor mask, scale;
+};
+DropoutTensors describe_dropout(CudnnGraph& graph, const AttentionLayout& layout,
+                                double probability) {
+  const auto state = [](int64_t uid) {
+    return CudnnTensorSpec{.dims = {1, 1, 1, 1},
+                           .strides = {1, 1, 1, 1},
+                           .type = CUDNN_DATA_INT64,
+                           .kind = kIo,
+                           .uid = uid};
+  };
+  const CudnnTensor seed = graph.tensor(state(kSeed), "the dropout seed");
+  const CudnnTensor offset = graph.tensor(state(kOffset), "the dropout offset");
+  return {.mask = graph.bernoulli(1.0 - probability, seed, offset,
+                                  spec(layout.score_dims(), kFloat), "the dropout mask"),
+          .scale = graph.scalar(kDropScale, "the dropout scale")};
+}
+
+// dropout_probability 0: no dropout operations.
+CudnnGraph describe_forward(const AttentionLayout& layout, cudnnDataType_t io,
+                            double dropout_probability) {
   CudnnGraph graph;
   const auto scores = layout.score_dims();
   const auto rows = layout.row_dims();
@@ -149,8 +182,15 @@ CudnnGraph describe_forward(const AttentionLayout& layout, cudnnDataType_t io) {
       graph.pointwise(CUDNN_POINTWISE_LOG, sum, spec(rows, kFloat), "the log of the row sum");
   graph.pointwise(CUDNN_POINTWISE_ADD, max, spec(rows, kFloat, kIo, kStats), "Stats", kFloat,
                   log_sum);
-  const CudnnTensor p =
-      graph.pointwise(CUDNN_POINTWISE_DIV, e, spec(scores, io), "the probabilities", kFloat, sum);
+  const bool dropout = dropout_probability > 0;
+  CudnnTensor p = graph.pointwise(CUDNN_POINTWISE_DIV, e, spec(scores, dropout ? kFloat : io),
+                                  "the probabilities", kFloat, sum);
+  if (dropout) {
+    const DropoutTensors mask = describe_dropout(graph, layout, dropout_probability);
+    p = graph.pointwise(CUDNN_POINTWISE_MUL, p, spec(scores, kFloat), "P∘R", kFloat, mask.mask);
+    p = graph.pointwise(CUDNN_POINTWISE_MUL, p, spec(scores, io), "P∘R/(1 − p)", kFloat,
+                        mask.scale);
+  }
   graph.matmul(p, v, spec(layout.q_dims(), layout.o_strides, io, kIo, kO), "P·V");
   return graph;
 }
@@ -169,8 +209,13 @@ void group_gradient(CudnnGraph& graph, CudnnTensor a, CudnnTensor b, const Atten
   graph.reduction(CUDNN_REDUCE_TENSOR_ADD, full, gradient, what);
 }
 
-CudnnGraph describe_backward(const AttentionLayout& layout, cudnnDataType_t io) {
+CudnnGraph describe_backward(const AttentionLayout& layout, cudnnDataType_t io,
+                             double dropout_probability) {
   CudnnGraph graph;
+  const bool dropout = dropout_probability > 0;
+  // R first, as cuDNN's frontend orders it.
+  const DropoutTensors mask =
+      dropout ? describe_dropout(graph, layout, dropout_probability) : DropoutTensors{};
   const auto scores = layout.score_dims();
   const auto rows = layout.row_dims();
   // Pᵀ and dSᵀ: the scores' [B, NH, T, T] read transposed.
@@ -186,7 +231,7 @@ CudnnGraph describe_backward(const AttentionLayout& layout, cudnnDataType_t io) 
   const CudnnTensor stats = graph.tensor(spec(rows, kFloat, kIo, kStats), "Stats");
   const CudnnTensor attn_scale = graph.scalar(kAttnScale, "the attention scale");
   const CudnnTensor negative_infinity = graph.scalar(kNegativeInfinity, "−inf");
-  const CudnnTensor one = graph.scalar(kOne, "one");
+  const CudnnTensor keep_probability = graph.scalar(kKeepProbability, "1 − p");
 
   // softmax_sum = rowsum(dO ∘ O), in the workspace. The product's strides are the frontend's.
   const CudnnTensor product =
@@ -200,7 +245,7 @@ CudnnGraph describe_backward(const AttentionLayout& layout, cudnnDataType_t io) 
       graph.reduction(CUDNN_REDUCE_TENSOR_ADD, product, spec(rows, kFloat), "rowsum(dO∘O)");
   const CudnnTensor softmax_sum =
       graph.pointwise(CUDNN_POINTWISE_MUL, row_sum, spec(rows, kFloat, kIo, kSoftmaxSum),
-                      "softmax_sum", kFloat, one);
+                      "softmax_sum", kFloat, keep_probability);
 
   CudnnTensor s = graph.matmul(q, kt, spec(scores, kFloat), "Q·Kᵀ");
   s = graph.pointwise(CUDNN_POINTWISE_MUL, s, spec(scores, kFloat), "the scaled scores", kFloat,
@@ -209,14 +254,28 @@ CudnnGraph describe_backward(const AttentionLayout& layout, cudnnDataType_t io) 
   s = causal_mask(graph, s, negative_infinity, layout);
   const CudnnTensor p =
       graph.pointwise(CUDNN_POINTWISE_EXP, s, spec(scores, kFloat), "the probabilities");
-  const CudnnTensor pt = graph.reshape(p, spec(scores, transposed_score_strides, io), "Pᵀ");
+  CudnnTensor kept = p;
+  if (dropout) {
+    kept =
+        graph.pointwise(CUDNN_POINTWISE_MUL, kept, spec(scores, kFloat), "P∘R", kFloat, mask.mask);
+    kept = graph.pointwise(CUDNN_POINTWISE_MUL, kept, spec(scores, kFloat), "P∘R/(1 − p)", kFloat,
+                           mask.scale);
+  }
+  const CudnnTensor pt = graph.reshape(kept, spec(scores, transposed_score_strides, io), "Pᵀ");
   group_gradient(graph, pt, d_o, layout, io, kDV, "Pᵀ·dO");
 
   CudnnTensor ds = graph.matmul(d_o, vt, spec(scores, kFloat), "dO·Vᵀ");
+  if (dropout) {
+    ds = graph.pointwise(CUDNN_POINTWISE_MUL, ds, spec(scores, kFloat), "dP∘R", kFloat, mask.mask);
+  }
   ds = graph.pointwise(CUDNN_POINTWISE_SUB, ds, spec(scores, kFloat), "dP − softmax_sum", kFloat,
                        softmax_sum);
   ds = graph.pointwise(CUDNN_POINTWISE_MUL, ds, spec(scores, kFloat), "P∘(dP − softmax_sum)",
                        kFloat, p);
+  if (dropout) {
+    ds = graph.pointwise(CUDNN_POINTWISE_MUL, ds, spec(scores, kFloat), "dS/(1 − p)", kFloat,
+                         mask.scale);
+  }
   ds = graph.pointwise(CUDNN_POINTWISE_MUL, ds, spec(scores, kFloat), "dS", kFloat, attn_scale);
   const CudnnTensor dst = graph.reshape(ds, spec(scores, transposed_score_strides, io), "dSᵀ");
   group_gradient(graph, dst, q, layout, io, kDK, "dSᵀ·Q");
@@ -235,6 +294,7 @@ cudnnDataType_t cudnn_type() {
 
 // Why cuDNN's attention cannot run this call, or "" (the known gates, checked before any graph
 // is built, so the log line can name them: docs/cudnn_attention.md, sections 0, 3 and 5).
+// With dropout the backward's gates hold for the forward too (both directions or neither).
 std::string gate(const AttentionShape& shape, const Dropout& dropout, bool backward,
                  int64_t version, int compute_capability) {
   const int64_t head_dim = shape.head_dim();
@@ -243,10 +303,6 @@ std::string gate(const AttentionShape& shape, const Dropout& dropout, bool backw
         "cuDNN's fused attention needs compute capability 8.0 or later (this GPU "
         "has {}.{})",
         compute_capability / 10, compute_capability % 10);
-  }
-  if (dropout.active()) {
-    return "attention dropout through cuDNN is not built yet (its mask would not be the CPU "
-           "twin's; --attention-dropout 0 lets cuDNN run)";
   }
   if (head_dim % 8 != 0 || head_dim > (compute_capability == 90 ? 256 : 128)) {
     return fmt::format(
@@ -257,8 +313,12 @@ std::string gate(const AttentionShape& shape, const Dropout& dropout, bool backw
   if (version == 91000 || version == 91001) {
     return "cuDNN 9.10.0 and 9.10.1 have known bugs in 16-bit fused attention";
   }
+  if (dropout.active() && version > 91100 && version < 91400) {
+    return fmt::format("attention dropout on cuDNN {} (PyTorch refuses 9.11.1-9.13.x for it)",
+                       version);
+  }
   if (shape.seq_length < 2) return "a sequence of one position";
-  if (backward && version < 91501 && shape.seq_length % 128 != 0) {
+  if ((backward || dropout.active()) && version < 91501 && shape.seq_length % 128 != 0) {
     return fmt::format(
         "the backward before cuDNN 9.15.1 needs a sequence length that is a "
         "multiple of 128 (got {})",
@@ -267,13 +327,49 @@ std::string gate(const AttentionShape& shape, const Dropout& dropout, bool backw
   return {};
 }
 
-// A plan (or refusal) per direction, type, shape and whether dropout is active (a training
-// call with attention dropout is refused, an evaluation call of the same shape is not).
+// A plan (or refusal) per direction, type, shape and attention dropout probability (the
+// graph's Bernoulli draws are 1 − p; an evaluation call, p = 0, has no dropout operations).
 std::vector<int64_t> plan_key(bool backward, cudnnDataType_t io, const AttentionShape& shape,
                               const Dropout& dropout) {
-  return {backward ? 1 : 0,       static_cast<int64_t>(io), shape.batch_size,
-          shape.seq_length,       shape.hidden_size,        shape.num_heads,
-          shape.num_query_groups, dropout.active() ? 1 : 0};
+  return {
+      backward ? 1 : 0,       static_cast<int64_t>(io),
+      shape.batch_size,       shape.seq_length,
+      shape.hidden_size,      shape.num_heads,
+      shape.num_query_groups, std::bit_cast<int64_t>(dropout.active() ? dropout.probability : 0.0)};
+}
+
+// The caller's part of cuDNN's workspace, after the plan's own, in 256-byte aligned regions:
+// the dropout RNG state (seed, then offset 16 bytes on), softmax_sum (backward), then for GQA
+// the blocked Q and (backward) dQ. -1: no such region.
+struct CallerRegions {
+  int64_t rng_state = -1, softmax_sum = -1, blocked_queries = -1, blocked_query_gradients = -1;
+  int64_t bytes = 0;
+
+  CallerRegions(const AttentionLayout& layout, bool backward, bool dropout, int64_t element_bytes) {
+    const auto take = [&](int64_t size) {
+      const int64_t at = bytes;
+      bytes += aligned(size);
+      return at;
+    };
+    if (dropout) rng_state = take(2 * kRngStateStride);
+    if (backward) {
+      softmax_sum = take(layout.batch * layout.heads * layout.seq * int64_t{sizeof(float)});
+    }
+    if (layout.queries_blocked) {
+      blocked_queries = take(layout.blocked_query_bytes(element_bytes));
+      if (backward) blocked_query_gradients = take(layout.blocked_query_bytes(element_bytes));
+    }
+  }
+  static constexpr int64_t kRngStateStride = 16;  // bytes: the graph's tensors' alignment
+};
+
+// Writes the dropout RNG's state into the workspace: the seed (the mask's key, read from device
+// memory where it is staged for a captured step) and the offset 0. One thread, queued before
+// the plan, so a replayed capture reads each replay's key.
+__global__ void stage_dropout_state_kernel(int64_t* seed, int64_t* offset,
+                                           const uint64_t* stored_key, uint64_t key) {
+  *seed = static_cast<int64_t>(stored_key != nullptr ? *stored_key : key);
+  *offset = 0;
 }
 
 // Gathers each row's NH queries into blocked (B·T, NH, HD) order, or (scatter) back: one thread
@@ -313,8 +409,8 @@ void move_blocked_queries(Scalar* blocked, const Scalar* qkv, const AttentionSha
   CUDA_CHECK(cudaGetLastError());
 }
 
-// The plan for this call (its workspace holding `caller_bytes` after the plan's own), or the
-// outcome that says why there is none.
+// The plan for this call (its workspace holding the call's CallerRegions after the plan's own),
+// or the outcome that says why there is none.
 struct Planned {
   const CudnnPlan* plan = nullptr;
   CudnnAttentionOutcome outcome;
@@ -322,7 +418,7 @@ struct Planned {
 
 template <typename Scalar>
 Planned find_plan(const CudaContext& context, const AttentionShape& shape, const Dropout& dropout,
-                  bool backward, int64_t caller_bytes) {
+                  bool backward) {
   Planned planned;
   if (context.cudnn_plans == nullptr) {
     planned.outcome.refusal = "this device was made without cuDNN";
@@ -331,37 +427,95 @@ Planned find_plan(const CudaContext& context, const AttentionShape& shape, const
   CudnnPlans& plans = *context.cudnn_plans;
   const cudnnDataType_t io = cudnn_type<Scalar>();
   const AttentionLayout layout(shape);
-  const std::string reason =
-      gate(shape, dropout, backward, plans.version(), plans.compute_capability());
-  const auto lookup = plans.plan(
-      plan_key(backward, io, shape, dropout),
-      [&] {
-        if (!reason.empty()) common::fail("{}", reason);
-        CudnnGraph graph = backward ? describe_backward(layout, io) : describe_forward(layout, io);
-        graph.finalize(plans.version(), plans.handle());
-        return graph;
-      },
-      caller_bytes);
-  planned.plan = lookup.plan;
-  planned.outcome = {.ran = lookup.plan != nullptr,
-                     .refusal = lookup.refusal,
-                     .first_refusal = lookup.plan == nullptr && lookup.first_time,
-                     .built_plan = lookup.plan != nullptr && lookup.first_time,
-                     .workspace_bytes = lookup.plan != nullptr
-                                            ? CudnnPlans::caller_offset(*lookup.plan) + caller_bytes
-                                            : 0};
+  const double probability = dropout.active() ? dropout.probability : 0.0;
+  const auto lookup = [&](bool direction) {
+    const std::string reason =
+        gate(shape, dropout, direction, plans.version(), plans.compute_capability());
+    return plans.plan(
+        plan_key(direction, io, shape, dropout),
+        [&] {
+          if (!reason.empty()) common::fail("{}", reason);
+          CudnnGraph graph = direction ? describe_backward(layout, io, probability)
+                                       : describe_forward(layout, io, probability);
+          graph.finalize(plans.version(), plans.handle());
+          return graph;
+        },
+        CallerRegions(layout, direction, dropout.active(), sizeof(Scalar)).bytes);
+  };
+  const CudnnPlans::Lookup own = lookup(backward);
+  bool first_time = own.first_time;
+  std::string refusal = own.refusal;
+  if (own.plan != nullptr && dropout.active()) {
+    // cuDNN's mask is its own: the other direction must run on cuDNN as well.
+    const CudnnPlans::Lookup other = lookup(!backward);
+    first_time = first_time || other.first_time;
+    if (other.plan == nullptr) {
+      refusal = fmt::format(
+          "with attention dropout both directions must run on cuDNN, and the {} "
+          "does not: {}",
+          backward ? "forward" : "backward", other.refusal);
+    }
+  }
+  const bool runs = refusal.empty();
+  planned.plan = runs ? own.plan : nullptr;
+  planned.outcome = {
+      .ran = runs,
+      .refusal = refusal,
+      .first_refusal = !runs && first_time,
+      .built_plan = runs && own.first_time,
+      .workspace_bytes =
+          runs ? CudnnPlans::caller_offset(*own.plan) +
+                     CallerRegions(layout, backward, dropout.active(), sizeof(Scalar)).bytes
+               : 0};
   return planned;
 }
 
 // The by-value scalars' host values (read when the plan is enqueued).
 struct Scalars {
-  float attn_scale, negative_infinity = -std::numeric_limits<float>::infinity(), one = 1.0f;
-  explicit Scalars(const AttentionShape& shape, int64_t version)
+  float attn_scale, negative_infinity = -std::numeric_limits<float>::infinity();
+  float keep_probability = 1.0f, drop_scale = 1.0f;  // 1 − p and 1/(1 − p)
+  Scalars(const AttentionShape& shape, const Dropout& dropout, int64_t version)
       : attn_scale(1.0f / std::sqrt(static_cast<float>(shape.head_dim()))) {
     // Before cuDNN 9.10 the mask's fill is the lowest float, as the frontend does.
     if (version < 91000) negative_infinity = std::numeric_limits<float>::lowest();
+    if (dropout.active()) {
+      keep_probability = static_cast<float>(1.0 - dropout.probability);
+      drop_scale = dropout.scale<float>();
+    }
   }
 };
+
+// The workspace's caller regions of a call, and the dropout's bindings when it has dropout
+// (the RNG state staged on the stream first).
+struct CallWorkspace {
+  char* base;
+  CallerRegions regions;
+  template <typename T>
+  T* at(int64_t offset) const {
+    return reinterpret_cast<T*>(base + offset);
+  }
+};
+
+CallWorkspace call_workspace(const CudaContext& context, const CudnnPlan& plan,
+                             const AttentionLayout& layout, bool backward, const Dropout& dropout,
+                             int64_t element_bytes) {
+  return {static_cast<char*>(context.cudnn_plans->workspace()) + CudnnPlans::caller_offset(plan),
+          CallerRegions(layout, backward, dropout.active(), element_bytes)};
+}
+
+// Appends the dropout's bindings (seed, offset, scale) after staging the RNG state.
+void bind_dropout(std::vector<CudnnBinding>& bindings, const CallWorkspace& workspace,
+                  const Dropout& dropout, Scalars& scalars, cudaStream_t stream) {
+  if (!dropout.active()) return;
+  auto* seed = workspace.at<int64_t>(workspace.regions.rng_state);
+  auto* offset =
+      workspace.at<int64_t>(workspace.regions.rng_state + CallerRegions::kRngStateStride);
+  stage_dropout_state_kernel<<<1, 1, 0, stream>>>(seed, offset, dropout.stored_key, dropout.key);
+  CUDA_CHECK(cudaGetLastError());
+  bindings.push_back({kSeed, seed});
+  bindings.push_back({kOffset, offset});
+  bindings.push_back({kDropScale, &scalars.drop_scale});
+}
 
 }  // namespace
 
@@ -370,27 +524,26 @@ CudnnAttentionOutcome cudnn_attention_forward(const CudaContext& context, Scalar
                                               float* logsumexp, const Scalar* qkv,
                                               const AttentionShape& shape, const Dropout& dropout) {
   const AttentionLayout layout(shape);
-  const int64_t blocked_bytes = layout.blocked_query_bytes(sizeof(Scalar));
-  const Planned planned = find_plan<Scalar>(context, shape, dropout, false, blocked_bytes);
+  const Planned planned = find_plan<Scalar>(context, shape, dropout, false);
   if (planned.plan == nullptr) return planned.outcome;
-  // The workspace: cuDNN's part, then (GQA) the blocked queries.
-  char* caller = static_cast<char*>(context.cudnn_plans->workspace()) +
-                 CudnnPlans::caller_offset(*planned.plan);
+  const CallWorkspace workspace =
+      call_workspace(context, *planned.plan, layout, false, dropout, sizeof(Scalar));
   const Scalar* queries = qkv;
   if (layout.queries_blocked) {
-    auto* blocked = reinterpret_cast<Scalar*>(caller);
+    auto* blocked = workspace.at<Scalar>(workspace.regions.blocked_queries);
     move_blocked_queries<false>(blocked, qkv, shape, context.stream);
     queries = blocked;
   }
-  Scalars scalars(shape, context.cudnn_plans->version());
+  Scalars scalars(shape, dropout, context.cudnn_plans->version());
   auto* base = const_cast<Scalar*>(qkv);
-  const CudnnBinding bindings[] = {{kQ, const_cast<Scalar*>(queries)},
-                                   {kKT, base + layout.k_offset},
-                                   {kV, base + layout.v_offset},
-                                   {kAttnScale, &scalars.attn_scale},
-                                   {kNegativeInfinity, &scalars.negative_infinity},
-                                   {kStats, logsumexp},
-                                   {kO, output}};
+  std::vector<CudnnBinding> bindings = {{kQ, const_cast<Scalar*>(queries)},
+                                        {kKT, base + layout.k_offset},
+                                        {kV, base + layout.v_offset},
+                                        {kAttnScale, &scalars.attn_scale},
+                                        {kNegativeInfinity, &scalars.negative_infinity},
+                                        {kStats, logsumexp},
+                                        {kO, output}};
+  bind_dropout(bindings, workspace, dropout, scalars, context.stream);
   context.cudnn_plans->execute(*planned.plan, bindings);
   return planned.outcome;
 }
@@ -402,39 +555,35 @@ CudnnAttentionOutcome cudnn_attention_backward(const CudaContext& context, Scala
                                                const AttentionShape& shape,
                                                const Dropout& dropout) {
   const AttentionLayout layout(shape);
-  const int64_t softmax_sum_bytes =
-      aligned(shape.batch_size * shape.num_heads * shape.seq_length * int64_t{sizeof(float)});
-  const int64_t blocked_bytes = layout.blocked_query_bytes(sizeof(Scalar));
-  const Planned planned =
-      find_plan<Scalar>(context, shape, dropout, true, softmax_sum_bytes + 2 * blocked_bytes);
+  const Planned planned = find_plan<Scalar>(context, shape, dropout, true);
   if (planned.plan == nullptr) return planned.outcome;
-  // The workspace: cuDNN's part, softmax_sum, then (GQA) the blocked Q and dQ.
-  char* caller = static_cast<char*>(context.cudnn_plans->workspace()) +
-                 CudnnPlans::caller_offset(*planned.plan);
+  const CallWorkspace workspace =
+      call_workspace(context, *planned.plan, layout, true, dropout, sizeof(Scalar));
   const Scalar* queries = qkv;
   Scalar* query_gradients = dqkv;
   if (layout.queries_blocked) {
-    char* blocked = caller + softmax_sum_bytes;
-    auto* blocked_queries = reinterpret_cast<Scalar*>(blocked);
-    query_gradients = reinterpret_cast<Scalar*>(blocked + blocked_bytes);
+    auto* blocked_queries = workspace.at<Scalar>(workspace.regions.blocked_queries);
+    query_gradients = workspace.at<Scalar>(workspace.regions.blocked_query_gradients);
     move_blocked_queries<false>(blocked_queries, qkv, shape, context.stream);
     queries = blocked_queries;
   }
-  Scalars scalars(shape, context.cudnn_plans->version());
+  Scalars scalars(shape, dropout, context.cudnn_plans->version());
   auto* base = const_cast<Scalar*>(qkv);
-  const CudnnBinding bindings[] = {{kQ, const_cast<Scalar*>(queries)},
-                                   {kKT, base + layout.k_offset},
-                                   {kVT, base + layout.v_offset},
-                                   {kO, const_cast<Scalar*>(output)},
-                                   {kDO, const_cast<Scalar*>(doutput)},
-                                   {kStats, const_cast<float*>(logsumexp)},
-                                   {kAttnScale, &scalars.attn_scale},
-                                   {kNegativeInfinity, &scalars.negative_infinity},
-                                   {kOne, &scalars.one},
-                                   {kSoftmaxSum, caller},
-                                   {kDV, dqkv + layout.v_offset},
-                                   {kDK, dqkv + layout.k_offset},
-                                   {kDQ, query_gradients}};
+  std::vector<CudnnBinding> bindings = {
+      {kQ, const_cast<Scalar*>(queries)},
+      {kKT, base + layout.k_offset},
+      {kVT, base + layout.v_offset},
+      {kO, const_cast<Scalar*>(output)},
+      {kDO, const_cast<Scalar*>(doutput)},
+      {kStats, const_cast<float*>(logsumexp)},
+      {kAttnScale, &scalars.attn_scale},
+      {kNegativeInfinity, &scalars.negative_infinity},
+      {kKeepProbability, &scalars.keep_probability},
+      {kSoftmaxSum, workspace.at<float>(workspace.regions.softmax_sum)},
+      {kDV, dqkv + layout.v_offset},
+      {kDK, dqkv + layout.k_offset},
+      {kDQ, query_gradients}};
+  bind_dropout(bindings, workspace, dropout, scalars, context.stream);
   context.cudnn_plans->execute(*planned.plan, bindings);
   if (layout.queries_blocked) {
     move_blocked_queries<true>(query_gradients, dqkv, shape, context.stream);
@@ -442,7 +591,8 @@ CudnnAttentionOutcome cudnn_attention_backward(const CudaContext& context, Scala
   return planned.outcome;
 }
 
-CudnnAttentionGraphs cudnn_attention_graph_check(const AttentionShape& shape, ElementType io_type) {
+CudnnAttentionGraphs cudnn_attention_graph_check(const AttentionShape& shape, ElementType io_type,
+                                                 double attention_dropout) {
   check_attention_shape(shape, "cudnn_attention_graph_check");
   if (io_type != ElementType::bf16 && io_type != ElementType::f16) {
     common::fail(
@@ -459,9 +609,13 @@ CudnnAttentionGraphs cudnn_attention_graph_check(const AttentionShape& shape, El
         version);
   }
   const AttentionLayout layout(shape);
-  CudnnGraph forward = describe_forward(layout, io);
+  if (!(attention_dropout >= 0 && attention_dropout < 1)) {
+    common::fail("cudnn_attention_graph_check: attention dropout {} is not in [0, 1)",
+                 attention_dropout);
+  }
+  CudnnGraph forward = describe_forward(layout, io, attention_dropout);
   forward.finalize(version, nullptr);
-  CudnnGraph backward = describe_backward(layout, io);
+  CudnnGraph backward = describe_backward(layout, io, attention_dropout);
   backward.finalize(version, nullptr);
   return {.cudnn_version = version,
           .forward_operations = static_cast<int64_t>(forward.operation_count()),

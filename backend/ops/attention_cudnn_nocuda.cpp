@@ -27,7 +27,7 @@ CudnnAttentionOutcome cudnn_attention_backward(const CudaContext&, Scalar*, cons
   return refused();
 }
 
-CudnnAttentionGraphs cudnn_attention_graph_check(const AttentionShape&, ElementType) {
+CudnnAttentionGraphs cudnn_attention_graph_check(const AttentionShape&, ElementType, double) {
   common::fail("cudnn_attention_graph_check: {}", kNoCudnn);
 }
 

@@ -6,15 +6,20 @@
 // too: the stored caches and the output, rows of several slots at several positions. And the
 // tensor-core kernel of --attention-backend flash, bf16 and fp16 at head dimensions 64 and 128,
 // and cuDNN's fused attention (--attention-backend fused): multi-head, multi-query and grouped
-// layouts, head dimensions 64 and 128, its backward the same bits run to run, its refusals.
+// layouts, head dimensions 64 and 128, its backward the same bits run to run, its attention
+// dropout (its own mask, read back), its refusals.
+#include "backend/ops/attention.hpp"
+
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "backend/ops/attention.hpp"
 #include "backend/ops/dropout.hpp"
 #include "gpu/gpu_test_support.hpp"
 
@@ -184,11 +189,192 @@ TEST_CASE("cuDNN's attention backward is its deterministic form: the same bits r
   CHECK(runs[0] == runs[2]);
 }
 
+namespace {
+
+// Where head h's query (slot h % per_group of its group), or its group's key (slot per_group)
+// or value (slot per_group + 1), starts in a qkv row (Megatron core's grouped layout).
+int64_t qkv_column(const Shape& s, int64_t group, int64_t slot) {
+  return (group * (s.heads / s.groups + 2) + slot) * s.head_dim;
+}
+
+struct AttentionReference {
+  std::vector<float> output, dqkv;
+};
+
+// Causal attention with an explicit keep mask (mask[((b·NH + h)·T + i)·T + j]) in double:
+//   P = softmax(Q·Kᵀ·scale), O = (P ∘ R / (1 − p)) · V,
+//   dP = (dO · Vᵀ) ∘ R / (1 − p), dS = P ∘ (dP − rowsum(P ∘ dP)) · scale.
+AttentionReference masked_attention(const Shape& s, const std::vector<float>& qkv,
+                                    const std::vector<float>& dout, const std::vector<char>& mask,
+                                    double probability) {
+  const int64_t T = s.seq, D = s.head_dim, per_group = s.heads / s.groups;
+  const int64_t width = (s.heads + 2 * s.groups) * D, hidden = s.heads * D;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D)), keep = 1.0 / (1.0 - probability);
+  AttentionReference r{std::vector<float>(static_cast<size_t>(s.batch * T * hidden)),
+                       std::vector<float>(static_cast<size_t>(s.batch * T * width))};
+  std::vector<double> dqkv(r.dqkv.size(), 0.0);
+  const auto at = [&](int64_t b, int64_t t, int64_t column) {
+    return static_cast<size_t>((b * T + t) * width + column);
+  };
+  std::vector<double> p(static_cast<size_t>(T)), dp(static_cast<size_t>(T));
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < s.heads; ++h) {
+      const int64_t g = h / per_group;
+      const int64_t qc = qkv_column(s, g, h % per_group), kc = qkv_column(s, g, per_group),
+                    vc = qkv_column(s, g, per_group + 1);
+      for (int64_t i = 0; i < T; ++i) {
+        double max = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += double{qkv[at(b, i, qc + d)]} * qkv[at(b, j, kc + d)];
+          p[j] = dot * scale;
+          max = std::max(max, p[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - max));
+        const char* kept = &mask[static_cast<size_t>(((b * s.heads + h) * T + i) * T)];
+        double rowsum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          p[j] /= sum;
+          const double dropped = kept[j] ? p[j] * keep : 0.0;
+          double dpd = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            const double g_o = dout[static_cast<size_t>((b * T + i) * hidden + h * D + d)];
+            r.output[static_cast<size_t>((b * T + i) * hidden + h * D + d)] +=
+                static_cast<float>(dropped * qkv[at(b, j, vc + d)]);
+            dqkv[at(b, j, vc + d)] += dropped * g_o;
+            dpd += g_o * qkv[at(b, j, vc + d)];
+          }
+          dp[j] = kept[j] ? dpd * keep : 0.0;
+          rowsum += p[j] * dp[j];
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const double ds = p[j] * (dp[j] - rowsum) * scale;
+          for (int64_t d = 0; d < D; ++d) {
+            dqkv[at(b, i, qc + d)] += ds * qkv[at(b, j, kc + d)];
+            dqkv[at(b, j, kc + d)] += ds * qkv[at(b, i, qc + d)];
+          }
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < dqkv.size(); ++i) r.dqkv[i] = static_cast<float>(dqkv[i]);
+  return r;
+}
+
+}  // namespace
+
+// The reference above is itself checked on the CPU device: given the CPU twin's own mask
+// (dropout.hpp's draws, element ((b·NH + h)·T + i)·T + j), it gives the twin's results.
+TEST_CASE("the masked-attention reference of the cuDNN dropout check is the CPU twin's math") {
+  backend::CpuDevice cpu;
+  const double probability = 0.1;
+  const backend::Dropout dropout{probability, backend::dropout_key(5, 6, 7, 8)};
+  for (const Shape s : {Shape{2, 19, 2, 2, 16}, Shape{1, 23, 4, 2, 8}}) {
+    const int64_t width = (s.heads + 2 * s.groups) * s.head_dim, hidden = s.heads * s.head_dim;
+    const std::vector<float> qkv = random_values(s.batch * s.seq * width, 71);
+    const std::vector<float> dout = random_values(s.batch * s.seq * hidden, 72);
+    std::vector<char> mask(static_cast<size_t>(s.batch * s.heads * s.seq * s.seq));
+    for (size_t i = 0; i < mask.size(); ++i) {
+      mask[i] = backend::dropout_keep(dropout.key, i, dropout.threshold());
+    }
+    const AttentionReference expected = masked_attention(s, qkv, dout, mask, probability);
+    Tensors t(cpu);
+    View x = t.input(qkv, ElementType::f32);
+    View o = t.poisoned(s.batch * s.seq * hidden, ElementType::f32);
+    View lse = t.poisoned(s.batch * s.heads * s.seq, ElementType::f32);
+    ops::attention_forward(cpu, o, lse, x, s.geometry(), dropout);
+    View dx = t.poisoned(s.batch * s.seq * width, ElementType::f32);
+    ops::attention_backward(cpu, dx, t.input(dout, ElementType::f32), x, o, lse, s.geometry(),
+                            dropout);
+    expect_close("reference output", t.read(o), expected.output, 1e-5);
+    expect_close("reference dqkv", t.read(dx), expected.dqkv, 1e-5);
+  }
+}
+
+// cuDNN's attention dropout draws its own mask (not the CPU twin's), so its check reads the mask
+// back: with V one-hot (value j = unit vector j, T ≤ HD) the output row i is P[i, :] ∘ R / (1 − p),
+// zero exactly where R drops. Then, with the same key and random values, the output and every
+// gradient against a double-precision reference that uses that mask: a backward that regenerated
+// another mask, or scaled by other factors, fails it. The kept fraction is 1 − p; the key staged
+// in device memory (a captured step's) draws the same mask; another key draws another.
+TEST_CASE("cuDNN's attention dropout: one mask for forward and backward, the gradients of it") {
+  auto gpu = open_gpu_or_skip(/*cpu_stand_in_allowed=*/false,
+                              {.attention_backend = backend::AttentionBackend::fused});
+  if (!gpu || !cudnn_takes_attention_dropout_or_skip()) return;
+  const double probability = 0.1;
+  const backend::Dropout dropout{probability, backend::dropout_key(5, 6, 7, 8)};
+  for (const Shape s : {Shape{2, 128, 2, 2, 128}, Shape{1, 128, 4, 2, 128}}) {
+    CAPTURE(s.heads);
+    CAPTURE(s.groups);
+    const int64_t T = s.seq, D = s.head_dim, per_group = s.heads / s.groups;
+    const int64_t width = (s.heads + 2 * s.groups) * D, hidden = s.heads * D;
+    const ElementType type = ElementType::bf16;
+    std::vector<float> qkv = representable(random_values(s.batch * T * width, 61, 0.5f), type);
+    std::vector<float> one_hot = qkv;
+    for (int64_t b = 0; b < s.batch; ++b) {
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t g = 0; g < s.groups; ++g) {
+          for (int64_t d = 0; d < D; ++d) {
+            one_hot[static_cast<size_t>((b * T + t) * width + qkv_column(s, g, per_group + 1) +
+                                        d)] = d == t ? 1.0f : 0.0f;
+          }
+        }
+      }
+    }
+    const std::vector<float> dout = representable(random_values(s.batch * T * hidden, 62), type);
+    Tensors t(*gpu);
+    View lse = t.poisoned(s.batch * s.heads * T, ElementType::f32);
+    const auto forward = [&](const std::vector<float>& values, const backend::Dropout& mask) {
+      View o = t.poisoned(s.batch * T * hidden, type);
+      ops::attention_forward(*gpu, o, lse, t.input(values, type), s.geometry(), mask);
+      return t.read(o);
+    };
+    // R from the one-hot run: row i of head h, column j ≤ i.
+    const std::vector<float> probe = forward(one_hot, dropout);
+    std::vector<char> mask(static_cast<size_t>(s.batch * s.heads * T * T), 0);
+    int64_t kept = 0, causal = 0;
+    for (int64_t b = 0; b < s.batch; ++b) {
+      for (int64_t h = 0; h < s.heads; ++h) {
+        for (int64_t i = 0; i < T; ++i) {
+          for (int64_t j = 0; j <= i; ++j) {
+            const float value = probe[static_cast<size_t>((b * T + i) * hidden + h * D + j)];
+            const bool keep = value != 0.0f;
+            mask[static_cast<size_t>(((b * s.heads + h) * T + i) * T + j)] = keep;
+            kept += keep;
+            ++causal;
+          }
+        }
+      }
+    }
+    const double fraction = static_cast<double>(kept) / static_cast<double>(causal);
+    INFO("kept " << kept << " of " << causal);
+    CHECK(std::fabs(fraction - (1.0 - probability)) < 0.02);
+    // Another key draws another mask; the key staged in device memory the same one.
+    CHECK(forward(one_hot, {probability, backend::dropout_key(5, 6, 7, 9)}) != probe);
+    expect_identical("the one-hot output with the stored key",
+                     forward(one_hot, t.with_stored_key(dropout)), probe);
+
+    const AttentionReference expected = masked_attention(s, qkv, dout, mask, probability);
+    for (const bool stored : {false, true}) {
+      const backend::Dropout call = stored ? t.with_stored_key(dropout) : dropout;
+      View x = t.input(qkv, type);
+      View o = t.poisoned(s.batch * T * hidden, type);
+      ops::attention_forward(*gpu, o, lse, x, s.geometry(), call);
+      View dx = t.poisoned(s.batch * T * width, type);
+      ops::attention_backward(*gpu, dx, t.input(dout, type), x, o, lse, s.geometry(), call);
+      const std::string what = stored ? " (stored key)" : "";
+      expect_close("cuDNN dropout output" + what, t.read(o), expected.output, 3e-2);
+      expect_close("cuDNN dropout dqkv" + what, t.read(dx), expected.dqkv, 3e-2);
+    }
+  }
+}
+
 TEST_CASE(
     "--attention-backend fused refuses what cuDNN does not run, naming why, and auto runs it "
     "on our kernels") {
-  const Shape s{1, 128, 2, 2, 64};
-  const backend::Dropout dropout{0.1, backend::dropout_key(1, 2, 3, 4)};
+  const Shape s{1, 1, 2, 2, 64};  // cuDNN takes no sequence of one position
   for (const auto backend_choice :
        {backend::AttentionBackend::fused, backend::AttentionBackend::automatic}) {
     auto gpu =
@@ -200,14 +386,14 @@ TEST_CASE(
     View o = t.poisoned(s.batch * s.seq * s.heads * s.head_dim, ElementType::bf16);
     View lse = t.poisoned(s.batch * s.heads * s.seq, ElementType::f32);
     if (backend_choice == backend::AttentionBackend::fused) {
-      CHECK_THROWS_WITH_AS(ops::attention_forward(*gpu, o, lse, x, s.geometry(), dropout),
-                           doctest::Contains("attention dropout through cuDNN"), common::Error);
+      CHECK_THROWS_WITH_AS(ops::attention_forward(*gpu, o, lse, x, s.geometry(), {}),
+                           doctest::Contains("a sequence of one position"), common::Error);
       View x32 = t.input(random_values(s.batch * s.seq * width, 51), ElementType::f32);
       View o32 = t.poisoned(s.batch * s.seq * s.heads * s.head_dim, ElementType::f32);
       CHECK_THROWS_WITH_AS(ops::attention_forward(*gpu, o32, lse, x32, s.geometry(), {}),
                            doctest::Contains("not fp32"), common::Error);
     } else {
-      CHECK_NOTHROW(ops::attention_forward(*gpu, o, lse, x, s.geometry(), dropout));
+      CHECK_NOTHROW(ops::attention_forward(*gpu, o, lse, x, s.geometry(), {}));
     }
   }
 }

@@ -10,8 +10,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -24,6 +24,7 @@
 #include "backend/device/cpu_device.hpp"
 #include "backend/device/cuda_device.hpp"
 #include "backend/device/cuda_inventory.hpp"
+#include "backend/device/cudnn_library.hpp"
 #include "backend/device/device.hpp"
 #include "backend/ops/adamw.hpp"
 #include "backend/ops/attention.hpp"
@@ -73,6 +74,17 @@ inline std::unique_ptr<Device> open_gpu_or_skip(bool cpu_stand_in_allowed = fals
     return nullptr;
   }
   return backend::make_cuda_device(0, options);
+}
+
+// Whether the cuDNN this process loads takes attention dropout, after reporting the skip when
+// not: 9.11.1-9.13.x do not (the gate in ops/attention_cudnn_cuda.cu, PyTorch's too).
+inline bool cudnn_takes_attention_dropout_or_skip() {
+  const int64_t version = backend::load_cudnn().version;
+  if (version > 91100 && version < 91400) {
+    MESSAGE("skipped: cuDNN " << version << " takes no attention dropout (9.11.1-9.13.x)");
+    return false;
+  }
+  return true;
 }
 
 // Normal(0, 1) values, reproducible from the seed.

@@ -231,7 +231,7 @@ TEST_CASE(
     "losses within 2e-2 relative, the same bits run to run") {
   const auto device = gpu_device_or_skip();
   if (!device || *device != "cuda") return;  // cuDNN has no CPU stand-in
-  // No attention dropout (cuDNN's mask would not be the CPU's), sequences of 128 positions
+  // No attention dropout (cuDNN's mask is not the CPU's: the next case), sequences of 128 positions
   // (every cuDNN 9 runs their backward); GPT-2 style multi-head at head dimension 64, Llama
   // style grouped-query (blocked queries) at 128.
   TrainingArguments gpt2 = gpt2_style();
@@ -247,6 +247,36 @@ TEST_CASE(
   expect_16_bit_runs_follow_the_cpu(
       *device, {{"GPT-2 style, head dim 64", gpt2}, {"Llama style, grouped, head dim 128", llama}},
       [](TrainingArguments& a) { a.model.attention_backend = backend::AttentionBackend::fused; });
+}
+
+TEST_CASE(
+    "50 bf16 steps with attention dropout on cuDNN (--attention-backend fused) learn, the same "
+    "bits run to run") {
+  // cuDNN draws its own attention dropout mask (tests/gpu/attention_test.cpp reads it back and
+  // checks the gradients against it), so the losses are not the CPU's: they fall, repeat, and
+  // are not the losses without attention dropout.
+  const auto device = gpu_device_or_skip();
+  if (!device || *device != "cuda" || !gpu_test::cudnn_takes_attention_dropout_or_skip()) return;
+  TrainingArguments a = with_precision(gpt2_style(), "bf16");
+  a.model.hidden_size = 128;
+  a.model.num_attention_heads = 2;
+  a.model.seq_length = a.model.max_position_embeddings = 128;
+  a.model.attention_backend = backend::AttentionBackend::fused;
+  REQUIRE(a.model.attention_dropout == 0.1);
+  const TrainingResult run = train(a, *device);
+  REQUIRE(run.iterations.size() == 50);
+  double first = 0, last = 0;
+  for (size_t i = 0; i < 10; ++i) {
+    first += run.iterations[i].lm_loss;
+    last += run.iterations[40 + i].lm_loss;
+  }
+  for (const backend::IterationRecord& record : run.iterations)
+    CHECK(std::isfinite(record.lm_loss));
+  CHECK(last < first);
+  expect_identical_losses(train(a, *device).iterations, run.iterations);
+  a.model.attention_dropout = 0;
+  const TrainingResult without = train(a, *device);
+  CHECK(without.iterations.back().lm_loss != run.iterations.back().lm_loss);
 }
 
 TEST_CASE("fp16 from Megatron's initial loss scale 2^32 skips the overflowing iterations and "
@@ -337,8 +367,8 @@ TEST_CASE(
   // One graph for the forward and backward (cuBLASLt's GEMMs, the attention of
   // --attention-backend auto: cuDNN's where it runs, and the fused classifier), one for AdamW
   // with the bf16 working copy; the coefficients, inputs and dropout keys staged before each
-  // replay. The GPT-2 style keeps its dropout of 0.1 at every site (so attention runs our
-  // kernel, which reads the staged keys; cuDNN's takes no dropout), Llama's has none.
+  // replay. The GPT-2 style keeps its dropout of 0.1 at every site (attention reads the staged
+  // keys: cuDNN's seed is staged from them where cuDNN runs it), Llama's has none.
   const auto device = gpu_device_or_skip();
   if (!device) return;
   for (TrainingArguments a : {gpt2_style(), llama_style()}) {
