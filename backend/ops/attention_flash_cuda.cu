@@ -19,9 +19,16 @@
 //            dP^T = V·dO^T, then dV += (P∘mask)^T·dO and dK += dS^T·Q.
 // As in attention_cuda.cu every output element has one owner summing in loop order (row sums
 // across a quad are fixed xor shuffles), so results are the same bits run after run: no atomics,
-// no scratch. Shared tiles are 16-bit rows padded by 8 elements (16 bytes), which puts the 32
-// lanes' fragment words in 32 distinct banks; B operands that need the other orientation
-// (V for P·V, K for dS·K, Q and dO for dK and dV) are stored transposed when the tile is loaded.
+// no scratch. Shared tiles are the rows as they are in memory, 16-bit, padded by 8 elements
+// (16 bytes), so the eight 16-byte rows an `ldmatrix` phase reads fall in 32 distinct banks.
+// Tiles are copied in with `cp.async` (16 bytes a thread, zeros past T) and double buffered:
+// the next key tile (forward, dQ) or query tile (dK, dV) is in flight while the products of the
+// current one run, one barrier per tile (FlashAttention-2's pipelining of its K/V loads; a
+// GPU whose shared memory cannot hold two stages gets one, chosen at launch). Fragments come
+// from shared memory through `ldmatrix` (PTX ISA, "Warp-level matrix load instruction:
+// ldmatrix"): A operands and the B operands stored [n][k] (K for S = Q·Kᵀ, V for dP = dO·Vᵀ,
+// Q and dO for Sᵀ and dPᵀ) plain, the B operands stored [k][n] (V for P·V, K for dS·K, Q and dO
+// for dK and dV) with `.trans`, which transposes each 8×8 matrix on the way into registers.
 // Differences from attention_cuda.cu are rounding only: P and dS enter their products in the
 // qkv's 16-bit type E (__nv_bfloat16 or __half; P ≤ 1, and dS scales with the output gradient,
 // which fp16 training keeps in range with its loss scale, as it does every activation gradient).
@@ -44,8 +51,7 @@ namespace {
 constexpr int kRows = 64;                  // query rows (forward, dQ) or keys (dK, dV) of a block
 constexpr int kWarps = kRows / 16;         // 16 rows per warp: the mma's M
 constexpr int kThreads = kWarps * 32;
-constexpr int kPad = 8;                    // 2-byte elements: 16 bytes
-constexpr int kTransposedPitch = kRows + kPad;
+constexpr int kPad = 8;  // 2-byte elements: 16 bytes
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -102,11 +108,6 @@ __device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, u
   }
 }
 
-template <typename E>
-__device__ inline uint32_t word_at(const E* element) {
-  return *reinterpret_cast<const uint32_t*>(element);
-}
-
 __device__ inline float element_to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
 __device__ inline float element_to_float(__half value) { return __half2float(value); }
 
@@ -128,25 +129,71 @@ __device__ inline uint32_t pack(float low, float high) {
 __device__ inline int lane_group() { return static_cast<int>(threadIdx.x % 32) / 4; }
 __device__ inline int lane_in_group() { return static_cast<int>(threadIdx.x % 4); }
 
-// A operand (16×16, row-major) at (row0, col0) of a tile stored [row][col] with `pitch`:
-// a0a1 (g, 2t), a2a3 (g + 8, 2t), a4a5 (g, 2t + 8), a6a7 (g + 8, 2t + 8).
-template <typename E>
-__device__ inline void load_a(uint32_t (&a)[4], const E* tile, int pitch, int row0, int col0) {
-  const E* p = tile + (row0 + lane_group()) * pitch + col0 + 2 * lane_in_group();
-  a[0] = word_at(p);
-  a[1] = word_at(p + 8 * pitch);
-  a[2] = word_at(p + 8);
-  a[3] = word_at(p + 8 * pitch + 8);
+// ---- shared memory in and out: cp.async and ldmatrix (sm_80 and later) ------------------
+
+// 16 bytes from global to shared memory, asynchronously (`cp.async.cg`: through L2 only, as each
+// tile is read once per block); `valid` false writes 16 zero bytes (source size 0: nothing is
+// read). The copies a thread issues between two commit_copies() form a group.
+__device__ inline void copy_16_async(void* shared, const void* global, bool valid) {
+  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
+               "r"(valid ? 16 : 0));
+}
+__device__ inline void commit_copies() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most `Pending` of this thread's newest groups are in flight; the other threads'
+// copies are seen after a __syncthreads() that follows.
+template <int Pending>
+__device__ inline void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
 
-// B operand (16×8, k × n) at (k0, n0) of a tile stored [n][k] with `pitch`:
-// b0b1 (k 2t, n g), b2b3 (k 2t + 8, n g).
+// Four 8×8 matrices of 16-bit elements: lane l gives the address of row l % 8 of matrix l / 8 (16
+// bytes, 16-byte aligned) and receives, of matrix m, in r[m] the elements (row l/4, columns 2·(l%4)
+// and +1), or with Transposed the elements (rows 2·(l%4) and +1, column l/4).
+template <bool Transposed>
+__device__ inline void load_matrices(uint32_t (&r)[4], const void* row) {
+  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  if constexpr (Transposed) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+  }
+}
+
+__device__ inline int lane() {
+  return static_cast<int>(threadIdx.x % 32);
+}
+
+// A operand (16×16) at (row0, col0) of a row-major tile with `pitch`: matrices (rows 0-7,
+// columns 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) are a0a1, a2a3, a4a5, a6a7 (PTX ISA,
+// mma.m16n8k16's A fragment: (g, 2t), (g + 8, 2t), (g, 2t + 8), (g + 8, 2t + 8)).
 template <typename E>
-__device__ inline void load_b(uint32_t& b0, uint32_t& b1, const E* tile, int pitch, int n0,
-                              int k0) {
-  const E* p = tile + (n0 + lane_group()) * pitch + k0 + 2 * lane_in_group();
-  b0 = word_at(p);
-  b1 = word_at(p + 8);
+__device__ inline void load_a(uint32_t (&a)[4], const E* tile, int pitch, int row0, int col0) {
+  load_matrices<false>(a, tile + (row0 + lane() % 16) * pitch + col0 + (lane() / 16) * 8);
+}
+
+// B operands (16×8, k × n) of the two n-tiles n0 and n0 + 8 at k0, from a tile stored [n][k]
+// with `pitch`: b[0], b[1] of n-tile n0 (b0b1 (k 2t, n g), b2b3 (k 2t + 8, n g)), b[2], b[3]
+// of n0 + 8.
+template <typename E>
+__device__ inline void load_b_pair(uint32_t (&b)[4], const E* tile, int pitch, int n0, int k0) {
+  load_matrices<false>(
+      b, tile + (n0 + lane() % 8 + (lane() / 16) * 8) * pitch + k0 + ((lane() / 8) % 2) * 8);
+}
+
+// The same from a tile stored [k][n] (rows as they are in memory: V for P·V, K for dS·K, dO and
+// Q for dV and dK), transposed by ldmatrix.
+template <typename E>
+__device__ inline void load_b_pair_transposed(uint32_t (&b)[4], const E* tile, int pitch, int n0,
+                                              int k0) {
+  load_matrices<true>(
+      b, tile + (k0 + lane() % 8 + ((lane() / 8) % 2) * 8) * pitch + n0 + (lane() / 16) * 8);
 }
 
 // The A operand (16 rows × 16 columns 16·kk…) from accumulators of two n-tiles 2kk, 2kk + 1
@@ -168,35 +215,37 @@ __device__ inline void product_with_transpose(float (&out)[NTiles][4], const E* 
                                               int left_row0, const E* right, int right_row0) {
 #pragma unroll
   for (int n = 0; n < NTiles; ++n) out[n][0] = out[n][1] = out[n][2] = out[n][3] = 0.0f;
+  static_assert(NTiles % 2 == 0, "B operands are loaded two n-tiles at a time");
 #pragma unroll
   for (int kk = 0; kk < HD / 16; ++kk) {
     uint32_t a[4];
     load_a(a, left, HD + kPad, left_row0, kk * 16);
 #pragma unroll
-    for (int n = 0; n < NTiles; ++n) {
-      uint32_t b0, b1;
-      load_b(b0, b1, right, HD + kPad, right_row0 + n * 8, kk * 16);
-      mma<E>(out[n], a, b0, b1);
+    for (int n = 0; n < NTiles; n += 2) {
+      uint32_t b[4];
+      load_b_pair(b, right, HD + kPad, right_row0 + n * 8, kk * 16);
+      mma<E>(out[n], a, b[0], b[1]);
+      mma<E>(out[n + 1], a, b[2], b[3]);
     }
   }
 }
 
 // sum (16 × HD) += weights (16 × 16·KSteps, accumulator registers, rounded to E) · rows
-// k0… of an operand stored transposed ([HD][kTransposedPitch]): O += P·V, dQ += dS·K,
-// dV += D^T·dO, dK += dS^T·Q.
+// k0… of a row-major tile with HD columns: O += P·V, dQ += dS·K, dV += Pᵀ·dO, dK += dSᵀ·Q.
 template <int HD, int KSteps, typename E>
 __device__ inline void accumulate_product(float (&sum)[HD / 8][4],
-                                          const float (&weights)[2 * KSteps][4],
-                                          const E* transposed, int k0) {
+                                          const float (&weights)[2 * KSteps][4], const E* rows,
+                                          int k0) {
 #pragma unroll
   for (int kk = 0; kk < KSteps; ++kk) {
     uint32_t a[4];
     accumulators_as_a<E>(a, weights[2 * kk], weights[2 * kk + 1]);
 #pragma unroll
-    for (int n = 0; n < HD / 8; ++n) {
-      uint32_t b0, b1;
-      load_b(b0, b1, transposed, kTransposedPitch, n * 8, k0 + kk * 16);
-      mma<E>(sum[n], a, b0, b1);
+    for (int n = 0; n < HD / 8; n += 2) {
+      uint32_t b[4];
+      load_b_pair_transposed(b, rows, HD + kPad, n * 8, k0 + kk * 16);
+      mma<E>(sum[n], a, b[0], b[1]);
+      mma<E>(sum[n + 1], a, b[2], b[3]);
     }
   }
 }
@@ -213,32 +262,17 @@ __device__ inline void store_row(E* row, const float (&sum)[HD / 8][4], int half
   }
 }
 
-// Rows row0… of a (T, ·) matrix with `stride` into tile[r][d] (pitch HD + kPad); 0 past T.
-// A warp reads consecutive 16-byte pieces of a row.
+// Rows row0… of a (T, ·) matrix with `stride` into tile[r][d] (pitch HD + kPad) by cp.async,
+// zeros past T; the caller commits and waits. A warp copies consecutive 16-byte pieces of a row.
 template <int HD, typename E>
-__device__ void load_rows(E* tile, const E* source, int64_t stride, int64_t row0, int64_t T) {
+__device__ void copy_rows_async(E* tile, const E* source, int64_t stride, int64_t row0, int64_t T) {
   constexpr int pieces = HD / 8;
   for (int e = threadIdx.x; e < kRows * pieces; e += kThreads) {
     const int r = e / pieces, c = (e % pieces) * 8;
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (row0 + r < T) value = *reinterpret_cast<const uint4*>(source + (row0 + r) * stride + c);
-    *reinterpret_cast<uint4*>(tile + r * (HD + kPad) + c) = value;
-  }
-}
-
-// The same rows transposed: tile[d][r] (pitch kTransposedPitch). A warp takes 32 rows of one
-// 16-byte piece, so its 2-byte stores fall in 16 distinct words.
-template <int HD, typename E>
-__device__ void load_rows_transposed(E* tile, const E* source, int64_t stride, int64_t row0,
-                                     int64_t T) {
-  for (int e = threadIdx.x; e < kRows * (HD / 8); e += kThreads) {
-    const int r = e % kRows, c = (e / kRows) * 8;
-    uint4 value = make_uint4(0, 0, 0, 0);
-    if (row0 + r < T) value = *reinterpret_cast<const uint4*>(source + (row0 + r) * stride + c);
-    E elements[8];
-    memcpy(static_cast<void*>(elements), &value, sizeof elements);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) tile[(c + k) * kTransposedPitch + r] = elements[k];
+    const bool inside = row0 + r < T;
+    // Past T nothing is read; the address stays one inside the matrix.
+    copy_16_async(tile + r * (HD + kPad) + c, inside ? source + (row0 + r) * stride + c : source,
+                  inside);
   }
 }
 
@@ -310,8 +344,6 @@ __device__ inline QueryTileUnit<E> query_tile_unit(const E* qkv, const FlashShap
 
 template <int HD>
 constexpr size_t rows_tile_elements = size_t{kRows} * (HD + kPad);  // [row][HD + kPad]
-template <int HD>
-constexpr size_t transposed_tile_elements = size_t{HD} * kTransposedPitch;  // [HD][kRows + kPad]
 
 // A kernel's dynamic shared memory, carved in one order by the kernel and sized for its launch
 // by the same function: with a null base the carve only counts bytes (the host side). Each
@@ -329,10 +361,6 @@ struct SharedCarve {
   __host__ __device__ void row_tiles(E*&... tiles) {
     ((tiles = take<E>(rows_tile_elements<HD>)), ...);
   }
-  template <int HD, typename... E>
-  __host__ __device__ void transposed_tiles(E*&... tiles) {
-    ((tiles = take<E>(transposed_tile_elements<HD>)), ...);
-  }
   // One float per row of the tile: the softmax statistics.
   __host__ __device__ void row_statistics(float*& logsumexp_log2, float*& delta) {
     logsumexp_log2 = take<float>(kRows);
@@ -340,82 +368,128 @@ struct SharedCarve {
   }
 };
 
+// The tiles a kernel streams come in `stages` (1 or 2) buffers each: with two, the next tile is
+// copied in while the current one is used.
+template <typename E>
+struct Staged {
+  E *even, *odd;  // a select, not an indexed array: that would live in local memory
+  __device__ E* operator[](int64_t step) const { return (step & 1) != 0 ? odd : even; }
+};
+
+template <int HD, typename E>
+__host__ __device__ inline Staged<E> staged_tiles(SharedCarve& carve, int stages) {
+  Staged<E> tiles{};
+  carve.row_tiles<HD>(tiles.even);
+  tiles.odd = tiles.even;
+  if (stages == 2) carve.row_tiles<HD>(tiles.odd);
+  return tiles;
+}
+
 template <typename E>
 struct ForwardTiles {
-  E *q, *k, *v_transposed;
+  E* q;
+  Staged<E> k, v;
 };
 template <int HD, typename E>
-__host__ __device__ inline ForwardTiles<E> carve_forward(SharedCarve& carve) {
+__host__ __device__ inline ForwardTiles<E> carve_forward(SharedCarve& carve, int stages) {
   ForwardTiles<E> tiles{};
-  carve.row_tiles<HD>(tiles.q, tiles.k);
-  carve.transposed_tiles<HD>(tiles.v_transposed);
+  carve.row_tiles<HD>(tiles.q);
+  tiles.k = staged_tiles<HD, E>(carve, stages);
+  tiles.v = staged_tiles<HD, E>(carve, stages);
   return tiles;
 }
 
 template <typename E>
 struct DqTiles {
-  E *q, *dout, *k, *v, *k_transposed;
+  E *q, *dout;
+  Staged<E> k, v;
   float *row_logsumexp_log2, *row_delta;
 };
 template <int HD, typename E>
-__host__ __device__ inline DqTiles<E> carve_dq(SharedCarve& carve) {
+__host__ __device__ inline DqTiles<E> carve_dq(SharedCarve& carve, int stages) {
   DqTiles<E> tiles{};
-  carve.row_tiles<HD>(tiles.q, tiles.dout, tiles.k, tiles.v);
-  carve.transposed_tiles<HD>(tiles.k_transposed);
+  carve.row_tiles<HD>(tiles.q, tiles.dout);
+  tiles.k = staged_tiles<HD, E>(carve, stages);
+  tiles.v = staged_tiles<HD, E>(carve, stages);
   carve.row_statistics(tiles.row_logsumexp_log2, tiles.row_delta);
   return tiles;
 }
 
 template <typename E>
 struct DkDvTiles {
-  E *k, *v, *q, *dout, *q_transposed, *dout_transposed;
+  E *k, *v;
+  Staged<E> q, dout;
   float *row_logsumexp_log2, *row_delta;
 };
 template <int HD, typename E>
-__host__ __device__ inline DkDvTiles<E> carve_dkdv(SharedCarve& carve) {
+__host__ __device__ inline DkDvTiles<E> carve_dkdv(SharedCarve& carve, int stages) {
   DkDvTiles<E> tiles{};
-  carve.row_tiles<HD>(tiles.k, tiles.v, tiles.q, tiles.dout);
-  carve.transposed_tiles<HD>(tiles.q_transposed, tiles.dout_transposed);
+  carve.row_tiles<HD>(tiles.k, tiles.v);
+  tiles.q = staged_tiles<HD, E>(carve, stages);
+  tiles.dout = staged_tiles<HD, E>(carve, stages);
   carve.row_statistics(tiles.row_logsumexp_log2, tiles.row_delta);
   return tiles;
 }
 
-// The bytes a launch gives a kernel whose carve is `Carve`.
+// The bytes a launch gives a kernel whose carve is `Carve`, at `stages`.
 template <typename Carve>
-inline size_t shared_bytes_of(Carve carve) {
+inline size_t shared_bytes_of(Carve carve, int stages) {
   SharedCarve counting;
-  carve(counting);
+  carve(counting, stages);
   return counting.used;
+}
+
+// Step `step` of a kernel's stream of tiles (one buffer each of `tiles`), its copies in flight
+// until begin_step: with two stages the next step's copies are issued once every thread is past
+// the step before (whose buffers they overwrite), so they run under this step's products.
+// `copy(step)` issues one step's copies. Every thread calls it with the same steps.
+template <typename Copy>
+__device__ inline void begin_step(int64_t step, int64_t steps, int stages, const Copy& copy) {
+  if (stages == 1 && step > 0) {
+    __syncthreads();  // the previous step's tiles are read
+    copy(step);
+    commit_copies();
+  }
+  wait_copies<0>();
+  __syncthreads();  // every thread's copies of this step have landed; the last step is read
+  if (stages == 2 && step + 1 < steps) {
+    copy(step + 1);
+    commit_copies();
+  }
 }
 
 // ---- forward ------------------------------------------------------------------------------
 
 template <int HD, typename E>
 __global__ void __launch_bounds__(kThreads)
-    flash_forward_kernel(E* output, float* logsumexp, const E* qkv, FlashShape shape) {
+    flash_forward_kernel(E* output, float* logsumexp, const E* qkv, FlashShape shape, int stages) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   SharedCarve carve{shared_bytes};
-  const auto [q, k, v_transposed] = carve_forward<HD, E>(carve);
+  const auto [q, k, v] = carve_forward<HD, E>(carve, stages);
 
   const auto [pair, b, h, query_tile, q0, batch, key_col] = query_tile_unit<HD>(qkv, shape);
   const int warp_row = (threadIdx.x / 32) * 16;
   const int t = lane_in_group();
   const int64_t rows[2] = {q0 + warp_row + lane_group(), q0 + warp_row + lane_group() + 8};
+  const auto copy_keys = [&](int64_t key_tile) {
+    copy_rows_async<HD>(k[key_tile], batch + key_col, shape.row_width, key_tile * kRows, shape.T);
+    copy_rows_async<HD>(v[key_tile], batch + key_col + HD, shape.row_width, key_tile * kRows,
+                        shape.T);
+  };
 
-  load_rows<HD>(q, batch + shape.query_column(h, HD), shape.row_width, q0, shape.T);
+  copy_rows_async<HD>(q, batch + shape.query_column(h, HD), shape.row_width, q0, shape.T);
+  copy_keys(0);
+  commit_copies();
   float o[HD / 8][4] = {};
   float running_max[2] = {-INFINITY, -INFINITY};  // log2 units
   float running_sum[2] = {0.0f, 0.0f};            // this thread's columns only, until the end
 
   for (int64_t key_tile = 0; key_tile <= query_tile; ++key_tile) {
     const int64_t k0 = key_tile * kRows;
-    __syncthreads();  // the previous tile's k and v are read
-    load_rows<HD>(k, batch + key_col, shape.row_width, k0, shape.T);
-    load_rows_transposed<HD>(v_transposed, batch + key_col + HD, shape.row_width, k0, shape.T);
-    __syncthreads();
+    begin_step(key_tile, query_tile + 1, stages, copy_keys);
 
     float s[kRows / 8][4];
-    product_with_transpose<HD>(s, q, warp_row, k, 0);
+    product_with_transpose<HD>(s, q, warp_row, k[key_tile], 0);
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < kRows / 8; ++n) {
@@ -452,7 +526,7 @@ __global__ void __launch_bounds__(kThreads)
       o[n][2] *= alpha[1];
       o[n][3] *= alpha[1];
     }
-    accumulate_product<HD, kRows / 16>(o, s, v_transposed, 0);
+    accumulate_product<HD, kRows / 16>(o, s, v[key_tile], 0);
   }
 
 #pragma unroll
@@ -472,19 +546,28 @@ __global__ void __launch_bounds__(kThreads)
 template <int HD, typename E>
 __global__ void __launch_bounds__(kThreads)
     flash_dq_kernel(E* dqkv, const E* doutput, const E* qkv, const E* output,
-                    const float* logsumexp, FlashShape shape) {
+                    const float* logsumexp, FlashShape shape, int stages) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   SharedCarve carve{shared_bytes};
-  const auto [q, dout, k, v, k_transposed, row_logsumexp_log2, row_delta] =
-      carve_dq<HD, E>(carve);
+  const auto [q, dout, k, v, row_logsumexp_log2, row_delta] = carve_dq<HD, E>(carve, stages);
 
   const auto [pair, b, h, query_tile, q0, batch, key_col] = query_tile_unit<HD>(qkv, shape);
   const int warp_row = (threadIdx.x / 32) * 16;
   const int t = lane_in_group();
   const int local_rows[2] = {warp_row + lane_group(), warp_row + lane_group() + 8};
+  const auto copy_keys = [&](int64_t key_tile) {
+    copy_rows_async<HD>(k[key_tile], batch + key_col, shape.row_width, key_tile * kRows, shape.T);
+    copy_rows_async<HD>(v[key_tile], batch + key_col + HD, shape.row_width, key_tile * kRows,
+                        shape.T);
+  };
 
-  load_rows<HD>(q, batch + shape.query_column(h, HD), shape.row_width, q0, shape.T);
-  load_rows<HD>(dout, doutput + b * shape.T * shape.hidden + h * HD, shape.hidden, q0, shape.T);
+  copy_rows_async<HD>(q, batch + shape.query_column(h, HD), shape.row_width, q0, shape.T);
+  copy_rows_async<HD>(dout, doutput + b * shape.T * shape.hidden + h * HD, shape.hidden, q0,
+                      shape.T);
+  commit_copies();
+  copy_keys(0);
+  commit_copies();
+  wait_copies<1>();  // Q and dO (the first key tile may still be in flight)
   __syncthreads();
   load_row_statistics<HD>(row_logsumexp_log2, row_delta, dout, output, logsumexp, b, h, q0,
                           shape);
@@ -492,15 +575,12 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int64_t key_tile = 0; key_tile <= query_tile; ++key_tile) {
     const int64_t k0 = key_tile * kRows;
-    __syncthreads();  // the previous tile's k, v are read (and the row statistics written)
-    load_rows<HD>(k, batch + key_col, shape.row_width, k0, shape.T);
-    load_rows<HD>(v, batch + key_col + HD, shape.row_width, k0, shape.T);
-    load_rows_transposed<HD>(k_transposed, batch + key_col, shape.row_width, k0, shape.T);
-    __syncthreads();
+    // Its barrier also orders the row statistics' writes before the first reads.
+    begin_step(key_tile, query_tile + 1, stages, copy_keys);
 
     float s[kRows / 8][4], dp[kRows / 8][4];
-    product_with_transpose<HD>(s, q, warp_row, k, 0);
-    product_with_transpose<HD>(dp, dout, warp_row, v, 0);
+    product_with_transpose<HD>(s, q, warp_row, k[key_tile], 0);
+    product_with_transpose<HD>(dp, dout, warp_row, v[key_tile], 0);
 #pragma unroll
     for (int n = 0; n < kRows / 8; ++n) {
 #pragma unroll
@@ -515,7 +595,7 @@ __global__ void __launch_bounds__(kThreads)
         s[n][e] = dscore;
       }
     }
-    accumulate_product<HD, kRows / 16>(dq, s, k_transposed, 0);
+    accumulate_product<HD, kRows / 16>(dq, s, k[key_tile], 0);
   }
 
   const int64_t query_col = shape.query_column(h, HD);
@@ -530,11 +610,10 @@ __global__ void __launch_bounds__(kThreads)
 template <int HD, typename E>
 __global__ void __launch_bounds__(kThreads)
     flash_dkdv_kernel(E* dqkv, const E* doutput, const E* qkv, const E* output,
-                      const float* logsumexp, int64_t num_groups, FlashShape shape) {
+                      const float* logsumexp, int64_t num_groups, FlashShape shape, int stages) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   SharedCarve carve{shared_bytes};
-  const auto [k, v, q, dout, q_transposed, dout_transposed, row_logsumexp_log2, row_delta] =
-      carve_dkdv<HD, E>(carve);
+  const auto [k, v, q, dout, row_logsumexp_log2, row_delta] = carve_dkdv<HD, E>(carve, stages);
 
   const int64_t b = blockIdx.y / num_groups, group = blockIdx.y % num_groups;
   const int64_t tiles = (shape.T + kRows - 1) / kRows;
@@ -545,31 +624,38 @@ __global__ void __launch_bounds__(kThreads)
   const int warp_row = (threadIdx.x / 32) * 16;  // the warp's 16 keys
   const int t = lane_in_group();
   const int64_t keys[2] = {k0 + warp_row + lane_group(), k0 + warp_row + lane_group() + 8};
+  // The steps: each of the group's heads with each query tile at or below the diagonal.
+  const int64_t query_tiles = tiles - key_tile;
+  const int64_t steps = shape.heads_per_group * query_tiles;
+  const auto head_of = [&](int64_t step) {
+    return group * shape.heads_per_group + step / query_tiles;
+  };
+  const auto copy_queries = [&](int64_t step) {
+    const int64_t h = head_of(step), q0 = (key_tile + step % query_tiles) * kRows;
+    copy_rows_async<HD>(q[step], batch + shape.query_column(h, HD), shape.row_width, q0, shape.T);
+    copy_rows_async<HD>(dout[step], doutput + b * shape.T * shape.hidden + h * HD, shape.hidden, q0,
+                        shape.T);
+  };
 
-  load_rows<HD>(k, batch + key_col, shape.row_width, k0, shape.T);
-  load_rows<HD>(v, batch + key_col + HD, shape.row_width, k0, shape.T);
+  copy_rows_async<HD>(k, batch + key_col, shape.row_width, k0, shape.T);
+  copy_rows_async<HD>(v, batch + key_col + HD, shape.row_width, k0, shape.T);
+  copy_queries(0);
+  commit_copies();
   float dk[HD / 8][4] = {}, dv[HD / 8][4] = {};
 
-  for (int64_t head = 0; head < shape.heads_per_group; ++head) {
-    const int64_t h = group * shape.heads_per_group + head;
-    const int64_t pair = b * shape.NH + h;
-    const int64_t query_col = shape.query_column(h, HD);
-    const E* head_dout = doutput + b * shape.T * shape.hidden + h * HD;
-    for (int64_t query_tile = key_tile; query_tile < tiles; ++query_tile) {
-      const int64_t q0 = query_tile * kRows;
-      __syncthreads();  // the previous step's tiles and row statistics are read
-      load_rows<HD>(q, batch + query_col, shape.row_width, q0, shape.T);
-      load_rows<HD>(dout, head_dout, shape.hidden, q0, shape.T);
-      load_rows_transposed<HD>(q_transposed, batch + query_col, shape.row_width, q0, shape.T);
-      load_rows_transposed<HD>(dout_transposed, head_dout, shape.hidden, q0, shape.T);
-      __syncthreads();
-      load_row_statistics<HD>(row_logsumexp_log2, row_delta, dout, output, logsumexp, b, h, q0,
-                              shape);
-      __syncthreads();
-      for (int chunk = 0; chunk < kRows / 16; ++chunk) {  // 16 queries: one k-step of dK, dV
-        float st[2][4], dpt[2][4];  // S^T and dP^T: the warp's 16 keys × 16 queries
-        product_with_transpose<HD>(st, k, warp_row, q, chunk * 16);
-        product_with_transpose<HD>(dpt, v, warp_row, dout, chunk * 16);
+  for (int64_t step = 0; step < steps; ++step) {
+    const int64_t h = head_of(step), pair = b * shape.NH + h;
+    const int64_t q0 = (key_tile + step % query_tiles) * kRows;
+    begin_step(step, steps, stages, copy_queries);  // also: the last step's statistics are read
+    const E* q_tile = q[step];
+    const E* dout_tile = dout[step];
+    load_row_statistics<HD>(row_logsumexp_log2, row_delta, dout_tile, output, logsumexp, b, h, q0,
+                            shape);
+    __syncthreads();
+    for (int chunk = 0; chunk < kRows / 16; ++chunk) {  // 16 queries: one k-step of dK, dV
+      float st[2][4], dpt[2][4];  // S^T and dP^T: the warp's 16 keys × 16 queries
+      product_with_transpose<HD>(st, k, warp_row, q_tile, chunk * 16);
+      product_with_transpose<HD>(dpt, v, warp_row, dout_tile, chunk * 16);
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
 #pragma unroll
@@ -587,9 +673,8 @@ __global__ void __launch_bounds__(kThreads)
             dpt[n][e] = dscore;
           }
         }
-        accumulate_product<HD, 1>(dv, st, dout_transposed, chunk * 16);
-        accumulate_product<HD, 1>(dk, dpt, q_transposed, chunk * 16);
-      }
+        accumulate_product<HD, 1>(dv, st, dout_tile, chunk * 16);
+        accumulate_product<HD, 1>(dk, dpt, q_tile, chunk * 16);
     }
   }
 
@@ -628,8 +713,8 @@ FlashShape make_flash_shape(const char* op, const AttentionShape& shape, const D
           .dropout_scale = dropout.scale<float>()};
 }
 
-// The 16-byte loads need 16-byte aligned rows: the arenas' views are; a pointer that is not
-// (an offset view) is refused rather than read misaligned.
+// The 16-byte copies (cp.async) need 16-byte aligned rows: the arenas' views are; a pointer
+// that is not (an offset view) is refused rather than read misaligned.
 void check_aligned(const char* op, const void* pointer, const char* name) {
   if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0) {
     common::fail("{}: {} at {} is not 16-byte aligned, which the tensor-core kernel's loads "
@@ -644,6 +729,27 @@ void prepare(Kernel kernel, size_t bytes) {
                                   static_cast<int>(bytes)));
 }
 
+// Two stages where this GPU's shared memory per block holds them (sm_80's 163 KiB and sm_90's
+// 227 KiB always; sm_86's and sm_89's 99 KiB not the backward's at head dimension 128), else one.
+struct Staging {
+  int stages;
+  size_t bytes;
+};
+template <typename Carve>
+Staging choose_stages(const char* op, Carve carve) {
+  int device = 0, limit = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  for (const int stages : {2, 1}) {
+    const size_t bytes = shared_bytes_of(carve, stages);
+    if (bytes <= static_cast<size_t>(limit)) return {stages, bytes};
+  }
+  common::fail(
+      "{}: the tensor-core kernel needs {} bytes of shared memory per block and this GPU "
+      "gives {}; --attention-backend local runs the CUDA-core kernel",
+      op, shared_bytes_of(carve, 1), limit);
+}
+
 dim3 flash_grid(const char* op, int64_t tiles, int64_t units) {
   if (units > 65535) common::fail("{}: {} (batch × heads) units exceed the grid", op, units);
   return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(units));
@@ -652,12 +758,13 @@ dim3 flash_grid(const char* op, int64_t tiles, int64_t units) {
 template <int HD, typename E>
 void launch_forward(E* output, float* logsumexp, const E* qkv, int64_t batch_size,
                     const FlashShape& shape, CudaStream stream) {
-  const size_t bytes = shared_bytes_of(carve_forward<HD, E>);
-  prepare(flash_forward_kernel<HD, E>, bytes);
+  constexpr const char* op = "flash_attention_forward";
+  const Staging staging = choose_stages(op, carve_forward<HD, E>);
+  prepare(flash_forward_kernel<HD, E>, staging.bytes);
   const int64_t tiles = (shape.T + kRows - 1) / kRows;
   flash_forward_kernel<HD, E>
-      <<<flash_grid("flash_attention_forward", tiles, batch_size * shape.NH), kThreads, bytes,
-         stream>>>(output, logsumexp, qkv, shape);
+      <<<flash_grid(op, tiles, batch_size * shape.NH), kThreads, staging.bytes, stream>>>(
+          output, logsumexp, qkv, shape, staging.stages);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -668,17 +775,18 @@ void launch_backward(E* dqkv, const E* doutput, const E* qkv, const E* output,
   const int64_t tiles = (shape.T + kRows - 1) / kRows;
   // The two kernels write disjoint columns of dqkv (keys and values; queries), which together
   // are all of it: dqkv is overwritten.
-  const size_t dkdv_bytes = shared_bytes_of(carve_dkdv<HD, E>);
-  prepare(flash_dkdv_kernel<HD, E>, dkdv_bytes);
+  constexpr const char* op = "flash_attention_backward";
+  const Staging dkdv = choose_stages(op, carve_dkdv<HD, E>);
+  prepare(flash_dkdv_kernel<HD, E>, dkdv.bytes);
   flash_dkdv_kernel<HD, E>
-      <<<flash_grid("flash_attention_backward", tiles, batch_size * num_groups), kThreads,
-         dkdv_bytes, stream>>>(dqkv, doutput, qkv, output, logsumexp, num_groups, shape);
+      <<<flash_grid(op, tiles, batch_size * num_groups), kThreads, dkdv.bytes, stream>>>(
+          dqkv, doutput, qkv, output, logsumexp, num_groups, shape, dkdv.stages);
   CUDA_CHECK(cudaGetLastError());
-  const size_t dq_bytes = shared_bytes_of(carve_dq<HD, E>);
-  prepare(flash_dq_kernel<HD, E>, dq_bytes);
-  flash_dq_kernel<HD, E><<<flash_grid("flash_attention_backward", tiles, batch_size * shape.NH),
-                           kThreads, dq_bytes, stream>>>(dqkv, doutput, qkv, output, logsumexp,
-                                                         shape);
+  const Staging dq = choose_stages(op, carve_dq<HD, E>);
+  prepare(flash_dq_kernel<HD, E>, dq.bytes);
+  flash_dq_kernel<HD, E>
+      <<<flash_grid(op, tiles, batch_size * shape.NH), kThreads, dq.bytes, stream>>>(
+          dqkv, doutput, qkv, output, logsumexp, shape, dq.stages);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The device part of backend/ops/attention_flash_cuda.cu, for the warp emulation
 (warp_emulator.hpp): everything from its anonymous namespace up to the host side (the shared
-memory carves and their sizes included), and the host side's make_flash_shape, with the mma
-wrapper's inline PTX forwarded to the emulator's mma of the same element type, the dynamic
-shared memory taken from the emulated block and nvcc's `#pragma unroll` hints dropped. Fails,
-naming what it did not find, when the file's shape changes.
+memory carves and their sizes included), and the host side's make_flash_shape, with the inline
+PTX of the mma, cp.async and ldmatrix wrappers forwarded to the emulator's functions of the same
+names, the dynamic shared memory taken from the emulated block and nvcc's `#pragma unroll` hints
+dropped. Fails, naming what it did not find, when the file's shape changes.
 Usage: extract_flash_kernels.py attention_flash_cuda.cu output.inc"""
 import re
 import sys
@@ -30,12 +30,26 @@ def main(source_path, output_path):
     shape_maker = re.search(r"FlashShape make_flash_shape\(.*?\n\}\n", source, flags=re.S)
     need(shape_maker, "make_flash_shape")
 
-    mma = re.compile(r"(template <typename E>\n__device__ inline void mma\(float \(&d\)\[4\], "
-                     r"const uint32_t \(&a\)\[4\], uint32_t b0, uint32_t b1\) \{\n).*?\n\}\n",
-                     flags=re.S)
-    need(mma.search(device_part), "the mma<E>(d, a, b0, b1) wrapper of the PTX instructions")
-    device_part = mma.sub(
-        lambda m: m.group(1) + "  warp_emulator::mma_m16n8k16<E>(d, a, b0, b1);\n}\n", device_part)
+    # The wrappers of inline PTX, each body forwarded to the emulator's function of the same
+    # name and arguments: (the wrapper's signature as the kernel file writes it, the new body).
+    wrappers = [
+        ("template <typename E>\n__device__ inline void mma(float (&d)[4], "
+         "const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {\n",
+         "warp_emulator::mma_m16n8k16<E>(d, a, b0, b1);", "the mma<E>(d, a, b0, b1) wrapper"),
+        ("__device__ inline void copy_16_async(void* shared, const void* global, bool valid) {\n",
+         "warp_emulator::copy_16_async(shared, global, valid);", "copy_16_async (cp.async)"),
+        ("__device__ inline void commit_copies() {\n", "warp_emulator::commit_copies();",
+         "commit_copies (cp.async.commit_group)"),
+        ("template <int Pending>\n__device__ inline void wait_copies() {\n",
+         "warp_emulator::wait_copies(Pending);", "wait_copies<Pending> (cp.async.wait_group)"),
+        ("template <bool Transposed>\n__device__ inline void load_matrices(uint32_t (&r)[4], "
+         "const void* row) {\n",
+         "warp_emulator::load_matrices<Transposed>(r, row);", "load_matrices (ldmatrix)"),
+    ]
+    for signature, body, what in wrappers:
+        wrapper = re.compile(re.escape(signature) + r".*?\n\}\n", flags=re.S)
+        need(len(wrapper.findall(device_part)) == 1, what)
+        device_part = wrapper.sub(lambda m: signature + "  " + body + "\n}\n", device_part)
     shared = "extern __shared__ __align__(16) unsigned char shared_bytes[];"
     need(shared in device_part, "the kernels' dynamic shared memory declaration")
     device_part = device_part.replace(shared, "unsigned char* shared_bytes = warp_emulator::block->shared;")

@@ -3,11 +3,12 @@
 // written here from the formulas: output, fp32 log-sum-exp and dqkv (overwritten: the buffer is
 // NaN first). Sequence lengths around the 64-row tiles (1, 63, 65, 130), head dimensions 64
 // and 128, multi-head, grouped and multi-query layouts, with and without dropout (the mask
-// elements of ops/dropout.hpp), in bf16 and in fp16. Inputs are values of the element type, so
-// the reference sees what the kernels see; the tolerance covers P and dS rounded to that type
-// inside the kernels and the rounded outputs.
-// Where CI has no GPU this is what checks the kernels' tile logic; tests/gpu/attention_test.cpp
-// checks them on a GPU.
+// elements of ops/dropout.hpp), in bf16 and in fp16; one and two stages of tile buffers, the
+// emulated cp.async landing at its wait (a read too early shows) or at once with warp 0 run
+// ahead (a copy into a buffer another warp still reads shows). Inputs are values of the element
+// type, so the reference sees what the kernels see; the tolerance covers P and dS rounded to that
+// type inside the kernels and the rounded outputs. Where CI has no GPU this is what checks the
+// kernels' tile logic; tests/gpu/attention_test.cpp checks them on a GPU.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -47,6 +48,15 @@ struct Shape {
   int64_t batch, seq, heads, groups, head_dim;
   double dropout;
   bool stored_key = false;  // the kernels read the dropout key from memory (a captured step's)
+  int stages = 2;           // tile buffers: 2 (the next tile copied in under the products) or 1
+  // When the emulated cp.async writes: at the wait (a read before it shows) or at once (a copy
+  // into a buffer other threads still read shows).
+  warp_emulator::CopyTiming copies = warp_emulator::CopyTiming::at_wait;
+  // Copies at once are checked with warp 0 running ahead of the others (warp_emulator.hpp).
+  warp_emulator::Schedule schedule() const {
+    return copies == warp_emulator::CopyTiming::at_issue ? warp_emulator::Schedule::lowest_first
+                                                         : warp_emulator::Schedule::round_robin;
+  }
 };
 
 struct Reference {
@@ -203,17 +213,22 @@ void check_kernels(const Shape& s, double tolerance) {
   const auto pairs = static_cast<unsigned>(s.batch * s.heads);
   const auto group_units = static_cast<unsigned>(s.batch * s.groups);
   // The shared memory each launch gets is what the op's launch gives: the kernels' own carves.
-  warp_emulator::launch(tiles, pairs, shared_bytes_of(carve_forward<HD, E>), [&] {
-    flash_forward_kernel<HD>(output.data(), logsumexp.data(), x.data(), shape);
+  warp_emulator::copy_timing = s.copies;
+  warp_emulator::schedule = s.schedule();
+  const int stages = s.stages;
+  warp_emulator::launch(tiles, pairs, shared_bytes_of(carve_forward<HD, E>, stages), [&] {
+    flash_forward_kernel<HD>(output.data(), logsumexp.data(), x.data(), shape, stages);
   });
-  warp_emulator::launch(tiles, group_units, shared_bytes_of(carve_dkdv<HD, E>), [&] {
+  warp_emulator::launch(tiles, group_units, shared_bytes_of(carve_dkdv<HD, E>, stages), [&] {
     flash_dkdv_kernel<HD>(dqkv.data(), dy.data(), x.data(), output.data(), logsumexp.data(),
-                          s.groups, shape);
+                          s.groups, shape, stages);
   });
-  warp_emulator::launch(tiles, pairs, shared_bytes_of(carve_dq<HD, E>), [&] {
-    flash_dq_kernel<HD>(dqkv.data(), dy.data(), x.data(), output.data(), logsumexp.data(),
-                        shape);
+  warp_emulator::launch(tiles, pairs, shared_bytes_of(carve_dq<HD, E>, stages), [&] {
+    flash_dq_kernel<HD>(dqkv.data(), dy.data(), x.data(), output.data(), logsumexp.data(), shape,
+                        stages);
   });
+  warp_emulator::copy_timing = warp_emulator::CopyTiming::at_wait;
+  warp_emulator::schedule = warp_emulator::Schedule::round_robin;
 
   auto to_float = [](const std::vector<E>& values) {
     std::vector<float> converted(values.size());
@@ -225,7 +240,8 @@ void check_kernels(const Shape& s, double tolerance) {
   std::ostringstream what;
   what << (std::is_same_v<E, __half> ? "fp16" : "bf16") << " B " << s.batch << " T " << T << " NH "
        << s.heads << " NG " << s.groups << " HD " << HD << " dropout " << s.dropout
-       << (s.stored_key ? " stored key" : "");
+       << (s.stored_key ? " stored key" : "") << " stages " << s.stages
+       << (s.copies == warp_emulator::CopyTiming::at_issue ? " copies at issue, warp 0 first" : "");
   check_close(what.str() + " output", to_float(output), expected.output, tolerance);
   check_close(what.str() + " logsumexp", logsumexp, expected.logsumexp, 1e-5);
   check_close(what.str() + " dqkv", to_float(dqkv), expected.dqkv, tolerance);
@@ -238,9 +254,15 @@ TEST_CASE("the tensor-core attention kernels, emulated on the CPU, match an fp64
   // one to three tiles, both head dimensions past one tile, MQA with two heads per group.
   // bf16 outputs carry 2^-9 relative rounding of their own, fp16's 2^-12; P and dS are rounded
   // inside the kernels too.
-  for (const Shape s : {Shape{1, 1, 2, 2, 64, 0.0}, Shape{2, 63, 4, 2, 64, 0.0},
-                        Shape{1, 65, 2, 2, 128, 0.1}, Shape{1, 130, 2, 1, 64, 0.1},
-                        Shape{1, 130, 2, 1, 128, 0.0}, Shape{1, 65, 2, 1, 64, 0.1, true}}) {
+  // Three tiles and two heads per group (the dK/dV kernel's steps cross heads) also with one
+  // stage, and with the copies landing at once.
+  constexpr auto at_issue = warp_emulator::CopyTiming::at_issue;
+  for (const Shape s :
+       {Shape{1, 1, 2, 2, 64, 0.0}, Shape{2, 63, 4, 2, 64, 0.0}, Shape{1, 65, 2, 2, 128, 0.1},
+        Shape{1, 130, 2, 1, 64, 0.1}, Shape{1, 130, 2, 1, 128, 0.0},
+        Shape{1, 65, 2, 1, 64, 0.1, true}, Shape{1, 130, 2, 1, 64, 0.0, false, 1},
+        Shape{1, 130, 2, 1, 64, 0.0, false, 2, at_issue},
+        Shape{1, 130, 2, 1, 64, 0.0, false, 1, at_issue}}) {
     if (s.head_dim == 64) {
       check_kernels<64, __nv_bfloat16>(s, kBf16Tolerance);
     } else {

@@ -18,6 +18,18 @@
 // then the same at columns + 8; B's b0..b3 are (k 2t, n g), (2t+1, g), (2t+8, g), (2t+9, g);
 // C's c0..c3 are (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1). Each lane's own 16 products are
 // summed in k order in fp32 (the hardware's order is unspecified, hence the tests' tolerances).
+// `ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16` likewise from the layout the PTX ISA
+// documents ("Warp-level matrix load instruction: ldmatrix"): lane l gives the address of row
+// l % 8 of matrix l / 8 and receives, of matrix m, row l/4's elements 2(l%4) and 2(l%4)+1, or
+// transposed the elements (row 2(l%4), column l/4) and (row 2(l%4)+1, column l/4); every row
+// address must be 16-byte aligned and inside the block's shared memory.
+// `cp.async` (16 bytes, zero-filled when its source size is 0) keeps each thread's copies in
+// groups and, by default, writes them at the latest moment the PTX ISA allows: when a
+// `cp.async.wait_group` of that thread lets their group go; a tile read before its wait (or
+// before the barrier after it, by another thread) then shows the NaN or the stale values it
+// would on a GPU that is slow to copy. CopyTiming::at_issue writes them at once instead, which
+// (with Schedule::lowest_first, below) shows a copy issued into a buffer other warps still read.
+// A thread ending with copies it never waited for is an error.
 // Shared memory is a heap buffer of exactly the launch's size, filled with NaN bytes first,
 // so reading a place no thread wrote shows, and ASan sees an access past it.
 // What it cannot show: a GPU's memory model, its bank conflicts or its speed; tests/gpu checks
@@ -35,6 +47,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace warp_emulator {
@@ -45,6 +58,7 @@ struct Index {
 
 struct WarpSlots {
   float value[32];
+  const void* address[32];
   uint32_t a[32][4];
   uint32_t b[32][2];
   float c[32][4];
@@ -69,9 +83,33 @@ struct Fiber {
   bool done = false;
 };
 
+// One thread's cp.async copies: closed groups, oldest first, and the group still open.
+struct PendingCopy {
+  unsigned char* destination;
+  unsigned char bytes[16];
+};
+struct ThreadCopies {
+  std::vector<std::vector<PendingCopy>> committed;
+  std::vector<PendingCopy> open;
+};
+
+// When cp.async writes shared memory (above).
+enum class CopyTiming { at_wait, at_issue };
+inline thread_local CopyTiming copy_timing = CopyTiming::at_wait;
+
+// Which thread the scheduler resumes: each runnable one in turn (the warps advance together, a
+// warp barrier at a time), or always the lowest-numbered runnable one, so that warp 0 runs until
+// it waits at a block barrier before warp 1 runs at all: the order that shows one warp
+// overwriting, or reading early, a tile another warp has not finished with.
+enum class Schedule { round_robin, lowest_first };
+inline thread_local Schedule schedule = Schedule::round_robin;
+
 struct Block {
   // The last warp holds what is left of the threads (a block of one thread: one warp of one).
-  explicit Block(int threads) : all{threads}, slots(static_cast<size_t>((threads + 31) / 32)) {
+  explicit Block(int threads)
+      : all{threads},
+        slots(static_cast<size_t>((threads + 31) / 32)),
+        copies(static_cast<size_t>(threads)) {
     for (int first = 0; first < threads; first += 32) {
       warp.push_back(Barrier{threads - first < 32 ? threads - first : 32});
     }
@@ -79,7 +117,9 @@ struct Block {
   Barrier all;
   std::vector<Barrier> warp;
   std::vector<WarpSlots> slots;
+  std::vector<ThreadCopies> copies;
   unsigned char* shared = nullptr;
+  size_t shared_bytes = 0;
   ucontext_t scheduler{};
   Fiber* running = nullptr;
   const void* kernel = nullptr;
@@ -203,6 +243,71 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
   for (int e = 0; e < 4; ++e) d[e] = result[e];
 }
 
+// `what`'s 16 bytes at `address` lie inside the block's shared memory, 16-byte aligned.
+inline void check_shared_16(const void* address, const char* what) {
+  const Block& self = *block;
+  const auto* byte = static_cast<const unsigned char*>(address);
+  if (byte < self.shared || byte + 16 > self.shared + self.shared_bytes ||
+      reinterpret_cast<uintptr_t>(address) % 16 != 0) {
+    throw std::runtime_error(std::string(what) + " of thread " + std::to_string(threadIdx.x) +
+                             ": 16 bytes at offset " + std::to_string(byte - self.shared) + " of " +
+                             std::to_string(self.shared_bytes) +
+                             " bytes of shared memory, or not 16-byte aligned");
+  }
+}
+
+// ldmatrix .x4 (.trans with Transposed) from the 32 lanes' row addresses.
+template <bool Transposed>
+void load_matrices(uint32_t (&r)[4], const void* row) {
+  Block& self = *block;
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  check_shared_16(row, "ldmatrix's row address");
+  self.slots[warp].address[lane] = row;
+  arrive_and_wait(self.warp[warp]);
+  const auto element = [&](int matrix, int row_in_matrix, int column) {
+    const auto* p =
+        static_cast<const uint16_t*>(self.slots[warp].address[8 * matrix + row_in_matrix]);
+    return static_cast<uint32_t>(p[column]);
+  };
+  uint32_t result[4];
+  for (int m = 0; m < 4; ++m) {
+    const int group = static_cast<int>(lane) / 4, pair = 2 * (static_cast<int>(lane) % 4);
+    result[m] = Transposed ? element(m, pair, group) | element(m, pair + 1, group) << 16
+                           : element(m, group, pair) | element(m, group, pair + 1) << 16;
+  }
+  arrive_and_wait(self.warp[warp]);  // every lane has read the addresses
+  for (int m = 0; m < 4; ++m) r[m] = result[m];
+}
+
+// cp.async.cg.shared.global of 16 bytes (zeros where !valid), into this thread's open group.
+inline void copy_16_async(void* shared, const void* global, bool valid) {
+  check_shared_16(shared, "cp.async's destination");
+  PendingCopy copy{static_cast<unsigned char*>(shared), {}};
+  if (valid) std::memcpy(copy.bytes, global, 16);
+  if (copy_timing == CopyTiming::at_issue) {
+    std::memcpy(copy.destination, copy.bytes, 16);
+  } else {
+    block->copies[threadIdx.x].open.push_back(copy);
+  }
+}
+
+inline void commit_copies() {
+  ThreadCopies& mine = block->copies[threadIdx.x];
+  mine.committed.push_back(std::move(mine.open));
+  mine.open.clear();
+}
+
+// cp.async.wait_group pending: every closed group but the newest `pending` lands now.
+inline void wait_copies(int pending) {
+  ThreadCopies& mine = block->copies[threadIdx.x];
+  while (mine.committed.size() > static_cast<size_t>(pending)) {
+    for (const PendingCopy& copy : mine.committed.front()) {
+      std::memcpy(copy.destination, copy.bytes, 16);
+    }
+    mine.committed.erase(mine.committed.begin());
+  }
+}
+
 // A fiber's life: the block's kernel, then back to the scheduler (uc_link).
 inline void run_fiber() {
   Block& self = *block;
@@ -249,6 +354,7 @@ void launch_blocks(unsigned grid_x, unsigned grid_y, int threads, size_t shared_
       std::vector<unsigned char> shared(shared_bytes, 0xFF);
       Block context(threads);
       context.shared = shared.data();
+      context.shared_bytes = shared_bytes;
       context.kernel = &kernel;
       context.run_kernel = [](const void* k) { (*static_cast<const Kernel*>(k))(); };
       block = &context;
@@ -269,6 +375,7 @@ void launch_blocks(unsigned grid_x, unsigned grid_y, int threads, size_t shared_
           swapcontext(&context.scheduler, &fiber.context);
           progressed = true;
           if (fiber.done) --remaining;
+          if (schedule == Schedule::lowest_first) break;  // from thread 0 again
         }
         if (!progressed) {
           block = nullptr;
@@ -278,6 +385,13 @@ void launch_blocks(unsigned grid_x, unsigned grid_y, int threads, size_t shared_
         }
       }
       block = nullptr;
+      for (unsigned t = 0; t < static_cast<unsigned>(threads); ++t) {
+        if (!context.copies[t].committed.empty() || !context.copies[t].open.empty()) {
+          throw std::runtime_error("block (" + std::to_string(x) + ", " + std::to_string(y) +
+                                   "): thread " + std::to_string(t) +
+                                   " ended with cp.async copies it never waited for");
+        }
+      }
     }
   }
 }
