@@ -315,6 +315,21 @@ TEST_CASE(
   }
 }
 
+// The block-wide reductions again with warp 0 run until it waits at a block barrier before
+// warp 1 starts (warp_emulator.hpp's Schedule::lowest_first): a warp reading a neighbour's
+// partial sums before the barrier that publishes them reads NaN there, which the default order,
+// the warps a warp barrier apart, may not show.
+TEST_CASE("the classifier and the norms under emulation with warp 0 run ahead of the others") {
+  struct ScheduleGuard {
+    ScheduleGuard() { warp_emulator::schedule = warp_emulator::Schedule::lowest_first; }
+    ~ScheduleGuard() { warp_emulator::schedule = warp_emulator::Schedule::round_robin; }
+  } guard;
+  check_fused_classifier<float>(1000, false);
+  check_fused_classifier<bfloat16>(777, true);
+  check_norm<bfloat16, false>(1100);
+  check_norm<float, true>(64);
+}
+
 TEST_CASE(
     "the embedding's CUDA kernels under emulation give their CPU twins' rows and "
     "gradients, a frequent token's positions included") {
