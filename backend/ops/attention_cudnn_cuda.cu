@@ -345,6 +345,7 @@ struct CallerRegions {
   int64_t rng_state = -1, softmax_sum = -1, blocked_queries = -1, blocked_query_gradients = -1;
   int64_t bytes = 0;
 
+  CallerRegions() = default;
   CallerRegions(const AttentionLayout& layout, bool backward, bool dropout, int64_t element_bytes) {
     const auto take = [&](int64_t size) {
       const int64_t at = bytes;
@@ -409,11 +410,21 @@ void move_blocked_queries(Scalar* blocked, const Scalar* qkv, const AttentionSha
   CUDA_CHECK(cudaGetLastError());
 }
 
-// The plan for this call (its workspace holding the call's CallerRegions after the plan's own),
-// or the outcome that says why there is none.
+// The workspace's caller regions of a call: `base` is where they start, after the plan's own.
+struct CallWorkspace {
+  char* base;
+  CallerRegions regions;
+  template <typename T>
+  T* at(int64_t offset) const {
+    return reinterpret_cast<T*>(base + offset);
+  }
+};
+
+// The plan for this call and its workspace, or the outcome that says why there is none.
 struct Planned {
   const CudnnPlan* plan = nullptr;
   CudnnAttentionOutcome outcome;
+  CallWorkspace workspace{};
 };
 
 template <typename Scalar>
@@ -428,7 +439,8 @@ Planned find_plan(const CudaContext& context, const AttentionShape& shape, const
   const cudnnDataType_t io = cudnn_type<Scalar>();
   const AttentionLayout layout(shape);
   const double probability = dropout.active() ? dropout.probability : 0.0;
-  const auto lookup = [&](bool direction) {
+  const CallerRegions regions(layout, backward, dropout.active(), sizeof(Scalar));
+  const auto lookup = [&](bool direction, int64_t caller_bytes) {
     const std::string reason =
         gate(shape, dropout, direction, plans.version(), plans.compute_capability());
     return plans.plan(
@@ -440,14 +452,15 @@ Planned find_plan(const CudaContext& context, const AttentionShape& shape, const
           graph.finalize(plans.version(), plans.handle());
           return graph;
         },
-        CallerRegions(layout, direction, dropout.active(), sizeof(Scalar)).bytes);
+        caller_bytes);
   };
-  const CudnnPlans::Lookup own = lookup(backward);
+  const CudnnPlans::Lookup own = lookup(backward, regions.bytes);
   bool first_time = own.first_time;
   std::string refusal = own.refusal;
   if (own.plan != nullptr && dropout.active()) {
     // cuDNN's mask is its own: the other direction must run on cuDNN as well.
-    const CudnnPlans::Lookup other = lookup(!backward);
+    const CudnnPlans::Lookup other =
+        lookup(!backward, CallerRegions(layout, !backward, true, sizeof(Scalar)).bytes);
     first_time = first_time || other.first_time;
     if (other.plan == nullptr) {
       refusal = fmt::format(
@@ -463,10 +476,11 @@ Planned find_plan(const CudaContext& context, const AttentionShape& shape, const
       .refusal = refusal,
       .first_refusal = !runs && first_time,
       .built_plan = runs && own.first_time,
-      .workspace_bytes =
-          runs ? CudnnPlans::caller_offset(*own.plan) +
-                     CallerRegions(layout, backward, dropout.active(), sizeof(Scalar)).bytes
-               : 0};
+      .workspace_bytes = runs ? CudnnPlans::caller_offset(*own.plan) + regions.bytes : 0};
+  if (runs) {
+    planned.workspace = {
+        static_cast<char*>(plans.workspace()) + CudnnPlans::caller_offset(*own.plan), regions};
+  }
   return planned;
 }
 
@@ -484,24 +498,6 @@ struct Scalars {
     }
   }
 };
-
-// The workspace's caller regions of a call, and the dropout's bindings when it has dropout
-// (the RNG state staged on the stream first).
-struct CallWorkspace {
-  char* base;
-  CallerRegions regions;
-  template <typename T>
-  T* at(int64_t offset) const {
-    return reinterpret_cast<T*>(base + offset);
-  }
-};
-
-CallWorkspace call_workspace(const CudaContext& context, const CudnnPlan& plan,
-                             const AttentionLayout& layout, bool backward, const Dropout& dropout,
-                             int64_t element_bytes) {
-  return {static_cast<char*>(context.cudnn_plans->workspace()) + CudnnPlans::caller_offset(plan),
-          CallerRegions(layout, backward, dropout.active(), element_bytes)};
-}
 
 // Appends the dropout's bindings (seed, offset, scale) after staging the RNG state.
 void bind_dropout(std::vector<CudnnBinding>& bindings, const CallWorkspace& workspace,
@@ -526,8 +522,7 @@ CudnnAttentionOutcome cudnn_attention_forward(const CudaContext& context, Scalar
   const AttentionLayout layout(shape);
   const Planned planned = find_plan<Scalar>(context, shape, dropout, false);
   if (planned.plan == nullptr) return planned.outcome;
-  const CallWorkspace workspace =
-      call_workspace(context, *planned.plan, layout, false, dropout, sizeof(Scalar));
+  const CallWorkspace& workspace = planned.workspace;
   const Scalar* queries = qkv;
   if (layout.queries_blocked) {
     auto* blocked = workspace.at<Scalar>(workspace.regions.blocked_queries);
@@ -557,8 +552,7 @@ CudnnAttentionOutcome cudnn_attention_backward(const CudaContext& context, Scala
   const AttentionLayout layout(shape);
   const Planned planned = find_plan<Scalar>(context, shape, dropout, true);
   if (planned.plan == nullptr) return planned.outcome;
-  const CallWorkspace workspace =
-      call_workspace(context, *planned.plan, layout, true, dropout, sizeof(Scalar));
+  const CallWorkspace& workspace = planned.workspace;
   const Scalar* queries = qkv;
   Scalar* query_gradients = dqkv;
   if (layout.queries_blocked) {

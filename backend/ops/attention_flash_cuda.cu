@@ -276,6 +276,23 @@ __device__ void copy_rows_async(E* tile, const E* source, int64_t stride, int64_
   }
 }
 
+// A group's key tile at k0 (its K and V rows) into k and v.
+template <int HD, typename E>
+__device__ void copy_keys_async(E* k, E* v, const E* batch, int64_t key_col, int64_t k0,
+                                const FlashShape& shape) {
+  copy_rows_async<HD>(k, batch + key_col, shape.row_width, k0, shape.T);
+  copy_rows_async<HD>(v, batch + key_col + HD, shape.row_width, k0, shape.T);
+}
+
+// Head h's query tile at q0 (its Q rows and its output gradient's rows) into q and dout.
+template <int HD, typename E>
+__device__ void copy_queries_async(E* q, E* dout, const E* batch, const E* doutput, int64_t b,
+                                   int64_t h, int64_t q0, const FlashShape& shape) {
+  copy_rows_async<HD>(q, batch + shape.query_column(h, HD), shape.row_width, q0, shape.T);
+  copy_rows_async<HD>(dout, doutput + b * shape.T * shape.hidden + h * HD, shape.hidden, q0,
+                      shape.T);
+}
+
 __device__ inline float quad_max(float value) {
   value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 1));
   return fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 2));
@@ -472,9 +489,7 @@ __global__ void __launch_bounds__(kThreads)
   const int t = lane_in_group();
   const int64_t rows[2] = {q0 + warp_row + lane_group(), q0 + warp_row + lane_group() + 8};
   const auto copy_keys = [&](int64_t key_tile) {
-    copy_rows_async<HD>(k[key_tile], batch + key_col, shape.row_width, key_tile * kRows, shape.T);
-    copy_rows_async<HD>(v[key_tile], batch + key_col + HD, shape.row_width, key_tile * kRows,
-                        shape.T);
+    copy_keys_async<HD>(k[key_tile], v[key_tile], batch, key_col, key_tile * kRows, shape);
   };
 
   copy_rows_async<HD>(q, batch + shape.query_column(h, HD), shape.row_width, q0, shape.T);
@@ -556,14 +571,10 @@ __global__ void __launch_bounds__(kThreads)
   const int t = lane_in_group();
   const int local_rows[2] = {warp_row + lane_group(), warp_row + lane_group() + 8};
   const auto copy_keys = [&](int64_t key_tile) {
-    copy_rows_async<HD>(k[key_tile], batch + key_col, shape.row_width, key_tile * kRows, shape.T);
-    copy_rows_async<HD>(v[key_tile], batch + key_col + HD, shape.row_width, key_tile * kRows,
-                        shape.T);
+    copy_keys_async<HD>(k[key_tile], v[key_tile], batch, key_col, key_tile * kRows, shape);
   };
 
-  copy_rows_async<HD>(q, batch + shape.query_column(h, HD), shape.row_width, q0, shape.T);
-  copy_rows_async<HD>(dout, doutput + b * shape.T * shape.hidden + h * HD, shape.hidden, q0,
-                      shape.T);
+  copy_queries_async<HD>(q, dout, batch, doutput, b, h, q0, shape);
   commit_copies();
   copy_keys(0);
   commit_copies();
@@ -630,22 +641,20 @@ __global__ void __launch_bounds__(kThreads)
   const auto head_of = [&](int64_t step) {
     return group * shape.heads_per_group + step / query_tiles;
   };
+  const auto first_query_of = [&](int64_t step) { return (key_tile + step % query_tiles) * kRows; };
   const auto copy_queries = [&](int64_t step) {
-    const int64_t h = head_of(step), q0 = (key_tile + step % query_tiles) * kRows;
-    copy_rows_async<HD>(q[step], batch + shape.query_column(h, HD), shape.row_width, q0, shape.T);
-    copy_rows_async<HD>(dout[step], doutput + b * shape.T * shape.hidden + h * HD, shape.hidden, q0,
-                        shape.T);
+    copy_queries_async<HD>(q[step], dout[step], batch, doutput, b, head_of(step),
+                           first_query_of(step), shape);
   };
 
-  copy_rows_async<HD>(k, batch + key_col, shape.row_width, k0, shape.T);
-  copy_rows_async<HD>(v, batch + key_col + HD, shape.row_width, k0, shape.T);
+  copy_keys_async<HD>(k, v, batch, key_col, k0, shape);
   copy_queries(0);
   commit_copies();
   float dk[HD / 8][4] = {}, dv[HD / 8][4] = {};
 
   for (int64_t step = 0; step < steps; ++step) {
     const int64_t h = head_of(step), pair = b * shape.NH + h;
-    const int64_t q0 = (key_tile + step % query_tiles) * kRows;
+    const int64_t q0 = first_query_of(step);
     begin_step(step, steps, stages, copy_queries);  // also: the last step's statistics are read
     const E* q_tile = q[step];
     const E* dout_tile = dout[step];
@@ -657,24 +666,24 @@ __global__ void __launch_bounds__(kThreads)
       product_with_transpose<HD>(st, k, warp_row, q_tile, chunk * 16);
       product_with_transpose<HD>(dpt, v, warp_row, dout_tile, chunk * 16);
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
+      for (int n = 0; n < 2; ++n) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int local = chunk * 16 + n * 8 + 2 * t + (e & 1);  // the query's tile row
-            const int64_t i = q0 + local, j = keys[e / 2];
-            float weight = 0.0f, dscore = 0.0f;
-            if (i < shape.T && j <= i) {
-              const float p = exp2f(st[n][e] * shape.scale_log2 - row_logsumexp_log2[local]);
-              const float mask = shape.multiplier(pair, i, j);
-              weight = p * mask;
-              dscore = p * (dpt[n][e] * mask - row_delta[local]);
-            }
-            st[n][e] = weight;
-            dpt[n][e] = dscore;
+        for (int e = 0; e < 4; ++e) {
+          const int local = chunk * 16 + n * 8 + 2 * t + (e & 1);  // the query's tile row
+          const int64_t i = q0 + local, j = keys[e / 2];
+          float weight = 0.0f, dscore = 0.0f;
+          if (i < shape.T && j <= i) {
+            const float p = exp2f(st[n][e] * shape.scale_log2 - row_logsumexp_log2[local]);
+            const float mask = shape.multiplier(pair, i, j);
+            weight = p * mask;
+            dscore = p * (dpt[n][e] * mask - row_delta[local]);
           }
+          st[n][e] = weight;
+          dpt[n][e] = dscore;
         }
-        accumulate_product<HD, 1>(dv, st, dout_tile, chunk * 16);
-        accumulate_product<HD, 1>(dk, dpt, q_tile, chunk * 16);
+      }
+      accumulate_product<HD, 1>(dv, st, dout_tile, chunk * 16);
+      accumulate_product<HD, 1>(dk, dpt, q_tile, chunk * 16);
     }
   }
 
