@@ -320,10 +320,7 @@ TEST_CASE(
 // partial sums before the barrier that publishes them reads NaN there, which the default order,
 // the warps a warp barrier apart, may not show.
 TEST_CASE("the classifier and the norms under emulation with warp 0 run ahead of the others") {
-  struct ScheduleGuard {
-    ScheduleGuard() { warp_emulator::schedule = warp_emulator::Schedule::lowest_first; }
-    ~ScheduleGuard() { warp_emulator::schedule = warp_emulator::Schedule::round_robin; }
-  } guard;
+  const warp_emulator::ScopedOrder order(warp_emulator::Schedule::lowest_first);
   check_fused_classifier<float>(1000, false);
   check_fused_classifier<bfloat16>(777, true);
   check_norm<bfloat16, false>(1100);

@@ -213,22 +213,21 @@ void check_kernels(const Shape& s, double tolerance) {
   const auto pairs = static_cast<unsigned>(s.batch * s.heads);
   const auto group_units = static_cast<unsigned>(s.batch * s.groups);
   // The shared memory each launch gets is what the op's launch gives: the kernels' own carves.
-  warp_emulator::copy_timing = s.copies;
-  warp_emulator::schedule = s.schedule();
   const int stages = s.stages;
-  warp_emulator::launch(tiles, pairs, shared_bytes_of(carve_forward<HD, E>, stages), [&] {
-    flash_forward_kernel<HD>(output.data(), logsumexp.data(), x.data(), shape, stages);
-  });
-  warp_emulator::launch(tiles, group_units, shared_bytes_of(carve_dkdv<HD, E>, stages), [&] {
-    flash_dkdv_kernel<HD>(dqkv.data(), dy.data(), x.data(), output.data(), logsumexp.data(),
-                          s.groups, shape, stages);
-  });
-  warp_emulator::launch(tiles, pairs, shared_bytes_of(carve_dq<HD, E>, stages), [&] {
-    flash_dq_kernel<HD>(dqkv.data(), dy.data(), x.data(), output.data(), logsumexp.data(), shape,
-                        stages);
-  });
-  warp_emulator::copy_timing = warp_emulator::CopyTiming::at_wait;
-  warp_emulator::schedule = warp_emulator::Schedule::round_robin;
+  {
+    const warp_emulator::ScopedOrder order(s.schedule(), s.copies);
+    warp_emulator::launch(tiles, pairs, shared_bytes_of(carve_forward<HD, E>, stages), [&] {
+      flash_forward_kernel<HD>(output.data(), logsumexp.data(), x.data(), shape, stages);
+    });
+    warp_emulator::launch(tiles, group_units, shared_bytes_of(carve_dkdv<HD, E>, stages), [&] {
+      flash_dkdv_kernel<HD>(dqkv.data(), dy.data(), x.data(), output.data(), logsumexp.data(),
+                            s.groups, shape, stages);
+    });
+    warp_emulator::launch(tiles, pairs, shared_bytes_of(carve_dq<HD, E>, stages), [&] {
+      flash_dq_kernel<HD>(dqkv.data(), dy.data(), x.data(), output.data(), logsumexp.data(), shape,
+                          stages);
+    });
+  }
 
   auto to_float = [](const std::vector<E>& values) {
     std::vector<float> converted(values.size());

@@ -104,6 +104,22 @@ inline thread_local CopyTiming copy_timing = CopyTiming::at_wait;
 enum class Schedule { round_robin, lowest_first };
 inline thread_local Schedule schedule = Schedule::round_robin;
 
+// The schedule and the copies' timing for a scope (the launches in it), the defaults again after
+// it, an exception included.
+class ScopedOrder {
+ public:
+  explicit ScopedOrder(Schedule order, CopyTiming timing = CopyTiming::at_wait) {
+    schedule = order;
+    copy_timing = timing;
+  }
+  ~ScopedOrder() {
+    schedule = Schedule::round_robin;
+    copy_timing = CopyTiming::at_wait;
+  }
+  ScopedOrder(const ScopedOrder&) = delete;
+  ScopedOrder& operator=(const ScopedOrder&) = delete;
+};
+
 struct Block {
   // The last warp holds what is left of the threads (a block of one thread: one warp of one).
   explicit Block(int threads)
