@@ -12,15 +12,14 @@
 
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "backend/ops/dropout.hpp"
+#include "gpu/attention_reference.hpp"
 #include "gpu/gpu_test_support.hpp"
 
 using backend::ElementType;
@@ -197,70 +196,24 @@ int64_t qkv_column(const Shape& s, int64_t group, int64_t slot) {
   return (group * (s.heads / s.groups + 2) + slot) * s.head_dim;
 }
 
-struct AttentionReference {
+// The fp64 reference (gpu/attention_reference.hpp) with the explicit keep mask
+// mask[((b·NH + h)·T + i)·T + j] of dropout probability p, as floats for expect_close.
+struct MaskedReference {
   std::vector<float> output, dqkv;
 };
-
-// Causal attention with an explicit keep mask (mask[((b·NH + h)·T + i)·T + j]) in double:
-//   P = softmax(Q·Kᵀ·scale), O = (P ∘ R / (1 − p)) · V,
-//   dP = (dO · Vᵀ) ∘ R / (1 − p), dS = P ∘ (dP − rowsum(P ∘ dP)) · scale.
-AttentionReference masked_attention(const Shape& s, const std::vector<float>& qkv,
-                                    const std::vector<float>& dout, const std::vector<char>& mask,
-                                    double probability) {
-  const int64_t T = s.seq, D = s.head_dim, per_group = s.heads / s.groups;
-  const int64_t width = (s.heads + 2 * s.groups) * D, hidden = s.heads * D;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D)), keep = 1.0 / (1.0 - probability);
-  AttentionReference r{std::vector<float>(static_cast<size_t>(s.batch * T * hidden)),
-                       std::vector<float>(static_cast<size_t>(s.batch * T * width))};
-  std::vector<double> dqkv(r.dqkv.size(), 0.0);
-  const auto at = [&](int64_t b, int64_t t, int64_t column) {
-    return static_cast<size_t>((b * T + t) * width + column);
+MaskedReference masked_attention(const Shape& s, const std::vector<float>& qkv,
+                                 const std::vector<float>& dout, const std::vector<char>& mask,
+                                 double probability) {
+  const double keep = 1.0 / (1.0 - probability);
+  const AttentionReference r = attention_reference(
+      {s.batch, s.seq, s.heads, s.groups, s.head_dim}, qkv, dout,
+      [&](int64_t pair, int64_t i, int64_t j) {
+        return mask[static_cast<size_t>((pair * s.seq + i) * s.seq + j)] ? keep : 0.0;
+      });
+  const auto floats = [](const std::vector<double>& values) {
+    return std::vector<float>(values.begin(), values.end());
   };
-  std::vector<double> p(static_cast<size_t>(T)), dp(static_cast<size_t>(T));
-  for (int64_t b = 0; b < s.batch; ++b) {
-    for (int64_t h = 0; h < s.heads; ++h) {
-      const int64_t g = h / per_group;
-      const int64_t qc = qkv_column(s, g, h % per_group), kc = qkv_column(s, g, per_group),
-                    vc = qkv_column(s, g, per_group + 1);
-      for (int64_t i = 0; i < T; ++i) {
-        double max = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (int64_t d = 0; d < D; ++d)
-            dot += double{qkv[at(b, i, qc + d)]} * qkv[at(b, j, kc + d)];
-          p[j] = dot * scale;
-          max = std::max(max, p[j]);
-        }
-        double sum = 0;
-        for (int64_t j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - max));
-        const char* kept = &mask[static_cast<size_t>(((b * s.heads + h) * T + i) * T)];
-        double rowsum = 0;
-        for (int64_t j = 0; j <= i; ++j) {
-          p[j] /= sum;
-          const double dropped = kept[j] ? p[j] * keep : 0.0;
-          double dpd = 0;
-          for (int64_t d = 0; d < D; ++d) {
-            const double g_o = dout[static_cast<size_t>((b * T + i) * hidden + h * D + d)];
-            r.output[static_cast<size_t>((b * T + i) * hidden + h * D + d)] +=
-                static_cast<float>(dropped * qkv[at(b, j, vc + d)]);
-            dqkv[at(b, j, vc + d)] += dropped * g_o;
-            dpd += g_o * qkv[at(b, j, vc + d)];
-          }
-          dp[j] = kept[j] ? dpd * keep : 0.0;
-          rowsum += p[j] * dp[j];
-        }
-        for (int64_t j = 0; j <= i; ++j) {
-          const double ds = p[j] * (dp[j] - rowsum) * scale;
-          for (int64_t d = 0; d < D; ++d) {
-            dqkv[at(b, i, qc + d)] += ds * qkv[at(b, j, kc + d)];
-            dqkv[at(b, j, kc + d)] += ds * qkv[at(b, i, qc + d)];
-          }
-        }
-      }
-    }
-  }
-  for (size_t i = 0; i < dqkv.size(); ++i) r.dqkv[i] = static_cast<float>(dqkv[i]);
-  return r;
+  return {floats(r.output), floats(r.dqkv)};
 }
 
 }  // namespace
@@ -279,7 +232,7 @@ TEST_CASE("the masked-attention reference of the cuDNN dropout check is the CPU 
     for (size_t i = 0; i < mask.size(); ++i) {
       mask[i] = backend::dropout_keep(dropout.key, i, dropout.threshold());
     }
-    const AttentionReference expected = masked_attention(s, qkv, dout, mask, probability);
+    const MaskedReference expected = masked_attention(s, qkv, dout, mask, probability);
     Tensors t(cpu);
     View x = t.input(qkv, ElementType::f32);
     View o = t.poisoned(s.batch * s.seq * hidden, ElementType::f32);
@@ -356,7 +309,7 @@ TEST_CASE("cuDNN's attention dropout: one mask for forward and backward, the gra
     expect_identical("the one-hot output with the stored key",
                      forward(one_hot, t.with_stored_key(dropout)), probe);
 
-    const AttentionReference expected = masked_attention(s, qkv, dout, mask, probability);
+    const MaskedReference expected = masked_attention(s, qkv, dout, mask, probability);
     for (const bool stored : {false, true}) {
       const backend::Dropout call = stored ? t.with_stored_key(dropout) : dropout;
       View x = t.input(qkv, type);

@@ -1,6 +1,6 @@
 // The tensor-core attention kernels (backend/ops/attention_flash_cuda.cu: forward, dK/dV, dQ)
 // run on the CPU under warp_emulator.hpp, against an fp64 reference of attention.hpp's math
-// written here from the formulas: output, fp32 log-sum-exp and dqkv (overwritten: the buffer is
+// (gpu/attention_reference.hpp): output, fp32 log-sum-exp and dqkv (overwritten: the buffer is
 // NaN first). Sequence lengths around the 64-row tiles (1, 63, 65, 130), head dimensions 64
 // and 128, multi-head, grouped and multi-query layouts, with and without dropout (the mask
 // elements of ops/dropout.hpp), in bf16 and in fp16; one and two stages of tile buffers, the
@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "gpu/attention_reference.hpp"
 #include "gpu/emulation/warp_emulator.hpp"
 // warp_emulator.hpp first: the kernels below use its threadIdx, barriers and mma.
 #include "backend/ops/attention.hpp"
@@ -59,90 +60,6 @@ struct Shape {
   }
 };
 
-struct Reference {
-  std::vector<double> output, logsumexp, dqkv;
-};
-
-// attention.hpp's forward and backward in fp64, straight from the formulas (O(T²) per head).
-Reference reference(const Shape& s, const std::vector<float>& qkv, const std::vector<float>& dout,
-                    const backend::Dropout& dropout) {
-  const int64_t T = s.seq, HD = s.head_dim, per_group = s.heads / s.groups;
-  const int64_t width = (s.heads + 2 * s.groups) * HD, hidden = s.heads * HD;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(HD));
-  auto query_col = [&](int64_t h) { return (h / per_group) * (per_group + 2) * HD + (h % per_group) * HD; };
-  auto key_col = [&](int64_t g) { return g * (per_group + 2) * HD + per_group * HD; };
-  auto multiplier = [&](int64_t pair, int64_t i, int64_t j) {
-    if (!dropout.active()) return 1.0;
-    const auto index = static_cast<uint64_t>((pair * T + i) * T + j);
-    return backend::dropout_keep(dropout.key, index, dropout.threshold())
-               ? 1.0 / (1.0 - dropout.probability)
-               : 0.0;
-  };
-  Reference r{std::vector<double>(static_cast<size_t>(s.batch * T * hidden)),
-              std::vector<double>(static_cast<size_t>(s.batch * s.heads * T)),
-              std::vector<double>(static_cast<size_t>(s.batch * T * width), 0.0)};
-  for (int64_t b = 0; b < s.batch; ++b) {
-    for (int64_t h = 0; h < s.heads; ++h) {
-      const int64_t pair = b * s.heads + h, g = h / per_group;
-      auto at = [&](int64_t row, int64_t column) {
-        return static_cast<double>(qkv[static_cast<size_t>((b * T + row) * width + column)]);
-      };
-      auto q = [&](int64_t i, int64_t d) { return at(i, query_col(h) + d); };
-      auto k = [&](int64_t j, int64_t d) { return at(j, key_col(g) + d); };
-      auto v = [&](int64_t j, int64_t d) { return at(j, key_col(g) + HD + d); };
-      auto dO = [&](int64_t i, int64_t d) {
-        return static_cast<double>(dout[static_cast<size_t>((b * T + i) * hidden + h * HD + d)]);
-      };
-      auto out = [&](int64_t i, int64_t d) -> double& {
-        return r.output[static_cast<size_t>((b * T + i) * hidden + h * HD + d)];
-      };
-      auto grad = [&](int64_t row, int64_t column) -> double& {
-        return r.dqkv[static_cast<size_t>((b * T + row) * width + column)];
-      };
-      std::vector<double> P(static_cast<size_t>(T * T), 0.0);
-      for (int64_t i = 0; i < T; ++i) {
-        std::vector<double> score(static_cast<size_t>(i + 1));
-        double max = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (int64_t d = 0; d < HD; ++d) dot += q(i, d) * k(j, d);
-          score[static_cast<size_t>(j)] = dot * scale;
-          max = std::max(max, dot * scale);
-        }
-        double sum = 0;
-        for (double x : score) sum += std::exp(x - max);
-        r.logsumexp[static_cast<size_t>(pair * T + i)] = max + std::log(sum);
-        for (int64_t j = 0; j <= i; ++j) {
-          P[static_cast<size_t>(i * T + j)] = std::exp(score[static_cast<size_t>(j)] - max) / sum;
-        }
-        for (int64_t d = 0; d < HD; ++d) {
-          double o = 0;
-          for (int64_t j = 0; j <= i; ++j) {
-            o += P[static_cast<size_t>(i * T + j)] * multiplier(pair, i, j) * v(j, d);
-          }
-          out(i, d) = o;
-        }
-      }
-      for (int64_t i = 0; i < T; ++i) {
-        double delta = 0;
-        for (int64_t d = 0; d < HD; ++d) delta += dO(i, d) * out(i, d);
-        for (int64_t j = 0; j <= i; ++j) {
-          const double p = P[static_cast<size_t>(i * T + j)], mask = multiplier(pair, i, j);
-          double dp = 0;
-          for (int64_t d = 0; d < HD; ++d) dp += dO(i, d) * v(j, d);
-          const double dscore = p * (dp * mask - delta);
-          for (int64_t d = 0; d < HD; ++d) {
-            grad(i, query_col(h) + d) += scale * dscore * k(j, d);
-            grad(j, key_col(g) + d) += scale * dscore * q(i, d);
-            grad(j, key_col(g) + HD + d) += p * mask * dO(i, d);
-          }
-        }
-      }
-    }
-  }
-  return r;
-}
-
 // max |actual − expected| / max |expected|, NaN counting as infinitely far.
 void check_close(const std::string& what, const std::vector<float>& actual,
                  const std::vector<double>& expected, double tolerance) {
@@ -181,7 +98,14 @@ void check_kernels(const Shape& s, double tolerance) {
   const std::vector<float> qkv = representable_values(s.batch * T * width);
   const std::vector<float> dout = representable_values(s.batch * T * hidden);
   const backend::Dropout dropout{s.dropout, backend::dropout_key(1, 2, 3, 4)};
-  const Reference expected = reference(s, qkv, dout, dropout);
+  const gpu_test::AttentionReference expected = gpu_test::attention_reference(
+      {s.batch, T, s.heads, s.groups, HD}, qkv, dout, [&](int64_t pair, int64_t i, int64_t j) {
+        if (!dropout.active()) return 1.0;
+        const auto index = static_cast<uint64_t>((pair * T + i) * T + j);
+        return backend::dropout_keep(dropout.key, index, dropout.threshold())
+                   ? 1.0 / (1.0 - dropout.probability)
+                   : 0.0;
+      });
   // The kernels' mask: the key by value, or read through a pointer with another value beside
   // it (the emulated kernels run on the CPU, so host memory stands for the device's).
   const uint64_t key_memory = dropout.key;
