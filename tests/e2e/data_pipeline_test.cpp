@@ -58,7 +58,8 @@ size_t write_licence_corpus(const fs::path& jsonl) {
 }  // namespace
 
 // release-only: a learning curve, ~2 minutes under the sanitizers; the binaries it runs are
-// sanitized by the other e2e tests.
+// sanitized by the other e2e tests. 150 iterations take the loss from about 10.4 to 5.7
+// (validation 6.0), clear of the bounds below; 300 reached 5.2 at twice the time (44 CPU-s).
 TEST_CASE("JSONL → preprocess_data → pretrain_gpt on English text: the loss falls far below ln(vocab)" *
           test_support::release_only()) {
   if (!fs::is_directory("/usr/share/common-licenses")) {
@@ -80,14 +81,49 @@ TEST_CASE("JSONL → preprocess_data → pretrain_gpt on English text: the loss 
   const std::string prefix = (work.path / "licences_text_document").string();
   REQUIRE(fs::exists(prefix + ".idx"));
 
-  const auto train = launcher::run_and_capture(
-      {std::string(TEST_BIN_DIR) + "/pretrain_gpt", "--num-layers", "2", "--hidden-size", "64",
-       "--num-attention-heads", "4", "--seq-length", "64", "--micro-batch-size", "4",
-       "--global-batch-size", "4", "--train-iters", "300", "--lr", "5e-3", "--min-lr", "5e-4",
-       "--lr-decay-style", "cosine", "--lr-warmup-iters", "20", "--hidden-dropout", "0",
-       "--attention-dropout", "0", "--data-path", prefix, "--split", "98,1,1", "--tokenizer-type",
-       "GPT2BPETokenizer", "--vocab-file", vocab, "--merge-file", merges, "--eval-iters", "2",
-       "--eval-interval", "1000", "--log-interval", "10"});
+  const auto train = launcher::run_and_capture({std::string(TEST_BIN_DIR) + "/pretrain_gpt",
+                                                "--num-layers",
+                                                "2",
+                                                "--hidden-size",
+                                                "64",
+                                                "--num-attention-heads",
+                                                "4",
+                                                "--seq-length",
+                                                "64",
+                                                "--micro-batch-size",
+                                                "4",
+                                                "--global-batch-size",
+                                                "4",
+                                                "--train-iters",
+                                                "150",
+                                                "--lr",
+                                                "5e-3",
+                                                "--min-lr",
+                                                "5e-4",
+                                                "--lr-decay-style",
+                                                "cosine",
+                                                "--lr-warmup-iters",
+                                                "10",
+                                                "--hidden-dropout",
+                                                "0",
+                                                "--attention-dropout",
+                                                "0",
+                                                "--data-path",
+                                                prefix,
+                                                "--split",
+                                                "98,1,1",
+                                                "--tokenizer-type",
+                                                "GPT2BPETokenizer",
+                                                "--vocab-file",
+                                                vocab,
+                                                "--merge-file",
+                                                merges,
+                                                "--eval-iters",
+                                                "2",
+                                                "--eval-interval",
+                                                "1000",
+                                                "--log-interval",
+                                                "10"});
   INFO(train.output);
   REQUIRE(train.exit_code == 0);
   CHECK(train.output.find("> finished creating GPT datasets ...") != std::string::npos);
@@ -100,7 +136,7 @@ TEST_CASE("JSONL → preprocess_data → pretrain_gpt on English text: the loss 
        it != std::sregex_iterator(); ++it) {
     losses.push_back(std::stod((*it)[1]));
   }
-  REQUIRE(losses.size() == 30);
+  REQUIRE(losses.size() == 15);
   CHECK(losses.front() > 9.0);  // the first ten iterations, from ln(50257) ≈ 10.8
   CHECK(losses.back() < 6.5);
   std::smatch validation;
