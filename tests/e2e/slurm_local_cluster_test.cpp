@@ -61,7 +61,19 @@ TEST_CASE("local-cluster.sh: up again finds it up, status says so, down stops ev
     CHECK(status.exit_code == 0);
     CHECK(status.output.find("node1 debug* idle") != std::string::npos);
     CHECK(status.output.find("node2 debug* idle") != std::string::npos);
-  }  // `down --dir <its directory>`, then the guard
+
+    // The daemons were reparented to this process (a child subreaper while the cluster lives),
+    // which reaps them only after `down` returns: exited, they are zombies, and `down` must
+    // count them gone rather than wait out its deadlines and signal them (it did: 9 s a test).
+    const auto down =
+        slurm_test::run_command({"/bin/bash", slurm_test::local_cluster_script().string(), "down",
+                                 "--dir", directory.string(), "--keep"},
+                                {}, 120s);
+    INFO(down.output);
+    CHECK(down.exit_code == 0);
+    CHECK(down.output.find("down: " + directory.string() + " kept") != std::string::npos);
+    CHECK(down.output.find("still running") == std::string::npos);
+  }  // `down --dir <its directory>` again (nothing left to stop), then the guard
   CHECK(processes_naming(directory) == 0);
   const auto status = local_cluster("status", directory);
   CHECK(status.exit_code == 3);

@@ -286,6 +286,15 @@ stop_recorded() {
   done
 }
 
+# Says which of the recorded daemons $1 (all or slurm) are still running, and $2: a daemon that
+# outlives the gentler step is worth a line, since `down` then waits out a deadline for it.
+report_running() {
+  local name
+  for name in $(recorded "$1"); do
+    if alive "$(pid_of "$name")"; then say "down: $name still running $2"; fi
+  done
+}
+
 # The pids of what is left of the cluster: processes whose command line names $dir (the daemons,
 # slurmstepd's children started with its paths), and job processes (SLURM_JOB_ID set, with this
 # cluster's SLURM_CONF). Not this script nor its ancestors: a shell that ran `eval "$(... up)"`
@@ -370,8 +379,12 @@ cmd_down_quietly() {
     client scontrol shutdown >/dev/null 2>&1 || true
   fi
   if [[ -d $dir/pids ]]; then
-    if $shut_down; then stop_recorded 0 5 slurm; fi
+    if $shut_down; then
+      stop_recorded 0 5 slurm
+      report_running slurm "5 s after scontrol shutdown: sending TERM"
+    fi
     stop_recorded TERM 2 all
+    report_running all "2 s after TERM: sending KILL"
     stop_recorded KILL 2 all
   fi
   # slurmstepd and the job processes detach from slurmd: what still names the cluster goes too.
