@@ -158,6 +158,20 @@ class GptModel {
   // first use of it (and then makes that unit's part of the working copy); parameter_buffer(),
   // parameters() and the host copies wait for all first. Not with ZeRO-3.
   void parameters_arriving(std::vector<ArrivingParameters> arrivals);
+  // --overlap-param-gather under captured steps (parameter_store.hpp), whose graphs join what
+  // they start: after parameters_updated(), the rest of parameter_buffer() is owed, gathered by
+  // the next captured step's start_parameter_gathers or, for any other use before it, at once
+  // through `group` (a collective, which every rank of it must reach alike); a step's start,
+  // whatever preceded it; and after a replayed step, what its graph did: every parameter
+  // arrived and the working copy made.
+  void parameters_owed(Communicator& group, ParameterGathers gathers);
+  void start_parameter_gathers(Communicator& group, const ParameterGathers& gathers);
+  void parameters_arrived();
+  // After a failed capture: the gathers it started dropped unwaited.
+  void abandon_parameter_gathers();
+  // Every parameter in place: the arriving ones waited for, owed ones gathered (a collective of
+  // their group then: every rank of it calls this alike).
+  void finish_parameter_gathers();
   // The ranges of the flat gradient buffer that count towards the global gradient norm on this
   // rank (parameter_layout.hpp's gradient_norm_ranges), computed once.
   const std::vector<BufferRange>& gradient_norm_ranges() const;

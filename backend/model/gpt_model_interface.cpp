@@ -143,6 +143,32 @@ void GptModel<Scalar>::parameters_arriving(std::vector<ArrivingParameters> arriv
 }
 
 template <typename Scalar>
+void GptModel<Scalar>::parameters_owed(Communicator& group, ParameterGathers gathers) {
+  state_->store.parameters_owed(group, std::move(gathers));
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::start_parameter_gathers(Communicator& group,
+                                               const ParameterGathers& gathers) {
+  state_->store.start_gathers(group, gathers);
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::parameters_arrived() {
+  state_->store.parameters_arrived();
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::abandon_parameter_gathers() {
+  state_->store.abandon_arrivals();
+}
+
+template <typename Scalar>
+void GptModel<Scalar>::finish_parameter_gathers() {
+  state_->store.finish_arrivals();
+}
+
+template <typename Scalar>
 void GptModel<Scalar>::parameters_updated(bool working_copy_written) {
   if (working_copy_written) {
     if (state_->store.working_copy().empty()) {

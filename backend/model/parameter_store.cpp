@@ -164,6 +164,7 @@ std::pair<int64_t, int64_t> held_part(const ParameterUnit& unit, ShardRange held
 // exactly what an unsharded model's working copy would hold.
 template <typename Scalar>
 void ParameterStore<Scalar>::gather(int64_t u) {
+  if (owed_gathers_) finish_arrivals();
   if (u < 0) return;
   if (!sharded()) {
     await_unit(u);
@@ -222,6 +223,7 @@ void ParameterStore<Scalar>::gradients_done(int64_t u) const {
 
 template <typename Scalar>
 void ParameterStore<Scalar>::refresh_weights() {
+  if (owed_gathers_) finish_arrivals();
   if (working_type_ == kElementType || sharded() || !weights_stale_) return;
   ops::convert(*device_, weights_, parameters_);
   weights_stale_ = false;
@@ -305,6 +307,10 @@ void ParameterStore<Scalar>::refresh_unit_weights(const ParameterUnit& unit) {
 
 template <typename Scalar>
 void ParameterStore<Scalar>::finish_arrivals() {
+  if (owed_gathers_) {
+    const ParameterGathers gathers = std::exchange(owed_gathers_, nullptr);
+    parameters_arriving(gathers(*std::exchange(owed_group_, nullptr), parameters_));
+  }
   for (size_t u = 0; u < unit_arrival_.size() && units_arriving_ > 0; ++u) {
     await_unit(static_cast<int64_t>(u));
   }
@@ -313,6 +319,43 @@ void ParameterStore<Scalar>::finish_arrivals() {
   arrivals_.clear();
   unit_arrival_.clear();
   units_arriving_ = 0;
+}
+
+template <typename Scalar>
+void ParameterStore<Scalar>::parameters_owed(Communicator& group, ParameterGathers gathers) {
+  if (sharded()) {
+    common::fail("ParameterStore: a ZeRO-3 store gathers its own units; no parameters are owed");
+  }
+  finish_arrivals();
+  owed_group_ = &group;
+  owed_gathers_ = std::move(gathers);
+}
+
+template <typename Scalar>
+void ParameterStore<Scalar>::start_gathers(Communicator& group, const ParameterGathers& gathers) {
+  // What was owed is what these bring.
+  owed_gathers_ = nullptr;
+  owed_group_ = nullptr;
+  parameters_arriving(gathers(group, parameters_));
+}
+
+template <typename Scalar>
+void ParameterStore<Scalar>::parameters_arrived() {
+  if (units_arriving_ > 0 || !arrivals_.empty()) {
+    common::fail("ParameterStore::parameters_arrived: {} units are still arriving",
+                 units_arriving_);
+  }
+  owed_gathers_ = nullptr;
+  owed_group_ = nullptr;
+  weights_stale_ = false;
+}
+
+template <typename Scalar>
+void ParameterStore<Scalar>::abandon_arrivals() {
+  arrivals_.clear();
+  unit_arrival_.clear();
+  units_arriving_ = 0;
+  weights_stale_ = true;
 }
 
 template <typename Scalar>

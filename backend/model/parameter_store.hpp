@@ -20,7 +20,11 @@
 //     uses) waits for the bucket that holds it and, under mixed precision, converts that unit's
 //     part of the working copy then, so the first layer does not wait for the last bucket. Any
 //     other access to the parameter buffer (a save, the parameter norm, a spike rollback, a
-//     load) waits for them all first.
+//     load) waits for them all first. Under captured steps (train_step.hpp's StepGraphs) the
+//     gathers are the next step's: a graph must join what it starts, so the update's graph
+//     leaves the rest of the buffer owed (parameters_owed) and the forward's graph starts the
+//     gathers (start_gathers), each unit waiting for its bucket as above; any other use before
+//     it gathers at once, through the group's collective.
 // Tensors are found by their offset in the layout (the word embedding serves two roles when
 // tied, so offsets, not names, identify them); kAbsentTensor gives an empty view.
 #pragma once
@@ -52,6 +56,11 @@ struct ArrivingParameters {
   BufferRange range;
   std::unique_ptr<Communicator::PendingCollective> pending;
 };
+
+// What starts the gathers of --overlap-param-gather through `group` into `parameters`, the flat
+// buffer: the ranges that will arrive, each a run of whole units.
+using ParameterGathers =
+    std::function<std::vector<ArrivingParameters>(Communicator& group, View parameters)>;
 
 template <typename Scalar>
 class ParameterStore {
@@ -126,8 +135,26 @@ class ParameterStore {
   // ranges still arriving, each a run of whole units (a unit crossing two ranges is refused);
   // the units outside them are in place. Not for a sharded store (ZeRO-3 gathers its own).
   void parameters_arriving(std::vector<ArrivingParameters> arrivals);
-  // Every arriving range waited for (and the working copy made of it).
+  // Every arriving range waited for (and the working copy made of it), and owed parameters
+  // gathered at once.
   void finish_arrivals();
+  // --overlap-param-gather under captured steps, after parameters_changed(): the rest of the
+  // buffer is owed and its gathers not started. The next captured step starts them
+  // (start_gathers); a use before that (parameters(), a forward's gather() or
+  // refresh_weights()) gathers them through `group` at once: a collective, which every rank
+  // of `group` must reach alike (the trainer's evaluation, save and rollback do). `group` must
+  // outlive the store or the next start_gathers.
+  void parameters_owed(Communicator& group, ParameterGathers gathers);
+  // A captured step's start: `gathers` started through `group` (the step's), the ranges
+  // arriving as parameters_arriving's and nothing owed any more. Whether or not anything was
+  // owed, so that the step's graph holds the gathers whatever preceded its capture.
+  void start_gathers(Communicator& group, const ParameterGathers& gathers);
+  // What a replayed graph did that the store did not see: every parameter arrived and the
+  // working copy was made of them (nothing is arriving: the capture waited for it all).
+  void parameters_arrived();
+  // After a capture that failed: the ranges it started dropped unwaited (their calls belong to
+  // no work that will run) and the working copy to be made again.
+  void abandon_arrivals();
 
  private:
   int64_t unit_of(int64_t offset) const;
@@ -167,6 +194,9 @@ class ParameterStore {
   std::vector<ArrivingParameters> arrivals_;
   std::vector<int64_t> unit_arrival_;
   int64_t units_arriving_ = 0;
+  // parameters_owed's: the group and the gathers a use before the next step runs.
+  Communicator* owed_group_ = nullptr;
+  ParameterGathers owed_gathers_;
 };
 
 extern template class ParameterStore<float>;

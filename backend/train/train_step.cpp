@@ -169,25 +169,38 @@ std::unique_ptr<Communicator::PendingCollective> start_bucket_reduce_scatter(
 // --overlap-param-gather: the updated shards back to every rank in buckets of whole units, in
 // the forward's order (the embedding's bucket first), each rank's part gathered in place from
 // its own range of the parameters.
-std::vector<ArrivingParameters> start_parameter_gathers(const GptModel<float>& model,
-                                                        Communicator& group, View parameters,
-                                                        ShardRange shard, int64_t bucket_size) {
-  std::vector<ArrivingParameters> arrivals;
-  BufferBuckets buckets(bucket_size, [&](BufferRange bucket) {
-    const std::vector<int64_t> counts = bucket_counts(parameters.numel, group, bucket);
-    const int64_t own = counts[static_cast<size_t>(group.rank())];
-    const View part = parameters.slice(shard.offset + part_in_shard(bucket, shard, own), own);
-    arrivals.push_back({bucket, group.start_all_gather(
-                                    parameters.slice(bucket.offset, bucket.numel), part, counts)});
-  });
-  for (const BufferRange& unit : model.parameter_units()) buckets.add(unit);
-  buckets.flush();
-  return arrivals;
+ParameterGathers parameter_gathers(const GptModel<float>& model, ShardRange shard,
+                                   int64_t bucket_size) {
+  return [units = model.parameter_units(), shard, bucket_size](Communicator& group,
+                                                               View parameters) {
+    std::vector<ArrivingParameters> arrivals;
+    BufferBuckets buckets(bucket_size, [&](BufferRange bucket) {
+      const std::vector<int64_t> counts = bucket_counts(parameters.numel, group, bucket);
+      const int64_t own = counts[static_cast<size_t>(group.rank())];
+      const View part = parameters.slice(shard.offset + part_in_shard(bucket, shard, own), own);
+      arrivals.push_back(
+          {bucket,
+           group.start_all_gather(parameters.slice(bucket.offset, bucket.numel), part, counts)});
+    });
+    for (const BufferRange& unit : units) buckets.add(unit);
+    buckets.flush();
+    return arrivals;
+  };
 }
 
 int64_t bucket_size_of(const TrainStepOptions& options, const Communicator& group) {
   return options.ddp_bucket_size > 0 ? options.ddp_bucket_size
                                      : default_ddp_bucket_size(group.size());
+}
+
+// Whether a captured (staged) step's updated shards come back in --overlap-param-gather's
+// buckets, which the next step's forward starts (a graph joins what it starts, so the update's
+// could not overlap them with anything: parameter_store.hpp). With --log-params-norm, whose norm
+// reads every parameter after the update, the update's graph gathers them whole instead.
+bool staged_parameter_gathers(const TrainStepOptions& options, const Communicator& data_parallel,
+                              const GradientShard* shard) {
+  return shard != nullptr && options.overlap_param_gather && data_parallel.size() > 1 &&
+         !options.log_params_norm;
 }
 
 // --overlap-grad-reduce's reductions of one step (Megatron's DDP buckets): the units the last
@@ -486,8 +499,8 @@ void apply_update(GptModel<float>& model, AdamW& optimizer, const LearningRateSc
   // the unchanged parameters.)
   std::vector<ArrivingParameters> arrivals;
   if (shard != nullptr && options.overlap_param_gather && data_parallel.size() > 1) {
-    arrivals = start_parameter_gathers(model, data_parallel, parameters, shard->range,
-                                       bucket_size_of(options, data_parallel));
+    arrivals = parameter_gathers(model, shard->range, bucket_size_of(options, data_parallel))(
+        data_parallel, parameters);
   } else if (shard != nullptr) {
     data_parallel.all_gather(parameters, updated);
   }
@@ -587,8 +600,7 @@ std::optional<std::string> model_group_refusal(const Communicator& group, const 
 
 // Why no step of this layout and these options can be captured yet, or nothing.
 std::optional<std::string> graphs_refusal(GptModel<float>& model, const TrainStepOptions& options,
-                                          const Communicator& data_parallel,
-                                          const GradientShard* shard) {
+                                          const Communicator& data_parallel) {
   const Device& device = model.device();
   // Tensor parallelism's collectives run inside the forward and backward; a pipeline's
   // schedule transfers, the loss's broadcast from the last stage and the norm's sums through
@@ -618,10 +630,6 @@ std::optional<std::string> graphs_refusal(GptModel<float>& model, const TrainSte
     if (auto refusal = model_group_refusal(*sharded, device, "ZeRO-3", "group")) return refusal;
   }
   if (data_parallel.size() > 1) {
-    if (shard != nullptr && options.overlap_param_gather) {
-      return "--overlap-param-gather: its buckets' gathers before the forward are not captured "
-             "yet";
-    }
     if (auto refusal = collectives_capture_refusal(data_parallel, device)) return refusal;
   }
   if (options.log_num_zeros_in_grad) {
@@ -685,6 +693,20 @@ void queue_staged_work(GptModel<float>& model, const AdamW::StepScalars& scalars
                        View gradient_factor, bool loss_scaler, const TrainStepOptions& options,
                        Communicator& data_parallel, const GradientShard* shard,
                        int64_t& gradient_buckets) {
+  // The parameters the forward reads are made alike whatever preceded a capture (an
+  // evaluation's forward may have made them already, and a graph holds only what its capture
+  // ran): with the distributed optimizer the update leaves the 16-bit working copy to the
+  // forward, and with --overlap-param-gather the rest of the buffer too, whose buckets start
+  // here, each unit's first use waiting for its own.
+  if (shard != nullptr) {
+    if (staged_parameter_gathers(options, data_parallel, shard)) {
+      model.start_parameter_gathers(
+          data_parallel,
+          parameter_gathers(model, shard->range, bucket_size_of(options, data_parallel)));
+    } else {
+      model.parameters_updated();
+    }
+  }
   model.zero_gradients();
   // --overlap-grad-reduce: the buckets' reductions start during the last micro batch's
   // backward, as forward_backward starts them (in a GPU capture NCCL's kernels then run beside
@@ -705,6 +727,8 @@ void queue_staged_work(GptModel<float>& model, const AdamW::StepScalars& scalars
       staged_pipeline_forward_backward(model, place, options, backward_scales, overlapped);
     }
   }
+  // Gathers a forward did not wait for (a unit it did not use) are waited for in the work.
+  if (shard != nullptr) model.finish_parameter_gathers();
   if (overlapped) gradient_buckets = overlapped->finish(model.parameter_units());
   const StepGradients gradients = reduction.finish();
   // reduce_loss's device part: summed over the group, then the last stage's to every stage.
@@ -804,6 +828,8 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
   constexpr const char* kGradientsGraph = "a replayed step's forward and backward";
   if (graphs.gradients) {
     replay_watched(*graphs.gradients, data_parallel, kGradientsGraph);
+    // What its prologue did (queue_staged_work) unseen by the model's host state.
+    if (shard != nullptr) model.parameters_arrived();
     step.execution = StepExecution::replayed;
   } else if (graphs.refusal.empty() && graphs.eager_steps >= graphs.warmup_steps) {
     graphs.gradients = capture(model.device(), work, graphs.refusal);
@@ -812,6 +838,8 @@ QueuedStep queue_staged_gradients(GptModel<float>& model, AdamW& optimizer,
       step.execution = StepExecution::captured;
       step.execution_note = fmt::format("forward and backward {} nodes", graphs.gradients->nodes());
     } else {
+      // Gathers the failed capture started belong to no work: the eager one starts its own.
+      model.abandon_parameter_gathers();
       work();
       step.execution_note = "the capture failed: " + graphs.refusal;
     }
@@ -845,9 +873,13 @@ void queue_staged_update(QueuedStep& step, GptModel<float>& model, AdamW& optimi
   optimizer.stage_step(step.learning_rate, scheduler.weight_decay());
   const std::unique_ptr<Communicator> collectives =
       make_captured_collectives(data_parallel, model.device());
+  // With --overlap-param-gather the next step's forward gathers the shards (owed till then).
+  const bool gathers_owed = staged_parameter_gathers(options, data_parallel, shard);
   const auto work = [&] {
     optimizer.queue_step(target.updated, target.working_copy, step.gradients.held, scalars.control);
-    if (shard != nullptr) collectives->all_gather(target.parameters, target.updated);
+    if (shard != nullptr && !gathers_owed) {
+      collectives->all_gather(target.parameters, target.updated);
+    }
     if (options.log_params_norm) queue_params_sum_of_squares(model, *collectives, scalars);
   };
   constexpr const char* kUpdateGraph = "a replayed step's update";
@@ -866,6 +898,10 @@ void queue_staged_update(QueuedStep& step, GptModel<float>& model, AdamW& optimi
     work();
   }
   model.parameters_updated(/*working_copy_written=*/!target.working_copy.empty());
+  if (gathers_owed) {
+    model.parameters_owed(data_parallel, parameter_gathers(model, shard->range,
+                                                           bucket_size_of(options, data_parallel)));
+  }
 }
 
 }  // namespace
@@ -897,9 +933,8 @@ QueuedStep queue_gradients(GptModel<float>& model, AdamW& optimizer, const Batch
   }
   std::optional<std::string> eager_reason;
   if (graphs != nullptr) {
-    eager_reason = graphs->unavailable.empty()
-                       ? graphs_refusal(model, options, data_parallel, shard)
-                       : graphs->unavailable;
+    eager_reason = graphs->unavailable.empty() ? graphs_refusal(model, options, data_parallel)
+                                               : graphs->unavailable;
     // A capture records one device's work: an update on another would run at capture time.
     if (!eager_reason && &optimizer.device() != &model.device()) {
       eager_reason = "the optimizer's state is on another device object than the model's";

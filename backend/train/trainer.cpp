@@ -850,6 +850,9 @@ void Trainer::print_exit_line(int64_t iteration, const ExitConditions& condition
 // rank 0 saves (DeepSpeed's consolidated weights), so that any layout loads the checkpoint.
 void Trainer::save(int64_t iteration) {
   GptModel<float>& model = *model_;
+  // Parameters a captured step's update left owed (--overlap-param-gather) are gathered here,
+  // by every rank: the writers alone would wait for the others in the collective.
+  model.finish_parameter_gathers();
   const bool sharded = model.sharded_over_data_parallel();
   const int64_t whole_count = whole_count_of(model);
   std::optional<OptimizerShard> optimizer_shard;

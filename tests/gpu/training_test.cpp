@@ -11,7 +11,8 @@
 // likewise (with a loss scale of 4096, under which nothing overflows), resumed bit for bit with
 // its scaler's state; from Megatron's initial loss scale 2^32 the fp16 gradients overflow, and
 // the dynamic scaler skips those iterations and halves the scale until they fit, as Megatron's
-// does, in steps replayed from CUDA graphs too (the eager run's bits).
+// does, in steps replayed from CUDA graphs too (the eager run's bits), and the distributed
+// optimizer's replayed steps remake the bf16 working copy from its updated range.
 // With GPU_TESTS_ON_CPU=1 the "GPU" runs are --device cpu (checks the test itself).
 #include <doctest/doctest.h>
 
@@ -396,6 +397,35 @@ TEST_CASE(
       CHECK(replayed.iterations[i].params_norm == eager.iterations[i].params_norm);
     }
   }
+}
+
+TEST_CASE(
+    "bf16 steps of the distributed optimizer replayed from CUDA graphs remake the working copy "
+    "every step, an evaluation before the capture or not") {
+  // The distributed optimizer's update writes the fp32 range, not the bf16 working copy: the
+  // forward's graph makes it. An evaluation after iteration 2 (the last warm-up step) makes it
+  // just before the capture at 3, which must hold the conversion anyway: a graph holds only
+  // what its capture ran, and replays would train on iteration 2's copy.
+  const auto device = gpu_device_or_skip();
+  if (!device) return;
+  TrainingArguments a = gpt2_style();
+  a.run.train_iters = 8;
+  a.logging.log_interval = 1;
+  a.parallelism.use_distributed_optimizer = true;
+  a.evaluation.eval_interval = 2;
+  a.evaluation.eval_iters = 1;
+  a = with_precision(a, *device == "cuda" ? "bf16" : "fp32");
+  const TrainingResult eager = train(a, *device);
+  a.cuda_graph_impl = backend::CudaGraphImpl::local;
+  a.cuda_graph_warmup_steps = 2;
+  test_support::CapturedLog log;
+  const TrainingResult replayed = train(a, *device);
+  const std::string text = log.text.str();
+  INFO(text);
+  CHECK(text.find("step: graphs captured at iteration 3") != std::string::npos);
+  CHECK(text.find("step: eager at iteration 4") == std::string::npos);
+  expect_identical_losses(replayed.iterations, eager.iterations);
+  CHECK(replayed.validation_loss == eager.validation_loss);
 }
 
 TEST_CASE(

@@ -8,11 +8,15 @@
 // collectives, through the trainer's captured group), and with ZeRO-3 (each unit's gather and
 // gradient sum inside the forward and backward, likewise), and with --overlap-grad-reduce's
 // buckets started during the backward, and at PP=3 (the schedule's transfers, overlapped or
-// not, through the trainer's captured pipeline group). What graphs do not capture yet runs
-// eagerly, saying why.
+// not, through the trainer's captured pipeline group), and with --overlap-param-gather (the
+// updated shards' gathers started by the next step's graph). What graphs do not capture yet
+// runs eagerly, saying why.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -182,19 +186,60 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "with --overlap-param-gather, replayed DP=3 steps gather the shards in buckets at the "
+    "forward, and an evaluation or a save between gathers them at once") {
+  // A captured update leaves the other ranks' ranges owed; the next step's graph starts the
+  // buckets' all-gathers and each unit's first use waits for its own. Evaluations after 2, 4
+  // and 6 gather them at once (the capture at 3 follows one, and its graph must gather anyway),
+  // saves after 3 and 6 too, every rank alike; iteration 6 replays onto the update of 5 with
+  // nothing between: a replay that did not gather would train on stale ranges. With
+  // --log-params-norm, whose norm reads every parameter, the update gathers them whole.
+  for (const bool params_norm : {false, true}) {
+    CAPTURE(params_norm);
+    auto a = data_parallel_arguments();
+    a.run.train_iters = 7;
+    a.parallelism.use_distributed_optimizer = true;
+    a.parallelism.overlap_grad_reduce = true;
+    a.parallelism.overlap_param_gather = true;
+    a.parallelism.ddp_bucket_size = 2000;  // several buckets
+    a.logging.log_params_norm = params_norm;
+    a.evaluation.eval_interval = 2;
+    a.evaluation.eval_iters = 1;
+    a.checkpointing.save_interval = 3;
+    Communicator& world = mpi_test::world();
+    const std::filesystem::path directory =
+        std::filesystem::temp_directory_path() /
+        fmt::format("overlap-param-gather-graphs-{}", ::getppid());
+    if (world.rank() == 0) std::filesystem::remove_all(directory);
+    world.barrier();
+    a.checkpointing.save = (directory / "eager").string();
+    const TrainingResult expected = train_on_three_ranks(a);
+    auto graphs = a;
+    graphs.checkpointing.save = (directory / "graphs").string();
+    graphs.cuda_graph_impl = CudaGraphImpl::local;
+    graphs.cuda_graph_warmup_steps = 2;
+    test_support::CapturedLog log;
+    const TrainingResult replayed = train_on_three_ranks(graphs);
+    test_support::check_same_iterations(replayed, expected);
+    CHECK(replayed.validation_loss == expected.validation_loss);
+    const std::string text = log.text.str();
+    CAPTURE(text);
+    CHECK(text.find("step: graphs captured at iteration 3 on cpu (") != std::string::npos);
+    CHECK(text.find("step: eager at iteration 4") == std::string::npos);
+    world.barrier();
+    if (world.rank() == 0) std::filesystem::remove_all(directory);
+  }
+}
+
 TEST_CASE("over ranks, what graphs do not capture yet runs eagerly, saying why") {
-  auto param_gather = data_parallel_arguments();
-  param_gather.parallelism.use_distributed_optimizer = true;
-  param_gather.parallelism.overlap_grad_reduce = true;
-  param_gather.parallelism.overlap_param_gather = true;
   auto zeros = data_parallel_arguments();
   zeros.logging.log_num_zeros_in_grad = true;
   struct Case {
     TrainingArguments arguments;
     const char* reason;
   };
-  for (const Case& c : {Case{param_gather, "(--overlap-param-gather: its buckets"},
-                        Case{zeros, "(--log-num-zeros-in-grad reads the step's decision"}}) {
+  for (const Case& c : {Case{zeros, "(--log-num-zeros-in-grad reads the step's decision"}}) {
     CAPTURE(c.reason);
     const std::string text = check_graphs_keep_the_eager_bits(c.arguments);
     CAPTURE(text);

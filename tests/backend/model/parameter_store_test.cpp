@@ -1,7 +1,7 @@
 // The parameter store (parameter_store.hpp): the units it finds in a layout, the views it hands
 // the ops (the flat buffer's, or ZeRO-3's gathered working slots), the gradient reduction of a
 // sharded unit, the readiness callback of --overlap-grad-reduce, the arriving parameters of
-// --overlap-param-gather, and the initialisation.
+// --overlap-param-gather (and their owed gathers under captured steps), and the initialisation.
 #include "backend/model/parameter_store.hpp"
 
 #include <doctest/doctest.h>
@@ -244,5 +244,107 @@ TEST_CASE("units outside the arriving ranges are in place, and bad arrivals are 
   auto group = backend::make_single_process_communicator("data parallel");
   ParameterStore<float> sharded(layout, device, ElementType::f32, true, group.get());
   CHECK_THROWS_WITH_AS(sharded.parameters_arriving({}),
+                       doctest::Contains("a ZeRO-3 store gathers its own units"), common::Error);
+}
+
+TEST_CASE(
+    "owed parameters are gathered at their first use outside a step, or by the step that "
+    "starts them") {
+  // --overlap-param-gather under captured steps: the update leaves the rest of the buffer owed;
+  // a use before the next step (an evaluation's forward, a save) gathers it through the owed
+  // group at once, and the next step starts the gathers through its own group whatever came
+  // before.
+  using namespace parameter_store_arrivals;
+  const ParameterLayout layout(small_gpt_config(false));
+  CpuDevice device;
+  ParameterStore<float> store(layout, device, ElementType::bf16, true, nullptr);
+  store.init_parameters(5);
+  store.refresh_weights();
+  const std::vector<BufferRange> units = store.unit_ranges();
+  const auto& qkv1 = layout.tensor("decoder.layers.1.self_attention.linear_qkv.weight");
+  const backend::View parameters = store.parameters();
+  auto owed_group = backend::make_single_process_communicator("owed");
+  auto step_group = backend::make_single_process_communicator("step");
+  std::vector<std::string> log;
+  // Two buckets landing `value`, logged with the group they were started through.
+  const auto gathers = [&](float value) -> backend::ParameterGathers {
+    return [&, value](backend::Communicator& group, backend::View buffer) {
+      CHECK(buffer.data == parameters.data);
+      std::vector<backend::ArrivingParameters> arrivals;
+      arrivals.push_back(
+          landing(buffer, {0, units[2].offset}, value, group.name() + " first", log));
+      arrivals.push_back(landing(buffer, {units[2].offset, layout.numel() - units[2].offset}, value,
+                                 group.name() + " second", log));
+      return arrivals;
+    };
+  };
+
+  // A forward's first use (its whole-copy refresh) gathers what is owed, all of it, through the
+  // owed group, and makes the working copy of it.
+  store.parameters_changed();
+  store.parameters_owed(*owed_group, gathers(2.0f));
+  CHECK(log.empty());
+  store.refresh_weights();
+  CHECK(log == std::vector<std::string>{"owed first", "owed second"});
+  CHECK(working_bits(store, qkv1.offset) == bits_of(2.0f, qkv1.numel));
+  // As does a unit's gather, or any access to the buffer; once.
+  for (int use = 0; use < 2; ++use) {
+    log.clear();
+    store.parameters_changed();
+    store.parameters_owed(*owed_group, gathers(3.0f + static_cast<float>(use)));
+    if (use == 0) {
+      store.gather(store.head_unit());
+    } else {
+      CHECK(store_values(store.parameters())[static_cast<size_t>(qkv1.offset)] == 4.0f);
+    }
+    CHECK(log == std::vector<std::string>{"owed first", "owed second"});
+    store.parameters();
+    CHECK(log.size() == 2);
+  }
+
+  // The step's start: the gathers through its group, the owed ones dropped; each unit waits for
+  // its bucket at its first use.
+  log.clear();
+  store.parameters_changed();
+  store.parameters_owed(*owed_group, gathers(5.0f));
+  store.start_gathers(*step_group, gathers(6.0f));
+  CHECK(log.empty());
+  store.gather(store.layer_unit(0));
+  CHECK(log == std::vector<std::string>{"step first"});
+  // Not done: a replay cannot be said to have brought them.
+  CHECK_THROWS_WITH_AS(store.parameters_arrived(), doctest::Contains("units are still arriving"),
+                       common::Error);
+  store.finish_arrivals();
+  CHECK(log == std::vector<std::string>{"step first", "step second"});
+  CHECK(working_bits(store, qkv1.offset) == bits_of(6.0f, qkv1.numel));
+  // Started whether or not anything is owed (a capture holds them whatever came before).
+  log.clear();
+  store.start_gathers(*step_group, gathers(7.0f));
+  store.finish_arrivals();
+  CHECK(log == std::vector<std::string>{"step first", "step second"});
+
+  // After a replayed step the store is told what its graph did: nothing owed any more, the
+  // working copy current (the replay converted it; the store's own pass would not run).
+  log.clear();
+  store.parameters_changed();
+  store.parameters_owed(*owed_group, gathers(8.0f));
+  store.parameters_arrived();
+  store.refresh_weights();
+  store.parameters();
+  CHECK(log.empty());
+  CHECK(working_bits(store, qkv1.offset) == bits_of(7.0f, qkv1.numel));
+
+  // A failed capture's gathers are dropped unwaited, and the working copy is made again.
+  store.start_gathers(*step_group, gathers(9.0f));
+  store.abandon_arrivals();
+  store.parameters();
+  CHECK(log.empty());
+  for (int64_t i = 0; i < qkv1.numel; ++i) parameters.as<float>()[qkv1.offset + i] = 0.25f;
+  store.refresh_weights();
+  CHECK(working_bits(store, qkv1.offset) == bits_of(0.25f, qkv1.numel));
+
+  auto group = backend::make_single_process_communicator("data parallel");
+  ParameterStore<float> sharded(layout, device, ElementType::f32, true, group.get());
+  CHECK_THROWS_WITH_AS(sharded.parameters_owed(*owed_group, gathers(1.0f)),
                        doctest::Contains("a ZeRO-3 store gathers its own units"), common::Error);
 }
