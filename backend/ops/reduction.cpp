@@ -12,7 +12,10 @@ namespace {
 
 enum class Reduction { sum, sum_of_squares, count_zeros };
 
-void reduce(Device& device, View total, View values, Reduction reduction, const char* op) {
+// `stored_factor`: count_zeros' (checked by it), empty for the others.
+void reduce(Device& device, View total, View values, Reduction reduction, const char* op,
+            View stored_factor = {}) {
+  const bool stored = !stored_factor.empty();
   run(
       device, op, 0,
       [=] {
@@ -26,7 +29,10 @@ void reduce(Device& device, View total, View values, Reduction reduction, const 
           switch (reduction) {
             case Reduction::sum: cpu::sum(result, data, values.numel); return;
             case Reduction::sum_of_squares: cpu::sum_of_squares(result, data, values.numel); return;
-            case Reduction::count_zeros: cpu::count_zeros(result, data, values.numel); return;
+            case Reduction::count_zeros:
+              cpu::count_zeros(result, data, values.numel,
+                               stored ? *host<double>(stored_factor) : 1.0);
+              return;
           }
         });
       },
@@ -48,7 +54,8 @@ void reduce(Device& device, View total, View values, Reduction reduction, const 
               cuda::sum_of_squares(result, partials, data, values.numel, context.stream);
               return;
             case Reduction::count_zeros:
-              cuda::count_zeros(result, partials, data, values.numel, context.stream);
+              cuda::count_zeros(result, partials, data, values.numel, 1.0,
+                                stored ? gpu<double>(stored_factor, op) : nullptr, context.stream);
               return;
           }
         };
@@ -83,8 +90,10 @@ void sum_of_squares(Device& device, View total, View values) {
   reduce(device, total, values, Reduction::sum_of_squares, "sum_of_squares");
 }
 
-void count_zeros(Device& device, View total, View values) {
-  reduce(device, total, values, Reduction::count_zeros, "count_zeros");
+void count_zeros(Device& device, View total, View values, View stored_factor) {
+  constexpr const char* op = "count_zeros";
+  if (!stored_factor.empty()) check_scalars(stored_factor, 1, "the stored factor", op);
+  reduce(device, total, values, Reduction::count_zeros, op, stored_factor);
 }
 
 void scale(Device& device, View values, double factor, View stored_factor) {

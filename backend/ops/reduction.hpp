@@ -3,9 +3,13 @@
 //   sum:            total = Σ values[i]      (the micro batch's loss from the per-token losses)
 //   sum_of_squares: total = Σ values[i]²     (the global gradient norm is sqrt of it, as
 //                                             Megatron's clip_grad_norm_fp32 computes it)
-//   count_zeros:    total = #{i : values[i] = 0}  (--log-num-zeros-in-grad, Megatron's
-//                                             count_zeros_fp32; −0 counts, NaN does not; exact
-//                                             in double below 2^53 elements, in any order)
+//   count_zeros:    total = #{i : values[i] · factor = 0}  (--log-num-zeros-in-grad, Megatron's
+//                                             count_zeros_fp32 of the clipped gradients: the
+//                                             product AdamW's pass forms with the clipping
+//                                             factor, in the element type, so a gradient the
+//                                             factor underflows counts; −0 counts, NaN does
+//                                             not; exact in double below 2^53 elements, in any
+//                                             order)
 //   scale:          values[i] *= factor      (gradient clipping by max_norm / (norm + 1e-6),
 //                                             and fp16 loss-scale unscaling by 1 / scale)
 // Totals are one double; the products and sums are formed in double. The factor is rounded
@@ -33,7 +37,7 @@ void sum(double* total, const Scalar* values, int64_t count);
 template <typename Scalar>
 void sum_of_squares(double* total, const Scalar* values, int64_t count);
 template <typename Scalar>
-void count_zeros(double* total, const Scalar* values, int64_t count);
+void count_zeros(double* total, const Scalar* values, int64_t count, double factor = 1.0);
 template <typename Scalar>
 void scale(Scalar* values, double factor, int64_t count);
 
@@ -53,6 +57,8 @@ void sum_of_squares(double* total, double* partials, const Scalar* values, int64
                     CudaStream stream);
 template <typename Scalar>
 void count_zeros(double* total, double* partials, const Scalar* values, int64_t count,
+                 double factor,
+                 const double* stored_factor,  // replaces factor when not null
                  CudaStream stream);
 template <typename Scalar>
 void scale(Scalar* values, double factor,
@@ -68,7 +74,9 @@ namespace backend::ops {
 
 void sum(Device& device, View total, View values);
 void sum_of_squares(Device& device, View total, View values);
-void count_zeros(Device& device, View total, View values);
+// `stored_factor`: one f64 of the device's memory (the step's clipping factor, StepScalars'
+// control[0]), read when the op runs; empty: 1.
+void count_zeros(Device& device, View total, View values, View stored_factor = {});
 void scale(Device& device, View values, double factor, View stored_factor = {});
 
 }  // namespace backend::ops

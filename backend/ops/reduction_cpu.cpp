@@ -54,10 +54,11 @@ void sum_of_squares(double* total, const Scalar* values, int64_t count) {
 }
 
 template <typename Scalar>
-void count_zeros(double* total, const Scalar* values, int64_t count) {
+void count_zeros(double* total, const Scalar* values, int64_t count, double factor) {
+  const auto rounded = static_cast<Scalar>(factor);  // as scale rounds it
   int64_t zeros = 0;  // an integer: the sum is the same in any order
 #pragma omp parallel for simd reduction(+ : zeros) schedule(static)
-  for (int64_t i = 0; i < count; ++i) zeros += values[i] == Scalar{0} ? 1 : 0;
+  for (int64_t i = 0; i < count; ++i) zeros += values[i] * rounded == Scalar{0} ? 1 : 0;
   *total = static_cast<double>(zeros);
 }
 
@@ -72,8 +73,8 @@ template void sum<float>(double*, const float*, int64_t);
 template void sum<double>(double*, const double*, int64_t);
 template void sum_of_squares<float>(double*, const float*, int64_t);
 template void sum_of_squares<double>(double*, const double*, int64_t);
-template void count_zeros<float>(double*, const float*, int64_t);
-template void count_zeros<double>(double*, const double*, int64_t);
+template void count_zeros<float>(double*, const float*, int64_t, double);
+template void count_zeros<double>(double*, const double*, int64_t, double);
 template void scale<float>(float*, double, int64_t);
 template void scale<double>(double*, double, int64_t);
 

@@ -4,6 +4,8 @@
 // then adds the partials in the same fixed tree. The order depends on the size alone, so the
 // total is the same bits on every run and every GPU. Sums are in double (a 1B-parameter
 // gradient norm in float would lose the small gradients' contribution).
+#include <type_traits>
+
 #include "backend/ops/cuda_common.cuh"
 #include "backend/ops/reduction.hpp"
 
@@ -27,17 +29,34 @@ __device__ inline double as_double(__half value) {
 // double, exact in any order).
 enum class Measure { value, square, zero };
 
+// Whether `value` times the clipping factor is zero, in the precision AdamW's pass forms that
+// product (float; double for double values), the factor rounded once as the CPU twin rounds it.
+template <typename T>
+__device__ inline bool zero_when_scaled(double value, double factor) {
+  if constexpr (std::is_same_v<T, double>) {
+    return value * factor == 0.0;
+  } else {
+    return static_cast<float>(value) * static_cast<float>(factor) == 0.0F;
+  }
+}
+
+// `factor`, `stored_factor`: count_zeros' scale of each element (stored_factor replaces factor
+// when not null); the other measures ignore them.
 template <Measure kMeasure, typename T>
-__global__ void partials_kernel(double* partials, const T* values, int64_t count) {
+__global__ void partials_kernel(double* partials, const T* values, int64_t count, double factor,
+                                const double* stored_factor) {
   __shared__ double lane[kThreads];
   const int64_t stride = int64_t{kPartials} * kThreads;
+  if constexpr (kMeasure == Measure::zero) {
+    if (stored_factor != nullptr) factor = *stored_factor;
+  }
   double accumulated = 0;
   for (int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x; i < count; i += stride) {
     const double value = as_double(values[i]);
     if constexpr (kMeasure == Measure::square) {
       accumulated += value * value;
     } else if constexpr (kMeasure == Measure::zero) {
-      accumulated += value == 0.0 ? 1.0 : 0.0;
+      accumulated += zero_when_scaled<T>(value, factor) ? 1.0 : 0.0;
     } else {
       accumulated += value;
     }
@@ -63,11 +82,11 @@ __global__ void final_kernel(double* total, const double* partials) {
 }
 
 template <Measure kMeasure, typename Scalar>
-void reduce(double* total, double* partials, const Scalar* values, int64_t count,
-            CudaStream stream) {
+void reduce(double* total, double* partials, const Scalar* values, int64_t count, CudaStream stream,
+            double factor = 1.0, const double* stored_factor = nullptr) {
   // count 0: every block writes a zero partial, so the total is 0 without a special case.
   partials_kernel<kMeasure><<<kPartials, kThreads, 0, stream>>>(
-      partials, detail::device_pointer(values), count);
+      partials, detail::device_pointer(values), count, factor, stored_factor);
   CUDA_CHECK(cudaGetLastError());
   final_kernel<<<1, kPartials, 0, stream>>>(total, partials);
   CUDA_CHECK(cudaGetLastError());
@@ -96,8 +115,8 @@ void sum_of_squares(double* total, double* partials, const Scalar* values, int64
 
 template <typename Scalar>
 void count_zeros(double* total, double* partials, const Scalar* values, int64_t count,
-                 CudaStream stream) {
-  reduce<Measure::zero>(total, partials, values, count, stream);
+                 double factor, const double* stored_factor, CudaStream stream) {
+  reduce<Measure::zero>(total, partials, values, count, stream, factor, stored_factor);
 }
 
 template <typename Scalar>
@@ -115,10 +134,14 @@ template void sum<double>(double*, double*, const double*, int64_t, CudaStream);
 template void sum_of_squares<float>(double*, double*, const float*, int64_t, CudaStream);
 template void sum_of_squares<bfloat16>(double*, double*, const bfloat16*, int64_t, CudaStream);
 template void sum_of_squares<double>(double*, double*, const double*, int64_t, CudaStream);
-template void count_zeros<float>(double*, double*, const float*, int64_t, CudaStream);
-template void count_zeros<bfloat16>(double*, double*, const bfloat16*, int64_t, CudaStream);
-template void count_zeros<float16>(double*, double*, const float16*, int64_t, CudaStream);
-template void count_zeros<double>(double*, double*, const double*, int64_t, CudaStream);
+template void count_zeros<float>(double*, double*, const float*, int64_t, double, const double*,
+                                 CudaStream);
+template void count_zeros<bfloat16>(double*, double*, const bfloat16*, int64_t, double,
+                                    const double*, CudaStream);
+template void count_zeros<float16>(double*, double*, const float16*, int64_t, double, const double*,
+                                   CudaStream);
+template void count_zeros<double>(double*, double*, const double*, int64_t, double, const double*,
+                                  CudaStream);
 template void scale<float>(float*, double, const double*, int64_t, CudaStream);
 template void scale<bfloat16>(bfloat16*, double, const double*, int64_t, CudaStream);
 template void sum<float16>(double*, double*, const float16*, int64_t, CudaStream);

@@ -54,7 +54,7 @@ void AdamW::carve_state() {
   const int64_t exp_avg_region = layout.add("optimizer.exp_avg", ElementType::f32, numel_);
   const int64_t exp_avg_sq_region = layout.add("optimizer.exp_avg_sq", ElementType::f32, numel_);
   const int64_t norm_region = layout.add("the gradient norm's total", ElementType::f64, 1);
-  const int64_t step_region = layout.add("the step's scalars", ElementType::f64, 6);
+  const int64_t step_region = layout.add("the step's scalars", ElementType::f64, 7);
   const int64_t coefficients_region =
       layout.add("AdamW's step coefficients", ElementType::f32, kAdamWCoefficientFloats);
   state_ = Arena(*device_, std::move(layout), "optimizer state");
@@ -72,6 +72,7 @@ void AdamW::carve_state() {
                    .logged_total = step.slice(2, 1),
                    .partial = step.slice(3, 1),
                    .control = step.slice(4, 2),
+                   .zeros_in_grad = step.slice(6, 1),
                    .all = step};
   step_scalars_host_ = device_->allocate_pinned_host(step.bytes(), "the step's scalars, read back");
   step_scalars_.host = static_cast<double*>(step_scalars_host_.data());
@@ -150,13 +151,6 @@ double AdamW::gradient_norm(View gradients) { return std::sqrt(sum_of_squares(gr
 
 double AdamW::sum_of_squares(View values) {
   ops::sum_of_squares(*device_, norm_total_, values);
-  double total = 0;
-  device_->copy_to_host(&total, norm_total_);
-  return total;
-}
-
-double AdamW::count_zeros(View values) {
-  ops::count_zeros(*device_, norm_total_, values);
   double total = 0;
   device_->copy_to_host(&total, norm_total_);
   return total;

@@ -93,21 +93,19 @@ class AdamW {
   // adds up over its ranks before the square root.
   double gradient_norm(View gradients);
   double sum_of_squares(View values);
-  // The zeros of any fp32 view (--log-num-zeros-in-grad), counted on the device.
-  double count_zeros(View values);
   // Megatron's clipping of `gradients` on the device, given their norm (max_norm ≤ 0: none).
   void clip_gradients(View gradients, double norm, double max_norm);
 
   // A training step's scalars on the optimizer's device (ops/step_scalars.hpp; train_step.cpp),
   // one f64 each and adjacent, so the host reads them in one copy (`all`) once the step is
   // queued: the loss total the forwards add to, the gradients' sum of squares, a total that is
-  // only logged (--log-params-norm's, --log-num-zeros-in-grad's), a partial sum (scratch for
-  // sums over ranges), and the decision (two: the gradient scale and the skip).
-  // `host`: six doubles of page-locked host memory (Device::allocate_pinned_host) that a queued
-  // copy of `all` lands in, so the host reads a step's scalars while the device goes on.
+  // only logged (--log-params-norm's), a partial sum (scratch for sums over ranges), the
+  // decision (two: the gradient scale and the skip), and --log-num-zeros-in-grad's count.
+  // `host`: seven doubles of page-locked host memory (Device::allocate_pinned_host) that a
+  // queued copy of `all` lands in, so the host reads a step's scalars while the device goes on.
   struct StepScalars {
-    View loss_total, sum_of_squares, logged_total, partial, control;
-    View all;  // the six, in that order
+    View loss_total, sum_of_squares, logged_total, partial, control, zeros_in_grad;
+    View all;  // the seven, in that order
     double* host = nullptr;
   };
   StepScalars step_scalars() const { return step_scalars_; }

@@ -82,23 +82,30 @@ struct StepScalarValues {
   double loss_total = 0;
   double sum_of_squares = 0;
   double logged_total = 0;
-  double gradient_scale = 1;
   bool skip = false;
+  double zeros_in_grad = 0;
 };
 
-// The six doubles of AdamW::StepScalars::all as copied to the host.
+// The seven doubles of AdamW::StepScalars::all as copied to the host.
 StepScalarValues step_scalar_values(const double* values) {
   return {.loss_total = values[0],
           .sum_of_squares = values[1],
           .logged_total = values[2],
-          .gradient_scale = values[4],
-          .skip = values[5] != 0.0};
+          .skip = values[5] != 0.0,
+          .zeros_in_grad = values[6]};
 }
 
-StepScalarValues read_step_scalars(Device& device, const AdamW::StepScalars& scalars) {
-  double values[6] = {};
-  device.copy_to_host(values, scalars.all);
-  return step_scalar_values(values);
+// --log-num-zeros-in-grad (Megatron's count_zeros_fp32, after clipping): the gradients' elements
+// that are zero once multiplied by the clipping factor of the device's decision
+// (ops::decide_step), in AdamW's precision, so that a gradient the factor underflows counts,
+// each element of the model once whatever the layout; into the step's scalars, read with them.
+void count_zeros_after_clipping(GptModel<float>& model, const StepGradients& gradients,
+                                Communicator& data_parallel, const AdamW::StepScalars& scalars) {
+  const View clipping_factor = scalars.control.slice(0, 1);
+  model_total(model, gradients.held, gradients.range, gradients.data_parallel_share, data_parallel,
+              scalars.zeros_in_grad, scalars.partial, [&](View out, View part) {
+                ops::count_zeros(model.device(), out, part, clipping_factor);
+              });
 }
 
 // What the host knows of this rank's losses of a step (their sum is on the device: the model adds
@@ -483,9 +490,9 @@ UpdateTarget update_target(GptModel<float>& model, const GradientShard* shard) {
   return {parameters, parameters, model.working_copy_buffer()};
 }
 
-// Clip, count the zeros (--log-num-zeros-in-grad), AdamW over the held range, the parameters
-// back to every rank. `control`: the device's decision (ops::decide_step), which gives the
-// clipping factor and may skip the update there; empty where the caller clipped already.
+// AdamW over the held range, clipped, and the parameters back to every rank. `control`: the
+// device's decision (ops::decide_step), which gives the clipping factor and may skip the update
+// there.
 void apply_update(GptModel<float>& model, AdamW& optimizer, const LearningRateScheduler& scheduler,
                   const StepGradients& gradients, const TrainStepOptions& options,
                   Communicator& data_parallel, const GradientShard* shard, double learning_rate,
@@ -506,25 +513,6 @@ void apply_update(GptModel<float>& model, AdamW& optimizer, const LearningRateSc
   }
   model.parameters_updated(/*working_copy_written=*/!working_copy.empty());
   if (!arrivals.empty()) model.parameters_arriving(std::move(arrivals));
-}
-
-// --log-num-zeros-in-grad: Megatron counts the zeros after clipping (a gradient the coefficient
-// underflows to 0 counts), so the host reads the decision first and clips in a pass of its own
-// (two waits more than a step without the flag). Returns the decision read.
-StepScalarValues clip_and_count_zeros(GptModel<float>& model, const AdamW::StepScalars& scalars,
-                                      const StepGradients& gradients, Communicator& data_parallel,
-                                      std::optional<double>& num_zeros_in_grad) {
-  Device& device = model.device();
-  const StepScalarValues decision = read_step_scalars(device, scalars);
-  if (decision.skip) return decision;
-  if (decision.gradient_scale != 1.0) ops::scale(device, gradients.held, decision.gradient_scale);
-  model_total(model, gradients.held, gradients.range, gradients.data_parallel_share, data_parallel,
-              scalars.logged_total, scalars.partial,
-              [&](View out, View part) { ops::count_zeros(device, out, part); });
-  double zeros = 0;
-  device.copy_to_host(&zeros, scalars.logged_total);
-  num_zeros_in_grad = zeros;
-  return decision;
 }
 
 // Whether --overlap-grad-reduce starts the data-parallel reduction during the backward
@@ -599,7 +587,7 @@ std::optional<std::string> model_group_refusal(const Communicator& group, const 
 }
 
 // Why no step of this layout and these options can be captured yet, or nothing.
-std::optional<std::string> graphs_refusal(GptModel<float>& model, const TrainStepOptions& options,
+std::optional<std::string> graphs_refusal(GptModel<float>& model,
                                           const Communicator& data_parallel) {
   const Device& device = model.device();
   // Tensor parallelism's collectives run inside the forward and backward; a pipeline's
@@ -631,9 +619,6 @@ std::optional<std::string> graphs_refusal(GptModel<float>& model, const TrainSte
   }
   if (data_parallel.size() > 1) {
     if (auto refusal = collectives_capture_refusal(data_parallel, device)) return refusal;
-  }
-  if (options.log_num_zeros_in_grad) {
-    return "--log-num-zeros-in-grad reads the step's decision on the host before the update";
   }
   return std::nullopt;
 }
@@ -740,6 +725,9 @@ void queue_staged_work(GptModel<float>& model, const AdamW::StepScalars& scalars
                        data_parallel, scalars, scalars.sum_of_squares);
   ops::decide_step(model.device(), scalars.control, loss_scaler ? View{} : scalars.loss_total,
                    scalars.sum_of_squares, options.clip_grad);
+  if (options.log_num_zeros_in_grad) {
+    count_zeros_after_clipping(model, gradients, data_parallel, scalars);
+  }
 }
 
 // A graph replayed, then handed to the watchdog of the collectives it holds: they were queued
@@ -933,8 +921,8 @@ QueuedStep queue_gradients(GptModel<float>& model, AdamW& optimizer, const Batch
   }
   std::optional<std::string> eager_reason;
   if (graphs != nullptr) {
-    eager_reason = graphs->unavailable.empty() ? graphs_refusal(model, options, data_parallel)
-                                               : graphs->unavailable;
+    eager_reason =
+        graphs->unavailable.empty() ? graphs_refusal(model, data_parallel) : graphs->unavailable;
     // A capture records one device's work: an update on another would run at capture time.
     if (!eager_reason && &optimizer.device() != &model.device()) {
       eager_reason = "the optimizer's state is on another device object than the model's";
@@ -974,6 +962,9 @@ QueuedStep queue_gradients(GptModel<float>& model, AdamW& optimizer, const Batch
                        scalars.sum_of_squares);
   ops::decide_step(device, scalars.control, scaler.enabled() ? View{} : scalars.loss_total,
                    scalars.sum_of_squares, options.clip_grad);
+  if (options.log_num_zeros_in_grad) {
+    count_zeros_after_clipping(model, step.gradients, data_parallel, scalars);
+  }
   if (eager_reason) step.execution_note = *eager_reason;
   return step;
 }
@@ -986,15 +977,9 @@ void queue_update(QueuedStep& step, GptModel<float>& model, AdamW& optimizer,
   const AdamW::StepScalars scalars = optimizer.step_scalars();
   Device& device = model.device();
   step.learning_rate = scheduler.learning_rate() * learning_rate_factor;
-  step.decided_on_host = options.log_num_zeros_in_grad;
+  step.zeros_counted = options.log_num_zeros_in_grad;
   if (step.staged) {
     queue_staged_update(step, model, optimizer, scheduler, options, data_parallel, shard, graphs);
-  } else if (step.decided_on_host) {
-    if (!clip_and_count_zeros(model, scalars, step.gradients, data_parallel, step.num_zeros_in_grad)
-             .skip) {
-      apply_update(model, optimizer, scheduler, step.gradients, options, data_parallel, shard,
-                   step.learning_rate, View{});
-    }
   } else {
     apply_update(model, optimizer, scheduler, step.gradients, options, data_parallel, shard,
                  step.learning_rate, scalars.control);
@@ -1020,7 +1005,6 @@ TrainStepResult finish_step(QueuedStep& step, GptModel<float>& model, AdamW& opt
   TrainStepResult result;
   result.gradient_buckets = step.gradient_buckets;
   result.learning_rate = step.learning_rate;
-  result.num_zeros_in_grad = step.num_zeros_in_grad;
   result.lm_loss = values.loss_total / step.loss_divisor;
   result.grad_norm = std::sqrt(values.sum_of_squares);
   result.skipped = values.skip;
@@ -1029,9 +1013,11 @@ TrainStepResult finish_step(QueuedStep& step, GptModel<float>& model, AdamW& opt
   // gradients are finite), or without a scaler a skipped update.
   result.nan = !std::isfinite(result.lm_loss) || (!scaler.enabled() && result.skipped);
   result.loss_scale = scaler.scale();
-  if (result.skipped && !step.decided_on_host) optimizer.step_skipped();
+  if (result.skipped) optimizer.step_skipped();
   if (!result.skipped) scheduler.step(step.batch.global_batch_size);
   if (step.params_norm_logged) result.params_norm = std::sqrt(values.logged_total);
+  // Not for a skipped iteration, as Megatron prints none.
+  if (step.zeros_counted && !result.skipped) result.num_zeros_in_grad = values.zeros_in_grad;
   return result;
 }
 

@@ -151,15 +151,14 @@ struct StepGraphs {
 // The rate queue_update takes and the loss scale queue_gradients takes are the host's after the
 // steps finished so far, so step k+1's queue_gradients may run before step k's finish_step, but
 // its queue_update only after it; with a loss scaler (--fp16), whose scale the backward takes,
-// or --log-num-zeros-in-grad, which reads the decision inside queue_update, they run in order.
+// they run in order.
 struct QueuedStep {
   GlobalBatch batch;
   StepGradients gradients;
   double loss_divisor = 1;
   int64_t gradient_buckets = 0;
-  double learning_rate = 0;      // set by queue_update
-  bool decided_on_host = false;  // --log-num-zeros-in-grad read the decision in queue_update
-  std::optional<double> num_zeros_in_grad;
+  double learning_rate = 0;         // set by queue_update
+  bool zeros_counted = false;       // --log-num-zeros-in-grad's count is in the scalars
   bool params_norm_logged = false;  // --log-params-norm's total is in the scalars
   bool update_queued = false;
   DeviceMark scalars_copied;

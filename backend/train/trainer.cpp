@@ -703,13 +703,11 @@ bool Trainer::train() {
 // Whether iteration + 1's forward and backward may be queued before this iteration's scalars are
 // read: when nothing between the two needs them or changes what the next one computes. Not
 // before an evaluation, a save or an exit (which see the model after this iteration alone), nor
-// under --rollback-on-spike (whose judgement may reload the model), the fp16 loss scaler (the
-// next backward takes the scale this iteration's result decides) or --log-num-zeros-in-grad
-// (whose update reads the decision on the host).
+// under --rollback-on-spike (whose judgement may reload the model) or the fp16 loss scaler (the
+// next backward takes the scale this iteration's result decides).
 bool Trainer::may_queue_ahead(int64_t iteration, const IterationActions& actions) const {
   return iteration < a_.run.train_iters && !actions.evaluate && !actions.save && !actions.exit &&
-         !spike_rollback_.watching() && !optimizer_->loss_scaler().enabled() &&
-         !train_step_options(a_).log_num_zeros_in_grad;
+         !spike_rollback_.watching() && !optimizer_->loss_scaler().enabled();
 }
 
 // An iteration's forward and backward, queued (train_step.hpp's queue_gradients) on the samples

@@ -99,10 +99,19 @@ TEST_CASE("sum, sum of squares, count of zeros and scale on the CUDA device matc
                        {"sum of squares", {static_cast<float>(t.read_f64(squares))}}};
       });
       // A count: the same number on both devices, exactly.
+      // And times a clipping factor read from the device's memory (the step's decision): the
+      // elements it takes below the type's smallest subnormal count too.
+      std::vector<float> with_tiny = values;
+      for (size_t i = 3; i < with_tiny.size(); i += 11) with_tiny[i] = 3e-38f;
       check_against_cpu(*gpu, what, type, 0.0, [&](Tensors& t, ElementType dtype) {
         View zeros = t.poisoned(1, ElementType::f64);
         ops::count_zeros(t.device(), zeros, t.input(values, dtype));
-        return Outputs{{"count of zeros", {static_cast<float>(t.read_f64(zeros))}}};
+        View clipped_zeros = t.poisoned(1, ElementType::f64);
+        ops::count_zeros(t.device(), clipped_zeros, t.input(with_tiny, dtype),
+                         t.input({1e-8f}, ElementType::f64));
+        return Outputs{
+            {"count of zeros", {static_cast<float>(t.read_f64(zeros))}},
+            {"count of zeros after clipping", {static_cast<float>(t.read_f64(clipped_zeros))}}};
       });
       // Scaling by a power of two is exact in every type: the CUDA result must be the same bits.
       check_against_cpu(*gpu, what, type, 0.0, [&](Tensors& t, ElementType dtype) {

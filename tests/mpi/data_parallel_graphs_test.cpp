@@ -9,8 +9,8 @@
 // gradient sum inside the forward and backward, likewise), and with --overlap-grad-reduce's
 // buckets started during the backward, and at PP=3 (the schedule's transfers, overlapped or
 // not, through the trainer's captured pipeline group), and with --overlap-param-gather (the
-// updated shards' gathers started by the next step's graph). What graphs do not capture yet
-// runs eagerly, saying why.
+// updated shards' gathers started by the next step's graph), and with --log-num-zeros-in-grad
+// (the count in the step's graph).
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -232,18 +232,30 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("over ranks, what graphs do not capture yet runs eagerly, saying why") {
-  auto zeros = data_parallel_arguments();
-  zeros.logging.log_num_zeros_in_grad = true;
-  struct Case {
-    TrainingArguments arguments;
-    const char* reason;
-  };
-  for (const Case& c : {Case{zeros, "(--log-num-zeros-in-grad reads the step's decision"}}) {
-    CAPTURE(c.reason);
-    const std::string text = check_graphs_keep_the_eager_bits(c.arguments);
+TEST_CASE("over ranks, --log-num-zeros-in-grad's counts in replayed steps are the eager run's") {
+  // Each rank's count of its gradients, summed over the group where the ranks hold shards
+  // (the distributed optimizer), in the step's graph.
+  for (const bool distributed_optimizer : {false, true}) {
+    CAPTURE(distributed_optimizer);
+    auto a = data_parallel_arguments();
+    a.logging.log_num_zeros_in_grad = true;
+    a.model.untie_embeddings_and_output_weights = true;  // unseen tokens' rows: zeros
+    a.parallelism.use_distributed_optimizer = distributed_optimizer;
+    const TrainingResult expected = train_on_three_ranks(a);
+    auto graphs = a;
+    graphs.cuda_graph_impl = CudaGraphImpl::local;
+    graphs.cuda_graph_warmup_steps = 1;
+    test_support::CapturedLog log;
+    const TrainingResult replayed = train_on_three_ranks(graphs);
+    test_support::check_same_iterations(replayed, expected);
+    const std::string text = log.text.str();
     CAPTURE(text);
-    CHECK(text.find(std::string("step: eager at iteration 1 ") + c.reason) != std::string::npos);
-    CHECK(text.find("graphs captured") == std::string::npos);
+    CHECK(text.find("step: graphs captured at iteration 2 on cpu (") != std::string::npos);
+    for (size_t i = 0; i < expected.iterations.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(expected.iterations[i].num_zeros_in_grad.has_value());
+      CHECK(*expected.iterations[i].num_zeros_in_grad > 0);
+      CHECK(replayed.iterations[i].num_zeros_in_grad == expected.iterations[i].num_zeros_in_grad);
+    }
   }
 }

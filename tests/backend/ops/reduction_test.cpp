@@ -1,6 +1,6 @@
 // count_zeros (--log-num-zeros-in-grad): exact counts with +0 and −0 counted, NaN, infinities
 // and the smallest subnormal not, in float and double, on any thread count; and through the CPU
-// device.
+// device, times a clipping factor read from memory (what it underflows counts).
 #include "backend/ops/reduction.hpp"
 
 #include <doctest/doctest.h>
@@ -63,6 +63,28 @@ TEST_CASE("count_zeros counts +0 and −0 exactly, not NaN, infinities or subnor
   backend::ops::count_zeros(device, backend::host_view(std::span(&total, 1)),
                             backend::host_view(std::span(values)));
   CHECK(total == static_cast<double>(expected));
+  // Times a clipping factor read from memory, in the element type: what underflows counts.
+  const float tiny = 3e-38F;
+  values[1] = tiny;
+  values[2] = -tiny;
+  values[3] = 0.25F;
+  int64_t expected_clipped = 0;
+  for (const float value : values) expected_clipped += value * 1e-8F == 0.0F ? 1 : 0;
+  CHECK(expected_clipped > expected + 2);  // the subnormals too
+  double factor = 1e-8;
+  const auto factor_view = backend::host_view(std::span(&factor, 1));
+  backend::ops::count_zeros(device, backend::host_view(std::span(&total, 1)),
+                            backend::host_view(std::span(values)), factor_view);
+  CHECK(total == static_cast<double>(expected_clipped));
+  factor = 1;
+  backend::ops::count_zeros(device, backend::host_view(std::span(&total, 1)),
+                            backend::host_view(std::span(values)), factor_view);
+  CHECK(total == static_cast<double>(expected));
+  double two_factors[2] = {1, 1};
+  CHECK_THROWS_AS(backend::ops::count_zeros(device, backend::host_view(std::span(&total, 1)),
+                                            backend::host_view(std::span(values)),
+                                            backend::host_view(std::span<double>(two_factors))),
+                  common::Error);
   double two_totals[2] = {};
   CHECK_THROWS_WITH_AS(
       backend::ops::count_zeros(device, backend::host_view(std::span<double>(two_totals)),

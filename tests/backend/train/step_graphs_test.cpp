@@ -6,8 +6,8 @@
 // ignored labels in the middle of the replays is replayed with its own scored count and
 // classifier scale, and with dropout each replay draws each micro batch's own masks (the
 // counts, scales and keys are staged in device memory, not captured), as are --fp16's loss
-// scale and its inverse, which change as the scaler skips and grows. Layouts and options
-// graphs do not cover yet run eagerly, saying why, with the eager run's results.
+// scale and its inverse, which change as the scaler skips and grows. --log-num-zeros-in-grad's
+// counts are the eager run's.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -174,23 +174,28 @@ TEST_CASE(
         expected.iterations[2].skipped);
 }
 
-TEST_CASE("steps that graphs do not cover yet run eagerly, saying why, with the eager bits") {
-  auto zeros = test_support::tiny_gpt_arguments(4);
-  zeros.logging.log_num_zeros_in_grad = true;
-  struct Case {
-    TrainingArguments arguments;
-    const char* reason;
-  };
-  for (const Case& c : {Case{zeros, "(--log-num-zeros-in-grad reads the step's decision"}}) {
-    CAPTURE(c.reason);
-    const TrainingResult expected = train_validated(c.arguments);
-    auto graphs = c.arguments;
-    graphs.enable_cuda_graph = true;  // Megatron's older spelling of local
-    test_support::CapturedLog log;
-    check_same_iterations(train_validated(graphs), expected);
-    const std::string text = log.text.str();
-    CHECK(text.find(std::string("step: eager at iteration 1 ") + c.reason) != std::string::npos);
-    CHECK(text.find("step: eager at iteration 2") == std::string::npos);  // said once
-    CHECK(text.find("captured") == std::string::npos);
+TEST_CASE("--log-num-zeros-in-grad's counts in replayed steps are the eager run's") {
+  // Counted on the device after the decision, with the step's clipping factor read from its
+  // memory (the replay's, not the capture's), and read with the step's other scalars.
+  auto eager = test_support::tiny_gpt_arguments(6);
+  eager.logging.log_num_zeros_in_grad = true;
+  eager.model.untie_embeddings_and_output_weights = true;  // unseen tokens' rows get no gradient
+  eager.optimizer.clip_grad = 0.05;                        // clipped: the factor changes each step
+  const TrainingResult expected = train_validated(eager, pattern);
+  auto graphs = eager;
+  graphs.enable_cuda_graph = true;  // Megatron's older spelling of local
+  graphs.cuda_graph_warmup_steps = 1;
+  test_support::CapturedLog log;
+  const TrainingResult replayed = train_validated(graphs, pattern);
+  check_same_iterations(replayed, expected);
+  const std::string text = log.text.str();
+  CAPTURE(text);
+  CHECK(text.find("step: graphs captured at iteration 2 on cpu (") != std::string::npos);
+  CHECK(text.find("step: eager at iteration 3") == std::string::npos);
+  for (size_t i = 0; i < expected.iterations.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(expected.iterations[i].num_zeros_in_grad.has_value());
+    CHECK(*expected.iterations[i].num_zeros_in_grad > 0);
+    CHECK(replayed.iterations[i].num_zeros_in_grad == expected.iterations[i].num_zeros_in_grad);
   }
 }

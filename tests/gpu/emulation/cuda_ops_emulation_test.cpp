@@ -481,9 +481,25 @@ TEST_CASE(
       "sum of squares");
   check_reduction(
       [&](double* t) {
-        emulated::count_zeros<bfloat16>(t, partials.data(), bf16_values.data(), count, nullptr);
+        emulated::count_zeros<bfloat16>(t, partials.data(), bf16_values.data(), count, 1.0, nullptr,
+                                        nullptr);
       },
       [&](double* t) { backend::cpu::count_zeros<float>(t, wide.data(), count); }, "zeros");
+  // After clipping by a stored factor of 1e-8: the values of 3e-38 underflow to 0 and count.
+  std::vector<float> tiny = values;
+  for (size_t i = 3; i < tiny.size(); i += 23) tiny[i] = 3e-38F;
+  const double clipping_factor = 1e-8;
+  double clipped_zeros = -1, plain_zeros = -1;
+  backend::cpu::count_zeros<float>(&plain_zeros, tiny.data(), count);
+  check_reduction(
+      [&](double* t) {
+        emulated::count_zeros<float>(t, partials.data(), tiny.data(), count, 5.0, &clipping_factor,
+                                     nullptr);
+        clipped_zeros = *t;
+      },
+      [&](double* t) { backend::cpu::count_zeros<float>(t, tiny.data(), count, 1e-8); },
+      "zeros after clipping");
+  CHECK(clipped_zeros > plain_zeros);
 
   std::vector<float> scaled = values, expected_scaled = values;
   const double stored_factor = 0.375;
