@@ -119,6 +119,22 @@ void expect_losses_close(const TrainingResult& actual, const TrainingResult& exp
   }
 }
 
+// `a` trained again with --cuda-graph-impl local after two eager warm-up steps: the result and
+// what the trainer logged (which steps were captured, replayed or eager, and why).
+struct GraphsRun {
+  TrainingResult result;
+  std::string log;
+};
+GraphsRun train_with_graphs(TrainingArguments a, const std::string& device) {
+  a.cuda_graph_impl = backend::CudaGraphImpl::local;
+  a.cuda_graph_warmup_steps = 2;
+  test_support::CapturedLog log;
+  GraphsRun run;
+  run.result = train(a, device);
+  run.log = log.text.str();
+  return run;
+}
+
 void expect_identical_losses(const std::vector<backend::IterationRecord>& actual,
                              const std::vector<backend::IterationRecord>& expected) {
   REQUIRE(actual.size() == expected.size());
@@ -382,11 +398,9 @@ TEST_CASE(
     a.spike.inject_loss_spike_at_iteration = 8;
     a = with_precision(a, *device == "cuda" ? "bf16" : "fp32");
     const TrainingResult eager = train(a, *device);
-    a.cuda_graph_impl = backend::CudaGraphImpl::local;
-    a.cuda_graph_warmup_steps = 2;
-    test_support::CapturedLog log;
-    const TrainingResult replayed = train(a, *device);
-    const std::string text = log.text.str();
+    const GraphsRun run = train_with_graphs(a, *device);
+    const TrainingResult& replayed = run.result;
+    const std::string& text = run.log;
     INFO(text);  // a capture the device refused says why here
     CHECK(text.find("step: graphs captured at iteration 3") != std::string::npos);
     CHECK(text.find("step: eager at iteration 8 (warm-up step 1 of 2)") != std::string::npos);
@@ -416,11 +430,9 @@ TEST_CASE(
   a.evaluation.eval_iters = 1;
   a = with_precision(a, *device == "cuda" ? "bf16" : "fp32");
   const TrainingResult eager = train(a, *device);
-  a.cuda_graph_impl = backend::CudaGraphImpl::local;
-  a.cuda_graph_warmup_steps = 2;
-  test_support::CapturedLog log;
-  const TrainingResult replayed = train(a, *device);
-  const std::string text = log.text.str();
+  const GraphsRun run = train_with_graphs(a, *device);
+  const TrainingResult& replayed = run.result;
+  const std::string& text = run.log;
   INFO(text);
   CHECK(text.find("step: graphs captured at iteration 3") != std::string::npos);
   CHECK(text.find("step: eager at iteration 4") == std::string::npos);
@@ -443,11 +455,9 @@ TEST_CASE(
   a.precision.hysteresis = 1;
   a.precision.loss_scale_window = 2;
   const TrainingResult eager = train(a, *device);
-  a.cuda_graph_impl = backend::CudaGraphImpl::local;
-  a.cuda_graph_warmup_steps = 2;
-  test_support::CapturedLog log;
-  const TrainingResult replayed = train(a, *device);
-  const std::string text = log.text.str();
+  const GraphsRun run = train_with_graphs(a, *device);
+  const TrainingResult& replayed = run.result;
+  const std::string& text = run.log;
   INFO(text);
   CHECK(text.find("step: graphs captured at iteration 3") != std::string::npos);
   CHECK(text.find("step: eager at iteration 4") == std::string::npos);
