@@ -197,13 +197,16 @@ TEST_CASE(
   // TP=2 with sequence parallelism, whose norm gradients are then summed over the
   // tensor-parallel group on the shards), whose parameters also come back in buckets
   // (MPI_Iallgatherv) that the next forward waits for layer by layer; the sums are the same,
-  // so the losses and weights are one process's.
+  // so the losses and weights are one process's. The last layout again with --cuda-graph-impl
+  // local (release build only): the replayed steps start those gathers at their forward, among
+  // the tensor-parallel collectives, and still train as one process.
   REQUIRE_MESSAGE(!mpirun_path().empty(), "Open MPI's mpirun (container/install-deps.sh)");
   TemporaryDirectory directory;
   struct Layout {
     int tensor_parallel;
     bool distributed;
     const char* bucket_size;  // nullptr: Megatron's default
+    bool graphs = false;
   };
   for (const std::string& style : test_support::model_styles()) {
     CAPTURE(style);
@@ -211,16 +214,19 @@ TEST_CASE(
     const fs::path single_log = directory.path / (style + "_one.log");
     REQUIRE(run(1, tensor_parallel_training_flags(style, 1, single_save), single_log) == 0);
     const auto expected = logged_losses(read_file(single_log));
-    for (const Layout layout : {Layout{1, false, "1"}, Layout{2, false, nullptr},
-                                Layout{1, true, "20000"}, Layout{2, true, "20000"}}) {
-      // Sanitized, the first and the last (each bucket's all-reduce; the distributed
+    for (const Layout layout :
+         {Layout{1, false, "1"}, Layout{2, false, nullptr}, Layout{1, true, "20000"},
+          Layout{2, true, "20000"}, Layout{2, true, "20000", true}}) {
+      // Sanitized, the first and the eager last (each bucket's all-reduce; the distributed
       // optimizer's reduce-scatters and gathers under TP and SP), which reach every collective
       // the other two do: each run costs several times more there.
-      if (test_support::kSanitizedBuild && layout.tensor_parallel != (layout.distributed ? 2 : 1)) {
+      if (test_support::kSanitizedBuild &&
+          (layout.graphs || layout.tensor_parallel != (layout.distributed ? 2 : 1))) {
         continue;
       }
       CAPTURE(layout.tensor_parallel);
       CAPTURE(layout.distributed);
+      CAPTURE(layout.graphs);
       const fs::path save =
           directory.path /
           fmt::format("{}_overlap_tp{}_{}", style, layout.tensor_parallel, layout.distributed);
@@ -233,6 +239,7 @@ TEST_CASE(
       if (layout.bucket_size != nullptr) {
         flags.insert(flags.end(), {"--ddp-bucket-size", layout.bucket_size});
       }
+      if (layout.graphs) flags.insert(flags.end(), {"--cuda-graph-impl", "local"});
       stage_collectives_for(style, flags);
       const fs::path log = directory.path / (style + "_overlap.log");
       const int status = run(2 * layout.tensor_parallel, flags, log);
@@ -258,6 +265,11 @@ TEST_CASE(
       if (layout.bucket_size == nullptr) CHECK(buckets[1] == "1");
       if (std::string(layout.bucket_size != nullptr ? layout.bucket_size : "") == "1") {
         CHECK(buckets[1] == "4");
+      }
+      if (layout.graphs) {
+        // After Megatron's three warm-up steps, captured once and replayed to the end.
+        CHECK(output.find("step: graphs captured at iteration 4 on cpu (") != std::string::npos);
+        CHECK(output.find("step: eager at iteration 5") == std::string::npos);
       }
       check_same_losses(logged_losses(output), expected);
       CHECK(weight_difference(save, single_save, 20) <= 1e-5);
