@@ -95,17 +95,28 @@ StepScalarValues step_scalar_values(const double* values) {
           .zeros_in_grad = values[6]};
 }
 
-// --log-num-zeros-in-grad (Megatron's count_zeros_fp32, after clipping): the gradients' elements
-// that are zero once multiplied by the clipping factor of the device's decision
-// (ops::decide_step), in AdamW's precision, so that a gradient the factor underflows counts,
-// each element of the model once whatever the layout; into the step's scalars, read with them.
-void count_zeros_after_clipping(GptModel<float>& model, const StepGradients& gradients,
-                                Communicator& data_parallel, const AdamW::StepScalars& scalars) {
+// The step's decision on the device, the eager and the staged step's alike: the global norm,
+// reduced there (of the whole buffer, or the shards' sums of squares added over the group), then
+// ops::decide_step, which every rank makes alike from the same totals (with a loss scaler,
+// Megatron's found_inf: any non-finite gradient makes the norm so; without one a non-finite
+// loss skips too, the update it would have made dropped whole). Then --log-num-zeros-in-grad
+// (Megatron's count_zeros_fp32, after clipping): the gradients' elements that are zero once
+// multiplied by the decision's clipping factor, in AdamW's precision, so that a gradient the
+// factor underflows counts, each element of the model once whatever the layout; into the step's
+// scalars, read with them.
+void queue_decision(GptModel<float>& model, const StepGradients& gradients,
+                    Communicator& data_parallel, const AdamW::StepScalars& scalars,
+                    const TrainStepOptions& options, bool loss_scaler) {
+  Device& device = model.device();
+  model_sum_of_squares(model, gradients.held, gradients.range, gradients.data_parallel_share,
+                       data_parallel, scalars, scalars.sum_of_squares);
+  ops::decide_step(device, scalars.control, loss_scaler ? View{} : scalars.loss_total,
+                   scalars.sum_of_squares, options.clip_grad);
+  if (!options.log_num_zeros_in_grad) return;
   const View clipping_factor = scalars.control.slice(0, 1);
   model_total(model, gradients.held, gradients.range, gradients.data_parallel_share, data_parallel,
-              scalars.zeros_in_grad, scalars.partial, [&](View out, View part) {
-                ops::count_zeros(model.device(), out, part, clipping_factor);
-              });
+              scalars.zeros_in_grad, scalars.partial,
+              [&](View out, View part) { ops::count_zeros(device, out, part, clipping_factor); });
 }
 
 // What the host knows of this rank's losses of a step (their sum is on the device: the model adds
@@ -200,14 +211,20 @@ int64_t bucket_size_of(const TrainStepOptions& options, const Communicator& grou
                                      : default_ddp_bucket_size(group.size());
 }
 
-// Whether a captured (staged) step's updated shards come back in --overlap-param-gather's
-// buckets, which the next step's forward starts (a graph joins what it starts, so the update's
-// could not overlap them with anything: parameter_store.hpp). With --log-params-norm, whose norm
-// reads every parameter after the update, the update's graph gathers them whole instead.
+// Whether the distributed optimizer's updated shards come back in --overlap-param-gather's
+// buckets rather than in one all-gather.
+bool overlapped_parameter_gathers(const TrainStepOptions& options,
+                                  const Communicator& data_parallel, const GradientShard* shard) {
+  return shard != nullptr && options.overlap_param_gather && data_parallel.size() > 1;
+}
+
+// Whether they do so in a captured (staged) step, where the next step's forward starts those
+// buckets (a graph joins what it starts, so the update's could not overlap them with anything:
+// parameter_store.hpp). With --log-params-norm, whose norm reads every parameter after the
+// update, the update's graph gathers them whole instead.
 bool staged_parameter_gathers(const TrainStepOptions& options, const Communicator& data_parallel,
                               const GradientShard* shard) {
-  return shard != nullptr && options.overlap_param_gather && data_parallel.size() > 1 &&
-         !options.log_params_norm;
+  return overlapped_parameter_gathers(options, data_parallel, shard) && !options.log_params_norm;
 }
 
 // --overlap-grad-reduce's reductions of one step (Megatron's DDP buckets): the units the last
@@ -505,7 +522,7 @@ void apply_update(GptModel<float>& model, AdamW& optimizer, const LearningRateSc
   // ZeRO-3 model gathers each unit when it next uses it. (An update the device skipped gathers
   // the unchanged parameters.)
   std::vector<ArrivingParameters> arrivals;
-  if (shard != nullptr && options.overlap_param_gather && data_parallel.size() > 1) {
+  if (overlapped_parameter_gathers(options, data_parallel, shard)) {
     arrivals = parameter_gathers(model, shard->range, bucket_size_of(options, data_parallel))(
         data_parallel, parameters);
   } else if (shard != nullptr) {
@@ -721,13 +738,7 @@ void queue_staged_work(GptModel<float>& model, const AdamW::StepScalars& scalars
   Communicator& pipeline = model.pipeline_parallel_group();
   if (pipeline.size() > 1) pipeline.broadcast(scalars.loss_total, pipeline.size() - 1);
   if (!gradient_factor.empty()) ops::scale(model.device(), gradients.held, 1.0, gradient_factor);
-  model_sum_of_squares(model, gradients.held, gradients.range, gradients.data_parallel_share,
-                       data_parallel, scalars, scalars.sum_of_squares);
-  ops::decide_step(model.device(), scalars.control, loss_scaler ? View{} : scalars.loss_total,
-                   scalars.sum_of_squares, options.clip_grad);
-  if (options.log_num_zeros_in_grad) {
-    count_zeros_after_clipping(model, gradients, data_parallel, scalars);
-  }
+  queue_decision(model, gradients, data_parallel, scalars, options, loss_scaler);
 }
 
 // A graph replayed, then handed to the watchdog of the collectives it holds: they were queued
@@ -952,19 +963,8 @@ QueuedStep queue_gradients(GptModel<float>& model, AdamW& optimizer, const Batch
   step.loss_divisor = loss.divisor;
   // With a loss scaler the gradients are unscaled first (a factor of 1 changes nothing).
   if (loss.gradient_factor != 1.0) ops::scale(device, step.gradients.held, loss.gradient_factor);
-  // The global norm, reduced on the device: of the whole buffer, or the shards' sums of squares
-  // added over the group; then the decision every rank makes alike from the same totals (with a
-  // loss scaler, Megatron's found_inf: any non-finite gradient makes the norm so; without one a
-  // non-finite loss skips too, the update it would have made dropped whole). The host reads
-  // nothing until the whole step is queued.
-  model_sum_of_squares(model, step.gradients.held, step.gradients.range,
-                       step.gradients.data_parallel_share, data_parallel, scalars,
-                       scalars.sum_of_squares);
-  ops::decide_step(device, scalars.control, scaler.enabled() ? View{} : scalars.loss_total,
-                   scalars.sum_of_squares, options.clip_grad);
-  if (options.log_num_zeros_in_grad) {
-    count_zeros_after_clipping(model, step.gradients, data_parallel, scalars);
-  }
+  // The host reads nothing until the whole step is queued.
+  queue_decision(model, step.gradients, data_parallel, scalars, options, scaler.enabled());
   if (eager_reason) step.execution_note = *eager_reason;
   return step;
 }
